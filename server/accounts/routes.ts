@@ -1,0 +1,32 @@
+import { Elysia, t } from "elysia";
+import { bearerAuth } from "../auth/routes.ts";
+import { idempotentPost } from "../http/idempotent.ts";
+import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { problemResponses } from "../http/problem.ts";
+import type { Runtime } from "../runtime.ts";
+import { AccountEnvelope, AccountInput, AccountListEnvelope, AccountListQuery } from "./model.ts";
+import { createAccount, getAccount, listAccountsPage } from "./service.ts";
+
+const tags = ["Accounts"];
+
+/** accountRoutes serves /public/v1/accounts. */
+export function accountRoutes(rt: Runtime) {
+  return new Elysia({ name: "accounts", prefix: "/public/v1/accounts" })
+    .use(bearerAuth(rt.db))
+    .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createAccount(rt, ctx.body, scope)), {
+      body: AccountInput,
+      headers: IdempotencyKeyHeader,
+      response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+      detail: { summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids.", tags, ...secured },
+    })
+    .get("", ({ query }) => listAccountsPage(rt.db, query), {
+      query: AccountListQuery,
+      response: { 200: AccountListEnvelope, ...problemResponses(401, 403, 422) },
+      detail: { summary: "List accounts", tags, ...secured },
+    })
+    .get("/:id", ({ params }) => ({ data: getAccount(rt.db, params.id) }), {
+      params: t.Object({ id: t.String({ maxLength: 64 }) }),
+      response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404) },
+      detail: { summary: "Get an account", tags, ...secured },
+    });
+}

@@ -1,0 +1,56 @@
+import type { Database } from "bun:sqlite";
+import { openapi } from "@elysiajs/openapi";
+import { Elysia } from "elysia";
+import { accountRoutes } from "./accounts/routes.ts";
+import type { Config } from "./config.ts";
+import { contactRoutes } from "./contacts/routes.ts";
+import { migrate } from "./db/migrations.ts";
+import { WriteQueue } from "./db/write-queue.ts";
+import { httpConventions } from "./http/conventions.ts";
+import { IdempotencyGuard } from "./idempotency/service.ts";
+import type { Runtime } from "./runtime.ts";
+import type { Logger } from "./shared/log.ts";
+import { userRoutes } from "./users/routes.ts";
+import { VERSION } from "./version.ts";
+
+export interface AppOptions {
+  db: Database;
+  config: Config;
+  log: Logger;
+}
+
+/** createRuntime migrates the database and builds the services' shared dependencies. */
+export function createRuntime({ db, config, log }: AppOptions): Runtime {
+  migrate(db);
+  return { db, config, log, writes: new WriteQueue(db), idempotency: new IdempotencyGuard(db) };
+}
+
+/** createApp builds the HTTP application without listening, so tests can call app.handle. */
+export function createApp(rt: Runtime) {
+  let app: Elysia | undefined;
+  const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path }));
+  const built = new Elysia({ name: "crm" })
+    .use(httpConventions({ log: rt.log, routes }))
+    .use(
+      openapi({
+        path: "/docs",
+        specPath: "/docs/json",
+        documentation: {
+          info: {
+            title: "CRM contacts and webhooks API",
+            version: VERSION,
+            description: "Contacts, accounts and users for server-side integrations, with signed, retried, recorded webhook deliveries. Errors are RFC 9457 problem+json.",
+          },
+          components: { securitySchemes: { bearerAuth: { type: "http", scheme: "bearer", description: "API token (crm_...) created with `crm token create`." } } },
+        },
+        exclude: { paths: ["/docs", "/docs/json"] },
+      }),
+    )
+    .use(contactRoutes(rt))
+    .use(accountRoutes(rt))
+    .use(userRoutes(rt));
+  app = built as unknown as Elysia;
+  return built;
+}
+
+export type App = ReturnType<typeof createApp>;

@@ -1,0 +1,86 @@
+import type { Database } from "bun:sqlite";
+import { timingSafeEqual } from "node:crypto";
+import { newId } from "../shared/ids.ts";
+import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
+import { findActiveTokensByPrefix, findApiTokenById, insertApiToken, listApiTokens, markTokenRevoked, touchTokenLastUsed, type ApiTokenRow } from "./store.ts";
+
+const PREFIX_LENGTH = 12; // "crm_" + 8 characters: enough to find the row, too little to matter if shown
+const LAST_USED_RESOLUTION_MS = 60_000; // last_used_at is written at most once a minute per token
+
+export interface ApiTokenInfo {
+  id: string;
+  name: string;
+  prefix: string;
+  created_at: string;
+  last_used_at: string | null;
+  revoked_at: string | null;
+}
+
+export interface AuthenticatedToken {
+  id: string;
+  name: string;
+}
+
+function sha256(text: string): Uint8Array {
+  return new Bun.CryptoHasher("sha256").update(text).digest();
+}
+
+function randomTokenSecret(): string {
+  const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  const bytes = crypto.getRandomValues(new Uint8Array(40));
+  // 40 characters from 62 (rejection-free bias is < 2^-7 per character with 256 % 62; acceptable: 238 bits)
+  return Array.from(bytes, (b) => alphabet[b % 62]).join("");
+}
+
+function toInfo(row: ApiTokenRow): ApiTokenInfo {
+  return {
+    id: row.id,
+    name: row.name,
+    prefix: row.prefix,
+    created_at: toTimestamp(row.created_at),
+    last_used_at: toOptionalTimestamp(row.last_used_at),
+    revoked_at: toOptionalTimestamp(row.revoked_at),
+  };
+}
+
+/** createApiToken makes a new random token, stores only its hash, and returns the token once. */
+export function createApiToken(db: Database, name: string, now = Date.now()): { token: string; info: ApiTokenInfo } {
+  const token = `crm_${randomTokenSecret()}`;
+  const row = { id: newId("tok", now), name, prefix: token.slice(0, PREFIX_LENGTH), token_hash: sha256(token), created_at: now };
+  insertApiToken(db, row);
+  return { token, info: toInfo({ ...row, last_used_at: null, revoked_at: null }) };
+}
+
+/** listTokens returns every token's metadata (never the token). */
+export function listTokens(db: Database): ApiTokenInfo[] {
+  return listApiTokens(db).map(toInfo);
+}
+
+/** revokeApiToken revokes a token by id; false when no active token has that id. */
+export function revokeApiToken(db: Database, id: string, now = Date.now()): boolean {
+  return markTokenRevoked(db, id, now);
+}
+
+/** findToken returns one token's metadata. */
+export function findToken(db: Database, id: string): ApiTokenInfo | null {
+  const row = findApiTokenById(db, id);
+  return row ? toInfo(row) : null;
+}
+
+const lastTouched = new Map<string, number>();
+
+/** authenticateBearer checks a presented token against the stored hashes in constant time. */
+export function authenticateBearer(db: Database, presented: string, now = Date.now()): AuthenticatedToken | null {
+  if (!presented.startsWith("crm_") || presented.length < PREFIX_LENGTH || presented.length > 200) return null;
+  const hash = sha256(presented);
+  let match: ApiTokenRow | null = null;
+  for (const row of findActiveTokensByPrefix(db, presented.slice(0, PREFIX_LENGTH))) {
+    if (row.token_hash.byteLength === hash.byteLength && timingSafeEqual(row.token_hash, hash)) match = row;
+  }
+  if (!match) return null;
+  if (now - (lastTouched.get(match.id) ?? 0) >= LAST_USED_RESOLUTION_MS) {
+    lastTouched.set(match.id, now);
+    touchTokenLastUsed(db, match.id, now);
+  }
+  return { id: match.id, name: match.name };
+}

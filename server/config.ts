@@ -1,0 +1,144 @@
+import { existsSync, readFileSync } from "node:fs";
+
+type Kind = "string" | "port" | "positive-int" | "boolean" | "log-level" | "seconds-list";
+
+interface Setting {
+  key: keyof Config;
+  flag: string;
+  env: string;
+  kind: Kind;
+  help: string;
+}
+
+export type LogLevel = "debug" | "info" | "warn" | "error";
+
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  logLevel: LogLevel;
+  allowPrivateTargets: boolean;
+  retrySchedule: number[];
+  deliveryTimeoutMs: number;
+  deliveryRetentionDays: number;
+}
+
+/** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
+export const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
+
+/** DEFAULT_CONFIG holds the value of every setting when nothing overrides it. */
+export const DEFAULT_CONFIG: Config = {
+  host: "127.0.0.1",
+  port: 3000,
+  dataDir: "./data",
+  logLevel: "info",
+  allowPrivateTargets: false,
+  retrySchedule: DEFAULT_RETRY_SCHEDULE,
+  deliveryTimeoutMs: 15000,
+  deliveryRetentionDays: 30,
+};
+
+/** SETTINGS describes every configuration switch: its flag, environment variable and meaning. */
+export const SETTINGS: Setting[] = [
+  { key: "host", flag: "--host", env: "CRM_HOST", kind: "string", help: "address to listen on" },
+  { key: "port", flag: "--port", env: "PORT", kind: "port", help: "TCP port to listen on (0 picks a free one)" },
+  { key: "dataDir", flag: "--data-dir", env: "CRM_DATA_DIR", kind: "string", help: "directory holding the SQLite database" },
+  { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "log-level", help: "debug, info, warn or error" },
+  { key: "allowPrivateTargets", flag: "--allow-private-targets", env: "CRM_ALLOW_PRIVATE_TARGETS", kind: "boolean", help: "allow webhook targets on loopback and private networks (tests, development)" },
+  { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", help: "webhook retry delays in seconds, comma-separated" },
+  { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", help: "webhook request timeout in milliseconds" },
+  { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
+];
+
+/** ConfigError names the setting that is invalid; main prints its message as one line. */
+export class ConfigError extends Error {}
+
+function parseValue(setting: Setting, raw: unknown, source: string): unknown {
+  const text = String(raw).trim();
+  const fail = (expected: string): never => {
+    throw new ConfigError(`invalid ${source}: ${JSON.stringify(String(raw))} is not ${expected}`);
+  };
+  switch (setting.kind) {
+    case "string":
+      if (text === "") fail("a non-empty string");
+      return text;
+    case "port": {
+      const n = Number(text);
+      if (!/^\d+$/.test(text) || n > 65535) fail("a port number (0-65535)");
+      return n;
+    }
+    case "positive-int": {
+      const n = Number(text);
+      if (!/^\d+$/.test(text) || n < 1 || !Number.isSafeInteger(n)) fail("a positive whole number");
+      return n;
+    }
+    case "boolean":
+      if (["1", "true", "yes", "on"].includes(text.toLowerCase())) return true;
+      if (["0", "false", "no", "off", ""].includes(text.toLowerCase())) return false;
+      return fail("a boolean (1/0, true/false)");
+    case "log-level":
+      if (!["debug", "info", "warn", "error"].includes(text)) fail("one of debug, info, warn, error");
+      return text;
+    case "seconds-list": {
+      const parts = text.split(",").map((p) => p.trim());
+      const values = parts.map(Number);
+      if (parts.length === 0 || parts.some((p) => !/^\d+(\.\d+)?$/.test(p)) || values.some((v) => !Number.isFinite(v))) {
+        fail("a comma-separated list of seconds");
+      }
+      return values;
+    }
+  }
+}
+
+function readConfigFile(path: string): Record<string, unknown> {
+  if (!existsSync(path)) throw new ConfigError(`config file ${path} does not exist`);
+  try {
+    return Bun.TOML.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
+  } catch (error) {
+    throw new ConfigError(`config file ${path} is not valid TOML: ${(error as Error).message}`);
+  }
+}
+
+/** fileKey is the name of a setting in crm.toml: the flag without dashes, with underscores. */
+export function fileKey(setting: Setting): string {
+  return setting.flag.replace(/^--/, "").replaceAll("-", "_");
+}
+
+/**
+ * loadConfig resolves every setting from flags, then environment, then an optional TOML config
+ * file (`--config` or CRM_CONFIG), then defaults. Unknown flags and bad values throw ConfigError.
+ */
+export function loadConfig(args: string[], env: Record<string, string | undefined> = process.env): Config {
+  const flags = new Map<string, string>();
+  let configPath = env.CRM_CONFIG;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    const [name, inline] = arg.includes("=") ? [arg.slice(0, arg.indexOf("=")), arg.slice(arg.indexOf("=") + 1)] : [arg, undefined];
+    const setting = SETTINGS.find((s) => s.flag === name);
+    if (name === "--config") {
+      configPath = inline ?? args[++i];
+      if (!configPath) throw new ConfigError("--config needs a file path");
+      continue;
+    }
+    if (!setting) throw new ConfigError(`unknown option ${name} (see --help)`);
+    if (setting.kind === "boolean" && inline === undefined) {
+      flags.set(name, "true");
+      continue;
+    }
+    const value = inline ?? args[++i];
+    if (value === undefined) throw new ConfigError(`${name} needs a value`);
+    flags.set(name, value);
+  }
+  const file = configPath ? readConfigFile(configPath) : {};
+  const knownFileKeys = new Set(SETTINGS.map(fileKey));
+  for (const key of Object.keys(file)) {
+    if (!knownFileKeys.has(key)) throw new ConfigError(`unknown setting ${key} in ${configPath}`);
+  }
+  const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
+  for (const setting of SETTINGS) {
+    if (flags.has(setting.flag)) config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);
+    else if (env[setting.env] !== undefined) config[setting.key] = parseValue(setting, env[setting.env], setting.env);
+    else if (fileKey(setting) in file) config[setting.key] = parseValue(setting, file[fileKey(setting)], `${fileKey(setting)} in ${configPath}`);
+  }
+  return config as unknown as Config;
+}

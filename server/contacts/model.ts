@@ -1,0 +1,83 @@
+import { t } from "elysia";
+import { AccountSchema } from "../accounts/model.ts";
+import { UserSchema } from "../users/model.ts";
+import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
+
+/** CONTACT_SORTS are the fields a contact list can be sorted by. */
+export const CONTACT_SORTS = ["created_at", "updated_at", "first_name", "last_name", "email"] as const;
+export type ContactSort = (typeof CONTACT_SORTS)[number];
+
+/** CONTACT_INCLUDES are the relations a contact list can embed. */
+export const CONTACT_INCLUDES = ["accounts", "assigned_user", "assigned_users"] as const;
+export type ContactInclude = (typeof CONTACT_INCLUDES)[number];
+
+/** CONTACT_FILTERS are the list's filter parameters. */
+export const CONTACT_FILTERS = ["email", "full_name", "created_after", "updated_after"] as const;
+
+/** READ_ONLY_CONTACT_FIELDS are set by the service; a request body may not carry them. */
+export const READ_ONLY_CONTACT_FIELDS = ["id", "created_at", "updated_at", "full_name", "accounts", "assigned_user", "assigned_users"] as const;
+
+const nullable = <T extends Parameters<typeof t.Union>[0][number]>(schema: T, error: string) => t.Optional(t.Union([schema, t.Null()], { error }));
+
+const idList = (prefix: string, what: string) =>
+  nullable(t.Array(t.String({ pattern: `^${prefix}_[0-9A-Z]{26}$` }), { maxItems: 100, uniqueItems: true }), `must be a list of at most 100 distinct ${what} ids (${prefix}_...)`);
+
+/** ContactFields are the known, validated contact properties; any others are stored as given. */
+const contactFields = {
+  first_name: nullable(t.String({ maxLength: 200 }), "must be a string of at most 200 characters, or null"),
+  last_name: nullable(t.String({ maxLength: 200 }), "must be a string of at most 200 characters, or null"),
+  email: nullable(t.String({ format: "email", maxLength: 254 }), "must be an email address of at most 254 characters, or null"),
+  phone: nullable(t.String({ maxLength: 50 }), "must be a string of at most 50 characters, or null"),
+  tags: nullable(t.Array(t.String({ minLength: 1, maxLength: 100 }), { maxItems: 100 }), "must be a list of at most 100 tags of 1 to 100 characters each"),
+  custom_fields: nullable(t.Record(t.String(), t.Unknown()), "must be a JSON object"),
+  consent: nullable(t.Record(t.String(), t.Unknown()), "must be a JSON object"),
+  account_ids: idList("acc", "account"),
+  assigned_user_id: nullable(t.String({ pattern: "^usr_[0-9A-Z]{26}$" }), "must be a user id (usr_...) or null"),
+  assigned_user_ids: idList("usr", "user"),
+};
+
+/** ContactInput is the body of POST and PATCH: known fields validated, further properties kept. */
+export const ContactInput = t.Object(contactFields, {
+  additionalProperties: true,
+  description: "Contact fields. Any further properties are stored and returned as given. Fields set to null are cleared.",
+  examples: [{ first_name: "Ada", last_name: "Lovelace", email: "ada@example.com", phone: "+44 20 7946 0000", tags: ["vip"], custom_fields: { plan: "pro" } }],
+});
+export type ContactInput = typeof ContactInput.static;
+
+/** Contact is a contact as the API returns it. */
+export const Contact = t.Object(
+  {
+    id: t.String({ examples: ["con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M"] }),
+    first_name: t.Union([t.String(), t.Null()]),
+    last_name: t.Union([t.String(), t.Null()]),
+    full_name: t.String({ description: "first_name and last_name joined by a space" }),
+    email: t.Union([t.String(), t.Null()], { description: "lowercased" }),
+    phone: t.Union([t.String(), t.Null()]),
+    tags: t.Array(t.String()),
+    custom_fields: t.Record(t.String(), t.Unknown()),
+    consent: t.Union([t.Record(t.String(), t.Unknown()), t.Null()]),
+    account_ids: t.Array(t.String()),
+    assigned_user_id: t.Union([t.String(), t.Null()]),
+    assigned_user_ids: t.Array(t.String()),
+    accounts: t.Optional(t.Array(AccountSchema, { description: "with include=accounts" })),
+    assigned_user: t.Optional(t.Union([UserSchema, t.Null()], { description: "with include=assigned_user" })),
+    assigned_users: t.Optional(t.Array(UserSchema, { description: "with include=assigned_users" })),
+    created_at: t.String({ format: "date-time" }),
+    updated_at: t.String({ format: "date-time" }),
+  },
+  { additionalProperties: true, description: "Further properties given on create or update are returned as given." },
+);
+export type Contact = typeof Contact.static;
+
+/** ContactListQuery documents the list parameters. */
+export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
+  include: t.Optional(t.String({ pattern: "^(accounts|assigned_user|assigned_users)(,(accounts|assigned_user|assigned_users))*$", error: "must be a comma-separated list of: accounts, assigned_user, assigned_users", description: "Relations to embed: accounts, assigned_user, assigned_users." })),
+  email: t.Optional(t.String({ maxLength: 254, description: "Exact email, case-insensitive." })),
+  full_name: t.Optional(t.String({ minLength: 1, maxLength: 200, description: "Case-insensitive substring of first_name + ' ' + last_name." })),
+  created_after: timestampFilterSchema("Only contacts created after this time."),
+  updated_after: timestampFilterSchema("Only contacts updated after this time."),
+});
+export type ContactListQuery = typeof ContactListQuery.static;
+
+export const ContactEnvelope = t.Object({ data: Contact });
+export const ContactListEnvelope = t.Object({ data: t.Array(Contact), meta: ListMetaSchema });

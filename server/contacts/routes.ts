@@ -1,0 +1,49 @@
+import { Elysia, t } from "elysia";
+import { bearerAuth } from "../auth/routes.ts";
+import { idempotentPost } from "../http/idempotent.ts";
+import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { problemResponses } from "../http/problem.ts";
+import type { Runtime } from "../runtime.ts";
+import { ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery } from "./model.ts";
+import { createContact, deleteContact, getContact, listContactsPage, updateContact } from "./service.ts";
+
+const ContactId = t.Object({ id: t.String({ maxLength: 64, description: "Contact id (con_...)" }) });
+const IncludeQuery = t.Object({ include: ContactListQuery.properties.include }, { additionalProperties: false });
+const tags = ["Contacts"];
+
+/** contactRoutes serves /public/v1/contacts. */
+export function contactRoutes(rt: Runtime) {
+  return new Elysia({ name: "contacts", prefix: "/public/v1/contacts" })
+    .use(bearerAuth(rt.db))
+    .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createContact(rt, ctx.body, scope)), {
+      body: ContactInput,
+      headers: IdempotencyKeyHeader,
+      response: { 201: ContactEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+      detail: { summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
+    })
+    .get("", ({ query }) => listContactsPage(rt.db, query), {
+      query: ContactListQuery,
+      response: { 200: ContactListEnvelope, ...problemResponses(401, 403, 422) },
+      detail: { summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor).", tags, ...secured },
+    })
+    .get("/:id", ({ params, query }) => ({ data: getContact(rt.db, params.id, query.include) }), {
+      params: ContactId,
+      query: IncludeQuery,
+      response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
+      detail: { summary: "Get a contact", tags, ...secured },
+    })
+    .patch("/:id", async ({ params, body }) => ({ data: await updateContact(rt, params.id, body) }), {
+      params: ContactId,
+      body: ContactInput,
+      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 413, 415, 422) },
+      detail: { summary: "Update a contact", description: "Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event.", tags, ...secured },
+    })
+    .delete("/:id", async ({ params, set }) => {
+      await deleteContact(rt, params.id);
+      set.status = 204;
+    }, {
+      params: ContactId,
+      response: { 204: t.Void(), ...problemResponses(401, 403, 404) },
+      detail: { summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time.", tags, ...secured },
+    });
+}

@@ -1,0 +1,221 @@
+import type { Database } from "bun:sqlite";
+import { accountsByIds } from "../accounts/service.ts";
+import { findAccountsByIds } from "../accounts/store.ts";
+import { notFound, validationProblem, type FieldError } from "../http/problem.ts";
+import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
+import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import type { Runtime } from "../runtime.ts";
+import { newId } from "../shared/ids.ts";
+import { toTimestamp } from "../shared/time.ts";
+import { missingUserIds, usersByIds } from "../users/service.ts";
+import { recordEvent } from "../webhooks/outbox.ts";
+import { CONTACT_FILTERS, CONTACT_SORTS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactInclude, type ContactInput } from "./model.ts";
+import {
+  countContacts,
+  deleteContact as deleteContactRow,
+  findAccountIdsByContact,
+  findAssignedUserIdsByContact,
+  findContactById,
+  insertContact,
+  listContacts,
+  replaceContactAccounts,
+  replaceContactAssignedUsers,
+  updateContact as updateContactRow,
+  type ContactRow,
+} from "./store.ts";
+
+const COLUMN_FIELDS = ["first_name", "last_name", "email", "phone", "assigned_user_id"] as const;
+const RELATION_FIELDS = ["account_ids", "assigned_user_ids"] as const;
+const NOT_PROPERTIES = new Set<string>([...COLUMN_FIELDS, ...RELATION_FIELDS, ...READ_ONLY_CONTACT_FIELDS]);
+
+interface Relations {
+  accountIds: string[];
+  userIds: string[];
+}
+
+function fullName(row: ContactRow): string {
+  return [row.first_name, row.last_name].filter((part) => part !== null && part !== "").join(" ");
+}
+
+/** toContact renders a contact row and its relation ids for the API. */
+function toContact(row: ContactRow, relations: Relations): Contact {
+  const { tags, custom_fields, consent, ...extra } = JSON.parse(row.properties) as Record<string, unknown>;
+  return {
+    id: row.id,
+    first_name: row.first_name,
+    last_name: row.last_name,
+    full_name: fullName(row),
+    email: row.email,
+    phone: row.phone,
+    tags: (tags as string[] | undefined) ?? [],
+    custom_fields: (custom_fields as Record<string, unknown> | undefined) ?? {},
+    consent: (consent as Record<string, unknown> | undefined) ?? null,
+    account_ids: relations.accountIds,
+    assigned_user_id: row.assigned_user_id,
+    assigned_user_ids: relations.userIds,
+    ...extra,
+    created_at: toTimestamp(row.created_at),
+    updated_at: toTimestamp(row.updated_at),
+  };
+}
+
+function renderContacts(db: Database, rows: ContactRow[], include: ContactInclude[]): Contact[] {
+  const ids = rows.map((row) => row.id);
+  const accountIds = findAccountIdsByContact(db, ids);
+  const userIds = findAssignedUserIdsByContact(db, ids);
+  const contacts = rows.map((row) => toContact(row, { accountIds: accountIds.get(row.id) ?? [], userIds: userIds.get(row.id) ?? [] }));
+  if (include.length === 0) return contacts;
+  const accounts = include.includes("accounts") ? accountsByIds(db, [...new Set(contacts.flatMap((c) => c.account_ids))]) : new Map();
+  const users = usersByIds(db, [...new Set(contacts.flatMap((c) => [...(include.includes("assigned_users") ? c.assigned_user_ids : []), ...(include.includes("assigned_user") && c.assigned_user_id ? [c.assigned_user_id] : [])]))]);
+  return contacts.map((contact) => {
+    const { created_at, updated_at, ...rest } = contact;
+    return {
+      ...rest,
+      ...(include.includes("accounts") ? { accounts: contact.account_ids.map((id) => accounts.get(id)!) } : {}),
+      ...(include.includes("assigned_user") ? { assigned_user: contact.assigned_user_id ? users.get(contact.assigned_user_id)! : null } : {}),
+      ...(include.includes("assigned_users") ? { assigned_users: contact.assigned_user_ids.map((id) => users.get(id)!) } : {}),
+      created_at,
+      updated_at,
+    };
+  });
+}
+
+function renderContact(db: Database, row: ContactRow, include: ContactInclude[] = []): Contact {
+  return renderContacts(db, [row], include)[0]!;
+}
+
+function refuseReadOnlyFields(input: Record<string, unknown>): void {
+  const errors = READ_ONLY_CONTACT_FIELDS.filter((field) => field in input).map((field) => ({
+    pointer: `/${field}`,
+    detail: field === "full_name" ? "is derived from first_name and last_name; set those instead" : "is read-only",
+  }));
+  if (errors.length > 0) throw validationProblem(errors);
+}
+
+/** refuseUnknownRelations throws 422 naming every account or user id that does not exist. */
+function refuseUnknownRelations(db: Database, input: ContactInput): void {
+  const errors: FieldError[] = [];
+  if (input.account_ids) {
+    const found = findAccountsByIds(db, input.account_ids);
+    input.account_ids.forEach((id, i) => {
+      if (!found.has(id)) errors.push({ pointer: `/account_ids/${i}`, detail: `no account with id ${id} exists` });
+    });
+  }
+  if (input.assigned_user_id && missingUserIds(db, [input.assigned_user_id]).length > 0) {
+    errors.push({ pointer: "/assigned_user_id", detail: `no user with id ${input.assigned_user_id} exists` });
+  }
+  if (input.assigned_user_ids) {
+    const missing = new Set(missingUserIds(db, input.assigned_user_ids));
+    input.assigned_user_ids.forEach((id, i) => {
+      if (missing.has(id)) errors.push({ pointer: `/assigned_user_ids/${i}`, detail: `no user with id ${id} exists` });
+    });
+  }
+  if (errors.length > 0) throw validationProblem(errors, "The contact refers to accounts or users that do not exist.");
+}
+
+/** applyInput merges a create or PATCH body into a row: given fields replace, null clears. */
+function applyInput(row: ContactRow, input: ContactInput): ContactRow {
+  const properties = JSON.parse(row.properties) as Record<string, unknown>;
+  for (const [key, value] of Object.entries(input)) {
+    if (NOT_PROPERTIES.has(key)) continue;
+    if (value === null) delete properties[key];
+    else properties[key] = value;
+  }
+  const next: ContactRow = { ...row, properties: JSON.stringify(properties) };
+  for (const field of COLUMN_FIELDS) {
+    if (field in input) next[field] = (input[field] as string | null | undefined) ?? null;
+  }
+  if (next.email) next.email = next.email.toLowerCase();
+  return next;
+}
+
+/** createContact stores a contact, its relations, its contact.created event and idempotent response in one commit. */
+export function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Contact } }> {
+  refuseReadOnlyFields(input);
+  return rt.writes.submit(() => {
+    refuseUnknownRelations(rt.db, input);
+    const now = Date.now();
+    const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, assigned_user_id: null, properties: "{}", created_at: now, updated_at: now };
+    const row = applyInput(empty, input);
+    insertContact(rt.db, row);
+    replaceContactAccounts(rt.db, row.id, input.account_ids ?? []);
+    replaceContactAssignedUsers(rt.db, row.id, input.assigned_user_ids ?? []);
+    const contact = renderContact(rt.db, row);
+    recordEvent(rt.db, "contact.created", contact, now);
+    const body = { data: contact };
+    saveIdempotentResponse(rt.db, idempotency, 201, body, now);
+    return { status: 201, body };
+  });
+}
+
+/** updateContact applies a PATCH; a change writes contact.updated in the same commit, a no-op writes nothing. */
+export function updateContact(rt: Runtime, id: string, input: ContactInput): Promise<Contact> {
+  refuseReadOnlyFields(input);
+  return rt.writes.submit(() => {
+    const current = findContactById(rt.db, id);
+    if (!current) throw notFound("contact", id);
+    refuseUnknownRelations(rt.db, input);
+    const before = renderContact(rt.db, current);
+    const now = Date.now();
+    const row = { ...applyInput(current, input), updated_at: now };
+    updateContactRow(rt.db, row);
+    if (input.account_ids !== undefined) replaceContactAccounts(rt.db, id, input.account_ids ?? []);
+    if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(rt.db, id, input.assigned_user_ids ?? []);
+    const after = renderContact(rt.db, row);
+    if (JSON.stringify({ ...after, updated_at: null }) === JSON.stringify({ ...before, updated_at: null })) {
+      throw new NoChange(before);
+    }
+    recordEvent(rt.db, "contact.updated", after, now);
+    return after;
+  }).catch((error: unknown) => {
+    if (error instanceof NoChange) return error.contact;
+    throw error;
+  });
+}
+
+/** NoChange rolls back a PATCH that changed nothing, so updated_at stays and no event is sent. */
+class NoChange extends Error {
+  constructor(readonly contact: Contact) {
+    super("no change");
+  }
+}
+
+/** deleteContact removes a contact and writes contact.deleted in the same commit. */
+export function deleteContact(rt: Runtime, id: string): Promise<void> {
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    if (!deleteContactRow(rt.db, id)) throw notFound("contact", id);
+    recordEvent(rt.db, "contact.deleted", { id, deleted_at: toTimestamp(now) }, now);
+  });
+}
+
+function parseInclude(value: unknown): ContactInclude[] {
+  return typeof value === "string" ? ([...new Set(value.split(","))] as ContactInclude[]) : [];
+}
+
+/** getContact returns one contact with the requested relations embedded, or throws 404. */
+export function getContact(db: Database, id: string, include?: string): Contact {
+  const row = findContactById(db, id);
+  if (!row) throw notFound("contact", id);
+  return renderContact(db, row, parseInclude(include));
+}
+
+/** listContactsPage answers GET /contacts: filters, sort, offset or keyset page, includes. */
+export function listContactsPage(db: Database, query: Record<string, unknown>): { data: Contact[]; meta: ListMeta } {
+  const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
+  const filters = {
+    email: query.email as string | undefined,
+    fullName: query.full_name as string | undefined,
+    createdAfter: parseTimestampFilter("created_after", query.created_after),
+    updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
+  };
+  const rows = listContacts(db, filters, {
+    sortBy: list.sortBy,
+    direction: list.direction,
+    cursor: list.cursor,
+    limit: list.perPage,
+    offset: list.cursor ? 0 : (list.page - 1) * list.perPage,
+  });
+  const meta = listMeta(list, countContacts(db, filters), rows, (row: ContactRow) => row[list.sortBy], query, CONTACT_FILTERS);
+  return { data: renderContacts(db, rows, parseInclude(query.include)), meta };
+}

@@ -1,0 +1,151 @@
+import type { Database } from "bun:sqlite";
+import { keysetOrder } from "../db/keyset.ts";
+import type { CursorPosition, SortDirection } from "../http/list-query.ts";
+import type { ContactSort } from "./model.ts";
+
+export interface ContactRow {
+  id: string;
+  first_name: string | null;
+  last_name: string | null;
+  email: string | null;
+  phone: string | null;
+  assigned_user_id: string | null;
+  properties: string;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface ContactFilters {
+  email?: string;
+  fullName?: string;
+  createdAfter?: number;
+  updatedAfter?: number;
+}
+
+const COLUMNS = "c.id, c.first_name, c.last_name, c.email, c.phone, c.assigned_user_id, c.properties, c.created_at, c.updated_at";
+
+/** insertContact stores a new contact row. */
+export function insertContact(db: Database, row: ContactRow): void {
+  db.query(
+    `INSERT INTO contacts (id, first_name, last_name, email, phone, assigned_user_id, properties, created_at, updated_at)
+     VALUES ($id, $first_name, $last_name, $email, $phone, $assigned_user_id, $properties, $created_at, $updated_at)`,
+  ).run(row);
+}
+
+/** updateContact overwrites a contact row's fields. */
+export function updateContact(db: Database, row: ContactRow): void {
+  db.query(
+    `UPDATE contacts SET first_name = $first_name, last_name = $last_name, email = $email, phone = $phone,
+       assigned_user_id = $assigned_user_id, properties = $properties, updated_at = $updated_at WHERE id = $id`,
+  ).run({ ...row, created_at: undefined } as never);
+}
+
+/** deleteContact removes a contact (its relation rows cascade) and tells whether it existed. */
+export function deleteContact(db: Database, id: string): boolean {
+  return db.query("DELETE FROM contacts WHERE id = ?").run(id).changes > 0;
+}
+
+/** findContactById returns one contact row or null. */
+export function findContactById(db: Database, id: string): ContactRow | null {
+  return db.query<ContactRow, [string]>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id = ?`).get(id);
+}
+
+/** replaceContactAccounts sets the accounts a contact relates to, in the given order. */
+export function replaceContactAccounts(db: Database, contactId: string, accountIds: string[]): void {
+  db.query("DELETE FROM contact_accounts WHERE contact_id = ?").run(contactId);
+  const insert = db.query("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES (?, ?, ?)");
+  accountIds.forEach((accountId, position) => insert.run(contactId, accountId, position));
+}
+
+/** replaceContactAssignedUsers sets the users a contact is assigned to, in the given order. */
+export function replaceContactAssignedUsers(db: Database, contactId: string, userIds: string[]): void {
+  db.query("DELETE FROM contact_assigned_users WHERE contact_id = ?").run(contactId);
+  const insert = db.query("INSERT INTO contact_assigned_users (contact_id, user_id, position) VALUES (?, ?, ?)");
+  userIds.forEach((userId, position) => insert.run(contactId, userId, position));
+}
+
+function groupByContact(rows: { contact_id: string; related_id: string }[]): Map<string, string[]> {
+  const grouped = new Map<string, string[]>();
+  for (const row of rows) {
+    const list = grouped.get(row.contact_id);
+    if (list) list.push(row.related_id);
+    else grouped.set(row.contact_id, [row.related_id]);
+  }
+  return grouped;
+}
+
+const placeholders = (n: number) => Array(n).fill("?").join(", ");
+
+/** findAccountIdsByContact returns each contact's account ids, in order. */
+export function findAccountIdsByContact(db: Database, contactIds: string[]): Map<string, string[]> {
+  if (contactIds.length === 0) return new Map();
+  return groupByContact(
+    db.query<{ contact_id: string; related_id: string }, string[]>(
+      `SELECT contact_id, account_id AS related_id FROM contact_accounts WHERE contact_id IN (${placeholders(contactIds.length)}) ORDER BY contact_id, position`,
+    ).all(...contactIds),
+  );
+}
+
+/** findAssignedUserIdsByContact returns each contact's assigned user ids, in order. */
+export function findAssignedUserIdsByContact(db: Database, contactIds: string[]): Map<string, string[]> {
+  if (contactIds.length === 0) return new Map();
+  return groupByContact(
+    db.query<{ contact_id: string; related_id: string }, string[]>(
+      `SELECT contact_id, user_id AS related_id FROM contact_assigned_users WHERE contact_id IN (${placeholders(contactIds.length)}) ORDER BY contact_id, position`,
+    ).all(...contactIds),
+  );
+}
+
+function filterClause(filters: ContactFilters): { where: string[]; params: (string | number)[] } {
+  const where: string[] = [];
+  const params: (string | number)[] = [];
+  if (filters.email !== undefined) {
+    where.push("c.email = ?");
+    params.push(filters.email.toLowerCase());
+  }
+  if (filters.fullName !== undefined) {
+    const needle = filters.fullName;
+    // The trigram index answers LIKE for 3+ characters; LIKE wildcards in the needle itself or
+    // shorter needles fall back to instr() over the same table, which still matches correctly.
+    if (needle.length >= 3 && !/[%_]/.test(needle)) {
+      where.push("c.rowid IN (SELECT rowid FROM contacts_full_name WHERE full_name LIKE ?)");
+      params.push(`%${needle}%`);
+    } else {
+      where.push("c.rowid IN (SELECT rowid FROM contacts_full_name WHERE instr(lower(full_name), lower(?)) > 0)");
+      params.push(needle);
+    }
+  }
+  if (filters.createdAfter !== undefined) {
+    where.push("c.created_at > ?");
+    params.push(filters.createdAfter);
+  }
+  if (filters.updatedAfter !== undefined) {
+    where.push("c.updated_at > ?");
+    params.push(filters.updatedAfter);
+  }
+  return { where, params };
+}
+
+const hasFilters = (filters: ContactFilters) => Object.values(filters).some((v) => v !== undefined);
+
+/** countContacts counts the contacts matching the filters (the unfiltered total comes from a trigger-kept counter). */
+export function countContacts(db: Database, filters: ContactFilters): number {
+  if (!hasFilters(filters)) {
+    return db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'").get()!.n;
+  }
+  const { where, params } = filterClause(filters);
+  return db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM contacts c WHERE ${where.join(" AND ")}`).get(...params)!.n;
+}
+
+/** listContacts returns one page of contact rows, by offset or after a keyset cursor. */
+export function listContacts(
+  db: Database,
+  filters: ContactFilters,
+  page: { sortBy: ContactSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number },
+): ContactRow[] {
+  const { where, params } = filterClause(filters);
+  const order = keysetOrder(`c.${page.sortBy}`, "c.id", page.direction, page.cursor);
+  if (order.after) where.push(order.after);
+  const sql = `SELECT ${COLUMNS} FROM contacts c ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`;
+  return db.query<ContactRow, (string | number)[]>(sql).all(...params, ...order.params, page.limit, page.offset);
+}

@@ -1,0 +1,54 @@
+import type { Database } from "bun:sqlite";
+// Imported as text so `bun build --compile` embeds them: the binary needs no files beside it.
+import foundation from "../../migrations/0001_foundation.sql" with { type: "text" };
+
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+/** MIGRATIONS lists every file of migrations/ in order; a test checks that none is missing. */
+export const MIGRATIONS: Migration[] = [
+  { version: 1, name: "0001_foundation.sql", sql: foundation },
+];
+
+function ensureMigrationsTable(db: Database): void {
+  db.run(`CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at INTEGER NOT NULL
+  )`);
+}
+
+/** appliedVersions returns the migration versions recorded in the database. */
+export function appliedVersions(db: Database): number[] {
+  ensureMigrationsTable(db);
+  return db
+    .query<{ version: number }, []>("SELECT version FROM schema_migrations ORDER BY version")
+    .all()
+    .map((row) => row.version);
+}
+
+/** pendingMigrations returns the migrations not yet applied, in order. */
+export function pendingMigrations(db: Database): Migration[] {
+  const applied = new Set(appliedVersions(db));
+  return MIGRATIONS.filter((m) => !applied.has(m.version));
+}
+
+/** migrate applies every pending migration in order, each in its own transaction, and returns their names. */
+export function migrate(db: Database): string[] {
+  const applied: string[] = [];
+  for (const migration of pendingMigrations(db)) {
+    db.transaction(() => {
+      db.run(migration.sql);
+      db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(
+        migration.version,
+        migration.name,
+        Date.now(),
+      );
+    }).immediate();
+    applied.push(migration.name);
+  }
+  return applied;
+}

@@ -1,0 +1,177 @@
+import { Elysia, ValidationError } from "elysia";
+import type { Logger } from "../shared/log.ts";
+import { newId } from "../shared/ids.ts";
+import { ProblemError, problem, problemResponse, type FieldError, type Problem } from "./problem.ts";
+
+/** MAX_BODY_BYTES is the largest request body accepted (1 MiB). */
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+export const PUBLIC_PREFIX = "/public/v1";
+
+interface RequestInfo {
+  id: string;
+  started: number;
+}
+
+const requestInfo = new WeakMap<Request, RequestInfo>();
+
+/** requestIdOf returns the id assigned to a request (for logs of work done on its behalf). */
+export function requestIdOf(request: Request): string {
+  return requestInfo.get(request)?.id ?? "unknown";
+}
+
+const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
+
+function pathOf(request: Request): string {
+  const url = request.url;
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  const end = url.indexOf("?", start);
+  return start < 0 ? "/" : end < 0 ? url.slice(start) : url.slice(start, end);
+}
+
+/** routePatternMatches tells whether a concrete path matches an Elysia route pattern like /a/:id. */
+function routePatternMatches(pattern: string, path: string): boolean {
+  const a = pattern.split("/");
+  const b = path.split("/");
+  if (a.length !== b.length) return a.at(-1) === "*" && b.length >= a.length - 1;
+  return a.every((segment, i) => segment.startsWith(":") ? b[i] !== "" : segment === "*" || segment === b[i]);
+}
+
+async function readLimitedBody(request: Request): Promise<string> {
+  const declared = request.headers.get("content-length");
+  if (declared !== null && Number(declared) > MAX_BODY_BYTES) throw bodyTooLarge();
+  const body = request.body;
+  if (!body) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
+    size += chunk.byteLength;
+    if (size > MAX_BODY_BYTES) throw bodyTooLarge();
+    chunks.push(chunk);
+  }
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(Buffer.concat(chunks));
+  } catch {
+    throw new ProblemError(400, "invalid-json", "The request body is not valid UTF-8.");
+  }
+}
+
+function bodyTooLarge(): ProblemError {
+  return new ProblemError(413, "body-too-large", `The request body exceeds the limit of ${MAX_BODY_BYTES} bytes (1 MiB).`);
+}
+
+/** parseJsonBody reads a request body that must be a JSON object; problems for anything else. */
+export async function parseJsonBody(request: Request): Promise<unknown> {
+  const contentType = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+  const text = await readLimitedBody(request);
+  if (text === "") return undefined; // no body: routes that need one answer 422 from their schema
+  if (contentType !== "application/json" && !contentType.endsWith("+json")) {
+    throw new ProblemError(
+      415,
+      "unsupported-media-type",
+      contentType === ""
+        ? "Send the request body as JSON with Content-Type: application/json."
+        : `Content-Type ${contentType} is not accepted; send application/json.`,
+    );
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new ProblemError(400, "invalid-json", `The request body is not valid JSON: ${(error as Error).message}`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new ProblemError(422, "validation", "The request body must be a JSON object.", [{ pointer: "", detail: "must be a JSON object" }]);
+  }
+  return value;
+}
+
+function validationErrors(error: ValidationError): FieldError[] {
+  const where = error.type === "query" || error.type === "params" ? "parameter" : error.type === "headers" ? "header" : "pointer";
+  const seen = new Set<string>();
+  const errors: FieldError[] = [];
+  for (const issue of error.all as { path?: string; message: string; schema?: { error?: unknown } }[]) {
+    const path = issue.path ?? "";
+    if (seen.has(path)) continue; // TypeBox reports a union failure and its branches; the first says it
+    seen.add(path);
+    const detail = typeof issue.schema?.error === "string" ? issue.schema.error : issue.message;
+    errors.push(where === "pointer" ? { pointer: path, detail } : { [where]: path.replace(/^\//, ""), detail });
+  }
+  return errors;
+}
+
+export interface ConventionOptions {
+  log: Logger;
+  /** routes returns the app's route table, used to tell 404 from 405 */
+  routes: () => { method: string; path: string }[];
+}
+
+/**
+ * httpConventions applies the service's HTTP rules to every route: request ids and log lines,
+ * refusal of browser calls under /public/v1, JSON-only bodies up to 1 MiB, and RFC 9457 problem
+ * responses for every error (404 vs 405 included). Unexpected exceptions are logged and hidden.
+ */
+export function httpConventions({ log, routes }: ConventionOptions) {
+  const allowedMethods = (path: string): string[] =>
+    [...new Set(routes().filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path)).map((r) => r.method))];
+
+  return new Elysia({ name: "http-conventions" })
+    .onRequest(({ request, set }) => {
+      const incoming = request.headers.get("x-request-id");
+      const id = incoming && SAFE_REQUEST_ID.test(incoming) ? incoming : newId("req");
+      requestInfo.set(request, { id, started: performance.now() });
+      set.headers["x-request-id"] = id;
+      if (pathOf(request).startsWith(PUBLIC_PREFIX) && (request.headers.has("origin") || request.headers.has("sec-fetch-site"))) {
+        return problemResponse(
+          problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),
+          { "x-request-id": id },
+        );
+      }
+    })
+    .onParse({ as: "global" }, ({ request }) => parseJsonBody(request))
+    .onError({ as: "global" }, ({ code, error, request, set }) => {
+      const requestId = requestIdOf(request);
+      let body: Problem;
+      const headers: Record<string, string> = { "x-request-id": requestId };
+      // Elysia wraps whatever the parse hook throws in its own ParseError.
+      if (code === "PARSE" && (error as Error).cause instanceof ProblemError) error = (error as Error).cause as ProblemError;
+      if (error instanceof ProblemError) {
+        body = error.toProblem();
+        Object.assign(headers, error.headers);
+      } else if (code === "VALIDATION") {
+        body = problem(422, "validation", "The request has invalid fields.", validationErrors(error as ValidationError));
+      } else if (code === "NOT_FOUND") {
+        const path = pathOf(request);
+        const allowed = allowedMethods(path);
+        if (allowed.length > 0 && !allowed.includes(request.method)) {
+          body = problem(405, "method-not-allowed", `${request.method} is not allowed on ${path}; allowed: ${allowed.join(", ")}.`);
+          headers.allow = allowed.join(", ");
+        } else {
+          body = problem(404, "not-found", `No route matches ${request.method} ${path}.`);
+        }
+      } else if (code === "PARSE") {
+        body = problem(400, "invalid-json", "The request body could not be parsed.");
+      } else {
+        const status = typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;
+        if (status >= 400 && status < 500) {
+          body = problem(status, "bad-request", "The request could not be processed.");
+        } else {
+          log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request), error: String(error), stack: (error as Error)?.stack });
+          body = problem(500, "internal", `An unexpected error occurred. Quote request id ${requestId} when reporting it.`);
+        }
+      }
+      set.status = body.status;
+      return problemResponse(body, headers);
+    })
+    .onAfterResponse({ as: "global" }, ({ request, set, response }) => {
+      const info = requestInfo.get(request);
+      const status = response instanceof Response ? response.status : typeof set.status === "number" ? set.status : 200;
+      log.info("request", {
+        request_id: info?.id,
+        method: request.method,
+        path: pathOf(request),
+        status,
+        duration_ms: info ? Math.round((performance.now() - info.started) * 100) / 100 : undefined,
+      });
+    });
+}

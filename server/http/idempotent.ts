@@ -1,0 +1,28 @@
+import type { AuthenticatedToken } from "../auth/service.ts";
+import type { IdempotencyGuard, IdempotencyScope } from "../idempotency/service.ts";
+
+interface PostContext {
+  request: Request;
+  headers: Record<string, string | undefined>;
+  token: AuthenticatedToken;
+  body: unknown;
+  set: { status?: number | string; headers: Record<string, string | number> };
+}
+
+/**
+ * idempotentPost runs a POST under the caller's Idempotency-Key (if any) and sets the status and
+ * the Idempotent-Replayed header of the response; it returns the body to send.
+ */
+export async function idempotentPost<T>(
+  guard: IdempotencyGuard,
+  ctx: PostContext,
+  execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>,
+): Promise<T> {
+  const result = await guard.run(
+    { tokenId: ctx.token.id, method: ctx.request.method, path: new URL(ctx.request.url).pathname, key: ctx.headers["idempotency-key"], body: ctx.body },
+    execute,
+  );
+  ctx.set.status = result.status;
+  if (result.replayed) ctx.set.headers["idempotent-replayed"] = "true";
+  return result.body;
+}

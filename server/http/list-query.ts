@@ -1,0 +1,146 @@
+import { t, type TSchema } from "elysia";
+import { parseTimestamp } from "../shared/time.ts";
+import { validationProblem, type FieldError } from "./problem.ts";
+
+export type SortDirection = "asc" | "desc";
+export type SortValue = string | number | null;
+
+/** CursorPosition is the last row of a page: where the next keyset page starts. */
+export interface CursorPosition {
+  value: SortValue;
+  id: string;
+}
+
+export interface ListQuery<S extends string> {
+  page: number;
+  perPage: number;
+  sortBy: S;
+  direction: SortDirection;
+  cursor: CursorPosition | null;
+}
+
+export interface ListMeta {
+  current_page: number;
+  last_page: number;
+  per_page: number;
+  total: number;
+  next_cursor: string | null;
+}
+
+/** paginationQuerySchema documents page, per_page, sort and cursor parameters for a list route. */
+export function paginationQuerySchema<S extends string>(sorts: readonly S[] | null, filters: Record<string, TSchema> = {}) {
+  return t.Object(
+    {
+      page: t.Optional(t.String({ pattern: "^[1-9][0-9]{0,8}$", error: "must be a whole number of at least 1", description: "Page number, from 1." })),
+      per_page: t.Optional(t.String({ pattern: "^(100|[1-9][0-9]?)$", error: "must be a whole number from 1 to 100", description: "Items per page, 1 to 100 (default 25)." })),
+      ...(sorts
+        ? {
+            sort_by: t.Optional(t.String({ enum: [...sorts], error: `must be one of: ${sorts.join(", ")}`, description: `Sort field: ${sorts.join(", ")}.` })),
+            sort_direction: t.Optional(t.String({ enum: ["asc", "desc"], error: "must be asc or desc", description: "asc or desc." })),
+          }
+        : {}),
+      cursor: t.Optional(t.String({ maxLength: 2000, error: "must be a cursor returned in meta.next_cursor", description: "Opaque keyset cursor from meta.next_cursor; not combinable with page." })),
+      ...filters,
+    },
+    { additionalProperties: true },
+  );
+}
+
+/** timestampFilterSchema documents an RFC 3339 filter parameter. */
+export function timestampFilterSchema(description: string) {
+  return t.Optional(t.String({ maxLength: 64, description: `${description} RFC 3339, e.g. 2026-11-21T10:00:00Z.` }));
+}
+
+function encodeCursor(sortBy: string, direction: SortDirection, filterKey: string, position: CursorPosition): string {
+  return Buffer.from(JSON.stringify([sortBy, direction, filterKey, position.value, position.id])).toString("base64url");
+}
+
+function decodeCursor(text: string, sortBy: string, direction: SortDirection, filterKey: string): CursorPosition | null {
+  try {
+    const parsed = JSON.parse(Buffer.from(text, "base64url").toString("utf8")) as unknown;
+    if (!Array.isArray(parsed) || parsed.length !== 5) return null;
+    const [s, d, f, value, id] = parsed as unknown[];
+    if (s !== sortBy || d !== direction || f !== filterKey || typeof id !== "string") return null;
+    if (value !== null && typeof value !== "string" && typeof value !== "number") return null;
+    return { value: value as SortValue, id };
+  } catch {
+    return null;
+  }
+}
+
+export interface ListQueryOptions<S extends string> {
+  sorts: readonly S[];
+  defaultSort: S;
+  defaultDirection: SortDirection;
+  /** names of the feature's filter parameters (a cursor is bound to their values) */
+  filters: readonly string[];
+  /** further parameters the list accepts that do not change which rows it returns */
+  options?: readonly string[];
+}
+
+/**
+ * parseListQuery turns validated query strings into a ListQuery, refusing unknown parameters,
+ * a cursor combined with page, and a cursor that belongs to another sort or filter (422).
+ */
+export function parseListQuery<S extends string>(query: Record<string, unknown>, options: ListQueryOptions<S>): ListQuery<S> {
+  const errors: FieldError[] = [];
+  const known = new Set(["page", "per_page", "sort_by", "sort_direction", "cursor", ...options.filters, ...(options.options ?? [])]);
+  for (const name of Object.keys(query)) {
+    if (!known.has(name)) errors.push({ parameter: name, detail: `is not a parameter of this list; known: ${[...known].join(", ")}` });
+  }
+  const sortBy = (query.sort_by as S | undefined) ?? options.defaultSort;
+  const direction = (query.sort_direction as SortDirection | undefined) ?? options.defaultDirection;
+  const filterKey = options.filters.map((f) => String(query[f] ?? "")).join("\u0000");
+  let cursor: CursorPosition | null = null;
+  if (typeof query.cursor === "string") {
+    if (query.page !== undefined) errors.push({ parameter: "cursor", detail: "cannot be combined with page" });
+    cursor = decodeCursor(query.cursor, sortBy, direction, filterKey);
+    if (!cursor) errors.push({ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters)" });
+  }
+  if (errors.length > 0) throw validationProblem(errors, "The list parameters are invalid.");
+  return {
+    page: query.page === undefined ? 1 : Number(query.page),
+    perPage: query.per_page === undefined ? 25 : Number(query.per_page),
+    sortBy,
+    direction,
+    cursor,
+  };
+}
+
+/** parseTimestampFilter reads an RFC 3339 filter parameter or throws a 422 naming it. */
+export function parseTimestampFilter(name: string, value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  const ms = typeof value === "string" ? parseTimestamp(value) : null;
+  if (ms === null) throw validationProblem([{ parameter: name, detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]);
+  return ms;
+}
+
+/** listMeta builds the pagination metadata for a page of rows. */
+export function listMeta<S extends string>(
+  list: ListQuery<S>,
+  total: number,
+  rows: { id: string }[],
+  sortValueOf: (row: never) => SortValue,
+  filters: Record<string, unknown>,
+  filterNames: readonly string[],
+): ListMeta {
+  const filterKey = filterNames.map((f) => String(filters[f] ?? "")).join("\u0000");
+  const last = rows.at(-1);
+  const hasMore = rows.length === list.perPage;
+  return {
+    current_page: list.cursor ? 0 : list.page,
+    last_page: Math.max(1, Math.ceil(total / list.perPage)),
+    per_page: list.perPage,
+    total,
+    next_cursor: last && hasMore ? encodeCursor(list.sortBy, list.direction, filterKey, { value: sortValueOf(last as never), id: last.id }) : null,
+  };
+}
+
+/** ListMetaSchema documents the pagination metadata. */
+export const ListMetaSchema = t.Object({
+  current_page: t.Integer({ description: "Page returned; 0 when the page was chosen by cursor." }),
+  last_page: t.Integer(),
+  per_page: t.Integer(),
+  total: t.Integer({ description: "Rows matching the filters." }),
+  next_cursor: t.Union([t.String(), t.Null()], { description: "Pass as `cursor` for the next page (keyset pagination); null on the last page." }),
+});

@@ -1,0 +1,140 @@
+#!/usr/bin/env bun
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig } from "./config.ts";
+import { databasePath, openDatabase } from "./db/database.ts";
+import { migrate } from "./db/migrations.ts";
+import { createApiToken, findToken, listTokens, revokeApiToken } from "./auth/service.ts";
+import { createUser } from "./users/service.ts";
+import { ProblemError } from "./http/problem.ts";
+import { startServer } from "./server.ts";
+import { VERSION } from "./version.ts";
+
+const HELP = `crm ${VERSION}: CRM contacts API with signed webhook deliveries
+
+Usage: crm [command] [options]
+
+Commands:
+  serve                              run the HTTP server (default)
+  migrate                            apply pending database migrations and exit
+  token create --name N [--json]     create an API token; it is printed once, on stdout
+  token list                         list API tokens (never the token itself)
+  token revoke ID                    revoke an API token
+  user create --name N --email E     add a user contacts can be assigned to
+  --version                          print the version
+  --help                             print this help
+
+Options (flag, environment variable, crm.toml key; flags win over environment over file):
+${SETTINGS.map((s) => `  ${`${s.flag} ${s.kind === "boolean" ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key])})`).join("\n")}
+  --config FILE                      CRM_CONFIG                   TOML file with the settings above
+`;
+
+/** takeOption removes `--name value` from args and returns the value. */
+function takeOption(args: string[], name: string): string | undefined {
+  const i = args.findIndex((a) => a === name || a.startsWith(`${name}=`));
+  if (i < 0) return undefined;
+  const [arg] = args.splice(i, 1);
+  if (arg!.includes("=")) return arg!.slice(arg!.indexOf("=") + 1);
+  const [value] = args.splice(i, 1);
+  if (value === undefined) throw new ConfigError(`${name} needs a value`);
+  return value;
+}
+
+function takeFlag(args: string[], name: string): boolean {
+  const i = args.indexOf(name);
+  if (i >= 0) args.splice(i, 1);
+  return i >= 0;
+}
+
+function openConfiguredDatabase(args: string[]) {
+  const config = loadConfig(args);
+  const db = openDatabase(databasePath(config.dataDir));
+  migrate(db);
+  return db;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const args = [...argv];
+  if (args.includes("--help") || args.includes("-h") || args[0] === "help") {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  if (args.includes("--version") || args[0] === "version") {
+    process.stdout.write(`crm ${VERSION}\n`);
+    return 0;
+  }
+  const command = args[0] && !args[0].startsWith("-") ? args.shift()! : "serve";
+  switch (command) {
+    case "serve": {
+      const config = loadConfig(args);
+      const running = await startServer(config);
+      process.stdout.write(`listening on ${running.url}\n`);
+      const shutdown = () => {
+        void running.stop().then(() => process.exit(0));
+      };
+      process.on("SIGTERM", shutdown);
+      process.on("SIGINT", shutdown);
+      return new Promise<number>(() => {});
+    }
+    case "migrate": {
+      const config = loadConfig(args);
+      const db = openDatabase(databasePath(config.dataDir));
+      const applied = migrate(db);
+      process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
+      db.close();
+      return 0;
+    }
+    case "token": {
+      const sub = args.shift();
+      if (sub === "create") {
+        const name = takeOption(args, "--name");
+        const json = takeFlag(args, "--json");
+        if (!name || name.trim() === "" || name.length > 100) throw new ConfigError("token create needs --name NAME (1 to 100 characters)");
+        const db = openConfiguredDatabase(args);
+        const { token, info } = createApiToken(db, name.trim());
+        process.stdout.write(json ? `${JSON.stringify({ ...info, token })}\n` : `${token}\n`);
+        if (!json) process.stderr.write(`created token ${info.id} (${info.name}); it is shown only this once\n`);
+        return 0;
+      }
+      if (sub === "list") {
+        const db = openConfiguredDatabase(args);
+        for (const t of listTokens(db)) {
+          process.stdout.write(`${t.id}  ${t.prefix}…  ${t.name}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
+        }
+        return 0;
+      }
+      if (sub === "revoke") {
+        const id = args.shift();
+        if (!id || id.startsWith("-")) throw new ConfigError("token revoke needs the token id (see token list)");
+        const db = openConfiguredDatabase(args);
+        if (!revokeApiToken(db, id)) {
+          process.stderr.write(findToken(db, id) ? `token ${id} is already revoked\n` : `no token with id ${id}\n`);
+          return 1;
+        }
+        process.stdout.write(`revoked ${id}\n`);
+        return 0;
+      }
+      throw new ConfigError("usage: token create --name N [--json] | token list | token revoke ID");
+    }
+    case "user": {
+      if (args.shift() !== "create") throw new ConfigError("usage: user create --name N --email E");
+      const name = takeOption(args, "--name");
+      const email = takeOption(args, "--email");
+      if (!name || !email) throw new ConfigError("user create needs --name and --email");
+      const db = openConfiguredDatabase(args);
+      const user = createUser(db, { name, email });
+      process.stdout.write(`${JSON.stringify(user)}\n`);
+      return 0;
+    }
+    default:
+      throw new ConfigError(`unknown command ${command} (see --help)`);
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    if (error instanceof ConfigError) process.stderr.write(`crm: ${error.message}\n`);
+    else if (error instanceof ProblemError) process.stderr.write(`crm: ${error.message}\n`);
+    else process.stderr.write(`crm: ${(error as Error)?.stack ?? String(error)}\n`);
+    process.exit(2);
+  },
+);

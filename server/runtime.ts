@@ -1,0 +1,14 @@
+import type { Database } from "bun:sqlite";
+import type { Config } from "./config.ts";
+import type { WriteQueue } from "./db/write-queue.ts";
+import type { IdempotencyGuard } from "./idempotency/service.ts";
+import type { Logger } from "./shared/log.ts";
+
+/** Runtime is what services need: the database, the group-commit write queue, config and log. */
+export interface Runtime {
+  db: Database;
+  writes: WriteQueue;
+  idempotency: IdempotencyGuard;
+  config: Config;
+  log: Logger;
+}

@@ -1,0 +1,42 @@
+import type { Server } from "bun";
+import { createApp, createRuntime } from "./app.ts";
+import type { Config } from "./config.ts";
+import { databasePath, openDatabase } from "./db/database.ts";
+import type { Runtime } from "./runtime.ts";
+import { createLogger, type Logger } from "./shared/log.ts";
+import { listTokens } from "./auth/service.ts";
+
+export interface RunningServer {
+  url: string;
+  runtime: Runtime;
+  server: Server<unknown>;
+  /** stop stops accepting requests, finishes in-flight work and closes the database. */
+  stop(): Promise<void>;
+}
+
+/** startServer opens the data directory, migrates, and listens; it is what `serve` runs. */
+export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
+  const db = openDatabase(databasePath(config.dataDir));
+  const runtime = createRuntime({ db, config, log });
+  const app = createApp(runtime);
+  app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: 2 * 1024 * 1024 });
+  const server = app.server!;
+  const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
+  if (listTokens(db).length === 0) {
+    log.info("no API token exists yet; create the first one with: crm token create --name my-integration (from source: bun server/main.ts token create --name my-integration)", { data_dir: config.dataDir });
+  }
+  let stopping: Promise<void> | undefined;
+  return {
+    url,
+    runtime,
+    server,
+    stop() {
+      stopping ??= (async () => {
+        await app.stop(false);
+        runtime.writes.flush();
+        db.close();
+      })();
+      return stopping;
+    },
+  };
+}

@@ -1,0 +1,62 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createApp, createRuntime, type App } from "../../server/app.ts";
+import { createApiToken } from "../../server/auth/service.ts";
+import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
+import { databasePath, openDatabase } from "../../server/db/database.ts";
+import type { Runtime } from "../../server/runtime.ts";
+import { createLogger } from "../../server/shared/log.ts";
+
+export interface Harness {
+  app: App;
+  rt: Runtime;
+  dataDir: string;
+  token: string;
+  /** request calls the app in-process with the harness token unless headers override it. */
+  request(method: string, path: string, options?: { body?: unknown; headers?: Record<string, string> }): Promise<Response>;
+  /** json is request() that also parses the body. */
+  json<T = any>(method: string, path: string, options?: { body?: unknown; headers?: Record<string, string> }): Promise<{ status: number; headers: Headers; body: T }>;
+  close(): void;
+}
+
+/** createHarness builds a fresh app on a throwaway SQLite file with one API token. */
+export function createHarness(overrides: Partial<Config> = {}): Harness {
+  const dataDir = mkdtempSync(join(tmpdir(), "crm-test-"));
+  const config: Config = { ...DEFAULT_CONFIG, dataDir, logLevel: "error", ...overrides };
+  const db = openDatabase(databasePath(dataDir));
+  const rt = createRuntime({ db, config, log: createLogger(config.logLevel) });
+  const app = createApp(rt);
+  const { token } = createApiToken(db, "test");
+  const request = (method: string, path: string, options: { body?: unknown; headers?: Record<string, string> } = {}) => {
+    const headers: Record<string, string> = { authorization: `Bearer ${token}` };
+    if (options.body !== undefined) headers["content-type"] = "application/json";
+    return app.handle(
+      new Request(`http://localhost${path}`, {
+        method,
+        headers: { ...headers, ...options.headers },
+        body: options.body === undefined ? undefined : typeof options.body === "string" ? options.body : JSON.stringify(options.body),
+      }),
+    );
+  };
+  return {
+    app,
+    rt,
+    dataDir,
+    token,
+    request,
+    async json(method, path, options) {
+      const res = await request(method, path, options);
+      const text = await res.text();
+      return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : null };
+    },
+    close() {
+      rt.writes.flush();
+      db.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** PROBLEM_TYPE matches the type URN of every problem response. */
+export const PROBLEM_TYPE = /^urn:crm:problem:[a-z-]+$/;
