@@ -1,4 +1,6 @@
 // Runs `bun test` and ends with the plain line CI reads: "N passed, M failed".
+
+// Runs `bun test` and ends with the plain line CI reads: "N passed, M failed".
 const child = Bun.spawn([process.execPath, "test", ...process.argv.slice(2)], { stdout: "pipe", stderr: "pipe", stdin: "ignore" });
 let passed = 0;
 let failed = 0;
@@ -26,3 +28,4 @@ const code = await child.exited;
 if (!ranTests && code !== 0) failed = Math.max(failed, 1);
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(code !== 0 || failed > 0 || !ranTests ? 1 : 0);
+export {};

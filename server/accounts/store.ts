@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import { keysetOrder } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
 
-export interface AccountRow {
+export type AccountRow = {
   id: string;
   name: string;
   domain: string | null;

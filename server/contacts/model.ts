@@ -70,8 +70,13 @@ export const Contact = t.Object(
 export type Contact = typeof Contact.static;
 
 /** ContactListQuery documents the list parameters. */
+/** IncludeParam documents the `include` parameter of contact reads. */
+export const IncludeParam = t.Optional(
+  t.String({ pattern: "^(accounts|assigned_user|assigned_users)(,(accounts|assigned_user|assigned_users))*$", error: "must be a comma-separated list of: accounts, assigned_user, assigned_users", description: "Relations to embed: accounts, assigned_user, assigned_users." }),
+);
+
 export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
-  include: t.Optional(t.String({ pattern: "^(accounts|assigned_user|assigned_users)(,(accounts|assigned_user|assigned_users))*$", error: "must be a comma-separated list of: accounts, assigned_user, assigned_users", description: "Relations to embed: accounts, assigned_user, assigned_users." })),
+  include: IncludeParam,
   email: t.Optional(t.String({ maxLength: 254, description: "Exact email, case-insensitive." })),
   full_name: t.Optional(t.String({ minLength: 1, maxLength: 200, description: "Case-insensitive substring of first_name + ' ' + last_name." })),
   created_after: timestampFilterSchema("Only contacts created after this time."),

@@ -4,11 +4,11 @@ import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { problemResponses } from "../http/problem.ts";
 import type { Runtime } from "../runtime.ts";
-import { ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery } from "./model.ts";
+import { ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, IncludeParam } from "./model.ts";
 import { createContact, deleteContact, getContact, listContactsPage, updateContact } from "./service.ts";
 
 const ContactId = t.Object({ id: t.String({ maxLength: 64, description: "Contact id (con_...)" }) });
-const IncludeQuery = t.Object({ include: ContactListQuery.properties.include }, { additionalProperties: false });
+const IncludeQuery = t.Object({ include: IncludeParam });
 const tags = ["Contacts"];
 
 /** contactRoutes serves /public/v1/contacts. */

@@ -3,7 +3,7 @@ import { keysetOrder } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { ContactSort } from "./model.ts";
 
-export interface ContactRow {
+export type ContactRow = {
   id: string;
   first_name: string | null;
   last_name: string | null;

@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import { keysetOrder } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
 
-export interface UserRow {
+export type UserRow = {
   id: string;
   name: string;
   email: string;

@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
 
-export interface EventRow {
+export type EventRow = {
   id: string;
   type: string;
   payload: string;
