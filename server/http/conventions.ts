@@ -8,6 +8,9 @@ export const MAX_BODY_BYTES = 1024 * 1024;
 
 export const PUBLIC_PREFIX = "/public/v1";
 
+/** CONSOLE_PREFIX is where the operator console is served (server-rendered HTML and forms). */
+export const CONSOLE_PREFIX = "/console";
+
 interface RequestInfo {
   id: string;
   started: number;
@@ -128,7 +131,8 @@ export function httpConventions({ log, routes }: ConventionOptions) {
         );
       }
     })
-    .onParse({ as: "global" }, ({ request }) => parseJsonBody(request))
+    // The console (under /console) posts HTML forms; it validates its own form bodies.
+    .onParse({ as: "global" }, ({ request }) => (pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request)))
     .onError({ as: "global" }, ({ code, error, request, set }) => {
       const requestId = requestIdOf(request);
       let body: Problem;
