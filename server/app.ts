@@ -1,11 +1,11 @@
 import type { Database } from "bun:sqlite";
-import { openapi } from "@elysiajs/openapi";
 import { Elysia } from "elysia";
 import { accountRoutes } from "./accounts/routes.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
 import { migrate } from "./db/migrations.ts";
 import { WriteQueue } from "./db/write-queue.ts";
+import { docsRoutes } from "./docs/routes.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
 import type { Runtime } from "./runtime.ts";
@@ -32,18 +32,13 @@ export function createApp(rt: Runtime) {
   const built = new Elysia({ name: "crm" })
     .use(httpConventions({ log: rt.log, routes }))
     .use(
-      openapi({
-        path: "/docs",
-        specPath: "/docs/json",
-        documentation: {
-          info: {
-            title: "CRM contacts and webhooks API",
-            version: VERSION,
-            description: "Contacts, accounts and users for server-side integrations, with signed, retried, recorded webhook deliveries. Errors are RFC 9457 problem+json.",
-          },
-          components: { securitySchemes: { bearerAuth: { type: "http", scheme: "bearer", description: "API token (crm_...) created with `crm token create`." } } },
+      docsRoutes({
+        info: {
+          title: "CRM contacts and webhooks API",
+          version: VERSION,
+          description: "Contacts, accounts and users for server-side integrations, with signed, retried, recorded webhook deliveries. Errors are RFC 9457 problem+json.",
         },
-        exclude: { paths: ["/docs", "/docs/json"] },
+        securitySchemes: { bearerAuth: { type: "http", scheme: "bearer", description: "API token (crm_...) created with `crm token create`." } },
       }),
     )
     .use(contactRoutes(rt))

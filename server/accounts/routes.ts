@@ -26,7 +26,7 @@ export function accountRoutes(rt: Runtime) {
     })
     .get("/:id", ({ params }) => ({ data: getAccount(rt.db, params.id) }), {
       params: t.Object({ id: t.String({ maxLength: 64 }) }),
-      response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404) },
+      response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { summary: "Get an account", tags, ...secured },
     });
 }

@@ -43,7 +43,7 @@ export function contactRoutes(rt: Runtime) {
       set.status = 204;
     }, {
       params: ContactId,
-      response: { 204: t.Void(), ...problemResponses(401, 403, 404) },
+      response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
       detail: { summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time.", tags, ...secured },
     });
 }

@@ -1,3 +1,4 @@
+import { Type } from "@sinclair/typebox";
 import { t, type TSchema } from "elysia";
 import { parseTimestamp } from "../shared/time.ts";
 import { validationProblem, type FieldError } from "./problem.ts";
@@ -138,9 +139,11 @@ export function listMeta<S extends string>(
 
 /** ListMetaSchema documents the pagination metadata. */
 export const ListMetaSchema = t.Object({
-  current_page: t.Integer({ description: "Page returned; 0 when the page was chosen by cursor." }),
-  last_page: t.Integer(),
-  per_page: t.Integer(),
-  total: t.Integer({ description: "Rows matching the filters." }),
+  // Type.Integer, not Elysia's t.Integer: that one is a transform accepting numeric strings, meant
+  // for query input; here it would document a string-or-integer and add an encode step to every list.
+  current_page: Type.Integer({ description: "Page returned; 0 when the page was chosen by cursor." }),
+  last_page: Type.Integer(),
+  per_page: Type.Integer(),
+  total: Type.Integer({ description: "Rows matching the filters." }),
   next_cursor: t.Union([t.String(), t.Null()], { description: "Pass as `cursor` for the next page (keyset pagination); null on the last page." }),
 });

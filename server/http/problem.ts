@@ -1,3 +1,4 @@
+import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 
 export interface FieldError {
@@ -88,7 +89,8 @@ export const ProblemSchema = t.Object(
   {
     type: t.String({ description: "URN naming the error kind, e.g. urn:crm:problem:validation" }),
     title: t.String(),
-    status: t.Integer(),
+    // Elysia's t.Integer also accepts numeric strings (for query input); the document states a JSON integer.
+    status: Type.Integer(),
     detail: t.String(),
     errors: t.Optional(
       t.Array(
