@@ -28,6 +28,9 @@ export interface ListMeta {
   next_cursor: string | null;
 }
 
+// TypeBox does not check `enum` on a string schema (it is documentation only); the pattern does.
+const oneOf = (values: readonly string[]) => `^(${values.map((v) => v.replace(/[^A-Za-z0-9_]/g, "\\$&")).join("|")})$`;
+
 /** paginationQuerySchema documents page, per_page, sort and cursor parameters for a list route. */
 export function paginationQuerySchema<S extends string>(sorts: readonly S[] | null, filters: Record<string, TSchema> = {}) {
   return t.Object(
@@ -36,8 +39,8 @@ export function paginationQuerySchema<S extends string>(sorts: readonly S[] | nu
       per_page: t.Optional(t.String({ pattern: "^(100|[1-9][0-9]?)$", error: "must be a whole number from 1 to 100", description: "Items per page, 1 to 100 (default 25)." })),
       ...(sorts
         ? {
-            sort_by: t.Optional(t.String({ enum: [...sorts], error: `must be one of: ${sorts.join(", ")}`, description: `Sort field: ${sorts.join(", ")}.` })),
-            sort_direction: t.Optional(t.String({ enum: ["asc", "desc"], error: "must be asc or desc", description: "asc or desc." })),
+            sort_by: t.Optional(t.String({ enum: [...sorts], pattern: oneOf(sorts), error: `must be one of: ${sorts.join(", ")}`, description: `Sort field: ${sorts.join(", ")}.` })),
+            sort_direction: t.Optional(t.String({ enum: ["asc", "desc"], pattern: oneOf(["asc", "desc"]), error: "must be asc or desc", description: "asc or desc." })),
           }
         : {}),
       cursor: t.Optional(t.String({ maxLength: 2000, error: "must be a cursor returned in meta.next_cursor", description: "Opaque keyset cursor from meta.next_cursor; not combinable with page." })),
@@ -91,6 +94,8 @@ export function parseListQuery<S extends string>(query: Record<string, unknown>,
   }
   const sortBy = (query.sort_by as S | undefined) ?? options.defaultSort;
   const direction = (query.sort_direction as SortDirection | undefined) ?? options.defaultDirection;
+  // sort_by becomes an SQL column name: never trust that the schema alone kept it to the list.
+  if (!options.sorts.includes(sortBy)) errors.push({ parameter: "sort_by", detail: `must be one of: ${options.sorts.join(", ")}` });
   const filterKey = options.filters.map((f) => String(query[f] ?? "")).join("\u0000");
   let cursor: CursorPosition | null = null;
   if (typeof query.cursor === "string") {

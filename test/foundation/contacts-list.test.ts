@@ -1,0 +1,303 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createUser } from "../../server/users/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { expectProblem, validation } from "./support.ts";
+
+let h: Harness;
+const all: any[] = [];
+
+// Names repeat, differ only by case, or are missing, so sorts meet ties and NULLs.
+const FIRST = ["Ada", "ada", null, "Grace", "Alan", null, "Edsger", "Barbara", "Ada", "Linus"];
+const LAST = ["Lovelace", null, "Hopper", "Turing", "Dijkstra", null, "Liskov", "Lovelace", "Torvalds", "Kay"];
+
+beforeAll(async () => {
+  h = createHarness();
+  for (let i = 0; i < 30; i++) {
+    const body: Record<string, unknown> = {
+      first_name: FIRST[i % FIRST.length],
+      last_name: LAST[(i * 3) % LAST.length],
+      email: i % 4 === 0 ? null : `person${i % 9}@Example.com`,
+    };
+    const res = await h.json("POST", "/public/v1/contacts", { body });
+    expect(res.status).toBe(201);
+    all.push(res.body.data);
+    // Several contacts share a millisecond (ties on created_at), some do not.
+    if (i % 5 === 0) await Bun.sleep(2);
+  }
+  // Touch some contacts so updated_at differs from created_at and ties differently.
+  for (const i of [3, 7, 11, 19, 27]) {
+    await Bun.sleep(2);
+    const res = await h.json("PATCH", `/public/v1/contacts/${all[i].id}`, { body: { phone: `+1 555 01${i}` } });
+    all[i] = res.body.data;
+  }
+});
+afterAll(() => h.close());
+
+type Sort = "created_at" | "updated_at" | "first_name" | "last_name" | "email";
+const SORTS: Sort[] = ["created_at", "updated_at", "first_name", "last_name", "email"];
+
+/** expectedOrder sorts like SQLite: NULL first, NOCASE names, binary email, ties by id. */
+function expectedOrder(sort: Sort, direction: "asc" | "desc"): string[] {
+  const key = (c: any): string | null => {
+    const v = c[sort];
+    if (v === null) return null;
+    return sort === "first_name" || sort === "last_name" ? v.toLowerCase() : v;
+  };
+  const cmp = (a: any, b: any) => {
+    const ka = key(a);
+    const kb = key(b);
+    let r = 0;
+    if (ka === null && kb !== null) r = -1;
+    else if (ka !== null && kb === null) r = 1;
+    else if (ka !== null && kb !== null) r = ka < kb ? -1 : ka > kb ? 1 : 0;
+    if (r === 0) r = a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+    return direction === "asc" ? r : -r;
+  };
+  return [...all].sort(cmp).map((c) => c.id);
+}
+
+describe("contact list: happy paths", () => {
+  test("default list: newest first, 25 per page, meta with next_cursor", async () => {
+    const res = await h.json("GET", "/public/v1/contacts");
+    expect(res.status).toBe(200);
+    expect(res.body.data.map((c: any) => c.id)).toEqual(expectedOrder("created_at", "desc").slice(0, 25));
+    expect(res.body.meta).toEqual({ current_page: 1, last_page: 2, per_page: 25, total: 30, next_cursor: expect.any(String) });
+    const byId = new Map(all.map((c) => [c.id, c]));
+    for (const c of res.body.data) expect(c).toEqual(byId.get(c.id));
+  });
+
+  test("page and per_page pick a slice; past the end is an empty page", async () => {
+    const res = await h.json("GET", "/public/v1/contacts?page=2&per_page=10&sort_by=created_at&sort_direction=asc");
+    expect(res.body.data.map((c: any) => c.id)).toEqual(expectedOrder("created_at", "asc").slice(10, 20));
+    expect(res.body.meta).toEqual({ current_page: 2, last_page: 3, per_page: 10, total: 30, next_cursor: expect.any(String) });
+    const past = await h.json("GET", "/public/v1/contacts?page=9&per_page=10");
+    expect(past.status).toBe(200);
+    expect(past.body).toEqual({ data: [], meta: { current_page: 9, last_page: 3, per_page: 10, total: 30, next_cursor: null } });
+    const edge = await h.json("GET", "/public/v1/contacts?per_page=100");
+    expect(edge.body.data.length).toBe(30);
+    expect(edge.body.meta).toEqual({ current_page: 1, last_page: 1, per_page: 100, total: 30, next_cursor: null });
+    const one = await h.json("GET", "/public/v1/contacts?per_page=1");
+    expect(one.body.meta).toEqual({ current_page: 1, last_page: 30, per_page: 1, total: 30, next_cursor: expect.any(String) });
+  });
+
+  for (const sort of SORTS) {
+    for (const direction of ["asc", "desc"] as const) {
+      test(`paging 7 at a time by ${sort} ${direction} sees every contact once, by page and by cursor`, async () => {
+        const expected = expectedOrder(sort, direction);
+        const byPage: string[] = [];
+        for (let page = 1; page <= 5; page++) {
+          const res = await h.json("GET", `/public/v1/contacts?per_page=7&page=${page}&sort_by=${sort}&sort_direction=${direction}`);
+          expect(res.status).toBe(200);
+          expect(res.body.meta.current_page).toBe(page);
+          expect(res.body.meta.last_page).toBe(5);
+          expect(res.body.meta.total).toBe(30);
+          byPage.push(...res.body.data.map((c: any) => c.id));
+        }
+        expect(byPage).toEqual(expected);
+
+        const byCursor: string[] = [];
+        let cursor: string | null = null;
+        let pages = 0;
+        do {
+          const q: string = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+          const res = await h.json("GET", `/public/v1/contacts?per_page=7&sort_by=${sort}&sort_direction=${direction}${q}`);
+          expect(res.status).toBe(200);
+          expect(res.body.meta.current_page).toBe(cursor ? 0 : 1);
+          byCursor.push(...res.body.data.map((c: any) => c.id));
+          cursor = res.body.meta.next_cursor;
+          pages++;
+        } while (cursor && pages < 10);
+        expect(byCursor).toEqual(expected);
+        expect(new Set(byCursor).size).toBe(30);
+      });
+    }
+  }
+
+  test("email filter is exact and case-insensitive", async () => {
+    const want = all.filter((c) => c.email === "person3@example.com").map((c) => c.id).sort().reverse();
+    expect(want.length).toBeGreaterThan(1);
+    for (const email of ["person3@example.com", "PERSON3@EXAMPLE.COM", "Person3@Example.Com"]) {
+      const res = await h.json("GET", `/public/v1/contacts?email=${encodeURIComponent(email)}`);
+      expect(res.body.data.map((c: any) => c.id)).toEqual(want);
+      expect(res.body.meta).toEqual({ current_page: 1, last_page: 1, per_page: 25, total: want.length, next_cursor: null });
+    }
+    for (const email of ["person3@example", "erson3@example.com", "person3@example.com "]) {
+      const res = await h.json("GET", `/public/v1/contacts?email=${encodeURIComponent(email)}`);
+      expect(res.body).toEqual({ data: [], meta: { current_page: 1, last_page: 1, per_page: 25, total: 0, next_cursor: null } });
+    }
+  });
+
+  test("full_name filter is a case-insensitive substring, short needles included", async () => {
+    const match = (needle: string) =>
+      all
+        .filter((c) => c.full_name.toLowerCase().includes(needle.toLowerCase()))
+        .map((c) => c.id)
+        .sort()
+        .reverse();
+    for (const needle of ["lovelace", "ADA LOVE", "a", "Ad", "e T", "ra", "Kay", "zzz", " "]) {
+      const res = await h.json("GET", `/public/v1/contacts?per_page=100&full_name=${encodeURIComponent(needle)}`);
+      expect(res.status).toBe(200);
+      expect(res.body.data.map((c: any) => c.id)).toEqual(match(needle));
+      expect(res.body.meta.total).toBe(match(needle).length);
+    }
+  });
+
+  test("full_name needles with % and _ match them literally", async () => {
+    const odd = [];
+    for (const [first, last] of [["50%", "Off"], ["snake_case", "Name"], ["Plain", "Person"]]) {
+      odd.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: first, last_name: last } })).body.data.id);
+    }
+    try {
+      for (const [needle, want] of [["%", [odd[0]]], ["0%", [odd[0]]], ["50% o", [odd[0]]], ["_", [odd[1]]], ["e_c", [odd[1]]], ["snake_c", [odd[1]]], ["%_", []]] as const) {
+        const res = await h.json("GET", `/public/v1/contacts?per_page=100&full_name=${encodeURIComponent(needle)}`);
+        expect({ needle, ids: res.body.data.map((c: any) => c.id) }).toEqual({ needle, ids: [...want] });
+      }
+    } finally {
+      for (const id of odd) await h.request("DELETE", `/public/v1/contacts/${id}`);
+    }
+  });
+
+  test("created_after and updated_after take RFC 3339 and are exclusive", async () => {
+    const sorted = [...all].sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
+    const pivot = sorted[14].created_at;
+    const want = all.filter((c) => c.created_at > pivot).map((c) => c.id).sort().reverse();
+    const res = await h.json("GET", `/public/v1/contacts?per_page=100&created_after=${pivot}`);
+    expect(res.body.data.map((c: any) => c.id)).toEqual(want);
+    // the same instant written with an offset
+    const ms = Date.parse(pivot);
+    const offset = new Date(ms + 2 * 3600_000).toISOString().replace("Z", "+02:00");
+    const res2 = await h.json("GET", `/public/v1/contacts?per_page=100&created_after=${encodeURIComponent(offset)}`);
+    expect(res2.body.data.map((c: any) => c.id)).toEqual(want);
+
+    const touched = [3, 7, 11, 19, 27].map((i) => all[i]);
+    const firstTouch = touched.map((c) => c.updated_at).sort()[0];
+    const before = new Date(Date.parse(firstTouch) - 1).toISOString();
+    const upd = await h.json("GET", `/public/v1/contacts?per_page=100&updated_after=${before}&sort_by=updated_at&sort_direction=asc`);
+    expect(upd.body.data.map((c: any) => c.id)).toEqual(all.filter((c) => c.updated_at > before).sort((a, b) => (a.updated_at < b.updated_at ? -1 : a.updated_at > b.updated_at ? 1 : a.id < b.id ? -1 : 1)).map((c) => c.id));
+    expect(upd.body.data.length).toBeGreaterThanOrEqual(5);
+  });
+
+  test("filters combine, and a cursor pages through a filtered list", async () => {
+    const want = all.filter((c) => c.email === "person1@example.com" && c.full_name.toLowerCase().includes("a")).map((c) => c.id).sort();
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const q: string = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+      const res = await h.json("GET", `/public/v1/contacts?per_page=1&sort_by=created_at&sort_direction=asc&email=person1@example.com&full_name=a${q}`);
+      expect(res.body.meta.total).toBe(want.length);
+      seen.push(...res.body.data.map((c: any) => c.id));
+      cursor = res.body.meta.next_cursor;
+    } while (cursor);
+    expect(seen).toEqual(want);
+  });
+
+  test("include embeds accounts, assigned_user and assigned_users", async () => {
+    const u1 = createUser(h.rt.db, { name: "Owner One", email: "one@crm.test" });
+    const u2 = createUser(h.rt.db, { name: "Owner Two", email: "two@crm.test" });
+    const acc = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } })).body.data;
+    const created = await h.json("POST", "/public/v1/contacts", {
+      body: { first_name: "Incl", account_ids: [acc.id], assigned_user_id: u2.id, assigned_user_ids: [u2.id, u1.id] },
+    });
+    const id = created.body.data.id;
+    try {
+      const res = await h.json("GET", `/public/v1/contacts?per_page=1&include=accounts,assigned_user,assigned_users`);
+      expect(res.body.data).toEqual([{ ...created.body.data, accounts: [acc], assigned_user: u2, assigned_users: [u2, u1] }]);
+      const one = await h.json("GET", `/public/v1/contacts/${id}?include=assigned_user`);
+      expect(one.body).toEqual({ data: { ...created.body.data, assigned_user: u2 } });
+      const none = await h.json("GET", `/public/v1/contacts?per_page=2&include=assigned_user,accounts`);
+      expect(none.body.data[1].assigned_user).toBeNull();
+      expect(none.body.data[1].accounts).toEqual([]);
+      expect("assigned_users" in none.body.data[1]).toBe(false);
+    } finally {
+      await h.request("DELETE", `/public/v1/contacts/${id}`);
+    }
+  });
+});
+
+describe("contact list: errors", () => {
+  const parameterError = (parameter: string, detail: string, title = "The request has invalid fields.") => validation([{ parameter, detail }], title);
+
+  test("per_page outside 1..100 or not a number names the parameter", async () => {
+    for (const value of ["0", "101", "abc", "-1", "1.5", "", "007", "1e2"]) {
+      const res = await h.json("GET", `/public/v1/contacts?per_page=${value}`);
+      expect({ value, body: res.body }).toEqual({ value, body: parameterError("per_page", "must be a whole number from 1 to 100") });
+    }
+  });
+
+  test("page below 1 or not a number names the parameter", async () => {
+    for (const value of ["0", "-3", "x", "1.0"]) {
+      const res = await h.json("GET", `/public/v1/contacts?page=${value}`);
+      expect(res.body).toEqual(parameterError("page", "must be a whole number of at least 1"));
+    }
+  });
+
+  test("unknown sort_by, sort_direction or include are 422", async () => {
+    for (const value of ["phone", "id", "properties", "toString", "(SELECT 1)", "email DESC", "created_at\n"]) {
+      const res = await h.json("GET", `/public/v1/contacts?sort_by=${encodeURIComponent(value)}`);
+      expect(res.body).toEqual(parameterError("sort_by", "must be one of: created_at, updated_at, first_name, last_name, email"));
+    }
+    for (const value of ["up", "ASC", ""]) {
+      const res = await h.json("GET", `/public/v1/contacts?sort_direction=${value}`);
+      expect(res.body).toEqual(parameterError("sort_direction", "must be asc or desc"));
+    }
+    for (const value of ["owner", "accounts,", "accounts,,assigned_user", ""]) {
+      const res = await h.json("GET", `/public/v1/contacts?include=${value}`);
+      expect(res.body).toEqual(parameterError("include", "must be a comma-separated list of: accounts, assigned_user, assigned_users"));
+    }
+  });
+
+  test("created_after and updated_after that are not RFC 3339 are 422", async () => {
+    for (const name of ["created_after", "updated_after"]) {
+      for (const value of ["yesterday", "2026-01-01", "2026-01-01 10:00:00Z", "1700000000", "2026-13-01T00:00:00Z", "2026-01-01T00:00:00"]) {
+        const res = await h.json("GET", `/public/v1/contacts?${name}=${encodeURIComponent(value)}`);
+        expect({ value, body: res.body }).toEqual({ value, body: parameterError(name, "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z") });
+      }
+    }
+  });
+
+  test("an unknown parameter is 422 naming it", async () => {
+    const res = await h.json("GET", "/public/v1/contacts?limit=5");
+    expectProblem(res, 422, "validation");
+    expect(res.body).toEqual(
+      parameterError("limit", "is not a parameter of this list; known: page, per_page, sort_by, sort_direction, cursor, email, full_name, created_after, updated_after, include", "The list parameters are invalid."),
+    );
+  });
+
+  test("cursor with page, tampered, or from another sort or filter is 422", async () => {
+    const first = await h.json("GET", "/public/v1/contacts?per_page=5&sort_by=email");
+    const cursor = first.body.meta.next_cursor as string;
+    const bad = (detail: string) => parameterError("cursor", detail, "The list parameters are invalid.");
+    const notOurs = "is not a cursor from meta.next_cursor of this same list (same sort and filters)";
+    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&page=2&cursor=${cursor}`)).body).toEqual(bad("cannot be combined with page"));
+    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=first_name&cursor=${cursor}`)).body).toEqual(bad(notOurs));
+    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&sort_direction=asc&cursor=${cursor}`)).body).toEqual(bad(notOurs));
+    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&email=x@y.z&cursor=${cursor}`)).body).toEqual(bad(notOurs));
+    const decoded = JSON.parse(Buffer.from(cursor, "base64url").toString());
+    for (const tampered of [
+      Buffer.from(JSON.stringify([...decoded.slice(0, 4), 42])).toString("base64url"),
+      Buffer.from(JSON.stringify(["email", "desc", decoded[2], { $gt: 1 }, decoded[4]])).toString("base64url"),
+      Buffer.from(JSON.stringify(decoded.slice(0, 4))).toString("base64url"),
+      Buffer.from("not json").toString("base64url"),
+      "!!!",
+      cursor.slice(0, -3),
+    ]) {
+      const res = await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&cursor=${encodeURIComponent(tampered)}`);
+      expect(res.body).toEqual(bad(notOurs));
+    }
+  });
+});
+
+describe("contact list: security", () => {
+  test("a list needs a token", async () => {
+    expectProblem(await h.json("GET", "/public/v1/contacts", { headers: { authorization: "" } }), 401, "unauthorized");
+  });
+
+  test("filter values are data, never SQL", async () => {
+    for (const q of ["email=' OR 1=1 --", "full_name=' OR 1=1 --", "full_name=%25", "email=%25"]) {
+      const res = await h.json("GET", `/public/v1/contacts?${q.replaceAll(" ", "%20")}`);
+      expect(res.status).toBe(200);
+      expect(res.body.meta.total).toBe(0);
+    }
+    expect((await h.json("GET", "/public/v1/contacts")).body.meta.total).toBe(30);
+  });
+});

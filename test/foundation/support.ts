@@ -1,0 +1,73 @@
+import { expect } from "bun:test";
+import { createApp } from "../../server/app.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { PROBLEM_TYPE, type Harness } from "../support/harness.ts";
+
+export interface CallOptions {
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+/** call sends one request to an app in-process and returns status, headers and the parsed body. */
+export async function call(app: { handle(request: Request): Promise<Response> }, method: string, path: string, options: CallOptions = {}) {
+  const headers: Record<string, string> = {};
+  if (options.body !== undefined) headers["content-type"] = "application/json";
+  const res = await app.handle(
+    new Request(`http://localhost${path}`, {
+      method,
+      headers: { ...headers, ...options.headers },
+      body: options.body === undefined ? undefined : typeof options.body === "string" ? options.body : JSON.stringify(options.body),
+    }),
+  );
+  const text = await res.text();
+  let body: any = null;
+  if (text) {
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = text;
+    }
+  }
+  return { status: res.status, headers: res.headers, body };
+}
+
+/** loggedApp builds a second app over the harness runtime whose log lines are captured. */
+export function loggedApp(h: Harness) {
+  const lines: Record<string, any>[] = [];
+  const raw: string[] = [];
+  const log = createLogger("debug", (line) => {
+    raw.push(line);
+    lines.push(JSON.parse(line));
+  });
+  const app = createApp({ ...h.rt, log });
+  return { app, lines, raw };
+}
+
+/** expectProblem asserts a problem+json response whose status member equals the HTTP status. */
+export function expectProblem(res: { status: number; headers: Headers; body: any }, status: number, slug?: string) {
+  expect(res.status).toBe(status);
+  expect(res.headers.get("content-type")).toBe("application/problem+json");
+  expect(res.body.status).toBe(status);
+  expect(res.body.type).toMatch(PROBLEM_TYPE);
+  expect(typeof res.body.title).toBe("string");
+  expect(typeof res.body.detail).toBe("string");
+  if (slug) expect(res.body.type).toBe(`urn:crm:problem:${slug}`);
+}
+
+/** validationProblem is the whole 422 body for the given field errors. */
+export function validation(errors: Record<string, string>[], detail: string = "The request has invalid fields.") {
+  return { type: "urn:crm:problem:validation", title: "Unprocessable Content", status: 422, detail, errors };
+}
+
+export const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+export const CONTACT_ID = /^con_[0-9A-Z]{26}$/;
+
+/** contactCount reads the number of contact rows straight from the database. */
+export function contactCount(h: Harness): number {
+  return h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM contacts").get()!.n;
+}
+
+/** eventTypes lists the outbox events written so far, oldest first. */
+export function eventTypes(h: Harness): string[] {
+  return h.rt.db.query<{ type: string }, []>("SELECT type FROM events ORDER BY id").all().map((r) => r.type);
+}
