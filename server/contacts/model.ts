@@ -19,6 +19,14 @@ export const READ_ONLY_CONTACT_FIELDS = ["id", "created_at", "updated_at", "full
 
 const nullable = <T extends Parameters<typeof t.Union>[0][number]>(schema: T, error: string) => t.Optional(t.Union([schema, t.Null()], { error }));
 
+// Elysia's normaliser rebuilds a value that fails an object schema into an object before it
+// validates ("abc" would be stored as {"0":"a","1":"b","2":"c"}), so these fields pass through
+// untouched and the service refuses anything but an object or null (OBJECT_CONTACT_FIELDS).
+const jsonObject = (description: string) => t.Optional(t.Unknown({ description }));
+
+/** OBJECT_CONTACT_FIELDS must be JSON objects (or null); the service checks them. */
+export const OBJECT_CONTACT_FIELDS = ["custom_fields", "consent"] as const;
+
 const idList = (prefix: string, what: string) =>
   nullable(t.Array(t.String({ pattern: `^${prefix}_[0-9A-Z]{26}$` }), { maxItems: 100, uniqueItems: true }), `must be a list of at most 100 distinct ${what} ids (${prefix}_...)`);
 
@@ -29,8 +37,8 @@ const contactFields = {
   email: nullable(t.String({ format: "email", maxLength: 254 }), "must be an email address of at most 254 characters, or null"),
   phone: nullable(t.String({ maxLength: 50 }), "must be a string of at most 50 characters, or null"),
   tags: nullable(t.Array(t.String({ minLength: 1, maxLength: 100 }), { maxItems: 100 }), "must be a list of at most 100 tags of 1 to 100 characters each"),
-  custom_fields: nullable(t.Record(t.String(), t.Unknown()), "must be a JSON object"),
-  consent: nullable(t.Record(t.String(), t.Unknown()), "must be a JSON object"),
+  custom_fields: jsonObject("Custom fields: a JSON object, or null to clear."),
+  consent: jsonObject("Communication consent: a JSON object, or null to clear."),
   account_ids: idList("acc", "account"),
   assigned_user_id: nullable(t.String({ pattern: "^usr_[0-9A-Z]{26}$" }), "must be a user id (usr_...) or null"),
   assigned_user_ids: idList("usr", "user"),

@@ -3,13 +3,13 @@ import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
 import { notFound, validationProblem, type FieldError } from "../http/problem.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
-import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent } from "../webhooks/outbox.ts";
-import { CONTACT_FILTERS, CONTACT_SORTS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactInclude, type ContactInput } from "./model.ts";
+import { CONTACT_FILTERS, CONTACT_SORTS, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactInclude, type ContactInput } from "./model.ts";
 import {
   countContacts,
   deleteContact as deleteContactRow,
@@ -84,11 +84,17 @@ function renderContact(db: Database, row: ContactRow, include: ContactInclude[] 
   return renderContacts(db, [row], include)[0]!;
 }
 
-function refuseReadOnlyFields(input: Record<string, unknown>): void {
-  const errors = READ_ONLY_CONTACT_FIELDS.filter((field) => field in input).map((field) => ({
+function refuseInvalidFields(input: Record<string, unknown>): void {
+  const errors: FieldError[] = READ_ONLY_CONTACT_FIELDS.filter((field) => field in input).map((field) => ({
     pointer: `/${field}`,
     detail: field === "full_name" ? "is derived from first_name and last_name; set those instead" : "is read-only",
   }));
+  for (const field of OBJECT_CONTACT_FIELDS) {
+    const value = input[field];
+    if (value !== undefined && value !== null && (typeof value !== "object" || Array.isArray(value))) {
+      errors.push({ pointer: `/${field}`, detail: "must be a JSON object, or null" });
+    }
+  }
   if (errors.length > 0) throw validationProblem(errors);
 }
 
@@ -131,7 +137,7 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
 
 /** createContact stores a contact, its relations, its contact.created event and idempotent response in one commit. */
 export function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Contact } }> {
-  refuseReadOnlyFields(input);
+  refuseInvalidFields(input);
   return rt.writes.submit(() => {
     refuseUnknownRelations(rt.db, input);
     const now = Date.now();
@@ -150,7 +156,7 @@ export function createContact(rt: Runtime, input: ContactInput, idempotency: Ide
 
 /** updateContact applies a PATCH; a change writes contact.updated in the same commit, a no-op writes nothing. */
 export function updateContact(rt: Runtime, id: string, input: ContactInput): Promise<Contact> {
-  refuseReadOnlyFields(input);
+  refuseInvalidFields(input);
   return rt.writes.submit(() => {
     const current = findContactById(rt.db, id);
     if (!current) throw notFound("contact", id);
@@ -162,7 +168,8 @@ export function updateContact(rt: Runtime, id: string, input: ContactInput): Pro
     if (input.account_ids !== undefined) replaceContactAccounts(rt.db, id, input.account_ids ?? []);
     if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(rt.db, id, input.assigned_user_ids ?? []);
     const after = renderContact(rt.db, row);
-    if (JSON.stringify({ ...after, updated_at: null }) === JSON.stringify({ ...before, updated_at: null })) {
+    // Canonical form: the same properties sent in another key order are no change.
+    if (canonicalJson({ ...after, updated_at: null }) === canonicalJson({ ...before, updated_at: null })) {
       throw new NoChange(before);
     }
     recordEvent(rt.db, "contact.updated", after, now);

@@ -1,0 +1,233 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { CONTACT_ID, ISO, contactCount, eventTypes, expectProblem, validation } from "./support.ts";
+
+let h: Harness;
+beforeEach(() => {
+  h = createHarness();
+});
+afterEach(() => h.close());
+
+const ada = {
+  first_name: "Ada",
+  last_name: "Lovelace",
+  email: "Ada@Example.COM",
+  phone: "+44 20 7946 0000",
+  tags: ["vip", "engine"],
+  custom_fields: { plan: "pro", seats: 3 },
+  consent: { email: { granted: true, at: "2026-01-01T00:00:00Z" } },
+  source: { system: "import", row: 17 },
+  nickname: "Countess",
+};
+
+function expectedContact(id: string, at: string, updated = at) {
+  return {
+    id,
+    first_name: "Ada",
+    last_name: "Lovelace",
+    full_name: "Ada Lovelace",
+    email: "ada@example.com",
+    phone: "+44 20 7946 0000",
+    tags: ["vip", "engine"],
+    custom_fields: { plan: "pro", seats: 3 },
+    consent: { email: { granted: true, at: "2026-01-01T00:00:00Z" } },
+    account_ids: [],
+    assigned_user_id: null,
+    assigned_user_ids: [],
+    source: { system: "import", row: 17 },
+    nickname: "Countess",
+    created_at: at,
+    updated_at: updated,
+  };
+}
+
+describe("contacts CRUD: happy paths", () => {
+  test("POST creates a contact and returns the full record", async () => {
+    const res = await h.json("POST", "/public/v1/contacts", { body: ada });
+    expect(res.status).toBe(201);
+    expect(res.headers.get("content-type")).toStartWith("application/json");
+    expect(res.headers.get("idempotent-replayed")).toBeNull();
+    const { id, created_at } = res.body.data;
+    expect(id).toMatch(CONTACT_ID);
+    expect(created_at).toMatch(ISO);
+    expect(res.body).toEqual({ data: expectedContact(id, created_at) });
+    expect(contactCount(h)).toBe(1);
+    expect(eventTypes(h)).toEqual(["contact.created"]);
+  });
+
+  test("POST with an empty object creates an empty contact", async () => {
+    const res = await h.json("POST", "/public/v1/contacts", { body: {} });
+    expect(res.status).toBe(201);
+    const { id, created_at } = res.body.data;
+    expect(res.body.data).toEqual({
+      id,
+      first_name: null,
+      last_name: null,
+      full_name: "",
+      email: null,
+      phone: null,
+      tags: [],
+      custom_fields: {},
+      consent: null,
+      account_ids: [],
+      assigned_user_id: null,
+      assigned_user_ids: [],
+      created_at,
+      updated_at: created_at,
+    });
+  });
+
+  test("GET by id returns what POST returned", async () => {
+    const created = await h.json("POST", "/public/v1/contacts", { body: ada });
+    const res = await h.json("GET", `/public/v1/contacts/${created.body.data.id}`);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual(created.body);
+  });
+
+  test("PATCH replaces given fields, null clears, other properties are kept", async () => {
+    const created = await h.json("POST", "/public/v1/contacts", { body: ada });
+    const { id, created_at } = created.body.data;
+    await Bun.sleep(3); // updated_at has millisecond resolution
+    const res = await h.json("PATCH", `/public/v1/contacts/${id}`, {
+      body: { last_name: "King", phone: null, tags: ["countess"], custom_fields: null, nickname: null, extra: [1, 2] },
+    });
+    expect(res.status).toBe(200);
+    const updated_at = res.body.data.updated_at;
+    expect(updated_at).toMatch(ISO);
+    expect(updated_at > created_at).toBe(true);
+    const { nickname: _dropped, ...rest } = expectedContact(id, created_at, updated_at);
+    const expected = { ...rest, last_name: "King", full_name: "Ada King", phone: null, tags: ["countess"], custom_fields: {}, extra: [1, 2] };
+    expect(res.body).toEqual({ data: expected });
+    expect((await h.json("GET", `/public/v1/contacts/${id}`)).body).toEqual({ data: expected });
+    expect(eventTypes(h)).toEqual(["contact.created", "contact.updated"]);
+    const payload = JSON.parse(h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events WHERE type = 'contact.updated'").get()!.payload);
+    expect(payload).toEqual({ type: "contact.updated", timestamp: updated_at, data: expected });
+  });
+
+  test("PATCH that changes nothing keeps updated_at and writes no event", async () => {
+    const created = await h.json("POST", "/public/v1/contacts", { body: ada });
+    const { id } = created.body.data;
+    await Bun.sleep(3);
+    for (const body of [{}, { first_name: "Ada" }, { email: "ADA@example.com", tags: ["vip", "engine"] }, { nickname: "Countess", custom_fields: { seats: 3, plan: "pro" } }]) {
+      const res = await h.json("PATCH", `/public/v1/contacts/${id}`, { body });
+      expect(res.status).toBe(200);
+      expect(res.body).toEqual(created.body);
+    }
+    expect(eventTypes(h)).toEqual(["contact.created"]);
+    expect((await h.json("GET", `/public/v1/contacts/${id}`)).body).toEqual(created.body);
+  });
+
+  test("PATCH clearing an unset property is a no-op", async () => {
+    const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Grace" } });
+    const res = await h.json("PATCH", `/public/v1/contacts/${created.body.data.id}`, { body: { never_set: null, phone: null } });
+    expect(res.body).toEqual(created.body);
+    expect(eventTypes(h)).toEqual(["contact.created"]);
+  });
+
+  test("DELETE answers 204 with no body, then the contact is gone", async () => {
+    const created = await h.json("POST", "/public/v1/contacts", { body: ada });
+    const { id } = created.body.data;
+    const res = await h.request("DELETE", `/public/v1/contacts/${id}`);
+    expect(res.status).toBe(204);
+    expect(await res.text()).toBe("");
+    expectProblem(await h.json("GET", `/public/v1/contacts/${id}`), 404, "not-found");
+    expectProblem(await h.json("DELETE", `/public/v1/contacts/${id}`), 404, "not-found");
+    expectProblem(await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "X" } }), 404, "not-found");
+    expect(contactCount(h)).toBe(0);
+    expect(eventTypes(h)).toEqual(["contact.created", "contact.deleted"]);
+    const payload = JSON.parse(h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events WHERE type = 'contact.deleted'").get()!.payload);
+    expect(payload.data).toEqual({ id, deleted_at: payload.timestamp });
+  });
+});
+
+describe("contacts CRUD: errors", () => {
+  test("GET of an unknown id is a 404 problem naming it", async () => {
+    const res = await h.json("GET", "/public/v1/contacts/con_00000000000000000000000000");
+    expectProblem(res, 404);
+    expect(res.body).toEqual({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: 'No contact with id "con_00000000000000000000000000" exists.' });
+  });
+
+  test("invalid known fields are 422 with a pointer per field and change nothing", async () => {
+    const res = await h.json("POST", "/public/v1/contacts", { body: { email: "not-an-email", first_name: 5, tags: "vip", phone: ["1"] } });
+    expectProblem(res, 422, "validation");
+    expect(res.body.errors.map((e: { pointer: string }) => e.pointer).sort()).toEqual(["/email", "/first_name", "/phone", "/tags"]);
+    expect(contactCount(h)).toBe(0);
+    expect(eventTypes(h)).toEqual([]);
+  });
+
+  test("custom_fields and consent must be objects: never reshaped into one", async () => {
+    for (const value of [[1, 2], "abc", 5, true, [{ a: 1 }]]) {
+      for (const field of ["custom_fields", "consent"]) {
+        const res = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", [field]: value } });
+        expect({ value, body: res.body }).toEqual({ value, body: validation([{ pointer: `/${field}`, detail: "must be a JSON object, or null" }]) });
+      }
+    }
+    const created = await h.json("POST", "/public/v1/contacts", { body: ada });
+    const patch = await h.json("PATCH", `/public/v1/contacts/${created.body.data.id}`, { body: { custom_fields: "abc", consent: [true] } });
+    expect(patch.body).toEqual(
+      validation([
+        { pointer: "/custom_fields", detail: "must be a JSON object, or null" },
+        { pointer: "/consent", detail: "must be a JSON object, or null" },
+      ]),
+    );
+    expect((await h.json("GET", `/public/v1/contacts/${created.body.data.id}`)).body).toEqual(created.body);
+    expect(contactCount(h)).toBe(1);
+  });
+
+  test("read-only fields are refused on create and on PATCH", async () => {
+    const res = await h.json("POST", "/public/v1/contacts", { body: { id: "con_X", full_name: "A B", created_at: "2020-01-01T00:00:00Z" } });
+    expect(res.body).toEqual(
+      validation([
+        { pointer: "/id", detail: "is read-only" },
+        { pointer: "/created_at", detail: "is read-only" },
+        { pointer: "/full_name", detail: "is derived from first_name and last_name; set those instead" },
+      ]),
+    );
+    const created = await h.json("POST", "/public/v1/contacts", { body: ada });
+    const patch = await h.json("PATCH", `/public/v1/contacts/${created.body.data.id}`, { body: { updated_at: "2020-01-01T00:00:00Z" } });
+    expect(patch.body).toEqual(validation([{ pointer: "/updated_at", detail: "is read-only" }]));
+    expect(eventTypes(h)).toEqual(["contact.created"]);
+  });
+
+  test("a body that is not an object is 422", async () => {
+    for (const body of ["[1,2]", '"text"', "42", "null", "true"]) {
+      const res = await h.json("POST", "/public/v1/contacts", { body });
+      expectProblem(res, 422, "validation");
+      expect(res.body.errors).toEqual([{ pointer: "", detail: "must be a JSON object" }]);
+    }
+    expect(contactCount(h)).toBe(0);
+  });
+
+  test("POST and PATCH without a body are 422", async () => {
+    expectProblem(await h.json("POST", "/public/v1/contacts"), 422);
+    const created = await h.json("POST", "/public/v1/contacts", { body: ada });
+    expectProblem(await h.json("PATCH", `/public/v1/contacts/${created.body.data.id}`), 422);
+    expect(contactCount(h)).toBe(1);
+  });
+});
+
+describe("contacts CRUD: security", () => {
+  test("every contacts route needs a token", async () => {
+    const created = await h.json("POST", "/public/v1/contacts", { body: ada });
+    const id = created.body.data.id;
+    for (const [method, path, body] of [
+      ["POST", "/public/v1/contacts", ada],
+      ["GET", "/public/v1/contacts", undefined],
+      ["GET", `/public/v1/contacts/${id}`, undefined],
+      ["PATCH", `/public/v1/contacts/${id}`, { first_name: "Eve" }],
+      ["DELETE", `/public/v1/contacts/${id}`, undefined],
+    ] as const) {
+      const res = await h.json(method, path, { body, headers: { authorization: "Bearer crm_wrongwrongwrongwrongwrongwrongwrongwrong" } });
+      expectProblem(res, 401, "unauthorized");
+    }
+    expect((await h.json("GET", `/public/v1/contacts/${id}`)).body).toEqual(created.body);
+  });
+
+  test("property names like __proto__ are stored as plain data", async () => {
+    const res = await h.json("POST", "/public/v1/contacts", { body: '{"__proto__":{"polluted":true},"constructor":{"prototype":{"x":1}}}' });
+    expect(res.status).toBe(201);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    const got = await h.json("GET", `/public/v1/contacts/${res.body.data.id}`);
+    expect(got.body.data.constructor).toEqual({ prototype: { x: 1 } });
+  });
+});
