@@ -1,0 +1,162 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createApiToken } from "../../server/auth/service.ts";
+import { IDEMPOTENCY_RETENTION_MS, pruneIdempotencyKeys } from "../../server/idempotency/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { contactCount, expectProblem } from "./support.ts";
+
+let h: Harness;
+beforeEach(() => {
+  h = createHarness();
+});
+afterEach(() => h.close());
+
+const accountCount = () => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM accounts").get()!.n;
+const storedKeys = () => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM idempotency_keys").get()!.n;
+
+// Both POST routes behave the same; each case runs against both.
+const ROUTES = [
+  { path: "/public/v1/contacts", body: { first_name: "Ada", email: "ada@example.com" }, other: { first_name: "Eve" }, invalid: { email: "nope" }, count: () => contactCount(h) },
+  { path: "/public/v1/accounts", body: { name: "Acme", domain: "acme.test" }, other: { name: "Globex" }, invalid: { domain: "x.test" }, count: accountCount },
+] as const;
+
+for (const route of ROUTES) {
+  describe(`idempotency on POST ${route.path}: happy paths`, () => {
+    test("the same key and body replays status and body with Idempotent-Replayed: true", async () => {
+      const headers = { "idempotency-key": "import-row-17" };
+      const first = await h.json("POST", route.path, { body: route.body, headers });
+      expect(first.status).toBe(201);
+      expect(first.headers.get("idempotent-replayed")).toBeNull();
+      const again = await h.json("POST", route.path, { body: route.body, headers });
+      expect(again.status).toBe(201);
+      expect(again.headers.get("idempotent-replayed")).toBe("true");
+      expect(again.body).toEqual(first.body);
+      // key order in the body does not matter: the fingerprint is over canonical JSON
+      const reordered = Object.fromEntries(Object.entries(route.body).reverse());
+      const third = await h.json("POST", route.path, { body: reordered, headers });
+      expect(third.headers.get("idempotent-replayed")).toBe("true");
+      expect(third.body).toEqual(first.body);
+      expect(route.count()).toBe(1);
+    });
+
+    test("without a key every POST creates", async () => {
+      await h.json("POST", route.path, { body: route.body });
+      await h.json("POST", route.path, { body: route.body });
+      expect(route.count()).toBe(2);
+      expect(storedKeys()).toBe(0);
+    });
+
+    test("20 concurrent POSTs with one key create exactly one record", async () => {
+      const headers = { "idempotency-key": "burst" };
+      const results = await Promise.all(Array.from({ length: 20 }, () => h.json("POST", route.path, { body: route.body, headers })));
+      expect(route.count()).toBe(1);
+      const created = results.filter((r) => r.status === 201 && r.headers.get("idempotent-replayed") === null);
+      expect(created.length).toBe(1);
+      for (const r of results) {
+        if (r.status === 201) expect(r.body).toEqual(created[0]!.body);
+        else {
+          expectProblem(r, 409, "idempotency-key-in-use");
+          expect(r.headers.get("retry-after")).toBe("1");
+        }
+      }
+      const replay = await h.json("POST", route.path, { body: route.body, headers });
+      expect(replay.headers.get("idempotent-replayed")).toBe("true");
+      expect(replay.body).toEqual(created[0]!.body);
+    });
+
+    test("keys are scoped per path: one key on two routes creates on each", async () => {
+      const headers = { "idempotency-key": "shared-key" };
+      const other = ROUTES.find((r) => r.path !== route.path)!;
+      expect((await h.json("POST", route.path, { body: route.body, headers })).status).toBe(201);
+      const res = await h.json("POST", other.path, { body: other.body, headers });
+      expect(res.status).toBe(201);
+      expect(res.headers.get("idempotent-replayed")).toBeNull();
+    });
+
+    test("keys older than 24 hours are not replayed and are pruned", async () => {
+      const headers = { "idempotency-key": "old-key" };
+      const first = await h.json("POST", route.path, { body: route.body, headers });
+      h.rt.db.run("UPDATE idempotency_keys SET created_at = created_at - ?", [IDEMPOTENCY_RETENTION_MS + 1000]);
+      const second = await h.json("POST", route.path, { body: route.body, headers });
+      expect(second.status).toBe(201);
+      expect(second.headers.get("idempotent-replayed")).toBeNull();
+      expect(second.body.data.id).not.toBe(first.body.data.id);
+      expect(route.count()).toBe(2);
+      // the fresh record replaced the expired one, so it replays now
+      const third = await h.json("POST", route.path, { body: route.body, headers });
+      expect(third.body).toEqual(second.body);
+
+      await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "to-expire" } });
+      h.rt.db.run("UPDATE idempotency_keys SET created_at = created_at - ? WHERE idem_key = 'to-expire'", [IDEMPOTENCY_RETENTION_MS + 1]);
+      expect(storedKeys()).toBe(2);
+      expect(pruneIdempotencyKeys(h.rt.db)).toBe(1);
+      expect(h.rt.db.query("SELECT idem_key FROM idempotency_keys").all()).toEqual([{ idem_key: "old-key" }]);
+      expect(pruneIdempotencyKeys(h.rt.db, Date.now() + IDEMPOTENCY_RETENTION_MS + 1)).toBe(1);
+      expect(storedKeys()).toBe(0);
+    });
+  });
+
+  describe(`idempotency on POST ${route.path}: errors`, () => {
+    test("the same key with a different body is 422 and creates nothing", async () => {
+      const headers = { "idempotency-key": "k1" };
+      await h.json("POST", route.path, { body: route.body, headers });
+      const res = await h.json("POST", route.path, { body: route.other, headers });
+      expect(res.status).toBe(422);
+      expect(res.headers.get("content-type")).toBe("application/problem+json");
+      expect(res.body).toEqual({
+        type: "urn:crm:problem:idempotency-key-reused",
+        title: "Unprocessable Content",
+        status: 422,
+        detail: "This Idempotency-Key was already used with a different request body. Use a new key for a different request.",
+      });
+      expect(route.count()).toBe(1);
+    });
+
+    test("a request refused by validation is not stored: the fixed retry with that key succeeds", async () => {
+      const headers = { "idempotency-key": "fix-me" };
+      expectProblem(await h.json("POST", route.path, { body: route.invalid, headers }), 422, "validation");
+      expect(storedKeys()).toBe(0);
+      const fixed = await h.json("POST", route.path, { body: route.body, headers });
+      expect(fixed.status).toBe(201);
+      expect(fixed.headers.get("idempotent-replayed")).toBeNull();
+      expect(route.count()).toBe(1);
+    });
+
+    test("a key over 255 characters or empty is 422 naming the header", async () => {
+      for (const key of ["k".repeat(256), ""]) {
+        const res = await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": key } });
+        expect(res.body).toEqual({
+          type: "urn:crm:problem:validation",
+          title: "Unprocessable Content",
+          status: 422,
+          detail: "Idempotency-Key must be 1 to 255 characters.",
+          errors: [{ header: "idempotency-key", detail: "must be 1 to 255 characters" }],
+        });
+      }
+      expect(route.count()).toBe(0);
+      const ok = await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "k".repeat(255) } });
+      expect(ok.status).toBe(201);
+    });
+  });
+
+  describe(`idempotency on POST ${route.path}: security`, () => {
+    test("a second token using the same key does not get the first token's response", async () => {
+      const { token: other } = createApiToken(h.rt.db, "other-integration");
+      const headers = { "idempotency-key": "same-key" };
+      const mine = await h.json("POST", route.path, { body: route.body, headers });
+      const theirs = await h.json("POST", route.path, { body: route.body, headers: { ...headers, authorization: `Bearer ${other}` } });
+      expect(theirs.status).toBe(201);
+      expect(theirs.headers.get("idempotent-replayed")).toBeNull();
+      expect(theirs.body.data.id).not.toBe(mine.body.data.id);
+      expect(route.count()).toBe(2);
+      // and a different body from them under that key is theirs to use, not a 422
+      const theirsAgain = await h.json("POST", route.path, { body: route.body, headers: { ...headers, authorization: `Bearer ${other}` } });
+      expect(theirsAgain.body).toEqual(theirs.body);
+    });
+
+    test("a request without a valid token never reaches the idempotency store", async () => {
+      const res = await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "x", authorization: "Bearer crm_forged_token_value_0000000000000000" } });
+      expectProblem(res, 401, "unauthorized");
+      expect(storedKeys()).toBe(0);
+    });
+  });
+}
