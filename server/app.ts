@@ -8,6 +8,8 @@ import { WriteQueue } from "./db/write-queue.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
+import { Metrics } from "./ops/metrics.ts";
+import { opsRoutes } from "./ops/routes.ts";
 import type { Runtime } from "./runtime.ts";
 import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
@@ -22,7 +24,7 @@ export interface AppOptions {
 /** createRuntime migrates the database and builds the services' shared dependencies. */
 export function createRuntime({ db, config, log }: AppOptions): Runtime {
   migrate(db);
-  return { db, config, log, writes: new WriteQueue(db), idempotency: new IdempotencyGuard(db) };
+  return { db, config, log, writes: new WriteQueue(db), idempotency: new IdempotencyGuard(db), metrics: new Metrics() };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */
@@ -30,7 +32,8 @@ export function createApp(rt: Runtime) {
   let app: Elysia | undefined;
   const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path }));
   const built = new Elysia({ name: "crm" })
-    .use(httpConventions({ log: rt.log, routes }))
+    .use(httpConventions({ log: rt.log, routes, metrics: rt.metrics }))
+    .use(opsRoutes(rt))
     .use(
       docsRoutes({
         info: {

@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
+import { isIP } from "node:net";
 
-type Kind = "string" | "port" | "positive-int" | "boolean" | "log-level" | "seconds-list";
+type Kind = "string" | "port" | "positive-int" | "boolean" | "log-level" | "seconds-list" | "secret" | "address-list";
 
 interface Setting {
   key: keyof Config;
@@ -21,6 +22,11 @@ export interface Config {
   retrySchedule: number[];
   deliveryTimeoutMs: number;
   deliveryRetentionDays: number;
+  /** bearer token for GET /metrics; "" answers loopback clients only */
+  metricsToken: string;
+  shutdownTimeoutMs: number;
+  /** addresses of reverse proxies whose X-Forwarded-For names the client */
+  trustedProxies: string[];
 }
 
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
@@ -36,6 +42,9 @@ export const DEFAULT_CONFIG: Config = {
   retrySchedule: DEFAULT_RETRY_SCHEDULE,
   deliveryTimeoutMs: 15000,
   deliveryRetentionDays: 30,
+  metricsToken: "",
+  shutdownTimeoutMs: 10000,
+  trustedProxies: [],
 };
 
 /** SETTINGS describes every configuration switch: its flag, environment variable and meaning. */
@@ -48,6 +57,9 @@ export const SETTINGS: Setting[] = [
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", help: "webhook retry delays in seconds, comma-separated" },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", help: "webhook request timeout in milliseconds" },
   { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
+  { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16+ characters); without one, /metrics answers loopback clients only" },
+  { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish" },
+  { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },
 ];
 
 /** ConfigError names the setting that is invalid; main prints its message as one line. */
@@ -56,7 +68,9 @@ export class ConfigError extends Error {}
 function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   const text = String(raw).trim();
   const fail = (expected: string): never => {
-    throw new ConfigError(`invalid ${source}: ${JSON.stringify(String(raw))} is not ${expected}`);
+    // A secret is never echoed, not even a malformed one: this line ends up in logs.
+    const shown = setting.kind === "secret" ? "the value" : JSON.stringify(String(raw));
+    throw new ConfigError(`invalid ${source}: ${shown} is not ${expected}`);
   };
   switch (setting.kind) {
     case "string":
@@ -86,6 +100,14 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
         fail("a comma-separated list of seconds");
       }
       return values;
+    }
+    case "secret":
+      if (text !== "" && !/^[\x21-\x7e]{16,200}$/.test(text)) fail("16 to 200 printable characters without spaces");
+      return text;
+    case "address-list": {
+      const parts = text === "" ? [] : text.split(",").map((p) => p.trim());
+      if (parts.some((p) => isIP(p) === 0)) fail("a comma-separated list of IP addresses");
+      return parts;
     }
   }
 }

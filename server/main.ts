@@ -1,10 +1,12 @@
 #!/usr/bin/env bun
+import { constants } from "node:os";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig } from "./config.ts";
 import { databasePath, openDatabase } from "./db/database.ts";
 import { migrate } from "./db/migrations.ts";
 import { createApiToken, findToken, listTokens, revokeApiToken } from "./auth/service.ts";
 import { createUser } from "./users/service.ts";
 import { ProblemError } from "./http/problem.ts";
+import { BackupError, backupDatabase } from "./ops/service.ts";
 import { startServer } from "./server.ts";
 import { VERSION } from "./version.ts";
 
@@ -19,11 +21,12 @@ Commands:
   token list                         list API tokens (never the token itself)
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
+  backup FILE                        copy the database into a new FILE; safe while serving
   --version                          print the version
   --help                             print this help
 
 Options (flag, environment variable, crm.toml key; flags win over environment over file):
-${SETTINGS.map((s) => `  ${`${s.flag} ${s.kind === "boolean" ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key])})`).join("\n")}
+${SETTINGS.map((s) => `  ${`${s.flag} ${s.kind === "boolean" ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
 `;
 
@@ -67,8 +70,19 @@ async function main(argv: string[]): Promise<number> {
       const config = loadConfig(args);
       const running = await startServer(config);
       process.stdout.write(`listening on ${running.url}\n`);
-      const shutdown = () => {
-        void running.stop().then(() => process.exit(0));
+      let stopping = false;
+      const shutdown = (signal: NodeJS.Signals) => {
+        // A second signal means "now": every acknowledged write is already committed, so exiting loses nothing.
+        if (stopping) process.exit(128 + constants.signals[signal]);
+        stopping = true;
+        running.runtime.log.info("shutting down", { signal, deadline_ms: config.shutdownTimeoutMs });
+        running.stop().then(
+          () => process.exit(0),
+          (error: unknown) => {
+            running.runtime.log.error("shutdown failed", { error: String(error) });
+            process.exit(1);
+          },
+        );
       };
       process.on("SIGTERM", shutdown);
       process.on("SIGINT", shutdown);
@@ -124,6 +138,20 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${JSON.stringify(user)}\n`);
       return 0;
     }
+    case "backup": {
+      const file = args.shift();
+      if (!file || file.startsWith("-")) throw new ConfigError("usage: backup FILE [--data-dir DIR] (FILE must not exist yet)");
+      const config = loadConfig(args);
+      try {
+        const result = backupDatabase(config.dataDir, file);
+        process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
+        return 0;
+      } catch (error) {
+        if (!(error instanceof BackupError)) throw error;
+        process.stderr.write(`crm: ${error.message}\n`);
+        return 1;
+      }
+    }
     default:
       throw new ConfigError(`unknown command ${command} (see --help)`);
   }
@@ -134,6 +162,7 @@ main(process.argv.slice(2)).then(
   (error: unknown) => {
     if (error instanceof ConfigError) process.stderr.write(`crm: ${error.message}\n`);
     else if (error instanceof ProblemError) process.stderr.write(`crm: ${error.message}\n`);
+    else if ((error as { syscall?: string })?.syscall === "listen") process.stderr.write(`crm: cannot listen: ${(error as Error).message}\n`);
     else process.stderr.write(`crm: ${(error as Error)?.stack ?? String(error)}\n`);
     process.exit(2);
   },

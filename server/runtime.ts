@@ -2,6 +2,7 @@ import type { Database } from "bun:sqlite";
 import type { Config } from "./config.ts";
 import type { WriteQueue } from "./db/write-queue.ts";
 import type { IdempotencyGuard } from "./idempotency/service.ts";
+import type { Metrics } from "./ops/metrics.ts";
 import type { Logger } from "./shared/log.ts";
 
 /** Runtime is what services need: the database, the group-commit write queue, config and log. */
@@ -11,4 +12,5 @@ export interface Runtime {
   idempotency: IdempotencyGuard;
   config: Config;
   log: Logger;
+  metrics: Metrics;
 }

@@ -10,8 +10,22 @@ export interface RunningServer {
   url: string;
   runtime: Runtime;
   server: Server<unknown>;
-  /** stop stops accepting requests, finishes in-flight work and closes the database. */
+  /**
+   * stop stops accepting requests, lets in-flight requests finish until the shutdown deadline
+   * (then cuts them off), commits queued writes and closes the database.
+   */
   stop(): Promise<void>;
+}
+
+/** settlesWithin tells whether a promise settles before a number of milliseconds pass. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: Timer | undefined;
+  const expired = new Promise<false>((resolve) => (timer = setTimeout(resolve, ms, false)));
+  try {
+    return await Promise.race([promise.then(() => true, () => true), expired]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** startServer opens the data directory, migrates, and listens; it is what `serve` runs. */
@@ -32,9 +46,15 @@ export async function startServer(config: Config, log: Logger = createLogger(con
     server,
     stop() {
       stopping ??= (async () => {
-        await app.stop(false);
+        const started = performance.now();
+        const remaining = () => Math.max(0, config.shutdownTimeoutMs - (performance.now() - started));
+        if (!(await settlesWithin(app.stop(false), remaining()))) {
+          log.warn("shutdown deadline reached; closing the connections of unfinished requests", { deadline_ms: config.shutdownTimeoutMs });
+          await server.stop(true);
+        }
         runtime.writes.flush();
         db.close();
+        log.info("stopped", { duration_ms: Math.round(performance.now() - started) });
       })();
       return stopping;
     },

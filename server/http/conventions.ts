@@ -1,5 +1,6 @@
 import { Elysia, ValidationError } from "elysia";
 import type { Logger } from "../shared/log.ts";
+import type { Metrics } from "../ops/metrics.ts";
 import { newId } from "../shared/ids.ts";
 import { ProblemError, problem, problemResponse, type FieldError, type Problem } from "./problem.ts";
 
@@ -107,6 +108,8 @@ export interface ConventionOptions {
   log: Logger;
   /** routes returns the app's route table, used to tell 404 from 405 */
   routes: () => { method: string; path: string }[];
+  /** metrics counts every answered request by route pattern */
+  metrics?: Metrics;
 }
 
 /**
@@ -114,7 +117,7 @@ export interface ConventionOptions {
  * refusal of browser calls under /public/v1, JSON-only bodies up to 1 MiB, and RFC 9457 problem
  * responses for every error (404 vs 405 included). Unexpected exceptions are logged and hidden.
  */
-export function httpConventions({ log, routes }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics }: ConventionOptions) {
   const allowedMethods = (path: string): string[] =>
     [...new Set(routes().filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path)).map((r) => r.method))];
 
@@ -167,9 +170,10 @@ export function httpConventions({ log, routes }: ConventionOptions) {
       set.status = body.status;
       return problemResponse(body, headers);
     })
-    .onAfterResponse({ as: "global" }, ({ request, set, response }) => {
+    .onAfterResponse({ as: "global" }, ({ request, set, response, route }) => {
       const info = requestInfo.get(request);
       const status = response instanceof Response ? response.status : typeof set.status === "number" ? set.status : 200;
+      if (info) metrics?.observeRequest(request.method, route ?? "", status, (performance.now() - info.started) / 1000);
       log.info("request", {
         request_id: info?.id,
         method: request.method,

@@ -1,0 +1,142 @@
+/** LATENCY_BUCKETS are the histogram bucket bounds in seconds, from a fast API call to a slow webhook receiver. */
+export const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+// Methods outside this list are counted as OTHER so a client cannot grow the label set at will.
+const KNOWN_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
+
+type Labels = Record<string, string>;
+
+interface Histogram {
+  labels: Labels;
+  buckets: number[];
+  sum: number;
+  count: number;
+}
+
+interface Counter {
+  labels: Labels;
+  value: number;
+}
+
+/** Gauge is a value read at scrape time. */
+export interface Gauge {
+  name: string;
+  help: string;
+  value: number;
+  labels?: Labels;
+}
+
+function labelKey(labels: Labels): string {
+  return Object.values(labels).join("\u0000");
+}
+
+function escapeLabel(value: string): string {
+  return value.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
+}
+
+function formatLabels(labels: Labels, extra?: [string, string]): string {
+  const pairs = Object.entries(labels);
+  if (extra) pairs.push(extra);
+  return pairs.length === 0 ? "" : `{${pairs.map(([k, v]) => `${k}="${escapeLabel(v)}"`).join(",")}}`;
+}
+
+function formatNumber(value: number): string {
+  return Number.isFinite(value) ? String(value) : value > 0 ? "+Inf" : value < 0 ? "-Inf" : "NaN";
+}
+
+class CounterFamily {
+  private readonly series = new Map<string, Counter>();
+  constructor(readonly name: string, readonly help: string) {}
+
+  inc(labels: Labels): void {
+    const key = labelKey(labels);
+    const counter = this.series.get(key);
+    if (counter) counter.value++;
+    else this.series.set(key, { labels, value: 1 });
+  }
+
+  render(out: string[]): void {
+    out.push(`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} counter`);
+    for (const c of this.series.values()) out.push(`${this.name}${formatLabels(c.labels)} ${c.value}`);
+  }
+}
+
+class HistogramFamily {
+  private readonly series = new Map<string, Histogram>();
+  constructor(readonly name: string, readonly help: string) {}
+
+  observe(labels: Labels, seconds: number): void {
+    const key = labelKey(labels);
+    let h = this.series.get(key);
+    if (!h) {
+      h = { labels, buckets: LATENCY_BUCKETS.map(() => 0), sum: 0, count: 0 };
+      this.series.set(key, h);
+    }
+    // Buckets are stored non-cumulative and summed on render: an observation touches one slot.
+    const i = LATENCY_BUCKETS.findIndex((bound) => seconds <= bound);
+    if (i >= 0) h.buckets[i]!++;
+    h.sum += seconds;
+    h.count++;
+  }
+
+  render(out: string[]): void {
+    out.push(`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`);
+    for (const h of this.series.values()) {
+      let cumulative = 0;
+      LATENCY_BUCKETS.forEach((bound, i) => {
+        cumulative += h.buckets[i]!;
+        out.push(`${this.name}_bucket${formatLabels(h.labels, ["le", String(bound)])} ${cumulative}`);
+      });
+      out.push(`${this.name}_bucket${formatLabels(h.labels, ["le", "+Inf"])} ${h.count}`);
+      out.push(`${this.name}_sum${formatLabels(h.labels)} ${h.sum}`);
+      out.push(`${this.name}_count${formatLabels(h.labels)} ${h.count}`);
+    }
+  }
+}
+
+/**
+ * Metrics keeps the process's counters and histograms since start (Prometheus handles the reset
+ * on restart). HTTP requests are labelled by route pattern, never the raw path, so the number of
+ * series stays bounded whatever clients send.
+ */
+export class Metrics {
+  private readonly requests = new CounterFamily("crm_http_requests_total", "HTTP requests answered, by method, route pattern and status.");
+  private readonly requestDurations = new HistogramFamily("crm_http_request_duration_seconds", "Time from receiving an HTTP request to answering it, by method and route pattern.");
+  private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx; failed: other status; error: no response).");
+  private readonly attemptDurations = new HistogramFamily("crm_webhook_delivery_attempt_duration_seconds", "Time a webhook receiver took to answer one delivery attempt.");
+  private readonly deliveries = new CounterFamily("crm_webhook_deliveries_total", "Webhook deliveries that reached a final status (succeeded, or failed after the last retry).");
+
+  /** observeRequest counts one answered HTTP request; route is the matched pattern, or "" when none matched. */
+  observeRequest(method: string, route: string, status: number, seconds: number): void {
+    const m = KNOWN_METHODS.has(method) ? method : "OTHER";
+    const r = route === "" ? "unmatched" : route;
+    this.requests.inc({ method: m, route: r, status: String(status) });
+    this.requestDurations.observe({ method: m, route: r }, seconds);
+  }
+
+  /** observeDeliveryAttempt counts one webhook delivery attempt and its duration. */
+  observeDeliveryAttempt(result: "succeeded" | "failed" | "error", seconds: number): void {
+    this.attempts.inc({ result });
+    this.attemptDurations.observe({}, seconds);
+  }
+
+  /** observeDeliveryFinished counts a delivery that reached a final status. */
+  observeDeliveryFinished(status: "succeeded" | "failed"): void {
+    this.deliveries.inc({ status });
+  }
+
+  /** render writes every series, then the gauges read at scrape time, in the Prometheus text format 0.0.4. */
+  render(gauges: Gauge[]): string {
+    const out: string[] = [];
+    for (const family of [this.requests, this.requestDurations, this.attempts, this.attemptDurations, this.deliveries]) family.render(out);
+    const seen = new Set<string>();
+    for (const g of gauges) {
+      if (!seen.has(g.name)) {
+        seen.add(g.name);
+        out.push(`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`);
+      }
+      out.push(`${g.name}${formatLabels(g.labels ?? {})} ${formatNumber(g.value)}`);
+    }
+    return `${out.join("\n")}\n`;
+  }
+}

@@ -1,0 +1,23 @@
+import { t } from "elysia";
+
+/** Health is the body of GET /healthz. */
+export const Health = t.Object({
+  status: t.Literal("ok"),
+  version: t.String(),
+  uptime_seconds: t.Integer(),
+});
+export type Health = typeof Health.static;
+
+/** ReadinessChecks holds each readiness check's verdict: "ok" or what is wrong. */
+export const ReadinessChecks = t.Object({
+  database: t.String({ description: "ok when a write transaction can be opened (it is rolled back)" }),
+  migrations: t.String({ description: "ok when every migration embedded in this version is applied" }),
+});
+export type ReadinessChecks = typeof ReadinessChecks.static;
+
+/** Readiness is the body of GET /readyz when the service can take traffic. */
+export const Readiness = t.Object({
+  status: t.Literal("ready"),
+  checks: ReadinessChecks,
+});
+export type Readiness = typeof Readiness.static;

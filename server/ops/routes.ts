@@ -1,0 +1,42 @@
+import { Elysia, t } from "elysia";
+import { problemResponses } from "../http/problem.ts";
+import type { Runtime } from "../runtime.ts";
+import { Health, Readiness } from "./model.ts";
+import { authorizeMetrics, health, metricsText, readiness } from "./service.ts";
+
+const tags = ["Operations"];
+
+/** opsRoutes serves /healthz, /readyz and /metrics for load balancers, systemd checks and Prometheus. */
+export function opsRoutes(rt: Runtime) {
+  return new Elysia({ name: "ops" })
+    .get("/healthz", () => health(), {
+      response: { 200: Health },
+      detail: { summary: "Liveness", description: "200 while the process answers. No authentication.", tags },
+    })
+    .get("/readyz", () => readiness(rt), {
+      response: { 200: Readiness, ...problemResponses(503) },
+      detail: { summary: "Readiness", description: "200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming the failing checks otherwise. No authentication.", tags },
+    })
+    .get(
+      "/metrics",
+      ({ request, server, set }) => {
+        const headers = request.headers;
+        authorizeMetrics(rt.config, headers.get("authorization"), {
+          peer: server?.requestIP(request)?.address ?? null,
+          forwardedFor: headers.get("x-forwarded-for"),
+          forwarded: headers.has("x-forwarded-for") || headers.has("forwarded") || headers.has("x-real-ip"),
+        });
+        set.headers["content-type"] = "text/plain; version=0.0.4; charset=utf-8";
+        set.headers["cache-control"] = "no-store";
+        return metricsText(rt);
+      },
+      {
+        response: { 200: t.String({ description: "Prometheus text format 0.0.4" }), ...problemResponses(401, 403) },
+        detail: {
+          summary: "Prometheus metrics",
+          description: "Requests by route and status with latency histograms, webhook deliveries and attempts, queue depth, oldest pending delivery age. Needs the metrics token (Authorization: Bearer) when one is configured; otherwise answers loopback clients only.",
+          tags,
+        },
+      },
+    );
+}

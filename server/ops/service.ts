@@ -1,0 +1,186 @@
+import { Database } from "bun:sqlite";
+import { closeSync, existsSync, fsyncSync, openSync, rmSync, statSync } from "node:fs";
+import { isIP } from "node:net";
+import { timingSafeEqual } from "node:crypto";
+import type { Config } from "../config.ts";
+import { databasePath, openDatabase } from "../db/database.ts";
+import { pendingMigrations } from "../db/migrations.ts";
+import { ProblemError } from "../http/problem.ts";
+import type { Runtime } from "../runtime.ts";
+import { VERSION } from "../version.ts";
+import type { Gauge } from "./metrics.ts";
+import type { Health, Readiness, ReadinessChecks } from "./model.ts";
+import { probeWrite, quickCheck, vacuumInto } from "./store.ts";
+
+const startedAt = Date.now();
+
+/** health reports that the process is up and answering; it touches nothing else. */
+export function health(): Health {
+  return { status: "ok", version: VERSION, uptime_seconds: Math.floor((Date.now() - startedAt) / 1000) };
+}
+
+function check(run: () => string | null): string {
+  try {
+    return run() ?? "ok";
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+
+/** readinessChecks runs every readiness check; each is "ok" or says what is wrong. */
+export function readinessChecks(rt: Runtime): ReadinessChecks {
+  return {
+    database: check(() => {
+      probeWrite(rt.db);
+      return null;
+    }),
+    migrations: check(() => {
+      const pending = pendingMigrations(rt.db);
+      return pending.length === 0 ? null : `pending: ${pending.map((m) => m.name).join(", ")}`;
+    }),
+  };
+}
+
+/** readiness answers whether the service can take traffic; 503 problem naming the failing checks otherwise. */
+export function readiness(rt: Runtime): Readiness {
+  const checks = readinessChecks(rt);
+  const failing = Object.entries(checks).filter(([, verdict]) => verdict !== "ok");
+  if (failing.length > 0) {
+    throw new ProblemError(503, "not-ready", `Not ready: ${failing.map(([name, verdict]) => `${name}: ${verdict}`).join("; ")}.`, undefined, {}, { checks });
+  }
+  return { status: "ready", checks };
+}
+
+/** normalizeAddress turns an IPv4-mapped IPv6 address (::ffff:127.0.0.1) into its IPv4 form. */
+function normalizeAddress(address: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  return mapped ? mapped[1]! : address.toLowerCase();
+}
+
+/** isLoopback tells whether an address is on the loopback network (127.0.0.0/8 or ::1). */
+export function isLoopback(address: string): boolean {
+  const a = normalizeAddress(address);
+  return a === "::1" || (isIP(a) === 4 && a.startsWith("127."));
+}
+
+/** ClientHints are what a request tells about its origin: the TCP peer and the forwarding headers. */
+export interface ClientHints {
+  peer: string | null;
+  forwardedFor: string | null;
+  /** true when any of Forwarded, X-Forwarded-For, X-Real-IP is present */
+  forwarded: boolean;
+}
+
+/**
+ * clientAddress returns the address of the client: the TCP peer, or, when the peer is a trusted
+ * proxy, the nearest X-Forwarded-For entry that is not itself a trusted proxy. Entries added
+ * before the first untrusted hop are the client's own claims and are ignored.
+ */
+export function clientAddress(hints: ClientHints, trustedProxies: string[]): string | null {
+  if (hints.peer === null) return null;
+  const trusted = new Set(trustedProxies.map(normalizeAddress));
+  let address = normalizeAddress(hints.peer);
+  if (!trusted.has(address)) return address;
+  const hops = (hints.forwardedFor ?? "").split(",").map((h) => h.trim()).filter((h) => h !== "");
+  for (let i = hops.length - 1; i >= 0; i--) {
+    const hop = normalizeAddress(hops[i]!);
+    if (isIP(hop) === 0) return null; // garbled header: the client is unknown, not local
+    address = hop;
+    if (!trusted.has(hop)) break;
+  }
+  return address;
+}
+
+function safeEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/**
+ * authorizeMetrics lets a scrape through: with a metrics token configured, only a request
+ * carrying it; without one, only a loopback client. A request relayed by an untrusted proxy on
+ * this host (it carries forwarding headers) is not a loopback client.
+ */
+export function authorizeMetrics(config: Config, authorization: string | null, hints: ClientHints): void {
+  if (config.metricsToken !== "") {
+    const presented = /^Bearer (\S+)$/i.exec(authorization ?? "")?.[1] ?? "";
+    if (!safeEqual(presented, config.metricsToken)) {
+      throw new ProblemError(401, "unauthorized", "GET /metrics needs Authorization: Bearer with the metrics token (--metrics-token).", undefined, {
+        "www-authenticate": 'Bearer realm="metrics"',
+      });
+    }
+    return;
+  }
+  const peerTrusted = hints.peer !== null && config.trustedProxies.map(normalizeAddress).includes(normalizeAddress(hints.peer));
+  const client = hints.forwarded && !peerTrusted ? null : clientAddress(hints, config.trustedProxies);
+  if (client === null || !isLoopback(client)) {
+    throw new ProblemError(403, "forbidden", "GET /metrics answers loopback clients only; configure a metrics token (--metrics-token) to scrape from elsewhere.");
+  }
+}
+
+/** metricsText renders the process's metrics and the gauges read now, in the Prometheus text format. */
+export function metricsText(rt: Runtime): string {
+  const memory = process.memoryUsage();
+  const gauges: Gauge[] = [
+    { name: "crm_up", help: "1 while the process answers.", value: 1 },
+    { name: "crm_build_info", help: "The running version, as a label.", value: 1, labels: { version: VERSION } },
+    { name: "process_start_time_seconds", help: "Start time of the process since the Unix epoch, in seconds.", value: startedAt / 1000 },
+    { name: "process_resident_memory_bytes", help: "Resident memory size in bytes.", value: memory.rss },
+    { name: "crm_js_heap_used_bytes", help: "JavaScript heap in use, in bytes.", value: memory.heapUsed },
+  ];
+  return rt.metrics.render(gauges);
+}
+
+/** BackupError says why a backup could not be made; the CLI prints it as one line. */
+export class BackupError extends Error {}
+
+export interface BackupResult {
+  source: string;
+  file: string;
+  bytes: number;
+}
+
+/**
+ * backupDatabase copies the live database of a data directory into a new file with VACUUM INTO,
+ * on its own connection: a consistent snapshot taken while the server keeps writing. The file
+ * is created first, exclusively and 0600, so an existing file is never overwritten and the copy
+ * is never readable by others; it is synced and checked before the function returns.
+ */
+export function backupDatabase(dataDir: string, file: string): BackupResult {
+  if (!existsSync(dataDir)) throw new BackupError(`data directory ${dataDir} does not exist`);
+  const source = databasePath(dataDir);
+  if (!existsSync(source)) throw new BackupError(`no database at ${source}`);
+  try {
+    closeSync(openSync(file, "wx", 0o600));
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    throw new BackupError(code === "EEXIST" ? `${file} already exists; backup never overwrites a file` : `cannot create ${file}: ${(error as Error).message}`);
+  }
+  try {
+    const db = openDatabase(source);
+    try {
+      vacuumInto(db, file);
+    } finally {
+      db.close();
+    }
+    const fd = openSync(file, "r+");
+    try {
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    const copy = new Database(file, { readonly: true });
+    try {
+      const verdict = quickCheck(copy);
+      if (verdict !== "ok") throw new BackupError(`the copy failed its integrity check: ${verdict}`);
+    } finally {
+      copy.close();
+    }
+  } catch (error) {
+    rmSync(file, { force: true });
+    if (error instanceof BackupError) throw error;
+    throw new BackupError(`backup failed: ${(error as Error).message}`);
+  }
+  return { source, file, bytes: statSync(file).size };
+}
