@@ -148,7 +148,7 @@ for (const route of ROUTES) {
       expect(theirs.headers.get("idempotent-replayed")).toBeNull();
       expect(theirs.body.data.id).not.toBe(mine.body.data.id);
       expect(route.count()).toBe(2);
-      // and a different body from them under that key is theirs to use, not a 422
+      // and their retry replays their own response
       const theirsAgain = await h.json("POST", route.path, { body: route.body, headers: { ...headers, authorization: `Bearer ${other}` } });
       expect(theirsAgain.body).toEqual(theirs.body);
     });

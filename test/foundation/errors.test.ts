@@ -1,0 +1,225 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DEFAULT_CONFIG } from "../../server/config.ts";
+import { createApiToken } from "../../server/auth/service.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { startServer, type RunningServer } from "../../server/server.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { contactCount, expectProblem, loggedApp } from "./support.ts";
+
+let h: Harness;
+let contactId: string;
+beforeAll(async () => {
+  h = createHarness();
+  contactId = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+});
+afterAll(() => h.close());
+
+const MIB = 1024 * 1024;
+
+interface Case {
+  name: string;
+  method: string;
+  path: string;
+  body?: string | Uint8Array;
+  headers?: Record<string, string>;
+  status: number;
+  slug: string;
+  extra?: (res: Response) => void;
+}
+
+const CASES: Case[] = [
+  { name: "malformed JSON", method: "POST", path: "/public/v1/contacts", body: '{"first_name": ', headers: { "content-type": "application/json" }, status: 400, slug: "invalid-json" },
+  { name: "JSON with a trailing comma", method: "POST", path: "/public/v1/accounts", body: '{"name":"x",}', headers: { "content-type": "application/json" }, status: 400, slug: "invalid-json" },
+  { name: "body that is not UTF-8", method: "POST", path: "/public/v1/contacts", body: new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]), headers: { "content-type": "application/json" }, status: 400, slug: "invalid-json" },
+  {
+    name: "no token",
+    method: "GET",
+    path: "/public/v1/contacts",
+    headers: { authorization: "" },
+    status: 401,
+    slug: "unauthorized",
+    extra: (res) => expect(res.headers.get("www-authenticate")).toStartWith("Bearer"),
+  },
+  { name: "wrong scheme", method: "GET", path: "/public/v1/users", headers: { authorization: "Basic dXNlcjpwYXNz" }, status: 401, slug: "unauthorized", extra: (res) => expect(res.headers.get("www-authenticate")).toStartWith("Bearer") },
+  { name: "unknown token", method: "GET", path: "/public/v1/accounts", headers: { authorization: "Bearer crm_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" }, status: 401, slug: "unauthorized", extra: (res) => expect(res.headers.get("www-authenticate")).toStartWith("Bearer") },
+  { name: "browser Origin", method: "GET", path: "/public/v1/contacts", headers: { origin: "https://evil.example" }, status: 403, slug: "browser-request" },
+  { name: "browser Sec-Fetch-Site", method: "POST", path: "/public/v1/contacts", body: "{}", headers: { "sec-fetch-site": "cross-site", "content-type": "application/json" }, status: 403, slug: "browser-request" },
+  { name: "unknown route", method: "GET", path: "/nope", status: 404, slug: "not-found" },
+  { name: "unknown API route", method: "GET", path: "/public/v1/nope", status: 404, slug: "not-found" },
+  { name: "unknown API version", method: "POST", path: "/public/v2/contacts", body: "{}", headers: { "content-type": "application/json" }, status: 404, slug: "not-found" },
+  { name: "unknown contact", method: "GET", path: "/public/v1/contacts/con_missing", status: 404, slug: "not-found" },
+  {
+    name: "PUT on the contacts collection",
+    method: "PUT",
+    path: "/public/v1/contacts",
+    body: "{}",
+    headers: { "content-type": "application/json" },
+    status: 405,
+    slug: "method-not-allowed",
+    extra: (res) => expect(res.headers.get("allow")?.split(", ").sort()).toEqual(["GET", "POST"]),
+  },
+  {
+    name: "POST on one contact",
+    method: "POST",
+    path: "/public/v1/contacts/con_x",
+    body: "{}",
+    headers: { "content-type": "application/json" },
+    status: 405,
+    slug: "method-not-allowed",
+    extra: (res) => expect(res.headers.get("allow")?.split(", ").sort()).toEqual(["DELETE", "GET", "PATCH"]),
+  },
+  { name: "DELETE on users", method: "DELETE", path: "/public/v1/users", status: 405, slug: "method-not-allowed", extra: (res) => expect(res.headers.get("allow")).toBe("GET") },
+  { name: "body over 1 MiB", method: "POST", path: "/public/v1/contacts", body: JSON.stringify({ notes: "x".repeat(MIB) }), headers: { "content-type": "application/json" }, status: 413, slug: "body-too-large" },
+  { name: "form-encoded body", method: "POST", path: "/public/v1/contacts", body: "first_name=Ada", headers: { "content-type": "application/x-www-form-urlencoded" }, status: 415, slug: "unsupported-media-type" },
+  { name: "multipart body", method: "POST", path: "/public/v1/accounts", body: "--b\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nx\r\n--b--\r\n", headers: { "content-type": "multipart/form-data; boundary=b" }, status: 415, slug: "unsupported-media-type" },
+  { name: "text/plain body", method: "POST", path: "/public/v1/contacts", body: '{"first_name":"Ada"}', headers: { "content-type": "text/plain" }, status: 415, slug: "unsupported-media-type" },
+  { name: "body without content type", method: "POST", path: "/public/v1/contacts", body: '{"first_name":"Ada"}', headers: { "content-type": "" }, status: 415, slug: "unsupported-media-type" },
+  { name: "invalid field", method: "POST", path: "/public/v1/contacts", body: '{"email":"x"}', headers: { "content-type": "application/json" }, status: 422, slug: "validation" },
+  { name: "invalid PATCH field", method: "PATCH", path: "/public/v1/contacts/CONTACT", body: '{"first_name":7}', headers: { "content-type": "application/json" }, status: 422, slug: "validation" },
+  { name: "invalid list parameter", method: "GET", path: "/public/v1/contacts?per_page=0", status: 422, slug: "validation" },
+];
+
+describe("errors: every error is problem+json with status equal to the HTTP status", () => {
+  for (const c of CASES) {
+    test(`${c.status} ${c.name}`, async () => {
+      const before = contactCount(h);
+      const res = await h.app.handle(
+        new Request(`http://localhost${c.path.replace("CONTACT", contactId)}`, {
+          method: c.method,
+          headers: { authorization: `Bearer ${h.token}`, ...c.headers },
+          body: c.body,
+        }),
+      );
+      const text = await res.text();
+      const parsed = { status: res.status, headers: res.headers, body: JSON.parse(text) };
+      expectProblem(parsed, c.status, c.slug);
+      expect(res.headers.get("x-request-id")).toMatch(/^req_[0-9A-Z]{26}$/);
+      expect(text).not.toContain("    at "); // no stack trace
+      c.extra?.(res);
+      expect(contactCount(h)).toBe(before);
+    });
+  }
+
+  test("a body over 1 MiB is refused from Content-Length before it is read", async () => {
+    const res = await h.app.handle(
+      new Request("http://localhost/public/v1/contacts", {
+        method: "POST",
+        headers: { authorization: `Bearer ${h.token}`, "content-type": "application/json", "content-length": String(MIB + 1) },
+        body: "{}",
+      }),
+    );
+    expect(res.status).toBe(413);
+  });
+
+  test("a body of exactly 1 MiB is accepted", async () => {
+    const prefix = '{"notes":"';
+    const body = `${prefix}${"x".repeat(MIB - prefix.length - 2)}"}`;
+    expect(Buffer.byteLength(body)).toBe(MIB);
+    const res = await h.request("POST", "/public/v1/contacts", { body });
+    expect(res.status).toBe(201);
+    await h.request("DELETE", `/public/v1/contacts/${((await res.json()) as any).data.id}`);
+  });
+});
+
+describe("errors: through a real server", () => {
+  let server: RunningServer;
+  let dataDir: string;
+  let token: string;
+  beforeAll(async () => {
+    dataDir = mkdtempSync(join(tmpdir(), "crm-errors-"));
+    server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir }, createLogger("error", () => {}));
+    token = createApiToken(server.runtime.db, "errors").token;
+  });
+  afterAll(async () => {
+    await server.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  test("a chunked body over 1 MiB without Content-Length is 413", async () => {
+    const chunk = new TextEncoder().encode(`"${"y".repeat(64 * 1024)}",`);
+    let sent = 0;
+    const stream = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (sent === 0) controller.enqueue(new TextEncoder().encode('{"notes":['));
+        if (sent > 2 * MIB) {
+          controller.enqueue(new TextEncoder().encode('""]}'));
+          controller.close();
+          return;
+        }
+        controller.enqueue(chunk);
+        sent += chunk.byteLength;
+      },
+    });
+    const res = await fetch(`${server.url}/public/v1/contacts`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: stream,
+      // @ts-expect-error Bun and Node need duplex for a streamed request body
+      duplex: "half",
+    });
+    const body = await res.json();
+    expect(res.status).toBe(413);
+    expect(res.headers.get("content-type")).toBe("application/problem+json");
+    expect(body).toEqual({ type: "urn:crm:problem:body-too-large", title: "Content Too Large", status: 413, detail: "The request body exceeds the limit of 1048576 bytes (1 MiB)." });
+    const count = server.runtime.db.query<{ n: number }, []>("SELECT count(*) AS n FROM contacts").get()!.n;
+    expect(count).toBe(0);
+  });
+
+  test("a chunked body within 1 MiB is accepted", async () => {
+    const res = await fetch(`${server.url}/public/v1/contacts`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: new Blob(['{"first_name":', '"Chunked"}']).stream(),
+      // @ts-expect-error Bun and Node need duplex for a streamed request body
+      duplex: "half",
+    });
+    expect(res.status).toBe(201);
+    expect(((await res.json()) as any).data.first_name).toBe("Chunked");
+  });
+});
+
+describe("errors: unexpected exceptions", () => {
+  test("a failing database answers 500 without internals and logs the request id", async () => {
+    const { app, lines } = loggedApp(h);
+    h.rt.db.run("ALTER TABLE contacts RENAME TO contacts_moved");
+    try {
+      const res = await app.handle(new Request("http://localhost/public/v1/contacts", { headers: { authorization: `Bearer ${h.token}`, "x-request-id": "trace-500" } }));
+      const text = await res.text();
+      expect(res.status).toBe(500);
+      expect(res.headers.get("content-type")).toBe("application/problem+json");
+      expect(res.headers.get("x-request-id")).toBe("trace-500");
+      expect(JSON.parse(text)).toEqual({
+        type: "urn:crm:problem:internal",
+        title: "Internal Server Error",
+        status: 500,
+        detail: "An unexpected error occurred. Quote request id trace-500 when reporting it.",
+      });
+      expect(text).not.toMatch(/sqlite|contacts_moved|no such table|stack/i);
+      const error = lines.find((l) => l.level === "error");
+      expect(error).toMatchObject({ msg: "unhandled error", request_id: "trace-500", method: "GET", path: "/public/v1/contacts" });
+      expect(error!.error).toContain("no such table");
+      await Bun.sleep(5); // the request line is written after the response is handed back
+      expect(lines.find((l) => l.msg === "request")).toMatchObject({ request_id: "trace-500", status: 500 });
+    } finally {
+      h.rt.db.run("ALTER TABLE contacts_moved RENAME TO contacts");
+    }
+  });
+
+  test("an exception thrown by a handler answers 500 without its message", async () => {
+    const { app, lines } = loggedApp(h);
+    app.get("/public/v1/test-only-boom", () => {
+      throw new Error("secret internal detail");
+    });
+    // Added after the app is built, it still runs under the app-wide error handler.
+    const res = await app.handle(new Request("http://localhost/public/v1/test-only-boom"));
+    const body = (await res.json()) as any;
+    expect(res.status).toBe(500);
+    expect(body.type).toBe("urn:crm:problem:internal");
+    expect(body.status).toBe(500);
+    expect(JSON.stringify(body)).not.toContain("secret internal detail");
+    expect(lines.find((l) => l.level === "error")).toMatchObject({ request_id: res.headers.get("x-request-id"), error: "Error: secret internal detail" });
+  });
+});
