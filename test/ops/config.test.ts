@@ -1,0 +1,141 @@
+import { describe, expect, test } from "bun:test";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig } from "../../server/config.ts";
+import { ROOT, SOURCE, runCli, tempDir } from "./support.ts";
+
+function configFile(text: string): string {
+  const file = join(tempDir("config"), "crm.toml");
+  writeFileSync(file, text);
+  return file;
+}
+
+function configError(run: () => unknown): string {
+  try {
+    run();
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return (error as Error).message;
+  }
+  throw new Error("expected a ConfigError");
+}
+
+const FILE = `
+port = 4001
+log_level = "warn"
+metrics_token = "file-metrics-token-0001"
+trusted_proxies = ["10.0.0.1", "::1"]
+shutdown_timeout_ms = 2500
+retry_schedule = [1, 2]
+`;
+
+describe("configuration: sources and precedence", () => {
+  test("nothing given: every default", () => {
+    expect(loadConfig([], {})).toEqual(DEFAULT_CONFIG);
+  });
+
+  test("the file fills what flags and environment leave unset; environment beats file; flags beat both", () => {
+    const file = configFile(FILE);
+    const config = loadConfig(["--config", file, "--port", "4003", "--shutdown-timeout-ms=900"], {
+      PORT: "4002",
+      CRM_METRICS_TOKEN: "env-metrics-token-0002",
+      CRM_HOST: "0.0.0.0",
+    });
+    expect(config).toEqual({
+      ...DEFAULT_CONFIG,
+      host: "0.0.0.0",
+      port: 4003,
+      logLevel: "warn",
+      metricsToken: "env-metrics-token-0002",
+      trustedProxies: ["10.0.0.1", "::1"],
+      shutdownTimeoutMs: 900,
+      retrySchedule: [1, 2],
+    });
+  });
+
+  test("CRM_CONFIG names the file; --config wins over it", () => {
+    const fromEnv = configFile("port = 5001\n");
+    const fromFlag = configFile("port = 5002\n");
+    expect(loadConfig([], { CRM_CONFIG: fromEnv }).port).toBe(5001);
+    expect(loadConfig(["--config", fromFlag], { CRM_CONFIG: fromEnv }).port).toBe(5002);
+  });
+
+  test("the ops settings parse from their environment variables", () => {
+    const config = loadConfig([], { CRM_METRICS_TOKEN: "0123456789abcdef", CRM_SHUTDOWN_TIMEOUT_MS: "3000", CRM_TRUSTED_PROXIES: "127.0.0.1, ::ffff:10.1.2.3" });
+    expect([config.metricsToken, config.shutdownTimeoutMs, config.trustedProxies]).toEqual(["0123456789abcdef", 3000, ["127.0.0.1", "::ffff:10.1.2.3"]]);
+  });
+
+  test("deploy/crm.toml, the example file, names every setting and loads as it is", () => {
+    const example = join(ROOT, "deploy", "crm.toml");
+    const text = readFileSync(example, "utf8");
+    expect(SETTINGS.map(fileKey).filter((key) => !text.includes(`${key} =`))).toEqual([]);
+    expect(loadConfig(["--config", example], {})).toEqual({ ...DEFAULT_CONFIG, host: "127.0.0.1", port: 3000, dataDir: "/var/lib/crm" });
+  });
+});
+
+describe("configuration: invalid input names the setting", () => {
+  test("each kind of mistake gets one precise message", () => {
+    const unknownKey = configFile('prot = 3000\n');
+    const badFileValue = configFile('log_level = "loud"\n');
+    const notToml = configFile("port = = 1\n");
+    expect(configError(() => loadConfig(["--prot", "1"], {}))).toBe("unknown option --prot (see --help)");
+    expect(configError(() => loadConfig(["--config", unknownKey], {}))).toBe(`unknown setting prot in ${unknownKey}`);
+    expect(configError(() => loadConfig(["--config", badFileValue], {}))).toBe(`invalid log_level in ${badFileValue}: "loud" is not one of debug, info, warn, error`);
+    expect(configError(() => loadConfig(["--config", notToml], {}))).toStartWith(`config file ${notToml} is not valid TOML`);
+    expect(configError(() => loadConfig(["--config", "/nonexistent/crm.toml"], {}))).toBe("config file /nonexistent/crm.toml does not exist");
+    expect(configError(() => loadConfig(["--port", "70000"], {}))).toBe('invalid --port: "70000" is not a port number (0-65535)');
+    expect(configError(() => loadConfig([], { CRM_SHUTDOWN_TIMEOUT_MS: "0" }))).toBe('invalid CRM_SHUTDOWN_TIMEOUT_MS: "0" is not a positive whole number');
+    expect(configError(() => loadConfig(["--trusted-proxies", "10.0.0.1,proxy.local"], {}))).toBe('invalid --trusted-proxies: "10.0.0.1,proxy.local" is not a comma-separated list of IP addresses');
+    expect(configError(() => loadConfig(["--port"], {}))).toBe("--port needs a value");
+  });
+
+  test("a malformed metrics token is refused without being echoed", () => {
+    const message = configError(() => loadConfig([], { CRM_METRICS_TOKEN: "short secret" }));
+    expect(message).toBe("invalid CRM_METRICS_TOKEN: the value is not 16 to 200 printable characters without spaces");
+  });
+
+  test("serve stops before touching anything: exit 2, one line on stderr, nothing on stdout, no data directory", () => {
+    const cwd = tempDir("cli");
+    const cases: [string[], Record<string, string>, string][] = [
+      [["serve", "--port", "70000"], {}, 'crm: invalid --port: "70000" is not a port number (0-65535)\n'],
+      [["serve"], { CRM_LOG_LEVEL: "loud" }, 'crm: invalid CRM_LOG_LEVEL: "loud" is not one of debug, info, warn, error\n'],
+      [["serve", "--config", "missing.toml"], {}, "crm: config file missing.toml does not exist\n"],
+      [["serve", "--metrics-token", "x"], {}, "crm: invalid --metrics-token: the value is not 16 to 200 printable characters without spaces\n"],
+    ];
+    for (const [args, env, line] of cases) {
+      const result = runCli([...SOURCE, ...args], { cwd, env: { PATH: process.env.PATH ?? "", ...env } });
+      expect({ exitCode: result.exitCode, stdout: result.stdout, stderr: result.stderr }).toEqual({ exitCode: 2, stdout: "", stderr: line });
+    }
+    expect(existsSync(join(cwd, "data"))).toBe(false);
+  });
+
+  test("a port already in use is one line, not a stack trace", () => {
+    const busy = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("busy") });
+    try {
+      const result = runCli([...SOURCE, "serve", "--port", String(busy.port), "--data-dir", tempDir("busy")]);
+      expect(result.exitCode).toBe(2);
+      expect(result.stderr).toBe(`crm: cannot listen: Failed to start server. Is port ${busy.port} in use?\n`);
+    } finally {
+      busy.stop(true);
+    }
+  });
+});
+
+describe("configuration: documentation", () => {
+  test("--help lists every setting with its flag, environment variable and file key", () => {
+    const help = runCli([...SOURCE, "--help"]).stdout;
+    for (const setting of SETTINGS) {
+      const line = help.split("\n").find((l) => l.trimStart().startsWith(`${setting.flag} `));
+      expect(line).toBeDefined();
+      expect(line).toContain(setting.env);
+      expect(line).toContain(fileKey(setting));
+    }
+    expect(help).toContain("backup FILE");
+  });
+
+  test("the README's configuration table has a row for every setting", () => {
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const missing = SETTINGS.filter((s) => !readme.includes(`| \`${s.flag}\` | \`${s.env}\` | \`${fileKey(s)}\` |`)).map((s) => s.flag);
+    expect(missing).toEqual([]);
+  });
+});

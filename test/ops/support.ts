@@ -1,0 +1,116 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Subprocess } from "bun";
+
+export const ROOT = join(import.meta.dir, "..", "..");
+
+/** SOURCE runs the command line from source, as `bun server/main.ts`. */
+export const SOURCE = [process.execPath, join(ROOT, "server", "main.ts")];
+
+/** tempDir makes a fresh directory under the system's temporary folder. */
+export function tempDir(label: string): string {
+  return mkdtempSync(join(tmpdir(), `crm-ops-${label}-`));
+}
+
+/** runCli runs one command to completion and returns its exit code and output. */
+export function runCli(command: string[], options: { cwd?: string; env?: Record<string, string>; stdin?: string } = {}) {
+  const result = Bun.spawnSync(command, {
+    cwd: options.cwd ?? ROOT,
+    env: options.env ?? { PATH: process.env.PATH ?? "" },
+    stdin: options.stdin === undefined ? "ignore" : Buffer.from(options.stdin),
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  return { exitCode: result.exitCode, stdout: result.stdout.toString(), stderr: result.stderr.toString() };
+}
+
+export interface ServerProcess {
+  url: string;
+  proc: Subprocess<"ignore", "pipe", "pipe">;
+  /** output returns everything the process wrote so far, stdout then stderr interleaved as read */
+  output(): string;
+  /** logLines parses the JSON log lines written so far */
+  logLines(): Record<string, any>[];
+  /** signal sends a signal and waits for the exit code; the process is killed if it has not exited after `killAfterMs` */
+  stopWith(signal: "SIGTERM" | "SIGINT", killAfterMs?: number): Promise<{ exitCode: number | null; killed: boolean }>;
+}
+
+/**
+ * spawnServer starts `serve` in a child process and waits for its `listening on URL` line.
+ * A process that exits or stays silent for 15 s fails the test (a hang guard, not a timing check).
+ */
+export async function spawnServer(command: string[], options: { cwd?: string; env?: Record<string, string> } = {}): Promise<ServerProcess> {
+  const proc = Bun.spawn(command, {
+    cwd: options.cwd ?? ROOT,
+    env: options.env ?? { PATH: process.env.PATH ?? "" },
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  let text = "";
+  let resolveListening: (url: string) => void;
+  let rejectListening: (error: Error) => void;
+  const listening = new Promise<string>((resolve, reject) => {
+    resolveListening = resolve;
+    rejectListening = reject;
+  });
+  const pump = async (stream: ReadableStream<Uint8Array>) => {
+    const decoder = new TextDecoder();
+    for await (const chunk of stream) {
+      text += decoder.decode(chunk, { stream: true });
+      const url = /listening on (http:\/\/\S+)/.exec(text)?.[1];
+      if (url) resolveListening(url);
+    }
+  };
+  const pumped = Promise.all([pump(proc.stdout), pump(proc.stderr)]);
+  void proc.exited.then(async (code) => {
+    await pumped;
+    rejectListening(new Error(`server exited with ${code} before listening:\n${text}`));
+  });
+  const guard = setTimeout(() => {
+    proc.kill("SIGKILL");
+    rejectListening(new Error(`server did not start listening within 15 s:\n${text}`));
+  }, 15_000);
+  const url = await listening.finally(() => clearTimeout(guard));
+  return {
+    url,
+    proc,
+    output: () => text,
+    logLines: () =>
+      text
+        .split("\n")
+        .filter((line) => line.startsWith("{"))
+        .map((line) => JSON.parse(line)),
+    async stopWith(signal, killAfterMs = 5000) {
+      proc.kill(signal);
+      let killed = false;
+      const timer = setTimeout(() => {
+        killed = true;
+        proc.kill("SIGKILL");
+      }, killAfterMs);
+      const exitCode = await proc.exited;
+      clearTimeout(timer);
+      await pumped;
+      return { exitCode, killed };
+    },
+  };
+}
+
+/** createToken runs `token create` against a data directory and returns the printed token. */
+export function createToken(command: string[], dataDir: string, options: { cwd?: string } = {}): string {
+  const result = runCli([...command, "token", "create", "--name", "ops-test", "--data-dir", dataDir], options);
+  if (result.exitCode !== 0) throw new Error(`token create failed: ${result.stderr}`);
+  return result.stdout.trim();
+}
+
+/** api sends one JSON request with a bearer token and returns status and parsed body. */
+export async function api(url: string, token: string, method: string, path: string, body?: unknown) {
+  const res = await fetch(`${url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : null };
+}
