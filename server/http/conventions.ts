@@ -120,6 +120,18 @@ export interface ConventionOptions {
 export function httpConventions({ log, routes, metrics }: ConventionOptions) {
   const allowedMethods = (path: string): string[] =>
     [...new Set(routes().filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path)).map((r) => r.method))];
+  // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
+  const finished = (request: Request, status: number, route: string) => {
+    const info = requestInfo.get(request);
+    if (info) metrics?.observeRequest(request.method, route, status, (performance.now() - info.started) / 1000);
+    log.info("request", {
+      request_id: info?.id,
+      method: request.method,
+      path: pathOf(request),
+      status,
+      duration_ms: info ? Math.round((performance.now() - info.started) * 100) / 100 : undefined,
+    });
+  };
 
   return new Elysia({ name: "http-conventions" })
     .onRequest(({ request, set }) => {
@@ -128,10 +140,12 @@ export function httpConventions({ log, routes, metrics }: ConventionOptions) {
       requestInfo.set(request, { id, started: performance.now() });
       set.headers["x-request-id"] = id;
       if (pathOf(request).startsWith(PUBLIC_PREFIX) && (request.headers.has("origin") || request.headers.has("sec-fetch-site"))) {
-        return problemResponse(
+        const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),
           { "x-request-id": id },
         );
+        finished(request, 403, "");
+        return refusal;
       }
     })
     // The console (under /console) posts HTML forms; it validates its own form bodies.
@@ -171,15 +185,7 @@ export function httpConventions({ log, routes, metrics }: ConventionOptions) {
       return problemResponse(body, headers);
     })
     .onAfterResponse({ as: "global" }, ({ request, set, response, route }) => {
-      const info = requestInfo.get(request);
       const status = response instanceof Response ? response.status : typeof set.status === "number" ? set.status : 200;
-      if (info) metrics?.observeRequest(request.method, route ?? "", status, (performance.now() - info.started) / 1000);
-      log.info("request", {
-        request_id: info?.id,
-        method: request.method,
-        path: pathOf(request),
-        status,
-        duration_ms: info ? Math.round((performance.now() - info.started) * 100) / 100 : undefined,
-      });
+      finished(request, status, route ?? "");
     });
 }

@@ -1,0 +1,120 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { authenticateBearer, createApiToken, findToken, listTokens, revokeApiToken } from "../../server/auth/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { ISO, call, expectProblem, loggedApp } from "./support.ts";
+
+let h: Harness;
+beforeEach(() => {
+  h = createHarness();
+});
+afterEach(() => h.close());
+
+const auth = (token: string) => ({ authorization: `Bearer ${token}` });
+
+describe("auth: happy paths", () => {
+  test("a created token authenticates and records last_used_at", async () => {
+    const { token, info } = createApiToken(h.rt.db, "importer");
+    expect(token).toMatch(/^crm_[A-Za-z0-9]{40}$/);
+    expect(info).toEqual({ id: expect.stringMatching(/^tok_[0-9A-Z]{26}$/), name: "importer", prefix: token.slice(0, 12), created_at: expect.stringMatching(ISO), last_used_at: null, revoked_at: null });
+    const before = Date.now();
+    const res = await h.json("GET", "/public/v1/contacts", { headers: auth(token) });
+    expect(res.status).toBe(200);
+    const used = findToken(h.rt.db, info.id)!;
+    expect(used.last_used_at).toMatch(ISO);
+    expect(Date.parse(used.last_used_at!)).toBeGreaterThanOrEqual(before);
+    expect(findToken(h.rt.db, createApiToken(h.rt.db, "unused").info.id)!.last_used_at).toBeNull();
+  });
+
+  test("the scheme name is case-insensitive", async () => {
+    for (const header of [`bearer ${h.token}`, `BEARER ${h.token}`, `Bearer   ${h.token}  `]) {
+      expect((await h.json("GET", "/public/v1/users", { headers: { authorization: header } })).status).toBe(200);
+    }
+  });
+
+  test("token list shows metadata, never the token", () => {
+    const { token } = createApiToken(h.rt.db, "listed");
+    const listed = listTokens(h.rt.db);
+    expect(listed.map((t) => t.name)).toEqual(["listed", "test"]);
+    expect(JSON.stringify(listed)).not.toContain(token);
+    expect(JSON.stringify(listed)).not.toContain(h.token);
+  });
+});
+
+describe("auth: errors", () => {
+  const unauthorized = (detail: string) => ({ type: "urn:crm:problem:unauthorized", title: "Unauthorized", status: 401, detail });
+
+  test("missing, malformed, unknown and revoked tokens are 401 with WWW-Authenticate: Bearer", async () => {
+    const { token, info } = createApiToken(h.rt.db, "to-revoke");
+    expect((await h.json("GET", "/public/v1/contacts", { headers: auth(token) })).status).toBe(200);
+    expect(revokeApiToken(h.rt.db, info.id)).toBe(true);
+    expect(revokeApiToken(h.rt.db, info.id)).toBe(false);
+    expect(findToken(h.rt.db, info.id)!.revoked_at).toMatch(ISO);
+    const cases: [Record<string, string>, string][] = [
+      [{ authorization: "" }, "Send an API token in the Authorization header: Authorization: Bearer <token>."],
+      [{ authorization: "Basic abc" }, "The Authorization header must use the Bearer scheme: Authorization: Bearer <token>."],
+      [{ authorization: "Bearer" }, "The Authorization header must use the Bearer scheme: Authorization: Bearer <token>."],
+      [{ authorization: `Bearer ${h.token} extra` }, "The Authorization header must use the Bearer scheme: Authorization: Bearer <token>."],
+      [auth(token), "The API token is unknown or revoked."],
+      [auth(`${h.token.slice(0, 12)}${"A".repeat(40)}`), "The API token is unknown or revoked."],
+      [auth(h.token.slice(0, -1)), "The API token is unknown or revoked."],
+      [auth(h.token.toUpperCase()), "The API token is unknown or revoked."],
+      [auth("not-a-crm-token"), "The API token is unknown or revoked."],
+      [auth(`crm_${"x".repeat(500)}`), "The API token is unknown or revoked."],
+    ];
+    for (const [headers, detail] of cases) {
+      const res = await h.json("GET", "/public/v1/contacts", { headers });
+      expect({ headers, body: res.body }).toEqual({ headers, body: unauthorized(detail) });
+      expectProblem(res, 401);
+      expect(res.headers.get("www-authenticate")).toBe('Bearer realm="crm"');
+    }
+    // the other token keeps working
+    expect((await h.json("GET", "/public/v1/contacts")).status).toBe(200);
+  });
+});
+
+describe("auth: security", () => {
+  test("tokens are stored only as SHA-256 hashes: the database files never hold the token", async () => {
+    const { token } = createApiToken(h.rt.db, "secret-check");
+    await h.json("POST", "/public/v1/contacts", { body: { first_name: "x" }, headers: { ...auth(token), "idempotency-key": "k" } });
+    const row = h.rt.db.query<{ token_hash: Uint8Array; prefix: string }, [string]>("SELECT token_hash, prefix FROM api_tokens WHERE name = ?").get("secret-check")!;
+    expect(Buffer.from(row.token_hash).toString("hex")).toBe(new Bun.CryptoHasher("sha256").update(token).digest("hex"));
+    expect(row.prefix).toBe(token.slice(0, 12));
+    h.rt.db.run("PRAGMA wal_checkpoint(PASSIVE)");
+    const secretPart = token.slice(12);
+    for (const file of readdirSync(h.dataDir)) {
+      const bytes = readFileSync(join(h.dataDir, file));
+      expect({ file, found: bytes.includes(secretPart) }).toEqual({ file, found: false });
+    }
+  });
+
+  test("tokens never appear in log lines, valid or not", async () => {
+    const { app, raw } = loggedApp(h);
+    const wrong = `crm_${"Z".repeat(40)}`;
+    await call(app, "GET", "/public/v1/contacts", { headers: auth(h.token) });
+    await call(app, "POST", "/public/v1/contacts", { headers: auth(h.token), body: { first_name: "Log" } });
+    await call(app, "GET", `/public/v1/contacts?token=${h.token}`, { headers: auth(h.token) });
+    await call(app, "GET", "/public/v1/contacts", { headers: auth(wrong) });
+    await call(app, "GET", "/nope", { headers: auth(h.token) });
+    await call(app, "GET", "/public/v1/contacts", { headers: { ...auth(h.token), origin: "https://x.example" } });
+    h.rt.db.run("ALTER TABLE contacts RENAME TO contacts_moved");
+    try {
+      await call(app, "GET", "/public/v1/contacts", { headers: auth(h.token) });
+    } finally {
+      h.rt.db.run("ALTER TABLE contacts_moved RENAME TO contacts");
+    }
+    await Bun.sleep(5);
+    expect(raw.length).toBeGreaterThanOrEqual(7);
+    const text = raw.join("\n");
+    expect(text).not.toContain(h.token.slice(4));
+    expect(text).not.toContain(wrong.slice(4));
+    expect(text.toLowerCase()).not.toContain("authorization");
+  });
+
+  test("authenticateBearer refuses empty and prefix-only tokens", () => {
+    expect(authenticateBearer(h.rt.db, "")).toBeNull();
+    expect(authenticateBearer(h.rt.db, "crm_")).toBeNull();
+    expect(authenticateBearer(h.rt.db, h.token)).toEqual({ id: expect.stringMatching(/^tok_/), name: "test" });
+  });
+});

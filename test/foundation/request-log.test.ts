@@ -1,0 +1,78 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { call, loggedApp } from "./support.ts";
+
+let h: Harness;
+beforeEach(() => {
+  h = createHarness();
+});
+afterEach(() => h.close());
+
+const auth = () => ({ authorization: `Bearer ${h.token}` });
+// Log lines are written after the response is handed back.
+const settle = () => Bun.sleep(5);
+
+describe("request log: happy paths", () => {
+  test("one JSON line per request with method, path, status, duration and request id", async () => {
+    const { app, lines } = loggedApp(h);
+    const created = await call(app, "POST", "/public/v1/contacts?x=1", { headers: auth(), body: { first_name: "Ada" } });
+    const listed = await call(app, "GET", "/public/v1/contacts?per_page=5", { headers: auth() });
+    await settle();
+    const requests = lines.filter((l) => l.msg === "request");
+    expect(requests).toEqual([
+      { time: expect.any(String), level: "info", msg: "request", request_id: created.headers.get("x-request-id"), method: "POST", path: "/public/v1/contacts", status: 201, duration_ms: expect.any(Number) },
+      { time: expect.any(String), level: "info", msg: "request", request_id: listed.headers.get("x-request-id"), method: "GET", path: "/public/v1/contacts", status: 200, duration_ms: expect.any(Number) },
+    ]);
+    for (const line of requests) expect(line.duration_ms).toBeGreaterThanOrEqual(0);
+  });
+
+  test("error responses are logged with their status, including the browser refusal", async () => {
+    const { app, lines } = loggedApp(h);
+    const cases: [string, string, Record<string, string>, number][] = [
+      ["GET", "/public/v1/contacts", {}, 401],
+      ["GET", "/nope", auth(), 404],
+      ["PUT", "/public/v1/contacts", auth(), 405],
+      ["GET", "/public/v1/contacts?per_page=0", auth(), 422],
+      ["GET", "/public/v1/contacts", { ...auth(), origin: "https://app.example" }, 403],
+      ["OPTIONS", "/public/v1/contacts", { origin: "https://app.example", "access-control-request-method": "POST" }, 403],
+    ];
+    const ids: string[] = [];
+    for (const [method, path, headers, status] of cases) {
+      const res = await call(app, method, path, { headers });
+      expect(res.status).toBe(status);
+      ids.push(res.headers.get("x-request-id")!);
+    }
+    await settle();
+    // lines written after the response can land after later requests' lines: order by request id
+    const requests = lines.filter((l) => l.msg === "request").sort((a, b) => (a.request_id < b.request_id ? -1 : 1));
+    expect(requests.map((l) => [l.method, l.path, l.status, l.request_id])).toEqual(cases.map(([method, path, , status], i) => [method, path.split("?")[0], status, ids[i]]));
+  });
+});
+
+describe("request log: x-request-id", () => {
+  test("a safe incoming id is echoed and logged", async () => {
+    const { app, lines } = loggedApp(h);
+    for (const id of ["abc-123", "trace.id:42_x", "A".repeat(100)]) {
+      const res = await call(app, "GET", "/public/v1/users", { headers: { ...auth(), "x-request-id": id } });
+      expect(res.headers.get("x-request-id")).toBe(id);
+    }
+    await settle();
+    expect(lines.filter((l) => l.msg === "request").map((l) => l.request_id)).toEqual(["abc-123", "trace.id:42_x", "A".repeat(100)]);
+  });
+
+  test("an unsafe or oversized incoming id is replaced by a new one", async () => {
+    const { app, lines } = loggedApp(h);
+    for (const id of ["has space", "a\"b", "<script>", "A".repeat(101), "a\tb", ""]) {
+      const res = await call(app, "GET", "/public/v1/users", { headers: { ...auth(), "x-request-id": id } });
+      expect(res.headers.get("x-request-id")).toMatch(/^req_[0-9A-Z]{26}$/);
+    }
+    await settle();
+    for (const line of lines.filter((l) => l.msg === "request")) expect(line.request_id).toMatch(/^req_[0-9A-Z]{26}$/);
+  });
+
+  test("every response carries a distinct id", async () => {
+    const ids = new Set<string>();
+    for (let i = 0; i < 5; i++) ids.add((await h.request("GET", "/public/v1/contacts")).headers.get("x-request-id")!);
+    expect(ids.size).toBe(5);
+  });
+});
