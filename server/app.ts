@@ -14,6 +14,8 @@ import type { Runtime } from "./runtime.ts";
 import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
 import { VERSION } from "./version.ts";
+import { webhookRoutes } from "./webhooks/routes.ts";
+import { DeliveryLoop } from "./webhooks/worker.ts";
 
 export interface AppOptions {
   db: Database;
@@ -24,7 +26,8 @@ export interface AppOptions {
 /** createRuntime migrates the database and builds the services' shared dependencies. */
 export function createRuntime({ db, config, log }: AppOptions): Runtime {
   migrate(db);
-  return { db, config, log, writes: new WriteQueue(db), idempotency: new IdempotencyGuard(db), metrics: new Metrics() };
+  const writes = new WriteQueue(db);
+  return { db, config, log, writes, idempotency: new IdempotencyGuard(db), metrics: new Metrics(), deliveries: new DeliveryLoop({ db, writes, config, log }) };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */
@@ -46,7 +49,8 @@ export function createApp(rt: Runtime) {
     )
     .use(contactRoutes(rt))
     .use(accountRoutes(rt))
-    .use(userRoutes(rt));
+    .use(userRoutes(rt))
+    .use(webhookRoutes(rt));
   app = built as unknown as Elysia;
   return built;
 }

@@ -5,6 +5,7 @@ import { databasePath, openDatabase } from "./db/database.ts";
 import type { Runtime } from "./runtime.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
 import { listTokens } from "./auth/service.ts";
+import { startRetentionJob } from "./webhooks/retention.ts";
 
 export interface RunningServer {
   url: string;
@@ -39,6 +40,8 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   if (listTokens(db).length === 0) {
     log.info("no API token exists yet; create the first one with: crm token create --name my-integration (from source: bun server/main.ts token create --name my-integration)", { data_dir: config.dataDir });
   }
+  runtime.deliveries.start();
+  const stopRetention = startRetentionJob(runtime);
   let stopping: Promise<void> | undefined;
   return {
     url,
@@ -52,6 +55,8 @@ export async function startServer(config: Config, log: Logger = createLogger(con
           log.warn("shutdown deadline reached; closing the connections of unfinished requests", { deadline_ms: config.shutdownTimeoutMs });
           await server.stop(true);
         }
+        // Requests are done, so no new deliveries appear; attempts in flight get what time is left.
+        await Promise.all([runtime.deliveries.stop(remaining()), stopRetention()]);
         runtime.writes.flush();
         db.close();
         log.info("stopped", { duration_ms: Math.round(performance.now() - started) });

@@ -1,6 +1,7 @@
 import type { Database } from "bun:sqlite";
 // Imported as text so `bun build --compile` embeds them: the binary needs no files beside it.
 import foundation from "../../migrations/0001_foundation.sql" with { type: "text" };
+import webhooks from "../../migrations/0002_webhooks.sql" with { type: "text" };
 import consoleTables from "../../migrations/0003_console.sql" with { type: "text" };
 
 export interface Migration {
@@ -12,6 +13,7 @@ export interface Migration {
 /** MIGRATIONS lists every file of migrations/ in order; a test checks that none is missing. */
 export const MIGRATIONS: Migration[] = [
   { version: 1, name: "0001_foundation.sql", sql: foundation },
+  { version: 2, name: "0002_webhooks.sql", sql: webhooks },
   { version: 3, name: "0003_console.sql", sql: consoleTables },
 ];
 

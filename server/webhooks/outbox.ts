@@ -1,14 +1,33 @@
 import type { Database } from "bun:sqlite";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
-import { insertEvent } from "./store.ts";
+import type { EventType } from "./model.ts";
+import { findActiveSubscriptionsForEvent, insertDelivery, insertEvent } from "./store.ts";
 
-export type EventType = "contact.created" | "contact.updated" | "contact.deleted" | "webhook.ping";
-
-/** recordEvent writes an event to the outbox; call it inside the transaction of the change it describes. */
-export function recordEvent(db: Database, type: EventType, data: unknown, now = Date.now()): string {
+function insertEventRow(db: Database, type: EventType, data: unknown, now: number): string {
   const id = newId("evt", now);
-  const payload = JSON.stringify({ type, timestamp: toTimestamp(now), data });
-  insertEvent(db, { id, type, payload, created_at: now });
+  insertEvent(db, { id, type, payload: JSON.stringify({ type, timestamp: toTimestamp(now), data }), created_at: now });
   return id;
+}
+
+function insertDueDelivery(db: Database, eventId: string, type: EventType, subscription: { id: string; target_url: string }, now: number): string {
+  const id = newId("dlv", now);
+  insertDelivery(db, { id, event_id: eventId, event_type: type, subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: now, created_at: now });
+  return id;
+}
+
+/**
+ * recordEvent writes an event and one delivery per active subscription that wants it; call it
+ * inside the transaction of the change it describes, so the change and its deliveries commit together.
+ */
+export function recordEvent(db: Database, type: EventType, data: unknown, now = Date.now()): string {
+  const eventId = insertEventRow(db, type, data, now);
+  for (const subscription of findActiveSubscriptionsForEvent(db, type)) insertDueDelivery(db, eventId, type, subscription, now);
+  return eventId;
+}
+
+/** recordPing writes a webhook.ping event with one delivery to the given subscription only. */
+export function recordPing(db: Database, subscription: { id: string; target_url: string }, now = Date.now()): { event_id: string; delivery_id: string } {
+  const eventId = insertEventRow(db, "webhook.ping", { subscription_id: subscription.id }, now);
+  return { event_id: eventId, delivery_id: insertDueDelivery(db, eventId, "webhook.ping", subscription, now) };
 }

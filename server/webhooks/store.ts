@@ -1,4 +1,6 @@
 import type { Database } from "bun:sqlite";
+import { keysetOrder } from "../db/keyset.ts";
+import type { CursorPosition } from "../http/list-query.ts";
 
 export type EventRow = {
   id: string;
@@ -7,7 +9,297 @@ export type EventRow = {
   created_at: number;
 }
 
+export type SubscriptionRow = {
+  id: string;
+  target_url: string;
+  description: string | null;
+  events: string;
+  secret: string;
+  status: "active" | "disabled";
+  disabled_at: number | null;
+  disabled_reason: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export type DeliveryRow = {
+  id: string;
+  event_id: string;
+  event_type: string;
+  subscription_id: string;
+  target_url: string;
+  status: "pending" | "succeeded" | "failed";
+  attempts: number;
+  next_attempt_at: number | null;
+  locked_until: number | null;
+  last_response_status: number | null;
+  last_error: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export type AttemptRow = {
+  delivery_id: string;
+  attempt: number;
+  triggered_by: "scheduled" | "manual";
+  started_at: number;
+  duration_ms: number;
+  request_headers: string;
+  response_status: number | null;
+  response_headers: string;
+  response_body: string | null;
+  error: string | null;
+}
+
+/** DueDelivery is what an attempt needs: the delivery, its body and where and how to sign it. */
+export interface DueDelivery {
+  id: string;
+  subscription_id: string;
+  event_type: string;
+  target_url: string;
+  /** null when the subscription was deleted */
+  secret: string | null;
+  payload: string;
+  subscription_status: "active" | "disabled" | null;
+  locked_until: number | null;
+  created_at: number;
+}
+
+export interface DeliveryFilters {
+  subscriptionId?: string;
+  eventType?: string;
+  eventId?: string;
+  status?: string;
+  createdAfter?: number;
+}
+
+export interface Page {
+  cursor: CursorPosition | null;
+  limit: number;
+  offset: number;
+}
+
+const placeholders = (n: number) => Array(n).fill("?").join(", ");
+
 /** insertEvent stores one outbox event. */
 export function insertEvent(db: Database, row: EventRow): void {
   db.query("INSERT INTO events (id, type, payload, created_at) VALUES ($id, $type, $payload, $created_at)").run(row);
+}
+
+/** insertSubscription stores a subscription and indexes the event kinds it wants. */
+export function insertSubscription(db: Database, row: SubscriptionRow, eventTypes: readonly string[]): void {
+  db.query(
+    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, status, disabled_at, disabled_reason, created_at, updated_at)
+     VALUES ($id, $target_url, $description, $events, $secret, $status, $disabled_at, $disabled_reason, $created_at, $updated_at)`,
+  ).run(row);
+  const insert = db.query("INSERT INTO webhook_subscription_events (event_type, subscription_id) VALUES (?, ?)");
+  for (const type of eventTypes) insert.run(type, row.id);
+}
+
+/** findSubscriptionById returns one subscription row or null. */
+export function findSubscriptionById(db: Database, id: string): SubscriptionRow | null {
+  return db.query<SubscriptionRow, [string]>("SELECT * FROM webhook_subscriptions WHERE id = ?").get(id);
+}
+
+function subscriptionFilter(eventType: string | undefined): { where: string; params: string[] } {
+  return eventType === undefined
+    ? { where: "", params: [] }
+    : { where: "s.id IN (SELECT subscription_id FROM webhook_subscription_events WHERE event_type = ?)", params: [eventType] };
+}
+
+/** countSubscriptions counts subscriptions, optionally only those wanting an event kind. */
+export function countSubscriptions(db: Database, eventType: string | undefined): number {
+  const filter = subscriptionFilter(eventType);
+  return db.query<{ n: number }, string[]>(`SELECT count(*) AS n FROM webhook_subscriptions s ${filter.where ? `WHERE ${filter.where}` : ""}`).get(...filter.params)!.n;
+}
+
+/** listSubscriptions returns one page of subscriptions, newest first. */
+export function listSubscriptions(db: Database, eventType: string | undefined, page: Page): SubscriptionRow[] {
+  const filter = subscriptionFilter(eventType);
+  const order = keysetOrder("s.created_at", "s.id", "desc", page.cursor);
+  const where = [filter.where, order.after].filter(Boolean);
+  return db
+    .query<SubscriptionRow, (string | number)[]>(`SELECT s.* FROM webhook_subscriptions s ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`)
+    .all(...filter.params, ...order.params, page.limit, page.offset);
+}
+
+/** deleteSubscription removes a subscription and tells whether it existed; its deliveries stay as history. */
+export function deleteSubscription(db: Database, id: string): boolean {
+  return db.query("DELETE FROM webhook_subscriptions WHERE id = ?").run(id).changes > 0;
+}
+
+/** disableSubscription marks a subscription disabled, saying when and why. */
+export function disableSubscription(db: Database, id: string, reason: string, now: number): void {
+  db.query("UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND status = 'active'").run(now, reason, now, id);
+}
+
+/** failPendingDeliveries ends every pending delivery of a subscription with the given reason. */
+export function failPendingDeliveries(db: Database, subscriptionId: string, reason: string, now: number): number {
+  return db
+    .query("UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ? WHERE subscription_id = ? AND status = 'pending'")
+    .run(reason, now, subscriptionId).changes;
+}
+
+/** findActiveSubscriptionsForEvent returns the active subscriptions that want an event kind. */
+export function findActiveSubscriptionsForEvent(db: Database, eventType: string): { id: string; target_url: string }[] {
+  return db
+    .query<{ id: string; target_url: string }, [string]>(
+      `SELECT s.id, s.target_url FROM webhook_subscription_events e JOIN webhook_subscriptions s ON s.id = e.subscription_id
+       WHERE e.event_type = ? AND s.status = 'active'`,
+    )
+    .all(eventType);
+}
+
+/** insertDelivery stores a pending delivery due at next_attempt_at. */
+export function insertDelivery(db: Database, row: Pick<DeliveryRow, "id" | "event_id" | "event_type" | "subscription_id" | "target_url" | "next_attempt_at" | "created_at">): void {
+  db.query(
+    `INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, next_attempt_at, created_at, updated_at)
+     VALUES ($id, $event_id, $event_type, $subscription_id, $target_url, $next_attempt_at, $created_at, $created_at)`,
+  ).run(row);
+}
+
+/** findDeliveryById returns one delivery row or null. */
+export function findDeliveryById(db: Database, id: string): DeliveryRow | null {
+  return db.query<DeliveryRow, [string]>("SELECT * FROM webhook_deliveries WHERE id = ?").get(id);
+}
+
+/** findEventPayload returns the JSON body of an event. */
+export function findEventPayload(db: Database, eventId: string): string | null {
+  return db.query<{ payload: string }, [string]>("SELECT payload FROM events WHERE id = ?").get(eventId)?.payload ?? null;
+}
+
+/** findAttemptsByDelivery returns every attempt of a delivery, oldest first. */
+export function findAttemptsByDelivery(db: Database, deliveryId: string): AttemptRow[] {
+  return db.query<AttemptRow, [string]>("SELECT * FROM webhook_delivery_attempts WHERE delivery_id = ? ORDER BY attempt").all(deliveryId);
+}
+
+function deliveryFilter(filters: DeliveryFilters): { where: string[]; params: (string | number)[] } {
+  const where: string[] = [];
+  const params: (string | number)[] = [];
+  const add = (clause: string, value: string | number | undefined) => {
+    if (value === undefined) return;
+    where.push(clause);
+    params.push(value);
+  };
+  add("d.subscription_id = ?", filters.subscriptionId);
+  add("d.event_type = ?", filters.eventType);
+  add("d.event_id = ?", filters.eventId);
+  add("d.status = ?", filters.status);
+  add("d.created_at > ?", filters.createdAfter);
+  return { where, params };
+}
+
+/** countDeliveries counts the deliveries matching the filters. */
+export function countDeliveries(db: Database, filters: DeliveryFilters): number {
+  const { where, params } = deliveryFilter(filters);
+  return db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM webhook_deliveries d ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`).get(...params)!.n;
+}
+
+/** listDeliveries returns one page of deliveries, newest first. */
+export function listDeliveries(db: Database, filters: DeliveryFilters, page: Page): DeliveryRow[] {
+  const { where, params } = deliveryFilter(filters);
+  const order = keysetOrder("d.created_at", "d.id", "desc", page.cursor);
+  if (order.after) where.push(order.after);
+  return db
+    .query<DeliveryRow, (string | number)[]>(`SELECT d.* FROM webhook_deliveries d ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`)
+    .all(...params, ...order.params, page.limit, page.offset);
+}
+
+const DUE_COLUMNS = `d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.status AS subscription_status, e.payload
+  FROM webhook_deliveries d LEFT JOIN webhook_subscriptions s ON s.id = d.subscription_id JOIN events e ON e.id = d.event_id`;
+
+/**
+ * findDueDeliveries returns pending deliveries whose attempt is due and not leased, oldest due
+ * first, skipping the given subscriptions (those already at their concurrency limit).
+ */
+export function findDueDeliveries(db: Database, now: number, limit: number, skipSubscriptions: string[]): DueDelivery[] {
+  const skip = skipSubscriptions.length ? `AND d.subscription_id NOT IN (${placeholders(skipSubscriptions.length)})` : "";
+  return db
+    .query<DueDelivery, (string | number)[]>(
+      `SELECT ${DUE_COLUMNS}
+       WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?) AND s.status = 'active' ${skip}
+       ORDER BY d.next_attempt_at, d.id LIMIT ?`,
+    )
+    .all(now, now, ...skipSubscriptions, limit);
+}
+
+/** findDeliveryToSend returns a delivery with what an attempt needs, whatever its status, or null. */
+export function findDeliveryToSend(db: Database, id: string): DueDelivery | null {
+  return db.query<DueDelivery, [string]>(`SELECT ${DUE_COLUMNS} WHERE d.id = ?`).get(id);
+}
+
+/** leaseDeliveries marks deliveries as being attempted until the lease expires. */
+export function leaseDeliveries(db: Database, ids: string[], until: number): void {
+  if (ids.length === 0) return;
+  db.query(`UPDATE webhook_deliveries SET locked_until = ? WHERE id IN (${placeholders(ids.length)})`).run(until, ...ids);
+}
+
+/** releaseLeases frees deliveries whose attempt was abandoned, so they are due again at once. */
+export function releaseLeases(db: Database, ids: string[]): void {
+  if (ids.length === 0) return;
+  db.query(`UPDATE webhook_deliveries SET locked_until = NULL WHERE id IN (${placeholders(ids.length)})`).run(...ids);
+}
+
+/** insertAttempt records one attempt. */
+export function insertAttempt(db: Database, row: AttemptRow): void {
+  db.query(
+    `INSERT INTO webhook_delivery_attempts (delivery_id, attempt, triggered_by, started_at, duration_ms, request_headers, response_status, response_headers, response_body, error)
+     VALUES ($delivery_id, $attempt, $triggered_by, $started_at, $duration_ms, $request_headers, $response_status, $response_headers, $response_body, $error)`,
+  ).run(row);
+}
+
+/** updateDeliveryAfterAttempt stores the outcome of an attempt and frees the lease. */
+export function updateDeliveryAfterAttempt(
+  db: Database,
+  row: Pick<DeliveryRow, "id" | "status" | "attempts" | "next_attempt_at" | "last_response_status" | "last_error" | "updated_at">,
+): void {
+  db.query(
+    `UPDATE webhook_deliveries SET status = $status, attempts = $attempts, next_attempt_at = $next_attempt_at, locked_until = NULL,
+       last_response_status = $last_response_status, last_error = $last_error, updated_at = $updated_at WHERE id = $id`,
+  ).run(row);
+}
+
+/** findNextWakeTime returns the earliest future moment a pending delivery becomes due or a lease expires. */
+export function findNextWakeTime(db: Database, now: number): number | null {
+  const due = db.query<{ t: number | null }, [number]>("SELECT min(next_attempt_at) AS t FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at > ?").get(now)!.t;
+  const lease = db.query<{ t: number | null }, [number]>("SELECT min(locked_until) AS t FROM webhook_deliveries WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending'").get(now)!.t;
+  if (due === null) return lease;
+  return lease === null ? due : Math.min(due, lease);
+}
+
+/** countPendingDeliveries returns how many deliveries are pending and when the oldest was created. */
+export function countPendingDeliveries(db: Database): { pending: number; oldest_created_at: number | null } {
+  return db.query<{ pending: number; oldest_created_at: number | null }, []>(
+    "SELECT count(*) AS pending, min(created_at) AS oldest_created_at FROM webhook_deliveries WHERE status = 'pending'",
+  ).get()!;
+}
+
+/** countDeliveriesBySubscription counts deliveries created since a time per subscription and status. */
+export function countDeliveriesBySubscription(db: Database, since: number): { subscription_id: string; status: DeliveryRow["status"]; n: number }[] {
+  return db
+    .query<{ subscription_id: string; status: DeliveryRow["status"]; n: number }, [number]>(
+      "SELECT subscription_id, status, count(*) AS n FROM webhook_deliveries WHERE created_at >= ? GROUP BY subscription_id, status",
+    )
+    .all(since);
+}
+
+/** deleteFinishedDeliveriesBefore prunes up to `limit` finished deliveries (and their attempts) created before the cutoff. */
+export function deleteFinishedDeliveriesBefore(db: Database, cutoff: number, limit: number): number {
+  return db
+    .query(
+      `DELETE FROM webhook_deliveries WHERE id IN (
+         SELECT id FROM webhook_deliveries WHERE created_at < ? AND status != 'pending' ORDER BY created_at LIMIT ?)`,
+    )
+    .run(cutoff, limit).changes;
+}
+
+/** deleteUnreferencedEventsBefore prunes up to `limit` events created before the cutoff that no delivery refers to. */
+export function deleteUnreferencedEventsBefore(db: Database, cutoff: number, limit: number): number {
+  return db
+    .query(
+      `DELETE FROM events WHERE id IN (
+         SELECT e.id FROM events e WHERE e.created_at < ?
+           AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id) ORDER BY e.created_at LIMIT ?)`,
+    )
+    .run(cutoff, limit).changes;
 }

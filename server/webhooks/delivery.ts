@@ -1,0 +1,129 @@
+import { createHmac } from "node:crypto";
+import { VERSION } from "../version.ts";
+import { assertPublicHost, TargetRefused } from "./targets.ts";
+
+/** RESPONSE_BODY_LIMIT is how much of a receiver's answer is kept (4 KiB). */
+export const RESPONSE_BODY_LIMIT = 4096;
+
+/** RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. */
+export const RESPONSE_HEADERS_KEPT = ["content-type", "content-length", "retry-after", "location", "date", "server", "x-request-id"];
+
+const USER_AGENT = `crm-webhooks/${VERSION}`;
+/** SECRET_PREFIX starts every signing secret (Standard Webhooks). */
+export const SECRET_PREFIX = "whsec_";
+
+export interface AttemptRequest {
+  deliveryId: string;
+  targetUrl: string;
+  secret: string;
+  payload: string;
+  timeoutMs: number;
+  allowPrivateTargets: boolean;
+  /** aborts the attempt when the server gives up waiting for it on shutdown */
+  signal: AbortSignal;
+}
+
+/** AttemptResult is everything recorded about one attempt. */
+export interface AttemptResult {
+  started_at: number;
+  duration_ms: number;
+  request_headers: Record<string, string>;
+  response_status: number | null;
+  response_headers: Record<string, string>;
+  response_body: string | null;
+  error: string | null;
+  /** delay the receiver asked for with Retry-After, in milliseconds */
+  retry_after_ms: number | null;
+}
+
+/** signPayload returns the Standard Webhooks signature `v1,<base64 HMAC-SHA256 of id.timestamp.body>`. */
+export function signPayload(secret: string, id: string, timestamp: number, body: string): string {
+  const key = Buffer.from(secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret, "base64");
+  return `v1,${createHmac("sha256", key).update(`${id}.${timestamp}.`).update(body).digest("base64")}`;
+}
+
+/** parseRetryAfter reads Retry-After (seconds or an HTTP date) as a delay in milliseconds, or null. */
+export function parseRetryAfter(value: string | null, now: number): number | null {
+  if (value === null) return null;
+  const text = value.trim();
+  if (/^\d+$/.test(text)) return Number(text) * 1000;
+  const date = Date.parse(text);
+  return Number.isNaN(date) ? null : Math.max(0, date - now);
+}
+
+async function readPrefix(response: Response): Promise<string> {
+  const declared = Number(response.headers.get("content-length"));
+  if (!response.body) return "";
+  if (declared > 0 && declared <= RESPONSE_BODY_LIMIT) return new TextDecoder().decode(await response.arrayBuffer());
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  while (size < RESPONSE_BODY_LIMIT) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    size += value.byteLength;
+  }
+  if (size >= RESPONSE_BODY_LIMIT) void reader.cancel().catch(() => {});
+  return new TextDecoder().decode(Buffer.concat(chunks).subarray(0, RESPONSE_BODY_LIMIT));
+}
+
+function describeError(error: unknown, timedOut: boolean, timeoutMs: number): string {
+  if (timedOut) return `timed out after ${timeoutMs} ms without a complete response`;
+  if (error instanceof TargetRefused) return `refused: ${error.message}`;
+  const { code, message } = error as { code?: string; message?: string };
+  return `connection failed: ${message ?? String(error)}${code && !message?.includes(code) ? ` (${code})` : ""}`;
+}
+
+/**
+ * sendAttempt makes one signed POST of a delivery: it re-checks the target's addresses (DNS may
+ * have changed since the subscription was created), follows no redirects, stops at the timeout,
+ * and keeps the first 4 KiB of the answer. It never throws: failures come back in words.
+ */
+export async function sendAttempt(request: AttemptRequest): Promise<AttemptResult> {
+  const startedAt = Date.now();
+  const started = performance.now();
+  const timestamp = Math.floor(startedAt / 1000);
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    "user-agent": USER_AGENT,
+    "webhook-id": request.deliveryId,
+    "webhook-timestamp": String(timestamp),
+    "webhook-signature": signPayload(request.secret, request.deliveryId, timestamp, request.payload),
+  };
+  const timeout = AbortSignal.timeout(request.timeoutMs);
+  const result: AttemptResult = {
+    started_at: startedAt,
+    duration_ms: 0,
+    request_headers: headers,
+    response_status: null,
+    response_headers: {},
+    response_body: null,
+    error: null,
+    retry_after_ms: null,
+  };
+  try {
+    if (!request.allowPrivateTargets) await assertPublicHost(new URL(request.targetUrl).hostname);
+    const response = await fetch(request.targetUrl, {
+      method: "POST",
+      headers,
+      body: request.payload,
+      redirect: "manual",
+      signal: AbortSignal.any([timeout, request.signal]),
+    });
+    result.response_status = response.status;
+    for (const name of RESPONSE_HEADERS_KEPT) {
+      const value = response.headers.get(name);
+      if (value !== null) result.response_headers[name] = value;
+    }
+    result.retry_after_ms = parseRetryAfter(response.headers.get("retry-after"), Date.now());
+    if (response.status >= 300 && response.status < 400) {
+      result.error = `redirect${response.headers.has("location") ? ` to ${response.headers.get("location")}` : ""} not followed; point the subscription at the final URL`;
+    }
+    result.response_body = await readPrefix(response);
+  } catch (error) {
+    result.error = describeError(error, timeout.aborted, request.timeoutMs);
+  }
+  result.duration_ms = Math.round((performance.now() - started) * 100) / 100;
+  return result;
+}

@@ -1,0 +1,93 @@
+import { Elysia, t } from "elysia";
+import { bearerAuth } from "../auth/routes.ts";
+import { idempotentPost } from "../http/idempotent.ts";
+import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { problemResponses } from "../http/problem.ts";
+import type { Runtime } from "../runtime.ts";
+import {
+  DeliveryDetailEnvelope,
+  DeliveryEnvelope,
+  DeliveryListEnvelope,
+  DeliveryListQuery,
+  SubscriptionEnvelope,
+  SubscriptionInput,
+  SubscriptionListEnvelope,
+  SubscriptionListQuery,
+  TestEventEnvelope,
+} from "./model.ts";
+import { createSubscription, deleteSubscription, getDelivery, getSubscription, listDeliveriesPage, listSubscriptionsPage, retryDelivery, sendTestEvent } from "./service.ts";
+
+const SubscriptionId = t.Object({ id: t.String({ maxLength: 64, description: "Subscription id (sub_...)" }) });
+const DeliveryId = t.Object({ id: t.String({ maxLength: 64, description: "Delivery id (dlv_...), the webhook-id header receivers saw" }) });
+const subscriptionTags = ["Webhook subscriptions"];
+const deliveryTags = ["Webhook deliveries"];
+
+/** webhookRoutes serves /public/v1/webhook-subscriptions and /public/v1/webhook-deliveries. */
+export function webhookRoutes(rt: Runtime) {
+  return new Elysia({ name: "webhooks", prefix: "/public/v1" })
+    .use(bearerAuth(rt.db))
+    .post("/webhook-subscriptions", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createSubscription(rt, ctx.body, scope)), {
+      body: SubscriptionInput,
+      headers: IdempotencyKeyHeader,
+      response: { 201: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+      detail: {
+        summary: "Create a webhook subscription",
+        description:
+          "Creates a subscription and its signing secret (whsec_..., shown in full only in this response). Events are POSTed as JSON {type, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused.",
+        tags: subscriptionTags,
+        ...secured,
+      },
+    })
+    .get("/webhook-subscriptions", ({ query }) => listSubscriptionsPage(rt.db, query), {
+      query: SubscriptionListQuery,
+      response: { 200: SubscriptionListEnvelope, ...problemResponses(401, 403, 422) },
+      detail: { summary: "List webhook subscriptions", description: "Newest first; secrets masked. Filter by event kind with `event`.", tags: subscriptionTags, ...secured },
+    })
+    .get("/webhook-subscriptions/:id", ({ params }) => ({ data: getSubscription(rt.db, params.id) }), {
+      params: SubscriptionId,
+      response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404) },
+      detail: { summary: "Get a webhook subscription", description: "The secret is masked.", tags: subscriptionTags, ...secured },
+    })
+    .delete("/webhook-subscriptions/:id", async ({ params, set }) => {
+      await deleteSubscription(rt, params.id);
+      set.status = 204;
+    }, {
+      params: SubscriptionId,
+      response: { 204: t.Void(), ...problemResponses(401, 403, 404) },
+      detail: { summary: "Delete a webhook subscription", description: "Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays readable.", tags: subscriptionTags, ...secured },
+    })
+    .post("/webhook-subscriptions/:id/test", (ctx) =>
+      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 202, body: { data: await sendTestEvent(rt, ctx.params.id, scope) } })), {
+      params: SubscriptionId,
+      headers: IdempotencyKeyHeader,
+      response: { 202: TestEventEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
+      detail: {
+        summary: "Send a test event",
+        description: "Sends a webhook.ping event ({subscription_id}) to this subscription only, at once. Follow it with GET /webhook-deliveries/{delivery_id}.",
+        tags: subscriptionTags,
+        ...secured,
+      },
+    })
+    .get("/webhook-deliveries", ({ query }) => listDeliveriesPage(rt.db, query), {
+      query: DeliveryListQuery,
+      response: { 200: DeliveryListEnvelope, ...problemResponses(401, 403, 422) },
+      detail: { summary: "List webhook deliveries", description: "Newest first. One delivery per event and subscription; its id is the webhook-id header your receiver saw.", tags: deliveryTags, ...secured },
+    })
+    .get("/webhook-deliveries/:id", ({ params }) => ({ data: getDelivery(rt.db, params.id) }), {
+      params: DeliveryId,
+      response: { 200: DeliveryDetailEnvelope, ...problemResponses(401, 403, 404) },
+      detail: { summary: "Get a webhook delivery with its attempts", description: "Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and first 4 KiB of the body, or the error in words.", tags: deliveryTags, ...secured },
+    })
+    .post("/webhook-deliveries/:id/retry", (ctx) =>
+      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await retryDelivery(rt, ctx.params.id, scope) } })), {
+      params: DeliveryId,
+      headers: IdempotencyKeyHeader,
+      response: { 200: DeliveryEnvelope, ...problemResponses(401, 403, 404, 409, 422, 503) },
+      detail: {
+        summary: "Retry a webhook delivery now",
+        description: "Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted or disabled or an attempt is under way.",
+        tags: deliveryTags,
+        ...secured,
+      },
+    });
+}

@@ -1,0 +1,223 @@
+import type { Database } from "bun:sqlite";
+import { randomBytes } from "node:crypto";
+import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
+import { notFound, ProblemError, validationProblem } from "../http/problem.ts";
+import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import type { Runtime } from "../runtime.ts";
+import { newId } from "../shared/ids.ts";
+import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
+import { DELIVERY_FILTERS, SUBSCRIPTION_FILTERS, type Attempt, type Delivery, type DeliveryDetail, type Subscription, type SubscriptionInput, type SubscriptionWithSecret } from "./model.ts";
+import { SECRET_PREFIX } from "./delivery.ts";
+import { recordPing } from "./outbox.ts";
+import {
+  countDeliveries,
+  countDeliveriesBySubscription,
+  countPendingDeliveries,
+  countSubscriptions,
+  deleteSubscription as deleteSubscriptionRow,
+  failPendingDeliveries,
+  findAttemptsByDelivery,
+  findDeliveryById,
+  findEventPayload,
+  findSubscriptionById,
+  insertSubscription,
+  listDeliveries,
+  listSubscriptions,
+  type AttemptRow,
+  type DeliveryRow,
+  type SubscriptionRow,
+} from "./store.ts";
+import { assertPublicHost, checkTargetUrl, TargetRefused } from "./targets.ts";
+import type { DeliveryOutcome } from "./worker.ts";
+
+/** maskSecret shows only the prefix and first characters of a signing secret. */
+export function maskSecret(secret: string): string {
+  return `${secret.slice(0, SECRET_PREFIX.length + 4)}…`;
+}
+
+/** toSubscription renders a subscription row; the secret is masked unless `revealSecret`. */
+export function toSubscription(row: SubscriptionRow, revealSecret = false): Subscription {
+  return {
+    id: row.id,
+    target_url: row.target_url,
+    description: row.description,
+    events: JSON.parse(row.events) as string[],
+    status: row.status,
+    disabled_at: toOptionalTimestamp(row.disabled_at),
+    disabled_reason: row.disabled_reason,
+    secret: revealSecret ? row.secret : maskSecret(row.secret),
+    created_at: toTimestamp(row.created_at),
+    updated_at: toTimestamp(row.updated_at),
+  };
+}
+
+/** toDelivery renders a delivery row for the API. */
+export function toDelivery(row: DeliveryRow): Delivery {
+  return {
+    id: row.id,
+    event_id: row.event_id,
+    event_type: row.event_type,
+    subscription_id: row.subscription_id,
+    target_url: row.target_url,
+    status: row.status,
+    attempts: row.attempts,
+    last_response_status: row.last_response_status,
+    last_error: row.last_error,
+    next_attempt_at: row.status === "pending" ? toOptionalTimestamp(row.next_attempt_at) : null,
+    created_at: toTimestamp(row.created_at),
+    updated_at: toTimestamp(row.updated_at),
+  };
+}
+
+function toAttempt(row: AttemptRow): Attempt {
+  return {
+    attempt: row.attempt,
+    trigger: row.triggered_by,
+    started_at: toTimestamp(row.started_at),
+    duration_ms: row.duration_ms,
+    request_headers: JSON.parse(row.request_headers) as Record<string, string>,
+    response_status: row.response_status,
+    response_headers: JSON.parse(row.response_headers) as Record<string, string>,
+    response_body: row.response_body,
+    error: row.error,
+  };
+}
+
+/** refuseNonPublicTarget throws 422 when the target's host resolves to a non-public address. */
+async function refuseNonPublicTarget(rt: Runtime, targetUrl: string): Promise<void> {
+  if (rt.config.allowPrivateTargets) return;
+  try {
+    await assertPublicHost(new URL(targetUrl).hostname);
+  } catch (error) {
+    if (error instanceof TargetRefused) throw validationProblem([{ pointer: "/target_url", detail: error.message }], "The target URL is not allowed.");
+    throw error;
+  }
+}
+
+/**
+ * createSubscription validates the target (URL rules, then the address check unless private
+ * targets are allowed) and stores the subscription with a new secret and the idempotent
+ * response in one commit. The secret appears in full only in this response.
+ */
+export async function createSubscription(rt: Runtime, input: SubscriptionInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+  const urlError = checkTargetUrl(input.target_url);
+  if (urlError) throw validationProblem([{ pointer: "/target_url", detail: urlError }]);
+  await refuseNonPublicTarget(rt, input.target_url);
+  const secret = `${SECRET_PREFIX}${randomBytes(32).toString("base64")}`;
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    const row: SubscriptionRow = {
+      id: newId("sub", now),
+      target_url: input.target_url,
+      description: input.description ?? null,
+      events: JSON.stringify(input.events),
+      secret,
+      status: "active",
+      disabled_at: null,
+      disabled_reason: null,
+      created_at: now,
+      updated_at: now,
+    };
+    insertSubscription(rt.db, row, input.events);
+    const body = { data: toSubscription(row, true) };
+    saveIdempotentResponse(rt.db, idempotency, 201, body, now);
+    return { status: 201, body };
+  });
+}
+
+/** listSubscriptionsPage answers GET /webhook-subscriptions: newest first, filter `event`. */
+export function listSubscriptionsPage(db: Database, query: Record<string, unknown>): { data: Subscription[]; meta: ListMeta } {
+  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS });
+  const eventType = query.event as string | undefined;
+  const rows = listSubscriptions(db, eventType, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  const meta = listMeta(list, countSubscriptions(db, eventType), rows, (row: SubscriptionRow) => row.created_at, query, SUBSCRIPTION_FILTERS);
+  return { data: rows.map((row) => toSubscription(row)), meta };
+}
+
+/** getSubscription returns one subscription with its secret masked, or throws 404. */
+export function getSubscription(db: Database, id: string): Subscription {
+  const row = findSubscriptionById(db, id);
+  if (!row) throw notFound("webhook subscription", id);
+  return toSubscription(row);
+}
+
+/** deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is sent to it. */
+export function deleteSubscription(rt: Runtime, id: string): Promise<void> {
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    if (!deleteSubscriptionRow(rt.db, id)) throw notFound("webhook subscription", id);
+    failPendingDeliveries(rt.db, id, "not sent: the subscription was deleted", now);
+  });
+}
+
+/** sendTestEvent writes a webhook.ping event with one delivery to this subscription only; the loop sends it at once. */
+export function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null = null): Promise<{ delivery_id: string; event_id: string }> {
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    const row = findSubscriptionById(rt.db, subscriptionId);
+    if (!row) throw notFound("webhook subscription", subscriptionId);
+    if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${subscriptionId} is disabled (${row.disabled_reason}); create a new one for the receiver.`);
+    const sent = recordPing(rt.db, row, now);
+    saveIdempotentResponse(rt.db, idempotency, 202, { data: sent }, now);
+    return sent;
+  });
+}
+
+/** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, status, created_after. */
+export function listDeliveriesPage(db: Database, query: Record<string, unknown>): { data: Delivery[]; meta: ListMeta } {
+  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS });
+  const filters = {
+    subscriptionId: query.subscription_id as string | undefined,
+    eventType: query.event as string | undefined,
+    eventId: query.event_id as string | undefined,
+    status: query.status as string | undefined,
+    createdAfter: parseTimestampFilter("created_after", query.created_after),
+  };
+  const rows = listDeliveries(db, filters, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  const meta = listMeta(list, countDeliveries(db, filters), rows, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
+  return { data: rows.map(toDelivery), meta };
+}
+
+/** getDelivery returns a delivery with the body it sends and every attempt, or throws 404. */
+export function getDelivery(db: Database, id: string): DeliveryDetail {
+  const row = findDeliveryById(db, id);
+  if (!row) throw notFound("webhook delivery", id);
+  return {
+    ...toDelivery(row),
+    payload: JSON.parse(findEventPayload(db, row.event_id) ?? "null") as unknown,
+    attempt_history: findAttemptsByDelivery(db, id).map(toAttempt),
+  };
+}
+
+/** retryDelivery makes a manual attempt now and returns the delivery as it stands afterwards. */
+export async function retryDelivery(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Delivery> {
+  await rt.deliveries.attemptNow(id, (db) => saveIdempotentResponse(db, idempotency, 200, { data: toDelivery(findDeliveryById(db, id)!) }));
+  return toDelivery(findDeliveryById(rt.db, id)!);
+}
+
+/** subscriptionDeliveryCounts counts deliveries created since `sinceMs` per subscription and outcome. */
+export function subscriptionDeliveryCounts(db: Database, sinceMs: number): Map<string, { succeeded: number; failed: number; pending: number }> {
+  const counts = new Map<string, { succeeded: number; failed: number; pending: number }>();
+  for (const row of countDeliveriesBySubscription(db, sinceMs)) {
+    const entry = counts.get(row.subscription_id) ?? { succeeded: 0, failed: 0, pending: 0 };
+    entry[row.status] = row.n;
+    counts.set(row.subscription_id, entry);
+  }
+  return counts;
+}
+
+/** deliveryQueueStats reports the pending deliveries and the age of the oldest, for metrics and readiness. */
+export function deliveryQueueStats(db: Database, now = Date.now()): { pending: number; oldest_pending_age_ms: number | null } {
+  const { pending, oldest_created_at } = countPendingDeliveries(db);
+  return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at };
+}
+
+/** deliveryLoopStatus tells whether the delivery loop is running and how many attempts are under way. */
+export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number } {
+  return { running: rt.deliveries.running, in_flight: rt.deliveries.inFlightCount };
+}
+
+/** onDeliveryOutcome registers a listener told about every finished attempt (status, response, duration, event age). */
+export function onDeliveryOutcome(rt: Runtime, listener: (outcome: DeliveryOutcome) => void): void {
+  rt.deliveries.onOutcome(listener);
+}

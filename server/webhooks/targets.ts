@@ -1,0 +1,134 @@
+import { lookup } from "node:dns/promises";
+import { isIPv4, isIPv6 } from "node:net";
+
+const MAX_URL_LENGTH = 2048;
+
+/** checkTargetUrl returns why a string cannot be a webhook target URL, or null when it can. */
+export function checkTargetUrl(raw: string): string | null {
+  if (raw.length > MAX_URL_LENGTH) return `must be at most ${MAX_URL_LENGTH} characters`;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return "must be an absolute http or https URL";
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") return "must use http or https";
+  if (url.username !== "" || url.password !== "") return "must not contain credentials (user:password@); authenticate requests by their signature";
+  if (url.hostname === "") return "must name a host";
+  return null;
+}
+
+type Range = [base: bigint, prefixBits: number, label: string];
+
+// Everything a webhook must not reach unless private targets are allowed. Order matters only
+// for the label: the first matching range names the refusal.
+const IPV4_RANGES: [string, number, string][] = [
+  ["0.0.0.0", 8, "unspecified"],
+  ["127.0.0.0", 8, "loopback"],
+  ["10.0.0.0", 8, "private"],
+  ["172.16.0.0", 12, "private"],
+  ["192.168.0.0", 16, "private"],
+  ["100.64.0.0", 10, "shared (carrier-grade NAT, cloud metadata)"],
+  ["169.254.0.0", 16, "link-local (cloud metadata)"],
+  ["192.0.0.0", 24, "reserved"],
+  ["192.0.2.0", 24, "documentation"],
+  ["192.88.99.0", 24, "reserved"],
+  ["198.18.0.0", 15, "reserved"],
+  ["198.51.100.0", 24, "documentation"],
+  ["203.0.113.0", 24, "documentation"],
+  ["224.0.0.0", 4, "multicast"],
+  ["240.0.0.0", 4, "reserved"],
+];
+
+const IPV6_RANGES: [string, number, string][] = [
+  ["::", 128, "unspecified"],
+  ["::1", 128, "loopback"],
+  ["::ffff:0:0", 96, "IPv4-mapped IPv6"],
+  ["::", 8, "reserved"],
+  ["64:ff9b:1::", 48, "private (NAT64 local use)"],
+  ["100::", 64, "reserved (discard)"],
+  ["2001::", 32, "reserved (Teredo)"],
+  ["2001:db8::", 32, "documentation"],
+  ["fc00::", 7, "private (unique local)"],
+  ["fe80::", 10, "link-local"],
+  ["fec0::", 10, "private (site-local)"],
+  ["ff00::", 8, "multicast"],
+];
+
+function ipv4Value(address: string): bigint {
+  return address.split(".").reduce((acc, part) => (acc << 8n) | BigInt(Number(part)), 0n);
+}
+
+function ipv6Value(address: string): bigint {
+  let text = address;
+  const v4 = /(\d+\.\d+\.\d+\.\d+)$/.exec(text);
+  if (v4) {
+    const n = ipv4Value(v4[1]!);
+    text = `${text.slice(0, v4.index)}${(n >> 16n).toString(16)}:${(n & 0xffffn).toString(16)}`;
+  }
+  const [head, tail] = text.includes("::") ? text.split("::") : [text, undefined];
+  const left = head ? head.split(":") : [];
+  const right = tail ? tail.split(":") : [];
+  const groups = tail === undefined ? left : [...left, ...Array(8 - left.length - right.length).fill("0"), ...right];
+  return groups.reduce((acc, group) => (acc << 16n) | BigInt(parseInt(group, 16)), 0n);
+}
+
+const compile = (ranges: [string, number, string][], value: (a: string) => bigint, bits: number): Range[] =>
+  ranges.map(([base, prefix, label]) => [value(base) >> BigInt(bits - prefix), prefix, label]);
+const V4 = compile(IPV4_RANGES, ipv4Value, 32);
+const V6 = compile(IPV6_RANGES, ipv6Value, 128);
+
+function match(ranges: Range[], value: bigint, bits: number): string | null {
+  for (const [base, prefix, label] of ranges) {
+    if (value >> BigInt(bits - prefix) === base) return label;
+  }
+  return null;
+}
+
+/**
+ * nonPublicAddressKind names the kind of a loopback, private, link-local, metadata, reserved or
+ * IPv4-mapped address, or returns null for a public one. IPv6 forms that embed an IPv4 address
+ * (NAT64, 6to4) are judged by that address.
+ */
+export function nonPublicAddressKind(address: string): string | null {
+  const bare = address.replace(/^\[|\]$/g, "").replace(/%.*$/, "");
+  if (isIPv4(bare)) return match(V4, ipv4Value(bare), 32);
+  if (!isIPv6(bare)) return "not an IP address";
+  const value = ipv6Value(bare);
+  const kind = match(V6, value, 128);
+  if (kind) return kind;
+  if (value >> 32n === ipv6Value("64:ff9b::") >> 32n) return match(V4, value & 0xffffffffn, 32);
+  if (value >> 112n === 0x2002n) return match(V4, (value >> 80n) & 0xffffffffn, 32);
+  return null;
+}
+
+/** TargetRefused says why a target host may not be contacted. */
+export class TargetRefused extends Error {}
+
+/**
+ * assertPublicHost resolves a URL's host (all addresses) and throws TargetRefused if it does not
+ * resolve or any address is not public: a name with one private address could be steered there.
+ */
+export async function assertPublicHost(hostname: string): Promise<void> {
+  const host = hostname.replace(/^\[|\]$/g, "");
+  let addresses: string[];
+  if (isIPv4(host) || isIPv6(host)) {
+    addresses = [host];
+  } else {
+    try {
+      addresses = (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
+    } catch (error) {
+      throw new TargetRefused(`host ${host} could not be resolved (${(error as { code?: string }).code ?? (error as Error).message})`);
+    }
+  }
+  for (const address of addresses) {
+    const kind = nonPublicAddressKind(address);
+    if (kind) {
+      throw new TargetRefused(
+        address === host
+          ? `address ${address} is ${kind}; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)`
+          : `host ${host} resolves to ${address}, which is ${kind}; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)`,
+      );
+    }
+  }
+}

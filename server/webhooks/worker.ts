@@ -1,0 +1,325 @@
+import type { Database } from "bun:sqlite";
+import type { Config } from "../config.ts";
+import type { WriteQueue } from "../db/write-queue.ts";
+import { notFound, ProblemError } from "../http/problem.ts";
+import type { Logger } from "../shared/log.ts";
+import { sendAttempt, type AttemptResult } from "./delivery.ts";
+import {
+  disableSubscription,
+  failPendingDeliveries,
+  findDeliveryById,
+  findDeliveryToSend,
+  findDueDeliveries,
+  findNextWakeTime,
+  findSubscriptionById,
+  insertAttempt,
+  leaseDeliveries,
+  releaseLeases,
+  updateDeliveryAfterAttempt,
+  type DeliveryRow,
+  type DueDelivery,
+} from "./store.ts";
+
+/** MAX_IN_FLIGHT bounds the attempts running at once over all subscriptions. */
+export const MAX_IN_FLIGHT = 128;
+/** MAX_PER_SUBSCRIPTION bounds one receiver's share, so a slow one cannot hold up the others. */
+export const MAX_PER_SUBSCRIPTION = 32;
+/** LEASE_MARGIN_MS is how long past the request timeout a claimed delivery stays leased. */
+const LEASE_MARGIN_MS = 2000;
+/** RETRY_AFTER_CAP_MS caps how far a receiver's Retry-After can push the next attempt (1 hour). */
+export const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
+/** MAX_TIMER_MS keeps the wake-up timer inside setTimeout's range; the loop re-arms it. */
+const MAX_TIMER_MS = 60 * 60 * 1000;
+/** DRAIN_DEADLINE_MS is how long stop() waits for attempts in flight before abandoning them. */
+export const DRAIN_DEADLINE_MS = 10_000;
+
+export type Trigger = "scheduled" | "manual";
+
+/** DeliveryOutcome describes a finished attempt, for metrics. */
+export interface DeliveryOutcome {
+  delivery_id: string;
+  subscription_id: string;
+  event_type: string;
+  trigger: Trigger;
+  /** the delivery's status after the attempt */
+  status: DeliveryRow["status"];
+  response_status: number | null;
+  duration_ms: number;
+  /** from the event's creation to the end of this attempt */
+  event_age_ms: number;
+}
+
+export interface LoopDependencies {
+  db: Database;
+  writes: WriteQueue;
+  config: Config;
+  log: Logger;
+}
+
+interface InFlight {
+  subscriptionId: string;
+  controller: AbortController;
+  done: Promise<void>;
+}
+
+/**
+ * nextRetryDelay returns the wait before the next scheduled attempt after `attemptsMade` attempts
+ * (the schedule with ±20% jitter, never sooner than the receiver's Retry-After up to a cap), or
+ * null when the schedule is exhausted.
+ */
+export function nextRetryDelay(schedule: number[], attemptsMade: number, retryAfterMs: number | null, random = Math.random()): number | null {
+  const seconds = schedule[attemptsMade - 1];
+  if (seconds === undefined) return null;
+  const scheduled = Math.round(seconds * 1000 * (0.8 + 0.4 * random));
+  return retryAfterMs === null ? scheduled : Math.max(scheduled, Math.min(retryAfterMs, RETRY_AFTER_CAP_MS));
+}
+
+const succeeded = (result: AttemptResult) => result.response_status !== null && result.response_status >= 200 && result.response_status < 300;
+
+/**
+ * recordAttempt stores an attempt and the delivery's next state: 2xx succeeds; 410 disables the
+ * subscription and fails its pending deliveries; otherwise a pending delivery is rescheduled
+ * until the schedule runs out. A manual attempt on a finished delivery decides its status alone.
+ */
+export function recordAttempt(db: Database, schedule: number[], due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): DeliveryRow | null {
+  const current = findDeliveryById(db, due.id);
+  if (!current) return null;
+  const attempt = current.attempts + 1;
+  insertAttempt(db, {
+    delivery_id: due.id,
+    attempt,
+    triggered_by: trigger,
+    started_at: result.started_at,
+    duration_ms: result.duration_ms,
+    request_headers: JSON.stringify(result.request_headers),
+    response_status: result.response_status,
+    response_headers: JSON.stringify(result.response_headers),
+    response_body: result.response_body,
+    error: result.error,
+  });
+  let status: DeliveryRow["status"] = "failed";
+  let next: number | null = null;
+  const subscription = findSubscriptionById(db, due.subscription_id);
+  if (succeeded(result)) {
+    status = "succeeded";
+  } else if (result.response_status === 410) {
+    if (subscription?.status === "active") {
+      disableSubscription(db, subscription.id, `the receiver answered 410 Gone to delivery ${due.id}`, now);
+      failPendingDeliveries(db, subscription.id, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
+    }
+  } else if (current.status === "pending" && subscription?.status === "active") {
+    const delay = nextRetryDelay(schedule, attempt, result.retry_after_ms);
+    if (delay !== null) {
+      status = "pending";
+      next = now + delay;
+    }
+  }
+  const row = { ...current, status, attempts: attempt, next_attempt_at: next, locked_until: null, last_response_status: result.response_status, last_error: result.error, updated_at: now };
+  updateDeliveryAfterAttempt(db, row);
+  return row;
+}
+
+/**
+ * DeliveryLoop sends pending deliveries from inside the server process. It is woken by every
+ * commit (new deliveries go out at once) and by a timer set only for the next scheduled retry or
+ * lease expiry. It claims due deliveries in batches under a lease, runs at most MAX_IN_FLIGHT
+ * attempts (MAX_PER_SUBSCRIPTION per subscription), and records each outcome through the
+ * group-commit queue.
+ */
+export class DeliveryLoop {
+  private state: "idle" | "running" | "stopping" | "stopped" = "idle";
+  private readonly inFlight = new Map<string, InFlight>();
+  private readonly perSubscription = new Map<string, number>();
+  private readonly abandoned = new Set<string>();
+  private readonly listeners: ((outcome: DeliveryOutcome) => void)[] = [];
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private wakeQueued = false;
+  private registered = false;
+
+  constructor(private readonly deps: LoopDependencies) {}
+
+  /** running tells whether the loop is claiming deliveries. */
+  get running(): boolean {
+    return this.state === "running";
+  }
+
+  /** inFlightCount is the number of attempts under way. */
+  get inFlightCount(): number {
+    return this.inFlight.size;
+  }
+
+  /** start begins sending: at once for everything due, then on every commit and timer. */
+  start(): void {
+    if (this.state === "running") return;
+    this.state = "running";
+    if (!this.registered) {
+      this.registered = true;
+      this.deps.writes.onCommit(() => this.wake());
+    }
+    this.wake();
+  }
+
+  /** onOutcome registers a listener told about every finished attempt. */
+  onOutcome(listener: (outcome: DeliveryOutcome) => void): void {
+    this.listeners.push(listener);
+  }
+
+  /** wake asks for a claim round soon; calls within one tick share it. */
+  wake(): void {
+    if (this.state !== "running" || this.wakeQueued) return;
+    this.wakeQueued = true;
+    queueMicrotask(() => {
+      this.wakeQueued = false;
+      if (this.state !== "running") return;
+      try {
+        this.claimRound();
+      } catch (error) {
+        this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
+        this.armTimer(Date.now() + 1000);
+      }
+    });
+  }
+
+  /** claimRound leases as many due deliveries as there are free slots and starts their attempts. */
+  private claimRound(): void {
+    const { db } = this.deps;
+    const now = Date.now();
+    const free = MAX_IN_FLIGHT - this.inFlight.size;
+    const claimed = free <= 0 ? [] : db.transaction(() => this.pickDue(now, free)).immediate();
+    for (const due of claimed) this.dispatch(due, "scheduled");
+    this.armTimer(findNextWakeTime(db, now));
+  }
+
+  /**
+   * pickDue selects up to `free` due deliveries, at most MAX_PER_SUBSCRIPTION in flight per
+   * subscription, and leases them. Saturated subscriptions are excluded from the query, so a
+   * backlog for one receiver never hides deliveries for the others.
+   */
+  private pickDue(now: number, free: number): DueDelivery[] {
+    const picked: DueDelivery[] = [];
+    const counts = new Map(this.perSubscription);
+    const limit = free + MAX_PER_SUBSCRIPTION;
+    const leaseUntil = now + this.deps.config.deliveryTimeoutMs + LEASE_MARGIN_MS;
+    // Each pass either fills the free slots or saturates another subscription, so it ends.
+    while (picked.length < free) {
+      const saturated = [...counts].filter(([, n]) => n >= MAX_PER_SUBSCRIPTION).map(([id]) => id);
+      const rows = findDueDeliveries(this.deps.db, now, limit, saturated);
+      const pass: DueDelivery[] = [];
+      for (const row of rows) {
+        const n = counts.get(row.subscription_id) ?? 0;
+        if (n >= MAX_PER_SUBSCRIPTION || picked.length + pass.length >= free) continue;
+        counts.set(row.subscription_id, n + 1);
+        pass.push(row);
+      }
+      leaseDeliveries(this.deps.db, pass.map((p) => p.id), leaseUntil);
+      picked.push(...pass);
+      if (rows.length < limit) break;
+    }
+    return picked;
+  }
+
+  private armTimer(at: number | null): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    if (at === null || this.state !== "running") return;
+    this.timer = setTimeout(() => this.wake(), Math.min(Math.max(at - Date.now(), 0), MAX_TIMER_MS));
+    this.timer.unref?.();
+  }
+
+  /** dispatch runs one attempt of a leased delivery and records its outcome. */
+  private dispatch(due: DueDelivery, trigger: Trigger, inRecordWrite?: (db: Database) => void): Promise<void> {
+    const { db, writes, config, log } = this.deps;
+    const controller = new AbortController();
+    this.perSubscription.set(due.subscription_id, (this.perSubscription.get(due.subscription_id) ?? 0) + 1);
+    const done = (async () => {
+      const result = await sendAttempt({
+        deliveryId: due.id,
+        targetUrl: due.target_url,
+        secret: due.secret!,
+        payload: due.payload,
+        timeoutMs: config.deliveryTimeoutMs,
+        allowPrivateTargets: config.allowPrivateTargets,
+        signal: controller.signal,
+      });
+      if (this.abandoned.delete(due.id)) return;
+      const row = await writes.submit(() => {
+        const updated = recordAttempt(db, config.retrySchedule, due, result, trigger, Date.now());
+        inRecordWrite?.(db);
+        return updated;
+      });
+      if (!row) return;
+      const outcome: DeliveryOutcome = {
+        delivery_id: due.id,
+        subscription_id: due.subscription_id,
+        event_type: due.event_type,
+        trigger,
+        status: row.status,
+        response_status: result.response_status,
+        duration_ms: result.duration_ms,
+        event_age_ms: Date.now() - due.created_at,
+      };
+      for (const listener of this.listeners) listener(outcome);
+    })();
+    this.inFlight.set(due.id, { subscriptionId: due.subscription_id, controller, done });
+    return done
+      .catch((error: unknown) => log.error("webhook delivery attempt could not be recorded", { delivery_id: due.id, error: String(error) }))
+      .finally(() => {
+        this.inFlight.delete(due.id);
+        const left = (this.perSubscription.get(due.subscription_id) ?? 1) - 1;
+        if (left > 0) this.perSubscription.set(due.subscription_id, left);
+        else this.perSubscription.delete(due.subscription_id);
+        this.wake();
+      });
+  }
+
+  /**
+   * attemptNow makes a manual attempt of a delivery whatever its status, unless its subscription
+   * is gone or disabled or an attempt is already under way (409). `inRecordWrite` runs inside the
+   * write that records the outcome.
+   */
+  async attemptNow(id: string, inRecordWrite?: (db: Database) => void): Promise<void> {
+    const { db, writes, config } = this.deps;
+    if (this.state === "stopping" || this.state === "stopped") {
+      throw new ProblemError(503, "shutting-down", "The server is shutting down; retry the delivery after it restarts.", undefined, { "retry-after": "5" });
+    }
+    const due = await writes.submit(() => {
+      const now = Date.now();
+      const row = findDeliveryToSend(db, id);
+      if (!row) throw notFound("webhook delivery", id);
+      if (row.secret === null) throw new ProblemError(409, "subscription-deleted", `The subscription ${row.subscription_id} of this delivery was deleted; nothing can be sent for it.`);
+      if (row.subscription_status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${row.subscription_id} is disabled; create a new subscription for the receiver.`);
+      if (row.locked_until !== null && row.locked_until > now) {
+        throw new ProblemError(409, "delivery-in-progress", "An attempt of this delivery is under way; read the delivery again when it has finished.", undefined, { "retry-after": "1" });
+      }
+      leaseDeliveries(db, [id], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
+      return row;
+    });
+    await this.dispatch(due, "manual", inRecordWrite);
+  }
+
+  /**
+   * stop stops claiming, waits up to `deadlineMs` for attempts in flight to be recorded, then
+   * aborts the rest and releases their leases so the next start sends them again at once.
+   */
+  async stop(deadlineMs = DRAIN_DEADLINE_MS): Promise<void> {
+    if (this.state === "stopped") return;
+    this.state = "stopping";
+    this.armTimer(null);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, deadlineMs);
+    });
+    await Promise.race([Promise.allSettled([...this.inFlight.values()].map((f) => f.done)), deadline]);
+    clearTimeout(timer);
+    const left = [...this.inFlight.keys()];
+    for (const id of left) {
+      this.abandoned.add(id);
+      this.inFlight.get(id)!.controller.abort();
+    }
+    if (left.length > 0) {
+      await this.deps.writes.submit(() => releaseLeases(this.deps.db, left));
+      this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart", { count: left.length });
+    }
+    this.state = "stopped";
+  }
+}
