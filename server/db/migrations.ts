@@ -35,15 +35,18 @@ export function appliedVersions(db: Database): number[] {
 }
 
 /** pendingMigrations returns the migrations not yet applied, in order. */
-export function pendingMigrations(db: Database): Migration[] {
+export function pendingMigrations(db: Database, migrations: Migration[] = MIGRATIONS): Migration[] {
   const applied = new Set(appliedVersions(db));
-  return MIGRATIONS.filter((m) => !applied.has(m.version));
+  return migrations.filter((m) => !applied.has(m.version));
 }
 
-/** migrate applies every pending migration in order, each in its own transaction, and returns their names. */
-export function migrate(db: Database): string[] {
+/**
+ * migrate applies every pending migration in order, each in its own transaction, and returns their
+ * names. Tests pass their own list to check ordering and rollback with migrations that fail.
+ */
+export function migrate(db: Database, migrations: Migration[] = MIGRATIONS): string[] {
   const applied: string[] = [];
-  for (const migration of pendingMigrations(db)) {
+  for (const migration of pendingMigrations(db, migrations)) {
     db.transaction(() => {
       db.run(migration.sql);
       db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(

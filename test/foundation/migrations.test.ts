@@ -1,0 +1,94 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import type { Database } from "bun:sqlite";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
+
+const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations");
+
+let dir: string;
+let db: Database;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "crm-migrations-"));
+  db = openDatabase(databasePath(dir));
+});
+afterEach(() => {
+  db.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const tables = () => db.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name").all().map((r) => r.name);
+
+describe("migrations: happy paths", () => {
+  test("every file in migrations/ is registered, in order, with its exact text", () => {
+    const files = readdirSync(MIGRATIONS_DIR).filter((f) => f.endsWith(".sql")).sort();
+    expect(files.length).toBeGreaterThan(0);
+    for (const file of files) expect(file).toMatch(/^\d{4}_[a-z0-9_]+\.sql$/);
+    expect(MIGRATIONS.map((m) => m.name)).toEqual(files);
+    expect(MIGRATIONS.map((m) => m.version)).toEqual(files.map((f) => Number(f.slice(0, 4))));
+    for (const m of MIGRATIONS) expect(m.sql).toBe(readFileSync(join(MIGRATIONS_DIR, m.name), "utf8"));
+    // numbered without gaps or repeats
+    expect(MIGRATIONS.map((m) => m.version)).toEqual(MIGRATIONS.map((_, i) => i + 1));
+  });
+
+  test("a fresh database gets every migration in order, recorded in schema_migrations", () => {
+    const before = Date.now();
+    expect(migrate(db)).toEqual(MIGRATIONS.map((m) => m.name));
+    const rows = db.query<{ version: number; name: string; applied_at: number }, []>("SELECT version, name, applied_at FROM schema_migrations ORDER BY version").all();
+    expect(rows.map((r) => [r.version, r.name])).toEqual(MIGRATIONS.map((m) => [m.version, m.name]));
+    for (const r of rows) expect(r.applied_at).toBeGreaterThanOrEqual(before);
+    expect(appliedVersions(db)).toEqual(MIGRATIONS.map((m) => m.version));
+    expect(pendingMigrations(db)).toEqual([]);
+    expect(tables()).toEqual(expect.arrayContaining(["api_tokens", "contacts", "accounts", "users", "idempotency_keys", "events", "schema_migrations"]));
+  });
+
+  test("running again applies nothing and changes nothing", () => {
+    migrate(db);
+    const schema = db.query("SELECT type, name, sql FROM sqlite_schema ORDER BY name").all();
+    const recorded = db.query("SELECT * FROM schema_migrations").all();
+    expect(migrate(db)).toEqual([]);
+    expect(db.query("SELECT type, name, sql FROM sqlite_schema ORDER BY name").all()).toEqual(schema);
+    expect(db.query("SELECT * FROM schema_migrations").all()).toEqual(recorded);
+  });
+
+  test("only the pending migrations run, in version order", () => {
+    const first = MIGRATIONS[0]!;
+    const extra: Migration[] = [
+      { version: 1001, name: "1001_a.sql", sql: "CREATE TABLE mig_a (x INTEGER); INSERT INTO mig_a VALUES (1);" },
+      { version: 1002, name: "1002_b.sql", sql: "INSERT INTO mig_a SELECT x + 1 FROM mig_a;" },
+    ];
+    expect(migrate(db, [first])).toEqual([first.name]);
+    expect(migrate(db, [first, ...extra])).toEqual(["1001_a.sql", "1002_b.sql"]);
+    expect(db.query("SELECT x FROM mig_a ORDER BY x").all()).toEqual([{ x: 1 }, { x: 2 }]);
+  });
+
+  test("the database is opened with WAL, foreign keys, a busy timeout and a larger page cache", () => {
+    expect(db.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
+    expect(db.query("PRAGMA foreign_keys").get()).toEqual({ foreign_keys: 1 });
+    expect(db.query("PRAGMA busy_timeout").get()).toEqual({ timeout: 5000 });
+    expect(db.query("PRAGMA synchronous").get()).toEqual({ synchronous: 1 });
+    expect((db.query("PRAGMA cache_size").get() as { cache_size: number }).cache_size).toBeLessThanOrEqual(-16000);
+  });
+});
+
+describe("migrations: errors", () => {
+  test("a failing migration rolls back completely and stops the ones after it", () => {
+    const first = MIGRATIONS[0]!;
+    migrate(db, [first]);
+    const schema = db.query("SELECT name FROM sqlite_schema ORDER BY name").all();
+    const broken: Migration[] = [
+      first,
+      { version: 1001, name: "1001_broken.sql", sql: "CREATE TABLE half_done (x INTEGER); INSERT INTO half_done VALUES (1); ALTER TABLE contacts ADD COLUMN extra TEXT; CREATE TABLE contacts (x INTEGER);" },
+      { version: 1002, name: "1002_after.sql", sql: "CREATE TABLE after_broken (x INTEGER);" },
+    ];
+    expect(() => migrate(db, broken)).toThrow(/already exists/);
+    expect(db.query("SELECT name FROM sqlite_schema ORDER BY name").all()).toEqual(schema);
+    expect(db.query("SELECT name FROM pragma_table_info('contacts') WHERE name = 'extra'").all()).toEqual([]);
+    expect(appliedVersions(db)).toEqual([first.version]);
+    // once fixed, it applies
+    broken[1] = { ...broken[1]!, sql: "CREATE TABLE half_done (x INTEGER);" };
+    expect(migrate(db, broken)).toEqual(["1001_broken.sql", "1002_after.sql"]);
+  });
+});
