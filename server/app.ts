@@ -27,7 +27,10 @@ export interface AppOptions {
 export function createRuntime({ db, config, log }: AppOptions): Runtime {
   migrate(db);
   const writes = new WriteQueue(db);
-  return { db, config, log, writes, idempotency: new IdempotencyGuard(db), metrics: new Metrics(), deliveries: new DeliveryLoop({ db, writes, config, log }) };
+  const metrics = new Metrics();
+  const deliveries = new DeliveryLoop({ db, writes, config, log });
+  deliveries.onOutcome((outcome) => metrics.observeDeliveryOutcome(outcome));
+  return { db, config, log, writes, idempotency: new IdempotencyGuard(db), metrics, deliveries };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */

@@ -1,5 +1,10 @@
+import type { DeliveryOutcome } from "../webhooks/worker.ts";
+
 /** LATENCY_BUCKETS are the histogram bucket bounds in seconds, from a fast API call to a slow webhook receiver. */
 export const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+/** DELIVERY_LATENCY_BUCKETS span an event's way to its receiver: sub-second at best, hours through retries. */
+export const DELIVERY_LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 36000, 86400];
 
 // Methods outside this list are counted as OTHER so a client cannot grow the label set at will.
 const KNOWN_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
@@ -63,17 +68,17 @@ class CounterFamily {
 
 class HistogramFamily {
   private readonly series = new Map<string, Histogram>();
-  constructor(readonly name: string, readonly help: string) {}
+  constructor(readonly name: string, readonly help: string, private readonly bounds: number[] = LATENCY_BUCKETS) {}
 
   observe(labels: Labels, seconds: number): void {
     const key = labelKey(labels);
     let h = this.series.get(key);
     if (!h) {
-      h = { labels, buckets: LATENCY_BUCKETS.map(() => 0), sum: 0, count: 0 };
+      h = { labels, buckets: this.bounds.map(() => 0), sum: 0, count: 0 };
       this.series.set(key, h);
     }
     // Buckets are stored non-cumulative and summed on render: an observation touches one slot.
-    const i = LATENCY_BUCKETS.findIndex((bound) => seconds <= bound);
+    const i = this.bounds.findIndex((bound) => seconds <= bound);
     if (i >= 0) h.buckets[i]!++;
     h.sum += seconds;
     h.count++;
@@ -83,7 +88,7 @@ class HistogramFamily {
     out.push(`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`);
     for (const h of this.series.values()) {
       let cumulative = 0;
-      LATENCY_BUCKETS.forEach((bound, i) => {
+      this.bounds.forEach((bound, i) => {
         cumulative += h.buckets[i]!;
         out.push(`${this.name}_bucket${formatLabels(h.labels, ["le", String(bound)])} ${cumulative}`);
       });
@@ -102,9 +107,14 @@ class HistogramFamily {
 export class Metrics {
   private readonly requests = new CounterFamily("crm_http_requests_total", "HTTP requests answered, by method, route pattern and status.");
   private readonly requestDurations = new HistogramFamily("crm_http_request_duration_seconds", "Time from receiving an HTTP request to answering it, by method and route pattern.");
-  private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx; failed: other status; error: no response).");
+  private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx; failed: another status; error: no response).");
   private readonly attemptDurations = new HistogramFamily("crm_webhook_delivery_attempt_duration_seconds", "Time a webhook receiver took to answer one delivery attempt.");
-  private readonly deliveries = new CounterFamily("crm_webhook_deliveries_total", "Webhook deliveries that reached a final status (succeeded, or failed after the last retry).");
+  private readonly deliveries = new CounterFamily("crm_webhook_deliveries_total", "Webhook deliveries that reached a final status: succeeded, or failed (retries exhausted, or the receiver answered 410).");
+  private readonly deliveryLatency = new HistogramFamily(
+    "crm_webhook_delivery_latency_seconds",
+    "Time from an event to its successful delivery, retries included.",
+    DELIVERY_LATENCY_BUCKETS,
+  );
 
   /** observeRequest counts one answered HTTP request; route is the matched pattern, or "" when none matched. */
   observeRequest(method: string, route: string, status: number, seconds: number): void {
@@ -114,21 +124,21 @@ export class Metrics {
     this.requestDurations.observe({ method: m, route: r }, seconds);
   }
 
-  /** observeDeliveryAttempt counts one webhook delivery attempt and its duration. */
-  observeDeliveryAttempt(result: "succeeded" | "failed" | "error", seconds: number): void {
-    this.attempts.inc({ result });
-    this.attemptDurations.observe({}, seconds);
-  }
-
-  /** observeDeliveryFinished counts a delivery that reached a final status. */
-  observeDeliveryFinished(status: "succeeded" | "failed"): void {
-    this.deliveries.inc({ status });
+  /** observeDeliveryOutcome counts one finished webhook attempt and, when it ended its delivery, the delivery. */
+  observeDeliveryOutcome(outcome: DeliveryOutcome): void {
+    const code = outcome.response_status;
+    this.attempts.inc({ result: code === null ? "error" : code >= 200 && code < 300 ? "succeeded" : "failed" });
+    this.attemptDurations.observe({}, outcome.duration_ms / 1000);
+    // A manual retry of a delivery that had already finished is an attempt, not another delivery.
+    if (outcome.trigger === "manual" || outcome.status === "pending") return;
+    this.deliveries.inc({ status: outcome.status });
+    if (outcome.status === "succeeded") this.deliveryLatency.observe({}, outcome.event_age_ms / 1000);
   }
 
   /** render writes every series, then the gauges read at scrape time, in the Prometheus text format 0.0.4. */
   render(gauges: Gauge[]): string {
     const out: string[] = [];
-    for (const family of [this.requests, this.requestDurations, this.attempts, this.attemptDurations, this.deliveries]) family.render(out);
+    for (const family of [this.requests, this.requestDurations, this.attempts, this.attemptDurations, this.deliveries, this.deliveryLatency]) family.render(out);
     const seen = new Set<string>();
     for (const g of gauges) {
       if (!seen.has(g.name)) {

@@ -12,6 +12,7 @@ export type Health = typeof Health.static;
 export const ReadinessChecks = t.Object({
   database: t.String({ description: "ok when a write transaction can be opened (it is rolled back)" }),
   migrations: t.String({ description: "ok when every migration embedded in this version is applied" }),
+  delivery_loop: t.String({ description: "ok while the webhook delivery loop runs" }),
 });
 export type ReadinessChecks = typeof ReadinessChecks.static;
 

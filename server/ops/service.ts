@@ -8,6 +8,7 @@ import { pendingMigrations } from "../db/migrations.ts";
 import { ProblemError } from "../http/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { VERSION } from "../version.ts";
+import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
 import type { Gauge } from "./metrics.ts";
 import type { Health, Readiness, ReadinessChecks } from "./model.ts";
 import { probeWrite, quickCheck, vacuumInto } from "./store.ts";
@@ -38,6 +39,7 @@ export function readinessChecks(rt: Runtime): ReadinessChecks {
       const pending = pendingMigrations(rt.db);
       return pending.length === 0 ? null : `pending: ${pending.map((m) => m.name).join(", ")}`;
     }),
+    delivery_loop: check(() => (deliveryLoopStatus(rt).running ? null : "not running")),
   };
 }
 
@@ -122,7 +124,13 @@ export function authorizeMetrics(config: Config, authorization: string | null, h
 /** metricsText renders the process's metrics and the gauges read now, in the Prometheus text format. */
 export function metricsText(rt: Runtime): string {
   const memory = process.memoryUsage();
+  const queue = deliveryQueueStats(rt.db);
+  const loop = deliveryLoopStatus(rt);
   const gauges: Gauge[] = [
+    { name: "crm_webhook_queue_depth", help: "Webhook deliveries pending (waiting for their first attempt or a retry).", value: queue.pending },
+    { name: "crm_webhook_oldest_pending_age_seconds", help: "Age of the oldest pending webhook delivery; 0 when none is pending.", value: (queue.oldest_pending_age_ms ?? 0) / 1000 },
+    { name: "crm_webhook_attempts_in_flight", help: "Webhook delivery attempts under way.", value: loop.in_flight },
+    { name: "crm_webhook_delivery_loop_running", help: "1 while the webhook delivery loop claims deliveries.", value: loop.running ? 1 : 0 },
     { name: "crm_up", help: "1 while the process answers.", value: 1 },
     { name: "crm_build_info", help: "The running version, as a label.", value: 1, labels: { version: VERSION } },
     { name: "process_start_time_seconds", help: "Start time of the process since the Unix epoch, in seconds.", value: startedAt / 1000 },

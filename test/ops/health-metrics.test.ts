@@ -1,0 +1,247 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
+import { rmSync } from "node:fs";
+import { createApp } from "../../server/app.ts";
+import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
+import { databasePath } from "../../server/db/database.ts";
+import { MIGRATIONS } from "../../server/db/migrations.ts";
+import { authorizeMetrics, clientAddress, type ClientHints } from "../../server/ops/service.ts";
+import { startServer, type RunningServer } from "../../server/server.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { VERSION } from "../../server/version.ts";
+import { call, expectProblem } from "../foundation/support.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { parseExposition } from "./prometheus.ts";
+import { api, createToken, SOURCE, tempDir } from "./support.ts";
+
+const METRICS_TOKEN = "metrics-token-for-tests-0001";
+
+async function listen(overrides: Partial<Config> = {}): Promise<RunningServer> {
+  return startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: tempDir("metrics"), logLevel: "error", ...overrides }, createLogger("error", () => {}));
+}
+
+async function scrape(url: string, headers: Record<string, string> = {}) {
+  const res = await fetch(`${url}/metrics`, { headers });
+  return { status: res.status, headers: res.headers, text: await res.text() };
+}
+
+describe("health and readiness: happy paths", () => {
+  let h: Harness;
+  beforeAll(() => {
+    h = createHarness();
+    h.rt.deliveries.start();
+  });
+  afterAll(async () => {
+    await h.rt.deliveries.stop(0);
+    h.close();
+  });
+
+  test("GET /healthz answers without a token", async () => {
+    const res = await call(h.app, "GET", "/healthz");
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ status: "ok", version: VERSION, uptime_seconds: expect.any(Number) });
+  });
+
+  test("GET /readyz answers 200 with every check ok, without a token", async () => {
+    const res = await call(h.app, "GET", "/readyz");
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ status: "ready", checks: { database: "ok", migrations: "ok", delivery_loop: "ok" } });
+  });
+
+  test("the readiness probe leaves no trace in the database", async () => {
+    const before = h.rt.db.query<{ user_version: number }, []>("PRAGMA user_version").get()!.user_version;
+    await call(h.app, "GET", "/readyz");
+    expect(h.rt.db.query<{ user_version: number }, []>("PRAGMA user_version").get()!.user_version).toBe(before);
+  });
+});
+
+describe("readiness: not ready answers 503 problem+json naming the failing check", () => {
+  test("a database that cannot be written", async () => {
+    const h = createHarness();
+    const readonly = new Database(databasePath(h.dataDir), { readonly: true });
+    try {
+      const res = await call(createApp({ ...h.rt, db: readonly }), "GET", "/readyz");
+      expectProblem(res, 503, "not-ready");
+      expect(res.body.checks.database).toContain("readonly");
+      expect(res.body.checks.migrations).toBe("ok");
+      expect(res.body.detail).toStartWith("Not ready: database: ");
+    } finally {
+      readonly.close();
+      h.close();
+    }
+  });
+
+  test("a delivery loop that is not running", async () => {
+    const h = createHarness();
+    const res = await call(h.app, "GET", "/readyz");
+    expectProblem(res, 503, "not-ready");
+    expect(res.body).toEqual({
+      type: "urn:crm:problem:not-ready",
+      title: "Service Unavailable",
+      status: 503,
+      detail: "Not ready: delivery_loop: not running.",
+      checks: { database: "ok", migrations: "ok", delivery_loop: "not running" },
+    });
+    h.close();
+  });
+
+  test("a migration embedded in this version that the database lacks", async () => {
+    const h = createHarness();
+    h.rt.deliveries.start();
+    const last = MIGRATIONS.at(-1)!;
+    h.rt.db.run("DELETE FROM schema_migrations WHERE version = ?", [last.version]);
+    const res = await call(h.app, "GET", "/readyz");
+    expectProblem(res, 503, "not-ready");
+    expect(res.body.checks).toEqual({ database: "ok", migrations: `pending: ${last.name}`, delivery_loop: "ok" });
+    expect(res.body.detail).toBe(`Not ready: migrations: pending: ${last.name}.`);
+    await h.rt.deliveries.stop(0);
+    h.close();
+  });
+});
+
+describe("metrics: Prometheus text format", () => {
+  let running: RunningServer;
+  let token: string;
+  beforeAll(async () => {
+    running = await listen();
+    token = createToken(SOURCE, running.runtime.config.dataDir);
+  });
+  afterAll(async () => {
+    await running.stop();
+    rmSync(running.runtime.config.dataDir, { recursive: true, force: true });
+  });
+
+  test("requests are counted by route pattern and status, with latency histograms, and the scrape parses", async () => {
+    const created = await api(running.url, token, "POST", "/public/v1/contacts", { first_name: "Ada" });
+    expect(created.status).toBe(201);
+    const id: string = created.body.data.id;
+    expect((await api(running.url, token, "GET", `/public/v1/contacts/${id}`)).status).toBe(200);
+    expect((await api(running.url, token, "GET", "/public/v1/contacts/con_missing")).status).toBe(404);
+    expect((await api(running.url, token, "GET", "/no/such/route")).status).toBe(404);
+
+    const res = await scrape(running.url);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8");
+    const metrics = parseExposition(res.text);
+    expect(metrics.value("crm_http_requests_total", { method: "POST", route: "/public/v1/contacts", status: "201" })).toBe(1);
+    expect(metrics.value("crm_http_requests_total", { method: "GET", route: "/public/v1/contacts/:id", status: "200" })).toBe(1);
+    expect(metrics.value("crm_http_requests_total", { method: "GET", route: "/public/v1/contacts/:id", status: "404" })).toBe(1);
+    expect(metrics.value("crm_http_requests_total", { method: "GET", route: "unmatched", status: "404" })).toBe(1);
+    expect(metrics.value("crm_http_request_duration_seconds_count", { method: "GET", route: "/public/v1/contacts/:id" })).toBe(2);
+    expect(metrics.types.get("crm_http_request_duration_seconds")).toBe("histogram");
+    // Raw paths never become labels: the number of series stays bounded whatever clients send.
+    expect(res.text).not.toContain(id);
+    expect(res.text).not.toContain("/no/such/route");
+  });
+
+  test("delivery and process gauges are present", async () => {
+    const metrics = parseExposition((await scrape(running.url)).text);
+    for (const name of ["crm_webhook_queue_depth", "crm_webhook_oldest_pending_age_seconds", "crm_webhook_delivery_loop_running", "process_resident_memory_bytes", "process_start_time_seconds"]) {
+      expect(metrics.types.get(name)).toBe("gauge");
+    }
+    expect(metrics.value("crm_webhook_queue_depth")).toBe(0);
+    expect(metrics.value("crm_webhook_delivery_loop_running")).toBe(1);
+    expect(metrics.value("crm_build_info", { version: VERSION })).toBe(1);
+  });
+});
+
+describe("metrics: access (security)", () => {
+  test("without a metrics token: a loopback client is answered", async () => {
+    const running = await listen();
+    try {
+      expect((await scrape(running.url)).status).toBe(200);
+    } finally {
+      await running.stop();
+    }
+  });
+
+  test("without a metrics token: a request relayed by a proxy that is not trusted is refused, even from loopback", async () => {
+    const running = await listen();
+    try {
+      for (const header of [{ "x-forwarded-for": "127.0.0.1" }, { forwarded: "for=203.0.113.9" }, { "x-real-ip": "127.0.0.1" }]) {
+        const res = await scrape(running.url, header);
+        expect(res.status).toBe(403);
+        expect(JSON.parse(res.text)).toEqual({
+          type: "urn:crm:problem:forbidden",
+          title: "Forbidden",
+          status: 403,
+          detail: "GET /metrics answers loopback clients only; configure a metrics token (--metrics-token) to scrape from elsewhere.",
+        });
+      }
+    } finally {
+      await running.stop();
+    }
+  });
+
+  test("behind a trusted proxy: the forwarded client decides", async () => {
+    const running = await listen({ trustedProxies: ["127.0.0.1"] });
+    try {
+      expect((await scrape(running.url, { "x-forwarded-for": "203.0.113.9" })).status).toBe(403);
+      expect((await scrape(running.url, { "x-forwarded-for": "127.0.0.1, 203.0.113.9" })).status).toBe(403);
+      expect((await scrape(running.url, { "x-forwarded-for": "not-an-address" })).status).toBe(403);
+      expect((await scrape(running.url, { "x-forwarded-for": "203.0.113.9, 127.0.0.1" })).status).toBe(403);
+      expect((await scrape(running.url, { "x-forwarded-for": "127.0.0.1" })).status).toBe(200);
+      expect((await scrape(running.url)).status).toBe(200);
+    } finally {
+      await running.stop();
+    }
+  });
+
+  test("a request with no known peer (in-process) is not a loopback client", async () => {
+    const h = createHarness();
+    const res = await call(h.app, "GET", "/metrics");
+    expectProblem(res, 403, "forbidden");
+    h.close();
+  });
+
+  test("with a metrics token: only the token opens /metrics, loopback or not", async () => {
+    const running = await listen({ metricsToken: METRICS_TOKEN });
+    try {
+      for (const headers of [{}, { authorization: "Bearer wrong-token-0000000000" }, { authorization: `Basic ${METRICS_TOKEN}` }, { authorization: `Bearer ${METRICS_TOKEN}x` }]) {
+        const res = await scrape(running.url, headers);
+        expect(res.status).toBe(401);
+        expect(res.headers.get("www-authenticate")).toBe('Bearer realm="metrics"');
+        expect(res.headers.get("content-type")).toBe("application/problem+json");
+        expect(JSON.parse(res.text).type).toBe("urn:crm:problem:unauthorized");
+        expect(res.text).not.toContain(METRICS_TOKEN);
+      }
+      expect((await scrape(running.url, { authorization: `Bearer ${METRICS_TOKEN}` })).status).toBe(200);
+      expect((await scrape(running.url, { authorization: `bearer ${METRICS_TOKEN}`, "x-forwarded-for": "203.0.113.9" })).status).toBe(200);
+    } finally {
+      await running.stop();
+    }
+  });
+
+  test("an API token does not open /metrics", async () => {
+    const running = await listen({ metricsToken: METRICS_TOKEN });
+    try {
+      const token = createToken(SOURCE, running.runtime.config.dataDir);
+      expect((await scrape(running.url, { authorization: `Bearer ${token}` })).status).toBe(401);
+    } finally {
+      await running.stop();
+    }
+  });
+
+  test("clientAddress believes X-Forwarded-For only from trusted proxies, reading it from the right", () => {
+    const hints = (peer: string | null, forwardedFor: string | null): ClientHints => ({ peer, forwardedFor, forwarded: forwardedFor !== null });
+    const cases: [ClientHints, string[], string | null][] = [
+      [hints("198.51.100.7", "127.0.0.1"), [], "198.51.100.7"],
+      [hints("::ffff:127.0.0.1", null), [], "127.0.0.1"],
+      [hints("10.0.0.2", "203.0.113.9"), ["10.0.0.2"], "203.0.113.9"],
+      [hints("10.0.0.2", "127.0.0.1, 203.0.113.9"), ["10.0.0.2"], "203.0.113.9"],
+      [hints("10.0.0.2", "203.0.113.9, 10.0.0.3"), ["10.0.0.2", "10.0.0.3"], "203.0.113.9"],
+      [hints("10.0.0.2", "10.0.0.3"), ["10.0.0.2", "10.0.0.3"], "10.0.0.3"],
+      [hints("10.0.0.2", null), ["10.0.0.2"], "10.0.0.2"],
+      [hints("10.0.0.2", "garbage"), ["10.0.0.2"], null],
+      [hints(null, "127.0.0.1"), ["10.0.0.2"], null],
+    ];
+    expect(cases.map(([h, trusted]) => clientAddress(h, trusted))).toEqual(cases.map(([, , want]) => want));
+  });
+
+  test("authorizeMetrics refuses a client that is not on loopback", () => {
+    const config = { ...DEFAULT_CONFIG };
+    expect(() => authorizeMetrics(config, null, { peer: "198.51.100.7", forwardedFor: null, forwarded: false })).toThrow("loopback clients only");
+    expect(() => authorizeMetrics(config, null, { peer: "::1", forwardedFor: null, forwarded: false })).not.toThrow();
+    expect(() => authorizeMetrics(config, null, { peer: "127.8.9.10", forwardedFor: null, forwarded: false })).not.toThrow();
+  });
+});
