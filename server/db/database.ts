@@ -1,6 +1,7 @@
 import { Database } from "bun:sqlite";
-import { chmodSync, existsSync, mkdirSync } from "node:fs";
+import { accessSync, chmodSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { ConfigError } from "../config.ts";
 
 /** openDatabase opens the service's SQLite file once with the pragmas every connection needs. */
 export function openDatabase(path: string): Database {
@@ -20,8 +21,17 @@ export function openDatabase(path: string): Database {
   return db;
 }
 
-/** databasePath returns the SQLite file inside a data directory, creating the directory (0700) if needed. */
+/**
+ * databasePath returns the SQLite file inside a data directory, creating the directory (0700) if
+ * needed; a directory that cannot be used is a ConfigError, reported as one line naming the setting.
+ */
 export function databasePath(dataDir: string): string {
-  if (!existsSync(dataDir)) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  try {
+    if (!existsSync(dataDir)) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    if (!statSync(dataDir).isDirectory()) throw new Error("it is not a directory");
+    accessSync(dataDir, constants.R_OK | constants.W_OK);
+  } catch (error) {
+    throw new ConfigError(`invalid data directory ${JSON.stringify(dataDir)} (--data-dir, CRM_DATA_DIR): ${(error as Error).message}`);
+  }
   return join(dataDir, "crm.sqlite");
 }

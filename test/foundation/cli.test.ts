@@ -1,0 +1,174 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { VERSION } from "../../server/version.ts";
+import { ISO } from "./support.ts";
+
+const ROOT = join(import.meta.dir, "../..");
+const BUN = join(ROOT, "node_modules/.bin/bun");
+const MAIN = join(ROOT, "server/main.ts");
+
+let dataDir: string;
+beforeEach(() => {
+  dataDir = mkdtempSync(join(tmpdir(), "crm-cli-"));
+});
+afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
+
+/** crm runs the command line from source with a throwaway data directory. */
+async function crm(args: string[], env: Record<string, string> = {}) {
+  const proc = Bun.spawn([BUN, MAIN, ...args], {
+    cwd: ROOT,
+    stdout: "pipe",
+    stderr: "pipe",
+    stdin: "ignore",
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", CRM_DATA_DIR: dataDir, ...env },
+  });
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { stdout, stderr, code };
+}
+
+describe("command line: happy paths", () => {
+  test("--help lists every command and setting", async () => {
+    const res = await crm(["--help"]);
+    expect(res.code).toBe(0);
+    expect(res.stderr).toBe("");
+    for (const word of ["serve", "migrate", "token create --name N [--json]", "token list", "token revoke ID", "user create --name N --email E", "--version", "--help", "--host", "--port", "--data-dir", "CRM_DATA_DIR", "PORT", "CRM_HOST"]) {
+      expect(res.stdout).toContain(word);
+    }
+  });
+
+  test("--version prints the version", async () => {
+    expect(await crm(["--version"])).toEqual({ stdout: `crm ${VERSION}\n`, stderr: "", code: 0 });
+  });
+
+  test("migrate applies everything once, then reports the database up to date", async () => {
+    const first = await crm(["migrate"]);
+    expect(first.code).toBe(0);
+    expect(first.stdout).toStartWith("applied 0001_foundation.sql");
+    expect(await crm(["migrate"])).toEqual({ stdout: "database is up to date\n", stderr: "", code: 0 });
+  });
+
+  test("token create prints only the token on stdout; --json adds its metadata; list never shows it; revoke", async () => {
+    const created = await crm(["token", "create", "--name", "importer"]);
+    expect(created.code).toBe(0);
+    expect(created.stdout).toMatch(/^crm_[A-Za-z0-9]{40}\n$/);
+    const token = created.stdout.trim();
+    expect(created.stderr).toMatch(/^created token tok_[0-9A-Z]{26} \(importer\); it is shown only this once\n$/);
+    const id = /tok_[0-9A-Z]{26}/.exec(created.stderr)![0];
+
+    const json = await crm(["token", "create", "--name=report job", "--json"]);
+    expect(json.code).toBe(0);
+    const info = JSON.parse(json.stdout);
+    expect(info).toEqual({ id: expect.stringMatching(/^tok_/), name: "report job", prefix: info.token.slice(0, 12), created_at: expect.stringMatching(ISO), last_used_at: null, revoked_at: null, token: expect.stringMatching(/^crm_[A-Za-z0-9]{40}$/) });
+
+    const list = await crm(["token", "list"]);
+    expect(list.code).toBe(0);
+    expect(list.stdout).not.toContain(token);
+    expect(list.stdout).not.toContain(info.token);
+    const lines = list.stdout.trim().split("\n");
+    expect(lines.length).toBe(2);
+    expect(lines[0]).toStartWith(`${info.id}  ${info.prefix}…  report job  created `);
+    expect(lines[1]).toStartWith(`${id}  ${token.slice(0, 12)}…  importer  created `);
+    expect(lines[1]).toContain("last used never");
+
+    expect(await crm(["token", "revoke", id])).toEqual({ stdout: `revoked ${id}\n`, stderr: "", code: 0 });
+    expect((await crm(["token", "list"])).stdout).toMatch(new RegExp(`${id} .* revoked \\d{4}-`));
+    expect(await crm(["token", "revoke", id])).toEqual({ stdout: "", stderr: `token ${id} is already revoked\n`, code: 1 });
+    expect(await crm(["token", "revoke", "tok_nope"])).toEqual({ stdout: "", stderr: "no token with id tok_nope\n", code: 1 });
+  });
+
+  test("user create adds a user and prints it as JSON", async () => {
+    const res = await crm(["user", "create", "--name", "Grace Hopper", "--email", "Grace@Navy.mil"]);
+    expect(res.code).toBe(0);
+    expect(JSON.parse(res.stdout)).toEqual({ id: expect.stringMatching(/^usr_[0-9A-Z]{26}$/), name: "Grace Hopper", email: "grace@navy.mil", created_at: expect.stringMatching(ISO), updated_at: expect.stringMatching(ISO) });
+    expect(await crm(["user", "create", "--name", "G", "--email", "grace@navy.mil"])).toEqual({ stdout: "", stderr: "crm: A user with email grace@navy.mil already exists.\n", code: 2 });
+  });
+
+  test("serve on an empty data directory explains how to make the first token, then serves it", async () => {
+    const proc = Bun.spawn([BUN, MAIN, "serve", "--port", "0"], {
+      cwd: ROOT,
+      stdout: "pipe",
+      stderr: "pipe",
+      env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir },
+    });
+    try {
+      const reader = proc.stdout.getReader();
+      let out = "";
+      while (!/listening on http:\/\/\S+\n/.test(out)) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        out += new TextDecoder().decode(value);
+      }
+      const url = /listening on (http:\/\/127\.0\.0\.1:\d+)\n/.exec(out)![1]!;
+      const hint = out
+        .split("\n")
+        .filter((l) => l.startsWith("{"))
+        .map((l) => JSON.parse(l))
+        .find((l) => l.msg.includes("token create"));
+      expect(hint.level).toBe("info");
+      expect(hint.msg).toMatch(/crm token create --name .*bun server\/main\.ts token create --name/);
+
+      const token = (await crm(["token", "create", "--name", "first"])).stdout.trim();
+      const ok = await fetch(`${url}/public/v1/contacts`, { headers: { authorization: `Bearer ${token}` } });
+      expect(ok.status).toBe(200);
+      const id = JSON.parse((await crm(["token", "create", "--name", "second", "--json"])).stdout);
+      expect((await crm(["token", "revoke", id.id])).code).toBe(0);
+      const revoked = await fetch(`${url}/public/v1/contacts`, { headers: { authorization: `Bearer ${id.token}` } });
+      expect(revoked.status).toBe(401);
+    } finally {
+      proc.kill();
+      await proc.exited;
+    }
+  });
+});
+
+describe("command line: errors", () => {
+  const oneLine = (res: { stdout: string; stderr: string; code: number }) => {
+    expect(res.code).toBe(2);
+    expect(res.stdout).toBe("");
+    expect(res.stderr.split("\n")).toEqual([expect.stringMatching(/^crm: /), ""]);
+    expect(res.stderr).not.toContain("    at ");
+  };
+
+  test("an invalid setting stops with exit 2 and one line naming it", async () => {
+    const cases: [string[], Record<string, string>, string][] = [
+      [["serve"], { PORT: "abc" }, "PORT"],
+      [["serve", "--port", "70000"], {}, "--port"],
+      [["serve", "--log-level", "loud"], {}, "--log-level"],
+      [["migrate"], { CRM_LOG_LEVEL: "verbose" }, "CRM_LOG_LEVEL"],
+      [["migrate"], { CRM_DATA_DIR: "" }, "CRM_DATA_DIR"],
+      [["migrate", "--data-dir", "/proc/crm-cannot-exist"], {}, "--data-dir"],
+      [["serve", "--retry-schedule", "1,x"], {}, "--retry-schedule"],
+      [["serve", "--no-such-flag"], {}, "--no-such-flag"],
+      [["serve", "--config", "/nonexistent/crm.toml"], {}, "/nonexistent/crm.toml"],
+    ];
+    for (const [args, env, named] of cases) {
+      const res = await crm(args, env);
+      oneLine(res);
+      expect({ args, named: res.stderr.includes(named) }).toEqual({ args, named: true });
+    }
+  });
+
+  test("a data directory that is a file is one line naming the setting", async () => {
+    const file = join(dataDir, "not-a-dir");
+    writeFileSync(file, "x");
+    const res = await crm(["migrate", "--data-dir", file]);
+    oneLine(res);
+    expect(res.stderr).toBe(`crm: invalid data directory ${JSON.stringify(file)} (--data-dir, CRM_DATA_DIR): it is not a directory\n`);
+  });
+
+  test("a bad config file value names the key", async () => {
+    const file = join(dataDir, "crm.toml");
+    writeFileSync(file, 'port = "http"\n');
+    const res = await crm(["migrate", "--config", file]);
+    oneLine(res);
+    expect(res.stderr).toContain("port in");
+  });
+
+  test("usage mistakes are one line with exit 2", async () => {
+    for (const args of [["bogus"], ["token"], ["token", "create"], ["token", "create", "--name"], ["token", "revoke"], ["user", "create", "--name", "x"], ["user", "delete"]]) {
+      oneLine(await crm(args));
+    }
+  });
+});
