@@ -97,6 +97,8 @@ function validationErrors(error: ValidationError): FieldError[] {
   for (const issue of error.all as { path?: string; message: string; schema?: { error?: unknown } }[]) {
     const path = issue.path ?? "";
     if (seen.has(path)) continue; // TypeBox reports a union failure and its branches; the first says it
+    // A string where a list belongs is also walked character by character; the list's error says it.
+    if ([...seen].some((parent) => path.startsWith(`${parent}/`))) continue;
     seen.add(path);
     const detail = typeof issue.schema?.error === "string" ? issue.schema.error : issue.message;
     errors.push(where === "pointer" ? { pointer: path, detail } : { [where]: path.replace(/^\//, ""), detail });

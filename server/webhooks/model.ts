@@ -13,6 +13,8 @@ export const SUBSCRIPTION_FILTERS = ["event"] as const;
 export const DELIVERY_FILTERS = ["subscription_id", "event", "event_id", "status", "created_after"] as const;
 
 const kinds = WEBHOOK_EVENT_TYPES.join(", ");
+// TypeBox does not check `enum` on a string schema, so enumerations are unions of literals.
+const oneOf = (values: readonly string[], options: { error: string; description?: string }) => t.Union(values.map((v) => t.Literal(v)), options);
 const timestamp = t.String({ format: "date-time" });
 const nullableTimestamp = t.Union([timestamp, t.Null()]);
 
@@ -25,7 +27,7 @@ export const SubscriptionInput = t.Object(
       description: "Absolute http(s) URL without credentials, at most 2048 characters. Hosts on loopback, private, link-local or metadata addresses are refused.",
     }),
     description: t.Optional(t.String({ maxLength: 500, error: "must be a string of at most 500 characters", description: "Free text label." })),
-    events: t.Array(t.String({ enum: [...WEBHOOK_EVENT_TYPES], error: `must be one of: ${kinds}` }), {
+    events: t.Array(oneOf(WEBHOOK_EVENT_TYPES, { error: `must be one of: ${kinds}` }), {
       minItems: 1,
       maxItems: WEBHOOK_EVENT_TYPES.length,
       uniqueItems: true,
@@ -95,7 +97,7 @@ export const DeliveryDetail = t.Composite([
 ]);
 export type DeliveryDetail = typeof DeliveryDetail.static;
 
-const eventFilter = t.Optional(t.String({ enum: [...WEBHOOK_EVENT_TYPES], error: `must be one of: ${kinds}`, description: `Event kind: ${kinds}.` }));
+const eventFilter = t.Optional(oneOf(WEBHOOK_EVENT_TYPES, { error: `must be one of: ${kinds}`, description: `Event kind: ${kinds}.` }));
 
 /** SubscriptionListQuery documents the subscription list parameters. */
 export const SubscriptionListQuery = paginationQuerySchema(null, { event: eventFilter });
@@ -105,7 +107,7 @@ export const DeliveryListQuery = paginationQuerySchema(null, {
   subscription_id: t.Optional(t.String({ maxLength: 64, description: "Only deliveries to this subscription (sub_...)." })),
   event: eventFilter,
   event_id: t.Optional(t.String({ maxLength: 64, description: "Only deliveries of this event (evt_...)." })),
-  status: t.Optional(t.String({ enum: [...DELIVERY_STATUSES], error: `must be one of: ${DELIVERY_STATUSES.join(", ")}`, description: "pending, succeeded or failed." })),
+  status: t.Optional(oneOf(DELIVERY_STATUSES, { error: `must be one of: ${DELIVERY_STATUSES.join(", ")}`, description: "pending, succeeded or failed." })),
   created_after: timestampFilterSchema("Only deliveries created after this time."),
 });
 

@@ -1,0 +1,200 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { expectProblem, ISO, validation } from "../foundation/support.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+
+const SUB_ID = /^sub_[0-9A-Z]{26}$/;
+const SECRET = /^whsec_[A-Za-z0-9+/]{43}=$/;
+const MASKED = /^whsec_[A-Za-z0-9+/]{4}…$/;
+const KINDS = "contact.created, contact.updated, contact.deleted, webhook.ping";
+
+let h: Harness;
+afterEach(() => h?.close());
+
+const create = (body: unknown, headers: Record<string, string> = {}) => h.json("POST", "/public/v1/webhook-subscriptions", { body, headers });
+
+describe("webhook subscriptions: happy paths", () => {
+  test("create answers 201 with the whole record and the secret in full", async () => {
+    h = createHarness({ allowPrivateTargets: true });
+    const res = await create({ target_url: "https://hooks.example.com/crm?x=1", description: "CRM sync", events: ["contact.created", "contact.updated"] });
+    expect(res.status).toBe(201);
+    const data = res.body.data;
+    expect(data).toEqual({
+      id: expect.stringMatching(SUB_ID),
+      target_url: "https://hooks.example.com/crm?x=1",
+      description: "CRM sync",
+      events: ["contact.created", "contact.updated"],
+      status: "active",
+      disabled_at: null,
+      disabled_reason: null,
+      secret: expect.stringMatching(SECRET),
+      created_at: expect.stringMatching(ISO),
+      updated_at: data.created_at,
+    });
+    expect(Buffer.from(data.secret.slice(6), "base64").length).toBe(32);
+  });
+
+  test("get and list mask the secret; description defaults to null", async () => {
+    h = createHarness({ allowPrivateTargets: true });
+    const created = (await create({ target_url: "http://127.0.0.1:9/x", events: ["contact.deleted"] })).body.data;
+    const masked = { ...created, secret: `${created.secret.slice(0, 10)}…` };
+    expect(masked.secret).toMatch(MASKED);
+    expect(created.description).toBeNull();
+    const one = await h.json("GET", `/public/v1/webhook-subscriptions/${created.id}`);
+    expect(one).toMatchObject({ status: 200, body: { data: masked } });
+    const list = await h.json("GET", "/public/v1/webhook-subscriptions");
+    expect(list.body).toEqual({ data: [masked], meta: { current_page: 1, last_page: 1, per_page: 25, total: 1, next_cursor: null } });
+  });
+
+  test("list is newest first, paginated, with a cursor, and filtered by event", async () => {
+    h = createHarness({ allowPrivateTargets: true });
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      ids.push((await create({ target_url: `http://127.0.0.1:9/${i}`, events: i % 2 ? ["contact.updated"] : ["contact.created", "contact.deleted"] })).body.data.id);
+    }
+    const page2 = await h.json("GET", "/public/v1/webhook-subscriptions?per_page=2&page=2");
+    expect(page2.body.data.map((s: any) => s.id)).toEqual([ids[2], ids[1]]);
+    expect(page2.body.meta).toEqual({ current_page: 2, last_page: 3, per_page: 2, total: 5, next_cursor: expect.any(String) });
+    const first = await h.json("GET", "/public/v1/webhook-subscriptions?per_page=2");
+    const next = await h.json("GET", `/public/v1/webhook-subscriptions?per_page=2&cursor=${first.body.meta.next_cursor}`);
+    expect(next.body.data.map((s: any) => s.id)).toEqual([ids[2], ids[1]]);
+    const updated = await h.json("GET", "/public/v1/webhook-subscriptions?event=contact.updated");
+    expect(updated.body.data.map((s: any) => s.id)).toEqual([ids[3], ids[1]]);
+    expect(updated.body.meta.total).toBe(2);
+    const deleted = await h.json("GET", "/public/v1/webhook-subscriptions?event=contact.deleted");
+    expect(deleted.body.data.map((s: any) => s.id)).toEqual([ids[4], ids[2], ids[0]]);
+  });
+
+  test("delete answers 204, then the subscription is 404 and gone from the list", async () => {
+    h = createHarness({ allowPrivateTargets: true });
+    const { id } = (await create({ target_url: "http://127.0.0.1:9/x", events: ["contact.created"] })).body.data;
+    const res = await h.request("DELETE", `/public/v1/webhook-subscriptions/${id}`);
+    expect(res.status).toBe(204);
+    expect(await res.text()).toBe("");
+    expectProblem(await h.json("GET", `/public/v1/webhook-subscriptions/${id}`), 404, "not-found");
+    expectProblem(await h.json("DELETE", `/public/v1/webhook-subscriptions/${id}`), 404, "not-found");
+    expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.data).toEqual([]);
+  });
+
+  test("the same Idempotency-Key and body replays the first response, secret included, without a second subscription", async () => {
+    h = createHarness({ allowPrivateTargets: true });
+    const body = { target_url: "http://127.0.0.1:9/x", events: ["contact.created"] };
+    const first = await create(body, { "idempotency-key": "sub-1" });
+    const again = await create(body, { "idempotency-key": "sub-1" });
+    expect(again.status).toBe(201);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.body).toEqual(first.body);
+    expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.meta.total).toBe(1);
+    const other = await create({ ...body, events: ["contact.updated"] }, { "idempotency-key": "sub-1" });
+    expectProblem(other, 422, "idempotency-key-reused");
+  });
+});
+
+describe("webhook subscriptions: errors", () => {
+  const invalid = [
+    ["a relative URL", { target_url: "/hooks", events: ["contact.created"] }, { pointer: "/target_url", detail: "must be an absolute http or https URL" }],
+    ["another scheme", { target_url: "ftp://example.com/x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must use http or https" }],
+    ["credentials in the URL", { target_url: "https://user:pw@example.com/x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain credentials (user:password@); authenticate requests by their signature" }],
+    ["a URL over 2048 characters", { target_url: `https://example.com/${"a".repeat(2030)}`, events: ["contact.created"] }, { pointer: "/target_url", detail: "must be an absolute http or https URL of at most 2048 characters" }],
+    ["no events", { target_url: "https://example.com/x", events: [] }, { pointer: "/events", detail: `must be a non-empty list of distinct event kinds from: ${KINDS}` }],
+    ["an unknown event kind", { target_url: "https://example.com/x", events: ["contact.created", "contact.merged"] }, { pointer: "/events/1", detail: `must be one of: ${KINDS}` }],
+    ["a repeated event kind", { target_url: "https://example.com/x", events: ["contact.created", "contact.created"] }, { pointer: "/events", detail: `must be a non-empty list of distinct event kinds from: ${KINDS}` }],
+    ["events not a list", { target_url: "https://example.com/x", events: "contact.created" }, { pointer: "/events", detail: `must be a non-empty list of distinct event kinds from: ${KINDS}` }],
+    ["a missing target_url", { events: ["contact.created"] }, { pointer: "/target_url", detail: "must be an absolute http or https URL of at most 2048 characters" }],
+    ["a description over 500 characters", { target_url: "https://example.com/x", description: "d".repeat(501), events: ["contact.created"] }, { pointer: "/description", detail: "must be a string of at most 500 characters" }],
+  ] as const;
+
+  for (const [what, body, error] of invalid) {
+    test(`${what} is 422 naming the field, and nothing is stored`, async () => {
+      h = createHarness({ allowPrivateTargets: true });
+      const res = await create(body, { "idempotency-key": "k" });
+      expectProblem(res, 422, "validation");
+      expect(res.body).toEqual(validation([error]));
+      expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.meta.total).toBe(0);
+    });
+  }
+
+  test("unknown subscription ids are 404 for get, delete and test", async () => {
+    h = createHarness();
+    for (const [method, path] of [["GET", ""], ["DELETE", ""], ["POST", "/test"]] as const) {
+      const res = await h.json(method, `/public/v1/webhook-subscriptions/sub_nope${path}`);
+      expectProblem(res, 404, "not-found");
+      expect(res.body.detail).toBe('No webhook subscription with id "sub_nope" exists.');
+    }
+  });
+
+  test("bad list parameters are 422", async () => {
+    h = createHarness();
+    const res = await h.json("GET", "/public/v1/webhook-subscriptions?event=contact.merged&per_page=0");
+    expectProblem(res, 422, "validation");
+    expect(res.body.errors).toContainEqual({ parameter: "event", detail: `must be one of: ${KINDS}` });
+    expect(res.body.errors).toContainEqual({ parameter: "per_page", detail: "must be a whole number from 1 to 100" });
+    expectProblem(await h.json("GET", "/public/v1/webhook-subscriptions?colour=red"), 422, "validation");
+  });
+
+  test("a body that is not JSON is refused", async () => {
+    h = createHarness();
+    expectProblem(await h.json("POST", "/public/v1/webhook-subscriptions", { body: "target_url=x", headers: { "content-type": "application/x-www-form-urlencoded" } }), 415);
+    expectProblem(await h.json("POST", "/public/v1/webhook-subscriptions", { body: "{" }), 400, "invalid-json");
+  });
+});
+
+describe("webhook subscriptions: security", () => {
+  const refused = [
+    ["http://127.0.0.1/x", "address 127.0.0.1 is loopback"],
+    ["http://10.0.0.1/x", "address 10.0.0.1 is private"],
+    ["http://192.168.1.20:8080/x", "address 192.168.1.20 is private"],
+    ["http://169.254.169.254/latest/meta-data", "address 169.254.169.254 is link-local (cloud metadata)"],
+    ["http://[::1]:3000/x", "address ::1 is loopback"],
+    ["http://[::ffff:127.0.0.1]/x", "address ::ffff:7f00:1 is IPv4-mapped IPv6"],
+    ["http://[fd00:ec2::254]/x", "address fd00:ec2::254 is private (unique local)"],
+    ["http://0.0.0.0:3000/x", "address 0.0.0.0 is unspecified"],
+    ["http://2130706433/x", "address 127.0.0.1 is loopback"],
+  ] as const;
+
+  for (const [url, reason] of refused) {
+    test(`${url} is refused with 422 without the private-targets switch`, async () => {
+      h = createHarness();
+      const res = await create({ target_url: url, events: ["contact.created"] });
+      expect(res.body).toEqual(
+        validation([{ pointer: "/target_url", detail: `${reason}; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)` }], "The target URL is not allowed."),
+      );
+    });
+  }
+
+  test("a name that resolves to loopback (localhost) is refused", async () => {
+    h = createHarness();
+    const res = await create({ target_url: "http://localhost:8080/x", events: ["contact.created"] });
+    expectProblem(res, 422, "validation");
+    expect(res.body.errors[0].pointer).toBe("/target_url");
+    expect(res.body.errors[0].detail).toMatch(/^host localhost resolves to (127\.0\.0\.1|::1), which is loopback; webhook targets must be public/);
+  });
+
+  test("a name that does not resolve is refused", async () => {
+    h = createHarness();
+    const res = await create({ target_url: "http://no-such-host.invalid/x", events: ["contact.created"] });
+    expectProblem(res, 422, "validation");
+    expect(res.body.errors[0].detail).toStartWith("host no-such-host.invalid could not be resolved");
+  });
+
+  test("with the switch, loopback targets are accepted", async () => {
+    h = createHarness({ allowPrivateTargets: true });
+    expect((await create({ target_url: "http://localhost:8080/x", events: ["contact.created"] })).status).toBe(201);
+  });
+
+  test("every route needs a token", async () => {
+    h = createHarness();
+    for (const [method, path] of [["POST", ""], ["GET", ""], ["GET", "/sub_x"], ["DELETE", "/sub_x"], ["POST", "/sub_x/test"]] as const) {
+      const body = method === "POST" && path === "" ? { target_url: "https://example.com/x", events: ["contact.created"] } : undefined;
+      const res = await h.json(method, `/public/v1/webhook-subscriptions${path}`, { body, headers: { authorization: "" } });
+      expectProblem(res, 401, "unauthorized");
+      expect(res.headers.get("www-authenticate")).toStartWith("Bearer");
+    }
+  });
+
+  test("browser calls are refused", async () => {
+    h = createHarness({ allowPrivateTargets: true });
+    const res = await create({ target_url: "http://127.0.0.1:9/x", events: ["contact.created"] }, { origin: "https://evil.example" });
+    expectProblem(res, 403, "browser-request");
+    expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.meta.total).toBe(0);
+  });
+});

@@ -1,0 +1,126 @@
+import type { Server } from "bun";
+import type { Config } from "../../server/config.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+
+/** Received is one request a test receiver got. */
+export interface Received {
+  path: string;
+  headers: Record<string, string>;
+  body: string;
+  json: any;
+}
+
+export type Responder = (request: Received, index: number) => Response | Promise<Response>;
+
+/** Receiver is a real HTTP server on 127.0.0.1 that records every request and answers as told. */
+export interface Receiver {
+  url: string;
+  received: Received[];
+  /** respond replaces how the receiver answers from now on */
+  respond(responder: Responder): void;
+  /** hold makes requests wait until release() (or the server gives up on them) */
+  hold(): void;
+  release(): void;
+  stop(): Promise<void>;
+}
+
+/** startReceiver starts a recording receiver answering 200 "ok" unless told otherwise. */
+export function startReceiver(path = "/hook"): Receiver {
+  let responder: Responder = () => new Response("ok");
+  const received: Received[] = [];
+  let gate: Promise<void> | null = null;
+  let open: () => void = () => {};
+  const server: Server<unknown> = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    idleTimeout: 0,
+    async fetch(request) {
+      const body = await request.text();
+      let json: any = null;
+      try {
+        json = JSON.parse(body);
+      } catch {}
+      const entry: Received = { path: new URL(request.url).pathname, headers: Object.fromEntries(request.headers), body, json };
+      received.push(entry);
+      const index = received.length - 1;
+      if (gate) await gate;
+      return responder(entry, index);
+    },
+  });
+  return {
+    url: `http://127.0.0.1:${server.port}${path}`,
+    received,
+    respond(next) {
+      responder = next;
+    },
+    hold() {
+      gate ??= new Promise<void>((resolve) => (open = resolve));
+    },
+    release() {
+      gate = null;
+      open();
+    },
+    async stop() {
+      this.release();
+      await server.stop(true);
+    },
+  };
+}
+
+/** waitFor polls until the check passes and returns its value; it fails the test after `ms`. */
+export async function waitFor<T>(check: () => T | undefined | null | false, what: string, ms = 10_000): Promise<T> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const value = check();
+    if (value) return value;
+    if (Date.now() > until) throw new Error(`gave up waiting for ${what}`);
+    await Bun.sleep(5);
+  }
+}
+
+/** FAST_WEBHOOKS are settings that keep delivery tests quick: loopback targets, tiny retry delays. */
+export const FAST_WEBHOOKS: Partial<Config> = { allowPrivateTargets: true, retrySchedule: [0.02, 0.02], deliveryTimeoutMs: 2000 };
+
+/** WebhookHarness is a harness whose delivery loop runs; close() drains it first. */
+export interface WebhookHarness extends Harness {
+  subscribe(targetUrl: string, events: string[], description?: string): Promise<{ id: string; secret: string }>;
+  /** delivery reads one delivery with its attempts through the API */
+  delivery(id: string): Promise<any>;
+  /** deliveries lists deliveries through the API with the given query string */
+  deliveries(query?: string): Promise<any[]>;
+  shutdown(): Promise<void>;
+}
+
+/** webhookHarness builds a harness with FAST_WEBHOOKS (plus overrides) and starts its delivery loop. */
+export function webhookHarness(overrides: Partial<Config> = {}, start = true): WebhookHarness {
+  const h = createHarness({ ...FAST_WEBHOOKS, ...overrides });
+  if (start) h.rt.deliveries.start();
+  return {
+    ...h,
+    async subscribe(targetUrl, events, description) {
+      const res = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: targetUrl, events, ...(description ? { description } : {}) } });
+      if (res.status !== 201) throw new Error(`subscription not created: ${JSON.stringify(res.body)}`);
+      return res.body.data;
+    },
+    async delivery(id) {
+      return (await h.json("GET", `/public/v1/webhook-deliveries/${id}`)).body.data;
+    },
+    async deliveries(query = "") {
+      return (await h.json("GET", `/public/v1/webhook-deliveries${query ? `?${query}` : ""}`)).body.data;
+    },
+    async shutdown() {
+      await h.rt.deliveries.stop(0);
+      h.close();
+    },
+  };
+}
+
+/** settledDeliveries waits until no delivery is pending and returns them all (newest first). */
+export async function settledDeliveries(h: WebhookHarness, query = "per_page=100"): Promise<any[]> {
+  for (let i = 0; ; i++) {
+    const list = await h.deliveries(query);
+    if (list.length > 0 && list.every((d) => d.status !== "pending")) return list;
+    if (i > 2000) throw new Error(`deliveries still pending: ${JSON.stringify(list)}`);
+    await Bun.sleep(5);
+  }
+}
