@@ -1,0 +1,148 @@
+import { describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
+import { copyFileSync, existsSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { api, createToken, runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
+
+const WRITERS = 4;
+const PER_WRITER = 250;
+
+const mode = (path: string) => (statSync(path).mode & 0o777).toString(8);
+
+interface Written {
+  writer: number;
+  seq: number;
+}
+
+/** writtenIn reads back which (writer, seq) contacts a database holds. */
+function writtenIn(db: Database): Written[] {
+  return db
+    .query<{ email: string }, []>("SELECT email FROM contacts")
+    .all()
+    .map(({ email }) => {
+      const [, writer, seq] = /^w(\d+)-(\d+)@example\.com$/.exec(email)!;
+      return { writer: Number(writer), seq: Number(seq) };
+    });
+}
+
+describe("backup: a consistent copy of the live database", () => {
+  test("taken while 1,000 contacts are being created: it opens, passes integrity_check, holds a prefix of each writer's writes, and restores", async () => {
+    const dataDir = tempDir("backup-live");
+    const token = createToken(SOURCE, dataDir);
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"]);
+    const file = join(tempDir("backup-out"), "copy.sqlite");
+    const acknowledged: Written[] = [];
+    let backupStarted: Promise<{ exitCode: number; stdout: string; stderr: string }> | undefined;
+    let acknowledgedAtStart: Written[] = [];
+    try {
+      // Each writer creates its contacts one after another, so what a writer had acknowledged
+      // is exactly a prefix of its sequence; the backup starts once a fifth of the writes are in.
+      const writer = async (w: number) => {
+        for (let seq = 0; seq < PER_WRITER; seq++) {
+          const res = await api(server.url, token, "POST", "/public/v1/contacts", { first_name: `Writer ${w}`, email: `w${w}-${seq}@example.com` });
+          expect(res.status).toBe(201);
+          acknowledged.push({ writer: w, seq });
+          if (!backupStarted && acknowledged.length >= (WRITERS * PER_WRITER) / 5) {
+            acknowledgedAtStart = [...acknowledged];
+            const proc = Bun.spawn([...SOURCE, "backup", file, "--data-dir", dataDir], { stdout: "pipe", stderr: "pipe" });
+            backupStarted = proc.exited.then(async (exitCode) => ({ exitCode, stdout: await new Response(proc.stdout).text(), stderr: await new Response(proc.stderr).text() }));
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: WRITERS }, (_, w) => writer(w)));
+      const backup = await backupStarted!;
+      expect(backup.stderr).toBe("");
+      expect(backup.exitCode).toBe(0);
+      expect(backup.stdout).toMatch(/^backed up .*crm\.sqlite to .*copy\.sqlite \(\d+ bytes, integrity ok\)\n$/);
+    } finally {
+      await server.stopWith("SIGTERM");
+    }
+
+    expect(mode(file)).toBe("600");
+    const copy = new Database(file, { readonly: true });
+    let inCopy: Written[];
+    try {
+      expect(copy.query("PRAGMA integrity_check").all()).toEqual([{ integrity_check: "ok" }]);
+      inCopy = writtenIn(copy);
+      // Trigger-maintained counts agree with the rows: the copy is one transaction's view.
+      expect(copy.query("SELECT n FROM row_counts WHERE table_name = 'contacts'").get()).toEqual({ n: inCopy.length });
+    } finally {
+      copy.close();
+    }
+    for (let w = 0; w < WRITERS; w++) {
+      const seqs = inCopy.filter((x) => x.writer === w).map((x) => x.seq).sort((a, b) => a - b);
+      expect(seqs).toEqual(seqs.map((_, i) => i));
+    }
+    const key = (x: Written) => `${x.writer}/${x.seq}`;
+    const copied = new Set(inCopy.map(key));
+    expect(acknowledgedAtStart.filter((x) => !copied.has(key(x)))).toEqual([]);
+    expect(acknowledgedAtStart.length).toBeLessThan(WRITERS * PER_WRITER);
+
+    // Restore as the README says: stop, replace crm.sqlite, remove -wal and -shm, start.
+    const db = join(dataDir, "crm.sqlite");
+    copyFileSync(file, db);
+    rmSync(`${db}-wal`, { force: true });
+    rmSync(`${db}-shm`, { force: true });
+    const restored = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"]);
+    try {
+      const list = await api(restored.url, token, "GET", "/public/v1/contacts?per_page=1");
+      expect(list.status).toBe(200);
+      expect(list.body.meta.total).toBe(inCopy.length);
+    } finally {
+      expect((await restored.stopWith("SIGTERM")).exitCode).toBe(0);
+    }
+  }, 60_000);
+});
+
+describe("backup: refusals", () => {
+  test("an existing file is never overwritten", () => {
+    const dataDir = tempDir("backup-exists");
+    runCli([...SOURCE, "migrate", "--data-dir", dataDir]);
+    const file = join(tempDir("backup-exists-out"), "keep.sqlite");
+    writeFileSync(file, "precious");
+    const result = runCli([...SOURCE, "backup", file, "--data-dir", dataDir]);
+    expect(result).toEqual({ exitCode: 1, stdout: "", stderr: `crm: ${file} already exists; backup never overwrites a file\n` });
+    expect(readFileSync(file, "utf8")).toBe("precious");
+  });
+
+  test("a data directory without a database, or none at all, creates nothing", () => {
+    const empty = tempDir("backup-empty");
+    const file = join(tempDir("backup-empty-out"), "copy.sqlite");
+    expect(runCli([...SOURCE, "backup", file, "--data-dir", empty])).toEqual({ exitCode: 1, stdout: "", stderr: `crm: no database at ${join(empty, "crm.sqlite")}\n` });
+    expect(runCli([...SOURCE, "backup", file, "--data-dir", join(empty, "missing")])).toEqual({
+      exitCode: 1,
+      stdout: "",
+      stderr: `crm: data directory ${join(empty, "missing")} does not exist\n`,
+    });
+    expect(existsSync(file)).toBe(false);
+    expect(existsSync(join(empty, "crm.sqlite"))).toBe(false);
+  });
+
+  test("a file in a directory that does not exist is one clear line", () => {
+    const dataDir = tempDir("backup-nodir");
+    runCli([...SOURCE, "migrate", "--data-dir", dataDir]);
+    const result = runCli([...SOURCE, "backup", "/nonexistent/dir/copy.sqlite", "--data-dir", dataDir]);
+    expect(result.exitCode).toBe(1);
+    expect(result.stderr).toStartWith("crm: cannot create /nonexistent/dir/copy.sqlite: ");
+    expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
+  });
+
+  test("backup without a file name is a usage error", () => {
+    expect(runCli([...SOURCE, "backup"])).toEqual({ exitCode: 2, stdout: "", stderr: "crm: usage: backup FILE [--data-dir DIR] (FILE must not exist yet)\n" });
+  });
+});
+
+describe("data directory permissions", () => {
+  test("the directory is 0700 and the database, WAL and shared-memory files 0600 while serving, under a umask of 022", async () => {
+    const dataDir = join(tempDir("perms"), "data");
+    const token = createToken(SOURCE, dataDir);
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"]);
+    try {
+      expect((await api(server.url, token, "POST", "/public/v1/contacts", { first_name: "Ada" })).status).toBe(201);
+      const db = join(dataDir, "crm.sqlite");
+      expect([mode(dataDir), mode(db), mode(`${db}-wal`), mode(`${db}-shm`)]).toEqual(["700", "600", "600", "600"]);
+    } finally {
+      await server.stopWith("SIGTERM");
+    }
+  });
+});
