@@ -3,6 +3,7 @@ import type { Database } from "bun:sqlite";
 import foundation from "../../migrations/0001_foundation.sql" with { type: "text" };
 import webhooks from "../../migrations/0002_webhooks.sql" with { type: "text" };
 import consoleTables from "../../migrations/0003_console.sql" with { type: "text" };
+import limits from "../../migrations/0004_limits.sql" with { type: "text" };
 
 export interface Migration {
   version: number;
@@ -15,6 +16,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 1, name: "0001_foundation.sql", sql: foundation },
   { version: 2, name: "0002_webhooks.sql", sql: webhooks },
   { version: 3, name: "0003_console.sql", sql: consoleTables },
+  { version: 4, name: "0004_limits.sql", sql: limits },
 ];
 
 function ensureMigrationsTable(db: Database): void {
