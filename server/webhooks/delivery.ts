@@ -47,7 +47,8 @@ export function parseRetryAfter(value: string | null, now: number): number | nul
   if (value === null) return null;
   const text = value.trim();
   if (/^\d+$/.test(text)) return Number(text) * 1000;
-  const date = Date.parse(text);
+  // Every HTTP-date form starts with a day name; anything else is not a date here.
+  const date = /^[A-Za-z]{3}/.test(text) ? Date.parse(text) : Number.NaN;
   return Number.isNaN(date) ? null : Math.max(0, date - now);
 }
 

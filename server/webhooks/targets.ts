@@ -77,6 +77,7 @@ const compile = (ranges: [string, number, string][], value: (a: string) => bigin
   ranges.map(([base, prefix, label]) => [value(base) >> BigInt(bits - prefix), prefix, label]);
 const V4 = compile(IPV4_RANGES, ipv4Value, 32);
 const V6 = compile(IPV6_RANGES, ipv6Value, 128);
+const NAT64_PREFIX = ipv6Value("64:ff9b::") >> 32n;
 
 function match(ranges: Range[], value: bigint, bits: number): string | null {
   for (const [base, prefix, label] of ranges) {
@@ -95,11 +96,10 @@ export function nonPublicAddressKind(address: string): string | null {
   if (isIPv4(bare)) return match(V4, ipv4Value(bare), 32);
   if (!isIPv6(bare)) return "not an IP address";
   const value = ipv6Value(bare);
-  const kind = match(V6, value, 128);
-  if (kind) return kind;
-  if (value >> 32n === ipv6Value("64:ff9b::") >> 32n) return match(V4, value & 0xffffffffn, 32);
+  // NAT64 sits inside ::/8, so it is judged before the table.
+  if (value >> 32n === NAT64_PREFIX) return match(V4, value & 0xffffffffn, 32);
   if (value >> 112n === 0x2002n) return match(V4, (value >> 80n) & 0xffffffffn, 32);
-  return null;
+  return match(V6, value, 128);
 }
 
 /** TargetRefused says why a target host may not be contacted. */

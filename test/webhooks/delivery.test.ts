@@ -1,0 +1,286 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { Webhook } from "standardwebhooks";
+import { VERSION } from "../../server/version.ts";
+import { MAX_IN_FLIGHT } from "../../server/webhooks/worker.ts";
+import { ISO } from "../foundation/support.ts";
+import { settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
+
+let h: WebhookHarness;
+const receivers: Receiver[] = [];
+afterEach(async () => {
+  await h?.shutdown();
+  while (receivers.length) await receivers.pop()!.stop();
+});
+
+function receiver(path?: string): Receiver {
+  const r = startReceiver(path);
+  receivers.push(r);
+  return r;
+}
+
+const createContact = async (body: Record<string, unknown> = { first_name: "Ada", last_name: "Lovelace", email: "ada@example.com" }) =>
+  (await h.json("POST", "/public/v1/contacts", { body })).body.data;
+
+describe("webhook deliveries: happy paths", () => {
+  test("a contact.created request verifies with standardwebhooks; webhook-id is the delivery id; data is the contact", async () => {
+    h = webhookHarness();
+    const r = receiver();
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    const contact = await createContact();
+    const got = await waitFor(() => r.received[0], "the delivery");
+    const verified = new Webhook(sub.secret).verify(got.body, got.headers);
+    expect(verified).toEqual({ type: "contact.created", timestamp: contact.created_at, data: contact });
+    const [delivery] = await settledDeliveries(h);
+    expect(got.headers["webhook-id"]).toBe(delivery.id);
+    expect(got.json.data.id).toBe(contact.id);
+    expect(got.headers["content-type"]).toBe("application/json");
+    expect(got.headers["user-agent"]).toBe(`crm-webhooks/${VERSION}`);
+    expect(Number(got.headers["webhook-timestamp"])).toBeGreaterThan(Date.now() / 1000 - 60);
+    expect(got.headers["webhook-signature"]).toMatch(/^v1,[A-Za-z0-9+/]{43}=$/);
+    expect(got.path).toBe("/hook");
+    expect(delivery).toEqual({
+      id: expect.stringMatching(/^dlv_[0-9A-Z]{26}$/),
+      event_id: expect.stringMatching(/^evt_[0-9A-Z]{26}$/),
+      event_type: "contact.created",
+      subscription_id: sub.id,
+      target_url: r.url,
+      status: "succeeded",
+      attempts: 1,
+      last_response_status: 200,
+      last_error: null,
+      next_attempt_at: null,
+      created_at: contact.created_at,
+      updated_at: expect.stringMatching(ISO),
+    });
+  });
+
+  test("created, updated and deleted events reach only the subscriptions that asked for them", async () => {
+    h = webhookHarness();
+    const all = receiver("/all");
+    const created = receiver("/created");
+    const updatedOrDeleted = receiver("/changed");
+    await h.subscribe(all.url, ["contact.created", "contact.updated", "contact.deleted"]);
+    await h.subscribe(created.url, ["contact.created"]);
+    await h.subscribe(updatedOrDeleted.url, ["contact.updated", "contact.deleted"]);
+    const contact = await createContact();
+    await h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { phone: "+1 555 0100" } });
+    await h.json("DELETE", `/public/v1/contacts/${contact.id}`);
+    await waitFor(() => all.received.length === 3 && updatedOrDeleted.received.length === 2 && created.received.length === 1, "all deliveries");
+    await settledDeliveries(h);
+    const summary = (r: Receiver) => r.received.map((got) => [got.json.type, got.json.data.id]).sort();
+    expect(summary(all)).toEqual([["contact.created", contact.id], ["contact.deleted", contact.id], ["contact.updated", contact.id]]);
+    expect(summary(created)).toEqual([["contact.created", contact.id]]);
+    expect(summary(updatedOrDeleted)).toEqual([["contact.deleted", contact.id], ["contact.updated", contact.id]]);
+    const deleted = updatedOrDeleted.received.find((got) => got.json.type === "contact.deleted")!;
+    expect(deleted.json.data).toEqual({ id: contact.id, deleted_at: expect.stringMatching(ISO) });
+    expect((await h.deliveries("per_page=100")).length).toBe(6);
+  });
+
+  test("a deleted subscription gets nothing more", async () => {
+    h = webhookHarness();
+    const kept = receiver("/kept");
+    const dropped = receiver("/dropped");
+    await h.subscribe(kept.url, ["contact.created"]);
+    const gone = await h.subscribe(dropped.url, ["contact.created"]);
+    await createContact();
+    await waitFor(() => dropped.received.length === 1 && kept.received.length === 1, "first deliveries");
+    expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${gone.id}`)).status).toBe(204);
+    await createContact({ first_name: "Grace" });
+    await waitFor(() => kept.received.length === 2, "second delivery to the kept subscription");
+    await settledDeliveries(h);
+    expect(dropped.received.length).toBe(1);
+    expect((await h.deliveries(`subscription_id=${gone.id}`)).length).toBe(1);
+  });
+
+  test("deleting a subscription fails its pending deliveries instead of sending them", async () => {
+    h = webhookHarness({ retrySchedule: [60] });
+    const r = receiver();
+    r.respond(() => new Response("down", { status: 503 }));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    await waitFor(() => r.received.length === 1, "the first attempt");
+    const [delivery] = await waitForDeliveries(h, (list) => list[0]?.attempts === 1 && list);
+    expect(delivery.status).toBe("pending");
+    await h.request("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`);
+    expect(await h.delivery(delivery.id)).toMatchObject({ status: "failed", attempts: 1, next_attempt_at: null, last_error: "not sent: the subscription was deleted" });
+  });
+
+  test("POST /:id/test sends webhook.ping to that subscription only and returns the delivery id", async () => {
+    h = webhookHarness();
+    const target = receiver("/target");
+    const other = receiver("/other");
+    const sub = await h.subscribe(target.url, ["contact.created"]);
+    await h.subscribe(other.url, ["contact.created", "webhook.ping"]);
+    const res = await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/test`);
+    expect(res.status).toBe(202);
+    expect(res.body).toEqual({ data: { delivery_id: expect.stringMatching(/^dlv_/), event_id: expect.stringMatching(/^evt_/) } });
+    const got = await waitFor(() => target.received[0], "the ping");
+    expect(got.headers["webhook-id"]).toBe(res.body.data.delivery_id);
+    expect(new Webhook(sub.secret).verify(got.body, got.headers)).toEqual({ type: "webhook.ping", timestamp: expect.stringMatching(ISO), data: { subscription_id: sub.id } });
+    await settledDeliveries(h);
+    expect(other.received).toEqual([]);
+    expect(await h.delivery(res.body.data.delivery_id)).toMatchObject({ event_id: res.body.data.event_id, event_type: "webhook.ping", status: "succeeded" });
+  });
+});
+
+/** waitForDeliveries polls the delivery list until `check` returns something truthy. */
+async function waitForDeliveries<T>(harness: WebhookHarness, check: (list: any[]) => T | false | undefined): Promise<T> {
+  for (let i = 0; i < 2000; i++) {
+    const found = check(await harness.deliveries("per_page=100"));
+    if (found) return found;
+    await Bun.sleep(5);
+  }
+  throw new Error("deliveries never reached the expected state");
+}
+
+describe("webhook deliveries: failures and retries", () => {
+  test("500, 500, 200 ends succeeded after 3 attempts, all with one webhook-id and valid signatures", async () => {
+    h = webhookHarness({ retrySchedule: [0.02, 0.02, 0.02] });
+    const r = receiver();
+    r.respond((_, i) => (i < 2 ? new Response("boom", { status: 500 }) : new Response("fine")));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({ status: "succeeded", attempts: 3, last_response_status: 200, last_error: null });
+    expect(r.received.length).toBe(3);
+    expect(new Set(r.received.map((got) => got.headers["webhook-id"]))).toEqual(new Set([delivery.id]));
+    for (const got of r.received) new Webhook(sub.secret).verify(got.body, got.headers);
+    const detail = await h.delivery(delivery.id);
+    expect(detail.attempt_history.map((a: any) => [a.attempt, a.trigger, a.response_status, a.response_body, a.error])).toEqual([
+      [1, "scheduled", 500, "boom", null],
+      [2, "scheduled", 500, "boom", null],
+      [3, "scheduled", 200, "fine", null],
+    ]);
+  });
+
+  test("a receiver that always answers 500 ends failed once the schedule is used up", async () => {
+    h = webhookHarness({ retrySchedule: [0.01, 0.01, 0.01] });
+    const r = receiver();
+    r.respond(() => new Response("nope", { status: 500 }));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({ status: "failed", attempts: 4, last_response_status: 500, next_attempt_at: null });
+    expect(r.received.length).toBe(4);
+  });
+
+  test("a receiver that hangs is cut at the timeout, and the retry succeeds", async () => {
+    h = webhookHarness({ deliveryTimeoutMs: 150 });
+    const r = receiver();
+    r.respond((_, i) => (i === 0 ? new Promise<Response>(() => {}) : new Response("ok")));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({ status: "succeeded", attempts: 2 });
+    const [first, second] = (await h.delivery(delivery.id)).attempt_history;
+    expect(first).toMatchObject({ response_status: null, response_body: null, error: "timed out after 150 ms without a complete response" });
+    expect(second).toMatchObject({ response_status: 200, error: null });
+  });
+
+  test("410 Gone disables the subscription, fails the delivery and sends nothing more", async () => {
+    h = webhookHarness();
+    const r = receiver();
+    r.respond(() => new Response("gone", { status: 410 }));
+    const sub = await h.subscribe(r.url, ["contact.created", "contact.updated"]);
+    const contact = await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({ status: "failed", attempts: 1, last_response_status: 410 });
+    const after = (await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body.data;
+    expect(after).toMatchObject({ status: "disabled", disabled_at: expect.stringMatching(ISO), disabled_reason: `the receiver answered 410 Gone to delivery ${delivery.id}` });
+    await h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { phone: "1" } });
+    await createContact({ first_name: "Grace" });
+    expect((await h.deliveries()).length).toBe(1);
+    const ping = await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/test`);
+    expect(ping.status).toBe(409);
+    expect(r.received.length).toBe(1);
+  });
+
+  test("a slow receiver does not hold up a fast one", async () => {
+    h = webhookHarness({ deliveryTimeoutMs: 10_000 });
+    const slow = receiver("/slow");
+    const fast = receiver("/fast");
+    slow.hold();
+    await h.subscribe(slow.url, ["contact.created"]);
+    const fastSub = await h.subscribe(fast.url, ["contact.created"]);
+    // More deliveries for the slow receiver than attempts may run at once over all receivers:
+    // without a per-subscription bound its backlog would take every slot.
+    const contacts = await Promise.all(Array.from({ length: MAX_IN_FLIGHT + 50 }, (_, i) => createContact({ first_name: `n${i}` })));
+    const ids = new Set(contacts.map((c) => c.id));
+    await waitFor(() => fast.received.length === ids.size, "every delivery to the fast receiver");
+    expect(new Set(fast.received.map((got) => got.json.data.id))).toEqual(ids);
+    const fastSucceeded = async () => (await h.json("GET", `/public/v1/webhook-deliveries?subscription_id=${fastSub.id}&status=succeeded`)).body.meta.total;
+    while ((await fastSucceeded()) < ids.size) await Bun.sleep(5);
+    expect(slow.received.length).toBeLessThan(ids.size);
+    slow.release();
+    await waitFor(() => slow.received.length === ids.size, "the slow receiver's backlog");
+  });
+
+  test("Retry-After is honoured over a shorter scheduled delay", async () => {
+    h = webhookHarness({ retrySchedule: [0.01] });
+    const r = receiver();
+    r.respond((_, i) => (i === 0 ? new Response("later", { status: 429, headers: { "retry-after": "3600" } }) : new Response("ok")));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await waitForDeliveries(h, (list) => list[0]?.attempts === 1 && list);
+    expect(delivery.status).toBe("pending");
+    const wait = Date.parse(delivery.next_attempt_at) - Date.parse(delivery.updated_at);
+    expect(wait).toBe(3600 * 1000);
+    const [attempt] = (await h.delivery(delivery.id)).attempt_history;
+    expect(attempt.response_headers).toMatchObject({ "retry-after": "3600" });
+  });
+
+  test("redirects are not followed: a 3xx is a failed attempt that names the location", async () => {
+    h = webhookHarness({ retrySchedule: [] });
+    const r = receiver();
+    const elsewhere = receiver("/elsewhere");
+    r.respond(() => new Response(null, { status: 302, headers: { location: elsewhere.url } }));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({ status: "failed", last_response_status: 302, last_error: `redirect to ${elsewhere.url} not followed; point the subscription at the final URL` });
+    expect(elsewhere.received).toEqual([]);
+  });
+
+  test("a receiver that is not listening is a connection error in words", async () => {
+    h = webhookHarness({ retrySchedule: [] });
+    const r = receiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    await r.stop();
+    receivers.pop();
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery.status).toBe("failed");
+    expect(delivery.last_response_status).toBeNull();
+    expect(delivery.last_error).toStartWith("connection failed: ");
+  });
+});
+
+describe("webhook deliveries: security", () => {
+  test("the connect-time check refuses a target that became private, and nothing is sent", async () => {
+    h = webhookHarness({ retrySchedule: [] });
+    const r = receiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    h.rt.config.allowPrivateTargets = false;
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({
+      status: "failed",
+      last_response_status: null,
+      last_error: "refused: address 127.0.0.1 is loopback; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+    });
+    expect(r.received).toEqual([]);
+  });
+
+  test("each subscription signs with its own secret", async () => {
+    h = webhookHarness();
+    const a = receiver("/a");
+    const b = receiver("/b");
+    const subA = await h.subscribe(a.url, ["contact.created"]);
+    const subB = await h.subscribe(b.url, ["contact.created"]);
+    expect(subA.secret).not.toBe(subB.secret);
+    await createContact();
+    await waitFor(() => a.received[0] && b.received[0], "both deliveries");
+    expect(() => new Webhook(subB.secret).verify(a.received[0]!.body, a.received[0]!.headers)).toThrow();
+    expect(() => new Webhook(subA.secret).verify(a.received[0]!.body, a.received[0]!.headers)).not.toThrow();
+  });
+});

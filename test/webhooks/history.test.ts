@@ -1,0 +1,216 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { Webhook } from "standardwebhooks";
+import { VERSION } from "../../server/version.ts";
+import { expectProblem, ISO } from "../foundation/support.ts";
+import { settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
+
+let h: WebhookHarness;
+const receivers: Receiver[] = [];
+afterEach(async () => {
+  await h?.shutdown();
+  while (receivers.length) await receivers.pop()!.stop();
+});
+
+function receiver(path?: string): Receiver {
+  const r = startReceiver(path);
+  receivers.push(r);
+  return r;
+}
+
+const createContact = async (first_name = "Ada") => (await h.json("POST", "/public/v1/contacts", { body: { first_name } })).body.data;
+
+describe("delivery history: happy paths", () => {
+  test("a delivery's detail has the body sent and every attempt with request and response", async () => {
+    h = webhookHarness({ retrySchedule: [0.01] });
+    const r = receiver();
+    const big = "x".repeat(5000);
+    r.respond((_, i) =>
+      i === 0
+        ? new Response(big, { status: 503, headers: { "content-type": "text/plain", "retry-after": "0", "x-request-id": "abc", "x-secret-internal": "not kept" } })
+        : Response.json({ ok: true }, { headers: { server: "receiver/1" } }),
+    );
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    const contact = await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const detail = await h.delivery(delivery.id);
+    expect(detail).toEqual({
+      ...delivery,
+      payload: { type: "contact.created", timestamp: contact.created_at, data: contact },
+      attempt_history: [
+        {
+          attempt: 1,
+          trigger: "scheduled",
+          started_at: expect.stringMatching(ISO),
+          duration_ms: expect.any(Number),
+          request_headers: {
+            "content-type": "application/json",
+            "user-agent": `crm-webhooks/${VERSION}`,
+            "webhook-id": delivery.id,
+            "webhook-timestamp": r.received[0]!.headers["webhook-timestamp"],
+            "webhook-signature": r.received[0]!.headers["webhook-signature"],
+          },
+          response_status: 503,
+          response_headers: { "content-type": "text/plain", "content-length": "5000", "retry-after": "0", "x-request-id": "abc", date: expect.any(String) },
+          response_body: "x".repeat(4096),
+          error: null,
+        },
+        {
+          attempt: 2,
+          trigger: "scheduled",
+          started_at: expect.stringMatching(ISO),
+          duration_ms: expect.any(Number),
+          request_headers: expect.objectContaining({ "webhook-id": delivery.id }),
+          response_status: 200,
+          response_headers: { "content-type": "application/json;charset=utf-8", "content-length": "11", server: "receiver/1", date: expect.any(String) },
+          response_body: '{"ok":true}',
+          error: null,
+        },
+      ],
+    });
+    expect(JSON.parse(r.received[1]!.body)).toEqual(detail.payload);
+    new Webhook(sub.secret).verify(r.received[1]!.body, r.received[1]!.headers);
+  });
+
+  test("the list is newest first and filters by subscription_id, event, event_id, status and created_after", async () => {
+    h = webhookHarness({ retrySchedule: [] });
+    const ok = receiver("/ok");
+    const bad = receiver("/bad");
+    bad.respond(() => new Response("no", { status: 400 }));
+    const okSub = await h.subscribe(ok.url, ["contact.created", "contact.deleted"]);
+    const badSub = await h.subscribe(bad.url, ["contact.created"]);
+    const first = await createContact("first");
+    await Bun.sleep(2);
+    const second = await createContact("second");
+    await h.request("DELETE", `/public/v1/contacts/${first.id}`);
+    const all = await settledDeliveries(h);
+    expect(all.length).toBe(5);
+    const sorted = [...all].sort((a, b) => (a.created_at === b.created_at ? (a.id < b.id ? 1 : -1) : a.created_at < b.created_at ? 1 : -1));
+    expect(all.map((d) => d.id)).toEqual(sorted.map((d) => d.id));
+    const ids = async (query: string) => (await h.deliveries(query)).map((d) => d.id);
+    expect(await ids(`subscription_id=${badSub.id}`)).toEqual(all.filter((d) => d.subscription_id === badSub.id).map((d) => d.id));
+    expect((await h.deliveries(`subscription_id=${okSub.id}`)).length).toBe(3);
+    expect((await h.deliveries("event=contact.deleted")).map((d) => [d.event_type, d.subscription_id])).toEqual([["contact.deleted", okSub.id]]);
+    expect((await h.deliveries("status=failed")).map((d) => [d.status, d.last_response_status, d.subscription_id])).toEqual([
+      ["failed", 400, badSub.id],
+      ["failed", 400, badSub.id],
+    ]);
+    const secondEvent = all.find((d) => d.created_at === second.created_at && d.event_type === "contact.created")!.event_id;
+    expect((await h.deliveries(`event_id=${secondEvent}`)).map((d) => d.subscription_id).sort()).toEqual([okSub.id, badSub.id].sort());
+    const after = await h.deliveries(`created_after=${encodeURIComponent(first.created_at)}`);
+    expect(after.every((d) => d.created_at > first.created_at)).toBe(true);
+    expect(after.length).toBe(3);
+    const page = await h.json("GET", "/public/v1/webhook-deliveries?per_page=2");
+    expect(page.body.meta).toEqual({ current_page: 1, last_page: 3, per_page: 2, total: 5, next_cursor: expect.any(String) });
+    const next = await h.json("GET", `/public/v1/webhook-deliveries?per_page=2&cursor=${page.body.meta.next_cursor}`);
+    expect(next.body.data.map((d: any) => d.id)).toEqual(all.slice(2, 4).map((d) => d.id));
+  });
+
+  test("POST /:id/retry makes a manual attempt now and answers with the delivery afterwards", async () => {
+    h = webhookHarness({ retrySchedule: [] });
+    const r = receiver();
+    r.respond(() => new Response("down", { status: 500 }));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [failed] = await settledDeliveries(h);
+    expect(failed).toMatchObject({ status: "failed", attempts: 1 });
+    r.respond(() => new Response("back"));
+    const res = await h.json("POST", `/public/v1/webhook-deliveries/${failed.id}/retry`, { headers: { "idempotency-key": "retry-1" } });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({ ...failed, status: "succeeded", attempts: 2, last_response_status: 200, last_error: null, updated_at: expect.stringMatching(ISO) });
+    expect(r.received.map((got) => got.headers["webhook-id"])).toEqual([failed.id, failed.id]);
+    const history = (await h.delivery(failed.id)).attempt_history.map((a: any) => [a.attempt, a.trigger, a.response_status]);
+    expect(history).toEqual([[1, "scheduled", 500], [2, "manual", 200]]);
+    const replay = await h.json("POST", `/public/v1/webhook-deliveries/${failed.id}/retry`, { headers: { "idempotency-key": "retry-1" } });
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect(replay.body).toEqual(res.body);
+    expect(r.received.length).toBe(2);
+  });
+
+  test("a failed manual attempt of a finished delivery leaves it failed, with no automatic retry", async () => {
+    h = webhookHarness({ retrySchedule: [0.01] });
+    const r = receiver();
+    r.respond(() => new Response("down", { status: 500 }));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [failed] = await settledDeliveries(h);
+    const res = await h.json("POST", `/public/v1/webhook-deliveries/${failed.id}/retry`);
+    expect(res.body.data).toMatchObject({ status: "failed", attempts: 3, next_attempt_at: null, last_response_status: 500 });
+  });
+});
+
+describe("delivery history: errors", () => {
+  test("unknown delivery ids are 404 for get and retry", async () => {
+    h = webhookHarness();
+    for (const [method, path] of [["GET", ""], ["POST", "/retry"]] as const) {
+      const res = await h.json(method, `/public/v1/webhook-deliveries/dlv_nope${path}`);
+      expectProblem(res, 404, "not-found");
+      expect(res.body.detail).toBe('No webhook delivery with id "dlv_nope" exists.');
+    }
+  });
+
+  test("retrying a delivery whose subscription was deleted is 409 and sends nothing", async () => {
+    h = webhookHarness({ retrySchedule: [] });
+    const r = receiver();
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    await h.request("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`);
+    const res = await h.json("POST", `/public/v1/webhook-deliveries/${delivery.id}/retry`);
+    expectProblem(res, 409, "subscription-deleted");
+    expect(r.received.length).toBe(1);
+  });
+
+  test("retrying while an attempt is under way is 409", async () => {
+    h = webhookHarness({ deliveryTimeoutMs: 10_000 });
+    const r = receiver();
+    r.hold();
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    await waitFor(() => r.received[0], "the attempt to start");
+    const [delivery] = await h.deliveries();
+    const res = await h.json("POST", `/public/v1/webhook-deliveries/${delivery.id}/retry`);
+    expectProblem(res, 409, "delivery-in-progress");
+    expect(res.headers.get("retry-after")).toBe("1");
+    r.release();
+  });
+
+  test("bad list parameters are 422 naming them", async () => {
+    h = webhookHarness();
+    const res = await h.json("GET", "/public/v1/webhook-deliveries?status=lost&event=contact.merged&created_after=yesterday");
+    expectProblem(res, 422, "validation");
+    expect(res.body.errors).toEqual(
+      expect.arrayContaining([
+        { parameter: "status", detail: "must be one of: pending, succeeded, failed" },
+        { parameter: "event", detail: "must be one of: contact.created, contact.updated, contact.deleted, webhook.ping" },
+      ]),
+    );
+    const time = await h.json("GET", "/public/v1/webhook-deliveries?created_after=yesterday");
+    expect(time.body.errors).toEqual([{ parameter: "created_after", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]);
+    const cursor = await h.json("GET", "/public/v1/webhook-deliveries?cursor=bogus");
+    expectProblem(cursor, 422, "validation");
+  });
+});
+
+describe("delivery history: security", () => {
+  test("every route needs a token", async () => {
+    h = webhookHarness();
+    for (const [method, path] of [["GET", ""], ["GET", "/dlv_x"], ["POST", "/dlv_x/retry"]] as const) {
+      const res = await h.json(method, `/public/v1/webhook-deliveries${path}`, { headers: { authorization: "Bearer crm_wrong" } });
+      expectProblem(res, 401, "unauthorized");
+    }
+  });
+
+  test("no secret appears in the delivery history or the subscription list", async () => {
+    h = webhookHarness();
+    const r = receiver();
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const texts = [
+      JSON.stringify(await h.delivery(delivery.id)),
+      JSON.stringify((await h.json("GET", "/public/v1/webhook-subscriptions")).body),
+      JSON.stringify((await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body),
+    ];
+    for (const text of texts) expect(text).not.toContain(sub.secret.slice(10));
+  });
+});

@@ -1,0 +1,59 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { pruneHistory } from "../../server/webhooks/retention.ts";
+import { settledDeliveries, startReceiver, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
+
+const DAY = 24 * 60 * 60 * 1000;
+let h: WebhookHarness;
+let r: Receiver;
+afterEach(async () => {
+  await h?.shutdown();
+  await r?.stop();
+});
+
+const count = (table: string) => h.rt.db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${table}`).get()!.n;
+
+describe("retention", () => {
+  test("finished deliveries, their attempts and unreferenced events older than the retention are pruned; pending ones stay", async () => {
+    h = webhookHarness({ deliveryRetentionDays: 30, retrySchedule: [3600] });
+    r = startReceiver();
+    const okSub = await h.subscribe(r.url, ["contact.created"]);
+    const failing = startReceiver("/failing");
+    failing.respond(() => new Response("later", { status: 503 }));
+    const pendingSub = await h.subscribe(failing.url, ["contact.updated"]);
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data;
+    await h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { first_name: "Ada B" } });
+    await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" }, headers: { "idempotency-key": "acc-1" } });
+    // An event no subscription wanted: no delivery refers to it.
+    await h.json("DELETE", `/public/v1/contacts/${contact.id}`);
+    const deliveries = await waitForAttempts(h);
+    await failing.stop();
+    expect(deliveries.map((d) => [d.subscription_id, d.status]).sort()).toEqual([[okSub.id, "succeeded"], [pendingSub.id, "pending"]].sort());
+    expect([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts"), count("idempotency_keys")]).toEqual([3, 2, 2, 1]);
+
+    expect(await pruneHistory(h.rt, Date.now() + 29 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 1 });
+    expect(await pruneHistory(h.rt, Date.now() + 31 * DAY)).toEqual({ deliveries: 1, events: 2, idempotency_keys: 0 });
+    expect([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts")]).toEqual([1, 1, 1]);
+    const [left] = await h.deliveries();
+    expect(left).toMatchObject({ subscription_id: pendingSub.id, status: "pending" });
+  });
+});
+
+async function waitForAttempts(harness: WebhookHarness): Promise<any[]> {
+  for (;;) {
+    const list = await harness.deliveries();
+    if (list.length === 2 && list.every((d) => d.attempts === 1)) return list;
+    await Bun.sleep(5);
+  }
+}
+
+describe("retention: recent history", () => {
+  test("a run keeps settled history younger than the retention period", async () => {
+    h = webhookHarness();
+    r = startReceiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
+    await settledDeliveries(h);
+    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0 });
+    expect(count("webhook_deliveries")).toBe(1);
+  });
+});
