@@ -5,27 +5,37 @@ export interface OrderClause {
   after: string;
   params: (string | number)[];
   orderBy: string;
+  /** the group that follows once `after` runs out (the NULLs, or the non-NULLs), or null */
+  then: { after: string; params: (string | number)[] } | null;
 }
 
 /**
- * keysetOrder builds a stable ORDER BY (tie-break on id) and the condition for rows strictly
- * after a cursor. `column` must be a trusted column name; NULLs sort first, as SQLite does.
+ * keysetOrder builds a stable ORDER BY (tie-break on id) and the condition for rows after a
+ * cursor. `column` must be a trusted column name; NULLs sort first, as SQLite does. Each condition
+ * is one index range (a row-value comparison), so a page costs the same at any depth: an OR that
+ * also reached the NULL group made SQLite read and sort every later row. Callers sorting by a
+ * `nullable` column query `after` first and, if the page is not full, `then` for the rest.
  */
-export function keysetOrder(column: string, idColumn: string, direction: SortDirection, cursor: CursorPosition | null): OrderClause {
+export function keysetOrder(column: string, idColumn: string, direction: SortDirection, cursor: CursorPosition | null, nullable = false): OrderClause {
   const dir = direction === "asc" ? "ASC" : "DESC";
-  const orderBy = `${column} ${dir}, ${idColumn} ${dir}`;
-  if (!cursor) return { after: "", params: [], orderBy };
   const cmp = direction === "asc" ? ">" : "<";
-  if (cursor.value === null) {
-    // NULL is the smallest value: ascending, everything non-NULL comes after; descending, nothing does.
-    return direction === "asc"
-      ? { after: `((${column} IS NULL AND ${idColumn} > ?) OR ${column} IS NOT NULL)`, params: [cursor.id], orderBy }
-      : { after: `(${column} IS NULL AND ${idColumn} < ?)`, params: [cursor.id], orderBy };
+  if (column === idColumn) {
+    return { after: cursor ? `${idColumn} ${cmp} ?` : "", params: cursor ? [cursor.id] : [], orderBy: `${idColumn} ${dir}`, then: null };
   }
-  const tail = direction === "desc" ? ` OR ${column} IS NULL` : "";
+  const orderBy = `${column} ${dir}, ${idColumn} ${dir}`;
+  if (!cursor) return { after: "", params: [], orderBy, then: null };
+  if (cursor.value === null) {
+    return {
+      after: `(${column} IS NULL AND ${idColumn} ${cmp} ?)`,
+      params: [cursor.id],
+      orderBy,
+      then: nullable && direction === "asc" ? { after: `${column} IS NOT NULL`, params: [] } : null,
+    };
+  }
   return {
-    after: `(${column} ${cmp} ? OR (${column} = ? AND ${idColumn} ${cmp} ?)${tail})`,
-    params: [cursor.value, cursor.value, cursor.id],
+    after: `(${column}, ${idColumn}) ${cmp} (?, ?)`,
+    params: [cursor.value, cursor.id],
     orderBy,
+    then: nullable && direction === "desc" ? { after: `${column} IS NULL`, params: [] } : null,
   };
 }

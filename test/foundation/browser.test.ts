@@ -26,13 +26,14 @@ describe("browser refusal: in-process", () => {
   afterAll(() => h.close());
 
   test("a request with Origin or Sec-Fetch-Site is 403 explaining tokens belong server-side", async () => {
-    for (const headers of [
+    const browsers: Record<string, string>[] = [
       { origin: "https://shop.example" },
       { origin: "null" },
       { "sec-fetch-site": "same-origin" },
       { "sec-fetch-site": "cross-site", origin: "https://shop.example" },
       { "sec-fetch-site": "none" },
-    ]) {
+    ];
+    for (const headers of browsers) {
       for (const [method, path, body] of [
         ["POST", "/public/v1/contacts", { first_name: "Form" }],
         ["GET", "/public/v1/contacts", undefined],
@@ -55,11 +56,12 @@ describe("browser refusal: in-process", () => {
   });
 
   test("a CORS preflight gets no Access-Control-* headers", async () => {
-    for (const headers of [
+    const preflights: Record<string, string>[] = [
       { origin: "https://shop.example", "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type, idempotency-key" },
       { "access-control-request-method": "POST" },
       {},
-    ]) {
+    ];
+    for (const headers of preflights) {
       const res = await h.app.handle(new Request("http://localhost/public/v1/contacts", { method: "OPTIONS", headers }));
       expect(corsHeaders(res.headers)).toEqual([]);
       expect(res.status).toBeGreaterThanOrEqual(400);

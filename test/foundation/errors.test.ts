@@ -23,7 +23,7 @@ interface Case {
   name: string;
   method: string;
   path: string;
-  body?: string | Uint8Array;
+  body?: string | Blob;
   headers?: Record<string, string>;
   status: number;
   slug: string;
@@ -33,7 +33,7 @@ interface Case {
 const CASES: Case[] = [
   { name: "malformed JSON", method: "POST", path: "/public/v1/contacts", body: '{"first_name": ', headers: { "content-type": "application/json" }, status: 400, slug: "invalid-json" },
   { name: "JSON with a trailing comma", method: "POST", path: "/public/v1/accounts", body: '{"name":"x",}', headers: { "content-type": "application/json" }, status: 400, slug: "invalid-json" },
-  { name: "body that is not UTF-8", method: "POST", path: "/public/v1/contacts", body: new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]), headers: { "content-type": "application/json" }, status: 400, slug: "invalid-json" },
+  { name: "body that is not UTF-8", method: "POST", path: "/public/v1/contacts", body: new Blob([new Uint8Array([0x7b, 0xff, 0xfe, 0x7d])]), headers: { "content-type": "application/json" }, status: 400, slug: "invalid-json" },
   {
     name: "no token",
     method: "GET",

@@ -1,0 +1,160 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Database } from "bun:sqlite";
+import { listAccountsPage } from "../../server/accounts/service.ts";
+import { CONTACT_SORTS } from "../../server/contacts/model.ts";
+import { listContactsPage } from "../../server/contacts/service.ts";
+import { countContacts, listContacts, type ContactFilters } from "../../server/contacts/store.ts";
+import type { CursorPosition } from "../../server/http/list-query.ts";
+import { listUsersPage } from "../../server/users/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+
+let h: Harness;
+beforeAll(async () => {
+  h = createHarness();
+  for (let i = 0; i < 40; i++) {
+    await h.json("POST", "/public/v1/contacts", { body: { first_name: i % 5 ? `First${i}` : null, last_name: `Last${i % 7}`, email: i % 3 ? `p${i}@example.com` : null } });
+  }
+  await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } });
+});
+afterAll(() => h.close());
+
+interface Captured {
+  sql: string;
+  params: unknown[];
+}
+
+/** capturing wraps the database so every statement run through it is recorded with its parameters. */
+function capturing(db: Database): { db: Database; captured: Captured[] } {
+  const captured: Captured[] = [];
+  const proxy = new Proxy(db, {
+    get(target, prop) {
+      if (prop === "query") {
+        return (sql: string) => {
+          const statement = target.query(sql);
+          const record =
+            (method: "all" | "get") =>
+            (...params: unknown[]) => {
+              captured.push({ sql, params });
+              return (statement[method] as (...p: unknown[]) => unknown)(...params);
+            };
+          return { all: record("all"), get: record("get") };
+        };
+      }
+      const value = Reflect.get(target, prop);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  return { db: proxy, captured };
+}
+
+const planOf = (c: Captured): string[] =>
+  h.rt.db
+    .query<{ detail: string }, never[]>(`EXPLAIN QUERY PLAN ${c.sql}`)
+    .all(...(c.params as never[]))
+    .map((r) => r.detail);
+
+/** expectIndexed fails on any full scan of a table that does not go through an index. */
+function expectIndexed(label: string, plan: string[]) {
+  const fullScans = plan.filter((line) => /^SCAN (c|contacts|accounts|users)\b(?! USING)/.test(line));
+  expect({ label, plan, fullScans }).toEqual({ label, plan, fullScans: [] });
+}
+
+const INDEX_OF: Record<string, string> = { created_at: "contacts_created", updated_at: "contacts_updated", first_name: "contacts_first_name", last_name: "contacts_last_name", email: "contacts_email" };
+
+const FILTERS: Record<string, ContactFilters> = {
+  none: {},
+  email: { email: "p1@example.com" },
+  "full_name (trigram)": { fullName: "irst1" },
+  created_after: { createdAfter: 0 },
+  updated_after: { updatedAfter: 0 },
+  "email and created_after": { email: "p1@example.com", createdAfter: 0 },
+};
+
+const CURSORS: Record<string, (sort: string) => CursorPosition | null> = {
+  "no cursor": () => null,
+  "cursor on a value": (sort) => ({ value: sort.endsWith("_at") ? 1_700_000_000_000 : "m", id: "con_01M00000000000000000000000" }),
+  "cursor on NULL": () => ({ value: null, id: "con_01M00000000000000000000000" }),
+};
+
+describe("index use: every documented filter and sort", () => {
+  for (const [filterName, filters] of Object.entries(FILTERS)) {
+    test(`filter ${filterName}: list and count use indexes in every sort, direction and cursor position`, () => {
+      for (const sortBy of CONTACT_SORTS) {
+        for (const direction of ["asc", "desc"] as const) {
+          for (const [cursorName, cursor] of Object.entries(CURSORS)) {
+            const { db, captured } = capturing(h.rt.db);
+            // a page size larger than the data makes the store also read the group after the cursor
+            listContacts(db, filters, { sortBy, direction, cursor: cursor(sortBy), limit: 100, offset: 0 });
+            countContacts(db, filters);
+            expect(captured.length).toBeGreaterThan(0);
+            for (const c of captured) {
+              const plan = planOf(c);
+              const label = `${filterName} / ${sortBy} ${direction} / ${cursorName}: ${c.sql}`;
+              expectIndexed(label, plan);
+              if (filters.email) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/contacts_email \(email=\?/) });
+              if (filters.fullName) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/contacts_full_name VIRTUAL TABLE INDEX \d+:L/) });
+            }
+          }
+        }
+      }
+    });
+  }
+
+  test("keyset pages without filters are one range of the sort index: no sort, no scan", () => {
+    for (const sortBy of CONTACT_SORTS) {
+      for (const direction of ["asc", "desc"] as const) {
+        const { db, captured } = capturing(h.rt.db);
+        listContacts(db, {}, { sortBy, direction, cursor: CURSORS["cursor on a value"]!(sortBy), limit: 100, offset: 0 });
+        for (const c of captured) {
+          const plan = planOf(c);
+          expect({ sortBy, direction, plan }).toEqual({ sortBy, direction, plan: [expect.stringMatching(new RegExp(`^SEARCH c USING (COVERING )?INDEX ${INDEX_OF[sortBy]} `))] });
+        }
+        const first = captured[0]!;
+        expect(planOf(first)[0]).toContain(`((${sortBy},id)${direction === "asc" ? ">" : "<"}(?,?))`);
+      }
+    }
+  });
+
+  test("an incremental sync (updated_after, sorted by updated_at, by cursor) seeks the cursor in contacts_updated", () => {
+    for (const direction of ["asc", "desc"] as const) {
+      const { db, captured } = capturing(h.rt.db);
+      listContacts(db, { updatedAfter: 0 }, { sortBy: "updated_at", direction, cursor: { value: 1_700_000_000_000, id: "con_x" }, limit: 10, offset: 0 });
+      const plan = planOf(captured[0]!);
+      expect(plan).toEqual([expect.stringMatching(/^SEARCH c USING INDEX contacts_updated \(.*\(updated_at,id\)[<>]\(\?,\?\)/)]);
+    }
+  });
+
+  test("a timestamp filter on another column than the sort drives through its own index", () => {
+    const { db, captured } = capturing(h.rt.db);
+    listContacts(db, { createdAfter: 0 }, { sortBy: "email", direction: "asc", cursor: { value: "m", id: "con_x" }, limit: 10, offset: 0 });
+    expect(planOf(captured[0]!)).toEqual(["SEARCH c USING INDEX contacts_created (created_at>?)", "USE TEMP B-TREE FOR ORDER BY"]);
+  });
+
+  test("full_name needles too short for trigrams, or with % or _, still never scan contacts", () => {
+    for (const fullName of ["a", "ab", "50%", "a_b"]) {
+      const { db, captured } = capturing(h.rt.db);
+      listContacts(db, { fullName }, { sortBy: "created_at", direction: "desc", cursor: null, limit: 10, offset: 0 });
+      countContacts(db, { fullName });
+      for (const c of captured) expectIndexed(fullName, planOf(c));
+    }
+  });
+
+  test("the whole list path, accounts by name and domain, and users use indexes", () => {
+    const { db, captured } = capturing(h.rt.db);
+    listContactsPage(db, { email: "P1@example.com", include: "accounts,assigned_user,assigned_users" });
+    listContactsPage(db, { per_page: "5", sort_by: "last_name" });
+    listAccountsPage(db, { name: "acme" });
+    listAccountsPage(db, { domain: "ACME.test" });
+    listUsersPage(db, {});
+    const plans = captured.map((c) => ({ sql: c.sql, plan: planOf(c) }));
+    for (const { sql, plan } of plans) expectIndexed(sql, plan);
+    expect(plans.filter((p) => p.sql.includes("FROM accounts") && p.sql.includes("name = ?")).map((p) => p.plan.join(" | "))).toEqual([
+      expect.stringContaining("accounts_name (name=?)"),
+      expect.stringContaining("accounts_name (name=?)"),
+    ]);
+    expect(plans.filter((p) => p.sql.includes("FROM accounts") && p.sql.includes("domain = ?")).map((p) => p.plan.join(" | "))).toEqual([
+      expect.stringContaining("accounts_domain (domain=?)"),
+      expect.stringContaining("accounts_domain (domain=?)"),
+    ]);
+  });
+});
