@@ -1,5 +1,6 @@
 import type { Database } from "bun:sqlite";
 import { Elysia } from "elysia";
+import { consoleRoutes } from "../console/routes.ts";
 import { accountRoutes } from "./accounts/routes.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
@@ -53,7 +54,8 @@ export function createApp(rt: Runtime) {
     .use(contactRoutes(rt))
     .use(accountRoutes(rt))
     .use(userRoutes(rt))
-    .use(webhookRoutes(rt));
+    .use(webhookRoutes(rt))
+    .use(consoleRoutes(rt));
   app = built as unknown as Elysia;
   return built;
 }

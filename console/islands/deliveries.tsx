@@ -1,0 +1,4 @@
+import { DeliveriesLive } from "../pages/deliveries-live.tsx";
+import { hydrateIsland } from "./mount.ts";
+
+hydrateIsland("deliveries", DeliveriesLive);

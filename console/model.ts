@@ -1,0 +1,73 @@
+import { t } from "elysia";
+
+/** FormBody is any HTML form post: each field has one value, or several when repeated (checkboxes). */
+export const FormBody = t.Record(t.String(), t.Union([t.String({ maxLength: 10_000 }), t.Array(t.String({ maxLength: 10_000 }), { maxItems: 20 })]));
+export type FormBody = typeof FormBody.static;
+
+/** DeliveryFilterQuery holds the filters of the deliveries page; values are checked by the service. */
+export const DeliveryFilterQuery = t.Object(
+  {
+    status: t.Optional(t.String({ maxLength: 20 })),
+    event: t.Optional(t.String({ maxLength: 40 })),
+    subscription_id: t.Optional(t.String({ maxLength: 64 })),
+  },
+  { additionalProperties: true },
+);
+export type DeliveryFilters = typeof DeliveryFilterQuery.static;
+
+const nullableString = t.Union([t.String(), t.Null()]);
+const nullableInteger = t.Union([t.Integer(), t.Null()]);
+
+/** DeliveryRowView is one row of the deliveries table, as rendered on the server and by the live island. */
+export const DeliveryRowView = t.Object({
+  id: t.String(),
+  created_at: t.String(),
+  event_type: t.String(),
+  subscription_id: t.String(),
+  subscription_description: nullableString,
+  target_url: t.String(),
+  status: t.String(),
+  attempts: t.Integer(),
+  last_response_status: nullableInteger,
+  next_attempt_at: nullableString,
+});
+export type DeliveryRowView = typeof DeliveryRowView.static;
+
+/** DeliveriesView is the latest deliveries matching the filters, and how many match in all. */
+export const DeliveriesView = t.Object({
+  data: t.Array(DeliveryRowView),
+  total: t.Integer(),
+  refreshed_at: t.String(),
+});
+export type DeliveriesView = typeof DeliveriesView.static;
+
+/** DeliveryWatchView is what the rotation wizard shows live about its test delivery. */
+export const DeliveryWatchView = t.Object({
+  id: t.String(),
+  status: t.String(),
+  attempts: t.Integer(),
+  next_attempt_at: nullableString,
+  last_attempt: t.Union([
+    t.Object({
+      started_at: t.String(),
+      duration_ms: t.Number(),
+      response_status: nullableInteger,
+      response_body: nullableString,
+      error: nullableString,
+    }),
+    t.Null(),
+  ]),
+});
+export type DeliveryWatchView = typeof DeliveryWatchView.static;
+
+/** Operator is a person who signs in to the console. */
+export interface Operator {
+  id: string;
+  email: string;
+}
+
+/** ConsoleSession is a signed-in operator and the CSRF token their forms carry. */
+export interface ConsoleSession {
+  operator: Operator;
+  csrfToken: string;
+}

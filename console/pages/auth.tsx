@@ -1,0 +1,97 @@
+import type { ConsoleSession } from "../model.ts";
+import { renderPage } from "./layout.tsx";
+import { CsrfField, NoticeBox, type NoticeData } from "./parts.tsx";
+
+/** loginPage renders the sign-in form. */
+export function loginPage(props: { csrfToken: string; email?: string; next?: string; notice?: NoticeData | null }): string {
+  return renderPage({
+    title: "Sign in",
+    session: null,
+    children: (
+      <section class="card auth">
+        <h1>Sign in</h1>
+        <p class="muted">Operators only. Ask an administrator for an account, or run <code>crm operator create</code>.</p>
+        <NoticeBox notice={props.notice} />
+        <form method="post" action="/console/login" class="stack">
+          <CsrfField token={props.csrfToken} />
+          {props.next && <input type="hidden" name="next" value={props.next} />}
+          <label>
+            Email
+            <input type="email" name="email" autocomplete="username" required value={props.email ?? ""} autofocus />
+          </label>
+          <label>
+            Password
+            <input type="password" name="password" autocomplete="current-password" required />
+          </label>
+          <button type="submit" class="button primary">
+            Sign in
+          </button>
+        </form>
+      </section>
+    ),
+  });
+}
+
+/** setupPage renders the first-run form that creates the first operator, or says why the link does not work. */
+export function setupPage(props: { csrfToken: string; code: string; usable: boolean; email?: string; notice?: NoticeData | null }): string {
+  return renderPage({
+    title: "Set up the console",
+    session: null,
+    children: (
+      <section class="card auth">
+        <h1>Create the first operator</h1>
+        {props.usable ? (
+          <>
+            <p class="muted">This one-time link works for 30 minutes. The account you create here can sign in to the console.</p>
+            <NoticeBox notice={props.notice} />
+            <form method="post" action="/console/setup" class="stack">
+              <CsrfField token={props.csrfToken} />
+              <input type="hidden" name="code" value={props.code} />
+              <label>
+                Email
+                <input type="email" name="email" autocomplete="username" required value={props.email ?? ""} autofocus />
+              </label>
+              <label>
+                Password <span class="hint">at least 10 characters</span>
+                <input type="password" name="password" autocomplete="new-password" minLength={10} required />
+              </label>
+              <label>
+                Password again
+                <input type="password" name="password_again" autocomplete="new-password" minLength={10} required />
+              </label>
+              <button type="submit" class="button primary">
+                Create operator and sign in
+              </button>
+            </form>
+          </>
+        ) : (
+          <NoticeBox
+            notice={{
+              kind: "error",
+              text: "This setup link is invalid, expired or already used. Restart the server for a new link (it is printed while no operator exists), or run: crm operator create --email E --password-stdin",
+            }}
+          />
+        )}
+      </section>
+    ),
+  });
+}
+
+/** messagePage renders an error or information page (403, 404, 409...). */
+export function messagePage(props: { session: ConsoleSession | null; title: string; text: string; back?: { href: string; label: string } }): string {
+  return renderPage({
+    title: props.title,
+    session: props.session,
+    children: (
+      <section class="card message">
+        <h1>{props.title}</h1>
+        <p>{props.text}</p>
+        <p>
+          <a class="button" href={props.back?.href ?? "/console/"}>
+            {props.back?.label ?? "Back to the console"}
+          </a>
+        </p>
+      </section>
+    ),
+  });
+}

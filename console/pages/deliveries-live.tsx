@@ -1,0 +1,139 @@
+import { useSignal } from "@preact/signals";
+import { useEffect } from "preact/hooks";
+import type { DeliveriesView, DeliveryRowView } from "../model.ts";
+import { HttpStatus, relativeTime, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
+
+/** REFRESH_MS is how often the deliveries page asks for the latest deliveries. */
+export const REFRESH_MS = 3000;
+
+export interface DeliveriesLiveProps {
+  initial: DeliveriesView;
+  /** the page's filter query string ("" or "?status=failed..."), reused for every refresh */
+  query: string;
+  limit: number;
+}
+
+// "static" until the island runs: without JavaScript the table is as fresh as the page.
+type LiveState = "static" | "live" | "offline" | "signed-out";
+
+/** DeliveriesLive is the deliveries table; in the browser it refreshes itself every few seconds. */
+export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
+  const view = useSignal(initial);
+  const state = useSignal<LiveState>("static");
+  useEffect(() => {
+    state.value = "live";
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let stopped = false;
+    const refresh = async () => {
+      if (!document.hidden) {
+        try {
+          const res = await fetch(`/console/api/deliveries${query}`, { headers: { accept: "application/json" } });
+          if (res.status === 401) {
+            state.value = "signed-out";
+            return;
+          }
+          if (!res.ok) throw new Error(`status ${res.status}`);
+          view.value = (await res.json()) as DeliveriesView;
+          state.value = "live";
+        } catch {
+          state.value = "offline";
+        }
+      }
+      if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
+    };
+    timer = setTimeout(refresh, REFRESH_MS);
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }, []);
+  const current = view.value;
+  return (
+    <section class="card flush">
+      <div class="card-head">
+        <p class="count" id="deliveries-count">
+          {current.total === 0
+            ? "No deliveries match."
+            : current.total > current.data.length
+              ? `Showing the latest ${current.data.length} of ${current.total}, newest first.`
+              : `Showing all ${current.total}, newest first.`}
+        </p>
+        <LiveIndicator state={state.value} refreshedAt={current.refreshed_at} limit={limit} />
+      </div>
+      {current.data.length === 0 ? (
+        <p class="empty">Deliveries appear here when contacts change and subscriptions want those events.</p>
+      ) : (
+        <div class="table-wrap">
+          <table class="data responsive" id="deliveries">
+            <thead>
+              <tr>
+                <th scope="col">Time (UTC)</th>
+                <th scope="col">Event</th>
+                <th scope="col">Subscription</th>
+                <th scope="col">Status</th>
+                <th scope="col" class="num">Attempts</th>
+                <th scope="col">Response</th>
+                <th scope="col">Next retry</th>
+              </tr>
+            </thead>
+            <tbody>
+              {current.data.map((row) => (
+                <DeliveryRow key={row.id} row={row} now={current.refreshed_at} />
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </section>
+  );
+}
+
+function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
+  return (
+    <tr data-delivery-id={row.id}>
+      <td data-label="Time">
+        <a href={`/console/deliveries/${row.id}`} title={`Delivery ${row.id}`}>
+          <Time value={row.created_at} />
+        </a>
+      </td>
+      <td data-label="Event">
+        <code>{row.event_type}</code>
+      </td>
+      <td data-label="Subscription">
+        <SubscriptionLabel description={row.subscription_description} url={row.target_url} />
+      </td>
+      <td data-label="Status">
+        <StatusBadge status={row.status} />
+      </td>
+      <td data-label="Attempts" class="num">
+        {row.attempts}
+      </td>
+      <td data-label="Response">
+        <HttpStatus status={row.last_response_status} />
+      </td>
+      <td data-label="Next retry">
+        {row.next_attempt_at ? (
+          <span title={row.next_attempt_at}>{relativeTime(row.next_attempt_at, now)}</span>
+        ) : (
+          <span class="muted">–</span>
+        )}
+      </td>
+    </tr>
+  );
+}
+
+function LiveIndicator({ state, refreshedAt, limit }: { state: LiveState; refreshedAt: string; limit: number }) {
+  if (state === "signed-out") {
+    return (
+      <p class="live live-stopped" role="status">
+        Signed out: <a href="/console/login">sign in again</a> to resume updates.
+      </p>
+    );
+  }
+  return (
+    <p class={`live live-${state}`} role="status" title={`Latest ${limit}, refreshed every ${REFRESH_MS / 1000} s`}>
+      <span class="live-dot" aria-hidden="true" />
+      {state === "live" ? "Live" : state === "offline" ? "Reconnecting" : "Reload to refresh"} · updated {refreshedAt.slice(11, 19)} UTC
+    </p>
+  );
+}

@@ -1,0 +1,221 @@
+import type { DeliveryDetail, Subscription } from "../../server/webhooks/model.ts";
+import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES } from "../../server/webhooks/model.ts";
+import type { ConsoleSession, DeliveriesView, DeliveryFilters } from "../model.ts";
+import { DeliveriesLive, type DeliveriesLiveProps } from "./deliveries-live.tsx";
+import { renderPage } from "./layout.tsx";
+import { CsrfField, HttpStatus, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "./parts.tsx";
+
+/** filterQuery turns the filters that are set into the query string the page and its island share. */
+export function filterQuery(filters: DeliveryFilters): string {
+  const params = new URLSearchParams();
+  for (const key of ["status", "event", "subscription_id"] as const) if (filters[key]) params.set(key, filters[key]!);
+  const text = params.toString();
+  return text ? `?${text}` : "";
+}
+
+/** deliveriesPage renders the start page: the latest deliveries, filters, and the live table. */
+export function deliveriesPage(props: { session: ConsoleSession; view: DeliveriesView; filters: DeliveryFilters; subscriptions: Subscription[]; limit: number; notice?: NoticeData | null }): string {
+  const { filters } = props;
+  const live: DeliveriesLiveProps = { initial: props.view, query: filterQuery(filters), limit: props.limit };
+  const filtered = filterQuery(filters) !== "";
+  return renderPage({
+    title: "Deliveries",
+    session: props.session,
+    section: "deliveries",
+    islands: ["deliveries"],
+    children: (
+      <>
+        <div class="page-head">
+          <h1>Deliveries</h1>
+          <p class="lead">Are webhooks arriving? The latest {props.limit} deliveries, newest first. The table refreshes itself every few seconds.</p>
+        </div>
+        <form class="filters card" method="get" action="/console/">
+          <label>
+            Status
+            <select name="status">
+              <option value="">Any status</option>
+              {DELIVERY_STATUSES.map((s) => (
+                <option value={s} selected={filters.status === s}>
+                  {s}
+                </option>
+              ))}
+            </select>
+          </label>
+          <label>
+            Event
+            <select name="event">
+              <option value="">Any event</option>
+              {WEBHOOK_EVENT_TYPES.map((e) => (
+                <option value={e} selected={filters.event === e}>
+                  {e}
+                </option>
+              ))}
+            </select>
+          </label>
+          <label class="grow">
+            Subscription
+            <select name="subscription_id">
+              <option value="">Any subscription</option>
+              {props.subscriptions.map((s) => (
+                <option value={s.id} selected={filters.subscription_id === s.id}>
+                  {s.description ? `${s.description} — ${s.target_url}` : s.target_url}
+                </option>
+              ))}
+            </select>
+          </label>
+          <div class="filter-actions">
+            <button type="submit" class="button">
+              Filter
+            </button>
+            {filtered && (
+              <a class="button ghost" href="/console/">
+                Clear
+              </a>
+            )}
+          </div>
+        </form>
+        <NoticeBox notice={props.notice} />
+        <Island name="deliveries" props={live}>
+          <DeliveriesLive {...live} />
+        </Island>
+      </>
+    ),
+  });
+}
+
+// The signature proves nothing to a reader of this page and is long: its start is enough to compare.
+function shortenHeader(name: string, value: string): string {
+  return name.toLowerCase() === "webhook-signature" && value.length > 20 ? `${value.slice(0, 16)}…` : value;
+}
+
+function HeaderTable({ headers, caption }: { headers: Record<string, string>; caption: string }) {
+  const entries = Object.entries(headers);
+  return (
+    <div>
+      <h4>{caption}</h4>
+      {entries.length === 0 ? (
+        <p class="muted">none</p>
+      ) : (
+        <table class="kv">
+          <tbody>
+            {entries.map(([name, value]) => (
+              <tr>
+                <th scope="row">{name}</th>
+                <td>
+                  <code>{shortenHeader(name, value)}</code>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </div>
+  );
+}
+
+/** deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now". */
+export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; notice?: NoticeData | null }): string {
+  const d = props.delivery;
+  return renderPage({
+    title: `Delivery ${d.id}`,
+    session: props.session,
+    section: "deliveries",
+    children: (
+      <>
+        <div class="page-head">
+          <p class="crumbs">
+            <a href="/console/">Deliveries</a> / <span>{d.id}</span>
+          </p>
+          <h1 class="with-badge">
+            <span>
+              <code>{d.event_type}</code> delivery
+            </span>
+            <StatusBadge status={d.status} />
+          </h1>
+        </div>
+        <NoticeBox notice={props.notice} />
+        <section class="card">
+          <dl class="facts grid">
+            <dt>Delivery id</dt>
+            <dd>
+              <code>{d.id}</code> <span class="muted">(the receiver's webhook-id)</span>
+            </dd>
+            <dt>Event</dt>
+            <dd>
+              <code>{d.event_type}</code> <span class="muted">{d.event_id}</span>
+            </dd>
+            <dt>Subscription</dt>
+            <dd>
+              {props.subscription ? (
+                <a href={`/console/?subscription_id=${d.subscription_id}`}>
+                  <SubscriptionLabel description={props.subscription.description} url={d.target_url} />
+                </a>
+              ) : (
+                <>
+                  <span class="url">{d.target_url}</span> <span class="muted">(subscription deleted)</span>
+                </>
+              )}
+            </dd>
+            <dt>Created</dt>
+            <dd>
+              <Time value={d.created_at} />
+            </dd>
+            <dt>Attempts</dt>
+            <dd>{d.attempts}</dd>
+            <dt>Last response</dt>
+            <dd>
+              <HttpStatus status={d.last_response_status} />
+              {d.last_error && <span class="error-text"> {d.last_error}</span>}
+            </dd>
+            <dt>Next retry</dt>
+            <dd>
+              {d.next_attempt_at ? (
+                <>
+                  <Time value={d.next_attempt_at} /> <span class="muted">({relativeTime(d.next_attempt_at, d.updated_at)} after the last change)</span>
+                </>
+              ) : (
+                <span class="muted">none</span>
+              )}
+            </dd>
+          </dl>
+          <form method="post" action={`/console/deliveries/${d.id}/retry`} class="actions">
+            <CsrfField token={props.session.csrfToken} />
+            <button type="submit" class="button primary">
+              Retry now
+            </button>
+            <span class="hint">Sends the same event again at once, with the same webhook-id.</span>
+          </form>
+        </section>
+        <section class="card">
+          <h2>Payload</h2>
+          <pre class="code">{JSON.stringify(d.payload, null, 2)}</pre>
+        </section>
+        <section class="card">
+          <h2>Attempts</h2>
+          {d.attempt_history.length === 0 && <p class="muted">No attempt yet.</p>}
+          {[...d.attempt_history].reverse().map((a) => (
+            <article class="attempt">
+              <header>
+                <strong>Attempt {a.attempt}</strong>
+                <span class="tag">{a.trigger}</span>
+                <Time value={a.started_at} />
+                <span class="muted">{Math.round(a.duration_ms)} ms</span>
+                {a.error ? <span class="error-text">{a.error}</span> : <HttpStatus status={a.response_status} />}
+              </header>
+              <div class="attempt-grid">
+                <HeaderTable caption="Request headers" headers={a.request_headers} />
+                <HeaderTable caption="Response headers" headers={a.response_headers} />
+              </div>
+              {a.response_body !== null && (
+                <>
+                  <h4>Response body</h4>
+                  <pre class="body">{a.response_body === "" ? "(empty)" : a.response_body}</pre>
+                </>
+              )}
+            </article>
+          ))}
+        </section>
+      </>
+    ),
+  });
+}

@@ -1,0 +1,93 @@
+import type { ComponentChildren } from "preact";
+
+// Shared by server-rendered pages and browser islands: nothing here may import server code.
+
+const STATUS_WORDS: Record<string, string> = {
+  succeeded: "Succeeded",
+  failed: "Failed",
+  pending: "Pending",
+  active: "Active",
+  disabled: "Disabled",
+  revoked: "Revoked",
+};
+
+/** StatusBadge shows a status as a coloured word, so it reads without colour too. */
+export function StatusBadge({ status }: { status: string }) {
+  return <span class={`badge badge-${status in STATUS_WORDS ? status : "other"}`}>{STATUS_WORDS[status] ?? status}</span>;
+}
+
+/** formatTime shows an RFC 3339 timestamp as `2026-11-21 10:00:03` (UTC). */
+export function formatTime(iso: string): string {
+  return `${iso.slice(0, 10)} ${iso.slice(11, 19)}`;
+}
+
+/** Time renders a timestamp in UTC with the exact value as a tooltip. */
+export function Time({ value }: { value: string | null }) {
+  if (value === null) return <span class="muted">–</span>;
+  return (
+    <time dateTime={value} title={`${value} (UTC)`}>
+      {formatTime(value)}
+    </time>
+  );
+}
+
+/** relativeTime says how far `iso` is from `now`: "in 4 s", "3 min ago". */
+export function relativeTime(iso: string, now: string): string {
+  const seconds = Math.round((Date.parse(iso) - Date.parse(now)) / 1000);
+  const size = Math.abs(seconds);
+  const amount = size < 60 ? `${size} s` : size < 3600 ? `${Math.round(size / 60)} min` : size < 86400 ? `${Math.round(size / 3600)} h` : `${Math.round(size / 86400)} d`;
+  if (size < 1) return "now";
+  return seconds > 0 ? `in ${amount}` : `${amount} ago`;
+}
+
+/** HttpStatus shows a response code with a class telling success from failure. */
+export function HttpStatus({ status }: { status: number | null }) {
+  if (status === null) return <span class="muted">none</span>;
+  return <code class={status >= 200 && status < 300 ? "http-ok" : "http-bad"}>{status}</code>;
+}
+
+/** CsrfField is the hidden CSRF token every form posts. */
+export function CsrfField({ token }: { token: string }) {
+  return <input type="hidden" name="_csrf" value={token} />;
+}
+
+/** Notice is a message box above a form or table. */
+export interface NoticeData {
+  kind: "error" | "success" | "info";
+  text: string;
+}
+
+/** NoticeBox renders a notice with a role screen readers announce. */
+export function NoticeBox({ notice }: { notice?: NoticeData | null }) {
+  if (!notice) return null;
+  return (
+    <div class={`notice notice-${notice.kind}`} role={notice.kind === "error" ? "alert" : "status"}>
+      {notice.text}
+    </div>
+  );
+}
+
+/** SubscriptionLabel shows a subscription's description above its URL. */
+export function SubscriptionLabel({ description, url }: { description: string | null; url: string }) {
+  return (
+    <div class="sub-label">
+      {description ? <span class="sub-description">{description}</span> : <span class="muted">(no description)</span>}
+      <span class="url">{url}</span>
+    </div>
+  );
+}
+
+/** Island wraps a component the browser brings to life; its props travel as a JSON data block (CSP allows it: it is not a script). */
+export function Island({ name, props, children }: { name: string; props: unknown; children?: ComponentChildren }) {
+  const id = `island-${name}-props`;
+  // JSON in HTML: escape what could end the block or start markup.
+  const json = JSON.stringify(props).replace(/</g, "\\u003c").replace(/>/g, "\\u003e").replace(/&/g, "\\u0026").replace(/\u2028/g, "\\u2028").replace(/\u2029/g, "\\u2029");
+  return (
+    <>
+      <script type="application/json" id={id} dangerouslySetInnerHTML={{ __html: json }} />
+      <div data-island={name} data-props={id}>
+        {children}
+      </div>
+    </>
+  );
+}

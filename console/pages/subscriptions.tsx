@@ -1,0 +1,455 @@
+import type { ComponentChildren } from "preact";
+import { WEBHOOK_EVENT_TYPES, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
+import type { ConsoleSession } from "../model.ts";
+import type { RotationView, SubscriptionForm, SubscriptionOverview } from "../service.ts";
+import { renderPage } from "./layout.tsx";
+import { RotationLive, type RotationLiveProps } from "./rotation-live.tsx";
+import { CsrfField, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "./parts.tsx";
+
+/** DEFAULT_EVENTS are ticked on a new subscription form. */
+const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
+
+/** SecretOnce shows a secret that is never shown again, with a copy button added by the copy island. */
+export function SecretOnce({ id, label, value, children }: { id: string; label: string; value: string; children?: ComponentChildren }) {
+  return (
+    <section class="card secret" aria-labelledby={`${id}-label`}>
+      <h2 id={`${id}-label`}>{label}</h2>
+      <p>
+        <strong>Copy it now: it is shown only this once.</strong> {children}
+      </p>
+      <div class="secret-row">
+        <input id={id} class="mono" type="text" readOnly value={value} aria-label={label} spellcheck={false} />
+        <span data-copy-for={id} />
+      </div>
+    </section>
+  );
+}
+
+/** SubscriptionFields are the target URL, description and event boxes of a subscription form. */
+function SubscriptionFields({ values }: { values: SubscriptionForm }) {
+  return (
+    <>
+      <label>
+        Receiver URL
+        <input type="url" name="target_url" required maxLength={2048} placeholder="https://example.com/hooks/crm" value={values.target_url} />
+      </label>
+      <label>
+        Description <span class="hint">optional</span>
+        <input type="text" name="description" maxLength={500} placeholder="What receives these events" value={values.description} />
+      </label>
+      <fieldset>
+        <legend>Events</legend>
+        <div class="checks">
+          {WEBHOOK_EVENT_TYPES.map((event) => (
+            <label class="check">
+              <input type="checkbox" name="events" value={event} checked={values.events.includes(event)} />
+              <code>{event}</code>
+            </label>
+          ))}
+        </div>
+      </fieldset>
+    </>
+  );
+}
+
+function Counts({ counts }: { counts: SubscriptionOverview["counts"] }) {
+  return (
+    <span class="counts">
+      <span class="count-ok">{counts.succeeded} succeeded</span>
+      <span class={counts.failed > 0 ? "count-bad" : "count-zero"}>{counts.failed} failed</span>
+      {counts.pending > 0 && <span class="count-wait">{counts.pending} pending</span>}
+    </span>
+  );
+}
+
+function rotationStepText(rotation: RotationView): string {
+  if (!rotation.test) return "step 3: send a test event";
+  if (rotation.test.status === "succeeded") return "step 4: delete the old subscription";
+  if (rotation.test.status === "failed") return "step 3: the test event failed";
+  return "step 3: waiting for the test event";
+}
+
+/** subscriptionsPage renders the subscriptions with recent counts, open rotations and the create form. */
+export function subscriptionsPage(props: {
+  session: ConsoleSession;
+  subscriptions: SubscriptionOverview[];
+  rotations: RotationView[];
+  created?: SubscriptionWithSecret | null;
+  form?: SubscriptionForm;
+  notice?: NoticeData | null;
+}): string {
+  const form = props.form ?? { target_url: "", description: "", events: DEFAULT_EVENTS };
+  return renderPage({
+    title: "Subscriptions",
+    session: props.session,
+    section: "subscriptions",
+    islands: props.created ? ["copy"] : [],
+    children: (
+      <>
+        <div class="page-head row">
+          <div>
+            <h1>Subscriptions</h1>
+            <p class="lead">Receivers of webhook events. To change a receiver's URL or events without losing events, rotate the subscription.</p>
+          </div>
+          <a class="button primary" href="/console/rotations/new">
+            Rotate a subscription
+          </a>
+        </div>
+        <NoticeBox notice={props.notice} />
+        {props.created && (
+          <SecretOnce id="new-secret" label="Signing secret of the new subscription" value={props.created.secret}>
+            Receivers verify the <code>webhook-signature</code> header of {props.created.target_url} with it.
+          </SecretOnce>
+        )}
+        {props.rotations.map((r) => (
+          <div class="notice notice-info rotation-banner">
+            <span>
+              Rotation in progress from <span class="url">{r.old.target_url}</span> to <span class="url">{r.replacement?.target_url}</span>, at {rotationStepText(r)}.
+              Both subscriptions stay active until it is finished.
+            </span>
+            <a class="button small" href={`/console/rotations/${r.id}`}>
+              Resume rotation
+            </a>
+          </div>
+        ))}
+        <section class="card flush">
+          {props.subscriptions.length === 0 ? (
+            <p class="empty">No subscriptions yet. Create one below, or through the API.</p>
+          ) : (
+            <div class="table-wrap">
+              <table class="data responsive" id="subscriptions">
+                <thead>
+                  <tr>
+                    <th scope="col">Subscription</th>
+                    <th scope="col">Events</th>
+                    <th scope="col">Status</th>
+                    <th scope="col">Last 24 hours</th>
+                    <th scope="col">Created (UTC)</th>
+                    <th scope="col">
+                      <span class="visually-hidden">Actions</span>
+                    </th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {props.subscriptions.map(({ subscription: s, counts, rotationId }) => (
+                    <tr data-subscription-id={s.id}>
+                      <td data-label="Subscription">
+                        <SubscriptionLabel description={s.description} url={s.target_url} />
+                      </td>
+                      <td data-label="Events">
+                        <ul class="events">
+                          {s.events.map((e) => (
+                            <li>
+                              <code>{e}</code>
+                            </li>
+                          ))}
+                        </ul>
+                      </td>
+                      <td data-label="Status">
+                        <StatusBadge status={s.status} />
+                        {s.disabled_reason && <div class="hint">{s.disabled_reason}</div>}
+                      </td>
+                      <td data-label="Last 24 hours">
+                        <Counts counts={counts} />
+                      </td>
+                      <td data-label="Created">
+                        <Time value={s.created_at} />
+                      </td>
+                      <td class="row-actions">
+                        <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
+                        {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
+                        <a class="danger-link" href={`/console/subscriptions/${s.id}/delete`}>
+                          Delete
+                        </a>
+                      </td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </section>
+        <section class="card">
+          <h2>New subscription</h2>
+          <form method="post" action="/console/subscriptions" class="stack">
+            <CsrfField token={props.session.csrfToken} />
+            <SubscriptionFields values={form} />
+            <div>
+              <button type="submit" class="button primary">
+                Create subscription
+              </button>
+            </div>
+          </form>
+        </section>
+      </>
+    ),
+  });
+}
+
+/** confirmPage asks before something that cannot be undone (deleting a subscription, revoking a token). */
+export function confirmPage(props: { session: ConsoleSession; title: string; section: "subscriptions" | "tokens"; text: ComponentChildren; action: string; button: string; cancel: string }): string {
+  return renderPage({
+    title: props.title,
+    session: props.session,
+    section: props.section,
+    children: (
+      <section class="card message">
+        <h1>{props.title}</h1>
+        {props.text}
+        <form method="post" action={props.action} class="actions">
+          <CsrfField token={props.session.csrfToken} />
+          <button type="submit" class="button danger">
+            {props.button}
+          </button>
+          <a class="button ghost" href={props.cancel}>
+            Cancel
+          </a>
+        </form>
+      </section>
+    ),
+  });
+}
+
+/** deleteSubscriptionPage asks to confirm deleting a subscription, naming its URL. */
+export function deleteSubscriptionPage(props: { session: ConsoleSession; subscription: Subscription; rotationId: string | null }): string {
+  const s = props.subscription;
+  return confirmPage({
+    session: props.session,
+    section: "subscriptions",
+    title: "Delete subscription?",
+    text: (
+      <>
+        <p>
+          Delete the subscription to <strong class="url">{s.target_url}</strong>
+          {s.description ? ` (${s.description})` : ""}? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.
+        </p>
+        {props.rotationId && (
+          <p class="notice notice-info">
+            A rotation away from this subscription is under way; finishing it <a href={`/console/rotations/${props.rotationId}`}>in the wizard</a> first tests the new
+            receiver.
+          </p>
+        )}
+      </>
+    ),
+    action: `/console/subscriptions/${s.id}/delete`,
+    button: `Delete subscription to ${s.target_url}`,
+    cancel: "/console/subscriptions",
+  });
+}
+
+const STEPS = ["Pick", "New subscription", "Test", "Delete old", "Summary"];
+
+function Stepper({ current }: { current: number }) {
+  return (
+    <ol class="stepper" aria-label="Rotation steps">
+      {STEPS.map((label, i) => (
+        <li class={i + 1 < current ? "done" : i + 1 === current ? "current" : ""} aria-current={i + 1 === current ? "step" : undefined}>
+          <span class="step-no">{i + 1}</span>
+          <span class="step-label">{label}</span>
+        </li>
+      ))}
+    </ol>
+  );
+}
+
+function RotationHead({ current }: { current: number }) {
+  return (
+    <div class="page-head">
+      <p class="crumbs">
+        <a href="/console/subscriptions">Subscriptions</a> / <span>Rotation</span>
+      </p>
+      <h1>Rotate a subscription</h1>
+      <p class="lead">Replace a receiver URL or event set without losing events: create the new subscription, prove it works, then delete the old one.</p>
+      <Stepper current={current} />
+    </div>
+  );
+}
+
+/** rotationPickPage is step 1: choose the subscription to replace. */
+export function rotationPickPage(props: { session: ConsoleSession; subscriptions: SubscriptionOverview[] }): string {
+  return renderPage({
+    title: "Rotate: pick a subscription",
+    session: props.session,
+    section: "subscriptions",
+    children: (
+      <>
+        <RotationHead current={1} />
+        <section class="card step">
+          <h2>
+            <span class="step-no">1</span> Which subscription is to be replaced?
+          </h2>
+          {props.subscriptions.length === 0 ? (
+            <p class="muted">There are no subscriptions to rotate.</p>
+          ) : (
+            <form method="get" action="/console/rotations/new" class="stack">
+              <div class="choices">
+                {props.subscriptions.map(({ subscription: s, rotationId }, i) => (
+                  <label class="choice">
+                    <input type="radio" name="from" value={s.id} required checked={i === 0} />
+                    <span>
+                      <SubscriptionLabel description={s.description} url={s.target_url} />
+                      <span class="hint">
+                        {s.events.join(", ")} · <StatusBadge status={s.status} />
+                        {rotationId && " · rotation under way (continues where it stopped)"}
+                      </span>
+                    </span>
+                  </label>
+                ))}
+              </div>
+              <div>
+                <button type="submit" class="button primary">
+                  Next
+                </button>
+              </div>
+            </form>
+          )}
+        </section>
+      </>
+    ),
+  });
+}
+
+/** rotationNewPage is step 2: the new URL and events, prefilled from the old subscription. */
+export function rotationNewPage(props: { session: ConsoleSession; old: Subscription; form?: SubscriptionForm; notice?: NoticeData | null }): string {
+  const old = props.old;
+  const form = props.form ?? { target_url: old.target_url, description: old.description ?? "", events: old.events };
+  return renderPage({
+    title: "Rotate: new subscription",
+    session: props.session,
+    section: "subscriptions",
+    children: (
+      <>
+        <RotationHead current={2} />
+        <section class="card step">
+          <h2>
+            <span class="step-no">2</span> The new subscription
+          </h2>
+          <p>
+            Replacing <span class="url">{old.target_url}</span>. Enter the new receiver URL and events; they start out as the old subscription's. The old
+            subscription stays active until step 4.
+          </p>
+          <NoticeBox notice={props.notice} />
+          <form method="post" action="/console/rotations" class="stack">
+            <CsrfField token={props.session.csrfToken} />
+            <input type="hidden" name="from" value={old.id} />
+            <SubscriptionFields values={form} />
+            <div class="actions">
+              <button type="submit" class="button primary">
+                Create new subscription
+              </button>
+              <a class="button ghost" href="/console/rotations/new">
+                Back
+              </a>
+            </div>
+          </form>
+        </section>
+      </>
+    ),
+  });
+}
+
+/** rotationPage shows a rotation where it stands: the new secret right after creation, then test and delete (live), or the summary. */
+export function rotationPage(props: { session: ConsoleSession; rotation: RotationView; secret?: string | null; notice?: NoticeData | null }): string {
+  const r = props.rotation;
+  const current = r.step === "done" ? 5 : r.test?.status === "succeeded" ? 4 : 3;
+  const live: RotationLiveProps = { rotationId: r.id, csrfToken: props.session.csrfToken, oldUrl: r.old.target_url, oldExists: r.old.subscription !== null, test: r.test };
+  return renderPage({
+    title: "Rotate a subscription",
+    session: props.session,
+    section: "subscriptions",
+    islands: r.step === "test" ? ["rotation", ...(props.secret ? ["copy"] : [])] : [],
+    children: (
+      <>
+        <RotationHead current={current} />
+        <NoticeBox notice={props.notice} />
+        <section class="card rotation-pair">
+          <div>
+            <h3>Old</h3>
+            <SubscriptionLabel description={r.old.description || null} url={r.old.target_url} />
+            <p class="hint">{r.old.subscription ? <StatusBadge status={r.old.subscription.status} /> : "deleted"}</p>
+          </div>
+          <div class="arrow" aria-hidden="true">
+            →
+          </div>
+          <div>
+            <h3>New</h3>
+            {r.replacement ? (
+              <>
+                <SubscriptionLabel description={r.replacement.description} url={r.replacement.target_url} />
+                <p class="hint">
+                  <StatusBadge status={r.replacement.status} /> {r.replacement.events.join(", ")}
+                </p>
+              </>
+            ) : (
+              <p class="muted">deleted</p>
+            )}
+          </div>
+        </section>
+        {props.secret && (
+          <SecretOnce id="new-secret" label="Step 2 done: the new subscription's signing secret" value={props.secret}>
+            Configure the new receiver with it before you send the test event.
+          </SecretOnce>
+        )}
+        {r.step === "abandoned" && (
+          <section class="card message">
+            <p>The new subscription of this rotation was deleted, so the rotation cannot go on. The old subscription is unchanged.</p>
+            <a class="button" href={`/console/rotations/new?from=${r.old.id}`}>
+              Start again
+            </a>
+          </section>
+        )}
+        {r.step === "test" && (
+          <Island name="rotation" props={live}>
+            <RotationLive {...live} />
+          </Island>
+        )}
+        {r.step === "done" && <RotationSummary rotation={r} />}
+      </>
+    ),
+  });
+}
+
+function RotationSummary({ rotation: r }: { rotation: RotationView }) {
+  return (
+    <section class="card step" id="summary">
+      <h2>
+        <span class="step-no">5</span> Rotation finished
+      </h2>
+      <dl class="facts grid">
+        <dt>Started</dt>
+        <dd>
+          <Time value={r.created_at} />
+        </dd>
+        <dt>Finished</dt>
+        <dd>
+          <Time value={r.completed_at} />
+        </dd>
+        <dt>Old subscription</dt>
+        <dd>
+          <span class="url">{r.old.target_url}</span> <span class="muted">({r.old.subscription ? "still exists" : "deleted"})</span>
+        </dd>
+        <dt>New subscription</dt>
+        <dd>{r.replacement ? <SubscriptionLabel description={r.replacement.description} url={r.replacement.target_url} /> : <span class="muted">deleted since</span>}</dd>
+        <dt>Test event</dt>
+        <dd>
+          {r.test ? (
+            <>
+              <StatusBadge status={r.test.status} /> <a href={`/console/deliveries/${r.test.id}`}>{r.test.id}</a>
+            </>
+          ) : (
+            <span class="muted">no longer kept</span>
+          )}
+        </dd>
+      </dl>
+      <p>Events now go only to the new receiver.</p>
+      <div class="actions">
+        <a class="button primary" href={`/console/?subscription_id=${r.id}`}>
+          Watch its deliveries
+        </a>
+        <a class="button ghost" href="/console/subscriptions">
+          Back to subscriptions
+        </a>
+      </div>
+    </section>
+  );
+}

@@ -1,0 +1,459 @@
+import type { Server } from "bun";
+import { Elysia, t } from "elysia";
+import { listTokens } from "../server/auth/service.ts";
+import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
+import { problem, ProblemError } from "../server/http/problem.ts";
+import type { Runtime } from "../server/runtime.ts";
+import { createUser, listUsersPage } from "../server/users/service.ts";
+import { deleteSubscription, getSubscription, retryDelivery } from "../server/webhooks/service.ts";
+import css from "./assets/console.css" with { type: "text" };
+import { islandScripts } from "./bundle.ts";
+import {
+  assetResponse,
+  clearCookieHeader,
+  cookieHeader,
+  htmlResponse,
+  jsonResponse,
+  PRE_SESSION_COOKIE,
+  problemJsonResponse,
+  readCookie,
+  redirect,
+  SESSION_COOKIE,
+} from "./http.ts";
+import { DeliveriesView, DeliveryFilterQuery, DeliveryWatchView, FormBody, type ConsoleSession } from "./model.ts";
+import { loginPage, messagePage, setupPage } from "./pages/auth.tsx";
+import type { NoticeData } from "./pages/parts.tsx";
+import { deliveriesPage, deliveryPage } from "./pages/deliveries.tsx";
+import { revokeTokenPage, tokensPage, usersPage } from "./pages/people.tsx";
+import { deleteSubscriptionPage, rotationNewPage, rotationPage, rotationPickPage, subscriptionsPage } from "./pages/subscriptions.tsx";
+import {
+  allSubscriptions,
+  completeSetup,
+  createSubscriptionFromForm,
+  createTokenFromForm,
+  csrfTokenFor,
+  csrfTokenMatches,
+  deliveryWatch,
+  deliveryWithSubscription,
+  endSession,
+  finishRotation,
+  LATEST_DELIVERIES,
+  latestDeliveries,
+  newCsrfSeed,
+  resumeSession,
+  revokeTokenFromConsole,
+  rotationView,
+  sendRotationTest,
+  setupCodeUsable,
+  signIn,
+  startRotation,
+  subscriptionsOverview,
+  type SubscriptionForm,
+} from "./service.ts";
+
+const OptionalForm = t.Optional(FormBody);
+const IdParam = t.Object({ id: t.String({ maxLength: 64 }) });
+const UsersQuery = t.Object(
+  { page: t.Optional(t.String({ pattern: "^[1-9][0-9]{0,8}$", error: "must be a whole number of at least 1" })), added: t.Optional(t.String({ maxLength: 10 })) },
+  { additionalProperties: true },
+);
+/** flagQuery accepts the flag a redirect after a form post sets, so the page can confirm what was done. */
+const flagQuery = (flag: string) => t.Object({ [flag]: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true });
+
+// Elysia types an optional record body loosely ({} | null); the schema guarantees a FormBody or nothing.
+type PostedForm = {} | null | undefined;
+
+/** field reads one form field as text ("" when absent; the first value when repeated). */
+function field(form: PostedForm, name: string): string {
+  const value = (form as FormBody | null | undefined)?.[name];
+  return (Array.isArray(value) ? value[0] : value) ?? "";
+}
+
+/** fields reads a form field that may repeat (checkboxes). */
+function fields(form: PostedForm, name: string): string[] {
+  const value = (form as FormBody | null | undefined)?.[name];
+  return value === undefined ? [] : Array.isArray(value) ? value : [value];
+}
+
+function subscriptionForm(form: PostedForm): SubscriptionForm {
+  return { target_url: field(form, "target_url"), description: field(form, "description"), events: fields(form, "events") };
+}
+
+/** safeNext keeps a post-sign-in destination only when it is a console path (no open redirect). */
+function safeNext(next: string | undefined): string | undefined {
+  return next && next.length <= 500 && next.startsWith(`${CONSOLE_PREFIX}/`) && !next.includes("\\") ? next : undefined;
+}
+
+function addressOf(server: Server<unknown> | null, request: Request): string {
+  return server?.requestIP(request)?.address ?? "unknown";
+}
+
+/** pageError turns a service's problem into the console page that explains it. */
+function pageError(session: ConsoleSession | null, error: unknown): Response {
+  if (!(error instanceof ProblemError)) throw error;
+  const titles: Record<number, string> = { 403: "Not allowed", 404: "Not found", 409: "Not possible now", 422: "Check your input", 503: "Try again soon" };
+  return htmlResponse(messagePage({ session, title: titles[error.status] ?? "Something went wrong", text: error.message }), error.status, { headers: error.headers });
+}
+
+/** formFailure turns a service's problem into the status and message of the form page shown again. */
+function formFailure(error: unknown): { status: number; notice: NoticeData; headers: Record<string, string> } {
+  if (!(error instanceof ProblemError)) throw error;
+  return { status: error.status, notice: { kind: "error", text: error.message }, headers: error.headers };
+}
+
+/**
+ * consoleRoutes serves the operator console under /console: server-rendered pages and forms,
+ * two JSON endpoints for the live islands, and the console's CSS and island scripts. Pages need
+ * an operator session (a cookie); API tokens mean nothing here, and sessions nothing on the API.
+ */
+export function consoleRoutes(rt: Runtime) {
+  const db = rt.db;
+  return (
+    new Elysia({ name: "console", prefix: CONSOLE_PREFIX })
+      // The console is not part of the public API: keep it out of the OpenAPI document.
+      .guard({ detail: { hide: true } })
+      .derive(({ request }) => {
+        const secure = new URL(request.url).protocol === "https:";
+        const sessionSecret = readCookie(request, SESSION_COOKIE);
+        const session = resumeSession(db, sessionSecret);
+        // Forms carry a token derived from the session, or before sign-in from a pre-session cookie.
+        return { secure, session, sessionSecret, csrfSeed: session ? sessionSecret : readCookie(request, PRE_SESSION_COOKIE) };
+      })
+      .get("/assets/console.css", () => assetResponse(css, "text/css; charset=utf-8"))
+      .get(
+        "/assets/:file",
+        async ({ params, session }) => {
+          const script = (await islandScripts())[params.file];
+          return script === undefined ? htmlResponse(messagePage({ session, title: "Not found", text: "There is no such file." }), 404) : assetResponse(script, "text/javascript; charset=utf-8");
+        },
+        { params: t.Object({ file: t.String({ maxLength: 64 }) }) },
+      )
+      .onBeforeHandle(({ request, body, csrfSeed, session }) => {
+        if (request.method !== "POST" || csrfTokenMatches(csrfSeed, (body as FormBody | undefined)?._csrf)) return;
+        return htmlResponse(
+          messagePage({ session, title: "Form expired", text: "This form was not sent from a current console page (its security token is missing or stale). Go back, reload the page and send it again." }),
+          403,
+        );
+      })
+      .get(
+        "/setup",
+        ({ query, csrfSeed, secure }) => {
+          const seed = csrfSeed ?? newCsrfSeed();
+          const usable = setupCodeUsable(db, query.code ?? "");
+          return htmlResponse(setupPage({ csrfToken: csrfTokenFor(seed), code: query.code ?? "", usable }), usable ? 200 : 403, {
+            cookies: csrfSeed ? [] : [cookieHeader(PRE_SESSION_COOKIE, seed, secure)],
+          });
+        },
+        { query: t.Object({ code: t.Optional(t.String({ maxLength: 200 })) }, { additionalProperties: true }) },
+      )
+      .post(
+        "/setup",
+        async ({ body, csrfSeed, secure }) => {
+          try {
+            const secret = await completeSetup(db, { code: field(body, "code"), email: field(body, "email"), password: field(body, "password"), passwordAgain: field(body, "password_again") });
+            return redirect(`${CONSOLE_PREFIX}/`, { cookies: [cookieHeader(SESSION_COOKIE, secret, secure), clearCookieHeader(PRE_SESSION_COOKIE, secure)] });
+          } catch (error) {
+            const { status, notice } = formFailure(error);
+            const usable = setupCodeUsable(db, field(body, "code"));
+            return htmlResponse(setupPage({ csrfToken: csrfTokenFor(csrfSeed!), code: field(body, "code"), usable, email: field(body, "email"), notice }), status);
+          }
+        },
+        { body: OptionalForm },
+      )
+      .get(
+        "/login",
+        ({ session, csrfSeed, secure, query }) => {
+          if (session) return redirect(safeNext(query.next) ?? `${CONSOLE_PREFIX}/`);
+          const seed = csrfSeed ?? newCsrfSeed();
+          return htmlResponse(loginPage({ csrfToken: csrfTokenFor(seed), next: safeNext(query.next) }), 200, { cookies: csrfSeed ? [] : [cookieHeader(PRE_SESSION_COOKIE, seed, secure)] });
+        },
+        { query: t.Object({ next: t.Optional(t.String({ maxLength: 500 })) }, { additionalProperties: true }) },
+      )
+      .post(
+        "/login",
+        async ({ body, csrfSeed, secure, request, server }) => {
+          const email = field(body, "email");
+          try {
+            const secret = await signIn(db, { email, password: field(body, "password"), address: addressOf(server, request) });
+            return redirect(safeNext(field(body, "next")) ?? `${CONSOLE_PREFIX}/`, {
+              cookies: [cookieHeader(SESSION_COOKIE, secret, secure), clearCookieHeader(PRE_SESSION_COOKIE, secure)],
+            });
+          } catch (error) {
+            const { status, notice, headers } = formFailure(error);
+            return htmlResponse(loginPage({ csrfToken: csrfTokenFor(csrfSeed!), email, next: safeNext(field(body, "next")), notice }), status, { headers });
+          }
+        },
+        { body: OptionalForm },
+      )
+      // Everything below needs a session: pages send the browser to sign in, JSON endpoints answer 401.
+      .onBeforeHandle(({ session, request }) => {
+        if (session) return;
+        const url = new URL(request.url);
+        if (url.pathname.startsWith(`${CONSOLE_PREFIX}/api/`)) {
+          return problemJsonResponse(problem(401, "unauthorized", "Sign in to the console first; console endpoints take the session cookie, not API tokens."));
+        }
+        const next = request.method === "GET" ? safeNext(url.pathname + url.search) : undefined;
+        return redirect(`${CONSOLE_PREFIX}/login${next ? `?next=${encodeURIComponent(next)}` : ""}`);
+      })
+      .post(
+        "/logout",
+        ({ sessionSecret, secure }) => {
+          endSession(db, sessionSecret);
+          return redirect(`${CONSOLE_PREFIX}/login`, { cookies: [clearCookieHeader(SESSION_COOKIE, secure)] });
+        },
+        { body: OptionalForm },
+      )
+      .get(
+        "/",
+        ({ session, query }) => {
+          const subscriptions = allSubscriptions(db);
+          try {
+            return htmlResponse(deliveriesPage({ session: session!, view: latestDeliveries(db, query), filters: query, subscriptions, limit: LATEST_DELIVERIES }));
+          } catch (error) {
+            const { status, notice } = formFailure(error);
+            return htmlResponse(deliveriesPage({ session: session!, view: latestDeliveries(db, {}), filters: {}, subscriptions, limit: LATEST_DELIVERIES, notice }), status);
+          }
+        },
+        { query: DeliveryFilterQuery },
+      )
+      .get(
+        "/api/deliveries",
+        ({ query }) => {
+          try {
+            return jsonResponse(latestDeliveries(db, query));
+          } catch (error) {
+            if (!(error instanceof ProblemError)) throw error;
+            return problemJsonResponse(error.toProblem());
+          }
+        },
+        { query: DeliveryFilterQuery, response: { 200: DeliveriesView } },
+      )
+      .get(
+        "/api/deliveries/:id",
+        ({ params }) => {
+          try {
+            return jsonResponse(deliveryWatch(db, params.id));
+          } catch (error) {
+            if (!(error instanceof ProblemError)) throw error;
+            return problemJsonResponse(error.toProblem());
+          }
+        },
+        { params: IdParam, response: { 200: DeliveryWatchView } },
+      )
+      .get(
+        "/deliveries/:id",
+        ({ session, params, query }) => {
+          try {
+            const notice = query.retried ? { kind: "success" as const, text: "Retried: the newest attempt is listed first." } : null;
+            return htmlResponse(deliveryPage({ session: session!, ...deliveryWithSubscription(db, params.id), notice }));
+          } catch (error) {
+            return pageError(session, error);
+          }
+        },
+        { params: IdParam, query: flagQuery("retried") },
+      )
+      .post(
+        "/deliveries/:id/retry",
+        async ({ session, params }) => {
+          try {
+            await retryDelivery(rt, params.id);
+            return redirect(`${CONSOLE_PREFIX}/deliveries/${params.id}?retried=1`);
+          } catch (error) {
+            return pageError(session, error);
+          }
+        },
+        { params: IdParam, body: OptionalForm },
+      )
+      .get(
+        "/subscriptions",
+        ({ session, query }) => {
+          const notice = query.deleted ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." } : null;
+          return htmlResponse(subscriptionsPage({ session: session!, ...subscriptionsOverview(db), notice }));
+        },
+        { query: flagQuery("deleted") },
+      )
+      .post(
+        "/subscriptions",
+        async ({ session, body }) => {
+          const form = subscriptionForm(body);
+          try {
+            const created = await createSubscriptionFromForm(rt, form);
+            const notice = { kind: "success" as const, text: `Subscription to ${created.target_url} created.` };
+            return htmlResponse(subscriptionsPage({ session: session!, ...subscriptionsOverview(db), created, notice }), 201);
+          } catch (error) {
+            const { status, notice } = formFailure(error);
+            return htmlResponse(subscriptionsPage({ session: session!, ...subscriptionsOverview(db), form, notice }), status);
+          }
+        },
+        { body: OptionalForm },
+      )
+      .get(
+        "/subscriptions/:id/delete",
+        ({ session, params }) => {
+          try {
+            const rotation = subscriptionsOverview(db).subscriptions.find((s) => s.subscription.id === params.id);
+            return htmlResponse(deleteSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id), rotationId: rotation?.rotationId ?? null }));
+          } catch (error) {
+            return pageError(session, error);
+          }
+        },
+        { params: IdParam },
+      )
+      .post(
+        "/subscriptions/:id/delete",
+        async ({ session, params }) => {
+          try {
+            await deleteSubscription(rt, params.id);
+            return redirect(`${CONSOLE_PREFIX}/subscriptions?deleted=1`);
+          } catch (error) {
+            return pageError(session, error);
+          }
+        },
+        { params: IdParam, body: OptionalForm },
+      )
+      .get(
+        "/rotations/new",
+        ({ session, query }) => {
+          if (!query.from) return htmlResponse(rotationPickPage({ session: session!, subscriptions: subscriptionsOverview(db).subscriptions }));
+          try {
+            const open = subscriptionsOverview(db).subscriptions.find((s) => s.subscription.id === query.from)?.rotationId;
+            if (open) return redirect(`${CONSOLE_PREFIX}/rotations/${open}`);
+            return htmlResponse(rotationNewPage({ session: session!, old: getSubscription(db, query.from) }));
+          } catch (error) {
+            return pageError(session, error);
+          }
+        },
+        { query: t.Object({ from: t.Optional(t.String({ maxLength: 64 })) }, { additionalProperties: true }) },
+      )
+      .post(
+        "/rotations",
+        async ({ session, body }) => {
+          const from = field(body, "from");
+          const form = subscriptionForm(body);
+          let old;
+          try {
+            old = getSubscription(db, from);
+          } catch (error) {
+            return pageError(session, error);
+          }
+          try {
+            const started = await startRotation(rt, from, form);
+            if (started.secret === null) return redirect(`${CONSOLE_PREFIX}/rotations/${started.id}`);
+            return htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, started.id), secret: started.secret }), 201);
+          } catch (error) {
+            const { status, notice } = formFailure(error);
+            return htmlResponse(rotationNewPage({ session: session!, old, form, notice }), status);
+          }
+        },
+        { body: OptionalForm },
+      )
+      .get(
+        "/rotations/:id",
+        ({ session, params }) => {
+          try {
+            return htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, params.id) }));
+          } catch (error) {
+            return pageError(session, error);
+          }
+        },
+        { params: IdParam },
+      )
+      .post(
+        "/rotations/:id/test",
+        async ({ session, params }) => {
+          try {
+            await sendRotationTest(rt, params.id);
+            return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}#step-test`);
+          } catch (error) {
+            return pageError(session, error);
+          }
+        },
+        { params: IdParam, body: OptionalForm },
+      )
+      .post(
+        "/rotations/:id/delete-old",
+        async ({ session, params, body }) => {
+          try {
+            await finishRotation(rt, params.id, field(body, "confirm") === "yes");
+            return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}`);
+          } catch (error) {
+            if (!(error instanceof ProblemError) || error.status !== 422) return pageError(session, error);
+            return htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, params.id), notice: formFailure(error).notice }), 422);
+          }
+        },
+        { params: IdParam, body: OptionalForm },
+      )
+      .get(
+        "/tokens",
+        ({ session, query }) => {
+          const notice = query.revoked ? { kind: "success" as const, text: "Token revoked. Requests with it now get 401." } : null;
+          return htmlResponse(tokensPage({ session: session!, tokens: listTokens(db), notice }));
+        },
+        { query: flagQuery("revoked") },
+      )
+      .post(
+        "/tokens",
+        ({ session, body }) => {
+          const name = field(body, "name");
+          try {
+            const created = createTokenFromForm(db, name);
+            return htmlResponse(tokensPage({ session: session!, tokens: listTokens(db), created }), 201);
+          } catch (error) {
+            const { status, notice } = formFailure(error);
+            return htmlResponse(tokensPage({ session: session!, tokens: listTokens(db), name, notice }), status);
+          }
+        },
+        { body: OptionalForm },
+      )
+      .get(
+        "/tokens/:id/revoke",
+        ({ session, params }) => {
+          const token = listTokens(db).find((tk) => tk.id === params.id && tk.revoked_at === null);
+          if (!token) return pageError(session, new ProblemError(404, "not-found", "No active API token with this id exists."));
+          return htmlResponse(revokeTokenPage({ session: session!, token }));
+        },
+        { params: IdParam },
+      )
+      .post(
+        "/tokens/:id/revoke",
+        ({ session, params }) => {
+          try {
+            revokeTokenFromConsole(db, params.id);
+            return redirect(`${CONSOLE_PREFIX}/tokens?revoked=1`);
+          } catch (error) {
+            return pageError(session, error);
+          }
+        },
+        { params: IdParam, body: OptionalForm },
+      )
+      .get(
+        "/users",
+        ({ session, query }) => {
+          const notice = query.added ? { kind: "success" as const, text: "User added." } : null;
+          try {
+            const page = listUsersPage(db, { per_page: "50", ...(query.page ? { page: query.page } : {}) });
+            return htmlResponse(usersPage({ session: session!, users: page.data, meta: page.meta, notice }));
+          } catch (error) {
+            return pageError(session, error);
+          }
+        },
+        { query: UsersQuery },
+      )
+      .post(
+        "/users",
+        ({ session, body }) => {
+          const form = { name: field(body, "name"), email: field(body, "email") };
+          try {
+            createUser(db, form);
+            return redirect(`${CONSOLE_PREFIX}/users?added=1`);
+          } catch (error) {
+            const { status, notice } = formFailure(error);
+            const page = listUsersPage(db, { per_page: "50" });
+            return htmlResponse(usersPage({ session: session!, users: page.data, meta: page.meta, form, notice }), status);
+          }
+        },
+        { body: OptionalForm },
+      )
+      .get("/*", ({ session }) => htmlResponse(messagePage({ session, title: "Not found", text: "There is no console page at this address." }), 404))
+  );
+}

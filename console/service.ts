@@ -1,0 +1,434 @@
+import type { Database } from "bun:sqlite";
+import { timingSafeEqual } from "node:crypto";
+import { createApiToken, revokeApiToken, type ApiTokenInfo } from "../server/auth/service.ts";
+import { notFound, ProblemError, validationProblem, type FieldError } from "../server/http/problem.ts";
+import type { Runtime } from "../server/runtime.ts";
+import { newId } from "../server/shared/ids.ts";
+import { toOptionalTimestamp, toTimestamp } from "../server/shared/time.ts";
+import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES, type DeliveryDetail, type Subscription, type SubscriptionInput, type SubscriptionWithSecret } from "../server/webhooks/model.ts";
+import {
+  createSubscription,
+  deleteSubscription,
+  getDelivery,
+  getSubscription,
+  listDeliveriesPage,
+  listSubscriptionsPage,
+  sendTestEvent,
+  subscriptionDeliveryCounts,
+} from "../server/webhooks/service.ts";
+import type { ConsoleSession, DeliveriesView, DeliveryFilters, DeliveryWatchView, Operator } from "./model.ts";
+import {
+  clearLoginFailures,
+  countOperators,
+  deleteIdleSessions,
+  deleteLoginFailuresBefore,
+  deleteSession,
+  findLoginFailures,
+  findOpenRotationFrom,
+  findRotation,
+  findOperatorByEmail,
+  findSessionWithOperator,
+  insertFirstOperator,
+  insertOperator,
+  insertRotation,
+  insertSession,
+  listOpenRotations,
+  markRotationCompleted,
+  recordLoginFailure,
+  replaceSetupCodes,
+  setRotationTestDelivery,
+  setupCodeIsValid,
+  touchSession,
+  type OperatorRow,
+  type RotationRow,
+} from "./store.ts";
+
+/** SESSION_IDLE_MS ends a session that has not been used for 12 hours. */
+export const SESSION_IDLE_MS = 12 * 60 * 60 * 1000;
+const SESSION_TOUCH_MS = 60_000; // last_seen_at is written at most once a minute per session
+/** SETUP_CODE_TTL_MS is how long the first-run setup link works. */
+export const SETUP_CODE_TTL_MS = 30 * 60 * 1000;
+/** LOGIN_WINDOW_MS is the window in which failed sign-ins are counted. */
+export const LOGIN_WINDOW_MS = 15 * 60 * 1000;
+/** LOGIN_FAILURE_LIMITS are the failed sign-ins allowed per window for one account and for one address. */
+export const LOGIN_FAILURE_LIMITS = { account: 5, address: 20 } as const;
+const PASSWORD_MIN = 10;
+const PASSWORD_MAX = 512; // argon2 hashes any length; a bound keeps a request from buying much CPU
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+
+function sha256(text: string): Uint8Array {
+  return new Bun.CryptoHasher("sha256").update(text).digest();
+}
+
+function randomSecret(): string {
+  return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
+}
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.byteLength === b.byteLength && timingSafeEqual(a, b);
+}
+
+/** checkOperatorInput validates an operator's email and password and returns the normalised email. */
+function checkOperatorInput(email: string, password: string): string {
+  const normalised = email.trim().toLowerCase();
+  const errors = [];
+  if (!EMAIL.test(normalised) || normalised.length > 254) errors.push({ pointer: "/email", detail: "must be an email address" });
+  if (password.length < PASSWORD_MIN || password.length > PASSWORD_MAX) errors.push({ pointer: "/password", detail: `must be ${PASSWORD_MIN} to ${PASSWORD_MAX} characters` });
+  if (errors.length > 0) throw validationProblem(errors, errors.map((e) => `${e.pointer.slice(1)} ${e.detail}`).join("; ") + ".");
+  return normalised;
+}
+
+async function operatorRow(email: string, password: string, now: number): Promise<OperatorRow> {
+  const password_hash = await Bun.password.hash(password, { algorithm: "argon2id" });
+  return { id: newId("opr", now), email, password_hash, created_at: now, updated_at: now };
+}
+
+/** createOperator adds an operator who can sign in to the console (the `operator create` command). */
+export async function createOperator(db: Database, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
+  const email = checkOperatorInput(input.email, input.password);
+  if (findOperatorByEmail(db, email)) throw new ProblemError(409, "operator-exists", `An operator with email ${email} already exists.`);
+  const row = await operatorRow(email, input.password, now);
+  insertOperator(db, row);
+  return { id: row.id, email: row.email };
+}
+
+/** hasOperators tells whether anyone can sign in yet. */
+export function hasOperators(db: Database): boolean {
+  return countOperators(db) > 0;
+}
+
+/** issueSetupCode makes the one-time code of the first-run setup link; earlier codes stop working. */
+export function issueSetupCode(db: Database, now = Date.now()): string {
+  const code = randomSecret();
+  replaceSetupCodes(db, sha256(code), now, now + SETUP_CODE_TTL_MS);
+  return code;
+}
+
+/** setupCodeUsable tells whether a setup link still works: its code is current and no operator exists yet. */
+export function setupCodeUsable(db: Database, code: string, now = Date.now()): boolean {
+  return code.length > 0 && code.length <= 100 && !hasOperators(db) && setupCodeIsValid(db, sha256(code), now);
+}
+
+/** completeSetup creates the first operator through a valid setup link and returns a new session secret. */
+export async function completeSetup(db: Database, input: { code: string; email: string; password: string; passwordAgain: string }, now = Date.now()): Promise<string> {
+  if (!setupCodeUsable(db, input.code, now)) throw setupLinkInvalid();
+  const email = checkOperatorInput(input.email, input.password);
+  if (input.password !== input.passwordAgain) throw validationProblem([{ pointer: "/password_again", detail: "must repeat the password" }], "The two passwords differ.");
+  const row = await operatorRow(email, input.password, now);
+  // Checked again inside the transaction: two people racing through the same link get one operator.
+  if (!insertFirstOperator(db, row)) throw setupLinkInvalid();
+  return startSession(db, row.id, now);
+}
+
+function setupLinkInvalid(): ProblemError {
+  return new ProblemError(403, "setup-link-invalid", "This setup link is invalid, expired or already used. Restart the server for a new link, or run `crm operator create --email E --password-stdin`.");
+}
+
+let dummyHash: Promise<string> | undefined;
+
+/** retryAfterMs returns how long a subject must wait before its next sign-in attempt, 0 if it need not. */
+function retryAfterMs(db: Database, scope: keyof typeof LOGIN_FAILURE_LIMITS, subject: string, now: number): number {
+  const row = findLoginFailures(db, scope, subject);
+  if (!row || row.failures < LOGIN_FAILURE_LIMITS[scope]) return 0;
+  return Math.max(0, row.window_start_at + LOGIN_WINDOW_MS - now);
+}
+
+/**
+ * signIn checks an operator's email and password and returns a new session secret. Failures are
+ * counted per account and per address; past the limits the attempt is refused (429) unchecked.
+ */
+export async function signIn(db: Database, input: { email: string; password: string; address: string }, now = Date.now()): Promise<string> {
+  const email = input.email.trim().toLowerCase().slice(0, 254);
+  const wait = Math.max(retryAfterMs(db, "account", email, now), retryAfterMs(db, "address", input.address, now));
+  if (wait > 0) {
+    const seconds = Math.ceil(wait / 1000);
+    throw new ProblemError(429, "too-many-sign-ins", `Too many failed sign-ins. Try again in ${Math.ceil(seconds / 60)} minute${seconds > 60 ? "s" : ""}.`, undefined, { "retry-after": String(seconds) });
+  }
+  const operator = findOperatorByEmail(db, email);
+  // Unknown emails cost the same argon2 verification, so timing does not tell which accounts exist.
+  dummyHash ??= Bun.password.hash(randomSecret(), { algorithm: "argon2id" });
+  const ok = input.password.length <= PASSWORD_MAX && (await Bun.password.verify(input.password, operator?.password_hash ?? (await dummyHash)));
+  if (!operator || !ok) {
+    deleteLoginFailuresBefore(db, now - LOGIN_WINDOW_MS);
+    recordLoginFailure(db, "account", email, now, now - LOGIN_WINDOW_MS);
+    recordLoginFailure(db, "address", input.address, now, now - LOGIN_WINDOW_MS);
+    throw new ProblemError(401, "sign-in-failed", "The email or password is wrong.");
+  }
+  clearLoginFailures(db, "account", email);
+  return startSession(db, operator.id, now);
+}
+
+function startSession(db: Database, operatorId: string, now: number): string {
+  deleteIdleSessions(db, now - SESSION_IDLE_MS);
+  const secret = randomSecret();
+  insertSession(db, { id_hash: sha256(secret), operator_id: operatorId, created_at: now, last_seen_at: now });
+  return secret;
+}
+
+/** resumeSession returns the operator of a session cookie used within the last 12 hours, and keeps the session alive. */
+export function resumeSession(db: Database, secret: string | undefined, now = Date.now()): ConsoleSession | null {
+  if (!secret || secret.length > 100) return null;
+  const idHash = sha256(secret);
+  const row = findSessionWithOperator(db, idHash, now - SESSION_IDLE_MS);
+  if (!row) return null;
+  if (now - row.last_seen_at >= SESSION_TOUCH_MS) touchSession(db, idHash, now);
+  return { operator: { id: row.operator_id, email: row.email }, csrfToken: csrfTokenFor(secret) };
+}
+
+/** endSession signs out: the session secret stops working. */
+export function endSession(db: Database, secret: string | undefined): void {
+  if (secret) deleteSession(db, sha256(secret));
+}
+
+/** newCsrfSeed makes the random value a pre-session cookie holds for the sign-in and setup forms. */
+export function newCsrfSeed(): string {
+  return randomSecret();
+}
+
+/** csrfTokenFor derives the CSRF token of a seed (the session secret, or the pre-session cookie); it reveals nothing of the seed. */
+export function csrfTokenFor(seed: string): string {
+  return Buffer.from(sha256(`csrf\u0000${seed}`)).toString("base64url");
+}
+
+/** csrfTokenMatches compares a submitted CSRF token with the seed's in constant time. */
+export function csrfTokenMatches(seed: string | undefined, presented: unknown): boolean {
+  if (!seed || typeof presented !== "string") return false;
+  return sameBytes(Buffer.from(csrfTokenFor(seed)), Buffer.from(presented));
+}
+
+/** LATEST_DELIVERIES is how many deliveries the deliveries page shows (the contract's "latest 50"). */
+export const LATEST_DELIVERIES = 50;
+/** RECENT_MS is the span of the success and failure counts on the subscriptions page. */
+export const RECENT_MS = 24 * 60 * 60 * 1000;
+
+/** allSubscriptions returns every subscription, newest first; there are few (one per receiver and event set). */
+export function allSubscriptions(db: Database): Subscription[] {
+  const all: Subscription[] = [];
+  let cursor: string | null = null;
+  do {
+    const page = listSubscriptionsPage(db, { per_page: "100", ...(cursor ? { cursor } : {}) });
+    all.push(...page.data);
+    cursor = page.meta.next_cursor;
+  } while (cursor);
+  return all;
+}
+
+/** findSubscription returns a subscription (secret masked), or null once it was deleted. */
+function findSubscription(db: Database, id: string): Subscription | null {
+  try {
+    return getSubscription(db, id);
+  } catch (error) {
+    if (error instanceof ProblemError && error.status === 404) return null;
+    throw error;
+  }
+}
+
+/** checkDeliveryFilters returns the filters that are set, or throws 422 naming a wrong one. */
+function checkDeliveryFilters(filters: DeliveryFilters): Record<string, string> {
+  const errors: FieldError[] = [];
+  const set: Record<string, string> = {};
+  if (filters.status) {
+    if ((DELIVERY_STATUSES as readonly string[]).includes(filters.status)) set.status = filters.status;
+    else errors.push({ parameter: "status", detail: `must be one of: ${DELIVERY_STATUSES.join(", ")}` });
+  }
+  if (filters.event) {
+    if ((WEBHOOK_EVENT_TYPES as readonly string[]).includes(filters.event)) set.event = filters.event;
+    else errors.push({ parameter: "event", detail: `must be one of: ${WEBHOOK_EVENT_TYPES.join(", ")}` });
+  }
+  if (filters.subscription_id) {
+    if (/^sub_[0-9A-Z]{26}$/.test(filters.subscription_id)) set.subscription_id = filters.subscription_id;
+    else errors.push({ parameter: "subscription_id", detail: "must be a subscription id (sub_...)" });
+  }
+  if (errors.length > 0) throw validationProblem(errors, `The filter is invalid: ${errors.map((e) => `${e.parameter} ${e.detail}`).join("; ")}.`);
+  return set;
+}
+
+/** latestDeliveries returns the latest 50 deliveries matching the filters, newest first, with their subscriptions' descriptions. */
+export function latestDeliveries(db: Database, filters: DeliveryFilters, now = Date.now()): DeliveriesView {
+  const page = listDeliveriesPage(db, { per_page: String(LATEST_DELIVERIES), ...checkDeliveryFilters(filters) });
+  const descriptions = new Map(allSubscriptions(db).map((s) => [s.id, s.description]));
+  return {
+    data: page.data.map((d) => ({
+      id: d.id,
+      created_at: d.created_at,
+      event_type: d.event_type,
+      subscription_id: d.subscription_id,
+      subscription_description: descriptions.get(d.subscription_id) ?? null,
+      target_url: d.target_url,
+      status: d.status,
+      attempts: d.attempts,
+      last_response_status: d.last_response_status,
+      next_attempt_at: d.next_attempt_at,
+    })),
+    total: page.meta.total,
+    refreshed_at: toTimestamp(now),
+  };
+}
+
+/** deliveryWatch returns a delivery's status and its receiver's last answer, or throws 404. */
+export function deliveryWatch(db: Database, id: string): DeliveryWatchView {
+  const delivery = getDelivery(db, id);
+  const last = delivery.attempt_history.at(-1);
+  return {
+    id: delivery.id,
+    status: delivery.status,
+    attempts: delivery.attempts,
+    next_attempt_at: delivery.next_attempt_at,
+    last_attempt: last
+      ? { started_at: last.started_at, duration_ms: last.duration_ms, response_status: last.response_status, response_body: last.response_body, error: last.error }
+      : null,
+  };
+}
+
+/** deliveryWithSubscription returns a delivery with every attempt, and its subscription while it exists. */
+export function deliveryWithSubscription(db: Database, id: string): { delivery: DeliveryDetail; subscription: Subscription | null } {
+  const delivery = getDelivery(db, id);
+  return { delivery, subscription: findSubscription(db, delivery.subscription_id) };
+}
+
+/** SubscriptionForm is what the create form and the rotation wizard post. */
+export interface SubscriptionForm {
+  target_url: string;
+  description: string;
+  events: string[];
+}
+
+/** subscriptionInputFrom checks a subscription form: events from the known kinds, lengths within the API's limits. */
+function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
+  const errors: FieldError[] = [];
+  const target = form.target_url.trim();
+  const description = form.description.trim();
+  if (target === "" || target.length > 2048) errors.push({ pointer: "/target_url", detail: "must be an absolute http or https URL of at most 2048 characters" });
+  if (description.length > 500) errors.push({ pointer: "/description", detail: "must be at most 500 characters" });
+  const events = [...new Set(form.events)];
+  if (events.length === 0 || events.some((e) => !(WEBHOOK_EVENT_TYPES as readonly string[]).includes(e))) {
+    errors.push({ pointer: "/events", detail: `must be one or more of: ${WEBHOOK_EVENT_TYPES.join(", ")}` });
+  }
+  if (errors.length > 0) throw validationProblem(errors, errors.map((e) => `${e.pointer!.slice(1).replace("_", " ")} ${e.detail}`).join("; ") + ".");
+  return { target_url: target, events, ...(description ? { description } : {}) };
+}
+
+/** createSubscriptionFromForm creates a subscription from the console form and returns it with its secret (shown once). */
+export async function createSubscriptionFromForm(rt: Runtime, form: SubscriptionForm): Promise<SubscriptionWithSecret> {
+  return (await createSubscription(rt, subscriptionInputFrom(form), null)).body.data;
+}
+
+/** SubscriptionOverview is a subscription with its delivery counts of the last 24 hours and its open rotation. */
+export interface SubscriptionOverview {
+  subscription: Subscription;
+  counts: { succeeded: number; failed: number; pending: number };
+  /** the rotation away from this subscription that is still open, if any */
+  rotationId: string | null;
+}
+
+/** subscriptionsOverview lists every subscription with its recent counts, and the rotations still open. */
+export function subscriptionsOverview(db: Database, now = Date.now()): { subscriptions: SubscriptionOverview[]; rotations: RotationView[] } {
+  const counts = subscriptionDeliveryCounts(db, now - RECENT_MS);
+  const rotations = listOpenRotations(db).map((row) => toRotationView(db, row));
+  const openFrom = new Map(rotations.filter((r) => r.step !== "abandoned").map((r) => [r.old.id, r.id]));
+  return {
+    subscriptions: allSubscriptions(db).map((subscription) => ({
+      subscription,
+      counts: counts.get(subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 },
+      rotationId: openFrom.get(subscription.id) ?? null,
+    })),
+    rotations: rotations.filter((r) => r.step !== "abandoned"),
+  };
+}
+
+/** RotationView is the rotation wizard's state, derived from the database so it can be resumed at any time. */
+export interface RotationView {
+  /** the new subscription's id, which names the rotation */
+  id: string;
+  old: { id: string; target_url: string; description: string; subscription: Subscription | null };
+  replacement: Subscription | null;
+  test: DeliveryWatchView | null;
+  /** test: steps 3 and 4 (delete unlocks after a successful test); done: old deleted; abandoned: the new subscription is gone */
+  step: "test" | "done" | "abandoned";
+  created_at: string;
+  completed_at: string | null;
+}
+
+function toRotationView(db: Database, row: RotationRow): RotationView {
+  const replacement = findSubscription(db, row.new_subscription_id);
+  let test: DeliveryWatchView | null = null;
+  try {
+    test = row.test_delivery_id ? deliveryWatch(db, row.test_delivery_id) : null;
+  } catch (error) {
+    // Retention may have removed an old test delivery; the wizard then asks for a new test.
+    if (!(error instanceof ProblemError && error.status === 404)) throw error;
+  }
+  return {
+    id: row.new_subscription_id,
+    old: { id: row.old_subscription_id, target_url: row.old_target_url, description: row.old_description, subscription: findSubscription(db, row.old_subscription_id) },
+    replacement,
+    test,
+    step: row.completed_at !== null ? "done" : replacement ? "test" : "abandoned",
+    created_at: toTimestamp(row.created_at),
+    completed_at: toOptionalTimestamp(row.completed_at),
+  };
+}
+
+/** rotationView returns the state of one rotation, or throws 404. */
+export function rotationView(db: Database, id: string): RotationView {
+  const row = findRotation(db, id);
+  if (!row) throw notFound("rotation", id);
+  return toRotationView(db, row);
+}
+
+/**
+ * startRotation creates the new subscription that is to replace `oldId` and returns the rotation
+ * with the new secret (shown once). If a rotation away from `oldId` is already under way it is
+ * returned instead, without a secret, so a repeated form post does not create a second subscription.
+ */
+export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, now = Date.now()): Promise<{ id: string; secret: string | null }> {
+  const old = getSubscription(rt.db, oldId);
+  const open = findOpenRotationFrom(rt.db, oldId);
+  if (open && findSubscription(rt.db, open.new_subscription_id)) return { id: open.new_subscription_id, secret: null };
+  const created = await createSubscriptionFromForm(rt, form);
+  insertRotation(rt.db, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
+  return { id: created.id, secret: created.secret };
+}
+
+/** sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its delivery. */
+export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
+  const view = rotationView(rt.db, id);
+  if (view.step !== "test") throw new ProblemError(409, "rotation-closed", view.step === "done" ? "This rotation is finished." : "The new subscription of this rotation was deleted.");
+  const sent = await sendTestEvent(rt, id);
+  setRotationTestDelivery(rt.db, id, sent.delivery_id, now);
+}
+
+/**
+ * finishRotation deletes the old subscription, which the wizard allows only after a test event
+ * reached the new one and the operator confirmed; a finished rotation stays finished.
+ */
+export async function finishRotation(rt: Runtime, id: string, confirmed: boolean, now = Date.now()): Promise<void> {
+  const view = rotationView(rt.db, id);
+  if (view.step === "done") return;
+  if (view.step === "abandoned") throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted; start a new rotation.");
+  if (view.test?.status !== "succeeded") {
+    throw new ProblemError(409, "rotation-untested", "The old subscription can be deleted only after a test event was delivered successfully to the new one.");
+  }
+  if (view.old.subscription) {
+    if (!confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the old subscription is to be deleted.");
+    try {
+      await deleteSubscription(rt, view.old.id);
+    } catch (error) {
+      // Deleted meanwhile (another tab, the API): the goal is reached all the same.
+      if (!(error instanceof ProblemError && error.status === 404)) throw error;
+    }
+  }
+  markRotationCompleted(rt.db, id, now);
+}
+
+/** createTokenFromForm creates an API token named in the console; the token is returned once. */
+export function createTokenFromForm(db: Database, name: string): { token: string; info: ApiTokenInfo } {
+  const trimmed = name.trim();
+  if (trimmed === "" || trimmed.length > 100) throw validationProblem([{ pointer: "/name", detail: "must be 1 to 100 characters" }], "The name must be 1 to 100 characters.");
+  return createApiToken(db, trimmed);
+}
+
+/** revokeTokenFromConsole revokes an API token, or throws 404 when no active token has that id. */
+export function revokeTokenFromConsole(db: Database, id: string): void {
+  if (!revokeApiToken(db, id)) throw new ProblemError(404, "not-found", `No active API token with id ${JSON.stringify(id)} exists.`);
+}

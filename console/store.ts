@@ -1,0 +1,162 @@
+import type { Database } from "bun:sqlite";
+
+export type OperatorRow = {
+  id: string;
+  email: string;
+  password_hash: string;
+  created_at: number;
+  updated_at: number;
+};
+
+export type SessionRow = {
+  id_hash: Uint8Array;
+  operator_id: string;
+  created_at: number;
+  last_seen_at: number;
+};
+
+export type LoginFailureRow = {
+  scope: string;
+  subject: string;
+  failures: number;
+  window_start_at: number;
+};
+
+export type RotationRow = {
+  new_subscription_id: string;
+  old_subscription_id: string;
+  old_target_url: string;
+  old_description: string;
+  test_delivery_id: string | null;
+  created_at: number;
+  updated_at: number;
+  completed_at: number | null;
+};
+
+/** insertOperator stores a new operator. */
+export function insertOperator(db: Database, row: OperatorRow): void {
+  db.query("INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ($id, $email, $password_hash, $created_at, $updated_at)").run(row);
+}
+
+/** findOperatorByEmail returns the operator with that (lowercased) email, or null. */
+export function findOperatorByEmail(db: Database, email: string): OperatorRow | null {
+  return db.query<OperatorRow, [string]>("SELECT * FROM operators WHERE email = ?").get(email);
+}
+
+/** countOperators counts all operators. */
+export function countOperators(db: Database): number {
+  return db.query<{ n: number }, []>("SELECT count(*) AS n FROM operators").get()!.n;
+}
+
+/** replaceSetupCodes drops every earlier setup code and stores a new one, so only the latest link works. */
+export function replaceSetupCodes(db: Database, codeHash: Uint8Array, createdAt: number, expiresAt: number): void {
+  db.transaction(() => {
+    db.run("DELETE FROM operator_setup_codes");
+    db.query("INSERT INTO operator_setup_codes (code_hash, created_at, expires_at) VALUES (?, ?, ?)").run(codeHash, createdAt, expiresAt);
+  })();
+}
+
+/** setupCodeIsValid tells whether a setup code with this hash exists and is unexpired at `now`. */
+export function setupCodeIsValid(db: Database, codeHash: Uint8Array, now: number): boolean {
+  return db.query("SELECT 1 FROM operator_setup_codes WHERE code_hash = ? AND expires_at > ?").get(codeHash, now) !== null;
+}
+
+/** insertFirstOperator stores the first operator and uses up the setup codes, unless an operator already exists. */
+export function insertFirstOperator(db: Database, row: OperatorRow): boolean {
+  return db.transaction(() => {
+    if (countOperators(db) > 0) return false;
+    insertOperator(db, row);
+    db.run("DELETE FROM operator_setup_codes");
+    return true;
+  }).immediate();
+}
+
+/** insertSession stores a session by the hash of its id. */
+export function insertSession(db: Database, row: SessionRow): void {
+  db.query("INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES ($id_hash, $operator_id, $created_at, $last_seen_at)").run(row);
+}
+
+/** findSessionWithOperator returns a session seen after `idleSince` and its operator, or null. */
+export function findSessionWithOperator(db: Database, idHash: Uint8Array, idleSince: number): (SessionRow & { email: string }) | null {
+  return db
+    .query<SessionRow & { email: string }, [Uint8Array, number]>(
+      `SELECT s.*, o.email FROM operator_sessions s JOIN operators o ON o.id = s.operator_id
+       WHERE s.id_hash = ? AND s.last_seen_at > ?`,
+    )
+    .get(idHash, idleSince);
+}
+
+/** touchSession records that a session was used. */
+export function touchSession(db: Database, idHash: Uint8Array, at: number): void {
+  db.query("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?").run(at, idHash);
+}
+
+/** deleteSession removes one session. */
+export function deleteSession(db: Database, idHash: Uint8Array): void {
+  db.query("DELETE FROM operator_sessions WHERE id_hash = ?").run(idHash);
+}
+
+/** deleteIdleSessions removes sessions not used since `idleSince`. */
+export function deleteIdleSessions(db: Database, idleSince: number): void {
+  db.query("DELETE FROM operator_sessions WHERE last_seen_at <= ?").run(idleSince);
+}
+
+/** findLoginFailures returns the failure count of one scope and subject, or null. */
+export function findLoginFailures(db: Database, scope: string, subject: string): LoginFailureRow | null {
+  return db.query<LoginFailureRow, [string, string]>("SELECT * FROM login_failures WHERE scope = ? AND subject = ?").get(scope, subject);
+}
+
+/** recordLoginFailure counts a failure, starting a new window when the current one began before `windowStartAfter`. */
+export function recordLoginFailure(db: Database, scope: string, subject: string, now: number, windowStartAfter: number): void {
+  db.query(
+    `INSERT INTO login_failures (scope, subject, failures, window_start_at) VALUES (?1, ?2, 1, ?3)
+     ON CONFLICT (scope, subject) DO UPDATE SET
+       failures = CASE WHEN window_start_at > ?4 THEN failures + 1 ELSE 1 END,
+       window_start_at = CASE WHEN window_start_at > ?4 THEN window_start_at ELSE ?3 END`,
+  ).run(scope, subject, now, windowStartAfter);
+}
+
+/** clearLoginFailures forgets the failures of one scope and subject. */
+export function clearLoginFailures(db: Database, scope: string, subject: string): void {
+  db.query("DELETE FROM login_failures WHERE scope = ? AND subject = ?").run(scope, subject);
+}
+
+/** deleteLoginFailuresBefore forgets failure windows that started before `cutoff`. */
+export function deleteLoginFailuresBefore(db: Database, cutoff: number): void {
+  db.query("DELETE FROM login_failures WHERE window_start_at < ?").run(cutoff);
+}
+
+/** insertRotation stores a rotation that has just created its new subscription. */
+export function insertRotation(db: Database, row: Omit<RotationRow, "test_delivery_id" | "completed_at" | "updated_at">): void {
+  db.query(
+    `INSERT INTO subscription_rotations (new_subscription_id, old_subscription_id, old_target_url, old_description, created_at, updated_at)
+     VALUES ($new_subscription_id, $old_subscription_id, $old_target_url, $old_description, $created_at, $created_at)`,
+  ).run(row);
+}
+
+/** findRotation returns the rotation to the given new subscription, or null. */
+export function findRotation(db: Database, newSubscriptionId: string): RotationRow | null {
+  return db.query<RotationRow, [string]>("SELECT * FROM subscription_rotations WHERE new_subscription_id = ?").get(newSubscriptionId);
+}
+
+/** findOpenRotationFrom returns the unfinished rotation away from a subscription, or null. */
+export function findOpenRotationFrom(db: Database, oldSubscriptionId: string): RotationRow | null {
+  return db
+    .query<RotationRow, [string]>("SELECT * FROM subscription_rotations WHERE old_subscription_id = ? AND completed_at IS NULL ORDER BY created_at DESC LIMIT 1")
+    .get(oldSubscriptionId);
+}
+
+/** listOpenRotations returns every unfinished rotation, newest first. */
+export function listOpenRotations(db: Database): RotationRow[] {
+  return db.query<RotationRow, []>("SELECT * FROM subscription_rotations WHERE completed_at IS NULL ORDER BY created_at DESC").all();
+}
+
+/** setRotationTestDelivery records the test event delivery sent to a rotation's new subscription. */
+export function setRotationTestDelivery(db: Database, newSubscriptionId: string, deliveryId: string, at: number): void {
+  db.query("UPDATE subscription_rotations SET test_delivery_id = ?, updated_at = ? WHERE new_subscription_id = ?").run(deliveryId, at, newSubscriptionId);
+}
+
+/** markRotationCompleted records that the old subscription was deleted. */
+export function markRotationCompleted(db: Database, newSubscriptionId: string, at: number): void {
+  db.query("UPDATE subscription_rotations SET completed_at = ?, updated_at = ? WHERE new_subscription_id = ? AND completed_at IS NULL").run(at, at, newSubscriptionId);
+}
