@@ -5,6 +5,7 @@ import { databasePath, openDatabase } from "./db/database.ts";
 import { migrate } from "./db/migrations.ts";
 import { createApiToken, findToken, listTokens, revokeApiToken } from "./auth/service.ts";
 import { createUser } from "./users/service.ts";
+import { createOperator } from "../console/service.ts";
 import { ProblemError } from "./http/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { startServer } from "./server.ts";
@@ -21,6 +22,8 @@ Commands:
   token list                         list API tokens (never the token itself)
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
+  operator create --email E --password-stdin
+                                     add a console operator; the password is read from stdin
   backup FILE                        copy the database into a new FILE; safe while serving
   --version                          print the version
   --help                             print this help
@@ -136,6 +139,17 @@ async function main(argv: string[]): Promise<number> {
       const db = openConfiguredDatabase(args);
       const user = createUser(db, { name, email });
       process.stdout.write(`${JSON.stringify(user)}\n`);
+      return 0;
+    }
+    case "operator": {
+      if (args.shift() !== "create") throw new ConfigError("usage: operator create --email E --password-stdin");
+      const email = takeOption(args, "--email");
+      // Never a password argument: it would show in the process list and the shell history.
+      if (!email || !takeFlag(args, "--password-stdin")) throw new ConfigError("operator create needs --email E and --password-stdin (the password is read from standard input)");
+      const password = (await Bun.stdin.text()).replace(/\r?\n$/, "");
+      const db = openConfiguredDatabase(args);
+      const operator = await createOperator(db, { email, password });
+      process.stdout.write(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
       return 0;
     }
     case "backup": {

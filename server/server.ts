@@ -6,11 +6,14 @@ import type { Runtime } from "./runtime.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
 import { listTokens } from "./auth/service.ts";
 import { startRetentionJob } from "./webhooks/retention.ts";
+import { hasOperators, issueSetupCode } from "../console/service.ts";
 
 export interface RunningServer {
   url: string;
   runtime: Runtime;
   server: Server<unknown>;
+  /** the one-time console setup link, printed at start while no operator exists; null otherwise */
+  setupUrl: string | null;
   /**
    * stop stops accepting requests, lets in-flight requests finish until the shutdown deadline
    * (then cuts them off), commits queued writes and closes the database.
@@ -40,6 +43,11 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   if (listTokens(db).length === 0) {
     log.info("no API token exists yet; create the first one with: crm token create --name my-integration (from source: bun server/main.ts token create --name my-integration)", { data_dir: config.dataDir });
   }
+  let setupUrl: string | null = null;
+  if (!hasOperators(db)) {
+    setupUrl = `${url}/console/setup?code=${issueSetupCode(db)}`;
+    log.info("no console operator exists yet; open this one-time link within 30 minutes to create the first one (or run: crm operator create --email E --password-stdin)", { setup_url: setupUrl });
+  }
   runtime.deliveries.start();
   const stopRetention = startRetentionJob(runtime);
   let stopping: Promise<void> | undefined;
@@ -47,6 +55,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
     url,
     runtime,
     server,
+    setupUrl,
     stop() {
       stopping ??= (async () => {
         const started = performance.now();
