@@ -9,6 +9,7 @@ import { WriteQueue } from "./db/write-queue.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
+import { limitsGuard } from "./limits/routes.ts";
 import { Metrics } from "./ops/metrics.ts";
 import { opsRoutes } from "./ops/routes.ts";
 import type { Runtime } from "./runtime.ts";
@@ -39,7 +40,8 @@ export function createApp(rt: Runtime) {
   let app: Elysia | undefined;
   const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path }));
   const built = new Elysia({ name: "crm" })
-    .use(httpConventions({ log: rt.log, routes, metrics: rt.metrics }))
+    .use(httpConventions({ log: rt.log, routes, metrics: rt.metrics, bodyTimeoutMs: rt.config.bodyTimeoutMs }))
+    .use(limitsGuard(rt))
     .use(opsRoutes(rt))
     .use(
       docsRoutes({

@@ -9,6 +9,8 @@ interface Setting {
   env: string;
   kind: Kind;
   help: string;
+  /** largest value a positive-int setting accepts */
+  max?: number;
 }
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
@@ -27,6 +29,18 @@ export interface Config {
   shutdownTimeoutMs: number;
   /** addresses of reverse proxies whose X-Forwarded-For names the client */
   trustedProxies: string[];
+  /** seconds a keep-alive connection may sit idle (Bun.serve idleTimeout, 1 to 255) */
+  idleTimeoutSeconds: number;
+  /** milliseconds a client has to send a whole request body before a 408 */
+  bodyTimeoutMs: number;
+  /** connections served at once; a request on a further connection gets 503 */
+  maxConnections: number;
+  rateReadPerSecond: number;
+  rateReadBurst: number;
+  rateWritePerSecond: number;
+  rateWriteBurst: number;
+  /** failed authentications a client address may make per minute before 429 */
+  authFailuresPerMinute: number;
 }
 
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
@@ -45,6 +59,14 @@ export const DEFAULT_CONFIG: Config = {
   metricsToken: "",
   shutdownTimeoutMs: 10000,
   trustedProxies: [],
+  idleTimeoutSeconds: 10,
+  bodyTimeoutMs: 10000,
+  maxConnections: 1024,
+  rateReadPerSecond: 100,
+  rateReadBurst: 200,
+  rateWritePerSecond: 50,
+  rateWriteBurst: 100,
+  authFailuresPerMinute: 20,
 };
 
 /** SETTINGS describes every configuration switch: its flag, environment variable and meaning. */
@@ -60,6 +82,14 @@ export const SETTINGS: Setting[] = [
   { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16+ characters); without one, /metrics answers loopback clients only" },
   { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish" },
   { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },
+  { key: "idleTimeoutSeconds", flag: "--idle-timeout-seconds", env: "CRM_IDLE_TIMEOUT_SECONDS", kind: "positive-int", max: 255, help: "seconds an idle keep-alive connection stays open (1-255; Bun checks every 4 s, so it closes up to 4 s later)" },
+  { key: "bodyTimeoutMs", flag: "--body-timeout-ms", env: "CRM_BODY_TIMEOUT_MS", kind: "positive-int", help: "time a client has to send the whole request body, in milliseconds; then 408" },
+  { key: "maxConnections", flag: "--max-connections", env: "CRM_MAX_CONNECTIONS", kind: "positive-int", help: "client connections served at once; a request on one more gets 503" },
+  { key: "rateReadPerSecond", flag: "--rate-read-per-second", env: "CRM_RATE_READ_PER_SECOND", kind: "positive-int", help: "default per-token rate of GET requests (token create --rate overrides)" },
+  { key: "rateReadBurst", flag: "--rate-read-burst", env: "CRM_RATE_READ_BURST", kind: "positive-int", help: "default per-token burst of GET requests" },
+  { key: "rateWritePerSecond", flag: "--rate-write-per-second", env: "CRM_RATE_WRITE_PER_SECOND", kind: "positive-int", help: "default per-token rate of POST, PATCH and DELETE requests" },
+  { key: "rateWriteBurst", flag: "--rate-write-burst", env: "CRM_RATE_WRITE_BURST", kind: "positive-int", help: "default per-token burst of POST, PATCH and DELETE requests" },
+  { key: "authFailuresPerMinute", flag: "--auth-failures-per-minute", env: "CRM_AUTH_FAILURES_PER_MINUTE", kind: "positive-int", help: "failed API authentications per client address and minute before 429" },
 ];
 
 /** ConfigError names the setting that is invalid; main prints its message as one line. */
@@ -84,6 +114,7 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
     case "positive-int": {
       const n = Number(text);
       if (!/^\d+$/.test(text) || n < 1 || !Number.isSafeInteger(n)) fail("a positive whole number");
+      if (setting.max !== undefined && n > setting.max) fail(`a whole number from 1 to ${setting.max}`);
       return n;
     }
     case "boolean":

@@ -1,7 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { Elysia } from "elysia";
 import { ProblemError } from "../http/problem.ts";
-import { authenticateBearer, type AuthenticatedToken } from "./service.ts";
+import { checkBearer, type AuthenticatedToken } from "./service.ts";
 
 function unauthorized(detail: string): ProblemError {
   return new ProblemError(401, "unauthorized", detail, undefined, { "www-authenticate": 'Bearer realm="crm"' });
@@ -9,13 +9,9 @@ function unauthorized(detail: string): ProblemError {
 
 /** bearerAuth resolves `token` for every route it is applied to, or answers 401 with WWW-Authenticate. */
 export function bearerAuth(db: Database) {
-  return new Elysia({ name: "bearer-auth" }).resolve({ as: "scoped" }, ({ headers }): { token: AuthenticatedToken } => {
-    const header = headers.authorization;
-    if (!header) throw unauthorized("Send an API token in the Authorization header: Authorization: Bearer <token>.");
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    if (!match) throw unauthorized("The Authorization header must use the Bearer scheme: Authorization: Bearer <token>.");
-    const token = authenticateBearer(db, match[1]!);
-    if (!token) throw unauthorized("The API token is unknown or revoked.");
-    return { token };
+  return new Elysia({ name: "bearer-auth" }).resolve({ as: "scoped" }, ({ request }): { token: AuthenticatedToken } => {
+    const check = checkBearer(db, request);
+    if (!check.token) throw unauthorized(check.failure);
+    return { token: check.token };
   });
 }

@@ -1,8 +1,9 @@
 import type { Database } from "bun:sqlite";
 import { timingSafeEqual } from "node:crypto";
+import type { TokenRate } from "../limits/rate-limiter.ts";
 import { newId } from "../shared/ids.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
-import { findActiveTokensByPrefix, findApiTokenById, insertApiToken, listApiTokens, markTokenRevoked, touchTokenLastUsed, type ApiTokenRow } from "./store.ts";
+import { findActiveTokensByPrefix, findApiTokenById, findApiTokenRate, insertApiToken, listApiTokens, markTokenRevoked, touchTokenLastUsed, type ApiTokenRow } from "./store.ts";
 
 const PREFIX_LENGTH = 12; // "crm_" + 8 characters: enough to find the row, too little to matter if shown
 const LAST_USED_RESOLUTION_MS = 60_000; // last_used_at is written at most once a minute per token
@@ -43,11 +44,20 @@ function toInfo(row: ApiTokenRow): ApiTokenInfo {
   };
 }
 
-/** createApiToken makes a new random token, stores only its hash, and returns the token once. */
-export function createApiToken(db: Database, name: string, now = Date.now()): { token: string; info: ApiTokenInfo } {
+/**
+ * createApiToken makes a new random token, stores only its hash, and returns the token once.
+ * A rate overrides the server's default rate limits for this token.
+ */
+export function createApiToken(db: Database, name: string, now = Date.now(), rate: TokenRate | null = null): { token: string; info: ApiTokenInfo } {
   const token = `crm_${randomTokenSecret()}`;
   const row = { id: newId("tok", now), name, prefix: token.slice(0, PREFIX_LENGTH), token_hash: sha256(token), created_at: now };
-  insertApiToken(db, row);
+  insertApiToken(db, {
+    ...row,
+    rate_read_per_second: rate?.readPerSecond ?? null,
+    rate_read_burst: rate?.readBurst ?? null,
+    rate_write_per_second: rate?.writePerSecond ?? null,
+    rate_write_burst: rate?.writeBurst ?? null,
+  });
   return { token, info: toInfo({ ...row, last_used_at: null, revoked_at: null }) };
 }
 
@@ -83,4 +93,39 @@ export function authenticateBearer(db: Database, presented: string, now = Date.n
     touchTokenLastUsed(db, match.id, now);
   }
   return { id: match.id, name: match.name };
+}
+
+/** tokenRate returns a token's own rate limit, or null when it uses the server's defaults. */
+export function tokenRate(db: Database, id: string): TokenRate | null {
+  const row = findApiTokenRate(db, id);
+  if (!row || row.rate_read_per_second === null || row.rate_read_burst === null || row.rate_write_per_second === null || row.rate_write_burst === null) return null;
+  return { readPerSecond: row.rate_read_per_second, readBurst: row.rate_read_burst, writePerSecond: row.rate_write_per_second, writeBurst: row.rate_write_burst };
+}
+
+/** BearerCheck is the outcome of reading a request's Authorization header: a token, or why not. */
+export type BearerCheck = { token: AuthenticatedToken; failure?: undefined } | { token?: undefined; failure: string };
+
+const bearerChecks = new WeakMap<Request, BearerCheck>();
+
+/**
+ * checkBearer authenticates the Authorization header of a request once: the rate limiter (before
+ * routing) and the routes' bearerAuth (after validation) share the answer and the hashing.
+ */
+export function checkBearer(db: Database, request: Request): BearerCheck {
+  const known = bearerChecks.get(request);
+  if (known) return known;
+  const header = request.headers.get("authorization");
+  const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+  const token = match ? authenticateBearer(db, match[1]!) : null;
+  const check: BearerCheck = token
+    ? { token }
+    : {
+        failure: !header
+          ? "Send an API token in the Authorization header: Authorization: Bearer <token>."
+          : !match
+            ? "The Authorization header must use the Bearer scheme: Authorization: Bearer <token>."
+            : "The API token is unknown or revoked.",
+      };
+  bearerChecks.set(request, check);
+  return check;
 }

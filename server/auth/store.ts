@@ -10,9 +10,27 @@ export interface ApiTokenRow {
   revoked_at: number | null;
 }
 
-/** insertApiToken stores a new token's hash and metadata. */
-export function insertApiToken(db: Database, row: Omit<ApiTokenRow, "last_used_at" | "revoked_at">): void {
-  db.query("INSERT INTO api_tokens (id, name, prefix, token_hash, created_at) VALUES ($id, $name, $prefix, $token_hash, $created_at)").run(row);
+/** ApiTokenRateRow is a token's own rate limit; NULL columns mean the server's defaults. */
+export type ApiTokenRateRow = {
+  rate_read_per_second: number | null;
+  rate_read_burst: number | null;
+  rate_write_per_second: number | null;
+  rate_write_burst: number | null;
+}
+
+/** insertApiToken stores a new token's hash, metadata and optional rate limit. */
+export function insertApiToken(db: Database, row: Omit<ApiTokenRow, "last_used_at" | "revoked_at"> & ApiTokenRateRow): void {
+  db.query(
+    `INSERT INTO api_tokens (id, name, prefix, token_hash, created_at, rate_read_per_second, rate_read_burst, rate_write_per_second, rate_write_burst)
+     VALUES ($id, $name, $prefix, $token_hash, $created_at, $rate_read_per_second, $rate_read_burst, $rate_write_per_second, $rate_write_burst)`,
+  ).run(row);
+}
+
+/** findApiTokenRate returns a token's rate limit columns, or null when there is no such token. */
+export function findApiTokenRate(db: Database, id: string): ApiTokenRateRow | null {
+  return db
+    .query<ApiTokenRateRow, [string]>("SELECT rate_read_per_second, rate_read_burst, rate_write_per_second, rate_write_burst FROM api_tokens WHERE id = ?")
+    .get(id);
 }
 
 /** findActiveTokensByPrefix returns the unrevoked tokens whose visible prefix matches. */

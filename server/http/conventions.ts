@@ -2,10 +2,11 @@ import { Elysia, ValidationError } from "elysia";
 import type { Logger } from "../shared/log.ts";
 import type { Metrics } from "../ops/metrics.ts";
 import { newId } from "../shared/ids.ts";
+import { DEFAULT_CONFIG } from "../config.ts";
+import { MAX_BODY_BYTES } from "../limits/limits.ts";
 import { ProblemError, problem, problemResponse, type FieldError, type Problem } from "./problem.ts";
+import { parseSafeJson } from "./safe-json.ts";
 
-/** MAX_BODY_BYTES is the largest request body accepted (1 MiB). */
-export const MAX_BODY_BYTES = 1024 * 1024;
 
 export const PUBLIC_PREFIX = "/public/v1";
 
@@ -37,21 +38,45 @@ function pathOf(request: Request): string {
 function routePatternMatches(pattern: string, path: string): boolean {
   const a = pattern.split("/");
   const b = path.split("/");
-  if (a.length !== b.length) return a.at(-1) === "*" && b.length >= a.length - 1;
-  return a.every((segment, i) => segment.startsWith(":") ? b[i] !== "" : segment === "*" || segment === b[i]);
+  // A trailing * stands for the rest of the path; every segment before it must still match.
+  if (a.at(-1) === "*" ? b.length < a.length - 1 : a.length !== b.length) return false;
+  return a.every((segment, i) => (segment.startsWith(":") ? b[i] !== undefined && b[i] !== "" : segment === "*" || segment === b[i]));
 }
 
-async function readLimitedBody(request: Request): Promise<string> {
+/** readLimitedBody reads at most 1 MiB of body, and answers 408 if it takes longer than timeoutMs to arrive. */
+async function readLimitedBody(request: Request, timeoutMs: number): Promise<string> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > MAX_BODY_BYTES) throw bodyTooLarge();
   const body = request.body;
   if (!body) return "";
   const chunks: Uint8Array[] = [];
   let size = 0;
-  for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
-    size += chunk.byteLength;
-    if (size > MAX_BODY_BYTES) throw bodyTooLarge();
-    chunks.push(chunk);
+  const reader = body.getReader();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    reader.cancel().catch(() => {});
+  }, timeoutMs);
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (timedOut) break;
+      if (done) break;
+      size += value.byteLength;
+      if (size > MAX_BODY_BYTES) {
+        reader.cancel().catch(() => {});
+        throw bodyTooLarge();
+      }
+      chunks.push(value);
+    }
+  } catch (error) {
+    if (error instanceof ProblemError) throw error;
+    if (!timedOut) throw new ProblemError(400, "incomplete-body", "The connection ended before the whole request body arrived.");
+  } finally {
+    clearTimeout(timer);
+  }
+  if (timedOut) {
+    throw new ProblemError(408, "body-timeout", `The request body did not arrive within ${timeoutMs} ms.`, undefined, { connection: "close" });
   }
   try {
     return new TextDecoder("utf-8", { fatal: true }).decode(Buffer.concat(chunks));
@@ -64,10 +89,13 @@ function bodyTooLarge(): ProblemError {
   return new ProblemError(413, "body-too-large", `The request body exceeds the limit of ${MAX_BODY_BYTES} bytes (1 MiB).`);
 }
 
-/** parseJsonBody reads a request body that must be a JSON object; problems for anything else. */
-export async function parseJsonBody(request: Request): Promise<unknown> {
+/**
+ * parseJsonBody reads a request body that must be a JSON object, parsed safely (safe-json.ts);
+ * problems for anything else.
+ */
+export async function parseJsonBody(request: Request, bodyTimeoutMs = DEFAULT_CONFIG.bodyTimeoutMs): Promise<unknown> {
   const contentType = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
-  const text = await readLimitedBody(request);
+  const text = await readLimitedBody(request, bodyTimeoutMs);
   if (text === "") return undefined; // no body: routes that need one answer 422 from their schema
   if (contentType !== "application/json" && !contentType.endsWith("+json")) {
     throw new ProblemError(
@@ -78,12 +106,7 @@ export async function parseJsonBody(request: Request): Promise<unknown> {
         : `Content-Type ${contentType} is not accepted; send application/json.`,
     );
   }
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (error) {
-    throw new ProblemError(400, "invalid-json", `The request body is not valid JSON: ${(error as Error).message}`);
-  }
+  const value = parseSafeJson(text);
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     throw new ProblemError(422, "validation", "The request body must be a JSON object.", [{ pointer: "", detail: "must be a JSON object" }]);
   }
@@ -112,6 +135,8 @@ export interface ConventionOptions {
   routes: () => { method: string; path: string }[];
   /** metrics counts every answered request by route pattern */
   metrics?: Metrics;
+  /** time a client has to send a request body before 408 */
+  bodyTimeoutMs?: number;
 }
 
 /**
@@ -119,7 +144,7 @@ export interface ConventionOptions {
  * refusal of browser calls under /public/v1, JSON-only bodies up to 1 MiB, and RFC 9457 problem
  * responses for every error (404 vs 405 included). Unexpected exceptions are logged and hidden.
  */
-export function httpConventions({ log, routes, metrics }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: ConventionOptions) {
   const allowedMethods = (path: string): string[] =>
     [...new Set(routes().filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path)).map((r) => r.method))];
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
@@ -151,7 +176,7 @@ export function httpConventions({ log, routes, metrics }: ConventionOptions) {
       }
     })
     // The console (under /console) posts HTML forms; it validates its own form bodies.
-    .onParse({ as: "global" }, ({ request }) => (pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request)))
+    .onParse({ as: "global" }, ({ request }) => (pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request, bodyTimeoutMs)))
     .onError({ as: "global" }, ({ code, error, request, set }) => {
       const requestId = requestIdOf(request);
       let body: Problem;

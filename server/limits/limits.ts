@@ -1,0 +1,93 @@
+// The service's documented limits: the one place their values live. TypeBox models, services,
+// the HTTP guard and the README table all take them from here (a test keeps the README in step).
+
+/** MAX_NAME_LENGTH bounds first_name, last_name and an account's name, in characters. */
+export const MAX_NAME_LENGTH = 200;
+/** MAX_EMAIL_LENGTH is the longest email address (RFC 5321 path limit), in characters. */
+export const MAX_EMAIL_LENGTH = 254;
+/** MAX_PHONE_LENGTH bounds a phone number, in characters. */
+export const MAX_PHONE_LENGTH = 50;
+/** MAX_DOMAIN_LENGTH is the longest DNS name, in characters. */
+export const MAX_DOMAIN_LENGTH = 253;
+/** MAX_TAGS is the number of tags a contact can carry. */
+export const MAX_TAGS = 100;
+/** MAX_TAG_LENGTH bounds one tag, in characters. */
+export const MAX_TAG_LENGTH = 100;
+/** MAX_RELATED_IDS bounds account_ids and assigned_user_ids. */
+export const MAX_RELATED_IDS = 100;
+/** MAX_CUSTOM_FIELDS is the number of keys custom_fields can hold. */
+export const MAX_CUSTOM_FIELDS = 100;
+/** MAX_CUSTOM_FIELD_KEY_LENGTH bounds every key inside custom_fields, at any depth, in characters. */
+export const MAX_CUSTOM_FIELD_KEY_LENGTH = 100;
+/** MAX_CUSTOM_FIELDS_DEPTH is how deep values may nest inside custom_fields (an object of scalars is 1). */
+export const MAX_CUSTOM_FIELDS_DEPTH = 5;
+/** MAX_CUSTOM_FIELDS_BYTES bounds custom_fields serialised as JSON, in UTF-8 bytes. */
+export const MAX_CUSTOM_FIELDS_BYTES = 16 * 1024;
+/** MAX_CONSENT_BYTES bounds consent serialised as JSON, in UTF-8 bytes. */
+export const MAX_CONSENT_BYTES = 4 * 1024;
+/** MAX_EXTRA_PROPERTIES_BYTES bounds the further (undeclared) properties of a record together, as JSON bytes. */
+export const MAX_EXTRA_PROPERTIES_BYTES = 64 * 1024;
+/** MAX_SUBSCRIPTION_DESCRIPTION_LENGTH bounds a webhook subscription's description, in characters. */
+export const MAX_SUBSCRIPTION_DESCRIPTION_LENGTH = 500;
+/** MAX_TARGET_URL_LENGTH bounds a webhook subscription's target_url, in characters. */
+export const MAX_TARGET_URL_LENGTH = 2048;
+/** MAX_EVENTS_PER_SUBSCRIPTION is the number of event kinds one subscription can list. */
+export const MAX_EVENTS_PER_SUBSCRIPTION = 4;
+/** MAX_SUBSCRIPTIONS_PER_TOKEN is the number of webhook subscriptions one API token can own. */
+export const MAX_SUBSCRIPTIONS_PER_TOKEN = 25;
+/** MAX_BODY_BYTES is the largest request body accepted (1 MiB). */
+export const MAX_BODY_BYTES = 1024 * 1024;
+/** MAX_JSON_DEPTH is how deep arrays and objects may nest in a request body. */
+export const MAX_JSON_DEPTH = 32;
+/** MAX_QUERY_BYTES bounds the query string (after "?"), in bytes. */
+export const MAX_QUERY_BYTES = 4 * 1024;
+/** MAX_HEADER_BYTES bounds all request header lines together (names, values, ": " and CRLF), in bytes. */
+export const MAX_HEADER_BYTES = 8 * 1024;
+/** MAX_HEADER_FIELDS is the number of request header fields accepted. */
+export const MAX_HEADER_FIELDS = 100;
+/** BUN_MAX_HEADER_BYTES is Bun's own header buffer; beyond it Bun answers a bare 431 before the app runs. */
+export const BUN_MAX_HEADER_BYTES = 16 * 1024;
+/** BUN_MAX_HEADER_FIELDS is about where Bun itself answers a bare 431 for the number of header fields. */
+export const BUN_MAX_HEADER_FIELDS = 198;
+/** BUN_TIMER_GRANULARITY_SECONDS is how often Bun checks connection timeouts: they fire up to this much late. */
+export const BUN_TIMER_GRANULARITY_SECONDS = 4;
+/** HEADER_READ_TIMEOUT_SECONDS is uWebSockets' fixed deadline for a complete request head (not configurable in Bun 1.4). */
+export const HEADER_READ_TIMEOUT_SECONDS = 10;
+
+/** LimitRow is one line of the documented limits table. */
+export interface LimitRow {
+  limit: string;
+  value: string;
+  answer: string;
+}
+
+const kib = (bytes: number) => `${bytes / 1024} KiB`;
+
+/** LIMIT_TABLE is the README's table of fixed limits, built from the constants above. */
+export const LIMIT_TABLE: LimitRow[] = [
+  { limit: "`first_name`, `last_name` (contact), `name` (account)", value: `${MAX_NAME_LENGTH} characters`, answer: "422" },
+  { limit: "`email`", value: `${MAX_EMAIL_LENGTH} characters`, answer: "422" },
+  { limit: "`phone`", value: `${MAX_PHONE_LENGTH} characters`, answer: "422" },
+  { limit: "`domain` (account)", value: `${MAX_DOMAIN_LENGTH} characters`, answer: "422" },
+  { limit: "`tags`: number of tags", value: `${MAX_TAGS}`, answer: "422" },
+  { limit: "`tags`: length of one tag", value: `1 to ${MAX_TAG_LENGTH} characters`, answer: "422" },
+  { limit: "`account_ids`, `assigned_user_ids`", value: `${MAX_RELATED_IDS} ids`, answer: "422" },
+  { limit: "`custom_fields`: number of keys", value: `${MAX_CUSTOM_FIELDS}`, answer: "422" },
+  { limit: "`custom_fields`: length of a key (any depth)", value: `${MAX_CUSTOM_FIELD_KEY_LENGTH} characters`, answer: "422" },
+  { limit: "`custom_fields`: nesting depth", value: `${MAX_CUSTOM_FIELDS_DEPTH} levels`, answer: "422" },
+  { limit: "`custom_fields`: total size as JSON", value: kib(MAX_CUSTOM_FIELDS_BYTES), answer: "422" },
+  { limit: "`consent`: total size as JSON", value: kib(MAX_CONSENT_BYTES), answer: "422" },
+  { limit: "further (undeclared) properties of a contact or account, together, as JSON", value: kib(MAX_EXTRA_PROPERTIES_BYTES), answer: "422" },
+  { limit: "webhook subscription `description`", value: `${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, answer: "422" },
+  { limit: "webhook subscription `target_url`", value: `${MAX_TARGET_URL_LENGTH} characters`, answer: "422" },
+  { limit: "webhook subscription `events`", value: `${MAX_EVENTS_PER_SUBSCRIPTION} event kinds`, answer: "422" },
+  { limit: "webhook subscriptions per API token", value: `${MAX_SUBSCRIPTIONS_PER_TOKEN}`, answer: "422" },
+  { limit: "request body", value: "1 MiB", answer: "413" },
+  { limit: "JSON nesting depth of a request body", value: `${MAX_JSON_DEPTH} levels`, answer: "400" },
+  { limit: "JSON numbers", value: `integers up to ±${Number.MAX_SAFE_INTEGER} (2^53 - 1), finite`, answer: "400" },
+  { limit: "query string", value: kib(MAX_QUERY_BYTES), answer: "414" },
+  { limit: "request headers, all together", value: kib(MAX_HEADER_BYTES), answer: "431" },
+  { limit: "request header fields", value: `${MAX_HEADER_FIELDS}`, answer: "431" },
+  { limit: "request line and headers, Bun's own buffer", value: `${kib(BUN_MAX_HEADER_BYTES)} or ${BUN_MAX_HEADER_FIELDS} fields (bare 431 from Bun, no body)`, answer: "431" },
+  { limit: "time to send the request headers", value: `${HEADER_READ_TIMEOUT_SECONDS} s (fixed by Bun)`, answer: "connection closed" },
+];

@@ -1,0 +1,116 @@
+/** RatePolicy is a token bucket: `burst` requests at once, refilled at `perSecond`. */
+export interface RatePolicy {
+  /** policy name in the RateLimit and RateLimit-Policy headers */
+  name: string;
+  perSecond: number;
+  burst: number;
+}
+
+/** TokenRate is an API token's own rate limits, set with `token create --rate`. */
+export interface TokenRate {
+  readPerSecond: number;
+  readBurst: number;
+  writePerSecond: number;
+  writeBurst: number;
+}
+
+/**
+ * parseTokenRate reads `READ[:BURST],WRITE[:BURST]` (requests per second, burst defaulting to
+ * twice the rate), e.g. `10,5` or `100:500,20:20`; null when the text does not have that form.
+ */
+export function parseTokenRate(text: string): TokenRate | null {
+  const match = /^\s*(\d+(?:\.\d+)?)(?::(\d+))?\s*,\s*(\d+(?:\.\d+)?)(?::(\d+))?\s*$/.exec(text);
+  if (!match) return null;
+  const readPerSecond = Number(match[1]);
+  const writePerSecond = Number(match[3]);
+  const readBurst = match[2] === undefined ? Math.max(1, Math.ceil(readPerSecond * 2)) : Number(match[2]);
+  const writeBurst = match[4] === undefined ? Math.max(1, Math.ceil(writePerSecond * 2)) : Number(match[4]);
+  if (!(readPerSecond > 0 && writePerSecond > 0 && readBurst >= 1 && writeBurst >= 1)) return null;
+  if (![readPerSecond, writePerSecond, readBurst, writeBurst].every((v) => v <= 1_000_000)) return null;
+  return { readPerSecond, readBurst, writePerSecond, writeBurst };
+}
+
+/** RateDecision is the outcome of one request against its bucket. */
+export interface RateDecision {
+  allowed: boolean;
+  /** whole requests left in the bucket after this one */
+  remaining: number;
+  /** seconds until the bucket is full again */
+  resetSeconds: number;
+  /** seconds until the next request is allowed (0 when allowed) */
+  retryAfterSeconds: number;
+}
+
+interface Bucket {
+  tokens: number;
+  at: number;
+  policy: RatePolicy;
+}
+
+/**
+ * TokenBuckets keeps one token bucket per key (an API token and its request class, or a client
+ * address). Keys are many when they are addresses, so the map is swept of buckets that have
+ * refilled (they are indistinguishable from new ones) once it grows past `maxKeys`, and the
+ * oldest are dropped if that is not enough: memory stays bounded whoever calls.
+ */
+export class TokenBuckets {
+  private readonly buckets = new Map<string, Bucket>();
+
+  constructor(private readonly maxKeys = 100_000) {}
+
+  /** take spends one request from key's bucket if it holds one, and reports the bucket's state. */
+  take(key: string, policy: RatePolicy, now = performance.now()): RateDecision {
+    let bucket = this.buckets.get(key);
+    if (!bucket) {
+      if (this.buckets.size >= this.maxKeys) this.sweep(now);
+      bucket = { tokens: policy.burst, at: now, policy };
+      this.buckets.set(key, bucket);
+    } else {
+      bucket.tokens = Math.min(policy.burst, bucket.tokens + ((now - bucket.at) / 1000) * policy.perSecond);
+      bucket.at = now;
+      bucket.policy = policy;
+    }
+    const allowed = bucket.tokens >= 1;
+    if (allowed) bucket.tokens -= 1;
+    return {
+      allowed,
+      remaining: Math.floor(bucket.tokens),
+      resetSeconds: Math.ceil((policy.burst - bucket.tokens) / policy.perSecond),
+      retryAfterSeconds: allowed ? 0 : Math.ceil((1 - bucket.tokens) / policy.perSecond),
+    };
+  }
+
+  /** size is the number of buckets held. */
+  get size(): number {
+    return this.buckets.size;
+  }
+
+  private sweep(now: number): void {
+    for (const [key, { tokens, at, policy }] of this.buckets) {
+      if (tokens + ((now - at) / 1000) * policy.perSecond >= policy.burst) this.buckets.delete(key);
+    }
+    for (const key of this.buckets.keys()) {
+      if (this.buckets.size < this.maxKeys * 0.9) break;
+      this.buckets.delete(key);
+    }
+  }
+}
+
+/** policyWindowSeconds is the window advertised for a bucket: the time it takes to refill completely. */
+export function policyWindowSeconds(policy: RatePolicy): number {
+  return Math.max(1, Math.ceil(policy.burst / policy.perSecond));
+}
+
+/**
+ * rateLimitHeaders renders the IETF RateLimit-Policy and RateLimit fields
+ * (draft-ietf-httpapi-ratelimit-headers-10, Structured Field lists) for one decision, and
+ * Retry-After when the request was refused.
+ */
+export function rateLimitHeaders(policy: RatePolicy, decision: RateDecision): Record<string, string> {
+  const headers: Record<string, string> = {
+    "ratelimit-policy": `"${policy.name}";q=${policy.burst};w=${policyWindowSeconds(policy)}`,
+    ratelimit: `"${policy.name}";r=${decision.remaining};t=${decision.resetSeconds}`,
+  };
+  if (!decision.allowed) headers["retry-after"] = String(decision.retryAfterSeconds);
+  return headers;
+}
