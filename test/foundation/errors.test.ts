@@ -51,6 +51,8 @@ const CASES: Case[] = [
   { name: "unknown API route", method: "GET", path: "/public/v1/nope", status: 404, slug: "not-found" },
   { name: "unknown API version", method: "POST", path: "/public/v2/contacts", body: "{}", headers: { "content-type": "application/json" }, status: 404, slug: "not-found" },
   { name: "unknown contact", method: "GET", path: "/public/v1/contacts/con_missing", status: 404, slug: "not-found" },
+  { name: "any method on an unknown API route", method: "PATCH", path: "/public/v1/nope", body: "{}", headers: { "content-type": "application/json" }, status: 404, slug: "not-found" },
+  { name: "any method on an unknown deep path", method: "DELETE", path: "/x/y/z", status: 404, slug: "not-found" },
   {
     name: "PUT on the contacts collection",
     method: "PUT",
