@@ -3,7 +3,8 @@ import { constants } from "node:os";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig } from "./config.ts";
 import { databasePath, openDatabase } from "./db/database.ts";
 import { migrate } from "./db/migrations.ts";
-import { createApiToken, findToken, listTokens, revokeApiToken } from "./auth/service.ts";
+import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
+import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { createUser } from "./users/service.ts";
 import { createOperator } from "../console/service.ts";
 import { ProblemError } from "./http/problem.ts";
@@ -18,7 +19,9 @@ Usage: crm [command] [options]
 Commands:
   serve                              run the HTTP server (default)
   migrate                            apply pending database migrations and exit
-  token create --name N [--json]     create an API token; it is printed once, on stdout
+  token create --name N [--json] [--rate R[:B],W[:B]]
+                                     create an API token; it is printed once, on stdout;
+                                     --rate: its own reads and writes per second (burst B)
   token list                         list API tokens (never the token itself)
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
@@ -104,17 +107,24 @@ async function main(argv: string[]): Promise<number> {
       if (sub === "create") {
         const name = takeOption(args, "--name");
         const json = takeFlag(args, "--json");
+        const rateText = takeOption(args, "--rate");
         if (!name || name.trim() === "" || name.length > 100) throw new ConfigError("token create needs --name NAME (1 to 100 characters)");
+        const rate = rateText === undefined ? null : parseTokenRate(rateText);
+        if (rate === null && rateText !== undefined) {
+          throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100`);
+        }
         const db = openConfiguredDatabase(args);
-        const { token, info } = createApiToken(db, name.trim());
-        process.stdout.write(json ? `${JSON.stringify({ ...info, token })}\n` : `${token}\n`);
+        const { token, info } = createApiToken(db, name.trim(), Date.now(), rate);
+        process.stdout.write(json ? `${JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token })}\n` : `${token}\n`);
         if (!json) process.stderr.write(`created token ${info.id} (${info.name}); it is shown only this once\n`);
         return 0;
       }
       if (sub === "list") {
         const db = openConfiguredDatabase(args);
         for (const t of listTokens(db)) {
-          process.stdout.write(`${t.id}  ${t.prefix}…  ${t.name}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
+          const rate = tokenRate(db, t.id);
+          const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
+          process.stdout.write(`${t.id}  ${t.prefix}…  ${t.name}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
         }
         return 0;
       }
@@ -129,7 +139,7 @@ async function main(argv: string[]): Promise<number> {
         process.stdout.write(`revoked ${id}\n`);
         return 0;
       }
-      throw new ConfigError("usage: token create --name N [--json] | token list | token revoke ID");
+      throw new ConfigError("usage: token create --name N [--json] [--rate R[:B],W[:B]] | token list | token revoke ID");
     }
     case "user": {
       if (args.shift() !== "create") throw new ConfigError("usage: user create --name N --email E");

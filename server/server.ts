@@ -37,7 +37,9 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   const db = openDatabase(databasePath(config.dataDir));
   const runtime = createRuntime({ db, config, log });
   const app = createApp(runtime);
-  app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: 2 * 1024 * 1024 });
+  // Bun.serve has no connection cap, header timeout setting or body deadline: limitsGuard and
+  // parseJsonBody supply the cap (503) and the body deadline (408); the header deadline is Bun's fixed 10 s.
+  app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: 2 * 1024 * 1024, idleTimeout: config.idleTimeoutSeconds });
   const server = app.server!;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   if (listTokens(db).length === 0) {
