@@ -8,7 +8,8 @@ import { ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, I
 import { createContact, deleteContact, getContact, listContactsPage, updateContact } from "./service.ts";
 
 const ContactId = t.Object({ id: t.String({ maxLength: 64, description: "Contact id (con_...)" }) });
-const IncludeQuery = t.Object({ include: IncludeParam });
+// Further parameters reach the service, which refuses them (a mistyped include is not ignored).
+const IncludeQuery = t.Object({ include: IncludeParam }, { additionalProperties: true });
 const tags = ["Contacts"];
 
 /** contactRoutes serves /public/v1/contacts. */
@@ -26,7 +27,7 @@ export function contactRoutes(rt: Runtime) {
       response: { 200: ContactListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor).", tags, ...secured },
     })
-    .get("/:id", ({ params, query }) => ({ data: getContact(rt.db, params.id, query.include) }), {
+    .get("/:id", ({ params, query }) => ({ data: getContact(rt.db, params.id, query) }), {
       params: ContactId,
       query: IncludeQuery,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },

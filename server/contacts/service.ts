@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
 import { notFound, validationProblem, type FieldError } from "../http/problem.ts";
-import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
+import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type ListMeta } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
@@ -200,11 +200,13 @@ function parseInclude(value: unknown): ContactInclude[] {
   return typeof value === "string" ? ([...new Set(value.split(","))] as ContactInclude[]) : [];
 }
 
-/** getContact returns one contact with the requested relations embedded, or throws 404. */
-export function getContact(db: Database, id: string, include?: string): Contact {
+/** getContact returns one contact with the relations named by the `include` parameter embedded, or throws 404. */
+export function getContact(db: Database, id: string, query: Record<string, unknown>): Contact {
+  const errors = unknownParameterErrors(query, ["include"], "this contact");
+  if (errors.length > 0) throw validationProblem(errors, "The parameters are invalid.");
   const row = findContactById(db, id);
   if (!row) throw notFound("contact", id);
-  return renderContact(db, row, parseInclude(include));
+  return renderContact(db, row, parseInclude(query.include));
 }
 
 /** listContactsPage answers GET /contacts: filters, sort, offset or keyset page, includes. */

@@ -82,16 +82,19 @@ export interface ListQueryOptions<S extends string> {
   options?: readonly string[];
 }
 
+/** unknownParameterErrors names every query parameter not in `known`, so a typo is a 422 and not silently ignored. */
+export function unknownParameterErrors(query: Record<string, unknown>, known: readonly string[], what: string): FieldError[] {
+  return Object.keys(query)
+    .filter((name) => !known.includes(name))
+    .map((name) => ({ parameter: name, detail: `is not a parameter of ${what}; known: ${known.join(", ")}` }));
+}
+
 /**
  * parseListQuery turns validated query strings into a ListQuery, refusing unknown parameters,
  * a cursor combined with page, and a cursor that belongs to another sort or filter (422).
  */
 export function parseListQuery<S extends string>(query: Record<string, unknown>, options: ListQueryOptions<S>): ListQuery<S> {
-  const errors: FieldError[] = [];
-  const known = new Set(["page", "per_page", "sort_by", "sort_direction", "cursor", ...options.filters, ...(options.options ?? [])]);
-  for (const name of Object.keys(query)) {
-    if (!known.has(name)) errors.push({ parameter: name, detail: `is not a parameter of this list; known: ${[...known].join(", ")}` });
-  }
+  const errors = unknownParameterErrors(query, ["page", "per_page", "sort_by", "sort_direction", "cursor", ...options.filters, ...(options.options ?? [])], "this list");
   const sortBy = (query.sort_by as S | undefined) ?? options.defaultSort;
   const direction = (query.sort_direction as SortDirection | undefined) ?? options.defaultDirection;
   // sort_by becomes an SQL column name: never trust that the schema alone kept it to the list.

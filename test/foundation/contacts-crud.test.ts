@@ -189,6 +189,15 @@ describe("contacts CRUD: errors", () => {
     expect(eventTypes(h)).toEqual(["contact.created"]);
   });
 
+  test("GET by id refuses unknown parameters, so a mistyped include is not silently ignored", async () => {
+    const created = await h.json("POST", "/public/v1/contacts", { body: ada });
+    const res = await h.json("GET", `/public/v1/contacts/${created.body.data.id}?includes=accounts`);
+    expect(res.body).toEqual(validation([{ parameter: "includes", detail: "is not a parameter of this contact; known: include" }], "The parameters are invalid."));
+    const bad = await h.json("GET", `/public/v1/contacts/${created.body.data.id}?include=owner`);
+    expect(bad.body).toEqual(validation([{ parameter: "include", detail: "must be a comma-separated list of: accounts, assigned_user, assigned_users" }]));
+    expect((await h.json("GET", `/public/v1/contacts/${created.body.data.id}?include=accounts`)).body).toEqual({ data: { ...created.body.data, accounts: [] } });
+  });
+
   test("a body that is not an object is 422", async () => {
     for (const body of ["[1,2]", '"text"', "42", "null", "true"]) {
       const res = await h.json("POST", "/public/v1/contacts", { body });
