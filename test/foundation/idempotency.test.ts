@@ -160,3 +160,15 @@ for (const route of ROUTES) {
     });
   });
 }
+
+describe("idempotency: errors found inside the write", () => {
+  test("a request refused inside the write (unknown account id) is not stored either", async () => {
+    const headers = { "idempotency-key": "relations" };
+    const res = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Rel", account_ids: ["acc_00000000000000000000000000"] }, headers });
+    expectProblem(res, 422, "validation");
+    expect(storedKeys()).toBe(0);
+    const fixed = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Rel", account_ids: [] }, headers });
+    expect(fixed.status).toBe(201);
+    expect(fixed.headers.get("idempotent-replayed")).toBeNull();
+  });
+});
