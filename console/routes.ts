@@ -4,7 +4,7 @@ import { listTokens } from "../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
 import { problem, ProblemError } from "../server/http/problem.ts";
 import type { Runtime } from "../server/runtime.ts";
-import { createUser, listUsersPage } from "../server/users/service.ts";
+import { createUser } from "../server/users/service.ts";
 import { deleteSubscription, getSubscription, retryDelivery } from "../server/webhooks/service.ts";
 import css from "./assets/console.css" with { type: "text" };
 import { islandScripts } from "./bundle.ts";
@@ -48,15 +48,13 @@ import {
   signIn,
   startRotation,
   subscriptionsOverview,
+  usersOnPage,
   type SubscriptionForm,
 } from "./service.ts";
 
 const OptionalForm = t.Optional(FormBody);
 const IdParam = t.Object({ id: t.String({ maxLength: 64 }) });
-const UsersQuery = t.Object(
-  { page: t.Optional(t.String({ pattern: "^[1-9][0-9]{0,8}$", error: "must be a whole number of at least 1" })), added: t.Optional(t.String({ maxLength: 10 })) },
-  { additionalProperties: true },
-);
+const UsersQuery = t.Object({ page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true });
 /** flagQuery accepts the flag a redirect after a form post sets, so the page can confirm what was done. */
 const flagQuery = (flag: string) => t.Object({ [flag]: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true });
 
@@ -431,7 +429,7 @@ export function consoleRoutes(rt: Runtime) {
         ({ session, query }) => {
           const notice = query.added ? { kind: "success" as const, text: "User added." } : null;
           try {
-            const page = listUsersPage(db, { per_page: "50", ...(query.page ? { page: query.page } : {}) });
+            const page = usersOnPage(db, query.page);
             return htmlResponse(usersPage({ session: session!, users: page.data, meta: page.meta, notice }));
           } catch (error) {
             return pageError(session, error);
@@ -448,7 +446,7 @@ export function consoleRoutes(rt: Runtime) {
             return redirect(`${CONSOLE_PREFIX}/users?added=1`);
           } catch (error) {
             const { status, notice } = formFailure(error);
-            const page = listUsersPage(db, { per_page: "50" });
+            const page = usersOnPage(db, undefined);
             return htmlResponse(usersPage({ session: session!, users: page.data, meta: page.meta, form, notice }), status);
           }
         },

@@ -3,8 +3,11 @@ import { timingSafeEqual } from "node:crypto";
 import { createApiToken, revokeApiToken, type ApiTokenInfo } from "../server/auth/service.ts";
 import { notFound, ProblemError, validationProblem, type FieldError } from "../server/http/problem.ts";
 import type { Runtime } from "../server/runtime.ts";
+import type { ListMeta } from "../server/http/list-query.ts";
 import { newId } from "../server/shared/ids.ts";
 import { toOptionalTimestamp, toTimestamp } from "../server/shared/time.ts";
+import type { User } from "../server/users/model.ts";
+import { listUsersPage } from "../server/users/service.ts";
 import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES, type DeliveryDetail, type Subscription, type SubscriptionInput, type SubscriptionWithSecret } from "../server/webhooks/model.ts";
 import {
   createSubscription,
@@ -431,4 +434,13 @@ export function createTokenFromForm(db: Database, name: string): { token: string
 /** revokeTokenFromConsole revokes an API token, or throws 404 when no active token has that id. */
 export function revokeTokenFromConsole(db: Database, id: string): void {
   if (!revokeApiToken(db, id)) throw new ProblemError(404, "not-found", `No active API token with id ${JSON.stringify(id)} exists.`);
+}
+
+/** USERS_PER_PAGE is how many users the users page lists at once. */
+export const USERS_PER_PAGE = 50;
+
+/** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a page that is not a number. */
+export function usersOnPage(db: Database, page: string | undefined): { data: User[]; meta: ListMeta } {
+  if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number of at least 1" }], "The page number must be a whole number of at least 1.");
+  return listUsersPage(db, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
 }

@@ -1,0 +1,234 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { ISLANDS } from "../../console/bundle.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { addOperator, ConsoleClient, expectSecurityHeaders, OPERATOR } from "./support.ts";
+
+// One console with data on every page: a subscription, a delivery, a rotation, a token, a user.
+let h: Harness;
+let client: ConsoleClient;
+let ids: { subscription: string; delivery: string; rotation: string; token: string };
+let consoleToken: string;
+
+const count = (table: string) => h.rt.db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${table}`).get()!.n;
+
+beforeAll(async () => {
+  h = createHarness({ allowPrivateTargets: true });
+  await addOperator(h.rt.db);
+  client = new ConsoleClient((r) => h.app.handle(r));
+  await client.signIn();
+  const sub = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/old", description: "Old receiver", events: ["contact.created"] } });
+  await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com" } });
+  const deliveries = await h.json("GET", "/public/v1/webhook-deliveries");
+  await client.get(`/console/rotations/new?from=${sub.body.data.id}`);
+  const rotation = await client.post("/console/rotations", { from: sub.body.data.id, target_url: "http://127.0.0.1:9/new", description: "New receiver", events: ["contact.created"] });
+  expect(rotation.status).toBe(201);
+  await client.get("/console/tokens");
+  const created = await client.post("/console/tokens", { name: "made in the console" });
+  expect(created.status).toBe(201);
+  consoleToken = /value="(crm_[A-Za-z0-9]+)"/.exec(created.text)![1]!;
+  await client.get("/console/users");
+  await client.post("/console/users", { name: "Grace Hopper", email: "grace@example.com" });
+  ids = {
+    subscription: sub.body.data.id,
+    delivery: deliveries.body.data[0].id,
+    rotation: h.rt.db.query<{ id: string }, []>("SELECT new_subscription_id AS id FROM subscription_rotations").get()!.id,
+    token: h.rt.db.query<{ id: string }, [string]>("SELECT id FROM api_tokens WHERE name = ?").get("made in the console")!.id,
+  };
+});
+
+afterAll(() => h.close());
+
+function pages(): string[] {
+  return [
+    "/console/",
+    "/console/?status=pending&event=contact.created",
+    `/console/?subscription_id=${ids.subscription}`,
+    `/console/deliveries/${ids.delivery}`,
+    "/console/subscriptions",
+    `/console/subscriptions/${ids.subscription}/delete`,
+    "/console/rotations/new",
+    `/console/rotations/${ids.rotation}`,
+    "/console/tokens",
+    `/console/tokens/${ids.token}/revoke`,
+    "/console/users",
+    "/console/no-such-page",
+  ];
+}
+
+function postRoutes(): string[] {
+  return [
+    "/console/logout",
+    "/console/subscriptions",
+    `/console/subscriptions/${ids.subscription}/delete`,
+    `/console/deliveries/${ids.delivery}/retry`,
+    "/console/rotations",
+    `/console/rotations/${ids.rotation}/test`,
+    `/console/rotations/${ids.rotation}/delete-old`,
+    "/console/tokens",
+    `/console/tokens/${ids.token}/revoke`,
+    "/console/users",
+  ];
+}
+
+describe("CSRF", () => {
+  test("a form post without the CSRF token is refused with a 403 page and changes nothing", async () => {
+    const before = ["webhook_subscriptions", "api_tokens", "users", "operator_sessions", "events"].map(count);
+    for (const path of postRoutes()) {
+      const res = await client.post(path, {
+        _csrf: null,
+        name: "x",
+        email: "x@example.com",
+        target_url: "http://127.0.0.1:9/x",
+        events: "contact.created",
+        from: ids.subscription,
+        confirm: "yes",
+      });
+      expect([path, res.status]).toEqual([path, 403]);
+      expect(res.text).toContain("Form expired");
+      expectSecurityHeaders(res.headers);
+    }
+    expect(["webhook_subscriptions", "api_tokens", "users", "operator_sessions", "events"].map(count)).toEqual(before);
+    expect(h.rt.db.query("SELECT revoked_at FROM api_tokens WHERE id = ?").get(ids.token)).toEqual({ revoked_at: null });
+    expect((await client.get("/console/")).status).toBe(200);
+  });
+
+  test("another session's token, a made-up token and a sign-in without its pre-session cookie are refused", async () => {
+    const other = new ConsoleClient((r) => h.app.handle(r));
+    await other.signIn();
+    await other.get("/console/users");
+    await client.get("/console/users");
+    for (const token of [other.csrf, "forged", client.csrf.slice(0, -1)]) {
+      expect((await client.post("/console/users", { _csrf: token, name: "Mallory", email: "mallory@example.com" })).status).toBe(403);
+    }
+    const cookieless = new ConsoleClient((r) => h.app.handle(r));
+    await cookieless.get("/console/login");
+    cookieless.cookies.clear();
+    expect((await cookieless.post("/console/login", OPERATOR)).status).toBe(403);
+    expect(count("users")).toBe(1);
+  });
+
+  test("every form that posts carries the CSRF token of the session", async () => {
+    let forms = 0;
+    for (const path of pages()) {
+      const { text } = await client.get(path);
+      for (const form of text.match(/<form[^>]*method="post"[\s\S]*?<\/form>/g) ?? []) {
+        forms++;
+        expect([path, form.includes(`name="_csrf" value="${client.csrf}"`)]).toEqual([path, true]);
+      }
+    }
+    expect(forms).toBeGreaterThan(15);
+  });
+});
+
+describe("headers and markup", () => {
+  test("every page, JSON endpoint, asset and redirect carries the CSP, X-Frame-Options, nosniff and Referrer-Policy", async () => {
+    const anonymous = new ConsoleClient((r) => h.app.handle(r));
+    const responses = [
+      ...(await Promise.all(pages().map((p) => client.get(p)))),
+      ...(await Promise.all(["/console/api/deliveries", `/console/api/deliveries/${ids.delivery}`, "/console/assets/console.css", ...ISLANDS.map((i) => `/console/assets/${i}.js`)].map((p) => client.get(p)))),
+      ...(await Promise.all(["/console/login", "/console/setup?code=nope", "/console/", "/console/api/deliveries"].map((p) => anonymous.get(p)))),
+    ];
+    expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 404, 200, 200, 200, 200, 200, 200, 200, 403, 303, 401]);
+    for (const res of responses) expectSecurityHeaders(res.headers);
+    for (const res of responses.filter((r) => r.headers.get("content-type")?.startsWith("text/html"))) {
+      expect(res.headers.get("cache-control")).toBe("no-store");
+    }
+  });
+
+  test("pages have no inline script, inline style or event handler attribute (the CSP would block them)", async () => {
+    for (const path of [...pages(), "/console/login"]) {
+      const { text } = await client.get(path);
+      for (const script of text.match(/<script[^>]*>/g) ?? []) expect(script).toMatch(/ src="\/console\/assets\/[a-z-]+\.js"| type="application\/json"/);
+      expect(text).not.toMatch(/<style|\sstyle="|\son[a-z]+="/i);
+    }
+  });
+});
+
+describe("API tokens and console sessions stay apart", () => {
+  test("an API token opens nothing in the console", async () => {
+    const bearer = { authorization: `Bearer ${h.token}` };
+    const page = await h.app.handle(new Request("http://localhost/console/tokens", { headers: bearer }));
+    expect(page.status).toBe(303);
+    expect(page.headers.get("location")).toBe("/console/login?next=%2Fconsole%2Ftokens");
+    const json = await h.app.handle(new Request("http://localhost/console/api/deliveries", { headers: bearer }));
+    expect(json.status).toBe(401);
+    expect(json.headers.get("content-type")).toBe("application/problem+json");
+    expect(await json.json()).toEqual({
+      type: "urn:crm:problem:unauthorized",
+      title: "Unauthorized",
+      status: 401,
+      detail: "Sign in to the console first; console endpoints take the session cookie, not API tokens.",
+    });
+  });
+
+  test("a console session opens nothing in the public API", async () => {
+    const cookie = `crm_console_session=${client.cookies.get("crm_console_session")}`;
+    for (const path of ["/public/v1/contacts", "/public/v1/webhook-deliveries"]) {
+      const res = await h.app.handle(new Request(`http://localhost${path}`, { headers: { cookie } }));
+      expect(res.status).toBe(401);
+    }
+    // The session cookie is scoped to /console: a browser never sends it to the API at all.
+    const login = new ConsoleClient((r) => h.app.handle(r));
+    const res = await login.signIn();
+    expect(res.headers.getSetCookie()[0]).toContain("; Path=/console;");
+  });
+
+  test("no API token appears in any HTML, JS or cookie the console serves (a new token only once, when created)", async () => {
+    const tokens = [h.token, consoleToken];
+    const served: string[] = [];
+    const anonymous = new ConsoleClient((r) => h.app.handle(r));
+    for (const path of [...pages(), "/console/api/deliveries", `/console/api/deliveries/${ids.delivery}`, "/console/assets/console.css", ...ISLANDS.map((i) => `/console/assets/${i}.js`)]) {
+      const res = await client.get(path);
+      served.push(res.text, ...res.headers.getSetCookie());
+    }
+    for (const path of ["/console/login", "/console/setup?code=x"]) {
+      const res = await anonymous.get(path);
+      served.push(res.text, ...res.headers.getSetCookie());
+    }
+    const signIn = await new ConsoleClient((r) => h.app.handle(r)).signIn();
+    served.push(...signIn.headers.getSetCookie(), ...client.cookies.values());
+    for (const text of served) for (const token of tokens) expect(text.includes(token)).toBe(false);
+    const { text } = await client.get("/console/tokens");
+    expect(text).toContain(`<code>${consoleToken.slice(0, 12)}…</code>`);
+  });
+});
+
+describe("bad input gets an answer, never a 500", () => {
+  test("wrong filters, unknown ids and page numbers get a page or problem that says what is wrong", async () => {
+    const cases: [string, number, string][] = [
+      ["/console/?status=bogus", 422, "status must be one of: pending, succeeded, failed"],
+      ["/console/?event=contact.exploded", 422, "event must be one of: contact.created, contact.updated, contact.deleted, webhook.ping"],
+      ["/console/?subscription_id=nope", 422, "subscription_id must be a subscription id (sub_...)"],
+      ["/console/api/deliveries?status=bogus", 422, "status must be one of: pending, succeeded, failed"],
+      ["/console/api/deliveries/dlv_nope", 404, "No webhook delivery with id \\\"dlv_nope\\\" exists."],
+      ["/console/deliveries/dlv_nope", 404, "No webhook delivery with id &quot;dlv_nope&quot; exists."],
+      ["/console/rotations/sub_nope", 404, "No rotation with id &quot;sub_nope&quot; exists."],
+      ["/console/rotations/new?from=sub_nope", 404, "No webhook subscription with id &quot;sub_nope&quot; exists."],
+      ["/console/subscriptions/sub_nope/delete", 404, "No webhook subscription with id &quot;sub_nope&quot; exists."],
+      ["/console/tokens/tok_nope/revoke", 404, "No active API token with this id exists."],
+      ["/console/users?page=abc", 422, "The page number must be a whole number of at least 1."],
+    ];
+    for (const [path, status, message] of cases) {
+      const res = await client.get(path);
+      expect([path, res.status, res.text.includes(message)]).toEqual([path, status, true]);
+    }
+  });
+
+  test("invalid forms are shown again with the problem and create nothing", async () => {
+    const before = ["webhook_subscriptions", "api_tokens", "users"].map(count);
+    const cases: [string, Record<string, string | string[]>, number, string][] = [
+      ["/console/subscriptions", { target_url: "ftp://example.com/x", events: "contact.created" }, 422, "target_url"],
+      ["/console/subscriptions", { target_url: "https://example.com/x", events: ["contact.created", "contact.exploded"] }, 422, "events must be one or more of"],
+      ["/console/subscriptions", { target_url: "https://example.com/x" }, 422, "events must be one or more of"],
+      ["/console/tokens", { name: "  " }, 422, "The name must be 1 to 100 characters."],
+      ["/console/users", { name: "Grace again", email: "GRACE@example.com" }, 409, "A user with email grace@example.com already exists."],
+      ["/console/users", { name: "", email: "x@example.com" }, 422, "name must be 1 to 200 characters."],
+    ];
+    for (const [path, fields, status, message] of cases) {
+      await client.get(path);
+      const res = await client.post(path, fields);
+      expect([path, res.status, res.text.includes(message)]).toEqual([path, status, true]);
+    }
+    expect(["webhook_subscriptions", "api_tokens", "users"].map(count)).toEqual(before);
+  });
+});

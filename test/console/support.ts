@@ -1,0 +1,174 @@
+import { expect } from "bun:test";
+import type { Database } from "bun:sqlite";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { Webhook } from "standardwebhooks";
+import { CONTENT_SECURITY_POLICY } from "../../console/http.ts";
+import { createOperator } from "../../console/service.ts";
+import { createApiToken } from "../../server/auth/service.ts";
+import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
+import { startServer, type RunningServer } from "../../server/server.ts";
+import { FAST_WEBHOOKS, type Receiver } from "../webhooks/support.ts";
+
+/** ARTIFACTS is where browser tests write screenshots for people to look at (not committed). */
+export const ARTIFACTS = join(import.meta.dir, "..", "artifacts", "console");
+
+export const OPERATOR = { email: "oncall@example.com", password: "correct horse battery staple" };
+
+/** launchBrowser starts Debian's headless Chromium with a fresh profile; one per test file. */
+export async function launchBrowser(): Promise<{ context: BrowserContext; close(): Promise<void> }> {
+  const profile = mkdtempSync(join(tmpdir(), "crm-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: "/usr/bin/chromium",
+    headless: true,
+    viewport: { width: 1280, height: 900 },
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  return {
+    context,
+    async close() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/** watchPage fails the test on any console error or CSP violation the page reports. */
+export function watchPage(page: Page): string[] {
+  const problems: string[] = [];
+  page.on("console", (message) => {
+    if (message.type() === "error") problems.push(message.text());
+  });
+  page.on("pageerror", (error) => problems.push(error.message));
+  return problems;
+}
+
+/** shoot writes a full-page screenshot to test/artifacts/console/NAME.png. */
+export async function shoot(page: Page, name: string): Promise<void> {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+}
+
+export interface ConsoleServer extends RunningServer {
+  dataDir: string;
+  /** an API token, for setting up data through the public API as an integration would */
+  token: string;
+  /** api calls the public API with the token and returns the parsed body */
+  api(method: string, path: string, body?: unknown): Promise<any>;
+  close(): Promise<void>;
+}
+
+/** startConsoleServer runs the real server on 127.0.0.1 (free port) with fast webhook retries. */
+export async function startConsoleServer(overrides: Partial<Config> = {}): Promise<ConsoleServer> {
+  const dataDir = mkdtempSync(join(tmpdir(), "crm-console-"));
+  const running = await startServer({ ...DEFAULT_CONFIG, ...FAST_WEBHOOKS, host: "127.0.0.1", port: 0, dataDir, logLevel: "error", ...overrides });
+  const { token } = createApiToken(running.runtime.db, "console-test");
+  return {
+    ...running,
+    dataDir,
+    token,
+    async api(method, path, body) {
+      const res = await fetch(`${running.url}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await res.text();
+      if (!res.ok) throw new Error(`${method} ${path} answered ${res.status}: ${text}`);
+      return text ? JSON.parse(text) : null;
+    },
+    async close() {
+      await running.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** addOperator creates the test operator directly (as `crm operator create` does). */
+export function addOperator(db: Database, operator = OPERATOR) {
+  return createOperator(db, operator);
+}
+
+/** signInWithBrowser fills in the sign-in form and waits for the deliveries page. */
+export async function signInWithBrowser(page: Page, baseUrl: string, operator = OPERATOR): Promise<void> {
+  await page.goto(`${baseUrl}/console/login`);
+  await page.fill("input[name=email]", operator.email);
+  await page.fill("input[name=password]", operator.password);
+  await Promise.all([page.waitForURL(`${baseUrl}/console/`), page.click("button[type=submit]")]);
+}
+
+/** verifyingReceiver makes a receiver check the Standard Webhooks signature with `secret()` and report the outcome in its answer. */
+export function verifyingReceiver(receiver: Receiver, secret: () => string | null): { verified: string[] } {
+  const verified: string[] = [];
+  receiver.respond((request) => {
+    const key = secret();
+    if (!key) return new Response("no secret configured", { status: 500 });
+    try {
+      new Webhook(key).verify(request.body, request.headers);
+      verified.push(request.headers["webhook-id"]!);
+      return Response.json({ verified: true, received: request.json.type });
+    } catch (error) {
+      return Response.json({ verified: false, error: (error as Error).message }, { status: 400 });
+    }
+  });
+  return { verified };
+}
+
+/** expectSecurityHeaders asserts the console's strict headers on a response. */
+export function expectSecurityHeaders(headers: Headers): void {
+  expect(headers.get("content-security-policy")).toBe(CONTENT_SECURITY_POLICY);
+  expect(headers.get("x-frame-options")).toBe("DENY");
+  expect(headers.get("x-content-type-options")).toBe("nosniff");
+  expect(headers.get("referrer-policy")).toBe("same-origin");
+}
+
+/** ConsoleClient is a cookie-keeping console client for tests that need no browser. */
+export class ConsoleClient {
+  readonly cookies = new Map<string, string>();
+  /** the CSRF token of the last page that had a form */
+  csrf = "";
+
+  constructor(
+    private readonly handle: (request: Request) => Promise<Response>,
+    private readonly base = "http://localhost",
+  ) {}
+
+  private async send(path: string, init: RequestInit = {}): Promise<{ status: number; headers: Headers; text: string }> {
+    const cookie = [...this.cookies].map(([k, v]) => `${k}=${v}`).join("; ");
+    const res = await this.handle(new Request(`${this.base}${path}`, { ...init, headers: { ...(cookie ? { cookie } : {}), ...(init.headers as Record<string, string>) } }));
+    for (const set of res.headers.getSetCookie()) {
+      const [pair] = set.split(";");
+      const [name, value] = [pair!.slice(0, pair!.indexOf("=")), pair!.slice(pair!.indexOf("=") + 1)];
+      if (/Max-Age=0/i.test(set)) this.cookies.delete(name);
+      else this.cookies.set(name, value);
+    }
+    const text = await res.text();
+    const token = /name="_csrf" value="([^"]+)"/.exec(text);
+    if (token) this.csrf = token[1]!;
+    return { status: res.status, headers: res.headers, text };
+  }
+
+  /** get fetches a console path with the client's cookies. */
+  get(path: string, headers: Record<string, string> = {}) {
+    return this.send(path, { headers });
+  }
+
+  /** post sends a form with the current CSRF token unless `_csrf` is given (null: none at all). */
+  post(path: string, fields: Record<string, string | string[] | null>) {
+    const form = new URLSearchParams();
+    const all = { _csrf: this.csrf, ...fields };
+    for (const [name, value] of Object.entries(all)) {
+      if (value === null) continue;
+      for (const v of Array.isArray(value) ? value : [value]) form.append(name, v);
+    }
+    return this.send(path, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: form.toString() });
+  }
+
+  /** signIn loads the sign-in page (for its CSRF token) and posts the operator's credentials. */
+  async signIn(operator = OPERATOR) {
+    await this.get("/console/login");
+    return this.post("/console/login", { email: operator.email, password: operator.password });
+  }
+}
