@@ -19,7 +19,8 @@ export async function idempotentPost<T>(
   execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>,
 ): Promise<T> {
   const result = await guard.run(
-    { tokenId: ctx.token.id, method: ctx.request.method, path: new URL(ctx.request.url).pathname, key: ctx.headers["idempotency-key"], body: ctx.body },
+    // The router serves /contacts/ as /contacts: scope both alike, or a retry with a slash creates twice.
+    { tokenId: ctx.token.id, method: ctx.request.method, path: new URL(ctx.request.url).pathname.replace(/(.)\/+$/, "$1"), key: ctx.headers["idempotency-key"], body: ctx.body },
     execute,
   );
   ctx.set.status = result.status;

@@ -72,6 +72,16 @@ for (const route of ROUTES) {
       expect(res.headers.get("idempotent-replayed")).toBeNull();
     });
 
+    test("a retry with a trailing slash on the path replays too", async () => {
+      const headers = { "idempotency-key": "slash" };
+      const first = await h.json("POST", route.path, { body: route.body, headers });
+      const again = await h.json("POST", `${route.path}/`, { body: route.body, headers });
+      expect(again.status).toBe(201);
+      expect(again.headers.get("idempotent-replayed")).toBe("true");
+      expect(again.body).toEqual(first.body);
+      expect(route.count()).toBe(1);
+    });
+
     test("keys older than 24 hours are not replayed and are pruned", async () => {
       const headers = { "idempotency-key": "old-key" };
       const first = await h.json("POST", route.path, { body: route.body, headers });
