@@ -1,13 +1,18 @@
 import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema } from "../http/list-query.ts";
+import { MAX_DOMAIN_LENGTH, MAX_EXTRA_PROPERTIES_BYTES, MAX_NAME_LENGTH } from "../limits/limits.ts";
 
 /** AccountInput is the body of POST /accounts. */
 export const AccountInput = t.Object(
   {
-    name: t.String({ minLength: 1, maxLength: 200, error: "is required: a string of 1 to 200 characters" }),
-    domain: t.Optional(t.Union([t.String({ minLength: 1, maxLength: 253, pattern: "^[A-Za-z0-9.-]+$" }), t.Null()], { error: "must be a domain name like example.com, or null" })),
+    name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `is required: a string of 1 to ${MAX_NAME_LENGTH} characters` }),
+    domain: t.Optional(t.Union([t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, pattern: "^[A-Za-z0-9.-]+$" }), t.Null()], { error: "must be a domain name like example.com, or null" })),
   },
-  { additionalProperties: true, description: "Account fields; further properties are stored and returned as given.", examples: [{ name: "Acme Ltd", domain: "acme.example" }] },
+  {
+    additionalProperties: true,
+    description: `Account fields; further properties are stored and returned as given (together at most ${MAX_EXTRA_PROPERTIES_BYTES} bytes as JSON).`,
+    examples: [{ name: "Acme Ltd", domain: "acme.example" }],
+  },
 );
 export type AccountInput = typeof AccountInput.static;
 
@@ -27,8 +32,8 @@ export type Account = typeof AccountSchema.static;
 export const ACCOUNT_FILTERS = ["name", "domain"] as const;
 
 export const AccountListQuery = paginationQuerySchema(null, {
-  name: t.Optional(t.String({ minLength: 1, maxLength: 200, description: "Exact name, case-insensitive." })),
-  domain: t.Optional(t.String({ minLength: 1, maxLength: 253, description: "Exact domain, case-insensitive." })),
+  name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, description: "Exact name, case-insensitive." })),
+  domain: t.Optional(t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, description: "Exact domain, case-insensitive." })),
 });
 export type AccountListQuery = typeof AccountListQuery.static;
 

@@ -1,5 +1,6 @@
 import type { Database } from "bun:sqlite";
-import { notFound } from "../http/problem.ts";
+import { notFound, validationProblem } from "../http/problem.ts";
+import { extraPropertiesErrors } from "../limits/service.ts";
 import { listMeta, parseListQuery, type ListMeta } from "../http/list-query.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
@@ -24,6 +25,8 @@ const KNOWN = new Set(["id", "name", "domain", "created_at", "updated_at"]);
 
 /** createAccount stores an account (and its idempotent response) in one group-committed write. */
 export function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Account } }> {
+  const oversized = extraPropertiesErrors(input, KNOWN);
+  if (oversized.length > 0) throw validationProblem(oversized);
   return rt.writes.submit(() => {
     const now = Date.now();
     const properties = Object.fromEntries(Object.entries(input).filter(([key]) => !KNOWN.has(key)));

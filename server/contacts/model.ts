@@ -2,6 +2,20 @@ import { t } from "elysia";
 import { AccountSchema } from "../accounts/model.ts";
 import { UserSchema } from "../users/model.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
+import {
+  MAX_CONSENT_BYTES,
+  MAX_CUSTOM_FIELDS,
+  MAX_CUSTOM_FIELDS_BYTES,
+  MAX_CUSTOM_FIELDS_DEPTH,
+  MAX_CUSTOM_FIELD_KEY_LENGTH,
+  MAX_EMAIL_LENGTH,
+  MAX_EXTRA_PROPERTIES_BYTES,
+  MAX_NAME_LENGTH,
+  MAX_PHONE_LENGTH,
+  MAX_RELATED_IDS,
+  MAX_TAGS,
+  MAX_TAG_LENGTH,
+} from "../limits/limits.ts";
 
 /** CONTACT_SORTS are the fields a contact list can be sorted by. */
 export const CONTACT_SORTS = ["created_at", "updated_at", "first_name", "last_name", "email"] as const;
@@ -22,23 +36,30 @@ const nullable = <T extends Parameters<typeof t.Union>[0][number]>(schema: T, er
 // Elysia's normaliser rebuilds a value that fails an object schema into an object before it
 // validates ("abc" would be stored as {"0":"a","1":"b","2":"c"}), so these fields pass through
 // untouched and the service refuses anything but an object or null (OBJECT_CONTACT_FIELDS).
-const jsonObject = (description: string) => t.Optional(t.Unknown({ description }));
+// maxProperties is there for the OpenAPI document; the service enforces it with the other limits.
+const jsonObject = (description: string, options: { maxProperties?: number } = {}) => t.Optional(t.Unknown({ description, ...options }));
 
 /** OBJECT_CONTACT_FIELDS must be JSON objects (or null); the service checks them. */
 export const OBJECT_CONTACT_FIELDS = ["custom_fields", "consent"] as const;
 
 const idList = (prefix: string, what: string) =>
-  nullable(t.Array(t.String({ pattern: `^${prefix}_[0-9A-Z]{26}$` }), { maxItems: 100, uniqueItems: true }), `must be a list of at most 100 distinct ${what} ids (${prefix}_...)`);
+  nullable(t.Array(t.String({ pattern: `^${prefix}_[0-9A-Z]{26}$` }), { maxItems: MAX_RELATED_IDS, uniqueItems: true }), `must be a list of at most ${MAX_RELATED_IDS} distinct ${what} ids (${prefix}_...)`);
 
 /** ContactFields are the known, validated contact properties; any others are stored as given. */
 const contactFields = {
-  first_name: nullable(t.String({ maxLength: 200 }), "must be a string of at most 200 characters, or null"),
-  last_name: nullable(t.String({ maxLength: 200 }), "must be a string of at most 200 characters, or null"),
-  email: nullable(t.String({ format: "email", maxLength: 254 }), "must be an email address of at most 254 characters, or null"),
-  phone: nullable(t.String({ maxLength: 50 }), "must be a string of at most 50 characters, or null"),
-  tags: nullable(t.Array(t.String({ minLength: 1, maxLength: 100 }), { maxItems: 100 }), "must be a list of at most 100 tags of 1 to 100 characters each"),
-  custom_fields: jsonObject("Custom fields: a JSON object, or null to clear."),
-  consent: jsonObject("Communication consent: a JSON object, or null to clear."),
+  first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
+  last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
+  email: nullable(t.String({ format: "email", maxLength: MAX_EMAIL_LENGTH }), `must be an email address of at most ${MAX_EMAIL_LENGTH} characters, or null`),
+  phone: nullable(t.String({ maxLength: MAX_PHONE_LENGTH }), `must be a string of at most ${MAX_PHONE_LENGTH} characters, or null`),
+  tags: nullable(
+    t.Array(t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH }), { maxItems: MAX_TAGS }),
+    `must be a list of at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters each`,
+  ),
+  custom_fields: jsonObject(
+    `Custom fields: a JSON object, or null to clear. At most ${MAX_CUSTOM_FIELDS} keys, keys of at most ${MAX_CUSTOM_FIELD_KEY_LENGTH} characters at any depth, nesting at most ${MAX_CUSTOM_FIELDS_DEPTH} levels, at most ${MAX_CUSTOM_FIELDS_BYTES} bytes as JSON.`,
+    { maxProperties: MAX_CUSTOM_FIELDS },
+  ),
+  consent: jsonObject(`Communication consent: a JSON object, or null to clear. At most ${MAX_CONSENT_BYTES} bytes as JSON.`),
   account_ids: idList("acc", "account"),
   assigned_user_id: nullable(t.String({ pattern: "^usr_[0-9A-Z]{26}$" }), "must be a user id (usr_...) or null"),
   assigned_user_ids: idList("usr", "user"),
@@ -47,7 +68,7 @@ const contactFields = {
 /** ContactInput is the body of POST and PATCH: known fields validated, further properties kept. */
 export const ContactInput = t.Object(contactFields, {
   additionalProperties: true,
-  description: "Contact fields. Any further properties are stored and returned as given. Fields set to null are cleared.",
+  description: `Contact fields. Any further properties are stored and returned as given (together at most ${MAX_EXTRA_PROPERTIES_BYTES} bytes as JSON). Fields set to null are cleared.`,
   examples: [{ first_name: "Ada", last_name: "Lovelace", email: "ada@example.com", phone: "+44 20 7946 0000", tags: ["vip"], custom_fields: { plan: "pro" } }],
 });
 export type ContactInput = typeof ContactInput.static;
@@ -85,8 +106,8 @@ export const IncludeParam = t.Optional(
 
 export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
   include: IncludeParam,
-  email: t.Optional(t.String({ maxLength: 254, description: "Exact email, case-insensitive." })),
-  full_name: t.Optional(t.String({ minLength: 1, maxLength: 200, description: "Case-insensitive substring of first_name + ' ' + last_name." })),
+  email: t.Optional(t.String({ maxLength: MAX_EMAIL_LENGTH, description: "Exact email, case-insensitive." })),
+  full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, description: "Case-insensitive substring of first_name + ' ' + last_name." })),
   created_after: timestampFilterSchema("Only contacts created after this time."),
   updated_after: timestampFilterSchema("Only contacts updated after this time."),
 });

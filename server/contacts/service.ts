@@ -9,7 +9,8 @@ import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent } from "../webhooks/outbox.ts";
-import { CONTACT_FILTERS, CONTACT_SORTS, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactInclude, type ContactInput } from "./model.ts";
+import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
+import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactInclude } from "./model.ts";
 import {
   countContacts,
   deleteContact as deleteContactRow,
@@ -27,6 +28,8 @@ import {
 const COLUMN_FIELDS = ["first_name", "last_name", "email", "phone", "assigned_user_id"] as const;
 const RELATION_FIELDS = ["account_ids", "assigned_user_ids"] as const;
 const NOT_PROPERTIES = new Set<string>([...COLUMN_FIELDS, ...RELATION_FIELDS, ...READ_ONLY_CONTACT_FIELDS]);
+/** DECLARED_FIELDS are the contact's own fields; every other property counts toward MAX_EXTRA_PROPERTIES_BYTES. */
+const DECLARED_FIELDS = new Set<string>([...Object.keys(ContactInput.properties), ...READ_ONLY_CONTACT_FIELDS]);
 
 interface Relations {
   accountIds: string[];
@@ -95,6 +98,7 @@ function refuseInvalidFields(input: Record<string, unknown>): void {
       errors.push({ pointer: `/${field}`, detail: "must be a JSON object, or null" });
     }
   }
+  errors.push(...customFieldsErrors(input.custom_fields), ...consentErrors(input.consent), ...extraPropertiesErrors(input, DECLARED_FIELDS));
   if (errors.length > 0) throw validationProblem(errors);
 }
 
@@ -164,6 +168,9 @@ export function updateContact(rt: Runtime, id: string, input: ContactInput): Pro
     const before = renderContact(rt.db, current);
     const now = Date.now();
     const row = { ...applyInput(current, input), updated_at: now };
+    // Further properties add up across PATCHes, so their limit applies to the merged record.
+    const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS);
+    if (merged.length > 0) throw validationProblem(merged);
     updateContactRow(rt.db, row);
     if (input.account_ids !== undefined) replaceContactAccounts(rt.db, id, input.account_ids ?? []);
     if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(rt.db, id, input.assigned_user_ids ?? []);

@@ -1,4 +1,5 @@
 import { MAX_JSON_DEPTH } from "../limits/limits.ts";
+import { pointerSegment } from "../limits/service.ts";
 import { ProblemError } from "./problem.ts";
 
 // JSON.parse keeps the last of two equal keys, nests as deep as its stack allows, rounds integers
@@ -18,7 +19,7 @@ const SYNTAX = Symbol("syntax");
 function pointerOf(path: (string | number)[], depth: number, last?: string | number): string {
   const segments = path.slice(0, depth);
   if (last !== undefined) segments.push(last);
-  return segments.map((s) => `/${String(s).replaceAll("~", "~0").replaceAll("/", "~1")}`).join("");
+  return segments.map(pointerSegment).join("");
 }
 
 function refuse(pointer: string, detail: string): ProblemError {
