@@ -105,14 +105,20 @@ function filterClause(filters: ContactFilters): { where: string[]; params: (stri
   }
   if (filters.fullName !== undefined) {
     const needle = filters.fullName;
-    // The trigram index answers LIKE for 3+ characters; LIKE wildcards in the needle itself or
-    // shorter needles fall back to instr() over the same table, which still matches correctly.
-    if (needle.length >= 3 && !/[%_]/.test(needle)) {
-      where.push("c.rowid IN (SELECT rowid FROM contacts_full_name WHERE full_name LIKE ?)");
-      params.push(`%${needle}%`);
+    // A quoted phrase of 3+ characters is a substring search in the trigram index, which folds
+    // case for every script and takes % and _ literally. LIKE would not: SQLite re-checks each
+    // row with its own LIKE, whose case folding knows only ASCII ("élo" missed "Élodie").
+    if ([...needle].length >= 3) {
+      where.push("c.rowid IN (SELECT rowid FROM contacts_full_name WHERE contacts_full_name MATCH ?)");
+      params.push(`"${needle.replaceAll('"', '""')}"`);
     } else {
-      where.push("c.rowid IN (SELECT rowid FROM contacts_full_name WHERE instr(lower(full_name), lower(?)) > 0)");
-      params.push(needle);
+      // Too short for a trigram: scan, trying each character in either case (at most 4 spellings).
+      const spellings = [...needle].reduce<string[]>(
+        (prefixes, ch) => [...new Set([ch.toLowerCase(), ch.toUpperCase()])].flatMap((variant) => prefixes.map((prefix) => prefix + variant)),
+        [""],
+      );
+      where.push(`c.rowid IN (SELECT rowid FROM contacts_full_name WHERE ${spellings.map(() => "instr(full_name, ?) > 0").join(" OR ")})`);
+      params.push(...spellings);
     }
   }
   if (filters.createdAfter !== undefined) {

@@ -157,6 +157,21 @@ describe("contact list: happy paths", () => {
     }
   });
 
+  test("full_name filter folds case beyond ASCII and takes quotes and operators literally", async () => {
+    const odd = [];
+    for (const [first, last] of [["Élodie", "Durand"], ["ÖDÖN", "Straße"], ['Quote "Q"', "Man"], ["a*b", "(c) -d: OR e"]]) {
+      odd.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: first, last_name: last } })).body.data.id);
+    }
+    try {
+      for (const [needle, want] of [["élo", [odd[0]]], ["ÉLODIE D", [odd[0]]], ["él", [odd[0]]], ["É", [odd[0]]], ["ödön", [odd[1]]], ["öd", [odd[1]]], ["STRAßE", [odd[1]]], ['"q"', [odd[2]]], ['"', [odd[2]]], ["a*b", [odd[3]]], ["-d: OR", [odd[3]]], ["(c)", [odd[3]]], ["OR e", [odd[3]]]] as const) {
+        const res = await h.json("GET", `/public/v1/contacts?per_page=100&full_name=${encodeURIComponent(needle)}`);
+        expect({ needle, ids: res.body.data.map((c: any) => c.id) }).toEqual({ needle, ids: [...want] });
+      }
+    } finally {
+      for (const id of odd) await h.request("DELETE", `/public/v1/contacts/${id}`);
+    }
+  });
+
   test("created_after and updated_after take RFC 3339 and are exclusive", async () => {
     const sorted = [...all].sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
     const pivot = sorted[14].created_at;
