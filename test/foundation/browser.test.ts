@@ -1,13 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { createApiToken } from "../../server/auth/service.ts";
-import { DEFAULT_CONFIG } from "../../server/config.ts";
-import { createLogger } from "../../server/shared/log.ts";
-import { startServer, type RunningServer } from "../../server/server.ts";
+import type { RunningServer } from "../../server/server.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { contactCount, expectProblem } from "./support.ts";
+import { contactCount, expectProblem, listeningServer } from "./support.ts";
 
 const REFUSAL = {
   type: "urn:crm:problem:browser-request",
@@ -84,18 +78,14 @@ describe("browser refusal: in-process", () => {
 });
 
 describe("server-side clients: through a real listening server", () => {
+  let running: Awaited<ReturnType<typeof listeningServer>>;
   let server: RunningServer;
-  let dataDir: string;
   let token: string;
   beforeAll(async () => {
-    dataDir = mkdtempSync(join(tmpdir(), "crm-clients-"));
-    server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir }, createLogger("error", () => {}));
-    token = createApiToken(server.runtime.db, "clients").token;
+    running = await listeningServer("clients");
+    ({ server, token } = running);
   });
-  afterAll(async () => {
-    await server.stop();
-    rmSync(dataDir, { recursive: true, force: true });
-  });
+  afterAll(() => running.stop());
 
   // Each client creates one contact and then lists by its email; it prints both bodies as JSON.
   async function run(cmd: string[], env: Record<string, string> = {}) {

@@ -1,13 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { DEFAULT_CONFIG } from "../../server/config.ts";
-import { createApiToken } from "../../server/auth/service.ts";
-import { createLogger } from "../../server/shared/log.ts";
-import { startServer, type RunningServer } from "../../server/server.ts";
+import type { RunningServer } from "../../server/server.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { contactCount, expectProblem, loggedApp } from "./support.ts";
+import { contactCount, expectProblem, listeningServer, loggedApp } from "./support.ts";
 
 let h: Harness;
 let contactId: string;
@@ -128,18 +122,14 @@ describe("errors: every error is problem+json with status equal to the HTTP stat
 });
 
 describe("errors: through a real server", () => {
+  let running: Awaited<ReturnType<typeof listeningServer>>;
   let server: RunningServer;
-  let dataDir: string;
   let token: string;
   beforeAll(async () => {
-    dataDir = mkdtempSync(join(tmpdir(), "crm-errors-"));
-    server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir }, createLogger("error", () => {}));
-    token = createApiToken(server.runtime.db, "errors").token;
+    running = await listeningServer("errors");
+    ({ server, token } = running);
   });
-  afterAll(async () => {
-    await server.stop();
-    rmSync(dataDir, { recursive: true, force: true });
-  });
+  afterAll(() => running.stop());
 
   test("a chunked body over 1 MiB without Content-Length is 413", async () => {
     const chunk = new TextEncoder().encode(`"${"y".repeat(64 * 1024)}",`);

@@ -1,5 +1,11 @@
 import { expect } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createApp } from "../../server/app.ts";
+import { createApiToken } from "../../server/auth/service.ts";
+import { DEFAULT_CONFIG } from "../../server/config.ts";
+import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { PROBLEM_TYPE, type Harness } from "../support/harness.ts";
 
@@ -70,4 +76,19 @@ export function contactCount(h: Harness): number {
 /** eventTypes lists the outbox events written so far, oldest first. */
 export function eventTypes(h: Harness): string[] {
   return h.rt.db.query<{ type: string }, []>("SELECT type FROM events ORDER BY id").all().map((r) => r.type);
+}
+
+/** listeningServer starts the real server on a free port and a throwaway data directory, with one token. */
+export async function listeningServer(name: string) {
+  const dataDir = mkdtempSync(join(tmpdir(), `crm-${name}-`));
+  const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir }, createLogger("error", () => {}));
+  const { token } = createApiToken(server.runtime.db, name);
+  return {
+    server,
+    token,
+    async stop() {
+      await server.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
 }
