@@ -33,8 +33,12 @@ export const MAX_SUBSCRIPTION_DESCRIPTION_LENGTH = 500;
 export const MAX_TARGET_URL_LENGTH = 2048;
 /** MAX_EVENTS_PER_SUBSCRIPTION is the number of event kinds one subscription can list. */
 export const MAX_EVENTS_PER_SUBSCRIPTION = 4;
-/** MAX_SUBSCRIPTIONS_PER_TOKEN is the number of webhook subscriptions one API token can own. */
-export const MAX_SUBSCRIPTIONS_PER_TOKEN = 25;
+/**
+ * MAX_SUBSCRIPTIONS is the number of webhook subscriptions the service keeps. Subscriptions
+ * belong to the whole service, not to the token that created them (any token lists and deletes
+ * them all), so the cap is on all of them together: it bounds the fan-out of every event.
+ */
+export const MAX_SUBSCRIPTIONS = 100;
 /** MAX_BODY_BYTES is the largest request body accepted (1 MiB). */
 export const MAX_BODY_BYTES = 1024 * 1024;
 /** MAX_JSON_DEPTH is how deep arrays and objects may nest in a request body. */
@@ -81,10 +85,10 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "webhook subscription `description`", value: `${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `target_url`", value: `${MAX_TARGET_URL_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `events`", value: `${MAX_EVENTS_PER_SUBSCRIPTION} event kinds`, answer: "422" },
-  { limit: "webhook subscriptions per API token", value: `${MAX_SUBSCRIPTIONS_PER_TOKEN}`, answer: "422" },
+  { limit: "webhook subscriptions, all tokens together (subscriptions are not owned by a token)", value: `${MAX_SUBSCRIPTIONS}`, answer: "422" },
   { limit: "request body", value: "1 MiB", answer: "413" },
   { limit: "JSON nesting depth of a request body", value: `${MAX_JSON_DEPTH} levels`, answer: "400" },
-  { limit: "JSON numbers", value: `integers up to ±${Number.MAX_SAFE_INTEGER} (2^53 - 1), finite`, answer: "400" },
+  { limit: "JSON numbers", value: `magnitude at most ${Number.MAX_SAFE_INTEGER} (2^53 - 1)`, answer: "400" },
   { limit: "query string", value: kib(MAX_QUERY_BYTES), answer: "414" },
   { limit: "request headers, all together", value: kib(MAX_HEADER_BYTES), answer: "431" },
   { limit: "request header fields", value: `${MAX_HEADER_FIELDS}`, answer: "431" },

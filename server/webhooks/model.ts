@@ -1,4 +1,5 @@
 import { t } from "elysia";
+import { MAX_EVENTS_PER_SUBSCRIPTION, MAX_SUBSCRIPTION_DESCRIPTION_LENGTH, MAX_TARGET_URL_LENGTH } from "../limits/limits.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 
 /** WEBHOOK_EVENT_TYPES are the event kinds a subscription can ask for. */
@@ -22,14 +23,16 @@ const nullableTimestamp = t.Union([timestamp, t.Null()]);
 export const SubscriptionInput = t.Object(
   {
     target_url: t.String({
-      maxLength: 2048,
-      error: "must be an absolute http or https URL of at most 2048 characters",
-      description: "Absolute http(s) URL without credentials, at most 2048 characters. Hosts on loopback, private, link-local or metadata addresses are refused.",
+      maxLength: MAX_TARGET_URL_LENGTH,
+      error: `must be an absolute http or https URL of at most ${MAX_TARGET_URL_LENGTH} characters`,
+      description: `Absolute http(s) URL without credentials, at most ${MAX_TARGET_URL_LENGTH} characters. Hosts on loopback, private, link-local or metadata addresses are refused.`,
     }),
-    description: t.Optional(t.String({ maxLength: 500, error: "must be a string of at most 500 characters", description: "Free text label." })),
+    description: t.Optional(
+      t.String({ maxLength: MAX_SUBSCRIPTION_DESCRIPTION_LENGTH, error: `must be a string of at most ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, description: "Free text label." }),
+    ),
     events: t.Array(oneOf(WEBHOOK_EVENT_TYPES, { error: `must be one of: ${kinds}` }), {
       minItems: 1,
-      maxItems: WEBHOOK_EVENT_TYPES.length,
+      maxItems: MAX_EVENTS_PER_SUBSCRIPTION,
       uniqueItems: true,
       error: `must be a non-empty list of distinct event kinds from: ${kinds}`,
       description: `Event kinds to deliver: ${kinds}.`,

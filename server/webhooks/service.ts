@@ -3,6 +3,7 @@ import { randomBytes } from "node:crypto";
 import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../http/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
@@ -105,6 +106,10 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
   await refuseNonPublicTarget(rt, input.target_url);
   const secret = `${SECRET_PREFIX}${randomBytes(32).toString("base64")}`;
   return rt.writes.submit(() => {
+    // Counted inside the write, so concurrent creates cannot pass the cap together.
+    if (countSubscriptions(rt.db, undefined) >= MAX_SUBSCRIPTIONS) {
+      throw validationProblem([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions.");
+    }
     const now = Date.now();
     const row: SubscriptionRow = {
       id: newId("sub", now),

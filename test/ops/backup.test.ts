@@ -29,7 +29,9 @@ describe("backup: a consistent copy of the live database", () => {
   test("taken while 1,000 contacts are being created: it opens, passes integrity_check, holds a prefix of each writer's writes, and restores", async () => {
     const dataDir = tempDir("backup-live");
     const token = createToken(SOURCE, dataDir);
-    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"]);
+    // The writers create as fast as they can: above the default per-token write rate (README, Limits).
+    const unthrottled = ["--rate-write-per-second", "1000000", "--rate-write-burst", "1000000"];
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn", ...unthrottled]);
     const file = join(tempDir("backup-out"), "copy.sqlite");
     const acknowledged: Written[] = [];
     let backupStarted: Promise<{ exitCode: number; stdout: string; stderr: string }> | undefined;

@@ -196,7 +196,8 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a slow receiver does not hold up a fast one", async () => {
-    h = webhookHarness({ deliveryTimeoutMs: 10_000 });
+    // rateWriteBurst: the creates below come at once, more than the default write burst (README, Limits).
+    h = webhookHarness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
     const slow = receiver("/slow");
     const fast = receiver("/fast");
     slow.hold();
