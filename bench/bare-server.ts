@@ -1,0 +1,84 @@
+// Baseline for bench/run.ts: Bun.serve + bun:sqlite with no framework, on a copy of the same seeded
+// database with the same pragmas. POST /contacts commits one transaction per request; POST
+// /grouped-contacts does the same insert through the app's WriteQueue (group commit), to show what
+// the commit design alone is worth. GET runs the app's query shape (ORDER BY created_at DESC, id DESC
+// LIMIT 25, plus the count) and renders rows as the API does (RFC 3339 timestamps, stored properties
+// spread in). No auth, no validation, no events.
+// Usage: bun bench/bare-server.ts DB_FILE
+import { openDatabase } from "../server/db/database.ts";
+import { WriteQueue } from "../server/db/write-queue.ts";
+
+const dbFile = process.argv[2];
+if (!dbFile) throw new Error("usage: bun bench/bare-server.ts DB_FILE");
+const db = openDatabase(dbFile);
+
+interface Row {
+  id: string;
+  first_name: string | null;
+  last_name: string | null;
+  email: string | null;
+  phone: string | null;
+  properties: string;
+  created_at: number;
+  updated_at: number;
+}
+
+const COLUMNS = "id, first_name, last_name, email, phone, properties, created_at, updated_at";
+const insert = db.query(
+  "INSERT INTO contacts (id, first_name, last_name, email, phone, properties, created_at, updated_at) VALUES ($id, $first_name, $last_name, $email, $phone, $properties, $created_at, $updated_at)",
+);
+const insertOne = db.transaction((row: Row) => insert.run(row as never));
+const writes = new WriteQueue(db);
+const firstPage = db.query<Row, []>(`SELECT ${COLUMNS} FROM contacts ORDER BY created_at DESC, id DESC LIMIT 25`);
+const total = db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'");
+const byEmail = db.query<Row, [string]>(`SELECT ${COLUMNS} FROM contacts WHERE email = ? ORDER BY created_at DESC, id DESC LIMIT 25`);
+const countByEmail = db.query<{ n: number }, [string]>("SELECT count(*) AS n FROM contacts WHERE email = ?");
+
+function render({ properties, created_at, updated_at, ...row }: Row) {
+  return { ...row, ...JSON.parse(properties), created_at: new Date(created_at).toISOString(), updated_at: new Date(updated_at).toISOString() };
+}
+
+function toRow(input: Record<string, string | null>): Row {
+  const now = Date.now();
+  const { first_name = null, last_name = null, email = null, phone = null, ...properties } = input;
+  return { id: `con_${Bun.randomUUIDv7()}`, first_name, last_name, email: email?.toLowerCase() ?? null, phone, properties: JSON.stringify(properties), created_at: now, updated_at: now };
+}
+
+function page(rows: Row[], n: number) {
+  return Response.json({ data: rows.map(render), meta: { current_page: 1, last_page: Math.max(1, Math.ceil(n / 25)), per_page: 25, total: n } });
+}
+
+const server = Bun.serve({
+  hostname: "127.0.0.1",
+  port: 0,
+  routes: {
+    "/contacts": {
+      GET(request) {
+        const email = new URL(request.url).searchParams.get("email");
+        if (email === null) return page(firstPage.all(), total.get()!.n);
+        const wanted = email.toLowerCase();
+        return page(byEmail.all(wanted), countByEmail.get(wanted)!.n);
+      },
+      async POST(request) {
+        const row = toRow(await request.json());
+        insertOne.immediate(row);
+        return Response.json({ data: render(row) }, { status: 201 });
+      },
+    },
+    "/grouped-contacts": {
+      async POST(request) {
+        const row = toRow(await request.json());
+        await writes.submit(() => insert.run(row as never));
+        return Response.json({ data: render(row) }, { status: 201 });
+      },
+    },
+  },
+});
+process.stdout.write(`listening on http://127.0.0.1:${server.port}\n`);
+process.on("SIGTERM", () => {
+  void server.stop().then(() => {
+    writes.flush();
+    db.close();
+    process.exit(0);
+  });
+});

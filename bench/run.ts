@@ -1,0 +1,222 @@
+// npm run bench: the app and a bare Bun.serve + bun:sqlite baseline, each on a copy of one temporary
+// database seeded with 100k contacts, measured with wrk in the same run. Prints a table and writes
+// JSON to bench/results/. Settings: BENCH_DURATION (seconds per measurement, default 10),
+// BENCH_CONNECTIONS (64), BENCH_THREADS (2), BENCH_ONLY (run only scenarios whose name contains it),
+// BENCH_PROFILE=1 (write the app's CPU profile as markdown to bench/results/).
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, tmpdir } from "node:os";
+import { join } from "node:path";
+import { createApiToken } from "../server/auth/service.ts";
+import { databasePath, openDatabase } from "../server/db/database.ts";
+import { migrate } from "../server/db/migrations.ts";
+import { seedContacts } from "./seed.ts";
+
+const ROOT = join(import.meta.dir, "..");
+const SEEDED = 100_000;
+const DURATION = Number(process.env.BENCH_DURATION ?? 10);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const THREADS = Number(process.env.BENCH_THREADS ?? 2);
+const WARMUP_SECONDS = 3;
+const ONLY = process.env.BENCH_ONLY;
+const PROFILE = process.env.BENCH_PROFILE === "1";
+const RESULTS_DIR = join(import.meta.dir, "results");
+
+interface WrkResult {
+  requests: number;
+  duration_us: number;
+  bytes: number;
+  errors: { connect: number; read: number; write: number; status: number; timeout: number };
+  latency_us: { p50: number; p90: number; p99: number; max: number; mean: number };
+}
+
+interface Measurement {
+  rps: number;
+  p50_ms: number;
+  p99_ms: number;
+  failed: number;
+}
+
+interface Scenario {
+  name: string;
+  script: string;
+  env?: Record<string, string>;
+  /** measured on the app */
+  app: boolean;
+  /** path measured on the bare server, or null */
+  bare: string | null;
+}
+
+const SCENARIOS: Scenario[] = [
+  { name: "GET first page", script: "first-page.lua", app: true, bare: "/contacts" },
+  { name: "GET by email", script: "by-email.lua", app: true, bare: "/contacts" },
+  { name: "POST create", script: "create.lua", app: true, bare: "/contacts" },
+  { name: "POST create + Idempotency-Key", script: "create.lua", env: { BENCH_IDEMPOTENCY: "1" }, app: true, bare: null },
+  { name: "POST create, bare with group commit", script: "create.lua", app: false, bare: "/grouped-contacts" },
+];
+
+/** ensureWrk returns the wrk binary, installing Debian's package when running as root with apt-get. */
+function ensureWrk(): string {
+  const found = Bun.which("wrk");
+  if (found) return found;
+  const canApt = process.getuid?.() === 0 && Bun.which("apt-get");
+  if (canApt) {
+    console.log("wrk is missing; installing it with apt-get (Debian package wrk) ...");
+    const ok = Bun.spawnSync(["sh", "-c", "apt-get update -qq && apt-get install -y -qq wrk"], { stdout: "inherit", stderr: "inherit" }).exitCode === 0;
+    const installed = ok && Bun.which("wrk");
+    if (installed) return installed;
+  }
+  console.error("wrk is not installed. Install it with: sudo apt-get update && sudo apt-get install -y wrk   (macOS: brew install wrk)");
+  process.exit(1);
+}
+
+interface RunningProcess {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** startListening spawns a server process and waits for its `listening on URL` line. */
+async function startListening(name: string, cmd: string[]): Promise<RunningProcess> {
+  const child = Bun.spawn(cmd, { cwd: ROOT, stdout: "pipe", stderr: "inherit", stdin: "ignore" });
+  const reader = child.stdout.getReader();
+  const decoder = new TextDecoder();
+  let seen = "";
+  let url: string | undefined;
+  while (!url) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`${name} exited before listening:\n${seen}`);
+    seen += decoder.decode(value, { stream: true });
+    url = /listening on (http:\/\/\S+)/.exec(seen)?.[1];
+  }
+  // Keep draining stdout so the server never blocks on a full pipe; show the start of anything it
+  // logs (warnings, errors), not thousands of repeats.
+  void (async () => {
+    let budget = 4000;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      if (budget <= 0) continue;
+      const text = decoder.decode(value);
+      process.stderr.write(`[${name}] ${text.slice(0, budget)}`);
+      budget -= text.length;
+      if (budget <= 0) process.stderr.write(`\n[${name}] ... (further output not shown)\n`);
+    }
+  })();
+  return {
+    url,
+    async stop() {
+      child.kill("SIGTERM");
+      await child.exited;
+    },
+  };
+}
+
+/** runWrk runs one wrk measurement and returns its summary. */
+function runWrk(wrk: string, url: string, scenario: Scenario, seconds: number, env: Record<string, string>): WrkResult {
+  const result = Bun.spawnSync(
+    [wrk, `-t${THREADS}`, `-c${CONNECTIONS}`, `-d${seconds}s`, "--timeout", "10s", "-s", join(import.meta.dir, "wrk", scenario.script), url],
+    { env: { ...process.env, ...env, ...scenario.env, BENCH_LUA_DIR: join(import.meta.dir, "wrk") }, stdout: "pipe", stderr: "pipe" },
+  );
+  const out = result.stdout.toString();
+  const line = out.split("\n").find((l) => l.startsWith("BENCH_JSON "));
+  if (result.exitCode !== 0 || !line) throw new Error(`wrk failed for ${scenario.name}:\n${out}${result.stderr.toString()}`);
+  return JSON.parse(line.slice("BENCH_JSON ".length)) as WrkResult;
+}
+
+function summarise(r: WrkResult): Measurement {
+  const e = r.errors;
+  return {
+    rps: Math.round(r.requests / (r.duration_us / 1e6)),
+    p50_ms: r.latency_us.p50 / 1000,
+    p99_ms: r.latency_us.p99 / 1000,
+    failed: e.connect + e.read + e.write + e.status + e.timeout,
+  };
+}
+
+/** prepareDatabase creates the migrated, seeded database and an API token; returns the token. */
+function prepareDatabase(dataDir: string): string {
+  const db = openDatabase(databasePath(dataDir));
+  migrate(db);
+  // The token's own rate limit is far above what one machine can send, so no request is refused
+  // with 429 but the limiter still runs on every request, as in production.
+  const unlimited = { readPerSecond: 1e9, readBurst: 1e9, writePerSecond: 1e9, writeBurst: 1e9 };
+  const { token } = createApiToken(db, "bench", Date.now(), unlimited);
+  const started = performance.now();
+  seedContacts(db, SEEDED);
+  db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  db.close();
+  console.log(`seeded ${SEEDED} contacts in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+  return token;
+}
+
+const fmt = (n: number, digits = 0) => n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+
+async function main(): Promise<void> {
+  const wrk = ensureWrk();
+  const work = mkdtempSync(join(tmpdir(), "crm-bench-"));
+  const appDir = join(work, "app");
+  const token = prepareDatabase(appDir);
+  const bareFile = join(work, "bare.sqlite");
+  copyFileSync(databasePath(appDir), bareFile);
+
+  const profile = PROFILE ? ["--cpu-prof-md", `--cpu-prof-dir=${RESULTS_DIR}`] : [];
+  mkdirSync(RESULTS_DIR, { recursive: true });
+  const app = await startListening("app", [process.execPath, ...profile, "server/main.ts", "serve", "--port", "0", "--data-dir", appDir, "--log-level", "warn"]);
+  const bare = await startListening("bare", [process.execPath, "bench/bare-server.ts", bareFile]);
+  const results: { scenario: string; app: Measurement | null; bare: Measurement | null }[] = [];
+  try {
+    console.log(`app:  ${app.url} (log level warn: one JSON line per request on stdout would dominate the measurement)`);
+    console.log(`bare: ${bare.url} (Bun.serve + bun:sqlite: one transaction per insert, or the app's WriteQueue on /grouped-contacts)`);
+    console.log(`wrk: ${THREADS} threads, ${CONNECTIONS} connections, ${DURATION} s per measurement; ${cpus().length} CPU cores shared by wrk and the server`);
+    const appEnv = { BENCH_TOKEN: token, BENCH_PATH: "/public/v1/contacts", BENCH_SEEDED: String(SEEDED), BENCH_RUN: `app${Date.now()}` };
+    const bareEnv = (path: string) => ({ BENCH_PATH: path, BENCH_SEEDED: String(SEEDED), BENCH_RUN: `bare${Date.now()}` });
+    runWrk(wrk, bare.url, SCENARIOS[0]!, WARMUP_SECONDS, bareEnv("/contacts"));
+    runWrk(wrk, app.url, SCENARIOS[0]!, WARMUP_SECONDS, appEnv);
+    // Each scenario measures the baseline and the app back to back, so background load hits both alike.
+    for (const scenario of SCENARIOS.filter((s) => !ONLY || s.name.includes(ONLY))) {
+      const bareResult = scenario.bare ? summarise(runWrk(wrk, bare.url, scenario, DURATION, bareEnv(scenario.bare))) : null;
+      const appResult = scenario.app ? summarise(runWrk(wrk, app.url, scenario, DURATION, appEnv)) : null;
+      results.push({ scenario: scenario.name, app: appResult, bare: bareResult });
+      console.log(`  ${scenario.name}: ${[appResult && `app ${fmt(appResult.rps)} req/s`, bareResult && `bare ${fmt(bareResult.rps)} req/s`].filter(Boolean).join(", ")}`);
+    }
+  } finally {
+    await Promise.all([app.stop(), bare.stop()]);
+    rmSync(work, { recursive: true, force: true });
+  }
+
+  const rows = results.map(({ scenario, app, bare }) => [
+    scenario,
+    app ? fmt(app.rps) : "-",
+    app ? fmt(app.p99_ms, 2) : "-",
+    bare ? fmt(bare.rps) : "-",
+    bare ? fmt(bare.p99_ms, 2) : "-",
+    app && bare ? `${(app.rps / bare.rps).toFixed(2)}x` : "-",
+    String((app?.failed ?? 0) + (bare?.failed ?? 0)),
+  ]);
+  const header = ["", "app req/s", "app p99 ms", "bare req/s", "bare p99 ms", "app/bare", "failed"];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+  console.log(`\n${line(header)}\n${widths.map((w) => "-".repeat(w)).join("  ")}\n${rows.map(line).join("\n")}`);
+
+  const ratio = (name: string) => {
+    const r = results.find((x) => x.scenario === name);
+    return r?.app && r.bare ? r.app.rps / r.bare.rps : null;
+  };
+  const targets = [
+    { target: "POST create >= 3x one transaction per request (bare)", ratio: ratio("POST create"), min: 3 },
+    { target: "GET first page >= 0.5x bare Bun.serve", ratio: ratio("GET first page"), min: 0.5 },
+  ].filter((t): t is { target: string; ratio: number; min: number } => t.ratio !== null);
+  console.log("");
+  for (const t of targets) console.log(`${t.ratio >= t.min ? "met   " : "missed"}  ${t.target}: ${t.ratio.toFixed(2)}x`);
+  const failed = results.some((r) => (r.app?.failed ?? 0) > 0 || (r.bare?.failed ?? 0) > 0);
+  if (failed) console.log("\nsome requests failed (non-2xx, timeouts or socket errors): the figures above are not valid");
+
+  const file = join(RESULTS_DIR, `${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
+  writeFileSync(
+    file,
+    JSON.stringify({ at: new Date().toISOString(), bun: Bun.version, cpus: cpus().length, seeded: SEEDED, threads: THREADS, connections: CONNECTIONS, duration_s: DURATION, app_log_level: "warn", results, targets }, null, 2) + "\n",
+  );
+  console.log(`\nresults: ${file}`);
+  if (failed) process.exit(1);
+}
+
+await main();

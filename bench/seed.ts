@@ -1,0 +1,24 @@
+import type { Database } from "bun:sqlite";
+import { insertContact } from "../server/contacts/store.ts";
+import { newId } from "../server/shared/ids.ts";
+
+/** seedContacts inserts `count` contacts (contact1@example.com ...) in one transaction, one second apart, oldest first. */
+export function seedContacts(db: Database, count: number, now = Date.now()): void {
+  const first = now - count * 1000;
+  db.transaction(() => {
+    for (let i = 1; i <= count; i++) {
+      const at = first + i * 1000;
+      insertContact(db, {
+        id: newId("con", at),
+        first_name: `First${i % 5000}`,
+        last_name: `Last${i}`,
+        email: `contact${i}@example.com`,
+        phone: "+44 20 7946 0000",
+        assigned_user_id: null,
+        properties: JSON.stringify({ tags: ["seed", i % 2 ? "odd" : "even"], custom_fields: { plan: "pro", seats: i % 50 } }),
+        created_at: at,
+        updated_at: at,
+      });
+    }
+  }).immediate();
+}
