@@ -345,6 +345,8 @@ export interface RotationView {
   id: string;
   old: { id: string; target_url: string; description: string; subscription: Subscription | null };
   replacement: Subscription | null;
+  /** deliveries to the old subscription still pending: deleting it ends them as failed */
+  oldPending: number;
   test: DeliveryWatchView | null;
   /** test: steps 3 and 4 (delete unlocks after a successful test); done: old deleted; abandoned: the new subscription is gone */
   step: "test" | "done" | "abandoned";
@@ -361,10 +363,12 @@ function toRotationView(db: Database, row: RotationRow): RotationView {
     // Retention may have removed an old test delivery; the wizard then asks for a new test.
     if (!(error instanceof ProblemError && error.status === 404)) throw error;
   }
+  const old = findSubscription(db, row.old_subscription_id);
   return {
     id: row.new_subscription_id,
-    old: { id: row.old_subscription_id, target_url: row.old_target_url, description: row.old_description, subscription: findSubscription(db, row.old_subscription_id) },
+    old: { id: row.old_subscription_id, target_url: row.old_target_url, description: row.old_description, subscription: old },
     replacement,
+    oldPending: old ? listDeliveriesPage(db, { subscription_id: old.id, status: "pending", per_page: "1" }).meta.total : 0,
     test,
     step: row.completed_at !== null ? "done" : replacement ? "test" : "abandoned",
     created_at: toTimestamp(row.created_at),

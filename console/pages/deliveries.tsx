@@ -3,7 +3,7 @@ import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES } from "../../server/webhooks/mo
 import type { ConsoleSession, DeliveriesView, DeliveryFilters } from "../model.ts";
 import { DeliveriesLive, type DeliveriesLiveProps } from "./deliveries-live.tsx";
 import { renderPage } from "./layout.tsx";
-import { CsrfField, HttpStatus, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "./parts.tsx";
+import { CsrfField, formatDuration, HttpStatus, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "./parts.tsx";
 
 /** filterQuery turns the filters that are set into the query string the page and its island share. */
 export function filterQuery(filters: DeliveryFilters): string {
@@ -142,7 +142,7 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
             </dd>
             <dt>Event</dt>
             <dd>
-              <code>{d.event_type}</code> <span class="muted">{d.event_id}</span>
+              <code>{d.event_type}</code> <code class="muted">{d.event_id}</code>
             </dd>
             <dt>Subscription</dt>
             <dd>
@@ -199,7 +199,7 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
                 <strong>Attempt {a.attempt}</strong>
                 <span class="tag">{a.trigger}</span>
                 <Time value={a.started_at} />
-                <span class="muted">{Math.round(a.duration_ms)} ms</span>
+                <span class="muted">{formatDuration(a.duration_ms)}</span>
                 {a.error ? <span class="error-text">{a.error}</span> : <HttpStatus status={a.response_status} />}
               </header>
               <div class="attempt-grid">

@@ -40,6 +40,11 @@ export function relativeTime(iso: string, now: string): string {
   return seconds > 0 ? `in ${amount}` : `${amount} ago`;
 }
 
+/** formatDuration shows an attempt's duration in whole milliseconds ("<1 ms" below one). */
+export function formatDuration(ms: number): string {
+  return ms < 1 ? "<1 ms" : `${Math.round(ms)} ms`;
+}
+
 /** HttpStatus shows a response code with a class telling success from failure. */
 export function HttpStatus({ status }: { status: number | null }) {
   if (status === null) return <span class="muted">none</span>;

@@ -1,24 +1,78 @@
 import { useSignal } from "@preact/signals";
 import { useEffect } from "preact/hooks";
 import type { DeliveryWatchView } from "../model.ts";
-import { CsrfField, HttpStatus, StatusBadge, Time } from "./parts.tsx";
+import { CsrfField, formatDuration, HttpStatus, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
 
 /** WATCH_MS is how often the wizard asks for its test delivery while it is pending. */
 export const WATCH_MS = 1000;
 
+/** RotationSide is what the wizard shows of the old or the new subscription. */
+export interface RotationSide {
+  target_url: string;
+  description: string | null;
+  /** null once the subscription was deleted */
+  status: string | null;
+}
+
 export interface RotationLiveProps {
   rotationId: string;
   csrfToken: string;
-  oldUrl: string;
-  oldExists: boolean;
+  /** pending: deliveries to the old subscription that have not arrived yet */
+  old: RotationSide & { pending: number };
+  replacement: (RotationSide & { events: string[] }) | null;
   test: DeliveryWatchView | null;
+}
+
+const STEPS = ["Pick", "New subscription", "Test", "Delete old", "Summary"];
+
+/** Stepper shows the five steps of the rotation wizard and which one is current. */
+export function Stepper({ current }: { current: number }) {
+  return (
+    <ol class="stepper" aria-label="Rotation steps">
+      {STEPS.map((label, i) => (
+        <li class={i + 1 < current ? "done" : i + 1 === current ? "current" : ""} aria-current={i + 1 === current ? "step" : undefined}>
+          <span class="step-no">{i + 1}</span>
+          <span class="step-label">{label}</span>
+        </li>
+      ))}
+    </ol>
+  );
+}
+
+/** RotationPair shows the old subscription beside the one replacing it. */
+export function RotationPair({ old, replacement }: { old: RotationSide; replacement: RotationLiveProps["replacement"] }) {
+  return (
+    <section class="card rotation-pair">
+      <div>
+        <h3>Old</h3>
+        <SubscriptionLabel description={old.description} url={old.target_url} />
+        <p class="hint">{old.status ? <StatusBadge status={old.status} /> : "deleted"}</p>
+      </div>
+      <div class="arrow" aria-hidden="true">
+        →
+      </div>
+      <div>
+        <h3>New</h3>
+        {replacement ? (
+          <>
+            <SubscriptionLabel description={replacement.description} url={replacement.target_url} />
+            <p class="hint">
+              {replacement.status ? <StatusBadge status={replacement.status} /> : "deleted"} {replacement.events.join(", ")}
+            </p>
+          </>
+        ) : (
+          <p class="muted">deleted</p>
+        )}
+      </div>
+    </section>
+  );
 }
 
 /**
  * RotationLive is steps 3 and 4 of the rotation wizard: send a test event to the new subscription,
  * watch its delivery until it succeeds or fails, and only then allow deleting the old subscription.
  */
-export function RotationLive({ rotationId, csrfToken, oldUrl, oldExists, test: initial }: RotationLiveProps) {
+export function RotationLive({ rotationId, csrfToken, old, replacement, test: initial }: RotationLiveProps) {
   const test = useSignal(initial);
   useEffect(() => {
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -39,8 +93,11 @@ export function RotationLive({ rotationId, csrfToken, oldUrl, oldExists, test: i
   const current = test.value;
   const succeeded = current?.status === "succeeded";
   const base = `/console/rotations/${rotationId}`;
+  const oldExists = old.status !== null;
   return (
     <>
+      <Stepper current={succeeded ? 4 : 3} />
+      <RotationPair old={old} replacement={replacement} />
       <section class="card step" id="step-test">
         <h2>
           <span class="step-no">3</span> Send a test event
@@ -64,7 +121,15 @@ export function RotationLive({ rotationId, csrfToken, oldUrl, oldExists, test: i
         {!oldExists ? (
           <p>The old subscription no longer exists. Finish to see the summary.</p>
         ) : succeeded ? (
-          <p>The new receiver answered the test event. Deleting the old subscription stops deliveries to it; events that are already pending for it are still tried.</p>
+          <>
+            <p>The new receiver accepted the test event. Deleting the old subscription stops all deliveries to it.</p>
+            {old.pending > 0 && (
+              <p class="notice notice-info">
+                {old.pending} {old.pending === 1 ? "delivery" : "deliveries"} to the old receiver {old.pending === 1 ? "is" : "are"} still pending; deleting
+                now ends {old.pending === 1 ? "it" : "them"} as failed. Events since step 2 also went to the new subscription.
+              </p>
+            )}
+          </>
         ) : (
           <p class="muted" id="delete-locked">
             Available after a successful test delivery to the new subscription. Until then both subscriptions stay active, so no event is lost.
@@ -76,7 +141,7 @@ export function RotationLive({ rotationId, csrfToken, oldUrl, oldExists, test: i
             <label class="check">
               <input type="checkbox" name="confirm" value="yes" required disabled={!succeeded} />
               <span>
-                Yes, delete the subscription to <span class="url">{oldUrl}</span>
+                Yes, delete the subscription to <span class="url">{old.target_url}</span>
               </span>
             </label>
           )}
@@ -111,7 +176,7 @@ function TestResult({ test }: { test: DeliveryWatchView }) {
           <dd>
             {last.error ? <span class="error-text">{last.error}</span> : <HttpStatus status={last.response_status} />}{" "}
             <span class="muted">
-              after {Math.round(last.duration_ms)} ms, at <Time value={last.started_at} />
+              after {formatDuration(last.duration_ms)}, at <Time value={last.started_at} />
             </span>
           </dd>
           {last.response_body !== null && last.response_body !== "" && (

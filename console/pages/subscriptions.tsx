@@ -3,7 +3,7 @@ import { WEBHOOK_EVENT_TYPES, type Subscription, type SubscriptionWithSecret } f
 import type { ConsoleSession } from "../model.ts";
 import type { RotationView, SubscriptionForm, SubscriptionOverview } from "../service.ts";
 import { renderPage } from "./layout.tsx";
-import { RotationLive, type RotationLiveProps } from "./rotation-live.tsx";
+import { RotationLive, RotationPair, Stepper, type RotationLiveProps } from "./rotation-live.tsx";
 import { CsrfField, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "./parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
@@ -237,22 +237,8 @@ export function deleteSubscriptionPage(props: { session: ConsoleSession; subscri
   });
 }
 
-const STEPS = ["Pick", "New subscription", "Test", "Delete old", "Summary"];
-
-function Stepper({ current }: { current: number }) {
-  return (
-    <ol class="stepper" aria-label="Rotation steps">
-      {STEPS.map((label, i) => (
-        <li class={i + 1 < current ? "done" : i + 1 === current ? "current" : ""} aria-current={i + 1 === current ? "step" : undefined}>
-          <span class="step-no">{i + 1}</span>
-          <span class="step-label">{label}</span>
-        </li>
-      ))}
-    </ol>
-  );
-}
-
-function RotationHead({ current }: { current: number }) {
+/** RotationHead titles every wizard page; the stepper is left out where the live island draws it. */
+function RotationHead({ current }: { current: number | null }) {
   return (
     <div class="page-head">
       <p class="crumbs">
@@ -260,7 +246,7 @@ function RotationHead({ current }: { current: number }) {
       </p>
       <h1>Rotate a subscription</h1>
       <p class="lead">Replace a receiver URL or event set without losing events: create the new subscription, prove it works, then delete the old one.</p>
-      <Stepper current={current} />
+      {current !== null && <Stepper current={current} />}
     </div>
   );
 }
@@ -351,8 +337,13 @@ export function rotationNewPage(props: { session: ConsoleSession; old: Subscript
 /** rotationPage shows a rotation where it stands: the new secret right after creation, then test and delete (live), or the summary. */
 export function rotationPage(props: { session: ConsoleSession; rotation: RotationView; secret?: string | null; notice?: NoticeData | null }): string {
   const r = props.rotation;
-  const current = r.step === "done" ? 5 : r.test?.status === "succeeded" ? 4 : 3;
-  const live: RotationLiveProps = { rotationId: r.id, csrfToken: props.session.csrfToken, oldUrl: r.old.target_url, oldExists: r.old.subscription !== null, test: r.test };
+  const live: RotationLiveProps = {
+    rotationId: r.id,
+    csrfToken: props.session.csrfToken,
+    old: { target_url: r.old.target_url, description: r.old.description || null, status: r.old.subscription?.status ?? null, pending: r.oldPending },
+    replacement: r.replacement && { target_url: r.replacement.target_url, description: r.replacement.description, status: r.replacement.status, events: r.replacement.events },
+    test: r.test,
+  };
   return renderPage({
     title: "Rotate a subscription",
     session: props.session,
@@ -360,35 +351,19 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
     islands: r.step === "test" ? ["rotation", ...(props.secret ? ["copy"] : [])] : [],
     children: (
       <>
-        <RotationHead current={current} />
+        <RotationHead current={r.step === "done" ? 5 : null} />
         <NoticeBox notice={props.notice} />
-        <section class="card rotation-pair">
-          <div>
-            <h3>Old</h3>
-            <SubscriptionLabel description={r.old.description || null} url={r.old.target_url} />
-            <p class="hint">{r.old.subscription ? <StatusBadge status={r.old.subscription.status} /> : "deleted"}</p>
-          </div>
-          <div class="arrow" aria-hidden="true">
-            →
-          </div>
-          <div>
-            <h3>New</h3>
-            {r.replacement ? (
-              <>
-                <SubscriptionLabel description={r.replacement.description} url={r.replacement.target_url} />
-                <p class="hint">
-                  <StatusBadge status={r.replacement.status} /> {r.replacement.events.join(", ")}
-                </p>
-              </>
-            ) : (
-              <p class="muted">deleted</p>
-            )}
-          </div>
-        </section>
         {props.secret && (
           <SecretOnce id="new-secret" label="Step 2 done: the new subscription's signing secret" value={props.secret}>
             Configure the new receiver with it before you send the test event.
           </SecretOnce>
+        )}
+        {r.step === "test" ? (
+          <Island name="rotation" props={live}>
+            <RotationLive {...live} />
+          </Island>
+        ) : (
+          <RotationPair old={live.old} replacement={live.replacement} />
         )}
         {r.step === "abandoned" && (
           <section class="card message">
@@ -397,11 +372,6 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
               Start again
             </a>
           </section>
-        )}
-        {r.step === "test" && (
-          <Island name="rotation" props={live}>
-            <RotationLive {...live} />
-          </Island>
         )}
         {r.step === "done" && <RotationSummary rotation={r} />}
       </>

@@ -1,0 +1,161 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Page } from "playwright-core";
+import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
+import { addOperator, launchBrowser, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
+
+// The rotation wizard end to end, against two real receivers that verify signatures with their own secret.
+let server: ConsoleServer;
+let browser: Awaited<ReturnType<typeof launchBrowser>>;
+let page: Page;
+let problems: string[];
+const receivers: Receiver[] = [];
+
+beforeAll(async () => {
+  server = await startConsoleServer();
+  await addOperator(server.runtime.db);
+  browser = await launchBrowser();
+  page = await browser.context.newPage();
+  problems = watchPage(page);
+  await signInWithBrowser(page, server.url);
+});
+
+afterAll(async () => {
+  await browser.close();
+  for (const r of receivers) await r.stop();
+  await server.close();
+});
+
+const SLOW = 60_000; // browser steps and real deliveries; every wait ends as soon as the page shows the result
+const url = (path: string) => `${server.url}${path}`;
+
+function receiver(path: string): Receiver {
+  const r = startReceiver(path);
+  receivers.push(r);
+  return r;
+}
+
+/** deliveriesOf lists the deliveries of one event: which subscriptions it went to. */
+function deliveriesOf(eventId: string): { subscription_id: string; status: string }[] {
+  return server.runtime.db.query<{ subscription_id: string; status: string }, [string]>("SELECT subscription_id, status FROM webhook_deliveries WHERE event_id = ? ORDER BY subscription_id").all(eventId);
+}
+
+describe("rotation wizard", () => {
+  test("replaces a subscription: new URL, signed test ping verified, old one deleted only after that, events reach only the new receiver", async () => {
+    const oldReceiver = receiver("/old");
+    const newReceiver = receiver("/new");
+    const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: oldReceiver.url, description: "Billing sync", events: ["contact.created", "contact.updated"] })).data;
+    let newSecret: string | null = null;
+    const oldChecks = verifyingReceiver(oldReceiver, () => old.secret);
+    const newChecks = verifyingReceiver(newReceiver, () => newSecret);
+
+    // (1) pick the subscription to replace
+    await page.goto(url("/console/rotations/new"));
+    await shoot(page, "rotation-1-pick");
+    expect(await page.isChecked(`input[name=from][value="${old.id}"]`)).toBe(true);
+    await Promise.all([page.waitForURL(url(`/console/rotations/new?from=${old.id}`)), page.click("button:has-text('Next')")]);
+
+    // (2) new URL and events, prefilled from the old subscription
+    expect(await page.inputValue("input[name=target_url]")).toBe(oldReceiver.url);
+    expect(await page.inputValue("input[name=description]")).toBe("Billing sync");
+    expect(await page.locator("input[name=events]:checked").evaluateAll((boxes) => boxes.map((b) => (b as HTMLInputElement).value))).toEqual(["contact.created", "contact.updated"]);
+    await shoot(page, "rotation-2-new");
+    await page.fill("input[name=target_url]", newReceiver.url);
+    await page.click("button:has-text('Create new subscription')");
+    await page.waitForSelector("#new-secret");
+    newSecret = await page.inputValue("#new-secret");
+    expect(newSecret).toMatch(/^whsec_/);
+    expect(newSecret).not.toBe(old.secret);
+    const rotationId = /\/console\/rotations\/(sub_[0-9A-Z]{26})\/test/.exec(await page.getAttribute("#step-test form", "action") ?? "")![1]!;
+    await page.waitForSelector("[data-copy-for=new-secret] button");
+    await shoot(page, "rotation-2-created");
+
+    // Before a successful test, deleting the old subscription is impossible: the button is disabled and the server refuses.
+    expect(await page.isDisabled("#delete-old")).toBe(true);
+    expect(await page.textContent("#delete-locked")).toContain("Available after a successful test delivery");
+    const csrf = await page.inputValue("#step-delete input[name=_csrf]");
+    const early = await page.request.post(url(`/console/rotations/${rotationId}/delete-old`), { form: { _csrf: csrf, confirm: "yes" }, maxRedirects: 0 });
+    expect(early.status()).toBe(409);
+    expect(await early.text()).toContain("The old subscription can be deleted only after a test event was delivered successfully to the new one.");
+
+    // Leaving halfway: both subscriptions stay active, and the subscriptions page offers to resume.
+    await page.goto(url("/console/subscriptions"));
+    expect(await page.locator("#subscriptions .badge-active").count()).toBe(2);
+    expect(await page.textContent(".rotation-banner")).toContain(`Rotation in progress from ${oldReceiver.url} to ${newReceiver.url}, at step 3: send a test event.`);
+    await shoot(page, "rotation-resume");
+    await Promise.all([page.waitForURL(url(`/console/rotations/${rotationId}`)), page.click(".rotation-banner a")]);
+    expect(await page.content()).not.toContain(newSecret);
+
+    // (3) the test event goes to the new subscription only, and its delivery shows live until it succeeds
+    expect(await page.textContent(".stepper li.current")).toBe("3Test");
+    newReceiver.hold(); // the receiver answers only once the page shows the ping waiting
+    await Promise.all([page.waitForURL(url(`/console/rotations/${rotationId}#step-test`)), page.click("#send-test")]);
+    expect(await page.textContent("#test-result .test-status")).toContain("Pending");
+    await page.evaluate(() => ((window as any).__sameDocument = true));
+    newReceiver.release();
+    await page.waitForSelector("#test-result.test-succeeded", { timeout: 15_000 });
+    expect(await page.evaluate(() => (window as any).__sameDocument)).toBe(true);
+    expect(await page.textContent("#test-result .test-status")).toContain("Succeeded");
+    expect(JSON.parse((await page.textContent("#test-result pre.body"))!)).toEqual({ verified: true, received: "webhook.ping" });
+    const pings = newReceiver.received.filter((r) => r.json?.type === "webhook.ping");
+    expect(pings.length).toBe(1);
+    expect(newChecks.verified).toEqual([pings[0]!.headers["webhook-id"]!]);
+    expect(pings[0]!.json.data).toEqual({ subscription_id: rotationId });
+    expect(oldReceiver.received).toEqual([]);
+    await shoot(page, "rotation-3-tested");
+
+    // (4) delete old: enabled by the live status, without a reload; asks for confirmation
+    expect(await page.textContent(".stepper li.current")).toBe("4Delete old");
+    expect(await page.isDisabled("#delete-old")).toBe(false);
+    await page.click("#delete-old");
+    expect(page.url()).toBe(url(`/console/rotations/${rotationId}#step-test`)); // the unticked confirmation stops the form
+    await page.check("input[name=confirm]");
+    await Promise.all([page.waitForURL(url(`/console/rotations/${rotationId}`)), page.click("#delete-old")]);
+
+    // (5) summary
+    expect(await page.textContent("#summary h2")).toContain("Rotation finished");
+    expect(await page.textContent("#summary")).toContain(`${oldReceiver.url} (deleted)`);
+    await shoot(page, "rotation-5-summary");
+    const gone = await fetch(url(`/public/v1/webhook-subscriptions/${old.id}`), { headers: { authorization: `Bearer ${server.token}` } });
+    expect(gone.status).toBe(404);
+    const remaining = (await server.api("GET", "/public/v1/webhook-subscriptions")).data;
+    expect(remaining.map((s: any) => [s.id, s.target_url, s.events])).toEqual([[rotationId, newReceiver.url, ["contact.created", "contact.updated"]]]);
+
+    // New contact events reach only the new receiver, signed with the new secret.
+    const contact = (await server.api("POST", "/public/v1/contacts", { first_name: "After", email: "after@example.com" })).data;
+    const received = await waitFor(() => newReceiver.received.find((r) => r.json?.type === "contact.created" && r.json.data.id === contact.id), "contact.created at the new receiver");
+    const eventId = server.runtime.db.query<{ event_id: string }, [string]>("SELECT event_id FROM webhook_deliveries WHERE id = ?").get(received.headers["webhook-id"]!)!.event_id;
+    await waitFor(() => deliveriesOf(eventId).every((d) => d.status === "succeeded"), "delivery recorded as succeeded");
+    expect(deliveriesOf(eventId)).toEqual([{ subscription_id: rotationId, status: "succeeded" }]);
+    expect(newChecks.verified).toContain(received.headers["webhook-id"]!);
+    expect(oldReceiver.received).toEqual([]);
+    expect(oldChecks.verified).toEqual([]);
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("a test event the new receiver refuses shows its answer, and deleting the old subscription stays locked", async () => {
+    const oldReceiver = receiver("/kept");
+    const broken = receiver("/broken");
+    broken.respond(() => Response.json({ error: "signature mismatch" }, { status: 401 }));
+    const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: oldReceiver.url, events: ["contact.deleted"] })).data;
+    await page.goto(url(`/console/rotations/new?from=${old.id}`));
+    await page.fill("input[name=target_url]", broken.url);
+    await page.click("button:has-text('Create new subscription')");
+    await page.waitForSelector("#send-test");
+    await page.click("#send-test");
+    // FAST_WEBHOOKS retries twice within milliseconds: the delivery ends as failed.
+    await page.waitForSelector("#test-result.test-failed", { timeout: 15_000 });
+    expect(await page.textContent("#test-result")).toContain("The new receiver did not accept the test event.");
+    expect(await page.textContent("#test-result dd code")).toBe("401");
+    expect(JSON.parse((await page.textContent("#test-result pre.body"))!)).toEqual({ error: "signature mismatch" });
+    expect(await page.isDisabled("#delete-old")).toBe(true);
+    expect(await page.isDisabled("input[name=confirm]")).toBe(true);
+    await shoot(page, "rotation-3-failed");
+    const kept = await server.api("GET", `/public/v1/webhook-subscriptions/${old.id}`);
+    expect(kept.data.status).toBe("active");
+    // Starting the wizard again for the same subscription resumes this rotation instead of creating another.
+    await page.goto(url(`/console/rotations/new?from=${old.id}`));
+    expect(page.url()).toMatch(/\/console\/rotations\/sub_[0-9A-Z]{26}$/);
+    expect((await server.api("GET", "/public/v1/webhook-subscriptions")).meta.total).toBe(3);
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
