@@ -1,0 +1,166 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createApiToken, tokenRate } from "../../server/auth/service.ts";
+import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { parseTokenRate, TokenBuckets } from "../../server/limits/rate-limiter.ts";
+import { contactCount } from "../foundation/support.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+
+let h: Harness | undefined;
+afterEach(() => {
+  h?.close();
+  h = undefined;
+});
+
+const ROOT = join(import.meta.dir, "..", "..");
+const rateHeaders = (res: { headers: Headers }) => ({ policy: res.headers.get("ratelimit-policy"), limit: res.headers.get("ratelimit"), retryAfter: res.headers.get("retry-after") });
+
+describe("rate limits: within the limit", () => {
+  test("every /public/v1 response carries RateLimit-Policy and RateLimit for the bucket it was counted in", async () => {
+    h = createHarness({ rateReadPerSecond: 1, rateReadBurst: 10, rateWritePerSecond: 1, rateWriteBurst: 5 });
+    const list = await h.json("GET", "/public/v1/contacts");
+    expect(list.status).toBe(200);
+    expect(rateHeaders(list)).toEqual({ policy: '"read";q=10;w=10', limit: '"read";r=9;t=1', retryAfter: null });
+    const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
+    expect(created.status).toBe(201);
+    expect(rateHeaders(created)).toEqual({ policy: '"write";q=5;w=5', limit: '"write";r=4;t=1', retryAfter: null });
+    // Errors are counted and carry the fields too: validation, bad JSON, unknown route, 401.
+    const invalid = await h.json("POST", "/public/v1/contacts", { body: { email: "not an email" } });
+    expect([invalid.status, rateHeaders(invalid).limit]).toEqual([422, '"write";r=3;t=2']);
+    const malformed = await h.json("POST", "/public/v1/contacts", { body: "{" });
+    expect([malformed.status, rateHeaders(malformed).limit]).toEqual([400, '"write";r=2;t=3']);
+    const missing = await h.json("GET", "/public/v1/nothing-here");
+    expect([missing.status, rateHeaders(missing).limit]).toEqual([404, '"read";r=8;t=2']);
+    const anonymous = await h.json("GET", "/public/v1/contacts", { headers: { authorization: "" } });
+    expect([anonymous.status, rateHeaders(anonymous)]).toEqual([401, { policy: '"failed-auth";q=20;w=60', limit: '"failed-auth";r=19;t=3', retryAfter: null }]);
+  });
+
+  test("routes outside /public/v1 carry no rate limit fields", async () => {
+    h = createHarness();
+    const res = await h.request("GET", "/healthz");
+    expect(res.status).toBe(200);
+    expect(rateHeaders(res)).toEqual({ policy: null, limit: null, retryAfter: null });
+  });
+
+  test("reads and writes have separate buckets, and each token its own", async () => {
+    h = createHarness({ rateReadPerSecond: 1, rateReadBurst: 2, rateWritePerSecond: 1, rateWriteBurst: 2 });
+    for (let i = 0; i < 2; i++) expect((await h.request("GET", "/public/v1/contacts")).status).toBe(200);
+    expect((await h.request("GET", "/public/v1/contacts")).status).toBe(429);
+    expect((await h.request("POST", "/public/v1/contacts", { body: {} })).status).toBe(201);
+    const other = createApiToken(h.rt.db, "other").token;
+    expect((await h.request("GET", "/public/v1/contacts", { headers: { authorization: `Bearer ${other}` } })).status).toBe(200);
+  });
+
+  test("a token created with its own rate gets that rate instead of the defaults", async () => {
+    h = createHarness({ rateReadPerSecond: 1, rateReadBurst: 1 });
+    const rate = parseTokenRate("50:300,2:3")!;
+    const own = createApiToken(h.rt.db, "bulk reader", Date.now(), rate).token;
+    expect(tokenRate(h.rt.db, createApiToken(h.rt.db, "plain").info.id)).toBeNull();
+    const res = await h.request("GET", "/public/v1/contacts", { headers: { authorization: `Bearer ${own}` } });
+    expect(rateHeaders(res)).toEqual({ policy: '"read";q=300;w=6', limit: '"read";r=299;t=1', retryAfter: null });
+    const write = await h.request("POST", "/public/v1/contacts", { body: {}, headers: { authorization: `Bearer ${own}` } });
+    expect(rateHeaders(write)).toEqual({ policy: '"write";q=3;w=2', limit: '"write";r=2;t=1', retryAfter: null });
+  });
+});
+
+describe("rate limits: over the limit", () => {
+  test("429 problem with Retry-After; honouring Retry-After gets the next request through", async () => {
+    h = createHarness({ rateWritePerSecond: 1, rateWriteBurst: 3 });
+    for (let i = 0; i < 3; i++) expect((await h.request("POST", "/public/v1/contacts", { body: { first_name: `n${i}` } })).status).toBe(201);
+    const refused = await h.json("POST", "/public/v1/contacts", { body: { first_name: "refused" } });
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("content-type")).toBe("application/problem+json");
+    expect(refused.body).toEqual({
+      type: "urn:crm:problem:rate-limited",
+      title: "Too Many Requests",
+      status: 429,
+      detail: "This API token may make 1 writes per second (bursts of 3); retry after 1 s.",
+    });
+    expect(rateHeaders(refused)).toEqual({ policy: '"write";q=3;w=3', limit: '"write";r=0;t=3', retryAfter: "1" });
+    expect(contactCount(h)).toBe(3);
+    await Bun.sleep(Number(refused.headers.get("retry-after")) * 1000);
+    const next = await h.json("POST", "/public/v1/contacts", { body: { first_name: "after waiting" } });
+    expect(next.status).toBe(201);
+    expect(contactCount(h)).toBe(4);
+  });
+
+  test("a refused request is refused before its body is read or validated", async () => {
+    h = createHarness({ rateWritePerSecond: 1, rateWriteBurst: 1 });
+    expect((await h.request("POST", "/public/v1/contacts", { body: {} })).status).toBe(201);
+    const res = await h.json("POST", "/public/v1/contacts", { body: '{"a":1,"a":2}' });
+    expect(res.status).toBe(429);
+  });
+
+  test("failed authentication is throttled per client address: 429 instead of 401, a valid token still passes", async () => {
+    h = createHarness({ authFailuresPerMinute: 60 });
+    for (let i = 0; i < 60; i++) {
+      const res = await h.request("GET", "/public/v1/contacts", { headers: { authorization: i % 2 ? "Bearer crm_guess" : "" } });
+      expect(res.status).toBe(401);
+    }
+    const refused = await h.json("GET", "/public/v1/contacts", { headers: { authorization: "Bearer crm_guessAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" } });
+    expect(refused.status).toBe(429);
+    expect(refused.body).toEqual({
+      type: "urn:crm:problem:rate-limited",
+      title: "Too Many Requests",
+      status: 429,
+      detail: "Too many requests without a valid API token from this address (60 per minute); retry after 1 s.",
+    });
+    expect(rateHeaders(refused)).toEqual({ policy: '"failed-auth";q=60;w=60', limit: '"failed-auth";r=0;t=60', retryAfter: "1" });
+    expect((await h.request("GET", "/public/v1/contacts")).status).toBe(200);
+    await Bun.sleep(1000);
+    expect((await h.request("GET", "/public/v1/contacts", { headers: { authorization: "" } })).status).toBe(401);
+  });
+});
+
+describe("rate limits: the buckets themselves", () => {
+  test("a bucket refills at its rate and never beyond its burst", () => {
+    const buckets = new TokenBuckets();
+    const policy = { name: "p", perSecond: 2, burst: 4 };
+    const taken = [0, 0, 0, 0, 0].map(() => buckets.take("k", policy, 0).allowed);
+    expect(taken).toEqual([true, true, true, true, false]);
+    expect(buckets.take("k", policy, 0)).toEqual({ allowed: false, remaining: 0, resetSeconds: 2, retryAfterSeconds: 1 });
+    expect(buckets.take("k", policy, 500).allowed).toBe(true);
+    expect(buckets.take("k", policy, 60_000)).toEqual({ allowed: true, remaining: 3, resetSeconds: 1, retryAfterSeconds: 0 });
+  });
+
+  test("addresses cannot grow the map without bound: full buckets are swept, then the oldest dropped", () => {
+    const buckets = new TokenBuckets(100);
+    const policy = { name: "p", perSecond: 1, burst: 1 };
+    for (let i = 0; i < 1000; i++) buckets.take(`address-${i}`, policy, i);
+    expect(buckets.size).toBeLessThanOrEqual(100);
+    for (let i = 0; i < 1000; i++) buckets.take(`spent-${i}`, policy, 5000);
+    expect(buckets.size).toBeLessThanOrEqual(100);
+  });
+});
+
+describe("rate limits: token create --rate", () => {
+  const run = (args: string[]) => Bun.spawnSync([process.execPath, "server/main.ts", ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+
+  test("stores the token's own rate; a malformed rate stops with one line naming the option", () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "crm-rate-"));
+    try {
+      const created = run(["token", "create", "--name", "bulk", "--rate", "20:40,5", "--json", "--data-dir", dataDir]);
+      expect(created.exitCode).toBe(0);
+      const info = JSON.parse(created.stdout.toString());
+      expect(info.rate).toEqual({ read_per_second: 20, read_burst: 40, write_per_second: 5, write_burst: 10 });
+      const db = openDatabase(databasePath(dataDir));
+      expect(tokenRate(db, info.id)).toEqual({ readPerSecond: 20, readBurst: 40, writePerSecond: 5, writeBurst: 10 });
+      db.close();
+      const listed = run(["token", "list", "--data-dir", dataDir]);
+      expect(listed.stdout.toString()).toContain(`${info.id}  `);
+      expect(listed.stdout.toString()).toContain("rate 20:40,5:10");
+      for (const bad of ["20", "0,1", "a,b", "1:0,1", "1,1,1"]) {
+        const refused = run(["token", "create", "--name", "bad", "--rate", bad, "--data-dir", dataDir]);
+        expect({ exitCode: refused.exitCode, stderr: refused.stderr.toString(), stdout: refused.stdout.toString() }).toEqual({
+          exitCode: 2,
+          stderr: `crm: invalid --rate: ${JSON.stringify(bad)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100\n`,
+          stdout: "",
+        });
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
