@@ -3,6 +3,7 @@ import { Elysia, t } from "elysia";
 import { listTokens } from "../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
 import { problem, ProblemError } from "../server/http/problem.ts";
+import { clientAddress } from "../server/ops/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { createUser } from "../server/users/service.ts";
 import { deleteSubscription, getSubscription, retryDelivery } from "../server/webhooks/service.ts";
@@ -82,8 +83,10 @@ function safeNext(next: string | undefined): string | undefined {
   return next && next.length <= 500 && next.startsWith(`${CONSOLE_PREFIX}/`) && !next.includes("\\") ? next : undefined;
 }
 
-function addressOf(server: Server<unknown> | null, request: Request): string {
-  return server?.requestIP(request)?.address ?? "unknown";
+/** addressOf names the client for sign-in throttling: the peer, or the client behind a trusted proxy. */
+function addressOf(server: Server<unknown> | null, request: Request, trustedProxies: string[]): string {
+  const hints = { peer: server?.requestIP(request)?.address ?? null, forwardedFor: request.headers.get("x-forwarded-for"), forwarded: request.headers.has("x-forwarded-for") };
+  return clientAddress(hints, trustedProxies) ?? "unknown";
 }
 
 /** pageError turns a service's problem into the console page that explains it. */
@@ -172,7 +175,7 @@ export function consoleRoutes(rt: Runtime) {
         async ({ body, csrfSeed, secure, request, server }) => {
           const email = field(body, "email");
           try {
-            const secret = await signIn(db, { email, password: field(body, "password"), address: addressOf(server, request) });
+            const secret = await signIn(db, { email, password: field(body, "password"), address: addressOf(server, request, rt.config.trustedProxies) });
             return redirect(safeNext(field(body, "next")) ?? `${CONSOLE_PREFIX}/`, {
               cookies: [cookieHeader(SESSION_COOKIE, secret, secure), clearCookieHeader(PRE_SESSION_COOKIE, secure)],
             });
