@@ -1,0 +1,209 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createApiToken } from "../../server/auth/service.ts";
+import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
+import { BUN_MAX_HEADER_BYTES } from "../../server/limits/limits.ts";
+import { startServer, type RunningServer } from "../../server/server.ts";
+import { createLogger } from "../../server/shared/log.ts";
+
+let running: RunningServer | undefined;
+let dataDir: string | undefined;
+afterEach(async () => {
+  await running?.stop();
+  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  running = undefined;
+  dataDir = undefined;
+});
+
+async function serve(overrides: Partial<Config>): Promise<{ port: number; token: string }> {
+  dataDir = mkdtempSync(join(tmpdir(), "crm-limits-"));
+  const config: Config = { ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error", ...overrides };
+  running = await startServer(config, createLogger("error", () => {}));
+  return { port: running.server.port!, token: createApiToken(running.runtime.db, "connections").token };
+}
+
+interface RawResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** Connection is one raw TCP connection: write bytes, read whole HTTP/1.1 responses, see it close. */
+class Connection {
+  private readonly socket: net.Socket;
+  private buffer = "";
+  private waiters: (() => void)[] = [];
+  readonly closed: Promise<void>;
+  isClosed = false;
+
+  constructor(port: number) {
+    this.socket = net.connect(port, "127.0.0.1");
+    this.socket.on("data", (chunk) => {
+      this.buffer += chunk.toString("latin1");
+      this.wake();
+    });
+    this.socket.on("error", () => {});
+    this.closed = new Promise((resolve) =>
+      this.socket.on("close", () => {
+        this.isClosed = true;
+        this.wake();
+        resolve();
+      }),
+    );
+  }
+
+  private wake(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  write(text: string): void {
+    this.socket.write(text);
+  }
+
+  /** request sends a request head (and body) with Host and returns the whole response. */
+  request(method: string, path: string, headers: Record<string, string> = {}, body = ""): Promise<RawResponse> {
+    const lines = Object.entries({ host: "127.0.0.1", ...headers, ...(body ? { "content-length": String(Buffer.byteLength(body)) } : {}) }).map(([k, v]) => `${k}: ${v}\r\n`);
+    this.write(`${method} ${path} HTTP/1.1\r\n${lines.join("")}\r\n${body}`);
+    return this.response();
+  }
+
+  /** response waits for one complete response (Content-Length framed) or for the close. */
+  async response(): Promise<RawResponse> {
+    for (;;) {
+      const end = this.buffer.indexOf("\r\n\r\n");
+      if (end >= 0) {
+        const [statusLine, ...headerLines] = this.buffer.slice(0, end).split("\r\n");
+        const headers = Object.fromEntries(headerLines.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]));
+        const length = Number(headers["content-length"] ?? 0);
+        if (this.buffer.length >= end + 4 + length) {
+          const body = this.buffer.slice(end + 4, end + 4 + length);
+          this.buffer = this.buffer.slice(end + 4 + length);
+          return { status: Number(statusLine!.split(" ")[1]), headers, body };
+        }
+      }
+      if (this.isClosed) throw new Error(`connection closed; received ${JSON.stringify(this.buffer)}`);
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    }
+  }
+
+  /** received is everything read and not yet consumed as a response. */
+  get received(): string {
+    return this.buffer;
+  }
+
+  destroy(): void {
+    this.socket.destroy();
+  }
+}
+
+/** closedWithin tells whether the connection closes before `ms` pass (a bound for a hung test, not a measurement). */
+async function closedWithin(connection: Connection, ms: number): Promise<boolean> {
+  return Promise.race([connection.closed.then(() => true), Bun.sleep(ms).then(() => false)]);
+}
+
+describe("connections: within the limits", () => {
+  test("connections up to --max-connections are served, and keep-alive reuses one", async () => {
+    const { port } = await serve({ maxConnections: 2 });
+    const a = new Connection(port);
+    const b = new Connection(port);
+    for (let i = 0; i < 3; i++) expect((await a.request("GET", "/healthz")).status).toBe(200);
+    expect((await b.request("GET", "/healthz")).status).toBe(200);
+    a.destroy();
+    b.destroy();
+  });
+});
+
+describe("connections: over the limits", () => {
+  test("a connection beyond --max-connections gets 503 problem+json and is closed; one that said Connection: close frees its place", async () => {
+    const { port } = await serve({ maxConnections: 2 });
+    const a = new Connection(port);
+    const b = new Connection(port);
+    expect((await a.request("GET", "/healthz")).status).toBe(200);
+    expect((await b.request("GET", "/healthz")).status).toBe(200);
+    const c = new Connection(port);
+    const refused = await c.request("GET", "/healthz");
+    expect(refused.status).toBe(503);
+    expect(refused.headers["content-type"]).toBe("application/problem+json");
+    expect(refused.headers["retry-after"]).toBe("1");
+    expect(JSON.parse(refused.body)).toEqual({
+      type: "urn:crm:problem:too-many-connections",
+      title: "Service Unavailable",
+      status: 503,
+      detail: "The server is serving its limit of 2 connections. Retry shortly, or reuse a kept-alive connection.",
+    });
+    expect(await closedWithin(c, 5000)).toBe(true);
+    expect((await a.request("GET", "/healthz", { connection: "close" })).status).toBe(200);
+    expect(await closedWithin(a, 5000)).toBe(true);
+    const d = new Connection(port);
+    expect((await d.request("GET", "/healthz")).status).toBe(200);
+    b.destroy();
+    d.destroy();
+  });
+
+  test("a request refused before routing (414) still frees its connection's place", async () => {
+    const { port } = await serve({ maxConnections: 1 });
+    const a = new Connection(port);
+    expect((await a.request("GET", `/healthz?${"q".repeat(5000)}`, { connection: "close" })).status).toBe(414);
+    await a.closed;
+    const b = new Connection(port);
+    expect((await b.request("GET", "/healthz")).status).toBe(200);
+    b.destroy();
+  });
+
+  test("a body slower than --body-timeout-ms gets 408 problem+json, even past the idle timeout, and nothing is stored", async () => {
+    // Past Bun's own idle close (1 s, checked every 4 s): the guard extends the timer for the body.
+    const { port, token } = await serve({ idleTimeoutSeconds: 1, bodyTimeoutMs: 4500 });
+    const slow = new Connection(port);
+    slow.write(`POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"first_name":`);
+    const res = await slow.response();
+    expect(res.status).toBe(408);
+    expect(res.headers["content-type"]).toBe("application/problem+json");
+    expect(JSON.parse(res.body)).toEqual({ type: "urn:crm:problem:body-timeout", title: "Request Timeout", status: 408, detail: "The request body did not arrive within 4500 ms." });
+    expect(await closedWithin(slow, 5000)).toBe(true);
+    expect(running!.runtime.db.query("SELECT count(*) AS n FROM contacts").get()).toEqual({ n: 0 });
+  });
+
+  test(
+    "an idle keep-alive connection is closed after --idle-timeout-seconds, and one that never finishes its request head by Bun's 10 s",
+    async () => {
+      const { port } = await serve({ idleTimeoutSeconds: 1 });
+      const idle = new Connection(port);
+      expect((await idle.request("GET", "/healthz")).status).toBe(200);
+      const slowloris = new Connection(port);
+      slowloris.write("GET /healthz HTTP/1.1\r\nhost: x\r\n");
+      const drip = setInterval(() => slowloris.isClosed || slowloris.write("x-drip: 1\r\n"), 1000);
+      try {
+        const [idleClosed, headClosed] = await Promise.all([closedWithin(idle, 10_000), closedWithin(slowloris, 20_000)]);
+        expect({ idleClosed, headClosed, slowlorisGot: slowloris.received }).toEqual({ idleClosed: true, headClosed: true, slowlorisGot: "" });
+      } finally {
+        clearInterval(drip);
+      }
+    },
+    30_000,
+  );
+
+  test("request heads: our 431 problem+json above 8 KiB, Bun's own bare 431 above 16 KiB", async () => {
+    const { port } = await serve({});
+    const ours = await new Connection(port).request("GET", "/healthz", { "x-big": "b".repeat(10 * 1024) });
+    expect([ours.status, ours.headers["content-type"], JSON.parse(ours.body).type]).toEqual([431, "application/problem+json", "urn:crm:problem:headers-too-large"]);
+    const huge = new Connection(port);
+    huge.write(`GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: ${"b".repeat(BUN_MAX_HEADER_BYTES)}\r\n\r\n`);
+    await huge.closed;
+    expect(huge.received).toStartWith("HTTP/1.1 431 ");
+  });
+
+  test("failed authentication is throttled by the client's address through a real server", async () => {
+    const { port, token } = await serve({ authFailuresPerMinute: 2 });
+    const url = `http://127.0.0.1:${port}/public/v1/contacts`;
+    expect((await fetch(url)).status).toBe(401);
+    expect((await fetch(url, { headers: { authorization: "Bearer crm_wrong" } })).status).toBe(401);
+    const refused = await fetch(url);
+    expect([refused.status, refused.headers.get("retry-after"), refused.headers.get("ratelimit")]).toEqual([429, "30", '"failed-auth";r=0;t=60']);
+    expect((await fetch(url, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+  });
+});
