@@ -66,6 +66,8 @@ export async function startServer(config: Config, log: Logger = createLogger(con
           log.warn("shutdown deadline reached; closing the connections of unfinished requests", { deadline_ms: config.shutdownTimeoutMs });
           await server.stop(true);
         }
+        // Elysia runs afterResponse hooks (the request's log line and metrics) in a setImmediate.
+        await new Promise((resolve) => setImmediate(resolve));
         // Requests are done, so no new deliveries appear; attempts in flight get what time is left.
         await Promise.all([runtime.deliveries.stop(remaining()), stopRetention()]);
         runtime.writes.flush();

@@ -114,3 +114,62 @@ export async function api(url: string, token: string, method: string, path: stri
   const text = await res.text();
   return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : null };
 }
+
+/** waitUntil polls a condition until it holds; the test's own timeout bounds it (no timing is asserted). */
+export async function waitUntil(condition: () => boolean | Promise<boolean>, what: string, proc?: Subprocess): Promise<void> {
+  while (!(await condition())) {
+    if (proc && proc.exitCode !== null) throw new Error(`the server exited while waiting for ${what}`);
+    await Bun.sleep(10);
+  }
+}
+
+export interface ReceivedWebhook {
+  id: string;
+  timestamp: string;
+  signature: string;
+  body: string;
+}
+
+export interface Receiver {
+  url: string;
+  received: ReceivedWebhook[];
+  /** hold makes the receiver keep every following request open until release() */
+  hold(): void;
+  release(): void;
+  stop(): void;
+}
+
+/** startReceiver listens on 127.0.0.1 for webhooks, records each one and answers 200 unless holding. */
+export function startReceiver(): Receiver {
+  const received: ReceivedWebhook[] = [];
+  let holding = false;
+  let released: Promise<void> = Promise.resolve();
+  let release = () => {};
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    async fetch(request) {
+      received.push({
+        id: request.headers.get("webhook-id") ?? "",
+        timestamp: request.headers.get("webhook-timestamp") ?? "",
+        signature: request.headers.get("webhook-signature") ?? "",
+        body: await request.text(),
+      });
+      if (holding) await released;
+      return new Response("ok");
+    },
+  });
+  return {
+    url: `http://127.0.0.1:${server.port}/hook`,
+    received,
+    hold() {
+      holding = true;
+      released = new Promise((resolve) => (release = resolve));
+    },
+    release() {
+      holding = false;
+      release();
+    },
+    stop: () => void server.stop(true),
+  };
+}
