@@ -48,6 +48,8 @@ import {
   setupCodeUsable,
   signIn,
   startRotation,
+  openRotationFrom,
+  subscriptionChoices,
   subscriptionsOverview,
   usersOnPage,
   type SubscriptionForm,
@@ -292,8 +294,7 @@ export function consoleRoutes(rt: Runtime) {
         "/subscriptions/:id/delete",
         ({ session, params }) => {
           try {
-            const rotation = subscriptionsOverview(db).subscriptions.find((s) => s.subscription.id === params.id);
-            return htmlResponse(deleteSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id), rotationId: rotation?.rotationId ?? null }));
+            return htmlResponse(deleteSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id), rotationId: openRotationFrom(db, params.id) }));
           } catch (error) {
             return pageError(session, error);
           }
@@ -315,9 +316,9 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/rotations/new",
         ({ session, query }) => {
-          if (!query.from) return htmlResponse(rotationPickPage({ session: session!, subscriptions: subscriptionsOverview(db).subscriptions }));
+          if (!query.from) return htmlResponse(rotationPickPage({ session: session!, subscriptions: subscriptionChoices(db) }));
           try {
-            const open = subscriptionsOverview(db).subscriptions.find((s) => s.subscription.id === query.from)?.rotationId;
+            const open = openRotationFrom(db, query.from);
             if (open) return redirect(`${CONSOLE_PREFIX}/rotations/${open}`);
             return htmlResponse(rotationNewPage({ session: session!, old: getSubscription(db, query.from) }));
           } catch (error) {

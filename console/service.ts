@@ -27,7 +27,6 @@ import {
   deleteLoginFailuresBefore,
   deleteSession,
   findLoginFailures,
-  findOpenRotationFrom,
   findRotation,
   findOperatorByEmail,
   findSessionWithOperator,
@@ -316,26 +315,44 @@ export async function createSubscriptionFromForm(rt: Runtime, form: Subscription
   return (await createSubscription(rt, subscriptionInputFrom(form), null)).body.data;
 }
 
-/** SubscriptionOverview is a subscription with its delivery counts of the last 24 hours and its open rotation. */
-export interface SubscriptionOverview {
+/** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
+export interface SubscriptionChoice {
   subscription: Subscription;
-  counts: { succeeded: number; failed: number; pending: number };
-  /** the rotation away from this subscription that is still open, if any */
   rotationId: string | null;
+}
+
+/** SubscriptionOverview adds a subscription's delivery counts of the last 24 hours. */
+export interface SubscriptionOverview extends SubscriptionChoice {
+  counts: { succeeded: number; failed: number; pending: number };
+}
+
+/** openRotationsFrom maps each subscription being rotated away from to its rotation (whose new subscription still exists). */
+function openRotationsFrom(db: Database): Map<string, string> {
+  const open = new Map<string, string>();
+  for (const row of listOpenRotations(db)) {
+    if (!open.has(row.old_subscription_id) && findSubscription(db, row.new_subscription_id)) open.set(row.old_subscription_id, row.new_subscription_id);
+  }
+  return open;
+}
+
+/** openRotationFrom returns the id of the unfinished rotation away from a subscription, or null. */
+export function openRotationFrom(db: Database, subscriptionId: string): string | null {
+  return openRotationsFrom(db).get(subscriptionId) ?? null;
+}
+
+/** subscriptionChoices lists every subscription with its open rotation, for the wizard's first step. */
+export function subscriptionChoices(db: Database): SubscriptionChoice[] {
+  const open = openRotationsFrom(db);
+  return allSubscriptions(db).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
 }
 
 /** subscriptionsOverview lists every subscription with its recent counts, and the rotations still open. */
 export function subscriptionsOverview(db: Database, now = Date.now()): { subscriptions: SubscriptionOverview[]; rotations: RotationView[] } {
   const counts = subscriptionDeliveryCounts(db, now - RECENT_MS);
-  const rotations = listOpenRotations(db).map((row) => toRotationView(db, row));
-  const openFrom = new Map(rotations.filter((r) => r.step !== "abandoned").map((r) => [r.old.id, r.id]));
+  const rotations = listOpenRotations(db).map((row) => toRotationView(db, row)).filter((r) => r.step !== "abandoned");
   return {
-    subscriptions: allSubscriptions(db).map((subscription) => ({
-      subscription,
-      counts: counts.get(subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 },
-      rotationId: openFrom.get(subscription.id) ?? null,
-    })),
-    rotations: rotations.filter((r) => r.step !== "abandoned"),
+    subscriptions: subscriptionChoices(db).map((choice) => ({ ...choice, counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 } })),
+    rotations,
   };
 }
 
@@ -390,8 +407,8 @@ export function rotationView(db: Database, id: string): RotationView {
  */
 export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, now = Date.now()): Promise<{ id: string; secret: string | null }> {
   const old = getSubscription(rt.db, oldId);
-  const open = findOpenRotationFrom(rt.db, oldId);
-  if (open && findSubscription(rt.db, open.new_subscription_id)) return { id: open.new_subscription_id, secret: null };
+  const open = openRotationFrom(rt.db, oldId);
+  if (open) return { id: open, secret: null };
   const created = await createSubscriptionFromForm(rt, form);
   insertRotation(rt.db, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
   return { id: created.id, secret: created.secret };

@@ -139,13 +139,6 @@ export function findRotation(db: Database, newSubscriptionId: string): RotationR
   return db.query<RotationRow, [string]>("SELECT * FROM subscription_rotations WHERE new_subscription_id = ?").get(newSubscriptionId);
 }
 
-/** findOpenRotationFrom returns the unfinished rotation away from a subscription, or null. */
-export function findOpenRotationFrom(db: Database, oldSubscriptionId: string): RotationRow | null {
-  return db
-    .query<RotationRow, [string]>("SELECT * FROM subscription_rotations WHERE old_subscription_id = ? AND completed_at IS NULL ORDER BY created_at DESC LIMIT 1")
-    .get(oldSubscriptionId);
-}
-
 /** listOpenRotations returns every unfinished rotation, newest first. */
 export function listOpenRotations(db: Database): RotationRow[] {
   return db.query<RotationRow, []>("SELECT * FROM subscription_rotations WHERE completed_at IS NULL ORDER BY created_at DESC").all();

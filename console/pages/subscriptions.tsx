@@ -1,7 +1,7 @@
 import type { ComponentChildren } from "preact";
 import { WEBHOOK_EVENT_TYPES, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
-import type { RotationView, SubscriptionForm, SubscriptionOverview } from "../service.ts";
+import type { RotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "../service.ts";
 import { renderPage } from "./layout.tsx";
 import { RotationLive, RotationPair, Stepper, type RotationLiveProps } from "./rotation-live.tsx";
 import { CsrfField, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "./parts.tsx";
@@ -252,7 +252,7 @@ function RotationHead({ current }: { current: number | null }) {
 }
 
 /** rotationPickPage is step 1: choose the subscription to replace. */
-export function rotationPickPage(props: { session: ConsoleSession; subscriptions: SubscriptionOverview[] }): string {
+export function rotationPickPage(props: { session: ConsoleSession; subscriptions: SubscriptionChoice[] }): string {
   return renderPage({
     title: "Rotate: pick a subscription",
     session: props.session,
