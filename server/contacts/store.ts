@@ -161,7 +161,9 @@ export function listContacts(
   const order = keysetOrder(column, "c.id", page.direction, page.cursor, NULLABLE_SORTS.has(page.sortBy));
   const select = (keyset: { after: string; params: (string | number)[] } | null, limit: number) => {
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
-    const sql = `SELECT ${COLUMNS} FROM contacts c ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`;
+    // LIMIT CAST(? AS INTEGER), not LIMIT ?: with a bare parameter as the limit this query took
+    // ~6 us longer per page (bench/; a constant is as fast as the CAST, but would cache a statement per page size).
+    const sql = `SELECT ${COLUMNS} FROM contacts c ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
     return db.query<ContactRow, (string | number)[]>(sql).all(...(keyset?.params ?? []), ...params, limit, page.offset);
   };
   const rows = select(order, page.limit);
