@@ -14,9 +14,8 @@ import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, RE
 import {
   countContacts,
   deleteContact as deleteContactRow,
-  findAccountIdsByContact,
-  findAssignedUserIdsByContact,
   findContactById,
+  findRelatedIdsByContact,
   insertContact,
   listContacts,
   replaceContactAccounts,
@@ -37,7 +36,9 @@ interface Relations {
 }
 
 function fullName(row: ContactRow): string {
-  return [row.first_name, row.last_name].filter((part) => part !== null && part !== "").join(" ");
+  const first = row.first_name ?? "";
+  const last = row.last_name ?? "";
+  return first && last ? `${first} ${last}` : first || last;
 }
 
 /** toContact renders a contact row and its relation ids for the API. */
@@ -64,8 +65,7 @@ function toContact(row: ContactRow, relations: Relations): Contact {
 
 function renderContacts(db: Database, rows: ContactRow[], include: ContactInclude[]): Contact[] {
   const ids = rows.map((row) => row.id);
-  const accountIds = findAccountIdsByContact(db, ids);
-  const userIds = findAssignedUserIdsByContact(db, ids);
+  const { accountIds, userIds } = findRelatedIdsByContact(db, ids);
   const contacts = rows.map((row) => toContact(row, { accountIds: accountIds.get(row.id) ?? [], userIds: userIds.get(row.id) ?? [] }));
   if (include.length === 0) return contacts;
   const accounts = include.includes("accounts") ? accountsByIds(db, [...new Set(contacts.flatMap((c) => c.account_ids))]) : new Map();
