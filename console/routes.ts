@@ -98,6 +98,15 @@ function pageError(session: ConsoleSession | null, error: unknown): Response {
   return htmlResponse(messagePage({ session, title: titles[error.status] ?? "Something went wrong", text: error.message }), error.status, { headers: error.headers });
 }
 
+/** orErrorPage answers with what `work` returns, or with the page explaining the problem it threw. */
+async function orErrorPage(session: ConsoleSession | null, work: () => Response | Promise<Response>): Promise<Response> {
+  try {
+    return await work();
+  } catch (error) {
+    return pageError(session, error);
+  }
+}
+
 /** formFailure turns a service's problem into the status and message of the form page shown again. */
 function formFailure(error: unknown): { status: number; notice: NoticeData; headers: Record<string, string> } {
   if (!(error instanceof ProblemError)) throw error;
@@ -245,26 +254,20 @@ export function consoleRoutes(rt: Runtime) {
       )
       .get(
         "/deliveries/:id",
-        ({ session, params, query }) => {
-          try {
+        ({ session, params, query }) =>
+          orErrorPage(session, () => {
             const notice = query.retried ? { kind: "success" as const, text: "Retried: the newest attempt is listed first." } : null;
             return htmlResponse(deliveryPage({ session: session!, ...deliveryWithSubscription(db, params.id), notice }));
-          } catch (error) {
-            return pageError(session, error);
-          }
-        },
+          }),
         { params: IdParam, query: flagQuery("retried") },
       )
       .post(
         "/deliveries/:id/retry",
-        async ({ session, params }) => {
-          try {
+        ({ session, params }) =>
+          orErrorPage(session, async () => {
             await retryDelivery(rt, params.id);
             return redirect(`${CONSOLE_PREFIX}/deliveries/${params.id}?retried=1`);
-          } catch (error) {
-            return pageError(session, error);
-          }
-        },
+          }),
         { params: IdParam, body: OptionalForm },
       )
       .get(
@@ -292,84 +295,60 @@ export function consoleRoutes(rt: Runtime) {
       )
       .get(
         "/subscriptions/:id/delete",
-        ({ session, params }) => {
-          try {
-            return htmlResponse(deleteSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id), rotationId: openRotationFrom(db, params.id) }));
-          } catch (error) {
-            return pageError(session, error);
-          }
-        },
+        ({ session, params }) =>
+          orErrorPage(session, () => htmlResponse(deleteSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id), rotationId: openRotationFrom(db, params.id) }))),
         { params: IdParam },
       )
       .post(
         "/subscriptions/:id/delete",
-        async ({ session, params }) => {
-          try {
+        ({ session, params }) =>
+          orErrorPage(session, async () => {
             await deleteSubscription(rt, params.id);
             return redirect(`${CONSOLE_PREFIX}/subscriptions?deleted=1`);
-          } catch (error) {
-            return pageError(session, error);
-          }
-        },
+          }),
         { params: IdParam, body: OptionalForm },
       )
       .get(
         "/rotations/new",
-        ({ session, query }) => {
-          if (!query.from) return htmlResponse(rotationPickPage({ session: session!, subscriptions: subscriptionChoices(db) }));
-          try {
+        ({ session, query }) =>
+          orErrorPage(session, () => {
+            if (!query.from) return htmlResponse(rotationPickPage({ session: session!, subscriptions: subscriptionChoices(db) }));
             const open = openRotationFrom(db, query.from);
             if (open) return redirect(`${CONSOLE_PREFIX}/rotations/${open}`);
             return htmlResponse(rotationNewPage({ session: session!, old: getSubscription(db, query.from) }));
-          } catch (error) {
-            return pageError(session, error);
-          }
-        },
+          }),
         { query: t.Object({ from: t.Optional(t.String({ maxLength: 64 })) }, { additionalProperties: true }) },
       )
       .post(
         "/rotations",
-        async ({ session, body }) => {
-          const from = field(body, "from");
-          const form = subscriptionForm(body);
-          let old;
-          try {
-            old = getSubscription(db, from);
-          } catch (error) {
-            return pageError(session, error);
-          }
-          try {
-            const started = await startRotation(rt, from, form);
-            if (started.secret === null) return redirect(`${CONSOLE_PREFIX}/rotations/${started.id}`);
-            return htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, started.id), secret: started.secret }), 201);
-          } catch (error) {
-            const { status, notice } = formFailure(error);
-            return htmlResponse(rotationNewPage({ session: session!, old, form, notice }), status);
-          }
-        },
+        ({ session, body }) =>
+          orErrorPage(session, async () => {
+            const old = getSubscription(db, field(body, "from"));
+            const form = subscriptionForm(body);
+            try {
+              const started = await startRotation(rt, old.id, form);
+              if (started.secret === null) return redirect(`${CONSOLE_PREFIX}/rotations/${started.id}`);
+              return htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, started.id), secret: started.secret }), 201);
+            } catch (error) {
+              const { status, notice } = formFailure(error);
+              return htmlResponse(rotationNewPage({ session: session!, old, form, notice }), status);
+            }
+          }),
         { body: OptionalForm },
       )
       .get(
         "/rotations/:id",
-        ({ session, params }) => {
-          try {
-            return htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, params.id) }));
-          } catch (error) {
-            return pageError(session, error);
-          }
-        },
+        ({ session, params }) =>
+          orErrorPage(session, () => htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, params.id) }))),
         { params: IdParam },
       )
       .post(
         "/rotations/:id/test",
-        async ({ session, params }) => {
-          try {
+        ({ session, params }) =>
+          orErrorPage(session, async () => {
             await sendRotationTest(rt, params.id);
             return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}#step-test`);
-          } catch (error) {
-            return pageError(session, error);
-          }
-        },
+          }),
         { params: IdParam, body: OptionalForm },
       )
       .post(
@@ -418,27 +397,21 @@ export function consoleRoutes(rt: Runtime) {
       )
       .post(
         "/tokens/:id/revoke",
-        ({ session, params }) => {
-          try {
+        ({ session, params }) =>
+          orErrorPage(session, () => {
             revokeTokenFromConsole(db, params.id);
             return redirect(`${CONSOLE_PREFIX}/tokens?revoked=1`);
-          } catch (error) {
-            return pageError(session, error);
-          }
-        },
+          }),
         { params: IdParam, body: OptionalForm },
       )
       .get(
         "/users",
-        ({ session, query }) => {
-          const notice = query.added ? { kind: "success" as const, text: "User added." } : null;
-          try {
+        ({ session, query }) =>
+          orErrorPage(session, () => {
             const page = usersOnPage(db, query.page);
+            const notice = query.added ? { kind: "success" as const, text: "User added." } : null;
             return htmlResponse(usersPage({ session: session!, users: page.data, meta: page.meta, notice }));
-          } catch (error) {
-            return pageError(session, error);
-          }
-        },
+          }),
         { query: UsersQuery },
       )
       .post(

@@ -1,7 +1,7 @@
 import { useSignal } from "@preact/signals";
 import { useEffect } from "preact/hooks";
 import type { DeliveriesView, DeliveryRowView } from "../model.ts";
-import { HttpStatus, relativeTime, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
+import { DataTable, HttpStatus, relativeTime, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
 
 /** REFRESH_MS is how often the deliveries page asks for the latest deliveries. */
 export const REFRESH_MS = 3000;
@@ -49,42 +49,27 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
   }, []);
   const current = view.value;
   return (
-    <section class="card flush">
-      <div class="card-head">
-        <p class="count" id="deliveries-count">
-          {current.total === 0
-            ? "No deliveries match."
-            : current.total > current.data.length
-              ? `Showing the latest ${current.data.length} of ${current.total}, newest first.`
-              : `Showing all ${current.total}, newest first.`}
-        </p>
-        <LiveIndicator state={state.value} refreshedAt={current.refreshed_at} limit={limit} />
-      </div>
-      {current.data.length === 0 ? (
-        <p class="empty">Deliveries appear here when contacts change and subscriptions want those events.</p>
-      ) : (
-        <div class="table-wrap">
-          <table class="data responsive" id="deliveries">
-            <thead>
-              <tr>
-                <th scope="col">Time (UTC)</th>
-                <th scope="col">Event</th>
-                <th scope="col">Subscription</th>
-                <th scope="col">Status</th>
-                <th scope="col" class="num">Attempts</th>
-                <th scope="col">Response</th>
-                <th scope="col">Next retry</th>
-              </tr>
-            </thead>
-            <tbody>
-              {current.data.map((row) => (
-                <DeliveryRow key={row.id} row={row} now={current.refreshed_at} />
-              ))}
-            </tbody>
-          </table>
+    <DataTable
+      id="deliveries"
+      columns={["Time (UTC)", "Event", "Subscription", "Status", { label: "Attempts", className: "num" }, "Response", "Next retry"]}
+      empty={current.data.length === 0 ? "Deliveries appear here when contacts change and subscriptions want those events." : null}
+      head={
+        <div class="card-head">
+          <p class="count" id="deliveries-count">
+            {current.total === 0
+              ? "No deliveries match."
+              : current.total > current.data.length
+                ? `Showing the latest ${current.data.length} of ${current.total}, newest first.`
+                : `Showing all ${current.total}, newest first.`}
+          </p>
+          <LiveIndicator state={state.value} refreshedAt={current.refreshed_at} limit={limit} />
         </div>
-      )}
-    </section>
+      }
+    >
+      {current.data.map((row) => (
+        <DeliveryRow key={row.id} row={row} now={current.refreshed_at} />
+      ))}
+    </DataTable>
   );
 }
 

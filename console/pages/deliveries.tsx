@@ -13,6 +13,23 @@ export function filterQuery(filters: DeliveryFilters): string {
   return text ? `?${text}` : "";
 }
 
+/** FilterSelect is one filter of the deliveries page: "any" or one of the options ([value, label]). */
+function FilterSelect(props: { name: string; label: string; any: string; selected: string | undefined; options: [string, string][] }) {
+  return (
+    <label class={props.name === "subscription_id" ? "grow" : undefined}>
+      {props.label}
+      <select name={props.name}>
+        <option value="">{props.any}</option>
+        {props.options.map(([value, label]) => (
+          <option value={value} selected={props.selected === value}>
+            {label}
+          </option>
+        ))}
+      </select>
+    </label>
+  );
+}
+
 /** deliveriesPage renders the start page: the latest deliveries, filters, and the live table. */
 export function deliveriesPage(props: { session: ConsoleSession; view: DeliveriesView; filters: DeliveryFilters; subscriptions: Subscription[]; limit: number; notice?: NoticeData | null }): string {
   const { filters } = props;
@@ -30,39 +47,15 @@ export function deliveriesPage(props: { session: ConsoleSession; view: Deliverie
           <p class="lead">Are webhooks arriving? The latest {props.limit} deliveries, newest first. The table refreshes itself every few seconds.</p>
         </div>
         <form class="filters card" method="get" action="/console/">
-          <label>
-            Status
-            <select name="status">
-              <option value="">Any status</option>
-              {DELIVERY_STATUSES.map((s) => (
-                <option value={s} selected={filters.status === s}>
-                  {s}
-                </option>
-              ))}
-            </select>
-          </label>
-          <label>
-            Event
-            <select name="event">
-              <option value="">Any event</option>
-              {WEBHOOK_EVENT_TYPES.map((e) => (
-                <option value={e} selected={filters.event === e}>
-                  {e}
-                </option>
-              ))}
-            </select>
-          </label>
-          <label class="grow">
-            Subscription
-            <select name="subscription_id">
-              <option value="">Any subscription</option>
-              {props.subscriptions.map((s) => (
-                <option value={s.id} selected={filters.subscription_id === s.id}>
-                  {s.description ? `${s.description} — ${s.target_url}` : s.target_url}
-                </option>
-              ))}
-            </select>
-          </label>
+          <FilterSelect name="status" label="Status" any="Any status" selected={filters.status} options={DELIVERY_STATUSES.map((s) => [s, s])} />
+          <FilterSelect name="event" label="Event" any="Any event" selected={filters.event} options={WEBHOOK_EVENT_TYPES.map((e) => [e, e])} />
+          <FilterSelect
+            name="subscription_id"
+            label="Subscription"
+            any="Any subscription"
+            selected={filters.subscription_id}
+            options={props.subscriptions.map((s) => [s.id, s.description ? `${s.description} — ${s.target_url}` : s.target_url])}
+          />
           <div class="filter-actions">
             <button type="submit" class="button">
               Filter

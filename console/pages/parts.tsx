@@ -82,6 +82,46 @@ export function SubscriptionLabel({ description, url }: { description: string | 
   );
 }
 
+/** Column heads a DataTable column; "" is an actions column, named for screen readers only. */
+export type Column = string | { label: string; className: string };
+
+/** DataTable is a card holding a table (rows stack as cards on phones), or a sentence when it has no rows. */
+export function DataTable(props: { id: string; columns: Column[]; empty: string | null; head?: ComponentChildren; foot?: ComponentChildren; children: ComponentChildren }) {
+  const { id, columns, empty, children } = props;
+  return (
+    <section class="card flush">
+      {props.head}
+      {empty !== null ? (
+        <p class="empty">{empty}</p>
+      ) : (
+        <div class="table-wrap">
+          <table class="data responsive" id={id}>
+            <thead>
+              <tr>
+                {columns.map((column) =>
+                  typeof column !== "string" ? (
+                    <th scope="col" class={column.className}>
+                      {column.label}
+                    </th>
+                  ) : column === "" ? (
+                    <th scope="col">
+                      <span class="visually-hidden">Actions</span>
+                    </th>
+                  ) : (
+                    <th scope="col">{column}</th>
+                  ),
+                )}
+              </tr>
+            </thead>
+            <tbody>{children}</tbody>
+          </table>
+        </div>
+      )}
+      {props.foot}
+    </section>
+  );
+}
+
 /** Island wraps a component the browser brings to life; its props travel as a JSON data block (CSP allows it: it is not a script). */
 export function Island({ name, props, children }: { name: string; props: unknown; children?: ComponentChildren }) {
   const id = `island-${name}-props`;

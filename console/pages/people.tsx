@@ -3,7 +3,7 @@ import type { ListMeta } from "../../server/http/list-query.ts";
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "./layout.tsx";
-import { CsrfField, NoticeBox, StatusBadge, Time, type NoticeData } from "./parts.tsx";
+import { CsrfField, DataTable, NoticeBox, StatusBadge, Time, type NoticeData } from "./parts.tsx";
 import { confirmPage, SecretOnce } from "./subscriptions.tsx";
 
 /** tokensPage lists API tokens (never the token itself), creates them (shown once) and links to revoking. */
@@ -28,52 +28,30 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
             Send it as <code>Authorization: Bearer …</code> from server-side code.
           </SecretOnce>
         )}
-        <section class="card flush">
-          {props.tokens.length === 0 ? (
-            <p class="empty">No API tokens yet.</p>
-          ) : (
-            <div class="table-wrap">
-              <table class="data responsive" id="tokens">
-                <thead>
-                  <tr>
-                    <th scope="col">Name</th>
-                    <th scope="col">Starts with</th>
-                    <th scope="col">Created (UTC)</th>
-                    <th scope="col">Last used (UTC)</th>
-                    <th scope="col">Status</th>
-                    <th scope="col">
-                      <span class="visually-hidden">Actions</span>
-                    </th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {props.tokens.map((t) => (
-                    <tr data-token-id={t.id}>
-                      <td data-label="Name">{t.name}</td>
-                      <td data-label="Starts with">
-                        <code>{t.prefix}…</code>
-                      </td>
-                      <td data-label="Created">
-                        <Time value={t.created_at} />
-                      </td>
-                      <td data-label="Last used">{t.last_used_at ? <Time value={t.last_used_at} /> : <span class="muted">never</span>}</td>
-                      <td data-label="Status">
-                        <StatusBadge status={t.revoked_at ? "revoked" : "active"} />
-                      </td>
-                      <td class="row-actions">
-                        {!t.revoked_at && (
-                          <a class="danger-link" href={`/console/tokens/${t.id}/revoke`}>
-                            Revoke
-                          </a>
-                        )}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
-          )}
-        </section>
+        <DataTable id="tokens" columns={["Name", "Starts with", "Created (UTC)", "Last used (UTC)", "Status", ""]} empty={props.tokens.length === 0 ? "No API tokens yet." : null}>
+          {props.tokens.map((t) => (
+            <tr data-token-id={t.id}>
+              <td data-label="Name">{t.name}</td>
+              <td data-label="Starts with">
+                <code>{t.prefix}…</code>
+              </td>
+              <td data-label="Created">
+                <Time value={t.created_at} />
+              </td>
+              <td data-label="Last used">{t.last_used_at ? <Time value={t.last_used_at} /> : <span class="muted">never</span>}</td>
+              <td data-label="Status">
+                <StatusBadge status={t.revoked_at ? "revoked" : "active"} />
+              </td>
+              <td class="row-actions">
+                {!t.revoked_at && (
+                  <a class="danger-link" href={`/console/tokens/${t.id}/revoke`}>
+                    Revoke
+                  </a>
+                )}
+              </td>
+            </tr>
+          ))}
+        </DataTable>
         <section class="card">
           <h2>New API token</h2>
           <form method="post" action="/console/tokens" class="inline-form">
@@ -126,47 +104,35 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
           </p>
         </div>
         <NoticeBox notice={props.notice} />
-        <section class="card flush">
-          {props.users.length === 0 ? (
-            <p class="empty">No users yet.</p>
-          ) : (
-            <div class="table-wrap">
-              <table class="data responsive" id="users">
-                <thead>
-                  <tr>
-                    <th scope="col">Name</th>
-                    <th scope="col">Email</th>
-                    <th scope="col">Id</th>
-                    <th scope="col">Created (UTC)</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {props.users.map((u) => (
-                    <tr>
-                      <td data-label="Name">{u.name}</td>
-                      <td data-label="Email">{u.email}</td>
-                      <td data-label="Id">
-                        <code>{u.id}</code>
-                      </td>
-                      <td data-label="Created">
-                        <Time value={u.created_at} />
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
-          )}
-          {meta.last_page > 1 && (
-            <nav class="pager" aria-label="Pages">
-              {meta.current_page > 1 ? <a href={`/console/users?page=${meta.current_page - 1}`}>← Previous</a> : <span />}
-              <span class="muted">
-                Page {meta.current_page} of {meta.last_page} ({meta.total} users)
-              </span>
-              {meta.current_page < meta.last_page ? <a href={`/console/users?page=${meta.current_page + 1}`}>Next →</a> : <span />}
-            </nav>
-          )}
-        </section>
+        <DataTable
+          id="users"
+          columns={["Name", "Email", "Id", "Created (UTC)"]}
+          empty={props.users.length === 0 ? "No users yet." : null}
+          foot={
+            meta.last_page > 1 && (
+              <nav class="pager" aria-label="Pages">
+                {meta.current_page > 1 ? <a href={`/console/users?page=${meta.current_page - 1}`}>← Previous</a> : <span />}
+                <span class="muted">
+                  Page {meta.current_page} of {meta.last_page} ({meta.total} users)
+                </span>
+                {meta.current_page < meta.last_page ? <a href={`/console/users?page=${meta.current_page + 1}`}>Next →</a> : <span />}
+              </nav>
+            )
+          }
+        >
+          {props.users.map((u) => (
+            <tr>
+              <td data-label="Name">{u.name}</td>
+              <td data-label="Email">{u.email}</td>
+              <td data-label="Id">
+                <code>{u.id}</code>
+              </td>
+              <td data-label="Created">
+                <Time value={u.created_at} />
+              </td>
+            </tr>
+          ))}
+        </DataTable>
         <section class="card">
           <h2>New user</h2>
           <form method="post" action="/console/users" class="inline-form">

@@ -4,7 +4,7 @@ import type { ConsoleSession } from "../model.ts";
 import type { RotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "../service.ts";
 import { renderPage } from "./layout.tsx";
 import { RotationLive, RotationPair, Stepper, type RotationLiveProps } from "./rotation-live.tsx";
-import { CsrfField, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "./parts.tsx";
+import { CsrfField, DataTable, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "./parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
@@ -112,63 +112,41 @@ export function subscriptionsPage(props: {
             </a>
           </div>
         ))}
-        <section class="card flush">
-          {props.subscriptions.length === 0 ? (
-            <p class="empty">No subscriptions yet. Create one below, or through the API.</p>
-          ) : (
-            <div class="table-wrap">
-              <table class="data responsive" id="subscriptions">
-                <thead>
-                  <tr>
-                    <th scope="col">Subscription</th>
-                    <th scope="col">Events</th>
-                    <th scope="col">Status</th>
-                    <th scope="col">Last 24 hours</th>
-                    <th scope="col">Created (UTC)</th>
-                    <th scope="col">
-                      <span class="visually-hidden">Actions</span>
-                    </th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {props.subscriptions.map(({ subscription: s, counts, rotationId }) => (
-                    <tr data-subscription-id={s.id}>
-                      <td data-label="Subscription">
-                        <SubscriptionLabel description={s.description} url={s.target_url} />
-                      </td>
-                      <td data-label="Events">
-                        <ul class="events">
-                          {s.events.map((e) => (
-                            <li>
-                              <code>{e}</code>
-                            </li>
-                          ))}
-                        </ul>
-                      </td>
-                      <td data-label="Status">
-                        <StatusBadge status={s.status} />
-                        {s.disabled_reason && <div class="hint">{s.disabled_reason}</div>}
-                      </td>
-                      <td data-label="Last 24 hours">
-                        <Counts counts={counts} />
-                      </td>
-                      <td data-label="Created">
-                        <Time value={s.created_at} />
-                      </td>
-                      <td class="row-actions">
-                        <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
-                        {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
-                        <a class="danger-link" href={`/console/subscriptions/${s.id}/delete`}>
-                          Delete
-                        </a>
-                      </td>
-                    </tr>
+        <DataTable id="subscriptions" columns={["Subscription", "Events", "Status", "Last 24 hours", "Created (UTC)", ""]} empty={props.subscriptions.length === 0 ? "No subscriptions yet. Create one below, or through the API." : null}>
+          {props.subscriptions.map(({ subscription: s, counts, rotationId }) => (
+            <tr data-subscription-id={s.id}>
+              <td data-label="Subscription">
+                <SubscriptionLabel description={s.description} url={s.target_url} />
+              </td>
+              <td data-label="Events">
+                <ul class="events">
+                  {s.events.map((e) => (
+                    <li>
+                      <code>{e}</code>
+                    </li>
                   ))}
-                </tbody>
-              </table>
-            </div>
-          )}
-        </section>
+                </ul>
+              </td>
+              <td data-label="Status">
+                <StatusBadge status={s.status} />
+                {s.disabled_reason && <div class="hint">{s.disabled_reason}</div>}
+              </td>
+              <td data-label="Last 24 hours">
+                <Counts counts={counts} />
+              </td>
+              <td data-label="Created">
+                <Time value={s.created_at} />
+              </td>
+              <td class="row-actions">
+                <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
+                {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
+                <a class="danger-link" href={`/console/subscriptions/${s.id}/delete`}>
+                  Delete
+                </a>
+              </td>
+            </tr>
+          ))}
+        </DataTable>
         <section class="card">
           <h2>New subscription</h2>
           <form method="post" action="/console/subscriptions" class="stack">
@@ -251,87 +229,91 @@ function RotationHead({ current }: { current: number | null }) {
   );
 }
 
-/** rotationPickPage is step 1: choose the subscription to replace. */
-export function rotationPickPage(props: { session: ConsoleSession; subscriptions: SubscriptionChoice[] }): string {
+/** rotationStepPage renders step 1 or 2 of the wizard: the steps, then the step's card. */
+function rotationStepPage(session: ConsoleSession, step: 1 | 2, title: string, heading: string, children: ComponentChildren): string {
   return renderPage({
-    title: "Rotate: pick a subscription",
-    session: props.session,
+    title: `Rotate: ${title}`,
+    session,
     section: "subscriptions",
     children: (
       <>
-        <RotationHead current={1} />
+        <RotationHead current={step} />
         <section class="card step">
           <h2>
-            <span class="step-no">1</span> Which subscription is to be replaced?
+            <span class="step-no">{step}</span> {heading}
           </h2>
-          {props.subscriptions.length === 0 ? (
-            <p class="muted">There are no subscriptions to rotate.</p>
-          ) : (
-            <form method="get" action="/console/rotations/new" class="stack">
-              <div class="choices">
-                {props.subscriptions.map(({ subscription: s, rotationId }, i) => (
-                  <label class="choice">
-                    <input type="radio" name="from" value={s.id} required checked={i === 0} />
-                    <span>
-                      <SubscriptionLabel description={s.description} url={s.target_url} />
-                      <span class="hint">
-                        {s.events.join(", ")} · <StatusBadge status={s.status} />
-                        {rotationId && " · rotation under way (continues where it stopped)"}
-                      </span>
-                    </span>
-                  </label>
-                ))}
-              </div>
-              <div>
-                <button type="submit" class="button primary">
-                  Next
-                </button>
-              </div>
-            </form>
-          )}
+          {children}
         </section>
       </>
     ),
   });
 }
 
+/** rotationPickPage is step 1: choose the subscription to replace. */
+export function rotationPickPage(props: { session: ConsoleSession; subscriptions: SubscriptionChoice[] }): string {
+  return rotationStepPage(
+    props.session,
+    1,
+    "pick a subscription",
+    "Which subscription is to be replaced?",
+    props.subscriptions.length === 0 ? (
+      <p class="muted">There are no subscriptions to rotate.</p>
+    ) : (
+      <form method="get" action="/console/rotations/new" class="stack">
+        <div class="choices">
+          {props.subscriptions.map(({ subscription: s, rotationId }, i) => (
+            <label class="choice">
+              <input type="radio" name="from" value={s.id} required checked={i === 0} />
+              <span>
+                <SubscriptionLabel description={s.description} url={s.target_url} />
+                <span class="hint">
+                  {s.events.join(", ")} · <StatusBadge status={s.status} />
+                  {rotationId && " · rotation under way (continues where it stopped)"}
+                </span>
+              </span>
+            </label>
+          ))}
+        </div>
+        <div>
+          <button type="submit" class="button primary">
+            Next
+          </button>
+        </div>
+      </form>
+    ),
+  );
+}
+
 /** rotationNewPage is step 2: the new URL and events, prefilled from the old subscription. */
 export function rotationNewPage(props: { session: ConsoleSession; old: Subscription; form?: SubscriptionForm; notice?: NoticeData | null }): string {
   const old = props.old;
   const form = props.form ?? { target_url: old.target_url, description: old.description ?? "", events: old.events };
-  return renderPage({
-    title: "Rotate: new subscription",
-    session: props.session,
-    section: "subscriptions",
-    children: (
-      <>
-        <RotationHead current={2} />
-        <section class="card step">
-          <h2>
-            <span class="step-no">2</span> The new subscription
-          </h2>
-          <p>
-            Replacing <span class="url">{old.target_url}</span>. Enter the new receiver URL and events; they start out as the old subscription's. The old
-            subscription stays active until step 4.
-          </p>
-          <NoticeBox notice={props.notice} />
-          <form method="post" action="/console/rotations" class="stack">
-            <CsrfField token={props.session.csrfToken} />
-            <input type="hidden" name="from" value={old.id} />
-            <SubscriptionFields values={form} />
-            <div class="actions">
-              <button type="submit" class="button primary">
-                Create new subscription
-              </button>
-              <a class="button ghost" href="/console/rotations/new">
-                Back
-              </a>
-            </div>
-          </form>
-        </section>
-      </>
-    ),
-  });
+  return rotationStepPage(
+    props.session,
+    2,
+    "new subscription",
+    "The new subscription",
+    <>
+      <p>
+        Replacing <span class="url">{old.target_url}</span>. Enter the new receiver URL and events; they start out as the old subscription's. The old
+        subscription stays active until step 4.
+      </p>
+      <NoticeBox notice={props.notice} />
+      <form method="post" action="/console/rotations" class="stack">
+        <CsrfField token={props.session.csrfToken} />
+        <input type="hidden" name="from" value={old.id} />
+        <SubscriptionFields values={form} />
+        <div class="actions">
+          <button type="submit" class="button primary">
+            Create new subscription
+          </button>
+          <a class="button ghost" href="/console/rotations/new">
+            Back
+          </a>
+        </div>
+      </form>
+    </>,
+  );
 }
 
 /** rotationPage shows a rotation where it stands: the new secret right after creation, then test and delete (live), or the summary. */

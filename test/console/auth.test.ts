@@ -20,6 +20,13 @@ function setup() {
   return { h: harness, client: new ConsoleClient((r) => harness!.app.handle(r)) };
 }
 
+/** signedIn returns a client of the harness's console that has signed in as the test operator. */
+async function signedIn(h: Harness): Promise<ConsoleClient> {
+  const client = new ConsoleClient((r) => h.app.handle(r));
+  expect((await client.signIn()).status).toBe(303);
+  return client;
+}
+
 const sha256 = (text: string) => new Bun.CryptoHasher("sha256").update(text).digest();
 const operatorCount = (h: Harness) => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM operators").get()!.n;
 const sessionRows = (h: Harness) => h.rt.db.query<{ id_hash: Uint8Array; last_seen_at: number }, []>("SELECT id_hash, last_seen_at FROM operator_sessions").all();
@@ -133,10 +140,7 @@ describe("sign-in and sessions", () => {
   test("session ids are random and only their SHA-256 is stored", async () => {
     const { h } = setup();
     await addOperator(h.rt.db);
-    const a = new ConsoleClient((r) => h.app.handle(r));
-    const b = new ConsoleClient((r) => h.app.handle(r));
-    await a.signIn();
-    await b.signIn();
+    const [a, b] = [await signedIn(h), await signedIn(h)];
     const ids = [a.cookies.get("crm_console_session")!, b.cookies.get("crm_console_session")!];
     expect(ids[0]).not.toBe(ids[1]);
     const stored = sessionRows(h).map((r) => Buffer.from(r.id_hash).toString("hex")).sort();
@@ -176,10 +180,7 @@ describe("sign-in and sessions", () => {
   test("a session idle for 12 hours ends; using a session keeps it alive", async () => {
     const { h } = setup();
     await addOperator(h.rt.db);
-    const idle = new ConsoleClient((r) => h.app.handle(r));
-    const busy = new ConsoleClient((r) => h.app.handle(r));
-    await idle.signIn();
-    await busy.signIn();
+    const [idle, busy] = [await signedIn(h), await signedIn(h)];
     const hashOf = (c: ConsoleClient) => sha256(c.cookies.get("crm_console_session")!);
     const now = Date.now();
     h.rt.db.query("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?").run(now - SESSION_IDLE_MS - 1, hashOf(idle));
@@ -234,8 +235,7 @@ describe("sign-in throttling", () => {
     expect((await client.signIn({ email: "other@example.com", password: OPERATOR.password })).status).toBe(303);
     // The window passes: the account can sign in again, and success clears its count.
     h.rt.db.query("UPDATE login_failures SET window_start_at = window_start_at - ?").run(LOGIN_WINDOW_MS);
-    const again = new ConsoleClient((r) => h.app.handle(r));
-    expect((await again.signIn()).status).toBe(303);
+    await signedIn(h);
     expect(h.rt.db.query("SELECT * FROM login_failures WHERE scope = 'account' AND subject = ?").all(OPERATOR.email)).toEqual([]);
   });
 
