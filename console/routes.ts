@@ -21,7 +21,7 @@ import {
   redirect,
   SESSION_COOKIE,
 } from "./http.ts";
-import { DeliveriesView, DeliveryFilterQuery, DeliveryWatchView, FormBody, type ConsoleSession } from "./model.ts";
+import { DeliveryFilterQuery, FormBody, type ConsoleSession } from "./model.ts";
 import { loginPage, messagePage, setupPage } from "./pages/auth.tsx";
 import type { NoticeData } from "./pages/parts.tsx";
 import { deliveriesPage, deliveryPage } from "./pages/deliveries.tsx";
@@ -104,6 +104,16 @@ async function orErrorPage(session: ConsoleSession | null, work: () => Response 
     return await work();
   } catch (error) {
     return pageError(session, error);
+  }
+}
+
+/** orProblemJson answers a console JSON endpoint with what `work` returns, or with the problem it threw. */
+function orProblemJson(work: () => unknown): Response {
+  try {
+    return jsonResponse(work());
+  } catch (error) {
+    if (!(error instanceof ProblemError)) throw error;
+    return problemJsonResponse(error.toProblem());
   }
 }
 
@@ -230,27 +240,13 @@ export function consoleRoutes(rt: Runtime) {
       )
       .get(
         "/api/deliveries",
-        ({ query }) => {
-          try {
-            return jsonResponse(latestDeliveries(db, query));
-          } catch (error) {
-            if (!(error instanceof ProblemError)) throw error;
-            return problemJsonResponse(error.toProblem());
-          }
-        },
-        { query: DeliveryFilterQuery, response: { 200: DeliveriesView } },
+        ({ query }) => orProblemJson(() => latestDeliveries(db, query)),
+        { query: DeliveryFilterQuery },
       )
       .get(
         "/api/deliveries/:id",
-        ({ params }) => {
-          try {
-            return jsonResponse(deliveryWatch(db, params.id));
-          } catch (error) {
-            if (!(error instanceof ProblemError)) throw error;
-            return problemJsonResponse(error.toProblem());
-          }
-        },
-        { params: IdParam, response: { 200: DeliveryWatchView } },
+        ({ params }) => orProblemJson(() => deliveryWatch(db, params.id)),
+        { params: IdParam },
       )
       .get(
         "/deliveries/:id",
