@@ -20,7 +20,7 @@ const refused = (pointer: string, detail: string) => ({
 });
 
 /** post sends raw text (or bytes) as a JSON body and returns the parsed answer. */
-async function post(body: string | Uint8Array, path = "/public/v1/contacts") {
+async function post(body: string | Uint8Array<ArrayBuffer>, path = "/public/v1/contacts") {
   const res = await h.app.handle(
     new Request(`http://localhost${path}`, { method: "POST", headers: { authorization: `Bearer ${h.token}`, "content-type": "application/json" }, body }),
   );
