@@ -65,7 +65,7 @@ export interface LimitRow {
   answer: string;
 }
 
-const kib = (bytes: number) => `${bytes / 1024} KiB`;
+const size = (bytes: number) => (bytes >= 1024 * 1024 ? `${bytes / 1024 / 1024} MiB` : `${bytes / 1024} KiB`);
 
 /** LIMIT_TABLE is the README's table of fixed limits, built from the constants above. */
 export const LIMIT_TABLE: LimitRow[] = [
@@ -79,19 +79,19 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "`custom_fields`: number of keys", value: `${MAX_CUSTOM_FIELDS}`, answer: "422" },
   { limit: "`custom_fields`: length of a key (any depth)", value: `${MAX_CUSTOM_FIELD_KEY_LENGTH} characters`, answer: "422" },
   { limit: "`custom_fields`: nesting depth", value: `${MAX_CUSTOM_FIELDS_DEPTH} levels`, answer: "422" },
-  { limit: "`custom_fields`: total size as JSON", value: kib(MAX_CUSTOM_FIELDS_BYTES), answer: "422" },
-  { limit: "`consent`: total size as JSON", value: kib(MAX_CONSENT_BYTES), answer: "422" },
-  { limit: "further (undeclared) properties of a contact or account, together, as JSON", value: kib(MAX_EXTRA_PROPERTIES_BYTES), answer: "422" },
+  { limit: "`custom_fields`: total size as JSON", value: size(MAX_CUSTOM_FIELDS_BYTES), answer: "422" },
+  { limit: "`consent`: total size as JSON", value: size(MAX_CONSENT_BYTES), answer: "422" },
+  { limit: "further (undeclared) properties of a contact or account, together, as JSON", value: size(MAX_EXTRA_PROPERTIES_BYTES), answer: "422" },
   { limit: "webhook subscription `description`", value: `${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `target_url`", value: `${MAX_TARGET_URL_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `events`", value: `${MAX_EVENTS_PER_SUBSCRIPTION} event kinds`, answer: "422" },
   { limit: "webhook subscriptions, all tokens together (subscriptions are not owned by a token)", value: `${MAX_SUBSCRIPTIONS}`, answer: "422" },
-  { limit: "request body", value: "1 MiB", answer: "413" },
+  { limit: "request body", value: size(MAX_BODY_BYTES), answer: "413" },
   { limit: "JSON nesting depth of a request body", value: `${MAX_JSON_DEPTH} levels`, answer: "400" },
   { limit: "JSON numbers", value: `magnitude at most ${Number.MAX_SAFE_INTEGER} (2^53 - 1)`, answer: "400" },
-  { limit: "query string", value: kib(MAX_QUERY_BYTES), answer: "414" },
-  { limit: "request headers, all together", value: kib(MAX_HEADER_BYTES), answer: "431" },
+  { limit: "query string", value: size(MAX_QUERY_BYTES), answer: "414" },
+  { limit: "request headers, all together", value: size(MAX_HEADER_BYTES), answer: "431" },
   { limit: "request header fields", value: `${MAX_HEADER_FIELDS}`, answer: "431" },
-  { limit: "request line and headers, Bun's own buffer", value: `${kib(BUN_MAX_HEADER_BYTES)} or ${BUN_MAX_HEADER_FIELDS} fields (bare 431 from Bun, no body)`, answer: "431" },
+  { limit: "request line and headers, Bun's own buffer", value: `${size(BUN_MAX_HEADER_BYTES)} or ${BUN_MAX_HEADER_FIELDS} fields (bare 431 from Bun, no body)`, answer: "431" },
   { limit: "time to send the request headers", value: `${HEADER_READ_TIMEOUT_SECONDS} s (fixed by Bun)`, answer: "connection closed" },
 ];
