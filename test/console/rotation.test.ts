@@ -11,7 +11,8 @@ let problems: string[];
 const receivers: Receiver[] = [];
 
 beforeAll(async () => {
-  server = await startConsoleServer();
+  // A long request timeout: the test holds the new receiver's answer while it looks at the page.
+  server = await startConsoleServer({ deliveryTimeoutMs: 20_000 });
   await addOperator(server.runtime.db);
   browser = await launchBrowser();
   page = await browser.context.newPage();
