@@ -1,0 +1,104 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { copyFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { Webhook } from "standardwebhooks";
+import { MIGRATIONS } from "../../server/db/migrations.ts";
+import { VERSION } from "../../server/version.ts";
+import { api, ROOT, runCli, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
+
+// The compiled binary, copied alone into an empty folder and run with no Bun, Node or
+// node_modules reachable: the way it is installed on a VM.
+let folder: string;
+let crm: string;
+let receiver: Receiver;
+// PATH points nowhere, so nothing but the binary itself can run; webhooks may target loopback for the receiver.
+const env = { PATH: "/nonexistent", HOME: "/nonexistent", CRM_ALLOW_PRIVATE_TARGETS: "1" };
+const run = (...args: string[]) => runCli([crm, ...args], { cwd: folder, env });
+
+beforeAll(() => {
+  const buildDir = tempDir("build");
+  const built = Bun.spawnSync([process.execPath, join(ROOT, "scripts", "build.ts"), `--outfile=${join(buildDir, "crm")}`], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+  if (built.exitCode !== 0) throw new Error(`the build failed:\n${built.stdout}${built.stderr}`);
+  expect(readdirSync(buildDir)).toEqual(["crm"]);
+  folder = tempDir("binary");
+  crm = join(folder, "crm");
+  copyFileSync(join(buildDir, "crm"), crm);
+  Bun.spawnSync(["chmod", "755", crm]);
+  rmSync(buildDir, { recursive: true, force: true });
+  receiver = startReceiver();
+}, 180_000);
+
+afterAll(() => {
+  receiver?.stop();
+  if (folder) rmSync(folder, { recursive: true, force: true });
+});
+
+describe("the compiled binary, alone in an empty folder", () => {
+  test("--version and --help", () => {
+    expect(readdirSync(folder)).toEqual(["crm"]);
+    expect(run("--version")).toEqual({ exitCode: 0, stdout: `crm ${VERSION}\n`, stderr: "" });
+    const help = run("--help");
+    expect(help.exitCode).toBe(0);
+    expect(help.stdout).toContain("backup FILE");
+  });
+
+  test("migrate applies every embedded migration into ./data (0700)", () => {
+    expect(run("migrate")).toEqual({ exitCode: 0, stdout: `applied ${MIGRATIONS.map((m) => m.name).join(", ")}\n`, stderr: "" });
+    expect((statSync(join(folder, "data")).mode & 0o777).toString(8)).toBe("700");
+    expect(run("migrate")).toEqual({ exitCode: 0, stdout: "database is up to date\n", stderr: "" });
+  });
+
+  test("serve: API, signed webhook, /docs, /console, readiness; SIGTERM exits 0; then backup", async () => {
+    const created = run("token", "create", "--name", "smoke");
+    expect(created.exitCode).toBe(0);
+    const token = created.stdout.trim();
+    expect(token).toMatch(/^crm_[A-Za-z0-9]{40}$/);
+
+    const server = await spawnServer([crm, "serve", "--port", "0"], { cwd: folder, env });
+    try {
+      expect((await api(server.url, token, "GET", "/readyz")).body).toEqual({ status: "ready", checks: { database: "ok", migrations: "ok", delivery_loop: "ok" } });
+
+      const sub = await api(server.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] });
+      expect(sub.status).toBe(201);
+      const contact = await api(server.url, token, "POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Lovelace", email: "ada@example.com" });
+      expect(contact.status).toBe(201);
+      const list = await api(server.url, token, "GET", "/public/v1/contacts?email=ada@example.com");
+      expect(list.status).toBe(200);
+      expect(list.body.data.map((c: { id: string }) => c.id)).toEqual([contact.body.data.id]);
+
+      await waitUntil(() => receiver.received.length > 0, "the webhook", server.proc);
+      const hook = receiver.received[0]!;
+      const payload = new Webhook(sub.body.data.secret).verify(hook.body, { "webhook-id": hook.id, "webhook-timestamp": hook.timestamp, "webhook-signature": hook.signature }) as {
+        type: string;
+        data: { id: string };
+      };
+      expect(payload.type).toBe("contact.created");
+      expect(payload.data.id).toBe(contact.body.data.id);
+
+      const docs = await fetch(`${server.url}/docs`);
+      expect(docs.status).toBe(200);
+      const html = await docs.text();
+      const assets = [...html.matchAll(/(?:src|href)="(\/docs\/[^"]+)"/g)].map((m) => m[1]!);
+      expect(assets.length).toBeGreaterThan(0);
+      for (const asset of assets) expect((await fetch(`${server.url}${asset}`)).status).toBe(200);
+      const spec = await (await fetch(`${server.url}/docs/json`)).json();
+      expect(spec.openapi).toStartWith("3.1");
+
+      const login = await fetch(`${server.url}/console/login`);
+      expect(login.status).toBe(200);
+      const page = await login.text();
+      const consoleAssets = [...page.matchAll(/(?:src|href)="(\/console\/assets\/[^"?]+)/g)].map((m) => m[1]!);
+      expect(consoleAssets.length).toBeGreaterThan(0);
+      for (const asset of consoleAssets) expect((await fetch(`${server.url}${asset}`)).status).toBe(200);
+      expect((await fetch(`${server.url}/console/assets/deliveries.js`)).status).toBe(200);
+    } finally {
+      // Hard guard only: a process still running 5 s after SIGTERM is killed and the test fails.
+      expect(await server.stopWith("SIGTERM", 5000)).toEqual({ exitCode: 0, killed: false });
+    }
+
+    const backup = run("backup", "copy.sqlite");
+    expect(backup.exitCode).toBe(0);
+    expect(backup.stdout).toMatch(/^backed up data\/crm\.sqlite to copy\.sqlite \(\d+ bytes, integrity ok\)\n$/);
+    expect(readdirSync(folder).sort()).toEqual(["copy.sqlite", "crm", "data"]);
+  }, 60_000);
+});
