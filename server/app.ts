@@ -12,6 +12,7 @@ import { IdempotencyGuard } from "./idempotency/service.ts";
 import { limitsGuard } from "./limits/routes.ts";
 import { Metrics } from "./ops/metrics.ts";
 import { opsRoutes } from "./ops/routes.ts";
+import { recordDeliveryOutcome } from "./ops/service.ts";
 import type { Runtime } from "./runtime.ts";
 import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
@@ -31,7 +32,7 @@ export function createRuntime({ db, config, log }: AppOptions): Runtime {
   const writes = new WriteQueue(db);
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, writes, config, log });
-  deliveries.onOutcome((outcome) => metrics.observeDeliveryOutcome(outcome));
+  deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
   return { db, config, log, writes, idempotency: new IdempotencyGuard(db), metrics, deliveries };
 }
 

@@ -9,7 +9,9 @@ import { ProblemError } from "../http/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { VERSION } from "../version.ts";
 import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
-import type { Gauge } from "./metrics.ts";
+import type { Logger } from "../shared/log.ts";
+import type { DeliveryOutcome } from "../webhooks/worker.ts";
+import type { Gauge, Metrics } from "./metrics.ts";
 import type { Health, Readiness, ReadinessChecks } from "./model.ts";
 import { probeWrite, quickCheck, vacuumInto } from "./store.ts";
 
@@ -138,6 +140,26 @@ export function metricsText(rt: Runtime): string {
     { name: "crm_js_heap_used_bytes", help: "JavaScript heap in use, in bytes.", value: memory.heapUsed },
   ];
   return rt.metrics.render(gauges);
+}
+
+/**
+ * recordDeliveryOutcome counts a finished webhook attempt and logs it as one line. The target URL
+ * is left out (its query string may carry the receiver's own credentials); the subscription id
+ * and the delivery id lead to it.
+ */
+export function recordDeliveryOutcome(metrics: Metrics, log: Logger, outcome: DeliveryOutcome): void {
+  metrics.observeDeliveryOutcome(outcome);
+  const line = {
+    delivery_id: outcome.delivery_id,
+    subscription_id: outcome.subscription_id,
+    event_type: outcome.event_type,
+    trigger: outcome.trigger,
+    response_status: outcome.response_status,
+    duration_ms: outcome.duration_ms,
+    delivery_status: outcome.status,
+  };
+  if (outcome.status === "failed") log.warn("webhook attempt", line);
+  else log.info("webhook attempt", line);
 }
 
 /** BackupError says why a backup could not be made; the CLI prints it as one line. */

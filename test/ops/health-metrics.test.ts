@@ -158,7 +158,7 @@ describe("metrics: access (security)", () => {
   test("without a metrics token: a request relayed by a proxy that is not trusted is refused, even from loopback", async () => {
     const running = await listen();
     try {
-      for (const header of [{ "x-forwarded-for": "127.0.0.1" }, { forwarded: "for=203.0.113.9" }, { "x-real-ip": "127.0.0.1" }]) {
+      for (const header of [{ "x-forwarded-for": "127.0.0.1" }, { forwarded: "for=203.0.113.9" }, { "x-real-ip": "127.0.0.1" }] as Record<string, string>[]) {
         const res = await scrape(running.url, header);
         expect(res.status).toBe(403);
         expect(JSON.parse(res.text)).toEqual({
@@ -197,7 +197,7 @@ describe("metrics: access (security)", () => {
   test("with a metrics token: only the token opens /metrics, loopback or not", async () => {
     const running = await listen({ metricsToken: METRICS_TOKEN });
     try {
-      for (const headers of [{}, { authorization: "Bearer wrong-token-0000000000" }, { authorization: `Basic ${METRICS_TOKEN}` }, { authorization: `Bearer ${METRICS_TOKEN}x` }]) {
+      for (const headers of [{}, { authorization: "Bearer wrong-token-0000000000" }, { authorization: `Basic ${METRICS_TOKEN}` }, { authorization: `Bearer ${METRICS_TOKEN}x` }] as Record<string, string>[]) {
         const res = await scrape(running.url, headers);
         expect(res.status).toBe(401);
         expect(res.headers.get("www-authenticate")).toBe('Bearer realm="metrics"');
