@@ -95,7 +95,7 @@ describe("configuration: invalid input names the setting", () => {
   });
 
   test("serve stops before touching anything: exit 2, one line on stderr, nothing on stdout, no data directory", () => {
-    const cwd = tempDir("cli");
+    const dataDir = join(tempDir("cli"), "data");
     const cases: [string[], Record<string, string>, string][] = [
       [["serve", "--port", "70000"], {}, 'crm: invalid --port: "70000" is not a port number (0-65535)\n'],
       [["serve"], { CRM_LOG_LEVEL: "loud" }, 'crm: invalid CRM_LOG_LEVEL: "loud" is not one of debug, info, warn, error\n'],
@@ -103,10 +103,10 @@ describe("configuration: invalid input names the setting", () => {
       [["serve", "--metrics-token", "x"], {}, "crm: invalid --metrics-token: the value is not 16 to 200 printable characters without spaces\n"],
     ];
     for (const [args, env, line] of cases) {
-      const result = runCli([...SOURCE, ...args], { cwd, env: { PATH: process.env.PATH ?? "", ...env } });
+      const result = runCli([...SOURCE, ...args], { env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir, ...env } });
       expect({ exitCode: result.exitCode, stdout: result.stdout, stderr: result.stderr }).toEqual({ exitCode: 2, stdout: "", stderr: line });
     }
-    expect(existsSync(join(cwd, "data"))).toBe(false);
+    expect(existsSync(dataDir)).toBe(false);
   });
 
   test("a port already in use is one line, not a stack trace", () => {
