@@ -1,0 +1,34 @@
+import { describe, expect, test } from "bun:test";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { DEFAULT_CONFIG, loadConfig } from "../../server/config.ts";
+import { ROOT, tempDir } from "./support.ts";
+
+const unit = readFileSync(join(ROOT, "deploy", "crm.service"), "utf8");
+
+/** directive returns the value of a `Key=value` line of the unit, or undefined. */
+function directive(key: string): string | undefined {
+  return new RegExp(`^${key}=(.*)$`, "m").exec(unit)?.[1];
+}
+
+describe("deploy/crm.service", () => {
+  test.skipIf(!Bun.which("systemd-analyze"))("systemd-analyze verify accepts it", () => {
+    // verify insists that ExecStart's program exists; point it at one that does.
+    const file = join(tempDir("unit"), "crm.service");
+    writeFileSync(file, unit.replaceAll("/usr/local/bin/crm", process.execPath));
+    const result = Bun.spawnSync(["systemd-analyze", "verify", "--man=no", file], { stdout: "pipe", stderr: "pipe" });
+    expect(result.stderr.toString() + result.stdout.toString()).toBe("");
+    expect(result.exitCode).toBe(0);
+  });
+
+  test("it agrees with the service: config file, data directory, permissions, stop timeout", () => {
+    expect(directive("ExecStart")).toBe("/usr/local/bin/crm serve --config /etc/crm/crm.toml");
+    const config = loadConfig(["--config", join(ROOT, "deploy", "crm.toml")], {});
+    expect(config.dataDir).toBe(`/var/lib/${directive("StateDirectory")}`);
+    expect([directive("StateDirectoryMode"), directive("UMask")]).toEqual(["0700", "0077"]);
+    expect(Number(directive("TimeoutStopSec")) * 1000).toBeGreaterThan(DEFAULT_CONFIG.shutdownTimeoutMs);
+    expect(directive("KillSignal")).toBe("SIGTERM");
+    // The JIT needs writable code pages: this directive would crash the service at start.
+    expect(directive("MemoryDenyWriteExecute")).toBeUndefined();
+  });
+});
