@@ -87,7 +87,7 @@ describe("graceful shutdown", () => {
     if (response instanceof Error) throw response;
     expect(response.status).toBe(200);
     expect(response.body.data).toMatchObject({ id: deliveryId, status: "succeeded", attempts: 2 });
-    expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+    expect(await server.waitForExit()).toEqual({ exitCode: 0, killed: false });
     const lines = server.logLines();
     // The request that finished during the shutdown is logged like any other.
     expect(lines.slice(-2)).toMatchObject([

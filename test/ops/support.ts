@@ -32,8 +32,10 @@ export interface ServerProcess {
   output(): string;
   /** logLines parses the JSON log lines written so far */
   logLines(): Record<string, any>[];
-  /** signal sends a signal and waits for the exit code; the process is killed if it has not exited after `killAfterMs` */
+  /** stopWith sends a signal and waits for the exit (see waitForExit) */
   stopWith(signal: "SIGTERM" | "SIGINT", killAfterMs?: number): Promise<{ exitCode: number | null; killed: boolean }>;
+  /** waitForExit waits for the exit code; the process is killed if it has not exited after `killAfterMs` (a hang guard) */
+  waitForExit(killAfterMs?: number): Promise<{ exitCode: number | null; killed: boolean }>;
 }
 
 /**
@@ -82,8 +84,11 @@ export async function spawnServer(command: string[], options: { cwd?: string; en
         .split("\n")
         .filter((line) => line.startsWith("{"))
         .map((line) => JSON.parse(line)),
-    async stopWith(signal, killAfterMs = 5000) {
+    stopWith(signal, killAfterMs) {
       proc.kill(signal);
+      return this.waitForExit(killAfterMs);
+    },
+    async waitForExit(killAfterMs = 5000) {
       let killed = false;
       const timer = setTimeout(() => {
         killed = true;
