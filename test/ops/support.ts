@@ -75,6 +75,17 @@ export async function spawnServer(command: string[], options: { cwd?: string; en
     rejectListening(new Error(`server did not start listening within 15 s:\n${text}`));
   }, 15_000);
   const url = await listening.finally(() => clearTimeout(guard));
+  const waitForExit = async (killAfterMs = 5000) => {
+    let killed = false;
+    const timer = setTimeout(() => {
+      killed = true;
+      proc.kill("SIGKILL");
+    }, killAfterMs);
+    const exitCode = await proc.exited;
+    clearTimeout(timer);
+    await pumped;
+    return { exitCode, killed };
+  };
   return {
     url,
     proc,
@@ -86,19 +97,9 @@ export async function spawnServer(command: string[], options: { cwd?: string; en
         .map((line) => JSON.parse(line)),
     stopWith(signal, killAfterMs) {
       proc.kill(signal);
-      return this.waitForExit(killAfterMs);
+      return waitForExit(killAfterMs);
     },
-    async waitForExit(killAfterMs = 5000) {
-      let killed = false;
-      const timer = setTimeout(() => {
-        killed = true;
-        proc.kill("SIGKILL");
-      }, killAfterMs);
-      const exitCode = await proc.exited;
-      clearTimeout(timer);
-      await pumped;
-      return { exitCode, killed };
-    },
+    waitForExit,
   };
 }
 
