@@ -34,6 +34,7 @@ export function freePort(): number {
   return port;
 }
 
+/** Started is a server process that answered /readyz, and how long that took. */
 export interface Started {
   proc: Subprocess;
   url: string;
@@ -72,6 +73,7 @@ export async function stop(proc: Subprocess): Promise<{ exitCode: number; ms: nu
   return { exitCode, ms: performance.now() - started };
 }
 
+/** median returns the middle value (the upper one of an even count). */
 export function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor(sorted.length / 2)]!;
@@ -86,6 +88,7 @@ export function writeResult(name: string, result: unknown): string {
   return file;
 }
 
+/** mb formats bytes as MiB with one decimal. */
 export const mb = (bytes: number) => (bytes / MB).toFixed(1);
 
 async function main(): Promise<void> {

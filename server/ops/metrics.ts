@@ -1,10 +1,10 @@
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
 
 /** LATENCY_BUCKETS are the histogram bucket bounds in seconds, from a fast API call to a slow webhook receiver. */
-export const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
 /** DELIVERY_LATENCY_BUCKETS span an event's way to its receiver: sub-second at best, hours through retries. */
-export const DELIVERY_LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 36000, 86400];
+const DELIVERY_LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 36000, 86400];
 
 // Methods outside this list are counted as OTHER so a client cannot grow the label set at will.
 const KNOWN_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);

@@ -31,7 +31,7 @@ function check(run: () => string | null): string {
 }
 
 /** readinessChecks runs every readiness check; each is "ok" or says what is wrong. */
-export function readinessChecks(rt: Runtime): ReadinessChecks {
+function readinessChecks(rt: Runtime): ReadinessChecks {
   return {
     database: check(() => {
       probeWrite(rt.db);
@@ -62,7 +62,7 @@ function normalizeAddress(address: string): string {
 }
 
 /** isLoopback tells whether an address is on the loopback network (127.0.0.0/8 or ::1). */
-export function isLoopback(address: string): boolean {
+function isLoopback(address: string): boolean {
   const a = normalizeAddress(address);
   return a === "::1" || (isIP(a) === 4 && a.startsWith("127."));
 }
@@ -165,6 +165,7 @@ export function recordDeliveryOutcome(metrics: Metrics, log: Logger, outcome: De
 /** BackupError says why a backup could not be made; the CLI prints it as one line. */
 export class BackupError extends Error {}
 
+/** BackupResult says what was copied where, and how big the copy is. */
 export interface BackupResult {
   source: string;
   file: string;
