@@ -1,3 +1,4 @@
+/** @jsxImportSource preact */
 import { DeliveriesLive } from "../pages/deliveries-live.tsx";
 import { hydrateIsland } from "./mount.ts";
 

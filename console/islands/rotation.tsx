@@ -1,3 +1,4 @@
+/** @jsxImportSource preact */
 import { RotationLive } from "../pages/rotation-live.tsx";
 import { hydrateIsland } from "./mount.ts";
 

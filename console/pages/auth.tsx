@@ -1,3 +1,4 @@
+/** @jsxImportSource preact */
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "./layout.tsx";
 import { CsrfField, NoticeBox, type NoticeData } from "./parts.tsx";

@@ -1,3 +1,4 @@
+/** @jsxImportSource preact */
 import { useSignal } from "@preact/signals";
 
 /** CopyButton copies the value of the input with the given id and says so. */

@@ -1,3 +1,4 @@
+/** @jsxImportSource preact */
 import { useSignal } from "@preact/signals";
 import { useEffect } from "preact/hooks";
 import type { DeliveriesView, DeliveryRowView } from "../model.ts";

@@ -1,3 +1,4 @@
+/** @jsxImportSource preact */
 import type { DeliveryDetail, Subscription } from "../../server/webhooks/model.ts";
 import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES } from "../../server/webhooks/model.ts";
 import type { ConsoleSession, DeliveriesView, DeliveryFilters } from "../model.ts";

@@ -1,3 +1,4 @@
+/** @jsxImportSource preact */
 import type { ComponentChildren } from "preact";
 
 // Shared by server-rendered pages and browser islands: nothing here may import server code.

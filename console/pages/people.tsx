@@ -1,3 +1,4 @@
+/** @jsxImportSource preact */
 import type { ApiTokenInfo } from "../../server/auth/service.ts";
 import type { ListMeta } from "../../server/http/list-query.ts";
 import type { User } from "../../server/users/model.ts";

@@ -1,3 +1,4 @@
+/** @jsxImportSource preact */
 import type { ComponentChildren } from "preact";
 import { WEBHOOK_EVENT_TYPES, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
