@@ -1,5 +1,5 @@
 // Runs `bun test` and ends with the plain line CI reads: "N passed, M failed".
-const child = Bun.spawn([process.execPath, "test", ...process.argv.slice(2)], { stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+const child = Bun.spawn([process.execPath, "test", "--timeout", "30000", ...process.argv.slice(2)], { stdout: "pipe", stderr: "pipe", stdin: "ignore" });
 let passed = 0;
 let failed = 0;
 let ranTests = false;
