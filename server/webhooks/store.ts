@@ -187,6 +187,8 @@ function deliveryFilter(filters: DeliveryFilters): { where: string[]; params: (s
   add("d.event_type = ?", filters.eventType);
   add("d.event_id = ?", filters.eventId);
   add("d.status = ?", filters.status);
+  // The literal term lets SQLite use the partial index of unfinished deliveries.
+  if (filters.status !== undefined && filters.status !== "succeeded") where.push("d.status <> 'succeeded'");
   add("d.created_at > ?", filters.createdAfter);
   return { where, params };
 }
@@ -207,27 +209,44 @@ export function listDeliveries(db: Database, filters: DeliveryFilters, page: Pag
     .all(...params, ...order.params, page.limit, page.offset);
 }
 
-const DUE_COLUMNS = `d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.status AS subscription_status, e.payload
-  FROM webhook_deliveries d LEFT JOIN webhook_subscriptions s ON s.id = d.subscription_id JOIN events e ON e.id = d.event_id`;
+/** selectDue selects what an attempt needs; `deliveries` names the deliveries table, possibly with an index. */
+const selectDue = (deliveries: string) =>
+  `SELECT d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.status AS subscription_status, e.payload
+   FROM ${deliveries} LEFT JOIN webhook_subscriptions s ON s.id = d.subscription_id JOIN events e ON e.id = d.event_id`;
 
 /**
- * findDueDeliveries returns pending deliveries whose attempt is due and not leased, oldest due
- * first, skipping the given subscriptions (those already at their concurrency limit).
+ * findSubscriptionsWithDueDeliveries returns the active subscriptions, other than those skipped
+ * (already at their concurrency limit), that have a due delivery not leased, oldest due first.
  */
-export function findDueDeliveries(db: Database, now: number, limit: number, skipSubscriptions: string[]): DueDelivery[] {
-  const skip = skipSubscriptions.length ? `AND d.subscription_id NOT IN (${placeholders(skipSubscriptions.length)})` : "";
+export function findSubscriptionsWithDueDeliveries(db: Database, now: number, skip: string[]): string[] {
+  const skipClause = skip.length ? `AND s.id NOT IN (${placeholders(skip.length)})` : "";
+  return db
+    .query<{ id: string }, (string | number)[]>(
+      `WITH due AS MATERIALIZED (
+         SELECT s.id, (SELECT d.next_attempt_at FROM webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription
+                       WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
+                       ORDER BY d.next_attempt_at LIMIT 1) AS due_at
+         FROM webhook_subscriptions s WHERE s.status = 'active' ${skipClause})
+       SELECT id FROM due WHERE due_at IS NOT NULL ORDER BY due_at, id`,
+    )
+    .all(now, now, ...skip)
+    .map((row) => row.id);
+}
+
+/** findDueDeliveriesOf returns up to `limit` due, unleased deliveries of one subscription, oldest due first. */
+export function findDueDeliveriesOf(db: Database, subscriptionId: string, now: number, limit: number): DueDelivery[] {
   return db
     .query<DueDelivery, (string | number)[]>(
-      `SELECT ${DUE_COLUMNS}
-       WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?) AND s.status = 'active' ${skip}
+      `${selectDue("webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription")}
+       WHERE d.subscription_id = ? AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
        ORDER BY d.next_attempt_at, d.id LIMIT ?`,
     )
-    .all(now, now, ...skipSubscriptions, limit);
+    .all(subscriptionId, now, now, limit);
 }
 
 /** findDeliveryToSend returns a delivery with what an attempt needs, whatever its status, or null. */
 export function findDeliveryToSend(db: Database, id: string): DueDelivery | null {
-  return db.query<DueDelivery, [string]>(`SELECT ${DUE_COLUMNS} WHERE d.id = ?`).get(id);
+  return db.query<DueDelivery, [string]>(`${selectDue("webhook_deliveries d")} WHERE d.id = ?`).get(id);
 }
 
 /** leaseDeliveries marks deliveries as being attempted until the lease expires. */
@@ -263,8 +282,8 @@ export function updateDeliveryAfterAttempt(
 
 /** findNextWakeTime returns the earliest future moment a pending delivery becomes due or a lease expires. */
 export function findNextWakeTime(db: Database, now: number): number | null {
-  const due = db.query<{ t: number | null }, [number]>("SELECT min(next_attempt_at) AS t FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at > ?").get(now)!.t;
-  const lease = db.query<{ t: number | null }, [number]>("SELECT min(locked_until) AS t FROM webhook_deliveries WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending'").get(now)!.t;
+  const due = db.query<{ t: number | null }, [number]>("SELECT min(next_attempt_at) AS t FROM webhook_deliveries INDEXED BY webhook_deliveries_due WHERE status = 'pending' AND next_attempt_at > ?").get(now)!.t;
+  const lease = db.query<{ t: number | null }, [number]>("SELECT min(locked_until) AS t FROM webhook_deliveries INDEXED BY webhook_deliveries_leased WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending'").get(now)!.t;
   if (due === null) return lease;
   return lease === null ? due : Math.min(due, lease);
 }
@@ -272,7 +291,7 @@ export function findNextWakeTime(db: Database, now: number): number | null {
 /** countPendingDeliveries returns how many deliveries are pending and when the oldest was created. */
 export function countPendingDeliveries(db: Database): { pending: number; oldest_created_at: number | null } {
   return db.query<{ pending: number; oldest_created_at: number | null }, []>(
-    "SELECT count(*) AS pending, min(created_at) AS oldest_created_at FROM webhook_deliveries WHERE status = 'pending'",
+    "SELECT count(*) AS pending, min(created_at) AS oldest_created_at FROM webhook_deliveries WHERE status = 'pending' AND status <> 'succeeded'",
   ).get()!;
 }
 

@@ -15,7 +15,7 @@ afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 /** serve starts `bun server/main.ts serve` as a child process on the data directory and waits for its URL. */
 async function serve(): Promise<{ child: Subprocess<"ignore", "pipe", "pipe">; url: string }> {
   const child = Bun.spawn(["node_modules/.bin/bun", "server/main.ts", "serve", "--port", "0", "--log-level", "error"], {
-    env: { ...process.env, CRM_DATA_DIR: dataDir, CRM_ALLOW_PRIVATE_TARGETS: "1", CRM_RETRY_SCHEDULE: "0.05,0.05,0.05", CRM_DELIVERY_TIMEOUT_MS: "1000" },
+    env: { ...process.env, CRM_DATA_DIR: dataDir, CRM_ALLOW_PRIVATE_TARGETS: "1", CRM_RETRY_SCHEDULE: "0.05,0.05,0.05", CRM_DELIVERY_TIMEOUT_MS: "1000", CRM_RATE_WRITE_BURST: "1000", CRM_RATE_READ_PER_SECOND: "1000" },
     stdin: "ignore",
     stdout: "pipe",
     stderr: "pipe",
