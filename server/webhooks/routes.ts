@@ -45,7 +45,7 @@ export function webhookRoutes(rt: Runtime) {
     })
     .get("/webhook-subscriptions/:id", ({ params }) => ({ data: getSubscription(rt.db, params.id) }), {
       params: SubscriptionId,
-      response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404) },
+      response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { summary: "Get a webhook subscription", description: "The secret is masked.", tags: subscriptionTags, ...secured },
     })
     .delete("/webhook-subscriptions/:id", async ({ params, set }) => {
@@ -53,7 +53,7 @@ export function webhookRoutes(rt: Runtime) {
       set.status = 204;
     }, {
       params: SubscriptionId,
-      response: { 204: t.Void(), ...problemResponses(401, 403, 404) },
+      response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
       detail: { summary: "Delete a webhook subscription", description: "Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays readable.", tags: subscriptionTags, ...secured },
     })
     .post("/webhook-subscriptions/:id/test", (ctx) =>
@@ -75,7 +75,7 @@ export function webhookRoutes(rt: Runtime) {
     })
     .get("/webhook-deliveries/:id", ({ params }) => ({ data: getDelivery(rt.db, params.id) }), {
       params: DeliveryId,
-      response: { 200: DeliveryDetailEnvelope, ...problemResponses(401, 403, 404) },
+      response: { 200: DeliveryDetailEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { summary: "Get a webhook delivery with its attempts", description: "Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and first 4 KiB of the body, or the error in words.", tags: deliveryTags, ...secured },
     })
     .post("/webhook-deliveries/:id/retry", (ctx) =>
