@@ -1,29 +1,20 @@
-import { afterEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
 import { VERSION } from "../../server/version.ts";
 import { MAX_IN_FLIGHT } from "../../server/webhooks/worker.ts";
 import { ISO } from "../foundation/support.ts";
-import { settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
+import { settledDeliveries, waitFor, webhookTestScope, type Receiver, type WebhookHarness } from "./support.ts";
 
+const scope = webhookTestScope();
+const receiver = scope.receiver;
 let h: WebhookHarness;
-const receivers: Receiver[] = [];
-afterEach(async () => {
-  await h?.shutdown();
-  while (receivers.length) await receivers.pop()!.stop();
-});
-
-function receiver(path?: string): Receiver {
-  const r = startReceiver(path);
-  receivers.push(r);
-  return r;
-}
 
 const createContact = async (body: Record<string, unknown> = { first_name: "Ada", last_name: "Lovelace", email: "ada@example.com" }) =>
   (await h.json("POST", "/public/v1/contacts", { body })).body.data;
 
 describe("webhook deliveries: happy paths", () => {
   test("a contact.created request verifies with standardwebhooks; webhook-id is the delivery id; data is the contact", async () => {
-    h = webhookHarness();
+    h = scope.harness();
     const r = receiver();
     const sub = await h.subscribe(r.url, ["contact.created"]);
     const contact = await createContact();
@@ -55,7 +46,7 @@ describe("webhook deliveries: happy paths", () => {
   });
 
   test("created, updated and deleted events reach only the subscriptions that asked for them", async () => {
-    h = webhookHarness();
+    h = scope.harness();
     const all = receiver("/all");
     const created = receiver("/created");
     const updatedOrDeleted = receiver("/changed");
@@ -77,7 +68,7 @@ describe("webhook deliveries: happy paths", () => {
   });
 
   test("a deleted subscription gets nothing more", async () => {
-    h = webhookHarness();
+    h = scope.harness();
     const kept = receiver("/kept");
     const dropped = receiver("/dropped");
     await h.subscribe(kept.url, ["contact.created"]);
@@ -93,7 +84,7 @@ describe("webhook deliveries: happy paths", () => {
   });
 
   test("deleting a subscription fails its pending deliveries instead of sending them", async () => {
-    h = webhookHarness({ retrySchedule: [60] });
+    h = scope.harness({ retrySchedule: [60] });
     const r = receiver();
     r.respond(() => new Response("down", { status: 503 }));
     const sub = await h.subscribe(r.url, ["contact.created"]);
@@ -106,7 +97,7 @@ describe("webhook deliveries: happy paths", () => {
   });
 
   test("POST /:id/test sends webhook.ping to that subscription only and returns the delivery id", async () => {
-    h = webhookHarness();
+    h = scope.harness();
     const target = receiver("/target");
     const other = receiver("/other");
     const sub = await h.subscribe(target.url, ["contact.created"]);
@@ -135,7 +126,7 @@ async function waitForDeliveries<T>(harness: WebhookHarness, check: (list: any[]
 
 describe("webhook deliveries: failures and retries", () => {
   test("500, 500, 200 ends succeeded after 3 attempts, all with one webhook-id and valid signatures", async () => {
-    h = webhookHarness({ retrySchedule: [0.02, 0.02, 0.02] });
+    h = scope.harness({ retrySchedule: [0.02, 0.02, 0.02] });
     const r = receiver();
     r.respond((_, i) => (i < 2 ? new Response("boom", { status: 500 }) : new Response("fine")));
     const sub = await h.subscribe(r.url, ["contact.created"]);
@@ -154,7 +145,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a receiver that always answers 500 ends failed once the schedule is used up", async () => {
-    h = webhookHarness({ retrySchedule: [0.01, 0.01, 0.01] });
+    h = scope.harness({ retrySchedule: [0.01, 0.01, 0.01] });
     const r = receiver();
     r.respond(() => new Response("nope", { status: 500 }));
     await h.subscribe(r.url, ["contact.created"]);
@@ -165,7 +156,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a receiver that hangs is cut at the timeout, and the retry succeeds", async () => {
-    h = webhookHarness({ deliveryTimeoutMs: 150 });
+    h = scope.harness({ deliveryTimeoutMs: 150 });
     const r = receiver();
     r.respond((_, i) => (i === 0 ? new Promise<Response>(() => {}) : new Response("ok")));
     await h.subscribe(r.url, ["contact.created"]);
@@ -178,7 +169,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("410 Gone disables the subscription, fails the delivery and sends nothing more", async () => {
-    h = webhookHarness();
+    h = scope.harness();
     const r = receiver();
     r.respond(() => new Response("gone", { status: 410 }));
     const sub = await h.subscribe(r.url, ["contact.created", "contact.updated"]);
@@ -197,7 +188,7 @@ describe("webhook deliveries: failures and retries", () => {
 
   test("a slow receiver does not hold up a fast one", async () => {
     // rateWriteBurst: the creates below come at once, more than the default write burst (README, Limits).
-    h = webhookHarness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
+    h = scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
     const slow = receiver("/slow");
     const fast = receiver("/fast");
     slow.hold();
@@ -217,7 +208,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("Retry-After is honoured over a shorter scheduled delay", async () => {
-    h = webhookHarness({ retrySchedule: [0.01] });
+    h = scope.harness({ retrySchedule: [0.01] });
     const r = receiver();
     r.respond((_, i) => (i === 0 ? new Response("later", { status: 429, headers: { "retry-after": "3600" } }) : new Response("ok")));
     await h.subscribe(r.url, ["contact.created"]);
@@ -231,7 +222,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("redirects are not followed: a 3xx is a failed attempt that names the location", async () => {
-    h = webhookHarness({ retrySchedule: [] });
+    h = scope.harness({ retrySchedule: [] });
     const r = receiver();
     const elsewhere = receiver("/elsewhere");
     r.respond(() => new Response(null, { status: 302, headers: { location: elsewhere.url } }));
@@ -243,11 +234,10 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a receiver that is not listening is a connection error in words", async () => {
-    h = webhookHarness({ retrySchedule: [] });
+    h = scope.harness({ retrySchedule: [] });
     const r = receiver();
     await h.subscribe(r.url, ["contact.created"]);
     await r.stop();
-    receivers.pop();
     await createContact();
     const [delivery] = await settledDeliveries(h);
     expect(delivery.status).toBe("failed");
@@ -258,7 +248,7 @@ describe("webhook deliveries: failures and retries", () => {
 
 describe("webhook deliveries: security", () => {
   test("the connect-time check refuses a target that became private, and nothing is sent", async () => {
-    h = webhookHarness({ retrySchedule: [] });
+    h = scope.harness({ retrySchedule: [] });
     const r = receiver();
     await h.subscribe(r.url, ["contact.created"]);
     h.rt.config.allowPrivateTargets = false;
@@ -273,7 +263,7 @@ describe("webhook deliveries: security", () => {
   });
 
   test("each subscription signs with its own secret", async () => {
-    h = webhookHarness();
+    h = scope.harness();
     const a = receiver("/a");
     const b = receiver("/b");
     const subA = await h.subscribe(a.url, ["contact.created"]);

@@ -1,3 +1,4 @@
+import { afterEach } from "bun:test";
 import type { Server } from "bun";
 import type { Config } from "../../server/config.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
@@ -92,9 +93,9 @@ export interface WebhookHarness extends Harness {
 }
 
 /** webhookHarness builds a harness with FAST_WEBHOOKS (plus overrides) and starts its delivery loop. */
-export function webhookHarness(overrides: Partial<Config> = {}, start = true): WebhookHarness {
+export function webhookHarness(overrides: Partial<Config> = {}): WebhookHarness {
   const h = createHarness({ ...FAST_WEBHOOKS, ...overrides });
-  if (start) h.rt.deliveries.start();
+  h.rt.deliveries.start();
   return {
     ...h,
     async subscribe(targetUrl, events, description) {
@@ -123,4 +124,29 @@ export async function settledDeliveries(h: WebhookHarness, query = "per_page=100
     if (i > 2000) throw new Error(`deliveries still pending: ${JSON.stringify(list)}`);
     await Bun.sleep(5);
   }
+}
+
+/**
+ * webhookTestScope gives a test file harnesses and receivers that are shut down after each test:
+ * `scope.harness()` replaces the current harness, `scope.receiver()` starts one more receiver.
+ */
+export function webhookTestScope() {
+  let current: WebhookHarness | undefined;
+  const receivers: Receiver[] = [];
+  afterEach(async () => {
+    await current?.shutdown();
+    current = undefined;
+    while (receivers.length) await receivers.pop()!.stop();
+  });
+  return {
+    harness(overrides: Partial<Config> = {}): WebhookHarness {
+      current = webhookHarness(overrides);
+      return current;
+    },
+    receiver(path?: string): Receiver {
+      const r = startReceiver(path);
+      receivers.push(r);
+      return r;
+    },
+  };
 }
