@@ -17,8 +17,9 @@ import {
 } from "./model.ts";
 import { createSubscription, deleteSubscription, getDelivery, getSubscription, listDeliveriesPage, listSubscriptionsPage, retryDelivery, sendTestEvent } from "./service.ts";
 
-const SubscriptionId = t.Object({ id: t.String({ maxLength: 64, description: "Subscription id (sub_...)" }) });
-const DeliveryId = t.Object({ id: t.String({ maxLength: 64, description: "Delivery id (dlv_...), the webhook-id header receivers saw" }) });
+// Path parameters are named as in the contract (DELETE /webhook-subscriptions/:subscriptionId).
+const SubscriptionId = t.Object({ subscriptionId: t.String({ maxLength: 64, description: "Subscription id (sub_...)" }) });
+const DeliveryId = t.Object({ deliveryId: t.String({ maxLength: 64, description: "Delivery id (dlv_...), the webhook-id header receivers saw" }) });
 const subscriptionTags = ["Webhook subscriptions"];
 const deliveryTags = ["Webhook deliveries"];
 
@@ -43,27 +44,27 @@ export function webhookRoutes(rt: Runtime) {
       response: { 200: SubscriptionListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { summary: "List webhook subscriptions", description: "Newest first; secrets masked. Filter by event kind with `event`.", tags: subscriptionTags, ...secured },
     })
-    .get("/webhook-subscriptions/:id", ({ params }) => ({ data: getSubscription(rt.db, params.id) }), {
+    .get("/webhook-subscriptions/:subscriptionId", ({ params }) => ({ data: getSubscription(rt.db, params.subscriptionId) }), {
       params: SubscriptionId,
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { summary: "Get a webhook subscription", description: "The secret is masked.", tags: subscriptionTags, ...secured },
     })
-    .delete("/webhook-subscriptions/:id", async ({ params, set }) => {
-      await deleteSubscription(rt, params.id);
+    .delete("/webhook-subscriptions/:subscriptionId", async ({ params, set }) => {
+      await deleteSubscription(rt, params.subscriptionId);
       set.status = 204;
     }, {
       params: SubscriptionId,
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
       detail: { summary: "Delete a webhook subscription", description: "Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays readable.", tags: subscriptionTags, ...secured },
     })
-    .post("/webhook-subscriptions/:id/test", (ctx) =>
-      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 202, body: { data: await sendTestEvent(rt, ctx.params.id, scope) } })), {
+    .post("/webhook-subscriptions/:subscriptionId/test", (ctx) =>
+      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 202, body: { data: await sendTestEvent(rt, ctx.params.subscriptionId, scope) } })), {
       params: SubscriptionId,
       headers: IdempotencyKeyHeader,
       response: { 202: TestEventEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
       detail: {
         summary: "Send a test event",
-        description: "Sends a webhook.ping event ({subscription_id}) to this subscription only, at once. Follow it with GET /webhook-deliveries/{delivery_id}.",
+        description: "Sends a webhook.ping event ({subscription_id}) to this subscription only, at once. Follow it with GET /webhook-deliveries/{deliveryId}.",
         tags: subscriptionTags,
         ...secured,
       },
@@ -73,13 +74,13 @@ export function webhookRoutes(rt: Runtime) {
       response: { 200: DeliveryListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { summary: "List webhook deliveries", description: "Newest first. One delivery per event and subscription; its id is the webhook-id header your receiver saw.", tags: deliveryTags, ...secured },
     })
-    .get("/webhook-deliveries/:id", ({ params }) => ({ data: getDelivery(rt.db, params.id) }), {
+    .get("/webhook-deliveries/:deliveryId", ({ params }) => ({ data: getDelivery(rt.db, params.deliveryId) }), {
       params: DeliveryId,
       response: { 200: DeliveryDetailEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { summary: "Get a webhook delivery with its attempts", description: "Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and first 4 KiB of the body, or the error in words.", tags: deliveryTags, ...secured },
     })
-    .post("/webhook-deliveries/:id/retry", (ctx) =>
-      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await retryDelivery(rt, ctx.params.id, scope) } })), {
+    .post("/webhook-deliveries/:deliveryId/retry", (ctx) =>
+      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await retryDelivery(rt, ctx.params.deliveryId, scope) } })), {
       params: DeliveryId,
       headers: IdempotencyKeyHeader,
       response: { 200: DeliveryEnvelope, ...problemResponses(401, 403, 404, 409, 422, 503) },
