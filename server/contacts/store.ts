@@ -64,8 +64,6 @@ export function replaceContactAssignedUsers(db: Database, contactId: string, use
   userIds.forEach((userId, position) => insert.run(contactId, userId, position));
 }
 
-const placeholders = (n: number) => Array(n).fill("?").join(", ");
-
 export interface RelatedIds {
   accountIds: Map<string, string[]>;
   userIds: Map<string, string[]>;
@@ -75,16 +73,17 @@ export interface RelatedIds {
 export function findRelatedIdsByContact(db: Database, contactIds: string[]): RelatedIds {
   const related: RelatedIds = { accountIds: new Map(), userIds: new Map() };
   if (contactIds.length === 0) return related;
-  const list = placeholders(contactIds.length);
-  // One statement for both relations: each IN list costs SQLite a temporary index, a page ~3 us.
+  // One statement for both relations, the ids as a VALUES list joined to each primary key: an
+  // IN list would cost a temporary index per relation, twice the time of this for a page.
   const rows = db
     .query<{ contact_id: string; is_user: number; related_id: string }, string[]>(
-      `SELECT contact_id, 0 AS is_user, account_id AS related_id, position FROM contact_accounts WHERE contact_id IN (${list})
+      `WITH page(id) AS (VALUES ${Array(contactIds.length).fill("(?)").join(", ")})
+       SELECT a.contact_id, 0 AS is_user, a.account_id AS related_id, a.position FROM page JOIN contact_accounts a ON a.contact_id = page.id
        UNION ALL
-       SELECT contact_id, 1 AS is_user, user_id AS related_id, position FROM contact_assigned_users WHERE contact_id IN (${list})
+       SELECT u.contact_id, 1 AS is_user, u.user_id AS related_id, u.position FROM page JOIN contact_assigned_users u ON u.contact_id = page.id
        ORDER BY contact_id, is_user, position`,
     )
-    .all(...contactIds, ...contactIds);
+    .all(...contactIds);
   for (const row of rows) {
     const grouped = row.is_user ? related.userIds : related.accountIds;
     const ids = grouped.get(row.contact_id);
