@@ -3,10 +3,10 @@ import { VERSION } from "../version.ts";
 import { assertPublicHost, TargetRefused } from "./targets.ts";
 
 /** RESPONSE_BODY_LIMIT is how much of a receiver's answer is kept (4 KiB). */
-export const RESPONSE_BODY_LIMIT = 4096;
+const RESPONSE_BODY_LIMIT = 4096;
 
 /** RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. */
-export const RESPONSE_HEADERS_KEPT = ["content-type", "content-length", "retry-after", "location", "date", "server", "x-request-id"];
+const RESPONSE_HEADERS_KEPT = ["content-type", "content-length", "retry-after", "location", "date", "server", "x-request-id"];
 
 const USER_AGENT = `crm-webhooks/${VERSION}`;
 /** SECRET_PREFIX starts every signing secret (Standard Webhooks). */

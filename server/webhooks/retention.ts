@@ -3,7 +3,7 @@ import type { Runtime } from "../runtime.ts";
 import { deleteFinishedDeliveriesBefore, deleteUnreferencedEventsBefore } from "./store.ts";
 
 /** RETENTION_INTERVAL_MS is how often the retention job runs (hourly). */
-export const RETENTION_INTERVAL_MS = 60 * 60 * 1000;
+const RETENTION_INTERVAL_MS = 60 * 60 * 1000;
 /** PRUNE_BATCH is how many rows one commit deletes, so pruning never holds the writer for long. */
 const PRUNE_BATCH = 1000;
 const DAY_MS = 24 * 60 * 60 * 1000;

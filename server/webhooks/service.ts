@@ -29,7 +29,6 @@ import {
   type SubscriptionRow,
 } from "./store.ts";
 import { assertPublicHost, checkTargetUrl, TargetRefused } from "./targets.ts";
-import type { DeliveryOutcome } from "./worker.ts";
 
 /** maskSecret shows only the prefix and first characters of a signing secret. */
 export function maskSecret(secret: string): string {
@@ -220,9 +219,4 @@ export function deliveryQueueStats(db: Database, now = Date.now()): { pending: n
 /** deliveryLoopStatus tells whether the delivery loop is running and how many attempts are under way. */
 export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number } {
   return { running: rt.deliveries.running, in_flight: rt.deliveries.inFlightCount };
-}
-
-/** onDeliveryOutcome registers a listener told about every finished attempt (status, response, duration, event age). */
-export function onDeliveryOutcome(rt: Runtime, listener: (outcome: DeliveryOutcome) => void): void {
-  rt.deliveries.onOutcome(listener);
 }

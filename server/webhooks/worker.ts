@@ -38,7 +38,7 @@ export const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
 /** MAX_TIMER_MS keeps the wake-up timer inside setTimeout's range; the loop re-arms it. */
 const MAX_TIMER_MS = 60 * 60 * 1000;
 /** DRAIN_DEADLINE_MS is how long stop() waits for attempts in flight before abandoning them. */
-export const DRAIN_DEADLINE_MS = 10_000;
+const DRAIN_DEADLINE_MS = 10_000;
 
 export type Trigger = "scheduled" | "manual";
 
@@ -72,7 +72,6 @@ interface UnrecordedAttempt {
 }
 
 interface InFlight {
-  subscriptionId: string;
   controller: AbortController;
   done: Promise<void>;
 }
@@ -139,8 +138,8 @@ export function recordAttempt(db: Database, schedule: number[], due: DueDelivery
  * DeliveryLoop sends pending deliveries from inside the server process. It is woken by every
  * commit (new deliveries go out at once) and by a timer set only for the next scheduled retry or
  * lease expiry. It claims due deliveries in batches under a lease, runs at most MAX_IN_FLIGHT
- * attempts (MAX_PER_SUBSCRIPTION per subscription), and records each outcome through the
- * group-commit queue.
+ * attempts (MAX_PER_SUBSCRIPTION per subscription), and records the outcomes finished in one turn
+ * together, in the next group commit.
  */
 export class DeliveryLoop {
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
@@ -267,7 +266,7 @@ export class DeliveryLoop {
       };
       for (const listener of this.listeners) listener(outcome);
     })();
-    this.inFlight.set(due.id, { subscriptionId: due.subscription_id, controller, done });
+    this.inFlight.set(due.id, { controller, done });
     return done
       .catch((error: unknown) => log.error("webhook delivery attempt could not be recorded", { delivery_id: due.id, error: String(error) }))
       .finally(() => {
