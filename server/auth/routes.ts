@@ -3,8 +3,9 @@ import { Elysia } from "elysia";
 import { ProblemError } from "../http/problem.ts";
 import { checkBearer, type AuthenticatedToken } from "./service.ts";
 
-function unauthorized(detail: string): ProblemError {
-  return new ProblemError(401, "unauthorized", detail, undefined, { "www-authenticate": 'Bearer realm="crm"' });
+/** unauthorized is the 401 problem, with the WWW-Authenticate challenge and any extra headers. */
+export function unauthorized(detail: string, headers: Record<string, string> = {}): ProblemError {
+  return new ProblemError(401, "unauthorized", detail, undefined, { "www-authenticate": 'Bearer realm="crm"', ...headers });
 }
 
 /** bearerAuth resolves `token` for every route it is applied to, or answers 401 with WWW-Authenticate. */

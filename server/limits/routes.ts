@@ -1,4 +1,5 @@
 import { Elysia } from "elysia";
+import { unauthorized } from "../auth/routes.ts";
 import { checkBearer, tokenRate } from "../auth/service.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
 import { ProblemError } from "../http/problem.ts";
@@ -50,7 +51,8 @@ function refuseOversizedRequest(request: Request): void {
 /**
  * limitsGuard enforces, before routing and before any body is read: the connection cap (503),
  * query string and header size limits (414, 431), per-token rate limits for reads and writes,
- * and the throttle on failed authentication per client address (429 with Retry-After). Every
+ * and the throttle on failed authentication per client address (429 with Retry-After); a
+ * request under /public/v1 without a valid token gets its 401 here, before parsing. Every
  * /public/v1 response it lets through carries the RateLimit and RateLimit-Policy headers.
  */
 export function limitsGuard(rt: Runtime) {
@@ -126,6 +128,8 @@ export function limitsGuard(rt: Runtime) {
           headers,
         );
       }
+      // Answer 401 before the body is parsed or validated: an unauthenticated caller learns nothing about the route.
+      throw unauthorized(check.failure, headers);
     })
     .onAfterResponse({ as: "global" }, ({ request }) => {
       const connection = connectionOf.get(request);

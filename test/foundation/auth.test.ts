@@ -75,6 +75,25 @@ describe("auth: errors", () => {
 });
 
 describe("auth: security", () => {
+  test("without a valid token, 401 comes before any parsing or validation, so the route reveals nothing", async () => {
+    const cases: [string, string, unknown][] = [
+      ["POST", "/public/v1/contacts", { email: "not-an-email" }],
+      ["POST", "/public/v1/contacts", "{broken json"],
+      ["GET", "/public/v1/contacts?per_page=0", undefined],
+      ["POST", "/public/v1/webhook-subscriptions", { events: [] }],
+      ["PUT", "/public/v1/contacts", {}],
+    ];
+    for (const [method, path, body] of cases) {
+      for (const authorization of ["", "Bearer crm_unknown0000000000000000000000000000000000000"]) {
+        const res = await h.request(method, path, { body, headers: { authorization } });
+        expect(res.status).toBe(401);
+        expect(res.headers.get("www-authenticate")).toBe('Bearer realm="crm"');
+        expect((await res.json()).type).toBe("urn:crm:problem:unauthorized");
+      }
+    }
+    expect(h.rt.db.query("SELECT count(*) AS n FROM contacts").get()).toEqual({ n: 0 });
+  });
+
   test("tokens are stored only as SHA-256 hashes: the database files never hold the token", async () => {
     const { token } = createApiToken(h.rt.db, "secret-check");
     await h.json("POST", "/public/v1/contacts", { body: { first_name: "x" }, headers: { ...auth(token), "idempotency-key": "k" } });

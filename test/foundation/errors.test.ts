@@ -207,7 +207,7 @@ describe("errors: unexpected exceptions", () => {
       throw new Error("secret internal detail");
     });
     // Added after the app is built, it still runs under the app-wide error handler.
-    const res = await app.handle(new Request("http://localhost/public/v1/test-only-boom"));
+    const res = await app.handle(new Request("http://localhost/public/v1/test-only-boom", { headers: { authorization: `Bearer ${h.token}` } }));
     const body = (await res.json()) as any;
     expect(res.status).toBe(500);
     expect(body.type).toBe("urn:crm:problem:internal");
