@@ -3,7 +3,7 @@ import { Elysia, t } from "elysia";
 import { listTokens } from "../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
 import { problem, ProblemError } from "../server/http/problem.ts";
-import { clientAddress } from "../server/ops/service.ts";
+import { clientAddress, requestIsHttps } from "../server/ops/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { createUser } from "../server/users/service.ts";
 import { deleteSubscription, getSubscription, retryDelivery } from "../server/webhooks/service.ts";
@@ -134,8 +134,11 @@ export function consoleRoutes(rt: Runtime) {
     new Elysia({ name: "console", prefix: CONSOLE_PREFIX })
       // The console is not part of the public API: keep it out of the OpenAPI document.
       .guard({ detail: { hide: true } })
-      .derive(({ request }) => {
-        const secure = new URL(request.url).protocol === "https:";
+      .derive(({ request, server }) => {
+        const secure = requestIsHttps(
+          { url: request.url, forwardedProto: request.headers.get("x-forwarded-proto"), peer: server?.requestIP(request)?.address ?? null },
+          rt.config.trustedProxies,
+        );
         const sessionSecret = readCookie(request, SESSION_COOKIE);
         const session = resumeSession(db, sessionSecret);
         // Forms carry a token derived from the session, or before sign-in from a pre-session cookie.

@@ -95,6 +95,24 @@ export function clientAddress(hints: ClientHints, trustedProxies: string[]): str
   return address;
 }
 
+/** isTrustedProxy tells whether a TCP peer is one of the configured reverse proxies. */
+function isTrustedProxy(peer: string | null, trustedProxies: string[]): boolean {
+  return peer !== null && trustedProxies.some((proxy) => normalizeAddress(proxy) === normalizeAddress(peer));
+}
+
+/**
+ * requestIsHttps tells whether the client reached the service over https: the request's own
+ * scheme, or X-Forwarded-Proto when the peer is a trusted proxy (one that terminates TLS talks
+ * plain http to the service). From any other peer the header is the client's claim and counts
+ * for nothing. A list counts as https when any hop says so: a client can only make its own
+ * cookies stricter, never take Secure off a cookie sent over https.
+ */
+export function requestIsHttps(request: { url: string; forwardedProto: string | null; peer: string | null }, trustedProxies: string[]): boolean {
+  if (request.url.startsWith("https:")) return true;
+  if (request.forwardedProto === null || !isTrustedProxy(request.peer, trustedProxies)) return false;
+  return request.forwardedProto.split(",").some((scheme) => scheme.trim().toLowerCase() === "https");
+}
+
 function safeEqual(a: string, b: string): boolean {
   const x = Buffer.from(a);
   const y = Buffer.from(b);
@@ -116,8 +134,7 @@ export function authorizeMetrics(config: Config, authorization: string | null, h
     }
     return;
   }
-  const peerTrusted = hints.peer !== null && config.trustedProxies.map(normalizeAddress).includes(normalizeAddress(hints.peer));
-  const client = hints.forwarded && !peerTrusted ? null : clientAddress(hints, config.trustedProxies);
+  const client = hints.forwarded && !isTrustedProxy(hints.peer, config.trustedProxies) ? null : clientAddress(hints, config.trustedProxies);
   if (client === null || !isLoopback(client)) {
     throw new ProblemError(403, "forbidden", "GET /metrics answers loopback clients only; configure a metrics token (--metrics-token) to scrape from elsewhere.");
   }

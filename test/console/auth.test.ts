@@ -137,6 +137,40 @@ describe("sign-in and sessions", () => {
     }
   });
 
+  test("behind a trusted proxy that terminates TLS, X-Forwarded-Proto: https makes the cookies Secure", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "crm-console-proxy-"));
+    // The test connects from 127.0.0.1: the first server trusts that peer as its proxy, the second does not.
+    const trusting = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error", trustedProxies: ["127.0.0.1"] }, createLogger("error", () => {}));
+    const signInCookies = async (url: string, proto: string | null) => {
+      const client = new ConsoleClient((r) => {
+        if (proto !== null) r.headers.set("x-forwarded-proto", proto);
+        return fetch(r, { redirect: "manual" });
+      }, url);
+      const res = await client.signIn();
+      expect(res.status).toBe(303);
+      return res.headers.getSetCookie().map((c) => c.replace(/^crm_console_session=[^;]+/, "crm_console_session=…"));
+    };
+    const cookies = (secure: boolean) => [
+      `crm_console_session=…; Path=/console; HttpOnly; SameSite=Strict${secure ? "; Secure" : ""}`,
+      `crm_console_csrf=; Path=/console; HttpOnly; SameSite=Strict${secure ? "; Secure" : ""}; Max-Age=0`,
+    ];
+    try {
+      await addOperator(trusting.runtime.db);
+      expect(await signInCookies(trusting.url, "https")).toEqual(cookies(true));
+      expect(await signInCookies(trusting.url, "http")).toEqual(cookies(false));
+      expect(await signInCookies(trusting.url, null)).toEqual(cookies(false));
+    } finally {
+      await trusting.stop();
+    }
+    const untrusting = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}));
+    try {
+      expect(await signInCookies(untrusting.url, "https")).toEqual(cookies(false));
+    } finally {
+      await untrusting.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   test("session ids are random and only their SHA-256 is stored", async () => {
     const { h } = setup();
     await addOperator(h.rt.db);

@@ -5,7 +5,7 @@ import { createApp } from "../../server/app.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { databasePath } from "../../server/db/database.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
-import { authorizeMetrics, clientAddress, type ClientHints } from "../../server/ops/service.ts";
+import { authorizeMetrics, clientAddress, requestIsHttps, type ClientHints } from "../../server/ops/service.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
@@ -236,6 +236,21 @@ describe("metrics: access (security)", () => {
       [hints(null, "127.0.0.1"), ["10.0.0.2"], null],
     ];
     expect(cases.map(([h, trusted]) => clientAddress(h, trusted))).toEqual(cases.map(([, , want]) => want));
+  });
+
+  test("requestIsHttps believes X-Forwarded-Proto only from trusted proxies", () => {
+    const cases: [string, string | null, string | null, string[], boolean][] = [
+      ["https://crm.example.com/console/login", null, null, [], true],
+      ["http://127.0.0.1:3000/console/login", "https", "127.0.0.1", ["127.0.0.1"], true],
+      ["http://127.0.0.1:3000/console/login", "HTTPS", "::ffff:127.0.0.1", ["127.0.0.1"], true],
+      ["http://127.0.0.1:3000/console/login", "http, https", "10.0.0.2", ["10.0.0.2"], true],
+      ["http://127.0.0.1:3000/console/login", "http", "127.0.0.1", ["127.0.0.1"], false],
+      ["http://127.0.0.1:3000/console/login", null, "127.0.0.1", ["127.0.0.1"], false],
+      ["http://127.0.0.1:3000/console/login", "https", "198.51.100.7", ["127.0.0.1"], false],
+      ["http://127.0.0.1:3000/console/login", "https", "127.0.0.1", [], false],
+      ["http://127.0.0.1:3000/console/login", "https", null, ["127.0.0.1"], false],
+    ];
+    expect(cases.map(([url, forwardedProto, peer, trusted]) => requestIsHttps({ url, forwardedProto, peer }, trusted))).toEqual(cases.map(([, , , , want]) => want));
   });
 
   test("authorizeMetrics refuses a client that is not on loopback", () => {
