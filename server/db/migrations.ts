@@ -4,6 +4,7 @@ import foundation from "../../migrations/0001_foundation.sql" with { type: "text
 import webhooks from "../../migrations/0002_webhooks.sql" with { type: "text" };
 import consoleTables from "../../migrations/0003_console.sql" with { type: "text" };
 import limits from "../../migrations/0004_limits.sql" with { type: "text" };
+import deliveryCountsIndex from "../../migrations/0005_delivery_counts_index.sql" with { type: "text" };
 
 export interface Migration {
   version: number;
@@ -17,6 +18,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 2, name: "0002_webhooks.sql", sql: webhooks },
   { version: 3, name: "0003_console.sql", sql: consoleTables },
   { version: 4, name: "0004_limits.sql", sql: limits },
+  { version: 5, name: "0005_delivery_counts_index.sql", sql: deliveryCountsIndex },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -199,15 +199,9 @@ export async function retryDelivery(rt: Runtime, id: string, idempotency: Idempo
   return toDelivery(findDeliveryById(rt.db, id)!);
 }
 
-/** subscriptionDeliveryCounts counts deliveries created since `sinceMs` per subscription and outcome. */
+/** subscriptionDeliveryCounts counts deliveries created since `sinceMs` per existing subscription and outcome. */
 export function subscriptionDeliveryCounts(db: Database, sinceMs: number): Map<string, { succeeded: number; failed: number; pending: number }> {
-  const counts = new Map<string, { succeeded: number; failed: number; pending: number }>();
-  for (const row of countDeliveriesBySubscription(db, sinceMs)) {
-    const entry = counts.get(row.subscription_id) ?? { succeeded: 0, failed: 0, pending: 0 };
-    entry[row.status] = row.n;
-    counts.set(row.subscription_id, entry);
-  }
-  return counts;
+  return new Map(countDeliveriesBySubscription(db, sinceMs).map(({ subscription_id, ...counts }) => [subscription_id, counts]));
 }
 
 /** deliveryQueueStats reports the pending deliveries and the age of the oldest, for metrics and readiness. */

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { Database } from "bun:sqlite";
 import { listAccountsPage } from "../../server/accounts/service.ts";
 import { CONTACT_SORTS } from "../../server/contacts/model.ts";
 import { listContactsPage } from "../../server/contacts/service.ts";
@@ -7,6 +6,7 @@ import { countContacts, listContacts, type ContactFilters } from "../../server/c
 import type { CursorPosition } from "../../server/http/list-query.ts";
 import { listUsersPage } from "../../server/users/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { capturing, queryPlan, type Captured } from "../support/query-plans.ts";
 
 let h: Harness;
 beforeAll(async () => {
@@ -18,40 +18,7 @@ beforeAll(async () => {
 });
 afterAll(() => h.close());
 
-interface Captured {
-  sql: string;
-  params: unknown[];
-}
-
-/** capturing wraps the database so every statement run through it is recorded with its parameters. */
-function capturing(db: Database): { db: Database; captured: Captured[] } {
-  const captured: Captured[] = [];
-  const proxy = new Proxy(db, {
-    get(target, prop) {
-      if (prop === "query") {
-        return (sql: string) => {
-          const statement = target.query(sql);
-          const record =
-            (method: "all" | "get") =>
-            (...params: unknown[]) => {
-              captured.push({ sql, params });
-              return (statement[method] as (...p: unknown[]) => unknown)(...params);
-            };
-          return { all: record("all"), get: record("get") };
-        };
-      }
-      const value = Reflect.get(target, prop);
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
-  return { db: proxy, captured };
-}
-
-const planOf = (c: Captured): string[] =>
-  h.rt.db
-    .query<{ detail: string }, never[]>(`EXPLAIN QUERY PLAN ${c.sql}`)
-    .all(...(c.params as never[]))
-    .map((r) => r.detail);
+const planOf = (c: Captured): string[] => queryPlan(h.rt.db, c);
 
 /** expectIndexed fails on any full scan of a table that does not go through an index. */
 function expectIndexed(label: string, plan: string[]) {
