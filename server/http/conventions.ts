@@ -27,6 +27,9 @@ export function requestIdOf(request: Request): string {
 
 const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
 
+// Load balancers and Prometheus call these every few seconds; at info they would bury every other line.
+const PROBE_PATHS = new Set(["/healthz", "/readyz", "/metrics"]);
+
 function pathOf(request: Request): string {
   const url = request.url;
   const start = url.indexOf("/", url.indexOf("//") + 2);
@@ -151,10 +154,12 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
   const finished = (request: Request, status: number, route: string) => {
     const info = requestInfo.get(request);
     if (info) metrics?.observeRequest(request.method, route, status, (performance.now() - info.started) / 1000);
-    log.info("request", {
+    const path = pathOf(request);
+    // A probe that succeeds is routine; a failing one (not ready, a refused scrape) is news.
+    log[status < 400 && PROBE_PATHS.has(path) ? "debug" : "info"]("request", {
       request_id: info?.id,
       method: request.method,
-      path: pathOf(request),
+      path,
       status,
       duration_ms: info ? Math.round((performance.now() - info.started) * 100) / 100 : undefined,
     });

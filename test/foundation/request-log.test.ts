@@ -49,6 +49,45 @@ describe("request log: happy paths", () => {
   });
 });
 
+describe("request log: probes", () => {
+  test("successful /healthz, /readyz and /metrics requests log at debug, below the default info; failing probes and API requests at info", async () => {
+    const metricsToken = "metrics-token-for-tests-0001";
+    const probed = createHarness({ metricsToken });
+    probed.rt.deliveries.start(); // readiness needs the delivery loop
+    try {
+      const requests: [string, Record<string, string>, number][] = [
+        ["/healthz", {}, 200],
+        ["/readyz", {}, 200],
+        ["/metrics", { authorization: `Bearer ${metricsToken}` }, 200],
+        ["/metrics", {}, 401],
+        ["/public/v1/users", { authorization: `Bearer ${probed.token}` }, 200],
+      ];
+      const logged = async (level: "info" | "debug") => {
+        const { app, lines } = loggedApp(probed, level);
+        for (const [path, headers, status] of requests) expect([path, (await call(app, "GET", path, { headers })).status]).toEqual([path, status]);
+        await settle();
+        // a line is written after its response, so order by request id, not by arrival
+        const ordered = lines.filter((l) => l.msg === "request").sort((a, b) => (a.request_id < b.request_id ? -1 : 1));
+        return ordered.map((l) => [l.level, l.path, l.status]);
+      };
+      expect(await logged("info")).toEqual([
+        ["info", "/metrics", 401],
+        ["info", "/public/v1/users", 200],
+      ]);
+      expect(await logged("debug")).toEqual([
+        ["debug", "/healthz", 200],
+        ["debug", "/readyz", 200],
+        ["debug", "/metrics", 200],
+        ["info", "/metrics", 401],
+        ["info", "/public/v1/users", 200],
+      ]);
+    } finally {
+      await probed.rt.deliveries.stop(0);
+      probed.close();
+    }
+  });
+});
+
 describe("request log: x-request-id", () => {
   test("a safe incoming id is echoed and logged", async () => {
     const { app, lines } = loggedApp(h);

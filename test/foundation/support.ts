@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../server/app.ts";
 import { createApiToken } from "../../server/auth/service.ts";
-import { DEFAULT_CONFIG } from "../../server/config.ts";
+import { DEFAULT_CONFIG, type LogLevel } from "../../server/config.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { PROBLEM_TYPE, type Harness } from "../support/harness.ts";
@@ -37,11 +37,11 @@ export async function call(app: { handle(request: Request): Promise<Response> },
   return { status: res.status, headers: res.headers, body };
 }
 
-/** loggedApp builds a second app over the harness runtime whose log lines are captured. */
-export function loggedApp(h: Harness) {
+/** loggedApp builds a second app over the harness runtime whose log lines (from `level` up) are captured. */
+export function loggedApp(h: Harness, level: LogLevel = "debug") {
   const lines: Record<string, any>[] = [];
   const raw: string[] = [];
-  const log = createLogger("debug", (line) => {
+  const log = createLogger(level, (line) => {
     raw.push(line);
     lines.push(JSON.parse(line));
   });
