@@ -39,7 +39,7 @@ export function createRuntime({ db, config, log }: AppOptions): Runtime {
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */
 export function createApp(rt: Runtime) {
   let app: Elysia | undefined;
-  const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path }));
+  const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path, query: r.hooks?.query !== undefined }));
   const built = new Elysia({ name: "crm" })
     .use(httpConventions({ log: rt.log, routes, metrics: rt.metrics, bodyTimeoutMs: rt.config.bodyTimeoutMs }))
     .use(limitsGuard(rt))

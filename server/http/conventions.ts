@@ -4,7 +4,8 @@ import type { Metrics } from "../ops/metrics.ts";
 import { newId } from "../shared/ids.ts";
 import { DEFAULT_CONFIG } from "../config.ts";
 import { MAX_BODY_BYTES } from "../limits/limits.ts";
-import { ProblemError, problem, problemResponse, type FieldError, type Problem } from "./problem.ts";
+import { repeatedParameterErrors } from "./list-query.ts";
+import { ProblemError, problem, problemResponse, validationProblem, type FieldError, type Problem } from "./problem.ts";
 import { parseSafeJson } from "./safe-json.ts";
 
 
@@ -134,8 +135,8 @@ function validationErrors(error: ValidationError): FieldError[] {
 
 export interface ConventionOptions {
   log: Logger;
-  /** routes returns the app's route table, used to tell 404 from 405 */
-  routes: () => { method: string; path: string }[];
+  /** routes returns the app's route table (query: the route has a query schema), used to tell 404 from 405 */
+  routes: () => { method: string; path: string; query: boolean }[];
   /** metrics counts every answered request by route pattern */
   metrics?: Metrics;
   /** time a client has to send a request body before 408 */
@@ -179,6 +180,11 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
         finished(request, 403, "");
         return refusal;
       }
+    })
+    // Elysia keeps the last value of a repeated parameter; a route that reads its query refuses the guess.
+    .onTransform({ as: "global" }, ({ request, route }) => {
+      const errors = repeatedParameterErrors(request.url);
+      if (errors.length > 0 && routes().some((r) => r.query && r.method === request.method && r.path === route)) throw validationProblem(errors);
     })
     // The console (under /console) posts HTML forms; it validates its own form bodies.
     .onParse({ as: "global" }, ({ request }) => (pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request, bodyTimeoutMs)))

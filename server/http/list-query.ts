@@ -89,6 +89,16 @@ export function unknownParameterErrors(query: Record<string, unknown>, known: re
     .map((name) => ({ parameter: name, detail: `is not a parameter of ${what}; known: ${known.join(", ")}` }));
 }
 
+/** repeatedParameterErrors names every query parameter a URL gives more than once: which value was meant would be a guess. */
+export function repeatedParameterErrors(url: string): FieldError[] {
+  const start = url.indexOf("?");
+  if (start < 0 || url.indexOf("&", start) < 0) return [];
+  const seen = new Set<string>();
+  const repeated = new Set<string>();
+  for (const name of new URLSearchParams(url.slice(start + 1)).keys()) (seen.has(name) ? repeated : seen).add(name);
+  return [...repeated].map((name) => ({ parameter: name, detail: "must be given once" }));
+}
+
 /**
  * parseListQuery turns validated query strings into a ListQuery, refusing unknown parameters,
  * a cursor combined with page, and a cursor that belongs to another sort or filter (422).

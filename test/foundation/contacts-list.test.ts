@@ -11,7 +11,8 @@ const FIRST = ["Ada", "ada", null, "Grace", "Alan", null, "Edsger", "Barbara", "
 const LAST = ["Lovelace", null, "Hopper", "Turing", "Dijkstra", null, "Liskov", "Lovelace", "Torvalds", "Kay"];
 
 beforeAll(async () => {
-  h = createHarness();
+  // This file reads far more than a token's default burst of 200 in well under a second.
+  h = createHarness({ rateReadBurst: 10_000 });
   for (let i = 0; i < 30; i++) {
     const body: Record<string, unknown> = {
       first_name: FIRST[i % FIRST.length],
@@ -276,6 +277,17 @@ describe("contact list: errors", () => {
     expect(res.body).toEqual(
       parameterError("limit", "is not a parameter of this list; known: page, per_page, sort_by, sort_direction, cursor, email, full_name, created_after, updated_after, include", "The list parameters are invalid."),
     );
+  });
+
+  test("a parameter given more than once is 422 naming it, even with the same value twice", async () => {
+    const once = (...names: string[]) => validation(names.map((parameter) => ({ parameter, detail: "must be given once" })));
+    expect((await h.json("GET", "/public/v1/contacts?page=1&page=2")).body).toEqual(once("page"));
+    expect((await h.json("GET", "/public/v1/contacts?per_page=5&sort_by=email&per_page=5")).body).toEqual(once("per_page"));
+    expect((await h.json("GET", "/public/v1/contacts?pag%65=1&page=2")).body).toEqual(once("page"));
+    expect((await h.json("GET", "/public/v1/contacts?include=accounts&email=a@b.c&include=assigned_user&email=a@b.c")).body).toEqual(once("include", "email"));
+    const res = await h.json("GET", `/public/v1/contacts/${all[0].id}?include=accounts&include=assigned_user`);
+    expectProblem(res, 422, "validation");
+    expect(res.body).toEqual(once("include"));
   });
 
   test("cursor with page, tampered, or from another sort or filter is 422", async () => {

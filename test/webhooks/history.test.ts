@@ -179,6 +179,9 @@ describe("delivery history: errors", () => {
     expect(time.body.errors).toEqual([{ parameter: "created_after", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]);
     const cursor = await h.json("GET", "/public/v1/webhook-deliveries?cursor=bogus");
     expectProblem(cursor, 422, "validation");
+    const repeated = await h.json("GET", "/public/v1/webhook-deliveries?status=failed&per_page=5&status=pending");
+    expectProblem(repeated, 422, "validation");
+    expect(repeated.body.errors).toEqual([{ parameter: "status", detail: "must be given once" }]);
   });
 });
 
