@@ -47,6 +47,20 @@ function takeOption(args: string[], name: string): string | undefined {
   return value;
 }
 
+/**
+ * commandFirst moves the command word, with everything after it, ahead of the options written
+ * before it (`crm --log-level warn migrate`). The value of an option that takes one is never
+ * taken for the command.
+ */
+function commandFirst(args: string[]): string[] {
+  const takesValue = new Set(["--config", ...SETTINGS.filter((s) => s.kind !== "boolean").map((s) => s.flag)]);
+  for (let i = 0; i < args.length; i++) {
+    if (!args[i]!.startsWith("-")) return [...args.slice(i), ...args.slice(0, i)];
+    if (takesValue.has(args[i]!)) i++;
+  }
+  return args;
+}
+
 function takeFlag(args: string[], name: string): boolean {
   const i = args.indexOf(name);
   if (i >= 0) args.splice(i, 1);
@@ -61,7 +75,7 @@ function openConfiguredDatabase(args: string[]) {
 }
 
 async function main(argv: string[]): Promise<number> {
-  const args = [...argv];
+  const args = commandFirst(argv);
   if (args.includes("--help") || args.includes("-h") || args[0] === "help") {
     process.stdout.write(HELP);
     return 0;

@@ -49,6 +49,14 @@ describe("command line: happy paths", () => {
     expect(await crm(["migrate"])).toEqual({ stdout: "database is up to date\n", stderr: "", code: 0 });
   });
 
+  test("options may come before the command; an option's value is never taken for the command", async () => {
+    const first = await crm(["--log-level", "warn", "migrate"]);
+    expect([first.code, first.stderr, first.stdout]).toEqual([0, "", expect.stringMatching(/^applied 0001_foundation\.sql/)]);
+    expect(await crm(["--allow-private-targets", "--data-dir", dataDir, "migrate", "--log-level=error"])).toEqual({ stdout: "database is up to date\n", stderr: "", code: 0 });
+    const created = await crm(["--log-level=warn", "token", "create", "--name", "importer"]);
+    expect([created.code, created.stdout]).toEqual([0, expect.stringMatching(/^crm_[A-Za-z0-9]{40}\n$/)]);
+  });
+
   test("token create prints only the token on stdout; --json adds its metadata; list never shows it; revoke", async () => {
     const created = await crm(["token", "create", "--name", "importer"]);
     expect(created.code).toBe(0);
@@ -164,6 +172,10 @@ describe("command line: errors", () => {
     const res = await crm(["migrate", "--config", file]);
     oneLine(res);
     expect(res.stderr).toContain("port in");
+  });
+
+  test("an unknown command after options is named as the command, not the option's value", async () => {
+    expect(await crm(["--log-level", "warn", "bogus"])).toEqual({ stdout: "", stderr: "crm: unknown command bogus (see --help)\n", code: 2 });
   });
 
   test("usage mistakes are one line with exit 2", async () => {
