@@ -8,7 +8,6 @@ import { repeatedParameterErrors } from "./list-query.ts";
 import { ProblemError, problem, problemResponse, validationProblem, type FieldError, type Problem } from "./problem.ts";
 import { parseSafeJson } from "./safe-json.ts";
 
-
 export const PUBLIC_PREFIX = "/public/v1";
 
 /** CONSOLE_PREFIX is where the operator console is served (server-rendered HTML and forms). */
@@ -197,7 +196,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
       if (error instanceof ProblemError) {
         body = error.toProblem();
         Object.assign(headers, error.headers);
-      } else if (code === "VALIDATION") {
+      } else if (code === "VALIDATION" && (error as ValidationError).type !== "response") {
         body = problem(422, "validation", "The request has invalid fields.", validationErrors(error as ValidationError));
       } else if (code === "NOT_FOUND") {
         const path = pathOf(request);
@@ -211,11 +210,16 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
       } else if (code === "PARSE") {
         body = problem(400, "invalid-json", "The request body could not be parsed.");
       } else {
-        const status = typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;
+        // A ValidationError here is of a response (requests were handled above): the server's fault.
+        const status = !(error instanceof ValidationError) && typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;
         if (status >= 400 && status < 500) {
           body = problem(status, "bad-request", "The request could not be processed.");
         } else {
-          log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request), error: String(error), stack: (error as Error)?.stack });
+          // A broken response's error carries the response itself, which may hold secrets: log only where it broke.
+          const described = error instanceof ValidationError
+            ? { error: `the response does not match its schema at ${(error.all[0] as { path?: string } | undefined)?.path || "/"}` }
+            : { error: String(error), stack: (error as Error)?.stack };
+          log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request), ...described });
           body = problem(500, "internal", `An unexpected error occurred. Quote request id ${requestId} when reporting it.`);
         }
       }

@@ -1,3 +1,4 @@
+import { t } from "elysia";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { RunningServer } from "../../server/server.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
@@ -199,6 +200,17 @@ describe("errors: unexpected exceptions", () => {
     } finally {
       h.rt.db.run("ALTER TABLE contacts_moved RENAME TO contacts");
     }
+  });
+
+  test("a response that breaks its own schema is the server's fault: 500, logged, not a 422 blaming the client", async () => {
+    const { app, lines } = loggedApp(h);
+    app.get("/public/v1/test-only-bad-response", () => ({ count: "whsec_not-for-logs" }) as unknown as { count: number }, { response: { 200: t.Object({ count: t.Integer() }) } });
+    const res = await app.handle(new Request("http://localhost/public/v1/test-only-bad-response", { headers: { authorization: `Bearer ${h.token}` } }));
+    const body = (await res.json()) as any;
+    expect(res.status).toBe(500);
+    expect(body).toEqual({ type: "urn:crm:problem:internal", title: "Internal Server Error", status: 500, detail: `An unexpected error occurred. Quote request id ${res.headers.get("x-request-id")} when reporting it.` });
+    expect(lines.find((l) => l.level === "error")).toMatchObject({ request_id: res.headers.get("x-request-id"), error: "the response does not match its schema at /count" });
+    expect(JSON.stringify(lines)).not.toContain("whsec_not-for-logs");
   });
 
   test("an exception thrown by a handler answers 500 without its message", async () => {
