@@ -1,16 +1,22 @@
 // Baseline for bench/run.ts: Bun.serve + bun:sqlite with no framework, on a copy of the same seeded
-// database with the same pragmas. POST /contacts commits one transaction per request; POST
-// /grouped-contacts does the same insert through the app's WriteQueue (group commit), to show what
-// the commit design alone is worth. GET runs the app's query shape (ORDER BY created_at DESC, id DESC
-// LIMIT 25, plus the count) and renders rows as the API does (RFC 3339 timestamps, stored properties
-// spread in). No auth, no validation, no events.
+// database (migrated by the app's migrate(), so tables, triggers and indexes are the app's) with the
+// same pragmas. A create writes the contact and its contact.created outbox event (the app's
+// recordEvent) in one transaction, as any design of this service must: POST /contacts commits one
+// transaction per request, POST /grouped-contacts does the same through the app's WriteQueue (group
+// commit), to show what the commit design alone is worth. POST /contacts-only is the earlier
+// baseline, one transaction per request holding the contact row alone. GET runs the app's query
+// shape (ORDER BY created_at DESC, id DESC LIMIT 25, plus the count) and renders rows as the API does
+// (RFC 3339 timestamps, stored properties spread in). No auth, no validation, no relations.
 // Usage: bun bench/bare-server.ts DB_FILE
 import { openDatabase } from "../server/db/database.ts";
+import { migrate } from "../server/db/migrations.ts";
 import { WriteQueue } from "../server/db/write-queue.ts";
+import { recordEvent } from "../server/webhooks/outbox.ts";
 
 const dbFile = process.argv[2];
 if (!dbFile) throw new Error("usage: bun bench/bare-server.ts DB_FILE");
 const db = openDatabase(dbFile);
+migrate(db);
 
 interface Row {
   id: string;
@@ -27,7 +33,13 @@ const COLUMNS = "id, first_name, last_name, email, phone, properties, created_at
 const insert = db.query(
   "INSERT INTO contacts (id, first_name, last_name, email, phone, properties, created_at, updated_at) VALUES ($id, $first_name, $last_name, $email, $phone, $properties, $created_at, $updated_at)",
 );
-const insertOne = db.transaction((row: Row) => insert.run(row as never));
+const insertRowOnly = db.transaction((row: Row) => insert.run(row as never));
+/** insertWithEvent writes the contact and its outbox event, as the app's create does. */
+function insertWithEvent(row: Row): void {
+  insert.run(row as never);
+  recordEvent(db, "contact.created", render(row), row.created_at);
+}
+const insertOne = db.transaction(insertWithEvent);
 const writes = new WriteQueue(db);
 const firstPage = db.query<Row, []>(`SELECT ${COLUMNS} FROM contacts ORDER BY created_at DESC, id DESC LIMIT 25`);
 const total = db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'");
@@ -65,10 +77,17 @@ const server = Bun.serve({
         return Response.json({ data: render(row) }, { status: 201 });
       },
     },
+    "/contacts-only": {
+      async POST(request) {
+        const row = toRow(await request.json());
+        insertRowOnly.immediate(row);
+        return Response.json({ data: render(row) }, { status: 201 });
+      },
+    },
     "/grouped-contacts": {
       async POST(request) {
         const row = toRow(await request.json());
-        await writes.submit(() => insert.run(row as never));
+        await writes.submit(() => insertWithEvent(row));
         return Response.json({ data: render(row) }, { status: 201 });
       },
     },
