@@ -12,6 +12,10 @@ const ContactId = t.Object({ id: t.String({ maxLength: 64, description: "Contact
 const IncludeQuery = t.Object({ include: IncludeParam }, { additionalProperties: true });
 const tags = ["Contacts"];
 
+// A Response skips Elysia's handling of a returned object (about 5% of the first page's throughput,
+// bench/); the bytes and content-type are what Elysia sends for the object, as a test pins.
+const jsonResponse = (body: unknown) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json;charset=utf-8" } });
+
 /** contactRoutes serves /public/v1/contacts. */
 export function contactRoutes(rt: Runtime) {
   return new Elysia({ name: "contacts", prefix: "/public/v1/contacts" })
@@ -22,10 +26,10 @@ export function contactRoutes(rt: Runtime) {
       response: { 201: ContactEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: { summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
     })
-    .get("", ({ query }) => listContactsPage(rt.db, query), {
+    .get("", ({ query }) => jsonResponse(listContactsPage(rt.db, query)), {
       query: ContactListQuery,
-      // Documented and cleaned to the schema, not re-checked: checking a page (50 date-time parses)
-      // cost about 15% of this, the busiest route; the rows are rendered by toContact, whose shape the tests pin.
+      // Documented, not re-checked: checking a page (50 date-time parses) cost about 15% of this, the
+      // busiest route; the rows are rendered by toContact, whose shape the tests pin.
       response: { 200: t.NoValidate(ContactListEnvelope), ...problemResponses(401, 403, 422) },
       detail: { summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor).", tags, ...secured },
     })
