@@ -111,6 +111,37 @@ function fixResponses(document: Json): void {
   }
 }
 
+const header = (description: string) => ({ description, schema: { type: "string" } });
+
+/**
+ * GUARD_RESPONSES are answered to any /public/v1 operation by the limits guard before routing
+ * (server/limits/routes.ts), so no route declares them; the document adds them to each.
+ */
+const GUARD_RESPONSES: Record<string, { description: string; headers?: Json }> = {
+  "414": { description: "The query string is longer than 4 KiB." },
+  "429": {
+    description: "Over this token's rate limit, or too many requests without a valid token from this address.",
+    headers: {
+      "Retry-After": header("Seconds to wait before the next request gets through."),
+      RateLimit: header('Remaining quota, e.g. "write";r=0;t=1 (draft-ietf-httpapi-ratelimit-headers).'),
+      "RateLimit-Policy": header('The quota, e.g. "write";q=100;w=2.'),
+    },
+  },
+  "431": { description: "The request headers are larger than 8 KiB or more than 100 fields." },
+  "503": { description: "The server is serving its connection limit; retry shortly." },
+};
+
+/** addGuardResponses documents the limits guard's answers on every /public/v1 operation, with the problem body of its 401. */
+function addGuardResponses(document: Json): void {
+  for (const [path, pathItem] of Object.entries(document.paths as Json)) {
+    if (!path.startsWith("/public/v1")) continue;
+    for (const operation of Object.values(pathItem as Json)) {
+      const content = operation.responses?.["401"]?.content;
+      for (const [status, response] of Object.entries(GUARD_RESPONSES)) operation.responses[status] ??= { ...response, content };
+    }
+  }
+}
+
 const cache = new WeakMap<AnyElysia, { routeCount: number; document: Json }>();
 
 /** openApiDocument builds the OpenAPI 3.1 document of every route the app serves (cached until routes change). */
@@ -121,6 +152,7 @@ export function openApiDocument(app: AnyElysia, { info, securitySchemes }: Docum
   const { paths, components } = toOpenAPISchema(routeTable(app));
   const document: Json = { openapi: "3.1.2", info, paths, components: { ...components, securitySchemes } };
   fixResponses(document);
+  addGuardResponses(document);
   cache.set(app, { routeCount, document });
   return document;
 }

@@ -216,6 +216,18 @@ describe("OpenAPI document", () => {
     ]);
   });
 
+  test("every /public/v1 operation documents the limits guard's 414, 429 (with Retry-After and RateLimit headers), 431 and 503 as problems", () => {
+    const missing: string[] = [];
+    for (const { path, method, op } of publicOperations()) {
+      for (const status of ["414", "429", "431", "503"]) {
+        const response = op.responses[status];
+        if (!response?.content?.["application/problem+json"]?.schema) missing.push(`${method.toUpperCase()} ${path} ${status}`);
+      }
+      if (Object.keys(op.responses["429"]?.headers ?? {}).sort().join() !== "RateLimit,RateLimit-Policy,Retry-After") missing.push(`${method.toUpperCase()} ${path} 429 headers`);
+    }
+    expect(missing).toEqual([]);
+  });
+
   test("list operations document their query parameters", () => {
     const names = spec.paths["/public/v1/contacts"].get.parameters.filter((p: any) => p.in === "query").map((p: any) => p.name);
     expect(names.sort()).toEqual(["created_after", "cursor", "email", "full_name", "include", "page", "per_page", "sort_by", "sort_direction", "updated_after"]);
