@@ -17,6 +17,8 @@ import {
   findContactById,
   findRelatedIdsByContact,
   insertContact,
+  insertContactAccounts,
+  insertContactAssignedUsers,
   listContacts,
   replaceContactAccounts,
   replaceContactAssignedUsers,
@@ -154,10 +156,12 @@ export function createContact(rt: Runtime, input: ContactInput, idempotency: Ide
     const now = Date.now();
     const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, assigned_user_id: null, properties: "{}", created_at: now, updated_at: now };
     const row = applyInput(empty, input);
+    const relations = { accountIds: input.account_ids ?? [], userIds: input.assigned_user_ids ?? [] };
     insertContact(rt.db, row);
-    replaceContactAccounts(rt.db, row.id, input.account_ids ?? []);
-    replaceContactAssignedUsers(rt.db, row.id, input.assigned_user_ids ?? []);
-    const contact = renderContact(rt.db, row);
+    insertContactAccounts(rt.db, row.id, relations.accountIds);
+    insertContactAssignedUsers(rt.db, row.id, relations.userIds);
+    // The relations were just stored in exactly this order (ids are distinct): no need to read them back.
+    const contact = toContact(row, relations);
     recordEvent(rt.db, "contact.created", contact, now);
     const body = { data: contact };
     saveIdempotentResponse(rt.db, idempotency, 201, body, now);

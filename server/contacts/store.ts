@@ -50,18 +50,30 @@ export function findContactById(db: Database, id: string): ContactRow | null {
   return db.query<ContactRow, [string]>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id = ?`).get(id);
 }
 
+/** insertContactAccounts relates a contact that has no accounts yet to the given ones, in order. */
+export function insertContactAccounts(db: Database, contactId: string, accountIds: string[]): void {
+  if (accountIds.length === 0) return;
+  const insert = db.query("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES (?, ?, ?)");
+  accountIds.forEach((accountId, position) => insert.run(contactId, accountId, position));
+}
+
 /** replaceContactAccounts sets the accounts a contact relates to, in the given order. */
 export function replaceContactAccounts(db: Database, contactId: string, accountIds: string[]): void {
   db.query("DELETE FROM contact_accounts WHERE contact_id = ?").run(contactId);
-  const insert = db.query("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES (?, ?, ?)");
-  accountIds.forEach((accountId, position) => insert.run(contactId, accountId, position));
+  insertContactAccounts(db, contactId, accountIds);
+}
+
+/** insertContactAssignedUsers assigns a contact that has no assigned users yet to the given ones, in order. */
+export function insertContactAssignedUsers(db: Database, contactId: string, userIds: string[]): void {
+  if (userIds.length === 0) return;
+  const insert = db.query("INSERT INTO contact_assigned_users (contact_id, user_id, position) VALUES (?, ?, ?)");
+  userIds.forEach((userId, position) => insert.run(contactId, userId, position));
 }
 
 /** replaceContactAssignedUsers sets the users a contact is assigned to, in the given order. */
 export function replaceContactAssignedUsers(db: Database, contactId: string, userIds: string[]): void {
   db.query("DELETE FROM contact_assigned_users WHERE contact_id = ?").run(contactId);
-  const insert = db.query("INSERT INTO contact_assigned_users (contact_id, user_id, position) VALUES (?, ?, ?)");
-  userIds.forEach((userId, position) => insert.run(contactId, userId, position));
+  insertContactAssignedUsers(db, contactId, userIds);
 }
 
 export interface RelatedIds {
