@@ -46,10 +46,49 @@ function routePatternMatches(pattern: string, path: string): boolean {
   return a.every((segment, i) => (segment.startsWith(":") ? b[i] !== undefined && b[i] !== "" : segment === "*" || segment === b[i]));
 }
 
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+function bodyTimedOut(timeoutMs: number): ProblemError {
+  return new ProblemError(408, "body-timeout", `The request body did not arrive within ${timeoutMs} ms.`, undefined, { connection: "close" });
+}
+
+function decodeBody(bytes: Uint8Array | ArrayBuffer): string {
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    throw new ProblemError(400, "invalid-json", "The request body is not valid UTF-8.");
+  }
+}
+
+/**
+ * readDeclaredBody reads a body of a declared length (at most 1 MiB, which the framing enforces)
+ * in one call: Bun fills it natively, where a stream reader costs a few microseconds per request (bench/).
+ */
+async function readDeclaredBody(request: Request, timeoutMs: number): Promise<string> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), timeoutMs);
+  });
+  const reading = request.arrayBuffer();
+  // After a 408 the connection closes and the unfinished read fails; nobody waits for it any more.
+  reading.catch(() => {});
+  let bytes: ArrayBuffer | null;
+  try {
+    bytes = await Promise.race([reading, timeout]);
+  } catch {
+    throw new ProblemError(400, "incomplete-body", "The connection ended before the whole request body arrived.");
+  } finally {
+    clearTimeout(timer);
+  }
+  if (bytes === null) throw bodyTimedOut(timeoutMs);
+  return decodeBody(bytes);
+}
+
 /** readLimitedBody reads at most 1 MiB of body, and answers 408 if it takes longer than timeoutMs to arrive. */
 async function readLimitedBody(request: Request, timeoutMs: number): Promise<string> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > MAX_BODY_BYTES) throw bodyTooLarge();
+  if (declared !== null) return readDeclaredBody(request, timeoutMs);
   const body = request.body;
   if (!body) return "";
   const chunks: Uint8Array[] = [];
@@ -78,14 +117,8 @@ async function readLimitedBody(request: Request, timeoutMs: number): Promise<str
   } finally {
     clearTimeout(timer);
   }
-  if (timedOut) {
-    throw new ProblemError(408, "body-timeout", `The request body did not arrive within ${timeoutMs} ms.`, undefined, { connection: "close" });
-  }
-  try {
-    return new TextDecoder("utf-8", { fatal: true }).decode(Buffer.concat(chunks));
-  } catch {
-    throw new ProblemError(400, "invalid-json", "The request body is not valid UTF-8.");
-  }
+  if (timedOut) throw bodyTimedOut(timeoutMs);
+  return decodeBody(Buffer.concat(chunks));
 }
 
 function bodyTooLarge(): ProblemError {
