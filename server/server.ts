@@ -43,7 +43,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   const server = app.server!;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   if (listTokens(db).length === 0) {
-    log.info("no API token exists yet; create the first one with: crm token create --name my-integration (from source: bun server/main.ts token create --name my-integration)", { data_dir: config.dataDir });
+    log.info("no API token exists yet; create the first one with: crm token create --name my-integration (from source: npx bun server/main.ts token create --name my-integration)", { data_dir: config.dataDir });
   }
   let setupUrl: string | null = null;
   if (!hasOperators(db)) {

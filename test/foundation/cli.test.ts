@@ -115,7 +115,7 @@ describe("command line: happy paths", () => {
         .map((l) => JSON.parse(l))
         .find((l) => l.msg.includes("token create"));
       expect(hint.level).toBe("info");
-      expect(hint.msg).toMatch(/crm token create --name .*bun server\/main\.ts token create --name/);
+      expect(hint.msg).toMatch(/crm token create --name .*npx bun server\/main\.ts token create --name/);
 
       const token = (await crm(["token", "create", "--name", "first"])).stdout.trim();
       const ok = await fetch(`${url}/public/v1/contacts`, { headers: { authorization: `Bearer ${token}` } });
