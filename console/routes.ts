@@ -3,7 +3,7 @@ import { Elysia, t } from "elysia";
 import { listTokens } from "../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
 import { problem, ProblemError } from "../server/http/problem.ts";
-import { clientAddress, requestIsHttps } from "../server/ops/service.ts";
+import { clientAddress, clientHints, requestIsHttps } from "../server/ops/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { createUser } from "../server/users/service.ts";
 import { deleteSubscription, getSubscription, retryDelivery } from "../server/webhooks/service.ts";
@@ -87,8 +87,7 @@ function safeNext(next: string | undefined): string | undefined {
 
 /** addressOf names the client for sign-in throttling: the peer, or the client behind a trusted proxy. */
 function addressOf(server: Server<unknown> | null, request: Request, trustedProxies: string[]): string {
-  const hints = { peer: server?.requestIP(request)?.address ?? null, forwardedFor: request.headers.get("x-forwarded-for"), forwarded: request.headers.has("x-forwarded-for") };
-  return clientAddress(hints, trustedProxies) ?? "unknown";
+  return clientAddress(clientHints(request, server?.requestIP(request)?.address ?? null), trustedProxies) ?? "unknown";
 }
 
 /** pageError turns a service's problem into the console page that explains it. */

@@ -3,7 +3,7 @@ import { unauthorized } from "../auth/routes.ts";
 import { checkBearer, tokenRate } from "../auth/service.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
 import { ProblemError } from "../http/problem.ts";
-import { clientAddress } from "../ops/service.ts";
+import { clientAddress, clientHints } from "../ops/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { ConnectionGate } from "./connections.ts";
 import { BUN_TIMER_GRANULARITY_SECONDS, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
@@ -115,10 +115,7 @@ export function limitsGuard(rt: Runtime) {
         }
         return;
       }
-      const address = clientAddress(
-        { peer: peer?.address ?? null, forwardedFor: request.headers.get("x-forwarded-for"), forwarded: request.headers.has("x-forwarded-for") },
-        config.trustedProxies,
-      );
+      const address = clientAddress(clientHints(request, peer?.address ?? null), config.trustedProxies);
       const decision = failureBuckets.take(address ?? "unknown", failedAuth);
       const headers = rateLimitHeaders(failedAuth, decision);
       Object.assign(set.headers, headers);

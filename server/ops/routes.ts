@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { problemResponses } from "../http/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { Health, Readiness } from "./model.ts";
-import { authorizeMetrics, health, metricsText, readiness } from "./service.ts";
+import { authorizeMetrics, clientHints, health, metricsText, readiness } from "./service.ts";
 
 const tags = ["Operations"];
 
@@ -20,12 +20,7 @@ export function opsRoutes(rt: Runtime) {
     .get(
       "/metrics",
       ({ request, server, set }) => {
-        const headers = request.headers;
-        authorizeMetrics(rt.config, headers.get("authorization"), {
-          peer: server?.requestIP(request)?.address ?? null,
-          forwardedFor: headers.get("x-forwarded-for"),
-          forwarded: headers.has("x-forwarded-for") || headers.has("forwarded") || headers.has("x-real-ip"),
-        });
+        authorizeMetrics(rt.config, request.headers.get("authorization"), clientHints(request, server?.requestIP(request)?.address ?? null));
         set.headers["content-type"] = "text/plain; version=0.0.4; charset=utf-8";
         set.headers["cache-control"] = "no-store";
         return metricsText(rt);

@@ -75,6 +75,16 @@ export interface ClientHints {
   forwarded: boolean;
 }
 
+/** clientHints reads what a request tells about its origin, given its TCP peer's address. */
+export function clientHints(request: Request, peer: string | null): ClientHints {
+  const headers = request.headers;
+  return {
+    peer,
+    forwardedFor: headers.get("x-forwarded-for"),
+    forwarded: headers.has("x-forwarded-for") || headers.has("forwarded") || headers.has("x-real-ip"),
+  };
+}
+
 /**
  * clientAddress returns the address of the client: the TCP peer, or, when the peer is a trusted
  * proxy, the nearest X-Forwarded-For entry that is not itself a trusted proxy. Entries added
