@@ -1,9 +1,9 @@
 import type { Database } from "bun:sqlite";
-import { timingSafeEqual } from "node:crypto";
 import { createApiToken, revokeApiToken, type ApiTokenInfo } from "../server/auth/service.ts";
 import { notFound, ProblemError, validationProblem, type FieldError } from "../server/http/problem.ts";
 import type { Runtime } from "../server/runtime.ts";
 import type { ListMeta } from "../server/http/list-query.ts";
+import { sameBytes, sha256 } from "../server/shared/crypto.ts";
 import { newId } from "../server/shared/ids.ts";
 import { toOptionalTimestamp, toTimestamp } from "../server/shared/time.ts";
 import type { User } from "../server/users/model.ts";
@@ -58,16 +58,8 @@ const PASSWORD_MIN = 10;
 const PASSWORD_MAX = 512; // argon2 hashes any length; a bound keeps a request from buying much CPU
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
-function sha256(text: string): Uint8Array {
-  return new Bun.CryptoHasher("sha256").update(text).digest();
-}
-
 function randomSecret(): string {
   return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
-}
-
-function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
-  return a.byteLength === b.byteLength && timingSafeEqual(a, b);
 }
 
 /** checkOperatorInput validates an operator's email and password and returns the normalised email. */

@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
-import { timingSafeEqual } from "node:crypto";
 import type { TokenRate } from "../limits/rate-limiter.ts";
+import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import { findActiveTokensByPrefix, findApiTokenById, findApiTokenRate, insertApiToken, listApiTokens, markTokenRevoked, touchTokenLastUsed, type ApiTokenRow } from "./store.ts";
@@ -20,10 +20,6 @@ export interface ApiTokenInfo {
 export interface AuthenticatedToken {
   id: string;
   name: string;
-}
-
-function sha256(text: string): Uint8Array {
-  return new Bun.CryptoHasher("sha256").update(text).digest();
 }
 
 function randomTokenSecret(): string {
@@ -85,7 +81,7 @@ export function authenticateBearer(db: Database, presented: string, now = Date.n
   const hash = sha256(presented);
   let match: ApiTokenRow | null = null;
   for (const row of findActiveTokensByPrefix(db, presented.slice(0, PREFIX_LENGTH))) {
-    if (row.token_hash.byteLength === hash.byteLength && timingSafeEqual(row.token_hash, hash)) match = row;
+    if (sameBytes(row.token_hash, hash)) match = row;
   }
   if (!match) return null;
   if (now - (lastTouched.get(match.id) ?? 0) >= LAST_USED_RESOLUTION_MS) {

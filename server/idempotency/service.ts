@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
-import { timingSafeEqual } from "node:crypto";
 import { ProblemError } from "../http/problem.ts";
+import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { findIdempotencyRecord, upsertIdempotencyRecord, deleteIdempotencyRecordsBefore, type IdempotencyKeyId } from "./store.ts";
 
 /** IDEMPOTENCY_RETENTION_MS is how long a finished response is replayed (24 hours). */
@@ -31,7 +31,7 @@ export function canonicalJson(value: unknown): string {
 }
 
 function fingerprintOf(body: unknown): Uint8Array {
-  return new Bun.CryptoHasher("sha256").update(canonicalJson(body ?? null)).digest();
+  return sha256(canonicalJson(body ?? null));
 }
 
 /**
@@ -58,7 +58,7 @@ export class IdempotencyGuard {
     const scope: IdempotencyScope = { tokenId: request.tokenId, method: request.method, path: request.path, key: request.key, fingerprint: fingerprintOf(request.body) };
     const stored = findIdempotencyRecord(this.db, scope, Date.now() - IDEMPOTENCY_RETENTION_MS);
     if (stored) {
-      if (stored.fingerprint.byteLength !== scope.fingerprint.byteLength || !timingSafeEqual(stored.fingerprint, scope.fingerprint)) {
+      if (!sameBytes(stored.fingerprint, scope.fingerprint)) {
         throw new ProblemError(422, "idempotency-key-reused", "This Idempotency-Key was already used with a different request body. Use a new key for a different request.");
       }
       return { status: stored.status, body: JSON.parse(stored.response_body) as T, replayed: true };

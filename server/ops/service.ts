@@ -1,7 +1,6 @@
 import { Database } from "bun:sqlite";
 import { closeSync, existsSync, fsyncSync, openSync, rmSync, statSync } from "node:fs";
 import { isIP } from "node:net";
-import { timingSafeEqual } from "node:crypto";
 import type { Config } from "../config.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
 import { pendingMigrations } from "../db/migrations.ts";
@@ -9,6 +8,7 @@ import { ProblemError } from "../http/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { VERSION } from "../version.ts";
 import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
+import { sameBytes } from "../shared/crypto.ts";
 import type { Logger } from "../shared/log.ts";
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
@@ -123,12 +123,6 @@ export function requestIsHttps(request: { url: string; forwardedProto: string | 
   return request.forwardedProto.split(",").some((scheme) => scheme.trim().toLowerCase() === "https");
 }
 
-function safeEqual(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
-}
-
 /**
  * authorizeMetrics lets a scrape through: with a metrics token configured, only a request
  * carrying it; without one, only a loopback client. A request relayed by an untrusted proxy on
@@ -137,7 +131,7 @@ function safeEqual(a: string, b: string): boolean {
 export function authorizeMetrics(config: Config, authorization: string | null, hints: ClientHints): void {
   if (config.metricsToken !== "") {
     const presented = /^Bearer (\S+)$/i.exec(authorization ?? "")?.[1] ?? "";
-    if (!safeEqual(presented, config.metricsToken)) {
+    if (!sameBytes(Buffer.from(presented), Buffer.from(config.metricsToken))) {
       throw new ProblemError(401, "unauthorized", "GET /metrics needs Authorization: Bearer with the metrics token (--metrics-token).", undefined, {
         "www-authenticate": 'Bearer realm="metrics"',
       });

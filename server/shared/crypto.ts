@@ -1,0 +1,11 @@
+import { timingSafeEqual } from "node:crypto";
+
+/** sha256 hashes text to its 32-byte digest (how secrets are kept at rest). */
+export function sha256(text: string): Uint8Array {
+  return new Bun.CryptoHasher("sha256").update(text).digest();
+}
+
+/** sameBytes compares two byte strings in constant time (timingSafeEqual throws on unequal lengths). */
+export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.byteLength === b.byteLength && timingSafeEqual(a, b);
+}
