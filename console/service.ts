@@ -193,7 +193,7 @@ export function csrfTokenMatches(seed: string | undefined, presented: unknown): 
 /** LATEST_DELIVERIES is how many deliveries the deliveries page shows (the contract's "latest 50"). */
 export const LATEST_DELIVERIES = 50;
 /** RECENT_MS is the span of the success and failure counts on the subscriptions page. */
-export const RECENT_MS = 24 * 60 * 60 * 1000;
+const RECENT_MS = 24 * 60 * 60 * 1000;
 
 /** allSubscriptions returns every subscription, newest first; there are few (one per receiver and event set). */
 export function allSubscriptions(db: Database): Subscription[] {
@@ -450,7 +450,7 @@ export function revokeTokenFromConsole(db: Database, id: string): void {
 }
 
 /** USERS_PER_PAGE is how many users the users page lists at once. */
-export const USERS_PER_PAGE = 50;
+const USERS_PER_PAGE = 50;
 
 /** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a page that is not a number. */
 export function usersOnPage(db: Database, page: string | undefined): { data: User[]; meta: ListMeta } {

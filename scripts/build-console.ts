@@ -6,7 +6,7 @@ import { dirname, join } from "node:path";
 import { bundleIslands } from "../console/bundle.ts";
 
 /** CONSOLE_BUNDLE_FILE is where the island bundles are written for the binary to embed. */
-export const CONSOLE_BUNDLE_FILE = join(import.meta.dir, "..", "console", "dist", "islands.json");
+const CONSOLE_BUNDLE_FILE = join(import.meta.dir, "..", "console", "dist", "islands.json");
 
 /** buildConsoleBundles bundles every island and writes them to `file`; it returns the bundle names. */
 export async function buildConsoleBundles(file = CONSOLE_BUNDLE_FILE): Promise<string[]> {

@@ -44,7 +44,7 @@ export interface Config {
 }
 
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
-export const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
+const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
 
 /** DEFAULT_CONFIG holds the value of every setting when nothing overrides it. */
 export const DEFAULT_CONFIG: Config = {

@@ -5,7 +5,7 @@ import type { DeliveriesView, DeliveryRowView } from "../model.ts";
 import { DataTable, HttpStatus, relativeTime, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
 
 /** REFRESH_MS is how often the deliveries page asks for the latest deliveries. */
-export const REFRESH_MS = 3000;
+const REFRESH_MS = 3000;
 
 export interface DeliveriesLiveProps {
   initial: DeliveriesView;

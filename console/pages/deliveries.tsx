@@ -7,7 +7,7 @@ import { renderPage } from "./layout.tsx";
 import { CsrfField, formatDuration, HttpStatus, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "./parts.tsx";
 
 /** filterQuery turns the filters that are set into the query string the page and its island share. */
-export function filterQuery(filters: DeliveryFilters): string {
+function filterQuery(filters: DeliveryFilters): string {
   const params = new URLSearchParams();
   for (const key of ["status", "event", "subscription_id"] as const) if (filters[key]) params.set(key, filters[key]!);
   const text = params.toString();

@@ -18,7 +18,7 @@ export function StatusBadge({ status }: { status: string }) {
 }
 
 /** formatTime shows an RFC 3339 timestamp as `2026-11-21 10:00:03` (UTC). */
-export function formatTime(iso: string): string {
+function formatTime(iso: string): string {
   return `${iso.slice(0, 10)} ${iso.slice(11, 19)}`;
 }
 

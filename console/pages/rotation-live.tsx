@@ -5,7 +5,7 @@ import type { DeliveryWatchView } from "../model.ts";
 import { CsrfField, formatDuration, HttpStatus, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
 
 /** WATCH_MS is how often the wizard asks for its test delivery while it is pending. */
-export const WATCH_MS = 1000;
+const WATCH_MS = 1000;
 
 /** RotationSide is what the wizard shows of the old or the new subscription. */
 export interface RotationSide {

@@ -10,7 +10,7 @@ import { ACCOUNT_FILTERS, type Account, type AccountInput } from "./model.ts";
 import { countAccounts, findAccountById, findAccountsByIds, insertAccount, listAccounts, type AccountRow } from "./store.ts";
 
 /** toAccount renders an account row for the API, with its further properties. */
-export function toAccount(row: AccountRow): Account {
+function toAccount(row: AccountRow): Account {
   return {
     id: row.id,
     name: row.name,

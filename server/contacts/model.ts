@@ -22,7 +22,7 @@ export const CONTACT_SORTS = ["created_at", "updated_at", "first_name", "last_na
 export type ContactSort = (typeof CONTACT_SORTS)[number];
 
 /** CONTACT_INCLUDES are the relations a contact list can embed. */
-export const CONTACT_INCLUDES = ["accounts", "assigned_user", "assigned_users"] as const;
+const CONTACT_INCLUDES = ["accounts", "assigned_user", "assigned_users"] as const;
 export type ContactInclude = (typeof CONTACT_INCLUDES)[number];
 
 /** CONTACT_FILTERS are the list's filter parameters. */

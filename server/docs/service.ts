@@ -38,7 +38,7 @@ const INIT_SCRIPT = `window.ui = SwaggerUIBundle({
 `;
 
 /** DOCS_ASSETS are the files the docs page loads, by name under /docs/assets/. */
-export const DOCS_ASSETS = {
+const DOCS_ASSETS = {
   "swagger-ui-bundle.js": { path: swaggerBundlePath, version: swaggerUi.version },
   "swagger-ui.css": { path: swaggerCssPath, version: swaggerUi.version },
   "init.js": { path: null, version: Bun.hash(INIT_SCRIPT).toString(36) },

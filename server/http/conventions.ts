@@ -21,7 +21,7 @@ interface RequestInfo {
 const requestInfo = new WeakMap<Request, RequestInfo>();
 
 /** requestIdOf returns the id assigned to a request (for logs of work done on its behalf). */
-export function requestIdOf(request: Request): string {
+function requestIdOf(request: Request): string {
   return requestInfo.get(request)?.id ?? "unknown";
 }
 

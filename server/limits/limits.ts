@@ -52,11 +52,11 @@ export const MAX_HEADER_FIELDS = 100;
 /** BUN_MAX_HEADER_BYTES is Bun's own header buffer; beyond it Bun answers a bare 431 before the app runs. */
 export const BUN_MAX_HEADER_BYTES = 16 * 1024;
 /** BUN_MAX_HEADER_FIELDS is about where Bun itself answers a bare 431 for the number of header fields. */
-export const BUN_MAX_HEADER_FIELDS = 198;
+const BUN_MAX_HEADER_FIELDS = 198;
 /** BUN_TIMER_GRANULARITY_SECONDS is how often Bun checks connection timeouts: they fire up to this much late. */
 export const BUN_TIMER_GRANULARITY_SECONDS = 4;
 /** HEADER_READ_TIMEOUT_SECONDS is uWebSockets' fixed deadline for a complete request head (not configurable in Bun 1.4). */
-export const HEADER_READ_TIMEOUT_SECONDS = 10;
+const HEADER_READ_TIMEOUT_SECONDS = 10;
 
 /** LimitRow is one line of the documented limits table. */
 export interface LimitRow {

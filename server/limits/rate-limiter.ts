@@ -97,7 +97,7 @@ export class TokenBuckets {
 }
 
 /** policyWindowSeconds is the window advertised for a bucket: the time it takes to refill completely. */
-export function policyWindowSeconds(policy: RatePolicy): number {
+function policyWindowSeconds(policy: RatePolicy): number {
   return Math.max(1, Math.ceil(policy.burst / policy.perSecond));
 }
 

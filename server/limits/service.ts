@@ -17,7 +17,7 @@ export function pointerSegment(key: string | number): string {
 }
 
 /** jsonBytes is the size of a value serialised as JSON, in UTF-8 bytes. */
-export function jsonBytes(value: unknown): number {
+function jsonBytes(value: unknown): number {
   return Buffer.byteLength(JSON.stringify(value) ?? "");
 }
 

@@ -7,7 +7,7 @@ import type { User } from "./model.ts";
 import { countUsers, findUserByEmail, findUsersByIds, insertUser, listUsers, type UserRow } from "./store.ts";
 
 /** toUser renders a user row for the API. */
-export function toUser(row: UserRow): User {
+function toUser(row: UserRow): User {
   return { id: row.id, name: row.name, email: row.email, created_at: toTimestamp(row.created_at), updated_at: toTimestamp(row.updated_at) };
 }
 

@@ -31,12 +31,12 @@ import {
 import { assertPublicHost, checkTargetUrl, TargetRefused } from "./targets.ts";
 
 /** maskSecret shows only the prefix and first characters of a signing secret. */
-export function maskSecret(secret: string): string {
+function maskSecret(secret: string): string {
   return `${secret.slice(0, SECRET_PREFIX.length + 4)}…`;
 }
 
 /** toSubscription renders a subscription row; the secret is masked unless `revealSecret`. */
-export function toSubscription(row: SubscriptionRow, revealSecret = false): Subscription {
+function toSubscription(row: SubscriptionRow, revealSecret = false): Subscription {
   return {
     id: row.id,
     target_url: row.target_url,
@@ -52,7 +52,7 @@ export function toSubscription(row: SubscriptionRow, revealSecret = false): Subs
 }
 
 /** toDelivery renders a delivery row for the API. */
-export function toDelivery(row: DeliveryRow): Delivery {
+function toDelivery(row: DeliveryRow): Delivery {
   return {
     id: row.id,
     event_id: row.event_id,

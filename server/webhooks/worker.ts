@@ -95,7 +95,7 @@ const succeeded = (result: AttemptResult) => result.response_status !== null && 
  * subscription and fails its pending deliveries; otherwise a pending delivery is rescheduled
  * until the schedule runs out. A manual attempt on a finished delivery decides its status alone.
  */
-export function recordAttempt(db: Database, schedule: number[], due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): DeliveryRow | null {
+function recordAttempt(db: Database, schedule: number[], due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): DeliveryRow | null {
   const current = findDeliveryById(db, due.id);
   if (!current) return null;
   const attempt = current.attempts + 1;
