@@ -1,21 +1,23 @@
 // Baseline for bench/run.ts: Bun.serve + bun:sqlite with no framework, on a copy of the same seeded
 // database (migrated by the app's migrate(), so tables, triggers and indexes are the app's) with the
-// same pragmas. A create writes the contact and its contact.created outbox event (the app's
+// same pragmas, synchronous level included. A create writes the contact and its contact.created outbox event (the app's
 // recordEvent) in one transaction, as any design of this service must: POST /contacts commits one
 // transaction per request, POST /grouped-contacts does the same through the app's WriteQueue (group
 // commit), to show what the commit design alone is worth. POST /contacts-only is the earlier
 // baseline, one transaction per request holding the contact row alone. GET runs the app's query
 // shape (ORDER BY created_at DESC, id DESC LIMIT 25, plus the count) and renders rows as the API does
 // (RFC 3339 timestamps, stored properties spread in). No auth, no validation, no relations.
-// Usage: bun bench/bare-server.ts DB_FILE
+// Usage: bun bench/bare-server.ts DB_FILE [full|normal]
+import type { Synchronous } from "../server/config.ts";
 import { openDatabase } from "../server/db/database.ts";
 import { migrate } from "../server/db/migrations.ts";
 import { WriteQueue } from "../server/db/write-queue.ts";
 import { recordEvent } from "../server/webhooks/outbox.ts";
 
 const dbFile = process.argv[2];
-if (!dbFile) throw new Error("usage: bun bench/bare-server.ts DB_FILE");
-const db = openDatabase(dbFile);
+const synchronous = (process.argv[3] ?? "full") as Synchronous;
+if (!dbFile || !["full", "normal"].includes(synchronous)) throw new Error("usage: bun bench/bare-server.ts DB_FILE [full|normal]");
+const db = openDatabase(dbFile, synchronous);
 migrate(db);
 
 interface Row {

@@ -2,7 +2,8 @@
 // database seeded with 100k contacts, measured with wrk in the same run. Prints a table and writes
 // JSON to bench/results/. Settings: BENCH_DURATION (seconds per measurement, default 10),
 // BENCH_CONNECTIONS (64), BENCH_THREADS (2), BENCH_ONLY (run only scenarios whose name contains it),
-// BENCH_PROFILE=1 (write the app's CPU profile as markdown to bench/results/).
+// BENCH_PROFILE=1 (write the app's CPU profile as markdown to bench/results/), BENCH_SYNCHRONOUS
+// (full, the service's default, or normal: the SQLite durability level of both servers).
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -19,6 +20,7 @@ const THREADS = Number(process.env.BENCH_THREADS ?? 2);
 const WARMUP_SECONDS = 3;
 const ONLY = process.env.BENCH_ONLY;
 const PROFILE = process.env.BENCH_PROFILE === "1";
+const SYNCHRONOUS = process.env.BENCH_SYNCHRONOUS ?? "full";
 const RESULTS_DIR = join(import.meta.dir, "results");
 
 interface WrkResult {
@@ -161,12 +163,13 @@ async function main(): Promise<void> {
 
   const profile = PROFILE ? ["--cpu-prof-md", `--cpu-prof-dir=${RESULTS_DIR}`] : [];
   mkdirSync(RESULTS_DIR, { recursive: true });
-  const app = await startListening("app", [process.execPath, ...profile, "server/main.ts", "serve", "--port", "0", "--data-dir", appDir, "--log-level", "warn"]);
-  const bare = await startListening("bare", [process.execPath, "bench/bare-server.ts", bareFile]);
+  const app = await startListening("app", [process.execPath, ...profile, "server/main.ts", "serve", "--port", "0", "--data-dir", appDir, "--log-level", "warn", "--synchronous", SYNCHRONOUS]);
+  const bare = await startListening("bare", [process.execPath, "bench/bare-server.ts", bareFile, SYNCHRONOUS]);
   const results: { scenario: string; app: Measurement | null; bare: Measurement | null }[] = [];
   try {
     console.log(`app:  ${app.url} (log level warn: one JSON line per request on stdout would dominate the measurement)`);
     console.log(`bare: ${bare.url} (Bun.serve + bun:sqlite: contact + outbox event in one transaction per insert, or the app's WriteQueue on /grouped-contacts)`);
+    console.log(`both: synchronous=${SYNCHRONOUS} (${SYNCHRONOUS === "full" ? "every commit synced to disk before its answer" : "no disk sync per commit"})`);
     console.log(`wrk: ${THREADS} threads, ${CONNECTIONS} connections, ${DURATION} s per measurement; ${cpus().length} CPU cores shared by wrk and the server`);
     const appEnv = { BENCH_TOKEN: token, BENCH_PATH: "/public/v1/contacts", BENCH_SEEDED: String(SEEDED), BENCH_RUN: `app${Date.now()}` };
     const bareEnv = (path: string) => ({ BENCH_PATH: path, BENCH_SEEDED: String(SEEDED), BENCH_RUN: `bare${Date.now()}` });
@@ -218,7 +221,7 @@ async function main(): Promise<void> {
   const file = join(RESULTS_DIR, `${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
   writeFileSync(
     file,
-    JSON.stringify({ at: new Date().toISOString(), bun: Bun.version, cpus: cpus().length, seeded: SEEDED, threads: THREADS, connections: CONNECTIONS, duration_s: DURATION, app_log_level: "warn", results, targets, post_create_vs_contact_row_only: rowOnly }, null, 2) + "\n",
+    JSON.stringify({ at: new Date().toISOString(), bun: Bun.version, cpus: cpus().length, seeded: SEEDED, threads: THREADS, connections: CONNECTIONS, duration_s: DURATION, synchronous: SYNCHRONOUS, app_log_level: "warn", results, targets, post_create_vs_contact_row_only: rowOnly }, null, 2) + "\n",
   );
   console.log(`\nresults: ${file}`);
   if (failed) process.exit(1);

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { isIP } from "node:net";
 
-type Kind = "string" | "port" | "positive-int" | "boolean" | "log-level" | "seconds-list" | "secret" | "address-list";
+type Kind = "string" | "port" | "positive-int" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list";
 
 interface Setting {
   key: keyof Config;
@@ -11,14 +11,20 @@ interface Setting {
   help: string;
   /** largest value a positive-int setting accepts */
   max?: number;
+  /** the values a choice setting accepts */
+  choices?: readonly string[];
 }
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
+
+/** Synchronous is SQLite's durability level: "full" syncs every commit to disk, "normal" only at checkpoints. */
+export type Synchronous = "full" | "normal";
 
 export interface Config {
   host: string;
   port: number;
   dataDir: string;
+  synchronous: Synchronous;
   logLevel: LogLevel;
   allowPrivateTargets: boolean;
   retrySchedule: number[];
@@ -51,6 +57,7 @@ export const DEFAULT_CONFIG: Config = {
   host: "127.0.0.1",
   port: 3000,
   dataDir: "./data",
+  synchronous: "full",
   logLevel: "info",
   allowPrivateTargets: false,
   retrySchedule: DEFAULT_RETRY_SCHEDULE,
@@ -74,7 +81,15 @@ export const SETTINGS: Setting[] = [
   { key: "host", flag: "--host", env: "CRM_HOST", kind: "string", help: "address to listen on" },
   { key: "port", flag: "--port", env: "PORT", kind: "port", help: "TCP port to listen on (0 picks a free one)" },
   { key: "dataDir", flag: "--data-dir", env: "CRM_DATA_DIR", kind: "string", help: "directory holding the SQLite database" },
-  { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "log-level", help: "debug, info, warn or error" },
+  {
+    key: "synchronous",
+    flag: "--synchronous",
+    env: "CRM_SYNCHRONOUS",
+    kind: "choice",
+    choices: ["full", "normal"],
+    help: "full: every commit is on disk before its request is answered (survives power loss); normal: the last commits may be lost on power loss (not on a crash of the service)",
+  },
+  { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error" },
   { key: "allowPrivateTargets", flag: "--allow-private-targets", env: "CRM_ALLOW_PRIVATE_TARGETS", kind: "boolean", help: "allow webhook targets on loopback and private networks (tests, development)" },
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", help: "webhook retry delays in seconds, comma-separated" },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", help: "webhook request timeout in milliseconds" },
@@ -121,8 +136,8 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       if (["1", "true", "yes", "on"].includes(text.toLowerCase())) return true;
       if (["0", "false", "no", "off", ""].includes(text.toLowerCase())) return false;
       return fail("a boolean (1/0, true/false)");
-    case "log-level":
-      if (!["debug", "info", "warn", "error"].includes(text)) fail("one of debug, info, warn, error");
+    case "choice":
+      if (!setting.choices!.includes(text)) fail(`one of ${setting.choices!.join(", ")}`);
       return text;
     case "seconds-list": {
       const parts = text.split(",").map((p) => p.trim());

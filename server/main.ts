@@ -69,7 +69,7 @@ function takeFlag(args: string[], name: string): boolean {
 
 function openConfiguredDatabase(args: string[]) {
   const config = loadConfig(args);
-  const db = openDatabase(databasePath(config.dataDir));
+  const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   migrate(db);
   return db;
 }
@@ -110,7 +110,7 @@ async function main(argv: string[]): Promise<number> {
     }
     case "migrate": {
       const config = loadConfig(args);
-      const db = openDatabase(databasePath(config.dataDir));
+      const db = openDatabase(databasePath(config.dataDir), config.synchronous);
       const applied = migrate(db);
       process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
       db.close();

@@ -34,7 +34,7 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
 
 /** startServer opens the data directory, migrates, and listens; it is what `serve` runs. */
 export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
-  const db = openDatabase(databasePath(config.dataDir));
+  const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   const runtime = createRuntime({ db, config, log });
   const app = createApp(runtime);
   // Bun.serve has no connection cap, header timeout setting or body deadline: limitsGuard and

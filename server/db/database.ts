@@ -1,7 +1,7 @@
 import { Database, type SQLQueryBindings, type Statement } from "bun:sqlite";
 import { accessSync, chmodSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { ConfigError } from "../config.ts";
+import { ConfigError, type Synchronous } from "../config.ts";
 
 /** MAX_CACHED_STATEMENTS bounds the statement cache; the app's SQL, filters and IN-list lengths included, stays well below it. */
 const MAX_CACHED_STATEMENTS = 2000;
@@ -32,11 +32,15 @@ class StatementCachingDatabase extends Database {
   }
 }
 
-/** openDatabase opens the service's SQLite file once with the pragmas every connection needs. */
-export function openDatabase(path: string): Database {
+/**
+ * openDatabase opens the service's SQLite file once with the pragmas every connection needs.
+ * "full" (the default) syncs the WAL on every commit, so an answered write survives power loss;
+ * group commit makes that one sync per batch of concurrent writes rather than one per request.
+ */
+export function openDatabase(path: string, synchronous: Synchronous = "full"): Database {
   const db = new StatementCachingDatabase(path, { create: true, strict: true });
   db.run("PRAGMA journal_mode = WAL");
-  db.run("PRAGMA synchronous = NORMAL");
+  db.run(synchronous === "full" ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
   db.run("PRAGMA foreign_keys = ON");
   db.run("PRAGMA busy_timeout = 5000");
   // bun:sqlite's default 2 MB page cache would re-read count(*) indexes from disk on every request.

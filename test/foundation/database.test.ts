@@ -3,7 +3,10 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { openDatabase } from "../../server/db/database.ts";
+import { startServer } from "../../server/server.ts";
+import { createLogger } from "../../server/shared/log.ts";
 
 let dir: string;
 beforeEach(() => {
@@ -48,5 +51,28 @@ describe("database: statement cache", () => {
     const again = openDatabase(path);
     expect(again.query("SELECT sum(n) AS s FROM t").get()).toEqual({ s: 10 });
     again.close();
+  });
+});
+
+describe("database: durability", () => {
+  const level = (db: Database) => db.query<{ synchronous: number }, []>("PRAGMA synchronous").get()!.synchronous;
+
+  test("openDatabase syncs every commit (synchronous FULL = 2) unless told normal (1), always in WAL mode", () => {
+    const full = openDatabase(join(dir, "full.sqlite"));
+    const normal = openDatabase(join(dir, "normal.sqlite"), "normal");
+    expect([level(full), level(normal)]).toEqual([2, 1]);
+    expect([full, normal].map((db) => db.query<{ journal_mode: string }, []>("PRAGMA journal_mode").get()!.journal_mode)).toEqual(["wal", "wal"]);
+    full.close();
+    normal.close();
+  });
+
+  test("serve opens its database with the configured level: full by default, normal when set", async () => {
+    const levels: number[] = [];
+    for (const synchronous of [DEFAULT_CONFIG.synchronous, "normal"] as const) {
+      const running = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: join(dir, synchronous), synchronous, logLevel: "error" }, createLogger("error", () => {}));
+      levels.push(level(running.runtime.db));
+      await running.stop();
+    }
+    expect(levels).toEqual([2, 1]);
   });
 });

@@ -65,6 +65,15 @@ describe("configuration: sources and precedence", () => {
     expect([config.metricsToken, config.shutdownTimeoutMs, config.trustedProxies]).toEqual(["0123456789abcdef", 3000, ["127.0.0.1", "::ffff:10.1.2.3"]]);
   });
 
+  test("synchronous is full by default and normal from a flag, the environment or the file", () => {
+    expect(DEFAULT_CONFIG.synchronous).toBe("full");
+    expect(loadConfig(["--synchronous", "normal"], {}).synchronous).toBe("normal");
+    expect(loadConfig([], { CRM_SYNCHRONOUS: "normal" }).synchronous).toBe("normal");
+    expect(loadConfig(["--config", configFile('synchronous = "normal"\n')], {}).synchronous).toBe("normal");
+    expect(loadConfig(["--synchronous=full"], { CRM_SYNCHRONOUS: "normal" }).synchronous).toBe("full");
+    expect(configError(() => loadConfig([], { CRM_SYNCHRONOUS: "off" }))).toBe('invalid CRM_SYNCHRONOUS: "off" is not one of full, normal');
+  });
+
   test("deploy/crm.toml, the example file, names every setting and loads as it is", () => {
     const example = join(ROOT, "deploy", "crm.toml");
     const text = readFileSync(example, "utf8");
