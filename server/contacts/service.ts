@@ -236,13 +236,15 @@ export function listContactsPage(db: Database, query: Record<string, unknown>): 
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
   };
+  const matches = countContacts(db, filters);
   const rows = listContacts(db, filters, {
     sortBy: list.sortBy,
     direction: list.direction,
     cursor: list.cursor,
     limit: list.perPage,
     offset: list.cursor ? 0 : (list.page - 1) * list.perPage,
+    matches,
   });
-  const meta = listMeta(list, countContacts(db, filters), rows, (row: ContactRow) => row[list.sortBy], query, CONTACT_FILTERS);
+  const meta = listMeta(list, matches, rows, (row: ContactRow) => row[list.sortBy], query, CONTACT_FILTERS);
   return { data: renderContacts(db, rows, parseInclude(query.include)), meta };
 }

@@ -121,7 +121,8 @@ function fullNameMatch(needle: string): { sql: string; params: string[] } {
   return { sql: `SELECT rowid FROM contacts_full_name WHERE ${spellings.map(() => "instr(full_name, ?) > 0").join(" OR ")}`, params: spellings };
 }
 
-function filterClause(filters: ContactFilters): { where: string[]; params: (string | number)[] } {
+/** filterClause builds the WHERE terms; `probeNames` tests rows against the name matches instead of fetching each match by rowid. */
+function filterClause(filters: ContactFilters, probeNames = false): { where: string[]; params: (string | number)[] } {
   const where: string[] = [];
   const params: (string | number)[] = [];
   if (filters.email !== undefined) {
@@ -130,7 +131,7 @@ function filterClause(filters: ContactFilters): { where: string[]; params: (stri
   }
   if (filters.fullName !== undefined) {
     const match = fullNameMatch(filters.fullName);
-    where.push(`c.rowid IN (${match.sql})`);
+    where.push(`${probeNames ? "+" : ""}c.rowid IN (${match.sql})`);
     params.push(...match.params);
   }
   if (filters.createdAfter !== undefined) {
@@ -145,13 +146,30 @@ function filterClause(filters: ContactFilters): { where: string[]; params: (stri
 }
 
 const hasFilters = (filters: ContactFilters) => Object.values(filters).some((v) => v !== undefined);
+const isNameOnly = (filters: ContactFilters) => filters.fullName !== undefined && !hasFilters({ ...filters, fullName: undefined });
+
+/**
+ * BROAD_NAME_SHARE: a name search matching at least 1 in this many contacts walks the sort index.
+ * Fetching every match by rowid and sorting costs about 0.5 us per match; walking the index and
+ * probing the matches about 0.06 us per row, and a page is found long before the end (16,667 of
+ * 100k matches: 1.9 ms instead of 8.7 ms). At 1 in 8 even a walk through the whole index (matches
+ * all at its far end) costs no more than fetching them, so no search gets slower.
+ */
+const BROAD_NAME_SHARE = 8;
+
+/** walksSortIndex decides whether a page of a name-only search reads the sort index in order, given the count of matches. */
+function walksSortIndex(db: Database, filters: ContactFilters, matches: number): boolean {
+  if (!isNameOnly(filters)) return false;
+  const total = db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'").get()!.n;
+  return matches * BROAD_NAME_SHARE >= total;
+}
 
 /** countContacts counts the contacts matching the filters (the unfiltered total comes from a trigger-kept counter). */
 export function countContacts(db: Database, filters: ContactFilters): number {
   if (!hasFilters(filters)) {
     return db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'").get()!.n;
   }
-  if (filters.fullName !== undefined && Object.values({ ...filters, fullName: undefined }).every((v) => v === undefined)) {
+  if (isNameOnly(filters)) {
     // The search table has exactly one row per contact (kept by triggers), so a name-only count
     // needs no join: 16,667 matches of 100k count in 0.5 ms instead of 6.7 ms.
     const match = fullNameMatch(filters.fullName);
@@ -163,19 +181,20 @@ export function countContacts(db: Database, filters: ContactFilters): number {
 
 const NULLABLE_SORTS = new Set<ContactSort>(["first_name", "last_name", "email"]);
 
-/** listContacts returns one page of contact rows, by offset or after a keyset cursor. */
+/** listContacts returns one page of contact rows, by offset or after a keyset cursor; `matches` is countContacts for the same filters. */
 export function listContacts(
   db: Database,
   filters: ContactFilters,
-  page: { sortBy: ContactSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number },
+  page: { sortBy: ContactSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number; matches: number },
 ): ContactRow[] {
-  const { where, params } = filterClause(filters);
+  const walk = walksSortIndex(db, filters, page.matches);
+  const { where, params } = filterClause(filters, walk);
   // A filter on another column than the sort picks the rows through its index and they are sorted
   // (cost: the matching rows); the unary + (which keeps the column's collation) stops SQLite from
   // walking the sort index instead and skipping every row the filter refuses. Otherwise the
   // keyset is one range of the sort index; put first, SQLite seeks on it rather than on the filter.
   const sortFiltered = (page.sortBy === "created_at" && filters.createdAfter !== undefined) || (page.sortBy === "updated_at" && filters.updatedAfter !== undefined);
-  const column = hasFilters(filters) && !sortFiltered ? `+c.${page.sortBy}` : `c.${page.sortBy}`;
+  const column = hasFilters(filters) && !sortFiltered && !walk ? `+c.${page.sortBy}` : `c.${page.sortBy}`;
   const order = keysetOrder(column, "c.id", page.direction, page.cursor, NULLABLE_SORTS.has(page.sortBy));
   const select = (keyset: { after: string; params: (string | number)[] } | null, limit: number) => {
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
