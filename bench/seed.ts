@@ -16,6 +16,8 @@ export function seedContacts(db: Database, count: number, now = Date.now()): voi
         phone: "+44 20 7946 0000",
         assigned_user_id: null,
         properties: JSON.stringify({ tags: ["seed", i % 2 ? "odd" : "even"], custom_fields: { plan: "pro", seats: i % 50 } }),
+        account_ids: "[]",
+        assigned_user_ids: "[]",
         created_at: at,
         updated_at: at,
       });

@@ -15,7 +15,6 @@ import {
   countContacts,
   deleteContact as deleteContactRow,
   findContactById,
-  findRelatedIdsByContact,
   insertContact,
   insertContactAccounts,
   insertContactAssignedUsers,
@@ -32,19 +31,17 @@ const NOT_PROPERTIES = new Set<string>([...COLUMN_FIELDS, ...RELATION_FIELDS, ..
 /** DECLARED_FIELDS are the contact's own fields; every other property counts toward MAX_EXTRA_PROPERTIES_BYTES. */
 const DECLARED_FIELDS = new Set<string>([...Object.keys(ContactInput.properties), ...READ_ONLY_CONTACT_FIELDS]);
 
-interface Relations {
-  accountIds: string[];
-  userIds: string[];
-}
-
 function fullName(row: ContactRow): string {
   const first = row.first_name ?? "";
   const last = row.last_name ?? "";
   return first && last ? `${first} ${last}` : first || last;
 }
 
-/** toContact renders a contact row and its relation ids for the API. */
-function toContact(row: ContactRow, relations: Relations): Contact {
+// Most contacts have no accounts or assigned users; their empty list needs no parsing.
+const idList = (json: string): string[] => (json === "[]" ? [] : (JSON.parse(json) as string[]));
+
+/** toContact renders a contact row for the API. */
+function toContact(row: ContactRow): Contact {
   const properties = JSON.parse(row.properties) as Record<string, unknown>;
   const contact: Record<string, unknown> = {
     id: row.id,
@@ -56,9 +53,9 @@ function toContact(row: ContactRow, relations: Relations): Contact {
     tags: properties.tags ?? [],
     custom_fields: properties.custom_fields ?? {},
     consent: properties.consent ?? null,
-    account_ids: relations.accountIds,
+    account_ids: idList(row.account_ids),
     assigned_user_id: row.assigned_user_id,
-    assigned_user_ids: relations.userIds,
+    assigned_user_ids: idList(row.assigned_user_ids),
   };
   // A loop, not rest and spread: this runs for every row of every page, and building the rest
   // object cost more than the assignments. Stored keys never include __proto__ (safe-json refuses it).
@@ -73,9 +70,7 @@ function toContact(row: ContactRow, relations: Relations): Contact {
 }
 
 function renderContacts(db: Database, rows: ContactRow[], include: ContactInclude[]): Contact[] {
-  const ids = rows.map((row) => row.id);
-  const { accountIds, userIds } = findRelatedIdsByContact(db, ids);
-  const contacts = rows.map((row) => toContact(row, { accountIds: accountIds.get(row.id) ?? [], userIds: userIds.get(row.id) ?? [] }));
+  const contacts = rows.map(toContact);
   if (include.length === 0) return contacts;
   const accounts = include.includes("accounts") ? accountsByIds(db, [...new Set(contacts.flatMap((c) => c.account_ids))]) : new Map();
   const users = usersByIds(db, [...new Set(contacts.flatMap((c) => [...(include.includes("assigned_users") ? c.assigned_user_ids : []), ...(include.includes("assigned_user") && c.assigned_user_id ? [c.assigned_user_id] : [])]))]);
@@ -145,6 +140,8 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
     if (field in input) next[field] = (input[field] as string | null | undefined) ?? null;
   }
   if (next.email) next.email = next.email.toLowerCase();
+  if (input.account_ids !== undefined) next.account_ids = JSON.stringify(input.account_ids ?? []);
+  if (input.assigned_user_ids !== undefined) next.assigned_user_ids = JSON.stringify(input.assigned_user_ids ?? []);
   return next;
 }
 
@@ -154,14 +151,12 @@ export function createContact(rt: Runtime, input: ContactInput, idempotency: Ide
   return rt.writes.submit(() => {
     refuseUnknownRelations(rt.db, input);
     const now = Date.now();
-    const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, assigned_user_id: null, properties: "{}", created_at: now, updated_at: now };
+    const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", created_at: now, updated_at: now };
     const row = applyInput(empty, input);
-    const relations = { accountIds: input.account_ids ?? [], userIds: input.assigned_user_ids ?? [] };
     insertContact(rt.db, row);
-    insertContactAccounts(rt.db, row.id, relations.accountIds);
-    insertContactAssignedUsers(rt.db, row.id, relations.userIds);
-    // The relations were just stored in exactly this order (ids are distinct): no need to read them back.
-    const contact = toContact(row, relations);
+    insertContactAccounts(rt.db, row.id, input.account_ids ?? []);
+    insertContactAssignedUsers(rt.db, row.id, input.assigned_user_ids ?? []);
+    const contact = toContact(row);
     recordEvent(rt.db, "contact.created", contact, now);
     const body = { data: contact };
     saveIdempotentResponse(rt.db, idempotency, 201, body, now);

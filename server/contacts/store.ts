@@ -11,6 +11,10 @@ export type ContactRow = {
   phone: string | null;
   assigned_user_id: string | null;
   properties: string;
+  /** JSON array of account ids, in order (a copy of contact_accounts) */
+  account_ids: string;
+  /** JSON array of assigned user ids, in order (a copy of contact_assigned_users) */
+  assigned_user_ids: string;
   created_at: number;
   updated_at: number;
 }
@@ -22,13 +26,13 @@ export interface ContactFilters {
   updatedAfter?: number;
 }
 
-const COLUMNS = "c.id, c.first_name, c.last_name, c.email, c.phone, c.assigned_user_id, c.properties, c.created_at, c.updated_at";
+const COLUMNS = "c.id, c.first_name, c.last_name, c.email, c.phone, c.assigned_user_id, c.properties, c.account_ids, c.assigned_user_ids, c.created_at, c.updated_at";
 
 /** insertContact stores a new contact row. */
 export function insertContact(db: Database, row: ContactRow): void {
   db.query(
-    `INSERT INTO contacts (id, first_name, last_name, email, phone, assigned_user_id, properties, created_at, updated_at)
-     VALUES ($id, $first_name, $last_name, $email, $phone, $assigned_user_id, $properties, $created_at, $updated_at)`,
+    `INSERT INTO contacts (id, first_name, last_name, email, phone, assigned_user_id, properties, account_ids, assigned_user_ids, created_at, updated_at)
+     VALUES ($id, $first_name, $last_name, $email, $phone, $assigned_user_id, $properties, $account_ids, $assigned_user_ids, $created_at, $updated_at)`,
   ).run(row);
 }
 
@@ -36,7 +40,8 @@ export function insertContact(db: Database, row: ContactRow): void {
 export function updateContact(db: Database, row: ContactRow): void {
   db.query(
     `UPDATE contacts SET first_name = $first_name, last_name = $last_name, email = $email, phone = $phone,
-       assigned_user_id = $assigned_user_id, properties = $properties, updated_at = $updated_at WHERE id = $id`,
+       assigned_user_id = $assigned_user_id, properties = $properties, account_ids = $account_ids,
+       assigned_user_ids = $assigned_user_ids, updated_at = $updated_at WHERE id = $id`,
   ).run({ ...row, created_at: undefined } as never);
 }
 
@@ -50,14 +55,14 @@ export function findContactById(db: Database, id: string): ContactRow | null {
   return db.query<ContactRow, [string]>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id = ?`).get(id);
 }
 
-/** insertContactAccounts relates a contact that has no accounts yet to the given ones, in order. */
+/** insertContactAccounts relates a contact that has no accounts yet to the given ones, in order (the row's account_ids copy is written with the row). */
 export function insertContactAccounts(db: Database, contactId: string, accountIds: string[]): void {
   if (accountIds.length === 0) return;
   const insert = db.query("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES (?, ?, ?)");
   accountIds.forEach((accountId, position) => insert.run(contactId, accountId, position));
 }
 
-/** replaceContactAccounts sets the accounts a contact relates to, in the given order. */
+/** replaceContactAccounts sets the accounts a contact relates to, in the given order (the row's account_ids copy is written with the row). */
 export function replaceContactAccounts(db: Database, contactId: string, accountIds: string[]): void {
   db.query("DELETE FROM contact_accounts WHERE contact_id = ?").run(contactId);
   insertContactAccounts(db, contactId, accountIds);
@@ -70,39 +75,10 @@ export function insertContactAssignedUsers(db: Database, contactId: string, user
   userIds.forEach((userId, position) => insert.run(contactId, userId, position));
 }
 
-/** replaceContactAssignedUsers sets the users a contact is assigned to, in the given order. */
+/** replaceContactAssignedUsers sets the users a contact is assigned to, in the given order (the row's assigned_user_ids copy is written with the row). */
 export function replaceContactAssignedUsers(db: Database, contactId: string, userIds: string[]): void {
   db.query("DELETE FROM contact_assigned_users WHERE contact_id = ?").run(contactId);
   insertContactAssignedUsers(db, contactId, userIds);
-}
-
-export interface RelatedIds {
-  accountIds: Map<string, string[]>;
-  userIds: Map<string, string[]>;
-}
-
-/** findRelatedIdsByContact returns each contact's account ids and assigned user ids, in order. */
-export function findRelatedIdsByContact(db: Database, contactIds: string[]): RelatedIds {
-  const related: RelatedIds = { accountIds: new Map(), userIds: new Map() };
-  if (contactIds.length === 0) return related;
-  // One statement for both relations, the ids as a VALUES list joined to each primary key: an
-  // IN list would cost a temporary index per relation, twice the time of this for a page.
-  const rows = db
-    .query<{ contact_id: string; is_user: number; related_id: string }, string[]>(
-      `WITH page(id) AS (VALUES ${Array(contactIds.length).fill("(?)").join(", ")})
-       SELECT a.contact_id, 0 AS is_user, a.account_id AS related_id, a.position FROM page JOIN contact_accounts a ON a.contact_id = page.id
-       UNION ALL
-       SELECT u.contact_id, 1 AS is_user, u.user_id AS related_id, u.position FROM page JOIN contact_assigned_users u ON u.contact_id = page.id
-       ORDER BY contact_id, is_user, position`,
-    )
-    .all(...contactIds);
-  for (const row of rows) {
-    const grouped = row.is_user ? related.userIds : related.accountIds;
-    const ids = grouped.get(row.contact_id);
-    if (ids) ids.push(row.related_id);
-    else grouped.set(row.contact_id, [row.related_id]);
-  }
-  return related;
 }
 
 /** fullNameMatch selects the rowids of the contacts whose full name contains the needle, case-insensitively. */

@@ -5,6 +5,7 @@ import webhooks from "../../migrations/0002_webhooks.sql" with { type: "text" };
 import consoleTables from "../../migrations/0003_console.sql" with { type: "text" };
 import limits from "../../migrations/0004_limits.sql" with { type: "text" };
 import deliveryCountsIndex from "../../migrations/0005_delivery_counts_index.sql" with { type: "text" };
+import contactRelationIds from "../../migrations/0006_contact_relation_ids.sql" with { type: "text" };
 
 export interface Migration {
   version: number;
@@ -19,6 +20,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 3, name: "0003_console.sql", sql: consoleTables },
   { version: 4, name: "0004_limits.sql", sql: limits },
   { version: 5, name: "0005_delivery_counts_index.sql", sql: deliveryCountsIndex },
+  { version: 6, name: "0006_contact_relation_ids.sql", sql: contactRelationIds },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -73,6 +73,22 @@ describe("migrations: happy paths", () => {
   });
 });
 
+describe("migrations: data", () => {
+  test("0006 copies each contact's account and user ids onto its row, in position order", () => {
+    migrate(db, MIGRATIONS.slice(0, 5));
+    db.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'One', '{}', 1, 1), ('acc_2', 'Two', '{}', 1, 1)");
+    db.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ('usr_1', 'U1', 'u1@crm.test', 1, 1)");
+    db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_a', '{}', 1, 1), ('con_b', '{}', 2, 2)");
+    db.run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('con_a', 'acc_2', 1), ('con_a', 'acc_1', 0)");
+    db.run("INSERT INTO contact_assigned_users (contact_id, user_id, position) VALUES ('con_a', 'usr_1', 0)");
+    expect(migrate(db)).toEqual(["0006_contact_relation_ids.sql"]);
+    expect(db.query("SELECT id, account_ids, assigned_user_ids FROM contacts ORDER BY id").all()).toEqual([
+      { id: "con_a", account_ids: '["acc_1","acc_2"]', assigned_user_ids: '["usr_1"]' },
+      { id: "con_b", account_ids: "[]", assigned_user_ids: "[]" },
+    ]);
+  });
+});
+
 describe("migrations: errors", () => {
   test("a failing migration rolls back completely and stops the ones after it", () => {
     const first = MIGRATIONS[0]!;

@@ -96,6 +96,35 @@ describe("relations on contacts: happy paths", () => {
     expect(events).toEqual(["contact.created", "contact.updated", "contact.updated", "contact.updated"]);
   });
 
+  test("each contact row's copy of its relation ids equals the relation tables after creates, changes, refusals and no-ops", async () => {
+    const [a1, a2, a3] = [await account({ name: "One" }), await account({ name: "Two" }), await account({ name: "Three" })];
+    const [u1, u2] = [createUser(h.rt.db, { name: "U1", email: "u1@crm.test" }), createUser(h.rt.db, { name: "U2", email: "u2@crm.test" })];
+    const created = await h.json("POST", "/public/v1/contacts", { body: { account_ids: [a3.id, a1.id], assigned_user_ids: [u2.id, u1.id] } });
+    const other = await h.json("POST", "/public/v1/contacts", { body: { first_name: "No relations" } });
+    const path = `/public/v1/contacts/${created.body.data.id}`;
+    const steps: [unknown, number][] = [
+      [{ account_ids: [a2.id, a3.id, a1.id] }, 200],
+      [{ account_ids: [a1.id, MISSING_ACC] }, 422],
+      [{ assigned_user_ids: [u1.id] }, 200],
+      [{ assigned_user_ids: [u1.id] }, 200],
+      [{ first_name: "Only a name" }, 200],
+      [{ account_ids: null, assigned_user_ids: [u2.id, u1.id] }, 200],
+    ];
+    for (const [body, status] of steps) expect((await h.request("PATCH", path, { body })).status).toBe(status);
+    const copies = h.rt.db.query<{ id: string; account_ids: string; assigned_user_ids: string }, []>("SELECT id, account_ids, assigned_user_ids FROM contacts ORDER BY id").all();
+    const ofRecord = (table: string, column: string, id: string) =>
+      h.rt.db.query<{ related: string }, [string]>(`SELECT ${column} AS related FROM ${table} WHERE contact_id = ? ORDER BY position`).all(id).map((r) => r.related);
+    expect(copies.map((c) => ({ id: c.id, account_ids: JSON.parse(c.account_ids), assigned_user_ids: JSON.parse(c.assigned_user_ids) }))).toEqual(
+      copies.map((c) => ({ id: c.id, account_ids: ofRecord("contact_accounts", "account_id", c.id), assigned_user_ids: ofRecord("contact_assigned_users", "user_id", c.id) })),
+    );
+    expect(copies.map((c) => [c.account_ids, c.assigned_user_ids])).toEqual([
+      ["[]", JSON.stringify([u2.id, u1.id])],
+      ["[]", "[]"],
+    ]);
+    expect((await h.json("GET", path)).body.data).toMatchObject({ first_name: "Only a name", account_ids: [], assigned_user_ids: [u2.id, u1.id] });
+    expect((await h.json("GET", `/public/v1/contacts/${other.body.data.id}`)).body).toEqual(other.body);
+  });
+
   test("an account referred to by a contact stays; deleting the contact removes its links", async () => {
     const a1 = await account({ name: "One" });
     const c = (await h.json("POST", "/public/v1/contacts", { body: { account_ids: [a1.id] } })).body.data;
