@@ -81,20 +81,28 @@ export function replaceContactAssignedUsers(db: Database, contactId: string, use
   insertContactAssignedUsers(db, contactId, userIds);
 }
 
-/** fullNameMatch selects the rowids of the contacts whose full name contains the needle, case-insensitively. */
-function fullNameMatch(needle: string): { sql: string; params: string[] } {
+/**
+ * fullNameMatch is the condition on the search table (alias f) that its rows meet when their full
+ * name contains the needle, case-insensitively; `indexed` tells whether the trigram index finds them.
+ */
+function fullNameMatch(needle: string): { condition: string; params: string[]; indexed: boolean } {
   // A quoted phrase of 3+ characters is a substring search in the trigram index, which folds
   // case for every script and takes % and _ literally. LIKE would not: SQLite re-checks each
   // row with its own LIKE, whose case folding knows only ASCII ("élo" missed "Élodie").
   if ([...needle].length >= 3) {
-    return { sql: "SELECT rowid FROM contacts_full_name WHERE contacts_full_name MATCH ?", params: [`"${needle.replaceAll('"', '""')}"`] };
+    return { condition: "f.contacts_full_name MATCH ?", params: [`"${needle.replaceAll('"', '""')}"`], indexed: true };
   }
-  // Too short for a trigram: scan, trying each character in either case (at most 4 spellings).
+  // Too short for a trigram: scan. An ASCII needle needs only ASCII case folding, which SQLite's
+  // LIKE does, 2.4x faster than instr over each spelling (9.6 vs 23 ms on 100k names).
+  if (/^[\x00-\x7f]*$/.test(needle)) {
+    return { condition: "f.full_name LIKE ? ESCAPE '\\'", params: [`%${needle.replace(/[\\%_]/g, "\\$&")}%`], indexed: false };
+  }
+  // Otherwise try each character in either case (at most 4 spellings).
   const spellings = [...needle].reduce<string[]>(
     (prefixes, ch) => [...new Set([ch.toLowerCase(), ch.toUpperCase()])].flatMap((variant) => prefixes.map((prefix) => prefix + variant)),
     [""],
   );
-  return { sql: `SELECT rowid FROM contacts_full_name WHERE ${spellings.map(() => "instr(full_name, ?) > 0").join(" OR ")}`, params: spellings };
+  return { condition: `(${spellings.map(() => "instr(f.full_name, ?) > 0").join(" OR ")})`, params: spellings, indexed: false };
 }
 
 /** filterClause builds the WHERE terms; `probeNames` tests rows against the name matches instead of fetching each match by rowid. */
@@ -107,7 +115,17 @@ function filterClause(filters: ContactFilters, probeNames = false): { where: str
   }
   if (filters.fullName !== undefined) {
     const match = fullNameMatch(filters.fullName);
-    where.push(`${probeNames ? "+" : ""}c.rowid IN (${match.sql})`);
+    const rowids = `SELECT rowid FROM contacts_full_name f WHERE ${match.condition}`;
+    if (!probeNames) {
+      where.push(`c.rowid IN (${rowids})`);
+    } else if (match.indexed) {
+      // The index's matches are collected once, then each row of the sort index is probed.
+      where.push(`+c.rowid IN (${rowids})`);
+    } else {
+      // A scan is not collected in full: each row of the sort index looks up its own name, and the
+      // walk stops at a full page (a 1-letter needle on 100k contacts: 20 ms -> 0.02 ms).
+      where.push(`EXISTS (SELECT 1 FROM contacts_full_name f WHERE f.rowid = c.rowid AND ${match.condition})`);
+    }
     params.push(...match.params);
   }
   if (filters.createdAfter !== undefined) {
@@ -151,7 +169,7 @@ export function countContacts(db: Database, filters: ContactFilters): number {
     // The search table has exactly one row per contact (kept by triggers), so a name-only count
     // needs no join: 16,667 matches of 100k count in 0.5 ms instead of 6.7 ms.
     const match = fullNameMatch(filters.fullName);
-    return db.query<{ n: number }, string[]>(`SELECT count(*) AS n FROM (${match.sql})`).get(...match.params)!.n;
+    return db.query<{ n: number }, string[]>(`SELECT count(*) AS n FROM contacts_full_name f WHERE ${match.condition}`).get(...match.params)!.n;
   }
   const { where, params } = filterClause(filters);
   return db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM contacts c WHERE ${where.join(" AND ")}`).get(...params)!.n;
