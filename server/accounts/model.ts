@@ -32,7 +32,7 @@ export type Account = typeof AccountSchema.static;
 export const ACCOUNT_FILTERS = ["name", "domain"] as const;
 
 export const AccountListQuery = paginationQuerySchema(null, {
-  name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, description: "Exact name, case-insensitive." })),
+  name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, description: "Exact name, case-insensitive in every script (MÜLLER GMBH finds Müller GmbH)." })),
   domain: t.Optional(t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, description: "Exact domain, case-insensitive." })),
 });
 export type AccountListQuery = typeof AccountListQuery.static;

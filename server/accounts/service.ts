@@ -7,7 +7,7 @@ import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
 import { ACCOUNT_FILTERS, type Account, type AccountInput } from "./model.ts";
-import { countAccounts, findAccountById, findAccountsByIds, insertAccount, listAccounts, type AccountRow } from "./store.ts";
+import { accountNameKey, countAccounts, findAccountById, findAccountsByIds, insertAccount, listAccounts, type AccountRow } from "./store.ts";
 
 /** toAccount renders an account row for the API, with its further properties. */
 function toAccount(row: AccountRow): Account {
@@ -30,7 +30,7 @@ export function createAccount(rt: Runtime, input: AccountInput, idempotency: Ide
   return rt.writes.submit(() => {
     const now = Date.now();
     const properties = Object.fromEntries(Object.entries(input).filter(([key]) => !KNOWN.has(key)));
-    const row: AccountRow = { id: newId("acc", now), name: input.name, domain: input.domain?.toLowerCase() ?? null, properties: JSON.stringify(properties), created_at: now, updated_at: now };
+    const row: AccountRow = { id: newId("acc", now), name: input.name, name_key: accountNameKey(input.name), domain: input.domain?.toLowerCase() ?? null, properties: JSON.stringify(properties), created_at: now, updated_at: now };
     insertAccount(rt.db, row);
     const body = { data: toAccount(row) };
     saveIdempotentResponse(rt.db, idempotency, 201, body, now);

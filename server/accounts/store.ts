@@ -5,6 +5,8 @@ import type { CursorPosition } from "../http/list-query.ts";
 export type AccountRow = {
   id: string;
   name: string;
+  /** accountNameKey(name): what the name filter compares */
+  name_key: string;
   domain: string | null;
   properties: string;
   created_at: number;
@@ -16,9 +18,20 @@ export interface AccountFilters {
   domain?: string;
 }
 
+/** accountNameKey is the form of an account name that lookups compare: NFC, lowercased in every script. */
+export function accountNameKey(name: string): string {
+  return name.normalize("NFC").toLowerCase();
+}
+
 /** insertAccount stores a new account row. */
 export function insertAccount(db: Database, row: AccountRow): void {
-  db.query("INSERT INTO accounts (id, name, domain, properties, created_at, updated_at) VALUES ($id, $name, $domain, $properties, $created_at, $updated_at)").run(row);
+  db.query("INSERT INTO accounts (id, name, name_key, domain, properties, created_at, updated_at) VALUES ($id, $name, $name_key, $domain, $properties, $created_at, $updated_at)").run(row);
+}
+
+/** keyAccountNames fills name_key for every account (the backfill of migration 0007). */
+export function keyAccountNames(db: Database): void {
+  const update = db.query("UPDATE accounts SET name_key = ? WHERE id = ?");
+  for (const { id, name } of db.query<{ id: string; name: string }, []>("SELECT id, name FROM accounts").all()) update.run(accountNameKey(name), id);
 }
 
 /** findAccountById returns one account row or null. */
@@ -37,8 +50,8 @@ function filterClause(filters: AccountFilters): { where: string[]; params: strin
   const where: string[] = [];
   const params: string[] = [];
   if (filters.name !== undefined) {
-    where.push("name = ?");
-    params.push(filters.name);
+    where.push("name_key = ?");
+    params.push(accountNameKey(filters.name));
   }
   if (filters.domain !== undefined) {
     where.push("domain = ?");

@@ -1,4 +1,5 @@
 import type { Database } from "bun:sqlite";
+import { keyAccountNames } from "../accounts/store.ts";
 // Imported as text so `bun build --compile` embeds them: the binary needs no files beside it.
 import foundation from "../../migrations/0001_foundation.sql" with { type: "text" };
 import webhooks from "../../migrations/0002_webhooks.sql" with { type: "text" };
@@ -6,11 +7,14 @@ import consoleTables from "../../migrations/0003_console.sql" with { type: "text
 import limits from "../../migrations/0004_limits.sql" with { type: "text" };
 import deliveryCountsIndex from "../../migrations/0005_delivery_counts_index.sql" with { type: "text" };
 import contactRelationIds from "../../migrations/0006_contact_relation_ids.sql" with { type: "text" };
+import accountNameKeyColumn from "../../migrations/0007_account_name_key.sql" with { type: "text" };
 
 export interface Migration {
   version: number;
   name: string;
   sql: string;
+  /** backfill computes, in the migration's transaction, data SQL cannot (such as Unicode case folding) */
+  backfill?: (db: Database) => void;
 }
 
 /** MIGRATIONS lists every file of migrations/ in order; a test checks that none is missing. */
@@ -21,6 +25,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 4, name: "0004_limits.sql", sql: limits },
   { version: 5, name: "0005_delivery_counts_index.sql", sql: deliveryCountsIndex },
   { version: 6, name: "0006_contact_relation_ids.sql", sql: contactRelationIds },
+  { version: 7, name: "0007_account_name_key.sql", sql: accountNameKeyColumn, backfill: keyAccountNames },
 ];
 
 function ensureMigrationsTable(db: Database): void {
@@ -55,6 +60,7 @@ export function migrate(db: Database, migrations: Migration[] = MIGRATIONS): str
   for (const migration of pendingMigrations(db, migrations)) {
     db.transaction(() => {
       db.run(migration.sql);
+      migration.backfill?.(db);
       db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(
         migration.version,
         migration.name,

@@ -158,9 +158,9 @@ describe("index use: every documented filter and sort", () => {
     listUsersPage(db, {});
     const plans = captured.map((c) => ({ sql: c.sql, plan: planOf(c) }));
     for (const { sql, plan } of plans) expectIndexed(sql, plan);
-    expect(plans.filter((p) => p.sql.includes("FROM accounts") && p.sql.includes("name = ?")).map((p) => p.plan.join(" | "))).toEqual([
-      expect.stringContaining("accounts_name (name=?)"),
-      expect.stringContaining("accounts_name (name=?)"),
+    expect(plans.filter((p) => p.sql.includes("FROM accounts") && p.sql.includes("name_key = ?")).map((p) => p.plan.join(" | "))).toEqual([
+      expect.stringContaining("accounts_name_key (name_key=?)"),
+      expect.stringContaining("accounts_name_key (name_key=?)"),
     ]);
     expect(plans.filter((p) => p.sql.includes("FROM accounts") && p.sql.includes("domain = ?")).map((p) => p.plan.join(" | "))).toEqual([
       expect.stringContaining("accounts_domain (domain=?)"),

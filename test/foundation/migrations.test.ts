@@ -81,15 +81,34 @@ describe("migrations: data", () => {
     db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_a', '{}', 1, 1), ('con_b', '{}', 2, 2)");
     db.run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('con_a', 'acc_2', 1), ('con_a', 'acc_1', 0)");
     db.run("INSERT INTO contact_assigned_users (contact_id, user_id, position) VALUES ('con_a', 'usr_1', 0)");
-    expect(migrate(db)).toEqual(["0006_contact_relation_ids.sql"]);
+    expect(migrate(db, MIGRATIONS.slice(0, 6))).toEqual(["0006_contact_relation_ids.sql"]);
     expect(db.query("SELECT id, account_ids, assigned_user_ids FROM contacts ORDER BY id").all()).toEqual([
       { id: "con_a", account_ids: '["acc_1","acc_2"]', assigned_user_ids: '["usr_1"]' },
       { id: "con_b", account_ids: "[]", assigned_user_ids: "[]" },
     ]);
   });
+
+  test("0007 keys existing account names for lookup in every script, in the migration's transaction", () => {
+    migrate(db, MIGRATIONS.slice(0, 6));
+    db.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'Müller GmbH', '{}', 1, 1), ('acc_2', 'ACME', '{}', 1, 1), ('acc_3', 'Ελληνική Α.Ε.', '{}', 1, 1)");
+    expect(migrate(db)).toEqual(["0007_account_name_key.sql"]);
+    expect(db.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual([
+      { id: "acc_1", name_key: "müller gmbh" },
+      { id: "acc_2", name_key: "acme" },
+      { id: "acc_3", name_key: "ελληνική α.ε." },
+    ]);
+  });
 });
 
 describe("migrations: errors", () => {
+  test("a failing backfill rolls its migration back with it", () => {
+    const failing: Migration = { version: 1001, name: "1001_fail.sql", sql: "CREATE TABLE mig_c (x INTEGER);", backfill: () => { throw new Error("backfill failed"); } };
+    migrate(db);
+    expect(() => migrate(db, [...MIGRATIONS, failing])).toThrow("backfill failed");
+    expect(tables()).not.toContain("mig_c");
+    expect(appliedVersions(db)).toEqual(MIGRATIONS.map((m) => m.version));
+  });
+
   test("a failing migration rolls back completely and stops the ones after it", () => {
     const first = MIGRATIONS[0]!;
     migrate(db, [first]);

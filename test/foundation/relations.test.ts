@@ -46,6 +46,18 @@ describe("accounts: happy paths", () => {
     expect(next).toEqual({ data: [c], meta: { current_page: 0, last_page: 2, per_page: 2, total: 3, next_cursor: null } });
   });
 
+  test("the name filter folds case in every script and matches composed and decomposed accents alike", async () => {
+    const muller = await account({ name: "Müller GmbH" });
+    const greek = await account({ name: "Ωμέγα Α.Ε." });
+    await account({ name: "Muller GmbH" });
+    const names = async (name: string) => (await h.json("GET", `/public/v1/accounts?name=${encodeURIComponent(name)}`)).body.data.map((a: { id: string }) => a.id);
+    expect(await names("MÜLLER GMBH")).toEqual([muller.id]);
+    expect(await names("müller gmbh")).toEqual([muller.id]);
+    expect(await names("Mu\u0308ller GmbH")).toEqual([muller.id]);
+    expect(await names("ΩΜΈΓΑ α.ε.")).toEqual([greek.id]);
+    expect(await names("Müller")).toEqual([]);
+  });
+
   test("users made on the command line are listed", async () => {
     const u1 = createUser(h.rt.db, { name: "Grace Hopper", email: "Grace@Navy.mil" });
     const u2 = createUser(h.rt.db, { name: "Alan Turing", email: "alan@bletchley.uk" });
