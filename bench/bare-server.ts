@@ -8,15 +8,16 @@
 // shape (ORDER BY created_at DESC, id DESC LIMIT 25, plus the count) and renders rows as the API does
 // (RFC 3339 timestamps, stored properties spread in). No auth, no validation, no relations.
 // Usage: bun bench/bare-server.ts DB_FILE [full|normal]
-import type { Synchronous } from "../server/config.ts";
+import { loadConfig } from "../server/config.ts";
 import { openDatabase } from "../server/db/database.ts";
 import { migrate } from "../server/db/migrations.ts";
 import { WriteQueue } from "../server/db/write-queue.ts";
 import { recordEvent } from "../server/webhooks/outbox.ts";
 
 const dbFile = process.argv[2];
-const synchronous = (process.argv[3] ?? "full") as Synchronous;
-if (!dbFile || !["full", "normal"].includes(synchronous)) throw new Error("usage: bun bench/bare-server.ts DB_FILE [full|normal]");
+if (!dbFile) throw new Error("usage: bun bench/bare-server.ts DB_FILE [full|normal]");
+// The app's own parser checks the level, so both servers accept exactly the same values.
+const { synchronous } = loadConfig(["--synchronous", process.argv[3] ?? "full"], {});
 const db = openDatabase(dbFile, synchronous);
 migrate(db);
 
