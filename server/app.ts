@@ -18,22 +18,25 @@ import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
 import { VERSION } from "./version.ts";
 import { webhookRoutes } from "./webhooks/routes.ts";
+import { SYSTEM_NETWORK, type Network } from "./webhooks/targets.ts";
 import { DeliveryLoop } from "./webhooks/worker.ts";
 
 export interface AppOptions {
   db: Database;
   config: Config;
   log: Logger;
+  /** defaults to the system's resolver and certificate authorities */
+  network?: Network;
 }
 
 /** createRuntime migrates the database and builds the services' shared dependencies. */
-export function createRuntime({ db, config, log }: AppOptions): Runtime {
+export function createRuntime({ db, config, log, network = SYSTEM_NETWORK }: AppOptions): Runtime {
   migrate(db);
   const writes = new WriteQueue(db);
   const metrics = new Metrics();
-  const deliveries = new DeliveryLoop({ db, writes, config, log });
+  const deliveries = new DeliveryLoop({ db, writes, config, log, network });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
-  return { db, config, log, writes, idempotency: new IdempotencyGuard(db), metrics, deliveries };
+  return { db, config, log, writes, idempotency: new IdempotencyGuard(db), metrics, deliveries, network };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */

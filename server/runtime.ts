@@ -4,6 +4,7 @@ import type { WriteQueue } from "./db/write-queue.ts";
 import type { IdempotencyGuard } from "./idempotency/service.ts";
 import type { Metrics } from "./ops/metrics.ts";
 import type { Logger } from "./shared/log.ts";
+import type { Network } from "./webhooks/targets.ts";
 import type { DeliveryLoop } from "./webhooks/worker.ts";
 
 /** Runtime is what services need: the database, the group-commit write queue, config and log. */
@@ -16,4 +17,6 @@ export interface Runtime {
   metrics: Metrics;
   /** deliveries sends webhook deliveries; started and stopped with the server */
   deliveries: DeliveryLoop;
+  /** how webhook targets are resolved and reached; tests inject their own resolver */
+  network: Network;
 }

@@ -1,6 +1,6 @@
 import { createHmac } from "node:crypto";
 import { VERSION } from "../version.ts";
-import { assertPublicHost, TargetRefused } from "./targets.ts";
+import { pinTarget, resolveTarget, TargetRefused, type Network } from "./targets.ts";
 
 /** RESPONSE_BODY_LIMIT is how much of a receiver's answer is kept (4 KiB). */
 const RESPONSE_BODY_LIMIT = 4096;
@@ -19,6 +19,8 @@ export interface AttemptRequest {
   payload: string;
   timeoutMs: number;
   allowPrivateTargets: boolean;
+  /** resolves the target's host; the attempt connects to the address it gives */
+  network: Network;
   /** aborts the attempt when the server gives up waiting for it on shutdown */
   signal: AbortSignal;
 }
@@ -77,9 +79,10 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number): st
 }
 
 /**
- * sendAttempt makes one signed POST of a delivery: it re-checks the target's addresses (DNS may
- * have changed since the subscription was created), follows no redirects, stops at the timeout,
- * and keeps the first 4 KiB of the answer. It never throws: failures come back in words.
+ * sendAttempt makes one signed POST of a delivery: it resolves the target's host once, checks the
+ * addresses (DNS may have changed since the subscription was created) and connects to the address
+ * checked, with the original Host header and TLS server name; it follows no redirects, stops at
+ * the timeout, and keeps the first 4 KiB of the answer. It never throws: failures come back in words.
  */
 export async function sendAttempt(request: AttemptRequest): Promise<AttemptResult> {
   const startedAt = Date.now();
@@ -104,11 +107,14 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     retry_after_ms: null,
   };
   try {
-    if (!request.allowPrivateTargets) await assertPublicHost(new URL(request.targetUrl).hostname);
-    const response = await fetch(request.targetUrl, {
+    const target = new URL(request.targetUrl);
+    const pinned = pinTarget(target, await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets));
+    const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
+    const response = await fetch(pinned.url, {
       method: "POST",
-      headers,
+      headers: pinned.host === null ? headers : { ...headers, host: pinned.host },
       body: request.payload,
+      tls,
       redirect: "manual",
       signal: AbortSignal.any([timeout, request.signal]),
     });

@@ -28,7 +28,7 @@ import {
   type DeliveryRow,
   type SubscriptionRow,
 } from "./store.ts";
-import { assertPublicHost, checkTargetUrl, TargetRefused } from "./targets.ts";
+import { checkTargetUrl, resolveTarget, TargetRefused } from "./targets.ts";
 
 /** maskSecret shows only the prefix and first characters of a signing secret. */
 function maskSecret(secret: string): string {
@@ -87,7 +87,7 @@ function toAttempt(row: AttemptRow): Attempt {
 async function refuseNonPublicTarget(rt: Runtime, targetUrl: string): Promise<void> {
   if (rt.config.allowPrivateTargets) return;
   try {
-    await assertPublicHost(new URL(targetUrl).hostname);
+    await resolveTarget(new URL(targetUrl).hostname, rt.network.resolve, false);
   } catch (error) {
     if (error instanceof TargetRefused) throw validationProblem([{ pointer: "/target_url", detail: error.message }], "The target URL is not allowed.");
     throw error;

@@ -105,30 +105,77 @@ export function nonPublicAddressKind(address: string): string | null {
 /** TargetRefused says why a target host may not be contacted. */
 export class TargetRefused extends Error {}
 
+/** Resolver returns every address a host name resolves to. */
+export type Resolver = (hostname: string) => Promise<string[]>;
+
 /**
- * assertPublicHost resolves a URL's host (all addresses) and throws TargetRefused if it does not
- * resolve or any address is not public: a name with one private address could be steered there.
+ * Network is how deliveries reach receivers: the resolver (tests inject one that answers what
+ * they need, such as a name that rebinds to 127.0.0.1) and certificate authorities trusted on top
+ * of the system's (tests with a self-signed receiver).
  */
-export async function assertPublicHost(hostname: string): Promise<void> {
+export interface Network {
+  resolve: Resolver;
+  ca?: string;
+}
+
+/** SYSTEM_NETWORK resolves through the operating system (getaddrinfo, as a connect would) and trusts the system's authorities. */
+export const SYSTEM_NETWORK: Network = {
+  resolve: async (hostname) => (await lookup(hostname, { all: true, verbatim: true })).map((a) => a.address),
+};
+
+const isAddress = (host: string) => isIPv4(host) || isIPv6(host);
+const PRIVATE_SWITCH_HINT = "webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)";
+
+/**
+ * resolveTarget resolves a URL's host once and returns the address to connect to, the first one
+ * given. Unless private targets are allowed, every address must be public (a name with one private
+ * address could be steered there), else it throws TargetRefused; so does a name that resolves to
+ * nothing. Connecting to the returned address, not to the name, is what keeps a name that
+ * resolves differently a moment later (DNS rebinding) from reaching a private address.
+ */
+export async function resolveTarget(hostname: string, resolve: Resolver, allowPrivate: boolean): Promise<string> {
   const host = hostname.replace(/^\[|\]$/g, "");
   let addresses: string[];
-  if (isIPv4(host) || isIPv6(host)) {
+  if (isAddress(host)) {
     addresses = [host];
   } else {
     try {
-      addresses = (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
+      addresses = await resolve(host);
     } catch (error) {
       throw new TargetRefused(`host ${host} could not be resolved (${(error as { code?: string }).code ?? (error as Error).message})`);
     }
+    if (addresses.length === 0) throw new TargetRefused(`host ${host} could not be resolved (no address)`);
   }
-  for (const address of addresses) {
-    const kind = nonPublicAddressKind(address);
-    if (kind) {
-      throw new TargetRefused(
-        address === host
-          ? `address ${address} is ${kind}; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)`
-          : `host ${host} resolves to ${address}, which is ${kind}; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)`,
-      );
+  if (!allowPrivate) {
+    for (const address of addresses) {
+      const kind = nonPublicAddressKind(address);
+      if (kind) {
+        throw new TargetRefused(
+          address === host ? `address ${address} is ${kind}; ${PRIVATE_SWITCH_HINT}` : `host ${host} resolves to ${address}, which is ${kind}; ${PRIVATE_SWITCH_HINT}`,
+        );
+      }
     }
   }
+  return addresses[0]!;
+}
+
+/** PinnedTarget is where to connect for a target URL and what to tell the receiver it asked for. */
+export interface PinnedTarget {
+  /** the target URL with the resolved address in place of the host name */
+  url: string;
+  /** Host header of the original URL; null when the URL names an address already */
+  host: string | null;
+  /** TLS server name (SNI, and the name the certificate must carry); null for http or an address */
+  serverName: string | null;
+}
+
+/** pinTarget rewrites a target URL to connect to `address` while the request still names the original host. */
+export function pinTarget(target: URL, address: string): PinnedTarget {
+  if (isAddress(target.hostname.replace(/^\[|\]$/g, ""))) return { url: target.href, host: null, serverName: null };
+  const pinnedHost = isIPv6(address) ? `[${address}]` : address;
+  return {
+    url: `${target.protocol}//${pinnedHost}${target.port ? `:${target.port}` : ""}${target.pathname}${target.search}`,
+    host: target.host,
+    serverName: target.protocol === "https:" ? target.hostname : null,
+  };
 }

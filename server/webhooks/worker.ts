@@ -4,6 +4,7 @@ import type { WriteQueue } from "../db/write-queue.ts";
 import { notFound, ProblemError } from "../http/problem.ts";
 import type { Logger } from "../shared/log.ts";
 import { sendAttempt, type AttemptResult } from "./delivery.ts";
+import type { Network } from "./targets.ts";
 import {
   disableSubscription,
   failPendingDeliveries,
@@ -61,6 +62,7 @@ export interface LoopDependencies {
   writes: WriteQueue;
   config: Config;
   log: Logger;
+  network: Network;
 }
 
 interface UnrecordedAttempt {
@@ -249,6 +251,7 @@ export class DeliveryLoop {
         payload: due.payload,
         timeoutMs: config.deliveryTimeoutMs,
         allowPrivateTargets: config.allowPrivateTargets,
+        network: this.deps.network,
         signal: controller.signal,
       });
       if (this.abandoned.delete(due.id)) return;

@@ -7,6 +7,7 @@ import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import type { Network } from "../../server/webhooks/targets.ts";
 
 export interface Harness {
   app: App;
@@ -20,12 +21,17 @@ export interface Harness {
   close(): void;
 }
 
+/** HarnessOptions are runtime parts a test replaces: the network deliveries resolve names through. */
+export interface HarnessOptions {
+  network?: Network;
+}
+
 /** createHarness builds a fresh app on a throwaway SQLite file with one API token. */
-export function createHarness(overrides: Partial<Config> = {}): Harness {
+export function createHarness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): Harness {
   const dataDir = mkdtempSync(join(tmpdir(), "crm-test-"));
   const config: Config = { ...DEFAULT_CONFIG, dataDir, logLevel: "error", ...overrides };
   const db = openDatabase(databasePath(dataDir));
-  const rt = createRuntime({ db, config, log: createLogger(config.logLevel) });
+  const rt = createRuntime({ db, config, log: createLogger(config.logLevel), network: options.network });
   const app = createApp(rt);
   const { token } = createApiToken(db, "test");
   const request = (method: string, path: string, options: { body?: unknown; headers?: Record<string, string> } = {}) => {

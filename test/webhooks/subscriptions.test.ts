@@ -149,6 +149,15 @@ describe("webhook subscriptions: security", () => {
     ["http://[fd00:ec2::254]/x", "address fd00:ec2::254 is private (unique local)"],
     ["http://0.0.0.0:3000/x", "address 0.0.0.0 is unspecified"],
     ["http://2130706433/x", "address 127.0.0.1 is loopback"],
+    ["http://0x7f.0.0.1/x", "address 127.0.0.1 is loopback"],
+    ["http://0177.0.0.1/x", "address 127.0.0.1 is loopback"],
+    ["http://127.1/x", "address 127.0.0.1 is loopback"],
+    ["http://0x7f000001/x", "address 127.0.0.1 is loopback"],
+    ["http://100.100.100.200/x", "address 100.100.100.200 is shared (carrier-grade NAT, cloud metadata)"],
+    ["http://[::127.0.0.1]/x", "address ::7f00:1 is reserved"],
+    ["http://[64:ff9b::7f00:1]/x", "address 64:ff9b::7f00:1 is loopback"],
+    ["http://[2002:7f00:1::]/x", "address 2002:7f00:1:: is loopback"],
+    ["http://[fe80::1]/x", "address fe80::1 is link-local"],
   ] as const;
 
   for (const [url, reason] of refused) {

@@ -1,7 +1,7 @@
 import { afterEach } from "bun:test";
 import type { Server } from "bun";
 import type { Config } from "../../server/config.ts";
-import { createHarness, type Harness } from "../support/harness.ts";
+import { createHarness, type Harness, type HarnessOptions } from "../support/harness.ts";
 
 /** Received is one request a test receiver got. */
 export interface Received {
@@ -93,8 +93,8 @@ export interface WebhookHarness extends Harness {
 }
 
 /** webhookHarness builds a harness with FAST_WEBHOOKS (plus overrides) and starts its delivery loop. */
-export function webhookHarness(overrides: Partial<Config> = {}): WebhookHarness {
-  const h = createHarness({ ...FAST_WEBHOOKS, ...overrides });
+export function webhookHarness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): WebhookHarness {
+  const h = createHarness({ ...FAST_WEBHOOKS, ...overrides }, options);
   h.rt.deliveries.start();
   return {
     ...h,
@@ -139,8 +139,8 @@ export function webhookTestScope() {
     while (receivers.length) await receivers.pop()!.stop();
   });
   return {
-    harness(overrides: Partial<Config> = {}): WebhookHarness {
-      current = webhookHarness(overrides);
+    harness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): WebhookHarness {
+      current = webhookHarness(overrides, options);
       return current;
     },
     receiver(path?: string): Receiver {

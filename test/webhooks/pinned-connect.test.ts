@@ -1,0 +1,119 @@
+import { describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Resolver } from "../../server/webhooks/targets.ts";
+import { settledDeliveries, webhookTestScope, type WebhookHarness } from "./support.ts";
+
+const scope = webhookTestScope();
+let h: WebhookHarness;
+
+const CERT = readFileSync(join(import.meta.dir, "fixtures/receiver-cert.pem"), "utf8");
+const KEY = readFileSync(join(import.meta.dir, "fixtures/receiver-key.pem"), "utf8");
+
+/** answering returns a resolver that gives the listed answers in turn (the last one from then on) and counts its calls. */
+function answering(...answers: string[][]): Resolver & { calls: string[] } {
+  const calls: string[] = [];
+  const resolve = async (hostname: string) => {
+    calls.push(hostname);
+    return answers[Math.min(calls.length, answers.length) - 1]!;
+  };
+  return Object.assign(resolve, { calls });
+}
+
+const createContact = async () => expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com" } })).status).toBe(201);
+
+describe("pinned connect: happy paths", () => {
+  test("a delivery connects to the address resolved, once per attempt, with the original Host header", async () => {
+    const resolve = answering(["127.0.0.1"]);
+    h = scope.harness({ retrySchedule: [0.02] }, { network: { resolve } });
+    const r = scope.receiver();
+    r.respond((_, i) => new Response(i === 0 ? "busy" : "ok", { status: i === 0 ? 503 : 200 }));
+    const port = new URL(r.url).port;
+    await h.subscribe(`http://hooks.example.test:${port}/hook?tenant=7`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({ status: "succeeded", attempts: 2, last_response_status: 200, last_error: null });
+    expect(r.received.map((x) => [x.path, x.headers.host])).toEqual([
+      ["/hook", `hooks.example.test:${port}`],
+      ["/hook", `hooks.example.test:${port}`],
+    ]);
+    expect(resolve.calls).toEqual(["hooks.example.test", "hooks.example.test"]);
+  });
+
+  test("https: the TLS server name and the certificate check use the original host name, not the address", async () => {
+    h = scope.harness({}, { network: { resolve: answering(["127.0.0.1"]), ca: CERT } });
+    const hosts: string[] = [];
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      tls: { cert: CERT, key: KEY },
+      fetch(request) {
+        hosts.push(request.headers.get("host")!);
+        return new Response("ok");
+      },
+    });
+    try {
+      await h.subscribe(`https://hooks.example.test:${server.port}/hook`, ["contact.created"]);
+      await createContact();
+      const [delivery] = await settledDeliveries(h);
+      expect(delivery).toMatchObject({ status: "succeeded", last_response_status: 200 });
+      expect(hosts).toEqual([`hooks.example.test:${server.port}`]);
+    } finally {
+      await server.stop(true);
+    }
+  });
+});
+
+describe("pinned connect: security", () => {
+  test("DNS rebinding: a name that is public at the check and 127.0.0.1 at connect time reaches nothing", async () => {
+    const resolve = answering(["93.184.216.34"], ["127.0.0.1"]);
+    h = scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve } });
+    const r = scope.receiver();
+    const created = await h.subscribe(`http://rebind.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
+    expect(created.status).toBe("active");
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({
+      status: "failed",
+      last_response_status: null,
+      last_error: "refused: host rebind.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+    });
+    const detail = await h.delivery(delivery.id);
+    expect(detail.attempt_history.map((a: any) => [a.response_status, a.response_body])).toEqual([[null, null]]);
+    expect(r.received).toEqual([]);
+    expect(resolve.calls).toEqual(["rebind.example.test", "rebind.example.test"]);
+  });
+
+  test("a name with one private address among public ones is refused at connect time", async () => {
+    h = scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve: answering(["93.184.216.34"], ["93.184.216.34", "10.1.2.3"]) } });
+    await h.subscribe("http://mixed.example.test/hook", ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery.last_error).toBe("refused: host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)");
+  });
+
+  test("https: a certificate that does not name the original host is refused, though the address is the same", async () => {
+    h = scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.1"]), ca: CERT } });
+    let reached = 0;
+    const server = Bun.serve({ hostname: "127.0.0.1", port: 0, tls: { cert: CERT, key: KEY }, fetch: () => (reached++, new Response("ok")) });
+    try {
+      await h.subscribe(`https://other.example.test:${server.port}/hook`, ["contact.created"]);
+      await createContact();
+      const [delivery] = await settledDeliveries(h);
+      expect(delivery).toMatchObject({ status: "failed", last_response_status: null });
+      expect(delivery.last_error).toStartWith("connection failed: ");
+      expect(delivery.last_error).toContain("ERR_TLS_CERT_ALTNAME_INVALID");
+      expect(reached).toBe(0);
+    } finally {
+      await server.stop(true);
+    }
+  });
+
+  test("a name that resolves to no address is refused in words", async () => {
+    h = scope.harness({ retrySchedule: [] }, { network: { resolve: answering([]) } });
+    await h.subscribe("http://empty.example.test/hook", ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery.last_error).toBe("refused: host empty.example.test could not be resolved (no address)");
+  });
+});
