@@ -4,7 +4,7 @@ import { consoleRoutes } from "../console/routes.ts";
 import { accountRoutes } from "./accounts/routes.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
-import { migrate } from "./db/migrations.ts";
+import { MIGRATIONS, migrate } from "./db/migrations.ts";
 import { WriteQueue } from "./db/write-queue.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { httpConventions } from "./http/conventions.ts";
@@ -18,6 +18,7 @@ import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
 import { VERSION } from "./version.ts";
 import { webhookRoutes } from "./webhooks/routes.ts";
+import { assertSecretsKeyOpens, loadSecretsKey, SecretBox } from "./webhooks/secrets.ts";
 import { SYSTEM_NETWORK, type Network } from "./webhooks/targets.ts";
 import { DeliveryLoop } from "./webhooks/worker.ts";
 
@@ -29,14 +30,21 @@ export interface AppOptions {
   network?: Network;
 }
 
-/** createRuntime migrates the database and builds the services' shared dependencies. */
+/**
+ * createRuntime opens the secrets key (creating it on first start), migrates the database, checks
+ * that the key opens its signing secrets, and builds the services' shared dependencies.
+ */
 export function createRuntime({ db, config, log, network = SYSTEM_NETWORK }: AppOptions): Runtime {
-  migrate(db);
+  const secretsKey = loadSecretsKey(config);
+  const secrets = new SecretBox(secretsKey.key);
+  if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
+  migrate(db, MIGRATIONS, { secrets: () => secrets });
+  assertSecretsKeyOpens(db, secrets, secretsKey.path);
   const writes = new WriteQueue(db);
   const metrics = new Metrics();
-  const deliveries = new DeliveryLoop({ db, writes, config, log, network });
+  const deliveries = new DeliveryLoop({ db, writes, config, log, network, secrets });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
-  return { db, config, log, writes, idempotency: new IdempotencyGuard(db), metrics, deliveries, network };
+  return { db, config, log, writes, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */

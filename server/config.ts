@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { isIP } from "node:net";
 
-type Kind = "string" | "port" | "positive-int" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list";
+type Kind = "string" | "port" | "positive-int" | "positive-number" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list";
 
 interface Setting {
   key: keyof Config;
@@ -24,12 +24,16 @@ export interface Config {
   host: string;
   port: number;
   dataDir: string;
+  /** file holding the key that seals webhook signing secrets; "" means secrets.key in the data directory */
+  secretsKeyFile: string;
   synchronous: Synchronous;
   logLevel: LogLevel;
   allowPrivateTargets: boolean;
   retrySchedule: number[];
   deliveryTimeoutMs: number;
   deliveryRetentionDays: number;
+  /** hours a subscription's attempts may all fail before it is disabled; fractions allowed (tests use seconds) */
+  disableFailingAfterHours: number;
   /** bearer token for GET /metrics; "" answers loopback clients only */
   metricsToken: string;
   shutdownTimeoutMs: number;
@@ -57,12 +61,14 @@ export const DEFAULT_CONFIG: Config = {
   host: "127.0.0.1",
   port: 3000,
   dataDir: "./data",
+  secretsKeyFile: "",
   synchronous: "full",
   logLevel: "info",
   allowPrivateTargets: false,
   retrySchedule: DEFAULT_RETRY_SCHEDULE,
   deliveryTimeoutMs: 15000,
   deliveryRetentionDays: 30,
+  disableFailingAfterHours: 120,
   metricsToken: "",
   shutdownTimeoutMs: 10000,
   trustedProxies: [],
@@ -82,6 +88,13 @@ export const SETTINGS: Setting[] = [
   { key: "port", flag: "--port", env: "PORT", kind: "port", help: "TCP port to listen on (0 picks a free one)" },
   { key: "dataDir", flag: "--data-dir", env: "CRM_DATA_DIR", kind: "string", help: "directory holding the SQLite database" },
   {
+    key: "secretsKeyFile",
+    flag: "--secrets-key-file",
+    env: "CRM_SECRETS_KEY_FILE",
+    kind: "string",
+    help: "file with the key (base64, 32 bytes) that encrypts webhook signing secrets in the database; when not given, secrets.key in the data directory, created 0600 on first start. Keep it: backups do not contain it",
+  },
+  {
     key: "synchronous",
     flag: "--synchronous",
     env: "CRM_SYNCHRONOUS",
@@ -94,6 +107,13 @@ export const SETTINGS: Setting[] = [
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", help: "webhook retry delays in seconds, comma-separated" },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", help: "webhook request timeout in milliseconds" },
   { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
+  {
+    key: "disableFailingAfterHours",
+    flag: "--disable-failing-after-hours",
+    env: "CRM_DISABLE_FAILING_AFTER_HOURS",
+    kind: "positive-number",
+    help: "a webhook subscription whose attempts have all failed for this many hours is disabled (fractions allowed: 0.001 is 3.6 s, for tests)",
+  },
   { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16+ characters); without one, /metrics answers loopback clients only" },
   { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish" },
   { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },
@@ -130,6 +150,11 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       const n = Number(text);
       if (!/^\d+$/.test(text) || n < 1 || !Number.isSafeInteger(n)) fail("a positive whole number");
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 1 to ${setting.max}`);
+      return n;
+    }
+    case "positive-number": {
+      const n = Number(text);
+      if (!/^\d+(\.\d+)?$/.test(text) || !(n > 0) || !Number.isFinite(n)) fail("a positive number");
       return n;
     }
     case "boolean":

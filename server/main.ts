@@ -1,8 +1,10 @@
 #!/usr/bin/env bun
+import type { Database } from "bun:sqlite";
 import { constants } from "node:os";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, type Config } from "./config.ts";
 import { databasePath, openDatabase } from "./db/database.ts";
-import { migrate } from "./db/migrations.ts";
+import { MIGRATIONS, migrate } from "./db/migrations.ts";
+import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
 import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { createUser } from "./users/service.ts";
@@ -67,10 +69,15 @@ function takeFlag(args: string[], name: string): boolean {
   return i >= 0;
 }
 
+/** migrateWithSecretsKey migrates; a migration that seals signing secrets reads (or creates) the secrets key. */
+function migrateWithSecretsKey(db: Database, config: Config): string[] {
+  return migrate(db, MIGRATIONS, { secrets: () => new SecretBox(loadSecretsKey(config).key) });
+}
+
 function openConfiguredDatabase(args: string[]) {
   const config = loadConfig(args);
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
-  migrate(db);
+  migrateWithSecretsKey(db, config);
   return db;
 }
 
@@ -111,7 +118,7 @@ async function main(argv: string[]): Promise<number> {
     case "migrate": {
       const config = loadConfig(args);
       const db = openDatabase(databasePath(config.dataDir), config.synchronous);
-      const applied = migrate(db);
+      const applied = migrateWithSecretsKey(db, config);
       process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
       db.close();
       return 0;
@@ -183,6 +190,7 @@ async function main(argv: string[]): Promise<number> {
       try {
         const result = backupDatabase(config.dataDir, file);
         process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
+        process.stdout.write(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
         return 0;
       } catch (error) {
         if (!(error instanceof BackupError)) throw error;

@@ -4,6 +4,7 @@ import type { WriteQueue } from "./db/write-queue.ts";
 import type { IdempotencyGuard } from "./idempotency/service.ts";
 import type { Metrics } from "./ops/metrics.ts";
 import type { Logger } from "./shared/log.ts";
+import type { SecretBox } from "./webhooks/secrets.ts";
 import type { Network } from "./webhooks/targets.ts";
 import type { DeliveryLoop } from "./webhooks/worker.ts";
 
@@ -19,4 +20,6 @@ export interface Runtime {
   deliveries: DeliveryLoop;
   /** how webhook targets are resolved and reached; tests inject their own resolver */
   network: Network;
+  /** seals and opens webhook signing secrets (stored encrypted) */
+  secrets: SecretBox;
 }

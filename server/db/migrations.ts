@@ -8,13 +8,21 @@ import limits from "../../migrations/0004_limits.sql" with { type: "text" };
 import deliveryCountsIndex from "../../migrations/0005_delivery_counts_index.sql" with { type: "text" };
 import contactRelationIds from "../../migrations/0006_contact_relation_ids.sql" with { type: "text" };
 import accountNameKeyColumn from "../../migrations/0007_account_name_key.sql" with { type: "text" };
+import endpointHealth from "../../migrations/0011_endpoint_health.sql" with { type: "text" };
+import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
+
+/** MigrationContext is what a backfill may need beyond the database. */
+export interface MigrationContext {
+  /** the box sealing signing secrets; opened only when a backfill needs it (a key file may be created) */
+  secrets?: () => SecretBox;
+}
 
 export interface Migration {
   version: number;
   name: string;
   sql: string;
   /** backfill computes, in the migration's transaction, data SQL cannot (such as Unicode case folding) */
-  backfill?: (db: Database) => void;
+  backfill?: (db: Database, context: MigrationContext) => void;
 }
 
 /** MIGRATIONS lists every file of migrations/ in order; a test checks that none is missing. */
@@ -26,6 +34,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 5, name: "0005_delivery_counts_index.sql", sql: deliveryCountsIndex },
   { version: 6, name: "0006_contact_relation_ids.sql", sql: contactRelationIds },
   { version: 7, name: "0007_account_name_key.sql", sql: accountNameKeyColumn, backfill: keyAccountNames },
+  { version: 11, name: "0011_endpoint_health.sql", sql: endpointHealth, backfill: (db, context) => sealStoredSecrets(db, context.secrets) },
 ];
 
 function ensureMigrationsTable(db: Database): void {
@@ -55,12 +64,12 @@ export function pendingMigrations(db: Database, migrations: Migration[] = MIGRAT
  * migrate applies every pending migration in order, each in its own transaction, and returns their
  * names. Tests pass their own list to check ordering and rollback with migrations that fail.
  */
-export function migrate(db: Database, migrations: Migration[] = MIGRATIONS): string[] {
+export function migrate(db: Database, migrations: Migration[] = MIGRATIONS, context: MigrationContext = {}): string[] {
   const applied: string[] = [];
   for (const migration of pendingMigrations(db, migrations)) {
     db.transaction(() => {
       db.run(migration.sql);
-      migration.backfill?.(db);
+      migration.backfill?.(db, context);
       db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(
         migration.version,
         migration.name,

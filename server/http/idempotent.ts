@@ -11,12 +11,14 @@ interface PostContext {
 
 /**
  * idempotentPost runs a POST under the caller's Idempotency-Key (if any) and sets the status and
- * the Idempotent-Replayed header of the response; it returns the body to send.
+ * the Idempotent-Replayed header of the response; it returns the body to send. `onReplay` turns a
+ * stored body back into the one first sent (a create response keeps its secret sealed at rest).
  */
 export async function idempotentPost<T>(
   guard: IdempotencyGuard,
   ctx: PostContext,
   execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>,
+  onReplay: (stored: T) => T = (stored) => stored,
 ): Promise<T> {
   const result = await guard.run(
     // The router serves /contacts/ as /contacts: scope both alike, or a retry with a slash creates twice.
@@ -25,5 +27,5 @@ export async function idempotentPost<T>(
   );
   ctx.set.status = result.status;
   if (result.replayed) ctx.set.headers["idempotent-replayed"] = "true";
-  return result.body;
+  return result.replayed ? onReplay(result.body) : result.body;
 }

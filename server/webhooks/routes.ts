@@ -15,7 +15,7 @@ import {
   SubscriptionListQuery,
   TestEventEnvelope,
 } from "./model.ts";
-import { createSubscription, deleteSubscription, getDelivery, getSubscription, listDeliveriesPage, listSubscriptionsPage, retryDelivery, sendTestEvent } from "./service.ts";
+import { createSubscription, deleteSubscription, openReplayedSecret, getDelivery, getSubscription, listDeliveriesPage, listSubscriptionsPage, retryDelivery, sendTestEvent } from "./service.ts";
 
 // Path parameters are named as in the contract (DELETE /webhook-subscriptions/:subscriptionId).
 const SubscriptionId = t.Object({ subscriptionId: t.String({ maxLength: 64, description: "Subscription id (sub_...)" }) });
@@ -27,7 +27,7 @@ const deliveryTags = ["Webhook deliveries"];
 export function webhookRoutes(rt: Runtime) {
   return new Elysia({ name: "webhooks", prefix: "/public/v1" })
     .use(bearerAuth(rt.db))
-    .post("/webhook-subscriptions", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createSubscription(rt, ctx.body, scope)), {
+    .post("/webhook-subscriptions", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createSubscription(rt, ctx.body, scope), (stored) => openReplayedSecret(rt, stored)), {
       body: SubscriptionInput,
       headers: IdempotencyKeyHeader,
       response: { 201: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },

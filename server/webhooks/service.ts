@@ -9,6 +9,7 @@ import { newId } from "../shared/ids.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import { DELIVERY_FILTERS, SUBSCRIPTION_FILTERS, type Attempt, type Delivery, type DeliveryDetail, type Subscription, type SubscriptionInput, type SubscriptionWithSecret } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
+import { maskStoredSecret } from "./secrets.ts";
 import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
@@ -30,13 +31,8 @@ import {
 } from "./store.ts";
 import { checkTargetUrl, resolveTarget, TargetRefused } from "./targets.ts";
 
-/** maskSecret shows only the prefix and first characters of a signing secret. */
-function maskSecret(secret: string): string {
-  return `${secret.slice(0, SECRET_PREFIX.length + 4)}…`;
-}
-
-/** toSubscription renders a subscription row; the secret is masked unless `revealSecret`. */
-function toSubscription(row: SubscriptionRow, revealSecret = false): Subscription {
+/** toSubscription renders a subscription row with its secret masked. */
+function toSubscription(row: SubscriptionRow): Subscription {
   return {
     id: row.id,
     target_url: row.target_url,
@@ -45,7 +41,7 @@ function toSubscription(row: SubscriptionRow, revealSecret = false): Subscriptio
     status: row.status,
     disabled_at: toOptionalTimestamp(row.disabled_at),
     disabled_reason: row.disabled_reason,
-    secret: revealSecret ? row.secret : maskSecret(row.secret),
+    secret: maskStoredSecret(row.secret),
     created_at: toTimestamp(row.created_at),
     updated_at: toTimestamp(row.updated_at),
   };
@@ -97,7 +93,8 @@ async function refuseNonPublicTarget(rt: Runtime, targetUrl: string): Promise<vo
 /**
  * createSubscription validates the target (URL rules, then the address check unless private
  * targets are allowed) and stores the subscription with a new secret and the idempotent
- * response in one commit. The secret appears in full only in this response.
+ * response in one commit. The secret appears in full only in this response; the database holds
+ * it sealed, in the subscription and in the response kept for replays.
  */
 export async function createSubscription(rt: Runtime, input: SubscriptionInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
   const urlError = checkTargetUrl(input.target_url);
@@ -110,12 +107,13 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
       throw validationProblem([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions.");
     }
     const now = Date.now();
+    const id = newId("sub", now);
     const row: SubscriptionRow = {
-      id: newId("sub", now),
+      id,
       target_url: input.target_url,
       description: input.description ?? null,
       events: JSON.stringify(input.events),
-      secret,
+      secret: rt.secrets.seal(id, secret),
       status: "active",
       disabled_at: null,
       disabled_reason: null,
@@ -123,10 +121,15 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
       updated_at: now,
     };
     insertSubscription(rt.db, row, input.events);
-    const body = { data: toSubscription(row, true) };
-    saveIdempotentResponse(rt.db, idempotency, 201, body, now);
-    return { status: 201, body };
+    const subscription = toSubscription(row);
+    saveIdempotentResponse(rt.db, idempotency, 201, { data: { ...subscription, secret: row.secret } }, now);
+    return { status: 201, body: { data: { ...subscription, secret } } };
   });
+}
+
+/** openReplayedSecret opens the sealed secret of a replayed create response, so a replay shows it in full like the first answer. */
+export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSecret }): { data: SubscriptionWithSecret } {
+  return { data: { ...body.data, secret: rt.secrets.open(body.data.id, body.data.secret) } };
 }
 
 /** listSubscriptionsPage answers GET /webhook-subscriptions: newest first, filter `event`. */

@@ -96,6 +96,21 @@ export function insertSubscription(db: Database, row: SubscriptionRow, eventType
   for (const type of eventTypes) insert.run(type, row.id);
 }
 
+/** listUnsealedSubscriptionSecrets returns the subscriptions whose signing secret is still stored in clear. */
+export function listUnsealedSubscriptionSecrets(db: Database): { id: string; secret: string }[] {
+  return db.query<{ id: string; secret: string }, []>("SELECT id, secret FROM webhook_subscriptions WHERE secret NOT LIKE 'sealed-v1.%'").all();
+}
+
+/** updateSubscriptionSecret replaces the stored (sealed) signing secret of a subscription. */
+export function updateSubscriptionSecret(db: Database, id: string, secret: string): void {
+  db.query("UPDATE webhook_subscriptions SET secret = ? WHERE id = ?").run(secret, id);
+}
+
+/** findOneSubscriptionSecret returns any one subscription's stored secret, or null when there is none. */
+export function findOneSubscriptionSecret(db: Database): { id: string; secret: string } | null {
+  return db.query<{ id: string; secret: string }, []>("SELECT id, secret FROM webhook_subscriptions LIMIT 1").get();
+}
+
 /** findSubscriptionById returns one subscription row or null. */
 export function findSubscriptionById(db: Database, id: string): SubscriptionRow | null {
   return db.query<SubscriptionRow, [string]>("SELECT * FROM webhook_subscriptions WHERE id = ?").get(id);

@@ -4,6 +4,7 @@ import type { WriteQueue } from "../db/write-queue.ts";
 import { notFound, ProblemError } from "../http/problem.ts";
 import type { Logger } from "../shared/log.ts";
 import { sendAttempt, type AttemptResult } from "./delivery.ts";
+import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
 import {
   disableSubscription,
@@ -63,6 +64,7 @@ export interface LoopDependencies {
   config: Config;
   log: Logger;
   network: Network;
+  secrets: SecretBox;
 }
 
 interface UnrecordedAttempt {
@@ -247,7 +249,7 @@ export class DeliveryLoop {
       const result = await sendAttempt({
         deliveryId: due.id,
         targetUrl: due.target_url,
-        secret: due.secret!,
+        secret: this.deps.secrets.open(due.subscription_id, due.secret!),
         payload: due.payload,
         timeoutMs: config.deliveryTimeoutMs,
         allowPrivateTargets: config.allowPrivateTargets,

@@ -62,9 +62,10 @@ describe("subscription delivery counts: index use", () => {
     const { db, captured } = capturing(h.rt.db);
     subscriptionDeliveryCounts(db, SINCE);
     const range = "SEARCH webhook_deliveries USING COVERING INDEX webhook_deliveries_subscription_status (subscription_id=? AND status=? AND created_at>?)";
+    // The subscriptions are few and all read; which of their covering indexes gives the ids does not matter.
     expect(captured.map((statement) => queryPlan(h.rt.db, statement))).toEqual([
       [
-        "SCAN s USING COVERING INDEX sqlite_autoindex_webhook_subscriptions_1",
+        expect.stringMatching(/^SCAN s USING COVERING INDEX (sqlite_autoindex_webhook_subscriptions_1|webhook_subscriptions_created)$/),
         "CORRELATED SCALAR SUBQUERY 1",
         range,
         "CORRELATED SCALAR SUBQUERY 2",

@@ -69,8 +69,7 @@ describe("pinned connect: security", () => {
     const resolve = answering(["93.184.216.34"], ["127.0.0.1"]);
     h = scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve } });
     const r = scope.receiver();
-    const created = await h.subscribe(`http://rebind.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
-    expect(created.status).toBe("active");
+    await h.subscribe(`http://rebind.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
     await createContact();
     const [delivery] = await settledDeliveries(h);
     expect(delivery).toMatchObject({

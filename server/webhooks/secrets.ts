@@ -1,0 +1,116 @@
+import type { Database } from "bun:sqlite";
+import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { ConfigError, type Config } from "../config.ts";
+import { SECRET_PREFIX } from "./delivery.ts";
+import { findOneSubscriptionSecret, listUnsealedSubscriptionSecrets, updateSubscriptionSecret } from "./store.ts";
+
+/** SECRETS_KEY_FILE_NAME is the key file created in the data directory when --secrets-key-file is not given. */
+export const SECRETS_KEY_FILE_NAME = "secrets.key";
+const KEY_BYTES = 32;
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+/** SEALED_PREFIX starts every sealed secret; what follows is `<first 4 characters>.<base64 of iv, ciphertext, tag>`. */
+const SEALED_PREFIX = "sealed-v1.";
+/** HINT_LENGTH characters of a secret after whsec_ stay readable, the ones the API shows masked. */
+const HINT_LENGTH = 4;
+
+/** SecretUnreadable says a sealed secret does not open with this key (another key, or altered). */
+export class SecretUnreadable extends Error {}
+
+/**
+ * SecretBox seals signing secrets with AES-256-GCM under the secrets key. Each secret is bound to
+ * its subscription id (additional data), so a sealed secret copied onto another row does not open.
+ */
+export class SecretBox {
+  constructor(private readonly key: Uint8Array) {}
+
+  /** seal encrypts a whsec_... secret of a subscription for storage. */
+  seal(subscriptionId: string, secret: string): string {
+    const iv = randomBytes(IV_BYTES);
+    const cipher = createCipheriv("aes-256-gcm", this.key, iv).setAAD(Buffer.from(subscriptionId));
+    const sealed = Buffer.concat([iv, cipher.update(secret, "utf8"), cipher.final(), cipher.getAuthTag()]);
+    return `${SEALED_PREFIX}${hintOf(secret)}.${sealed.toString("base64")}`;
+  }
+
+  /** open decrypts a sealed secret of a subscription, or throws SecretUnreadable. */
+  open(subscriptionId: string, stored: string): string {
+    const payload = isSealed(stored) ? Buffer.from(stored.slice(stored.lastIndexOf(".") + 1), "base64") : null;
+    if (!payload || payload.length < IV_BYTES + TAG_BYTES) throw new SecretUnreadable(`the signing secret of ${subscriptionId} is not sealed`);
+    try {
+      const decipher = createDecipheriv("aes-256-gcm", this.key, payload.subarray(0, IV_BYTES)).setAAD(Buffer.from(subscriptionId));
+      decipher.setAuthTag(payload.subarray(payload.length - TAG_BYTES));
+      return Buffer.concat([decipher.update(payload.subarray(IV_BYTES, payload.length - TAG_BYTES)), decipher.final()]).toString("utf8");
+    } catch {
+      throw new SecretUnreadable(`the signing secret of ${subscriptionId} does not open with this secrets key`);
+    }
+  }
+}
+
+const hintOf = (secret: string) => secret.slice(SECRET_PREFIX.length, SECRET_PREFIX.length + HINT_LENGTH);
+
+/** isSealed tells whether a stored secret is sealed (every one is once migration 0011 ran). */
+export function isSealed(stored: string): boolean {
+  return stored.startsWith(SEALED_PREFIX);
+}
+
+/** maskStoredSecret shows a stored secret as whsec_ and its first characters, without opening it. */
+export function maskStoredSecret(stored: string): string {
+  const hint = isSealed(stored) ? stored.slice(SEALED_PREFIX.length, stored.indexOf(".", SEALED_PREFIX.length)) : hintOf(stored);
+  return `${SECRET_PREFIX}${hint}…`;
+}
+
+/** secretsKeyPath is where the secrets key is read: --secrets-key-file, else secrets.key in the data directory. */
+export function secretsKeyPath(config: Pick<Config, "secretsKeyFile" | "dataDir">): string {
+  return config.secretsKeyFile || join(config.dataDir, SECRETS_KEY_FILE_NAME);
+}
+
+/**
+ * loadSecretsKey reads the secrets key (base64 of 32 bytes). A file named by --secrets-key-file
+ * must exist; the default one in the data directory is created (0600) when missing. `created`
+ * tells the caller to say so, since the key must be kept, and backed up, beside the database.
+ */
+export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir">): { key: Uint8Array; path: string; created: boolean } {
+  const path = secretsKeyPath(config);
+  if (!existsSync(path)) {
+    if (config.secretsKeyFile) throw new ConfigError(`secrets key file ${path} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist`);
+    const key = randomBytes(KEY_BYTES);
+    writeFileSync(path, `${key.toString("base64")}\n`, { mode: 0o600, flag: "wx" });
+    return { key, path, created: true };
+  }
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8").trim();
+  } catch (error) {
+    throw new ConfigError(`secrets key file ${path} cannot be read: ${(error as Error).message}`);
+  }
+  const key = Buffer.from(text, "base64");
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || key.length !== KEY_BYTES) throw new ConfigError(`secrets key file ${path} does not hold a key (base64 of ${KEY_BYTES} random bytes)`);
+  return { key, path, created: false };
+}
+
+/**
+ * sealStoredSecrets seals every signing secret still stored in clear (migration 0011) and returns
+ * how many. The key is asked for only when there is one to seal.
+ */
+export function sealStoredSecrets(db: Database, openBox: (() => SecretBox) | undefined): number {
+  const rows = listUnsealedSubscriptionSecrets(db);
+  if (rows.length === 0) return 0;
+  if (!openBox) throw new Error("signing secrets are stored in clear and migration 0011 needs the secrets key to seal them; run crm migrate or crm serve");
+  const box = openBox();
+  for (const row of rows) updateSubscriptionSecret(db, row.id, box.seal(row.id, row.secret));
+  return rows.length;
+}
+
+/** assertSecretsKeyOpens throws ConfigError when the database holds sealed secrets this key cannot open. */
+export function assertSecretsKeyOpens(db: Database, box: SecretBox, path: string): void {
+  const row = findOneSubscriptionSecret(db);
+  if (!row) return;
+  try {
+    box.open(row.id, row.secret);
+  } catch (error) {
+    if (!(error instanceof SecretUnreadable)) throw error;
+    throw new ConfigError(`secrets key file ${path} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`);
+  }
+}

@@ -1,0 +1,168 @@
+import { describe, expect, test } from "bun:test";
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Webhook } from "standardwebhooks";
+import { createRuntime } from "../../server/app.ts";
+import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
+import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { SecretBox, SecretUnreadable } from "../../server/webhooks/secrets.ts";
+import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+
+const scope = webhookTestScope();
+let h: WebhookHarness;
+
+const storedSecret = (db: { query: WebhookHarness["rt"]["db"]["query"] }, id: string) =>
+  db.query<{ secret: string }, [string]>("SELECT secret FROM webhook_subscriptions WHERE id = ?").get(id)!.secret;
+
+/** fileBytes is a database file with its WAL, as someone copying the data directory would get it. */
+const fileBytes = (dataDir: string) =>
+  Buffer.concat(["crm.sqlite", "crm.sqlite-wal"].filter((f) => existsSync(join(dataDir, f))).map((f) => readFileSync(join(dataDir, f))));
+
+const tempDir = () => mkdtempSync(join(tmpdir(), "crm-secrets-"));
+const configFor = (dataDir: string, overrides: Partial<Config> = {}): Config => ({ ...DEFAULT_CONFIG, dataDir, logLevel: "error", allowPrivateTargets: true, ...overrides });
+
+describe("sealed secrets: happy paths", () => {
+  test("the first start creates secrets.key (0600) in the data directory; secrets are stored sealed and deliveries sign with the secret in clear", async () => {
+    h = scope.harness();
+    const keyFile = join(h.dataDir, "secrets.key");
+    expect((statSync(keyFile).mode & 0o777).toString(8)).toBe("600");
+    expect(readFileSync(keyFile, "utf8")).toMatch(/^[A-Za-z0-9+/]{43}=\n$/);
+    const r = scope.receiver();
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    const stored = storedSecret(h.rt.db, sub.id);
+    expect(stored).toStartWith(`sealed-v1.${sub.secret.slice(6, 10)}.`);
+    expect(stored).not.toContain(sub.secret.slice(6));
+    expect((await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body.data.secret).toBe(`${sub.secret.slice(0, 10)}…`);
+    await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
+    await waitFor(() => r.received[0], "the delivery");
+    expect(() => new Webhook(sub.secret).verify(r.received[0]!.body, r.received[0]!.headers)).not.toThrow();
+  });
+
+  test("an idempotent replay of the create answers the secret in full, while the kept response holds it sealed", async () => {
+    h = scope.harness();
+    const body = { target_url: "http://127.0.0.1:9/hook", events: ["contact.created"] };
+    const first = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-1" } });
+    const replay = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-1" } });
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect(replay.body).toEqual(first.body);
+    h.rt.writes.flush();
+    h.rt.db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    expect(fileBytes(h.dataDir).includes(first.body.data.secret.slice(6))).toBe(false);
+  });
+
+  test("migration 0011 seals secrets stored in clear; deliveries still sign with them", async () => {
+    const dataDir = tempDir();
+    const plain = `whsec_${Buffer.alloc(32, 7).toString("base64")}`;
+    const r = scope.receiver();
+    const db = openDatabase(databasePath(dataDir));
+    migrate(db, MIGRATIONS.filter((m) => m.version < 11));
+    db.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES ('sub_OLD', ?, '[\"contact.created\"]', ?, 1, 1)").run(r.url, plain);
+    db.run("INSERT INTO webhook_subscription_events (event_type, subscription_id) VALUES ('contact.created', 'sub_OLD')");
+    const rt = createRuntime({ db, config: configFor(dataDir), log: createLogger("error") });
+    try {
+      expect(storedSecret(db, "sub_OLD")).toStartWith("sealed-v1.BwcH.");
+      expect(rt.secrets.open("sub_OLD", storedSecret(db, "sub_OLD"))).toBe(plain);
+      rt.deliveries.start();
+      await rt.writes.submit(() => db.run("INSERT INTO events (id, type, payload, created_at) VALUES ('evt_1', 'contact.created', '{\"type\":\"contact.created\"}', 1)"));
+      await rt.writes.submit(() => db.run("INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, next_attempt_at, created_at, updated_at) VALUES ('dlv_1', 'evt_1', 'contact.created', 'sub_OLD', ?, 0, 1, 1)", [r.url]));
+      await waitFor(() => r.received[0], "the delivery");
+      expect(() => new Webhook(plain).verify(r.received[0]!.body, r.received[0]!.headers)).not.toThrow();
+    } finally {
+      await rt.deliveries.stop(0);
+      db.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("--secrets-key-file names a key kept outside the data directory; none is created inside", () => {
+    const dataDir = tempDir();
+    const keyDir = tempDir();
+    const keyFile = join(keyDir, "crm.key");
+    writeFileSync(keyFile, `${Buffer.alloc(32, 1).toString("base64")}\n`, { mode: 0o600 });
+    const db = openDatabase(databasePath(dataDir));
+    try {
+      const rt = createRuntime({ db, config: configFor(dataDir, { secretsKeyFile: keyFile }), log: createLogger("error") });
+      expect(new SecretBox(Buffer.alloc(32, 1)).open("sub_X", rt.secrets.seal("sub_X", "whsec_abc"))).toBe("whsec_abc");
+      expect(existsSync(join(dataDir, "secrets.key"))).toBe(false);
+    } finally {
+      db.close();
+      rmSync(dataDir, { recursive: true, force: true });
+      rmSync(keyDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("sealed secrets: errors", () => {
+  const startWith = (dataDir: string, overrides: Partial<Config> = {}) => {
+    const db = openDatabase(databasePath(dataDir));
+    try {
+      createRuntime({ db, config: configFor(dataDir, overrides), log: createLogger("error") });
+    } finally {
+      db.close();
+    }
+  };
+
+  test("a --secrets-key-file that does not exist, or holds no key, stops the start with a line naming it", () => {
+    const dataDir = tempDir();
+    try {
+      expect(() => startWith(dataDir, { secretsKeyFile: join(dataDir, "missing.key") })).toThrow(`secrets key file ${join(dataDir, "missing.key")} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist`);
+      writeFileSync(join(dataDir, "short.key"), "c2hvcnQ=\n");
+      expect(() => startWith(dataDir, { secretsKeyFile: join(dataDir, "short.key") })).toThrow(`secrets key file ${join(dataDir, "short.key")} does not hold a key (base64 of 32 random bytes)`);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("migrating secrets stored in clear without the key fails and changes nothing", () => {
+    const dataDir = tempDir();
+    const db = openDatabase(databasePath(dataDir));
+    try {
+      migrate(db, MIGRATIONS.filter((m) => m.version < 11));
+      db.run("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES ('sub_OLD', 'http://x/', '[]', 'whsec_AAAA', 1, 1)");
+      expect(() => migrate(db)).toThrow("migration 0011 needs the secrets key");
+      expect(storedSecret(db, "sub_OLD")).toBe("whsec_AAAA");
+      expect(db.query("SELECT max(version) AS v FROM schema_migrations").get()).toEqual({ v: 7 });
+    } finally {
+      db.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("sealed secrets: security", () => {
+  test("the database file copied without the key file: its secrets are unreadable, and a start on it refuses the new key", async () => {
+    h = scope.harness();
+    const subs = [await h.subscribe("http://127.0.0.1:9/a", ["contact.created"]), await h.subscribe("http://127.0.0.1:9/b", ["contact.updated"])];
+    h.rt.writes.flush();
+    h.rt.db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    const stolen = tempDir();
+    try {
+      copyFileSync(join(h.dataDir, "crm.sqlite"), join(stolen, "crm.sqlite"));
+      const bytes = fileBytes(stolen);
+      for (const s of subs) {
+        expect(bytes.includes(s.secret)).toBe(false);
+        expect(bytes.includes(s.secret.slice(6))).toBe(false);
+        expect(bytes.includes(Buffer.from(s.secret.slice(6), "base64"))).toBe(false);
+      }
+      const db = openDatabase(databasePath(stolen));
+      const guessedKey = new SecretBox(Buffer.alloc(32));
+      for (const s of subs) expect(() => guessedKey.open(s.id, storedSecret(db, s.id))).toThrow(SecretUnreadable);
+      db.close();
+      expect(() => createRuntime({ db: openDatabase(databasePath(stolen)), config: configFor(stolen), log: createLogger("error") })).toThrow(
+        `secrets key file ${join(stolen, "secrets.key")} does not open the signing secrets in this database`,
+      );
+    } finally {
+      rmSync(stolen, { recursive: true, force: true });
+    }
+  });
+
+  test("a sealed secret copied onto another subscription does not open there", async () => {
+    h = scope.harness();
+    const a = await h.subscribe("http://127.0.0.1:9/a", ["contact.created"]);
+    const b = await h.subscribe("http://127.0.0.1:9/b", ["contact.created"]);
+    expect(() => h.rt.secrets.open(b.id, storedSecret(h.rt.db, a.id))).toThrow(`the signing secret of ${b.id} does not open with this secrets key`);
+  });
+});
