@@ -31,8 +31,11 @@ export const MAX_EXTRA_PROPERTIES_BYTES = 64 * 1024;
 export const MAX_SUBSCRIPTION_DESCRIPTION_LENGTH = 500;
 /** MAX_TARGET_URL_LENGTH bounds a webhook subscription's target_url, in characters. */
 export const MAX_TARGET_URL_LENGTH = 2048;
-/** MAX_EVENTS_PER_SUBSCRIPTION is the number of event kinds one subscription can list. */
-export const MAX_EVENTS_PER_SUBSCRIPTION = 4;
+/** MAX_EVENTS_PER_SUBSCRIPTION is the number of event kinds one subscription can list (all of them). */
+export const MAX_EVENTS_PER_SUBSCRIPTION = 6;
+/** MIN_MAX_RATE and MAX_MAX_RATE bound a subscription's max_rate, in requests per second. */
+export const MIN_MAX_RATE = 1;
+export const MAX_MAX_RATE = 1000;
 /**
  * MAX_SUBSCRIPTIONS is the number of webhook subscriptions the service keeps. Subscriptions
  * belong to the whole service, not to the token that created them (any token lists and deletes
@@ -85,6 +88,7 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "webhook subscription `description`", value: `${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `target_url`", value: `${MAX_TARGET_URL_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `events`", value: `${MAX_EVENTS_PER_SUBSCRIPTION} event kinds`, answer: "422" },
+  { limit: "webhook subscription `max_rate`", value: `${MIN_MAX_RATE} to ${MAX_MAX_RATE} requests per second`, answer: "422" },
   { limit: "webhook subscriptions, all tokens together (subscriptions are not owned by a token)", value: `${MAX_SUBSCRIPTIONS}`, answer: "422" },
   { limit: "request body", value: size(MAX_BODY_BYTES), answer: "413" },
   { limit: "JSON nesting depth of a request body", value: `${MAX_JSON_DEPTH} levels`, answer: "400" },

@@ -1,9 +1,11 @@
 import { t } from "elysia";
-import { MAX_EVENTS_PER_SUBSCRIPTION, MAX_SUBSCRIPTION_DESCRIPTION_LENGTH, MAX_TARGET_URL_LENGTH } from "../limits/limits.ts";
+import { MAX_EVENTS_PER_SUBSCRIPTION, MAX_MAX_RATE, MAX_SUBSCRIPTION_DESCRIPTION_LENGTH, MAX_TARGET_URL_LENGTH, MIN_MAX_RATE } from "../limits/limits.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 
+/** OPERATIONAL_EVENT_TYPES are events about the webhooks themselves, for an on-call system: a subscription disabled, a delivery that used up its attempts. */
+export const OPERATIONAL_EVENT_TYPES = ["subscription.disabled", "delivery.exhausted"] as const;
 /** WEBHOOK_EVENT_TYPES are the event kinds a subscription can ask for. */
-export const WEBHOOK_EVENT_TYPES = ["contact.created", "contact.updated", "contact.deleted", "webhook.ping"] as const;
+export const WEBHOOK_EVENT_TYPES = ["contact.created", "contact.updated", "contact.deleted", "webhook.ping", ...OPERATIONAL_EVENT_TYPES] as const;
 export type EventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
 /** DELIVERY_STATUSES are the states of a delivery: pending until it succeeds or runs out of attempts. */
@@ -35,8 +37,16 @@ export const SubscriptionInput = t.Object(
       maxItems: MAX_EVENTS_PER_SUBSCRIPTION,
       uniqueItems: true,
       error: `must be a non-empty list of distinct event kinds from: ${kinds}`,
-      description: `Event kinds to deliver: ${kinds}.`,
+      description: `Event kinds to deliver: ${kinds}. subscription.disabled and delivery.exhausted report on the other subscriptions (an endpoint disabled, a delivery that used up its attempts).`,
     }),
+    max_rate: t.Optional(
+      t.Integer({
+        minimum: MIN_MAX_RATE,
+        maximum: MAX_MAX_RATE,
+        error: `must be a whole number of requests per second from ${MIN_MAX_RATE} to ${MAX_MAX_RATE}`,
+        description: `Requests per second this receiver gets at most (${MIN_MAX_RATE} to ${MAX_MAX_RATE}), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency.`,
+      }),
+    ),
   },
   { additionalProperties: false, examples: [{ target_url: "https://example.com/hooks/crm", description: "CRM sync", events: ["contact.created", "contact.updated"] }] },
 );
@@ -48,9 +58,11 @@ export const Subscription = t.Object({
   target_url: t.String(),
   description: t.Union([t.String(), t.Null()]),
   events: t.Array(t.String()),
-  status: t.String({ enum: ["active", "disabled"], description: "disabled: the receiver answered 410 Gone; nothing more is sent." }),
+  status: t.String({ enum: ["active", "disabled"], description: "disabled: the receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours; nothing more is sent until POST .../enable." }),
   disabled_at: nullableTimestamp,
-  disabled_reason: t.Union([t.String(), t.Null()]),
+  disabled_reason: t.Union([t.String(), t.Null()], { description: "Why it was disabled, in words; null while active." }),
+  max_rate: t.Union([t.Integer(), t.Null()], { description: "Requests per second this receiver gets at most; null: no cap." }),
+  failing_since: t.Union([timestamp, t.Null()], { description: "When the first failed attempt after the last successful one was made; null while the last attempt succeeded." }),
   secret: t.String({ description: "Signing secret whsec_...: in full only in the create response, masked (whsec_abcd…) elsewhere." }),
   created_at: timestamp,
   updated_at: timestamp,
@@ -114,7 +126,34 @@ export const DeliveryListQuery = paginationQuerySchema(null, {
   created_after: timestampFilterSchema("Only deliveries created after this time."),
 });
 
+const LatencyPercentiles = t.Object(
+  { p50: t.Number(), p90: t.Number(), p99: t.Number() },
+  { description: "Attempt durations in milliseconds, each the upper bound of a histogram bucket (buckets grow by 25%, so at most 25% above the true value)." },
+);
+
+/** WindowStats counts a subscription's attempts over one window. */
+export const WindowStats = t.Object({
+  from: t.String({ format: "date-time", description: "Start of the window: the start of the hour 24 hours (or 7 days) ago; the window runs to now." }),
+  attempts: t.Integer(),
+  succeeded: t.Integer({ description: "Attempts answered 2xx." }),
+  failed: t.Integer({ description: "Attempts answered otherwise, or without an answer (network error, timeout, refused address)." }),
+  success_rate: t.Union([t.Number(), t.Null()], { description: "succeeded / attempts, 0 to 1; null without attempts." }),
+  latency_ms: t.Union([LatencyPercentiles, t.Null()], { description: "null without attempts." }),
+});
+export type WindowStats = typeof WindowStats.static;
+
+/** SubscriptionStats is a subscription's endpoint health: its state and its attempts of the last 24 hours and 7 days. */
+export const SubscriptionStats = t.Object({
+  subscription_id: t.String(),
+  status: t.String({ enum: ["active", "disabled"] }),
+  failing_since: t.Union([timestamp, t.Null()], { description: "When the current streak of failed attempts began; null while the last attempt succeeded." }),
+  last_24h: WindowStats,
+  last_7d: WindowStats,
+});
+export type SubscriptionStats = typeof SubscriptionStats.static;
+
 export const SubscriptionEnvelope = t.Object({ data: Subscription });
+export const SubscriptionStatsEnvelope = t.Object({ data: SubscriptionStats });
 export const SubscriptionListEnvelope = t.Object({ data: t.Array(Subscription), meta: ListMetaSchema });
 export const TestEventEnvelope = t.Object({ data: t.Object({ delivery_id: t.String(), event_id: t.String() }) });
 export const DeliveryEnvelope = t.Object({ data: Delivery });

@@ -1,6 +1,7 @@
 import { pruneIdempotencyKeys } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
-import { deleteFinishedDeliveriesBefore, deleteUnreferencedEventsBefore } from "./store.ts";
+import { STATS_KEPT_MS } from "./stats.ts";
+import { deleteAttemptStatsBefore, deleteFinishedDeliveriesBefore, deleteUnreferencedEventsBefore } from "./store.ts";
 
 /** RETENTION_INTERVAL_MS is how often the retention job runs (hourly). */
 const RETENTION_INTERVAL_MS = 60 * 60 * 1000;
@@ -19,15 +20,17 @@ async function pruneInBatches(rt: Runtime, prune: () => number): Promise<number>
 
 /**
  * pruneHistory deletes finished deliveries (with their attempts) created more than the retention
- * period ago, then events no delivery refers to any more, then idempotency keys past 24 hours.
+ * period ago, then events no delivery refers to any more, then idempotency keys past 24 hours,
+ * then hourly attempt statistics older than the longest stats window (or of deleted subscriptions).
  * Pending deliveries are kept whatever their age: pruning them would lose events.
  */
-export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<{ deliveries: number; events: number; idempotency_keys: number }> {
+export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<{ deliveries: number; events: number; idempotency_keys: number; attempt_stats: number }> {
   const cutoff = now - rt.config.deliveryRetentionDays * DAY_MS;
   const deliveries = await pruneInBatches(rt, () => deleteFinishedDeliveriesBefore(rt.db, cutoff, PRUNE_BATCH));
   const events = await pruneInBatches(rt, () => deleteUnreferencedEventsBefore(rt.db, cutoff, PRUNE_BATCH));
   const idempotencyKeys = await rt.writes.submit(() => pruneIdempotencyKeys(rt.db, now));
-  return { deliveries, events, idempotency_keys: idempotencyKeys };
+  const attemptStats = await rt.writes.submit(() => deleteAttemptStatsBefore(rt.db, now - STATS_KEPT_MS));
+  return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats };
 }
 
 /** startRetentionJob runs pruneHistory now and then every hour; the returned function stops it and waits for a run under way. */
@@ -38,7 +41,7 @@ export function startRetentionJob(rt: Runtime, intervalMs = RETENTION_INTERVAL_M
       .then(() => pruneHistory(rt))
       .then(
         (pruned) => {
-          if (pruned.deliveries + pruned.events + pruned.idempotency_keys > 0) rt.log.info("webhook history pruned", pruned);
+          if (pruned.deliveries + pruned.events + pruned.idempotency_keys + pruned.attempt_stats > 0) rt.log.info("webhook history pruned", pruned);
         },
         (error: unknown) => rt.log.error("pruning webhook history failed", { error: String(error) }),
       );

@@ -13,9 +13,10 @@ import {
   SubscriptionInput,
   SubscriptionListEnvelope,
   SubscriptionListQuery,
+  SubscriptionStatsEnvelope,
   TestEventEnvelope,
 } from "./model.ts";
-import { createSubscription, deleteSubscription, openReplayedSecret, getDelivery, getSubscription, listDeliveriesPage, listSubscriptionsPage, retryDelivery, sendTestEvent } from "./service.ts";
+import { createSubscription, deleteSubscription, enableSubscription, getSubscriptionStats, openReplayedSecret, getDelivery, getSubscription, listDeliveriesPage, listSubscriptionsPage, retryDelivery, sendTestEvent } from "./service.ts";
 
 // Path parameters are named as in the contract (DELETE /webhook-subscriptions/:subscriptionId).
 const SubscriptionId = t.Object({ subscriptionId: t.String({ maxLength: 64, description: "Subscription id (sub_...)" }) });
@@ -48,6 +49,32 @@ export function webhookRoutes(rt: Runtime) {
       params: SubscriptionId,
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { summary: "Get a webhook subscription", description: "The secret is masked.", tags: subscriptionTags, ...secured },
+    })
+    .get("/webhook-subscriptions/:subscriptionId/stats", ({ params }) => ({ data: getSubscriptionStats(rt.db, params.subscriptionId) }), {
+      params: SubscriptionId,
+      response: { 200: SubscriptionStatsEnvelope, ...problemResponses(401, 403, 404, 422) },
+      detail: {
+        operationId: "getWebhookSubscriptionStats",
+        summary: "Get a webhook subscription's endpoint health",
+        description:
+          "Attempts of the last 24 hours and of the last 7 days (whole hours, the current one included): how many succeeded (2xx) and failed, the success rate, and latency percentiles p50, p90, p99 in milliseconds. Also the subscription's status and when its current streak of failed attempts began.",
+        tags: subscriptionTags,
+        ...secured,
+      },
+    })
+    .post("/webhook-subscriptions/:subscriptionId/enable", (ctx) =>
+      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await enableSubscription(rt, ctx.params.subscriptionId, scope) } })), {
+      params: SubscriptionId,
+      headers: IdempotencyKeyHeader,
+      response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 422) },
+      detail: {
+        operationId: "enableWebhookSubscription",
+        summary: "Enable a disabled webhook subscription",
+        description:
+          "Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak: events from now on are delivered to it. Deliveries failed while it was disabled stay failed; retry them one by one. An active subscription is answered unchanged.",
+        tags: subscriptionTags,
+        ...secured,
+      },
     })
     .delete("/webhook-subscriptions/:subscriptionId", async ({ params, set }) => {
       await deleteSubscription(rt, params.subscriptionId);

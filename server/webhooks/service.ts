@@ -7,9 +7,10 @@ import { MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
-import { DELIVERY_FILTERS, SUBSCRIPTION_FILTERS, type Attempt, type Delivery, type DeliveryDetail, type Subscription, type SubscriptionInput, type SubscriptionWithSecret } from "./model.ts";
+import { DELIVERY_FILTERS, SUBSCRIPTION_FILTERS, type Attempt, type Delivery, type DeliveryDetail, type Subscription, type SubscriptionInput, type SubscriptionStats, type SubscriptionWithSecret } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { maskStoredSecret } from "./secrets.ts";
+import { subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
@@ -17,6 +18,7 @@ import {
   countPendingDeliveries,
   countSubscriptions,
   deleteSubscription as deleteSubscriptionRow,
+  enableSubscription as enableSubscriptionRow,
   failPendingDeliveries,
   findAttemptsByDelivery,
   findDeliveryById,
@@ -41,6 +43,8 @@ function toSubscription(row: SubscriptionRow): Subscription {
     status: row.status,
     disabled_at: toOptionalTimestamp(row.disabled_at),
     disabled_reason: row.disabled_reason,
+    max_rate: row.max_rate,
+    failing_since: toOptionalTimestamp(row.failing_since),
     secret: maskStoredSecret(row.secret),
     created_at: toTimestamp(row.created_at),
     updated_at: toTimestamp(row.updated_at),
@@ -117,6 +121,8 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
       status: "active",
       disabled_at: null,
       disabled_reason: null,
+      max_rate: input.max_rate ?? null,
+      failing_since: null,
       created_at: now,
       updated_at: now,
     };
@@ -148,6 +154,13 @@ export function getSubscription(db: Database, id: string): Subscription {
   return toSubscription(row);
 }
 
+/** getSubscriptionStats returns a subscription's endpoint health over the last 24 hours and 7 days, or throws 404. */
+export function getSubscriptionStats(db: Database, id: string): SubscriptionStats {
+  const row = findSubscriptionById(db, id);
+  if (!row) throw notFound("webhook subscription", id);
+  return subscriptionStats(db, row);
+}
+
 /** deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is sent to it. */
 export function deleteSubscription(rt: Runtime, id: string): Promise<void> {
   return rt.writes.submit(() => {
@@ -157,13 +170,29 @@ export function deleteSubscription(rt: Runtime, id: string): Promise<void> {
   });
 }
 
+/**
+ * enableSubscription makes a disabled subscription active again (events from now on are delivered
+ * to it; deliveries failed while it was disabled stay failed) and returns it. An active one is
+ * returned unchanged.
+ */
+export function enableSubscription(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Subscription> {
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    if (!findSubscriptionById(rt.db, id)) throw notFound("webhook subscription", id);
+    enableSubscriptionRow(rt.db, id, now);
+    const subscription = toSubscription(findSubscriptionById(rt.db, id)!);
+    saveIdempotentResponse(rt.db, idempotency, 200, { data: subscription }, now);
+    return subscription;
+  });
+}
+
 /** sendTestEvent writes a webhook.ping event with one delivery to this subscription only; the loop sends it at once. */
 export function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null = null): Promise<{ delivery_id: string; event_id: string }> {
   return rt.writes.submit(() => {
     const now = Date.now();
     const row = findSubscriptionById(rt.db, subscriptionId);
     if (!row) throw notFound("webhook subscription", subscriptionId);
-    if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${subscriptionId} is disabled (${row.disabled_reason}); create a new one for the receiver.`);
+    if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${subscriptionId} is disabled (${row.disabled_reason}); enable it with POST /public/v1/webhook-subscriptions/${subscriptionId}/enable.`);
     const sent = recordPing(rt.db, row, now);
     saveIdempotentResponse(rt.db, idempotency, 202, { data: sent }, now);
     return sent;

@@ -18,6 +18,10 @@ export type SubscriptionRow = {
   status: "active" | "disabled";
   disabled_at: number | null;
   disabled_reason: string | null;
+  /** requests per second at most; null: no cap */
+  max_rate: number | null;
+  /** first failed attempt since the last successful one */
+  failing_since: number | null;
   created_at: number;
   updated_at: number;
 }
@@ -89,8 +93,8 @@ export function insertEvent(db: Database, row: EventRow): void {
 /** insertSubscription stores a subscription and indexes the event kinds it wants. */
 export function insertSubscription(db: Database, row: SubscriptionRow, eventTypes: readonly string[]): void {
   db.query(
-    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, status, disabled_at, disabled_reason, created_at, updated_at)
-     VALUES ($id, $target_url, $description, $events, $secret, $status, $disabled_at, $disabled_reason, $created_at, $updated_at)`,
+    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, status, disabled_at, disabled_reason, max_rate, failing_since, created_at, updated_at)
+     VALUES ($id, $target_url, $description, $events, $secret, $status, $disabled_at, $disabled_reason, $max_rate, $failing_since, $created_at, $updated_at)`,
   ).run(row);
   const insert = db.query("INSERT INTO webhook_subscription_events (event_type, subscription_id) VALUES (?, ?)");
   for (const type of eventTypes) insert.run(type, row.id);
@@ -146,6 +150,24 @@ export function deleteSubscription(db: Database, id: string): boolean {
 /** disableSubscription marks a subscription disabled, saying when and why. */
 export function disableSubscription(db: Database, id: string, reason: string, now: number): void {
   db.query("UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND status = 'active'").run(now, reason, now, id);
+}
+
+/** enableSubscription makes a disabled subscription active again, its failing streak forgotten; it tells whether it was disabled. */
+export function enableSubscription(db: Database, id: string, now: number): boolean {
+  return (
+    db.query("UPDATE webhook_subscriptions SET status = 'active', disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, updated_at = ? WHERE id = ? AND status = 'disabled'").run(now, id)
+      .changes > 0
+  );
+}
+
+/** markSubscriptionFailing notes the first failed attempt of a streak. */
+export function markSubscriptionFailing(db: Database, id: string, since: number): void {
+  db.query("UPDATE webhook_subscriptions SET failing_since = ? WHERE id = ? AND failing_since IS NULL").run(since, id);
+}
+
+/** markSubscriptionHealthy ends a streak of failed attempts. */
+export function markSubscriptionHealthy(db: Database, id: string): void {
+  db.query("UPDATE webhook_subscriptions SET failing_since = NULL WHERE id = ?").run(id);
 }
 
 /** failPendingDeliveries ends every pending delivery of a subscription with the given reason. */
@@ -344,4 +366,37 @@ export function deleteUnreferencedEventsBefore(db: Database, cutoff: number, lim
            AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id) ORDER BY e.created_at LIMIT ?)`,
     )
     .run(cutoff, limit).changes;
+}
+
+export type AttemptStatsRow = {
+  subscription_id: string;
+  hour: number;
+  succeeded: number;
+  failed: number;
+  /** JSON array of counts per latency bucket */
+  latency_buckets: string;
+}
+
+/** findAttemptStats returns a subscription's statistics of one hour, or null. */
+export function findAttemptStats(db: Database, subscriptionId: string, hour: number): AttemptStatsRow | null {
+  return db.query<AttemptStatsRow, [string, number]>("SELECT * FROM webhook_attempt_stats WHERE subscription_id = ? AND hour = ?").get(subscriptionId, hour);
+}
+
+/** writeAttemptStats stores (replaces) a subscription's statistics of one hour. */
+export function writeAttemptStats(db: Database, row: AttemptStatsRow): void {
+  db.query(
+    "INSERT OR REPLACE INTO webhook_attempt_stats (subscription_id, hour, succeeded, failed, latency_buckets) VALUES ($subscription_id, $hour, $succeeded, $failed, $latency_buckets)",
+  ).run(row);
+}
+
+/** listAttemptStatsSince returns a subscription's hourly statistics from an hour on. */
+export function listAttemptStatsSince(db: Database, subscriptionId: string, fromHour: number): AttemptStatsRow[] {
+  return db.query<AttemptStatsRow, [string, number]>("SELECT * FROM webhook_attempt_stats WHERE subscription_id = ? AND hour >= ? ORDER BY hour").all(subscriptionId, fromHour);
+}
+
+/** deleteAttemptStatsBefore prunes hourly statistics older than the cutoff, and those of subscriptions that no longer exist. */
+export function deleteAttemptStatsBefore(db: Database, cutoff: number): number {
+  return db
+    .query("DELETE FROM webhook_attempt_stats WHERE hour < ? OR subscription_id NOT IN (SELECT id FROM webhook_subscriptions)")
+    .run(cutoff).changes;
 }

@@ -6,9 +6,9 @@ import type { Logger } from "../shared/log.ts";
 import { sendAttempt, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
+import { disableWithEvent, recordExhausted, trackEndpointHealth } from "./health.ts";
+import { addAttemptStats } from "./stats.ts";
 import {
-  disableSubscription,
-  failPendingDeliveries,
   findDeliveryById,
   findDeliveryToSend,
   findDueDeliveriesOf,
@@ -97,9 +97,11 @@ const succeeded = (result: AttemptResult) => result.response_status !== null && 
 /**
  * recordAttempt stores an attempt and the delivery's next state: 2xx succeeds; 410 disables the
  * subscription and fails its pending deliveries; otherwise a pending delivery is rescheduled
- * until the schedule runs out. A manual attempt on a finished delivery decides its status alone.
+ * until the schedule runs out (then delivery.exhausted is recorded). A manual attempt on a
+ * finished delivery decides its status alone. The subscription's failing streak is kept up to
+ * date, and a streak longer than the limit disables it.
  */
-function recordAttempt(db: Database, schedule: number[], due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): DeliveryRow | null {
+function recordAttempt(db: Database, config: Config, log: Logger, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): DeliveryRow | null {
   const current = findDeliveryById(db, due.id);
   if (!current) return null;
   const attempt = current.attempts + 1;
@@ -117,24 +119,26 @@ function recordAttempt(db: Database, schedule: number[], due: DueDelivery, resul
   });
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
+  const subscription = findSubscriptionById(db, due.subscription_id);
   if (!succeeded(result)) {
     status = "failed";
-    const subscription = findSubscriptionById(db, due.subscription_id);
     if (result.response_status === 410) {
       if (subscription?.status === "active") {
-        disableSubscription(db, subscription.id, `the receiver answered 410 Gone to delivery ${due.id}`, now);
-        failPendingDeliveries(db, subscription.id, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
+        disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
       }
     } else if (current.status === "pending" && subscription?.status === "active") {
-      const delay = nextRetryDelay(schedule, attempt, result.retry_after_ms);
+      const delay = nextRetryDelay(config.retrySchedule, attempt, result.retry_after_ms);
       if (delay !== null) {
         status = "pending";
         next = now + delay;
+      } else {
+        recordExhausted(db, due, attempt, result, now);
       }
     }
   }
   const row = { ...current, status, attempts: attempt, next_attempt_at: next, locked_until: null, last_response_status: result.response_status, last_error: result.error, updated_at: now };
   updateDeliveryAfterAttempt(db, row);
+  if (subscription && result.response_status !== 410) trackEndpointHealth(db, log, config.disableFailingAfterHours, subscription, succeeded(result), now);
   return row;
 }
 
@@ -297,11 +301,13 @@ export class DeliveryLoop {
         .submit(() => {
           batch = this.unrecorded.splice(0);
           const now = Date.now();
-          return batch.map((a) => {
-            const row = recordAttempt(db, config.retrySchedule, a.due, a.result, a.trigger, now);
+          const rows = batch.map((a) => {
+            const row = recordAttempt(db, config, this.deps.log, a.due, a.result, a.trigger, now);
             a.inRecordWrite?.(db);
             return row;
           });
+          addAttemptStats(db, batch.map((a) => ({ subscription_id: a.due.subscription_id, started_at: a.result.started_at, duration_ms: a.result.duration_ms, succeeded: succeeded(a.result) })));
+          return rows;
         })
         .then(
           (rows) => batch.forEach((a, i) => a.settle.resolve(rows[i]!)),
@@ -329,7 +335,7 @@ export class DeliveryLoop {
       const row = findDeliveryToSend(db, id);
       if (!row) throw notFound("webhook delivery", id);
       if (row.secret === null) throw new ProblemError(409, "subscription-deleted", `The subscription ${row.subscription_id} of this delivery was deleted; nothing can be sent for it.`);
-      if (row.subscription_status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${row.subscription_id} is disabled; create a new subscription for the receiver.`);
+      if (row.subscription_status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${row.subscription_id} is disabled; enable it with POST /public/v1/webhook-subscriptions/${row.subscription_id}/enable.`);
       if (row.locked_until !== null && row.locked_until > now) {
         throw new ProblemError(409, "delivery-in-progress", "An attempt of this delivery is under way; read the delivery again when it has finished.", undefined, { "retry-after": "1" });
       }

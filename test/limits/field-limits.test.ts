@@ -192,7 +192,7 @@ describe("field limits: accounts", () => {
 });
 
 describe("field limits: webhook subscriptions", () => {
-  const kinds = ["contact.created", "contact.updated", "contact.deleted", "webhook.ping"];
+  const kinds = ["contact.created", "contact.updated", "contact.deleted", "webhook.ping", "subscription.disabled", "delivery.exhausted"];
   const subscriptions = (at: Record<string, unknown>, over: Record<string, unknown>, errors: Record<string, string>[]) => limitCase("/public/v1/webhook-subscriptions", at, over, errors, "webhook_subscriptions");
 
   test(`description: ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters; target_url: ${MAX_TARGET_URL_LENGTH}`, async () => {
@@ -210,7 +210,7 @@ describe("field limits: webhook subscriptions", () => {
     expect(kinds).toHaveLength(MAX_EVENTS_PER_SUBSCRIPTION);
     const target_url = "https://hooks.example.com/crm";
     await subscriptions({ target_url, events: kinds }, { target_url, events: [...kinds, "contact.created"] }, [
-      { pointer: "/events", detail: "must be a non-empty list of distinct event kinds from: contact.created, contact.updated, contact.deleted, webhook.ping" },
+      { pointer: "/events", detail: "must be a non-empty list of distinct event kinds from: contact.created, contact.updated, contact.deleted, webhook.ping, subscription.disabled, delivery.exhausted" },
     ]);
   });
 

@@ -6,7 +6,7 @@ import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
 import type { Runtime } from "../../server/runtime.ts";
-import { createLogger } from "../../server/shared/log.ts";
+import { createLogger, type Logger } from "../../server/shared/log.ts";
 import type { Network } from "../../server/webhooks/targets.ts";
 
 export interface Harness {
@@ -21,9 +21,10 @@ export interface Harness {
   close(): void;
 }
 
-/** HarnessOptions are runtime parts a test replaces: the network deliveries resolve names through. */
+/** HarnessOptions are runtime parts a test replaces: the network deliveries resolve names through, the log. */
 export interface HarnessOptions {
   network?: Network;
+  log?: Logger;
 }
 
 /** createHarness builds a fresh app on a throwaway SQLite file with one API token. */
@@ -31,7 +32,7 @@ export function createHarness(overrides: Partial<Config> = {}, options: HarnessO
   const dataDir = mkdtempSync(join(tmpdir(), "crm-test-"));
   const config: Config = { ...DEFAULT_CONFIG, dataDir, logLevel: "error", ...overrides };
   const db = openDatabase(databasePath(dataDir));
-  const rt = createRuntime({ db, config, log: createLogger(config.logLevel), network: options.network });
+  const rt = createRuntime({ db, config, log: options.log ?? createLogger(config.logLevel), network: options.network });
   const app = createApp(rt);
   const { token } = createApiToken(db, "test");
   const request = (method: string, path: string, options: { body?: unknown; headers?: Record<string, string> } = {}) => {

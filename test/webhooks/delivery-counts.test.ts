@@ -17,7 +17,7 @@ function addSubscription(): string {
   const id = newId("sub");
   insertSubscription(
     h.rt.db,
-    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", status: "active", disabled_at: null, disabled_reason: null, created_at: NOW - 2 * DAY, updated_at: NOW - 2 * DAY },
+    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", status: "active", disabled_at: null, disabled_reason: null, max_rate: null, failing_since: null, created_at: NOW - 2 * DAY, updated_at: NOW - 2 * DAY },
     ["contact.created"],
   );
   return id;

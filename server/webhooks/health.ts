@@ -1,0 +1,98 @@
+import type { Database } from "bun:sqlite";
+import type { Logger } from "../shared/log.ts";
+import { toTimestamp } from "../shared/time.ts";
+import type { AttemptResult } from "./delivery.ts";
+import { OPERATIONAL_EVENT_TYPES } from "./model.ts";
+import { recordEvent } from "./outbox.ts";
+import { disableSubscription, failPendingDeliveries, markSubscriptionFailing, markSubscriptionHealthy, type DueDelivery, type SubscriptionRow } from "./store.ts";
+
+const HOUR_MS = 60 * 60 * 1000;
+
+/** duration says a span in the unit an operator reads best: seconds, minutes or hours. */
+function duration(ms: number): string {
+  if (ms < 60_000) return `${Math.round(ms / 100) / 10} s`;
+  if (ms < 2 * HOUR_MS) return `${Math.round(ms / 6000) / 10} min`;
+  return `${Math.round((ms / HOUR_MS) * 10) / 10} h`;
+}
+
+/**
+ * disableWithEvent disables an active subscription, fails its pending deliveries with `pendingReason`,
+ * and records a subscription.disabled event for the subscriptions that want to hear of it, all in
+ * the caller's transaction.
+ */
+export function disableWithEvent(db: Database, subscription: SubscriptionRow, reason: string, pendingReason: string, now: number): void {
+  disableSubscription(db, subscription.id, reason, now);
+  const failed = failPendingDeliveries(db, subscription.id, pendingReason, now);
+  recordEvent(
+    db,
+    "subscription.disabled",
+    {
+      subscription_id: subscription.id,
+      target_url: subscription.target_url,
+      description: subscription.description,
+      reason,
+      disabled_at: toTimestamp(now),
+      failing_since: subscription.failing_since === null ? null : toTimestamp(subscription.failing_since),
+      pending_deliveries_failed: failed,
+    },
+    now,
+  );
+}
+
+/** isOperational tells whether an event kind is one of ours about webhooks themselves (never reported on again). */
+const isOperational = (eventType: string) => (OPERATIONAL_EVENT_TYPES as readonly string[]).includes(eventType);
+
+/**
+ * recordExhausted records a delivery.exhausted event for a delivery that used up its scheduled
+ * attempts. Deliveries of operational events are left out, so a dying on-call receiver cannot
+ * feed itself an endless chain of reports about its own failures.
+ */
+export function recordExhausted(db: Database, due: DueDelivery, attempts: number, result: AttemptResult, now: number): void {
+  if (isOperational(due.event_type)) return;
+  recordEvent(
+    db,
+    "delivery.exhausted",
+    {
+      delivery_id: due.id,
+      subscription_id: due.subscription_id,
+      event_type: due.event_type,
+      target_url: due.target_url,
+      attempts,
+      last_response_status: result.response_status,
+      last_error: result.error,
+    },
+    now,
+  );
+}
+
+/**
+ * trackEndpointHealth notes when a subscription's attempts started failing (cleared by any
+ * success) and disables it, with a reason and a log line, once every attempt for
+ * `disableAfterHours` has failed. `subscription` is the row as read before this attempt.
+ */
+export function trackEndpointHealth(
+  db: Database,
+  log: Logger,
+  disableAfterHours: number,
+  subscription: SubscriptionRow,
+  succeeded: boolean,
+  now: number,
+): void {
+  if (succeeded) {
+    if (subscription.failing_since !== null) markSubscriptionHealthy(db, subscription.id);
+    return;
+  }
+  if (subscription.failing_since === null) {
+    markSubscriptionFailing(db, subscription.id, now);
+    return;
+  }
+  if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return;
+  const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
+  disableWithEvent(db, subscription, reason, "not sent: the subscription was disabled after its attempts failed for too long", now);
+  log.warn("webhook subscription disabled: every attempt failed for too long", {
+    subscription_id: subscription.id,
+    target_url: subscription.target_url,
+    failing_since: toTimestamp(subscription.failing_since),
+    disable_failing_after_hours: disableAfterHours,
+  });
+}

@@ -1,0 +1,222 @@
+import { describe, expect, test } from "bun:test";
+import { Webhook } from "standardwebhooks";
+import { createLogger } from "../../server/shared/log.ts";
+import { LATENCY_BOUNDS_MS } from "../../server/webhooks/stats.ts";
+import { expectProblem, ISO } from "../foundation/support.ts";
+import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+
+const scope = webhookTestScope();
+let h: WebhookHarness;
+
+/** SECONDS_AS_HOURS turns seconds into the hours --disable-failing-after-hours takes. */
+const secondsAsHours = (s: number) => s / 3600;
+const createContact = async (first_name = "Ada") => (await h.json("POST", "/public/v1/contacts", { body: { first_name } })).body.data;
+const getSubscription = async (id: string) => (await h.json("GET", `/public/v1/webhook-subscriptions/${id}`)).body.data;
+const enable = (id: string, headers: Record<string, string> = {}) => h.json("POST", `/public/v1/webhook-subscriptions/${id}/enable`, { headers });
+/** eventually polls an asynchronous check until it gives a value; it fails the test after 10 s. */
+async function eventually<T>(check: () => Promise<T | false | undefined>, what: string): Promise<T> {
+  const until = Date.now() + 10_000;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > until) throw new Error(`gave up waiting for ${what}`);
+    await Bun.sleep(10);
+  }
+}
+const stats = (id: string) => h.json("GET", `/public/v1/webhook-subscriptions/${id}/stats`);
+
+describe("auto-disable: happy paths", () => {
+  test("a subscription whose attempts all fail past the limit is disabled with a reason, a log line and a subscription.disabled event; enable brings deliveries back", async () => {
+    const logs: any[] = [];
+    h = scope.harness(
+      { disableFailingAfterHours: secondsAsHours(0.3), retrySchedule: Array(40).fill(0.05) },
+      { log: createLogger("warn", (line) => logs.push(JSON.parse(line))) },
+    );
+    const dying = scope.receiver("/dying");
+    dying.respond(() => new Response("down", { status: 500 }));
+    const onCall = scope.receiver("/on-call");
+    const sub = await h.subscribe(dying.url, ["contact.created"], "CRM sync");
+    const pager = await h.subscribe(onCall.url, ["subscription.disabled"]);
+    await createContact();
+
+    const disabled = await eventually(async () => {
+      const s = await getSubscription(sub.id);
+      return s.status === "disabled" && s;
+    }, "the subscription to be disabled");
+    expect(disabled).toMatchObject({ status: "disabled", disabled_at: expect.stringMatching(ISO), failing_since: expect.stringMatching(ISO) });
+    expect(disabled.disabled_reason).toMatch(/^every attempt failed since \S+Z, for \d+(\.\d)? s \(the limit is 0\.3 s\); enable it once the receiver works again$/);
+    const attemptsAtDisable = dying.received.length;
+    expect(attemptsAtDisable).toBeGreaterThan(1);
+
+    const [delivery] = await settledDeliveries(h, `subscription_id=${sub.id}`);
+    expect(delivery).toMatchObject({ status: "failed", last_error: "not sent: the subscription was disabled after its attempts failed for too long" });
+
+    await waitFor(() => onCall.received[0], "the subscription.disabled event");
+    const event = new Webhook(pager.secret).verify(onCall.received[0]!.body, onCall.received[0]!.headers) as any;
+    expect(event).toEqual({
+      type: "subscription.disabled",
+      timestamp: disabled.disabled_at,
+      data: {
+        subscription_id: sub.id,
+        target_url: dying.url,
+        description: "CRM sync",
+        reason: disabled.disabled_reason,
+        disabled_at: disabled.disabled_at,
+        failing_since: disabled.failing_since,
+        pending_deliveries_failed: 1,
+      },
+    });
+    expect(logs.filter((l) => l.msg.startsWith("webhook subscription disabled"))).toEqual([
+      {
+        time: expect.stringMatching(ISO),
+        level: "warn",
+        msg: "webhook subscription disabled: every attempt failed for too long",
+        subscription_id: sub.id,
+        target_url: dying.url,
+        failing_since: disabled.failing_since,
+        disable_failing_after_hours: secondsAsHours(0.3),
+      },
+    ]);
+
+    // Disabled: new events are not even queued for it.
+    await createContact("Grace");
+    expect((await h.deliveries(`subscription_id=${sub.id}`)).length).toBe(1);
+
+    dying.respond(() => new Response("ok"));
+    const enabled = await enable(sub.id);
+    expect(enabled.status).toBe(200);
+    expect(enabled.body.data).toEqual({ ...disabled, status: "active", disabled_at: null, disabled_reason: null, failing_since: null, updated_at: expect.stringMatching(ISO) });
+    await createContact("Linus");
+    await waitFor(() => dying.received.find((r) => r.json?.data?.first_name === "Linus"), "a delivery after enabling");
+    const after = await settledDeliveries(h, `subscription_id=${sub.id}`);
+    expect(after.map((d) => d.status)).toEqual(["succeeded", "failed"]);
+    expect((await getSubscription(sub.id)).failing_since).toBeNull();
+  });
+
+  test("a success ends the failing streak, so failures spread over a longer time do not disable", async () => {
+    const limitMs = 300;
+    h = scope.harness({ disableFailingAfterHours: secondsAsHours(limitMs / 1000), retrySchedule: Array(20).fill(0.02) });
+    const r = scope.receiver();
+    const arrivals: number[] = [];
+    // Fails, fails, succeeds, over and over: each streak is short, the failures together span more than the limit.
+    r.respond((_, i) => {
+      arrivals.push(Date.now());
+      return new Response(i % 3 === 2 ? "ok" : "down", { status: i % 3 === 2 ? 200 : 500 });
+    });
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    for (let i = 0; arrivals.length === 0 || arrivals.at(-1)! - arrivals[0]! <= limitMs; i++) {
+      await createContact(`c${i}`);
+      await settledDeliveries(h);
+    }
+    expect(r.received.length % 3).toBe(0);
+    expect(await getSubscription(sub.id)).toMatchObject({ status: "active", failing_since: null });
+  });
+
+  test("a delivery that uses up its attempts sends delivery.exhausted to the subscriptions that want it", async () => {
+    h = scope.harness({ retrySchedule: [0.02] });
+    const failing = scope.receiver("/failing");
+    failing.respond(() => new Response("nope", { status: 422 }));
+    const onCall = scope.receiver("/on-call");
+    const sub = await h.subscribe(failing.url, ["contact.created"]);
+    const pager = await h.subscribe(onCall.url, ["delivery.exhausted", "subscription.disabled"]);
+    await createContact();
+    await waitFor(() => onCall.received[0], "the delivery.exhausted event");
+    const [failed] = (await settledDeliveries(h)).filter((d) => d.subscription_id === sub.id);
+    const event = new Webhook(pager.secret).verify(onCall.received[0]!.body, onCall.received[0]!.headers) as any;
+    expect(event).toEqual({
+      type: "delivery.exhausted",
+      timestamp: expect.stringMatching(ISO),
+      data: { delivery_id: failed.id, subscription_id: sub.id, event_type: "contact.created", target_url: failing.url, attempts: 2, last_response_status: 422, last_error: null },
+    });
+  });
+});
+
+describe("auto-disable: errors", () => {
+  test("enable of an unknown subscription is 404; of an active one answers it unchanged", async () => {
+    h = scope.harness();
+    expectProblem(await enable("sub_00000000000000000000000000"), 404, "not-found");
+    const sub = await h.subscribe("http://127.0.0.1:9/x", ["contact.created"]);
+    const before = await getSubscription(sub.id);
+    const res = await enable(sub.id, { "idempotency-key": "enable-1" });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ data: before });
+    const replay = await enable(sub.id, { "idempotency-key": "enable-1" });
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect(replay.body).toEqual({ data: before });
+  });
+});
+
+describe("auto-disable: security", () => {
+  test("reports about failing deliveries are not reported on again: an on-call receiver that fails gets no chain of delivery.exhausted", async () => {
+    h = scope.harness({ retrySchedule: [] });
+    const failing = scope.receiver("/failing");
+    failing.respond(() => new Response("nope", { status: 500 }));
+    const sub = await h.subscribe(failing.url, ["contact.created", "delivery.exhausted"]);
+    await createContact();
+    const deliveries = await eventually(async () => {
+      const list = await settledDeliveries(h);
+      return list.length === 2 && list;
+    }, "the contact delivery and one report");
+    expect(deliveries.map((d: any) => [d.event_type, d.status])).toEqual([
+      ["delivery.exhausted", "failed"],
+      ["contact.created", "failed"],
+    ]);
+    expect(deliveries.every((d: any) => d.subscription_id === sub.id)).toBe(true);
+  });
+
+  test("stats and enable need a token", async () => {
+    h = scope.harness();
+    const sub = await h.subscribe("http://127.0.0.1:9/x", ["contact.created"]);
+    for (const [method, path] of [["GET", `/public/v1/webhook-subscriptions/${sub.id}/stats`], ["POST", `/public/v1/webhook-subscriptions/${sub.id}/enable`]] as const) {
+      expectProblem(await h.json(method, path, { headers: { authorization: "" } }), 401, "unauthorized");
+    }
+  });
+});
+
+describe("endpoint stats", () => {
+  test("a new subscription has no attempts: counts are 0, rate and latency null", async () => {
+    h = scope.harness();
+    const sub = await h.subscribe("http://127.0.0.1:9/x", ["contact.created"]);
+    const res = await stats(sub.id);
+    expect(res.status).toBe(200);
+    const empty = { from: expect.stringMatching(ISO), attempts: 0, succeeded: 0, failed: 0, success_rate: null, latency_ms: null };
+    expect(res.body).toEqual({ data: { subscription_id: sub.id, status: "active", failing_since: null, last_24h: empty, last_7d: empty } });
+  });
+
+  test("attempts are counted by outcome over 24 hours and 7 days, with latency percentiles from the histogram", async () => {
+    h = scope.harness({ retrySchedule: [0.02, 0.02] });
+    const r = scope.receiver();
+    r.respond((_, i) => new Response("x", { status: i % 3 === 0 ? 503 : 200 }));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    for (let i = 0; i < 3; i++) {
+      await createContact(`c${i}`);
+      await settledDeliveries(h);
+    }
+    // Requests 0 and 3 failed (503) and were retried: 5 attempts, 3 succeeded.
+    expect(r.received.length).toBe(5);
+    const { body } = await stats(sub.id);
+    const window = {
+      from: expect.stringMatching(ISO),
+      attempts: 5,
+      succeeded: 3,
+      failed: 2,
+      success_rate: 0.6,
+      latency_ms: { p50: expect.any(Number), p90: expect.any(Number), p99: expect.any(Number) },
+    };
+    expect(body).toEqual({ data: { subscription_id: sub.id, status: "active", failing_since: null, last_24h: window, last_7d: window } });
+    const { p50, p90, p99 } = body.data.last_24h.latency_ms;
+    expect(LATENCY_BOUNDS_MS).toContain(p50);
+    expect(p50).toBeLessThanOrEqual(p90);
+    expect(p90).toBeLessThanOrEqual(p99);
+    const detail = await Promise.all((await h.deliveries()).map((d: any) => h.delivery(d.id)));
+    const longest = Math.max(...detail.flatMap((d) => d.attempt_history.map((a: any) => a.duration_ms)));
+    expect(p99).toBeGreaterThanOrEqual(longest);
+    expect(p99).toBeLessThanOrEqual(Math.max(1, longest * 1.25));
+    expect(Date.parse(body.data.last_7d.from)).toBeLessThan(Date.parse(body.data.last_24h.from));
+  });
+
+  test("an unknown subscription is 404", async () => {
+    h = scope.harness();
+    expectProblem(await stats("sub_00000000000000000000000000"), 404, "not-found");
+  });
+});
