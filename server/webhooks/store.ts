@@ -253,21 +253,21 @@ const selectDue = (deliveries: string) =>
 
 /**
  * findSubscriptionsWithDueDeliveries returns the active subscriptions, other than those skipped
- * (already at their concurrency limit), that have a due delivery not leased, oldest due first.
+ * (already at their concurrency limit), that have a due delivery not leased, oldest due first,
+ * with their rate caps.
  */
-export function findSubscriptionsWithDueDeliveries(db: Database, now: number, skip: string[]): string[] {
+export function findSubscriptionsWithDueDeliveries(db: Database, now: number, skip: string[]): { id: string; max_rate: number | null }[] {
   const skipClause = skip.length ? `AND s.id NOT IN (${placeholders(skip.length)})` : "";
   return db
-    .query<{ id: string }, (string | number)[]>(
+    .query<{ id: string; max_rate: number | null }, (string | number)[]>(
       `WITH due AS MATERIALIZED (
-         SELECT s.id, (SELECT d.next_attempt_at FROM webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription
+         SELECT s.id, s.max_rate, (SELECT d.next_attempt_at FROM webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription
                        WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
                        ORDER BY d.next_attempt_at LIMIT 1) AS due_at
          FROM webhook_subscriptions s WHERE s.status = 'active' ${skipClause})
-       SELECT id FROM due WHERE due_at IS NOT NULL ORDER BY due_at, id`,
+       SELECT id, max_rate FROM due WHERE due_at IS NOT NULL ORDER BY due_at, id`,
     )
-    .all(now, now, ...skip)
-    .map((row) => row.id);
+    .all(now, now, ...skip);
 }
 
 /** findDueDeliveriesOf returns up to `limit` due, unleased deliveries of one subscription, oldest due first. */

@@ -153,6 +153,8 @@ export class DeliveryLoop {
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
   private readonly inFlight = new Map<string, InFlight>();
   private readonly perSubscription = new Map<string, number>();
+  /** earliest time the next attempt may start, per subscription with a max_rate */
+  private readonly nextSlot = new Map<string, number>();
   private readonly abandoned = new Set<string>();
   private readonly unrecorded: UnrecordedAttempt[] = [];
   private readonly listeners: ((outcome: DeliveryOutcome) => void)[] = [];
@@ -212,9 +214,10 @@ export class DeliveryLoop {
     const { db } = this.deps;
     const now = Date.now();
     const free = MAX_IN_FLIGHT - this.inFlight.size;
-    const claimed = free >= REFILL ? this.pickDue(now, free) : [];
-    for (const due of claimed) this.dispatch(due, "scheduled");
-    this.armTimer(findNextWakeTime(db, now));
+    const { picked, rateWake } = free >= REFILL ? this.pickDue(now, free) : { picked: [], rateWake: null };
+    for (const due of picked) this.dispatch(due, "scheduled");
+    const wake = findNextWakeTime(db, now);
+    this.armTimer(wake === null || rateWake === null ? (wake ?? rateWake) : Math.min(wake, rateWake));
   }
 
   /**
@@ -222,18 +225,31 @@ export class DeliveryLoop {
    * subscription, oldest due first, and leases them. It asks subscription by subscription and
    * skips those without REFILL free slots, so a backlog for one busy receiver is not even read.
    * No other code runs between these reads and the lease, which is one atomic UPDATE.
+   * A subscription with a max_rate gets one attempt per 1/max_rate seconds, whatever the
+   * attempt (first, retry, recovery): `rateWake` is when the next of them may start.
    */
-  private pickDue(now: number, free: number): DueDelivery[] {
+  private pickDue(now: number, free: number): { picked: DueDelivery[]; rateWake: number | null } {
     const { db, config } = this.deps;
     const saturated = [...this.perSubscription].filter(([, n]) => n > MAX_PER_SUBSCRIPTION - REFILL).map(([id]) => id);
     const picked: DueDelivery[] = [];
-    for (const subscriptionId of findSubscriptionsWithDueDeliveries(db, now, saturated)) {
-      const room = Math.min(MAX_PER_SUBSCRIPTION - (this.perSubscription.get(subscriptionId) ?? 0), free - picked.length);
+    let rateWake: number | null = null;
+    for (const { id: subscriptionId, max_rate } of findSubscriptionsWithDueDeliveries(db, now, saturated)) {
+      let room = Math.min(MAX_PER_SUBSCRIPTION - (this.perSubscription.get(subscriptionId) ?? 0), free - picked.length);
       if (room <= 0) break;
+      if (max_rate !== null) {
+        const slot = this.nextSlot.get(subscriptionId) ?? 0;
+        if (slot > now) {
+          rateWake = rateWake === null ? slot : Math.min(rateWake, slot);
+          continue;
+        }
+        // Spaced from when this attempt starts, not from when it was due: a late timer never lets two start closer together.
+        room = 1;
+        this.nextSlot.set(subscriptionId, now + 1000 / max_rate);
+      }
       picked.push(...findDueDeliveriesOf(db, subscriptionId, now, room));
     }
     leaseDeliveries(db, picked.map((p) => p.id), now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
-    return picked;
+    return { picked, rateWake };
   }
 
   private armTimer(at: number | null): void {

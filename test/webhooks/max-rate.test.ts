@@ -1,0 +1,85 @@
+import { describe, expect, test } from "bun:test";
+import { recordEvent } from "../../server/webhooks/outbox.ts";
+import { expectProblem, validation } from "../foundation/support.ts";
+import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+
+const scope = webhookTestScope();
+let h: WebhookHarness;
+
+/**
+ * LOOPBACK_SLACK_MS allows for the time between an attempt starting and the receiver noting it,
+ * which varies by up to ~100 ms on a busy shared machine. The window checked is then 850 ms: at
+ * 5/s five requests span 800 ms and the sixth comes 1000 ms after the first, while a cap of 6/s
+ * would put six within 833 ms, so a cap off by one still fails.
+ */
+const LOOPBACK_SLACK_MS = 150;
+
+/** busiestSecond is the most requests whose arrivals fall within 1000 - slack ms of each other. */
+function busiestSecond(arrivals: number[]): number {
+  const sorted = [...arrivals].sort((a, b) => a - b);
+  let most = 0;
+  for (let i = 0, j = 0; j < sorted.length; j++) {
+    while (sorted[j]! - sorted[i]! >= 1000 - LOOPBACK_SLACK_MS) i++;
+    most = Math.max(most, j - i + 1);
+  }
+  return most;
+}
+
+const create = (body: unknown) => h.json("POST", "/public/v1/webhook-subscriptions", { body });
+
+describe("max_rate: happy paths", () => {
+  test("max_rate of 5/s holds over a backlog of 100 deliveries, retries included (receiver-side timestamps)", async () => {
+    h = scope.harness({ retrySchedule: [0.01, 0.01] });
+    const r = scope.receiver();
+    const arrivals: number[] = [];
+    // A few answers fail, so retries are due while the backlog drains: they wait their turn too.
+    r.respond((_, i) => {
+      arrivals.push(Date.now());
+      return new Response(null, { status: i % 25 === 10 ? 500 : 204 });
+    });
+    const fast = scope.receiver("/fast");
+    const created = await create({ target_url: r.url, events: ["contact.updated"], max_rate: 5 });
+    expect(created.body.data.max_rate).toBe(5);
+    await h.subscribe(fast.url, ["contact.updated"]);
+    await h.rt.writes.submit(() => {
+      for (let i = 0; i < 100; i++) recordEvent(h.rt.db, "contact.updated", { id: `con_${i}` });
+    });
+    // The receiver without a cap is not held back by the one with it.
+    await waitFor(() => fast.received.length === 100 && arrivals.length < 20, "the uncapped receiver to get all 100 first", 15_000);
+    await waitFor(() => arrivals.length >= 104, "100 deliveries and 4 retries", 60_000);
+    const deliveries = await settledDeliveries(h, `subscription_id=${created.body.data.id}&per_page=100`);
+    expect(deliveries.every((d) => d.status === "succeeded")).toBe(true);
+    expect(busiestSecond(arrivals)).toBe(5);
+    // And on the whole: 104 requests at 5 a second take at least 103 intervals of 200 ms.
+    expect(Math.max(...arrivals) - Math.min(...arrivals)).toBeGreaterThanOrEqual(103 * 200 - LOOPBACK_SLACK_MS);
+  }, 90_000);
+
+  test("without max_rate, a backlog goes out as fast as the receiver takes it", async () => {
+    h = scope.harness();
+    const r = scope.receiver();
+    const arrivals: number[] = [];
+    r.respond(() => {
+      arrivals.push(Date.now());
+      return new Response(null, { status: 204 });
+    });
+    expect((await create({ target_url: r.url, events: ["contact.updated"] })).body.data.max_rate).toBeNull();
+    await h.rt.writes.submit(() => {
+      for (let i = 0; i < 50; i++) recordEvent(h.rt.db, "contact.updated", { id: `con_${i}` });
+    });
+    await waitFor(() => arrivals.length === 50, "the backlog");
+    expect(busiestSecond(arrivals)).toBeGreaterThan(5);
+  });
+});
+
+describe("max_rate: errors", () => {
+  const refused = [0, 1001, 2.5, -5, null];
+  for (const value of refused) {
+    test(`max_rate ${JSON.stringify(value)} is 422 naming the field, and nothing is stored`, async () => {
+      h = scope.harness();
+      const res = await create({ target_url: "http://127.0.0.1:9/x", events: ["contact.created"], max_rate: value });
+      expectProblem(res, 422, "validation");
+      expect(res.body).toEqual(validation([{ pointer: "/max_rate", detail: "must be a whole number of requests per second from 1 to 1000" }]));
+      expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.meta.total).toBe(0);
+    });
+  }
+});
