@@ -1,7 +1,7 @@
 import type { Database } from "bun:sqlite";
 import type { Config } from "../config.ts";
 import type { WriteQueue } from "../db/write-queue.ts";
-import { notFound, ProblemError } from "../http/problem.ts";
+import { notFound, ProblemError } from "../shared/problem.ts";
 import type { Logger } from "../shared/log.ts";
 import { sendAttempt, type AttemptResult } from "./delivery.ts";
 import {
