@@ -6,7 +6,7 @@ import { problem, ProblemError } from "../server/shared/problem.ts";
 import { clientAddress, clientHints, requestIsHttps } from "../server/http/client-address.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { createUser } from "../server/users/service.ts";
-import { deleteSubscription, getSubscription, retryDelivery } from "../server/webhooks/service.ts";
+import { deleteSubscription, enableSubscription, getSubscription, retryDelivery } from "../server/webhooks/service.ts";
 import css from "./assets/console.css" with { type: "text" };
 import { islandScripts } from "./bundle.ts";
 import {
@@ -271,10 +271,23 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/subscriptions",
         ({ session, query }) => {
-          const notice = query.deleted ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." } : null;
+          const notice = query.deleted
+            ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." }
+            : query.enabled
+              ? { kind: "success" as const, text: "Subscription enabled. Events from now on are delivered to it; retry the deliveries that failed while it was disabled one by one." }
+              : null;
           return htmlResponse(subscriptionsPage({ session: session!, ...subscriptionsOverview(db), notice }));
         },
-        { query: flagQuery("deleted") },
+        { query: t.Object({ deleted: t.Optional(t.String({ maxLength: 10 })), enabled: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true }) },
+      )
+      .post(
+        "/subscriptions/:id/enable",
+        ({ session, params }) =>
+          orErrorPage(session, async () => {
+            await enableSubscription(rt, params.id);
+            return redirect(`${CONSOLE_PREFIX}/subscriptions?enabled=1`);
+          }),
+        { params: IdParam, body: OptionalForm },
       )
       .post(
         "/subscriptions",

@@ -141,6 +141,14 @@ export function subscriptionsPage(props: {
               <td class="row-actions">
                 <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
                 {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
+                {s.status === "disabled" && (
+                  <form method="post" action={`/console/subscriptions/${s.id}/enable`} class="inline-form">
+                    <CsrfField token={props.session.csrfToken} />
+                    <button type="submit" class="button small">
+                      Enable
+                    </button>
+                  </form>
+                )}
                 <a class="danger-link" href={`/console/subscriptions/${s.id}/delete`}>
                   Delete
                 </a>

@@ -3,6 +3,7 @@ import { Webhook } from "standardwebhooks";
 import { createLogger } from "../../server/shared/log.ts";
 import { LATENCY_BOUNDS_MS } from "../../server/webhooks/stats.ts";
 import { expectProblem, ISO } from "../foundation/support.ts";
+import { addOperator, ConsoleClient } from "../console/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
@@ -218,5 +219,52 @@ describe("endpoint stats", () => {
   test("an unknown subscription is 404", async () => {
     h = scope.harness();
     expectProblem(await stats("sub_00000000000000000000000000"), 404, "not-found");
+  });
+});
+
+describe("auto-disable in the console", () => {
+  test("the subscriptions page shows why a subscription is disabled and enables it again", async () => {
+    h = scope.harness({ disableFailingAfterHours: secondsAsHours(0.1), retrySchedule: Array(40).fill(0.03) });
+    const r = scope.receiver();
+    r.respond(() => new Response("down", { status: 503 }));
+    const sub = await h.subscribe(r.url, ["contact.created"], "Billing sync");
+    await createContact();
+    const disabled = await eventually(async () => {
+      const s = await getSubscription(sub.id);
+      return s.status === "disabled" && s;
+    }, "the subscription to be disabled");
+
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    const page = await client.get("/console/subscriptions");
+    expect(page.status).toBe(200);
+    const row = page.text.slice(page.text.indexOf(`data-subscription-id="${sub.id}"`));
+    expect(row).toContain(Bun.escapeHTML(disabled.disabled_reason));
+    expect(row).toContain(`action="/console/subscriptions/${sub.id}/enable"`);
+
+    const enabled = await client.post(`/console/subscriptions/${sub.id}/enable`, {});
+    expect(enabled.status).toBe(303);
+    expect(enabled.headers.get("location")).toBe("/console/subscriptions?enabled=1");
+    expect(await getSubscription(sub.id)).toMatchObject({ status: "active", disabled_reason: null, failing_since: null });
+    const after = await client.get("/console/subscriptions?enabled=1");
+    expect(after.text).toContain("Subscription enabled.");
+    expect(after.text).not.toContain(`action="/console/subscriptions/${sub.id}/enable"`);
+  });
+
+  test("enabling without the form's CSRF token is refused and changes nothing", async () => {
+    h = scope.harness({ disableFailingAfterHours: secondsAsHours(0.1), retrySchedule: Array(40).fill(0.03) });
+    const r = scope.receiver();
+    r.respond(() => new Response("gone", { status: 410 }));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    await eventually(async () => (await getSubscription(sub.id)).status === "disabled", "the subscription to be disabled");
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    await client.get("/console/subscriptions");
+    const refused = await client.post(`/console/subscriptions/${sub.id}/enable`, { _csrf: null });
+    expect(refused.status).toBe(403);
+    expect((await getSubscription(sub.id)).status).toBe("disabled");
   });
 });
