@@ -23,6 +23,8 @@ export interface AttemptRequest {
   network: Network;
   /** aborts the attempt when the server gives up waiting for it on shutdown */
   signal: AbortSignal;
+  /** told the moment the request is handed to the network (after the address check), if it is */
+  onSend?: () => void;
 }
 
 /** AttemptResult is everything recorded about one attempt. */
@@ -110,6 +112,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     const target = new URL(request.targetUrl);
     const pinned = pinTarget(target, await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets));
     const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
+    request.onSend?.();
     const response = await fetch(pinned.url, {
       method: "POST",
       headers: pinned.host === null ? headers : { ...headers, host: pinned.host },

@@ -4,7 +4,7 @@ import { toTimestamp } from "../shared/time.ts";
 import type { AttemptResult } from "./delivery.ts";
 import { OPERATIONAL_EVENT_TYPES } from "./model.ts";
 import { recordEvent } from "./outbox.ts";
-import { disableSubscription, failPendingDeliveries, markSubscriptionFailing, markSubscriptionHealthy, type DueDelivery, type SubscriptionRow } from "./store.ts";
+import { disableSubscription, failPendingDeliveries, markSubscriptionFailing, type DueDelivery, type SubscriptionRow } from "./store.ts";
 
 const HOUR_MS = 60 * 60 * 1000;
 
@@ -66,22 +66,12 @@ export function recordExhausted(db: Database, due: DueDelivery, attempts: number
 }
 
 /**
- * trackEndpointHealth notes when a subscription's attempts started failing (cleared by any
- * success) and disables it, with a reason and a log line, once every attempt for
- * `disableAfterHours` has failed. `subscription` is the row as read before this attempt.
+ * trackFailingStreak, after a failed attempt, notes when the subscription's attempts started
+ * failing (any success clears it: markSubscriptionHealthy) and disables it, with a reason and a
+ * log line, once every attempt for `disableAfterHours` has failed. `subscription` is the row as
+ * read before this attempt.
  */
-export function trackEndpointHealth(
-  db: Database,
-  log: Logger,
-  disableAfterHours: number,
-  subscription: SubscriptionRow,
-  succeeded: boolean,
-  now: number,
-): void {
-  if (succeeded) {
-    if (subscription.failing_since !== null) markSubscriptionHealthy(db, subscription.id);
-    return;
-  }
+export function trackFailingStreak(db: Database, log: Logger, disableAfterHours: number, subscription: SubscriptionRow, now: number): void {
   if (subscription.failing_since === null) {
     markSubscriptionFailing(db, subscription.id, now);
     return;

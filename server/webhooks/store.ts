@@ -165,9 +165,9 @@ export function markSubscriptionFailing(db: Database, id: string, since: number)
   db.query("UPDATE webhook_subscriptions SET failing_since = ? WHERE id = ? AND failing_since IS NULL").run(since, id);
 }
 
-/** markSubscriptionHealthy ends a streak of failed attempts. */
+/** markSubscriptionHealthy ends a streak of failed attempts; without one it writes nothing (it runs after every success). */
 export function markSubscriptionHealthy(db: Database, id: string): void {
-  db.query("UPDATE webhook_subscriptions SET failing_since = NULL WHERE id = ?").run(id);
+  db.query("UPDATE webhook_subscriptions SET failing_since = NULL WHERE id = ? AND failing_since IS NOT NULL").run(id);
 }
 
 /** failPendingDeliveries ends every pending delivery of a subscription with the given reason. */

@@ -5,7 +5,7 @@ import type { Logger } from "../shared/log.ts";
 import { sendAttempt, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
-import { disableWithEvent, recordExhausted, trackEndpointHealth } from "./health.ts";
+import { disableWithEvent, recordExhausted, trackFailingStreak } from "./health.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
   findDeliveryById,
@@ -16,10 +16,12 @@ import {
   findSubscriptionsWithDueDeliveries,
   insertAttempt,
   leaseDeliveries,
+  markSubscriptionHealthy,
   releaseLeases,
   updateDeliveryAfterAttempt,
   type DeliveryRow,
   type DueDelivery,
+  type SubscriptionRow,
 } from "./store.ts";
 
 /** MAX_IN_FLIGHT bounds the attempts running at once over all subscriptions. */
@@ -123,9 +125,13 @@ function recordAttempt(db: Database, config: Config, log: Logger, due: DueDelive
   });
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
-  const subscription = findSubscriptionById(db, due.subscription_id);
-  if (!succeeded(result)) {
+  // Read only after a failure: a success needs nothing of it, and it is most attempts.
+  let subscription: SubscriptionRow | null = null;
+  if (succeeded(result)) {
+    markSubscriptionHealthy(db, due.subscription_id);
+  } else {
     status = "failed";
+    subscription = findSubscriptionById(db, due.subscription_id);
     if (result.response_status === 410) {
       if (subscription?.status === "active") {
         disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
@@ -142,7 +148,8 @@ function recordAttempt(db: Database, config: Config, log: Logger, due: DueDelive
   }
   const row = { ...current, status, attempts: attempt, next_attempt_at: next, locked_until: null, last_response_status: result.response_status, last_error: result.error, updated_at: now };
   updateDeliveryAfterAttempt(db, row);
-  if (subscription && result.response_status !== 410) trackEndpointHealth(db, log, config.disableFailingAfterHours, subscription, succeeded(result), now);
+  // After the delivery's own update: disabling fails the pending deliveries, this one included.
+  if (subscription && result.response_status !== 410) trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
   return row;
 }
 
@@ -157,8 +164,13 @@ export class DeliveryLoop {
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
   private readonly inFlight = new Map<string, InFlight>();
   private readonly perSubscription = new Map<string, number>();
-  /** earliest time the next attempt may start, per subscription with a max_rate */
+  /**
+   * earliest time the next attempt may start, per subscription with a max_rate: Infinity while
+   * its last claimed attempt has not been sent yet, then the send time plus the interval
+   */
   private readonly nextSlot = new Map<string, number>();
+  /** the interval between attempts of each subscription with a max_rate, in milliseconds */
+  private readonly pacing = new Map<string, number>();
   private readonly abandoned = new Set<string>();
   private readonly unrecorded: UnrecordedAttempt[] = [];
   private readonly listeners: ((outcome: DeliveryOutcome) => void)[] = [];
@@ -243,12 +255,14 @@ export class DeliveryLoop {
       if (max_rate !== null) {
         const slot = this.nextSlot.get(subscriptionId) ?? 0;
         if (slot > now) {
-          rateWake = rateWake === null ? slot : Math.min(rateWake, slot);
+          if (slot !== Infinity) rateWake = rateWake === null ? slot : Math.min(rateWake, slot);
           continue;
         }
-        // Spaced from when this attempt starts, not from when it was due: a late timer never lets two start closer together.
+        // The next slot is set when this attempt is actually sent (dispatch), not when it was due
+        // or claimed: a busy event loop or a late timer never lets two go out closer together.
         room = 1;
-        this.nextSlot.set(subscriptionId, now + 1000 / max_rate);
+        this.nextSlot.set(subscriptionId, Infinity);
+        this.pacing.set(subscriptionId, 1000 / max_rate);
       }
       picked.push(...findDueDeliveriesOf(db, subscriptionId, now, room));
     }
@@ -281,6 +295,13 @@ export class DeliveryLoop {
       else this.perSubscription.delete(due.subscription_id);
       this.wake();
     };
+    const interval = this.pacing.get(due.subscription_id);
+    const paced = trigger === "scheduled" && interval !== undefined && this.nextSlot.get(due.subscription_id) === Infinity;
+    const openSlot = () => {
+      if (!paced || this.nextSlot.get(due.subscription_id) !== Infinity) return;
+      this.nextSlot.set(due.subscription_id, Date.now() + interval);
+      this.wake();
+    };
     const done = (async () => {
       const result = await sendAttempt({
         deliveryId: due.id,
@@ -291,7 +312,10 @@ export class DeliveryLoop {
         allowPrivateTargets: config.allowPrivateTargets,
         network: this.deps.network,
         signal: controller.signal,
+        onSend: openSlot,
       });
+      // An attempt refused before sending still spaces the next one.
+      openSlot();
       releaseReceiverSlot();
       if (this.abandoned.delete(due.id)) return;
       const row = await this.record({ due, result, trigger, inRecordWrite });
@@ -313,6 +337,7 @@ export class DeliveryLoop {
       .catch((error: unknown) => log.error("webhook delivery attempt could not be recorded", { delivery_id: due.id, error: String(error) }))
       .finally(() => {
         this.inFlight.delete(due.id);
+        openSlot();
         releaseReceiverSlot();
         this.wake();
       });

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { Resolver } from "../../server/webhooks/targets.ts";
+import { cachedResolver, type Resolver } from "../../server/webhooks/targets.ts";
 import { settledDeliveries, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
@@ -114,5 +114,30 @@ describe("pinned connect: security", () => {
     await createContact();
     const [delivery] = await settledDeliveries(h);
     expect(delivery.last_error).toBe("refused: host empty.example.test could not be resolved (no address)");
+  });
+});
+
+describe("pinned connect: the system resolver's cache", () => {
+  test("a name's answer is reused for the cache time, then asked again; a failed lookup is not kept", async () => {
+    let clock = 0;
+    let calls = 0;
+    const resolve = cachedResolver(
+      async (hostname) => {
+        calls++;
+        if (hostname === "down.example.test" && calls < 4) throw Object.assign(new Error("not found"), { code: "ENOTFOUND" });
+        return [`192.0.2.${calls}`];
+      },
+      30_000,
+      () => clock,
+    );
+    expect(await resolve("hooks.example.test")).toEqual(["192.0.2.1"]);
+    clock = 29_999;
+    expect(await resolve("hooks.example.test")).toEqual(["192.0.2.1"]);
+    clock = 30_000;
+    expect(await resolve("hooks.example.test")).toEqual(["192.0.2.2"]);
+    await expect(resolve("down.example.test")).rejects.toThrow("not found");
+    await Bun.sleep(0);
+    expect(await resolve("down.example.test")).toEqual(["192.0.2.4"]);
+    expect(calls).toBe(4);
   });
 });
