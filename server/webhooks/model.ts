@@ -40,7 +40,9 @@ export const SubscriptionInput = t.Object(
       description: `Event kinds to deliver: ${kinds}. subscription.disabled and delivery.exhausted report on the other subscriptions (an endpoint disabled, a delivery that used up its attempts).`,
     }),
     max_rate: t.Optional(
-      t.Integer({
+      // A Number with multipleOf, not an Integer: Elysia would take "5" (a string) for an Integer in a body.
+      t.Number({
+        multipleOf: 1,
         minimum: MIN_MAX_RATE,
         maximum: MAX_MAX_RATE,
         error: `must be a whole number of requests per second from ${MIN_MAX_RATE} to ${MAX_MAX_RATE}`,

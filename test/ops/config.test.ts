@@ -65,6 +65,14 @@ describe("configuration: sources and precedence", () => {
     expect([config.metricsToken, config.shutdownTimeoutMs, config.trustedProxies]).toEqual(["0123456789abcdef", 3000, ["127.0.0.1", "::ffff:10.1.2.3"]]);
   });
 
+  test("disable-failing-after-hours takes whole or fractional hours; the secrets key file a path", () => {
+    expect(loadConfig([], {}).disableFailingAfterHours).toBe(120);
+    expect(loadConfig(["--disable-failing-after-hours", "0.001"], {}).disableFailingAfterHours).toBe(0.001);
+    expect(loadConfig([], { CRM_DISABLE_FAILING_AFTER_HOURS: "48" }).disableFailingAfterHours).toBe(48);
+    expect(loadConfig([], {}).secretsKeyFile).toBe("");
+    expect(loadConfig([], { CRM_SECRETS_KEY_FILE: "/etc/crm/secrets.key" }).secretsKeyFile).toBe("/etc/crm/secrets.key");
+  });
+
   test("synchronous is full by default and normal from a flag, the environment or the file", () => {
     expect(DEFAULT_CONFIG.synchronous).toBe("full");
     expect(loadConfig(["--synchronous", "normal"], {}).synchronous).toBe("normal");
@@ -94,6 +102,8 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--config", "/nonexistent/crm.toml"], {}))).toBe("config file /nonexistent/crm.toml does not exist");
     expect(configError(() => loadConfig(["--port", "70000"], {}))).toBe('invalid --port: "70000" is not a port number (0-65535)');
     expect(configError(() => loadConfig([], { CRM_SHUTDOWN_TIMEOUT_MS: "0" }))).toBe('invalid CRM_SHUTDOWN_TIMEOUT_MS: "0" is not a positive whole number');
+    expect(configError(() => loadConfig([], { CRM_DISABLE_FAILING_AFTER_HOURS: "0" }))).toBe('invalid CRM_DISABLE_FAILING_AFTER_HOURS: "0" is not a positive number');
+    expect(configError(() => loadConfig(["--disable-failing-after-hours", "5 days"], {}))).toBe('invalid --disable-failing-after-hours: "5 days" is not a positive number');
     expect(configError(() => loadConfig(["--trusted-proxies", "10.0.0.1,proxy.local"], {}))).toBe('invalid --trusted-proxies: "10.0.0.1,proxy.local" is not a comma-separated list of IP addresses');
     expect(configError(() => loadConfig(["--port"], {}))).toBe("--port needs a value");
   });
