@@ -77,7 +77,7 @@ function fields(form: PostedForm, name: string): string[] {
 }
 
 function subscriptionForm(form: PostedForm): SubscriptionForm {
-  return { target_url: field(form, "target_url"), description: field(form, "description"), events: fields(form, "events") };
+  return { target_url: field(form, "target_url"), description: field(form, "description"), events: fields(form, "events"), max_rate: field(form, "max_rate") };
 }
 
 /** safeNext keeps a post-sign-in destination only when it is a console path (no open redirect). */

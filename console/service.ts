@@ -1,6 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { createApiToken, revokeApiToken, type ApiTokenInfo } from "../server/auth/service.ts";
 import { notFound, ProblemError, validationProblem, type FieldError } from "../server/shared/problem.ts";
+import { MAX_MAX_RATE, MIN_MAX_RATE } from "../server/limits/limits.ts";
 import type { Runtime } from "../server/runtime.ts";
 import type { ListMeta } from "../server/http/list-query.ts";
 import { sameBytes, sha256 } from "../server/shared/crypto.ts";
@@ -285,6 +286,8 @@ export interface SubscriptionForm {
   target_url: string;
   description: string;
   events: string[];
+  /** requests per second, as typed; "" or absent for no cap */
+  max_rate?: string;
 }
 
 /** subscriptionInputFrom checks a subscription form: events from the known kinds, lengths within the API's limits. */
@@ -298,8 +301,13 @@ function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
   if (events.length === 0 || events.some((e) => !(WEBHOOK_EVENT_TYPES as readonly string[]).includes(e))) {
     errors.push({ pointer: "/events", detail: `must be one or more of: ${WEBHOOK_EVENT_TYPES.join(", ")}` });
   }
+  const maxRateText = (form.max_rate ?? "").trim();
+  const maxRate = Number(maxRateText);
+  if (maxRateText !== "" && (!/^\d+$/.test(maxRateText) || maxRate < MIN_MAX_RATE || maxRate > MAX_MAX_RATE)) {
+    errors.push({ pointer: "/max_rate", detail: `must be a whole number of requests per second from ${MIN_MAX_RATE} to ${MAX_MAX_RATE}` });
+  }
   if (errors.length > 0) throw validationProblem(errors, errors.map((e) => `${e.pointer!.slice(1).replace("_", " ")} ${e.detail}`).join("; ") + ".");
-  return { target_url: target, events, ...(description ? { description } : {}) };
+  return { target_url: target, events, ...(description ? { description } : {}), ...(maxRateText ? { max_rate: maxRate } : {}) };
 }
 
 /** createSubscriptionFromForm creates a subscription from the console form and returns it with its secret (shown once). */

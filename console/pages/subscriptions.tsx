@@ -38,6 +38,10 @@ function SubscriptionFields({ values }: { values: SubscriptionForm }) {
         Description <span class="hint">optional</span>
         <input type="text" name="description" maxLength={500} placeholder="What receives these events" value={values.description} />
       </label>
+      <label>
+        Requests per second at most <span class="hint">optional, 1 to 1000: attempts, retries included, are spaced so the receiver never gets more</span>
+        <input type="number" name="max_rate" min={1} max={1000} step={1} inputMode="numeric" value={values.max_rate ?? ""} />
+      </label>
       <fieldset>
         <legend>Events</legend>
         <div class="checks">
@@ -296,7 +300,7 @@ export function rotationPickPage(props: { session: ConsoleSession; subscriptions
 /** rotationNewPage is step 2: the new URL and events, prefilled from the old subscription. */
 export function rotationNewPage(props: { session: ConsoleSession; old: Subscription; form?: SubscriptionForm; notice?: NoticeData | null }): string {
   const old = props.old;
-  const form = props.form ?? { target_url: old.target_url, description: old.description ?? "", events: old.events };
+  const form = props.form ?? { target_url: old.target_url, description: old.description ?? "", events: old.events, max_rate: old.max_rate === null ? "" : String(old.max_rate) };
   return rotationStepPage(
     props.session,
     2,

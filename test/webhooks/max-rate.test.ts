@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { recordEvent } from "../../server/webhooks/outbox.ts";
+import { addOperator, ConsoleClient } from "../console/support.ts";
 import { expectProblem, validation } from "../foundation/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -106,4 +107,24 @@ describe("max_rate: errors", () => {
       expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.meta.total).toBe(0);
     });
   }
+});
+
+describe("max_rate in the console", () => {
+  test("the create form takes max_rate; out of range is refused with the field named, and nothing is stored", async () => {
+    h = scope.harness();
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    await client.get("/console/subscriptions");
+    const refused = await client.post("/console/subscriptions", { target_url: "http://127.0.0.1:9/x", events: ["contact.created"], max_rate: "0" });
+    expect(refused.status).toBe(422);
+    expect(refused.text).toContain("max rate must be a whole number of requests per second from 1 to 1000.");
+    expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.meta.total).toBe(0);
+    const created = await client.post("/console/subscriptions", { target_url: "http://127.0.0.1:9/x", events: ["contact.created"], max_rate: "7" });
+    expect(created.status).toBe(201);
+    const [sub] = (await h.json("GET", "/public/v1/webhook-subscriptions")).body.data;
+    expect(sub.max_rate).toBe(7);
+    await client.post("/console/subscriptions", { target_url: "http://127.0.0.1:9/y", events: ["contact.created"], max_rate: "" });
+    expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.data.map((s: any) => s.max_rate)).toEqual([null, 7]);
+  });
 });
