@@ -5,6 +5,7 @@ import { newId } from "../shared/ids.ts";
 import { DEFAULT_CONFIG } from "../config.ts";
 import { MAX_BODY_BYTES } from "../limits/limits.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
+import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
 import { ProblemError, problem, problemResponse, validationProblem, type FieldError, type Problem } from "./problem.ts";
 import { parseSafeJson } from "./safe-json.ts";
 
@@ -151,18 +152,7 @@ export async function parseJsonBody(request: Request, bodyTimeoutMs = DEFAULT_CO
 
 function validationErrors(error: ValidationError): FieldError[] {
   const where = error.type === "query" || error.type === "params" ? "parameter" : error.type === "headers" ? "header" : "pointer";
-  const seen = new Set<string>();
-  const errors: FieldError[] = [];
-  for (const issue of error.all as { path?: string; message: string; schema?: { error?: unknown } }[]) {
-    const path = issue.path ?? "";
-    if (seen.has(path)) continue; // TypeBox reports a union failure and its branches; the first says it
-    // A string where a list belongs is also walked character by character; the list's error says it.
-    if ([...seen].some((parent) => path.startsWith(`${parent}/`))) continue;
-    seen.add(path);
-    const detail = typeof issue.schema?.error === "string" ? issue.schema.error : issue.message;
-    errors.push(where === "pointer" ? { pointer: path, detail } : { [where]: path.replace(/^\//, ""), detail });
-  }
-  return errors;
+  return fieldErrorsOf(error.all as SchemaIssue[], where);
 }
 
 export interface ConventionOptions {

@@ -16,6 +16,14 @@ interface TokenPolicies {
   write: RatePolicy;
 }
 
+// A write request's hook for charging more writes once its body says what it weighs (batches).
+const extraWriteCharges = new WeakMap<Request, (writes: number) => void>();
+
+/** chargeExtraWrites counts `writes` more writes against the token of an admitted request (beyond the one it paid on arrival) and updates its RateLimit header. */
+export function chargeExtraWrites(request: Request, writes: number): void {
+  if (writes > 0) extraWriteCharges.get(request)?.(writes);
+}
+
 function tooManyRequests(detail: string, headers: Record<string, string>): ProblemError {
   return new ProblemError(429, "rate-limited", detail, undefined, headers);
 }
@@ -104,7 +112,8 @@ export function limitsGuard(rt: Runtime) {
         const policies = policiesOf(check.token.id);
         const write = !READ_METHODS.has(request.method);
         const policy = write ? policies.write : policies.read;
-        const decision = tokenBuckets.take(`${check.token.id}:${policy.name}`, policy);
+        const bucket = `${check.token.id}:${policy.name}`;
+        const decision = tokenBuckets.take(bucket, policy);
         const headers = rateLimitHeaders(policy, decision);
         Object.assign(set.headers, headers);
         if (!decision.allowed) {
@@ -113,6 +122,7 @@ export function limitsGuard(rt: Runtime) {
             headers,
           );
         }
+        if (write) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rateLimitHeaders(policy, tokenBuckets.charge(bucket, policy, writes))));
         return;
       }
       const address = clientAddress(clientHints(request, peer?.address ?? null), config.trustedProxies);

@@ -1,0 +1,46 @@
+import { t } from "elysia";
+import { BATCH_ITEMS_PER_WRITE, MAX_BATCH_ITEMS } from "../limits/limits.ts";
+import type { FieldError } from "./problem.ts";
+
+// What the contact and account batch upserts share: the body, the per-item result and its pointers.
+
+/** BatchInput is the body of a batch upsert; each item is validated on its own by the service, so one bad item is refused alone. */
+export function batchInput(itemDescription: string) {
+  return t.Object(
+    {
+      items: t.Array(t.Unknown({ description: itemDescription }), {
+        minItems: 1,
+        maxItems: MAX_BATCH_ITEMS,
+        error: `must be a list of 1 to ${MAX_BATCH_ITEMS} items`,
+      }),
+    },
+    { additionalProperties: false },
+  );
+}
+
+const FieldErrorSchema = t.Object({ pointer: t.Optional(t.String({ description: "JSON pointer into the request body, e.g. /items/3/email" })), detail: t.String() });
+
+/** BatchResult is the outcome of one batch item. */
+export const BatchResultSchema = t.Object({
+  status: t.Union([t.Literal("created"), t.Literal("updated"), t.Literal("unchanged"), t.Literal("invalid")]),
+  id: t.Optional(t.String({ description: "the record created, updated or found unchanged" })),
+  errors: t.Optional(t.Array(FieldErrorSchema, { description: "why the item was refused (status invalid)" })),
+});
+export type BatchResult = { status: "created" | "updated" | "unchanged" | "invalid"; id?: string; errors?: FieldError[] };
+
+/** BatchResultEnvelope is a batch upsert's answer: one result per item, in order. */
+export const BatchResultEnvelope = t.Object({ data: t.Array(BatchResultSchema) });
+
+/** itemResult points an item's errors into the batch body (/email of item 3 becomes /items/3/email). */
+export function itemResult(index: number, result: BatchResult): BatchResult {
+  if (!result.errors) return result;
+  return { ...result, errors: result.errors.map((error) => ({ ...error, pointer: `/items/${index}${error.pointer ?? ""}` })) };
+}
+
+/** batchWrites is what a batch of `items` items costs the write rate limit: one write plus one per BATCH_ITEMS_PER_WRITE items. */
+export function batchWrites(items: number): number {
+  return 1 + Math.floor(items / BATCH_ITEMS_PER_WRITE);
+}
+
+/** BATCH_RATE_NOTE tells integrators, in the OpenAPI document, what a batch costs and how results read. */
+export const BATCH_RATE_NOTE = `Up to ${MAX_BATCH_ITEMS} items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per ${BATCH_ITEMS_PER_WRITE} items (100 items: 11), charged once it is admitted. Send an Idempotency-Key as for any POST.`;
