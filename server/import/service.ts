@@ -1,0 +1,142 @@
+import { basename } from "node:path";
+import { accountItemErrors } from "../accounts/service.ts";
+import { contactItemErrors } from "../contacts/service.ts";
+import type { BatchResult } from "../http/batch.ts";
+import type { FieldError } from "../http/problem.ts";
+import { MAX_BATCH_ITEMS } from "../limits/limits.ts";
+import { sha256 } from "../shared/crypto.ts";
+import { BatchClient } from "./client.ts";
+import { csvLine } from "./csv.ts";
+import { Progress, type ProgressSink } from "./progress.ts";
+import { accountKey, columnMap, columnOf, readSourceFile, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+
+export interface ImportOptions {
+  file: string;
+  /** the server's base URL and an API token; not needed for a dry run */
+  api?: { url: string; token: string };
+  map?: string;
+  /** send the first row only, then stop (the contract's advice before a large import) */
+  trial?: boolean;
+  /** validate every row against the API's schemas without sending anything */
+  dryRun?: boolean;
+  /** where the invalid rows go; default FILE.invalid.csv (or .jsonl) beside the input */
+  invalidFile?: string;
+  /** progress and notes (stderr) */
+  progress: ProgressSink;
+}
+
+export interface ImportSummary {
+  rows: number;
+  created: number;
+  updated: number;
+  unchanged: number;
+  invalid: number;
+  /** dry run: rows that would be sent */
+  valid?: number;
+  invalidFile: string | null;
+}
+
+/** InvalidRow is a row refused locally or by the server, with its errors named by column. */
+interface InvalidRow {
+  row: number;
+  errors: string[];
+}
+
+const describe = (map: ColumnMap, errors: FieldError[], prefix = "") => errors.map((e) => `${columnOf(map, prefix + (e.pointer ?? ""))}: ${e.detail}`);
+/** withinItem drops the /items/N part of a batch error's pointer: what is left points into the item. */
+const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, pointer: e.pointer?.replace(/^\/items\/\d+/, "") }));
+
+/**
+ * importContacts imports a CSV or JSON Lines file of contacts through the batch API: accounts
+ * resolved or created first, then contacts in batches of 100 in file order, each batch with an
+ * Idempotency-Key made of the file's name, size and row range, so running it again after a crash
+ * (within the server's 24 h replay window) creates nothing twice.
+ */
+export async function importContacts(options: ImportOptions): Promise<ImportSummary> {
+  const input = Bun.file(options.file);
+  const source = readSourceFile(options.file, await input.text());
+  const { map, ignored } = columnMap(source.columns, options.map);
+  const note = (line: string) => options.progress.write(`${line}\n`);
+  note(`columns: ${[...map].map(([column, target]) => `${column} -> ${target}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.join(", ")}` : ""}`);
+  const all = source.rows.map((row) => toImportRow(row, map));
+  const rows = options.trial && !options.dryRun ? all.slice(0, 1) : all;
+  const invalid: InvalidRow[] = [];
+  const summary: ImportSummary = { rows: rows.length, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null };
+
+  if (options.dryRun) {
+    for (const row of rows) {
+      const errors = [...describe(map, contactItemErrors(row.contact)), ...(row.account ? describe(map, accountItemErrors(row.account), "/account") : [])];
+      if (errors.length > 0) invalid.push({ row: row.row, errors });
+    }
+    return finish(options, source, invalid, { ...summary, valid: rows.length - invalid.length, invalid: invalid.length });
+  }
+
+  if (!options.api) throw new Error("importContacts needs the API unless it is a dry run");
+  const progress = new Progress(rows.length, options.progress);
+  const client = new BatchClient(options.api.url, options.api.token, (seconds, why) => {
+    if (why !== "rate limited") progress.note(`waiting ${seconds} s: ${why}`);
+  });
+  // The key names the file (its name and size) and the rows a batch carries; a trial has its own.
+  const keyPrefix = `crm-import-${Buffer.from(sha256(`${basename(options.file)}\n${input.size}`)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
+
+  const accounts = await resolveAccounts(client, rows, keyPrefix, map);
+  let done = 0;
+  for (let start = 0; start < rows.length; start += MAX_BATCH_ITEMS) {
+    const chunk = rows.slice(start, start + MAX_BATCH_ITEMS);
+    const sendable: ImportRow[] = [];
+    const items: unknown[] = [];
+    for (const row of chunk) {
+      const account = row.account ? accounts.get(accountKey(row.account))! : null;
+      if (account && "errors" in account) invalid.push({ row: row.row, errors: account.errors });
+      else {
+        sendable.push(row);
+        items.push(account ? { ...row.contact, account_ids: [account.id] } : row.contact);
+      }
+    }
+    if (items.length > 0) {
+      const results = await client.upsert("/public/v1/contacts/batch", items, `${keyPrefix}-rows-${chunk[0]!.row}-${chunk.at(-1)!.row}`);
+      results.forEach((result, i) => count(summary, result, sendable[i]!, map, invalid));
+    }
+    done += chunk.length;
+    progress.update(done);
+  }
+  progress.finish();
+  return finish(options, source, invalid, { ...summary, invalid: invalid.length });
+}
+
+function count(summary: ImportSummary, result: BatchResult, row: ImportRow, map: ColumnMap, invalid: InvalidRow[]): void {
+  if (result.status === "invalid") invalid.push({ row: row.row, errors: describe(map, withinItem(result.errors)) });
+  else summary[result.status]++;
+}
+
+type AccountOutcome = { id: string } | { errors: string[] };
+
+/** resolveAccounts upserts each distinct account of the rows (by domain, else name) once, in batches, before any contact refers to it. */
+async function resolveAccounts(client: BatchClient, rows: ImportRow[], keyPrefix: string, map: ColumnMap): Promise<Map<string, AccountOutcome>> {
+  const distinct = new Map<string, { name: string; domain?: string }>();
+  for (const row of rows) if (row.account && !distinct.has(accountKey(row.account))) distinct.set(accountKey(row.account), row.account);
+  const entries = [...distinct];
+  const outcomes = new Map<string, AccountOutcome>();
+  for (let start = 0; start < entries.length; start += MAX_BATCH_ITEMS) {
+    const chunk = entries.slice(start, start + MAX_BATCH_ITEMS);
+    const results = await client.upsert("/public/v1/accounts/batch", chunk.map(([, account]) => account), `${keyPrefix}-accounts-${start + 1}-${start + chunk.length}`);
+    results.forEach((result, i) => {
+      outcomes.set(chunk[i]![0], result.id ? { id: result.id } : { errors: describe(map, withinItem(result.errors), "/account") });
+    });
+  }
+  return outcomes;
+}
+
+/** finish writes the invalid rows, with their errors, to a file ready to fix and import again. */
+async function finish(options: ImportOptions, source: SourceFile, invalid: InvalidRow[], summary: ImportSummary): Promise<ImportSummary> {
+  if (invalid.length === 0) return summary;
+  invalid.sort((a, b) => a.row - b.row);
+  const byRow = new Map(source.rows.map((row) => [row.row, row]));
+  const path = options.invalidFile ?? `${options.file.replace(/\.(csv|jsonl|ndjson)$/i, "")}.invalid.${source.format}`;
+  const lines =
+    source.format === "csv"
+      ? [csvLine([...source.columns, "import_row", "import_errors"]), ...invalid.map(({ row, errors }) => csvLine([...source.columns.map((c) => String(byRow.get(row)!.values[c] ?? "")), String(row), errors.join("; ")]))]
+      : invalid.map(({ row, errors }) => JSON.stringify({ ...byRow.get(row)!.original, import_row: row, import_errors: errors }));
+  await Bun.write(path, `${lines.join("\n")}\n`);
+  return { ...summary, invalidFile: path };
+}
