@@ -7,7 +7,8 @@ import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { createUser } from "./users/service.ts";
 import { createOperator } from "../console/service.ts";
-import { ProblemError } from "./http/problem.ts";
+import { flushLogs } from "./shared/log.ts";
+import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { ImportError } from "./import/client.ts";
 import { importContacts } from "./import/service.ts";
@@ -132,6 +133,7 @@ async function main(argv: string[]): Promise<number> {
     case "serve": {
       const config = loadConfig(args);
       const running = await startServer(config);
+      flushLogs();
       process.stdout.write(`listening on ${running.url}\n`);
       let stopping = false;
       const shutdown = (signal: NodeJS.Signals) => {

@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
 import { itemResult, type BatchResult } from "../http/batch.ts";
-import { notFound, validationProblem, type FieldError } from "../http/problem.ts";
+import { notFound, validationProblem, type FieldError } from "../shared/problem.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
 import { listMeta, parseListQuery, type ListMeta } from "../http/list-query.ts";

@@ -1,7 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
-import { ProblemError, notFound, validationProblem, type FieldError } from "../http/problem.ts";
+import { ProblemError, notFound, validationProblem, type FieldError } from "../shared/problem.ts";
 import { itemResult, type BatchResult } from "../http/batch.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type ListMeta } from "../http/list-query.ts";

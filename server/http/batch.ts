@@ -1,6 +1,6 @@
 import { t } from "elysia";
 import { BATCH_ITEMS_PER_WRITE, MAX_BATCH_ITEMS } from "../limits/limits.ts";
-import type { FieldError } from "./problem.ts";
+import type { FieldError } from "../shared/problem.ts";
 
 // What the contact and account batch upserts share: the body, the per-item result and its pointers.
 

@@ -1,6 +1,6 @@
 import type { TSchema } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
-import type { FieldError } from "./problem.ts";
+import type { FieldError } from "../shared/problem.ts";
 
 /** SchemaIssue is one TypeBox value error, as Elysia's ValidationError and TypeBox's checkers report it. */
 export interface SchemaIssue {

@@ -1,5 +1,5 @@
 import type { BatchResult } from "../http/batch.ts";
-import type { FieldError } from "../http/problem.ts";
+import type { FieldError } from "../shared/problem.ts";
 
 /** ImportError stops an import with a message for the operator (a refused token, an unreachable server). */
 export class ImportError extends Error {}
