@@ -1,5 +1,6 @@
 import type { Database } from "bun:sqlite";
-import { itemResult, type BatchResult } from "../http/batch.ts";
+import type { BatchResult } from "../batch/model.ts";
+import type { BatchKind } from "../batch/service.ts";
 import { notFound, validationProblem, type FieldError } from "../shared/problem.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
@@ -77,17 +78,8 @@ function upsertAccount(db: Database, input: AccountInput, now: number): BatchRes
   return { status: "updated", id: row.id };
 }
 
-/** upsertAccountsBatch upserts each item (keyed by domain, else name) in order, in one commit with the idempotent response; an invalid item is refused alone. */
-export function upsertAccountsBatch(rt: Runtime, items: unknown[], idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
-  const checked = items.map((item) => ({ input: item as AccountInput, errors: accountItemErrors(item) }));
-  return rt.writes.submit(() => {
-    const now = Date.now();
-    const data = checked.map(({ input, errors }, i) => itemResult(i, errors.length > 0 ? { status: "invalid", errors } : upsertAccount(rt.db, input, now)));
-    const body = { data };
-    saveIdempotentResponse(rt.db, idempotency, 200, body, now);
-    return { status: 200, body };
-  });
-}
+/** ACCOUNT_BATCH upserts accounts in POST /accounts/batch: keyed by domain, else name. */
+export const ACCOUNT_BATCH: BatchKind<AccountInput> = { itemErrors: accountItemErrors, upsert: upsertAccount };
 
 /** createAccount stores an account (and its idempotent response) in one group-committed write. */
 export function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Account } }> {

@@ -2,7 +2,8 @@ import type { Database } from "bun:sqlite";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
 import { ProblemError, notFound, validationProblem, type FieldError } from "../shared/problem.ts";
-import { itemResult, type BatchResult } from "../http/batch.ts";
+import type { BatchResult } from "../batch/model.ts";
+import type { BatchKind } from "../batch/service.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type ListMeta } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
@@ -266,20 +267,8 @@ function upsertContact(db: Database, input: ContactInput, now: number): BatchRes
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
 }
 
-/**
- * upsertContactsBatch upserts each item (keyed by external_id, else email) in order, in one commit
- * with their events and the idempotent response; an invalid item is refused alone.
- */
-export function upsertContactsBatch(rt: Runtime, items: unknown[], idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
-  const checked = items.map((item) => ({ input: item as ContactInput, errors: contactItemErrors(item) }));
-  return rt.writes.submit(() => {
-    const now = Date.now();
-    const data = checked.map(({ input, errors }, i) => itemResult(i, errors.length > 0 ? { status: "invalid", errors } : upsertContact(rt.db, input, now)));
-    const body = { data };
-    saveIdempotentResponse(rt.db, idempotency, 200, body, now);
-    return { status: 200, body };
-  });
-}
+/** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else email. */
+export const CONTACT_BATCH: BatchKind<ContactInput> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
 /** deleteContact removes a contact and writes contact.deleted in the same commit. */
 export function deleteContact(rt: Runtime, id: string): Promise<void> {

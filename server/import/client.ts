@@ -1,4 +1,4 @@
-import type { BatchResult } from "../http/batch.ts";
+import type { BatchResult } from "../batch/model.ts";
 import type { FieldError } from "../shared/problem.ts";
 
 /** ImportError stops an import with a message for the operator (a refused token, an unreachable server). */

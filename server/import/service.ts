@@ -1,7 +1,7 @@
 import { basename } from "node:path";
 import { accountItemErrors } from "../accounts/service.ts";
 import { contactItemErrors } from "../contacts/service.ts";
-import type { BatchResult } from "../http/batch.ts";
+import type { BatchResult } from "../batch/model.ts";
 import type { FieldError } from "../shared/problem.ts";
 import { MAX_BATCH_ITEMS } from "../limits/limits.ts";
 import { sha256 } from "../shared/crypto.ts";

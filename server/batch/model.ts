@@ -2,9 +2,9 @@ import { t } from "elysia";
 import { BATCH_ITEMS_PER_WRITE, MAX_BATCH_ITEMS } from "../limits/limits.ts";
 import type { FieldError } from "../shared/problem.ts";
 
-// What the contact and account batch upserts share: the body, the per-item result and its pointers.
+// What the contact and account batch upserts share: the body and the per-item result.
 
-/** BatchInput is the body of a batch upsert; each item is validated on its own by the service, so one bad item is refused alone. */
+/** batchInput is the body of a batch upsert; each item is validated on its own by the service, so one bad item is refused alone. */
 export function batchInput(itemDescription: string) {
   return t.Object(
     {
@@ -30,17 +30,6 @@ export type BatchResult = { status: "created" | "updated" | "unchanged" | "inval
 
 /** BatchResultEnvelope is a batch upsert's answer: one result per item, in order. */
 export const BatchResultEnvelope = t.Object({ data: t.Array(BatchResultSchema) });
-
-/** itemResult points an item's errors into the batch body (/email of item 3 becomes /items/3/email). */
-export function itemResult(index: number, result: BatchResult): BatchResult {
-  if (!result.errors) return result;
-  return { ...result, errors: result.errors.map((error) => ({ ...error, pointer: `/items/${index}${error.pointer ?? ""}` })) };
-}
-
-/** batchWrites is what a batch of `items` items costs the write rate limit: one write plus one per BATCH_ITEMS_PER_WRITE items. */
-export function batchWrites(items: number): number {
-  return 1 + Math.floor(items / BATCH_ITEMS_PER_WRITE);
-}
 
 /** BATCH_RATE_NOTE tells integrators, in the OpenAPI document, what a batch costs and how results read. */
 export const BATCH_RATE_NOTE = `Up to ${MAX_BATCH_ITEMS} items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per ${BATCH_ITEMS_PER_WRITE} items (100 items: 11), charged once it is admitted. Send an Idempotency-Key as for any POST.`;
