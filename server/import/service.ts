@@ -3,7 +3,7 @@ import { accountItemErrors } from "../accounts/service.ts";
 import { contactItemErrors } from "../contacts/service.ts";
 import type { BatchResult } from "../batch/model.ts";
 import type { FieldError } from "../shared/problem.ts";
-import { MAX_BATCH_ITEMS } from "../limits/limits.ts";
+import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
 import { sha256 } from "../shared/crypto.ts";
 import { BatchClient } from "./client.ts";
 import { csvLine } from "./csv.ts";
@@ -80,22 +80,21 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const keyPrefix = `crm-import-${Buffer.from(sha256(`${basename(options.file)}\n${input.size}`)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
 
   const accounts = await resolveAccounts(client, rows, keyPrefix, map);
+  const refusedAccounts = [...accounts.values()].filter((outcome) => "errors" in outcome).length;
+  if (accounts.size > 0) progress.note(`accounts: ${accounts.size - refusedAccounts} created or found${refusedAccounts ? `, ${refusedAccounts} invalid (their rows are too)` : ""}`);
+  // Rows whose account was refused are invalid already; the others carry their account's id.
+  const prepared = rows.map((row): { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] } => {
+    const account = row.account ? accounts.get(accountKey(row.account))! : null;
+    if (account && "errors" in account) return { row, errors: account.errors };
+    return { row, item: account ? { ...row.contact, account_ids: [account.id] } : row.contact };
+  });
   let done = 0;
-  for (let start = 0; start < rows.length; start += MAX_BATCH_ITEMS) {
-    const chunk = rows.slice(start, start + MAX_BATCH_ITEMS);
-    const sendable: ImportRow[] = [];
-    const items: unknown[] = [];
-    for (const row of chunk) {
-      const account = row.account ? accounts.get(accountKey(row.account))! : null;
-      if (account && "errors" in account) invalid.push({ row: row.row, errors: account.errors });
-      else {
-        sendable.push(row);
-        items.push(account ? { ...row.contact, account_ids: [account.id] } : row.contact);
-      }
-    }
-    if (items.length > 0) {
-      const results = await client.upsert("/public/v1/contacts/batch", items, `${keyPrefix}-rows-${chunk[0]!.row}-${chunk.at(-1)!.row}`);
-      results.forEach((result, i) => count(summary, result, sendable[i]!, map, invalid));
+  for (const chunk of batchesOf(prepared, (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))) {
+    const sendable = chunk.filter((entry) => "item" in entry);
+    for (const entry of chunk) if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
+    if (sendable.length > 0) {
+      const results = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), `${keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`);
+      results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
     }
     done += chunk.length;
     progress.update(done);
@@ -111,15 +110,37 @@ function count(summary: ImportSummary, result: BatchResult, row: ImportRow, map:
 
 type AccountOutcome = { id: string } | { errors: string[] };
 
+/** BATCH_BODY_BUDGET keeps a batch's body under the server's limit, with room for the envelope. */
+const BATCH_BODY_BUDGET = MAX_BODY_BYTES - 4096;
+
+/** batchesOf cuts entries, in order, into batches of at most MAX_BATCH_ITEMS whose JSON fits one request body; the cut depends only on the entries, so a re-run cuts alike. */
+function batchesOf<T>(entries: T[], json: (entry: T) => string): T[][] {
+  const batches: T[][] = [];
+  let current: T[] = [];
+  let bytes = 0;
+  for (const entry of entries) {
+    const size = Buffer.byteLength(json(entry)) + 1;
+    if (current.length === MAX_BATCH_ITEMS || (current.length > 0 && bytes + size > BATCH_BODY_BUDGET)) {
+      batches.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(entry);
+    bytes += size;
+  }
+  if (current.length > 0) batches.push(current);
+  return batches;
+}
+
 /** resolveAccounts upserts each distinct account of the rows (by domain, else name) once, in batches, before any contact refers to it. */
 async function resolveAccounts(client: BatchClient, rows: ImportRow[], keyPrefix: string, map: ColumnMap): Promise<Map<string, AccountOutcome>> {
   const distinct = new Map<string, { name: string; domain?: string }>();
   for (const row of rows) if (row.account && !distinct.has(accountKey(row.account))) distinct.set(accountKey(row.account), row.account);
-  const entries = [...distinct];
   const outcomes = new Map<string, AccountOutcome>();
-  for (let start = 0; start < entries.length; start += MAX_BATCH_ITEMS) {
-    const chunk = entries.slice(start, start + MAX_BATCH_ITEMS);
+  let start = 0;
+  for (const chunk of batchesOf([...distinct], ([, account]) => JSON.stringify(account))) {
     const results = await client.upsert("/public/v1/accounts/batch", chunk.map(([, account]) => account), `${keyPrefix}-accounts-${start + 1}-${start + chunk.length}`);
+    start += chunk.length;
     results.forEach((result, i) => {
       outcomes.set(chunk[i]![0], result.id ? { id: result.id } : { errors: describe(map, withinItem(result.errors), "/account") });
     });

@@ -68,6 +68,15 @@ describe("crm import contacts: happy paths", () => {
     const ada = server.db.query<{ properties: string; account: string }, []>("SELECT c.properties, a.domain AS account FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id WHERE c.email = 'ada@example.com'").get()!;
     expect({ ...ada, properties: JSON.parse(ada.properties) }).toEqual({ account: "engines.example", properties: { tags: ["vip", "math"], custom_fields: { plan: "pro" } } });
   }, 60_000);
+
+  test("rows too large for 100 to a request body go in smaller batches", async () => {
+    const file = join(server.dir, "large.jsonl");
+    const blob = "x".repeat(15_000);
+    writeFileSync(file, Array.from({ length: 150 }, (_, i) => JSON.stringify({ email: `big${i}@example.com`, custom_fields: { blob } })).join("\n"));
+    const res = await runImport([file, ...apiArgs()]);
+    expect(res).toMatchObject({ code: 0, stdout: "imported: 150 rows: created 150, updated 0, unchanged 0, invalid 0\n" });
+    expect(server.count()).toBe(150);
+  }, 60_000);
 });
 
 describe("crm import contacts: crash and re-run", () => {
