@@ -13,7 +13,8 @@ const BATCH_DOC = {
   operationId: "upsertAccountsBatch",
   summary: "Create or update accounts in a batch",
   description: "Each item is an account (the body of POST /accounts) matched by domain when it has one, else by name (case-insensitive in every script): a match is updated, otherwise an account is created. A key shared by several accounts is refused, naming them.",
-  item: "An account, as the body of POST /public/v1/accounts; domain (or, without one, name) selects the account to update.",
+  item: AccountInput,
+  itemDescription: "An account, as the body of POST /public/v1/accounts; domain (or, without one, name) selects the account to update.",
   tags,
 };
 

@@ -1,14 +1,20 @@
+import type { TSchema } from "@sinclair/typebox";
 import { t } from "elysia";
 import { BATCH_ITEMS_PER_WRITE, MAX_BATCH_ITEMS } from "../limits/limits.ts";
 import type { FieldError } from "../shared/problem.ts";
 
 // What the contact and account batch upserts share: the body and the per-item result.
 
-/** batchInput is the body of a batch upsert; each item is validated on its own by the service, so one bad item is refused alone. */
-export function batchInput(itemDescription: string) {
+/**
+ * batchInput is the body of a batch upsert. The OpenAPI document shows each item as `item` (the
+ * body of the single POST), but the route does not check items against it: the service checks each
+ * item on its own, so one bad item is refused alone instead of failing the whole batch.
+ */
+export function batchInput(item: TSchema, description: string) {
+  const documented = JSON.parse(JSON.stringify(item)) as Record<string, unknown>;
   return t.Object(
     {
-      items: t.Array(t.Unknown({ description: itemDescription }), {
+      items: t.Array(t.Unknown({ ...documented, description }), {
         minItems: 1,
         maxItems: MAX_BATCH_ITEMS,
         error: `must be a list of 1 to ${MAX_BATCH_ITEMS} items`,

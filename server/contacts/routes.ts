@@ -16,7 +16,8 @@ const BATCH_DOC = {
   operationId: "upsertContactsBatch",
   summary: "Create or update contacts in a batch",
   description: "Each item is a contact (the body of POST /contacts) matched by external_id when it has one, else by email: a match is updated (contact.updated only if something changed), otherwise a contact is created (contact.created). An email shared by several contacts is refused, naming them.",
-  item: "A contact, as the body of POST /public/v1/contacts; external_id or email selects the contact to update.",
+  item: ContactInput,
+  itemDescription: "A contact, as the body of POST /public/v1/contacts; external_id or email selects the contact to update.",
   tags,
 };
 
