@@ -42,7 +42,8 @@ interface InvalidRow {
   errors: string[];
 }
 
-const describe = (map: ColumnMap, errors: FieldError[], prefix = "") => errors.map((e) => `${columnOf(map, prefix + (e.pointer ?? ""))}: ${e.detail}`);
+/** errorLines names each error by the column it comes from: "Email: must be an email address ...". */
+const errorLines = (map: ColumnMap, errors: FieldError[], prefix = "") => errors.map((e) => `${columnOf(map, prefix + (e.pointer ?? ""))}: ${e.detail}`);
 /** withinItem drops the /items/N part of a batch error's pointer: what is left points into the item. */
 const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, pointer: e.pointer?.replace(/^\/items\/\d+/, "") }));
 
@@ -65,7 +66,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
 
   if (options.dryRun) {
     for (const row of rows) {
-      const errors = [...describe(map, contactItemErrors(row.contact)), ...(row.account ? describe(map, accountItemErrors(row.account), "/account") : [])];
+      const errors = [...errorLines(map, contactItemErrors(row.contact)), ...(row.account ? errorLines(map, accountItemErrors(row.account), "/account") : [])];
       if (errors.length > 0) invalid.push({ row: row.row, errors });
     }
     return finish(options, source, invalid, { ...summary, valid: rows.length - invalid.length, invalid: invalid.length });
@@ -104,7 +105,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
 }
 
 function count(summary: ImportSummary, result: BatchResult, row: ImportRow, map: ColumnMap, invalid: InvalidRow[]): void {
-  if (result.status === "invalid") invalid.push({ row: row.row, errors: describe(map, withinItem(result.errors)) });
+  if (result.status === "invalid") invalid.push({ row: row.row, errors: errorLines(map, withinItem(result.errors)) });
   else summary[result.status]++;
 }
 
@@ -142,7 +143,7 @@ async function resolveAccounts(client: BatchClient, rows: ImportRow[], keyPrefix
     const results = await client.upsert("/public/v1/accounts/batch", chunk.map(([, account]) => account), `${keyPrefix}-accounts-${start + 1}-${start + chunk.length}`);
     start += chunk.length;
     results.forEach((result, i) => {
-      outcomes.set(chunk[i]![0], result.id ? { id: result.id } : { errors: describe(map, withinItem(result.errors), "/account") });
+      outcomes.set(chunk[i]![0], result.id ? { id: result.id } : { errors: errorLines(map, withinItem(result.errors), "/account") });
     });
   }
   return outcomes;
