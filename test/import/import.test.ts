@@ -91,7 +91,8 @@ describe("crm import contacts: crash and re-run", () => {
       const { token } = createApiToken(server.db, "slow", Date.now(), { readPerSecond: 300, readBurst: 100, writePerSecond: 300, writeBurst: 100 });
       writeFileSync(server.tokenFile, token);
       const first = startImport([csv.path, ...apiArgs()]);
-      while (server.count() < 1000) await Bun.sleep(5);
+      while (server.count() < 1000 && first.proc.exitCode === null) await Bun.sleep(5);
+      expect(first.proc.exitCode).toBeNull();
       first.proc.kill("SIGKILL");
       const killed = await first.done();
       expect(killed.code).not.toBe(0);
