@@ -10,6 +10,7 @@ import contactRelationIds from "../../migrations/0006_contact_relation_ids.sql" 
 import accountNameKeyColumn from "../../migrations/0007_account_name_key.sql" with { type: "text" };
 import contactsEmailCreatedIndex from "../../migrations/0008_contacts_email_created_index.sql" with { type: "text" };
 import endpointHealth from "../../migrations/0011_endpoint_health.sql" with { type: "text" };
+import contactExternalId from "../../migrations/0012_contact_external_id.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
@@ -37,6 +38,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 7, name: "0007_account_name_key.sql", sql: accountNameKeyColumn, backfill: keyAccountNames },
   { version: 8, name: "0008_contacts_email_created_index.sql", sql: contactsEmailCreatedIndex },
   { version: 11, name: "0011_endpoint_health.sql", sql: endpointHealth, backfill: (db, context) => sealStoredSecrets(db, context.secrets) },
+  { version: 12, name: "0012_contact_external_id.sql", sql: contactExternalId },
 ];
 
 function ensureMigrationsTable(db: Database): void {
