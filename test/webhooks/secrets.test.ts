@@ -8,6 +8,8 @@ import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { newId } from "../../server/shared/ids.ts";
+import { recordPing } from "../../server/webhooks/outbox.ts";
 import { SecretBox, SecretUnreadable } from "../../server/webhooks/secrets.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -59,15 +61,14 @@ describe("sealed secrets: happy paths", () => {
     const r = scope.receiver();
     const db = openDatabase(databasePath(dataDir));
     migrate(db, MIGRATIONS.filter((m) => m.version < 11));
-    db.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES ('sub_OLD', ?, '[\"contact.created\"]', ?, 1, 1)").run(r.url, plain);
-    db.run("INSERT INTO webhook_subscription_events (event_type, subscription_id) VALUES ('contact.created', 'sub_OLD')");
+    const id = newId("sub");
+    db.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES (?, ?, '[\"contact.created\"]', ?, 1, 1)").run(id, r.url, plain);
     const rt = createRuntime({ db, config: configFor(dataDir), log: createLogger("error") });
     try {
-      expect(storedSecret(db, "sub_OLD")).toStartWith("sealed-v1.BwcH.");
-      expect(rt.secrets.open("sub_OLD", storedSecret(db, "sub_OLD"))).toBe(plain);
+      expect(storedSecret(db, id)).toStartWith("sealed-v1.BwcH.");
+      expect(rt.secrets.open(id, storedSecret(db, id))).toBe(plain);
       rt.deliveries.start();
-      await rt.writes.submit(() => db.run("INSERT INTO events (id, type, payload, created_at) VALUES ('evt_1', 'contact.created', '{\"type\":\"contact.created\"}', 1)"));
-      await rt.writes.submit(() => db.run("INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, next_attempt_at, created_at, updated_at) VALUES ('dlv_1', 'evt_1', 'contact.created', 'sub_OLD', ?, 0, 1, 1)", [r.url]));
+      await rt.writes.submit(() => recordPing(db, { id, target_url: r.url }));
       await waitFor(() => r.received[0], "the delivery");
       expect(() => new Webhook(plain).verify(r.received[0]!.body, r.received[0]!.headers)).not.toThrow();
     } finally {
