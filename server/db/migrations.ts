@@ -8,6 +8,7 @@ import limits from "../../migrations/0004_limits.sql" with { type: "text" };
 import deliveryCountsIndex from "../../migrations/0005_delivery_counts_index.sql" with { type: "text" };
 import contactRelationIds from "../../migrations/0006_contact_relation_ids.sql" with { type: "text" };
 import accountNameKeyColumn from "../../migrations/0007_account_name_key.sql" with { type: "text" };
+import deliveryHistoryBounds from "../../migrations/0009_delivery_history_bounds.sql" with { type: "text" };
 
 export interface Migration {
   version: number;
@@ -26,6 +27,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 5, name: "0005_delivery_counts_index.sql", sql: deliveryCountsIndex },
   { version: 6, name: "0006_contact_relation_ids.sql", sql: contactRelationIds },
   { version: 7, name: "0007_account_name_key.sql", sql: accountNameKeyColumn, backfill: keyAccountNames },
+  { version: 9, name: "0009_delivery_history_bounds.sql", sql: deliveryHistoryBounds },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -51,6 +51,8 @@ export interface DeliveryOutcome {
   /** the delivery's status after the attempt */
   status: DeliveryRow["status"];
   response_status: number | null;
+  /** what went wrong, in words; null when a complete answer arrived */
+  error: string | null;
   duration_ms: number;
   /** from the event's creation to the end of this attempt */
   event_age_ms: number;
@@ -88,7 +90,8 @@ export function nextRetryDelay(schedule: number[], attemptsMade: number, retryAf
   return retryAfterMs === null ? scheduled : Math.max(scheduled, Math.min(retryAfterMs, RETRY_AFTER_CAP_MS));
 }
 
-const succeeded = (result: AttemptResult) => result.response_status !== null && result.response_status >= 200 && result.response_status < 300;
+/** succeeded: a 2xx answer read to the end within the timeout (a 2xx whose body never ends is a failed attempt). */
+const succeeded = (result: AttemptResult) => result.error === null && result.response_status !== null && result.response_status >= 200 && result.response_status < 300;
 
 /**
  * recordAttempt stores an attempt and the delivery's next state: 2xx succeeds; 410 disables the
@@ -248,6 +251,7 @@ export class DeliveryLoop {
         secret: due.secret!,
         payload: due.payload,
         timeoutMs: config.deliveryTimeoutMs,
+        responseBodyBytes: config.deliveryResponseBodyBytes,
         allowPrivateTargets: config.allowPrivateTargets,
         signal: controller.signal,
       });
@@ -261,6 +265,7 @@ export class DeliveryLoop {
         trigger,
         status: row.status,
         response_status: result.response_status,
+        error: result.error,
         duration_ms: result.duration_ms,
         event_age_ms: Date.now() - due.created_at,
       };
