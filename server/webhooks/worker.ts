@@ -112,9 +112,9 @@ function recordAttempt(db: Database, schedule: number[], due: DueDelivery, resul
     triggered_by: trigger,
     started_at: result.started_at,
     duration_ms: result.duration_ms,
-    request_headers: JSON.stringify(result.request_headers),
+    request_headers: result.request_headers,
     response_status: result.response_status,
-    response_headers: JSON.stringify(result.response_headers),
+    response_headers: result.response_headers,
     response_body: result.response_body,
     error: result.error,
   });
