@@ -2,11 +2,12 @@ import { Elysia } from "elysia";
 import { unauthorized } from "../auth/routes.ts";
 import { checkBearer, tokenRate } from "../auth/service.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
+import { pathOf } from "../http/request-log.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import type { Runtime } from "../runtime.ts";
-import { ConnectionGate } from "./connections.ts";
-import { BUN_TIMER_GRANULARITY_SECONDS, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
+import { connectionLimits } from "./connections.ts";
+import { MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
 import { TokenBuckets, rateLimitHeaders, type RatePolicy } from "./rate-limiter.ts";
 
 const READ_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
@@ -65,9 +66,7 @@ export function limitsGuard(rt: Runtime) {
   const policiesByToken = new Map<string, TokenPolicies>();
   const tokenBuckets = new TokenBuckets();
   const failureBuckets = new TokenBuckets();
-  const idleHorizonMs = (config.idleTimeoutSeconds + BUN_TIMER_GRANULARITY_SECONDS) * 1000;
-  const gate = new ConnectionGate(config.maxConnections, idleHorizonMs, idleHorizonMs + config.bodyTimeoutMs);
-  const connectionOf = new WeakMap<Request, string>();
+  const connections = connectionLimits(config);
 
   const policiesOf = (tokenId: string): TokenPolicies => {
     let policies = policiesByToken.get(tokenId);
@@ -82,20 +81,11 @@ export function limitsGuard(rt: Runtime) {
   };
 
   return new Elysia({ name: "limits" })
+    .onRequest(async ({ request, server }) => {
+      await connections.admit(request, server, pathOf(request));
+    })
     .onRequest(({ request, server, set }) => {
       const peer = server?.requestIP(request) ?? null;
-      if (peer) {
-        const connection = `${peer.address}|${peer.port}`;
-        if (!gate.admit(connection)) {
-          throw new ProblemError(503, "too-many-connections", `The server is serving its limit of ${config.maxConnections} connections. Retry shortly, or reuse a kept-alive connection.`, undefined, {
-            "retry-after": "1",
-            connection: "close",
-          });
-        }
-        connectionOf.set(request, connection);
-        // Bun's idle timer also runs while a body arrives; give the body its own, longer deadline.
-        if (request.body && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
-      }
       refuseOversizedRequest(request);
       const url = request.url;
       if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
@@ -128,8 +118,5 @@ export function limitsGuard(rt: Runtime) {
       // Answer 401 before the body is parsed or validated: an unauthenticated caller learns nothing about the route.
       throw unauthorized(check.failure, headers);
     })
-    .onAfterResponse({ as: "global" }, ({ request }) => {
-      const connection = connectionOf.get(request);
-      if (connection) gate.release(connection, request.headers.get("connection")?.toLowerCase() === "close");
-    });
+    .onAfterResponse({ as: "global" }, ({ request }) => connections.release(request));
 }

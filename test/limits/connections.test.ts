@@ -39,8 +39,9 @@ class Connection {
   readonly closed: Promise<void>;
   isClosed = false;
 
-  constructor(port: number) {
-    this.socket = net.connect(port, "127.0.0.1");
+  /** @param from the local address to connect from (any 127.x address is this machine's loopback) */
+  constructor(port: number, from = "127.0.0.1") {
+    this.socket = net.connect({ port, host: "127.0.0.1", localAddress: from });
     this.socket.on("data", (chunk) => {
       this.buffer += chunk.toString("latin1");
       this.wake();
@@ -118,15 +119,83 @@ describe("connections: within the limits", () => {
   });
 });
 
+describe("connections: closed connections and each client's share", () => {
+  test("a connection stops counting the moment its client closes it: a burst of short connections leaves the API available", async () => {
+    const { port, token } = await serve({ maxConnections: 16, maxConnectionsPerClient: 16 });
+    const statuses: number[] = [];
+    for (let i = 0; i < 100; i++) {
+      const short = new Connection(port);
+      statuses.push((await short.request("GET", "/public/v1/contacts", { authorization: `Bearer ${token}` })).status);
+      short.destroy();
+      await short.closed;
+    }
+    const legitimate = new Connection(port);
+    statuses.push((await legitimate.request("GET", "/public/v1/contacts", { authorization: `Bearer ${token}` })).status);
+    legitimate.destroy();
+    expect(statuses).toEqual(Array(101).fill(200));
+  });
+
+  test("one client address holds at most its share (an eighth of the cap by default); past it that client is refused, not the others", async () => {
+    const { port, token } = await serve({ maxConnections: 16 });
+    const auth = { authorization: `Bearer ${token}` };
+    const greedy = [new Connection(port, "127.0.0.2"), new Connection(port, "127.0.0.2")];
+    for (const c of greedy) expect((await c.request("GET", "/public/v1/contacts", auth)).status).toBe(200);
+    const third = new Connection(port, "127.0.0.2");
+    const refused = await third.request("GET", "/public/v1/contacts", auth);
+    expect([refused.status, refused.headers["retry-after"], JSON.parse(refused.body)]).toEqual([
+      503,
+      "1",
+      {
+        type: "urn:crm:problem:too-many-connections",
+        title: "Service Unavailable",
+        status: 503,
+        detail: "This client address holds its limit of 2 connections (of 16 in all). Retry shortly, or reuse a kept-alive connection.",
+      },
+    ]);
+    expect(await closedWithin(third, 5000)).toBe(true);
+    const other = new Connection(port, "127.0.0.3");
+    expect((await other.request("GET", "/public/v1/contacts", auth)).status).toBe(200);
+    // the greedy client closes one: its next connection is served at once
+    greedy[0]!.destroy();
+    await greedy[0]!.closed;
+    const again = new Connection(port, "127.0.0.2");
+    expect((await again.request("GET", "/public/v1/contacts", auth)).status).toBe(200);
+    for (const c of [greedy[1]!, other, again]) c.destroy();
+  });
+
+  test("behind a trusted proxy each forwarded client address has its own share", async () => {
+    const { port, token } = await serve({ maxConnections: 16, trustedProxies: ["127.0.0.1"] });
+    const as = (client: string) => ({ authorization: `Bearer ${token}`, "x-forwarded-for": client });
+    const held = [new Connection(port), new Connection(port)];
+    for (const c of held) expect((await c.request("GET", "/public/v1/contacts", as("203.0.113.5"))).status).toBe(200);
+    const third = new Connection(port);
+    expect((await third.request("GET", "/public/v1/contacts", as("203.0.113.5"))).status).toBe(503);
+    const someoneElse = new Connection(port);
+    expect((await someoneElse.request("GET", "/public/v1/contacts", as("203.0.113.6"))).status).toBe(200);
+    for (const c of [...held, someoneElse]) c.destroy();
+  });
+
+  test("/healthz and /readyz still answer when the cap is reached; the API does not", async () => {
+    const { port, token } = await serve({ maxConnections: 2, maxConnectionsPerClient: 2 });
+    const auth = { authorization: `Bearer ${token}` };
+    const held = [new Connection(port), new Connection(port)];
+    for (const c of held) expect((await c.request("GET", "/public/v1/contacts", auth)).status).toBe(200);
+    const probe = new Connection(port);
+    expect([(await probe.request("GET", "/healthz")).status, (await probe.request("GET", "/readyz")).status]).toEqual([200, 200]);
+    expect((await new Connection(port).request("GET", "/public/v1/contacts", auth)).status).toBe(503);
+    for (const c of [...held, probe]) c.destroy();
+  });
+});
+
 describe("connections: over the limits", () => {
   test("a connection beyond --max-connections gets 503 problem+json and is closed; one that said Connection: close frees its place", async () => {
-    const { port } = await serve({ maxConnections: 2 });
+    const { port, token } = await serve({ maxConnections: 2, maxConnectionsPerClient: 2 });
     const a = new Connection(port);
     const b = new Connection(port);
     expect((await a.request("GET", "/healthz")).status).toBe(200);
     expect((await b.request("GET", "/healthz")).status).toBe(200);
     const c = new Connection(port);
-    const refused = await c.request("GET", "/healthz");
+    const refused = await c.request("GET", "/public/v1/contacts", { authorization: `Bearer ${token}` });
     expect(refused.status).toBe(503);
     expect(refused.headers["content-type"]).toBe("application/problem+json");
     expect(refused.headers["retry-after"]).toBe("1");
