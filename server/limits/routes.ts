@@ -6,6 +6,7 @@ import { pathOf } from "../http/request-log.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import type { Runtime } from "../runtime.ts";
+import { BodyBudget } from "./body-budget.ts";
 import { connectionLimits } from "./connections.ts";
 import { MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
 import { TokenBuckets, rateLimitHeaders, type RatePolicy } from "./rate-limiter.ts";
@@ -50,10 +51,11 @@ function refuseOversizedRequest(request: Request): void {
 }
 
 /**
- * limitsGuard enforces, before routing and before any body is read: the connection cap (503),
- * query string and header size limits (414, 431), per-token rate limits for reads and writes,
- * and the throttle on failed authentication per client address (429 with Retry-After); a
- * request under /public/v1 without a valid token gets its 401 here, before parsing. Every
+ * limitsGuard enforces, before routing and before any body is read: the connection cap and each
+ * client's share of it (503), query string and header size limits (414, 431), per-token rate
+ * limits for reads and writes, the throttle on failed authentication per client address (429
+ * with Retry-After), and the budget of body bytes held in memory (503); a request under
+ * /public/v1 without a valid token gets its 401 here, before parsing. Every
  * /public/v1 response it lets through carries the RateLimit and RateLimit-Policy headers.
  */
 export function limitsGuard(rt: Runtime) {
@@ -67,6 +69,7 @@ export function limitsGuard(rt: Runtime) {
   const tokenBuckets = new TokenBuckets();
   const failureBuckets = new TokenBuckets();
   const connections = connectionLimits(config);
+  const bodies = new BodyBudget(config.bodyBufferMaxMb * 1024 * 1024);
 
   const policiesOf = (tokenId: string): TokenPolicies => {
     let policies = policiesByToken.get(tokenId);
@@ -118,5 +121,10 @@ export function limitsGuard(rt: Runtime) {
       // Answer 401 before the body is parsed or validated: an unauthenticated caller learns nothing about the route.
       throw unauthorized(check.failure, headers);
     })
-    .onAfterResponse({ as: "global" }, ({ request }) => connections.release(request));
+    // Only a request let through so far holds body memory: one refused above never takes any.
+    .onRequest(({ request }) => bodies.admit(request))
+    .onAfterResponse({ as: "global" }, ({ request }) => {
+      connections.release(request);
+      bodies.release(request);
+    });
 }
