@@ -40,3 +40,8 @@ INSERT INTO webhook_delivery_attempts_bounded
 
 DROP TABLE webhook_delivery_attempts;
 ALTER TABLE webhook_delivery_attempts_bounded RENAME TO webhook_delivery_attempts;
+
+-- Console sign-in throttling keys failures by account and address together, with delays that
+-- grow from the last failure (a lockout of the account or of the address is gone).
+ALTER TABLE login_failures ADD COLUMN last_failure_at INTEGER NOT NULL DEFAULT 0;
+UPDATE login_failures SET last_failure_at = window_start_at;
