@@ -50,6 +50,22 @@ function refuseOversizedRequest(request: Request): void {
   }
 }
 
+/** VALID_HOST is one host (a name, an IPv4 address or a bracketed IPv6 address) with an optional port (RFC 9110 section 7.2). */
+const VALID_HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+;=%]+)(?::\d{1,5})?$/;
+
+/**
+ * refuseInvalidHost answers 400 for a Host header that is repeated (Bun joins the values with
+ * ", ") or is not one host and port, as RFC 9112 section 3.2 requires; Bun itself only refuses a
+ * missing one. HTTP/1.0 requests may go without.
+ */
+function refuseInvalidHost(request: Request): void {
+  const host = request.headers.get("host");
+  if (host === null || VALID_HOST.test(host)) return;
+  throw new ProblemError(400, "invalid-host", "The Host header must name one host (a name or an address) with an optional port, once.", [
+    { header: "host", detail: host.includes(",") ? "is given more than once" : "is not a host with an optional port" },
+  ]);
+}
+
 /**
  * limitsGuard enforces, before routing and before any body is read: the connection cap and each
  * client's share of it (503), query string and header size limits (414, 431), per-token rate
@@ -90,6 +106,7 @@ export function limitsGuard(rt: Runtime) {
     .onRequest(({ request, server, set }) => {
       const peer = server?.requestIP(request) ?? null;
       refuseOversizedRequest(request);
+      refuseInvalidHost(request);
       const url = request.url;
       if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
       const check = checkBearer(rt.db, request);
