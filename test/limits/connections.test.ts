@@ -7,7 +7,7 @@ import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { BUN_MAX_HEADER_BYTES } from "../../server/limits/limits.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
-import { closedWithin, Connection } from "./support.ts";
+import { closedWithin, Connection, type RawResponse } from "./support.ts";
 
 let running: RunningServer | undefined;
 let dataDir: string | undefined;
@@ -102,6 +102,36 @@ describe("connections: closed connections and each client's share", () => {
     expect([(await probe.request("GET", "/healthz")).status, (await probe.request("GET", "/readyz")).status]).toEqual([200, 200]);
     expect((await new Connection(port).request("GET", "/public/v1/contacts", auth)).status).toBe(503);
     for (const c of [...held, probe]) c.destroy();
+  });
+});
+
+describe("connections: request bodies in memory", () => {
+  test("a chunked body is charged as it is read: past --body-buffer-max-mb it gets 503, and once the budget is free it is served", async () => {
+    const { port, token } = await serve({ bodyBufferMaxMb: 1, bodyTimeoutMs: 60_000 });
+    const head = (framing: string) => `POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\n${framing}\r\n\r\n`;
+    const holder = new Connection(port);
+    holder.write(head(`content-length: ${1024 * 1024}`)); // takes the whole budget; its body never comes
+    const chunk = `{"first_name":"Ada"}`;
+    const chunked = `${head("transfer-encoding: chunked")}${chunk.length.toString(16)}\r\n${chunk}\r\n0\r\n\r\n`;
+    const probe = new Connection(port);
+    await probe.request("GET", "/healthz"); // answered after the holder's head, sent first, was taken in
+    probe.destroy();
+    const late = new Connection(port);
+    late.write(chunked);
+    const refused = await late.response();
+    expect([refused.status, JSON.parse(refused.body).type]).toEqual([503, "urn:crm:problem:body-buffer-full"]);
+    holder.destroy();
+    await holder.closed;
+    // the holder's answer (the connection ended before its body) gives its share back
+    let served: RawResponse | undefined;
+    for (let i = 0; i < 100 && served?.status !== 201; i++) {
+      const c = new Connection(port);
+      c.write(chunked);
+      served = await c.response();
+      c.destroy();
+      if (served.status !== 201) await Bun.sleep(20);
+    }
+    expect(served!.status).toBe(201);
   });
 });
 
