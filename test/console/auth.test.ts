@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Database } from "bun:sqlite";
-import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode, pairDelayMs } from "../../console/service.ts";
+import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../console/service.ts";
+import type { ProblemError } from "../../server/shared/problem.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
@@ -314,6 +315,21 @@ describe("sign-in throttling", () => {
     const shared = from("203.0.113.50"); // say, a proxy without trusted_proxies: everyone has this address
     for (let e = 0; e < 7; e++) for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(shared, `guess${e}@example.com`)).status).toBe(401);
     expect((await from("203.0.113.50").signIn()).status).toBe(303);
+  }, 30_000);
+
+  test("while an account is under attack, checks from addresses that failed for it are paced one a second (429 past a 5 s queue); a clean address is not", async () => {
+    const { h } = setup();
+    await addOperator(h.rt.db);
+    const attempt = (address: string, password = "not the password") =>
+      signIn(h.rt.db, { email: OPERATOR.email, password, address }).then(
+        () => "signed in",
+        (error: ProblemError) => `${error.status}${error.headers["retry-after"] ? ` retry-after ${error.headers["retry-after"]}` : ""}`,
+      );
+    // one failure from each of 10 addresses: the account is under attack
+    for (let a = 1; a <= PACED_AFTER.account; a++) expect(await attempt(`198.51.100.${a}`)).toBe("401");
+    // 8 addresses that failed once each try at the same moment: six get turns 0 to 5 s apart, the rest 429
+    const paced = await Promise.all([...Array.from({ length: 8 }, (_, i) => attempt(`198.51.100.${i + 1}`)), attempt("192.0.2.10", OPERATOR.password)]);
+    expect(paced.toSorted()).toEqual([...Array(6).fill("401"), "429 retry-after 5", "429 retry-after 5", "signed in"].toSorted());
   }, 30_000);
 
   test("crm operator unlock --email E forgets the failures counted against an account, so a guessing address may try at once", async () => {
