@@ -61,7 +61,7 @@ export const FREE_PAIR_FAILURES = 3;
  */
 export const PACED_AFTER = { account: 10, address: 20 } as const;
 /** PACE_MS is the time between two paced password checks of one account, or from one address. */
-export const PACE_MS = 1000;
+const PACE_MS = 1000;
 /** MAX_PACE_WAIT_MS is the longest a paced check waits for its turn; a longer queue is answered 429. */
 const MAX_PACE_WAIT_MS = 5000;
 const PASSWORD_MIN = 10;

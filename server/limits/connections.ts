@@ -42,7 +42,7 @@ function canonicalAddress(address: string): string {
 }
 
 /** canonicalPeer is the key of one connection: its peer's address and port. */
-export function canonicalPeer(address: string, port: number): string {
+function canonicalPeer(address: string, port: number): string {
   return `${canonicalAddress(address)}|${port}`;
 }
 
@@ -65,7 +65,7 @@ function procAddress(hex: string): string {
  * closed is no longer ESTABLISHED there (CLOSE_WAIT, then gone) even before Bun notices. Returns
  * null where there is no such table.
  */
-export function kernelLivePeers(port: number): Set<string> | null {
+function kernelLivePeers(port: number): Set<string> | null {
   const suffix = `:${port.toString(16).toUpperCase().padStart(4, "0")}`;
   const peers = new Set<string>();
   let readable = false;
@@ -89,7 +89,7 @@ export function kernelLivePeers(port: number): Set<string> | null {
 }
 
 /** Admission is the gate's answer for a request: admitted, or which limit refused its new connection. */
-export type Admission = "admitted" | "over-cap" | "over-share";
+type Admission = "admitted" | "over-cap" | "over-share";
 
 /**
  * ConnectionGate caps the client connections served at once, and those of one client address.
@@ -102,7 +102,7 @@ export type Admission = "admitted" | "over-cap" | "over-share";
  * count falls back on horizons: a connection is forgotten after it sent `Connection: close` or has
  * been idle longer than Bun keeps idle connections.
  */
-export class ConnectionGate {
+class ConnectionGate {
   private readonly open = new Map<string, Connection>();
   private readonly perClient = new Map<string, number>();
   private reconciling: Promise<void> | null = null;
@@ -192,7 +192,7 @@ export class ConnectionGate {
 }
 
 /** clientShare is how many connections one client address may hold: the setting, or an eighth of the cap. */
-export function clientShare(config: Config): number {
+function clientShare(config: Config): number {
   return config.maxConnectionsPerClient > 0 ? Math.min(config.maxConnectionsPerClient, config.maxConnections) : Math.max(1, Math.floor(config.maxConnections / 8));
 }
 
@@ -201,7 +201,7 @@ function tooManyConnections(detail: string): ProblemError {
 }
 
 /** ConnectionLimits admits each request's connection and releases it when the answer is sent. */
-export interface ConnectionLimits {
+interface ConnectionLimits {
   /** admit throws 503 when the request opens a connection past the cap or its client's share (probes excepted) */
   admit(request: Request, server: Server<unknown> | null, path: string): Promise<void>;
   release(request: Request): void;

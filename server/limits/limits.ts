@@ -97,7 +97,7 @@ export const LIMIT_TABLE: LimitRow[] = [
 ];
 
 /** ParserAnswer is a kind of malformed request Bun's HTTP parser answers itself, before the app sees it. */
-export interface ParserAnswer {
+interface ParserAnswer {
   request: string;
   answer: string;
 }

@@ -53,7 +53,7 @@ export type AttemptRow = {
 }
 
 /** NewAttempt is one attempt to record, with the headers as sent and as kept from the answer. */
-export type NewAttempt = Omit<AttemptRow, "request_headers" | "response_headers"> & {
+type NewAttempt = Omit<AttemptRow, "request_headers" | "response_headers"> & {
   request_headers: Record<string, string>;
   response_headers: Record<string, string>;
 };
