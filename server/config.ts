@@ -30,6 +30,8 @@ export interface Config {
   retrySchedule: number[];
   deliveryTimeoutMs: number;
   deliveryRetentionDays: number;
+  /** days the ids of deleted contacts and accounts stay listed for pollers */
+  tombstoneRetentionDays: number;
   /** bearer token for GET /metrics; "" answers loopback clients only */
   metricsToken: string;
   shutdownTimeoutMs: number;
@@ -63,6 +65,7 @@ export const DEFAULT_CONFIG: Config = {
   retrySchedule: DEFAULT_RETRY_SCHEDULE,
   deliveryTimeoutMs: 15000,
   deliveryRetentionDays: 30,
+  tombstoneRetentionDays: 90,
   metricsToken: "",
   shutdownTimeoutMs: 10000,
   trustedProxies: [],
@@ -94,6 +97,13 @@ export const SETTINGS: Setting[] = [
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", help: "webhook retry delays in seconds, comma-separated" },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", help: "webhook request timeout in milliseconds" },
   { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
+  {
+    key: "tombstoneRetentionDays",
+    flag: "--tombstone-retention-days",
+    env: "CRM_TOMBSTONE_RETENTION_DAYS",
+    kind: "positive-int",
+    help: "days deleted contacts and accounts stay listed in GET .../deleted (a poller down longer resyncs in full)",
+  },
   { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16+ characters); without one, /metrics answers loopback clients only" },
   { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish" },
   { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },

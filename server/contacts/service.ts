@@ -10,6 +10,8 @@ import { toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
+import { MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
+import { insertTombstone } from "../tombstones/store.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactInclude } from "./model.ts";
 import {
   countContacts,
@@ -21,6 +23,10 @@ import {
   listContacts,
   replaceContactAccounts,
   replaceContactAssignedUsers,
+  replaceContactTags,
+  appendContactAccount,
+  removeContactAccount as removeContactAccountRow,
+  findContactsOfAccount,
   updateContact as updateContactRow,
   type ContactRow,
 } from "./store.ts";
@@ -106,6 +112,23 @@ function refuseInvalidFields(input: Record<string, unknown>): void {
   if (errors.length > 0) throw validationProblem(errors);
 }
 
+/** IDENTIFYING_FIELDS: a contact needs at least one of them, or it names nobody. */
+const IDENTIFYING_FIELDS = ["email", "first_name", "last_name", "phone"] as const;
+
+/** refuseAnonymous throws 422 when a contact (as it would be stored) has none of the identifying fields. */
+function refuseAnonymous(row: ContactRow): void {
+  if (IDENTIFYING_FIELDS.some((field) => row[field] !== null && row[field] !== "")) return;
+  throw validationProblem(
+    [{ pointer: "", detail: `needs at least one of ${IDENTIFYING_FIELDS.join(", ")}` }],
+    `A contact needs at least one of ${IDENTIFYING_FIELDS.join(", ")}.`,
+  );
+}
+
+/** tagsOf reads the tags kept in a row's properties. */
+function tagsOf(row: ContactRow): string[] {
+  return ((JSON.parse(row.properties) as { tags?: string[] }).tags ?? []);
+}
+
 /** refuseUnknownRelations throws 422 naming every account or user id that does not exist. */
 function refuseUnknownRelations(db: Database, input: ContactInput): void {
   const errors: FieldError[] = [];
@@ -153,9 +176,11 @@ export function createContact(rt: Runtime, input: ContactInput, idempotency: Ide
     const now = Date.now();
     const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", created_at: now, updated_at: now };
     const row = applyInput(empty, input);
+    refuseAnonymous(row);
     insertContact(rt.db, row);
     insertContactAccounts(rt.db, row.id, input.account_ids ?? []);
     insertContactAssignedUsers(rt.db, row.id, input.assigned_user_ids ?? []);
+    replaceContactTags(rt.db, row.id, input.tags ?? []);
     const contact = toContact(row);
     recordEvent(rt.db, "contact.created", contact, now);
     const body = { data: contact };
@@ -174,12 +199,14 @@ export function updateContact(rt: Runtime, id: string, input: ContactInput): Pro
     const before = renderContact(rt.db, current);
     const now = Date.now();
     const row = { ...applyInput(current, input), updated_at: now };
+    refuseAnonymous(row);
     // Further properties add up across PATCHes, so their limit applies to the merged record.
     const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS);
     if (merged.length > 0) throw validationProblem(merged);
     updateContactRow(rt.db, row);
     if (input.account_ids !== undefined) replaceContactAccounts(rt.db, id, input.account_ids ?? []);
     if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(rt.db, id, input.assigned_user_ids ?? []);
+    if (input.tags !== undefined) replaceContactTags(rt.db, id, input.tags ?? []);
     const after = renderContact(rt.db, row);
     // Canonical form: the same properties sent in another key order are no change.
     if (canonicalJson({ ...after, updated_at: null }) === canonicalJson({ ...before, updated_at: null })) {
@@ -200,13 +227,103 @@ class NoChange extends Error {
   }
 }
 
-/** deleteContact removes a contact and writes contact.deleted in the same commit. */
+/** deleteContact removes a contact and writes its tombstone and contact.deleted in the same commit. */
 export function deleteContact(rt: Runtime, id: string): Promise<void> {
   return rt.writes.submit(() => {
     const now = Date.now();
     if (!deleteContactRow(rt.db, id)) throw notFound("contact", id);
+    insertTombstone(rt.db, "contact", id, now);
     recordEvent(rt.db, "contact.deleted", { id, deleted_at: toTimestamp(now) }, now);
   });
+}
+
+/**
+ * changeRelation applies one relation change to a contact in one write: `change` returns the new
+ * row and writes the relation table, or null when there is nothing to change. A change bumps
+ * updated_at and sends one contact.updated; none sends nothing. Reading the row inside the write
+ * is what keeps concurrent additions: each sees the one committed before it.
+ */
+function changeRelation(rt: Runtime, contactId: string, change: (row: ContactRow) => ContactRow | null, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return rt.writes.submit(() => {
+    const current = findContactById(rt.db, contactId);
+    if (!current) throw notFound("contact", contactId);
+    const now = Date.now();
+    const next = change(current);
+    let contact = toContact(current);
+    if (next) {
+      const row = { ...next, updated_at: now };
+      updateContactRow(rt.db, row);
+      contact = toContact(row);
+      recordEvent(rt.db, "contact.updated", contact, now);
+    }
+    saveIdempotentResponse(rt.db, idempotency, 200, { data: contact }, now);
+    return contact;
+  });
+}
+
+/** addContactAccount links a contact to one more account (last in account_ids); linking it again changes nothing. */
+export function addContactAccount(rt: Runtime, contactId: string, accountId: string, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return changeRelation(rt, contactId, (row) => {
+    const ids = idList(row.account_ids);
+    if (ids.includes(accountId)) return null;
+    if (findAccountsByIds(rt.db, [accountId]).size === 0) throw validationProblem([{ pointer: "/account_id", detail: `no account with id ${accountId} exists` }], "The account does not exist.");
+    if (ids.length >= MAX_RELATED_IDS) throw validationProblem([{ pointer: "/account_id", detail: `the contact already has ${MAX_RELATED_IDS} accounts, the limit` }], "Too many accounts.");
+    appendContactAccount(rt.db, contactId, accountId);
+    return { ...row, account_ids: JSON.stringify([...ids, accountId]) };
+  }, idempotency);
+}
+
+/** removeContactAccount unlinks a contact from an account; an account it is not linked to changes nothing. */
+export function removeContactAccount(rt: Runtime, contactId: string, accountId: string): Promise<Contact> {
+  return changeRelation(rt, contactId, (row) => {
+    const ids = idList(row.account_ids);
+    if (!ids.includes(accountId)) return null;
+    removeContactAccountRow(rt.db, contactId, accountId);
+    return { ...row, account_ids: JSON.stringify(ids.filter((id) => id !== accountId)) };
+  }, null);
+}
+
+/** withTags stores a contact's tags in its properties. */
+function withTags(row: ContactRow, tags: string[]): ContactRow {
+  const properties = JSON.parse(row.properties) as Record<string, unknown>;
+  return { ...row, properties: JSON.stringify({ ...properties, tags }) };
+}
+
+/** addContactTag adds a tag to a contact (last in tags); a tag it carries changes nothing. */
+export function addContactTag(rt: Runtime, contactId: string, tag: string, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return changeRelation(rt, contactId, (row) => {
+    const tags = tagsOf(row);
+    if (tags.includes(tag)) return null;
+    if (tags.length >= MAX_TAGS) throw validationProblem([{ pointer: "/tag", detail: `the contact already has ${MAX_TAGS} tags, the limit` }], "Too many tags.");
+    const next = [...tags, tag];
+    replaceContactTags(rt.db, contactId, next);
+    return withTags(row, next);
+  }, idempotency);
+}
+
+/** removeContactTag removes a tag from a contact; a tag it does not carry changes nothing. */
+export function removeContactTag(rt: Runtime, contactId: string, tag: string): Promise<Contact> {
+  return changeRelation(rt, contactId, (row) => {
+    const tags = tagsOf(row);
+    if (!tags.includes(tag)) return null;
+    const next = tags.filter((t) => t !== tag);
+    replaceContactTags(rt.db, contactId, next);
+    return withTags(row, next);
+  }, null);
+}
+
+/**
+ * detachAccountFromContacts unlinks every contact from an account about to be deleted, inside the
+ * caller's transaction: each changed contact gets a new updated_at and its contact.updated, so a
+ * poller and a subscriber both learn that the link is gone.
+ */
+export function detachAccountFromContacts(db: Database, accountId: string, now: number): void {
+  for (const row of findContactsOfAccount(db, accountId)) {
+    removeContactAccountRow(db, row.id, accountId);
+    const next = { ...row, account_ids: JSON.stringify(idList(row.account_ids).filter((id) => id !== accountId)), updated_at: now };
+    updateContactRow(db, next);
+    recordEvent(db, "contact.updated", toContact(next), now);
+  }
 }
 
 function parseInclude(value: unknown): ContactInclude[] {
@@ -222,6 +339,16 @@ export function getContact(db: Database, id: string, query: Record<string, unkno
   return renderContact(db, row, parseInclude(query.include));
 }
 
+/** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */
+function parseTagFilter(value: unknown): string[] | undefined {
+  if (typeof value !== "string") return undefined;
+  const tags = [...new Set(value.split(","))];
+  if (tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH) || tags.length > MAX_TAGS) {
+    throw validationProblem([{ parameter: "tag", detail: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated` }], "The list parameters are invalid.");
+  }
+  return tags;
+}
+
 /** listContactsPage answers GET /contacts: filters, sort, offset or keyset page, includes. */
 export function listContactsPage(db: Database, query: Record<string, unknown>): { data: Contact[]; meta: ListMeta } {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
@@ -230,6 +357,9 @@ export function listContactsPage(db: Database, query: Record<string, unknown>): 
     fullName: query.full_name as string | undefined,
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
+    accountId: query.account_id as string | undefined,
+    tags: parseTagFilter(query.tag),
+    assignedUserId: query.assigned_user_id as string | undefined,
   };
   const matches = countContacts(db, filters);
   const rows = listContacts(db, filters, {

@@ -82,6 +82,13 @@ export interface ListQueryOptions<S extends string> {
   options?: readonly string[];
 }
 
+/** withRepeatedValues gives each repeatable parameter of a URL all its values, comma-joined (Elysia keeps only the last). */
+export function withRepeatedValues(query: Record<string, unknown>, url: string): Record<string, unknown> {
+  const params = new URL(url).searchParams;
+  const joined = [...REPEATABLE_PARAMETERS].filter((name) => params.getAll(name).length > 1).map((name) => [name, params.getAll(name).join(",")]);
+  return joined.length === 0 ? query : { ...query, ...Object.fromEntries(joined) };
+}
+
 /** unknownParameterErrors names every query parameter not in `known`, so a typo is a 422 and not silently ignored. */
 export function unknownParameterErrors(query: Record<string, unknown>, known: readonly string[], what: string): FieldError[] {
   return Object.keys(query)
@@ -89,13 +96,18 @@ export function unknownParameterErrors(query: Record<string, unknown>, known: re
     .map((name) => ({ parameter: name, detail: `is not a parameter of ${what}; known: ${known.join(", ")}` }));
 }
 
+/** REPEATABLE_PARAMETERS may be given more than once: their values add up (tag=a&tag=b is tag=a,b), there is nothing to guess. */
+const REPEATABLE_PARAMETERS = new Set(["tag"]);
+
 /** repeatedParameterErrors names every query parameter a URL gives more than once: which value was meant would be a guess. */
 export function repeatedParameterErrors(url: string): FieldError[] {
   const start = url.indexOf("?");
   if (start < 0 || url.indexOf("&", start) < 0) return [];
   const seen = new Set<string>();
   const repeated = new Set<string>();
-  for (const name of new URLSearchParams(url.slice(start + 1)).keys()) (seen.has(name) ? repeated : seen).add(name);
+  for (const name of new URLSearchParams(url.slice(start + 1)).keys()) {
+    if (!REPEATABLE_PARAMETERS.has(name)) (seen.has(name) ? repeated : seen).add(name);
+  }
   return [...repeated].map((name) => ({ parameter: name, detail: "must be given once" }));
 }
 

@@ -3,7 +3,7 @@ import { MAX_EVENTS_PER_SUBSCRIPTION, MAX_SUBSCRIPTION_DESCRIPTION_LENGTH, MAX_T
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 
 /** WEBHOOK_EVENT_TYPES are the event kinds a subscription can ask for. */
-export const WEBHOOK_EVENT_TYPES = ["contact.created", "contact.updated", "contact.deleted", "webhook.ping"] as const;
+export const WEBHOOK_EVENT_TYPES = ["contact.created", "contact.updated", "contact.deleted", "account.created", "account.updated", "account.deleted", "webhook.ping"] as const;
 export type EventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
 /** DELIVERY_STATUSES are the states of a delivery: pending until it succeeds or runs out of attempts. */
