@@ -230,6 +230,42 @@ describe("OpenAPI document", () => {
 
   test("list operations document their query parameters", () => {
     const names = spec.paths["/public/v1/contacts"].get.parameters.filter((p: any) => p.in === "query").map((p: any) => p.name);
-    expect(names.sort()).toEqual(["created_after", "cursor", "email", "full_name", "include", "page", "per_page", "sort_by", "sort_direction", "updated_after"]);
+    expect(names.sort()).toEqual(["account_id", "assigned_user_id", "created_after", "cursor", "email", "full_name", "include", "page", "per_page", "sort_by", "sort_direction", "tag", "updated_after"]);
+    const accounts = spec.paths["/public/v1/accounts"].get.parameters.filter((p: any) => p.in === "query").map((p: any) => p.name);
+    expect(accounts.sort()).toEqual(["created_after", "cursor", "domain", "name", "page", "per_page", "sort_by", "sort_direction", "updated_after"]);
+    for (const path of ["/public/v1/contacts/deleted", "/public/v1/accounts/deleted"]) {
+      expect(spec.paths[path].get.parameters.filter((p: any) => p.in === "query").map((p: any) => p.name).sort()).toEqual(["cursor", "page", "per_page", "since"]);
+    }
+  });
+
+  test("the sync routes have readable operationIds", () => {
+    const ids = Object.fromEntries(publicOperations().map(({ path, method, op }) => [`${method.toUpperCase()} ${path}`, op.operationId]));
+    expect({
+      updateAccount: ids["PATCH /public/v1/accounts/{id}"],
+      deleteAccount: ids["DELETE /public/v1/accounts/{id}"],
+      listAccounts: ids["GET /public/v1/accounts"],
+      addContactAccount: ids["POST /public/v1/contacts/{id}/accounts"],
+      removeContactAccount: ids["DELETE /public/v1/contacts/{id}/accounts/{accountId}"],
+      addContactTag: ids["POST /public/v1/contacts/{id}/tags"],
+      removeContactTag: ids["DELETE /public/v1/contacts/{id}/tags/{tag}"],
+      listDeletedContacts: ids["GET /public/v1/contacts/deleted"],
+      listDeletedAccounts: ids["GET /public/v1/accounts/deleted"],
+      createUser: ids["POST /public/v1/users"],
+      updateUser: ids["PATCH /public/v1/users/{id}"],
+      getUser: ids["GET /public/v1/users/{id}"],
+    }).toEqual({
+      updateAccount: "updateAccount",
+      deleteAccount: "deleteAccount",
+      listAccounts: "listAccounts",
+      addContactAccount: "addContactAccount",
+      removeContactAccount: "removeContactAccount",
+      addContactTag: "addContactTag",
+      removeContactTag: "removeContactTag",
+      listDeletedContacts: "listDeletedContacts",
+      listDeletedAccounts: "listDeletedAccounts",
+      createUser: "createUser",
+      updateUser: "updateUser",
+      getUser: "getUser",
+    });
   });
 });
