@@ -4,18 +4,27 @@ import { CONTACT_SORTS } from "../../server/contacts/model.ts";
 import { listContactsPage } from "../../server/contacts/service.ts";
 import { countContacts, listContacts, type ContactFilters } from "../../server/contacts/store.ts";
 import type { CursorPosition } from "../../server/http/list-query.ts";
-import { listUsersPage } from "../../server/users/service.ts";
+import { createUser, listUsersPage } from "../../server/users/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { capturing, queryPlan, type Captured } from "../support/query-plans.ts";
 
 let h: Harness;
+let acme: string;
+let globex: string;
+let user: string;
+let rareUser: string;
 beforeAll(async () => {
   h = createHarness();
+  acme = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } })).body.data.id;
+  globex = (await h.json("POST", "/public/v1/accounts", { body: { name: "Globex" } })).body.data.id;
+  user = createUser(h.rt.db, { name: "U", email: "u@example.com" }).id;
+  rareUser = createUser(h.rt.db, { name: "R", email: "r@example.com" }).id;
   for (let i = 0; i < 40; i++) {
-    await h.json("POST", "/public/v1/contacts", { body: { first_name: i % 5 ? `First${i}` : null, last_name: `Last${i % 7}`, email: i % 3 ? `p${i}@example.com` : null } });
+    // broad: tag "common", account Acme, user U (half the contacts); narrow: tag "rare", Globex, user R (one)
+    const relations = { tags: [...(i % 2 ? ["common"] : []), ...(i === 7 ? ["rare"] : [])], account_ids: [...(i % 2 ? [acme] : []), ...(i === 7 ? [globex] : [])], assigned_user_id: i % 2 ? user : i === 8 ? rareUser : null };
+    await h.json("POST", "/public/v1/contacts", { body: { first_name: i % 5 ? `First${i}` : null, last_name: `Last${i % 7}`, email: i % 3 ? `p${i}@example.com` : null, ...relations } });
   }
   await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ödön", last_name: "Straße" } });
-  await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } });
 });
 afterAll(() => h.close());
 
@@ -23,20 +32,36 @@ const planOf = (c: Captured): string[] => queryPlan(h.rt.db, c);
 
 /** expectIndexed fails on any full scan of a table that does not go through an index. */
 function expectIndexed(label: string, plan: string[]) {
-  const fullScans = plan.filter((line) => /^SCAN (c|contacts|accounts|users)\b(?! USING)/.test(line));
+  const fullScans = plan.filter((line) => /^SCAN (c|contacts|accounts|users|contact_tags|contact_accounts|ca|ct|tombstones)\b(?! USING)/.test(line));
   expect({ label, plan, fullScans }).toEqual({ label, plan, fullScans: [] });
 }
 
 const INDEX_OF: Record<string, string> = { created_at: "contacts_created", updated_at: "contacts_updated", first_name: "contacts_first_name", last_name: "contacts_last_name", email: "contacts_email" };
 
-const FILTERS: Record<string, ContactFilters> = {
-  none: {},
-  email: { email: "p1@example.com" },
-  "full_name, broad (sort index walked)": { fullName: "irst1" },
-  "full_name, narrow (matches fetched by rowid)": { fullName: "irst12" },
-  created_after: { createdAfter: 0 },
-  updated_after: { updatedAfter: 0 },
-  "email and created_after": { email: "p1@example.com", createdAfter: 0 },
+const FILTERS: Record<string, () => ContactFilters> = {
+  none: () => ({}),
+  email: () => ({ email: "p1@example.com" }),
+  "full_name, broad (sort index walked)": () => ({ fullName: "irst1" }),
+  "full_name, narrow (matches fetched by rowid)": () => ({ fullName: "irst12" }),
+  created_after: () => ({ createdAfter: 0 }),
+  updated_after: () => ({ updatedAfter: 0 }),
+  "email and created_after": () => ({ email: "p1@example.com", createdAfter: 0 }),
+  "tag, broad (sort index walked)": () => ({ tags: ["common"] }),
+  "tag, narrow (matches fetched)": () => ({ tags: ["rare"] }),
+  "two tags": () => ({ tags: ["common", "rare"] }),
+  "account_id, broad": () => ({ accountId: acme }),
+  "account_id, narrow": () => ({ accountId: globex }),
+  "assigned_user_id, broad": () => ({ assignedUserId: user }),
+  "assigned_user_id, narrow": () => ({ assignedUserId: rareUser }),
+  "tag, account_id, assigned_user_id and updated_after together": () => ({ tags: ["common"], accountId: acme, assignedUserId: user, updatedAfter: 0 }),
+};
+
+/** RELATION_INDEX is the index (or primary key) each relation filter must be read through, fetched or walked. */
+const RELATION_INDEX = {
+  tags: /contact_tags_tag \(tag=\?|ct USING PRIMARY KEY \(contact_id=\? AND tag=\?\)/,
+  accountId: /contact_accounts_account \(account_id=\?|ca USING PRIMARY KEY \(contact_id=\? AND account_id=\?\)/,
+  // walked: the sort index is read in order and each row's own column is checked
+  assignedUserId: /contacts_assigned_user \(assigned_user_id=\?|(SCAN|SEARCH) c USING INDEX contacts_(created|updated|first_name|last_name|email)\b/,
 };
 
 const CURSORS: Record<string, (sort: string) => CursorPosition | null> = {
@@ -46,8 +71,9 @@ const CURSORS: Record<string, (sort: string) => CursorPosition | null> = {
 };
 
 describe("index use: every documented filter and sort", () => {
-  for (const [filterName, filters] of Object.entries(FILTERS)) {
+  for (const [filterName, filtersOf] of Object.entries(FILTERS)) {
     test(`filter ${filterName}: list and count use indexes in every sort, direction and cursor position`, () => {
+      const filters = filtersOf();
       for (const sortBy of CONTACT_SORTS) {
         for (const direction of ["asc", "desc"] as const) {
           for (const [cursorName, cursor] of Object.entries(CURSORS)) {
@@ -63,6 +89,11 @@ describe("index use: every documented filter and sort", () => {
               if (filters.email) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/contacts_email \(email=\?/) });
               // the contact total that decides a name search's plan is one primary-key lookup, checked above
               if (filters.fullName && !c.sql.includes("FROM row_counts")) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/SCAN f VIRTUAL TABLE INDEX \d+:M/) });
+              // a single relation filter counts from the trigger-kept totals; lists and combined counts read the relation
+              const counted = c.sql.includes("FROM contact_filter_counts") || c.sql.includes("FROM row_counts");
+              for (const key of ["tags", "accountId", "assignedUserId"] as const) {
+                if (filters[key] !== undefined && !counted) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(RELATION_INDEX[key]) });
+              }
             }
           }
         }
@@ -138,6 +169,39 @@ describe("index use: every documented filter and sort", () => {
       }
     }
     expect(["irst1", "a", "t3", "öd"].map((fullName) => countContacts(h.rt.db, { fullName }) > 0)).toEqual([true, true, true, true]);
+  });
+
+  test("a relation filter matching 1 in 8 contacts or more walks the sort index probing the relation's key; a narrower one fetches its matches from the relation's index and sorts them", () => {
+    const planFor = (filters: ContactFilters) => {
+      const { db, captured } = capturing(h.rt.db);
+      listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: countContacts(h.rt.db, filters) });
+      return planOf(captured.at(-1)!);
+    };
+    expect([countContacts(h.rt.db, { tags: ["common"] }), countContacts(h.rt.db, { tags: ["rare"] }), countContacts(h.rt.db, { accountId: acme }), countContacts(h.rt.db, { accountId: globex })]).toEqual([20, 1, 20, 1]);
+    expect([countContacts(h.rt.db, { assignedUserId: user }), countContacts(h.rt.db, { assignedUserId: rareUser }), countContacts(h.rt.db, { tags: ["common", "rare"] })]).toEqual([20, 1, 1]);
+    expect(planFor({ tags: ["common"] })).toEqual(["SCAN c USING INDEX contacts_created", "CORRELATED SCALAR SUBQUERY 1", "SEARCH ct USING PRIMARY KEY (contact_id=? AND tag=?)"]);
+    expect(planFor({ tags: ["rare"] })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_tags USING COVERING INDEX contact_tags_tag (tag=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+    expect(planFor({ accountId: acme })).toEqual(["SCAN c USING INDEX contacts_created", "CORRELATED SCALAR SUBQUERY 1", "SEARCH ca USING PRIMARY KEY (contact_id=? AND account_id=?)"]);
+    expect(planFor({ accountId: globex })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_accounts USING COVERING INDEX contact_accounts_account (account_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+    expect(planFor({ assignedUserId: user })).toEqual(["SCAN c USING INDEX contacts_created"]);
+    expect(planFor({ assignedUserId: rareUser })).toEqual(["SEARCH c USING INDEX contacts_assigned_user (assigned_user_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+  });
+
+  test("both plans of a relation filter return the same rows for every sort, direction, cursor and page", () => {
+    for (const filters of [{ tags: ["common"] }, { tags: ["rare"] }, { accountId: acme }, { accountId: globex }, { assignedUserId: user }, { assignedUserId: rareUser }]) {
+      for (const sortBy of CONTACT_SORTS) {
+        for (const direction of ["asc", "desc"] as const) {
+          for (const cursor of Object.values(CURSORS)) {
+            for (const [limit, offset] of [[4, 0], [4, 4], [100, 0]] as const) {
+              const page = { sortBy, direction, cursor: cursor(sortBy), limit, offset };
+              const fetched = listContacts(h.rt.db, filters, { ...page, matches: 0 });
+              const walked = listContacts(h.rt.db, filters, { ...page, matches: 40 });
+              expect({ filters, sortBy, direction, page, ids: walked.map((r) => r.id) }).toEqual({ filters, sortBy, direction, page, ids: fetched.map((r) => r.id) });
+            }
+          }
+        }
+      }
+    }
   });
 
   test("full_name needles too short for trigrams, or with % or _, still never scan contacts", () => {
