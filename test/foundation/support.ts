@@ -92,3 +92,14 @@ export async function listeningServer(name: string) {
     },
   };
 }
+
+/** eventData lists the outbox events written so far, oldest first, as their type and data. */
+export function eventData(h: Harness): { type: string; data: unknown }[] {
+  return h.rt.db
+    .query<{ payload: string }, []>("SELECT payload FROM events ORDER BY id")
+    .all()
+    .map((r) => {
+      const { type, data } = JSON.parse(r.payload) as { type: string; data: unknown };
+      return { type, data };
+    });
+}
