@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { notFound, validationProblem, type FieldError } from "../http/problem.ts";
+import { notFound, validationProblem, type FieldError } from "../shared/problem.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";

@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { t, type TSchema } from "elysia";
 import { parseTimestamp } from "../shared/time.ts";
-import { validationProblem, type FieldError } from "./problem.ts";
+import { validationProblem, type FieldError } from "../shared/problem.ts";
 
 export type SortDirection = "asc" | "desc";
 export type SortValue = string | number | null;
@@ -82,6 +82,9 @@ export interface ListQueryOptions<S extends string> {
   options?: readonly string[];
 }
 
+/** REPEATABLE_PARAMETERS may be given more than once: their values add up (tag=a&tag=b is tag=a,b), there is nothing to guess. */
+const REPEATABLE_PARAMETERS = new Set(["tag"]);
+
 /** withRepeatedValues gives each repeatable parameter of a URL all its values, comma-joined (Elysia keeps only the last). */
 export function withRepeatedValues(query: Record<string, unknown>, url: string): Record<string, unknown> {
   const params = new URL(url).searchParams;
@@ -96,16 +99,20 @@ export function unknownParameterErrors(query: Record<string, unknown>, known: re
     .map((name) => ({ parameter: name, detail: `is not a parameter of ${what}; known: ${known.join(", ")}` }));
 }
 
-/** REPEATABLE_PARAMETERS may be given more than once: their values add up (tag=a&tag=b is tag=a,b), there is nothing to guess. */
-const REPEATABLE_PARAMETERS = new Set(["tag"]);
-
 /** repeatedParameterErrors names every query parameter a URL gives more than once: which value was meant would be a guess. */
 export function repeatedParameterErrors(url: string): FieldError[] {
   const start = url.indexOf("?");
   if (start < 0 || url.indexOf("&", start) < 0) return [];
+  const query = url.slice(start + 1);
+  let names = query.split("&").filter((pair) => pair !== "").map((pair) => {
+    const eq = pair.indexOf("=");
+    return eq < 0 ? pair : pair.slice(0, eq);
+  });
+  // A name with an escape (p%61ge is page) is decoded as the router decodes it.
+  if (names.some((name) => name.includes("%") || name.includes("+"))) names = [...new URLSearchParams(query).keys()];
   const seen = new Set<string>();
   const repeated = new Set<string>();
-  for (const name of new URLSearchParams(url.slice(start + 1)).keys()) {
+  for (const name of names) {
     if (!REPEATABLE_PARAMETERS.has(name)) (seen.has(name) ? repeated : seen).add(name);
   }
   return [...repeated].map((name) => ({ parameter: name, detail: "must be given once" }));

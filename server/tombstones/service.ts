@@ -1,4 +1,4 @@
-import { ProblemError } from "../http/problem.ts";
+import { ProblemError } from "../shared/problem.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
 import type { Runtime } from "../runtime.ts";
 import { DAY_MS, toTimestamp } from "../shared/time.ts";

@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { notFound, ProblemError } from "../http/problem.ts";
+import { notFound, ProblemError } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
