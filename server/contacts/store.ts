@@ -132,8 +132,15 @@ function fullNameMatch(needle: string): { condition: string; params: string[]; i
   return { condition: `(${spellings.map(() => "instr(f.full_name, ?) > 0").join(" OR ")})`, params: spellings, indexed: false };
 }
 
-/** filterClause builds the WHERE terms; `walk` tests each row of the sort index against the filters instead of fetching their matches. */
-function filterClause(filters: ContactFilters, walk = false): { where: string[]; params: (string | number)[] } {
+/** RelationFilter names one relation condition of a filter set: a tag (by its place in `tags`), the account or the assigned user. */
+type RelationFilter = `tag:${number}` | "account" | "assigned_user";
+
+/**
+ * filterClause builds the WHERE terms. `walk` tests each row of the sort index against the filters
+ * instead of fetching their matches. Otherwise `driver` is the relation whose matches are fetched
+ * from its index; every other relation condition probes its relation's key for each of them.
+ */
+function filterClause(filters: ContactFilters, walk = false, driver: RelationFilter | null = null): { where: string[]; params: (string | number)[] } {
   const where: string[] = [];
   const params: (string | number)[] = [];
   if (filters.email !== undefined) {
@@ -165,18 +172,18 @@ function filterClause(filters: ContactFilters, walk = false): { where: string[];
     where.push("c.updated_at > ?");
     params.push(filters.updatedAfter);
   }
-  // A relation filter either collects its contacts from the relation's index (then they are
-  // sorted), or, walking, probes the relation's primary key for each row of the sort index.
+  // The driving relation collects its contacts from the relation's index (then they are sorted);
+  // the others, and all of them when walking, probe the relation's primary key for each row.
   if (filters.accountId !== undefined) {
-    where.push(walk ? "EXISTS (SELECT 1 FROM contact_accounts ca WHERE ca.contact_id = c.id AND ca.account_id = ?)" : "c.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)");
+    where.push(driver === "account" ? "c.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)" : "EXISTS (SELECT 1 FROM contact_accounts ca WHERE ca.contact_id = c.id AND ca.account_id = ?)");
     params.push(filters.accountId);
   }
-  for (const tag of filters.tags ?? []) {
-    where.push(walk ? "EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = c.id AND ct.tag = ?)" : "c.id IN (SELECT contact_id FROM contact_tags WHERE tag = ?)");
+  (filters.tags ?? []).forEach((tag, i) => {
+    where.push(driver === `tag:${i}` ? "c.id IN (SELECT contact_id FROM contact_tags WHERE tag = ?)" : "EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = c.id AND ct.tag = ?)");
     params.push(tag);
-  }
+  });
   if (filters.assignedUserId !== undefined) {
-    where.push(walk ? "+c.assigned_user_id = ?" : "c.assigned_user_id = ?");
+    where.push(driver === "assigned_user" ? "c.assigned_user_id = ?" : "+c.assigned_user_id = ?");
     params.push(filters.assignedUserId);
   }
   return { where, params };
@@ -198,6 +205,26 @@ function soleFilter(filters: ContactFilters): SoleFilter | null {
   return null;
 }
 
+/** relationCount reads the trigger-kept number of contacts with a tag, account or assigned user. */
+function relationCount(db: Database, kind: "tag" | "account" | "assigned_user", value: string): number {
+  return db.query<{ n: number }, [string, string]>("SELECT n FROM contact_filter_counts WHERE filter = ? AND value = ?").get(kind, value)?.n ?? 0;
+}
+
+/**
+ * drivingRelation picks the relation filter with the fewest contacts to fetch the matches from,
+ * so two tags on half and on 1 in 100 contacts read the 1 in 100 and probe the other. None when
+ * an email or name filter is given: their own index narrows further.
+ */
+function drivingRelation(db: Database, filters: ContactFilters): RelationFilter | null {
+  if (filters.email !== undefined || filters.fullName !== undefined) return null;
+  const candidates: [RelationFilter, number][] = [
+    ...(filters.tags ?? []).map((tag, i): [RelationFilter, number] => [`tag:${i}`, relationCount(db, "tag", tag)]),
+    ...(filters.accountId !== undefined ? [["account", relationCount(db, "account", filters.accountId)] as [RelationFilter, number]] : []),
+    ...(filters.assignedUserId !== undefined ? [["assigned_user", relationCount(db, "assigned_user", filters.assignedUserId)] as [RelationFilter, number]] : []),
+  ];
+  return candidates.reduce<[RelationFilter, number] | null>((best, next) => (best === null || next[1] < best[1] ? next : best), null)?.[0] ?? null;
+}
+
 /** countAllContacts reads the trigger-kept number of contacts instead of counting a million rows. */
 function countAllContacts(db: Database): number {
   return db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'").get()!.n;
@@ -212,10 +239,21 @@ function countAllContacts(db: Database): number {
  */
 const BROAD_SHARE = 8;
 
-/** walksSortIndex decides whether a page of a single name or relation filter reads the sort index in order, given the count of matches. */
-function walksSortIndex(db: Database, filters: ContactFilters, matches: number): boolean {
-  if (!soleFilter(filters)) return false;
-  return matches * BROAD_SHARE >= countAllContacts(db);
+/**
+ * walksSortIndex decides whether a page of a single name or relation filter reads the sort index in
+ * order, given the count of matches. A relation also walks when its matches are many in number,
+ * not only in share: with matches spread through the sort order a walk reads about
+ * (offset + limit) * total / matches rows, fewer than fetching and sorting all of them once
+ * matches^2 exceeds (offset + limit) * total (a tag on 1 in 20 of a million contacts: a page
+ * reads ~500 rows instead of sorting 50,000). Matches crowding the far end of the sort make such a
+ * walk read most of the index; a name search keeps the 1 in 8 rule, which bounds that.
+ */
+function walksSortIndex(db: Database, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): boolean {
+  const sole = soleFilter(filters);
+  if (!sole) return false;
+  const total = countAllContacts(db);
+  if (page.matches * BROAD_SHARE >= total) return true;
+  return sole.kind !== "full_name" && page.matches * page.matches > (page.offset + page.limit) * total;
 }
 
 /** countContacts counts the contacts matching the filters. */
@@ -228,11 +266,9 @@ export function countContacts(db: Database, filters: ContactFilters): number {
     const match = fullNameMatch(sole.needle);
     return db.query<{ n: number }, string[]>(`SELECT count(*) AS n FROM contacts_full_name f WHERE ${match.condition}`).get(...match.params)!.n;
   }
-  if (sole) {
-    // Kept by triggers (migration 0013): a tag on half a million contacts is one lookup, not a count of them all.
-    return db.query<{ n: number }, [string, string]>("SELECT n FROM contact_filter_counts WHERE filter = ? AND value = ?").get(sole.kind, sole.value)?.n ?? 0;
-  }
-  const { where, params } = filterClause(filters);
+  // Kept by triggers (migration 0013): a tag on half a million contacts is one lookup, not a count of them all.
+  if (sole) return relationCount(db, sole.kind, sole.value);
+  const { where, params } = filterClause(filters, false, drivingRelation(db, filters));
   return db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM contacts c WHERE ${where.join(" AND ")}`).get(...params)!.n;
 }
 
@@ -244,8 +280,8 @@ export function listContacts(
   filters: ContactFilters,
   page: { sortBy: ContactSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number; matches: number },
 ): ContactRow[] {
-  const walk = walksSortIndex(db, filters, page.matches);
-  const { where, params } = filterClause(filters, walk);
+  const walk = walksSortIndex(db, filters, page);
+  const { where, params } = filterClause(filters, walk, walk ? null : drivingRelation(db, filters));
   // A filter on another column than the sort picks the rows through its index and they are sorted
   // (cost: the matching rows); the unary + (which keeps the column's collation) stops SQLite from
   // walking the sort index instead and skipping every row the filter refuses. Otherwise the
