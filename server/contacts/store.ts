@@ -210,6 +210,28 @@ function relationCount(db: Database, kind: "tag" | "account" | "assigned_user", 
   return db.query<{ n: number }, [string, string]>("SELECT n FROM contact_filter_counts WHERE filter = ? AND value = ?").get(kind, value)?.n ?? 0;
 }
 
+/** RelationTerm is one relation condition of a filter set with its trigger-kept number of contacts. */
+interface RelationTerm {
+  key: RelationFilter;
+  kind: "tag" | "account" | "assigned_user";
+  value: string;
+  contacts: number;
+}
+
+/** relationTerms lists the filters' relation conditions, fewest contacts first. */
+function relationTerms(db: Database, filters: ContactFilters): RelationTerm[] {
+  const terms: Omit<RelationTerm, "contacts">[] = [
+    ...(filters.tags ?? []).map((tag, i) => ({ key: `tag:${i}` as const, kind: "tag" as const, value: tag })),
+    ...(filters.accountId !== undefined ? [{ key: "account" as const, kind: "account" as const, value: filters.accountId }] : []),
+    ...(filters.assignedUserId !== undefined ? [{ key: "assigned_user" as const, kind: "assigned_user" as const, value: filters.assignedUserId }] : []),
+  ];
+  return terms.map((term) => ({ ...term, contacts: relationCount(db, term.kind, term.value) })).sort((a, b) => a.contacts - b.contacts);
+}
+
+/** relationsOnly tells whether every given filter is a relation (tag, account, assigned user). */
+const relationsOnly = (filters: ContactFilters) =>
+  filters.email === undefined && filters.fullName === undefined && filters.createdAfter === undefined && filters.updatedAfter === undefined && hasFilters(filters);
+
 /**
  * drivingRelation picks the relation filter with the fewest contacts to fetch the matches from,
  * so two tags on half and on 1 in 100 contacts read the 1 in 100 and probe the other. None when
@@ -217,12 +239,29 @@ function relationCount(db: Database, kind: "tag" | "account" | "assigned_user", 
  */
 function drivingRelation(db: Database, filters: ContactFilters): RelationFilter | null {
   if (filters.email !== undefined || filters.fullName !== undefined) return null;
-  const candidates: [RelationFilter, number][] = [
-    ...(filters.tags ?? []).map((tag, i): [RelationFilter, number] => [`tag:${i}`, relationCount(db, "tag", tag)]),
-    ...(filters.accountId !== undefined ? [["account", relationCount(db, "account", filters.accountId)] as [RelationFilter, number]] : []),
-    ...(filters.assignedUserId !== undefined ? [["assigned_user", relationCount(db, "assigned_user", filters.assignedUserId)] as [RelationFilter, number]] : []),
-  ];
-  return candidates.reduce<[RelationFilter, number] | null>((best, next) => (best === null || next[1] < best[1] ? next : best), null)?.[0] ?? null;
+  return relationTerms(db, filters)[0]?.key ?? null;
+}
+
+/**
+ * countRelationMatches counts the contacts meeting several relation filters in the relation tables
+ * alone: the rarest relation's index is read in order and each entry probes the others' keys,
+ * without looking up a single contact row unless the assigned user is one of the others.
+ */
+function countRelationMatches(db: Database, terms: RelationTerm[]): number {
+  const [driver, ...others] = terms as [RelationTerm, ...RelationTerm[]];
+  const from = {
+    tag: { table: "contact_tags d WHERE d.tag = ?", id: "d.contact_id" },
+    account: { table: "contact_accounts d WHERE d.account_id = ?", id: "d.contact_id" },
+    assigned_user: { table: "contacts d WHERE d.assigned_user_id = ?", id: "d.id" },
+  }[driver.kind];
+  const probe = (term: RelationTerm) =>
+    ({
+      tag: `EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = ${from.id} AND ct.tag = ?)`,
+      account: `EXISTS (SELECT 1 FROM contact_accounts ca WHERE ca.contact_id = ${from.id} AND ca.account_id = ?)`,
+      assigned_user: `EXISTS (SELECT 1 FROM contacts c WHERE c.id = ${from.id} AND c.assigned_user_id = ?)`,
+    })[term.kind];
+  const sql = `SELECT count(*) AS n FROM ${from.table}${others.map((term) => ` AND ${probe(term)}`).join("")}`;
+  return db.query<{ n: number }, string[]>(sql).get(driver.value, ...others.map((term) => term.value))!.n;
 }
 
 /** countAllContacts reads the trigger-kept number of contacts instead of counting a million rows. */
@@ -239,21 +278,26 @@ function countAllContacts(db: Database): number {
  */
 const BROAD_SHARE = 8;
 
+/** FETCH_TO_WALK: fetching a relation's match (a lookup by id, then a sort) costs about this many steps of a walk (an index step and a key probe). */
+const FETCH_TO_WALK = 4;
+
 /**
- * walksSortIndex decides whether a page of a single name or relation filter reads the sort index in
- * order, given the count of matches. A relation also walks when its matches are many in number,
- * not only in share: with matches spread through the sort order a walk reads about
- * (offset + limit) * total / matches rows, fewer than fetching and sorting all of them once
- * matches^2 exceeds (offset + limit) * total (a tag on 1 in 20 of a million contacts: a page
- * reads ~500 rows instead of sorting 50,000). Matches crowding the far end of the sort make such a
- * walk read most of the index; a name search keeps the 1 in 8 rule, which bounds that.
+ * walksSortIndex decides whether a page of a name or relation filter reads the sort index in
+ * order, given the count of matches. Relation filters also walk when that is cheaper than
+ * fetching, counted in rows: with matches spread through the sort order a walk reads about
+ * (offset + limit) * total / matches rows, while fetching reads every contact of the rarest
+ * relation (a tag on 1 in 100 of a million contacts: ~2,500 rows instead of 10,000 lookups and a
+ * sort). Matches crowding the far end of the sort make such a walk read most of the index; a name
+ * search keeps the 1 in 8 rule, which bounds that.
  */
 function walksSortIndex(db: Database, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): boolean {
   const sole = soleFilter(filters);
-  if (!sole) return false;
+  if (!sole && !relationsOnly(filters)) return false;
   const total = countAllContacts(db);
-  if (page.matches * BROAD_SHARE >= total) return true;
-  return sole.kind !== "full_name" && page.matches * page.matches > (page.offset + page.limit) * total;
+  if (sole && page.matches * BROAD_SHARE >= total) return true;
+  if (!relationsOnly(filters) || page.matches === 0) return false;
+  const fetched = relationTerms(db, filters)[0]!.contacts;
+  return (page.offset + page.limit) * total < page.matches * fetched * FETCH_TO_WALK;
 }
 
 /** countContacts counts the contacts matching the filters. */
@@ -268,6 +312,7 @@ export function countContacts(db: Database, filters: ContactFilters): number {
   }
   // Kept by triggers (migration 0013): a tag on half a million contacts is one lookup, not a count of them all.
   if (sole) return relationCount(db, sole.kind, sole.value);
+  if (relationsOnly(filters)) return countRelationMatches(db, relationTerms(db, filters));
   const { where, params } = filterClause(filters, false, drivingRelation(db, filters));
   return db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM contacts c WHERE ${where.join(" AND ")}`).get(...params)!.n;
 }
