@@ -15,7 +15,7 @@ const AccountId = t.Object({ id: t.String({ maxLength: 64, description: "Account
 /** accountRoutes serves /public/v1/accounts. */
 export function accountRoutes(rt: Runtime) {
   return new Elysia({ name: "accounts", prefix: "/public/v1/accounts" })
-    .use(bearerAuth(rt.db))
+    .use(bearerAuth())
     .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createAccount(rt, ctx.body, scope)), {
       body: AccountInput,
       headers: IdempotencyKeyHeader,

@@ -13,7 +13,7 @@ const UserId = t.Object({ id: t.String({ maxLength: 64, description: "User id (u
 /** userRoutes serves /public/v1/users: the people contacts are assigned to. */
 export function userRoutes(rt: Runtime) {
   return new Elysia({ name: "users", prefix: "/public/v1/users" })
-    .use(bearerAuth(rt.db))
+    .use(bearerAuth())
     .get("", ({ query }) => listUsersPage(rt.db, query), {
       query: UserListQuery,
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },
