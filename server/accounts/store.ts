@@ -94,7 +94,7 @@ export function countAccounts(db: Database, filters: AccountFilters): number {
   return db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM accounts ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`).get(...params)!.n;
 }
 
-/** SORT_COLUMNS maps each sort to its indexed column: a name sorts by its case-folded key. */
+/** ACCOUNT_SORT_COLUMNS maps each sort to its indexed column: a name sorts by its case-folded key. */
 export const ACCOUNT_SORT_COLUMNS: Record<AccountSort, "created_at" | "updated_at" | "name_key" | "domain"> = { created_at: "created_at", updated_at: "updated_at", name: "name_key", domain: "domain" };
 
 /** listAccounts returns one page of accounts in the given sort, by offset or after a keyset cursor. */

@@ -238,6 +238,12 @@ describe("OpenAPI document", () => {
     }
   });
 
+  test("every 201 documents its Location header", () => {
+    const created = publicOperations().filter(({ op }) => op.responses["201"]);
+    expect(created.map(({ method, path }) => `${method.toUpperCase()} ${path}`).sort()).toEqual(["POST /public/v1/accounts", "POST /public/v1/contacts", "POST /public/v1/users", "POST /public/v1/webhook-subscriptions"]);
+    for (const { op } of created) expect(op.responses["201"].headers.Location).toEqual({ description: expect.any(String), schema: { type: "string" } });
+  });
+
   test("the sync routes have readable operationIds", () => {
     const ids = Object.fromEntries(publicOperations().map(({ path, method, op }) => [`${method.toUpperCase()} ${path}`, op.operationId]));
     expect({
