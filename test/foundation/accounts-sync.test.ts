@@ -3,7 +3,7 @@ import { listAccounts } from "../../server/accounts/store.ts";
 import { ACCOUNT_SORTS } from "../../server/accounts/model.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { capturing, queryPlan } from "../support/query-plans.ts";
-import { ISO, eventData, eventTypes, expectProblem, validation } from "./support.ts";
+import { ISO, eventData, eventTypes, expectProblem, postAccount, validation } from "./support.ts";
 
 let h: Harness;
 beforeEach(() => {
@@ -14,11 +14,7 @@ afterEach(() => h.close());
 const MISSING = "acc_00000000000000000000000000";
 const page = (total: number, perPage = 25, nextCursor: string | null = null) => ({ current_page: 1, last_page: Math.max(1, Math.ceil(total / perPage)), per_page: perPage, total, next_cursor: nextCursor });
 
-async function account(body: Record<string, unknown>) {
-  const res = await h.json("POST", "/public/v1/accounts", { body });
-  expect(res.status).toBe(201);
-  return res.body.data;
-}
+const account = (body: Record<string, unknown>) => postAccount(h, body);
 
 describe("accounts sync: happy paths", () => {
   test("POST answers Location and sends account.created with the account", async () => {

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { CONTACT_SORTS } from "../../server/contacts/model.ts";
 import { createUser } from "../../server/users/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { eventData, eventTypes, expectProblem, validation } from "./support.ts";
+import { eventData, eventTypes, expectProblem, postAccount, validation } from "./support.ts";
 
 let h: Harness;
 beforeEach(() => {
@@ -15,9 +15,7 @@ const MISSING_ACC = "acc_00000000000000000000000000";
 const page = (total: number, perPage = 25) => ({ current_page: 1, last_page: Math.max(1, Math.ceil(total / perPage)), per_page: perPage, total, next_cursor: null });
 const notFound = (kind: string, id: string) => ({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No ${kind} with id "${id}" exists.` });
 
-async function account(name: string) {
-  return (await h.json("POST", "/public/v1/accounts", { body: { name } })).body.data;
-}
+const account = (name: string) => postAccount(h, { name });
 async function contact(body: Record<string, unknown>) {
   const res = await h.json("POST", "/public/v1/contacts", { body });
   expect(res.status).toBe(201);

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createUser } from "../../server/users/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { ISO, contactCount, eventTypes, expectProblem, validation } from "./support.ts";
+import { ISO, contactCount, eventTypes, expectProblem, postAccount, validation } from "./support.ts";
 
 let h: Harness;
 beforeEach(() => {
@@ -12,11 +12,7 @@ afterEach(() => h.close());
 const MISSING_ACC = "acc_00000000000000000000000000";
 const MISSING_USR = "usr_00000000000000000000000000";
 
-async function account(body: Record<string, unknown>) {
-  const res = await h.json("POST", "/public/v1/accounts", { body });
-  expect(res.status).toBe(201);
-  return res.body.data;
-}
+const account = (body: Record<string, unknown>) => postAccount(h, body);
 
 describe("accounts: happy paths", () => {
   test("POST creates an account; GET by id returns it", async () => {

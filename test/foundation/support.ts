@@ -103,3 +103,10 @@ export function eventData(h: Harness): { type: string; data: unknown }[] {
       return { type, data };
     });
 }
+
+/** postAccount creates an account through the API, expects 201 and returns it. */
+export async function postAccount(h: Harness, body: Record<string, unknown>) {
+  const res = await h.json("POST", "/public/v1/accounts", { body });
+  expect(res.status).toBe(201);
+  return res.body.data;
+}
