@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { keysetOrder } from "../db/keyset.ts";
+import { keysetOrder, type OrderClause } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { ContactSort } from "./model.ts";
 
@@ -132,6 +132,28 @@ function fullNameMatch(needle: string): { condition: string; params: string[]; i
   return { condition: `(${spellings.map(() => "instr(f.full_name, ?) > 0").join(" OR ")})`, params: spellings, indexed: false };
 }
 
+/**
+ * relationProbes builds the relation conditions on the rows named `alias`: the `driver` (if any)
+ * fetched through its relation's index, every other one probing its relation's primary key.
+ */
+function relationProbes(filters: ContactFilters, alias: string, driver: RelationFilter | null = null): { where: string[]; params: string[] } {
+  const where: string[] = [];
+  const params: string[] = [];
+  if (filters.accountId !== undefined) {
+    where.push(driver === "account" ? `${alias}.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)` : `EXISTS (SELECT 1 FROM contact_accounts ca WHERE ca.contact_id = ${alias}.id AND ca.account_id = ?)`);
+    params.push(filters.accountId);
+  }
+  (filters.tags ?? []).forEach((tag, i) => {
+    where.push(driver === `tag:${i}` ? `${alias}.id IN (SELECT contact_id FROM contact_tags WHERE tag = ?)` : `EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = ${alias}.id AND ct.tag = ?)`);
+    params.push(tag);
+  });
+  if (filters.assignedUserId !== undefined) {
+    where.push(driver === "assigned_user" ? `${alias}.assigned_user_id = ?` : `+${alias}.assigned_user_id = ?`);
+    params.push(filters.assignedUserId);
+  }
+  return { where, params };
+}
+
 /** RelationFilter names one relation condition of a filter set: a tag (by its place in `tags`), the account or the assigned user. */
 type RelationFilter = `tag:${number}` | "account" | "assigned_user";
 
@@ -174,18 +196,9 @@ function filterClause(filters: ContactFilters, walk = false, driver: RelationFil
   }
   // The driving relation collects its contacts from the relation's index (then they are sorted);
   // the others, and all of them when walking, probe the relation's primary key for each row.
-  if (filters.accountId !== undefined) {
-    where.push(driver === "account" ? "c.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)" : "EXISTS (SELECT 1 FROM contact_accounts ca WHERE ca.contact_id = c.id AND ca.account_id = ?)");
-    params.push(filters.accountId);
-  }
-  (filters.tags ?? []).forEach((tag, i) => {
-    where.push(driver === `tag:${i}` ? "c.id IN (SELECT contact_id FROM contact_tags WHERE tag = ?)" : "EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = c.id AND ct.tag = ?)");
-    params.push(tag);
-  });
-  if (filters.assignedUserId !== undefined) {
-    where.push(driver === "assigned_user" ? "c.assigned_user_id = ?" : "+c.assigned_user_id = ?");
-    params.push(filters.assignedUserId);
-  }
+  const probes = relationProbes(filters, "c", driver);
+  where.push(...probes.where);
+  params.push(...probes.params);
   return { where, params };
 }
 
@@ -282,22 +295,32 @@ const BROAD_SHARE = 8;
 const FETCH_TO_WALK = 4;
 
 /**
- * walksSortIndex decides whether a page of a name or relation filter reads the sort index in
- * order, given the count of matches. Relation filters also walk when that is cheaper than
+ * WALK_WINDOW: a walk for relation filters reads at most this many times the rows it expects to
+ * need (matches spread evenly) from the sort index. Matches crowding the far end of the sort (a
+ * tag only the oldest contacts carry, newest first) would otherwise make it read most of the
+ * index; past the window the page is fetched instead, so such a page costs at most the window
+ * plus the fetch.
+ */
+const WALK_WINDOW = 2;
+
+/**
+ * walkWindow decides whether a page of a name or relation filter reads the sort index in order,
+ * given the count of matches: 0 to fetch the matches instead, Infinity for a name search's walk,
+ * else the most rows a relation walk reads. Relation filters walk when that is cheaper than
  * fetching, counted in rows: with matches spread through the sort order a walk reads about
  * (offset + limit) * total / matches rows, while fetching reads every contact of the rarest
  * relation (a tag on 1 in 100 of a million contacts: ~2,500 rows instead of 10,000 lookups and a
- * sort). Matches crowding the far end of the sort make such a walk read most of the index; a name
- * search keeps the 1 in 8 rule, which bounds that.
+ * sort). A name search keeps the 1 in 8 rule, which bounds a walk through the whole index.
  */
-function walksSortIndex(db: Database, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): boolean {
+function walkWindow(db: Database, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): number {
   const sole = soleFilter(filters);
-  if (!sole && !relationsOnly(filters)) return false;
+  if (!sole && !relationsOnly(filters)) return 0;
   const total = countAllContacts(db);
-  if (sole && page.matches * BROAD_SHARE >= total) return true;
-  if (!relationsOnly(filters) || page.matches === 0) return false;
-  const fetched = relationTerms(db, filters)[0]!.contacts;
-  return (page.offset + page.limit) * total < page.matches * fetched * FETCH_TO_WALK;
+  if (sole?.kind === "full_name") return page.matches * BROAD_SHARE >= total ? Infinity : 0;
+  if (page.matches === 0) return 0;
+  const expected = ((page.offset + page.limit) * total) / page.matches;
+  const broad = sole !== null && page.matches * BROAD_SHARE >= total;
+  return broad || expected < page.matches * relationTerms(db, filters)[0]!.contacts * FETCH_TO_WALK ? Math.ceil(WALK_WINDOW * expected) : 0;
 }
 
 /** countContacts counts the contacts matching the filters. */
@@ -325,8 +348,8 @@ export function listContacts(
   filters: ContactFilters,
   page: { sortBy: ContactSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number; matches: number },
 ): ContactRow[] {
-  const walk = walksSortIndex(db, filters, page);
-  const { where, params } = filterClause(filters, walk, walk ? null : drivingRelation(db, filters));
+  const window = walkWindow(db, filters, page);
+  const walk = window > 0;
   // A filter on another column than the sort picks the rows through its index and they are sorted
   // (cost: the matching rows); the unary + (which keeps the column's collation) stops SQLite from
   // walking the sort index instead and skipping every row the filter refuses. Otherwise the
@@ -335,15 +358,35 @@ export function listContacts(
   const sortFiltered =
     (page.sortBy === "created_at" && (filters.createdAfter !== undefined || filters.email !== undefined)) ||
     (page.sortBy === "updated_at" && filters.updatedAfter !== undefined);
-  const column = hasFilters(filters) && !sortFiltered && !walk ? `+c.${page.sortBy}` : `c.${page.sortBy}`;
-  const order = keysetOrder(column, "c.id", page.direction, page.cursor, NULLABLE_SORTS.has(page.sortBy));
-  const select = (keyset: { after: string; params: (string | number)[] } | null, limit: number) => {
+  const nullable = NULLABLE_SORTS.has(page.sortBy);
+  const walked = keysetOrder(`c.${page.sortBy}`, "c.id", page.direction, page.cursor, nullable);
+  const fetched = keysetOrder(hasFilters(filters) && !sortFiltered ? `+c.${page.sortBy}` : `c.${page.sortBy}`, "c.id", page.direction, page.cursor, nullable);
+  type Keyset = { after: string; params: (string | number)[] } | null;
+  const select = (order: OrderClause, keyset: Keyset, walking: boolean, limit: number) => {
+    const { where, params } = filterClause(filters, walking, walking ? null : drivingRelation(db, filters));
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
     // LIMIT CAST(? AS INTEGER), not LIMIT ?: with a bare parameter as the limit this query took
     // ~6 us longer per page (bench/; a constant is as fast as the CAST, but would cache a statement per page size).
     const sql = `SELECT ${COLUMNS} FROM contacts c ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
     return db.query<ContactRow, (string | number)[]>(sql).all(...(keyset?.params ?? []), ...params, limit, page.offset);
   };
-  const rows = select(order, page.limit);
-  return order.then && rows.length < page.limit ? rows.concat(select(order.then, page.limit - rows.length)) : rows;
+  // A walk for relation filters reads a window of the sort index (covering, unless the assigned
+  // user is filtered), tests each row's relations, and only then reads the matching rows.
+  const windowRows = Number.isFinite(window) ? window : 0;
+  const selectInWindow = (keyset: Keyset, fallback: Keyset, limit: number) => {
+    const { where, params } = relationProbes(filters, "w");
+    const columns = `c.rowid AS rid, c.id${filters.assignedUserId !== undefined ? ", c.assigned_user_id" : ""}`;
+    const windowSql = `SELECT ${columns} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after}` : ""} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`;
+    const sql = `SELECT ${COLUMNS} FROM contacts c WHERE c.rowid IN (SELECT w.rid FROM (${windowSql}) w WHERE ${where.join(" AND ")}) ORDER BY ${fetched.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
+    const rows = db.query<ContactRow, (string | number)[]>(sql).all(...(keyset?.params ?? []), windowRows, ...params, limit, page.offset);
+    if (rows.length === limit) return rows;
+    const read = db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM (${windowSql})`).get(...(keyset?.params ?? []), windowRows)!.n;
+    return read < windowRows ? rows : select(fetched, fallback, false, limit);
+  };
+  // The keyset of each plan: walked keeps the sort column indexable, fetched hides it behind +.
+  const group = (walkedKeyset: Keyset, fetchedKeyset: Keyset, limit: number) =>
+    windowRows > 0 ? selectInWindow(walkedKeyset, fetchedKeyset, limit) : walk ? select(walked, walkedKeyset, true, limit) : select(fetched, fetchedKeyset, false, limit);
+  const rows = group(walked, fetched, page.limit);
+  // walked.then and fetched.then are both set or both null: they depend on the cursor, not the column
+  return walked.then && fetched.then && rows.length < page.limit ? rows.concat(group(walked.then, fetched.then, page.limit - rows.length)) : rows;
 }

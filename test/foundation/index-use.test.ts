@@ -21,7 +21,8 @@ beforeAll(async () => {
   rareUser = createUser(h.rt.db, { name: "R", email: "r@example.com" }).id;
   for (let i = 0; i < 40; i++) {
     // broad: tag "common", account Acme, user U (half the contacts); narrow: tag "rare", Globex, user R (one)
-    const relations = { tags: [...(i % 2 ? ["common"] : []), ...(i === 7 ? ["rare"] : [])], account_ids: [...(i % 2 ? [acme] : []), ...(i === 7 ? [globex] : [])], assigned_user_id: i % 2 ? user : i === 8 ? rareUser : null };
+    // "old": only the six oldest contacts, the far end of a newest-first walk
+    const relations = { tags: [...(i % 2 ? ["common"] : []), ...(i === 7 ? ["rare"] : []), ...(i < 6 ? ["old"] : [])], account_ids: [...(i % 2 ? [acme] : []), ...(i === 7 ? [globex] : [])], assigned_user_id: i % 2 ? user : i === 8 ? rareUser : null };
     await h.json("POST", "/public/v1/contacts", { body: { first_name: i % 5 ? `First${i}` : null, last_name: `Last${i % 7}`, email: i % 3 ? `p${i}@example.com` : null, ...relations } });
   }
   await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ödön", last_name: "Straße" } });
@@ -56,10 +57,12 @@ const FILTERS: Record<string, () => ContactFilters> = {
   "tag, account_id, assigned_user_id and updated_after together": () => ({ tags: ["common"], accountId: acme, assignedUserId: user, updatedAfter: 0 }),
 };
 
+const WINDOW_COUNT = "SELECT count(*) AS n FROM (SELECT c.rowid AS rid";
+
 /** RELATION_INDEX is the index (or primary key) each relation filter must be read through, fetched or walked. */
 const RELATION_INDEX = {
-  tags: /contact_tags_tag \(tag=\?|ct USING PRIMARY KEY \(contact_id=\? AND tag=\?\)/,
-  accountId: /contact_accounts_account \(account_id=\?|ca USING PRIMARY KEY \(contact_id=\? AND account_id=\?\)/,
+  tags: /contact_tags_tag \(tag=\?|ct (EXISTS )?USING PRIMARY KEY \(contact_id=\? AND tag=\?\)/,
+  accountId: /contact_accounts_account \(account_id=\?|ca (EXISTS )?USING PRIMARY KEY \(contact_id=\? AND account_id=\?\)/,
   // walked: the sort index is read in order and each row's own column is checked
   assignedUserId: /contacts_assigned_user \(assigned_user_id=\?|(SCAN|SEARCH) c USING INDEX contacts_(created|updated|first_name|last_name|email)\b/,
 };
@@ -90,7 +93,8 @@ describe("index use: every documented filter and sort", () => {
               // the contact total that decides a name search's plan is one primary-key lookup, checked above
               if (filters.fullName && !c.sql.includes("FROM row_counts")) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/SCAN f VIRTUAL TABLE INDEX \d+:M/) });
               // a single relation filter counts from the trigger-kept totals; lists and combined counts read the relation
-              const counted = c.sql.includes("FROM contact_filter_counts") || c.sql.includes("FROM row_counts");
+              // (and a walk's check of how far its window reached reads the sort index alone)
+              const counted = c.sql.includes("FROM contact_filter_counts") || c.sql.includes("FROM row_counts") || c.sql.startsWith(WINDOW_COUNT);
               for (const key of ["tags", "accountId", "assignedUserId"] as const) {
                 // beside another relation, the assigned user is a check on each row that relation fetched
                 if (key === "assignedUserId" && (filters.tags || filters.accountId)) continue;
@@ -191,16 +195,35 @@ describe("index use: every documented filter and sort", () => {
     const planFor = (filters: ContactFilters) => {
       const { db, captured } = capturing(h.rt.db);
       listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: countContacts(h.rt.db, filters) });
-      return planOf(captured.at(-1)!);
+      return planOf(captured.find((c) => c.sql.startsWith("SELECT c.id"))!);
     };
     expect([countContacts(h.rt.db, { tags: ["common"] }), countContacts(h.rt.db, { tags: ["rare"] }), countContacts(h.rt.db, { accountId: acme }), countContacts(h.rt.db, { accountId: globex })]).toEqual([20, 1, 20, 1]);
     expect([countContacts(h.rt.db, { assignedUserId: user }), countContacts(h.rt.db, { assignedUserId: rareUser }), countContacts(h.rt.db, { tags: ["common", "rare"] })]).toEqual([20, 1, 1]);
-    expect(planFor({ tags: ["common"] })).toEqual(["SCAN c USING INDEX contacts_created", "CORRELATED SCALAR SUBQUERY 1", "SEARCH ct USING PRIMARY KEY (contact_id=? AND tag=?)"]);
+    const walked = (probe: string) => ["SEARCH c USING INTEGER PRIMARY KEY (rowid=?)", expect.stringMatching(/^LIST SUBQUERY \d+$/), "CO-ROUTINE w", expect.stringMatching(/^SCAN c USING (COVERING )?INDEX contacts_created$/), "SCAN w", ...(probe ? [probe] : []), "USE TEMP B-TREE FOR ORDER BY"];
+    expect(planFor({ tags: ["common"] })).toEqual(walked("SEARCH ct EXISTS USING PRIMARY KEY (contact_id=? AND tag=?)"));
     expect(planFor({ tags: ["rare"] })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_tags USING COVERING INDEX contact_tags_tag (tag=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-    expect(planFor({ accountId: acme })).toEqual(["SCAN c USING INDEX contacts_created", "CORRELATED SCALAR SUBQUERY 1", "SEARCH ca USING PRIMARY KEY (contact_id=? AND account_id=?)"]);
+    expect(planFor({ accountId: acme })).toEqual(walked("SEARCH ca EXISTS USING COVERING INDEX contact_accounts_account (account_id=? AND contact_id=?)"));
     expect(planFor({ accountId: globex })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_accounts USING COVERING INDEX contact_accounts_account (account_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-    expect(planFor({ assignedUserId: user })).toEqual(["SCAN c USING INDEX contacts_created"]);
+    expect(planFor({ assignedUserId: user })).toEqual(walked(""));
     expect(planFor({ assignedUserId: rareUser })).toEqual(["SEARCH c USING INDEX contacts_assigned_user (assigned_user_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+  });
+
+  test("a walk reads a bounded window of the sort index; when the matches lie beyond it (a tag of only the oldest contacts, newest first), the page is fetched instead", () => {
+    const filters = { tags: ["old"] };
+    const { db, captured } = capturing(h.rt.db);
+    const rows = listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: countContacts(h.rt.db, filters) });
+    expect(captured.map((c) => c.sql.slice(0, 40))).toEqual([
+      expect.stringMatching(/^SELECT n FROM row_counts/),
+      expect.stringMatching(/^SELECT c.id/),
+      WINDOW_COUNT.slice(0, 40),
+      expect.stringMatching(/^SELECT n FROM contact_filter_counts/),
+      expect.stringMatching(/^SELECT c.id/),
+    ]);
+    // the window (2 * 2 * 41 / 6 = 28 newest rows) held none of them; the fetch found the newest two
+    expect(planOf(captured.at(-1)!)).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_tags USING COVERING INDEX contact_tags_tag (tag=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+    const fetched = listContacts(h.rt.db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: 0 });
+    expect(rows.map((r) => r.id)).toEqual(fetched.map((r) => r.id));
+    expect(rows).toHaveLength(2);
   });
 
   test("several relation filters fetch the matches of the one with the fewest contacts and probe the others' keys; their count reads only the relation tables", () => {
