@@ -320,7 +320,7 @@ function walkWindow(db: Database, filters: ContactFilters, page: { matches: numb
   if (page.matches === 0) return 0;
   const expected = ((page.offset + page.limit) * total) / page.matches;
   const broad = sole !== null && page.matches * BROAD_SHARE >= total;
-  return broad || expected < page.matches * relationTerms(db, filters)[0]!.contacts * FETCH_TO_WALK ? Math.ceil(WALK_WINDOW * expected) : 0;
+  return broad || expected < relationTerms(db, filters)[0]!.contacts * FETCH_TO_WALK ? Math.ceil(WALK_WINDOW * expected) : 0;
 }
 
 /** countContacts counts the contacts matching the filters. */

@@ -226,6 +226,31 @@ describe("index use: every documented filter and sort", () => {
     expect(rows).toHaveLength(2);
   });
 
+  test("at a million contacts (counts set so), a relation walks when a spread walk reads fewer rows than fetching: 10,000 matches walk, 500 fetch", () => {
+    const db = h.rt.db;
+    const firstQuery = (filters: ContactFilters, matches: number) => {
+      const { db: spy, captured } = capturing(db);
+      listContacts(spy, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches });
+      return planOf(captured.find((c) => c.sql.startsWith("SELECT c.id"))!)[0];
+    };
+    const saved = db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'").get()!.n;
+    try {
+      db.run("UPDATE row_counts SET n = 1000000 WHERE table_name = 'contacts'");
+      db.run("UPDATE contact_filter_counts SET n = 10000 WHERE filter = 'tag' AND value = 'common'");
+      db.run("UPDATE contact_filter_counts SET n = 500 WHERE filter = 'tag' AND value = 'rare'");
+      // 25 * 1,000,000 / 10,000 = 2,500 rows to walk, against 10,000 contacts to fetch
+      expect(firstQuery({ tags: ["common"] }, 10000)).toBe("SEARCH c USING INTEGER PRIMARY KEY (rowid=?)");
+      // 25 * 1,000,000 / 500 = 50,000 rows to walk, against 500 to fetch
+      expect(firstQuery({ tags: ["rare"] }, 500)).toBe("SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)");
+      // both tags, 400 matches: 62,500 rows to walk, against the rarer tag's 500 to fetch
+      expect(firstQuery({ tags: ["common", "rare"] }, 400)).toBe("SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)");
+    } finally {
+      db.run("UPDATE row_counts SET n = ? WHERE table_name = 'contacts'", [saved]);
+      db.run("UPDATE contact_filter_counts SET n = 20 WHERE filter = 'tag' AND value = 'common'");
+      db.run("UPDATE contact_filter_counts SET n = 1 WHERE filter = 'tag' AND value = 'rare'");
+    }
+  });
+
   test("several relation filters fetch the matches of the one with the fewest contacts and probe the others' keys; their count reads only the relation tables", () => {
     const listed = "SELECT c.id";
     for (const [filters, list, count, driverValue] of [
