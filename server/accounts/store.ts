@@ -33,14 +33,7 @@ export function insertAccount(db: Database, row: AccountRow): void {
 
 /** updateAccount overwrites an account row's fields. */
 export function updateAccount(db: Database, row: AccountRow): void {
-  db.query("UPDATE accounts SET name = $name, name_key = $name_key, domain = $domain, properties = $properties, updated_at = $updated_at WHERE id = $id").run({
-    id: row.id,
-    name: row.name,
-    name_key: row.name_key,
-    domain: row.domain,
-    properties: row.properties,
-    updated_at: row.updated_at,
-  });
+  db.query("UPDATE accounts SET name = $name, name_key = $name_key, domain = $domain, properties = $properties, updated_at = $updated_at WHERE id = $id").run({ ...row, created_at: undefined } as never);
 }
 
 /** deleteAccount removes an account row and tells whether it existed (its contact links must be gone first). */
