@@ -29,8 +29,6 @@ import {
   replaceContactAccounts,
   replaceContactAssignedUsers,
   replaceContactTags,
-  appendContactAccount,
-  removeContactAccount as removeContactAccountRow,
   findContactsOfAccount,
   updateContact as updateContactRow,
   type ContactRow,
@@ -225,7 +223,10 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
 function writeContactChange(db: Database, current: ContactRow, input: ContactInput, now: number): ContactChange {
   const row = { ...applyInput(current, input), updated_at: now };
   // Further properties add up across PATCHes, so their limit applies to the merged record.
-  const merged = [...anonymousErrors(row), ...extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS)];
+  // Only a change to the identifying fields can leave a contact naming nobody (older contacts may
+  // already: a tag or account change to them is not refused for it).
+  const identity = IDENTIFYING_FIELDS.some((field) => field in input) ? anonymousErrors(row) : [];
+  const merged = [...identity, ...extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS)];
   if (merged.length > 0) return { errors: merged };
   const before = toContact(current);
   const after = toContact(row);
@@ -310,26 +311,21 @@ export function deleteContact(rt: Runtime, id: string): Promise<void> {
 }
 
 /**
- * changeRelation applies one relation change to a contact in one write: `change` returns the new
- * row and writes the relation table, or null when there is nothing to change. A change bumps
- * updated_at and sends one contact.updated; none sends nothing. Reading the row inside the write
- * is what keeps concurrent additions: each sees the one committed before it.
+ * changeRelation applies one relation change to a contact in one write: `change` reads the stored
+ * contact and returns the body of the equivalent PATCH, or null when there is nothing to change.
+ * Reading the row inside the write is what keeps concurrent additions: each sees the one committed
+ * before it. A change is written like a PATCH (one contact.updated); none writes nothing.
  */
-function changeRelation(rt: Runtime, contactId: string, change: (row: ContactRow) => ContactRow | null, idempotency: IdempotencyScope | null): Promise<Contact> {
+function changeRelation(rt: Runtime, contactId: string, change: (row: ContactRow) => ContactInput | null, idempotency: IdempotencyScope | null): Promise<Contact> {
   return rt.writes.submit(() => {
     const current = findContactById(rt.db, contactId);
     if (!current) throw notFound("contact", contactId);
     const now = Date.now();
-    const next = change(current);
-    let contact = toContact(current);
-    if (next) {
-      const row = { ...next, updated_at: now };
-      updateContactRow(rt.db, row);
-      contact = toContact(row);
-      recordEvent(rt.db, "contact.updated", contact, now);
-    }
-    saveIdempotentResponse(rt.db, idempotency, 200, { data: contact }, now);
-    return contact;
+    const input = change(current);
+    const result = input ? writeContactChange(rt.db, current, input, now) : { contact: toContact(current), changed: false };
+    if ("errors" in result) throw validationProblem(result.errors);
+    saveIdempotentResponse(rt.db, idempotency, 200, { data: result.contact }, now);
+    return result.contact;
   });
 }
 
@@ -340,8 +336,7 @@ export function addContactAccount(rt: Runtime, contactId: string, accountId: str
     if (ids.includes(accountId)) return null;
     if (findAccountsByIds(rt.db, [accountId]).size === 0) throw validationProblem([{ pointer: "/account_id", detail: `no account with id ${accountId} exists` }], "The account does not exist.");
     if (ids.length >= MAX_RELATED_IDS) throw validationProblem([{ pointer: "/account_id", detail: `the contact already has ${MAX_RELATED_IDS} accounts, the limit` }], "Too many accounts.");
-    appendContactAccount(rt.db, contactId, accountId);
-    return { ...row, account_ids: JSON.stringify([...ids, accountId]) };
+    return { account_ids: [...ids, accountId] };
   }, idempotency);
 }
 
@@ -349,16 +344,8 @@ export function addContactAccount(rt: Runtime, contactId: string, accountId: str
 export function removeContactAccount(rt: Runtime, contactId: string, accountId: string): Promise<Contact> {
   return changeRelation(rt, contactId, (row) => {
     const ids = idList(row.account_ids);
-    if (!ids.includes(accountId)) return null;
-    removeContactAccountRow(rt.db, contactId, accountId);
-    return { ...row, account_ids: JSON.stringify(ids.filter((id) => id !== accountId)) };
+    return ids.includes(accountId) ? { account_ids: ids.filter((id) => id !== accountId) } : null;
   }, null);
-}
-
-/** withTags stores a contact's tags in its properties. */
-function withTags(row: ContactRow, tags: string[]): ContactRow {
-  const properties = JSON.parse(row.properties) as Record<string, unknown>;
-  return { ...row, properties: JSON.stringify({ ...properties, tags }) };
 }
 
 /** addContactTag adds a tag to a contact (last in tags); a tag it carries changes nothing. */
@@ -367,9 +354,7 @@ export function addContactTag(rt: Runtime, contactId: string, tag: string, idemp
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
     if (tags.length >= MAX_TAGS) throw validationProblem([{ pointer: "/tag", detail: `the contact already has ${MAX_TAGS} tags, the limit` }], "Too many tags.");
-    const next = [...tags, tag];
-    replaceContactTags(rt.db, contactId, next);
-    return withTags(row, next);
+    return { tags: [...tags, tag] };
   }, idempotency);
 }
 
@@ -377,24 +362,19 @@ export function addContactTag(rt: Runtime, contactId: string, tag: string, idemp
 export function removeContactTag(rt: Runtime, contactId: string, tag: string): Promise<Contact> {
   return changeRelation(rt, contactId, (row) => {
     const tags = tagsOf(row);
-    if (!tags.includes(tag)) return null;
-    const next = tags.filter((t) => t !== tag);
-    replaceContactTags(rt.db, contactId, next);
-    return withTags(row, next);
+    return tags.includes(tag) ? { tags: tags.filter((t) => t !== tag) } : null;
   }, null);
 }
 
 /**
  * detachAccountFromContacts unlinks every contact from an account about to be deleted, inside the
- * caller's transaction: each changed contact gets a new updated_at and its contact.updated, so a
- * poller and a subscriber both learn that the link is gone.
+ * caller's transaction: each is changed like a PATCH of its account_ids (new updated_at, one
+ * contact.updated), so a poller and a subscriber both learn that the link is gone.
  */
 export function detachAccountFromContacts(db: Database, accountId: string, now: number): void {
   for (const row of findContactsOfAccount(db, accountId)) {
-    removeContactAccountRow(db, row.id, accountId);
-    const next = { ...row, account_ids: JSON.stringify(idList(row.account_ids).filter((id) => id !== accountId)), updated_at: now };
-    updateContactRow(db, next);
-    recordEvent(db, "contact.updated", toContact(next), now);
+    const change = writeContactChange(db, row, { account_ids: idList(row.account_ids).filter((id) => id !== accountId) }, now);
+    if ("errors" in change) throw validationProblem(change.errors);
   }
 }
 

@@ -107,16 +107,6 @@ export function replaceContactTags(db: Database, contactId: string, tags: readon
   for (const tag of tags) insert.run(contactId, tag);
 }
 
-/** appendContactAccount relates a contact to one more account, after the ones it has. */
-export function appendContactAccount(db: Database, contactId: string, accountId: string): void {
-  db.query("INSERT INTO contact_accounts (contact_id, account_id, position) SELECT $contact, $account, coalesce(max(position) + 1, 0) FROM contact_accounts WHERE contact_id = $contact").run({ contact: contactId, account: accountId });
-}
-
-/** removeContactAccount unrelates a contact from an account. */
-export function removeContactAccount(db: Database, contactId: string, accountId: string): void {
-  db.query("DELETE FROM contact_accounts WHERE contact_id = ? AND account_id = ?").run(contactId, accountId);
-}
-
 /** findContactsOfAccount returns every contact row linked to an account. */
 export function findContactsOfAccount(db: Database, accountId: string): ContactRow[] {
   return db.query<ContactRow, [string]>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)`).all(accountId);

@@ -73,6 +73,17 @@ describe("contact relations: happy paths", () => {
     relationCopiesAgree();
   });
 
+  test("a contact stored before names were required can still be tagged, linked and unlinked", async () => {
+    const a = await account("A");
+    h.rt.db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M', '{}', 1, 1)");
+    const path = "/public/v1/contacts/con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M";
+    expect((await h.json("POST", `${path}/tags`, { body: { tag: "legacy" } })).body.data.tags).toEqual(["legacy"]);
+    expect((await h.json("POST", `${path}/accounts`, { body: { account_id: a.id } })).body.data.account_ids).toEqual([a.id]);
+    expect((await h.request("DELETE", `/public/v1/accounts/${a.id}`)).status).toBe(204);
+    expect((await h.json("GET", path)).body.data).toMatchObject({ tags: ["legacy"], account_ids: [], first_name: null, email: null });
+    relationCopiesAgree();
+  });
+
   test("an Idempotency-Key replays a relation POST", async () => {
     const a = await account("A");
     const c = await contact({ first_name: "Ada" });
