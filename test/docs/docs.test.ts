@@ -194,6 +194,17 @@ describe("OpenAPI document", () => {
         "GET /public/v1/accounts",
         "GET /public/v1/accounts/{id}",
         "GET /public/v1/users",
+        "POST /public/v1/users",
+        "GET /public/v1/users/{id}",
+        "PATCH /public/v1/users/{id}",
+        "PATCH /public/v1/accounts/{id}",
+        "DELETE /public/v1/accounts/{id}",
+        "GET /public/v1/accounts/deleted",
+        "GET /public/v1/contacts/deleted",
+        "POST /public/v1/contacts/{id}/accounts",
+        "DELETE /public/v1/contacts/{id}/accounts/{accountId}",
+        "POST /public/v1/contacts/{id}/tags",
+        "DELETE /public/v1/contacts/{id}/tags/{tag}",
       ]),
     );
     expect(spec.paths["/docs"]).toBeUndefined();

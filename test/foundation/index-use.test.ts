@@ -4,6 +4,8 @@ import { CONTACT_SORTS } from "../../server/contacts/model.ts";
 import { listContactsPage } from "../../server/contacts/service.ts";
 import { countContacts, listContacts, type ContactFilters } from "../../server/contacts/store.ts";
 import type { CursorPosition } from "../../server/http/list-query.ts";
+import { listDeletedPage } from "../../server/tombstones/service.ts";
+import { countTombstonesSince, listTombstonesSince } from "../../server/tombstones/store.ts";
 import { createUser, listUsersPage } from "../../server/users/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { capturing, queryPlan, type Captured } from "../support/query-plans.ts";
@@ -307,7 +309,17 @@ describe("index use: every documented filter and sort", () => {
     listAccountsPage(db, { name: "acme" });
     listAccountsPage(db, { domain: "ACME.test" });
     listUsersPage(db, {});
+    const since = new Date(Date.now() - 86_400_000).toISOString();
+    listDeletedPage({ ...h.rt, db }, "contact", { since });
+    listTombstonesSince(db, "account", 0, { cursor: { value: 1_700_000_000_000, id: "acc_x" }, limit: 10, offset: 0 });
+    countTombstonesSince(db, "account", 0);
     const plans = captured.map((c) => ({ sql: c.sql, plan: planOf(c) }));
+    expect(plans.filter((p) => p.sql.includes("FROM tombstones")).map((p) => p.plan.join(" | "))).toEqual([
+      expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
+      expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
+      expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
+      expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
+    ]);
     for (const { sql, plan } of plans) expectIndexed(sql, plan);
     expect(plans.filter((p) => p.sql.includes("FROM accounts") && p.sql.includes("name_key = ?")).map((p) => p.plan.join(" | "))).toEqual([
       expect.stringContaining("accounts_name_key (name_key=?)"),
