@@ -133,7 +133,7 @@ function anonymousErrors(row: ContactRow): FieldError[] {
 
 /** tagsOf reads the tags kept in a row's properties. */
 function tagsOf(row: ContactRow): string[] {
-  return ((JSON.parse(row.properties) as { tags?: string[] }).tags ?? []);
+  return (JSON.parse(row.properties) as { tags?: string[] }).tags ?? [];
 }
 
 const contactSchemaErrors = schemaChecker(ContactInput);

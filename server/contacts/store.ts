@@ -136,6 +136,9 @@ function fullNameMatch(needle: string): { condition: string; params: string[]; i
   return { condition: `(${spellings.map(() => "instr(f.full_name, ?) > 0").join(" OR ")})`, params: spellings, indexed: false };
 }
 
+/** RelationFilter names one relation condition of a filter set: a tag (by its place in `tags`), the account or the assigned user. */
+type RelationFilter = `tag:${number}` | "account" | "assigned_user";
+
 /**
  * relationProbes builds the relation conditions on the rows named `alias`: the `driver` (if any)
  * fetched through its relation's index, every other one probing its relation's primary key.
@@ -157,9 +160,6 @@ function relationProbes(filters: ContactFilters, alias: string, driver: Relation
   }
   return { where, params };
 }
-
-/** RelationFilter names one relation condition of a filter set: a tag (by its place in `tags`), the account or the assigned user. */
-type RelationFilter = `tag:${number}` | "account" | "assigned_user";
 
 /**
  * filterClause builds the WHERE terms. `walk` tests each row of the sort index against the filters
@@ -208,7 +208,7 @@ function filterClause(filters: ContactFilters, walk = false, driver: RelationFil
 
 const hasFilters = (filters: ContactFilters) => Object.values(filters).some((v) => v !== undefined);
 
-/** SoleFilter is a list filtered by exactly one condition whose number of matches is known without reading them. */
+/** SoleFilter is the one condition of a list filtered by a single name search or relation. */
 type SoleFilter = { kind: "full_name"; needle: string } | { kind: "tag" | "account" | "assigned_user"; value: string };
 
 /** soleFilter returns the filters' only condition when it is a name search or a relation, else null. */
