@@ -29,7 +29,7 @@ import {
   replaceContactAccounts,
   replaceContactAssignedUsers,
   replaceContactTags,
-  findContactsOfAccount,
+  unlinkAccountFromContacts,
   updateContact as updateContactRow,
   type ContactRow,
 } from "./store.ts";
@@ -368,14 +368,13 @@ export function removeContactTag(rt: Runtime, contactId: string, tag: string): P
 
 /**
  * detachAccountFromContacts unlinks every contact from an account about to be deleted, inside the
- * caller's transaction: each is changed like a PATCH of its account_ids (new updated_at, one
- * contact.updated), so a poller and a subscriber both learn that the link is gone.
+ * caller's transaction: each gets a new updated_at and one contact.updated, so a poller and a
+ * subscriber both learn that the link is gone. Set-wise, not through writeContactChange: an
+ * account may have hundreds of thousands of contacts (a per-contact field such as a version must
+ * be kept in unlinkAccountFromContacts too).
  */
 export function detachAccountFromContacts(db: Database, accountId: string, now: number): void {
-  for (const row of findContactsOfAccount(db, accountId)) {
-    const change = writeContactChange(db, row, { account_ids: idList(row.account_ids).filter((id) => id !== accountId) }, now);
-    if ("errors" in change) throw validationProblem(change.errors);
-  }
+  for (const row of unlinkAccountFromContacts(db, accountId, now)) recordEvent(db, "contact.updated", toContact(row), now);
 }
 
 function parseInclude(value: unknown): ContactInclude[] {
