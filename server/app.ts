@@ -18,6 +18,7 @@ import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
 import { VERSION } from "./version.ts";
 import { webhookRoutes } from "./webhooks/routes.ts";
+import { webhooksDocument } from "./webhooks/service.ts";
 import { DeliveryLoop } from "./webhooks/worker.ts";
 
 export interface AppOptions {
@@ -52,6 +53,7 @@ export function createApp(rt: Runtime) {
           description: "Contacts, accounts and users for server-side integrations, with signed, retried, recorded webhook deliveries. Errors are RFC 9457 problem+json.",
         },
         securitySchemes: { bearerAuth: { type: "http", scheme: "bearer", description: "API token (crm_...) created with `crm token create`." } },
+        webhooks: webhooksDocument(),
       }),
     )
     .use(contactRoutes(rt))

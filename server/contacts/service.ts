@@ -62,6 +62,7 @@ function toContact(row: ContactRow): Contact {
   for (const key in properties) {
     if (key !== "tags" && key !== "custom_fields" && key !== "consent") contact[key] = properties[key];
   }
+  contact.version = row.version;
   const createdAt = toTimestamp(row.created_at);
   contact.created_at = createdAt;
   // Most contacts were never changed: the same instant need not be formatted twice.
@@ -75,12 +76,13 @@ function renderContacts(db: Database, rows: ContactRow[], include: ContactInclud
   const accounts = include.includes("accounts") ? accountsByIds(db, [...new Set(contacts.flatMap((c) => c.account_ids))]) : new Map();
   const users = usersByIds(db, [...new Set(contacts.flatMap((c) => [...(include.includes("assigned_users") ? c.assigned_user_ids : []), ...(include.includes("assigned_user") && c.assigned_user_id ? [c.assigned_user_id] : [])]))]);
   return contacts.map((contact) => {
-    const { created_at, updated_at, ...rest } = contact;
+    const { version, created_at, updated_at, ...rest } = contact;
     return {
       ...rest,
       ...(include.includes("accounts") ? { accounts: contact.account_ids.map((id) => accounts.get(id)!) } : {}),
       ...(include.includes("assigned_user") ? { assigned_user: contact.assigned_user_id ? users.get(contact.assigned_user_id)! : null } : {}),
       ...(include.includes("assigned_users") ? { assigned_users: contact.assigned_user_ids.map((id) => users.get(id)!) } : {}),
+      version,
       created_at,
       updated_at,
     };
@@ -151,7 +153,7 @@ export function createContact(rt: Runtime, input: ContactInput, idempotency: Ide
   return rt.writes.submit(() => {
     refuseUnknownRelations(rt.db, input);
     const now = Date.now();
-    const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", created_at: now, updated_at: now };
+    const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
     const row = applyInput(empty, input);
     insertContact(rt.db, row);
     insertContactAccounts(rt.db, row.id, input.account_ids ?? []);
@@ -173,7 +175,8 @@ export function updateContact(rt: Runtime, id: string, input: ContactInput): Pro
     refuseUnknownRelations(rt.db, input);
     const before = renderContact(rt.db, current);
     const now = Date.now();
-    const row = { ...applyInput(current, input), updated_at: now };
+    // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
+    const row = { ...applyInput(current, input), version: current.version + 1, updated_at: now };
     // Further properties add up across PATCHes, so their limit applies to the merged record.
     const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS);
     if (merged.length > 0) throw validationProblem(merged);
@@ -182,7 +185,7 @@ export function updateContact(rt: Runtime, id: string, input: ContactInput): Pro
     if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(rt.db, id, input.assigned_user_ids ?? []);
     const after = renderContact(rt.db, row);
     // Canonical form: the same properties sent in another key order are no change.
-    if (canonicalJson({ ...after, updated_at: null }) === canonicalJson({ ...before, updated_at: null })) {
+    if (canonicalJson({ ...after, version: null, updated_at: null }) === canonicalJson({ ...before, version: null, updated_at: null })) {
       throw new NoChange(before);
     }
     recordEvent(rt.db, "contact.updated", after, now);
@@ -200,12 +203,13 @@ class NoChange extends Error {
   }
 }
 
-/** deleteContact removes a contact and writes contact.deleted in the same commit. */
+/** deleteContact removes a contact and writes contact.deleted, whose version follows the contact's last, in the same commit. */
 export function deleteContact(rt: Runtime, id: string): Promise<void> {
   return rt.writes.submit(() => {
     const now = Date.now();
-    if (!deleteContactRow(rt.db, id)) throw notFound("contact", id);
-    recordEvent(rt.db, "contact.deleted", { id, deleted_at: toTimestamp(now) }, now);
+    const current = findContactById(rt.db, id);
+    if (!current || !deleteContactRow(rt.db, id)) throw notFound("contact", id);
+    recordEvent(rt.db, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });
 }
 

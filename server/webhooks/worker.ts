@@ -3,7 +3,7 @@ import type { Config } from "../config.ts";
 import type { WriteQueue } from "../db/write-queue.ts";
 import { notFound, ProblemError } from "../http/problem.ts";
 import type { Logger } from "../shared/log.ts";
-import { sendAttempt, type AttemptResult } from "./delivery.ts";
+import { sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import {
   disableSubscription,
   failPendingDeliveries,
@@ -245,7 +245,7 @@ export class DeliveryLoop {
       const result = await sendAttempt({
         deliveryId: due.id,
         targetUrl: due.target_url,
-        secret: due.secret!,
+        secrets: signingSecrets({ ...due, secret: due.secret! }, Date.now()),
         payload: due.payload,
         timeoutMs: config.deliveryTimeoutMs,
         allowPrivateTargets: config.allowPrivateTargets,
@@ -325,6 +325,7 @@ export class DeliveryLoop {
       if (!row) throw notFound("webhook delivery", id);
       if (row.secret === null) throw new ProblemError(409, "subscription-deleted", `The subscription ${row.subscription_id} of this delivery was deleted; nothing can be sent for it.`);
       if (row.subscription_status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${row.subscription_id} is disabled; create a new subscription for the receiver.`);
+      if (row.subscription_paused_at !== null) throw new ProblemError(409, "subscription-paused", `The subscription ${row.subscription_id} is paused; resume it and its deliveries go out.`);
       if (row.locked_until !== null && row.locked_until > now) {
         throw new ProblemError(409, "delivery-in-progress", "An attempt of this delivery is under way; read the delivery again when it has finished.", undefined, { "retry-after": "1" });
       }
