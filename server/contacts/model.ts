@@ -1,3 +1,4 @@
+import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 import { AccountSchema } from "../accounts/model.ts";
 import { UserSchema } from "../users/model.ts";
@@ -91,7 +92,7 @@ export const Contact = t.Object(
     accounts: t.Optional(t.Array(AccountSchema, { description: "with include=accounts" })),
     assigned_user: t.Optional(t.Union([UserSchema, t.Null()], { description: "with include=assigned_user" })),
     assigned_users: t.Optional(t.Array(UserSchema, { description: "with include=assigned_users" })),
-    version: t.Integer({ minimum: 1, description: "1 when created, one more with every change: of two representations of a contact, the higher version is the newer." }),
+    version: Type.Integer({ minimum: 1, description: "1 when created, one more with every change: of two representations of a contact, the higher version is the newer." }),
     created_at: t.String({ format: "date-time" }),
     updated_at: t.String({ format: "date-time" }),
   },

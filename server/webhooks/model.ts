@@ -1,3 +1,4 @@
+import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 import { Contact } from "../contacts/model.ts";
 import {
@@ -125,6 +126,9 @@ export const SubscriptionUpdate = t.Object(
         description: "Free text label; null clears it.",
       }),
     ),
+    // Declared so that a client trying to change them hears why it cannot, instead of having them dropped.
+    target_url: t.Optional(t.Unknown({ description: "Not changeable in place: any value is refused (422)." })),
+    events: t.Optional(t.Unknown({ description: "Not changeable in place: any value is refused (422)." })),
   },
   {
     additionalProperties: false,
@@ -137,8 +141,9 @@ export type SubscriptionUpdate = typeof SubscriptionUpdate.static;
 /** SecretRotationInput is the body of POST /webhook-subscriptions/:id/rotate-secret. */
 export const SecretRotationInput = t.Object(
   {
+    // Type.Integer, not Elysia's t.Integer, which would take "24" as well as 24.
     grace_hours: t.Optional(
-      t.Integer({
+      Type.Integer({
         minimum: 0,
         maximum: MAX_SECRET_GRACE_HOURS,
         error: `must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}`,
@@ -171,7 +176,7 @@ export const Recovery = t.Object({
   subscription_id: t.String(),
   since: timestamp,
   until: timestamp,
-  queued: t.Integer({ description: "Failed deliveries of the window now pending again, sent oldest first through the delivery loop." }),
+  queued: Type.Integer({ description: "Failed deliveries of the window now pending again, sent oldest first through the delivery loop." }),
 });
 export type Recovery = typeof Recovery.static;
 
@@ -208,7 +213,7 @@ const payloadOf = (type: EventType, data: ReturnType<typeof t.Object>, descripti
     { additionalProperties: false, description },
   );
 
-const version = t.Integer({ minimum: 1, description: "The contact's version after this change; ignore an event whose version is not above the last one processed for this contact." });
+const version = Type.Integer({ minimum: 1, description: "The contact's version after this change; ignore an event whose version is not above the last one processed for this contact." });
 
 /**
  * EVENT_CATALOGUE describes every event kind: what it means and the JSON Schema of the body

@@ -190,6 +190,11 @@ export function deleteSubscription(rt: Runtime, id: string): Promise<void> {
 
 /** updateSubscription applies a PATCH (the description) and returns the subscription, or throws 404. */
 export function updateSubscription(rt: Runtime, id: string, input: SubscriptionUpdate): Promise<Subscription> {
+  const fixed = [
+    ...("target_url" in input ? [{ pointer: "/target_url", detail: "does not change in place: create a subscription to the new URL, confirm it receives, then delete this one" }] : []),
+    ...("events" in input ? [{ pointer: "/events", detail: "do not change in place: create a subscription with the new events, confirm it receives, then delete this one" }] : []),
+  ];
+  if (fixed.length > 0) return Promise.reject(validationProblem(fixed, "The target URL and events of a subscription do not change in place."));
   return rt.writes.submit(() => {
     const current = findSubscriptionById(rt.db, id);
     if (!current) throw notFound("webhook subscription", id);
