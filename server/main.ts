@@ -7,7 +7,7 @@ import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { createUser } from "./users/service.ts";
 import { createOperator } from "../console/service.ts";
-import { ProblemError } from "./http/problem.ts";
+import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { startServer } from "./server.ts";
 import { VERSION } from "./version.ts";

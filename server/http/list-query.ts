@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { t, type TSchema } from "elysia";
 import { parseTimestamp } from "../shared/time.ts";
-import { validationProblem, type FieldError } from "./problem.ts";
+import { validationProblem, type FieldError } from "../shared/problem.ts";
 
 export type SortDirection = "asc" | "desc";
 export type SortValue = string | number | null;

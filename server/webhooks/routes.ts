@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { problemResponses } from "../http/problem.ts";
+import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import {
   DeliveryDetailEnvelope,
@@ -180,7 +180,7 @@ export function webhookRoutes(rt: Runtime) {
       response: { 200: DeliveryEnvelope, ...problemResponses(401, 403, 404, 409, 422, 503) },
       detail: {
         summary: "Retry a webhook delivery now",
-        description: "Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted or disabled or an attempt is under way.",
+        description: "Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way.",
         tags: deliveryTags,
         ...secured,
       },
