@@ -7,6 +7,7 @@ import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { createUser } from "./users/service.ts";
 import { createOperator } from "../console/service.ts";
+import { flushLogs } from "./shared/log.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { startServer } from "./server.ts";
@@ -89,6 +90,7 @@ async function main(argv: string[]): Promise<number> {
     case "serve": {
       const config = loadConfig(args);
       const running = await startServer(config);
+      flushLogs();
       process.stdout.write(`listening on ${running.url}\n`);
       let stopping = false;
       const shutdown = (signal: NodeJS.Signals) => {
