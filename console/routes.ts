@@ -26,7 +26,7 @@ import { loginPage, messagePage, setupPage } from "./pages/auth.tsx";
 import type { NoticeData } from "./pages/parts.tsx";
 import { deliveriesPage, deliveryPage } from "./pages/deliveries.tsx";
 import { revokeTokenPage, tokensPage, usersPage } from "./pages/people.tsx";
-import { deleteSubscriptionPage, recoverPage, rotationNewPage, rotationPage, rotationPickPage, secretRotationPage, subscriptionsPage } from "./pages/subscriptions.tsx";
+import { deleteSubscriptionPage, editSubscriptionPage, recoverPage, rotationNewPage, rotationPage, rotationPickPage, secretRotationPage, subscriptionsPage } from "./pages/subscriptions.tsx";
 import {
   allSubscriptions,
   completeSetup,
@@ -38,6 +38,7 @@ import {
   deliveryWithSubscription,
   endSession,
   finishRotation,
+  editSubscriptionFromForm,
   finishSecretRotation,
   recoverFromForm,
   recoveryPreview,
@@ -314,6 +315,27 @@ export function consoleRoutes(rt: Runtime) {
           orErrorPage(session, async () => {
             await deleteSubscription(rt, params.id);
             return redirect(`${CONSOLE_PREFIX}/subscriptions?deleted=1`);
+          }),
+        { params: IdParam, body: OptionalForm },
+      )
+      .get(
+        "/subscriptions/:id/edit",
+        ({ session, params }) => orErrorPage(session, () => htmlResponse(editSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id) }))),
+        { params: IdParam },
+      )
+      .post(
+        "/subscriptions/:id/edit",
+        ({ session, params, body }) =>
+          orErrorPage(session, async () => {
+            const description = field(body, "description");
+            try {
+              await editSubscriptionFromForm(rt, params.id, description);
+              return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+            } catch (error) {
+              if (!(error instanceof ProblemError) || error.status !== 422) throw error;
+              const { status, notice } = formFailure(error);
+              return htmlResponse(editSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id), description, notice }), status);
+            }
           }),
         { params: IdParam, body: OptionalForm },
       )

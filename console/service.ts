@@ -23,8 +23,9 @@ import {
   rotateSecret,
   sendTestEvent,
   subscriptionDeliveryCounts,
+  updateSubscription,
 } from "../server/webhooks/service.ts";
-import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../server/limits/limits.ts";
+import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS, MAX_SUBSCRIPTION_DESCRIPTION_LENGTH } from "../server/limits/limits.ts";
 import type { ConsoleSession, DeliveriesView, DeliveryFilters, DeliveryWatchView, Operator } from "./model.ts";
 import {
   clearLoginFailures,
@@ -484,6 +485,15 @@ export async function finishSecretRotation(rt: Runtime, id: string, confirmed: b
   if (view.test?.status !== "succeeded") throw new ProblemError(409, "rotation-untested", "The previous secret can be retired only after a test event was delivered successfully.");
   if (!confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the previous secret is to stop signing.");
   await endRotationGrace(rt, id);
+}
+
+/** editSubscriptionFromForm sets a subscription's description from the console's edit form (empty clears it). */
+export async function editSubscriptionFromForm(rt: Runtime, id: string, description: string): Promise<void> {
+  const text = description.trim();
+  if (text.length > MAX_SUBSCRIPTION_DESCRIPTION_LENGTH) {
+    throw validationProblem([{ pointer: "/description", detail: `must be at most ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters` }], `The description must be at most ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters.`);
+  }
+  await updateSubscription(rt, id, { description: text === "" ? null : text });
 }
 
 /** consoleTime reads a console date-time field (datetime-local, taken as UTC) into RFC 3339, or returns it unchanged for the API's check to refuse. */

@@ -142,6 +142,7 @@ export function subscriptionsPage(props: {
               <td class="row-actions">
                 <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
                 {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
+                <a href={`/console/subscriptions/${s.id}/edit`}>Edit</a>
                 {s.status !== "disabled" && <a href={`/console/subscriptions/${s.id}/recover`}>Recover failed deliveries</a>}
                 {s.status !== "disabled" && (
                   <form method="post" action={`/console/subscriptions/${s.id}/${s.status === "paused" ? "resume" : "pause"}`} class="row-form">
@@ -389,6 +390,20 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
   });
 }
 
+/** SummaryActions ends both wizards' summaries: watch the subscription's deliveries, or go back. */
+function SummaryActions({ subscriptionId }: { subscriptionId: string }) {
+  return (
+    <div class="actions">
+      <a class="button primary" href={`/console/?subscription_id=${subscriptionId}`}>
+        Watch its deliveries
+      </a>
+      <a class="button ghost" href="/console/subscriptions">
+        Back to subscriptions
+      </a>
+    </div>
+  );
+}
+
 function RotationSummary({ rotation: r }: { rotation: RotationView }) {
   return (
     <section class="card step" id="summary">
@@ -422,14 +437,7 @@ function RotationSummary({ rotation: r }: { rotation: RotationView }) {
         </dd>
       </dl>
       <p>Events now go only to the new receiver.</p>
-      <div class="actions">
-        <a class="button primary" href={`/console/?subscription_id=${r.id}`}>
-          Watch its deliveries
-        </a>
-        <a class="button ghost" href="/console/subscriptions">
-          Back to subscriptions
-        </a>
-      </div>
+      <SummaryActions subscriptionId={r.id} />
     </section>
   );
 }
@@ -489,14 +497,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
               </dd>
             </dl>
             <p>Requests now carry one signature, made with the new secret.</p>
-            <div class="actions">
-              <a class="button primary" href={`/console/?subscription_id=${s.id}`}>
-                Watch its deliveries
-              </a>
-              <a class="button ghost" href="/console/subscriptions">
-                Back to subscriptions
-              </a>
-            </div>
+            <SummaryActions subscriptionId={s.id} />
           </section>
         ) : (
           <section class="card step">
@@ -592,6 +593,48 @@ export function recoverPage(props: { session: ConsoleSession; subscription: Subs
             </form>
           </section>
         )}
+      </>
+    ),
+  });
+}
+
+/** editSubscriptionPage edits a subscription's description; its URL and events change through the rotation wizard. */
+export function editSubscriptionPage(props: { session: ConsoleSession; subscription: Subscription; description?: string; notice?: NoticeData | null }): string {
+  const s = props.subscription;
+  return renderPage({
+    title: "Edit subscription",
+    session: props.session,
+    section: "subscriptions",
+    children: (
+      <>
+        <div class="page-head">
+          <p class="crumbs">
+            <a href="/console/subscriptions">Subscriptions</a> / <span>Edit</span>
+          </p>
+          <h1>Edit subscription</h1>
+          <p class="lead">
+            <span class="url">{s.target_url}</span>. The URL and events do not change in place: <a href={`/console/rotations/new?from=${s.id}`}>rotate the subscription</a>{" "}
+            instead, so no event is lost.
+          </p>
+        </div>
+        <NoticeBox notice={props.notice} />
+        <section class="card">
+          <form method="post" action={`/console/subscriptions/${s.id}/edit`} class="stack">
+            <CsrfField token={props.session.csrfToken} />
+            <label>
+              Description <span class="hint">optional</span>
+              <input type="text" name="description" maxLength={500} value={props.description ?? s.description ?? ""} />
+            </label>
+            <div class="actions">
+              <button type="submit" class="button primary">
+                Save
+              </button>
+              <a class="button ghost" href="/console/subscriptions">
+                Cancel
+              </a>
+            </div>
+          </form>
+        </section>
       </>
     ),
   });

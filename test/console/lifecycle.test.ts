@@ -151,4 +151,17 @@ describe("recover and pause from the subscriptions page", () => {
     expect(r.received[0]!.json).toMatchObject({ type: "contact.deleted", data: { id: contact.id } });
     expect(problems).toEqual([]);
   }, SLOW);
+
+  test("edit changes the description only", async () => {
+    const r = receiver("/edit");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Old label", events: ["contact.deleted"] })).data;
+    await page.goto(url("/console/subscriptions"));
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/edit`)), page.click(`tr[data-subscription-id="${sub.id}"] a:has-text('Edit')`)]);
+    expect(await page.inputValue("input[name=description]")).toBe("Old label");
+    await page.fill("input[name=description]", "Warehouse sync");
+    await Promise.all([page.waitForURL(url("/console/subscriptions")), page.click("button:has-text('Save')")]);
+    expect(await page.textContent(`tr[data-subscription-id="${sub.id}"]`)).toContain("Warehouse sync");
+    expect((await server.api("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).data).toMatchObject({ description: "Warehouse sync", target_url: r.url, events: ["contact.deleted"] });
+    expect(problems).toEqual([]);
+  }, SLOW);
 });
