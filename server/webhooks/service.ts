@@ -28,17 +28,17 @@ import { SECRET_PREFIX } from "./delivery.ts";
 import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
+  countFailedDeliveriesBetween,
   countDeliveriesBySubscription,
   countPendingDeliveries,
   countSubscriptions,
   deleteSubscription as deleteSubscriptionRow,
+  endSecretGrace,
   failPendingDeliveries,
   findAttemptsByDelivery,
   findDeliveryById,
   findEventPayload,
   findSubscriptionById,
-  countFailedDeliveriesBetween,
-  endSecretGrace,
   insertSubscription,
   listDeliveries,
   listSubscriptions,
@@ -285,10 +285,16 @@ export function recoverDeliveries(rt: Runtime, id: string, input: RecoveryInput,
   });
 }
 
+// Through JSON: TypeBox marks its schemas with symbol keys, which are not part of the JSON Schema.
+const EVENT_TYPES: EventTypeInfo[] = WEBHOOK_EVENT_TYPES.map((type) => ({
+  type,
+  description: EVENT_CATALOGUE[type].description,
+  schema: JSON.parse(JSON.stringify(EVENT_CATALOGUE[type].schema)) as Record<string, unknown>,
+}));
+
 /** eventTypes lists every event kind with its description and the JSON Schema of its body. */
 export function eventTypes(): EventTypeInfo[] {
-  // Through JSON: TypeBox marks its schemas with symbol keys, which are not part of the JSON Schema.
-  return WEBHOOK_EVENT_TYPES.map((type) => ({ type, description: EVENT_CATALOGUE[type].description, schema: JSON.parse(JSON.stringify(EVENT_CATALOGUE[type].schema)) as Record<string, unknown> }));
+  return EVENT_TYPES;
 }
 
 const webhookHeader = (name: string, description: string) => ({ name, in: "header", required: true, description, schema: { type: "string" } });
