@@ -268,11 +268,16 @@ describe("ordering and de-duplication", () => {
     expect(payloads.map((row) => JSON.parse(row.payload).data.version)).toEqual(Array.from({ length: 30 }, (_, i) => i + 2));
   });
 
-  test("a PATCH that changes nothing keeps the version", async () => {
+  test("a PATCH that changes nothing keeps the version; a batch upsert that changes the contact counts it up like a PATCH", async () => {
     h = scope.harness();
     const contact = await createContact();
     const res = await h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { first_name: "Ada" } });
     expect(res.body.data).toEqual(contact);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: [{ email: "ada@example.com", first_name: "Augusta Ada" }, { email: "ada@example.com", first_name: "Augusta Ada" }] } });
+    expect(batch.body.data.map((r: any) => r.status)).toEqual(["updated", "unchanged"]);
+    expect((await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data.version).toBe(2);
+    const updated = h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events WHERE type = 'contact.updated'").all();
+    expect(updated.map((row) => JSON.parse(row.payload).data.version)).toEqual([2]);
   });
 });
 
