@@ -52,6 +52,9 @@ describe("secret rotation: happy paths", () => {
     // Newest first: the first signature alone is the new secret's.
     expect(verifies(rotated.secret, { ...during, headers: { ...during.headers, "webhook-signature": signatures[0]! } })).toBe(true);
     expect(verifies(sub.secret, { ...during, headers: { ...during.headers, "webhook-signature": signatures[0]! } })).toBe(false);
+    // The history records both signatures sent.
+    const recorded = await h.delivery(during.headers["webhook-id"]!);
+    expect(recorded.attempt_history[0].request_headers["webhook-signature"]).toBe(during.headers["webhook-signature"]);
 
     endGrace(sub.id);
     await createContact({ first_name: "Grace" });
