@@ -14,10 +14,12 @@ export interface DocsInfo {
   description: string;
 }
 
-/** Documentation is what the OpenAPI document states beyond the routes: its title and security schemes. */
+/** Documentation is what the OpenAPI document states beyond the routes: its title, security schemes and the webhooks the service sends. */
 export interface Documentation {
   info: DocsInfo;
   securitySchemes: Record<string, unknown>;
+  /** the OpenAPI 3.1 top-level `webhooks`: requests the service makes to receivers */
+  webhooks?: Record<string, unknown>;
 }
 
 type Json = Record<string, any>;
@@ -149,12 +151,12 @@ function addGuardResponses(document: Json): void {
 const cache = new WeakMap<AnyElysia, { routeCount: number; document: Json }>();
 
 /** openApiDocument builds the OpenAPI 3.1 document of every route the app serves (cached until routes change). */
-export function openApiDocument(app: AnyElysia, { info, securitySchemes }: Documentation): Json {
+export function openApiDocument(app: AnyElysia, { info, securitySchemes, webhooks }: Documentation): Json {
   const routeCount = (app as unknown as { getGlobalRoutes(): unknown[] }).getGlobalRoutes().length;
   const hit = cache.get(app);
   if (hit?.routeCount === routeCount) return hit.document;
   const { paths, components } = toOpenAPISchema(routeTable(app));
-  const document: Json = { openapi: "3.1.2", info, paths, components: { ...components, securitySchemes } };
+  const document: Json = { openapi: "3.1.2", info, paths, ...(webhooks ? { webhooks } : {}), components: { ...components, securitySchemes } };
   fixResponses(document);
   addGuardResponses(document);
   cache.set(app, { routeCount, document });

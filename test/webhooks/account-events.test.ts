@@ -19,7 +19,11 @@ describe("account and relation events: happy paths", () => {
     const unlinked = (await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data;
     await waitFor(() => r.received.length === 5, "five deliveries");
     const verifier = new Webhook(sub.secret);
-    const events = r.received.map((got) => verifier.verify(got.body, got.headers) as { type: string; timestamp: string; data: any });
+    const events = r.received.map((got) => {
+      const { event_id, ...event } = verifier.verify(got.body, got.headers) as { type: string; event_id: string; timestamp: string; data: any };
+      expect(event_id).toMatch(/^evt_[0-9A-Z]{26}$/);
+      return event;
+    });
     // order between deliveries is not guaranteed: compare by kind and subject
     const key = (e: { type: string; data: any }) => `${e.type} ${e.data.updated_at ?? e.data.deleted_at}`;
     const deletedAt = events.find((e) => e.type === "account.deleted")!.data.deleted_at;
@@ -34,5 +38,7 @@ describe("account and relation events: happy paths", () => {
     );
     expect(unlinked.account_ids).toEqual([]);
     expect(unlinked.updated_at).toBe(deletedAt);
+    // each change of the contact counted its version up: created 1, linked 2, unlinked by the deletion 3
+    expect([contact.version, linked.version, unlinked.version]).toEqual([1, 2, 3]);
   });
 });
