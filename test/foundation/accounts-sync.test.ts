@@ -53,7 +53,7 @@ describe("accounts sync: happy paths", () => {
     expect([res.status, await res.text()]).toEqual([204, ""]);
     expectProblem(await h.json("GET", `/public/v1/accounts/${a.id}`), 404, "not-found");
     const after = (await h.json("GET", `/public/v1/contacts/${linked.id}`)).body.data;
-    expect(after).toEqual({ ...linked, account_ids: [b.id], updated_at: after.updated_at });
+    expect(after).toEqual({ ...linked, account_ids: [b.id], version: linked.version + 1, updated_at: after.updated_at });
     expect(after.updated_at > linked.updated_at).toBe(true);
     expect((await h.json("GET", `/public/v1/contacts/${other.id}`)).body.data).toEqual(other);
     const events = eventData(h).slice(4);

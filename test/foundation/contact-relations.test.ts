@@ -41,11 +41,11 @@ describe("contact relations: happy paths", () => {
     const added = await h.json("POST", path, { body: { account_id: b.id } });
     expect(added.status).toBe(200);
     expect(added.headers.get("location")).toBeNull();
-    const withB = { ...c, account_ids: [a.id, b.id], updated_at: added.body.data.updated_at };
+    const withB = { ...c, account_ids: [a.id, b.id], version: 2, updated_at: added.body.data.updated_at };
     expect(added.body).toEqual({ data: withB });
     expect((await h.json("POST", path, { body: { account_id: b.id } })).body).toEqual({ data: withB });
     const removed = await h.json("DELETE", `${path}/${a.id}`);
-    const withoutA = { ...withB, account_ids: [b.id], updated_at: removed.body.data.updated_at };
+    const withoutA = { ...withB, account_ids: [b.id], version: 3, updated_at: removed.body.data.updated_at };
     expect([removed.status, removed.body]).toEqual([200, { data: withoutA }]);
     expect((await h.json("DELETE", `${path}/${a.id}`)).body).toEqual({ data: withoutA });
     expect((await h.json("GET", `/public/v1/contacts/${c.id}`)).body).toEqual({ data: withoutA });
@@ -61,12 +61,12 @@ describe("contact relations: happy paths", () => {
     const c = await contact({ first_name: "Ada", tags: ["vip"] });
     const path = `/public/v1/contacts/${c.id}/tags`;
     const added = await h.json("POST", path, { body: { tag: "a/b c" } });
-    const tagged = { ...c, tags: ["vip", "a/b c"], updated_at: added.body.data.updated_at };
+    const tagged = { ...c, tags: ["vip", "a/b c"], version: 2, updated_at: added.body.data.updated_at };
     expect([added.status, added.body]).toEqual([200, { data: tagged }]);
     expect((await h.json("POST", path, { body: { tag: "a/b c" } })).body).toEqual({ data: tagged });
     expect((await h.json("GET", "/public/v1/contacts?tag=a/b%20c")).body).toEqual({ data: [tagged], meta: page(1) });
     const removed = await h.json("DELETE", `${path}/${encodeURIComponent("a/b c")}`);
-    const untagged = { ...tagged, tags: ["vip"], updated_at: removed.body.data.updated_at };
+    const untagged = { ...tagged, tags: ["vip"], version: 3, updated_at: removed.body.data.updated_at };
     expect([removed.status, removed.body]).toEqual([200, { data: untagged }]);
     expect((await h.json("DELETE", `${path}/absent`)).body).toEqual({ data: untagged });
     expect(eventTypes(h)).toEqual(["contact.created", "contact.updated", "contact.updated"]);
