@@ -21,6 +21,7 @@ import { VERSION } from "./version.ts";
 import { webhookRoutes } from "./webhooks/routes.ts";
 import { assertSecretsKeyOpens, loadSecretsKey, SecretBox } from "./webhooks/secrets.ts";
 import { SYSTEM_NETWORK, type Network } from "./webhooks/targets.ts";
+import { webhooksDocument } from "./webhooks/service.ts";
 import { DeliveryLoop } from "./webhooks/worker.ts";
 
 export interface AppOptions {
@@ -65,6 +66,7 @@ export function createApp(rt: Runtime) {
           description: "Contacts, accounts and users for server-side integrations, with signed, retried, recorded webhook deliveries. Errors are RFC 9457 problem+json.",
         },
         securitySchemes: { bearerAuth: { type: "http", scheme: "bearer", description: "API token (crm_...) created with `crm token create`." } },
+        webhooks: webhooksDocument(),
       }),
     )
     .use(contactRoutes(rt))

@@ -10,8 +10,10 @@ import contactRelationIds from "../../migrations/0006_contact_relation_ids.sql" 
 import accountNameKeyColumn from "../../migrations/0007_account_name_key.sql" with { type: "text" };
 import contactsEmailCreatedIndex from "../../migrations/0008_contacts_email_created_index.sql" with { type: "text" };
 import deliveryHistoryBounds from "../../migrations/0009_delivery_history_bounds.sql" with { type: "text" };
+import webhookLifecycle from "../../migrations/0010_webhook_lifecycle.sql" with { type: "text" };
 import endpointHealth from "../../migrations/0011_endpoint_health.sql" with { type: "text" };
 import contactExternalId from "../../migrations/0012_contact_external_id.sql" with { type: "text" };
+import syncApi from "../../migrations/0013_sync_api.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
@@ -39,8 +41,10 @@ export const MIGRATIONS: Migration[] = [
   { version: 7, name: "0007_account_name_key.sql", sql: accountNameKeyColumn, backfill: keyAccountNames },
   { version: 8, name: "0008_contacts_email_created_index.sql", sql: contactsEmailCreatedIndex },
   { version: 9, name: "0009_delivery_history_bounds.sql", sql: deliveryHistoryBounds },
+  { version: 10, name: "0010_webhook_lifecycle.sql", sql: webhookLifecycle },
   { version: 11, name: "0011_endpoint_health.sql", sql: endpointHealth, backfill: (db, context) => sealStoredSecrets(db, context.secrets) },
   { version: 12, name: "0012_contact_external_id.sql", sql: contactExternalId },
+  { version: 13, name: "0013_sync_api.sql", sql: syncApi },
 ];
 
 function ensureMigrationsTable(db: Database): void {

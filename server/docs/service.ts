@@ -14,10 +14,12 @@ export interface DocsInfo {
   description: string;
 }
 
-/** Documentation is what the OpenAPI document states beyond the routes: its title and security schemes. */
+/** Documentation is what the OpenAPI document states beyond the routes: its title, security schemes and the webhooks the service sends. */
 export interface Documentation {
   info: DocsInfo;
   securitySchemes: Record<string, unknown>;
+  /** the OpenAPI 3.1 top-level `webhooks`: requests the service makes to receivers */
+  webhooks?: Record<string, unknown>;
 }
 
 type Json = Record<string, any>;
@@ -98,7 +100,12 @@ function routeTable(app: AnyElysia): AnyElysia {
   } as unknown as AnyElysia;
 }
 
-/** fixResponses makes problem responses application/problem+json and gives bodiless responses no content. */
+const header = (description: string) => ({ description, schema: { type: "string" } });
+
+/**
+ * fixResponses makes problem responses application/problem+json, gives bodiless responses no
+ * content, and documents the Location of every 201 (set by idempotentPost).
+ */
 function fixResponses(document: Json): void {
   for (const pathItem of Object.values(document.paths as Json)) {
     for (const operation of Object.values(pathItem as Json)) {
@@ -106,12 +113,11 @@ function fixResponses(document: Json): void {
         const content = response.content as Json | undefined;
         if (content && typeof content.type === "string") delete response.content; // t.Void(): no body
         else if (Number(status) >= 400 && content?.["application/json"]) response.content = { "application/problem+json": content["application/json"] };
+        if (status === "201") response.headers = { ...response.headers, Location: header("Path of the created resource, e.g. /public/v1/contacts/con_...") };
       }
     }
   }
 }
-
-const header = (description: string) => ({ description, schema: { type: "string" } });
 
 /**
  * GUARD_RESPONSES are answered to any /public/v1 operation by the limits guard before routing
@@ -145,12 +151,12 @@ function addGuardResponses(document: Json): void {
 const cache = new WeakMap<AnyElysia, { routeCount: number; document: Json }>();
 
 /** openApiDocument builds the OpenAPI 3.1 document of every route the app serves (cached until routes change). */
-export function openApiDocument(app: AnyElysia, { info, securitySchemes }: Documentation): Json {
+export function openApiDocument(app: AnyElysia, { info, securitySchemes, webhooks }: Documentation): Json {
   const routeCount = (app as unknown as { getGlobalRoutes(): unknown[] }).getGlobalRoutes().length;
   const hit = cache.get(app);
   if (hit?.routeCount === routeCount) return hit.document;
   const { paths, components } = toOpenAPISchema(routeTable(app));
-  const document: Json = { openapi: "3.1.2", info, paths, components: { ...components, securitySchemes } };
+  const document: Json = { openapi: "3.1.2", info, paths, ...(webhooks ? { webhooks } : {}), components: { ...components, securitySchemes } };
   fixResponses(document);
   addGuardResponses(document);
   cache.set(app, { routeCount, document });

@@ -1,5 +1,7 @@
 import { pruneIdempotencyKeys } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
+import { DAY_MS } from "../shared/time.ts";
+import { pruneTombstones } from "../tombstones/service.ts";
 import { STATS_KEPT_MS } from "./stats.ts";
 import { deleteAttemptStatsBefore, deleteFinishedDeliveriesBefore, deleteUnreferencedEventsBefore, deleteUnusedHeaderSets, measureDeliveryHistory } from "./store.ts";
 
@@ -7,7 +9,6 @@ import { deleteAttemptStatsBefore, deleteFinishedDeliveriesBefore, deleteUnrefer
 const RETENTION_INTERVAL_MS = 60 * 60 * 1000;
 /** PRUNE_BATCH is how many rows one commit deletes, so pruning never holds the writer for long. */
 const PRUNE_BATCH = 1000;
-const DAY_MS = 24 * 60 * 60 * 1000;
 /** BUDGET_INTERVAL_MS is how often the history's size is held against --delivery-history-max-mb. */
 const BUDGET_INTERVAL_MS = 60 * 1000;
 /** BUDGET_STEP_MIN is the fewest deliveries one pruning step deletes, so a small excess does not cost a measure per row. */
@@ -25,17 +26,19 @@ async function pruneInBatches(rt: Runtime, prune: () => number): Promise<number>
 /**
  * pruneHistory deletes finished deliveries (with their attempts) created more than the retention
  * period ago, then events no delivery refers to any more, then idempotency keys past 24 hours,
- * then hourly attempt statistics older than the longest stats window (or of deleted subscriptions).
+ * then hourly attempt statistics older than the longest stats window (or of deleted subscriptions),
+ * then tombstones past their own (longer) retention.
  * Pending deliveries are kept whatever their age: pruning them would lose events.
  */
-export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<{ deliveries: number; events: number; idempotency_keys: number; attempt_stats: number }> {
+export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<{ deliveries: number; events: number; idempotency_keys: number; attempt_stats: number; tombstones: number }> {
   const cutoff = now - rt.config.deliveryRetentionDays * DAY_MS;
   const deliveries = await pruneInBatches(rt, () => deleteFinishedDeliveriesBefore(rt.db, cutoff, PRUNE_BATCH));
   const events = await pruneInBatches(rt, () => deleteUnreferencedEventsBefore(rt.db, cutoff, PRUNE_BATCH));
   const idempotencyKeys = await rt.writes.submit(() => pruneIdempotencyKeys(rt.db, now));
   if (deliveries > 0) await rt.writes.submit(() => deleteUnusedHeaderSets(rt.db));
   const attemptStats = await rt.writes.submit(() => deleteAttemptStatsBefore(rt.db, now - STATS_KEPT_MS));
-  return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats };
+  const tombstones = await pruneInBatches(rt, () => pruneTombstones(rt, now, PRUNE_BATCH));
+  return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats, tombstones };
 }
 
 /**
@@ -72,7 +75,7 @@ export function startRetentionJob(rt: Runtime, intervalMs = RETENTION_INTERVAL_M
       .then(() => pruneHistory(rt))
       .then(
         (pruned) => {
-          if (pruned.deliveries + pruned.events + pruned.idempotency_keys + pruned.attempt_stats > 0) rt.log.info("webhook history pruned", pruned);
+          if (pruned.deliveries + pruned.events + pruned.idempotency_keys + pruned.attempt_stats + pruned.tombstones > 0) rt.log.info("history pruned", pruned);
         },
         (error: unknown) => rt.log.error("pruning webhook history failed", { error: String(error) }),
       );

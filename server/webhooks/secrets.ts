@@ -4,7 +4,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { findOneSubscriptionSecret, listUnsealedSubscriptionSecrets, updateSubscriptionSecret } from "./store.ts";
+import { findOneSubscriptionSecret, listUnsealedSubscriptionSecrets, updateSubscriptionSecrets } from "./store.ts";
 
 /** SECRETS_KEY_FILE_NAME is the key file created in the data directory when --secrets-key-file is not given. */
 export const SECRETS_KEY_FILE_NAME = "secrets.key";
@@ -109,15 +109,17 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
 }
 
 /**
- * sealStoredSecrets seals every signing secret still stored in clear (migration 0011) and returns
- * how many. The key is asked for only when there is one to seal.
+ * sealStoredSecrets seals every signing secret, and previous secret of a rotation, still stored in
+ * clear (migration 0011) and returns for how many subscriptions. The key is asked for only when
+ * there is one to seal.
  */
 export function sealStoredSecrets(db: Database, openBox: (() => SecretBox) | undefined): number {
   const rows = listUnsealedSubscriptionSecrets(db);
   if (rows.length === 0) return 0;
   if (!openBox) throw new Error("signing secrets are stored in clear and migration 0011 needs the secrets key to seal them; run crm migrate or crm serve");
   const box = openBox();
-  for (const row of rows) updateSubscriptionSecret(db, row.id, box.seal(row.id, row.secret));
+  const sealed = (id: string, secret: string) => (isSealed(secret) ? secret : box.seal(id, secret));
+  for (const row of rows) updateSubscriptionSecrets(db, row.id, sealed(row.id, row.secret), row.previous_secret === null ? null : sealed(row.id, row.previous_secret));
   return rows.length;
 }
 

@@ -119,6 +119,44 @@ describe("migrations: data", () => {
       [JSON.parse(request(1_700_000_005, "v1,two")), { "content-type": "text/plain" }, 2],
     ]);
   });
+
+  test("0010 gives existing contacts version 1 and existing event bodies their event_id", () => {
+    const before = MIGRATIONS.findIndex((m) => m.name === "0010_webhook_lifecycle.sql");
+    migrate(db, MIGRATIONS.slice(0, before));
+    db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_a', '{}', 1, 1)");
+    db.run(`INSERT INTO events (id, type, payload, created_at) VALUES ('evt_a', 'contact.deleted', '{"type":"contact.deleted","timestamp":"2026-01-01T00:00:00.000Z","data":{"id":"con_b"}}', 1)`);
+    expect(migrate(db, MIGRATIONS.slice(0, before + 1))).toEqual(["0010_webhook_lifecycle.sql"]);
+    expect(db.query("SELECT id, version FROM contacts").all()).toEqual([{ id: "con_a", version: 1 }]);
+    const payload = JSON.parse(db.query<{ payload: string }, []>("SELECT payload FROM events").get()!.payload);
+    expect(payload).toEqual({ type: "contact.deleted", event_id: "evt_a", timestamp: "2026-01-01T00:00:00.000Z", data: { id: "con_b" } });
+  });
+});
+
+describe("migrations: data, sync api", () => {
+  test("0013 fills contact_tags from each contact's tags and the filter counts from tags, accounts and assigned users", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0013_sync_api.sql");
+    migrate(db, MIGRATIONS.slice(0, version));
+    db.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'One', '{}', 1, 1)");
+    db.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ('usr_1', 'U1', 'u1@crm.test', 1, 1)");
+    db.run(`INSERT INTO contacts (id, assigned_user_id, properties, created_at, updated_at) VALUES
+            ('con_a', 'usr_1', '{"tags":["vip","lead","vip"]}', 1, 1), ('con_b', 'usr_1', '{"tags":"not a list"}', 2, 2), ('con_c', NULL, '{}', 3, 3)`);
+    db.run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('con_a', 'acc_1', 0), ('con_c', 'acc_1', 0)");
+    expect(migrate(db)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(db.query("SELECT contact_id, tag FROM contact_tags ORDER BY contact_id, tag").all()).toEqual([
+      { contact_id: "con_a", tag: "lead" },
+      { contact_id: "con_a", tag: "vip" },
+    ]);
+    expect(db.query("SELECT filter, value, n FROM contact_filter_counts ORDER BY filter, value").all()).toEqual([
+      { filter: "account", value: "acc_1", n: 2 },
+      { filter: "assigned_user", value: "usr_1", n: 2 },
+      { filter: "tag", value: "lead", n: 1 },
+      { filter: "tag", value: "vip", n: 1 },
+    ]);
+    // from then on the triggers keep them: a deleted contact takes its tags, link and assignment along
+    db.run("DELETE FROM contacts WHERE id = 'con_a'");
+    db.run("UPDATE contacts SET assigned_user_id = NULL WHERE id = 'con_b'");
+    expect(db.query("SELECT filter, value, n FROM contact_filter_counts WHERE n > 0 ORDER BY filter, value").all()).toEqual([{ filter: "account", value: "acc_1", n: 1 }]);
+  });
 });
 
 describe("migrations: errors", () => {

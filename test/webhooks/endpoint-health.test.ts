@@ -56,6 +56,7 @@ describe("auto-disable: happy paths", () => {
     const event = new Webhook(pager.secret).verify(onCall.received[0]!.body, onCall.received[0]!.headers) as any;
     expect(event).toEqual({
       type: "subscription.disabled",
+      event_id: expect.stringMatching(/^evt_[0-9A-Z]{26}$/),
       timestamp: disabled.disabled_at,
       data: {
         subscription_id: sub.id,
@@ -126,6 +127,7 @@ describe("auto-disable: happy paths", () => {
     const event = new Webhook(pager.secret).verify(onCall.received[0]!.body, onCall.received[0]!.headers) as any;
     expect(event).toEqual({
       type: "delivery.exhausted",
+      event_id: expect.stringMatching(/^evt_[0-9A-Z]{26}$/),
       timestamp: expect.stringMatching(ISO),
       data: { delivery_id: failed.id, subscription_id: sub.id, event_type: "contact.created", target_url: failing.url, attempts: 2, last_response_status: 422, last_error: null },
     });

@@ -26,7 +26,7 @@ describe("delivery history: happy paths", () => {
     const detail = await h.delivery(delivery.id);
     expect(detail).toEqual({
       ...delivery,
-      payload: { type: "contact.created", timestamp: contact.created_at, data: contact },
+      payload: { type: "contact.created", event_id: delivery.event_id, timestamp: contact.created_at, data: contact },
       attempt_history: [
         {
           attempt: 1,
@@ -172,7 +172,7 @@ describe("delivery history: errors", () => {
     expect(res.body.errors).toEqual(
       expect.arrayContaining([
         { parameter: "status", detail: "must be one of: pending, succeeded, failed" },
-        { parameter: "event", detail: "must be one of: contact.created, contact.updated, contact.deleted, webhook.ping, subscription.disabled, delivery.exhausted" },
+        { parameter: "event", detail: "must be one of: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping, subscription.disabled, delivery.exhausted" },
       ]),
     );
     const time = await h.json("GET", "/public/v1/webhook-deliveries?created_after=yesterday");

@@ -5,7 +5,7 @@ import { createHarness, type Harness } from "../support/harness.ts";
 const SUB_ID = /^sub_[0-9A-Z]{26}$/;
 const SECRET = /^whsec_[A-Za-z0-9+/]{43}=$/;
 const MASKED = /^whsec_[A-Za-z0-9+/]{4}…$/;
-const KINDS = "contact.created, contact.updated, contact.deleted, webhook.ping, subscription.disabled, delivery.exhausted";
+const KINDS = "contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping, subscription.disabled, delivery.exhausted";
 
 let h: Harness;
 afterEach(() => h?.close());
@@ -26,9 +26,12 @@ describe("webhook subscriptions: happy paths", () => {
       status: "active",
       disabled_at: null,
       disabled_reason: null,
+      paused_at: null,
       max_rate: null,
       failing_since: null,
       secret: expect.stringMatching(SECRET),
+      secret_rotated_at: null,
+      previous_secret_expires_at: null,
       created_at: expect.stringMatching(ISO),
       updated_at: data.created_at,
     });
