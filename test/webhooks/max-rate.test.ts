@@ -83,6 +83,38 @@ describe("max_rate: happy paths", () => {
     }
   }, 90_000);
 
+  test("max_rate of 5/s holds during a recovery of 100 deliveries (receiver-side timestamps)", async () => {
+    h = scope.harness({ retrySchedule: [0.01, 0.01] });
+    const receiver = await startTimingReceiver();
+    try {
+      const created = await create({ target_url: receiver.url, events: ["contact.created"], max_rate: 5 });
+      const id = created.body.data.id;
+      const since = new Date(Date.now() - 1000).toISOString();
+      // An outage's end state, quickly: the deliveries wait while the subscription is paused, and
+      // are then marked as having used up their attempts.
+      expect((await h.json("POST", `/public/v1/webhook-subscriptions/${id}/pause`)).status).toBe(200);
+      await createContacts(100);
+      await h.rt.writes.submit(() => h.rt.db.run("UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL WHERE subscription_id = ?", [id]));
+      expect((await h.json("POST", `/public/v1/webhook-subscriptions/${id}/resume`)).status).toBe(200);
+      expect((await receiver.arrivals()).length).toBe(0);
+
+      const recovery = await h.json("POST", `/public/v1/webhook-subscriptions/${id}/recover`, { body: { since } });
+      expect(recovery.status).toBe(202);
+      expect(recovery.body.data.queued).toBe(100);
+      for (const until = Date.now() + 60_000; (await receiver.arrivals()).length < 104; await Bun.sleep(100)) {
+        if (Date.now() > until) throw new Error("gave up waiting for 100 recovered deliveries and 4 retries");
+      }
+      const deliveries = await settledDeliveries(h, `subscription_id=${id}&per_page=100`);
+      expect(deliveries.map((d) => d.status)).toEqual(Array(100).fill("succeeded"));
+      const arrivals = await receiver.arrivals();
+      expect(arrivals.length).toBe(104);
+      expect(busiestSecond(arrivals)).toBe(5);
+      expect(Math.max(...arrivals) - Math.min(...arrivals)).toBeGreaterThanOrEqual(103 * 200 - LOOPBACK_SLACK_MS);
+    } finally {
+      receiver.stop();
+    }
+  }, 90_000);
+
   test("without max_rate, a backlog goes out as fast as the receiver takes it", async () => {
     h = scope.harness();
     const r = scope.receiver();

@@ -78,6 +78,53 @@ describe("sealed secrets: happy paths", () => {
     }
   });
 
+  test("a rotated secret and the previous one are stored sealed; during the grace period requests verify with either; a replayed rotation shows the new secret", async () => {
+    h = scope.harness();
+    const r = scope.receiver();
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    const rotate = () => h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { body: { grace_hours: 1 }, headers: { "idempotency-key": "rotate-1" } });
+    const rotated = await rotate();
+    expect(rotated.status).toBe(200);
+    const newSecret: string = rotated.body.data.secret;
+    expect(newSecret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    const replay = await rotate();
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect(replay.body).toEqual(rotated.body);
+
+    const row = h.rt.db.query<{ secret: string; previous_secret: string }, [string]>("SELECT secret, previous_secret FROM webhook_subscriptions WHERE id = ?").get(sub.id)!;
+    expect(row.secret).toStartWith(`sealed-v1.${newSecret.slice(6, 10)}.`);
+    expect(row.previous_secret).toStartWith(`sealed-v1.${sub.secret.slice(6, 10)}.`);
+    expect(h.rt.secrets.open(sub.id, row.previous_secret)).toBe(sub.secret);
+
+    await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
+    await waitFor(() => r.received[0], "the delivery");
+    for (const secret of [newSecret, sub.secret]) expect(() => new Webhook(secret).verify(r.received[0]!.body, r.received[0]!.headers)).not.toThrow();
+
+    h.rt.writes.flush();
+    h.rt.db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    const bytes = fileBytes(h.dataDir);
+    for (const secret of [newSecret, sub.secret]) expect(bytes.includes(secret.slice(6))).toBe(false);
+  });
+
+  test("migration 0011 seals a previous secret stored in clear too", () => {
+    const dataDir = tempDir();
+    const db = openDatabase(databasePath(dataDir));
+    try {
+      migrate(db, MIGRATIONS.filter((m) => m.version < 11));
+      const id = newId("sub");
+      db.query(
+        "INSERT INTO webhook_subscriptions (id, target_url, events, secret, previous_secret, previous_secret_expires_at, created_at, updated_at) VALUES (?, 'http://127.0.0.1:9/x', '[]', 'whsec_TmV3bmV3', 'whsec_T2xkb2xk', ?, 1, 1)",
+      ).run(id, Date.now() + 3_600_000);
+      const rt = createRuntime({ db, config: configFor(dataDir), log: createLogger("error") });
+      const row = db.query<{ secret: string; previous_secret: string }, [string]>("SELECT secret, previous_secret FROM webhook_subscriptions WHERE id = ?").get(id)!;
+      expect([row.secret, row.previous_secret].map((s) => s.slice(0, 15))).toEqual(["sealed-v1.TmV3.", "sealed-v1.T2xk."]);
+      expect([rt.secrets.open(id, row.secret), rt.secrets.open(id, row.previous_secret)]).toEqual(["whsec_TmV3bmV3", "whsec_T2xkb2xk"]);
+    } finally {
+      db.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   test("--secrets-key-file names a key kept outside the data directory; none is created inside", () => {
     const dataDir = tempDir();
     const keyDir = tempDir();
