@@ -128,10 +128,12 @@ function recordAttempt(db: Database, config: Config, log: Logger, due: DueDelive
   });
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
-  // Read only after a failure: a success needs nothing of it, and it is most attempts.
+  // Read only after a failure: a success needs nothing of it, and it is most attempts. A success
+  // ends a failing streak seen when the delivery was claimed; one begun since (by an attempt that
+  // finished in between) is ended by the next success, at most a timeout later.
   let subscription: SubscriptionRow | null = null;
   if (succeeded(result)) {
-    markSubscriptionHealthy(db, due.subscription_id);
+    if (due.subscription_failing_since !== null) markSubscriptionHealthy(db, due.subscription_id);
   } else {
     status = "failed";
     subscription = findSubscriptionById(db, due.subscription_id);
