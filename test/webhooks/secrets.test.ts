@@ -198,10 +198,10 @@ describe("sealed secrets: security", () => {
       const db = openDatabase(databasePath(stolen));
       const guessedKey = new SecretBox(Buffer.alloc(32));
       for (const s of subs) expect(() => guessedKey.open(s.id, storedSecret(db, s.id))).toThrow(SecretUnreadable);
-      db.close();
-      expect(() => createRuntime({ db: openDatabase(databasePath(stolen)), config: configFor(stolen), log: createLogger("error") })).toThrow(
+      expect(() => createRuntime({ db, config: configFor(stolen), log: createLogger("error") })).toThrow(
         `secrets key file ${join(stolen, "secrets.key")} does not open the signing secrets in this database`,
       );
+      db.close();
     } finally {
       rmSync(stolen, { recursive: true, force: true });
     }
