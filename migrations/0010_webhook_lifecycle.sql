@@ -13,6 +13,8 @@ ALTER TABLE webhook_subscriptions ADD COLUMN paused_at INTEGER;
 -- Every change of a contact counts up its version, in the write that makes it, so receivers can
 -- order events and drop stale ones (updated_at repeats within a millisecond; retries arrive late).
 ALTER TABLE contacts ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+-- Accounts the same, for their account.* events.
+ALTER TABLE accounts ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
 
 -- Bodies carry their event's id, the same for every subscription, so a receiver can drop an event
 -- it already got through another subscription. Events written before this carry it too when retried.

@@ -1,3 +1,4 @@
+import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 import { MAX_DOMAIN_LENGTH, MAX_EXTRA_PROPERTIES_BYTES, MAX_NAME_LENGTH } from "../limits/limits.ts";
@@ -31,7 +32,7 @@ export const AccountPatch = t.Object(
 export type AccountPatch = typeof AccountPatch.static;
 
 /** READ_ONLY_ACCOUNT_FIELDS are set by the service; a PATCH may not carry them. */
-export const READ_ONLY_ACCOUNT_FIELDS = ["id", "created_at", "updated_at"] as const;
+export const READ_ONLY_ACCOUNT_FIELDS = ["id", "version", "created_at", "updated_at"] as const;
 
 /** AccountSchema is an account as the API returns it. */
 export const AccountSchema = t.Object(
@@ -39,6 +40,7 @@ export const AccountSchema = t.Object(
     id: t.String({ examples: ["acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M"] }),
     name: t.String(),
     domain: t.Union([t.String(), t.Null()], { description: "lowercased" }),
+    version: Type.Integer({ minimum: 1, description: "1 when created, one more with every change: of two representations of an account, the higher version is the newer." }),
     created_at: t.String({ format: "date-time" }),
     updated_at: t.String({ format: "date-time" }),
   },

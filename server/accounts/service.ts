@@ -33,12 +33,13 @@ function toAccount(row: AccountRow): Account {
     name: row.name,
     domain: row.domain,
     ...(JSON.parse(row.properties) as Record<string, unknown>),
+    version: row.version,
     created_at: toTimestamp(row.created_at),
     updated_at: toTimestamp(row.updated_at),
   };
 }
 
-const KNOWN = new Set(["id", "name", "domain", "created_at", "updated_at"]);
+const KNOWN = new Set(["id", "name", "domain", "version", "created_at", "updated_at"]);
 
 const accountSchemaErrors = schemaChecker(AccountInput);
 
@@ -48,7 +49,7 @@ export function accountItemErrors(item: unknown): FieldError[] {
   return schemaErrors.length > 0 ? schemaErrors : extraPropertiesErrors(item as Record<string, unknown>, KNOWN);
 }
 
-const blankAccount = (now: number): AccountRow => ({ id: newId("acc", now), name: "", name_key: "", domain: null, properties: "{}", created_at: now, updated_at: now });
+const blankAccount = (now: number): AccountRow => ({ id: newId("acc", now), name: "", name_key: "", domain: null, properties: "{}", version: 1, created_at: now, updated_at: now });
 
 /** accountRowFrom merges an input into a row (given fields replace, null clears a further property); the domain is stored lowercased. */
 function accountRowFrom(row: AccountRow, input: AccountInput, now: number): AccountRow {
@@ -90,13 +91,14 @@ function writeNewAccount(db: Database, input: AccountInput, now: number): Accoun
  * writes nothing. Refuses merged further properties over their limit.
  */
 function writeAccountChange(db: Database, current: AccountRow, input: AccountInput, now: number): { errors: FieldError[] } | { account: Account; changed: boolean } {
-  const row = accountRowFrom(current, input, now);
+  // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
+  const row = { ...accountRowFrom(current, input, now), version: current.version + 1 };
   const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, KNOWN);
   if (merged.length > 0) return { errors: merged };
   const before = toAccount(current);
   const after = toAccount(row);
   // Canonical form: the same properties sent in another key order are no change.
-  if (canonicalJson({ ...after, updated_at: null }) === canonicalJson({ ...before, updated_at: null })) return { account: before, changed: false };
+  if (canonicalJson({ ...after, version: null, updated_at: null }) === canonicalJson({ ...before, version: null, updated_at: null })) return { account: before, changed: false };
   updateAccountRow(db, row);
   recordEvent(db, "account.updated", after, now);
   return { account: after, changed: true };
@@ -185,11 +187,12 @@ export function updateAccount(rt: Runtime, id: string, input: AccountPatch): Pro
 export function deleteAccount(rt: Runtime, id: string): Promise<void> {
   return rt.writes.submit(() => {
     const now = Date.now();
-    if (!findAccountById(rt.db, id)) throw notFound("account", id);
+    const current = findAccountById(rt.db, id);
+    if (!current) throw notFound("account", id);
     detachAccountFromContacts(rt.db, id, now);
     deleteAccountRow(rt.db, id);
     insertTombstone(rt.db, "account", id, now);
-    recordEvent(rt.db, "account.deleted", { id, deleted_at: toTimestamp(now) }, now);
+    recordEvent(rt.db, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });
 }
 

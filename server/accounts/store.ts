@@ -10,6 +10,8 @@ export type AccountRow = {
   name_key: string;
   domain: string | null;
   properties: string;
+  /** 1 on creation, one more with every change (see accounts/service) */
+  version: number;
   created_at: number;
   updated_at: number;
 }
@@ -28,12 +30,12 @@ export function accountNameKey(name: string): string {
 
 /** insertAccount stores a new account row. */
 export function insertAccount(db: Database, row: AccountRow): void {
-  db.query("INSERT INTO accounts (id, name, name_key, domain, properties, created_at, updated_at) VALUES ($id, $name, $name_key, $domain, $properties, $created_at, $updated_at)").run(row);
+  db.query("INSERT INTO accounts (id, name, name_key, domain, properties, version, created_at, updated_at) VALUES ($id, $name, $name_key, $domain, $properties, $version, $created_at, $updated_at)").run(row);
 }
 
 /** updateAccount overwrites an account row's fields. */
 export function updateAccount(db: Database, row: AccountRow): void {
-  db.query("UPDATE accounts SET name = $name, name_key = $name_key, domain = $domain, properties = $properties, updated_at = $updated_at WHERE id = $id").run({ ...row, created_at: undefined } as never);
+  db.query("UPDATE accounts SET name = $name, name_key = $name_key, domain = $domain, properties = $properties, version = $version, updated_at = $updated_at WHERE id = $id").run({ ...row, created_at: undefined } as never);
 }
 
 /** deleteAccount removes an account row and tells whether it existed (its contact links must be gone first). */

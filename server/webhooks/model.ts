@@ -258,6 +258,7 @@ const payloadOf = (type: EventType, data: ReturnType<typeof t.Object>, descripti
     { additionalProperties: false, description },
   );
 
+const accountVersion = Type.Integer({ minimum: 1, description: "The account's version after this change; ignore an event whose version is not above the last one processed for this account." });
 const version = Type.Integer({ minimum: 1, description: "The contact's version after this change; ignore an event whose version is not above the last one processed for this contact." });
 
 /**
@@ -282,18 +283,18 @@ export const EVENT_CATALOGUE: Record<EventType, { description: string; schema: R
     ),
   },
   "account.created": {
-    description: "An account was created (POST /accounts or a batch). data is the account as GET /accounts/{id} returns it.",
+    description: "An account was created (POST /accounts or a batch). data is the account as GET /accounts/{id} returns it, version 1.",
     schema: payloadOf("account.created", AccountSchema, "Body of an account.created request."),
   },
   "account.updated": {
-    description: "An account changed (a PATCH or batch item that changes nothing sends none). data is the account after the change.",
+    description: "An account changed (a PATCH or batch item that changes nothing sends none). data is the account after the change; its version is one more than before.",
     schema: payloadOf("account.updated", AccountSchema, "Body of an account.updated request."),
   },
   "account.deleted": {
-    description: "An account was deleted; its contacts stay and lose the link, each with its own contact.updated. data names it.",
+    description: "An account was deleted; its contacts stay and lose the link, each with its own contact.updated. data names it, with the version following its last change.",
     schema: payloadOf(
       "account.deleted",
-      t.Object({ id: t.String({ pattern: "^acc_[0-9A-Z]{26}$" }), deleted_at: t.String({ format: "date-time" }) }, { additionalProperties: false }),
+      t.Object({ id: t.String({ pattern: "^acc_[0-9A-Z]{26}$" }), version: accountVersion, deleted_at: t.String({ format: "date-time" }) }, { additionalProperties: false }),
       "Body of an account.deleted request.",
     ),
   },

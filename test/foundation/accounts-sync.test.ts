@@ -28,7 +28,7 @@ describe("accounts sync: happy paths", () => {
     await Bun.sleep(2);
     const res = await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name: "Acme Corp", domain: null, tier: "platinum", region: null } });
     expect(res.status).toBe(200);
-    const expected = { id: a.id, name: "Acme Corp", domain: null, tier: "platinum", created_at: a.created_at, updated_at: res.body.data.updated_at };
+    const expected = { id: a.id, name: "Acme Corp", domain: null, tier: "platinum", version: 2, created_at: a.created_at, updated_at: res.body.data.updated_at };
     expect(res.body).toEqual({ data: expected });
     expect(res.body.data.updated_at).toMatch(ISO);
     expect(res.body.data.updated_at > a.updated_at).toBe(true);
@@ -60,7 +60,7 @@ describe("accounts sync: happy paths", () => {
     const deletedAt = (events[1]!.data as { deleted_at: string }).deleted_at;
     expect(events).toEqual([
       { type: "contact.updated", data: after },
-      { type: "account.deleted", data: { id: a.id, deleted_at: deletedAt } },
+      { type: "account.deleted", data: { id: a.id, version: 2, deleted_at: deletedAt } },
     ]);
     expect(deletedAt).toBe(after.updated_at);
     expect((await h.json("GET", "/public/v1/accounts/deleted")).body).toEqual({ data: [{ id: a.id, deleted_at: deletedAt }], meta: page(1) });

@@ -21,7 +21,7 @@ describe("accounts: happy paths", () => {
     const { id, created_at } = res.body.data;
     expect(id).toMatch(/^acc_[0-9A-Z]{26}$/);
     expect(created_at).toMatch(ISO);
-    expect(res.body).toEqual({ data: { id, name: "Acme Ltd", domain: "acme.example", industry: "anvils", created_at, updated_at: created_at } });
+    expect(res.body).toEqual({ data: { id, name: "Acme Ltd", domain: "acme.example", industry: "anvils", version: 1, created_at, updated_at: created_at } });
     expect((await h.json("GET", `/public/v1/accounts/${id}`)).body).toEqual(res.body);
   });
 

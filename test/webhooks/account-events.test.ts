@@ -33,12 +33,14 @@ describe("account and relation events: happy paths", () => {
         { type: "account.updated", timestamp: renamed.updated_at, data: renamed },
         { type: "contact.updated", timestamp: linked.updated_at, data: linked },
         { type: "contact.updated", timestamp: unlinked.updated_at, data: unlinked },
-        { type: "account.deleted", timestamp: deletedAt, data: { id: account.id, deleted_at: deletedAt } },
+        { type: "account.deleted", timestamp: deletedAt, data: { id: account.id, version: 3, deleted_at: deletedAt } },
       ].sort((a, b) => key(a).localeCompare(key(b))),
     );
     expect(unlinked.account_ids).toEqual([]);
     expect(unlinked.updated_at).toBe(deletedAt);
     // each change of the contact counted its version up: created 1, linked 2, unlinked by the deletion 3
     expect([contact.version, linked.version, unlinked.version]).toEqual([1, 2, 3]);
+    // and the account's: created 1, renamed 2, deleted 3
+    expect([account.version, renamed.version]).toEqual([1, 2]);
   });
 });
