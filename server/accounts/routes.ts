@@ -17,16 +17,16 @@ export function accountRoutes(rt: Runtime) {
       body: AccountInput,
       headers: IdempotencyKeyHeader,
       response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
-      detail: { summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids.", tags, ...secured },
+      detail: { operationId: "createAccount", summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids.", tags, ...secured },
     })
     .get("", ({ query }) => listAccountsPage(rt.db, query), {
       query: AccountListQuery,
       response: { 200: AccountListEnvelope, ...problemResponses(401, 403, 422) },
-      detail: { summary: "List accounts", tags, ...secured },
+      detail: { operationId: "listAccounts", summary: "List accounts", tags, ...secured },
     })
     .get("/:id", ({ params }) => ({ data: getAccount(rt.db, params.id) }), {
       params: t.Object({ id: t.String({ maxLength: 64 }) }),
       response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { summary: "Get an account", tags, ...secured },
+      detail: { operationId: "getAccount", summary: "Get an account", tags, ...secured },
     });
 }

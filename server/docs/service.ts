@@ -1,7 +1,8 @@
 // The package's main entry also replaces TypeBox's "email", "url", "uuid"... format checks, app-wide,
 // with ones that build a Zod schema per call (~20 us per checked email); the generator alone does not.
 import { toOpenAPISchema } from "@elysiajs/openapi/openapi";
-import type { AnyElysia } from "elysia";
+import type { AnyElysia, TSchema } from "elysia";
+import { tidyDocument } from "./document.ts";
 import swaggerUi from "swagger-ui-dist/package.json" with { type: "json" };
 // Imported as files so `bun build --compile` embeds them: /docs needs no CDN and no files beside the binary.
 import swaggerBundlePath from "swagger-ui-dist/swagger-ui-bundle.js" with { type: "file" };
@@ -14,10 +15,12 @@ export interface DocsInfo {
   description: string;
 }
 
-/** Documentation is what the OpenAPI document states beyond the routes: its title and security schemes. */
+/** Documentation is what the OpenAPI document states beyond the routes: its title, security schemes and named schemas. */
 export interface Documentation {
   info: DocsInfo;
   securitySchemes: Record<string, unknown>;
+  /** schemas named in components.schemas and referenced where routes use them (dependencies first) */
+  schemas: Record<string, TSchema>;
 }
 
 type Json = Record<string, any>;
@@ -115,11 +118,13 @@ const header = (description: string) => ({ description, schema: { type: "string"
 
 /**
  * GUARD_RESPONSES are answered to any /public/v1 operation by the limits guard before routing
- * (server/limits/routes.ts), so no route declares them; the document adds them to each.
+ * (server/limits/routes.ts), so no route declares them; the document names them once in
+ * components.responses and refers to them from each operation.
  */
-const GUARD_RESPONSES: Record<string, { description: string; headers?: Json }> = {
-  "414": { description: "The query string is longer than 4 KiB." },
+const GUARD_RESPONSES: Record<string, { name: string; description: string; headers?: Json }> = {
+  "414": { name: "QueryTooLong", description: "The query string is longer than 4 KiB." },
   "429": {
+    name: "TooManyRequests",
     description: "Over this token's rate limit, or too many requests without a valid token from this address.",
     headers: {
       "Retry-After": header("Seconds to wait before the next request gets through."),
@@ -127,17 +132,36 @@ const GUARD_RESPONSES: Record<string, { description: string; headers?: Json }> =
       "RateLimit-Policy": header('The quota, e.g. "write";q=100;w=2.'),
     },
   },
-  "431": { description: "The request headers are larger than 8 KiB or more than 100 fields." },
-  "503": { description: "The server is serving its connection limit; retry shortly." },
+  "431": { name: "HeadersTooLarge", description: "The request headers are larger than 8 KiB or more than 100 fields." },
+  "503": { name: "ServerBusy", description: "The server is serving its connection limit; retry shortly." },
 };
 
-/** addGuardResponses documents the limits guard's answers on every /public/v1 operation, with the problem body of its 401. */
-function addGuardResponses(document: Json): void {
+const RATE_LIMIT_HEADERS = {
+  RateLimit: header('Remaining quota of this token\'s policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers).'),
+  "RateLimit-Policy": header('The policy: its quota and window, e.g. "read";q=100;w=1.'),
+};
+
+/** addRateLimitHeaders declares the RateLimit headers the limits guard puts on every /public/v1 success. */
+function addRateLimitHeaders(document: Json): void {
   for (const [path, pathItem] of Object.entries(document.paths as Json)) {
     if (!path.startsWith("/public/v1")) continue;
     for (const operation of Object.values(pathItem as Json)) {
-      const content = operation.responses?.["401"]?.content;
-      for (const [status, response] of Object.entries(GUARD_RESPONSES)) operation.responses[status] ??= { ...response, content };
+      for (const [status, response] of Object.entries(operation.responses as Json)) {
+        if (/^2\d\d$/.test(status)) response.headers = { ...RATE_LIMIT_HEADERS, ...response.headers };
+      }
+    }
+  }
+}
+
+/** addGuardResponses documents the limits guard's problem answers on every /public/v1 operation. */
+function addGuardResponses(document: Json): void {
+  const problem = { "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } };
+  const responses: Json = (document.components.responses ??= {});
+  for (const { name, ...response } of Object.values(GUARD_RESPONSES)) responses[name] = { ...response, content: problem };
+  for (const [path, pathItem] of Object.entries(document.paths as Json)) {
+    if (!path.startsWith("/public/v1")) continue;
+    for (const operation of Object.values(pathItem as Json)) {
+      for (const [status, { name }] of Object.entries(GUARD_RESPONSES)) operation.responses[status] ??= { $ref: `#/components/responses/${name}` };
     }
   }
 }
@@ -145,14 +169,18 @@ function addGuardResponses(document: Json): void {
 const cache = new WeakMap<AnyElysia, { routeCount: number; document: Json }>();
 
 /** openApiDocument builds the OpenAPI 3.1 document of every route the app serves (cached until routes change). */
-export function openApiDocument(app: AnyElysia, { info, securitySchemes }: Documentation): Json {
+export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas }: Documentation): Json {
   const routeCount = (app as unknown as { getGlobalRoutes(): unknown[] }).getGlobalRoutes().length;
   const hit = cache.get(app);
   if (hit?.routeCount === routeCount) return hit.document;
   const { paths, components } = toOpenAPISchema(routeTable(app));
-  const document: Json = { openapi: "3.1.2", info, paths, components: { ...components, securitySchemes } };
+  // Relative: the API is served by the server that serves this document, whatever its public address.
+  const servers = [{ url: "/", description: "This server" }];
+  const document: Json = { openapi: "3.1.2", info, servers, paths, components: { ...components, securitySchemes } };
   fixResponses(document);
   addGuardResponses(document);
+  addRateLimitHeaders(document);
+  tidyDocument(document, schemas);
   cache.set(app, { routeCount, document });
   return document;
 }
