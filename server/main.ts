@@ -1,7 +1,9 @@
 #!/usr/bin/env bun
+import { existsSync } from "node:fs";
 import { constants } from "node:os";
+import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig } from "./config.ts";
-import { databasePath, openDatabase } from "./db/database.ts";
+import { databaseFile, databasePath, openDatabase } from "./db/database.ts";
 import { migrate } from "./db/migrations.ts";
 import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
@@ -67,8 +69,16 @@ function takeFlag(args: string[], name: string): boolean {
   return i >= 0;
 }
 
+/**
+ * openConfiguredDatabase opens the database of an existing data directory. Only serve and migrate
+ * create one: a token or user written to a new, empty database next to the running server's
+ * would be silently useless (the token would get 401).
+ */
 function openConfiguredDatabase(args: string[]) {
   const config = loadConfig(args);
+  if (!existsSync(databaseFile(config.dataDir))) {
+    throw new ConfigError(`no database at ${resolve(databaseFile(config.dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR`);
+  }
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   migrate(db);
   return db;
