@@ -1,4 +1,4 @@
-import type { Problem } from "../server/http/problem.ts";
+import type { Problem } from "../server/shared/problem.ts";
 
 /** CONTENT_SECURITY_POLICY allows only the console's own files: no inline scripts or styles, no framing. */
 export const CONTENT_SECURITY_POLICY =

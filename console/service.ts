@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
 import { createApiToken, revokeApiToken, type ApiTokenInfo } from "../server/auth/service.ts";
-import { notFound, ProblemError, validationProblem, type FieldError } from "../server/http/problem.ts";
+import { notFound, ProblemError, validationProblem, type FieldError } from "../server/shared/problem.ts";
 import type { Runtime } from "../server/runtime.ts";
 import type { ListMeta } from "../server/http/list-query.ts";
 import { sameBytes, sha256 } from "../server/shared/crypto.ts";

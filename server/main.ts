@@ -9,7 +9,8 @@ import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { createUser } from "./users/service.ts";
 import { createOperator } from "../console/service.ts";
-import { ProblemError } from "./http/problem.ts";
+import { flushLogs } from "./shared/log.ts";
+import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { startServer } from "./server.ts";
 import { VERSION } from "./version.ts";
@@ -99,6 +100,7 @@ async function main(argv: string[]): Promise<number> {
     case "serve": {
       const config = loadConfig(args);
       const running = await startServer(config);
+      flushLogs();
       process.stdout.write(`listening on ${running.url}\n`);
       let stopping = false;
       const shutdown = (signal: NodeJS.Signals) => {

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { problemResponses } from "../http/problem.ts";
+import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { AccountEnvelope, AccountInput, AccountListEnvelope, AccountListQuery } from "./model.ts";
 import { createAccount, getAccount, listAccountsPage } from "./service.ts";

@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { notFound, validationProblem } from "../http/problem.ts";
+import { notFound, validationProblem } from "../shared/problem.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
 import { listMeta, parseListQuery, type ListMeta } from "../http/list-query.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";

@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
 import { Elysia } from "elysia";
-import { ProblemError } from "../http/problem.ts";
+import { ProblemError } from "../shared/problem.ts";
 import { checkBearer, type AuthenticatedToken } from "./service.ts";
 
 /** unauthorized is the 401 problem, with the WWW-Authenticate challenge and any extra headers. */

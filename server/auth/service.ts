@@ -1,5 +1,6 @@
 import type { Database } from "bun:sqlite";
 import type { TokenRate } from "../limits/rate-limiter.ts";
+import { outsideWritesGeneration } from "../db/outside-writes.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
@@ -64,6 +65,7 @@ export function listTokens(db: Database): ApiTokenInfo[] {
 
 /** revokeApiToken revokes a token by id; false when no active token has that id. */
 export function revokeApiToken(db: Database, id: string, now = Date.now()): boolean {
+  tokenCaches.delete(db);
   return markTokenRevoked(db, id, now);
 }
 
@@ -75,20 +77,50 @@ export function findToken(db: Database, id: string): ApiTokenInfo | null {
 
 const lastTouched = new Map<string, number>();
 
+interface CachedTokens {
+  generation: number;
+  byHash: Map<string, AuthenticatedToken>;
+}
+
+const tokenCaches = new WeakMap<Database, CachedTokens>();
+
+/**
+ * cachedTokensOf returns the tokens this process has authenticated, keyed by the SHA-256 of the
+ * token, emptied whenever another connection has written (a CLI `token revoke`): the database
+ * is asked once per token, not once per request, and a revoked token is still refused at once.
+ */
+function cachedTokensOf(db: Database): Map<string, AuthenticatedToken> {
+  const generation = outsideWritesGeneration(db);
+  let cache = tokenCaches.get(db);
+  if (!cache || cache.generation !== generation) {
+    cache = { generation, byHash: new Map() };
+    tokenCaches.set(db, cache);
+  }
+  return cache.byHash;
+}
+
 /** authenticateBearer checks a presented token against the stored hashes in constant time. */
 export function authenticateBearer(db: Database, presented: string, now = Date.now()): AuthenticatedToken | null {
   if (!presented.startsWith("crm_") || presented.length < PREFIX_LENGTH || presented.length > 200) return null;
   const hash = sha256(presented);
-  let match: ApiTokenRow | null = null;
-  for (const row of findActiveTokensByPrefix(db, presented.slice(0, PREFIX_LENGTH))) {
-    if (sameBytes(row.token_hash, hash)) match = row;
+  // Keyed by the hash, not the token: a lookup's timing can tell nothing about a stored token.
+  const cached = cachedTokensOf(db);
+  const key = Buffer.from(hash.buffer, hash.byteOffset, hash.byteLength).toString("latin1");
+  let token = cached.get(key) ?? null;
+  if (!token) {
+    let match: ApiTokenRow | null = null;
+    for (const row of findActiveTokensByPrefix(db, presented.slice(0, PREFIX_LENGTH))) {
+      if (sameBytes(row.token_hash, hash)) match = row;
+    }
+    if (!match) return null;
+    token = { id: match.id, name: match.name };
+    cached.set(key, token);
   }
-  if (!match) return null;
-  if (now - (lastTouched.get(match.id) ?? 0) >= LAST_USED_RESOLUTION_MS) {
-    lastTouched.set(match.id, now);
-    touchTokenLastUsed(db, match.id, now);
+  if (now - (lastTouched.get(token.id) ?? 0) >= LAST_USED_RESOLUTION_MS) {
+    lastTouched.set(token.id, now);
+    touchTokenLastUsed(db, token.id, now);
   }
-  return { id: match.id, name: match.name };
+  return token;
 }
 
 /** tokenRate returns a token's own rate limit, or null when it uses the server's defaults. */

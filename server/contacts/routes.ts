@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { problemResponses } from "../http/problem.ts";
+import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, IncludeParam } from "./model.ts";
 import { createContact, deleteContact, getContact, listContactsPage, updateContact } from "./service.ts";

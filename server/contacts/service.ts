@@ -1,7 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
-import { notFound, validationProblem, type FieldError } from "../http/problem.ts";
+import { notFound, validationProblem, type FieldError } from "../shared/problem.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type ListMeta } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";

@@ -2,7 +2,7 @@ import type { TSchema } from "elysia";
 import { AccountInput, AccountSchema } from "../accounts/model.ts";
 import { Contact, ContactInput } from "../contacts/model.ts";
 import { ListMetaSchema } from "../http/list-query.ts";
-import { ProblemSchema } from "../http/problem.ts";
+import { ProblemSchema } from "../shared/problem.ts";
 import { Health, Readiness } from "../ops/model.ts";
 import { UserSchema } from "../users/model.ts";
 import { Attempt, Delivery, DeliveryDetail, Subscription, SubscriptionInput } from "../webhooks/model.ts";

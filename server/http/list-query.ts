@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import { t, type TSchema } from "elysia";
 import { parseTimestamp } from "../shared/time.ts";
 import { documentAs } from "./openapi-docs.ts";
-import { validationProblem, type FieldError } from "./problem.ts";
+import { validationProblem, type FieldError } from "../shared/problem.ts";
 
 export type SortDirection = "asc" | "desc";
 export type SortValue = string | number | null;
@@ -94,9 +94,16 @@ export function unknownParameterErrors(query: Record<string, unknown>, known: re
 export function repeatedParameterErrors(url: string): FieldError[] {
   const start = url.indexOf("?");
   if (start < 0 || url.indexOf("&", start) < 0) return [];
+  const query = url.slice(start + 1);
+  let names = query.split("&").filter((pair) => pair !== "").map((pair) => {
+    const eq = pair.indexOf("=");
+    return eq < 0 ? pair : pair.slice(0, eq);
+  });
+  // A name with an escape (p%61ge is page) is decoded as the router decodes it.
+  if (names.some((name) => name.includes("%") || name.includes("+"))) names = [...new URLSearchParams(query).keys()];
   const seen = new Set<string>();
   const repeated = new Set<string>();
-  for (const name of new URLSearchParams(url.slice(start + 1)).keys()) (seen.has(name) ? repeated : seen).add(name);
+  for (const name of names) (seen.has(name) ? repeated : seen).add(name);
   return [...repeated].map((name) => ({ parameter: name, detail: "must be given once" }));
 }
 

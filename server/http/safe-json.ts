@@ -1,6 +1,6 @@
 import { MAX_JSON_DEPTH } from "../limits/limits.ts";
 import { pointerSegment } from "../limits/service.ts";
-import { ProblemError } from "./problem.ts";
+import { ProblemError } from "../shared/problem.ts";
 
 // JSON.parse keeps the last of two equal keys, nests as deep as its stack allows, rounds integers
 // past 2^53 and turns 1e400 into Infinity, all silently. A forward-only scan refuses those texts

@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { ProblemError } from "../http/problem.ts";
+import { ProblemError } from "../shared/problem.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { findIdempotencyRecord, upsertIdempotencyRecord, deleteIdempotencyRecordsBefore, type IdempotencyKeyId } from "./store.ts";
 

@@ -1,4 +1,4 @@
-import type { FieldError } from "../http/problem.ts";
+import type { FieldError } from "../shared/problem.ts";
 import {
   MAX_CONSENT_BYTES,
   MAX_CUSTOM_FIELDS,

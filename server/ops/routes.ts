@@ -1,9 +1,10 @@
 import { Elysia, t } from "elysia";
 import { publicOperation } from "../http/openapi-docs.ts";
-import { problemResponses } from "../http/problem.ts";
+import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { Health, Readiness } from "./model.ts";
-import { authorizeMetrics, clientHints, health, metricsText, readiness } from "./service.ts";
+import { clientHints } from "../http/client-address.ts";
+import { authorizeMetrics, health, metricsText, readiness } from "./service.ts";
 
 const tags = ["Operations"];
 

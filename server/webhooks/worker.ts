@@ -1,7 +1,6 @@
 import type { Database } from "bun:sqlite";
 import type { Config } from "../config.ts";
 import type { WriteQueue } from "../db/write-queue.ts";
-import { notFound, ProblemError } from "../http/problem.ts";
 import type { Logger } from "../shared/log.ts";
 import { sendAttempt, type AttemptResult } from "./delivery.ts";
 import {
@@ -41,6 +40,11 @@ const MAX_TIMER_MS = 60 * 60 * 1000;
 const DRAIN_DEADLINE_MS = 10_000;
 
 export type Trigger = "scheduled" | "manual";
+
+/** AttemptRefusal says why a manual attempt was not made; the webhooks service answers it over HTTP. */
+export type AttemptRefusal =
+  | { refused: "not-found" | "in-progress" | "shutting-down" }
+  | { refused: "subscription-deleted" | "subscription-disabled"; subscriptionId: string };
 
 /** DeliveryOutcome describes a finished attempt, for metrics. */
 export interface DeliveryOutcome {
@@ -310,28 +314,27 @@ export class DeliveryLoop {
   }
 
   /**
-   * attemptNow makes a manual attempt of a delivery whatever its status, unless its subscription
-   * is gone or disabled or an attempt is already under way (409). `inRecordWrite` runs inside the
-   * write that records the outcome.
+   * attemptNow makes a manual attempt of a delivery whatever its status, and resolves with null
+   * once it is recorded, or with why it was not made: the delivery or its subscription is gone,
+   * the subscription is disabled, an attempt is under way, or the loop is shutting down.
+   * `inRecordWrite` runs inside the write that records the outcome.
    */
-  async attemptNow(id: string, inRecordWrite?: (db: Database) => void): Promise<void> {
+  async attemptNow(id: string, inRecordWrite?: (db: Database) => void): Promise<AttemptRefusal | null> {
     const { db, writes, config } = this.deps;
-    if (this.state === "stopping" || this.state === "stopped") {
-      throw new ProblemError(503, "shutting-down", "The server is shutting down; retry the delivery after it restarts.", undefined, { "retry-after": "5" });
-    }
-    const due = await writes.submit(() => {
+    if (this.state === "stopping" || this.state === "stopped") return { refused: "shutting-down" };
+    const claim = await writes.submit((): AttemptRefusal | DueDelivery => {
       const now = Date.now();
       const row = findDeliveryToSend(db, id);
-      if (!row) throw notFound("webhook delivery", id);
-      if (row.secret === null) throw new ProblemError(409, "subscription-deleted", `The subscription ${row.subscription_id} of this delivery was deleted; nothing can be sent for it.`);
-      if (row.subscription_status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${row.subscription_id} is disabled; create a new subscription for the receiver.`);
-      if (row.locked_until !== null && row.locked_until > now) {
-        throw new ProblemError(409, "delivery-in-progress", "An attempt of this delivery is under way; read the delivery again when it has finished.", undefined, { "retry-after": "1" });
-      }
+      if (!row) return { refused: "not-found" };
+      if (row.secret === null) return { refused: "subscription-deleted", subscriptionId: row.subscription_id };
+      if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
+      if (row.locked_until !== null && row.locked_until > now) return { refused: "in-progress" };
       leaseDeliveries(db, [id], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
       return row;
     });
-    await this.dispatch(due, "manual", inRecordWrite);
+    if ("refused" in claim) return claim;
+    await this.dispatch(claim, "manual", inRecordWrite);
+    return null;
   }
 
   /**

@@ -1,0 +1,107 @@
+import { DEFAULT_CONFIG } from "../config.ts";
+import { MAX_BODY_BYTES } from "../limits/limits.ts";
+import { ProblemError } from "../shared/problem.ts";
+import { parseSafeJson } from "./safe-json.ts";
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+function bodyTimedOut(timeoutMs: number): ProblemError {
+  return new ProblemError(408, "body-timeout", `The request body did not arrive within ${timeoutMs} ms.`, undefined, { connection: "close" });
+}
+
+function decodeBody(bytes: Uint8Array | ArrayBuffer): string {
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    throw new ProblemError(400, "invalid-json", "The request body is not valid UTF-8.");
+  }
+}
+
+/**
+ * readDeclaredBody reads a body of a declared length (at most 1 MiB, which the framing enforces)
+ * in one call: Bun fills it natively, where a stream reader costs a few microseconds per request (bench/).
+ */
+async function readDeclaredBody(request: Request, timeoutMs: number): Promise<string> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), timeoutMs);
+  });
+  const reading = request.arrayBuffer();
+  // After a 408 the connection closes and the unfinished read fails; nobody waits for it any more.
+  reading.catch(() => {});
+  let bytes: ArrayBuffer | null;
+  try {
+    bytes = await Promise.race([reading, timeout]);
+  } catch {
+    throw new ProblemError(400, "incomplete-body", "The connection ended before the whole request body arrived.");
+  } finally {
+    clearTimeout(timer);
+  }
+  if (bytes === null) throw bodyTimedOut(timeoutMs);
+  return decodeBody(bytes);
+}
+
+/** readLimitedBody reads at most 1 MiB of body, and answers 408 if it takes longer than timeoutMs to arrive. */
+async function readLimitedBody(request: Request, timeoutMs: number): Promise<string> {
+  const declared = request.headers.get("content-length");
+  if (declared !== null && Number(declared) > MAX_BODY_BYTES) throw bodyTooLarge();
+  if (declared !== null) return readDeclaredBody(request, timeoutMs);
+  const body = request.body;
+  if (!body) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = body.getReader();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    reader.cancel().catch(() => {});
+  }, timeoutMs);
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (timedOut) break;
+      if (done) break;
+      size += value.byteLength;
+      if (size > MAX_BODY_BYTES) {
+        reader.cancel().catch(() => {});
+        throw bodyTooLarge();
+      }
+      chunks.push(value);
+    }
+  } catch (error) {
+    if (error instanceof ProblemError) throw error;
+    if (!timedOut) throw new ProblemError(400, "incomplete-body", "The connection ended before the whole request body arrived.");
+  } finally {
+    clearTimeout(timer);
+  }
+  if (timedOut) throw bodyTimedOut(timeoutMs);
+  return decodeBody(Buffer.concat(chunks));
+}
+
+function bodyTooLarge(): ProblemError {
+  return new ProblemError(413, "body-too-large", `The request body exceeds the limit of ${MAX_BODY_BYTES} bytes (1 MiB).`);
+}
+
+/**
+ * parseJsonBody reads a request body that must be a JSON object, parsed safely (safe-json.ts);
+ * problems for anything else.
+ */
+export async function parseJsonBody(request: Request, bodyTimeoutMs = DEFAULT_CONFIG.bodyTimeoutMs): Promise<unknown> {
+  const contentType = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+  const text = await readLimitedBody(request, bodyTimeoutMs);
+  if (text === "") return undefined; // no body: routes that need one answer 422 from their schema
+  if (contentType !== "application/json" && !contentType.endsWith("+json")) {
+    throw new ProblemError(
+      415,
+      "unsupported-media-type",
+      contentType === ""
+        ? "Send the request body as JSON with Content-Type: application/json."
+        : `Content-Type ${contentType} is not accepted; send application/json.`,
+    );
+  }
+  const value = parseSafeJson(text);
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new ProblemError(422, "validation", "The request body must be a JSON object.", [{ pointer: "", detail: "must be a JSON object" }]);
+  }
+  return value;
+}

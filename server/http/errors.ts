@@ -1,0 +1,83 @@
+import { ValidationError } from "elysia";
+import type { Logger } from "../shared/log.ts";
+import { ProblemError, problem, type FieldError, type Problem } from "../shared/problem.ts";
+import { pathOf } from "./request-log.ts";
+
+/** routePatternMatches tells whether a concrete path matches an Elysia route pattern like /a/:id. */
+function routePatternMatches(pattern: string, path: string): boolean {
+  const a = pattern.split("/");
+  const b = path.split("/");
+  // A trailing * stands for the rest of the path; every segment before it must still match.
+  if (a.at(-1) === "*" ? b.length < a.length - 1 : a.length !== b.length) return false;
+  return a.every((segment, i) => (segment.startsWith(":") ? b[i] !== undefined && b[i] !== "" : segment === "*" || segment === b[i]));
+}
+
+function validationErrors(error: ValidationError): FieldError[] {
+  const where = error.type === "query" || error.type === "params" ? "parameter" : error.type === "headers" ? "header" : "pointer";
+  const seen = new Set<string>();
+  const errors: FieldError[] = [];
+  for (const issue of error.all as { path?: string; message: string; schema?: { error?: unknown } }[]) {
+    const path = issue.path ?? "";
+    if (seen.has(path)) continue; // TypeBox reports a union failure and its branches; the first says it
+    // A string where a list belongs is also walked character by character; the list's error says it.
+    if ([...seen].some((parent) => path.startsWith(`${parent}/`))) continue;
+    seen.add(path);
+    const detail = typeof issue.schema?.error === "string" ? issue.schema.error : issue.message;
+    errors.push(where === "pointer" ? { pointer: path, detail } : { [where]: path.replace(/^\//, ""), detail });
+  }
+  return errors;
+}
+
+/** RouteEntry is one route of the app's table (query: the route has a query schema). */
+export interface RouteEntry {
+  method: string;
+  path: string;
+  query: boolean;
+}
+
+/** allowedMethods lists the methods the app's routes serve on a concrete path. */
+function allowedMethods(routes: RouteEntry[], path: string): string[] {
+  return [...new Set(routes.filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path)).map((r) => r.method))];
+}
+
+/** ErrorMapping is what an error becomes on the wire: a problem document and its extra headers. */
+export interface ErrorMapping {
+  body: Problem;
+  headers: Record<string, string>;
+}
+
+/**
+ * errorToProblem turns anything a request's handling threw into the problem to answer with:
+ * ProblemErrors as they say, request validation as 422 with pointers, an unknown route as 404 or
+ * (known path, other method) 405 with Allow, and anything unexpected as a logged, opaque 500.
+ */
+export function errorToProblem(
+  { code, error, request, requestId }: { code: unknown; error: unknown; request: Request; requestId: string },
+  { log, routes }: { log: Logger; routes: () => RouteEntry[] },
+): ErrorMapping {
+  const headers: Record<string, string> = {};
+  // Elysia wraps whatever the parse hook throws in its own ParseError.
+  if (code === "PARSE" && (error as Error).cause instanceof ProblemError) error = (error as Error).cause as ProblemError;
+  if (error instanceof ProblemError) return { body: error.toProblem(), headers: { ...error.headers } };
+  if (code === "VALIDATION" && (error as ValidationError).type !== "response") {
+    return { body: problem(422, "validation", "The request has invalid fields.", validationErrors(error as ValidationError)), headers };
+  }
+  if (code === "NOT_FOUND") {
+    const path = pathOf(request);
+    const allowed = allowedMethods(routes(), path);
+    if (allowed.length > 0 && !allowed.includes(request.method)) {
+      return { body: problem(405, "method-not-allowed", `${request.method} is not allowed on ${path}; allowed: ${allowed.join(", ")}.`), headers: { allow: allowed.join(", ") } };
+    }
+    return { body: problem(404, "not-found", `No route matches ${request.method} ${path}.`), headers };
+  }
+  if (code === "PARSE") return { body: problem(400, "invalid-json", "The request body could not be parsed."), headers };
+  // A ValidationError here is of a response (requests were handled above): the server's fault.
+  const status = !(error instanceof ValidationError) && typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;
+  if (status >= 400 && status < 500) return { body: problem(status, "bad-request", "The request could not be processed."), headers };
+  // A broken response's error carries the response itself, which may hold secrets: log only where it broke.
+  const described = error instanceof ValidationError
+    ? { error: `the response does not match its schema at ${(error.all[0] as { path?: string } | undefined)?.path || "/"}` }
+    : { error: String(error), stack: (error as Error)?.stack };
+  log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request), ...described });
+  return { body: problem(500, "internal", `An unexpected error occurred. Quote request id ${requestId} when reporting it.`), headers };
+}

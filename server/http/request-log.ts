@@ -1,0 +1,53 @@
+import type { Metrics } from "../ops/metrics.ts";
+import { newId } from "../shared/ids.ts";
+import type { Logger } from "../shared/log.ts";
+
+interface RequestInfo {
+  id: string;
+  started: number;
+}
+
+const requestInfo = new WeakMap<Request, RequestInfo>();
+
+const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
+
+// Load balancers and Prometheus call these every few seconds; at info they would bury every other line.
+const PROBE_PATHS = new Set(["/healthz", "/readyz", "/metrics"]);
+
+/** pathOf returns a request's path without parsing the whole URL. */
+export function pathOf(request: Request): string {
+  const url = request.url;
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  const end = url.indexOf("?", start);
+  return start < 0 ? "/" : end < 0 ? url.slice(start) : url.slice(start, end);
+}
+
+/** startRequest assigns a request its id (the client's, when safe) and notes when it started. */
+export function startRequest(request: Request): string {
+  const incoming = request.headers.get("x-request-id");
+  const id = incoming && SAFE_REQUEST_ID.test(incoming) ? incoming : newId("req");
+  requestInfo.set(request, { id, started: performance.now() });
+  return id;
+}
+
+/** requestIdOf returns the id assigned to a request (for logs of work done on its behalf). */
+export function requestIdOf(request: Request): string {
+  return requestInfo.get(request)?.id ?? "unknown";
+}
+
+/** requestFinisher returns the function that counts and logs one answered request. */
+export function requestFinisher(log: Logger, metrics?: Metrics) {
+  return (request: Request, status: number, route: string): void => {
+    const info = requestInfo.get(request);
+    if (info) metrics?.observeRequest(request.method, route, status, (performance.now() - info.started) / 1000);
+    const path = pathOf(request);
+    // A probe that succeeds is routine; a failing one (not ready, a refused scrape) is news.
+    log[status < 400 && PROBE_PATHS.has(path) ? "debug" : "info"]("request", {
+      request_id: info?.id,
+      method: request.method,
+      path,
+      status,
+      duration_ms: info ? Math.round((performance.now() - info.started) * 100) / 100 : undefined,
+    });
+  };
+}
