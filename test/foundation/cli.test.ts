@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { tokenCreateCommand } from "../../server/server.ts";
 import { VERSION } from "../../server/version.ts";
 import { ISO } from "./support.ts";
 
@@ -137,6 +138,14 @@ describe("command line: happy paths", () => {
       proc.kill();
       await proc.exited;
     }
+  });
+});
+
+describe("first-start hint", () => {
+  test("names the program as run here and the data directory, quoted for the shell when it needs it", () => {
+    expect(tokenCreateCommand("./data", join(ROOT, "server/main.ts"), "/usr/bin/bun", ROOT)).toBe(`npx bun server/main.ts token create --name my-integration --data-dir ${join(ROOT, "data")}`);
+    expect(tokenCreateCommand("d", "/srv/crm/server/main.ts", "/usr/bin/bun", "/home/ada")).toBe("npx bun /srv/crm/server/main.ts token create --name my-integration --data-dir /home/ada/d");
+    expect(tokenCreateCommand("/var/lib/crm's data", "/$bunfs/root/crm", "/opt/crm/bin/crm", "/")).toBe("/opt/crm/bin/crm token create --name my-integration --data-dir '/var/lib/crm'\\''s data'");
   });
 });
 
