@@ -27,9 +27,9 @@ function keyOf(value: unknown): string {
 }
 
 /**
- * isNumericTransform recognises Elysia's t.Integer/t.Numeric as the generator writes them: a
- * numeric string or a number. That transform is for query input; in a body or response the
- * value is a JSON number, so the document states only the number.
+ * numericBranch answers the number schema of Elysia's t.Integer/t.Numeric as the generator writes
+ * them (a numeric string or a number), else null. That transform is for query input; in a body or
+ * response the value is a JSON number, so the document states only the number.
  */
 function numericBranch(schema: Json): Json | null {
   const branches = schema.anyOf;
