@@ -101,6 +101,16 @@ function routeTable(app: AnyElysia): AnyElysia {
   } as unknown as AnyElysia;
 }
 
+/**
+ * compileRoutes compiles every route's handler, as its first request would. Compiling sets
+ * additionalProperties: false on the route's top-level body and response schemas that say
+ * nothing (Elysia strips unknown properties there), on the shared schema objects; without this,
+ * the document would change with which routes had been called before it was built.
+ */
+function compileRoutes(app: AnyElysia): void {
+  for (const route of (app as unknown as { getGlobalRoutes(): { compile?(): unknown }[] }).getGlobalRoutes()) route.compile?.();
+}
+
 /** fixResponses makes problem responses application/problem+json and gives bodiless responses no content. */
 function fixResponses(document: Json): void {
   for (const pathItem of Object.values(document.paths as Json)) {
@@ -173,6 +183,7 @@ export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas
   const routeCount = (app as unknown as { getGlobalRoutes(): unknown[] }).getGlobalRoutes().length;
   const hit = cache.get(app);
   if (hit?.routeCount === routeCount) return hit.document;
+  compileRoutes(app);
   const { paths, components } = toOpenAPISchema(routeTable(app));
   // Relative: the API is served by the server that serves this document, whatever its public address.
   const servers = [{ url: "/", description: "This server" }];

@@ -12,6 +12,15 @@ import { createLogger } from "../../server/shared/log.ts";
 
 const committed = (name: string) => readFileSync(join(CLIENT_DIR, name), "utf8");
 
+/** firstDifference shows the first line where `actual` differs from `expected`, with its number, or null when they are equal. */
+function firstDifference(expected: string, actual: string): string | null {
+  if (expected === actual) return null;
+  const [want, got] = [expected.split("\n"), actual.split("\n")];
+  const line = want.findIndex((text, i) => text !== got[i]);
+  const at = line < 0 ? want.length : line;
+  return `line ${at + 1}: committed ${JSON.stringify(want[at])}, served ${JSON.stringify(got[at])}`;
+}
+
 /** run runs a program to its end without blocking this process, which serves the requests the program makes. */
 async function run(command: string[], env: Record<string, string>, cwd?: string): Promise<{ stdout: string; stderr: string; exitCode: number }> {
   const child = Bun.spawn(command, { env: { ...process.env, ...env }, cwd, stdout: "pipe", stderr: "pipe" });
@@ -23,7 +32,7 @@ describe("generated client", () => {
   test("client/openapi.json and client/schema.d.ts are what the served document generates (else: npm run client:generate)", async () => {
     const files = await clientFiles(await servedDocument());
     expect(Object.keys(files).sort()).toEqual(["openapi.json", "schema.d.ts"]);
-    for (const [name, text] of Object.entries(files)) expect(text === committed(name), `client/${name} is stale: run npm run client:generate`).toBe(true);
+    for (const [name, text] of Object.entries(files)) expect(firstDifference(committed(name), text), `client/${name} is stale: run npm run client:generate`).toBeNull();
   }, 60_000);
 
   test("the types name every operation by its operationId and type error answers as Problem", () => {
