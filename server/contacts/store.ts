@@ -191,7 +191,10 @@ export function listContacts(
   // (cost: the matching rows); the unary + (which keeps the column's collation) stops SQLite from
   // walking the sort index instead and skipping every row the filter refuses. Otherwise the
   // keyset is one range of the sort index; put first, SQLite seeks on it rather than on the filter.
-  const sortFiltered = (page.sortBy === "created_at" && filters.createdAfter !== undefined) || (page.sortBy === "updated_at" && filters.updatedAfter !== undefined);
+  // An email filter in the default order reads contacts_email_created (email, created_at, id) in order.
+  const sortFiltered =
+    (page.sortBy === "created_at" && (filters.createdAfter !== undefined || filters.email !== undefined)) ||
+    (page.sortBy === "updated_at" && filters.updatedAfter !== undefined);
   const column = hasFilters(filters) && !sortFiltered && !walk ? `+c.${page.sortBy}` : `c.${page.sortBy}`;
   const order = keysetOrder(column, "c.id", page.direction, page.cursor, NULLABLE_SORTS.has(page.sortBy));
   const select = (keyset: { after: string; params: (string | number)[] } | null, limit: number) => {

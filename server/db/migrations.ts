@@ -8,6 +8,7 @@ import limits from "../../migrations/0004_limits.sql" with { type: "text" };
 import deliveryCountsIndex from "../../migrations/0005_delivery_counts_index.sql" with { type: "text" };
 import contactRelationIds from "../../migrations/0006_contact_relation_ids.sql" with { type: "text" };
 import accountNameKeyColumn from "../../migrations/0007_account_name_key.sql" with { type: "text" };
+import contactsEmailCreatedIndex from "../../migrations/0008_contacts_email_created_index.sql" with { type: "text" };
 
 export interface Migration {
   version: number;
@@ -26,6 +27,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 5, name: "0005_delivery_counts_index.sql", sql: deliveryCountsIndex },
   { version: 6, name: "0006_contact_relation_ids.sql", sql: contactRelationIds },
   { version: 7, name: "0007_account_name_key.sql", sql: accountNameKeyColumn, backfill: keyAccountNames },
+  { version: 8, name: "0008_contacts_email_created_index.sql", sql: contactsEmailCreatedIndex },
 ];
 
 function ensureMigrationsTable(db: Database): void {

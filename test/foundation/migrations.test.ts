@@ -91,7 +91,7 @@ describe("migrations: data", () => {
   test("0007 keys existing account names for lookup in every script, in the migration's transaction", () => {
     migrate(db, MIGRATIONS.slice(0, 6));
     db.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'Müller GmbH', '{}', 1, 1), ('acc_2', 'ACME', '{}', 1, 1), ('acc_3', 'Ελληνική Α.Ε.', '{}', 1, 1)");
-    expect(migrate(db)).toEqual(["0007_account_name_key.sql"]);
+    expect(migrate(db, MIGRATIONS.slice(0, 7))).toEqual(["0007_account_name_key.sql"]);
     expect(db.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual([
       { id: "acc_1", name_key: "müller gmbh" },
       { id: "acc_2", name_key: "acme" },

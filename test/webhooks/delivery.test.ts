@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
 import { VERSION } from "../../server/version.ts";
-import { MAX_IN_FLIGHT } from "../../server/webhooks/worker.ts";
+import { MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { ISO } from "../foundation/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type Receiver, type WebhookHarness } from "./support.ts";
 
@@ -205,6 +205,26 @@ describe("webhook deliveries: failures and retries", () => {
     expect(slow.received.length).toBeLessThan(ids.size);
     slow.release();
     await waitFor(() => slow.received.length === ids.size, "the slow receiver's backlog");
+  });
+
+  test("a receiver never has more than MAX_PER_SUBSCRIPTION of our requests open at once", async () => {
+    h = scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
+    const r = receiver();
+    let open = 0;
+    let most = 0;
+    r.respond(async () => {
+      open++;
+      most = Math.max(most, open);
+      await Bun.sleep(2);
+      open--;
+      return new Response("ok");
+    });
+    await h.subscribe(r.url, ["contact.created"]);
+    const contacts = await Promise.all(Array.from({ length: MAX_PER_SUBSCRIPTION * 4 }, (_, i) => createContact({ first_name: `n${i}` })));
+    await waitFor(() => r.received.length === contacts.length, "every delivery");
+    expect(most).toBeGreaterThan(1);
+    expect(most).toBeLessThanOrEqual(MAX_PER_SUBSCRIPTION);
+    expect(new Set(r.received.map((got) => got.json.data.id))).toEqual(new Set(contacts.map((c) => c.id)));
   });
 
   test("Retry-After is honoured over a shorter scheduled delay", async () => {
