@@ -71,15 +71,20 @@ function takeFlag(args: string[], name: string): boolean {
 }
 
 /**
- * openConfiguredDatabase opens the database of an existing data directory. Only serve and migrate
- * create one: a token or user written to a new, empty database next to the running server's
- * would be silently useless (the token would get 401).
+ * requireDatabase refuses a data directory without a database. Only serve and migrate create one:
+ * a token or user written to a new, empty database next to the running server's would be
+ * silently useless (the token would get 401).
  */
+function requireDatabase(dataDir: string): void {
+  if (!existsSync(databaseFile(dataDir))) {
+    throw new ConfigError(`no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR`);
+  }
+}
+
+/** openConfiguredDatabase opens and migrates the database of an existing data directory. */
 function openConfiguredDatabase(args: string[]) {
   const config = loadConfig(args);
-  if (!existsSync(databaseFile(config.dataDir))) {
-    throw new ConfigError(`no database at ${resolve(databaseFile(config.dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR`);
-  }
+  requireDatabase(config.dataDir);
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   migrate(db);
   return db;
@@ -192,6 +197,7 @@ async function main(argv: string[]): Promise<number> {
       const file = args.shift();
       if (!file || file.startsWith("-")) throw new ConfigError("usage: backup FILE [--data-dir DIR] (FILE must not exist yet)");
       const config = loadConfig(args);
+      requireDatabase(config.dataDir);
       try {
         const result = backupDatabase(config.dataDir, file);
         process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);

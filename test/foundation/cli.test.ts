@@ -199,7 +199,7 @@ describe("command line: errors", () => {
   test("commands other than serve and migrate refuse a data directory with no database, naming it and --data-dir, and create nothing", async () => {
     const empty = join(dataDir, "elsewhere");
     const refusal = `crm: no database at ${join(empty, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`;
-    for (const args of [["token", "create", "--name", "x"], ["token", "list"], ["token", "revoke", "tok_x"], ["user", "create", "--name", "x", "--email", "x@example.com"]]) {
+    for (const args of [["token", "create", "--name", "x"], ["token", "list"], ["token", "revoke", "tok_x"], ["user", "create", "--name", "x", "--email", "x@example.com"], ["backup", join(dataDir, "copy.sqlite")]]) {
       expect([args.join(" "), await crm([...args, "--data-dir", empty])]).toEqual([args.join(" "), { stdout: "", stderr: refusal, code: 2 }]);
     }
     expect(existsSync(empty)).toBe(false);
