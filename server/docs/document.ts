@@ -108,13 +108,13 @@ function namedComponents(schemas: Record<string, TSchema>): { components: Record
   return { components, named };
 }
 
-/** tidyDocument cleans every schema of the document's operations and names the shared ones in components.schemas. */
+/** tidyDocument cleans every schema of the document's operations (paths and webhooks) and names the shared ones in components.schemas. */
 export function tidyDocument(document: Json, schemas: Record<string, TSchema>): void {
   const { components, named } = namedComponents(schemas);
   const tidyContent = (content: Json | undefined) => {
     for (const media of Object.values(content ?? {})) if (media.schema) media.schema = tidySchema(media.schema, named);
   };
-  for (const pathItem of Object.values(document.paths as Json)) {
+  for (const pathItem of [...Object.values((document.paths ?? {}) as Json), ...Object.values((document.webhooks ?? {}) as Json)]) {
     for (const operation of Object.values(pathItem as Json)) {
       for (const parameter of operation.parameters ?? []) parameter.schema = tidySchema(parameter.schema, named);
       tidyContent(operation.requestBody?.content);

@@ -56,11 +56,12 @@ function nonStandardKeywords(schema: any, where: string): string[] {
   return found;
 }
 
-/** documentSchemas lists every schema of the document with where it is: components, parameters, bodies, responses, headers. */
+/** documentSchemas lists every schema of the document with where it is: components, parameters, bodies, responses, headers, of paths and webhooks. */
 function documentSchemas(): [string, any][] {
   const schemas: [string, any][] = Object.entries(spec.components.schemas).map(([name, s]) => [`#/components/schemas/${name}`, s]);
   const content = (where: string, c: any) => Object.entries(c ?? {}).map(([type, media]: [string, any]) => [`${where} ${type}`, media.schema] as [string, any]);
-  for (const { where, op } of operations()) {
+  const webhooks = Object.entries((spec.webhooks ?? {}) as Record<string, any>).flatMap(([name, item]) => Object.entries(item as Record<string, any>).map(([method, op]) => ({ where: `webhook ${name} ${method}`, op })));
+  for (const { where, op } of [...operations(), ...webhooks]) {
     for (const p of op.parameters ?? []) schemas.push([`${where} parameter ${p.name}`, p.schema]);
     schemas.push(...content(`${where} body`, op.requestBody?.content));
     for (const [status, r] of Object.entries(op.responses ?? {}) as [string, any][]) {
