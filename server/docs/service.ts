@@ -176,6 +176,13 @@ function addGuardResponses(document: Json): void {
   }
 }
 
+/** signedWebhooksNeedNoCredentials states security: [] on the webhook requests the service sends: they carry no credentials, the receiver checks webhook-signature. */
+function signedWebhooksNeedNoCredentials(document: Json): void {
+  for (const pathItem of Object.values((document.webhooks ?? {}) as Json)) {
+    for (const operation of Object.values(pathItem as Json)) operation.security ??= [];
+  }
+}
+
 const cache = new WeakMap<AnyElysia, { routeCount: number; document: Json }>();
 
 /** openApiDocument builds the OpenAPI 3.1 document of every route the app serves (cached until routes change). */
@@ -191,6 +198,7 @@ export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas
   fixResponses(document);
   addGuardResponses(document);
   addRateLimitHeaders(document);
+  signedWebhooksNeedNoCredentials(document);
   tidyDocument(document, schemas);
   cache.set(app, { routeCount, document });
   return document;
