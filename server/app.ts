@@ -2,6 +2,7 @@ import type { Database } from "bun:sqlite";
 import { Elysia } from "elysia";
 import { consoleRoutes } from "../console/routes.ts";
 import { accountRoutes } from "./accounts/routes.ts";
+import { authentication } from "./auth/routes.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
 import { migrate } from "./db/migrations.ts";
@@ -44,6 +45,7 @@ export function createApp(rt: Runtime) {
   const built = new Elysia({ name: "crm" })
     .use(httpConventions({ log: rt.log, routes, metrics: rt.metrics, bodyTimeoutMs: rt.config.bodyTimeoutMs }))
     .use(limitsGuard(rt))
+    .use(authentication(rt))
     .use(opsRoutes(rt))
     .use(
       docsRoutes({

@@ -12,7 +12,7 @@ const tags = ["Accounts"];
 /** accountRoutes serves /public/v1/accounts. */
 export function accountRoutes(rt: Runtime) {
   return new Elysia({ name: "accounts", prefix: "/public/v1/accounts" })
-    .use(bearerAuth(rt.db))
+    .use(bearerAuth())
     .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createAccount(rt, ctx.body, scope)), {
       body: AccountInput,
       headers: IdempotencyKeyHeader,

@@ -1,18 +1,49 @@
-import type { Database } from "bun:sqlite";
 import { Elysia } from "elysia";
+import { clientAddress, clientHints } from "../http/client-address.ts";
+import { PUBLIC_PREFIX } from "../http/conventions.ts";
+import { ApiRateLimits } from "../limits/api-rates.ts";
+import type { Runtime } from "../runtime.ts";
 import { ProblemError } from "../shared/problem.ts";
-import { checkBearer, type AuthenticatedToken } from "./service.ts";
+import { checkBearer, tokenRate, type AuthenticatedToken } from "./service.ts";
 
 /** unauthorized is the 401 problem, with the WWW-Authenticate challenge and any extra headers. */
 export function unauthorized(detail: string, headers: Record<string, string> = {}): ProblemError {
   return new ProblemError(401, "unauthorized", detail, undefined, { "www-authenticate": 'Bearer realm="crm"', ...headers });
 }
 
-/** bearerAuth resolves `token` for every route it is applied to, or answers 401 with WWW-Authenticate. */
-export function bearerAuth(db: Database) {
+const authenticated = new WeakMap<Request, AuthenticatedToken>();
+
+/**
+ * authentication is the one place API requests are authenticated. Before routing and before the
+ * body is read, a request under /public/v1 either carries a valid bearer token, which then spends
+ * its read or write rate budget, or gets 401 (an unauthenticated caller learns nothing about a
+ * route), after the throttle on requests without a valid token per client address (429). Every
+ * /public/v1 response it lets through carries the RateLimit and RateLimit-Policy headers.
+ */
+export function authentication(rt: Runtime) {
+  const rates = new ApiRateLimits(rt.config, (tokenId) => tokenRate(rt.db, tokenId));
+  return new Elysia({ name: "authentication" }).onRequest(({ request, server, set }) => {
+    const url = request.url;
+    if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
+    const check = checkBearer(rt.db, request);
+    if (check.token) {
+      Object.assign(set.headers, rates.admitToken(check.token.id, request.method));
+      authenticated.set(request, check.token);
+      return;
+    }
+    const peer = server?.requestIP(request)?.address ?? null;
+    const headers = rates.admitFailedAuth(clientAddress(clientHints(request, peer), rt.config.trustedProxies));
+    Object.assign(set.headers, headers);
+    throw unauthorized(check.failure, headers);
+  });
+}
+
+/** bearerAuth gives a feature's routes the `token` that `authentication` admitted the request with. */
+export function bearerAuth() {
   return new Elysia({ name: "bearer-auth" }).resolve({ as: "scoped" }, ({ request }): { token: AuthenticatedToken } => {
-    const check = checkBearer(db, request);
-    if (!check.token) throw unauthorized(check.failure);
-    return { token: check.token };
+    const token = authenticated.get(request);
+    // Only a route outside /public/v1 could get here unauthenticated: a wiring mistake, refused all the same.
+    if (!token) throw unauthorized("Send an API token in the Authorization header: Authorization: Bearer <token>.");
+    return { token };
   });
 }

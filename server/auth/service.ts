@@ -133,27 +133,17 @@ export function tokenRate(db: Database, id: string): TokenRate | null {
 /** BearerCheck is the outcome of reading a request's Authorization header: a token, or why not. */
 export type BearerCheck = { token: AuthenticatedToken; failure?: undefined } | { token?: undefined; failure: string };
 
-const bearerChecks = new WeakMap<Request, BearerCheck>();
-
-/**
- * checkBearer authenticates the Authorization header of a request once: the rate limiter (before
- * routing) and the routes' bearerAuth (after validation) share the answer and the hashing.
- */
+/** checkBearer authenticates the Authorization header of a request: the token, or why not. */
 export function checkBearer(db: Database, request: Request): BearerCheck {
-  const known = bearerChecks.get(request);
-  if (known) return known;
   const header = request.headers.get("authorization");
   const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
   const token = match ? authenticateBearer(db, match[1]!) : null;
-  const check: BearerCheck = token
-    ? { token }
-    : {
-        failure: !header
-          ? "Send an API token in the Authorization header: Authorization: Bearer <token>."
-          : !match
-            ? "The Authorization header must use the Bearer scheme: Authorization: Bearer <token>."
-            : "The API token is unknown or revoked.",
-      };
-  bearerChecks.set(request, check);
-  return check;
+  if (token) return { token };
+  return {
+    failure: !header
+      ? "Send an API token in the Authorization header: Authorization: Bearer <token>."
+      : !match
+        ? "The Authorization header must use the Bearer scheme: Authorization: Bearer <token>."
+        : "The API token is unknown or revoked.",
+  };
 }

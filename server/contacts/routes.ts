@@ -19,7 +19,7 @@ const jsonResponse = (body: unknown) => new Response(JSON.stringify(body), { hea
 /** contactRoutes serves /public/v1/contacts. */
 export function contactRoutes(rt: Runtime) {
   return new Elysia({ name: "contacts", prefix: "/public/v1/contacts" })
-    .use(bearerAuth(rt.db))
+    .use(bearerAuth())
     .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createContact(rt, ctx.body, scope)), {
       body: ContactInput,
       headers: IdempotencyKeyHeader,

@@ -10,6 +10,7 @@ interface PendingWrite {
  * WriteQueue commits the writes of concurrent requests together (group commit): every write
  * submitted during one turn of the event loop runs in one transaction, each inside its own
  * savepoint so a failing write rolls back alone, and each caller is answered after the commit.
+ * The savepoint statements are prepared once (db.run would prepare them on every write).
  */
 export class WriteQueue {
   private pending: PendingWrite[] = [];
@@ -44,13 +45,13 @@ export class WriteQueue {
     try {
       this.db.transaction(() => {
         for (const item of batch) {
-          this.db.run("SAVEPOINT write");
+          this.db.query("SAVEPOINT write").run();
           try {
             outcomes.push({ ok: true, value: item.work() });
-            this.db.run("RELEASE write");
+            this.db.query("RELEASE write").run();
           } catch (error) {
-            this.db.run("ROLLBACK TO write");
-            this.db.run("RELEASE write");
+            this.db.query("ROLLBACK TO write").run();
+            this.db.query("RELEASE write").run();
             outcomes.push({ ok: false, value: error });
           }
         }

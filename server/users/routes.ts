@@ -9,7 +9,7 @@ import { listUsersPage } from "./service.ts";
 /** userRoutes serves /public/v1/users (read-only: users are managed by operators). */
 export function userRoutes(rt: Runtime) {
   return new Elysia({ name: "users", prefix: "/public/v1/users" })
-    .use(bearerAuth(rt.db))
+    .use(bearerAuth())
     .get("", ({ query }) => listUsersPage(rt.db, query), {
       query: UserListQuery,
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },

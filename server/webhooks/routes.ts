@@ -26,7 +26,7 @@ const deliveryTags = ["Webhook deliveries"];
 /** webhookRoutes serves /public/v1/webhook-subscriptions and /public/v1/webhook-deliveries. */
 export function webhookRoutes(rt: Runtime) {
   return new Elysia({ name: "webhooks", prefix: "/public/v1" })
-    .use(bearerAuth(rt.db))
+    .use(bearerAuth())
     .post("/webhook-subscriptions", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createSubscription(rt, ctx.body, scope)), {
       body: SubscriptionInput,
       headers: IdempotencyKeyHeader,

@@ -1,0 +1,79 @@
+import type { Config } from "../config.ts";
+import { ProblemError } from "../shared/problem.ts";
+import { TokenBuckets, rateLimitHeaders, type RatePolicy, type TokenRate } from "./rate-limiter.ts";
+
+const READ_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
+
+interface TokenPolicies {
+  read: RatePolicy;
+  write: RatePolicy;
+}
+
+function tooManyRequests(detail: string, headers: Record<string, string>): ProblemError {
+  return new ProblemError(429, "rate-limited", detail, undefined, headers);
+}
+
+/**
+ * ApiRateLimits holds the API's token buckets: reads and writes per token (the server's defaults
+ * or the token's own rate), and requests without a valid token per client address. Each admit
+ * returns the RateLimit and RateLimit-Policy headers for the response, or throws 429 with them.
+ */
+export class ApiRateLimits {
+  private readonly defaults: TokenPolicies;
+  private readonly failedAuth: RatePolicy;
+  private readonly policiesByToken = new Map<string, TokenPolicies>();
+  private readonly tokenBuckets = new TokenBuckets();
+  private readonly failureBuckets = new TokenBuckets();
+
+  constructor(
+    private readonly config: Config,
+    private readonly tokenRateOf: (tokenId: string) => TokenRate | null,
+  ) {
+    this.defaults = {
+      read: { name: "read", perSecond: config.rateReadPerSecond, burst: config.rateReadBurst },
+      write: { name: "write", perSecond: config.rateWritePerSecond, burst: config.rateWriteBurst },
+    };
+    this.failedAuth = { name: "failed-auth", perSecond: config.authFailuresPerMinute / 60, burst: config.authFailuresPerMinute };
+  }
+
+  /** admitToken spends one request of the token's read or write budget, by the request's method. */
+  admitToken(tokenId: string, method: string): Record<string, string> {
+    const policies = this.policiesOf(tokenId);
+    const write = !READ_METHODS.has(method);
+    const policy = write ? policies.write : policies.read;
+    const decision = this.tokenBuckets.take(`${tokenId}:${policy.name}`, policy);
+    const headers = rateLimitHeaders(policy, decision);
+    if (!decision.allowed) {
+      throw tooManyRequests(
+        `This API token may make ${policy.perSecond} ${write ? "writes" : "reads"} per second (bursts of ${policy.burst}); retry after ${decision.retryAfterSeconds} s.`,
+        headers,
+      );
+    }
+    return headers;
+  }
+
+  /** admitFailedAuth spends one request without a valid token from a client address (null: unknown). */
+  admitFailedAuth(address: string | null): Record<string, string> {
+    const decision = this.failureBuckets.take(address ?? "unknown", this.failedAuth);
+    const headers = rateLimitHeaders(this.failedAuth, decision);
+    if (!decision.allowed) {
+      throw tooManyRequests(
+        `Too many requests without a valid API token from this address (${this.config.authFailuresPerMinute} per minute); retry after ${decision.retryAfterSeconds} s.`,
+        headers,
+      );
+    }
+    return headers;
+  }
+
+  private policiesOf(tokenId: string): TokenPolicies {
+    let policies = this.policiesByToken.get(tokenId);
+    if (!policies) {
+      const own = this.tokenRateOf(tokenId);
+      policies = own
+        ? { read: { name: "read", perSecond: own.readPerSecond, burst: own.readBurst }, write: { name: "write", perSecond: own.writePerSecond, burst: own.writeBurst } }
+        : this.defaults;
+      this.policiesByToken.set(tokenId, policies);
+    }
+    return policies;
+  }
+}
