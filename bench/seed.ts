@@ -14,6 +14,7 @@ export function seedContacts(db: Database, count: number, now = Date.now()): voi
         last_name: `Last${i}`,
         email: `contact${i}@example.com`,
         phone: "+44 20 7946 0000",
+        external_id: null,
         assigned_user_id: null,
         properties: JSON.stringify({ tags: ["seed", i % 2 ? "odd" : "even"], custom_fields: { plan: "pro", seats: i % 50 } }),
         account_ids: "[]",

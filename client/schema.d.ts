@@ -85,6 +85,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/public/v1/contacts/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create or update contacts in a batch
+         * @description Each item is a contact (the body of POST /contacts) matched by external_id when it has one, else by email: a match is updated (contact.updated only if something changed), otherwise a contact is created (contact.created). An email shared by several contacts is refused, naming them. Up to 100 items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per 100 items (100 items: 2), charged once it is admitted. Send an Idempotency-Key as for any POST.
+         */
+        post: operations["upsertContactsBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/public/v1/contacts/{id}": {
         parameters: {
             query?: never;
@@ -125,6 +145,26 @@ export interface paths {
          * @description Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids.
          */
         post: operations["createAccount"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/public/v1/accounts/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create or update accounts in a batch
+         * @description Each item is an account (the body of POST /accounts) matched by domain when it has one, else by name (case-insensitive in every script): a match is updated, otherwise an account is created. A key shared by several accounts is refused, naming them. Up to 100 items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per 100 items (100 items: 2), charged once it is admitted. Send an Idempotency-Key as for any POST.
+         */
+        post: operations["upsertAccountsBatch"];
         delete?: never;
         options?: never;
         head?: never;
@@ -376,6 +416,8 @@ export interface components {
             /** @description lowercased */
             email: string | null;
             phone: string | null;
+            /** @description the contact's id in its source system; unique when set */
+            external_id: string | null;
             tags: string[];
             custom_fields: {
                 [key: string]: unknown;
@@ -420,6 +462,8 @@ export interface components {
             /** Format: email */
             email?: string | null;
             phone?: string | null;
+            /** @description The contact's id in the system it comes from; unique when set. */
+            external_id?: string | null;
             tags?: string[] | null;
             /** @description Custom fields: a JSON object, or null to clear. At most 100 keys, keys of at most 100 characters at any depth, nesting at most 5 levels, at most 16384 bytes as JSON. */
             custom_fields?: unknown;
@@ -550,6 +594,18 @@ export interface components {
             payload: unknown;
             /** @description Every attempt, oldest first. */
             attempt_history: components["schemas"]["Attempt"][];
+        };
+        BatchResult: {
+            /** @enum {string} */
+            status: "created" | "updated" | "unchanged" | "invalid";
+            /** @description the record created, updated or found unchanged */
+            id?: string;
+            /** @description why the item was refused (status invalid) */
+            errors?: {
+                /** @description JSON pointer into the request body, e.g. /items/3/email */
+                pointer?: string;
+                detail: string;
+            }[];
         };
         Health: {
             /** @constant */
@@ -877,6 +933,107 @@ export interface operations {
             503: components["responses"]["ServerBusy"];
         };
     };
+    upsertContactsBatch: {
+        parameters: {
+            query?: never;
+            header?: {
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    items: components["schemas"]["ContactInput"][];
+                };
+            };
+        };
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["BatchResult"][];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
     getContact: {
         parameters: {
             query?: {
@@ -1079,6 +1236,15 @@ export interface operations {
                 };
             };
             /** @description RFC 9457 problem details (application/problem+json) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -1203,6 +1369,107 @@ export interface operations {
                 content: {
                     "application/json": {
                         data: components["schemas"]["Account"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    upsertAccountsBatch: {
+        parameters: {
+            query?: never;
+            header?: {
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    items: components["schemas"]["AccountInput"][];
+                };
+            };
+        };
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["BatchResult"][];
                     };
                 };
             };

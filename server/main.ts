@@ -12,6 +12,8 @@ import { createOperator } from "../console/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
+import { ImportError } from "./import/client.ts";
+import { importContacts } from "./import/service.ts";
 import { startServer } from "./server.ts";
 import { VERSION } from "./version.ts";
 
@@ -31,6 +33,11 @@ Commands:
   operator create --email E --password-stdin
                                      add a console operator; the password is read from stdin
   backup FILE                        copy the database into a new FILE; safe while serving
+  import contacts FILE.csv|FILE.jsonl --url URL --token-file F [--map "Col=field,..."]
+         [--trial] [--dry-run] [--invalid-file PATH]
+                                     import contacts (and their accounts) through a server's
+                                     batch API; safe to run again after a crash; exit 1 when
+                                     some rows were invalid (they are written to PATH)
   --version                          print the version
   --help                             print this help
 
@@ -88,6 +95,42 @@ function openConfiguredDatabase(args: string[]) {
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   migrate(db);
   return db;
+}
+
+const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH]';
+
+/** importCommand runs `import contacts`: the binary as a client of any server's API. */
+async function importCommand(args: string[]): Promise<number> {
+  if (args.shift() !== "contacts") throw new ConfigError(IMPORT_USAGE);
+  const url = takeOption(args, "--url");
+  const tokenFile = takeOption(args, "--token-file");
+  const map = takeOption(args, "--map");
+  const invalidFile = takeOption(args, "--invalid-file");
+  const trial = takeFlag(args, "--trial");
+  const dryRun = takeFlag(args, "--dry-run");
+  const file = args.shift();
+  if (!file || file.startsWith("-") || args.length > 0) throw new ConfigError(args.length > 0 ? `import: unexpected ${args.join(" ")} (${IMPORT_USAGE})` : IMPORT_USAGE);
+  if (!(await Bun.file(file).exists())) throw new ConfigError(`import: no file ${file}`);
+  let api: { url: string; token: string } | undefined;
+  if (!dryRun) {
+    if (!url || !tokenFile) throw new ConfigError(`import needs --url and --token-file (or --dry-run); ${IMPORT_USAGE}`);
+    if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) throw new ConfigError(`import: --url ${JSON.stringify(url)} is not an http(s) URL`);
+    if (!(await Bun.file(tokenFile).exists())) throw new ConfigError(`import: no token file ${tokenFile}`);
+    const token = (await Bun.file(tokenFile).text()).trim();
+    if (token === "") throw new ConfigError(`import: the token file ${tokenFile} is empty`);
+    api = { url: url.replace(/\/+$/, ""), token };
+  }
+  try {
+    const summary = await importContacts({ file, api, map, trial, dryRun, invalidFile, progress: process.stderr });
+    const counts = dryRun ? `valid ${summary.valid}, invalid ${summary.invalid}` : `created ${summary.created}, updated ${summary.updated}, unchanged ${summary.unchanged}, invalid ${summary.invalid}`;
+    process.stdout.write(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}\n`);
+    if (summary.invalidFile) process.stdout.write(`invalid rows with their errors: ${summary.invalidFile}\n`);
+    return summary.invalid > 0 ? 1 : 0;
+  } catch (error) {
+    if (!(error instanceof ImportError)) throw error;
+    process.stderr.write(`crm: import stopped: ${error.message}\nrun the same command again to resume: batches already sent are not applied twice\n`);
+    return 2;
+  }
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -208,6 +251,8 @@ async function main(argv: string[]): Promise<number> {
         return 1;
       }
     }
+    case "import":
+      return importCommand(args);
     default:
       throw new ConfigError(`unknown command ${command} (see --help)`);
   }

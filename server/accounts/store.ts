@@ -28,6 +28,11 @@ export function insertAccount(db: Database, row: AccountRow): void {
   db.query("INSERT INTO accounts (id, name, name_key, domain, properties, created_at, updated_at) VALUES ($id, $name, $name_key, $domain, $properties, $created_at, $updated_at)").run(row);
 }
 
+/** updateAccount overwrites an account row's fields. */
+export function updateAccount(db: Database, row: AccountRow): void {
+  db.query("UPDATE accounts SET name = $name, name_key = $name_key, domain = $domain, properties = $properties, updated_at = $updated_at WHERE id = $id").run({ ...row, created_at: undefined } as never);
+}
+
 /** keyAccountNames fills name_key for every account (the backfill of migration 0007). */
 export function keyAccountNames(db: Database): void {
   const update = db.query("UPDATE accounts SET name_key = ? WHERE id = ?");

@@ -1,7 +1,7 @@
 import { Elysia } from "elysia";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
-import { ApiRateLimits } from "../limits/api-rates.ts";
+import { ApiRateLimits, READ_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { checkBearer, tokenRate, type AuthenticatedToken } from "./service.ts";
@@ -12,6 +12,13 @@ export function unauthorized(detail: string, headers: Record<string, string> = {
 }
 
 const authenticated = new WeakMap<Request, AuthenticatedToken>();
+// An admitted write's hook for charging more writes once its body says what it weighs (batches).
+const extraWriteCharges = new WeakMap<Request, (writes: number) => void>();
+
+/** chargeExtraWrites counts `writes` more writes against the token of an admitted request (beyond the one it paid on arrival) and updates its RateLimit header. */
+export function chargeExtraWrites(request: Request, writes: number): void {
+  if (writes > 0) extraWriteCharges.get(request)?.(writes);
+}
 
 /**
  * authentication is the one place API requests are authenticated. Before routing and before the
@@ -27,8 +34,10 @@ export function authentication(rt: Runtime) {
     if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
     const check = checkBearer(rt.db, request);
     if (check.token) {
-      Object.assign(set.headers, rates.admitToken(check.token.id, request.method));
-      authenticated.set(request, check.token);
+      const token = check.token;
+      Object.assign(set.headers, rates.admitToken(token.id, request.method));
+      authenticated.set(request, token);
+      if (!READ_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
       return;
     }
     const peer = server?.requestIP(request)?.address ?? null;

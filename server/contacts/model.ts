@@ -9,6 +9,7 @@ import {
   MAX_CUSTOM_FIELDS_DEPTH,
   MAX_CUSTOM_FIELD_KEY_LENGTH,
   MAX_EMAIL_LENGTH,
+  MAX_EXTERNAL_ID_LENGTH,
   MAX_EXTRA_PROPERTIES_BYTES,
   MAX_NAME_LENGTH,
   MAX_PHONE_LENGTH,
@@ -51,6 +52,10 @@ const contactFields = {
   last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
   email: nullable(t.String({ format: "email", maxLength: MAX_EMAIL_LENGTH }), `must be an email address of at most ${MAX_EMAIL_LENGTH} characters, or null`),
   phone: nullable(t.String({ maxLength: MAX_PHONE_LENGTH }), `must be a string of at most ${MAX_PHONE_LENGTH} characters, or null`),
+  external_id: nullable(
+    t.String({ minLength: 1, maxLength: MAX_EXTERNAL_ID_LENGTH, description: "The contact's id in the system it comes from; unique when set." }),
+    `must be a string of 1 to ${MAX_EXTERNAL_ID_LENGTH} characters, or null`,
+  ),
   tags: nullable(
     t.Array(t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH }), { maxItems: MAX_TAGS }),
     `must be a list of at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters each`,
@@ -82,6 +87,7 @@ export const Contact = t.Object(
     full_name: t.String({ description: "first_name and last_name joined by a space" }),
     email: t.Union([t.String(), t.Null()], { description: "lowercased" }),
     phone: t.Union([t.String(), t.Null()]),
+    external_id: t.Union([t.String(), t.Null()], { description: "the contact's id in its source system; unique when set" }),
     tags: t.Array(t.String()),
     custom_fields: t.Record(t.String(), t.Unknown()),
     consent: t.Union([t.Record(t.String(), t.Unknown()), t.Null()]),

@@ -1,7 +1,10 @@
 import type { Database } from "bun:sqlite";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
-import { notFound, validationProblem, type FieldError } from "../shared/problem.ts";
+import { ProblemError, notFound, validationProblem, type FieldError } from "../shared/problem.ts";
+import type { BatchResult } from "../batch/model.ts";
+import type { BatchKind } from "../batch/service.ts";
+import { schemaChecker } from "../http/schema-errors.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type ListMeta } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
@@ -14,7 +17,9 @@ import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, RE
 import {
   countContacts,
   deleteContact as deleteContactRow,
+  findContactByExternalId,
   findContactById,
+  findContactsByEmail,
   insertContact,
   insertContactAccounts,
   insertContactAssignedUsers,
@@ -25,7 +30,7 @@ import {
   type ContactRow,
 } from "./store.ts";
 
-const COLUMN_FIELDS = ["first_name", "last_name", "email", "phone", "assigned_user_id"] as const;
+const COLUMN_FIELDS = ["first_name", "last_name", "email", "phone", "external_id", "assigned_user_id"] as const;
 const RELATION_FIELDS = ["account_ids", "assigned_user_ids"] as const;
 const NOT_PROPERTIES = new Set<string>([...COLUMN_FIELDS, ...RELATION_FIELDS, ...READ_ONLY_CONTACT_FIELDS]);
 /** DECLARED_FIELDS are the contact's own fields; every other property counts toward MAX_EXTRA_PROPERTIES_BYTES. */
@@ -50,6 +55,7 @@ function toContact(row: ContactRow): Contact {
     full_name: fullName(row),
     email: row.email,
     phone: row.phone,
+    external_id: row.external_id,
     tags: properties.tags ?? [],
     custom_fields: properties.custom_fields ?? {},
     consent: properties.consent ?? null,
@@ -91,7 +97,8 @@ function renderContact(db: Database, row: ContactRow, include: ContactInclude[] 
   return renderContacts(db, [row], include)[0]!;
 }
 
-function refuseInvalidFields(input: Record<string, unknown>): void {
+/** contactInputErrors lists what a create or PATCH body breaks beyond its schema: read-only fields, object fields, sizes. */
+function contactInputErrors(input: Record<string, unknown>): FieldError[] {
   const errors: FieldError[] = READ_ONLY_CONTACT_FIELDS.filter((field) => field in input).map((field) => ({
     pointer: `/${field}`,
     detail: field === "full_name" ? "is derived from first_name and last_name; set those instead" : "is read-only",
@@ -103,11 +110,24 @@ function refuseInvalidFields(input: Record<string, unknown>): void {
     }
   }
   errors.push(...customFieldsErrors(input.custom_fields), ...consentErrors(input.consent), ...extraPropertiesErrors(input, DECLARED_FIELDS));
+  return errors;
+}
+
+function refuseInvalidFields(input: Record<string, unknown>): void {
+  const errors = contactInputErrors(input);
   if (errors.length > 0) throw validationProblem(errors);
 }
 
-/** refuseUnknownRelations throws 422 naming every account or user id that does not exist. */
-function refuseUnknownRelations(db: Database, input: ContactInput): void {
+const contactSchemaErrors = schemaChecker(ContactInput);
+
+/** contactItemErrors lists what is wrong with one contact on its own (schema, then limits), as POST would report it; the importer's --dry-run uses it too. */
+export function contactItemErrors(item: unknown): FieldError[] {
+  const schemaErrors = contactSchemaErrors(item);
+  return schemaErrors.length > 0 ? schemaErrors : contactInputErrors(item as Record<string, unknown>);
+}
+
+/** unknownRelationErrors names every account or user id the contact refers to that does not exist. */
+function unknownRelationErrors(db: Database, input: ContactInput): FieldError[] {
   const errors: FieldError[] = [];
   if (input.account_ids) {
     const found = findAccountsByIds(db, input.account_ids);
@@ -124,7 +144,22 @@ function refuseUnknownRelations(db: Database, input: ContactInput): void {
       if (missing.has(id)) errors.push({ pointer: `/assigned_user_ids/${i}`, detail: `no user with id ${id} exists` });
     });
   }
+  return errors;
+}
+
+/** refuseUnknownRelations throws 422 naming every account or user id that does not exist. */
+function refuseUnknownRelations(db: Database, input: ContactInput): void {
+  const errors = unknownRelationErrors(db, input);
   if (errors.length > 0) throw validationProblem(errors, "The contact refers to accounts or users that do not exist.");
+}
+
+/** refuseTakenExternalId answers 409 when another contact already has the input's external_id. */
+function refuseTakenExternalId(db: Database, input: ContactInput, ownId: string | null): void {
+  if (!input.external_id) return;
+  const holder = findContactByExternalId(db, input.external_id);
+  if (holder && holder.id !== ownId) {
+    throw new ProblemError(409, "external-id-taken", `Contact ${holder.id} already has this external_id.`, [{ pointer: "/external_id", detail: `is already the external_id of contact ${holder.id}` }]);
+  }
 }
 
 /** applyInput merges a create or PATCH body into a row: given fields replace, null clears. */
@@ -145,20 +180,49 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
   return next;
 }
 
+/** writeNewContact inserts a contact, its relations and its contact.created event; call it inside a write. */
+function writeNewContact(db: Database, input: ContactInput, now: number): Contact {
+  const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", created_at: now, updated_at: now };
+  const row = applyInput(empty, input);
+  insertContact(db, row);
+  insertContactAccounts(db, row.id, input.account_ids ?? []);
+  insertContactAssignedUsers(db, row.id, input.assigned_user_ids ?? []);
+  const contact = toContact(row);
+  recordEvent(db, "contact.created", contact, now);
+  return contact;
+}
+
+type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boolean };
+
+/**
+ * writeContactChange applies a PATCH-like input to a stored contact; a change is written with its
+ * contact.updated event, an input that changes nothing writes nothing (updated_at stays, no event).
+ * Call it inside a write, after the relations are checked.
+ */
+function writeContactChange(db: Database, current: ContactRow, input: ContactInput, now: number): ContactChange {
+  const row = { ...applyInput(current, input), updated_at: now };
+  // Further properties add up across PATCHes, so their limit applies to the merged record.
+  const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS);
+  if (merged.length > 0) return { errors: merged };
+  const before = toContact(current);
+  const after = toContact(row);
+  // Canonical form: the same properties sent in another key order are no change.
+  if (canonicalJson({ ...after, updated_at: null }) === canonicalJson({ ...before, updated_at: null })) return { contact: before, changed: false };
+  updateContactRow(db, row);
+  if (input.account_ids !== undefined) replaceContactAccounts(db, current.id, input.account_ids ?? []);
+  if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
+  recordEvent(db, "contact.updated", after, now);
+  return { contact: after, changed: true };
+}
+
 /** createContact stores a contact, its relations, its contact.created event and idempotent response in one commit. */
 export function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Contact } }> {
   refuseInvalidFields(input);
   return rt.writes.submit(() => {
     refuseUnknownRelations(rt.db, input);
+    refuseTakenExternalId(rt.db, input, null);
     const now = Date.now();
-    const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", created_at: now, updated_at: now };
-    const row = applyInput(empty, input);
-    insertContact(rt.db, row);
-    insertContactAccounts(rt.db, row.id, input.account_ids ?? []);
-    insertContactAssignedUsers(rt.db, row.id, input.assigned_user_ids ?? []);
-    const contact = toContact(row);
-    recordEvent(rt.db, "contact.created", contact, now);
-    const body = { data: contact };
+    const body = { data: writeNewContact(rt.db, input, now) };
     saveIdempotentResponse(rt.db, idempotency, 201, body, now);
     return { status: 201, body };
   });
@@ -171,34 +235,40 @@ export function updateContact(rt: Runtime, id: string, input: ContactInput): Pro
     const current = findContactById(rt.db, id);
     if (!current) throw notFound("contact", id);
     refuseUnknownRelations(rt.db, input);
-    const before = renderContact(rt.db, current);
-    const now = Date.now();
-    const row = { ...applyInput(current, input), updated_at: now };
-    // Further properties add up across PATCHes, so their limit applies to the merged record.
-    const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS);
-    if (merged.length > 0) throw validationProblem(merged);
-    updateContactRow(rt.db, row);
-    if (input.account_ids !== undefined) replaceContactAccounts(rt.db, id, input.account_ids ?? []);
-    if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(rt.db, id, input.assigned_user_ids ?? []);
-    const after = renderContact(rt.db, row);
-    // Canonical form: the same properties sent in another key order are no change.
-    if (canonicalJson({ ...after, updated_at: null }) === canonicalJson({ ...before, updated_at: null })) {
-      throw new NoChange(before);
-    }
-    recordEvent(rt.db, "contact.updated", after, now);
-    return after;
-  }).catch((error: unknown) => {
-    if (error instanceof NoChange) return error.contact;
-    throw error;
+    refuseTakenExternalId(rt.db, input, id);
+    const change = writeContactChange(rt.db, current, input, Date.now());
+    if ("errors" in change) throw validationProblem(change.errors);
+    return change.contact;
   });
 }
 
-/** NoChange rolls back a PATCH that changed nothing, so updated_at stays and no event is sent. */
-class NoChange extends Error {
-  constructor(readonly contact: Contact) {
-    super("no change");
-  }
+/**
+ * matchContact finds the contact a batch item upserts: by external_id when the item has one,
+ * else by email; an email shared by several contacts is refused naming them, never guessed.
+ */
+function matchContact(db: Database, input: ContactInput): { row: ContactRow | null } | { errors: FieldError[] } {
+  if (input.external_id) return { row: findContactByExternalId(db, input.external_id) };
+  if (!input.email) return { row: null };
+  const rows = findContactsByEmail(db, input.email.toLowerCase());
+  if (rows.length <= 1) return { row: rows[0] ?? null };
+  const ids = rows.map((row) => row.id).join(", ");
+  return { errors: [{ pointer: "/email", detail: `matches several contacts (${ids}); send external_id to say which one, or merge them first` }] };
 }
+
+/** upsertContact writes one valid batch item: created, updated, unchanged, or invalid when its match or relations refuse it. */
+function upsertContact(db: Database, input: ContactInput, now: number): BatchResult {
+  const match = matchContact(db, input);
+  if ("errors" in match) return { status: "invalid", errors: match.errors };
+  const relationErrors = unknownRelationErrors(db, input);
+  if (relationErrors.length > 0) return { status: "invalid", errors: relationErrors };
+  if (!match.row) return { status: "created", id: writeNewContact(db, input, now).id };
+  const change = writeContactChange(db, match.row, input, now);
+  if ("errors" in change) return { status: "invalid", errors: change.errors };
+  return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
+}
+
+/** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else email. */
+export const CONTACT_BATCH: BatchKind<ContactInput> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
 /** deleteContact removes a contact and writes contact.deleted in the same commit. */
 export function deleteContact(rt: Runtime, id: string): Promise<void> {

@@ -9,6 +9,7 @@ export type ContactRow = {
   last_name: string | null;
   email: string | null;
   phone: string | null;
+  external_id: string | null;
   assigned_user_id: string | null;
   properties: string;
   /** JSON array of account ids, in order (a copy of contact_accounts) */
@@ -26,13 +27,13 @@ export interface ContactFilters {
   updatedAfter?: number;
 }
 
-const COLUMNS = "c.id, c.first_name, c.last_name, c.email, c.phone, c.assigned_user_id, c.properties, c.account_ids, c.assigned_user_ids, c.created_at, c.updated_at";
+const COLUMNS = "c.id, c.first_name, c.last_name, c.email, c.phone, c.external_id, c.assigned_user_id, c.properties, c.account_ids, c.assigned_user_ids, c.created_at, c.updated_at";
 
 /** insertContact stores a new contact row. */
 export function insertContact(db: Database, row: ContactRow): void {
   db.query(
-    `INSERT INTO contacts (id, first_name, last_name, email, phone, assigned_user_id, properties, account_ids, assigned_user_ids, created_at, updated_at)
-     VALUES ($id, $first_name, $last_name, $email, $phone, $assigned_user_id, $properties, $account_ids, $assigned_user_ids, $created_at, $updated_at)`,
+    `INSERT INTO contacts (id, first_name, last_name, email, phone, external_id, assigned_user_id, properties, account_ids, assigned_user_ids, created_at, updated_at)
+     VALUES ($id, $first_name, $last_name, $email, $phone, $external_id, $assigned_user_id, $properties, $account_ids, $assigned_user_ids, $created_at, $updated_at)`,
   ).run(row);
 }
 
@@ -40,7 +41,7 @@ export function insertContact(db: Database, row: ContactRow): void {
 export function updateContact(db: Database, row: ContactRow): void {
   db.query(
     `UPDATE contacts SET first_name = $first_name, last_name = $last_name, email = $email, phone = $phone,
-       assigned_user_id = $assigned_user_id, properties = $properties, account_ids = $account_ids,
+       external_id = $external_id, assigned_user_id = $assigned_user_id, properties = $properties, account_ids = $account_ids,
        assigned_user_ids = $assigned_user_ids, updated_at = $updated_at WHERE id = $id`,
   ).run({ ...row, created_at: undefined } as never);
 }
@@ -53,6 +54,19 @@ export function deleteContact(db: Database, id: string): boolean {
 /** findContactById returns one contact row or null. */
 export function findContactById(db: Database, id: string): ContactRow | null {
   return db.query<ContactRow, [string]>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id = ?`).get(id);
+}
+
+/** MAX_EMAIL_MATCHES_NAMED is how many contacts sharing an email a lookup returns: enough to name them in an error. */
+const MAX_EMAIL_MATCHES_NAMED = 10;
+
+/** findContactsByEmail returns the contacts with this (lowercased) email, oldest first, at most MAX_EMAIL_MATCHES_NAMED. */
+export function findContactsByEmail(db: Database, email: string): ContactRow[] {
+  return db.query<ContactRow, [string, number]>(`SELECT ${COLUMNS} FROM contacts c WHERE c.email = ? ORDER BY c.id LIMIT ?`).all(email, MAX_EMAIL_MATCHES_NAMED);
+}
+
+/** findContactByExternalId returns the contact with this external_id or null. */
+export function findContactByExternalId(db: Database, externalId: string): ContactRow | null {
+  return db.query<ContactRow, [string]>(`SELECT ${COLUMNS} FROM contacts c WHERE c.external_id = ?`).get(externalId);
 }
 
 /** insertContactAccounts relates a contact that has no accounts yet to the given ones, in order (the row's account_ids copy is written with the row). */

@@ -39,22 +39,31 @@ function numericBranch(schema: Json): Json | null {
   return isNumericString && (number?.type === "integer" || number?.type === "number") ? number! : null;
 }
 
-/** NamedSchemas maps a schema's identity to its name in components.schemas. */
-type NamedSchemas = Map<string, string>;
+/** NamedSchemas maps a schema's shape (the schema without its own description) to its name and description in components.schemas. */
+type NamedSchemas = Map<string, { name: string; description: unknown }>;
 
-/** refTo answers a reference to a named schema equal to `schema`, keeping a description and nullability given at the point of use. */
+/** shapeOf is a schema's identity for matching, leaving out its description (which a use may set differently). */
+function shapeOf(schema: Json): string {
+  const { description: _, ...shape } = schema;
+  return keyOf(shape);
+}
+
+/**
+ * refTo answers a reference to the named schema of the same shape as `schema`, or null. A
+ * description other than the named schema's, given at the point of use, stays beside the $ref;
+ * "X or null", which the generator folds into type: [X's type, "null"], becomes anyOf [$ref, null].
+ */
 function refTo(schema: Json, named: NamedSchemas): Json | null {
-  const exact = named.get(keyOf(schema));
-  if (exact) return { $ref: `#/components/schemas/${exact}` };
-  const { description, ...rest } = schema;
-  const described = (ref: Json) => (description === undefined ? ref : { description, ...ref });
-  const bare = description === undefined ? undefined : named.get(keyOf(rest));
-  if (bare) return described({ $ref: `#/components/schemas/${bare}` });
-  // The generator folds "X or null" into type: [X's type, "null"].
-  if (Array.isArray(rest.type) && rest.type.length === 2 && rest.type.includes("null")) {
-    const type = rest.type.find((t: string) => t !== "null");
-    const name = named.get(keyOf({ ...rest, type })) ?? (description === undefined ? undefined : named.get(keyOf({ ...schema, type })));
-    if (name) return described({ anyOf: [{ $ref: `#/components/schemas/${name}` }, { type: "null" }] });
+  const ref = (found: { name: string; description: unknown }, nullable: boolean): Json => {
+    const target: Json = { $ref: `#/components/schemas/${found.name}` };
+    const use = nullable ? { anyOf: [target, { type: "null" }] } : target;
+    return schema.description === undefined || schema.description === found.description ? use : { description: schema.description, ...use };
+  };
+  const same = named.get(shapeOf(schema));
+  if (same) return ref(same, false);
+  if (Array.isArray(schema.type) && schema.type.length === 2 && schema.type.includes("null")) {
+    const nonNull = named.get(shapeOf({ ...schema, type: schema.type.find((t: string) => t !== "null") }));
+    if (nonNull) return ref(nonNull, true);
   }
   return null;
 }
@@ -102,8 +111,11 @@ function namedComponents(schemas: Record<string, TSchema>): { components: Record
   const named: NamedSchemas = new Map();
   const components: Record<string, Json> = {};
   for (const [name, schema] of Object.entries(generated(schemas))) {
-    components[name] = tidySchema(schema, named, false);
-    named.set(keyOf(components[name]), name);
+    const component = tidySchema(schema, named, false);
+    components[name] = component;
+    named.set(shapeOf(component), { name, description: component.description });
+    // A route may also document a schema as its plain JSON (a batch item is the single POST's body).
+    named.set(shapeOf(tidySchema(JSON.parse(JSON.stringify(schemas[name])), named, false)), { name, description: component.description });
   }
   return { components, named };
 }

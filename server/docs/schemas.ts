@@ -1,5 +1,6 @@
 import type { TSchema } from "elysia";
 import { AccountInput, AccountSchema } from "../accounts/model.ts";
+import { BatchResultSchema } from "../batch/model.ts";
 import { Contact, ContactInput } from "../contacts/model.ts";
 import { ListMetaSchema } from "../http/list-query.ts";
 import { ProblemSchema } from "../shared/problem.ts";
@@ -25,6 +26,7 @@ export const NAMED_SCHEMAS: Record<string, TSchema> = {
   Delivery,
   Attempt,
   DeliveryDetail,
+  BatchResult: BatchResultSchema,
   Health,
   Readiness,
 };

@@ -1,6 +1,7 @@
 import { ValidationError } from "elysia";
 import type { Logger } from "../shared/log.ts";
 import { ProblemError, problem, type FieldError, type Problem } from "../shared/problem.ts";
+import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
 import { pathOf } from "./request-log.ts";
 
 /** routePatternMatches tells whether a concrete path matches an Elysia route pattern like /a/:id. */
@@ -14,18 +15,7 @@ function routePatternMatches(pattern: string, path: string): boolean {
 
 function validationErrors(error: ValidationError): FieldError[] {
   const where = error.type === "query" || error.type === "params" ? "parameter" : error.type === "headers" ? "header" : "pointer";
-  const seen = new Set<string>();
-  const errors: FieldError[] = [];
-  for (const issue of error.all as { path?: string; message: string; schema?: { error?: unknown } }[]) {
-    const path = issue.path ?? "";
-    if (seen.has(path)) continue; // TypeBox reports a union failure and its branches; the first says it
-    // A string where a list belongs is also walked character by character; the list's error says it.
-    if ([...seen].some((parent) => path.startsWith(`${parent}/`))) continue;
-    seen.add(path);
-    const detail = typeof issue.schema?.error === "string" ? issue.schema.error : issue.message;
-    errors.push(where === "pointer" ? { pointer: path, detail } : { [where]: path.replace(/^\//, ""), detail });
-  }
-  return errors;
+  return fieldErrorsOf(error.all as SchemaIssue[], where);
 }
 
 /** RouteEntry is one route of the app's table (query: the route has a query schema). */

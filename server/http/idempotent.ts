@@ -1,7 +1,8 @@
 import type { AuthenticatedToken } from "../auth/service.ts";
 import type { IdempotencyGuard, IdempotencyScope } from "../idempotency/service.ts";
 
-interface PostContext {
+/** PostContext is what idempotentPost needs of a route's context. */
+export interface PostContext {
   request: Request;
   headers: Record<string, string | undefined>;
   token: AuthenticatedToken;

@@ -2,7 +2,8 @@ import type { Config } from "../config.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { TokenBuckets, rateLimitHeaders, type RatePolicy, type TokenRate } from "./rate-limiter.ts";
 
-const READ_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
+/** READ_METHODS spend a token's read budget; every other method its write budget. */
+export const READ_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
 
 interface TokenPolicies {
   read: RatePolicy;
@@ -50,6 +51,16 @@ export class ApiRateLimits {
       );
     }
     return headers;
+  }
+
+  /**
+   * chargeWrites spends `writes` more of the token's write budget, into debt if it holds fewer: a
+   * request already admitted that turns out to weigh more (a batch) is never refused after its
+   * body was read; the token's next writes wait until the debt is repaid. Returns the new headers.
+   */
+  chargeWrites(tokenId: string, writes: number): Record<string, string> {
+    const policy = this.policiesOf(tokenId).write;
+    return rateLimitHeaders(policy, this.tokenBuckets.charge(`${tokenId}:${policy.name}`, policy, writes));
   }
 
   /** admitFailedAuth spends one request without a valid token from a client address (null: unknown). */

@@ -7,6 +7,17 @@ export const MAX_NAME_LENGTH = 200;
 export const MAX_EMAIL_LENGTH = 254;
 /** MAX_PHONE_LENGTH bounds a phone number, in characters. */
 export const MAX_PHONE_LENGTH = 50;
+/** MAX_EXTERNAL_ID_LENGTH bounds a contact's external_id (its id in the source system), in characters. */
+export const MAX_EXTERNAL_ID_LENGTH = 255;
+/** MAX_BATCH_ITEMS is the number of items one batch upsert takes. */
+export const MAX_BATCH_ITEMS = 100;
+/**
+ * BATCH_ITEMS_PER_WRITE: a batch counts as one write for the rate limiter plus one more per this
+ * many items (100 items: 2 writes), charged after the batch is admitted so it never waits twice.
+ * At the default 50 writes per second a token imports 2,500 contacts per second: 100,000 in
+ * about 40 s. One more write per 10 items (the first rule) held an import to 450 per second.
+ */
+export const BATCH_ITEMS_PER_WRITE = 100;
 /** MAX_DOMAIN_LENGTH is the longest DNS name, in characters. */
 export const MAX_DOMAIN_LENGTH = 253;
 /** MAX_TAGS is the number of tags a contact can carry. */
@@ -72,6 +83,8 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "`first_name`, `last_name` (contact), `name` (account)", value: `${MAX_NAME_LENGTH} characters`, answer: "422" },
   { limit: "`email`", value: `${MAX_EMAIL_LENGTH} characters`, answer: "422" },
   { limit: "`phone`", value: `${MAX_PHONE_LENGTH} characters`, answer: "422" },
+  { limit: "`external_id` (contact)", value: `1 to ${MAX_EXTERNAL_ID_LENGTH} characters`, answer: "422" },
+  { limit: "items in one batch upsert (`/contacts/batch`, `/accounts/batch`)", value: `1 to ${MAX_BATCH_ITEMS}`, answer: "422" },
   { limit: "`domain` (account)", value: `${MAX_DOMAIN_LENGTH} characters`, answer: "422" },
   { limit: "`tags`: number of tags", value: `${MAX_TAGS}`, answer: "422" },
   { limit: "`tags`: length of one tag", value: `1 to ${MAX_TAG_LENGTH} characters`, answer: "422" },

@@ -60,6 +60,24 @@ export class TokenBuckets {
 
   /** take spends one request from key's bucket if it holds one, and reports the bucket's state. */
   take(key: string, policy: RatePolicy, now = performance.now()): RateDecision {
+    const bucket = this.refilled(key, policy, now);
+    const allowed = bucket.tokens >= 1;
+    if (allowed) bucket.tokens -= 1;
+    return decisionOf(bucket, allowed);
+  }
+
+  /**
+   * charge spends `count` more requests from key's bucket, into debt if it holds fewer: a request
+   * already admitted that turns out to weigh more (a batch) is never refused after its body was
+   * read; the requests after it wait until the debt is repaid.
+   */
+  charge(key: string, policy: RatePolicy, count: number, now = performance.now()): RateDecision {
+    const bucket = this.refilled(key, policy, now);
+    bucket.tokens -= count;
+    return decisionOf(bucket, true);
+  }
+
+  private refilled(key: string, policy: RatePolicy, now: number): Bucket {
     let bucket = this.buckets.get(key);
     if (!bucket) {
       if (this.buckets.size >= this.maxKeys) this.sweep(now);
@@ -70,14 +88,7 @@ export class TokenBuckets {
       bucket.at = now;
       bucket.policy = policy;
     }
-    const allowed = bucket.tokens >= 1;
-    if (allowed) bucket.tokens -= 1;
-    return {
-      allowed,
-      remaining: Math.floor(bucket.tokens),
-      resetSeconds: Math.ceil((policy.burst - bucket.tokens) / policy.perSecond),
-      retryAfterSeconds: allowed ? 0 : Math.ceil((1 - bucket.tokens) / policy.perSecond),
-    };
+    return bucket;
   }
 
   /** size is the number of buckets held. */
@@ -94,6 +105,15 @@ export class TokenBuckets {
       this.buckets.delete(key);
     }
   }
+}
+
+function decisionOf({ tokens, policy }: Bucket, allowed: boolean): RateDecision {
+  return {
+    allowed,
+    remaining: Math.max(0, Math.floor(tokens)),
+    resetSeconds: Math.ceil((policy.burst - tokens) / policy.perSecond),
+    retryAfterSeconds: allowed ? 0 : Math.ceil((1 - tokens) / policy.perSecond),
+  };
 }
 
 /** policyWindowSeconds is the window advertised for a bucket: the time it takes to refill completely. */

@@ -29,8 +29,9 @@ describe("migrations: happy paths", () => {
     expect(MIGRATIONS.map((m) => m.name)).toEqual(files);
     expect(MIGRATIONS.map((m) => m.version)).toEqual(files.map((f) => Number(f.slice(0, 4))));
     for (const m of MIGRATIONS) expect(m.sql).toBe(readFileSync(join(MIGRATIONS_DIR, m.name), "utf8"));
-    // numbered without gaps or repeats
-    expect(MIGRATIONS.map((m) => m.version)).toEqual(MIGRATIONS.map((_, i) => i + 1));
+    // numbered in increasing order without repeats (numbers are assigned per change, so gaps are fine)
+    const versions = MIGRATIONS.map((m) => m.version);
+    expect(versions).toEqual([...new Set(versions)].sort((a, b) => a - b));
   });
 
   test("a fresh database gets every migration in order, recorded in schema_migrations", () => {

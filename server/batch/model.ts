@@ -1,0 +1,41 @@
+import type { TSchema } from "@sinclair/typebox";
+import { t } from "elysia";
+import { BATCH_ITEMS_PER_WRITE, MAX_BATCH_ITEMS } from "../limits/limits.ts";
+import type { FieldError } from "../shared/problem.ts";
+
+// What the contact and account batch upserts share: the body and the per-item result.
+
+/**
+ * batchInput is the body of a batch upsert. The OpenAPI document shows each item as `item` (the
+ * body of the single POST), but the route does not check items against it: the service checks each
+ * item on its own, so one bad item is refused alone instead of failing the whole batch.
+ */
+export function batchInput(item: TSchema, description: string) {
+  const documented = JSON.parse(JSON.stringify(item)) as Record<string, unknown>;
+  return t.Object(
+    {
+      items: t.Array(t.Unknown({ ...documented, description }), {
+        minItems: 1,
+        maxItems: MAX_BATCH_ITEMS,
+        error: `must be a list of 1 to ${MAX_BATCH_ITEMS} items`,
+      }),
+    },
+    { additionalProperties: false },
+  );
+}
+
+const FieldErrorSchema = t.Object({ pointer: t.Optional(t.String({ description: "JSON pointer into the request body, e.g. /items/3/email" })), detail: t.String() });
+
+/** BatchResult is the outcome of one batch item. */
+export const BatchResultSchema = t.Object({
+  status: t.Union([t.Literal("created"), t.Literal("updated"), t.Literal("unchanged"), t.Literal("invalid")]),
+  id: t.Optional(t.String({ description: "the record created, updated or found unchanged" })),
+  errors: t.Optional(t.Array(FieldErrorSchema, { description: "why the item was refused (status invalid)" })),
+});
+export type BatchResult = { status: "created" | "updated" | "unchanged" | "invalid"; id?: string; errors?: FieldError[] };
+
+/** BatchResultEnvelope is a batch upsert's answer: one result per item, in order. */
+export const BatchResultEnvelope = t.Object({ data: t.Array(BatchResultSchema) });
+
+/** BATCH_RATE_NOTE tells integrators, in the OpenAPI document, what a batch costs and how results read. */
+export const BATCH_RATE_NOTE = `Up to ${MAX_BATCH_ITEMS} items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per ${BATCH_ITEMS_PER_WRITE} items (${MAX_BATCH_ITEMS} items: ${1 + Math.floor(MAX_BATCH_ITEMS / BATCH_ITEMS_PER_WRITE)}), charged once it is admitted. Send an Idempotency-Key as for any POST.`;

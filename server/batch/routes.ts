@@ -1,0 +1,27 @@
+import type { TSchema } from "@sinclair/typebox";
+import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { idempotentPost, type PostContext } from "../http/idempotent.ts";
+import type { IdempotencyScope } from "../idempotency/service.ts";
+import { chargeExtraWrites } from "../auth/routes.ts";
+import type { Runtime } from "../runtime.ts";
+import { problemResponses } from "../shared/problem.ts";
+import { BATCH_RATE_NOTE, BatchResultEnvelope, batchInput } from "./model.ts";
+import { batchWrites, runBatch, type BatchKind } from "./service.ts";
+
+/**
+ * batchPost is the handler and route options of a POST .../batch upsert: rate-limit cost per item,
+ * Idempotency-Key, per-item results; `doc` names the operation and says how items are matched.
+ */
+export function batchPost<T>(rt: Runtime, kind: BatchKind<T>, doc: { operationId: string; summary: string; description: string; item: TSchema; itemDescription: string; tags: string[] }) {
+  const handler = (ctx: PostContext & { body: { items: unknown[] } }) => {
+    chargeExtraWrites(ctx.request, batchWrites(ctx.body.items.length) - 1);
+    return idempotentPost(rt.idempotency, ctx, (scope: IdempotencyScope | null) => runBatch(rt, kind, ctx.body.items, scope));
+  };
+  const options = {
+    body: batchInput(doc.item, doc.itemDescription),
+    headers: IdempotencyKeyHeader,
+    response: { 200: BatchResultEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+    detail: { operationId: doc.operationId, summary: doc.summary, description: `${doc.description} ${BATCH_RATE_NOTE}`, tags: doc.tags, ...secured },
+  };
+  return [handler, options] as const;
+}

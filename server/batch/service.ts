@@ -1,0 +1,40 @@
+import type { Database } from "bun:sqlite";
+import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { BATCH_ITEMS_PER_WRITE } from "../limits/limits.ts";
+import type { Runtime } from "../runtime.ts";
+import type { FieldError } from "../shared/problem.ts";
+import type { BatchResult } from "./model.ts";
+
+/** itemResult points an item's errors into the batch body (/email of item 3 becomes /items/3/email). */
+export function itemResult(index: number, result: BatchResult): BatchResult {
+  if (!result.errors) return result;
+  return { ...result, errors: result.errors.map((error) => ({ ...error, pointer: `/items/${index}${error.pointer ?? ""}` })) };
+}
+
+/** batchWrites is what a batch of `items` items costs the write rate limit: one write plus one per BATCH_ITEMS_PER_WRITE items. */
+export function batchWrites(items: number): number {
+  return 1 + Math.floor(items / BATCH_ITEMS_PER_WRITE);
+}
+
+/** BatchKind is how one record type is upserted: each item checked alone, then the valid ones written in order. */
+export interface BatchKind<T> {
+  /** itemErrors checks an item on its own (schema and limits), with pointers into the item */
+  itemErrors: (item: unknown) => FieldError[];
+  /** upsert writes one valid item inside the batch's transaction */
+  upsert: (db: Database, input: T, now: number) => BatchResult;
+}
+
+/**
+ * runBatch checks every item, then upserts the valid ones in order in one commit with their events
+ * and the idempotent response; an invalid item is refused alone, with pointers into the batch.
+ */
+export function runBatch<T>(rt: Runtime, kind: BatchKind<T>, items: unknown[], idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
+  const checked = items.map((item) => ({ input: item as T, errors: kind.itemErrors(item) }));
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    const data = checked.map(({ input, errors }, i) => itemResult(i, errors.length > 0 ? { status: "invalid", errors } : kind.upsert(rt.db, input, now)));
+    const body = { data };
+    saveIdempotentResponse(rt.db, idempotency, 200, body, now);
+    return { status: 200, body };
+  });
+}

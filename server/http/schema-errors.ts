@@ -1,0 +1,39 @@
+import type { TSchema } from "@sinclair/typebox";
+import { TypeCompiler } from "@sinclair/typebox/compiler";
+import type { FieldError } from "../shared/problem.ts";
+
+/** SchemaIssue is one TypeBox value error, as Elysia's ValidationError and TypeBox's checkers report it. */
+export interface SchemaIssue {
+  path?: string;
+  message: string;
+  schema?: { error?: unknown };
+}
+
+/**
+ * fieldErrorsOf turns TypeBox issues into field errors: one per field, the schema's own `error`
+ * text when it has one, `where` saying whether the path is a body pointer, parameter or header.
+ */
+export function fieldErrorsOf(issues: Iterable<SchemaIssue>, where: "pointer" | "parameter" | "header" = "pointer"): FieldError[] {
+  const seen = new Set<string>();
+  const errors: FieldError[] = [];
+  for (const issue of issues) {
+    const path = issue.path ?? "";
+    if (seen.has(path)) continue; // TypeBox reports a union failure and its branches; the first says it
+    // A string where a list belongs is also walked character by character; the list's error says it.
+    if ([...seen].some((parent) => path.startsWith(`${parent}/`))) continue;
+    seen.add(path);
+    const detail = typeof issue.schema?.error === "string" ? issue.schema.error : issue.message;
+    errors.push(where === "pointer" ? { pointer: path, detail } : { [where]: path.replace(/^\//, ""), detail });
+  }
+  return errors;
+}
+
+/**
+ * schemaChecker compiles a body schema once and returns a function giving a value's field errors
+ * (none when it conforms), as a route with that body schema would report them. Batch endpoints use
+ * it to validate each item alone, so one bad item does not refuse the rest.
+ */
+export function schemaChecker(schema: TSchema): (value: unknown) => FieldError[] {
+  const compiled = TypeCompiler.Compile(schema);
+  return (value) => (compiled.Check(value) ? [] : fieldErrorsOf(compiled.Errors(value)));
+}

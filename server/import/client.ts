@@ -1,0 +1,61 @@
+import type { BatchResult } from "../batch/model.ts";
+import type { FieldError } from "../shared/problem.ts";
+
+/** ImportError stops an import with a message for the operator (a refused token, an unreachable server). */
+export class ImportError extends Error {}
+
+const MAX_FAILED_ATTEMPTS = 6;
+
+/**
+ * BatchClient sends batch upserts to a CRM server the way the contract asks: every batch with
+ * its Idempotency-Key, so a retry (after a timeout, a 5xx, a lost connection or a crash of the
+ * importer) can never apply it twice; 429 and 409 (key still in use) wait for Retry-After.
+ */
+export class BatchClient {
+  constructor(
+    private readonly baseUrl: string,
+    private readonly token: string,
+    private readonly onWait: (seconds: number, why: string) => void = () => {},
+  ) {}
+
+  /** upsert posts one batch to `path` (e.g. /public/v1/contacts/batch) and returns its per-item results. */
+  async upsert(path: string, items: unknown[], idempotencyKey: string): Promise<BatchResult[]> {
+    const body = JSON.stringify({ items });
+    let failures = 0;
+    for (;;) {
+      let response: Response;
+      try {
+        response = await fetch(`${this.baseUrl}${path}`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${this.token}`, "content-type": "application/json", "idempotency-key": idempotencyKey },
+          body,
+        });
+      } catch (error) {
+        if (++failures >= MAX_FAILED_ATTEMPTS) throw new ImportError(`cannot reach ${this.baseUrl}: ${(error as Error).message}`);
+        await this.wait(2 ** failures / 4, `cannot reach the server (${(error as Error).message})`);
+        continue;
+      }
+      const text = await response.text();
+      const answer = response.headers.get("content-type")?.includes("json") && text ? (JSON.parse(text) as { type?: string; detail?: string; errors?: FieldError[]; data?: BatchResult[] }) : null;
+      if (response.status === 429 || (response.status === 409 && answer?.type === "urn:crm:problem:idempotency-key-in-use")) {
+        await this.wait(Math.max(1, Number(response.headers.get("retry-after")) || 1), response.status === 429 ? "rate limited" : "the same batch is still running");
+        continue;
+      }
+      if (response.status >= 500) {
+        if (++failures >= MAX_FAILED_ATTEMPTS) throw new ImportError(`${path} answered ${response.status}: ${answer?.detail ?? text.slice(0, 200)}`);
+        await this.wait(Number(response.headers.get("retry-after")) || 2 ** failures / 4, `the server answered ${response.status}`);
+        continue;
+      }
+      if (response.status !== 200 || !answer?.data) {
+        const fields = (answer?.errors ?? []).map((e) => ` ${e.pointer ?? e.header ?? e.parameter}: ${e.detail}`).join(";");
+        throw new ImportError(`${path} answered ${response.status}: ${answer?.detail ?? text.slice(0, 200)}${fields}`);
+      }
+      return answer.data;
+    }
+  }
+
+  private async wait(seconds: number, why: string): Promise<void> {
+    this.onWait(seconds, why);
+    await Bun.sleep(seconds * 1000);
+  }
+}

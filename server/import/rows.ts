@@ -1,0 +1,165 @@
+import { accountNameKey } from "../accounts/store.ts";
+import { ConfigError } from "../config.ts";
+import { CsvError, parseCsv } from "./csv.ts";
+
+// From a file's rows to API items: which column feeds which contact or account field.
+
+/** SourceRow is one record of the input file: its 1-based number (header excluded) and its values by column. */
+export interface SourceRow {
+  row: number;
+  values: Record<string, unknown>;
+  /** the JSON Lines object as written (values flattens its nested objects) */
+  original?: Record<string, unknown>;
+}
+
+/** SourceFile is a parsed input file: its columns in order and its rows. */
+export interface SourceFile {
+  format: "csv" | "jsonl";
+  columns: string[];
+  rows: SourceRow[];
+}
+
+/** readSourceFile parses CSV (first record is the header) or JSON Lines (one object per line; nested objects become `key.sub` columns). */
+export function readSourceFile(path: string, text: string): SourceFile {
+  if (/\.jsonl$|\.ndjson$/i.test(path)) return readJsonLines(text);
+  if (!/\.csv$/i.test(path)) throw new ConfigError(`import reads .csv or .jsonl files; ${path} is neither`);
+  let records: string[][];
+  try {
+    records = parseCsv(text);
+  } catch (error) {
+    if (error instanceof CsvError) throw new ConfigError(`${path}: ${error.message}`);
+    throw error;
+  }
+  const [header, ...data] = records;
+  if (!header) throw new ConfigError(`${path} is empty: the first line must name the columns`);
+  const columns = header.map((c) => c.trim());
+  const rows = data.map((fields, i) => {
+    if (fields.length > columns.length) throw new ConfigError(`${path}: data row ${i + 1} has ${fields.length} fields but the header names ${columns.length} columns`);
+    return { row: i + 1, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])) };
+  });
+  return { format: "csv", columns, rows };
+}
+
+function readJsonLines(text: string): SourceFile {
+  const columns = new Set<string>();
+  const rows: SourceRow[] = [];
+  text.replace(/^\uFEFF/, "").split(/\r?\n/).forEach((line, i) => {
+    if (line.trim() === "") return;
+    let value: unknown;
+    try {
+      value = JSON.parse(line);
+    } catch {
+      throw new ConfigError(`line ${i + 1} is not JSON`);
+    }
+    if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ConfigError(`line ${i + 1} is not a JSON object`);
+    const values: Record<string, unknown> = {};
+    for (const [key, v] of Object.entries(value)) {
+      if (typeof v === "object" && v !== null && !Array.isArray(v)) for (const [sub, w] of Object.entries(v)) values[`${key}.${sub}`] = w;
+      else values[key] = v;
+    }
+    for (const key of Object.keys(values)) columns.add(key);
+    rows.push({ row: rows.length + 1, values, original: value as Record<string, unknown> });
+  });
+  return { format: "jsonl", columns: [...columns], rows };
+}
+
+const CONTACT_TARGETS = ["email", "first_name", "last_name", "phone", "external_id", "tags"] as const;
+const ACCOUNT_TARGETS = ["account.name", "account.domain"] as const;
+/** A target is a contact field, an account field, `custom_fields.KEY`, or `-` (ignore the column). */
+type Target = string;
+
+// Usual spellings of each field in exported spreadsheets, compared without case, spaces or punctuation.
+const USUAL_HEADERS: Record<string, Target> = {
+  email: "email", emailaddress: "email", mail: "email", workemail: "email",
+  firstname: "first_name", givenname: "first_name", forename: "first_name", first: "first_name",
+  lastname: "last_name", surname: "last_name", familyname: "last_name", last: "last_name",
+  phone: "phone", phonenumber: "phone", mobile: "phone", mobilephone: "phone", telephone: "phone", tel: "phone",
+  externalid: "external_id", id: "external_id", sourceid: "external_id", contactid: "external_id", recordid: "external_id",
+  tags: "tags", labels: "tags",
+  company: "account.name", companyname: "account.name", account: "account.name", accountname: "account.name", organization: "account.name", organisation: "account.name",
+  domain: "account.domain", companydomain: "account.domain", accountdomain: "account.domain", website: "account.domain", companywebsite: "account.domain",
+};
+
+const squash = (header: string) => header.toLowerCase().replace(/[^a-z0-9]/g, "");
+
+function validTarget(target: string): boolean {
+  return target === "-" || (CONTACT_TARGETS as readonly string[]).includes(target) || (ACCOUNT_TARGETS as readonly string[]).includes(target) || /^custom_fields\.[^.]+$/.test(target);
+}
+
+/** ColumnMap says which column feeds which field. */
+export type ColumnMap = Map<string, Target>;
+
+/**
+ * columnMap maps each column: `--map "Email=email,Company=account.name,Plan=custom_fields.plan,Notes=-"`
+ * first, then the usual headers (Email, First name, Company, ...); other columns are ignored.
+ */
+export function columnMap(columns: string[], mapText: string | undefined): { map: ColumnMap; ignored: string[] } {
+  const explicit = new Map<string, Target>();
+  for (const pair of (mapText ?? "").split(",").filter((p) => p.trim() !== "")) {
+    const eq = pair.lastIndexOf("=");
+    const column = pair.slice(0, eq).trim();
+    const target = pair.slice(eq + 1).trim();
+    if (eq < 0 || column === "" || !validTarget(target)) {
+      throw new ConfigError(`--map: ${JSON.stringify(pair)} is not COLUMN=FIELD with FIELD one of ${[...CONTACT_TARGETS, ...ACCOUNT_TARGETS].join(", ")}, custom_fields.KEY or -`);
+    }
+    if (!columns.includes(column)) throw new ConfigError(`--map: the file has no column ${JSON.stringify(column)} (columns: ${columns.join(", ")})`);
+    explicit.set(column, target);
+  }
+  const map: ColumnMap = new Map();
+  const ignored: string[] = [];
+  const taken = new Set(explicit.values());
+  for (const column of columns) {
+    const given = explicit.get(column);
+    const usual = /^custom_fields\.[^.]+$/i.test(column) ? `custom_fields.${column.slice("custom_fields.".length)}` : USUAL_HEADERS[squash(column)] ?? USUAL_HEADERS[squash(column.replace(/^(contact|account)\W*/i, ""))];
+    const target = given ?? (usual && !taken.has(usual) ? usual : undefined);
+    if (target && target !== "-") {
+      map.set(column, target);
+      taken.add(target);
+    } else ignored.push(column);
+  }
+  return { map, ignored };
+}
+
+/** ImportRow is a source row turned into the contact and account items the API takes. */
+export interface ImportRow {
+  row: number;
+  contact: Record<string, unknown>;
+  account: { name: string; domain?: string } | null;
+}
+
+const text = (value: unknown) => (typeof value === "string" ? value.trim() : value === null || value === undefined ? "" : String(value));
+
+/** bareDomain turns a website into a domain: https://www.Acme.com/about -> www.acme.com. */
+function bareDomain(value: string): string {
+  return value.replace(/^[a-z][a-z0-9+.-]*:\/\//i, "").replace(/[/?#].*$/, "").toLowerCase();
+}
+
+/** toImportRow builds the items of one row; empty cells are left out (they neither set nor clear a field). */
+export function toImportRow(source: SourceRow, map: ColumnMap): ImportRow {
+  const contact: Record<string, unknown> = {};
+  const account: { name?: string; domain?: string } = {};
+  for (const [column, target] of map) {
+    const raw = source.values[column];
+    if (raw === undefined || raw === null || text(raw) === "") continue;
+    if (target === "tags") contact.tags = Array.isArray(raw) ? raw : text(raw).split(/[;|,]/).map((t) => t.trim()).filter((t) => t !== "");
+    else if (target.startsWith("custom_fields.")) ((contact.custom_fields ??= {}) as Record<string, unknown>)[target.slice("custom_fields.".length)] = typeof raw === "string" ? raw.trim() : raw;
+    else if (target === "account.name") account.name = text(raw);
+    else if (target === "account.domain") account.domain = bareDomain(text(raw));
+    else contact[target] = text(raw);
+  }
+  const name = account.name ?? account.domain;
+  return { row: source.row, contact, account: name ? { name, ...(account.domain ? { domain: account.domain } : {}) } : null };
+}
+
+/** accountKey is how the importer groups rows by account: the domain when there is one, else the name as the API compares it. */
+export function accountKey(account: { name: string; domain?: string }): string {
+  return account.domain ? `domain:${account.domain}` : `name:${accountNameKey(account.name)}`;
+}
+
+/** columnOf names the column that feeds a field of the item, for error messages (`/email` -> "E-mail"). */
+export function columnOf(map: ColumnMap, pointer: string): string {
+  const field = pointer.replace(/^\//, "").split("/");
+  const target = field[0] === "custom_fields" && field[1] ? `custom_fields.${field[1]}` : field[0] === "account" ? `account.${field[1]}` : field[0]!;
+  for (const [column, t] of map) if (t === target) return column;
+  return pointer;
+}

@@ -1,0 +1,164 @@
+import { basename } from "node:path";
+import { accountItemErrors } from "../accounts/service.ts";
+import { contactItemErrors } from "../contacts/service.ts";
+import type { BatchResult } from "../batch/model.ts";
+import type { FieldError } from "../shared/problem.ts";
+import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
+import { sha256 } from "../shared/crypto.ts";
+import { BatchClient } from "./client.ts";
+import { csvLine } from "./csv.ts";
+import { Progress, type ProgressSink } from "./progress.ts";
+import { accountKey, columnMap, columnOf, readSourceFile, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+
+export interface ImportOptions {
+  file: string;
+  /** the server's base URL and an API token; not needed for a dry run */
+  api?: { url: string; token: string };
+  map?: string;
+  /** send the first row only, then stop (the contract's advice before a large import) */
+  trial?: boolean;
+  /** validate every row against the API's schemas without sending anything */
+  dryRun?: boolean;
+  /** where the invalid rows go; default FILE.invalid.csv (or .jsonl) beside the input */
+  invalidFile?: string;
+  /** progress and notes (stderr) */
+  progress: ProgressSink;
+}
+
+export interface ImportSummary {
+  rows: number;
+  created: number;
+  updated: number;
+  unchanged: number;
+  invalid: number;
+  /** dry run: rows that would be sent */
+  valid?: number;
+  invalidFile: string | null;
+}
+
+/** InvalidRow is a row refused locally or by the server, with its errors named by column. */
+interface InvalidRow {
+  row: number;
+  errors: string[];
+}
+
+/** errorLines names each error by the column it comes from: "Email: must be an email address ...". */
+const errorLines = (map: ColumnMap, errors: FieldError[], prefix = "") => errors.map((e) => `${columnOf(map, prefix + (e.pointer ?? ""))}: ${e.detail}`);
+/** withinItem drops the /items/N part of a batch error's pointer: what is left points into the item. */
+const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, pointer: e.pointer?.replace(/^\/items\/\d+/, "") }));
+
+/**
+ * importContacts imports a CSV or JSON Lines file of contacts through the batch API: accounts
+ * resolved or created first, then contacts in batches of 100 in file order, each batch with an
+ * Idempotency-Key made of the file's name, size and row range, so running it again after a crash
+ * (within the server's 24 h replay window) creates nothing twice.
+ */
+export async function importContacts(options: ImportOptions): Promise<ImportSummary> {
+  const input = Bun.file(options.file);
+  const source = readSourceFile(options.file, await input.text());
+  const { map, ignored } = columnMap(source.columns, options.map);
+  const note = (line: string) => options.progress.write(`${line}\n`);
+  note(`columns: ${[...map].map(([column, target]) => `${column} -> ${target}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.join(", ")}` : ""}`);
+  const all = source.rows.map((row) => toImportRow(row, map));
+  const rows = options.trial && !options.dryRun ? all.slice(0, 1) : all;
+  const invalid: InvalidRow[] = [];
+  const summary: ImportSummary = { rows: rows.length, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null };
+
+  if (options.dryRun) {
+    for (const row of rows) {
+      const errors = [...errorLines(map, contactItemErrors(row.contact)), ...(row.account ? errorLines(map, accountItemErrors(row.account), "/account") : [])];
+      if (errors.length > 0) invalid.push({ row: row.row, errors });
+    }
+    return finish(options, source, invalid, { ...summary, valid: rows.length - invalid.length, invalid: invalid.length });
+  }
+
+  if (!options.api) throw new Error("importContacts needs the API unless it is a dry run");
+  const progress = new Progress(rows.length, options.progress);
+  const client = new BatchClient(options.api.url, options.api.token, (seconds, why) => {
+    if (why !== "rate limited") progress.note(`waiting ${seconds} s: ${why}`);
+  });
+  // The key names the file (its name and size) and the rows a batch carries; a trial has its own.
+  const keyPrefix = `crm-import-${Buffer.from(sha256(`${basename(options.file)}\n${input.size}`)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
+
+  const accounts = await resolveAccounts(client, rows, keyPrefix, map);
+  const refusedAccounts = [...accounts.values()].filter((outcome) => "errors" in outcome).length;
+  if (accounts.size > 0) progress.note(`accounts: ${accounts.size - refusedAccounts} created or found${refusedAccounts ? `, ${refusedAccounts} invalid (their rows are too)` : ""}`);
+  // Rows whose account was refused are invalid already; the others carry their account's id.
+  const prepared = rows.map((row): { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] } => {
+    const account = row.account ? accounts.get(accountKey(row.account))! : null;
+    if (account && "errors" in account) return { row, errors: account.errors };
+    return { row, item: account ? { ...row.contact, account_ids: [account.id] } : row.contact };
+  });
+  let done = 0;
+  for (const chunk of batchesOf(prepared, (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))) {
+    const sendable = chunk.filter((entry) => "item" in entry);
+    for (const entry of chunk) if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
+    if (sendable.length > 0) {
+      const results = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), `${keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`);
+      results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
+    }
+    done += chunk.length;
+    progress.update(done);
+  }
+  progress.finish();
+  return finish(options, source, invalid, { ...summary, invalid: invalid.length });
+}
+
+function count(summary: ImportSummary, result: BatchResult, row: ImportRow, map: ColumnMap, invalid: InvalidRow[]): void {
+  if (result.status === "invalid") invalid.push({ row: row.row, errors: errorLines(map, withinItem(result.errors)) });
+  else summary[result.status]++;
+}
+
+type AccountOutcome = { id: string } | { errors: string[] };
+
+/** BATCH_BODY_BUDGET keeps a batch's body under the server's limit, with room for the envelope. */
+const BATCH_BODY_BUDGET = MAX_BODY_BYTES - 4096;
+
+/** batchesOf cuts entries, in order, into batches of at most MAX_BATCH_ITEMS whose JSON fits one request body; the cut depends only on the entries, so a re-run cuts alike. */
+function batchesOf<T>(entries: T[], json: (entry: T) => string): T[][] {
+  const batches: T[][] = [];
+  let current: T[] = [];
+  let bytes = 0;
+  for (const entry of entries) {
+    const size = Buffer.byteLength(json(entry)) + 1;
+    if (current.length === MAX_BATCH_ITEMS || (current.length > 0 && bytes + size > BATCH_BODY_BUDGET)) {
+      batches.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(entry);
+    bytes += size;
+  }
+  if (current.length > 0) batches.push(current);
+  return batches;
+}
+
+/** resolveAccounts upserts each distinct account of the rows (by domain, else name) once, in batches, before any contact refers to it. */
+async function resolveAccounts(client: BatchClient, rows: ImportRow[], keyPrefix: string, map: ColumnMap): Promise<Map<string, AccountOutcome>> {
+  const distinct = new Map<string, { name: string; domain?: string }>();
+  for (const row of rows) if (row.account && !distinct.has(accountKey(row.account))) distinct.set(accountKey(row.account), row.account);
+  const outcomes = new Map<string, AccountOutcome>();
+  let start = 0;
+  for (const chunk of batchesOf([...distinct], ([, account]) => JSON.stringify(account))) {
+    const results = await client.upsert("/public/v1/accounts/batch", chunk.map(([, account]) => account), `${keyPrefix}-accounts-${start + 1}-${start + chunk.length}`);
+    start += chunk.length;
+    results.forEach((result, i) => {
+      outcomes.set(chunk[i]![0], result.id ? { id: result.id } : { errors: errorLines(map, withinItem(result.errors), "/account") });
+    });
+  }
+  return outcomes;
+}
+
+/** finish writes the invalid rows, with their errors, to a file ready to fix and import again. */
+async function finish(options: ImportOptions, source: SourceFile, invalid: InvalidRow[], summary: ImportSummary): Promise<ImportSummary> {
+  if (invalid.length === 0) return summary;
+  invalid.sort((a, b) => a.row - b.row);
+  const byRow = new Map(source.rows.map((row) => [row.row, row]));
+  const path = options.invalidFile ?? `${options.file.replace(/\.(csv|jsonl|ndjson)$/i, "")}.invalid.${source.format}`;
+  const lines =
+    source.format === "csv"
+      ? [csvLine([...source.columns, "import_row", "import_errors"]), ...invalid.map(({ row, errors }) => csvLine([...source.columns.map((c) => String(byRow.get(row)!.values[c] ?? "")), String(row), errors.join("; ")]))]
+      : invalid.map(({ row, errors }) => JSON.stringify({ ...byRow.get(row)!.original, import_row: row, import_errors: errors }));
+  await Bun.write(path, `${lines.join("\n")}\n`);
+  return { ...summary, invalidFile: path };
+}

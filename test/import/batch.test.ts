@@ -1,0 +1,227 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createApiToken } from "../../server/auth/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { contactCount, eventTypes, expectProblem, validation } from "../foundation/support.ts";
+
+let h: Harness;
+beforeEach(() => {
+  h = createHarness();
+});
+afterEach(() => h.close());
+
+const CONTACTS = "/public/v1/contacts/batch";
+const ACCOUNTS = "/public/v1/accounts/batch";
+const eventPayloads = () => h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events ORDER BY id").all().map((r) => JSON.parse(r.payload));
+const storedKeys = () => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM idempotency_keys").get()!.n;
+const accountCount = () => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM accounts").get()!.n;
+
+async function created(path: string, body: unknown): Promise<any> {
+  const res = await h.json("POST", path, { body });
+  expect(res.status).toBe(201);
+  return res.body.data;
+}
+
+describe("contacts batch: happy paths", () => {
+  test("new, changed, unchanged and invalid items get their results in order, and exactly the events of what changed", async () => {
+    const ada = await created("/public/v1/contacts", { first_name: "Ada", email: "ada@example.com" });
+    const bob = await created("/public/v1/contacts", { first_name: "Bob", external_id: "crm-2" });
+    const res = await h.json("POST", CONTACTS, {
+      body: {
+        items: [
+          { email: "ADA@example.com", first_name: "Ada" },
+          { external_id: "crm-2", first_name: "Robert" },
+          { email: "zoe@example.com", first_name: "Zoë", last_name: "李" },
+          { email: "not-an-email", first_name: "Nope" },
+          { email: "zoe@example.com", last_name: "Li" },
+          { first_name: "Keyless" },
+        ],
+      },
+    });
+    expect(res.status).toBe(200);
+    const [, , zoe, , , keyless] = res.body.data;
+    expect(res.body).toEqual({
+      data: [
+        { status: "unchanged", id: ada.id },
+        { status: "updated", id: bob.id },
+        { status: "created", id: zoe.id },
+        { status: "invalid", errors: [{ pointer: "/items/3/email", detail: "must be an email address of at most 254 characters, or null" }] },
+        { status: "updated", id: zoe.id },
+        { status: "created", id: keyless.id },
+      ],
+    });
+    expect(eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.updated", "contact.created", "contact.updated", "contact.created"]);
+    const events = eventPayloads();
+    expect(events[2].data).toMatchObject({ id: bob.id, first_name: "Robert", external_id: "crm-2" });
+    expect(events[4].data).toMatchObject({ id: zoe.id, first_name: "Zoë", last_name: "Li", full_name: "Zoë Li", email: "zoe@example.com" });
+    const stored = await h.json("GET", `/public/v1/contacts/${zoe.id}`);
+    expect(stored.body.data).toEqual(events[4].data);
+    expect(contactCount(h)).toBe(4);
+  });
+
+  test("a replayed batch key replays the first answer and writes nothing; the same key with another body is 422", async () => {
+    const headers = { "idempotency-key": "import:file.csv:1-2" };
+    const body = { items: [{ email: "a@example.com" }, { email: "b@example.com" }] };
+    const first = await h.json("POST", CONTACTS, { body, headers });
+    expect(first.status).toBe(200);
+    expect(first.body.data.map((r: any) => r.status)).toEqual(["created", "created"]);
+    const again = await h.json("POST", CONTACTS, { body, headers });
+    expect(again.status).toBe(200);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.body).toEqual(first.body);
+    expect(contactCount(h)).toBe(2);
+    expect(eventTypes(h)).toEqual(["contact.created", "contact.created"]);
+    const other = await h.json("POST", CONTACTS, { body: { items: [{ email: "c@example.com" }] }, headers });
+    expectProblem(other, 422, "idempotency-key-reused");
+    expect(contactCount(h)).toBe(2);
+  });
+
+  test("external_id is returned, set and cleared through POST and PATCH like any field", async () => {
+    const contact = await created("/public/v1/contacts", { email: "x@example.com", external_id: "src-9" });
+    expect(contact.external_id).toBe("src-9");
+    const cleared = await h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { external_id: null } });
+    expect(cleared.body.data.external_id).toBeNull();
+    const again = await created("/public/v1/contacts", { email: "y@example.com", external_id: "src-9" });
+    expect(again.external_id).toBe("src-9");
+  });
+
+  test("accounts: matched by domain, else by name in any case and script; updated, unchanged or created", async () => {
+    const acme = await created("/public/v1/accounts", { name: "Acme", domain: "acme.test" });
+    const muller = await created("/public/v1/accounts", { name: "Müller GmbH" });
+    const res = await h.json("POST", ACCOUNTS, {
+      body: {
+        items: [
+          { name: "Acme Ltd", domain: "ACME.test" },
+          { name: "MÜLLER GMBH" },
+          { name: "Globex", domain: "globex.test", tier: "gold" },
+          { domain: "nameless.test" },
+          { name: "Globex", domain: "globex.test", tier: "gold" },
+        ],
+      },
+    });
+    expect(res.status).toBe(200);
+    const globex = res.body.data[2].id;
+    expect(res.body).toEqual({
+      data: [
+        { status: "updated", id: acme.id },
+        { status: "updated", id: muller.id },
+        { status: "created", id: globex },
+        { status: "invalid", errors: [{ pointer: "/items/3/name", detail: "is required: a string of 1 to 200 characters" }] },
+        { status: "unchanged", id: globex },
+      ],
+    });
+    const stored = await h.json("GET", `/public/v1/accounts/${globex}`);
+    expect(stored.body.data).toMatchObject({ id: globex, name: "Globex", domain: "globex.test", tier: "gold" });
+    expect((await h.json("GET", `/public/v1/accounts/${acme.id}`)).body.data).toMatchObject({ name: "Acme Ltd", domain: "acme.test" });
+    expect(accountCount()).toBe(3);
+  });
+
+  test("a batch counts as one write plus one per 100 items against the token's write bucket", async () => {
+    // A bucket refilling one write in 100 s: what the requests spend is all that changes it.
+    const { token } = createApiToken(h.rt.db, "counted", Date.now(), { readPerSecond: 10, readBurst: 10, writePerSecond: 0.01, writeBurst: 100 });
+    const headers = { authorization: `Bearer ${token}` };
+    const items = Array.from({ length: 100 }, (_, i) => ({ email: `p${i}@example.com` }));
+    const res = await h.json("POST", CONTACTS, { body: { items }, headers });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("ratelimit")).toMatch(/^"write";r=98;t=\d+$/);
+    const small = await h.json("POST", CONTACTS, { body: { items: items.slice(0, 99) }, headers });
+    expect(small.headers.get("ratelimit")).toMatch(/^"write";r=97;t=\d+$/);
+    const accounts = await h.json("POST", ACCOUNTS, { body: { items: items.slice(0, 20).map((_, i) => ({ name: `Co ${i}` })) }, headers });
+    expect(accounts.headers.get("ratelimit")).toMatch(/^"write";r=96;t=\d+$/);
+  });
+});
+
+describe("contacts batch: errors", () => {
+  test("an email shared by several contacts is invalid, naming them; the other items commit", async () => {
+    const one = await created("/public/v1/contacts", { first_name: "One", email: "twin@example.com" });
+    const two = await created("/public/v1/contacts", { first_name: "Two", email: "twin@example.com" });
+    const res = await h.json("POST", CONTACTS, { body: { items: [{ email: "solo@example.com" }, { email: "Twin@example.com", first_name: "Which" }] } });
+    expect(res.status).toBe(200);
+    expect(res.body.data[1]).toEqual({
+      status: "invalid",
+      errors: [{ pointer: "/items/1/email", detail: `matches several contacts (${one.id}, ${two.id}); send external_id to say which one, or merge them first` }],
+    });
+    expect(res.body.data[0].status).toBe("created");
+    expect(eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.created"]);
+  });
+
+  test("items are checked like POST bodies: read-only fields, unknown accounts, limits, non-objects", async () => {
+    const res = await h.json("POST", CONTACTS, {
+      body: { items: [{ id: "con_x", email: "a@example.com" }, { account_ids: ["acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M"] }, "just a string", { custom_fields: [] }] },
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      data: [
+        { status: "invalid", errors: [{ pointer: "/items/0/id", detail: "is read-only" }] },
+        { status: "invalid", errors: [{ pointer: "/items/1/account_ids/0", detail: "no account with id acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M exists" }] },
+        { status: "invalid", errors: [{ pointer: "/items/2", detail: "Expected object" }] },
+        { status: "invalid", errors: [{ pointer: "/items/3/custom_fields", detail: "must be a JSON object, or null" }] },
+      ],
+    });
+    expect(contactCount(h)).toBe(0);
+    expect(eventTypes(h)).toEqual([]);
+  });
+
+  test("101 items, no items, or no list is 422 and writes nothing", async () => {
+    const items = Array.from({ length: 101 }, (_, i) => ({ email: `p${i}@example.com` }));
+    for (const body of [{ items }, { items: [] }, {}]) {
+      for (const path of [CONTACTS, ACCOUNTS]) {
+        const res = await h.json("POST", path, { body });
+        expectProblem(res, 422, "validation");
+        expect(res.body).toEqual(validation([{ pointer: "/items", detail: "must be a list of 1 to 100 items" }]));
+      }
+    }
+    expect(contactCount(h)).toBe(0);
+    expect(accountCount()).toBe(0);
+  });
+
+  test("a batch whose commit fails leaves nothing behind, and the same key then succeeds", async () => {
+    h.rt.db.run("CREATE TRIGGER refuse_boom BEFORE INSERT ON contacts WHEN new.email = 'boom@example.com' BEGIN SELECT RAISE(ABORT, 'disk on fire'); END");
+    const headers = { "idempotency-key": "batch-1" };
+    const body = { items: [{ email: "ok1@example.com" }, { email: "boom@example.com" }, { email: "ok2@example.com" }] };
+    const res = await h.json("POST", CONTACTS, { body, headers });
+    expectProblem(res, 500);
+    expect(contactCount(h)).toBe(0);
+    expect(eventTypes(h)).toEqual([]);
+    expect(storedKeys()).toBe(0);
+    h.rt.db.run("DROP TRIGGER refuse_boom");
+    const retry = await h.json("POST", CONTACTS, { body, headers });
+    expect(retry.status).toBe(200);
+    expect(retry.body.data.map((r: any) => r.status)).toEqual(["created", "created", "created"]);
+    expect(contactCount(h)).toBe(3);
+  });
+
+  test("an account name shared by several accounts is invalid, naming them", async () => {
+    const one = await created("/public/v1/accounts", { name: "Twin Co" });
+    const two = await created("/public/v1/accounts", { name: "twin co" });
+    const res = await h.json("POST", ACCOUNTS, { body: { items: [{ name: "TWIN CO" }] } });
+    expect(res.body).toEqual({
+      data: [{ status: "invalid", errors: [{ pointer: "/items/0/name", detail: `matches several accounts (${one.id}, ${two.id}); send the domain too or merge them first` }] }],
+    });
+  });
+
+  test("an external_id already held by another contact is 409 on POST and PATCH, and changes nothing", async () => {
+    const holder = await created("/public/v1/contacts", { external_id: "src-1" });
+    const other = await created("/public/v1/contacts", { email: "o@example.com" });
+    const post = await h.json("POST", "/public/v1/contacts", { body: { external_id: "src-1" } });
+    expectProblem(post, 409, "external-id-taken");
+    expect(post.body.errors).toEqual([{ pointer: "/external_id", detail: `is already the external_id of contact ${holder.id}` }]);
+    const patch = await h.json("PATCH", `/public/v1/contacts/${other.id}`, { body: { external_id: "src-1", first_name: "X" } });
+    expectProblem(patch, 409, "external-id-taken");
+    expect((await h.json("GET", `/public/v1/contacts/${other.id}`)).body.data).toEqual(other);
+    expect(contactCount(h)).toBe(2);
+  });
+});
+
+describe("contacts batch: security", () => {
+  test("a batch costs its items even when admitted on the last write: the next write waits for the debt", async () => {
+    const { token } = createApiToken(h.rt.db, "slow", Date.now(), { readPerSecond: 10, readBurst: 10, writePerSecond: 1, writeBurst: 1 });
+    const headers = { authorization: `Bearer ${token}` };
+    const items = Array.from({ length: 100 }, (_, i) => ({ email: `p${i}@example.com` }));
+    const res = await h.json("POST", CONTACTS, { body: { items }, headers });
+    expect(res.status).toBe(200);
+    const next = await h.json("POST", "/public/v1/contacts", { body: { email: "late@example.com" }, headers });
+    expectProblem(next, 429, "rate-limited");
+    expect(Number(next.headers.get("retry-after"))).toBeGreaterThanOrEqual(2);
+    expect(contactCount(h)).toBe(100);
+  });
+});

@@ -1,0 +1,31 @@
+import { describe, expect, test } from "bun:test";
+import { CsvError, csvLine, parseCsv } from "../../server/import/csv.ts";
+
+describe("CSV: happy paths", () => {
+  test("quoted fields keep commas, doubled quotes and line breaks; CRLF or LF; a BOM is dropped; blank lines skipped", () => {
+    const text = '\uFEFFEmail,Name,Notes\r\na@example.com,"Lovelace, Ada","said ""hi""\r\nthen left"\r\n\r\nb@example.com,,\n"",x,""\n';
+    expect(parseCsv(text)).toEqual([
+      ["Email", "Name", "Notes"],
+      ["a@example.com", "Lovelace, Ada", 'said "hi"\r\nthen left'],
+      ["b@example.com", "", ""],
+      ["", "x", ""],
+    ]);
+  });
+
+  test("a last record without a line break, and unicode, come through", () => {
+    expect(parseCsv("a,b\nZoë,李")).toEqual([["a", "b"], ["Zoë", "李"]]);
+  });
+
+  test("csvLine writes what parseCsv reads back", () => {
+    const fields = ["plain", "with, comma", 'with "quote"', "two\nlines", " padded ", "", "Zoë"];
+    expect(parseCsv(csvLine(fields))).toEqual([fields]);
+  });
+});
+
+describe("CSV: errors", () => {
+  test("an unclosed quote, a quote inside an unquoted field, or text after a closing quote name their line", () => {
+    expect(() => parseCsv('a\n"open\n\n')).toThrow(new CsvError(2, "a quoted field is never closed"));
+    expect(() => parseCsv('a\nab"c\n')).toThrow(new CsvError(2, "a quote inside an unquoted field; quote the whole field and double the quote"));
+    expect(() => parseCsv('a\n"ab"c\n')).toThrow(new CsvError(2, 'a closing quote must end its field (found "c" after it)'));
+  });
+});

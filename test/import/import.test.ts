@@ -1,0 +1,132 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { createApiToken } from "../../server/auth/service.ts";
+import { parseCsv } from "../../server/import/csv.ts";
+import { importServer, runImport, startImport, summaryLine, writeContactsCsv } from "./support.ts";
+
+let server: Awaited<ReturnType<typeof importServer>>;
+beforeEach(async () => {
+  server = await importServer();
+});
+afterEach(() => server.stop());
+
+const apiArgs = () => ["--url", server.url, "--token-file", server.tokenFile];
+
+describe("crm import contacts: happy paths", () => {
+  test("5,000 generated rows: the counts add up, no email twice, and the invalid-rows file lists exactly the bad rows with their errors", async () => {
+    const csv = writeContactsCsv(server.dir);
+    const res = await runImport([csv.path, ...apiArgs()]);
+    const invalidFile = join(server.dir, "contacts.invalid.csv");
+    expect(res.stdout).toBe(`${summaryLine("imported", csv.rows, csv.expected)}invalid rows with their errors: ${invalidFile}\n`);
+    expect(res.code).toBe(1);
+    expect(res.stderr).toStartWith("columns: ID -> external_id, Email -> email, First Name -> first_name, Last Name -> last_name, Phone -> phone, Company -> account.name, Website -> account.domain, Tags -> tags; ignored: Notes\n");
+    expect(csv.expected.created + csv.expected.updated + csv.expected.unchanged + csv.expected.invalid).toBe(csv.rows);
+    expect(server.count()).toBe(csv.expected.created);
+    expect(server.db.query("SELECT email FROM contacts GROUP BY email HAVING count(*) > 1").all()).toEqual([]);
+    // every account once: the Acme ones by domain, the name-only ones by name
+    expect(server.count("accounts")).toBe(40 + 13);
+
+    const [header, ...invalid] = parseCsv(readFileSync(invalidFile, "utf8"));
+    expect(header).toEqual([...csv.header, "import_row", "import_errors"]);
+    expect(invalid.map((r) => Number(r[csv.header.length]))).toEqual(csv.badRows);
+    for (const record of invalid) expect(record.slice(0, csv.header.length)).toEqual(csv.records[Number(record[csv.header.length]) - 1]!);
+    const errorsOf = (row: number) => invalid.find((r) => Number(r[csv.header.length]) === row)![csv.header.length + 1];
+    expect(errorsOf(50)).toBe("Email: must be an email address of at most 254 characters, or null");
+    expect(errorsOf(997)).toBe("First Name: must be a string of at most 200 characters, or null");
+    expect(errorsOf(1499)).toBe("Website: must be a domain name like example.com, or null");
+
+    const sample = (email: string) => server.db.query("SELECT first_name, last_name, phone, external_id, properties FROM contacts WHERE email = ?").all(email);
+    expect(sample("person1@example.com")).toEqual([{ first_name: "José", last_name: "Müller Jr", phone: "+44 20 7946 0001", external_id: null, properties: "{}" }]);
+    expect(sample("person20@example.com")).toEqual([{ first_name: "Mårten", last_name: "Ñúñez", phone: null, external_id: "src-20", properties: JSON.stringify({ tags: ["vip", "imported"] }) }]);
+  }, 60_000);
+
+  test("--trial creates one contact (and its account) and stops; --dry-run creates none and reports the bad rows", async () => {
+    const csv = writeContactsCsv(server.dir, 300);
+    const dry = await runImport([csv.path, "--dry-run", "--invalid-file", join(server.dir, "dry.csv")]);
+    const badLocally = csv.badRows.length;
+    expect(dry.stdout).toBe(`dry run, nothing sent: 300 rows: valid ${300 - badLocally}, invalid ${badLocally}\ninvalid rows with their errors: ${join(server.dir, "dry.csv")}\n`);
+    expect(dry.code).toBe(1);
+    expect(parseCsv(readFileSync(join(server.dir, "dry.csv"), "utf8")).slice(1).map((r) => Number(r[csv.header.length]))).toEqual(csv.badRows);
+    expect([server.count(), server.count("accounts"), server.count("events")]).toEqual([0, 0, 0]);
+
+    const trial = await runImport([csv.path, "--trial", ...apiArgs()]);
+    expect(trial).toMatchObject({ code: 0, stdout: summaryLine("trial, one row sent", 1, { created: 1, updated: 0, unchanged: 0, invalid: 0 }) });
+    expect(server.db.query("SELECT email, first_name FROM contacts").all()).toEqual([{ email: "person1@example.com", first_name: "José" }]);
+    expect(server.count("accounts")).toBe(1);
+  }, 60_000);
+
+  test("JSON Lines with --map: nested objects become columns, custom fields and tags are kept as given", async () => {
+    const file = join(server.dir, "people.jsonl");
+    const lines = [
+      { mail: "ada@example.com", name: { first: "Ada", last: "Lovelace" }, org: { name: "Analytical Engines", site: "engines.example" }, plan: "pro", tags: ["vip", "math"] },
+      { mail: "grace@example.com", name: { first: "Grace" }, plan: null },
+    ];
+    writeFileSync(file, lines.map((l) => JSON.stringify(l)).join("\n"));
+    const res = await runImport([file, ...apiArgs(), "--map", "mail=email,name.first=first_name,name.last=last_name,org.name=account.name,org.site=account.domain,plan=custom_fields.plan"]);
+    expect(res).toMatchObject({ code: 0, stdout: "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n" });
+    const ada = server.db.query<{ properties: string; account: string }, []>("SELECT c.properties, a.domain AS account FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id WHERE c.email = 'ada@example.com'").get()!;
+    expect({ ...ada, properties: JSON.parse(ada.properties) }).toEqual({ account: "engines.example", properties: { tags: ["vip", "math"], custom_fields: { plan: "pro" } } });
+  }, 60_000);
+
+  test("rows too large for 100 to a request body go in smaller batches", async () => {
+    const file = join(server.dir, "large.jsonl");
+    const blob = "x".repeat(15_000);
+    writeFileSync(file, Array.from({ length: 150 }, (_, i) => JSON.stringify({ email: `big${i}@example.com`, custom_fields: { blob } })).join("\n"));
+    const res = await runImport([file, ...apiArgs()]);
+    expect(res).toMatchObject({ code: 0, stdout: "imported: 150 rows: created 150, updated 0, unchanged 0, invalid 0\n" });
+    expect(server.count()).toBe(150);
+  }, 60_000);
+});
+
+describe("crm import contacts: crash and re-run", () => {
+  test("SIGKILLed halfway and run again: no duplicates, the same final state and summary as one uninterrupted run", async () => {
+    const csv = writeContactsCsv(server.dir);
+    const reference = await importServer();
+    try {
+      const whole = await runImport([writeContactsCsv(reference.dir).path, "--url", reference.url, "--token-file", reference.tokenFile]);
+      expect(whole.stdout).toStartWith(summaryLine("imported", csv.rows, csv.expected));
+
+      // At 300 writes per second the import lasts about 2 s, long enough to stop it in the middle.
+      const { token } = createApiToken(server.db, "slow", Date.now(), { readPerSecond: 300, readBurst: 100, writePerSecond: 300, writeBurst: 100 });
+      writeFileSync(server.tokenFile, token);
+      const first = startImport([csv.path, ...apiArgs()]);
+      while (server.count() < 1000 && first.proc.exitCode === null) await Bun.sleep(5);
+      expect(first.proc.exitCode).toBeNull();
+      first.proc.kill("SIGKILL");
+      const killed = await first.done();
+      expect(killed.code).not.toBe(0);
+      expect(killed.stdout).toBe("");
+      const partial = server.count();
+      expect(partial).toBeLessThan(csv.expected.created);
+
+      const again = await runImport([csv.path, ...apiArgs()]);
+      expect(again.stdout).toStartWith(summaryLine("imported", csv.rows, csv.expected));
+      expect(server.count()).toBe(csv.expected.created);
+      expect(server.db.query("SELECT email FROM contacts GROUP BY email HAVING count(*) > 1").all()).toEqual([]);
+      expect(server.snapshot()).toEqual(reference.snapshot());
+    } finally {
+      await reference.stop();
+    }
+  }, 90_000);
+});
+
+describe("crm import contacts: errors", () => {
+  test("a refused token, an unknown --map column, a malformed CSV and a missing --url each stop with one clear line", async () => {
+    const csv = writeContactsCsv(server.dir, 10);
+    writeFileSync(join(server.dir, "bad-token"), "crm_nope\n");
+    const refused = await runImport([csv.path, "--url", server.url, "--token-file", join(server.dir, "bad-token")]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain("crm: import stopped: /public/v1/accounts/batch answered 401");
+    const unmapped = await runImport([csv.path, ...apiArgs(), "--map", "Nope=email"]);
+    expect(unmapped).toMatchObject({ code: 2, stdout: "" });
+    expect(unmapped.stderr).toStartWith('crm: --map: the file has no column "Nope" (columns: ID, Email, First Name, Last Name, Phone, Company, Website, Notes, Tags)');
+    const broken = join(server.dir, "broken.csv");
+    writeFileSync(broken, 'Email,Name\n"a@example.com,Ada\n');
+    expect(await runImport([broken, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${broken}: line 2: a quoted field is never closed\n` });
+    const noUrl = await runImport([csv.path]);
+    expect(noUrl.code).toBe(2);
+    expect(noUrl.stderr).toStartWith("crm: import needs --url and --token-file (or --dry-run)");
+    expect(server.count()).toBe(0);
+  }, 60_000);
+});
