@@ -94,17 +94,27 @@ export function unknownParameterErrors(query: Record<string, unknown>, known: re
 export function repeatedParameterErrors(url: string): FieldError[] {
   const start = url.indexOf("?");
   if (start < 0 || url.indexOf("&", start) < 0) return [];
-  const query = url.slice(start + 1);
-  let names = query.split("&").filter((pair) => pair !== "").map((pair) => {
-    const eq = pair.indexOf("=");
-    return eq < 0 ? pair : pair.slice(0, eq);
-  });
+  // Every request with a query string passes here: one scan, no intermediate arrays.
+  let names: string[] = [];
+  let escaped = false;
+  for (let at = start + 1; at <= url.length; ) {
+    const next = url.indexOf("&", at);
+    const end = next < 0 ? url.length : next;
+    if (end > at) {
+      const eq = url.indexOf("=", at);
+      const name = url.slice(at, eq < 0 || eq > end ? end : eq);
+      escaped ||= name.includes("%") || name.includes("+");
+      names.push(name);
+    }
+    at = end + 1;
+  }
   // A name with an escape (p%61ge is page) is decoded as the router decodes it.
-  if (names.some((name) => name.includes("%") || name.includes("+"))) names = [...new URLSearchParams(query).keys()];
-  const seen = new Set<string>();
-  const repeated = new Set<string>();
-  for (const name of names) (seen.has(name) ? repeated : seen).add(name);
-  return [...repeated].map((name) => ({ parameter: name, detail: "must be given once" }));
+  if (escaped) names = [...new URLSearchParams(url.slice(start + 1)).keys()];
+  const repeated: string[] = [];
+  names.forEach((name, i) => {
+    if (names.indexOf(name) < i && !repeated.includes(name)) repeated.push(name);
+  });
+  return repeated.map((name) => ({ parameter: name, detail: "must be given once" }));
 }
 
 /**
