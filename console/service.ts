@@ -22,6 +22,7 @@ import {
 import type { ConsoleSession, DeliveriesView, DeliveryFilters, DeliveryWatchView, Operator } from "./model.ts";
 import {
   clearLoginFailures,
+  clearLoginFailuresOfAccount,
   countOperators,
   deleteIdleSessions,
   deleteLoginFailuresBefore,
@@ -52,8 +53,17 @@ const SESSION_TOUCH_MS = 60_000; // last_seen_at is written at most once a minut
 export const SETUP_CODE_TTL_MS = 30 * 60 * 1000;
 /** LOGIN_WINDOW_MS is the window in which failed sign-ins are counted. */
 export const LOGIN_WINDOW_MS = 15 * 60 * 1000;
-/** LOGIN_FAILURE_LIMITS are the failed sign-ins allowed per window for one account and for one address. */
-export const LOGIN_FAILURE_LIMITS = { account: 5, address: 20 } as const;
+/** FREE_PAIR_FAILURES is how many wrong passwords one address may type for one account before each next try waits. */
+export const FREE_PAIR_FAILURES = 3;
+/**
+ * PACED_AFTER is how many failures in a window put an account, or an address, under attack:
+ * from then on its password checks from addresses that have failed for that account are paced.
+ */
+export const PACED_AFTER = { account: 10, address: 20 } as const;
+/** PACE_MS is the time between two paced password checks of one account, or from one address. */
+const PACE_MS = 1000;
+/** MAX_PACE_WAIT_MS is the longest a paced check waits for its turn; a longer queue is answered 429. */
+const MAX_PACE_WAIT_MS = 5000;
 const PASSWORD_MIN = 10;
 const PASSWORD_MAX = 512; // argon2 hashes any length; a bound keeps a request from buying much CPU
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
@@ -120,23 +130,72 @@ function setupLinkInvalid(): ProblemError {
 
 let dummyHash: Promise<string> | undefined;
 
-/** retryAfterMs returns how long a subject must wait before its next sign-in attempt, 0 if it need not. */
-function retryAfterMs(db: Database, scope: keyof typeof LOGIN_FAILURE_LIMITS, subject: string, now: number): number {
+/** pairDelayMs is the wait after the last failure of an account and address pair: none for the first few, then 1 s doubling up to the window. */
+export function pairDelayMs(failures: number): number {
+  return failures < FREE_PAIR_FAILURES ? 0 : Math.min(1000 * 2 ** (failures - FREE_PAIR_FAILURES), LOGIN_WINDOW_MS);
+}
+
+/** pairSubject names an account and address pair in login_failures. */
+function pairSubject(email: string, address: string): string {
+  return `${email} ${address}`; // an operator's email holds no space, so unlocking one never matches another
+}
+
+/** failuresInWindow is a subject's failure count in the current window (0 once it has passed). */
+function failuresInWindow(db: Database, scope: "account" | "address" | "pair", subject: string, now: number) {
   const row = findLoginFailures(db, scope, subject);
-  if (!row || row.failures < LOGIN_FAILURE_LIMITS[scope]) return 0;
-  return Math.max(0, row.window_start_at + LOGIN_WINDOW_MS - now);
+  return row && row.window_start_at > now - LOGIN_WINDOW_MS ? row : null;
+}
+
+/** Pacer hands out turns at most one per PACE_MS per key; the turns of one database are shared by its server. */
+class Pacer {
+  private readonly next = new Map<string, number>();
+
+  /** turn is how long a check must wait for its turn (and takes it), or null when that is past MAX_PACE_WAIT_MS. */
+  turn(key: string, now: number): number | null {
+    for (const [k, at] of this.next) if (at <= now) this.next.delete(k);
+    const at = Math.max(now, this.next.get(key) ?? now);
+    if (at - now > MAX_PACE_WAIT_MS) return null;
+    this.next.set(key, at + PACE_MS);
+    return at - now;
+  }
+}
+
+const pacers = new WeakMap<Database, Pacer>();
+
+function tooManySignIns(waitMs: number): ProblemError {
+  const seconds = Math.max(1, Math.ceil(waitMs / 1000));
+  const when = seconds < 120 ? `${seconds} second${seconds === 1 ? "" : "s"}` : `${Math.ceil(seconds / 60)} minutes`;
+  return new ProblemError(429, "too-many-sign-ins", `Too many failed sign-ins from here for this account. Try again in ${when}.`, undefined, { "retry-after": String(seconds) });
 }
 
 /**
- * signIn checks an operator's email and password and returns a new session secret. Failures are
- * counted per account and per address; past the limits the attempt is refused (429) unchecked.
+ * signIn checks an operator's email and password and returns a new session secret. Throttling
+ * slows guessing without locking anyone out: failures count per account and address pair, and
+ * after FREE_PAIR_FAILURES each further try of that pair must wait a delay that doubles (429 with
+ * Retry-After before then, unchecked). While an account or an address is under attack (PACED_AFTER
+ * failures in the window), checks of pairs that have failed are paced to one per PACE_MS,
+ * waiting for their turn. A pair without failures (the operator at their own address) is always
+ * checked at once, so the right password gets in whatever others are guessing.
  */
 export async function signIn(db: Database, input: { email: string; password: string; address: string }, now = Date.now()): Promise<string> {
   const email = input.email.trim().toLowerCase().slice(0, 254);
-  const wait = Math.max(retryAfterMs(db, "account", email, now), retryAfterMs(db, "address", input.address, now));
-  if (wait > 0) {
-    const seconds = Math.ceil(wait / 1000);
-    throw new ProblemError(429, "too-many-sign-ins", `Too many failed sign-ins. Try again in ${Math.ceil(seconds / 60)} minute${seconds > 60 ? "s" : ""}.`, undefined, { "retry-after": String(seconds) });
+  const pair = failuresInWindow(db, "pair", pairSubject(email, input.address), now);
+  if (pair) {
+    const wait = pair.last_failure_at + pairDelayMs(pair.failures) - now;
+    if (wait > 0) throw tooManySignIns(wait);
+    const pacer = pacers.get(db) ?? pacers.set(db, new Pacer()).get(db)!;
+    const underAttack = [
+      [(failuresInWindow(db, "account", email, now)?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`],
+      [(failuresInWindow(db, "address", input.address, now)?.failures ?? 0) >= PACED_AFTER.address, `address:${input.address}`],
+    ] as const;
+    let turn = 0;
+    for (const [paced, key] of underAttack) {
+      if (!paced) continue;
+      const waitMs = pacer.turn(key, now);
+      if (waitMs === null) throw tooManySignIns(MAX_PACE_WAIT_MS);
+      turn = Math.max(turn, waitMs);
+    }
+    if (turn > 0) await Bun.sleep(turn);
   }
   const operator = findOperatorByEmail(db, email);
   // Unknown emails cost the same argon2 verification, so timing does not tell which accounts exist.
@@ -144,12 +203,20 @@ export async function signIn(db: Database, input: { email: string; password: str
   const ok = input.password.length <= PASSWORD_MAX && (await Bun.password.verify(input.password, operator?.password_hash ?? (await dummyHash)));
   if (!operator || !ok) {
     deleteLoginFailuresBefore(db, now - LOGIN_WINDOW_MS);
-    recordLoginFailure(db, "account", email, now, now - LOGIN_WINDOW_MS);
-    recordLoginFailure(db, "address", input.address, now, now - LOGIN_WINDOW_MS);
+    for (const [scope, subject] of [["pair", pairSubject(email, input.address)], ["account", email], ["address", input.address]] as const) {
+      recordLoginFailure(db, scope, subject, now, now - LOGIN_WINDOW_MS);
+    }
     throw new ProblemError(401, "sign-in-failed", "The email or password is wrong.");
   }
-  clearLoginFailures(db, "account", email);
+  clearLoginFailures(db, "pair", pairSubject(email, input.address));
   return startSession(db, operator.id, now);
+}
+
+/** unlockOperator forgets every failed sign-in counted against an operator's account (the `operator unlock` command); returns how many records went. */
+export function unlockOperator(db: Database, email: string): number {
+  const normalised = email.trim().toLowerCase();
+  if (!findOperatorByEmail(db, normalised)) throw new ProblemError(404, "not-found", `No operator has the email ${normalised}.`);
+  return clearLoginFailuresOfAccount(db, normalised, pairSubject(normalised, ""));
 }
 
 function startSession(db: Database, operatorId: string, now: number): string {

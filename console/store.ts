@@ -20,6 +20,7 @@ export type LoginFailureRow = {
   subject: string;
   failures: number;
   window_start_at: number;
+  last_failure_at: number;
 };
 
 export type RotationRow = {
@@ -109,16 +110,24 @@ export function findLoginFailures(db: Database, scope: string, subject: string):
 /** recordLoginFailure counts a failure, starting a new window when the current one began before `windowStartAfter`. */
 export function recordLoginFailure(db: Database, scope: string, subject: string, now: number, windowStartAfter: number): void {
   db.query(
-    `INSERT INTO login_failures (scope, subject, failures, window_start_at) VALUES (?1, ?2, 1, ?3)
+    `INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES (?1, ?2, 1, ?3, ?3)
      ON CONFLICT (scope, subject) DO UPDATE SET
        failures = CASE WHEN window_start_at > ?4 THEN failures + 1 ELSE 1 END,
-       window_start_at = CASE WHEN window_start_at > ?4 THEN window_start_at ELSE ?3 END`,
+       window_start_at = CASE WHEN window_start_at > ?4 THEN window_start_at ELSE ?3 END,
+       last_failure_at = ?3`,
   ).run(scope, subject, now, windowStartAfter);
 }
 
 /** clearLoginFailures forgets the failures of one scope and subject. */
 export function clearLoginFailures(db: Database, scope: string, subject: string): void {
   db.query("DELETE FROM login_failures WHERE scope = ? AND subject = ?").run(scope, subject);
+}
+
+/** clearLoginFailuresOfAccount forgets every failure counted against an account, from any address; returns how many records went. */
+export function clearLoginFailuresOfAccount(db: Database, email: string, pairSubjectPrefix: string): number {
+  return db
+    .query("DELETE FROM login_failures WHERE (scope = 'account' AND subject = ?1) OR (scope = 'pair' AND substr(subject, 1, length(?2)) = ?2)")
+    .run(email, pairSubjectPrefix).changes;
 }
 
 /** deleteLoginFailuresBefore forgets failure windows that started before `cutoff`. */

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { isIP } from "node:net";
 
-type Kind = "string" | "port" | "positive-int" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list";
+type Kind = "string" | "port" | "positive-int" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list";
 
 interface Setting {
   key: keyof Config;
@@ -9,7 +9,7 @@ interface Setting {
   env: string;
   kind: Kind;
   help: string;
-  /** largest value a positive-int setting accepts */
+  /** largest value a positive-int or whole setting accepts */
   max?: number;
   /** the values a choice setting accepts */
   choices?: readonly string[];
@@ -30,6 +30,10 @@ export interface Config {
   retrySchedule: number[];
   deliveryTimeoutMs: number;
   deliveryRetentionDays: number;
+  /** bytes of a receiver's answer kept with each attempt (at most 4096) */
+  deliveryResponseBodyBytes: number;
+  /** size budget of the delivery history in MiB; past it the oldest finished deliveries are pruned; 0: no budget */
+  deliveryHistoryMaxMb: number;
   /** bearer token for GET /metrics; "" answers loopback clients only */
   metricsToken: string;
   shutdownTimeoutMs: number;
@@ -41,6 +45,10 @@ export interface Config {
   bodyTimeoutMs: number;
   /** connections served at once; a request on a further connection gets 503 */
   maxConnections: number;
+  /** connections one client address may hold; 0: one eighth of maxConnections */
+  maxConnectionsPerClient: number;
+  /** MiB of request bodies buffered at once, all requests together; past it 503 */
+  bodyBufferMaxMb: number;
   rateReadPerSecond: number;
   rateReadBurst: number;
   rateWritePerSecond: number;
@@ -63,12 +71,16 @@ export const DEFAULT_CONFIG: Config = {
   retrySchedule: DEFAULT_RETRY_SCHEDULE,
   deliveryTimeoutMs: 15000,
   deliveryRetentionDays: 30,
+  deliveryResponseBodyBytes: 1024,
+  deliveryHistoryMaxMb: 0,
   metricsToken: "",
   shutdownTimeoutMs: 10000,
   trustedProxies: [],
   idleTimeoutSeconds: 10,
   bodyTimeoutMs: 10000,
   maxConnections: 1024,
+  maxConnectionsPerClient: 0,
+  bodyBufferMaxMb: 64,
   rateReadPerSecond: 100,
   rateReadBurst: 200,
   rateWritePerSecond: 50,
@@ -94,12 +106,16 @@ export const SETTINGS: Setting[] = [
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", help: "webhook retry delays in seconds, comma-separated" },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", help: "webhook request timeout in milliseconds" },
   { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
+  { key: "deliveryResponseBodyBytes", flag: "--delivery-response-body-bytes", env: "CRM_DELIVERY_RESPONSE_BODY_BYTES", kind: "positive-int", max: 4096, help: "bytes of a receiver's answer kept with each attempt (1-4096)" },
+  { key: "deliveryHistoryMaxMb", flag: "--delivery-history-max-mb", env: "CRM_DELIVERY_HISTORY_MAX_MB", kind: "whole", help: "size budget of the webhook delivery history in MiB; past it the oldest finished deliveries are pruned (0: no budget, only the retention days)" },
   { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16+ characters); without one, /metrics answers loopback clients only" },
   { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish" },
   { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },
   { key: "idleTimeoutSeconds", flag: "--idle-timeout-seconds", env: "CRM_IDLE_TIMEOUT_SECONDS", kind: "positive-int", max: 255, help: "seconds an idle keep-alive connection stays open (1-255; Bun checks every 4 s, so it closes up to 4 s later)" },
   { key: "bodyTimeoutMs", flag: "--body-timeout-ms", env: "CRM_BODY_TIMEOUT_MS", kind: "positive-int", help: "time a client has to send the whole request body, in milliseconds; then 408" },
   { key: "maxConnections", flag: "--max-connections", env: "CRM_MAX_CONNECTIONS", kind: "positive-int", help: "client connections served at once; a request on one more gets 503" },
+  { key: "maxConnectionsPerClient", flag: "--max-connections-per-client", env: "CRM_MAX_CONNECTIONS_PER_CLIENT", kind: "whole", help: "connections one client address may hold; a request on one more gets 503 (0: one eighth of --max-connections)" },
+  { key: "bodyBufferMaxMb", flag: "--body-buffer-max-mb", env: "CRM_BODY_BUFFER_MAX_MB", kind: "positive-int", help: "MiB of request bodies held in memory at once, all requests together; a body beyond gets 503" },
   { key: "rateReadPerSecond", flag: "--rate-read-per-second", env: "CRM_RATE_READ_PER_SECOND", kind: "positive-int", help: "default per-token rate of GET requests (token create --rate overrides)" },
   { key: "rateReadBurst", flag: "--rate-read-burst", env: "CRM_RATE_READ_BURST", kind: "positive-int", help: "default per-token burst of GET requests" },
   { key: "rateWritePerSecond", flag: "--rate-write-per-second", env: "CRM_RATE_WRITE_PER_SECOND", kind: "positive-int", help: "default per-token rate of POST, PATCH and DELETE requests" },
@@ -130,6 +146,12 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       const n = Number(text);
       if (!/^\d+$/.test(text) || n < 1 || !Number.isSafeInteger(n)) fail("a positive whole number");
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 1 to ${setting.max}`);
+      return n;
+    }
+    case "whole": {
+      const n = Number(text);
+      if (!/^\d+$/.test(text) || !Number.isSafeInteger(n)) fail("a whole number (0 or more)");
+      if (setting.max !== undefined && n > setting.max) fail(`a whole number from 0 to ${setting.max}`);
       return n;
     }
     case "boolean":

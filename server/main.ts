@@ -8,7 +8,7 @@ import { migrate } from "./db/migrations.ts";
 import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { createUser } from "./users/service.ts";
-import { createOperator } from "../console/service.ts";
+import { createOperator, unlockOperator } from "../console/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
@@ -32,6 +32,8 @@ Commands:
   user create --name N --email E     add a user contacts can be assigned to
   operator create --email E --password-stdin
                                      add a console operator; the password is read from stdin
+  operator unlock --email E          forget the failed sign-ins counted against an operator, so
+                                     addresses slowed by them may try again at once
   backup FILE                        copy the database into a new FILE; safe while serving
   import contacts FILE.csv|FILE.jsonl --url URL --token-file F [--map "Col=field,..."]
          [--trial] [--dry-run] [--invalid-file PATH]
@@ -226,7 +228,16 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case "operator": {
-      if (args.shift() !== "create") throw new ConfigError("usage: operator create --email E --password-stdin");
+      const sub = args.shift();
+      if (sub === "unlock") {
+        const email = takeOption(args, "--email");
+        if (!email) throw new ConfigError("operator unlock needs --email E");
+        const db = openConfiguredDatabase(args);
+        const cleared = unlockOperator(db, email);
+        process.stdout.write(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
+        return 0;
+      }
+      if (sub !== "create") throw new ConfigError("usage: operator create --email E --password-stdin | operator unlock --email E");
       const email = takeOption(args, "--email");
       // Never a password argument: it would show in the process list and the shell history.
       if (!email || !takeFlag(args, "--password-stdin")) throw new ConfigError("operator create needs --email E and --password-stdin (the password is read from standard input)");

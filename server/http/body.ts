@@ -1,4 +1,5 @@
 import { DEFAULT_CONFIG } from "../config.ts";
+import { chargeBody } from "../limits/body-budget.ts";
 import { MAX_BODY_BYTES } from "../limits/limits.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { parseSafeJson } from "./safe-json.ts";
@@ -65,6 +66,12 @@ async function readLimitedBody(request: Request, timeoutMs: number): Promise<str
       if (size > MAX_BODY_BYTES) {
         reader.cancel().catch(() => {});
         throw bodyTooLarge();
+      }
+      try {
+        chargeBody(request, value.byteLength);
+      } catch (error) {
+        reader.cancel().catch(() => {});
+        throw error;
       }
       chunks.push(value);
     }

@@ -1,44 +1,134 @@
+import type { Server } from "bun";
+import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
+import type { Config } from "../config.ts";
+import { clientAddress, clientHints } from "../http/client-address.ts";
+import { ProblemError } from "../shared/problem.ts";
+import { BUN_TIMER_GRANULARITY_SECONDS } from "./limits.ts";
+
+/** RECONCILE_INTERVAL_MS is the shortest time between two reads of the kernel's connection table. */
+const RECONCILE_INTERVAL_MS = 50;
+/** PROBE_PATHS answer under the connection cap: a load balancer must see the service alive when it is full. */
+const PROBE_PATHS = new Set(["/healthz", "/readyz"]);
+
 interface Connection {
+  client: string;
   inFlight: number;
   lastActive: number;
 }
 
+/** LivePeers lists the peers (canonicalPeer keys) of the server's established connections, or null when the system cannot tell. */
+type LivePeers = () => Set<string> | null;
+
 /**
- * ConnectionGate caps the client connections served at once. Bun.serve 1.4 accepts every TCP
- * connection and reports neither opens nor closes, so the gate learns of a connection from its
- * first request (peer address and port) and counts it as open until it cannot be any more: it
- * sent `Connection: close`, or it has been idle longer than Bun keeps idle connections. A client
- * that hangs up early is counted until then, so the count errs on the high side.
+ * canonicalAddress writes an IP address one way whatever its spelling: IPv4 dotted (an IPv4-mapped
+ * IPv6 address too), IPv6 as eight groups of four lowercase hex digits.
  */
-export class ConnectionGate {
+function canonicalAddress(address: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return mapped[1]!;
+  if (isIP(address) !== 6) return address;
+  let text = address.toLowerCase();
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (dotted) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head, tail] = text.split("::") as [string, string | undefined];
+  const left = head === "" ? [] : head.split(":");
+  const right = tail === undefined || tail === "" ? [] : tail.split(":");
+  const groups = tail === undefined ? left : [...left, ...Array(8 - left.length - right.length).fill("0"), ...right];
+  return groups.map((g) => g.padStart(4, "0")).join(":");
+}
+
+/** canonicalPeer is the key of one connection: its peer's address and port. */
+function canonicalPeer(address: string, port: number): string {
+  return `${canonicalAddress(address)}|${port}`;
+}
+
+/** procAddress decodes an address of /proc/net/tcp (IPv4: 8 hex digits) or tcp6 (32), each 32-bit word in host order (little-endian). */
+function procAddress(hex: string): string {
+  const bytes: number[] = [];
+  for (let word = 0; word < hex.length; word += 8) {
+    for (let i = 6; i >= 0; i -= 2) bytes.push(Number.parseInt(hex.slice(word + i, word + i + 2), 16));
+  }
+  if (bytes.length === 4) return bytes.join(".");
+  if (bytes.slice(0, 10).every((b) => b === 0) && bytes[10] === 0xff && bytes[11] === 0xff) return bytes.slice(12).join(".");
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(((bytes[i]! << 8) | bytes[i + 1]!).toString(16).padStart(4, "0"));
+  return groups.join(":");
+}
+
+/**
+ * kernelLivePeers reads Linux's table of TCP sockets (/proc/net/tcp and tcp6, the process's
+ * network namespace) for the established connections on a local port. A connection the client has
+ * closed is no longer ESTABLISHED there (CLOSE_WAIT, then gone) even before Bun notices. Returns
+ * null where there is no such table.
+ */
+function kernelLivePeers(port: number): Set<string> | null {
+  const suffix = `:${port.toString(16).toUpperCase().padStart(4, "0")}`;
+  const peers = new Set<string>();
+  let readable = false;
+  for (const file of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    let text: string;
+    try {
+      text = readFileSync(file, "latin1");
+    } catch {
+      continue;
+    }
+    readable = true;
+    for (const line of text.split("\n")) {
+      // "  sl  local_address rem_address st ...": state 01 is ESTABLISHED
+      const [, local, remote, state] = line.trim().split(/\s+/, 4);
+      if (state !== "01" || !local?.endsWith(suffix) || !remote) continue;
+      const colon = remote.indexOf(":");
+      peers.add(`${procAddress(remote.slice(0, colon))}|${Number.parseInt(remote.slice(colon + 1), 16)}`);
+    }
+  }
+  return readable ? peers : null;
+}
+
+/** Admission is the gate's answer for a request: admitted, or which limit refused its new connection. */
+type Admission = "admitted" | "over-cap" | "over-share";
+
+/**
+ * ConnectionGate caps the client connections served at once, and those of one client address.
+ * Bun.serve 1.4 accepts every TCP connection and reports neither opens nor closes, so the gate
+ * learns of a connection from its first request (peer address and port) and counts it until it
+ * is gone. When a new connection would pass a limit, the gate first reconciles its count with the
+ * kernel's table of established connections (livePeers), so a connection the client closed stops
+ * counting the moment it matters; reads are at least RECONCILE_INTERVAL_MS apart, and requests
+ * arriving meanwhile wait for the next one rather than being refused. Without a kernel table the
+ * count falls back on horizons: a connection is forgotten after it sent `Connection: close` or has
+ * been idle longer than Bun keeps idle connections.
+ */
+class ConnectionGate {
   private readonly open = new Map<string, Connection>();
+  private readonly perClient = new Map<string, number>();
+  private reconciling: Promise<void> | null = null;
+  private lastReconcile = Number.NEGATIVE_INFINITY;
 
   /**
    * @param max connections served at once
+   * @param share connections one client address may hold
    * @param idleHorizonMs how long after its last response an idle connection may still be open
-   * @param busyHorizonMs how long a connection with a request in flight may stay silent before
-   *   it is presumed gone (a response that never finished)
+   * @param busyHorizonMs how long a connection with a request in flight may stay silent before it is presumed gone
+   * @param livePeers the established connections as the system sees them
    */
   constructor(
-    private readonly max: number,
+    readonly max: number,
+    readonly share: number,
     private readonly idleHorizonMs: number,
     private readonly busyHorizonMs: number,
+    private readonly livePeers: LivePeers = () => null,
   ) {}
 
-  /** admit records a request on a connection; false when it is a new connection beyond the cap. */
-  admit(key: string, now = performance.now()): boolean {
-    const known = this.open.get(key);
-    if (known) {
-      known.inFlight++;
-      known.lastActive = now;
-      return true;
-    }
-    if (this.open.size >= this.max) {
-      this.sweep(now);
-      if (this.open.size >= this.max) return false;
-    }
-    this.open.set(key, { inFlight: 1, lastActive: now });
-    return true;
+  /** admit records a request on a connection; a new connection past a limit is refused, after one reconciliation. */
+  async admit(key: string, client: string): Promise<Admission> {
+    const first = this.tryAdmit(key, client, performance.now());
+    if (first === "admitted") return first;
+    await this.reconcile();
+    return this.tryAdmit(key, client, performance.now());
   }
 
   /** release records the end of a request; a connection the client asked to close is forgotten. */
@@ -47,7 +137,7 @@ export class ConnectionGate {
     if (!connection) return;
     connection.inFlight = Math.max(0, connection.inFlight - 1);
     connection.lastActive = now;
-    if (closing && connection.inFlight === 0) this.open.delete(key);
+    if (closing && connection.inFlight === 0) this.forget(key, connection);
   }
 
   /** size is the number of connections counted as open (after forgetting expired ones). */
@@ -56,9 +146,100 @@ export class ConnectionGate {
     return this.open.size;
   }
 
+  private tryAdmit(key: string, client: string, now: number): Admission {
+    const known = this.open.get(key);
+    if (known) {
+      known.inFlight++;
+      known.lastActive = now;
+      return "admitted";
+    }
+    if (this.open.size >= this.max || (this.perClient.get(client) ?? 0) >= this.share) this.sweep(now);
+    if (this.open.size >= this.max) return "over-cap";
+    if ((this.perClient.get(client) ?? 0) >= this.share) return "over-share";
+    this.open.set(key, { client, inFlight: 1, lastActive: now });
+    this.perClient.set(client, (this.perClient.get(client) ?? 0) + 1);
+    return "admitted";
+  }
+
+  /** reconcile forgets the connections the kernel no longer holds; concurrent callers share one read. */
+  private reconcile(): Promise<void> {
+    if (!this.reconciling) {
+      const wait = Math.max(0, this.lastReconcile + RECONCILE_INTERVAL_MS - performance.now());
+      this.reconciling = Bun.sleep(wait).then(() => {
+        this.reconciling = null;
+        const live = this.livePeers();
+        this.lastReconcile = performance.now();
+        if (live) {
+          for (const [key, connection] of this.open) if (!live.has(key)) this.forget(key, connection);
+        }
+      });
+    }
+    return this.reconciling;
+  }
+
+  private forget(key: string, connection: Connection): void {
+    this.open.delete(key);
+    const held = (this.perClient.get(connection.client) ?? 1) - 1;
+    if (held > 0) this.perClient.set(connection.client, held);
+    else this.perClient.delete(connection.client);
+  }
+
   private sweep(now: number): void {
     for (const [key, connection] of this.open) {
-      if (now - connection.lastActive > (connection.inFlight > 0 ? this.busyHorizonMs : this.idleHorizonMs)) this.open.delete(key);
+      if (now - connection.lastActive > (connection.inFlight > 0 ? this.busyHorizonMs : this.idleHorizonMs)) this.forget(key, connection);
     }
   }
+}
+
+/** clientShare is how many connections one client address may hold: the setting, or an eighth of the cap. */
+function clientShare(config: Config): number {
+  return config.maxConnectionsPerClient > 0 ? Math.min(config.maxConnectionsPerClient, config.maxConnections) : Math.max(1, Math.floor(config.maxConnections / 8));
+}
+
+function tooManyConnections(detail: string): ProblemError {
+  return new ProblemError(503, "too-many-connections", detail, undefined, { "retry-after": "1", connection: "close" });
+}
+
+/** ConnectionLimits admits each request's connection and releases it when the answer is sent. */
+interface ConnectionLimits {
+  /** admit throws 503 when the request opens a connection past the cap or its client's share (probes excepted) */
+  admit(request: Request, server: Server<unknown> | null, path: string): Promise<void>;
+  release(request: Request): void;
+}
+
+/**
+ * connectionLimits enforces --max-connections and --max-connections-per-client. A client is its
+ * address: the TCP peer, or behind a trusted proxy the forwarded address of the connection's first
+ * request. /healthz and /readyz are answered even when their connection is refused (uncounted).
+ */
+export function connectionLimits(config: Config, readPeers: (port: number) => Set<string> | null = kernelLivePeers): ConnectionLimits {
+  const idleHorizonMs = (config.idleTimeoutSeconds + BUN_TIMER_GRANULARITY_SECONDS) * 1000;
+  let port: number | undefined;
+  const livePeers = () => (port === undefined ? null : readPeers(port));
+  const gate = new ConnectionGate(config.maxConnections, clientShare(config), idleHorizonMs, idleHorizonMs + config.bodyTimeoutMs, livePeers);
+  const connectionOf = new WeakMap<Request, string>();
+  return {
+    async admit(request, server, path) {
+      const peer = server?.requestIP(request) ?? null;
+      if (!peer) return;
+      port = server!.port;
+      const connection = canonicalPeer(peer.address, peer.port);
+      const client = clientAddress(clientHints(request, peer.address), config.trustedProxies) ?? canonicalAddress(peer.address);
+      const admission = await gate.admit(connection, client);
+      if (admission === "admitted") connectionOf.set(request, connection);
+      else if (!PROBE_PATHS.has(path)) {
+        throw tooManyConnections(
+          admission === "over-cap"
+            ? `The server is serving its limit of ${gate.max} connections. Retry shortly, or reuse a kept-alive connection.`
+            : `This client address holds its limit of ${gate.share} connections (of ${gate.max} in all). Retry shortly, or reuse a kept-alive connection.`,
+        );
+      }
+      // Bun's idle timer also runs while a body arrives; give the body its own, longer deadline.
+      if (request.body && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
+    },
+    release(request) {
+      const connection = connectionOf.get(request);
+      if (connection) gate.release(connection, request.headers.get("connection")?.toLowerCase() === "close");
+    },
+  };
 }

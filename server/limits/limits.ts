@@ -108,3 +108,27 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "request line and headers, Bun's own buffer", value: `${size(BUN_MAX_HEADER_BYTES)} or ${BUN_MAX_HEADER_FIELDS} fields (bare 431 from Bun, no body)`, answer: "431" },
   { limit: "time to send the request headers", value: `${HEADER_READ_TIMEOUT_SECONDS} s (fixed by Bun)`, answer: "connection closed" },
 ];
+
+/** ParserAnswer is a kind of malformed request Bun's HTTP parser answers itself, before the app sees it. */
+interface ParserAnswer {
+  request: string;
+  answer: string;
+}
+
+/**
+ * BUN_PARSER_ANSWERS lists the malformed requests the service cannot answer with problem+json:
+ * Bun (uWebSockets) refuses them while parsing, and the app never sees them. The README's Limits
+ * section lists them from here; a test sends each over a raw socket to keep the list true.
+ */
+export const BUN_PARSER_ANSWERS: ParserAnswer[] = [
+  { request: "a raw space or control character in the request target (`GET /a b HTTP/1.1`)", answer: "505, no body, connection closed" },
+  { request: "a protocol version other than `HTTP/1.0` and `HTTP/1.1`, or none (HTTP/0.9)", answer: "505, no body, connection closed" },
+  { request: "lines ended by a bare LF instead of CRLF", answer: "505, no body, connection closed" },
+  { request: "both `Content-Length` and `Transfer-Encoding`", answer: "400, no body, connection closed" },
+  { request: "`Content-Length` repeated, or not a number", answer: "400, no body, connection closed" },
+  { request: "a `Transfer-Encoding` other than `chunked`", answer: "400, no body, connection closed" },
+  { request: "`HTTP/1.1` without `Host`", answer: "400, no body, connection closed" },
+  { request: "a header line without a colon, with a space in its name, folded onto a second line, or with a NUL byte", answer: "400, no body, connection closed" },
+  { request: "bytes that are not HTTP at all (a TLS handshake on the plain-HTTP port)", answer: "400, no body, connection closed" },
+  { request: "a method in lowercase, or one Bun does not know (`get`, `FOO`)", answer: "connection closed without an answer" },
+];

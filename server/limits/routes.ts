@@ -1,8 +1,10 @@
 import { Elysia } from "elysia";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
-import { ConnectionGate } from "./connections.ts";
-import { BUN_TIMER_GRANULARITY_SECONDS, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
+import { pathOf } from "../http/request-log.ts";
+import { BodyBudget } from "./body-budget.ts";
+import { connectionLimits } from "./connections.ts";
+import { MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
 
 /** refuseOversizedRequest answers 414 for a long query string and 431 for large or many headers. */
 function refuseOversizedRequest(request: Request): void {
@@ -32,36 +34,44 @@ function refuseOversizedRequest(request: Request): void {
   }
 }
 
+/** VALID_HOST is one host (a name, an IPv4 address or a bracketed IPv6 address) with an optional port (RFC 9110 section 7.2). */
+const VALID_HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+;=%]+)(?::\d{1,5})?$/;
+
 /**
- * limitsGuard enforces, before routing and before any body is read: the connection cap (503) and
- * the query string and header size limits (414, 431). Rate limits come after authentication
- * (auth/routes.ts), which knows whose budget a request spends.
+ * refuseInvalidHost answers 400 for a Host header that is repeated (Bun joins the values with
+ * ", ") or is not one host and port, as RFC 9112 section 3.2 requires; Bun itself only refuses a
+ * missing one. HTTP/1.0 requests may go without.
+ */
+function refuseInvalidHost(request: Request): void {
+  const host = request.headers.get("host");
+  if (host === null || VALID_HOST.test(host)) return;
+  throw new ProblemError(400, "invalid-host", "The Host header must name one host (a name or an address) with an optional port, once.", [
+    { header: "host", detail: host.includes(",") ? "is given more than once" : "is not a host with an optional port" },
+  ]);
+}
+
+/**
+ * limitsGuard enforces, before routing and before any body is read: the connection cap and each
+ * client address's share of it (503, connections.ts), the query string and header size limits
+ * (414, 431), a valid Host (400), and the budget of body bytes held in memory (503,
+ * body-budget.ts). Rate limits come after authentication (auth/routes.ts), which knows whose
+ * budget a request spends.
  */
 export function limitsGuard(rt: Runtime) {
   const { config } = rt;
-  const idleHorizonMs = (config.idleTimeoutSeconds + BUN_TIMER_GRANULARITY_SECONDS) * 1000;
-  const gate = new ConnectionGate(config.maxConnections, idleHorizonMs, idleHorizonMs + config.bodyTimeoutMs);
-  const connectionOf = new WeakMap<Request, string>();
+  const connections = connectionLimits(config);
+  const bodies = new BodyBudget(config.bodyBufferMaxMb * 1024 * 1024);
 
   return new Elysia({ name: "limits" })
-    .onRequest(({ request, server }) => {
-      const peer = server?.requestIP(request) ?? null;
-      if (peer) {
-        const connection = `${peer.address}|${peer.port}`;
-        if (!gate.admit(connection)) {
-          throw new ProblemError(503, "too-many-connections", `The server is serving its limit of ${config.maxConnections} connections. Retry shortly, or reuse a kept-alive connection.`, undefined, {
-            "retry-after": "1",
-            connection: "close",
-          });
-        }
-        connectionOf.set(request, connection);
-        // Bun's idle timer also runs while a body arrives; give the body its own, longer deadline.
-        if (request.body && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
-      }
+    .onRequest(async ({ request, server }) => {
+      await connections.admit(request, server, pathOf(request));
       refuseOversizedRequest(request);
+      refuseInvalidHost(request);
+      // Taken before authentication: a request refused there is answered at once and gives it back.
+      bodies.admit(request);
     })
     .onAfterResponse({ as: "global" }, ({ request }) => {
-      const connection = connectionOf.get(request);
-      if (connection) gate.release(connection, request.headers.get("connection")?.toLowerCase() === "close");
+      connections.release(request);
+      bodies.release(request);
     });
 }

@@ -107,7 +107,7 @@ class HistogramFamily {
 export class Metrics {
   private readonly requests = new CounterFamily("crm_http_requests_total", "HTTP requests answered, by method, route pattern and status.");
   private readonly requestDurations = new HistogramFamily("crm_http_request_duration_seconds", "Time from receiving an HTTP request to answering it, by method and route pattern.");
-  private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx; failed: another status; error: no response).");
+  private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx read to the end; failed: another status; error: no complete response).");
   private readonly attemptDurations = new HistogramFamily("crm_webhook_delivery_attempt_duration_seconds", "Time a webhook receiver took to answer one delivery attempt.");
   private readonly deliveries = new CounterFamily("crm_webhook_deliveries_total", "Webhook deliveries that reached a final status: succeeded, or failed (retries exhausted, or the receiver answered 410).");
   private readonly deliveryLatency = new HistogramFamily(
@@ -127,7 +127,8 @@ export class Metrics {
   /** observeDeliveryOutcome counts one finished webhook attempt and, when it ended its delivery, the delivery. */
   observeDeliveryOutcome(outcome: DeliveryOutcome): void {
     const code = outcome.response_status;
-    this.attempts.inc({ result: code === null ? "error" : code >= 200 && code < 300 ? "succeeded" : "failed" });
+    // A 2xx whose body did not arrive within the timeout is an error, as it is for the delivery.
+    this.attempts.inc({ result: code === null || (outcome.error !== null && code < 300) ? "error" : code >= 200 && code < 300 ? "succeeded" : "failed" });
     this.attemptDurations.observe({}, outcome.duration_ms / 1000);
     // A manual retry of a delivery that had already finished is an attempt, not another delivery.
     if (outcome.trigger === "manual" || outcome.status === "pending") return;

@@ -7,7 +7,7 @@ import { pendingMigrations } from "../db/migrations.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { VERSION } from "../version.ts";
-import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
+import { deliveryHistorySize, deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
 import { sameBytes } from "../shared/crypto.ts";
 import type { Logger } from "../shared/log.ts";
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
@@ -81,10 +81,14 @@ export function metricsText(rt: Runtime): string {
   const memory = process.memoryUsage();
   const queue = deliveryQueueStats(rt.db);
   const loop = deliveryLoopStatus(rt);
+  const history = deliveryHistorySize(rt.db);
   const gauges: Gauge[] = [
     { name: "crm_webhook_queue_depth", help: "Webhook deliveries pending (waiting for their first attempt or a retry).", value: queue.pending },
     { name: "crm_webhook_oldest_pending_age_seconds", help: "Age of the oldest pending webhook delivery; 0 when none is pending.", value: (queue.oldest_pending_age_ms ?? 0) / 1000 },
     { name: "crm_webhook_attempts_in_flight", help: "Webhook delivery attempts under way.", value: loop.in_flight },
+    { name: "crm_webhook_history_rows", help: "Rows of the webhook delivery history, by table (deliveries, attempts).", value: history.deliveries, labels: { table: "deliveries" } },
+    { name: "crm_webhook_history_rows", help: "Rows of the webhook delivery history, by table (deliveries, attempts).", value: history.attempts, labels: { table: "attempts" } },
+    { name: "crm_webhook_history_bytes", help: "Database pages the webhook delivery history holds (deliveries, attempts, header sets, their indexes), in bytes.", value: history.bytes },
     { name: "crm_webhook_delivery_loop_running", help: "1 while the webhook delivery loop claims deliveries.", value: loop.running ? 1 : 0 },
     { name: "crm_up", help: "1 while the process answers.", value: 1 },
     { name: "crm_build_info", help: "The running version, as a label.", value: 1, labels: { version: VERSION } },

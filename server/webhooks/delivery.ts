@@ -2,11 +2,12 @@ import { createHmac } from "node:crypto";
 import { VERSION } from "../version.ts";
 import { assertPublicHost, TargetRefused } from "./targets.ts";
 
-/** RESPONSE_BODY_LIMIT is how much of a receiver's answer is kept (4 KiB). */
-const RESPONSE_BODY_LIMIT = 4096;
-
-/** RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. */
-const RESPONSE_HEADERS_KEPT = ["content-type", "content-length", "retry-after", "location", "date", "server", "x-request-id"];
+/**
+ * RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. Date is not among
+ * them: the attempt's start time says when, and a header set that changes every second could not
+ * be stored once for the attempts that share it.
+ */
+const RESPONSE_HEADERS_KEPT = ["content-type", "content-length", "retry-after", "location", "server", "x-request-id"];
 
 const USER_AGENT = `crm-webhooks/${VERSION}`;
 /** SECRET_PREFIX starts every signing secret (Standard Webhooks). */
@@ -18,6 +19,8 @@ export interface AttemptRequest {
   secret: string;
   payload: string;
   timeoutMs: number;
+  /** how many bytes of the receiver's answer are kept (--delivery-response-body-bytes) */
+  responseBodyBytes: number;
   allowPrivateTargets: boolean;
   /** aborts the attempt when the server gives up waiting for it on shutdown */
   signal: AbortSignal;
@@ -52,24 +55,27 @@ export function parseRetryAfter(value: string | null, now: number): number | nul
   return Number.isNaN(date) ? null : Math.max(0, date - now);
 }
 
-async function readPrefix(response: Response): Promise<string> {
+/** readPrefix reads the answer up to `limit` bytes (the rest is not waited for) and decodes it. */
+async function readPrefix(response: Response, limit: number): Promise<string> {
   const declared = Number(response.headers.get("content-length"));
   if (!response.body) return "";
-  if (declared > 0 && declared <= RESPONSE_BODY_LIMIT) return new TextDecoder().decode(await response.arrayBuffer());
+  if (declared > 0 && declared <= limit) return new TextDecoder().decode(await response.arrayBuffer());
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
-  while (size < RESPONSE_BODY_LIMIT) {
+  while (size < limit) {
     const { done, value } = await reader.read();
     if (done) break;
     chunks.push(value);
     size += value.byteLength;
   }
-  if (size >= RESPONSE_BODY_LIMIT) void reader.cancel().catch(() => {});
-  return new TextDecoder().decode(Buffer.concat(chunks).subarray(0, RESPONSE_BODY_LIMIT));
+  if (size >= limit) void reader.cancel().catch(() => {});
+  // Streaming mode holds back a character cut in two at the limit instead of decoding it as U+FFFD.
+  return new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: size > limit });
 }
 
-function describeError(error: unknown, timedOut: boolean, timeoutMs: number): string {
+function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null): string {
+  if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;
   if (timedOut) return `timed out after ${timeoutMs} ms without a complete response`;
   if (error instanceof TargetRefused) return `refused: ${error.message}`;
   const { code, message } = error as { code?: string; message?: string };
@@ -78,8 +84,9 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number): st
 
 /**
  * sendAttempt makes one signed POST of a delivery: it re-checks the target's addresses (DNS may
- * have changed since the subscription was created), follows no redirects, stops at the timeout,
- * and keeps the first 4 KiB of the answer. It never throws: failures come back in words.
+ * have changed since the subscription was created), follows no redirects, stops at the timeout
+ * (which covers reading the answer: a body still arriving then is an error, whatever the status),
+ * and keeps the first `responseBodyBytes` of the answer. It never throws: failures come back in words.
  */
 export async function sendAttempt(request: AttemptRequest): Promise<AttemptResult> {
   const startedAt = Date.now();
@@ -121,9 +128,9 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     if (response.status >= 300 && response.status < 400) {
       result.error = `redirect${response.headers.has("location") ? ` to ${response.headers.get("location")}` : ""} not followed; point the subscription at the final URL`;
     }
-    result.response_body = await readPrefix(response);
+    result.response_body = await readPrefix(response, request.responseBodyBytes);
   } catch (error) {
-    result.error = describeError(error, timeout.aborted, request.timeoutMs);
+    result.error = describeError(error, timeout.aborted, request.timeoutMs, result.response_status);
   }
   result.duration_ms = Math.round((performance.now() - started) * 100) / 100;
   return result;

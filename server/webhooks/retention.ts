@@ -1,12 +1,16 @@
 import { pruneIdempotencyKeys } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
-import { deleteFinishedDeliveriesBefore, deleteUnreferencedEventsBefore } from "./store.ts";
+import { deleteFinishedDeliveriesBefore, deleteUnreferencedEventsBefore, deleteUnusedHeaderSets, measureDeliveryHistory } from "./store.ts";
 
 /** RETENTION_INTERVAL_MS is how often the retention job runs (hourly). */
 const RETENTION_INTERVAL_MS = 60 * 60 * 1000;
 /** PRUNE_BATCH is how many rows one commit deletes, so pruning never holds the writer for long. */
 const PRUNE_BATCH = 1000;
 const DAY_MS = 24 * 60 * 60 * 1000;
+/** BUDGET_INTERVAL_MS is how often the history's size is held against --delivery-history-max-mb. */
+const BUDGET_INTERVAL_MS = 60 * 1000;
+/** BUDGET_STEP_MIN is the fewest deliveries one pruning step deletes, so a small excess does not cost a measure per row. */
+const BUDGET_STEP_MIN = 100;
 
 async function pruneInBatches(rt: Runtime, prune: () => number): Promise<number> {
   let total = 0;
@@ -27,13 +31,40 @@ export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<{ del
   const deliveries = await pruneInBatches(rt, () => deleteFinishedDeliveriesBefore(rt.db, cutoff, PRUNE_BATCH));
   const events = await pruneInBatches(rt, () => deleteUnreferencedEventsBefore(rt.db, cutoff, PRUNE_BATCH));
   const idempotencyKeys = await rt.writes.submit(() => pruneIdempotencyKeys(rt.db, now));
+  if (deliveries > 0) await rt.writes.submit(() => deleteUnusedHeaderSets(rt.db));
   return { deliveries, events, idempotency_keys: idempotencyKeys };
 }
 
-/** startRetentionJob runs pruneHistory now and then every hour; the returned function stops it and waits for a run under way. */
+/**
+ * pruneToBudget deletes the oldest finished deliveries (with their attempts) while the history is
+ * larger than --delivery-history-max-mb, sized from what one delivery takes on average; pending
+ * deliveries are never pruned, so a backlog alone may stay above the budget. Returns how many
+ * deliveries it deleted and the size left.
+ */
+export async function pruneToBudget(rt: Runtime, now = Date.now()): Promise<{ deliveries: number; bytes: number }> {
+  const budget = rt.config.deliveryHistoryMaxMb * 1024 * 1024;
+  let size = measureDeliveryHistory(rt.db);
+  let deleted = 0;
+  while (budget > 0 && size.bytes > budget) {
+    const perDelivery = size.bytes / Math.max(1, size.deliveries);
+    const step = Math.min(PRUNE_BATCH, Math.max(BUDGET_STEP_MIN, Math.ceil((size.bytes - budget) / perDelivery)));
+    const n = await rt.writes.submit(() => deleteFinishedDeliveriesBefore(rt.db, now + 1, step));
+    if (n === 0) break;
+    deleted += n;
+    size = measureDeliveryHistory(rt.db);
+  }
+  if (deleted > 0) await rt.writes.submit(() => deleteUnusedHeaderSets(rt.db));
+  return { deliveries: deleted, bytes: size.bytes };
+}
+
+/**
+ * startRetentionJob runs pruneHistory now and then every hour, and with a size budget
+ * (--delivery-history-max-mb) pruneToBudget every minute; the returned function stops both and
+ * waits for a run under way.
+ */
 export function startRetentionJob(rt: Runtime, intervalMs = RETENTION_INTERVAL_MS): () => Promise<void> {
   let running: Promise<unknown> = Promise.resolve();
-  const run = () => {
+  const retain = () => {
     running = running
       .then(() => pruneHistory(rt))
       .then(
@@ -43,11 +74,25 @@ export function startRetentionJob(rt: Runtime, intervalMs = RETENTION_INTERVAL_M
         (error: unknown) => rt.log.error("pruning webhook history failed", { error: String(error) }),
       );
   };
-  run();
-  const timer = setInterval(run, intervalMs);
-  timer.unref?.();
+  const budget = () => {
+    running = running
+      .then(() => pruneToBudget(rt))
+      .then(
+        (pruned) => {
+          if (pruned.deliveries > 0) rt.log.info("webhook history pruned to its size budget", { ...pruned, budget_mb: rt.config.deliveryHistoryMaxMb });
+        },
+        (error: unknown) => rt.log.error("pruning webhook history to its size budget failed", { error: String(error) }),
+      );
+  };
+  retain();
+  const timers = [setInterval(retain, intervalMs)];
+  if (rt.config.deliveryHistoryMaxMb > 0) {
+    budget();
+    timers.push(setInterval(budget, BUDGET_INTERVAL_MS));
+  }
+  for (const timer of timers) timer.unref?.();
   return async () => {
-    clearInterval(timer);
+    for (const timer of timers) clearInterval(timer);
     await running;
   };
 }

@@ -24,8 +24,10 @@ import {
   insertSubscription,
   listDeliveries,
   listSubscriptions,
+  measureDeliveryHistory,
   type AttemptRow,
   type DeliveryRow,
+  type HistorySize,
   type SubscriptionRow,
 } from "./store.ts";
 import { assertPublicHost, checkTargetUrl, TargetRefused } from "./targets.ts";
@@ -226,6 +228,11 @@ export function subscriptionDeliveryCounts(db: Database, sinceMs: number): Map<s
 export function deliveryQueueStats(db: Database, now = Date.now()): { pending: number; oldest_pending_age_ms: number | null } {
   const { pending, oldest_created_at } = countPendingDeliveries(db);
   return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at };
+}
+
+/** deliveryHistorySize reports the delivery history's rows and bytes, for metrics. */
+export function deliveryHistorySize(db: Database): HistorySize {
+  return measureDeliveryHistory(db);
 }
 
 /** deliveryLoopStatus tells whether the delivery loop is running and how many attempts are under way. */

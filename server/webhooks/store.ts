@@ -38,6 +38,7 @@ export type DeliveryRow = {
   updated_at: number;
 }
 
+/** AttemptRow is one attempt as read: its header sets joined back into whole JSON objects. */
 export type AttemptRow = {
   delivery_id: string;
   attempt: number;
@@ -50,6 +51,12 @@ export type AttemptRow = {
   response_body: string | null;
   error: string | null;
 }
+
+/** NewAttempt is one attempt to record, with the headers as sent and as kept from the answer. */
+type NewAttempt = Omit<AttemptRow, "request_headers" | "response_headers"> & {
+  request_headers: Record<string, string>;
+  response_headers: Record<string, string>;
+};
 
 /** DueDelivery is what an attempt needs: the delivery, its body and where and how to sign it. */
 export interface DueDelivery {
@@ -170,9 +177,23 @@ export function findEventPayload(db: Database, eventId: string): string | null {
   return db.query<{ payload: string }, [string]>("SELECT payload FROM events WHERE id = ?").get(eventId)?.payload ?? null;
 }
 
-/** findAttemptsByDelivery returns every attempt of a delivery, oldest first. */
+/**
+ * findAttemptsByDelivery returns every attempt of a delivery, oldest first. The request headers
+ * are the shared set plus what each attempt alone sent: webhook-id (the delivery id),
+ * webhook-timestamp (the Unix second the attempt started) and its signature.
+ */
 export function findAttemptsByDelivery(db: Database, deliveryId: string): AttemptRow[] {
-  return db.query<AttemptRow, [string]>("SELECT * FROM webhook_delivery_attempts WHERE delivery_id = ? ORDER BY attempt").all(deliveryId);
+  return db
+    .query<AttemptRow, [string]>(
+      `SELECT a.delivery_id, a.attempt, a.triggered_by, a.started_at, a.duration_ms,
+         json_set(rq.headers, '$."webhook-id"', a.delivery_id, '$."webhook-timestamp"', CAST(a.started_at / 1000 AS TEXT), '$."webhook-signature"', a.signature) AS request_headers,
+         a.response_status, rs.headers AS response_headers, a.response_body, a.error
+       FROM webhook_delivery_attempts a
+       JOIN webhook_header_sets rq ON rq.id = a.request_header_set
+       JOIN webhook_header_sets rs ON rs.id = a.response_header_set
+       WHERE a.delivery_id = ? ORDER BY a.attempt`,
+    )
+    .all(deliveryId);
 }
 
 function deliveryFilter(filters: DeliveryFilters): { where: string[]; params: (string | number)[] } {
@@ -261,12 +282,66 @@ export function releaseLeases(db: Database, ids: string[]): void {
   db.query(`UPDATE webhook_deliveries SET locked_until = NULL WHERE id IN (${placeholders(ids.length)})`).run(...ids);
 }
 
-/** insertAttempt records one attempt. */
-export function insertAttempt(db: Database, row: AttemptRow): void {
+/** headerSetId returns the id of a stored header set, storing it the first time it is seen. */
+function headerSetId(db: Database, headers: Record<string, string>): number {
+  const text = JSON.stringify(headers);
+  const found = db.query<{ id: number }, [string]>("SELECT id FROM webhook_header_sets WHERE headers = ?").get(text);
+  return found ? found.id : Number(db.query("INSERT INTO webhook_header_sets (headers) VALUES (?)").run(text).lastInsertRowid);
+}
+
+/**
+ * insertAttempt records one attempt. Its header sets are stored once for all the attempts that
+ * share them; of the request headers only the signature is the attempt's own (findAttemptsByDelivery
+ * derives webhook-id and webhook-timestamp).
+ */
+export function insertAttempt(db: Database, row: NewAttempt): void {
+  const { "webhook-id": _id, "webhook-timestamp": _timestamp, "webhook-signature": signature, ...shared } = row.request_headers;
   db.query(
-    `INSERT INTO webhook_delivery_attempts (delivery_id, attempt, triggered_by, started_at, duration_ms, request_headers, response_status, response_headers, response_body, error)
-     VALUES ($delivery_id, $attempt, $triggered_by, $started_at, $duration_ms, $request_headers, $response_status, $response_headers, $response_body, $error)`,
-  ).run(row);
+    `INSERT INTO webhook_delivery_attempts (delivery_id, attempt, triggered_by, started_at, duration_ms, request_header_set, signature, response_status, response_header_set, response_body, error)
+     VALUES ($delivery_id, $attempt, $triggered_by, $started_at, $duration_ms, $request_header_set, $signature, $response_status, $response_header_set, $response_body, $error)`,
+  ).run({
+    delivery_id: row.delivery_id,
+    attempt: row.attempt,
+    triggered_by: row.triggered_by,
+    started_at: row.started_at,
+    duration_ms: row.duration_ms,
+    request_header_set: headerSetId(db, shared),
+    signature: signature ?? "",
+    response_status: row.response_status,
+    response_header_set: headerSetId(db, row.response_headers),
+    response_body: row.response_body,
+    error: row.error,
+  });
+}
+
+/** HistorySize is what the delivery history holds: rows, and bytes of database pages. */
+export interface HistorySize {
+  deliveries: number;
+  attempts: number;
+  /** pages of the history's tables and indexes (deliveries, attempts, header sets), in bytes */
+  bytes: number;
+}
+
+/** measureDeliveryHistory counts the history's rows and the database pages its tables and indexes hold. */
+export function measureDeliveryHistory(db: Database): HistorySize {
+  return db
+    .query<HistorySize, []>(
+      `SELECT (SELECT count(*) FROM webhook_deliveries) AS deliveries,
+         (SELECT count(*) FROM webhook_delivery_attempts) AS attempts,
+         (SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE aggregate = 1 AND name IN (
+            SELECT name FROM sqlite_schema WHERE tbl_name IN ('webhook_deliveries', 'webhook_delivery_attempts', 'webhook_header_sets'))) AS bytes`,
+    )
+    .get()!;
+}
+
+/** deleteUnusedHeaderSets forgets header sets no attempt refers to any more (after pruning). */
+export function deleteUnusedHeaderSets(db: Database): number {
+  return db
+    .query(
+      `DELETE FROM webhook_header_sets WHERE id NOT IN (
+         SELECT request_header_set FROM webhook_delivery_attempts UNION SELECT response_header_set FROM webhook_delivery_attempts)`,
+    )
+    .run().changes;
 }
 
 /** updateDeliveryAfterAttempt stores the outcome of an attempt and frees the lease. */

@@ -55,6 +55,8 @@ export interface DeliveryOutcome {
   /** the delivery's status after the attempt */
   status: DeliveryRow["status"];
   response_status: number | null;
+  /** what went wrong, in words; null when a complete answer arrived */
+  error: string | null;
   duration_ms: number;
   /** from the event's creation to the end of this attempt */
   event_age_ms: number;
@@ -92,7 +94,8 @@ export function nextRetryDelay(schedule: number[], attemptsMade: number, retryAf
   return retryAfterMs === null ? scheduled : Math.max(scheduled, Math.min(retryAfterMs, RETRY_AFTER_CAP_MS));
 }
 
-const succeeded = (result: AttemptResult) => result.response_status !== null && result.response_status >= 200 && result.response_status < 300;
+/** succeeded: a 2xx answer read to the end within the timeout (a 2xx whose body never ends is a failed attempt). */
+const succeeded = (result: AttemptResult) => result.error === null && result.response_status !== null && result.response_status >= 200 && result.response_status < 300;
 
 /**
  * recordAttempt stores an attempt and the delivery's next state: 2xx succeeds; 410 disables the
@@ -109,9 +112,9 @@ function recordAttempt(db: Database, schedule: number[], due: DueDelivery, resul
     triggered_by: trigger,
     started_at: result.started_at,
     duration_ms: result.duration_ms,
-    request_headers: JSON.stringify(result.request_headers),
+    request_headers: result.request_headers,
     response_status: result.response_status,
-    response_headers: JSON.stringify(result.response_headers),
+    response_headers: result.response_headers,
     response_body: result.response_body,
     error: result.error,
   });
@@ -264,6 +267,7 @@ export class DeliveryLoop {
         secret: due.secret!,
         payload: due.payload,
         timeoutMs: config.deliveryTimeoutMs,
+        responseBodyBytes: config.deliveryResponseBodyBytes,
         allowPrivateTargets: config.allowPrivateTargets,
         signal: controller.signal,
       });
@@ -278,6 +282,7 @@ export class DeliveryLoop {
         trigger,
         status: row.status,
         response_status: result.response_status,
+        error: result.error,
         duration_ms: result.duration_ms,
         event_age_ms: Date.now() - due.created_at,
       };

@@ -2,11 +2,14 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LOGIN_FAILURE_LIMITS, LOGIN_WINDOW_MS, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode } from "../../console/service.ts";
+import type { Database } from "bun:sqlite";
+import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../console/service.ts";
+import type { ProblemError } from "../../server/shared/problem.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
-import { startServer } from "../../server/server.ts";
+import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { runCli, SOURCE } from "../ops/support.ts";
 import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
 
 let harness: Harness | undefined;
@@ -246,41 +249,99 @@ describe("sign-in and sessions", () => {
 });
 
 describe("sign-in throttling", () => {
-  const failures = async (client: ConsoleClient, email: string, times: number) => {
-    for (let i = 0; i < times; i++) {
-      await client.get("/console/login");
-      expect((await client.post("/console/login", { email, password: "not the password" })).status).toBe(401);
-    }
+  let server: RunningServer | undefined;
+  afterEach(async () => {
+    await server?.stop();
+    if (server) rmSync(server.runtime.config.dataDir, { recursive: true, force: true });
+    server = undefined;
+  });
+
+  /** serveConsole starts a real server behind a trusted proxy (127.0.0.1) and returns clients that sign in from a given address. */
+  async function serveConsole() {
+    const dataDir = mkdtempSync(join(tmpdir(), "crm-console-throttle-"));
+    server = await startServer({ ...DEFAULT_CONFIG, host: "127.0.0.1", port: 0, dataDir, trustedProxies: ["127.0.0.1"] }, createLogger("error", () => {}));
+    await addOperator(server.runtime.db);
+    const url = server.url;
+    const from = (address: string) =>
+      new ConsoleClient((request) => {
+        request.headers.set("x-forwarded-for", address);
+        return fetch(request, { redirect: "manual" });
+      }, url);
+    return { db: server.runtime.db, dataDir, from };
+  }
+
+  const wrong = async (client: ConsoleClient, email = OPERATOR.email) => {
+    await client.get("/console/login");
+    return client.post("/console/login", { email, password: "not the password" });
+  };
+  const pairRow = (db: Database, address: string) =>
+    db.query<{ failures: number }, [string]>("SELECT failures FROM login_failures WHERE scope = 'pair' AND subject = ?").get(`${OPERATOR.email} ${address}`);
+  /** passDelay moves the last failure of a pair back by its delay, as if the guesser had waited */
+  const passDelay = (db: Database, address: string) => {
+    const { failures } = pairRow(db, address)!;
+    db.query("UPDATE login_failures SET last_failure_at = last_failure_at - ? WHERE scope = 'pair' AND subject = ?").run(pairDelayMs(failures), `${OPERATOR.email} ${address}`);
   };
 
-  test("five failures lock an account for 15 minutes, even with the right password; others are unaffected", async () => {
-    const { h, client } = setup();
-    await addOperator(h.rt.db);
-    await addOperator(h.rt.db, { email: "other@example.com", password: OPERATOR.password });
-    await failures(client, OPERATOR.email, LOGIN_FAILURE_LIMITS.account);
-    await client.get("/console/login");
-    const locked = await client.post("/console/login", OPERATOR);
-    expect(locked.status).toBe(429);
-    expect(locked.text).toContain("Too many failed sign-ins. Try again in 15 minutes.");
-    const retryAfter = Number(locked.headers.get("retry-after"));
-    expect(retryAfter).toBeGreaterThan(LOGIN_WINDOW_MS / 1000 - 60);
-    expect(retryAfter).toBeLessThanOrEqual(LOGIN_WINDOW_MS / 1000);
-    expect(client.cookies.has("crm_console_session")).toBe(false);
-    expect((await client.signIn({ email: "other@example.com", password: OPERATOR.password })).status).toBe(303);
-    // The window passes: the account can sign in again, and success clears its count.
-    h.rt.db.query("UPDATE login_failures SET window_start_at = window_start_at - ?").run(LOGIN_WINDOW_MS);
-    await signedIn(h);
-    expect(h.rt.db.query("SELECT * FROM login_failures WHERE scope = 'account' AND subject = ?").all(OPERATOR.email)).toEqual([]);
-  });
+  test("guessing from one address is slowed by delays that double for that account and address, unchecked until each passes", async () => {
+    const { db, from } = await serveConsole();
+    const guesser = from("203.0.113.9");
+    for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(guesser)).status).toBe(401);
+    const waits: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      await guesser.get("/console/login");
+      const early = await guesser.post("/console/login", OPERATOR); // even the right password is not checked yet
+      expect(early.status).toBe(429);
+      waits.push(early.headers.get("retry-after")!);
+      passDelay(db, "203.0.113.9");
+      expect((await wrong(guesser)).status).toBe(401);
+    }
+    expect(waits).toEqual(["1", "2", "4", "8"]);
+    passDelay(db, "203.0.113.9");
+    expect((await guesser.signIn()).status).toBe(303);
+    expect(pairRow(db, "203.0.113.9")).toBeNull();
+  }, 20_000);
 
-  test("twenty failures from one address lock it for every account; unknown emails count too", async () => {
-    const { h, client } = setup();
+  test("failures never lock the account: the right password from an address that has not been guessing gets in at once", async () => {
+    const { from } = await serveConsole();
+    // 4 addresses guess 3 times each: the account is under attack (12 failures)
+    for (let a = 1; a <= 4; a++) for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(from(`198.51.100.${a}`))).status).toBe(401);
+    const operator = from("192.0.2.10");
+    expect((await operator.signIn()).status).toBe(303);
+    expect(operator.cookies.has("crm_console_session")).toBe(true);
+  }, 20_000);
+
+  test("failures never lock an address: after 21 wrong passwords for other accounts from one address, an operator there signs in", async () => {
+    const { from } = await serveConsole();
+    const shared = from("203.0.113.50"); // say, a proxy without trusted_proxies: everyone has this address
+    for (let e = 0; e < 7; e++) for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(shared, `guess${e}@example.com`)).status).toBe(401);
+    expect((await from("203.0.113.50").signIn()).status).toBe(303);
+  }, 30_000);
+
+  test("while an account is under attack, checks from addresses that failed for it are paced one a second (429 past a 5 s queue); a clean address is not", async () => {
+    const { h } = setup();
     await addOperator(h.rt.db);
-    const perAccount = LOGIN_FAILURE_LIMITS.account - 1;
-    for (let i = 0; i < LOGIN_FAILURE_LIMITS.address / perAccount; i++) await failures(client, `guess${i}@example.com`, perAccount);
-    await client.get("/console/login");
-    const locked = await client.post("/console/login", OPERATOR);
-    expect(locked.status).toBe(429);
-    expect(h.rt.db.query("SELECT failures FROM login_failures WHERE scope = 'address'").all()).toEqual([{ failures: LOGIN_FAILURE_LIMITS.address }]);
-  });
+    const attempt = (address: string, password = "not the password") =>
+      signIn(h.rt.db, { email: OPERATOR.email, password, address }).then(
+        () => "signed in",
+        (error: ProblemError) => `${error.status}${error.headers["retry-after"] ? ` retry-after ${error.headers["retry-after"]}` : ""}`,
+      );
+    // one failure from each of 10 addresses: the account is under attack
+    for (let a = 1; a <= PACED_AFTER.account; a++) expect(await attempt(`198.51.100.${a}`)).toBe("401");
+    // 8 addresses that failed once each try at the same moment: six get turns 0 to 5 s apart, the rest 429
+    const paced = await Promise.all([...Array.from({ length: 8 }, (_, i) => attempt(`198.51.100.${i + 1}`)), attempt("192.0.2.10", OPERATOR.password)]);
+    expect(paced.toSorted()).toEqual([...Array(6).fill("401"), "429 retry-after 5", "429 retry-after 5", "signed in"].toSorted());
+  }, 30_000);
+
+  test("crm operator unlock --email E forgets the failures counted against an account, so a guessing address may try at once", async () => {
+    const { db, dataDir, from } = await serveConsole();
+    const guesser = from("203.0.113.9");
+    for (let i = 0; i < FREE_PAIR_FAILURES + 1; i++) await wrong(guesser);
+    expect((await guesser.signIn()).status).toBe(429);
+    const unlocked = runCli([...SOURCE, "operator", "unlock", "--email", OPERATOR.email.toUpperCase(), "--data-dir", dataDir]);
+    expect(unlocked).toEqual({ exitCode: 0, stdout: `cleared 2 failed sign-in records of ${OPERATOR.email}\n`, stderr: "" });
+    expect(pairRow(db, "203.0.113.9")).toBeNull();
+    expect((await guesser.signIn()).status).toBe(303);
+    const unknown = runCli([...SOURCE, "operator", "unlock", "--email", "nobody@example.com", "--data-dir", dataDir]);
+    expect(unknown).toEqual({ exitCode: 2, stdout: "", stderr: "crm: No operator has the email nobody@example.com.\n" });
+  }, 20_000);
 });

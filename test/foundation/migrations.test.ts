@@ -4,6 +4,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
 
 const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations");
@@ -97,6 +98,25 @@ describe("migrations: data", () => {
       { id: "acc_1", name_key: "müller gmbh" },
       { id: "acc_2", name_key: "acme" },
       { id: "acc_3", name_key: "ελληνική α.ε." },
+    ]);
+  });
+
+  test("0009 stores each header set of the recorded attempts once, keeps each attempt's signature and cuts bodies to 4 KiB; the history reads as before", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0009_delivery_history_bounds.sql");
+    migrate(db, MIGRATIONS.slice(0, version));
+    db.run(`INSERT INTO events (id, type, payload, created_at) VALUES ('evt_1', 'contact.created', '{}', 1)`);
+    db.run(`INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, status, attempts, created_at, updated_at)
+            VALUES ('dlv_1', 'evt_1', 'contact.created', 'sub_1', 'http://x.test/', 'succeeded', 2, 1, 1)`);
+    const request = (second: number, signature: string) =>
+      JSON.stringify({ "content-type": "application/json", "user-agent": "crm-webhooks/0.1.0", "webhook-id": "dlv_1", "webhook-timestamp": String(second), "webhook-signature": signature });
+    const insert = db.query("INSERT INTO webhook_delivery_attempts VALUES ('dlv_1', ?, 'scheduled', ?, 5, ?, 200, ?, ?, NULL)");
+    insert.run(1, 1_700_000_000_123, request(1_700_000_000, "v1,one"), JSON.stringify({ "content-type": "text/plain", date: "Tue, 14 Nov 2023 22:13:20 GMT" }), "x".repeat(5000));
+    insert.run(2, 1_700_000_005_999, request(1_700_000_005, "v1,two"), JSON.stringify({ "content-type": "text/plain", date: "Tue, 14 Nov 2023 22:13:25 GMT" }), "ok");
+    expect(migrate(db)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(db.query("SELECT count(*) AS n FROM webhook_header_sets").get()).toEqual({ n: 2 });
+    expect(findAttemptsByDelivery(db, "dlv_1").map((a) => [JSON.parse(a.request_headers), JSON.parse(a.response_headers), a.response_body!.length])).toEqual([
+      [JSON.parse(request(1_700_000_000, "v1,one")), { "content-type": "text/plain" }, 4096],
+      [JSON.parse(request(1_700_000_005, "v1,two")), { "content-type": "text/plain" }, 2],
     ]);
   });
 });

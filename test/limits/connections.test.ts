@@ -1,6 +1,5 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
-import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApiToken } from "../../server/auth/service.ts";
@@ -8,6 +7,7 @@ import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { BUN_MAX_HEADER_BYTES } from "../../server/limits/limits.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { closedWithin, Connection, type RawResponse } from "./support.ts";
 
 let running: RunningServer | undefined;
 let dataDir: string | undefined;
@@ -25,87 +25,6 @@ async function serve(overrides: Partial<Config>): Promise<{ port: number; token:
   return { port: running.server.port!, token: createApiToken(running.runtime.db, "connections").token };
 }
 
-interface RawResponse {
-  status: number;
-  headers: Record<string, string>;
-  body: string;
-}
-
-/** Connection is one raw TCP connection: write bytes, read whole HTTP/1.1 responses, see it close. */
-class Connection {
-  private readonly socket: net.Socket;
-  private buffer = "";
-  private waiters: (() => void)[] = [];
-  readonly closed: Promise<void>;
-  isClosed = false;
-
-  constructor(port: number) {
-    this.socket = net.connect(port, "127.0.0.1");
-    this.socket.on("data", (chunk) => {
-      this.buffer += chunk.toString("latin1");
-      this.wake();
-    });
-    this.socket.on("error", () => {});
-    this.closed = new Promise((resolve) =>
-      this.socket.on("close", () => {
-        this.isClosed = true;
-        this.wake();
-        resolve();
-      }),
-    );
-  }
-
-  private wake(): void {
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const wake of waiters) wake();
-  }
-
-  write(text: string): void {
-    this.socket.write(text);
-  }
-
-  /** request sends a request head (and body) with Host and returns the whole response. */
-  request(method: string, path: string, headers: Record<string, string> = {}, body = ""): Promise<RawResponse> {
-    const lines = Object.entries({ host: "127.0.0.1", ...headers, ...(body ? { "content-length": String(Buffer.byteLength(body)) } : {}) }).map(([k, v]) => `${k}: ${v}\r\n`);
-    this.write(`${method} ${path} HTTP/1.1\r\n${lines.join("")}\r\n${body}`);
-    return this.response();
-  }
-
-  /** response waits for one complete response (Content-Length framed) or for the close. */
-  async response(): Promise<RawResponse> {
-    for (;;) {
-      const end = this.buffer.indexOf("\r\n\r\n");
-      if (end >= 0) {
-        const [statusLine, ...headerLines] = this.buffer.slice(0, end).split("\r\n");
-        const headers = Object.fromEntries(headerLines.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]));
-        const length = Number(headers["content-length"] ?? 0);
-        if (this.buffer.length >= end + 4 + length) {
-          const body = this.buffer.slice(end + 4, end + 4 + length);
-          this.buffer = this.buffer.slice(end + 4 + length);
-          return { status: Number(statusLine!.split(" ")[1]), headers, body };
-        }
-      }
-      if (this.isClosed) throw new Error(`connection closed; received ${JSON.stringify(this.buffer)}`);
-      await new Promise<void>((resolve) => this.waiters.push(resolve));
-    }
-  }
-
-  /** received is everything read and not yet consumed as a response. */
-  get received(): string {
-    return this.buffer;
-  }
-
-  destroy(): void {
-    this.socket.destroy();
-  }
-}
-
-/** closedWithin tells whether the connection closes before `ms` pass (a bound for a hung test, not a measurement). */
-async function closedWithin(connection: Connection, ms: number): Promise<boolean> {
-  return Promise.race([connection.closed.then(() => true), Bun.sleep(ms).then(() => false)]);
-}
-
 describe("connections: within the limits", () => {
   test("connections up to --max-connections are served, and keep-alive reuses one", async () => {
     const { port } = await serve({ maxConnections: 2 });
@@ -118,15 +37,113 @@ describe("connections: within the limits", () => {
   });
 });
 
+describe("connections: closed connections and each client's share", () => {
+  test("a connection stops counting the moment its client closes it: a burst of short connections leaves the API available", async () => {
+    const { port, token } = await serve({ maxConnections: 16, maxConnectionsPerClient: 16 });
+    const statuses: number[] = [];
+    for (let i = 0; i < 100; i++) {
+      const short = new Connection(port);
+      statuses.push((await short.request("GET", "/public/v1/contacts", { authorization: `Bearer ${token}` })).status);
+      short.destroy();
+      await short.closed;
+    }
+    const legitimate = new Connection(port);
+    statuses.push((await legitimate.request("GET", "/public/v1/contacts", { authorization: `Bearer ${token}` })).status);
+    legitimate.destroy();
+    expect(statuses).toEqual(Array(101).fill(200));
+  });
+
+  test("one client address holds at most its share (an eighth of the cap by default); past it that client is refused, not the others", async () => {
+    const { port, token } = await serve({ maxConnections: 16 });
+    const auth = { authorization: `Bearer ${token}` };
+    const greedy = [new Connection(port, "127.0.0.2"), new Connection(port, "127.0.0.2")];
+    for (const c of greedy) expect((await c.request("GET", "/public/v1/contacts", auth)).status).toBe(200);
+    const third = new Connection(port, "127.0.0.2");
+    const refused = await third.request("GET", "/public/v1/contacts", auth);
+    expect([refused.status, refused.headers["retry-after"], JSON.parse(refused.body)]).toEqual([
+      503,
+      "1",
+      {
+        type: "urn:crm:problem:too-many-connections",
+        title: "Service Unavailable",
+        status: 503,
+        detail: "This client address holds its limit of 2 connections (of 16 in all). Retry shortly, or reuse a kept-alive connection.",
+      },
+    ]);
+    expect(await closedWithin(third, 5000)).toBe(true);
+    const other = new Connection(port, "127.0.0.3");
+    expect((await other.request("GET", "/public/v1/contacts", auth)).status).toBe(200);
+    // the greedy client closes one: its next connection is served at once
+    greedy[0]!.destroy();
+    await greedy[0]!.closed;
+    const again = new Connection(port, "127.0.0.2");
+    expect((await again.request("GET", "/public/v1/contacts", auth)).status).toBe(200);
+    for (const c of [greedy[1]!, other, again]) c.destroy();
+  });
+
+  test("behind a trusted proxy each forwarded client address has its own share", async () => {
+    const { port, token } = await serve({ maxConnections: 16, trustedProxies: ["127.0.0.1"] });
+    const as = (client: string) => ({ authorization: `Bearer ${token}`, "x-forwarded-for": client });
+    const held = [new Connection(port), new Connection(port)];
+    for (const c of held) expect((await c.request("GET", "/public/v1/contacts", as("203.0.113.5"))).status).toBe(200);
+    const third = new Connection(port);
+    expect((await third.request("GET", "/public/v1/contacts", as("203.0.113.5"))).status).toBe(503);
+    const someoneElse = new Connection(port);
+    expect((await someoneElse.request("GET", "/public/v1/contacts", as("203.0.113.6"))).status).toBe(200);
+    for (const c of [...held, someoneElse]) c.destroy();
+  });
+
+  test("/healthz and /readyz still answer when the cap is reached; the API does not", async () => {
+    const { port, token } = await serve({ maxConnections: 2, maxConnectionsPerClient: 2 });
+    const auth = { authorization: `Bearer ${token}` };
+    const held = [new Connection(port), new Connection(port)];
+    for (const c of held) expect((await c.request("GET", "/public/v1/contacts", auth)).status).toBe(200);
+    const probe = new Connection(port);
+    expect([(await probe.request("GET", "/healthz")).status, (await probe.request("GET", "/readyz")).status]).toEqual([200, 200]);
+    expect((await new Connection(port).request("GET", "/public/v1/contacts", auth)).status).toBe(503);
+    for (const c of [...held, probe]) c.destroy();
+  });
+});
+
+describe("connections: request bodies in memory", () => {
+  test("a chunked body is charged as it is read: past --body-buffer-max-mb it gets 503, and once the budget is free it is served", async () => {
+    const { port, token } = await serve({ bodyBufferMaxMb: 1, bodyTimeoutMs: 60_000 });
+    const head = (framing: string) => `POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\n${framing}\r\n\r\n`;
+    const holder = new Connection(port);
+    holder.write(head(`content-length: ${1024 * 1024}`)); // takes the whole budget; its body never comes
+    const chunk = `{"first_name":"Ada"}`;
+    const chunked = `${head("transfer-encoding: chunked")}${chunk.length.toString(16)}\r\n${chunk}\r\n0\r\n\r\n`;
+    const probe = new Connection(port);
+    await probe.request("GET", "/healthz"); // answered after the holder's head, sent first, was taken in
+    probe.destroy();
+    const late = new Connection(port);
+    late.write(chunked);
+    const refused = await late.response();
+    expect([refused.status, JSON.parse(refused.body).type]).toEqual([503, "urn:crm:problem:body-buffer-full"]);
+    holder.destroy();
+    await holder.closed;
+    // the holder's answer (the connection ended before its body) gives its share back
+    let served: RawResponse | undefined;
+    for (let i = 0; i < 100 && served?.status !== 201; i++) {
+      const c = new Connection(port);
+      c.write(chunked);
+      served = await c.response();
+      c.destroy();
+      if (served.status !== 201) await Bun.sleep(20);
+    }
+    expect(served!.status).toBe(201);
+  });
+});
+
 describe("connections: over the limits", () => {
   test("a connection beyond --max-connections gets 503 problem+json and is closed; one that said Connection: close frees its place", async () => {
-    const { port } = await serve({ maxConnections: 2 });
+    const { port, token } = await serve({ maxConnections: 2, maxConnectionsPerClient: 2 });
     const a = new Connection(port);
     const b = new Connection(port);
     expect((await a.request("GET", "/healthz")).status).toBe(200);
     expect((await b.request("GET", "/healthz")).status).toBe(200);
     const c = new Connection(port);
-    const refused = await c.request("GET", "/healthz");
+    const refused = await c.request("GET", "/public/v1/contacts", { authorization: `Bearer ${token}` });
     expect(refused.status).toBe(503);
     expect(refused.headers["content-type"]).toBe("application/problem+json");
     expect(refused.headers["retry-after"]).toBe("1");

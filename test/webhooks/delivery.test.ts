@@ -168,6 +168,40 @@ describe("webhook deliveries: failures and retries", () => {
     expect(second).toMatchObject({ response_status: 200, error: null });
   });
 
+  test("a 2xx whose body never ends is a failed attempt at the timeout (it covers reading the answer), and is retried", async () => {
+    h = scope.harness({ deliveryTimeoutMs: 150 });
+    const r = receiver();
+    const endless = () => new ReadableStream({ start: (controller) => controller.enqueue(new TextEncoder().encode("partial answer")) });
+    r.respond((_, i) => (i === 0 ? new Response(endless(), { status: 200 }) : new Response("ok")));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({ status: "succeeded", attempts: 2, last_response_status: 200, last_error: null });
+    const [first, second] = (await h.delivery(delivery.id)).attempt_history;
+    expect(first).toMatchObject({
+      response_status: 200,
+      response_body: null,
+      error: "timed out after 150 ms reading the response body (status 200); the timeout covers the whole answer",
+    });
+    expect(second).toMatchObject({ response_status: 200, response_body: "ok", error: null });
+  });
+
+  test("a 2xx whose body never ends, every time, leaves the delivery failed when the schedule runs out", async () => {
+    h = scope.harness({ deliveryTimeoutMs: 100, retrySchedule: [0.01] });
+    const r = receiver();
+    r.respond(() => new Response(new ReadableStream({ start: (controller) => controller.enqueue(new TextEncoder().encode("{")) })));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({
+      status: "failed",
+      attempts: 2,
+      last_response_status: 200,
+      last_error: "timed out after 100 ms reading the response body (status 200); the timeout covers the whole answer",
+      next_attempt_at: null,
+    });
+  });
+
   test("410 Gone disables the subscription, fails the delivery and sends nothing more", async () => {
     h = scope.harness();
     const r = receiver();

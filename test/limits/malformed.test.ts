@@ -1,0 +1,93 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DEFAULT_CONFIG } from "../../server/config.ts";
+import { BUN_PARSER_ANSWERS } from "../../server/limits/limits.ts";
+import { startServer, type RunningServer } from "../../server/server.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { closedWithin, Connection } from "./support.ts";
+
+let running: RunningServer | undefined;
+afterEach(async () => {
+  await running?.stop();
+  if (running) rmSync(running.runtime.config.dataDir, { recursive: true, force: true });
+  running = undefined;
+});
+
+async function serve(): Promise<number> {
+  running = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: mkdtempSync(join(tmpdir(), "crm-malformed-")), logLevel: "error" }, createLogger("error", () => {}));
+  return running.server.port!;
+}
+
+/** answerTo sends raw bytes on a new connection and describes the answer the way the README's table does. */
+async function answerTo(port: number, bytes: string): Promise<string> {
+  const c = new Connection(port);
+  c.write(bytes);
+  if (!(await closedWithin(c, 5000))) {
+    c.destroy();
+    return `still open; received ${JSON.stringify(c.received)}`;
+  }
+  const received = c.received;
+  if (received === "") return "connection closed without an answer";
+  const head = received.slice(0, received.indexOf("\r\n\r\n"));
+  const body = received.slice(received.indexOf("\r\n\r\n") + 4);
+  return `${head.split(" ")[1]}${body === "" ? ", no body" : ` with a body: ${body}`}, connection closed`;
+}
+
+/** EXAMPLES holds, for each row of BUN_PARSER_ANSWERS, requests of that kind. */
+const EXAMPLES: Record<string, string[]> = {
+  "a raw space or control character in the request target (`GET /a b HTTP/1.1`)": ["GET /health z HTTP/1.1\r\nhost: x\r\n\r\n", "GET /health\x01z HTTP/1.1\r\nhost: x\r\n\r\n"],
+  "a protocol version other than `HTTP/1.0` and `HTTP/1.1`, or none (HTTP/0.9)": ["GET /healthz HTTP/2.0\r\nhost: x\r\n\r\n", "GET /healthz\r\n\r\n"],
+  "lines ended by a bare LF instead of CRLF": ["GET /healthz HTTP/1.1\nhost: x\n\n"],
+  "both `Content-Length` and `Transfer-Encoding`": ["POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"],
+  "`Content-Length` repeated, or not a number": [
+    "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello",
+    "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n",
+  ],
+  "a `Transfer-Encoding` other than `chunked`": ["POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ntransfer-encoding: gzip\r\n\r\n"],
+  "`HTTP/1.1` without `Host`": ["GET /healthz HTTP/1.1\r\n\r\n"],
+  "a header line without a colon, with a space in its name, folded onto a second line, or with a NUL byte": [
+    "GET /healthz HTTP/1.1\r\nhost: x\r\nnocolon\r\n\r\n",
+    "GET /healthz HTTP/1.1\r\nhost: x\r\nbad name: 1\r\n\r\n",
+    "GET /healthz HTTP/1.1\r\nhost: x\r\nx-a: 1\r\n  folded\r\n\r\n",
+    "GET /healthz HTTP/1.1\r\nhost: x\r\nx-a: a\0b\r\n\r\n",
+  ],
+  "bytes that are not HTTP at all (a TLS handshake on the plain-HTTP port)": ["\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n"],
+  "a method in lowercase, or one Bun does not know (`get`, `FOO`)": ["get /healthz HTTP/1.1\r\nhost: x\r\n\r\n", "FOO /healthz HTTP/1.1\r\nhost: x\r\n\r\n"],
+};
+
+describe("malformed requests: answered by the service", () => {
+  test("a repeated, empty or invalid Host gets 400 problem+json naming the header", async () => {
+    const port = await serve();
+    const answers = [];
+    for (const host of ["host: a\r\nhost: b", "host: ", "host: a b", "host: a/b?c", "host: user@a"]) {
+      const c = new Connection(port);
+      c.write(`GET /public/v1/contacts HTTP/1.1\r\n${host}\r\n\r\n`);
+      const answer = await c.response();
+      c.destroy();
+      answers.push([answer.status, answer.headers["content-type"], JSON.parse(answer.body).type, JSON.parse(answer.body).errors[0].header]);
+    }
+    expect(answers).toEqual(Array(5).fill([400, "application/problem+json", "urn:crm:problem:invalid-host", "host"]));
+    const ok = new Connection(port);
+    ok.write("GET /healthz HTTP/1.1\r\nhost: crm.example.com:8443\r\n\r\n");
+    expect((await ok.response()).status).toBe(200);
+    ok.destroy();
+  });
+});
+
+describe("malformed requests: answered by Bun before the service", () => {
+  test("each kind in the README's list gets the answer written there", async () => {
+    const port = await serve();
+    expect(BUN_PARSER_ANSWERS.map((row) => row.request).sort()).toEqual(Object.keys(EXAMPLES).sort());
+    const seen: Record<string, string[]> = {};
+    for (const row of BUN_PARSER_ANSWERS) seen[row.request] = await Promise.all(EXAMPLES[row.request]!.map((bytes) => answerTo(port, bytes)));
+    expect(seen).toEqual(Object.fromEntries(BUN_PARSER_ANSWERS.map((row) => [row.request, EXAMPLES[row.request]!.map(() => row.answer)])));
+  });
+
+  test("the README's Limits section lists them", () => {
+    const readme = readFileSync(join(import.meta.dir, "..", "..", "README.md"), "utf8");
+    const section = readme.slice(readme.indexOf("## Limits"), readme.indexOf("\n## ", readme.indexOf("## Limits") + 1));
+    expect(BUN_PARSER_ANSWERS.map((row) => `| ${row.request} | ${row.answer} |`).filter((line) => !section.includes(`${line}\n`))).toEqual([]);
+  });
+});
