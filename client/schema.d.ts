@@ -554,11 +554,11 @@ export interface components {
                 [key: string]: string;
             };
             response_status: number | null;
-            /** @description Response headers of interest: content-type, content-length, retry-after, location, date, server, x-request-id. */
+            /** @description Response headers of interest: content-type, content-length, retry-after, location, server, x-request-id. */
             response_headers: {
                 [key: string]: string;
             };
-            /** @description First 4 KiB of the response body. */
+            /** @description The first bytes of the response body: 1 KiB by default (--delivery-response-body-bytes, at most 4 KiB). */
             response_body: string | null;
             /** @description Network error, timeout or address refusal, in words; null when a response arrived. */
             error: string | null;
