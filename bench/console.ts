@@ -31,7 +31,7 @@ db.transaction(() => {
   for (let i = 0; i < SUBSCRIPTIONS; i++) {
     const id = newId("sub", now - 1_000_000 + i);
     subscriptions.push(id);
-    insertSubscription(db, { id, target_url: `https://receiver${i}.example.com/hooks`, description: `Receiver ${i}`, events: '["contact.created"]', secret: "whsec_x", status: "active", disabled_at: null, disabled_reason: null, created_at: now, updated_at: now }, ["contact.created"]);
+    insertSubscription(db, { id, target_url: `https://receiver${i}.example.com/hooks`, description: `Receiver ${i}`, events: '["contact.created"]', secret: "whsec_x", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, created_at: now, updated_at: now }, ["contact.created"]);
   }
   for (let i = 0; i < DELIVERIES; i++) {
     const at = firstDelivery + i * 100;

@@ -19,6 +19,7 @@ export function seedContacts(db: Database, count: number, now = Date.now()): voi
         properties: JSON.stringify({ tags: ["seed", i % 2 ? "odd" : "even"], custom_fields: { plan: "pro", seats: i % 50 } }),
         account_ids: "[]",
         assigned_user_ids: "[]",
+        version: 1,
         created_at: at,
         updated_at: at,
       });

@@ -5,7 +5,9 @@
 //     drained after start; every attempt is recorded, which is checked afterwards.
 // Settings: BENCH_RATE (contacts/s, default 200), BENCH_SECONDS (latency phase, 10),
 // BENCH_BACKLOG (deliveries, 50000), BENCH_SUBSCRIPTIONS (receivers sharing the backlog, 4),
-// BENCH_PROFILE=1 (write the server's CPU profile of the backlog phase as markdown to bench/results/).
+// BENCH_PROFILE=1 (write the server's CPU profile of the backlog phase as markdown to bench/results/),
+// BENCH_SIGNATURES=2 (rotate every subscription's secret first, so each request carries two
+// signatures, as during a rotation's grace period; default 1).
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -20,6 +22,7 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const BACKLOG = Number(process.env.BENCH_BACKLOG ?? 50_000);
 const SUBSCRIPTIONS = Number(process.env.BENCH_SUBSCRIPTIONS ?? 4);
 const PROFILE = process.env.BENCH_PROFILE === "1";
+const SIGNATURES = Number(process.env.BENCH_SIGNATURES ?? 1);
 const ROOT = join(import.meta.dir, "..");
 const RESULTS_DIR = join(import.meta.dir, "results");
 const CLOCK_TICKS = 100;
@@ -94,6 +97,10 @@ const api = (method: string, path: string, body?: unknown) =>
 for (let i = 0; i < SUBSCRIPTIONS; i++) {
   const res = await api("POST", "/public/v1/webhook-subscriptions", { target_url: `http://127.0.0.1:${receiver.port}/r${i}`, events: i === 0 ? ["contact.created"] : ["contact.updated"] });
   if (res.status !== 201) throw new Error(`subscription: ${res.status} ${await res.text()}`);
+  if (SIGNATURES === 2) {
+    const rotated = await api("POST", `/public/v1/webhook-subscriptions/${((await res.json()) as { data: { id: string } }).data.id}/rotate-secret`, { grace_hours: 24 });
+    if (rotated.status !== 200) throw new Error(`rotation: ${rotated.status} ${await rotated.text()}`);
+  }
 }
 
 async function createContact(i: number): Promise<void> {
@@ -167,7 +174,8 @@ const throughput = {
 
 receiver.stop(true);
 rmSync(dataDir, { recursive: true, force: true });
-const result = { at: new Date().toISOString(), cpus: cpus().length, latency, throughput };
+const result = { at: new Date().toISOString(), cpus: cpus().length, signatures: SIGNATURES, latency, throughput };
+console.log(`${SIGNATURES} signature(s) per request`);
 console.log(`event-to-delivery at ${RATE} contacts/s for ${SECONDS}s: p50 ${latency.p50_ms} ms, p90 ${latency.p90_ms} ms, p99 ${latency.p99_ms} ms, max ${latency.max_ms} ms (server CPU ${latency.server_cpu_percent}%)`);
 console.log(`backlog of ${backlog} to ${throughput.subscriptions} subscriptions: ${throughput.deliveries_per_s} deliveries/s over ${throughput.seconds}s; attempts recorded ${throughput.attempts_recorded}, succeeded ${throughput.succeeded}`);
 mkdirSync(RESULTS_DIR, { recursive: true });

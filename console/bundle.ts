@@ -2,7 +2,7 @@ import { basename, join } from "node:path";
 import { isEmbeddedPath } from "../server/shared/compiled.ts";
 
 /** ISLANDS names the browser bundles: console/islands/NAME.tsx is served as /console/assets/NAME.js. */
-export const ISLANDS = ["deliveries", "rotation", "copy"] as const;
+export const ISLANDS = ["deliveries", "rotation", "secret-rotation", "copy"] as const;
 
 /** bundleIslands compiles each island with preact and signals into one minified browser file. */
 export async function bundleIslands(): Promise<Record<string, string>> {

@@ -6,7 +6,7 @@ import { problem, ProblemError } from "../server/shared/problem.ts";
 import { clientAddress, clientHints, requestIsHttps } from "../server/http/client-address.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { createUser } from "../server/users/service.ts";
-import { deleteSubscription, getSubscription, retryDelivery } from "../server/webhooks/service.ts";
+import { deleteSubscription, getSubscription, pauseSubscription, retryDelivery } from "../server/webhooks/service.ts";
 import css from "./assets/console.css" with { type: "text" };
 import { islandScripts } from "./bundle.ts";
 import {
@@ -26,7 +26,7 @@ import { loginPage, messagePage, setupPage } from "./pages/auth.tsx";
 import type { NoticeData } from "./pages/parts.tsx";
 import { deliveriesPage, deliveryPage } from "./pages/deliveries.tsx";
 import { revokeTokenPage, tokensPage, usersPage } from "./pages/people.tsx";
-import { deleteSubscriptionPage, rotationNewPage, rotationPage, rotationPickPage, subscriptionsPage } from "./pages/subscriptions.tsx";
+import { deleteSubscriptionPage, editSubscriptionPage, recoverPage, rotationNewPage, rotationPage, rotationPickPage, secretRotationPage, subscriptionsPage } from "./pages/subscriptions.tsx";
 import {
   allSubscriptions,
   completeSetup,
@@ -38,6 +38,13 @@ import {
   deliveryWithSubscription,
   endSession,
   finishRotation,
+  editSubscriptionFromForm,
+  finishSecretRotation,
+  recoverFromForm,
+  recoveryPreview,
+  rotateSecretFromForm,
+  secretRotationView,
+  sendSecretRotationTest,
   LATEST_DELIVERIES,
   latestDeliveries,
   newCsrfSeed,
@@ -271,10 +278,15 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/subscriptions",
         ({ session, query }) => {
-          const notice = query.deleted ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." } : null;
+          const recovered = query.recovered === undefined ? null : Number(query.recovered);
+          const notice = query.deleted
+            ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." }
+            : recovered !== null && Number.isInteger(recovered)
+              ? { kind: "success" as const, text: `${recovered} failed ${recovered === 1 ? "delivery" : "deliveries"} queued again, oldest first.` }
+              : null;
           return htmlResponse(subscriptionsPage({ session: session!, ...subscriptionsOverview(db), notice }));
         },
-        { query: flagQuery("deleted") },
+        { query: t.Object({ deleted: t.Optional(t.String({ maxLength: 10 })), recovered: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true }) },
       )
       .post(
         "/subscriptions",
@@ -307,15 +319,128 @@ export function consoleRoutes(rt: Runtime) {
         { params: IdParam, body: OptionalForm },
       )
       .get(
+        "/subscriptions/:id/edit",
+        ({ session, params }) => orErrorPage(session, () => htmlResponse(editSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id) }))),
+        { params: IdParam },
+      )
+      .post(
+        "/subscriptions/:id/edit",
+        ({ session, params, body }) =>
+          orErrorPage(session, async () => {
+            const description = field(body, "description");
+            try {
+              await editSubscriptionFromForm(rt, params.id, description);
+              return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+            } catch (error) {
+              if (!(error instanceof ProblemError) || error.status !== 422) throw error;
+              const { status, notice } = formFailure(error);
+              return htmlResponse(editSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id), description, notice }), status);
+            }
+          }),
+        { params: IdParam, body: OptionalForm },
+      )
+      .post(
+        "/subscriptions/:id/pause",
+        ({ session, params }) =>
+          orErrorPage(session, async () => {
+            await pauseSubscription(rt, params.id, true, null);
+            return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+          }),
+        { params: IdParam, body: OptionalForm },
+      )
+      .post(
+        "/subscriptions/:id/resume",
+        ({ session, params }) =>
+          orErrorPage(session, async () => {
+            await pauseSubscription(rt, params.id, false, null);
+            return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+          }),
+        { params: IdParam, body: OptionalForm },
+      )
+      .get(
+        "/subscriptions/:id/recover",
+        ({ session, params, query }) =>
+          orErrorPage(session, () => {
+            const subscription = getSubscription(db, params.id);
+            const now = Date.now();
+            const defaults = { since: new Date(now - 24 * 3_600_000).toISOString(), until: new Date(now).toISOString() };
+            if (!query.since) return htmlResponse(recoverPage({ session: session!, subscription, window: defaults, preview: null }));
+            try {
+              const preview = recoveryPreview(db, params.id, query.since, query.until ?? "");
+              return htmlResponse(recoverPage({ session: session!, subscription, window: preview, preview }));
+            } catch (error) {
+              const { status, notice } = formFailure(error);
+              return htmlResponse(recoverPage({ session: session!, subscription, window: defaults, preview: null, notice }), status);
+            }
+          }),
+        { params: IdParam, query: t.Object({ since: t.Optional(t.String({ maxLength: 40 })), until: t.Optional(t.String({ maxLength: 40 })) }, { additionalProperties: true }) },
+      )
+      .post(
+        "/subscriptions/:id/recover",
+        ({ session, params, body }) =>
+          orErrorPage(session, async () => {
+            const queued = await recoverFromForm(rt, params.id, field(body, "since"), field(body, "until"));
+            return redirect(`${CONSOLE_PREFIX}/subscriptions?recovered=${queued}`);
+          }),
+        { params: IdParam, body: OptionalForm },
+      )
+      .get(
+        "/subscriptions/:id/secret-rotation",
+        ({ session, params, query }) =>
+          orErrorPage(session, () => htmlResponse(secretRotationPage({ session: session!, view: secretRotationView(db, params.id), finished: query.finished === "1" }))),
+        { params: IdParam, query: flagQuery("finished") },
+      )
+      .post(
+        "/subscriptions/:id/rotate-secret",
+        ({ session, params, body }) =>
+          orErrorPage(session, async () => {
+            try {
+              const secret = await rotateSecretFromForm(rt, params.id, field(body, "grace_hours"));
+              const view = secretRotationView(db, params.id);
+              // With no grace period the rotation is finished at once.
+              return htmlResponse(secretRotationPage({ session: session!, view, secret, finished: view.step === "rotate" }), 201);
+            } catch (error) {
+              if (!(error instanceof ProblemError) || error.status !== 422) throw error;
+              const { status, notice } = formFailure(error);
+              return htmlResponse(secretRotationPage({ session: session!, view: secretRotationView(db, params.id), notice }), status);
+            }
+          }),
+        { params: IdParam, body: OptionalForm },
+      )
+      .post(
+        "/subscriptions/:id/secret-rotation/test",
+        ({ session, params }) =>
+          orErrorPage(session, async () => {
+            await sendSecretRotationTest(rt, params.id);
+            return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation#step-test`);
+          }),
+        { params: IdParam, body: OptionalForm },
+      )
+      .post(
+        "/subscriptions/:id/secret-rotation/finish",
+        ({ session, params, body }) =>
+          orErrorPage(session, async () => {
+            try {
+              await finishSecretRotation(rt, params.id, field(body, "confirm") === "yes");
+              return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation?finished=1`);
+            } catch (error) {
+              if (!(error instanceof ProblemError) || error.status !== 422) throw error;
+              return htmlResponse(secretRotationPage({ session: session!, view: secretRotationView(db, params.id), notice: formFailure(error).notice }), 422);
+            }
+          }),
+        { params: IdParam, body: OptionalForm },
+      )
+      .get(
         "/rotations/new",
         ({ session, query }) =>
           orErrorPage(session, () => {
             if (!query.from) return htmlResponse(rotationPickPage({ session: session!, subscriptions: subscriptionChoices(db) }));
+            if (query.kind === "secret") return redirect(`${CONSOLE_PREFIX}/subscriptions/${encodeURIComponent(getSubscription(db, query.from).id)}/secret-rotation`);
             const open = openRotationFrom(db, query.from);
             if (open) return redirect(`${CONSOLE_PREFIX}/rotations/${open}`);
             return htmlResponse(rotationNewPage({ session: session!, old: getSubscription(db, query.from) }));
           }),
-        { query: t.Object({ from: t.Optional(t.String({ maxLength: 64 })) }, { additionalProperties: true }) },
+        { query: t.Object({ from: t.Optional(t.String({ maxLength: 64 })), kind: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true }) },
       )
       .post(
         "/rotations",

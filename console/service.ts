@@ -10,15 +10,22 @@ import type { User } from "../server/users/model.ts";
 import { listUsersPage } from "../server/users/service.ts";
 import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES, type DeliveryDetail, type Subscription, type SubscriptionInput, type SubscriptionWithSecret } from "../server/webhooks/model.ts";
 import {
+  countRecoverable,
   createSubscription,
   deleteSubscription,
+  endRotationGrace,
   getDelivery,
   getSubscription,
   listDeliveriesPage,
   listSubscriptionsPage,
+  recoverDeliveries,
+  recoveryWindow,
+  rotateSecret,
   sendTestEvent,
   subscriptionDeliveryCounts,
+  updateSubscription,
 } from "../server/webhooks/service.ts";
+import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS, MAX_SUBSCRIPTION_DESCRIPTION_LENGTH } from "../server/limits/limits.ts";
 import type { ConsoleSession, DeliveriesView, DeliveryFilters, DeliveryWatchView, Operator } from "./model.ts";
 import {
   clearLoginFailures,
@@ -502,6 +509,81 @@ export async function finishRotation(rt: Runtime, id: string, confirmed: boolean
     }
   }
   markRotationCompleted(rt.db, id, now);
+}
+
+/** SecretRotationView is a secret rotation's state, derived from the subscription: its grace period and latest test event since the rotation. */
+export interface SecretRotationView {
+  subscription: Subscription;
+  /** rotate: step 2 (no grace period running); test: steps 3 and 4 while both secrets sign */
+  step: "rotate" | "test";
+  test: DeliveryWatchView | null;
+}
+
+/** secretRotationView returns where the secret rotation of a subscription stands, or throws 404. */
+export function secretRotationView(db: Database, id: string, now = Date.now()): SecretRotationView {
+  const subscription = getSubscription(db, id);
+  const graceRunning = subscription.previous_secret_expires_at !== null && Date.parse(subscription.previous_secret_expires_at) > now;
+  if (!graceRunning) return { subscription, step: "rotate", test: null };
+  // The latest webhook.ping sent since the rotation is the wizard's test event.
+  const since = new Date(Date.parse(subscription.secret_rotated_at!) - 1).toISOString();
+  const [ping] = listDeliveriesPage(db, { subscription_id: id, event: "webhook.ping", created_after: since, per_page: "1" }).data;
+  return { subscription, step: "test", test: ping ? deliveryWatch(db, ping.id) : null };
+}
+
+/** rotateSecretFromForm rotates a subscription's secret with the grace period typed in hours, and returns the new secret (shown once). */
+export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: string): Promise<string> {
+  const text = graceHours.trim() === "" ? String(DEFAULT_SECRET_GRACE_HOURS) : graceHours.trim();
+  if (!/^\d{1,3}$/.test(text) || Number(text) > MAX_SECRET_GRACE_HOURS) {
+    throw validationProblem([{ pointer: "/grace_hours", detail: `must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}` }], `The grace period must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}.`);
+  }
+  return (await rotateSecret(rt, id, { grace_hours: Number(text) }, null)).body.data.secret;
+}
+
+/** sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace period runs. */
+export async function sendSecretRotationTest(rt: Runtime, id: string): Promise<void> {
+  if (secretRotationView(rt.db, id).step !== "test") throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
+  await sendTestEvent(rt, id);
+}
+
+/** finishSecretRotation retires the previous secret, which the wizard allows only after a test event succeeded and the operator confirmed. */
+export async function finishSecretRotation(rt: Runtime, id: string, confirmed: boolean): Promise<void> {
+  const view = secretRotationView(rt.db, id);
+  if (view.step !== "test") return;
+  if (view.test?.status !== "succeeded") throw new ProblemError(409, "rotation-untested", "The previous secret can be retired only after a test event was delivered successfully.");
+  if (!confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the previous secret is to stop signing.");
+  await endRotationGrace(rt, id);
+}
+
+/** editSubscriptionFromForm sets a subscription's description from the console's edit form (empty clears it). */
+export async function editSubscriptionFromForm(rt: Runtime, id: string, description: string): Promise<void> {
+  const text = description.trim();
+  if (text.length > MAX_SUBSCRIPTION_DESCRIPTION_LENGTH) {
+    throw validationProblem([{ pointer: "/description", detail: `must be at most ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters` }], `The description must be at most ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters.`);
+  }
+  await updateSubscription(rt, id, { description: text === "" ? null : text });
+}
+
+/** consoleTime reads a console date-time field (datetime-local, taken as UTC) into RFC 3339, or returns it unchanged for the API's check to refuse. */
+function consoleTime(value: string): string {
+  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value) ? `${value}:00Z` : /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$/.test(value) ? `${value}Z` : value;
+}
+
+/** RecoveryPreview is a recovery window the operator picked and the failed deliveries it would send again. */
+export interface RecoveryPreview {
+  since: string;
+  until: string;
+  count: number;
+}
+
+/** recoveryPreview checks the window of the console's recover form and counts its failed deliveries, or throws 422 or 404. */
+export function recoveryPreview(db: Database, id: string, since: string, until: string, now = Date.now()): RecoveryPreview {
+  const window = recoveryWindow({ since: consoleTime(since), ...(until ? { until: consoleTime(until) } : {}) }, now);
+  return { since: toTimestamp(window.since), until: toTimestamp(window.until), count: countRecoverable(db, id, window) };
+}
+
+/** recoverFromForm queues the failed deliveries of the confirmed window again and returns how many. */
+export async function recoverFromForm(rt: Runtime, id: string, since: string, until: string): Promise<number> {
+  return (await recoverDeliveries(rt, id, { since: consoleTime(since), until: consoleTime(until) }, null)).body.data.queued;
 }
 
 /** createTokenFromForm creates an API token named in the console; the token is returned once. */

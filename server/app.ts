@@ -20,6 +20,7 @@ import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
 import { VERSION } from "./version.ts";
 import { webhookRoutes } from "./webhooks/routes.ts";
+import { webhooksDocument } from "./webhooks/service.ts";
 import { DeliveryLoop } from "./webhooks/worker.ts";
 
 export interface AppOptions {
@@ -59,6 +60,7 @@ export function createApp(rt: Runtime) {
           metricsToken: { type: "http", scheme: "bearer", description: "The metrics token (--metrics-token), when one is configured." },
         },
         schemas: NAMED_SCHEMAS,
+        webhooks: webhooksDocument(),
       }),
     )
     .use(contactRoutes(rt))

@@ -8,6 +8,7 @@ const STATUS_WORDS: Record<string, string> = {
   failed: "Failed",
   pending: "Pending",
   active: "Active",
+  paused: "Paused",
   disabled: "Disabled",
   revoked: "Revoked",
 };

@@ -1,5 +1,6 @@
 /** @jsxImportSource preact */
 import { useSignal } from "@preact/signals";
+import type { ComponentChildren } from "preact";
 import { useEffect } from "preact/hooks";
 import type { DeliveryWatchView } from "../model.ts";
 import { CsrfField, formatDuration, HttpStatus, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
@@ -24,13 +25,14 @@ export interface RotationLiveProps {
   test: DeliveryWatchView | null;
 }
 
-const STEPS = ["Pick", "New subscription", "Test", "Delete old", "Summary"];
+const URL_STEPS = ["Pick", "New subscription", "Test", "Delete old", "Summary"];
+const SECRET_STEPS = ["Pick", "New secret", "Test", "Retire old secret", "Summary"];
 
-/** Stepper shows the five steps of the rotation wizard and which one is current. */
-export function Stepper({ current }: { current: number }) {
+/** Stepper shows the five steps of the rotation wizard (moving to a new URL, or rotating the secret) and which one is current. */
+export function Stepper({ current, secret = false }: { current: number; secret?: boolean }) {
   return (
     <ol class="stepper" aria-label="Rotation steps">
-      {STEPS.map((label, i) => (
+      {(secret ? SECRET_STEPS : URL_STEPS).map((label, i) => (
         <li class={i + 1 < current ? "done" : i + 1 === current ? "current" : ""} aria-current={i + 1 === current ? "step" : undefined}>
           <span class="step-no">{i + 1}</span>
           <span class="step-label">{label}</span>
@@ -69,11 +71,8 @@ export function RotationPair({ old, replacement }: { old: RotationSide; replacem
   );
 }
 
-/**
- * RotationLive is steps 3 and 4 of the rotation wizard: send a test event to the new subscription,
- * watch its delivery until it succeeds or fails, and only then allow deleting the old subscription.
- */
-export function RotationLive({ rotationId, csrfToken, old, replacement, test: initial }: RotationLiveProps) {
+/** useWatchedDelivery follows a test delivery while it is pending, asking the console for it every WATCH_MS. */
+function useWatchedDelivery(initial: DeliveryWatchView | null) {
   const test = useSignal(initial);
   useEffect(() => {
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -91,6 +90,34 @@ export function RotationLive({ rotationId, csrfToken, old, replacement, test: in
     timer = setTimeout(watch, WATCH_MS);
     return () => clearTimeout(timer);
   }, []);
+  return test;
+}
+
+/** TestStep is step 3 of both wizards: send a webhook.ping to the subscription under test and show how it went. */
+function TestStep({ action, csrfToken, current, children }: { action: string; csrfToken: string; current: DeliveryWatchView | null; children: ComponentChildren }) {
+  return (
+    <section class="card step" id="step-test">
+      <h2>
+        <span class="step-no">3</span> Send a test event
+      </h2>
+      <p>{children}</p>
+      {current && <TestResult test={current} />}
+      <form method="post" action={action}>
+        <CsrfField token={csrfToken} />
+        <button type="submit" class={current ? "button" : "button primary"} id="send-test">
+          {current ? "Send another test event" : "Send test event"}
+        </button>
+      </form>
+    </section>
+  );
+}
+
+/**
+ * RotationLive is steps 3 and 4 of the rotation wizard: send a test event to the new subscription,
+ * watch its delivery until it succeeds or fails, and only then allow deleting the old subscription.
+ */
+export function RotationLive({ rotationId, csrfToken, old, replacement, test: initial }: RotationLiveProps) {
+  const test = useWatchedDelivery(initial);
   const current = test.value;
   const succeeded = current?.status === "succeeded";
   const base = `/console/rotations/${rotationId}`;
@@ -99,22 +126,10 @@ export function RotationLive({ rotationId, csrfToken, old, replacement, test: in
     <>
       <Stepper current={succeeded ? 4 : 3} />
       <RotationPair old={old} replacement={replacement} />
-      <section class="card step" id="step-test">
-        <h2>
-          <span class="step-no">3</span> Send a test event
-        </h2>
-        <p>
-          A <code>webhook.ping</code> goes to the new subscription only. Check that the new receiver verifies the signature with the new secret and
-          processes the event.
-        </p>
-        {current && <TestResult test={current} />}
-        <form method="post" action={`${base}/test`}>
-          <CsrfField token={csrfToken} />
-          <button type="submit" class={current ? "button" : "button primary"} id="send-test">
-            {current ? "Send another test event" : "Send test event"}
-          </button>
-        </form>
-      </section>
+      <TestStep action={`${base}/test`} csrfToken={csrfToken} current={current}>
+        A <code>webhook.ping</code> goes to the new subscription only. Check that the new receiver verifies the signature with the new secret and processes
+        the event.
+      </TestStep>
       <section class={`card step ${succeeded ? "" : "locked"}`} id="step-delete">
         <h2>
           <span class="step-no">4</span> Delete the old subscription
@@ -148,6 +163,68 @@ export function RotationLive({ rotationId, csrfToken, old, replacement, test: in
           )}
           <button type="submit" class="button danger" id="delete-old" disabled={!succeeded}>
             {oldExists ? "Delete old subscription" : "Finish"}
+          </button>
+        </form>
+      </section>
+    </>
+  );
+}
+
+export interface SecretRotationLiveProps {
+  subscriptionId: string;
+  csrfToken: string;
+  target_url: string;
+  description: string | null;
+  rotated_at: string;
+  /** until when the previous secret signs beside the new one */
+  previous_expires_at: string;
+  test: DeliveryWatchView | null;
+}
+
+/**
+ * SecretRotationLive is steps 3 and 4 of a secret rotation: while both secrets sign, send a test
+ * event, watch it succeed, and only then retire the previous secret before its grace period ends.
+ */
+export function SecretRotationLive({ subscriptionId, csrfToken, target_url, description, rotated_at, previous_expires_at, test: initial }: SecretRotationLiveProps) {
+  const test = useWatchedDelivery(initial);
+  const current = test.value;
+  const succeeded = current?.status === "succeeded";
+  const base = `/console/subscriptions/${subscriptionId}/secret-rotation`;
+  return (
+    <>
+      <Stepper current={succeeded ? 4 : 3} secret />
+      <section class="card rotation-pair">
+        <div>
+          <h3>Subscription</h3>
+          <SubscriptionLabel description={description} url={target_url} />
+          <p class="hint">
+            Secret rotated at <Time value={rotated_at} />; until <Time value={previous_expires_at} /> every request carries two signatures, the new secret's first.
+          </p>
+        </div>
+      </section>
+      <TestStep action={`${base}/test`} csrfToken={csrfToken} current={current}>
+        A <code>webhook.ping</code> goes to this subscription, signed with the new and the previous secret. Configure the receiver with the new secret, then check
+        that it verifies and processes the event.
+      </TestStep>
+      <section class={`card step ${succeeded ? "" : "locked"}`} id="step-retire">
+        <h2>
+          <span class="step-no">4</span> Retire the previous secret
+        </h2>
+        {succeeded ? (
+          <p>The receiver accepted the test event. From now on only the new secret signs; a receiver still on the previous one will fail to verify.</p>
+        ) : (
+          <p class="muted" id="retire-locked">
+            Available after a successful test delivery. Until then, and until <Time value={previous_expires_at} /> at the latest, both secrets sign.
+          </p>
+        )}
+        <form method="post" action={`${base}/finish`} class="stack">
+          <CsrfField token={csrfToken} />
+          <label class="check">
+            <input type="checkbox" name="confirm" value="yes" required disabled={!succeeded} />
+            <span>Yes, stop signing with the previous secret now</span>
+          </label>
+          <button type="submit" class="button danger" id="retire-previous" disabled={!succeeded}>
+            Retire previous secret
           </button>
         </form>
       </section>

@@ -2,9 +2,10 @@
 import type { ComponentChildren } from "preact";
 import { WEBHOOK_EVENT_TYPES, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
-import type { RotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "../service.ts";
+import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "../service.ts";
+import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import { renderPage } from "./layout.tsx";
-import { RotationLive, RotationPair, Stepper, type RotationLiveProps } from "./rotation-live.tsx";
+import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "./rotation-live.tsx";
 import { CsrfField, DataTable, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "./parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
@@ -141,6 +142,16 @@ export function subscriptionsPage(props: {
               <td class="row-actions">
                 <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
                 {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
+                <a href={`/console/subscriptions/${s.id}/edit`}>Edit</a>
+                {s.status !== "disabled" && <a href={`/console/subscriptions/${s.id}/recover`}>Recover failed deliveries</a>}
+                {s.status !== "disabled" && (
+                  <form method="post" action={`/console/subscriptions/${s.id}/${s.status === "paused" ? "resume" : "pause"}`} class="row-form">
+                    <CsrfField token={props.session.csrfToken} />
+                    <button type="submit" class="link-button">
+                      {s.status === "paused" ? "Resume" : "Pause"}
+                    </button>
+                  </form>
+                )}
                 <a class="danger-link" href={`/console/subscriptions/${s.id}/delete`}>
                   Delete
                 </a>
@@ -275,6 +286,23 @@ export function rotationPickPage(props: { session: ConsoleSession; subscriptions
             </label>
           ))}
         </div>
+        <fieldset>
+          <legend>What changes?</legend>
+          <div class="choices">
+            <label class="choice">
+              <input type="radio" name="kind" value="url" checked />
+              <span>
+                Move to a new URL or event set <span class="hint">a new subscription replaces this one once it is tested</span>
+              </span>
+            </label>
+            <label class="choice">
+              <input type="radio" name="kind" value="secret" />
+              <span>
+                Rotate the secret <span class="hint">same subscription, new signing secret; both secrets sign for a grace period</span>
+              </span>
+            </label>
+          </div>
+        </fieldset>
         <div>
           <button type="submit" class="button primary">
             Next
@@ -362,6 +390,20 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
   });
 }
 
+/** SummaryActions ends both wizards' summaries: watch the subscription's deliveries, or go back. */
+function SummaryActions({ subscriptionId }: { subscriptionId: string }) {
+  return (
+    <div class="actions">
+      <a class="button primary" href={`/console/?subscription_id=${subscriptionId}`}>
+        Watch its deliveries
+      </a>
+      <a class="button ghost" href="/console/subscriptions">
+        Back to subscriptions
+      </a>
+    </div>
+  );
+}
+
 function RotationSummary({ rotation: r }: { rotation: RotationView }) {
   return (
     <section class="card step" id="summary">
@@ -395,14 +437,205 @@ function RotationSummary({ rotation: r }: { rotation: RotationView }) {
         </dd>
       </dl>
       <p>Events now go only to the new receiver.</p>
-      <div class="actions">
-        <a class="button primary" href={`/console/?subscription_id=${r.id}`}>
-          Watch its deliveries
-        </a>
-        <a class="button ghost" href="/console/subscriptions">
-          Back to subscriptions
-        </a>
-      </div>
+      <SummaryActions subscriptionId={r.id} />
     </section>
   );
+}
+
+/** secretRotationPage shows a secret rotation: step 2 (choose the grace period and rotate), then test and retire (live), or the summary once retired. */
+export function secretRotationPage(props: { session: ConsoleSession; view: SecretRotationView; secret?: string | null; finished?: boolean; notice?: NoticeData | null }): string {
+  const { subscription: s, step, test } = props.view;
+  const live: SecretRotationLiveProps = {
+    subscriptionId: s.id,
+    csrfToken: props.session.csrfToken,
+    target_url: s.target_url,
+    description: s.description,
+    rotated_at: s.secret_rotated_at ?? "",
+    previous_expires_at: s.previous_secret_expires_at ?? "",
+    test,
+  };
+  return renderPage({
+    title: "Rotate the secret",
+    session: props.session,
+    section: "subscriptions",
+    islands: step === "test" ? ["secret-rotation", ...(props.secret ? ["copy"] : [])] : [],
+    children: (
+      <>
+        <div class="page-head">
+          <p class="crumbs">
+            <a href="/console/subscriptions">Subscriptions</a> / <span>Secret rotation</span>
+          </p>
+          <h1>Rotate the signing secret</h1>
+          <p class="lead">
+            A new secret for <span class="url">{s.target_url}</span> without a gap: both secrets sign every request until the receiver is proven to use the new one.
+          </p>
+          {step === "rotate" && <Stepper current={props.finished ? 5 : 2} secret />}
+        </div>
+        <NoticeBox notice={props.notice} />
+        {props.secret && (
+          <SecretOnce id="new-secret" label="Step 2 done: the new signing secret" value={props.secret}>
+            Configure the receiver with it, then send the test event.
+          </SecretOnce>
+        )}
+        {step === "test" ? (
+          <Island name="secret-rotation" props={live}>
+            <SecretRotationLive {...live} />
+          </Island>
+        ) : props.finished ? (
+          <section class="card step" id="summary">
+            <h2>
+              <span class="step-no">5</span> Secret rotation finished
+            </h2>
+            <dl class="facts grid">
+              <dt>Rotated</dt>
+              <dd>
+                <Time value={s.secret_rotated_at} />
+              </dd>
+              <dt>Previous secret retired</dt>
+              <dd>
+                <Time value={s.previous_secret_expires_at} />
+              </dd>
+            </dl>
+            <p>Requests now carry one signature, made with the new secret.</p>
+            <SummaryActions subscriptionId={s.id} />
+          </section>
+        ) : (
+          <section class="card step">
+            <h2>
+              <span class="step-no">2</span> New secret
+            </h2>
+            <p>
+              The subscription gets a new secret, shown once. For the grace period every request carries two signatures, <code>v1,&lt;new&gt; v1,&lt;previous&gt;</code>,
+              so the receiver keeps verifying while it switches.
+            </p>
+            <form method="post" action={`/console/subscriptions/${s.id}/rotate-secret`} class="stack">
+              <CsrfField token={props.session.csrfToken} />
+              <label>
+                Grace period, hours <span class="hint">0 to {MAX_SECRET_GRACE_HOURS}</span>
+                <input type="number" name="grace_hours" min={0} max={MAX_SECRET_GRACE_HOURS} step={1} required value={String(DEFAULT_SECRET_GRACE_HOURS)} />
+              </label>
+              <div class="actions">
+                <button type="submit" class="button primary">
+                  Rotate secret
+                </button>
+                <a class="button ghost" href={`/console/rotations/new?from=${s.id}`}>
+                  Back
+                </a>
+              </div>
+            </form>
+          </section>
+        )}
+      </>
+    ),
+  });
+}
+
+/** datetimeLocal shows an RFC 3339 time in a datetime-local field (UTC, to the minute; `up` rounds up, so a window's end keeps its last events). */
+const datetimeLocal = (iso: string, up = false) => (up ? new Date(Math.ceil(Date.parse(iso) / 60_000) * 60_000).toISOString() : iso).slice(0, 16);
+
+/** recoverPage asks for a recovery window, then shows how many failed deliveries it holds before the operator confirms. */
+export function recoverPage(props: { session: ConsoleSession; subscription: Subscription; window: { since: string; until: string }; preview: RecoveryPreview | null; notice?: NoticeData | null }): string {
+  const s = props.subscription;
+  const preview = props.preview;
+  return renderPage({
+    title: "Recover failed deliveries",
+    session: props.session,
+    section: "subscriptions",
+    children: (
+      <>
+        <div class="page-head">
+          <p class="crumbs">
+            <a href="/console/subscriptions">Subscriptions</a> / <span>Recover</span>
+          </p>
+          <h1>Recover failed deliveries</h1>
+          <p class="lead">
+            After an outage of <span class="url">{s.target_url}</span>: send every delivery of a window that ended as failed once more, with its original
+            <code>webhook-id</code>, oldest first.
+          </p>
+        </div>
+        <NoticeBox notice={props.notice} />
+        <section class="card">
+          <h2>Window</h2>
+          <form method="get" action={`/console/subscriptions/${s.id}/recover`} class="stack" id="recover-window">
+            <label>
+              From (UTC) <span class="hint">at most {MAX_RECOVERY_DAYS} days ago</span>
+              <input type="datetime-local" name="since" required value={datetimeLocal(props.window.since)} />
+            </label>
+            <label>
+              Until (UTC)
+              <input type="datetime-local" name="until" required value={datetimeLocal(props.window.until, true)} />
+            </label>
+            <div>
+              <button type="submit" class="button">
+                Count failed deliveries
+              </button>
+            </div>
+          </form>
+        </section>
+        {preview && (
+          <section class="card" id="recover-confirm">
+            <h2>Confirm</h2>
+            <p id="recover-count">
+              {preview.count === 0 ? "No" : preview.count} failed {preview.count === 1 ? "delivery" : "deliveries"} from <Time value={preview.since} /> until{" "}
+              <Time value={preview.until} />.
+            </p>
+            {s.status === "paused" && <p class="notice notice-info">The subscription is paused: recovered deliveries wait until it is resumed.</p>}
+            <form method="post" action={`/console/subscriptions/${s.id}/recover`} class="actions">
+              <CsrfField token={props.session.csrfToken} />
+              <input type="hidden" name="since" value={preview.since} />
+              <input type="hidden" name="until" value={preview.until} />
+              <button type="submit" class="button primary" id="recover-send" disabled={preview.count === 0}>
+                Send {preview.count} {preview.count === 1 ? "delivery" : "deliveries"} again
+              </button>
+              <a class="button ghost" href="/console/subscriptions">
+                Cancel
+              </a>
+            </form>
+          </section>
+        )}
+      </>
+    ),
+  });
+}
+
+/** editSubscriptionPage edits a subscription's description; its URL and events change through the rotation wizard. */
+export function editSubscriptionPage(props: { session: ConsoleSession; subscription: Subscription; description?: string; notice?: NoticeData | null }): string {
+  const s = props.subscription;
+  return renderPage({
+    title: "Edit subscription",
+    session: props.session,
+    section: "subscriptions",
+    children: (
+      <>
+        <div class="page-head">
+          <p class="crumbs">
+            <a href="/console/subscriptions">Subscriptions</a> / <span>Edit</span>
+          </p>
+          <h1>Edit subscription</h1>
+          <p class="lead">
+            <span class="url">{s.target_url}</span>. The URL and events do not change in place: <a href={`/console/rotations/new?from=${s.id}`}>rotate the subscription</a>{" "}
+            instead, so no event is lost.
+          </p>
+        </div>
+        <NoticeBox notice={props.notice} />
+        <section class="card">
+          <form method="post" action={`/console/subscriptions/${s.id}/edit`} class="stack">
+            <CsrfField token={props.session.csrfToken} />
+            <label>
+              Description <span class="hint">optional</span>
+              <input type="text" name="description" maxLength={500} value={props.description ?? s.description ?? ""} />
+            </label>
+            <div class="actions">
+              <button type="submit" class="button primary">
+                Save
+              </button>
+              <a class="button ghost" href="/console/subscriptions">
+                Cancel
+              </a>
+            </div>
+          </form>
+        </section>
+      </>
+    ),
+  });
 }

@@ -1,3 +1,4 @@
+import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 import { AccountSchema } from "../accounts/model.ts";
 import { UserSchema } from "../users/model.ts";
@@ -30,7 +31,7 @@ export type ContactInclude = (typeof CONTACT_INCLUDES)[number];
 export const CONTACT_FILTERS = ["email", "full_name", "created_after", "updated_after"] as const;
 
 /** READ_ONLY_CONTACT_FIELDS are set by the service; a request body may not carry them. */
-export const READ_ONLY_CONTACT_FIELDS = ["id", "created_at", "updated_at", "full_name", "accounts", "assigned_user", "assigned_users"] as const;
+export const READ_ONLY_CONTACT_FIELDS = ["id", "version", "created_at", "updated_at", "full_name", "accounts", "assigned_user", "assigned_users"] as const;
 
 const nullable = <T extends Parameters<typeof t.Union>[0][number]>(schema: T, error: string) => t.Optional(t.Union([schema, t.Null()], { error }));
 
@@ -97,6 +98,7 @@ export const Contact = t.Object(
     accounts: t.Optional(t.Array(AccountSchema, { description: "with include=accounts" })),
     assigned_user: t.Optional(t.Union([UserSchema, t.Null()], { description: "with include=assigned_user" })),
     assigned_users: t.Optional(t.Array(UserSchema, { description: "with include=assigned_users" })),
+    version: Type.Integer({ minimum: 1, description: "1 when created, one more with every change: of two representations of a contact, the higher version is the newer." }),
     created_at: t.String({ format: "date-time" }),
     updated_at: t.String({ format: "date-time" }),
   },

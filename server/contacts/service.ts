@@ -68,6 +68,7 @@ function toContact(row: ContactRow): Contact {
   for (const key in properties) {
     if (key !== "tags" && key !== "custom_fields" && key !== "consent") contact[key] = properties[key];
   }
+  contact.version = row.version;
   const createdAt = toTimestamp(row.created_at);
   contact.created_at = createdAt;
   // Most contacts were never changed: the same instant need not be formatted twice.
@@ -81,12 +82,13 @@ function renderContacts(db: Database, rows: ContactRow[], include: ContactInclud
   const accounts = include.includes("accounts") ? accountsByIds(db, [...new Set(contacts.flatMap((c) => c.account_ids))]) : new Map();
   const users = usersByIds(db, [...new Set(contacts.flatMap((c) => [...(include.includes("assigned_users") ? c.assigned_user_ids : []), ...(include.includes("assigned_user") && c.assigned_user_id ? [c.assigned_user_id] : [])]))]);
   return contacts.map((contact) => {
-    const { created_at, updated_at, ...rest } = contact;
+    const { version, created_at, updated_at, ...rest } = contact;
     return {
       ...rest,
       ...(include.includes("accounts") ? { accounts: contact.account_ids.map((id) => accounts.get(id)!) } : {}),
       ...(include.includes("assigned_user") ? { assigned_user: contact.assigned_user_id ? users.get(contact.assigned_user_id)! : null } : {}),
       ...(include.includes("assigned_users") ? { assigned_users: contact.assigned_user_ids.map((id) => users.get(id)!) } : {}),
+      version,
       created_at,
       updated_at,
     };
@@ -182,7 +184,7 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
 
 /** writeNewContact inserts a contact, its relations and its contact.created event; call it inside a write. */
 function writeNewContact(db: Database, input: ContactInput, now: number): Contact {
-  const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", created_at: now, updated_at: now };
+  const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
   const row = applyInput(empty, input);
   insertContact(db, row);
   insertContactAccounts(db, row.id, input.account_ids ?? []);
@@ -200,14 +202,15 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
  * Call it inside a write, after the relations are checked.
  */
 function writeContactChange(db: Database, current: ContactRow, input: ContactInput, now: number): ContactChange {
-  const row = { ...applyInput(current, input), updated_at: now };
+  // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
+  const row = { ...applyInput(current, input), version: current.version + 1, updated_at: now };
   // Further properties add up across PATCHes, so their limit applies to the merged record.
   const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS);
   if (merged.length > 0) return { errors: merged };
   const before = toContact(current);
   const after = toContact(row);
   // Canonical form: the same properties sent in another key order are no change.
-  if (canonicalJson({ ...after, updated_at: null }) === canonicalJson({ ...before, updated_at: null })) return { contact: before, changed: false };
+  if (canonicalJson({ ...after, version: null, updated_at: null }) === canonicalJson({ ...before, version: null, updated_at: null })) return { contact: before, changed: false };
   updateContactRow(db, row);
   if (input.account_ids !== undefined) replaceContactAccounts(db, current.id, input.account_ids ?? []);
   if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
@@ -270,12 +273,13 @@ function upsertContact(db: Database, input: ContactInput, now: number): BatchRes
 /** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else email. */
 export const CONTACT_BATCH: BatchKind<ContactInput> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
-/** deleteContact removes a contact and writes contact.deleted in the same commit. */
+/** deleteContact removes a contact and writes contact.deleted, whose version follows the contact's last, in the same commit. */
 export function deleteContact(rt: Runtime, id: string): Promise<void> {
   return rt.writes.submit(() => {
     const now = Date.now();
-    if (!deleteContactRow(rt.db, id)) throw notFound("contact", id);
-    recordEvent(rt.db, "contact.deleted", { id, deleted_at: toTimestamp(now) }, now);
+    const current = findContactById(rt.db, id);
+    if (!current || !deleteContactRow(rt.db, id)) throw notFound("contact", id);
+    recordEvent(rt.db, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });
 }
 

@@ -16,6 +16,8 @@ export type ContactRow = {
   account_ids: string;
   /** JSON array of assigned user ids, in order (a copy of contact_assigned_users) */
   assigned_user_ids: string;
+  /** 1 on creation, one more with every change (see contacts/service) */
+  version: number;
   created_at: number;
   updated_at: number;
 }
@@ -27,13 +29,13 @@ export interface ContactFilters {
   updatedAfter?: number;
 }
 
-const COLUMNS = "c.id, c.first_name, c.last_name, c.email, c.phone, c.external_id, c.assigned_user_id, c.properties, c.account_ids, c.assigned_user_ids, c.created_at, c.updated_at";
+const COLUMNS = "c.id, c.first_name, c.last_name, c.email, c.phone, c.external_id, c.assigned_user_id, c.properties, c.account_ids, c.assigned_user_ids, c.version, c.created_at, c.updated_at";
 
 /** insertContact stores a new contact row. */
 export function insertContact(db: Database, row: ContactRow): void {
   db.query(
-    `INSERT INTO contacts (id, first_name, last_name, email, phone, external_id, assigned_user_id, properties, account_ids, assigned_user_ids, created_at, updated_at)
-     VALUES ($id, $first_name, $last_name, $email, $phone, $external_id, $assigned_user_id, $properties, $account_ids, $assigned_user_ids, $created_at, $updated_at)`,
+    `INSERT INTO contacts (id, first_name, last_name, email, phone, external_id, assigned_user_id, properties, account_ids, assigned_user_ids, version, created_at, updated_at)
+     VALUES ($id, $first_name, $last_name, $email, $phone, $external_id, $assigned_user_id, $properties, $account_ids, $assigned_user_ids, $version, $created_at, $updated_at)`,
   ).run(row);
 }
 
@@ -42,7 +44,7 @@ export function updateContact(db: Database, row: ContactRow): void {
   db.query(
     `UPDATE contacts SET first_name = $first_name, last_name = $last_name, email = $email, phone = $phone,
        external_id = $external_id, assigned_user_id = $assigned_user_id, properties = $properties, account_ids = $account_ids,
-       assigned_user_ids = $assigned_user_ids, updated_at = $updated_at WHERE id = $id`,
+       assigned_user_ids = $assigned_user_ids, version = $version, updated_at = $updated_at WHERE id = $id`,
   ).run({ ...row, created_at: undefined } as never);
 }
 

@@ -10,6 +10,7 @@ import contactRelationIds from "../../migrations/0006_contact_relation_ids.sql" 
 import accountNameKeyColumn from "../../migrations/0007_account_name_key.sql" with { type: "text" };
 import contactsEmailCreatedIndex from "../../migrations/0008_contacts_email_created_index.sql" with { type: "text" };
 import deliveryHistoryBounds from "../../migrations/0009_delivery_history_bounds.sql" with { type: "text" };
+import webhookLifecycle from "../../migrations/0010_webhook_lifecycle.sql" with { type: "text" };
 import contactExternalId from "../../migrations/0012_contact_external_id.sql" with { type: "text" };
 
 export interface Migration {
@@ -31,6 +32,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 7, name: "0007_account_name_key.sql", sql: accountNameKeyColumn, backfill: keyAccountNames },
   { version: 8, name: "0008_contacts_email_created_index.sql", sql: contactsEmailCreatedIndex },
   { version: 9, name: "0009_delivery_history_bounds.sql", sql: deliveryHistoryBounds },
+  { version: 10, name: "0010_webhook_lifecycle.sql", sql: webhookLifecycle },
   { version: 12, name: "0012_contact_external_id.sql", sql: contactExternalId },
 ];
 

@@ -15,12 +15,14 @@ export interface DocsInfo {
   description: string;
 }
 
-/** Documentation is what the OpenAPI document states beyond the routes: its title, security schemes and named schemas. */
+/** Documentation is what the OpenAPI document states beyond the routes: its title, security schemes, named schemas and the webhooks the service sends. */
 export interface Documentation {
   info: DocsInfo;
   securitySchemes: Record<string, unknown>;
   /** schemas named in components.schemas and referenced where routes use them (dependencies first) */
   schemas: Record<string, TSchema>;
+  /** the OpenAPI 3.1 top-level `webhooks`: requests the service makes to receivers */
+  webhooks?: Record<string, unknown>;
 }
 
 type Json = Record<string, any>;
@@ -186,7 +188,7 @@ function signedWebhooksNeedNoCredentials(document: Json): void {
 const cache = new WeakMap<AnyElysia, { routeCount: number; document: Json }>();
 
 /** openApiDocument builds the OpenAPI 3.1 document of every route the app serves (cached until routes change). */
-export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas }: Documentation): Json {
+export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas, webhooks }: Documentation): Json {
   const routeCount = (app as unknown as { getGlobalRoutes(): unknown[] }).getGlobalRoutes().length;
   const hit = cache.get(app);
   if (hit?.routeCount === routeCount) return hit.document;
@@ -194,7 +196,7 @@ export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas
   const { paths, components } = toOpenAPISchema(routeTable(app));
   // Relative: the API is served by the server that serves this document, whatever its public address.
   const servers = [{ url: "/", description: "This server" }];
-  const document: Json = { openapi: "3.1.2", info, servers, paths, components: { ...components, securitySchemes } };
+  const document: Json = { openapi: "3.1.2", info, servers, paths, ...(webhooks ? { webhooks } : {}), components: { ...components, securitySchemes } };
   fixResponses(document);
   addGuardResponses(document);
   addRateLimitHeaders(document);

@@ -50,6 +50,12 @@ export const MAX_EVENTS_PER_SUBSCRIPTION = 4;
  * them all), so the cap is on all of them together: it bounds the fan-out of every event.
  */
 export const MAX_SUBSCRIPTIONS = 100;
+/** DEFAULT_SECRET_GRACE_HOURS is how long a rotated-out signing secret keeps signing unless the rotation says otherwise. */
+export const DEFAULT_SECRET_GRACE_HOURS = 24;
+/** MAX_SECRET_GRACE_HOURS is the longest grace period a secret rotation can ask for (7 days). */
+export const MAX_SECRET_GRACE_HOURS = 168;
+/** MAX_RECOVERY_DAYS is how far back a recovery window may start. */
+export const MAX_RECOVERY_DAYS = 14;
 /** MAX_BODY_BYTES is the largest request body accepted (1 MiB). */
 export const MAX_BODY_BYTES = 1024 * 1024;
 /** MAX_JSON_DEPTH is how deep arrays and objects may nest in a request body. */
@@ -99,6 +105,8 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "webhook subscription `target_url`", value: `${MAX_TARGET_URL_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `events`", value: `${MAX_EVENTS_PER_SUBSCRIPTION} event kinds`, answer: "422" },
   { limit: "webhook subscriptions, all tokens together (subscriptions are not owned by a token)", value: `${MAX_SUBSCRIPTIONS}`, answer: "422" },
+  { limit: "webhook secret rotation `grace_hours`", value: `0 to ${MAX_SECRET_GRACE_HOURS} (default ${DEFAULT_SECRET_GRACE_HOURS})`, answer: "422" },
+  { limit: "webhook recovery window: how far back `since` may be", value: `${MAX_RECOVERY_DAYS} days`, answer: "422" },
   { limit: "request body", value: size(MAX_BODY_BYTES), answer: "413" },
   { limit: "JSON nesting depth of a request body", value: `${MAX_JSON_DEPTH} levels`, answer: "400" },
   { limit: "JSON numbers", value: `magnitude at most ${Number.MAX_SAFE_INTEGER} (2^53 - 1)`, answer: "400" },

@@ -16,7 +16,8 @@ export const SECRET_PREFIX = "whsec_";
 export interface AttemptRequest {
   deliveryId: string;
   targetUrl: string;
-  secret: string;
+  /** signing secrets, newest first: two during a rotation's grace period */
+  secrets: string[];
   payload: string;
   timeoutMs: number;
   /** how many bytes of the receiver's answer are kept (--delivery-response-body-bytes) */
@@ -43,6 +44,15 @@ export interface AttemptResult {
 export function signPayload(secret: string, id: string, timestamp: number, body: string): string {
   const key = Buffer.from(secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret, "base64");
   return `v1,${createHmac("sha256", key).update(`${id}.${timestamp}.`).update(body).digest("base64")}`;
+}
+
+/**
+ * signingSecrets returns the secrets a request is signed with at `now`, newest first: the current
+ * one, and the previous one while its grace period lasts.
+ */
+export function signingSecrets(secrets: { secret: string; previous_secret: string | null; previous_secret_expires_at: number | null }, now: number): string[] {
+  const { secret, previous_secret, previous_secret_expires_at } = secrets;
+  return previous_secret !== null && previous_secret_expires_at !== null && previous_secret_expires_at > now ? [secret, previous_secret] : [secret];
 }
 
 /** parseRetryAfter reads Retry-After (seconds or an HTTP date) as a delay in milliseconds, or null. */
@@ -97,7 +107,8 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     "user-agent": USER_AGENT,
     "webhook-id": request.deliveryId,
     "webhook-timestamp": String(timestamp),
-    "webhook-signature": signPayload(request.secret, request.deliveryId, timestamp, request.payload),
+    // Standard Webhooks: several signatures are separated by spaces; a receiver accepts any that verifies.
+    "webhook-signature": request.secrets.map((secret) => signPayload(secret, request.deliveryId, timestamp, request.payload)).join(" "),
   };
   const timeout = AbortSignal.timeout(request.timeoutMs);
   const result: AttemptResult = {

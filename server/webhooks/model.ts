@@ -1,5 +1,14 @@
+import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
-import { MAX_EVENTS_PER_SUBSCRIPTION, MAX_SUBSCRIPTION_DESCRIPTION_LENGTH, MAX_TARGET_URL_LENGTH } from "../limits/limits.ts";
+import { Contact } from "../contacts/model.ts";
+import {
+  DEFAULT_SECRET_GRACE_HOURS,
+  MAX_EVENTS_PER_SUBSCRIPTION,
+  MAX_RECOVERY_DAYS,
+  MAX_SECRET_GRACE_HOURS,
+  MAX_SUBSCRIPTION_DESCRIPTION_LENGTH,
+  MAX_TARGET_URL_LENGTH,
+} from "../limits/limits.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 
 /** WEBHOOK_EVENT_TYPES are the event kinds a subscription can ask for. */
@@ -48,15 +57,23 @@ export const Subscription = t.Object({
   target_url: t.String(),
   description: t.Union([t.String(), t.Null()]),
   events: t.Array(t.String()),
-  status: t.String({ enum: ["active", "disabled"], description: "disabled: the receiver answered 410 Gone; nothing more is sent." }),
+  status: t.String({
+    enum: ["active", "paused", "disabled"],
+    description: "paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone; nothing more is sent.",
+  }),
   disabled_at: nullableTimestamp,
   disabled_reason: t.Union([t.String(), t.Null()]),
-  secret: t.String({ description: "Signing secret whsec_...: in full only in the create response, masked (whsec_abcd…) elsewhere." }),
+  paused_at: t.Union([timestamp, t.Null()], { description: "Since when the subscription is paused; null when it is not." }),
+  secret: t.String({ description: "Signing secret whsec_...: in full only in the create and rotate-secret responses, masked (whsec_abcd…) elsewhere." }),
+  secret_rotated_at: t.Union([timestamp, t.Null()], { description: "When the secret was last rotated; null if never." }),
+  previous_secret_expires_at: t.Union([timestamp, t.Null()], {
+    description: "Until when requests also carry a signature with the secret before the last rotation; null if never rotated.",
+  }),
   created_at: timestamp,
   updated_at: timestamp,
 });
 export type Subscription = typeof Subscription.static;
-/** SubscriptionWithSecret is the create response: the same record with the secret in full. */
+/** SubscriptionWithSecret is the create and rotate-secret response: the same record with the secret in full. */
 export type SubscriptionWithSecret = Subscription;
 
 /** Delivery is one event sent (or to be sent) to one subscription. */
@@ -100,6 +117,69 @@ export const DeliveryDetail = t.Composite([
 ]);
 export type DeliveryDetail = typeof DeliveryDetail.static;
 
+/** SubscriptionUpdate is the body of PATCH /webhook-subscriptions/:id. */
+export const SubscriptionUpdate = t.Object(
+  {
+    description: t.Optional(
+      t.Union([t.String({ maxLength: MAX_SUBSCRIPTION_DESCRIPTION_LENGTH }), t.Null()], {
+        error: `must be a string of at most ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters, or null`,
+        description: "Free text label; null clears it.",
+      }),
+    ),
+    // Declared so that a client trying to change them hears why it cannot, instead of having them dropped.
+    target_url: t.Optional(t.Unknown({ description: "Not changeable in place: any value is refused (422)." })),
+    events: t.Optional(t.Unknown({ description: "Not changeable in place: any value is refused (422)." })),
+  },
+  {
+    additionalProperties: false,
+    description: "The target URL and events do not change in place: create a new subscription and delete the old one once it works (the console's rotation wizard guides this).",
+    examples: [{ description: "CRM sync (production)" }],
+  },
+);
+export type SubscriptionUpdate = typeof SubscriptionUpdate.static;
+
+/** SecretRotationInput is the body of POST /webhook-subscriptions/:id/rotate-secret. */
+export const SecretRotationInput = t.Object(
+  {
+    // Type.Integer, not Elysia's t.Integer, which would take "24" as well as 24.
+    grace_hours: t.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_SECRET_GRACE_HOURS,
+        error: `must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}`,
+        description: `How long the previous secret keeps signing beside the new one, in hours (0 to ${MAX_SECRET_GRACE_HOURS}, default ${DEFAULT_SECRET_GRACE_HOURS}). 0 ends it at once.`,
+      }),
+    ),
+  },
+  { additionalProperties: false, examples: [{ grace_hours: DEFAULT_SECRET_GRACE_HOURS }] },
+);
+export type SecretRotationInput = typeof SecretRotationInput.static;
+
+/** RecoveryInput is the body of POST /webhook-subscriptions/:id/recover. */
+export const RecoveryInput = t.Object(
+  {
+    since: t.String({
+      format: "date-time",
+      error: "must be an RFC 3339 date-time",
+      description: `Start of the window (inclusive), RFC 3339, at most ${MAX_RECOVERY_DAYS} days ago. Deliveries created from then on are considered.`,
+    }),
+    until: t.Optional(
+      t.String({ format: "date-time", error: "must be an RFC 3339 date-time", description: "End of the window (exclusive), RFC 3339, after `since`; default now." }),
+    ),
+  },
+  { additionalProperties: false, examples: [{ since: "2026-11-20T08:00:00Z", until: "2026-11-20T14:00:00Z" }] },
+);
+export type RecoveryInput = typeof RecoveryInput.static;
+
+/** Recovery is the answer to a recovery: how many failed deliveries were queued again. */
+export const Recovery = t.Object({
+  subscription_id: t.String(),
+  since: timestamp,
+  until: timestamp,
+  queued: Type.Integer({ description: "Failed deliveries of the window now pending again, sent oldest first through the delivery loop." }),
+});
+export type Recovery = typeof Recovery.static;
+
 const eventFilter = t.Optional(oneOf(WEBHOOK_EVENT_TYPES, { error: `must be one of: ${kinds}`, description: `Event kind: ${kinds}.` }));
 
 /** SubscriptionListQuery documents the subscription list parameters. */
@@ -115,8 +195,58 @@ export const DeliveryListQuery = paginationQuerySchema(null, {
 });
 
 export const SubscriptionEnvelope = t.Object({ data: Subscription });
+export const RecoveryEnvelope = t.Object({ data: Recovery });
 export const SubscriptionListEnvelope = t.Object({ data: t.Array(Subscription), meta: ListMetaSchema });
 export const TestEventEnvelope = t.Object({ data: t.Object({ delivery_id: t.String(), event_id: t.String() }) });
 export const DeliveryEnvelope = t.Object({ data: Delivery });
 export const DeliveryDetailEnvelope = t.Object({ data: DeliveryDetail });
 export const DeliveryListEnvelope = t.Object({ data: t.Array(Delivery), meta: ListMetaSchema });
+
+const payloadOf = (type: EventType, data: ReturnType<typeof t.Object>, description: string) =>
+  t.Object(
+    {
+      type: t.Literal(type),
+      event_id: t.String({ pattern: "^evt_[0-9A-Z]{26}$", description: "The event's id: the same in every subscription's copy (webhook-id is per delivery). Drop an event_id seen before." }),
+      timestamp: t.String({ format: "date-time", description: "When the event happened." }),
+      data: data,
+    },
+    { additionalProperties: false, description },
+  );
+
+const version = Type.Integer({ minimum: 1, description: "The contact's version after this change; ignore an event whose version is not above the last one processed for this contact." });
+
+/**
+ * EVENT_CATALOGUE describes every event kind: what it means and the JSON Schema of the body
+ * delivered. GET /event-types and the OpenAPI document's `webhooks` serve it.
+ */
+export const EVENT_CATALOGUE: Record<EventType, { description: string; schema: ReturnType<typeof t.Object> }> = {
+  "contact.created": {
+    description: "A contact was created. data is the contact as GET /contacts/{id} returns it (without include), version 1.",
+    schema: payloadOf("contact.created", Contact, "Body of a contact.created request."),
+  },
+  "contact.updated": {
+    description: "A contact changed (a PATCH that changes nothing sends none). data is the contact after the change; its version is one more than before.",
+    schema: payloadOf("contact.updated", Contact, "Body of a contact.updated request."),
+  },
+  "contact.deleted": {
+    description: "A contact was deleted. data names it, with the version following its last change.",
+    schema: payloadOf(
+      "contact.deleted",
+      t.Object({ id: t.String({ pattern: "^con_[0-9A-Z]{26}$" }), version, deleted_at: t.String({ format: "date-time" }) }, { additionalProperties: false }),
+      "Body of a contact.deleted request.",
+    ),
+  },
+  "webhook.ping": {
+    description: "A test event, sent only on request (POST /webhook-subscriptions/{id}/test) and only to that subscription.",
+    schema: payloadOf("webhook.ping", t.Object({ subscription_id: t.String({ pattern: "^sub_[0-9A-Z]{26}$" }) }, { additionalProperties: false }), "Body of a webhook.ping request."),
+  },
+};
+
+/** EventTypeInfo is one entry of GET /event-types. */
+export const EventTypeInfo = t.Object({
+  type: t.String({ examples: ["contact.created"] }),
+  description: t.String(),
+  schema: t.Record(t.String(), t.Unknown(), { description: "JSON Schema (2020-12) of the request body delivered for this event kind." }),
+});
+export type EventTypeInfo = typeof EventTypeInfo.static;
+export const EventTypeListEnvelope = t.Object({ data: t.Array(EventTypeInfo) });

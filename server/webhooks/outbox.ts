@@ -6,7 +6,8 @@ import { findActiveSubscriptionsForEvent, insertDelivery, insertEvent } from "./
 
 function insertEventRow(db: Database, type: EventType, data: unknown, now: number): string {
   const id = newId("evt", now);
-  insertEvent(db, { id, type, payload: JSON.stringify({ type, timestamp: toTimestamp(now), data }), created_at: now });
+  // event_id is the same in every subscription's copy, unlike webhook-id, so receivers can de-duplicate across subscriptions.
+  insertEvent(db, { id, type, payload: JSON.stringify({ type, event_id: id, timestamp: toTimestamp(now), data }), created_at: now });
   return id;
 }
 

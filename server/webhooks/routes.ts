@@ -9,19 +9,39 @@ import {
   DeliveryEnvelope,
   DeliveryListEnvelope,
   DeliveryListQuery,
+  EventTypeListEnvelope,
+  RecoveryEnvelope,
+  RecoveryInput,
+  SecretRotationInput,
   SubscriptionEnvelope,
   SubscriptionInput,
+  SubscriptionUpdate,
   SubscriptionListEnvelope,
   SubscriptionListQuery,
   TestEventEnvelope,
 } from "./model.ts";
-import { createSubscription, deleteSubscription, getDelivery, getSubscription, listDeliveriesPage, listSubscriptionsPage, retryDelivery, sendTestEvent } from "./service.ts";
+import {
+  createSubscription,
+  deleteSubscription,
+  eventTypes,
+  getDelivery,
+  getSubscription,
+  listDeliveriesPage,
+  listSubscriptionsPage,
+  pauseSubscription,
+  recoverDeliveries,
+  retryDelivery,
+  rotateSecret,
+  sendTestEvent,
+  updateSubscription,
+} from "./service.ts";
 
 // Path parameters are named as in the contract (DELETE /webhook-subscriptions/:subscriptionId).
 const SubscriptionId = t.Object({ subscriptionId: t.String({ maxLength: 64, description: "Subscription id (sub_...)" }) });
 const DeliveryId = t.Object({ deliveryId: t.String({ maxLength: 64, description: "Delivery id (dlv_...), the webhook-id header receivers saw" }) });
 const subscriptionTags = ["Webhook subscriptions"];
 const deliveryTags = ["Webhook deliveries"];
+const eventTypeTags = ["Webhook event types"];
 
 /** webhookRoutes serves /public/v1/webhook-subscriptions and /public/v1/webhook-deliveries. */
 export function webhookRoutes(rt: Runtime) {
@@ -50,6 +70,18 @@ export function webhookRoutes(rt: Runtime) {
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { operationId: "getWebhookSubscription", summary: "Get a webhook subscription", description: "The secret is masked.", tags: subscriptionTags, ...secured },
     })
+    .patch("/webhook-subscriptions/:subscriptionId", async ({ params, body }) => ({ data: await updateSubscription(rt, params.subscriptionId, body) }), {
+      params: SubscriptionId,
+      body: SubscriptionUpdate,
+      response: { 200: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 404, 413, 415, 422) },
+      detail: {
+        operationId: "updateWebhookSubscription",
+        summary: "Edit a webhook subscription's description",
+        description: "Changes the description. The target URL and events do not change in place: create a new subscription, confirm it receives, then delete the old one.",
+        tags: subscriptionTags,
+        ...secured,
+      },
+    })
     .delete("/webhook-subscriptions/:subscriptionId", async ({ params, set }) => {
       await deleteSubscription(rt, params.subscriptionId);
       set.status = 204;
@@ -71,6 +103,68 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
+    .post("/webhook-subscriptions/:subscriptionId/rotate-secret", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => rotateSecret(rt, ctx.params.subscriptionId, ctx.body ?? {}, scope)), {
+      params: SubscriptionId,
+      body: t.Optional(SecretRotationInput),
+      headers: IdempotencyKeyHeader,
+      response: { 200: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
+      detail: {
+        operationId: "rotateWebhookSubscriptionSecret",
+        summary: "Rotate a subscription's signing secret",
+        description:
+          "Replaces the signing secret with a new one, shown in full only in this response. For the grace period (grace_hours, default 24) every request carries two signatures in webhook-signature, `v1,<new> v1,<previous>`, so a receiver verifying with either secret keeps working; then only the new one. Rotating again within the grace period drops the oldest secret.",
+        tags: subscriptionTags,
+        ...secured,
+      },
+    })
+    .post("/webhook-subscriptions/:subscriptionId/recover", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => recoverDeliveries(rt, ctx.params.subscriptionId, ctx.body, scope)), {
+      params: SubscriptionId,
+      body: RecoveryInput,
+      headers: IdempotencyKeyHeader,
+      response: { 202: RecoveryEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
+      detail: {
+        operationId: "recoverWebhookDeliveries",
+        summary: "Send a window's failed deliveries again",
+        description:
+          "Queues every delivery of this subscription created in [since, until) whose status is failed for one more attempt with its original webhook-id, oldest first, through the normal delivery loop and its per-subscription limits. Answers 202 with the number queued. 409 if the subscription is disabled.",
+        tags: subscriptionTags,
+        ...secured,
+      },
+    })
+    .post("/webhook-subscriptions/:subscriptionId/pause", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => pauseSubscription(rt, ctx.params.subscriptionId, true, scope)), {
+      params: SubscriptionId,
+      headers: IdempotencyKeyHeader,
+      response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
+      detail: {
+        operationId: "pauseWebhookSubscription",
+        summary: "Pause a webhook subscription",
+        description: "Stops sending to the receiver without losing anything: events still create deliveries, which wait as pending (retries too) until the subscription is resumed. Pausing a paused subscription changes nothing.",
+        tags: subscriptionTags,
+        ...secured,
+      },
+    })
+    .post("/webhook-subscriptions/:subscriptionId/resume", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => pauseSubscription(rt, ctx.params.subscriptionId, false, scope)), {
+      params: SubscriptionId,
+      headers: IdempotencyKeyHeader,
+      response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
+      detail: {
+        operationId: "resumeWebhookSubscription",
+        summary: "Resume a paused webhook subscription",
+        description: "The deliveries that waited go out at once, oldest first, then new ones as they come.",
+        tags: subscriptionTags,
+        ...secured,
+      },
+    })
+    .get("/event-types", () => ({ data: eventTypes() }), {
+      response: { 200: EventTypeListEnvelope, ...problemResponses(401, 403) },
+      detail: {
+        operationId: "listEventTypes",
+        summary: "List the webhook event types",
+        description: "Every event kind a subscription can ask for, with what it means and the JSON Schema of the body delivered. The same schemas are in this document's `webhooks`.",
+        tags: eventTypeTags,
+        ...secured,
+      },
+    })
     .get("/webhook-deliveries", ({ query }) => listDeliveriesPage(rt.db, query), {
       query: DeliveryListQuery,
       response: { 200: DeliveryListEnvelope, ...problemResponses(401, 403, 422) },
@@ -89,7 +183,7 @@ export function webhookRoutes(rt: Runtime) {
       detail: {
         operationId: "retryWebhookDelivery",
         summary: "Retry a webhook delivery now",
-        description: "Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted or disabled or an attempt is under way.",
+        description: "Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way.",
         tags: deliveryTags,
         ...secured,
       },

@@ -3,19 +3,37 @@ import { randomBytes } from "node:crypto";
 import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
-import { MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
+import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
-import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
-import { DELIVERY_FILTERS, SUBSCRIPTION_FILTERS, type Attempt, type Delivery, type DeliveryDetail, type Subscription, type SubscriptionInput, type SubscriptionWithSecret } from "./model.ts";
+import { parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
+import {
+  DELIVERY_FILTERS,
+  EVENT_CATALOGUE,
+  SUBSCRIPTION_FILTERS,
+  WEBHOOK_EVENT_TYPES,
+  type Attempt,
+  type Delivery,
+  type DeliveryDetail,
+  type EventTypeInfo,
+  type Recovery,
+  type RecoveryInput,
+  type SecretRotationInput,
+  type Subscription,
+  type SubscriptionInput,
+  type SubscriptionUpdate,
+  type SubscriptionWithSecret,
+} from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
+  countFailedDeliveriesBetween,
   countDeliveriesBySubscription,
   countPendingDeliveries,
   countSubscriptions,
   deleteSubscription as deleteSubscriptionRow,
+  endSecretGrace,
   failPendingDeliveries,
   findAttemptsByDelivery,
   findDeliveryById,
@@ -25,6 +43,10 @@ import {
   listDeliveries,
   listSubscriptions,
   measureDeliveryHistory,
+  requeueFailedDeliveries,
+  rotateSubscriptionSecret,
+  setSubscriptionPaused,
+  updateSubscriptionDescription,
   type AttemptRow,
   type DeliveryRow,
   type HistorySize,
@@ -45,10 +67,13 @@ function toSubscription(row: SubscriptionRow, revealSecret = false): Subscriptio
     target_url: row.target_url,
     description: row.description,
     events: JSON.parse(row.events) as string[],
-    status: row.status,
+    status: row.status === "active" && row.paused_at !== null ? "paused" : row.status,
     disabled_at: toOptionalTimestamp(row.disabled_at),
     disabled_reason: row.disabled_reason,
+    paused_at: toOptionalTimestamp(row.paused_at),
     secret: revealSecret ? row.secret : maskSecret(row.secret),
+    secret_rotated_at: toOptionalTimestamp(row.secret_rotated_at),
+    previous_secret_expires_at: toOptionalTimestamp(row.previous_secret_expires_at),
     created_at: toTimestamp(row.created_at),
     updated_at: toTimestamp(row.updated_at),
   };
@@ -86,6 +111,11 @@ function toAttempt(row: AttemptRow): Attempt {
   };
 }
 
+/** newSecret makes a Standard Webhooks signing secret: whsec_ and 32 random bytes in base64. */
+function newSecret(): string {
+  return `${SECRET_PREFIX}${randomBytes(32).toString("base64")}`;
+}
+
 /** refuseNonPublicTarget throws 422 when the target's host resolves to a non-public address. */
 async function refuseNonPublicTarget(rt: Runtime, targetUrl: string): Promise<void> {
   if (rt.config.allowPrivateTargets) return;
@@ -106,7 +136,7 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
   const urlError = checkTargetUrl(input.target_url);
   if (urlError) throw validationProblem([{ pointer: "/target_url", detail: urlError }]);
   await refuseNonPublicTarget(rt, input.target_url);
-  const secret = `${SECRET_PREFIX}${randomBytes(32).toString("base64")}`;
+  const secret = newSecret();
   return rt.writes.submit(() => {
     // Counted inside the write, so concurrent creates cannot pass the cap together.
     if (countSubscriptions(rt.db, undefined) >= MAX_SUBSCRIPTIONS) {
@@ -119,9 +149,13 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
       description: input.description ?? null,
       events: JSON.stringify(input.events),
       secret,
+      previous_secret: null,
+      previous_secret_expires_at: null,
+      secret_rotated_at: null,
       status: "active",
       disabled_at: null,
       disabled_reason: null,
+      paused_at: null,
       created_at: now,
       updated_at: now,
     };
@@ -155,6 +189,140 @@ export function deleteSubscription(rt: Runtime, id: string): Promise<void> {
     if (!deleteSubscriptionRow(rt.db, id)) throw notFound("webhook subscription", id);
     failPendingDeliveries(rt.db, id, "not sent: the subscription was deleted", now);
   });
+}
+
+/** updateSubscription applies a PATCH (the description) and returns the subscription, or throws 404. */
+export function updateSubscription(rt: Runtime, id: string, input: SubscriptionUpdate): Promise<Subscription> {
+  const fixed = [
+    ...("target_url" in input ? [{ pointer: "/target_url", detail: "does not change in place: create a subscription to the new URL, confirm it receives, then delete this one" }] : []),
+    ...("events" in input ? [{ pointer: "/events", detail: "do not change in place: create a subscription with the new events, confirm it receives, then delete this one" }] : []),
+  ];
+  if (fixed.length > 0) return Promise.reject(validationProblem(fixed, "The target URL and events of a subscription do not change in place."));
+  return rt.writes.submit(() => {
+    const current = findSubscriptionById(rt.db, id);
+    if (!current) throw notFound("webhook subscription", id);
+    if (input.description === undefined || input.description === current.description) return toSubscription(current);
+    updateSubscriptionDescription(rt.db, id, input.description, Date.now());
+    return toSubscription(findSubscriptionById(rt.db, id)!);
+  });
+}
+
+/**
+ * rotateSecret gives a subscription a new signing secret, returned in full only here; the
+ * previous one keeps signing beside it for `grace_hours` (default 24), so receivers can switch
+ * at their own pace. A second rotation within the grace period drops the oldest secret.
+ */
+export function rotateSecret(rt: Runtime, id: string, input: SecretRotationInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+  const secret = newSecret();
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    const graceMs = (input.grace_hours ?? DEFAULT_SECRET_GRACE_HOURS) * 3_600_000;
+    if (!rotateSubscriptionSecret(rt.db, id, secret, now + graceMs, now)) throw notFound("webhook subscription", id);
+    const body = { data: toSubscription(findSubscriptionById(rt.db, id)!, true) };
+    saveIdempotentResponse(rt.db, idempotency, 200, body, now);
+    return { status: 200, body };
+  });
+}
+
+/** endRotationGrace stops a subscription's previous secret from signing now, or throws 404; it tells whether one was still signing. */
+export function endRotationGrace(rt: Runtime, id: string): Promise<boolean> {
+  return rt.writes.submit(() => {
+    if (!findSubscriptionById(rt.db, id)) throw notFound("webhook subscription", id);
+    return endSecretGrace(rt.db, id, Date.now());
+  });
+}
+
+/** pauseSubscription pauses (or resumes) a subscription: while paused its deliveries wait, pending, and go out on resume. */
+export function pauseSubscription(rt: Runtime, id: string, paused: boolean, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Subscription } }> {
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    if (!setSubscriptionPaused(rt.db, id, paused ? now : null, now)) throw notFound("webhook subscription", id);
+    const body = { data: toSubscription(findSubscriptionById(rt.db, id)!) };
+    saveIdempotentResponse(rt.db, idempotency, 200, body, now);
+    return { status: 200, body };
+  });
+}
+
+/** RecoveryWindow is a checked recovery window in Unix milliseconds. */
+export interface RecoveryWindow {
+  since: number;
+  until: number;
+}
+
+/** recoveryWindow checks a recovery window: RFC 3339 times, since at most MAX_RECOVERY_DAYS ago, until after since and not in the future. */
+export function recoveryWindow(input: RecoveryInput, now = Date.now()): RecoveryWindow {
+  const since = parseTimestamp(input.since);
+  const until = input.until === undefined ? now : parseTimestamp(input.until);
+  const errors: { pointer: string; detail: string }[] = [];
+  if (since === null) errors.push({ pointer: "/since", detail: "must be an RFC 3339 date-time" });
+  else if (since < now - MAX_RECOVERY_DAYS * 86_400_000) errors.push({ pointer: "/since", detail: `must be at most ${MAX_RECOVERY_DAYS} days ago` });
+  if (until === null) errors.push({ pointer: "/until", detail: "must be an RFC 3339 date-time" });
+  else if (since !== null && until <= since) errors.push({ pointer: "/until", detail: "must be after since" });
+  if (errors.length > 0) throw validationProblem(errors, "The recovery window is invalid.");
+  return { since: since!, until: Math.min(until!, now) };
+}
+
+/** countRecoverable counts the failed deliveries of a subscription in a recovery window, or throws 404. */
+export function countRecoverable(db: Database, id: string, window: RecoveryWindow): number {
+  if (!findSubscriptionById(db, id)) throw notFound("webhook subscription", id);
+  return countFailedDeliveriesBetween(db, id, window.since, window.until);
+}
+
+/**
+ * recoverDeliveries queues again every failed delivery of a subscription created in the window:
+ * each gets one more attempt with the same webhook-id, oldest first, through the delivery loop
+ * and its per-subscription limits (a paused subscription's wait for resume). 409 if disabled.
+ */
+export function recoverDeliveries(rt: Runtime, id: string, input: RecoveryInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Recovery } }> {
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    const window = recoveryWindow(input, now);
+    const row = findSubscriptionById(rt.db, id);
+    if (!row) throw notFound("webhook subscription", id);
+    if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${id} is disabled (${row.disabled_reason}); nothing can be sent to it.`);
+    const queued = requeueFailedDeliveries(rt.db, id, window.since, window.until, now);
+    const body = { data: { subscription_id: id, since: toTimestamp(window.since), until: toTimestamp(window.until), queued } };
+    saveIdempotentResponse(rt.db, idempotency, 202, body, now);
+    return { status: 202, body };
+  });
+}
+
+// Through JSON: TypeBox marks its schemas with symbol keys, which are not part of the JSON Schema.
+const EVENT_TYPES: EventTypeInfo[] = WEBHOOK_EVENT_TYPES.map((type) => ({
+  type,
+  description: EVENT_CATALOGUE[type].description,
+  schema: JSON.parse(JSON.stringify(EVENT_CATALOGUE[type].schema)) as Record<string, unknown>,
+}));
+
+/** eventTypes lists every event kind with its description and the JSON Schema of its body. */
+export function eventTypes(): EventTypeInfo[] {
+  return EVENT_TYPES;
+}
+
+const webhookHeader = (name: string, description: string) => ({ name, in: "header", required: true, description, schema: { type: "string" } });
+
+/** webhooksDocument builds the OpenAPI 3.1 `webhooks` object: one POST per event kind, with its body schema and headers. */
+export function webhooksDocument(): Record<string, unknown> {
+  return Object.fromEntries(
+    eventTypes().map(({ type, description, schema }) => [
+      type,
+      {
+        post: {
+          operationId: `receive${type.split(".").map((part) => part[0]!.toUpperCase() + part.slice(1)).join("")}Event`,
+          summary: `${type} event`,
+          description: `${description} Verify webhook-signature (Standard Webhooks) before trusting the body.`,
+          tags: ["Webhook events"],
+          parameters: [
+            webhookHeader("webhook-id", "The delivery id: the same on every attempt of this delivery (dlv_...)."),
+            webhookHeader("webhook-timestamp", "Unix seconds when this attempt was signed."),
+            webhookHeader("webhook-signature", "Space-separated v1,<base64 HMAC-SHA256> signatures, newest secret first (two during a secret rotation's grace period)."),
+          ],
+          requestBody: { required: true, content: { "application/json": { schema } } },
+          responses: { "200": { description: "Any 2xx within the timeout counts as delivered; 410 Gone disables the subscription; anything else is retried." } },
+        },
+      },
+    ]),
+  );
 }
 
 /** sendTestEvent writes a webhook.ping event with one delivery to this subscription only; the loop sends it at once. */
@@ -214,6 +382,8 @@ function attemptRefusalProblem(id: string, refusal: AttemptRefusal): ProblemErro
       return new ProblemError(409, "subscription-deleted", `The subscription ${refusal.subscriptionId} of this delivery was deleted; nothing can be sent for it.`);
     case "subscription-disabled":
       return new ProblemError(409, "subscription-disabled", `The subscription ${refusal.subscriptionId} is disabled; create a new subscription for the receiver.`);
+    case "subscription-paused":
+      return new ProblemError(409, "subscription-paused", `The subscription ${refusal.subscriptionId} is paused; resume it and its deliveries go out.`);
     case "in-progress":
       return new ProblemError(409, "delivery-in-progress", "An attempt of this delivery is under way; read the delivery again when it has finished.", undefined, { "retry-after": "1" });
   }

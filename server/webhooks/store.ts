@@ -15,9 +15,15 @@ export type SubscriptionRow = {
   description: string | null;
   events: string;
   secret: string;
+  /** the secret before the last rotation, signing beside `secret` until previous_secret_expires_at */
+  previous_secret: string | null;
+  previous_secret_expires_at: number | null;
+  secret_rotated_at: number | null;
   status: "active" | "disabled";
   disabled_at: number | null;
   disabled_reason: string | null;
+  /** set while paused: deliveries wait until it is resumed */
+  paused_at: number | null;
   created_at: number;
   updated_at: number;
 }
@@ -66,8 +72,11 @@ export interface DueDelivery {
   target_url: string;
   /** null when the subscription was deleted */
   secret: string | null;
+  previous_secret: string | null;
+  previous_secret_expires_at: number | null;
   payload: string;
   subscription_status: "active" | "disabled" | null;
+  subscription_paused_at: number | null;
   locked_until: number | null;
   created_at: number;
 }
@@ -96,8 +105,8 @@ export function insertEvent(db: Database, row: EventRow): void {
 /** insertSubscription stores a subscription and indexes the event kinds it wants. */
 export function insertSubscription(db: Database, row: SubscriptionRow, eventTypes: readonly string[]): void {
   db.query(
-    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, status, disabled_at, disabled_reason, created_at, updated_at)
-     VALUES ($id, $target_url, $description, $events, $secret, $status, $disabled_at, $disabled_reason, $created_at, $updated_at)`,
+    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, status, disabled_at, disabled_reason, paused_at, created_at, updated_at)
+     VALUES ($id, $target_url, $description, $events, $secret, $previous_secret, $previous_secret_expires_at, $secret_rotated_at, $status, $disabled_at, $disabled_reason, $paused_at, $created_at, $updated_at)`,
   ).run(row);
   const insert = db.query("INSERT INTO webhook_subscription_events (event_type, subscription_id) VALUES (?, ?)");
   for (const type of eventTypes) insert.run(type, row.id);
@@ -133,6 +142,63 @@ export function listSubscriptions(db: Database, eventType: string | undefined, p
 /** deleteSubscription removes a subscription and tells whether it existed; its deliveries stay as history. */
 export function deleteSubscription(db: Database, id: string): boolean {
   return db.query("DELETE FROM webhook_subscriptions WHERE id = ?").run(id).changes > 0;
+}
+
+/**
+ * rotateSubscriptionSecret makes `secret` the signing secret and keeps the one it replaces signing
+ * until `previousExpiresAt` (not at all when that is not after `now`); it tells whether the
+ * subscription exists. The old value is copied in SQL, so it is stored exactly as the current secret was.
+ */
+export function rotateSubscriptionSecret(db: Database, id: string, secret: string, previousExpiresAt: number, now: number): boolean {
+  return (
+    db
+      .query(
+        `UPDATE webhook_subscriptions SET previous_secret = CASE WHEN ?2 > ?3 THEN secret END, secret = ?1, previous_secret_expires_at = ?2, secret_rotated_at = ?3, updated_at = ?3
+         WHERE id = ?4`,
+      )
+      .run(secret, previousExpiresAt, now, id).changes > 0
+  );
+}
+
+/** endSecretGrace stops (and forgets) the previous secret of a subscription from `now` on; it tells whether one was still signing. */
+export function endSecretGrace(db: Database, id: string, now: number): boolean {
+  return (
+    db
+      .query("UPDATE webhook_subscriptions SET previous_secret = NULL, previous_secret_expires_at = ?1, updated_at = ?1 WHERE id = ?2 AND previous_secret_expires_at > ?1")
+      .run(now, id).changes > 0
+  );
+}
+
+/** setSubscriptionPaused pauses (at `pausedAt`) or resumes (null) a subscription; it tells whether the subscription exists. */
+export function setSubscriptionPaused(db: Database, id: string, pausedAt: number | null, now: number): boolean {
+  // A second pause keeps the first pause's time.
+  return db.query("UPDATE webhook_subscriptions SET paused_at = CASE WHEN ?1 IS NULL THEN NULL ELSE coalesce(paused_at, ?1) END, updated_at = ?2 WHERE id = ?3").run(pausedAt, now, id).changes > 0;
+}
+
+/** updateSubscriptionDescription sets a subscription's description; it tells whether the subscription exists. */
+export function updateSubscriptionDescription(db: Database, id: string, description: string | null, now: number): boolean {
+  return db.query("UPDATE webhook_subscriptions SET description = ?, updated_at = ? WHERE id = ?").run(description, now, id).changes > 0;
+}
+
+/**
+ * requeueFailedDeliveries makes every failed delivery of a subscription created in [since, until)
+ * pending and due at `now`, and returns how many. Their ids are time-ordered, so the loop, which
+ * takes due deliveries by due time then id, sends them oldest first.
+ */
+export function requeueFailedDeliveries(db: Database, subscriptionId: string, since: number, until: number, now: number): number {
+  return db
+    .query(
+      `UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?1, updated_at = ?1
+       WHERE subscription_id = ?2 AND status = 'failed' AND created_at >= ?3 AND created_at < ?4`,
+    )
+    .run(now, subscriptionId, since, until).changes;
+}
+
+/** countFailedDeliveriesBetween counts a subscription's failed deliveries created in [since, until). */
+export function countFailedDeliveriesBetween(db: Database, subscriptionId: string, since: number, until: number): number {
+  return db
+    .query<{ n: number }, [string, number, number]>("SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'failed' AND created_at >= ? AND created_at < ?")
+    .get(subscriptionId, since, until)!.n;
 }
 
 /** disableSubscription marks a subscription disabled, saying when and why. */
@@ -232,11 +298,12 @@ export function listDeliveries(db: Database, filters: DeliveryFilters, page: Pag
 
 /** selectDue selects what an attempt needs; `deliveries` names the deliveries table, possibly with an index. */
 const selectDue = (deliveries: string) =>
-  `SELECT d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.status AS subscription_status, e.payload
+  `SELECT d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.previous_secret, s.previous_secret_expires_at,
+     s.status AS subscription_status, s.paused_at AS subscription_paused_at, e.payload
    FROM ${deliveries} LEFT JOIN webhook_subscriptions s ON s.id = d.subscription_id JOIN events e ON e.id = d.event_id`;
 
 /**
- * findSubscriptionsWithDueDeliveries returns the active subscriptions, other than those skipped
+ * findSubscriptionsWithDueDeliveries returns the active, unpaused subscriptions, other than those skipped
  * (already at their concurrency limit), that have a due delivery not leased, oldest due first.
  */
 export function findSubscriptionsWithDueDeliveries(db: Database, now: number, skip: string[]): string[] {
@@ -247,7 +314,7 @@ export function findSubscriptionsWithDueDeliveries(db: Database, now: number, sk
          SELECT s.id, (SELECT d.next_attempt_at FROM webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription
                        WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
                        ORDER BY d.next_attempt_at LIMIT 1) AS due_at
-         FROM webhook_subscriptions s WHERE s.status = 'active' ${skipClause})
+         FROM webhook_subscriptions s WHERE s.status = 'active' AND s.paused_at IS NULL ${skipClause})
        SELECT id FROM due WHERE due_at IS NOT NULL ORDER BY due_at, id`,
     )
     .all(now, now, ...skip)

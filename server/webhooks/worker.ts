@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import type { Config } from "../config.ts";
 import type { WriteQueue } from "../db/write-queue.ts";
 import type { Logger } from "../shared/log.ts";
-import { sendAttempt, type AttemptResult } from "./delivery.ts";
+import { sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import {
   disableSubscription,
   failPendingDeliveries,
@@ -44,7 +44,7 @@ export type Trigger = "scheduled" | "manual";
 /** AttemptRefusal says why a manual attempt was not made; the webhooks service answers it over HTTP. */
 export type AttemptRefusal =
   | { refused: "not-found" | "in-progress" | "shutting-down" }
-  | { refused: "subscription-deleted" | "subscription-disabled"; subscriptionId: string };
+  | { refused: "subscription-deleted" | "subscription-disabled" | "subscription-paused"; subscriptionId: string };
 
 /** DeliveryOutcome describes a finished attempt, for metrics. */
 export interface DeliveryOutcome {
@@ -264,7 +264,7 @@ export class DeliveryLoop {
       const result = await sendAttempt({
         deliveryId: due.id,
         targetUrl: due.target_url,
-        secret: due.secret!,
+        secrets: signingSecrets({ ...due, secret: due.secret! }, Date.now()),
         payload: due.payload,
         timeoutMs: config.deliveryTimeoutMs,
         responseBodyBytes: config.deliveryResponseBodyBytes,
@@ -332,7 +332,7 @@ export class DeliveryLoop {
   /**
    * attemptNow makes a manual attempt of a delivery whatever its status, and resolves with null
    * once it is recorded, or with why it was not made: the delivery or its subscription is gone,
-   * the subscription is disabled, an attempt is under way, or the loop is shutting down.
+   * the subscription is disabled or paused, an attempt is under way, or the loop is shutting down.
    * `inRecordWrite` runs inside the write that records the outcome.
    */
   async attemptNow(id: string, inRecordWrite?: (db: Database) => void): Promise<AttemptRefusal | null> {
@@ -344,6 +344,7 @@ export class DeliveryLoop {
       if (!row) return { refused: "not-found" };
       if (row.secret === null) return { refused: "subscription-deleted", subscriptionId: row.subscription_id };
       if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
+      if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };
       if (row.locked_until !== null && row.locked_until > now) return { refused: "in-progress" };
       leaseDeliveries(db, [id], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
       return row;

@@ -53,7 +53,7 @@ describe("rotation wizard", () => {
     await page.goto(url("/console/rotations/new"));
     await shoot(page, "rotation-1-pick");
     expect(await page.isChecked(`input[name=from][value="${old.id}"]`)).toBe(true);
-    await Promise.all([page.waitForURL(url(`/console/rotations/new?from=${old.id}`)), page.click("button:has-text('Next')")]);
+    await Promise.all([page.waitForURL(url(`/console/rotations/new?from=${old.id}&kind=url`)), page.click("button:has-text('Next')")]);
 
     // (2) new URL and events, prefilled from the old subscription
     expect(await page.inputValue("input[name=target_url]")).toBe(oldReceiver.url);

@@ -21,7 +21,7 @@ const ada = {
   nickname: "Countess",
 };
 
-function expectedContact(id: string, at: string, updated = at) {
+function expectedContact(id: string, at: string, updated = at, version = 1) {
   return {
     id,
     first_name: "Ada",
@@ -38,6 +38,7 @@ function expectedContact(id: string, at: string, updated = at) {
     assigned_user_ids: [],
     source: { system: "import", row: 17 },
     nickname: "Countess",
+    version,
     created_at: at,
     updated_at: updated,
   };
@@ -75,6 +76,7 @@ describe("contacts CRUD: happy paths", () => {
       account_ids: [],
       assigned_user_id: null,
       assigned_user_ids: [],
+      version: 1,
       created_at,
       updated_at: created_at,
     });
@@ -98,13 +100,13 @@ describe("contacts CRUD: happy paths", () => {
     const updated_at = res.body.data.updated_at;
     expect(updated_at).toMatch(ISO);
     expect(updated_at > created_at).toBe(true);
-    const { nickname: _dropped, ...rest } = expectedContact(id, created_at, updated_at);
+    const { nickname: _dropped, ...rest } = expectedContact(id, created_at, updated_at, 2);
     const expected = { ...rest, last_name: "King", full_name: "Ada King", phone: null, tags: ["countess"], custom_fields: {}, extra: [1, 2] };
     expect(res.body).toEqual({ data: expected });
     expect((await h.json("GET", `/public/v1/contacts/${id}`)).body).toEqual({ data: expected });
     expect(eventTypes(h)).toEqual(["contact.created", "contact.updated"]);
     const payload = JSON.parse(h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events WHERE type = 'contact.updated'").get()!.payload);
-    expect(payload).toEqual({ type: "contact.updated", timestamp: updated_at, data: expected });
+    expect(payload).toEqual({ type: "contact.updated", event_id: expect.stringMatching(/^evt_[0-9A-Z]{26}$/), timestamp: updated_at, data: expected });
   });
 
   test("PATCH that changes nothing keeps updated_at and writes no event", async () => {
@@ -139,7 +141,7 @@ describe("contacts CRUD: happy paths", () => {
     expect(contactCount(h)).toBe(0);
     expect(eventTypes(h)).toEqual(["contact.created", "contact.deleted"]);
     const payload = JSON.parse(h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events WHERE type = 'contact.deleted'").get()!.payload);
-    expect(payload.data).toEqual({ id, deleted_at: payload.timestamp });
+    expect(payload.data).toEqual({ id, version: 2, deleted_at: payload.timestamp });
   });
 });
 
@@ -178,10 +180,11 @@ describe("contacts CRUD: errors", () => {
   });
 
   test("read-only fields are refused on create and on PATCH", async () => {
-    const res = await h.json("POST", "/public/v1/contacts", { body: { id: "con_X", full_name: "A B", created_at: "2020-01-01T00:00:00Z" } });
+    const res = await h.json("POST", "/public/v1/contacts", { body: { id: "con_X", full_name: "A B", created_at: "2020-01-01T00:00:00Z", version: 7 } });
     expect(res.body).toEqual(
       validation([
         { pointer: "/id", detail: "is read-only" },
+        { pointer: "/version", detail: "is read-only" },
         { pointer: "/created_at", detail: "is read-only" },
         { pointer: "/full_name", detail: "is derived from first_name and last_name; set those instead" },
       ]),

@@ -247,7 +247,7 @@ describe("contact list: happy paths", () => {
       const singles = await Promise.all(page.data.map(async (c: any) => (await h.request("GET", `/public/v1/contacts/${c.id}?${include}`)).text()));
       expect(singles.length).toBe(2);
       expect(text).toBe(`{"data":[${singles.map((one) => one.slice('{"data":'.length, -1)).join(",")}],"meta":${JSON.stringify(page.meta)}}`);
-      expect(Object.keys(page.data[0])).toEqual(["10", "id", "first_name", "last_name", "full_name", "email", "phone", "external_id", "tags", "custom_fields", "consent", "account_ids", "assigned_user_id", "assigned_user_ids", "zeta", "alpha", "accounts", "assigned_user", "assigned_users", "created_at", "updated_at"]);
+      expect(Object.keys(page.data[0])).toEqual(["10", "id", "first_name", "last_name", "full_name", "email", "phone", "external_id", "tags", "custom_fields", "consent", "account_ids", "assigned_user_id", "assigned_user_ids", "zeta", "alpha", "accounts", "assigned_user", "assigned_users", "version", "created_at", "updated_at"]);
     } finally {
       await h.request("DELETE", `/public/v1/contacts/${id}`);
     }

@@ -119,6 +119,17 @@ describe("migrations: data", () => {
       [JSON.parse(request(1_700_000_005, "v1,two")), { "content-type": "text/plain" }, 2],
     ]);
   });
+
+  test("0010 gives existing contacts version 1 and existing event bodies their event_id", () => {
+    const before = MIGRATIONS.findIndex((m) => m.name === "0010_webhook_lifecycle.sql");
+    migrate(db, MIGRATIONS.slice(0, before));
+    db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_a', '{}', 1, 1)");
+    db.run(`INSERT INTO events (id, type, payload, created_at) VALUES ('evt_a', 'contact.deleted', '{"type":"contact.deleted","timestamp":"2026-01-01T00:00:00.000Z","data":{"id":"con_b"}}', 1)`);
+    expect(migrate(db, MIGRATIONS.slice(0, before + 1))).toEqual(["0010_webhook_lifecycle.sql"]);
+    expect(db.query("SELECT id, version FROM contacts").all()).toEqual([{ id: "con_a", version: 1 }]);
+    const payload = JSON.parse(db.query<{ payload: string }, []>("SELECT payload FROM events").get()!.payload);
+    expect(payload).toEqual({ type: "contact.deleted", event_id: "evt_a", timestamp: "2026-01-01T00:00:00.000Z", data: { id: "con_b" } });
+  });
 });
 
 describe("migrations: errors", () => {

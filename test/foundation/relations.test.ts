@@ -96,11 +96,11 @@ describe("relations on contacts: happy paths", () => {
     const c = (await h.json("POST", "/public/v1/contacts", { body: { account_ids: [a1.id], assigned_user_id: u1.id, assigned_user_ids: [u1.id] } })).body.data;
     const path = `/public/v1/contacts/${c.id}`;
     let res = await h.json("PATCH", path, { body: { account_ids: [a1.id, a2.id] } });
-    expect(res.body.data).toEqual({ ...c, account_ids: [a1.id, a2.id], updated_at: res.body.data.updated_at });
+    expect(res.body.data).toEqual({ ...c, account_ids: [a1.id, a2.id], version: 2, updated_at: res.body.data.updated_at });
     res = await h.json("PATCH", path, { body: { assigned_user_id: u2.id, assigned_user_ids: [u2.id] } });
-    expect(res.body.data).toEqual({ ...c, account_ids: [a1.id, a2.id], assigned_user_id: u2.id, assigned_user_ids: [u2.id], updated_at: res.body.data.updated_at });
+    expect(res.body.data).toEqual({ ...c, account_ids: [a1.id, a2.id], assigned_user_id: u2.id, assigned_user_ids: [u2.id], version: 3, updated_at: res.body.data.updated_at });
     res = await h.json("PATCH", path, { body: { account_ids: null, assigned_user_id: null, assigned_user_ids: [] } });
-    expect(res.body.data).toEqual({ ...c, account_ids: [], assigned_user_id: null, assigned_user_ids: [], updated_at: res.body.data.updated_at });
+    expect(res.body.data).toEqual({ ...c, account_ids: [], assigned_user_id: null, assigned_user_ids: [], version: 4, updated_at: res.body.data.updated_at });
     const events = eventTypes(h);
     // the same relations again are no change
     res = await h.json("PATCH", path, { body: { account_ids: [], assigned_user_ids: null } });

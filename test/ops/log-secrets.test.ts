@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { api, createToken, runCli, SOURCE, spawnServer, tempDir, waitUntil, type ServerProcess } from "./support.ts";
+import { PayloadCheck } from "../support/webhook-payloads.ts";
 
 const METRICS_TOKEN = "metrics-secret-Zq81mV0pLr2x";
 const PASSWORD = "operator-password-Xk92!vQe";
@@ -45,6 +46,7 @@ describe("logs never carry a secret", () => {
   let server: ServerProcess;
   let receiver: ReturnType<typeof Bun.serve>;
   let received = 0;
+  const payloads = new PayloadCheck();
   const secrets: Record<string, string> = { METRICS_TOKEN, PASSWORD, RECEIVER_KEY, WRONG_TOKEN };
 
   beforeAll(async () => {
@@ -53,8 +55,9 @@ describe("logs never carry a secret", () => {
     receiver = Bun.serve({
       hostname: "127.0.0.1",
       port: 0,
-      fetch(request) {
+      async fetch(request) {
         received++;
+        payloads.check(await request.text());
         const id = request.headers.get("webhook-id")!;
         if (seen.has(id)) return new Response("ok");
         seen.add(id);
@@ -70,7 +73,10 @@ describe("logs never carry a secret", () => {
     });
   });
 
-  afterAll(() => receiver.stop(true));
+  afterAll(() => {
+    receiver.stop(true);
+    payloads.assertValid();
+  });
 
   test("a full scenario: API, webhooks with retries, console sign-in, metrics, errors; then SIGTERM", async () => {
     const token = secrets.API_TOKEN!;

@@ -2,6 +2,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
+import { PayloadCheck } from "../support/webhook-payloads.ts";
 
 export const ROOT = join(import.meta.dir, "..", "..");
 
@@ -147,21 +148,24 @@ export interface Receiver {
   stop(): void;
 }
 
-/** startReceiver listens on 127.0.0.1 for webhooks, records each one and answers 200 unless holding. */
+/** startReceiver listens on 127.0.0.1 for webhooks, records each one and answers 200 unless holding; stop() fails when a body did not match its event type's schema. */
 export function startReceiver(): Receiver {
   const received: ReceivedWebhook[] = [];
   let holding = false;
   let released: Promise<void> = Promise.resolve();
   let release = () => {};
+  const payloads = new PayloadCheck();
   const server = Bun.serve({
     hostname: "127.0.0.1",
     port: 0,
     async fetch(request) {
+      const body = await request.text();
+      payloads.check(body);
       received.push({
         id: request.headers.get("webhook-id") ?? "",
         timestamp: request.headers.get("webhook-timestamp") ?? "",
         signature: request.headers.get("webhook-signature") ?? "",
-        body: await request.text(),
+        body,
       });
       if (holding) await released;
       return new Response("ok");
@@ -178,6 +182,9 @@ export function startReceiver(): Receiver {
       holding = false;
       release();
     },
-    stop: () => void server.stop(true),
+    stop() {
+      void server.stop(true);
+      payloads.assertValid();
+    },
   };
 }

@@ -17,7 +17,7 @@ function addSubscription(): string {
   const id = newId("sub");
   insertSubscription(
     h.rt.db,
-    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", status: "active", disabled_at: null, disabled_reason: null, created_at: NOW - 2 * DAY, updated_at: NOW - 2 * DAY },
+    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, created_at: NOW - 2 * DAY, updated_at: NOW - 2 * DAY },
     ["contact.created"],
   );
   return id;
@@ -64,7 +64,8 @@ describe("subscription delivery counts: index use", () => {
     const range = "SEARCH webhook_deliveries USING COVERING INDEX webhook_deliveries_subscription_status (subscription_id=? AND status=? AND created_at>?)";
     expect(captured.map((statement) => queryPlan(h.rt.db, statement))).toEqual([
       [
-        "SCAN s USING COVERING INDEX sqlite_autoindex_webhook_subscriptions_1",
+        // Any index of subscriptions holding the id will do; which one SQLite picks depends on the table's width.
+        expect.stringMatching(/^SCAN s USING COVERING INDEX (sqlite_autoindex_webhook_subscriptions_1|webhook_subscriptions_created)$/),
         "CORRELATED SCALAR SUBQUERY 1",
         range,
         "CORRELATED SCALAR SUBQUERY 2",

@@ -19,9 +19,9 @@ describe("webhook deliveries: happy paths", () => {
     const sub = await h.subscribe(r.url, ["contact.created"]);
     const contact = await createContact();
     const got = await waitFor(() => r.received[0], "the delivery");
-    const verified = new Webhook(sub.secret).verify(got.body, got.headers);
-    expect(verified).toEqual({ type: "contact.created", timestamp: contact.created_at, data: contact });
     const [delivery] = await settledDeliveries(h);
+    const verified = new Webhook(sub.secret).verify(got.body, got.headers);
+    expect(verified).toEqual({ type: "contact.created", event_id: delivery.event_id, timestamp: contact.created_at, data: contact });
     expect(got.headers["webhook-id"]).toBe(delivery.id);
     expect(got.json.data.id).toBe(contact.id);
     expect(got.headers["content-type"]).toBe("application/json");
@@ -63,7 +63,7 @@ describe("webhook deliveries: happy paths", () => {
     expect(summary(created)).toEqual([["contact.created", contact.id]]);
     expect(summary(updatedOrDeleted)).toEqual([["contact.deleted", contact.id], ["contact.updated", contact.id]]);
     const deleted = updatedOrDeleted.received.find((got) => got.json.type === "contact.deleted")!;
-    expect(deleted.json.data).toEqual({ id: contact.id, deleted_at: expect.stringMatching(ISO) });
+    expect(deleted.json.data).toEqual({ id: contact.id, version: 3, deleted_at: expect.stringMatching(ISO) });
     expect((await h.deliveries("per_page=100")).length).toBe(6);
   });
 
@@ -107,7 +107,7 @@ describe("webhook deliveries: happy paths", () => {
     expect(res.body).toEqual({ data: { delivery_id: expect.stringMatching(/^dlv_/), event_id: expect.stringMatching(/^evt_/) } });
     const got = await waitFor(() => target.received[0], "the ping");
     expect(got.headers["webhook-id"]).toBe(res.body.data.delivery_id);
-    expect(new Webhook(sub.secret).verify(got.body, got.headers)).toEqual({ type: "webhook.ping", timestamp: expect.stringMatching(ISO), data: { subscription_id: sub.id } });
+    expect(new Webhook(sub.secret).verify(got.body, got.headers)).toEqual({ type: "webhook.ping", event_id: res.body.data.event_id, timestamp: expect.stringMatching(ISO), data: { subscription_id: sub.id } });
     await settledDeliveries(h);
     expect(other.received).toEqual([]);
     expect(await h.delivery(res.body.data.delivery_id)).toMatchObject({ event_id: res.body.data.event_id, event_type: "webhook.ping", status: "succeeded" });

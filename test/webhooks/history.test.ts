@@ -26,7 +26,7 @@ describe("delivery history: happy paths", () => {
     const detail = await h.delivery(delivery.id);
     expect(detail).toEqual({
       ...delivery,
-      payload: { type: "contact.created", timestamp: contact.created_at, data: contact },
+      payload: { type: "contact.created", event_id: delivery.event_id, timestamp: contact.created_at, data: contact },
       attempt_history: [
         {
           attempt: 1,

@@ -26,7 +26,10 @@ describe("webhook subscriptions: happy paths", () => {
       status: "active",
       disabled_at: null,
       disabled_reason: null,
+      paused_at: null,
       secret: expect.stringMatching(SECRET),
+      secret_rotated_at: null,
+      previous_secret_expires_at: null,
       created_at: expect.stringMatching(ISO),
       updated_at: data.created_at,
     });

@@ -2,6 +2,7 @@ import { afterEach } from "bun:test";
 import type { Server } from "bun";
 import type { Config } from "../../server/config.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { PayloadCheck } from "../support/webhook-payloads.ts";
 
 /** Received is one request a test receiver got. */
 export interface Received {
@@ -22,21 +23,24 @@ export interface Receiver {
   /** hold makes requests wait until release() (or the server gives up on them) */
   hold(): void;
   release(): void;
+  /** stop shuts the receiver down and fails when a body it got does not match its event type's schema */
   stop(): Promise<void>;
 }
 
-/** startReceiver starts a recording receiver answering 200 "ok" unless told otherwise. */
+/** startReceiver starts a recording receiver answering 200 "ok" unless told otherwise; it checks every body against the event catalogue. */
 export function startReceiver(path = "/hook"): Receiver {
   let responder: Responder = () => new Response("ok");
   const received: Received[] = [];
   let gate: Promise<void> | null = null;
   let open: () => void = () => {};
+  const payloads = new PayloadCheck();
   const server: Server<unknown> = Bun.serve({
     hostname: "127.0.0.1",
     port: 0,
     idleTimeout: 0,
     async fetch(request) {
       const body = await request.text();
+      payloads.check(body);
       let json: any = null;
       try {
         json = JSON.parse(body);
@@ -64,6 +68,7 @@ export function startReceiver(path = "/hook"): Receiver {
     async stop() {
       this.release();
       await server.stop(true);
+      payloads.assertValid();
     },
   };
 }

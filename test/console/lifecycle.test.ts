@@ -1,0 +1,167 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Page } from "playwright-core";
+import { Webhook } from "standardwebhooks";
+import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
+import { addOperator, launchBrowser, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
+
+// The secret rotation wizard, recovery and pausing, end to end in a real browser against real receivers.
+let server: ConsoleServer;
+let browser: Awaited<ReturnType<typeof launchBrowser>>;
+let page: Page;
+let problems: string[];
+const receivers: Receiver[] = [];
+
+beforeAll(async () => {
+  server = await startConsoleServer({ deliveryTimeoutMs: 20_000 });
+  await addOperator(server.runtime.db);
+  browser = await launchBrowser();
+  page = await browser.context.newPage();
+  problems = watchPage(page);
+  await signInWithBrowser(page, server.url);
+});
+
+afterAll(async () => {
+  await browser.close();
+  for (const r of receivers) await r.stop();
+  await server.close();
+});
+
+const SLOW = 60_000;
+const url = (path: string) => `${server.url}${path}`;
+
+function receiver(path: string): Receiver {
+  const r = startReceiver(path);
+  receivers.push(r);
+  return r;
+}
+
+const verifiesWith = (secret: string, got: { body: string; headers: Record<string, string> }) => {
+  try {
+    new Webhook(secret).verify(got.body, got.headers);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+describe("secret rotation wizard", () => {
+  test("rotates the secret: both secrets sign during the test, the previous one is retired only after a successful test", async () => {
+    const r = receiver("/secret");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Ledger", events: ["contact.created"] })).data;
+    let newSecret: string | null = null;
+    const checks = verifyingReceiver(r, () => newSecret);
+
+    // (1) pick the subscription and "rotate the secret" beside "move to a new URL"
+    await page.goto(url("/console/rotations/new"));
+    expect(await page.isChecked("input[name=kind][value=url]")).toBe(true);
+    await page.check(`input[name=from][value="${sub.id}"]`);
+    await page.check("input[name=kind][value=secret]");
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/secret-rotation`)), page.click("button:has-text('Next')")]);
+
+    // (2) the grace period, then the new secret shown once
+    expect(await page.textContent(".stepper li.current")).toBe("2New secret");
+    expect(await page.inputValue("input[name=grace_hours]")).toBe("24");
+    await page.fill("input[name=grace_hours]", "200");
+    await page.evaluate(() => document.querySelector<HTMLInputElement>("input[name=grace_hours]")!.removeAttribute("max"));
+    await page.click("button:has-text('Rotate secret')");
+    expect(await page.textContent(".notice")).toContain("The grace period must be a whole number of hours from 0 to 168.");
+    expect(problems).toEqual(["Failed to load resource: the server responded with a status of 422 (Unprocessable Entity)"]);
+    problems.splice(0); // the refusal above was the point
+    await page.fill("input[name=grace_hours]", "6");
+    await page.click("button:has-text('Rotate secret')");
+    await page.waitForSelector("#new-secret");
+    newSecret = await page.inputValue("#new-secret");
+    expect(newSecret).toMatch(/^whsec_/);
+    expect(newSecret).not.toBe(sub.secret);
+    await shoot(page, "secret-rotation-2-rotated");
+    const rotated = (await server.api("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).data;
+    expect(Date.parse(rotated.previous_secret_expires_at) - Date.parse(rotated.secret_rotated_at)).toBe(6 * 3_600_000);
+
+    // Retiring before a successful test is refused.
+    expect(await page.isDisabled("#retire-previous")).toBe(true);
+    const csrf = await page.inputValue("#step-retire input[name=_csrf]");
+    const early = await page.request.post(url(`/console/subscriptions/${sub.id}/secret-rotation/finish`), { form: { _csrf: csrf, confirm: "yes" }, maxRedirects: 0 });
+    expect(early.status()).toBe(409);
+
+    // (3) the test ping carries both signatures; the receiver, already on the new secret, verifies it
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/secret-rotation#step-test`)), page.click("#send-test")]);
+    await page.waitForSelector("#test-result.test-succeeded", { timeout: 15_000 });
+    const ping = r.received.find((got) => got.json?.type === "webhook.ping")!;
+    expect(ping.headers["webhook-signature"]!.split(" ")).toHaveLength(2);
+    expect([verifiesWith(newSecret, ping), verifiesWith(sub.secret, ping)]).toEqual([true, true]);
+    expect(checks.verified).toEqual([ping.headers["webhook-id"]!]);
+    await shoot(page, "secret-rotation-3-tested");
+
+    // (4) retire the previous secret, confirmed
+    expect(await page.textContent(".stepper li.current")).toBe("4Retire old secret");
+    await page.check("input[name=confirm]");
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/secret-rotation?finished=1`)), page.click("#retire-previous")]);
+    expect(await page.textContent("#summary h2")).toContain("Secret rotation finished");
+    await shoot(page, "secret-rotation-5-summary");
+
+    // From now on only the new secret signs.
+    await server.api("POST", "/public/v1/contacts", { first_name: "After" });
+    const created = await waitFor(() => r.received.find((got) => got.json?.type === "contact.created"), "contact.created");
+    expect(created.headers["webhook-signature"]!.split(" ")).toHaveLength(1);
+    expect([verifiesWith(newSecret, created), verifiesWith(sub.secret, created)]).toEqual([true, false]);
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+describe("recover and pause from the subscriptions page", () => {
+  test("recover shows the window's count of failed deliveries before confirming, then sends them again", async () => {
+    const r = receiver("/recover");
+    r.respond(() => new Response("down", { status: 503 }));
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, events: ["contact.updated"] })).data;
+    const contact = (await server.api("POST", "/public/v1/contacts", { first_name: "Down" })).data;
+    for (const name of ["One", "Two"]) await server.api("PATCH", `/public/v1/contacts/${contact.id}`, { first_name: name });
+    const failed = () => server.runtime.db.query<{ id: string }, [string]>("SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'failed' ORDER BY id").all(sub.id);
+    await waitFor(() => failed().length === 2, "two failed deliveries");
+    const failedIds = failed().map((row) => row.id);
+    const attemptsBefore = r.received.length;
+    r.respond(() => new Response("ok"));
+
+    await page.goto(url("/console/subscriptions"));
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/recover`)), page.click(`tr[data-subscription-id="${sub.id}"] a:has-text('Recover failed deliveries')`)]);
+    await Promise.all([page.waitForURL(/\/recover\?since=/), page.click("button:has-text('Count failed deliveries')")]);
+    expect(await page.textContent("#recover-count")).toContain("2 failed deliveries from");
+    expect(r.received.length).toBe(attemptsBefore); // counting sends nothing
+    await shoot(page, "recover-confirm");
+    await Promise.all([page.waitForURL(url("/console/subscriptions?recovered=2")), page.click("#recover-send")]);
+    expect(await page.textContent(".notice")).toContain("2 failed deliveries queued again, oldest first.");
+    await waitFor(() => r.received.length === attemptsBefore + 2, "the recovered deliveries");
+    expect(r.received.slice(attemptsBefore).map((got) => got.headers["webhook-id"]).sort()).toEqual(failedIds);
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("pause holds deliveries as pending and resume sends them", async () => {
+    const r = receiver("/pause");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, events: ["contact.deleted"] })).data;
+    await page.goto(url("/console/subscriptions"));
+    const row = `tr[data-subscription-id="${sub.id}"]`;
+    await Promise.all([page.waitForURL(url("/console/subscriptions")), page.click(`${row} button:has-text('Pause')`)]);
+    expect(await page.textContent(`${row} .badge`)).toBe("Paused");
+    const contact = (await server.api("POST", "/public/v1/contacts", { first_name: "Gone" })).data;
+    await server.api("DELETE", `/public/v1/contacts/${contact.id}`);
+    const pending = () => server.runtime.db.query<{ status: string; attempts: number }, [string]>("SELECT status, attempts FROM webhook_deliveries WHERE subscription_id = ?").all(sub.id);
+    expect(pending()).toEqual([{ status: "pending", attempts: 0 }]);
+    await Promise.all([page.waitForURL(url("/console/subscriptions")), page.click(`${row} button:has-text('Resume')`)]);
+    expect(await page.textContent(`${row} .badge`)).toBe("Active");
+    await waitFor(() => r.received.length === 1, "the delivery that waited");
+    expect(r.received[0]!.json).toMatchObject({ type: "contact.deleted", data: { id: contact.id } });
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("edit changes the description only", async () => {
+    const r = receiver("/edit");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Old label", events: ["contact.deleted"] })).data;
+    await page.goto(url("/console/subscriptions"));
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/edit`)), page.click(`tr[data-subscription-id="${sub.id}"] a:has-text('Edit')`)]);
+    expect(await page.inputValue("input[name=description]")).toBe("Old label");
+    await page.fill("input[name=description]", "Warehouse sync");
+    await Promise.all([page.waitForURL(url("/console/subscriptions")), page.click("button:has-text('Save')")]);
+    expect(await page.textContent(`tr[data-subscription-id="${sub.id}"]`)).toContain("Warehouse sync");
+    expect((await server.api("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).data).toMatchObject({ description: "Warehouse sync", target_url: r.url, events: ["contact.deleted"] });
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
