@@ -3061,7 +3061,74 @@ export interface operations {
                      * @description When the event happened.
                      */
                     timestamp: string;
-                    data: components["schemas"]["Contact"];
+                    /** @description Further properties given on create or update are returned as given. */
+                    data: {
+                        /** @example con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                        id: string;
+                        first_name: string | null;
+                        last_name: string | null;
+                        /** @description first_name and last_name joined by a space */
+                        full_name: string;
+                        /** @description lowercased */
+                        email: string | null;
+                        phone: string | null;
+                        /** @description the contact's id in its source system; unique when set */
+                        external_id: string | null;
+                        tags: string[];
+                        custom_fields: {
+                            [key: string]: unknown;
+                        };
+                        consent: {
+                            [key: string]: unknown;
+                        } | null;
+                        account_ids: string[];
+                        assigned_user_id: string | null;
+                        assigned_user_ids: string[];
+                        /** @description with include=accounts */
+                        accounts?: ({
+                            /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            name: string;
+                            /** @description lowercased */
+                            domain: string | null;
+                            /** Format: date-time */
+                            created_at: string;
+                            /** Format: date-time */
+                            updated_at: string;
+                        } & {
+                            [key: string]: unknown;
+                        })[];
+                        /** @description with include=assigned_user */
+                        assigned_user?: {
+                            /** @example usr_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            name: string;
+                            email: string;
+                            /** Format: date-time */
+                            created_at: string;
+                            /** Format: date-time */
+                            updated_at: string;
+                        } | null;
+                        /** @description with include=assigned_users */
+                        assigned_users?: {
+                            /** @example usr_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            name: string;
+                            email: string;
+                            /** Format: date-time */
+                            created_at: string;
+                            /** Format: date-time */
+                            updated_at: string;
+                        }[];
+                        /** @description 1 when created, one more with every change: of two representations of a contact, the higher version is the newer. */
+                        version: number;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
                 };
             };
         };
@@ -3101,7 +3168,74 @@ export interface operations {
                      * @description When the event happened.
                      */
                     timestamp: string;
-                    data: components["schemas"]["Contact"];
+                    /** @description Further properties given on create or update are returned as given. */
+                    data: {
+                        /** @example con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                        id: string;
+                        first_name: string | null;
+                        last_name: string | null;
+                        /** @description first_name and last_name joined by a space */
+                        full_name: string;
+                        /** @description lowercased */
+                        email: string | null;
+                        phone: string | null;
+                        /** @description the contact's id in its source system; unique when set */
+                        external_id: string | null;
+                        tags: string[];
+                        custom_fields: {
+                            [key: string]: unknown;
+                        };
+                        consent: {
+                            [key: string]: unknown;
+                        } | null;
+                        account_ids: string[];
+                        assigned_user_id: string | null;
+                        assigned_user_ids: string[];
+                        /** @description with include=accounts */
+                        accounts?: ({
+                            /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            name: string;
+                            /** @description lowercased */
+                            domain: string | null;
+                            /** Format: date-time */
+                            created_at: string;
+                            /** Format: date-time */
+                            updated_at: string;
+                        } & {
+                            [key: string]: unknown;
+                        })[];
+                        /** @description with include=assigned_user */
+                        assigned_user?: {
+                            /** @example usr_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            name: string;
+                            email: string;
+                            /** Format: date-time */
+                            created_at: string;
+                            /** Format: date-time */
+                            updated_at: string;
+                        } | null;
+                        /** @description with include=assigned_users */
+                        assigned_users?: {
+                            /** @example usr_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            name: string;
+                            email: string;
+                            /** Format: date-time */
+                            created_at: string;
+                            /** Format: date-time */
+                            updated_at: string;
+                        }[];
+                        /** @description 1 when created, one more with every change: of two representations of a contact, the higher version is the newer. */
+                        version: number;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
                 };
             };
         };

@@ -120,19 +120,21 @@ function namedComponents(schemas: Record<string, TSchema>): { components: Record
   return { components, named };
 }
 
-/** tidyDocument cleans every schema of the document's operations (paths and webhooks) and names the shared ones in components.schemas. */
+/**
+ * tidyDocument cleans every schema of the document's paths and names the shared ones in
+ * components.schemas. Top-level webhooks are left as given: their bodies are the event
+ * catalogue's schemas (GET /public/v1/event-types), which receivers compare with as they are.
+ */
 export function tidyDocument(document: Json, schemas: Record<string, TSchema>): void {
   const { components, named } = namedComponents(schemas);
-  const tidyContent = (content: Json | undefined) => {
-    for (const media of Object.values(content ?? {})) if (media.schema) media.schema = tidySchema(media.schema, named);
-  };
-  for (const pathItem of [...Object.values((document.paths ?? {}) as Json), ...Object.values((document.webhooks ?? {}) as Json)]) {
+  const tidy = (schema: Json) => tidySchema(schema, named);
+  for (const pathItem of Object.values((document.paths ?? {}) as Json)) {
     for (const operation of Object.values(pathItem as Json)) {
-      for (const parameter of operation.parameters ?? []) parameter.schema = tidySchema(parameter.schema, named);
-      tidyContent(operation.requestBody?.content);
+      for (const parameter of operation.parameters ?? []) parameter.schema = tidy(parameter.schema);
+      const contents = [operation.requestBody?.content, ...Object.values((operation.responses ?? {}) as Json).map((r) => r.content)];
+      for (const media of contents.flatMap((content) => Object.values((content ?? {}) as Json))) if (media.schema) media.schema = tidy(media.schema);
       for (const response of Object.values((operation.responses ?? {}) as Json)) {
-        tidyContent(response.content);
-        for (const header of Object.values((response.headers ?? {}) as Json)) header.schema = tidySchema(header.schema, named);
+        for (const header of Object.values((response.headers ?? {}) as Json)) header.schema = tidy(header.schema);
       }
     }
   }
