@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * List contacts
-         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor).
+         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.
          */
         get: operations["listContacts"];
         put?: never;
@@ -105,6 +105,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/public/v1/contacts/deleted": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List deleted contacts
+         * @description Ids and deletion times of contacts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.
+         */
+        get: operations["listDeletedContacts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/public/v1/contacts/{id}": {
         parameters: {
             query?: never;
@@ -118,7 +138,7 @@ export interface paths {
         post?: never;
         /**
          * Delete a contact
-         * @description Sends contact.deleted with the contact's id and deletion time.
+         * @description Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it.
          */
         delete: operations["deleteContact"];
         options?: never;
@@ -130,6 +150,86 @@ export interface paths {
         patch: operations["updateContact"];
         trace?: never;
     };
+    "/public/v1/contacts/{id}/accounts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Link a contact to an account
+         * @description Adds the account at the end of account_ids without reading and writing back the list, so concurrent additions all stay. Linking it again changes nothing. A change sends one contact.updated.
+         */
+        post: operations["addContactAccount"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/public/v1/contacts/{id}/accounts/{accountId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Unlink a contact from an account
+         * @description Answers the contact; an account it is not linked to changes nothing. A change sends one contact.updated.
+         */
+        delete: operations["removeContactAccount"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/public/v1/contacts/{id}/tags": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Tag a contact
+         * @description Adds the tag at the end of tags; a tag it carries changes nothing. A change sends one contact.updated.
+         */
+        post: operations["addContactTag"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/public/v1/contacts/{id}/tags/{tag}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Untag a contact
+         * @description The tag in the path is percent-encoded (a/b is a%2Fb). Answers the contact; a tag it does not carry changes nothing. A change sends one contact.updated.
+         */
+        delete: operations["removeContactTag"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/public/v1/accounts": {
         parameters: {
             query?: never;
@@ -137,12 +237,15 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List accounts */
+        /**
+         * List accounts
+         * @description Sorted by created_at (default, oldest first), updated_at, name or domain; paginated by page/per_page or by cursor (meta.next_cursor). Every filter and sort is served by an index.
+         */
         get: operations["listAccounts"];
         put?: never;
         /**
          * Create an account
-         * @description Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids.
+         * @description Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids. Sends account.created.
          */
         post: operations["createAccount"];
         delete?: never;
@@ -171,6 +274,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/public/v1/accounts/deleted": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List deleted accounts
+         * @description Ids and deletion times of accounts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.
+         */
+        get: operations["listDeletedAccounts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/public/v1/accounts/{id}": {
         parameters: {
             query?: never;
@@ -182,10 +305,18 @@ export interface paths {
         get: operations["getAccount"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete an account
+         * @description Its contacts stay and lose the link (each sends contact.updated); sends account.deleted with the id and deletion time; GET /accounts/deleted lists it.
+         */
+        delete: operations["deleteAccount"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Update an account
+         * @description Fields present replace the stored ones; null clears domain or a further property. A change sends account.updated; a request that changes nothing sends no event and keeps updated_at.
+         */
+        patch: operations["updateAccount"];
         trace?: never;
     };
     "/public/v1/users": {
@@ -201,11 +332,36 @@ export interface paths {
          */
         get: operations["listUsers"];
         put?: never;
-        post?: never;
+        /**
+         * Create a user
+         * @description Emails are unique (409 when taken) and stored lowercased.
+         */
+        post: operations["createUser"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/public/v1/users/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a user */
+        get: operations["getUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Update a user
+         * @description Fields present replace the stored ones; the email stays unique (409 when taken).
+         */
+        patch: operations["updateUser"];
         trace?: never;
     };
     "/public/v1/webhook-subscriptions": {
@@ -502,6 +658,66 @@ export interface webhooks {
         patch?: never;
         trace?: never;
     };
+    "account.created": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * account.created event
+         * @description An account was created (POST /accounts or a batch). data is the account as GET /accounts/{id} returns it. Verify webhook-signature (Standard Webhooks) before trusting the body.
+         */
+        post: operations["receiveAccountCreatedEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "account.updated": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * account.updated event
+         * @description An account changed (a PATCH or batch item that changes nothing sends none). data is the account after the change. Verify webhook-signature (Standard Webhooks) before trusting the body.
+         */
+        post: operations["receiveAccountUpdatedEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "account.deleted": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * account.deleted event
+         * @description An account was deleted; its contacts stay and lose the link, each with its own contact.updated. data names it. Verify webhook-signature (Standard Webhooks) before trusting the body.
+         */
+        post: operations["receiveAccountDeletedEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "webhook.ping": {
         parameters: {
             query?: never;
@@ -713,8 +929,8 @@ export interface components {
             target_url: string;
             /** @description Free text label. */
             description?: string;
-            /** @description Event kinds to deliver: contact.created, contact.updated, contact.deleted, webhook.ping. */
-            events: ("contact.created" | "contact.updated" | "contact.deleted" | "webhook.ping")[];
+            /** @description Event kinds to deliver: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping. */
+            events: ("contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping")[];
         };
         Delivery: {
             /**
@@ -979,6 +1195,9 @@ export interface operations {
                 full_name?: string;
                 created_after?: string;
                 updated_after?: string;
+                account_id?: string;
+                tag?: string;
+                assigned_user_id?: string;
             };
             header?: never;
             path?: never;
@@ -1058,6 +1277,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1222,6 +1443,83 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    listDeletedContacts: {
+        parameters: {
+            query?: {
+                page?: number;
+                per_page?: number;
+                cursor?: string;
+                since?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            /** @example con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            /** Format: date-time */
+                            deleted_at: string;
+                        }[];
+                        meta: components["schemas"]["ListMeta"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -1479,14 +1777,380 @@ export interface operations {
             503: components["responses"]["ServerBusy"];
         };
     };
+    addContactAccount: {
+        parameters: {
+            query?: never;
+            header?: {
+                "idempotency-key"?: string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    account_id: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Contact"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    removeContactAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                accountId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Contact"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    addContactTag: {
+        parameters: {
+            query?: never;
+            header?: {
+                "idempotency-key"?: string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    tag: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Contact"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    removeContactTag: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                tag: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Contact"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
     listAccounts: {
         parameters: {
             query?: {
                 page?: number;
                 per_page?: number;
+                sort_by?: "created_at" | "updated_at" | "name" | "domain";
+                sort_direction?: "asc" | "desc";
                 cursor?: string;
                 name?: string;
                 domain?: string;
+                created_after?: string;
+                updated_after?: string;
             };
             header?: never;
             path?: never;
@@ -1566,6 +2230,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1744,6 +2410,83 @@ export interface operations {
             503: components["responses"]["ServerBusy"];
         };
     };
+    listDeletedAccounts: {
+        parameters: {
+            query?: {
+                page?: number;
+                per_page?: number;
+                cursor?: string;
+                since?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            /** @example con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            /** Format: date-time */
+                            deleted_at: string;
+                        }[];
+                        meta: components["schemas"]["ListMeta"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
     getAccount: {
         parameters: {
             query?: never;
@@ -1798,6 +2541,175 @@ export interface operations {
                 };
             };
             414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    deleteAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 204 */
+            204: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    updateAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description Fields present replace the stored ones; domain or a further property set to null is cleared (further properties together at most 65536 bytes as JSON). */
+        requestBody: {
+            content: {
+                "application/json": {
+                    name?: string;
+                    domain?: string | null;
+                } & {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Account"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -1874,13 +2786,298 @@ export interface operations {
             503: components["responses"]["ServerBusy"];
         };
     };
+    createUser: {
+        parameters: {
+            query?: never;
+            header?: {
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name: string;
+                    /** Format: email */
+                    email: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Response for status 201 */
+            201: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["User"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    getUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["User"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    updateUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name?: string;
+                    /** Format: email */
+                    email?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["User"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
     listWebhookSubscriptions: {
         parameters: {
             query?: {
                 page?: number;
                 per_page?: number;
                 cursor?: string;
-                event?: "contact.created" | "contact.updated" | "contact.deleted" | "webhook.ping";
+                event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping";
             };
             header?: never;
             path?: never;
@@ -1959,6 +3156,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2820,7 +4019,7 @@ export interface operations {
                 per_page?: number;
                 cursor?: string;
                 subscription_id?: string;
-                event?: "contact.created" | "contact.updated" | "contact.deleted" | "webhook.ping";
+                event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping";
                 event_id?: string;
                 status?: "pending" | "succeeded" | "failed";
                 created_after?: string;
@@ -3279,6 +4478,154 @@ export interface operations {
                         id: string;
                         /** @description The contact's version after this change; ignore an event whose version is not above the last one processed for this contact. */
                         version: number;
+                        /** Format: date-time */
+                        deleted_at: string;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Any 2xx within the timeout counts as delivered; 410 Gone disables the subscription; anything else is retried. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    receiveAccountCreatedEvent: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The delivery id: the same on every attempt of this delivery (dlv_...). */
+                "webhook-id": string;
+                /** @description Unix seconds when this attempt was signed. */
+                "webhook-timestamp": string;
+                /** @description Space-separated v1,<base64 HMAC-SHA256> signatures, newest secret first (two during a secret rotation's grace period). */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @constant */
+                    type: "account.created";
+                    /** @description The event's id: the same in every subscription's copy (webhook-id is per delivery). Drop an event_id seen before. */
+                    event_id: string;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened.
+                     */
+                    timestamp: string;
+                    data: {
+                        /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                        id: string;
+                        name: string;
+                        /** @description lowercased */
+                        domain: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Any 2xx within the timeout counts as delivered; 410 Gone disables the subscription; anything else is retried. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    receiveAccountUpdatedEvent: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The delivery id: the same on every attempt of this delivery (dlv_...). */
+                "webhook-id": string;
+                /** @description Unix seconds when this attempt was signed. */
+                "webhook-timestamp": string;
+                /** @description Space-separated v1,<base64 HMAC-SHA256> signatures, newest secret first (two during a secret rotation's grace period). */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @constant */
+                    type: "account.updated";
+                    /** @description The event's id: the same in every subscription's copy (webhook-id is per delivery). Drop an event_id seen before. */
+                    event_id: string;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened.
+                     */
+                    timestamp: string;
+                    data: {
+                        /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                        id: string;
+                        name: string;
+                        /** @description lowercased */
+                        domain: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Any 2xx within the timeout counts as delivered; 410 Gone disables the subscription; anything else is retried. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    receiveAccountDeletedEvent: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The delivery id: the same on every attempt of this delivery (dlv_...). */
+                "webhook-id": string;
+                /** @description Unix seconds when this attempt was signed. */
+                "webhook-timestamp": string;
+                /** @description Space-separated v1,<base64 HMAC-SHA256> signatures, newest secret first (two during a secret rotation's grace period). */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @constant */
+                    type: "account.deleted";
+                    /** @description The event's id: the same in every subscription's copy (webhook-id is per delivery). Drop an event_id seen before. */
+                    event_id: string;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened.
+                     */
+                    timestamp: string;
+                    data: {
+                        id: string;
                         /** Format: date-time */
                         deleted_at: string;
                     };

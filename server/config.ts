@@ -34,6 +34,8 @@ export interface Config {
   deliveryResponseBodyBytes: number;
   /** size budget of the delivery history in MiB; past it the oldest finished deliveries are pruned; 0: no budget */
   deliveryHistoryMaxMb: number;
+  /** days the ids of deleted contacts and accounts stay listed for pollers */
+  tombstoneRetentionDays: number;
   /** bearer token for GET /metrics; "" answers loopback clients only */
   metricsToken: string;
   shutdownTimeoutMs: number;
@@ -73,6 +75,7 @@ export const DEFAULT_CONFIG: Config = {
   deliveryRetentionDays: 30,
   deliveryResponseBodyBytes: 1024,
   deliveryHistoryMaxMb: 0,
+  tombstoneRetentionDays: 90,
   metricsToken: "",
   shutdownTimeoutMs: 10000,
   trustedProxies: [],
@@ -108,6 +111,13 @@ export const SETTINGS: Setting[] = [
   { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
   { key: "deliveryResponseBodyBytes", flag: "--delivery-response-body-bytes", env: "CRM_DELIVERY_RESPONSE_BODY_BYTES", kind: "positive-int", max: 4096, help: "bytes of a receiver's answer kept with each attempt (1-4096)" },
   { key: "deliveryHistoryMaxMb", flag: "--delivery-history-max-mb", env: "CRM_DELIVERY_HISTORY_MAX_MB", kind: "whole", help: "size budget of the webhook delivery history in MiB; past it the oldest finished deliveries are pruned (0: no budget, only the retention days)" },
+  {
+    key: "tombstoneRetentionDays",
+    flag: "--tombstone-retention-days",
+    env: "CRM_TOMBSTONE_RETENTION_DAYS",
+    kind: "positive-int",
+    help: "days deleted contacts and accounts stay listed in GET .../deleted (a poller down longer resyncs in full)",
+  },
   { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16+ characters); without one, /metrics answers loopback clients only" },
   { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish" },
   { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },

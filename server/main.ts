@@ -7,7 +7,7 @@ import { databaseFile, databasePath, openDatabase } from "./db/database.ts";
 import { migrate } from "./db/migrations.ts";
 import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
-import { createUser } from "./users/service.ts";
+import { allUsers, createUser } from "./users/service.ts";
 import { createOperator, unlockOperator } from "../console/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { ProblemError } from "./shared/problem.ts";
@@ -30,6 +30,7 @@ Commands:
   token list                         list API tokens (never the token itself)
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
+  user list                          list users: id, email, name
   operator create --email E --password-stdin
                                      add a console operator; the password is read from stdin
   operator unlock --email E          forget the failed sign-ins counted against an operator, so
@@ -218,7 +219,13 @@ async function main(argv: string[]): Promise<number> {
       throw new ConfigError("usage: token create --name N [--json] [--rate R[:B],W[:B]] | token list | token revoke ID");
     }
     case "user": {
-      if (args.shift() !== "create") throw new ConfigError("usage: user create --name N --email E");
+      const sub = args.shift();
+      if (sub === "list") {
+        const db = openConfiguredDatabase(args);
+        for (const user of allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${user.name}  created ${user.created_at}\n`);
+        return 0;
+      }
+      if (sub !== "create") throw new ConfigError("usage: user create --name N --email E | user list");
       const name = takeOption(args, "--name");
       const email = takeOption(args, "--email");
       if (!name || !email) throw new ConfigError("user create needs --name and --email");

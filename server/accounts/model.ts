@@ -1,5 +1,5 @@
 import { t } from "elysia";
-import { ListMetaSchema, paginationQuerySchema } from "../http/list-query.ts";
+import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 import { MAX_DOMAIN_LENGTH, MAX_EXTRA_PROPERTIES_BYTES, MAX_NAME_LENGTH } from "../limits/limits.ts";
 
 /** AccountInput is the body of POST /accounts. */
@@ -16,6 +16,23 @@ export const AccountInput = t.Object(
 );
 export type AccountInput = typeof AccountInput.static;
 
+/** AccountPatch is the body of PATCH /accounts/:id: fields present replace, null clears a further property. */
+export const AccountPatch = t.Object(
+  {
+    name: t.Optional(AccountInput.properties.name),
+    domain: AccountInput.properties.domain,
+  },
+  {
+    additionalProperties: true,
+    description: `Fields present replace the stored ones; domain or a further property set to null is cleared (further properties together at most ${MAX_EXTRA_PROPERTIES_BYTES} bytes as JSON).`,
+    examples: [{ domain: "acme.example", industry: "anvils" }],
+  },
+);
+export type AccountPatch = typeof AccountPatch.static;
+
+/** READ_ONLY_ACCOUNT_FIELDS are set by the service; a PATCH may not carry them. */
+export const READ_ONLY_ACCOUNT_FIELDS = ["id", "created_at", "updated_at"] as const;
+
 /** AccountSchema is an account as the API returns it. */
 export const AccountSchema = t.Object(
   {
@@ -29,11 +46,17 @@ export const AccountSchema = t.Object(
 );
 export type Account = typeof AccountSchema.static;
 
-export const ACCOUNT_FILTERS = ["name", "domain"] as const;
+/** ACCOUNT_SORTS are the fields an account list can be sorted by (name folds case in every script). */
+export const ACCOUNT_SORTS = ["created_at", "updated_at", "name", "domain"] as const;
+export type AccountSort = (typeof ACCOUNT_SORTS)[number];
 
-export const AccountListQuery = paginationQuerySchema(null, {
+export const ACCOUNT_FILTERS = ["name", "domain", "created_after", "updated_after"] as const;
+
+export const AccountListQuery = paginationQuerySchema(ACCOUNT_SORTS, {
   name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, description: "Exact name, case-insensitive in every script (MÜLLER GMBH finds Müller GmbH)." })),
   domain: t.Optional(t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, description: "Exact domain, case-insensitive." })),
+  created_after: timestampFilterSchema("Only accounts created after this time."),
+  updated_after: timestampFilterSchema("Only accounts updated after this time."),
 });
 export type AccountListQuery = typeof AccountListQuery.static;
 

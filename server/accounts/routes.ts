@@ -4,11 +4,14 @@ import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
-import { AccountEnvelope, AccountInput, AccountListEnvelope, AccountListQuery } from "./model.ts";
-import { createAccount, getAccount, listAccountsPage, ACCOUNT_BATCH } from "./service.ts";
+import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
+import { listDeletedPage } from "../tombstones/service.ts";
+import { AccountEnvelope, AccountInput, AccountListEnvelope, AccountListQuery, AccountPatch } from "./model.ts";
+import { ACCOUNT_BATCH, createAccount, deleteAccount, getAccount, listAccountsPage, updateAccount } from "./service.ts";
 import { batchPost } from "../batch/routes.ts";
 
 const tags = ["Accounts"];
+const AccountId = t.Object({ id: t.String({ maxLength: 64, description: "Account id (acc_...)" }) });
 const BATCH_DOC = {
   operationId: "upsertAccountsBatch",
   summary: "Create or update accounts in a batch",
@@ -26,17 +29,60 @@ export function accountRoutes(rt: Runtime) {
       body: AccountInput,
       headers: IdempotencyKeyHeader,
       response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
-      detail: { operationId: "createAccount", summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids.", tags, ...secured },
+      detail: { operationId: "createAccount", summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids. Sends account.created.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, ACCOUNT_BATCH, BATCH_DOC))
     .get("", ({ query }) => listAccountsPage(rt.db, query), {
       query: AccountListQuery,
       response: { 200: AccountListEnvelope, ...problemResponses(401, 403, 422) },
-      detail: { operationId: "listAccounts", summary: "List accounts", tags, ...secured },
+      detail: {
+        operationId: "listAccounts",
+        summary: "List accounts",
+        description: "Sorted by created_at (default, oldest first), updated_at, name or domain; paginated by page/per_page or by cursor (meta.next_cursor). Every filter and sort is served by an index.",
+        tags,
+        ...secured,
+      },
+    })
+    .get("/deleted", ({ query }) => listDeletedPage(rt, "account", query), {
+      query: TombstoneListQuery,
+      response: { 200: TombstoneListEnvelope, ...problemResponses(401, 403, 410, 422) },
+      detail: {
+        operationId: "listDeletedAccounts",
+        summary: "List deleted accounts",
+        description: "Ids and deletion times of accounts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.",
+        tags,
+        ...secured,
+      },
     })
     .get("/:id", ({ params }) => ({ data: getAccount(rt.db, params.id) }), {
-      params: t.Object({ id: t.String({ maxLength: 64 }) }),
+      params: AccountId,
       response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { operationId: "getAccount", summary: "Get an account", tags, ...secured },
+    })
+    .patch("/:id", async ({ params, body }) => ({ data: await updateAccount(rt, params.id, body) }), {
+      params: AccountId,
+      body: AccountPatch,
+      response: { 200: AccountEnvelope, ...problemResponses(400, 401, 403, 404, 413, 415, 422) },
+      detail: {
+        operationId: "updateAccount",
+        summary: "Update an account",
+        description: "Fields present replace the stored ones; null clears domain or a further property. A change sends account.updated; a request that changes nothing sends no event and keeps updated_at.",
+        tags,
+        ...secured,
+      },
+    })
+    .delete("/:id", async ({ params, set }) => {
+      await deleteAccount(rt, params.id);
+      set.status = 204;
+    }, {
+      params: AccountId,
+      response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
+      detail: {
+        operationId: "deleteAccount",
+        summary: "Delete an account",
+        description: "Its contacts stay and lose the link (each sends contact.updated); sends account.deleted with the id and deletion time; GET /accounts/deleted lists it.",
+        tags,
+        ...secured,
+      },
     });
 }

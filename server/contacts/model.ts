@@ -28,7 +28,7 @@ const CONTACT_INCLUDES = ["accounts", "assigned_user", "assigned_users"] as cons
 export type ContactInclude = (typeof CONTACT_INCLUDES)[number];
 
 /** CONTACT_FILTERS are the list's filter parameters. */
-export const CONTACT_FILTERS = ["email", "full_name", "created_after", "updated_after"] as const;
+export const CONTACT_FILTERS = ["email", "full_name", "created_after", "updated_after", "account_id", "tag", "assigned_user_id"] as const;
 
 /** READ_ONLY_CONTACT_FIELDS are set by the service; a request body may not carry them. */
 export const READ_ONLY_CONTACT_FIELDS = ["id", "version", "created_at", "updated_at", "full_name", "accounts", "assigned_user", "assigned_users"] as const;
@@ -118,8 +118,26 @@ export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
   full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, description: "Case-insensitive substring of first_name + ' ' + last_name." })),
   created_after: timestampFilterSchema("Only contacts created after this time."),
   updated_after: timestampFilterSchema("Only contacts updated after this time."),
+  account_id: t.Optional(t.String({ pattern: "^acc_[0-9A-Z]{26}$", error: "must be an account id (acc_...)", description: "Only contacts linked to this account." })),
+  tag: t.Optional(
+    t.String({
+      minLength: 1,
+      maxLength: MAX_TAGS * (MAX_TAG_LENGTH + 1),
+      error: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated`,
+      description: "Only contacts carrying every one of these tags (exact, case-sensitive): comma-separated (tag=a,b) or repeated (tag=a&tag=b).",
+    }),
+  ),
+  assigned_user_id: t.Optional(t.String({ pattern: "^usr_[0-9A-Z]{26}$", error: "must be a user id (usr_...)", description: "Only contacts whose assigned_user_id is this user." })),
 });
 export type ContactListQuery = typeof ContactListQuery.static;
 
 export const ContactEnvelope = t.Object({ data: Contact });
+export const ContactAccountInput = t.Object(
+  { account_id: t.String({ pattern: "^acc_[0-9A-Z]{26}$", error: "must be an account id (acc_...)" }) },
+  { additionalProperties: false, examples: [{ account_id: "acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M" }] },
+);
+export const ContactTagInput = t.Object(
+  { tag: t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, error: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters` }) },
+  { additionalProperties: false, examples: [{ tag: "vip" }] },
+);
 export const ContactListEnvelope = t.Object({ data: t.Array(Contact), meta: ListMetaSchema });

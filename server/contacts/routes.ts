@@ -4,11 +4,17 @@ import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
-import { ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, IncludeParam } from "./model.ts";
-import { createContact, deleteContact, getContact, listContactsPage, updateContact, CONTACT_BATCH } from "./service.ts";
+import { withRepeatedValues } from "../http/list-query.ts";
+import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
+import { listDeletedPage } from "../tombstones/service.ts";
+import { ContactAccountInput, ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, ContactTagInput, IncludeParam } from "./model.ts";
+import { addContactAccount, addContactTag, CONTACT_BATCH, createContact, deleteContact, getContact, listContactsPage, removeContactAccount, removeContactTag, updateContact } from "./service.ts";
 import { batchPost } from "../batch/routes.ts";
 
-const ContactId = t.Object({ id: t.String({ maxLength: 64, description: "Contact id (con_...)" }) });
+const contactId = t.String({ maxLength: 64, description: "Contact id (con_...)" });
+const ContactId = t.Object({ id: contactId });
+const ContactAccountId = t.Object({ id: contactId, accountId: t.String({ maxLength: 64, description: "Account id (acc_...)" }) });
+const ContactTag = t.Object({ id: contactId, tag: t.String({ minLength: 1, maxLength: 300, description: "The tag, percent-encoded" }) });
 // Further parameters reach the service, which refuses them (a mistyped include is not ignored).
 const IncludeQuery = t.Object({ include: IncludeParam }, { additionalProperties: true });
 const tags = ["Contacts"];
@@ -36,12 +42,23 @@ export function contactRoutes(rt: Runtime) {
       detail: { operationId: "createContact", summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, CONTACT_BATCH, BATCH_DOC))
-    .get("", ({ query }) => jsonResponse(listContactsPage(rt.db, query)), {
+    .get("", ({ query, request }) => jsonResponse(listContactsPage(rt.db, withRepeatedValues(query, request.url))), {
       query: ContactListQuery,
       // Documented, not re-checked: checking a page (50 date-time parses) cost about 15% of this, the
       // busiest route; the rows are rendered by toContact, whose shape the tests pin.
       response: { 200: t.NoValidate(ContactListEnvelope), ...problemResponses(401, 403, 422) },
-      detail: { operationId: "listContacts", summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor).", tags, ...secured },
+      detail: { operationId: "listContacts", summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.", tags, ...secured },
+    })
+    .get("/deleted", ({ query }) => listDeletedPage(rt, "contact", query), {
+      query: TombstoneListQuery,
+      response: { 200: TombstoneListEnvelope, ...problemResponses(401, 403, 410, 422) },
+      detail: {
+        operationId: "listDeletedContacts",
+        summary: "List deleted contacts",
+        description: "Ids and deletion times of contacts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.",
+        tags,
+        ...secured,
+      },
     })
     .get("/:id", ({ params, query }) => ({ data: getContact(rt.db, params.id, query) }), {
       params: ContactId,
@@ -61,6 +78,54 @@ export function contactRoutes(rt: Runtime) {
     }, {
       params: ContactId,
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
-      detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time.", tags, ...secured },
+      detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it.", tags, ...secured },
+    })
+    .post("/:id/accounts", (ctx) => idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, ctx.params.id, ctx.body.account_id, scope) } })), {
+      params: ContactId,
+      body: ContactAccountInput,
+      headers: IdempotencyKeyHeader,
+      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
+      detail: {
+        operationId: "addContactAccount",
+        summary: "Link a contact to an account",
+        description: "Adds the account at the end of account_ids without reading and writing back the list, so concurrent additions all stay. Linking it again changes nothing. A change sends one contact.updated.",
+        tags,
+        ...secured,
+      },
+    })
+    .delete("/:id/accounts/:accountId", async ({ params }) => ({ data: await removeContactAccount(rt, params.id, params.accountId) }), {
+      params: ContactAccountId,
+      response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
+      detail: {
+        operationId: "removeContactAccount",
+        summary: "Unlink a contact from an account",
+        description: "Answers the contact; an account it is not linked to changes nothing. A change sends one contact.updated.",
+        tags,
+        ...secured,
+      },
+    })
+    .post("/:id/tags", (ctx) => idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, ctx.params.id, ctx.body.tag, scope) } })), {
+      params: ContactId,
+      body: ContactTagInput,
+      headers: IdempotencyKeyHeader,
+      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
+      detail: {
+        operationId: "addContactTag",
+        summary: "Tag a contact",
+        description: "Adds the tag at the end of tags; a tag it carries changes nothing. A change sends one contact.updated.",
+        tags,
+        ...secured,
+      },
+    })
+    .delete("/:id/tags/:tag", async ({ params }) => ({ data: await removeContactTag(rt, params.id, params.tag) }), {
+      params: ContactTag,
+      response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
+      detail: {
+        operationId: "removeContactTag",
+        summary: "Untag a contact",
+        description: "The tag in the path is percent-encoded (a/b is a%2Fb). Answers the contact; a tag it does not carry changes nothing. A change sends one contact.updated.",
+        tags,
+        ...secured,
+      },
     });
 }

@@ -13,6 +13,8 @@ import { toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
+import { MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
+import { insertTombstone } from "../tombstones/store.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactInclude } from "./model.ts";
 import {
   countContacts,
@@ -26,6 +28,8 @@ import {
   listContacts,
   replaceContactAccounts,
   replaceContactAssignedUsers,
+  replaceContactTags,
+  unlinkAccountFromContacts,
   updateContact as updateContactRow,
   type ContactRow,
 } from "./store.ts";
@@ -120,6 +124,20 @@ function refuseInvalidFields(input: Record<string, unknown>): void {
   if (errors.length > 0) throw validationProblem(errors);
 }
 
+/** IDENTIFYING_FIELDS: a contact needs at least one of them, or it names nobody. */
+const IDENTIFYING_FIELDS = ["email", "first_name", "last_name", "phone"] as const;
+
+/** anonymousErrors names the identifying fields when a contact (as it would be stored) has none of them. */
+function anonymousErrors(row: ContactRow): FieldError[] {
+  if (IDENTIFYING_FIELDS.some((field) => row[field] !== null && row[field] !== "")) return [];
+  return [{ pointer: "", detail: `needs at least one of ${IDENTIFYING_FIELDS.join(", ")}` }];
+}
+
+/** tagsOf reads the tags kept in a row's properties. */
+function tagsOf(row: ContactRow): string[] {
+  return (JSON.parse(row.properties) as { tags?: string[] }).tags ?? [];
+}
+
 const contactSchemaErrors = schemaChecker(ContactInput);
 
 /** contactItemErrors lists what is wrong with one contact on its own (schema, then limits), as POST would report it; the importer's --dry-run uses it too. */
@@ -182,16 +200,19 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
   return next;
 }
 
-/** writeNewContact inserts a contact, its relations and its contact.created event; call it inside a write. */
-function writeNewContact(db: Database, input: ContactInput, now: number): Contact {
+/** writeNewContact inserts a contact, its relations and its contact.created event, or refuses one that names nobody; call it inside a write. */
+function writeNewContact(db: Database, input: ContactInput, now: number): { errors: FieldError[] } | { contact: Contact } {
   const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
   const row = applyInput(empty, input);
+  const anonymous = anonymousErrors(row);
+  if (anonymous.length > 0) return { errors: anonymous };
   insertContact(db, row);
   insertContactAccounts(db, row.id, input.account_ids ?? []);
   insertContactAssignedUsers(db, row.id, input.assigned_user_ids ?? []);
+  replaceContactTags(db, row.id, input.tags ?? []);
   const contact = toContact(row);
   recordEvent(db, "contact.created", contact, now);
-  return contact;
+  return { contact };
 }
 
 type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boolean };
@@ -205,7 +226,10 @@ function writeContactChange(db: Database, current: ContactRow, input: ContactInp
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...applyInput(current, input), version: current.version + 1, updated_at: now };
   // Further properties add up across PATCHes, so their limit applies to the merged record.
-  const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS);
+  // Only a change to the identifying fields can leave a contact naming nobody (older contacts may
+  // already: a tag or account change to them is not refused for it).
+  const identity = IDENTIFYING_FIELDS.some((field) => field in input) ? anonymousErrors(row) : [];
+  const merged = [...identity, ...extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, DECLARED_FIELDS)];
   if (merged.length > 0) return { errors: merged };
   const before = toContact(current);
   const after = toContact(row);
@@ -214,6 +238,7 @@ function writeContactChange(db: Database, current: ContactRow, input: ContactInp
   updateContactRow(db, row);
   if (input.account_ids !== undefined) replaceContactAccounts(db, current.id, input.account_ids ?? []);
   if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
+  if (input.tags !== undefined) replaceContactTags(db, current.id, input.tags ?? []);
   recordEvent(db, "contact.updated", after, now);
   return { contact: after, changed: true };
 }
@@ -225,7 +250,9 @@ export function createContact(rt: Runtime, input: ContactInput, idempotency: Ide
     refuseUnknownRelations(rt.db, input);
     refuseTakenExternalId(rt.db, input, null);
     const now = Date.now();
-    const body = { data: writeNewContact(rt.db, input, now) };
+    const made = writeNewContact(rt.db, input, now);
+    if ("errors" in made) throw validationProblem(made.errors);
+    const body = { data: made.contact };
     saveIdempotentResponse(rt.db, idempotency, 201, body, now);
     return { status: 201, body };
   });
@@ -264,7 +291,10 @@ function upsertContact(db: Database, input: ContactInput, now: number): BatchRes
   if ("errors" in match) return { status: "invalid", errors: match.errors };
   const relationErrors = unknownRelationErrors(db, input);
   if (relationErrors.length > 0) return { status: "invalid", errors: relationErrors };
-  if (!match.row) return { status: "created", id: writeNewContact(db, input, now).id };
+  if (!match.row) {
+    const made = writeNewContact(db, input, now);
+    return "errors" in made ? { status: "invalid", errors: made.errors } : { status: "created", id: made.contact.id };
+  }
   const change = writeContactChange(db, match.row, input, now);
   if ("errors" in change) return { status: "invalid", errors: change.errors };
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
@@ -273,14 +303,82 @@ function upsertContact(db: Database, input: ContactInput, now: number): BatchRes
 /** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else email. */
 export const CONTACT_BATCH: BatchKind<ContactInput> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
-/** deleteContact removes a contact and writes contact.deleted, whose version follows the contact's last, in the same commit. */
+/** deleteContact removes a contact and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
 export function deleteContact(rt: Runtime, id: string): Promise<void> {
   return rt.writes.submit(() => {
     const now = Date.now();
     const current = findContactById(rt.db, id);
     if (!current || !deleteContactRow(rt.db, id)) throw notFound("contact", id);
+    insertTombstone(rt.db, "contact", id, now);
     recordEvent(rt.db, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });
+}
+
+/**
+ * changeRelation applies one relation change to a contact in one write: `change` reads the stored
+ * contact and returns the body of the equivalent PATCH, or null when there is nothing to change.
+ * Reading the row inside the write is what keeps concurrent additions: each sees the one committed
+ * before it. A change is written like a PATCH (one contact.updated); none writes nothing.
+ */
+function changeRelation(rt: Runtime, contactId: string, change: (row: ContactRow) => ContactInput | null, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return rt.writes.submit(() => {
+    const current = findContactById(rt.db, contactId);
+    if (!current) throw notFound("contact", contactId);
+    const now = Date.now();
+    const input = change(current);
+    const result = input ? writeContactChange(rt.db, current, input, now) : { contact: toContact(current), changed: false };
+    if ("errors" in result) throw validationProblem(result.errors);
+    saveIdempotentResponse(rt.db, idempotency, 200, { data: result.contact }, now);
+    return result.contact;
+  });
+}
+
+/** addContactAccount links a contact to one more account (last in account_ids); linking it again changes nothing. */
+export function addContactAccount(rt: Runtime, contactId: string, accountId: string, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return changeRelation(rt, contactId, (row) => {
+    const ids = idList(row.account_ids);
+    if (ids.includes(accountId)) return null;
+    if (findAccountsByIds(rt.db, [accountId]).size === 0) throw validationProblem([{ pointer: "/account_id", detail: `no account with id ${accountId} exists` }], "The account does not exist.");
+    if (ids.length >= MAX_RELATED_IDS) throw validationProblem([{ pointer: "/account_id", detail: `the contact already has ${MAX_RELATED_IDS} accounts, the limit` }], "Too many accounts.");
+    return { account_ids: [...ids, accountId] };
+  }, idempotency);
+}
+
+/** removeContactAccount unlinks a contact from an account; an account it is not linked to changes nothing. */
+export function removeContactAccount(rt: Runtime, contactId: string, accountId: string): Promise<Contact> {
+  return changeRelation(rt, contactId, (row) => {
+    const ids = idList(row.account_ids);
+    return ids.includes(accountId) ? { account_ids: ids.filter((id) => id !== accountId) } : null;
+  }, null);
+}
+
+/** addContactTag adds a tag to a contact (last in tags); a tag it carries changes nothing. */
+export function addContactTag(rt: Runtime, contactId: string, tag: string, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return changeRelation(rt, contactId, (row) => {
+    const tags = tagsOf(row);
+    if (tags.includes(tag)) return null;
+    if (tags.length >= MAX_TAGS) throw validationProblem([{ pointer: "/tag", detail: `the contact already has ${MAX_TAGS} tags, the limit` }], "Too many tags.");
+    return { tags: [...tags, tag] };
+  }, idempotency);
+}
+
+/** removeContactTag removes a tag from a contact; a tag it does not carry changes nothing. */
+export function removeContactTag(rt: Runtime, contactId: string, tag: string): Promise<Contact> {
+  return changeRelation(rt, contactId, (row) => {
+    const tags = tagsOf(row);
+    return tags.includes(tag) ? { tags: tags.filter((t) => t !== tag) } : null;
+  }, null);
+}
+
+/**
+ * detachAccountFromContacts unlinks every contact from an account about to be deleted, inside the
+ * caller's transaction: each gets a new updated_at and one contact.updated, so a poller and a
+ * subscriber both learn that the link is gone. Set-wise, not through writeContactChange: an
+ * account may have hundreds of thousands of contacts (unlinkAccountFromContacts counts each one's
+ * version up as writeContactChange does).
+ */
+export function detachAccountFromContacts(db: Database, accountId: string, now: number): void {
+  for (const row of unlinkAccountFromContacts(db, accountId, now)) recordEvent(db, "contact.updated", toContact(row), now);
 }
 
 function parseInclude(value: unknown): ContactInclude[] {
@@ -296,6 +394,16 @@ export function getContact(db: Database, id: string, query: Record<string, unkno
   return renderContact(db, row, parseInclude(query.include));
 }
 
+/** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */
+function parseTagFilter(value: unknown): string[] | undefined {
+  if (typeof value !== "string") return undefined;
+  const tags = [...new Set(value.split(","))];
+  if (tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH) || tags.length > MAX_TAGS) {
+    throw validationProblem([{ parameter: "tag", detail: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated` }], "The list parameters are invalid.");
+  }
+  return tags;
+}
+
 /** listContactsPage answers GET /contacts: filters, sort, offset or keyset page, includes. */
 export function listContactsPage(db: Database, query: Record<string, unknown>): { data: Contact[]; meta: ListMeta } {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
@@ -304,6 +412,9 @@ export function listContactsPage(db: Database, query: Record<string, unknown>): 
     fullName: query.full_name as string | undefined,
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
+    accountId: query.account_id as string | undefined,
+    tags: parseTagFilter(query.tag),
+    assignedUserId: query.assigned_user_id as string | undefined,
   };
   const matches = countContacts(db, filters);
   const rows = listContacts(db, filters, {

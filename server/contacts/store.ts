@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { keysetOrder } from "../db/keyset.ts";
+import { keysetOrder, type OrderClause } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { ContactSort } from "./model.ts";
 
@@ -27,6 +27,11 @@ export interface ContactFilters {
   fullName?: string;
   createdAfter?: number;
   updatedAfter?: number;
+  /** contacts linked to this account */
+  accountId?: string;
+  /** contacts carrying every one of these tags */
+  tags?: string[];
+  assignedUserId?: string;
 }
 
 const COLUMNS = "c.id, c.first_name, c.last_name, c.email, c.phone, c.external_id, c.assigned_user_id, c.properties, c.account_ids, c.assigned_user_ids, c.version, c.created_at, c.updated_at";
@@ -97,6 +102,31 @@ export function replaceContactAssignedUsers(db: Database, contactId: string, use
   insertContactAssignedUsers(db, contactId, userIds);
 }
 
+/** replaceContactTags sets the distinct tags a contact carries (the row's properties keep `tags` as given). */
+export function replaceContactTags(db: Database, contactId: string, tags: readonly string[]): void {
+  db.query("DELETE FROM contact_tags WHERE contact_id = ?").run(contactId);
+  const insert = db.query("INSERT OR IGNORE INTO contact_tags (contact_id, tag) VALUES (?, ?)");
+  for (const tag of tags) insert.run(contactId, tag);
+}
+
+/**
+ * unlinkAccountFromContacts removes an account from every contact linked to it, in three
+ * statements whatever their number: the rows' account_ids copies and updated_at, then the
+ * relation rows. Returns the changed rows. Statements inside the write queue's savepoint grow
+ * slower with the pages it has changed, so one statement per contact was quadratic: deleting an
+ * account of 20,000 contacts took 48 s, now 0.27 s.
+ */
+export function unlinkAccountFromContacts(db: Database, accountId: string, updatedAt: number): ContactRow[] {
+  db.query(
+    `UPDATE contacts SET version = version + 1, updated_at = $updated_at, account_ids = (
+       SELECT json_group_array(account_id) FROM (SELECT account_id FROM contact_accounts WHERE contact_id = contacts.id AND account_id <> $account ORDER BY position)
+     ) WHERE id IN (SELECT contact_id FROM contact_accounts WHERE account_id = $account)`,
+  ).run({ account: accountId, updated_at: updatedAt });
+  const rows = db.query<ContactRow, [string]>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)`).all(accountId);
+  db.query("DELETE FROM contact_accounts WHERE account_id = ?").run(accountId);
+  return rows;
+}
+
 /**
  * fullNameMatch is the condition on the search table (alias f) that its rows meet when their full
  * name contains the needle, case-insensitively; `indexed` tells whether the trigram index finds them.
@@ -121,8 +151,37 @@ function fullNameMatch(needle: string): { condition: string; params: string[]; i
   return { condition: `(${spellings.map(() => "instr(f.full_name, ?) > 0").join(" OR ")})`, params: spellings, indexed: false };
 }
 
-/** filterClause builds the WHERE terms; `probeNames` tests rows against the name matches instead of fetching each match by rowid. */
-function filterClause(filters: ContactFilters, probeNames = false): { where: string[]; params: (string | number)[] } {
+/** RelationFilter names one relation condition of a filter set: a tag (by its place in `tags`), the account or the assigned user. */
+type RelationFilter = `tag:${number}` | "account" | "assigned_user";
+
+/**
+ * relationProbes builds the relation conditions on the rows named `alias`: the `driver` (if any)
+ * fetched through its relation's index, every other one probing its relation's primary key.
+ */
+function relationProbes(filters: ContactFilters, alias: string, driver: RelationFilter | null = null): { where: string[]; params: string[] } {
+  const where: string[] = [];
+  const params: string[] = [];
+  if (filters.accountId !== undefined) {
+    where.push(driver === "account" ? `${alias}.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)` : `EXISTS (SELECT 1 FROM contact_accounts ca WHERE ca.contact_id = ${alias}.id AND ca.account_id = ?)`);
+    params.push(filters.accountId);
+  }
+  (filters.tags ?? []).forEach((tag, i) => {
+    where.push(driver === `tag:${i}` ? `${alias}.id IN (SELECT contact_id FROM contact_tags WHERE tag = ?)` : `EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = ${alias}.id AND ct.tag = ?)`);
+    params.push(tag);
+  });
+  if (filters.assignedUserId !== undefined) {
+    where.push(driver === "assigned_user" ? `${alias}.assigned_user_id = ?` : `+${alias}.assigned_user_id = ?`);
+    params.push(filters.assignedUserId);
+  }
+  return { where, params };
+}
+
+/**
+ * filterClause builds the WHERE terms. `walk` tests each row of the sort index against the filters
+ * instead of fetching their matches. Otherwise `driver` is the relation whose matches are fetched
+ * from its index; every other relation condition probes its relation's key for each of them.
+ */
+function filterClause(filters: ContactFilters, walk = false, driver: RelationFilter | null = null): { where: string[]; params: (string | number)[] } {
   const where: string[] = [];
   const params: (string | number)[] = [];
   if (filters.email !== undefined) {
@@ -132,7 +191,7 @@ function filterClause(filters: ContactFilters, probeNames = false): { where: str
   if (filters.fullName !== undefined) {
     const match = fullNameMatch(filters.fullName);
     const rowids = `SELECT rowid FROM contacts_full_name f WHERE ${match.condition}`;
-    if (!probeNames) {
+    if (!walk) {
       where.push(`c.rowid IN (${rowids})`);
     } else if (match.indexed) {
       // The index's matches are collected once, then each row of the sort index is probed.
@@ -154,11 +213,88 @@ function filterClause(filters: ContactFilters, probeNames = false): { where: str
     where.push("c.updated_at > ?");
     params.push(filters.updatedAfter);
   }
+  // The driving relation collects its contacts from the relation's index (then they are sorted);
+  // the others, and all of them when walking, probe the relation's primary key for each row.
+  const probes = relationProbes(filters, "c", driver);
+  where.push(...probes.where);
+  params.push(...probes.params);
   return { where, params };
 }
 
 const hasFilters = (filters: ContactFilters) => Object.values(filters).some((v) => v !== undefined);
-const isNameOnly = (filters: ContactFilters): filters is ContactFilters & { fullName: string } => filters.fullName !== undefined && !hasFilters({ ...filters, fullName: undefined });
+
+/** SoleFilter is the one condition of a list filtered by a single name search or relation. */
+type SoleFilter = { kind: "full_name"; needle: string } | { kind: "tag" | "account" | "assigned_user"; value: string };
+
+/** soleFilter returns the filters' only condition when it is a name search or a relation, else null. */
+function soleFilter(filters: ContactFilters): SoleFilter | null {
+  const given = Object.entries(filters).filter(([, v]) => v !== undefined);
+  if (given.length !== 1) return null;
+  if (filters.fullName !== undefined) return { kind: "full_name", needle: filters.fullName };
+  if (filters.tags?.length === 1) return { kind: "tag", value: filters.tags[0]! };
+  if (filters.accountId !== undefined) return { kind: "account", value: filters.accountId };
+  if (filters.assignedUserId !== undefined) return { kind: "assigned_user", value: filters.assignedUserId };
+  return null;
+}
+
+/** relationCount reads the trigger-kept number of contacts with a tag, account or assigned user. */
+function relationCount(db: Database, kind: "tag" | "account" | "assigned_user", value: string): number {
+  return db.query<{ n: number }, [string, string]>("SELECT n FROM contact_filter_counts WHERE filter = ? AND value = ?").get(kind, value)?.n ?? 0;
+}
+
+/** RelationTerm is one relation condition of a filter set with its trigger-kept number of contacts. */
+interface RelationTerm {
+  key: RelationFilter;
+  kind: "tag" | "account" | "assigned_user";
+  value: string;
+  contacts: number;
+}
+
+/** relationTerms lists the filters' relation conditions, fewest contacts first. */
+function relationTerms(db: Database, filters: ContactFilters): RelationTerm[] {
+  const terms: Omit<RelationTerm, "contacts">[] = [
+    ...(filters.tags ?? []).map((tag, i) => ({ key: `tag:${i}` as const, kind: "tag" as const, value: tag })),
+    ...(filters.accountId !== undefined ? [{ key: "account" as const, kind: "account" as const, value: filters.accountId }] : []),
+    ...(filters.assignedUserId !== undefined ? [{ key: "assigned_user" as const, kind: "assigned_user" as const, value: filters.assignedUserId }] : []),
+  ];
+  return terms.map((term) => ({ ...term, contacts: relationCount(db, term.kind, term.value) })).sort((a, b) => a.contacts - b.contacts);
+}
+
+/** relationsOnly tells whether every given filter is a relation (tag, account, assigned user). */
+const relationsOnly = (filters: ContactFilters) =>
+  filters.email === undefined && filters.fullName === undefined && filters.createdAfter === undefined && filters.updatedAfter === undefined && hasFilters(filters);
+
+/**
+ * drivingRelation picks the relation filter with the fewest contacts to fetch the matches from,
+ * so two tags on half and on 1 in 100 contacts read the 1 in 100 and probe the other. None when
+ * an email or name filter is given: their own index narrows further.
+ */
+function drivingRelation(db: Database, filters: ContactFilters): RelationFilter | null {
+  if (filters.email !== undefined || filters.fullName !== undefined) return null;
+  return relationTerms(db, filters)[0]?.key ?? null;
+}
+
+/**
+ * countRelationMatches counts the contacts meeting several relation filters in the relation tables
+ * alone: the rarest relation's index is read in order and each entry probes the others' keys,
+ * without looking up a single contact row unless the assigned user is one of the others.
+ */
+function countRelationMatches(db: Database, terms: RelationTerm[]): number {
+  const [driver, ...others] = terms as [RelationTerm, ...RelationTerm[]];
+  const from = {
+    tag: { table: "contact_tags d WHERE d.tag = ?", id: "d.contact_id" },
+    account: { table: "contact_accounts d WHERE d.account_id = ?", id: "d.contact_id" },
+    assigned_user: { table: "contacts d WHERE d.assigned_user_id = ?", id: "d.id" },
+  }[driver.kind];
+  const probe = (term: RelationTerm) =>
+    ({
+      tag: `EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = ${from.id} AND ct.tag = ?)`,
+      account: `EXISTS (SELECT 1 FROM contact_accounts ca WHERE ca.contact_id = ${from.id} AND ca.account_id = ?)`,
+      assigned_user: `EXISTS (SELECT 1 FROM contacts c WHERE c.id = ${from.id} AND c.assigned_user_id = ?)`,
+    })[term.kind];
+  const sql = `SELECT count(*) AS n FROM ${from.table}${others.map((term) => ` AND ${probe(term)}`).join("")}`;
+  return db.query<{ n: number }, string[]>(sql).get(driver.value, ...others.map((term) => term.value))!.n;
+}
 
 /** countAllContacts reads the trigger-kept number of contacts instead of counting a million rows. */
 function countAllContacts(db: Database): number {
@@ -166,30 +302,60 @@ function countAllContacts(db: Database): number {
 }
 
 /**
- * BROAD_NAME_SHARE: a name search matching at least 1 in this many contacts walks the sort index.
+ * BROAD_SHARE: a search by name or relation matching at least 1 in this many contacts walks the sort index.
  * Fetching every match by rowid and sorting costs about 0.5 us per match; walking the index and
  * probing the matches about 0.06 us per row, and a page is found long before the end (16,667 of
  * 100k matches: 1.9 ms instead of 8.7 ms). At 1 in 8 even a walk through the whole index (matches
  * all at its far end) costs no more than fetching them, so no search gets slower.
  */
-const BROAD_NAME_SHARE = 8;
+const BROAD_SHARE = 8;
 
-/** walksSortIndex decides whether a page of a name-only search reads the sort index in order, given the count of matches. */
-function walksSortIndex(db: Database, filters: ContactFilters, matches: number): boolean {
-  if (!isNameOnly(filters)) return false;
-  return matches * BROAD_NAME_SHARE >= countAllContacts(db);
+/** FETCH_TO_WALK: fetching a relation's match (a lookup by id, then a sort) costs about this many steps of a walk (an index step and a key probe). */
+const FETCH_TO_WALK = 4;
+
+/**
+ * WALK_WINDOW: a walk for relation filters reads at most this many times the rows it expects to
+ * need (matches spread evenly) from the sort index. Matches crowding the far end of the sort (a
+ * tag only the oldest contacts carry, newest first) would otherwise make it read most of the
+ * index; past the window the page is fetched instead, so such a page costs at most the window
+ * plus the fetch.
+ */
+const WALK_WINDOW = 2;
+
+/**
+ * walkWindow decides whether a page of a name or relation filter reads the sort index in order,
+ * given the count of matches: 0 to fetch the matches instead, Infinity for a name search's walk,
+ * else the most rows a relation walk reads. Relation filters walk when that is cheaper than
+ * fetching, counted in rows: with matches spread through the sort order a walk reads about
+ * (offset + limit) * total / matches rows, while fetching reads every contact of the rarest
+ * relation (a tag on 1 in 100 of a million contacts: ~2,500 rows instead of 10,000 lookups and a
+ * sort). A name search keeps the 1 in 8 rule, which bounds a walk through the whole index.
+ */
+function walkWindow(db: Database, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): number {
+  const sole = soleFilter(filters);
+  if (!sole && !relationsOnly(filters)) return 0;
+  const total = countAllContacts(db);
+  if (sole?.kind === "full_name") return page.matches * BROAD_SHARE >= total ? Infinity : 0;
+  if (page.matches === 0) return 0;
+  const expected = ((page.offset + page.limit) * total) / page.matches;
+  const broad = sole !== null && page.matches * BROAD_SHARE >= total;
+  return broad || expected < relationTerms(db, filters)[0]!.contacts * FETCH_TO_WALK ? Math.ceil(WALK_WINDOW * expected) : 0;
 }
 
 /** countContacts counts the contacts matching the filters. */
 export function countContacts(db: Database, filters: ContactFilters): number {
   if (!hasFilters(filters)) return countAllContacts(db);
-  if (isNameOnly(filters)) {
+  const sole = soleFilter(filters);
+  if (sole?.kind === "full_name") {
     // The search table has exactly one row per contact (kept by triggers), so a name-only count
     // needs no join: 16,667 matches of 100k count in 0.5 ms instead of 6.7 ms.
-    const match = fullNameMatch(filters.fullName);
+    const match = fullNameMatch(sole.needle);
     return db.query<{ n: number }, string[]>(`SELECT count(*) AS n FROM contacts_full_name f WHERE ${match.condition}`).get(...match.params)!.n;
   }
-  const { where, params } = filterClause(filters);
+  // Kept by triggers (migration 0013): a tag on half a million contacts is one lookup, not a count of them all.
+  if (sole) return relationCount(db, sole.kind, sole.value);
+  if (relationsOnly(filters)) return countRelationMatches(db, relationTerms(db, filters));
+  const { where, params } = filterClause(filters, false, drivingRelation(db, filters));
   return db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM contacts c WHERE ${where.join(" AND ")}`).get(...params)!.n;
 }
 
@@ -201,8 +367,8 @@ export function listContacts(
   filters: ContactFilters,
   page: { sortBy: ContactSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number; matches: number },
 ): ContactRow[] {
-  const walk = walksSortIndex(db, filters, page.matches);
-  const { where, params } = filterClause(filters, walk);
+  const window = walkWindow(db, filters, page);
+  const walk = window > 0;
   // A filter on another column than the sort picks the rows through its index and they are sorted
   // (cost: the matching rows); the unary + (which keeps the column's collation) stops SQLite from
   // walking the sort index instead and skipping every row the filter refuses. Otherwise the
@@ -211,15 +377,35 @@ export function listContacts(
   const sortFiltered =
     (page.sortBy === "created_at" && (filters.createdAfter !== undefined || filters.email !== undefined)) ||
     (page.sortBy === "updated_at" && filters.updatedAfter !== undefined);
-  const column = hasFilters(filters) && !sortFiltered && !walk ? `+c.${page.sortBy}` : `c.${page.sortBy}`;
-  const order = keysetOrder(column, "c.id", page.direction, page.cursor, NULLABLE_SORTS.has(page.sortBy));
-  const select = (keyset: { after: string; params: (string | number)[] } | null, limit: number) => {
+  const nullable = NULLABLE_SORTS.has(page.sortBy);
+  const walked = keysetOrder(`c.${page.sortBy}`, "c.id", page.direction, page.cursor, nullable);
+  const fetched = keysetOrder(hasFilters(filters) && !sortFiltered ? `+c.${page.sortBy}` : `c.${page.sortBy}`, "c.id", page.direction, page.cursor, nullable);
+  type Keyset = { after: string; params: (string | number)[] } | null;
+  const select = (order: OrderClause, keyset: Keyset, walking: boolean, limit: number) => {
+    const { where, params } = filterClause(filters, walking, walking ? null : drivingRelation(db, filters));
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
     // LIMIT CAST(? AS INTEGER), not LIMIT ?: with a bare parameter as the limit this query took
     // ~6 us longer per page (bench/; a constant is as fast as the CAST, but would cache a statement per page size).
     const sql = `SELECT ${COLUMNS} FROM contacts c ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
     return db.query<ContactRow, (string | number)[]>(sql).all(...(keyset?.params ?? []), ...params, limit, page.offset);
   };
-  const rows = select(order, page.limit);
-  return order.then && rows.length < page.limit ? rows.concat(select(order.then, page.limit - rows.length)) : rows;
+  // A walk for relation filters reads a window of the sort index (covering, unless the assigned
+  // user is filtered), tests each row's relations, and only then reads the matching rows.
+  const windowRows = Number.isFinite(window) ? window : 0;
+  const selectInWindow = (keyset: Keyset, fallback: Keyset, limit: number) => {
+    const { where, params } = relationProbes(filters, "w");
+    const columns = `c.rowid AS rid, c.id${filters.assignedUserId !== undefined ? ", c.assigned_user_id" : ""}`;
+    const windowSql = `SELECT ${columns} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after}` : ""} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`;
+    const sql = `SELECT ${COLUMNS} FROM contacts c WHERE c.rowid IN (SELECT w.rid FROM (${windowSql}) w WHERE ${where.join(" AND ")}) ORDER BY ${fetched.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
+    const rows = db.query<ContactRow, (string | number)[]>(sql).all(...(keyset?.params ?? []), windowRows, ...params, limit, page.offset);
+    if (rows.length === limit) return rows;
+    const read = db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM (${windowSql})`).get(...(keyset?.params ?? []), windowRows)!.n;
+    return read < windowRows ? rows : select(fetched, fallback, false, limit);
+  };
+  // The keyset of each plan: walked keeps the sort column indexable, fetched hides it behind +.
+  const group = (walkedKeyset: Keyset, fetchedKeyset: Keyset, limit: number) =>
+    windowRows > 0 ? selectInWindow(walkedKeyset, fetchedKeyset, limit) : walk ? select(walked, walkedKeyset, true, limit) : select(fetched, fetchedKeyset, false, limit);
+  const rows = group(walked, fetched, page.limit);
+  // walked.then and fetched.then are both set or both null: they depend on the cursor, not the column
+  return walked.then && fetched.then && rows.length < page.limit ? rows.concat(group(walked.then, fetched.then, page.limit - rows.length)) : rows;
 }

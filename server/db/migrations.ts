@@ -12,6 +12,7 @@ import contactsEmailCreatedIndex from "../../migrations/0008_contacts_email_crea
 import deliveryHistoryBounds from "../../migrations/0009_delivery_history_bounds.sql" with { type: "text" };
 import webhookLifecycle from "../../migrations/0010_webhook_lifecycle.sql" with { type: "text" };
 import contactExternalId from "../../migrations/0012_contact_external_id.sql" with { type: "text" };
+import syncApi from "../../migrations/0013_sync_api.sql" with { type: "text" };
 
 export interface Migration {
   version: number;
@@ -34,6 +35,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 9, name: "0009_delivery_history_bounds.sql", sql: deliveryHistoryBounds },
   { version: 10, name: "0010_webhook_lifecycle.sql", sql: webhookLifecycle },
   { version: 12, name: "0012_contact_external_id.sql", sql: contactExternalId },
+  { version: 13, name: "0013_sync_api.sql", sql: syncApi },
 ];
 
 function ensureMigrationsTable(db: Database): void {

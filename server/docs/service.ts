@@ -113,7 +113,12 @@ function compileRoutes(app: AnyElysia): void {
   for (const route of (app as unknown as { getGlobalRoutes(): { compile?(): unknown }[] }).getGlobalRoutes()) route.compile?.();
 }
 
-/** fixResponses makes problem responses application/problem+json and gives bodiless responses no content. */
+const header = (description: string) => ({ description, schema: { type: "string" } });
+
+/**
+ * fixResponses makes problem responses application/problem+json, gives bodiless responses no
+ * content, and documents the Location of every 201 (set by idempotentPost).
+ */
 function fixResponses(document: Json): void {
   for (const pathItem of Object.values(document.paths as Json)) {
     for (const operation of Object.values(pathItem as Json)) {
@@ -121,12 +126,11 @@ function fixResponses(document: Json): void {
         const content = response.content as Json | undefined;
         if (content && typeof content.type === "string") delete response.content; // t.Void(): no body
         else if (Number(status) >= 400 && content?.["application/json"]) response.content = { "application/problem+json": content["application/json"] };
+        if (status === "201") response.headers = { ...response.headers, Location: header("Path of the created resource, e.g. /public/v1/contacts/con_...") };
       }
     }
   }
 }
-
-const header = (description: string) => ({ description, schema: { type: "string" } });
 
 /**
  * GUARD_RESPONSES are answered to any /public/v1 operation by the limits guard before routing

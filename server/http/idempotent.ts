@@ -26,5 +26,8 @@ export async function idempotentPost<T>(
   );
   ctx.set.status = result.status;
   if (result.replayed) ctx.set.headers["idempotent-replayed"] = "true";
+  // Every 201 names what it created: the collection's path and the new id (a replay too).
+  const created = (result.body as { data?: { id?: unknown } } | null)?.data?.id;
+  if (result.status === 201 && typeof created === "string") ctx.set.headers.location = `${new URL(ctx.request.url).pathname.replace(/\/+$/, "")}/${encodeURIComponent(created)}`;
   return result.body;
 }

@@ -83,6 +83,16 @@ export interface ListQueryOptions<S extends string> {
   options?: readonly string[];
 }
 
+/** REPEATABLE_PARAMETERS may be given more than once: their values add up (tag=a&tag=b is tag=a,b), there is nothing to guess. */
+const REPEATABLE_PARAMETERS = new Set(["tag"]);
+
+/** withRepeatedValues gives each repeatable parameter of a URL all its values, comma-joined (Elysia keeps only the last). */
+export function withRepeatedValues(query: Record<string, unknown>, url: string): Record<string, unknown> {
+  const params = new URL(url).searchParams;
+  const joined = [...REPEATABLE_PARAMETERS].filter((name) => params.getAll(name).length > 1).map((name) => [name, params.getAll(name).join(",")]);
+  return joined.length === 0 ? query : { ...query, ...Object.fromEntries(joined) };
+}
+
 /** unknownParameterErrors names every query parameter not in `known`, so a typo is a 422 and not silently ignored. */
 export function unknownParameterErrors(query: Record<string, unknown>, known: readonly string[], what: string): FieldError[] {
   return Object.keys(query)
@@ -112,7 +122,7 @@ export function repeatedParameterErrors(url: string): FieldError[] {
   if (escaped) names = [...new URLSearchParams(url.slice(start + 1)).keys()];
   const repeated: string[] = [];
   names.forEach((name, i) => {
-    if (names.indexOf(name) < i && !repeated.includes(name)) repeated.push(name);
+    if (!REPEATABLE_PARAMETERS.has(name) && names.indexOf(name) < i && !repeated.includes(name)) repeated.push(name);
   });
   return repeated.map((name) => ({ parameter: name, detail: "must be given once" }));
 }

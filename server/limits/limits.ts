@@ -43,7 +43,7 @@ export const MAX_SUBSCRIPTION_DESCRIPTION_LENGTH = 500;
 /** MAX_TARGET_URL_LENGTH bounds a webhook subscription's target_url, in characters. */
 export const MAX_TARGET_URL_LENGTH = 2048;
 /** MAX_EVENTS_PER_SUBSCRIPTION is the number of event kinds one subscription can list. */
-export const MAX_EVENTS_PER_SUBSCRIPTION = 4;
+export const MAX_EVENTS_PER_SUBSCRIPTION = 7;
 /**
  * MAX_SUBSCRIPTIONS is the number of webhook subscriptions the service keeps. Subscriptions
  * belong to the whole service, not to the token that created them (any token lists and deletes

@@ -28,6 +28,7 @@ const TITLES: Record<number, string> = {
   405: "Method Not Allowed",
   408: "Request Timeout",
   409: "Conflict",
+  410: "Gone",
   413: "Content Too Large",
   414: "URI Too Long",
   415: "Unsupported Media Type",

@@ -1,4 +1,5 @@
-const DAY_MS = 86_400_000;
+/** DAY_MS is one day in milliseconds. */
+export const DAY_MS = 86_400_000;
 // A page of contacts formats 50 timestamps, mostly of a few days; reusing the date part of the last
 // day formatted makes each about 3x cheaper than new Date(ms).toISOString(), which allocates a Date.
 let cachedDayStart = 0;

@@ -1,5 +1,6 @@
 import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema } from "../http/list-query.ts";
+import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
 
 /** UserSchema is a user (someone contacts are assigned to) as the API returns it. */
 export const UserSchema = t.Object({
@@ -13,3 +14,17 @@ export type User = typeof UserSchema.static;
 
 export const UserListQuery = paginationQuerySchema(null);
 export const UserListEnvelope = t.Object({ data: t.Array(UserSchema), meta: ListMetaSchema });
+export const UserEnvelope = t.Object({ data: UserSchema });
+
+const userFields = {
+  name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters` }),
+  email: t.String({ format: "email", maxLength: MAX_EMAIL_LENGTH, error: `must be an email address of at most ${MAX_EMAIL_LENGTH} characters` }),
+};
+
+/** UserInput is the body of POST /users. */
+export const UserInput = t.Object(userFields, { additionalProperties: false, examples: [{ name: "Grace Hopper", email: "grace@example.com" }] });
+export type UserInput = typeof UserInput.static;
+
+/** UserPatch is the body of PATCH /users/:id: the fields present replace the stored ones. */
+export const UserPatch = t.Object({ name: t.Optional(userFields.name), email: t.Optional(userFields.email) }, { additionalProperties: false, examples: [{ name: "Grace B. Hopper" }] });
+export type UserPatch = typeof UserPatch.static;

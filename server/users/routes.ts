@@ -1,18 +1,39 @@
-import { Elysia } from "elysia";
+import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
-import { secured } from "../http/openapi-docs.ts";
+import { idempotentPost } from "../http/idempotent.ts";
+import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
-import { UserListEnvelope, UserListQuery } from "./model.ts";
-import { listUsersPage } from "./service.ts";
+import { UserEnvelope, UserInput, UserListEnvelope, UserListQuery, UserPatch } from "./model.ts";
+import { createUserOnce, getUser, listUsersPage, updateUser } from "./service.ts";
 
-/** userRoutes serves /public/v1/users (read-only: users are managed by operators). */
+const tags = ["Users"];
+const UserId = t.Object({ id: t.String({ maxLength: 64, description: "User id (usr_...)" }) });
+
+/** userRoutes serves /public/v1/users: the people contacts are assigned to. */
 export function userRoutes(rt: Runtime) {
   return new Elysia({ name: "users", prefix: "/public/v1/users" })
     .use(bearerAuth())
     .get("", ({ query }) => listUsersPage(rt.db, query), {
       query: UserListQuery,
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },
-      detail: { operationId: "listUsers", summary: "List users", description: "The people contacts can be assigned to (assigned_user_id, assigned_user_ids).", tags: ["Users"], ...secured },
+      detail: { operationId: "listUsers", summary: "List users", description: "The people contacts can be assigned to (assigned_user_id, assigned_user_ids).", tags, ...secured },
+    })
+    .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createUserOnce(rt, ctx.body, scope)), {
+      body: UserInput,
+      headers: IdempotencyKeyHeader,
+      response: { 201: UserEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+      detail: { operationId: "createUser", summary: "Create a user", description: "Emails are unique (409 when taken) and stored lowercased.", tags, ...secured },
+    })
+    .get("/:id", ({ params }) => ({ data: getUser(rt.db, params.id) }), {
+      params: UserId,
+      response: { 200: UserEnvelope, ...problemResponses(401, 403, 404, 422) },
+      detail: { operationId: "getUser", summary: "Get a user", tags, ...secured },
+    })
+    .patch("/:id", async ({ params, body }) => ({ data: await updateUser(rt, params.id, body) }), {
+      params: UserId,
+      body: UserPatch,
+      response: { 200: UserEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
+      detail: { operationId: "updateUser", summary: "Update a user", description: "Fields present replace the stored ones; the email stays unique (409 when taken).", tags, ...secured },
     });
 }

@@ -1,10 +1,13 @@
 import type { Database } from "bun:sqlite";
-import { ProblemError } from "../shared/problem.ts";
+import { notFound, ProblemError } from "../shared/problem.ts";
+import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
+import type { Runtime } from "../runtime.ts";
 import { listMeta, parseListQuery, type ListMeta } from "../http/list-query.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
-import type { User } from "./model.ts";
-import { countUsers, findUserByEmail, findUsersByIds, insertUser, listUsers, type UserRow } from "./store.ts";
+import type { User, UserPatch } from "./model.ts";
+import { countUsers, findUserByEmail, findUserById, findUsersByIds, insertUser, listUsers, updateUser as updateUserRow, type UserRow } from "./store.ts";
 
 /** toUser renders a user row for the API. */
 function toUser(row: UserRow): User {
@@ -13,16 +16,65 @@ function toUser(row: UserRow): User {
 
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
-/** createUser adds a person contacts can be assigned to; emails are unique and lowercased. */
-export function createUser(db: Database, input: { name: string; email: string }, now = Date.now()): User {
+/** userFields trims and checks a user's name and email (lowercased), or throws 422 naming the field. */
+function userFields(input: { name: string; email: string }): { name: string; email: string } {
   const name = input.name.trim();
   const email = input.email.trim().toLowerCase();
-  if (name === "" || name.length > 200) throw new ProblemError(422, "validation", "name must be 1 to 200 characters.", [{ pointer: "/name", detail: "must be 1 to 200 characters" }]);
-  if (!EMAIL.test(email) || email.length > 254) throw new ProblemError(422, "validation", "email must be an email address.", [{ pointer: "/email", detail: "must be an email address" }]);
-  if (findUserByEmail(db, email)) throw new ProblemError(409, "user-exists", `A user with email ${email} already exists.`);
+  if (name === "" || name.length > MAX_NAME_LENGTH) {
+    throw new ProblemError(422, "validation", `name must be 1 to ${MAX_NAME_LENGTH} characters.`, [{ pointer: "/name", detail: `must be 1 to ${MAX_NAME_LENGTH} characters` }]);
+  }
+  if (!EMAIL.test(email) || email.length > MAX_EMAIL_LENGTH) throw new ProblemError(422, "validation", "email must be an email address.", [{ pointer: "/email", detail: "must be an email address" }]);
+  return { name, email };
+}
+
+function refuseTakenEmail(db: Database, email: string, ownId: string | null): void {
+  const holder = findUserByEmail(db, email);
+  if (holder && holder.id !== ownId) throw new ProblemError(409, "user-exists", `A user with email ${email} already exists.`);
+}
+
+/** createUser adds a person contacts can be assigned to; emails are unique and lowercased. */
+export function createUser(db: Database, input: { name: string; email: string }, now = Date.now()): User {
+  const { name, email } = userFields(input);
+  refuseTakenEmail(db, email, null);
   const row: UserRow = { id: newId("usr", now), name, email, created_at: now, updated_at: now };
   insertUser(db, row);
   return toUser(row);
+}
+
+/** createUserOnce stores a user and its idempotent response in one group-committed write. */
+export function createUserOnce(rt: Runtime, input: { name: string; email: string }, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: User } }> {
+  return rt.writes.submit(() => {
+    const now = Date.now();
+    const body = { data: createUser(rt.db, input, now) };
+    saveIdempotentResponse(rt.db, idempotency, 201, body, now);
+    return { status: 201, body };
+  });
+}
+
+/** updateUser changes a user's name or email (still unique); a request that changes nothing keeps updated_at. */
+export function updateUser(rt: Runtime, id: string, input: UserPatch): Promise<User> {
+  return rt.writes.submit(() => {
+    const current = findUserById(rt.db, id);
+    if (!current) throw notFound("user", id);
+    const { name, email } = userFields({ name: input.name ?? current.name, email: input.email ?? current.email });
+    if (name === current.name && email === current.email) return toUser(current);
+    refuseTakenEmail(rt.db, email, id);
+    const row: UserRow = { ...current, name, email, updated_at: Date.now() };
+    updateUserRow(rt.db, row);
+    return toUser(row);
+  });
+}
+
+/** getUser returns one user or throws 404. */
+export function getUser(db: Database, id: string): User {
+  const row = findUserById(db, id);
+  if (!row) throw notFound("user", id);
+  return toUser(row);
+}
+
+/** allUsers returns every user, oldest first (for the command line). */
+export function allUsers(db: Database): User[] {
+  return listUsers(db, { cursor: null, limit: -1, offset: 0 }).map(toUser);
 }
 
 /** listUsersPage returns one page of users for the list endpoint. */

@@ -15,6 +15,16 @@ export function insertUser(db: Database, row: UserRow): void {
   db.query("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ($id, $name, $email, $created_at, $updated_at)").run(row);
 }
 
+/** updateUser overwrites a user's name, email and updated_at. */
+export function updateUser(db: Database, row: UserRow): void {
+  db.query("UPDATE users SET name = $name, email = $email, updated_at = $updated_at WHERE id = $id").run({ id: row.id, name: row.name, email: row.email, updated_at: row.updated_at });
+}
+
+/** findUserById returns one user row or null. */
+export function findUserById(db: Database, id: string): UserRow | null {
+  return db.query<UserRow, [string]>("SELECT * FROM users WHERE id = ?").get(id);
+}
+
 /** findUserByEmail returns the user with that (lowercased) email, or null. */
 export function findUserByEmail(db: Database, email: string): UserRow | null {
   return db.query<UserRow, [string]>("SELECT * FROM users WHERE email = ?").get(email);

@@ -1,5 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
+import { AccountSchema } from "../accounts/model.ts";
 import { Contact } from "../contacts/model.ts";
 import {
   DEFAULT_SECRET_GRACE_HOURS,
@@ -12,7 +13,7 @@ import {
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 
 /** WEBHOOK_EVENT_TYPES are the event kinds a subscription can ask for. */
-export const WEBHOOK_EVENT_TYPES = ["contact.created", "contact.updated", "contact.deleted", "webhook.ping"] as const;
+export const WEBHOOK_EVENT_TYPES = ["contact.created", "contact.updated", "contact.deleted", "account.created", "account.updated", "account.deleted", "webhook.ping"] as const;
 export type EventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
 /** DELIVERY_STATUSES are the states of a delivery: pending until it succeeds or runs out of attempts. */
@@ -234,6 +235,22 @@ export const EVENT_CATALOGUE: Record<EventType, { description: string; schema: R
       "contact.deleted",
       t.Object({ id: t.String({ pattern: "^con_[0-9A-Z]{26}$" }), version, deleted_at: t.String({ format: "date-time" }) }, { additionalProperties: false }),
       "Body of a contact.deleted request.",
+    ),
+  },
+  "account.created": {
+    description: "An account was created (POST /accounts or a batch). data is the account as GET /accounts/{id} returns it.",
+    schema: payloadOf("account.created", AccountSchema, "Body of an account.created request."),
+  },
+  "account.updated": {
+    description: "An account changed (a PATCH or batch item that changes nothing sends none). data is the account after the change.",
+    schema: payloadOf("account.updated", AccountSchema, "Body of an account.updated request."),
+  },
+  "account.deleted": {
+    description: "An account was deleted; its contacts stay and lose the link, each with its own contact.updated. data names it.",
+    schema: payloadOf(
+      "account.deleted",
+      t.Object({ id: t.String({ pattern: "^acc_[0-9A-Z]{26}$" }), deleted_at: t.String({ format: "date-time" }) }, { additionalProperties: false }),
+      "Body of an account.deleted request.",
     ),
   },
   "webhook.ping": {

@@ -201,7 +201,7 @@ describe("bad input gets an answer, never a 500", () => {
   test("wrong filters, unknown ids and page numbers get a page or problem that says what is wrong", async () => {
     const cases: [string, number, string][] = [
       ["/console/?status=bogus", 422, "status must be one of: pending, succeeded, failed"],
-      ["/console/?event=contact.exploded", 422, "event must be one of: contact.created, contact.updated, contact.deleted, webhook.ping"],
+      ["/console/?event=contact.exploded", 422, "event must be one of: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping"],
       ["/console/?subscription_id=nope", 422, "subscription_id must be a subscription id (sub_...)"],
       ["/console/api/deliveries?status=bogus", 422, "status must be one of: pending, succeeded, failed"],
       ["/console/api/deliveries/dlv_nope", 404, "No webhook delivery with id \\\"dlv_nope\\\" exists."],

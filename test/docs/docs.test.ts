@@ -196,6 +196,17 @@ describe("OpenAPI document", () => {
         "GET /public/v1/accounts",
         "GET /public/v1/accounts/{id}",
         "GET /public/v1/users",
+        "POST /public/v1/users",
+        "GET /public/v1/users/{id}",
+        "PATCH /public/v1/users/{id}",
+        "PATCH /public/v1/accounts/{id}",
+        "DELETE /public/v1/accounts/{id}",
+        "GET /public/v1/accounts/deleted",
+        "GET /public/v1/contacts/deleted",
+        "POST /public/v1/contacts/{id}/accounts",
+        "DELETE /public/v1/contacts/{id}/accounts/{accountId}",
+        "POST /public/v1/contacts/{id}/tags",
+        "DELETE /public/v1/contacts/{id}/tags/{tag}",
       ]),
     );
     expect(spec.paths["/docs"]).toBeUndefined();
@@ -232,6 +243,48 @@ describe("OpenAPI document", () => {
 
   test("list operations document their query parameters", () => {
     const names = spec.paths["/public/v1/contacts"].get.parameters.filter((p: any) => p.in === "query").map((p: any) => p.name);
-    expect(names.sort()).toEqual(["created_after", "cursor", "email", "full_name", "include", "page", "per_page", "sort_by", "sort_direction", "updated_after"]);
+    expect(names.sort()).toEqual(["account_id", "assigned_user_id", "created_after", "cursor", "email", "full_name", "include", "page", "per_page", "sort_by", "sort_direction", "tag", "updated_after"]);
+    const accounts = spec.paths["/public/v1/accounts"].get.parameters.filter((p: any) => p.in === "query").map((p: any) => p.name);
+    expect(accounts.sort()).toEqual(["created_after", "cursor", "domain", "name", "page", "per_page", "sort_by", "sort_direction", "updated_after"]);
+    for (const path of ["/public/v1/contacts/deleted", "/public/v1/accounts/deleted"]) {
+      expect(spec.paths[path].get.parameters.filter((p: any) => p.in === "query").map((p: any) => p.name).sort()).toEqual(["cursor", "page", "per_page", "since"]);
+    }
+  });
+
+  test("every 201 documents its Location header", () => {
+    const created = publicOperations().filter(({ op }) => op.responses["201"]);
+    expect(created.map(({ method, path }) => `${method.toUpperCase()} ${path}`).sort()).toEqual(["POST /public/v1/accounts", "POST /public/v1/contacts", "POST /public/v1/users", "POST /public/v1/webhook-subscriptions"]);
+    for (const { op } of created) expect(op.responses["201"].headers.Location).toEqual({ description: expect.any(String), schema: { type: "string" } });
+  });
+
+  test("the sync routes have readable operationIds", () => {
+    const ids = Object.fromEntries(publicOperations().map(({ path, method, op }) => [`${method.toUpperCase()} ${path}`, op.operationId]));
+    expect({
+      updateAccount: ids["PATCH /public/v1/accounts/{id}"],
+      deleteAccount: ids["DELETE /public/v1/accounts/{id}"],
+      listAccounts: ids["GET /public/v1/accounts"],
+      addContactAccount: ids["POST /public/v1/contacts/{id}/accounts"],
+      removeContactAccount: ids["DELETE /public/v1/contacts/{id}/accounts/{accountId}"],
+      addContactTag: ids["POST /public/v1/contacts/{id}/tags"],
+      removeContactTag: ids["DELETE /public/v1/contacts/{id}/tags/{tag}"],
+      listDeletedContacts: ids["GET /public/v1/contacts/deleted"],
+      listDeletedAccounts: ids["GET /public/v1/accounts/deleted"],
+      createUser: ids["POST /public/v1/users"],
+      updateUser: ids["PATCH /public/v1/users/{id}"],
+      getUser: ids["GET /public/v1/users/{id}"],
+    }).toEqual({
+      updateAccount: "updateAccount",
+      deleteAccount: "deleteAccount",
+      listAccounts: "listAccounts",
+      addContactAccount: "addContactAccount",
+      removeContactAccount: "removeContactAccount",
+      addContactTag: "addContactTag",
+      removeContactTag: "removeContactTag",
+      listDeletedContacts: "listDeletedContacts",
+      listDeletedAccounts: "listDeletedAccounts",
+      createUser: "createUser",
+      updateUser: "updateUser",
+      getUser: "getUser",
+    });
   });
 });

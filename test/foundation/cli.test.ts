@@ -34,7 +34,7 @@ describe("command line: happy paths", () => {
     const res = await crm(["--help"]);
     expect(res.code).toBe(0);
     expect(res.stderr).toBe("");
-    for (const word of ["serve", "migrate", "token create --name N [--json]", "token list", "token revoke ID", "user create --name N --email E", "--version", "--help", "--host", "--port", "--data-dir", "CRM_DATA_DIR", "PORT", "CRM_HOST"]) {
+    for (const word of ["serve", "migrate", "token create --name N [--json]", "token list", "token revoke ID", "user create --name N --email E", "user list", "--version", "--help", "--host", "--port", "--data-dir", "CRM_DATA_DIR", "PORT", "CRM_HOST"]) {
       expect(res.stdout).toContain(word);
     }
   });
@@ -94,6 +94,18 @@ describe("command line: happy paths", () => {
     expect(res.code).toBe(0);
     expect(JSON.parse(res.stdout)).toEqual({ id: expect.stringMatching(/^usr_[0-9A-Z]{26}$/), name: "Grace Hopper", email: "grace@navy.mil", created_at: expect.stringMatching(ISO), updated_at: expect.stringMatching(ISO) });
     expect(await crm(["user", "create", "--name", "G", "--email", "grace@navy.mil"])).toEqual({ stdout: "", stderr: "crm: A user with email grace@navy.mil already exists.\n", code: 2 });
+  });
+
+  test("user list prints every user, oldest first, one line each", async () => {
+    await crm(["migrate"]);
+    expect(await crm(["user", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
+    const grace = JSON.parse((await crm(["user", "create", "--name", "Grace Hopper", "--email", "grace@navy.mil"])).stdout);
+    const alan = JSON.parse((await crm(["user", "create", "--name", "Alan Turing", "--email", "alan@example.com"])).stdout);
+    expect(await crm(["user", "list"])).toEqual({
+      stdout: `${grace.id}  grace@navy.mil  Grace Hopper  created ${grace.created_at}\n${alan.id}  alan@example.com  Alan Turing  created ${alan.created_at}\n`,
+      stderr: "",
+      code: 0,
+    });
   });
 
   test("serve on an empty data directory explains how to make the first token, then serves it", async () => {

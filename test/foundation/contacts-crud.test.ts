@@ -58,17 +58,18 @@ describe("contacts CRUD: happy paths", () => {
     expect(eventTypes(h)).toEqual(["contact.created"]);
   });
 
-  test("POST with an empty object creates an empty contact", async () => {
-    const res = await h.json("POST", "/public/v1/contacts", { body: {} });
+  test("POST with only a phone creates a contact with every other field empty, and Location names it", async () => {
+    const res = await h.json("POST", "/public/v1/contacts", { body: { phone: "+1 555 0100" } });
     expect(res.status).toBe(201);
     const { id, created_at } = res.body.data;
+    expect(res.headers.get("location")).toBe(`/public/v1/contacts/${id}`);
     expect(res.body.data).toEqual({
       id,
       first_name: null,
       last_name: null,
       full_name: "",
       email: null,
-      phone: null,
+      phone: "+1 555 0100",
       external_id: null,
       tags: [],
       custom_fields: {},
@@ -146,6 +147,20 @@ describe("contacts CRUD: happy paths", () => {
 });
 
 describe("contacts CRUD: errors", () => {
+  test("a contact needs at least one of email, first_name, last_name or phone, on create and after a PATCH", async () => {
+    const anonymous = validation([{ pointer: "", detail: "needs at least one of email, first_name, last_name, phone" }]);
+    for (const body of [{}, { tags: ["vip"], custom_fields: { plan: "pro" } }, { first_name: "", email: null }]) {
+      const res = await h.json("POST", "/public/v1/contacts", { body });
+      expect({ body, status: res.status, problem: res.body }).toEqual({ body, status: 422, problem: anonymous });
+    }
+    expect(contactCount(h)).toBe(0);
+    const created = (await h.json("POST", "/public/v1/contacts", { body: { email: "only@example.com" } })).body;
+    const cleared = await h.json("PATCH", `/public/v1/contacts/${created.data.id}`, { body: { email: null } });
+    expect([cleared.status, cleared.body]).toEqual([422, anonymous]);
+    expect((await h.json("GET", `/public/v1/contacts/${created.data.id}`)).body).toEqual(created);
+    expect(eventTypes(h)).toEqual(["contact.created"]);
+  });
+
   test("GET of an unknown id is a 404 problem naming it", async () => {
     const res = await h.json("GET", "/public/v1/contacts/con_00000000000000000000000000");
     expectProblem(res, 404);

@@ -299,7 +299,7 @@ describe("contact list: errors", () => {
     const res = await h.json("GET", "/public/v1/contacts?limit=5");
     expectProblem(res, 422, "validation");
     expect(res.body).toEqual(
-      parameterError("limit", "is not a parameter of this list; known: page, per_page, sort_by, sort_direction, cursor, email, full_name, created_after, updated_after, include", "The list parameters are invalid."),
+      parameterError("limit", "is not a parameter of this list; known: page, per_page, sort_by, sort_direction, cursor, email, full_name, created_after, updated_after, account_id, tag, assigned_user_id, include", "The list parameters are invalid."),
     );
   });
 

@@ -68,7 +68,7 @@ const CASES: Case[] = [
     slug: "method-not-allowed",
     extra: (res) => expect(res.headers.get("allow")?.split(", ").sort()).toEqual(["DELETE", "GET", "PATCH"]),
   },
-  { name: "DELETE on users", method: "DELETE", path: "/public/v1/users", status: 405, slug: "method-not-allowed", extra: (res) => expect(res.headers.get("allow")).toBe("GET") },
+  { name: "DELETE on users", method: "DELETE", path: "/public/v1/users", status: 405, slug: "method-not-allowed", extra: (res) => expect(res.headers.get("allow")).toBe("GET, POST") },
   { name: "body over 1 MiB", method: "POST", path: "/public/v1/contacts", body: JSON.stringify({ notes: "x".repeat(MIB) }), headers: { "content-type": "application/json" }, status: 413, slug: "body-too-large" },
   { name: "form-encoded body", method: "POST", path: "/public/v1/contacts", body: "first_name=Ada", headers: { "content-type": "application/x-www-form-urlencoded" }, status: 415, slug: "unsupported-media-type" },
   { name: "multipart body", method: "POST", path: "/public/v1/accounts", body: "--b\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nx\r\n--b--\r\n", headers: { "content-type": "multipart/form-data; boundary=b" }, status: 415, slug: "unsupported-media-type" },
@@ -113,7 +113,7 @@ describe("errors: every error is problem+json with status equal to the HTTP stat
 
   test("a body of exactly 1 MiB is accepted", async () => {
     // Padded with whitespace: every field has its own, smaller limit (README, Limits).
-    const prefix = '{"notes":"x"';
+    const prefix = '{"email":"x@example.com","notes":"x"';
     const body = `${prefix}${" ".repeat(MIB - prefix.length - 1)}}`;
     expect(Buffer.byteLength(body)).toBe(MIB);
     const res = await h.request("POST", "/public/v1/contacts", { body });

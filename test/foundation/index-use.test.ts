@@ -4,18 +4,30 @@ import { CONTACT_SORTS } from "../../server/contacts/model.ts";
 import { listContactsPage } from "../../server/contacts/service.ts";
 import { countContacts, listContacts, type ContactFilters } from "../../server/contacts/store.ts";
 import type { CursorPosition } from "../../server/http/list-query.ts";
-import { listUsersPage } from "../../server/users/service.ts";
+import { listDeletedPage } from "../../server/tombstones/service.ts";
+import { countTombstonesSince, listTombstonesSince } from "../../server/tombstones/store.ts";
+import { createUser, listUsersPage } from "../../server/users/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { capturing, queryPlan, type Captured } from "../support/query-plans.ts";
 
 let h: Harness;
+let acme: string;
+let globex: string;
+let user: string;
+let rareUser: string;
 beforeAll(async () => {
   h = createHarness();
+  acme = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } })).body.data.id;
+  globex = (await h.json("POST", "/public/v1/accounts", { body: { name: "Globex" } })).body.data.id;
+  user = createUser(h.rt.db, { name: "U", email: "u@example.com" }).id;
+  rareUser = createUser(h.rt.db, { name: "R", email: "r@example.com" }).id;
   for (let i = 0; i < 40; i++) {
-    await h.json("POST", "/public/v1/contacts", { body: { first_name: i % 5 ? `First${i}` : null, last_name: `Last${i % 7}`, email: i % 3 ? `p${i}@example.com` : null } });
+    // broad: tag "common", account Acme, user U (half the contacts); narrow: tag "rare", Globex, user R (one)
+    // "old": only the six oldest contacts, the far end of a newest-first walk
+    const relations = { tags: [...(i % 2 ? ["common"] : []), ...(i === 7 ? ["rare"] : []), ...(i < 6 ? ["old"] : [])], account_ids: [...(i % 2 ? [acme] : []), ...(i === 7 ? [globex] : [])], assigned_user_id: i % 2 ? user : i === 8 ? rareUser : null };
+    await h.json("POST", "/public/v1/contacts", { body: { first_name: i % 5 ? `First${i}` : null, last_name: `Last${i % 7}`, email: i % 3 ? `p${i}@example.com` : null, ...relations } });
   }
   await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ödön", last_name: "Straße" } });
-  await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } });
 });
 afterAll(() => h.close());
 
@@ -23,20 +35,38 @@ const planOf = (c: Captured): string[] => queryPlan(h.rt.db, c);
 
 /** expectIndexed fails on any full scan of a table that does not go through an index. */
 function expectIndexed(label: string, plan: string[]) {
-  const fullScans = plan.filter((line) => /^SCAN (c|contacts|accounts|users)\b(?! USING)/.test(line));
+  const fullScans = plan.filter((line) => /^SCAN (c|contacts|accounts|users|contact_tags|contact_accounts|ca|ct|tombstones)\b(?! USING)/.test(line));
   expect({ label, plan, fullScans }).toEqual({ label, plan, fullScans: [] });
 }
 
 const INDEX_OF: Record<string, string> = { created_at: "contacts_created", updated_at: "contacts_updated", first_name: "contacts_first_name", last_name: "contacts_last_name", email: "contacts_email" };
 
-const FILTERS: Record<string, ContactFilters> = {
-  none: {},
-  email: { email: "p1@example.com" },
-  "full_name, broad (sort index walked)": { fullName: "irst1" },
-  "full_name, narrow (matches fetched by rowid)": { fullName: "irst12" },
-  created_after: { createdAfter: 0 },
-  updated_after: { updatedAfter: 0 },
-  "email and created_after": { email: "p1@example.com", createdAfter: 0 },
+const FILTERS: Record<string, () => ContactFilters> = {
+  none: () => ({}),
+  email: () => ({ email: "p1@example.com" }),
+  "full_name, broad (sort index walked)": () => ({ fullName: "irst1" }),
+  "full_name, narrow (matches fetched by rowid)": () => ({ fullName: "irst12" }),
+  created_after: () => ({ createdAfter: 0 }),
+  updated_after: () => ({ updatedAfter: 0 }),
+  "email and created_after": () => ({ email: "p1@example.com", createdAfter: 0 }),
+  "tag, broad (sort index walked)": () => ({ tags: ["common"] }),
+  "tag, narrow (matches fetched)": () => ({ tags: ["rare"] }),
+  "two tags": () => ({ tags: ["common", "rare"] }),
+  "account_id, broad": () => ({ accountId: acme }),
+  "account_id, narrow": () => ({ accountId: globex }),
+  "assigned_user_id, broad": () => ({ assignedUserId: user }),
+  "assigned_user_id, narrow": () => ({ assignedUserId: rareUser }),
+  "tag, account_id, assigned_user_id and updated_after together": () => ({ tags: ["common"], accountId: acme, assignedUserId: user, updatedAfter: 0 }),
+};
+
+const WINDOW_COUNT = "SELECT count(*) AS n FROM (SELECT c.rowid AS rid";
+
+/** RELATION_INDEX is the index (or primary key) each relation filter must be read through, fetched or walked. */
+const RELATION_INDEX = {
+  tags: /contact_tags_tag \(tag=\?|ct (EXISTS )?USING PRIMARY KEY \(contact_id=\? AND tag=\?\)/,
+  accountId: /contact_accounts_account \(account_id=\?|ca (EXISTS )?USING PRIMARY KEY \(contact_id=\? AND account_id=\?\)/,
+  // walked: the sort index is read in order and each row's own column is checked
+  assignedUserId: /contacts_assigned_user \(assigned_user_id=\?|(SCAN|SEARCH) c USING INDEX contacts_(created|updated|first_name|last_name|email)\b/,
 };
 
 const CURSORS: Record<string, (sort: string) => CursorPosition | null> = {
@@ -46,8 +76,9 @@ const CURSORS: Record<string, (sort: string) => CursorPosition | null> = {
 };
 
 describe("index use: every documented filter and sort", () => {
-  for (const [filterName, filters] of Object.entries(FILTERS)) {
+  for (const [filterName, filtersOf] of Object.entries(FILTERS)) {
     test(`filter ${filterName}: list and count use indexes in every sort, direction and cursor position`, () => {
+      const filters = filtersOf();
       for (const sortBy of CONTACT_SORTS) {
         for (const direction of ["asc", "desc"] as const) {
           for (const [cursorName, cursor] of Object.entries(CURSORS)) {
@@ -63,6 +94,14 @@ describe("index use: every documented filter and sort", () => {
               if (filters.email) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/contacts_email(_created)? \(email=\?/) });
               // the contact total that decides a name search's plan is one primary-key lookup, checked above
               if (filters.fullName && !c.sql.includes("FROM row_counts")) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/SCAN f VIRTUAL TABLE INDEX \d+:M/) });
+              // a single relation filter counts from the trigger-kept totals; lists and combined counts read the relation
+              // (and a walk's check of how far its window reached reads the sort index alone)
+              const counted = c.sql.includes("FROM contact_filter_counts") || c.sql.includes("FROM row_counts") || c.sql.startsWith(WINDOW_COUNT);
+              for (const key of ["tags", "accountId", "assignedUserId"] as const) {
+                // beside another relation, the assigned user is a check on each row that relation fetched
+                if (key === "assignedUserId" && (filters.tags || filters.accountId)) continue;
+                if (filters[key] !== undefined && !counted) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(RELATION_INDEX[key]) });
+              }
             }
           }
         }
@@ -154,6 +193,106 @@ describe("index use: every documented filter and sort", () => {
     expect(["irst1", "a", "t3", "öd"].map((fullName) => countContacts(h.rt.db, { fullName }) > 0)).toEqual([true, true, true, true]);
   });
 
+  test("a relation filter matching 1 in 8 contacts or more walks the sort index probing the relation's key; a narrower one fetches its matches from the relation's index and sorts them", () => {
+    const planFor = (filters: ContactFilters) => {
+      const { db, captured } = capturing(h.rt.db);
+      listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: countContacts(h.rt.db, filters) });
+      return planOf(captured.find((c) => c.sql.startsWith("SELECT c.id"))!);
+    };
+    expect([countContacts(h.rt.db, { tags: ["common"] }), countContacts(h.rt.db, { tags: ["rare"] }), countContacts(h.rt.db, { accountId: acme }), countContacts(h.rt.db, { accountId: globex })]).toEqual([20, 1, 20, 1]);
+    expect([countContacts(h.rt.db, { assignedUserId: user }), countContacts(h.rt.db, { assignedUserId: rareUser }), countContacts(h.rt.db, { tags: ["common", "rare"] })]).toEqual([20, 1, 1]);
+    const walked = (probe: string) => ["SEARCH c USING INTEGER PRIMARY KEY (rowid=?)", expect.stringMatching(/^LIST SUBQUERY \d+$/), "CO-ROUTINE w", expect.stringMatching(/^SCAN c USING (COVERING )?INDEX contacts_created$/), "SCAN w", ...(probe ? [probe] : []), "USE TEMP B-TREE FOR ORDER BY"];
+    expect(planFor({ tags: ["common"] })).toEqual(walked("SEARCH ct EXISTS USING PRIMARY KEY (contact_id=? AND tag=?)"));
+    expect(planFor({ tags: ["rare"] })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_tags USING COVERING INDEX contact_tags_tag (tag=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+    expect(planFor({ accountId: acme })).toEqual(walked("SEARCH ca EXISTS USING COVERING INDEX contact_accounts_account (account_id=? AND contact_id=?)"));
+    expect(planFor({ accountId: globex })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_accounts USING COVERING INDEX contact_accounts_account (account_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+    expect(planFor({ assignedUserId: user })).toEqual(walked(""));
+    expect(planFor({ assignedUserId: rareUser })).toEqual(["SEARCH c USING INDEX contacts_assigned_user (assigned_user_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+  });
+
+  test("a walk reads a bounded window of the sort index; when the matches lie beyond it (a tag of only the oldest contacts, newest first), the page is fetched instead", () => {
+    const filters = { tags: ["old"] };
+    const { db, captured } = capturing(h.rt.db);
+    const rows = listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: countContacts(h.rt.db, filters) });
+    expect(captured.map((c) => c.sql.slice(0, 40))).toEqual([
+      expect.stringMatching(/^SELECT n FROM row_counts/),
+      expect.stringMatching(/^SELECT c.id/),
+      WINDOW_COUNT.slice(0, 40),
+      expect.stringMatching(/^SELECT n FROM contact_filter_counts/),
+      expect.stringMatching(/^SELECT c.id/),
+    ]);
+    // the window (2 * 2 * 41 / 6 = 28 newest rows) held none of them; the fetch found the newest two
+    expect(planOf(captured.at(-1)!)).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_tags USING COVERING INDEX contact_tags_tag (tag=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+    const fetched = listContacts(h.rt.db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: 0 });
+    expect(rows.map((r) => r.id)).toEqual(fetched.map((r) => r.id));
+    expect(rows).toHaveLength(2);
+  });
+
+  test("at a million contacts (counts set so), a relation walks when a spread walk reads fewer rows than fetching: 10,000 matches walk, 500 fetch", () => {
+    const db = h.rt.db;
+    const firstQuery = (filters: ContactFilters, matches: number) => {
+      const { db: spy, captured } = capturing(db);
+      listContacts(spy, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches });
+      return planOf(captured.find((c) => c.sql.startsWith("SELECT c.id"))!)[0];
+    };
+    const saved = db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'").get()!.n;
+    try {
+      db.run("UPDATE row_counts SET n = 1000000 WHERE table_name = 'contacts'");
+      db.run("UPDATE contact_filter_counts SET n = 10000 WHERE filter = 'tag' AND value = 'common'");
+      db.run("UPDATE contact_filter_counts SET n = 500 WHERE filter = 'tag' AND value = 'rare'");
+      // 25 * 1,000,000 / 10,000 = 2,500 rows to walk, against 10,000 contacts to fetch
+      expect(firstQuery({ tags: ["common"] }, 10000)).toBe("SEARCH c USING INTEGER PRIMARY KEY (rowid=?)");
+      // 25 * 1,000,000 / 500 = 50,000 rows to walk, against 500 to fetch
+      expect(firstQuery({ tags: ["rare"] }, 500)).toBe("SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)");
+      // both tags, 400 matches: 62,500 rows to walk, against the rarer tag's 500 to fetch
+      expect(firstQuery({ tags: ["common", "rare"] }, 400)).toBe("SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)");
+    } finally {
+      db.run("UPDATE row_counts SET n = ? WHERE table_name = 'contacts'", [saved]);
+      db.run("UPDATE contact_filter_counts SET n = 20 WHERE filter = 'tag' AND value = 'common'");
+      db.run("UPDATE contact_filter_counts SET n = 1 WHERE filter = 'tag' AND value = 'rare'");
+    }
+  });
+
+  test("several relation filters fetch the matches of the one with the fewest contacts and probe the others' keys; their count reads only the relation tables", () => {
+    const listed = "SELECT c.id";
+    for (const [filters, list, count, driverValue] of [
+      [{ tags: ["common", "rare"] }, "EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = c.id AND ct.tag = ?) AND c.id IN (SELECT contact_id FROM contact_tags WHERE tag = ?)", "FROM contact_tags d WHERE d.tag = ? AND EXISTS (SELECT 1 FROM contact_tags ct", "rare"],
+      [{ tags: ["rare", "common"] }, "WHERE c.id IN (SELECT contact_id FROM contact_tags WHERE tag = ?)", "FROM contact_tags d WHERE d.tag = ? AND EXISTS (SELECT 1 FROM contact_tags ct", "rare"],
+      [{ tags: ["common"], accountId: globex }, "c.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)", "FROM contact_accounts d WHERE d.account_id = ? AND EXISTS (SELECT 1 FROM contact_tags ct", globex],
+      [{ accountId: acme, assignedUserId: rareUser }, "AND c.assigned_user_id = ?", "FROM contacts d WHERE d.assigned_user_id = ? AND EXISTS (SELECT 1 FROM contact_accounts ca", rareUser],
+    ] as [ContactFilters, string, string, string][]) {
+      const { db, captured } = capturing(h.rt.db);
+      listContacts(db, filters, { sortBy: "last_name", direction: "asc", cursor: null, limit: 25, offset: 0, matches: countContacts(h.rt.db, filters) });
+      countContacts(db, filters);
+      const pages = captured.filter((c) => c.sql.startsWith(listed));
+      const counts = captured.filter((c) => c.sql.startsWith("SELECT count(*)"));
+      expect({ filters, pages: pages.map((c) => c.sql.includes(list)), counts: counts.map((c) => [c.sql.includes(count), c.params[0]]) }).toEqual({ filters, pages: [true], counts: [[true, driverValue]] });
+      for (const c of [...pages, ...counts]) {
+        expect({ filters, plan: planOf(c).join(" | ") }).toEqual({ filters, plan: expect.not.stringMatching(/LIST SUBQUERY \d+ \| .*LIST SUBQUERY/) });
+        expectIndexed(c.sql, planOf(c));
+      }
+    }
+  });
+
+  test("both plans of a relation filter return the same rows for every sort, direction, cursor and page", () => {
+    const single = [{ tags: ["common"] }, { tags: ["rare"] }, { accountId: acme }, { accountId: globex }, { assignedUserId: user }, { assignedUserId: rareUser }];
+    const combined = [{ tags: ["common", "rare"] }, { tags: ["common"], accountId: acme }, { accountId: acme, assignedUserId: user }, { tags: ["common"], accountId: acme, assignedUserId: user }];
+    for (const filters of [...single, ...combined] as ContactFilters[]) {
+      for (const sortBy of CONTACT_SORTS) {
+        for (const direction of ["asc", "desc"] as const) {
+          for (const cursor of Object.values(CURSORS)) {
+            for (const [limit, offset] of [[4, 0], [4, 4], [100, 0]] as const) {
+              const page = { sortBy, direction, cursor: cursor(sortBy), limit, offset };
+              const fetched = listContacts(h.rt.db, filters, { ...page, matches: 0 });
+              const walked = listContacts(h.rt.db, filters, { ...page, matches: 40 });
+              expect({ filters, sortBy, direction, page, ids: walked.map((r) => r.id) }).toEqual({ filters, sortBy, direction, page, ids: fetched.map((r) => r.id) });
+            }
+          }
+        }
+      }
+    }
+  });
+
   test("full_name needles too short for trigrams, or with % or _, still never scan contacts", () => {
     for (const fullName of ["a", "ab", "50%", "a_b"]) {
       const { db, captured } = capturing(h.rt.db);
@@ -170,7 +309,17 @@ describe("index use: every documented filter and sort", () => {
     listAccountsPage(db, { name: "acme" });
     listAccountsPage(db, { domain: "ACME.test" });
     listUsersPage(db, {});
+    const since = new Date(Date.now() - 86_400_000).toISOString();
+    listDeletedPage({ ...h.rt, db }, "contact", { since });
+    listTombstonesSince(db, "account", 0, { cursor: { value: 1_700_000_000_000, id: "acc_x" }, limit: 10, offset: 0 });
+    countTombstonesSince(db, "account", 0);
     const plans = captured.map((c) => ({ sql: c.sql, plan: planOf(c) }));
+    expect(plans.filter((p) => p.sql.includes("FROM tombstones")).map((p) => p.plan.join(" | "))).toEqual([
+      expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
+      expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
+      expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
+      expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
+    ]);
     for (const { sql, plan } of plans) expectIndexed(sql, plan);
     expect(plans.filter((p) => p.sql.includes("FROM accounts") && p.sql.includes("name_key = ?")).map((p) => p.plan.join(" | "))).toEqual([
       expect.stringContaining("accounts_name_key (name_key=?)"),

@@ -132,6 +132,33 @@ describe("migrations: data", () => {
   });
 });
 
+describe("migrations: data, sync api", () => {
+  test("0013 fills contact_tags from each contact's tags and the filter counts from tags, accounts and assigned users", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0013_sync_api.sql");
+    migrate(db, MIGRATIONS.slice(0, version));
+    db.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'One', '{}', 1, 1)");
+    db.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ('usr_1', 'U1', 'u1@crm.test', 1, 1)");
+    db.run(`INSERT INTO contacts (id, assigned_user_id, properties, created_at, updated_at) VALUES
+            ('con_a', 'usr_1', '{"tags":["vip","lead","vip"]}', 1, 1), ('con_b', 'usr_1', '{"tags":"not a list"}', 2, 2), ('con_c', NULL, '{}', 3, 3)`);
+    db.run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('con_a', 'acc_1', 0), ('con_c', 'acc_1', 0)");
+    expect(migrate(db)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(db.query("SELECT contact_id, tag FROM contact_tags ORDER BY contact_id, tag").all()).toEqual([
+      { contact_id: "con_a", tag: "lead" },
+      { contact_id: "con_a", tag: "vip" },
+    ]);
+    expect(db.query("SELECT filter, value, n FROM contact_filter_counts ORDER BY filter, value").all()).toEqual([
+      { filter: "account", value: "acc_1", n: 2 },
+      { filter: "assigned_user", value: "usr_1", n: 2 },
+      { filter: "tag", value: "lead", n: 1 },
+      { filter: "tag", value: "vip", n: 1 },
+    ]);
+    // from then on the triggers keep them: a deleted contact takes its tags, link and assignment along
+    db.run("DELETE FROM contacts WHERE id = 'con_a'");
+    db.run("UPDATE contacts SET assigned_user_id = NULL WHERE id = 'con_b'");
+    expect(db.query("SELECT filter, value, n FROM contact_filter_counts WHERE n > 0 ORDER BY filter, value").all()).toEqual([{ filter: "account", value: "acc_1", n: 1 }]);
+  });
+});
+
 describe("migrations: errors", () => {
   test("a failing backfill rolls its migration back with it", () => {
     const failing: Migration = { version: 1001, name: "1001_fail.sql", sql: "CREATE TABLE mig_c (x INTEGER);", backfill: () => { throw new Error("backfill failed"); } };

@@ -92,3 +92,21 @@ export async function listeningServer(name: string) {
     },
   };
 }
+
+/** eventData lists the outbox events written so far, oldest first, as their type and data. */
+export function eventData(h: Harness): { type: string; data: unknown }[] {
+  return h.rt.db
+    .query<{ payload: string }, []>("SELECT payload FROM events ORDER BY id")
+    .all()
+    .map((r) => {
+      const { type, data } = JSON.parse(r.payload) as { type: string; data: unknown };
+      return { type, data };
+    });
+}
+
+/** postAccount creates an account through the API, expects 201 and returns it. */
+export async function postAccount(h: Harness, body: Record<string, unknown>) {
+  const res = await h.json("POST", "/public/v1/accounts", { body });
+  expect(res.status).toBe(201);
+  return res.body.data;
+}

@@ -113,6 +113,27 @@ describe("contacts batch: happy paths", () => {
     expect(stored.body.data).toMatchObject({ id: globex, name: "Globex", domain: "globex.test", tier: "gold" });
     expect((await h.json("GET", `/public/v1/accounts/${acme.id}`)).body.data).toMatchObject({ name: "Acme Ltd", domain: "acme.test" });
     expect(accountCount()).toBe(3);
+    // each account that changed sends its event, as POST and PATCH do; the unchanged one sends none
+    expect(eventPayloads().map((e) => [e.type, e.data.id])).toEqual([
+      ["account.created", acme.id],
+      ["account.created", muller.id],
+      ["account.updated", acme.id],
+      ["account.updated", muller.id],
+      ["account.created", globex],
+    ]);
+  });
+
+  test("a new contact needs a name, email or phone, as on POST; an update by external_id does not", async () => {
+    const known = await created("/public/v1/contacts", { external_id: "src-9", first_name: "Known" });
+    const res = await h.json("POST", CONTACTS, { body: { items: [{ external_id: "src-9", tags: ["vip"] }, { tags: ["vip"] }] } });
+    expect(res.body).toEqual({
+      data: [
+        { status: "updated", id: known.id },
+        { status: "invalid", errors: [{ pointer: "/items/1", detail: "needs at least one of email, first_name, last_name, phone" }] },
+      ],
+    });
+    expect((await h.json("GET", "/public/v1/contacts?tag=vip")).body.data.map((c: any) => c.id)).toEqual([known.id]);
+    expect(contactCount(h)).toBe(1);
   });
 
   test("a batch counts as one write plus one per 100 items against the token's write bucket", async () => {
@@ -200,7 +221,7 @@ describe("contacts batch: errors", () => {
   });
 
   test("an external_id already held by another contact is 409 on POST and PATCH, and changes nothing", async () => {
-    const holder = await created("/public/v1/contacts", { external_id: "src-1" });
+    const holder = await created("/public/v1/contacts", { external_id: "src-1", first_name: "Holder" });
     const other = await created("/public/v1/contacts", { email: "o@example.com" });
     const post = await h.json("POST", "/public/v1/contacts", { body: { external_id: "src-1" } });
     expectProblem(post, 409, "external-id-taken");

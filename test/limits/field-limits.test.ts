@@ -62,7 +62,9 @@ async function limitCase(path: string, atLimit: Record<string, unknown>, overLim
   return accepted.body.data;
 }
 
-const contacts = (at: Record<string, unknown>, over: Record<string, unknown>, errors: Record<string, string>[]) => limitCase("/public/v1/contacts", at, over, errors, "contacts");
+// A contact needs a name, email or phone: cases about other fields carry a phone number.
+const identified = (body: Record<string, unknown>) => (["first_name", "last_name", "email", "phone"].some((f) => f in body) ? body : { phone: "+1 555 0100", ...body });
+const contacts = (at: Record<string, unknown>, over: Record<string, unknown>, errors: Record<string, string>[]) => limitCase("/public/v1/contacts", identified(at), identified(over), errors, "contacts");
 
 describe("field limits: contacts, at the limit accepted, one over refused naming field and limit", () => {
   test(`first_name and last_name: ${MAX_NAME_LENGTH} characters`, async () => {
@@ -192,7 +194,7 @@ describe("field limits: accounts", () => {
 });
 
 describe("field limits: webhook subscriptions", () => {
-  const kinds = ["contact.created", "contact.updated", "contact.deleted", "webhook.ping"];
+  const kinds = ["contact.created", "contact.updated", "contact.deleted", "account.created", "account.updated", "account.deleted", "webhook.ping"];
   const subscriptions = (at: Record<string, unknown>, over: Record<string, unknown>, errors: Record<string, string>[]) => limitCase("/public/v1/webhook-subscriptions", at, over, errors, "webhook_subscriptions");
 
   test(`description: ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters; target_url: ${MAX_TARGET_URL_LENGTH}`, async () => {
@@ -210,7 +212,7 @@ describe("field limits: webhook subscriptions", () => {
     expect(kinds).toHaveLength(MAX_EVENTS_PER_SUBSCRIPTION);
     const target_url = "https://hooks.example.com/crm";
     await subscriptions({ target_url, events: kinds }, { target_url, events: [...kinds, "contact.created"] }, [
-      { pointer: "/events", detail: "must be a non-empty list of distinct event kinds from: contact.created, contact.updated, contact.deleted, webhook.ping" },
+      { pointer: "/events", detail: "must be a non-empty list of distinct event kinds from: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping" },
     ]);
   });
 

@@ -31,14 +31,14 @@ const nested = (levels: number) => `${'{"a":'.repeat(levels - 1)}{}${"}".repeat(
 
 describe("safe JSON: accepted", () => {
   test(`nesting of exactly ${MAX_JSON_DEPTH} levels is accepted and stored as given`, async () => {
-    const body = `{"deep":${nested(MAX_JSON_DEPTH - 1)}}`;
+    const body = `{"email":"deep@example.com","deep":${nested(MAX_JSON_DEPTH - 1)}}`;
     const res = await post(body);
     expect(res.status).toBe(201);
     expect(res.body.data.deep).toEqual(JSON.parse(body).deep);
   });
 
   test("numbers at ±(2^53 - 1), fractions, tiny exponents and escaped keys are accepted", async () => {
-    const res = await post('{"max":9007199254740991,"min":-9007199254740991,"f":0.1,"tiny":1e-400,"big":1.5e15,"k\\u0065y":"v","emoji":"\\ud83d\\ude00"}');
+    const res = await post('{"email":"n@example.com","max":9007199254740991,"min":-9007199254740991,"f":0.1,"tiny":1e-400,"big":1.5e15,"k\\u0065y":"v","emoji":"\\ud83d\\ude00"}');
     expect(res.status).toBe(201);
     expect(res.body.data).toMatchObject({ max: 9007199254740991, min: -9007199254740991, f: 0.1, tiny: 0, big: 1.5e15, key: "v", emoji: "😀" });
   });
@@ -119,7 +119,7 @@ describe("safe JSON: hostile shapes", () => {
 
   test("many backslashes and quotes do not trip the string scan", async () => {
     const value = `${'\\"'.repeat(1000)}${"\\\\".repeat(1000)}`;
-    const res = await post(`{"note":"${value}","other":"x\\\\"}`);
+    const res = await post(`{"email":"q@example.com","note":"${value}","other":"x\\\\"}`);
     expect(res.status).toBe(201);
     expect(res.body.data.note).toBe(`${'"'.repeat(1000)}${"\\".repeat(1000)}`);
     expect(res.body.data.other).toBe("x\\");

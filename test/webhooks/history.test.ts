@@ -172,7 +172,7 @@ describe("delivery history: errors", () => {
     expect(res.body.errors).toEqual(
       expect.arrayContaining([
         { parameter: "status", detail: "must be one of: pending, succeeded, failed" },
-        { parameter: "event", detail: "must be one of: contact.created, contact.updated, contact.deleted, webhook.ping" },
+        { parameter: "event", detail: "must be one of: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping" },
       ]),
     );
     const time = await h.json("GET", "/public/v1/webhook-deliveries?created_after=yesterday");

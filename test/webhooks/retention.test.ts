@@ -28,11 +28,16 @@ describe("retention", () => {
     const deliveries = await waitForAttempts(h);
     await failing.stop();
     expect(deliveries.map((d) => [d.subscription_id, d.status]).sort()).toEqual([[okSub.id, "succeeded"], [pendingSub.id, "pending"]].sort());
-    expect([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts"), count("idempotency_keys")]).toEqual([3, 2, 2, 1]);
+    expect([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts"), count("idempotency_keys")]).toEqual([4, 2, 2, 1]);
 
-    expect(await pruneHistory(h.rt, Date.now() + 29 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 1 });
-    expect(await pruneHistory(h.rt, Date.now() + 31 * DAY)).toEqual({ deliveries: 1, events: 2, idempotency_keys: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + 29 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 1, tombstones: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + 31 * DAY)).toEqual({ deliveries: 1, events: 3, idempotency_keys: 0, tombstones: 0 });
     expect([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts")]).toEqual([1, 1, 1]);
+    // The deleted contact's tombstone outlives the delivery history: 90 days by default.
+    expect(count("tombstones")).toBe(1);
+    expect(await pruneHistory(h.rt, Date.now() + 89 * DAY)).toMatchObject({ tombstones: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + 91 * DAY)).toMatchObject({ tombstones: 1 });
+    expect(count("tombstones")).toBe(0);
     const [left] = await h.deliveries();
     expect(left).toMatchObject({ subscription_id: pendingSub.id, status: "pending" });
   });
@@ -53,7 +58,7 @@ describe("retention: recent history", () => {
     await h.subscribe(r.url, ["contact.created"]);
     await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
     await settledDeliveries(h);
-    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0 });
+    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, tombstones: 0 });
     expect(count("webhook_deliveries")).toBe(1);
   });
 });

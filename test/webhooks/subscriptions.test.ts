@@ -5,7 +5,7 @@ import { createHarness, type Harness } from "../support/harness.ts";
 const SUB_ID = /^sub_[0-9A-Z]{26}$/;
 const SECRET = /^whsec_[A-Za-z0-9+/]{43}=$/;
 const MASKED = /^whsec_[A-Za-z0-9+/]{4}…$/;
-const KINDS = "contact.created, contact.updated, contact.deleted, webhook.ping";
+const KINDS = "contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping";
 
 let h: Harness;
 afterEach(() => h?.close());

@@ -1,0 +1,17 @@
+import { t } from "elysia";
+import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
+
+/** TOMBSTONE_FILTERS are the parameters of a deleted list that choose its rows. */
+export const TOMBSTONE_FILTERS = ["since"] as const;
+
+/** Tombstone is a deleted contact or account as the deleted lists return it. */
+export const Tombstone = t.Object({
+  id: t.String({ examples: ["con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M"] }),
+  deleted_at: t.String({ format: "date-time" }),
+});
+export type Tombstone = typeof Tombstone.static;
+
+export const TombstoneListQuery = paginationQuerySchema(null, {
+  since: timestampFilterSchema("Only deletions after this time; older than the tombstone retention is 410 (resync in full)."),
+});
+export const TombstoneListEnvelope = t.Object({ data: t.Array(Tombstone), meta: ListMetaSchema });

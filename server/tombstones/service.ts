@@ -1,0 +1,43 @@
+import { ProblemError } from "../shared/problem.ts";
+import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
+import type { Runtime } from "../runtime.ts";
+import { DAY_MS, toTimestamp } from "../shared/time.ts";
+import { TOMBSTONE_FILTERS, type Tombstone } from "./model.ts";
+import { countTombstonesSince, deleteTombstonesBefore, listTombstonesSince, type Resource, type TombstoneRow } from "./store.ts";
+
+/** tombstoneHorizon is the oldest deletion time still known: every deletion after it has its tombstone. */
+function tombstoneHorizon(rt: Runtime, now: number): number {
+  return now - rt.config.tombstoneRetentionDays * DAY_MS;
+}
+
+/**
+ * listDeletedPage answers GET /contacts/deleted and /accounts/deleted: the deletions after `since`,
+ * oldest first. A `since` before the retention horizon is 410: deletions from then may be pruned,
+ * so an empty page would be a lie; the caller resyncs in full.
+ */
+export function listDeletedPage(rt: Runtime, resource: Resource, query: Record<string, unknown>, now = Date.now()): { data: Tombstone[]; meta: ListMeta } {
+  const list = parseListQuery(query, { sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS });
+  const since = parseTimestampFilter("since", query.since);
+  const horizon = tombstoneHorizon(rt, now);
+  if (since !== undefined && since < horizon) {
+    throw new ProblemError(
+      410,
+      "deletions-expired",
+      `Deletions are kept for ${rt.config.tombstoneRetentionDays} days; those before ${toTimestamp(horizon)} may be gone. List every ${resource} to resync, then poll from the time the resync started.`,
+      [{ parameter: "since", detail: `must be ${toTimestamp(horizon)} or later` }],
+      {},
+      { retained_since: toTimestamp(horizon) },
+    );
+  }
+  const after = since ?? -1;
+  const rows = listTombstonesSince(rt.db, resource, after, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  return {
+    data: rows.map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at) })),
+    meta: listMeta(list, countTombstonesSince(rt.db, resource, after), rows, (row: TombstoneRow) => row.deleted_at, query, TOMBSTONE_FILTERS),
+  };
+}
+
+/** pruneTombstones deletes up to `limit` tombstones past the retention and returns how many. */
+export function pruneTombstones(rt: Runtime, now: number, limit: number): number {
+  return deleteTombstonesBefore(rt.db, tombstoneHorizon(rt, now), limit);
+}

@@ -1,0 +1,196 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { listAccounts } from "../../server/accounts/store.ts";
+import { ACCOUNT_SORTS } from "../../server/accounts/model.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { capturing, queryPlan } from "../support/query-plans.ts";
+import { ISO, eventData, eventTypes, expectProblem, postAccount, validation } from "./support.ts";
+
+let h: Harness;
+beforeEach(() => {
+  h = createHarness({ rateReadBurst: 10_000, rateWriteBurst: 10_000 });
+});
+afterEach(() => h.close());
+
+const MISSING = "acc_00000000000000000000000000";
+const page = (total: number, perPage = 25, nextCursor: string | null = null) => ({ current_page: 1, last_page: Math.max(1, Math.ceil(total / perPage)), per_page: perPage, total, next_cursor: nextCursor });
+
+const account = (body: Record<string, unknown>) => postAccount(h, body);
+
+describe("accounts sync: happy paths", () => {
+  test("POST answers Location and sends account.created with the account", async () => {
+    const res = await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test", tier: "gold" } });
+    expect(res.headers.get("location")).toBe(`/public/v1/accounts/${res.body.data.id}`);
+    expect(eventData(h)).toEqual([{ type: "account.created", data: res.body.data }]);
+  });
+
+  test("PATCH replaces given fields, null clears domain and further properties, and sends account.updated; a no-op sends nothing", async () => {
+    const a = await account({ name: "Acme", domain: "acme.test", tier: "gold", region: "eu" });
+    await Bun.sleep(2);
+    const res = await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name: "Acme Corp", domain: null, tier: "platinum", region: null } });
+    expect(res.status).toBe(200);
+    const expected = { id: a.id, name: "Acme Corp", domain: null, tier: "platinum", created_at: a.created_at, updated_at: res.body.data.updated_at };
+    expect(res.body).toEqual({ data: expected });
+    expect(res.body.data.updated_at).toMatch(ISO);
+    expect(res.body.data.updated_at > a.updated_at).toBe(true);
+    expect((await h.json("GET", `/public/v1/accounts/${a.id}`)).body).toEqual({ data: expected });
+    // the name filter finds it by its new name
+    expect((await h.json("GET", "/public/v1/accounts?name=ACME%20CORP")).body.data).toEqual([expected]);
+    const again = await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name: "Acme Corp", tier: "platinum" } });
+    expect(again.body).toEqual({ data: expected });
+    expect(eventData(h)).toEqual([
+      { type: "account.created", data: a },
+      { type: "account.updated", data: expected },
+    ]);
+  });
+
+  test("DELETE answers 204, unlinks its contacts (each updated, with contact.updated), sends account.deleted and leaves a tombstone", async () => {
+    const a = await account({ name: "Acme" });
+    const b = await account({ name: "Globex" });
+    const linked = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", account_ids: [b.id, a.id] } })).body.data;
+    const other = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Bob", account_ids: [b.id] } })).body.data;
+    await Bun.sleep(2);
+    const res = await h.request("DELETE", `/public/v1/accounts/${a.id}`);
+    expect([res.status, await res.text()]).toEqual([204, ""]);
+    expectProblem(await h.json("GET", `/public/v1/accounts/${a.id}`), 404, "not-found");
+    const after = (await h.json("GET", `/public/v1/contacts/${linked.id}`)).body.data;
+    expect(after).toEqual({ ...linked, account_ids: [b.id], version: linked.version + 1, updated_at: after.updated_at });
+    expect(after.updated_at > linked.updated_at).toBe(true);
+    expect((await h.json("GET", `/public/v1/contacts/${other.id}`)).body.data).toEqual(other);
+    const events = eventData(h).slice(4);
+    const deletedAt = (events[1]!.data as { deleted_at: string }).deleted_at;
+    expect(events).toEqual([
+      { type: "contact.updated", data: after },
+      { type: "account.deleted", data: { id: a.id, deleted_at: deletedAt } },
+    ]);
+    expect(deletedAt).toBe(after.updated_at);
+    expect((await h.json("GET", "/public/v1/accounts/deleted")).body).toEqual({ data: [{ id: a.id, deleted_at: deletedAt }], meta: page(1) });
+    // the relation table and the row's copy agree, and the contact is no longer found by the account
+    expect(h.rt.db.query("SELECT account_id FROM contact_accounts WHERE contact_id = ?").all(linked.id)).toEqual([{ account_id: b.id }]);
+    expect((await h.json("GET", `/public/v1/contacts?account_id=${a.id}`)).body).toEqual({ data: [], meta: page(0) });
+  });
+
+  test("the list sorts by created_at, updated_at, name and domain both ways, stable, and pages by cursor to the same order", async () => {
+    const made = [];
+    for (const [name, domain] of [["beta", "b.test"], ["Alpha", null], ["gamma", "a.test"], ["alpha", "c.test"], ["Älpha", null]] as const) {
+      made.push(await account({ name, domain }));
+      await Bun.sleep(2);
+    }
+    const touched = (await h.json("PATCH", `/public/v1/accounts/${made[1].id}`, { body: { tier: "x" } })).body.data;
+    made[1] = touched;
+    const byId = (a: any, b: any) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+    const key = { created_at: (a: any) => a.created_at, updated_at: (a: any) => a.updated_at, name: (a: any) => a.name.normalize("NFC").toLowerCase(), domain: (a: any) => a.domain };
+    for (const sort of ACCOUNT_SORTS) {
+      for (const direction of ["asc", "desc"] as const) {
+        const expected = [...made]
+          .sort((a, b) => {
+            const [ka, kb] = [key[sort](a), key[sort](b)];
+            const r = ka === kb ? byId(a, b) : ka === null ? -1 : kb === null ? 1 : ka < kb ? -1 : 1;
+            return direction === "asc" ? r : -r;
+          })
+          .map((a) => a.id);
+        const whole = (await h.json("GET", `/public/v1/accounts?sort_by=${sort}&sort_direction=${direction}`)).body;
+        expect({ sort, direction, ids: whole.data.map((a: any) => a.id) }).toEqual({ sort, direction, ids: expected });
+        const walked: string[] = [];
+        let cursor: string | null = null;
+        do {
+          const res: any = (await h.json("GET", `/public/v1/accounts?sort_by=${sort}&sort_direction=${direction}&per_page=2${cursor ? `&cursor=${cursor}` : ""}`)).body;
+          walked.push(...res.data.map((a: any) => a.id));
+          cursor = res.meta.next_cursor;
+        } while (cursor);
+        expect({ sort, direction, ids: walked }).toEqual({ sort, direction, ids: expected });
+      }
+    }
+  });
+
+  test("updated_after and created_after find what changed after a time, with every sort", async () => {
+    const a = await account({ name: "A" });
+    await Bun.sleep(3);
+    const b = await account({ name: "B" });
+    await Bun.sleep(3);
+    const a2 = (await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name: "A2" } })).body.data;
+    const since = encodeURIComponent(b.created_at);
+    expect((await h.json("GET", `/public/v1/accounts?updated_after=${since}&sort_by=updated_at`)).body).toEqual({ data: [a2], meta: page(1) });
+    expect((await h.json("GET", `/public/v1/accounts?created_after=${encodeURIComponent(a.created_at)}&sort_by=name&sort_direction=desc`)).body).toEqual({ data: [b], meta: page(1) });
+  });
+
+  test("every account sort, direction, cursor and filter is served by an index", async () => {
+    await account({ name: "Acme", domain: "acme.test" });
+    for (const sortBy of ACCOUNT_SORTS) {
+      for (const direction of ["asc", "desc"] as const) {
+        for (const cursor of [null, { value: sortBy.endsWith("_at") ? 1 : "m", id: "acc_x" }, { value: null, id: "acc_x" }]) {
+          for (const filters of [{}, { name: "acme" }, { domain: "acme.test" }, { updatedAfter: 0 }, { createdAfter: 0, name: "acme" }]) {
+            const { db, captured } = capturing(h.rt.db);
+            listAccounts(db, filters, { sortBy, direction, cursor, limit: 10, offset: 0 });
+            for (const c of captured) {
+              const plan = queryPlan(h.rt.db, c);
+              expect({ sortBy, direction, cursor, filters, scans: plan.filter((line) => /^SCAN accounts\b(?! USING)/.test(line)) }).toEqual({ sortBy, direction, cursor, filters, scans: [] });
+            }
+          }
+        }
+      }
+    }
+  });
+});
+
+describe("accounts sync: errors", () => {
+  test("PATCH of an unknown account is 404; bad fields, read-only fields and unknown list parameters are 422; nothing changes", async () => {
+    const a = await account({ name: "Acme" });
+    expect((await h.json("PATCH", `/public/v1/accounts/${MISSING}`, { body: { name: "X" } })).body).toEqual({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No account with id "${MISSING}" exists.` });
+    expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name: "" } })).body).toEqual(validation([{ pointer: "/name", detail: "is required: a string of 1 to 200 characters" }]));
+    expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { domain: "not a domain" } })).body).toEqual(validation([{ pointer: "/domain", detail: "must be a domain name like example.com, or null" }]));
+    expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { id: "acc_other", created_at: "2020-01-01T00:00:00Z" } })).body).toEqual(
+      validation([
+        { pointer: "/id", detail: "is read-only" },
+        { pointer: "/created_at", detail: "is read-only" },
+      ]),
+    );
+    expect((await h.json("GET", "/public/v1/accounts?sort_by=industry")).body).toEqual(
+      validation([{ parameter: "sort_by", detail: "must be one of: created_at, updated_at, name, domain" }], "The request has invalid fields."),
+    );
+    expect((await h.json("GET", "/public/v1/accounts?updated_after=yesterday")).body).toEqual(validation([{ parameter: "updated_after", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]));
+    expect((await h.json("GET", `/public/v1/accounts/${a.id}`)).body).toEqual({ data: a });
+    expect(eventTypes(h)).toEqual(["account.created"]);
+  });
+
+  test("DELETE of an unknown account is 404 and a second DELETE too; the deleted list refuses a bad since, and one older than the retention is 410", async () => {
+    const a = await account({ name: "Acme" });
+    expect((await h.json("DELETE", `/public/v1/accounts/${MISSING}`)).body).toEqual({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No account with id "${MISSING}" exists.` });
+    expect((await h.request("DELETE", `/public/v1/accounts/${a.id}`)).status).toBe(204);
+    expect((await h.json("DELETE", `/public/v1/accounts/${a.id}`)).status).toBe(404);
+    expect(eventTypes(h)).toEqual(["account.created", "account.deleted"]);
+    expect((await h.json("GET", "/public/v1/accounts/deleted?since=last%20week")).body).toEqual(validation([{ parameter: "since", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]));
+    const old = new Date(Date.now() - 91 * 86_400_000).toISOString();
+    const gone = await h.json("GET", `/public/v1/accounts/deleted?since=${old}`);
+    expect(gone.status).toBe(410);
+    expect(gone.headers.get("content-type")).toBe("application/problem+json");
+    const horizon = gone.body.retained_since;
+    expect(gone.body).toEqual({
+      type: "urn:crm:problem:deletions-expired",
+      title: "Gone",
+      status: 410,
+      detail: `Deletions are kept for 90 days; those before ${horizon} may be gone. List every account to resync, then poll from the time the resync started.`,
+      errors: [{ parameter: "since", detail: `must be ${horizon} or later` }],
+      retained_since: horizon,
+    });
+  });
+});
+
+describe("accounts sync: security", () => {
+  test("PATCH, DELETE and the deleted list need a token and change nothing without one", async () => {
+    const a = await account({ name: "Acme" });
+    for (const [method, path] of [["PATCH", `/public/v1/accounts/${a.id}`], ["DELETE", `/public/v1/accounts/${a.id}`], ["GET", "/public/v1/accounts/deleted"]] as const) {
+      const res = await h.json(method, path, { body: method === "PATCH" ? { name: "Evil" } : undefined, headers: { authorization: "Bearer crm_wrong" } });
+      expectProblem(res, 401, "unauthorized");
+      expect(res.headers.get("www-authenticate")).toStartWith("Bearer");
+    }
+    expect((await h.json("GET", `/public/v1/accounts/${a.id}`)).body).toEqual({ data: a });
+    expect(eventTypes(h)).toEqual(["account.created"]);
+  });
+
+  test("filter and property values are data, never SQL", async () => {
+    const a = await account({ name: "Acme" });
+    const evil = "x' OR 1=1 --";
+    expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { note: evil } })).body.data.note).toBe(evil);
+    expect((await h.json("GET", `/public/v1/accounts?name=${encodeURIComponent(evil)}`)).body).toEqual({ data: [], meta: page(0) });
+  });
+});

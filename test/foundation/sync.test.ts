@@ -1,0 +1,193 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createUser } from "../../server/users/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+
+// The README's sync recipe ("Keeping another system in step") run against random concurrent
+// writers: a second store, a plain map, polled in step through updated_after and the deleted list.
+
+let h: Harness;
+beforeEach(() => {
+  h = createHarness({ rateReadBurst: 1_000_000, rateReadPerSecond: 1_000_000, rateWriteBurst: 1_000_000, rateWritePerSecond: 1_000_000 });
+});
+afterEach(() => h.close());
+
+/** random is a small seeded generator (mulberry32), so a failing run can be replayed from its seed. */
+function random(seed: number) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(items: T[]): T => items[Math.floor(next() * items.length)]! };
+}
+
+// The README says 5 s, which would reread the whole of this short test and hide a missed change.
+// 1 ms is what one process needs: a change committed after a read carries that millisecond or a later one.
+const OVERLAP_MS = 1;
+const TAGS = ["vip", "lead", "customer", "churned", "a/b c"];
+
+/** Poller keeps a map of contacts in step with the API, as the README's recipe says. */
+class Poller {
+  readonly copy = new Map<string, any>();
+  updatedSince: string | null = null;
+  deletedSince: string | null = null;
+  resyncs = 0;
+
+  async readAll(path: string): Promise<any[]> {
+    const rows: any[] = [];
+    let cursor: string | null = null;
+    do {
+      const res: any = await h.json("GET", `${path}${path.includes("?") ? "&" : "?"}per_page=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      if (res.status !== 200) return Promise.reject(Object.assign(new Error(`${path}: ${res.status}`), { response: res }));
+      rows.push(...res.body.data);
+      cursor = res.body.meta.next_cursor;
+    } while (cursor);
+    return rows;
+  }
+
+  /** resync replaces the copy with a full read (first run, or after a gap longer than the tombstones are kept). */
+  async resync() {
+    this.resyncs++;
+    const started = new Date(Date.now() - OVERLAP_MS).toISOString();
+    const all = await this.readAll("/public/v1/contacts?sort_by=created_at&sort_direction=asc");
+    this.copy.clear();
+    for (const contact of all) this.copy.set(contact.id, contact);
+    this.updatedSince = started;
+    this.deletedSince = started;
+  }
+
+  /** round reads what changed, then what was deleted, since the last round (minus an overlap). */
+  async round() {
+    if (this.updatedSince === null) return this.resync();
+    const changed = await this.readAll(`/public/v1/contacts?updated_after=${encodeURIComponent(this.updatedSince)}&sort_by=updated_at&sort_direction=asc`);
+    let newest = Date.parse(this.updatedSince) + OVERLAP_MS;
+    for (const contact of changed) {
+      const held = this.copy.get(contact.id);
+      if (!held || held.updated_at <= contact.updated_at) this.copy.set(contact.id, contact);
+      newest = Math.max(newest, Date.parse(contact.updated_at));
+    }
+    this.updatedSince = new Date(newest - OVERLAP_MS).toISOString();
+    let deleted: any[];
+    try {
+      deleted = await this.readAll(`/public/v1/contacts/deleted?since=${encodeURIComponent(this.deletedSince!)}`);
+    } catch (error) {
+      if ((error as { response?: { status: number } }).response?.status === 410) return this.resync();
+      throw error;
+    }
+    let newestDeletion = Date.parse(this.deletedSince!) + OVERLAP_MS;
+    for (const tombstone of deleted) {
+      this.copy.delete(tombstone.id);
+      newestDeletion = Math.max(newestDeletion, Date.parse(tombstone.deleted_at));
+    }
+    this.deletedSince = new Date(newestDeletion - OVERLAP_MS).toISOString();
+  }
+}
+
+/** writer makes `steps` random changes: creates, PATCHes, relation changes, deletes, account deletions. */
+async function writer(seed: number, steps: number, accounts: string[], users: string[]) {
+  const rnd = random(seed);
+  const mine: string[] = [];
+  for (let step = 0; step < steps; step++) {
+    const roll = rnd.next();
+    const target = mine.length ? rnd.pick(mine) : null;
+    if (!target || roll < 0.25) {
+      const res = await h.json("POST", "/public/v1/contacts", {
+        body: { first_name: `W${seed}-${step}`, email: rnd.next() < 0.5 ? `w${seed}.${step}@example.com` : null, tags: [rnd.pick(TAGS)], account_ids: rnd.next() < 0.5 ? [rnd.pick(accounts)] : [], assigned_user_id: rnd.pick([...users, null]) },
+      });
+      if (res.status === 201) mine.push(res.body.data.id);
+      continue;
+    }
+    if (roll < 0.4) await h.json("PATCH", `/public/v1/contacts/${target}`, { body: { last_name: `L${rnd.int(1000)}`, phone: rnd.next() < 0.5 ? null : `+1 555 ${rnd.int(10000)}`, custom_fields: { n: rnd.int(100) } } });
+    else if (roll < 0.55) await h.json("POST", `/public/v1/contacts/${target}/accounts`, { body: { account_id: rnd.pick(accounts) } });
+    else if (roll < 0.65) await h.json("DELETE", `/public/v1/contacts/${target}/accounts/${rnd.pick(accounts)}`);
+    else if (roll < 0.78) await h.json("POST", `/public/v1/contacts/${target}/tags`, { body: { tag: rnd.pick(TAGS) } });
+    else if (roll < 0.88) await h.json("DELETE", `/public/v1/contacts/${target}/tags/${encodeURIComponent(rnd.pick(TAGS))}`);
+    else if (roll < 0.985) {
+      await h.request("DELETE", `/public/v1/contacts/${target}`);
+      mine.splice(mine.indexOf(target), 1);
+    } else {
+      // deleting an account changes every contact linked to it; a new one takes its place
+      const gone = rnd.pick(accounts);
+      await h.request("DELETE", `/public/v1/accounts/${gone}`);
+      accounts.splice(accounts.indexOf(gone), 1, (await h.json("POST", "/public/v1/accounts", { body: { name: `Replacement ${seed}-${step}` } })).body.data.id);
+    }
+    // let the poller in between some writes
+    if (rnd.next() < 0.3) await Bun.sleep(0);
+  }
+}
+
+async function setUp() {
+  const accounts: string[] = [];
+  for (let i = 0; i < 6; i++) accounts.push((await h.json("POST", "/public/v1/accounts", { body: { name: `Account ${i}` } })).body.data.id);
+  const users = [createUser(h.rt.db, { name: "U1", email: "u1@example.com" }).id, createUser(h.rt.db, { name: "U2", email: "u2@example.com" }).id];
+  // some contacts exist before the sync starts
+  await writer(99, 20, accounts, users);
+  return { accounts, users };
+}
+
+/** pollWhile runs rounds until `done` settles, pausing `pauseMs` between them. */
+async function pollWhile(poller: Poller, done: Promise<unknown>, pauseMs: number) {
+  let finished = false;
+  void done.then(() => (finished = true));
+  while (!finished) {
+    await poller.round();
+    await Bun.sleep(pauseMs);
+  }
+}
+
+async function expectInStep(poller: Poller) {
+  await poller.round();
+  const truth = await poller.readAll("/public/v1/contacts?sort_by=created_at&sort_direction=asc");
+  expect(truth.length).toBeGreaterThan(10);
+  expect(Object.fromEntries(poller.copy)).toEqual(Object.fromEntries(truth.map((c) => [c.id, c])));
+}
+
+describe("two-way sync by polling", () => {
+  test("random concurrent writers; a poller following updated_after and the deleted list ends equal to the API", async () => {
+    const { accounts, users } = await setUp();
+    const poller = new Poller();
+    const writers = Promise.all([1, 2, 3, 4].map((seed) => writer(seed, 60, [...accounts], users)));
+    await pollWhile(poller, writers, 1);
+    await writers;
+    await expectInStep(poller);
+    expect(poller.resyncs).toBe(1);
+    // deletions happened and were followed
+    expect(h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM tombstones WHERE resource = 'contact'").get()!.n).toBeGreaterThan(5);
+  });
+
+  test("the poller stopped for a while in the middle catches up from where it stopped", async () => {
+    const { accounts, users } = await setUp();
+    const poller = new Poller();
+    const first = Promise.all([1, 2].map((seed) => writer(seed, 40, [...accounts], users)));
+    await pollWhile(poller, first, 1);
+    await first;
+    const stoppedAt = { updated: poller.updatedSince, deleted: poller.deletedSince };
+    // down: writers go on, nobody polls
+    await Promise.all([3, 4, 5].map((seed) => writer(seed, 60, [...accounts], users)));
+    expect({ updated: poller.updatedSince, deleted: poller.deletedSince }).toEqual(stoppedAt);
+    const last = Promise.all([6, 7].map((seed) => writer(seed, 40, [...accounts], users)));
+    await pollWhile(poller, last, 1);
+    await last;
+    await expectInStep(poller);
+    expect(poller.resyncs).toBe(1);
+  });
+
+  test("a poller away longer than the tombstones are kept gets 410 and resyncs in full, dropping what was deleted meanwhile", async () => {
+    const { accounts, users } = await setUp();
+    const poller = new Poller();
+    await poller.round();
+    // as if it had stopped 100 days ago, holding a contact deleted since then
+    const ghost = [...poller.copy.values()][0];
+    await h.request("DELETE", `/public/v1/contacts/${ghost.id}`);
+    const longAgo = new Date(Date.now() - 100 * 86_400_000).toISOString();
+    poller.updatedSince = longAgo;
+    poller.deletedSince = longAgo;
+    await writer(5, 40, [...accounts], users);
+    await expectInStep(poller);
+    expect(poller.copy.has(ghost.id)).toBe(false);
+    expect(poller.resyncs).toBe(2);
+  });
+});

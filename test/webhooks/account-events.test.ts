@@ -1,0 +1,44 @@
+import { describe, expect, test } from "bun:test";
+import { Webhook } from "standardwebhooks";
+import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+
+const scope = webhookTestScope();
+const receiver = scope.receiver;
+let h: WebhookHarness;
+
+describe("account and relation events: happy paths", () => {
+  test("account.created, account.updated, the contact.updated of a link and of an account's deletion, and account.deleted reach a receiver, signed, with whole bodies", async () => {
+    h = scope.harness();
+    const r = receiver();
+    const sub = await h.subscribe(r.url, ["account.created", "account.updated", "account.deleted", "contact.updated"]);
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } })).body.data;
+    const renamed = (await h.json("PATCH", `/public/v1/accounts/${account.id}`, { body: { name: "Acme Corp" } })).body.data;
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data;
+    const linked = (await h.json("POST", `/public/v1/contacts/${contact.id}/accounts`, { body: { account_id: account.id } })).body.data;
+    expect((await h.request("DELETE", `/public/v1/accounts/${account.id}`)).status).toBe(204);
+    const unlinked = (await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data;
+    await waitFor(() => r.received.length === 5, "five deliveries");
+    const verifier = new Webhook(sub.secret);
+    const events = r.received.map((got) => {
+      const { event_id, ...event } = verifier.verify(got.body, got.headers) as { type: string; event_id: string; timestamp: string; data: any };
+      expect(event_id).toMatch(/^evt_[0-9A-Z]{26}$/);
+      return event;
+    });
+    // order between deliveries is not guaranteed: compare by kind and subject
+    const key = (e: { type: string; data: any }) => `${e.type} ${e.data.updated_at ?? e.data.deleted_at}`;
+    const deletedAt = events.find((e) => e.type === "account.deleted")!.data.deleted_at;
+    expect(events.sort((a, b) => key(a).localeCompare(key(b)))).toEqual(
+      [
+        { type: "account.created", timestamp: account.created_at, data: account },
+        { type: "account.updated", timestamp: renamed.updated_at, data: renamed },
+        { type: "contact.updated", timestamp: linked.updated_at, data: linked },
+        { type: "contact.updated", timestamp: unlinked.updated_at, data: unlinked },
+        { type: "account.deleted", timestamp: deletedAt, data: { id: account.id, deleted_at: deletedAt } },
+      ].sort((a, b) => key(a).localeCompare(key(b))),
+    );
+    expect(unlinked.account_ids).toEqual([]);
+    expect(unlinked.updated_at).toBe(deletedAt);
+    // each change of the contact counted its version up: created 1, linked 2, unlinked by the deletion 3
+    expect([contact.version, linked.version, unlinked.version]).toEqual([1, 2, 3]);
+  });
+});
