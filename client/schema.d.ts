@@ -669,7 +669,7 @@ export interface webhooks {
         put?: never;
         /**
          * account.created event
-         * @description An account was created (POST /accounts or a batch). data is the account as GET /accounts/{id} returns it. Verify webhook-signature (Standard Webhooks) before trusting the body.
+         * @description An account was created (POST /accounts or a batch). data is the account as GET /accounts/{id} returns it, version 1. Verify webhook-signature (Standard Webhooks) before trusting the body.
          */
         post: operations["receiveAccountCreatedEvent"];
         delete?: never;
@@ -689,7 +689,7 @@ export interface webhooks {
         put?: never;
         /**
          * account.updated event
-         * @description An account changed (a PATCH or batch item that changes nothing sends none). data is the account after the change. Verify webhook-signature (Standard Webhooks) before trusting the body.
+         * @description An account changed (a PATCH or batch item that changes nothing sends none). data is the account after the change; its version is one more than before. Verify webhook-signature (Standard Webhooks) before trusting the body.
          */
         post: operations["receiveAccountUpdatedEvent"];
         delete?: never;
@@ -709,7 +709,7 @@ export interface webhooks {
         put?: never;
         /**
          * account.deleted event
-         * @description An account was deleted; its contacts stay and lose the link, each with its own contact.updated. data names it. Verify webhook-signature (Standard Webhooks) before trusting the body.
+         * @description An account was deleted; its contacts stay and lose the link, each with its own contact.updated. data names it, with the version following its last change. Verify webhook-signature (Standard Webhooks) before trusting the body.
          */
         post: operations["receiveAccountDeletedEvent"];
         delete?: never;
@@ -776,6 +776,8 @@ export interface components {
             name: string;
             /** @description lowercased */
             domain: string | null;
+            /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
+            version: number;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -4290,6 +4292,8 @@ export interface operations {
                             name: string;
                             /** @description lowercased */
                             domain: string | null;
+                            /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
+                            version: number;
                             /** Format: date-time */
                             created_at: string;
                             /** Format: date-time */
@@ -4397,6 +4401,8 @@ export interface operations {
                             name: string;
                             /** @description lowercased */
                             domain: string | null;
+                            /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
+                            version: number;
                             /** Format: date-time */
                             created_at: string;
                             /** Format: date-time */
@@ -4526,6 +4532,8 @@ export interface operations {
                         name: string;
                         /** @description lowercased */
                         domain: string | null;
+                        /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
+                        version: number;
                         /** Format: date-time */
                         created_at: string;
                         /** Format: date-time */
@@ -4578,6 +4586,8 @@ export interface operations {
                         name: string;
                         /** @description lowercased */
                         domain: string | null;
+                        /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
+                        version: number;
                         /** Format: date-time */
                         created_at: string;
                         /** Format: date-time */
@@ -4626,6 +4636,8 @@ export interface operations {
                     timestamp: string;
                     data: {
                         id: string;
+                        /** @description The account's version after this change; ignore an event whose version is not above the last one processed for this account. */
+                        version: number;
                         /** Format: date-time */
                         deleted_at: string;
                     };
