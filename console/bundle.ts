@@ -1,4 +1,5 @@
 import { basename, join } from "node:path";
+import { isEmbeddedPath } from "../server/shared/compiled.ts";
 
 /** ISLANDS names the browser bundles: console/islands/NAME.tsx is served as /console/assets/NAME.js. */
 export const ISLANDS = ["deliveries", "rotation", "secret-rotation", "copy"] as const;
@@ -18,7 +19,7 @@ export async function bundleIslands(): Promise<Record<string, string>> {
 
 // A compiled binary has no sources to bundle: scripts/build-console.ts wrote the bundles to
 // console/dist/islands.json before `bun build --compile`, which embeds that file through the import below.
-const compiled = import.meta.dir.startsWith("/$bunfs/") || import.meta.dir.includes("~BUN");
+const compiled = isEmbeddedPath(import.meta.dir);
 let scripts: Promise<Record<string, string>> | undefined;
 
 /** islandScripts returns the island bundles by file name, bundled once per process from source or embedded in the binary. */

@@ -8,6 +8,7 @@ import { contactRoutes } from "./contacts/routes.ts";
 import { MIGRATIONS, migrate } from "./db/migrations.ts";
 import { WriteQueue } from "./db/write-queue.ts";
 import { docsRoutes } from "./docs/routes.ts";
+import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
 import { limitsGuard } from "./limits/routes.ts";
@@ -65,7 +66,11 @@ export function createApp(rt: Runtime) {
           version: VERSION,
           description: "Contacts, accounts and users for server-side integrations, with signed, retried, recorded webhook deliveries. Errors are RFC 9457 problem+json.",
         },
-        securitySchemes: { bearerAuth: { type: "http", scheme: "bearer", description: "API token (crm_...) created with `crm token create`." } },
+        securitySchemes: {
+          bearerAuth: { type: "http", scheme: "bearer", description: "API token (crm_...) created with `crm token create`." },
+          metricsToken: { type: "http", scheme: "bearer", description: "The metrics token (--metrics-token), when one is configured." },
+        },
+        schemas: NAMED_SCHEMAS,
         webhooks: webhooksDocument(),
       }),
     )

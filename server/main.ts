@@ -1,8 +1,10 @@
 #!/usr/bin/env bun
 import type { Database } from "bun:sqlite";
+import { existsSync } from "node:fs";
 import { constants } from "node:os";
+import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, type Config } from "./config.ts";
-import { databasePath, openDatabase } from "./db/database.ts";
+import { databaseFile, databasePath, openDatabase } from "./db/database.ts";
 import { MIGRATIONS, migrate } from "./db/migrations.ts";
 import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
 import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
@@ -85,8 +87,21 @@ function migrateWithSecretsKey(db: Database, config: Config): string[] {
   return migrate(db, MIGRATIONS, { secrets: () => new SecretBox(loadSecretsKey(config).key) });
 }
 
+/**
+ * requireDatabase refuses a data directory without a database. Only serve and migrate create one:
+ * a token or user written to a new, empty database next to the running server's would be
+ * silently useless (the token would get 401).
+ */
+function requireDatabase(dataDir: string): void {
+  if (!existsSync(databaseFile(dataDir))) {
+    throw new ConfigError(`no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR`);
+  }
+}
+
+/** openConfiguredDatabase opens and migrates the database of an existing data directory. */
 function openConfiguredDatabase(args: string[]) {
   const config = loadConfig(args);
+  requireDatabase(config.dataDir);
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   migrateWithSecretsKey(db, config);
   return db;
@@ -250,6 +265,7 @@ async function main(argv: string[]): Promise<number> {
       const file = args.shift();
       if (!file || file.startsWith("-")) throw new ConfigError("usage: backup FILE [--data-dir DIR] (FILE must not exist yet)");
       const config = loadConfig(args);
+      requireDatabase(config.dataDir);
       try {
         const result = backupDatabase(config.dataDir, file);
         process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);

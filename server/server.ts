@@ -1,8 +1,10 @@
 import type { Server } from "bun";
+import { relative, resolve } from "node:path";
 import { createApp, createRuntime } from "./app.ts";
 import type { Config } from "./config.ts";
 import { databasePath, openDatabase } from "./db/database.ts";
 import type { Runtime } from "./runtime.ts";
+import { isEmbeddedPath } from "./shared/compiled.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
 import { listTokens } from "./auth/service.ts";
 import { startRetentionJob } from "./webhooks/retention.ts";
@@ -32,6 +34,23 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
   }
 }
 
+/** shellWord quotes a word for a POSIX shell when it needs quoting. */
+function shellWord(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * tokenCreateCommand is the command that creates an API token in this server's database, as
+ * typed on this machine: the compiled binary by its path, from source `npx bun server/main.ts`,
+ * and the server's data directory, so the token lands where the server looks for it.
+ */
+export function tokenCreateCommand(dataDir: string, entry = Bun.main, executable = process.execPath, cwd = process.cwd()): string {
+  const compiled = isEmbeddedPath(entry);
+  const fromCwd = relative(cwd, entry);
+  const program = compiled ? [executable] : entry.endsWith("server/main.ts") ? ["npx", "bun", fromCwd.startsWith("..") ? entry : fromCwd] : ["crm"];
+  return [...program, "token", "create", "--name", "my-integration", "--data-dir", resolve(cwd, dataDir)].map(shellWord).join(" ");
+}
+
 /** startServer opens the data directory, migrates, and listens; it is what `serve` runs. */
 export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
@@ -43,7 +62,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   const server = app.server!;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   if (listTokens(db).length === 0) {
-    log.info("no API token exists yet; create the first one with: crm token create --name my-integration (from source: npx bun server/main.ts token create --name my-integration)", { data_dir: config.dataDir });
+    log.info(`no API token exists yet; create the first one with: ${tokenCreateCommand(config.dataDir)}`, { data_dir: resolve(config.dataDir) });
   }
   let setupUrl: string | null = null;
   if (!hasOperators(db)) {

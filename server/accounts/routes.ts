@@ -29,7 +29,7 @@ export function accountRoutes(rt: Runtime) {
       body: AccountInput,
       headers: IdempotencyKeyHeader,
       response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
-      detail: { summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids. Sends account.created.", tags, ...secured },
+      detail: { operationId: "createAccount", summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids. Sends account.created.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, ACCOUNT_BATCH, BATCH_DOC))
     .get("", ({ query }) => listAccountsPage(rt.db, query), {
@@ -57,7 +57,7 @@ export function accountRoutes(rt: Runtime) {
     .get("/:id", ({ params }) => ({ data: getAccount(rt.db, params.id) }), {
       params: AccountId,
       response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { summary: "Get an account", tags, ...secured },
+      detail: { operationId: "getAccount", summary: "Get an account", tags, ...secured },
     })
     .patch("/:id", async ({ params, body }) => ({ data: await updateAccount(rt, params.id, body) }), {
       params: AccountId,

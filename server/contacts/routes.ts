@@ -39,7 +39,7 @@ export function contactRoutes(rt: Runtime) {
       body: ContactInput,
       headers: IdempotencyKeyHeader,
       response: { 201: ContactEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
-      detail: { summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
+      detail: { operationId: "createContact", summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, CONTACT_BATCH, BATCH_DOC))
     .get("", ({ query, request }) => jsonResponse(listContactsPage(rt.db, withRepeatedValues(query, request.url))), {
@@ -47,7 +47,7 @@ export function contactRoutes(rt: Runtime) {
       // Documented, not re-checked: checking a page (50 date-time parses) cost about 15% of this, the
       // busiest route; the rows are rendered by toContact, whose shape the tests pin.
       response: { 200: t.NoValidate(ContactListEnvelope), ...problemResponses(401, 403, 422) },
-      detail: { summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.", tags, ...secured },
+      detail: { operationId: "listContacts", summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.", tags, ...secured },
     })
     .get("/deleted", ({ query }) => listDeletedPage(rt, "contact", query), {
       query: TombstoneListQuery,
@@ -64,13 +64,13 @@ export function contactRoutes(rt: Runtime) {
       params: ContactId,
       query: IncludeQuery,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { summary: "Get a contact", tags, ...secured },
+      detail: { operationId: "getContact", summary: "Get a contact", tags, ...secured },
     })
     .patch("/:id", async ({ params, body }) => ({ data: await updateContact(rt, params.id, body) }), {
       params: ContactId,
       body: ContactInput,
       response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
-      detail: { summary: "Update a contact", description: "Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event.", tags, ...secured },
+      detail: { operationId: "updateContact", summary: "Update a contact", description: "Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event.", tags, ...secured },
     })
     .delete("/:id", async ({ params, set }) => {
       await deleteContact(rt, params.id);
@@ -78,7 +78,7 @@ export function contactRoutes(rt: Runtime) {
     }, {
       params: ContactId,
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
-      detail: { summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it.", tags, ...secured },
+      detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it.", tags, ...secured },
     })
     .post("/:id/accounts", (ctx) => idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, ctx.params.id, ctx.body.account_id, scope) } })), {
       params: ContactId,

@@ -66,5 +66,10 @@ export function databasePath(dataDir: string): string {
   } catch (error) {
     throw new ConfigError(`invalid data directory ${JSON.stringify(dataDir)} (--data-dir, CRM_DATA_DIR): ${(error as Error).message}`);
   }
+  return databaseFile(dataDir);
+}
+
+/** databaseFile is where a data directory keeps its SQLite database; nothing is created. */
+export function databaseFile(dataDir: string): string {
   return join(dataDir, "crm.sqlite");
 }

@@ -1,7 +1,8 @@
 // The package's main entry also replaces TypeBox's "email", "url", "uuid"... format checks, app-wide,
 // with ones that build a Zod schema per call (~20 us per checked email); the generator alone does not.
 import { toOpenAPISchema } from "@elysiajs/openapi/openapi";
-import type { AnyElysia } from "elysia";
+import type { AnyElysia, TSchema } from "elysia";
+import { tidyDocument } from "./document.ts";
 import swaggerUi from "swagger-ui-dist/package.json" with { type: "json" };
 // Imported as files so `bun build --compile` embeds them: /docs needs no CDN and no files beside the binary.
 import swaggerBundlePath from "swagger-ui-dist/swagger-ui-bundle.js" with { type: "file" };
@@ -14,10 +15,12 @@ export interface DocsInfo {
   description: string;
 }
 
-/** Documentation is what the OpenAPI document states beyond the routes: its title, security schemes and the webhooks the service sends. */
+/** Documentation is what the OpenAPI document states beyond the routes: its title, security schemes, named schemas and the webhooks the service sends. */
 export interface Documentation {
   info: DocsInfo;
   securitySchemes: Record<string, unknown>;
+  /** schemas named in components.schemas and referenced where routes use them (dependencies first) */
+  schemas: Record<string, TSchema>;
   /** the OpenAPI 3.1 top-level `webhooks`: requests the service makes to receivers */
   webhooks?: Record<string, unknown>;
 }
@@ -100,6 +103,16 @@ function routeTable(app: AnyElysia): AnyElysia {
   } as unknown as AnyElysia;
 }
 
+/**
+ * compileRoutes compiles every route's handler, as its first request would. Compiling sets
+ * additionalProperties: false on the route's top-level body and response schemas that say
+ * nothing (Elysia strips unknown properties there), on the shared schema objects; without this,
+ * the document would change with which routes had been called before it was built.
+ */
+function compileRoutes(app: AnyElysia): void {
+  for (const route of (app as unknown as { getGlobalRoutes(): { compile?(): unknown }[] }).getGlobalRoutes()) route.compile?.();
+}
+
 const header = (description: string) => ({ description, schema: { type: "string" } });
 
 /**
@@ -121,11 +134,13 @@ function fixResponses(document: Json): void {
 
 /**
  * GUARD_RESPONSES are answered to any /public/v1 operation by the limits guard before routing
- * (server/limits/routes.ts), so no route declares them; the document adds them to each.
+ * (server/limits/routes.ts), so no route declares them; the document names them once in
+ * components.responses and refers to them from each operation.
  */
-const GUARD_RESPONSES: Record<string, { description: string; headers?: Json }> = {
-  "414": { description: "The query string is longer than 4 KiB." },
+const GUARD_RESPONSES: Record<string, { name: string; description: string; headers?: Json }> = {
+  "414": { name: "QueryTooLong", description: "The query string is longer than 4 KiB." },
   "429": {
+    name: "TooManyRequests",
     description: "Over this token's rate limit, or too many requests without a valid token from this address.",
     headers: {
       "Retry-After": header("Seconds to wait before the next request gets through."),
@@ -133,32 +148,64 @@ const GUARD_RESPONSES: Record<string, { description: string; headers?: Json }> =
       "RateLimit-Policy": header('The quota, e.g. "write";q=100;w=2.'),
     },
   },
-  "431": { description: "The request headers are larger than 8 KiB or more than 100 fields." },
-  "503": { description: "The server is serving its connection limit; retry shortly." },
+  "431": { name: "HeadersTooLarge", description: "The request headers are larger than 8 KiB or more than 100 fields." },
+  "503": { name: "ServerBusy", description: "The server is serving its connection limit; retry shortly." },
 };
 
-/** addGuardResponses documents the limits guard's answers on every /public/v1 operation, with the problem body of its 401. */
-function addGuardResponses(document: Json): void {
+const RATE_LIMIT_HEADERS = {
+  RateLimit: header('Remaining quota of this token\'s policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers).'),
+  "RateLimit-Policy": header('The policy: its quota and window, e.g. "read";q=100;w=1.'),
+};
+
+/** addRateLimitHeaders declares the RateLimit headers the limits guard puts on every /public/v1 success. */
+function addRateLimitHeaders(document: Json): void {
   for (const [path, pathItem] of Object.entries(document.paths as Json)) {
     if (!path.startsWith("/public/v1")) continue;
     for (const operation of Object.values(pathItem as Json)) {
-      const content = operation.responses?.["401"]?.content;
-      for (const [status, response] of Object.entries(GUARD_RESPONSES)) operation.responses[status] ??= { ...response, content };
+      for (const [status, response] of Object.entries(operation.responses as Json)) {
+        if (/^2\d\d$/.test(status)) response.headers = { ...RATE_LIMIT_HEADERS, ...response.headers };
+      }
     }
+  }
+}
+
+/** addGuardResponses documents the limits guard's problem answers on every /public/v1 operation. */
+function addGuardResponses(document: Json): void {
+  const problem = { "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } };
+  const responses: Json = (document.components.responses ??= {});
+  for (const { name, ...response } of Object.values(GUARD_RESPONSES)) responses[name] = { ...response, content: problem };
+  for (const [path, pathItem] of Object.entries(document.paths as Json)) {
+    if (!path.startsWith("/public/v1")) continue;
+    for (const operation of Object.values(pathItem as Json)) {
+      for (const [status, { name }] of Object.entries(GUARD_RESPONSES)) operation.responses[status] ??= { $ref: `#/components/responses/${name}` };
+    }
+  }
+}
+
+/** signedWebhooksNeedNoCredentials states security: [] on the webhook requests the service sends: they carry no credentials, the receiver checks webhook-signature. */
+function signedWebhooksNeedNoCredentials(document: Json): void {
+  for (const pathItem of Object.values((document.webhooks ?? {}) as Json)) {
+    for (const operation of Object.values(pathItem as Json)) operation.security ??= [];
   }
 }
 
 const cache = new WeakMap<AnyElysia, { routeCount: number; document: Json }>();
 
 /** openApiDocument builds the OpenAPI 3.1 document of every route the app serves (cached until routes change). */
-export function openApiDocument(app: AnyElysia, { info, securitySchemes, webhooks }: Documentation): Json {
+export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas, webhooks }: Documentation): Json {
   const routeCount = (app as unknown as { getGlobalRoutes(): unknown[] }).getGlobalRoutes().length;
   const hit = cache.get(app);
   if (hit?.routeCount === routeCount) return hit.document;
+  compileRoutes(app);
   const { paths, components } = toOpenAPISchema(routeTable(app));
-  const document: Json = { openapi: "3.1.2", info, paths, ...(webhooks ? { webhooks } : {}), components: { ...components, securitySchemes } };
+  // Relative: the API is served by the server that serves this document, whatever its public address.
+  const servers = [{ url: "/", description: "This server" }];
+  const document: Json = { openapi: "3.1.2", info, servers, paths, ...(webhooks ? { webhooks } : {}), components: { ...components, securitySchemes } };
   fixResponses(document);
   addGuardResponses(document);
+  addRateLimitHeaders(document);
+  signedWebhooksNeedNoCredentials(document);
+  tidyDocument(document, schemas);
   cache.set(app, { routeCount, document });
   return document;
 }

@@ -1,6 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { t, type TSchema } from "elysia";
 import { parseTimestamp } from "../shared/time.ts";
+import { documentAs } from "./openapi-docs.ts";
 import { validationProblem, type FieldError } from "../shared/problem.ts";
 
 export type SortDirection = "asc" | "desc";
@@ -35,8 +36,8 @@ const oneOf = (values: readonly string[]) => `^(${values.map((v) => v.replace(/[
 export function paginationQuerySchema<S extends string>(sorts: readonly S[] | null, filters: Record<string, TSchema> = {}) {
   return t.Object(
     {
-      page: t.Optional(t.String({ pattern: "^[1-9][0-9]{0,8}$", error: "must be a whole number of at least 1", description: "Page number, from 1." })),
-      per_page: t.Optional(t.String({ pattern: "^(100|[1-9][0-9]?)$", error: "must be a whole number from 1 to 100", description: "Items per page, 1 to 100 (default 25)." })),
+      page: t.Optional(t.String({ pattern: "^[1-9][0-9]{0,8}$", error: "must be a whole number of at least 1", description: "Page number, from 1.", ...documentAs({ type: "integer", minimum: 1, maximum: 999_999_999 }) })),
+      per_page: t.Optional(t.String({ pattern: "^(100|[1-9][0-9]?)$", error: "must be a whole number from 1 to 100", description: "Items per page, 1 to 100 (default 25).", ...documentAs({ type: "integer", minimum: 1, maximum: 100, default: 25 }) })),
       ...(sorts
         ? {
             sort_by: t.Optional(t.String({ enum: [...sorts], pattern: oneOf(sorts), error: `must be one of: ${sorts.join(", ")}`, description: `Sort field: ${sorts.join(", ")}.` })),

@@ -12,3 +12,15 @@ export const IdempotencyKeyHeader = t.Object(
 
 /** secured marks a route as needing the bearer token in OpenAPI. */
 export const secured = { security: [{ bearerAuth: [] }] };
+
+/** publicOperation marks a route that needs no authentication in OpenAPI (health probes). */
+export const publicOperation = { security: [] };
+
+/**
+ * DOCUMENT_AS names a schema keyword the OpenAPI document replaces the schema with: a query
+ * parameter validated as a string (for its own error message) is documented as the number it is.
+ */
+export const DOCUMENT_AS = "documentAs";
+
+/** documentAs states the schema a parameter has in the OpenAPI document (see DOCUMENT_AS). */
+export const documentAs = (schema: Record<string, unknown>) => ({ [DOCUMENT_AS]: schema });

@@ -1,4 +1,5 @@
 import { Elysia, t } from "elysia";
+import { publicOperation } from "../http/openapi-docs.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { Health, Readiness } from "./model.ts";
@@ -12,11 +13,11 @@ export function opsRoutes(rt: Runtime) {
   return new Elysia({ name: "ops" })
     .get("/healthz", () => health(), {
       response: { 200: Health },
-      detail: { summary: "Liveness", description: "200 while the process answers. No authentication.", tags },
+      detail: { operationId: "getHealth", summary: "Liveness", description: "200 while the process answers. No authentication.", tags, ...publicOperation },
     })
     .get("/readyz", () => readiness(rt), {
       response: { 200: Readiness, ...problemResponses(503) },
-      detail: { summary: "Readiness", description: "200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming the failing checks otherwise. No authentication.", tags },
+      detail: { operationId: "getReadiness", summary: "Readiness", description: "200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming the failing checks otherwise. No authentication.", tags, ...publicOperation },
     })
     .get(
       "/metrics",
@@ -29,9 +30,12 @@ export function opsRoutes(rt: Runtime) {
       {
         response: { 200: t.String({ description: "Prometheus text format 0.0.4" }), ...problemResponses(401, 403) },
         detail: {
+          operationId: "getMetrics",
           summary: "Prometheus metrics",
           description: "Requests by route and status with latency histograms, webhook deliveries and attempts, queue depth, oldest pending delivery age. Needs the metrics token (Authorization: Bearer) when one is configured; otherwise answers loopback clients only.",
           tags,
+          // Either the metrics token, or none from a loopback address.
+          security: [{ metricsToken: [] }, {}],
         },
       },
     );

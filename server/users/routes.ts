@@ -17,7 +17,7 @@ export function userRoutes(rt: Runtime) {
     .get("", ({ query }) => listUsersPage(rt.db, query), {
       query: UserListQuery,
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },
-      detail: { summary: "List users", description: "The people contacts can be assigned to (assigned_user_id, assigned_user_ids).", tags, ...secured },
+      detail: { operationId: "listUsers", summary: "List users", description: "The people contacts can be assigned to (assigned_user_id, assigned_user_ids).", tags, ...secured },
     })
     .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createUserOnce(rt, ctx.body, scope)), {
       body: UserInput,

@@ -56,6 +56,7 @@ export function webhookRoutes(rt: Runtime) {
       headers: IdempotencyKeyHeader,
       response: { 201: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: {
+        operationId: "createWebhookSubscription",
         summary: "Create a webhook subscription",
         description:
           "Creates a subscription and its signing secret (whsec_..., shown in full only in this response). Events are POSTed as JSON {type, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused.",
@@ -66,12 +67,12 @@ export function webhookRoutes(rt: Runtime) {
     .get("/webhook-subscriptions", ({ query }) => listSubscriptionsPage(rt.db, query), {
       query: SubscriptionListQuery,
       response: { 200: SubscriptionListEnvelope, ...problemResponses(401, 403, 422) },
-      detail: { summary: "List webhook subscriptions", description: "Newest first; secrets masked. Filter by event kind with `event`.", tags: subscriptionTags, ...secured },
+      detail: { operationId: "listWebhookSubscriptions", summary: "List webhook subscriptions", description: "Newest first; secrets masked. Filter by event kind with `event`.", tags: subscriptionTags, ...secured },
     })
     .get("/webhook-subscriptions/:subscriptionId", ({ params }) => ({ data: getSubscription(rt.db, params.subscriptionId) }), {
       params: SubscriptionId,
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { summary: "Get a webhook subscription", description: "The secret is masked.", tags: subscriptionTags, ...secured },
+      detail: { operationId: "getWebhookSubscription", summary: "Get a webhook subscription", description: "The secret is masked.", tags: subscriptionTags, ...secured },
     })
     .get("/webhook-subscriptions/:subscriptionId/stats", ({ params }) => ({ data: getSubscriptionStats(rt.db, params.subscriptionId) }), {
       params: SubscriptionId,
@@ -117,7 +118,7 @@ export function webhookRoutes(rt: Runtime) {
     }, {
       params: SubscriptionId,
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
-      detail: { summary: "Delete a webhook subscription", description: "Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays readable.", tags: subscriptionTags, ...secured },
+      detail: { operationId: "deleteWebhookSubscription", summary: "Delete a webhook subscription", description: "Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays readable.", tags: subscriptionTags, ...secured },
     })
     .post("/webhook-subscriptions/:subscriptionId/test", (ctx) =>
       idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 202, body: { data: await sendTestEvent(rt, ctx.params.subscriptionId, scope) } })), {
@@ -125,6 +126,7 @@ export function webhookRoutes(rt: Runtime) {
       headers: IdempotencyKeyHeader,
       response: { 202: TestEventEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
       detail: {
+        operationId: "sendWebhookTestEvent",
         summary: "Send a test event",
         description: "Sends a webhook.ping event ({subscription_id}) to this subscription only, at once. Follow it with GET /webhook-deliveries/{deliveryId}.",
         tags: subscriptionTags,
@@ -197,12 +199,12 @@ export function webhookRoutes(rt: Runtime) {
     .get("/webhook-deliveries", ({ query }) => listDeliveriesPage(rt.db, query), {
       query: DeliveryListQuery,
       response: { 200: DeliveryListEnvelope, ...problemResponses(401, 403, 422) },
-      detail: { summary: "List webhook deliveries", description: "Newest first. One delivery per event and subscription; its id is the webhook-id header your receiver saw.", tags: deliveryTags, ...secured },
+      detail: { operationId: "listWebhookDeliveries", summary: "List webhook deliveries", description: "Newest first. One delivery per event and subscription; its id is the webhook-id header your receiver saw.", tags: deliveryTags, ...secured },
     })
     .get("/webhook-deliveries/:deliveryId", ({ params }) => ({ data: getDelivery(rt.db, params.deliveryId) }), {
       params: DeliveryId,
       response: { 200: DeliveryDetailEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { summary: "Get a webhook delivery with its attempts", description: "Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and first 4 KiB of the body, or the error in words.", tags: deliveryTags, ...secured },
+      detail: { operationId: "getWebhookDelivery", summary: "Get a webhook delivery with its attempts", description: "Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and first 4 KiB of the body, or the error in words.", tags: deliveryTags, ...secured },
     })
     .post("/webhook-deliveries/:deliveryId/retry", (ctx) =>
       idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await retryDelivery(rt, ctx.params.deliveryId, scope) } })), {
@@ -210,6 +212,7 @@ export function webhookRoutes(rt: Runtime) {
       headers: IdempotencyKeyHeader,
       response: { 200: DeliveryEnvelope, ...problemResponses(401, 403, 404, 409, 422, 503) },
       detail: {
+        operationId: "retryWebhookDelivery",
         summary: "Retry a webhook delivery now",
         description: "Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way.",
         tags: deliveryTags,

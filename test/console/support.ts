@@ -10,6 +10,7 @@ import { createOperator } from "../../console/service.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
+import { findChromium, type Browser } from "../support/chromium.ts";
 import { FAST_WEBHOOKS, type Receiver } from "../webhooks/support.ts";
 
 /** ARTIFACTS is where browser tests write screenshots for people to look at (not committed). */
@@ -17,11 +18,13 @@ export const ARTIFACTS = join(import.meta.dir, "..", "artifacts", "console");
 
 export const OPERATOR = { email: "oncall@example.com", password: "correct horse battery staple" };
 
-/** launchBrowser starts Debian's headless Chromium with a fresh profile; one per test file. */
-export async function launchBrowser(): Promise<{ context: BrowserContext; close(): Promise<void> }> {
+/** launchBrowser starts headless Chromium (the system's, or the npm package's: findChromium) with a fresh profile; one per test file. */
+export async function launchBrowser(browser?: Browser): Promise<{ context: BrowserContext; close(): Promise<void> }> {
+  browser ??= await findChromium();
   const profile = mkdtempSync(join(tmpdir(), "crm-chromium-"));
   const context = await chromium.launchPersistentContext(profile, {
-    executablePath: "/usr/bin/chromium",
+    executablePath: browser.executablePath,
+    env: { ...process.env, ...browser.env },
     headless: true,
     viewport: { width: 1280, height: 900 },
     args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { dereference } from "../support/openapi.ts";
 
 let server: RunningServer;
 let dataDir: string;
@@ -52,11 +53,12 @@ function publicOperations(): Operation[] {
 }
 
 /** problemDefects lists what is wrong with a documented problem response (nothing when it is right). */
-function problemDefects(where: string, response: any): string[] {
-  if (!response) return [`${where}: not documented`];
+function problemDefects(where: string, documented: any): string[] {
+  if (!documented) return [`${where}: not documented`];
+  const response = dereference(spec, documented);
   const types = Object.keys(response.content ?? {});
   if (types.join() !== "application/problem+json") return [`${where}: media type ${types.join() || "none"}, expected application/problem+json`];
-  const schema = response.content["application/problem+json"].schema;
+  const schema = dereference(spec, response.content["application/problem+json"].schema);
   const defects: string[] = [];
   if (schema.type !== "object") defects.push(`${where}: schema is not an object`);
   for (const [member, type] of [["type", "string"], ["title", "string"], ["status", "integer"], ["detail", "string"]]) {
@@ -80,7 +82,7 @@ function operationDefects({ path, method, op }: Operation): string[] {
     const content = op.responses[status].content;
     if (status === "204") {
       if (content !== undefined) defects.push(`${where} 204: documents a body`);
-    } else if (Object.keys(content ?? {}).join() !== "application/json" || content["application/json"].schema?.type !== "object") {
+    } else if (Object.keys(content ?? {}).join() !== "application/json" || dereference(spec, content["application/json"].schema)?.type !== "object") {
       defects.push(`${where} ${status}: no application/json object schema`);
     }
   }
@@ -88,7 +90,7 @@ function operationDefects({ path, method, op }: Operation): string[] {
   for (const param of (path.match(/\{([^}]+)\}/g) ?? []).map((p) => p.slice(1, -1))) {
     if (!op.parameters?.some((p: any) => p.in === "path" && p.name === param && p.required)) defects.push(`${where}: path parameter ${param} not documented`);
   }
-  if (op.requestBody && (Object.keys(op.requestBody.content ?? {}).join() !== "application/json" || op.requestBody.content["application/json"].schema?.type !== "object")) {
+  if (op.requestBody && (Object.keys(op.requestBody.content ?? {}).join() !== "application/json" || dereference(spec, op.requestBody.content["application/json"].schema)?.type !== "object")) {
     defects.push(`${where}: request body is not an application/json object schema`);
   }
 
@@ -231,10 +233,10 @@ describe("OpenAPI document", () => {
     const missing: string[] = [];
     for (const { path, method, op } of publicOperations()) {
       for (const status of ["414", "429", "431", "503"]) {
-        const response = op.responses[status];
+        const response = dereference(spec, op.responses[status]);
         if (!response?.content?.["application/problem+json"]?.schema) missing.push(`${method.toUpperCase()} ${path} ${status}`);
       }
-      if (Object.keys(op.responses["429"]?.headers ?? {}).sort().join() !== "RateLimit,RateLimit-Policy,Retry-After") missing.push(`${method.toUpperCase()} ${path} 429 headers`);
+      if (Object.keys(dereference(spec, op.responses["429"])?.headers ?? {}).sort().join() !== "RateLimit,RateLimit-Policy,Retry-After") missing.push(`${method.toUpperCase()} ${path} 429 headers`);
     }
     expect(missing).toEqual([]);
   });

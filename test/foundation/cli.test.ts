@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { tokenCreateCommand } from "../../server/server.ts";
 import { VERSION } from "../../server/version.ts";
 import { ISO } from "./support.ts";
 
@@ -58,6 +59,7 @@ describe("command line: happy paths", () => {
   });
 
   test("token create prints only the token on stdout; --json adds its metadata; list never shows it; revoke", async () => {
+    await crm(["migrate"]);
     const created = await crm(["token", "create", "--name", "importer"]);
     expect(created.code).toBe(0);
     expect(created.stdout).toMatch(/^crm_[A-Za-z0-9]{40}\n$/);
@@ -87,6 +89,7 @@ describe("command line: happy paths", () => {
   });
 
   test("user create adds a user and prints it as JSON", async () => {
+    await crm(["migrate"]);
     const res = await crm(["user", "create", "--name", "Grace Hopper", "--email", "Grace@Navy.mil"]);
     expect(res.code).toBe(0);
     expect(JSON.parse(res.stdout)).toEqual({ id: expect.stringMatching(/^usr_[0-9A-Z]{26}$/), name: "Grace Hopper", email: "grace@navy.mil", created_at: expect.stringMatching(ISO), updated_at: expect.stringMatching(ISO) });
@@ -94,6 +97,7 @@ describe("command line: happy paths", () => {
   });
 
   test("user list prints every user, oldest first, one line each", async () => {
+    await crm(["migrate"]);
     expect(await crm(["user", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
     const grace = JSON.parse((await crm(["user", "create", "--name", "Grace Hopper", "--email", "grace@navy.mil"])).stdout);
     const alan = JSON.parse((await crm(["user", "create", "--name", "Alan Turing", "--email", "alan@example.com"])).stdout);
@@ -126,7 +130,14 @@ describe("command line: happy paths", () => {
         .map((l) => JSON.parse(l))
         .find((l) => l.msg.includes("token create"));
       expect(hint.level).toBe("info");
-      expect(hint.msg).toMatch(/crm token create --name .*npx bun server\/main\.ts token create --name/);
+      // From source, in the repository: the command to type there, with this server's data directory.
+      const command = `npx bun server/main.ts token create --name my-integration --data-dir ${dataDir}`;
+      expect(hint.msg).toBe(`no API token exists yet; create the first one with: ${command}`);
+
+      const printed = Bun.spawn(["sh", "-c", command], { cwd: ROOT, stdout: "pipe", stderr: "pipe", env: { PATH: `${join(ROOT, "node_modules/.bin")}:${process.env.PATH ?? ""}`, HOME: process.env.HOME ?? "" } });
+      const firstToken = (await new Response(printed.stdout).text()).trim();
+      expect(await printed.exited).toBe(0);
+      expect((await fetch(`${url}/public/v1/contacts`, { headers: { authorization: `Bearer ${firstToken}` } })).status).toBe(200);
 
       const token = (await crm(["token", "create", "--name", "first"])).stdout.trim();
       const ok = await fetch(`${url}/public/v1/contacts`, { headers: { authorization: `Bearer ${token}` } });
@@ -139,6 +150,14 @@ describe("command line: happy paths", () => {
       proc.kill();
       await proc.exited;
     }
+  });
+});
+
+describe("first-start hint", () => {
+  test("names the program as run here and the data directory, quoted for the shell when it needs it", () => {
+    expect(tokenCreateCommand("./data", join(ROOT, "server/main.ts"), "/usr/bin/bun", ROOT)).toBe(`npx bun server/main.ts token create --name my-integration --data-dir ${join(ROOT, "data")}`);
+    expect(tokenCreateCommand("d", "/srv/crm/server/main.ts", "/usr/bin/bun", "/home/ada")).toBe("npx bun /srv/crm/server/main.ts token create --name my-integration --data-dir /home/ada/d");
+    expect(tokenCreateCommand("/var/lib/crm's data", "/$bunfs/root/crm", "/opt/crm/bin/crm", "/")).toBe("/opt/crm/bin/crm token create --name my-integration --data-dir '/var/lib/crm'\\''s data'");
   });
 });
 
@@ -187,6 +206,17 @@ describe("command line: errors", () => {
 
   test("an unknown command after options is named as the command, not the option's value", async () => {
     expect(await crm(["--log-level", "warn", "bogus"])).toEqual({ stdout: "", stderr: "crm: unknown command bogus (see --help)\n", code: 2 });
+  });
+
+  test("commands other than serve and migrate refuse a data directory with no database, naming it and --data-dir, and create nothing", async () => {
+    const empty = join(dataDir, "elsewhere");
+    const refusal = `crm: no database at ${join(empty, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`;
+    for (const args of [["token", "create", "--name", "x"], ["token", "list"], ["token", "revoke", "tok_x"], ["user", "create", "--name", "x", "--email", "x@example.com"], ["backup", join(dataDir, "copy.sqlite")]]) {
+      expect([args.join(" "), await crm([...args, "--data-dir", empty])]).toEqual([args.join(" "), { stdout: "", stderr: refusal, code: 2 }]);
+    }
+    expect(existsSync(empty)).toBe(false);
+    expect((await crm(["migrate", "--data-dir", empty])).code).toBe(0);
+    expect((await crm(["token", "list", "--data-dir", empty])).code).toBe(0);
   });
 
   test("usage mistakes are one line with exit 2", async () => {

@@ -16,6 +16,7 @@ import {
   MAX_TARGET_URL_LENGTH,
 } from "../../server/limits/limits.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { dereference } from "../support/openapi.ts";
 
 let h: Harness;
 beforeEach(() => {
@@ -33,7 +34,7 @@ describe("limits documentation", () => {
 
   test("the OpenAPI request schemas carry the limits as maxLength, maxItems and maxProperties", async () => {
     const doc = (await h.json("GET", "/docs/json")).body;
-    const body = (path: string) => doc.paths[path].post.requestBody.content["application/json"].schema.properties;
+    const body = (path: string) => dereference(doc, doc.paths[path].post.requestBody.content["application/json"].schema).properties;
     const contact = body("/public/v1/contacts");
     expect({
       first_name: contact.first_name.maxLength,

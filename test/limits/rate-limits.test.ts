@@ -141,6 +141,7 @@ describe("rate limits: token create --rate", () => {
   test("stores the token's own rate; a malformed rate stops with one line naming the option", () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crm-rate-"));
     try {
+      expect(run(["migrate", "--data-dir", dataDir]).exitCode).toBe(0);
       const created = run(["token", "create", "--name", "bulk", "--rate", "20:40,5", "--json", "--data-dir", dataDir]);
       expect(created.exitCode).toBe(0);
       const info = JSON.parse(created.stdout.toString());

@@ -110,12 +110,10 @@ describe("backup: refusals", () => {
   test("a data directory without a database, or none at all, creates nothing", () => {
     const empty = tempDir("backup-empty");
     const file = join(tempDir("backup-empty-out"), "copy.sqlite");
-    expect(runCli([...SOURCE, "backup", file, "--data-dir", empty])).toEqual({ exitCode: 1, stdout: "", stderr: `crm: no database at ${join(empty, "crm.sqlite")}\n` });
-    expect(runCli([...SOURCE, "backup", file, "--data-dir", join(empty, "missing")])).toEqual({
-      exitCode: 1,
-      stdout: "",
-      stderr: `crm: data directory ${join(empty, "missing")} does not exist\n`,
-    });
+    const refusal = (dir: string) => `crm: no database at ${join(dir, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`;
+    expect(runCli([...SOURCE, "backup", file, "--data-dir", empty])).toEqual({ exitCode: 2, stdout: "", stderr: refusal(empty) });
+    expect(runCli([...SOURCE, "backup", file, "--data-dir", join(empty, "missing")])).toEqual({ exitCode: 2, stdout: "", stderr: refusal(join(empty, "missing")) });
+    expect(existsSync(join(empty, "missing"))).toBe(false);
     expect(existsSync(file)).toBe(false);
     expect(existsSync(join(empty, "crm.sqlite"))).toBe(false);
   });

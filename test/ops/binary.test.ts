@@ -101,4 +101,28 @@ describe("the compiled binary, alone in an empty folder", () => {
     expect(backup.stdout).toMatch(/^backed up data\/crm\.sqlite to copy\.sqlite \(\d+ bytes, integrity ok\)\nnote: the secrets key data\/secrets\.key is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n$/);
     expect(readdirSync(folder).sort()).toEqual(["copy.sqlite", "crm", "data"]);
   }, 60_000);
+
+  test("a fresh data directory: token create refuses it; serve's first-start hint names this binary and that directory, and works as printed", async () => {
+    const fresh = tempDir("binary-fresh");
+    try {
+      expect(run("token", "create", "--name", "first", "--data-dir", fresh)).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: no database at ${join(fresh, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`,
+      });
+      const server = await spawnServer([crm, "serve", "--port", "0", "--data-dir", fresh], { cwd: folder, env });
+      try {
+        const hint = server.logLines().find((line) => String(line.msg).startsWith("no API token exists yet"));
+        const command = `${crm} token create --name my-integration --data-dir ${fresh}`;
+        expect(hint?.msg).toBe(`no API token exists yet; create the first one with: ${command}`);
+        const created = runCli(command.split(" "), { cwd: folder, env });
+        expect(created.exitCode).toBe(0);
+        expect((await api(server.url, created.stdout.trim(), "GET", "/public/v1/contacts")).status).toBe(200);
+      } finally {
+        await server.stopWith("SIGTERM");
+      }
+    } finally {
+      rmSync(fresh, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

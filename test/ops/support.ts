@@ -104,8 +104,10 @@ export async function spawnServer(command: string[], options: { cwd?: string; en
   };
 }
 
-/** createToken runs `token create` against a data directory and returns the printed token. */
+/** createToken runs `token create` against a data directory (creating its database first, as `migrate` does) and returns the printed token. */
 export function createToken(command: string[], dataDir: string, options: { cwd?: string } = {}): string {
+  const migrated = runCli([...command, "migrate", "--data-dir", dataDir], options);
+  if (migrated.exitCode !== 0) throw new Error(`migrate failed: ${migrated.stderr}`);
   const result = runCli([...command, "token", "create", "--name", "ops-test", "--data-dir", dataDir], options);
   if (result.exitCode !== 0) throw new Error(`token create failed: ${result.stderr}`);
   return result.stdout.trim();

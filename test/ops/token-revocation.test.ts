@@ -17,10 +17,10 @@ describe("token revocation while serving", () => {
   test("a token revoked by `token revoke` mid-traffic is refused on its next request", async () => {
     dataDir = tempDir("revoke");
     const env = { PATH: process.env.PATH ?? "", CRM_RATE_READ_PER_SECOND: "100000", CRM_RATE_READ_BURST: "100000" };
+    const kept = createToken(SOURCE, dataDir);
     const created = runCli([...SOURCE, "token", "create", "--name", "to-revoke", "--json", "--data-dir", dataDir]);
     expect(created.exitCode).toBe(0);
     const { token: revoked, id: revokedId } = JSON.parse(created.stdout) as { token: string; id: string };
-    const kept = createToken(SOURCE, dataDir);
     server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir], { env });
     const url = server.url;
 

@@ -1,0 +1,230 @@
+// The served OpenAPI document as a client generator and a linter see it. Every check walks all
+// operations, so a new route is held to the same rules without touching this file.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { dereference } from "../support/openapi.ts";
+
+const ROOT = join(import.meta.dir, "..", "..");
+let h: Harness;
+let spec: any;
+
+beforeAll(async () => {
+  h = createHarness();
+  spec = (await h.json("GET", "/docs/json")).body;
+});
+afterAll(() => h.close());
+
+interface Operation {
+  where: string;
+  path: string;
+  method: string;
+  op: any;
+}
+
+function operations(): Operation[] {
+  return Object.entries(spec.paths as Record<string, any>).flatMap(([path, item]) =>
+    Object.entries(item as Record<string, any>).map(([method, op]) => ({ where: `${method.toUpperCase()} ${path}`, path, method, op })),
+  );
+}
+
+// What a JSON Schema 2020-12 (OpenAPI 3.1) schema may say; anything else is a keyword of the
+// validator (TypeBox's error, noValidate...) that leaked into the document.
+const STANDARD_KEYWORDS = new Set([
+  "$ref", "type", "enum", "const", "format", "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+  "exclusiveMaximum", "multipleOf", "items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "properties",
+  "patternProperties", "additionalProperties", "propertyNames", "required", "minProperties", "maxProperties", "anyOf", "oneOf",
+  "allOf", "not", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding",
+]);
+
+/** nonStandardKeywords lists every keyword of `schema` and its sub-schemas that JSON Schema does not define, with where it is. */
+function nonStandardKeywords(schema: any, where: string): string[] {
+  if (!schema || typeof schema !== "object") return [];
+  const found: string[] = [];
+  for (const [keyword, value] of Object.entries(schema)) {
+    if (!STANDARD_KEYWORDS.has(keyword)) found.push(`${where}/${keyword}`);
+    else if (keyword === "properties" || keyword === "patternProperties") {
+      for (const [name, sub] of Object.entries(value as object)) found.push(...nonStandardKeywords(sub, `${where}/${keyword}/${name}`));
+    } else if (Array.isArray(value) && keyword !== "enum" && keyword !== "examples" && keyword !== "required") {
+      value.forEach((sub, i) => found.push(...nonStandardKeywords(sub, `${where}/${keyword}/${i}`)));
+    } else if (["items", "additionalProperties", "not", "contains", "propertyNames"].includes(keyword)) {
+      found.push(...nonStandardKeywords(value, `${where}/${keyword}`));
+    }
+  }
+  return found;
+}
+
+/** documentSchemas lists every schema of the document with where it is: components, parameters, bodies, responses, headers, of paths and webhooks. */
+function documentSchemas(): [string, any][] {
+  const schemas: [string, any][] = Object.entries(spec.components.schemas).map(([name, s]) => [`#/components/schemas/${name}`, s]);
+  const content = (where: string, c: any) => Object.entries(c ?? {}).map(([type, media]: [string, any]) => [`${where} ${type}`, media.schema] as [string, any]);
+  const webhooks = Object.entries((spec.webhooks ?? {}) as Record<string, any>).flatMap(([name, item]) => Object.entries(item as Record<string, any>).map(([method, op]) => ({ where: `webhook ${name} ${method}`, op })));
+  for (const { where, op } of [...operations(), ...webhooks]) {
+    for (const p of op.parameters ?? []) schemas.push([`${where} parameter ${p.name}`, p.schema]);
+    schemas.push(...content(`${where} body`, op.requestBody?.content));
+    for (const [status, r] of Object.entries(op.responses ?? {}) as [string, any][]) {
+      schemas.push(...content(`${where} ${status}`, r.content));
+      for (const [name, header] of Object.entries(r.headers ?? {}) as [string, any][]) schemas.push([`${where} ${status} header ${name}`, header.schema]);
+    }
+  }
+  return schemas;
+}
+
+describe("OpenAPI document for client generators", () => {
+  test("every operation has a unique, readable operationId: a verb and a noun in camelCase", () => {
+    const ids = operations().map(({ where, op }) => [where, op.operationId]);
+    const unreadable = ids.filter(([, id]) => typeof id !== "string" || !/^[a-z]+(?:[A-Z][a-z0-9]+)+$/.test(id) || /PublicV1|By[A-Z]/.test(id));
+    expect(unreadable).toEqual([]);
+    const seen = ids.map(([, id]) => id);
+    expect(seen.filter((id, i) => seen.indexOf(id) !== i)).toEqual([]);
+  });
+
+  test("the operations of the contacts API are named as a client reads them", () => {
+    const byRoute = Object.fromEntries(operations().map(({ where, op }) => [where, op.operationId]));
+    expect(byRoute).toMatchObject({
+      "POST /public/v1/contacts": "createContact",
+      "GET /public/v1/contacts": "listContacts",
+      "GET /public/v1/contacts/{id}": "getContact",
+      "PATCH /public/v1/contacts/{id}": "updateContact",
+      "DELETE /public/v1/contacts/{id}": "deleteContact",
+      "POST /public/v1/accounts": "createAccount",
+      "GET /public/v1/users": "listUsers",
+      "GET /healthz": "getHealth",
+    });
+  });
+
+  test("no schema carries a keyword JSON Schema does not define", () => {
+    expect(documentSchemas().flatMap(([where, schema]) => nonStandardKeywords(schema, where))).toEqual([]);
+  });
+
+  test("the checker finds leaked validator keywords, also inside properties and unions", () => {
+    const leaky = { type: "object", properties: { error: { type: "string", error: "x" }, n: { anyOf: [{ type: "string", noValidate: true }] } }, noValidate: true };
+    expect(nonStandardKeywords(leaky, "s")).toEqual(["s/properties/error/error", "s/properties/n/anyOf/0/noValidate", "s/noValidate"]);
+  });
+
+  test("every operation states its security: a bearer token, or none (security: []) on the health probes", () => {
+    const security = Object.fromEntries(operations().map(({ where, op }) => [where, op.security]));
+    expect(Object.entries(security).filter(([, s]) => !Array.isArray(s))).toEqual([]);
+    expect([security["GET /healthz"], security["GET /readyz"]]).toEqual([[], []]);
+    for (const { where, path } of operations()) if (path.startsWith("/public/v1")) expect([where, security[where]]).toEqual([where, [{ bearerAuth: [] }]]);
+  });
+
+  test("servers names this server", () => {
+    expect(spec.servers).toEqual([{ url: "/", description: "This server" }]);
+  });
+
+  test("the shared shapes are named once in components.schemas and referenced", () => {
+    const named = Object.keys(spec.components.schemas);
+    expect(named).toEqual(expect.arrayContaining(["Problem", "ListMeta", "Contact", "ContactInput", "Account", "User", "Subscription", "Delivery"]));
+    const text = JSON.stringify(spec.paths);
+    expect(named.filter((name) => !text.includes(`"#/components/schemas/${name}"`) && !JSON.stringify(spec.components).includes(`"#/components/schemas/${name}"`))).toEqual([]);
+    const body = (where: string, status: string) => operations().find((o) => o.where === where)!.op.responses[status].content["application/json"].schema;
+    expect(body("POST /public/v1/contacts", "201").properties.data).toEqual({ $ref: "#/components/schemas/Contact" });
+    expect(body("GET /public/v1/contacts", "200").properties).toEqual({ data: { type: "array", items: { $ref: "#/components/schemas/Contact" } }, meta: { $ref: "#/components/schemas/ListMeta" } });
+    expect(spec.components.schemas.Contact.properties.accounts.items).toEqual({ $ref: "#/components/schemas/Account" });
+  });
+
+  test("every error answer is a problem document: application/problem+json referencing Problem", () => {
+    const wrong: string[] = [];
+    for (const { where, op } of operations()) {
+      for (const [status, documented] of Object.entries(op.responses) as [string, any][]) {
+        if (Number(status) < 400) continue;
+        const content = dereference(spec, documented).content;
+        if (JSON.stringify(content) !== JSON.stringify({ "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } })) wrong.push(`${where} ${status}`);
+      }
+    }
+    expect(wrong).toEqual([]);
+    expect(spec.components.schemas.Problem.required).toEqual(["type", "title", "status", "detail"]);
+  });
+
+  test("page and per_page are integers wherever a list takes them", () => {
+    const params = operations().flatMap(({ where, op }) => (op.parameters ?? []).filter((p: any) => p.name === "page" || p.name === "per_page").map((p: any) => [where, p.name, p.schema.type]));
+    expect(params.length).toBeGreaterThanOrEqual(10);
+    expect(params.filter(([, , type]) => type !== "integer")).toEqual([]);
+  });
+
+  test("numbers in bodies are numbers: no string-or-integer left from query coercion", () => {
+    const text = JSON.stringify(spec);
+    expect(text).not.toContain('"format":"integer"');
+    expect(text).not.toContain('"format":"numeric"');
+    expect(spec.components.schemas.Delivery.properties.attempts.type).toBe("integer");
+  });
+
+  test("every /public/v1 success declares the RateLimit and RateLimit-Policy headers, and a real success carries them", async () => {
+    const missing: string[] = [];
+    for (const { where, path, op } of operations()) {
+      if (!path.startsWith("/public/v1")) continue;
+      for (const [status, response] of Object.entries(op.responses) as [string, any][]) {
+        if (/^2\d\d$/.test(status) && !(response.headers?.RateLimit && response.headers?.["RateLimit-Policy"])) missing.push(`${where} ${status}`);
+      }
+    }
+    expect(missing).toEqual([]);
+    const res = await h.request("GET", "/public/v1/contacts");
+    expect(res.status).toBe(200);
+    expect(res.headers.get("ratelimit")).toMatch(/^"read";r=\d+;t=\d+$/);
+    expect(res.headers.get("ratelimit-policy")).toMatch(/^"read";q=\d+;w=\d+$/);
+  });
+});
+
+/** redoclyLint lints a document with the Redocly CLI and the repository's redocly.yaml; it answers the JSON report and the exit code. */
+function redoclyLint(document: unknown): { problems: any[]; totals: { errors: number }; exitCode: number } {
+  const dir = mkdtempSync(join(tmpdir(), "crm-lint-"));
+  try {
+    const file = join(dir, "openapi.json");
+    writeFileSync(file, JSON.stringify(document));
+    // Node when there is one (a machine with npm has it), else Bun, which runs the CLI too.
+    const runtime = Bun.which("node") ?? process.execPath;
+    const result = Bun.spawnSync([runtime, join(ROOT, "node_modules", "@redocly", "cli", "bin", "cli.js"), "lint", file, "--config", join(ROOT, "redocly.yaml"), "--format=json"], {
+      cwd: ROOT,
+      env: { ...process.env, REDOCLY_SUPPRESS_UPDATE_NOTICE: "true", REDOCLY_TELEMETRY: "off" },
+    });
+    return { ...JSON.parse(result.stdout.toString()), exitCode: result.exitCode };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const errorsOf = (report: { problems: any[] }) => report.problems.filter((p) => p.severity === "error");
+
+describe("OpenAPI document is stable", () => {
+  test("it is the same whether routes were called before it was built or not (in a fresh process)", async () => {
+    // Elysia changes a route's schemas when the route first runs; a process that has served nothing yet shows whether the document depends on that.
+    const script = `
+      import { createHarness } from ${JSON.stringify(join(ROOT, "test/support/harness.ts"))};
+      const before = createHarness();
+      const first = JSON.stringify((await before.json("GET", "/docs/json")).body);
+      before.close();
+      const after = createHarness();
+      await after.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
+      await after.json("GET", "/healthz");
+      await after.json("GET", "/public/v1/contacts/con_x");
+      const second = JSON.stringify((await after.json("GET", "/docs/json")).body);
+      after.close();
+      console.log(first === second ? "same" : "different");`;
+    const child = Bun.spawn([process.execPath, "-e", script], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    const [stdout, stderr] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text()]);
+    expect([await child.exited, stderr]).toEqual([0, expect.any(String)]);
+    expect(stdout.trim().split("\n").at(-1)).toBe("same"); // the last line: libraries may print before it
+
+  }, 60_000);
+});
+
+describe("Redocly lint", () => {
+  test("the served document has no error under Redocly's recommended rules", () => {
+    const report = redoclyLint(spec);
+    expect(errorsOf(report).map((p) => `${p.ruleId} at ${p.location[0]?.pointer}: ${p.message}`)).toEqual([]);
+    expect(report.totals.errors).toBe(0);
+    expect(report.exitCode).toBe(0);
+  }, 60_000);
+
+  test("the lint fails a document with a leaked keyword and an operation without security", () => {
+    const broken = structuredClone(spec);
+    delete broken.paths["/healthz"].get.security;
+    broken.components.schemas.Contact.properties.email.error = "must be an email";
+    const report = redoclyLint(broken);
+    expect([...new Set(errorsOf(report).map((p) => p.ruleId))].sort()).toEqual(["security-defined", "struct"]);
+    expect(report.exitCode).not.toBe(0);
+  }, 60_000);
+});
