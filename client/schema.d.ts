@@ -416,6 +416,46 @@ export interface paths {
         patch: operations["updateWebhookSubscription"];
         trace?: never;
     };
+    "/public/v1/webhook-subscriptions/{subscriptionId}/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a webhook subscription's endpoint health
+         * @description Attempts of the last 24 hours and of the last 7 days (whole hours, the current one included): how many succeeded (2xx) and failed, the success rate, and latency percentiles p50, p90, p99 in milliseconds. Also the subscription's status and when its current streak of failed attempts began.
+         */
+        get: operations["getWebhookSubscriptionStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/public/v1/webhook-subscriptions/{subscriptionId}/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Enable a disabled webhook subscription
+         * @description Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak: events from now on are delivered to it. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged.
+         */
+        post: operations["enableWebhookSubscription"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/public/v1/webhook-subscriptions/{subscriptionId}/test": {
         parameters: {
             query?: never;
@@ -738,6 +778,46 @@ export interface webhooks {
         patch?: never;
         trace?: never;
     };
+    "subscription.disabled": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * subscription.disabled event
+         * @description Another subscription was disabled: its receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours. Nothing more is sent to it until POST /webhook-subscriptions/{id}/enable. Sent to the subscriptions that ask for it, never about themselves (a disabled subscription gets nothing). Verify webhook-signature (Standard Webhooks) before trusting the body.
+         */
+        post: operations["receiveSubscriptionDisabledEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "delivery.exhausted": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * delivery.exhausted event
+         * @description A delivery to another subscription used up its scheduled attempts and is failed. Deliveries of subscription.disabled and delivery.exhausted are never reported on, so a failing on-call receiver starts no chain. Verify webhook-signature (Standard Webhooks) before trusting the body.
+         */
+        post: operations["receiveDeliveryExhaustedEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface components {
     schemas: {
@@ -887,18 +967,26 @@ export interface components {
             description: string | null;
             events: string[];
             /**
-             * @description paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone; nothing more is sent.
+             * @description paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours; nothing more is sent until POST .../enable.
              * @enum {string}
              */
             status: "active" | "paused" | "disabled";
             /** Format: date-time */
             disabled_at: string | null;
+            /** @description Why it was disabled, in words; null while active. */
             disabled_reason: string | null;
             /**
              * Format: date-time
              * @description Since when the subscription is paused; null when it is not.
              */
             paused_at: string | null;
+            /** @description Requests per second this receiver gets at most; null: no cap. */
+            max_rate: number | null;
+            /**
+             * Format: date-time
+             * @description When the first failed attempt after the last successful one was made; null while the last attempt succeeded.
+             */
+            failing_since: string | null;
             /** @description Signing secret whsec_...: in full only in the create and rotate-secret responses, masked (whsec_abcd…) elsewhere. */
             secret: string;
             /**
@@ -931,8 +1019,10 @@ export interface components {
             target_url: string;
             /** @description Free text label. */
             description?: string;
-            /** @description Event kinds to deliver: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping. */
-            events: ("contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping")[];
+            /** @description Event kinds to deliver: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping, subscription.disabled, delivery.exhausted. subscription.disabled and delivery.exhausted report on the other subscriptions (an endpoint disabled, a delivery that used up its attempts). */
+            events: ("contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping" | "subscription.disabled" | "delivery.exhausted")[];
+            /** @description Requests per second this receiver gets at most (1 to 1000), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency. */
+            max_rate?: number;
         };
         Delivery: {
             /**
@@ -3079,7 +3169,7 @@ export interface operations {
                 page?: number;
                 per_page?: number;
                 cursor?: string;
-                event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping";
+                event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping" | "subscription.disabled" | "delivery.exhausted";
             };
             header?: never;
             path?: never;
@@ -3462,6 +3552,193 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    getWebhookSubscriptionStats: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                subscriptionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            subscription_id: string;
+                            /** @enum {string} */
+                            status: "active" | "disabled";
+                            /**
+                             * Format: date-time
+                             * @description When the current streak of failed attempts began; null while the last attempt succeeded.
+                             */
+                            failing_since: string | null;
+                            last_24h: {
+                                /**
+                                 * Format: date-time
+                                 * @description Start of the window: the start of the hour 24 hours (or 7 days) ago; the window runs to now.
+                                 */
+                                from: string;
+                                attempts: number;
+                                /** @description Attempts answered 2xx. */
+                                succeeded: number;
+                                /** @description Attempts answered otherwise, or without an answer (network error, timeout, refused address). */
+                                failed: number;
+                                /** @description succeeded / attempts, 0 to 1; null without attempts. */
+                                success_rate: number | null;
+                                /** @description Attempt durations in milliseconds, each the upper bound of a histogram bucket (buckets grow by 25%, so at most 25% above the true value). */
+                                latency_ms: {
+                                    p50: number;
+                                    p90: number;
+                                    p99: number;
+                                } | null;
+                            };
+                            last_7d: {
+                                /**
+                                 * Format: date-time
+                                 * @description Start of the window: the start of the hour 24 hours (or 7 days) ago; the window runs to now.
+                                 */
+                                from: string;
+                                attempts: number;
+                                /** @description Attempts answered 2xx. */
+                                succeeded: number;
+                                /** @description Attempts answered otherwise, or without an answer (network error, timeout, refused address). */
+                                failed: number;
+                                /** @description succeeded / attempts, 0 to 1; null without attempts. */
+                                success_rate: number | null;
+                                /** @description Attempt durations in milliseconds, each the upper bound of a histogram bucket (buckets grow by 25%, so at most 25% above the true value). */
+                                latency_ms: {
+                                    p50: number;
+                                    p90: number;
+                                    p99: number;
+                                } | null;
+                            };
+                        };
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    enableWebhookSubscription: {
+        parameters: {
+            query?: never;
+            header?: {
+                "idempotency-key"?: string;
+            };
+            path: {
+                subscriptionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Subscription"];
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            414: components["responses"]["QueryTooLong"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -4021,7 +4298,7 @@ export interface operations {
                 per_page?: number;
                 cursor?: string;
                 subscription_id?: string;
-                event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping";
+                event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping" | "subscription.disabled" | "delivery.exhausted";
                 event_id?: string;
                 status?: "pending" | "succeeded" | "failed";
                 created_after?: string;
@@ -4682,6 +4959,106 @@ export interface operations {
                     timestamp: string;
                     data: {
                         subscription_id: string;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Any 2xx within the timeout counts as delivered; 410 Gone disables the subscription; anything else is retried. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    receiveSubscriptionDisabledEvent: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The delivery id: the same on every attempt of this delivery (dlv_...). */
+                "webhook-id": string;
+                /** @description Unix seconds when this attempt was signed. */
+                "webhook-timestamp": string;
+                /** @description Space-separated v1,<base64 HMAC-SHA256> signatures, newest secret first (two during a secret rotation's grace period). */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @constant */
+                    type: "subscription.disabled";
+                    /** @description The event's id: the same in every subscription's copy (webhook-id is per delivery). Drop an event_id seen before. */
+                    event_id: string;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened.
+                     */
+                    timestamp: string;
+                    data: {
+                        subscription_id: string;
+                        target_url: string;
+                        description: string | null;
+                        /** @description Why, in words; the subscription's disabled_reason. */
+                        reason: string;
+                        /** Format: date-time */
+                        disabled_at: string;
+                        /** @description When its streak of failed attempts began; null when a 410 disabled it without one. */
+                        failing_since: string | null;
+                        /** @description Its pending deliveries, ended as failed. */
+                        pending_deliveries_failed: number;
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Any 2xx within the timeout counts as delivered; 410 Gone disables the subscription; anything else is retried. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    receiveDeliveryExhaustedEvent: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The delivery id: the same on every attempt of this delivery (dlv_...). */
+                "webhook-id": string;
+                /** @description Unix seconds when this attempt was signed. */
+                "webhook-timestamp": string;
+                /** @description Space-separated v1,<base64 HMAC-SHA256> signatures, newest secret first (two during a secret rotation's grace period). */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @constant */
+                    type: "delivery.exhausted";
+                    /** @description The event's id: the same in every subscription's copy (webhook-id is per delivery). Drop an event_id seen before. */
+                    event_id: string;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened.
+                     */
+                    timestamp: string;
+                    data: {
+                        delivery_id: string;
+                        subscription_id: string;
+                        event_type: string;
+                        target_url: string;
+                        attempts: number;
+                        last_response_status: number | null;
+                        last_error: string | null;
                     };
                 };
             };
