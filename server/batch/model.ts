@@ -8,13 +8,15 @@ import type { FieldError } from "../shared/problem.ts";
 /**
  * batchInput is the body of a batch upsert. The OpenAPI document shows each item as `item` (the
  * body of the single POST), but the route does not check items against it: the service checks each
- * item on its own, so one bad item is refused alone instead of failing the whole batch.
+ * item on its own, so one bad item is refused alone instead of failing the whole batch. The item
+ * sits in `allOf` of an unchecked schema: stated directly on it, Elysia's body normaliser could not
+ * build its mirror and printed the whole schema to stdout on the first batch request.
  */
 export function batchInput(item: TSchema, description: string) {
   const documented = JSON.parse(JSON.stringify(item)) as Record<string, unknown>;
   return t.Object(
     {
-      items: t.Array(t.Unknown({ ...documented, description }), {
+      items: t.Array(t.Unknown({ description, allOf: [documented] }), {
         minItems: 1,
         maxItems: MAX_BATCH_ITEMS,
         error: `must be a list of 1 to ${MAX_BATCH_ITEMS} items`,

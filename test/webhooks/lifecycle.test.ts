@@ -53,7 +53,12 @@ describe("secret rotation: happy paths", () => {
     expect(verifies(rotated.secret, { ...during, headers: { ...during.headers, "webhook-signature": signatures[0]! } })).toBe(true);
     expect(verifies(sub.secret, { ...during, headers: { ...during.headers, "webhook-signature": signatures[0]! } })).toBe(false);
     // The history records both signatures sent.
-    const recorded = await h.delivery(during.headers["webhook-id"]!);
+    // The attempt is recorded after the receiver has answered: wait for the record, not the request.
+    let recorded = await h.delivery(during.headers["webhook-id"]!);
+    while (recorded.attempt_history.length === 0) {
+      await Bun.sleep(5);
+      recorded = await h.delivery(during.headers["webhook-id"]!);
+    }
     expect(recorded.attempt_history[0].request_headers["webhook-signature"]).toBe(during.headers["webhook-signature"]);
 
     endGrace(sub.id);
