@@ -98,10 +98,18 @@ function requireDatabase(dataDir: string): void {
   }
 }
 
-/** openConfiguredDatabase opens and migrates the database of an existing data directory. */
-function openConfiguredDatabase(args: string[]) {
+/**
+ * openConfiguredDatabase opens and migrates the database of an existing data directory. A command
+ * that sets a new installation up (`setUp`: token, user or operator create) may also create the
+ * database of a data directory named on purpose (flag, environment or config file), as install
+ * scripts do before the first start, and says so; the default ./data must already hold one.
+ */
+function openConfiguredDatabase(args: string[], { setUp = false }: { setUp?: boolean } = {}) {
   const config = loadConfig(args);
-  requireDatabase(config.dataDir);
+  if (!setUp || config.dataDir === DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
+  else if (!existsSync(databaseFile(config.dataDir))) {
+    process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${config.dataDir}\n`);
+  }
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   migrateWithSecretsKey(db, config);
   return db;
@@ -197,7 +205,7 @@ async function main(argv: string[]): Promise<number> {
         if (rate === null && rateText !== undefined) {
           throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100`);
         }
-        const db = openConfiguredDatabase(args);
+        const db = openConfiguredDatabase(args, { setUp: true });
         const { token, info } = createApiToken(db, name.trim(), Date.now(), rate);
         process.stdout.write(json ? `${JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token })}\n` : `${token}\n`);
         if (!json) process.stderr.write(`created token ${info.id} (${info.name}); it is shown only this once\n`);
@@ -236,7 +244,7 @@ async function main(argv: string[]): Promise<number> {
       const name = takeOption(args, "--name");
       const email = takeOption(args, "--email");
       if (!name || !email) throw new ConfigError("user create needs --name and --email");
-      const db = openConfiguredDatabase(args);
+      const db = openConfiguredDatabase(args, { setUp: true });
       const user = createUser(db, { name, email });
       process.stdout.write(`${JSON.stringify(user)}\n`);
       return 0;
@@ -256,7 +264,7 @@ async function main(argv: string[]): Promise<number> {
       // Never a password argument: it would show in the process list and the shell history.
       if (!email || !takeFlag(args, "--password-stdin")) throw new ConfigError("operator create needs --email E and --password-stdin (the password is read from standard input)");
       const password = (await Bun.stdin.text()).replace(/\r?\n$/, "");
-      const db = openConfiguredDatabase(args);
+      const db = openConfiguredDatabase(args, { setUp: true });
       const operator = await createOperator(db, { email, password });
       process.stdout.write(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
       return 0;

@@ -211,12 +211,39 @@ describe("command line: errors", () => {
   test("commands other than serve and migrate refuse a data directory with no database, naming it and --data-dir, and create nothing", async () => {
     const empty = join(dataDir, "elsewhere");
     const refusal = `crm: no database at ${join(empty, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`;
-    for (const args of [["token", "create", "--name", "x"], ["token", "list"], ["token", "revoke", "tok_x"], ["user", "create", "--name", "x", "--email", "x@example.com"], ["backup", join(dataDir, "copy.sqlite")]]) {
+    for (const args of [["token", "list"], ["token", "revoke", "tok_x"], ["user", "list"], ["operator", "unlock", "--email", "a@example.com"], ["backup", join(dataDir, "copy.sqlite")]]) {
       expect([args.join(" "), await crm([...args, "--data-dir", empty])]).toEqual([args.join(" "), { stdout: "", stderr: refusal, code: 2 }]);
     }
     expect(existsSync(empty)).toBe(false);
     expect((await crm(["migrate", "--data-dir", empty])).code).toBe(0);
     expect((await crm(["token", "list", "--data-dir", empty])).code).toBe(0);
+  });
+
+  test("token and user create refuse the default ./data without a database; a data directory named on purpose is set up, and they say so", async () => {
+    const elsewhere = mkdtempSync(join(tmpdir(), "crm-cwd-"));
+    try {
+      const run = async (args: string[], env: Record<string, string>) => {
+        const proc = Bun.spawn([BUN, MAIN, ...args], { cwd: elsewhere, stdout: "pipe", stderr: "pipe", stdin: "ignore", env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...env } });
+        const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+        return { stdout, stderr, code };
+      };
+      const defaultRefusal = `crm: no database at ${join(elsewhere, "data", "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`;
+      for (const args of [["token", "create", "--name", "x"], ["user", "create", "--name", "x", "--email", "x@example.com"]]) {
+        expect([args.join(" "), await run(args, {})]).toEqual([args.join(" "), { stdout: "", stderr: defaultRefusal, code: 2 }]);
+      }
+      expect(existsSync(join(elsewhere, "data"))).toBe(false);
+
+      const named = join(dataDir, "new-install");
+      const created = await run(["token", "create", "--name", "first", "--json", "--data-dir", named], {});
+      expect(created.code).toBe(0);
+      expect(created.stderr).toBe(`created a new database at ${join(named, "crm.sqlite")}; serve it with --data-dir ${named}\n`);
+      expect(JSON.parse(created.stdout).token).toMatch(/^crm_/);
+      const again = await run(["user", "create", "--name", "Ada", "--email", "ada@example.com"], { CRM_DATA_DIR: named });
+      expect({ code: again.code, stderr: again.stderr }).toEqual({ code: 0, stderr: "" });
+      expect((await run(["token", "list", "--data-dir", named], {})).stdout).toContain("first");
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
   });
 
   test("usage mistakes are one line with exit 2", async () => {

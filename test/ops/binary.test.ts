@@ -102,10 +102,10 @@ describe("the compiled binary, alone in an empty folder", () => {
     expect(readdirSync(folder).sort()).toEqual(["copy.sqlite", "crm", "data"]);
   }, 60_000);
 
-  test("a fresh data directory: token create refuses it; serve's first-start hint names this binary and that directory, and works as printed", async () => {
+  test("a fresh data directory: token list refuses it; serve's first-start hint names this binary and that directory, and works as printed", async () => {
     const fresh = tempDir("binary-fresh");
     try {
-      expect(run("token", "create", "--name", "first", "--data-dir", fresh)).toEqual({
+      expect(run("token", "list", "--data-dir", fresh)).toEqual({
         exitCode: 2,
         stdout: "",
         stderr: `crm: no database at ${join(fresh, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`,
