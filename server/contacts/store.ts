@@ -102,11 +102,16 @@ export function replaceContactAssignedUsers(db: Database, contactId: string, use
   insertContactAssignedUsers(db, contactId, userIds);
 }
 
-/** replaceContactTags sets the distinct tags a contact carries (the row's properties keep `tags` as given). */
-export function replaceContactTags(db: Database, contactId: string, tags: readonly string[]): void {
-  db.query("DELETE FROM contact_tags WHERE contact_id = ?").run(contactId);
+/** insertContactTags records the distinct tags of a contact that has none yet (the row's properties keep `tags` as given). */
+export function insertContactTags(db: Database, contactId: string, tags: readonly string[]): void {
   const insert = db.query("INSERT OR IGNORE INTO contact_tags (contact_id, tag) VALUES (?, ?)");
   for (const tag of tags) insert.run(contactId, tag);
+}
+
+/** replaceContactTags sets the distinct tags a contact carries. */
+export function replaceContactTags(db: Database, contactId: string, tags: readonly string[]): void {
+  db.query("DELETE FROM contact_tags WHERE contact_id = ?").run(contactId);
+  insertContactTags(db, contactId, tags);
 }
 
 /**
