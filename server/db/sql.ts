@@ -1,0 +1,51 @@
+/**
+ * The storage interface every feature's store is written against. Two implementations: SQLite
+ * (bun:sqlite, the embedded default) and PostgreSQL (Bun's SQL client, several instances). Stores
+ * take a `Db` and stay ignorant of which one runs; services open writes with `Database.write`.
+ *
+ * SQL written for both backends follows these rules:
+ * - placeholders are positional `?` only (the PostgreSQL implementation numbers them `$1`, `$2`...;
+ *   never put a literal `?` inside a quoted string);
+ * - booleans are integers 0/1, JSON is text, instants are integer milliseconds since the epoch;
+ * - `INSERT ... ON CONFLICT (...) DO NOTHING / DO UPDATE SET x = excluded.x` and `RETURNING`, not
+ *   `INSERT OR IGNORE/REPLACE`; `IS NOT DISTINCT FROM` is spelled out where NULLs compare;
+ * - where the dialects really differ (full-text search, JSON functions, PRAGMA), branch on
+ *   `db.dialect` inside the store function, never in a service.
+ */
+
+/** SqlValue is what a statement parameter may be on both backends. */
+export type SqlValue = string | number | null | Uint8Array;
+
+/** Dialect names the backend a Db talks to. */
+export type Dialect = "sqlite" | "postgres";
+
+/** Db runs statements: the Database itself for reads, or the transaction handle inside `write`. */
+export interface Db {
+  readonly dialect: Dialect;
+  /** all returns every row of a query. */
+  all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]>;
+  /** get returns the first row of a query, or null. */
+  get<T>(sql: string, params?: readonly SqlValue[]): Promise<T | null>;
+  /** run executes a statement and returns how many rows it changed. */
+  run(sql: string, params?: readonly SqlValue[]): Promise<number>;
+}
+
+/** Database is an open backend: reads through its Db methods, changes through `write`. */
+export interface Database extends Db {
+  /**
+   * write runs `work` in a transaction and resolves with its result once committed. Work does only
+   * database work through `tx` (no network, no timers): SQLite runs concurrent writes one after
+   * the other inside one group commit, each in its own savepoint, so a work that throws rolls back
+   * alone and is answered with its error.
+   */
+  write<T>(work: (tx: Db) => Promise<T>): Promise<T>;
+  /** onCommit registers a callback run after each commit of `write` in this process (wakes the delivery loop). */
+  onCommit(callback: () => void): void;
+  /**
+   * outsideWritesGeneration returns a number that changes whenever another process or instance may
+   * have changed the data, so caches of rows (API tokens) can tell whether they may still be served.
+   */
+  outsideWritesGeneration(): number;
+  /** close commits what is queued and closes the connections. */
+  close(): Promise<void>;
+}
