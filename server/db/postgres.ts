@@ -1,5 +1,5 @@
 import { SQL } from "bun";
-import { ConfigError } from "../config.ts";
+import { ConfigError, redactedUrl } from "../config.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
@@ -123,14 +123,6 @@ export class PostgresDatabase extends PostgresDb implements Database {
   async close(): Promise<void> {
     await this.sql.close();
   }
-}
-
-/** redactedUrl is the database URL without its password, fit for messages and logs. */
-export function redactedUrl(url: string): string {
-  if (!URL.canParse(url)) return "the --database-url value";
-  const parsed = new URL(url);
-  if (parsed.password) parsed.password = "***";
-  return parsed.toString();
 }
 
 /** connectFailure says in one line why the server could not be used. */
