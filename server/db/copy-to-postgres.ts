@@ -139,14 +139,9 @@ function progressReporter(progress: CopyProgress, table: TableCopy): { update(co
     const filled = Math.round(share * PROGRESS_BAR_WIDTH);
     progress.write(`\r${table.name.padEnd(28)} [${"#".repeat(filled)}${" ".repeat(PROGRESS_BAR_WIDTH - filled)}] ${copied}/${table.rows}`);
   };
+  // Drawn at 0 first and after every batch, so the bar already shows the last count when done.
   draw(0);
-  return {
-    update: draw,
-    done(copied) {
-      draw(copied);
-      progress.write("\n");
-    },
-  };
+  return { update: draw, done: () => progress.write("\n") };
 }
 
 /**

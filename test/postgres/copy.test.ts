@@ -2,7 +2,8 @@ import { Database as SqliteDatabase } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { databaseFile } from "../../server/db/database.ts";
-import { COPY_USAGE } from "../../server/db/copy-to-postgres.ts";
+import { COPY_USAGE, copyToPostgres } from "../../server/db/copy-to-postgres.ts";
+import { migrate } from "../../server/db/migrations.ts";
 import { openPostgres, type PostgresDatabase } from "../../server/db/postgres.ts";
 import { runCli, SOURCE, tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
@@ -183,5 +184,32 @@ describe("copy-to-postgres: refusals", () => {
     const res = crm(["copy-to-postgres", "--help"]);
     expect({ exitCode: res.exitCode, stdout: res.stdout, stderr: res.stderr }).toEqual({ exitCode: 0, stdout: COPY_USAGE, stderr: "" });
     expect(COPY_USAGE).toStartWith("usage: crm copy-to-postgres --database-url postgres://USER:PASSWORD@HOST:PORT/DATABASE [--data-dir DIR]\n");
+  });
+});
+
+describe("copy-to-postgres: progress on a terminal", () => {
+  test("each table gets a bar redrawn after every batch of 1,000 rows, ending on its own line", async () => {
+    const sqlite = new SqliteDatabase(":memory:", { strict: true });
+    const empty = await createTestDatabase();
+    const db = await openPostgres(empty.url, 2);
+    try {
+      migrate(sqlite);
+      const insert = sqlite.query("INSERT INTO events (id, type, payload, created_at) VALUES (?, 'contact.created', '{}', ?)");
+      sqlite.transaction(() => {
+        for (let i = 0; i < 2500; i++) insert.run(`evt_${String(i).padStart(5, "0")}`, i);
+      })();
+      let written = "";
+      const result = await copyToPostgres(sqlite, db, empty.url, { isTTY: true, write: (text: string) => (written += text) });
+      expect(result.find((r) => r.table === "events")).toEqual({ table: "events", rows: 2500 });
+      const events = written.split("\n").find((line) => line.includes("events"))!;
+      const bar = (filled: number, copied: number) => `${"events".padEnd(28)} [${"#".repeat(filled)}${" ".repeat(30 - filled)}] ${copied}/2500`;
+      expect(events.split("\r").filter(Boolean)).toEqual([bar(0, 0), bar(12, 1000), bar(24, 2000), bar(30, 2500)]);
+      expect(written.split("\n").filter(Boolean)).toHaveLength(result.length);
+      expect(await db.get("SELECT count(*) AS n, min(id) AS first, max(id) AS last FROM events")).toEqual({ n: 2500, first: "evt_00000", last: "evt_02499" });
+    } finally {
+      sqlite.close();
+      await db.close();
+      await empty.drop();
+    }
   });
 });
