@@ -293,28 +293,18 @@ $$;
 CREATE TRIGGER contacts_count AFTER INSERT OR DELETE OR UPDATE OF assigned_user_id ON contacts
   FOR EACH ROW EXECUTE FUNCTION contacts_count();
 
-CREATE FUNCTION contact_tags_count() RETURNS trigger LANGUAGE plpgsql AS $$
+-- One function keeps the counts of both relation tables; the trigger names the filter and the column.
+CREATE FUNCTION relation_count() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP = 'INSERT' THEN
-    PERFORM count_filter_value('tag', NEW.tag);
+    PERFORM count_filter_value(TG_ARGV[0], to_jsonb(NEW) ->> TG_ARGV[1]);
   ELSE
-    UPDATE contact_filter_counts SET n = n - 1 WHERE filter = 'tag' AND value = OLD.tag;
+    UPDATE contact_filter_counts SET n = n - 1 WHERE filter = TG_ARGV[0] AND value = to_jsonb(OLD) ->> TG_ARGV[1];
   END IF;
   RETURN NULL;
 END
 $$;
 CREATE TRIGGER contact_tags_count AFTER INSERT OR DELETE ON contact_tags
-  FOR EACH ROW EXECUTE FUNCTION contact_tags_count();
-
-CREATE FUNCTION contact_accounts_count() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF TG_OP = 'INSERT' THEN
-    PERFORM count_filter_value('account', NEW.account_id);
-  ELSE
-    UPDATE contact_filter_counts SET n = n - 1 WHERE filter = 'account' AND value = OLD.account_id;
-  END IF;
-  RETURN NULL;
-END
-$$;
+  FOR EACH ROW EXECUTE FUNCTION relation_count('tag', 'tag');
 CREATE TRIGGER contact_accounts_count AFTER INSERT OR DELETE ON contact_accounts
-  FOR EACH ROW EXECUTE FUNCTION contact_accounts_count();
+  FOR EACH ROW EXECUTE FUNCTION relation_count('account', 'account_id');

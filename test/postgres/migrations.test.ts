@@ -33,7 +33,18 @@ function freshSqlite(): SqliteDatabase {
   return sqlite;
 }
 
+// A fresh SQLite database and a migrated PostgreSQL one, compared by the schema and behaviour tests.
+let sqlite: SqliteDatabase;
+let db: PostgresDatabase;
+
+beforeAll(async () => {
+  sqlite = freshSqlite();
+  db = await freshPostgres();
+  await migratePostgres(db);
+}, 60_000);
+
 afterAll(async () => {
+  sqlite?.close();
   for (const { server, db } of opened) {
     await db.close();
     await server.drop();
@@ -50,31 +61,31 @@ describe("postgres migrations: applying", () => {
   });
 
   test("three instances migrating one fresh database at once apply each migration exactly once, without error", async () => {
-    const db = await freshPostgres();
+    const fresh = await freshPostgres();
     const others = [await openPostgres(opened.at(-1)!.server.url, 2), await openPostgres(opened.at(-1)!.server.url, 2)];
     const before = Date.now();
     try {
-      const results = await Promise.all([migratePostgres(db), migratePostgres(others[0]!), migratePostgres(others[1]!)]);
+      const results = await Promise.all([migratePostgres(fresh), migratePostgres(others[0]!), migratePostgres(others[1]!)]);
       expect(results.flat().sort()).toEqual(POSTGRES_MIGRATIONS.map((m) => m.name));
     } finally {
       await Promise.all(others.map((other) => other.close()));
     }
-    const rows = await db.all<{ version: number; name: string; applied_at: number }>("SELECT version, name, applied_at FROM schema_migrations ORDER BY version");
+    const rows = await fresh.all<{ version: number; name: string; applied_at: number }>("SELECT version, name, applied_at FROM schema_migrations ORDER BY version");
     expect(rows.map((r) => ({ version: r.version, name: r.name }))).toEqual(POSTGRES_MIGRATIONS.map((m) => ({ version: m.version, name: m.name })));
     for (const row of rows) expect(row.applied_at).toBeGreaterThanOrEqual(before);
-    expect(await migratePostgres(db)).toEqual([]);
+    expect(await migratePostgres(fresh)).toEqual([]);
   });
 
   test("a failing migration rolls back whole and is not recorded; the ones before it stay", async () => {
-    const db = await freshPostgres();
+    const fresh = await freshPostgres();
     const migrations: PostgresMigration[] = [
       { version: 1, name: "0001_first.sql", sql: "CREATE TABLE first_table (id int PRIMARY KEY);" },
       { version: 2, name: "0002_broken.sql", sql: "CREATE TABLE second_table (id int PRIMARY KEY); INSERT INTO second_table VALUES (1); SELECT no_such_function();" },
       { version: 3, name: "0003_later.sql", sql: "CREATE TABLE third_table (id int PRIMARY KEY);" },
     ];
-    await expect(migratePostgres(db, migrations)).rejects.toThrow("no_such_function");
-    expect(await db.all("SELECT version, name FROM schema_migrations")).toEqual([{ version: 1, name: "0001_first.sql" }]);
-    expect(await db.all("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name")).toEqual([
+    await expect(migratePostgres(fresh, migrations)).rejects.toThrow("no_such_function");
+    expect(await fresh.all("SELECT version, name FROM schema_migrations")).toEqual([{ version: 1, name: "0001_first.sql" }]);
+    expect(await fresh.all("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name")).toEqual([
       { table_name: "first_table" },
       { table_name: "schema_migrations" },
     ]);
@@ -180,17 +191,6 @@ function sqliteForeignKeys(sqlite: SqliteDatabase, table: string): string[] {
 }
 
 describe("postgres migrations: the schema equals SQLite's", () => {
-  let sqlite: SqliteDatabase;
-  let db: PostgresDatabase;
-
-  beforeAll(async () => {
-    sqlite = freshSqlite();
-    db = await freshPostgres();
-    await migratePostgres(db);
-  });
-
-  afterAll(() => sqlite.close());
-
   test("the same tables", async () => {
     const tables = await db.all<{ name: string }>("SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name COLLATE \"C\"");
     expect(tables.map((t) => t.name)).toEqual(sqliteTables(sqlite));
@@ -236,17 +236,6 @@ async function onBoth(sqlite: SqliteDatabase, db: Db, sql: string, params: SqlVa
 }
 
 describe("postgres migrations: triggers and search behave as on SQLite", () => {
-  let sqlite: SqliteDatabase;
-  let db: PostgresDatabase;
-
-  beforeAll(async () => {
-    sqlite = freshSqlite();
-    db = await freshPostgres();
-    await migratePostgres(db);
-  });
-
-  afterAll(() => sqlite.close());
-
   test("the contact counters follow inserts, updates, deletes and cascades alike", async () => {
     const run = (sql: string, params: SqlValue[] = []) => onBoth(sqlite, db, sql, params);
     await run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES (?, ?, ?, 1, 1), (?, ?, ?, 1, 1)", ["u1", "One", "one@example.com", "u2", "Two", "two@example.com"]);
