@@ -49,12 +49,15 @@ export function numberPlaceholders(sql: string): string {
 
 /**
  * portableRow gives a row the value types bun:sqlite gives: int8 columns (read as BigInt so no
- * digit is lost in transit) become numbers, and bytea (a Node Buffer) a plain Uint8Array.
+ * digit is lost in transit) become numbers, booleans (`a < b`, EXISTS) 1 or 0, and bytea (a Node
+ * Buffer) a plain Uint8Array. numeric stays a string, as Bun reads it: portable SQL casts sum()
+ * and avg() (`CAST(sum(n) AS bigint)`), which are numeric on PostgreSQL.
  */
 function portableRow(row: Row): Row {
   for (const key in row) {
     const value = row[key];
     if (typeof value === "bigint") row[key] = Number(value);
+    else if (typeof value === "boolean") row[key] = value ? 1 : 0;
     else if (value instanceof Uint8Array && value.constructor !== Uint8Array) row[key] = new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
   }
   return row;

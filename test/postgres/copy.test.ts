@@ -155,13 +155,24 @@ describe("copy-to-postgres: refusals", () => {
     // The tables the first copy filled, in its order; row_counts always has its row and does not count.
     const filled = copy.stdout.trimEnd().split("\n").slice(1).map((line) => line.split(/\s+/)).filter(([table, n]) => n !== "0" && table !== "row_counts").map(([table]) => table);
     expect(filled).toContain("contacts");
-    const again = crm(["copy-to-postgres", "--database-url", target.url]);
+    // The test server trusts every login, so a password in the URL is accepted and must not be printed.
+    const again = crm(["copy-to-postgres"], { CRM_DATABASE_URL: target.url.replace("postgres@", "postgres:pa55-word@") });
     expect({ exitCode: again.exitCode, stdout: again.stdout, stderr: again.stderr }).toEqual({
       exitCode: 2,
       stdout: "",
-      stderr: `crm: the PostgreSQL database at ${target.url} already holds data (in ${filled.join(", ")}); copy-to-postgres copies only into an empty database\n`,
+      stderr: `crm: the PostgreSQL database at ${target.url.replace("postgres@", "postgres:***@")} already holds data (in ${filled.join(", ")}); copy-to-postgres copies only into an empty database\n`,
     });
     expect(await pg.get("SELECT (SELECT count(*) FROM contacts) AS contacts, (SELECT count(*) FROM events) AS events")).toEqual(before);
+  });
+
+  test("a server that cannot be reached is one line naming --database-url, exit 2, without the password", () => {
+    const unreachable = target.url.replace("postgres@", "postgres:pa55-word@").replace(/:\d+\//, ":1/");
+    const res = crm(["copy-to-postgres", "--database-url", unreachable]);
+    expect({ exitCode: res.exitCode, stdout: res.stdout, stderr: res.stderr }).toEqual({
+      exitCode: 2,
+      stdout: "",
+      stderr: `crm: cannot use the PostgreSQL database at ${unreachable.replace("pa55-word", "***")} (--database-url, CRM_DATABASE_URL): connection refused (is the server running and the host and port right?)\n`,
+    });
   });
 
   test("without --database-url it says what it needs, exit 2", () => {

@@ -47,6 +47,10 @@ describe("postgres database: statements", () => {
     expect(Array.isArray(rows)).toBe(true);
   });
 
+  test("conditions read back as 1 and 0, as on SQLite; a cast sum as a number", async () => {
+    expect(await db.get("SELECT 1 < 2 AS yes, EXISTS (SELECT 1 FROM things WHERE id = 'none') AS no, CAST(sum(n) AS bigint) AS total FROM (VALUES (1), (2)) v(n)")).toEqual({ yes: 1, no: 0, total: 3 });
+  });
+
   test("a bytea parameter matches the stored bytes", async () => {
     expect(await db.get("SELECT id FROM things WHERE hash = ?", [new Uint8Array([0, 1, 255])])).toEqual({ id: "a" });
     expect(await db.get("SELECT id FROM things WHERE hash = ?", [new Uint8Array([0, 1, 254])])).toBeNull();
