@@ -1,4 +1,4 @@
-import type { Database as SqliteDatabase } from "bun:sqlite";
+import type { Database as SqliteConnection } from "bun:sqlite";
 import { ConfigError, redactedUrl, type Config } from "../config.ts";
 import { openPostgres, type PostgresDatabase, type PostgresDb } from "./postgres.ts";
 import { migratePostgres } from "./postgres-migrations.ts";
@@ -51,7 +51,7 @@ const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
  * the tables pointing at it), without SQLite's own tables, virtual tables such as the FTS5 index
  * and their shadow tables, and schema_migrations (PostgreSQL keeps its own).
  */
-function sqliteTablesToCopy(sqlite: SqliteDatabase): string[] {
+function sqliteTablesToCopy(sqlite: SqliteConnection): string[] {
   const all = sqlite.query<{ name: string; sql: string }, []>("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name").all();
   const virtual = all.filter((t) => /^CREATE VIRTUAL TABLE/i.test(t.sql)).map((t) => t.name);
   const names = all
@@ -69,7 +69,7 @@ function sqliteTablesToCopy(sqlite: SqliteDatabase): string[] {
 }
 
 /** planCopy pairs each SQLite table with its PostgreSQL counterpart; a missing one refuses the copy. */
-async function planCopy(sqlite: SqliteDatabase, target: PostgresDb): Promise<TableCopy[]> {
+async function planCopy(sqlite: SqliteConnection, target: PostgresDb): Promise<TableCopy[]> {
   const plan: TableCopy[] = [];
   for (const name of sqliteTablesToCopy(sqlite)) {
     const sqliteColumns = sqlite.query<{ name: string; pk: number }, [string]>("SELECT name, pk FROM pragma_table_info(?) ORDER BY cid").all(name);
@@ -106,7 +106,7 @@ async function refuseNonEmptyTarget(tables: string[], target: PostgresDb, url: s
 }
 
 /** copyTable copies one table in batches read in key order, reporting progress after each. */
-async function copyTable(sqlite: SqliteDatabase, tx: PostgresDb, table: TableCopy, report: (copied: number) => void): Promise<number> {
+async function copyTable(sqlite: SqliteConnection, tx: PostgresDb, table: TableCopy, report: (copied: number) => void): Promise<number> {
   const columnList = table.columns.map(quote).join(", ");
   const keyList = table.key.map(quote).join(", ");
   const keyIndexes = table.key.map((k) => table.columns.indexOf(k));
@@ -150,7 +150,7 @@ function progressReporter(progress: CopyProgress, table: TableCopy): { update(co
  * target without data; the counting triggers are off during the copy (the counts are copied as
  * they are) and identity sequences are moved past the copied ids.
  */
-export async function copyToPostgres(sqlite: SqliteDatabase, target: PostgresDatabase, url: string, progress: CopyProgress): Promise<CopyResult> {
+export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresDatabase, url: string, progress: CopyProgress): Promise<CopyResult> {
   await refuseNonEmptyTarget(sqliteTablesToCopy(sqlite), target, url);
   await migratePostgres(target);
   return target.write(async (tx) => {
@@ -183,7 +183,7 @@ export async function copyToPostgres(sqlite: SqliteDatabase, target: PostgresDat
  * copyToPostgresCommand runs `crm copy-to-postgres`: it opens (and migrates) the data directory's
  * database with `openSqlite`, copies it and prints the rows per table; a refused target exits 2.
  */
-export async function copyToPostgresCommand(config: Config, openSqlite: () => SqliteDatabase): Promise<number> {
+export async function copyToPostgresCommand(config: Config, openSqlite: () => SqliteConnection): Promise<number> {
   if (config.databaseUrl === "") {
     throw new ConfigError("copy-to-postgres needs --database-url postgres://... (or CRM_DATABASE_URL, or database_url in the --config file); see copy-to-postgres --help");
   }

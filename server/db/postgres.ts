@@ -63,27 +63,39 @@ function portableRow(row: Row): Row {
   return row;
 }
 
+/** Result is what Bun's client answers a statement with: the rows, and the command tag's count. */
+type Result = Row[] & { command?: string; count: number | null };
+
 /** PostgresDb runs statements on the pool or, inside `write`, on the transaction's connection. */
 export class PostgresDb implements Db {
   readonly dialect = "postgres" as const;
 
-  constructor(protected readonly runner: Runner) {}
+  /** changed is told of every statement that changed rows (an INSERT ... RETURNING read with `all` too). */
+  constructor(
+    private readonly runner: Runner,
+    private readonly changed: () => void,
+  ) {}
+
+  private async execute(sql: string, params: readonly SqlValue[]): Promise<Result> {
+    const result: Result = await this.runner.unsafe(numberPlaceholders(sql), params as SqlValue[]);
+    if (result.command !== "SELECT" && (result.count ?? 0) > 0) this.changed();
+    return result;
+  }
 
   async all<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
-    const result: Row[] = await this.runner.unsafe(numberPlaceholders(sql), params as SqlValue[]);
+    const result = await this.execute(sql, params);
     const rows = new Array<T>(result.length);
     for (let i = 0; i < result.length; i++) rows[i] = portableRow(result[i]!) as T;
     return rows;
   }
 
   async get<T>(sql: string, params: readonly SqlValue[] = []): Promise<T | null> {
-    const result: Row[] = await this.runner.unsafe(numberPlaceholders(sql), params as SqlValue[]);
+    const result = await this.execute(sql, params);
     return result.length === 0 ? null : (portableRow(result[0]!) as T);
   }
 
   async run(sql: string, params: readonly SqlValue[] = []): Promise<number> {
-    const result: { count: number | null } = await this.runner.unsafe(numberPlaceholders(sql), params as SqlValue[]);
-    return result.count ?? 0;
+    return (await this.execute(sql, params)).count ?? 0;
   }
 
   /** script runs several statements without parameters as they are (a migration file). */
@@ -94,20 +106,27 @@ export class PostgresDb implements Db {
 
 /**
  * PostgresDatabase is the PostgreSQL backend: a pool of Bun's SQL client connections, each `write`
- * one transaction on one of them. Several instances may share the database.
+ * one transaction on one of them. Several instances may share the database. As on SQLite, the
+ * onCommit callbacks run after a commit that changed rows (a statement outside `write` commits on
+ * its own); a transaction that changed nothing, such as a claim finding nothing due, wakes nobody.
  */
 export class PostgresDatabase extends PostgresDb implements Database {
   private readonly afterCommitCallbacks: (() => void)[] = [];
   private generation = 0;
 
   constructor(private readonly sql: SQL) {
-    super(sql);
+    super(sql, () => this.committed());
   }
 
   async write<T>(work: (tx: PostgresDb) => Promise<T>): Promise<T> {
-    const result = (await this.sql.begin((tx) => work(new PostgresDb(tx)))) as T;
-    for (const callback of this.afterCommitCallbacks) callback();
+    let changed = false;
+    const result = (await this.sql.begin((tx) => work(new PostgresDb(tx, () => (changed = true))))) as T;
+    if (changed) this.committed();
     return result;
+  }
+
+  private committed(): void {
+    for (const callback of this.afterCommitCallbacks) callback();
   }
 
   onCommit(callback: () => void): void {

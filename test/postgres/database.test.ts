@@ -77,6 +77,22 @@ describe("postgres database: writes", () => {
     expect(await db.get("SELECT n FROM things WHERE id = ?", ["w1"])).toEqual({ n: 1 });
   });
 
+  test("onCommit callbacks run after commits that changed rows, inside or outside write, and not after ones that changed none", async () => {
+    const seen: string[] = [];
+    db.onCommit(() => seen.push("woken"));
+    await db.write(async (tx) => {
+      await tx.all("SELECT id FROM things FOR UPDATE SKIP LOCKED");
+      await tx.run("UPDATE things SET n = n WHERE id = ?", ["missing"]);
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", ["a", 1]);
+    });
+    await db.run("DELETE FROM things WHERE id = ?", ["missing"]);
+    expect(seen).toEqual([]);
+    await db.write((tx) => tx.all("INSERT INTO things (id, n) VALUES (?, ?) RETURNING id", ["w-returning", 1]));
+    expect(seen).toEqual(["woken"]);
+    await db.run("UPDATE things SET n = n + 1 WHERE id = ?", ["w-returning"]);
+    expect(seen).toEqual(["woken", "woken"]);
+  });
+
   test("a work that throws rolls everything back, rejects with its error and runs no onCommit callback", async () => {
     let commits = 0;
     db.onCommit(() => commits++);
