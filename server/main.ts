@@ -292,7 +292,10 @@ async function main(argv: string[]): Promise<number> {
     case "import":
       return importCommand(args);
     case "copy-to-postgres":
-      return copyToPostgresCommand(loadConfig(args), () => openConfiguredDatabase(args));
+      return copyToPostgresCommand(loadConfig(args), () => {
+        const db = openConfiguredDatabase(args);
+        return { sqlite: db, close: () => db.close() };
+      });
     default:
       throw new ConfigError(`unknown command ${command} (see --help)`);
   }

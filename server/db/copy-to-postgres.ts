@@ -24,6 +24,12 @@ any row is refused (exit 2) and left alone. Progress goes to stderr, the rows co
 to stdout. The URL may also come from CRM_DATABASE_URL or database_url in the --config file.
 `;
 
+/** SqliteSource is the opened data directory: its SQLite connection, and how to close it. */
+export interface SqliteSource {
+  readonly sqlite: SqliteConnection;
+  close(): unknown;
+}
+
 /** CopyRefused is a target that cannot take the copy (it holds data, or lacks a table); main prints it as one line. */
 export class CopyRefused extends Error {}
 
@@ -183,15 +189,15 @@ export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresD
  * copyToPostgresCommand runs `crm copy-to-postgres`: it opens (and migrates) the data directory's
  * database with `openSqlite`, copies it and prints the rows per table; a refused target exits 2.
  */
-export async function copyToPostgresCommand(config: Config, openSqlite: () => SqliteConnection): Promise<number> {
+export async function copyToPostgresCommand(config: Config, openSqlite: () => SqliteSource): Promise<number> {
   if (config.databaseUrl === "") {
     throw new ConfigError("copy-to-postgres needs --database-url postgres://... (or CRM_DATABASE_URL, or database_url in the --config file); see copy-to-postgres --help");
   }
-  const sqlite = openSqlite();
+  const source = openSqlite();
   try {
     const target = await openPostgres(config.databaseUrl, config.databasePool);
     try {
-      const result = await copyToPostgres(sqlite, target, config.databaseUrl, process.stderr);
+      const result = await copyToPostgres(source.sqlite, target, config.databaseUrl, process.stderr);
       const total = result.reduce((sum, table) => sum + table.rows, 0);
       process.stdout.write(`copied ${total} rows into ${redactedUrl(config.databaseUrl)}\n`);
       for (const { table, rows } of result) process.stdout.write(`${table.padEnd(28)} ${rows}\n`);
@@ -204,6 +210,6 @@ export async function copyToPostgresCommand(config: Config, openSqlite: () => Sq
       await target.close();
     }
   } finally {
-    sqlite.close();
+    await source.close();
   }
 }

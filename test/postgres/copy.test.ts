@@ -44,7 +44,7 @@ beforeAll(async () => {
   target = await createTestDatabase();
   receiver = startReceiver();
   // A failed attempt is retried only an hour later: those deliveries stay pending, with an attempt.
-  h = webhookHarness({ retrySchedule: [3600] });
+  h = await webhookHarness({ retrySchedule: [3600] });
   await h.subscribe(receiver.url, ["contact.created", "contact.updated", "account.created"], "copy test");
   const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace Hopper", email: "grace@navy.mil" } })).body.data;
   const accounts = [];
