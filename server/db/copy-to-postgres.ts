@@ -33,6 +33,9 @@ export interface SqliteSource {
 /** CopyRefused is a target that cannot take the copy (it holds data, or lacks a table); main prints it as one line. */
 export class CopyRefused extends Error {}
 
+/** CopyFailed is a copy that stopped part-way and was rolled back; main prints it as one line. */
+export class CopyFailed extends Error {}
+
 /** CopyProgress is where the copy reports, table by table (stderr in the command). */
 export interface CopyProgress {
   isTTY?: boolean;
@@ -167,7 +170,9 @@ export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresD
       // Rows a migration seeds (the zero contact count) are replaced by the copied ones.
       await tx.run(`DELETE FROM ${quote(table.name)}`);
       const reporter = progressReporter(progress, table);
-      const rows = await copyTable(sqlite, tx, table, reporter.update);
+      const rows = await copyTable(sqlite, tx, table, reporter.update).catch((error: Error) => {
+        throw new CopyFailed(`copying ${table.name}: ${error.message.split("\n")[0]}`);
+      });
       reporter.done(rows);
       result.push({ table: table.name, rows });
     }
@@ -187,7 +192,8 @@ export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresD
 
 /**
  * copyToPostgresCommand runs `crm copy-to-postgres`: it opens (and migrates) the data directory's
- * database with `openSqlite`, copies it and prints the rows per table; a refused target exits 2.
+ * database with `openSqlite`, copies it and prints the rows per table; a refused target exits 2,
+ * a copy that failed part-way (and was rolled back) 1.
  */
 export async function copyToPostgresCommand(config: Config, openSqlite: () => SqliteSource): Promise<number> {
   if (config.databaseUrl === "") {
@@ -203,6 +209,10 @@ export async function copyToPostgresCommand(config: Config, openSqlite: () => Sq
       for (const { table, rows } of result) process.stdout.write(`${table.padEnd(28)} ${rows}\n`);
       return 0;
     } catch (error) {
+      if (error instanceof CopyFailed) {
+        process.stderr.write(`crm: copy-to-postgres stopped and rolled back, no row was written: ${error.message}\n`);
+        return 1;
+      }
       if (!(error instanceof CopyRefused)) throw error;
       process.stderr.write(`crm: ${error.message}\n`);
       return 2;

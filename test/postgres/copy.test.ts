@@ -224,3 +224,34 @@ describe("copy-to-postgres: progress on a terminal", () => {
     }
   });
 });
+
+describe("copy-to-postgres: a copy that fails part-way", () => {
+  test("rolls back whole, says which table and why in one line (exit 1), and runs again once the cause is fixed", async () => {
+    const dataDir = tempDir("copy-broken");
+    const empty = await createTestDatabase();
+    const db = await openPostgres(empty.url, 1);
+    try {
+      expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
+      // A contact pointing at a user that is not there: SQLite without foreign_keys takes it, PostgreSQL refuses it.
+      const sqlite = new SqliteDatabase(databaseFile(dataDir));
+      sqlite.run("INSERT INTO contacts (id, first_name, assigned_user_id, created_at, updated_at) VALUES ('con_1', 'Ada', 'usr_missing', 1, 1)");
+      const failed = runCli([...SOURCE, "copy-to-postgres", "--data-dir", dataDir, "--database-url", empty.url]);
+      expect({ exitCode: failed.exitCode, stdout: failed.stdout, lastLine: failed.stderr.trimEnd().split("\n").at(-1) }).toEqual({
+        exitCode: 1,
+        stdout: "",
+        lastLine: 'crm: copy-to-postgres stopped and rolled back, no row was written: copying contacts: insert or update on table "contacts" violates foreign key constraint "contacts_assigned_user_id_fkey"',
+      });
+      expect(await db.get("SELECT (SELECT count(*) FROM contacts) AS contacts, (SELECT n FROM row_counts) AS counted, (SELECT count(*) FROM contact_filter_counts) AS filters")).toEqual({ contacts: 0, counted: 0, filters: 0 });
+
+      sqlite.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ('usr_missing', 'Found', 'found@example.com', 1, 1)");
+      sqlite.close();
+      const again = runCli([...SOURCE, "copy-to-postgres", "--data-dir", dataDir, "--database-url", empty.url]);
+      expect(again.exitCode).toBe(0);
+      expect(await db.all("SELECT id, assigned_user_id FROM contacts")).toEqual([{ id: "con_1", assigned_user_id: "usr_missing" }]);
+      expect(await db.get("SELECT n FROM row_counts WHERE table_name = 'contacts'")).toEqual({ n: 1 });
+    } finally {
+      await db.close();
+      await empty.drop();
+    }
+  });
+});
