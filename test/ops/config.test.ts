@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig } from "../../server/config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
 import { ROOT, SOURCE, runCli, tempDir } from "./support.ts";
 
 function configFile(text: string): string {
@@ -125,6 +125,8 @@ describe("configuration: invalid input names the setting", () => {
   });
 
   test("a database URL that is not postgres:// or postgresql:// names the setting and never shows its password", () => {
+    expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
+    expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
     expect(configError(() => loadConfig(["--database-url", "mysql://crm:hunter2@db/crm"], {}))).toBe('invalid --database-url: "mysql://***@db/crm" is not a postgres:// or postgresql:// URL');
     expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "db.internal:5432" }))).toBe('invalid CRM_DATABASE_URL: "db.internal:5432" is not a postgres:// or postgresql:// URL');
     expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "crm:hunter2@db/crm" }))).toBe('invalid CRM_DATABASE_URL: "***@db/crm" is not a postgres:// or postgresql:// URL');
