@@ -218,14 +218,14 @@ export async function signIn(db: Db, input: { email: string; password: string; a
     throw new ProblemError(401, "sign-in-failed", "The email or password is wrong.");
   }
   await clearLoginFailures(db, "pair", pairSubject(email, input.address));
-  return await startSession(db, operator.id, now);
+  return startSession(db, operator.id, now);
 }
 
 /** unlockOperator forgets every failed sign-in counted against an operator's account (the `operator unlock` command); returns how many records went. */
 export async function unlockOperator(db: Db, email: string): Promise<number> {
   const normalised = email.trim().toLowerCase();
   if (!(await findOperatorByEmail(db, normalised))) throw new ProblemError(404, "not-found", `No operator has the email ${normalised}.`);
-  return await clearLoginFailuresOfAccount(db, normalised, pairSubject(normalised, ""));
+  return clearLoginFailuresOfAccount(db, normalised, pairSubject(normalised, ""));
 }
 
 async function startSession(db: Db, operatorId: string, now: number): Promise<string> {
@@ -472,7 +472,7 @@ async function toRotationView(db: Db, row: RotationRow): Promise<RotationView> {
 export async function rotationView(db: Db, id: string): Promise<RotationView> {
   const row = await findRotation(db, id);
   if (!row) throw notFound("rotation", id);
-  return await toRotationView(db, row);
+  return toRotationView(db, row);
 }
 
 /**
@@ -599,7 +599,7 @@ export async function recoverFromForm(rt: Runtime, id: string, since: string, un
 export async function createTokenFromForm(db: Db, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
   const trimmed = name.trim();
   if (trimmed === "" || trimmed.length > 100) throw validationProblem([{ pointer: "/name", detail: "must be 1 to 100 characters" }], "The name must be 1 to 100 characters.");
-  return await createApiToken(db, trimmed);
+  return createApiToken(db, trimmed);
 }
 
 /** revokeTokenFromConsole revokes an API token, or throws 404 when no active token has that id. */
@@ -613,5 +613,5 @@ const USERS_PER_PAGE = 50;
 /** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a page that is not a number. */
 export async function usersOnPage(db: Db, page: string | undefined): Promise<{ data: User[]; meta: ListMeta }> {
   if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number of at least 1" }], "The page number must be a whole number of at least 1.");
-  return await listUsersPage(db, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
+  return listUsersPage(db, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
 }

@@ -337,7 +337,7 @@ async function changeRelation(rt: Runtime, contactId: string, change: (row: Cont
 
 /** addContactAccount links a contact to one more account (last in account_ids); linking it again changes nothing. */
 export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, idempotency: IdempotencyScope | null): Promise<Contact> {
-  return await changeRelation(rt, contactId, async (row, tx) => {
+  return changeRelation(rt, contactId, async (row, tx) => {
     const ids = idList(row.account_ids);
     if (ids.includes(accountId)) return null;
     if ((await findAccountsByIds(tx, [accountId])).size === 0) throw validationProblem([{ pointer: "/account_id", detail: `no account with id ${accountId} exists` }], "The account does not exist.");
@@ -348,7 +348,7 @@ export async function addContactAccount(rt: Runtime, contactId: string, accountI
 
 /** removeContactAccount unlinks a contact from an account; an account it is not linked to changes nothing. */
 export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string): Promise<Contact> {
-  return await changeRelation(rt, contactId, async (row) => {
+  return changeRelation(rt, contactId, async (row) => {
     const ids = idList(row.account_ids);
     return ids.includes(accountId) ? { account_ids: ids.filter((id) => id !== accountId) } : null;
   }, null);
@@ -356,7 +356,7 @@ export async function removeContactAccount(rt: Runtime, contactId: string, accou
 
 /** addContactTag adds a tag to a contact (last in tags); a tag it carries changes nothing. */
 export async function addContactTag(rt: Runtime, contactId: string, tag: string, idempotency: IdempotencyScope | null): Promise<Contact> {
-  return await changeRelation(rt, contactId, async (row) => {
+  return changeRelation(rt, contactId, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
     if (tags.length >= MAX_TAGS) throw validationProblem([{ pointer: "/tag", detail: `the contact already has ${MAX_TAGS} tags, the limit` }], "Too many tags.");
@@ -366,7 +366,7 @@ export async function addContactTag(rt: Runtime, contactId: string, tag: string,
 
 /** removeContactTag removes a tag from a contact; a tag it does not carry changes nothing. */
 export async function removeContactTag(rt: Runtime, contactId: string, tag: string): Promise<Contact> {
-  return await changeRelation(rt, contactId, async (row) => {
+  return changeRelation(rt, contactId, async (row) => {
     const tags = tagsOf(row);
     return tags.includes(tag) ? { tags: tags.filter((t) => t !== tag) } : null;
   }, null);
@@ -393,7 +393,7 @@ export async function getContact(db: Db, id: string, query: Record<string, unkno
   if (errors.length > 0) throw validationProblem(errors, "The parameters are invalid.");
   const row = await findContactById(db, id);
   if (!row) throw notFound("contact", id);
-  return await renderContact(db, row, parseInclude(query.include));
+  return renderContact(db, row, parseInclude(query.include));
 }
 
 /** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */

@@ -204,7 +204,7 @@ export async function getSubscription(db: Db, id: string): Promise<Subscription>
 export async function getSubscriptionStats(db: Db, id: string): Promise<SubscriptionStats> {
   const row = await findSubscriptionById(db, id);
   if (!row) throw notFound("webhook subscription", id);
-  return await subscriptionStats(db, row);
+  return subscriptionStats(db, row);
 }
 
 /** deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is sent to it. */
@@ -267,7 +267,7 @@ export async function rotateSecret(rt: Runtime, id: string, input: SecretRotatio
 export async function endRotationGrace(rt: Runtime, id: string): Promise<boolean> {
   return rt.db.write(async (tx) => {
     if (!await findSubscriptionById(tx, id)) throw notFound("webhook subscription", id);
-    return await endSecretGrace(tx, id, Date.now());
+    return endSecretGrace(tx, id, Date.now());
   });
 }
 
@@ -304,7 +304,7 @@ export function recoveryWindow(input: RecoveryInput, now = Date.now()): Recovery
 /** countRecoverable counts the failed deliveries of a subscription in a recovery window, or throws 404. */
 export async function countRecoverable(db: Db, id: string, window: RecoveryWindow): Promise<number> {
   if (!await findSubscriptionById(db, id)) throw notFound("webhook subscription", id);
-  return await countFailedDeliveriesBetween(db, id, window.since, window.until);
+  return countFailedDeliveriesBetween(db, id, window.since, window.until);
 }
 
 /**
@@ -441,7 +441,7 @@ export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pe
 
 /** deliveryHistorySize reports the delivery history's rows and bytes, for metrics. */
 export async function deliveryHistorySize(db: Db): Promise<HistorySize> {
-  return await measureDeliveryHistory(db);
+  return measureDeliveryHistory(db);
 }
 
 /** deliveryLoopStatus tells whether the delivery loop is running and how many attempts are under way. */
