@@ -20,36 +20,36 @@ const SUBSCRIPTIONS = 20;
 
 const dataDir = mkdtempSync(join(tmpdir(), "crm-bench-console-"));
 const db = openDatabase(databasePath(dataDir));
-const rt = createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir, logLevel: "error" }, log: createLogger("error") });
+const rt = await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir, logLevel: "error" }, log: createLogger("error") });
 const app = createApp(rt);
 
 const seedStarted = performance.now();
 const now = Date.now();
 const subscriptions: string[] = [];
 const firstDelivery = now - DELIVERIES * 100;
-db.transaction(() => {
+await db.write(async (tx) => {
   for (let i = 0; i < SUBSCRIPTIONS; i++) {
     const id = newId("sub", now - 1_000_000 + i);
     subscriptions.push(id);
-    insertSubscription(db, { id, target_url: `https://receiver${i}.example.com/hooks`, description: `Receiver ${i}`, events: '["contact.created"]', secret: "whsec_x", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, max_rate: null, failing_since: null, created_at: now, updated_at: now }, ["contact.created"]);
+    await insertSubscription(tx, { id, target_url: `https://receiver${i}.example.com/hooks`, description: `Receiver ${i}`, events: '["contact.created"]', secret: "whsec_x", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, max_rate: null, failing_since: null, created_at: now, updated_at: now }, ["contact.created"]);
   }
   for (let i = 0; i < DELIVERIES; i++) {
     const at = firstDelivery + i * 100;
     const eventId = newId("evt", at);
-    insertEvent(db, { id: eventId, type: "contact.created", payload: `{"type":"contact.created","timestamp":"${new Date(at).toISOString()}","data":{"id":"con_${i}"}}`, created_at: at });
+    await insertEvent(tx, { id: eventId, type: "contact.created", payload: `{"type":"contact.created","timestamp":"${new Date(at).toISOString()}","data":{"id":"con_${i}"}}`, created_at: at });
     const id = newId("dlv", at);
     const subscription = subscriptions[i % SUBSCRIPTIONS]!;
-    insertDelivery(db, { id, event_id: eventId, event_type: "contact.created", subscription_id: subscription, target_url: `https://receiver${i % SUBSCRIPTIONS}.example.com/hooks`, next_attempt_at: at, created_at: at });
+    await insertDelivery(tx, { id, event_id: eventId, event_type: "contact.created", subscription_id: subscription, target_url: `https://receiver${i % SUBSCRIPTIONS}.example.com/hooks`, next_attempt_at: at, created_at: at });
     const status = i % 50 === 0 ? "failed" : i % 97 === 0 ? "pending" : "succeeded";
-    if (status !== "pending") updateDeliveryAfterAttempt(db, { id, status, attempts: status === "failed" ? 8 : 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, updated_at: at });
+    if (status !== "pending") await updateDeliveryAfterAttempt(tx, { id, status, attempts: status === "failed" ? 8 : 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, updated_at: at });
   }
-}).immediate();
-db.run("ANALYZE");
+});
+db.sqlite.run("ANALYZE");
 const seedMs = performance.now() - seedStarted;
 
 await createOperator(db, { email: "bench@example.com", password: "bench password 123" });
 const cookie = `crm_console_session=${await signIn(db, { email: "bench@example.com", password: "bench password 123", address: "bench" })}`;
-const sampleDelivery = db.query<{ id: string }, []>("SELECT id FROM webhook_deliveries ORDER BY created_at DESC LIMIT 1").get()!.id;
+const sampleDelivery = (await db.get<{ id: string }>("SELECT id FROM webhook_deliveries ORDER BY created_at DESC LIMIT 1"))!.id;
 
 async function measure(path: string): Promise<{ path: string; p50_ms: number; p99_ms: number; per_second: number; bytes: number }> {
   const get = () => app.handle(new Request(`http://localhost${path}`, { headers: { cookie } }));
@@ -88,6 +88,5 @@ console.log(`${"request".padEnd(72)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart
 for (const r of results) console.log(`${r.path.padEnd(72)} ${String(r.p50_ms).padStart(8)} ${String(r.p99_ms).padStart(8)} ${String(r.per_second).padStart(7)} ${String(r.bytes).padStart(8)}`);
 mkdirSync(join(import.meta.dir, "results"), { recursive: true });
 writeFileSync(join(import.meta.dir, "results", `console-${Date.now()}.json`), JSON.stringify({ deliveries: DELIVERIES, subscriptions: SUBSCRIPTIONS, rounds: ROUNDS, results }, null, 2));
-rt.writes.flush();
-db.close();
+await db.close();
 rmSync(dataDir, { recursive: true, force: true });

@@ -114,9 +114,9 @@ async function orErrorPage(session: ConsoleSession | null, work: () => Response 
 }
 
 /** orProblemJson answers a console JSON endpoint with what `work` returns, or with the problem it threw. */
-function orProblemJson(work: () => unknown): Response {
+async function orProblemJson(work: () => unknown): Promise<Response> {
   try {
-    return jsonResponse(work());
+    return jsonResponse(await work());
   } catch (error) {
     if (!(error instanceof ProblemError)) throw error;
     return problemJsonResponse(error.toProblem());
@@ -140,13 +140,13 @@ export function consoleRoutes(rt: Runtime) {
     new Elysia({ name: "console", prefix: CONSOLE_PREFIX })
       // The console is not part of the public API: keep it out of the OpenAPI document.
       .guard({ detail: { hide: true } })
-      .derive(({ request, server }) => {
+      .derive(async ({ request, server }) => {
         const secure = requestIsHttps(
           { url: request.url, forwardedProto: request.headers.get("x-forwarded-proto"), peer: server?.requestIP(request)?.address ?? null },
           rt.config.trustedProxies,
         );
         const sessionSecret = readCookie(request, SESSION_COOKIE);
-        const session = resumeSession(db, sessionSecret);
+        const session = await resumeSession(db, sessionSecret);
         // Forms carry a token derived from the session, or before sign-in from a pre-session cookie.
         return { secure, session, sessionSecret, csrfSeed: session ? sessionSecret : readCookie(request, PRE_SESSION_COOKIE) };
       })
@@ -168,9 +168,9 @@ export function consoleRoutes(rt: Runtime) {
       })
       .get(
         "/setup",
-        ({ query, csrfSeed, secure }) => {
+        async ({ query, csrfSeed, secure }) => {
           const seed = csrfSeed ?? newCsrfSeed();
-          const usable = setupCodeUsable(db, query.code ?? "");
+          const usable = await setupCodeUsable(db, query.code ?? "");
           return htmlResponse(setupPage({ csrfToken: csrfTokenFor(seed), code: query.code ?? "", usable }), usable ? 200 : 403, {
             cookies: csrfSeed ? [] : [cookieHeader(PRE_SESSION_COOKIE, seed, secure)],
           });
@@ -185,7 +185,7 @@ export function consoleRoutes(rt: Runtime) {
             return redirect(`${CONSOLE_PREFIX}/`, { cookies: [cookieHeader(SESSION_COOKIE, secret, secure), clearCookieHeader(PRE_SESSION_COOKIE, secure)] });
           } catch (error) {
             const { status, notice } = formFailure(error);
-            const usable = setupCodeUsable(db, field(body, "code"));
+            const usable = await setupCodeUsable(db, field(body, "code"));
             return htmlResponse(setupPage({ csrfToken: csrfTokenFor(csrfSeed!), code: field(body, "code"), usable, email: field(body, "email"), notice }), status);
           }
         },
@@ -228,21 +228,21 @@ export function consoleRoutes(rt: Runtime) {
       })
       .post(
         "/logout",
-        ({ sessionSecret, secure }) => {
-          endSession(db, sessionSecret);
+        async ({ sessionSecret, secure }) => {
+          await endSession(db, sessionSecret);
           return redirect(`${CONSOLE_PREFIX}/login`, { cookies: [clearCookieHeader(SESSION_COOKIE, secure)] });
         },
         { body: OptionalForm },
       )
       .get(
         "/",
-        ({ session, query }) => {
-          const subscriptions = allSubscriptions(db);
+        async ({ session, query }) => {
+          const subscriptions = await allSubscriptions(db);
           try {
-            return htmlResponse(deliveriesPage({ session: session!, view: latestDeliveries(db, query), filters: query, subscriptions, limit: LATEST_DELIVERIES }));
+            return htmlResponse(deliveriesPage({ session: session!, view: await latestDeliveries(db, query), filters: query, subscriptions, limit: LATEST_DELIVERIES }));
           } catch (error) {
             const { status, notice } = formFailure(error);
-            return htmlResponse(deliveriesPage({ session: session!, view: latestDeliveries(db, {}), filters: {}, subscriptions, limit: LATEST_DELIVERIES, notice }), status);
+            return htmlResponse(deliveriesPage({ session: session!, view: await latestDeliveries(db, {}), filters: {}, subscriptions, limit: LATEST_DELIVERIES, notice }), status);
           }
         },
         { query: DeliveryFilterQuery },
@@ -260,9 +260,9 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/deliveries/:id",
         ({ session, params, query }) =>
-          orErrorPage(session, () => {
+          orErrorPage(session, async () => {
             const notice = query.retried ? { kind: "success" as const, text: "Retried: the newest attempt is listed first." } : null;
-            return htmlResponse(deliveryPage({ session: session!, ...deliveryWithSubscription(db, params.id), notice }));
+            return htmlResponse(deliveryPage({ session: session!, ...(await deliveryWithSubscription(db, params.id)), notice }));
           }),
         { params: IdParam, query: flagQuery("retried") },
       )
@@ -277,7 +277,7 @@ export function consoleRoutes(rt: Runtime) {
       )
       .get(
         "/subscriptions",
-        ({ session, query }) => {
+        async ({ session, query }) => {
           const recovered = query.recovered === undefined ? null : Number(query.recovered);
           const notice = query.deleted
             ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." }
@@ -286,7 +286,7 @@ export function consoleRoutes(rt: Runtime) {
               : query.enabled
                 ? { kind: "success" as const, text: "Subscription enabled. Events from now on are delivered to it; recover the deliveries that failed while it was disabled." }
                 : null;
-          return htmlResponse(subscriptionsPage({ session: session!, ...subscriptionsOverview(db), notice }));
+          return htmlResponse(subscriptionsPage({ session: session!, ...(await subscriptionsOverview(db)), notice }));
         },
         {
           query: t.Object(
@@ -311,10 +311,10 @@ export function consoleRoutes(rt: Runtime) {
           try {
             const created = await createSubscriptionFromForm(rt, form);
             const notice = { kind: "success" as const, text: `Subscription to ${created.target_url} created.` };
-            return htmlResponse(subscriptionsPage({ session: session!, ...subscriptionsOverview(db), created, notice }), 201);
+            return htmlResponse(subscriptionsPage({ session: session!, ...(await subscriptionsOverview(db)), created, notice }), 201);
           } catch (error) {
             const { status, notice } = formFailure(error);
-            return htmlResponse(subscriptionsPage({ session: session!, ...subscriptionsOverview(db), form, notice }), status);
+            return htmlResponse(subscriptionsPage({ session: session!, ...(await subscriptionsOverview(db)), form, notice }), status);
           }
         },
         { body: OptionalForm },
@@ -322,7 +322,7 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/subscriptions/:id/delete",
         ({ session, params }) =>
-          orErrorPage(session, () => htmlResponse(deleteSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id), rotationId: openRotationFrom(db, params.id) }))),
+          orErrorPage(session, async () => htmlResponse(deleteSubscriptionPage({ session: session!, subscription: await getSubscription(db, params.id), rotationId: await openRotationFrom(db, params.id) }))),
         { params: IdParam },
       )
       .post(
@@ -336,7 +336,7 @@ export function consoleRoutes(rt: Runtime) {
       )
       .get(
         "/subscriptions/:id/edit",
-        ({ session, params }) => orErrorPage(session, () => htmlResponse(editSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id) }))),
+        ({ session, params }) => orErrorPage(session, async () => htmlResponse(editSubscriptionPage({ session: session!, subscription: await getSubscription(db, params.id) }))),
         { params: IdParam },
       )
       .post(
@@ -350,7 +350,7 @@ export function consoleRoutes(rt: Runtime) {
             } catch (error) {
               if (!(error instanceof ProblemError) || error.status !== 422) throw error;
               const { status, notice } = formFailure(error);
-              return htmlResponse(editSubscriptionPage({ session: session!, subscription: getSubscription(db, params.id), description, notice }), status);
+              return htmlResponse(editSubscriptionPage({ session: session!, subscription: await getSubscription(db, params.id), description, notice }), status);
             }
           }),
         { params: IdParam, body: OptionalForm },
@@ -376,13 +376,13 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/subscriptions/:id/recover",
         ({ session, params, query }) =>
-          orErrorPage(session, () => {
-            const subscription = getSubscription(db, params.id);
+          orErrorPage(session, async () => {
+            const subscription = await getSubscription(db, params.id);
             const now = Date.now();
             const defaults = { since: new Date(now - 24 * 3_600_000).toISOString(), until: new Date(now).toISOString() };
             if (!query.since) return htmlResponse(recoverPage({ session: session!, subscription, window: defaults, preview: null }));
             try {
-              const preview = recoveryPreview(db, params.id, query.since, query.until ?? "");
+              const preview = await recoveryPreview(db, params.id, query.since, query.until ?? "");
               return htmlResponse(recoverPage({ session: session!, subscription, window: preview, preview }));
             } catch (error) {
               const { status, notice } = formFailure(error);
@@ -403,7 +403,7 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/subscriptions/:id/secret-rotation",
         ({ session, params, query }) =>
-          orErrorPage(session, () => htmlResponse(secretRotationPage({ session: session!, view: secretRotationView(db, params.id), finished: query.finished === "1" }))),
+          orErrorPage(session, async () => htmlResponse(secretRotationPage({ session: session!, view: await secretRotationView(db, params.id), finished: query.finished === "1" }))),
         { params: IdParam, query: flagQuery("finished") },
       )
       .post(
@@ -412,13 +412,13 @@ export function consoleRoutes(rt: Runtime) {
           orErrorPage(session, async () => {
             try {
               const secret = await rotateSecretFromForm(rt, params.id, field(body, "grace_hours"));
-              const view = secretRotationView(db, params.id);
+              const view = await secretRotationView(db, params.id);
               // With no grace period the rotation is finished at once.
               return htmlResponse(secretRotationPage({ session: session!, view, secret, finished: view.step === "rotate" }), 201);
             } catch (error) {
               if (!(error instanceof ProblemError) || error.status !== 422) throw error;
               const { status, notice } = formFailure(error);
-              return htmlResponse(secretRotationPage({ session: session!, view: secretRotationView(db, params.id), notice }), status);
+              return htmlResponse(secretRotationPage({ session: session!, view: await secretRotationView(db, params.id), notice }), status);
             }
           }),
         { params: IdParam, body: OptionalForm },
@@ -441,7 +441,7 @@ export function consoleRoutes(rt: Runtime) {
               return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation?finished=1`);
             } catch (error) {
               if (!(error instanceof ProblemError) || error.status !== 422) throw error;
-              return htmlResponse(secretRotationPage({ session: session!, view: secretRotationView(db, params.id), notice: formFailure(error).notice }), 422);
+              return htmlResponse(secretRotationPage({ session: session!, view: await secretRotationView(db, params.id), notice: formFailure(error).notice }), 422);
             }
           }),
         { params: IdParam, body: OptionalForm },
@@ -449,12 +449,12 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/rotations/new",
         ({ session, query }) =>
-          orErrorPage(session, () => {
-            if (!query.from) return htmlResponse(rotationPickPage({ session: session!, subscriptions: subscriptionChoices(db) }));
-            if (query.kind === "secret") return redirect(`${CONSOLE_PREFIX}/subscriptions/${encodeURIComponent(getSubscription(db, query.from).id)}/secret-rotation`);
-            const open = openRotationFrom(db, query.from);
+          orErrorPage(session, async () => {
+            if (!query.from) return htmlResponse(rotationPickPage({ session: session!, subscriptions: await subscriptionChoices(db) }));
+            if (query.kind === "secret") return redirect(`${CONSOLE_PREFIX}/subscriptions/${encodeURIComponent((await getSubscription(db, query.from)).id)}/secret-rotation`);
+            const open = await openRotationFrom(db, query.from);
             if (open) return redirect(`${CONSOLE_PREFIX}/rotations/${open}`);
-            return htmlResponse(rotationNewPage({ session: session!, old: getSubscription(db, query.from) }));
+            return htmlResponse(rotationNewPage({ session: session!, old: await getSubscription(db, query.from) }));
           }),
         { query: t.Object({ from: t.Optional(t.String({ maxLength: 64 })), kind: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true }) },
       )
@@ -462,12 +462,12 @@ export function consoleRoutes(rt: Runtime) {
         "/rotations",
         ({ session, body }) =>
           orErrorPage(session, async () => {
-            const old = getSubscription(db, field(body, "from"));
+            const old = await getSubscription(db, field(body, "from"));
             const form = subscriptionForm(body);
             try {
               const started = await startRotation(rt, old.id, form);
               if (started.secret === null) return redirect(`${CONSOLE_PREFIX}/rotations/${started.id}`);
-              return htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, started.id), secret: started.secret }), 201);
+              return htmlResponse(rotationPage({ session: session!, rotation: await rotationView(db, started.id), secret: started.secret }), 201);
             } catch (error) {
               const { status, notice } = formFailure(error);
               return htmlResponse(rotationNewPage({ session: session!, old, form, notice }), status);
@@ -478,7 +478,7 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/rotations/:id",
         ({ session, params }) =>
-          orErrorPage(session, () => htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, params.id) }))),
+          orErrorPage(session, async () => htmlResponse(rotationPage({ session: session!, rotation: await rotationView(db, params.id) }))),
         { params: IdParam },
       )
       .post(
@@ -498,37 +498,37 @@ export function consoleRoutes(rt: Runtime) {
             return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}`);
           } catch (error) {
             if (!(error instanceof ProblemError) || error.status !== 422) return pageError(session, error);
-            return htmlResponse(rotationPage({ session: session!, rotation: rotationView(db, params.id), notice: formFailure(error).notice }), 422);
+            return htmlResponse(rotationPage({ session: session!, rotation: await rotationView(db, params.id), notice: formFailure(error).notice }), 422);
           }
         },
         { params: IdParam, body: OptionalForm },
       )
       .get(
         "/tokens",
-        ({ session, query }) => {
+        async ({ session, query }) => {
           const notice = query.revoked ? { kind: "success" as const, text: "Token revoked. Requests with it now get 401." } : null;
-          return htmlResponse(tokensPage({ session: session!, tokens: listTokens(db), notice }));
+          return htmlResponse(tokensPage({ session: session!, tokens: await listTokens(db), notice }));
         },
         { query: flagQuery("revoked") },
       )
       .post(
         "/tokens",
-        ({ session, body }) => {
+        async ({ session, body }) => {
           const name = field(body, "name");
           try {
-            const created = createTokenFromForm(db, name);
-            return htmlResponse(tokensPage({ session: session!, tokens: listTokens(db), created }), 201);
+            const created = await createTokenFromForm(db, name);
+            return htmlResponse(tokensPage({ session: session!, tokens: await listTokens(db), created }), 201);
           } catch (error) {
             const { status, notice } = formFailure(error);
-            return htmlResponse(tokensPage({ session: session!, tokens: listTokens(db), name, notice }), status);
+            return htmlResponse(tokensPage({ session: session!, tokens: await listTokens(db), name, notice }), status);
           }
         },
         { body: OptionalForm },
       )
       .get(
         "/tokens/:id/revoke",
-        ({ session, params }) => {
-          const token = listTokens(db).find((tk) => tk.id === params.id && tk.revoked_at === null);
+        async ({ session, params }) => {
+          const token = (await listTokens(db)).find((tk) => tk.id === params.id && tk.revoked_at === null);
           if (!token) return pageError(session, new ProblemError(404, "not-found", "No active API token with this id exists."));
           return htmlResponse(revokeTokenPage({ session: session!, token }));
         },
@@ -537,8 +537,8 @@ export function consoleRoutes(rt: Runtime) {
       .post(
         "/tokens/:id/revoke",
         ({ session, params }) =>
-          orErrorPage(session, () => {
-            revokeTokenFromConsole(db, params.id);
+          orErrorPage(session, async () => {
+            await revokeTokenFromConsole(db, params.id);
             return redirect(`${CONSOLE_PREFIX}/tokens?revoked=1`);
           }),
         { params: IdParam, body: OptionalForm },
@@ -546,8 +546,8 @@ export function consoleRoutes(rt: Runtime) {
       .get(
         "/users",
         ({ session, query }) =>
-          orErrorPage(session, () => {
-            const page = usersOnPage(db, query.page);
+          orErrorPage(session, async () => {
+            const page = await usersOnPage(db, query.page);
             const notice = query.added ? { kind: "success" as const, text: "User added." } : null;
             return htmlResponse(usersPage({ session: session!, users: page.data, meta: page.meta, notice }));
           }),
@@ -555,14 +555,14 @@ export function consoleRoutes(rt: Runtime) {
       )
       .post(
         "/users",
-        ({ session, body }) => {
+        async ({ session, body }) => {
           const form = { name: field(body, "name"), email: field(body, "email") };
           try {
-            createUser(db, form);
+            await db.write((tx) => createUser(tx, form));
             return redirect(`${CONSOLE_PREFIX}/users?added=1`);
           } catch (error) {
             const { status, notice } = formFailure(error);
-            const page = usersOnPage(db, undefined);
+            const page = await usersOnPage(db, undefined);
             return htmlResponse(usersPage({ session: session!, users: page.data, meta: page.meta, form, notice }), status);
           }
         },

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Database, Db } from "../server/db/sql.ts";
 import { createApiToken, revokeApiToken, type ApiTokenInfo } from "../server/auth/service.ts";
 import { notFound, ProblemError, validationProblem, type FieldError } from "../server/shared/problem.ts";
 import { MAX_MAX_RATE, MIN_MAX_RATE } from "../server/limits/limits.ts";
@@ -50,6 +50,7 @@ import {
   setRotationTestDelivery,
   setupCodeIsValid,
   touchSession,
+  type LoginFailureRow,
   type OperatorRow,
   type RotationRow,
 } from "./store.ts";
@@ -96,39 +97,39 @@ async function operatorRow(email: string, password: string, now: number): Promis
 }
 
 /** createOperator adds an operator who can sign in to the console (the `operator create` command). */
-export async function createOperator(db: Database, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
+export async function createOperator(db: Db, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
   const email = checkOperatorInput(input.email, input.password);
-  if (findOperatorByEmail(db, email)) throw new ProblemError(409, "operator-exists", `An operator with email ${email} already exists.`);
+  if (await findOperatorByEmail(db, email)) throw new ProblemError(409, "operator-exists", `An operator with email ${email} already exists.`);
   const row = await operatorRow(email, input.password, now);
-  insertOperator(db, row);
+  await insertOperator(db, row);
   return { id: row.id, email: row.email };
 }
 
 /** hasOperators tells whether anyone can sign in yet. */
-export function hasOperators(db: Database): boolean {
-  return countOperators(db) > 0;
+export async function hasOperators(db: Db): Promise<boolean> {
+  return (await countOperators(db)) > 0;
 }
 
 /** issueSetupCode makes the one-time code of the first-run setup link; earlier codes stop working. */
-export function issueSetupCode(db: Database, now = Date.now()): string {
+export async function issueSetupCode(db: Database, now = Date.now()): Promise<string> {
   const code = randomSecret();
-  replaceSetupCodes(db, sha256(code), now, now + SETUP_CODE_TTL_MS);
+  await db.write((tx) => replaceSetupCodes(tx, sha256(code), now, now + SETUP_CODE_TTL_MS));
   return code;
 }
 
 /** setupCodeUsable tells whether a setup link still works: its code is current and no operator exists yet. */
-export function setupCodeUsable(db: Database, code: string, now = Date.now()): boolean {
-  return code.length > 0 && code.length <= 100 && !hasOperators(db) && setupCodeIsValid(db, sha256(code), now);
+export async function setupCodeUsable(db: Db, code: string, now = Date.now()): Promise<boolean> {
+  return code.length > 0 && code.length <= 100 && !(await hasOperators(db)) && (await setupCodeIsValid(db, sha256(code), now));
 }
 
 /** completeSetup creates the first operator through a valid setup link and returns a new session secret. */
 export async function completeSetup(db: Database, input: { code: string; email: string; password: string; passwordAgain: string }, now = Date.now()): Promise<string> {
-  if (!setupCodeUsable(db, input.code, now)) throw setupLinkInvalid();
+  if (!(await setupCodeUsable(db, input.code, now))) throw setupLinkInvalid();
   const email = checkOperatorInput(input.email, input.password);
   if (input.password !== input.passwordAgain) throw validationProblem([{ pointer: "/password_again", detail: "must repeat the password" }], "The two passwords differ.");
   const row = await operatorRow(email, input.password, now);
   // Checked again inside the transaction: two people racing through the same link get one operator.
-  if (!insertFirstOperator(db, row)) throw setupLinkInvalid();
+  if (!(await db.write((tx) => insertFirstOperator(tx, row)))) throw setupLinkInvalid();
   return startSession(db, row.id, now);
 }
 
@@ -149,8 +150,8 @@ function pairSubject(email: string, address: string): string {
 }
 
 /** failuresInWindow is a subject's failure count in the current window (0 once it has passed). */
-function failuresInWindow(db: Database, scope: "account" | "address" | "pair", subject: string, now: number) {
-  const row = findLoginFailures(db, scope, subject);
+async function failuresInWindow(db: Db, scope: "account" | "address" | "pair", subject: string, now: number): Promise<LoginFailureRow | null> {
+  const row = await findLoginFailures(db, scope, subject);
   return row && row.window_start_at > now - LOGIN_WINDOW_MS ? row : null;
 }
 
@@ -168,7 +169,7 @@ class Pacer {
   }
 }
 
-const pacers = new WeakMap<Database, Pacer>();
+const pacers = new WeakMap<Db, Pacer>();
 
 function tooManySignIns(waitMs: number): ProblemError {
   const seconds = Math.max(1, Math.ceil(waitMs / 1000));
@@ -185,16 +186,16 @@ function tooManySignIns(waitMs: number): ProblemError {
  * waiting for their turn. A pair without failures (the operator at their own address) is always
  * checked at once, so the right password gets in whatever others are guessing.
  */
-export async function signIn(db: Database, input: { email: string; password: string; address: string }, now = Date.now()): Promise<string> {
+export async function signIn(db: Db, input: { email: string; password: string; address: string }, now = Date.now()): Promise<string> {
   const email = input.email.trim().toLowerCase().slice(0, 254);
-  const pair = failuresInWindow(db, "pair", pairSubject(email, input.address), now);
+  const pair = await failuresInWindow(db, "pair", pairSubject(email, input.address), now);
   if (pair) {
     const wait = pair.last_failure_at + pairDelayMs(pair.failures) - now;
     if (wait > 0) throw tooManySignIns(wait);
     const pacer = pacers.get(db) ?? pacers.set(db, new Pacer()).get(db)!;
     const underAttack = [
-      [(failuresInWindow(db, "account", email, now)?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`],
-      [(failuresInWindow(db, "address", input.address, now)?.failures ?? 0) >= PACED_AFTER.address, `address:${input.address}`],
+      [((await failuresInWindow(db, "account", email, now))?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`],
+      [((await failuresInWindow(db, "address", input.address, now))?.failures ?? 0) >= PACED_AFTER.address, `address:${input.address}`],
     ] as const;
     let turn = 0;
     for (const [paced, key] of underAttack) {
@@ -205,48 +206,48 @@ export async function signIn(db: Database, input: { email: string; password: str
     }
     if (turn > 0) await Bun.sleep(turn);
   }
-  const operator = findOperatorByEmail(db, email);
+  const operator = await findOperatorByEmail(db, email);
   // Unknown emails cost the same argon2 verification, so timing does not tell which accounts exist.
   dummyHash ??= Bun.password.hash(randomSecret(), { algorithm: "argon2id" });
   const ok = input.password.length <= PASSWORD_MAX && (await Bun.password.verify(input.password, operator?.password_hash ?? (await dummyHash)));
   if (!operator || !ok) {
-    deleteLoginFailuresBefore(db, now - LOGIN_WINDOW_MS);
+    await deleteLoginFailuresBefore(db, now - LOGIN_WINDOW_MS);
     for (const [scope, subject] of [["pair", pairSubject(email, input.address)], ["account", email], ["address", input.address]] as const) {
-      recordLoginFailure(db, scope, subject, now, now - LOGIN_WINDOW_MS);
+      await recordLoginFailure(db, scope, subject, now, now - LOGIN_WINDOW_MS);
     }
     throw new ProblemError(401, "sign-in-failed", "The email or password is wrong.");
   }
-  clearLoginFailures(db, "pair", pairSubject(email, input.address));
+  await clearLoginFailures(db, "pair", pairSubject(email, input.address));
   return startSession(db, operator.id, now);
 }
 
 /** unlockOperator forgets every failed sign-in counted against an operator's account (the `operator unlock` command); returns how many records went. */
-export function unlockOperator(db: Database, email: string): number {
+export async function unlockOperator(db: Db, email: string): Promise<number> {
   const normalised = email.trim().toLowerCase();
-  if (!findOperatorByEmail(db, normalised)) throw new ProblemError(404, "not-found", `No operator has the email ${normalised}.`);
+  if (!(await findOperatorByEmail(db, normalised))) throw new ProblemError(404, "not-found", `No operator has the email ${normalised}.`);
   return clearLoginFailuresOfAccount(db, normalised, pairSubject(normalised, ""));
 }
 
-function startSession(db: Database, operatorId: string, now: number): string {
-  deleteIdleSessions(db, now - SESSION_IDLE_MS);
+async function startSession(db: Db, operatorId: string, now: number): Promise<string> {
+  await deleteIdleSessions(db, now - SESSION_IDLE_MS);
   const secret = randomSecret();
-  insertSession(db, { id_hash: sha256(secret), operator_id: operatorId, created_at: now, last_seen_at: now });
+  await insertSession(db, { id_hash: sha256(secret), operator_id: operatorId, created_at: now, last_seen_at: now });
   return secret;
 }
 
 /** resumeSession returns the operator of a session cookie used within the last 12 hours, and keeps the session alive. */
-export function resumeSession(db: Database, secret: string | undefined, now = Date.now()): ConsoleSession | null {
+export async function resumeSession(db: Db, secret: string | undefined, now = Date.now()): Promise<ConsoleSession | null> {
   if (!secret || secret.length > 100) return null;
   const idHash = sha256(secret);
-  const row = findSessionWithOperator(db, idHash, now - SESSION_IDLE_MS);
+  const row = await findSessionWithOperator(db, idHash, now - SESSION_IDLE_MS);
   if (!row) return null;
-  if (now - row.last_seen_at >= SESSION_TOUCH_MS) touchSession(db, idHash, now);
+  if (now - row.last_seen_at >= SESSION_TOUCH_MS) await touchSession(db, idHash, now);
   return { operator: { id: row.operator_id, email: row.email }, csrfToken: csrfTokenFor(secret) };
 }
 
 /** endSession signs out: the session secret stops working. */
-export function endSession(db: Database, secret: string | undefined): void {
-  if (secret) deleteSession(db, sha256(secret));
+export async function endSession(db: Db, secret: string | undefined): Promise<void> {
+  if (secret) await deleteSession(db, sha256(secret));
 }
 
 /** newCsrfSeed makes the random value a pre-session cookie holds for the sign-in and setup forms. */
@@ -271,11 +272,11 @@ export const LATEST_DELIVERIES = 50;
 const RECENT_MS = 24 * 60 * 60 * 1000;
 
 /** allSubscriptions returns every subscription, newest first; there are few (one per receiver and event set). */
-export function allSubscriptions(db: Database): Subscription[] {
+export async function allSubscriptions(db: Db): Promise<Subscription[]> {
   const all: Subscription[] = [];
   let cursor: string | null = null;
   do {
-    const page = listSubscriptionsPage(db, { per_page: "100", ...(cursor ? { cursor } : {}) });
+    const page = await listSubscriptionsPage(db, { per_page: "100", ...(cursor ? { cursor } : {}) });
     all.push(...page.data);
     cursor = page.meta.next_cursor;
   } while (cursor);
@@ -283,9 +284,9 @@ export function allSubscriptions(db: Database): Subscription[] {
 }
 
 /** findSubscription returns a subscription (secret masked), or null once it was deleted. */
-function findSubscription(db: Database, id: string): Subscription | null {
+async function findSubscription(db: Db, id: string): Promise<Subscription | null> {
   try {
-    return getSubscription(db, id);
+    return await getSubscription(db, id);
   } catch (error) {
     if (error instanceof ProblemError && error.status === 404) return null;
     throw error;
@@ -313,9 +314,9 @@ function checkDeliveryFilters(filters: DeliveryFilters): Record<string, string> 
 }
 
 /** latestDeliveries returns the latest 50 deliveries matching the filters, newest first, with their subscriptions' descriptions. */
-export function latestDeliveries(db: Database, filters: DeliveryFilters, now = Date.now()): DeliveriesView {
-  const page = listDeliveriesPage(db, { per_page: String(LATEST_DELIVERIES), ...checkDeliveryFilters(filters) });
-  const descriptions = new Map(allSubscriptions(db).map((s) => [s.id, s.description]));
+export async function latestDeliveries(db: Db, filters: DeliveryFilters, now = Date.now()): Promise<DeliveriesView> {
+  const page = await listDeliveriesPage(db, { per_page: String(LATEST_DELIVERIES), ...checkDeliveryFilters(filters) });
+  const descriptions = new Map((await allSubscriptions(db)).map((s) => [s.id, s.description]));
   return {
     data: page.data.map((d) => ({
       id: d.id,
@@ -335,8 +336,8 @@ export function latestDeliveries(db: Database, filters: DeliveryFilters, now = D
 }
 
 /** deliveryWatch returns a delivery's status and its receiver's last answer, or throws 404. */
-export function deliveryWatch(db: Database, id: string): DeliveryWatchView {
-  const delivery = getDelivery(db, id);
+export async function deliveryWatch(db: Db, id: string): Promise<DeliveryWatchView> {
+  const delivery = await getDelivery(db, id);
   const last = delivery.attempt_history.at(-1);
   return {
     id: delivery.id,
@@ -350,9 +351,9 @@ export function deliveryWatch(db: Database, id: string): DeliveryWatchView {
 }
 
 /** deliveryWithSubscription returns a delivery with every attempt, and its subscription while it exists. */
-export function deliveryWithSubscription(db: Database, id: string): { delivery: DeliveryDetail; subscription: Subscription | null } {
-  const delivery = getDelivery(db, id);
-  return { delivery, subscription: findSubscription(db, delivery.subscription_id) };
+export async function deliveryWithSubscription(db: Db, id: string): Promise<{ delivery: DeliveryDetail; subscription: Subscription | null }> {
+  const delivery = await getDelivery(db, id);
+  return { delivery, subscription: await findSubscription(db, delivery.subscription_id) };
 }
 
 /** SubscriptionForm is what the create form and the rotation wizard post. */
@@ -401,31 +402,31 @@ export interface SubscriptionOverview extends SubscriptionChoice {
 }
 
 /** openRotationsFrom maps each subscription being rotated away from to its rotation (whose new subscription still exists). */
-function openRotationsFrom(db: Database): Map<string, string> {
+async function openRotationsFrom(db: Db): Promise<Map<string, string>> {
   const open = new Map<string, string>();
-  for (const row of listOpenRotations(db)) {
-    if (!open.has(row.old_subscription_id) && findSubscription(db, row.new_subscription_id)) open.set(row.old_subscription_id, row.new_subscription_id);
+  for (const row of await listOpenRotations(db)) {
+    if (!open.has(row.old_subscription_id) && await findSubscription(db, row.new_subscription_id)) open.set(row.old_subscription_id, row.new_subscription_id);
   }
   return open;
 }
 
 /** openRotationFrom returns the id of the unfinished rotation away from a subscription, or null. */
-export function openRotationFrom(db: Database, subscriptionId: string): string | null {
-  return openRotationsFrom(db).get(subscriptionId) ?? null;
+export async function openRotationFrom(db: Db, subscriptionId: string): Promise<string | null> {
+  return (await openRotationsFrom(db)).get(subscriptionId) ?? null;
 }
 
 /** subscriptionChoices lists every subscription with its open rotation, for the wizard's first step. */
-export function subscriptionChoices(db: Database): SubscriptionChoice[] {
-  const open = openRotationsFrom(db);
-  return allSubscriptions(db).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
+export async function subscriptionChoices(db: Db): Promise<SubscriptionChoice[]> {
+  const open = await openRotationsFrom(db);
+  return (await allSubscriptions(db)).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
 }
 
 /** subscriptionsOverview lists every subscription with its recent counts, and the rotations still open. */
-export function subscriptionsOverview(db: Database, now = Date.now()): { subscriptions: SubscriptionOverview[]; rotations: RotationView[] } {
-  const counts = subscriptionDeliveryCounts(db, now - RECENT_MS);
-  const rotations = listOpenRotations(db).map((row) => toRotationView(db, row)).filter((r) => r.step !== "abandoned");
+export async function subscriptionsOverview(db: Db, now = Date.now()): Promise<{ subscriptions: SubscriptionOverview[]; rotations: RotationView[] }> {
+  const counts = await subscriptionDeliveryCounts(db, now - RECENT_MS);
+  const rotations = (await Promise.all((await listOpenRotations(db)).map((row) => toRotationView(db, row)))).filter((r) => r.step !== "abandoned");
   return {
-    subscriptions: subscriptionChoices(db).map((choice) => ({ ...choice, counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 } })),
+    subscriptions: (await subscriptionChoices(db)).map((choice) => ({ ...choice, counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 } })),
     rotations,
   };
 }
@@ -445,21 +446,21 @@ export interface RotationView {
   completed_at: string | null;
 }
 
-function toRotationView(db: Database, row: RotationRow): RotationView {
-  const replacement = findSubscription(db, row.new_subscription_id);
+async function toRotationView(db: Db, row: RotationRow): Promise<RotationView> {
+  const replacement = await findSubscription(db, row.new_subscription_id);
   let test: DeliveryWatchView | null = null;
   try {
-    test = row.test_delivery_id ? deliveryWatch(db, row.test_delivery_id) : null;
+    test = row.test_delivery_id ? await deliveryWatch(db, row.test_delivery_id) : null;
   } catch (error) {
     // Retention may have removed an old test delivery; the wizard then asks for a new test.
     if (!(error instanceof ProblemError && error.status === 404)) throw error;
   }
-  const old = findSubscription(db, row.old_subscription_id);
+  const old = await findSubscription(db, row.old_subscription_id);
   return {
     id: row.new_subscription_id,
     old: { id: row.old_subscription_id, target_url: row.old_target_url, description: row.old_description, subscription: old },
     replacement,
-    oldPending: old ? listDeliveriesPage(db, { subscription_id: old.id, status: "pending", per_page: "1" }).meta.total : 0,
+    oldPending: old ? (await listDeliveriesPage(db, { subscription_id: old.id, status: "pending", per_page: "1" })).meta.total : 0,
     test,
     step: row.completed_at !== null ? "done" : replacement ? "test" : "abandoned",
     created_at: toTimestamp(row.created_at),
@@ -468,8 +469,8 @@ function toRotationView(db: Database, row: RotationRow): RotationView {
 }
 
 /** rotationView returns the state of one rotation, or throws 404. */
-export function rotationView(db: Database, id: string): RotationView {
-  const row = findRotation(db, id);
+export async function rotationView(db: Db, id: string): Promise<RotationView> {
+  const row = await findRotation(db, id);
   if (!row) throw notFound("rotation", id);
   return toRotationView(db, row);
 }
@@ -480,20 +481,20 @@ export function rotationView(db: Database, id: string): RotationView {
  * returned instead, without a secret, so a repeated form post does not create a second subscription.
  */
 export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, now = Date.now()): Promise<{ id: string; secret: string | null }> {
-  const old = getSubscription(rt.db, oldId);
-  const open = openRotationFrom(rt.db, oldId);
+  const old = await getSubscription(rt.db, oldId);
+  const open = await openRotationFrom(rt.db, oldId);
   if (open) return { id: open, secret: null };
   const created = await createSubscriptionFromForm(rt, form);
-  insertRotation(rt.db, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
+  await insertRotation(rt.db, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
   return { id: created.id, secret: created.secret };
 }
 
 /** sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its delivery. */
 export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
-  const view = rotationView(rt.db, id);
+  const view = await rotationView(rt.db, id);
   if (view.step !== "test") throw new ProblemError(409, "rotation-closed", view.step === "done" ? "This rotation is finished." : "The new subscription of this rotation was deleted.");
   const sent = await sendTestEvent(rt, id);
-  setRotationTestDelivery(rt.db, id, sent.delivery_id, now);
+  await setRotationTestDelivery(rt.db, id, sent.delivery_id, now);
 }
 
 /**
@@ -501,7 +502,7 @@ export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()
  * reached the new one and the operator confirmed; a finished rotation stays finished.
  */
 export async function finishRotation(rt: Runtime, id: string, confirmed: boolean, now = Date.now()): Promise<void> {
-  const view = rotationView(rt.db, id);
+  const view = await rotationView(rt.db, id);
   if (view.step === "done") return;
   if (view.step === "abandoned") throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted; start a new rotation.");
   if (view.test?.status !== "succeeded") {
@@ -516,7 +517,7 @@ export async function finishRotation(rt: Runtime, id: string, confirmed: boolean
       if (!(error instanceof ProblemError && error.status === 404)) throw error;
     }
   }
-  markRotationCompleted(rt.db, id, now);
+  await markRotationCompleted(rt.db, id, now);
 }
 
 /** SecretRotationView is a secret rotation's state, derived from the subscription: its grace period and latest test event since the rotation. */
@@ -528,14 +529,14 @@ export interface SecretRotationView {
 }
 
 /** secretRotationView returns where the secret rotation of a subscription stands, or throws 404. */
-export function secretRotationView(db: Database, id: string, now = Date.now()): SecretRotationView {
-  const subscription = getSubscription(db, id);
+export async function secretRotationView(db: Db, id: string, now = Date.now()): Promise<SecretRotationView> {
+  const subscription = await getSubscription(db, id);
   const graceRunning = subscription.previous_secret_expires_at !== null && Date.parse(subscription.previous_secret_expires_at) > now;
   if (!graceRunning) return { subscription, step: "rotate", test: null };
   // The latest webhook.ping sent since the rotation is the wizard's test event.
   const since = new Date(Date.parse(subscription.secret_rotated_at!) - 1).toISOString();
-  const [ping] = listDeliveriesPage(db, { subscription_id: id, event: "webhook.ping", created_after: since, per_page: "1" }).data;
-  return { subscription, step: "test", test: ping ? deliveryWatch(db, ping.id) : null };
+  const [ping] = (await listDeliveriesPage(db, { subscription_id: id, event: "webhook.ping", created_after: since, per_page: "1" })).data;
+  return { subscription, step: "test", test: ping ? await deliveryWatch(db, ping.id) : null };
 }
 
 /** rotateSecretFromForm rotates a subscription's secret with the grace period typed in hours, and returns the new secret (shown once). */
@@ -549,13 +550,13 @@ export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: 
 
 /** sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace period runs. */
 export async function sendSecretRotationTest(rt: Runtime, id: string): Promise<void> {
-  if (secretRotationView(rt.db, id).step !== "test") throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
+  if ((await secretRotationView(rt.db, id)).step !== "test") throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
   await sendTestEvent(rt, id);
 }
 
 /** finishSecretRotation retires the previous secret, which the wizard allows only after a test event succeeded and the operator confirmed. */
 export async function finishSecretRotation(rt: Runtime, id: string, confirmed: boolean): Promise<void> {
-  const view = secretRotationView(rt.db, id);
+  const view = await secretRotationView(rt.db, id);
   if (view.step !== "test") return;
   if (view.test?.status !== "succeeded") throw new ProblemError(409, "rotation-untested", "The previous secret can be retired only after a test event was delivered successfully.");
   if (!confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the previous secret is to stop signing.");
@@ -584,9 +585,9 @@ export interface RecoveryPreview {
 }
 
 /** recoveryPreview checks the window of the console's recover form and counts its failed deliveries, or throws 422 or 404. */
-export function recoveryPreview(db: Database, id: string, since: string, until: string, now = Date.now()): RecoveryPreview {
+export async function recoveryPreview(db: Db, id: string, since: string, until: string, now = Date.now()): Promise<RecoveryPreview> {
   const window = recoveryWindow({ since: consoleTime(since), ...(until ? { until: consoleTime(until) } : {}) }, now);
-  return { since: toTimestamp(window.since), until: toTimestamp(window.until), count: countRecoverable(db, id, window) };
+  return { since: toTimestamp(window.since), until: toTimestamp(window.until), count: await countRecoverable(db, id, window) };
 }
 
 /** recoverFromForm queues the failed deliveries of the confirmed window again and returns how many. */
@@ -595,22 +596,22 @@ export async function recoverFromForm(rt: Runtime, id: string, since: string, un
 }
 
 /** createTokenFromForm creates an API token named in the console; the token is returned once. */
-export function createTokenFromForm(db: Database, name: string): { token: string; info: ApiTokenInfo } {
+export async function createTokenFromForm(db: Db, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
   const trimmed = name.trim();
   if (trimmed === "" || trimmed.length > 100) throw validationProblem([{ pointer: "/name", detail: "must be 1 to 100 characters" }], "The name must be 1 to 100 characters.");
   return createApiToken(db, trimmed);
 }
 
 /** revokeTokenFromConsole revokes an API token, or throws 404 when no active token has that id. */
-export function revokeTokenFromConsole(db: Database, id: string): void {
-  if (!revokeApiToken(db, id)) throw new ProblemError(404, "not-found", `No active API token with id ${JSON.stringify(id)} exists.`);
+export async function revokeTokenFromConsole(db: Database, id: string): Promise<void> {
+  if (!(await revokeApiToken(db, id))) throw new ProblemError(404, "not-found", `No active API token with id ${JSON.stringify(id)} exists.`);
 }
 
 /** USERS_PER_PAGE is how many users the users page lists at once. */
 const USERS_PER_PAGE = 50;
 
 /** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a page that is not a number. */
-export function usersOnPage(db: Database, page: string | undefined): { data: User[]; meta: ListMeta } {
+export async function usersOnPage(db: Db, page: string | undefined): Promise<{ data: User[]; meta: ListMeta }> {
   if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number of at least 1" }], "The page number must be a whole number of at least 1.");
   return listUsersPage(db, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
 }

@@ -1,5 +1,5 @@
 import { expect } from "bun:test";
-import type { Database } from "bun:sqlite";
+import type { Db } from "../../server/db/sql.ts";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -67,7 +67,7 @@ export interface ConsoleServer extends RunningServer {
 export async function startConsoleServer(overrides: Partial<Config> = {}): Promise<ConsoleServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "crm-console-"));
   const running = await startServer({ ...DEFAULT_CONFIG, ...FAST_WEBHOOKS, host: "127.0.0.1", port: 0, dataDir, logLevel: "error", ...overrides });
-  const { token } = createApiToken(running.runtime.db, "console-test");
+  const { token } = await createApiToken(running.runtime.db, "console-test");
   return {
     ...running,
     dataDir,
@@ -90,8 +90,8 @@ export async function startConsoleServer(overrides: Partial<Config> = {}): Promi
 }
 
 /** addOperator creates the test operator directly (as `crm operator create` does). */
-export function addOperator(db: Database, operator = OPERATOR) {
-  return createOperator(db, operator);
+export async function addOperator(db: Db, operator = OPERATOR) {
+  return await createOperator(db, operator);
 }
 
 /** signInWithBrowser fills in the sign-in form and waits for the deliveries page. */

@@ -5,10 +5,10 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { eventData, eventTypes, expectProblem, postAccount, validation } from "./support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness({ rateReadBurst: 10_000, rateWriteBurst: 10_000 });
+beforeEach(async () => {
+  h = await createHarness({ rateReadBurst: 10_000, rateWriteBurst: 10_000 });
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 const MISSING_CON = "con_00000000000000000000000000";
 const MISSING_ACC = "acc_00000000000000000000000000";
@@ -23,11 +23,11 @@ async function contact(body: Record<string, unknown>) {
 }
 
 /** relationCopiesAgree checks each contact row's account ids and tags against the relation tables. */
-function relationCopiesAgree() {
-  const rows = h.rt.db.query<{ id: string; account_ids: string; properties: string }, []>("SELECT id, account_ids, properties FROM contacts ORDER BY id").all();
+async function relationCopiesAgree() {
+  const rows = (await h.rt.db.all<{ id: string; account_ids: string; properties: string }>("SELECT id, account_ids, properties FROM contacts ORDER BY id"));
   for (const row of rows) {
-    const accounts = h.rt.db.query<{ account_id: string }, [string]>("SELECT account_id FROM contact_accounts WHERE contact_id = ? ORDER BY position").all(row.id).map((r) => r.account_id);
-    const tags = h.rt.db.query<{ tag: string }, [string]>("SELECT tag FROM contact_tags WHERE contact_id = ? ORDER BY tag").all(row.id).map((r) => r.tag);
+    const accounts = (await h.rt.db.all<{ account_id: string }>("SELECT account_id FROM contact_accounts WHERE contact_id = ? ORDER BY position", [row.id])).map((r) => r.account_id);
+    const tags = (await h.rt.db.all<{ tag: string }>("SELECT tag FROM contact_tags WHERE contact_id = ? ORDER BY tag", [row.id])).map((r) => r.tag);
     const ownTags = [...new Set((JSON.parse(row.properties).tags ?? []) as string[])].sort();
     expect({ id: row.id, accounts: JSON.parse(row.account_ids), tags: ownTags }).toEqual({ id: row.id, accounts, tags });
   }
@@ -49,12 +49,12 @@ describe("contact relations: happy paths", () => {
     expect([removed.status, removed.body]).toEqual([200, { data: withoutA }]);
     expect((await h.json("DELETE", `${path}/${a.id}`)).body).toEqual({ data: withoutA });
     expect((await h.json("GET", `/public/v1/contacts/${c.id}`)).body).toEqual({ data: withoutA });
-    expect(eventData(h).filter((e) => e.type.startsWith("contact."))).toEqual([
+    expect((await eventData(h)).filter((e) => e.type.startsWith("contact."))).toEqual([
       { type: "contact.created", data: c },
       { type: "contact.updated", data: withB },
       { type: "contact.updated", data: withoutA },
     ]);
-    relationCopiesAgree();
+    await relationCopiesAgree();
   });
 
   test("POST and DELETE of a tag change tags (a tag with a slash and spaces too), one event per change, none for a repeat", async () => {
@@ -69,19 +69,19 @@ describe("contact relations: happy paths", () => {
     const untagged = { ...tagged, tags: ["vip"], version: 3, updated_at: removed.body.data.updated_at };
     expect([removed.status, removed.body]).toEqual([200, { data: untagged }]);
     expect((await h.json("DELETE", `${path}/absent`)).body).toEqual({ data: untagged });
-    expect(eventTypes(h)).toEqual(["contact.created", "contact.updated", "contact.updated"]);
-    relationCopiesAgree();
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.updated", "contact.updated"]);
+    await relationCopiesAgree();
   });
 
   test("a contact stored before names were required can still be tagged, linked and unlinked", async () => {
     const a = await account("A");
-    h.rt.db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M', '{}', 1, 1)");
+    await h.rt.db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M', '{}', 1, 1)");
     const path = "/public/v1/contacts/con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M";
     expect((await h.json("POST", `${path}/tags`, { body: { tag: "legacy" } })).body.data.tags).toEqual(["legacy"]);
     expect((await h.json("POST", `${path}/accounts`, { body: { account_id: a.id } })).body.data.account_ids).toEqual([a.id]);
     expect((await h.request("DELETE", `/public/v1/accounts/${a.id}`)).status).toBe(204);
     expect((await h.json("GET", path)).body.data).toMatchObject({ tags: ["legacy"], account_ids: [], first_name: null, email: null });
-    relationCopiesAgree();
+    await relationCopiesAgree();
   });
 
   test("an Idempotency-Key replays a relation POST", async () => {
@@ -104,13 +104,13 @@ describe("contact relations: happy paths", () => {
     const final = (await h.json("GET", `/public/v1/contacts/${c.id}`)).body.data;
     expect([...final.account_ids].sort()).toEqual(accounts.map((a) => a.id).sort());
     expect([...final.tags].sort()).toEqual(accounts.map((_, i) => `t${i}`).sort());
-    expect(eventTypes(h).filter((t) => t === "contact.updated")).toHaveLength(60);
-    relationCopiesAgree();
+    expect((await eventTypes(h)).filter((t) => t === "contact.updated")).toHaveLength(60);
+    await relationCopiesAgree();
   });
 
   test("filters account_id, tag (comma-separated or repeated, all must match) and assigned_user_id, alone and together, with every sort and by cursor", async () => {
     const [a, b] = [await account("A"), await account("B")];
-    const u = createUser(h.rt.db, { name: "U", email: "u@example.com" });
+    const u = await createUser(h.rt.db, { name: "U", email: "u@example.com" });
     const made = [];
     for (let i = 0; i < 12; i++) {
       made.push(
@@ -172,7 +172,7 @@ describe("contact relations: errors", () => {
     expect((await h.json("POST", `/public/v1/contacts/${c.id}/tags`, { body: { tag: "" } })).body).toEqual(validation([{ pointer: "/tag", detail: "must be a tag of 1 to 100 characters" }]));
     expect((await h.json("POST", `/public/v1/contacts/${c.id}/tags`, { body: { tag: "x".repeat(101) } })).body).toEqual(validation([{ pointer: "/tag", detail: "must be a tag of 1 to 100 characters" }]));
     expect((await h.json("GET", `/public/v1/contacts/${c.id}`)).body).toEqual({ data: c });
-    expect(eventTypes(h)).toEqual(["account.created", "contact.created"]);
+    expect(await eventTypes(h)).toEqual(["account.created", "contact.created"]);
   });
 
   test("the 101st account or tag is 422 naming the limit", async () => {
@@ -205,7 +205,7 @@ describe("contact relations: errors", () => {
     const start = new Date().toISOString();
     await Bun.sleep(2);
     expect((await h.request("DELETE", `/public/v1/contacts/${c.id}`)).status).toBe(204);
-    const deletedAt = (eventData(h).at(-1)!.data as { deleted_at: string }).deleted_at;
+    const deletedAt = ((await eventData(h)).at(-1)!.data as { deleted_at: string }).deleted_at;
     expect((await h.json("GET", `/public/v1/contacts/deleted?since=${start}`)).body).toEqual({ data: [{ id: c.id, deleted_at: deletedAt }], meta: page(1) });
     expect((await h.json("GET", `/public/v1/contacts/deleted?since=${deletedAt}`)).body).toEqual({ data: [], meta: page(0) });
     expect((await h.json("GET", "/public/v1/contacts/deleted?since=2026-13-01T00:00:00Z")).body).toEqual(validation([{ parameter: "since", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]));
@@ -230,7 +230,7 @@ describe("contact relations: security", () => {
       expectProblem(res, 401, "unauthorized");
     }
     expect((await h.json("GET", `/public/v1/contacts/${c.id}`)).body).toEqual({ data: c });
-    expect(eventTypes(h)).toEqual(["account.created", "contact.created"]);
+    expect(await eventTypes(h)).toEqual(["account.created", "contact.created"]);
   });
 
   test("tags and ids in paths and filters are data, never SQL", async () => {

@@ -16,11 +16,11 @@ let globex: string;
 let user: string;
 let rareUser: string;
 beforeAll(async () => {
-  h = createHarness();
+  h = await createHarness();
   acme = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } })).body.data.id;
   globex = (await h.json("POST", "/public/v1/accounts", { body: { name: "Globex" } })).body.data.id;
-  user = createUser(h.rt.db, { name: "U", email: "u@example.com" }).id;
-  rareUser = createUser(h.rt.db, { name: "R", email: "r@example.com" }).id;
+  user = (await createUser(h.rt.db, { name: "U", email: "u@example.com" })).id;
+  rareUser = (await createUser(h.rt.db, { name: "R", email: "r@example.com" })).id;
   for (let i = 0; i < 40; i++) {
     // broad: tag "common", account Acme, user U (half the contacts); narrow: tag "rare", Globex, user R (one)
     // "old": only the six oldest contacts, the far end of a newest-first walk
@@ -29,9 +29,9 @@ beforeAll(async () => {
   }
   await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ödön", last_name: "Straße" } });
 });
-afterAll(() => h.close());
+afterAll(async () => await h.close());
 
-const planOf = (c: Captured): string[] => queryPlan(h.rt.db, c);
+const planOf = (c: Captured): string[] => queryPlan(h.db.sqlite, c);
 
 /** expectIndexed fails on any full scan of a table that does not go through an index. */
 function expectIndexed(label: string, plan: string[]) {
@@ -77,15 +77,15 @@ const CURSORS: Record<string, (sort: string) => CursorPosition | null> = {
 
 describe("index use: every documented filter and sort", () => {
   for (const [filterName, filtersOf] of Object.entries(FILTERS)) {
-    test(`filter ${filterName}: list and count use indexes in every sort, direction and cursor position`, () => {
+    test(`filter ${filterName}: list and count use indexes in every sort, direction and cursor position`, async () => {
       const filters = filtersOf();
       for (const sortBy of CONTACT_SORTS) {
         for (const direction of ["asc", "desc"] as const) {
           for (const [cursorName, cursor] of Object.entries(CURSORS)) {
             const { db, captured } = capturing(h.rt.db);
             // a page size larger than the data makes the store also read the group after the cursor
-            listContacts(db, filters, { sortBy, direction, cursor: cursor(sortBy), limit: 100, offset: 0, matches: countContacts(h.rt.db, filters) });
-            countContacts(db, filters);
+            await listContacts(db, filters, { sortBy, direction, cursor: cursor(sortBy), limit: 100, offset: 0, matches: await countContacts(h.rt.db, filters) });
+            await countContacts(db, filters);
             expect(captured.length).toBeGreaterThan(0);
             for (const c of captured) {
               const plan = planOf(c);
@@ -109,11 +109,11 @@ describe("index use: every documented filter and sort", () => {
     });
   }
 
-  test("keyset pages without filters are one range of the sort index: no sort, no scan", () => {
+  test("keyset pages without filters are one range of the sort index: no sort, no scan", async () => {
     for (const sortBy of CONTACT_SORTS) {
       for (const direction of ["asc", "desc"] as const) {
         const { db, captured } = capturing(h.rt.db);
-        listContacts(db, {}, { sortBy, direction, cursor: CURSORS["cursor on a value"]!(sortBy), limit: 100, offset: 0, matches: 40 });
+        await listContacts(db, {}, { sortBy, direction, cursor: CURSORS["cursor on a value"]!(sortBy), limit: 100, offset: 0, matches: 40 });
         for (const c of captured) {
           const plan = planOf(c);
           expect({ sortBy, direction, plan }).toEqual({ sortBy, direction, plan: [expect.stringMatching(new RegExp(`^SEARCH c USING (COVERING )?INDEX ${INDEX_OF[sortBy]} `))] });
@@ -124,13 +124,13 @@ describe("index use: every documented filter and sort", () => {
     }
   });
 
-  test("an email page in the default order is one range of contacts_email_created: no sort step", () => {
+  test("an email page in the default order is one range of contacts_email_created: no sort step", async () => {
     for (const direction of ["asc", "desc"] as const) {
       // created_at is never NULL, so neither is a cursor in this order
       for (const cursorName of ["no cursor", "cursor on a value"]) {
         const cursor = CURSORS[cursorName]!;
         const { db, captured } = capturing(h.rt.db);
-        listContacts(db, { email: "p1@example.com" }, { sortBy: "created_at", direction, cursor: cursor("created_at"), limit: 25, offset: 0, matches: 1 });
+        await listContacts(db, { email: "p1@example.com" }, { sortBy: "created_at", direction, cursor: cursor("created_at"), limit: 25, offset: 0, matches: 1 });
         for (const c of captured) {
           expect({ direction, cursorName, plan: planOf(c) }).toEqual({ direction, cursorName, plan: [expect.stringMatching(/^SEARCH c USING INDEX contacts_email_created \(email=\?/)] });
         }
@@ -138,43 +138,43 @@ describe("index use: every documented filter and sort", () => {
     }
   });
 
-  test("an incremental sync (updated_after, sorted by updated_at, by cursor) seeks the cursor in contacts_updated", () => {
+  test("an incremental sync (updated_after, sorted by updated_at, by cursor) seeks the cursor in contacts_updated", async () => {
     for (const direction of ["asc", "desc"] as const) {
       const { db, captured } = capturing(h.rt.db);
-      listContacts(db, { updatedAfter: 0 }, { sortBy: "updated_at", direction, cursor: { value: 1_700_000_000_000, id: "con_x" }, limit: 10, offset: 0, matches: 40 });
+      await listContacts(db, { updatedAfter: 0 }, { sortBy: "updated_at", direction, cursor: { value: 1_700_000_000_000, id: "con_x" }, limit: 10, offset: 0, matches: 40 });
       const plan = planOf(captured[0]!);
       expect(plan).toEqual([expect.stringMatching(/^SEARCH c USING INDEX contacts_updated \(.*\(updated_at,id\)[<>]\(\?,\?\)/)]);
     }
   });
 
-  test("a timestamp filter on another column than the sort drives through its own index", () => {
+  test("a timestamp filter on another column than the sort drives through its own index", async () => {
     const { db, captured } = capturing(h.rt.db);
-    listContacts(db, { createdAfter: 0 }, { sortBy: "email", direction: "asc", cursor: { value: "m", id: "con_x" }, limit: 10, offset: 0, matches: 40 });
+    await listContacts(db, { createdAfter: 0 }, { sortBy: "email", direction: "asc", cursor: { value: "m", id: "con_x" }, limit: 10, offset: 0, matches: 40 });
     expect(planOf(captured[0]!)).toEqual(["SEARCH c USING INDEX contacts_created (created_at>?)", "USE TEMP B-TREE FOR ORDER BY"]);
   });
 
-  test("a name search matching 1 in 8 contacts or more walks the sort index; a narrower one fetches its matches and sorts them", () => {
+  test("a name search matching 1 in 8 contacts or more walks the sort index; a narrower one fetches its matches and sorts them", async () => {
     const broad = { fullName: "irst1" };
     const narrow = { fullName: "irst12" };
-    expect([countContacts(h.rt.db, broad), countContacts(h.rt.db, narrow)]).toEqual([9, 1]);
-    const planFor = (filters: ContactFilters) => {
+    expect([await countContacts(h.rt.db, broad), await countContacts(h.rt.db, narrow)]).toEqual([9, 1]);
+    const planFor = async (filters: ContactFilters) => {
       const { db, captured } = capturing(h.rt.db);
-      listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: countContacts(h.rt.db, filters) });
+      await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: await countContacts(h.rt.db, filters) });
       return planOf(captured.at(-1)!).join(" | ");
     };
-    expect(planFor(broad)).toStartWith("SCAN c USING INDEX contacts_created | LIST SUBQUERY");
-    expect(planFor(broad)).not.toContain("TEMP B-TREE");
-    expect(planFor(narrow)).toStartWith("SEARCH c USING INTEGER PRIMARY KEY (rowid=?) | LIST SUBQUERY");
-    expect(planFor(narrow)).toContain("USE TEMP B-TREE FOR ORDER BY");
+    expect(await planFor(broad)).toStartWith("SCAN c USING INDEX contacts_created | LIST SUBQUERY");
+    expect(await planFor(broad)).not.toContain("TEMP B-TREE");
+    expect(await planFor(narrow)).toStartWith("SEARCH c USING INTEGER PRIMARY KEY (rowid=?) | LIST SUBQUERY");
+    expect(await planFor(narrow)).toContain("USE TEMP B-TREE FOR ORDER BY");
   });
 
-  test("a broad needle too short for trigrams walks the sort index and looks up each row's name, stopping at a full page", () => {
+  test("a broad needle too short for trigrams walks the sort index and looks up each row's name, stopping at a full page", async () => {
     const { db, captured } = capturing(h.rt.db);
-    listContacts(db, { fullName: "a" }, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: countContacts(h.rt.db, { fullName: "a" }) });
+    await listContacts(db, { fullName: "a" }, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: await countContacts(h.rt.db, { fullName: "a" }) });
     expect(planOf(captured.at(-1)!)).toEqual(["SCAN c USING INDEX contacts_created", "CORRELATED SCALAR SUBQUERY 1", "SCAN f VIRTUAL TABLE INDEX 0:="]);
   });
 
-  test("both plans of a name search return the same rows for every needle kind, sort, direction, cursor and page", () => {
+  test("both plans of a name search return the same rows for every needle kind, sort, direction, cursor and page", async () => {
     // a trigram match, an ASCII needle too short for trigrams (LIKE), one beyond ASCII (each spelling)
     for (const fullName of ["irst1", "a", "t3", "öd"]) {
       for (const sortBy of CONTACT_SORTS) {
@@ -182,38 +182,38 @@ describe("index use: every documented filter and sort", () => {
           for (const cursor of Object.values(CURSORS)) {
             for (const [limit, offset] of [[4, 0], [4, 4], [100, 0]] as const) {
               const page = { sortBy, direction, cursor: cursor(sortBy), limit, offset };
-              const fetched = listContacts(h.rt.db, { fullName }, { ...page, matches: 0 });
-              const walked = listContacts(h.rt.db, { fullName }, { ...page, matches: 40 });
+              const fetched = await listContacts(h.rt.db, { fullName }, { ...page, matches: 0 });
+              const walked = await listContacts(h.rt.db, { fullName }, { ...page, matches: 40 });
               expect({ fullName, sortBy, direction, page, ids: walked.map((r) => r.id) }).toEqual({ fullName, sortBy, direction, page, ids: fetched.map((r) => r.id) });
             }
           }
         }
       }
     }
-    expect(["irst1", "a", "t3", "öd"].map((fullName) => countContacts(h.rt.db, { fullName }) > 0)).toEqual([true, true, true, true]);
+    expect(await Promise.all(["irst1", "a", "t3", "öd"].map(async (fullName) => (await countContacts(h.rt.db, { fullName })) > 0))).toEqual([true, true, true, true]);
   });
 
-  test("a relation filter matching 1 in 8 contacts or more walks the sort index probing the relation's key; a narrower one fetches its matches from the relation's index and sorts them", () => {
-    const planFor = (filters: ContactFilters) => {
+  test("a relation filter matching 1 in 8 contacts or more walks the sort index probing the relation's key; a narrower one fetches its matches from the relation's index and sorts them", async () => {
+    const planFor = async (filters: ContactFilters) => {
       const { db, captured } = capturing(h.rt.db);
-      listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: countContacts(h.rt.db, filters) });
+      await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: await countContacts(h.rt.db, filters) });
       return planOf(captured.find((c) => c.sql.startsWith("SELECT c.id"))!);
     };
-    expect([countContacts(h.rt.db, { tags: ["common"] }), countContacts(h.rt.db, { tags: ["rare"] }), countContacts(h.rt.db, { accountId: acme }), countContacts(h.rt.db, { accountId: globex })]).toEqual([20, 1, 20, 1]);
-    expect([countContacts(h.rt.db, { assignedUserId: user }), countContacts(h.rt.db, { assignedUserId: rareUser }), countContacts(h.rt.db, { tags: ["common", "rare"] })]).toEqual([20, 1, 1]);
+    expect([await countContacts(h.rt.db, { tags: ["common"] }), await countContacts(h.rt.db, { tags: ["rare"] }), await countContacts(h.rt.db, { accountId: acme }), await countContacts(h.rt.db, { accountId: globex })]).toEqual([20, 1, 20, 1]);
+    expect([await countContacts(h.rt.db, { assignedUserId: user }), await countContacts(h.rt.db, { assignedUserId: rareUser }), await countContacts(h.rt.db, { tags: ["common", "rare"] })]).toEqual([20, 1, 1]);
     const walked = (probe: string) => ["SEARCH c USING INTEGER PRIMARY KEY (rowid=?)", expect.stringMatching(/^LIST SUBQUERY \d+$/), "CO-ROUTINE w", expect.stringMatching(/^SCAN c USING (COVERING )?INDEX contacts_created$/), "SCAN w", ...(probe ? [probe] : []), "USE TEMP B-TREE FOR ORDER BY"];
-    expect(planFor({ tags: ["common"] })).toEqual(walked("SEARCH ct EXISTS USING PRIMARY KEY (contact_id=? AND tag=?)"));
-    expect(planFor({ tags: ["rare"] })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_tags USING COVERING INDEX contact_tags_tag (tag=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-    expect(planFor({ accountId: acme })).toEqual(walked("SEARCH ca EXISTS USING COVERING INDEX contact_accounts_account (account_id=? AND contact_id=?)"));
-    expect(planFor({ accountId: globex })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_accounts USING COVERING INDEX contact_accounts_account (account_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-    expect(planFor({ assignedUserId: user })).toEqual(walked(""));
-    expect(planFor({ assignedUserId: rareUser })).toEqual(["SEARCH c USING INDEX contacts_assigned_user (assigned_user_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+    expect(await planFor({ tags: ["common"] })).toEqual(walked("SEARCH ct EXISTS USING PRIMARY KEY (contact_id=? AND tag=?)"));
+    expect(await planFor({ tags: ["rare"] })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_tags USING COVERING INDEX contact_tags_tag (tag=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+    expect(await planFor({ accountId: acme })).toEqual(walked("SEARCH ca EXISTS USING COVERING INDEX contact_accounts_account (account_id=? AND contact_id=?)"));
+    expect(await planFor({ accountId: globex })).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_accounts USING COVERING INDEX contact_accounts_account (account_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
+    expect(await planFor({ assignedUserId: user })).toEqual(walked(""));
+    expect(await planFor({ assignedUserId: rareUser })).toEqual(["SEARCH c USING INDEX contacts_assigned_user (assigned_user_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
   });
 
-  test("a walk reads a bounded window of the sort index; when the matches lie beyond it (a tag of only the oldest contacts, newest first), the page is fetched instead", () => {
+  test("a walk reads a bounded window of the sort index; when the matches lie beyond it (a tag of only the oldest contacts, newest first), the page is fetched instead", async () => {
     const filters = { tags: ["old"] };
     const { db, captured } = capturing(h.rt.db);
-    const rows = listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: countContacts(h.rt.db, filters) });
+    const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: await countContacts(h.rt.db, filters) });
     expect(captured.map((c) => c.sql.slice(0, 40))).toEqual([
       expect.stringMatching(/^SELECT n FROM row_counts/),
       expect.stringMatching(/^SELECT c.id/),
@@ -223,37 +223,37 @@ describe("index use: every documented filter and sort", () => {
     ]);
     // the window (2 * 2 * 41 / 6 = 28 newest rows) held none of them; the fetch found the newest two
     expect(planOf(captured.at(-1)!)).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_tags USING COVERING INDEX contact_tags_tag (tag=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-    const fetched = listContacts(h.rt.db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: 0 });
+    const fetched = await listContacts(h.rt.db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: 0 });
     expect(rows.map((r) => r.id)).toEqual(fetched.map((r) => r.id));
     expect(rows).toHaveLength(2);
   });
 
-  test("at a million contacts (counts set so), a relation walks when a spread walk reads fewer rows than fetching: 10,000 matches walk, 500 fetch", () => {
+  test("at a million contacts (counts set so), a relation walks when a spread walk reads fewer rows than fetching: 10,000 matches walk, 500 fetch", async () => {
     const db = h.rt.db;
-    const firstQuery = (filters: ContactFilters, matches: number) => {
+    const firstQuery = async (filters: ContactFilters, matches: number) => {
       const { db: spy, captured } = capturing(db);
-      listContacts(spy, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches });
+      await listContacts(spy, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches });
       return planOf(captured.find((c) => c.sql.startsWith("SELECT c.id"))!)[0];
     };
-    const saved = db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'").get()!.n;
+    const saved = (await db.get<{ n: number }>("SELECT n FROM row_counts WHERE table_name = 'contacts'"))!.n;
     try {
-      db.run("UPDATE row_counts SET n = 1000000 WHERE table_name = 'contacts'");
-      db.run("UPDATE contact_filter_counts SET n = 10000 WHERE filter = 'tag' AND value = 'common'");
-      db.run("UPDATE contact_filter_counts SET n = 500 WHERE filter = 'tag' AND value = 'rare'");
+      await db.run("UPDATE row_counts SET n = 1000000 WHERE table_name = 'contacts'");
+      await db.run("UPDATE contact_filter_counts SET n = 10000 WHERE filter = 'tag' AND value = 'common'");
+      await db.run("UPDATE contact_filter_counts SET n = 500 WHERE filter = 'tag' AND value = 'rare'");
       // 25 * 1,000,000 / 10,000 = 2,500 rows to walk, against 10,000 contacts to fetch
-      expect(firstQuery({ tags: ["common"] }, 10000)).toBe("SEARCH c USING INTEGER PRIMARY KEY (rowid=?)");
+      expect(await firstQuery({ tags: ["common"] }, 10000)).toBe("SEARCH c USING INTEGER PRIMARY KEY (rowid=?)");
       // 25 * 1,000,000 / 500 = 50,000 rows to walk, against 500 to fetch
-      expect(firstQuery({ tags: ["rare"] }, 500)).toBe("SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)");
+      expect(await firstQuery({ tags: ["rare"] }, 500)).toBe("SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)");
       // both tags, 400 matches: 62,500 rows to walk, against the rarer tag's 500 to fetch
-      expect(firstQuery({ tags: ["common", "rare"] }, 400)).toBe("SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)");
+      expect(await firstQuery({ tags: ["common", "rare"] }, 400)).toBe("SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)");
     } finally {
-      db.run("UPDATE row_counts SET n = ? WHERE table_name = 'contacts'", [saved]);
-      db.run("UPDATE contact_filter_counts SET n = 20 WHERE filter = 'tag' AND value = 'common'");
-      db.run("UPDATE contact_filter_counts SET n = 1 WHERE filter = 'tag' AND value = 'rare'");
+      await db.run("UPDATE row_counts SET n = ? WHERE table_name = 'contacts'", [saved]);
+      await db.run("UPDATE contact_filter_counts SET n = 20 WHERE filter = 'tag' AND value = 'common'");
+      await db.run("UPDATE contact_filter_counts SET n = 1 WHERE filter = 'tag' AND value = 'rare'");
     }
   });
 
-  test("several relation filters fetch the matches of the one with the fewest contacts and probe the others' keys; their count reads only the relation tables", () => {
+  test("several relation filters fetch the matches of the one with the fewest contacts and probe the others' keys; their count reads only the relation tables", async () => {
     const listed = "SELECT c.id";
     for (const [filters, list, count, driverValue] of [
       [{ tags: ["common", "rare"] }, "EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = c.id AND ct.tag = ?) AND c.id IN (SELECT contact_id FROM contact_tags WHERE tag = ?)", "FROM contact_tags d WHERE d.tag = ? AND EXISTS (SELECT 1 FROM contact_tags ct", "rare"],
@@ -262,8 +262,8 @@ describe("index use: every documented filter and sort", () => {
       [{ accountId: acme, assignedUserId: rareUser }, "AND c.assigned_user_id = ?", "FROM contacts d WHERE d.assigned_user_id = ? AND EXISTS (SELECT 1 FROM contact_accounts ca", rareUser],
     ] as [ContactFilters, string, string, string][]) {
       const { db, captured } = capturing(h.rt.db);
-      listContacts(db, filters, { sortBy: "last_name", direction: "asc", cursor: null, limit: 25, offset: 0, matches: countContacts(h.rt.db, filters) });
-      countContacts(db, filters);
+      await listContacts(db, filters, { sortBy: "last_name", direction: "asc", cursor: null, limit: 25, offset: 0, matches: await countContacts(h.rt.db, filters) });
+      await countContacts(db, filters);
       const pages = captured.filter((c) => c.sql.startsWith(listed));
       const counts = captured.filter((c) => c.sql.startsWith("SELECT count(*)"));
       expect({ filters, pages: pages.map((c) => c.sql.includes(list)), counts: counts.map((c) => [c.sql.includes(count), c.params[0]]) }).toEqual({ filters, pages: [true], counts: [[true, driverValue]] });
@@ -274,7 +274,7 @@ describe("index use: every documented filter and sort", () => {
     }
   });
 
-  test("both plans of a relation filter return the same rows for every sort, direction, cursor and page", () => {
+  test("both plans of a relation filter return the same rows for every sort, direction, cursor and page", async () => {
     const single = [{ tags: ["common"] }, { tags: ["rare"] }, { accountId: acme }, { accountId: globex }, { assignedUserId: user }, { assignedUserId: rareUser }];
     const combined = [{ tags: ["common", "rare"] }, { tags: ["common"], accountId: acme }, { accountId: acme, assignedUserId: user }, { tags: ["common"], accountId: acme, assignedUserId: user }];
     for (const filters of [...single, ...combined] as ContactFilters[]) {
@@ -283,8 +283,8 @@ describe("index use: every documented filter and sort", () => {
           for (const cursor of Object.values(CURSORS)) {
             for (const [limit, offset] of [[4, 0], [4, 4], [100, 0]] as const) {
               const page = { sortBy, direction, cursor: cursor(sortBy), limit, offset };
-              const fetched = listContacts(h.rt.db, filters, { ...page, matches: 0 });
-              const walked = listContacts(h.rt.db, filters, { ...page, matches: 40 });
+              const fetched = await listContacts(h.rt.db, filters, { ...page, matches: 0 });
+              const walked = await listContacts(h.rt.db, filters, { ...page, matches: 40 });
               expect({ filters, sortBy, direction, page, ids: walked.map((r) => r.id) }).toEqual({ filters, sortBy, direction, page, ids: fetched.map((r) => r.id) });
             }
           }
@@ -293,26 +293,26 @@ describe("index use: every documented filter and sort", () => {
     }
   });
 
-  test("full_name needles too short for trigrams, or with % or _, still never scan contacts", () => {
+  test("full_name needles too short for trigrams, or with % or _, still never scan contacts", async () => {
     for (const fullName of ["a", "ab", "50%", "a_b"]) {
       const { db, captured } = capturing(h.rt.db);
-      listContacts(db, { fullName }, { sortBy: "created_at", direction: "desc", cursor: null, limit: 10, offset: 0, matches: countContacts(h.rt.db, { fullName }) });
-      countContacts(db, { fullName });
+      await listContacts(db, { fullName }, { sortBy: "created_at", direction: "desc", cursor: null, limit: 10, offset: 0, matches: await countContacts(h.rt.db, { fullName }) });
+      await countContacts(db, { fullName });
       for (const c of captured) expectIndexed(fullName, planOf(c));
     }
   });
 
-  test("the whole list path, accounts by name and domain, and users use indexes", () => {
+  test("the whole list path, accounts by name and domain, and users use indexes", async () => {
     const { db, captured } = capturing(h.rt.db);
-    listContactsPage(db, { email: "P1@example.com", include: "accounts,assigned_user,assigned_users" });
-    listContactsPage(db, { per_page: "5", sort_by: "last_name" });
-    listAccountsPage(db, { name: "acme" });
-    listAccountsPage(db, { domain: "ACME.test" });
-    listUsersPage(db, {});
+    await listContactsPage(db, { email: "P1@example.com", include: "accounts,assigned_user,assigned_users" });
+    await listContactsPage(db, { per_page: "5", sort_by: "last_name" });
+    await listAccountsPage(db, { name: "acme" });
+    await listAccountsPage(db, { domain: "ACME.test" });
+    await listUsersPage(db, {});
     const since = new Date(Date.now() - 86_400_000).toISOString();
-    listDeletedPage({ ...h.rt, db }, "contact", { since });
-    listTombstonesSince(db, "account", 0, { cursor: { value: 1_700_000_000_000, id: "acc_x" }, limit: 10, offset: 0 });
-    countTombstonesSince(db, "account", 0);
+    await listDeletedPage({ ...h.rt, db: { ...h.rt.db, all: db.all, get: db.get } }, "contact", { since });
+    await listTombstonesSince(db, "account", 0, { cursor: { value: 1_700_000_000_000, id: "acc_x" }, limit: 10, offset: 0 });
+    await countTombstonesSince(db, "account", 0);
     const plans = captured.map((c) => ({ sql: c.sql, plan: planOf(c) }));
     expect(plans.filter((p) => p.sql.includes("FROM tombstones")).map((p) => p.plan.join(" | "))).toEqual([
       expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
