@@ -291,10 +291,7 @@ async function main(argv: string[]): Promise<number> {
     case "import":
       return importCommand(args);
     case "copy-to-postgres":
-      return copyToPostgresCommand(loadConfig(args), () => {
-        const db = openConfiguredDatabase(args);
-        return { sqlite: db, close: () => db.close() };
-      });
+      return copyToPostgresCommand(loadConfig(args), () => openConfiguredDatabase(args));
     default:
       throw new ConfigError(`unknown command ${command} (see --help)`);
   }
