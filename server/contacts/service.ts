@@ -211,7 +211,7 @@ function writeNewContact(db: Database, input: ContactInput, now: number): { erro
   insertContactAccounts(db, row.id, input.account_ids ?? []);
   insertContactAssignedUsers(db, row.id, input.assigned_user_ids ?? []);
   // A new contact has no tag rows: the DELETE of replaceContactTags cost ~13 us of every create.
-  insertContactTags(db, row.id, input.tags ?? []);
+  insertContactTags(db, row, input.tags ?? []);
   const contact = toContact(row);
   recordEvent(db, "contact.created", contact, now);
   return { contact };
@@ -240,7 +240,7 @@ function writeContactChange(db: Database, current: ContactRow, input: ContactInp
   updateContactRow(db, row);
   if (input.account_ids !== undefined) replaceContactAccounts(db, current.id, input.account_ids ?? []);
   if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
-  if (input.tags !== undefined) replaceContactTags(db, current.id, input.tags ?? []);
+  if (input.tags !== undefined) replaceContactTags(db, row, input.tags ?? []);
   recordEvent(db, "contact.updated", after, now);
   return { contact: after, changed: true };
 }

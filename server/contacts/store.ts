@@ -102,16 +102,22 @@ export function replaceContactAssignedUsers(db: Database, contactId: string, use
   insertContactAssignedUsers(db, contactId, userIds);
 }
 
+/** TagSortKeys are the contact's sort keys each of its tag rows carries (migration 0014; triggers keep them current). */
+type TagSortKeys = Pick<ContactRow, "id" | "created_at" | "updated_at" | "first_name" | "last_name" | "email">;
+
 /** insertContactTags records the distinct tags of a contact that has none yet (the row's properties keep `tags` as given). */
-export function insertContactTags(db: Database, contactId: string, tags: readonly string[]): void {
-  const insert = db.query("INSERT OR IGNORE INTO contact_tags (contact_id, tag) VALUES (?, ?)");
-  for (const tag of tags) insert.run(contactId, tag);
+export function insertContactTags(db: Database, contact: TagSortKeys, tags: readonly string[]): void {
+  const insert = db.query(
+    `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email) VALUES (?, ?, ?, ?, ?, ?, ?)
+     ON CONFLICT (contact_id, tag) DO NOTHING`,
+  );
+  for (const tag of tags) insert.run(contact.id, tag, contact.created_at, contact.updated_at, contact.first_name, contact.last_name, contact.email);
 }
 
-/** replaceContactTags sets the distinct tags a contact carries. */
-export function replaceContactTags(db: Database, contactId: string, tags: readonly string[]): void {
-  db.query("DELETE FROM contact_tags WHERE contact_id = ?").run(contactId);
-  insertContactTags(db, contactId, tags);
+/** replaceContactTags sets the distinct tags a contact carries; `contact` is the row as stored after the change. */
+export function replaceContactTags(db: Database, contact: TagSortKeys, tags: readonly string[]): void {
+  db.query("DELETE FROM contact_tags WHERE contact_id = ?").run(contact.id);
+  insertContactTags(db, contact, tags);
 }
 
 /**
@@ -327,24 +333,33 @@ const FETCH_TO_WALK = 4;
  */
 const WALK_WINDOW = 2;
 
+/** Walk is how a page of a name or relation filter is read: `rows` 0 to fetch the matches, Infinity for a name search's walk, else a relation walk's window; `tag` the tag whose own sort index the window reads, null for contacts' sort index. */
+interface Walk {
+  rows: number;
+  tag: RelationTerm | null;
+}
+
 /**
- * walkWindow decides whether a page of a name or relation filter reads the sort index in order,
- * given the count of matches: 0 to fetch the matches instead, Infinity for a name search's walk,
- * else the most rows a relation walk reads. Relation filters walk when that is cheaper than
- * fetching, counted in rows: with matches spread through the sort order a walk reads about
- * (offset + limit) * total / matches rows, while fetching reads every contact of the rarest
- * relation (a tag on 1 in 100 of a million contacts: ~2,500 rows instead of 10,000 lookups and a
- * sort). A name search keeps the 1 in 8 rule, which bounds a walk through the whole index.
+ * walkWindow decides whether a page of a name or relation filter reads a sort index in order,
+ * given the count of matches. Relation filters walk when that is cheaper than fetching, counted in
+ * rows: with matches spread through the sort order a walk reads about (offset + limit) * candidates
+ * / matches rows, while fetching reads every contact of the rarest relation (a tag on 1 in 100 of a
+ * million contacts: ~2,500 rows instead of 10,000 lookups and a sort). With a tag among them the
+ * candidates are that tag's rows, read from its own sort index (migration 0014), so a tag's page
+ * costs its 25 entries wherever its contacts lie in the order; otherwise every contact is one. A
+ * name search keeps the 1 in 8 rule, which bounds a walk through the whole index.
  */
-function walkWindow(db: Database, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): number {
+function walkWindow(db: Database, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): Walk {
   const sole = soleFilter(filters);
-  if (!sole && !relationsOnly(filters)) return 0;
+  if (!sole && !relationsOnly(filters)) return { rows: 0, tag: null };
   const total = countAllContacts(db);
-  if (sole?.kind === "full_name") return page.matches * BROAD_SHARE >= total ? Infinity : 0;
-  if (page.matches === 0) return 0;
-  const expected = ((page.offset + page.limit) * total) / page.matches;
+  if (sole?.kind === "full_name") return { rows: page.matches * BROAD_SHARE >= total ? Infinity : 0, tag: null };
+  if (page.matches === 0) return { rows: 0, tag: null };
+  const terms = relationTerms(db, filters);
+  const tag = terms.find((term) => term.kind === "tag") ?? null;
+  const expected = ((page.offset + page.limit) * (tag?.contacts ?? total)) / page.matches;
   const broad = sole !== null && page.matches * BROAD_SHARE >= total;
-  return broad || expected < relationTerms(db, filters)[0]!.contacts * FETCH_TO_WALK ? Math.ceil(WALK_WINDOW * expected) : 0;
+  return { rows: broad || expected < terms[0]!.contacts * FETCH_TO_WALK ? Math.ceil(WALK_WINDOW * expected) : 0, tag };
 }
 
 /** countContacts counts the contacts matching the filters. */
@@ -372,8 +387,7 @@ export function listContacts(
   filters: ContactFilters,
   page: { sortBy: ContactSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number; matches: number },
 ): ContactRow[] {
-  const window = walkWindow(db, filters, page);
-  const walk = window > 0;
+  const walk = walkWindow(db, filters, page);
   // A filter on another column than the sort picks the rows through its index and they are sorted
   // (cost: the matching rows); the unary + (which keeps the column's collation) stops SQLite from
   // walking the sort index instead and skipping every row the filter refuses. Otherwise the
@@ -383,7 +397,10 @@ export function listContacts(
     (page.sortBy === "created_at" && (filters.createdAfter !== undefined || filters.email !== undefined)) ||
     (page.sortBy === "updated_at" && filters.updatedAfter !== undefined);
   const nullable = NULLABLE_SORTS.has(page.sortBy);
-  const walked = keysetOrder(`c.${page.sortBy}`, "c.id", page.direction, page.cursor, nullable);
+  // A tag's rows carry the sort keys under the contacts' own column names (migration 0014).
+  const walked = walk.tag
+    ? keysetOrder(`t.${page.sortBy}`, "t.contact_id", page.direction, page.cursor, nullable)
+    : keysetOrder(`c.${page.sortBy}`, "c.id", page.direction, page.cursor, nullable);
   const fetched = keysetOrder(hasFilters(filters) && !sortFiltered ? `+c.${page.sortBy}` : `c.${page.sortBy}`, "c.id", page.direction, page.cursor, nullable);
   type Keyset = { after: string; params: (string | number)[] } | null;
   const select = (order: OrderClause, keyset: Keyset, walking: boolean, limit: number) => {
@@ -394,22 +411,46 @@ export function listContacts(
     const sql = `SELECT ${COLUMNS} FROM contacts c ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
     return db.query<ContactRow, (string | number)[]>(sql).all(...(keyset?.params ?? []), ...params, limit, page.offset);
   };
-  // A walk for relation filters reads a window of the sort index (covering, unless the assigned
-  // user is filtered), tests each row's relations, and only then reads the matching rows.
-  const windowRows = Number.isFinite(window) ? window : 0;
-  const selectInWindow = (keyset: Keyset, fallback: Keyset, limit: number) => {
-    const { where, params } = relationProbes(filters, "w");
+  // A walk for relation filters reads a window of a sort index in order: the walked tag's (its rows
+  // are all candidates) or contacts' own (covering, unless the assigned user is filtered). Each row
+  // of it is tested against the other relations, and only then are the matching rows read.
+  const windowRows = Number.isFinite(walk.rows) ? walk.rows : 0;
+  const windowOf = (keyset: Keyset) => {
+    const keysetParams = keyset?.params ?? [];
+    if (walk.tag) {
+      const others = { ...filters, tags: filters.tags?.filter((tag) => tag !== walk.tag?.value), assignedUserId: undefined };
+      // the tag rows do not hold the assigned user: it is checked on the contacts read, before their sort
+      const assigned = relationProbes({ assignedUserId: filters.assignedUserId }, "c");
+      return {
+        sql: `SELECT t.contact_id AS id FROM contact_tags t WHERE t.tag = ?${keyset?.after ? ` AND ${keyset.after}` : ""} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
+        params: [walk.tag.value, ...keysetParams, windowRows],
+        match: { contact: "c.id", window: "w.id" },
+        probes: relationProbes(others, "w"),
+        checks: assigned,
+      };
+    }
     const columns = `c.rowid AS rid, c.id${filters.assignedUserId !== undefined ? ", c.assigned_user_id" : ""}`;
-    const windowSql = `SELECT ${columns} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after}` : ""} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`;
-    const sql = `SELECT ${COLUMNS} FROM contacts c WHERE c.rowid IN (SELECT w.rid FROM (${windowSql}) w WHERE ${where.join(" AND ")}) ORDER BY ${fetched.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
-    const rows = db.query<ContactRow, (string | number)[]>(sql).all(...(keyset?.params ?? []), windowRows, ...params, limit, page.offset);
+    return {
+      sql: `SELECT ${columns} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after}` : ""} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
+      params: [...keysetParams, windowRows],
+      match: { contact: "c.rowid", window: "w.rid" },
+      probes: relationProbes(filters, "w"),
+      checks: { where: [], params: [] },
+    };
+  };
+  const selectInWindow = (keyset: Keyset, fallback: Keyset, limit: number) => {
+    const window = windowOf(keyset);
+    const probed = window.probes.where.length ? ` WHERE ${window.probes.where.join(" AND ")}` : "";
+    const conditions = [`${window.match.contact} IN (SELECT ${window.match.window} FROM (${window.sql}) w${probed})`, ...window.checks.where];
+    const sql = `SELECT ${COLUMNS} FROM contacts c WHERE ${conditions.join(" AND ")} ORDER BY ${fetched.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
+    const rows = db.query<ContactRow, (string | number)[]>(sql).all(...window.params, ...window.probes.params, ...window.checks.params, limit, page.offset);
     if (rows.length === limit) return rows;
-    const read = db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM (${windowSql})`).get(...(keyset?.params ?? []), windowRows)!.n;
+    const read = db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM (${window.sql})`).get(...window.params)!.n;
     return read < windowRows ? rows : select(fetched, fallback, false, limit);
   };
   // The keyset of each plan: walked keeps the sort column indexable, fetched hides it behind +.
   const group = (walkedKeyset: Keyset, fetchedKeyset: Keyset, limit: number) =>
-    windowRows > 0 ? selectInWindow(walkedKeyset, fetchedKeyset, limit) : walk ? select(walked, walkedKeyset, true, limit) : select(fetched, fetchedKeyset, false, limit);
+    windowRows > 0 ? selectInWindow(walkedKeyset, fetchedKeyset, limit) : walk.rows > 0 ? select(walked, walkedKeyset, true, limit) : select(fetched, fetchedKeyset, false, limit);
   const rows = group(walked, fetched, page.limit);
   // walked.then and fetched.then are both set or both null: they depend on the cursor, not the column
   return walked.then && fetched.then && rows.length < page.limit ? rows.concat(group(walked.then, fetched.then, page.limit - rows.length)) : rows;
