@@ -36,12 +36,19 @@ CREATE TRIGGER contact_tags_count_delete AFTER DELETE ON contact_tags BEGIN
   UPDATE contact_filter_counts SET n = n - 1 WHERE filter = 'tag' AND value = old.tag;
 END;
 
--- Every change of a contact moves updated_at; a name or email is rewritten (and its index entry
--- moved) only when it changed, since the contacts service's UPDATE sets every column.
+-- Every change of a contact moves updated_at; a name or email is copied (and its index entry
+-- moved) only when it changed, one trigger each, since the contacts service's UPDATE sets every
+-- column and an UPDATE of all three moved three index entries per tag for a change of one.
+-- BINARY: a change of case alone is a change, so the copy keeps the contact's spelling.
 CREATE TRIGGER contact_tags_updated_at AFTER UPDATE OF updated_at ON contacts WHEN old.updated_at <> new.updated_at BEGIN
   UPDATE contact_tags SET updated_at = new.updated_at WHERE contact_id = new.id;
 END;
-CREATE TRIGGER contact_tags_names AFTER UPDATE OF first_name, last_name, email ON contacts
-WHEN old.first_name IS NOT new.first_name COLLATE BINARY OR old.last_name IS NOT new.last_name COLLATE BINARY OR old.email IS NOT new.email BEGIN
-  UPDATE contact_tags SET first_name = new.first_name, last_name = new.last_name, email = new.email WHERE contact_id = new.id;
+CREATE TRIGGER contact_tags_first_name AFTER UPDATE OF first_name ON contacts WHEN old.first_name IS NOT new.first_name COLLATE BINARY BEGIN
+  UPDATE contact_tags SET first_name = new.first_name WHERE contact_id = new.id;
+END;
+CREATE TRIGGER contact_tags_last_name AFTER UPDATE OF last_name ON contacts WHEN old.last_name IS NOT new.last_name COLLATE BINARY BEGIN
+  UPDATE contact_tags SET last_name = new.last_name WHERE contact_id = new.id;
+END;
+CREATE TRIGGER contact_tags_email AFTER UPDATE OF email ON contacts WHEN old.email IS NOT new.email BEGIN
+  UPDATE contact_tags SET email = new.email WHERE contact_id = new.id;
 END;
