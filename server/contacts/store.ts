@@ -333,10 +333,10 @@ const FETCH_TO_WALK = 4;
 
 /**
  * WALK_WINDOW: a walk for relation filters reads at most this many times the rows it expects to
- * need (matches spread evenly) from the sort index. Matches crowding the far end of the sort (a
- * tag only the oldest contacts carry, newest first) would otherwise make it read most of the
- * index; past the window the page is fetched instead, so such a page costs at most the window
- * plus the fetch.
+ * need (matches spread evenly) from the sort index. Matches crowding the far end of the sort (an
+ * account only the oldest contacts are linked to, newest first; or two tags whose contacts seldom
+ * meet) would otherwise make it read most of the index; past the window the page is fetched
+ * instead, so such a page costs at most the window plus the fetch.
  */
 const WALK_WINDOW = 2;
 
@@ -424,13 +424,14 @@ export function listContacts(
   const windowRows = Number.isFinite(walk.rows) ? walk.rows : 0;
   const windowOf = (keyset: Keyset) => {
     const keysetParams = keyset?.params ?? [];
-    if (walk.tag) {
-      const others = { ...filters, tags: filters.tags?.filter((tag) => tag !== walk.tag?.value), assignedUserId: undefined };
+    const tag = walk.tag;
+    if (tag) {
+      const others = { ...filters, tags: filters.tags?.filter((other) => other !== tag.value), assignedUserId: undefined };
       // the tag rows do not hold the assigned user: it is checked on the contacts read, before their sort
       const assigned = relationProbes({ assignedUserId: filters.assignedUserId }, "c");
       return {
         sql: `SELECT t.contact_id AS id FROM contact_tags t WHERE t.tag = ?${keyset?.after ? ` AND ${keyset.after}` : ""} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
-        params: [walk.tag.value, ...keysetParams, windowRows],
+        params: [tag.value, ...keysetParams, windowRows],
         match: { contact: "c.id", window: "w.id" },
         probes: relationProbes(others, "w"),
         checks: assigned,
