@@ -13,6 +13,7 @@ import { newId } from "../server/shared/ids.ts";
 import { recordEvent } from "../server/webhooks/outbox.ts";
 import { loadSecretsKey, SecretBox } from "../server/webhooks/secrets.ts";
 import { insertSubscription } from "../server/webhooks/store.ts";
+import { waitForListening } from "./listening.ts";
 
 const FAILED = Number(process.env.BENCH_FAILED ?? 10_000);
 const ROOT = join(import.meta.dir, "..");
@@ -78,15 +79,7 @@ const child = Bun.spawn([process.execPath, "server/main.ts", "serve", "--port", 
   stdout: "pipe",
   stderr: "inherit",
 });
-const reader = child.stdout.getReader();
-let text = "";
-while (!text.includes("\n")) {
-  const { done, value } = await reader.read();
-  if (done) throw new Error("server exited before listening");
-  text += new TextDecoder().decode(value);
-}
-reader.releaseLock();
-const url = /listening on (\S+)/.exec(text)![1]!;
+const url = await waitForListening("server", child.stdout);
 
 const started = performance.now();
 const res = await fetch(`${url}/public/v1/webhook-subscriptions/${subscriptionId}/recover`, {

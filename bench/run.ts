@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { createApiToken } from "../server/auth/service.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";
 import { migrate } from "../server/db/migrations.ts";
+import { waitForListening } from "./listening.ts";
 import { seedContacts } from "./seed.ts";
 
 const ROOT = join(import.meta.dir, "..");
@@ -80,30 +81,14 @@ interface RunningProcess {
 /** startListening spawns a server process and waits for its `listening on URL` line. */
 async function startListening(name: string, cmd: string[]): Promise<RunningProcess> {
   const child = Bun.spawn(cmd, { cwd: ROOT, stdout: "pipe", stderr: "inherit", stdin: "ignore" });
-  const reader = child.stdout.getReader();
-  const decoder = new TextDecoder();
-  let seen = "";
-  let url: string | undefined;
-  while (!url) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`${name} exited before listening:\n${seen}`);
-    seen += decoder.decode(value, { stream: true });
-    url = /listening on (http:\/\/\S+)/.exec(seen)?.[1];
-  }
-  // Keep draining stdout so the server never blocks on a full pipe; show the start of anything it
-  // logs (warnings, errors), not thousands of repeats.
-  void (async () => {
-    let budget = 4000;
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      if (budget <= 0) continue;
-      const text = decoder.decode(value);
-      process.stderr.write(`[${name}] ${text.slice(0, budget)}`);
-      budget -= text.length;
-      if (budget <= 0) process.stderr.write(`\n[${name}] ... (further output not shown)\n`);
-    }
-  })();
+  // Show the start of anything it logs (warnings, errors), not thousands of repeats.
+  let budget = 4000;
+  const url = await waitForListening(name, child.stdout, (text) => {
+    if (budget <= 0) return;
+    process.stderr.write(`[${name}] ${text.slice(0, budget)}`);
+    budget -= text.length;
+    if (budget <= 0) process.stderr.write(`\n[${name}] ... (further output not shown)\n`);
+  });
   return {
     url,
     async stop() {

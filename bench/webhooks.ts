@@ -18,6 +18,7 @@ import { createApiToken } from "../server/auth/service.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";
 import { migrate } from "../server/db/migrations.ts";
 import { recordEvent } from "../server/webhooks/outbox.ts";
+import { waitForListening } from "./listening.ts";
 
 const RATE = Number(process.env.BENCH_RATE ?? 200);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -65,15 +66,7 @@ async function serve(profile = false): Promise<{ child: Subprocess<"ignore", "pi
     stdout: "pipe",
     stderr: "inherit",
   });
-  const reader = child.stdout.getReader();
-  let text = "";
-  while (!text.includes("\n")) {
-    const { done, value } = await reader.read();
-    if (done) throw new Error("server exited before listening");
-    text += new TextDecoder().decode(value);
-  }
-  reader.releaseLock();
-  return { child, url: /listening on (\S+)/.exec(text)![1]! };
+  return { child, url: await waitForListening("server", child.stdout) };
 }
 
 /** cpuSeconds reads a process's user+system CPU time from /proc. */

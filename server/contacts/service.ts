@@ -211,7 +211,7 @@ async function writeNewContact(db: Db, input: ContactInput, now: number): Promis
   await insertContactAccounts(db, row.id, input.account_ids ?? []);
   await insertContactAssignedUsers(db, row.id, input.assigned_user_ids ?? []);
   // A new contact has no tag rows: the DELETE of replaceContactTags cost ~13 us of every create.
-  await insertContactTags(db, row.id, input.tags ?? []);
+  await insertContactTags(db, row, input.tags ?? []);
   const contact = toContact(row);
   await recordEvent(db, "contact.created", contact, now);
   return { contact };
@@ -240,7 +240,7 @@ async function writeContactChange(db: Db, current: ContactRow, input: ContactInp
   await updateContactRow(db, row);
   if (input.account_ids !== undefined) await replaceContactAccounts(db, current.id, input.account_ids ?? []);
   if (input.assigned_user_ids !== undefined) await replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
-  if (input.tags !== undefined) await replaceContactTags(db, current.id, input.tags ?? []);
+  if (input.tags !== undefined) await replaceContactTags(db, row, input.tags ?? []);
   await recordEvent(db, "contact.updated", after, now);
   return { contact: after, changed: true };
 }

@@ -158,6 +158,33 @@ describe("migrations: data, sync api", () => {
     db.sqlite.run("UPDATE contacts SET assigned_user_id = NULL WHERE id = 'con_b'");
     expect(db.sqlite.query("SELECT filter, value, n FROM contact_filter_counts WHERE n > 0 ORDER BY filter, value").all()).toEqual([{ filter: "account", value: "acc_1", n: 1 }]);
   });
+
+  test("0014 gives each tag row its contact's sort keys and an index per sort; from then on triggers keep the keys and the tag counts", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0014_contact_tags_sort_keys.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run(`INSERT INTO contacts (id, first_name, last_name, email, properties, created_at, updated_at) VALUES
+            ('con_a', 'Ada', 'Lovelace', 'ada@crm.test', '{"tags":["vip","lead"]}', 1, 2), ('con_b', NULL, NULL, NULL, '{"tags":["vip"]}', 3, 4)`);
+    db.sqlite.run("INSERT INTO contact_tags (contact_id, tag) VALUES ('con_a', 'vip'), ('con_a', 'lead'), ('con_b', 'vip')");
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    const tagRows = () => db.sqlite.query("SELECT contact_id, tag, created_at, updated_at, first_name, last_name, email FROM contact_tags ORDER BY contact_id, tag").all();
+    const ada = { contact_id: "con_a", created_at: 1, updated_at: 2, first_name: "Ada", last_name: "Lovelace", email: "ada@crm.test" };
+    const nameless = { contact_id: "con_b", tag: "vip", created_at: 3, updated_at: 4, first_name: null, last_name: null, email: null };
+    expect(tagRows()).toEqual([{ ...ada, tag: "lead" }, { ...ada, tag: "vip" }, nameless]);
+    const indexes = db.sqlite.query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'contact_tags' AND sql IS NOT NULL ORDER BY name").all().map((r: { name: string }) => r.name);
+    expect(indexes).toEqual(["contact_tags_created", "contact_tags_email", "contact_tags_first_name", "contact_tags_last_name", "contact_tags_updated"]);
+    // a change of case alone is a change: the tag rows hold the contact's spelling
+    db.sqlite.run("UPDATE contacts SET updated_at = 9, first_name = 'ADA', email = 'ada@new.test' WHERE id = 'con_a'");
+    db.sqlite.run("UPDATE contacts SET updated_at = 10 WHERE id = 'con_b'");
+    const changed = { ...ada, updated_at: 9, first_name: "ADA", email: "ada@new.test" };
+    expect(tagRows()).toEqual([{ ...changed, tag: "lead" }, { ...changed, tag: "vip" }, { ...nameless, updated_at: 10 }]);
+    db.sqlite.run("DELETE FROM contacts WHERE id = 'con_b'");
+    db.sqlite.run("INSERT INTO contact_tags (contact_id, tag, created_at, updated_at) VALUES ('con_a', 'new', 1, 9)");
+    expect(db.sqlite.query("SELECT value, n FROM contact_filter_counts WHERE filter = 'tag' ORDER BY value").all()).toEqual([
+      { value: "lead", n: 1 },
+      { value: "new", n: 1 },
+      { value: "vip", n: 1 },
+    ]);
+  });
 });
 
 describe("migrations: errors", () => {
