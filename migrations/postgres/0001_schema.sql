@@ -1,4 +1,4 @@
--- The PostgreSQL schema: what SQLite migrations 0001..0013 produce, table for table, with the same
+-- The PostgreSQL schema: what SQLite migrations 0001..0014 produce, table for table, with the same
 -- table, column and index names, so the same portable SQL (server/db/sql.ts) runs on both.
 -- Instants are bigint Unix milliseconds, JSON is text, blobs are bytea, booleans integer 0/1.
 -- SQLite's `COLLATE NOCASE` columns are citext: they compare and sort case-insensitively (by
@@ -73,12 +73,23 @@ CREATE INDEX contacts_assigned_user ON contacts (assigned_user_id);
 CREATE UNIQUE INDEX contacts_external_id ON contacts (external_id) WHERE external_id IS NOT NULL;
 CREATE INDEX contacts_full_name ON contacts USING gin (full_name gin_trgm_ops);
 
+-- Each tag row carries its contact's sort keys (kept by contact_tags_sort_keys below), so one
+-- index per documented sort walks a tag's contacts in the page's order.
 CREATE TABLE contact_tags (
   contact_id text NOT NULL REFERENCES contacts (id) ON DELETE CASCADE,
   tag        text NOT NULL,
+  created_at bigint NOT NULL,
+  updated_at bigint NOT NULL,
+  first_name citext,
+  last_name  citext,
+  email      text,
   PRIMARY KEY (contact_id, tag)
 );
-CREATE INDEX contact_tags_tag ON contact_tags (tag, contact_id);
+CREATE INDEX contact_tags_created ON contact_tags (tag, created_at, contact_id);
+CREATE INDEX contact_tags_updated ON contact_tags (tag, updated_at, contact_id);
+CREATE INDEX contact_tags_first_name ON contact_tags (tag, first_name, contact_id);
+CREATE INDEX contact_tags_last_name ON contact_tags (tag, last_name, contact_id);
+CREATE INDEX contact_tags_email ON contact_tags (tag, email, contact_id);
 
 CREATE TABLE contact_accounts (
   contact_id text NOT NULL REFERENCES contacts (id) ON DELETE CASCADE,
@@ -308,3 +319,21 @@ CREATE TRIGGER contact_tags_count AFTER INSERT OR DELETE ON contact_tags
   FOR EACH ROW EXECUTE FUNCTION relation_count('tag', 'tag');
 CREATE TRIGGER contact_accounts_count AFTER INSERT OR DELETE ON contact_accounts
   FOR EACH ROW EXECUTE FUNCTION relation_count('account', 'account_id');
+
+-- A contact's tag rows follow its sort keys. SQLite copies each changed key in a trigger of its
+-- own; here one UPDATE copies them all, since PostgreSQL writes a whole new row version anyway.
+-- Names compare as text: a change of case alone is a change, so the copy keeps the spelling.
+CREATE FUNCTION contact_tags_sort_keys() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF OLD.updated_at <> NEW.updated_at
+     OR OLD.first_name::text IS DISTINCT FROM NEW.first_name::text
+     OR OLD.last_name::text IS DISTINCT FROM NEW.last_name::text
+     OR OLD.email IS DISTINCT FROM NEW.email THEN
+    UPDATE contact_tags SET updated_at = NEW.updated_at, first_name = NEW.first_name, last_name = NEW.last_name, email = NEW.email
+    WHERE contact_id = NEW.id;
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER contact_tags_sort_keys AFTER UPDATE OF updated_at, first_name, last_name, email ON contacts
+  FOR EACH ROW EXECUTE FUNCTION contact_tags_sort_keys();

@@ -244,7 +244,7 @@ describe("postgres migrations: triggers and search behave as on SQLite", () => {
       "INSERT INTO contacts (id, first_name, assigned_user_id, created_at, updated_at) VALUES (?, ?, ?, 1, 1), (?, ?, ?, 1, 1), (?, ?, ?, 1, 1)",
       ["c1", "Ada", "u1", "c2", "Grace", null, "c3", "Linus", "u1"],
     );
-    await run("INSERT INTO contact_tags (contact_id, tag) VALUES ('c1', 'vip'), ('c1', 'new'), ('c2', 'vip')");
+    await run("INSERT INTO contact_tags (contact_id, tag, created_at, updated_at) VALUES ('c1', 'vip', 1, 1), ('c1', 'new', 1, 1), ('c2', 'vip', 1, 1)");
     await run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('c1', 'a1', 0), ('c2', 'a1', 0)");
     await run("UPDATE contacts SET assigned_user_id = ? WHERE id = ?", ["u2", "c3"]);
     await run("UPDATE contacts SET assigned_user_id = ? WHERE id = ?", ["u1", "c2"]);
@@ -264,6 +264,28 @@ describe("postgres migrations: triggers and search behave as on SQLite", () => {
     expect(await db.all(counts)).toEqual(expected);
     expect(await db.all("SELECT table_name, n FROM row_counts")).toEqual([{ table_name: "contacts", n: 2 }]);
     expect(sqlite.query("SELECT table_name, n FROM row_counts").all()).toEqual([{ table_name: "contacts", n: 2 }]);
+  });
+
+  test("a contact's tag rows follow its sort keys alike, a change of case included", async () => {
+    const run = (sql: string, params: SqlValue[] = []) => onBoth(sqlite, db, sql, params);
+    await run("INSERT INTO contacts (id, first_name, last_name, email, created_at, updated_at) VALUES ('k1', 'ada', 'Byron', 'ada@example.com', 5, 5), ('k2', 'Bob', NULL, NULL, 6, 6)");
+    await run(
+      `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
+       SELECT id, tag, created_at, updated_at, first_name, last_name, email FROM contacts, (SELECT 'sorted' AS tag UNION ALL SELECT 'other') t WHERE id IN ('k1', 'k2')`,
+    );
+    await run("UPDATE contacts SET first_name = ?, updated_at = ? WHERE id = ?", ["Ada", 7, "k1"]);
+    await run("UPDATE contacts SET last_name = ?, email = ? WHERE id = ?", ["King", "ada@king.example", "k1"]);
+    await run("UPDATE contacts SET email = ?, updated_at = ? WHERE id = ?", ["bob@example.com", 8, "k2"]);
+    await run("UPDATE contacts SET phone = ? WHERE id = ?", ["+1 555 0100", "k2"]);
+    const tags = "SELECT contact_id, tag, created_at, updated_at, first_name, last_name, email FROM contact_tags WHERE contact_id IN ('k1', 'k2') ORDER BY contact_id, tag";
+    const expected = [
+      { contact_id: "k1", tag: "other", created_at: 5, updated_at: 7, first_name: "Ada", last_name: "King", email: "ada@king.example" },
+      { contact_id: "k1", tag: "sorted", created_at: 5, updated_at: 7, first_name: "Ada", last_name: "King", email: "ada@king.example" },
+      { contact_id: "k2", tag: "other", created_at: 6, updated_at: 8, first_name: "Bob", last_name: null, email: "bob@example.com" },
+      { contact_id: "k2", tag: "sorted", created_at: 6, updated_at: 8, first_name: "Bob", last_name: null, email: "bob@example.com" },
+    ];
+    expect(sqlite.query(tags).all()).toEqual(expected);
+    expect(await db.all(tags)).toEqual(expected);
   });
 
   test("names compare and sort case-insensitively like SQLite's NOCASE columns", async () => {
