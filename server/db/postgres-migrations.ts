@@ -9,7 +9,11 @@ export interface PostgresMigration {
   sql: string;
 }
 
-/** POSTGRES_MIGRATIONS lists every file of migrations/postgres/ in order; a test checks that none is missing. */
+/**
+ * POSTGRES_MIGRATIONS lists every file of migrations/postgres/ in order; a test checks that none is
+ * missing. A change of the SQLite schema needs its PostgreSQL twin here: test/postgres/migrations.test.ts
+ * compares the two schemas, table by table, after the last migration of each.
+ */
 export const POSTGRES_MIGRATIONS: PostgresMigration[] = [{ version: 1, name: "0001_schema.sql", sql: schema }];
 
 /**
