@@ -448,12 +448,14 @@ export interface HistorySize {
 /** measureDeliveryHistory counts the history's rows and the database pages its tables and indexes hold. */
 export async function measureDeliveryHistory(db: Db): Promise<HistorySize> {
   if (db.dialect === "postgres") {
-    // pg_total_relation_size counts a table's indexes and TOAST pages with it.
+    // The rows' own bytes: a table's files (pg_total_relation_size) keep deleted rows' space until
+    // VACUUM and seldom shrink after it, so the size budget would prune the whole history.
     return (await db.get<HistorySize>(
       `SELECT (SELECT count(*) FROM webhook_deliveries) AS deliveries,
          (SELECT count(*) FROM webhook_delivery_attempts) AS attempts,
-         pg_total_relation_size('webhook_deliveries') + pg_total_relation_size('webhook_delivery_attempts')
-           + pg_total_relation_size('webhook_header_sets') AS bytes`,
+         CAST((SELECT coalesce(sum(pg_column_size(d.*)), 0) FROM webhook_deliveries d)
+           + (SELECT coalesce(sum(pg_column_size(a.*)), 0) FROM webhook_delivery_attempts a)
+           + (SELECT coalesce(sum(pg_column_size(h.*)), 0) FROM webhook_header_sets h) AS bigint) AS bytes`,
     ))!;
   }
   // sqlite-only: dbstat and sqlite_schema measure the pages.
