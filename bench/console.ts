@@ -6,7 +6,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createOperator, signIn } from "../console/service.ts";
+import { createOperator, signIn } from "../server/operators/service.ts";
 import { createApp, createRuntime } from "../server/app.ts";
 import { DEFAULT_CONFIG } from "../server/config.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";

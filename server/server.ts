@@ -8,7 +8,7 @@ import { isEmbeddedPath } from "./shared/compiled.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
 import { listTokens } from "./auth/service.ts";
 import { startRetentionJob } from "./webhooks/retention.ts";
-import { hasOperators, issueSetupCode } from "../console/service.ts";
+import { hasOperators, issueSetupCode } from "./operators/service.ts";
 
 export interface RunningServer {
   url: string;
@@ -65,8 +65,8 @@ export async function startServer(config: Config, log: Logger = createLogger(con
     log.info(`no API token exists yet; create the first one with: ${tokenCreateCommand(config.dataDir)}`, { data_dir: resolve(config.dataDir) });
   }
   let setupUrl: string | null = null;
-  if (!hasOperators(db)) {
-    setupUrl = `${url}/console/setup?code=${issueSetupCode(db)}`;
+  if (!(await hasOperators(db))) {
+    setupUrl = `${url}/console/setup?code=${await issueSetupCode(db)}`;
     log.info("no console operator exists yet; open this one-time link within 30 minutes to create the first one (or run: crm operator create --email E --password-stdin)", { setup_url: setupUrl });
   }
   runtime.deliveries.start();

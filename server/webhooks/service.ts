@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
 import { randomBytes } from "node:crypto";
-import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
+import { listMeta, parseListQuery, parseTimestampFilter, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
@@ -32,6 +32,13 @@ import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
   countFailedDeliveriesBetween,
+  findEventById,
+  listDeliveriesOfEvents,
+  listEventsAbout,
+  listEventSubjects,
+  sumDeliveryHours,
+  type DeliveryFilters,
+  type EventRow,
   countDeliveriesBySubscription,
   countPendingDeliveries,
   countSubscriptions,
@@ -193,11 +200,22 @@ export function listSubscriptionsPage(db: Database, query: Record<string, unknow
   return { data: rows.map((row) => toSubscription(row)), meta };
 }
 
+/** listAllSubscriptions returns every subscription, newest first; there are at most MAX_SUBSCRIPTIONS. */
+export function listAllSubscriptions(db: Database): Subscription[] {
+  return listSubscriptions(db, undefined, { cursor: null, limit: MAX_SUBSCRIPTIONS, offset: 0 }).map((row) => toSubscription(row));
+}
+
+/** findSubscription returns one subscription with its secret masked, or null. */
+export function findSubscription(db: Database, id: string): Subscription | null {
+  const row = findSubscriptionById(db, id);
+  return row ? toSubscription(row) : null;
+}
+
 /** getSubscription returns one subscription with its secret masked, or throws 404. */
 export function getSubscription(db: Database, id: string): Subscription {
-  const row = findSubscriptionById(db, id);
-  if (!row) throw notFound("webhook subscription", id);
-  return toSubscription(row);
+  const subscription = findSubscription(db, id);
+  if (!subscription) throw notFound("webhook subscription", id);
+  return subscription;
 }
 
 /** getSubscriptionStats returns a subscription's endpoint health over the last 24 hours and 7 days, or throws 404. */
@@ -392,15 +410,22 @@ export function listDeliveriesPage(db: Database, query: Record<string, unknown>)
   return { data: rows.map(toDelivery), meta };
 }
 
-/** getDelivery returns a delivery with the body it sends and every attempt, or throws 404. */
-export function getDelivery(db: Database, id: string): DeliveryDetail {
+/** findDelivery returns a delivery with the body it sends and every attempt, or null. */
+export function findDelivery(db: Database, id: string): DeliveryDetail | null {
   const row = findDeliveryById(db, id);
-  if (!row) throw notFound("webhook delivery", id);
+  if (!row) return null;
   return {
     ...toDelivery(row),
     payload: JSON.parse(findEventPayload(db, row.event_id) ?? "null") as unknown,
     attempt_history: findAttemptsByDelivery(db, id).map(toAttempt),
   };
+}
+
+/** getDelivery returns a delivery with the body it sends and every attempt, or throws 404. */
+export function getDelivery(db: Database, id: string): DeliveryDetail {
+  const delivery = findDelivery(db, id);
+  if (!delivery) throw notFound("webhook delivery", id);
+  return delivery;
 }
 
 /** retryDelivery makes a manual attempt now and returns the delivery as it stands afterwards. */
@@ -447,4 +472,54 @@ export function deliveryHistorySize(db: Database): HistorySize {
 /** deliveryLoopStatus tells whether the delivery loop is running and how many attempts are under way. */
 export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number } {
   return { running: rt.deliveries.running, in_flight: rt.deliveries.inFlightCount };
+}
+
+// Typed reads for the operator console (issue 17): no query strings, no 404 problems to catch.
+
+/** DeliveryPosition is where a newest-first page of deliveries stopped: the next page starts after it. */
+export type DeliveryPosition = CursorPosition;
+
+/** deliveriesAfter returns up to `limit` deliveries matching typed filters, newest first, after a position; `next` is set when more follow. */
+export function deliveriesAfter(db: Database, filters: DeliveryFilters, after: DeliveryPosition | null, limit: number): { data: Delivery[]; next: DeliveryPosition | null } {
+  const rows = listDeliveries(db, filters, { cursor: after, limit: limit + 1, offset: 0 });
+  const page = rows.slice(0, limit);
+  const last = page.at(-1);
+  return { data: page.map(toDelivery), next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
+}
+
+/** countMatchingDeliveries counts the deliveries matching typed filters; by subscription and status alone it reads the hourly counts, not the deliveries. */
+export function countMatchingDeliveries(db: Database, filters: DeliveryFilters): number {
+  const { subscriptionId, status, ...others } = filters;
+  const onlyCounted = Object.values(others).every((value) => value === undefined);
+  return onlyCounted ? sumDeliveryHours(db, { subscriptionId, status }) : countDeliveries(db, filters);
+}
+
+/** WebhookEvent is an event as recorded in the outbox, with the deliveries made of it. */
+export interface WebhookEvent {
+  id: string;
+  type: string;
+  created_at: string;
+  payload: unknown;
+  deliveries: Delivery[];
+}
+
+function toWebhookEvents(db: Database, rows: EventRow[]): WebhookEvent[] {
+  const deliveries = Map.groupBy(listDeliveriesOfEvents(db, rows.map((row) => row.id)).map(toDelivery), (d) => d.event_id);
+  return rows.map((row) => ({ id: row.id, type: row.type, created_at: toTimestamp(row.created_at), payload: JSON.parse(row.payload) as unknown, deliveries: deliveries.get(row.id) ?? [] }));
+}
+
+/** findWebhookEvent returns an event with its deliveries, or null. */
+export function findWebhookEvent(db: Database, id: string): WebhookEvent | null {
+  const row = findEventById(db, id);
+  return row ? toWebhookEvents(db, [row])[0]! : null;
+}
+
+/** eventsAbout returns the latest `limit` events about a contact or account, newest first, each with its deliveries. */
+export function eventsAbout(db: Database, subjectId: string, limit: number): WebhookEvent[] {
+  return toWebhookEvents(db, listEventsAbout(db, subjectId, limit));
+}
+
+/** eventSubjects maps each of the given events that is about a contact or account to that id. */
+export function eventSubjects(db: Database, eventIds: readonly string[]): Map<string, string> {
+  return new Map(listEventSubjects(db, [...new Set(eventIds)]).map((row) => [row.id, row.subject_id]));
 }

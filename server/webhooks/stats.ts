@@ -97,3 +97,21 @@ export function subscriptionStats(db: Database, subscription: SubscriptionRow, n
     last_7d: window(7 * 24),
   };
 }
+
+/** ResponseTimes are the median and 95th percentile of a subscription's attempt durations over a window, in ms. */
+export interface ResponseTimes {
+  attempts: number;
+  p50: number;
+  p95: number;
+}
+
+/** responseTimes reads a subscription's attempt durations of the last `hours` whole hours (the current one included) from the hourly statistics; null without attempts. */
+export function responseTimes(db: Database, subscriptionId: string, hours: number, now = Date.now()): ResponseTimes | null {
+  const buckets: number[] = Array(LATENCY_BOUNDS_MS.length + 1).fill(0);
+  let attempts = 0;
+  for (const row of listAttemptStatsSince(db, subscriptionId, hourOf(now - (hours - 1) * HOUR_MS))) {
+    attempts += row.succeeded + row.failed;
+    (JSON.parse(row.latency_buckets) as number[]).forEach((n, i) => (buckets[i]! += n));
+  }
+  return attempts === 0 ? null : { attempts, p50: percentile(buckets, attempts, 0.5), p95: percentile(buckets, attempts, 0.95) };
+}

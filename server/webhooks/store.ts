@@ -93,6 +93,10 @@ export interface DeliveryFilters {
   eventId?: string;
   status?: string;
   createdAfter?: number;
+  /** created before this instant (the console's time range) */
+  createdBefore?: number;
+  /** deliveries of the events about this contact or account */
+  subjectId?: string;
 }
 
 export interface Page {
@@ -320,6 +324,8 @@ function deliveryFilter(filters: DeliveryFilters): { where: string[]; params: (s
   // The literal term lets SQLite use the partial index of unfinished deliveries.
   if (filters.status !== undefined && filters.status !== "succeeded") where.push("d.status <> 'succeeded'");
   add("d.created_at > ?", filters.createdAfter);
+  add("d.created_at < ?", filters.createdBefore);
+  add("d.event_id IN (SELECT id FROM events WHERE subject_id = ?)", filters.subjectId);
   return { where, params };
 }
 
@@ -547,4 +553,78 @@ export function deleteAttemptStatsBefore(db: Database, cutoff: number): number {
   return db
     .query("DELETE FROM webhook_attempt_stats WHERE hour < ? OR subscription_id NOT IN (SELECT id FROM webhook_subscriptions)")
     .run(cutoff).changes;
+}
+
+// Reads of the operator console (issue 17): health by hour, failures by reason, events by subject.
+
+/** DeliveryHourRow is how many deliveries of a subscription created in one hour have a status now. */
+export type DeliveryHourRow = {
+  subscription_id: string;
+  /** Unix ms at the start of the hour */
+  hour: number;
+  status: "pending" | "succeeded" | "failed";
+  n: number;
+}
+
+/** listDeliveryHoursSince returns the hourly delivery counts of every existing subscription (or of one) from an hour on (migration 0015 keeps them). */
+export function listDeliveryHoursSince(db: Database, fromHour: number, subscriptionId: string | null = null): DeliveryHourRow[] {
+  // IN (subquery) seeks the primary key once per subscription rather than reading every hour kept.
+  const of = subscriptionId === null ? "IN (SELECT id FROM webhook_subscriptions)" : "= ?";
+  const sql = `SELECT subscription_id, hour, status, n FROM webhook_delivery_hours WHERE subscription_id ${of} AND hour >= ? AND n > 0`;
+  return db.query<DeliveryHourRow, (string | number)[]>(sql).all(...(subscriptionId === null ? [] : [subscriptionId]), fromHour);
+}
+
+/** sumDeliveryHours counts the deliveries of a subscription and/or status (each optional) from the hourly counts, without reading the deliveries. */
+export function sumDeliveryHours(db: Database, filters: { subscriptionId?: string; status?: string }): number {
+  const where: string[] = [];
+  const params: string[] = [];
+  if (filters.subscriptionId !== undefined) where.push("subscription_id = ?") && params.push(filters.subscriptionId);
+  if (filters.status !== undefined) where.push("status = ?") && params.push(filters.status);
+  const sql = `SELECT coalesce(sum(n), 0) AS n FROM webhook_delivery_hours ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`;
+  return db.query<{ n: number }, string[]>(sql).get(...params)!.n;
+}
+
+/** FailureReasonRow is a group of a subscription's failing deliveries with the same last answer: a status code, or a network error. */
+export type FailureReasonRow = {
+  last_response_status: number | null;
+  last_error: string | null;
+  deliveries: number;
+  latest_at: number;
+  latest_id: string;
+}
+
+/** listFailureReasons groups a subscription's deliveries created since a time whose last attempt failed (failed, or pending with attempts), by reason, most frequent first. */
+export function listFailureReasons(db: Database, subscriptionId: string, since: number, limit: number): FailureReasonRow[] {
+  return db
+    .query<FailureReasonRow, [string, number, number]>(
+      `SELECT last_response_status, last_error, count(*) AS deliveries, max(created_at) AS latest_at, max(id) AS latest_id
+       FROM webhook_deliveries
+       WHERE subscription_id = ? AND status IN ('failed', 'pending') AND created_at >= ? AND attempts > 0
+       GROUP BY last_response_status, last_error ORDER BY deliveries DESC, latest_at DESC LIMIT ?`,
+    )
+    .all(subscriptionId, since, limit);
+}
+
+/** findEventById returns one event, or null. */
+export function findEventById(db: Database, id: string): EventRow | null {
+  return db.query<EventRow, [string]>("SELECT id, type, payload, created_at FROM events WHERE id = ?").get(id);
+}
+
+/** listEventsAbout returns the latest events about one contact or account (the id in their data), newest first. */
+export function listEventsAbout(db: Database, subjectId: string, limit: number): EventRow[] {
+  return db
+    .query<EventRow, [string, number]>("SELECT id, type, payload, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?")
+    .all(subjectId, limit);
+}
+
+/** listDeliveriesOfEvents returns every delivery of the given events, oldest first. */
+export function listDeliveriesOfEvents(db: Database, eventIds: readonly string[]): DeliveryRow[] {
+  if (eventIds.length === 0) return [];
+  return db.query<DeliveryRow, string[]>(`SELECT * FROM webhook_deliveries WHERE event_id IN (${placeholders(eventIds.length)}) ORDER BY created_at, id`).all(...eventIds);
+}
+
+/** listEventSubjects returns what each of the given events is about (the id in its data), for those that name one. */
+export function listEventSubjects(db: Database, eventIds: readonly string[]): { id: string; subject_id: string }[] {
+  if (eventIds.length === 0) return [];
+  return db.query<{ id: string; subject_id: string }, string[]>(`SELECT id, subject_id FROM events WHERE id IN (${placeholders(eventIds.length)}) AND subject_id IS NOT NULL`).all(...eventIds);
 }

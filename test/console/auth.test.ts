@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Database } from "bun:sqlite";
-import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../console/service.ts";
+import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../server/operators/service.ts";
 import type { ProblemError } from "../../server/shared/problem.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
@@ -55,7 +55,7 @@ describe("first operator: setup link and command line", () => {
 
   test("the setup link opens a form that creates the first operator (argon2id) and signs in", async () => {
     const { h, client } = setup();
-    const code = issueSetupCode(h.rt.db);
+    const code = await issueSetupCode(h.rt.db);
     const page = await client.get(`/console/setup?code=${code}`);
     expect(page.status).toBe(200);
     expect(page.text).toContain("Create the first operator");
@@ -73,10 +73,10 @@ describe("first operator: setup link and command line", () => {
 
   test("a setup link works once, expires after 30 minutes, and a newer link replaces it", async () => {
     const { h, client } = setup();
-    const expired = issueSetupCode(h.rt.db, Date.now() - SETUP_CODE_TTL_MS - 1);
+    const expired = await issueSetupCode(h.rt.db, Date.now() - SETUP_CODE_TTL_MS - 1);
     expect((await client.get(`/console/setup?code=${expired}`)).status).toBe(403);
-    const older = issueSetupCode(h.rt.db);
-    const newer = issueSetupCode(h.rt.db);
+    const older = await issueSetupCode(h.rt.db);
+    const newer = await issueSetupCode(h.rt.db);
     const refused = await client.get(`/console/setup?code=${older}`);
     expect(refused.status).toBe(403);
     expect(refused.text).toContain("invalid, expired or already used");
@@ -90,7 +90,7 @@ describe("first operator: setup link and command line", () => {
 
   test("setup refuses a bad email, a short password or two different passwords, and creates nothing", async () => {
     const { h, client } = setup();
-    const code = issueSetupCode(h.rt.db);
+    const code = await issueSetupCode(h.rt.db);
     await client.get(`/console/setup?code=${code}`);
     const cases: [Record<string, string>, string][] = [
       [{ email: "not-an-email", password: "0123456789", password_again: "0123456789" }, "email must be an email address"],

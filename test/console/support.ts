@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { Webhook } from "standardwebhooks";
 import { CONTENT_SECURITY_POLICY } from "../../console/http.ts";
-import { createOperator } from "../../console/service.ts";
+import { createOperator } from "../../server/operators/service.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";

@@ -23,16 +23,6 @@ export type LoginFailureRow = {
   last_failure_at: number;
 };
 
-export type RotationRow = {
-  new_subscription_id: string;
-  old_subscription_id: string;
-  old_target_url: string;
-  old_description: string;
-  test_delivery_id: string | null;
-  created_at: number;
-  updated_at: number;
-  completed_at: number | null;
-};
 
 /** insertOperator stores a new operator. */
 export function insertOperator(db: Database, row: OperatorRow): void {
@@ -135,30 +125,77 @@ export function deleteLoginFailuresBefore(db: Database, cutoff: number): void {
   db.query("DELETE FROM login_failures WHERE window_start_at < ?").run(cutoff);
 }
 
-/** insertRotation stores a rotation that has just created its new subscription. */
-export function insertRotation(db: Database, row: Omit<RotationRow, "test_delivery_id" | "completed_at" | "updated_at">): void {
-  db.query(
-    `INSERT INTO subscription_rotations (new_subscription_id, old_subscription_id, old_target_url, old_description, created_at, updated_at)
-     VALUES ($new_subscription_id, $old_subscription_id, $old_target_url, $old_description, $created_at, $created_at)`,
-  ).run(row);
+/** listOperators returns every operator, oldest first, with when each last used the console. */
+export function listOperators(db: Database): (OperatorRow & { last_seen_at: number | null })[] {
+  return db
+    .query<OperatorRow & { last_seen_at: number | null }, []>(
+      `SELECT o.*, (SELECT max(s.last_seen_at) FROM operator_sessions s WHERE s.operator_id = o.id) AS last_seen_at
+       FROM operators o ORDER BY o.created_at, o.id`,
+    )
+    .all();
 }
 
-/** findRotation returns the rotation to the given new subscription, or null. */
-export function findRotation(db: Database, newSubscriptionId: string): RotationRow | null {
-  return db.query<RotationRow, [string]>("SELECT * FROM subscription_rotations WHERE new_subscription_id = ?").get(newSubscriptionId);
+/** findOperatorById returns one operator, or null. */
+export function findOperatorById(db: Database, id: string): OperatorRow | null {
+  return db.query<OperatorRow, [string]>("SELECT * FROM operators WHERE id = ?").get(id);
 }
 
-/** listOpenRotations returns every unfinished rotation, newest first. */
-export function listOpenRotations(db: Database): RotationRow[] {
-  return db.query<RotationRow, []>("SELECT * FROM subscription_rotations WHERE completed_at IS NULL ORDER BY created_at DESC").all();
+/** deleteOperator removes an operator (their sessions go with them) unless they are the last one; false when nothing was removed. */
+export function deleteOperator(db: Database, id: string): boolean {
+  // The count is in the statement, so two operators removing each other at once cannot both succeed.
+  return db.query("DELETE FROM operators WHERE id = ? AND (SELECT count(*) FROM operators) > 1").run(id).changes > 0;
 }
 
-/** setRotationTestDelivery records the test event delivery sent to a rotation's new subscription. */
-export function setRotationTestDelivery(db: Database, newSubscriptionId: string, deliveryId: string, at: number): void {
-  db.query("UPDATE subscription_rotations SET test_delivery_id = ?, updated_at = ? WHERE new_subscription_id = ?").run(deliveryId, at, newSubscriptionId);
+/** updateOperatorPassword sets an operator's password hash and ends every session of theirs; false when no such operator. */
+export function updateOperatorPassword(db: Database, id: string, passwordHash: string, now: number): boolean {
+  return db.transaction(() => {
+    const changed = db.query("UPDATE operators SET password_hash = ?, updated_at = ? WHERE id = ?").run(passwordHash, now, id).changes > 0;
+    db.query("DELETE FROM operator_sessions WHERE operator_id = ?").run(id);
+    return changed;
+  })();
 }
 
-/** markRotationCompleted records that the old subscription was deleted. */
-export function markRotationCompleted(db: Database, newSubscriptionId: string, at: number): void {
-  db.query("UPDATE subscription_rotations SET completed_at = ?, updated_at = ? WHERE new_subscription_id = ? AND completed_at IS NULL").run(at, at, newSubscriptionId);
+/** OperatorLinkRow is a one-time link to become an operator (invite) or to set a new password (reset). */
+export type OperatorLinkRow = {
+  code_hash: Uint8Array;
+  purpose: "invite" | "reset";
+  email: string;
+  created_by: string | null;
+  created_at: number;
+  expires_at: number;
+};
+
+/** replaceOperatorLink stores a link, and drops earlier links for the same email and purpose so only the newest works. */
+export function replaceOperatorLink(db: Database, row: OperatorLinkRow): void {
+  db.transaction(() => {
+    db.query("DELETE FROM operator_links WHERE email = ? AND purpose = ?").run(row.email, row.purpose);
+    db.query("INSERT INTO operator_links (code_hash, purpose, email, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)").run(
+      row.code_hash,
+      row.purpose,
+      row.email,
+      row.created_by,
+      row.created_at,
+      row.expires_at,
+    );
+  })();
+}
+
+/** findOperatorLink returns an unexpired link by the hash of its code, or null. */
+export function findOperatorLink(db: Database, codeHash: Uint8Array, now: number): OperatorLinkRow | null {
+  return db.query<OperatorLinkRow, [Uint8Array, number]>("SELECT * FROM operator_links WHERE code_hash = ? AND expires_at > ?").get(codeHash, now);
+}
+
+/** listPendingInvites returns the unexpired invitations, newest first. */
+export function listPendingInvites(db: Database, now: number): OperatorLinkRow[] {
+  return db.query<OperatorLinkRow, [number]>("SELECT * FROM operator_links WHERE purpose = 'invite' AND expires_at > ? ORDER BY created_at DESC").all(now);
+}
+
+/** deleteOperatorLink uses up a link; false when it was already used (two tabs racing). */
+export function deleteOperatorLink(db: Database, codeHash: Uint8Array): boolean {
+  return db.query("DELETE FROM operator_links WHERE code_hash = ?").run(codeHash).changes > 0;
+}
+
+/** deleteOperatorLinksOf drops every link naming an email (an operator removed, or an invitation withdrawn). */
+export function deleteOperatorLinksOf(db: Database, email: string): void {
+  db.query("DELETE FROM operator_links WHERE email = ?").run(email);
 }

@@ -2,30 +2,17 @@
 import type { ComponentChildren } from "preact";
 import { WEBHOOK_EVENT_TYPES, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
-import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "../service.ts";
+import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "./service.ts";
+import type { FailureReason, SubscriptionHealth } from "./health.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
-import { renderPage } from "./layout.tsx";
-import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "./rotation-live.tsx";
-import { CsrfField, DataTable, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "./parts.tsx";
+import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
+import { confirmPage, SecretOnce } from "../pages/forms.tsx";
+import { renderPage } from "../pages/layout.tsx";
+import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
+import { CsrfField, DataTable, formatDuration, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
-
-/** SecretOnce shows a secret that is never shown again, with a copy button added by the copy island. */
-export function SecretOnce({ id, label, value, children }: { id: string; label: string; value: string; children?: ComponentChildren }) {
-  return (
-    <section class="card secret" aria-labelledby={`${id}-label`}>
-      <h2 id={`${id}-label`}>{label}</h2>
-      <p>
-        <strong>Copy it now: it is shown only this once.</strong> {children}
-      </p>
-      <div class="secret-row">
-        <input id={id} class="mono" type="text" readOnly value={value} aria-label={label} spellcheck={false} />
-        <span data-copy-for={id} />
-      </div>
-    </section>
-  );
-}
 
 /** SubscriptionFields are the target URL, description and event boxes of a subscription form. */
 function SubscriptionFields({ values }: { values: SubscriptionForm }) {
@@ -122,7 +109,9 @@ export function subscriptionsPage(props: {
           {props.subscriptions.map(({ subscription: s, counts, rotationId }) => (
             <tr data-subscription-id={s.id}>
               <td data-label="Subscription">
-                <SubscriptionLabel description={s.description} url={s.target_url} />
+                <a href={`/console/subscriptions/${s.id}`} title="Health and recent failures">
+                  <SubscriptionLabel description={s.description} url={s.target_url} />
+                </a>
               </td>
               <td data-label="Events">
                 <ul class="events">
@@ -184,30 +173,6 @@ export function subscriptionsPage(props: {
           </form>
         </section>
       </>
-    ),
-  });
-}
-
-/** confirmPage asks before something that cannot be undone (deleting a subscription, revoking a token). */
-export function confirmPage(props: { session: ConsoleSession; title: string; section: "subscriptions" | "tokens"; text: ComponentChildren; action: string; button: string; cancel: string }): string {
-  return renderPage({
-    title: props.title,
-    session: props.session,
-    section: props.section,
-    children: (
-      <section class="card message">
-        <h1>{props.title}</h1>
-        {props.text}
-        <form method="post" action={props.action} class="actions">
-          <CsrfField token={props.session.csrfToken} />
-          <button type="submit" class="button danger">
-            {props.button}
-          </button>
-          <a class="button ghost" href={props.cancel}>
-            Cancel
-          </a>
-        </form>
-      </section>
     ),
   });
 }
@@ -647,6 +612,129 @@ export function editSubscriptionPage(props: { session: ConsoleSession; subscript
             </div>
           </form>
         </section>
+      </>
+    ),
+  });
+}
+
+/** latencyText says a window's response times: "p50 120 ms · p95 800 ms", or that nothing was attempted. */
+function latencyText(times: SubscriptionHealth["latency"]["last_24h"]): string {
+  return times ? `p50 ${formatDuration(times.p50)} · p95 ${formatDuration(times.p95)}` : "no attempts";
+}
+
+/** HealthCard is one subscription's health: deliveries per hour (24 h) and per day (7 days), and response times. */
+function HealthCard({ health, large }: { health: SubscriptionHealth; large: boolean }) {
+  const s = health.subscription;
+  const size = large ? { width: 720, height: 180 } : { width: 300, height: 84 };
+  return (
+    <article class={`health-card${large ? " large" : ""}`} data-subscription-id={s.id}>
+      {!large && (
+        <header>
+          <a href={`/console/subscriptions/${s.id}`}>
+            <SubscriptionLabel description={s.description} url={s.target_url} />
+          </a>
+          <StatusBadge status={s.status === "disabled" ? "disabled" : s.paused_at ? "paused" : "active"} />
+        </header>
+      )}
+      <div class="health-charts">
+        <div>
+          <h3>
+            Last 24 hours <span class="latency">{latencyText(health.latency.last_24h)}</span>
+          </h3>
+          <DeliveriesChart id={`chart-${s.id}-24h`} title="Deliveries per hour, last 24 hours" bars={health.hours} unit="hour" size={size} />
+        </div>
+        <div>
+          <h3>
+            Last 7 days <span class="latency">{latencyText(health.latency.last_7d)}</span>
+          </h3>
+          <DeliveriesChart id={`chart-${s.id}-7d`} title="Deliveries per day, last 7 days" bars={health.days} unit="day" size={size} />
+        </div>
+      </div>
+    </article>
+  );
+}
+
+/** HealthPanel is the start page's health at a glance: one card per subscription. */
+export function HealthPanel({ health }: { health: SubscriptionHealth[] }) {
+  if (health.length === 0) return null;
+  return (
+    <section class="card health" aria-labelledby="health-title" id="health">
+      <div class="card-head">
+        <h2 id="health-title">Health at a glance</h2>
+        <ChartLegend />
+      </div>
+      <div class="health-grid">
+        {health.map((h) => (
+          <HealthCard health={h} large={false} />
+        ))}
+      </div>
+    </section>
+  );
+}
+
+/** subscriptionPage renders one subscription: its charts, larger, and its recent failures grouped by reason. */
+export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null }): string {
+  const s = props.health.subscription;
+  return renderPage({
+    title: s.description ?? s.target_url,
+    session: props.session,
+    section: "subscriptions",
+    children: (
+      <>
+        <div class="page-head">
+          <p class="crumbs">
+            <a href="/console/subscriptions">Subscriptions</a> / <span>{s.id}</span>
+          </p>
+          <h1 class="with-badge">
+            <span>{s.description ?? "Subscription"}</span>
+            <StatusBadge status={s.status === "disabled" ? "disabled" : s.paused_at ? "paused" : "active"} />
+          </h1>
+          <p class="url">{s.target_url}</p>
+        </div>
+        <section class="card health" id="health">
+          <div class="card-head">
+            <h2>Deliveries</h2>
+            <ChartLegend />
+          </div>
+          <HealthCard health={props.health} large={true} />
+          <p class="actions">
+            <a class="button" href={`/console/?subscription_id=${s.id}`}>
+              Its deliveries
+            </a>
+            <a class="button ghost" href={`/console/subscriptions/${s.id}/recover`}>
+              Recover failed deliveries
+            </a>
+            <a class="button ghost" href={props.rotationId ? `/console/rotations/${props.rotationId}` : `/console/rotations/new?from=${s.id}`}>
+              {props.rotationId ? "Resume rotation" : "Rotate"}
+            </a>
+          </p>
+        </section>
+        <DataTable
+          id="failures"
+          columns={["Reason", { label: "Deliveries", className: "num" }, "Latest (UTC)"]}
+          empty={props.failures.length === 0 ? "No failing deliveries in the last 7 days." : null}
+          head={
+            <div class="card-head">
+              <h2>Failures of the last 7 days, by reason</h2>
+            </div>
+          }
+        >
+          {props.failures.map((f) => (
+            <tr>
+              <td data-label="Reason">
+                <code>{f.reason}</code>
+              </td>
+              <td data-label="Deliveries" class="num">
+                {f.deliveries}
+              </td>
+              <td data-label="Latest">
+                <a href={`/console/deliveries/${f.latest_delivery_id}`}>
+                  <Time value={f.latest_at} />
+                </a>
+              </td>
+            </tr>
+          ))}
+        </DataTable>
       </>
     ),
   });
