@@ -201,11 +201,9 @@ export function operatorsPage(props: { session: ConsoleSession; operators: Opera
                 <Time value={o.last_seen_at} />
               </td>
               <td class="row-actions">
-                <a class="button small ghost" href={`/console/operators/${o.id}/reset-password`}>
-                  Reset password
-                </a>
+                <a href={`/console/operators/${o.id}/reset-password`}>Reset password</a>
                 {props.operators.length > 1 && (
-                  <a class="button small ghost danger-text" href={`/console/operators/${o.id}/remove`}>
+                  <a class="danger-text" href={`/console/operators/${o.id}/remove`}>
                     Remove
                   </a>
                 )}

@@ -109,9 +109,7 @@ export function subscriptionsPage(props: {
           {props.subscriptions.map(({ subscription: s, counts, rotationId }) => (
             <tr data-subscription-id={s.id}>
               <td data-label="Subscription">
-                <a href={`/console/subscriptions/${s.id}`} title="Health and recent failures">
-                  <SubscriptionLabel description={s.description} url={s.target_url} />
-                </a>
+                <SubscriptionLabel description={s.description} url={s.target_url} />
               </td>
               <td data-label="Events">
                 <ul class="events">
@@ -133,6 +131,7 @@ export function subscriptionsPage(props: {
                 <Time value={s.created_at} />
               </td>
               <td class="row-actions">
+                <a href={`/console/subscriptions/${s.id}`}>Health</a>
                 <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
                 {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
                 <a href={`/console/subscriptions/${s.id}/edit`}>Edit</a>
@@ -633,7 +632,7 @@ function HealthCard({ health, large }: { health: SubscriptionHealth; large: bool
           <a href={`/console/subscriptions/${s.id}`}>
             <SubscriptionLabel description={s.description} url={s.target_url} />
           </a>
-          <StatusBadge status={s.status === "disabled" ? "disabled" : s.paused_at ? "paused" : "active"} />
+          <StatusBadge status={s.status} />
         </header>
       )}
       <div class="health-charts">
@@ -687,7 +686,7 @@ export function subscriptionPage(props: { session: ConsoleSession; health: Subsc
           </p>
           <h1 class="with-badge">
             <span>{s.description ?? "Subscription"}</span>
-            <StatusBadge status={s.status === "disabled" ? "disabled" : s.paused_at ? "paused" : "active"} />
+            <StatusBadge status={s.status} />
           </h1>
           <p class="url">{s.target_url}</p>
         </div>

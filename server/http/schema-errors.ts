@@ -38,8 +38,8 @@ export function schemaChecker(schema: TSchema): (value: unknown) => FieldError[]
   return (value) => (compiled.Check(value) ? [] : fieldErrorsOf(compiled.Errors(value)));
 }
 
-/** fieldsProblem is the 422 of a form or command whose fields failed their schema: the detail names each field, "password must be ...". */
+/** fieldsProblem is the 422 of a form or command whose fields failed their schema: the detail names each field as a person typed it ("max rate must be ..."), the errors keep their pointers. */
 export function fieldsProblem(errors: FieldError[]): ProblemError {
-  const named = errors.map((e) => `${(e.pointer ?? e.parameter ?? "").replace(/^\//, "").replace(/_/g, " ")} ${e.detail}`);
+  const named = errors.map((e) => `${(e.pointer ?? e.parameter ?? "").split("/").filter(Boolean)[0]?.replace(/_/g, " ") ?? ""} ${e.detail}`);
   return validationProblem(errors, `${named.join("; ")}.`);
 }
