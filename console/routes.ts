@@ -10,7 +10,7 @@ import { deliveryRoutes } from "./deliveries/routes.ts";
 import { assetResponse, htmlResponse } from "./http.ts";
 import { peopleRoutes } from "./people/routes.ts";
 import { searchRoutes } from "./search/routes.ts";
-import { consoleBase, signedInConsole } from "./shell.ts";
+import { CONSOLE_DETAIL, consoleBase, signedInConsole } from "./shell.ts";
 import { subscriptionRoutes } from "./subscriptions/routes.ts";
 
 /**
@@ -23,7 +23,7 @@ import { subscriptionRoutes } from "./subscriptions/routes.ts";
 export function consoleRoutes(rt: Runtime) {
   return new Elysia({ name: "console" })
     .use(
-      new Elysia({ name: "console-assets", prefix: CONSOLE_PREFIX })
+      new Elysia({ name: "console-assets", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
         .use(consoleBase(rt))
         .get("/assets/console.css", () => assetResponse(css, "text/css; charset=utf-8"))
         .get(
@@ -42,7 +42,7 @@ export function consoleRoutes(rt: Runtime) {
     .use(searchRoutes(rt))
     .use(peopleRoutes(rt))
     .use(
-      new Elysia({ name: "console-not-found", prefix: CONSOLE_PREFIX })
+      new Elysia({ name: "console-not-found", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
         .use(signedInConsole(rt))
         .get("/*", ({ session }) => htmlResponse(messagePage({ session, title: "Not found", text: "There is no console page at this address." }), 404)),
     );

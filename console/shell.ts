@@ -12,6 +12,9 @@ import { htmlResponse, PRE_SESSION_COOKIE, problemJsonResponse, readCookie, redi
 import { FormBody, type ConsoleSession } from "./model.ts";
 import { messagePage } from "./auth/pages.tsx";
 
+/** CONSOLE_DETAIL keeps every console feature's routes out of the OpenAPI document: the console is not part of the public API. */
+export const CONSOLE_DETAIL = { hide: true };
+
 /** OptionalForm is the body schema of every console form post. */
 export const OptionalForm = t.Optional(FormBody);
 /** IdParam is the `:id` of a console page. */
@@ -96,11 +99,10 @@ function errorAnswer(error: ProblemError, request: Request, session: ConsoleSess
 
 /**
  * consoleBase is what every console feature starts from: the session of the cookie (or null), the
- * CSRF check of every form post, the one error handler, and no place in the OpenAPI document.
+ * CSRF check of every form post and the one error handler.
  */
 export function consoleBase(rt: Runtime) {
   return new Elysia()
-    .guard({ as: "scoped", detail: { hide: true } })
     .derive({ as: "scoped" }, async ({ request, server }) => {
       const secure = requestIsHttps(
         { url: request.url, forwardedProto: request.headers.get("x-forwarded-proto"), peer: server?.requestIP(request)?.address ?? null },

@@ -3,7 +3,7 @@ import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { acceptOperatorLink, completeSetup, endSession, operatorLink, setupCodeUsable, signIn } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { clearCookieHeader, cookieHeader, htmlResponse, PRE_SESSION_COOKIE, redirect, SESSION_COOKIE } from "../http.ts";
-import { addressOf, consoleBase, csrfTokenFor, field, newCsrfSeed, OptionalForm, problemOf, safeNext } from "../shell.ts";
+import { addressOf, CONSOLE_DETAIL, consoleBase, csrfTokenFor, field, newCsrfSeed, OptionalForm, problemOf, safeNext } from "../shell.ts";
 import { linkPage, loginPage, setupPage } from "./pages.tsx";
 
 const CodeQuery = t.Object({ code: t.Optional(t.String({ maxLength: 200 })) }, { additionalProperties: true });
@@ -23,7 +23,7 @@ export function authRoutes(rt: Runtime) {
     const seed = csrfSeed ?? newCsrfSeed();
     return { csrfToken: csrfTokenFor(seed), cookies: csrfSeed ? [] : [cookieHeader(PRE_SESSION_COOKIE, seed, secure)] };
   };
-  return new Elysia({ name: "console-auth", prefix: CONSOLE_PREFIX })
+  return new Elysia({ name: "console-auth", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
     .use(consoleBase(rt))
     .get(
       "/setup",

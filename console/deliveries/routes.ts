@@ -4,7 +4,7 @@ import type { Runtime } from "../../server/runtime.ts";
 import { listAllSubscriptions, retryDelivery } from "../../server/webhooks/service.ts";
 import { htmlResponse, jsonResponse, redirect } from "../http.ts";
 import { DeliveryFilterQuery } from "../model.ts";
-import { flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { CONSOLE_DETAIL, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { subscriptionsHealth } from "../subscriptions/health.ts";
 import { deliveriesPage, deliveryPage, eventPage } from "./pages.tsx";
 import { deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries } from "./service.ts";
@@ -16,7 +16,7 @@ import { deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST
  */
 export function deliveryRoutes(rt: Runtime) {
   const db = rt.db;
-  return new Elysia({ name: "console-deliveries", prefix: CONSOLE_PREFIX })
+  return new Elysia({ name: "console-deliveries", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
     .use(signedInConsole(rt))
     .get(
       "/",

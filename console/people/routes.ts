@@ -6,7 +6,7 @@ import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError } from "../../server/shared/problem.ts";
 import { clearCookieHeader, htmlResponse, redirect, SESSION_COOKIE } from "../http.ts";
 import type { NoticeData } from "../pages/parts.tsx";
-import { field, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
 import { addUserFromForm, createTokenFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
@@ -25,7 +25,7 @@ export function peopleRoutes(rt: Runtime) {
     if (!operator) throw notFound("operator", id);
     return operator;
   };
-  return new Elysia({ name: "console-people", prefix: CONSOLE_PREFIX })
+  return new Elysia({ name: "console-people", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
     .use(signedInConsole(rt))
     .get(
       "/tokens",

@@ -2,13 +2,13 @@ import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { htmlResponse, redirect } from "../http.ts";
-import { signedInConsole } from "../shell.ts";
+import { CONSOLE_DETAIL, signedInConsole } from "../shell.ts";
 import { searchPage } from "./pages.tsx";
 import { search } from "./service.ts";
 
 /** searchRoutes answer the search box: a redirect to what it names, or a page saying nothing matched (404). */
 export function searchRoutes(rt: Runtime) {
-  return new Elysia({ name: "console-search", prefix: CONSOLE_PREFIX }).use(signedInConsole(rt)).get(
+  return new Elysia({ name: "console-search", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL }).use(signedInConsole(rt)).get(
     "/search",
     async ({ session, query }) => {
       const q = query.q ?? "";

@@ -4,7 +4,7 @@ import type { Runtime } from "../../server/runtime.ts";
 import { deleteSubscription, enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
 import { htmlResponse, redirect } from "../http.ts";
 import type { NoticeData } from "../pages/parts.tsx";
-import { field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { CONSOLE_DETAIL, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { recentFailures, subscriptionsHealth } from "./health.ts";
 import {
   deleteSubscriptionPage,
@@ -53,7 +53,7 @@ const errorNotice = (error: { message: string }): NoticeData => ({ kind: "error"
  */
 export function subscriptionRoutes(rt: Runtime) {
   const db = rt.db;
-  return new Elysia({ name: "console-subscriptions", prefix: CONSOLE_PREFIX })
+  return new Elysia({ name: "console-subscriptions", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
     .use(signedInConsole(rt))
     .get(
       "/subscriptions",
