@@ -10,6 +10,8 @@ import { createOperator } from "../../server/operators/service.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
+import { newId } from "../../server/shared/ids.ts";
+import { insertDelivery, insertEvent, updateDeliveryAfterAttempt } from "../../server/webhooks/store.ts";
 import { findChromium, type Browser } from "../support/chromium.ts";
 import { FAST_WEBHOOKS, type Receiver } from "../webhooks/support.ts";
 
@@ -174,4 +176,58 @@ export class ConsoleClient {
     await this.get("/console/login");
     return this.post("/console/login", { email: operator.email, password: operator.password });
   }
+}
+
+/** SeededDelivery is a delivery written straight to the database, as if made at `at` and answered as given. */
+export interface SeededDelivery {
+  at: number;
+  status: "succeeded" | "failed" | "pending";
+  response_status?: number | null;
+  error?: string | null;
+  /** the contact the event is about (its data.id) */
+  contact_id?: string;
+}
+
+/**
+ * seedDeliveries writes contact.updated events and their deliveries to one subscription at given
+ * times and outcomes, through the webhooks store. Pending ones are due tomorrow, so the delivery
+ * loop leaves them alone while a test reads them.
+ */
+export function seedDeliveries(db: Database, subscription: { id: string; target_url: string }, deliveries: SeededDelivery[]): string[] {
+  const ids: string[] = [];
+  db.transaction(() => {
+    for (const d of deliveries) {
+      const eventId = newId("evt", d.at);
+      insertEvent(db, { id: eventId, type: "contact.updated", payload: JSON.stringify({ type: "contact.updated", event_id: eventId, timestamp: new Date(d.at).toISOString(), data: { id: d.contact_id ?? newId("con", d.at) } }), created_at: d.at });
+      const id = newId("dlv", d.at);
+      insertDelivery(db, { id, event_id: eventId, event_type: "contact.updated", subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: Date.now() + 86_400_000, created_at: d.at });
+      const answered = d.status === "pending" ? (d.response_status !== undefined || d.error !== undefined) : true;
+      if (answered) {
+        updateDeliveryAfterAttempt(db, {
+          id,
+          status: d.status,
+          attempts: 1,
+          next_attempt_at: d.status === "pending" ? Date.now() + 86_400_000 : null,
+          last_response_status: d.response_status ?? (d.status === "succeeded" ? 200 : null),
+          last_error: d.error ?? null,
+          updated_at: d.at,
+        });
+      }
+      ids.push(id);
+    }
+  })();
+  return ids;
+}
+
+/** watchCsp records every Content-Security-Policy violation a page reports; read them with cspViolations. */
+export async function watchCsp(page: Page): Promise<void> {
+  await page.addInitScript(() => {
+    const seen: string[] = ((window as any).__cspViolations = []);
+    document.addEventListener("securitypolicyviolation", (event) => seen.push(`${event.violatedDirective} ${event.blockedURI}`));
+  });
+}
+
+/** cspViolations returns the CSP violations the current page reported since it loaded. */
+export function cspViolations(page: Page): Promise<string[]> {
+  return page.evaluate(() => (window as any).__cspViolations ?? []);
 }
