@@ -50,7 +50,7 @@ beforeAll(async () => {
   problems = watchPage(page);
   await watchCsp(page);
   await signInWithBrowser(page, server.url);
-});
+}, SLOW);
 
 afterAll(async () => {
   await browser.close();
