@@ -640,13 +640,13 @@ function HealthCard({ health, large }: { health: SubscriptionHealth; large: bool
           <h3>
             Last 24 hours <span class="latency">{latencyText(health.latency.last_24h)}</span>
           </h3>
-          <DeliveriesChart id={`chart-${s.id}-24h`} title="Deliveries per hour, last 24 hours" bars={health.hours} unit="hour" size={size} />
+          <DeliveriesChart id={`chart-${s.id}-24h`} title="Deliveries per hour, last 24 hours" bars={health.hours} unit="hour" size={size} table={large} />
         </div>
         <div>
           <h3>
             Last 7 days <span class="latency">{latencyText(health.latency.last_7d)}</span>
           </h3>
-          <DeliveriesChart id={`chart-${s.id}-7d`} title="Deliveries per day, last 7 days" bars={health.days} unit="day" size={size} />
+          <DeliveriesChart id={`chart-${s.id}-7d`} title="Deliveries per day, last 7 days" bars={health.days} unit="day" size={size} table={large} />
         </div>
       </div>
     </article>
