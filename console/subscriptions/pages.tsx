@@ -621,6 +621,11 @@ function latencyText(times: SubscriptionHealth["latency"]["last_24h"]): string {
   return times ? `p50 ${formatDuration(times.p50)} · p95 ${formatDuration(times.p95)}` : "no attempts";
 }
 
+/** Latency shows a window's response times when they were read (the start page reads those of 24 hours only). */
+function Latency({ times }: { times: SubscriptionHealth["latency"]["last_7d"] }) {
+  return times === undefined ? null : <span class="latency">{latencyText(times)}</span>;
+}
+
 /** HealthCard is one subscription's health: deliveries per hour (24 h) and per day (7 days), and response times. */
 function HealthCard({ health, large }: { health: SubscriptionHealth; large: boolean }) {
   const s = health.subscription;
@@ -638,13 +643,13 @@ function HealthCard({ health, large }: { health: SubscriptionHealth; large: bool
       <div class="health-charts">
         <div>
           <h3>
-            Last 24 hours <span class="latency">{latencyText(health.latency.last_24h)}</span>
+            Last 24 hours <Latency times={health.latency.last_24h} />
           </h3>
           <DeliveriesChart id={`chart-${s.id}-24h`} title="Deliveries per hour, last 24 hours" bars={health.hours} unit="hour" size={size} table={large} />
         </div>
         <div>
           <h3>
-            Last 7 days <span class="latency">{latencyText(health.latency.last_7d)}</span>
+            Last 7 days <Latency times={health.latency.last_7d} />
           </h3>
           <DeliveriesChart id={`chart-${s.id}-7d`} title="Deliveries per day, last 7 days" bars={health.days} unit="day" size={size} table={large} />
         </div>

@@ -574,6 +574,14 @@ export function listDeliveryHoursSince(db: Database, fromHour: number, subscript
   return db.query<DeliveryHourRow, (string | number)[]>(sql).all(...(subscriptionId === null ? [] : [subscriptionId]), fromHour);
 }
 
+/** listDeliveryDaysSince sums the hourly delivery counts of every existing subscription (or of one) into UTC days, from a day on. */
+export function listDeliveryDaysSince(db: Database, fromDay: number, subscriptionId: string | null = null): DeliveryHourRow[] {
+  const of = subscriptionId === null ? "IN (SELECT id FROM webhook_subscriptions)" : "= ?";
+  const sql = `SELECT subscription_id, hour - hour % 86400000 AS hour, status, sum(n) AS n FROM webhook_delivery_hours
+    WHERE subscription_id ${of} AND hour >= ? AND n > 0 GROUP BY subscription_id, hour - hour % 86400000, status`;
+  return db.query<DeliveryHourRow, (string | number)[]>(sql).all(...(subscriptionId === null ? [] : [subscriptionId]), fromDay);
+}
+
 /** sumDeliveryHours counts the deliveries of a subscription and/or status (each optional) from the hourly counts, without reading the deliveries. */
 export function sumDeliveryHours(db: Database, filters: { subscriptionId?: string; status?: string }): number {
   const where: string[] = [];
@@ -582,6 +590,13 @@ export function sumDeliveryHours(db: Database, filters: { subscriptionId?: strin
   if (filters.status !== undefined) where.push("status = ?") && params.push(filters.status);
   const sql = `SELECT coalesce(sum(n), 0) AS n FROM webhook_delivery_hours ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`;
   return db.query<{ n: number }, string[]>(sql).get(...params)!.n;
+}
+
+/** listAttemptStatsFrom returns the hourly attempt statistics of every existing subscription (or of one) from an hour on, in one query. */
+export function listAttemptStatsFrom(db: Database, fromHour: number, subscriptionId: string | null = null): AttemptStatsRow[] {
+  const of = subscriptionId === null ? "IN (SELECT id FROM webhook_subscriptions)" : "= ?";
+  const sql = `SELECT * FROM webhook_attempt_stats WHERE subscription_id ${of} AND hour >= ?`;
+  return db.query<AttemptStatsRow, (string | number)[]>(sql).all(...(subscriptionId === null ? [] : [subscriptionId]), fromHour);
 }
 
 /** FailureReasonRow is a group of a subscription's failing deliveries with the same last answer: a status code, or a network error. */

@@ -141,6 +141,7 @@ describe("health at a glance", () => {
     const lastHour = new Date(hourOf(now)).toISOString();
     expect(rows.at(-1)).toEqual([lastHour.slice(11, 16), ...Object.values(expectedBars(hourOf, hourOf(now)).get(lastHour)!).map(String)]);
     await expectChart(`#chart-${busy.id}-7d`, expectedBars(dayOf, dayOf(now) - 6 * DAY), 7);
+    expect(await page.locator(".health-card .latency").allTextContents()).toEqual([`p50 ${latency(100)} · p95 ${latency(3000)}`, `p50 ${latency(100)} · p95 ${latency(3000)}`]);
     const reasons = await page.locator("#failures tbody tr").evaluateAll((rows) => rows.map((row) => [...row.querySelectorAll("td")].slice(0, 2).map((td) => td.textContent!.trim())));
     expect(reasons).toEqual([
       ["HTTP 503", "2"],
