@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { addOperator, cspViolations, launchBrowser, shoot, signInWithBrowser, startConsoleServer, watchCsp, watchPage, type ConsoleServer } from "./support.ts";
+import { cspViolations, launchBrowser, shoot, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 // One server and one browser for the file: contacts changed through the API, their events delivered to a real receiver.
 let server: ConsoleServer;
@@ -30,12 +30,7 @@ beforeAll(async () => {
   twin = (await server.api("POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Twin", email: "twin@example.com" })).data;
   await server.api("POST", "/public/v1/contacts/batch", { items: Array.from({ length: BULK }, (_, i) => ({ first_name: "Bulk", last_name: `Person ${i}`, email: `bulk${i}@example.com` })) });
   await waitFor(() => receiver.received.length >= BULK + 3, "every delivery received", 20_000);
-  await addOperator(server.runtime.db);
-  browser = await launchBrowser();
-  page = await browser.context.newPage();
-  problems = watchPage(page);
-  await watchCsp(page);
-  await signInWithBrowser(page, server.url);
+  ({ browser, page, problems } = await signedInBrowser(server));
 }, SLOW);
 
 afterAll(async () => {
@@ -108,12 +103,7 @@ describe("contacts", () => {
       articles.map((a) => [...a.querySelectorAll("tbody tr")].map((tr) => [tr.getAttribute("data-delivery-id"), tr.querySelector(".badge")!.textContent])),
     );
     expect(deliveries).toEqual(events.map((e) => [[e.delivery_id, "Succeeded"]]));
-    await shoot(page, "contact-1280");
-    await page.setViewportSize({ width: 390, height: 844 });
-    await page.reload();
-    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBe(390);
-    await shoot(page, "contact-390");
-    await page.setViewportSize({ width: 1280, height: 900 });
+    expect(await shootAtBothWidths(page, "contact")).toBe(390);
   }, SLOW);
 
   test("a deleted contact's page still lists what was sent about it, the deletion included", async () => {

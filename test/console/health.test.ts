@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { LATENCY_BOUNDS_MS, addAttemptStats } from "../../server/webhooks/stats.ts";
 import { startReceiver, type Receiver } from "../webhooks/support.ts";
-import { addOperator, cspViolations, launchBrowser, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, watchCsp, watchPage, type ConsoleServer, type SeededDelivery } from "./support.ts";
+import { cspViolations, launchBrowser, seedDeliveries, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
 
 // One server and one browser for the file: a subscription with a seeded week of deliveries, and one without any.
 let server: ConsoleServer;
@@ -44,12 +44,7 @@ beforeAll(async () => {
     ...Array.from({ length: 20 }, () => ({ subscription_id: busy.id, started_at: now - 1000, duration_ms: 100, succeeded: true })),
     ...Array.from({ length: 2 }, () => ({ subscription_id: busy.id, started_at: now - 1000, duration_ms: 3000, succeeded: false })),
   ]);
-  await addOperator(server.runtime.db);
-  browser = await launchBrowser();
-  page = await browser.context.newPage();
-  problems = watchPage(page);
-  await watchCsp(page);
-  await signInWithBrowser(page, server.url);
+  ({ browser, page, problems } = await signedInBrowser(server));
 }, SLOW);
 
 afterAll(async () => {
@@ -119,14 +114,8 @@ describe("health at a glance", () => {
     // A subscription without deliveries gets empty charts, not an error.
     await expectChart(`#chart-${quiet.id}-24h`, new Map(), 24);
     expect(await page.locator(`article[data-subscription-id="${quiet.id}"] .latency`).first().textContent()).toBe("no attempts");
-    await shoot(page, "health-1280");
-    await page.setViewportSize({ width: 390, height: 844 });
-    await page.reload();
-    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBe(390);
-    await expectChart(`#chart-${busy.id}-24h`, hours, 24);
-    await shoot(page, "health-390");
-    await page.setViewportSize({ width: 1280, height: 900 });
     expect(await cspViolations(page)).toEqual([]);
+    expect(await shootAtBothWidths(page, "health")).toBe(390);
     expect(problems).toEqual([]);
   }, SLOW);
 
@@ -149,13 +138,8 @@ describe("health at a glance", () => {
       ["connect ECONNREFUSED 10.0.0.1:443", "1"],
       ["timed out after 2000 ms", "1"],
     ]);
-    await shoot(page, "subscription-health-1280");
-    await page.setViewportSize({ width: 390, height: 844 });
-    await page.reload();
-    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBe(390);
-    await shoot(page, "subscription-health-390");
-    await page.setViewportSize({ width: 1280, height: 900 });
     expect(await cspViolations(page)).toEqual([]);
+    expect(await shootAtBothWidths(page, "subscription-health")).toBe(390);
     expect(problems).toEqual([]);
   }, SLOW);
 

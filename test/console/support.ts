@@ -231,3 +231,26 @@ export async function watchCsp(page: Page): Promise<void> {
 export function cspViolations(page: Page): Promise<string[]> {
   return page.evaluate(() => (window as any).__cspViolations ?? []);
 }
+
+/** signedInBrowser launches Chromium with one page watched for console errors and CSP violations, signed in as the test operator. */
+export async function signedInBrowser(server: ConsoleServer): Promise<{ browser: Awaited<ReturnType<typeof launchBrowser>>; page: Page; problems: string[] }> {
+  await addOperator(server.runtime.db);
+  const browser = await launchBrowser();
+  const page = await browser.context.newPage();
+  const problems = watchPage(page);
+  await watchCsp(page);
+  await signInWithBrowser(page, server.url);
+  return { browser, page, problems };
+}
+
+/** shootAtBothWidths screenshots the page at 1280 px and, reloaded, at 390 px (NAME-1280, NAME-390); returns the document's width at 390 (390: nothing scrolls sideways). */
+export async function shootAtBothWidths(page: Page, name: string): Promise<number> {
+  await shoot(page, `${name}-1280`);
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.reload();
+  const width = await page.evaluate(() => document.documentElement.scrollWidth);
+  await shoot(page, `${name}-390`);
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.reload();
+  return width;
+}
