@@ -11,7 +11,7 @@ import { assetResponse, htmlResponse } from "./http.ts";
 import { peopleRoutes } from "./people/routes.ts";
 import { searchRoutes } from "./search/routes.ts";
 import { CONSOLE_DETAIL, consoleBase, signedInConsole } from "./shell.ts";
-import { subscriptionRoutes } from "./subscriptions/routes.ts";
+import { rotationRoutes, subscriptionRoutes } from "./subscriptions/routes.ts";
 
 /**
  * consoleRoutes serves the operator console under /console: one Elysia instance per feature
@@ -38,6 +38,7 @@ export function consoleRoutes(rt: Runtime) {
     .use(authRoutes(rt))
     .use(deliveryRoutes(rt))
     .use(subscriptionRoutes(rt))
+    .use(rotationRoutes(rt))
     .use(contactRoutes(rt))
     .use(searchRoutes(rt))
     .use(peopleRoutes(rt))

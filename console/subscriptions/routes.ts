@@ -47,9 +47,8 @@ const errorNotice = (error: { message: string }): NoticeData => ({ kind: "error"
 
 /**
  * subscriptionRoutes are the subscriptions: the list with recent counts, one subscription's health
- * and failures, create, edit, pause, enable, delete, recover failed deliveries, the secret rotation
- * wizard and the guided replacement by a new subscription (rotation). Every form has a confirm
- * step where it cannot be undone.
+ * and failures, create, edit, pause, enable, delete and recover failed deliveries. Every form that
+ * cannot be undone has a confirm step.
  */
 export function subscriptionRoutes(rt: Runtime) {
   const db = rt.db;
@@ -175,7 +174,18 @@ export function subscriptionRoutes(rt: Runtime) {
         return redirect(`${CONSOLE_PREFIX}/subscriptions?recovered=${queued}`);
       },
       { params: IdParam, body: OptionalForm },
-    )
+    );
+}
+
+/**
+ * rotationRoutes are the two wizards of the subscriptions feature: the secret rotation (a new
+ * secret with a grace period, a test, retiring the previous secret) and the guided replacement of
+ * a subscription by a new one (rotation). Their state is read from the database at every step.
+ */
+export function rotationRoutes(rt: Runtime) {
+  const db = rt.db;
+  return new Elysia({ name: "console-rotations", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
+    .use(signedInConsole(rt))
     .get(
       "/subscriptions/:id/secret-rotation",
       async ({ session, params, query }) => htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), finished: query.finished === "1" })),
