@@ -29,11 +29,6 @@ import { findRotation, insertRotation, listOpenRotations, markRotationCompleted,
 /** RECENT_MS is the span of the success and failure counts on the subscriptions page. */
 const RECENT_MS = 24 * 60 * 60 * 1000;
 
-/** allSubscriptions returns every subscription, newest first; there are few (one per receiver and event set). */
-export function allSubscriptions(db: Database): Subscription[] {
-  return listAllSubscriptions(db);
-}
-
 
 /** SubscriptionForm is what the create form and the rotation wizard post. */
 export interface SubscriptionForm {
@@ -93,7 +88,7 @@ export function openRotationFrom(db: Database, subscriptionId: string): string |
 /** subscriptionChoices lists every subscription with its open rotation, for the wizard's first step. */
 export function subscriptionChoices(db: Database): SubscriptionChoice[] {
   const open = openRotationsFrom(db);
-  return allSubscriptions(db).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
+  return listAllSubscriptions(db).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
 }
 
 /** subscriptionsOverview lists every subscription with its recent counts, and the rotations still open. */
