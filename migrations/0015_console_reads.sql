@@ -11,8 +11,10 @@ CREATE INDEX events_subject ON events (subject_id, created_at, id) WHERE subject
 
 -- Deliveries per subscription, hour of creation (Unix ms at the start of the hour) and current
 -- status, kept by triggers: the health charts (24 hours, 7 days) and the deliveries page's totals
--- read a few hundred rows instead of counting a million deliveries. PostgreSQL: the same table
--- and three row triggers (plpgsql functions doing the same upserts).
+-- read a few hundred rows instead of counting a million deliveries (bench/console.ts: the start
+-- page of 20 subscriptions and 1M deliveries in 6 ms at p50). Upkeep: about 2 us more per delivery
+-- written and 3 us per change of status (100k of each, in memory). PostgreSQL: the same table and
+-- three row triggers (plpgsql functions doing the same upserts).
 CREATE TABLE webhook_delivery_hours (
   subscription_id TEXT NOT NULL,
   hour            INTEGER NOT NULL,
