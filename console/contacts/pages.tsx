@@ -53,7 +53,7 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
         <DataTable
           id="contacts"
           columns={["Name", "Email", "Tags", "Created (UTC)"]}
-          empty={view.contacts.length === 0 ? count : null}
+          empty={view.contacts.length === 0 ? (view.q ? "Try part of a name, or a whole email address." : "Contacts are created through the API, or imported with crm import.") : null}
           head={
             <div class="card-head">
               <p class="count" id="contacts-count">
