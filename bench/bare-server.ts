@@ -1,9 +1,9 @@
 // Baseline for bench/run.ts: Bun.serve + bun:sqlite with no framework, on a copy of the same seeded
 // database (migrated by the app's migrate(), so tables, triggers and indexes are the app's) with the
-// same pragmas, synchronous level included. A create writes the contact and its contact.created outbox event (the app's
-// recordEvent) in one transaction, as any design of this service must: POST /contacts commits one
-// transaction per request, POST /grouped-contacts does the same through the app's WriteQueue (group
-// commit), to show what the commit design alone is worth. POST /contacts-only is the earlier
+// same pragmas, synchronous level included. A create writes the contact and its contact.created outbox event (the SQL of the
+// app's recordEvent) in one transaction, as any design of this service must: POST /contacts commits one
+// transaction per request, POST /grouped-contacts does the same through the app's group commit
+// (SqliteDatabase.write), to show what the commit design alone is worth. POST /contacts-only is the earlier
 // baseline, one transaction per request holding the contact row alone. GET runs the app's query
 // shape (ORDER BY created_at DESC, id DESC LIMIT 25, plus the count) and renders rows as the API does
 // (RFC 3339 timestamps, stored properties spread in). No auth, no validation, no relations.
@@ -11,14 +11,13 @@
 import { loadConfig } from "../server/config.ts";
 import { openDatabase } from "../server/db/database.ts";
 import { migrate } from "../server/db/migrations.ts";
-import { WriteQueue } from "../server/db/write-queue.ts";
-import { recordEvent } from "../server/webhooks/outbox.ts";
 
 const dbFile = process.argv[2];
 if (!dbFile) throw new Error("usage: bun bench/bare-server.ts DB_FILE [full|normal]");
 // The app's own parser checks the level, so both servers accept exactly the same values.
 const { synchronous } = loadConfig(["--synchronous", process.argv[3] ?? "full"], {});
-const db = openDatabase(dbFile, synchronous);
+const database = openDatabase(dbFile, synchronous);
+const db = database.sqlite;
 migrate(db);
 
 interface Row {
@@ -37,13 +36,25 @@ const insert = db.query(
   "INSERT INTO contacts (id, first_name, last_name, email, phone, properties, created_at, updated_at) VALUES ($id, $first_name, $last_name, $email, $phone, $properties, $created_at, $updated_at)",
 );
 const insertRowOnly = db.transaction((row: Row) => insert.run(row as never));
-/** insertWithEvent writes the contact and its outbox event, as the app's create does. */
+const insertEvent = db.query("INSERT INTO events (id, type, payload, created_at) VALUES (?, ?, ?, ?)");
+const subscribers = db.query<{ id: string; target_url: string }, [string]>(
+  `SELECT s.id, s.target_url FROM webhook_subscriptions s
+   WHERE s.id IN (SELECT subscription_id FROM webhook_subscription_events WHERE event_type = ?) AND s.status = 'active'
+   ORDER BY s.id`,
+);
+const insertDelivery = db.query(
+  `INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, next_attempt_at, created_at, updated_at)
+   VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+);
+/** insertWithEvent writes the contact and its outbox event, with the statements of the app's create. */
 function insertWithEvent(row: Row): void {
   insert.run(row as never);
-  recordEvent(db, "contact.created", render(row), row.created_at);
+  const eventId = `evt_${Bun.randomUUIDv7()}`;
+  const now = row.created_at;
+  insertEvent.run(eventId, "contact.created", JSON.stringify({ type: "contact.created", event_id: eventId, timestamp: new Date(now).toISOString(), data: render(row) }), now);
+  for (const s of subscribers.all("contact.created")) insertDelivery.run(`dlv_${Bun.randomUUIDv7()}`, eventId, "contact.created", s.id, s.target_url, now, now, now);
 }
 const insertOne = db.transaction(insertWithEvent);
-const writes = new WriteQueue(db);
 const firstPage = db.query<Row, []>(`SELECT ${COLUMNS} FROM contacts ORDER BY created_at DESC, id DESC LIMIT 25`);
 const total = db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'");
 const byEmail = db.query<Row, [string]>(`SELECT ${COLUMNS} FROM contacts WHERE email = ? ORDER BY created_at DESC, id DESC LIMIT 25`);
@@ -90,7 +101,7 @@ const server = Bun.serve({
     "/grouped-contacts": {
       async POST(request) {
         const row = toRow(await request.json());
-        await writes.submit(() => insertWithEvent(row));
+        await database.write(async () => insertWithEvent(row));
         return Response.json({ data: render(row) }, { status: 201 });
       },
     },
@@ -99,8 +110,6 @@ const server = Bun.serve({
 process.stdout.write(`listening on http://127.0.0.1:${server.port}\n`);
 process.on("SIGTERM", () => {
   void server.stop().then(() => {
-    writes.flush();
-    db.close();
-    process.exit(0);
+    void database.close().then(() => process.exit(0));
   });
 });

@@ -34,10 +34,11 @@ const WEEK = 7 * 24 * HOUR;
 
 const dataDir = mkdtempSync(join(tmpdir(), "crm-bench-console-"));
 const db = openDatabase(databasePath(dataDir));
-const rt = createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir, logLevel: "error" }, log: createLogger("error") });
+const rt = await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir, logLevel: "error" }, log: createLogger("error") });
 const app = createApp(rt);
 const now = Date.now();
 
+// sqlite-only: the bulk seed runs on the SQLite connection itself (db.sqlite).
 /** seed writes the history with INSERT ... SELECT over a counter: the triggers of the hourly counts and the name search run as they would in service. */
 function seed(sqlite: Database): void {
   const counter = (n: number) => `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${n - 1})`;
@@ -83,7 +84,7 @@ function seed(sqlite: Database): void {
 }
 
 const seedStarted = performance.now();
-seed(db);
+seed(db.sqlite);
 const seedMs = performance.now() - seedStarted;
 
 await createOperator(db, { email: "bench@example.com", password: "bench password 123" });
@@ -145,7 +146,7 @@ await recentFailures(spy.db, subscription);
 await contactPage(spy.db, busyContact);
 await contactsPage(spy.db, { q: "Last42" });
 for (const q of [delivery, event, typicalContact, `person${typical}@example.com`]) await search(spy.db, q);
-const plans = [...new Map(spy.captured.map((c) => [c.sql, c])).values()].map((c) => ({ sql: c.sql.replace(/\s+/g, " ").trim(), plan: queryPlan(db, c) }));
+const plans = [...new Map(spy.captured.map((c) => [c.sql, c])).values()].map((c) => ({ sql: c.sql.replace(/\s+/g, " ").trim(), plan: queryPlan(db.sqlite, c) }));
 
 console.log(`console bench: ${DELIVERIES} deliveries, ${EVENTS} events, ${CONTACTS} contacts, ${SUBSCRIPTIONS} subscriptions (seeded in ${Math.round(seedMs / 1000)} s); ${ROUNDS} sequential in-process requests each`);
 console.log(`${"request".padEnd(56)} ${"p50 ms".padStart(8)} ${"p95 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"bytes".padStart(8)}`);
@@ -154,6 +155,5 @@ console.log("\nquery plans of the console's reads:");
 for (const { sql, plan } of plans) console.log(`\n${sql.slice(0, 240)}\n${plan.map((line) => `  ${line}`).join("\n")}`);
 mkdirSync(join(import.meta.dir, "results"), { recursive: true });
 writeFileSync(join(import.meta.dir, "results", `console-${Date.now()}.json`), JSON.stringify({ deliveries: DELIVERIES, events: EVENTS, contacts: CONTACTS, subscriptions: SUBSCRIPTIONS, rounds: ROUNDS, seed_ms: Math.round(seedMs), results, plans }, null, 2));
-rt.writes.flush();
-db.close();
+await db.close();
 rmSync(dataDir, { recursive: true, force: true });

@@ -21,7 +21,7 @@ const THREADS = Number(process.env.BENCH_THREADS ?? 2);
  * INSERT ... SELECT (the tables' triggers fill the full-name index and the row count as the API
  * would) and cached for later runs.
  */
-function seededDatabase(): string {
+async function seededDatabase(): Promise<string> {
   const key = Bun.hash(MIGRATIONS.map((m) => m.sql).join("\n")).toString(36);
   const cacheDir = join(import.meta.dir, "results");
   const cached = join(cacheDir, `footprint-seed-${CONTACTS}-${key}.sqlite`);
@@ -29,7 +29,9 @@ function seededDatabase(): string {
   mkdirSync(cacheDir, { recursive: true });
   const building = `${cached}.building`;
   rmSync(building, { force: true });
-  const db = openDatabase(building);
+  // sqlite-only: the seed is bulk SQL on the writer connection.
+  const database = openDatabase(building);
+  const db = database.sqlite;
   migrate(db);
   const started = performance.now();
   const first = Date.now() - CONTACTS * 1000;
@@ -43,7 +45,7 @@ function seededDatabase(): string {
     [CONTACTS, first, first],
   );
   db.run("PRAGMA wal_checkpoint(TRUNCATE)");
-  db.close();
+  await database.close();
   renameSync(building, cached);
   console.log(`seeded ${CONTACTS.toLocaleString("en-US")} contacts in ${((performance.now() - started) / 1000).toFixed(1)} s (cached as ${cached})`);
   return cached;
@@ -65,7 +67,7 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   const binary = buildBinary();
-  const seed = seededDatabase();
+  const seed = await seededDatabase();
   const work = mkdtempSync(join(tmpdir(), "crm-bench-footprint-"));
   const dataDir = join(work, "data");
   mkdirSync(dataDir, { mode: 0o700 });

@@ -29,7 +29,7 @@ writeFileSync(csv, `${[header, ...Array.from({ length: ROWS }, (_, i) => record(
 async function withServer<T>(rate: TokenRate | null, run: (url: string, tokenFile: string, token: string) => Promise<T>): Promise<T> {
   const dataDir = mkdtempSync(join(dir, "data-"));
   const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "warn" }, createLogger("warn", () => {}));
-  const { token } = createApiToken(server.runtime.db, "bench", Date.now(), rate);
+  const { token } = await createApiToken(server.runtime.db, "bench", Date.now(), rate);
   const tokenFile = join(dataDir, "token");
   writeFileSync(tokenFile, token);
   try {

@@ -13,6 +13,7 @@ import { newId } from "../server/shared/ids.ts";
 import { recordEvent } from "../server/webhooks/outbox.ts";
 import { loadSecretsKey, SecretBox } from "../server/webhooks/secrets.ts";
 import { insertSubscription } from "../server/webhooks/store.ts";
+import { waitForListening } from "./listening.ts";
 
 const FAILED = Number(process.env.BENCH_FAILED ?? 10_000);
 const ROOT = join(import.meta.dir, "..");
@@ -37,11 +38,11 @@ const receiver = Bun.serve({
 
 // The outage, written while the server is down: FAILED contact.updated events whose one delivery each failed.
 const setup = openDatabase(databasePath(dataDir));
-migrate(setup);
-const { token } = createApiToken(setup, "bench");
+migrate(setup.sqlite);
+const { token } = await createApiToken(setup, "bench");
 const now = Date.now();
 const subscriptionId = newId("sub", now - 3_600_000);
-insertSubscription(
+await insertSubscription(
   setup,
   {
     id: subscriptionId,
@@ -64,12 +65,12 @@ insertSubscription(
   },
   ["contact.updated"],
 );
-setup.transaction(() => {
-  for (let i = 0; i < FAILED; i++) recordEvent(setup, "contact.updated", { id: `con_bench${i}`, first_name: "Outage", version: 2 }, now - 1_800_000 + i);
-}).immediate();
-setup.run("UPDATE webhook_deliveries SET status = 'failed', attempts = 8, next_attempt_at = NULL, last_response_status = 503");
-const failedIds = setup.query<{ id: string }, []>("SELECT id FROM webhook_deliveries WHERE status = 'failed'").all().map((row) => row.id);
-setup.close();
+await setup.write(async (tx) => {
+  for (let i = 0; i < FAILED; i++) await recordEvent(tx, "contact.updated", { id: `con_bench${i}`, first_name: "Outage", version: 2 }, now - 1_800_000 + i);
+});
+await setup.run("UPDATE webhook_deliveries SET status = 'failed', attempts = 8, next_attempt_at = NULL, last_response_status = 503");
+const failedIds = (await setup.all<{ id: string }>("SELECT id FROM webhook_deliveries WHERE status = 'failed'")).map((row) => row.id);
+await setup.close();
 
 const child = Bun.spawn([process.execPath, "server/main.ts", "serve", "--port", "0", "--log-level", "error"], {
   cwd: ROOT,
@@ -78,15 +79,7 @@ const child = Bun.spawn([process.execPath, "server/main.ts", "serve", "--port", 
   stdout: "pipe",
   stderr: "inherit",
 });
-const reader = child.stdout.getReader();
-let text = "";
-while (!text.includes("\n")) {
-  const { done, value } = await reader.read();
-  if (done) throw new Error("server exited before listening");
-  text += new TextDecoder().decode(value);
-}
-reader.releaseLock();
-const url = /listening on (\S+)/.exec(text)![1]!;
+const url = await waitForListening("server", child.stdout);
 
 const started = performance.now();
 const res = await fetch(`${url}/public/v1/webhook-subscriptions/${subscriptionId}/recover`, {
@@ -102,8 +95,8 @@ child.kill("SIGTERM");
 await child.exited;
 
 const check = openDatabase(databasePath(dataDir));
-const succeeded = check.query<{ n: number }, []>("SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'succeeded' AND attempts = 9").get()!.n;
-check.close();
+const succeeded = (await check.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'succeeded' AND attempts = 9"))!.n;
+await check.close();
 receiver.stop(true);
 rmSync(dataDir, { recursive: true, force: true });
 

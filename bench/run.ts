@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { createApiToken } from "../server/auth/service.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";
 import { migrate } from "../server/db/migrations.ts";
+import { waitForListening } from "./listening.ts";
 import { seedContacts } from "./seed.ts";
 
 const ROOT = join(import.meta.dir, "..");
@@ -80,30 +81,14 @@ interface RunningProcess {
 /** startListening spawns a server process and waits for its `listening on URL` line. */
 async function startListening(name: string, cmd: string[]): Promise<RunningProcess> {
   const child = Bun.spawn(cmd, { cwd: ROOT, stdout: "pipe", stderr: "inherit", stdin: "ignore" });
-  const reader = child.stdout.getReader();
-  const decoder = new TextDecoder();
-  let seen = "";
-  let url: string | undefined;
-  while (!url) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`${name} exited before listening:\n${seen}`);
-    seen += decoder.decode(value, { stream: true });
-    url = /listening on (http:\/\/\S+)/.exec(seen)?.[1];
-  }
-  // Keep draining stdout so the server never blocks on a full pipe; show the start of anything it
-  // logs (warnings, errors), not thousands of repeats.
-  void (async () => {
-    let budget = 4000;
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      if (budget <= 0) continue;
-      const text = decoder.decode(value);
-      process.stderr.write(`[${name}] ${text.slice(0, budget)}`);
-      budget -= text.length;
-      if (budget <= 0) process.stderr.write(`\n[${name}] ... (further output not shown)\n`);
-    }
-  })();
+  // Show the start of anything it logs (warnings, errors), not thousands of repeats.
+  let budget = 4000;
+  const url = await waitForListening(name, child.stdout, (text) => {
+    if (budget <= 0) return;
+    process.stderr.write(`[${name}] ${text.slice(0, budget)}`);
+    budget -= text.length;
+    if (budget <= 0) process.stderr.write(`\n[${name}] ... (further output not shown)\n`);
+  });
   return {
     url,
     async stop() {
@@ -136,17 +121,17 @@ function summarise(r: WrkResult): Measurement {
 }
 
 /** prepareDatabase creates the migrated, seeded database and an API token; returns the token. */
-function prepareDatabase(dataDir: string): string {
+async function prepareDatabase(dataDir: string): Promise<string> {
   const db = openDatabase(databasePath(dataDir));
-  migrate(db);
+  migrate(db.sqlite);
   // The token's own rate limit is far above what one machine can send, so no request is refused
   // with 429 but the limiter still runs on every request, as in production.
   const unlimited = { readPerSecond: 1e9, readBurst: 1e9, writePerSecond: 1e9, writeBurst: 1e9 };
-  const { token } = createApiToken(db, "bench", Date.now(), unlimited);
+  const { token } = await createApiToken(db, "bench", Date.now(), unlimited);
   const started = performance.now();
-  seedContacts(db, SEEDED);
-  db.run("PRAGMA wal_checkpoint(TRUNCATE)");
-  db.close();
+  await seedContacts(db, SEEDED);
+  db.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  await db.close();
   console.log(`seeded ${SEEDED} contacts in ${((performance.now() - started) / 1000).toFixed(1)} s`);
   return token;
 }
@@ -157,7 +142,7 @@ async function main(): Promise<void> {
   const wrk = ensureWrk();
   const work = mkdtempSync(join(tmpdir(), "crm-bench-"));
   const appDir = join(work, "app");
-  const token = prepareDatabase(appDir);
+  const token = await prepareDatabase(appDir);
   const bareFile = join(work, "bare.sqlite");
   copyFileSync(databasePath(appDir), bareFile);
 
@@ -168,7 +153,7 @@ async function main(): Promise<void> {
   const results: { scenario: string; app: Measurement | null; bare: Measurement | null }[] = [];
   try {
     console.log(`app:  ${app.url} (log level warn: one JSON line per request on stdout would dominate the measurement)`);
-    console.log(`bare: ${bare.url} (Bun.serve + bun:sqlite: contact + outbox event in one transaction per insert, or the app's WriteQueue on /grouped-contacts)`);
+    console.log(`bare: ${bare.url} (Bun.serve + bun:sqlite: contact + outbox event in one transaction per insert, or the app's group-commit write on /grouped-contacts)`);
     console.log(`both: synchronous=${SYNCHRONOUS} (${SYNCHRONOUS === "full" ? "every commit synced to disk before its answer" : "no disk sync per commit"})`);
     console.log(`wrk: ${THREADS} threads, ${CONNECTIONS} connections, ${DURATION} s per measurement; ${cpus().length} CPU cores shared by wrk and the server`);
     const appEnv = { BENCH_TOKEN: token, BENCH_PATH: "/public/v1/contacts", BENCH_SEEDED: String(SEEDED), BENCH_RUN: `app${Date.now()}` };

@@ -1,14 +1,14 @@
-import type { Database } from "bun:sqlite";
+import type { Database } from "../server/db/sql.ts";
 import { insertContact } from "../server/contacts/store.ts";
 import { newId } from "../server/shared/ids.ts";
 
 /** seedContacts inserts `count` contacts (contact1@example.com ...) in one transaction, one second apart, oldest first. */
-export function seedContacts(db: Database, count: number, now = Date.now()): void {
+export async function seedContacts(db: Database, count: number, now = Date.now()): Promise<void> {
   const first = now - count * 1000;
-  db.transaction(() => {
+  await db.write(async (tx) => {
     for (let i = 1; i <= count; i++) {
       const at = first + i * 1000;
-      insertContact(db, {
+      await insertContact(tx, {
         id: newId("con", at),
         first_name: `First${i % 5000}`,
         last_name: `Last${i}`,
@@ -24,5 +24,5 @@ export function seedContacts(db: Database, count: number, now = Date.now()): voi
         updated_at: at,
       });
     }
-  }).immediate();
+  });
 }

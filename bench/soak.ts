@@ -11,6 +11,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { waitForListening } from "./listening.ts";
 
 const ROOT = join(import.meta.dir, "..");
 const argValue = (name: string) => {
@@ -69,27 +70,9 @@ const server = Bun.spawn(
   { cwd: ROOT, stdout: "pipe", stderr: "inherit", stdin: "ignore" },
 );
 const serverOutput: string[] = [];
-const url = await (async () => {
-  const reader = server.stdout.getReader();
-  const decoder = new TextDecoder();
-  let seen = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`server exited before listening:\n${seen}`);
-    seen += decoder.decode(value, { stream: true });
-    const found = /listening on (http:\/\/\S+)/.exec(seen)?.[1];
-    if (found) {
-      void (async () => {
-        for (;;) {
-          const next = await reader.read();
-          if (next.done) return;
-          if (serverOutput.length < 20) serverOutput.push(decoder.decode(next.value));
-        }
-      })();
-      return found;
-    }
-  }
-})();
+const url = await waitForListening("server", server.stdout, (text) => {
+  if (serverOutput.length < 20) serverOutput.push(text);
+});
 const port = Number(new URL(url).port);
 
 // --- bookkeeping

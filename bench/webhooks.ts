@@ -18,6 +18,7 @@ import { createApiToken } from "../server/auth/service.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";
 import { migrate } from "../server/db/migrations.ts";
 import { recordEvent } from "../server/webhooks/outbox.ts";
+import { waitForListening } from "./listening.ts";
 
 const RATE = Number(process.env.BENCH_RATE ?? 200);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -32,9 +33,9 @@ const CLOCK_TICKS = 100;
 
 const dataDir = mkdtempSync(join(tmpdir(), "crm-bench-webhooks-"));
 const setupDb = openDatabase(databasePath(dataDir));
-migrate(setupDb);
-const { token } = createApiToken(setupDb, "bench");
-setupDb.close();
+migrate(setupDb.sqlite);
+const { token } = await createApiToken(setupDb, "bench");
+await setupDb.close();
 
 // The receiver: answers 200 at once and notes when each delivery arrived.
 let latencies: number[] = [];
@@ -65,15 +66,7 @@ async function serve(profile = false): Promise<{ child: Subprocess<"ignore", "pi
     stdout: "pipe",
     stderr: "inherit",
   });
-  const reader = child.stdout.getReader();
-  let text = "";
-  while (!text.includes("\n")) {
-    const { done, value } = await reader.read();
-    if (done) throw new Error("server exited before listening");
-    text += new TextDecoder().decode(value);
-  }
-  reader.releaseLock();
-  return { child, url: /listening on (\S+)/.exec(text)![1]! };
+  return { child, url: await waitForListening("server", child.stdout) };
 }
 
 /** cpuSeconds reads a process's user+system CPU time from /proc. */
@@ -143,12 +136,12 @@ server.child.kill("SIGTERM");
 await server.child.exited;
 const db = openDatabase(databasePath(dataDir));
 const events = Math.ceil(BACKLOG / Math.max(1, SUBSCRIPTIONS - 1));
-db.transaction(() => {
+await db.write(async (tx) => {
   const now = Date.now();
-  for (let i = 0; i < events; i++) recordEvent(db, "contact.updated", { id: `con_bench${i}`, first_name: "Backlog", email: `b${i}@example.com` }, now);
-}).immediate();
-const backlog = db.query<{ n: number }, []>("SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'pending'").get()!.n;
-db.close();
+  for (let i = 0; i < events; i++) await recordEvent(tx, "contact.updated", { id: `con_bench${i}`, first_name: "Backlog", email: `b${i}@example.com` }, now);
+});
+const backlog = (await db.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'pending'"))!.n;
+await db.close();
 
 latencies = [];
 arrivals = 0;
@@ -160,10 +153,10 @@ const drainCpu = cpuSeconds(server.child.pid) - drainCpuBefore;
 server.child.kill("SIGTERM");
 await server.child.exited;
 const check = openDatabase(databasePath(dataDir));
-const recorded = check.query<{ attempts: number; succeeded: number }, []>(
+const recorded = (await check.get<{ attempts: number; succeeded: number }>(
   "SELECT (SELECT count(*) FROM webhook_delivery_attempts) AS attempts, (SELECT count(*) FROM webhook_deliveries WHERE status = 'succeeded') AS succeeded",
-).get()!;
-check.close();
+))!;
+await check.close();
 const drainSeconds = (lastArrival - firstArrival) / 1000;
 const throughput = {
   backlog,

@@ -1,4 +1,3 @@
-import type { Database } from "bun:sqlite";
 import { Elysia } from "elysia";
 import { consoleRoutes } from "../console/routes.ts";
 import { accountRoutes } from "./accounts/routes.ts";
@@ -6,7 +5,7 @@ import { authentication } from "./auth/routes.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
 import { MIGRATIONS, migrate } from "./db/migrations.ts";
-import { WriteQueue } from "./db/write-queue.ts";
+import type { SqliteDatabase } from "./db/database.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
@@ -26,7 +25,7 @@ import { webhooksDocument } from "./webhooks/service.ts";
 import { DeliveryLoop } from "./webhooks/worker.ts";
 
 export interface AppOptions {
-  db: Database;
+  db: SqliteDatabase;
   config: Config;
   log: Logger;
   /** defaults to the system's resolver and certificate authorities */
@@ -37,17 +36,16 @@ export interface AppOptions {
  * createRuntime opens the secrets key (creating it on first start), migrates the database, checks
  * that the key opens its signing secrets, and builds the services' shared dependencies.
  */
-export function createRuntime({ db, config, log, network = SYSTEM_NETWORK }: AppOptions): Runtime {
+export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK }: AppOptions): Promise<Runtime> {
   const secretsKey = loadSecretsKey(config);
   const secrets = new SecretBox(secretsKey.key);
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
-  migrate(db, MIGRATIONS, { secrets: () => secrets });
-  assertSecretsKeyOpens(db, secrets, secretsKey.path);
-  const writes = new WriteQueue(db);
+  migrate(db.sqlite, MIGRATIONS, { secrets: () => secrets });
+  await assertSecretsKeyOpens(db, secrets, secretsKey.path);
   const metrics = new Metrics();
-  const deliveries = new DeliveryLoop({ db, writes, config, log, network, secrets });
+  const deliveries = new DeliveryLoop({ db, config, log, network, secrets });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
-  return { db, config, log, writes, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */

@@ -1,10 +1,9 @@
 #!/usr/bin/env bun
-import type { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, type Config } from "./config.ts";
-import { databaseFile, databasePath, openDatabase } from "./db/database.ts";
+import { databaseFile, databasePath, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { MIGRATIONS, migrate } from "./db/migrations.ts";
 import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
 import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
@@ -89,8 +88,8 @@ function takeFlag(args: string[], name: string): boolean {
 }
 
 /** migrateWithSecretsKey migrates; a migration that seals signing secrets reads (or creates) the secrets key. */
-function migrateWithSecretsKey(db: Database, config: Config): string[] {
-  return migrate(db, MIGRATIONS, { secrets: () => new SecretBox(loadSecretsKey(config).key) });
+function migrateWithSecretsKey(db: SqliteDatabase, config: Config): string[] {
+  return migrate(db.sqlite, MIGRATIONS, { secrets: () => new SecretBox(loadSecretsKey(config).key) });
 }
 
 /**
@@ -197,7 +196,7 @@ async function main(argv: string[]): Promise<number> {
       const db = openDatabase(databasePath(config.dataDir), config.synchronous);
       const applied = migrateWithSecretsKey(db, config);
       process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
-      db.close();
+      await db.close();
       return 0;
     }
     case "token": {
@@ -212,15 +211,15 @@ async function main(argv: string[]): Promise<number> {
           throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100`);
         }
         const db = openConfiguredDatabase(args, { setUp: true });
-        const { token, info } = createApiToken(db, name.trim(), Date.now(), rate);
+        const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate);
         process.stdout.write(json ? `${JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token })}\n` : `${token}\n`);
         if (!json) process.stderr.write(`created token ${info.id} (${info.name}); it is shown only this once\n`);
         return 0;
       }
       if (sub === "list") {
         const db = openConfiguredDatabase(args);
-        for (const t of listTokens(db)) {
-          const rate = tokenRate(db, t.id);
+        for (const t of await listTokens(db)) {
+          const rate = await tokenRate(db, t.id);
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
           process.stdout.write(`${t.id}  ${t.prefix}…  ${t.name}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
         }
@@ -230,8 +229,8 @@ async function main(argv: string[]): Promise<number> {
         const id = args.shift();
         if (!id || id.startsWith("-")) throw new ConfigError("token revoke needs the token id (see token list)");
         const db = openConfiguredDatabase(args);
-        if (!revokeApiToken(db, id)) {
-          process.stderr.write(findToken(db, id) ? `token ${id} is already revoked\n` : `no token with id ${id}\n`);
+        if (!(await revokeApiToken(db, id))) {
+          process.stderr.write((await findToken(db, id)) ? `token ${id} is already revoked\n` : `no token with id ${id}\n`);
           return 1;
         }
         process.stdout.write(`revoked ${id}\n`);
@@ -243,7 +242,7 @@ async function main(argv: string[]): Promise<number> {
       const sub = args.shift();
       if (sub === "list") {
         const db = openConfiguredDatabase(args);
-        for (const user of allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${user.name}  created ${user.created_at}\n`);
+        for (const user of await allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${user.name}  created ${user.created_at}\n`);
         return 0;
       }
       if (sub !== "create") throw new ConfigError("usage: user create --name N --email E | user list");
@@ -251,7 +250,7 @@ async function main(argv: string[]): Promise<number> {
       const email = takeOption(args, "--email");
       if (!name || !email) throw new ConfigError("user create needs --name and --email");
       const db = openConfiguredDatabase(args, { setUp: true });
-      const user = createUser(db, { name, email });
+      const user = await db.write((tx) => createUser(tx, { name, email }));
       process.stdout.write(`${JSON.stringify(user)}\n`);
       return 0;
     }
@@ -299,7 +298,7 @@ async function main(argv: string[]): Promise<number> {
       const config = loadConfig(args);
       requireDatabase(config.dataDir);
       try {
-        const result = backupDatabase(config.dataDir, file);
+        const result = await backupDatabase(config.dataDir, file);
         process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
         process.stdout.write(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
         return 0;

@@ -1,6 +1,5 @@
-import type { Database } from "bun:sqlite";
 import type { Config } from "./config.ts";
-import type { WriteQueue } from "./db/write-queue.ts";
+import type { Database } from "./db/sql.ts";
 import type { IdempotencyGuard } from "./idempotency/service.ts";
 import type { Metrics } from "./ops/metrics.ts";
 import type { Logger } from "./shared/log.ts";
@@ -8,10 +7,9 @@ import type { SecretBox } from "./webhooks/secrets.ts";
 import type { Network } from "./webhooks/targets.ts";
 import type { DeliveryLoop } from "./webhooks/worker.ts";
 
-/** Runtime is what services need: the database, the group-commit write queue, config and log. */
+/** Runtime is what services need: the database (reads, and writes through `db.write`), config and log. */
 export interface Runtime {
   db: Database;
-  writes: WriteQueue;
   idempotency: IdempotencyGuard;
   config: Config;
   log: Logger;

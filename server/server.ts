@@ -54,14 +54,14 @@ export function tokenCreateCommand(dataDir: string, entry = Bun.main, executable
 /** startServer opens the data directory, migrates, and listens; it is what `serve` runs. */
 export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
-  const runtime = createRuntime({ db, config, log });
+  const runtime = await createRuntime({ db, config, log });
   const app = createApp(runtime);
   // Bun.serve has no connection cap, header timeout setting or body deadline: limitsGuard and
   // parseJsonBody supply the cap (503) and the body deadline (408); the header deadline is Bun's fixed 10 s.
   app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: 2 * 1024 * 1024, idleTimeout: config.idleTimeoutSeconds });
   const server = app.server!;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
-  if (listTokens(db).length === 0) {
+  if ((await listTokens(db)).length === 0) {
     log.info(`no API token exists yet; create the first one with: ${tokenCreateCommand(config.dataDir)}`, { data_dir: resolve(config.dataDir) });
   }
   let setupUrl: string | null = null;
@@ -89,8 +89,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
         await new Promise((resolve) => setImmediate(resolve));
         // Requests are done, so no new deliveries appear; attempts in flight get what time is left.
         await Promise.all([runtime.deliveries.stop(remaining()), stopRetention()]);
-        runtime.writes.flush();
-        db.close();
+        await db.close();
         log.info("stopped", { duration_ms: Math.round(performance.now() - started) });
       })();
       return stopping;

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../../server/db/sql.ts";
 import type { Contact } from "../../server/contacts/model.ts";
 import { findContact, searchContacts } from "../../server/contacts/service.ts";
 import type { CursorPosition } from "../../server/http/list-query.ts";
@@ -33,14 +33,14 @@ function positionOf(text: string): CursorPosition | null {
  * other text a part of the name; `before` continues after a previous page. Throws 422 for a
  * malformed position or an overlong query.
  */
-export function contactsPage(db: Database, query: { q?: string; before?: string }): ContactsView {
+export async function contactsPage(db: Db, query: { q?: string; before?: string }): Promise<ContactsView> {
   const q = (query.q ?? "").trim();
   const before = query.before ? positionOf(query.before) : null;
   if (query.before && !before) throw validationProblem([{ parameter: "before", detail: "must be the position a previous page gave" }], "The page position is invalid.");
   if (q.length > MAX_EMAIL_LENGTH) throw validationProblem([{ parameter: "q", detail: `must be at most ${MAX_EMAIL_LENGTH} characters` }], `The search must be at most ${MAX_EMAIL_LENGTH} characters.`);
   const by = q === "" ? "all" : q.includes("@") ? "email" : "name";
   const filters = by === "email" ? { email: q.toLowerCase() } : by === "name" ? { fullName: q } : {};
-  const page = searchContacts(db, filters, before, CONTACTS_PER_PAGE);
+  const page = await searchContacts(db, filters, before, CONTACTS_PER_PAGE);
   return { q, by, contacts: page.data, total: page.total, next: page.next ? `${page.next.value}.${page.next.id}` : null, older: before !== null };
 }
 
@@ -52,9 +52,9 @@ export interface ContactPageView {
 }
 
 /** contactPage returns a contact with its accounts and assigned users and what was sent about it; a deleted contact still shows its events. Throws 404 when neither exists. */
-export function contactPage(db: Database, id: string): ContactPageView {
-  const contact = findContact(db, id);
-  const events = eventsAbout(db, id, EVENTS_ON_CONTACT);
+export async function contactPage(db: Db, id: string): Promise<ContactPageView> {
+  const contact = await findContact(db, id);
+  const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
   if (!contact && events.length === 0) throw notFound("contact", id);
   return { id, contact, events };
 }

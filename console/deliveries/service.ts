@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../../server/db/sql.ts";
 import { findContact } from "../../server/contacts/service.ts";
 import { notFound, validationProblem, type FieldError } from "../../server/shared/problem.ts";
 import { parseTimestamp, toTimestamp } from "../../server/shared/time.ts";
@@ -77,14 +77,14 @@ function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDelivery
 }
 
 /** latestDeliveries returns a page of the deliveries matching the filters, newest first (the latest 50, or older ones after `before`), with their subscriptions' descriptions. */
-export function latestDeliveries(db: Database, query: DeliveryFilters, now = Date.now()): DeliveriesView {
+export async function latestDeliveries(db: Db, query: DeliveryFilters, now = Date.now()): Promise<DeliveriesView> {
   const { filters, before } = checkDeliveryFilters(query);
-  const page = deliveriesAfter(db, filters, before, LATEST_DELIVERIES);
-  const descriptions = new Map(listAllSubscriptions(db).map((s) => [s.id, s.description]));
-  const subjects = eventSubjects(db, page.data.map((d) => d.event_id));
+  const page = await deliveriesAfter(db, filters, before, LATEST_DELIVERIES);
+  const descriptions = new Map((await listAllSubscriptions(db)).map((s) => [s.id, s.description]));
+  const subjects = await eventSubjects(db, page.data.map((d) => d.event_id));
   return {
     data: page.data.map((d) => deliveryRow(d, descriptions.get(d.subscription_id) ?? null, subjects.get(d.event_id) ?? null)),
-    total: countMatchingDeliveries(db, filters),
+    total: await countMatchingDeliveries(db, filters),
     next: page.next ? positionText(page.next) : null,
     older: before !== null,
     refreshed_at: toTimestamp(now),
@@ -109,8 +109,8 @@ function deliveryRow(d: Delivery, description: string | null, subjectId: string 
 }
 
 /** findDeliveryWatch returns a delivery's status and its receiver's last answer, or null when there is no such delivery. */
-export function findDeliveryWatch(db: Database, id: string): DeliveryWatchView | null {
-  const delivery = findDelivery(db, id);
+export async function findDeliveryWatch(db: Db, id: string): Promise<DeliveryWatchView | null> {
+  const delivery = await findDelivery(db, id);
   if (!delivery) return null;
   const last = delivery.attempt_history.at(-1);
   return {
@@ -125,17 +125,17 @@ export function findDeliveryWatch(db: Database, id: string): DeliveryWatchView |
 }
 
 /** deliveryWatch is findDeliveryWatch for the JSON endpoint the rotation wizard polls: 404 when missing. */
-export function deliveryWatch(db: Database, id: string): DeliveryWatchView {
-  const watch = findDeliveryWatch(db, id);
+export async function deliveryWatch(db: Db, id: string): Promise<DeliveryWatchView> {
+  const watch = await findDeliveryWatch(db, id);
   if (!watch) throw notFound("webhook delivery", id);
   return watch;
 }
 
 /** deliveryWithSubscription returns a delivery with every attempt, and its subscription while it exists, or throws 404. */
-export function deliveryWithSubscription(db: Database, id: string): { delivery: DeliveryDetail; subscription: Subscription | null } {
-  const delivery = findDelivery(db, id);
+export async function deliveryWithSubscription(db: Db, id: string): Promise<{ delivery: DeliveryDetail; subscription: Subscription | null }> {
+  const delivery = await findDelivery(db, id);
   if (!delivery) throw notFound("webhook delivery", id);
-  return { delivery, subscription: findSubscription(db, delivery.subscription_id) };
+  return { delivery, subscription: await findSubscription(db, delivery.subscription_id) };
 }
 
 /** EventPageView is an event, what it is about, and every delivery made of it. */
@@ -145,11 +145,11 @@ export interface EventPageView {
 }
 
 /** eventPage returns an event with its deliveries and the contact it is about, or throws 404. */
-export function eventPage(db: Database, id: string): EventPageView {
-  const event = findWebhookEvent(db, id);
+export async function eventPage(db: Db, id: string): Promise<EventPageView> {
+  const event = await findWebhookEvent(db, id);
   if (!event) throw notFound("event", id);
   const subjectId = (event.payload as { data?: { id?: unknown } } | null)?.data?.id;
   if (typeof subjectId !== "string" || !subjectId.startsWith("con_")) return { event, subject: null };
-  const contact = findContact(db, subjectId);
+  const contact = await findContact(db, subjectId);
   return { event, subject: { id: subjectId, label: contact ? contact.full_name || contact.email || subjectId : `${subjectId} (deleted)` } };
 }

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../../server/db/sql.ts";
 import { contactsWithEmail, findContact } from "../../server/contacts/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { findDelivery, findSubscription, findWebhookEvent } from "../../server/webhooks/service.ts";
@@ -13,7 +13,7 @@ const ID = /^(dlv|evt|con|sub)_[0-9A-Z]{26}$/;
  * (the webhook-id), an event id, a contact id, a subscription id, or a contact's email, and leads
  * to its page. Any other text searches the contacts by name.
  */
-export function search(db: Database, text: string): SearchResult {
+export async function search(db: Db, text: string): Promise<SearchResult> {
   const q = text.trim();
   if (q === "") return { nothing: "Type a delivery id (dlv_…), an event id (evt_…), a contact id (con_…), an email or a name." };
   const id = ID.exec(q.toUpperCase().replace(/^(DLV|EVT|CON|SUB)_/, (prefix) => prefix.toLowerCase()));
@@ -21,18 +21,18 @@ export function search(db: Database, text: string): SearchResult {
     const normalised = id[0];
     const [found, page] =
       id[1] === "dlv"
-        ? [findDelivery(db, normalised), "deliveries"]
+        ? [await findDelivery(db, normalised), "deliveries"]
         : id[1] === "evt"
-          ? [findWebhookEvent(db, normalised), "events"]
+          ? [await findWebhookEvent(db, normalised), "events"]
           : id[1] === "con"
-            ? [findContact(db, normalised), "contacts"]
-            : [findSubscription(db, normalised), "subscriptions"];
+            ? [await findContact(db, normalised), "contacts"]
+            : [await findSubscription(db, normalised), "subscriptions"];
     // A deleted contact's page still lists what was sent about it.
     if (found || id[1] === "con") return { location: `${CONSOLE_PREFIX}/${page}/${normalised}` };
     return { nothing: `Nothing has the id ${normalised}: it may have been deleted, or pruned by the retention of delivery history.` };
   }
   if (q.includes("@")) {
-    const contacts = contactsWithEmail(db, q);
+    const contacts = await contactsWithEmail(db, q);
     if (contacts.length === 1) return { location: `${CONSOLE_PREFIX}/contacts/${contacts[0]!.id}` };
     if (contacts.length > 1) return { location: `${CONSOLE_PREFIX}/contacts?q=${encodeURIComponent(q)}` };
     return { nothing: `No contact has the email ${q}.` };

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../../server/db/sql.ts";
 import { toTimestamp } from "../../server/shared/time.ts";
 import type { Subscription } from "../../server/webhooks/model.ts";
 import { responseTimesByWindow, type ResponseTimes } from "../../server/webhooks/stats.ts";
@@ -30,7 +30,7 @@ function bars(rows: DeliveryHourRow[], size: number, count: number, now: number)
   const out = Array.from({ length: count }, (_, i) => ({ from: toTimestamp(first + i * size), succeeded: 0, failed: 0, pending: 0 }));
   for (const row of rows) {
     const i = Math.floor((row.hour - first) / size);
-    if (i >= 0 && i < count) out[i]![row.status] += row.n;
+    if (i >= 0 && i < count) out[i]![row.status] += Number(row.n);
   }
   return out;
 }
@@ -41,11 +41,11 @@ function bars(rows: DeliveryHourRow[], size: number, count: number, now: number)
  * 10,000 rows, and building them cost 3 ms). The 7-day response times, a week of histograms, are
  * read for a single subscription's page only.
  */
-export function subscriptionsHealth(db: Database, subscriptions: Subscription[], now = Date.now()): SubscriptionHealth[] {
+export async function subscriptionsHealth(db: Db, subscriptions: Subscription[], now = Date.now()): Promise<SubscriptionHealth[]> {
   const only = subscriptions.length === 1 ? subscriptions[0]!.id : null;
-  const hourRows = Map.groupBy(listDeliveryHoursSince(db, now - (now % HOUR_MS) - 23 * HOUR_MS, only), (row) => row.subscription_id);
-  const dayRows = Map.groupBy(listDeliveryDaysSince(db, now - (now % DAY_MS) - 6 * DAY_MS, only), (row) => row.subscription_id);
-  const latency = responseTimesByWindow(db, only ? [24, 7 * 24] : [24], only, now);
+  const hourRows = Map.groupBy(await listDeliveryHoursSince(db, now - (now % HOUR_MS) - 23 * HOUR_MS, only), (row) => row.subscription_id);
+  const dayRows = Map.groupBy(await listDeliveryDaysSince(db, now - (now % DAY_MS) - 6 * DAY_MS, only), (row) => row.subscription_id);
+  const latency = await responseTimesByWindow(db, only ? [24, 7 * 24] : [24], only, now);
   return subscriptions.map((subscription) => {
     const [last_24h = null, last_7d = null] = latency.get(subscription.id) ?? [];
     return {
@@ -61,11 +61,12 @@ export function subscriptionsHealth(db: Database, subscriptions: Subscription[],
 const FAILURE_REASONS = 10;
 
 /** recentFailures groups the failing deliveries of a subscription's last 7 days by reason: the status code answered, or the network error. */
-export function recentFailures(db: Database, subscriptionId: string, now = Date.now()): FailureReason[] {
-  return listFailureReasons(db, subscriptionId, now - 7 * DAY_MS, FAILURE_REASONS).map((row) => ({
+export async function recentFailures(db: Db, subscriptionId: string, now = Date.now()): Promise<FailureReason[]> {
+  // Number(): PostgreSQL answers count(*) and max() of bigint as text.
+  return (await listFailureReasons(db, subscriptionId, now - 7 * DAY_MS, FAILURE_REASONS)).map((row) => ({
     reason: row.last_response_status !== null ? `HTTP ${row.last_response_status}` : (row.last_error ?? "no answer"),
-    deliveries: row.deliveries,
-    latest_at: toTimestamp(row.latest_at),
+    deliveries: Number(row.deliveries),
+    latest_at: toTimestamp(Number(row.latest_at)),
     latest_delivery_id: row.latest_id,
   }));
 }

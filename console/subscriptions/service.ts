@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../../server/db/sql.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
@@ -72,31 +72,31 @@ export interface SubscriptionOverview extends SubscriptionChoice {
 }
 
 /** openRotationsFrom maps each subscription being rotated away from to its rotation (whose new subscription still exists). */
-function openRotationsFrom(db: Database): Map<string, string> {
+async function openRotationsFrom(db: Db): Promise<Map<string, string>> {
   const open = new Map<string, string>();
-  for (const row of listOpenRotations(db)) {
-    if (!open.has(row.old_subscription_id) && findSubscription(db, row.new_subscription_id)) open.set(row.old_subscription_id, row.new_subscription_id);
+  for (const row of await listOpenRotations(db)) {
+    if (!open.has(row.old_subscription_id) && (await findSubscription(db, row.new_subscription_id))) open.set(row.old_subscription_id, row.new_subscription_id);
   }
   return open;
 }
 
 /** openRotationFrom returns the id of the unfinished rotation away from a subscription, or null. */
-export function openRotationFrom(db: Database, subscriptionId: string): string | null {
-  return openRotationsFrom(db).get(subscriptionId) ?? null;
+export async function openRotationFrom(db: Db, subscriptionId: string): Promise<string | null> {
+  return (await openRotationsFrom(db)).get(subscriptionId) ?? null;
 }
 
 /** subscriptionChoices lists every subscription with its open rotation, for the wizard's first step. */
-export function subscriptionChoices(db: Database): SubscriptionChoice[] {
-  const open = openRotationsFrom(db);
-  return listAllSubscriptions(db).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
+export async function subscriptionChoices(db: Db): Promise<SubscriptionChoice[]> {
+  const open = await openRotationsFrom(db);
+  return (await listAllSubscriptions(db)).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
 }
 
 /** subscriptionsOverview lists every subscription with its recent counts, and the rotations still open. */
-export function subscriptionsOverview(db: Database, now = Date.now()): { subscriptions: SubscriptionOverview[]; rotations: RotationView[] } {
-  const counts = subscriptionDeliveryCounts(db, now - RECENT_MS);
-  const rotations = listOpenRotations(db).map((row) => toRotationView(db, row)).filter((r) => r.step !== "abandoned");
+export async function subscriptionsOverview(db: Db, now = Date.now()): Promise<{ subscriptions: SubscriptionOverview[]; rotations: RotationView[] }> {
+  const counts = await subscriptionDeliveryCounts(db, now - RECENT_MS);
+  const rotations = (await Promise.all((await listOpenRotations(db)).map((row) => toRotationView(db, row)))).filter((r) => r.step !== "abandoned");
   return {
-    subscriptions: subscriptionChoices(db).map((choice) => ({ ...choice, counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 } })),
+    subscriptions: (await subscriptionChoices(db)).map((choice) => ({ ...choice, counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 } })),
     rotations,
   };
 }
@@ -116,16 +116,16 @@ export interface RotationView {
   completed_at: string | null;
 }
 
-function toRotationView(db: Database, row: RotationRow): RotationView {
-  const replacement = findSubscription(db, row.new_subscription_id);
+async function toRotationView(db: Db, row: RotationRow): Promise<RotationView> {
+  const replacement = await findSubscription(db, row.new_subscription_id);
   // Retention may have removed an old test delivery (null); the wizard then asks for a new test.
-  const test = row.test_delivery_id ? findDeliveryWatch(db, row.test_delivery_id) : null;
-  const old = findSubscription(db, row.old_subscription_id);
+  const test = row.test_delivery_id ? await findDeliveryWatch(db, row.test_delivery_id) : null;
+  const old = await findSubscription(db, row.old_subscription_id);
   return {
     id: row.new_subscription_id,
     old: { id: row.old_subscription_id, target_url: row.old_target_url, description: row.old_description, subscription: old },
     replacement,
-    oldPending: old ? countMatchingDeliveries(db, { subscriptionId: old.id, status: "pending" }) : 0,
+    oldPending: old ? await countMatchingDeliveries(db, { subscriptionId: old.id, status: "pending" }) : 0,
     test,
     step: row.completed_at !== null ? "done" : replacement ? "test" : "abandoned",
     created_at: toTimestamp(row.created_at),
@@ -134,8 +134,8 @@ function toRotationView(db: Database, row: RotationRow): RotationView {
 }
 
 /** rotationView returns the state of one rotation, or throws 404. */
-export function rotationView(db: Database, id: string): RotationView {
-  const row = findRotation(db, id);
+export async function rotationView(db: Db, id: string): Promise<RotationView> {
+  const row = await findRotation(db, id);
   if (!row) throw notFound("rotation", id);
   return toRotationView(db, row);
 }
@@ -146,20 +146,20 @@ export function rotationView(db: Database, id: string): RotationView {
  * returned instead, without a secret, so a repeated form post does not create a second subscription.
  */
 export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, now = Date.now()): Promise<{ id: string; secret: string | null }> {
-  const old = getSubscription(rt.db, oldId);
-  const open = openRotationFrom(rt.db, oldId);
+  const old = await getSubscription(rt.db, oldId);
+  const open = await openRotationFrom(rt.db, oldId);
   if (open) return { id: open, secret: null };
   const created = await createSubscriptionFromForm(rt, form);
-  insertRotation(rt.db, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
+  await insertRotation(rt.db, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
   return { id: created.id, secret: created.secret };
 }
 
 /** sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its delivery. */
 export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
-  const view = rotationView(rt.db, id);
+  const view = await rotationView(rt.db, id);
   if (view.step !== "test") throw new ProblemError(409, "rotation-closed", view.step === "done" ? "This rotation is finished." : "The new subscription of this rotation was deleted.");
   const sent = await sendTestEvent(rt, id);
-  setRotationTestDelivery(rt.db, id, sent.delivery_id, now);
+  await setRotationTestDelivery(rt.db, id, sent.delivery_id, now);
 }
 
 /**
@@ -167,7 +167,7 @@ export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()
  * reached the new one and the operator confirmed; a finished rotation stays finished.
  */
 export async function finishRotation(rt: Runtime, id: string, confirmed: boolean, now = Date.now()): Promise<void> {
-  const view = rotationView(rt.db, id);
+  const view = await rotationView(rt.db, id);
   if (view.step === "done") return;
   if (view.step === "abandoned") throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted; start a new rotation.");
   if (view.test?.status !== "succeeded") {
@@ -182,7 +182,7 @@ export async function finishRotation(rt: Runtime, id: string, confirmed: boolean
       if (!(error instanceof ProblemError && error.status === 404)) throw error;
     }
   }
-  markRotationCompleted(rt.db, id, now);
+  await markRotationCompleted(rt.db, id, now);
 }
 
 /** SecretRotationView is a secret rotation's state, derived from the subscription: its grace period and latest test event since the rotation. */
@@ -194,14 +194,13 @@ export interface SecretRotationView {
 }
 
 /** secretRotationView returns where the secret rotation of a subscription stands, or throws 404. */
-export function secretRotationView(db: Database, id: string, now = Date.now()): SecretRotationView {
-  const subscription = getSubscription(db, id);
+export async function secretRotationView(db: Db, id: string, now = Date.now()): Promise<SecretRotationView> {
+  const subscription = await getSubscription(db, id);
   const graceRunning = subscription.previous_secret_expires_at !== null && Date.parse(subscription.previous_secret_expires_at) > now;
   if (!graceRunning) return { subscription, step: "rotate", test: null };
   // The latest webhook.ping sent since the rotation is the wizard's test event.
-  const since = new Date(Date.parse(subscription.secret_rotated_at!) - 1).toISOString();
-  const [ping] = deliveriesAfter(db, { subscriptionId: id, eventType: "webhook.ping", createdAfter: Date.parse(since) }, null, 1).data;
-  return { subscription, step: "test", test: ping ? findDeliveryWatch(db, ping.id) : null };
+  const [ping] = (await deliveriesAfter(db, { subscriptionId: id, eventType: "webhook.ping", createdAfter: Date.parse(subscription.secret_rotated_at!) - 1 }, null, 1)).data;
+  return { subscription, step: "test", test: ping ? await findDeliveryWatch(db, ping.id) : null };
 }
 
 /** rotateSecretFromForm rotates a subscription's secret with the grace period typed in hours, and returns the new secret (shown once). */
@@ -215,13 +214,13 @@ export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: 
 
 /** sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace period runs. */
 export async function sendSecretRotationTest(rt: Runtime, id: string): Promise<void> {
-  if (secretRotationView(rt.db, id).step !== "test") throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
+  if ((await secretRotationView(rt.db, id)).step !== "test") throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
   await sendTestEvent(rt, id);
 }
 
 /** finishSecretRotation retires the previous secret, which the wizard allows only after a test event succeeded and the operator confirmed. */
 export async function finishSecretRotation(rt: Runtime, id: string, confirmed: boolean): Promise<void> {
-  const view = secretRotationView(rt.db, id);
+  const view = await secretRotationView(rt.db, id);
   if (view.step !== "test") return;
   if (view.test?.status !== "succeeded") throw new ProblemError(409, "rotation-untested", "The previous secret can be retired only after a test event was delivered successfully.");
   if (!confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the previous secret is to stop signing.");
@@ -244,9 +243,9 @@ export interface RecoveryPreview {
 }
 
 /** recoveryPreview checks the window of the console's recover form and counts its failed deliveries, or throws 422 or 404. */
-export function recoveryPreview(db: Database, id: string, since: string, until: string, now = Date.now()): RecoveryPreview {
+export async function recoveryPreview(db: Db, id: string, since: string, until: string, now = Date.now()): Promise<RecoveryPreview> {
   const window = recoveryWindow({ since: consoleTime(since), ...(until ? { until: consoleTime(until) } : {}) }, now);
-  return { since: toTimestamp(window.since), until: toTimestamp(window.until), count: countRecoverable(db, id, window) };
+  return { since: toTimestamp(window.since), until: toTimestamp(window.until), count: await countRecoverable(db, id, window) };
 }
 
 /** recoverFromForm queues the failed deliveries of the confirmed window again and returns how many. */

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../../server/db/sql.ts";
 
 /** RotationRow is a guided replacement of one subscription by a new one, keyed by the new subscription. */
 export type RotationRow = {
@@ -13,29 +13,30 @@ export type RotationRow = {
 };
 
 /** insertRotation stores a rotation that has just created its new subscription. */
-export function insertRotation(db: Database, row: Omit<RotationRow, "test_delivery_id" | "completed_at" | "updated_at">): void {
-  db.query(
+export async function insertRotation(db: Db, row: Omit<RotationRow, "test_delivery_id" | "completed_at" | "updated_at">): Promise<void> {
+  await db.run(
     `INSERT INTO subscription_rotations (new_subscription_id, old_subscription_id, old_target_url, old_description, created_at, updated_at)
-     VALUES ($new_subscription_id, $old_subscription_id, $old_target_url, $old_description, $created_at, $created_at)`,
-  ).run(row);
+     VALUES (?, ?, ?, ?, ?, ?)`,
+    [row.new_subscription_id, row.old_subscription_id, row.old_target_url, row.old_description, row.created_at, row.created_at],
+  );
 }
 
 /** findRotation returns the rotation to the given new subscription, or null. */
-export function findRotation(db: Database, newSubscriptionId: string): RotationRow | null {
-  return db.query<RotationRow, [string]>("SELECT * FROM subscription_rotations WHERE new_subscription_id = ?").get(newSubscriptionId);
+export function findRotation(db: Db, newSubscriptionId: string): Promise<RotationRow | null> {
+  return db.get<RotationRow>("SELECT * FROM subscription_rotations WHERE new_subscription_id = ?", [newSubscriptionId]);
 }
 
 /** listOpenRotations returns every unfinished rotation, newest first. */
-export function listOpenRotations(db: Database): RotationRow[] {
-  return db.query<RotationRow, []>("SELECT * FROM subscription_rotations WHERE completed_at IS NULL ORDER BY created_at DESC").all();
+export function listOpenRotations(db: Db): Promise<RotationRow[]> {
+  return db.all<RotationRow>("SELECT * FROM subscription_rotations WHERE completed_at IS NULL ORDER BY created_at DESC");
 }
 
 /** setRotationTestDelivery records the test event delivery sent to a rotation's new subscription. */
-export function setRotationTestDelivery(db: Database, newSubscriptionId: string, deliveryId: string, at: number): void {
-  db.query("UPDATE subscription_rotations SET test_delivery_id = ?, updated_at = ? WHERE new_subscription_id = ?").run(deliveryId, at, newSubscriptionId);
+export async function setRotationTestDelivery(db: Db, newSubscriptionId: string, deliveryId: string, at: number): Promise<void> {
+  await db.run("UPDATE subscription_rotations SET test_delivery_id = ?, updated_at = ? WHERE new_subscription_id = ?", [deliveryId, at, newSubscriptionId]);
 }
 
 /** markRotationCompleted records that the old subscription was deleted. */
-export function markRotationCompleted(db: Database, newSubscriptionId: string, at: number): void {
-  db.query("UPDATE subscription_rotations SET completed_at = ?, updated_at = ? WHERE new_subscription_id = ? AND completed_at IS NULL").run(at, at, newSubscriptionId);
+export async function markRotationCompleted(db: Db, newSubscriptionId: string, at: number): Promise<void> {
+  await db.run("UPDATE subscription_rotations SET completed_at = ?, updated_at = ? WHERE new_subscription_id = ? AND completed_at IS NULL", [at, at, newSubscriptionId]);
 }

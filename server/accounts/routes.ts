@@ -54,7 +54,7 @@ export function accountRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/:id", ({ params }) => ({ data: getAccount(rt.db, params.id) }), {
+    .get("/:id", async ({ params }) => ({ data: await getAccount(rt.db, params.id) }), {
       params: AccountId,
       response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { operationId: "getAccount", summary: "Get an account", tags, ...secured },

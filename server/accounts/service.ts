@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import type { BatchResult } from "../batch/model.ts";
 import type { BatchKind } from "../batch/service.ts";
 import { notFound, validationProblem, type FieldError } from "../shared/problem.ts";
@@ -67,21 +67,21 @@ function accountRowFrom(row: AccountRow, input: AccountInput, now: number): Acco
 const MAX_MATCHES_NAMED = 10;
 
 /** matchAccount finds the account a batch item upserts: by domain when it has one, else by name; several matches are refused, naming them. */
-function matchAccount(db: Database, input: AccountInput): { row: AccountRow | null } | { errors: FieldError[] } {
+async function matchAccount(db: Db, input: AccountInput): Promise<{ row: AccountRow | null } | { errors: FieldError[] }> {
   const domain = input.domain?.toLowerCase();
   const filters = domain ? { domain } : { name: input.name };
-  const rows = listAccounts(db, filters, { sortBy: "created_at", direction: "asc", cursor: null, limit: MAX_MATCHES_NAMED, offset: 0 });
+  const rows = await listAccounts(db, filters, { sortBy: "created_at", direction: "asc", cursor: null, limit: MAX_MATCHES_NAMED, offset: 0 });
   if (rows.length <= 1) return { row: rows[0] ?? null };
   const field = domain ? "domain" : "name";
   return { errors: [{ pointer: `/${field}`, detail: `matches several accounts (${rows.map((row) => row.id).join(", ")}); send the ${domain ? "name" : "domain"} too or merge them first` }] };
 }
 
 /** writeNewAccount inserts an account and its account.created event; call it inside a write. */
-function writeNewAccount(db: Database, input: AccountInput, now: number): Account {
+async function writeNewAccount(db: Db, input: AccountInput, now: number): Promise<Account> {
   const row = accountRowFrom(blankAccount(now), input, now);
-  insertAccount(db, row);
+  await insertAccount(db, row);
   const account = toAccount(row);
-  recordEvent(db, "account.created", account, now);
+  await recordEvent(db, "account.created", account, now);
   return account;
 }
 
@@ -90,7 +90,7 @@ function writeNewAccount(db: Database, input: AccountInput, now: number): Accoun
  * written with updated_at = now and its account.updated event; an input that changes nothing
  * writes nothing. Refuses merged further properties over their limit.
  */
-function writeAccountChange(db: Database, current: AccountRow, input: AccountInput, now: number): { errors: FieldError[] } | { account: Account; changed: boolean } {
+async function writeAccountChange(db: Db, current: AccountRow, input: AccountInput, now: number): Promise<{ errors: FieldError[] } | { account: Account; changed: boolean }> {
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...accountRowFrom(current, input, now), version: current.version + 1 };
   const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, KNOWN);
@@ -99,17 +99,17 @@ function writeAccountChange(db: Database, current: AccountRow, input: AccountInp
   const after = toAccount(row);
   // Canonical form: the same properties sent in another key order are no change.
   if (canonicalJson({ ...after, version: null, updated_at: null }) === canonicalJson({ ...before, version: null, updated_at: null })) return { account: before, changed: false };
-  updateAccountRow(db, row);
-  recordEvent(db, "account.updated", after, now);
+  await updateAccountRow(db, row);
+  await recordEvent(db, "account.updated", after, now);
   return { account: after, changed: true };
 }
 
 /** upsertAccount writes one valid batch item: created, updated or unchanged; invalid when its key is ambiguous or the merged properties too large. */
-function upsertAccount(db: Database, input: AccountInput, now: number): BatchResult {
-  const match = matchAccount(db, input);
+async function upsertAccount(db: Db, input: AccountInput, now: number): Promise<BatchResult> {
+  const match = await matchAccount(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
-  if (!match.row) return { status: "created", id: writeNewAccount(db, input, now).id };
-  const change = writeAccountChange(db, match.row, input, now);
+  if (!match.row) return { status: "created", id: (await writeNewAccount(db, input, now)).id };
+  const change = await writeAccountChange(db, match.row, input, now);
   if ("errors" in change) return { status: "invalid", errors: change.errors };
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
 }
@@ -118,26 +118,26 @@ function upsertAccount(db: Database, input: AccountInput, now: number): BatchRes
 export const ACCOUNT_BATCH: BatchKind<AccountInput> = { itemErrors: accountItemErrors, upsert: upsertAccount };
 
 /** createAccount stores an account, its account.created event and its idempotent response in one group-committed write. */
-export function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Account } }> {
+export async function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Account } }> {
   const oversized = extraPropertiesErrors(input, KNOWN);
   if (oversized.length > 0) throw validationProblem(oversized);
-  return rt.writes.submit(() => {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
-    const body = { data: writeNewAccount(rt.db, input, now) };
-    saveIdempotentResponse(rt.db, idempotency, 201, body, now);
+    const body = { data: await writeNewAccount(tx, input, now) };
+    await saveIdempotentResponse(tx, idempotency, 201, body, now);
     return { status: 201, body };
   });
 }
 
 /** getAccount returns one account or throws 404. */
-export function getAccount(db: Database, id: string): Account {
-  const row = findAccountById(db, id);
+export async function getAccount(db: Db, id: string): Promise<Account> {
+  const row = await findAccountById(db, id);
   if (!row) throw notFound("account", id);
   return toAccount(row);
 }
 
 /** listAccountsPage returns one page of accounts, sorted and filtered as the query asks. */
-export function listAccountsPage(db: Database, query: Record<string, unknown>): { data: Account[]; meta: ListMeta } {
+export async function listAccountsPage(db: Db, query: Record<string, unknown>): Promise<{ data: Account[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ACCOUNT_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: ACCOUNT_FILTERS });
   const filters = {
     name: query.name as string | undefined,
@@ -145,9 +145,9 @@ export function listAccountsPage(db: Database, query: Record<string, unknown>): 
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
   };
-  const rows = listAccounts(db, filters, { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  const rows = await listAccounts(db, filters, { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
   const column = ACCOUNT_SORT_COLUMNS[list.sortBy];
-  return { data: rows.map(toAccount), meta: listMeta(list, countAccounts(db, filters), rows, (row: AccountRow) => row[column], query, ACCOUNT_FILTERS) };
+  return { data: rows.map(toAccount), meta: listMeta(list, await countAccounts(db, filters), rows, (row: AccountRow) => row[column], query, ACCOUNT_FILTERS) };
 }
 
 /** refuseInvalidPatch throws 422 for read-only fields and oversized further properties in a PATCH body. */
@@ -162,19 +162,19 @@ function refuseInvalidPatch(input: AccountPatch): void {
  * replace, null clears domain or a further property; a change writes account.updated, none writes
  * nothing. Returns null when no account has the id.
  */
-export function applyAccountUpdate(db: Database, id: string, input: AccountPatch, now: number): { account: Account; changed: boolean } | null {
+export async function applyAccountUpdate(db: Db, id: string, input: AccountPatch, now: number): Promise<{ account: Account; changed: boolean } | null> {
   refuseInvalidPatch(input);
-  const current = findAccountById(db, id);
+  const current = await findAccountById(db, id);
   if (!current) return null;
-  const change = writeAccountChange(db, current, { ...input, name: input.name ?? current.name }, now);
+  const change = await writeAccountChange(db, current, { ...input, name: input.name ?? current.name }, now);
   if ("errors" in change) throw validationProblem(change.errors);
   return change;
 }
 
 /** updateAccount applies a PATCH in one group-committed write, or throws 404. */
-export function updateAccount(rt: Runtime, id: string, input: AccountPatch): Promise<Account> {
-  return rt.writes.submit(() => {
-    const result = applyAccountUpdate(rt.db, id, input, Date.now());
+export async function updateAccount(rt: Runtime, id: string, input: AccountPatch): Promise<Account> {
+  return rt.db.write(async (tx) => {
+    const result = await applyAccountUpdate(tx, id, input, Date.now());
     if (!result) throw notFound("account", id);
     return result.account;
   });
@@ -184,19 +184,19 @@ export function updateAccount(rt: Runtime, id: string, input: AccountPatch): Pro
  * deleteAccount removes an account in one commit: its contacts stay and lose the link (each sends
  * contact.updated), then the account's tombstone and account.deleted.
  */
-export function deleteAccount(rt: Runtime, id: string): Promise<void> {
-  return rt.writes.submit(() => {
+export async function deleteAccount(rt: Runtime, id: string): Promise<void> {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
-    const current = findAccountById(rt.db, id);
+    const current = await findAccountById(tx, id);
     if (!current) throw notFound("account", id);
-    detachAccountFromContacts(rt.db, id, now);
-    deleteAccountRow(rt.db, id);
-    insertTombstone(rt.db, "account", id, now);
-    recordEvent(rt.db, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
+    await detachAccountFromContacts(tx, id, now);
+    await deleteAccountRow(tx, id);
+    await insertTombstone(tx, "account", id, now);
+    await recordEvent(tx, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });
 }
 
 /** accountsByIds returns the API form of the accounts with the given ids, keyed by id. */
-export function accountsByIds(db: Database, ids: string[]): Map<string, Account> {
-  return new Map([...findAccountsByIds(db, ids)].map(([id, row]) => [id, toAccount(row)]));
+export async function accountsByIds(db: Db, ids: string[]): Promise<Map<string, Account>> {
+  return new Map([...(await findAccountsByIds(db, ids))].map(([id, row]) => [id, toAccount(row)]));
 }

@@ -1,4 +1,5 @@
-import type { Database } from "bun:sqlite";
+import type { Database as SqliteConnection } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import { keysetOrder } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { AccountSort } from "./model.ts";
@@ -29,35 +30,53 @@ export function accountNameKey(name: string): string {
 }
 
 /** insertAccount stores a new account row. */
-export function insertAccount(db: Database, row: AccountRow): void {
-  db.query("INSERT INTO accounts (id, name, name_key, domain, properties, version, created_at, updated_at) VALUES ($id, $name, $name_key, $domain, $properties, $version, $created_at, $updated_at)").run(row);
+export async function insertAccount(db: Db, row: AccountRow): Promise<void> {
+  await db.run("INSERT INTO accounts (id, name, name_key, domain, properties, version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+    row.id,
+    row.name,
+    row.name_key,
+    row.domain,
+    row.properties,
+    row.version,
+    row.created_at,
+    row.updated_at,
+  ]);
 }
 
 /** updateAccount overwrites an account row's fields. */
-export function updateAccount(db: Database, row: AccountRow): void {
-  db.query("UPDATE accounts SET name = $name, name_key = $name_key, domain = $domain, properties = $properties, version = $version, updated_at = $updated_at WHERE id = $id").run({ ...row, created_at: undefined } as never);
+export async function updateAccount(db: Db, row: AccountRow): Promise<void> {
+  await db.run("UPDATE accounts SET name = ?, name_key = ?, domain = ?, properties = ?, version = ?, updated_at = ? WHERE id = ?", [
+    row.name,
+    row.name_key,
+    row.domain,
+    row.properties,
+    row.version,
+    row.updated_at,
+    row.id,
+  ]);
 }
 
 /** deleteAccount removes an account row and tells whether it existed (its contact links must be gone first). */
-export function deleteAccount(db: Database, id: string): boolean {
-  return db.query("DELETE FROM accounts WHERE id = ?").run(id).changes > 0;
+export async function deleteAccount(db: Db, id: string): Promise<boolean> {
+  return (await db.run("DELETE FROM accounts WHERE id = ?", [id])) > 0;
 }
 
 /** keyAccountNames fills name_key for every account (the backfill of migration 0007). */
-export function keyAccountNames(db: Database): void {
+// sqlite-only: migrations run synchronously on the writer connection.
+export function keyAccountNames(db: SqliteConnection): void {
   const update = db.query("UPDATE accounts SET name_key = ? WHERE id = ?");
   for (const { id, name } of db.query<{ id: string; name: string }, []>("SELECT id, name FROM accounts").all()) update.run(accountNameKey(name), id);
 }
 
 /** findAccountById returns one account row or null. */
-export function findAccountById(db: Database, id: string): AccountRow | null {
-  return db.query<AccountRow, [string]>("SELECT * FROM accounts WHERE id = ?").get(id);
+export function findAccountById(db: Db, id: string): Promise<AccountRow | null> {
+  return db.get<AccountRow>("SELECT * FROM accounts WHERE id = ?", [id]);
 }
 
 /** findAccountsByIds returns the accounts with the given ids, keyed by id. */
-export function findAccountsByIds(db: Database, ids: string[]): Map<string, AccountRow> {
+export async function findAccountsByIds(db: Db, ids: string[]): Promise<Map<string, AccountRow>> {
   if (ids.length === 0) return new Map();
-  const rows = db.query<AccountRow, string[]>(`SELECT * FROM accounts WHERE id IN (${ids.map(() => "?").join(", ")})`).all(...ids);
+  const rows = await db.all<AccountRow>(`SELECT * FROM accounts WHERE id IN (${ids.map(() => "?").join(", ")})`, ids);
   return new Map(rows.map((row) => [row.id, row]));
 }
 
@@ -84,20 +103,20 @@ function filterClause(filters: AccountFilters): { where: string[]; params: (stri
 }
 
 /** countAccounts counts the accounts matching the filters. */
-export function countAccounts(db: Database, filters: AccountFilters): number {
+export async function countAccounts(db: Db, filters: AccountFilters): Promise<number> {
   const { where, params } = filterClause(filters);
-  return db.query<{ n: number }, (string | number)[]>(`SELECT count(*) AS n FROM accounts ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`).get(...params)!.n;
+  return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM accounts ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`, params))!.n;
 }
 
 /** ACCOUNT_SORT_COLUMNS maps each sort to its indexed column: a name sorts by its case-folded key. */
 export const ACCOUNT_SORT_COLUMNS: Record<AccountSort, "created_at" | "updated_at" | "name_key" | "domain"> = { created_at: "created_at", updated_at: "updated_at", name: "name_key", domain: "domain" };
 
 /** listAccounts returns one page of accounts in the given sort, by offset or after a keyset cursor. */
-export function listAccounts(
-  db: Database,
+export async function listAccounts(
+  db: Db,
   filters: AccountFilters,
   page: { sortBy: AccountSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number },
-): AccountRow[] {
+): Promise<AccountRow[]> {
   const { where, params } = filterClause(filters);
   const sortColumn = ACCOUNT_SORT_COLUMNS[page.sortBy];
   // As for contacts: a filter on another column than the sort picks its rows through its own index
@@ -107,10 +126,13 @@ export function listAccounts(
   const order = keysetOrder(column, "id", page.direction, page.cursor, sortColumn === "domain");
   const select = (keyset: { after: string; params: (string | number)[] } | null, limit: number) => {
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
-    return db
-      .query<AccountRow, (string | number)[]>(`SELECT * FROM accounts ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`)
-      .all(...(keyset?.params ?? []), ...params, limit, page.offset);
+    return db.all<AccountRow>(`SELECT * FROM accounts ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`, [
+      ...(keyset?.params ?? []),
+      ...params,
+      limit,
+      page.offset,
+    ]);
   };
-  const rows = select(order, page.limit);
-  return order.then && rows.length < page.limit ? rows.concat(select(order.then, page.limit - rows.length)) : rows;
+  const rows = await select(order, page.limit);
+  return order.then && rows.length < page.limit ? rows.concat(await select(order.then, page.limit - rows.length)) : rows;
 }

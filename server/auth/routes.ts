@@ -29,12 +29,13 @@ export function chargeExtraWrites(request: Request, writes: number): void {
  */
 export function authentication(rt: Runtime) {
   const rates = new ApiRateLimits(rt.config, (tokenId) => tokenRate(rt.db, tokenId));
-  return new Elysia({ name: "authentication" }).onRequest(({ request, server, set }) => {
+  return new Elysia({ name: "authentication" }).onRequest(async ({ request, server, set }) => {
     const url = request.url;
     if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
-    const check = checkBearer(rt.db, request);
+    const check = await checkBearer(rt.db, request);
     if (check.token) {
       const token = check.token;
+      await rates.loadPolicies(token.id);
       Object.assign(set.headers, rates.admitToken(token.id, request.method));
       authenticated.set(request, token);
       if (!READ_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));

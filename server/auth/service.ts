@@ -1,6 +1,5 @@
-import type { Database } from "bun:sqlite";
+import type { Database, Db } from "../db/sql.ts";
 import type { TokenRate } from "../limits/rate-limiter.ts";
-import { outsideWritesGeneration } from "../db/outside-writes.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
@@ -45,10 +44,10 @@ function toInfo(row: ApiTokenRow): ApiTokenInfo {
  * createApiToken makes a new random token, stores only its hash, and returns the token once.
  * A rate overrides the server's default rate limits for this token.
  */
-export function createApiToken(db: Database, name: string, now = Date.now(), rate: TokenRate | null = null): { token: string; info: ApiTokenInfo } {
+export async function createApiToken(db: Db, name: string, now = Date.now(), rate: TokenRate | null = null): Promise<{ token: string; info: ApiTokenInfo }> {
   const token = `crm_${randomTokenSecret()}`;
   const row = { id: newId("tok", now), name, prefix: token.slice(0, PREFIX_LENGTH), token_hash: sha256(token), created_at: now };
-  insertApiToken(db, {
+  await insertApiToken(db, {
     ...row,
     rate_read_per_second: rate?.readPerSecond ?? null,
     rate_read_burst: rate?.readBurst ?? null,
@@ -59,19 +58,19 @@ export function createApiToken(db: Database, name: string, now = Date.now(), rat
 }
 
 /** listTokens returns every token's metadata (never the token). */
-export function listTokens(db: Database): ApiTokenInfo[] {
-  return listApiTokens(db).map(toInfo);
+export async function listTokens(db: Db): Promise<ApiTokenInfo[]> {
+  return (await listApiTokens(db)).map(toInfo);
 }
 
 /** revokeApiToken revokes a token by id; false when no active token has that id. */
-export function revokeApiToken(db: Database, id: string, now = Date.now()): boolean {
+export async function revokeApiToken(db: Database, id: string, now = Date.now()): Promise<boolean> {
   tokenCaches.delete(db);
-  return markTokenRevoked(db, id, now);
+  return db.write((tx) => markTokenRevoked(tx, id, now));
 }
 
 /** findToken returns one token's metadata. */
-export function findToken(db: Database, id: string): ApiTokenInfo | null {
-  const row = findApiTokenById(db, id);
+export async function findToken(db: Db, id: string): Promise<ApiTokenInfo | null> {
+  const row = await findApiTokenById(db, id);
   return row ? toInfo(row) : null;
 }
 
@@ -90,7 +89,7 @@ const tokenCaches = new WeakMap<Database, CachedTokens>();
  * is asked once per token, not once per request, and a revoked token is still refused at once.
  */
 function cachedTokensOf(db: Database): Map<string, AuthenticatedToken> {
-  const generation = outsideWritesGeneration(db);
+  const generation = db.outsideWritesGeneration();
   let cache = tokenCaches.get(db);
   if (!cache || cache.generation !== generation) {
     cache = { generation, byHash: new Map() };
@@ -100,7 +99,7 @@ function cachedTokensOf(db: Database): Map<string, AuthenticatedToken> {
 }
 
 /** authenticateBearer checks a presented token against the stored hashes in constant time. */
-export function authenticateBearer(db: Database, presented: string, now = Date.now()): AuthenticatedToken | null {
+export async function authenticateBearer(db: Database, presented: string, now = Date.now()): Promise<AuthenticatedToken | null> {
   if (!presented.startsWith("crm_") || presented.length < PREFIX_LENGTH || presented.length > 200) return null;
   const hash = sha256(presented);
   // Keyed by the hash, not the token: a lookup's timing can tell nothing about a stored token.
@@ -109,7 +108,7 @@ export function authenticateBearer(db: Database, presented: string, now = Date.n
   let token = cached.get(key) ?? null;
   if (!token) {
     let match: ApiTokenRow | null = null;
-    for (const row of findActiveTokensByPrefix(db, presented.slice(0, PREFIX_LENGTH))) {
+    for (const row of await findActiveTokensByPrefix(db, presented.slice(0, PREFIX_LENGTH))) {
       if (sameBytes(row.token_hash, hash)) match = row;
     }
     if (!match) return null;
@@ -118,14 +117,15 @@ export function authenticateBearer(db: Database, presented: string, now = Date.n
   }
   if (now - (lastTouched.get(token.id) ?? 0) >= LAST_USED_RESOLUTION_MS) {
     lastTouched.set(token.id, now);
-    touchTokenLastUsed(db, token.id, now);
+    const touched = token.id;
+    await db.write((tx) => touchTokenLastUsed(tx, touched, now));
   }
   return token;
 }
 
 /** tokenRate returns a token's own rate limit, or null when it uses the server's defaults. */
-export function tokenRate(db: Database, id: string): TokenRate | null {
-  const row = findApiTokenRate(db, id);
+export async function tokenRate(db: Db, id: string): Promise<TokenRate | null> {
+  const row = await findApiTokenRate(db, id);
   if (!row || row.rate_read_per_second === null || row.rate_read_burst === null || row.rate_write_per_second === null || row.rate_write_burst === null) return null;
   return { readPerSecond: row.rate_read_per_second, readBurst: row.rate_read_burst, writePerSecond: row.rate_write_per_second, writeBurst: row.rate_write_burst };
 }
@@ -134,10 +134,10 @@ export function tokenRate(db: Database, id: string): TokenRate | null {
 export type BearerCheck = { token: AuthenticatedToken; failure?: undefined } | { token?: undefined; failure: string };
 
 /** checkBearer authenticates the Authorization header of a request: the token, or why not. */
-export function checkBearer(db: Database, request: Request): BearerCheck {
+export async function checkBearer(db: Database, request: Request): Promise<BearerCheck> {
   const header = request.headers.get("authorization");
   const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
-  const token = match ? authenticateBearer(db, match[1]!) : null;
+  const token = match ? await authenticateBearer(db, match[1]!) : null;
   if (token) return { token };
   return {
     failure: !header

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 
 export interface ApiTokenRow {
   id: string;
@@ -19,41 +19,40 @@ export type ApiTokenRateRow = {
 }
 
 /** insertApiToken stores a new token's hash, metadata and optional rate limit. */
-export function insertApiToken(db: Database, row: Omit<ApiTokenRow, "last_used_at" | "revoked_at"> & ApiTokenRateRow): void {
-  db.query(
+export async function insertApiToken(db: Db, row: Omit<ApiTokenRow, "last_used_at" | "revoked_at"> & ApiTokenRateRow): Promise<void> {
+  await db.run(
     `INSERT INTO api_tokens (id, name, prefix, token_hash, created_at, rate_read_per_second, rate_read_burst, rate_write_per_second, rate_write_burst)
-     VALUES ($id, $name, $prefix, $token_hash, $created_at, $rate_read_per_second, $rate_read_burst, $rate_write_per_second, $rate_write_burst)`,
-  ).run(row);
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    [row.id, row.name, row.prefix, row.token_hash, row.created_at, row.rate_read_per_second, row.rate_read_burst, row.rate_write_per_second, row.rate_write_burst],
+  );
 }
 
 /** findApiTokenRate returns a token's rate limit columns, or null when there is no such token. */
-export function findApiTokenRate(db: Database, id: string): ApiTokenRateRow | null {
-  return db
-    .query<ApiTokenRateRow, [string]>("SELECT rate_read_per_second, rate_read_burst, rate_write_per_second, rate_write_burst FROM api_tokens WHERE id = ?")
-    .get(id);
+export function findApiTokenRate(db: Db, id: string): Promise<ApiTokenRateRow | null> {
+  return db.get<ApiTokenRateRow>("SELECT rate_read_per_second, rate_read_burst, rate_write_per_second, rate_write_burst FROM api_tokens WHERE id = ?", [id]);
 }
 
 /** findActiveTokensByPrefix returns the unrevoked tokens whose visible prefix matches. */
-export function findActiveTokensByPrefix(db: Database, prefix: string): ApiTokenRow[] {
-  return db.query<ApiTokenRow, [string]>("SELECT * FROM api_tokens WHERE prefix = ? AND revoked_at IS NULL").all(prefix);
+export function findActiveTokensByPrefix(db: Db, prefix: string): Promise<ApiTokenRow[]> {
+  return db.all<ApiTokenRow>("SELECT * FROM api_tokens WHERE prefix = ? AND revoked_at IS NULL", [prefix]);
 }
 
 /** listApiTokens returns every token, newest first. */
-export function listApiTokens(db: Database): ApiTokenRow[] {
-  return db.query<ApiTokenRow, []>("SELECT * FROM api_tokens ORDER BY id DESC").all();
+export function listApiTokens(db: Db): Promise<ApiTokenRow[]> {
+  return db.all<ApiTokenRow>("SELECT * FROM api_tokens ORDER BY id DESC");
 }
 
 /** markTokenRevoked sets revoked_at on an unrevoked token and tells whether one was changed. */
-export function markTokenRevoked(db: Database, id: string, at: number): boolean {
-  return db.query("UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL").run(at, id).changes > 0;
+export async function markTokenRevoked(db: Db, id: string, at: number): Promise<boolean> {
+  return (await db.run("UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [at, id])) > 0;
 }
 
 /** findApiTokenById returns one token row or null. */
-export function findApiTokenById(db: Database, id: string): ApiTokenRow | null {
-  return db.query<ApiTokenRow, [string]>("SELECT * FROM api_tokens WHERE id = ?").get(id);
+export function findApiTokenById(db: Db, id: string): Promise<ApiTokenRow | null> {
+  return db.get<ApiTokenRow>("SELECT * FROM api_tokens WHERE id = ?", [id]);
 }
 
 /** touchTokenLastUsed records when a token was last used. */
-export function touchTokenLastUsed(db: Database, id: string, at: number): void {
-  db.query("UPDATE api_tokens SET last_used_at = ? WHERE id = ?").run(at, id);
+export async function touchTokenLastUsed(db: Db, id: string, at: number): Promise<void> {
+  await db.run("UPDATE api_tokens SET last_used_at = ? WHERE id = ?", [at, id]);
 }

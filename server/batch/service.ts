@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { BATCH_ITEMS_PER_WRITE } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
@@ -21,20 +21,22 @@ export interface BatchKind<T> {
   /** itemErrors checks an item on its own (schema and limits), with pointers into the item */
   itemErrors: (item: unknown) => FieldError[];
   /** upsert writes one valid item inside the batch's transaction */
-  upsert: (db: Database, input: T, now: number) => BatchResult;
+  upsert: (db: Db, input: T, now: number) => Promise<BatchResult>;
 }
 
 /**
  * runBatch checks every item, then upserts the valid ones in order in one commit with their events
  * and the idempotent response; an invalid item is refused alone, with pointers into the batch.
  */
-export function runBatch<T>(rt: Runtime, kind: BatchKind<T>, items: unknown[], idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
+export async function runBatch<T>(rt: Runtime, kind: BatchKind<T>, items: unknown[], idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
   const checked = items.map((item) => ({ input: item as T, errors: kind.itemErrors(item) }));
-  return rt.writes.submit(() => {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
-    const data = checked.map(({ input, errors }, i) => itemResult(i, errors.length > 0 ? { status: "invalid", errors } : kind.upsert(rt.db, input, now)));
+    // One item after the other: each may see the ones before it.
+    const data: BatchResult[] = [];
+    for (const [i, { input, errors }] of checked.entries()) data.push(itemResult(i, errors.length > 0 ? { status: "invalid", errors } : await kind.upsert(tx, input, now)));
     const body = { data };
-    saveIdempotentResponse(rt.db, idempotency, 200, body, now);
+    await saveIdempotentResponse(tx, idempotency, 200, body, now);
     return { status: 200, body };
   });
 }

@@ -42,7 +42,7 @@ export function contactRoutes(rt: Runtime) {
       detail: { operationId: "createContact", summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, CONTACT_BATCH, BATCH_DOC))
-    .get("", ({ query, request }) => jsonResponse(listContactsPage(rt.db, withRepeatedValues(query, request.url))), {
+    .get("", async ({ query, request }) => jsonResponse(await listContactsPage(rt.db, withRepeatedValues(query, request.url))), {
       query: ContactListQuery,
       // Documented, not re-checked: checking a page (50 date-time parses) cost about 15% of this, the
       // busiest route; the rows are rendered by toContact, whose shape the tests pin.
@@ -60,7 +60,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/:id", ({ params, query }) => ({ data: getContact(rt.db, params.id, query) }), {
+    .get("/:id", async ({ params, query }) => ({ data: await getContact(rt.db, params.id, query) }), {
       params: ContactId,
       query: IncludeQuery,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },

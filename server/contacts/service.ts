@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
 import { ProblemError, notFound, validationProblem, type FieldError } from "../shared/problem.ts";
@@ -82,11 +82,11 @@ function toContact(row: ContactRow): Contact {
   return contact as Contact;
 }
 
-function renderContacts(db: Database, rows: ContactRow[], include: ContactInclude[]): Contact[] {
+async function renderContacts(db: Db, rows: ContactRow[], include: ContactInclude[]): Promise<Contact[]> {
   const contacts = rows.map(toContact);
   if (include.length === 0) return contacts;
-  const accounts = include.includes("accounts") ? accountsByIds(db, [...new Set(contacts.flatMap((c) => c.account_ids))]) : new Map();
-  const users = usersByIds(db, [...new Set(contacts.flatMap((c) => [...(include.includes("assigned_users") ? c.assigned_user_ids : []), ...(include.includes("assigned_user") && c.assigned_user_id ? [c.assigned_user_id] : [])]))]);
+  const accounts = include.includes("accounts") ? await accountsByIds(db, [...new Set(contacts.flatMap((c) => c.account_ids))]) : new Map();
+  const users = await usersByIds(db, [...new Set(contacts.flatMap((c) => [...(include.includes("assigned_users") ? c.assigned_user_ids : []), ...(include.includes("assigned_user") && c.assigned_user_id ? [c.assigned_user_id] : [])]))]);
   return contacts.map((contact) => {
     const { version, created_at, updated_at, ...rest } = contact;
     return {
@@ -101,8 +101,8 @@ function renderContacts(db: Database, rows: ContactRow[], include: ContactInclud
   });
 }
 
-function renderContact(db: Database, row: ContactRow, include: ContactInclude[] = []): Contact {
-  return renderContacts(db, [row], include)[0]!;
+async function renderContact(db: Db, row: ContactRow, include: ContactInclude[] = []): Promise<Contact> {
+  return (await renderContacts(db, [row], include))[0]!;
 }
 
 /** contactInputErrors lists what a create or PATCH body breaks beyond its schema: read-only fields, object fields, sizes. */
@@ -149,19 +149,19 @@ export function contactItemErrors(item: unknown): FieldError[] {
 }
 
 /** unknownRelationErrors names every account or user id the contact refers to that does not exist. */
-function unknownRelationErrors(db: Database, input: ContactInput): FieldError[] {
+async function unknownRelationErrors(db: Db, input: ContactInput): Promise<FieldError[]> {
   const errors: FieldError[] = [];
   if (input.account_ids) {
-    const found = findAccountsByIds(db, input.account_ids);
+    const found = await findAccountsByIds(db, input.account_ids);
     input.account_ids.forEach((id, i) => {
       if (!found.has(id)) errors.push({ pointer: `/account_ids/${i}`, detail: `no account with id ${id} exists` });
     });
   }
-  if (input.assigned_user_id && missingUserIds(db, [input.assigned_user_id]).length > 0) {
+  if (input.assigned_user_id && (await missingUserIds(db, [input.assigned_user_id])).length > 0) {
     errors.push({ pointer: "/assigned_user_id", detail: `no user with id ${input.assigned_user_id} exists` });
   }
   if (input.assigned_user_ids) {
-    const missing = new Set(missingUserIds(db, input.assigned_user_ids));
+    const missing = new Set(await missingUserIds(db, input.assigned_user_ids));
     input.assigned_user_ids.forEach((id, i) => {
       if (missing.has(id)) errors.push({ pointer: `/assigned_user_ids/${i}`, detail: `no user with id ${id} exists` });
     });
@@ -170,15 +170,15 @@ function unknownRelationErrors(db: Database, input: ContactInput): FieldError[] 
 }
 
 /** refuseUnknownRelations throws 422 naming every account or user id that does not exist. */
-function refuseUnknownRelations(db: Database, input: ContactInput): void {
-  const errors = unknownRelationErrors(db, input);
+async function refuseUnknownRelations(db: Db, input: ContactInput): Promise<void> {
+  const errors = await unknownRelationErrors(db, input);
   if (errors.length > 0) throw validationProblem(errors, "The contact refers to accounts or users that do not exist.");
 }
 
 /** refuseTakenExternalId answers 409 when another contact already has the input's external_id. */
-function refuseTakenExternalId(db: Database, input: ContactInput, ownId: string | null): void {
+async function refuseTakenExternalId(db: Db, input: ContactInput, ownId: string | null): Promise<void> {
   if (!input.external_id) return;
-  const holder = findContactByExternalId(db, input.external_id);
+  const holder = await findContactByExternalId(db, input.external_id);
   if (holder && holder.id !== ownId) {
     throw new ProblemError(409, "external-id-taken", `Contact ${holder.id} already has this external_id.`, [{ pointer: "/external_id", detail: `is already the external_id of contact ${holder.id}` }]);
   }
@@ -203,18 +203,18 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
 }
 
 /** writeNewContact inserts a contact, its relations and its contact.created event, or refuses one that names nobody; call it inside a write. */
-function writeNewContact(db: Database, input: ContactInput, now: number): { errors: FieldError[] } | { contact: Contact } {
+async function writeNewContact(db: Db, input: ContactInput, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
   const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
   const row = applyInput(empty, input);
   const anonymous = anonymousErrors(row);
   if (anonymous.length > 0) return { errors: anonymous };
-  insertContact(db, row);
-  insertContactAccounts(db, row.id, input.account_ids ?? []);
-  insertContactAssignedUsers(db, row.id, input.assigned_user_ids ?? []);
+  await insertContact(db, row);
+  await insertContactAccounts(db, row.id, input.account_ids ?? []);
+  await insertContactAssignedUsers(db, row.id, input.assigned_user_ids ?? []);
   // A new contact has no tag rows: the DELETE of replaceContactTags cost ~13 us of every create.
-  insertContactTags(db, row.id, input.tags ?? []);
+  await insertContactTags(db, row, input.tags ?? []);
   const contact = toContact(row);
-  recordEvent(db, "contact.created", contact, now);
+  await recordEvent(db, "contact.created", contact, now);
   return { contact };
 }
 
@@ -225,7 +225,7 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
  * contact.updated event, an input that changes nothing writes nothing (updated_at stays, no event).
  * Call it inside a write, after the relations are checked.
  */
-function writeContactChange(db: Database, current: ContactRow, input: ContactInput, now: number): ContactChange {
+async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, now: number): Promise<ContactChange> {
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...applyInput(current, input), version: current.version + 1, updated_at: now };
   // Further properties add up across PATCHes, so their limit applies to the merged record.
@@ -238,38 +238,38 @@ function writeContactChange(db: Database, current: ContactRow, input: ContactInp
   const after = toContact(row);
   // Canonical form: the same properties sent in another key order are no change.
   if (canonicalJson({ ...after, version: null, updated_at: null }) === canonicalJson({ ...before, version: null, updated_at: null })) return { contact: before, changed: false };
-  updateContactRow(db, row);
-  if (input.account_ids !== undefined) replaceContactAccounts(db, current.id, input.account_ids ?? []);
-  if (input.assigned_user_ids !== undefined) replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
-  if (input.tags !== undefined) replaceContactTags(db, current.id, input.tags ?? []);
-  recordEvent(db, "contact.updated", after, now);
+  await updateContactRow(db, row);
+  if (input.account_ids !== undefined) await replaceContactAccounts(db, current.id, input.account_ids ?? []);
+  if (input.assigned_user_ids !== undefined) await replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
+  if (input.tags !== undefined) await replaceContactTags(db, row, input.tags ?? []);
+  await recordEvent(db, "contact.updated", after, now);
   return { contact: after, changed: true };
 }
 
 /** createContact stores a contact, its relations, its contact.created event and idempotent response in one commit. */
-export function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Contact } }> {
+export async function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Contact } }> {
   refuseInvalidFields(input);
-  return rt.writes.submit(() => {
-    refuseUnknownRelations(rt.db, input);
-    refuseTakenExternalId(rt.db, input, null);
+  return rt.db.write(async (tx) => {
+    await refuseUnknownRelations(tx, input);
+    await refuseTakenExternalId(tx, input, null);
     const now = Date.now();
-    const made = writeNewContact(rt.db, input, now);
+    const made = await writeNewContact(tx, input, now);
     if ("errors" in made) throw validationProblem(made.errors);
     const body = { data: made.contact };
-    saveIdempotentResponse(rt.db, idempotency, 201, body, now);
+    await saveIdempotentResponse(tx, idempotency, 201, body, now);
     return { status: 201, body };
   });
 }
 
 /** updateContact applies a PATCH; a change writes contact.updated in the same commit, a no-op writes nothing. */
-export function updateContact(rt: Runtime, id: string, input: ContactInput): Promise<Contact> {
+export async function updateContact(rt: Runtime, id: string, input: ContactInput): Promise<Contact> {
   refuseInvalidFields(input);
-  return rt.writes.submit(() => {
-    const current = findContactById(rt.db, id);
+  return rt.db.write(async (tx) => {
+    const current = await findContactById(tx, id);
     if (!current) throw notFound("contact", id);
-    refuseUnknownRelations(rt.db, input);
-    refuseTakenExternalId(rt.db, input, id);
-    const change = writeContactChange(rt.db, current, input, Date.now());
+    await refuseUnknownRelations(tx, input);
+    await refuseTakenExternalId(tx, input, id);
+    const change = await writeContactChange(tx, current, input, Date.now());
     if ("errors" in change) throw validationProblem(change.errors);
     return change.contact;
   });
@@ -279,26 +279,26 @@ export function updateContact(rt: Runtime, id: string, input: ContactInput): Pro
  * matchContact finds the contact a batch item upserts: by external_id when the item has one,
  * else by email; an email shared by several contacts is refused naming them, never guessed.
  */
-function matchContact(db: Database, input: ContactInput): { row: ContactRow | null } | { errors: FieldError[] } {
-  if (input.external_id) return { row: findContactByExternalId(db, input.external_id) };
+async function matchContact(db: Db, input: ContactInput): Promise<{ row: ContactRow | null } | { errors: FieldError[] }> {
+  if (input.external_id) return { row: await findContactByExternalId(db, input.external_id) };
   if (!input.email) return { row: null };
-  const rows = findContactsByEmail(db, input.email.toLowerCase());
+  const rows = await findContactsByEmail(db, input.email.toLowerCase());
   if (rows.length <= 1) return { row: rows[0] ?? null };
   const ids = rows.map((row) => row.id).join(", ");
   return { errors: [{ pointer: "/email", detail: `matches several contacts (${ids}); send external_id to say which one, or merge them first` }] };
 }
 
 /** upsertContact writes one valid batch item: created, updated, unchanged, or invalid when its match or relations refuse it. */
-function upsertContact(db: Database, input: ContactInput, now: number): BatchResult {
-  const match = matchContact(db, input);
+async function upsertContact(db: Db, input: ContactInput, now: number): Promise<BatchResult> {
+  const match = await matchContact(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
-  const relationErrors = unknownRelationErrors(db, input);
+  const relationErrors = await unknownRelationErrors(db, input);
   if (relationErrors.length > 0) return { status: "invalid", errors: relationErrors };
   if (!match.row) {
-    const made = writeNewContact(db, input, now);
+    const made = await writeNewContact(db, input, now);
     return "errors" in made ? { status: "invalid", errors: made.errors } : { status: "created", id: made.contact.id };
   }
-  const change = writeContactChange(db, match.row, input, now);
+  const change = await writeContactChange(db, match.row, input, now);
   if ("errors" in change) return { status: "invalid", errors: change.errors };
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
 }
@@ -307,13 +307,13 @@ function upsertContact(db: Database, input: ContactInput, now: number): BatchRes
 export const CONTACT_BATCH: BatchKind<ContactInput> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
 /** deleteContact removes a contact and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
-export function deleteContact(rt: Runtime, id: string): Promise<void> {
-  return rt.writes.submit(() => {
+export async function deleteContact(rt: Runtime, id: string): Promise<void> {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
-    const current = findContactById(rt.db, id);
-    if (!current || !deleteContactRow(rt.db, id)) throw notFound("contact", id);
-    insertTombstone(rt.db, "contact", id, now);
-    recordEvent(rt.db, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
+    const current = await findContactById(tx, id);
+    if (!current || !(await deleteContactRow(tx, id))) throw notFound("contact", id);
+    await insertTombstone(tx, "contact", id, now);
+    await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });
 }
 
@@ -323,41 +323,41 @@ export function deleteContact(rt: Runtime, id: string): Promise<void> {
  * Reading the row inside the write is what keeps concurrent additions: each sees the one committed
  * before it. A change is written like a PATCH (one contact.updated); none writes nothing.
  */
-function changeRelation(rt: Runtime, contactId: string, change: (row: ContactRow) => ContactInput | null, idempotency: IdempotencyScope | null): Promise<Contact> {
-  return rt.writes.submit(() => {
-    const current = findContactById(rt.db, contactId);
+async function changeRelation(rt: Runtime, contactId: string, change: (row: ContactRow, tx: Db) => Promise<ContactInput | null>, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return rt.db.write(async (tx) => {
+    const current = await findContactById(tx, contactId);
     if (!current) throw notFound("contact", contactId);
     const now = Date.now();
-    const input = change(current);
-    const result = input ? writeContactChange(rt.db, current, input, now) : { contact: toContact(current), changed: false };
+    const input = await change(current, tx);
+    const result = input ? await writeContactChange(tx, current, input, now) : { contact: toContact(current), changed: false };
     if ("errors" in result) throw validationProblem(result.errors);
-    saveIdempotentResponse(rt.db, idempotency, 200, { data: result.contact }, now);
+    await saveIdempotentResponse(tx, idempotency, 200, { data: result.contact }, now);
     return result.contact;
   });
 }
 
 /** addContactAccount links a contact to one more account (last in account_ids); linking it again changes nothing. */
-export function addContactAccount(rt: Runtime, contactId: string, accountId: string, idempotency: IdempotencyScope | null): Promise<Contact> {
-  return changeRelation(rt, contactId, (row) => {
+export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return changeRelation(rt, contactId, async (row, tx) => {
     const ids = idList(row.account_ids);
     if (ids.includes(accountId)) return null;
-    if (findAccountsByIds(rt.db, [accountId]).size === 0) throw validationProblem([{ pointer: "/account_id", detail: `no account with id ${accountId} exists` }], "The account does not exist.");
+    if ((await findAccountsByIds(tx, [accountId])).size === 0) throw validationProblem([{ pointer: "/account_id", detail: `no account with id ${accountId} exists` }], "The account does not exist.");
     if (ids.length >= MAX_RELATED_IDS) throw validationProblem([{ pointer: "/account_id", detail: `the contact already has ${MAX_RELATED_IDS} accounts, the limit` }], "Too many accounts.");
     return { account_ids: [...ids, accountId] };
   }, idempotency);
 }
 
 /** removeContactAccount unlinks a contact from an account; an account it is not linked to changes nothing. */
-export function removeContactAccount(rt: Runtime, contactId: string, accountId: string): Promise<Contact> {
-  return changeRelation(rt, contactId, (row) => {
+export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string): Promise<Contact> {
+  return changeRelation(rt, contactId, async (row) => {
     const ids = idList(row.account_ids);
     return ids.includes(accountId) ? { account_ids: ids.filter((id) => id !== accountId) } : null;
   }, null);
 }
 
 /** addContactTag adds a tag to a contact (last in tags); a tag it carries changes nothing. */
-export function addContactTag(rt: Runtime, contactId: string, tag: string, idempotency: IdempotencyScope | null): Promise<Contact> {
-  return changeRelation(rt, contactId, (row) => {
+export async function addContactTag(rt: Runtime, contactId: string, tag: string, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return changeRelation(rt, contactId, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
     if (tags.length >= MAX_TAGS) throw validationProblem([{ pointer: "/tag", detail: `the contact already has ${MAX_TAGS} tags, the limit` }], "Too many tags.");
@@ -366,8 +366,8 @@ export function addContactTag(rt: Runtime, contactId: string, tag: string, idemp
 }
 
 /** removeContactTag removes a tag from a contact; a tag it does not carry changes nothing. */
-export function removeContactTag(rt: Runtime, contactId: string, tag: string): Promise<Contact> {
-  return changeRelation(rt, contactId, (row) => {
+export async function removeContactTag(rt: Runtime, contactId: string, tag: string): Promise<Contact> {
+  return changeRelation(rt, contactId, async (row) => {
     const tags = tagsOf(row);
     return tags.includes(tag) ? { tags: tags.filter((t) => t !== tag) } : null;
   }, null);
@@ -380,8 +380,8 @@ export function removeContactTag(rt: Runtime, contactId: string, tag: string): P
  * account may have hundreds of thousands of contacts (unlinkAccountFromContacts counts each one's
  * version up as writeContactChange does).
  */
-export function detachAccountFromContacts(db: Database, accountId: string, now: number): void {
-  for (const row of unlinkAccountFromContacts(db, accountId, now)) recordEvent(db, "contact.updated", toContact(row), now);
+export async function detachAccountFromContacts(db: Db, accountId: string, now: number): Promise<void> {
+  for (const row of await unlinkAccountFromContacts(db, accountId, now)) await recordEvent(db, "contact.updated", toContact(row), now);
 }
 
 function parseInclude(value: unknown): ContactInclude[] {
@@ -389,10 +389,10 @@ function parseInclude(value: unknown): ContactInclude[] {
 }
 
 /** getContact returns one contact with the relations named by the `include` parameter embedded, or throws 404. */
-export function getContact(db: Database, id: string, query: Record<string, unknown>): Contact {
+export async function getContact(db: Db, id: string, query: Record<string, unknown>): Promise<Contact> {
   const errors = unknownParameterErrors(query, ["include"], "this contact");
   if (errors.length > 0) throw validationProblem(errors, "The parameters are invalid.");
-  const row = findContactById(db, id);
+  const row = await findContactById(db, id);
   if (!row) throw notFound("contact", id);
   return renderContact(db, row, parseInclude(query.include));
 }
@@ -408,7 +408,7 @@ function parseTagFilter(value: unknown): string[] | undefined {
 }
 
 /** listContactsPage answers GET /contacts: filters, sort, offset or keyset page, includes. */
-export function listContactsPage(db: Database, query: Record<string, unknown>): { data: Contact[]; meta: ListMeta } {
+export async function listContactsPage(db: Db, query: Record<string, unknown>): Promise<{ data: Contact[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
   const filters = {
     email: query.email as string | undefined,
@@ -419,8 +419,8 @@ export function listContactsPage(db: Database, query: Record<string, unknown>): 
     tags: parseTagFilter(query.tag),
     assignedUserId: query.assigned_user_id as string | undefined,
   };
-  const matches = countContacts(db, filters);
-  const rows = listContacts(db, filters, {
+  const matches = await countContacts(db, filters);
+  const rows = await listContacts(db, filters, {
     sortBy: list.sortBy,
     direction: list.direction,
     cursor: list.cursor,
@@ -429,26 +429,31 @@ export function listContactsPage(db: Database, query: Record<string, unknown>): 
     matches,
   });
   const meta = listMeta(list, matches, rows, (row: ContactRow) => row[list.sortBy], query, CONTACT_FILTERS);
-  return { data: renderContacts(db, rows, parseInclude(query.include)), meta };
+  return { data: await renderContacts(db, rows, parseInclude(query.include)), meta };
 }
 
 // Typed reads for the operator console (issue 17).
 
 /** findContact returns one contact with its accounts and assigned users embedded, or null. */
-export function findContact(db: Database, id: string): Contact | null {
-  const row = findContactById(db, id);
+export async function findContact(db: Db, id: string): Promise<Contact | null> {
+  const row = await findContactById(db, id);
   return row ? renderContact(db, row, ["accounts", "assigned_users"]) : null;
 }
 
 /** contactsWithEmail returns the contacts with an email (any case), oldest first, at most a handful. */
-export function contactsWithEmail(db: Database, email: string): Contact[] {
-  return findContactsByEmail(db, email.trim().toLowerCase()).map(toContact);
+export async function contactsWithEmail(db: Db, email: string): Promise<Contact[]> {
+  return (await findContactsByEmail(db, email.trim().toLowerCase())).map(toContact);
 }
 
 /** searchContacts returns a newest-first page of contacts matching an exact email or part of a name, after a position, with the count of all matches. */
-export function searchContacts(db: Database, filters: Pick<ContactFilters, "email" | "fullName">, after: CursorPosition | null, limit: number): { data: Contact[]; total: number; next: CursorPosition | null } {
-  const matches = countContacts(db, filters);
-  const rows = listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
+export async function searchContacts(
+  db: Db,
+  filters: Pick<ContactFilters, "email" | "fullName">,
+  after: CursorPosition | null,
+  limit: number,
+): Promise<{ data: Contact[]; total: number; next: CursorPosition | null }> {
+  const matches = await countContacts(db, filters);
+  const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
   const page = rows.slice(0, limit);
   const last = page.at(-1);
   return { data: page.map(toContact), total: matches, next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };

@@ -1,7 +1,8 @@
-import { Database, type SQLQueryBindings, type Statement } from "bun:sqlite";
+import { Database as SqliteConnection, type SQLQueryBindings, type Statement } from "bun:sqlite";
 import { accessSync, chmodSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
+import type { Database, Db, SqlValue } from "./sql.ts";
 
 /** MAX_CACHED_STATEMENTS bounds the statement cache; the app's SQL, filters and IN-list lengths included, stays well below it. */
 const MAX_CACHED_STATEMENTS = 2000;
@@ -11,7 +12,7 @@ const MAX_CACHED_STATEMENTS = 2000;
  * holds only the 20 most recent, and the API, the delivery loop and the console use many more,
  * so mixed traffic would prepare SQL again on most queries (~3.5 us each for a trivial one).
  */
-class StatementCachingDatabase extends Database {
+class StatementCachingDatabase extends SqliteConnection {
   private readonly statements = new Map<string, Statement<any, any>>();
 
   override query<ReturnType, ParamsType extends SQLQueryBindings | SQLQueryBindings[]>(sql: string): Statement<ReturnType, ParamsType extends any[] ? ParamsType : [ParamsType]> {
@@ -32,12 +33,223 @@ class StatementCachingDatabase extends Database {
   }
 }
 
+const NO_PARAMS: readonly SqlValue[] = [];
+
 /**
- * openDatabase opens the service's SQLite file once with the pragmas every connection needs.
- * "full" (the default) syncs the WAL on every commit, so an answered write survives power loss;
- * group commit makes that one sync per batch of concurrent writes rather than one per request.
+ * ConnectionDb runs statements on one connection. The methods are plain functions around the
+ * synchronous calls (no async frames): they are on the path of every request.
  */
-export function openDatabase(path: string, synchronous: Synchronous = "full"): Database {
+class ConnectionDb implements Db {
+  readonly dialect = "sqlite" as const;
+
+  constructor(private readonly connection: StatementCachingDatabase) {}
+
+  all<T>(sql: string, params: readonly SqlValue[] = NO_PARAMS): Promise<T[]> {
+    try {
+      return Promise.resolve(this.connection.query<T, SqlValue[]>(sql).all(...(params as SqlValue[])));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  get<T>(sql: string, params: readonly SqlValue[] = NO_PARAMS): Promise<T | null> {
+    try {
+      return Promise.resolve(this.connection.query<T, SqlValue[]>(sql).get(...(params as SqlValue[])));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  run(sql: string, params: readonly SqlValue[] = NO_PARAMS): Promise<number> {
+    try {
+      return Promise.resolve(this.connection.query(sql).run(...(params as SqlValue[])).changes);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+}
+
+interface PendingWrite {
+  work: (tx: Db) => Promise<unknown>;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+}
+
+interface Watch {
+  generation: number;
+  dataVersion: number;
+  checkedThisTurn: boolean;
+}
+
+/**
+ * SqliteDatabase is the embedded backend: a writer connection for `write` and a reader connection
+ * on the same file for every read outside it. Write work is async: between its awaits other
+ * requests' continuations run, and had they read on the writer they would see a group's
+ * uncommitted rows; the reader sees only what was committed.
+ */
+export class SqliteDatabase implements Database {
+  readonly dialect = "sqlite" as const;
+  /** sqlite is the writer connection, for SQLite-only work: migrations, backup, PRAGMAs and query plans in tests. */
+  readonly sqlite: SqliteConnection;
+  private readonly writer: StatementCachingDatabase;
+  private readonly readerConnection: StatementCachingDatabase;
+  private readonly reader: ConnectionDb;
+  private readonly tx: ConnectionDb;
+  private pending: PendingWrite[] = [];
+  private scheduled = false;
+  private flushing: Promise<void> | null = null;
+  private readonly afterCommitCallbacks: (() => void)[] = [];
+  private watch: Watch | null = null;
+  private closed = false;
+
+  constructor(writer: StatementCachingDatabase, reader: StatementCachingDatabase) {
+    this.sqlite = this.writer = writer;
+    this.readerConnection = reader;
+    this.reader = new ConnectionDb(reader);
+    this.tx = new ConnectionDb(writer);
+  }
+
+  all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]> {
+    return this.reader.all(sql, params);
+  }
+
+  get<T>(sql: string, params?: readonly SqlValue[]): Promise<T | null> {
+    return this.reader.get(sql, params);
+  }
+
+  /** run outside `write` is a write of its own: the reader connection does not change data. */
+  run(sql: string, params?: readonly SqlValue[]): Promise<number> {
+    return this.write((tx) => tx.run(sql, params));
+  }
+
+  /**
+   * write commits the writes of concurrent requests together (group commit): every write submitted
+   * during one turn of the event loop runs in one transaction, each inside its own savepoint so a
+   * failing write rolls back alone, and each caller is answered after the commit.
+   */
+  write<T>(work: (tx: Db) => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.pending.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => void this.flush());
+      }
+    });
+  }
+
+  /** onCommit registers a callback run after every group commit that changed rows (used to wake the delivery loop). */
+  onCommit(callback: () => void): void {
+    this.afterCommitCallbacks.push(callback);
+  }
+
+  /** flush commits everything submitted so far, after the group being committed; close calls it too. */
+  private async flush(): Promise<void> {
+    // Never two groups at once on the writer: a group still awaiting its works is waited for.
+    while (this.flushing) await this.flushing;
+    this.scheduled = false;
+    const batch = this.pending;
+    this.pending = [];
+    if (batch.length === 0) return;
+    this.flushing = this.commitGroup(batch);
+    try {
+      await this.flushing;
+    } finally {
+      this.flushing = null;
+    }
+  }
+
+  private async commitGroup(batch: PendingWrite[]): Promise<void> {
+    const writer = this.writer;
+    // The transaction and savepoint statements are prepared once (db.run would prepare them on every write).
+    const outcomes: { ok: boolean; value: unknown }[] = [];
+    let changed = false;
+    try {
+      writer.query("BEGIN IMMEDIATE").run();
+      const changesBefore = this.totalChanges();
+      try {
+        for (const item of batch) {
+          writer.query("SAVEPOINT write").run();
+          try {
+            outcomes.push({ ok: true, value: await item.work(this.tx) });
+            writer.query("RELEASE write").run();
+          } catch (error) {
+            writer.query("ROLLBACK TO write").run();
+            writer.query("RELEASE write").run();
+            outcomes.push({ ok: false, value: error });
+          }
+        }
+        changed = this.totalChanges() !== changesBefore;
+        writer.query("COMMIT").run();
+      } catch (error) {
+        if (writer.inTransaction) writer.query("ROLLBACK").run();
+        throw error;
+      }
+    } catch (error) {
+      for (const item of batch) item.reject(error);
+      return;
+    }
+    batch.forEach((item, i) => {
+      const outcome = outcomes[i]!;
+      if (outcome.ok) item.resolve(outcome.value);
+      else item.reject(outcome.value);
+    });
+    // A group that changed nothing (a claim round that found nothing due) wakes nobody: the delivery
+    // loop's own empty claims would otherwise wake it again and again.
+    if (changed) for (const callback of this.afterCommitCallbacks) callback();
+  }
+
+  private totalChanges(): number {
+    return this.writer.query<{ n: number }, []>("SELECT total_changes() AS n").get()!.n;
+  }
+
+  /**
+   * outsideWritesGeneration returns a number that changes whenever another connection (a CLI
+   * command such as `token revoke`, a second process) has committed to the database, so caches of
+   * database rows can tell whether they may still be served. It reads SQLite's data_version at
+   * most once per event-loop turn (~2 us each): a request that reached the server after such a
+   * commit was read in a later turn's poll than the commit, so its check sees the change. It reads
+   * it on the writer: data_version changes for other connections' commits only, and on the reader
+   * every one of our own writes would count.
+   */
+  outsideWritesGeneration(): number {
+    let watch = this.watch;
+    if (!watch) {
+      watch = this.watch = { generation: 0, dataVersion: this.readDataVersion(), checkedThisTurn: true };
+      setImmediate(endTurn, watch);
+      return watch.generation;
+    }
+    if (!watch.checkedThisTurn) {
+      watch.checkedThisTurn = true;
+      setImmediate(endTurn, watch);
+      const dataVersion = this.readDataVersion();
+      if (dataVersion !== watch.dataVersion) {
+        watch.dataVersion = dataVersion;
+        watch.generation++;
+      }
+    }
+    return watch.generation;
+  }
+
+  private readDataVersion(): number {
+    return this.writer.query<{ data_version: number }, []>("PRAGMA data_version").get()!.data_version;
+  }
+
+  /** close commits what is queued and closes both connections. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    while (this.flushing || this.pending.length > 0) await this.flush();
+    this.closed = true;
+    if (this.readerConnection !== this.writer) this.readerConnection.close();
+    this.writer.close();
+  }
+}
+
+function endTurn(watch: Watch): void {
+  watch.checkedThisTurn = false;
+}
+
+/** openConnection opens the SQLite file with the pragmas every connection needs. */
+function openConnection(path: string, synchronous: Synchronous): StatementCachingDatabase {
   const db = new StatementCachingDatabase(path, { create: true, strict: true });
   db.run("PRAGMA journal_mode = WAL");
   db.run(synchronous === "full" ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
@@ -46,12 +258,26 @@ export function openDatabase(path: string, synchronous: Synchronous = "full"): D
   // bun:sqlite's default 2 MB page cache would re-read count(*) indexes from disk on every request.
   db.run("PRAGMA cache_size = -16000");
   db.run("PRAGMA temp_store = MEMORY");
+  return db;
+}
+
+/**
+ * openDatabase opens the service's SQLite file: a writer and a reader connection with the pragmas
+ * every connection needs. "full" (the default) syncs the WAL on every commit, so an answered write
+ * survives power loss; group commit makes that one sync per batch of concurrent writes rather
+ * than one per request. An in-memory database has one connection for both.
+ */
+export function openDatabase(path: string, synchronous: Synchronous = "full"): SqliteDatabase {
+  const writer = openConnection(path, synchronous);
   if (path !== ":memory:") {
     for (const file of [path, `${path}-wal`, `${path}-shm`]) {
       if (existsSync(file)) chmodSync(file, 0o600);
     }
   }
-  return db;
+  const reader = path === ":memory:" ? writer : openConnection(path, synchronous);
+  // The reader only reads: a write there would wait on the writer's open group transaction.
+  if (reader !== writer) reader.run("PRAGMA query_only = ON");
+  return new SqliteDatabase(writer, reader);
 }
 
 /**

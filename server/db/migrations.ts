@@ -14,6 +14,7 @@ import webhookLifecycle from "../../migrations/0010_webhook_lifecycle.sql" with 
 import endpointHealth from "../../migrations/0011_endpoint_health.sql" with { type: "text" };
 import contactExternalId from "../../migrations/0012_contact_external_id.sql" with { type: "text" };
 import syncApi from "../../migrations/0013_sync_api.sql" with { type: "text" };
+import contactTagsSortKeys from "../../migrations/0014_contact_tags_sort_keys.sql" with { type: "text" };
 import consoleReads from "../../migrations/0015_console_reads.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
@@ -46,6 +47,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 11, name: "0011_endpoint_health.sql", sql: endpointHealth, backfill: (db, context) => sealStoredSecrets(db, context.secrets) },
   { version: 12, name: "0012_contact_external_id.sql", sql: contactExternalId },
   { version: 13, name: "0013_sync_api.sql", sql: syncApi },
+  { version: 14, name: "0014_contact_tags_sort_keys.sql", sql: contactTagsSortKeys },
   { version: 15, name: "0015_console_reads.sql", sql: consoleReads },
 ];
 

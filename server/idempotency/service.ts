@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { findIdempotencyRecord, upsertIdempotencyRecord, deleteIdempotencyRecordsBefore, type IdempotencyKeyId } from "./store.ts";
@@ -42,7 +42,7 @@ function fingerprintOf(body: unknown): Uint8Array {
 export class IdempotencyGuard {
   private readonly inFlight = new Set<string>();
 
-  constructor(private readonly db: Database) {}
+  constructor(private readonly db: Db) {}
 
   /** run executes `execute` once for the key (or always, without a key) and returns its result or the replay. */
   async run<T>(
@@ -56,7 +56,7 @@ export class IdempotencyGuard {
       ]);
     }
     const scope: IdempotencyScope = { tokenId: request.tokenId, method: request.method, path: request.path, key: request.key, fingerprint: fingerprintOf(request.body) };
-    const stored = findIdempotencyRecord(this.db, scope, Date.now() - IDEMPOTENCY_RETENTION_MS);
+    const stored = await findIdempotencyRecord(this.db, scope, Date.now() - IDEMPOTENCY_RETENTION_MS);
     if (stored) {
       if (!sameBytes(stored.fingerprint, scope.fingerprint)) {
         throw new ProblemError(422, "idempotency-key-reused", "This Idempotency-Key was already used with a different request body. Use a new key for a different request.");
@@ -77,11 +77,11 @@ export class IdempotencyGuard {
 }
 
 /** saveIdempotentResponse records a finished response; call it inside the transaction of the change. */
-export function saveIdempotentResponse(db: Database, scope: IdempotencyScope | null, status: number, body: unknown, now = Date.now()): void {
-  if (scope) upsertIdempotencyRecord(db, scope, scope.fingerprint, status, JSON.stringify(body), now);
+export async function saveIdempotentResponse(db: Db, scope: IdempotencyScope | null, status: number, body: unknown, now = Date.now()): Promise<void> {
+  if (scope) await upsertIdempotencyRecord(db, scope, scope.fingerprint, status, JSON.stringify(body), now);
 }
 
 /** pruneIdempotencyKeys deletes records past the 24-hour retention. */
-export function pruneIdempotencyKeys(db: Database, now = Date.now()): number {
+export function pruneIdempotencyKeys(db: Db, now = Date.now()): Promise<number> {
   return deleteIdempotencyRecordsBefore(db, now - IDEMPOTENCY_RETENTION_MS);
 }

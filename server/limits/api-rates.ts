@@ -28,13 +28,25 @@ export class ApiRateLimits {
 
   constructor(
     private readonly config: Config,
-    private readonly tokenRateOf: (tokenId: string) => TokenRate | null,
+    private readonly tokenRateOf: (tokenId: string) => Promise<TokenRate | null>,
   ) {
     this.defaults = {
       read: { name: "read", perSecond: config.rateReadPerSecond, burst: config.rateReadBurst },
       write: { name: "write", perSecond: config.rateWritePerSecond, burst: config.rateWriteBurst },
     };
     this.failedAuth = { name: "failed-auth", perSecond: config.authFailuresPerMinute / 60, burst: config.authFailuresPerMinute };
+  }
+
+  /** loadPolicies reads a token's own rate limit the first time the token is seen; call it before admitToken. */
+  async loadPolicies(tokenId: string): Promise<void> {
+    if (this.policiesByToken.has(tokenId)) return;
+    const own = await this.tokenRateOf(tokenId);
+    this.policiesByToken.set(
+      tokenId,
+      own
+        ? { read: { name: "read", perSecond: own.readPerSecond, burst: own.readBurst }, write: { name: "write", perSecond: own.writePerSecond, burst: own.writeBurst } }
+        : this.defaults,
+    );
   }
 
   /** admitToken spends one request of the token's read or write budget, by the request's method. */
@@ -77,14 +89,6 @@ export class ApiRateLimits {
   }
 
   private policiesOf(tokenId: string): TokenPolicies {
-    let policies = this.policiesByToken.get(tokenId);
-    if (!policies) {
-      const own = this.tokenRateOf(tokenId);
-      policies = own
-        ? { read: { name: "read", perSecond: own.readPerSecond, burst: own.readBurst }, write: { name: "write", perSecond: own.writePerSecond, burst: own.writeBurst } }
-        : this.defaults;
-      this.policiesByToken.set(tokenId, policies);
-    }
-    return policies;
+    return this.policiesByToken.get(tokenId) ?? this.defaults;
   }
 }

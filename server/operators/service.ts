@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Database, Db } from "../db/sql.ts";
 import { fieldsProblem, schemaChecker } from "../http/schema-errors.ts";
 import { MAX_OPERATOR_PASSWORD_LENGTH } from "../limits/limits.ts";
 import { sha256 } from "../shared/crypto.ts";
@@ -97,7 +97,7 @@ function operatorExists(email: string): ProblemError {
 }
 
 /** createOperator adds an operator who can sign in to the console (the `operator create` command). */
-export async function createOperator(db: Database, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
+export async function createOperator(db: Db, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
   const email = validOperator(input);
   if (await findOperatorByEmail(db, email)) throw operatorExists(email);
   const row = await operatorRow(email, input.password, now);
@@ -106,23 +106,23 @@ export async function createOperator(db: Database, input: { email: string; passw
 }
 
 /** hasOperators tells whether anyone can sign in yet. */
-export async function hasOperators(db: Database): Promise<boolean> {
+export async function hasOperators(db: Db): Promise<boolean> {
   return (await countOperators(db)) > 0;
 }
 
 /** operatorSummaries lists every operator, oldest first, for the operators page and `operator list`. */
-export async function operatorSummaries(db: Database): Promise<OperatorSummary[]> {
+export async function operatorSummaries(db: Db): Promise<OperatorSummary[]> {
   return (await listOperators(db)).map((row) => ({ id: row.id, email: row.email, created_at: toTimestamp(row.created_at), last_seen_at: toOptionalTimestamp(row.last_seen_at) }));
 }
 
 /** findOperator returns an operator by id, or null. */
-export async function findOperator(db: Database, id: string): Promise<Operator | null> {
+export async function findOperator(db: Db, id: string): Promise<Operator | null> {
   const row = await findOperatorById(db, id);
   return row ? { id: row.id, email: row.email } : null;
 }
 
 /** operatorByEmail returns the operator with an email, or throws 404 (the CLI names operators by email). */
-async function operatorByEmail(db: Database, email: string): Promise<OperatorRow> {
+async function operatorByEmail(db: Db, email: string): Promise<OperatorRow> {
   const normalised = normalEmail(email);
   const row = await findOperatorByEmail(db, normalised);
   if (!row) throw new ProblemError(404, "not-found", `No operator has the email ${normalised}.`);
@@ -133,8 +133,8 @@ async function operatorByEmail(db: Database, email: string): Promise<OperatorRow
 export async function removeOperator(db: Database, id: string): Promise<Operator> {
   const row = await findOperatorById(db, id);
   if (!row) throw notFound("operator", id);
-  if (!(await deleteOperator(db, id))) throw new ProblemError(409, "last-operator", "This is the only operator; add another before removing it, or nobody could sign in.");
-  await deleteOperatorLinksOf(db, row.email);
+  const removed = await db.write(async (tx) => (await deleteOperator(tx, id)) && (await deleteOperatorLinksOf(tx, row.email), true));
+  if (!removed) throw new ProblemError(409, "last-operator", "This is the only operator; add another before removing it, or nobody could sign in.");
   return { id: row.id, email: row.email };
 }
 
@@ -147,8 +147,11 @@ export async function removeOperatorByEmail(db: Database, email: string): Promis
 export async function resetOperatorPassword(db: Database, email: string, password: string, now = Date.now()): Promise<Operator> {
   const row = await operatorByEmail(db, email);
   validOperator({ email: row.email, password });
-  await updateOperatorPassword(db, row.id, await hashPassword(password), now);
-  await clearLoginFailuresOfAccount(db, row.email, pairSubject(row.email, ""));
+  const hash = await hashPassword(password);
+  await db.write(async (tx) => {
+    await updateOperatorPassword(tx, row.id, hash, now);
+    await clearLoginFailuresOfAccount(tx, row.email, pairSubject(row.email, ""));
+  });
   return { id: row.id, email: row.email };
 }
 
@@ -170,17 +173,17 @@ export async function passwordResetLink(db: Database, id: string, madeBy: string
 
 async function issueOperatorLink(db: Database, purpose: OperatorLink["purpose"], email: string, madeBy: string | null, now: number): Promise<string> {
   const code = randomSecret();
-  await replaceOperatorLink(db, { code_hash: sha256(code), purpose, email, created_by: madeBy, created_at: now, expires_at: now + OPERATOR_LINK_TTL_MS });
+  await db.write((tx) => replaceOperatorLink(tx, { code_hash: sha256(code), purpose, email, created_by: madeBy, created_at: now, expires_at: now + OPERATOR_LINK_TTL_MS }));
   return code;
 }
 
 /** pendingInvites lists the invitations not used yet. */
-export async function pendingInvites(db: Database, now = Date.now()): Promise<PendingInvite[]> {
+export async function pendingInvites(db: Db, now = Date.now()): Promise<PendingInvite[]> {
   return (await listPendingInvites(db, now)).map((row) => ({ email: row.email, created_at: toTimestamp(row.created_at), expires_at: toTimestamp(row.expires_at) }));
 }
 
 /** operatorLink tells what a one-time link grants, or null when it is unknown, expired or used. */
-export async function operatorLink(db: Database, code: string, now = Date.now()): Promise<OperatorLink | null> {
+export async function operatorLink(db: Db, code: string, now = Date.now()): Promise<OperatorLink | null> {
   if (code.length === 0 || code.length > 100) return null;
   const row = await findOperatorLink(db, sha256(code), now);
   return row ? { purpose: row.purpose, email: row.email } : null;
@@ -200,29 +203,36 @@ export async function acceptOperatorLink(db: Database, input: { code: string } &
   if (!link) throw linkInvalid();
   validNewPassword(input);
   const codeHash = sha256(input.code);
+  // The link is used up in the write that acts on it: two tabs racing through it get one result.
   if (link.purpose === "invite") {
-    if (await findOperatorByEmail(db, link.email)) throw operatorExists(link.email);
     const row = await operatorRow(link.email, input.password, now);
-    if (!(await deleteOperatorLink(db, codeHash))) throw linkInvalid();
-    await insertOperator(db, row);
+    await db.write(async (tx) => {
+      if (await findOperatorByEmail(tx, link.email)) throw operatorExists(link.email);
+      if (!(await deleteOperatorLink(tx, codeHash))) throw linkInvalid();
+      await insertOperator(tx, row);
+    });
     return startSession(db, row.id, now);
   }
-  const row = await findOperatorByEmail(db, link.email);
-  if (!row || !(await deleteOperatorLink(db, codeHash))) throw linkInvalid();
-  await updateOperatorPassword(db, row.id, await hashPassword(input.password), now);
-  await clearLoginFailuresOfAccount(db, row.email, pairSubject(row.email, ""));
-  return startSession(db, row.id, now);
+  const hash = await hashPassword(input.password);
+  const operatorId = await db.write(async (tx) => {
+    const row = await findOperatorByEmail(tx, link.email);
+    if (!row || !(await deleteOperatorLink(tx, codeHash))) throw linkInvalid();
+    await updateOperatorPassword(tx, row.id, hash, now);
+    await clearLoginFailuresOfAccount(tx, row.email, pairSubject(row.email, ""));
+    return row.id;
+  });
+  return startSession(db, operatorId, now);
 }
 
 /** issueSetupCode makes the one-time code of the first-run setup link; earlier codes stop working. */
 export async function issueSetupCode(db: Database, now = Date.now()): Promise<string> {
   const code = randomSecret();
-  await replaceSetupCodes(db, sha256(code), now, now + SETUP_CODE_TTL_MS);
+  await db.write((tx) => replaceSetupCodes(tx, sha256(code), now, now + SETUP_CODE_TTL_MS));
   return code;
 }
 
 /** setupCodeUsable tells whether a setup link still works: its code is current and no operator exists yet. */
-export async function setupCodeUsable(db: Database, code: string, now = Date.now()): Promise<boolean> {
+export async function setupCodeUsable(db: Db, code: string, now = Date.now()): Promise<boolean> {
   return code.length > 0 && code.length <= 100 && !(await hasOperators(db)) && (await setupCodeIsValid(db, sha256(code), now));
 }
 
@@ -233,7 +243,7 @@ export async function completeSetup(db: Database, input: { code: string; email: 
   validNewPassword(input);
   const row = await operatorRow(email, input.password, now);
   // Checked again inside the transaction: two people racing through the same link get one operator.
-  if (!(await insertFirstOperator(db, row))) throw setupLinkInvalid();
+  if (!(await db.write((tx) => insertFirstOperator(tx, row)))) throw setupLinkInvalid();
   return startSession(db, row.id, now);
 }
 
@@ -254,7 +264,7 @@ function pairSubject(email: string, address: string): string {
 }
 
 /** failuresInWindow is a subject's failure count in the current window (0 once it has passed). */
-async function failuresInWindow(db: Database, scope: "account" | "address" | "pair", subject: string, now: number) {
+async function failuresInWindow(db: Db, scope: "account" | "address" | "pair", subject: string, now: number) {
   const row = await findLoginFailures(db, scope, subject);
   return row && row.window_start_at > now - LOGIN_WINDOW_MS ? row : null;
 }

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 
 export type OperatorRow = {
   id: string;
@@ -25,134 +25,124 @@ export type LoginFailureRow = {
 
 
 /** insertOperator stores a new operator. */
-export function insertOperator(db: Database, row: OperatorRow): void {
-  db.query("INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ($id, $email, $password_hash, $created_at, $updated_at)").run(row);
+export async function insertOperator(db: Db, row: OperatorRow): Promise<void> {
+  await db.run("INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES (?, ?, ?, ?, ?)", [row.id, row.email, row.password_hash, row.created_at, row.updated_at]);
 }
 
 /** findOperatorByEmail returns the operator with that (lowercased) email, or null. */
-export function findOperatorByEmail(db: Database, email: string): OperatorRow | null {
-  return db.query<OperatorRow, [string]>("SELECT * FROM operators WHERE email = ?").get(email);
+export function findOperatorByEmail(db: Db, email: string): Promise<OperatorRow | null> {
+  return db.get<OperatorRow>("SELECT * FROM operators WHERE email = ?", [email]);
 }
 
 /** countOperators counts all operators. */
-export function countOperators(db: Database): number {
-  return db.query<{ n: number }, []>("SELECT count(*) AS n FROM operators").get()!.n;
+export async function countOperators(db: Db): Promise<number> {
+  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM operators"))!.n;
 }
 
-/** replaceSetupCodes drops every earlier setup code and stores a new one, so only the latest link works. */
-export function replaceSetupCodes(db: Database, codeHash: Uint8Array, createdAt: number, expiresAt: number): void {
-  db.transaction(() => {
-    db.run("DELETE FROM operator_setup_codes");
-    db.query("INSERT INTO operator_setup_codes (code_hash, created_at, expires_at) VALUES (?, ?, ?)").run(codeHash, createdAt, expiresAt);
-  })();
+/** replaceSetupCodes drops every earlier setup code and stores a new one, so only the latest link works; call it inside one write. */
+export async function replaceSetupCodes(db: Db, codeHash: Uint8Array, createdAt: number, expiresAt: number): Promise<void> {
+  await db.run("DELETE FROM operator_setup_codes");
+  await db.run("INSERT INTO operator_setup_codes (code_hash, created_at, expires_at) VALUES (?, ?, ?)", [codeHash, createdAt, expiresAt]);
 }
 
 /** setupCodeIsValid tells whether a setup code with this hash exists and is unexpired at `now`. */
-export function setupCodeIsValid(db: Database, codeHash: Uint8Array, now: number): boolean {
-  return db.query("SELECT 1 FROM operator_setup_codes WHERE code_hash = ? AND expires_at > ?").get(codeHash, now) !== null;
+export async function setupCodeIsValid(db: Db, codeHash: Uint8Array, now: number): Promise<boolean> {
+  return (await db.get("SELECT 1 FROM operator_setup_codes WHERE code_hash = ? AND expires_at > ?", [codeHash, now])) !== null;
 }
 
-/** insertFirstOperator stores the first operator and uses up the setup codes, unless an operator already exists. */
-export function insertFirstOperator(db: Database, row: OperatorRow): boolean {
-  return db.transaction(() => {
-    if (countOperators(db) > 0) return false;
-    insertOperator(db, row);
-    db.run("DELETE FROM operator_setup_codes");
-    return true;
-  }).immediate();
+/** insertFirstOperator stores the first operator and uses up the setup codes, unless an operator already exists; call it inside one write. */
+export async function insertFirstOperator(db: Db, row: OperatorRow): Promise<boolean> {
+  if ((await countOperators(db)) > 0) return false;
+  await insertOperator(db, row);
+  await db.run("DELETE FROM operator_setup_codes");
+  return true;
 }
 
 /** insertSession stores a session by the hash of its id. */
-export function insertSession(db: Database, row: SessionRow): void {
-  db.query("INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES ($id_hash, $operator_id, $created_at, $last_seen_at)").run(row);
+export async function insertSession(db: Db, row: SessionRow): Promise<void> {
+  await db.run("INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES (?, ?, ?, ?)", [row.id_hash, row.operator_id, row.created_at, row.last_seen_at]);
 }
 
 /** findSessionWithOperator returns a session seen after `idleSince` and its operator, or null. */
-export function findSessionWithOperator(db: Database, idHash: Uint8Array, idleSince: number): (SessionRow & { email: string }) | null {
-  return db
-    .query<SessionRow & { email: string }, [Uint8Array, number]>(
-      `SELECT s.*, o.email FROM operator_sessions s JOIN operators o ON o.id = s.operator_id
-       WHERE s.id_hash = ? AND s.last_seen_at > ?`,
-    )
-    .get(idHash, idleSince);
+export function findSessionWithOperator(db: Db, idHash: Uint8Array, idleSince: number): Promise<(SessionRow & { email: string }) | null> {
+  return db.get<SessionRow & { email: string }>(
+    `SELECT s.*, o.email FROM operator_sessions s JOIN operators o ON o.id = s.operator_id
+     WHERE s.id_hash = ? AND s.last_seen_at > ?`,
+    [idHash, idleSince],
+  );
 }
 
 /** touchSession records that a session was used. */
-export function touchSession(db: Database, idHash: Uint8Array, at: number): void {
-  db.query("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?").run(at, idHash);
+export async function touchSession(db: Db, idHash: Uint8Array, at: number): Promise<void> {
+  await db.run("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?", [at, idHash]);
 }
 
 /** deleteSession removes one session. */
-export function deleteSession(db: Database, idHash: Uint8Array): void {
-  db.query("DELETE FROM operator_sessions WHERE id_hash = ?").run(idHash);
+export async function deleteSession(db: Db, idHash: Uint8Array): Promise<void> {
+  await db.run("DELETE FROM operator_sessions WHERE id_hash = ?", [idHash]);
 }
 
 /** deleteIdleSessions removes sessions not used since `idleSince`. */
-export function deleteIdleSessions(db: Database, idleSince: number): void {
-  db.query("DELETE FROM operator_sessions WHERE last_seen_at <= ?").run(idleSince);
+export async function deleteIdleSessions(db: Db, idleSince: number): Promise<void> {
+  await db.run("DELETE FROM operator_sessions WHERE last_seen_at <= ?", [idleSince]);
 }
 
 /** findLoginFailures returns the failure count of one scope and subject, or null. */
-export function findLoginFailures(db: Database, scope: string, subject: string): LoginFailureRow | null {
-  return db.query<LoginFailureRow, [string, string]>("SELECT * FROM login_failures WHERE scope = ? AND subject = ?").get(scope, subject);
+export function findLoginFailures(db: Db, scope: string, subject: string): Promise<LoginFailureRow | null> {
+  return db.get<LoginFailureRow>("SELECT * FROM login_failures WHERE scope = ? AND subject = ?", [scope, subject]);
 }
 
 /** recordLoginFailure counts a failure, starting a new window when the current one began before `windowStartAfter`. */
-export function recordLoginFailure(db: Database, scope: string, subject: string, now: number, windowStartAfter: number): void {
-  db.query(
-    `INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES (?1, ?2, 1, ?3, ?3)
+export async function recordLoginFailure(db: Db, scope: string, subject: string, now: number, windowStartAfter: number): Promise<void> {
+  await db.run(
+    `INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES (?, ?, 1, ?, ?)
      ON CONFLICT (scope, subject) DO UPDATE SET
-       failures = CASE WHEN window_start_at > ?4 THEN failures + 1 ELSE 1 END,
-       window_start_at = CASE WHEN window_start_at > ?4 THEN window_start_at ELSE ?3 END,
-       last_failure_at = ?3`,
-  ).run(scope, subject, now, windowStartAfter);
+       failures = CASE WHEN login_failures.window_start_at > ? THEN login_failures.failures + 1 ELSE 1 END,
+       window_start_at = CASE WHEN login_failures.window_start_at > ? THEN login_failures.window_start_at ELSE excluded.window_start_at END,
+       last_failure_at = excluded.last_failure_at`,
+    [scope, subject, now, now, windowStartAfter, windowStartAfter],
+  );
 }
 
 /** clearLoginFailures forgets the failures of one scope and subject. */
-export function clearLoginFailures(db: Database, scope: string, subject: string): void {
-  db.query("DELETE FROM login_failures WHERE scope = ? AND subject = ?").run(scope, subject);
+export async function clearLoginFailures(db: Db, scope: string, subject: string): Promise<void> {
+  await db.run("DELETE FROM login_failures WHERE scope = ? AND subject = ?", [scope, subject]);
 }
 
 /** clearLoginFailuresOfAccount forgets every failure counted against an account, from any address; returns how many records went. */
-export function clearLoginFailuresOfAccount(db: Database, email: string, pairSubjectPrefix: string): number {
-  return db
-    .query("DELETE FROM login_failures WHERE (scope = 'account' AND subject = ?1) OR (scope = 'pair' AND substr(subject, 1, length(?2)) = ?2)")
-    .run(email, pairSubjectPrefix).changes;
+export function clearLoginFailuresOfAccount(db: Db, email: string, pairSubjectPrefix: string): Promise<number> {
+  return db.run("DELETE FROM login_failures WHERE (scope = 'account' AND subject = ?) OR (scope = 'pair' AND substr(subject, 1, length(?)) = ?)", [email, pairSubjectPrefix, pairSubjectPrefix]);
 }
 
 /** deleteLoginFailuresBefore forgets failure windows that started before `cutoff`. */
-export function deleteLoginFailuresBefore(db: Database, cutoff: number): void {
-  db.query("DELETE FROM login_failures WHERE window_start_at < ?").run(cutoff);
+export async function deleteLoginFailuresBefore(db: Db, cutoff: number): Promise<void> {
+  await db.run("DELETE FROM login_failures WHERE window_start_at < ?", [cutoff]);
 }
 
 /** listOperators returns every operator, oldest first, with when each last used the console. */
-export function listOperators(db: Database): (OperatorRow & { last_seen_at: number | null })[] {
-  return db
-    .query<OperatorRow & { last_seen_at: number | null }, []>(
-      `SELECT o.*, (SELECT max(s.last_seen_at) FROM operator_sessions s WHERE s.operator_id = o.id) AS last_seen_at
-       FROM operators o ORDER BY o.created_at, o.id`,
-    )
-    .all();
+export function listOperators(db: Db): Promise<(OperatorRow & { last_seen_at: number | null })[]> {
+  return db.all<OperatorRow & { last_seen_at: number | null }>(
+    `SELECT o.*, (SELECT max(s.last_seen_at) FROM operator_sessions s WHERE s.operator_id = o.id) AS last_seen_at
+     FROM operators o ORDER BY o.created_at, o.id`,
+  );
 }
 
 /** findOperatorById returns one operator, or null. */
-export function findOperatorById(db: Database, id: string): OperatorRow | null {
-  return db.query<OperatorRow, [string]>("SELECT * FROM operators WHERE id = ?").get(id);
+export function findOperatorById(db: Db, id: string): Promise<OperatorRow | null> {
+  return db.get<OperatorRow>("SELECT * FROM operators WHERE id = ?", [id]);
 }
 
 /** deleteOperator removes an operator (their sessions go with them) unless they are the last one; false when nothing was removed. */
-export function deleteOperator(db: Database, id: string): boolean {
+export async function deleteOperator(db: Db, id: string): Promise<boolean> {
   // The count is in the statement, so two operators removing each other at once cannot both succeed.
-  return db.query("DELETE FROM operators WHERE id = ? AND (SELECT count(*) FROM operators) > 1").run(id).changes > 0;
+  return (await db.run("DELETE FROM operators WHERE id = ? AND (SELECT count(*) FROM operators) > 1", [id])) > 0;
 }
 
-/** updateOperatorPassword sets an operator's password hash and ends every session of theirs; false when no such operator. */
-export function updateOperatorPassword(db: Database, id: string, passwordHash: string, now: number): boolean {
-  return db.transaction(() => {
-    const changed = db.query("UPDATE operators SET password_hash = ?, updated_at = ? WHERE id = ?").run(passwordHash, now, id).changes > 0;
-    db.query("DELETE FROM operator_sessions WHERE operator_id = ?").run(id);
-    return changed;
-  })();
+/** updateOperatorPassword sets an operator's password hash and ends every session of theirs; false when no such operator. Call it inside one write. */
+export async function updateOperatorPassword(db: Db, id: string, passwordHash: string, now: number): Promise<boolean> {
+  const changed = (await db.run("UPDATE operators SET password_hash = ?, updated_at = ? WHERE id = ?", [passwordHash, now, id])) > 0;
+  await db.run("DELETE FROM operator_sessions WHERE operator_id = ?", [id]);
+  return changed;
 }
 
 /** OperatorLinkRow is a one-time link to become an operator (invite) or to set a new password (reset). */
@@ -165,37 +155,35 @@ export type OperatorLinkRow = {
   expires_at: number;
 };
 
-/** replaceOperatorLink stores a link, and drops earlier links for the same email and purpose so only the newest works. */
-export function replaceOperatorLink(db: Database, row: OperatorLinkRow): void {
-  db.transaction(() => {
-    db.query("DELETE FROM operator_links WHERE email = ? AND purpose = ?").run(row.email, row.purpose);
-    db.query("INSERT INTO operator_links (code_hash, purpose, email, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)").run(
-      row.code_hash,
-      row.purpose,
-      row.email,
-      row.created_by,
-      row.created_at,
-      row.expires_at,
-    );
-  })();
+/** replaceOperatorLink stores a link, and drops earlier links for the same email and purpose so only the newest works. Call it inside one write. */
+export async function replaceOperatorLink(db: Db, row: OperatorLinkRow): Promise<void> {
+  await db.run("DELETE FROM operator_links WHERE email = ? AND purpose = ?", [row.email, row.purpose]);
+  await db.run("INSERT INTO operator_links (code_hash, purpose, email, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)", [
+    row.code_hash,
+    row.purpose,
+    row.email,
+    row.created_by,
+    row.created_at,
+    row.expires_at,
+  ]);
 }
 
 /** findOperatorLink returns an unexpired link by the hash of its code, or null. */
-export function findOperatorLink(db: Database, codeHash: Uint8Array, now: number): OperatorLinkRow | null {
-  return db.query<OperatorLinkRow, [Uint8Array, number]>("SELECT * FROM operator_links WHERE code_hash = ? AND expires_at > ?").get(codeHash, now);
+export function findOperatorLink(db: Db, codeHash: Uint8Array, now: number): Promise<OperatorLinkRow | null> {
+  return db.get<OperatorLinkRow>("SELECT * FROM operator_links WHERE code_hash = ? AND expires_at > ?", [codeHash, now]);
 }
 
 /** listPendingInvites returns the unexpired invitations, newest first. */
-export function listPendingInvites(db: Database, now: number): OperatorLinkRow[] {
-  return db.query<OperatorLinkRow, [number]>("SELECT * FROM operator_links WHERE purpose = 'invite' AND expires_at > ? ORDER BY created_at DESC").all(now);
+export function listPendingInvites(db: Db, now: number): Promise<OperatorLinkRow[]> {
+  return db.all<OperatorLinkRow>("SELECT * FROM operator_links WHERE purpose = 'invite' AND expires_at > ? ORDER BY created_at DESC", [now]);
 }
 
 /** deleteOperatorLink uses up a link; false when it was already used (two tabs racing). */
-export function deleteOperatorLink(db: Database, codeHash: Uint8Array): boolean {
-  return db.query("DELETE FROM operator_links WHERE code_hash = ?").run(codeHash).changes > 0;
+export async function deleteOperatorLink(db: Db, codeHash: Uint8Array): Promise<boolean> {
+  return (await db.run("DELETE FROM operator_links WHERE code_hash = ?", [codeHash])) > 0;
 }
 
 /** deleteOperatorLinksOf drops every link naming an email (an operator removed, or an invitation withdrawn). */
-export function deleteOperatorLinksOf(db: Database, email: string): void {
-  db.query("DELETE FROM operator_links WHERE email = ?").run(email);
+export async function deleteOperatorLinksOf(db: Db, email: string): Promise<void> {
+  await db.run("DELETE FROM operator_links WHERE email = ?", [email]);
 }

@@ -3,7 +3,7 @@ import { closeSync, existsSync, fsyncSync, openSync, rmSync, statSync } from "no
 import type { Config } from "../config.ts";
 import { clientAddress, isLoopback, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
-import { pendingMigrations } from "../db/migrations.ts";
+import { MIGRATIONS } from "../db/migrations.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { VERSION } from "../version.ts";
@@ -13,7 +13,7 @@ import type { Logger } from "../shared/log.ts";
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
 import type { Health, Readiness, ReadinessChecks } from "./model.ts";
-import { probeWrite, quickCheck, vacuumInto } from "./store.ts";
+import { findAppliedMigrationVersions, probeWrite, quickCheck, vacuumInto } from "./store.ts";
 
 const startedAt = Date.now();
 
@@ -22,32 +22,33 @@ export function health(): Health {
   return { status: "ok", version: VERSION, uptime_seconds: Math.floor((Date.now() - startedAt) / 1000) };
 }
 
-function check(run: () => string | null): string {
+async function check(run: () => Promise<string | null> | string | null): Promise<string> {
   try {
-    return run() ?? "ok";
+    return (await run()) ?? "ok";
   } catch (error) {
     return (error as Error).message;
   }
 }
 
 /** readinessChecks runs every readiness check; each is "ok" or says what is wrong. */
-function readinessChecks(rt: Runtime): ReadinessChecks {
+async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
   return {
-    database: check(() => {
-      probeWrite(rt.db);
+    database: await check(async () => {
+      await probeWrite(rt.db);
       return null;
     }),
-    migrations: check(() => {
-      const pending = pendingMigrations(rt.db);
+    migrations: await check(async () => {
+      const applied = new Set(await findAppliedMigrationVersions(rt.db));
+      const pending = MIGRATIONS.filter((m) => !applied.has(m.version));
       return pending.length === 0 ? null : `pending: ${pending.map((m) => m.name).join(", ")}`;
     }),
-    delivery_loop: check(() => (deliveryLoopStatus(rt).running ? null : "not running")),
+    delivery_loop: await check(() => (deliveryLoopStatus(rt).running ? null : "not running")),
   };
 }
 
 /** readiness answers whether the service can take traffic; 503 problem naming the failing checks otherwise. */
-export function readiness(rt: Runtime): Readiness {
-  const checks = readinessChecks(rt);
+export async function readiness(rt: Runtime): Promise<Readiness> {
+  const checks = await readinessChecks(rt);
   const failing = Object.entries(checks).filter(([, verdict]) => verdict !== "ok");
   if (failing.length > 0) {
     throw new ProblemError(503, "not-ready", `Not ready: ${failing.map(([name, verdict]) => `${name}: ${verdict}`).join("; ")}.`, undefined, {}, { checks });
@@ -77,11 +78,11 @@ export function authorizeMetrics(config: Config, authorization: string | null, h
 }
 
 /** metricsText renders the process's metrics and the gauges read now, in the Prometheus text format. */
-export function metricsText(rt: Runtime): string {
+export async function metricsText(rt: Runtime): Promise<string> {
   const memory = process.memoryUsage();
-  const queue = deliveryQueueStats(rt.db);
+  const queue = await deliveryQueueStats(rt.db);
   const loop = deliveryLoopStatus(rt);
-  const history = deliveryHistorySize(rt.db);
+  const history = await deliveryHistorySize(rt.db);
   const gauges: Gauge[] = [
     { name: "crm_webhook_queue_depth", help: "Webhook deliveries pending (waiting for their first attempt or a retry).", value: queue.pending },
     { name: "crm_webhook_oldest_pending_age_seconds", help: "Age of the oldest pending webhook delivery; 0 when none is pending.", value: (queue.oldest_pending_age_ms ?? 0) / 1000 },
@@ -135,7 +136,7 @@ export interface BackupResult {
  * is created first, exclusively and 0600, so an existing file is never overwritten and the copy
  * is never readable by others; it is synced and checked before the function returns.
  */
-export function backupDatabase(dataDir: string, file: string): BackupResult {
+export async function backupDatabase(dataDir: string, file: string): Promise<BackupResult> {
   if (!existsSync(dataDir)) throw new BackupError(`data directory ${dataDir} does not exist`);
   const source = databasePath(dataDir);
   if (!existsSync(source)) throw new BackupError(`no database at ${source}`);
@@ -148,9 +149,9 @@ export function backupDatabase(dataDir: string, file: string): BackupResult {
   try {
     const db = openDatabase(source);
     try {
-      vacuumInto(db, file);
+      vacuumInto(db.sqlite, file);
     } finally {
-      db.close();
+      await db.close();
     }
     const fd = openSync(file, "r+");
     try {

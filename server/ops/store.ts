@@ -1,27 +1,40 @@
-import type { Database } from "bun:sqlite";
+import type { Database as SqliteConnection } from "bun:sqlite";
+import type { Database, Db } from "../db/sql.ts";
+
+/** ProbeRolledBack ends the probe's write so that it is rolled back. */
+class ProbeRolledBack extends Error {}
 
 /**
- * probeWrite takes the write lock and changes the database header inside a transaction that is
- * rolled back: it fails when the file is read-only or another writer holds the lock too long.
- * user_version is used because, unlike a schema change, it does not expire prepared statements.
+ * probeWrite takes the write lock and changes a row inside a savepoint that is rolled back: it
+ * fails when the file is read-only or another writer holds the lock too long. A row of
+ * schema_migrations is rewritten because, unlike a schema change, it does not expire prepared
+ * statements, and the statement stays the same (cached) on every probe.
  */
-export function probeWrite(db: Database): void {
-  db.run("BEGIN IMMEDIATE");
+export async function probeWrite(db: Database): Promise<void> {
   try {
-    const { user_version } = db.query<{ user_version: number }, []>("PRAGMA user_version").get()!;
-    db.run(`PRAGMA user_version = ${user_version + 1}`);
-  } finally {
-    db.run("ROLLBACK");
+    await db.write(async (tx) => {
+      await tx.run("UPDATE schema_migrations SET applied_at = applied_at WHERE version = (SELECT max(version) FROM schema_migrations)");
+      throw new ProbeRolledBack();
+    });
+  } catch (error) {
+    if (!(error instanceof ProbeRolledBack)) throw error;
   }
 }
 
+/** findAppliedMigrationVersions returns the migration versions recorded in the database. */
+export async function findAppliedMigrationVersions(db: Db): Promise<number[]> {
+  return (await db.all<{ version: number }>("SELECT version FROM schema_migrations ORDER BY version")).map((row) => row.version);
+}
+
 /** vacuumInto writes a consistent, compacted copy of the database to an empty or missing file. */
-export function vacuumInto(db: Database, file: string): void {
+// sqlite-only: VACUUM INTO is SQLite's online copy.
+export function vacuumInto(db: SqliteConnection, file: string): void {
   db.run("VACUUM INTO ?", [file]);
 }
 
 /** quickCheck runs SQLite's structural check and returns its verdict ("ok" when sound). */
-export function quickCheck(db: Database): string {
+// sqlite-only: PRAGMA quick_check.
+export function quickCheck(db: SqliteConnection): string {
   return db
     .query<{ quick_check: string }, []>("PRAGMA quick_check")
     .all()

@@ -1,3 +1,4 @@
+import type { Db } from "../db/sql.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
 import type { Runtime } from "../runtime.ts";
@@ -15,7 +16,7 @@ function tombstoneHorizon(rt: Runtime, now: number): number {
  * oldest first. A `since` before the retention horizon is 410: deletions from then may be pruned,
  * so an empty page would be a lie; the caller resyncs in full.
  */
-export function listDeletedPage(rt: Runtime, resource: Resource, query: Record<string, unknown>, now = Date.now()): { data: Tombstone[]; meta: ListMeta } {
+export async function listDeletedPage(rt: Runtime, resource: Resource, query: Record<string, unknown>, now = Date.now()): Promise<{ data: Tombstone[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS });
   const since = parseTimestampFilter("since", query.since);
   const horizon = tombstoneHorizon(rt, now);
@@ -30,14 +31,14 @@ export function listDeletedPage(rt: Runtime, resource: Resource, query: Record<s
     );
   }
   const after = since ?? -1;
-  const rows = listTombstonesSince(rt.db, resource, after, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  const rows = await listTombstonesSince(rt.db, resource, after, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
   return {
     data: rows.map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at) })),
-    meta: listMeta(list, countTombstonesSince(rt.db, resource, after), rows, (row: TombstoneRow) => row.deleted_at, query, TOMBSTONE_FILTERS),
+    meta: listMeta(list, await countTombstonesSince(rt.db, resource, after), rows, (row: TombstoneRow) => row.deleted_at, query, TOMBSTONE_FILTERS),
   };
 }
 
-/** pruneTombstones deletes up to `limit` tombstones past the retention and returns how many. */
-export function pruneTombstones(rt: Runtime, now: number, limit: number): number {
-  return deleteTombstonesBefore(rt.db, tombstoneHorizon(rt, now), limit);
+/** pruneTombstones deletes up to `limit` tombstones past the retention and returns how many; call it inside a write. */
+export function pruneTombstones(tx: Db, rt: Runtime, now: number, limit: number): Promise<number> {
+  return deleteTombstonesBefore(tx, tombstoneHorizon(rt, now), limit);
 }

@@ -25,7 +25,7 @@ export function userRoutes(rt: Runtime) {
       response: { 201: UserEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: { operationId: "createUser", summary: "Create a user", description: "Emails are unique (409 when taken) and stored lowercased.", tags, ...secured },
     })
-    .get("/:id", ({ params }) => ({ data: getUser(rt.db, params.id) }), {
+    .get("/:id", async ({ params }) => ({ data: await getUser(rt.db, params.id) }), {
       params: UserId,
       response: { 200: UserEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { operationId: "getUser", summary: "Get a user", tags, ...secured },

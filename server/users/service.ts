@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import { notFound, ProblemError } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
@@ -27,70 +27,70 @@ function userFields(input: { name: string; email: string }): { name: string; ema
   return { name, email };
 }
 
-function refuseTakenEmail(db: Database, email: string, ownId: string | null): void {
-  const holder = findUserByEmail(db, email);
+async function refuseTakenEmail(db: Db, email: string, ownId: string | null): Promise<void> {
+  const holder = await findUserByEmail(db, email);
   if (holder && holder.id !== ownId) throw new ProblemError(409, "user-exists", `A user with email ${email} already exists.`);
 }
 
-/** createUser adds a person contacts can be assigned to; emails are unique and lowercased. */
-export function createUser(db: Database, input: { name: string; email: string }, now = Date.now()): User {
+/** createUser adds a person contacts can be assigned to; emails are unique and lowercased. Call it inside a write. */
+export async function createUser(db: Db, input: { name: string; email: string }, now = Date.now()): Promise<User> {
   const { name, email } = userFields(input);
-  refuseTakenEmail(db, email, null);
+  await refuseTakenEmail(db, email, null);
   const row: UserRow = { id: newId("usr", now), name, email, created_at: now, updated_at: now };
-  insertUser(db, row);
+  await insertUser(db, row);
   return toUser(row);
 }
 
 /** createUserOnce stores a user and its idempotent response in one group-committed write. */
-export function createUserOnce(rt: Runtime, input: { name: string; email: string }, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: User } }> {
-  return rt.writes.submit(() => {
+export async function createUserOnce(rt: Runtime, input: { name: string; email: string }, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: User } }> {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
-    const body = { data: createUser(rt.db, input, now) };
-    saveIdempotentResponse(rt.db, idempotency, 201, body, now);
+    const body = { data: await createUser(tx, input, now) };
+    await saveIdempotentResponse(tx, idempotency, 201, body, now);
     return { status: 201, body };
   });
 }
 
 /** updateUser changes a user's name or email (still unique); a request that changes nothing keeps updated_at. */
-export function updateUser(rt: Runtime, id: string, input: UserPatch): Promise<User> {
-  return rt.writes.submit(() => {
-    const current = findUserById(rt.db, id);
+export async function updateUser(rt: Runtime, id: string, input: UserPatch): Promise<User> {
+  return rt.db.write(async (tx) => {
+    const current = await findUserById(tx, id);
     if (!current) throw notFound("user", id);
     const { name, email } = userFields({ name: input.name ?? current.name, email: input.email ?? current.email });
     if (name === current.name && email === current.email) return toUser(current);
-    refuseTakenEmail(rt.db, email, id);
+    await refuseTakenEmail(tx, email, id);
     const row: UserRow = { ...current, name, email, updated_at: Date.now() };
-    updateUserRow(rt.db, row);
+    await updateUserRow(tx, row);
     return toUser(row);
   });
 }
 
 /** getUser returns one user or throws 404. */
-export function getUser(db: Database, id: string): User {
-  const row = findUserById(db, id);
+export async function getUser(db: Db, id: string): Promise<User> {
+  const row = await findUserById(db, id);
   if (!row) throw notFound("user", id);
   return toUser(row);
 }
 
 /** allUsers returns every user, oldest first (for the command line). */
-export function allUsers(db: Database): User[] {
-  return listUsers(db, { cursor: null, limit: -1, offset: 0 }).map(toUser);
+export async function allUsers(db: Db): Promise<User[]> {
+  return (await listUsers(db, { cursor: null, limit: -1, offset: 0 })).map(toUser);
 }
 
 /** listUsersPage returns one page of users for the list endpoint. */
-export function listUsersPage(db: Database, query: Record<string, unknown>): { data: User[]; meta: ListMeta } {
+export async function listUsersPage(db: Db, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ["id"], defaultSort: "id", defaultDirection: "asc", filters: [] });
-  const rows = listUsers(db, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
-  return { data: rows.map(toUser), meta: listMeta(list, countUsers(db), rows, (row: UserRow) => row.id, query, []) };
+  const rows = await listUsers(db, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  return { data: rows.map(toUser), meta: listMeta(list, await countUsers(db), rows, (row: UserRow) => row.id, query, []) };
 }
 
 /** missingUserIds returns the given ids that name no user. */
-export function missingUserIds(db: Database, ids: string[]): string[] {
-  const found = findUsersByIds(db, ids);
+export async function missingUserIds(db: Db, ids: string[]): Promise<string[]> {
+  const found = await findUsersByIds(db, ids);
   return ids.filter((id) => !found.has(id));
 }
 
 /** usersByIds returns the API form of the users with the given ids, keyed by id. */
-export function usersByIds(db: Database, ids: string[]): Map<string, User> {
-  return new Map([...findUsersByIds(db, ids)].map(([id, row]) => [id, toUser(row)]));
+export async function usersByIds(db: Db, ids: string[]): Promise<Map<string, User>> {
+  return new Map([...(await findUsersByIds(db, ids))].map(([id, row]) => [id, toUser(row)]));
 }

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import { keysetOrder } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
 
@@ -11,41 +11,39 @@ export type UserRow = {
 }
 
 /** insertUser stores a new user row. */
-export function insertUser(db: Database, row: UserRow): void {
-  db.query("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ($id, $name, $email, $created_at, $updated_at)").run(row);
+export async function insertUser(db: Db, row: UserRow): Promise<void> {
+  await db.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES (?, ?, ?, ?, ?)", [row.id, row.name, row.email, row.created_at, row.updated_at]);
 }
 
 /** updateUser overwrites a user's name, email and updated_at. */
-export function updateUser(db: Database, row: UserRow): void {
-  db.query("UPDATE users SET name = $name, email = $email, updated_at = $updated_at WHERE id = $id").run({ id: row.id, name: row.name, email: row.email, updated_at: row.updated_at });
+export async function updateUser(db: Db, row: UserRow): Promise<void> {
+  await db.run("UPDATE users SET name = ?, email = ?, updated_at = ? WHERE id = ?", [row.name, row.email, row.updated_at, row.id]);
 }
 
 /** findUserById returns one user row or null. */
-export function findUserById(db: Database, id: string): UserRow | null {
-  return db.query<UserRow, [string]>("SELECT * FROM users WHERE id = ?").get(id);
+export function findUserById(db: Db, id: string): Promise<UserRow | null> {
+  return db.get<UserRow>("SELECT * FROM users WHERE id = ?", [id]);
 }
 
 /** findUserByEmail returns the user with that (lowercased) email, or null. */
-export function findUserByEmail(db: Database, email: string): UserRow | null {
-  return db.query<UserRow, [string]>("SELECT * FROM users WHERE email = ?").get(email);
+export function findUserByEmail(db: Db, email: string): Promise<UserRow | null> {
+  return db.get<UserRow>("SELECT * FROM users WHERE email = ?", [email]);
 }
 
 /** findUsersByIds returns the users with the given ids, keyed by id. */
-export function findUsersByIds(db: Database, ids: string[]): Map<string, UserRow> {
+export async function findUsersByIds(db: Db, ids: string[]): Promise<Map<string, UserRow>> {
   if (ids.length === 0) return new Map();
-  const rows = db.query<UserRow, string[]>(`SELECT * FROM users WHERE id IN (${ids.map(() => "?").join(", ")})`).all(...ids);
+  const rows = await db.all<UserRow>(`SELECT * FROM users WHERE id IN (${ids.map(() => "?").join(", ")})`, ids);
   return new Map(rows.map((row) => [row.id, row]));
 }
 
 /** countUsers counts all users. */
-export function countUsers(db: Database): number {
-  return db.query<{ n: number }, []>("SELECT count(*) AS n FROM users").get()!.n;
+export async function countUsers(db: Db): Promise<number> {
+  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM users"))!.n;
 }
 
 /** listUsers returns one page of users, oldest first. */
-export function listUsers(db: Database, page: { cursor: CursorPosition | null; limit: number; offset: number }): UserRow[] {
+export function listUsers(db: Db, page: { cursor: CursorPosition | null; limit: number; offset: number }): Promise<UserRow[]> {
   const order = keysetOrder("id", "id", "asc", page.cursor);
-  return db
-    .query<UserRow, (string | number)[]>(`SELECT * FROM users ${order.after ? `WHERE ${order.after}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`)
-    .all(...order.params, page.limit, page.offset);
+  return db.all<UserRow>(`SELECT * FROM users ${order.after ? `WHERE ${order.after}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`, [...order.params, page.limit, page.offset]);
 }

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import type { Logger } from "../shared/log.ts";
 import { toTimestamp } from "../shared/time.ts";
 import type { AttemptResult } from "./delivery.ts";
@@ -20,10 +20,10 @@ function duration(ms: number): string {
  * and records a subscription.disabled event for the subscriptions that want to hear of it, all in
  * the caller's transaction.
  */
-export function disableWithEvent(db: Database, subscription: SubscriptionRow, reason: string, pendingReason: string, now: number): void {
-  disableSubscription(db, subscription.id, reason, now);
-  const failed = failPendingDeliveries(db, subscription.id, pendingReason, now);
-  recordEvent(
+export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, pendingReason: string, now: number): Promise<void> {
+  await disableSubscription(db, subscription.id, reason, now);
+  const failed = await failPendingDeliveries(db, subscription.id, pendingReason, now);
+  await recordEvent(
     db,
     "subscription.disabled",
     {
@@ -47,9 +47,9 @@ const isOperational = (eventType: string) => (OPERATIONAL_EVENT_TYPES as readonl
  * attempts. Deliveries of operational events are left out, so a dying on-call receiver cannot
  * feed itself an endless chain of reports about its own failures.
  */
-export function recordExhausted(db: Database, due: DueDelivery, attempts: number, result: AttemptResult, now: number): void {
+export async function recordExhausted(db: Db, due: DueDelivery, attempts: number, result: AttemptResult, now: number): Promise<void> {
   if (isOperational(due.event_type)) return;
-  recordEvent(
+  await recordEvent(
     db,
     "delivery.exhausted",
     {
@@ -71,14 +71,14 @@ export function recordExhausted(db: Database, due: DueDelivery, attempts: number
  * log line, once every attempt for `disableAfterHours` has failed. `subscription` is the row as
  * read before this attempt.
  */
-export function trackFailingStreak(db: Database, log: Logger, disableAfterHours: number, subscription: SubscriptionRow, now: number): void {
+export async function trackFailingStreak(db: Db, log: Logger, disableAfterHours: number, subscription: SubscriptionRow, now: number): Promise<void> {
   if (subscription.failing_since === null) {
-    markSubscriptionFailing(db, subscription.id, now);
+    await markSubscriptionFailing(db, subscription.id, now);
     return;
   }
   if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
-  disableWithEvent(db, subscription, reason, "not sent: the subscription was disabled after its attempts failed for too long", now);
+  await disableWithEvent(db, subscription, reason, "not sent: the subscription was disabled after its attempts failed for too long", now);
   log.warn("webhook subscription disabled: every attempt failed for too long", {
     subscription_id: subscription.id,
     target_url: subscription.target_url,

@@ -1,3 +1,4 @@
+import type { Db } from "../db/sql.ts";
 import { pruneIdempotencyKeys } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { DAY_MS } from "../shared/time.ts";
@@ -14,10 +15,10 @@ const BUDGET_INTERVAL_MS = 60 * 1000;
 /** BUDGET_STEP_MIN is the fewest deliveries one pruning step deletes, so a small excess does not cost a measure per row. */
 const BUDGET_STEP_MIN = 100;
 
-async function pruneInBatches(rt: Runtime, prune: () => number): Promise<number> {
+async function pruneInBatches(rt: Runtime, prune: (tx: Db) => Promise<number>): Promise<number> {
   let total = 0;
   for (;;) {
-    const n = await rt.writes.submit(prune);
+    const n = await rt.db.write(prune);
     total += n;
     if (n < PRUNE_BATCH) return total;
   }
@@ -32,12 +33,12 @@ async function pruneInBatches(rt: Runtime, prune: () => number): Promise<number>
  */
 export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<{ deliveries: number; events: number; idempotency_keys: number; attempt_stats: number; tombstones: number }> {
   const cutoff = now - rt.config.deliveryRetentionDays * DAY_MS;
-  const deliveries = await pruneInBatches(rt, () => deleteFinishedDeliveriesBefore(rt.db, cutoff, PRUNE_BATCH));
-  const events = await pruneInBatches(rt, () => deleteUnreferencedEventsBefore(rt.db, cutoff, PRUNE_BATCH));
-  const idempotencyKeys = await rt.writes.submit(() => pruneIdempotencyKeys(rt.db, now));
-  if (deliveries > 0) await rt.writes.submit(() => deleteUnusedHeaderSets(rt.db));
-  const attemptStats = await rt.writes.submit(() => deleteAttemptStatsBefore(rt.db, now - STATS_KEPT_MS));
-  const tombstones = await pruneInBatches(rt, () => pruneTombstones(rt, now, PRUNE_BATCH));
+  const deliveries = await pruneInBatches(rt, (tx) => deleteFinishedDeliveriesBefore(tx, cutoff, PRUNE_BATCH));
+  const events = await pruneInBatches(rt, (tx) => deleteUnreferencedEventsBefore(tx, cutoff, PRUNE_BATCH));
+  const idempotencyKeys = await rt.db.write((tx) => pruneIdempotencyKeys(tx, now));
+  if (deliveries > 0) await rt.db.write((tx) => deleteUnusedHeaderSets(tx));
+  const attemptStats = await rt.db.write((tx) => deleteAttemptStatsBefore(tx, now - STATS_KEPT_MS));
+  const tombstones = await pruneInBatches(rt, (tx) => pruneTombstones(tx, rt, now, PRUNE_BATCH));
   return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats, tombstones };
 }
 
@@ -49,17 +50,17 @@ export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<{ del
  */
 export async function pruneToBudget(rt: Runtime, now = Date.now()): Promise<{ deliveries: number; bytes: number }> {
   const budget = rt.config.deliveryHistoryMaxMb * 1024 * 1024;
-  let size = measureDeliveryHistory(rt.db);
+  let size = await measureDeliveryHistory(rt.db);
   let deleted = 0;
   while (budget > 0 && size.bytes > budget) {
     const perDelivery = size.bytes / Math.max(1, size.deliveries);
     const step = Math.min(PRUNE_BATCH, Math.max(BUDGET_STEP_MIN, Math.ceil((size.bytes - budget) / perDelivery)));
-    const n = await rt.writes.submit(() => deleteFinishedDeliveriesBefore(rt.db, now + 1, step));
+    const n = await rt.db.write((tx) => deleteFinishedDeliveriesBefore(tx, now + 1, step));
     if (n === 0) break;
     deleted += n;
-    size = measureDeliveryHistory(rt.db);
+    size = await measureDeliveryHistory(rt.db);
   }
-  if (deleted > 0) await rt.writes.submit(() => deleteUnusedHeaderSets(rt.db));
+  if (deleted > 0) await rt.db.write((tx) => deleteUnusedHeaderSets(tx));
   return { deliveries: deleted, bytes: size.bytes };
 }
 

@@ -69,12 +69,12 @@ export function webhookRoutes(rt: Runtime) {
       response: { 200: SubscriptionListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookSubscriptions", summary: "List webhook subscriptions", description: "Newest first; secrets masked. Filter by event kind with `event`.", tags: subscriptionTags, ...secured },
     })
-    .get("/webhook-subscriptions/:subscriptionId", ({ params }) => ({ data: getSubscription(rt.db, params.subscriptionId) }), {
+    .get("/webhook-subscriptions/:subscriptionId", async ({ params }) => ({ data: await getSubscription(rt.db, params.subscriptionId) }), {
       params: SubscriptionId,
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { operationId: "getWebhookSubscription", summary: "Get a webhook subscription", description: "The secret is masked.", tags: subscriptionTags, ...secured },
     })
-    .get("/webhook-subscriptions/:subscriptionId/stats", ({ params }) => ({ data: getSubscriptionStats(rt.db, params.subscriptionId) }), {
+    .get("/webhook-subscriptions/:subscriptionId/stats", async ({ params }) => ({ data: await getSubscriptionStats(rt.db, params.subscriptionId) }), {
       params: SubscriptionId,
       response: { 200: SubscriptionStatsEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: {
@@ -201,7 +201,7 @@ export function webhookRoutes(rt: Runtime) {
       response: { 200: DeliveryListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookDeliveries", summary: "List webhook deliveries", description: "Newest first. One delivery per event and subscription; its id is the webhook-id header your receiver saw.", tags: deliveryTags, ...secured },
     })
-    .get("/webhook-deliveries/:deliveryId", ({ params }) => ({ data: getDelivery(rt.db, params.deliveryId) }), {
+    .get("/webhook-deliveries/:deliveryId", async ({ params }) => ({ data: await getDelivery(rt.db, params.deliveryId) }), {
       params: DeliveryId,
       response: { 200: DeliveryDetailEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { operationId: "getWebhookDelivery", summary: "Get a webhook delivery with its attempts", description: "Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and first 4 KiB of the body, or the error in words.", tags: deliveryTags, ...secured },

@@ -1,4 +1,5 @@
-import type { Database } from "bun:sqlite";
+import type { Database as SqliteConnection } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -113,7 +114,7 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
  * clear (migration 0011) and returns for how many subscriptions. The key is asked for only when
  * there is one to seal.
  */
-export function sealStoredSecrets(db: Database, openBox: (() => SecretBox) | undefined): number {
+export function sealStoredSecrets(db: SqliteConnection, openBox: (() => SecretBox) | undefined): number {
   const rows = listUnsealedSubscriptionSecrets(db);
   if (rows.length === 0) return 0;
   if (!openBox) throw new Error("signing secrets are stored in clear and migration 0011 needs the secrets key to seal them; run crm migrate or crm serve");
@@ -124,8 +125,8 @@ export function sealStoredSecrets(db: Database, openBox: (() => SecretBox) | und
 }
 
 /** assertSecretsKeyOpens throws ConfigError when the database holds sealed secrets this key cannot open. */
-export function assertSecretsKeyOpens(db: Database, box: SecretBox, path: string): void {
-  const row = findOneSubscriptionSecret(db);
+export async function assertSecretsKeyOpens(db: Db, box: SecretBox, path: string): Promise<void> {
+  const row = await findOneSubscriptionSecret(db);
   if (!row) return;
   try {
     box.open(row.id, row.secret);

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
 import { listMeta, parseListQuery, parseTimestampFilter, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
@@ -146,9 +146,9 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
   if (urlError) throw validationProblem([{ pointer: "/target_url", detail: urlError }]);
   await refuseNonPublicTarget(rt, input.target_url);
   const secret = newSecret();
-  return rt.writes.submit(() => {
+  return rt.db.write(async (tx) => {
     // Counted inside the write, so concurrent creates cannot pass the cap together.
-    if (countSubscriptions(rt.db, undefined) >= MAX_SUBSCRIPTIONS) {
+    if (await countSubscriptions(tx, undefined) >= MAX_SUBSCRIPTIONS) {
       throw validationProblem([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions.");
     }
     const now = Date.now();
@@ -171,8 +171,8 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
       created_at: now,
       updated_at: now,
     };
-    insertSubscription(rt.db, row, input.events);
-    return answerWithSecret(rt.db, row, secret, 201, idempotency, now);
+    await insertSubscription(tx, row, input.events);
+    return answerWithSecret(tx, row, secret, 201, idempotency, now);
   });
 }
 
@@ -180,9 +180,9 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
  * answerWithSecret is the answer that shows a new secret in full (create, rotate-secret); the
  * response kept for an idempotent replay holds it sealed, as the subscription row does.
  */
-function answerWithSecret(db: Database, row: SubscriptionRow, secret: string, status: number, idempotency: IdempotencyScope | null, now: number) {
+async function answerWithSecret(db: Db, row: SubscriptionRow, secret: string, status: number, idempotency: IdempotencyScope | null, now: number) {
   const subscription = toSubscription(row);
-  saveIdempotentResponse(db, idempotency, status, { data: { ...subscription, secret: row.secret } }, now);
+  await saveIdempotentResponse(db, idempotency, status, { data: { ...subscription, secret: row.secret } }, now);
   return { status, body: { data: { ...subscription, secret } } };
 }
 
@@ -192,45 +192,45 @@ export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSe
 }
 
 /** listSubscriptionsPage answers GET /webhook-subscriptions: newest first, filter `event`. */
-export function listSubscriptionsPage(db: Database, query: Record<string, unknown>): { data: Subscription[]; meta: ListMeta } {
+export async function listSubscriptionsPage(db: Db, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS });
   const eventType = query.event as string | undefined;
-  const rows = listSubscriptions(db, eventType, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
-  const meta = listMeta(list, countSubscriptions(db, eventType), rows, (row: SubscriptionRow) => row.created_at, query, SUBSCRIPTION_FILTERS);
+  const rows = await listSubscriptions(db, eventType, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  const meta = listMeta(list, await countSubscriptions(db, eventType), rows, (row: SubscriptionRow) => row.created_at, query, SUBSCRIPTION_FILTERS);
   return { data: rows.map((row) => toSubscription(row)), meta };
 }
 
 /** listAllSubscriptions returns every subscription, newest first; there are at most MAX_SUBSCRIPTIONS. */
-export function listAllSubscriptions(db: Database): Subscription[] {
-  return listSubscriptions(db, undefined, { cursor: null, limit: MAX_SUBSCRIPTIONS, offset: 0 }).map((row) => toSubscription(row));
+export async function listAllSubscriptions(db: Db): Promise<Subscription[]> {
+  return (await listSubscriptions(db, undefined, { cursor: null, limit: MAX_SUBSCRIPTIONS, offset: 0 })).map((row) => toSubscription(row));
 }
 
 /** findSubscription returns one subscription with its secret masked, or null. */
-export function findSubscription(db: Database, id: string): Subscription | null {
-  const row = findSubscriptionById(db, id);
+export async function findSubscription(db: Db, id: string): Promise<Subscription | null> {
+  const row = await findSubscriptionById(db, id);
   return row ? toSubscription(row) : null;
 }
 
 /** getSubscription returns one subscription with its secret masked, or throws 404. */
-export function getSubscription(db: Database, id: string): Subscription {
-  const subscription = findSubscription(db, id);
+export async function getSubscription(db: Db, id: string): Promise<Subscription> {
+  const subscription = await findSubscription(db, id);
   if (!subscription) throw notFound("webhook subscription", id);
   return subscription;
 }
 
 /** getSubscriptionStats returns a subscription's endpoint health over the last 24 hours and 7 days, or throws 404. */
-export function getSubscriptionStats(db: Database, id: string): SubscriptionStats {
-  const row = findSubscriptionById(db, id);
+export async function getSubscriptionStats(db: Db, id: string): Promise<SubscriptionStats> {
+  const row = await findSubscriptionById(db, id);
   if (!row) throw notFound("webhook subscription", id);
   return subscriptionStats(db, row);
 }
 
 /** deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is sent to it. */
-export function deleteSubscription(rt: Runtime, id: string): Promise<void> {
-  return rt.writes.submit(() => {
+export async function deleteSubscription(rt: Runtime, id: string): Promise<void> {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
-    if (!deleteSubscriptionRow(rt.db, id)) throw notFound("webhook subscription", id);
-    failPendingDeliveries(rt.db, id, "not sent: the subscription was deleted", now);
+    if (!await deleteSubscriptionRow(tx, id)) throw notFound("webhook subscription", id);
+    await failPendingDeliveries(tx, id, "not sent: the subscription was deleted", now);
   });
 }
 
@@ -239,30 +239,30 @@ export function deleteSubscription(rt: Runtime, id: string): Promise<void> {
  * to it; deliveries failed while it was disabled stay failed) and returns it. An active one is
  * returned unchanged.
  */
-export function enableSubscription(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Subscription> {
-  return rt.writes.submit(() => {
+export async function enableSubscription(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Subscription> {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
-    if (!findSubscriptionById(rt.db, id)) throw notFound("webhook subscription", id);
-    enableSubscriptionRow(rt.db, id, now);
-    const subscription = toSubscription(findSubscriptionById(rt.db, id)!);
-    saveIdempotentResponse(rt.db, idempotency, 200, { data: subscription }, now);
+    if (!await findSubscriptionById(tx, id)) throw notFound("webhook subscription", id);
+    await enableSubscriptionRow(tx, id, now);
+    const subscription = toSubscription((await findSubscriptionById(tx, id))!);
+    await saveIdempotentResponse(tx, idempotency, 200, { data: subscription }, now);
     return subscription;
   });
 }
 
 /** updateSubscription applies a PATCH (the description) and returns the subscription, or throws 404. */
-export function updateSubscription(rt: Runtime, id: string, input: SubscriptionUpdate): Promise<Subscription> {
+export async function updateSubscription(rt: Runtime, id: string, input: SubscriptionUpdate): Promise<Subscription> {
   const fixed = [
     ...("target_url" in input ? [{ pointer: "/target_url", detail: "does not change in place: create a subscription to the new URL, confirm it receives, then delete this one" }] : []),
     ...("events" in input ? [{ pointer: "/events", detail: "do not change in place: create a subscription with the new events, confirm it receives, then delete this one" }] : []),
   ];
   if (fixed.length > 0) return Promise.reject(validationProblem(fixed, "The target URL and events of a subscription do not change in place."));
-  return rt.writes.submit(() => {
-    const current = findSubscriptionById(rt.db, id);
+  return rt.db.write(async (tx) => {
+    const current = await findSubscriptionById(tx, id);
     if (!current) throw notFound("webhook subscription", id);
     if (input.description === undefined || input.description === current.description) return toSubscription(current);
-    updateSubscriptionDescription(rt.db, id, input.description, Date.now());
-    return toSubscription(findSubscriptionById(rt.db, id)!);
+    await updateSubscriptionDescription(tx, id, input.description, Date.now());
+    return toSubscription((await findSubscriptionById(tx, id))!);
   });
 }
 
@@ -271,31 +271,31 @@ export function updateSubscription(rt: Runtime, id: string, input: SubscriptionU
  * previous one keeps signing beside it for `grace_hours` (default 24), so receivers can switch
  * at their own pace. A second rotation within the grace period drops the oldest secret.
  */
-export function rotateSecret(rt: Runtime, id: string, input: SecretRotationInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+export async function rotateSecret(rt: Runtime, id: string, input: SecretRotationInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
   const secret = newSecret();
-  return rt.writes.submit(() => {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
     const graceMs = (input.grace_hours ?? DEFAULT_SECRET_GRACE_HOURS) * 3_600_000;
-    if (!rotateSubscriptionSecret(rt.db, id, rt.secrets.seal(id, secret), now + graceMs, now)) throw notFound("webhook subscription", id);
-    return answerWithSecret(rt.db, findSubscriptionById(rt.db, id)!, secret, 200, idempotency, now);
+    if (!await rotateSubscriptionSecret(tx, id, rt.secrets.seal(id, secret), now + graceMs, now)) throw notFound("webhook subscription", id);
+    return answerWithSecret(tx, (await findSubscriptionById(tx, id))!, secret, 200, idempotency, now);
   });
 }
 
 /** endRotationGrace stops a subscription's previous secret from signing now, or throws 404; it tells whether one was still signing. */
-export function endRotationGrace(rt: Runtime, id: string): Promise<boolean> {
-  return rt.writes.submit(() => {
-    if (!findSubscriptionById(rt.db, id)) throw notFound("webhook subscription", id);
-    return endSecretGrace(rt.db, id, Date.now());
+export async function endRotationGrace(rt: Runtime, id: string): Promise<boolean> {
+  return rt.db.write(async (tx) => {
+    if (!await findSubscriptionById(tx, id)) throw notFound("webhook subscription", id);
+    return endSecretGrace(tx, id, Date.now());
   });
 }
 
 /** pauseSubscription pauses (or resumes) a subscription: while paused its deliveries wait, pending, and go out on resume. */
-export function pauseSubscription(rt: Runtime, id: string, paused: boolean, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Subscription } }> {
-  return rt.writes.submit(() => {
+export async function pauseSubscription(rt: Runtime, id: string, paused: boolean, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Subscription } }> {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
-    if (!setSubscriptionPaused(rt.db, id, paused ? now : null, now)) throw notFound("webhook subscription", id);
-    const body = { data: toSubscription(findSubscriptionById(rt.db, id)!) };
-    saveIdempotentResponse(rt.db, idempotency, 200, body, now);
+    if (!await setSubscriptionPaused(tx, id, paused ? now : null, now)) throw notFound("webhook subscription", id);
+    const body = { data: toSubscription((await findSubscriptionById(tx, id))!) };
+    await saveIdempotentResponse(tx, idempotency, 200, body, now);
     return { status: 200, body };
   });
 }
@@ -320,8 +320,8 @@ export function recoveryWindow(input: RecoveryInput, now = Date.now()): Recovery
 }
 
 /** countRecoverable counts the failed deliveries of a subscription in a recovery window, or throws 404. */
-export function countRecoverable(db: Database, id: string, window: RecoveryWindow): number {
-  if (!findSubscriptionById(db, id)) throw notFound("webhook subscription", id);
+export async function countRecoverable(db: Db, id: string, window: RecoveryWindow): Promise<number> {
+  if (!await findSubscriptionById(db, id)) throw notFound("webhook subscription", id);
   return countFailedDeliveriesBetween(db, id, window.since, window.until);
 }
 
@@ -330,16 +330,16 @@ export function countRecoverable(db: Database, id: string, window: RecoveryWindo
  * each gets one more attempt with the same webhook-id, oldest first, through the delivery loop
  * and its per-subscription limits (a paused subscription's wait for resume). 409 if disabled.
  */
-export function recoverDeliveries(rt: Runtime, id: string, input: RecoveryInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Recovery } }> {
-  return rt.writes.submit(() => {
+export async function recoverDeliveries(rt: Runtime, id: string, input: RecoveryInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Recovery } }> {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
     const window = recoveryWindow(input, now);
-    const row = findSubscriptionById(rt.db, id);
+    const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${id} is disabled (${row.disabled_reason}); nothing can be sent to it.`);
-    const queued = requeueFailedDeliveries(rt.db, id, window.since, window.until, now);
+    const queued = await requeueFailedDeliveries(tx, id, window.since, window.until, now);
     const body = { data: { subscription_id: id, since: toTimestamp(window.since), until: toTimestamp(window.until), queued } };
-    saveIdempotentResponse(rt.db, idempotency, 202, body, now);
+    await saveIdempotentResponse(tx, idempotency, 202, body, now);
     return { status: 202, body };
   });
 }
@@ -383,20 +383,20 @@ export function webhooksDocument(): Record<string, unknown> {
 }
 
 /** sendTestEvent writes a webhook.ping event with one delivery to this subscription only; the loop sends it at once. */
-export function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null = null): Promise<{ delivery_id: string; event_id: string }> {
-  return rt.writes.submit(() => {
+export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null = null): Promise<{ delivery_id: string; event_id: string }> {
+  return rt.db.write(async (tx) => {
     const now = Date.now();
-    const row = findSubscriptionById(rt.db, subscriptionId);
+    const row = await findSubscriptionById(tx, subscriptionId);
     if (!row) throw notFound("webhook subscription", subscriptionId);
     if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${subscriptionId} is disabled (${row.disabled_reason}); enable it with POST /public/v1/webhook-subscriptions/${subscriptionId}/enable.`);
-    const sent = recordPing(rt.db, row, now);
-    saveIdempotentResponse(rt.db, idempotency, 202, { data: sent }, now);
+    const sent = await recordPing(tx, row, now);
+    await saveIdempotentResponse(tx, idempotency, 202, { data: sent }, now);
     return sent;
   });
 }
 
 /** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, status, created_after. */
-export function listDeliveriesPage(db: Database, query: Record<string, unknown>): { data: Delivery[]; meta: ListMeta } {
+export async function listDeliveriesPage(db: Db, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS });
   const filters = {
     subscriptionId: query.subscription_id as string | undefined,
@@ -405,34 +405,34 @@ export function listDeliveriesPage(db: Database, query: Record<string, unknown>)
     status: query.status as string | undefined,
     createdAfter: parseTimestampFilter("created_after", query.created_after),
   };
-  const rows = listDeliveries(db, filters, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
-  const meta = listMeta(list, countDeliveries(db, filters), rows, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
+  const rows = await listDeliveries(db, filters, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  const meta = listMeta(list, await countDeliveries(db, filters), rows, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
   return { data: rows.map(toDelivery), meta };
 }
 
 /** findDelivery returns a delivery with the body it sends and every attempt, or null. */
-export function findDelivery(db: Database, id: string): DeliveryDetail | null {
-  const row = findDeliveryById(db, id);
+export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail | null> {
+  const row = await findDeliveryById(db, id);
   if (!row) return null;
   return {
     ...toDelivery(row),
-    payload: JSON.parse(findEventPayload(db, row.event_id) ?? "null") as unknown,
-    attempt_history: findAttemptsByDelivery(db, id).map(toAttempt),
+    payload: JSON.parse((await findEventPayload(db, row.event_id)) ?? "null") as unknown,
+    attempt_history: (await findAttemptsByDelivery(db, id)).map(toAttempt),
   };
 }
 
 /** getDelivery returns a delivery with the body it sends and every attempt, or throws 404. */
-export function getDelivery(db: Database, id: string): DeliveryDetail {
-  const delivery = findDelivery(db, id);
+export async function getDelivery(db: Db, id: string): Promise<DeliveryDetail> {
+  const delivery = await findDelivery(db, id);
   if (!delivery) throw notFound("webhook delivery", id);
   return delivery;
 }
 
 /** retryDelivery makes a manual attempt now and returns the delivery as it stands afterwards. */
 export async function retryDelivery(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Delivery> {
-  const refusal = await rt.deliveries.attemptNow(id, (db) => saveIdempotentResponse(db, idempotency, 200, { data: toDelivery(findDeliveryById(db, id)!) }));
+  const refusal = await rt.deliveries.attemptNow(id, async (tx) => await saveIdempotentResponse(tx, idempotency, 200, { data: toDelivery((await findDeliveryById(tx, id))!) }));
   if (refusal) throw attemptRefusalProblem(id, refusal);
-  return toDelivery(findDeliveryById(rt.db, id)!);
+  return toDelivery((await findDeliveryById(rt.db, id))!);
 }
 
 /** attemptRefusalProblem is the HTTP answer to a manual attempt the delivery loop did not make. */
@@ -454,18 +454,18 @@ function attemptRefusalProblem(id: string, refusal: AttemptRefusal): ProblemErro
 }
 
 /** subscriptionDeliveryCounts counts deliveries created since `sinceMs` per existing subscription and outcome. */
-export function subscriptionDeliveryCounts(db: Database, sinceMs: number): Map<string, { succeeded: number; failed: number; pending: number }> {
-  return new Map(countDeliveriesBySubscription(db, sinceMs).map(({ subscription_id, ...counts }) => [subscription_id, counts]));
+export async function subscriptionDeliveryCounts(db: Db, sinceMs: number): Promise<Map<string, { succeeded: number; failed: number; pending: number }>> {
+  return new Map((await countDeliveriesBySubscription(db, sinceMs)).map(({ subscription_id, ...counts }) => [subscription_id, counts]));
 }
 
 /** deliveryQueueStats reports the pending deliveries and the age of the oldest, for metrics and readiness. */
-export function deliveryQueueStats(db: Database, now = Date.now()): { pending: number; oldest_pending_age_ms: number | null } {
-  const { pending, oldest_created_at } = countPendingDeliveries(db);
+export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pending: number; oldest_pending_age_ms: number | null }> {
+  const { pending, oldest_created_at } = await countPendingDeliveries(db);
   return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at };
 }
 
 /** deliveryHistorySize reports the delivery history's rows and bytes, for metrics. */
-export function deliveryHistorySize(db: Database): HistorySize {
+export async function deliveryHistorySize(db: Db): Promise<HistorySize> {
   return measureDeliveryHistory(db);
 }
 
@@ -480,15 +480,15 @@ export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: 
 export type DeliveryPosition = CursorPosition;
 
 /** deliveriesAfter returns up to `limit` deliveries matching typed filters, newest first, after a position; `next` is set when more follow. */
-export function deliveriesAfter(db: Database, filters: DeliveryFilters, after: DeliveryPosition | null, limit: number): { data: Delivery[]; next: DeliveryPosition | null } {
-  const rows = listDeliveries(db, filters, { cursor: after, limit: limit + 1, offset: 0 });
+export async function deliveriesAfter(db: Db, filters: DeliveryFilters, after: DeliveryPosition | null, limit: number): Promise<{ data: Delivery[]; next: DeliveryPosition | null }> {
+  const rows = await listDeliveries(db, filters, { cursor: after, limit: limit + 1, offset: 0 });
   const page = rows.slice(0, limit);
   const last = page.at(-1);
   return { data: page.map(toDelivery), next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
 }
 
 /** countMatchingDeliveries counts the deliveries matching typed filters; by subscription and status alone it reads the hourly counts, not the deliveries. */
-export function countMatchingDeliveries(db: Database, filters: DeliveryFilters): number {
+export function countMatchingDeliveries(db: Db, filters: DeliveryFilters): Promise<number> {
   const { subscriptionId, status, ...others } = filters;
   const onlyCounted = Object.values(others).every((value) => value === undefined);
   return onlyCounted ? sumDeliveryHours(db, { subscriptionId, status }) : countDeliveries(db, filters);
@@ -503,23 +503,23 @@ export interface WebhookEvent {
   deliveries: Delivery[];
 }
 
-function toWebhookEvents(db: Database, rows: EventRow[]): WebhookEvent[] {
-  const deliveries = Map.groupBy(listDeliveriesOfEvents(db, rows.map((row) => row.id)).map(toDelivery), (d) => d.event_id);
+async function toWebhookEvents(db: Db, rows: EventRow[]): Promise<WebhookEvent[]> {
+  const deliveries = Map.groupBy((await listDeliveriesOfEvents(db, rows.map((row) => row.id))).map(toDelivery), (d) => d.event_id);
   return rows.map((row) => ({ id: row.id, type: row.type, created_at: toTimestamp(row.created_at), payload: JSON.parse(row.payload) as unknown, deliveries: deliveries.get(row.id) ?? [] }));
 }
 
 /** findWebhookEvent returns an event with its deliveries, or null. */
-export function findWebhookEvent(db: Database, id: string): WebhookEvent | null {
-  const row = findEventById(db, id);
-  return row ? toWebhookEvents(db, [row])[0]! : null;
+export async function findWebhookEvent(db: Db, id: string): Promise<WebhookEvent | null> {
+  const row = await findEventById(db, id);
+  return row ? (await toWebhookEvents(db, [row]))[0]! : null;
 }
 
 /** eventsAbout returns the latest `limit` events about a contact or account, newest first, each with its deliveries. */
-export function eventsAbout(db: Database, subjectId: string, limit: number): WebhookEvent[] {
-  return toWebhookEvents(db, listEventsAbout(db, subjectId, limit));
+export async function eventsAbout(db: Db, subjectId: string, limit: number): Promise<WebhookEvent[]> {
+  return toWebhookEvents(db, await listEventsAbout(db, subjectId, limit));
 }
 
 /** eventSubjects maps each of the given events that is about a contact or account to that id. */
-export function eventSubjects(db: Database, eventIds: readonly string[]): Map<string, string> {
-  return new Map(listEventSubjects(db, [...new Set(eventIds)]).map((row) => [row.id, row.subject_id]));
+export async function eventSubjects(db: Db, eventIds: readonly string[]): Promise<Map<string, string>> {
+  return new Map((await listEventSubjects(db, [...new Set(eventIds)])).map((row) => [row.id, row.subject_id]));
 }

@@ -1,4 +1,4 @@
-import type { Database } from "bun:sqlite";
+import type { Db } from "../db/sql.ts";
 import { toTimestamp } from "../shared/time.ts";
 import type { SubscriptionStats, WindowStats } from "./model.ts";
 import { findAttemptStats, listAttemptStatsFrom, listAttemptStatsSince, writeAttemptStats, type SubscriptionRow } from "./store.ts";
@@ -30,7 +30,7 @@ export interface AttemptSample {
 }
 
 /** addAttemptStats adds attempts to their subscriptions' hourly counts and histograms, one row write per subscription and hour. */
-export function addAttemptStats(db: Database, samples: AttemptSample[]): void {
+export async function addAttemptStats(db: Db, samples: AttemptSample[]): Promise<void> {
   const rows = new Map<string, { subscription_id: string; hour: number; succeeded: number; failed: number; buckets: number[] }>();
   for (const sample of samples) {
     const hour = hourOf(sample.started_at);
@@ -45,13 +45,13 @@ export function addAttemptStats(db: Database, samples: AttemptSample[]): void {
     row.buckets[bucketOf(sample.duration_ms)]!++;
   }
   for (const row of rows.values()) {
-    const stored = findAttemptStats(db, row.subscription_id, row.hour);
+    const stored = await findAttemptStats(db, row.subscription_id, row.hour);
     if (stored) {
       row.succeeded += stored.succeeded;
       row.failed += stored.failed;
       (JSON.parse(stored.latency_buckets) as number[]).forEach((n, i) => (row.buckets[i]! += n));
     }
-    writeAttemptStats(db, { subscription_id: row.subscription_id, hour: row.hour, succeeded: row.succeeded, failed: row.failed, latency_buckets: JSON.stringify(row.buckets) });
+    await writeAttemptStats(db, { subscription_id: row.subscription_id, hour: row.hour, succeeded: row.succeeded, failed: row.failed, latency_buckets: JSON.stringify(row.buckets) });
   }
 }
 
@@ -66,8 +66,8 @@ function percentile(buckets: number[], total: number, p: number): number {
 }
 
 /** subscriptionStats sums a subscription's attempts of the last 24 hours and 7 days (whole hours, the current one included). */
-export function subscriptionStats(db: Database, subscription: SubscriptionRow, now = Date.now()): SubscriptionStats {
-  const rows = listAttemptStatsSince(db, subscription.id, hourOf(now - 7 * 24 * HOUR_MS));
+export async function subscriptionStats(db: Db, subscription: SubscriptionRow, now = Date.now()): Promise<SubscriptionStats> {
+  const rows = await listAttemptStatsSince(db, subscription.id, hourOf(now - 7 * 24 * HOUR_MS));
   const window = (hours: number): WindowStats => {
     const from = hourOf(now - hours * HOUR_MS);
     const buckets: number[] = Array(LATENCY_BOUNDS_MS.length + 1).fill(0);
@@ -128,10 +128,10 @@ function histogramOf(text: string): readonly number[] {
  * hourly statistics, in one query, and returns per subscription the p50/p95 of each window of
  * whole hours (the current one included); null for a window without attempts.
  */
-export function responseTimesByWindow(db: Database, windowsHours: readonly number[], subscriptionId: string | null = null, now = Date.now()): Map<string, (ResponseTimes | null)[]> {
+export async function responseTimesByWindow(db: Db, windowsHours: readonly number[], subscriptionId: string | null = null, now = Date.now()): Promise<Map<string, (ResponseTimes | null)[]>> {
   const froms = windowsHours.map((hours) => hourOf(now - (hours - 1) * HOUR_MS));
   const sums = new Map<string, { buckets: number[]; attempts: number }[]>();
-  for (const row of listAttemptStatsFrom(db, Math.min(...froms), subscriptionId)) {
+  for (const row of await listAttemptStatsFrom(db, Math.min(...froms), subscriptionId)) {
     let windows = sums.get(row.subscription_id);
     if (!windows) sums.set(row.subscription_id, (windows = froms.map(() => ({ buckets: Array(LATENCY_BOUNDS_MS.length + 1).fill(0), attempts: 0 }))));
     const buckets = histogramOf(row.latency_buckets);

@@ -1,6 +1,5 @@
-import type { Database } from "bun:sqlite";
+import type { Database, Db } from "../db/sql.ts";
 import type { Config } from "../config.ts";
-import type { WriteQueue } from "../db/write-queue.ts";
 import type { Logger } from "../shared/log.ts";
 import { sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
@@ -68,7 +67,6 @@ export interface DeliveryOutcome {
 
 export interface LoopDependencies {
   db: Database;
-  writes: WriteQueue;
   config: Config;
   log: Logger;
   network: Network;
@@ -79,7 +77,7 @@ interface UnrecordedAttempt {
   due: DueDelivery;
   result: AttemptResult;
   trigger: Trigger;
-  inRecordWrite?: (db: Database) => void;
+  inRecordWrite?: (tx: Db) => Promise<void>;
   settle: PromiseWithResolvers<DeliveryRow | null>;
 }
 
@@ -110,11 +108,11 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
  * finished delivery decides its status alone. The subscription's failing streak is kept up to
  * date, and a streak longer than the limit disables it.
  */
-function recordAttempt(db: Database, config: Config, log: Logger, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): DeliveryRow | null {
-  const current = findDeliveryById(db, due.id);
+async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): Promise<DeliveryRow | null> {
+  const current = await findDeliveryById(db, due.id);
   if (!current) return null;
   const attempt = current.attempts + 1;
-  insertAttempt(db, {
+  await insertAttempt(db, {
     delivery_id: due.id,
     attempt,
     triggered_by: trigger,
@@ -133,13 +131,13 @@ function recordAttempt(db: Database, config: Config, log: Logger, due: DueDelive
   // finished in between) is ended by the next success, at most a timeout later.
   let subscription: SubscriptionRow | null = null;
   if (succeeded(result)) {
-    if (due.subscription_failing_since !== null) markSubscriptionHealthy(db, due.subscription_id);
+    if (due.subscription_failing_since !== null) await markSubscriptionHealthy(db, due.subscription_id);
   } else {
     status = "failed";
-    subscription = findSubscriptionById(db, due.subscription_id);
+    subscription = await findSubscriptionById(db, due.subscription_id);
     if (result.response_status === 410) {
       if (subscription?.status === "active") {
-        disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
+        await disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
       }
     } else if (current.status === "pending" && subscription?.status === "active") {
       const delay = nextRetryDelay(config.retrySchedule, attempt, result.retry_after_ms);
@@ -147,14 +145,14 @@ function recordAttempt(db: Database, config: Config, log: Logger, due: DueDelive
         status = "pending";
         next = now + delay;
       } else {
-        recordExhausted(db, due, attempt, result, now);
+        await recordExhausted(db, due, attempt, result, now);
       }
     }
   }
   const row = { ...current, status, attempts: attempt, next_attempt_at: next, locked_until: null, last_response_status: result.response_status, last_error: result.error, updated_at: now };
-  updateDeliveryAfterAttempt(db, row);
+  await updateDeliveryAfterAttempt(db, row);
   // After the delivery's own update: disabling fails the pending deliveries, this one included.
-  if (subscription && result.response_status !== 410) trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
+  if (subscription && result.response_status !== 410) await trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
   return row;
 }
 
@@ -181,6 +179,9 @@ export class DeliveryLoop {
   private readonly listeners: ((outcome: DeliveryOutcome) => void)[] = [];
   private timer: ReturnType<typeof setTimeout> | undefined;
   private wakeQueued = false;
+  /** a claim round is under way (it awaits its write); a wake meanwhile runs another round after it */
+  private claiming: Promise<void> | null = null;
+  private wakeAfterClaim = false;
   private registered = false;
 
   constructor(private readonly deps: LoopDependencies) {}
@@ -201,7 +202,7 @@ export class DeliveryLoop {
     this.state = "running";
     if (!this.registered) {
       this.registered = true;
-      this.deps.writes.onCommit(() => this.wake());
+      this.deps.db.onCommit(() => this.wake());
     }
     this.wake();
   }
@@ -217,27 +218,42 @@ export class DeliveryLoop {
    */
   wake(): void {
     if (this.state !== "running" || this.wakeQueued) return;
+    // One round at a time: a second one would pick with the first one's picks not yet counted in flight.
+    if (this.claiming) {
+      this.wakeAfterClaim = true;
+      return;
+    }
     this.wakeQueued = true;
     setImmediate(() => {
       this.wakeQueued = false;
       if (this.state !== "running") return;
-      try {
-        this.claimRound();
-      } catch (error) {
-        this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
-        this.armTimer(Date.now() + 1000);
-      }
+      this.claiming = this.claimRound()
+        .catch((error: unknown) => {
+          this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
+          this.armTimer(Date.now() + 1000);
+        })
+        .finally(() => {
+          this.claiming = null;
+          if (!this.wakeAfterClaim) return;
+          this.wakeAfterClaim = false;
+          this.wake();
+        });
     });
   }
 
   /** claimRound leases as many due deliveries as there are free slots and starts their attempts. */
-  private claimRound(): void {
+  private async claimRound(): Promise<void> {
     const { db } = this.deps;
     const now = Date.now();
     const free = MAX_IN_FLIGHT - this.inFlight.size;
-    const { picked, rateWake } = free >= REFILL ? this.pickDue(now, free) : { picked: [], rateWake: null };
+    const { picked, rateWake } = free >= REFILL ? await db.write((tx) => this.pickDue(tx, now, free)) : { picked: [], rateWake: null };
+    if (this.state !== "running") {
+      // Stopped while the claim committed: the leases are released, nothing is sent.
+      if (picked.length > 0) await db.write((tx) => releaseLeases(tx, picked.map((p) => p.id)));
+      return;
+    }
     for (const due of picked) this.dispatch(due, "scheduled");
-    const wake = findNextWakeTime(db, now);
+    const wake = await findNextWakeTime(db, now);
     this.armTimer(wake === null || rateWake === null ? (wake ?? rateWake) : Math.min(wake, rateWake));
   }
 
@@ -245,16 +261,16 @@ export class DeliveryLoop {
    * pickDue selects up to `free` due deliveries, at most MAX_PER_SUBSCRIPTION in flight per
    * subscription, oldest due first, and leases them. It asks subscription by subscription and
    * skips those without REFILL free slots, so a backlog for one busy receiver is not even read.
-   * No other code runs between these reads and the lease, which is one atomic UPDATE.
+   * The reads and the lease are one write, so nothing else leases between them.
    * A subscription with a max_rate gets one attempt per 1/max_rate seconds, whatever the
    * attempt (first, retry, recovery): `rateWake` is when the next of them may start.
    */
-  private pickDue(now: number, free: number): { picked: DueDelivery[]; rateWake: number | null } {
-    const { db, config } = this.deps;
+  private async pickDue(tx: Db, now: number, free: number): Promise<{ picked: DueDelivery[]; rateWake: number | null }> {
+    const { config } = this.deps;
     const saturated = [...this.perSubscription].filter(([, n]) => n > MAX_PER_SUBSCRIPTION - REFILL).map(([id]) => id);
     const picked: DueDelivery[] = [];
     let rateWake: number | null = null;
-    for (const { id: subscriptionId, max_rate } of findSubscriptionsWithDueDeliveries(db, now, saturated)) {
+    for (const { id: subscriptionId, max_rate } of await findSubscriptionsWithDueDeliveries(tx, now, saturated)) {
       let room = Math.min(MAX_PER_SUBSCRIPTION - (this.perSubscription.get(subscriptionId) ?? 0), free - picked.length);
       if (room <= 0) break;
       if (max_rate !== null) {
@@ -269,9 +285,9 @@ export class DeliveryLoop {
         this.nextSlot.set(subscriptionId, Infinity);
         this.pacing.set(subscriptionId, 1000 / max_rate);
       }
-      picked.push(...findDueDeliveriesOf(db, subscriptionId, now, room));
+      picked.push(...(await findDueDeliveriesOf(tx, subscriptionId, now, room)));
     }
-    leaseDeliveries(db, picked.map((p) => p.id), now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
+    await leaseDeliveries(tx, picked.map((p) => p.id), now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
     return { picked, rateWake };
   }
 
@@ -289,7 +305,7 @@ export class DeliveryLoop {
   }
 
   /** dispatch runs one attempt of a leased delivery and records its outcome. */
-  private dispatch(due: DueDelivery, trigger: Trigger, inRecordWrite?: (db: Database) => void): Promise<void> {
+  private dispatch(due: DueDelivery, trigger: Trigger, inRecordWrite?: (tx: Db) => Promise<void>): Promise<void> {
     const { config, log } = this.deps;
     const controller = new AbortController();
     this.perSubscription.set(due.subscription_id, (this.perSubscription.get(due.subscription_id) ?? 0) + 1);
@@ -363,18 +379,18 @@ export class DeliveryLoop {
     const settle = Promise.withResolvers<DeliveryRow | null>();
     this.unrecorded.push({ ...attempt, settle });
     if (this.unrecorded.length === 1) {
-      const { db, writes, config } = this.deps;
+      const { db, config } = this.deps;
       let batch: UnrecordedAttempt[] = [];
-      writes
-        .submit(() => {
+      db
+        .write(async (tx) => {
           batch = this.unrecorded.splice(0);
           const now = Date.now();
-          const rows = batch.map((a) => {
-            const row = recordAttempt(db, config, this.deps.log, a.due, a.result, a.trigger, now);
-            a.inRecordWrite?.(db);
-            return row;
-          });
-          addAttemptStats(db, batch.map((a) => ({ subscription_id: a.due.subscription_id, started_at: a.result.started_at, duration_ms: a.result.duration_ms, succeeded: succeeded(a.result) })));
+          const rows: (DeliveryRow | null)[] = [];
+          for (const a of batch) {
+            rows.push(await recordAttempt(tx, config, this.deps.log, a.due, a.result, a.trigger, now));
+            await a.inRecordWrite?.(tx);
+          }
+          await addAttemptStats(tx, batch.map((a) => ({ subscription_id: a.due.subscription_id, started_at: a.result.started_at, duration_ms: a.result.duration_ms, succeeded: succeeded(a.result) })));
           return rows;
         })
         .then(
@@ -394,18 +410,18 @@ export class DeliveryLoop {
    * the subscription is disabled or paused, an attempt is under way, or the loop is shutting down.
    * `inRecordWrite` runs inside the write that records the outcome.
    */
-  async attemptNow(id: string, inRecordWrite?: (db: Database) => void): Promise<AttemptRefusal | null> {
-    const { db, writes, config } = this.deps;
+  async attemptNow(id: string, inRecordWrite?: (tx: Db) => Promise<void>): Promise<AttemptRefusal | null> {
+    const { db, config } = this.deps;
     if (this.state === "stopping" || this.state === "stopped") return { refused: "shutting-down" };
-    const claim = await writes.submit((): AttemptRefusal | DueDelivery => {
+    const claim = await db.write(async (tx): Promise<AttemptRefusal | DueDelivery> => {
       const now = Date.now();
-      const row = findDeliveryToSend(db, id);
+      const row = await findDeliveryToSend(tx, id);
       if (!row) return { refused: "not-found" };
       if (row.secret === null) return { refused: "subscription-deleted", subscriptionId: row.subscription_id };
       if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
       if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };
       if (row.locked_until !== null && row.locked_until > now) return { refused: "in-progress" };
-      leaseDeliveries(db, [id], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
+      await leaseDeliveries(tx, [id], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
       return row;
     });
     if ("refused" in claim) return claim;
@@ -421,6 +437,7 @@ export class DeliveryLoop {
     if (this.state === "stopped") return;
     this.state = "stopping";
     this.armTimer(null);
+    await this.claiming;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const deadline = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, deadlineMs);
@@ -433,7 +450,7 @@ export class DeliveryLoop {
       this.inFlight.get(id)!.controller.abort();
     }
     if (left.length > 0) {
-      await this.deps.writes.submit(() => releaseLeases(this.deps.db, left));
+      await this.deps.db.write((tx) => releaseLeases(tx, left));
       this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart", { count: left.length });
     }
     this.state = "stopped";

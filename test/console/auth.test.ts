@@ -2,7 +2,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Database } from "bun:sqlite";
+import type { Database } from "../../server/db/sql.ts";
 import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../server/operators/service.ts";
 import type { ProblemError } from "../../server/shared/problem.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
@@ -18,8 +18,8 @@ afterEach(() => {
   harness = undefined;
 });
 
-function setup() {
-  harness = createHarness();
+async function setup() {
+  harness = await createHarness();
   return { h: harness, client: new ConsoleClient((r) => harness!.app.handle(r)) };
 }
 
@@ -31,8 +31,8 @@ async function signedIn(h: Harness): Promise<ConsoleClient> {
 }
 
 const sha256 = (text: string) => new Bun.CryptoHasher("sha256").update(text).digest();
-const operatorCount = (h: Harness) => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM operators").get()!.n;
-const sessionRows = (h: Harness) => h.rt.db.query<{ id_hash: Uint8Array; last_seen_at: number }, []>("SELECT id_hash, last_seen_at FROM operator_sessions").all();
+const operatorCount = async (h: Harness) => (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM operators"))!.n;
+const sessionRows = async (h: Harness) => (await h.rt.db.all<{ id_hash: Uint8Array; last_seen_at: number }>("SELECT id_hash, last_seen_at FROM operator_sessions"));
 
 describe("first operator: setup link and command line", () => {
   test("serve logs a one-time setup link while no operator exists, and none once one does", async () => {
@@ -54,7 +54,7 @@ describe("first operator: setup link and command line", () => {
   });
 
   test("the setup link opens a form that creates the first operator (argon2id) and signs in", async () => {
-    const { h, client } = setup();
+    const { h, client } = await setup();
     const code = await issueSetupCode(h.rt.db);
     const page = await client.get(`/console/setup?code=${code}`);
     expect(page.status).toBe(200);
@@ -65,14 +65,14 @@ describe("first operator: setup link and command line", () => {
     const home = await client.get("/console/");
     expect(home.status).toBe(200);
     expect(home.text).toContain("first@example.com");
-    const row = h.rt.db.query<{ email: string; password_hash: string }, []>("SELECT email, password_hash FROM operators").get()!;
+    const row = (await h.rt.db.get<{ email: string; password_hash: string }>("SELECT email, password_hash FROM operators"))!;
     expect(row.email).toBe("first@example.com");
     expect(row.password_hash).toStartWith("$argon2id$");
     expect(await Bun.password.verify("a long enough secret", row.password_hash)).toBe(true);
   });
 
   test("a setup link works once, expires after 30 minutes, and a newer link replaces it", async () => {
-    const { h, client } = setup();
+    const { h, client } = await setup();
     const expired = await issueSetupCode(h.rt.db, Date.now() - SETUP_CODE_TTL_MS - 1);
     expect((await client.get(`/console/setup?code=${expired}`)).status).toBe(403);
     const older = await issueSetupCode(h.rt.db);
@@ -85,11 +85,11 @@ describe("first operator: setup link and command line", () => {
     const reuse = new ConsoleClient((r) => h.app.handle(r));
     expect((await reuse.get(`/console/setup?code=${newer}`)).status).toBe(403);
     expect((await reuse.post("/console/setup", { code: newer, email: "b@example.com", password: "0123456789", password_again: "0123456789" })).status).toBe(403);
-    expect(operatorCount(h)).toBe(1);
+    expect(await operatorCount(h)).toBe(1);
   });
 
   test("setup refuses a bad email, a short password or two different passwords, and creates nothing", async () => {
-    const { h, client } = setup();
+    const { h, client } = await setup();
     const code = await issueSetupCode(h.rt.db);
     await client.get(`/console/setup?code=${code}`);
     const cases: [Record<string, string>, string][] = [
@@ -102,11 +102,11 @@ describe("first operator: setup link and command line", () => {
       expect(res.status).toBe(422);
       expect(res.text).toContain(message);
     }
-    expect(operatorCount(h)).toBe(0);
+    expect(await operatorCount(h)).toBe(0);
   });
 
   test("`operator create --email E --password-stdin` adds an operator who can sign in", async () => {
-    const { h, client } = setup();
+    const { h, client } = await setup();
     const run = (args: string[], stdin: string) => {
       const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "operator", "create", ...args, "--data-dir", h.dataDir], { stdin: Buffer.from(stdin) });
       return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
@@ -124,7 +124,7 @@ describe("first operator: setup link and command line", () => {
 
 describe("sign-in and sessions", () => {
   test("signing in sets an HttpOnly, SameSite=Strict session cookie for /console, Secure only over https", async () => {
-    const { h } = setup();
+    const { h } = await setup();
     await addOperator(h.rt.db);
     for (const [base, secure] of [["http://localhost", false], ["https://localhost", true]] as const) {
       const client = new ConsoleClient((r) => h.app.handle(r), base);
@@ -175,17 +175,17 @@ describe("sign-in and sessions", () => {
   });
 
   test("session ids are random and only their SHA-256 is stored", async () => {
-    const { h } = setup();
+    const { h } = await setup();
     await addOperator(h.rt.db);
     const [a, b] = [await signedIn(h), await signedIn(h)];
     const ids = [a.cookies.get("crm_console_session")!, b.cookies.get("crm_console_session")!];
     expect(ids[0]).not.toBe(ids[1]);
-    const stored = sessionRows(h).map((r) => Buffer.from(r.id_hash).toString("hex")).sort();
+    const stored = (await sessionRows(h)).map((r) => Buffer.from(r.id_hash).toString("hex")).sort();
     expect(stored).toEqual(ids.map((id) => Buffer.from(sha256(id)).toString("hex")).sort());
   });
 
   test("a wrong password or unknown email is refused with 401 and no session", async () => {
-    const { h, client } = setup();
+    const { h, client } = await setup();
     await addOperator(h.rt.db);
     for (const attempt of [{ email: OPERATOR.email, password: "wrong password!" }, { email: "nobody@example.com", password: OPERATOR.password }]) {
       await client.get("/console/login");
@@ -194,12 +194,12 @@ describe("sign-in and sessions", () => {
       expect(res.text).toContain("The email or password is wrong.");
       expect(client.cookies.has("crm_console_session")).toBe(false);
     }
-    expect(sessionRows(h)).toEqual([]);
+    expect(await sessionRows(h)).toEqual([]);
     expect((await client.get("/console/")).status).toBe(303);
   });
 
   test("logout ends the session: the old cookie no longer opens pages", async () => {
-    const { h, client } = setup();
+    const { h, client } = await setup();
     await addOperator(h.rt.db);
     await client.signIn();
     const cookie = `crm_console_session=${client.cookies.get("crm_console_session")}`;
@@ -208,30 +208,30 @@ describe("sign-in and sessions", () => {
     expect(out.status).toBe(303);
     expect(out.headers.get("location")).toBe("/console/login");
     expect(out.headers.getSetCookie()).toEqual(["crm_console_session=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0"]);
-    expect(sessionRows(h)).toEqual([]);
+    expect(await sessionRows(h)).toEqual([]);
     const replay = await h.app.handle(new Request("http://localhost/console/", { headers: { cookie } }));
     expect(replay.status).toBe(303);
     expect(replay.headers.get("location")).toBe("/console/login?next=%2Fconsole%2F");
   });
 
   test("a session idle for 12 hours ends; using a session keeps it alive", async () => {
-    const { h } = setup();
+    const { h } = await setup();
     await addOperator(h.rt.db);
     const [idle, busy] = [await signedIn(h), await signedIn(h)];
     const hashOf = (c: ConsoleClient) => sha256(c.cookies.get("crm_console_session")!);
     const now = Date.now();
-    h.rt.db.query("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?").run(now - SESSION_IDLE_MS - 1, hashOf(idle));
-    h.rt.db.query("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?").run(now - SESSION_IDLE_MS + 60_000, hashOf(busy));
+    await h.rt.db.run("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?", [now - SESSION_IDLE_MS - 1, hashOf(idle)]);
+    await h.rt.db.run("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?", [now - SESSION_IDLE_MS + 60_000, hashOf(busy)]);
     const expired = await idle.get("/console/tokens");
     expect(expired.status).toBe(303);
     expect(expired.headers.get("location")).toBe("/console/login?next=%2Fconsole%2Ftokens");
     expect((await busy.get("/console/tokens")).status).toBe(200);
-    const seen = h.rt.db.query<{ last_seen_at: number }, [Uint8Array]>("SELECT last_seen_at FROM operator_sessions WHERE id_hash = ?").get(hashOf(busy))!;
+    const seen = (await h.rt.db.get<{ last_seen_at: number }>("SELECT last_seen_at FROM operator_sessions WHERE id_hash = ?", [hashOf(busy)]))!;
     expect(seen.last_seen_at).toBeGreaterThanOrEqual(now);
   });
 
   test("after sign-in the operator lands on the page they asked for, never outside the console", async () => {
-    const { h } = setup();
+    const { h } = await setup();
     await addOperator(h.rt.db);
     const cases: [string, string][] = [
       ["/console/users?page=1", "/console/users?page=1"],
@@ -275,11 +275,11 @@ describe("sign-in throttling", () => {
     return client.post("/console/login", { email, password: "not the password" });
   };
   const pairRow = (db: Database, address: string) =>
-    db.query<{ failures: number }, [string]>("SELECT failures FROM login_failures WHERE scope = 'pair' AND subject = ?").get(`${OPERATOR.email} ${address}`);
+    db.get<{ failures: number }>("SELECT failures FROM login_failures WHERE scope = 'pair' AND subject = ?", [`${OPERATOR.email} ${address}`]);
   /** passDelay moves the last failure of a pair back by its delay, as if the guesser had waited */
-  const passDelay = (db: Database, address: string) => {
-    const { failures } = pairRow(db, address)!;
-    db.query("UPDATE login_failures SET last_failure_at = last_failure_at - ? WHERE scope = 'pair' AND subject = ?").run(pairDelayMs(failures), `${OPERATOR.email} ${address}`);
+  const passDelay = async (db: Database, address: string) => {
+    const { failures } = (await pairRow(db, address))!;
+    await db.run("UPDATE login_failures SET last_failure_at = last_failure_at - ? WHERE scope = 'pair' AND subject = ?", [pairDelayMs(failures), `${OPERATOR.email} ${address}`]);
   };
 
   test("guessing from one address is slowed by delays that double for that account and address, unchecked until each passes", async () => {
@@ -292,13 +292,13 @@ describe("sign-in throttling", () => {
       const early = await guesser.post("/console/login", OPERATOR); // even the right password is not checked yet
       expect(early.status).toBe(429);
       waits.push(early.headers.get("retry-after")!);
-      passDelay(db, "203.0.113.9");
+      await passDelay(db, "203.0.113.9");
       expect((await wrong(guesser)).status).toBe(401);
     }
     expect(waits).toEqual(["1", "2", "4", "8"]);
-    passDelay(db, "203.0.113.9");
+    await passDelay(db, "203.0.113.9");
     expect((await guesser.signIn()).status).toBe(303);
-    expect(pairRow(db, "203.0.113.9")).toBeNull();
+    expect(await pairRow(db, "203.0.113.9")).toBeNull();
   }, 20_000);
 
   test("failures never lock the account: the right password from an address that has not been guessing gets in at once", async () => {
@@ -318,7 +318,7 @@ describe("sign-in throttling", () => {
   }, 30_000);
 
   test("while an account is under attack, checks from addresses that failed for it are paced one a second (429 past a 5 s queue); a clean address is not", async () => {
-    const { h } = setup();
+    const { h } = await setup();
     await addOperator(h.rt.db);
     const attempt = (address: string, password = "not the password") =>
       signIn(h.rt.db, { email: OPERATOR.email, password, address }).then(
@@ -339,7 +339,7 @@ describe("sign-in throttling", () => {
     expect((await guesser.signIn()).status).toBe(429);
     const unlocked = runCli([...SOURCE, "operator", "unlock", "--email", OPERATOR.email.toUpperCase(), "--data-dir", dataDir]);
     expect(unlocked).toEqual({ exitCode: 0, stdout: `cleared 2 failed sign-in records of ${OPERATOR.email}\n`, stderr: "" });
-    expect(pairRow(db, "203.0.113.9")).toBeNull();
+    expect(await pairRow(db, "203.0.113.9")).toBeNull();
     expect((await guesser.signIn()).status).toBe(303);
     const unknown = runCli([...SOURCE, "operator", "unlock", "--email", "nobody@example.com", "--data-dir", dataDir]);
     expect(unknown).toEqual({ exitCode: 2, stdout: "", stderr: "crm: No operator has the email nobody@example.com.\n" });

@@ -15,7 +15,7 @@ describe("island bundles", () => {
     const file = join(dir, "islands.json");
     expect(await buildConsoleBundles(file)).toEqual(ISLANDS.map((name) => `${name}.js`));
     const built = JSON.parse(readFileSync(file, "utf8")) as Record<string, string>;
-    const h = createHarness();
+    const h = await createHarness();
     try {
       for (const [name, js] of Object.entries(built)) {
         const res = await h.app.handle(new Request(`http://localhost/console/assets/${name}`));
@@ -25,7 +25,7 @@ describe("island bundles", () => {
       }
       expect((await h.app.handle(new Request("http://localhost/console/assets/server.js"))).status).toBe(404);
     } finally {
-      h.close();
+      await h.close();
     }
   });
 
@@ -38,7 +38,7 @@ describe("island bundles", () => {
   });
 
   test("the deliveries page loads only the deliveries island and marks where it mounts", async () => {
-    const h = createHarness();
+    const h = await createHarness();
     try {
       await addOperator(h.rt.db);
       const client = new ConsoleClient((r) => h.app.handle(r));
@@ -48,7 +48,7 @@ describe("island bundles", () => {
       expect(scripts).toEqual(["/console/assets/deliveries.js"]);
       expect(page.text).toContain('<div data-island="deliveries" data-props="island-deliveries-props">');
     } finally {
-      h.close();
+      await h.close();
     }
   });
 });

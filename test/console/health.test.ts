@@ -38,12 +38,12 @@ beforeAll(async () => {
     ...many(2, { status: "failed", response_status: 503 }, at(3 * DAY)),
     ...many(1, { status: "failed", error: "timed out after 2000 ms" }, at(3 * DAY + HOUR)),
   );
-  seedDeliveries(server.runtime.db, busy, seeded);
+  await seedDeliveries(server.runtime.db, busy, seeded);
   // Response times: 20 quick answers and 2 slow ones in the last hour.
-  addAttemptStats(server.runtime.db, [
+  await server.runtime.db.write((tx) => addAttemptStats(tx, [
     ...Array.from({ length: 20 }, () => ({ subscription_id: busy.id, started_at: now - 1000, duration_ms: 100, succeeded: true })),
     ...Array.from({ length: 2 }, () => ({ subscription_id: busy.id, started_at: now - 1000, duration_ms: 3000, succeeded: false })),
-  ]);
+  ]));
   ({ browser, page, problems } = await signedInBrowser(server));
 }, SLOW);
 

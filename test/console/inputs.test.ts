@@ -7,7 +7,7 @@ import { addOperator, ConsoleClient } from "./support.ts";
 let h: Harness;
 let client: ConsoleClient;
 beforeAll(async () => {
-  h = createHarness();
+  h = await createHarness();
   await addOperator(h.rt.db);
   client = new ConsoleClient((r) => h.app.handle(r));
   await client.signIn();
@@ -49,5 +49,5 @@ test("an empty or overlong link code is refused like a wrong one, and creates no
     const posted = await visitor.post("/console/welcome", { code, password: "a long new password", password_again: "a long new password" });
     expect([posted.status, posted.text.includes("This link is invalid, expired or already used.")]).toEqual([403, true]);
   }
-  expect(h.rt.db.query("SELECT count(*) AS n FROM operators").get()).toEqual({ n: 1 });
+  expect(await h.rt.db.get("SELECT count(*) AS n FROM operators")).toEqual({ n: 1 });
 });

@@ -115,9 +115,9 @@ describe("recover and pause from the subscriptions page", () => {
     const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, events: ["contact.updated"] })).data;
     const contact = (await server.api("POST", "/public/v1/contacts", { first_name: "Down" })).data;
     for (const name of ["One", "Two"]) await server.api("PATCH", `/public/v1/contacts/${contact.id}`, { first_name: name });
-    const failed = () => server.runtime.db.query<{ id: string }, [string]>("SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'failed' ORDER BY id").all(sub.id);
-    await waitFor(() => failed().length === 2, "two failed deliveries");
-    const failedIds = failed().map((row) => row.id);
+    const failed = async () => (await server.runtime.db.all<{ id: string }>("SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'failed' ORDER BY id", [sub.id]));
+    await waitFor(async () => (await failed()).length === 2, "two failed deliveries");
+    const failedIds = (await failed()).map((row) => row.id);
     const attemptsBefore = r.received.length;
     r.respond(() => new Response("ok"));
 
@@ -143,8 +143,8 @@ describe("recover and pause from the subscriptions page", () => {
     expect(await page.textContent(`${row} .badge`)).toBe("Paused");
     const contact = (await server.api("POST", "/public/v1/contacts", { first_name: "Gone" })).data;
     await server.api("DELETE", `/public/v1/contacts/${contact.id}`);
-    const pending = () => server.runtime.db.query<{ status: string; attempts: number }, [string]>("SELECT status, attempts FROM webhook_deliveries WHERE subscription_id = ?").all(sub.id);
-    expect(pending()).toEqual([{ status: "pending", attempts: 0 }]);
+    const pending = async () => (await server.runtime.db.all<{ status: string; attempts: number }>("SELECT status, attempts FROM webhook_deliveries WHERE subscription_id = ?", [sub.id]));
+    expect(await pending()).toEqual([{ status: "pending", attempts: 0 }]);
     await Promise.all([page.waitForURL(url("/console/subscriptions")), page.click(`${row} button:has-text('Resume')`)]);
     expect(await page.textContent(`${row} .badge`)).toBe("Active");
     await waitFor(() => r.received.length === 1, "the delivery that waited");

@@ -5,14 +5,14 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
 
 let harness: Harness | undefined;
-afterEach(() => {
-  harness?.close();
+afterEach(async () => {
+  await harness?.close();
   harness = undefined;
 });
 
 /** setup starts an app with the test operator and a console client signed in as them. */
 async function setup() {
-  harness = createHarness();
+  harness = await createHarness();
   const h = harness;
   await addOperator(h.rt.db);
   const client = new ConsoleClient((r) => h.app.handle(r));
@@ -21,10 +21,10 @@ async function setup() {
   return { h, client, browser: () => new ConsoleClient((r) => h.app.handle(r)) };
 }
 
-const operators = (h: Harness) => h.rt.db.query<{ email: string }, []>("SELECT email FROM operators ORDER BY created_at, id").all().map((o) => o.email);
+const operators = (h: Harness) => h.db.sqlite.query<{ email: string }, []>("SELECT email FROM operators ORDER BY created_at, id").all().map((o) => o.email);
 const sessionsOf = (h: Harness, email: string) =>
-  h.rt.db.query<{ n: number }, [string]>("SELECT count(*) AS n FROM operator_sessions s JOIN operators o ON o.id = s.operator_id WHERE o.email = ?").get(email)!.n;
-const idOf = (h: Harness, email: string) => h.rt.db.query<{ id: string }, [string]>("SELECT id FROM operators WHERE email = ?").get(email)!.id;
+  h.db.sqlite.query<{ n: number }, [string]>("SELECT count(*) AS n FROM operator_sessions s JOIN operators o ON o.id = s.operator_id WHERE o.email = ?").get(email)!.n;
+const idOf = (h: Harness, email: string) => h.db.sqlite.query<{ id: string }, [string]>("SELECT id FROM operators WHERE email = ?").get(email)!.id;
 /** linkIn reads the one-time link a page shows (once) in its copy field. */
 const linkIn = (html: string) => /id="operator-link"[^>]*value="([^"]+)"/.exec(html)?.[1]?.replaceAll("&amp;", "&") ?? null;
 
@@ -132,13 +132,13 @@ describe("operators page", () => {
       expect([path, (await client.post(path, { _csrf: null, email: "x@example.com" })).status]).toEqual([path, 403]);
     }
     expect(operators(h)).toEqual([OPERATOR.email, "other@example.com"]);
-    expect(h.rt.db.query("SELECT count(*) AS n FROM operator_links").get()).toEqual({ n: 0 });
+    expect(h.db.sqlite.query("SELECT count(*) AS n FROM operator_links").get()).toEqual({ n: 0 });
   });
 });
 
 describe("operators on the command line", () => {
   test("`operator list`, `operator reset-password` and `operator remove`", async () => {
-    harness = createHarness();
+    harness = await createHarness();
     const h = harness;
     await addOperator(h.rt.db);
     await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });

@@ -1,4 +1,5 @@
 import { Database } from "bun:sqlite";
+import type { Db } from "../../server/db/sql.ts";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { contactPage, contactsPage } from "../../console/contacts/service.ts";
 import { latestDeliveries } from "../../console/deliveries/service.ts";
@@ -21,16 +22,16 @@ let eventId: string;
 
 beforeAll(async () => {
   // The delivery loop does not run: the seeded deliveries stay as written.
-  h = createHarness({ allowPrivateTargets: true });
+  h = await createHarness({ allowPrivateTargets: true });
   subscription = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/hooks", events: ["contact.created"] } })).body.data;
   const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", last_name: "Lovelace", email: "ada@example.com" } })).body.data;
   contactId = contact.id;
-  const ids = seedDeliveries(h.rt.db, subscription, [
+  const ids = await seedDeliveries(h.rt.db, subscription, [
     { at: Date.now() - 1000, status: "failed", response_status: 500, contact_id: contactId },
     { at: Date.now() - 2000, status: "succeeded", contact_id: contactId },
   ]);
   deliveryId = ids[0]!;
-  eventId = h.rt.db.query<{ event_id: string }, [string]>("SELECT event_id FROM webhook_deliveries WHERE id = ?").get(deliveryId)!.event_id;
+  eventId = (await h.rt.db.get<{ event_id: string }>("SELECT event_id FROM webhook_deliveries WHERE id = ?", [deliveryId]))!.event_id;
 });
 afterAll(() => h.close());
 
@@ -38,14 +39,14 @@ afterAll(() => h.close());
 const TABLES_THAT_GROW = /^SCAN (d|webhook_deliveries|events|e|c|contacts|webhook_delivery_attempts|a|webhook_attempt_stats)\b(?! USING)/;
 
 /** plansOf runs a read through a capturing database and returns each statement with its plan. */
-async function plansOf(read: (db: typeof h.rt.db) => unknown): Promise<{ sql: string; plan: string[] }[]> {
+async function plansOf(read: (db: Db) => unknown): Promise<{ sql: string; plan: string[] }[]> {
   const spy = capturing(h.rt.db);
   await read(spy.db);
-  return spy.captured.map((c: Captured) => ({ sql: c.sql.replace(/\s+/g, " ").trim(), plan: queryPlan(h.rt.db, c) }));
+  return spy.captured.map((c: Captured) => ({ sql: c.sql.replace(/\s+/g, " ").trim(), plan: queryPlan(h.db.sqlite, c) }));
 }
 
-const READS: [string, (db: typeof h.rt.db) => unknown, RegExp[]][] = [
-  ["start page charts", (db) => subscriptionsHealth(db, listAllSubscriptions(db)), [/SEARCH webhook_delivery_hours USING PRIMARY KEY \(subscription_id=\? AND hour>\?\)/, /SEARCH webhook_attempt_stats USING PRIMARY KEY/]],
+const READS: [string, (db: Db) => unknown, RegExp[]][] = [
+  ["start page charts", async (db) => subscriptionsHealth(db, await listAllSubscriptions(db)), [/SEARCH webhook_delivery_hours USING PRIMARY KEY \(subscription_id=\? AND hour>\?\)/, /SEARCH webhook_attempt_stats USING PRIMARY KEY/]],
   ["latest deliveries", (db) => latestDeliveries(db, {}), [/SCAN d USING INDEX webhook_deliveries_created/, /SEARCH events USING INDEX sqlite_autoindex_events_1/]],
   ["failed deliveries", (db) => latestDeliveries(db, { status: "failed" }), [/SEARCH d USING INDEX webhook_deliveries_unfinished \(status=\?\)/]],
   ["older deliveries", (db) => latestDeliveries(db, { before: `${Date.now()}.dlv_01J00000000000000000000000` }), [/SEARCH d USING INDEX webhook_deliveries_created \(\(created_at,id\)<\(\?,\?\)\)/]],
@@ -53,7 +54,7 @@ const READS: [string, (db: typeof h.rt.db) => unknown, RegExp[]][] = [
   ["failures by reason", (db) => recentFailures(db, subscription.id), [/SEARCH webhook_deliveries USING INDEX webhook_deliveries_subscription_status \(subscription_id=\? AND status=\? AND created_at>\?\)/]],
   ["a contact's page", (db) => contactPage(db, contactId), [/SEARCH events USING INDEX events_subject \(subject_id=\?\)/, /SEARCH webhook_deliveries USING INDEX webhook_deliveries_event \(event_id=\?\)/]],
   ["contacts by name", (db) => contactsPage(db, { q: "Lovelace" }), [/contacts_full_name|VIRTUAL TABLE/]],
-  ["search: delivery, event, contact, email", (db) => [deliveryId, eventId, contactId, "ADA@example.com"].map((q) => search(db, q)), [/SEARCH c USING INDEX contacts_email \(email=\?\)/]],
+  ["search: delivery, event, contact, email", (db) => Promise.all([deliveryId, eventId, contactId, "ADA@example.com"].map((q) => search(db, q))), [/SEARCH c USING INDEX contacts_email \(email=\?\)/]],
 ];
 
 describe("the console's reads go through indexes", () => {

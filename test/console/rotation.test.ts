@@ -36,8 +36,8 @@ function receiver(path: string): Receiver {
 }
 
 /** deliveriesOf lists the deliveries of one event: which subscriptions it went to. */
-function deliveriesOf(eventId: string): { subscription_id: string; status: string }[] {
-  return server.runtime.db.query<{ subscription_id: string; status: string }, [string]>("SELECT subscription_id, status FROM webhook_deliveries WHERE event_id = ? ORDER BY subscription_id").all(eventId);
+async function deliveriesOf(eventId: string): Promise<{ subscription_id: string; status: string }[]> {
+  return (await server.runtime.db.all<{ subscription_id: string; status: string }>("SELECT subscription_id, status FROM webhook_deliveries WHERE event_id = ? ORDER BY subscription_id", [eventId]));
 }
 
 describe("rotation wizard", () => {
@@ -124,9 +124,9 @@ describe("rotation wizard", () => {
     // New contact events reach only the new receiver, signed with the new secret.
     const contact = (await server.api("POST", "/public/v1/contacts", { first_name: "After", email: "after@example.com" })).data;
     const received = await waitFor(() => newReceiver.received.find((r) => r.json?.type === "contact.created" && r.json.data.id === contact.id), "contact.created at the new receiver");
-    const eventId = server.runtime.db.query<{ event_id: string }, [string]>("SELECT event_id FROM webhook_deliveries WHERE id = ?").get(received.headers["webhook-id"]!)!.event_id;
-    await waitFor(() => deliveriesOf(eventId).every((d) => d.status === "succeeded"), "delivery recorded as succeeded");
-    expect(deliveriesOf(eventId)).toEqual([{ subscription_id: rotationId, status: "succeeded" }]);
+    const eventId = (await server.runtime.db.get<{ event_id: string }>("SELECT event_id FROM webhook_deliveries WHERE id = ?", [received.headers["webhook-id"]!]))!.event_id;
+    await waitFor(async () => (await deliveriesOf(eventId)).every((d) => d.status === "succeeded"), "delivery recorded as succeeded");
+    expect(await deliveriesOf(eventId)).toEqual([{ subscription_id: rotationId, status: "succeeded" }]);
     expect(newChecks.verified).toContain(received.headers["webhook-id"]!);
     expect(oldReceiver.received).toEqual([]);
     expect(oldChecks.verified).toEqual([]);

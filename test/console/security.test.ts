@@ -9,10 +9,10 @@ let client: ConsoleClient;
 let ids: { subscription: string; delivery: string; rotation: string; token: string };
 let consoleToken: string;
 
-const count = (table: string) => h.rt.db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${table}`).get()!.n;
+const count = async (table: string) => (await h.rt.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
 
 beforeAll(async () => {
-  h = createHarness({ allowPrivateTargets: true });
+  h = await createHarness({ allowPrivateTargets: true });
   await addOperator(h.rt.db);
   client = new ConsoleClient((r) => h.app.handle(r));
   await client.signIn();
@@ -31,12 +31,12 @@ beforeAll(async () => {
   ids = {
     subscription: sub.body.data.id,
     delivery: deliveries.body.data[0].id,
-    rotation: h.rt.db.query<{ id: string }, []>("SELECT new_subscription_id AS id FROM subscription_rotations").get()!.id,
-    token: h.rt.db.query<{ id: string }, [string]>("SELECT id FROM api_tokens WHERE name = ?").get("made in the console")!.id,
+    rotation: (await h.rt.db.get<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations"))!.id,
+    token: (await h.rt.db.get<{ id: string }>("SELECT id FROM api_tokens WHERE name = ?", ["made in the console"]))!.id,
   };
 });
 
-afterAll(() => h.close());
+afterAll(async () => await h.close());
 
 function pages(): string[] {
   return [
@@ -91,7 +91,7 @@ describe("CSRF", () => {
       expectSecurityHeaders(res.headers);
     }
     expect(["webhook_subscriptions", "api_tokens", "users", "operator_sessions", "events"].map(count)).toEqual(before);
-    expect(h.rt.db.query("SELECT revoked_at FROM api_tokens WHERE id = ?").get(ids.token)).toEqual({ revoked_at: null });
+    expect((await h.rt.db.get("SELECT revoked_at FROM api_tokens WHERE id = ?", [ids.token]))).toEqual({ revoked_at: null });
     expect((await client.get("/console/")).status).toBe(200);
   });
 
@@ -107,7 +107,7 @@ describe("CSRF", () => {
     await cookieless.get("/console/login");
     cookieless.cookies.clear();
     expect((await cookieless.post("/console/login", OPERATOR)).status).toBe(403);
-    expect(count("users")).toBe(1);
+    expect(await count("users")).toBe(1);
   });
 
   test("every form that posts carries the CSRF token of the session", async () => {

@@ -1,5 +1,5 @@
 import { expect } from "bun:test";
-import type { Database } from "bun:sqlite";
+import type { Database, Db } from "../../server/db/sql.ts";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -69,7 +69,7 @@ export interface ConsoleServer extends RunningServer {
 export async function startConsoleServer(overrides: Partial<Config> = {}): Promise<ConsoleServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "crm-console-"));
   const running = await startServer({ ...DEFAULT_CONFIG, ...FAST_WEBHOOKS, host: "127.0.0.1", port: 0, dataDir, logLevel: "error", ...overrides });
-  const { token } = createApiToken(running.runtime.db, "console-test");
+  const { token } = await createApiToken(running.runtime.db, "console-test");
   return {
     ...running,
     dataDir,
@@ -92,8 +92,8 @@ export async function startConsoleServer(overrides: Partial<Config> = {}): Promi
 }
 
 /** addOperator creates the test operator directly (as `crm operator create` does). */
-export function addOperator(db: Database, operator = OPERATOR) {
-  return createOperator(db, operator);
+export async function addOperator(db: Db, operator = OPERATOR) {
+  return await createOperator(db, operator);
 }
 
 /** signInWithBrowser fills in the sign-in form and waits for the deliveries page. */
@@ -193,17 +193,17 @@ export interface SeededDelivery {
  * times and outcomes, through the webhooks store. Pending ones are due tomorrow, so the delivery
  * loop leaves them alone while a test reads them.
  */
-export function seedDeliveries(db: Database, subscription: { id: string; target_url: string }, deliveries: SeededDelivery[]): string[] {
-  const ids: string[] = [];
-  db.transaction(() => {
+export function seedDeliveries(db: Database, subscription: { id: string; target_url: string }, deliveries: SeededDelivery[]): Promise<string[]> {
+  return db.write(async (tx) => {
+    const ids: string[] = [];
     for (const d of deliveries) {
       const eventId = newId("evt", d.at);
-      insertEvent(db, { id: eventId, type: "contact.updated", payload: JSON.stringify({ type: "contact.updated", event_id: eventId, timestamp: new Date(d.at).toISOString(), data: { id: d.contact_id ?? newId("con", d.at) } }), created_at: d.at });
+      await insertEvent(tx, { id: eventId, type: "contact.updated", payload: JSON.stringify({ type: "contact.updated", event_id: eventId, timestamp: new Date(d.at).toISOString(), data: { id: d.contact_id ?? newId("con", d.at) } }), created_at: d.at });
       const id = newId("dlv", d.at);
-      insertDelivery(db, { id, event_id: eventId, event_type: "contact.updated", subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: Date.now() + 86_400_000, created_at: d.at });
-      const answered = d.status === "pending" ? (d.response_status !== undefined || d.error !== undefined) : true;
+      await insertDelivery(tx, { id, event_id: eventId, event_type: "contact.updated", subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: Date.now() + 86_400_000, created_at: d.at });
+      const answered = d.status === "pending" ? d.response_status !== undefined || d.error !== undefined : true;
       if (answered) {
-        updateDeliveryAfterAttempt(db, {
+        await updateDeliveryAfterAttempt(tx, {
           id,
           status: d.status,
           attempts: 1,
@@ -215,8 +215,8 @@ export function seedDeliveries(db: Database, subscription: { id: string; target_
       }
       ids.push(id);
     }
-  })();
-  return ids;
+    return ids;
+  });
 }
 
 /** watchCsp records every Content-Security-Policy violation a page reports; read them with cspViolations. */

@@ -58,7 +58,7 @@ describe("README example against a real server", () => {
   beforeEach(async () => {
     dataDir = mkdtempSync(join(tmpdir(), "crm-client-example-"));
     server = await startServer({ ...DEFAULT_CONFIG, host: "127.0.0.1", port: 0, dataDir, logLevel: "error" }, createLogger("error"));
-    token = createApiToken(server.runtime.db, "client-example").token;
+    token = (await createApiToken(server.runtime.db, "client-example")).token;
   });
 
   afterEach(async () => {

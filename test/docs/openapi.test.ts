@@ -12,10 +12,10 @@ let h: Harness;
 let spec: any;
 
 beforeAll(async () => {
-  h = createHarness();
+  h = await createHarness();
   spec = (await h.json("GET", "/docs/json")).body;
 });
-afterAll(() => h.close());
+afterAll(async () => await h.close());
 
 interface Operation {
   where: string;
@@ -193,15 +193,15 @@ describe("OpenAPI document is stable", () => {
     // Elysia changes a route's schemas when the route first runs; a process that has served nothing yet shows whether the document depends on that.
     const script = `
       import { createHarness } from ${JSON.stringify(join(ROOT, "test/support/harness.ts"))};
-      const before = createHarness();
+      const before = await createHarness();
       const first = JSON.stringify((await before.json("GET", "/docs/json")).body);
-      before.close();
-      const after = createHarness();
+      await before.close();
+      const after = await createHarness();
       await after.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
       await after.json("GET", "/healthz");
       await after.json("GET", "/public/v1/contacts/con_x");
       const second = JSON.stringify((await after.json("GET", "/docs/json")).body);
-      after.close();
+      await after.close();
       console.log(first === second ? "same" : "different");`;
     const child = Bun.spawn([process.execPath, "-e", script], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
     const [stdout, stderr] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text()]);

@@ -6,10 +6,10 @@ import { capturing, queryPlan } from "../support/query-plans.ts";
 import { ISO, eventData, eventTypes, expectProblem, postAccount, validation } from "./support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness({ rateReadBurst: 10_000, rateWriteBurst: 10_000 });
+beforeEach(async () => {
+  h = await createHarness({ rateReadBurst: 10_000, rateWriteBurst: 10_000 });
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 const MISSING = "acc_00000000000000000000000000";
 const page = (total: number, perPage = 25, nextCursor: string | null = null) => ({ current_page: 1, last_page: Math.max(1, Math.ceil(total / perPage)), per_page: perPage, total, next_cursor: nextCursor });
@@ -20,7 +20,7 @@ describe("accounts sync: happy paths", () => {
   test("POST answers Location and sends account.created with the account", async () => {
     const res = await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test", tier: "gold" } });
     expect(res.headers.get("location")).toBe(`/public/v1/accounts/${res.body.data.id}`);
-    expect(eventData(h)).toEqual([{ type: "account.created", data: res.body.data }]);
+    expect(await eventData(h)).toEqual([{ type: "account.created", data: res.body.data }]);
   });
 
   test("PATCH replaces given fields, null clears domain and further properties, and sends account.updated; a no-op sends nothing", async () => {
@@ -37,7 +37,7 @@ describe("accounts sync: happy paths", () => {
     expect((await h.json("GET", "/public/v1/accounts?name=ACME%20CORP")).body.data).toEqual([expected]);
     const again = await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name: "Acme Corp", tier: "platinum" } });
     expect(again.body).toEqual({ data: expected });
-    expect(eventData(h)).toEqual([
+    expect(await eventData(h)).toEqual([
       { type: "account.created", data: a },
       { type: "account.updated", data: expected },
     ]);
@@ -56,7 +56,7 @@ describe("accounts sync: happy paths", () => {
     expect(after).toEqual({ ...linked, account_ids: [b.id], version: linked.version + 1, updated_at: after.updated_at });
     expect(after.updated_at > linked.updated_at).toBe(true);
     expect((await h.json("GET", `/public/v1/contacts/${other.id}`)).body.data).toEqual(other);
-    const events = eventData(h).slice(4);
+    const events = (await eventData(h)).slice(4);
     const deletedAt = (events[1]!.data as { deleted_at: string }).deleted_at;
     expect(events).toEqual([
       { type: "contact.updated", data: after },
@@ -65,7 +65,7 @@ describe("accounts sync: happy paths", () => {
     expect(deletedAt).toBe(after.updated_at);
     expect((await h.json("GET", "/public/v1/accounts/deleted")).body).toEqual({ data: [{ id: a.id, deleted_at: deletedAt }], meta: page(1) });
     // the relation table and the row's copy agree, and the contact is no longer found by the account
-    expect(h.rt.db.query("SELECT account_id FROM contact_accounts WHERE contact_id = ?").all(linked.id)).toEqual([{ account_id: b.id }]);
+    expect((await h.rt.db.all("SELECT account_id FROM contact_accounts WHERE contact_id = ?", [linked.id]))).toEqual([{ account_id: b.id }]);
     expect((await h.json("GET", `/public/v1/contacts?account_id=${a.id}`)).body).toEqual({ data: [], meta: page(0) });
   });
 
@@ -120,9 +120,9 @@ describe("accounts sync: happy paths", () => {
         for (const cursor of [null, { value: sortBy.endsWith("_at") ? 1 : "m", id: "acc_x" }, { value: null, id: "acc_x" }]) {
           for (const filters of [{}, { name: "acme" }, { domain: "acme.test" }, { updatedAfter: 0 }, { createdAfter: 0, name: "acme" }]) {
             const { db, captured } = capturing(h.rt.db);
-            listAccounts(db, filters, { sortBy, direction, cursor, limit: 10, offset: 0 });
+            await listAccounts(db, filters, { sortBy, direction, cursor, limit: 10, offset: 0 });
             for (const c of captured) {
-              const plan = queryPlan(h.rt.db, c);
+              const plan = queryPlan(h.db.sqlite, c);
               expect({ sortBy, direction, cursor, filters, scans: plan.filter((line) => /^SCAN accounts\b(?! USING)/.test(line)) }).toEqual({ sortBy, direction, cursor, filters, scans: [] });
             }
           }
@@ -149,7 +149,7 @@ describe("accounts sync: errors", () => {
     );
     expect((await h.json("GET", "/public/v1/accounts?updated_after=yesterday")).body).toEqual(validation([{ parameter: "updated_after", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]));
     expect((await h.json("GET", `/public/v1/accounts/${a.id}`)).body).toEqual({ data: a });
-    expect(eventTypes(h)).toEqual(["account.created"]);
+    expect(await eventTypes(h)).toEqual(["account.created"]);
   });
 
   test("DELETE of an unknown account is 404 and a second DELETE too; the deleted list refuses a bad since, and one older than the retention is 410", async () => {
@@ -157,7 +157,7 @@ describe("accounts sync: errors", () => {
     expect((await h.json("DELETE", `/public/v1/accounts/${MISSING}`)).body).toEqual({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No account with id "${MISSING}" exists.` });
     expect((await h.request("DELETE", `/public/v1/accounts/${a.id}`)).status).toBe(204);
     expect((await h.json("DELETE", `/public/v1/accounts/${a.id}`)).status).toBe(404);
-    expect(eventTypes(h)).toEqual(["account.created", "account.deleted"]);
+    expect(await eventTypes(h)).toEqual(["account.created", "account.deleted"]);
     expect((await h.json("GET", "/public/v1/accounts/deleted?since=last%20week")).body).toEqual(validation([{ parameter: "since", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]));
     const old = new Date(Date.now() - 91 * 86_400_000).toISOString();
     const gone = await h.json("GET", `/public/v1/accounts/deleted?since=${old}`);
@@ -184,7 +184,7 @@ describe("accounts sync: security", () => {
       expect(res.headers.get("www-authenticate")).toStartWith("Bearer");
     }
     expect((await h.json("GET", `/public/v1/accounts/${a.id}`)).body).toEqual({ data: a });
-    expect(eventTypes(h)).toEqual(["account.created"]);
+    expect(await eventTypes(h)).toEqual(["account.created"]);
   });
 
   test("filter and property values are data, never SQL", async () => {

@@ -6,25 +6,25 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { ISO, call, expectProblem, loggedApp } from "./support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness();
+beforeEach(async () => {
+  h = await createHarness();
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 
 describe("auth: happy paths", () => {
   test("a created token authenticates and records last_used_at", async () => {
-    const { token, info } = createApiToken(h.rt.db, "importer");
+    const { token, info } = await createApiToken(h.rt.db, "importer");
     expect(token).toMatch(/^crm_[A-Za-z0-9]{40}$/);
     expect(info).toEqual({ id: expect.stringMatching(/^tok_[0-9A-Z]{26}$/), name: "importer", prefix: token.slice(0, 12), created_at: expect.stringMatching(ISO), last_used_at: null, revoked_at: null });
     const before = Date.now();
     const res = await h.json("GET", "/public/v1/contacts", { headers: auth(token) });
     expect(res.status).toBe(200);
-    const used = findToken(h.rt.db, info.id)!;
+    const used = (await findToken(h.rt.db, info.id))!;
     expect(used.last_used_at).toMatch(ISO);
     expect(Date.parse(used.last_used_at!)).toBeGreaterThanOrEqual(before);
-    expect(findToken(h.rt.db, createApiToken(h.rt.db, "unused").info.id)!.last_used_at).toBeNull();
+    expect((await findToken(h.rt.db, (await createApiToken(h.rt.db, "unused")).info.id))!.last_used_at).toBeNull();
   });
 
   test("the scheme name is case-insensitive", async () => {
@@ -33,9 +33,9 @@ describe("auth: happy paths", () => {
     }
   });
 
-  test("token list shows metadata, never the token", () => {
-    const { token } = createApiToken(h.rt.db, "listed");
-    const listed = listTokens(h.rt.db);
+  test("token list shows metadata, never the token", async () => {
+    const { token } = await createApiToken(h.rt.db, "listed");
+    const listed = await listTokens(h.rt.db);
     expect(listed.map((t) => t.name)).toEqual(["listed", "test"]);
     expect(JSON.stringify(listed)).not.toContain(token);
     expect(JSON.stringify(listed)).not.toContain(h.token);
@@ -46,11 +46,11 @@ describe("auth: errors", () => {
   const unauthorized = (detail: string) => ({ type: "urn:crm:problem:unauthorized", title: "Unauthorized", status: 401, detail });
 
   test("missing, malformed, unknown and revoked tokens are 401 with WWW-Authenticate: Bearer", async () => {
-    const { token, info } = createApiToken(h.rt.db, "to-revoke");
+    const { token, info } = await createApiToken(h.rt.db, "to-revoke");
     expect((await h.json("GET", "/public/v1/contacts", { headers: auth(token) })).status).toBe(200);
-    expect(revokeApiToken(h.rt.db, info.id)).toBe(true);
-    expect(revokeApiToken(h.rt.db, info.id)).toBe(false);
-    expect(findToken(h.rt.db, info.id)!.revoked_at).toMatch(ISO);
+    expect(await revokeApiToken(h.rt.db, info.id)).toBe(true);
+    expect(await revokeApiToken(h.rt.db, info.id)).toBe(false);
+    expect((await findToken(h.rt.db, info.id))!.revoked_at).toMatch(ISO);
     const cases: [Record<string, string>, string][] = [
       [{ authorization: "" }, "Send an API token in the Authorization header: Authorization: Bearer <token>."],
       [{ authorization: "Basic abc" }, "The Authorization header must use the Bearer scheme: Authorization: Bearer <token>."],
@@ -91,16 +91,16 @@ describe("auth: security", () => {
         expect((await res.json()).type).toBe("urn:crm:problem:unauthorized");
       }
     }
-    expect(h.rt.db.query("SELECT count(*) AS n FROM contacts").get()).toEqual({ n: 0 });
+    expect((await h.rt.db.get("SELECT count(*) AS n FROM contacts"))).toEqual({ n: 0 });
   });
 
   test("tokens are stored only as SHA-256 hashes: the database files never hold the token", async () => {
-    const { token } = createApiToken(h.rt.db, "secret-check");
+    const { token } = await createApiToken(h.rt.db, "secret-check");
     await h.json("POST", "/public/v1/contacts", { body: { first_name: "x" }, headers: { ...auth(token), "idempotency-key": "k" } });
-    const row = h.rt.db.query<{ token_hash: Uint8Array; prefix: string }, [string]>("SELECT token_hash, prefix FROM api_tokens WHERE name = ?").get("secret-check")!;
+    const row = (await h.rt.db.get<{ token_hash: Uint8Array; prefix: string }>("SELECT token_hash, prefix FROM api_tokens WHERE name = ?", ["secret-check"]))!;
     expect(Buffer.from(row.token_hash).toString("hex")).toBe(new Bun.CryptoHasher("sha256").update(token).digest("hex"));
     expect(row.prefix).toBe(token.slice(0, 12));
-    h.rt.db.run("PRAGMA wal_checkpoint(PASSIVE)");
+    h.db.sqlite.run("PRAGMA wal_checkpoint(PASSIVE)");
     const secretPart = token.slice(12);
     for (const file of readdirSync(h.dataDir)) {
       const bytes = readFileSync(join(h.dataDir, file));
@@ -117,11 +117,11 @@ describe("auth: security", () => {
     await call(app, "GET", "/public/v1/contacts", { headers: auth(wrong) });
     await call(app, "GET", "/nope", { headers: auth(h.token) });
     await call(app, "GET", "/public/v1/contacts", { headers: { ...auth(h.token), origin: "https://x.example" } });
-    h.rt.db.run("ALTER TABLE contacts RENAME TO contacts_moved");
+    await h.rt.db.run("ALTER TABLE contacts RENAME TO contacts_moved");
     try {
       await call(app, "GET", "/public/v1/contacts", { headers: auth(h.token) });
     } finally {
-      h.rt.db.run("ALTER TABLE contacts_moved RENAME TO contacts");
+      await h.rt.db.run("ALTER TABLE contacts_moved RENAME TO contacts");
     }
     await Bun.sleep(5);
     expect(raw.length).toBeGreaterThanOrEqual(7);
@@ -131,9 +131,9 @@ describe("auth: security", () => {
     expect(text.toLowerCase()).not.toContain("authorization");
   });
 
-  test("authenticateBearer refuses empty and prefix-only tokens", () => {
-    expect(authenticateBearer(h.rt.db, "")).toBeNull();
-    expect(authenticateBearer(h.rt.db, "crm_")).toBeNull();
-    expect(authenticateBearer(h.rt.db, h.token)).toEqual({ id: expect.stringMatching(/^tok_/), name: "test" });
+  test("authenticateBearer refuses empty and prefix-only tokens", async () => {
+    expect(await authenticateBearer(h.rt.db, "")).toBeNull();
+    expect(await authenticateBearer(h.rt.db, "crm_")).toBeNull();
+    expect(await authenticateBearer(h.rt.db, h.token)).toEqual({ id: expect.stringMatching(/^tok_/), name: "test" });
   });
 });

@@ -14,10 +14,10 @@ const corsHeaders = (headers: Headers) => [...headers.keys()].filter((k) => k.to
 
 describe("browser refusal: in-process", () => {
   let h: Harness;
-  beforeAll(() => {
-    h = createHarness();
+  beforeAll(async () => {
+    h = await createHarness();
   });
-  afterAll(() => h.close());
+  afterAll(async () => await h.close());
 
   test("a request with Origin or Sec-Fetch-Site is 403 explaining tokens belong server-side", async () => {
     const browsers: Record<string, string>[] = [
@@ -40,7 +40,7 @@ describe("browser refusal: in-process", () => {
         expect(corsHeaders(res.headers)).toEqual([]);
       }
     }
-    expect(contactCount(h)).toBe(0);
+    expect(await contactCount(h)).toBe(0);
   });
 
   test("refused even without a token: the browser learns nothing else", async () => {
@@ -73,7 +73,7 @@ describe("browser refusal: in-process", () => {
       expectProblem(res, 415, "unsupported-media-type");
       expect(res.body.detail).toBe(`Content-Type ${type!.split(";")[0]} is not accepted; send application/json.`);
     }
-    expect(contactCount(h)).toBe(0);
+    expect(await contactCount(h)).toBe(0);
   });
 });
 

@@ -5,10 +5,10 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { eventData, eventTypes, expectProblem, postAccount, validation } from "./support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness({ rateReadBurst: 10_000, rateWriteBurst: 10_000 });
+beforeEach(async () => {
+  h = await createHarness({ rateReadBurst: 10_000, rateWriteBurst: 10_000 });
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 const MISSING_CON = "con_00000000000000000000000000";
 const MISSING_ACC = "acc_00000000000000000000000000";
@@ -22,14 +22,18 @@ async function contact(body: Record<string, unknown>) {
   return res.body.data;
 }
 
-/** relationCopiesAgree checks each contact row's account ids and tags against the relation tables. */
-function relationCopiesAgree() {
-  const rows = h.rt.db.query<{ id: string; account_ids: string; properties: string }, []>("SELECT id, account_ids, properties FROM contacts ORDER BY id").all();
+const SORT_KEYS = "created_at, updated_at, first_name, last_name, email";
+type SortKeys = { created_at: number; updated_at: number; first_name: string | null; last_name: string | null; email: string | null };
+
+/** relationCopiesAgree checks each contact row's account ids and tags against the relation tables, and that its tag rows carry its sort keys. */
+async function relationCopiesAgree() {
+  const rows = await h.rt.db.all<{ id: string; account_ids: string; properties: string } & SortKeys>(`SELECT id, account_ids, properties, ${SORT_KEYS} FROM contacts ORDER BY id`);
   for (const row of rows) {
-    const accounts = h.rt.db.query<{ account_id: string }, [string]>("SELECT account_id FROM contact_accounts WHERE contact_id = ? ORDER BY position").all(row.id).map((r) => r.account_id);
-    const tags = h.rt.db.query<{ tag: string }, [string]>("SELECT tag FROM contact_tags WHERE contact_id = ? ORDER BY tag").all(row.id).map((r) => r.tag);
+    const accounts = (await h.rt.db.all<{ account_id: string }>("SELECT account_id FROM contact_accounts WHERE contact_id = ? ORDER BY position", [row.id])).map((r) => r.account_id);
+    const tagRows = await h.rt.db.all<{ tag: string } & SortKeys>(`SELECT tag, ${SORT_KEYS} FROM contact_tags WHERE contact_id = ? ORDER BY tag`, [row.id]);
     const ownTags = [...new Set((JSON.parse(row.properties).tags ?? []) as string[])].sort();
-    expect({ id: row.id, accounts: JSON.parse(row.account_ids), tags: ownTags }).toEqual({ id: row.id, accounts, tags });
+    const keys: SortKeys = { created_at: row.created_at, updated_at: row.updated_at, first_name: row.first_name, last_name: row.last_name, email: row.email };
+    expect({ id: row.id, accounts: JSON.parse(row.account_ids), tags: ownTags.map((tag) => ({ tag, ...keys })) }).toEqual({ id: row.id, accounts, tags: tagRows });
   }
 }
 
@@ -49,12 +53,12 @@ describe("contact relations: happy paths", () => {
     expect([removed.status, removed.body]).toEqual([200, { data: withoutA }]);
     expect((await h.json("DELETE", `${path}/${a.id}`)).body).toEqual({ data: withoutA });
     expect((await h.json("GET", `/public/v1/contacts/${c.id}`)).body).toEqual({ data: withoutA });
-    expect(eventData(h).filter((e) => e.type.startsWith("contact."))).toEqual([
+    expect((await eventData(h)).filter((e) => e.type.startsWith("contact."))).toEqual([
       { type: "contact.created", data: c },
       { type: "contact.updated", data: withB },
       { type: "contact.updated", data: withoutA },
     ]);
-    relationCopiesAgree();
+    await relationCopiesAgree();
   });
 
   test("POST and DELETE of a tag change tags (a tag with a slash and spaces too), one event per change, none for a repeat", async () => {
@@ -69,19 +73,19 @@ describe("contact relations: happy paths", () => {
     const untagged = { ...tagged, tags: ["vip"], version: 3, updated_at: removed.body.data.updated_at };
     expect([removed.status, removed.body]).toEqual([200, { data: untagged }]);
     expect((await h.json("DELETE", `${path}/absent`)).body).toEqual({ data: untagged });
-    expect(eventTypes(h)).toEqual(["contact.created", "contact.updated", "contact.updated"]);
-    relationCopiesAgree();
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.updated", "contact.updated"]);
+    await relationCopiesAgree();
   });
 
   test("a contact stored before names were required can still be tagged, linked and unlinked", async () => {
     const a = await account("A");
-    h.rt.db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M', '{}', 1, 1)");
+    await h.rt.db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M', '{}', 1, 1)");
     const path = "/public/v1/contacts/con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M";
     expect((await h.json("POST", `${path}/tags`, { body: { tag: "legacy" } })).body.data.tags).toEqual(["legacy"]);
     expect((await h.json("POST", `${path}/accounts`, { body: { account_id: a.id } })).body.data.account_ids).toEqual([a.id]);
     expect((await h.request("DELETE", `/public/v1/accounts/${a.id}`)).status).toBe(204);
     expect((await h.json("GET", path)).body.data).toMatchObject({ tags: ["legacy"], account_ids: [], first_name: null, email: null });
-    relationCopiesAgree();
+    await relationCopiesAgree();
   });
 
   test("an Idempotency-Key replays a relation POST", async () => {
@@ -104,13 +108,13 @@ describe("contact relations: happy paths", () => {
     const final = (await h.json("GET", `/public/v1/contacts/${c.id}`)).body.data;
     expect([...final.account_ids].sort()).toEqual(accounts.map((a) => a.id).sort());
     expect([...final.tags].sort()).toEqual(accounts.map((_, i) => `t${i}`).sort());
-    expect(eventTypes(h).filter((t) => t === "contact.updated")).toHaveLength(60);
-    relationCopiesAgree();
+    expect((await eventTypes(h)).filter((t) => t === "contact.updated")).toHaveLength(60);
+    await relationCopiesAgree();
   });
 
   test("filters account_id, tag (comma-separated or repeated, all must match) and assigned_user_id, alone and together, with every sort and by cursor", async () => {
     const [a, b] = [await account("A"), await account("B")];
-    const u = createUser(h.rt.db, { name: "U", email: "u@example.com" });
+    const u = await createUser(h.rt.db, { name: "U", email: "u@example.com" });
     const made = [];
     for (let i = 0; i < 12; i++) {
       made.push(
@@ -154,6 +158,41 @@ describe("contact relations: happy paths", () => {
     }
     expect((await h.json("GET", `/public/v1/contacts?tag=three&account_id=${a.id}&sort_by=created_at&sort_direction=asc`)).body).toEqual({ data: [made[0], made[8]].filter((c) => c.tags.includes("three")), meta: page(made.filter((c) => c.tags.includes("three") && c.account_ids.includes(a.id)).length) });
   });
+  test("a tag's list keeps its contacts' own order in every sort, by cursor too, after names, emails, other fields, tags and accounts change", async () => {
+    const a = await account("A");
+    const made = [];
+    for (let i = 0; i < 8; i++) {
+      made.push(await contact({ first_name: `N${(i * 3) % 8}`, last_name: i % 4 ? `L${(i * 5) % 8}` : null, email: `e${(i * 7) % 8}@example.com`, tags: i % 2 ? ["t"] : [], account_ids: i < 4 ? [a.id] : [] }));
+    }
+    // each change moves updated_at; names and emails move a contact in the other sorts
+    await h.json("PATCH", `/public/v1/contacts/${made[1]!.id}`, { body: { first_name: null, last_name: "aardvark" } });
+    await h.json("PATCH", `/public/v1/contacts/${made[3]!.id}`, { body: { email: "zz@example.com" } });
+    await h.json("PATCH", `/public/v1/contacts/${made[5]!.id}`, { body: { phone: "+44 20 7946 0000" } });
+    await h.json("POST", `/public/v1/contacts/${made[2]!.id}/tags`, { body: { tag: "t" } });
+    await h.json("PATCH", `/public/v1/contacts/${made[4]!.id}`, { body: { first_name: "Late", tags: ["u", "t"] } });
+    await h.json("PATCH", `/public/v1/contacts/${made[7]!.id}`, { body: { last_name: "later", tags: [] } });
+    // the account's deletion unlinks its contacts in one statement, moving their updated_at
+    expect((await h.request("DELETE", `/public/v1/accounts/${a.id}`)).status).toBe(204);
+    await relationCopiesAgree();
+    for (const sort of CONTACT_SORTS) {
+      for (const direction of ["asc", "desc"] as const) {
+        const order = `sort_by=${sort}&sort_direction=${direction}`;
+        const everyone = (await h.json("GET", `/public/v1/contacts?${order}&per_page=100`)).body.data;
+        const expected = everyone.filter((c: any) => c.tags.includes("t")).map((c: any) => c.id);
+        const tagged = (await h.json("GET", `/public/v1/contacts?tag=t&${order}&per_page=100`)).body;
+        expect({ sort, direction, ids: tagged.data.map((c: any) => c.id) }).toEqual({ sort, direction, ids: expected });
+        const walked: string[] = [];
+        let cursor: string | null = null;
+        do {
+          const res: any = (await h.json("GET", `/public/v1/contacts?tag=t&${order}&per_page=2${cursor ? `&cursor=${cursor}` : ""}`)).body;
+          walked.push(...res.data.map((c: any) => c.id));
+          cursor = res.meta.next_cursor;
+        } while (cursor);
+        expect({ sort, direction, ids: walked }).toEqual({ sort, direction, ids: expected });
+      }
+    }
+    expect((await h.json("GET", "/public/v1/contacts?tag=t&per_page=100")).body.meta.total).toBe(5);
+  });
 });
 
 describe("contact relations: errors", () => {
@@ -172,7 +211,7 @@ describe("contact relations: errors", () => {
     expect((await h.json("POST", `/public/v1/contacts/${c.id}/tags`, { body: { tag: "" } })).body).toEqual(validation([{ pointer: "/tag", detail: "must be a tag of 1 to 100 characters" }]));
     expect((await h.json("POST", `/public/v1/contacts/${c.id}/tags`, { body: { tag: "x".repeat(101) } })).body).toEqual(validation([{ pointer: "/tag", detail: "must be a tag of 1 to 100 characters" }]));
     expect((await h.json("GET", `/public/v1/contacts/${c.id}`)).body).toEqual({ data: c });
-    expect(eventTypes(h)).toEqual(["account.created", "contact.created"]);
+    expect(await eventTypes(h)).toEqual(["account.created", "contact.created"]);
   });
 
   test("the 101st account or tag is 422 naming the limit", async () => {
@@ -205,7 +244,7 @@ describe("contact relations: errors", () => {
     const start = new Date().toISOString();
     await Bun.sleep(2);
     expect((await h.request("DELETE", `/public/v1/contacts/${c.id}`)).status).toBe(204);
-    const deletedAt = (eventData(h).at(-1)!.data as { deleted_at: string }).deleted_at;
+    const deletedAt = ((await eventData(h)).at(-1)!.data as { deleted_at: string }).deleted_at;
     expect((await h.json("GET", `/public/v1/contacts/deleted?since=${start}`)).body).toEqual({ data: [{ id: c.id, deleted_at: deletedAt }], meta: page(1) });
     expect((await h.json("GET", `/public/v1/contacts/deleted?since=${deletedAt}`)).body).toEqual({ data: [], meta: page(0) });
     expect((await h.json("GET", "/public/v1/contacts/deleted?since=2026-13-01T00:00:00Z")).body).toEqual(validation([{ parameter: "since", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]));
@@ -230,7 +269,7 @@ describe("contact relations: security", () => {
       expectProblem(res, 401, "unauthorized");
     }
     expect((await h.json("GET", `/public/v1/contacts/${c.id}`)).body).toEqual({ data: c });
-    expect(eventTypes(h)).toEqual(["account.created", "contact.created"]);
+    expect(await eventTypes(h)).toEqual(["account.created", "contact.created"]);
   });
 
   test("tags and ids in paths and filters are data, never SQL", async () => {

@@ -3,10 +3,10 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { CONTACT_ID, ISO, contactCount, eventTypes, expectProblem, validation } from "./support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness();
+beforeEach(async () => {
+  h = await createHarness();
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 const ada = {
   first_name: "Ada",
@@ -54,8 +54,8 @@ describe("contacts CRUD: happy paths", () => {
     expect(id).toMatch(CONTACT_ID);
     expect(created_at).toMatch(ISO);
     expect(res.body).toEqual({ data: expectedContact(id, created_at) });
-    expect(contactCount(h)).toBe(1);
-    expect(eventTypes(h)).toEqual(["contact.created"]);
+    expect(await contactCount(h)).toBe(1);
+    expect(await eventTypes(h)).toEqual(["contact.created"]);
   });
 
   test("POST with only a phone creates a contact with every other field empty, and Location names it", async () => {
@@ -105,8 +105,8 @@ describe("contacts CRUD: happy paths", () => {
     const expected = { ...rest, last_name: "King", full_name: "Ada King", phone: null, tags: ["countess"], custom_fields: {}, extra: [1, 2] };
     expect(res.body).toEqual({ data: expected });
     expect((await h.json("GET", `/public/v1/contacts/${id}`)).body).toEqual({ data: expected });
-    expect(eventTypes(h)).toEqual(["contact.created", "contact.updated"]);
-    const payload = JSON.parse(h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events WHERE type = 'contact.updated'").get()!.payload);
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.updated"]);
+    const payload = JSON.parse((await h.rt.db.get<{ payload: string }>("SELECT payload FROM events WHERE type = 'contact.updated'"))!.payload);
     expect(payload).toEqual({ type: "contact.updated", event_id: expect.stringMatching(/^evt_[0-9A-Z]{26}$/), timestamp: updated_at, data: expected });
   });
 
@@ -119,7 +119,7 @@ describe("contacts CRUD: happy paths", () => {
       expect(res.status).toBe(200);
       expect(res.body).toEqual(created.body);
     }
-    expect(eventTypes(h)).toEqual(["contact.created"]);
+    expect(await eventTypes(h)).toEqual(["contact.created"]);
     expect((await h.json("GET", `/public/v1/contacts/${id}`)).body).toEqual(created.body);
   });
 
@@ -127,7 +127,7 @@ describe("contacts CRUD: happy paths", () => {
     const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Grace" } });
     const res = await h.json("PATCH", `/public/v1/contacts/${created.body.data.id}`, { body: { never_set: null, phone: null } });
     expect(res.body).toEqual(created.body);
-    expect(eventTypes(h)).toEqual(["contact.created"]);
+    expect(await eventTypes(h)).toEqual(["contact.created"]);
   });
 
   test("DELETE answers 204 with no body, then the contact is gone", async () => {
@@ -139,9 +139,9 @@ describe("contacts CRUD: happy paths", () => {
     expectProblem(await h.json("GET", `/public/v1/contacts/${id}`), 404, "not-found");
     expectProblem(await h.json("DELETE", `/public/v1/contacts/${id}`), 404, "not-found");
     expectProblem(await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "X" } }), 404, "not-found");
-    expect(contactCount(h)).toBe(0);
-    expect(eventTypes(h)).toEqual(["contact.created", "contact.deleted"]);
-    const payload = JSON.parse(h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events WHERE type = 'contact.deleted'").get()!.payload);
+    expect(await contactCount(h)).toBe(0);
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.deleted"]);
+    const payload = JSON.parse((await h.rt.db.get<{ payload: string }>("SELECT payload FROM events WHERE type = 'contact.deleted'"))!.payload);
     expect(payload.data).toEqual({ id, version: 2, deleted_at: payload.timestamp });
   });
 });
@@ -153,12 +153,12 @@ describe("contacts CRUD: errors", () => {
       const res = await h.json("POST", "/public/v1/contacts", { body });
       expect({ body, status: res.status, problem: res.body }).toEqual({ body, status: 422, problem: anonymous });
     }
-    expect(contactCount(h)).toBe(0);
+    expect(await contactCount(h)).toBe(0);
     const created = (await h.json("POST", "/public/v1/contacts", { body: { email: "only@example.com" } })).body;
     const cleared = await h.json("PATCH", `/public/v1/contacts/${created.data.id}`, { body: { email: null } });
     expect([cleared.status, cleared.body]).toEqual([422, anonymous]);
     expect((await h.json("GET", `/public/v1/contacts/${created.data.id}`)).body).toEqual(created);
-    expect(eventTypes(h)).toEqual(["contact.created"]);
+    expect(await eventTypes(h)).toEqual(["contact.created"]);
   });
 
   test("GET of an unknown id is a 404 problem naming it", async () => {
@@ -171,8 +171,8 @@ describe("contacts CRUD: errors", () => {
     const res = await h.json("POST", "/public/v1/contacts", { body: { email: "not-an-email", first_name: 5, tags: "vip", phone: ["1"] } });
     expectProblem(res, 422, "validation");
     expect(res.body.errors.map((e: { pointer: string }) => e.pointer).sort()).toEqual(["/email", "/first_name", "/phone", "/tags"]);
-    expect(contactCount(h)).toBe(0);
-    expect(eventTypes(h)).toEqual([]);
+    expect(await contactCount(h)).toBe(0);
+    expect(await eventTypes(h)).toEqual([]);
   });
 
   test("custom_fields and consent must be objects: never reshaped into one", async () => {
@@ -191,7 +191,7 @@ describe("contacts CRUD: errors", () => {
       ]),
     );
     expect((await h.json("GET", `/public/v1/contacts/${created.body.data.id}`)).body).toEqual(created.body);
-    expect(contactCount(h)).toBe(1);
+    expect(await contactCount(h)).toBe(1);
   });
 
   test("read-only fields are refused on create and on PATCH", async () => {
@@ -207,7 +207,7 @@ describe("contacts CRUD: errors", () => {
     const created = await h.json("POST", "/public/v1/contacts", { body: ada });
     const patch = await h.json("PATCH", `/public/v1/contacts/${created.body.data.id}`, { body: { updated_at: "2020-01-01T00:00:00Z" } });
     expect(patch.body).toEqual(validation([{ pointer: "/updated_at", detail: "is read-only" }]));
-    expect(eventTypes(h)).toEqual(["contact.created"]);
+    expect(await eventTypes(h)).toEqual(["contact.created"]);
   });
 
   test("GET by id refuses unknown parameters, so a mistyped include is not silently ignored", async () => {
@@ -225,14 +225,14 @@ describe("contacts CRUD: errors", () => {
       expectProblem(res, 422, "validation");
       expect(res.body.errors).toEqual([{ pointer: "", detail: "must be a JSON object" }]);
     }
-    expect(contactCount(h)).toBe(0);
+    expect(await contactCount(h)).toBe(0);
   });
 
   test("POST and PATCH without a body are 422", async () => {
     expectProblem(await h.json("POST", "/public/v1/contacts"), 422);
     const created = await h.json("POST", "/public/v1/contacts", { body: ada });
     expectProblem(await h.json("PATCH", `/public/v1/contacts/${created.body.data.id}`), 422);
-    expect(contactCount(h)).toBe(1);
+    expect(await contactCount(h)).toBe(1);
   });
 });
 
@@ -258,6 +258,6 @@ describe("contacts CRUD: security", () => {
     expectProblem(res, 400, "invalid-json");
     expect(res.body.errors).toEqual([{ pointer: "/__proto__", detail: 'uses the key "__proto__", which is refused to protect object prototypes' }]);
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
-    expect(contactCount(h)).toBe(0);
+    expect(await contactCount(h)).toBe(0);
   });
 });

@@ -12,7 +12,7 @@ const LAST = ["Lovelace", null, "Hopper", "Turing", "Dijkstra", null, "Liskov", 
 
 beforeAll(async () => {
   // This file reads far more than a token's default burst of 200 in well under a second.
-  h = createHarness({ rateReadBurst: 10_000 });
+  h = await createHarness({ rateReadBurst: 10_000 });
   for (let i = 0; i < 30; i++) {
     const body: Record<string, unknown> = {
       first_name: FIRST[i % FIRST.length],
@@ -32,7 +32,7 @@ beforeAll(async () => {
     all[i] = res.body.data;
   }
 });
-afterAll(() => h.close());
+afterAll(async () => await h.close());
 
 type Sort = "created_at" | "updated_at" | "first_name" | "last_name" | "email";
 const SORTS: Sort[] = ["created_at", "updated_at", "first_name", "last_name", "email"];
@@ -208,8 +208,8 @@ describe("contact list: happy paths", () => {
   });
 
   test("include embeds accounts, assigned_user and assigned_users", async () => {
-    const u1 = createUser(h.rt.db, { name: "Owner One", email: "one@crm.test" });
-    const u2 = createUser(h.rt.db, { name: "Owner Two", email: "two@crm.test" });
+    const u1 = await createUser(h.rt.db, { name: "Owner One", email: "one@crm.test" });
+    const u2 = await createUser(h.rt.db, { name: "Owner Two", email: "two@crm.test" });
     const acc = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } })).body.data;
     const created = await h.json("POST", "/public/v1/contacts", {
       body: { first_name: "Incl", account_ids: [acc.id], assigned_user_id: u2.id, assigned_user_ids: [u2.id, u1.id] },
@@ -230,7 +230,7 @@ describe("contact list: happy paths", () => {
   });
 
   test("a list page is byte for byte the single-contact bodies, further properties and includes in place, as application/json", async () => {
-    const u = createUser(h.rt.db, { name: "Bytes Owner", email: "bytes@crm.test" });
+    const u = await createUser(h.rt.db, { name: "Bytes Owner", email: "bytes@crm.test" });
     const acc = (await h.json("POST", "/public/v1/accounts", { body: { name: "Bytes Ltd" } })).body.data;
     const created = await h.json("POST", "/public/v1/contacts", {
       body: { first_name: "Bytes", tags: ["x"], consent: { email: true }, zeta: { deep: [1, null] }, alpha: "\u2028é\"", "10": 1, account_ids: [acc.id], assigned_user_ids: [u.id] },

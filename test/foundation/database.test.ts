@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { openDatabase } from "../../server/db/database.ts";
+import type { Db } from "../../server/db/sql.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 
@@ -25,18 +26,20 @@ describe("database: statement cache", () => {
     db.close();
   });
 
-  test("openDatabase keeps every statement prepared: the same SQL gets the same statement after many others", () => {
-    const db = openDatabase(join(dir, "crm.sqlite"));
+  test("openDatabase keeps every statement prepared: the same SQL gets the same statement after many others", async () => {
+    const database = openDatabase(join(dir, "crm.sqlite"));
+    const db = database.sqlite;
     const first = db.query("SELECT 1 AS n");
     for (const sql of distinctQueries(300)) expect(db.query<{ n: number; v: string }, [string]>(sql).get("x")).toEqual({ n: Number(sql.split(" ")[1]), v: "x" });
     expect(db.query("SELECT 1 AS n")).toBe(first);
     expect(first.get()).toEqual({ n: 1 });
-    db.close();
+    await database.close();
   });
 
-  test("transactions, writes and close work through the cached statements, and the file opens again", () => {
+  test("transactions, writes and close work through the cached statements, and the file opens again", async () => {
     const path = join(dir, "crm.sqlite");
-    const db = openDatabase(path);
+    const database = openDatabase(path);
+    const db = database.sqlite;
     db.run("CREATE TABLE t (n INTEGER)");
     const insert = db.query("INSERT INTO t (n) VALUES (?)");
     db.transaction(() => {
@@ -47,30 +50,32 @@ describe("database: statement cache", () => {
       throw new Error("roll back");
     })()).toThrow("roll back");
     expect(db.query("SELECT count(*) AS c FROM t").get()).toEqual({ c: 5 });
-    db.close();
+    await database.close();
     const again = openDatabase(path);
-    expect(again.query("SELECT sum(n) AS s FROM t").get()).toEqual({ s: 10 });
-    again.close();
+    expect(again.sqlite.query("SELECT sum(n) AS s FROM t").get()).toEqual({ s: 10 });
+    await again.close();
   });
 });
 
 describe("database: durability", () => {
-  const level = (db: Database) => db.query<{ synchronous: number }, []>("PRAGMA synchronous").get()!.synchronous;
+  const writerLevel = (db: Database) => db.query<{ synchronous: number }, []>("PRAGMA synchronous").get()!.synchronous;
+  /** readerLevel reads the level through the Db interface: outside a write, on the reader connection */
+  const readerLevel = async (db: Db) => (await db.get<{ synchronous: number }>("PRAGMA synchronous"))!.synchronous;
 
-  test("openDatabase syncs every commit (synchronous FULL = 2) unless told normal (1), always in WAL mode", () => {
+  test("openDatabase syncs every commit (synchronous FULL = 2) unless told normal (1), always in WAL mode, on both connections", async () => {
     const full = openDatabase(join(dir, "full.sqlite"));
     const normal = openDatabase(join(dir, "normal.sqlite"), "normal");
-    expect([level(full), level(normal)]).toEqual([2, 1]);
-    expect([full, normal].map((db) => db.query<{ journal_mode: string }, []>("PRAGMA journal_mode").get()!.journal_mode)).toEqual(["wal", "wal"]);
-    full.close();
-    normal.close();
+    expect([writerLevel(full.sqlite), writerLevel(normal.sqlite), await readerLevel(full), await readerLevel(normal)]).toEqual([2, 1, 2, 1]);
+    expect([full, normal].map((db) => db.sqlite.query<{ journal_mode: string }, []>("PRAGMA journal_mode").get()!.journal_mode)).toEqual(["wal", "wal"]);
+    await full.close();
+    await normal.close();
   });
 
   test("serve opens its database with the configured level: full by default, normal when set", async () => {
     const levels: number[] = [];
     for (const synchronous of [DEFAULT_CONFIG.synchronous, "normal"] as const) {
       const running = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: join(dir, synchronous), synchronous, logLevel: "error" }, createLogger("error", () => {}));
-      levels.push(level(running.runtime.db));
+      levels.push(await readerLevel(running.runtime.db));
       await running.stop();
     }
     expect(levels).toEqual([2, 1]);

@@ -7,10 +7,10 @@ import { contactCount, expectProblem, listeningServer, loggedApp } from "./suppo
 let h: Harness;
 let contactId: string;
 beforeAll(async () => {
-  h = createHarness();
+  h = await createHarness();
   contactId = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
 });
-afterAll(() => h.close());
+afterAll(async () => await h.close());
 
 const MIB = 1024 * 1024;
 
@@ -82,7 +82,7 @@ const CASES: Case[] = [
 describe("errors: every error is problem+json with status equal to the HTTP status", () => {
   for (const c of CASES) {
     test(`${c.status} ${c.name}`, async () => {
-      const before = contactCount(h);
+      const before = await contactCount(h);
       const res = await h.app.handle(
         new Request(`http://localhost${c.path.replace("CONTACT", contactId)}`, {
           method: c.method,
@@ -96,7 +96,7 @@ describe("errors: every error is problem+json with status equal to the HTTP stat
       expect(res.headers.get("x-request-id")).toMatch(/^req_[0-9A-Z]{26}$/);
       expect(text).not.toContain("    at "); // no stack trace
       c.extra?.(res);
-      expect(contactCount(h)).toBe(before);
+      expect(await contactCount(h)).toBe(before);
     });
   }
 
@@ -158,7 +158,7 @@ describe("errors: through a real server", () => {
     expect(res.status).toBe(413);
     expect(res.headers.get("content-type")).toBe("application/problem+json");
     expect(body).toEqual({ type: "urn:crm:problem:body-too-large", title: "Content Too Large", status: 413, detail: "The request body exceeds the limit of 1048576 bytes (1 MiB)." });
-    const count = server.runtime.db.query<{ n: number }, []>("SELECT count(*) AS n FROM contacts").get()!.n;
+    const count = (await server.runtime.db.get<{ n: number }>("SELECT count(*) AS n FROM contacts"))!.n;
     expect(count).toBe(0);
   });
 
@@ -178,7 +178,7 @@ describe("errors: through a real server", () => {
 describe("errors: unexpected exceptions", () => {
   test("a failing database answers 500 without internals and logs the request id", async () => {
     const { app, lines } = loggedApp(h);
-    h.rt.db.run("ALTER TABLE contacts RENAME TO contacts_moved");
+    await h.rt.db.run("ALTER TABLE contacts RENAME TO contacts_moved");
     try {
       const res = await app.handle(new Request("http://localhost/public/v1/contacts", { headers: { authorization: `Bearer ${h.token}`, "x-request-id": "trace-500" } }));
       const text = await res.text();
@@ -198,7 +198,7 @@ describe("errors: unexpected exceptions", () => {
       await Bun.sleep(5); // the request line is written after the response is handed back
       expect(lines.find((l) => l.msg === "request")).toMatchObject({ request_id: "trace-500", status: 500 });
     } finally {
-      h.rt.db.run("ALTER TABLE contacts_moved RENAME TO contacts");
+      await h.rt.db.run("ALTER TABLE contacts_moved RENAME TO contacts");
     }
   });
 

@@ -5,13 +5,13 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { contactCount, expectProblem } from "./support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness();
+beforeEach(async () => {
+  h = await createHarness();
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
-const accountCount = () => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM accounts").get()!.n;
-const storedKeys = () => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM idempotency_keys").get()!.n;
+const accountCount = async () => (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM accounts"))!.n;
+const storedKeys = async () => (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM idempotency_keys"))!.n;
 
 // Both POST routes behave the same; each case runs against both.
 const ROUTES = [
@@ -35,20 +35,20 @@ for (const route of ROUTES) {
       const third = await h.json("POST", route.path, { body: reordered, headers });
       expect(third.headers.get("idempotent-replayed")).toBe("true");
       expect(third.body).toEqual(first.body);
-      expect(route.count()).toBe(1);
+      expect(await route.count()).toBe(1);
     });
 
     test("without a key every POST creates", async () => {
       await h.json("POST", route.path, { body: route.body });
       await h.json("POST", route.path, { body: route.body });
-      expect(route.count()).toBe(2);
-      expect(storedKeys()).toBe(0);
+      expect(await route.count()).toBe(2);
+      expect(await storedKeys()).toBe(0);
     });
 
     test("20 concurrent POSTs with one key create exactly one record", async () => {
       const headers = { "idempotency-key": "burst" };
       const results = await Promise.all(Array.from({ length: 20 }, () => h.json("POST", route.path, { body: route.body, headers })));
-      expect(route.count()).toBe(1);
+      expect(await route.count()).toBe(1);
       const created = results.filter((r) => r.status === 201 && r.headers.get("idempotent-replayed") === null);
       expect(created.length).toBe(1);
       for (const r of results) {
@@ -79,29 +79,29 @@ for (const route of ROUTES) {
       expect(again.status).toBe(201);
       expect(again.headers.get("idempotent-replayed")).toBe("true");
       expect(again.body).toEqual(first.body);
-      expect(route.count()).toBe(1);
+      expect(await route.count()).toBe(1);
     });
 
     test("keys older than 24 hours are not replayed and are pruned", async () => {
       const headers = { "idempotency-key": "old-key" };
       const first = await h.json("POST", route.path, { body: route.body, headers });
-      h.rt.db.run("UPDATE idempotency_keys SET created_at = created_at - ?", [IDEMPOTENCY_RETENTION_MS + 1000]);
+      await h.rt.db.run("UPDATE idempotency_keys SET created_at = created_at - ?", [IDEMPOTENCY_RETENTION_MS + 1000]);
       const second = await h.json("POST", route.path, { body: route.body, headers });
       expect(second.status).toBe(201);
       expect(second.headers.get("idempotent-replayed")).toBeNull();
       expect(second.body.data.id).not.toBe(first.body.data.id);
-      expect(route.count()).toBe(2);
+      expect(await route.count()).toBe(2);
       // the fresh record replaced the expired one, so it replays now
       const third = await h.json("POST", route.path, { body: route.body, headers });
       expect(third.body).toEqual(second.body);
 
       await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "to-expire" } });
-      h.rt.db.run("UPDATE idempotency_keys SET created_at = created_at - ? WHERE idem_key = 'to-expire'", [IDEMPOTENCY_RETENTION_MS + 1]);
-      expect(storedKeys()).toBe(2);
-      expect(pruneIdempotencyKeys(h.rt.db)).toBe(1);
-      expect(h.rt.db.query("SELECT idem_key FROM idempotency_keys").all()).toEqual([{ idem_key: "old-key" }]);
-      expect(pruneIdempotencyKeys(h.rt.db, Date.now() + IDEMPOTENCY_RETENTION_MS + 1)).toBe(1);
-      expect(storedKeys()).toBe(0);
+      await h.rt.db.run("UPDATE idempotency_keys SET created_at = created_at - ? WHERE idem_key = 'to-expire'", [IDEMPOTENCY_RETENTION_MS + 1]);
+      expect(await storedKeys()).toBe(2);
+      expect(await pruneIdempotencyKeys(h.rt.db)).toBe(1);
+      expect((await h.rt.db.all("SELECT idem_key FROM idempotency_keys"))).toEqual([{ idem_key: "old-key" }]);
+      expect(await pruneIdempotencyKeys(h.rt.db, Date.now() + IDEMPOTENCY_RETENTION_MS + 1)).toBe(1);
+      expect(await storedKeys()).toBe(0);
     });
   });
 
@@ -118,17 +118,17 @@ for (const route of ROUTES) {
         status: 422,
         detail: "This Idempotency-Key was already used with a different request body. Use a new key for a different request.",
       });
-      expect(route.count()).toBe(1);
+      expect(await route.count()).toBe(1);
     });
 
     test("a request refused by validation is not stored: the fixed retry with that key succeeds", async () => {
       const headers = { "idempotency-key": "fix-me" };
       expectProblem(await h.json("POST", route.path, { body: route.invalid, headers }), 422, "validation");
-      expect(storedKeys()).toBe(0);
+      expect(await storedKeys()).toBe(0);
       const fixed = await h.json("POST", route.path, { body: route.body, headers });
       expect(fixed.status).toBe(201);
       expect(fixed.headers.get("idempotent-replayed")).toBeNull();
-      expect(route.count()).toBe(1);
+      expect(await route.count()).toBe(1);
     });
 
     test("a key over 255 characters or empty is 422 naming the header", async () => {
@@ -142,7 +142,7 @@ for (const route of ROUTES) {
           errors: [{ header: "idempotency-key", detail: "must be 1 to 255 characters" }],
         });
       }
-      expect(route.count()).toBe(0);
+      expect(await route.count()).toBe(0);
       const ok = await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "k".repeat(255) } });
       expect(ok.status).toBe(201);
     });
@@ -150,14 +150,14 @@ for (const route of ROUTES) {
 
   describe(`idempotency on POST ${route.path}: security`, () => {
     test("a second token using the same key does not get the first token's response", async () => {
-      const { token: other } = createApiToken(h.rt.db, "other-integration");
+      const { token: other } = await createApiToken(h.rt.db, "other-integration");
       const headers = { "idempotency-key": "same-key" };
       const mine = await h.json("POST", route.path, { body: route.body, headers });
       const theirs = await h.json("POST", route.path, { body: route.body, headers: { ...headers, authorization: `Bearer ${other}` } });
       expect(theirs.status).toBe(201);
       expect(theirs.headers.get("idempotent-replayed")).toBeNull();
       expect(theirs.body.data.id).not.toBe(mine.body.data.id);
-      expect(route.count()).toBe(2);
+      expect(await route.count()).toBe(2);
       // and their retry replays their own response
       const theirsAgain = await h.json("POST", route.path, { body: route.body, headers: { ...headers, authorization: `Bearer ${other}` } });
       expect(theirsAgain.body).toEqual(theirs.body);
@@ -166,7 +166,7 @@ for (const route of ROUTES) {
     test("a request without a valid token never reaches the idempotency store", async () => {
       const res = await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "x", authorization: "Bearer crm_forged_token_value_0000000000000000" } });
       expectProblem(res, 401, "unauthorized");
-      expect(storedKeys()).toBe(0);
+      expect(await storedKeys()).toBe(0);
     });
   });
 }
@@ -176,7 +176,7 @@ describe("idempotency: errors found inside the write", () => {
     const headers = { "idempotency-key": "relations" };
     const res = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Rel", account_ids: ["acc_00000000000000000000000000"] }, headers });
     expectProblem(res, 422, "validation");
-    expect(storedKeys()).toBe(0);
+    expect(await storedKeys()).toBe(0);
     const fixed = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Rel", account_ids: [] }, headers });
     expect(fixed.status).toBe(201);
     expect(fixed.headers.get("idempotent-replayed")).toBeNull();

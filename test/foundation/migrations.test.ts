@@ -1,26 +1,25 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import type { Database } from "bun:sqlite";
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
 import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
 
 const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations");
 
 let dir: string;
-let db: Database;
+let db: SqliteDatabase;
 beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), "crm-migrations-"));
   db = openDatabase(databasePath(dir));
 });
-afterEach(() => {
-  db.close();
+afterEach(async () => {
+  await db.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
-const tables = () => db.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name").all().map((r) => r.name);
+const tables = () => db.sqlite.query<{ name: string }, []>("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name").all().map((r) => r.name);
 
 describe("migrations: happy paths", () => {
   test("every file in migrations/ is registered, in order, with its exact text", () => {
@@ -37,22 +36,22 @@ describe("migrations: happy paths", () => {
 
   test("a fresh database gets every migration in order, recorded in schema_migrations", () => {
     const before = Date.now();
-    expect(migrate(db)).toEqual(MIGRATIONS.map((m) => m.name));
-    const rows = db.query<{ version: number; name: string; applied_at: number }, []>("SELECT version, name, applied_at FROM schema_migrations ORDER BY version").all();
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.map((m) => m.name));
+    const rows = db.sqlite.query<{ version: number; name: string; applied_at: number }, []>("SELECT version, name, applied_at FROM schema_migrations ORDER BY version").all();
     expect(rows.map((r) => [r.version, r.name])).toEqual(MIGRATIONS.map((m) => [m.version, m.name]));
     for (const r of rows) expect(r.applied_at).toBeGreaterThanOrEqual(before);
-    expect(appliedVersions(db)).toEqual(MIGRATIONS.map((m) => m.version));
-    expect(pendingMigrations(db)).toEqual([]);
+    expect(appliedVersions(db.sqlite)).toEqual(MIGRATIONS.map((m) => m.version));
+    expect(pendingMigrations(db.sqlite)).toEqual([]);
     expect(tables()).toEqual(expect.arrayContaining(["api_tokens", "contacts", "accounts", "users", "idempotency_keys", "events", "schema_migrations"]));
   });
 
   test("running again applies nothing and changes nothing", () => {
-    migrate(db);
-    const schema = db.query("SELECT type, name, sql FROM sqlite_schema ORDER BY name").all();
-    const recorded = db.query("SELECT * FROM schema_migrations").all();
-    expect(migrate(db)).toEqual([]);
-    expect(db.query("SELECT type, name, sql FROM sqlite_schema ORDER BY name").all()).toEqual(schema);
-    expect(db.query("SELECT * FROM schema_migrations").all()).toEqual(recorded);
+    migrate(db.sqlite);
+    const schema = db.sqlite.query("SELECT type, name, sql FROM sqlite_schema ORDER BY name").all();
+    const recorded = db.sqlite.query("SELECT * FROM schema_migrations").all();
+    expect(migrate(db.sqlite)).toEqual([]);
+    expect(db.sqlite.query("SELECT type, name, sql FROM sqlite_schema ORDER BY name").all()).toEqual(schema);
+    expect(db.sqlite.query("SELECT * FROM schema_migrations").all()).toEqual(recorded);
   });
 
   test("only the pending migrations run, in version order", () => {
@@ -61,60 +60,60 @@ describe("migrations: happy paths", () => {
       { version: 1001, name: "1001_a.sql", sql: "CREATE TABLE mig_a (x INTEGER); INSERT INTO mig_a VALUES (1);" },
       { version: 1002, name: "1002_b.sql", sql: "INSERT INTO mig_a SELECT x + 1 FROM mig_a;" },
     ];
-    expect(migrate(db, [first])).toEqual([first.name]);
-    expect(migrate(db, [first, ...extra])).toEqual(["1001_a.sql", "1002_b.sql"]);
-    expect(db.query("SELECT x FROM mig_a ORDER BY x").all()).toEqual([{ x: 1 }, { x: 2 }]);
+    expect(migrate(db.sqlite, [first])).toEqual([first.name]);
+    expect(migrate(db.sqlite, [first, ...extra])).toEqual(["1001_a.sql", "1002_b.sql"]);
+    expect(db.sqlite.query("SELECT x FROM mig_a ORDER BY x").all()).toEqual([{ x: 1 }, { x: 2 }]);
   });
 
   test("the database is opened with WAL, synced commits, foreign keys, a busy timeout and a larger page cache", () => {
-    expect(db.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
-    expect(db.query("PRAGMA foreign_keys").get()).toEqual({ foreign_keys: 1 });
-    expect(db.query("PRAGMA busy_timeout").get()).toEqual({ timeout: 5000 });
-    expect(db.query("PRAGMA synchronous").get()).toEqual({ synchronous: 2 }); // FULL: commits are synced
-    expect((db.query("PRAGMA cache_size").get() as { cache_size: number }).cache_size).toBeLessThanOrEqual(-16000);
+    expect(db.sqlite.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
+    expect(db.sqlite.query("PRAGMA foreign_keys").get()).toEqual({ foreign_keys: 1 });
+    expect(db.sqlite.query("PRAGMA busy_timeout").get()).toEqual({ timeout: 5000 });
+    expect(db.sqlite.query("PRAGMA synchronous").get()).toEqual({ synchronous: 2 }); // FULL: commits are synced
+    expect((db.sqlite.query("PRAGMA cache_size").get() as { cache_size: number }).cache_size).toBeLessThanOrEqual(-16000);
   });
 });
 
 describe("migrations: data", () => {
   test("0006 copies each contact's account and user ids onto its row, in position order", () => {
-    migrate(db, MIGRATIONS.slice(0, 5));
-    db.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'One', '{}', 1, 1), ('acc_2', 'Two', '{}', 1, 1)");
-    db.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ('usr_1', 'U1', 'u1@crm.test', 1, 1)");
-    db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_a', '{}', 1, 1), ('con_b', '{}', 2, 2)");
-    db.run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('con_a', 'acc_2', 1), ('con_a', 'acc_1', 0)");
-    db.run("INSERT INTO contact_assigned_users (contact_id, user_id, position) VALUES ('con_a', 'usr_1', 0)");
-    expect(migrate(db, MIGRATIONS.slice(0, 6))).toEqual(["0006_contact_relation_ids.sql"]);
-    expect(db.query("SELECT id, account_ids, assigned_user_ids FROM contacts ORDER BY id").all()).toEqual([
+    migrate(db.sqlite, MIGRATIONS.slice(0, 5));
+    db.sqlite.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'One', '{}', 1, 1), ('acc_2', 'Two', '{}', 1, 1)");
+    db.sqlite.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ('usr_1', 'U1', 'u1@crm.test', 1, 1)");
+    db.sqlite.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_a', '{}', 1, 1), ('con_b', '{}', 2, 2)");
+    db.sqlite.run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('con_a', 'acc_2', 1), ('con_a', 'acc_1', 0)");
+    db.sqlite.run("INSERT INTO contact_assigned_users (contact_id, user_id, position) VALUES ('con_a', 'usr_1', 0)");
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, 6))).toEqual(["0006_contact_relation_ids.sql"]);
+    expect(db.sqlite.query("SELECT id, account_ids, assigned_user_ids FROM contacts ORDER BY id").all()).toEqual([
       { id: "con_a", account_ids: '["acc_1","acc_2"]', assigned_user_ids: '["usr_1"]' },
       { id: "con_b", account_ids: "[]", assigned_user_ids: "[]" },
     ]);
   });
 
   test("0007 keys existing account names for lookup in every script, in the migration's transaction", () => {
-    migrate(db, MIGRATIONS.slice(0, 6));
-    db.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'Müller GmbH', '{}', 1, 1), ('acc_2', 'ACME', '{}', 1, 1), ('acc_3', 'Ελληνική Α.Ε.', '{}', 1, 1)");
-    expect(migrate(db, MIGRATIONS.slice(0, 7))).toEqual(["0007_account_name_key.sql"]);
-    expect(db.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual([
+    migrate(db.sqlite, MIGRATIONS.slice(0, 6));
+    db.sqlite.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'Müller GmbH', '{}', 1, 1), ('acc_2', 'ACME', '{}', 1, 1), ('acc_3', 'Ελληνική Α.Ε.', '{}', 1, 1)");
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, 7))).toEqual(["0007_account_name_key.sql"]);
+    expect(db.sqlite.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual([
       { id: "acc_1", name_key: "müller gmbh" },
       { id: "acc_2", name_key: "acme" },
       { id: "acc_3", name_key: "ελληνική α.ε." },
     ]);
   });
 
-  test("0009 stores each header set of the recorded attempts once, keeps each attempt's signature and cuts bodies to 4 KiB; the history reads as before", () => {
+  test("0009 stores each header set of the recorded attempts once, keeps each attempt's signature and cuts bodies to 4 KiB; the history reads as before", async () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0009_delivery_history_bounds.sql");
-    migrate(db, MIGRATIONS.slice(0, version));
-    db.run(`INSERT INTO events (id, type, payload, created_at) VALUES ('evt_1', 'contact.created', '{}', 1)`);
-    db.run(`INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, status, attempts, created_at, updated_at)
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run(`INSERT INTO events (id, type, payload, created_at) VALUES ('evt_1', 'contact.created', '{}', 1)`);
+    db.sqlite.run(`INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, status, attempts, created_at, updated_at)
             VALUES ('dlv_1', 'evt_1', 'contact.created', 'sub_1', 'http://x.test/', 'succeeded', 2, 1, 1)`);
     const request = (second: number, signature: string) =>
       JSON.stringify({ "content-type": "application/json", "user-agent": "crm-webhooks/0.1.0", "webhook-id": "dlv_1", "webhook-timestamp": String(second), "webhook-signature": signature });
-    const insert = db.query("INSERT INTO webhook_delivery_attempts VALUES ('dlv_1', ?, 'scheduled', ?, 5, ?, 200, ?, ?, NULL)");
+    const insert = db.sqlite.query("INSERT INTO webhook_delivery_attempts VALUES ('dlv_1', ?, 'scheduled', ?, 5, ?, 200, ?, ?, NULL)");
     insert.run(1, 1_700_000_000_123, request(1_700_000_000, "v1,one"), JSON.stringify({ "content-type": "text/plain", date: "Tue, 14 Nov 2023 22:13:20 GMT" }), "x".repeat(5000));
     insert.run(2, 1_700_000_005_999, request(1_700_000_005, "v1,two"), JSON.stringify({ "content-type": "text/plain", date: "Tue, 14 Nov 2023 22:13:25 GMT" }), "ok");
-    expect(migrate(db)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
-    expect(db.query("SELECT count(*) AS n FROM webhook_header_sets").get()).toEqual({ n: 2 });
-    expect(findAttemptsByDelivery(db, "dlv_1").map((a) => [JSON.parse(a.request_headers), JSON.parse(a.response_headers), a.response_body!.length])).toEqual([
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(db.sqlite.query("SELECT count(*) AS n FROM webhook_header_sets").get()).toEqual({ n: 2 });
+    expect((await findAttemptsByDelivery(db, "dlv_1")).map((a) => [JSON.parse(a.request_headers), JSON.parse(a.response_headers), a.response_body!.length])).toEqual([
       [JSON.parse(request(1_700_000_000, "v1,one")), { "content-type": "text/plain" }, 4096],
       [JSON.parse(request(1_700_000_005, "v1,two")), { "content-type": "text/plain" }, 2],
     ]);
@@ -122,14 +121,14 @@ describe("migrations: data", () => {
 
   test("0010 gives existing contacts and accounts version 1 and existing event bodies their event_id", () => {
     const before = MIGRATIONS.findIndex((m) => m.name === "0010_webhook_lifecycle.sql");
-    migrate(db, MIGRATIONS.slice(0, before));
-    db.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_a', '{}', 1, 1)");
-    db.run("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES ('acc_a', 'Acme', 'acme', '{}', 1, 1)");
-    db.run(`INSERT INTO events (id, type, payload, created_at) VALUES ('evt_a', 'contact.deleted', '{"type":"contact.deleted","timestamp":"2026-01-01T00:00:00.000Z","data":{"id":"con_b"}}', 1)`);
-    expect(migrate(db, MIGRATIONS.slice(0, before + 1))).toEqual(["0010_webhook_lifecycle.sql"]);
-    expect(db.query("SELECT id, version FROM contacts").all()).toEqual([{ id: "con_a", version: 1 }]);
-    expect(db.query("SELECT id, version FROM accounts").all()).toEqual([{ id: "acc_a", version: 1 }]);
-    const payload = JSON.parse(db.query<{ payload: string }, []>("SELECT payload FROM events").get()!.payload);
+    migrate(db.sqlite, MIGRATIONS.slice(0, before));
+    db.sqlite.run("INSERT INTO contacts (id, properties, created_at, updated_at) VALUES ('con_a', '{}', 1, 1)");
+    db.sqlite.run("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES ('acc_a', 'Acme', 'acme', '{}', 1, 1)");
+    db.sqlite.run(`INSERT INTO events (id, type, payload, created_at) VALUES ('evt_a', 'contact.deleted', '{"type":"contact.deleted","timestamp":"2026-01-01T00:00:00.000Z","data":{"id":"con_b"}}', 1)`);
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, before + 1))).toEqual(["0010_webhook_lifecycle.sql"]);
+    expect(db.sqlite.query("SELECT id, version FROM contacts").all()).toEqual([{ id: "con_a", version: 1 }]);
+    expect(db.sqlite.query("SELECT id, version FROM accounts").all()).toEqual([{ id: "acc_a", version: 1 }]);
+    const payload = JSON.parse(db.sqlite.query<{ payload: string }, []>("SELECT payload FROM events").get()!.payload);
     expect(payload).toEqual({ type: "contact.deleted", event_id: "evt_a", timestamp: "2026-01-01T00:00:00.000Z", data: { id: "con_b" } });
   });
 });
@@ -137,54 +136,81 @@ describe("migrations: data", () => {
 describe("migrations: data, sync api", () => {
   test("0013 fills contact_tags from each contact's tags and the filter counts from tags, accounts and assigned users", () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0013_sync_api.sql");
-    migrate(db, MIGRATIONS.slice(0, version));
-    db.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'One', '{}', 1, 1)");
-    db.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ('usr_1', 'U1', 'u1@crm.test', 1, 1)");
-    db.run(`INSERT INTO contacts (id, assigned_user_id, properties, created_at, updated_at) VALUES
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'One', '{}', 1, 1)");
+    db.sqlite.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ('usr_1', 'U1', 'u1@crm.test', 1, 1)");
+    db.sqlite.run(`INSERT INTO contacts (id, assigned_user_id, properties, created_at, updated_at) VALUES
             ('con_a', 'usr_1', '{"tags":["vip","lead","vip"]}', 1, 1), ('con_b', 'usr_1', '{"tags":"not a list"}', 2, 2), ('con_c', NULL, '{}', 3, 3)`);
-    db.run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('con_a', 'acc_1', 0), ('con_c', 'acc_1', 0)");
-    expect(migrate(db)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
-    expect(db.query("SELECT contact_id, tag FROM contact_tags ORDER BY contact_id, tag").all()).toEqual([
+    db.sqlite.run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('con_a', 'acc_1', 0), ('con_c', 'acc_1', 0)");
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(db.sqlite.query("SELECT contact_id, tag FROM contact_tags ORDER BY contact_id, tag").all()).toEqual([
       { contact_id: "con_a", tag: "lead" },
       { contact_id: "con_a", tag: "vip" },
     ]);
-    expect(db.query("SELECT filter, value, n FROM contact_filter_counts ORDER BY filter, value").all()).toEqual([
+    expect(db.sqlite.query("SELECT filter, value, n FROM contact_filter_counts ORDER BY filter, value").all()).toEqual([
       { filter: "account", value: "acc_1", n: 2 },
       { filter: "assigned_user", value: "usr_1", n: 2 },
       { filter: "tag", value: "lead", n: 1 },
       { filter: "tag", value: "vip", n: 1 },
     ]);
     // from then on the triggers keep them: a deleted contact takes its tags, link and assignment along
-    db.run("DELETE FROM contacts WHERE id = 'con_a'");
-    db.run("UPDATE contacts SET assigned_user_id = NULL WHERE id = 'con_b'");
-    expect(db.query("SELECT filter, value, n FROM contact_filter_counts WHERE n > 0 ORDER BY filter, value").all()).toEqual([{ filter: "account", value: "acc_1", n: 1 }]);
+    db.sqlite.run("DELETE FROM contacts WHERE id = 'con_a'");
+    db.sqlite.run("UPDATE contacts SET assigned_user_id = NULL WHERE id = 'con_b'");
+    expect(db.sqlite.query("SELECT filter, value, n FROM contact_filter_counts WHERE n > 0 ORDER BY filter, value").all()).toEqual([{ filter: "account", value: "acc_1", n: 1 }]);
+  });
+
+  test("0014 gives each tag row its contact's sort keys and an index per sort; from then on triggers keep the keys and the tag counts", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0014_contact_tags_sort_keys.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run(`INSERT INTO contacts (id, first_name, last_name, email, properties, created_at, updated_at) VALUES
+            ('con_a', 'Ada', 'Lovelace', 'ada@crm.test', '{"tags":["vip","lead"]}', 1, 2), ('con_b', NULL, NULL, NULL, '{"tags":["vip"]}', 3, 4)`);
+    db.sqlite.run("INSERT INTO contact_tags (contact_id, tag) VALUES ('con_a', 'vip'), ('con_a', 'lead'), ('con_b', 'vip')");
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    const tagRows = () => db.sqlite.query("SELECT contact_id, tag, created_at, updated_at, first_name, last_name, email FROM contact_tags ORDER BY contact_id, tag").all();
+    const ada = { contact_id: "con_a", created_at: 1, updated_at: 2, first_name: "Ada", last_name: "Lovelace", email: "ada@crm.test" };
+    const nameless = { contact_id: "con_b", tag: "vip", created_at: 3, updated_at: 4, first_name: null, last_name: null, email: null };
+    expect(tagRows()).toEqual([{ ...ada, tag: "lead" }, { ...ada, tag: "vip" }, nameless]);
+    const indexes = db.sqlite.query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'contact_tags' AND sql IS NOT NULL ORDER BY name").all().map((r: { name: string }) => r.name);
+    expect(indexes).toEqual(["contact_tags_created", "contact_tags_email", "contact_tags_first_name", "contact_tags_last_name", "contact_tags_updated"]);
+    // a change of case alone is a change: the tag rows hold the contact's spelling
+    db.sqlite.run("UPDATE contacts SET updated_at = 9, first_name = 'ADA', email = 'ada@new.test' WHERE id = 'con_a'");
+    db.sqlite.run("UPDATE contacts SET updated_at = 10 WHERE id = 'con_b'");
+    const changed = { ...ada, updated_at: 9, first_name: "ADA", email: "ada@new.test" };
+    expect(tagRows()).toEqual([{ ...changed, tag: "lead" }, { ...changed, tag: "vip" }, { ...nameless, updated_at: 10 }]);
+    db.sqlite.run("DELETE FROM contacts WHERE id = 'con_b'");
+    db.sqlite.run("INSERT INTO contact_tags (contact_id, tag, created_at, updated_at) VALUES ('con_a', 'new', 1, 9)");
+    expect(db.sqlite.query("SELECT value, n FROM contact_filter_counts WHERE filter = 'tag' ORDER BY value").all()).toEqual([
+      { value: "lead", n: 1 },
+      { value: "new", n: 1 },
+      { value: "vip", n: 1 },
+    ]);
   });
 });
 
 describe("migrations: errors", () => {
   test("a failing backfill rolls its migration back with it", () => {
     const failing: Migration = { version: 1001, name: "1001_fail.sql", sql: "CREATE TABLE mig_c (x INTEGER);", backfill: () => { throw new Error("backfill failed"); } };
-    migrate(db);
-    expect(() => migrate(db, [...MIGRATIONS, failing])).toThrow("backfill failed");
+    migrate(db.sqlite);
+    expect(() => migrate(db.sqlite, [...MIGRATIONS, failing])).toThrow("backfill failed");
     expect(tables()).not.toContain("mig_c");
-    expect(appliedVersions(db)).toEqual(MIGRATIONS.map((m) => m.version));
+    expect(appliedVersions(db.sqlite)).toEqual(MIGRATIONS.map((m) => m.version));
   });
 
   test("a failing migration rolls back completely and stops the ones after it", () => {
     const first = MIGRATIONS[0]!;
-    migrate(db, [first]);
-    const schema = db.query("SELECT name FROM sqlite_schema ORDER BY name").all();
+    migrate(db.sqlite, [first]);
+    const schema = db.sqlite.query("SELECT name FROM sqlite_schema ORDER BY name").all();
     const broken: Migration[] = [
       first,
       { version: 1001, name: "1001_broken.sql", sql: "CREATE TABLE half_done (x INTEGER); INSERT INTO half_done VALUES (1); ALTER TABLE contacts ADD COLUMN extra TEXT; CREATE TABLE contacts (x INTEGER);" },
       { version: 1002, name: "1002_after.sql", sql: "CREATE TABLE after_broken (x INTEGER);" },
     ];
-    expect(() => migrate(db, broken)).toThrow(/already exists/);
-    expect(db.query("SELECT name FROM sqlite_schema ORDER BY name").all()).toEqual(schema);
-    expect(db.query("SELECT name FROM pragma_table_info('contacts') WHERE name = 'extra'").all()).toEqual([]);
-    expect(appliedVersions(db)).toEqual([first.version]);
+    expect(() => migrate(db.sqlite, broken)).toThrow(/already exists/);
+    expect(db.sqlite.query("SELECT name FROM sqlite_schema ORDER BY name").all()).toEqual(schema);
+    expect(db.sqlite.query("SELECT name FROM pragma_table_info('contacts') WHERE name = 'extra'").all()).toEqual([]);
+    expect(appliedVersions(db.sqlite)).toEqual([first.version]);
     // once fixed, it applies
     broken[1] = { ...broken[1]!, sql: "CREATE TABLE half_done (x INTEGER);" };
-    expect(migrate(db, broken)).toEqual(["1001_broken.sql", "1002_after.sql"]);
+    expect(migrate(db.sqlite, broken)).toEqual(["1001_broken.sql", "1002_after.sql"]);
   });
 });

@@ -10,13 +10,13 @@ let routes: { method: string; path: string }[];
 const ids: string[] = [];
 
 beforeAll(async () => {
-  h = createHarness();
+  h = await createHarness();
   routes = h.app.routes.map((r) => ({ method: r.method, path: r.path }));
   for (let i = 0; i < 3; i++) ids.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: `Seed${i}` } })).body.data.id);
   ids.push((await h.json("POST", "/public/v1/accounts", { body: { name: "Seed" } })).body.data.id);
-  ids.push(createUser(h.rt.db, { name: "Seed", email: "seed@crm.test" }).id);
+  ids.push((await createUser(h.rt.db, { name: "Seed", email: "seed@crm.test" })).id);
 });
-afterAll(() => h.close());
+afterAll(async () => await h.close());
 
 const METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"];
 const PARAMS = ["page", "per_page", "sort_by", "sort_direction", "include", "email", "full_name", "created_after", "updated_after", "cursor", "name", "domain", "event", "status"];
@@ -92,10 +92,10 @@ describe("property: arbitrary requests to every route", () => {
         for (const [name, value] of Object.entries(headers)) if (value !== undefined) sent[name] = name === "authorization" && value === "VALID" ? `Bearer ${h.token}` : value;
         const canHaveBody = method !== "GET" && method !== "HEAD";
         const payload = canHaveBody && body !== undefined ? (typeof body === "string" ? resolve(body) : new Blob([new Uint8Array(body)])) : undefined;
-        const before = contactCount(h);
+        const before = await contactCount(h);
         const res = await h.app.handle(new Request(`http://localhost${realPath}${query}`, { method, headers: sent, body: payload }));
         const text = await res.text();
-        const after = contactCount(h);
+        const after = await contactCount(h);
         const label = `${method} ${realPath}${query} -> ${res.status} ${text.slice(0, 300)}`;
         expect({ label, serverError: res.status >= 500 }).toEqual({ label, serverError: false });
         // The operator console answers people with HTML pages; everything else answers with problems.

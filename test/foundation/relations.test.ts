@@ -4,10 +4,10 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { ISO, contactCount, eventTypes, expectProblem, postAccount, validation } from "./support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness();
+beforeEach(async () => {
+  h = await createHarness();
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 const MISSING_ACC = "acc_00000000000000000000000000";
 const MISSING_USR = "usr_00000000000000000000000000";
@@ -55,8 +55,8 @@ describe("accounts: happy paths", () => {
   });
 
   test("users made on the command line are listed", async () => {
-    const u1 = createUser(h.rt.db, { name: "Grace Hopper", email: "Grace@Navy.mil" });
-    const u2 = createUser(h.rt.db, { name: "Alan Turing", email: "alan@bletchley.uk" });
+    const u1 = await createUser(h.rt.db, { name: "Grace Hopper", email: "Grace@Navy.mil" });
+    const u2 = await createUser(h.rt.db, { name: "Alan Turing", email: "alan@bletchley.uk" });
     expect(u1).toEqual({ id: expect.stringMatching(/^usr_[0-9A-Z]{26}$/), name: "Grace Hopper", email: "grace@navy.mil", created_at: expect.stringMatching(ISO), updated_at: u1.created_at });
     const res = await h.json("GET", "/public/v1/users");
     expect(res.status).toBe(200);
@@ -70,8 +70,8 @@ describe("relations on contacts: happy paths", () => {
   test("account_ids, assigned_user_id and assigned_user_ids are stored in order and embedded on request", async () => {
     const a1 = await account({ name: "One" });
     const a2 = await account({ name: "Two" });
-    const u1 = createUser(h.rt.db, { name: "U1", email: "u1@crm.test" });
-    const u2 = createUser(h.rt.db, { name: "U2", email: "u2@crm.test" });
+    const u1 = await createUser(h.rt.db, { name: "U1", email: "u1@crm.test" });
+    const u2 = await createUser(h.rt.db, { name: "U2", email: "u2@crm.test" });
     const res = await h.json("POST", "/public/v1/contacts", {
       body: { first_name: "Rel", account_ids: [a2.id, a1.id], assigned_user_id: u1.id, assigned_user_ids: [u2.id, u1.id] },
     });
@@ -87,8 +87,8 @@ describe("relations on contacts: happy paths", () => {
   test("PATCH replaces relations, null clears them, and omitted relations stay", async () => {
     const a1 = await account({ name: "One" });
     const a2 = await account({ name: "Two" });
-    const u1 = createUser(h.rt.db, { name: "U1", email: "u1@crm.test" });
-    const u2 = createUser(h.rt.db, { name: "U2", email: "u2@crm.test" });
+    const u1 = await createUser(h.rt.db, { name: "U1", email: "u1@crm.test" });
+    const u2 = await createUser(h.rt.db, { name: "U2", email: "u2@crm.test" });
     const c = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Rel", account_ids: [a1.id], assigned_user_id: u1.id, assigned_user_ids: [u1.id] } })).body.data;
     const path = `/public/v1/contacts/${c.id}`;
     let res = await h.json("PATCH", path, { body: { account_ids: [a1.id, a2.id] } });
@@ -97,16 +97,16 @@ describe("relations on contacts: happy paths", () => {
     expect(res.body.data).toEqual({ ...c, account_ids: [a1.id, a2.id], assigned_user_id: u2.id, assigned_user_ids: [u2.id], version: 3, updated_at: res.body.data.updated_at });
     res = await h.json("PATCH", path, { body: { account_ids: null, assigned_user_id: null, assigned_user_ids: [] } });
     expect(res.body.data).toEqual({ ...c, account_ids: [], assigned_user_id: null, assigned_user_ids: [], version: 4, updated_at: res.body.data.updated_at });
-    const events = eventTypes(h);
+    const events = await eventTypes(h);
     // the same relations again are no change
     res = await h.json("PATCH", path, { body: { account_ids: [], assigned_user_ids: null } });
-    expect(eventTypes(h)).toEqual(events);
+    expect(await eventTypes(h)).toEqual(events);
     expect(events).toEqual(["account.created", "account.created", "contact.created", "contact.updated", "contact.updated", "contact.updated"]);
   });
 
   test("each contact row's copy of its relation ids equals the relation tables after creates, changes, refusals and no-ops", async () => {
     const [a1, a2, a3] = [await account({ name: "One" }), await account({ name: "Two" }), await account({ name: "Three" })];
-    const [u1, u2] = [createUser(h.rt.db, { name: "U1", email: "u1@crm.test" }), createUser(h.rt.db, { name: "U2", email: "u2@crm.test" })];
+    const [u1, u2] = [await createUser(h.rt.db, { name: "U1", email: "u1@crm.test" }), await createUser(h.rt.db, { name: "U2", email: "u2@crm.test" })];
     const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Rel", account_ids: [a3.id, a1.id], assigned_user_ids: [u2.id, u1.id] } });
     const other = await h.json("POST", "/public/v1/contacts", { body: { first_name: "No relations" } });
     const path = `/public/v1/contacts/${created.body.data.id}`;
@@ -119,11 +119,11 @@ describe("relations on contacts: happy paths", () => {
       [{ account_ids: null, assigned_user_ids: [u2.id, u1.id] }, 200],
     ];
     for (const [body, status] of steps) expect((await h.request("PATCH", path, { body })).status).toBe(status);
-    const copies = h.rt.db.query<{ id: string; account_ids: string; assigned_user_ids: string }, []>("SELECT id, account_ids, assigned_user_ids FROM contacts ORDER BY id").all();
-    const ofRecord = (table: string, column: string, id: string) =>
-      h.rt.db.query<{ related: string }, [string]>(`SELECT ${column} AS related FROM ${table} WHERE contact_id = ? ORDER BY position`).all(id).map((r) => r.related);
+    const copies = (await h.rt.db.all<{ id: string; account_ids: string; assigned_user_ids: string }>("SELECT id, account_ids, assigned_user_ids FROM contacts ORDER BY id"));
+    const ofRecord = async (table: string, column: string, id: string) =>
+      (await h.rt.db.all<{ related: string }>(`SELECT ${column} AS related FROM ${table} WHERE contact_id = ? ORDER BY position`, [id])).map((r) => r.related);
     expect(copies.map((c) => ({ id: c.id, account_ids: JSON.parse(c.account_ids), assigned_user_ids: JSON.parse(c.assigned_user_ids) }))).toEqual(
-      copies.map((c) => ({ id: c.id, account_ids: ofRecord("contact_accounts", "account_id", c.id), assigned_user_ids: ofRecord("contact_assigned_users", "user_id", c.id) })),
+      await Promise.all(copies.map(async (c) => ({ id: c.id, account_ids: await ofRecord("contact_accounts", "account_id", c.id), assigned_user_ids: await ofRecord("contact_assigned_users", "user_id", c.id) }))),
     );
     expect(copies.map((c) => [c.account_ids, c.assigned_user_ids])).toEqual([
       ["[]", JSON.stringify([u2.id, u1.id])],
@@ -137,7 +137,7 @@ describe("relations on contacts: happy paths", () => {
     const a1 = await account({ name: "One" });
     const c = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Rel", account_ids: [a1.id] } })).body.data;
     expect((await h.request("DELETE", `/public/v1/contacts/${c.id}`)).status).toBe(204);
-    expect(h.rt.db.query("SELECT count(*) AS n FROM contact_accounts").get()).toEqual({ n: 0 });
+    expect((await h.rt.db.get("SELECT count(*) AS n FROM contact_accounts"))).toEqual({ n: 0 });
     expect((await h.json("GET", `/public/v1/accounts/${a1.id}`)).body).toEqual({ data: a1 });
   });
 });
@@ -145,7 +145,7 @@ describe("relations on contacts: happy paths", () => {
 describe("relations: errors", () => {
   test("unknown account and user ids are 422 with one pointer per bad id, nothing stored", async () => {
     const a1 = await account({ name: "One" });
-    const u1 = createUser(h.rt.db, { name: "U1", email: "u1@crm.test" });
+    const u1 = await createUser(h.rt.db, { name: "U1", email: "u1@crm.test" });
     const res = await h.json("POST", "/public/v1/contacts", {
       body: { first_name: "Rel", account_ids: [a1.id, MISSING_ACC], assigned_user_id: MISSING_USR, assigned_user_ids: [MISSING_USR, u1.id, "usr_11111111111111111111111111"] },
     });
@@ -160,8 +160,8 @@ describe("relations: errors", () => {
         "The contact refers to accounts or users that do not exist.",
       ),
     );
-    expect(contactCount(h)).toBe(0);
-    expect(eventTypes(h)).toEqual(["account.created"]);
+    expect(await contactCount(h)).toBe(0);
+    expect(await eventTypes(h)).toEqual(["account.created"]);
   });
 
   test("unknown ids on PATCH are 422 and change nothing", async () => {
@@ -170,7 +170,7 @@ describe("relations: errors", () => {
     const res = await h.json("PATCH", `/public/v1/contacts/${c.data.id}`, { body: { first_name: "Y", account_ids: [MISSING_ACC] } });
     expect(res.body).toEqual(validation([{ pointer: "/account_ids/0", detail: `no account with id ${MISSING_ACC} exists` }], "The contact refers to accounts or users that do not exist."));
     expect((await h.json("GET", `/public/v1/contacts/${c.data.id}`)).body).toEqual(c);
-    expect(eventTypes(h)).toEqual(["account.created", "contact.created"]);
+    expect(await eventTypes(h)).toEqual(["account.created", "contact.created"]);
   });
 
   test("malformed or repeated relation ids are 422 from the schema", async () => {
@@ -185,7 +185,7 @@ describe("relations: errors", () => {
       expectProblem(res, 422, "validation");
       expect(res.body.errors[0].pointer).toBe(`/${Object.keys(body)[0]}`);
     }
-    expect(contactCount(h)).toBe(0);
+    expect(await contactCount(h)).toBe(0);
   });
 
   test("accounts: missing name, bad domain and unknown id", async () => {
@@ -202,11 +202,11 @@ describe("relations: errors", () => {
     expectProblem(await h.json("GET", "/public/v1/users?email=x"), 422, "validation");
   });
 
-  test("users made twice with one email are refused", () => {
-    createUser(h.rt.db, { name: "A", email: "a@crm.test" });
-    expect(() => createUser(h.rt.db, { name: "B", email: "A@CRM.TEST" })).toThrow("A user with email a@crm.test already exists.");
-    expect(() => createUser(h.rt.db, { name: "", email: "b@crm.test" })).toThrow("name must be 1 to 200 characters.");
-    expect(() => createUser(h.rt.db, { name: "B", email: "b" })).toThrow("email must be an email address.");
+  test("users made twice with one email are refused", async () => {
+    await createUser(h.rt.db, { name: "A", email: "a@crm.test" });
+    await expect(createUser(h.rt.db, { name: "B", email: "A@CRM.TEST" })).rejects.toThrow("A user with email a@crm.test already exists.");
+    await expect(createUser(h.rt.db, { name: "", email: "b@crm.test" })).rejects.toThrow("name must be 1 to 200 characters.");
+    await expect(createUser(h.rt.db, { name: "B", email: "b" })).rejects.toThrow("email must be an email address.");
   });
 });
 

@@ -3,10 +3,10 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { call, loggedApp } from "./support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness();
+beforeEach(async () => {
+  h = await createHarness();
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 const auth = () => ({ authorization: `Bearer ${h.token}` });
 // Log lines are written after the response is handed back.
@@ -52,7 +52,7 @@ describe("request log: happy paths", () => {
 describe("request log: probes", () => {
   test("successful /healthz, /readyz and /metrics requests log at debug, below the default info; failing probes and API requests at info", async () => {
     const metricsToken = "metrics-token-for-tests-0001";
-    const probed = createHarness({ metricsToken });
+    const probed = await createHarness({ metricsToken });
     probed.rt.deliveries.start(); // readiness needs the delivery loop
     try {
       const requests: [string, Record<string, string>, number][] = [
@@ -83,7 +83,7 @@ describe("request log: probes", () => {
       ]);
     } finally {
       await probed.rt.deliveries.stop(0);
-      probed.close();
+      await probed.close();
     }
   });
 });

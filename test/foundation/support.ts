@@ -69,20 +69,20 @@ export const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 export const CONTACT_ID = /^con_[0-9A-Z]{26}$/;
 
 /** contactCount reads the number of contact rows straight from the database. */
-export function contactCount(h: Harness): number {
-  return h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM contacts").get()!.n;
+export async function contactCount(h: Harness): Promise<number> {
+  return (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM contacts"))!.n;
 }
 
 /** eventTypes lists the outbox events written so far, oldest first. */
-export function eventTypes(h: Harness): string[] {
-  return h.rt.db.query<{ type: string }, []>("SELECT type FROM events ORDER BY id").all().map((r) => r.type);
+export async function eventTypes(h: Harness): Promise<string[]> {
+  return (await h.rt.db.all<{ type: string }>("SELECT type FROM events ORDER BY id")).map((r) => r.type);
 }
 
 /** listeningServer starts the real server on a free port and a throwaway data directory, with one token. */
 export async function listeningServer(name: string) {
   const dataDir = mkdtempSync(join(tmpdir(), `crm-${name}-`));
   const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir }, createLogger("error", () => {}));
-  const { token } = createApiToken(server.runtime.db, name);
+  const { token } = await createApiToken(server.runtime.db, name);
   return {
     server,
     token,
@@ -94,11 +94,8 @@ export async function listeningServer(name: string) {
 }
 
 /** eventData lists the outbox events written so far, oldest first, as their type and data. */
-export function eventData(h: Harness): { type: string; data: unknown }[] {
-  return h.rt.db
-    .query<{ payload: string }, []>("SELECT payload FROM events ORDER BY id")
-    .all()
-    .map((r) => {
+export async function eventData(h: Harness): Promise<{ type: string; data: unknown }[]> {
+  return (await h.rt.db.all<{ payload: string }>("SELECT payload FROM events ORDER BY id")).map((r) => {
       const { type, data } = JSON.parse(r.payload) as { type: string; data: unknown };
       return { type, data };
     });

@@ -6,10 +6,10 @@ import { createHarness, type Harness } from "../support/harness.ts";
 // writers: a second store, a plain map, polled in step through updated_after and the deleted list.
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness({ rateReadBurst: 1_000_000, rateReadPerSecond: 1_000_000, rateWriteBurst: 1_000_000, rateWritePerSecond: 1_000_000 });
+beforeEach(async () => {
+  h = await createHarness({ rateReadBurst: 1_000_000, rateReadPerSecond: 1_000_000, rateWriteBurst: 1_000_000, rateWritePerSecond: 1_000_000 });
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 /** random is a small seeded generator (mulberry32), so a failing run can be replayed from its seed. */
 function random(seed: number) {
@@ -122,7 +122,7 @@ async function writer(seed: number, steps: number, accounts: string[], users: st
 async function setUp() {
   const accounts: string[] = [];
   for (let i = 0; i < 6; i++) accounts.push((await h.json("POST", "/public/v1/accounts", { body: { name: `Account ${i}` } })).body.data.id);
-  const users = [createUser(h.rt.db, { name: "U1", email: "u1@example.com" }).id, createUser(h.rt.db, { name: "U2", email: "u2@example.com" }).id];
+  const users = [(await createUser(h.rt.db, { name: "U1", email: "u1@example.com" })).id, (await createUser(h.rt.db, { name: "U2", email: "u2@example.com" })).id];
   // some contacts exist before the sync starts
   await writer(99, 20, accounts, users);
   return { accounts, users };
@@ -155,7 +155,7 @@ describe("two-way sync by polling", () => {
     await expectInStep(poller);
     expect(poller.resyncs).toBe(1);
     // deletions happened and were followed
-    expect(h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM tombstones WHERE resource = 'contact'").get()!.n).toBeGreaterThan(5);
+    expect((await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM tombstones WHERE resource = 'contact'"))!.n).toBeGreaterThan(5);
   });
 
   test("the poller stopped for a while in the middle catches up from where it stopped", async () => {

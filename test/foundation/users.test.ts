@@ -3,13 +3,13 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { ISO, expectProblem, validation } from "./support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness();
+beforeEach(async () => {
+  h = await createHarness();
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 const MISSING = "usr_00000000000000000000000000";
-const userCount = () => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM users").get()!.n;
+const userCount = async () => (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM users"))!.n;
 
 describe("users: happy paths", () => {
   test("POST creates a user (201, Location, email lowercased); GET by id and the list return it", async () => {
@@ -40,7 +40,7 @@ describe("users: happy paths", () => {
     const first = await h.json("POST", "/public/v1/users", { body: { name: "Ada", email: "ada@example.com" }, headers: { "idempotency-key": "user-1" } });
     const again = await h.json("POST", "/public/v1/users", { body: { name: "Ada", email: "ada@example.com" }, headers: { "idempotency-key": "user-1" } });
     expect([again.status, again.headers.get("idempotent-replayed"), again.headers.get("location"), again.body]).toEqual([201, "true", first.headers.get("location"), first.body]);
-    expect(userCount()).toBe(1);
+    expect(await userCount()).toBe(1);
   });
 });
 
@@ -83,11 +83,11 @@ describe("users: security", () => {
       expectProblem(await h.json(method, path, { body, headers: { authorization: "Bearer crm_wrong" } }), 401, "unauthorized");
     }
     expect((await h.json("GET", `/public/v1/users/${user.id}`)).body).toEqual({ data: user });
-    expect(userCount()).toBe(1);
+    expect(await userCount()).toBe(1);
   });
 
   test("browser calls are refused before anything is stored", async () => {
     expectProblem(await h.json("POST", "/public/v1/users", { body: { name: "Evil", email: "evil@example.com" }, headers: { origin: "https://evil.example" } }), 403, "browser-request");
-    expect(userCount()).toBe(0);
+    expect(await userCount()).toBe(0);
   });
 });

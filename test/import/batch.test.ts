@@ -4,16 +4,16 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { contactCount, eventTypes, expectProblem, validation } from "../foundation/support.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness();
+beforeEach(async () => {
+  h = await createHarness();
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 const CONTACTS = "/public/v1/contacts/batch";
 const ACCOUNTS = "/public/v1/accounts/batch";
-const eventPayloads = () => h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events ORDER BY id").all().map((r) => JSON.parse(r.payload));
-const storedKeys = () => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM idempotency_keys").get()!.n;
-const accountCount = () => h.rt.db.query<{ n: number }, []>("SELECT count(*) AS n FROM accounts").get()!.n;
+const eventPayloads = async () => (await h.rt.db.all<{ payload: string }>("SELECT payload FROM events ORDER BY id")).map((r) => JSON.parse(r.payload));
+const storedKeys = async () => (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM idempotency_keys"))!.n;
+const accountCount = async () => (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM accounts"))!.n;
 
 async function created(path: string, body: unknown): Promise<any> {
   const res = await h.json("POST", path, { body });
@@ -49,13 +49,13 @@ describe("contacts batch: happy paths", () => {
         { status: "created", id: keyless.id },
       ],
     });
-    expect(eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.updated", "contact.created", "contact.updated", "contact.created"]);
-    const events = eventPayloads();
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.updated", "contact.created", "contact.updated", "contact.created"]);
+    const events = await eventPayloads();
     expect(events[2].data).toMatchObject({ id: bob.id, first_name: "Robert", external_id: "crm-2" });
     expect(events[4].data).toMatchObject({ id: zoe.id, first_name: "Zoë", last_name: "Li", full_name: "Zoë Li", email: "zoe@example.com" });
     const stored = await h.json("GET", `/public/v1/contacts/${zoe.id}`);
     expect(stored.body.data).toEqual(events[4].data);
-    expect(contactCount(h)).toBe(4);
+    expect(await contactCount(h)).toBe(4);
   });
 
   test("a replayed batch key replays the first answer and writes nothing; the same key with another body is 422", async () => {
@@ -68,11 +68,11 @@ describe("contacts batch: happy paths", () => {
     expect(again.status).toBe(200);
     expect(again.headers.get("idempotent-replayed")).toBe("true");
     expect(again.body).toEqual(first.body);
-    expect(contactCount(h)).toBe(2);
-    expect(eventTypes(h)).toEqual(["contact.created", "contact.created"]);
+    expect(await contactCount(h)).toBe(2);
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.created"]);
     const other = await h.json("POST", CONTACTS, { body: { items: [{ email: "c@example.com" }] }, headers });
     expectProblem(other, 422, "idempotency-key-reused");
-    expect(contactCount(h)).toBe(2);
+    expect(await contactCount(h)).toBe(2);
   });
 
   test("external_id is returned, set and cleared through POST and PATCH like any field", async () => {
@@ -112,9 +112,9 @@ describe("contacts batch: happy paths", () => {
     const stored = await h.json("GET", `/public/v1/accounts/${globex}`);
     expect(stored.body.data).toMatchObject({ id: globex, name: "Globex", domain: "globex.test", tier: "gold" });
     expect((await h.json("GET", `/public/v1/accounts/${acme.id}`)).body.data).toMatchObject({ name: "Acme Ltd", domain: "acme.test" });
-    expect(accountCount()).toBe(3);
+    expect(await accountCount()).toBe(3);
     // each account that changed sends its event, as POST and PATCH do; the unchanged one sends none
-    expect(eventPayloads().map((e) => [e.type, e.data.id])).toEqual([
+    expect((await eventPayloads()).map((e) => [e.type, e.data.id])).toEqual([
       ["account.created", acme.id],
       ["account.created", muller.id],
       ["account.updated", acme.id],
@@ -133,12 +133,12 @@ describe("contacts batch: happy paths", () => {
       ],
     });
     expect((await h.json("GET", "/public/v1/contacts?tag=vip")).body.data.map((c: any) => c.id)).toEqual([known.id]);
-    expect(contactCount(h)).toBe(1);
+    expect(await contactCount(h)).toBe(1);
   });
 
   test("a batch counts as one write plus one per 100 items against the token's write bucket", async () => {
     // A bucket refilling one write in 100 s: what the requests spend is all that changes it.
-    const { token } = createApiToken(h.rt.db, "counted", Date.now(), { readPerSecond: 10, readBurst: 10, writePerSecond: 0.01, writeBurst: 100 });
+    const { token } = await createApiToken(h.rt.db, "counted", Date.now(), { readPerSecond: 10, readBurst: 10, writePerSecond: 0.01, writeBurst: 100 });
     const headers = { authorization: `Bearer ${token}` };
     const items = Array.from({ length: 100 }, (_, i) => ({ email: `p${i}@example.com` }));
     const res = await h.json("POST", CONTACTS, { body: { items }, headers });
@@ -162,7 +162,7 @@ describe("contacts batch: errors", () => {
       errors: [{ pointer: "/items/1/email", detail: `matches several contacts (${one.id}, ${two.id}); send external_id to say which one, or merge them first` }],
     });
     expect(res.body.data[0].status).toBe("created");
-    expect(eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.created"]);
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.created"]);
   });
 
   test("items are checked like POST bodies: read-only fields, unknown accounts, limits, non-objects", async () => {
@@ -178,8 +178,8 @@ describe("contacts batch: errors", () => {
         { status: "invalid", errors: [{ pointer: "/items/3/custom_fields", detail: "must be a JSON object, or null" }] },
       ],
     });
-    expect(contactCount(h)).toBe(0);
-    expect(eventTypes(h)).toEqual([]);
+    expect(await contactCount(h)).toBe(0);
+    expect(await eventTypes(h)).toEqual([]);
   });
 
   test("101 items, no items, or no list is 422 and writes nothing", async () => {
@@ -191,24 +191,24 @@ describe("contacts batch: errors", () => {
         expect(res.body).toEqual(validation([{ pointer: "/items", detail: "must be a list of 1 to 100 items" }]));
       }
     }
-    expect(contactCount(h)).toBe(0);
-    expect(accountCount()).toBe(0);
+    expect(await contactCount(h)).toBe(0);
+    expect(await accountCount()).toBe(0);
   });
 
   test("a batch whose commit fails leaves nothing behind, and the same key then succeeds", async () => {
-    h.rt.db.run("CREATE TRIGGER refuse_boom BEFORE INSERT ON contacts WHEN new.email = 'boom@example.com' BEGIN SELECT RAISE(ABORT, 'disk on fire'); END");
+    await h.rt.db.run("CREATE TRIGGER refuse_boom BEFORE INSERT ON contacts WHEN new.email = 'boom@example.com' BEGIN SELECT RAISE(ABORT, 'disk on fire'); END");
     const headers = { "idempotency-key": "batch-1" };
     const body = { items: [{ email: "ok1@example.com" }, { email: "boom@example.com" }, { email: "ok2@example.com" }] };
     const res = await h.json("POST", CONTACTS, { body, headers });
     expectProblem(res, 500);
-    expect(contactCount(h)).toBe(0);
-    expect(eventTypes(h)).toEqual([]);
-    expect(storedKeys()).toBe(0);
-    h.rt.db.run("DROP TRIGGER refuse_boom");
+    expect(await contactCount(h)).toBe(0);
+    expect(await eventTypes(h)).toEqual([]);
+    expect(await storedKeys()).toBe(0);
+    await h.rt.db.run("DROP TRIGGER refuse_boom");
     const retry = await h.json("POST", CONTACTS, { body, headers });
     expect(retry.status).toBe(200);
     expect(retry.body.data.map((r: any) => r.status)).toEqual(["created", "created", "created"]);
-    expect(contactCount(h)).toBe(3);
+    expect(await contactCount(h)).toBe(3);
   });
 
   test("an account name shared by several accounts is invalid, naming them", async () => {
@@ -229,13 +229,13 @@ describe("contacts batch: errors", () => {
     const patch = await h.json("PATCH", `/public/v1/contacts/${other.id}`, { body: { external_id: "src-1", first_name: "X" } });
     expectProblem(patch, 409, "external-id-taken");
     expect((await h.json("GET", `/public/v1/contacts/${other.id}`)).body.data).toEqual(other);
-    expect(contactCount(h)).toBe(2);
+    expect(await contactCount(h)).toBe(2);
   });
 });
 
 describe("contacts batch: security", () => {
   test("a batch costs its items even when admitted on the last write: the next write waits for the debt", async () => {
-    const { token } = createApiToken(h.rt.db, "slow", Date.now(), { readPerSecond: 10, readBurst: 10, writePerSecond: 1, writeBurst: 1 });
+    const { token } = await createApiToken(h.rt.db, "slow", Date.now(), { readPerSecond: 10, readBurst: 10, writePerSecond: 1, writeBurst: 1 });
     const headers = { authorization: `Bearer ${token}` };
     const items = Array.from({ length: 100 }, (_, i) => ({ email: `p${i}@example.com` }));
     const res = await h.json("POST", CONTACTS, { body: { items }, headers });
@@ -243,6 +243,6 @@ describe("contacts batch: security", () => {
     const next = await h.json("POST", "/public/v1/contacts", { body: { email: "late@example.com" }, headers });
     expectProblem(next, 429, "rate-limited");
     expect(Number(next.headers.get("retry-after"))).toBeGreaterThanOrEqual(2);
-    expect(contactCount(h)).toBe(100);
+    expect(await contactCount(h)).toBe(100);
   });
 });

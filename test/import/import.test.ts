@@ -22,10 +22,10 @@ describe("crm import contacts: happy paths", () => {
     expect(res.code).toBe(1);
     expect(res.stderr).toStartWith("columns: ID -> external_id, Email -> email, First Name -> first_name, Last Name -> last_name, Phone -> phone, Company -> account.name, Website -> account.domain, Tags -> tags; ignored: Notes\n");
     expect(csv.expected.created + csv.expected.updated + csv.expected.unchanged + csv.expected.invalid).toBe(csv.rows);
-    expect(server.count()).toBe(csv.expected.created);
-    expect(server.db.query("SELECT email FROM contacts GROUP BY email HAVING count(*) > 1").all()).toEqual([]);
+    expect(await server.count()).toBe(csv.expected.created);
+    expect((await server.db.all("SELECT email FROM contacts GROUP BY email HAVING count(*) > 1"))).toEqual([]);
     // every account once: the Acme ones by domain, the name-only ones by name
-    expect(server.count("accounts")).toBe(40 + 13);
+    expect(await server.count("accounts")).toBe(40 + 13);
 
     const [header, ...invalid] = parseCsv(readFileSync(invalidFile, "utf8"));
     expect(header).toEqual([...csv.header, "import_row", "import_errors"]);
@@ -36,9 +36,9 @@ describe("crm import contacts: happy paths", () => {
     expect(errorsOf(997)).toBe("First Name: must be a string of at most 200 characters, or null");
     expect(errorsOf(1499)).toBe("Website: must be a domain name like example.com, or null");
 
-    const sample = (email: string) => server.db.query("SELECT first_name, last_name, phone, external_id, properties FROM contacts WHERE email = ?").all(email);
-    expect(sample("person1@example.com")).toEqual([{ first_name: "José", last_name: "Müller Jr", phone: "+44 20 7946 0001", external_id: null, properties: "{}" }]);
-    expect(sample("person20@example.com")).toEqual([{ first_name: "Mårten", last_name: "Ñúñez", phone: null, external_id: "src-20", properties: JSON.stringify({ tags: ["vip", "imported"] }) }]);
+    const sample = async (email: string) => (await server.db.all("SELECT first_name, last_name, phone, external_id, properties FROM contacts WHERE email = ?", [email]));
+    expect(await sample("person1@example.com")).toEqual([{ first_name: "José", last_name: "Müller Jr", phone: "+44 20 7946 0001", external_id: null, properties: "{}" }]);
+    expect(await sample("person20@example.com")).toEqual([{ first_name: "Mårten", last_name: "Ñúñez", phone: null, external_id: "src-20", properties: JSON.stringify({ tags: ["vip", "imported"] }) }]);
   }, 60_000);
 
   test("--trial creates one contact (and its account) and stops; --dry-run creates none and reports the bad rows", async () => {
@@ -48,12 +48,12 @@ describe("crm import contacts: happy paths", () => {
     expect(dry.stdout).toBe(`dry run, nothing sent: 300 rows: valid ${300 - badLocally}, invalid ${badLocally}\ninvalid rows with their errors: ${join(server.dir, "dry.csv")}\n`);
     expect(dry.code).toBe(1);
     expect(parseCsv(readFileSync(join(server.dir, "dry.csv"), "utf8")).slice(1).map((r) => Number(r[csv.header.length]))).toEqual(csv.badRows);
-    expect([server.count(), server.count("accounts"), server.count("events")]).toEqual([0, 0, 0]);
+    expect([await server.count(), await server.count("accounts"), await server.count("events")]).toEqual([0, 0, 0]);
 
     const trial = await runImport([csv.path, "--trial", ...apiArgs()]);
     expect(trial).toMatchObject({ code: 0, stdout: summaryLine("trial, one row sent", 1, { created: 1, updated: 0, unchanged: 0, invalid: 0 }) });
-    expect(server.db.query("SELECT email, first_name FROM contacts").all()).toEqual([{ email: "person1@example.com", first_name: "José" }]);
-    expect(server.count("accounts")).toBe(1);
+    expect((await server.db.all("SELECT email, first_name FROM contacts"))).toEqual([{ email: "person1@example.com", first_name: "José" }]);
+    expect(await server.count("accounts")).toBe(1);
   }, 60_000);
 
   test("JSON Lines with --map: nested objects become columns, custom fields and tags are kept as given", async () => {
@@ -65,7 +65,7 @@ describe("crm import contacts: happy paths", () => {
     writeFileSync(file, lines.map((l) => JSON.stringify(l)).join("\n"));
     const res = await runImport([file, ...apiArgs(), "--map", "mail=email,name.first=first_name,name.last=last_name,org.name=account.name,org.site=account.domain,plan=custom_fields.plan"]);
     expect(res).toMatchObject({ code: 0, stdout: "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n" });
-    const ada = server.db.query<{ properties: string; account: string }, []>("SELECT c.properties, a.domain AS account FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id WHERE c.email = 'ada@example.com'").get()!;
+    const ada = (await server.db.get<{ properties: string; account: string }>("SELECT c.properties, a.domain AS account FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id WHERE c.email = 'ada@example.com'"))!;
     expect({ ...ada, properties: JSON.parse(ada.properties) }).toEqual({ account: "engines.example", properties: { tags: ["vip", "math"], custom_fields: { plan: "pro" } } });
   }, 60_000);
 
@@ -75,7 +75,7 @@ describe("crm import contacts: happy paths", () => {
     writeFileSync(file, Array.from({ length: 150 }, (_, i) => JSON.stringify({ email: `big${i}@example.com`, custom_fields: { blob } })).join("\n"));
     const res = await runImport([file, ...apiArgs()]);
     expect(res).toMatchObject({ code: 0, stdout: "imported: 150 rows: created 150, updated 0, unchanged 0, invalid 0\n" });
-    expect(server.count()).toBe(150);
+    expect(await server.count()).toBe(150);
   }, 60_000);
 });
 
@@ -88,23 +88,23 @@ describe("crm import contacts: crash and re-run", () => {
       expect(whole.stdout).toStartWith(summaryLine("imported", csv.rows, csv.expected));
 
       // At 300 writes per second the import lasts about 2 s, long enough to stop it in the middle.
-      const { token } = createApiToken(server.db, "slow", Date.now(), { readPerSecond: 300, readBurst: 100, writePerSecond: 300, writeBurst: 100 });
+      const { token } = await createApiToken(server.db, "slow", Date.now(), { readPerSecond: 300, readBurst: 100, writePerSecond: 300, writeBurst: 100 });
       writeFileSync(server.tokenFile, token);
       const first = startImport([csv.path, ...apiArgs()]);
-      while (server.count() < 1000 && first.proc.exitCode === null) await Bun.sleep(5);
+      while (await server.count() < 1000 && first.proc.exitCode === null) await Bun.sleep(5);
       expect(first.proc.exitCode).toBeNull();
       first.proc.kill("SIGKILL");
       const killed = await first.done();
       expect(killed.code).not.toBe(0);
       expect(killed.stdout).toBe("");
-      const partial = server.count();
+      const partial = await server.count();
       expect(partial).toBeLessThan(csv.expected.created);
 
       const again = await runImport([csv.path, ...apiArgs()]);
       expect(again.stdout).toStartWith(summaryLine("imported", csv.rows, csv.expected));
-      expect(server.count()).toBe(csv.expected.created);
-      expect(server.db.query("SELECT email FROM contacts GROUP BY email HAVING count(*) > 1").all()).toEqual([]);
-      expect(server.snapshot()).toEqual(reference.snapshot());
+      expect(await server.count()).toBe(csv.expected.created);
+      expect((await server.db.all("SELECT email FROM contacts GROUP BY email HAVING count(*) > 1"))).toEqual([]);
+      expect(await server.snapshot()).toEqual(await reference.snapshot());
     } finally {
       await reference.stop();
     }
@@ -127,6 +127,6 @@ describe("crm import contacts: errors", () => {
     const noUrl = await runImport([csv.path]);
     expect(noUrl.code).toBe(2);
     expect(noUrl.stderr).toStartWith("crm: import needs --url and --token-file (or --dry-run)");
-    expect(server.count()).toBe(0);
+    expect(await server.count()).toBe(0);
   }, 60_000);
 });

@@ -19,7 +19,7 @@ export const FAST: TokenRate = { readPerSecond: 100_000, readBurst: 100_000, wri
 export async function importServer(rate: TokenRate | null = FAST) {
   const dir = mkdtempSync(join(tmpdir(), "crm-import-"));
   const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: join(dir, "data") }, createLogger("error", () => {}));
-  const { token } = createApiToken(server.runtime.db, "importer", Date.now(), rate);
+  const { token } = await createApiToken(server.runtime.db, "importer", Date.now(), rate);
   const tokenFile = join(dir, "token");
   writeFileSync(tokenFile, `${token}\n`);
   const db = server.runtime.db;
@@ -28,16 +28,14 @@ export async function importServer(rate: TokenRate | null = FAST) {
     db,
     url: server.url,
     tokenFile,
-    count: (table = "contacts") => db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${table}`).get()!.n,
+    count: async (table = "contacts") => (await db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n,
     /** snapshot is every contact with its account, without ids or times, in a stable order */
     snapshot: () =>
-      db
-        .query<Record<string, unknown>, []>(
-          `SELECT c.email, c.first_name, c.last_name, c.external_id, c.properties, a.name AS account, a.domain
-           FROM contacts c LEFT JOIN contact_accounts ca ON ca.contact_id = c.id LEFT JOIN accounts a ON a.id = ca.account_id
-           ORDER BY c.email, c.external_id, c.first_name, c.last_name`,
-        )
-        .all(),
+      db.all<Record<string, unknown>>(
+        `SELECT c.email, c.first_name, c.last_name, c.external_id, c.properties, a.name AS account, a.domain
+         FROM contacts c LEFT JOIN contact_accounts ca ON ca.contact_id = c.id LEFT JOIN accounts a ON a.id = ca.account_id
+         ORDER BY c.email, c.external_id, c.first_name, c.last_name`,
+      ),
     async stop() {
       await server.stop();
       rmSync(dir, { recursive: true, force: true });

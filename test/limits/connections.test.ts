@@ -22,7 +22,7 @@ async function serve(overrides: Partial<Config>): Promise<{ port: number; token:
   dataDir = mkdtempSync(join(tmpdir(), "crm-limits-"));
   const config: Config = { ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error", ...overrides };
   running = await startServer(config, createLogger("error", () => {}));
-  return { port: running.server.port!, token: createApiToken(running.runtime.db, "connections").token };
+  return { port: running.server.port!, token: (await createApiToken(running.runtime.db, "connections")).token };
 }
 
 describe("connections: within the limits", () => {
@@ -182,7 +182,7 @@ describe("connections: over the limits", () => {
     expect(res.headers["content-type"]).toBe("application/problem+json");
     expect(JSON.parse(res.body)).toEqual({ type: "urn:crm:problem:body-timeout", title: "Request Timeout", status: 408, detail: "The request body did not arrive within 4500 ms." });
     expect(await closedWithin(slow, 5000)).toBe(true);
-    expect(running!.runtime.db.query("SELECT count(*) AS n FROM contacts").get()).toEqual({ n: 0 });
+    expect(await running!.runtime.db.get("SELECT count(*) AS n FROM contacts")).toEqual({ n: 0 });
   });
 
   test(

@@ -19,10 +19,10 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { dereference } from "../support/openapi.ts";
 
 let h: Harness;
-beforeEach(() => {
-  h = createHarness();
+beforeEach(async () => {
+  h = await createHarness();
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
 describe("limits documentation", () => {
   test("the README's Limits table has every row of server/limits/limits.ts, as it is there", () => {

@@ -27,13 +27,13 @@ import { contactCount, eventTypes, validation } from "../foundation/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
 let h: Harness;
-beforeEach(() => {
+beforeEach(async () => {
   // Some cases below write more than the default write burst; rate limits have their own tests.
-  h = createHarness({ allowPrivateTargets: true, rateWriteBurst: 1000 });
+  h = await createHarness({ allowPrivateTargets: true, rateWriteBurst: 1000 });
 });
-afterEach(() => h.close());
+afterEach(async () => await h.close());
 
-const count = (table: string) => h.rt.db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${table}`).get()!.n;
+const count = async (table: string) => (await h.rt.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
 
 /** stringOfJsonBytes wraps a run of "x" so that the JSON of the result is exactly `bytes` long. */
 function stringOfJsonBytes(bytes: number, wrap: (s: string) => unknown): unknown {
@@ -50,15 +50,15 @@ function emailOfLength(length: number): string {
 
 /** limitCase posts the accepted and the refused body, checks the refusal's whole problem and that nothing was stored. */
 async function limitCase(path: string, atLimit: Record<string, unknown>, overLimit: Record<string, unknown>, errors: Record<string, string>[], table: string) {
-  const before = count(table);
+  const before = await count(table);
   const refused = await h.json("POST", path, { body: overLimit });
   expect(refused.status).toBe(422);
   expect(refused.headers.get("content-type")).toBe("application/problem+json");
   expect(refused.body).toEqual(validation(errors));
-  expect(count(table)).toBe(before);
+  expect(await count(table)).toBe(before);
   const accepted = await h.json("POST", path, { body: atLimit });
   expect(accepted.status).toBe(201);
-  expect(count(table)).toBe(before + 1);
+  expect(await count(table)).toBe(before + 1);
   return accepted.body.data;
 }
 
@@ -74,7 +74,7 @@ describe("field limits: contacts, at the limit accepted, one over refused naming
       { pointer: "/last_name", detail },
     ]);
     expect(stored.first_name).toBe("é".repeat(MAX_NAME_LENGTH));
-    expect(eventTypes(h)).toEqual(["contact.created"]);
+    expect(await eventTypes(h)).toEqual(["contact.created"]);
   });
 
   test(`email: ${MAX_EMAIL_LENGTH} characters`, async () => {
@@ -165,7 +165,7 @@ describe("field limits: contacts, at the limit accepted, one over refused naming
     ]);
     const unchanged = await h.json("GET", `/public/v1/contacts/${id}`);
     expect(unchanged.body.data).toEqual(created.body.data);
-    expect(eventTypes(h)).toEqual(["contact.created"]);
+    expect(await eventTypes(h)).toEqual(["contact.created"]);
     const replaced = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { a: null, b: half } });
     expect(replaced.status).toBe(200);
     expect(replaced.body.data.b).toBe(half);
@@ -227,7 +227,7 @@ describe("field limits: webhook subscriptions", () => {
     expect(refused.body).toEqual(
       validation([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions."),
     );
-    expect(count("webhook_subscriptions")).toBe(MAX_SUBSCRIPTIONS);
+    expect(await count("webhook_subscriptions")).toBe(MAX_SUBSCRIPTIONS);
     expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${ids[0]}`)).status).toBe(204);
     const again = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "https://hooks.example.com/extra", events: ["contact.created"] } });
     expect(again.status).toBe(201);
@@ -271,6 +271,6 @@ describe("request size limits", () => {
   test(`body: one byte over ${MAX_BODY_BYTES} is 413 and nothing is stored`, async () => {
     const res = await h.json("POST", "/public/v1/contacts", { body: `{"a":"x"${" ".repeat(MAX_BODY_BYTES - 8)}}` });
     expect(res.body).toEqual(problem(413, "body-too-large", "Content Too Large", `The request body exceeds the limit of ${MAX_BODY_BYTES} bytes (1 MiB).`));
-    expect(contactCount(h)).toBe(0);
+    expect(await contactCount(h)).toBe(0);
   });
 });

@@ -19,7 +19,7 @@ const rateHeaders = (res: { headers: Headers }) => ({ policy: res.headers.get("r
 
 describe("rate limits: within the limit", () => {
   test("every /public/v1 response carries RateLimit-Policy and RateLimit for the bucket it was counted in", async () => {
-    h = createHarness({ rateReadPerSecond: 1, rateReadBurst: 10, rateWritePerSecond: 1, rateWriteBurst: 5 });
+    h = await createHarness({ rateReadPerSecond: 1, rateReadBurst: 10, rateWritePerSecond: 1, rateWriteBurst: 5 });
     const list = await h.json("GET", "/public/v1/contacts");
     expect(list.status).toBe(200);
     expect(rateHeaders(list)).toEqual({ policy: '"read";q=10;w=10', limit: '"read";r=9;t=1', retryAfter: null });
@@ -38,26 +38,26 @@ describe("rate limits: within the limit", () => {
   });
 
   test("routes outside /public/v1 carry no rate limit fields", async () => {
-    h = createHarness();
+    h = await createHarness();
     const res = await h.request("GET", "/healthz");
     expect(res.status).toBe(200);
     expect(rateHeaders(res)).toEqual({ policy: null, limit: null, retryAfter: null });
   });
 
   test("reads and writes have separate buckets, and each token its own", async () => {
-    h = createHarness({ rateReadPerSecond: 1, rateReadBurst: 2, rateWritePerSecond: 1, rateWriteBurst: 2 });
+    h = await createHarness({ rateReadPerSecond: 1, rateReadBurst: 2, rateWritePerSecond: 1, rateWriteBurst: 2 });
     for (let i = 0; i < 2; i++) expect((await h.request("GET", "/public/v1/contacts")).status).toBe(200);
     expect((await h.request("GET", "/public/v1/contacts")).status).toBe(429);
     expect((await h.request("POST", "/public/v1/contacts", { body: { first_name: "R" } })).status).toBe(201);
-    const other = createApiToken(h.rt.db, "other").token;
+    const other = (await createApiToken(h.rt.db, "other")).token;
     expect((await h.request("GET", "/public/v1/contacts", { headers: { authorization: `Bearer ${other}` } })).status).toBe(200);
   });
 
   test("a token created with its own rate gets that rate instead of the defaults", async () => {
-    h = createHarness({ rateReadPerSecond: 1, rateReadBurst: 1 });
+    h = await createHarness({ rateReadPerSecond: 1, rateReadBurst: 1 });
     const rate = parseTokenRate("50:300,2:3")!;
-    const own = createApiToken(h.rt.db, "bulk reader", Date.now(), rate).token;
-    expect(tokenRate(h.rt.db, createApiToken(h.rt.db, "plain").info.id)).toBeNull();
+    const own = (await createApiToken(h.rt.db, "bulk reader", Date.now(), rate)).token;
+    expect(await tokenRate(h.rt.db, (await createApiToken(h.rt.db, "plain")).info.id)).toBeNull();
     const res = await h.request("GET", "/public/v1/contacts", { headers: { authorization: `Bearer ${own}` } });
     expect(rateHeaders(res)).toEqual({ policy: '"read";q=300;w=6', limit: '"read";r=299;t=1', retryAfter: null });
     const write = await h.request("POST", "/public/v1/contacts", { body: { first_name: "R" }, headers: { authorization: `Bearer ${own}` } });
@@ -67,7 +67,7 @@ describe("rate limits: within the limit", () => {
 
 describe("rate limits: over the limit", () => {
   test("429 problem with Retry-After; honouring Retry-After gets the next request through", async () => {
-    h = createHarness({ rateWritePerSecond: 1, rateWriteBurst: 3 });
+    h = await createHarness({ rateWritePerSecond: 1, rateWriteBurst: 3 });
     for (let i = 0; i < 3; i++) expect((await h.request("POST", "/public/v1/contacts", { body: { first_name: `n${i}` } })).status).toBe(201);
     const refused = await h.json("POST", "/public/v1/contacts", { body: { first_name: "refused" } });
     expect(refused.status).toBe(429);
@@ -79,22 +79,22 @@ describe("rate limits: over the limit", () => {
       detail: "This API token may make 1 writes per second (bursts of 3); retry after 1 s.",
     });
     expect(rateHeaders(refused)).toEqual({ policy: '"write";q=3;w=3', limit: '"write";r=0;t=3', retryAfter: "1" });
-    expect(contactCount(h)).toBe(3);
+    expect(await contactCount(h)).toBe(3);
     await Bun.sleep(Number(refused.headers.get("retry-after")) * 1000);
     const next = await h.json("POST", "/public/v1/contacts", { body: { first_name: "after waiting" } });
     expect(next.status).toBe(201);
-    expect(contactCount(h)).toBe(4);
+    expect(await contactCount(h)).toBe(4);
   });
 
   test("a refused request is refused before its body is read or validated", async () => {
-    h = createHarness({ rateWritePerSecond: 1, rateWriteBurst: 1 });
+    h = await createHarness({ rateWritePerSecond: 1, rateWriteBurst: 1 });
     expect((await h.request("POST", "/public/v1/contacts", { body: { first_name: "R" } })).status).toBe(201);
     const res = await h.json("POST", "/public/v1/contacts", { body: '{"a":1,"a":2}' });
     expect(res.status).toBe(429);
   });
 
   test("failed authentication is throttled per client address: 429 instead of 401, a valid token still passes", async () => {
-    h = createHarness({ authFailuresPerMinute: 60 });
+    h = await createHarness({ authFailuresPerMinute: 60 });
     for (let i = 0; i < 60; i++) {
       const res = await h.request("GET", "/public/v1/contacts", { headers: { authorization: i % 2 ? "Bearer crm_guess" : "" } });
       expect(res.status).toBe(401);
@@ -138,7 +138,7 @@ describe("rate limits: the buckets themselves", () => {
 describe("rate limits: token create --rate", () => {
   const run = (args: string[]) => Bun.spawnSync([process.execPath, "server/main.ts", ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
 
-  test("stores the token's own rate; a malformed rate stops with one line naming the option", () => {
+  test("stores the token's own rate; a malformed rate stops with one line naming the option", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crm-rate-"));
     try {
       expect(run(["migrate", "--data-dir", dataDir]).exitCode).toBe(0);
@@ -147,7 +147,7 @@ describe("rate limits: token create --rate", () => {
       const info = JSON.parse(created.stdout.toString());
       expect(info.rate).toEqual({ read_per_second: 20, read_burst: 40, write_per_second: 5, write_burst: 10 });
       const db = openDatabase(databasePath(dataDir));
-      expect(tokenRate(db, info.id)).toEqual({ readPerSecond: 20, readBurst: 40, writePerSecond: 5, writeBurst: 10 });
+      expect(await tokenRate(db, info.id)).toEqual({ readPerSecond: 20, readBurst: 40, writePerSecond: 5, writeBurst: 10 });
       db.close();
       const listed = run(["token", "list", "--data-dir", dataDir]);
       expect(listed.stdout.toString()).toContain(`${info.id}  `);

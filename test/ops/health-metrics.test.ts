@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { Database } from "bun:sqlite";
 import { rmSync } from "node:fs";
 import { createApp } from "../../server/app.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
@@ -18,7 +17,7 @@ import { api, createToken, SOURCE, tempDir } from "./support.ts";
 const METRICS_TOKEN = "metrics-token-for-tests-0001";
 
 async function listen(overrides: Partial<Config> = {}): Promise<RunningServer> {
-  return startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: tempDir("metrics"), logLevel: "error", ...overrides }, createLogger("error", () => {}));
+  return await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: tempDir("metrics"), logLevel: "error", ...overrides }, createLogger("error", () => {}));
 }
 
 async function scrape(url: string, headers: Record<string, string> = {}) {
@@ -28,13 +27,13 @@ async function scrape(url: string, headers: Record<string, string> = {}) {
 
 describe("health and readiness: happy paths", () => {
   let h: Harness;
-  beforeAll(() => {
-    h = createHarness();
+  beforeAll(async () => {
+    h = await createHarness();
     h.rt.deliveries.start();
   });
   afterAll(async () => {
     await h.rt.deliveries.stop(0);
-    h.close();
+    await h.close();
   });
 
   test("GET /healthz answers without a token", async () => {
@@ -50,30 +49,35 @@ describe("health and readiness: happy paths", () => {
   });
 
   test("the readiness probe leaves no trace in the database", async () => {
-    const before = h.rt.db.query<{ user_version: number }, []>("PRAGMA user_version").get()!.user_version;
+    const trace = async () => ({
+      user_version: (await h.rt.db.get<{ user_version: number }>("PRAGMA user_version"))!.user_version,
+      migrations: await h.rt.db.all("SELECT version, name, applied_at FROM schema_migrations ORDER BY version"),
+    });
+    const before = await trace();
     await call(h.app, "GET", "/readyz");
-    expect(h.rt.db.query<{ user_version: number }, []>("PRAGMA user_version").get()!.user_version).toBe(before);
+    expect(await trace()).toEqual(before);
   });
 });
 
 describe("readiness: not ready answers 503 problem+json naming the failing check", () => {
   test("a database that cannot be written", async () => {
-    const h = createHarness();
-    const readonly = new Database(databasePath(h.dataDir), { readonly: true });
+    const h = await createHarness();
+    // The writer connection refuses every change, as a read-only file would.
+    h.db.sqlite.run("PRAGMA query_only = ON");
     try {
-      const res = await call(createApp({ ...h.rt, db: readonly }), "GET", "/readyz");
+      const res = await call(h.app, "GET", "/readyz");
       expectProblem(res, 503, "not-ready");
       expect(res.body.checks.database).toContain("readonly");
       expect(res.body.checks.migrations).toBe("ok");
       expect(res.body.detail).toStartWith("Not ready: database: ");
     } finally {
-      readonly.close();
-      h.close();
+      h.db.sqlite.run("PRAGMA query_only = OFF");
+      await h.close();
     }
   });
 
   test("a delivery loop that is not running", async () => {
-    const h = createHarness();
+    const h = await createHarness();
     const res = await call(h.app, "GET", "/readyz");
     expectProblem(res, 503, "not-ready");
     expect(res.body).toEqual({
@@ -83,20 +87,20 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
       detail: "Not ready: delivery_loop: not running.",
       checks: { database: "ok", migrations: "ok", delivery_loop: "not running" },
     });
-    h.close();
+    await h.close();
   });
 
   test("a migration embedded in this version that the database lacks", async () => {
-    const h = createHarness();
+    const h = await createHarness();
     h.rt.deliveries.start();
     const last = MIGRATIONS.at(-1)!;
-    h.rt.db.run("DELETE FROM schema_migrations WHERE version = ?", [last.version]);
+    await h.rt.db.run("DELETE FROM schema_migrations WHERE version = ?", [last.version]);
     const res = await call(h.app, "GET", "/readyz");
     expectProblem(res, 503, "not-ready");
     expect(res.body.checks).toEqual({ database: "ok", migrations: `pending: ${last.name}`, delivery_loop: "ok" });
     expect(res.body.detail).toBe(`Not ready: migrations: pending: ${last.name}.`);
     await h.rt.deliveries.stop(0);
-    h.close();
+    await h.close();
   });
 });
 
@@ -189,10 +193,10 @@ describe("metrics: access (security)", () => {
   });
 
   test("a request with no known peer (in-process) is not a loopback client", async () => {
-    const h = createHarness();
+    const h = await createHarness();
     const res = await call(h.app, "GET", "/metrics");
     expectProblem(res, 403, "forbidden");
-    h.close();
+    await h.close();
   });
 
   test("with a metrics token: only the token opens /metrics, loopback or not", async () => {

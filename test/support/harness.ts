@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { createApp, createRuntime, type App } from "../../server/app.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
-import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { createLogger, type Logger } from "../../server/shared/log.ts";
 import type { Network } from "../../server/webhooks/targets.ts";
@@ -12,13 +12,15 @@ import type { Network } from "../../server/webhooks/targets.ts";
 export interface Harness {
   app: App;
   rt: Runtime;
+  /** db is rt.db as the SQLite backend it is, for tests about SQLite itself (db.sqlite: PRAGMAs, query plans) */
+  db: SqliteDatabase;
   dataDir: string;
   token: string;
   /** request calls the app in-process with the harness token unless headers override it. */
   request(method: string, path: string, options?: { body?: unknown; headers?: Record<string, string> }): Promise<Response>;
   /** json is request() that also parses the body. */
   json<T = any>(method: string, path: string, options?: { body?: unknown; headers?: Record<string, string> }): Promise<{ status: number; headers: Headers; body: T }>;
-  close(): void;
+  close(): Promise<void>;
 }
 
 /** HarnessOptions are runtime parts a test replaces: the network deliveries resolve names through, the log. */
@@ -28,13 +30,13 @@ export interface HarnessOptions {
 }
 
 /** createHarness builds a fresh app on a throwaway SQLite file with one API token. */
-export function createHarness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): Harness {
+export async function createHarness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): Promise<Harness> {
   const dataDir = mkdtempSync(join(tmpdir(), "crm-test-"));
   const config: Config = { ...DEFAULT_CONFIG, dataDir, logLevel: "error", ...overrides };
   const db = openDatabase(databasePath(dataDir));
-  const rt = createRuntime({ db, config, log: options.log ?? createLogger(config.logLevel), network: options.network });
+  const rt = await createRuntime({ db, config, log: options.log ?? createLogger(config.logLevel), network: options.network });
   const app = createApp(rt);
-  const { token } = createApiToken(db, "test");
+  const { token } = await createApiToken(db, "test");
   const request = (method: string, path: string, options: { body?: unknown; headers?: Record<string, string> } = {}) => {
     const headers: Record<string, string> = { authorization: `Bearer ${token}` };
     if (options.body !== undefined) headers["content-type"] = "application/json";
@@ -49,6 +51,7 @@ export function createHarness(overrides: Partial<Config> = {}, options: HarnessO
   return {
     app,
     rt,
+    db,
     dataDir,
     token,
     request,
@@ -57,9 +60,8 @@ export function createHarness(overrides: Partial<Config> = {}, options: HarnessO
       const text = await res.text();
       return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : null };
     },
-    close() {
-      rt.writes.flush();
-      db.close();
+    async close() {
+      await db.close();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };

@@ -1,4 +1,5 @@
-import type { Database } from "bun:sqlite";
+import type { Database as SqliteConnection } from "bun:sqlite";
+import type { Db, SqlValue } from "../../server/db/sql.ts";
 
 /** Captured is one statement run through a capturing database, with its parameters. */
 export interface Captured {
@@ -6,32 +7,26 @@ export interface Captured {
   params: unknown[];
 }
 
-/** capturing wraps the database so every statement run through it is recorded with its parameters. */
-export function capturing(db: Database): { db: Database; captured: Captured[] } {
+/** capturing wraps the database so every query run through it is recorded with its parameters. */
+export function capturing(db: Db): { db: Db; captured: Captured[] } {
   const captured: Captured[] = [];
-  const proxy = new Proxy(db, {
-    get(target, prop) {
-      if (prop === "query") {
-        return (sql: string) => {
-          const statement = target.query(sql);
-          const record =
-            (method: "all" | "get") =>
-            (...params: unknown[]) => {
-              captured.push({ sql, params });
-              return (statement[method] as (...p: unknown[]) => unknown)(...params);
-            };
-          return { all: record("all"), get: record("get") };
-        };
-      }
-      const value = Reflect.get(target, prop);
-      return typeof value === "function" ? value.bind(target) : value;
+  const spy: Db = {
+    dialect: db.dialect,
+    all<T>(sql: string, params: readonly SqlValue[] = []) {
+      captured.push({ sql, params: [...params] });
+      return db.all<T>(sql, params);
     },
-  });
-  return { db: proxy, captured };
+    get<T>(sql: string, params: readonly SqlValue[] = []) {
+      captured.push({ sql, params: [...params] });
+      return db.get<T>(sql, params);
+    },
+    run: (sql, params) => db.run(sql, params),
+  };
+  return { db: spy, captured };
 }
 
 /** queryPlan returns the lines of EXPLAIN QUERY PLAN for a captured statement. */
-export function queryPlan(db: Database, statement: Captured): string[] {
+export function queryPlan(db: SqliteConnection, statement: Captured): string[] {
   return db
     .query<{ detail: string }, never[]>(`EXPLAIN QUERY PLAN ${statement.sql}`)
     .all(...(statement.params as never[]))

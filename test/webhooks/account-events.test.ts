@@ -8,7 +8,7 @@ let h: WebhookHarness;
 
 describe("account and relation events: happy paths", () => {
   test("account.created, account.updated, the contact.updated of a link and of an account's deletion, and account.deleted reach a receiver, signed, with whole bodies", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = receiver();
     const sub = await h.subscribe(r.url, ["account.created", "account.updated", "account.deleted", "contact.updated"]);
     const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } })).body.data;

@@ -29,9 +29,9 @@ const serve = () =>
 describe("crash safety", () => {
   test("after SIGKILL with deliveries pending and in flight, a restart delivers every event at least once", async () => {
     const db = openDatabase(databasePath(dataDir));
-    migrate(db);
-    const { token } = createApiToken(db, "crash-test");
-    db.close();
+    migrate(db.sqlite);
+    const { token } = await createApiToken(db, "crash-test");
+    await db.close();
     const call = (method: string, path: string, body?: unknown) => api(server.url, token, method, path, body);
 
     const receiver = startReceiver();

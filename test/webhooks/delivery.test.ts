@@ -14,7 +14,7 @@ const createContact = async (body: Record<string, unknown> = { first_name: "Ada"
 
 describe("webhook deliveries: happy paths", () => {
   test("a contact.created request verifies with standardwebhooks; webhook-id is the delivery id; data is the contact", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = receiver();
     const sub = await h.subscribe(r.url, ["contact.created"]);
     const contact = await createContact();
@@ -46,7 +46,7 @@ describe("webhook deliveries: happy paths", () => {
   });
 
   test("created, updated and deleted events reach only the subscriptions that asked for them", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const all = receiver("/all");
     const created = receiver("/created");
     const updatedOrDeleted = receiver("/changed");
@@ -68,7 +68,7 @@ describe("webhook deliveries: happy paths", () => {
   });
 
   test("a deleted subscription gets nothing more", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const kept = receiver("/kept");
     const dropped = receiver("/dropped");
     await h.subscribe(kept.url, ["contact.created"]);
@@ -84,7 +84,7 @@ describe("webhook deliveries: happy paths", () => {
   });
 
   test("deleting a subscription fails its pending deliveries instead of sending them", async () => {
-    h = scope.harness({ retrySchedule: [60] });
+    h = await scope.harness({ retrySchedule: [60] });
     const r = receiver();
     r.respond(() => new Response("down", { status: 503 }));
     const sub = await h.subscribe(r.url, ["contact.created"]);
@@ -97,7 +97,7 @@ describe("webhook deliveries: happy paths", () => {
   });
 
   test("POST /:id/test sends webhook.ping to that subscription only and returns the delivery id", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const target = receiver("/target");
     const other = receiver("/other");
     const sub = await h.subscribe(target.url, ["contact.created"]);
@@ -117,7 +117,7 @@ describe("webhook deliveries: happy paths", () => {
 /** waitForDeliveries polls the delivery list until `check` returns something truthy. */
 async function waitForDeliveries<T>(harness: WebhookHarness, check: (list: any[]) => T | false | undefined): Promise<T> {
   for (let i = 0; i < 2000; i++) {
-    const found = check(await harness.deliveries("per_page=100"));
+    const found = await check(await harness.deliveries("per_page=100"));
     if (found) return found;
     await Bun.sleep(5);
   }
@@ -126,7 +126,7 @@ async function waitForDeliveries<T>(harness: WebhookHarness, check: (list: any[]
 
 describe("webhook deliveries: failures and retries", () => {
   test("500, 500, 200 ends succeeded after 3 attempts, all with one webhook-id and valid signatures", async () => {
-    h = scope.harness({ retrySchedule: [0.02, 0.02, 0.02] });
+    h = await scope.harness({ retrySchedule: [0.02, 0.02, 0.02] });
     const r = receiver();
     r.respond((_, i) => (i < 2 ? new Response("boom", { status: 500 }) : new Response("fine")));
     const sub = await h.subscribe(r.url, ["contact.created"]);
@@ -145,7 +145,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a receiver that always answers 500 ends failed once the schedule is used up", async () => {
-    h = scope.harness({ retrySchedule: [0.01, 0.01, 0.01] });
+    h = await scope.harness({ retrySchedule: [0.01, 0.01, 0.01] });
     const r = receiver();
     r.respond(() => new Response("nope", { status: 500 }));
     await h.subscribe(r.url, ["contact.created"]);
@@ -156,7 +156,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a receiver that hangs is cut at the timeout, and the retry succeeds", async () => {
-    h = scope.harness({ deliveryTimeoutMs: 150 });
+    h = await scope.harness({ deliveryTimeoutMs: 150 });
     const r = receiver();
     r.respond((_, i) => (i === 0 ? new Promise<Response>(() => {}) : new Response("ok")));
     await h.subscribe(r.url, ["contact.created"]);
@@ -169,7 +169,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a 2xx whose body never ends is a failed attempt at the timeout (it covers reading the answer), and is retried", async () => {
-    h = scope.harness({ deliveryTimeoutMs: 150 });
+    h = await scope.harness({ deliveryTimeoutMs: 150 });
     const r = receiver();
     const endless = () => new ReadableStream({ start: (controller) => controller.enqueue(new TextEncoder().encode("partial answer")) });
     r.respond((_, i) => (i === 0 ? new Response(endless(), { status: 200 }) : new Response("ok")));
@@ -187,7 +187,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a 2xx whose body never ends, every time, leaves the delivery failed when the schedule runs out", async () => {
-    h = scope.harness({ deliveryTimeoutMs: 100, retrySchedule: [0.01] });
+    h = await scope.harness({ deliveryTimeoutMs: 100, retrySchedule: [0.01] });
     const r = receiver();
     r.respond(() => new Response(new ReadableStream({ start: (controller) => controller.enqueue(new TextEncoder().encode("{")) })));
     await h.subscribe(r.url, ["contact.created"]);
@@ -203,7 +203,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("410 Gone disables the subscription, fails the delivery and sends nothing more", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = receiver();
     r.respond(() => new Response("gone", { status: 410 }));
     const sub = await h.subscribe(r.url, ["contact.created", "contact.updated"]);
@@ -222,7 +222,7 @@ describe("webhook deliveries: failures and retries", () => {
 
   test("a slow receiver does not hold up a fast one", async () => {
     // rateWriteBurst: the creates below come at once, more than the default write burst (README, Limits).
-    h = scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
+    h = await scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
     const slow = receiver("/slow");
     const fast = receiver("/fast");
     slow.hold();
@@ -242,7 +242,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a receiver never has more than MAX_PER_SUBSCRIPTION of our requests open at once", async () => {
-    h = scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
+    h = await scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
     const r = receiver();
     let open = 0;
     let most = 0;
@@ -262,7 +262,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("Retry-After is honoured over a shorter scheduled delay", async () => {
-    h = scope.harness({ retrySchedule: [0.01] });
+    h = await scope.harness({ retrySchedule: [0.01] });
     const r = receiver();
     r.respond((_, i) => (i === 0 ? new Response("later", { status: 429, headers: { "retry-after": "3600" } }) : new Response("ok")));
     await h.subscribe(r.url, ["contact.created"]);
@@ -276,7 +276,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("redirects are not followed: a 3xx is a failed attempt that names the location", async () => {
-    h = scope.harness({ retrySchedule: [] });
+    h = await scope.harness({ retrySchedule: [] });
     const r = receiver();
     const elsewhere = receiver("/elsewhere");
     r.respond(() => new Response(null, { status: 302, headers: { location: elsewhere.url } }));
@@ -288,7 +288,7 @@ describe("webhook deliveries: failures and retries", () => {
   });
 
   test("a receiver that is not listening is a connection error in words", async () => {
-    h = scope.harness({ retrySchedule: [] });
+    h = await scope.harness({ retrySchedule: [] });
     const r = receiver();
     await h.subscribe(r.url, ["contact.created"]);
     await r.stop();
@@ -302,7 +302,7 @@ describe("webhook deliveries: failures and retries", () => {
 
 describe("webhook deliveries: security", () => {
   test("the connect-time check refuses a target that became private, and nothing is sent", async () => {
-    h = scope.harness({ retrySchedule: [] });
+    h = await scope.harness({ retrySchedule: [] });
     const r = receiver();
     await h.subscribe(r.url, ["contact.created"]);
     h.rt.config.allowPrivateTargets = false;
@@ -317,7 +317,7 @@ describe("webhook deliveries: security", () => {
   });
 
   test("each subscription signs with its own secret", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const a = receiver("/a");
     const b = receiver("/b");
     const subA = await h.subscribe(a.url, ["contact.created"]);

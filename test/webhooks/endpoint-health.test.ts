@@ -29,7 +29,7 @@ const stats = (id: string) => h.json("GET", `/public/v1/webhook-subscriptions/${
 describe("auto-disable: happy paths", () => {
   test("a subscription whose attempts all fail past the limit is disabled with a reason, a log line and a subscription.disabled event; enable brings deliveries back", async () => {
     const logs: any[] = [];
-    h = scope.harness(
+    h = await scope.harness(
       { disableFailingAfterHours: secondsAsHours(0.3), retrySchedule: Array(40).fill(0.05) },
       { log: createLogger("warn", (line) => logs.push(JSON.parse(line))) },
     );
@@ -97,7 +97,7 @@ describe("auto-disable: happy paths", () => {
 
   test("a success ends the failing streak, so failures spread over a longer time do not disable", async () => {
     const limitMs = 300;
-    h = scope.harness({ disableFailingAfterHours: secondsAsHours(limitMs / 1000), retrySchedule: Array(20).fill(0.02) });
+    h = await scope.harness({ disableFailingAfterHours: secondsAsHours(limitMs / 1000), retrySchedule: Array(20).fill(0.02) });
     const r = scope.receiver();
     const arrivals: number[] = [];
     // Fails, fails, succeeds, over and over: each streak is short, the failures together span more than the limit.
@@ -115,7 +115,7 @@ describe("auto-disable: happy paths", () => {
   });
 
   test("a delivery that uses up its attempts sends delivery.exhausted to the subscriptions that want it", async () => {
-    h = scope.harness({ retrySchedule: [0.02] });
+    h = await scope.harness({ retrySchedule: [0.02] });
     const failing = scope.receiver("/failing");
     failing.respond(() => new Response("nope", { status: 422 }));
     const onCall = scope.receiver("/on-call");
@@ -136,7 +136,7 @@ describe("auto-disable: happy paths", () => {
 
 describe("auto-disable: errors", () => {
   test("enable of an unknown subscription is 404; of an active one answers it unchanged", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     expectProblem(await enable("sub_00000000000000000000000000"), 404, "not-found");
     const sub = await h.subscribe("http://127.0.0.1:9/x", ["contact.created"]);
     const before = await getSubscription(sub.id);
@@ -151,7 +151,7 @@ describe("auto-disable: errors", () => {
 
 describe("auto-disable: security", () => {
   test("reports about failing deliveries are not reported on again: an on-call receiver that fails gets no chain of delivery.exhausted", async () => {
-    h = scope.harness({ retrySchedule: [] });
+    h = await scope.harness({ retrySchedule: [] });
     const failing = scope.receiver("/failing");
     failing.respond(() => new Response("nope", { status: 500 }));
     const sub = await h.subscribe(failing.url, ["contact.created", "delivery.exhausted"]);
@@ -168,7 +168,7 @@ describe("auto-disable: security", () => {
   });
 
   test("stats and enable need a token", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const sub = await h.subscribe("http://127.0.0.1:9/x", ["contact.created"]);
     for (const [method, path] of [["GET", `/public/v1/webhook-subscriptions/${sub.id}/stats`], ["POST", `/public/v1/webhook-subscriptions/${sub.id}/enable`]] as const) {
       expectProblem(await h.json(method, path, { headers: { authorization: "" } }), 401, "unauthorized");
@@ -178,7 +178,7 @@ describe("auto-disable: security", () => {
 
 describe("endpoint stats", () => {
   test("a new subscription has no attempts: counts are 0, rate and latency null", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const sub = await h.subscribe("http://127.0.0.1:9/x", ["contact.created"]);
     const res = await stats(sub.id);
     expect(res.status).toBe(200);
@@ -187,7 +187,7 @@ describe("endpoint stats", () => {
   });
 
   test("attempts are counted by outcome over 24 hours and 7 days, with latency percentiles from the histogram", async () => {
-    h = scope.harness({ retrySchedule: [0.02, 0.02] });
+    h = await scope.harness({ retrySchedule: [0.02, 0.02] });
     const r = scope.receiver();
     r.respond((_, i) => new Response("x", { status: i % 3 === 0 ? 503 : 200 }));
     const sub = await h.subscribe(r.url, ["contact.created"]);
@@ -219,14 +219,14 @@ describe("endpoint stats", () => {
   });
 
   test("an unknown subscription is 404", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     expectProblem(await stats("sub_00000000000000000000000000"), 404, "not-found");
   });
 });
 
 describe("auto-disable in the console", () => {
   test("the subscriptions page shows why a subscription is disabled and enables it again", async () => {
-    h = scope.harness({ disableFailingAfterHours: secondsAsHours(0.1), retrySchedule: Array(40).fill(0.03) });
+    h = await scope.harness({ disableFailingAfterHours: secondsAsHours(0.1), retrySchedule: Array(40).fill(0.03) });
     const r = scope.receiver();
     r.respond(() => new Response("down", { status: 503 }));
     const sub = await h.subscribe(r.url, ["contact.created"], "Billing sync");
@@ -255,7 +255,7 @@ describe("auto-disable in the console", () => {
   });
 
   test("enabling without the form's CSRF token is refused and changes nothing", async () => {
-    h = scope.harness({ disableFailingAfterHours: secondsAsHours(0.1), retrySchedule: Array(40).fill(0.03) });
+    h = await scope.harness({ disableFailingAfterHours: secondsAsHours(0.1), retrySchedule: Array(40).fill(0.03) });
     const r = scope.receiver();
     r.respond(() => new Response("gone", { status: 410 }));
     const sub = await h.subscribe(r.url, ["contact.created"]);

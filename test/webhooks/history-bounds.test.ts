@@ -8,7 +8,7 @@ import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } fro
 const scope = webhookTestScope();
 let h: WebhookHarness;
 
-const rows = (sql: string) => h.rt.db.query<{ n: number }, []>(sql).get()!.n;
+const rows = async (sql: string) => (await h.rt.db.get<{ n: number }>(sql))!.n;
 
 async function createContacts(n: number): Promise<void> {
   for (let i = 0; i < n; i++) expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: `C${i}` } })).status).toBe(201);
@@ -16,7 +16,7 @@ async function createContacts(n: number): Promise<void> {
 
 describe("delivery history bounds: what one attempt stores", () => {
   test("a receiver answering 64 KiB bodies: 1 KiB of each is kept by default, and the header sets are stored once for all attempts", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = scope.receiver();
     r.respond(() => new Response("y".repeat(64 * 1024), { headers: { "content-type": "text/plain", server: "big/1" } }));
     for (let i = 0; i < 3; i++) await h.subscribe(r.url, ["contact.created"]);
@@ -39,13 +39,13 @@ describe("delivery history bounds: what one attempt stores", () => {
       });
     }
     // one set of request headers every attempt sends alike, one set of response headers
-    expect([rows("SELECT count(*) AS n FROM webhook_delivery_attempts"), rows("SELECT count(*) AS n FROM webhook_header_sets")]).toEqual([15, 2]);
+    expect([await rows("SELECT count(*) AS n FROM webhook_delivery_attempts"), await rows("SELECT count(*) AS n FROM webhook_header_sets")]).toEqual([15, 2]);
   });
 
   test("--delivery-response-body-bytes keeps up to 4 KiB, cut on a character boundary; more is refused at start", async () => {
     expect(() => loadConfig(["--delivery-response-body-bytes", "4097"], {})).toThrow(ConfigError);
     expect(() => loadConfig(["--delivery-response-body-bytes", "0"], {})).toThrow(ConfigError);
-    h = scope.harness({ deliveryResponseBodyBytes: 4096 });
+    h = await scope.harness({ deliveryResponseBodyBytes: 4096 });
     const r = scope.receiver();
     // 4095 ASCII bytes, then a 2-byte character that straddles the limit
     r.respond(() => new Response(`${"a".repeat(4095)}é${"b".repeat(60_000)}`));
@@ -58,33 +58,33 @@ describe("delivery history bounds: what one attempt stores", () => {
 
 describe("delivery history bounds: the size budget", () => {
   test("past --delivery-history-max-mb the oldest finished deliveries are pruned first, pending ones stay, and /metrics reports rows and size", async () => {
-    h = scope.harness({ deliveryHistoryMaxMb: 1, deliveryResponseBodyBytes: 4096, retrySchedule: [3600] });
+    h = await scope.harness({ deliveryHistoryMaxMb: 1, deliveryResponseBodyBytes: 4096, retrySchedule: [3600] });
     const failing = scope.receiver("/failing");
     failing.respond(() => new Response("later", { status: 503 }));
     await h.subscribe(failing.url, ["contact.updated"]);
     const first = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data;
     await h.json("PATCH", `/public/v1/contacts/${first.id}`, { body: { first_name: "Ada B" } });
     await waitFor(() => failing.received.length === 1, "the first attempt of the delivery that stays pending");
-    const pendingId = h.rt.db.query<{ id: string }, []>("SELECT id FROM webhook_deliveries").get()!.id;
+    const pendingId = (await h.rt.db.get<{ id: string }>("SELECT id FROM webhook_deliveries"))!.id;
     const r = scope.receiver();
     r.respond(() => new Response("z".repeat(8192)));
     for (let i = 0; i < 10; i++) await h.subscribe(r.url, ["contact.created"]);
     await createContacts(30);
-    await waitFor(() => rows("SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'succeeded'") === 300, "300 deliveries");
-    const oldestFirst = h.rt.db.query<{ id: string }, []>("SELECT id FROM webhook_deliveries WHERE status <> 'pending' ORDER BY created_at, id").all().map((d) => d.id);
-    const before = parseExposition(metricsText(h.rt));
+    await waitFor(async () => (await rows("SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'succeeded'")) === 300, "300 deliveries");
+    const oldestFirst = (await h.rt.db.all<{ id: string }>("SELECT id FROM webhook_deliveries WHERE status <> 'pending' ORDER BY created_at, id")).map((d) => d.id);
+    const before = parseExposition(await metricsText(h.rt));
     expect(before.value("crm_webhook_history_rows", { table: "deliveries" })).toBe(301);
     expect(before.value("crm_webhook_history_rows", { table: "attempts" })).toBe(301);
     expect(before.value("crm_webhook_history_bytes")).toBeGreaterThan(1024 * 1024);
 
     const pruned = await pruneToBudget(h.rt);
-    const kept = h.rt.db.query<{ id: string }, []>("SELECT id FROM webhook_deliveries WHERE status <> 'pending' ORDER BY created_at, id").all().map((d) => d.id);
+    const kept = (await h.rt.db.all<{ id: string }>("SELECT id FROM webhook_deliveries WHERE status <> 'pending' ORDER BY created_at, id")).map((d) => d.id);
     expect(pruned.deliveries).toBeGreaterThan(0);
     expect(pruned.bytes).toBeLessThanOrEqual(1024 * 1024);
     // what is left is the newest: the oldest were pruned first
     expect(kept).toEqual(oldestFirst.slice(pruned.deliveries));
-    expect(h.rt.db.query("SELECT status FROM webhook_deliveries WHERE id = ?").get(pendingId)).toEqual({ status: "pending" });
-    const after = parseExposition(metricsText(h.rt));
+    expect((await h.rt.db.get("SELECT status FROM webhook_deliveries WHERE id = ?", [pendingId]))).toEqual({ status: "pending" });
+    const after = parseExposition(await metricsText(h.rt));
     expect(after.value("crm_webhook_history_rows", { table: "deliveries" })).toBe(kept.length + 1);
     expect(after.value("crm_webhook_history_bytes")).toBe(pruned.bytes);
   }, 20_000);

@@ -12,7 +12,7 @@ const createContact = async (first_name = "Ada") => (await h.json("POST", "/publ
 
 describe("delivery history: happy paths", () => {
   test("a delivery's detail has the body sent and every attempt with request and response", async () => {
-    h = scope.harness({ retrySchedule: [0.01] });
+    h = await scope.harness({ retrySchedule: [0.01] });
     const r = receiver();
     const big = "x".repeat(5000);
     r.respond((_, i) =>
@@ -63,7 +63,7 @@ describe("delivery history: happy paths", () => {
   });
 
   test("the list is newest first and filters by subscription_id, event, event_id, status and created_after", async () => {
-    h = scope.harness({ retrySchedule: [] });
+    h = await scope.harness({ retrySchedule: [] });
     const ok = receiver("/ok");
     const bad = receiver("/bad");
     bad.respond(() => new Response("no", { status: 400 }));
@@ -97,7 +97,7 @@ describe("delivery history: happy paths", () => {
   });
 
   test("POST /:id/retry makes a manual attempt now and answers with the delivery afterwards", async () => {
-    h = scope.harness({ retrySchedule: [] });
+    h = await scope.harness({ retrySchedule: [] });
     const r = receiver();
     r.respond(() => new Response("down", { status: 500 }));
     await h.subscribe(r.url, ["contact.created"]);
@@ -118,7 +118,7 @@ describe("delivery history: happy paths", () => {
   });
 
   test("a failed manual attempt of a finished delivery leaves it failed, with no automatic retry", async () => {
-    h = scope.harness({ retrySchedule: [0.01] });
+    h = await scope.harness({ retrySchedule: [0.01] });
     const r = receiver();
     r.respond(() => new Response("down", { status: 500 }));
     await h.subscribe(r.url, ["contact.created"]);
@@ -131,7 +131,7 @@ describe("delivery history: happy paths", () => {
 
 describe("delivery history: errors", () => {
   test("unknown delivery ids are 404 for get and retry", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     for (const [method, path] of [["GET", ""], ["POST", "/retry"]] as const) {
       const res = await h.json(method, `/public/v1/webhook-deliveries/dlv_nope${path}`);
       expectProblem(res, 404, "not-found");
@@ -140,7 +140,7 @@ describe("delivery history: errors", () => {
   });
 
   test("retrying a delivery whose subscription was deleted is 409 and sends nothing", async () => {
-    h = scope.harness({ retrySchedule: [] });
+    h = await scope.harness({ retrySchedule: [] });
     const r = receiver();
     const sub = await h.subscribe(r.url, ["contact.created"]);
     await createContact();
@@ -152,7 +152,7 @@ describe("delivery history: errors", () => {
   });
 
   test("retrying while an attempt is under way is 409", async () => {
-    h = scope.harness({ deliveryTimeoutMs: 10_000 });
+    h = await scope.harness({ deliveryTimeoutMs: 10_000 });
     const r = receiver();
     r.hold();
     await h.subscribe(r.url, ["contact.created"]);
@@ -166,7 +166,7 @@ describe("delivery history: errors", () => {
   });
 
   test("bad list parameters are 422 naming them", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const res = await h.json("GET", "/public/v1/webhook-deliveries?status=lost&event=contact.merged&created_after=yesterday");
     expectProblem(res, 422, "validation");
     expect(res.body.errors).toEqual(
@@ -187,7 +187,7 @@ describe("delivery history: errors", () => {
 
 describe("delivery history: security", () => {
   test("every route needs a token", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     for (const [method, path] of [["GET", ""], ["GET", "/dlv_x"], ["POST", "/dlv_x/retry"]] as const) {
       const res = await h.json(method, `/public/v1/webhook-deliveries${path}`, { headers: { authorization: "Bearer crm_wrong" } });
       expectProblem(res, 401, "unauthorized");
@@ -195,7 +195,7 @@ describe("delivery history: security", () => {
   });
 
   test("no secret appears in the delivery history or the subscription list", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = receiver();
     const sub = await h.subscribe(r.url, ["contact.created"]);
     await createContact();

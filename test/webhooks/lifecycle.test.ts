@@ -26,7 +26,7 @@ const endGrace = (subscriptionId: string) => h.rt.db.run("UPDATE webhook_subscri
 
 describe("secret rotation: happy paths", () => {
   test("during the grace period receivers with the old or the new secret both verify; after it only the new one does", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = receiver();
     const sub = await h.subscribe(r.url, ["contact.created"]);
     const res = await h.json("POST", subscriptionPath(sub.id, "rotate-secret"), { body: { grace_hours: 2 } });
@@ -61,7 +61,7 @@ describe("secret rotation: happy paths", () => {
     }
     expect(recorded.attempt_history[0].request_headers["webhook-signature"]).toBe(during.headers["webhook-signature"]);
 
-    endGrace(sub.id);
+    await endGrace(sub.id);
     await createContact({ first_name: "Grace" });
     const after = await waitFor(() => r.received[1], "the delivery after the grace period");
     expect(after.headers["webhook-signature"]!.split(" ")).toHaveLength(1);
@@ -70,7 +70,7 @@ describe("secret rotation: happy paths", () => {
   });
 
   test("grace_hours 0 switches at once; without a body the grace period is 24 hours; a second rotation drops the oldest secret", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = receiver();
     const sub = await h.subscribe(r.url, ["contact.created"]);
     const first = (await h.json("POST", subscriptionPath(sub.id, "rotate-secret"))).body.data;
@@ -84,7 +84,7 @@ describe("secret rotation: happy paths", () => {
   });
 
   test("a repeated Idempotency-Key replays the rotation instead of rotating again", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"]);
     const headers = { "idempotency-key": "rotate-1" };
     const first = await h.json("POST", subscriptionPath(sub.id, "rotate-secret"), { body: { grace_hours: 1 }, headers });
@@ -97,7 +97,7 @@ describe("secret rotation: happy paths", () => {
 
 describe("secret rotation: errors", () => {
   test("grace_hours outside 0..168 is 422 and changes nothing; an unknown subscription is 404", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"]);
     for (const body of [{ grace_hours: 169 }, { grace_hours: -1 }, { grace_hours: 1.5 }, { grace_hours: "24" }]) {
       const res = await h.json("POST", subscriptionPath(sub.id, "rotate-secret"), { body });
@@ -111,7 +111,7 @@ describe("secret rotation: errors", () => {
 
 describe("recovery: happy paths", () => {
   test("after an outage, recover re-sends every failed delivery of the window once, with its webhook-id, and nothing outside it", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = receiver();
     r.respond(() => new Response("down", { status: 503 }));
     const sub = await h.subscribe(r.url, ["contact.created"]);
@@ -158,7 +158,7 @@ describe("recovery: happy paths", () => {
   });
 
   test("until defaults to now; a recovered delivery that fails again is failed again after one attempt", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = receiver();
     r.respond(() => new Response("down", { status: 503 }));
     const sub = await h.subscribe(r.url, ["contact.created"]);
@@ -174,7 +174,7 @@ describe("recovery: happy paths", () => {
 
 describe("recovery: errors", () => {
   test("a window starting over 14 days ago, ending before it starts, or not RFC 3339 is 422 and queues nothing", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"]);
     const path = subscriptionPath(sub.id, "recover");
     const old = new Date(Date.now() - 15 * 24 * HOUR).toISOString();
@@ -188,7 +188,7 @@ describe("recovery: errors", () => {
   });
 
   test("an unknown subscription is 404; a disabled one is 409", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = receiver();
     r.respond(() => new Response("gone", { status: 410 }));
     const sub = await h.subscribe(r.url, ["contact.created"]);
@@ -202,10 +202,10 @@ describe("recovery: errors", () => {
 
 describe("event catalogue", () => {
   test("GET /event-types lists every event kind with a description and the JSON Schema of its body", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const res = await h.json("GET", "/public/v1/event-types");
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ data: eventTypes() });
+    expect(res.body).toEqual({ data: await eventTypes() });
     expect(res.body.data.map((e: any) => e.type)).toEqual([...WEBHOOK_EVENT_TYPES]);
     for (const entry of res.body.data) {
       expect(entry.description.length).toBeGreaterThan(20);
@@ -214,11 +214,11 @@ describe("event catalogue", () => {
   });
 
   test("the OpenAPI document carries the same schemas under its top-level webhooks, and the new operations by name", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const doc = (await h.json("GET", "/docs/json")).body;
     expect(doc.openapi).toStartWith("3.1");
     expect(Object.keys(doc.webhooks)).toEqual([...WEBHOOK_EVENT_TYPES]);
-    for (const { type, schema } of eventTypes()) {
+    for (const { type, schema } of await eventTypes()) {
       expect(doc.webhooks[type].post.requestBody.content["application/json"].schema).toEqual(schema);
       expect(doc.webhooks[type].post.parameters.map((p: any) => p.name)).toEqual(["webhook-id", "webhook-timestamp", "webhook-signature"]);
     }
@@ -245,7 +245,7 @@ describe("event catalogue", () => {
 
 describe("ordering and de-duplication", () => {
   test("five PATCHes give strictly increasing data.version in the order made, and one event_id reaches both subscriptions", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const first = receiver("/first");
     const second = receiver("/second");
     await h.subscribe(first.url, ["contact.created", "contact.updated"]);
@@ -268,30 +268,30 @@ describe("ordering and de-duplication", () => {
   });
 
   test("concurrent PATCHes of one contact each get their own version", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const contact = await createContact();
     const results = await Promise.all(Array.from({ length: 30 }, (_, i) => h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { phone: `+1 555 01${String(i).padStart(2, "0")}` } })));
     expect(results.map((res) => res.body.data.version).sort((a, b) => a - b)).toEqual(Array.from({ length: 30 }, (_, i) => i + 2));
-    const payloads = h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events WHERE type = 'contact.updated' ORDER BY id").all();
+    const payloads = (await h.rt.db.all<{ payload: string }>("SELECT payload FROM events WHERE type = 'contact.updated' ORDER BY id"));
     expect(payloads.map((row) => JSON.parse(row.payload).data.version)).toEqual(Array.from({ length: 30 }, (_, i) => i + 2));
   });
 
   test("a PATCH that changes nothing keeps the version; a batch upsert that changes the contact counts it up like a PATCH", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const contact = await createContact();
     const res = await h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { first_name: "Ada" } });
     expect(res.body.data).toEqual(contact);
     const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: [{ email: "ada@example.com", first_name: "Augusta Ada" }, { email: "ada@example.com", first_name: "Augusta Ada" }] } });
     expect(batch.body.data.map((r: any) => r.status)).toEqual(["updated", "unchanged"]);
     expect((await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data.version).toBe(2);
-    const updated = h.rt.db.query<{ payload: string }, []>("SELECT payload FROM events WHERE type = 'contact.updated'").all();
+    const updated = (await h.rt.db.all<{ payload: string }>("SELECT payload FROM events WHERE type = 'contact.updated'"));
     expect(updated.map((row) => JSON.parse(row.payload).data.version)).toEqual([2]);
   });
 });
 
 describe("pause, resume and description", () => {
   test("a paused subscription's deliveries wait, pending, and go out on resume", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const paused = receiver("/paused");
     const control = receiver("/control");
     const sub = await h.subscribe(paused.url, ["contact.created"]);
@@ -320,7 +320,7 @@ describe("pause, resume and description", () => {
   });
 
   test("PATCH edits the description; null clears it; a PATCH with nothing new changes nothing", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"], "old label");
     const res = await h.json("PATCH", subscriptionPath(sub.id), { body: { description: "CRM sync (production)" } });
     expect(res.status).toBe(200);
@@ -334,7 +334,7 @@ describe("pause, resume and description", () => {
 
 describe("pause, resume and description: errors", () => {
   test("PATCH refuses a new target_url or events and long descriptions with 422; unknown subscriptions are 404", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"], "label");
     expect((await h.json("PATCH", subscriptionPath(sub.id), { body: { description: "new", target_url: "https://elsewhere.example.com/", events: ["contact.deleted"] } })).body).toEqual(
       validation(
@@ -355,7 +355,7 @@ describe("pause, resume and description: errors", () => {
 
 describe("webhook lifecycle: security", () => {
   test("every new route needs a token", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"]);
     const calls: [string, string, unknown][] = [
       ["POST", subscriptionPath(sub.id, "rotate-secret"), {}],

@@ -80,7 +80,7 @@ const create = (body: unknown) => h.json("POST", "/public/v1/webhook-subscriptio
 
 describe("max_rate: happy paths", () => {
   test("max_rate of 5/s holds over a backlog of 100 deliveries, retries included (receiver-side timestamps)", async () => {
-    h = scope.harness({ retrySchedule: [0.01, 0.01] });
+    h = await scope.harness({ retrySchedule: [0.01, 0.01] });
     // A few answers fail, so retries are due while the backlog drains: they wait their turn too.
     const receiver = await startTimingReceiver();
     try {
@@ -99,7 +99,7 @@ describe("max_rate: happy paths", () => {
   }, 90_000);
 
   test("max_rate of 5/s holds during a recovery of 100 deliveries (receiver-side timestamps)", async () => {
-    h = scope.harness({ retrySchedule: [0.01, 0.01] });
+    h = await scope.harness({ retrySchedule: [0.01, 0.01] });
     const receiver = await startTimingReceiver();
     try {
       const created = await create({ target_url: receiver.url, events: ["contact.created"], max_rate: 5 });
@@ -109,7 +109,7 @@ describe("max_rate: happy paths", () => {
       // are then marked as having used up their attempts.
       expect((await h.json("POST", `/public/v1/webhook-subscriptions/${id}/pause`)).status).toBe(200);
       await createContacts(100);
-      await h.rt.writes.submit(() => h.rt.db.run("UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL WHERE subscription_id = ?", [id]));
+      await h.rt.db.run("UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL WHERE subscription_id = ?", [id]);
       expect((await h.json("POST", `/public/v1/webhook-subscriptions/${id}/resume`)).status).toBe(200);
       expect((await receiver.arrivals()).length).toBe(0);
 
@@ -123,7 +123,7 @@ describe("max_rate: happy paths", () => {
   }, 90_000);
 
   test("without max_rate, a backlog goes out as fast as the receiver takes it", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = scope.receiver();
     const arrivals: number[] = [];
     r.respond(() => {
@@ -141,7 +141,7 @@ describe("max_rate: errors", () => {
   const refused = [0, 1001, 2.5, -5, "5", null];
   for (const value of refused) {
     test(`max_rate ${JSON.stringify(value)} is 422 naming the field, and nothing is stored`, async () => {
-      h = scope.harness();
+      h = await scope.harness();
       const res = await create({ target_url: "http://127.0.0.1:9/x", events: ["contact.created"], max_rate: value });
       expectProblem(res, 422, "validation");
       expect(res.body).toEqual(validation([{ pointer: "/max_rate", detail: "must be a whole number of requests per second from 1 to 1000" }]));
@@ -152,7 +152,7 @@ describe("max_rate: errors", () => {
 
 describe("max_rate in the console", () => {
   test("the create form takes max_rate; out of range is refused with the field named, and nothing is stored", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     await addOperator(h.rt.db);
     const client = new ConsoleClient((request) => h.app.handle(request));
     expect((await client.signIn()).status).toBe(303);

@@ -25,7 +25,7 @@ const createContact = async () => expect((await h.json("POST", "/public/v1/conta
 describe("pinned connect: happy paths", () => {
   test("a delivery connects to the address resolved, once per attempt, with the original Host header", async () => {
     const resolve = answering(["127.0.0.1"]);
-    h = scope.harness({ retrySchedule: [0.02] }, { network: { resolve } });
+    h = await scope.harness({ retrySchedule: [0.02] }, { network: { resolve } });
     const r = scope.receiver();
     r.respond((_, i) => new Response(i === 0 ? "busy" : "ok", { status: i === 0 ? 503 : 200 }));
     const port = new URL(r.url).port;
@@ -41,7 +41,7 @@ describe("pinned connect: happy paths", () => {
   });
 
   test("https: the TLS server name and the certificate check use the original host name, not the address", async () => {
-    h = scope.harness({}, { network: { resolve: answering(["127.0.0.1"]), ca: CERT } });
+    h = await scope.harness({}, { network: { resolve: answering(["127.0.0.1"]), ca: CERT } });
     const hosts: string[] = [];
     const server = Bun.serve({
       hostname: "127.0.0.1",
@@ -67,7 +67,7 @@ describe("pinned connect: happy paths", () => {
 describe("pinned connect: security", () => {
   test("DNS rebinding: a name that is public at the check and 127.0.0.1 at connect time reaches nothing", async () => {
     const resolve = answering(["93.184.216.34"], ["127.0.0.1"]);
-    h = scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve } });
+    h = await scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve } });
     const r = scope.receiver();
     await h.subscribe(`http://rebind.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
     await createContact();
@@ -84,7 +84,7 @@ describe("pinned connect: security", () => {
   });
 
   test("a name with one private address among public ones is refused at connect time", async () => {
-    h = scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve: answering(["93.184.216.34"], ["93.184.216.34", "10.1.2.3"]) } });
+    h = await scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve: answering(["93.184.216.34"], ["93.184.216.34", "10.1.2.3"]) } });
     await h.subscribe("http://mixed.example.test/hook", ["contact.created"]);
     await createContact();
     const [delivery] = await settledDeliveries(h);
@@ -92,7 +92,7 @@ describe("pinned connect: security", () => {
   });
 
   test("https: a certificate that does not name the original host is refused, though the address is the same", async () => {
-    h = scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.1"]), ca: CERT } });
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.1"]), ca: CERT } });
     let reached = 0;
     const server = Bun.serve({ hostname: "127.0.0.1", port: 0, tls: { cert: CERT, key: KEY }, fetch: () => (reached++, new Response("ok")) });
     try {
@@ -109,7 +109,7 @@ describe("pinned connect: security", () => {
   });
 
   test("a name that resolves to no address is refused in words", async () => {
-    h = scope.harness({ retrySchedule: [] }, { network: { resolve: answering([]) } });
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering([]) } });
     await h.subscribe("http://empty.example.test/hook", ["contact.created"]);
     await createContact();
     const [delivery] = await settledDeliveries(h);

@@ -10,11 +10,11 @@ afterEach(async () => {
   await r?.stop();
 });
 
-const count = (table: string) => h.rt.db.query<{ n: number }, []>(`SELECT count(*) AS n FROM ${table}`).get()!.n;
+const count = async (table: string) => (await h.rt.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
 
 describe("retention", () => {
   test("finished deliveries, their attempts and unreferenced events older than the retention are pruned; pending ones stay", async () => {
-    h = webhookHarness({ deliveryRetentionDays: 30, retrySchedule: [3600] });
+    h = await webhookHarness({ deliveryRetentionDays: 30, retrySchedule: [3600] });
     r = startReceiver();
     const okSub = await h.subscribe(r.url, ["contact.created"]);
     const failing = startReceiver("/failing");
@@ -28,18 +28,18 @@ describe("retention", () => {
     const deliveries = await waitForAttempts(h);
     await failing.stop();
     expect(deliveries.map((d) => [d.subscription_id, d.status]).sort()).toEqual([[okSub.id, "succeeded"], [pendingSub.id, "pending"]].sort());
-    expect([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts"), count("idempotency_keys"), count("webhook_attempt_stats")]).toEqual([4, 2, 2, 1, 2]);
+    expect(await Promise.all([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts"), count("idempotency_keys"), count("webhook_attempt_stats")])).toEqual([4, 2, 2, 1, 2]);
 
     // Hourly attempt statistics are kept 7 days and an hour, the longest stats window.
     expect(await pruneHistory(h.rt, Date.now() + 7 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 1, attempt_stats: 0, tombstones: 0 });
     expect(await pruneHistory(h.rt, Date.now() + 29 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 2, tombstones: 0 });
     expect(await pruneHistory(h.rt, Date.now() + 31 * DAY)).toEqual({ deliveries: 1, events: 3, idempotency_keys: 0, attempt_stats: 0, tombstones: 0 });
-    expect([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts")]).toEqual([1, 1, 1]);
+    expect(await Promise.all([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts")])).toEqual([1, 1, 1]);
     // The deleted contact's tombstone outlives the delivery history: 90 days by default.
-    expect(count("tombstones")).toBe(1);
+    expect(await count("tombstones")).toBe(1);
     expect(await pruneHistory(h.rt, Date.now() + 89 * DAY)).toMatchObject({ tombstones: 0 });
     expect(await pruneHistory(h.rt, Date.now() + 91 * DAY)).toMatchObject({ tombstones: 1 });
-    expect(count("tombstones")).toBe(0);
+    expect(await count("tombstones")).toBe(0);
     const [left] = await h.deliveries();
     expect(left).toMatchObject({ subscription_id: pendingSub.id, status: "pending" });
   });
@@ -55,12 +55,12 @@ async function waitForAttempts(harness: WebhookHarness): Promise<any[]> {
 
 describe("retention: recent history", () => {
   test("a run keeps settled history younger than the retention period", async () => {
-    h = webhookHarness();
+    h = await webhookHarness();
     r = startReceiver();
     await h.subscribe(r.url, ["contact.created"]);
     await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
     await settledDeliveries(h);
     expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 0, tombstones: 0 });
-    expect(count("webhook_deliveries")).toBe(1);
+    expect(await count("webhook_deliveries")).toBe(1);
   });
 });

@@ -7,6 +7,7 @@ import { createRuntime } from "../../server/app.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
+import type { Db } from "../../server/db/sql.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { newId } from "../../server/shared/ids.ts";
 import { recordPing } from "../../server/webhooks/outbox.ts";
@@ -16,8 +17,7 @@ import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } fro
 const scope = webhookTestScope();
 let h: WebhookHarness;
 
-const storedSecret = (db: { query: WebhookHarness["rt"]["db"]["query"] }, id: string) =>
-  db.query<{ secret: string }, [string]>("SELECT secret FROM webhook_subscriptions WHERE id = ?").get(id)!.secret;
+const storedSecret = async (db: Db, id: string) => (await db.get<{ secret: string }>("SELECT secret FROM webhook_subscriptions WHERE id = ?", [id]))!.secret;
 
 /** fileBytes is a database file with its WAL, as someone copying the data directory would get it. */
 const fileBytes = (dataDir: string) =>
@@ -28,13 +28,13 @@ const configFor = (dataDir: string, overrides: Partial<Config> = {}): Config => 
 
 describe("sealed secrets: happy paths", () => {
   test("the first start creates secrets.key (0600) in the data directory; secrets are stored sealed and deliveries sign with the secret in clear", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const keyFile = join(h.dataDir, "secrets.key");
     expect((statSync(keyFile).mode & 0o777).toString(8)).toBe("600");
     expect(readFileSync(keyFile, "utf8")).toMatch(/^[A-Za-z0-9+/]{43}=\n$/);
     const r = scope.receiver();
     const sub = await h.subscribe(r.url, ["contact.created"]);
-    const stored = storedSecret(h.rt.db, sub.id);
+    const stored = await storedSecret(h.rt.db, sub.id);
     expect(stored).toStartWith(`sealed-v1.${sub.secret.slice(6, 10)}.`);
     expect(stored).not.toContain(sub.secret.slice(6));
     expect((await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body.data.secret).toBe(`${sub.secret.slice(0, 10)}…`);
@@ -44,14 +44,13 @@ describe("sealed secrets: happy paths", () => {
   });
 
   test("an idempotent replay of the create answers the secret in full, while the kept response holds it sealed", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const body = { target_url: "http://127.0.0.1:9/hook", events: ["contact.created"] };
     const first = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-1" } });
     const replay = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-1" } });
     expect(replay.headers.get("idempotent-replayed")).toBe("true");
     expect(replay.body).toEqual(first.body);
-    h.rt.writes.flush();
-    h.rt.db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    h.db.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
     expect(fileBytes(h.dataDir).includes(first.body.data.secret.slice(6))).toBe(false);
   });
 
@@ -60,26 +59,26 @@ describe("sealed secrets: happy paths", () => {
     const plain = `whsec_${Buffer.alloc(32, 7).toString("base64")}`;
     const r = scope.receiver();
     const db = openDatabase(databasePath(dataDir));
-    migrate(db, MIGRATIONS.filter((m) => m.version < 11));
+    migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 11));
     const id = newId("sub");
-    db.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES (?, ?, '[\"contact.created\"]', ?, 1, 1)").run(id, r.url, plain);
-    const rt = createRuntime({ db, config: configFor(dataDir), log: createLogger("error") });
+    db.sqlite.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES (?, ?, '[\"contact.created\"]', ?, 1, 1)").run(id, r.url, plain);
+    const rt = await createRuntime({ db, config: configFor(dataDir), log: createLogger("error") });
     try {
-      expect(storedSecret(db, id)).toStartWith("sealed-v1.BwcH.");
-      expect(rt.secrets.open(id, storedSecret(db, id))).toBe(plain);
+      expect(await storedSecret(db, id)).toStartWith("sealed-v1.BwcH.");
+      expect(rt.secrets.open(id, await storedSecret(db, id))).toBe(plain);
       rt.deliveries.start();
-      await rt.writes.submit(() => recordPing(db, { id, target_url: r.url }));
+      await db.write((tx) => recordPing(tx, { id, target_url: r.url }));
       await waitFor(() => r.received[0], "the delivery");
       expect(() => new Webhook(plain).verify(r.received[0]!.body, r.received[0]!.headers)).not.toThrow();
     } finally {
       await rt.deliveries.stop(0);
-      db.close();
+      await db.close();
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
 
   test("a rotated secret and the previous one are stored sealed; during the grace period requests verify with either; a replayed rotation shows the new secret", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const r = scope.receiver();
     const sub = await h.subscribe(r.url, ["contact.created"]);
     const rotate = () => h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { body: { grace_hours: 1 }, headers: { "idempotency-key": "rotate-1" } });
@@ -91,7 +90,7 @@ describe("sealed secrets: happy paths", () => {
     expect(replay.headers.get("idempotent-replayed")).toBe("true");
     expect(replay.body).toEqual(rotated.body);
 
-    const row = h.rt.db.query<{ secret: string; previous_secret: string }, [string]>("SELECT secret, previous_secret FROM webhook_subscriptions WHERE id = ?").get(sub.id)!;
+    const row = (await h.rt.db.get<{ secret: string; previous_secret: string }>("SELECT secret, previous_secret FROM webhook_subscriptions WHERE id = ?", [sub.id]))!;
     expect(row.secret).toStartWith(`sealed-v1.${newSecret.slice(6, 10)}.`);
     expect(row.previous_secret).toStartWith(`sealed-v1.${sub.secret.slice(6, 10)}.`);
     expect(h.rt.secrets.open(sub.id, row.previous_secret)).toBe(sub.secret);
@@ -100,43 +99,42 @@ describe("sealed secrets: happy paths", () => {
     await waitFor(() => r.received[0], "the delivery");
     for (const secret of [newSecret, sub.secret]) expect(() => new Webhook(secret).verify(r.received[0]!.body, r.received[0]!.headers)).not.toThrow();
 
-    h.rt.writes.flush();
-    h.rt.db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    h.db.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
     const bytes = fileBytes(h.dataDir);
     for (const secret of [newSecret, sub.secret]) expect(bytes.includes(secret.slice(6))).toBe(false);
   });
 
-  test("migration 0011 seals a previous secret stored in clear too", () => {
+  test("migration 0011 seals a previous secret stored in clear too", async () => {
     const dataDir = tempDir();
     const db = openDatabase(databasePath(dataDir));
     try {
-      migrate(db, MIGRATIONS.filter((m) => m.version < 11));
+      migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 11));
       const id = newId("sub");
-      db.query(
+      db.sqlite.query(
         "INSERT INTO webhook_subscriptions (id, target_url, events, secret, previous_secret, previous_secret_expires_at, created_at, updated_at) VALUES (?, 'http://127.0.0.1:9/x', '[]', 'whsec_TmV3bmV3', 'whsec_T2xkb2xk', ?, 1, 1)",
       ).run(id, Date.now() + 3_600_000);
-      const rt = createRuntime({ db, config: configFor(dataDir), log: createLogger("error") });
-      const row = db.query<{ secret: string; previous_secret: string }, [string]>("SELECT secret, previous_secret FROM webhook_subscriptions WHERE id = ?").get(id)!;
+      const rt = await createRuntime({ db, config: configFor(dataDir), log: createLogger("error") });
+      const row = db.sqlite.query<{ secret: string; previous_secret: string }, [string]>("SELECT secret, previous_secret FROM webhook_subscriptions WHERE id = ?").get(id)!;
       expect([row.secret, row.previous_secret].map((s) => s.slice(0, 15))).toEqual(["sealed-v1.TmV3.", "sealed-v1.T2xk."]);
       expect([rt.secrets.open(id, row.secret), rt.secrets.open(id, row.previous_secret)]).toEqual(["whsec_TmV3bmV3", "whsec_T2xkb2xk"]);
     } finally {
-      db.close();
+      await db.close();
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
 
-  test("--secrets-key-file names a key kept outside the data directory; none is created inside", () => {
+  test("--secrets-key-file names a key kept outside the data directory; none is created inside", async () => {
     const dataDir = tempDir();
     const keyDir = tempDir();
     const keyFile = join(keyDir, "crm.key");
     writeFileSync(keyFile, `${Buffer.alloc(32, 1).toString("base64")}\n`, { mode: 0o600 });
     const db = openDatabase(databasePath(dataDir));
     try {
-      const rt = createRuntime({ db, config: configFor(dataDir, { secretsKeyFile: keyFile }), log: createLogger("error") });
+      const rt = await createRuntime({ db, config: configFor(dataDir, { secretsKeyFile: keyFile }), log: createLogger("error") });
       expect(new SecretBox(Buffer.alloc(32, 1)).open("sub_X", rt.secrets.seal("sub_X", "whsec_abc"))).toBe("whsec_abc");
       expect(existsSync(join(dataDir, "secrets.key"))).toBe(false);
     } finally {
-      db.close();
+      await db.close();
       rmSync(dataDir, { recursive: true, force: true });
       rmSync(keyDir, { recursive: true, force: true });
     }
@@ -144,12 +142,12 @@ describe("sealed secrets: happy paths", () => {
 });
 
 describe("sealed secrets: errors", () => {
-  const startWith = (dataDir: string, overrides: Partial<Config> = {}) => {
+  const startWith = async (dataDir: string, overrides: Partial<Config> = {}) => {
     const db = openDatabase(databasePath(dataDir));
     try {
-      createRuntime({ db, config: configFor(dataDir, overrides), log: createLogger("error") });
+      await createRuntime({ db, config: configFor(dataDir, overrides), log: createLogger("error") });
     } finally {
-      db.close();
+      await db.close();
     }
   };
 
@@ -164,17 +162,17 @@ describe("sealed secrets: errors", () => {
     }
   });
 
-  test("migrating secrets stored in clear without the key fails and changes nothing", () => {
+  test("migrating secrets stored in clear without the key fails and changes nothing", async () => {
     const dataDir = tempDir();
     const db = openDatabase(databasePath(dataDir));
     try {
-      migrate(db, MIGRATIONS.filter((m) => m.version < 11));
-      db.run("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES ('sub_OLD', 'http://x/', '[]', 'whsec_AAAA', 1, 1)");
-      expect(() => migrate(db)).toThrow("migration 0011 needs the secrets key");
-      expect(storedSecret(db, "sub_OLD")).toBe("whsec_AAAA");
-      expect(db.query("SELECT count(*) AS n FROM schema_migrations WHERE version = 11").get()).toEqual({ n: 0 });
+      migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 11));
+      db.sqlite.run("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES ('sub_OLD', 'http://x/', '[]', 'whsec_AAAA', 1, 1)");
+      expect(() => migrate(db.sqlite)).toThrow("migration 0011 needs the secrets key");
+      expect(await storedSecret(db, "sub_OLD")).toBe("whsec_AAAA");
+      expect(db.sqlite.query("SELECT count(*) AS n FROM schema_migrations WHERE version = 11").get()).toEqual({ n: 0 });
     } finally {
-      db.close();
+      await db.close();
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
@@ -182,10 +180,9 @@ describe("sealed secrets: errors", () => {
 
 describe("sealed secrets: security", () => {
   test("the database file copied without the key file: its secrets are unreadable, and a start on it refuses the new key", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const subs = [await h.subscribe("http://127.0.0.1:9/a", ["contact.created"]), await h.subscribe("http://127.0.0.1:9/b", ["contact.updated"])];
-    h.rt.writes.flush();
-    h.rt.db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    h.db.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
     const stolen = tempDir();
     try {
       copyFileSync(join(h.dataDir, "crm.sqlite"), join(stolen, "crm.sqlite"));
@@ -197,20 +194,20 @@ describe("sealed secrets: security", () => {
       }
       const db = openDatabase(databasePath(stolen));
       const guessedKey = new SecretBox(Buffer.alloc(32));
-      for (const s of subs) expect(() => guessedKey.open(s.id, storedSecret(db, s.id))).toThrow(SecretUnreadable);
+      for (const s of subs) expect(async () => guessedKey.open(s.id, await storedSecret(db, s.id))).toThrow(SecretUnreadable);
       expect(() => createRuntime({ db, config: configFor(stolen), log: createLogger("error") })).toThrow(
         `secrets key file ${join(stolen, "secrets.key")} does not open the signing secrets in this database`,
       );
-      db.close();
+      await db.close();
     } finally {
       rmSync(stolen, { recursive: true, force: true });
     }
   });
 
   test("a sealed secret copied onto another subscription does not open there", async () => {
-    h = scope.harness();
+    h = await scope.harness();
     const a = await h.subscribe("http://127.0.0.1:9/a", ["contact.created"]);
     const b = await h.subscribe("http://127.0.0.1:9/b", ["contact.created"]);
-    expect(() => h.rt.secrets.open(b.id, storedSecret(h.rt.db, a.id))).toThrow(`the signing secret of ${b.id} does not open with this secrets key`);
+    expect(async () => h.rt.secrets.open(b.id, await storedSecret(h.rt.db, a.id))).toThrow(`the signing secret of ${b.id} does not open with this secrets key`);
   });
 });

@@ -14,7 +14,7 @@ const create = (body: unknown, headers: Record<string, string> = {}) => h.json("
 
 describe("webhook subscriptions: happy paths", () => {
   test("create answers 201 with the whole record and the secret in full", async () => {
-    h = createHarness({ allowPrivateTargets: true });
+    h = await createHarness({ allowPrivateTargets: true });
     const res = await create({ target_url: "https://hooks.example.com/crm?x=1", description: "CRM sync", events: ["contact.created", "contact.updated"] });
     expect(res.status).toBe(201);
     const data = res.body.data;
@@ -39,7 +39,7 @@ describe("webhook subscriptions: happy paths", () => {
   });
 
   test("get and list mask the secret; description defaults to null", async () => {
-    h = createHarness({ allowPrivateTargets: true });
+    h = await createHarness({ allowPrivateTargets: true });
     const created = (await create({ target_url: "http://127.0.0.1:9/x", events: ["contact.deleted"] })).body.data;
     const masked = { ...created, secret: `${created.secret.slice(0, 10)}…` };
     expect(masked.secret).toMatch(MASKED);
@@ -51,7 +51,7 @@ describe("webhook subscriptions: happy paths", () => {
   });
 
   test("list is newest first, paginated, with a cursor, and filtered by event", async () => {
-    h = createHarness({ allowPrivateTargets: true });
+    h = await createHarness({ allowPrivateTargets: true });
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) {
       ids.push((await create({ target_url: `http://127.0.0.1:9/${i}`, events: i % 2 ? ["contact.updated"] : ["contact.created", "contact.deleted"] })).body.data.id);
@@ -70,7 +70,7 @@ describe("webhook subscriptions: happy paths", () => {
   });
 
   test("delete answers 204, then the subscription is 404 and gone from the list", async () => {
-    h = createHarness({ allowPrivateTargets: true });
+    h = await createHarness({ allowPrivateTargets: true });
     const { id } = (await create({ target_url: "http://127.0.0.1:9/x", events: ["contact.created"] })).body.data;
     const res = await h.request("DELETE", `/public/v1/webhook-subscriptions/${id}`);
     expect(res.status).toBe(204);
@@ -81,7 +81,7 @@ describe("webhook subscriptions: happy paths", () => {
   });
 
   test("the same Idempotency-Key and body replays the first response, secret included, without a second subscription", async () => {
-    h = createHarness({ allowPrivateTargets: true });
+    h = await createHarness({ allowPrivateTargets: true });
     const body = { target_url: "http://127.0.0.1:9/x", events: ["contact.created"] };
     const first = await create(body, { "idempotency-key": "sub-1" });
     const again = await create(body, { "idempotency-key": "sub-1" });
@@ -110,7 +110,7 @@ describe("webhook subscriptions: errors", () => {
 
   for (const [what, body, error] of invalid) {
     test(`${what} is 422 naming the field, and nothing is stored`, async () => {
-      h = createHarness({ allowPrivateTargets: true });
+      h = await createHarness({ allowPrivateTargets: true });
       const res = await create(body, { "idempotency-key": "k" });
       expectProblem(res, 422, "validation");
       expect(res.body).toEqual(validation([error]));
@@ -119,7 +119,7 @@ describe("webhook subscriptions: errors", () => {
   }
 
   test("unknown subscription ids are 404 for get, delete and test", async () => {
-    h = createHarness();
+    h = await createHarness();
     for (const [method, path] of [["GET", ""], ["DELETE", ""], ["POST", "/test"]] as const) {
       const res = await h.json(method, `/public/v1/webhook-subscriptions/sub_nope${path}`);
       expectProblem(res, 404, "not-found");
@@ -128,7 +128,7 @@ describe("webhook subscriptions: errors", () => {
   });
 
   test("bad list parameters are 422", async () => {
-    h = createHarness();
+    h = await createHarness();
     const res = await h.json("GET", "/public/v1/webhook-subscriptions?event=contact.merged&per_page=0");
     expectProblem(res, 422, "validation");
     expect(res.body.errors).toContainEqual({ parameter: "event", detail: `must be one of: ${KINDS}` });
@@ -137,7 +137,7 @@ describe("webhook subscriptions: errors", () => {
   });
 
   test("a body that is not JSON is refused", async () => {
-    h = createHarness();
+    h = await createHarness();
     expectProblem(await h.json("POST", "/public/v1/webhook-subscriptions", { body: "target_url=x", headers: { "content-type": "application/x-www-form-urlencoded" } }), 415);
     expectProblem(await h.json("POST", "/public/v1/webhook-subscriptions", { body: "{" }), 400, "invalid-json");
   });
@@ -167,7 +167,7 @@ describe("webhook subscriptions: security", () => {
 
   for (const [url, reason] of refused) {
     test(`${url} is refused with 422 without the private-targets switch`, async () => {
-      h = createHarness();
+      h = await createHarness();
       const res = await create({ target_url: url, events: ["contact.created"] });
       expect(res.body).toEqual(
         validation([{ pointer: "/target_url", detail: `${reason}; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)` }], "The target URL is not allowed."),
@@ -176,7 +176,7 @@ describe("webhook subscriptions: security", () => {
   }
 
   test("a name that resolves to loopback (localhost) is refused", async () => {
-    h = createHarness();
+    h = await createHarness();
     const res = await create({ target_url: "http://localhost:8080/x", events: ["contact.created"] });
     expectProblem(res, 422, "validation");
     expect(res.body.errors[0].pointer).toBe("/target_url");
@@ -184,19 +184,19 @@ describe("webhook subscriptions: security", () => {
   });
 
   test("a name that does not resolve is refused", async () => {
-    h = createHarness();
+    h = await createHarness();
     const res = await create({ target_url: "http://no-such-host.invalid/x", events: ["contact.created"] });
     expectProblem(res, 422, "validation");
     expect(res.body.errors[0].detail).toStartWith("host no-such-host.invalid could not be resolved");
   });
 
   test("with the switch, loopback targets are accepted", async () => {
-    h = createHarness({ allowPrivateTargets: true });
+    h = await createHarness({ allowPrivateTargets: true });
     expect((await create({ target_url: "http://localhost:8080/x", events: ["contact.created"] })).status).toBe(201);
   });
 
   test("every route needs a token", async () => {
-    h = createHarness();
+    h = await createHarness();
     for (const [method, path] of [["POST", ""], ["GET", ""], ["GET", "/sub_x"], ["DELETE", "/sub_x"], ["POST", "/sub_x/test"]] as const) {
       const body = method === "POST" && path === "" ? { target_url: "https://example.com/x", events: ["contact.created"] } : undefined;
       const res = await h.json(method, `/public/v1/webhook-subscriptions${path}`, { body, headers: { authorization: "" } });
@@ -206,7 +206,7 @@ describe("webhook subscriptions: security", () => {
   });
 
   test("browser calls are refused", async () => {
-    h = createHarness({ allowPrivateTargets: true });
+    h = await createHarness({ allowPrivateTargets: true });
     const res = await create({ target_url: "http://127.0.0.1:9/x", events: ["contact.created"] }, { origin: "https://evil.example" });
     expectProblem(res, 403, "browser-request");
     expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.meta.total).toBe(0);

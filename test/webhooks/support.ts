@@ -74,10 +74,10 @@ export function startReceiver(path = "/hook"): Receiver {
 }
 
 /** waitFor polls until the check passes and returns its value; it fails the test after `ms`. */
-export async function waitFor<T>(check: () => T | undefined | null | false, what: string, ms = 10_000): Promise<T> {
+export async function waitFor<T>(check: () => T | undefined | null | false | Promise<T | undefined | null | false>, what: string, ms = 10_000): Promise<T> {
   const until = Date.now() + ms;
   for (;;) {
-    const value = check();
+    const value = await check();
     if (value) return value;
     if (Date.now() > until) throw new Error(`gave up waiting for ${what}`);
     await Bun.sleep(5);
@@ -98,8 +98,8 @@ export interface WebhookHarness extends Harness {
 }
 
 /** webhookHarness builds a harness with FAST_WEBHOOKS (plus overrides) and starts its delivery loop. */
-export function webhookHarness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): WebhookHarness {
-  const h = createHarness({ ...FAST_WEBHOOKS, ...overrides }, options);
+export async function webhookHarness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): Promise<WebhookHarness> {
+  const h = await createHarness({ ...FAST_WEBHOOKS, ...overrides }, options);
   h.rt.deliveries.start();
   return {
     ...h,
@@ -116,7 +116,7 @@ export function webhookHarness(overrides: Partial<Config> = {}, options: Harness
     },
     async shutdown() {
       await h.rt.deliveries.stop(0);
-      h.close();
+      await h.close();
     },
   };
 }
@@ -133,7 +133,7 @@ export async function settledDeliveries(h: WebhookHarness, query = "per_page=100
 
 /**
  * webhookTestScope gives a test file harnesses and receivers that are shut down after each test:
- * `scope.harness()` replaces the current harness, `scope.receiver()` starts one more receiver.
+ * `await scope.harness()` replaces the current harness, `scope.receiver()` starts one more receiver.
  */
 export function webhookTestScope() {
   let current: WebhookHarness | undefined;
@@ -144,8 +144,8 @@ export function webhookTestScope() {
     while (receivers.length) await receivers.pop()!.stop();
   });
   return {
-    harness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): WebhookHarness {
-      current = webhookHarness(overrides, options);
+    async harness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): Promise<WebhookHarness> {
+      current = await webhookHarness(overrides, options);
       return current;
     },
     receiver(path?: string): Receiver {
