@@ -8,7 +8,7 @@ import { EventDeliveries } from "../contacts/pages.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
-import { HealthPanel } from "../subscriptions/pages.tsx";
+import { HealthPanel } from "../subscriptions/health-pages.tsx";
 import { CsrfField, formatDuration, HttpStatus, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "../pages/parts.tsx";
 
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */

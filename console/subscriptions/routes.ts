@@ -6,6 +6,7 @@ import { htmlResponse, redirect } from "../http.ts";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { recentFailures, subscriptionsHealth } from "./health.ts";
+import { subscriptionPage } from "./health-pages.tsx";
 import {
   deleteSubscriptionPage,
   editSubscriptionPage,
@@ -14,7 +15,6 @@ import {
   rotationPage,
   rotationPickPage,
   secretRotationPage,
-  subscriptionPage,
   subscriptionsPage,
 } from "./pages.tsx";
 import {
