@@ -570,7 +570,7 @@ export type DeliveryHourRow = {
 export function listDeliveryHoursSince(db: Db, fromHour: number, subscriptionId: string | null = null): Promise<DeliveryHourRow[]> {
   // IN (subquery) seeks the primary key once per subscription rather than reading every hour kept.
   const of = subscriptionId === null ? "IN (SELECT id FROM webhook_subscriptions)" : "= ?";
-  const sql = `SELECT subscription_id, hour, status, n FROM webhook_delivery_hours WHERE subscription_id ${of} AND hour >= ? AND n > 0`;
+  const sql = `SELECT subscription_id, hour, status, n FROM webhook_delivery_hours WHERE subscription_id ${of} AND hour >= ?`;
   return db.all<DeliveryHourRow>(sql, [...(subscriptionId === null ? [] : [subscriptionId]), fromHour]);
 }
 
@@ -578,7 +578,7 @@ export function listDeliveryHoursSince(db: Db, fromHour: number, subscriptionId:
 export function listDeliveryDaysSince(db: Db, fromDay: number, subscriptionId: string | null = null): Promise<DeliveryHourRow[]> {
   const of = subscriptionId === null ? "IN (SELECT id FROM webhook_subscriptions)" : "= ?";
   const sql = `SELECT subscription_id, hour - hour % 86400000 AS hour, status, sum(n) AS n FROM webhook_delivery_hours
-    WHERE subscription_id ${of} AND hour >= ? AND n > 0 GROUP BY subscription_id, hour - hour % 86400000, status`;
+    WHERE subscription_id ${of} AND hour >= ? GROUP BY subscription_id, hour - hour % 86400000, status`;
   return db.all<DeliveryHourRow>(sql, [...(subscriptionId === null ? [] : [subscriptionId]), fromDay]);
 }
 
