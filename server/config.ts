@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { isIP } from "node:net";
 
-type Kind = "string" | "port" | "positive-int" | "positive-number" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list";
+type Kind = "string" | "port" | "positive-int" | "positive-number" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list" | "database-url";
 
 interface Setting {
   key: keyof Config;
@@ -24,6 +24,10 @@ export interface Config {
   host: string;
   port: number;
   dataDir: string;
+  /** postgres:// URL of a PostgreSQL database shared by every instance; "" keeps SQLite in dataDir */
+  databaseUrl: string;
+  /** connections each instance opens to PostgreSQL at most */
+  databasePool: number;
   /** file holding the key that seals webhook signing secrets; "" means secrets.key in the data directory */
   secretsKeyFile: string;
   synchronous: Synchronous;
@@ -63,6 +67,9 @@ export interface Config {
   authFailuresPerMinute: number;
 }
 
+/** MAX_DATABASE_POOL bounds --database-pool: PostgreSQL allows 100 connections by default, all instances together. */
+const MAX_DATABASE_POOL = 100;
+
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
 const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
 
@@ -71,6 +78,8 @@ export const DEFAULT_CONFIG: Config = {
   host: "127.0.0.1",
   port: 3000,
   dataDir: "./data",
+  databaseUrl: "",
+  databasePool: 10,
   secretsKeyFile: "",
   synchronous: "full",
   logLevel: "info",
@@ -102,6 +111,14 @@ export const SETTINGS: Setting[] = [
   { key: "host", flag: "--host", env: "CRM_HOST", kind: "string", help: "address to listen on" },
   { key: "port", flag: "--port", env: "PORT", kind: "port", help: "TCP port to listen on (0 picks a free one)" },
   { key: "dataDir", flag: "--data-dir", env: "CRM_DATA_DIR", kind: "string", help: "directory holding the SQLite database" },
+  {
+    key: "databaseUrl",
+    flag: "--database-url",
+    env: "CRM_DATABASE_URL",
+    kind: "database-url",
+    help: "postgres://user:password@host:port/database of a PostgreSQL database (13+) shared by several instances; without it, SQLite in --data-dir. Used by copy-to-postgres; serving on it lands with the next step of issue 12",
+  },
+  { key: "databasePool", flag: "--database-pool", env: "CRM_DATABASE_POOL", kind: "positive-int", max: MAX_DATABASE_POOL, help: `connections to PostgreSQL each instance opens at most (1-${MAX_DATABASE_POOL})` },
   {
     key: "secretsKeyFile",
     flag: "--secrets-key-file",
@@ -153,6 +170,17 @@ export const SETTINGS: Setting[] = [
   { key: "authFailuresPerMinute", flag: "--auth-failures-per-minute", env: "CRM_AUTH_FAILURES_PER_MINUTE", kind: "positive-int", help: "failed API authentications per client address and minute before 429" },
 ];
 
+/** redactedUrl is a database URL with its password replaced by ***, fit for messages and logs. */
+export function redactedUrl(url: string): string {
+  // Anything else may hold the password anywhere before an @: all of that part is hidden.
+  if (!URL.canParse(url) || !/^postgres(ql)?:$/.test(new URL(url).protocol)) return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)?[^@]*@/i, "$1***@");
+  const parsed = new URL(url);
+  if (parsed.password) parsed.password = "***";
+  // libpq also takes the password as a query parameter.
+  if (parsed.searchParams.has("password")) parsed.searchParams.set("password", "***");
+  return parsed.toString();
+}
+
 /** ConfigError names the setting that is invalid; main prints its message as one line. */
 export class ConfigError extends Error {}
 
@@ -160,7 +188,7 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   const text = String(raw).trim();
   const fail = (expected: string): never => {
     // A secret is never echoed, not even a malformed one: this line ends up in logs.
-    const shown = setting.kind === "secret" ? "the value" : JSON.stringify(String(raw));
+    const shown = setting.kind === "secret" ? "the value" : JSON.stringify(setting.kind === "database-url" ? redactedUrl(text) : String(raw));
     throw new ConfigError(`invalid ${source}: ${shown} is not ${expected}`);
   };
   switch (setting.kind) {
@@ -206,6 +234,9 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
     }
     case "secret":
       if (text !== "" && !/^[\x21-\x7e]{16,200}$/.test(text)) fail("16 to 200 printable characters without spaces");
+      return text;
+    case "database-url":
+      if (text !== "" && !(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
       return text;
     case "address-list": {
       const parts = text === "" ? [] : text.split(",").map((p) => p.trim());

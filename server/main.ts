@@ -13,6 +13,7 @@ import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperator
 import { flushLogs } from "./shared/log.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
+import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { ImportError } from "./import/client.ts";
 import { importContacts } from "./import/service.ts";
 import { startServer } from "./server.ts";
@@ -41,6 +42,9 @@ Commands:
   operator unlock --email E          forget the failed sign-ins counted against an operator, so
                                      addresses slowed by them may try again at once
   backup FILE                        copy the database into a new FILE; safe while serving
+  copy-to-postgres --database-url URL
+                                     copy the data directory's database into an empty
+                                     PostgreSQL database (see copy-to-postgres --help)
   import contacts FILE.csv|FILE.jsonl --url URL --token-file F [--map "Col=field,..."]
          [--trial] [--dry-run] [--invalid-file PATH]
                                      import contacts (and their accounts) through a server's
@@ -159,7 +163,7 @@ async function importCommand(args: string[]): Promise<number> {
 async function main(argv: string[]): Promise<number> {
   const args = commandFirst(argv);
   if (args.includes("--help") || args.includes("-h") || args[0] === "help") {
-    process.stdout.write(HELP);
+    process.stdout.write(args[0] === "copy-to-postgres" ? COPY_USAGE : HELP);
     return 0;
   }
   if (args.includes("--version") || args[0] === "version") {
@@ -310,6 +314,8 @@ async function main(argv: string[]): Promise<number> {
     }
     case "import":
       return importCommand(args);
+    case "copy-to-postgres":
+      return copyToPostgresCommand(loadConfig(args), () => openConfiguredDatabase(args));
     default:
       throw new ConfigError(`unknown command ${command} (see --help)`);
   }

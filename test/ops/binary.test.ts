@@ -3,6 +3,9 @@ import { copyFileSync, readdirSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
+import { openPostgres } from "../../server/db/postgres.ts";
+import { POSTGRES_MIGRATIONS } from "../../server/db/postgres-migrations.ts";
+import { createTestDatabase } from "../support/postgres.ts";
 import { VERSION } from "../../server/version.ts";
 import { api, ROOT, runCli, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
 
@@ -123,6 +126,23 @@ describe("the compiled binary, alone in an empty folder", () => {
       }
     } finally {
       rmSync(fresh, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  test("copy-to-postgres applies the embedded PostgreSQL migrations and copies ./data", async () => {
+    const target = await createTestDatabase();
+    try {
+      const copied = run("copy-to-postgres", "--database-url", target.url);
+      expect({ exitCode: copied.exitCode, first: copied.stdout.split("\n")[0] }).toEqual({ exitCode: 0, first: expect.stringMatching(/^copied \d+ rows into postgres:\/\//) });
+      const db = await openPostgres(target.url, 1);
+      try {
+        expect(await db.all("SELECT version, name FROM schema_migrations ORDER BY version")).toEqual(POSTGRES_MIGRATIONS.map((m) => ({ version: m.version, name: m.name })));
+        expect(copied.stdout).toContain(`\napi_tokens${" ".repeat(18)} ${(await db.get<{ n: number }>("SELECT count(*) AS n FROM api_tokens"))!.n}\n`);
+      } finally {
+        await db.close();
+      }
+    } finally {
+      await target.drop();
     }
   }, 60_000);
 });

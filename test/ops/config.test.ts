@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig } from "../../server/config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
 import { ROOT, SOURCE, runCli, tempDir } from "./support.ts";
 
 function configFile(text: string): string {
@@ -82,6 +82,22 @@ describe("configuration: sources and precedence", () => {
     expect(configError(() => loadConfig([], { CRM_SYNCHRONOUS: "off" }))).toBe('invalid CRM_SYNCHRONOUS: "off" is not one of full, normal');
   });
 
+  test("the PostgreSQL database URL and pool come from a flag, the environment or the file; without a URL, SQLite", () => {
+    expect([DEFAULT_CONFIG.databaseUrl, DEFAULT_CONFIG.databasePool]).toEqual(["", 10]);
+    expect(loadConfig(["--database-url", "postgres://crm:pw@db.internal:5432/crm", "--database-pool=4"], {})).toEqual({
+      ...DEFAULT_CONFIG,
+      databaseUrl: "postgres://crm:pw@db.internal:5432/crm",
+      databasePool: 4,
+    });
+    expect(loadConfig([], { CRM_DATABASE_URL: "postgresql://db/crm?sslmode=require", CRM_DATABASE_POOL: "25" })).toEqual({
+      ...DEFAULT_CONFIG,
+      databaseUrl: "postgresql://db/crm?sslmode=require",
+      databasePool: 25,
+    });
+    const file = configFile('database_url = "postgres://crm@127.0.0.1/crm"\ndatabase_pool = 2\n');
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrl: "postgres://crm@127.0.0.1/crm", databasePool: 2 });
+  });
+
   test("deploy/crm.toml, the example file, names every setting and loads as it is", () => {
     const example = join(ROOT, "deploy", "crm.toml");
     const text = readFileSync(example, "utf8");
@@ -106,6 +122,22 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--disable-failing-after-hours", "5 days"], {}))).toBe('invalid --disable-failing-after-hours: "5 days" is not a positive number');
     expect(configError(() => loadConfig(["--trusted-proxies", "10.0.0.1,proxy.local"], {}))).toBe('invalid --trusted-proxies: "10.0.0.1,proxy.local" is not a comma-separated list of IP addresses');
     expect(configError(() => loadConfig(["--port"], {}))).toBe("--port needs a value");
+  });
+
+  test("a database URL that is not postgres:// or postgresql:// names the setting and never shows its password", () => {
+    expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
+    expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
+    expect(configError(() => loadConfig(["--database-url", "mysql://crm:hunter2@db/crm"], {}))).toBe('invalid --database-url: "mysql://***@db/crm" is not a postgres:// or postgresql:// URL');
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "db.internal:5432" }))).toBe('invalid CRM_DATABASE_URL: "db.internal:5432" is not a postgres:// or postgresql:// URL');
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "crm:hunter2@db/crm" }))).toBe('invalid CRM_DATABASE_URL: "***@db/crm" is not a postgres:// or postgresql:// URL');
+    const file = configFile('database_url = "sqlite:///var/lib/crm"\n');
+    expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid database_url in ${file}: "sqlite:///var/lib/crm" is not a postgres:// or postgresql:// URL`);
+  });
+
+  test("the database pool takes 1 to 100 connections", () => {
+    expect(loadConfig(["--database-pool", "100"], {}).databasePool).toBe(100);
+    expect(configError(() => loadConfig(["--database-pool", "0"], {}))).toBe('invalid --database-pool: "0" is not a positive whole number');
+    expect(configError(() => loadConfig([], { CRM_DATABASE_POOL: "101" }))).toBe('invalid CRM_DATABASE_POOL: "101" is not a whole number from 1 to 100');
   });
 
   test("a malformed metrics token is refused without being echoed", () => {

@@ -1,0 +1,48 @@
+// Imported as text so `bun build --compile` embeds them, like the SQLite migrations.
+import schema from "../../migrations/postgres/0001_schema.sql" with { type: "text" };
+import type { PostgresDatabase } from "./postgres.ts";
+
+/** PostgresMigration is one numbered SQL file of migrations/postgres/. */
+export interface PostgresMigration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+/**
+ * POSTGRES_MIGRATIONS lists every file of migrations/postgres/ in order; a test checks that none is
+ * missing. A change of the SQLite schema needs its PostgreSQL twin here: test/postgres/migrations.test.ts
+ * compares the two schemas, table by table, after the last migration of each.
+ */
+export const POSTGRES_MIGRATIONS: PostgresMigration[] = [{ version: 1, name: "0001_schema.sql", sql: schema }];
+
+/**
+ * MIGRATION_LOCK is the advisory lock key every instance takes before looking at or applying a
+ * migration (the bytes of "crm-migr"), so instances starting together apply each one once.
+ */
+const MIGRATION_LOCK = 0x63726d2d6d696772n;
+
+/**
+ * migratePostgres applies every pending migration in order, each in its own transaction under the
+ * advisory lock, records it in schema_migrations and returns the names it applied. An instance
+ * that waited for the lock finds the migration recorded and skips it.
+ */
+export async function migratePostgres(db: PostgresDatabase, migrations: PostgresMigration[] = POSTGRES_MIGRATIONS): Promise<string[]> {
+  const applied: string[] = [];
+  for (const migration of migrations) {
+    const ran = await db.write(async (tx) => {
+      await tx.get("SELECT pg_advisory_xact_lock(?::bigint)", [MIGRATION_LOCK.toString()]);
+      await tx.run(`CREATE TABLE IF NOT EXISTS schema_migrations (
+        version    integer PRIMARY KEY,
+        name       text NOT NULL,
+        applied_at bigint NOT NULL
+      )`);
+      if (await tx.get("SELECT version FROM schema_migrations WHERE version = ?", [migration.version])) return false;
+      await tx.script(migration.sql);
+      await tx.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", [migration.version, migration.name, Date.now()]);
+      return true;
+    });
+    if (ran) applied.push(migration.name);
+  }
+  return applied;
+}

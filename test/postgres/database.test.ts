@@ -1,0 +1,152 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { ConfigError } from "../../server/config.ts";
+import { numberPlaceholders, openPostgres, type PostgresDatabase } from "../../server/db/postgres.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+
+// PostgresDatabase, the PostgreSQL implementation of server/db/sql.ts, against the real test server.
+
+let server: TestDatabase;
+let db: PostgresDatabase;
+
+beforeAll(async () => {
+  server = await createTestDatabase();
+  db = await openPostgres(server.url, 3);
+  await db.run(`CREATE TABLE things (
+    id         text PRIMARY KEY,
+    n          bigint NOT NULL,
+    ratio      double precision,
+    hash       bytea,
+    note       text
+  )`);
+}, 60_000);
+
+afterAll(async () => {
+  await db?.close();
+  await server?.drop();
+});
+
+describe("postgres database: statements", () => {
+  test("? placeholders become $1..$n, except inside quoted strings, quoted names and comments", () => {
+    expect(numberPlaceholders(`SELECT '?' AS "a?", x FROM t WHERE a = ? AND b = ? -- why?\nAND c = ?`)).toBe(
+      `SELECT '?' AS "a?", x FROM t WHERE a = $1 AND b = $2 -- why?\nAND c = $3`,
+    );
+  });
+
+  test("values come back with the types bun:sqlite gives: int8 as number, bytea as a plain Uint8Array", async () => {
+    const now = Date.now();
+    expect(await db.run("INSERT INTO things (id, n, ratio, hash, note) VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)", [
+      "a", now, 0.25, new Uint8Array([0, 1, 255]), "first",
+      "b", 2, null, null, null,
+    ])).toBe(2);
+    const rows = await db.all<Record<string, unknown>>("SELECT id, n, ratio, hash, note, count(*) OVER () AS total FROM things ORDER BY id");
+    expect(rows).toEqual([
+      { id: "a", n: now, ratio: 0.25, hash: new Uint8Array([0, 1, 255]), note: "first", total: 2 },
+      { id: "b", n: 2, ratio: null, hash: null, note: null, total: 2 },
+    ]);
+    expect(rows[0]!.hash!.constructor).toBe(Uint8Array);
+    expect(Array.isArray(rows)).toBe(true);
+  });
+
+  test("conditions read back as 1 and 0, as on SQLite; a cast sum as a number", async () => {
+    expect(await db.get("SELECT 1 < 2 AS yes, EXISTS (SELECT 1 FROM things WHERE id = 'none') AS no, CAST(sum(n) AS bigint) AS total FROM (VALUES (1), (2)) v(n)")).toEqual({ yes: 1, no: 0, total: 3 });
+  });
+
+  test("a bytea parameter matches the stored bytes", async () => {
+    expect(await db.get("SELECT id FROM things WHERE hash = ?", [new Uint8Array([0, 1, 255])])).toEqual({ id: "a" });
+    expect(await db.get("SELECT id FROM things WHERE hash = ?", [new Uint8Array([0, 1, 254])])).toBeNull();
+  });
+
+  test("run returns how many rows the statement changed", async () => {
+    expect(await db.run("UPDATE things SET note = ? WHERE n > ?", ["touched", 0])).toBe(2);
+    expect(await db.run("DELETE FROM things WHERE id = ?", ["missing"])).toBe(0);
+    expect(await db.run("INSERT INTO things (id, n) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", ["a", 9])).toBe(0);
+  });
+});
+
+describe("postgres database: writes", () => {
+  test("write commits its work and resolves with its result, then runs the onCommit callbacks", async () => {
+    const seen: unknown[] = [];
+    db.onCommit(() => seen.push("committed"));
+    const result = await db.write(async (tx) => {
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["w1", 1]);
+      expect(seen).toEqual([]);
+      return tx.get<{ n: number }>("SELECT n FROM things WHERE id = ?", ["w1"]);
+    });
+    expect(result).toEqual({ n: 1 });
+    expect(seen).toEqual(["committed"]);
+    expect(await db.get("SELECT n FROM things WHERE id = ?", ["w1"])).toEqual({ n: 1 });
+  });
+
+  test("onCommit callbacks run after commits that changed rows, inside or outside write, and not after ones that changed none", async () => {
+    const seen: string[] = [];
+    db.onCommit(() => seen.push("woken"));
+    await db.write(async (tx) => {
+      await tx.all("SELECT id FROM things FOR UPDATE SKIP LOCKED");
+      await tx.run("UPDATE things SET n = n WHERE id = ?", ["missing"]);
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", ["a", 1]);
+    });
+    await db.run("DELETE FROM things WHERE id = ?", ["missing"]);
+    expect(seen).toEqual([]);
+    await db.write((tx) => tx.all("INSERT INTO things (id, n) VALUES (?, ?) RETURNING id", ["w-returning", 1]));
+    expect(seen).toEqual(["woken"]);
+    await db.run("UPDATE things SET n = n + 1 WHERE id = ?", ["w-returning"]);
+    expect(seen).toEqual(["woken", "woken"]);
+  });
+
+  test("a work that throws rolls everything back, rejects with its error and runs no onCommit callback", async () => {
+    let commits = 0;
+    db.onCommit(() => commits++);
+    const attempt = db.write(async (tx) => {
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["w2", 1]);
+      throw new Error("undo this");
+    });
+    await expect(attempt).rejects.toThrow("undo this");
+    expect(commits).toBe(0);
+    expect(await db.get("SELECT id FROM things WHERE id = ?", ["w2"])).toBeNull();
+  });
+
+  test("a unique violation inside a write rejects with errno 23505 and commits nothing", async () => {
+    const error = await db.write(async (tx) => {
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["w3", 1]);
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["a", 1]);
+    }).catch((e) => e);
+    expect(error.errno).toBe("23505");
+    expect(await db.get("SELECT id FROM things WHERE id = ?", ["w3"])).toBeNull();
+  });
+
+  test("concurrent writes on the pool all commit", async () => {
+    const ids = Array.from({ length: 12 }, (_, i) => `c${i}`);
+    await Promise.all(ids.map((id) => db.write((tx) => tx.run("INSERT INTO things (id, n) VALUES (?, ?)", [id, 1]))));
+    expect(await db.get("SELECT count(*) AS n FROM things WHERE id LIKE 'c%'")).toEqual({ n: 12 });
+  });
+
+  test("outsideWritesGeneration changes on every call: another instance may revoke a token at any time", async () => {
+    const first = db.outsideWritesGeneration();
+    const second = db.outsideWritesGeneration();
+    expect(second).not.toBe(first);
+  });
+});
+
+describe("postgres database: opening", () => {
+  test("a refused connection is a one-line ConfigError naming --database-url", async () => {
+    const url = server.url.replace(/:\d+\//, ":1/");
+    const error = await openPostgres(url, 1).catch((e) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error.message).toBe(`cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): connection refused (is the server running and the host and port right?)`);
+  });
+
+  test("a login the server refuses is a ConfigError with the server's reason and without the password", async () => {
+    const url = server.url.replace("postgres@", "nobody:s3cret-pass@");
+    const error = await openPostgres(url, 1).catch((e) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error.message).toBe(`cannot use the PostgreSQL database at ${url.replace("s3cret-pass", "***")} (--database-url, CRM_DATABASE_URL): role "nobody" does not exist`);
+    expect(error.message).not.toContain("s3cret-pass");
+  });
+
+  test("close ends the pool: later statements fail", async () => {
+    const other = await openPostgres(server.url, 1);
+    expect(await other.get("SELECT 1 AS one")).toEqual({ one: 1 });
+    await other.close();
+    await expect(other.get("SELECT 1 AS one")).rejects.toThrow();
+  });
+});

@@ -1,0 +1,328 @@
+import { Database as SqliteDatabase } from "bun:sqlite";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { migrate } from "../../server/db/migrations.ts";
+import { openPostgres, type PostgresDatabase } from "../../server/db/postgres.ts";
+import { POSTGRES_MIGRATIONS, migratePostgres, type PostgresMigration } from "../../server/db/postgres-migrations.ts";
+import type { Db, SqlValue } from "../../server/db/sql.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+
+// The PostgreSQL migrations: applied once under concurrency, rolled back on failure, and giving
+// the schema a fresh SQLite database has, so the same portable SQL runs on both.
+
+const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations/postgres");
+/** SQLITE_ONLY are the FTS5 table and its shadow tables; PostgreSQL searches contacts.full_name instead. */
+const SQLITE_ONLY = /^contacts_full_name/;
+
+const opened: { server: TestDatabase; db: PostgresDatabase }[] = [];
+
+/** freshPostgres opens a new empty database on the test server, closed and dropped after the file. */
+async function freshPostgres(pool = 3): Promise<PostgresDatabase> {
+  const server = await createTestDatabase();
+  const db = await openPostgres(server.url, pool);
+  opened.push({ server, db });
+  return db;
+}
+
+/** freshSqlite is an in-memory SQLite database migrated to the latest version. */
+function freshSqlite(): SqliteDatabase {
+  const sqlite = new SqliteDatabase(":memory:", { strict: true });
+  sqlite.run("PRAGMA foreign_keys = ON");
+  migrate(sqlite);
+  return sqlite;
+}
+
+// A fresh SQLite database and a migrated PostgreSQL one, compared by the schema and behaviour tests.
+let sqlite: SqliteDatabase;
+let db: PostgresDatabase;
+
+beforeAll(async () => {
+  sqlite = freshSqlite();
+  db = await freshPostgres();
+  await migratePostgres(db);
+}, 60_000);
+
+afterAll(async () => {
+  sqlite?.close();
+  for (const { server, db } of opened) {
+    await db.close();
+    await server.drop();
+  }
+});
+
+describe("postgres migrations: applying", () => {
+  test("every file in migrations/postgres/ is registered, in order, with its exact text", () => {
+    const files = readdirSync(MIGRATIONS_DIR).filter((f) => f.endsWith(".sql")).sort();
+    expect(files.length).toBeGreaterThan(0);
+    expect(POSTGRES_MIGRATIONS.map((m) => m.name)).toEqual(files);
+    expect(POSTGRES_MIGRATIONS.map((m) => m.version)).toEqual(files.map((f) => Number(f.slice(0, 4))));
+    for (const m of POSTGRES_MIGRATIONS) expect(m.sql).toBe(readFileSync(join(MIGRATIONS_DIR, m.name), "utf8"));
+  });
+
+  test("three instances migrating one fresh database at once apply each migration exactly once, without error", async () => {
+    const fresh = await freshPostgres();
+    const others = [await openPostgres(opened.at(-1)!.server.url, 2), await openPostgres(opened.at(-1)!.server.url, 2)];
+    const before = Date.now();
+    try {
+      const results = await Promise.all([migratePostgres(fresh), migratePostgres(others[0]!), migratePostgres(others[1]!)]);
+      expect(results.flat().sort()).toEqual(POSTGRES_MIGRATIONS.map((m) => m.name));
+    } finally {
+      await Promise.all(others.map((other) => other.close()));
+    }
+    const rows = await fresh.all<{ version: number; name: string; applied_at: number }>("SELECT version, name, applied_at FROM schema_migrations ORDER BY version");
+    expect(rows.map((r) => ({ version: r.version, name: r.name }))).toEqual(POSTGRES_MIGRATIONS.map((m) => ({ version: m.version, name: m.name })));
+    for (const row of rows) expect(row.applied_at).toBeGreaterThanOrEqual(before);
+    expect(await migratePostgres(fresh)).toEqual([]);
+  });
+
+  test("a failing migration rolls back whole and is not recorded; the ones before it stay", async () => {
+    const fresh = await freshPostgres();
+    const migrations: PostgresMigration[] = [
+      { version: 1, name: "0001_first.sql", sql: "CREATE TABLE first_table (id int PRIMARY KEY);" },
+      { version: 2, name: "0002_broken.sql", sql: "CREATE TABLE second_table (id int PRIMARY KEY); INSERT INTO second_table VALUES (1); SELECT no_such_function();" },
+      { version: 3, name: "0003_later.sql", sql: "CREATE TABLE third_table (id int PRIMARY KEY);" },
+    ];
+    await expect(migratePostgres(fresh, migrations)).rejects.toThrow("no_such_function");
+    expect(await fresh.all("SELECT version, name FROM schema_migrations")).toEqual([{ version: 1, name: "0001_first.sql" }]);
+    expect(await fresh.all("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name")).toEqual([
+      { table_name: "first_table" },
+      { table_name: "schema_migrations" },
+    ]);
+  });
+});
+
+interface ColumnShape {
+  name: string;
+  notNull: boolean;
+  defaultValue: string | null;
+}
+
+interface IndexShape {
+  columns: string[];
+  unique: boolean;
+  partial: string | null;
+}
+
+/** defaultText spells a column default without PostgreSQL's casts, as SQLite shows it. */
+function defaultText(value: string | null): string | null {
+  return value === null ? null : value.replace(/::[a-z ]+$/, "");
+}
+
+function sqliteTables(sqlite: SqliteDatabase): string[] {
+  return sqlite
+    .query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    .all()
+    .map((r) => r.name)
+    .filter((name) => !SQLITE_ONLY.test(name));
+}
+
+async function postgresColumns(db: Db, table: string): Promise<ColumnShape[]> {
+  const rows = await db.all<{ name: string; nullable: string; dflt: string | null; generated: string }>(
+    `SELECT column_name AS name, is_nullable AS nullable, column_default AS dflt, is_generated AS generated
+     FROM information_schema.columns WHERE table_schema = 'public' AND table_name = ? ORDER BY column_name`,
+    [table],
+  );
+  return rows.filter((r) => r.generated === "NEVER").map((r) => ({ name: r.name, notNull: r.nullable === "NO", defaultValue: defaultText(r.dflt) }));
+}
+
+function sqliteColumns(sqlite: SqliteDatabase, table: string): ColumnShape[] {
+  return sqlite
+    .query<{ name: string; notnull: number; dflt_value: string | null; pk: number }, []>(`SELECT * FROM pragma_table_info('${table}') ORDER BY name`)
+    .all()
+    // A primary key column is NOT NULL on PostgreSQL whatever it says; on SQLite only WITHOUT ROWID enforces it.
+    .map((c) => ({ name: c.name, notNull: c.notnull === 1 || c.pk > 0, defaultValue: c.dflt_value }));
+}
+
+/** sqliteIndexes returns every index of a table by name (autoindexes of keys by their columns). */
+function sqliteIndexes(sqlite: SqliteDatabase, table: string): Record<string, IndexShape> {
+  const shapes: Record<string, IndexShape> = {};
+  for (const index of sqlite.query<{ name: string; unique: number; origin: string; partial: number }, []>(`SELECT * FROM pragma_index_list('${table}')`).all()) {
+    const columns = sqlite.query<{ name: string }, []>(`SELECT name FROM pragma_index_info('${index.name}') ORDER BY seqno`).all().map((c) => c.name);
+    const sql = sqlite.query<{ sql: string | null }, [string]>("SELECT sql FROM sqlite_master WHERE name = ?").get(index.name)?.sql ?? null;
+    const partial = index.partial ? sql!.replace(/^.* WHERE /s, "") : null;
+    shapes[index.origin === "c" ? index.name : `key(${columns.join(", ")})`] = { columns, unique: index.unique === 1, partial };
+  }
+  // An INTEGER PRIMARY KEY is the rowid itself and has no index of its own; PostgreSQL indexes it.
+  const keyColumns = sqlite.query<{ name: string; pk: number }, []>(`SELECT name, pk FROM pragma_table_info('${table}') WHERE pk > 0 ORDER BY pk`).all().map((c) => c.name);
+  const keyName = `key(${keyColumns.join(", ")})`;
+  if (keyColumns.length > 0 && !shapes[keyName]) shapes[keyName] = { columns: keyColumns, unique: true, partial: null };
+  return shapes;
+}
+
+async function postgresIndexes(db: Db, table: string): Promise<Record<string, IndexShape>> {
+  const rows = await db.all<{ name: string; columns: string; unique: number; constraint_backed: number; partial: string | null }>(
+    `SELECT i.relname AS name, ix.indisunique::int AS unique, (c.conname IS NOT NULL)::int AS constraint_backed,
+            pg_get_expr(ix.indpred, ix.indrelid) AS partial,
+            (SELECT string_agg(a.attname, ', ' ORDER BY k.ord) FROM unnest(ix.indkey) WITH ORDINALITY AS k(attnum, ord)
+               JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum) AS columns
+     FROM pg_index ix JOIN pg_class i ON i.oid = ix.indexrelid JOIN pg_class t ON t.oid = ix.indrelid
+     LEFT JOIN pg_constraint c ON c.conindid = ix.indexrelid
+     WHERE t.relname = ? AND t.relnamespace = 'public'::regnamespace`,
+    [table],
+  );
+  const shapes: Record<string, IndexShape> = {};
+  for (const row of rows) {
+    const columns = row.columns.split(", ");
+    shapes[row.constraint_backed ? `key(${row.columns})` : row.name] = { columns, unique: row.unique === 1, partial: row.partial };
+  }
+  return shapes;
+}
+
+/** normalisedPredicate spells a partial-index condition without PostgreSQL's casts and parentheses, as SQLite keeps it. */
+function normalisedPredicate(predicate: string | null): string | null {
+  return predicate === null ? null : predicate.replace(/::text/g, "").replace(/[()]/g, "").replace(/\s+/g, " ").trim();
+}
+
+async function postgresForeignKeys(db: Db, table: string): Promise<string[]> {
+  const rows = await db.all<{ definition: string }>(
+    "SELECT pg_get_constraintdef(oid) AS definition FROM pg_constraint WHERE contype = 'f' AND conrelid = ?::regclass ORDER BY 1",
+    [table],
+  );
+  return rows.map((r) => r.definition.replace(/\s+/g, " "));
+}
+
+function sqliteForeignKeys(sqlite: SqliteDatabase, table: string): string[] {
+  return sqlite
+    .query<{ from: string; table: string; to: string; on_delete: string }, []>(`SELECT * FROM pragma_foreign_key_list('${table}')`)
+    .all()
+    .map((fk) => `FOREIGN KEY (${fk.from}) REFERENCES ${fk.table}(${fk.to})${fk.on_delete === "NO ACTION" ? "" : ` ON DELETE ${fk.on_delete}`}`)
+    .sort();
+}
+
+describe("postgres migrations: the schema equals SQLite's", () => {
+  test("the same tables", async () => {
+    const tables = await db.all<{ name: string }>("SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name COLLATE \"C\"");
+    expect(tables.map((t) => t.name)).toEqual(sqliteTables(sqlite));
+  });
+
+  test("every table has the same columns, NOT NULL constraints and defaults (plus the generated contacts.full_name)", async () => {
+    for (const table of sqliteTables(sqlite)) {
+      expect({ table, columns: await postgresColumns(db, table) }).toEqual({ table, columns: sqliteColumns(sqlite, table) });
+    }
+    expect(await db.get("SELECT is_generated, generation_expression FROM information_schema.columns WHERE table_name = 'contacts' AND column_name = 'full_name'")).toEqual({
+      is_generated: "ALWAYS",
+      generation_expression: "TRIM(BOTH FROM ((COALESCE((first_name)::text, ''::text) || ' '::text) || COALESCE((last_name)::text, ''::text)))",
+    });
+  });
+
+  test("every table has the same keys and named indexes (partial ones with the same condition), and the trigram index", async () => {
+    for (const table of sqliteTables(sqlite)) {
+      const expected = sqliteIndexes(sqlite, table);
+      const actual = await postgresIndexes(db, table);
+      if (table === "contacts") {
+        expect(actual.contacts_full_name).toEqual({ columns: ["full_name"], unique: false, partial: null });
+        delete actual.contacts_full_name;
+      }
+      const normalise = (shapes: Record<string, IndexShape>) =>
+        Object.fromEntries(Object.entries(shapes).map(([name, shape]) => [name, { ...shape, partial: normalisedPredicate(shape.partial) }]));
+      expect({ table, indexes: normalise(actual) }).toEqual({ table, indexes: normalise(expected) });
+    }
+    const [gin] = await db.all<{ method: string }>("SELECT am.amname AS method FROM pg_class c JOIN pg_am am ON am.oid = c.relam WHERE c.relname = 'contacts_full_name'");
+    expect(gin).toEqual({ method: "gin" });
+  });
+
+  test("every table has the same foreign keys", async () => {
+    for (const table of sqliteTables(sqlite)) {
+      expect({ table, keys: await postgresForeignKeys(db, table) }).toEqual({ table, keys: sqliteForeignKeys(sqlite, table) });
+    }
+  });
+});
+
+/** onBoth runs one portable statement on SQLite and on PostgreSQL. */
+async function onBoth(sqlite: SqliteDatabase, db: Db, sql: string, params: SqlValue[] = []): Promise<void> {
+  sqlite.query(sql).run(...(params as never[]));
+  await db.run(sql, params);
+}
+
+describe("postgres migrations: triggers and search behave as on SQLite", () => {
+  test("the contact counters follow inserts, updates, deletes and cascades alike", async () => {
+    const run = (sql: string, params: SqlValue[] = []) => onBoth(sqlite, db, sql, params);
+    await run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES (?, ?, ?, 1, 1), (?, ?, ?, 1, 1)", ["u1", "One", "one@example.com", "u2", "Two", "two@example.com"]);
+    await run("INSERT INTO accounts (id, name, created_at, updated_at) VALUES (?, ?, 1, 1)", ["a1", "Acme"]);
+    await run(
+      "INSERT INTO contacts (id, first_name, assigned_user_id, created_at, updated_at) VALUES (?, ?, ?, 1, 1), (?, ?, ?, 1, 1), (?, ?, ?, 1, 1)",
+      ["c1", "Ada", "u1", "c2", "Grace", null, "c3", "Linus", "u1"],
+    );
+    await run("INSERT INTO contact_tags (contact_id, tag, created_at, updated_at) VALUES ('c1', 'vip', 1, 1), ('c1', 'new', 1, 1), ('c2', 'vip', 1, 1)");
+    await run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('c1', 'a1', 0), ('c2', 'a1', 0)");
+    await run("UPDATE contacts SET assigned_user_id = ? WHERE id = ?", ["u2", "c3"]);
+    await run("UPDATE contacts SET assigned_user_id = ? WHERE id = ?", ["u1", "c2"]);
+    await run("UPDATE contacts SET first_name = ? WHERE id = ?", ["Augusta", "c1"]);
+    await run("DELETE FROM contact_tags WHERE contact_id = ? AND tag = ?", ["c2", "vip"]);
+    await run("DELETE FROM contacts WHERE id = ?", ["c1"]);
+
+    const counts = "SELECT filter, value, n FROM contact_filter_counts ORDER BY filter, value";
+    const expected = [
+      { filter: "account", value: "a1", n: 1 },
+      { filter: "assigned_user", value: "u1", n: 1 },
+      { filter: "assigned_user", value: "u2", n: 1 },
+      { filter: "tag", value: "new", n: 0 },
+      { filter: "tag", value: "vip", n: 0 },
+    ];
+    expect(sqlite.query(counts).all()).toEqual(expected);
+    expect(await db.all(counts)).toEqual(expected);
+    expect(await db.all("SELECT table_name, n FROM row_counts")).toEqual([{ table_name: "contacts", n: 2 }]);
+    expect(sqlite.query("SELECT table_name, n FROM row_counts").all()).toEqual([{ table_name: "contacts", n: 2 }]);
+  });
+
+  test("a contact's tag rows follow its sort keys alike, a change of case included", async () => {
+    const run = (sql: string, params: SqlValue[] = []) => onBoth(sqlite, db, sql, params);
+    await run("INSERT INTO contacts (id, first_name, last_name, email, created_at, updated_at) VALUES ('k1', 'ada', 'Byron', 'ada@example.com', 5, 5), ('k2', 'Bob', NULL, NULL, 6, 6)");
+    await run(
+      `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
+       SELECT id, tag, created_at, updated_at, first_name, last_name, email FROM contacts, (SELECT 'sorted' AS tag UNION ALL SELECT 'other') t WHERE id IN ('k1', 'k2')`,
+    );
+    await run("UPDATE contacts SET first_name = ?, updated_at = ? WHERE id = ?", ["Ada", 7, "k1"]);
+    await run("UPDATE contacts SET last_name = ?, email = ? WHERE id = ?", ["King", "ada@king.example", "k1"]);
+    await run("UPDATE contacts SET email = ?, updated_at = ? WHERE id = ?", ["bob@example.com", 8, "k2"]);
+    await run("UPDATE contacts SET phone = ? WHERE id = ?", ["+1 555 0100", "k2"]);
+    const tags = "SELECT contact_id, tag, created_at, updated_at, first_name, last_name, email FROM contact_tags WHERE contact_id IN ('k1', 'k2') ORDER BY contact_id, tag";
+    const expected = [
+      { contact_id: "k1", tag: "other", created_at: 5, updated_at: 7, first_name: "Ada", last_name: "King", email: "ada@king.example" },
+      { contact_id: "k1", tag: "sorted", created_at: 5, updated_at: 7, first_name: "Ada", last_name: "King", email: "ada@king.example" },
+      { contact_id: "k2", tag: "other", created_at: 6, updated_at: 8, first_name: "Bob", last_name: null, email: "bob@example.com" },
+      { contact_id: "k2", tag: "sorted", created_at: 6, updated_at: 8, first_name: "Bob", last_name: null, email: "bob@example.com" },
+    ];
+    expect(sqlite.query(tags).all()).toEqual(expected);
+    expect(await db.all(tags)).toEqual(expected);
+  });
+
+  test("names compare and sort case-insensitively like SQLite's NOCASE columns", async () => {
+    await onBoth(sqlite, db, "INSERT INTO accounts (id, name, domain, created_at, updated_at) VALUES ('a2', 'beta', 'B.example', 1, 1), ('a3', 'ALPHA', 'a.example', 1, 1)");
+    const sorted = "SELECT id FROM accounts ORDER BY name, id";
+    expect(await db.all(sorted)).toEqual(sqlite.query(sorted).all());
+    expect(await db.all(sorted)).toEqual([{ id: "a1" }, { id: "a3" }, { id: "a2" }]);
+    const byDomain = "SELECT id FROM accounts WHERE domain = ?";
+    expect(await db.all(byDomain, ["b.EXAMPLE"])).toEqual([{ id: "a2" }]);
+    expect(sqlite.query(byDomain).all("b.EXAMPLE")).toEqual([{ id: "a2" }]);
+  });
+
+  test("a full-name substring search finds what SQLite's trigram search finds, in every script's case, through the trigram index", async () => {
+    await onBoth(
+      sqlite,
+      db,
+      "INSERT INTO contacts (id, first_name, last_name, created_at, updated_at) VALUES ('n1', 'Émile', 'Zola', 1, 1), ('n2', 'ada', 'LOVELACE', 1, 1), ('n3', NULL, 'Lovelace-Byron', 1, 1), ('n4', 'Zoë', NULL, 1, 1)",
+    );
+    for (const needle of ["émi", "ÉMILE ZO", "lovelace", "ada lov", "zoë", "100%"]) {
+      const fromSqlite = sqlite
+        .query<{ id: string }, [string]>("SELECT c.id FROM contacts c WHERE c.rowid IN (SELECT rowid FROM contacts_full_name WHERE contacts_full_name MATCH ?) ORDER BY c.id")
+        .all(`"${needle}"`);
+      const fromPostgres = await db.all<{ id: string }>("SELECT id FROM contacts WHERE full_name ILIKE ? ESCAPE '\\' ORDER BY id", [`%${needle.replace(/[\\%_]/g, "\\$&")}%`]);
+      expect({ needle, ids: fromPostgres }).toEqual({ needle, ids: fromSqlite });
+    }
+    expect(await db.all("SELECT id FROM contacts WHERE full_name ILIKE '%lovel%' ORDER BY id")).toEqual([{ id: "n2" }, { id: "n3" }]);
+    const plan = await db.write(async (tx) => {
+      await tx.run("SET LOCAL enable_seqscan = off");
+      return tx.all<{ "QUERY PLAN": string }>("EXPLAIN SELECT id FROM contacts WHERE full_name ILIKE ?", ["%lovel%"]);
+    });
+    expect(plan.map((line) => line["QUERY PLAN"]).join("\n")).toContain("Bitmap Index Scan on contacts_full_name");
+  });
+
+  test("CHECK constraints refuse what SQLite refuses", async () => {
+    const insert = "INSERT INTO webhook_subscriptions (id, target_url, events, secret, status, created_at, updated_at) VALUES ('s1', 'https://example.com', '[]', 'x', ?, 1, 1)";
+    expect(() => sqlite.query(insert).run("paused")).toThrow("CHECK constraint failed");
+    const error = await db.run(insert, ["paused"]).catch((e) => e);
+    expect(error.errno).toBe("23514");
+  });
+});
