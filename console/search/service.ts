@@ -1,7 +1,7 @@
 import type { Db } from "../../server/db/sql.ts";
 import { contactsWithEmail, findContact } from "../../server/contacts/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
-import { findDelivery, findSubscription, findWebhookEvent } from "../../server/webhooks/service.ts";
+import { findDeliverySummary, findSubscription, findWebhookEvent } from "../../server/webhooks/service.ts";
 
 /** SearchResult is where a search leads: the page of what it names, or a sentence saying nothing matched. */
 export type SearchResult = { location: string } | { nothing: string };
@@ -21,7 +21,7 @@ export async function search(db: Db, text: string): Promise<SearchResult> {
     const normalised = id[0];
     const [found, page] =
       id[1] === "dlv"
-        ? [await findDelivery(db, normalised), "deliveries"]
+        ? [await findDeliverySummary(db, normalised), "deliveries"]
         : id[1] === "evt"
           ? [await findWebhookEvent(db, normalised), "events"]
           : id[1] === "con"

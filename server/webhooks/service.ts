@@ -410,6 +410,12 @@ export async function listDeliveriesPage(db: Db, query: Record<string, unknown>)
   return { data: rows.map(toDelivery), meta };
 }
 
+/** findDeliverySummary returns a delivery as lists show it (no body, no attempts), or null. */
+export async function findDeliverySummary(db: Db, id: string): Promise<Delivery | null> {
+  const row = await findDeliveryById(db, id);
+  return row ? toDelivery(row) : null;
+}
+
 /** findDelivery returns a delivery with the body it sends and every attempt, or null. */
 export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail | null> {
   const row = await findDeliveryById(db, id);
