@@ -1,5 +1,6 @@
 // Imported as text so `bun build --compile` embeds them, like the SQLite migrations.
 import schema from "../../migrations/postgres/0001_schema.sql" with { type: "text" };
+import deliveryPacing from "../../migrations/postgres/0003_delivery_pacing.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
@@ -14,7 +15,10 @@ export interface PostgresMigration {
  * missing. A change of the SQLite schema needs its PostgreSQL twin here: test/postgres/migrations.test.ts
  * compares the two schemas, table by table, after the last migration of each.
  */
-export const POSTGRES_MIGRATIONS: PostgresMigration[] = [{ version: 1, name: "0001_schema.sql", sql: schema }];
+export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
+  { version: 1, name: "0001_schema.sql", sql: schema },
+  { version: 3, name: "0003_delivery_pacing.sql", sql: deliveryPacing },
+];
 
 /**
  * MIGRATION_LOCK is the advisory lock key every instance takes before looking at or applying a
