@@ -4,8 +4,7 @@ import { accountRoutes } from "./accounts/routes.ts";
 import { authentication } from "./auth/routes.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
-import { MIGRATIONS, migrate } from "./db/migrations.ts";
-import type { SqliteDatabase } from "./db/database.ts";
+import { migrateBackend, type Backend } from "./db/backend.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
@@ -25,7 +24,7 @@ import { webhooksDocument } from "./webhooks/service.ts";
 import { DeliveryLoop } from "./webhooks/worker.ts";
 
 export interface AppOptions {
-  db: SqliteDatabase;
+  db: Backend;
   config: Config;
   log: Logger;
   /** defaults to the system's resolver and certificate authorities */
@@ -40,7 +39,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK 
   const secretsKey = loadSecretsKey(config);
   const secrets = new SecretBox(secretsKey.key);
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
-  migrate(db.sqlite, MIGRATIONS, { secrets: () => secrets });
+  await migrateBackend(db, () => secrets);
   await assertSecretsKeyOpens(db, secrets, secretsKey.path);
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets });

@@ -3,8 +3,8 @@ import { existsSync } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, type Config } from "./config.ts";
+import { migrateBackend, openBackend, type Backend } from "./db/backend.ts";
 import { databaseFile, databasePath, openDatabase, type SqliteDatabase } from "./db/database.ts";
-import { MIGRATIONS, migrate } from "./db/migrations.ts";
 import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
 import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
@@ -86,8 +86,8 @@ function takeFlag(args: string[], name: string): boolean {
 }
 
 /** migrateWithSecretsKey migrates; a migration that seals signing secrets reads (or creates) the secrets key. */
-function migrateWithSecretsKey(db: SqliteDatabase, config: Config): string[] {
-  return migrate(db.sqlite, MIGRATIONS, { secrets: () => new SecretBox(loadSecretsKey(config).key) });
+function migrateWithSecretsKey(db: Backend, config: Config): Promise<string[]> {
+  return migrateBackend(db, () => new SecretBox(loadSecretsKey(config).key));
 }
 
 /**
@@ -102,19 +102,31 @@ function requireDatabase(dataDir: string): void {
 }
 
 /**
- * openConfiguredDatabase opens and migrates the database of an existing data directory. A command
- * that sets a new installation up (`setUp`: token, user or operator create) may also create the
- * database of a data directory named on purpose (flag, environment or config file), as install
- * scripts do before the first start, and says so; the default ./data must already hold one.
+ * openDataDirDatabase opens and migrates the SQLite database of an existing data directory. A
+ * command that sets a new installation up (`setUp`: token, user or operator create) may also
+ * create the database of a data directory named on purpose (flag, environment or config file), as
+ * install scripts do before the first start, and says so; the default ./data must already hold one.
  */
-function openConfiguredDatabase(args: string[], { setUp = false }: { setUp?: boolean } = {}) {
-  const config = loadConfig(args);
+async function openDataDirDatabase(config: Config, { setUp = false }: { setUp?: boolean } = {}): Promise<SqliteDatabase> {
   if (!setUp || config.dataDir === DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
   else if (!existsSync(databaseFile(config.dataDir))) {
     process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${config.dataDir}\n`);
   }
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
-  migrateWithSecretsKey(db, config);
+  await migrateWithSecretsKey(db, config);
+  return db;
+}
+
+/**
+ * openConfiguredDatabase opens and migrates the configured database: PostgreSQL with --database-url
+ * (migrated like serve does, so a command run before the first start finds the schema), else the
+ * data directory's SQLite (openDataDirDatabase).
+ */
+async function openConfiguredDatabase(args: string[], options: { setUp?: boolean } = {}): Promise<Backend> {
+  const config = loadConfig(args);
+  if (!config.databaseUrl) return openDataDirDatabase(config, options);
+  const db = await openBackend(config);
+  await migrateWithSecretsKey(db, config);
   return db;
 }
 
@@ -191,8 +203,8 @@ async function main(argv: string[]): Promise<number> {
     }
     case "migrate": {
       const config = loadConfig(args);
-      const db = openDatabase(databasePath(config.dataDir), config.synchronous);
-      const applied = migrateWithSecretsKey(db, config);
+      const db = await openBackend(config);
+      const applied = await migrateWithSecretsKey(db, config);
       process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
       await db.close();
       return 0;
@@ -208,14 +220,14 @@ async function main(argv: string[]): Promise<number> {
         if (rate === null && rateText !== undefined) {
           throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100`);
         }
-        const db = openConfiguredDatabase(args, { setUp: true });
+        const db = await openConfiguredDatabase(args, { setUp: true });
         const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate);
         process.stdout.write(json ? `${JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token })}\n` : `${token}\n`);
         if (!json) process.stderr.write(`created token ${info.id} (${info.name}); it is shown only this once\n`);
         return 0;
       }
       if (sub === "list") {
-        const db = openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(args);
         for (const t of await listTokens(db)) {
           const rate = await tokenRate(db, t.id);
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
@@ -226,7 +238,7 @@ async function main(argv: string[]): Promise<number> {
       if (sub === "revoke") {
         const id = args.shift();
         if (!id || id.startsWith("-")) throw new ConfigError("token revoke needs the token id (see token list)");
-        const db = openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(args);
         if (!(await revokeApiToken(db, id))) {
           process.stderr.write((await findToken(db, id)) ? `token ${id} is already revoked\n` : `no token with id ${id}\n`);
           return 1;
@@ -239,7 +251,7 @@ async function main(argv: string[]): Promise<number> {
     case "user": {
       const sub = args.shift();
       if (sub === "list") {
-        const db = openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(args);
         for (const user of await allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${user.name}  created ${user.created_at}\n`);
         return 0;
       }
@@ -247,7 +259,7 @@ async function main(argv: string[]): Promise<number> {
       const name = takeOption(args, "--name");
       const email = takeOption(args, "--email");
       if (!name || !email) throw new ConfigError("user create needs --name and --email");
-      const db = openConfiguredDatabase(args, { setUp: true });
+      const db = await openConfiguredDatabase(args, { setUp: true });
       const user = await db.write((tx) => createUser(tx, { name, email }));
       process.stdout.write(`${JSON.stringify(user)}\n`);
       return 0;
@@ -257,7 +269,7 @@ async function main(argv: string[]): Promise<number> {
       if (sub === "unlock") {
         const email = takeOption(args, "--email");
         if (!email) throw new ConfigError("operator unlock needs --email E");
-        const db = openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(args);
         const cleared = await unlockOperator(db, email);
         process.stdout.write(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
         return 0;
@@ -267,7 +279,7 @@ async function main(argv: string[]): Promise<number> {
       // Never a password argument: it would show in the process list and the shell history.
       if (!email || !takeFlag(args, "--password-stdin")) throw new ConfigError("operator create needs --email E and --password-stdin (the password is read from standard input)");
       const password = (await Bun.stdin.text()).replace(/\r?\n$/, "");
-      const db = openConfiguredDatabase(args, { setUp: true });
+      const db = await openConfiguredDatabase(args, { setUp: true });
       const operator = await createOperator(db, { email, password });
       process.stdout.write(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
       return 0;
@@ -276,6 +288,10 @@ async function main(argv: string[]): Promise<number> {
       const file = args.shift();
       if (!file || file.startsWith("-")) throw new ConfigError("usage: backup FILE [--data-dir DIR] (FILE must not exist yet)");
       const config = loadConfig(args);
+      if (config.databaseUrl) {
+        process.stderr.write("crm: backup copies the SQLite database of a data directory; on PostgreSQL (--database-url) back up with pg_dump (for example pg_dump --format=custom --file FILE URL) and keep the secrets key file apart from it\n");
+        return 2;
+      }
       requireDatabase(config.dataDir);
       try {
         const result = await backupDatabase(config.dataDir, file);
@@ -290,8 +306,11 @@ async function main(argv: string[]): Promise<number> {
     }
     case "import":
       return importCommand(args);
-    case "copy-to-postgres":
-      return copyToPostgresCommand(loadConfig(args), () => openConfiguredDatabase(args));
+    case "copy-to-postgres": {
+      const config = loadConfig(args);
+      // The source is the data directory's SQLite, sealed with that directory's own key.
+      return copyToPostgresCommand(config, () => openDataDirDatabase({ ...config, databaseUrl: "" }));
+    }
     default:
       throw new ConfigError(`unknown command ${command} (see --help)`);
   }

@@ -2,7 +2,7 @@ import type { Server } from "bun";
 import { relative, resolve } from "node:path";
 import { createApp, createRuntime } from "./app.ts";
 import type { Config } from "./config.ts";
-import { databasePath, openDatabase } from "./db/database.ts";
+import { openBackend } from "./db/backend.ts";
 import type { Runtime } from "./runtime.ts";
 import { isEmbeddedPath } from "./shared/compiled.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
@@ -51,10 +51,16 @@ export function tokenCreateCommand(dataDir: string, entry = Bun.main, executable
   return [...program, "token", "create", "--name", "my-integration", "--data-dir", resolve(cwd, dataDir)].map(shellWord).join(" ");
 }
 
-/** startServer opens the data directory, migrates, and listens; it is what `serve` runs. */
+/** startServer opens the configured database (PostgreSQL or the data directory's SQLite), migrates, and listens; it is what `serve` runs. */
 export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
-  const db = openDatabase(databasePath(config.dataDir), config.synchronous);
-  const runtime = await createRuntime({ db, config, log });
+  const db = await openBackend(config);
+  let runtime: Runtime;
+  try {
+    runtime = await createRuntime({ db, config, log });
+  } catch (error) {
+    await db.close();
+    throw error;
+  }
   const app = createApp(runtime);
   // Bun.serve has no connection cap, header timeout setting or body deadline: limitsGuard and
   // parseJsonBody supply the cap (503) and the body deadline (408); the header deadline is Bun's fixed 10 s.
@@ -62,7 +68,12 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   const server = app.server!;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   if ((await listTokens(db)).length === 0) {
-    log.info(`no API token exists yet; create the first one with: ${tokenCreateCommand(config.dataDir)}`, { data_dir: resolve(config.dataDir) });
+    if (config.databaseUrl) {
+      // The URL may hold a password, so the hint does not repeat it.
+      log.info(`no API token exists yet; create the first one with: ${tokenCreateCommand(config.dataDir).replace(/ --data-dir .*$/, "")} and this server's --database-url (or CRM_DATABASE_URL)`);
+    } else {
+      log.info(`no API token exists yet; create the first one with: ${tokenCreateCommand(config.dataDir)}`, { data_dir: resolve(config.dataDir) });
+    }
   }
   let setupUrl: string | null = null;
   if (!(await hasOperators(db))) {

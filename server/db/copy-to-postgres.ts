@@ -195,11 +195,11 @@ export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresD
  * database with `openSqlite`, copies it and prints the rows per table; a refused target exits 2,
  * a copy that failed part-way (and was rolled back) 1.
  */
-export async function copyToPostgresCommand(config: Config, openSqlite: () => SqliteSource): Promise<number> {
+export async function copyToPostgresCommand(config: Config, openSqlite: () => Promise<SqliteSource>): Promise<number> {
   if (config.databaseUrl === "") {
     throw new ConfigError("copy-to-postgres needs --database-url postgres://... (or CRM_DATABASE_URL, or database_url in the --config file); see copy-to-postgres --help");
   }
-  const source = openSqlite();
+  const source = await openSqlite();
   try {
     const target = await openPostgres(config.databaseUrl, config.databasePool);
     try {

@@ -3,7 +3,7 @@ import { closeSync, existsSync, fsyncSync, openSync, rmSync, statSync } from "no
 import type { Config } from "../config.ts";
 import { clientAddress, isLoopback, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
-import { MIGRATIONS } from "../db/migrations.ts";
+import { migrationList } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { VERSION } from "../version.ts";
@@ -39,7 +39,7 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
     }),
     migrations: await check(async () => {
       const applied = new Set(await findAppliedMigrationVersions(rt.db));
-      const pending = MIGRATIONS.filter((m) => !applied.has(m.version));
+      const pending = migrationList(rt.db.dialect).filter((m) => !applied.has(m.version));
       return pending.length === 0 ? null : `pending: ${pending.map((m) => m.name).join(", ")}`;
     }),
     delivery_loop: await check(() => (deliveryLoopStatus(rt).running ? null : "not running")),

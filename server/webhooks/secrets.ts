@@ -89,8 +89,16 @@ export function secretsKeyPath(config: Pick<Config, "secretsKeyFile" | "dataDir"
  * loadSecretsKey reads the secrets key (base64 of 32 bytes). A file named by --secrets-key-file
  * must exist; the default one in the data directory is created (0600) when missing. `created`
  * tells the caller to say so, since the key must be kept, and backed up, beside the database.
+ * On PostgreSQL the file must be named: instances sharing the database must share the key, and a
+ * key made up in each instance's data directory would seal secrets the others cannot open.
  */
-export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir">): { key: Uint8Array; path: string; created: boolean } {
+export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"> & Partial<Pick<Config, "databaseUrl">>): { key: Uint8Array; path: string; created: boolean } {
+  if (config.databaseUrl && !config.secretsKeyFile) {
+    throw new ConfigError(
+      "on PostgreSQL (--database-url) every instance must read the same secrets key: pass --secrets-key-file FILE (CRM_SECRETS_KEY_FILE); " +
+        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: head -c 32 /dev/urandom | base64 > FILE",
+    );
+  }
   const path = secretsKeyPath(config);
   if (!existsSync(path)) {
     if (config.secretsKeyFile) throw new ConfigError(`secrets key file ${path} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist`);

@@ -365,11 +365,12 @@ const selectDue = (deliveries: string) =>
  */
 export function findSubscriptionsWithDueDeliveries(db: Db, now: number, skip: string[]): Promise<{ id: string; max_rate: number | null }[]> {
   const skipClause = skip.length ? `AND s.id NOT IN (${placeholders(skip.length)})` : "";
-  // sqlite-only: INDEXED BY pins the index of due deliveries per subscription. Instances sharing a
-  // PostgreSQL database claim through lockSubscriptionsWithDueDeliveries instead.
+  // sqlite-only: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL plans it alone).
+  // Instances sharing a PostgreSQL database claim through lockSubscriptionsWithDueDeliveries.
+  const deliveries = db.dialect === "postgres" ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
   return db.all<{ id: string; max_rate: number | null }>(
       `WITH due AS MATERIALIZED (
-         SELECT s.id, s.max_rate, (SELECT d.next_attempt_at FROM webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription
+         SELECT s.id, s.max_rate, (SELECT d.next_attempt_at FROM ${deliveries}
                        WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
                        ORDER BY d.next_attempt_at LIMIT 1) AS due_at
          FROM webhook_subscriptions s WHERE s.status = 'active' AND s.paused_at IS NULL ${skipClause})
@@ -512,6 +513,15 @@ export interface HistorySize {
 
 /** measureDeliveryHistory counts the history's rows and the database pages its tables and indexes hold. */
 export async function measureDeliveryHistory(db: Db): Promise<HistorySize> {
+  if (db.dialect === "postgres") {
+    // pg_total_relation_size counts a table's indexes and TOAST pages with it.
+    return (await db.get<HistorySize>(
+      `SELECT (SELECT count(*) FROM webhook_deliveries) AS deliveries,
+         (SELECT count(*) FROM webhook_delivery_attempts) AS attempts,
+         pg_total_relation_size('webhook_deliveries') + pg_total_relation_size('webhook_delivery_attempts')
+           + pg_total_relation_size('webhook_header_sets') AS bytes`,
+    ))!;
+  }
   // sqlite-only: dbstat and sqlite_schema measure the pages.
   return (await db.get<HistorySize>(
       `SELECT (SELECT count(*) FROM webhook_deliveries) AS deliveries,
@@ -543,10 +553,10 @@ export async function updateDeliveryAfterAttempt(
 
 /** findNextWakeTime returns the earliest future moment a pending delivery becomes due or a lease expires. */
 export async function findNextWakeTime(db: Db, now: number): Promise<number | null> {
-  // SQLite: INDEXED BY pins the partial indexes (PostgreSQL picks them from the conditions).
-  const indexed = (index: string) => (db.dialect === "sqlite" ? ` INDEXED BY ${index}` : "");
-  const due = (await db.get<{ t: number | null }>(`SELECT min(next_attempt_at) AS t FROM webhook_deliveries${indexed("webhook_deliveries_due")} WHERE status = 'pending' AND next_attempt_at > ?`, [now]))!.t;
-  const lease = (await db.get<{ t: number | null }>(`SELECT min(locked_until) AS t FROM webhook_deliveries${indexed("webhook_deliveries_leased")} WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending'`, [now]))!.t;
+  // sqlite-only: INDEXED BY pins the partial indexes (PostgreSQL plans them alone).
+  const pinned = (index: string) => (db.dialect === "postgres" ? "webhook_deliveries" : `webhook_deliveries INDEXED BY ${index}`);
+  const due = (await db.get<{ t: number | null }>(`SELECT min(next_attempt_at) AS t FROM ${pinned("webhook_deliveries_due")} WHERE status = 'pending' AND next_attempt_at > ?`, [now]))!.t;
+  const lease = (await db.get<{ t: number | null }>(`SELECT min(locked_until) AS t FROM ${pinned("webhook_deliveries_leased")} WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending'`, [now]))!.t;
   if (due === null) return lease;
   return lease === null ? due : Math.min(due, lease);
 }
