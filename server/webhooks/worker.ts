@@ -542,7 +542,7 @@ export class DeliveryLoop {
     }
     if (left.length > 0) {
       await this.release(left);
-      this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart (or by another instance)", { count: left.length });
+      this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart", { count: left.length });
     }
     const stopListening = await this.listening;
     this.listening = null;
