@@ -211,7 +211,21 @@ describe("three instances on one PostgreSQL database", () => {
   }, 240_000);
 });
 
-describe("idempotency keys across instances", () => {
+/** LOOPBACK_SLACK_MS allows for the time between an attempt being sent and the receiver noting its arrival, as in test/webhooks/max-rate.test.ts. */
+const LOOPBACK_SLACK_MS = 150;
+
+/** busiestWindow is the most arrivals within 1000 - slack ms of each other. */
+function busiestWindow(arrivals: number[]): number {
+  const sorted = [...arrivals].sort((a, b) => a - b);
+  let most = 0;
+  for (let i = 0, j = 0; j < sorted.length; j++) {
+    while (sorted[j]! - sorted[i]! >= 1000 - LOOPBACK_SLACK_MS) i++;
+    most = Math.max(most, j - i + 1);
+  }
+  return most;
+}
+
+describe("two instances on one PostgreSQL database", () => {
   let instances: ServerProcess[];
   beforeAll(async () => {
     instances = await Promise.all([serve(), serve()]);
@@ -226,6 +240,24 @@ describe("idempotency keys across instances", () => {
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": key },
       body: JSON.stringify(body),
     });
+
+  test("a subscription's max_rate holds over both instances together (receiver-side times)", async () => {
+    const receiver = slowReceiver(0);
+    try {
+      const subscription = await api(instances[0]!.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"], max_rate: 10 });
+      expect(subscription.status).toBe(201);
+      const posts = Array.from({ length: 30 }, (_, i) => api(instances[i % 2]!.url, token, "POST", "/public/v1/contacts", { first_name: `Paced ${i}` }));
+      expect((await Promise.all(posts)).map((r) => r.status)).toEqual(Array(30).fill(201));
+      await waitUntil(() => receiver.receipts.length >= 30, "30 paced deliveries");
+      const arrivals = receiver.receipts.map((r) => r.start);
+      expect(busiestWindow(arrivals)).toBeLessThanOrEqual(10);
+      // 30 requests at 10 a second take at least 29 intervals of 100 ms.
+      expect(Math.max(...arrivals) - Math.min(...arrivals)).toBeGreaterThanOrEqual(29 * 100 - LOOPBACK_SLACK_MS);
+      await api(instances[0]!.url, token, "DELETE", `/public/v1/webhook-subscriptions/${subscription.body.data.id}`);
+    } finally {
+      await receiver.stop();
+    }
+  }, 60_000);
 
   test("concurrent POSTs with one key spread over two instances create one contact; the others answer 409 or replay it", async () => {
     const body = { first_name: "Grace", last_name: "Hopper", email: "grace.concurrent@example.com" };
