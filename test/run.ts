@@ -1,10 +1,32 @@
-// Runs `bun test` and ends with the plain line CI reads: "N passed, M failed".
-const child = Bun.spawn([process.execPath, "test", "--timeout", "30000", ...process.argv.slice(2)], { stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+// Runs `bun test` on SQLite, then the API, webhook, console, import and limits folders again on
+// PostgreSQL (CRM_TEST_BACKEND=postgres, same assertions), and ends with the plain line CI reads
+// over both passes: "N passed, M failed". With arguments, one `bun test` with them on the backend
+// CRM_TEST_BACKEND names (SQLite unless set).
+import { Glob } from "bun";
+
+/** POSTGRES_FOLDERS are the folders whose tests run a second time on PostgreSQL. */
+const POSTGRES_FOLDERS = ["foundation", "webhooks", "console", "import", "limits"];
+
+/**
+ * SQLITE_ONLY are the files of those folders that are about SQLite itself: its files, PRAGMAs,
+ * query plans, migrations, the group-commit writer, the data-directory CLI. Single tests of that
+ * kind inside shared files use sqliteOnly (test/support/backend.ts).
+ */
+const SQLITE_ONLY = new Set([
+  "foundation/database.test.ts",
+  "foundation/migrations.test.ts",
+  "foundation/index-use.test.ts",
+  "foundation/write-queue.test.ts",
+  "foundation/cli.test.ts",
+  "webhooks/crash.test.ts",
+  "webhooks/delivery-counts.test.ts",
+  "webhooks/secrets.test.ts",
+]);
+
 let passed = 0;
 let failed = 0;
-let ranTests = false;
 
-async function relay(stream: ReadableStream<Uint8Array>, sink: NodeJS.WriteStream): Promise<void> {
+async function relay(stream: ReadableStream<Uint8Array>, sink: NodeJS.WriteStream, seen: { passed: number; failed: number; ran: boolean }): Promise<void> {
   const decoder = new TextDecoder();
   let pending = "";
   for await (const chunk of stream) {
@@ -15,15 +37,42 @@ async function relay(stream: ReadableStream<Uint8Array>, sink: NodeJS.WriteStrea
     for (const line of lines) {
       const pass = /^\s*(\d+) pass\s*$/.exec(line);
       const fail = /^\s*(\d+) fail\s*$/.exec(line);
-      if (pass) { passed = Number(pass[1]); ranTests = true; }
-      if (fail) { failed = Number(fail[1]); ranTests = true; }
+      if (pass) { seen.passed = Number(pass[1]); seen.ran = true; }
+      if (fail) { seen.failed = Number(fail[1]); seen.ran = true; }
     }
   }
 }
 
-await Promise.all([relay(child.stdout, process.stdout), relay(child.stderr, process.stderr)]);
-const code = await child.exited;
-if (!ranTests && code !== 0) failed = Math.max(failed, 1);
+/** bunTest runs one `bun test` with the backend given, relays its output and adds its counts; true when it succeeded. */
+async function bunTest(args: string[], backend: string): Promise<boolean> {
+  const child = Bun.spawn([process.execPath, "test", "--timeout", "30000", ...args], {
+    stdout: "pipe",
+    stderr: "pipe",
+    stdin: "ignore",
+    env: { ...process.env, CRM_TEST_BACKEND: backend },
+  });
+  const seen = { passed: 0, failed: 0, ran: false };
+  await Promise.all([relay(child.stdout, process.stdout, seen), relay(child.stderr, process.stderr, seen)]);
+  const code = await child.exited;
+  if (!seen.ran && code !== 0) seen.failed = Math.max(seen.failed, 1);
+  passed += seen.passed;
+  failed += seen.failed;
+  return code === 0 && seen.failed === 0 && seen.ran;
+}
+
+const args = process.argv.slice(2);
+let ok: boolean;
+if (args.length > 0) {
+  ok = await bunTest(args, process.env.CRM_TEST_BACKEND ?? "sqlite");
+} else {
+  const onSqlite = await bunTest([], "sqlite");
+  const files = POSTGRES_FOLDERS.flatMap((folder) => [...new Glob(`${folder}/**/*.test.ts`).scanSync({ cwd: import.meta.dir })])
+    .filter((file) => !SQLITE_ONLY.has(file))
+    .sort()
+    .map((file) => `./test/${file}`);
+  console.log(`\n== the same ${files.length} files of ${POSTGRES_FOLDERS.join(", ")} on PostgreSQL (CRM_TEST_BACKEND=postgres)\n`);
+  const onPostgres = await bunTest(files, "postgres");
+  ok = onSqlite && onPostgres;
+}
 console.log(`${passed} passed, ${failed} failed`);
-process.exit(code !== 0 || failed > 0 || !ranTests ? 1 : 0);
-export {};
+process.exit(ok ? 0 : 1);

@@ -1,6 +1,6 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Db } from "../db/sql.ts";
-import { keysetOrder } from "../db/keyset.ts";
+import { keysetOrder, unindexed } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { AccountSort } from "./model.ts";
 
@@ -122,8 +122,8 @@ export async function listAccounts(
   // As for contacts: a filter on another column than the sort picks its rows through its own index
   // (the unary + keeps SQLite from walking the sort index and skipping what the filter refuses).
   const sortFiltered = (sortColumn === "created_at" && filters.createdAfter !== undefined) || (sortColumn === "updated_at" && filters.updatedAfter !== undefined);
-  const column = where.length > 0 && !sortFiltered ? `+${sortColumn}` : sortColumn;
-  const order = keysetOrder(column, "id", page.direction, page.cursor, sortColumn === "domain");
+  const column = where.length > 0 && !sortFiltered ? unindexed(db.dialect, sortColumn) : sortColumn;
+  const order = keysetOrder(column, "id", page.direction, page.cursor, sortColumn === "domain", db.dialect);
   const select = (keyset: { after: string; params: (string | number)[] } | null, limit: number) => {
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
     return db.all<AccountRow>(`SELECT * FROM accounts ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`, [

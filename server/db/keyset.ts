@@ -1,4 +1,5 @@
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
+import type { Dialect } from "./sql.ts";
 
 export interface OrderClause {
   /** SQL fragment continuing a WHERE clause for rows after the cursor, or "" without one */
@@ -10,19 +11,30 @@ export interface OrderClause {
 }
 
 /**
+ * unindexed keeps a column out of SQLite's choice of index (a unary +, which keeps the column's
+ * collation) where a filter's index must drive; PostgreSQL has no unary + on text and plans alone.
+ */
+export function unindexed(dialect: Dialect, column: string): string {
+  return dialect === "sqlite" ? `+${column}` : column;
+}
+
+/**
  * keysetOrder builds a stable ORDER BY (tie-break on id) and the condition for rows after a
- * cursor. `column` must be a trusted column name; NULLs sort first, as SQLite does. Each condition
+ * cursor. `column` must be a trusted column name; NULLs sort first ascending and last descending,
+ * as SQLite does, which PostgreSQL is told in so many words (its default is the opposite). Each condition
  * is one index range (a row-value comparison), so a page costs the same at any depth: an OR that
  * also reached the NULL group made SQLite read and sort every later row. Callers sorting by a
  * `nullable` column query `after` first and, if the page is not full, `then` for the rest.
  */
-export function keysetOrder(column: string, idColumn: string, direction: SortDirection, cursor: CursorPosition | null, nullable = false): OrderClause {
+export function keysetOrder(column: string, idColumn: string, direction: SortDirection, cursor: CursorPosition | null, nullable = false, dialect: Dialect = "sqlite"): OrderClause {
   const dir = direction === "asc" ? "ASC" : "DESC";
+  // sqlite-only: SQLite's NULL order is the default there; spelled out, it could cost SQLite its index order.
+  const nulls = nullable && dialect === "postgres" ? (direction === "asc" ? " NULLS FIRST" : " NULLS LAST") : "";
   const cmp = direction === "asc" ? ">" : "<";
   if (column === idColumn) {
     return { after: cursor ? `${idColumn} ${cmp} ?` : "", params: cursor ? [cursor.id] : [], orderBy: `${idColumn} ${dir}`, then: null };
   }
-  const orderBy = `${column} ${dir}, ${idColumn} ${dir}`;
+  const orderBy = `${column} ${dir}${nulls}, ${idColumn} ${dir}`;
   if (!cursor) return { after: "", params: [], orderBy, then: null };
   if (cursor.value === null) {
     return {

@@ -8,6 +8,14 @@ const MAX_CACHED_REWRITES = 2000;
 /** POSTGRES_MIN_VERSION is the oldest server the schema needs (server_version_num). */
 const POSTGRES_MIN_VERSION = 130000;
 
+/**
+ * WRITE_LOCK is the advisory lock key (the bytes of "crm-writ") every `write` takes first, so
+ * writes commit one at a time across all instances, as on SQLite: a write reads what the one
+ * before it committed (two concurrent additions to a contact's accounts both stay), and instants
+ * taken inside a write rise in commit order (a poller of updated_after misses nothing).
+ */
+const WRITE_LOCK = "7165909999144823156";
+
 /** CONNECT_TIMEOUT_SECONDS is how long opening a connection may take before it is an error. */
 const CONNECT_TIMEOUT_SECONDS = 10;
 
@@ -120,7 +128,10 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   async write<T>(work: (tx: PostgresDb) => Promise<T>): Promise<T> {
     let changed = false;
-    const result = (await this.sql.begin((tx) => work(new PostgresDb(tx, () => (changed = true))))) as T;
+    const result = (await this.sql.begin(async (tx) => {
+      await tx.unsafe("SELECT pg_advisory_xact_lock($1::bigint)", [WRITE_LOCK]);
+      return work(new PostgresDb(tx, () => (changed = true)));
+    })) as T;
     if (changed) this.committed();
     return result;
   }

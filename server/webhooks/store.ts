@@ -302,10 +302,17 @@ export async function findEventPayload(db: Db, eventId: string): Promise<string 
  * webhook-timestamp (the Unix second the attempt started) and its signature.
  */
 export function findAttemptsByDelivery(db: Db, deliveryId: string): Promise<AttemptRow[]> {
-  // sqlite-only: json_set adds the attempt's own headers to the shared set.
+  // sqlite-only: json_set adds the attempt's own headers to the shared set. PostgreSQL appends them
+  // to the set's text (written by JSON.stringify, never holding these three), keeping its order.
+  const requestHeaders =
+    db.dialect === "postgres"
+      ? `left(rq.headers, -1) || CASE WHEN rq.headers = '{}' THEN '' ELSE ',' END || '"webhook-id":' || CAST(to_json(a.delivery_id) AS text)
+           || ',"webhook-timestamp":' || CAST(to_json(CAST(a.started_at / 1000 AS text)) AS text)
+           || ',"webhook-signature":' || coalesce(CAST(to_json(a.signature) AS text), 'null') || '}'`
+      : `json_set(rq.headers, '$."webhook-id"', a.delivery_id, '$."webhook-timestamp"', CAST(a.started_at / 1000 AS TEXT), '$."webhook-signature"', a.signature)`;
   return db.all<AttemptRow>(
       `SELECT a.delivery_id, a.attempt, a.triggered_by, a.started_at, a.duration_ms,
-         json_set(rq.headers, '$."webhook-id"', a.delivery_id, '$."webhook-timestamp"', CAST(a.started_at / 1000 AS TEXT), '$."webhook-signature"', a.signature) AS request_headers,
+         ${requestHeaders} AS request_headers,
          a.response_status, rs.headers AS response_headers, a.response_body, a.error
        FROM webhook_delivery_attempts a
        JOIN webhook_header_sets rq ON rq.id = a.request_header_set

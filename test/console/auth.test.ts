@@ -10,6 +10,7 @@ import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { runCli, SOURCE } from "../ops/support.ts";
+import { databaseArgs } from "../support/backend.ts";
 import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
 
 let harness: Harness | undefined;
@@ -108,7 +109,7 @@ describe("first operator: setup link and command line", () => {
   test("`operator create --email E --password-stdin` adds an operator who can sign in", async () => {
     const { h, client } = await setup();
     const run = (args: string[], stdin: string) => {
-      const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "operator", "create", ...args, "--data-dir", h.dataDir], { stdin: Buffer.from(stdin) });
+      const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "operator", "create", ...args, ...databaseArgs(h.rt.config)], { stdin: Buffer.from(stdin) });
       return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
     };
     const created = run(["--email", "cli@example.com", "--password-stdin"], "from the command line\n");

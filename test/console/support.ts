@@ -10,6 +10,7 @@ import { createOperator } from "../../console/service.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
+import { testBackend } from "../support/backend.ts";
 import { findChromium, type Browser } from "../support/chromium.ts";
 import { FAST_WEBHOOKS, type Receiver } from "../webhooks/support.ts";
 
@@ -66,7 +67,8 @@ export interface ConsoleServer extends RunningServer {
 /** startConsoleServer runs the real server on 127.0.0.1 (free port) with fast webhook retries. */
 export async function startConsoleServer(overrides: Partial<Config> = {}): Promise<ConsoleServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "crm-console-"));
-  const running = await startServer({ ...DEFAULT_CONFIG, ...FAST_WEBHOOKS, host: "127.0.0.1", port: 0, dataDir, logLevel: "error", ...overrides });
+  const backend = await testBackend(dataDir);
+  const running = await startServer({ ...DEFAULT_CONFIG, ...FAST_WEBHOOKS, host: "127.0.0.1", port: 0, dataDir, logLevel: "error", ...backend.config, ...overrides });
   const { token } = await createApiToken(running.runtime.db, "console-test");
   return {
     ...running,
@@ -84,6 +86,7 @@ export async function startConsoleServer(overrides: Partial<Config> = {}): Promi
     },
     async close() {
       await running.stop();
+      await backend.drop();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { authenticateBearer, createApiToken, findToken, listTokens, revokeApiToken } from "../../server/auth/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { ISO, call, expectProblem, loggedApp } from "./support.ts";
+import { sqliteOnly } from "../support/backend.ts";
 
 let h: Harness;
 beforeEach(async () => {
@@ -94,7 +95,7 @@ describe("auth: security", () => {
     expect((await h.rt.db.get("SELECT count(*) AS n FROM contacts"))).toEqual({ n: 0 });
   });
 
-  test("tokens are stored only as SHA-256 hashes: the database files never hold the token", async () => {
+  sqliteOnly("tokens are stored only as SHA-256 hashes: the database files never hold the token", async () => {
     const { token } = await createApiToken(h.rt.db, "secret-check");
     await h.json("POST", "/public/v1/contacts", { body: { first_name: "x" }, headers: { ...auth(token), "idempotency-key": "k" } });
     const row = (await h.rt.db.get<{ token_hash: Uint8Array; prefix: string }>("SELECT token_hash, prefix FROM api_tokens WHERE name = ?", ["secret-check"]))!;

@@ -7,6 +7,7 @@ import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type LogLevel } from "../../server/config.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { testBackend } from "../support/backend.ts";
 import { PROBLEM_TYPE, type Harness } from "../support/harness.ts";
 
 export interface CallOptions {
@@ -81,13 +82,15 @@ export async function eventTypes(h: Harness): Promise<string[]> {
 /** listeningServer starts the real server on a free port and a throwaway data directory, with one token. */
 export async function listeningServer(name: string) {
   const dataDir = mkdtempSync(join(tmpdir(), `crm-${name}-`));
-  const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir }, createLogger("error", () => {}));
+  const backend = await testBackend(dataDir);
+  const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, ...backend.config }, createLogger("error", () => {}));
   const { token } = await createApiToken(server.runtime.db, name);
   return {
     server,
     token,
     async stop() {
       await server.stop();
+      await backend.drop();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };

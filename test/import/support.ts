@@ -7,6 +7,7 @@ import { csvLine } from "../../server/import/csv.ts";
 import type { TokenRate } from "../../server/limits/rate-limiter.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { testBackend } from "../support/backend.ts";
 
 const ROOT = join(import.meta.dir, "../..");
 const BUN = join(ROOT, "node_modules/.bin/bun");
@@ -18,7 +19,8 @@ export const FAST: TokenRate = { readPerSecond: 100_000, readBurst: 100_000, wri
 /** importServer starts the real server on port 0 with a throwaway data directory, and writes a token file for the importer. */
 export async function importServer(rate: TokenRate | null = FAST) {
   const dir = mkdtempSync(join(tmpdir(), "crm-import-"));
-  const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: join(dir, "data") }, createLogger("error", () => {}));
+  const backend = await testBackend(dir);
+  const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: join(dir, "data"), ...backend.config }, createLogger("error", () => {}));
   const { token } = await createApiToken(server.runtime.db, "importer", Date.now(), rate);
   const tokenFile = join(dir, "token");
   writeFileSync(tokenFile, `${token}\n`);
@@ -38,6 +40,7 @@ export async function importServer(rate: TokenRate | null = FAST) {
       ),
     async stop() {
       await server.stop();
+      await backend.drop();
       rmSync(dir, { recursive: true, force: true });
     },
   };

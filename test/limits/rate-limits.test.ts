@@ -7,6 +7,7 @@ import { databasePath, openDatabase } from "../../server/db/database.ts";
 import { parseTokenRate, TokenBuckets } from "../../server/limits/rate-limiter.ts";
 import { contactCount } from "../foundation/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { sqliteOnly } from "../support/backend.ts";
 
 let h: Harness | undefined;
 afterEach(() => {
@@ -138,7 +139,7 @@ describe("rate limits: the buckets themselves", () => {
 describe("rate limits: token create --rate", () => {
   const run = (args: string[]) => Bun.spawnSync([process.execPath, "server/main.ts", ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
 
-  test("stores the token's own rate; a malformed rate stops with one line naming the option", async () => {
+  sqliteOnly("stores the token's own rate; a malformed rate stops with one line naming the option", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "crm-rate-"));
     try {
       expect(run(["migrate", "--data-dir", dataDir]).exitCode).toBe(0);

@@ -4,16 +4,21 @@ import { join } from "node:path";
 import { createApp, createRuntime, type App } from "../../server/app.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
-import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
+import { openBackend } from "../../server/db/backend.ts";
+import type { SqliteDatabase } from "../../server/db/database.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { createLogger, type Logger } from "../../server/shared/log.ts";
 import type { Network } from "../../server/webhooks/targets.ts";
+import { TEST_BACKEND, testBackend } from "./backend.ts";
 
 export interface Harness {
   app: App;
   rt: Runtime;
-  /** db is rt.db as the SQLite backend it is, for tests about SQLite itself (db.sqlite: PRAGMAs, query plans) */
-  db: SqliteDatabase;
+  /**
+   * db is rt.db as the SQLite backend it is, for tests about SQLite itself (db.sqlite: PRAGMAs,
+   * query plans); reading it on PostgreSQL fails the test: such a file is SQLite-only (test/run.ts).
+   */
+  readonly db: SqliteDatabase;
   dataDir: string;
   token: string;
   /** request calls the app in-process with the harness token unless headers override it. */
@@ -29,11 +34,15 @@ export interface HarnessOptions {
   log?: Logger;
 }
 
-/** createHarness builds a fresh app on a throwaway SQLite file with one API token. */
+/**
+ * createHarness builds a fresh app with one API token on a throwaway database of the test backend
+ * (CRM_TEST_BACKEND): a SQLite file in a temporary data directory, or a fresh PostgreSQL database.
+ */
 export async function createHarness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): Promise<Harness> {
   const dataDir = mkdtempSync(join(tmpdir(), "crm-test-"));
-  const config: Config = { ...DEFAULT_CONFIG, dataDir, logLevel: "error", ...overrides };
-  const db = openDatabase(databasePath(dataDir));
+  const backend = await testBackend(dataDir);
+  const config: Config = { ...DEFAULT_CONFIG, dataDir, logLevel: "error", ...backend.config, ...overrides };
+  const db = await openBackend(config);
   const rt = await createRuntime({ db, config, log: options.log ?? createLogger(config.logLevel), network: options.network });
   const app = createApp(rt);
   const { token } = await createApiToken(db, "test");
@@ -51,7 +60,10 @@ export async function createHarness(overrides: Partial<Config> = {}, options: Ha
   return {
     app,
     rt,
-    db,
+    get db() {
+      if (db.dialect !== "sqlite") throw new Error(`h.db is the SQLite backend, and this run is on ${TEST_BACKEND}: list the test file as SQLite-only in test/run.ts`);
+      return db;
+    },
     dataDir,
     token,
     request,
@@ -62,6 +74,7 @@ export async function createHarness(overrides: Partial<Config> = {}, options: Ha
     },
     async close() {
       await db.close();
+      await backend.drop();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };

@@ -1,0 +1,42 @@
+import { test } from "bun:test";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Config } from "../../server/config.ts";
+import { createTestDatabase } from "./postgres.ts";
+
+/**
+ * TEST_BACKEND is the database the test apps run on: SQLite unless CRM_TEST_BACKEND=postgres.
+ * test/run.ts runs the API, webhook, console, import and limits folders once on each.
+ */
+export const TEST_BACKEND: "sqlite" | "postgres" = process.env.CRM_TEST_BACKEND === "postgres" ? "postgres" : "sqlite";
+
+/** TestBackend is the configuration that points one test app at its database, and how to remove it. */
+export interface TestBackend {
+  config: Pick<Config, "databaseUrl" | "secretsKeyFile">;
+  drop(): Promise<void>;
+}
+
+/**
+ * testBackend prepares the database of one test app: nothing on SQLite (the app opens the data
+ * directory's file), a fresh database on the shared PostgreSQL test server otherwise, with a
+ * secrets key file in the data directory (PostgreSQL needs one named explicitly).
+ */
+export async function testBackend(dataDir: string): Promise<TestBackend> {
+  if (TEST_BACKEND === "sqlite") return { config: { databaseUrl: "", secretsKeyFile: "" }, drop: async () => {} };
+  const database = await createTestDatabase();
+  const secretsKeyFile = join(dataDir, "secrets.key");
+  writeFileSync(secretsKeyFile, `${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64")}\n`, { mode: 0o600 });
+  return { config: { databaseUrl: database.url, secretsKeyFile }, drop: () => database.drop() };
+}
+
+/**
+ * sqliteOnly is `test` on SQLite and registers nothing on PostgreSQL: for the tests of a shared
+ * file that are about SQLite itself (its files, PRAGMAs, query plans). Whole files about SQLite
+ * are listed in test/run.ts instead.
+ */
+export const sqliteOnly: typeof test = TEST_BACKEND === "sqlite" ? test : (Object.assign(() => {}, test) as typeof test);
+
+/** databaseArgs are the command-line options that point a `crm` command at a test app's database. */
+export function databaseArgs(config: Pick<Config, "databaseUrl" | "dataDir">): string[] {
+  return config.databaseUrl ? ["--database-url", config.databaseUrl] : ["--data-dir", config.dataDir];
+}
