@@ -160,9 +160,9 @@ describe("three instances on one PostgreSQL database", () => {
       };
       const kill = async () => {
         await waitUntil(() => created.length >= CONTACTS / 3, "a third of the contacts");
-        await waitUntil(async () => (await inFlightAttempts(victim)) > 0, "the victim to have attempts in flight", victim.proc);
         live.delete(victim);
         await waitUntil(() => inFlightRequests.get(victim) === 0, "the victim's API requests to finish");
+        await waitUntil(async () => (await inFlightAttempts(victim)) > 0, "the victim to have attempts in flight", victim.proc);
         killedAt = performance.timeOrigin + performance.now();
         victim.proc.kill("SIGKILL");
         await victim.proc.exited;
