@@ -1,92 +1,159 @@
-// bun bench/console.ts: what the operator console costs on a large history. Seeds 20 subscriptions
-// and BENCH_DELIVERIES (default 200k) deliveries, then times in-process requests (no network) of a
-// signed-in operator: the live deliveries endpoint each open console polls every 3 s, the start
-// page, the subscriptions page with its 24-hour counts, and a delivery page. Prints a table and
-// writes JSON to bench/results/. BENCH_ROUNDS (default 200) requests per measurement.
+// bun bench/console.ts: what the operator console costs on a large history. Seeds, with bulk SQL,
+// BENCH_CONTACTS (default 200,000) contacts and BENCH_DELIVERIES (default 1,000,000) deliveries
+// over the last 7 days (a quarter as many events, each about a contact, fanned out to 4 of 20
+// subscriptions), then times in-process requests (no network) of a signed-in operator: the start
+// page with its charts, older pages and filters of the deliveries table, a subscription's page, a
+// contact's page, the contacts search and the search box. Prints p50/p95/p99 per request and the
+// query plan of every statement the console's reads run, and writes JSON to bench/results/.
+// BENCH_ROUNDS (default 200) requests per measurement.
+import type { Database } from "bun:sqlite";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createOperator, signIn } from "../console/service.ts";
+import { contactPage, contactsPage } from "../console/contacts/service.ts";
+import { latestDeliveries } from "../console/deliveries/service.ts";
+import { search } from "../console/search/service.ts";
+import { recentFailures, subscriptionsHealth } from "../console/subscriptions/health.ts";
 import { createApp, createRuntime } from "../server/app.ts";
 import { DEFAULT_CONFIG } from "../server/config.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";
-import { newId } from "../server/shared/ids.ts";
+import { createOperator, signIn } from "../server/operators/service.ts";
 import { createLogger } from "../server/shared/log.ts";
-import { insertEvent, insertDelivery, insertSubscription, updateDeliveryAfterAttempt } from "../server/webhooks/store.ts";
+import { LATENCY_BOUNDS_MS } from "../server/webhooks/stats.ts";
+import { listAllSubscriptions } from "../server/webhooks/service.ts";
+import { capturing, queryPlan } from "../test/support/query-plans.ts";
 
-const DELIVERIES = Number(process.env.BENCH_DELIVERIES ?? 200_000);
+const DELIVERIES = Number(process.env.BENCH_DELIVERIES ?? 1_000_000);
+const CONTACTS = Number(process.env.BENCH_CONTACTS ?? 200_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 200);
 const SUBSCRIPTIONS = 20;
+const FAN_OUT = 4;
+const EVENTS = Math.ceil(DELIVERIES / FAN_OUT);
+const HOUR = 3_600_000;
+const WEEK = 7 * 24 * HOUR;
 
 const dataDir = mkdtempSync(join(tmpdir(), "crm-bench-console-"));
 const db = openDatabase(databasePath(dataDir));
 const rt = await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir, logLevel: "error" }, log: createLogger("error") });
 const app = createApp(rt);
+const now = Date.now();
+
+// sqlite-only: the bulk seed runs on the SQLite connection itself (db.sqlite).
+/** seed writes the history with INSERT ... SELECT over a counter: the triggers of the hourly counts and the name search run as they would in service. */
+function seed(sqlite: Database): void {
+  const counter = (n: number) => `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${n - 1})`;
+  sqlite.transaction(() => {
+    for (let i = 0; i < SUBSCRIPTIONS; i++) {
+      sqlite
+        .query(
+          `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, status, created_at, updated_at)
+           VALUES (printf('sub_%026d', ?1), printf('https://receiver%d.example.com/hooks', ?1), printf('Receiver %d', ?1), '["contact.updated"]', 'whsec_x', 'active', ?2, ?2)`,
+        )
+        .run(i, now - WEEK);
+      sqlite.query("INSERT INTO webhook_subscription_events (event_type, subscription_id) VALUES ('contact.updated', printf('sub_%026d', ?))").run(i);
+    }
+    sqlite.run(
+      `${counter(CONTACTS)} INSERT INTO contacts (id, first_name, last_name, email, properties, created_at, updated_at)
+       SELECT printf('con_%026d', i), 'First' || i, 'Last' || (i % 1000), 'person' || i || '@example.com', '{}', ${now - WEEK} + i * ${Math.floor(WEEK / CONTACTS)}, ${now - WEEK} + i * ${Math.floor(WEEK / CONTACTS)} FROM n`,
+    );
+    // Events a week long, oldest first; event i is about contact (i * 7919) % CONTACTS, and every 500th about the busy contact 42.
+    sqlite.run(
+      `${counter(EVENTS)} INSERT INTO events (id, type, payload, created_at)
+       SELECT printf('evt_%026d', i), 'contact.updated',
+         printf('{"type":"contact.updated","event_id":"evt_%026d","timestamp":"%s","data":{"id":"con_%026d","first_name":"First"}}', i, strftime('%Y-%m-%dT%H:%M:%fZ', (${now - WEEK} + i * ${WEEK / EVENTS}) / 1000.0, 'unixepoch'), CASE WHEN i % 500 = 0 THEN 42 ELSE (i * 7919) % ${CONTACTS} END),
+         ${now - WEEK} + CAST(i * ${WEEK / EVENTS} AS INTEGER) FROM n`,
+    );
+    // Each event to FAN_OUT subscriptions: 2% failed (a 500 or a timeout), 1% pending, the rest succeeded.
+    sqlite.run(
+      `${counter(DELIVERIES)} INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, status, attempts, next_attempt_at, last_response_status, last_error, created_at, updated_at)
+       SELECT printf('dlv_%026d', i), printf('evt_%026d', i / ${FAN_OUT}), 'contact.updated', printf('sub_%026d', (i / ${FAN_OUT} + i % ${FAN_OUT} * 5) % ${SUBSCRIPTIONS}),
+         printf('https://receiver%d.example.com/hooks', (i / ${FAN_OUT} + i % ${FAN_OUT} * 5) % ${SUBSCRIPTIONS}),
+         CASE WHEN i % 50 = 0 THEN 'failed' WHEN i % 97 = 0 THEN 'pending' ELSE 'succeeded' END,
+         CASE WHEN i % 50 = 0 THEN 8 WHEN i % 97 = 0 THEN 1 ELSE 1 END,
+         CASE WHEN i % 97 = 0 AND i % 50 <> 0 THEN ${now + 86_400_000} END,
+         CASE WHEN i % 50 = 0 AND i % 100 = 0 THEN NULL WHEN i % 50 = 0 THEN 500 WHEN i % 97 = 0 THEN 503 ELSE 200 END,
+         CASE WHEN i % 100 = 0 THEN 'timed out after 15000 ms' END,
+         ${now - WEEK} + CAST((i / ${FAN_OUT}) * ${WEEK / EVENTS} AS INTEGER), ${now - WEEK} + CAST((i / ${FAN_OUT}) * ${WEEK / EVENTS} AS INTEGER) FROM n`,
+    );
+    // Hourly response-time statistics as the delivery loop keeps them.
+    const buckets = JSON.stringify(LATENCY_BOUNDS_MS.map((_, i) => (i >= 18 && i <= 26 ? 40 - Math.abs(22 - i) * 8 : 0)).concat([0]));
+    const insertStats = sqlite.query("INSERT INTO webhook_attempt_stats (subscription_id, hour, succeeded, failed, latency_buckets) VALUES (printf('sub_%026d', ?), ?, 200, 4, ?)");
+    for (let i = 0; i < SUBSCRIPTIONS; i++) for (let h = 0; h < 169; h++) insertStats.run(i, now - (now % HOUR) - h * HOUR, buckets);
+  }).immediate();
+  sqlite.run("ANALYZE");
+}
 
 const seedStarted = performance.now();
-const now = Date.now();
-const subscriptions: string[] = [];
-const firstDelivery = now - DELIVERIES * 100;
-await db.write(async (tx) => {
-  for (let i = 0; i < SUBSCRIPTIONS; i++) {
-    const id = newId("sub", now - 1_000_000 + i);
-    subscriptions.push(id);
-    await insertSubscription(tx, { id, target_url: `https://receiver${i}.example.com/hooks`, description: `Receiver ${i}`, events: '["contact.created"]', secret: "whsec_x", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, max_rate: null, failing_since: null, created_at: now, updated_at: now }, ["contact.created"]);
-  }
-  for (let i = 0; i < DELIVERIES; i++) {
-    const at = firstDelivery + i * 100;
-    const eventId = newId("evt", at);
-    await insertEvent(tx, { id: eventId, type: "contact.created", payload: `{"type":"contact.created","timestamp":"${new Date(at).toISOString()}","data":{"id":"con_${i}"}}`, created_at: at });
-    const id = newId("dlv", at);
-    const subscription = subscriptions[i % SUBSCRIPTIONS]!;
-    await insertDelivery(tx, { id, event_id: eventId, event_type: "contact.created", subscription_id: subscription, target_url: `https://receiver${i % SUBSCRIPTIONS}.example.com/hooks`, next_attempt_at: at, created_at: at });
-    const status = i % 50 === 0 ? "failed" : i % 97 === 0 ? "pending" : "succeeded";
-    if (status !== "pending") await updateDeliveryAfterAttempt(tx, { id, status, attempts: status === "failed" ? 8 : 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, updated_at: at });
-  }
-});
-db.sqlite.run("ANALYZE");
+seed(db.sqlite);
 const seedMs = performance.now() - seedStarted;
 
 await createOperator(db, { email: "bench@example.com", password: "bench password 123" });
 const cookie = `crm_console_session=${await signIn(db, { email: "bench@example.com", password: "bench password 123", address: "bench" })}`;
-const sampleDelivery = (await db.get<{ id: string }>("SELECT id FROM webhook_deliveries ORDER BY created_at DESC LIMIT 1"))!.id;
+const busyContact = `con_${"42".padStart(26, "0")}`;
+const typical = Math.floor(CONTACTS * 0.61) + 7;
+const typicalContact = `con_${String(typical).padStart(26, "0")}`;
+const subscription = `sub_${"3".padStart(26, "0")}`;
+const delivery = `dlv_${String(DELIVERIES - 1234).padStart(26, "0")}`;
+const event = `evt_${String(EVENTS - 4321).padStart(26, "0")}`;
+const olderPage = (await latestDeliveries(db, {})).next!;
 
-async function measure(path: string): Promise<{ path: string; p50_ms: number; p99_ms: number; per_second: number; bytes: number }> {
+/** measure times sequential requests of one path; search answers 303, every other page 200. */
+async function measure(label: string, path: string): Promise<{ label: string; path: string; p50_ms: number; p95_ms: number; p99_ms: number; bytes: number }> {
   const get = () => app.handle(new Request(`http://localhost${path}`, { headers: { cookie } }));
   const first = await get();
-  if (first.status !== 200) throw new Error(`${path} answered ${first.status}`);
+  const expected = path.startsWith("/console/search") ? 303 : 200;
+  if (first.status !== expected) throw new Error(`${path} answered ${first.status}: ${(await first.text()).slice(0, 500)}`);
   const bytes = (await first.text()).length;
   for (let i = 0; i < 20; i++) await (await get()).text();
   const times: number[] = [];
-  const started = performance.now();
   for (let i = 0; i < ROUNDS; i++) {
     const t = performance.now();
     await (await get()).text();
     times.push(performance.now() - t);
   }
-  const total = performance.now() - started;
   times.sort((a, b) => a - b);
   const at = (q: number) => Math.round(times[Math.min(times.length - 1, Math.floor(q * times.length))]! * 100) / 100;
-  return { path, p50_ms: at(0.5), p99_ms: at(0.99), per_second: Math.round((ROUNDS / total) * 1000), bytes };
+  return { label, path, p50_ms: at(0.5), p95_ms: at(0.95), p99_ms: at(0.99), bytes };
 }
 
+const pages: [string, string][] = [
+  ["start page: charts of 20 subscriptions, latest 50 of 1M", "/console/"],
+  ["start page, failed only", "/console/?status=failed"],
+  ["deliveries, the next older page", `/console/?before=${encodeURIComponent(olderPage)}`],
+  ["deliveries about one contact", `/console/?contact_id=${busyContact}`],
+  ["subscriptions list", "/console/subscriptions"],
+  ["a subscription: large charts, failures by reason", `/console/subscriptions/${subscription}`],
+  ["a contact's page (busy: ~500 events)", `/console/contacts/${busyContact}`],
+  ["a contact's page (typical)", `/console/contacts/${typicalContact}`],
+  ["contacts, name search", "/console/contacts?q=Last42"],
+  ["search: delivery id", `/console/search?q=${delivery}`],
+  ["search: event id", `/console/search?q=${event}`],
+  ["search: contact id", `/console/search?q=${typicalContact}`],
+  ["search: email", `/console/search?q=person${typical}%40example.com`],
+];
 const results = [];
-for (const path of [
-  "/console/api/deliveries",
-  "/console/api/deliveries?status=failed",
-  `/console/api/deliveries?subscription_id=${subscriptions[3]}`,
-  "/console/api/deliveries?status=pending&event=contact.created",
-  "/console/",
-  "/console/subscriptions",
-  `/console/deliveries/${sampleDelivery}`,
-]) {
-  results.push(await measure(path));
-}
+for (const [label, path] of pages) results.push(await measure(label, path));
 
-console.log(`console bench: ${DELIVERIES} deliveries over ${SUBSCRIPTIONS} subscriptions (seeded in ${Math.round(seedMs)} ms), ${ROUNDS} sequential in-process requests each`);
-console.log(`${"request".padEnd(72)} ${"p50 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"req/s".padStart(7)} ${"bytes".padStart(8)}`);
-for (const r of results) console.log(`${r.path.padEnd(72)} ${String(r.p50_ms).padStart(8)} ${String(r.p99_ms).padStart(8)} ${String(r.per_second).padStart(7)} ${String(r.bytes).padStart(8)}`);
+// The plan of every statement the console's reads run, captured from the services themselves.
+const spy = capturing(db);
+const subscriptions = await listAllSubscriptions(spy.db);
+await subscriptionsHealth(spy.db, subscriptions);
+await latestDeliveries(spy.db, {});
+await latestDeliveries(spy.db, { status: "failed" });
+await latestDeliveries(spy.db, { before: olderPage });
+await latestDeliveries(spy.db, { contact_id: busyContact });
+await recentFailures(spy.db, subscription);
+await contactPage(spy.db, busyContact);
+await contactsPage(spy.db, { q: "Last42" });
+for (const q of [delivery, event, typicalContact, `person${typical}@example.com`]) await search(spy.db, q);
+const plans = [...new Map(spy.captured.map((c) => [c.sql, c])).values()].map((c) => ({ sql: c.sql.replace(/\s+/g, " ").trim(), plan: queryPlan(db.sqlite, c) }));
+
+console.log(`console bench: ${DELIVERIES} deliveries, ${EVENTS} events, ${CONTACTS} contacts, ${SUBSCRIPTIONS} subscriptions (seeded in ${Math.round(seedMs / 1000)} s); ${ROUNDS} sequential in-process requests each`);
+console.log(`${"request".padEnd(56)} ${"p50 ms".padStart(8)} ${"p95 ms".padStart(8)} ${"p99 ms".padStart(8)} ${"bytes".padStart(8)}`);
+for (const r of results) console.log(`${r.label.padEnd(56)} ${String(r.p50_ms).padStart(8)} ${String(r.p95_ms).padStart(8)} ${String(r.p99_ms).padStart(8)} ${String(r.bytes).padStart(8)}`);
+console.log("\nquery plans of the console's reads:");
+for (const { sql, plan } of plans) console.log(`\n${sql.slice(0, 240)}\n${plan.map((line) => `  ${line}`).join("\n")}`);
 mkdirSync(join(import.meta.dir, "results"), { recursive: true });
-writeFileSync(join(import.meta.dir, "results", `console-${Date.now()}.json`), JSON.stringify({ deliveries: DELIVERIES, subscriptions: SUBSCRIPTIONS, rounds: ROUNDS, results }, null, 2));
+writeFileSync(join(import.meta.dir, "results", `console-${Date.now()}.json`), JSON.stringify({ deliveries: DELIVERIES, events: EVENTS, contacts: CONTACTS, subscriptions: SUBSCRIPTIONS, rounds: ROUNDS, seed_ms: Math.round(seedMs), results, plans }, null, 2));
 await db.close();
 rmSync(dataDir, { recursive: true, force: true });

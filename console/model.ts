@@ -1,3 +1,4 @@
+import type { Operator } from "../server/operators/model.ts";
 import { t } from "elysia";
 
 /** FormBody is any HTML form post: each field has one value, or several when repeated (checkboxes). */
@@ -10,7 +11,14 @@ export const DeliveryFilterQuery = t.Object(
     status: t.Optional(t.String({ maxLength: 20 })),
     event: t.Optional(t.String({ maxLength: 40 })),
     subscription_id: t.Optional(t.String({ maxLength: 64 })),
+    event_id: t.Optional(t.String({ maxLength: 64 })),
+    contact_id: t.Optional(t.String({ maxLength: 64 })),
+    since: t.Optional(t.String({ maxLength: 40 })),
+    until: t.Optional(t.String({ maxLength: 40 })),
+    /** where the previous page stopped: the next page lists older deliveries */
+    before: t.Optional(t.String({ maxLength: 100 })),
   },
+  // Unknown filters are refused by the service with a message naming them, not ignored.
   { additionalProperties: true },
 );
 export type DeliveryFilters = typeof DeliveryFilterQuery.static;
@@ -23,6 +31,9 @@ export const DeliveryRowView = t.Object({
   id: t.String(),
   created_at: t.String(),
   event_type: t.String(),
+  event_id: t.String(),
+  /** the contact or account the event is about, when it names one */
+  subject_id: nullableString,
   subscription_id: t.String(),
   subscription_description: nullableString,
   target_url: t.String(),
@@ -37,6 +48,10 @@ export type DeliveryRowView = typeof DeliveryRowView.static;
 export const DeliveriesView = t.Object({
   data: t.Array(DeliveryRowView),
   total: t.Integer(),
+  /** the `before` of the next (older) page, or null on the last */
+  next: nullableString,
+  /** true on a page after the first: it is not live */
+  older: t.Boolean(),
   refreshed_at: t.String(),
 });
 export type DeliveriesView = typeof DeliveriesView.static;
@@ -59,12 +74,6 @@ export const DeliveryWatchView = t.Object({
   ]),
 });
 export type DeliveryWatchView = typeof DeliveryWatchView.static;
-
-/** Operator is a person who signs in to the console. */
-export interface Operator {
-  id: string;
-  email: string;
-}
 
 /** ConsoleSession is a signed-in operator and the CSRF token their forms carry. */
 export interface ConsoleSession {

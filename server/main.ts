@@ -9,7 +9,7 @@ import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts
 import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser } from "./users/service.ts";
-import { createOperator, unlockOperator } from "../console/service.ts";
+import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
@@ -35,6 +35,10 @@ Commands:
   user list                          list users: id, email, name
   operator create --email E --password-stdin
                                      add a console operator; the password is read from stdin
+  operator list                      list console operators: id, email, created, last seen
+  operator remove --email E          remove an operator and end their sessions (not the last one)
+  operator reset-password --email E --password-stdin
+                                     set an operator's password (read from stdin) and end their sessions
   operator unlock --email E          forget the failed sign-ins counted against an operator, so
                                      addresses slowed by them may try again at once
   backup FILE                        copy the database into a new FILE; safe while serving
@@ -53,6 +57,8 @@ Options (flag, environment variable, crm.toml key; flags win over environment ov
 ${SETTINGS.map((s) => `  ${`${s.flag} ${s.kind === "boolean" ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
 `;
+
+const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
 
 /** takeOption removes `--name value` from args and returns the value. */
 function takeOption(args: string[], name: string): string | undefined {
@@ -266,19 +272,37 @@ async function main(argv: string[]): Promise<number> {
     }
     case "operator": {
       const sub = args.shift();
-      if (sub === "unlock") {
-        const email = takeOption(args, "--email");
-        if (!email) throw new ConfigError("operator unlock needs --email E");
+      if (sub === "list") {
         const db = await openConfiguredDatabase(args);
+        for (const operator of await operatorSummaries(db)) {
+          process.stdout.write(`${operator.id}  ${operator.email}  created ${operator.created_at}  last seen ${operator.last_seen_at ?? "never"}\n`);
+        }
+        return 0;
+      }
+      if (sub === "unlock" || sub === "remove") {
+        const email = takeOption(args, "--email");
+        if (!email) throw new ConfigError(`operator ${sub} needs --email E`);
+        const db = await openConfiguredDatabase(args);
+        if (sub === "remove") {
+          const removed = await removeOperatorByEmail(db, email);
+          process.stdout.write(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
+          return 0;
+        }
         const cleared = await unlockOperator(db, email);
         process.stdout.write(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
         return 0;
       }
-      if (sub !== "create") throw new ConfigError("usage: operator create --email E --password-stdin | operator unlock --email E");
+      if (sub !== "create" && sub !== "reset-password") throw new ConfigError(OPERATOR_USAGE);
       const email = takeOption(args, "--email");
       // Never a password argument: it would show in the process list and the shell history.
-      if (!email || !takeFlag(args, "--password-stdin")) throw new ConfigError("operator create needs --email E and --password-stdin (the password is read from standard input)");
+      if (!email || !takeFlag(args, "--password-stdin")) throw new ConfigError(`operator ${sub} needs --email E and --password-stdin (the password is read from standard input)`);
       const password = (await Bun.stdin.text()).replace(/\r?\n$/, "");
+      if (sub === "reset-password") {
+        const db = await openConfiguredDatabase(args);
+        const operator = await resetOperatorPassword(db, email, password);
+        process.stdout.write(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
+        return 0;
+      }
       const db = await openConfiguredDatabase(args, { setUp: true });
       const operator = await createOperator(db, { email, password });
       process.stdout.write(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);

@@ -8,7 +8,7 @@ import { isEmbeddedPath } from "./shared/compiled.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
 import { listTokens } from "./auth/service.ts";
 import { startRetentionJob } from "./webhooks/retention.ts";
-import { hasOperators, issueSetupCode } from "../console/service.ts";
+import { hasOperators, issueSetupCode } from "./operators/service.ts";
 
 export interface RunningServer {
   url: string;

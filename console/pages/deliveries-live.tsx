@@ -22,6 +22,7 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
   const view = useSignal(initial);
   const state = useSignal<LiveState>("static");
   useEffect(() => {
+    if (initial.older) return;
     state.value = "live";
     let timer: ReturnType<typeof setTimeout> | undefined;
     let stopped = false;
@@ -59,11 +60,13 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
           <p class="count" id="deliveries-count">
             {current.total === 0
               ? "No deliveries match."
-              : current.total > current.data.length
-                ? `Showing the latest ${current.data.length} of ${current.total}, newest first.`
-                : `Showing all ${current.total}, newest first.`}
+              : current.older
+                ? `Showing ${current.data.length} older of ${current.total}, newest first.`
+                : current.total > current.data.length
+                  ? `Showing the latest ${current.data.length} of ${current.total}, newest first.`
+                  : `Showing all ${current.total}, newest first.`}
           </p>
-          <LiveIndicator state={state.value} refreshedAt={current.refreshed_at} limit={limit} />
+          {!current.older && <LiveIndicator state={state.value} refreshedAt={current.refreshed_at} limit={limit} />}
         </div>
       }
     >
@@ -83,7 +86,14 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
         </a>
       </td>
       <td data-label="Event">
-        <code>{row.event_type}</code>
+        <a href={`/console/events/${row.event_id}`} title={`Event ${row.event_id}`}>
+          <code>{row.event_type}</code>
+        </a>
+        {row.subject_id?.startsWith("con_") && (
+          <a class="subject" href={`/console/contacts/${row.subject_id}`} title={`Contact ${row.subject_id}`}>
+            contact
+          </a>
+        )}
       </td>
       <td data-label="Subscription">
         <SubscriptionLabel description={row.subscription_description} url={row.target_url} />

@@ -4,13 +4,15 @@ import { renderToString } from "preact-render-to-string";
 import type { ConsoleSession } from "../model.ts";
 import { CsrfField } from "./parts.tsx";
 
-export type Section = "deliveries" | "subscriptions" | "tokens" | "users";
+export type Section = "deliveries" | "subscriptions" | "contacts" | "tokens" | "users" | "operators";
 
 const NAV: { section: Section; href: string; label: string }[] = [
   { section: "deliveries", href: "/console/", label: "Deliveries" },
   { section: "subscriptions", href: "/console/subscriptions", label: "Subscriptions" },
+  { section: "contacts", href: "/console/contacts", label: "Contacts" },
   { section: "tokens", href: "/console/tokens", label: "API tokens" },
   { section: "users", href: "/console/users", label: "Users" },
+  { section: "operators", href: "/console/operators", label: "Operators" },
 ];
 
 export interface LayoutProps {

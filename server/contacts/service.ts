@@ -5,7 +5,7 @@ import { ProblemError, notFound, validationProblem, type FieldError } from "../s
 import type { BatchResult } from "../batch/model.ts";
 import type { BatchKind } from "../batch/service.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
-import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type ListMeta } from "../http/list-query.ts";
+import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
@@ -32,6 +32,7 @@ import {
   replaceContactTags,
   unlinkAccountFromContacts,
   updateContact as updateContactRow,
+  type ContactFilters,
   type ContactRow,
 } from "./store.ts";
 
@@ -429,4 +430,31 @@ export async function listContactsPage(db: Db, query: Record<string, unknown>): 
   });
   const meta = listMeta(list, matches, rows, (row: ContactRow) => row[list.sortBy], query, CONTACT_FILTERS);
   return { data: await renderContacts(db, rows, parseInclude(query.include)), meta };
+}
+
+// Typed reads for the operator console (issue 17).
+
+/** findContact returns one contact with its accounts and assigned users embedded, or null. */
+export async function findContact(db: Db, id: string): Promise<Contact | null> {
+  const row = await findContactById(db, id);
+  return row ? renderContact(db, row, ["accounts", "assigned_users"]) : null;
+}
+
+/** contactsWithEmail returns the contacts with an email (any case), oldest first, at most a handful. */
+export async function contactsWithEmail(db: Db, email: string): Promise<Contact[]> {
+  return (await findContactsByEmail(db, email.trim().toLowerCase())).map(toContact);
+}
+
+/** searchContacts returns a newest-first page of contacts matching an exact email or part of a name, after a position, with the count of all matches. */
+export async function searchContacts(
+  db: Db,
+  filters: Pick<ContactFilters, "email" | "fullName">,
+  after: CursorPosition | null,
+  limit: number,
+): Promise<{ data: Contact[]; total: number; next: CursorPosition | null }> {
+  const matches = await countContacts(db, filters);
+  const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
+  const page = rows.slice(0, limit);
+  const last = page.at(-1);
+  return { data: page.map(toContact), total: matches, next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
 }

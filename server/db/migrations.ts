@@ -15,6 +15,7 @@ import endpointHealth from "../../migrations/0011_endpoint_health.sql" with { ty
 import contactExternalId from "../../migrations/0012_contact_external_id.sql" with { type: "text" };
 import syncApi from "../../migrations/0013_sync_api.sql" with { type: "text" };
 import contactTagsSortKeys from "../../migrations/0014_contact_tags_sort_keys.sql" with { type: "text" };
+import consoleReads from "../../migrations/0015_console_reads.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
@@ -47,6 +48,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 12, name: "0012_contact_external_id.sql", sql: contactExternalId },
   { version: 13, name: "0013_sync_api.sql", sql: syncApi },
   { version: 14, name: "0014_contact_tags_sort_keys.sql", sql: contactTagsSortKeys },
+  { version: 15, name: "0015_console_reads.sql", sql: consoleReads },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -1,7 +1,7 @@
 import { Elysia } from "elysia";
 import type { Metrics } from "../ops/metrics.ts";
 import type { Logger } from "../shared/log.ts";
-import { problem, problemResponse, validationProblem } from "../shared/problem.ts";
+import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
 import { errorToProblem, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
@@ -52,6 +52,8 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
     // The console (under /console) posts HTML forms; it validates its own form bodies.
     .onParse({ as: "global" }, ({ request }) => (pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request, bodyTimeoutMs)))
     .onError({ as: "global" }, ({ code, error, request, set }) => {
+      // The console answers the problems its services throw with pages of its own (console/shell.ts).
+      if (error instanceof ProblemError && pathOf(request).startsWith(`${CONSOLE_PREFIX}/`)) return;
       const requestId = requestIdOf(request);
       const { body, headers } = errorToProblem({ code, error, request, requestId }, { log, routes });
       set.status = body.status;

@@ -1,6 +1,6 @@
 import type { TSchema } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
-import type { FieldError } from "../shared/problem.ts";
+import { validationProblem, type FieldError, type ProblemError } from "../shared/problem.ts";
 
 /** SchemaIssue is one TypeBox value error, as Elysia's ValidationError and TypeBox's checkers report it. */
 export interface SchemaIssue {
@@ -36,4 +36,10 @@ export function fieldErrorsOf(issues: Iterable<SchemaIssue>, where: "pointer" | 
 export function schemaChecker(schema: TSchema): (value: unknown) => FieldError[] {
   const compiled = TypeCompiler.Compile(schema);
   return (value) => (compiled.Check(value) ? [] : fieldErrorsOf(compiled.Errors(value)));
+}
+
+/** fieldsProblem is the 422 of a form or command whose fields failed their schema: the detail names each field as a person typed it ("max rate must be ..."), the errors keep their pointers. */
+export function fieldsProblem(errors: FieldError[]): ProblemError {
+  const named = errors.map((e) => `${(e.pointer ?? e.parameter ?? "").split("/").filter(Boolean)[0]?.replace(/_/g, " ") ?? ""} ${e.detail}`);
+  return validationProblem(errors, `${named.join("; ")}.`);
 }

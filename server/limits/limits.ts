@@ -59,6 +59,9 @@ export const DEFAULT_SECRET_GRACE_HOURS = 24;
 export const MAX_SECRET_GRACE_HOURS = 168;
 /** MAX_RECOVERY_DAYS is how far back a recovery window may start. */
 export const MAX_RECOVERY_DAYS = 14;
+/** MIN_OPERATOR_PASSWORD_LENGTH and MAX_OPERATOR_PASSWORD_LENGTH bound a console operator's password (argon2 hashes any length; the bound keeps a sign-in from buying much CPU). */
+export const MIN_OPERATOR_PASSWORD_LENGTH = 10;
+export const MAX_OPERATOR_PASSWORD_LENGTH = 512;
 /** MAX_BODY_BYTES is the largest request body accepted (1 MiB). */
 export const MAX_BODY_BYTES = 1024 * 1024;
 /** MAX_JSON_DEPTH is how deep arrays and objects may nest in a request body. */
@@ -111,6 +114,7 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "webhook subscriptions, all tokens together (subscriptions are not owned by a token)", value: `${MAX_SUBSCRIPTIONS}`, answer: "422" },
   { limit: "webhook secret rotation `grace_hours`", value: `0 to ${MAX_SECRET_GRACE_HOURS} (default ${DEFAULT_SECRET_GRACE_HOURS})`, answer: "422" },
   { limit: "webhook recovery window: how far back `since` may be", value: `${MAX_RECOVERY_DAYS} days`, answer: "422" },
+  { limit: "console operator password", value: `${MIN_OPERATOR_PASSWORD_LENGTH} to ${MAX_OPERATOR_PASSWORD_LENGTH} characters`, answer: "422 (console form, CLI error)" },
   { limit: "request body", value: size(MAX_BODY_BYTES), answer: "413" },
   { limit: "JSON nesting depth of a request body", value: `${MAX_JSON_DEPTH} levels`, answer: "400" },
   { limit: "JSON numbers", value: `magnitude at most ${Number.MAX_SAFE_INTEGER} (2^53 - 1)`, answer: "400" },

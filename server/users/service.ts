@@ -74,7 +74,7 @@ export async function getUser(db: Db, id: string): Promise<User> {
 
 /** allUsers returns every user, oldest first (for the command line). */
 export async function allUsers(db: Db): Promise<User[]> {
-  return (await listUsers(db, { cursor: null, limit: -1, offset: 0 })).map(toUser);
+  return (await listUsers(db, { cursor: null, limit: null, offset: 0 })).map(toUser);
 }
 
 /** listUsersPage returns one page of users for the list endpoint. */

@@ -42,8 +42,11 @@ export async function countUsers(db: Db): Promise<number> {
   return (await db.get<{ n: number }>("SELECT count(*) AS n FROM users"))!.n;
 }
 
-/** listUsers returns one page of users, oldest first. */
-export function listUsers(db: Db, page: { cursor: CursorPosition | null; limit: number; offset: number }): Promise<UserRow[]> {
+/** listUsers returns one page of users, oldest first; every user with limit null. */
+export function listUsers(db: Db, page: { cursor: CursorPosition | null; limit: number | null; offset: number }): Promise<UserRow[]> {
   const order = keysetOrder("id", "id", "asc", page.cursor);
-  return db.all<UserRow>(`SELECT * FROM users ${order.after ? `WHERE ${order.after}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`, [...order.params, page.limit, page.offset]);
+  // No limit is no LIMIT clause: SQLite reads LIMIT -1 as none, PostgreSQL refuses it.
+  const limit = page.limit === null ? "" : "LIMIT ? OFFSET ?";
+  const params = page.limit === null ? order.params : [...order.params, page.limit, page.offset];
+  return db.all<UserRow>(`SELECT * FROM users ${order.after ? `WHERE ${order.after}` : ""} ORDER BY ${order.orderBy} ${limit}`, params);
 }

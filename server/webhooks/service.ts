@@ -1,6 +1,6 @@
 import type { Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
-import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
+import { listMeta, parseListQuery, parseTimestampFilter, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
@@ -32,6 +32,13 @@ import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
   countFailedDeliveriesBetween,
+  findEventById,
+  listDeliveriesOfEvents,
+  listEventsAbout,
+  listEventSubjects,
+  sumDeliveryHours,
+  type DeliveryFilters,
+  type EventRow,
   countDeliveriesBySubscription,
   countPendingDeliveries,
   countSubscriptions,
@@ -193,11 +200,22 @@ export async function listSubscriptionsPage(db: Db, query: Record<string, unknow
   return { data: rows.map((row) => toSubscription(row)), meta };
 }
 
+/** listAllSubscriptions returns every subscription, newest first; there are at most MAX_SUBSCRIPTIONS. */
+export async function listAllSubscriptions(db: Db): Promise<Subscription[]> {
+  return (await listSubscriptions(db, undefined, { cursor: null, limit: MAX_SUBSCRIPTIONS, offset: 0 })).map((row) => toSubscription(row));
+}
+
+/** findSubscription returns one subscription with its secret masked, or null. */
+export async function findSubscription(db: Db, id: string): Promise<Subscription | null> {
+  const row = await findSubscriptionById(db, id);
+  return row ? toSubscription(row) : null;
+}
+
 /** getSubscription returns one subscription with its secret masked, or throws 404. */
 export async function getSubscription(db: Db, id: string): Promise<Subscription> {
-  const row = await findSubscriptionById(db, id);
-  if (!row) throw notFound("webhook subscription", id);
-  return toSubscription(row);
+  const subscription = await findSubscription(db, id);
+  if (!subscription) throw notFound("webhook subscription", id);
+  return subscription;
 }
 
 /** getSubscriptionStats returns a subscription's endpoint health over the last 24 hours and 7 days, or throws 404. */
@@ -392,15 +410,28 @@ export async function listDeliveriesPage(db: Db, query: Record<string, unknown>)
   return { data: rows.map(toDelivery), meta };
 }
 
-/** getDelivery returns a delivery with the body it sends and every attempt, or throws 404. */
-export async function getDelivery(db: Db, id: string): Promise<DeliveryDetail> {
+/** findDeliverySummary returns a delivery as lists show it (no body, no attempts), or null. */
+export async function findDeliverySummary(db: Db, id: string): Promise<Delivery | null> {
   const row = await findDeliveryById(db, id);
-  if (!row) throw notFound("webhook delivery", id);
+  return row ? toDelivery(row) : null;
+}
+
+/** findDelivery returns a delivery with the body it sends and every attempt, or null. */
+export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail | null> {
+  const row = await findDeliveryById(db, id);
+  if (!row) return null;
   return {
     ...toDelivery(row),
     payload: JSON.parse((await findEventPayload(db, row.event_id)) ?? "null") as unknown,
     attempt_history: (await findAttemptsByDelivery(db, id)).map(toAttempt),
   };
+}
+
+/** getDelivery returns a delivery with the body it sends and every attempt, or throws 404. */
+export async function getDelivery(db: Db, id: string): Promise<DeliveryDetail> {
+  const delivery = await findDelivery(db, id);
+  if (!delivery) throw notFound("webhook delivery", id);
+  return delivery;
 }
 
 /** retryDelivery makes a manual attempt now and returns the delivery as it stands afterwards. */
@@ -447,4 +478,54 @@ export async function deliveryHistorySize(db: Db): Promise<HistorySize> {
 /** deliveryLoopStatus tells whether the delivery loop is running and how many attempts are under way. */
 export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number } {
   return { running: rt.deliveries.running, in_flight: rt.deliveries.inFlightCount };
+}
+
+// Typed reads for the operator console (issue 17): no query strings, no 404 problems to catch.
+
+/** DeliveryPosition is where a newest-first page of deliveries stopped: the next page starts after it. */
+export type DeliveryPosition = CursorPosition;
+
+/** deliveriesAfter returns up to `limit` deliveries matching typed filters, newest first, after a position; `next` is set when more follow. */
+export async function deliveriesAfter(db: Db, filters: DeliveryFilters, after: DeliveryPosition | null, limit: number): Promise<{ data: Delivery[]; next: DeliveryPosition | null }> {
+  const rows = await listDeliveries(db, filters, { cursor: after, limit: limit + 1, offset: 0 });
+  const page = rows.slice(0, limit);
+  const last = page.at(-1);
+  return { data: page.map(toDelivery), next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
+}
+
+/** countMatchingDeliveries counts the deliveries matching typed filters; by subscription and status alone it reads the hourly counts, not the deliveries. */
+export function countMatchingDeliveries(db: Db, filters: DeliveryFilters): Promise<number> {
+  const { subscriptionId, status, ...others } = filters;
+  const onlyCounted = Object.values(others).every((value) => value === undefined);
+  return onlyCounted ? sumDeliveryHours(db, { subscriptionId, status }) : countDeliveries(db, filters);
+}
+
+/** WebhookEvent is an event as recorded in the outbox, with the deliveries made of it. */
+export interface WebhookEvent {
+  id: string;
+  type: string;
+  created_at: string;
+  payload: unknown;
+  deliveries: Delivery[];
+}
+
+async function toWebhookEvents(db: Db, rows: EventRow[]): Promise<WebhookEvent[]> {
+  const deliveries = Map.groupBy((await listDeliveriesOfEvents(db, rows.map((row) => row.id))).map(toDelivery), (d) => d.event_id);
+  return rows.map((row) => ({ id: row.id, type: row.type, created_at: toTimestamp(row.created_at), payload: JSON.parse(row.payload) as unknown, deliveries: deliveries.get(row.id) ?? [] }));
+}
+
+/** findWebhookEvent returns an event with its deliveries, or null. */
+export async function findWebhookEvent(db: Db, id: string): Promise<WebhookEvent | null> {
+  const row = await findEventById(db, id);
+  return row ? (await toWebhookEvents(db, [row]))[0]! : null;
+}
+
+/** eventsAbout returns the latest `limit` events about a contact or account, newest first, each with its deliveries. */
+export async function eventsAbout(db: Db, subjectId: string, limit: number): Promise<WebhookEvent[]> {
+  return toWebhookEvents(db, await listEventsAbout(db, subjectId, limit));
+}
+
+/** eventSubjects maps each of the given events that is about a contact or account to that id. */
+export async function eventSubjects(db: Db, eventIds: readonly string[]): Promise<Map<string, string>> {
+  return new Map((await listEventSubjects(db, [...new Set(eventIds)])).map((row) => [row.id, row.subject_id]));
 }

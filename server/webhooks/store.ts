@@ -94,6 +94,10 @@ export interface DeliveryFilters {
   eventId?: string;
   status?: string;
   createdAfter?: number;
+  /** created before this instant (the console's time range) */
+  createdBefore?: number;
+  /** deliveries of the events about this contact or account */
+  subjectId?: string;
 }
 
 export interface Page {
@@ -337,6 +341,8 @@ function deliveryFilter(filters: DeliveryFilters): { where: string[]; params: (s
   // The literal term lets SQLite use the partial index of unfinished deliveries.
   if (filters.status !== undefined && filters.status !== "succeeded") where.push("d.status <> 'succeeded'");
   add("d.created_at > ?", filters.createdAfter);
+  add("d.created_at < ?", filters.createdBefore);
+  add("d.event_id IN (SELECT id FROM events WHERE subject_id = ?)", filters.subjectId);
   return { where, params };
 }
 
@@ -521,12 +527,14 @@ export interface HistorySize {
 /** measureDeliveryHistory counts the history's rows and the database pages its tables and indexes hold. */
 export async function measureDeliveryHistory(db: Db): Promise<HistorySize> {
   if (db.dialect === "postgres") {
-    // pg_total_relation_size counts a table's indexes and TOAST pages with it.
+    // The rows' own bytes: a table's files (pg_total_relation_size) keep deleted rows' space until
+    // VACUUM and seldom shrink after it, so the size budget would prune the whole history.
     return (await db.get<HistorySize>(
       `SELECT (SELECT count(*) FROM webhook_deliveries) AS deliveries,
          (SELECT count(*) FROM webhook_delivery_attempts) AS attempts,
-         pg_total_relation_size('webhook_deliveries') + pg_total_relation_size('webhook_delivery_attempts')
-           + pg_total_relation_size('webhook_header_sets') AS bytes`,
+         CAST((SELECT coalesce(sum(pg_column_size(d.*)), 0) FROM webhook_deliveries d)
+           + (SELECT coalesce(sum(pg_column_size(a.*)), 0) FROM webhook_delivery_attempts a)
+           + (SELECT coalesce(sum(pg_column_size(h.*)), 0) FROM webhook_header_sets h) AS bigint) AS bytes`,
     ))!;
   }
   // sqlite-only: dbstat and sqlite_schema measure the pages.
@@ -639,4 +647,90 @@ export function listAttemptStatsSince(db: Db, subscriptionId: string, fromHour: 
 /** deleteAttemptStatsBefore prunes hourly statistics older than the cutoff, and those of subscriptions that no longer exist. */
 export function deleteAttemptStatsBefore(db: Db, cutoff: number): Promise<number> {
   return db.run("DELETE FROM webhook_attempt_stats WHERE hour < ? OR subscription_id NOT IN (SELECT id FROM webhook_subscriptions)", [cutoff]);
+}
+
+// Reads of the operator console (issue 17): health by hour, failures by reason, events by subject.
+
+/** DeliveryHourRow is how many deliveries of a subscription created in one hour have a status now. */
+export type DeliveryHourRow = {
+  subscription_id: string;
+  /** Unix ms at the start of the hour */
+  hour: number;
+  status: "pending" | "succeeded" | "failed";
+  n: number;
+}
+
+/** listDeliveryHoursSince returns the hourly delivery counts of every existing subscription (or of one) from an hour on (migration 0015 keeps them). */
+export function listDeliveryHoursSince(db: Db, fromHour: number, subscriptionId: string | null = null): Promise<DeliveryHourRow[]> {
+  // IN (subquery) seeks the primary key once per subscription rather than reading every hour kept.
+  const of = subscriptionId === null ? "IN (SELECT id FROM webhook_subscriptions)" : "= ?";
+  const sql = `SELECT subscription_id, hour, status, n FROM webhook_delivery_hours WHERE subscription_id ${of} AND hour >= ?`;
+  return db.all<DeliveryHourRow>(sql, [...(subscriptionId === null ? [] : [subscriptionId]), fromHour]);
+}
+
+/** listDeliveryDaysSince sums the hourly delivery counts of every existing subscription (or of one) into UTC days, from a day on. */
+export function listDeliveryDaysSince(db: Db, fromDay: number, subscriptionId: string | null = null): Promise<DeliveryHourRow[]> {
+  const of = subscriptionId === null ? "IN (SELECT id FROM webhook_subscriptions)" : "= ?";
+  const sql = `SELECT subscription_id, hour - hour % 86400000 AS hour, status, sum(n) AS n FROM webhook_delivery_hours
+    WHERE subscription_id ${of} AND hour >= ? GROUP BY subscription_id, hour - hour % 86400000, status`;
+  return db.all<DeliveryHourRow>(sql, [...(subscriptionId === null ? [] : [subscriptionId]), fromDay]);
+}
+
+/** sumDeliveryHours counts the deliveries of a subscription and/or status (each optional) from the hourly counts, without reading the deliveries. */
+export async function sumDeliveryHours(db: Db, filters: { subscriptionId?: string; status?: string }): Promise<number> {
+  const where: string[] = [];
+  const params: string[] = [];
+  if (filters.subscriptionId !== undefined) where.push("subscription_id = ?") && params.push(filters.subscriptionId);
+  if (filters.status !== undefined) where.push("status = ?") && params.push(filters.status);
+  const sql = `SELECT coalesce(sum(n), 0) AS n FROM webhook_delivery_hours ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`;
+  return Number((await db.get<{ n: number }>(sql, params))!.n);
+}
+
+/** listAttemptStatsFrom returns the hourly attempt statistics of every existing subscription (or of one) from an hour on, in one query. */
+export function listAttemptStatsFrom(db: Db, fromHour: number, subscriptionId: string | null = null): Promise<AttemptStatsRow[]> {
+  const of = subscriptionId === null ? "IN (SELECT id FROM webhook_subscriptions)" : "= ?";
+  const sql = `SELECT * FROM webhook_attempt_stats WHERE subscription_id ${of} AND hour >= ?`;
+  return db.all<AttemptStatsRow>(sql, [...(subscriptionId === null ? [] : [subscriptionId]), fromHour]);
+}
+
+/** FailureReasonRow is a group of a subscription's failing deliveries with the same last answer: a status code, or a network error. */
+export type FailureReasonRow = {
+  last_response_status: number | null;
+  last_error: string | null;
+  deliveries: number;
+  latest_at: number;
+  latest_id: string;
+}
+
+/** listFailureReasons groups a subscription's deliveries created since a time whose last attempt failed (failed, or pending with attempts), by reason, most frequent first. */
+export function listFailureReasons(db: Db, subscriptionId: string, since: number, limit: number): Promise<FailureReasonRow[]> {
+  return db.all<FailureReasonRow>(
+    `SELECT last_response_status, last_error, count(*) AS deliveries, max(created_at) AS latest_at, max(id) AS latest_id
+     FROM webhook_deliveries
+     WHERE subscription_id = ? AND status IN ('failed', 'pending') AND created_at >= ? AND attempts > 0
+     GROUP BY last_response_status, last_error ORDER BY deliveries DESC, latest_at DESC LIMIT ?`,
+    [subscriptionId, since, limit],
+  );
+}
+
+/** findEventById returns one event, or null. */
+export function findEventById(db: Db, id: string): Promise<EventRow | null> {
+  return db.get<EventRow>("SELECT id, type, payload, created_at FROM events WHERE id = ?", [id]);
+}
+
+/** listEventsAbout returns the latest events about one contact or account (the id in their data), newest first. */
+export function listEventsAbout(db: Db, subjectId: string, limit: number): Promise<EventRow[]> {
+  return db.all<EventRow>("SELECT id, type, payload, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [subjectId, limit]);
+}
+
+/** listDeliveriesOfEvents returns every delivery of the given events, oldest first. */
+export async function listDeliveriesOfEvents(db: Db, eventIds: readonly string[]): Promise<DeliveryRow[]> {
+  if (eventIds.length === 0) return [];
+  return db.all<DeliveryRow>(`SELECT * FROM webhook_deliveries WHERE event_id IN (${placeholders(eventIds.length)}) ORDER BY created_at, id`, eventIds);
+}
+
+/** listEventSubjects returns what each of the given events is about (the id in its data), for those that name one. */
+export async function listEventSubjects(db: Db, eventIds: readonly string[]): Promise<{ id: string; subject_id: string }[]> {
+  if (eventIds.length === 0) return [];
+  return db.all<{ id: string; subject_id: string }>(`SELECT id, subject_id FROM events WHERE id IN (${placeholders(eventIds.length)}) AND subject_id IS NOT NULL`, eventIds);
 }

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Database } from "../../server/db/sql.ts";
-import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../console/service.ts";
+import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../server/operators/service.ts";
 import type { ProblemError } from "../../server/shared/problem.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";

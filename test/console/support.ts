@@ -1,15 +1,17 @@
 import { expect } from "bun:test";
-import type { Db } from "../../server/db/sql.ts";
+import type { Database, Db } from "../../server/db/sql.ts";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { Webhook } from "standardwebhooks";
 import { CONTENT_SECURITY_POLICY } from "../../console/http.ts";
-import { createOperator } from "../../console/service.ts";
+import { createOperator } from "../../server/operators/service.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
+import { newId } from "../../server/shared/ids.ts";
+import { insertDelivery, insertEvent, updateDeliveryAfterAttempt } from "../../server/webhooks/store.ts";
 import { testBackend } from "../support/backend.ts";
 import { findChromium, type Browser } from "../support/chromium.ts";
 import { FAST_WEBHOOKS, type Receiver } from "../webhooks/support.ts";
@@ -177,4 +179,81 @@ export class ConsoleClient {
     await this.get("/console/login");
     return this.post("/console/login", { email: operator.email, password: operator.password });
   }
+}
+
+/** SeededDelivery is a delivery written straight to the database, as if made at `at` and answered as given. */
+export interface SeededDelivery {
+  at: number;
+  status: "succeeded" | "failed" | "pending";
+  response_status?: number | null;
+  error?: string | null;
+  /** the contact the event is about (its data.id) */
+  contact_id?: string;
+}
+
+/**
+ * seedDeliveries writes contact.updated events and their deliveries to one subscription at given
+ * times and outcomes, through the webhooks store. Pending ones are due tomorrow, so the delivery
+ * loop leaves them alone while a test reads them.
+ */
+export function seedDeliveries(db: Database, subscription: { id: string; target_url: string }, deliveries: SeededDelivery[]): Promise<string[]> {
+  return db.write(async (tx) => {
+    const ids: string[] = [];
+    for (const d of deliveries) {
+      const eventId = newId("evt", d.at);
+      await insertEvent(tx, { id: eventId, type: "contact.updated", payload: JSON.stringify({ type: "contact.updated", event_id: eventId, timestamp: new Date(d.at).toISOString(), data: { id: d.contact_id ?? newId("con", d.at) } }), created_at: d.at });
+      const id = newId("dlv", d.at);
+      await insertDelivery(tx, { id, event_id: eventId, event_type: "contact.updated", subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: Date.now() + 86_400_000, created_at: d.at });
+      const answered = d.status === "pending" ? d.response_status !== undefined || d.error !== undefined : true;
+      if (answered) {
+        await updateDeliveryAfterAttempt(tx, {
+          id,
+          status: d.status,
+          attempts: 1,
+          next_attempt_at: d.status === "pending" ? Date.now() + 86_400_000 : null,
+          last_response_status: d.response_status ?? (d.status === "succeeded" ? 200 : null),
+          last_error: d.error ?? null,
+          updated_at: d.at,
+        });
+      }
+      ids.push(id);
+    }
+    return ids;
+  });
+}
+
+/** watchCsp records every Content-Security-Policy violation a page reports; read them with cspViolations. */
+export async function watchCsp(page: Page): Promise<void> {
+  await page.addInitScript(() => {
+    const seen: string[] = ((window as any).__cspViolations = []);
+    document.addEventListener("securitypolicyviolation", (event) => seen.push(`${event.violatedDirective} ${event.blockedURI}`));
+  });
+}
+
+/** cspViolations returns the CSP violations the current page reported since it loaded. */
+export function cspViolations(page: Page): Promise<string[]> {
+  return page.evaluate(() => (window as any).__cspViolations ?? []);
+}
+
+/** signedInBrowser launches Chromium with one page watched for console errors and CSP violations, signed in as the test operator. */
+export async function signedInBrowser(server: ConsoleServer): Promise<{ browser: Awaited<ReturnType<typeof launchBrowser>>; page: Page; problems: string[] }> {
+  await addOperator(server.runtime.db);
+  const browser = await launchBrowser();
+  const page = await browser.context.newPage();
+  const problems = watchPage(page);
+  await watchCsp(page);
+  await signInWithBrowser(page, server.url);
+  return { browser, page, problems };
+}
+
+/** shootAtBothWidths screenshots the page at 1280 px and, reloaded, at 390 px (NAME-1280, NAME-390); returns the document's width at 390 (390: nothing scrolls sideways). */
+export async function shootAtBothWidths(page: Page, name: string): Promise<number> {
+  await shoot(page, `${name}-1280`);
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.reload();
+  const width = await page.evaluate(() => document.documentElement.scrollWidth);
+  await shoot(page, `${name}-390`);
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.reload();
+  return width;
 }

@@ -101,14 +101,14 @@ export interface WebhookHarness extends Harness {
 export async function webhookHarness(overrides: Partial<Config> = {}, options: HarnessOptions = {}): Promise<WebhookHarness> {
   const h = await createHarness({ ...FAST_WEBHOOKS, ...overrides }, options);
   h.rt.deliveries.start();
-  return {
-    ...h,
-    async subscribe(targetUrl, events, description) {
+  // Object.assign, not a spread: a spread would read h.db, which throws on PostgreSQL.
+  return Object.assign(h, {
+    async subscribe(targetUrl: string, events: string[], description?: string) {
       const res = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: targetUrl, events, ...(description ? { description } : {}) } });
       if (res.status !== 201) throw new Error(`subscription not created: ${JSON.stringify(res.body)}`);
       return res.body.data;
     },
-    async delivery(id) {
+    async delivery(id: string) {
       return (await h.json("GET", `/public/v1/webhook-deliveries/${id}`)).body.data;
     },
     async deliveries(query = "") {
@@ -118,7 +118,7 @@ export async function webhookHarness(overrides: Partial<Config> = {}, options: H
       await h.rt.deliveries.stop(0);
       await h.close();
     },
-  };
+  });
 }
 
 /** settledDeliveries waits until no delivery is pending and returns them all (newest first). */

@@ -1,4 +1,4 @@
-import type { Db } from "../server/db/sql.ts";
+import type { Db } from "../db/sql.ts";
 
 export type OperatorRow = {
   id: string;
@@ -23,16 +23,6 @@ export type LoginFailureRow = {
   last_failure_at: number;
 };
 
-export type RotationRow = {
-  new_subscription_id: string;
-  old_subscription_id: string;
-  old_target_url: string;
-  old_description: string;
-  test_delivery_id: string | null;
-  created_at: number;
-  updated_at: number;
-  completed_at: number | null;
-};
 
 /** insertOperator stores a new operator. */
 export async function insertOperator(db: Db, row: OperatorRow): Promise<void> {
@@ -129,31 +119,71 @@ export async function deleteLoginFailuresBefore(db: Db, cutoff: number): Promise
   await db.run("DELETE FROM login_failures WHERE window_start_at < ?", [cutoff]);
 }
 
-/** insertRotation stores a rotation that has just created its new subscription. */
-export async function insertRotation(db: Db, row: Omit<RotationRow, "test_delivery_id" | "completed_at" | "updated_at">): Promise<void> {
-  await db.run(
-    `INSERT INTO subscription_rotations (new_subscription_id, old_subscription_id, old_target_url, old_description, created_at, updated_at)
-     VALUES (?, ?, ?, ?, ?, ?)`,
-    [row.new_subscription_id, row.old_subscription_id, row.old_target_url, row.old_description, row.created_at, row.created_at],
+/** listOperators returns every operator, oldest first, with when each last used the console. */
+export function listOperators(db: Db): Promise<(OperatorRow & { last_seen_at: number | null })[]> {
+  return db.all<OperatorRow & { last_seen_at: number | null }>(
+    `SELECT o.*, (SELECT max(s.last_seen_at) FROM operator_sessions s WHERE s.operator_id = o.id) AS last_seen_at
+     FROM operators o ORDER BY o.created_at, o.id`,
   );
 }
 
-/** findRotation returns the rotation to the given new subscription, or null. */
-export function findRotation(db: Db, newSubscriptionId: string): Promise<RotationRow | null> {
-  return db.get<RotationRow>("SELECT * FROM subscription_rotations WHERE new_subscription_id = ?", [newSubscriptionId]);
+/** findOperatorById returns one operator, or null. */
+export function findOperatorById(db: Db, id: string): Promise<OperatorRow | null> {
+  return db.get<OperatorRow>("SELECT * FROM operators WHERE id = ?", [id]);
 }
 
-/** listOpenRotations returns every unfinished rotation, newest first. */
-export function listOpenRotations(db: Db): Promise<RotationRow[]> {
-  return db.all<RotationRow>("SELECT * FROM subscription_rotations WHERE completed_at IS NULL ORDER BY created_at DESC");
+/** deleteOperator removes an operator (their sessions go with them) unless they are the last one; false when nothing was removed. */
+export async function deleteOperator(db: Db, id: string): Promise<boolean> {
+  // The count is in the statement, so two operators removing each other at once cannot both succeed.
+  return (await db.run("DELETE FROM operators WHERE id = ? AND (SELECT count(*) FROM operators) > 1", [id])) > 0;
 }
 
-/** setRotationTestDelivery records the test event delivery sent to a rotation's new subscription. */
-export async function setRotationTestDelivery(db: Db, newSubscriptionId: string, deliveryId: string, at: number): Promise<void> {
-  await db.run("UPDATE subscription_rotations SET test_delivery_id = ?, updated_at = ? WHERE new_subscription_id = ?", [deliveryId, at, newSubscriptionId]);
+/** updateOperatorPassword sets an operator's password hash and ends every session of theirs; false when no such operator. Call it inside one write. */
+export async function updateOperatorPassword(db: Db, id: string, passwordHash: string, now: number): Promise<boolean> {
+  const changed = (await db.run("UPDATE operators SET password_hash = ?, updated_at = ? WHERE id = ?", [passwordHash, now, id])) > 0;
+  await db.run("DELETE FROM operator_sessions WHERE operator_id = ?", [id]);
+  return changed;
 }
 
-/** markRotationCompleted records that the old subscription was deleted. */
-export async function markRotationCompleted(db: Db, newSubscriptionId: string, at: number): Promise<void> {
-  await db.run("UPDATE subscription_rotations SET completed_at = ?, updated_at = ? WHERE new_subscription_id = ? AND completed_at IS NULL", [at, at, newSubscriptionId]);
+/** OperatorLinkRow is a one-time link to become an operator (invite) or to set a new password (reset). */
+export type OperatorLinkRow = {
+  code_hash: Uint8Array;
+  purpose: "invite" | "reset";
+  email: string;
+  created_by: string | null;
+  created_at: number;
+  expires_at: number;
+};
+
+/** replaceOperatorLink stores a link, and drops earlier links for the same email and purpose so only the newest works. Call it inside one write. */
+export async function replaceOperatorLink(db: Db, row: OperatorLinkRow): Promise<void> {
+  await db.run("DELETE FROM operator_links WHERE email = ? AND purpose = ?", [row.email, row.purpose]);
+  await db.run("INSERT INTO operator_links (code_hash, purpose, email, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)", [
+    row.code_hash,
+    row.purpose,
+    row.email,
+    row.created_by,
+    row.created_at,
+    row.expires_at,
+  ]);
+}
+
+/** findOperatorLink returns an unexpired link by the hash of its code, or null. */
+export function findOperatorLink(db: Db, codeHash: Uint8Array, now: number): Promise<OperatorLinkRow | null> {
+  return db.get<OperatorLinkRow>("SELECT * FROM operator_links WHERE code_hash = ? AND expires_at > ?", [codeHash, now]);
+}
+
+/** listPendingInvites returns the unexpired invitations, newest first. */
+export function listPendingInvites(db: Db, now: number): Promise<OperatorLinkRow[]> {
+  return db.all<OperatorLinkRow>("SELECT * FROM operator_links WHERE purpose = 'invite' AND expires_at > ? ORDER BY created_at DESC", [now]);
+}
+
+/** deleteOperatorLink uses up a link; false when it was already used (two tabs racing). */
+export async function deleteOperatorLink(db: Db, codeHash: Uint8Array): Promise<boolean> {
+  return (await db.run("DELETE FROM operator_links WHERE code_hash = ?", [codeHash])) > 0;
+}
+
+/** deleteOperatorLinksOf drops every link naming an email (an operator removed, or an invitation withdrawn). */
+export async function deleteOperatorLinksOf(db: Db, email: string): Promise<void> {
+  await db.run("DELETE FROM operator_links WHERE email = ?", [email]);
 }

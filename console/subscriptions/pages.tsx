@@ -2,30 +2,15 @@
 import type { ComponentChildren } from "preact";
 import { WEBHOOK_EVENT_TYPES, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
-import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "../service.ts";
+import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "./service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
-import { renderPage } from "./layout.tsx";
-import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "./rotation-live.tsx";
-import { CsrfField, DataTable, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "./parts.tsx";
+import { confirmPage, SecretOnce } from "../pages/forms.tsx";
+import { renderPage } from "../pages/layout.tsx";
+import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
+import { CsrfField, DataTable, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
-
-/** SecretOnce shows a secret that is never shown again, with a copy button added by the copy island. */
-export function SecretOnce({ id, label, value, children }: { id: string; label: string; value: string; children?: ComponentChildren }) {
-  return (
-    <section class="card secret" aria-labelledby={`${id}-label`}>
-      <h2 id={`${id}-label`}>{label}</h2>
-      <p>
-        <strong>Copy it now: it is shown only this once.</strong> {children}
-      </p>
-      <div class="secret-row">
-        <input id={id} class="mono" type="text" readOnly value={value} aria-label={label} spellcheck={false} />
-        <span data-copy-for={id} />
-      </div>
-    </section>
-  );
-}
 
 /** SubscriptionFields are the target URL, description and event boxes of a subscription form. */
 function SubscriptionFields({ values }: { values: SubscriptionForm }) {
@@ -144,6 +129,7 @@ export function subscriptionsPage(props: {
                 <Time value={s.created_at} />
               </td>
               <td class="row-actions">
+                <a href={`/console/subscriptions/${s.id}`}>Health</a>
                 <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
                 {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
                 <a href={`/console/subscriptions/${s.id}/edit`}>Edit</a>
@@ -184,30 +170,6 @@ export function subscriptionsPage(props: {
           </form>
         </section>
       </>
-    ),
-  });
-}
-
-/** confirmPage asks before something that cannot be undone (deleting a subscription, revoking a token). */
-export function confirmPage(props: { session: ConsoleSession; title: string; section: "subscriptions" | "tokens"; text: ComponentChildren; action: string; button: string; cancel: string }): string {
-  return renderPage({
-    title: props.title,
-    session: props.session,
-    section: props.section,
-    children: (
-      <section class="card message">
-        <h1>{props.title}</h1>
-        {props.text}
-        <form method="post" action={props.action} class="actions">
-          <CsrfField token={props.session.csrfToken} />
-          <button type="submit" class="button danger">
-            {props.button}
-          </button>
-          <a class="button ghost" href={props.cancel}>
-            Cancel
-          </a>
-        </form>
-      </section>
     ),
   });
 }

@@ -1,7 +1,9 @@
 /** @jsxImportSource preact */
+import { MIN_OPERATOR_PASSWORD_LENGTH } from "../../server/limits/limits.ts";
+import type { OperatorLink } from "../../server/operators/model.ts";
 import type { ConsoleSession } from "../model.ts";
-import { renderPage } from "./layout.tsx";
-import { CsrfField, NoticeBox, type NoticeData } from "./parts.tsx";
+import { renderPage } from "../pages/layout.tsx";
+import { CsrfField, NoticeBox, type NoticeData } from "../pages/parts.tsx";
 
 /** loginPage renders the sign-in form. */
 export function loginPage(props: { csrfToken: string; email?: string; next?: string; notice?: NoticeData | null }): string {
@@ -92,6 +94,47 @@ export function messagePage(props: { session: ConsoleSession | null; title: stri
             {props.back?.label ?? "Back to the console"}
           </a>
         </p>
+      </section>
+    ),
+  });
+}
+
+/** linkPage renders the form of a one-time link: an invited operator, or one whose password was reset, chooses a password. */
+export function linkPage(props: { csrfToken: string; code: string; link: OperatorLink | null; notice?: NoticeData | null }): string {
+  const invite = props.link?.purpose === "invite";
+  return renderPage({
+    title: invite ? "Join the console" : "Choose a new password",
+    session: null,
+    children: (
+      <section class="card auth">
+        <h1>{invite ? "Join the console" : "Choose a new password"}</h1>
+        {props.link ? (
+          <>
+            <p class="muted">
+              {invite ? "You were invited as an operator with the email " : "A new password for "}
+              <strong>{props.link.email}</strong>. This one-time link works once.
+            </p>
+            <NoticeBox notice={props.notice} />
+            <form method="post" action="/console/welcome" class="stack">
+              <CsrfField token={props.csrfToken} />
+              <input type="hidden" name="code" value={props.code} />
+              <input type="email" name="email" autocomplete="username" value={props.link.email} hidden readOnly />
+              <label>
+                Password <span class="hint">at least {MIN_OPERATOR_PASSWORD_LENGTH} characters</span>
+                <input type="password" name="password" autocomplete="new-password" minLength={MIN_OPERATOR_PASSWORD_LENGTH} required autofocus />
+              </label>
+              <label>
+                Password again
+                <input type="password" name="password_again" autocomplete="new-password" minLength={MIN_OPERATOR_PASSWORD_LENGTH} required />
+              </label>
+              <button type="submit" class="button primary">
+                {invite ? "Create my account and sign in" : "Set the password and sign in"}
+              </button>
+            </form>
+          </>
+        ) : (
+          <NoticeBox notice={{ kind: "error", text: "This link is invalid, expired or already used. Ask an operator for a new one." }} />
+        )}
       </section>
     ),
   });

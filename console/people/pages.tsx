@@ -1,11 +1,12 @@
 /** @jsxImportSource preact */
 import type { ApiTokenInfo } from "../../server/auth/service.ts";
 import type { ListMeta } from "../../server/http/list-query.ts";
+import type { Operator, OperatorSummary, PendingInvite } from "../../server/operators/model.ts";
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
-import { renderPage } from "./layout.tsx";
-import { CsrfField, DataTable, NoticeBox, StatusBadge, Time, type NoticeData } from "./parts.tsx";
-import { confirmPage, SecretOnce } from "./subscriptions.tsx";
+import { renderPage } from "../pages/layout.tsx";
+import { CsrfField, DataTable, NoticeBox, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import { confirmPage, SecretOnce } from "../pages/forms.tsx";
 
 /** tokensPage lists API tokens (never the token itself), creates them (shown once) and links to revoking. */
 export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInfo[]; created?: { token: string; info: ApiTokenInfo } | null; name?: string; notice?: NoticeData | null }): string {
@@ -153,5 +154,128 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
         </section>
       </>
     ),
+  });
+}
+
+/** OneTimeLink is a link made on the operators page: shown once, to be handed to its person. */
+export interface OneTimeLink {
+  purpose: "invite" | "reset";
+  email: string;
+  url: string;
+}
+
+/** operatorsPage lists the operators and pending invitations, shows a link just made (once), and invites a new operator. */
+export function operatorsPage(props: { session: ConsoleSession; operators: OperatorSummary[]; invites: PendingInvite[]; link?: OneTimeLink | null; email?: string; notice?: NoticeData | null }): string {
+  return renderPage({
+    title: "Operators",
+    session: props.session,
+    section: "operators",
+    islands: props.link ? ["copy"] : [],
+    children: (
+      <>
+        <div class="page-head">
+          <h1>Operators</h1>
+          <p class="lead">
+            The people who sign in to this console. The same from the command line: <code>crm operator list</code>, <code>create</code>, <code>remove</code>, <code>reset-password</code>.
+          </p>
+        </div>
+        <NoticeBox notice={props.notice} />
+        {props.link && (
+          <SecretOnce id="operator-link" label={props.link.purpose === "invite" ? `Invitation for ${props.link.email}` : `Password reset link for ${props.link.email}`} value={props.link.url}>
+            Send it to {props.link.email} yourself; it works once, for 72 hours.
+          </SecretOnce>
+        )}
+        <DataTable id="operators" columns={["Email", "Id", "Added (UTC)", "Last seen (UTC)", ""]} empty={null}>
+          {props.operators.map((o) => (
+            <tr data-operator-id={o.id}>
+              <td data-label="Email">
+                {o.email} {o.id === props.session.operator.id && <span class="tag">you</span>}
+              </td>
+              <td data-label="Id">
+                <code>{o.id}</code>
+              </td>
+              <td data-label="Added">
+                <Time value={o.created_at} />
+              </td>
+              <td data-label="Last seen">
+                <Time value={o.last_seen_at} />
+              </td>
+              <td class="row-actions">
+                <a href={`/console/operators/${o.id}/reset-password`}>Reset password</a>
+                {props.operators.length > 1 && (
+                  <a class="danger-text" href={`/console/operators/${o.id}/remove`}>
+                    Remove
+                  </a>
+                )}
+              </td>
+            </tr>
+          ))}
+        </DataTable>
+        {props.invites.length > 0 && (
+          <DataTable id="invites" columns={["Invited", "Sent (UTC)", "Expires (UTC)"]} empty={null} head={<div class="card-head"><h2>Invitations not used yet</h2></div>}>
+            {props.invites.map((i) => (
+              <tr>
+                <td data-label="Invited">{i.email}</td>
+                <td data-label="Sent">
+                  <Time value={i.created_at} />
+                </td>
+                <td data-label="Expires">
+                  <Time value={i.expires_at} />
+                </td>
+              </tr>
+            ))}
+          </DataTable>
+        )}
+        <section class="card">
+          <h2>Invite an operator</h2>
+          <p class="muted">You get a one-time link to send; with it they choose their password and sign in.</p>
+          <form method="post" action="/console/operators" class="inline-form">
+            <CsrfField token={props.session.csrfToken} />
+            <label class="grow">
+              Email
+              <input type="email" name="email" required maxLength={254} value={props.email ?? ""} />
+            </label>
+            <button type="submit" class="button primary">
+              Make invitation link
+            </button>
+          </form>
+        </section>
+      </>
+    ),
+  });
+}
+
+/** removeOperatorPage asks to confirm removing an operator. */
+export function removeOperatorPage(props: { session: ConsoleSession; operator: Operator }): string {
+  const self = props.operator.id === props.session.operator.id;
+  return confirmPage({
+    session: props.session,
+    title: "Remove operator",
+    section: "operators",
+    text: (
+      <p>
+        Remove <strong>{props.operator.email}</strong>? {self ? "That is you: you are signed out at once." : "Their sessions end at once and they can no longer sign in."}
+      </p>
+    ),
+    action: `/console/operators/${props.operator.id}/remove`,
+    button: `Remove ${props.operator.email}`,
+    cancel: "/console/operators",
+  });
+}
+
+/** resetPasswordPage asks to confirm making a password-reset link for an operator. */
+export function resetPasswordPage(props: { session: ConsoleSession; operator: Operator }): string {
+  return confirmPage({
+    session: props.session,
+    title: "Reset password",
+    section: "operators",
+    text: (
+      <p>
+        Make a one-time link with which <strong>{props.operator.email}</strong> sets a new password? Their current password keeps working until the link is used; then every session of theirs ends.
+      </p>
+    ),
+    action: `/console/operators/${props.operator.id}/reset-password`,
+    button: "Make reset link",
+    cancel: "/console/operators",
   });
 }

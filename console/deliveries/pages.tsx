@@ -1,15 +1,23 @@
 /** @jsxImportSource preact */
 import type { DeliveryDetail, Subscription } from "../../server/webhooks/model.ts";
+import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES } from "../../server/webhooks/model.ts";
 import type { ConsoleSession, DeliveriesView, DeliveryFilters } from "../model.ts";
-import { DeliveriesLive, type DeliveriesLiveProps } from "./deliveries-live.tsx";
-import { renderPage } from "./layout.tsx";
-import { CsrfField, formatDuration, HttpStatus, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "./parts.tsx";
+import { DeliveriesLive, type DeliveriesLiveProps } from "../pages/deliveries-live.tsx";
+import { EventDeliveries } from "../contacts/pages.tsx";
+import { renderPage } from "../pages/layout.tsx";
+import { SearchBox } from "../search/pages.tsx";
+import type { SubscriptionHealth } from "../subscriptions/health.ts";
+import { HealthPanel } from "../subscriptions/health-pages.tsx";
+import { CsrfField, formatDuration, HttpStatus, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "../pages/parts.tsx";
+
+/** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
+const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "since", "until"] as const;
 
 /** filterQuery turns the filters that are set into the query string the page and its island share. */
 function filterQuery(filters: DeliveryFilters): string {
   const params = new URLSearchParams();
-  for (const key of ["status", "event", "subscription_id"] as const) if (filters[key]) params.set(key, filters[key]!);
+  for (const key of LIVE_FILTERS) if (filters[key]) params.set(key, filters[key]!);
   const text = params.toString();
   return text ? `?${text}` : "";
 }
@@ -31,22 +39,47 @@ function FilterSelect(props: { name: string; label: string; any: string; selecte
   );
 }
 
-/** deliveriesPage renders the start page: the latest deliveries, filters, and the live table. */
-export function deliveriesPage(props: { session: ConsoleSession; view: DeliveriesView; filters: DeliveryFilters; subscriptions: Subscription[]; limit: number; notice?: NoticeData | null }): string {
-  const { filters } = props;
-  const live: DeliveriesLiveProps = { initial: props.view, query: filterQuery(filters), limit: props.limit };
-  const filtered = filterQuery(filters) !== "";
+/** FilterInput is a typed filter of the deliveries page: an id, or a time (UTC). */
+function FilterInput(props: { name: keyof DeliveryFilters; label: string; value: string | undefined; time?: boolean; placeholder?: string }) {
+  return (
+    <label>
+      {props.label}
+      {props.time ? (
+        <input type="datetime-local" name={props.name} value={props.value ?? ""} />
+      ) : (
+        <input type="text" name={props.name} value={props.value ?? ""} placeholder={props.placeholder} maxLength={64} spellcheck={false} />
+      )}
+    </label>
+  );
+}
+
+/** deliveriesPage renders the start page: each subscription's health, then the deliveries (the latest, live, or an older page), with filters. */
+export function deliveriesPage(props: {
+  session: ConsoleSession;
+  view: DeliveriesView;
+  filters: DeliveryFilters;
+  subscriptions: Subscription[];
+  health: SubscriptionHealth[];
+  limit: number;
+  notice?: NoticeData | null;
+}): string {
+  const { filters, view } = props;
+  const query = filterQuery(filters);
+  const live: DeliveriesLiveProps = { initial: view, query, limit: props.limit };
+  const older = view.next ? `/console/${query ? `${query}&` : "?"}before=${encodeURIComponent(view.next)}` : null;
   return renderPage({
     title: "Deliveries",
     session: props.session,
     section: "deliveries",
-    islands: ["deliveries"],
+    islands: view.older ? [] : ["deliveries"],
     children: (
       <>
         <div class="page-head">
           <h1>Deliveries</h1>
-          <p class="lead">Are webhooks arriving? The latest {props.limit} deliveries, newest first. The table refreshes itself every few seconds.</p>
+          <p class="lead">Are webhooks arriving? Each receiver's last 24 hours and 7 days, then the deliveries themselves, newest first; the latest {props.limit} refresh themselves every few seconds.</p>
+          <SearchBox />
         </div>
+        <HealthPanel health={props.health} />
         <form class="filters card" method="get" action="/console/">
           <FilterSelect name="status" label="Status" any="Any status" selected={filters.status} options={DELIVERY_STATUSES.map((s) => [s, s])} />
           <FilterSelect name="event" label="Event" any="Any event" selected={filters.event} options={WEBHOOK_EVENT_TYPES.map((e) => [e, e])} />
@@ -57,11 +90,15 @@ export function deliveriesPage(props: { session: ConsoleSession; view: Deliverie
             selected={filters.subscription_id}
             options={props.subscriptions.map((s) => [s.id, s.description ? `${s.description} — ${s.target_url}` : s.target_url])}
           />
+          <FilterInput name="event_id" label="Event id" value={filters.event_id} placeholder="evt_…" />
+          <FilterInput name="contact_id" label="Contact id" value={filters.contact_id} placeholder="con_…" />
+          <FilterInput name="since" label="From (UTC)" value={filters.since} time />
+          <FilterInput name="until" label="Until (UTC)" value={filters.until} time />
           <div class="filter-actions">
             <button type="submit" class="button">
               Filter
             </button>
-            {filtered && (
+            {(query !== "" || view.older) && (
               <a class="button ghost" href="/console/">
                 Clear
               </a>
@@ -69,9 +106,66 @@ export function deliveriesPage(props: { session: ConsoleSession; view: Deliverie
           </div>
         </form>
         <NoticeBox notice={props.notice} />
-        <Island name="deliveries" props={live}>
+        {view.older ? (
           <DeliveriesLive {...live} />
-        </Island>
+        ) : (
+          <Island name="deliveries" props={live}>
+            <DeliveriesLive {...live} />
+          </Island>
+        )}
+        <nav class="pager" aria-label="Deliveries pages">
+          {view.older && (
+            <a class="button ghost" href={`/console/${query}`}>
+              ← Latest
+            </a>
+          )}
+          {older && (
+            <a class="button ghost" href={older} rel="next" id="older-deliveries">
+              Older deliveries →
+            </a>
+          )}
+        </nav>
+      </>
+    ),
+  });
+}
+
+/** eventPage renders one event: its body, what it is about, and every delivery made of it with its outcome. */
+export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { id: string; label: string } | null }): string {
+  const e = props.event;
+  return renderPage({
+    title: `Event ${e.id}`,
+    session: props.session,
+    section: "deliveries",
+    children: (
+      <>
+        <div class="page-head">
+          <p class="crumbs">
+            <a href="/console/">Deliveries</a> / <span>{e.id}</span>
+          </p>
+          <h1>
+            <code>{e.type}</code> event
+          </h1>
+        </div>
+        <section class="card">
+          <dl class="facts grid">
+            <dt>Event id</dt>
+            <dd>
+              <code>{e.id}</code> <span class="muted">(event_id in every body)</span>
+            </dd>
+            <dt>Created</dt>
+            <dd>
+              <Time value={e.created_at} />
+            </dd>
+            <dt>About</dt>
+            <dd>{props.subject ? <a href={`/console/contacts/${props.subject.id}`}>{props.subject.label}</a> : <span class="muted">no contact</span>}</dd>
+          </dl>
+        </section>
+        <EventDeliveries id="event-deliveries" deliveries={e.deliveries} />
+        <section class="card">
+          <h2>Payload</h2>
+          <pre class="code">{JSON.stringify(e.payload, null, 2)}</pre>
+        </section>
       </>
     ),
   });
@@ -136,7 +230,9 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
             </dd>
             <dt>Event</dt>
             <dd>
-              <code>{d.event_type}</code> <code class="muted">{d.event_id}</code>
+              <code>{d.event_type}</code> <a href={`/console/events/${d.event_id}`}>
+                <code>{d.event_id}</code>
+              </a>
             </dd>
             <dt>Subscription</dt>
             <dd>

@@ -1,0 +1,218 @@
+/** @jsxImportSource preact */
+import type { Contact } from "../../server/contacts/model.ts";
+import type { Delivery } from "../../server/webhooks/model.ts";
+import type { WebhookEvent } from "../../server/webhooks/service.ts";
+import type { ConsoleSession } from "../model.ts";
+import { renderPage } from "../pages/layout.tsx";
+import { DataTable, HttpStatus, NoticeBox, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import type { ContactPageView, ContactsView } from "./service.ts";
+
+/** contactName is how a contact is named on the console: the full name, else the email, else the id. */
+function contactName(contact: Contact): string {
+  return contact.full_name || contact.email || contact.id;
+}
+
+/** contactsPage renders the contacts: a search by name or email, newest first, paged. */
+export function contactsPage(props: { session: ConsoleSession; view: ContactsView; notice?: NoticeData | null }): string {
+  const { view } = props;
+  const base = `/console/contacts${view.q ? `?q=${encodeURIComponent(view.q)}` : ""}`;
+  const older = view.next ? `${base}${view.q ? "&" : "?"}before=${encodeURIComponent(view.next)}` : null;
+  const count =
+    view.total === 0
+      ? view.q
+        ? `No contact matches “${view.q}”.`
+        : "No contacts yet."
+      : `${view.older ? `Showing ${view.contacts.length} older of` : view.total > view.contacts.length ? `Showing the newest ${view.contacts.length} of` : "Showing all"} ${view.total}${view.by === "email" ? ` with the email ${view.q}` : view.by === "name" ? ` whose name contains “${view.q}”` : ""}.`;
+  return renderPage({
+    title: "Contacts",
+    session: props.session,
+    section: "contacts",
+    children: (
+      <>
+        <div class="page-head">
+          <h1>Contacts</h1>
+          <p class="lead">Read-only: contacts change through the API. Open one to see every event sent about it.</p>
+        </div>
+        <form class="filters card" method="get" action="/console/contacts" role="search">
+          <label class="grow">
+            Name or email
+            <input type="search" name="q" value={view.q} placeholder="Ada Lovelace or ada@example.com" maxLength={254} />
+          </label>
+          <div class="filter-actions">
+            <button type="submit" class="button">
+              Search
+            </button>
+            {(view.q || view.older) && (
+              <a class="button ghost" href="/console/contacts">
+                Clear
+              </a>
+            )}
+          </div>
+        </form>
+        <NoticeBox notice={props.notice} />
+        <DataTable
+          id="contacts"
+          columns={["Name", "Email", "Tags", "Created (UTC)"]}
+          empty={view.contacts.length === 0 ? (view.q ? "Try part of a name, or a whole email address." : "Contacts are created through the API, or imported with crm import.") : null}
+          head={
+            <div class="card-head">
+              <p class="count" id="contacts-count">
+                {count}
+              </p>
+            </div>
+          }
+        >
+          {view.contacts.map((c) => (
+            <tr data-contact-id={c.id}>
+              <td data-label="Name">
+                <a href={`/console/contacts/${c.id}`}>{c.full_name || <span class="muted">(no name)</span>}</a>
+              </td>
+              <td data-label="Email">{c.email ?? <span class="muted">–</span>}</td>
+              <td data-label="Tags">{c.tags.length ? c.tags.map((tag) => <span class="tag">{tag}</span>) : <span class="muted">–</span>}</td>
+              <td data-label="Created">
+                <Time value={c.created_at} />
+              </td>
+            </tr>
+          ))}
+        </DataTable>
+        <nav class="pager" aria-label="Contacts pages">
+          {view.older && (
+            <a class="button ghost" href={base}>
+              ← Newest
+            </a>
+          )}
+          {older && (
+            <a class="button ghost" href={older} rel="next" id="older-contacts">
+              Older contacts →
+            </a>
+          )}
+        </nav>
+      </>
+    ),
+  });
+}
+
+/** EventDeliveries lists deliveries of an event: where each went and how it ended. */
+export function EventDeliveries({ id, deliveries }: { id: string; deliveries: Delivery[] }) {
+  return (
+    <DataTable id={id} columns={["Delivery", "Target", "Status", { label: "Attempts", className: "num" }, "Response"]} empty={deliveries.length === 0 ? "No subscription wanted this event: nothing was sent." : null}>
+      {deliveries.map((d) => (
+        <tr data-delivery-id={d.id}>
+          <td data-label="Delivery">
+            <a href={`/console/deliveries/${d.id}`}>
+              <code>{d.id}</code>
+            </a>
+          </td>
+          <td data-label="Target">
+            <span class="url">{d.target_url}</span>
+          </td>
+          <td data-label="Status">
+            <StatusBadge status={d.status} />
+          </td>
+          <td data-label="Attempts" class="num">
+            {d.attempts}
+          </td>
+          <td data-label="Response">
+            <HttpStatus status={d.last_response_status} />
+            {d.last_error && <span class="error-text"> {d.last_error}</span>}
+          </td>
+        </tr>
+      ))}
+    </DataTable>
+  );
+}
+
+function ContactEvent({ event }: { event: WebhookEvent }) {
+  return (
+    <article class="contact-event" data-event-id={event.id}>
+      <header>
+        <a href={`/console/events/${event.id}`}>
+          <code>{event.type}</code>
+        </a>
+        <Time value={event.created_at} />
+        <span class="muted">
+          {event.deliveries.length} {event.deliveries.length === 1 ? "delivery" : "deliveries"}
+        </span>
+      </header>
+      <EventDeliveries id={`deliveries-${event.id}`} deliveries={event.deliveries} />
+    </article>
+  );
+}
+
+/** contactPage renders a contact's fields, accounts and assigned users, and every event sent about it with the deliveries of each. */
+export function contactPage(props: { session: ConsoleSession; view: ContactPageView; eventLimit: number }): string {
+  const { contact, events, id } = props.view;
+  const name = contact ? contactName(contact) : id;
+  return renderPage({
+    title: name,
+    session: props.session,
+    section: "contacts",
+    children: (
+      <>
+        <div class="page-head">
+          <p class="crumbs">
+            <a href="/console/contacts">Contacts</a> / <span>{id}</span>
+          </p>
+          <h1>{name}</h1>
+        </div>
+        {contact ? (
+          <section class="card" id="contact-fields">
+            <dl class="facts grid">
+              <dt>Contact id</dt>
+              <dd>
+                <code>{contact.id}</code>
+              </dd>
+              <dt>Email</dt>
+              <dd>{contact.email ?? <span class="muted">–</span>}</dd>
+              <dt>Phone</dt>
+              <dd>{contact.phone ?? <span class="muted">–</span>}</dd>
+              <dt>External id</dt>
+              <dd>{contact.external_id ? <code>{contact.external_id}</code> : <span class="muted">–</span>}</dd>
+              <dt>Tags</dt>
+              <dd>{contact.tags.length ? contact.tags.map((tag) => <span class="tag">{tag}</span>) : <span class="muted">–</span>}</dd>
+              <dt>Accounts</dt>
+              <dd id="contact-accounts">
+                {contact.accounts?.length ? contact.accounts.map((a) => <span class="tag">{a.name}</span>) : <span class="muted">none</span>}
+              </dd>
+              <dt>Assigned users</dt>
+              <dd id="contact-users">
+                {contact.assigned_users?.length ? contact.assigned_users.map((u) => <span class="tag">{`${u.name} <${u.email}>`}</span>) : <span class="muted">none</span>}
+              </dd>
+              <dt>Version</dt>
+              <dd>{contact.version}</dd>
+              <dt>Created</dt>
+              <dd>
+                <Time value={contact.created_at} />
+              </dd>
+              <dt>Updated</dt>
+              <dd>
+                <Time value={contact.updated_at} />
+              </dd>
+            </dl>
+            {Object.keys(contact.custom_fields).length > 0 && (
+              <>
+                <h2>Custom fields</h2>
+                <pre class="code">{JSON.stringify(contact.custom_fields, null, 2)}</pre>
+              </>
+            )}
+          </section>
+        ) : (
+          <NoticeBox notice={{ kind: "info", text: "This contact was deleted. What was sent about it is listed below." }} />
+        )}
+        <section class="card" id="contact-events">
+          <h2>What we sent about this contact</h2>
+          <p class="muted">
+            {events.length === 0
+              ? "No event about this contact yet."
+              : events.length === props.eventLimit
+                ? `The latest ${props.eventLimit} events, newest first, each with its deliveries.`
+                : `Every event, newest first, each with its deliveries.`}
+          </p>
+          {events.map((event) => (
+            <ContactEvent event={event} />
+          ))}
+        </section>
+      </>
+    ),
+  });
+}

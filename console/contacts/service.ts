@@ -1,0 +1,60 @@
+import type { Db } from "../../server/db/sql.ts";
+import type { Contact } from "../../server/contacts/model.ts";
+import { findContact, searchContacts } from "../../server/contacts/service.ts";
+import type { CursorPosition } from "../../server/http/list-query.ts";
+import { MAX_EMAIL_LENGTH } from "../../server/limits/limits.ts";
+import { notFound, validationProblem } from "../../server/shared/problem.ts";
+import { eventsAbout, type WebhookEvent } from "../../server/webhooks/service.ts";
+
+/** CONTACTS_PER_PAGE is how many contacts the contacts page lists at once. */
+const CONTACTS_PER_PAGE = 50;
+/** EVENTS_ON_CONTACT is how many of the latest events about a contact its page lists. */
+export const EVENTS_ON_CONTACT = 100;
+
+/** ContactsView is one page of the contacts page. */
+export interface ContactsView {
+  q: string;
+  /** what the search matched on */
+  by: "all" | "email" | "name";
+  contacts: Contact[];
+  total: number;
+  /** the `before` of the next (older) page, or null on the last */
+  next: string | null;
+  older: boolean;
+}
+
+function positionOf(text: string): CursorPosition | null {
+  const match = /^(\d{1,15})\.(con_[0-9A-Z]{26})$/.exec(text);
+  return match ? { value: Number(match[1]), id: match[2]! } : null;
+}
+
+/**
+ * contactsPage searches contacts newest first: a query with "@" is an exact email (any case), any
+ * other text a part of the name; `before` continues after a previous page. Throws 422 for a
+ * malformed position or an overlong query.
+ */
+export async function contactsPage(db: Db, query: { q?: string; before?: string }): Promise<ContactsView> {
+  const q = (query.q ?? "").trim();
+  const before = query.before ? positionOf(query.before) : null;
+  if (query.before && !before) throw validationProblem([{ parameter: "before", detail: "must be the position a previous page gave" }], "The page position is invalid.");
+  if (q.length > MAX_EMAIL_LENGTH) throw validationProblem([{ parameter: "q", detail: `must be at most ${MAX_EMAIL_LENGTH} characters` }], `The search must be at most ${MAX_EMAIL_LENGTH} characters.`);
+  const by = q === "" ? "all" : q.includes("@") ? "email" : "name";
+  const filters = by === "email" ? { email: q.toLowerCase() } : by === "name" ? { fullName: q } : {};
+  const page = await searchContacts(db, filters, before, CONTACTS_PER_PAGE);
+  return { q, by, contacts: page.data, total: page.total, next: page.next ? `${page.next.value}.${page.next.id}` : null, older: before !== null };
+}
+
+/** ContactPageView is a contact (null once deleted) and the latest events about it, each with its deliveries. */
+export interface ContactPageView {
+  id: string;
+  contact: Contact | null;
+  events: WebhookEvent[];
+}
+
+/** contactPage returns a contact with its accounts and assigned users and what was sent about it; a deleted contact still shows its events. Throws 404 when neither exists. */
+export async function contactPage(db: Db, id: string): Promise<ContactPageView> {
+  const contact = await findContact(db, id);
+  const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
+  if (!contact && events.length === 0) throw notFound("contact", id);
+  return { id, contact, events };
+}

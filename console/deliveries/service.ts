@@ -1,0 +1,155 @@
+import type { Db } from "../../server/db/sql.ts";
+import { findContact } from "../../server/contacts/service.ts";
+import { notFound, validationProblem, type FieldError } from "../../server/shared/problem.ts";
+import { parseTimestamp, toTimestamp } from "../../server/shared/time.ts";
+import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES, type Delivery, type DeliveryDetail, type Subscription } from "../../server/webhooks/model.ts";
+import {
+  countMatchingDeliveries,
+  deliveriesAfter,
+  eventSubjects,
+  findDelivery,
+  findSubscription,
+  findWebhookEvent,
+  listAllSubscriptions,
+  type DeliveryPosition,
+  type WebhookEvent,
+} from "../../server/webhooks/service.ts";
+import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
+import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
+import { consoleTime } from "../shell.ts";
+
+/** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
+export const LATEST_DELIVERIES = 50;
+
+const KNOWN_FILTERS = new Set(["status", "event", "subscription_id", "event_id", "contact_id", "since", "until", "before"]);
+const ID = (prefix: string) => new RegExp(`^${prefix}_[0-9A-Z]{26}$`);
+
+/** positionText and positionOf write and read the `before` of an older page: the time and id of the last row shown. */
+function positionText(position: DeliveryPosition): string {
+  return `${position.value}.${position.id}`;
+}
+
+function positionOf(text: string): DeliveryPosition | null {
+  const match = /^(\d{1,15})\.(dlv_[0-9A-Z]{26})$/.exec(text);
+  return match ? { value: Number(match[1]), id: match[2]! } : null;
+}
+
+/** checkDeliveryFilters reads the filters of the deliveries page into typed ones, or throws 422 naming each wrong or unknown one. */
+function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDeliveryFilters; before: DeliveryPosition | null } {
+  const errors: FieldError[] = [];
+  const filters: StoredDeliveryFilters = {};
+  const set = (value: string | undefined) => (value === undefined || value === "" ? undefined : value);
+  for (const name of Object.keys(query)) if (!KNOWN_FILTERS.has(name)) errors.push({ parameter: name, detail: `is not a filter of this page (filters: ${[...KNOWN_FILTERS].join(", ")})` });
+  const status = set(query.status);
+  if (status !== undefined) {
+    if ((DELIVERY_STATUSES as readonly string[]).includes(status)) filters.status = status;
+    else errors.push({ parameter: "status", detail: `must be one of: ${DELIVERY_STATUSES.join(", ")}` });
+  }
+  const event = set(query.event);
+  if (event !== undefined) {
+    if ((WEBHOOK_EVENT_TYPES as readonly string[]).includes(event)) filters.eventType = event;
+    else errors.push({ parameter: "event", detail: `must be one of: ${WEBHOOK_EVENT_TYPES.join(", ")}` });
+  }
+  const ids: [keyof DeliveryFilters, string, string, keyof StoredDeliveryFilters][] = [
+    ["subscription_id", "sub", "a subscription id (sub_...)", "subscriptionId"],
+    ["event_id", "evt", "an event id (evt_...)", "eventId"],
+    ["contact_id", "con", "a contact id (con_...)", "subjectId"],
+  ];
+  for (const [name, prefix, what, key] of ids) {
+    const value = set(query[name]);
+    if (value === undefined) continue;
+    if (ID(prefix).test(value)) (filters as Record<string, string>)[key] = value;
+    else errors.push({ parameter: name, detail: `must be ${what}` });
+  }
+  for (const [name, key] of [["since", "createdAfter"], ["until", "createdBefore"]] as const) {
+    const value = set(query[name]);
+    if (value === undefined) continue;
+    const at = parseTimestamp(consoleTime(value));
+    if (at === null) errors.push({ parameter: name, detail: "must be a date and time (YYYY-MM-DDTHH:MM, UTC)" });
+    // created_after is exclusive; the form's "since" includes its minute.
+    else filters[key] = name === "since" ? at - 1 : at;
+  }
+  const beforeText = set(query.before);
+  const before = beforeText === undefined ? null : positionOf(beforeText);
+  if (beforeText !== undefined && before === null) errors.push({ parameter: "before", detail: "must be the position a previous page gave" });
+  if (errors.length > 0) throw validationProblem(errors, `The filter is invalid: ${errors.map((e) => `${e.parameter} ${e.detail}`).join("; ")}.`);
+  return { filters, before };
+}
+
+/** latestDeliveries returns a page of the deliveries matching the filters, newest first (the latest 50, or older ones after `before`), with their subscriptions' descriptions. */
+export async function latestDeliveries(db: Db, query: DeliveryFilters, now = Date.now()): Promise<DeliveriesView> {
+  const { filters, before } = checkDeliveryFilters(query);
+  const page = await deliveriesAfter(db, filters, before, LATEST_DELIVERIES);
+  const descriptions = new Map((await listAllSubscriptions(db)).map((s) => [s.id, s.description]));
+  const subjects = await eventSubjects(db, page.data.map((d) => d.event_id));
+  return {
+    data: page.data.map((d) => deliveryRow(d, descriptions.get(d.subscription_id) ?? null, subjects.get(d.event_id) ?? null)),
+    total: await countMatchingDeliveries(db, filters),
+    next: page.next ? positionText(page.next) : null,
+    older: before !== null,
+    refreshed_at: toTimestamp(now),
+  };
+}
+
+function deliveryRow(d: Delivery, description: string | null, subjectId: string | null): DeliveryRowView {
+  return {
+    id: d.id,
+    created_at: d.created_at,
+    event_type: d.event_type,
+    event_id: d.event_id,
+    subject_id: subjectId,
+    subscription_id: d.subscription_id,
+    subscription_description: description,
+    target_url: d.target_url,
+    status: d.status,
+    attempts: d.attempts,
+    last_response_status: d.last_response_status,
+    next_attempt_at: d.next_attempt_at,
+  };
+}
+
+/** findDeliveryWatch returns a delivery's status and its receiver's last answer, or null when there is no such delivery. */
+export async function findDeliveryWatch(db: Db, id: string): Promise<DeliveryWatchView | null> {
+  const delivery = await findDelivery(db, id);
+  if (!delivery) return null;
+  const last = delivery.attempt_history.at(-1);
+  return {
+    id: delivery.id,
+    status: delivery.status,
+    attempts: delivery.attempts,
+    next_attempt_at: delivery.next_attempt_at,
+    last_attempt: last
+      ? { started_at: last.started_at, duration_ms: last.duration_ms, response_status: last.response_status, response_body: last.response_body, error: last.error }
+      : null,
+  };
+}
+
+/** deliveryWatch is findDeliveryWatch for the JSON endpoint the rotation wizard polls: 404 when missing. */
+export async function deliveryWatch(db: Db, id: string): Promise<DeliveryWatchView> {
+  const watch = await findDeliveryWatch(db, id);
+  if (!watch) throw notFound("webhook delivery", id);
+  return watch;
+}
+
+/** deliveryWithSubscription returns a delivery with every attempt, and its subscription while it exists, or throws 404. */
+export async function deliveryWithSubscription(db: Db, id: string): Promise<{ delivery: DeliveryDetail; subscription: Subscription | null }> {
+  const delivery = await findDelivery(db, id);
+  if (!delivery) throw notFound("webhook delivery", id);
+  return { delivery, subscription: await findSubscription(db, delivery.subscription_id) };
+}
+
+/** EventPageView is an event, what it is about, and every delivery made of it. */
+export interface EventPageView {
+  event: WebhookEvent;
+  subject: { id: string; label: string } | null;
+}
+
+/** eventPage returns an event with its deliveries and the contact it is about, or throws 404. */
+export async function eventPage(db: Db, id: string): Promise<EventPageView> {
+  const event = await findWebhookEvent(db, id);
+  if (!event) throw notFound("event", id);
+  const subjectId = (event.payload as { data?: { id?: unknown } } | null)?.data?.id;
+  if (typeof subjectId !== "string" || !subjectId.startsWith("con_")) return { event, subject: null };
+  const contact = await findContact(db, subjectId);
+  return { event, subject: { id: subjectId, label: contact ? contact.full_name || contact.email || subjectId : `${subjectId} (deleted)` } };
+}

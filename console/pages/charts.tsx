@@ -1,0 +1,133 @@
+/** @jsxImportSource preact */
+
+/** ChartBar is one bar of a deliveries chart: the deliveries created in its span, by current status. */
+export interface ChartBar {
+  /** start of the span, RFC 3339 */
+  from: string;
+  succeeded: number;
+  failed: number;
+  pending: number;
+}
+
+const STACK = ["succeeded", "failed", "pending"] as const;
+
+/** ChartSize is the drawing size of a chart in SVG units; CSS scales it to the space it gets. */
+export interface ChartSize {
+  width: number;
+  height: number;
+}
+
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+/** barLabel names a bar's span for people: the hour "14:00" or the day "21 Nov" (UTC). Not toLocaleDateString: it cost 40 us a label, most of a start page's time. */
+function barLabel(from: string, unit: "hour" | "day"): string {
+  if (unit === "hour") return from.slice(11, 16);
+  return `${Number(from.slice(8, 10))} ${MONTHS[Number(from.slice(5, 7)) - 1]}`;
+}
+
+/** roundMax rounds a chart's top up to a number that reads well on the axis (1, 2, 5 times a power of ten). */
+export function roundMax(max: number): number {
+  if (max <= 0) return 1;
+  const power = 10 ** Math.floor(Math.log10(max));
+  return [1, 2, 5, 10].map((m) => m * power).find((m) => m >= max)!;
+}
+
+/** barHeights returns each status's height of a bar in a plot `height` tall whose top stands for `top` deliveries. */
+export function barHeights(bar: ChartBar, top: number, height: number): Record<(typeof STACK)[number], number> {
+  const scale = (n: number) => Math.round((n / top) * height * 100) / 100;
+  return { succeeded: scale(bar.succeeded), failed: scale(bar.failed), pending: scale(bar.pending) };
+}
+
+const round2 = (n: number) => Math.round(n * 100) / 100;
+
+/**
+ * chartSvg draws deliveries per hour or per day as stacked bars (succeeded, failed, pending) in
+ * SVG markup: styled by class, so the strict CSP holds, and every bar carries its counts as data
+ * attributes. Built as a string: rendered as Preact elements the 40 charts of a start page took
+ * 6 ms, a third of the page.
+ */
+export function chartSvg({ id, summary, bars, unit, size }: { id: string; summary: string; bars: ChartBar[]; unit: "hour" | "day"; size: ChartSize }): string {
+  const axis = 28;
+  const foot = 16;
+  const plot = { width: size.width - axis, height: size.height - foot - 4 };
+  const top = roundMax(Math.max(0, ...bars.map((b) => b.succeeded + b.failed + b.pending)));
+  const slot = plot.width / bars.length;
+  const gap = Math.min(2, slot * 0.2);
+  const every = unit === "hour" ? 6 : 1;
+  const e = Bun.escapeHTML;
+  const parts = [
+    `<svg viewBox="0 0 ${size.width} ${size.height}" width="${size.width}" height="${size.height}" role="img" aria-labelledby="${e(id)}-title" data-top="${top}" data-plot-height="${plot.height}" preserveAspectRatio="none">`,
+    `<title id="${e(id)}-title">${e(summary)}</title>`,
+    `<line class="chart-axis" x1="${axis}" y1="${plot.height + 4}" x2="${size.width}" y2="${plot.height + 4}"></line>`,
+    `<text class="chart-tick" x="${axis - 4}" y="10" text-anchor="end">${top}</text>`,
+    `<text class="chart-tick" x="${axis - 4}" y="${plot.height + 4}" text-anchor="end">0</text>`,
+  ];
+  bars.forEach((bar, i) => {
+    const heights = barHeights(bar, top, plot.height);
+    const x = axis + i * slot + gap / 2;
+    let y = plot.height + 4;
+    parts.push(`<g class="chart-bar" data-from="${e(bar.from)}" data-succeeded="${bar.succeeded}" data-failed="${bar.failed}" data-pending="${bar.pending}">`);
+    for (const status of STACK) {
+      if (heights[status] === 0) continue;
+      y -= heights[status];
+      parts.push(`<rect class="bar-${status}" data-status="${status}" x="${round2(x)}" y="${round2(y)}" width="${round2(slot - gap)}" height="${heights[status]}"></rect>`);
+    }
+    if (i % every === 0) parts.push(`<text class="chart-tick" x="${round2(x + (slot - gap) / 2)}" y="${size.height - 2}" text-anchor="middle">${e(barLabel(bar.from, unit))}</text>`);
+    parts.push("</g>");
+  });
+  parts.push("</svg>");
+  return parts.join("");
+}
+
+/**
+ * DeliveriesChart is a deliveries chart (chartSvg) with its text alternative: the summary, and with
+ * `table` every bar's numbers, for screen readers.
+ */
+export function DeliveriesChart({ id, title, bars, unit, size, table }: { id: string; title: string; bars: ChartBar[]; unit: "hour" | "day"; size: ChartSize; table: boolean }) {
+  const total = bars.reduce((sum, b) => sum + b.succeeded + b.failed + b.pending, 0);
+  const failed = bars.reduce((sum, b) => sum + b.failed, 0);
+  const summary = `${title}: ${total} deliveries, ${failed} failed.`;
+  return (
+    <figure class="chart" id={id}>
+      <div class="chart-drawing" dangerouslySetInnerHTML={{ __html: chartSvg({ id, summary, bars, unit, size }) }} />
+      <figcaption class="visually-hidden">
+        {!table ? (
+          summary
+        ) : (
+          <table>
+            <caption>{summary}</caption>
+            <thead>
+              <tr>
+                <th scope="col">{unit === "hour" ? "Hour (UTC)" : "Day (UTC)"}</th>
+                <th scope="col">Succeeded</th>
+                <th scope="col">Failed</th>
+                <th scope="col">Pending</th>
+              </tr>
+            </thead>
+            <tbody>
+              {bars.map((bar) => (
+                <tr>
+                  <th scope="row">{barLabel(bar.from, unit)}</th>
+                  <td>{bar.succeeded}</td>
+                  <td>{bar.failed}</td>
+                  <td>{bar.pending}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </figcaption>
+    </figure>
+  );
+}
+
+/** ChartLegend names the colours of the stacked statuses once per page. */
+export function ChartLegend() {
+  return (
+    <p class="chart-legend" aria-hidden="true">
+      {STACK.map((status) => (
+        <span class={`legend-${status}`}>{status}</span>
+      ))}
+    </p>
+  );
+}

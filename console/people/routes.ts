@@ -1,0 +1,135 @@
+import { Elysia, t } from "elysia";
+import { listTokens } from "../../server/auth/service.ts";
+import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
+import { findOperator, inviteOperator, operatorSummaries, passwordResetLink, pendingInvites, removeOperator } from "../../server/operators/service.ts";
+import type { Runtime } from "../../server/runtime.ts";
+import { notFound, ProblemError } from "../../server/shared/problem.ts";
+import { clearCookieHeader, htmlResponse, redirect, SESSION_COOKIE } from "../http.ts";
+import type { NoticeData } from "../pages/parts.tsx";
+import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
+import { addUserFromForm, createTokenFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
+
+const UsersQuery = t.Object({ page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true });
+
+/** peopleRoutes are who may do what: API tokens, the users contacts are assigned to, and the console's operators. */
+export function peopleRoutes(rt: Runtime) {
+  const db = rt.db;
+  /** linkUrl is the address of a one-time link on the server the operator is using. */
+  const linkUrl = (request: Request, code: string) => `${new URL(request.url).origin}${CONSOLE_PREFIX}/welcome?code=${code}`;
+  /** operatorsView renders the operators page with a link just made or a form's problem. */
+  const operatorsView = async (session: Parameters<typeof operatorsPage>[0]["session"], extras: { link?: OneTimeLink; email?: string; notice?: NoticeData | null } = {}) =>
+    operatorsPage({ session, operators: await operatorSummaries(db), invites: await pendingInvites(db), ...extras });
+  const operatorOr404 = async (id: string) => {
+    const operator = await findOperator(db, id);
+    if (!operator) throw notFound("operator", id);
+    return operator;
+  };
+  return new Elysia({ name: "console-people", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
+    .use(signedInConsole(rt))
+    .get(
+      "/tokens",
+      async ({ session, query }) => {
+        const notice = query.revoked ? { kind: "success" as const, text: "Token revoked. Requests with it now get 401." } : null;
+        return htmlResponse(tokensPage({ session, tokens: await listTokens(db), notice }));
+      },
+      { query: flagQuery("revoked") },
+    )
+    .post(
+      "/tokens",
+      async ({ session, body }) => {
+        const name = field(body, "name");
+        try {
+          const created = await createTokenFromForm(db, name);
+          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), created }), 201);
+        } catch (error) {
+          const failure = problemOf(error);
+          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), name, notice: { kind: "error", text: failure.message } }), failure.status);
+        }
+      },
+      { body: OptionalForm },
+    )
+    .get(
+      "/tokens/:id/revoke",
+      async ({ session, params }) => {
+        const token = (await listTokens(db)).find((tk) => tk.id === params.id && tk.revoked_at === null);
+        if (!token) throw new ProblemError(404, "not-found", "No active API token with this id exists.");
+        return htmlResponse(revokeTokenPage({ session, token }));
+      },
+      { params: IdParam },
+    )
+    .post(
+      "/tokens/:id/revoke",
+      async ({ params }) => {
+        await revokeTokenFromConsole(db, params.id);
+        return redirect(`${CONSOLE_PREFIX}/tokens?revoked=1`);
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .get(
+      "/users",
+      async ({ session, query }) => {
+        const page = await usersOnPage(db, query.page);
+        const notice = query.added ? { kind: "success" as const, text: "User added." } : null;
+        return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, notice }));
+      },
+      { query: UsersQuery },
+    )
+    .post(
+      "/users",
+      async ({ session, body }) => {
+        const form = { name: field(body, "name"), email: field(body, "email") };
+        try {
+          await addUserFromForm(db, form);
+          return redirect(`${CONSOLE_PREFIX}/users?added=1`);
+        } catch (error) {
+          const failure = problemOf(error);
+          const page = await usersOnPage(db, undefined);
+          return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, form, notice: { kind: "error", text: failure.message } }), failure.status);
+        }
+      },
+      { body: OptionalForm },
+    )
+    .get(
+      "/operators",
+      async ({ session, query }) => {
+        const notice = query.removed ? { kind: "success" as const, text: "Operator removed. Their sessions have ended." } : null;
+        return htmlResponse(await operatorsView(session, { notice }));
+      },
+      { query: flagQuery("removed") },
+    )
+    .post(
+      "/operators",
+      async ({ session, body, request }) => {
+        const email = field(body, "email");
+        try {
+          const code = await inviteOperator(db, email, session.operator.id);
+          return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: email.trim().toLowerCase(), url: linkUrl(request, code) } }), 201);
+        } catch (error) {
+          const failure = problemOf(error);
+          return htmlResponse(await operatorsView(session, { email, notice: { kind: "error", text: failure.message } }), failure.status);
+        }
+      },
+      { body: OptionalForm },
+    )
+    .get("/operators/:id/remove", async ({ session, params }) => htmlResponse(removeOperatorPage({ session, operator: await operatorOr404(params.id) })), { params: IdParam })
+    .post(
+      "/operators/:id/remove",
+      async ({ session, params, secure }) => {
+        await removeOperator(db, params.id);
+        // Removing oneself ends one's own session too: the browser goes to the sign-in page.
+        if (params.id === session.operator.id) return redirect(`${CONSOLE_PREFIX}/login`, { cookies: [clearCookieHeader(SESSION_COOKIE, secure)] });
+        return redirect(`${CONSOLE_PREFIX}/operators?removed=1`);
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .get("/operators/:id/reset-password", async ({ session, params }) => htmlResponse(resetPasswordPage({ session, operator: await operatorOr404(params.id) })), { params: IdParam })
+    .post(
+      "/operators/:id/reset-password",
+      async ({ session, params, request }) => {
+        const { operator, code } = await passwordResetLink(db, params.id, session.operator.id);
+        return htmlResponse(await operatorsView(session, { link: { purpose: "reset", email: operator.email, url: linkUrl(request, code) } }), 201);
+      },
+      { params: IdParam, body: OptionalForm },
+    );
+}

@@ -1,0 +1,36 @@
+import type { Database, Db } from "../../server/db/sql.ts";
+import { createApiToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
+import type { ListMeta } from "../../server/http/list-query.ts";
+import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
+import { UserInput, type User } from "../../server/users/model.ts";
+import { createUser, listUsersPage } from "../../server/users/service.ts";
+import { formChecker } from "../shell.ts";
+
+/** createTokenFromForm creates an API token named in the console; the token is returned once. */
+export function createTokenFromForm(db: Database, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
+  const trimmed = name.trim();
+  if (trimmed === "" || trimmed.length > 100) throw validationProblem([{ pointer: "/name", detail: "must be 1 to 100 characters" }], "The name must be 1 to 100 characters.");
+  return createApiToken(db, trimmed);
+}
+
+/** revokeTokenFromConsole revokes an API token, or throws 404 when no active token has that id. */
+export async function revokeTokenFromConsole(db: Database, id: string): Promise<void> {
+  if (!(await revokeApiToken(db, id))) throw new ProblemError(404, "not-found", `No active API token with id ${JSON.stringify(id)} exists.`);
+}
+
+/** USERS_PER_PAGE is how many users the users page lists at once. */
+const USERS_PER_PAGE = 50;
+
+/** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a page that is not a number. */
+export function usersOnPage(db: Db, page: string | undefined): Promise<{ data: User[]; meta: ListMeta }> {
+  if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number of at least 1" }], "The page number must be a whole number of at least 1.");
+  return listUsersPage(db, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
+}
+
+const checkUserInput = formChecker(UserInput);
+
+/** addUserFromForm adds a user from the console's form, checked with the API's UserInput model. */
+export function addUserFromForm(db: Database, form: { name: string; email: string }): Promise<User> {
+  const input = checkUserInput({ name: form.name.trim(), email: form.email.trim() });
+  return db.write((tx) => createUser(tx, input));
+}

@@ -1,0 +1,145 @@
+import type { Server } from "bun";
+import type { TSchema } from "@sinclair/typebox";
+import { Elysia, t } from "elysia";
+import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
+import { clientAddress, clientHints, requestIsHttps } from "../server/http/client-address.ts";
+import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
+import { sessionOperator } from "../server/operators/service.ts";
+import type { Runtime } from "../server/runtime.ts";
+import { sameBytes, sha256 } from "../server/shared/crypto.ts";
+import { ProblemError } from "../server/shared/problem.ts";
+import { htmlResponse, PRE_SESSION_COOKIE, problemJsonResponse, readCookie, redirect, SESSION_COOKIE } from "./http.ts";
+import { FormBody, type ConsoleSession } from "./model.ts";
+import { messagePage } from "./auth/pages.tsx";
+
+/** CONSOLE_DETAIL keeps every console feature's routes out of the OpenAPI document: the console is not part of the public API. */
+export const CONSOLE_DETAIL = { hide: true };
+
+/** OptionalForm is the body schema of every console form post. */
+export const OptionalForm = t.Optional(FormBody);
+/** IdParam is the `:id` of a console page. */
+export const IdParam = t.Object({ id: t.String({ maxLength: 64 }) });
+/** flagQuery accepts the flag a redirect after a form post sets, so the page can confirm what was done. */
+export const flagQuery = (flag: string) => t.Object({ [flag]: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true });
+
+// Elysia types an optional record body loosely ({} | null); the schema guarantees a FormBody or nothing.
+type PostedForm = {} | null | undefined;
+
+/** field reads one form field as text ("" when absent; the first value when repeated). */
+export function field(form: PostedForm, name: string): string {
+  const value = (form as FormBody | null | undefined)?.[name];
+  return (Array.isArray(value) ? value[0] : value) ?? "";
+}
+
+/** fields reads a form field that may repeat (checkboxes). */
+export function fields(form: PostedForm, name: string): string[] {
+  const value = (form as FormBody | null | undefined)?.[name];
+  return value === undefined ? [] : Array.isArray(value) ? value : [value];
+}
+
+/** formChecker compiles an API model once and returns a check of a form's typed value that throws 422 naming each field that breaks it. */
+export function formChecker<T extends TSchema>(schema: T): (value: unknown) => T["static"] {
+  const check = schemaChecker(schema);
+  return (value) => {
+    const errors = check(value);
+    if (errors.length > 0) throw fieldsProblem(errors);
+    return value as T["static"];
+  };
+}
+
+/** consoleTime reads a console date-time field (datetime-local, taken as UTC) into RFC 3339, or returns it unchanged for a check to refuse. */
+export function consoleTime(value: string): string {
+  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value) ? `${value}:00Z` : /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$/.test(value) ? `${value}Z` : value;
+}
+
+/** safeNext keeps a post-sign-in destination only when it is a console path (no open redirect). */
+export function safeNext(next: string | undefined): string | undefined {
+  return next && next.length <= 500 && next.startsWith(`${CONSOLE_PREFIX}/`) && !next.includes("\\") ? next : undefined;
+}
+
+/** addressOf names the client for sign-in throttling: the peer, or the client behind a trusted proxy. */
+export function addressOf(server: Server<unknown> | null, request: Request, trustedProxies: string[]): string {
+  return clientAddress(clientHints(request, server?.requestIP(request)?.address ?? null), trustedProxies) ?? "unknown";
+}
+
+/** newCsrfSeed makes the random value a pre-session cookie holds for the sign-in and setup forms. */
+export function newCsrfSeed(): string {
+  return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
+}
+
+/** csrfTokenFor derives the CSRF token of a seed (the session secret, or the pre-session cookie); it reveals nothing of the seed. */
+export function csrfTokenFor(seed: string): string {
+  return Buffer.from(sha256(`csrf\u0000${seed}`)).toString("base64url");
+}
+
+/** csrfTokenMatches compares a submitted CSRF token with the seed's in constant time. */
+export function csrfTokenMatches(seed: string | undefined, presented: unknown): boolean {
+  if (!seed || typeof presented !== "string") return false;
+  return sameBytes(Buffer.from(csrfTokenFor(seed)), Buffer.from(presented));
+}
+
+/** SignInRequired is thrown for a console request without a session: pages send the browser to sign in, JSON endpoints answer 401. */
+class SignInRequired extends ProblemError {
+  constructor(readonly next: string | undefined) {
+    super(401, "unauthorized", "Sign in to the console first; console endpoints take the session cookie, not API tokens.");
+  }
+}
+
+const ERROR_TITLES: Record<number, string> = { 403: "Not allowed", 404: "Not found", 409: "Not possible now", 422: "Check your input", 429: "Slow down", 503: "Try again soon" };
+
+/** errorAnswer is the console's one error handler: a problem a service threw becomes the page explaining it, or problem+json for the JSON endpoints. */
+function errorAnswer(error: ProblemError, request: Request, session: ConsoleSession | null): Response {
+  const path = new URL(request.url).pathname;
+  if (error instanceof SignInRequired && !path.startsWith(`${CONSOLE_PREFIX}/api/`)) {
+    return redirect(`${CONSOLE_PREFIX}/login${error.next ? `?next=${encodeURIComponent(error.next)}` : ""}`);
+  }
+  if (path.startsWith(`${CONSOLE_PREFIX}/api/`)) return problemJsonResponse(error.toProblem());
+  return htmlResponse(messagePage({ session, title: ERROR_TITLES[error.status] ?? "Something went wrong", text: error.message }), error.status, { headers: error.headers });
+}
+
+/**
+ * consoleBase is what every console feature starts from: the session of the cookie (or null), the
+ * CSRF check of every form post and the one error handler.
+ */
+export function consoleBase(rt: Runtime) {
+  return new Elysia()
+    .derive({ as: "scoped" }, async ({ request, server }) => {
+      const secure = requestIsHttps(
+        { url: request.url, forwardedProto: request.headers.get("x-forwarded-proto"), peer: server?.requestIP(request)?.address ?? null },
+        rt.config.trustedProxies,
+      );
+      const sessionSecret = readCookie(request, SESSION_COOKIE);
+      const operator = await sessionOperator(rt.db, sessionSecret);
+      const session: ConsoleSession | null = operator && sessionSecret ? { operator, csrfToken: csrfTokenFor(sessionSecret) } : null;
+      // Forms carry a token derived from the session, or before sign-in from a pre-session cookie.
+      return { secure, session, sessionSecret, csrfSeed: session ? sessionSecret : readCookie(request, PRE_SESSION_COOKIE) };
+    })
+    .onBeforeHandle({ as: "scoped" }, ({ request, body, csrfSeed, session }) => {
+      if (request.method !== "POST" || csrfTokenMatches(csrfSeed, (body as FormBody | undefined)?._csrf)) return;
+      return htmlResponse(
+        messagePage({ session, title: "Form expired", text: "This form was not sent from a current console page (its security token is missing or stale). Go back, reload the page and send it again." }),
+        403,
+      );
+    })
+    .onError({ as: "scoped" }, ({ error, request, ...context }) => {
+      if (!(error instanceof ProblemError)) return;
+      return errorAnswer(error, request, (context as { session?: ConsoleSession | null }).session ?? null);
+    });
+}
+
+/** signedInConsole is consoleBase for pages that need an operator: `session` is always set in their handlers. */
+export function signedInConsole(rt: Runtime) {
+  return consoleBase(rt).resolve({ as: "scoped" }, ({ session, request }) => {
+    if (!session) {
+      const url = new URL(request.url);
+      throw new SignInRequired(request.method === "GET" ? safeNext(url.pathname + url.search) : undefined);
+    }
+    return { session };
+  });
+}
+
+/** problemOf rethrows anything that is not a problem; a route uses it to show a form again with the problem's message. */
+export function problemOf(error: unknown, ...statuses: number[]): ProblemError {
+  if (error instanceof ProblemError && (statuses.length === 0 || statuses.includes(error.status))) return error;
+  throw error;
+}

@@ -1,0 +1,134 @@
+/** @jsxImportSource preact */
+import type { ConsoleSession } from "../model.ts";
+import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
+import { renderPage } from "../pages/layout.tsx";
+import { DataTable, formatDuration, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
+import type { FailureReason, SubscriptionHealth } from "./health.ts";
+
+/** latencyText says a window's response times: "p50 120 ms · p95 800 ms", or that nothing was attempted. */
+function latencyText(times: SubscriptionHealth["latency"]["last_24h"]): string {
+  return times ? `p50 ${formatDuration(times.p50)} · p95 ${formatDuration(times.p95)}` : "no attempts";
+}
+
+/** Latency shows a window's response times when they were read (the start page reads those of 24 hours only). */
+function Latency({ times }: { times: SubscriptionHealth["latency"]["last_7d"] }) {
+  return times === undefined ? null : <span class="latency">{latencyText(times)}</span>;
+}
+
+/** HealthCard is one subscription's health: deliveries per hour (24 h) and per day (7 days), and response times. */
+function HealthCard({ health, large }: { health: SubscriptionHealth; large: boolean }) {
+  const s = health.subscription;
+  const size = large ? { width: 720, height: 180 } : { width: 300, height: 84 };
+  return (
+    <article class={`health-card${large ? " large" : ""}`} data-subscription-id={s.id}>
+      {!large && (
+        <header>
+          <a href={`/console/subscriptions/${s.id}`}>
+            <SubscriptionLabel description={s.description} url={s.target_url} />
+          </a>
+          <StatusBadge status={s.status} />
+        </header>
+      )}
+      <div class="health-charts">
+        <div>
+          <h3>
+            Last 24 hours <Latency times={health.latency.last_24h} />
+          </h3>
+          <DeliveriesChart id={`chart-${s.id}-24h`} title="Deliveries per hour, last 24 hours" bars={health.hours} unit="hour" size={size} table={large} />
+        </div>
+        <div>
+          <h3>
+            Last 7 days <Latency times={health.latency.last_7d} />
+          </h3>
+          <DeliveriesChart id={`chart-${s.id}-7d`} title="Deliveries per day, last 7 days" bars={health.days} unit="day" size={size} table={large} />
+        </div>
+      </div>
+    </article>
+  );
+}
+
+/** HealthPanel is the start page's health at a glance: one card per subscription. */
+export function HealthPanel({ health }: { health: SubscriptionHealth[] }) {
+  if (health.length === 0) return null;
+  return (
+    <section class="card health" aria-labelledby="health-title" id="health">
+      <div class="card-head">
+        <h2 id="health-title">Health at a glance</h2>
+        <ChartLegend />
+      </div>
+      <div class="health-grid">
+        {health.map((h) => (
+          <HealthCard health={h} large={false} />
+        ))}
+      </div>
+    </section>
+  );
+}
+
+/** subscriptionPage renders one subscription: its charts, larger, and its recent failures grouped by reason. */
+export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null }): string {
+  const s = props.health.subscription;
+  return renderPage({
+    title: s.description ?? s.target_url,
+    session: props.session,
+    section: "subscriptions",
+    children: (
+      <>
+        <div class="page-head">
+          <p class="crumbs">
+            <a href="/console/subscriptions">Subscriptions</a> / <span>{s.id}</span>
+          </p>
+          <h1 class="with-badge">
+            <span>{s.description ?? "Subscription"}</span>
+            <StatusBadge status={s.status} />
+          </h1>
+          <p class="url">{s.target_url}</p>
+        </div>
+        <section class="card health" id="health">
+          <div class="card-head">
+            <h2>Deliveries</h2>
+            <ChartLegend />
+          </div>
+          <HealthCard health={props.health} large={true} />
+          <p class="actions">
+            <a class="button" href={`/console/?subscription_id=${s.id}`}>
+              Its deliveries
+            </a>
+            <a class="button ghost" href={`/console/subscriptions/${s.id}/recover`}>
+              Recover failed deliveries
+            </a>
+            <a class="button ghost" href={props.rotationId ? `/console/rotations/${props.rotationId}` : `/console/rotations/new?from=${s.id}`}>
+              {props.rotationId ? "Resume rotation" : "Rotate"}
+            </a>
+          </p>
+        </section>
+        <DataTable
+          id="failures"
+          columns={["Reason", { label: "Deliveries", className: "num" }, "Latest (UTC)"]}
+          empty={props.failures.length === 0 ? "No failing deliveries in the last 7 days." : null}
+          head={
+            <div class="card-head">
+              <h2>Failures of the last 7 days, by reason</h2>
+            </div>
+          }
+        >
+          {props.failures.map((f) => (
+            <tr>
+              <td data-label="Reason">
+                <code>{f.reason}</code>
+              </td>
+              <td data-label="Deliveries" class="num">
+                {f.deliveries}
+              </td>
+              <td data-label="Latest">
+                <a href={`/console/deliveries/${f.latest_delivery_id}`}>
+                  <Time value={f.latest_at} />
+                </a>
+              </td>
+            </tr>
+          ))}
+        </DataTable>
+      </>
+    ),
+  });
+}

@@ -1,0 +1,280 @@
+import { Elysia, t } from "elysia";
+import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
+import type { Runtime } from "../../server/runtime.ts";
+import { deleteSubscription, enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
+import { htmlResponse, redirect } from "../http.ts";
+import type { NoticeData } from "../pages/parts.tsx";
+import { CONSOLE_DETAIL, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { recentFailures, subscriptionsHealth } from "./health.ts";
+import { subscriptionPage } from "./health-pages.tsx";
+import {
+  deleteSubscriptionPage,
+  editSubscriptionPage,
+  recoverPage,
+  rotationNewPage,
+  rotationPage,
+  rotationPickPage,
+  secretRotationPage,
+  subscriptionsPage,
+} from "./pages.tsx";
+import {
+  createSubscriptionFromForm,
+  editSubscriptionFromForm,
+  finishRotation,
+  finishSecretRotation,
+  openRotationFrom,
+  recoverFromForm,
+  recoveryPreview,
+  rotateSecretFromForm,
+  rotationView,
+  secretRotationView,
+  sendRotationTest,
+  sendSecretRotationTest,
+  startRotation,
+  subscriptionChoices,
+  subscriptionsOverview,
+  type SubscriptionForm,
+} from "./service.ts";
+
+type PostedForm = Parameters<typeof field>[0];
+
+function subscriptionForm(form: PostedForm): SubscriptionForm {
+  return { target_url: field(form, "target_url"), description: field(form, "description"), events: fields(form, "events"), max_rate: field(form, "max_rate") };
+}
+
+/** errorNotice is a problem shown above the form that caused it. */
+const errorNotice = (error: { message: string }): NoticeData => ({ kind: "error", text: error.message });
+
+/**
+ * subscriptionRoutes are the subscriptions: the list with recent counts, one subscription's health
+ * and failures, create, edit, pause, enable, delete and recover failed deliveries. Every form that
+ * cannot be undone has a confirm step.
+ */
+export function subscriptionRoutes(rt: Runtime) {
+  const db = rt.db;
+  return new Elysia({ name: "console-subscriptions", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
+    .use(signedInConsole(rt))
+    .get(
+      "/subscriptions",
+      async ({ session, query }) => {
+        const recovered = query.recovered === undefined ? null : Number(query.recovered);
+        const notice = query.deleted
+          ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." }
+          : recovered !== null && Number.isInteger(recovered)
+            ? { kind: "success" as const, text: `${recovered} failed ${recovered === 1 ? "delivery" : "deliveries"} queued again, oldest first.` }
+            : query.enabled
+              ? { kind: "success" as const, text: "Subscription enabled. Events from now on are delivered to it; recover the deliveries that failed while it was disabled." }
+              : null;
+        return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), notice }));
+      },
+      {
+        query: t.Object(
+          { deleted: t.Optional(t.String({ maxLength: 10 })), recovered: t.Optional(t.String({ maxLength: 10 })), enabled: t.Optional(t.String({ maxLength: 10 })) },
+          { additionalProperties: true },
+        ),
+      },
+    )
+    .post(
+      "/subscriptions",
+      async ({ session, body }) => {
+        const form = subscriptionForm(body);
+        try {
+          const created = await createSubscriptionFromForm(rt, form);
+          const notice = { kind: "success" as const, text: `Subscription to ${created.target_url} created.` };
+          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), created, notice }), 201);
+        } catch (error) {
+          const failure = problemOf(error);
+          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), form, notice: errorNotice(failure) }), failure.status);
+        }
+      },
+      { body: OptionalForm },
+    )
+    .get(
+      "/subscriptions/:id",
+      async ({ session, params }) => {
+        const subscription = await getSubscription(db, params.id);
+        const [health] = await subscriptionsHealth(db, [subscription]);
+        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id), rotationId: await openRotationFrom(db, subscription.id) }));
+      },
+      { params: IdParam },
+    )
+    .post(
+      "/subscriptions/:id/enable",
+      async ({ params }) => {
+        await enableSubscription(rt, params.id);
+        return redirect(`${CONSOLE_PREFIX}/subscriptions?enabled=1`);
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .get(
+      "/subscriptions/:id/delete",
+      async ({ session, params }) => htmlResponse(deleteSubscriptionPage({ session, subscription: await getSubscription(db, params.id), rotationId: await openRotationFrom(db, params.id) })),
+      { params: IdParam },
+    )
+    .post(
+      "/subscriptions/:id/delete",
+      async ({ params }) => {
+        await deleteSubscription(rt, params.id);
+        return redirect(`${CONSOLE_PREFIX}/subscriptions?deleted=1`);
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .get("/subscriptions/:id/edit", async ({ session, params }) => htmlResponse(editSubscriptionPage({ session, subscription: await getSubscription(db, params.id) })), { params: IdParam })
+    .post(
+      "/subscriptions/:id/edit",
+      async ({ session, params, body }) => {
+        const description = field(body, "description");
+        try {
+          await editSubscriptionFromForm(rt, params.id, description);
+          return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+        } catch (error) {
+          const failure = problemOf(error, 422);
+          return htmlResponse(editSubscriptionPage({ session, subscription: await getSubscription(db, params.id), description, notice: errorNotice(failure) }), failure.status);
+        }
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .post(
+      "/subscriptions/:id/pause",
+      async ({ params }) => {
+        await pauseSubscription(rt, params.id, true, null);
+        return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .post(
+      "/subscriptions/:id/resume",
+      async ({ params }) => {
+        await pauseSubscription(rt, params.id, false, null);
+        return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .get(
+      "/subscriptions/:id/recover",
+      async ({ session, params, query }) => {
+        const subscription = await getSubscription(db, params.id);
+        const now = Date.now();
+        const defaults = { since: new Date(now - 24 * 3_600_000).toISOString(), until: new Date(now).toISOString() };
+        if (!query.since) return htmlResponse(recoverPage({ session, subscription, window: defaults, preview: null }));
+        try {
+          const preview = await recoveryPreview(db, params.id, query.since, query.until ?? "");
+          return htmlResponse(recoverPage({ session, subscription, window: preview, preview }));
+        } catch (error) {
+          const failure = problemOf(error, 422);
+          return htmlResponse(recoverPage({ session, subscription, window: defaults, preview: null, notice: errorNotice(failure) }), failure.status);
+        }
+      },
+      { params: IdParam, query: t.Object({ since: t.Optional(t.String({ maxLength: 40 })), until: t.Optional(t.String({ maxLength: 40 })) }, { additionalProperties: true }) },
+    )
+    .post(
+      "/subscriptions/:id/recover",
+      async ({ params, body }) => {
+        const queued = await recoverFromForm(rt, params.id, field(body, "since"), field(body, "until"));
+        return redirect(`${CONSOLE_PREFIX}/subscriptions?recovered=${queued}`);
+      },
+      { params: IdParam, body: OptionalForm },
+    );
+}
+
+/**
+ * rotationRoutes are the two wizards of the subscriptions feature: the secret rotation (a new
+ * secret with a grace period, a test, retiring the previous secret) and the guided replacement of
+ * a subscription by a new one (rotation). Their state is read from the database at every step.
+ */
+export function rotationRoutes(rt: Runtime) {
+  const db = rt.db;
+  return new Elysia({ name: "console-rotations", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
+    .use(signedInConsole(rt))
+    .get(
+      "/subscriptions/:id/secret-rotation",
+      async ({ session, params, query }) => htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), finished: query.finished === "1" })),
+      { params: IdParam, query: flagQuery("finished") },
+    )
+    .post(
+      "/subscriptions/:id/rotate-secret",
+      async ({ session, params, body }) => {
+        try {
+          const secret = await rotateSecretFromForm(rt, params.id, field(body, "grace_hours"));
+          const view = await secretRotationView(db, params.id);
+          // With no grace period the rotation is finished at once.
+          return htmlResponse(secretRotationPage({ session, view, secret, finished: view.step === "rotate" }), 201);
+        } catch (error) {
+          const failure = problemOf(error, 422);
+          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
+        }
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .post(
+      "/subscriptions/:id/secret-rotation/test",
+      async ({ params }) => {
+        await sendSecretRotationTest(rt, params.id);
+        return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation#step-test`);
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .post(
+      "/subscriptions/:id/secret-rotation/finish",
+      async ({ session, params, body }) => {
+        try {
+          await finishSecretRotation(rt, params.id, field(body, "confirm") === "yes");
+          return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation?finished=1`);
+        } catch (error) {
+          const failure = problemOf(error, 422);
+          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
+        }
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .get(
+      "/rotations/new",
+      async ({ session, query }) => {
+        if (!query.from) return htmlResponse(rotationPickPage({ session, subscriptions: await subscriptionChoices(db) }));
+        const old = await getSubscription(db, query.from);
+        if (query.kind === "secret") return redirect(`${CONSOLE_PREFIX}/subscriptions/${encodeURIComponent(old.id)}/secret-rotation`);
+        const open = await openRotationFrom(db, old.id);
+        if (open) return redirect(`${CONSOLE_PREFIX}/rotations/${open}`);
+        return htmlResponse(rotationNewPage({ session, old }));
+      },
+      { query: t.Object({ from: t.Optional(t.String({ maxLength: 64 })), kind: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true }) },
+    )
+    .post(
+      "/rotations",
+      async ({ session, body }) => {
+        const old = await getSubscription(db, field(body, "from"));
+        const form = subscriptionForm(body);
+        try {
+          const started = await startRotation(rt, old.id, form);
+          if (started.secret === null) return redirect(`${CONSOLE_PREFIX}/rotations/${started.id}`);
+          return htmlResponse(rotationPage({ session, rotation: await rotationView(db, started.id), secret: started.secret }), 201);
+        } catch (error) {
+          const failure = problemOf(error);
+          return htmlResponse(rotationNewPage({ session, old, form, notice: errorNotice(failure) }), failure.status);
+        }
+      },
+      { body: OptionalForm },
+    )
+    .get("/rotations/:id", async ({ session, params }) => htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id) })), { params: IdParam })
+    .post(
+      "/rotations/:id/test",
+      async ({ params }) => {
+        await sendRotationTest(rt, params.id);
+        return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}#step-test`);
+      },
+      { params: IdParam, body: OptionalForm },
+    )
+    .post(
+      "/rotations/:id/delete-old",
+      async ({ session, params, body }) => {
+        try {
+          await finishRotation(rt, params.id, field(body, "confirm") === "yes");
+          return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}`);
+        } catch (error) {
+          const failure = problemOf(error, 422);
+          return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
+        }
+      },
+      { params: IdParam, body: OptionalForm },
+    );
+}

@@ -1,0 +1,254 @@
+import type { Db } from "../../server/db/sql.ts";
+import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
+import type { Runtime } from "../../server/runtime.ts";
+import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
+import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
+import { SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
+import {
+  countMatchingDeliveries,
+  countRecoverable,
+  createSubscription,
+  deleteSubscription,
+  deliveriesAfter,
+  endRotationGrace,
+  findSubscription,
+  getSubscription,
+  listAllSubscriptions,
+  recoverDeliveries,
+  recoveryWindow,
+  rotateSecret,
+  sendTestEvent,
+  subscriptionDeliveryCounts,
+  updateSubscription,
+} from "../../server/webhooks/service.ts";
+import { findDeliveryWatch } from "../deliveries/service.ts";
+import type { DeliveryWatchView } from "../model.ts";
+import { consoleTime, formChecker } from "../shell.ts";
+import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
+
+/** RECENT_MS is the span of the success and failure counts on the subscriptions page. */
+const RECENT_MS = 24 * 60 * 60 * 1000;
+
+
+/** SubscriptionForm is what the create form and the rotation wizard post. */
+export interface SubscriptionForm {
+  target_url: string;
+  description: string;
+  events: string[];
+  /** requests per second, as typed; "" or absent for no cap */
+  max_rate?: string;
+}
+
+const checkSubscriptionInput = formChecker(SubscriptionInput);
+
+/** subscriptionInputFrom reads a subscription form into the API's SubscriptionInput and checks it with the API's own model and limits. */
+function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
+  const description = form.description.trim();
+  const maxRate = (form.max_rate ?? "").trim();
+  // A number typed into the form stays text when it is not a whole number, so the model names it.
+  const candidate = {
+    target_url: form.target_url.trim(),
+    events: [...new Set(form.events)],
+    ...(description ? { description } : {}),
+    ...(maxRate ? { max_rate: /^\d{1,9}$/.test(maxRate) ? Number(maxRate) : maxRate } : {}),
+  };
+  return checkSubscriptionInput(candidate);
+}
+
+/** createSubscriptionFromForm creates a subscription from the console form and returns it with its secret (shown once). */
+export async function createSubscriptionFromForm(rt: Runtime, form: SubscriptionForm): Promise<SubscriptionWithSecret> {
+  return (await createSubscription(rt, subscriptionInputFrom(form), null)).body.data;
+}
+
+/** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
+export interface SubscriptionChoice {
+  subscription: Subscription;
+  rotationId: string | null;
+}
+
+/** SubscriptionOverview adds a subscription's delivery counts of the last 24 hours. */
+export interface SubscriptionOverview extends SubscriptionChoice {
+  counts: { succeeded: number; failed: number; pending: number };
+}
+
+/** openRotationsFrom maps each subscription being rotated away from to its rotation (whose new subscription still exists). */
+async function openRotationsFrom(db: Db): Promise<Map<string, string>> {
+  const open = new Map<string, string>();
+  for (const row of await listOpenRotations(db)) {
+    if (!open.has(row.old_subscription_id) && (await findSubscription(db, row.new_subscription_id))) open.set(row.old_subscription_id, row.new_subscription_id);
+  }
+  return open;
+}
+
+/** openRotationFrom returns the id of the unfinished rotation away from a subscription, or null. */
+export async function openRotationFrom(db: Db, subscriptionId: string): Promise<string | null> {
+  return (await openRotationsFrom(db)).get(subscriptionId) ?? null;
+}
+
+/** subscriptionChoices lists every subscription with its open rotation, for the wizard's first step. */
+export async function subscriptionChoices(db: Db): Promise<SubscriptionChoice[]> {
+  const open = await openRotationsFrom(db);
+  return (await listAllSubscriptions(db)).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
+}
+
+/** subscriptionsOverview lists every subscription with its recent counts, and the rotations still open. */
+export async function subscriptionsOverview(db: Db, now = Date.now()): Promise<{ subscriptions: SubscriptionOverview[]; rotations: RotationView[] }> {
+  const counts = await subscriptionDeliveryCounts(db, now - RECENT_MS);
+  const rotations = (await Promise.all((await listOpenRotations(db)).map((row) => toRotationView(db, row)))).filter((r) => r.step !== "abandoned");
+  return {
+    subscriptions: (await subscriptionChoices(db)).map((choice) => ({ ...choice, counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 } })),
+    rotations,
+  };
+}
+
+/** RotationView is the rotation wizard's state, derived from the database so it can be resumed at any time. */
+export interface RotationView {
+  /** the new subscription's id, which names the rotation */
+  id: string;
+  old: { id: string; target_url: string; description: string; subscription: Subscription | null };
+  replacement: Subscription | null;
+  /** deliveries to the old subscription still pending: deleting it ends them as failed */
+  oldPending: number;
+  test: DeliveryWatchView | null;
+  /** test: steps 3 and 4 (delete unlocks after a successful test); done: old deleted; abandoned: the new subscription is gone */
+  step: "test" | "done" | "abandoned";
+  created_at: string;
+  completed_at: string | null;
+}
+
+async function toRotationView(db: Db, row: RotationRow): Promise<RotationView> {
+  const replacement = await findSubscription(db, row.new_subscription_id);
+  // Retention may have removed an old test delivery (null); the wizard then asks for a new test.
+  const test = row.test_delivery_id ? await findDeliveryWatch(db, row.test_delivery_id) : null;
+  const old = await findSubscription(db, row.old_subscription_id);
+  return {
+    id: row.new_subscription_id,
+    old: { id: row.old_subscription_id, target_url: row.old_target_url, description: row.old_description, subscription: old },
+    replacement,
+    oldPending: old ? await countMatchingDeliveries(db, { subscriptionId: old.id, status: "pending" }) : 0,
+    test,
+    step: row.completed_at !== null ? "done" : replacement ? "test" : "abandoned",
+    created_at: toTimestamp(row.created_at),
+    completed_at: toOptionalTimestamp(row.completed_at),
+  };
+}
+
+/** rotationView returns the state of one rotation, or throws 404. */
+export async function rotationView(db: Db, id: string): Promise<RotationView> {
+  const row = await findRotation(db, id);
+  if (!row) throw notFound("rotation", id);
+  return toRotationView(db, row);
+}
+
+/**
+ * startRotation creates the new subscription that is to replace `oldId` and returns the rotation
+ * with the new secret (shown once). If a rotation away from `oldId` is already under way it is
+ * returned instead, without a secret, so a repeated form post does not create a second subscription.
+ */
+export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, now = Date.now()): Promise<{ id: string; secret: string | null }> {
+  const old = await getSubscription(rt.db, oldId);
+  const open = await openRotationFrom(rt.db, oldId);
+  if (open) return { id: open, secret: null };
+  const created = await createSubscriptionFromForm(rt, form);
+  await insertRotation(rt.db, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
+  return { id: created.id, secret: created.secret };
+}
+
+/** sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its delivery. */
+export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
+  const view = await rotationView(rt.db, id);
+  if (view.step !== "test") throw new ProblemError(409, "rotation-closed", view.step === "done" ? "This rotation is finished." : "The new subscription of this rotation was deleted.");
+  const sent = await sendTestEvent(rt, id);
+  await setRotationTestDelivery(rt.db, id, sent.delivery_id, now);
+}
+
+/**
+ * finishRotation deletes the old subscription, which the wizard allows only after a test event
+ * reached the new one and the operator confirmed; a finished rotation stays finished.
+ */
+export async function finishRotation(rt: Runtime, id: string, confirmed: boolean, now = Date.now()): Promise<void> {
+  const view = await rotationView(rt.db, id);
+  if (view.step === "done") return;
+  if (view.step === "abandoned") throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted; start a new rotation.");
+  if (view.test?.status !== "succeeded") {
+    throw new ProblemError(409, "rotation-untested", "The old subscription can be deleted only after a test event was delivered successfully to the new one.");
+  }
+  if (view.old.subscription) {
+    if (!confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the old subscription is to be deleted.");
+    try {
+      await deleteSubscription(rt, view.old.id);
+    } catch (error) {
+      // Deleted meanwhile (another tab, the API): the goal is reached all the same.
+      if (!(error instanceof ProblemError && error.status === 404)) throw error;
+    }
+  }
+  await markRotationCompleted(rt.db, id, now);
+}
+
+/** SecretRotationView is a secret rotation's state, derived from the subscription: its grace period and latest test event since the rotation. */
+export interface SecretRotationView {
+  subscription: Subscription;
+  /** rotate: step 2 (no grace period running); test: steps 3 and 4 while both secrets sign */
+  step: "rotate" | "test";
+  test: DeliveryWatchView | null;
+}
+
+/** secretRotationView returns where the secret rotation of a subscription stands, or throws 404. */
+export async function secretRotationView(db: Db, id: string, now = Date.now()): Promise<SecretRotationView> {
+  const subscription = await getSubscription(db, id);
+  const graceRunning = subscription.previous_secret_expires_at !== null && Date.parse(subscription.previous_secret_expires_at) > now;
+  if (!graceRunning) return { subscription, step: "rotate", test: null };
+  // The latest webhook.ping sent since the rotation is the wizard's test event.
+  const [ping] = (await deliveriesAfter(db, { subscriptionId: id, eventType: "webhook.ping", createdAfter: Date.parse(subscription.secret_rotated_at!) - 1 }, null, 1)).data;
+  return { subscription, step: "test", test: ping ? await findDeliveryWatch(db, ping.id) : null };
+}
+
+/** rotateSecretFromForm rotates a subscription's secret with the grace period typed in hours, and returns the new secret (shown once). */
+export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: string): Promise<string> {
+  const text = graceHours.trim() === "" ? String(DEFAULT_SECRET_GRACE_HOURS) : graceHours.trim();
+  if (!/^\d{1,3}$/.test(text) || Number(text) > MAX_SECRET_GRACE_HOURS) {
+    throw validationProblem([{ pointer: "/grace_hours", detail: `must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}` }], `The grace period must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}.`);
+  }
+  return (await rotateSecret(rt, id, { grace_hours: Number(text) }, null)).body.data.secret;
+}
+
+/** sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace period runs. */
+export async function sendSecretRotationTest(rt: Runtime, id: string): Promise<void> {
+  if ((await secretRotationView(rt.db, id)).step !== "test") throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
+  await sendTestEvent(rt, id);
+}
+
+/** finishSecretRotation retires the previous secret, which the wizard allows only after a test event succeeded and the operator confirmed. */
+export async function finishSecretRotation(rt: Runtime, id: string, confirmed: boolean): Promise<void> {
+  const view = await secretRotationView(rt.db, id);
+  if (view.step !== "test") return;
+  if (view.test?.status !== "succeeded") throw new ProblemError(409, "rotation-untested", "The previous secret can be retired only after a test event was delivered successfully.");
+  if (!confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the previous secret is to stop signing.");
+  await endRotationGrace(rt, id);
+}
+
+const checkSubscriptionUpdate = formChecker(SubscriptionUpdate);
+
+/** editSubscriptionFromForm sets a subscription's description from the console's edit form (empty clears it), checked with the API's update model. */
+export async function editSubscriptionFromForm(rt: Runtime, id: string, description: string): Promise<void> {
+  const text = description.trim();
+  await updateSubscription(rt, id, checkSubscriptionUpdate({ description: text === "" ? null : text }));
+}
+
+/** RecoveryPreview is a recovery window the operator picked and the failed deliveries it would send again. */
+export interface RecoveryPreview {
+  since: string;
+  until: string;
+  count: number;
+}
+
+/** recoveryPreview checks the window of the console's recover form and counts its failed deliveries, or throws 422 or 404. */
+export async function recoveryPreview(db: Db, id: string, since: string, until: string, now = Date.now()): Promise<RecoveryPreview> {
+  const window = recoveryWindow({ since: consoleTime(since), ...(until ? { until: consoleTime(until) } : {}) }, now);
+  return { since: toTimestamp(window.since), until: toTimestamp(window.until), count: await countRecoverable(db, id, window) };
+}
+
+/** recoverFromForm queues the failed deliveries of the confirmed window again and returns how many. */
+export async function recoverFromForm(rt: Runtime, id: string, since: string, until: string): Promise<number> {
+  return (await recoverDeliveries(rt, id, { since: consoleTime(since), until: consoleTime(until) }, null)).body.data.queued;
+}

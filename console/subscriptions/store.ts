@@ -1,0 +1,42 @@
+import type { Db } from "../../server/db/sql.ts";
+
+/** RotationRow is a guided replacement of one subscription by a new one, keyed by the new subscription. */
+export type RotationRow = {
+  new_subscription_id: string;
+  old_subscription_id: string;
+  old_target_url: string;
+  old_description: string;
+  test_delivery_id: string | null;
+  created_at: number;
+  updated_at: number;
+  completed_at: number | null;
+};
+
+/** insertRotation stores a rotation that has just created its new subscription. */
+export async function insertRotation(db: Db, row: Omit<RotationRow, "test_delivery_id" | "completed_at" | "updated_at">): Promise<void> {
+  await db.run(
+    `INSERT INTO subscription_rotations (new_subscription_id, old_subscription_id, old_target_url, old_description, created_at, updated_at)
+     VALUES (?, ?, ?, ?, ?, ?)`,
+    [row.new_subscription_id, row.old_subscription_id, row.old_target_url, row.old_description, row.created_at, row.created_at],
+  );
+}
+
+/** findRotation returns the rotation to the given new subscription, or null. */
+export function findRotation(db: Db, newSubscriptionId: string): Promise<RotationRow | null> {
+  return db.get<RotationRow>("SELECT * FROM subscription_rotations WHERE new_subscription_id = ?", [newSubscriptionId]);
+}
+
+/** listOpenRotations returns every unfinished rotation, newest first. */
+export function listOpenRotations(db: Db): Promise<RotationRow[]> {
+  return db.all<RotationRow>("SELECT * FROM subscription_rotations WHERE completed_at IS NULL ORDER BY created_at DESC");
+}
+
+/** setRotationTestDelivery records the test event delivery sent to a rotation's new subscription. */
+export async function setRotationTestDelivery(db: Db, newSubscriptionId: string, deliveryId: string, at: number): Promise<void> {
+  await db.run("UPDATE subscription_rotations SET test_delivery_id = ?, updated_at = ? WHERE new_subscription_id = ?", [deliveryId, at, newSubscriptionId]);
+}
+
+/** markRotationCompleted records that the old subscription was deleted. */
+export async function markRotationCompleted(db: Db, newSubscriptionId: string, at: number): Promise<void> {
+  await db.run("UPDATE subscription_rotations SET completed_at = ?, updated_at = ? WHERE new_subscription_id = ? AND completed_at IS NULL", [at, at, newSubscriptionId]);
+}

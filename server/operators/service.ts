@@ -1,0 +1,364 @@
+import type { Database, Db } from "../db/sql.ts";
+import { fieldsProblem, schemaChecker } from "../http/schema-errors.ts";
+import { MAX_OPERATOR_PASSWORD_LENGTH } from "../limits/limits.ts";
+import { sha256 } from "../shared/crypto.ts";
+import { newId } from "../shared/ids.ts";
+import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
+import { toTimestamp, toOptionalTimestamp } from "../shared/time.ts";
+import { NewPassword, OperatorEmail, OperatorInput, type Operator, type OperatorLink, type OperatorSummary, type PendingInvite } from "./model.ts";
+import {
+  clearLoginFailures,
+  clearLoginFailuresOfAccount,
+  countOperators,
+  deleteIdleSessions,
+  deleteLoginFailuresBefore,
+  deleteOperator,
+  deleteOperatorLink,
+  deleteOperatorLinksOf,
+  deleteSession,
+  findLoginFailures,
+  findOperatorByEmail,
+  findOperatorById,
+  findOperatorLink,
+  findSessionWithOperator,
+  insertFirstOperator,
+  insertOperator,
+  insertSession,
+  listOperators,
+  listPendingInvites,
+  recordLoginFailure,
+  replaceOperatorLink,
+  replaceSetupCodes,
+  setupCodeIsValid,
+  touchSession,
+  updateOperatorPassword,
+  type OperatorRow,
+} from "./store.ts";
+
+/** SESSION_IDLE_MS ends a session that has not been used for 12 hours. */
+export const SESSION_IDLE_MS = 12 * 60 * 60 * 1000;
+const SESSION_TOUCH_MS = 60_000; // last_seen_at is written at most once a minute per session
+/** SETUP_CODE_TTL_MS is how long the first-run setup link works. */
+export const SETUP_CODE_TTL_MS = 30 * 60 * 1000;
+/** OPERATOR_LINK_TTL_MS is how long an invitation or password-reset link works. */
+export const OPERATOR_LINK_TTL_MS = 72 * 60 * 60 * 1000;
+/** LOGIN_WINDOW_MS is the window in which failed sign-ins are counted. */
+export const LOGIN_WINDOW_MS = 15 * 60 * 1000;
+/** FREE_PAIR_FAILURES is how many wrong passwords one address may type for one account before each next try waits. */
+export const FREE_PAIR_FAILURES = 3;
+/**
+ * PACED_AFTER is how many failures in a window put an account, or an address, under attack:
+ * from then on its password checks from addresses that have failed for that account are paced.
+ */
+export const PACED_AFTER = { account: 10, address: 20 } as const;
+/** PACE_MS is the time between two paced password checks of one account, or from one address. */
+const PACE_MS = 1000;
+/** MAX_PACE_WAIT_MS is the longest a paced check waits for its turn; a longer queue is answered 429. */
+const MAX_PACE_WAIT_MS = 5000;
+
+const checkOperatorInput = schemaChecker(OperatorInput);
+const checkOperatorEmail = schemaChecker(OperatorEmail);
+const checkNewPassword = schemaChecker(NewPassword);
+
+function randomSecret(): string {
+  return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
+}
+
+/** normalEmail is how an operator's email is stored and compared: trimmed and lowercased. */
+function normalEmail(email: string): string {
+  return email.trim().toLowerCase();
+}
+
+/** validOperator checks an operator's email and password against OperatorInput and returns the normalised email, or throws 422 naming each field. */
+function validOperator(input: { email: string; password: string }): string {
+  const email = normalEmail(input.email);
+  const errors = checkOperatorInput({ email, password: input.password });
+  if (errors.length > 0) throw fieldsProblem(errors);
+  return email;
+}
+
+/** validNewPassword checks a password typed twice, or throws 422. */
+function validNewPassword(input: NewPassword): void {
+  const errors = checkNewPassword(input);
+  if (errors.length > 0) throw fieldsProblem(errors);
+  if (input.password !== input.password_again) throw validationProblem([{ pointer: "/password_again", detail: "must repeat the password" }], "The two passwords differ.");
+}
+
+function hashPassword(password: string): Promise<string> {
+  return Bun.password.hash(password, { algorithm: "argon2id" });
+}
+
+async function operatorRow(email: string, password: string, now: number): Promise<OperatorRow> {
+  return { id: newId("opr", now), email, password_hash: await hashPassword(password), created_at: now, updated_at: now };
+}
+
+function operatorExists(email: string): ProblemError {
+  return new ProblemError(409, "operator-exists", `An operator with email ${email} already exists.`);
+}
+
+/** createOperator adds an operator who can sign in to the console (the `operator create` command). */
+export async function createOperator(db: Db, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
+  const email = validOperator(input);
+  if (await findOperatorByEmail(db, email)) throw operatorExists(email);
+  const row = await operatorRow(email, input.password, now);
+  await insertOperator(db, row);
+  return { id: row.id, email: row.email };
+}
+
+/** hasOperators tells whether anyone can sign in yet. */
+export async function hasOperators(db: Db): Promise<boolean> {
+  return (await countOperators(db)) > 0;
+}
+
+/** operatorSummaries lists every operator, oldest first, for the operators page and `operator list`. */
+export async function operatorSummaries(db: Db): Promise<OperatorSummary[]> {
+  return (await listOperators(db)).map((row) => ({ id: row.id, email: row.email, created_at: toTimestamp(row.created_at), last_seen_at: toOptionalTimestamp(row.last_seen_at) }));
+}
+
+/** findOperator returns an operator by id, or null. */
+export async function findOperator(db: Db, id: string): Promise<Operator | null> {
+  const row = await findOperatorById(db, id);
+  return row ? { id: row.id, email: row.email } : null;
+}
+
+/** operatorByEmail returns the operator with an email, or throws 404 (the CLI names operators by email). */
+async function operatorByEmail(db: Db, email: string): Promise<OperatorRow> {
+  const normalised = normalEmail(email);
+  const row = await findOperatorByEmail(db, normalised);
+  if (!row) throw new ProblemError(404, "not-found", `No operator has the email ${normalised}.`);
+  return row;
+}
+
+/** removeOperator removes an operator and ends their sessions; the last operator stays, so someone can always sign in. */
+export async function removeOperator(db: Database, id: string): Promise<Operator> {
+  const row = await findOperatorById(db, id);
+  if (!row) throw notFound("operator", id);
+  const removed = await db.write(async (tx) => (await deleteOperator(tx, id)) && (await deleteOperatorLinksOf(tx, row.email), true));
+  if (!removed) throw new ProblemError(409, "last-operator", "This is the only operator; add another before removing it, or nobody could sign in.");
+  return { id: row.id, email: row.email };
+}
+
+/** removeOperatorByEmail is removeOperator for the `operator remove --email E` command. */
+export async function removeOperatorByEmail(db: Database, email: string): Promise<Operator> {
+  return removeOperator(db, (await operatorByEmail(db, email)).id);
+}
+
+/** resetOperatorPassword sets an operator's password (the `operator reset-password` command) and ends every session of theirs. */
+export async function resetOperatorPassword(db: Database, email: string, password: string, now = Date.now()): Promise<Operator> {
+  const row = await operatorByEmail(db, email);
+  validOperator({ email: row.email, password });
+  const hash = await hashPassword(password);
+  await db.write(async (tx) => {
+    await updateOperatorPassword(tx, row.id, hash, now);
+    await clearLoginFailuresOfAccount(tx, row.email, pairSubject(row.email, ""));
+  });
+  return { id: row.id, email: row.email };
+}
+
+/** inviteOperator makes a one-time link (OPERATOR_LINK_TTL_MS) with which the invitee chooses a password and becomes an operator; returns its code. */
+export async function inviteOperator(db: Database, email: string, invitedBy: string | null, now = Date.now()): Promise<string> {
+  const normalised = normalEmail(email);
+  const errors = checkOperatorEmail({ email: normalised });
+  if (errors.length > 0) throw fieldsProblem(errors);
+  if (await findOperatorByEmail(db, normalised)) throw operatorExists(normalised);
+  return issueOperatorLink(db, "invite", normalised, invitedBy, now);
+}
+
+/** passwordResetLink makes a one-time link with which an operator sets a new password; returns its code. */
+export async function passwordResetLink(db: Database, id: string, madeBy: string | null, now = Date.now()): Promise<{ operator: Operator; code: string }> {
+  const row = await findOperatorById(db, id);
+  if (!row) throw notFound("operator", id);
+  return { operator: { id: row.id, email: row.email }, code: await issueOperatorLink(db, "reset", row.email, madeBy, now) };
+}
+
+async function issueOperatorLink(db: Database, purpose: OperatorLink["purpose"], email: string, madeBy: string | null, now: number): Promise<string> {
+  const code = randomSecret();
+  await db.write((tx) => replaceOperatorLink(tx, { code_hash: sha256(code), purpose, email, created_by: madeBy, created_at: now, expires_at: now + OPERATOR_LINK_TTL_MS }));
+  return code;
+}
+
+/** pendingInvites lists the invitations not used yet. */
+export async function pendingInvites(db: Db, now = Date.now()): Promise<PendingInvite[]> {
+  return (await listPendingInvites(db, now)).map((row) => ({ email: row.email, created_at: toTimestamp(row.created_at), expires_at: toTimestamp(row.expires_at) }));
+}
+
+/** operatorLink tells what a one-time link grants, or null when it is unknown, expired or used. */
+export async function operatorLink(db: Db, code: string, now = Date.now()): Promise<OperatorLink | null> {
+  if (code.length === 0 || code.length > 100) return null;
+  const row = await findOperatorLink(db, sha256(code), now);
+  return row ? { purpose: row.purpose, email: row.email } : null;
+}
+
+function linkInvalid(): ProblemError {
+  return new ProblemError(403, "link-invalid", "This link is invalid, expired or already used. Ask an operator for a new one.");
+}
+
+/**
+ * acceptOperatorLink uses a one-time link: an invitation creates the operator with the password
+ * chosen, a reset sets the operator's new password (ending their other sessions). Returns a new
+ * session secret, so the person is signed in at once.
+ */
+export async function acceptOperatorLink(db: Database, input: { code: string } & NewPassword, now = Date.now()): Promise<string> {
+  const link = await operatorLink(db, input.code, now);
+  if (!link) throw linkInvalid();
+  validNewPassword(input);
+  const codeHash = sha256(input.code);
+  // The link is used up in the write that acts on it: two tabs racing through it get one result.
+  if (link.purpose === "invite") {
+    const row = await operatorRow(link.email, input.password, now);
+    await db.write(async (tx) => {
+      if (await findOperatorByEmail(tx, link.email)) throw operatorExists(link.email);
+      if (!(await deleteOperatorLink(tx, codeHash))) throw linkInvalid();
+      await insertOperator(tx, row);
+    });
+    return startSession(db, row.id, now);
+  }
+  const hash = await hashPassword(input.password);
+  const operatorId = await db.write(async (tx) => {
+    const row = await findOperatorByEmail(tx, link.email);
+    if (!row || !(await deleteOperatorLink(tx, codeHash))) throw linkInvalid();
+    await updateOperatorPassword(tx, row.id, hash, now);
+    await clearLoginFailuresOfAccount(tx, row.email, pairSubject(row.email, ""));
+    return row.id;
+  });
+  return startSession(db, operatorId, now);
+}
+
+/** issueSetupCode makes the one-time code of the first-run setup link; earlier codes stop working. */
+export async function issueSetupCode(db: Database, now = Date.now()): Promise<string> {
+  const code = randomSecret();
+  await db.write((tx) => replaceSetupCodes(tx, sha256(code), now, now + SETUP_CODE_TTL_MS));
+  return code;
+}
+
+/** setupCodeUsable tells whether a setup link still works: its code is current and no operator exists yet. */
+export async function setupCodeUsable(db: Db, code: string, now = Date.now()): Promise<boolean> {
+  return code.length > 0 && code.length <= 100 && !(await hasOperators(db)) && (await setupCodeIsValid(db, sha256(code), now));
+}
+
+/** completeSetup creates the first operator through a valid setup link and returns a new session secret. */
+export async function completeSetup(db: Database, input: { code: string; email: string } & NewPassword, now = Date.now()): Promise<string> {
+  if (!(await setupCodeUsable(db, input.code, now))) throw setupLinkInvalid();
+  const email = validOperator(input);
+  validNewPassword(input);
+  const row = await operatorRow(email, input.password, now);
+  // Checked again inside the transaction: two people racing through the same link get one operator.
+  if (!(await db.write((tx) => insertFirstOperator(tx, row)))) throw setupLinkInvalid();
+  return startSession(db, row.id, now);
+}
+
+function setupLinkInvalid(): ProblemError {
+  return new ProblemError(403, "setup-link-invalid", "This setup link is invalid, expired or already used. Restart the server for a new link, or run `crm operator create --email E --password-stdin`.");
+}
+
+let dummyHash: Promise<string> | undefined;
+
+/** pairDelayMs is the wait after the last failure of an account and address pair: none for the first few, then 1 s doubling up to the window. */
+export function pairDelayMs(failures: number): number {
+  return failures < FREE_PAIR_FAILURES ? 0 : Math.min(1000 * 2 ** (failures - FREE_PAIR_FAILURES), LOGIN_WINDOW_MS);
+}
+
+/** pairSubject names an account and address pair in login_failures. */
+function pairSubject(email: string, address: string): string {
+  return `${email} ${address}`; // an operator's email holds no space, so unlocking one never matches another
+}
+
+/** failuresInWindow is a subject's failure count in the current window (0 once it has passed). */
+async function failuresInWindow(db: Db, scope: "account" | "address" | "pair", subject: string, now: number) {
+  const row = await findLoginFailures(db, scope, subject);
+  return row && row.window_start_at > now - LOGIN_WINDOW_MS ? row : null;
+}
+
+/** Pacer hands out turns at most one per PACE_MS per key; the turns of one database are shared by its server. */
+class Pacer {
+  private readonly next = new Map<string, number>();
+
+  /** turn is how long a check must wait for its turn (and takes it), or null when that is past MAX_PACE_WAIT_MS. */
+  turn(key: string, now: number): number | null {
+    for (const [k, at] of this.next) if (at <= now) this.next.delete(k);
+    const at = Math.max(now, this.next.get(key) ?? now);
+    if (at - now > MAX_PACE_WAIT_MS) return null;
+    this.next.set(key, at + PACE_MS);
+    return at - now;
+  }
+}
+
+const pacers = new WeakMap<object, Pacer>();
+
+function tooManySignIns(waitMs: number): ProblemError {
+  const seconds = Math.max(1, Math.ceil(waitMs / 1000));
+  const when = seconds < 120 ? `${seconds} second${seconds === 1 ? "" : "s"}` : `${Math.ceil(seconds / 60)} minutes`;
+  return new ProblemError(429, "too-many-sign-ins", `Too many failed sign-ins from here for this account. Try again in ${when}.`, undefined, { "retry-after": String(seconds) });
+}
+
+/**
+ * signIn checks an operator's email and password and returns a new session secret. Throttling
+ * slows guessing without locking anyone out: failures count per account and address pair, and
+ * after FREE_PAIR_FAILURES each further try of that pair must wait a delay that doubles (429 with
+ * Retry-After before then, unchecked). While an account or an address is under attack (PACED_AFTER
+ * failures in the window), checks of pairs that have failed are paced to one per PACE_MS,
+ * waiting for their turn. A pair without failures (the operator at their own address) is always
+ * checked at once, so the right password gets in whatever others are guessing.
+ */
+export async function signIn(db: Database, input: { email: string; password: string; address: string }, now = Date.now()): Promise<string> {
+  const email = normalEmail(input.email).slice(0, 254);
+  const pair = await failuresInWindow(db, "pair", pairSubject(email, input.address), now);
+  if (pair) {
+    const wait = pair.last_failure_at + pairDelayMs(pair.failures) - now;
+    if (wait > 0) throw tooManySignIns(wait);
+    const pacer = pacers.get(db) ?? pacers.set(db, new Pacer()).get(db)!;
+    const underAttack = [
+      [((await failuresInWindow(db, "account", email, now))?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`],
+      [((await failuresInWindow(db, "address", input.address, now))?.failures ?? 0) >= PACED_AFTER.address, `address:${input.address}`],
+    ] as const;
+    let turn = 0;
+    for (const [paced, key] of underAttack) {
+      if (!paced) continue;
+      const waitMs = pacer.turn(key, now);
+      if (waitMs === null) throw tooManySignIns(MAX_PACE_WAIT_MS);
+      turn = Math.max(turn, waitMs);
+    }
+    if (turn > 0) await Bun.sleep(turn);
+  }
+  const operator = await findOperatorByEmail(db, email);
+  // Unknown emails cost the same argon2 verification, so timing does not tell which accounts exist.
+  dummyHash ??= hashPassword(randomSecret());
+  const ok = input.password.length <= MAX_OPERATOR_PASSWORD_LENGTH && (await Bun.password.verify(input.password, operator?.password_hash ?? (await dummyHash)));
+  if (!operator || !ok) {
+    await deleteLoginFailuresBefore(db, now - LOGIN_WINDOW_MS);
+    for (const [scope, subject] of [["pair", pairSubject(email, input.address)], ["account", email], ["address", input.address]] as const) {
+      await recordLoginFailure(db, scope, subject, now, now - LOGIN_WINDOW_MS);
+    }
+    throw new ProblemError(401, "sign-in-failed", "The email or password is wrong.");
+  }
+  await clearLoginFailures(db, "pair", pairSubject(email, input.address));
+  return startSession(db, operator.id, now);
+}
+
+/** unlockOperator forgets every failed sign-in counted against an operator's account (the `operator unlock` command); returns how many records went. */
+export async function unlockOperator(db: Database, email: string): Promise<number> {
+  const row = await operatorByEmail(db, email);
+  return clearLoginFailuresOfAccount(db, row.email, pairSubject(row.email, ""));
+}
+
+async function startSession(db: Database, operatorId: string, now: number): Promise<string> {
+  await deleteIdleSessions(db, now - SESSION_IDLE_MS);
+  const secret = randomSecret();
+  await insertSession(db, { id_hash: sha256(secret), operator_id: operatorId, created_at: now, last_seen_at: now });
+  return secret;
+}
+
+/** sessionOperator returns the operator of a session secret used within SESSION_IDLE_MS, and keeps the session alive; null otherwise. */
+export async function sessionOperator(db: Database, secret: string | undefined, now = Date.now()): Promise<Operator | null> {
+  if (!secret || secret.length > 100) return null;
+  const idHash = sha256(secret);
+  const row = await findSessionWithOperator(db, idHash, now - SESSION_IDLE_MS);
+  if (!row) return null;
+  if (now - row.last_seen_at >= SESSION_TOUCH_MS) await touchSession(db, idHash, now);
+  return { id: row.operator_id, email: row.email };
+}
+
+/** endSession signs out: the session secret stops working. */
+export async function endSession(db: Database, secret: string | undefined): Promise<void> {
+  if (secret) await deleteSession(db, sha256(secret));
+}

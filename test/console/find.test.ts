@@ -1,0 +1,200 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Page } from "playwright-core";
+import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
+import { cspViolations, launchBrowser, shoot, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+
+// One server and one browser for the file: contacts changed through the API, their events delivered to a real receiver.
+let server: ConsoleServer;
+let browser: Awaited<ReturnType<typeof launchBrowser>>;
+let page: Page;
+let problems: string[];
+let receiver: Receiver;
+let ada: any;
+let twin: any;
+let account: any;
+let user: any;
+
+const SLOW = 60_000;
+const url = (path: string) => `${server.url}${path}`;
+const BULK = 60;
+
+beforeAll(async () => {
+  server = await startConsoleServer();
+  receiver = startReceiver();
+  await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, description: "CRM sync", events: ["contact.created", "contact.updated", "contact.deleted"] });
+  account = (await server.api("POST", "/public/v1/accounts", { name: "Analytical Engines Ltd" })).data;
+  const users = await fetch(url("/public/v1/users"), { method: "POST", headers: { authorization: `Bearer ${server.token}`, "content-type": "application/json" }, body: JSON.stringify({ name: "Charles Babbage", email: "charles@example.com" }) });
+  user = ((await users.json()) as any).data;
+  ada = (await server.api("POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Lovelace", email: "ada@example.com", tags: ["vip"], account_ids: [account.id], assigned_user_ids: [user.id] })).data;
+  await server.api("PATCH", `/public/v1/contacts/${ada.id}`, { phone: "+44 20 7946 0000" });
+  twin = (await server.api("POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Twin", email: "twin@example.com" })).data;
+  await server.api("POST", "/public/v1/contacts/batch", { items: Array.from({ length: BULK }, (_, i) => ({ first_name: "Bulk", last_name: `Person ${i}`, email: `bulk${i}@example.com` })) });
+  await waitFor(() => receiver.received.length >= BULK + 3, "every delivery received", 20_000);
+  ({ browser, page, problems } = await signedInBrowser(server));
+}, SLOW);
+
+afterAll(async () => {
+  await browser.close();
+  await receiver.stop();
+  await server.close();
+});
+
+/** find types into the search box of the start page and returns where the browser lands. */
+async function find(text: string): Promise<string> {
+  await page.goto(url("/console/"));
+  await page.fill("#search-q", text);
+  await Promise.all([page.waitForURL((u) => u.pathname !== "/console/"), page.click("form.search button")]);
+  return page.url().slice(server.url.length);
+}
+
+/** deliveriesOf returns the API's deliveries of the events about a contact, as the receiver's log would name them. */
+function eventsAbout(contactId: string): { event_id: string; delivery_id: string; type: string }[] {
+  return receiver.received.filter((r) => r.json.data?.id === contactId).map((r) => ({ event_id: r.json.event_id, delivery_id: r.headers["webhook-id"]!, type: r.json.type }));
+}
+
+describe("one search box", () => {
+  test("a delivery id from a receiver's log opens that delivery", async () => {
+    const [created] = eventsAbout(ada.id);
+    expect(await find(created!.delivery_id)).toBe(`/console/deliveries/${created!.delivery_id}`);
+    expect(await page.textContent("h1")).toContain("contact.created");
+  }, SLOW);
+
+  test("an event id opens the event with its deliveries and the contact it is about", async () => {
+    const updated = eventsAbout(ada.id).find((e) => e.type === "contact.updated")!;
+    expect(await find(updated.event_id)).toBe(`/console/events/${updated.event_id}`);
+    expect(await page.locator("#event-deliveries tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-delivery-id")))).toEqual([updated.delivery_id]);
+    expect(await page.locator("#event-deliveries .badge").textContent()).toBe("Succeeded");
+    expect(await page.locator("dd a[href^='/console/contacts/']").textContent()).toBe("Ada Lovelace");
+    await shoot(page, "event");
+  }, SLOW);
+
+  test("a contact id, or an email in any case, opens the contact; an email two contacts share lists both", async () => {
+    expect(await find(ada.id)).toBe(`/console/contacts/${ada.id}`);
+    expect(await find("ADA@Example.com")).toBe(`/console/contacts/${ada.id}`);
+    await server.api("POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Again", email: "twin@example.com" });
+    expect(await find("twin@example.com")).toBe("/console/contacts?q=twin%40example.com");
+    expect(await page.locator("#contacts tbody tr").count()).toBe(2);
+  }, SLOW);
+
+  test("a name lists the contacts whose name contains it; what matches nothing says so (404)", async () => {
+    expect(await find("Lovelace")).toBe("/console/contacts?q=Lovelace");
+    expect(await page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")))).toEqual([ada.id]);
+    await page.goto(url("/console/"));
+    await page.fill("#search-q", "dlv_01J00000000000000000000000");
+    const [answer] = await Promise.all([page.waitForResponse((r) => r.url().includes("/console/search")), page.click("form.search button")]);
+    expect(answer.status()).toBe(404);
+    expect(await page.textContent(".notice")).toContain("Nothing has the id dlv_01J00000000000000000000000");
+    expect(await find("nobody@example.com")).toBe("/console/search?q=nobody%40example.com");
+    expect(await page.textContent(".notice")).toBe("No contact has the email nobody@example.com.");
+    problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("404 (Not Found)")));
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+describe("contacts", () => {
+  test("a contact's page shows its fields, accounts and assigned users, and every event about it with its deliveries, newest first", async () => {
+    await page.goto(url(`/console/contacts/${ada.id}`));
+    expect(await page.textContent("h1")).toBe("Ada Lovelace");
+    expect(await page.textContent("#contact-accounts")).toBe("Analytical Engines Ltd");
+    expect(await page.textContent("#contact-users")).toBe("Charles Babbage <charles@example.com>");
+    const events = eventsAbout(ada.id).reverse();
+    expect(await page.locator("article.contact-event").evaluateAll((articles) => articles.map((a) => a.getAttribute("data-event-id")))).toEqual(events.map((e) => e.event_id));
+    const deliveries = await page.locator("article.contact-event").evaluateAll((articles) =>
+      articles.map((a) => [...a.querySelectorAll("tbody tr")].map((tr) => [tr.getAttribute("data-delivery-id"), tr.querySelector(".badge")!.textContent])),
+    );
+    expect(deliveries).toEqual(events.map((e) => [[e.delivery_id, "Succeeded"]]));
+    expect(await shootAtBothWidths(page, "contact")).toBe(390);
+  }, SLOW);
+
+  test("a deleted contact's page still lists what was sent about it, the deletion included", async () => {
+    await fetch(url(`/public/v1/contacts/${twin.id}`), { method: "DELETE", headers: { authorization: `Bearer ${server.token}` } });
+    await waitFor(() => eventsAbout(twin.id).length === 2, "the contact.deleted delivery");
+    await page.goto(url(`/console/contacts/${twin.id}`));
+    expect(await page.textContent(".notice")).toBe("This contact was deleted. What was sent about it is listed below.");
+    expect(await page.locator("article.contact-event header code").allTextContents()).toEqual(["contact.deleted", "contact.created"]);
+  }, SLOW);
+
+  test("the contacts page lists the newest 50 and pages on to older ones", async () => {
+    await page.goto(url("/console/contacts?q=Bulk"));
+    expect(await page.textContent("#contacts-count")).toBe(`Showing the newest 50 of ${BULK} whose name contains “Bulk”.`);
+    const first = await page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")));
+    await Promise.all([page.waitForURL(/before=/), page.click("#older-contacts")]);
+    const second = await page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")));
+    const api = await server.api("GET", `/public/v1/contacts?full_name=Bulk&per_page=100`);
+    expect([...first, ...second]).toEqual(api.data.map((c: any) => c.id));
+    expect(await page.locator("#older-contacts").count()).toBe(0);
+  }, SLOW);
+});
+
+describe("deliveries: triage beyond the latest 50", () => {
+  test("the table pages on to older deliveries and shows each row's event and contact", async () => {
+    await page.goto(url("/console/"));
+    const total = (await server.api("GET", "/public/v1/webhook-deliveries?per_page=1")).meta.total;
+    expect(await page.textContent("#deliveries-count")).toBe(`Showing the latest 50 of ${total}, newest first.`);
+    const first = await page.locator("table#deliveries tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-delivery-id")));
+    await Promise.all([page.waitForURL(/before=/), page.click("#older-deliveries")]);
+    expect(await page.textContent("#deliveries-count")).toBe(`Showing ${Math.min(50, total - 50)} older of ${total}, newest first.`);
+    const second = await page.locator("table#deliveries tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-delivery-id")));
+    const api = await server.api("GET", "/public/v1/webhook-deliveries?per_page=100");
+    expect([...first, ...second]).toEqual(api.data.slice(0, first.length + second.length).map((d: any) => d.id));
+    const row = page.locator("table#deliveries tbody tr").first();
+    expect(await row.locator("a.subject").getAttribute("href")).toMatch(/^\/console\/contacts\/con_/);
+    expect(await row.locator("a[href^='/console/events/']").count()).toBe(1);
+  }, SLOW);
+
+  test("filters by contact, event id and time range; an unknown or malformed filter is refused by name", async () => {
+    await page.goto(url(`/console/?contact_id=${ada.id}`));
+    const ids = await page.locator("table#deliveries tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-delivery-id")));
+    expect(ids).toEqual(eventsAbout(ada.id).map((e) => e.delivery_id).reverse());
+    const updated = eventsAbout(ada.id).find((e) => e.type === "contact.updated")!;
+    await page.goto(url(`/console/?event_id=${updated.event_id}`));
+    expect(await page.locator("table#deliveries tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-delivery-id")))).toEqual([updated.delivery_id]);
+    await page.goto(url("/console/?since=2000-01-01T00:00&until=2000-01-02T00:00"));
+    expect(await page.textContent("#deliveries-count")).toBe("No deliveries match.");
+    const unknown = await page.goto(url("/console/?colour=red"));
+    expect(unknown!.status()).toBe(422);
+    expect(await page.textContent(".notice-error")).toContain("colour is not a filter of this page");
+    const malformed = await page.goto(url("/console/?since=yesterday&contact_id=ada"));
+    expect(malformed!.status()).toBe(422);
+    expect(await page.textContent(".notice-error")).toBe(
+      "The filter is invalid: contact_id must be a contact id (con_...); since must be a date and time (YYYY-MM-DDTHH:MM, UTC).",
+    );
+    problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("422 (Unprocessable")));
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+test("every console page loads with no console error and no CSP violation", async () => {
+  const delivery = eventsAbout(ada.id)[0]!;
+  const subscription = (await server.api("GET", "/public/v1/webhook-subscriptions")).data[0];
+  const operator = (await page.goto(url("/console/operators")), await page.locator("#operators tbody tr").first().getAttribute("data-operator-id"));
+  const paths = [
+    "/console/",
+    `/console/?before=${encodeURIComponent("9999999999999.dlv_01J00000000000000000000000")}`,
+    `/console/deliveries/${delivery.delivery_id}`,
+    `/console/events/${delivery.event_id}`,
+    "/console/subscriptions",
+    `/console/subscriptions/${subscription.id}`,
+    `/console/subscriptions/${subscription.id}/edit`,
+    `/console/subscriptions/${subscription.id}/delete`,
+    `/console/subscriptions/${subscription.id}/recover`,
+    `/console/subscriptions/${subscription.id}/secret-rotation`,
+    "/console/rotations/new",
+    `/console/rotations/new?from=${subscription.id}`,
+    "/console/contacts",
+    `/console/contacts/${ada.id}`,
+    "/console/tokens",
+    "/console/users",
+    "/console/operators",
+    `/console/operators/${operator}/reset-password`,
+    `/console/operators/${operator}/remove`,
+  ];
+  const seen: [string, number, string[], string[]][] = [];
+  for (const path of paths) {
+    problems.length = 0;
+    const res = await page.goto(url(path));
+    await page.waitForLoadState("networkidle");
+    seen.push([path, res!.status(), [...problems], await cspViolations(page)]);
+  }
+  expect(seen).toEqual(paths.map((path) => [path, 200, [], []]));
+}, SLOW);

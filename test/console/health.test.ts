@@ -1,0 +1,153 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Page } from "playwright-core";
+import { LATENCY_BOUNDS_MS, addAttemptStats } from "../../server/webhooks/stats.ts";
+import { startReceiver, type Receiver } from "../webhooks/support.ts";
+import { cspViolations, launchBrowser, seedDeliveries, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
+
+// One server and one browser for the file: a subscription with a seeded week of deliveries, and one without any.
+let server: ConsoleServer;
+let browser: Awaited<ReturnType<typeof launchBrowser>>;
+let page: Page;
+let problems: string[];
+let receiver: Receiver;
+let busy: { id: string; target_url: string };
+let quiet: { id: string };
+const seeded: SeededDelivery[] = [];
+
+const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
+const now = Date.now();
+const hourOf = (at: number) => at - (at % HOUR);
+const dayOf = (at: number) => at - (at % DAY);
+const SLOW = 60_000;
+
+beforeAll(async () => {
+  server = await startConsoleServer();
+  receiver = startReceiver();
+  busy = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, description: "Warehouse", events: ["contact.deleted"] })).data;
+  quiet = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}/quiet`, description: "Quiet one", events: ["contact.deleted"] })).data;
+  const at = (ago: number) => now - ago;
+  const many = (n: number, d: Omit<SeededDelivery, "at">, when: number) => Array.from({ length: n }, () => ({ ...d, at: when }));
+  seeded.push(
+    ...many(4, { status: "succeeded" }, at(1000)),
+    ...many(3, { status: "succeeded" }, at(2 * HOUR)),
+    ...many(1, { status: "failed", response_status: 500 }, at(2 * HOUR)),
+    ...many(1, { status: "pending", error: "connect ECONNREFUSED 10.0.0.1:443" }, at(5 * HOUR)),
+    ...many(1, { status: "pending" }, at(5 * HOUR)),
+    ...many(5, { status: "succeeded" }, at(3 * DAY)),
+    ...many(2, { status: "failed", response_status: 503 }, at(3 * DAY)),
+    ...many(1, { status: "failed", error: "timed out after 2000 ms" }, at(3 * DAY + HOUR)),
+  );
+  await seedDeliveries(server.runtime.db, busy, seeded);
+  // Response times: 20 quick answers and 2 slow ones in the last hour.
+  await server.runtime.db.write((tx) => addAttemptStats(tx, [
+    ...Array.from({ length: 20 }, () => ({ subscription_id: busy.id, started_at: now - 1000, duration_ms: 100, succeeded: true })),
+    ...Array.from({ length: 2 }, () => ({ subscription_id: busy.id, started_at: now - 1000, duration_ms: 3000, succeeded: false })),
+  ]));
+  ({ browser, page, problems } = await signedInBrowser(server));
+}, SLOW);
+
+afterAll(async () => {
+  await browser.close();
+  await receiver.stop();
+  await server.close();
+});
+
+type Counts = { succeeded: number; failed: number; pending: number };
+
+/** expectedBars sums the seeded deliveries per bar start (hour or day) from `from` on. */
+function expectedBars(bucket: (at: number) => number, from: number): Map<string, Counts> {
+  const bars = new Map<string, Counts>();
+  for (const d of seeded) {
+    if (d.at < from) continue;
+    const key = new Date(bucket(d.at)).toISOString();
+    const bar = bars.get(key) ?? { succeeded: 0, failed: 0, pending: 0 };
+    bar[d.status]++;
+    bars.set(key, bar);
+  }
+  return bars;
+}
+
+/** readChart reads a chart's scale and, for every bar with deliveries, its counts and the drawn height of each status. */
+async function readChart(selector: string) {
+  return page.locator(selector).evaluate((figure) => {
+    const svg = figure.querySelector("svg")!;
+    const bars = [...svg.querySelectorAll("g.chart-bar")].map((g) => ({
+      from: g.getAttribute("data-from")!,
+      counts: { succeeded: Number(g.getAttribute("data-succeeded")), failed: Number(g.getAttribute("data-failed")), pending: Number(g.getAttribute("data-pending")) },
+      heights: Object.fromEntries([...g.querySelectorAll("rect")].map((r) => [r.getAttribute("data-status")!, Number(r.getAttribute("height"))])),
+    }));
+    return { top: Number(svg.getAttribute("data-top")), plotHeight: Number(svg.getAttribute("data-plot-height")), count: bars.length, bars, summary: svg.querySelector("title")!.textContent, alternative: figure.querySelector("figcaption")!.textContent };
+  });
+}
+
+/** niceTop is the chart's scale for a tallest bar: 1, 2 or 5 times a power of ten, at least as high. */
+const niceTop = (max: number) => [1, 2, 5, 10, 20, 50, 100].find((m) => m >= max)!;
+
+/** expectChart checks a chart against the seeded deliveries: which bars have deliveries, their counts, and each drawn height. */
+async function expectChart(selector: string, expected: Map<string, Counts>, count: number) {
+  const chart = await readChart(selector);
+  const tallest = Math.max(0, ...[...expected.values()].map((c) => c.succeeded + c.failed + c.pending));
+  expect(chart.count).toBe(count);
+  expect(chart.top).toBe(niceTop(tallest));
+  const drawn = chart.bars.filter((b) => b.counts.succeeded + b.counts.failed + b.counts.pending > 0);
+  expect(new Map(drawn.map((b) => [b.from, b.counts]))).toEqual(expected);
+  for (const bar of drawn) {
+    const heights = Object.fromEntries(Object.entries(bar.counts).filter(([, n]) => n > 0).map(([status, n]) => [status, Math.round((n / chart.top) * chart.plotHeight * 100) / 100]));
+    expect({ from: bar.from, heights: bar.heights }).toEqual({ from: bar.from, heights });
+  }
+  return chart;
+}
+
+const latency = (ms: number) => `${Math.round(LATENCY_BOUNDS_MS.find((bound) => bound >= ms)!)} ms`;
+
+describe("health at a glance", () => {
+  test("the start page draws each subscription's deliveries per hour (24) and per day (7), stacked by status, with p50 and p95", async () => {
+    await page.goto(`${server.url}/console/`);
+    const hours = expectedBars(hourOf, hourOf(now) - 23 * HOUR);
+    const days = expectedBars(dayOf, dayOf(now) - 6 * DAY);
+    const hourly = await expectChart(`#chart-${busy.id}-24h`, hours, 24);
+    await expectChart(`#chart-${busy.id}-7d`, days, 7);
+    // The text alternative says the same numbers.
+    expect([hourly.summary, hourly.alternative]).toEqual(["Deliveries per hour, last 24 hours: 10 deliveries, 1 failed.", "Deliveries per hour, last 24 hours: 10 deliveries, 1 failed."]);
+    expect(await page.locator(`article[data-subscription-id="${busy.id}"] .latency`).first().textContent()).toBe(`p50 ${latency(100)} · p95 ${latency(3000)}`);
+    // A subscription without deliveries gets empty charts, not an error.
+    await expectChart(`#chart-${quiet.id}-24h`, new Map(), 24);
+    expect(await page.locator(`article[data-subscription-id="${quiet.id}"] .latency`).first().textContent()).toBe("no attempts");
+    expect(await cspViolations(page)).toEqual([]);
+    expect(await shootAtBothWidths(page, "health")).toBe(390);
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("a subscription's page has the same charts, larger, and its failures of the week grouped by reason, most frequent first", async () => {
+    await page.goto(`${server.url}/console/subscriptions`);
+    await Promise.all([page.waitForURL(`${server.url}/console/subscriptions/${busy.id}`), page.click(`tr[data-subscription-id="${busy.id}"] a:has-text('Health')`)]);
+    const chart = await expectChart(`#chart-${busy.id}-24h`, expectedBars(hourOf, hourOf(now) - 23 * HOUR), 24);
+    expect(chart.plotHeight).toBeGreaterThan(100);
+    // Here the text alternative is a table of every bar.
+    const rows = await page.locator(`#chart-${busy.id}-24h figcaption tbody tr`).evaluateAll((trs) => trs.map((tr) => [...tr.children].map((cell) => cell.textContent)));
+    expect(rows.length).toBe(24);
+    const lastHour = new Date(hourOf(now)).toISOString();
+    expect(rows.at(-1)).toEqual([lastHour.slice(11, 16), ...Object.values(expectedBars(hourOf, hourOf(now)).get(lastHour)!).map(String)]);
+    await expectChart(`#chart-${busy.id}-7d`, expectedBars(dayOf, dayOf(now) - 6 * DAY), 7);
+    expect(await page.locator(".health-card .latency").allTextContents()).toEqual([`p50 ${latency(100)} · p95 ${latency(3000)}`, `p50 ${latency(100)} · p95 ${latency(3000)}`]);
+    const reasons = await page.locator("#failures tbody tr").evaluateAll((rows) => rows.map((row) => [...row.querySelectorAll("td")].slice(0, 2).map((td) => td.textContent!.trim())));
+    expect(reasons).toEqual([
+      ["HTTP 503", "2"],
+      ["HTTP 500", "1"],
+      ["connect ECONNREFUSED 10.0.0.1:443", "1"],
+      ["timed out after 2000 ms", "1"],
+    ]);
+    expect(await cspViolations(page)).toEqual([]);
+    expect(await shootAtBothWidths(page, "subscription-health")).toBe(390);
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("an unknown subscription's page is a 404 page", async () => {
+    const res = await page.goto(`${server.url}/console/subscriptions/sub_01J00000000000000000000000`);
+    expect(res!.status()).toBe(404);
+    expect(await page.textContent("h1")).toBe("Not found");
+    expect(problems).toEqual(["Failed to load resource: the server responded with a status of 404 (Not Found)"]);
+    problems.length = 0;
+  }, SLOW);
+});

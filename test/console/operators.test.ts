@@ -1,0 +1,172 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { OPERATOR_LINK_TTL_MS, inviteOperator } from "../../server/operators/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
+
+let harness: Harness | undefined;
+afterEach(async () => {
+  await harness?.close();
+  harness = undefined;
+});
+
+/** setup starts an app with the test operator and a console client signed in as them. */
+async function setup() {
+  harness = await createHarness();
+  const h = harness;
+  await addOperator(h.rt.db);
+  const client = new ConsoleClient((r) => h.app.handle(r));
+  expect((await client.signIn()).status).toBe(303);
+  await client.get("/console/operators"); // for the session's CSRF token
+  return { h, client, browser: () => new ConsoleClient((r) => h.app.handle(r)) };
+}
+
+const operators = (h: Harness) => h.db.sqlite.query<{ email: string }, []>("SELECT email FROM operators ORDER BY created_at, id").all().map((o) => o.email);
+const sessionsOf = (h: Harness, email: string) =>
+  h.db.sqlite.query<{ n: number }, [string]>("SELECT count(*) AS n FROM operator_sessions s JOIN operators o ON o.id = s.operator_id WHERE o.email = ?").get(email)!.n;
+const idOf = (h: Harness, email: string) => h.db.sqlite.query<{ id: string }, [string]>("SELECT id FROM operators WHERE email = ?").get(email)!.id;
+/** linkIn reads the one-time link a page shows (once) in its copy field. */
+const linkIn = (html: string) => /id="operator-link"[^>]*value="([^"]+)"/.exec(html)?.[1]?.replaceAll("&amp;", "&") ?? null;
+
+describe("operators page", () => {
+  test("lists the operators; an invitation gives a one-time link with which the invitee chooses a password and is signed in", async () => {
+    const { h, client, browser } = await setup();
+    const page = await client.get("/console/operators");
+    expect(page.status).toBe(200);
+    expect(page.text).toContain(OPERATOR.email);
+    const invited = await client.post("/console/operators", { email: "  New.Person@Example.com " });
+    expect(invited.status).toBe(201);
+    const link = linkIn(invited.text)!;
+    expect(link).toMatch(/^http:\/\/localhost\/console\/welcome\?code=[A-Za-z0-9_-]{43}$/);
+    // Shown once: the page lists the invitation, never the link again.
+    const again = await client.get("/console/operators");
+    expect(again.text).toContain("new.person@example.com");
+    expect(linkIn(again.text)).toBeNull();
+
+    const invitee = browser();
+    const welcome = await invitee.get(link.slice("http://localhost".length));
+    expect(welcome.status).toBe(200);
+    expect(welcome.text).toContain("new.person@example.com");
+    const joined = await invitee.post("/console/welcome", { code: new URL(link).searchParams.get("code")!, password: "a long new password", password_again: "a long new password" });
+    expect([joined.status, joined.headers.get("location")]).toEqual([303, "/console/"]);
+    expect((await invitee.get("/console/operators")).status).toBe(200);
+    expect(operators(h)).toEqual([OPERATOR.email, "new.person@example.com"]);
+    // The link works once.
+    const reused = await browser().get(link.slice("http://localhost".length));
+    expect(reused.status).toBe(403);
+  });
+
+  test("an invitation refuses a bad email or an existing operator, and the link refuses two different passwords", async () => {
+    const { h, client, browser } = await setup();
+    const bad = await client.post("/console/operators", { email: "not an email" });
+    expect([bad.status, bad.text.includes("email must be an email address")]).toEqual([422, true]);
+    const existing = await client.post("/console/operators", { email: OPERATOR.email.toUpperCase() });
+    expect([existing.status, existing.text.includes(`An operator with email ${OPERATOR.email} already exists.`)]).toEqual([409, true]);
+    const code = await inviteOperator(h.rt.db, "late@example.com", null);
+    const invitee = browser();
+    await invitee.get(`/console/welcome?code=${code}`);
+    const differ = await invitee.post("/console/welcome", { code, password: "one long password", password_again: "another long one" });
+    expect([differ.status, differ.text.includes("The two passwords differ.")]).toEqual([422, true]);
+    const short = await invitee.post("/console/welcome", { code, password: "short", password_again: "short" });
+    expect([short.status, short.text.includes("password must be 10 to 512 characters")]).toEqual([422, true]);
+    expect(operators(h)).toEqual([OPERATOR.email]);
+  });
+
+  test("an invitation expires", async () => {
+    const { h, browser } = await setup();
+    const code = await inviteOperator(h.rt.db, "late@example.com", null, Date.now() - OPERATOR_LINK_TTL_MS - 1);
+    const invitee = browser();
+    expect((await invitee.get(`/console/welcome?code=${code}`)).status).toBe(403);
+    expect((await invitee.post("/console/welcome", { code, password: "a long new password", password_again: "a long new password" })).status).toBe(403);
+    expect(operators(h)).toEqual([OPERATOR.email]);
+  });
+
+  test("a password reset, after its confirm step, gives a link that sets the new password and ends the operator's sessions", async () => {
+    const { h, client, browser } = await setup();
+    const other = { email: "other@example.com", password: "the old password" };
+    await addOperator(h.rt.db, other);
+    const otherSession = browser();
+    expect((await otherSession.signIn(other)).status).toBe(303);
+    const id = idOf(h, other.email);
+    const confirm = await client.get(`/console/operators/${id}/reset-password`);
+    expect([confirm.status, confirm.text.includes(other.email)]).toEqual([200, true]);
+    const made = await client.post(`/console/operators/${id}/reset-password`, {});
+    expect(made.status).toBe(201);
+    const link = linkIn(made.text)!;
+    const code = new URL(link).searchParams.get("code")!;
+    // The old password works until the link is used.
+    expect((await browser().signIn(other)).status).toBe(303);
+    const reset = browser();
+    await reset.get(`/console/welcome?code=${code}`);
+    expect((await reset.post("/console/welcome", { code, password: "the new password", password_again: "the new password" })).status).toBe(303);
+    expect(sessionsOf(h, other.email)).toBe(1); // only the one the link just started
+    expect((await otherSession.get("/console/operators")).status).toBe(303);
+    expect((await browser().signIn(other)).status).toBe(401);
+    expect((await browser().signIn({ ...other, password: "the new password" })).status).toBe(303);
+  });
+
+  test("removing an operator asks first, ends their sessions, and the last operator cannot be removed", async () => {
+    const { h, client, browser } = await setup();
+    const other = { email: "other@example.com", password: "the old password" };
+    await addOperator(h.rt.db, other);
+    const otherSession = browser();
+    await otherSession.signIn(other);
+    const id = idOf(h, other.email);
+    const confirm = await client.get(`/console/operators/${id}/remove`);
+    expect([confirm.status, confirm.text.includes(`Remove ${other.email}`)]).toEqual([200, true]);
+    const removed = await client.post(`/console/operators/${id}/remove`, {});
+    expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1"]);
+    expect(operators(h)).toEqual([OPERATOR.email]);
+    expect((await otherSession.get("/console/")).status).toBe(303);
+    const last = await client.post(`/console/operators/${idOf(h, OPERATOR.email)}/remove`, {});
+    expect([last.status, last.text.includes("This is the only operator")]).toEqual([409, true]);
+    expect(operators(h)).toEqual([OPERATOR.email]);
+    expect((await client.get("/console/operators/opr_01J00000000000000000000000/remove")).status).toBe(404);
+  });
+
+  test("every operators form needs the session's CSRF token", async () => {
+    const { h, client } = await setup();
+    await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
+    const id = idOf(h, "other@example.com");
+    for (const path of ["/console/operators", `/console/operators/${id}/remove`, `/console/operators/${id}/reset-password`]) {
+      expect([path, (await client.post(path, { _csrf: null, email: "x@example.com" })).status]).toEqual([path, 403]);
+    }
+    expect(operators(h)).toEqual([OPERATOR.email, "other@example.com"]);
+    expect(h.db.sqlite.query("SELECT count(*) AS n FROM operator_links").get()).toEqual({ n: 0 });
+  });
+});
+
+describe("operators on the command line", () => {
+  test("`operator list`, `operator reset-password` and `operator remove`", async () => {
+    harness = await createHarness();
+    const h = harness;
+    await addOperator(h.rt.db);
+    await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
+    const run = (args: string[], stdin = "") => {
+      const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "operator", ...args, "--data-dir", h.dataDir], { stdin: Buffer.from(stdin) });
+      return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
+    };
+    const listed = run(["list"]);
+    expect(listed.code).toBe(0);
+    expect(listed.out.split("\n").filter(Boolean).map((line) => line.split("  ").slice(1, 2))).toEqual([[OPERATOR.email], ["other@example.com"]]);
+    const client = new ConsoleClient((r) => h.app.handle(r));
+    expect((await client.signIn({ email: "other@example.com", password: "the old password" })).status).toBe(303);
+
+    expect(run(["reset-password", "--email", "OTHER@example.com", "--password-stdin"], "a brand new password\n")).toEqual({
+      code: 0,
+      out: `set a new password for operator ${idOf(h, "other@example.com")} (other@example.com); their sessions have ended\n`,
+      err: "",
+    });
+    expect((await client.get("/console/")).status).toBe(303);
+    expect((await new ConsoleClient((r) => h.app.handle(r)).signIn({ email: "other@example.com", password: "a brand new password" })).status).toBe(303);
+    expect(run(["reset-password", "--email", "other@example.com", "--password-stdin"], "short\n")).toEqual({ code: 2, out: "", err: "crm: password must be 10 to 512 characters.\n" });
+    expect(run(["reset-password", "--email", "nobody@example.com", "--password-stdin"], "a brand new password\n")).toEqual({ code: 2, out: "", err: "crm: No operator has the email nobody@example.com.\n" });
+
+    const id = idOf(h, "other@example.com");
+    expect(run(["remove", "--email", "other@example.com"])).toEqual({ code: 0, out: `removed operator ${id} (other@example.com); their sessions have ended\n`, err: "" });
+    expect(operators(h)).toEqual([OPERATOR.email]);
+    expect(run(["remove", "--email", OPERATOR.email])).toEqual({ code: 2, out: "", err: "crm: This is the only operator; add another before removing it, or nobody could sign in.\n" });
+    expect(run(["remove"])).toEqual({ code: 2, out: "", err: "crm: operator remove needs --email E\n" });
+    expect(run(["frobnicate"]).err).toBe("crm: usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E\n");
+  }, 30_000);
+});

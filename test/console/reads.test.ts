@@ -1,0 +1,125 @@
+import { Database } from "bun:sqlite";
+import type { Db } from "../../server/db/sql.ts";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { contactPage, contactsPage } from "../../console/contacts/service.ts";
+import { latestDeliveries } from "../../console/deliveries/service.ts";
+import { search } from "../../console/search/service.ts";
+import { recentFailures, subscriptionsHealth } from "../../console/subscriptions/health.ts";
+import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
+import { listAllSubscriptions } from "../../server/webhooks/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { capturing, queryPlan, type Captured } from "../support/query-plans.ts";
+import { seedDeliveries } from "./support.ts";
+
+// The console's reads stay fast on a large history only through their indexes (bench/console.ts:
+// 1M deliveries, 200k contacts). Their query plans are pinned here, so a missing index fails a test.
+
+let h: Harness;
+let subscription: { id: string; target_url: string };
+let contactId: string;
+let deliveryId: string;
+let eventId: string;
+
+beforeAll(async () => {
+  // The delivery loop does not run: the seeded deliveries stay as written.
+  h = await createHarness({ allowPrivateTargets: true });
+  subscription = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/hooks", events: ["contact.created"] } })).body.data;
+  const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", last_name: "Lovelace", email: "ada@example.com" } })).body.data;
+  contactId = contact.id;
+  const ids = await seedDeliveries(h.rt.db, subscription, [
+    { at: Date.now() - 1000, status: "failed", response_status: 500, contact_id: contactId },
+    { at: Date.now() - 2000, status: "succeeded", contact_id: contactId },
+  ]);
+  deliveryId = ids[0]!;
+  eventId = (await h.rt.db.get<{ event_id: string }>("SELECT event_id FROM webhook_deliveries WHERE id = ?", [deliveryId]))!.event_id;
+});
+afterAll(() => h.close());
+
+/** TABLES_THAT_GROW are read only through an index: a SCAN of one of them would read every row. */
+const TABLES_THAT_GROW = /^SCAN (d|webhook_deliveries|events|e|c|contacts|webhook_delivery_attempts|a|webhook_attempt_stats)\b(?! USING)/;
+
+/** plansOf runs a read through a capturing database and returns each statement with its plan. */
+async function plansOf(read: (db: Db) => unknown): Promise<{ sql: string; plan: string[] }[]> {
+  const spy = capturing(h.rt.db);
+  await read(spy.db);
+  return spy.captured.map((c: Captured) => ({ sql: c.sql.replace(/\s+/g, " ").trim(), plan: queryPlan(h.db.sqlite, c) }));
+}
+
+const READS: [string, (db: Db) => unknown, RegExp[]][] = [
+  ["start page charts", async (db) => subscriptionsHealth(db, await listAllSubscriptions(db)), [/SEARCH webhook_delivery_hours USING PRIMARY KEY \(subscription_id=\? AND hour>\?\)/, /SEARCH webhook_attempt_stats USING PRIMARY KEY/]],
+  ["latest deliveries", (db) => latestDeliveries(db, {}), [/SCAN d USING INDEX webhook_deliveries_created/, /SEARCH events USING INDEX sqlite_autoindex_events_1/]],
+  ["failed deliveries", (db) => latestDeliveries(db, { status: "failed" }), [/SEARCH d USING INDEX webhook_deliveries_unfinished \(status=\?\)/]],
+  ["older deliveries", (db) => latestDeliveries(db, { before: `${Date.now()}.dlv_01J00000000000000000000000` }), [/SEARCH d USING INDEX webhook_deliveries_created \(\(created_at,id\)<\(\?,\?\)\)/]],
+  ["deliveries about a contact", (db) => latestDeliveries(db, { contact_id: contactId }), [/SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/, /SEARCH events USING INDEX events_subject \(subject_id=\?\)/]],
+  ["failures by reason", (db) => recentFailures(db, subscription.id), [/SEARCH webhook_deliveries USING INDEX webhook_deliveries_subscription_status \(subscription_id=\? AND status=\? AND created_at>\?\)/]],
+  ["a contact's page", (db) => contactPage(db, contactId), [/SEARCH events USING INDEX events_subject \(subject_id=\?\)/, /SEARCH webhook_deliveries USING INDEX webhook_deliveries_event \(event_id=\?\)/]],
+  ["contacts by name", (db) => contactsPage(db, { q: "Lovelace" }), [/contacts_full_name|VIRTUAL TABLE/]],
+  ["search: delivery, event, contact, email", (db) => Promise.all([deliveryId, eventId, contactId, "ADA@example.com"].map((q) => search(db, q))), [/SEARCH c USING INDEX contacts_email \(email=\?\)/]],
+];
+
+describe("the console's reads go through indexes", () => {
+  for (const [label, read, expected] of READS) {
+    test(label, async () => {
+      const plans = await plansOf(read);
+      expect(plans.length).toBeGreaterThan(0);
+      const lines = plans.flatMap((p) => p.plan);
+      const fullScans = plans.filter((p) => p.plan.some((line) => TABLES_THAT_GROW.test(line)));
+      expect({ label, fullScans }).toEqual({ label, fullScans: [] });
+      for (const pattern of expected) expect({ label, pattern: String(pattern), found: lines.some((line) => pattern.test(line)) }).toEqual({ label, pattern: String(pattern), found: true });
+    });
+  }
+});
+
+describe("migration 0015", () => {
+  let db: Database;
+  beforeAll(() => {
+    db = new Database(":memory:");
+  });
+  afterAll(() => db.close());
+
+  test("counts existing deliveries by subscription, hour and status, and from then on its triggers keep the counts equal to the deliveries", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0015_console_reads.sql");
+    migrate(db, MIGRATIONS.slice(0, version));
+    const HOUR = 3_600_000;
+    const insertEvent = db.query("INSERT INTO events (id, type, payload, created_at) VALUES (?, 'contact.updated', ?, 1)");
+    insertEvent.run("evt_a", JSON.stringify({ type: "contact.updated", data: { id: "con_a" } }));
+    insertEvent.run("evt_p", JSON.stringify({ type: "webhook.ping", data: { subscription_id: "sub_a" } }));
+    const insert = db.query(
+      "INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, status, created_at, updated_at) VALUES (?, 'evt_a', 'contact.updated', ?, 'https://x', ?, ?, ?)",
+    );
+    insert.run("dlv_1", "sub_a", "succeeded", 10 * HOUR + 5, 10 * HOUR + 5);
+    insert.run("dlv_2", "sub_a", "succeeded", 10 * HOUR + 7, 10 * HOUR + 7);
+    insert.run("dlv_3", "sub_a", "failed", 11 * HOUR, 11 * HOUR);
+    insert.run("dlv_4", "sub_b", "pending", 10 * HOUR + 1, 10 * HOUR + 1);
+    migrate(db);
+    // A count that reaches zero goes: the table never outgrows the deliveries it counts.
+    const counts = () => db.query("SELECT subscription_id, hour, status, n FROM webhook_delivery_hours ORDER BY subscription_id, hour, status").all();
+    const truth = () =>
+      db
+        .query("SELECT subscription_id, created_at - created_at % 3600000 AS hour, status, count(*) AS n FROM webhook_deliveries GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
+        .all();
+    expect(counts()).toEqual([
+      { subscription_id: "sub_a", hour: 10 * HOUR, status: "succeeded", n: 2 },
+      { subscription_id: "sub_a", hour: 11 * HOUR, status: "failed", n: 1 },
+      { subscription_id: "sub_b", hour: 10 * HOUR, status: "pending", n: 1 },
+    ]);
+    insert.run("dlv_5", "sub_b", "pending", 10 * HOUR + 2, 10 * HOUR + 2);
+    db.run("UPDATE webhook_deliveries SET status = 'succeeded' WHERE id = 'dlv_4'");
+    db.run("UPDATE webhook_deliveries SET status = 'pending', attempts = 2 WHERE id = 'dlv_5'"); // no change of status
+    db.run("UPDATE webhook_deliveries SET status = 'pending' WHERE id = 'dlv_3'"); // a recovery
+    db.run("DELETE FROM webhook_deliveries WHERE id IN ('dlv_1', 'dlv_2')"); // retention
+    expect(counts()).toEqual(truth());
+    expect(counts()).toEqual([
+      { subscription_id: "sub_a", hour: 11 * HOUR, status: "pending", n: 1 },
+      { subscription_id: "sub_b", hour: 10 * HOUR, status: "pending", n: 1 },
+      { subscription_id: "sub_b", hour: 10 * HOUR, status: "succeeded", n: 1 },
+    ]);
+  });
+
+  test("gives every event the id its data names, and none to those that name none", () => {
+    expect(db.query("SELECT id, subject_id FROM events ORDER BY id").all()).toEqual([
+      { id: "evt_a", subject_id: "con_a" },
+      { id: "evt_p", subject_id: null },
+    ]);
+  });
+});

@@ -1,0 +1,85 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { readdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+
+// The command line on PostgreSQL (--database-url): every command works on the database, not on the
+// data directory; serve needs the shared secrets key named; backup points to pg_dump.
+
+let database: TestDatabase;
+let dir: string;
+let keyFile: string;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  dir = tempDir("pg-cli");
+  keyFile = join(dir, "secrets.key");
+  writeFileSync(keyFile, `${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64")}\n`, { mode: 0o600 });
+}, 60_000);
+
+afterAll(async () => {
+  await database?.drop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** crm runs the command line from source in an empty working directory, on the test database. */
+function crm(args: string[], stdin?: string) {
+  return runCli([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url }, stdin });
+}
+
+describe("command line on PostgreSQL: happy paths", () => {
+  test("migrate, token, user and operator commands work on the database and leave no data directory behind", async () => {
+    expect(crm(["migrate"])).toEqual({ exitCode: 0, stdout: "applied 0001_schema.sql\n", stderr: "" });
+    expect(crm(["migrate"])).toEqual({ exitCode: 0, stdout: "database is up to date\n", stderr: "" });
+    const created = crm(["token", "create", "--name", "ops", "--json"]);
+    expect(created.exitCode).toBe(0);
+    const token = JSON.parse(created.stdout);
+    expect(crm(["token", "list"]).stdout).toStartWith(`${token.id}  ${token.prefix}…  ops  created `);
+    const user = crm(["user", "create", "--name", "Ada", "--email", "ada@example.com"]);
+    expect(user.exitCode).toBe(0);
+    expect(crm(["user", "list"]).stdout).toStartWith(`${JSON.parse(user.stdout).id}  ada@example.com  Ada  created `);
+    expect(crm(["operator", "create", "--email", "oncall@example.com", "--password-stdin"], "long enough password\n").stdout).toMatch(/^created operator opr_[0-9A-Z]{26} \(oncall@example\.com\)/);
+    expect(crm(["token", "revoke", token.id])).toEqual({ exitCode: 0, stdout: `revoked ${token.id}\n`, stderr: "" });
+    expect(readdirSync(dir)).toEqual(["secrets.key"]);
+  });
+
+  test("serve with the key file answers the API with a token created by the command line, and /readyz is ready", async () => {
+    const { stdout } = crm(["token", "create", "--name", "serve"]);
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--secrets-key-file", keyFile, "--log-level", "error"], {
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url },
+    });
+    try {
+      const auth = { authorization: `Bearer ${stdout.trim()}`, "content-type": "application/json" };
+      const created = await fetch(`${server.url}/public/v1/contacts`, { method: "POST", headers: auth, body: JSON.stringify({ first_name: "Émile", last_name: "Zola" }) });
+      expect(created.status).toBe(201);
+      const found = await (await fetch(`${server.url}/public/v1/contacts?full_name=ÉMILE`, { headers: auth })).json();
+      expect(found.data.map((c: { first_name: string }) => c.first_name)).toEqual(["Émile"]);
+      expect(await (await fetch(`${server.url}/readyz`)).json()).toEqual({ status: "ready", checks: { database: "ok", migrations: "ok", delivery_loop: "ok" } });
+    } finally {
+      expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+    }
+  });
+});
+
+describe("command line on PostgreSQL: refusals", () => {
+  test("serve without --secrets-key-file stops with one line saying every instance needs the same key", () => {
+    expect(crm(["serve", "--port", "0"])).toEqual({
+      exitCode: 2,
+      stdout: "",
+      stderr:
+        "crm: on PostgreSQL (--database-url) every instance must read the same secrets key: pass --secrets-key-file FILE (CRM_SECRETS_KEY_FILE); " +
+        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: head -c 32 /dev/urandom | base64 > FILE\n",
+    });
+  });
+
+  test("backup copies nothing and says to use pg_dump, exit 2", () => {
+    expect(crm(["backup", join(dir, "copy.sqlite")])).toEqual({
+      exitCode: 2,
+      stdout: "",
+      stderr: "crm: backup copies the SQLite database of a data directory; on PostgreSQL (--database-url) back up with pg_dump (for example pg_dump --format=custom --file FILE URL) and keep the secrets key file apart from it\n",
+    });
+    expect(readdirSync(dir)).toEqual(["secrets.key"]);
+  });
+});
