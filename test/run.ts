@@ -21,6 +21,7 @@ const SQLITE_ONLY = new Set([
   "webhooks/crash.test.ts",
   "webhooks/delivery-counts.test.ts",
   "webhooks/secrets.test.ts",
+  "console/reads.test.ts",
 ]);
 
 let passed = 0;

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { OPERATOR_LINK_TTL_MS, inviteOperator } from "../../server/operators/service.ts";
+import { databaseArgs } from "../support/backend.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
 
@@ -21,10 +22,10 @@ async function setup() {
   return { h, client, browser: () => new ConsoleClient((r) => h.app.handle(r)) };
 }
 
-const operators = (h: Harness) => h.db.sqlite.query<{ email: string }, []>("SELECT email FROM operators ORDER BY created_at, id").all().map((o) => o.email);
-const sessionsOf = (h: Harness, email: string) =>
-  h.db.sqlite.query<{ n: number }, [string]>("SELECT count(*) AS n FROM operator_sessions s JOIN operators o ON o.id = s.operator_id WHERE o.email = ?").get(email)!.n;
-const idOf = (h: Harness, email: string) => h.db.sqlite.query<{ id: string }, [string]>("SELECT id FROM operators WHERE email = ?").get(email)!.id;
+const operators = async (h: Harness) => (await h.rt.db.all<{ email: string }>("SELECT email FROM operators ORDER BY created_at, id")).map((o) => o.email);
+const sessionsOf = async (h: Harness, email: string) =>
+  (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM operator_sessions s JOIN operators o ON o.id = s.operator_id WHERE o.email = ?", [email]))!.n;
+const idOf = async (h: Harness, email: string) => (await h.rt.db.get<{ id: string }>("SELECT id FROM operators WHERE email = ?", [email]))!.id;
 /** linkIn reads the one-time link a page shows (once) in its copy field. */
 const linkIn = (html: string) => /id="operator-link"[^>]*value="([^"]+)"/.exec(html)?.[1]?.replaceAll("&amp;", "&") ?? null;
 
@@ -50,7 +51,7 @@ describe("operators page", () => {
     const joined = await invitee.post("/console/welcome", { code: new URL(link).searchParams.get("code")!, password: "a long new password", password_again: "a long new password" });
     expect([joined.status, joined.headers.get("location")]).toEqual([303, "/console/"]);
     expect((await invitee.get("/console/operators")).status).toBe(200);
-    expect(operators(h)).toEqual([OPERATOR.email, "new.person@example.com"]);
+    expect(await operators(h)).toEqual([OPERATOR.email, "new.person@example.com"]);
     // The link works once.
     const reused = await browser().get(link.slice("http://localhost".length));
     expect(reused.status).toBe(403);
@@ -69,7 +70,7 @@ describe("operators page", () => {
     expect([differ.status, differ.text.includes("The two passwords differ.")]).toEqual([422, true]);
     const short = await invitee.post("/console/welcome", { code, password: "short", password_again: "short" });
     expect([short.status, short.text.includes("password must be 10 to 512 characters")]).toEqual([422, true]);
-    expect(operators(h)).toEqual([OPERATOR.email]);
+    expect(await operators(h)).toEqual([OPERATOR.email]);
   });
 
   test("an invitation expires", async () => {
@@ -78,7 +79,7 @@ describe("operators page", () => {
     const invitee = browser();
     expect((await invitee.get(`/console/welcome?code=${code}`)).status).toBe(403);
     expect((await invitee.post("/console/welcome", { code, password: "a long new password", password_again: "a long new password" })).status).toBe(403);
-    expect(operators(h)).toEqual([OPERATOR.email]);
+    expect(await operators(h)).toEqual([OPERATOR.email]);
   });
 
   test("a password reset, after its confirm step, gives a link that sets the new password and ends the operator's sessions", async () => {
@@ -87,7 +88,7 @@ describe("operators page", () => {
     await addOperator(h.rt.db, other);
     const otherSession = browser();
     expect((await otherSession.signIn(other)).status).toBe(303);
-    const id = idOf(h, other.email);
+    const id = await idOf(h, other.email);
     const confirm = await client.get(`/console/operators/${id}/reset-password`);
     expect([confirm.status, confirm.text.includes(other.email)]).toEqual([200, true]);
     const made = await client.post(`/console/operators/${id}/reset-password`, {});
@@ -99,7 +100,7 @@ describe("operators page", () => {
     const reset = browser();
     await reset.get(`/console/welcome?code=${code}`);
     expect((await reset.post("/console/welcome", { code, password: "the new password", password_again: "the new password" })).status).toBe(303);
-    expect(sessionsOf(h, other.email)).toBe(1); // only the one the link just started
+    expect(await sessionsOf(h, other.email)).toBe(1); // only the one the link just started
     expect((await otherSession.get("/console/operators")).status).toBe(303);
     expect((await browser().signIn(other)).status).toBe(401);
     expect((await browser().signIn({ ...other, password: "the new password" })).status).toBe(303);
@@ -111,28 +112,28 @@ describe("operators page", () => {
     await addOperator(h.rt.db, other);
     const otherSession = browser();
     await otherSession.signIn(other);
-    const id = idOf(h, other.email);
+    const id = await idOf(h, other.email);
     const confirm = await client.get(`/console/operators/${id}/remove`);
     expect([confirm.status, confirm.text.includes(`Remove ${other.email}`)]).toEqual([200, true]);
     const removed = await client.post(`/console/operators/${id}/remove`, {});
     expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1"]);
-    expect(operators(h)).toEqual([OPERATOR.email]);
+    expect(await operators(h)).toEqual([OPERATOR.email]);
     expect((await otherSession.get("/console/")).status).toBe(303);
-    const last = await client.post(`/console/operators/${idOf(h, OPERATOR.email)}/remove`, {});
+    const last = await client.post(`/console/operators/${await idOf(h, OPERATOR.email)}/remove`, {});
     expect([last.status, last.text.includes("This is the only operator")]).toEqual([409, true]);
-    expect(operators(h)).toEqual([OPERATOR.email]);
+    expect(await operators(h)).toEqual([OPERATOR.email]);
     expect((await client.get("/console/operators/opr_01J00000000000000000000000/remove")).status).toBe(404);
   });
 
   test("every operators form needs the session's CSRF token", async () => {
     const { h, client } = await setup();
     await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
-    const id = idOf(h, "other@example.com");
+    const id = await idOf(h, "other@example.com");
     for (const path of ["/console/operators", `/console/operators/${id}/remove`, `/console/operators/${id}/reset-password`]) {
       expect([path, (await client.post(path, { _csrf: null, email: "x@example.com" })).status]).toEqual([path, 403]);
     }
-    expect(operators(h)).toEqual([OPERATOR.email, "other@example.com"]);
-    expect(h.db.sqlite.query("SELECT count(*) AS n FROM operator_links").get()).toEqual({ n: 0 });
+    expect(await operators(h)).toEqual([OPERATOR.email, "other@example.com"]);
+    expect(await h.rt.db.get("SELECT count(*) AS n FROM operator_links")).toEqual({ n: 0 });
   });
 });
 
@@ -143,7 +144,7 @@ describe("operators on the command line", () => {
     await addOperator(h.rt.db);
     await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
     const run = (args: string[], stdin = "") => {
-      const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "operator", ...args, "--data-dir", h.dataDir], { stdin: Buffer.from(stdin) });
+      const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "operator", ...args, ...databaseArgs(h.rt.config)], { stdin: Buffer.from(stdin) });
       return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
     };
     const listed = run(["list"]);
@@ -154,7 +155,7 @@ describe("operators on the command line", () => {
 
     expect(run(["reset-password", "--email", "OTHER@example.com", "--password-stdin"], "a brand new password\n")).toEqual({
       code: 0,
-      out: `set a new password for operator ${idOf(h, "other@example.com")} (other@example.com); their sessions have ended\n`,
+      out: `set a new password for operator ${await idOf(h, "other@example.com")} (other@example.com); their sessions have ended\n`,
       err: "",
     });
     expect((await client.get("/console/")).status).toBe(303);
@@ -162,9 +163,9 @@ describe("operators on the command line", () => {
     expect(run(["reset-password", "--email", "other@example.com", "--password-stdin"], "short\n")).toEqual({ code: 2, out: "", err: "crm: password must be 10 to 512 characters.\n" });
     expect(run(["reset-password", "--email", "nobody@example.com", "--password-stdin"], "a brand new password\n")).toEqual({ code: 2, out: "", err: "crm: No operator has the email nobody@example.com.\n" });
 
-    const id = idOf(h, "other@example.com");
+    const id = await idOf(h, "other@example.com");
     expect(run(["remove", "--email", "other@example.com"])).toEqual({ code: 0, out: `removed operator ${id} (other@example.com); their sessions have ended\n`, err: "" });
-    expect(operators(h)).toEqual([OPERATOR.email]);
+    expect(await operators(h)).toEqual([OPERATOR.email]);
     expect(run(["remove", "--email", OPERATOR.email])).toEqual({ code: 2, out: "", err: "crm: This is the only operator; add another before removing it, or nobody could sign in.\n" });
     expect(run(["remove"])).toEqual({ code: 2, out: "", err: "crm: operator remove needs --email E\n" });
     expect(run(["frobnicate"]).err).toBe("crm: usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E\n");

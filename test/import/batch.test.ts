@@ -196,7 +196,12 @@ describe("contacts batch: errors", () => {
   });
 
   test("a batch whose commit fails leaves nothing behind, and the same key then succeeds", async () => {
-    await h.rt.db.run("CREATE TRIGGER refuse_boom BEFORE INSERT ON contacts WHEN new.email = 'boom@example.com' BEGIN SELECT RAISE(ABORT, 'disk on fire'); END");
+    if (h.rt.db.dialect === "postgres") {
+      await h.rt.db.run("CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.email = 'boom@example.com' THEN RAISE EXCEPTION 'disk on fire'; END IF; RETURN NEW; END $$");
+      await h.rt.db.run("CREATE TRIGGER refuse_boom BEFORE INSERT ON contacts FOR EACH ROW EXECUTE FUNCTION refuse_boom()");
+    } else {
+      await h.rt.db.run("CREATE TRIGGER refuse_boom BEFORE INSERT ON contacts WHEN new.email = 'boom@example.com' BEGIN SELECT RAISE(ABORT, 'disk on fire'); END");
+    }
     const headers = { "idempotency-key": "batch-1" };
     const body = { items: [{ email: "ok1@example.com" }, { email: "boom@example.com" }, { email: "ok2@example.com" }] };
     const res = await h.json("POST", CONTACTS, { body, headers });
@@ -204,7 +209,7 @@ describe("contacts batch: errors", () => {
     expect(await contactCount(h)).toBe(0);
     expect(await eventTypes(h)).toEqual([]);
     expect(await storedKeys()).toBe(0);
-    await h.rt.db.run("DROP TRIGGER refuse_boom");
+    await h.rt.db.run(h.rt.db.dialect === "postgres" ? "DROP TRIGGER refuse_boom ON contacts" : "DROP TRIGGER refuse_boom");
     const retry = await h.json("POST", CONTACTS, { body, headers });
     expect(retry.status).toBe(200);
     expect(retry.body.data.map((r: any) => r.status)).toEqual(["created", "created", "created"]);

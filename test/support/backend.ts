@@ -2,6 +2,8 @@ import { test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Config } from "../../server/config.ts";
+import { migratePostgres } from "../../server/db/postgres-migrations.ts";
+import { openPostgres } from "../../server/db/postgres.ts";
 import { createTestDatabase } from "./postgres.ts";
 
 /**
@@ -9,6 +11,23 @@ import { createTestDatabase } from "./postgres.ts";
  * test/run.ts runs the API, webhook, console, import and limits folders once on each.
  */
 export const TEST_BACKEND: "sqlite" | "postgres" = process.env.CRM_TEST_BACKEND === "postgres" ? "postgres" : "sqlite";
+
+let migrated: Promise<string> | null = null;
+
+/**
+ * migratedTemplate creates one migrated database per test run that every test app's database is
+ * copied from: a copy takes about a third of the time of migrating an empty one.
+ */
+async function migratedTemplate(): Promise<string> {
+  const template = await createTestDatabase();
+  const db = await openPostgres(template.url, 1);
+  try {
+    await migratePostgres(db);
+  } finally {
+    await db.close();
+  }
+  return template.name;
+}
 
 /** TestBackend is the configuration that points one test app at its database, and how to remove it. */
 export interface TestBackend {
@@ -23,7 +42,8 @@ export interface TestBackend {
  */
 export async function testBackend(dataDir: string): Promise<TestBackend> {
   if (TEST_BACKEND === "sqlite") return { config: { databaseUrl: "", secretsKeyFile: "" }, drop: async () => {} };
-  const database = await createTestDatabase();
+  migrated ??= migratedTemplate();
+  const database = await createTestDatabase(await migrated);
   const secretsKeyFile = join(dataDir, "secrets.key");
   writeFileSync(secretsKeyFile, `${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64")}\n`, { mode: 0o600 });
   return { config: { databaseUrl: database.url, secretsKeyFile }, drop: () => database.drop() };

@@ -35,12 +35,15 @@ const PORT_ATTEMPTS = 3;
 let server: Promise<RunningServer> | null = null;
 let databaseCount = 0;
 
-/** createTestDatabase starts the shared test server if needed and creates a fresh database on it. */
-export async function createTestDatabase(): Promise<TestDatabase> {
+/**
+ * createTestDatabase starts the shared test server if needed and creates a fresh database on it:
+ * empty, or a copy of `template` (a database of this server nobody is connected to).
+ */
+export async function createTestDatabase(template?: string): Promise<TestDatabase> {
   server ??= startServer();
   const running = await server;
   const name = `test_${process.pid}_${++databaseCount}`;
-  await running.admin.unsafe(`CREATE DATABASE "${name}"`);
+  await running.admin.unsafe(template ? `CREATE DATABASE "${name}" TEMPLATE "${template}" STRATEGY FILE_COPY` : `CREATE DATABASE "${name}"`);
   return {
     name,
     url: `postgres://postgres@127.0.0.1:${running.port}/${name}`,
