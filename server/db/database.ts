@@ -202,6 +202,14 @@ export class SqliteDatabase implements Database {
     return this.writer.query<{ n: number }, []>("SELECT total_changes() AS n").get()!.n;
   }
 
+  /** listen has nothing to listen to: one process owns the database and its commits wake it (onCommit). */
+  async listen(): Promise<() => Promise<void>> {
+    return async () => {};
+  }
+
+  /** notify has nobody to tell: no other instance shares a SQLite database. */
+  async notify(): Promise<void> {}
+
   /**
    * outsideWritesGeneration returns a number that changes whenever another connection (a CLI
    * command such as `token revoke`, a second process) has committed to the database, so caches of

@@ -1,5 +1,6 @@
 // Imported as text so `bun build --compile` embeds them, like the SQLite migrations.
 import schema from "../../migrations/postgres/0001_schema.sql" with { type: "text" };
+import deliveryPacing from "../../migrations/postgres/0003_delivery_pacing.sql" with { type: "text" };
 import consoleReads from "../../migrations/postgres/0015_console_reads.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
 
@@ -17,6 +18,7 @@ export interface PostgresMigration {
  */
 export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 1, name: "0001_schema.sql", sql: schema },
+  { version: 3, name: "0003_delivery_pacing.sql", sql: deliveryPacing },
   { version: 15, name: "0015_console_reads.sql", sql: consoleReads },
 ];
 

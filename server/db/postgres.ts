@@ -153,6 +153,21 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return ++this.generation;
   }
 
+  /** listen subscribes on the client's dedicated listening connection, which Bun reconnects (and re-subscribes) when it drops. */
+  async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {
+    let subscribed = false;
+    const subscription = await this.sql.listen(channel, onNotify, () => {
+      // Called once the LISTEN is acknowledged, and again after every reconnect: only then may notifications have been missed.
+      if (subscribed) onNotify();
+      subscribed = true;
+    });
+    return () => subscription.unlisten();
+  }
+
+  async notify(channel: string): Promise<void> {
+    await this.sql.notify(channel);
+  }
+
   async close(): Promise<void> {
     await this.sql.close();
   }

@@ -46,6 +46,14 @@ export interface Database extends Db {
    * have changed the data, so caches of rows (API tokens) can tell whether they may still be served.
    */
   outsideWritesGeneration(): number;
+  /**
+   * listen calls `onNotify` whenever an instance notifies `channel`, and once more after a lost
+   * listening connection is back (notifications may have been missed meanwhile); it resolves with
+   * a function that stops listening. A SQLite database has one process: nothing ever arrives.
+   */
+  listen(channel: string, onNotify: () => void): Promise<() => Promise<void>>;
+  /** notify wakes every instance listening on `channel` (outside any transaction); nothing on SQLite. */
+  notify(channel: string): Promise<void>;
   /** close commits what is queued and closes the connections. */
   close(): Promise<void>;
 }

@@ -1,15 +1,32 @@
 import type { Db } from "../db/sql.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
-import { findIdempotencyRecord, upsertIdempotencyRecord, deleteIdempotencyRecordsBefore, type IdempotencyKeyId } from "./store.ts";
+import {
+  IN_FLIGHT_STATUS,
+  deleteIdempotencyRecordsBefore,
+  findIdempotencyRecord,
+  releaseIdempotencyKey,
+  reserveIdempotencyKey,
+  upsertIdempotencyRecord,
+  type IdempotencyKeyId,
+  type IdempotencyRow,
+} from "./store.ts";
 
 /** IDEMPOTENCY_RETENTION_MS is how long a finished response is replayed (24 hours). */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
 const MAX_KEY_LENGTH = 255;
+/**
+ * IDEMPOTENCY_RESERVATION_MS is how long a key reserved by a request still running on some
+ * instance answers 409 (PostgreSQL); a reservation older than that is taken for one left by a
+ * crashed instance and the key can be used again. It outlasts any request the service runs.
+ */
+export const IDEMPOTENCY_RESERVATION_MS = 60_000;
 
 /** IdempotencyScope identifies one idempotent request; services save their response under it. */
 export interface IdempotencyScope extends IdempotencyKeyId {
   fingerprint: Uint8Array;
+  /** set once a response was saved under the scope (its reservation is then the response) */
+  saved?: boolean;
 }
 
 export interface IdempotentResult<T> {
@@ -34,15 +51,28 @@ function fingerprintOf(body: unknown): Uint8Array {
   return sha256(canonicalJson(body ?? null));
 }
 
+const inUse = () =>
+  new ProblemError(409, "idempotency-key-in-use", "A request with this Idempotency-Key is still being processed. Retry after it finishes.", undefined, { "retry-after": "1" });
+
 /**
  * IdempotencyGuard runs POSTs that carry an Idempotency-Key at most once per token, method,
- * path and key: finished requests are replayed from the database, requests still running in
- * this process answer 409, and a different body under the same key answers 422.
+ * path and key: finished requests are replayed from the database, requests still running answer
+ * 409, and a different body under the same key answers 422. One SQLite process knows what it
+ * runs (a set in memory, no extra write per POST); instances sharing PostgreSQL reserve the key
+ * in the database before running, so a request running on one instance answers 409 on the others.
  */
 export class IdempotencyGuard {
   private readonly inFlight = new Set<string>();
 
   constructor(private readonly db: Db) {}
+
+  /** replay answers a finished request's stored response, or 422 when the body differs. */
+  private replay<T>(stored: IdempotencyRow, scope: IdempotencyScope): IdempotentResult<T> {
+    if (!sameBytes(stored.fingerprint, scope.fingerprint)) {
+      throw new ProblemError(422, "idempotency-key-reused", "This Idempotency-Key was already used with a different request body. Use a new key for a different request.");
+    }
+    return { status: stored.status, body: JSON.parse(stored.response_body) as T, replayed: true };
+  }
 
   /** run executes `execute` once for the key (or always, without a key) and returns its result or the replay. */
   async run<T>(
@@ -56,17 +86,12 @@ export class IdempotencyGuard {
       ]);
     }
     const scope: IdempotencyScope = { tokenId: request.tokenId, method: request.method, path: request.path, key: request.key, fingerprint: fingerprintOf(request.body) };
-    const stored = await findIdempotencyRecord(this.db, scope, Date.now() - IDEMPOTENCY_RETENTION_MS);
-    if (stored) {
-      if (!sameBytes(stored.fingerprint, scope.fingerprint)) {
-        throw new ProblemError(422, "idempotency-key-reused", "This Idempotency-Key was already used with a different request body. Use a new key for a different request.");
-      }
-      return { status: stored.status, body: JSON.parse(stored.response_body) as T, replayed: true };
-    }
+    const now = Date.now();
+    const stored = await findIdempotencyRecord(this.db, scope, now - IDEMPOTENCY_RETENTION_MS);
+    if (stored && stored.status !== IN_FLIGHT_STATUS) return this.replay(stored, scope);
+    if (this.db.dialect === "postgres") return this.runReserved(scope, now, execute);
     const lock = JSON.stringify([scope.tokenId, scope.method, scope.path, scope.key]);
-    if (this.inFlight.has(lock)) {
-      throw new ProblemError(409, "idempotency-key-in-use", "A request with this Idempotency-Key is still being processed. Retry after it finishes.", undefined, { "retry-after": "1" });
-    }
+    if (this.inFlight.has(lock)) throw inUse();
     this.inFlight.add(lock);
     try {
       return { ...(await execute(scope)), replayed: false };
@@ -74,11 +99,32 @@ export class IdempotencyGuard {
       this.inFlight.delete(lock);
     }
   }
+
+  /**
+   * runReserved runs a request under a reservation of its key in the database, for instances
+   * sharing it: whoever reserves runs, the others answer 409 until the response is saved (in the
+   * change's transaction, replacing the reservation). A request that saved nothing gives the key back.
+   */
+  private async runReserved<T>(scope: IdempotencyScope, now: number, execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>): Promise<IdempotentResult<T>> {
+    if (!(await reserveIdempotencyKey(this.db, scope, scope.fingerprint, now, now - IDEMPOTENCY_RESERVATION_MS, now - IDEMPOTENCY_RETENTION_MS))) throw inUse();
+    let result: { status: number; body: T };
+    try {
+      result = await execute(scope);
+    } catch (error) {
+      // Whatever saved the response was rolled back with the failure; the reservation goes (a committed response stays).
+      await releaseIdempotencyKey(this.db, scope, now);
+      throw error;
+    }
+    if (!scope.saved) await releaseIdempotencyKey(this.db, scope, now);
+    return { ...result, replayed: false };
+  }
 }
 
 /** saveIdempotentResponse records a finished response; call it inside the transaction of the change. */
 export async function saveIdempotentResponse(db: Db, scope: IdempotencyScope | null, status: number, body: unknown, now = Date.now()): Promise<void> {
-  if (scope) await upsertIdempotencyRecord(db, scope, scope.fingerprint, status, JSON.stringify(body), now);
+  if (!scope) return;
+  await upsertIdempotencyRecord(db, scope, scope.fingerprint, status, JSON.stringify(body), now);
+  scope.saved = true;
 }
 
 /** pruneIdempotencyKeys deletes records past the 24-hour retention. */

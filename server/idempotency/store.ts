@@ -31,6 +31,33 @@ export async function upsertIdempotencyRecord(db: Db, id: IdempotencyKeyId, fing
   );
 }
 
+/** IN_FLIGHT_STATUS marks a reservation: a request holding the key that has not finished (no HTTP status is 0). */
+export const IN_FLIGHT_STATUS = 0;
+
+/**
+ * reserveIdempotencyKey stores a reservation of the key for a request about to run, unless a
+ * record holds it: a reservation made after `staleBefore` or a response saved after `expiredBefore`.
+ * It tells whether this request got the key; of several racing for it, exactly one does.
+ */
+export async function reserveIdempotencyKey(db: Db, id: IdempotencyKeyId, fingerprint: Uint8Array, now: number, staleBefore: number, expiredBefore: number): Promise<boolean> {
+  const reserved = await db.all(
+    `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, ?, ?, ?, ?, ${IN_FLIGHT_STATUS}, '', ?)
+     ON CONFLICT (token_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, response_body = excluded.response_body, created_at = excluded.created_at
+     WHERE idempotency_keys.created_at < CASE WHEN idempotency_keys.status = ${IN_FLIGHT_STATUS} THEN CAST(? AS bigint) ELSE CAST(? AS bigint) END
+     RETURNING created_at`,
+    [id.tokenId, id.method, id.path, id.key, fingerprint, now, staleBefore, expiredBefore],
+  );
+  return reserved.length === 1;
+}
+
+/** releaseIdempotencyKey removes the reservation made at `reservedAt` if it is still one (the request saved no response). */
+export async function releaseIdempotencyKey(db: Db, id: IdempotencyKeyId, reservedAt: number): Promise<void> {
+  await db.run(
+    `DELETE FROM idempotency_keys WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = ${IN_FLIGHT_STATUS} AND created_at = ?`,
+    [id.tokenId, id.method, id.path, id.key, reservedAt],
+  );
+}
+
 /** deleteIdempotencyRecordsBefore prunes records older than the cutoff and returns how many went. */
 export function deleteIdempotencyRecordsBefore(db: Db, cutoff: number): Promise<number> {
   return db.run("DELETE FROM idempotency_keys WHERE created_at < ?", [cutoff]);

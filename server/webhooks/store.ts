@@ -379,6 +379,7 @@ const selectDue = (deliveries: string) =>
 export function findSubscriptionsWithDueDeliveries(db: Db, now: number, skip: string[]): Promise<{ id: string; max_rate: number | null }[]> {
   const skipClause = skip.length ? `AND s.id NOT IN (${placeholders(skip.length)})` : "";
   // sqlite-only: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL plans it alone).
+  // Instances sharing a PostgreSQL database claim through lockSubscriptionsWithDueDeliveries.
   const deliveries = db.dialect === "postgres" ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
   return db.all<{ id: string; max_rate: number | null }>(
       `WITH due AS MATERIALIZED (
@@ -391,21 +392,93 @@ export function findSubscriptionsWithDueDeliveries(db: Db, now: number, skip: st
   );
 }
 
-/** findDueDeliveriesOf returns up to `limit` due, unleased deliveries of one subscription, oldest due first. */
+/**
+ * findDueDeliveriesOf returns up to `limit` due, unleased deliveries of one subscription, oldest
+ * due first. On PostgreSQL it locks them and skips those another transaction holds, so two
+ * instances claiming at once never take the same delivery.
+ */
 export function findDueDeliveriesOf(db: Db, subscriptionId: string, now: number, limit: number): Promise<DueDelivery[]> {
-  // sqlite-only: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL plans it alone).
-  const deliveries = db.dialect === "postgres" ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
+  const postgres = db.dialect === "postgres";
+  // SQLite: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL has no such hint).
+  const deliveries = postgres ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
   return db.all<DueDelivery>(
       `${selectDue(deliveries)}
        WHERE d.subscription_id = ? AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
-       ORDER BY d.next_attempt_at, d.id LIMIT ?`,
+       ORDER BY d.next_attempt_at, d.id LIMIT ?${postgres ? " FOR UPDATE OF d SKIP LOCKED" : ""}`,
     [subscriptionId, now, now, limit],
   );
 }
 
-/** findDeliveryToSend returns a delivery with what an attempt needs, whatever its status, or null. */
+/** SharedClaimSubscription is a subscription with due deliveries, locked for one claim, with what its caps need. */
+export interface SharedClaimSubscription {
+  id: string;
+  max_rate: number | null;
+  /** its deliveries leased now by any instance */
+  leased: number;
+  /** with a max_rate: the earliest time its next attempt may be sent (0 when none was ever sent) */
+  next_send_at: number;
+}
+
+/**
+ * lockSubscriptionsWithDueDeliveries (PostgreSQL: several instances) locks the active, unpaused
+ * subscriptions that have a due delivery not leased, oldest due first, skipping those another
+ * instance is claiming for right now, and returns them with their leases and pacing. Until the
+ * transaction ends no other instance claims for them, so the counts read here stay true while the
+ * claim adds to them. The counts are read by statements after the lock, which see what an
+ * instance that held it before has committed. `FOR NO KEY UPDATE` leaves the row's key alone, so
+ * writes referring to the subscription are not held up.
+ */
+export async function lockSubscriptionsWithDueDeliveries(db: Db, now: number): Promise<SharedClaimSubscription[]> {
+  const locked = await db.all<{ id: string; max_rate: number | null }>(
+    `SELECT s.id, s.max_rate FROM webhook_subscriptions s
+     CROSS JOIN LATERAL (SELECT d.next_attempt_at FROM webhook_deliveries d
+                         WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
+                         ORDER BY d.next_attempt_at LIMIT 1) due
+     WHERE s.status = 'active' AND s.paused_at IS NULL
+     ORDER BY due.next_attempt_at, s.id
+     FOR NO KEY UPDATE OF s SKIP LOCKED`,
+    [now, now],
+  );
+  if (locked.length === 0) return [];
+  const ids = locked.map((s) => s.id);
+  const leases = await db.all<{ subscription_id: string; n: number }>(
+    `SELECT subscription_id, count(*) AS n FROM webhook_deliveries
+     WHERE locked_until > ? AND status = 'pending' AND subscription_id IN (${placeholders(ids.length)}) GROUP BY subscription_id`,
+    [now, ...ids],
+  );
+  const paced = locked.filter((s) => s.max_rate !== null).map((s) => s.id);
+  const pacing = paced.length
+    ? await db.all<{ subscription_id: string; next_send_at: number }>(`SELECT subscription_id, next_send_at FROM webhook_send_pacing WHERE subscription_id IN (${placeholders(paced.length)})`, paced)
+    : [];
+  const leased = new Map(leases.map((l) => [l.subscription_id, l.n]));
+  const nextSend = new Map(pacing.map((p) => [p.subscription_id, p.next_send_at]));
+  return locked.map((s) => ({ ...s, leased: leased.get(s.id) ?? 0, next_send_at: nextSend.get(s.id) ?? 0 }));
+}
+
+/**
+ * holdSendPacing (PostgreSQL) sets the earliest next send of a subscription with a max_rate; a
+ * claim holds it at its lease's end until the attempt is sent, then setSendPacing moves it.
+ */
+export async function holdSendPacing(db: Db, subscriptionId: string, until: number): Promise<void> {
+  await db.run(
+    `INSERT INTO webhook_send_pacing (subscription_id, next_send_at) VALUES (?, ?)
+     ON CONFLICT (subscription_id) DO UPDATE SET next_send_at = excluded.next_send_at`,
+    [subscriptionId, until],
+  );
+}
+
+/** setSendPacing (PostgreSQL) sets when the next attempt of a subscription with a max_rate may be sent, once this one was. */
+export async function setSendPacing(db: Db, subscriptionId: string, nextSendAt: number): Promise<void> {
+  await db.run("UPDATE webhook_send_pacing SET next_send_at = ? WHERE subscription_id = ?", [nextSendAt, subscriptionId]);
+}
+
+/**
+ * findDeliveryToSend returns a delivery with what an attempt needs, whatever its status, or null.
+ * On PostgreSQL it locks the delivery for the transaction, so a claim by another instance either
+ * waits for it or is seen by it.
+ */
 export function findDeliveryToSend(db: Db, id: string): Promise<DueDelivery | null> {
-  return db.get<DueDelivery>(`${selectDue("webhook_deliveries d")} WHERE d.id = ?`, [id]);
+  return db.get<DueDelivery>(`${selectDue("webhook_deliveries d")} WHERE d.id = ?${db.dialect === "postgres" ? " FOR UPDATE OF d" : ""}`, [id]);
 }
 
 /** leaseDeliveries marks deliveries as being attempted until the lease expires. */

@@ -13,10 +13,13 @@ import {
   findNextWakeTime,
   findSubscriptionById,
   findSubscriptionsWithDueDeliveries,
+  holdSendPacing,
   insertAttempt,
   leaseDeliveries,
+  lockSubscriptionsWithDueDeliveries,
   markSubscriptionHealthy,
   releaseLeases,
+  setSendPacing,
   updateDeliveryAfterAttempt,
   type DeliveryRow,
   type DueDelivery,
@@ -41,6 +44,14 @@ export const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
 const MAX_TIMER_MS = 60 * 60 * 1000;
 /** DRAIN_DEADLINE_MS is how long stop() waits for attempts in flight before abandoning them. */
 const DRAIN_DEADLINE_MS = 10_000;
+/** DELIVERY_CHANNEL is the PostgreSQL notification channel on which instances wake each other's loops. */
+export const DELIVERY_CHANNEL = "crm_deliveries";
+/**
+ * SHARED_POLL_MS is the safety net of instances sharing a database: each claims at least this
+ * often, in case a notification was lost (a listening connection that dropped is re-subscribed
+ * and claims at once; this covers the rest).
+ */
+export const SHARED_POLL_MS = 5000;
 
 export type Trigger = "scheduled" | "manual";
 
@@ -79,6 +90,14 @@ interface UnrecordedAttempt {
   trigger: Trigger;
   inRecordWrite?: (tx: Db) => Promise<void>;
   settle: PromiseWithResolvers<DeliveryRow | null>;
+}
+
+/** Picks are what one claim round leased: the deliveries, when a paced subscription may go next, and whether due work was left for others. */
+interface Picks {
+  picked: DueDelivery[];
+  rateWake: number | null;
+  /** this instance ran out of free slots with due deliveries possibly left that other instances could send */
+  leftOver: boolean;
 }
 
 interface InFlight {
@@ -183,8 +202,18 @@ export class DeliveryLoop {
   private claiming: Promise<void> | null = null;
   private wakeAfterClaim = false;
   private registered = false;
+  /** stops listening for other instances' wake-ups; set while started */
+  private listening: Promise<(() => Promise<void>) | null> | null = null;
 
   constructor(private readonly deps: LoopDependencies) {}
+
+  /**
+   * shared tells whether other instances deliver from the same database (PostgreSQL): claims then
+   * lock what they take and count every instance's leases, and instances wake each other.
+   */
+  private get shared(): boolean {
+    return this.deps.db.dialect === "postgres";
+  }
 
   /** running tells whether the loop is claiming deliveries. */
   get running(): boolean {
@@ -204,6 +233,10 @@ export class DeliveryLoop {
       this.registered = true;
       this.deps.db.onCommit(() => this.wake());
     }
+    this.listening ??= this.deps.db.listen(DELIVERY_CHANNEL, () => this.wake()).catch((error: unknown) => {
+      this.deps.log.error("webhook delivery loop: cannot listen for other instances; polling only", { error: String(error) });
+      return null;
+    });
     this.wake();
   }
 
@@ -241,20 +274,36 @@ export class DeliveryLoop {
     });
   }
 
-  /** claimRound leases as many due deliveries as there are free slots and starts their attempts. */
+  /**
+   * claimRound leases as many due deliveries as there are free slots and starts their attempts.
+   * Sharing a database, an instance that leaves due work behind wakes the others to take it.
+   */
   private async claimRound(): Promise<void> {
     const { db } = this.deps;
     const now = Date.now();
     const free = MAX_IN_FLIGHT - this.inFlight.size;
-    const { picked, rateWake } = free >= REFILL ? await db.write((tx) => this.pickDue(tx, now, free)) : { picked: [], rateWake: null };
+    const none: Picks = { picked: [], rateWake: null, leftOver: false };
+    const { picked, rateWake, leftOver } = free >= REFILL ? await db.write((tx) => (this.shared ? this.pickDueShared(tx, now, free) : this.pickDue(tx, now, free))) : none;
     if (this.state !== "running") {
       // Stopped while the claim committed: the leases are released, nothing is sent.
-      if (picked.length > 0) await db.write((tx) => releaseLeases(tx, picked.map((p) => p.id)));
+      if (picked.length > 0) await this.release(picked.map((p) => p.id));
       return;
     }
     for (const due of picked) this.dispatch(due, "scheduled");
-    const wake = await findNextWakeTime(db, now);
-    this.armTimer(wake === null || rateWake === null ? (wake ?? rateWake) : Math.min(wake, rateWake));
+    if (leftOver) this.wakeOthers();
+    const times = [await findNextWakeTime(db, now), rateWake, this.shared ? now + SHARED_POLL_MS : null].filter((t) => t !== null);
+    this.armTimer(times.length ? Math.min(...times) : null);
+  }
+
+  /** wakeOthers notifies the other instances sharing the database that deliveries wait; a failure only delays them until their poll. */
+  private wakeOthers(): void {
+    this.deps.db.notify(DELIVERY_CHANNEL).catch((error: unknown) => this.deps.log.warn("webhook delivery loop: cannot wake other instances", { error: String(error) }));
+  }
+
+  /** release frees leases of attempts not made, so they are due again at once, here or (woken) on another instance. */
+  private async release(ids: string[]): Promise<void> {
+    await this.deps.db.write((tx) => releaseLeases(tx, ids));
+    if (this.shared) this.wakeOthers();
   }
 
   /**
@@ -265,7 +314,7 @@ export class DeliveryLoop {
    * A subscription with a max_rate gets one attempt per 1/max_rate seconds, whatever the
    * attempt (first, retry, recovery): `rateWake` is when the next of them may start.
    */
-  private async pickDue(tx: Db, now: number, free: number): Promise<{ picked: DueDelivery[]; rateWake: number | null }> {
+  private async pickDue(tx: Db, now: number, free: number): Promise<Picks> {
     const { config } = this.deps;
     const saturated = [...this.perSubscription].filter(([, n]) => n > MAX_PER_SUBSCRIPTION - REFILL).map(([id]) => id);
     const picked: DueDelivery[] = [];
@@ -288,7 +337,43 @@ export class DeliveryLoop {
       picked.push(...(await findDueDeliveriesOf(tx, subscriptionId, now, room)));
     }
     await leaseDeliveries(tx, picked.map((p) => p.id), now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
-    return { picked, rateWake };
+    return { picked, rateWake, leftOver: false };
+  }
+
+  /**
+   * pickDueShared is pickDue for instances sharing a PostgreSQL database. The caps count what every
+   * instance holds, read from the database under a lock on each subscription for the length of the
+   * claim (another instance claiming for it at that moment is skipped; it serves the subscription):
+   * at most MAX_PER_SUBSCRIPTION unexpired leases per subscription, topped up in batches of REFILL;
+   * with a max_rate, one attempt per 1/max_rate seconds, through the next send time stored on the
+   * subscription's pacing row, held at the lease's end until the attempt is sent (dispatch moves it).
+   * The deliveries are locked as they are read (`SKIP LOCKED`), so no two claims take the same one.
+   */
+  private async pickDueShared(tx: Db, now: number, free: number): Promise<Picks> {
+    const leaseUntil = now + this.deps.config.deliveryTimeoutMs + LEASE_MARGIN_MS;
+    const picked: DueDelivery[] = [];
+    let rateWake: number | null = null;
+    for (const subscription of await lockSubscriptionsWithDueDeliveries(tx, now)) {
+      if (picked.length >= free) break;
+      const room = Math.min(MAX_PER_SUBSCRIPTION - subscription.leased, free - picked.length);
+      if (room <= 0 || subscription.leased > MAX_PER_SUBSCRIPTION - REFILL) continue;
+      if (subscription.max_rate === null) {
+        picked.push(...(await findDueDeliveriesOf(tx, subscription.id, now, room)));
+        continue;
+      }
+      if (subscription.next_send_at > now) {
+        rateWake = rateWake === null ? subscription.next_send_at : Math.min(rateWake, subscription.next_send_at);
+        continue;
+      }
+      const [due] = await findDueDeliveriesOf(tx, subscription.id, now, 1);
+      if (!due) continue;
+      await holdSendPacing(tx, subscription.id, leaseUntil);
+      this.nextSlot.set(subscription.id, Infinity);
+      this.pacing.set(subscription.id, 1000 / subscription.max_rate);
+      picked.push(due);
+    }
+    await leaseDeliveries(tx, picked.map((p) => p.id), leaseUntil);
+    return { picked, rateWake, leftOver: picked.length >= free };
   }
 
   private armTimer(at: number | null): void {
@@ -325,7 +410,13 @@ export class DeliveryLoop {
     const paced = trigger === "scheduled" && interval !== undefined && this.nextSlot.get(due.subscription_id) === Infinity;
     const openSlot = () => {
       if (!paced || this.nextSlot.get(due.subscription_id) !== Infinity) return;
-      this.nextSlot.set(due.subscription_id, Date.now() + interval);
+      const next = Date.now() + interval;
+      this.nextSlot.set(due.subscription_id, next);
+      if (this.shared) {
+        setSendPacing(this.deps.db, due.subscription_id, next).catch((error: unknown) =>
+          log.error("webhook delivery loop: cannot store the next send time; the subscription waits for the lease to end", { subscription_id: due.subscription_id, error: String(error) }),
+        );
+      }
       this.wake();
     };
     const done = (async () => {
@@ -450,9 +541,12 @@ export class DeliveryLoop {
       this.inFlight.get(id)!.controller.abort();
     }
     if (left.length > 0) {
-      await this.deps.db.write((tx) => releaseLeases(tx, left));
+      await this.release(left);
       this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart", { count: left.length });
     }
+    const stopListening = await this.listening;
+    this.listening = null;
+    await stopListening?.();
     this.state = "stopped";
   }
 }

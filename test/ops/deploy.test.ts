@@ -32,3 +32,29 @@ describe("deploy/crm.service", () => {
     expect(directive("MemoryDenyWriteExecute")).toBeUndefined();
   });
 });
+
+describe("deploy/crm-instances.toml and deploy/nginx-instances.conf: two instances on PostgreSQL", () => {
+  const nginx = readFileSync(join(ROOT, "deploy", "nginx-instances.conf"), "utf8");
+  const databaseUrl = "postgres://crm:secret@db.internal:5432/crm";
+  // As crm.service starts it: the config file, and the database URL from /etc/crm/crm.env.
+  const config = loadConfig(["--config", join(ROOT, "deploy", "crm-instances.toml")], { CRM_DATABASE_URL: databaseUrl });
+
+  test("the settings serve the shared database with the shared secrets key, on an address the load balancer reaches", () => {
+    expect(config.databaseUrl).toBe(databaseUrl);
+    expect(config.secretsKeyFile).toBe("/etc/crm/secrets.key");
+    expect(config.host).toBe("0.0.0.0");
+    expect(config.dataDir).toBe(`/var/lib/${directive("StateDirectory")}`);
+  });
+
+  test("nginx sends to two instances on the port they listen on, from the address they trust, and never retries a write on the other one", () => {
+    const upstreams = [...nginx.matchAll(/^\s*server (\d+\.\d+\.\d+\.\d+):(\d+)/gm)];
+    expect(upstreams.length).toBe(2);
+    expect(upstreams.map((u) => Number(u[2]))).toEqual([config.port, config.port]);
+    const balancer = /load balancer \((\d+\.\d+\.\d+\.\d+)\)/.exec(nginx)?.[1];
+    expect(config.trustedProxies).toEqual([balancer!]);
+    expect(nginx).toContain("proxy_set_header X-Forwarded-For $remote_addr;");
+    expect(nginx).toContain("proxy_set_header X-Forwarded-Proto $scheme;");
+    // nginx retries a POST, PATCH or DELETE on the next server only when told non_idempotent.
+    expect(nginx).not.toContain("non_idempotent");
+  });
+});

@@ -1,0 +1,302 @@
+import { SQL } from "bun";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseExposition } from "../ops/prometheus.ts";
+import { api, runCli, SOURCE, spawnServer, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
+import { busiestSecond, LOOPBACK_SLACK_MS } from "../support/pacing.ts";
+import { PayloadCheck } from "../support/webhook-payloads.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+
+// Several instances of the real server (`bun server/main.ts serve --database-url ...`) on one
+// PostgreSQL database (issue 12, items 5 and 6): delivery work shared without two live instances
+// sending the same attempt, a SIGKILLed instance's leases taken over, and idempotency keys that
+// hold across instances.
+
+const CONTACTS = 3000;
+/** CLIENTS is how many API requests the test keeps open at once, spread over the live instances. */
+const CLIENTS = 24;
+/** The lease is the request timeout plus 2 s: a killed instance's attempts are sent again 3 s after the kill. */
+const DELIVERY_TIMEOUT_MS = "1000";
+
+let database: TestDatabase;
+let env: Record<string, string>;
+let token: string;
+let admin: SQL;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  const dir = tempDir("instances");
+  const keyFile = join(dir, "secrets.key");
+  writeFileSync(keyFile, randomBytes(32).toString("base64"), { mode: 0o600 });
+  env = {
+    PATH: process.env.PATH ?? "",
+    CRM_DATABASE_URL: database.url,
+    CRM_SECRETS_KEY_FILE: keyFile,
+    CRM_ALLOW_PRIVATE_TARGETS: "1",
+    CRM_DELIVERY_TIMEOUT_MS: DELIVERY_TIMEOUT_MS,
+    CRM_RETRY_SCHEDULE: "1,1,1",
+    // Rate-limit buckets are per instance; the test's one token writes as fast as it can.
+    CRM_RATE_WRITE_PER_SECOND: "100000",
+    CRM_RATE_WRITE_BURST: "100000",
+    CRM_RATE_READ_PER_SECOND: "100000",
+    CRM_RATE_READ_BURST: "100000",
+  };
+  const created = runCli([...SOURCE, "token", "create", "--name", "instances"], { env });
+  if (created.exitCode !== 0) throw new Error(`token create failed: ${created.stderr}`);
+  token = created.stdout.trim();
+  admin = new SQL({ url: database.url, max: 1 });
+}, 60_000);
+
+afterAll(async () => {
+  await admin?.close();
+  await database?.drop();
+});
+
+/** serve starts one instance on the shared database. */
+function serve(): Promise<ServerProcess> {
+  return spawnServer([...SOURCE, "serve", "--port", "0", "--log-level", "warn", "--shutdown-timeout-ms", "300"], { env });
+}
+
+/** Receipt is one request a receiver got: which delivery, which contact, and when it was open. */
+interface Receipt {
+  webhookId: string;
+  contactId: string;
+  start: number;
+  end: number;
+}
+
+/** slowReceiver records every request and answers 200 after `delayMs` (a slow receiver); stop() fails on a body off the event catalogue. */
+function slowReceiver(delayMs: number) {
+  const receipts: Receipt[] = [];
+  const payloads = new PayloadCheck();
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    idleTimeout: 0,
+    async fetch(request) {
+      const start = performance.timeOrigin + performance.now();
+      const body = await request.text();
+      payloads.check(body);
+      await Bun.sleep(delayMs);
+      receipts.push({ webhookId: request.headers.get("webhook-id") ?? "", contactId: JSON.parse(body).data.id, start, end: performance.timeOrigin + performance.now() });
+      return new Response("ok");
+    },
+  });
+  return {
+    url: `http://127.0.0.1:${server.port}/hook`,
+    receipts,
+    async stop() {
+      await server.stop(true);
+      payloads.assertValid();
+    },
+  };
+}
+
+/** allDeliveries reads every delivery of a subscription through the API, page by page with the cursor. */
+async function allDeliveries(server: ServerProcess, subscriptionId: string): Promise<{ id: string; status: string; attempts: number }[]> {
+  const rows: { id: string; status: string; attempts: number }[] = [];
+  let cursor: string | null = null;
+  do {
+    const res = await api(server.url, token, "GET", `/public/v1/webhook-deliveries?subscription_id=${subscriptionId}&per_page=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    expect(res.status).toBe(200);
+    rows.push(...res.body.data);
+    cursor = res.body.meta.next_cursor;
+  } while (cursor);
+  return rows;
+}
+
+/** mostAtOnce is the most requests the receiver had open at one moment. */
+function mostAtOnce(receipts: Receipt[]): number {
+  const edges = receipts.flatMap((r) => [{ at: r.start, step: 1 }, { at: r.end, step: -1 }]).sort((a, b) => a.at - b.at || a.step - b.step);
+  let open = 0;
+  let most = 0;
+  for (const edge of edges) most = Math.max(most, (open += edge.step));
+  return most;
+}
+
+async function inFlightAttempts(server: ServerProcess): Promise<number> {
+  return parseExposition(await (await fetch(`${server.url}/metrics`)).text()).value("crm_webhook_attempts_in_flight") ?? 0;
+}
+
+describe("three instances on one PostgreSQL database", () => {
+  test(`${CONTACTS} contacts created through all three, one SIGKILLed mid-way and restarted: every event reaches both slow receivers, no delivery is attempted twice at once, the history equals what they saw`, async () => {
+    // The slower receiver takes 150 ms an answer, so its backlog keeps every instance at its cap.
+    const receivers = [slowReceiver(20), slowReceiver(150)];
+    const instances = await Promise.all([serve(), serve(), serve()]);
+    const live = new Set(instances);
+    const inFlightRequests = new Map<ServerProcess, number>(instances.map((i) => [i, 0]));
+    try {
+      const subscriptions: string[] = [];
+      for (const receiver of receivers) {
+        const res = await api(instances[0]!.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] });
+        expect(res.status).toBe(201);
+        subscriptions.push(res.body.data.id);
+      }
+
+      // A load balancer's view: requests go round-robin to the live instances; the one to be
+      // killed is taken out of rotation first, so no API request is lost with it (its delivery
+      // attempts are: that is what is tested).
+      const created: string[] = [];
+      let next = 0;
+      let turn = 0;
+      const victim = instances[1]!;
+      let killedAt = 0;
+      const client = async () => {
+        while (next < CONTACTS) {
+          const n = next++;
+          const pool = [...live];
+          const target = pool[turn++ % pool.length]!;
+          inFlightRequests.set(target, inFlightRequests.get(target)! + 1);
+          try {
+            const res = await api(target.url, token, "POST", "/public/v1/contacts", { first_name: `Ada ${n}` });
+            expect(res.status).toBe(201);
+            created.push(res.body.data.id);
+          } finally {
+            inFlightRequests.set(target, inFlightRequests.get(target)! - 1);
+          }
+        }
+      };
+      const kill = async () => {
+        await waitUntil(() => created.length >= CONTACTS / 3, "a third of the contacts");
+        live.delete(victim);
+        await waitUntil(() => inFlightRequests.get(victim) === 0, "the victim's API requests to finish");
+        await waitUntil(async () => (await inFlightAttempts(victim)) > 0, "the victim to have attempts in flight", victim.proc);
+        killedAt = performance.timeOrigin + performance.now();
+        victim.proc.kill("SIGKILL");
+        await victim.proc.exited;
+        const restarted = await serve();
+        instances[1] = restarted;
+        live.add(restarted);
+        inFlightRequests.set(restarted, 0);
+      };
+      await Promise.all([...Array.from({ length: CLIENTS }, client), kill()]);
+      expect(created.length).toBe(CONTACTS);
+      expect(killedAt).toBeGreaterThan(0);
+
+      for (const receiver of receivers) {
+        await waitUntil(() => new Set(receiver.receipts.map((r) => r.contactId)).size === CONTACTS, "every contact to reach the receiver");
+      }
+      for (const [index, receiver] of receivers.entries()) {
+        // Every event reached the receiver at least once.
+        expect(new Set(receiver.receipts.map((r) => r.contactId))).toEqual(new Set(created));
+        // The cap per subscription held over the three instances together.
+        expect(mostAtOnce(receiver.receipts)).toBeLessThanOrEqual(MAX_PER_SUBSCRIPTION);
+        // No delivery was attempted twice at once.
+        const byDelivery = Map.groupBy(receiver.receipts, (r) => r.webhookId);
+        for (const receipts of byDelivery.values()) {
+          receipts.sort((a, b) => a.start - b.start);
+          for (let i = 1; i < receipts.length; i++) expect(receipts[i]!.start).toBeGreaterThanOrEqual(receipts[i - 1]!.end);
+        }
+        // The history equals what the receiver saw: the same deliveries, all succeeded, each with
+        // as many recorded attempts as requests arrived, but for an attempt in flight in the
+        // killed instance (it reached the receiver before the kill and was never recorded).
+        await waitUntil(async () => (await allDeliveries(instances[0]!, subscriptions[index]!)).every((d) => d.status === "succeeded"), "every delivery to be recorded");
+        const history = await allDeliveries(instances[0]!, subscriptions[index]!);
+        expect(history.map((d) => d.id).sort()).toEqual([...byDelivery.keys()].sort());
+        for (const delivery of history) {
+          const receipts = byDelivery.get(delivery.id)!;
+          const unrecorded = receipts.length - delivery.attempts;
+          expect(unrecorded === 0 || (unrecorded === 1 && receipts[0]!.start < killedAt)).toBe(true);
+        }
+      }
+      // The killed instance's attempts were made again by another one.
+      const resent = receivers.flatMap((r) => [...Map.groupBy(r.receipts, (x) => x.webhookId).values()].filter((x) => x.length > 1));
+      expect(resent.length).toBeGreaterThan(0);
+    } finally {
+      for (const instance of instances) if (instance.proc.exitCode === null) await instance.stopWith("SIGTERM");
+      for (const receiver of receivers) await receiver.stop();
+    }
+  }, 240_000);
+});
+
+describe("two instances on one PostgreSQL database", () => {
+  let instances: ServerProcess[];
+  beforeAll(async () => {
+    instances = await Promise.all([serve(), serve()]);
+  });
+  afterAll(async () => {
+    for (const instance of instances ?? []) await instance.stopWith("SIGTERM");
+  });
+
+  const post = (instance: ServerProcess, key: string, body: unknown) =>
+    fetch(`${instance.url}/public/v1/contacts`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": key },
+      body: JSON.stringify(body),
+    });
+
+  test("a subscription's max_rate holds over both instances together (receiver-side times)", async () => {
+    const receiver = slowReceiver(0);
+    try {
+      const subscription = await api(instances[0]!.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"], max_rate: 10 });
+      expect(subscription.status).toBe(201);
+      const posts = Array.from({ length: 30 }, (_, i) => api(instances[i % 2]!.url, token, "POST", "/public/v1/contacts", { first_name: `Paced ${i}` }));
+      expect((await Promise.all(posts)).map((r) => r.status)).toEqual(Array(30).fill(201));
+      await waitUntil(() => receiver.receipts.length >= 30, "30 paced deliveries");
+      const arrivals = receiver.receipts.map((r) => r.start);
+      expect(busiestSecond(arrivals)).toBeLessThanOrEqual(10);
+      // 30 requests at 10 a second take at least 29 intervals of 100 ms.
+      expect(Math.max(...arrivals) - Math.min(...arrivals)).toBeGreaterThanOrEqual(29 * 100 - LOOPBACK_SLACK_MS);
+      await api(instances[0]!.url, token, "DELETE", `/public/v1/webhook-subscriptions/${subscription.body.data.id}`);
+    } finally {
+      await receiver.stop();
+    }
+  }, 60_000);
+
+  test("concurrent POSTs with one key spread over two instances create one contact; the others answer 409 or replay it", async () => {
+    const body = { first_name: "Grace", last_name: "Hopper", email: "grace.concurrent@example.com" };
+    const responses = await Promise.all(Array.from({ length: 16 }, (_, i) => post(instances[i % 2]!, "one-key", body)));
+    const answers = await Promise.all(responses.map(async (r) => ({ status: r.status, replayed: r.headers.get("idempotent-replayed"), body: await r.json() })));
+    const createdOnce = answers.filter((a) => a.status === 201 && a.replayed === null);
+    expect(createdOnce.length).toBe(1);
+    const contact = createdOnce[0]!.body;
+    for (const answer of answers) {
+      if (answer.status === 201) expect(answer.body).toEqual(contact);
+      else expect({ status: answer.status, type: answer.body.type }).toEqual({ status: 409, type: "urn:crm:problem:idempotency-key-in-use" });
+    }
+    const listed = await api(instances[1]!.url, token, "GET", "/public/v1/contacts?email=grace.concurrent@example.com");
+    expect(listed.body.data.map((c: { id: string }) => c.id)).toEqual([contact.data.id]);
+    // Once finished, either instance replays it.
+    for (const instance of instances) {
+      const replay = await post(instance, "one-key", body);
+      expect({ status: replay.status, replayed: replay.headers.get("idempotent-replayed"), body: await replay.json() }).toEqual({ status: 201, replayed: "true", body: contact });
+    }
+  });
+
+  test("a key reserved by a request running on another instance answers 409; a reservation a crashed instance left past its 60 s is taken over", async () => {
+    const [{ id: tokenId }] = await admin`SELECT id FROM api_tokens ORDER BY created_at LIMIT 1`;
+    const reserve = (key: string, at: number) =>
+      admin`INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at)
+            VALUES (${tokenId}, 'POST', '/public/v1/contacts', ${key}, ${Buffer.from("x")}, 0, '', ${at})`;
+    const body = { first_name: "Linus", email: "linus.reserved@example.com" };
+
+    await reserve("running-elsewhere", Date.now());
+    const refused = await post(instances[0]!, "running-elsewhere", body);
+    expect({ status: refused.status, retryAfter: refused.headers.get("retry-after"), type: (await refused.json()).type }).toEqual({
+      status: 409,
+      retryAfter: "1",
+      type: "urn:crm:problem:idempotency-key-in-use",
+    });
+
+    await reserve("left-by-a-crash", Date.now() - 61_000);
+    const taken = await post(instances[1]!, "left-by-a-crash", body);
+    expect(taken.status).toBe(201);
+    const contact = await taken.json();
+    const replay = await post(instances[0]!, "left-by-a-crash", body);
+    expect({ status: replay.status, body: await replay.json() }).toEqual({ status: 201, body: contact });
+    const listed = await api(instances[0]!.url, token, "GET", "/public/v1/contacts?email=linus.reserved@example.com");
+    expect(listed.body.data.map((c: { id: string }) => c.id)).toEqual([contact.data.id]);
+  });
+
+  test("a request refused by validation gives its key back: the corrected request with the same key creates the contact", async () => {
+    const refused = await post(instances[0]!, "fix-and-retry", { first_name: "Barbara", email: "not an email" });
+    expect(refused.status).toBe(422);
+    const [{ n }] = await admin`SELECT count(*)::int AS n FROM idempotency_keys WHERE idem_key = 'fix-and-retry'`;
+    expect(n).toBe(0);
+    const created = await post(instances[1]!, "fix-and-retry", { first_name: "Barbara", email: "barbara@example.com" });
+    expect(created.status).toBe(201);
+  });
+});
