@@ -341,9 +341,6 @@ async function countAllContacts(db: Db): Promise<number> {
  */
 const BROAD_SHARE = 8;
 
-/** FETCH_TO_WALK: fetching a relation's match (a lookup by id, then a sort) costs about this many steps of a walk (an index step and a key probe). */
-const FETCH_TO_WALK = 4;
-
 /**
  * WALK_WINDOW: a walk for relation filters reads at most this many times the rows it expects to
  * need (matches spread evenly) from the rarest relation's sort index. Where the other relations
@@ -362,14 +359,14 @@ interface Walk {
 
 /**
  * walkWindow decides whether a page of a name or relation filter reads a sort index in order,
- * given the count of matches. Relation filters walk when that is cheaper than fetching, counted in
- * rows: the walk reads the sort index of the relation with the fewest contacts (a tag's or an
- * account's rows carry the sort keys, migrations 0014 and 0016; an assigned user's contacts have
- * their own indexes on contacts), each of its rows a candidate, about (offset + limit) * its
- * contacts / matches of them; fetching reads every one of its contacts and sorts them. So a page
- * of one relation costs its 25 index entries wherever its contacts lie in the order (an account of
- * only the oldest contacts, newest first, included). A name search keeps the 1 in 8 rule, which
- * bounds a walk through the whole index.
+ * given the count of matches. Relation filters always walk the sort index of the relation with the
+ * fewest contacts: a tag's or an account's rows carry the sort keys (migrations 0014 and 0016), an
+ * assigned user's contacts have their own indexes on contacts. Each of its entries is a candidate;
+ * about (offset + limit) * its contacts / matches of them are read, never more than it has, while
+ * fetching would read every one of its contacts and sort them. So a page of one relation costs its
+ * 25 index entries wherever its contacts lie in the order (an account of only the oldest contacts,
+ * newest first, included). A name search keeps the 1 in 8 rule, which bounds a walk through the
+ * whole index.
  */
 async function walkWindow(db: Db, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): Promise<Walk> {
   const sole = soleFilter(filters);
@@ -377,8 +374,7 @@ async function walkWindow(db: Db, filters: ContactFilters, page: { matches: numb
   if (sole?.kind === "full_name") return { rows: page.matches * BROAD_SHARE >= (await countAllContacts(db)) ? Infinity : 0, relation: null };
   if (page.matches === 0) return { rows: 0, relation: null };
   const rarest = (await relationTerms(db, filters))[0]!;
-  const expected = ((page.offset + page.limit) * rarest.contacts) / page.matches;
-  return { rows: expected < rarest.contacts * FETCH_TO_WALK ? Math.ceil(WALK_WINDOW * expected) : 0, relation: rarest };
+  return { rows: Math.ceil((WALK_WINDOW * (page.offset + page.limit) * rarest.contacts) / page.matches), relation: rarest };
 }
 
 /** countContacts counts the contacts matching the filters. */
