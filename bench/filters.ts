@@ -63,7 +63,10 @@ function seed() {
       `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
        SELECT c.id, j.value, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM contacts c, json_each(c.properties, '$.tags') j`,
     );
-    sqlite.run("INSERT INTO contact_accounts (contact_id, account_id, position) SELECT c.id, j.value, j.key FROM contacts c, json_each(c.account_ids) j");
+    sqlite.run(
+      `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name, email)
+       SELECT c.id, j.value, j.key, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM contacts c, json_each(c.account_ids) j`,
+    );
   }).immediate();
   console.log(`seeded ${CONTACTS.toLocaleString("en-US")} contacts in ${((performance.now() - started) / 1000).toFixed(1)} s`);
 }
