@@ -257,7 +257,7 @@ describe("index use: every documented filter and sort", () => {
   });
 
   test("a relation carried only by the oldest contacts, listed newest first, is read from the newest of them in its own sort index: a window that cannot miss, no fetch (a tag, an account, an assigned user)", async () => {
-    for (const [filters, plan] of [[{ tags: ["old"] }, TAG_WALKED], [{ accountId: oldAccount }, ACCOUNT_WALKED], [{ assignedUserId: oldUser }, USER_WALKED]] as const) {
+    for (const [filters, plan] of [[{ tags: ["old"] }, TAG_WALKED], [{ accountId: oldAccount }, ACCOUNT_WALKED], [{ assignedUserId: oldUser }, USER_WALKED]] as [ContactFilters, string[]][]) {
       const { db, captured } = capturing(h.rt.db);
       const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: await countContacts(h.rt.db, filters) });
       expect({ filters, statements: captured.map((c) => c.sql.slice(0, 40)) }).toEqual({ filters, statements: [expect.stringMatching(/^SELECT n FROM contact_filter_counts/), expect.stringMatching(/^SELECT c.id/)] });
