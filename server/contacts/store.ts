@@ -434,11 +434,12 @@ export async function listContacts(
     const relation = walk.relation!;
     const after = keyset?.after ? ` AND ${keyset.after}` : "";
     if (relation.kind === "assigned_user") {
-      // sqlite-only: the window is read as rowids.
+      // SQLite reads the window as rowids (PostgreSQL has none: ids).
+      const byRowid = db.dialect === "sqlite";
       return {
-        sql: `SELECT c.rowid AS rid, c.id FROM contacts c WHERE c.assigned_user_id = ?${after} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
+        sql: `SELECT ${byRowid ? "c.rowid AS rid, " : ""}c.id FROM contacts c WHERE c.assigned_user_id = ?${after} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
         params: [relation.value, ...(keyset?.params ?? []), windowRows],
-        match: { contact: "c.rowid", window: "w.rid" },
+        match: byRowid ? { contact: "c.rowid", window: "w.rid" } : { contact: "c.id", window: "w.id" },
         probes: relationProbes({ ...filters, assignedUserId: undefined }, "w"),
         checks: { where: [], params: [] },
       };
