@@ -3,8 +3,8 @@
 // page and following pages by cursor, with the query plan each one uses. Target: p99 under 10 ms.
 // Data: tag `customer` on half the contacts, `region-N` on 1 in 20, `vip` on 1 in 100, `legacy` on
 // the oldest 1 in 20 (the far end of the default newest-first order); account
-// BIG on 1 in 4 and 2,000 others of 500 contacts each; user BROAD assigned to half, 1,000 others
-// to 500 each. Inserted with SQL (INSERT ... SELECT, the tables' triggers run as for the API).
+// BIG on 1 in 4, LEGACY on the oldest 1 in 20 and 2,000 others of 500 contacts each; user BROAD
+// assigned to half, LEGACY to the even ones of the oldest 1 in 20, 1,000 others to the rest. Inserted with SQL (INSERT ... SELECT, the tables' triggers run as for the API).
 // BENCH_ROUNDS (requests per scenario, default 300), BENCH_CONTACTS (default 1,000,000).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -22,6 +22,8 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 300);
 const id = (prefix: string, n: number | string) => `${prefix}_${String(n).padStart(26, "0")}`;
 const BIG = id("acc", 9_999_999);
 const BROAD = id("usr", 9_999_999);
+const LEGACY_ACCOUNT = id("acc", 8_888_888);
+const LEGACY_USER = id("usr", 8_888_888);
 
 const dataDir = mkdtempSync(join(tmpdir(), "crm-bench-filters-"));
 const db = openDatabase(databasePath(dataDir), "normal");
@@ -38,25 +40,33 @@ function seed() {
     sqlite.run(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 1999)
             INSERT INTO accounts (id, name, name_key, domain, properties, created_at, updated_at) SELECT 'acc_' || printf('%026d', i), 'Account ' || i, 'account ' || i, NULL, '{}', ?1, ?1 FROM n`, [first]);
     sqlite.run("INSERT INTO accounts (id, name, name_key, domain, properties, created_at, updated_at) VALUES (?, 'Big', 'big', NULL, '{}', ?, ?)", [BIG, first, first]);
+    sqlite.run("INSERT INTO accounts (id, name, name_key, domain, properties, created_at, updated_at) VALUES (?, 'Legacy', 'legacy', NULL, '{}', ?, ?)", [LEGACY_ACCOUNT, first, first]);
     sqlite.run(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 999)
             INSERT INTO users (id, name, email, created_at, updated_at) SELECT 'usr_' || printf('%026d', i), 'User ' || i, 'user' || i || '@example.com', ?1, ?1 FROM n`, [first]);
     sqlite.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES (?, 'Broad', 'broad@example.com', ?, ?)", [BROAD, first, first]);
+    sqlite.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES (?, 'Legacy', 'legacy@example.com', ?, ?)", [LEGACY_USER, first, first]);
     sqlite.run(
       `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
        INSERT INTO contacts (id, first_name, last_name, email, phone, assigned_user_id, properties, account_ids, assigned_user_ids, created_at, updated_at)
        SELECT 'con_' || printf('%026d', i), 'First' || (i % 5000), 'Last' || ((i * 7919) % 1000003), 'contact' || i || '@example.com', NULL,
-              CASE WHEN i % 2 = 1 THEN ?3 ELSE 'usr_' || printf('%026d', i % 1000) END,
+              CASE WHEN i % 2 = 1 THEN ?3 WHEN i <= ?1 / 20 THEN ?5 ELSE 'usr_' || printf('%026d', i % 1000) END,
               json_object('tags', json('[' || CASE WHEN i % 2 = 0 THEN '"customer",' ELSE '' END || '"region-' || (i % 20) || '"' || CASE WHEN i % 100 = 0 THEN ',"vip"' ELSE '' END || CASE WHEN i <= ?1 / 20 THEN ',"legacy"' ELSE '' END || ']')),
-              CASE WHEN i % 4 = 0 THEN json_array('acc_' || printf('%026d', i % 2000), ?2) ELSE json_array('acc_' || printf('%026d', i % 2000)) END,
+              CASE WHEN i % 4 = 0 AND i <= ?1 / 20 THEN json_array('acc_' || printf('%026d', i % 2000), ?2, ?6)
+                   WHEN i % 4 = 0 THEN json_array('acc_' || printf('%026d', i % 2000), ?2)
+                   WHEN i <= ?1 / 20 THEN json_array('acc_' || printf('%026d', i % 2000), ?6)
+                   ELSE json_array('acc_' || printf('%026d', i % 2000)) END,
               '[]', ?4 + i * 1000, ?4 + i * 1000
        FROM n`,
-      [CONTACTS, BIG, BROAD, first],
+      [CONTACTS, BIG, BROAD, first, LEGACY_USER, LEGACY_ACCOUNT],
     );
     sqlite.run(
       `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
        SELECT c.id, j.value, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM contacts c, json_each(c.properties, '$.tags') j`,
     );
-    sqlite.run("INSERT INTO contact_accounts (contact_id, account_id, position) SELECT c.id, j.value, j.key FROM contacts c, json_each(c.account_ids) j");
+    sqlite.run(
+      `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name, email)
+       SELECT c.id, j.value, j.key, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM contacts c, json_each(c.account_ids) j`,
+    );
   }).immediate();
   console.log(`seeded ${CONTACTS.toLocaleString("en-US")} contacts in ${((performance.now() - started) / 1000).toFixed(1)} s`);
 }
@@ -110,6 +120,10 @@ const SCENARIOS: [string, string][] = [
   ["assigned_user_id, 1 in 2", `assigned_user_id=${BROAD}`],
   ["assigned_user_id, 500 contacts", `assigned_user_id=${id("usr", 124)}`],
   ["assigned_user_id 1 in 2, sorted by updated_at asc", `assigned_user_id=${BROAD}&sort_by=updated_at&sort_direction=asc`],
+  ["account_id, 1 in 20, all the oldest (newest first)", `account_id=${LEGACY_ACCOUNT}`],
+  ["account_id 1 in 20 oldest, sorted by last_name", `account_id=${LEGACY_ACCOUNT}&sort_by=last_name&sort_direction=asc`],
+  ["assigned_user_id, 1 in 40, all the oldest (newest first)", `assigned_user_id=${LEGACY_USER}`],
+  ["assigned_user_id 1 in 40 oldest, sorted by email desc", `assigned_user_id=${LEGACY_USER}&sort_by=email&sort_direction=desc`],
   ["tag 1 in 100 + account_id 1 in 4", `tag=vip&account_id=${BIG}`],
 ];
 

@@ -209,7 +209,7 @@ async function writeNewContact(db: Db, input: ContactInput, now: number): Promis
   const anonymous = anonymousErrors(row);
   if (anonymous.length > 0) return { errors: anonymous };
   await insertContact(db, row);
-  await insertContactAccounts(db, row.id, input.account_ids ?? []);
+  await insertContactAccounts(db, row, input.account_ids ?? []);
   await insertContactAssignedUsers(db, row.id, input.assigned_user_ids ?? []);
   // A new contact has no tag rows: the DELETE of replaceContactTags cost ~13 us of every create.
   await insertContactTags(db, row, input.tags ?? []);
@@ -239,7 +239,7 @@ async function writeContactChange(db: Db, current: ContactRow, input: ContactInp
   // Canonical form: the same properties sent in another key order are no change.
   if (canonicalJson({ ...after, version: null, updated_at: null }) === canonicalJson({ ...before, version: null, updated_at: null })) return { contact: before, changed: false };
   await updateContactRow(db, row);
-  if (input.account_ids !== undefined) await replaceContactAccounts(db, current.id, input.account_ids ?? []);
+  if (input.account_ids !== undefined) await replaceContactAccounts(db, row, input.account_ids ?? []);
   if (input.assigned_user_ids !== undefined) await replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
   if (input.tags !== undefined) await replaceContactTags(db, row, input.tags ?? []);
   await recordEvent(db, "contact.updated", after, now);

@@ -78,17 +78,23 @@ export function findContactByExternalId(db: Db, externalId: string): Promise<Con
   return db.get<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.external_id = ?`, [externalId]);
 }
 
+/** RelationSortKeys are the contact's sort keys each of its tag and account rows carries (migrations 0014 and 0016; triggers keep them current). */
+type RelationSortKeys = Pick<ContactRow, "id" | "created_at" | "updated_at" | "first_name" | "last_name" | "email">;
+
 /** insertContactAccounts relates a contact that has no accounts yet to the given ones, in order (the row's account_ids copy is written with the row). */
-export async function insertContactAccounts(db: Db, contactId: string, accountIds: string[]): Promise<void> {
+export async function insertContactAccounts(db: Db, contact: RelationSortKeys, accountIds: string[]): Promise<void> {
   for (let position = 0; position < accountIds.length; position++) {
-    await db.run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES (?, ?, ?)", [contactId, accountIds[position]!, position]);
+    await db.run(
+      "INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name, email) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+      [contact.id, accountIds[position]!, position, contact.created_at, contact.updated_at, contact.first_name, contact.last_name, contact.email],
+    );
   }
 }
 
-/** replaceContactAccounts sets the accounts a contact relates to, in the given order (the row's account_ids copy is written with the row). */
-export async function replaceContactAccounts(db: Db, contactId: string, accountIds: string[]): Promise<void> {
-  await db.run("DELETE FROM contact_accounts WHERE contact_id = ?", [contactId]);
-  await insertContactAccounts(db, contactId, accountIds);
+/** replaceContactAccounts sets the accounts a contact relates to, in the given order; `contact` is the row as stored after the change. */
+export async function replaceContactAccounts(db: Db, contact: RelationSortKeys, accountIds: string[]): Promise<void> {
+  await db.run("DELETE FROM contact_accounts WHERE contact_id = ?", [contact.id]);
+  await insertContactAccounts(db, contact, accountIds);
 }
 
 /** insertContactAssignedUsers assigns a contact that has no assigned users yet to the given ones, in order. */
@@ -104,11 +110,8 @@ export async function replaceContactAssignedUsers(db: Db, contactId: string, use
   await insertContactAssignedUsers(db, contactId, userIds);
 }
 
-/** TagSortKeys are the contact's sort keys each of its tag rows carries (migration 0014; triggers keep them current). */
-type TagSortKeys = Pick<ContactRow, "id" | "created_at" | "updated_at" | "first_name" | "last_name" | "email">;
-
 /** insertContactTags records the distinct tags of a contact that has none yet (the row's properties keep `tags` as given). */
-export async function insertContactTags(db: Db, contact: TagSortKeys, tags: readonly string[]): Promise<void> {
+export async function insertContactTags(db: Db, contact: RelationSortKeys, tags: readonly string[]): Promise<void> {
   for (const tag of tags) {
     await db.run(
       `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -119,7 +122,7 @@ export async function insertContactTags(db: Db, contact: TagSortKeys, tags: read
 }
 
 /** replaceContactTags sets the distinct tags a contact carries; `contact` is the row as stored after the change. */
-export async function replaceContactTags(db: Db, contact: TagSortKeys, tags: readonly string[]): Promise<void> {
+export async function replaceContactTags(db: Db, contact: RelationSortKeys, tags: readonly string[]): Promise<void> {
   await db.run("DELETE FROM contact_tags WHERE contact_id = ?", [contact.id]);
   await insertContactTags(db, contact, tags);
 }
@@ -346,7 +349,7 @@ async function countAllContacts(db: Db): Promise<number> {
 }
 
 /**
- * BROAD_SHARE: a search by name or relation matching at least 1 in this many contacts walks the sort index.
+ * BROAD_SHARE: a search by name matching at least 1 in this many contacts walks the sort index.
  * Fetching every match by rowid and sorting costs about 0.5 us per match; walking the index and
  * probing the matches about 0.06 us per row, and a page is found long before the end (16,667 of
  * 100k matches: 1.9 ms instead of 8.7 ms). At 1 in 8 even a walk through the whole index (matches
@@ -354,45 +357,40 @@ async function countAllContacts(db: Db): Promise<number> {
  */
 const BROAD_SHARE = 8;
 
-/** FETCH_TO_WALK: fetching a relation's match (a lookup by id, then a sort) costs about this many steps of a walk (an index step and a key probe). */
-const FETCH_TO_WALK = 4;
-
 /**
  * WALK_WINDOW: a walk for relation filters reads at most this many times the rows it expects to
- * need (matches spread evenly) from the sort index. Matches crowding the far end of the sort (an
- * account only the oldest contacts are linked to, newest first; or two tags whose contacts seldom
- * meet) would otherwise make it read most of the index; past the window the page is fetched
- * instead, so such a page costs at most the window plus the fetch.
+ * need (matches spread evenly) from the rarest relation's sort index. Where the other relations
+ * seldom meet its contacts in that order (a tag of the newest contacts and an account of the
+ * oldest) it would otherwise read most of the index; past the window the page is fetched instead,
+ * so such a page costs at most the window plus the fetch. A single relation cannot miss: every
+ * row of its index is a match.
  */
 const WALK_WINDOW = 2;
 
-/** Walk is how a page of a name or relation filter is read: `rows` 0 to fetch the matches, Infinity for a name search's walk, else a relation walk's window; `tag` the tag whose own sort index the window reads, null for contacts' sort index. */
+/** Walk is how a page of a name or relation filter is read: `rows` 0 to fetch the matches, Infinity for a name search's walk, else a relation walk's window; `relation` the relation whose own sort index the window reads. */
 interface Walk {
   rows: number;
-  tag: RelationTerm | null;
+  relation: RelationTerm | null;
 }
 
 /**
  * walkWindow decides whether a page of a name or relation filter reads a sort index in order,
- * given the count of matches. Relation filters walk when that is cheaper than fetching, counted in
- * rows: with matches spread through the sort order a walk reads about (offset + limit) * candidates
- * / matches rows, while fetching reads every contact of the rarest relation (a tag on 1 in 100 of a
- * million contacts: ~2,500 rows instead of 10,000 lookups and a sort). With a tag among them the
- * candidates are that tag's rows, read from its own sort index (migration 0014), so a tag's page
- * costs its 25 entries wherever its contacts lie in the order; otherwise every contact is one. A
- * name search keeps the 1 in 8 rule, which bounds a walk through the whole index.
+ * given the count of matches. Relation filters always walk the sort index of the relation with the
+ * fewest contacts: a tag's or an account's rows carry the sort keys (migrations 0014 and 0016), an
+ * assigned user's contacts have their own indexes on contacts. Each of its entries is a candidate;
+ * about (offset + limit) * its contacts / matches of them are read, never more than it has, while
+ * fetching would read every one of its contacts and sort them. So a page of one relation costs its
+ * 25 index entries wherever its contacts lie in the order (an account of only the oldest contacts,
+ * newest first, included). A name search keeps the 1 in 8 rule, which bounds a walk through the
+ * whole index.
  */
 async function walkWindow(db: Db, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): Promise<Walk> {
   const sole = soleFilter(filters);
-  if (!sole && !relationsOnly(filters)) return { rows: 0, tag: null };
-  const total = await countAllContacts(db);
-  if (sole?.kind === "full_name") return { rows: page.matches * BROAD_SHARE >= total ? Infinity : 0, tag: null };
-  if (page.matches === 0) return { rows: 0, tag: null };
-  const terms = await relationTerms(db, filters);
-  const tag = terms.find((term) => term.kind === "tag") ?? null;
-  const expected = ((page.offset + page.limit) * (tag?.contacts ?? total)) / page.matches;
-  const broad = sole !== null && page.matches * BROAD_SHARE >= total;
-  return { rows: broad || expected < terms[0]!.contacts * FETCH_TO_WALK ? Math.ceil(WALK_WINDOW * expected) : 0, tag };
+  if (!sole && !relationsOnly(filters)) return { rows: 0, relation: null };
+  if (sole?.kind === "full_name") return { rows: page.matches * BROAD_SHARE >= (await countAllContacts(db)) ? Infinity : 0, relation: null };
+  if (page.matches === 0) return { rows: 0, relation: null };
+  const rarest = (await relationTerms(db, filters))[0]!;
+  return { rows: Math.ceil((WALK_WINDOW * (page.offset + page.limit) * rarest.contacts) / page.matches), relation: rarest };
 }
 
 /** countContacts counts the contacts matching the filters. */
@@ -434,8 +432,8 @@ export async function listContacts(
     (page.sortBy === "created_at" && (filters.createdAfter !== undefined || filters.email !== undefined)) ||
     (page.sortBy === "updated_at" && filters.updatedAfter !== undefined);
   const nullable = NULLABLE_SORTS.has(page.sortBy);
-  // A tag's rows carry the sort keys under the contacts' own column names (migration 0014).
-  const walked = walk.tag
+  // A tag's or an account's rows carry the sort keys under the contacts' own column names (migrations 0014 and 0016).
+  const walked = walk.relation && walk.relation.kind !== "assigned_user"
     ? keysetOrder(`t.${page.sortBy}`, "t.contact_id", page.direction, page.cursor, nullable, db.dialect)
     : keysetOrder(`c.${page.sortBy}`, "c.id", page.direction, page.cursor, nullable, db.dialect);
   const sortColumn = hasFilters(filters) && !sortFiltered ? unindexed(db.dialect, `c.${page.sortBy}`) : `c.${page.sortBy}`;
@@ -449,34 +447,33 @@ export async function listContacts(
     const sql = `SELECT ${COLUMNS} FROM contacts c ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
     return db.all<ContactRow>(sql, [...(keyset?.params ?? []), ...params, limit, page.offset]);
   };
-  // A walk for relation filters reads a window of a sort index in order: the walked tag's (its rows
-  // are all candidates) or contacts' own (covering, unless the assigned user is filtered). Each row
-  // of it is tested against the other relations, and only then are the matching rows read.
+  // A walk for relation filters reads a window of the rarest relation's sort index in order (the
+  // candidates' ids, from a covering index). Each of them is tested against the other relations,
+  // and only then are the matching contacts read.
   const windowRows = Number.isFinite(walk.rows) ? walk.rows : 0;
-  // sqlite-only: contacts' own window is read as rowids (PostgreSQL has none: ids), and a unary + keeps SQLite off an index (above).
   const windowOf = (keyset: Keyset) => {
-    const keysetParams = keyset?.params ?? [];
-    const tag = walk.tag;
-    if (tag) {
-      const others = { ...filters, tags: filters.tags?.filter((other) => other !== tag.value), assignedUserId: undefined };
-      // the tag rows do not hold the assigned user: it is checked on the contacts read, before their sort
-      const assigned = relationProbes(db, { assignedUserId: filters.assignedUserId }, "c");
+    const relation = walk.relation!;
+    const after = keyset?.after ? ` AND ${keyset.after}` : "";
+    if (relation.kind === "assigned_user") {
+      // SQLite reads the window as rowids (PostgreSQL has none: ids).
+      const byRowid = db.dialect === "sqlite";
       return {
-        sql: `SELECT t.contact_id AS id FROM contact_tags t WHERE t.tag = ?${keyset?.after ? ` AND ${keyset.after}` : ""} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
-        params: [tag.value, ...keysetParams, windowRows],
-        match: { contact: "c.id", window: "w.id" },
-        probes: relationProbes(db, others, "w"),
-        checks: assigned,
+        sql: `SELECT ${byRowid ? "c.rowid AS rid, " : ""}c.id FROM contacts c WHERE c.assigned_user_id = ?${after} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
+        params: [relation.value, ...(keyset?.params ?? []), windowRows],
+        match: byRowid ? { contact: "c.rowid", window: "w.rid" } : { contact: "c.id", window: "w.id" },
+        probes: relationProbes(db, { ...filters, assignedUserId: undefined }, "w"),
+        checks: { where: [], params: [] },
       };
     }
-    const byRowid = db.dialect === "sqlite";
-    const columns = `${byRowid ? "c.rowid AS rid, " : ""}c.id${filters.assignedUserId !== undefined ? ", c.assigned_user_id" : ""}`;
+    const { table, column } = relation.kind === "tag" ? { table: "contact_tags", column: "tag" } : { table: "contact_accounts", column: "account_id" };
+    const others = relation.kind === "tag" ? { ...filters, tags: filters.tags?.filter((other) => other !== relation.value) } : { ...filters, accountId: undefined };
+    // the relation rows do not hold the assigned user: it is checked on the contacts read, before their sort
     return {
-      sql: `SELECT ${columns} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after}` : ""} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
-      params: [...keysetParams, windowRows],
-      match: byRowid ? { contact: "c.rowid", window: "w.rid" } : { contact: "c.id", window: "w.id" },
-      probes: relationProbes(db, filters, "w"),
-      checks: { where: [], params: [] },
+      sql: `SELECT t.contact_id AS id FROM ${table} t WHERE t.${column} = ?${after} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
+      params: [relation.value, ...(keyset?.params ?? []), windowRows],
+      match: { contact: "c.id", window: "w.id" },
+      probes: relationProbes(db, { ...others, assignedUserId: undefined }, "w"),
+      checks: relationProbes(db, { assignedUserId: filters.assignedUserId }, "c"),
     };
   };
   const selectInWindow = async (keyset: Keyset, fallback: Keyset, limit: number) => {

@@ -25,15 +25,16 @@ async function contact(body: Record<string, unknown>) {
 const SORT_KEYS = "created_at, updated_at, first_name, last_name, email";
 type SortKeys = { created_at: number; updated_at: number; first_name: string | null; last_name: string | null; email: string | null };
 
-/** relationCopiesAgree checks each contact row's account ids and tags against the relation tables, and that its tag rows carry its sort keys. */
+/** relationCopiesAgree checks each contact row's account ids and tags against the relation tables, and that its tag and account rows carry its sort keys. */
 async function relationCopiesAgree() {
   const rows = await h.rt.db.all<{ id: string; account_ids: string; properties: string } & SortKeys>(`SELECT id, account_ids, properties, ${SORT_KEYS} FROM contacts ORDER BY id`);
   for (const row of rows) {
-    const accounts = (await h.rt.db.all<{ account_id: string }>("SELECT account_id FROM contact_accounts WHERE contact_id = ? ORDER BY position", [row.id])).map((r) => r.account_id);
+    const accountRows = await h.rt.db.all<{ account_id: string } & SortKeys>(`SELECT account_id, ${SORT_KEYS} FROM contact_accounts WHERE contact_id = ? ORDER BY position`, [row.id]);
     const tagRows = await h.rt.db.all<{ tag: string } & SortKeys>(`SELECT tag, ${SORT_KEYS} FROM contact_tags WHERE contact_id = ? ORDER BY tag`, [row.id]);
     const ownTags = [...new Set((JSON.parse(row.properties).tags ?? []) as string[])].sort();
     const keys: SortKeys = { created_at: row.created_at, updated_at: row.updated_at, first_name: row.first_name, last_name: row.last_name, email: row.email };
-    expect({ id: row.id, accounts: JSON.parse(row.account_ids), tags: ownTags.map((tag) => ({ tag, ...keys })) }).toEqual({ id: row.id, accounts, tags: tagRows });
+    const ownAccounts = (JSON.parse(row.account_ids) as string[]).map((account_id) => ({ account_id, ...keys }));
+    expect({ id: row.id, accounts: ownAccounts, tags: ownTags.map((tag) => ({ tag, ...keys })) }).toEqual({ id: row.id, accounts: accountRows, tags: tagRows });
   }
 }
 
@@ -158,40 +159,62 @@ describe("contact relations: happy paths", () => {
     }
     expect((await h.json("GET", `/public/v1/contacts?tag=three&account_id=${a.id}&sort_by=created_at&sort_direction=asc`)).body).toEqual({ data: [made[0], made[8]].filter((c) => c.tags.includes("three")), meta: page(made.filter((c) => c.tags.includes("three") && c.account_ids.includes(a.id)).length) });
   });
-  test("a tag's list keeps its contacts' own order in every sort, by cursor too, after names, emails, other fields, tags and accounts change", async () => {
-    const a = await account("A");
+  test("a tag's, an account's and an assigned user's lists keep their contacts' own order in every sort, by cursor too, after names, emails, other fields, tags, accounts and assignments change", async () => {
+    const [a, b] = [await account("A"), await account("B")];
+    const u = await createUser(h.rt.db, { name: "U", email: "u@example.com" });
     const made = [];
     for (let i = 0; i < 8; i++) {
-      made.push(await contact({ first_name: `N${(i * 3) % 8}`, last_name: i % 4 ? `L${(i * 5) % 8}` : null, email: `e${(i * 7) % 8}@example.com`, tags: i % 2 ? ["t"] : [], account_ids: i < 4 ? [a.id] : [] }));
+      made.push(
+        await contact({
+          first_name: `N${(i * 3) % 8}`,
+          last_name: i % 4 ? `L${(i * 5) % 8}` : null,
+          email: `e${(i * 7) % 8}@example.com`,
+          tags: i % 2 ? ["t"] : [],
+          account_ids: [...(i < 4 ? [a.id] : []), ...(i % 3 ? [b.id] : [])],
+          assigned_user_id: i % 2 ? null : u.id,
+        }),
+      );
     }
     // each change moves updated_at; names and emails move a contact in the other sorts
-    await h.json("PATCH", `/public/v1/contacts/${made[1]!.id}`, { body: { first_name: null, last_name: "aardvark" } });
+    await h.json("PATCH", `/public/v1/contacts/${made[1]!.id}`, { body: { first_name: null, last_name: "aardvark", assigned_user_id: u.id } });
     await h.json("PATCH", `/public/v1/contacts/${made[3]!.id}`, { body: { email: "zz@example.com" } });
     await h.json("PATCH", `/public/v1/contacts/${made[5]!.id}`, { body: { phone: "+44 20 7946 0000" } });
+    await h.json("PATCH", `/public/v1/contacts/${made[6]!.id}`, { body: { assigned_user_id: null } });
     await h.json("POST", `/public/v1/contacts/${made[2]!.id}/tags`, { body: { tag: "t" } });
-    await h.json("PATCH", `/public/v1/contacts/${made[4]!.id}`, { body: { first_name: "Late", tags: ["u", "t"] } });
-    await h.json("PATCH", `/public/v1/contacts/${made[7]!.id}`, { body: { last_name: "later", tags: [] } });
+    await h.json("POST", `/public/v1/contacts/${made[3]!.id}/accounts`, { body: { account_id: b.id } });
+    await h.json("DELETE", `/public/v1/contacts/${made[4]!.id}/accounts/${b.id}`);
+    await h.json("PATCH", `/public/v1/contacts/${made[4]!.id}`, { body: { first_name: "Late", tags: ["u", "t"], account_ids: [b.id] } });
+    await h.json("PATCH", `/public/v1/contacts/${made[7]!.id}`, { body: { last_name: "later", tags: [], account_ids: [] } });
     // the account's deletion unlinks its contacts in one statement, moving their updated_at
     expect((await h.request("DELETE", `/public/v1/accounts/${a.id}`)).status).toBe(204);
     await relationCopiesAgree();
-    for (const sort of CONTACT_SORTS) {
-      for (const direction of ["asc", "desc"] as const) {
-        const order = `sort_by=${sort}&sort_direction=${direction}`;
-        const everyone = (await h.json("GET", `/public/v1/contacts?${order}&per_page=100`)).body.data;
-        const expected = everyone.filter((c: any) => c.tags.includes("t")).map((c: any) => c.id);
-        const tagged = (await h.json("GET", `/public/v1/contacts?tag=t&${order}&per_page=100`)).body;
-        expect({ sort, direction, ids: tagged.data.map((c: any) => c.id) }).toEqual({ sort, direction, ids: expected });
-        const walked: string[] = [];
-        let cursor: string | null = null;
-        do {
-          const res: any = (await h.json("GET", `/public/v1/contacts?tag=t&${order}&per_page=2${cursor ? `&cursor=${cursor}` : ""}`)).body;
-          walked.push(...res.data.map((c: any) => c.id));
-          cursor = res.meta.next_cursor;
-        } while (cursor);
-        expect({ sort, direction, ids: walked }).toEqual({ sort, direction, ids: expected });
+    const filters: [string, (c: any) => boolean][] = [
+      ["tag=t", (c) => c.tags.includes("t")],
+      [`account_id=${b.id}`, (c) => c.account_ids.includes(b.id)],
+      [`assigned_user_id=${u.id}`, (c) => c.assigned_user_id === u.id],
+    ];
+    for (const [filter, matches] of filters) {
+      for (const sort of CONTACT_SORTS) {
+        for (const direction of ["asc", "desc"] as const) {
+          const order = `sort_by=${sort}&sort_direction=${direction}`;
+          const everyone = (await h.json("GET", `/public/v1/contacts?${order}&per_page=100`)).body.data;
+          const expected = everyone.filter(matches).map((c: any) => c.id);
+          const listed = (await h.json("GET", `/public/v1/contacts?${filter}&${order}&per_page=100`)).body;
+          expect({ filter, sort, direction, ids: listed.data.map((c: any) => c.id) }).toEqual({ filter, sort, direction, ids: expected });
+          const walked: string[] = [];
+          let cursor: string | null = null;
+          do {
+            const res: any = (await h.json("GET", `/public/v1/contacts?${filter}&${order}&per_page=2${cursor ? `&cursor=${cursor}` : ""}`)).body;
+            walked.push(...res.data.map((c: any) => c.id));
+            cursor = res.meta.next_cursor;
+          } while (cursor);
+          expect({ filter, sort, direction, ids: walked }).toEqual({ filter, sort, direction, ids: expected });
+        }
       }
     }
-    expect((await h.json("GET", "/public/v1/contacts?tag=t&per_page=100")).body.meta.total).toBe(5);
+    const totals = [];
+    for (const [filter] of filters) totals.push((await h.json("GET", `/public/v1/contacts?${filter}&per_page=100`)).body.meta.total);
+    expect(totals).toEqual([5, 5, 4]);
   });
 });
 

@@ -16,6 +16,7 @@ let globex: string;
 let user: string;
 let rareUser: string;
 let oldAccount: string;
+let oldUser: string;
 beforeAll(async () => {
   h = await createHarness();
   acme = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } })).body.data.id;
@@ -23,10 +24,13 @@ beforeAll(async () => {
   oldAccount = (await h.json("POST", "/public/v1/accounts", { body: { name: "Initech" } })).body.data.id;
   user = (await createUser(h.rt.db, { name: "U", email: "u@example.com" })).id;
   rareUser = (await createUser(h.rt.db, { name: "R", email: "r@example.com" })).id;
+  oldUser = (await createUser(h.rt.db, { name: "O", email: "o@example.com" })).id;
   for (let i = 0; i < 40; i++) {
     // broad: tag "common", account Acme, user U (half the contacts); narrow: tag "rare", Globex, user R (one)
-    // "old" and Initech: only the six oldest contacts, the far end of a newest-first walk
-    const relations = { tags: [...(i % 2 ? ["common"] : []), ...(i === 7 ? ["rare"] : []), ...(i < 6 ? ["old"] : [])], account_ids: [...(i % 2 ? [acme] : []), ...(i === 7 ? [globex] : []), ...(i < 6 ? [oldAccount] : [])], assigned_user_id: i % 2 ? user : i === 8 ? rareUser : null };
+    // "old", Initech and user O: only the oldest contacts, the far end of a newest-first walk
+    // "sparse": the even contacts and the three oldest odd ones, so it meets "common" only there
+    const tags = [...(i % 2 ? ["common"] : []), ...(i === 7 ? ["rare"] : []), ...(i < 6 ? ["old"] : []), ...(i % 2 === 0 || i < 6 ? ["sparse"] : [])];
+    const relations = { tags, account_ids: [...(i % 2 ? [acme] : []), ...(i === 7 ? [globex] : []), ...(i < 6 ? [oldAccount] : [])], assigned_user_id: i % 2 ? user : i === 8 ? rareUser : i < 6 ? oldUser : null };
     await h.json("POST", "/public/v1/contacts", { body: { first_name: i % 5 ? `First${i}` : null, last_name: `Last${i % 7}`, email: i % 3 ? `p${i}@example.com` : null, ...relations } });
   }
   await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ödön", last_name: "Straße" } });
@@ -43,8 +47,8 @@ function expectIndexed(label: string, plan: string[]) {
 
 const INDEX_OF: Record<string, string> = { created_at: "contacts_created", updated_at: "contacts_updated", first_name: "contacts_first_name", last_name: "contacts_last_name", email: "contacts_email" };
 
-/** TAG_INDEX_OF names the index of contact_tags (tag, sort key, contact_id) that walks a tag's contacts in each sort. */
-const TAG_INDEX_OF: Record<string, string> = { created_at: "contact_tags_created", updated_at: "contact_tags_updated", first_name: "contact_tags_first_name", last_name: "contact_tags_last_name", email: "contact_tags_email" };
+/** SORT_SUFFIX names each sort's index of a relation, led by the relation: contact_tags_created is (tag, created_at, contact_id). */
+const SORT_SUFFIX: Record<string, string> = { created_at: "created", updated_at: "updated", first_name: "first_name", last_name: "last_name", email: "email" };
 
 const FILTERS: Record<string, () => ContactFilters> = {
   none: () => ({}),
@@ -58,23 +62,29 @@ const FILTERS: Record<string, () => ContactFilters> = {
   "tag, narrow (matches fetched)": () => ({ tags: ["rare"] }),
   "tag of the oldest contacts (the tag's sort index walked)": () => ({ tags: ["old"] }),
   "two tags": () => ({ tags: ["common", "rare"] }),
-  "account_id, broad": () => ({ accountId: acme }),
+  "account_id, broad (the account's sort index walked)": () => ({ accountId: acme }),
   "account_id, narrow": () => ({ accountId: globex }),
-  "assigned_user_id, broad": () => ({ assignedUserId: user }),
+  "account_id of the oldest contacts (the account's sort index walked)": () => ({ accountId: oldAccount }),
+  "assigned_user_id, broad (the user's sort index walked)": () => ({ assignedUserId: user }),
   "assigned_user_id, narrow": () => ({ assignedUserId: rareUser }),
+  "assigned_user_id of the oldest contacts (the user's sort index walked)": () => ({ assignedUserId: oldUser }),
+  "account_id and assigned_user_id (the account's sort index walked, the user checked)": () => ({ accountId: acme, assignedUserId: user }),
+  "tag and assigned_user_id (the user's sort index walked, the tag probed)": () => ({ tags: ["sparse"], assignedUserId: oldUser }),
   "tag, account_id, assigned_user_id and updated_after together": () => ({ tags: ["common"], accountId: acme, assignedUserId: user, updatedAfter: 0 }),
 };
 
-const WINDOW_COUNT = "SELECT count(*) AS n FROM (SELECT c.rowid AS rid";
-/** TAG_WINDOW is how a page walking a tag's own sort index reads it. */
-const TAG_WINDOW = "FROM contact_tags t WHERE t.tag = ?";
+/** WINDOWS are how a page walking a relation's own sort index reads it, and the index of each sort it must read. */
+const WINDOWS = [
+  { from: "FROM contact_tags t WHERE t.tag = ?", search: (sort: string) => `SEARCH t USING COVERING INDEX contact_tags_${SORT_SUFFIX[sort]} (tag=?` },
+  { from: "FROM contact_accounts t WHERE t.account_id = ?", search: (sort: string) => `SEARCH t USING COVERING INDEX contact_accounts_${SORT_SUFFIX[sort]} (account_id=?` },
+  { from: "SELECT c.rowid AS rid, c.id FROM contacts c WHERE c.assigned_user_id = ?", search: (sort: string) => `SEARCH c USING COVERING INDEX contacts_assigned_user_${SORT_SUFFIX[sort]} (assigned_user_id=?` },
+];
 
 /** RELATION_INDEX is the index (or primary key) each relation filter must be read through, fetched or walked. */
 const RELATION_INDEX = {
   tags: /contact_tags_(created|updated|first_name|last_name|email) \(tag=\?|ct (EXISTS )?USING PRIMARY KEY \(contact_id=\? AND tag=\?\)/,
-  accountId: /contact_accounts_account \(account_id=\?|ca (EXISTS )?USING PRIMARY KEY \(contact_id=\? AND account_id=\?\)/,
-  // walked: the sort index is read in order and each row's own column is checked
-  assignedUserId: /contacts_assigned_user \(assigned_user_id=\?|(SCAN|SEARCH) c USING INDEX contacts_(created|updated|first_name|last_name|email)\b/,
+  accountId: /contact_accounts_(created|updated|first_name|last_name|email) \(account_id=\?|ca (EXISTS )?USING PRIMARY KEY \(contact_id=\? AND account_id=\?\)/,
+  assignedUserId: /contacts_assigned_user_(created|updated|first_name|last_name|email) \(assigned_user_id=\?/,
 };
 
 const CURSORS: Record<string, (sort: string) => CursorPosition | null> = {
@@ -89,30 +99,30 @@ describe("index use: every documented filter and sort", () => {
       const filters = filtersOf();
       for (const sortBy of CONTACT_SORTS) {
         for (const direction of ["asc", "desc"] as const) {
-          for (const [cursorName, cursor] of Object.entries(CURSORS)) {
+          // a page size larger than the data makes the store also read the group after the cursor; a small one walks a broad relation
+          for (const [[cursorName, cursor], limit] of Object.entries(CURSORS).flatMap((entry) => [[entry, 100], [entry, 5]] as const)) {
             const { db, captured } = capturing(h.rt.db);
-            // a page size larger than the data makes the store also read the group after the cursor
-            await listContacts(db, filters, { sortBy, direction, cursor: cursor(sortBy), limit: 100, offset: 0, matches: await countContacts(h.rt.db, filters) });
+            await listContacts(db, filters, { sortBy, direction, cursor: cursor(sortBy), limit, offset: 0, matches: await countContacts(h.rt.db, filters) });
             await countContacts(db, filters);
             expect(captured.length).toBeGreaterThan(0);
             for (const c of captured) {
               const plan = planOf(c);
-              const label = `${filterName} / ${sortBy} ${direction} / ${cursorName}: ${c.sql}`;
+              const label = `${filterName} / ${sortBy} ${direction} / ${cursorName} / ${limit} a page: ${c.sql}`;
               expectIndexed(label, plan);
               if (filters.email) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/contacts_email(_created)? \(email=\?/) });
               // the contact total that decides a name search's plan is one primary-key lookup, checked above
               if (filters.fullName && !c.sql.includes("FROM row_counts")) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/SCAN f VIRTUAL TABLE INDEX \d+:M/) });
               // a single relation filter counts from the trigger-kept totals; lists and combined counts read the relation
-              // (and a walk's check of how far its window reached reads the sort index alone)
-              const counted = c.sql.includes("FROM contact_filter_counts") || c.sql.includes("FROM row_counts") || c.sql.startsWith(WINDOW_COUNT);
+              // (and a walk's check of how far its window reached reads the walked relation's index alone)
+              const counted = c.sql.includes("FROM contact_filter_counts") || c.sql.includes("FROM row_counts") || c.sql.endsWith(") AS window_rows");
               for (const key of ["tags", "accountId", "assignedUserId"] as const) {
-                // beside another relation, the assigned user is a check on each row that relation fetched
+                // beside another relation, the assigned user is a check on each row that relation fetched or walked
                 if (key === "assignedUserId" && (filters.tags || filters.accountId)) continue;
                 if (filters[key] !== undefined && !counted) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(RELATION_INDEX[key]) });
               }
-              // a walk of a tag reads its index of the page's sort in order (the cursor a range of it): only the page's rows are sorted
-              if (c.sql.includes(TAG_WINDOW)) {
-                expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringContaining(`SEARCH t USING COVERING INDEX ${TAG_INDEX_OF[sortBy]} (tag=?`) });
+              // a walk of a relation reads its index of the page's sort in order (the cursor a range of it): only the page's rows are sorted
+              for (const window of WINDOWS.filter((w) => c.sql.includes(w.from))) {
+                expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringContaining(window.search(sortBy)) });
                 expect({ label, sorts: plan.filter((line) => line.includes("TEMP B-TREE")).length }).toEqual({ label, sorts: c.sql.startsWith("SELECT count(*)") ? 0 : 1 });
               }
             }
@@ -206,103 +216,107 @@ describe("index use: every documented filter and sort", () => {
     expect(await Promise.all(["irst1", "a", "t3", "öd"].map(async (fullName) => (await countContacts(h.rt.db, { fullName })) > 0))).toEqual([true, true, true, true]);
   });
 
-  /** TAG_WALKED is the plan of a page walking a tag's (tag, created_at, contact_id) index newest first: only the window's rows are sorted. */
-  const TAG_WALKED = ["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", expect.stringMatching(/^LIST SUBQUERY \d+$/), "SEARCH t USING COVERING INDEX contact_tags_created (tag=?)", "USE TEMP B-TREE FOR ORDER BY"];
-  /** TAG_FETCHED is the plan of a page fetching all of a tag's contacts (any of its covering indexes) and sorting them. */
-  const TAG_FETCHED = ["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", expect.stringMatching(/^SEARCH contact_tags USING COVERING INDEX contact_tags_\w+ \(tag=\?\)$/), "USE TEMP B-TREE FOR ORDER BY"];
+  /** walkedPlan is the plan of a page walking one relation's own (relation, created_at, id) index newest first, each entry probing the other relations' keys: only the window's rows are sorted. */
+  const walkedPlan = (search: string, ...probes: string[]) => [
+    search.startsWith("SEARCH c ") ? "SEARCH c USING INTEGER PRIMARY KEY (rowid=?)" : "SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)",
+    expect.stringMatching(/^LIST SUBQUERY \d+$/),
+    ...(probes.length ? ["CO-ROUTINE w", search, "SCAN w", ...probes] : [search]),
+    "USE TEMP B-TREE FOR ORDER BY",
+  ];
+  const TAG_WALKED = walkedPlan("SEARCH t USING COVERING INDEX contact_tags_created (tag=?)");
+  const ACCOUNT_WALKED = walkedPlan("SEARCH t USING COVERING INDEX contact_accounts_created (account_id=?)");
+  const USER_WALKED = walkedPlan("SEARCH c USING COVERING INDEX contacts_assigned_user_created (assigned_user_id=?)");
+  const TAG_PROBE = "SEARCH ct EXISTS USING PRIMARY KEY (contact_id=? AND tag=?)";
+  const ACCOUNT_PROBE = "SEARCH ca EXISTS USING PRIMARY KEY (contact_id=? AND account_id=?)";
 
-  test("a relation filter matching 1 in 8 contacts or more walks a sort index, a tag its own and the others contacts' probing the relation's key; a narrower one fetches its matches from the relation's index and sorts them", async () => {
-    const planFor = async (filters: ContactFilters) => {
-      const { db, captured } = capturing(h.rt.db);
-      await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: await countContacts(h.rt.db, filters) });
-      return planOf(captured.find((c) => c.sql.startsWith("SELECT c.id"))!);
-    };
+  /** pagePlan is the plan of the first page of 25, newest first, given the filters and their count of matches. */
+  const pagePlan = async (filters: ContactFilters, matches?: number) => {
+    const { db, captured } = capturing(h.rt.db);
+    await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: matches ?? (await countContacts(h.rt.db, filters)) });
+    return planOf(captured.find((c) => c.sql.startsWith("SELECT c.id"))!);
+  };
+
+  test("a page of relation filters walks the own sort index of the relation with the fewest contacts, broad or narrow, probing the others' keys and checking the assigned user on the contacts read", async () => {
     expect([await countContacts(h.rt.db, { tags: ["common"] }), await countContacts(h.rt.db, { tags: ["rare"] }), await countContacts(h.rt.db, { accountId: acme }), await countContacts(h.rt.db, { accountId: globex })]).toEqual([20, 1, 20, 1]);
     expect([await countContacts(h.rt.db, { assignedUserId: user }), await countContacts(h.rt.db, { assignedUserId: rareUser }), await countContacts(h.rt.db, { tags: ["common", "rare"] })]).toEqual([20, 1, 1]);
-    const walked = (probe: string) => ["SEARCH c USING INTEGER PRIMARY KEY (rowid=?)", expect.stringMatching(/^LIST SUBQUERY \d+$/), "CO-ROUTINE w", expect.stringMatching(/^SCAN c USING (COVERING )?INDEX contacts_created$/), "SCAN w", ...(probe ? [probe] : []), "USE TEMP B-TREE FOR ORDER BY"];
-    expect((await planFor({ tags: ["common"] }))).toEqual(TAG_WALKED);
-    expect((await planFor({ tags: ["rare"] }))).toEqual(TAG_FETCHED);
-    expect((await planFor({ accountId: acme }))).toEqual(walked("SEARCH ca EXISTS USING COVERING INDEX contact_accounts_account (account_id=? AND contact_id=?)"));
-    expect((await planFor({ accountId: globex }))).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_accounts USING COVERING INDEX contact_accounts_account (account_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-    expect((await planFor({ assignedUserId: user }))).toEqual(walked(""));
-    expect((await planFor({ assignedUserId: rareUser }))).toEqual(["SEARCH c USING INDEX contacts_assigned_user (assigned_user_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-    // beside a tag, the other relations are probed on the tag's rows in the window, the assigned user on the contacts read from it
-    expect((await planFor({ tags: ["common"], accountId: acme, assignedUserId: user }))).toEqual([
-      "SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)",
-      expect.stringMatching(/^LIST SUBQUERY \d+$/),
-      expect.stringMatching(/^CO-ROUTINE w$/),
-      "SEARCH t USING COVERING INDEX contact_tags_created (tag=?)",
-      "SCAN w",
-      "SEARCH ca EXISTS USING COVERING INDEX contact_accounts_account (account_id=? AND contact_id=?)",
-      "USE TEMP B-TREE FOR ORDER BY",
-    ]);
+    expect(await pagePlan({ tags: ["common"] })).toEqual(TAG_WALKED);
+    expect(await pagePlan({ tags: ["rare"] })).toEqual(TAG_WALKED);
+    expect(await pagePlan({ accountId: acme })).toEqual(ACCOUNT_WALKED);
+    expect(await pagePlan({ accountId: globex })).toEqual(ACCOUNT_WALKED);
+    expect(await pagePlan({ assignedUserId: user })).toEqual(USER_WALKED);
+    expect(await pagePlan({ assignedUserId: rareUser })).toEqual(USER_WALKED);
+    // the rarer tag is walked, the other probed
+    expect(await pagePlan({ tags: ["common", "rare"] })).toEqual(walkedPlan("SEARCH t USING COVERING INDEX contact_tags_created (tag=?)", TAG_PROBE));
+    // 20 contacts each: the first named (tags, then the account, then the user) is walked; the assigned user is checked on the contacts read
+    expect(await pagePlan({ tags: ["common"], accountId: acme, assignedUserId: user })).toEqual(walkedPlan("SEARCH t USING COVERING INDEX contact_tags_created (tag=?)", ACCOUNT_PROBE));
+    expect(await pagePlan({ accountId: acme, assignedUserId: user })).toEqual(ACCOUNT_WALKED);
+    // Initech (6 contacts) is rarer than the tag (20)
+    expect(await pagePlan({ tags: ["common"], accountId: oldAccount })).toEqual(walkedPlan("SEARCH t USING COVERING INDEX contact_accounts_created (account_id=?)", TAG_PROBE));
+    // user O (3 contacts) is rarer than the tag and the account
+    expect(await pagePlan({ tags: ["old"], accountId: oldAccount, assignedUserId: oldUser })).toEqual(walkedPlan("SEARCH c USING COVERING INDEX contacts_assigned_user_created (assigned_user_id=?)", ACCOUNT_PROBE, TAG_PROBE));
   });
 
-  test("a tag carried only by the oldest contacts, listed newest first, is read from the newest of them in its own sort index: a window that cannot miss, no fetch", async () => {
-    const filters = { tags: ["old"] };
-    const { db, captured } = capturing(h.rt.db);
-    const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: await countContacts(h.rt.db, filters) });
-    expect(captured.map((c) => c.sql.slice(0, 40))).toEqual([expect.stringMatching(/^SELECT n FROM row_counts/), expect.stringMatching(/^SELECT n FROM contact_filter_counts/), expect.stringMatching(/^SELECT c.id/)]);
-    expect(planOf(captured.at(-1)!)).toEqual(TAG_WALKED);
-    const fetched = await listContacts(h.rt.db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: 0 });
-    expect(rows.map((r) => r.id)).toEqual(fetched.map((r) => r.id));
-    expect(rows).toHaveLength(2);
-  });
-
-  test("a walk of contacts' sort index reads a bounded window; when the matches lie beyond it (an account of only the oldest contacts, newest first), the page is fetched instead", async () => {
-    const filters = { accountId: oldAccount };
-    const { db, captured } = capturing(h.rt.db);
-    const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: await countContacts(h.rt.db, filters) });
-    expect(captured.map((c) => c.sql.slice(0, 40))).toEqual([
-      expect.stringMatching(/^SELECT n FROM row_counts/),
-      expect.stringMatching(/^SELECT n FROM contact_filter_counts/),
-      expect.stringMatching(/^SELECT c.id/),
-      WINDOW_COUNT.slice(0, 40),
-      expect.stringMatching(/^SELECT n FROM contact_filter_counts/),
-      expect.stringMatching(/^SELECT c.id/),
-    ]);
-    // the window (2 * 2 * 41 / 6 = 28 newest rows) held none of them; the fetch found the newest two
-    expect(planOf(captured.at(-1)!)).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_accounts USING COVERING INDEX contact_accounts_account (account_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-    const fetched = await listContacts(h.rt.db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: 0 });
-    expect(rows.map((r) => r.id)).toEqual(fetched.map((r) => r.id));
-    expect(rows).toHaveLength(2);
-  });
-
-  test("at a million contacts (counts set so), a relation walks when a spread walk reads fewer rows than fetching: an account of 10,000 walks, of 500 fetches; a tag's walk reads only its own rows", async () => {
-    const db = h.rt.db;
-    const pagePlan = async (filters: ContactFilters, matches: number) => {
-      const { db: spy, captured } = capturing(db);
-      await listContacts(spy, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches });
-      return planOf(captured.find((c) => c.sql.startsWith("SELECT c.id"))!);
-    };
-    const saved = (await db.get<{ n: number }>("SELECT n FROM row_counts WHERE table_name = 'contacts'"))!.n;
-    const setCount = (filter: string, value: string, n: number) => db.run("UPDATE contact_filter_counts SET n = ? WHERE filter = ? AND value = ?", [n, filter, value]);
-    try {
-      await db.run("UPDATE row_counts SET n = 1000000 WHERE table_name = 'contacts'");
-      await setCount("tag", "common", 10000);
-      await setCount("tag", "rare", 500);
-      await setCount("account", acme, 10000);
-      await setCount("account", globex, 500);
-      // 25 * 1,000,000 / 10,000 = 2,500 rows to walk, against 10,000 contacts to fetch
-      expect((await pagePlan({ accountId: acme }, 10000))[0]).toBe("SEARCH c USING INTEGER PRIMARY KEY (rowid=?)");
-      // 25 * 1,000,000 / 500 = 50,000 rows to walk, against 500 to fetch
-      expect((await pagePlan({ accountId: globex }, 500))).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", "LIST SUBQUERY 1", "SEARCH contact_accounts USING COVERING INDEX contact_accounts_account (account_id=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-      // every row of a tag's index is a match: 25 rows to walk, against 500 to fetch
-      expect((await pagePlan({ tags: ["rare"] }, 500))).toEqual(TAG_WALKED);
-      // both tags, 400 matches: 25 * 500 / 400 = 32 rows of the rarer tag to walk, against its 500 to fetch
-      expect((await pagePlan({ tags: ["common", "rare"] }, 400)).join(" | ")).toContain("SEARCH t USING COVERING INDEX contact_tags_created (tag=?)");
-      // a tag of 10,000 and an account of 500 sharing 10: 25,000 of the tag's rows to walk, against the account's 500 to fetch
-      expect((await pagePlan({ tags: ["common"], accountId: globex }, 10))).toEqual(["SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)", expect.stringMatching(/^LIST SUBQUERY \d+$/), "SEARCH contact_accounts USING COVERING INDEX contact_accounts_account (account_id=?)", expect.stringMatching(/^CORRELATED SCALAR SUBQUERY \d+$/), "SEARCH ct USING PRIMARY KEY (contact_id=? AND tag=?)", "USE TEMP B-TREE FOR ORDER BY"]);
-    } finally {
-      await db.run("UPDATE row_counts SET n = ? WHERE table_name = 'contacts'", [saved]);
-      await setCount("tag", "common", 20);
-      await setCount("tag", "rare", 1);
-      await setCount("account", acme, 20);
-      await setCount("account", globex, 1);
+  test("a relation carried only by the oldest contacts, listed newest first, is read from the newest of them in its own sort index: a window that cannot miss, no fetch (a tag, an account, an assigned user)", async () => {
+    for (const [filters, plan] of [[{ tags: ["old"] }, TAG_WALKED], [{ accountId: oldAccount }, ACCOUNT_WALKED], [{ assignedUserId: oldUser }, USER_WALKED]] as [ContactFilters, string[]][]) {
+      const { db, captured } = capturing(h.rt.db);
+      const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: await countContacts(h.rt.db, filters) });
+      expect({ filters, statements: captured.map((c) => c.sql.slice(0, 40)) }).toEqual({ filters, statements: [expect.stringMatching(/^SELECT n FROM contact_filter_counts/), expect.stringMatching(/^SELECT c.id/)] });
+      expect({ filters, plan: planOf(captured.at(-1)!) }).toEqual({ filters, plan });
+      const fetched = await listContacts(h.rt.db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 2, offset: 0, matches: 0 });
+      expect({ filters, ids: rows.map((r) => r.id) }).toEqual({ filters, ids: fetched.map((r) => r.id) });
+      expect(rows).toHaveLength(2);
     }
   });
 
-  test("several relation filters fetch the matches of the one with the fewest contacts and probe the others' keys; their count reads only the relation tables", async () => {
+  test("a walk of several relations reads a bounded window of the rarest one's index; when their shared contacts lie beyond it, the page is fetched instead", async () => {
+    // "common" (20, the odd contacts) is walked newest first; it meets "sparse" only in the three oldest odd ones
+    const filters = { tags: ["common", "sparse"] };
+    expect(await countContacts(h.rt.db, filters)).toBe(3);
+    const { db, captured } = capturing(h.rt.db);
+    const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 1, offset: 0, matches: 3 });
+    // the window (2 * 1 * 20 / 3 = 14 newest of the tag's rows) held none of them; the fetch found the newest
+    expect(captured.map((c) => c.sql.slice(0, 40))).toEqual([
+      expect.stringMatching(/^SELECT n FROM contact_filter_counts/),
+      expect.stringMatching(/^SELECT n FROM contact_filter_counts/),
+      expect.stringMatching(/^SELECT c.id/),
+      "SELECT count(*) AS n FROM (SELECT t.cont",
+      expect.stringMatching(/^SELECT n FROM contact_filter_counts/),
+      expect.stringMatching(/^SELECT n FROM contact_filter_counts/),
+      expect.stringMatching(/^SELECT c.id/),
+    ]);
+    expect(captured[3]!.params.at(-1)).toBe(14);
+    expect(planOf(captured.at(-1)!)).toEqual([
+      "SEARCH c USING INDEX sqlite_autoindex_contacts_1 (id=?)",
+      expect.stringMatching(/^LIST SUBQUERY \d+$/),
+      expect.stringMatching(/^SEARCH contact_tags USING COVERING INDEX contact_tags_\w+ \(tag=\?\)$/),
+      expect.stringMatching(/^CORRELATED SCALAR SUBQUERY \d+$/),
+      TAG_PROBE.replace(" EXISTS", ""),
+      "USE TEMP B-TREE FOR ORDER BY",
+    ]);
+    const fetched = await listContacts(h.rt.db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 1, offset: 0, matches: 0 });
+    expect(rows.map((r) => r.id)).toEqual(fetched.map((r) => r.id));
+    expect(rows).toHaveLength(1);
+  });
+
+  test("at a million contacts (counts set so), several relations walk the one with the fewest contacts, whichever kind it is", async () => {
+    const db = h.rt.db;
+    const setCount = (filter: string, value: string, n: number) => db.run("UPDATE contact_filter_counts SET n = ? WHERE filter = ? AND value = ?", [n, filter, value]);
+    try {
+      await setCount("tag", "common", 10000);
+      await setCount("account", globex, 500);
+      await setCount("assigned_user", user, 2000);
+      // a tag of 10,000 and an account of 500 sharing 10: the account's 500 entries at most, each probing the tag
+      expect(await pagePlan({ tags: ["common"], accountId: globex }, 10)).toEqual(walkedPlan("SEARCH t USING COVERING INDEX contact_accounts_created (account_id=?)", TAG_PROBE));
+      // a user of 2,000 beside a tag of 10,000: the user's entries, each probing the tag
+      expect(await pagePlan({ tags: ["common"], assignedUserId: user }, 1000)).toEqual(walkedPlan("SEARCH c USING COVERING INDEX contacts_assigned_user_created (assigned_user_id=?)", TAG_PROBE));
+    } finally {
+      await setCount("tag", "common", 20);
+      await setCount("account", globex, 1);
+      await setCount("assigned_user", user, 20);
+    }
+  });
+
+  test("several relation filters fetched (after a window that missed) read the matches of the one with the fewest contacts and probe the others' keys; their count reads only the relation tables", async () => {
     const listed = "SELECT c.id";
     for (const [filters, list, count, driverValue] of [
       [{ tags: ["common", "rare"] }, "EXISTS (SELECT 1 FROM contact_tags ct WHERE ct.contact_id = c.id AND ct.tag = ?) AND c.id IN (SELECT contact_id FROM contact_tags WHERE tag = ?)", "FROM contact_tags d WHERE d.tag = ? AND EXISTS (SELECT 1 FROM contact_tags ct", "rare"],
@@ -311,7 +325,8 @@ describe("index use: every documented filter and sort", () => {
       [{ accountId: acme, assignedUserId: rareUser }, "AND c.assigned_user_id = ?", "FROM contacts d WHERE d.assigned_user_id = ? AND EXISTS (SELECT 1 FROM contact_accounts ca", rareUser],
     ] as [ContactFilters, string, string, string][]) {
       const { db, captured } = capturing(h.rt.db);
-      await listContacts(db, filters, { sortBy: "last_name", direction: "asc", cursor: null, limit: 25, offset: 0, matches: await countContacts(h.rt.db, filters) });
+      // no matches counted: the page is fetched, as after a window that missed
+      await listContacts(db, filters, { sortBy: "last_name", direction: "asc", cursor: null, limit: 25, offset: 0, matches: 0 });
       await countContacts(db, filters);
       const pages = captured.filter((c) => c.sql.startsWith(listed));
       const counts = captured.filter((c) => c.sql.startsWith("SELECT count(*)"));
@@ -328,8 +343,16 @@ describe("index use: every documented filter and sort", () => {
   });
 
   test("both plans of a relation filter return the same rows for every sort, direction, cursor and page", async () => {
-    const single = [{ tags: ["common"] }, { tags: ["rare"] }, { tags: ["old"] }, { accountId: acme }, { accountId: globex }, { accountId: oldAccount }, { assignedUserId: user }, { assignedUserId: rareUser }];
-    const combined = [{ tags: ["common", "rare"] }, { tags: ["common"], accountId: acme }, { accountId: acme, assignedUserId: user }, { tags: ["common"], accountId: acme, assignedUserId: user }];
+    const single = [{ tags: ["common"] }, { tags: ["rare"] }, { tags: ["old"] }, { accountId: acme }, { accountId: globex }, { accountId: oldAccount }, { assignedUserId: user }, { assignedUserId: rareUser }, { assignedUserId: oldUser }];
+    const combined = [
+      { tags: ["common", "rare"] },
+      { tags: ["common", "sparse"] },
+      { tags: ["common"], accountId: acme },
+      { tags: ["common"], accountId: oldAccount },
+      { accountId: acme, assignedUserId: user },
+      { tags: ["sparse"], assignedUserId: oldUser },
+      { tags: ["common"], accountId: acme, assignedUserId: user },
+    ];
     for (const filters of [...single, ...combined] as ContactFilters[]) {
       for (const sortBy of CONTACT_SORTS) {
         for (const direction of ["asc", "desc"] as const) {

@@ -247,7 +247,7 @@ describe("postgres migrations: triggers and search behave as on SQLite", () => {
       ["c1", "Ada", "u1", "c2", "Grace", null, "c3", "Linus", "u1"],
     );
     await run("INSERT INTO contact_tags (contact_id, tag, created_at, updated_at) VALUES ('c1', 'vip', 1, 1), ('c1', 'new', 1, 1), ('c2', 'vip', 1, 1)");
-    await run("INSERT INTO contact_accounts (contact_id, account_id, position) VALUES ('c1', 'a1', 0), ('c2', 'a1', 0)");
+    await run("INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at) VALUES ('c1', 'a1', 0, 1, 1), ('c2', 'a1', 0, 1, 1)");
     await run("UPDATE contacts SET assigned_user_id = ? WHERE id = ?", ["u2", "c3"]);
     await run("UPDATE contacts SET assigned_user_id = ? WHERE id = ?", ["u1", "c2"]);
     await run("UPDATE contacts SET first_name = ? WHERE id = ?", ["Augusta", "c1"]);
@@ -268,12 +268,16 @@ describe("postgres migrations: triggers and search behave as on SQLite", () => {
     expect(sqlite.query("SELECT table_name, n FROM row_counts").all()).toEqual([{ table_name: "contacts", n: 2 }]);
   });
 
-  test("a contact's tag rows follow its sort keys alike, a change of case included", async () => {
+  test("a contact's tag and account rows follow its sort keys alike, a change of case included", async () => {
     const run = (sql: string, params: SqlValue[] = []) => onBoth(sqlite, db, sql, params);
     await run("INSERT INTO contacts (id, first_name, last_name, email, created_at, updated_at) VALUES ('k1', 'ada', 'Byron', 'ada@example.com', 5, 5), ('k2', 'Bob', NULL, NULL, 6, 6)");
     await run(
       `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
        SELECT id, tag, created_at, updated_at, first_name, last_name, email FROM contacts, (SELECT 'sorted' AS tag UNION ALL SELECT 'other') t WHERE id IN ('k1', 'k2')`,
+    );
+    await run(
+      `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name, email)
+       SELECT id, 'a1', 0, created_at, updated_at, first_name, last_name, email FROM contacts WHERE id IN ('k1', 'k2')`,
     );
     await run("UPDATE contacts SET first_name = ?, updated_at = ? WHERE id = ?", ["Ada", 7, "k1"]);
     await run("UPDATE contacts SET last_name = ?, email = ? WHERE id = ?", ["King", "ada@king.example", "k1"]);
@@ -288,6 +292,10 @@ describe("postgres migrations: triggers and search behave as on SQLite", () => {
     ];
     expect(sqlite.query(tags).all()).toEqual(expected);
     expect(await db.all(tags)).toEqual(expected);
+    const accounts = "SELECT contact_id, account_id, created_at, updated_at, first_name, last_name, email FROM contact_accounts WHERE contact_id IN ('k1', 'k2') ORDER BY contact_id";
+    const linked = expected.filter((row) => row.tag === "other").map(({ tag, ...keys }) => ({ ...keys, account_id: "a1" }));
+    expect(sqlite.query(accounts).all()).toEqual(linked);
+    expect(await db.all(accounts)).toEqual(linked);
   });
 
   test("names compare and sort case-insensitively like SQLite's NOCASE columns", async () => {
