@@ -86,11 +86,16 @@ export interface ListQueryOptions<S extends string> {
 /** REPEATABLE_PARAMETERS may be given more than once: their values add up (tag=a&tag=b is tag=a,b), there is nothing to guess. */
 const REPEATABLE_PARAMETERS = new Set(["tag"]);
 
-/** withRepeatedValues gives each repeatable parameter of a URL all its values, comma-joined (Elysia keeps only the last). */
+/**
+ * withRepeatedValues gives each repeatable parameter of a URL all its values, comma-joined (Elysia
+ * keeps only the last). The URL is parsed only when one is repeated, which few requests do.
+ */
 export function withRepeatedValues(query: Record<string, unknown>, url: string): Record<string, unknown> {
+  const names = parameterNames(url);
+  if (![...REPEATABLE_PARAMETERS].some((name) => names.indexOf(name) !== names.lastIndexOf(name))) return query;
   const params = new URL(url).searchParams;
   const joined = [...REPEATABLE_PARAMETERS].filter((name) => params.getAll(name).length > 1).map((name) => [name, params.getAll(name).join(",")]);
-  return joined.length === 0 ? query : { ...query, ...Object.fromEntries(joined) };
+  return { ...query, ...Object.fromEntries(joined) };
 }
 
 /** unknownParameterErrors names every query parameter not in `known`, so a typo is a 422 and not silently ignored. */
@@ -100,12 +105,12 @@ export function unknownParameterErrors(query: Record<string, unknown>, known: re
     .map((name) => ({ parameter: name, detail: `is not a parameter of ${what}; known: ${known.join(", ")}` }));
 }
 
-/** repeatedParameterErrors names every query parameter a URL gives more than once: which value was meant would be a guess. */
-export function repeatedParameterErrors(url: string): FieldError[] {
+/** parameterNames lists the names of a URL's query parameters in order, decoded as the router decodes them. */
+function parameterNames(url: string): string[] {
   const start = url.indexOf("?");
-  if (start < 0 || url.indexOf("&", start) < 0) return [];
-  // Every request with a query string passes here: one scan, no intermediate arrays.
-  let names: string[] = [];
+  if (start < 0) return [];
+  // Every request with a query string passes here: one scan, no URL parsing.
+  const names: string[] = [];
   let escaped = false;
   for (let at = start + 1; at <= url.length; ) {
     const next = url.indexOf("&", at);
@@ -119,7 +124,14 @@ export function repeatedParameterErrors(url: string): FieldError[] {
     at = end + 1;
   }
   // A name with an escape (p%61ge is page) is decoded as the router decodes it.
-  if (escaped) names = [...new URLSearchParams(url.slice(start + 1)).keys()];
+  return escaped ? [...new URLSearchParams(url.slice(start + 1)).keys()] : names;
+}
+
+/** repeatedParameterErrors names every query parameter a URL gives more than once: which value was meant would be a guess. */
+export function repeatedParameterErrors(url: string): FieldError[] {
+  const start = url.indexOf("?");
+  if (start < 0 || url.indexOf("&", start) < 0) return [];
+  const names = parameterNames(url);
   const repeated: string[] = [];
   names.forEach((name, i) => {
     if (!REPEATABLE_PARAMETERS.has(name) && names.indexOf(name) < i && !repeated.includes(name)) repeated.push(name);
