@@ -41,9 +41,19 @@ function canonicalAddress(address: string): string {
   return groups.map((g) => g.padStart(4, "0")).join(":");
 }
 
+/** CANONICAL_CACHE_SIZE bounds the addresses whose canonical form is remembered (clients come back with the same few). */
+const CANONICAL_CACHE_SIZE = 1024;
+const canonicalAddresses = new Map<string, string>();
+
 /** canonicalPeer is the key of one connection: its peer's address and port. */
 function canonicalPeer(address: string, port: number): string {
-  return `${canonicalAddress(address)}|${port}`;
+  let canonical = canonicalAddresses.get(address);
+  if (canonical === undefined) {
+    if (canonicalAddresses.size >= CANONICAL_CACHE_SIZE) canonicalAddresses.clear();
+    canonical = canonicalAddress(address);
+    canonicalAddresses.set(address, canonical);
+  }
+  return `${canonical}|${port}`;
 }
 
 /** procAddress decodes an address of /proc/net/tcp (IPv4: 8 hex digits) or tcp6 (32), each 32-bit word in host order (little-endian). */
@@ -123,12 +133,14 @@ class ConnectionGate {
     private readonly livePeers: LivePeers = () => null,
   ) {}
 
-  /** admit records a request on a connection; a new connection past a limit is refused, after one reconciliation. */
-  async admit(key: string, client: string): Promise<Admission> {
-    const first = this.tryAdmit(key, client, performance.now());
+  /**
+   * admit records a request on a connection; a new connection past a limit is refused, after one
+   * reconciliation (only then is the answer a promise). `clientOf` is asked only for a new connection.
+   */
+  admit(key: string, clientOf: () => string): Admission | Promise<Admission> {
+    const first = this.tryAdmit(key, clientOf, performance.now());
     if (first === "admitted") return first;
-    await this.reconcile();
-    return this.tryAdmit(key, client, performance.now());
+    return this.reconcile().then(() => this.tryAdmit(key, clientOf, performance.now()));
   }
 
   /** release records the end of a request; a connection the client asked to close is forgotten. */
@@ -146,13 +158,14 @@ class ConnectionGate {
     return this.open.size;
   }
 
-  private tryAdmit(key: string, client: string, now: number): Admission {
+  private tryAdmit(key: string, clientOf: () => string, now: number): Admission {
     const known = this.open.get(key);
     if (known) {
       known.inFlight++;
       known.lastActive = now;
       return "admitted";
     }
+    const client = clientOf();
     if (this.open.size >= this.max || (this.perClient.get(client) ?? 0) >= this.share) this.sweep(now);
     if (this.open.size >= this.max) return "over-cap";
     if ((this.perClient.get(client) ?? 0) >= this.share) return "over-share";
@@ -202,8 +215,8 @@ function tooManyConnections(detail: string): ProblemError {
 
 /** ConnectionLimits admits each request's connection and releases it when the answer is sent. */
 interface ConnectionLimits {
-  /** admit throws 503 when the request opens a connection past the cap or its client's share (probes excepted) */
-  admit(request: Request, server: Server<unknown> | null, path: string): Promise<void>;
+  /** admit throws 503 when the request opens a connection past the cap or its client's share (probes excepted); a promise only when it had to wait */
+  admit(request: Request, server: Server<unknown> | null, path: string): void | Promise<void>;
   release(request: Request): void;
 }
 
@@ -219,23 +232,26 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
   const gate = new ConnectionGate(config.maxConnections, clientShare(config), idleHorizonMs, idleHorizonMs + config.bodyTimeoutMs, livePeers);
   const connectionOf = new WeakMap<Request, string>();
   return {
-    async admit(request, server, path) {
+    admit(request, server, path) {
       const peer = server?.requestIP(request) ?? null;
       if (!peer) return;
       port = server!.port;
       const connection = canonicalPeer(peer.address, peer.port);
-      const client = clientAddress(clientHints(request, peer.address), config.trustedProxies) ?? canonicalAddress(peer.address);
-      const admission = await gate.admit(connection, client);
-      if (admission === "admitted") connectionOf.set(request, connection);
-      else if (!PROBE_PATHS.has(path)) {
-        throw tooManyConnections(
-          admission === "over-cap"
-            ? `The server is serving its limit of ${gate.max} connections. Retry shortly, or reuse a kept-alive connection.`
-            : `This client address holds its limit of ${gate.share} connections (of ${gate.max} in all). Retry shortly, or reuse a kept-alive connection.`,
-        );
-      }
-      // Bun's idle timer also runs while a body arrives; give the body its own, longer deadline.
-      if (request.body && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
+      const clientOf = () => clientAddress(clientHints(request, peer.address), config.trustedProxies) ?? canonicalAddress(peer.address);
+      const admitted = (admission: Admission) => {
+        if (admission === "admitted") connectionOf.set(request, connection);
+        else if (!PROBE_PATHS.has(path)) {
+          throw tooManyConnections(
+            admission === "over-cap"
+              ? `The server is serving its limit of ${gate.max} connections. Retry shortly, or reuse a kept-alive connection.`
+              : `This client address holds its limit of ${gate.share} connections (of ${gate.max} in all). Retry shortly, or reuse a kept-alive connection.`,
+          );
+        }
+        // Bun's idle timer also runs while a body arrives; give the body its own, longer deadline.
+        if (request.body && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
+      };
+      const admission = gate.admit(connection, clientOf);
+      return typeof admission === "string" ? admitted(admission) : admission.then(admitted);
     },
     release(request) {
       const connection = connectionOf.get(request);

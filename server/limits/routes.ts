@@ -64,7 +64,8 @@ export function limitsGuard(rt: Runtime) {
 
   return new Elysia({ name: "limits" })
     .onRequest(async ({ request, server }) => {
-      await connections.admit(request, server, pathOf(request));
+      const waiting = connections.admit(request, server, pathOf(request));
+      if (waiting) await waiting;
       refuseOversizedRequest(request);
       refuseInvalidHost(request);
       // Taken before authentication: a request refused there is answered at once and gives it back.

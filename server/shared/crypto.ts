@@ -2,7 +2,7 @@ import { timingSafeEqual } from "node:crypto";
 
 /** sha256 hashes text to its 32-byte digest (how secrets are kept at rest). */
 export function sha256(text: string): Uint8Array {
-  return new Bun.CryptoHasher("sha256").update(text).digest();
+  return Bun.SHA256.hash(text) as Uint8Array;
 }
 
 /** sameBytes compares two byte strings in constant time (timingSafeEqual throws on unequal lengths). */
