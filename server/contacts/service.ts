@@ -26,6 +26,7 @@ import {
   insertContactAccounts,
   insertContactAssignedUsers,
   listContacts,
+  listNeedsCount,
   replaceContactAccounts,
   replaceContactAssignedUsers,
   insertContactTags,
@@ -419,15 +420,13 @@ export async function listContactsPage(db: Db, query: Record<string, unknown>): 
     tags: parseTagFilter(query.tag),
     assignedUserId: query.assigned_user_id as string | undefined,
   };
-  const matches = await countContacts(db, filters);
-  const rows = await listContacts(db, filters, {
-    sortBy: list.sortBy,
-    direction: list.direction,
-    cursor: list.cursor,
-    limit: list.perPage,
-    offset: list.cursor ? 0 : (list.page - 1) * list.perPage,
-    matches,
-  });
+  const offset = list.cursor ? 0 : (list.page - 1) * list.perPage;
+  const counted = listNeedsCount(filters) ? await countContacts(db, filters) : null;
+  const rows = await listContacts(db, filters, { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset, matches: counted });
+  // A page by offset that is not full and not past the end holds the last match: it tells the
+  // total, one query fewer (a lookup by email is one page of one contact).
+  const pageTellsTotal = !list.cursor && rows.length < list.perPage && (rows.length > 0 || offset === 0);
+  const matches = counted ?? (pageTellsTotal ? offset + rows.length : await countContacts(db, filters));
   const meta = listMeta(list, matches, rows, (row: ContactRow) => row[list.sortBy], query, CONTACT_FILTERS);
   return { data: await renderContacts(db, rows, parseInclude(query.include)), meta };
 }

@@ -390,13 +390,19 @@ interface Walk {
  * newest first, included). A name search keeps the 1 in 8 rule, which bounds a walk through the
  * whole index.
  */
-async function walkWindow(db: Db, filters: ContactFilters, page: { matches: number; limit: number; offset: number }): Promise<Walk> {
+async function walkWindow(db: Db, filters: ContactFilters, page: { matches: number | null; limit: number; offset: number }): Promise<Walk> {
+  if (!listNeedsCount(filters)) return { rows: 0, relation: null };
+  if (page.matches === null) throw new Error("listContacts: this filter needs the count of matches (listNeedsCount)");
   const sole = soleFilter(filters);
-  if (!sole && !relationsOnly(filters)) return { rows: 0, relation: null };
   if (sole?.kind === "full_name") return { rows: page.matches * BROAD_SHARE >= (await countAllContacts(db)) ? Infinity : 0, relation: null };
   if (page.matches === 0) return { rows: 0, relation: null };
   const rarest = (await relationTerms(db, filters))[0]!;
   return { rows: Math.ceil((WALK_WINDOW * (page.offset + page.limit) * rarest.contacts) / page.matches), relation: rarest };
+}
+
+/** listNeedsCount tells whether listContacts must be given the count of matches: name searches and relation filters plan their page with it. */
+export function listNeedsCount(filters: ContactFilters): boolean {
+  return soleFilter(filters) !== null || relationsOnly(filters);
 }
 
 /** countContacts counts the contacts matching the filters. */
@@ -422,11 +428,14 @@ export async function countContacts(db: Db, filters: ContactFilters): Promise<nu
 
 const NULLABLE_SORTS = new Set<ContactSort>(["first_name", "last_name", "email"]);
 
-/** listContacts returns one page of contact rows, by offset or after a keyset cursor; `matches` is countContacts for the same filters. */
+/**
+ * listContacts returns one page of contact rows, by offset or after a keyset cursor. `matches` is
+ * countContacts for the same filters, needed only where listNeedsCount says so (else null).
+ */
 export async function listContacts(
   db: Db,
   filters: ContactFilters,
-  page: { sortBy: ContactSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number; matches: number },
+  page: { sortBy: ContactSort; direction: SortDirection; cursor: CursorPosition | null; limit: number; offset: number; matches: number | null },
 ): Promise<ContactRow[]> {
   const walk = await walkWindow(db, filters, page);
   // A filter on another column than the sort picks the rows through its index and they are sorted

@@ -114,6 +114,23 @@ describe("contact list: happy paths", () => {
     }
   }
 
+  test("meta.total counts every match on any page: a last page, a page past the end, a cursor's short page, a filtered page", async () => {
+    const last = await h.json("GET", "/public/v1/contacts?page=5&per_page=7&sort_by=created_at&sort_direction=asc");
+    expect(last.body.data.map((c: any) => c.id)).toEqual(expectedOrder("created_at", "asc").slice(28));
+    expect(last.body.meta).toEqual({ current_page: 5, last_page: 5, per_page: 7, total: 30, next_cursor: null });
+    const first = await h.json("GET", "/public/v1/contacts?per_page=28&sort_by=created_at&sort_direction=asc");
+    const byCursor = await h.json("GET", `/public/v1/contacts?per_page=28&sort_by=created_at&sort_direction=asc&cursor=${first.body.meta.next_cursor}`);
+    expect(byCursor.body.data.map((c: any) => c.id)).toEqual(expectedOrder("created_at", "asc").slice(28));
+    expect(byCursor.body.meta).toEqual({ current_page: 0, last_page: 2, per_page: 28, total: 30, next_cursor: null });
+    const email = "person3@example.com";
+    const matches = all.filter((c) => c.email === email).length;
+    expect(matches).toBeGreaterThan(1);
+    for (const page of [1, matches, matches + 1]) {
+      const res = await h.json("GET", `/public/v1/contacts?email=${encodeURIComponent(email)}&per_page=1&page=${page}`);
+      expect(res.body.meta.total).toBe(matches);
+    }
+  });
+
   test("email filter is exact and case-insensitive", async () => {
     const want = all.filter((c) => c.email === "person3@example.com").map((c) => c.id).sort().reverse();
     expect(want.length).toBeGreaterThan(1);
