@@ -1,5 +1,6 @@
 import type { AuthenticatedToken } from "../auth/service.ts";
 import type { IdempotencyGuard, IdempotencyScope } from "../idempotency/service.ts";
+import { pathOf } from "./request-log.ts";
 
 /** PostContext is what idempotentPost needs of a route's context. */
 export interface PostContext {
@@ -23,13 +24,13 @@ export async function idempotentPost<T>(
 ): Promise<T> {
   const result = await guard.run(
     // The router serves /contacts/ as /contacts: scope both alike, or a retry with a slash creates twice.
-    { tokenId: ctx.token.id, method: ctx.request.method, path: new URL(ctx.request.url).pathname.replace(/(.)\/+$/, "$1"), key: ctx.headers["idempotency-key"], body: ctx.body },
+    { tokenId: ctx.token.id, method: ctx.request.method, path: pathOf(ctx.request).replace(/(.)\/+$/, "$1"), key: ctx.headers["idempotency-key"], body: ctx.body },
     execute,
   );
   ctx.set.status = result.status;
   if (result.replayed) ctx.set.headers["idempotent-replayed"] = "true";
   // Every 201 names what it created: the collection's path and the new id (a replay too).
   const created = (result.body as { data?: { id?: unknown } } | null)?.data?.id;
-  if (result.status === 201 && typeof created === "string") ctx.set.headers.location = `${new URL(ctx.request.url).pathname.replace(/\/+$/, "")}/${encodeURIComponent(created)}`;
+  if (result.status === 201 && typeof created === "string") ctx.set.headers.location = `${pathOf(ctx.request).replace(/\/+$/, "")}/${encodeURIComponent(created)}`;
   return result.replayed ? onReplay(result.body) : result.body;
 }
