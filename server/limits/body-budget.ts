@@ -21,9 +21,10 @@ export class BodyBudget {
 
   /** admit takes the budget for a request's declared body; it throws 503 when the body would pass it. */
   admit(request: Request): void {
-    if (!request.body) return;
-    budgetOf.set(request, this);
+    // Read from the headers: touching request.body would have Bun set up a stream for every POST.
     const declared = request.headers.get("content-length");
+    if (declared === null && !request.headers.has("transfer-encoding")) return;
+    budgetOf.set(request, this);
     // A declared length past 1 MiB is refused with 413 when read; it never holds more than that.
     if (declared !== null) this.take(request, Math.min(Number(declared) || 0, MAX_BODY_BYTES));
   }

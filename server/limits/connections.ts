@@ -248,7 +248,9 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
           );
         }
         // Bun's idle timer also runs while a body arrives; give the body its own, longer deadline.
-        if (request.body && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
+        // (From the headers: touching request.body would have Bun set up a stream for every POST.)
+        const hasBody = request.headers.has("content-length") || request.headers.has("transfer-encoding");
+        if (hasBody && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
       };
       const admission = gate.admit(connection, clientOf);
       return typeof admission === "string" ? admitted(admission) : admission.then(admitted);
