@@ -65,11 +65,11 @@ describe("migrations: happy paths", () => {
     expect(db.sqlite.query("SELECT x FROM mig_a ORDER BY x").all()).toEqual([{ x: 1 }, { x: 2 }]);
   });
 
-  test("the database is opened with WAL, foreign keys, a busy timeout and a larger page cache (commits are synced by the group commit)", () => {
+  test("the database is opened with WAL, synced commits, foreign keys, a busy timeout and a larger page cache", () => {
     expect(db.sqlite.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
     expect(db.sqlite.query("PRAGMA foreign_keys").get()).toEqual({ foreign_keys: 1 });
     expect(db.sqlite.query("PRAGMA busy_timeout").get()).toEqual({ timeout: 5000 });
-    expect(db.sqlite.query("PRAGMA synchronous").get()).toEqual({ synchronous: 1 }); // NORMAL: database.test.ts checks the group commit's own sync
+    expect(db.sqlite.query("PRAGMA synchronous").get()).toEqual({ synchronous: 2 }); // FULL: commits are synced
     expect((db.sqlite.query("PRAGMA cache_size").get() as { cache_size: number }).cache_size).toBeLessThanOrEqual(-16000);
   });
 });
