@@ -1,5 +1,5 @@
 import { Database as SqliteConnection, type SQLQueryBindings, type Statement } from "bun:sqlite";
-import { accessSync, chmodSync, closeSync, constants, existsSync, fsync, mkdirSync, openSync, statSync } from "node:fs";
+import { accessSync, chmodSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
@@ -106,35 +106,6 @@ class ConnectionDb implements Db {
   }
 }
 
-/** WalSync makes everything written so far to the write-ahead log durable, off the event loop. */
-export interface WalSync {
-  sync(): Promise<void>;
-  close(): void;
-}
-
-/**
- * walFileSync syncs a database's `-wal` file with fsync on Bun's thread pool. The file exists once
- * the database is open in WAL mode, and stays the same file while any connection holds it open.
- */
-function walFileSync(path: string): WalSync {
-  let fd: number | null = null;
-  return {
-    sync: () =>
-      new Promise<void>((resolve, reject) => {
-        if (fd === null) {
-          // No log yet (nothing was ever written in WAL mode): nothing to sync.
-          if (!existsSync(`${path}-wal`)) return resolve();
-          fd = openSync(`${path}-wal`, "r");
-        }
-        fsync(fd, (error) => (error ? reject(error) : resolve()));
-      }),
-    close: () => {
-      if (fd !== null) closeSync(fd);
-      fd = null;
-    },
-  };
-}
-
 interface PendingWrite {
   work: (tx: Db) => Promise<unknown>;
   resolve: (value: unknown) => void;
@@ -168,11 +139,7 @@ export class SqliteDatabase implements Database {
   private watch: Watch | null = null;
   private closed = false;
 
-  /**
-   * @param walSync makes commits durable after the writer committed them (SQLite's own sync per
-   * commit is off on the writer, see openDatabase); null when commits need not reach the disk at once
-   */
-  constructor(writer: StatementCachingDatabase, reader: StatementCachingDatabase, private readonly walSync: WalSync | null = null) {
+  constructor(writer: StatementCachingDatabase, reader: StatementCachingDatabase) {
     this.sqlite = this.writer = writer;
     this.readerConnection = reader;
     this.reader = new ConnectionDb(reader);
@@ -254,8 +221,6 @@ export class SqliteDatabase implements Database {
         if (writer.inTransaction) writer.query("ROLLBACK").run();
         throw error;
       }
-      // Nobody is answered before the group is on disk; meanwhile the event loop serves others.
-      if (changed) await this.walSync?.sync();
     } catch (error) {
       for (const item of batch) item.reject(error);
       return;
@@ -314,17 +279,11 @@ export class SqliteDatabase implements Database {
     return this.writer.query<{ data_version: number }, []>("PRAGMA data_version").get()!.data_version;
   }
 
-  /** sync makes every commit so far durable: group commits do it themselves, migrations (written on `sqlite`) call it. */
-  async sync(): Promise<void> {
-    await this.walSync?.sync();
-  }
-
   /** close commits what is queued and closes both connections. */
   async close(): Promise<void> {
     if (this.closed) return;
     while (this.flushing || this.pending.length > 0) await this.flush();
     this.closed = true;
-    this.walSync?.close();
     if (this.readerConnection !== this.writer) this.readerConnection.close();
     this.writer.close();
   }
@@ -335,11 +294,10 @@ function endTurn(watch: Watch): void {
 }
 
 /** openConnection opens the SQLite file with the pragmas every connection needs. */
-function openConnection(path: string): StatementCachingDatabase {
+function openConnection(path: string, synchronous: Synchronous): StatementCachingDatabase {
   const db = new StatementCachingDatabase(path, { create: true, strict: true });
   db.run("PRAGMA journal_mode = WAL");
-  // SQLite syncs the log at checkpoints only; "full" durability is the group commit's own sync (walSync).
-  db.run("PRAGMA synchronous = NORMAL");
+  db.run(synchronous === "full" ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
   db.run("PRAGMA foreign_keys = ON");
   db.run("PRAGMA busy_timeout = 5000");
   // bun:sqlite's default 2 MB page cache would re-read count(*) indexes from disk on every request.
@@ -350,25 +308,21 @@ function openConnection(path: string): StatementCachingDatabase {
 
 /**
  * openDatabase opens the service's SQLite file: a writer and a reader connection with the pragmas
- * every connection needs. "full" (the default) syncs the WAL after every group commit and answers
- * its writes only then, so an answered write survives power loss: one sync per batch of
- * concurrent writes rather than one per request. SQLite's own sync in COMMIT (synchronous=FULL)
- * would do the same while blocking the event loop, ~1 ms per group. "normal" leaves syncing to
- * SQLite's checkpoints. An in-memory database has one connection for both. `walSync` replaces the
- * file sync (tests).
+ * every connection needs. "full" (the default) syncs the WAL on every commit, so an answered write
+ * survives power loss; group commit makes that one sync per batch of concurrent writes rather
+ * than one per request. An in-memory database has one connection for both.
  */
-export function openDatabase(path: string, synchronous: Synchronous = "full", walSync?: WalSync): SqliteDatabase {
-  const writer = openConnection(path);
+export function openDatabase(path: string, synchronous: Synchronous = "full"): SqliteDatabase {
+  const writer = openConnection(path, synchronous);
   if (path !== ":memory:") {
     for (const file of [path, `${path}-wal`, `${path}-shm`]) {
       if (existsSync(file)) chmodSync(file, 0o600);
     }
   }
-  const reader = path === ":memory:" ? writer : openConnection(path);
+  const reader = path === ":memory:" ? writer : openConnection(path, synchronous);
   // The reader only reads: a write there would wait on the writer's open group transaction.
   if (reader !== writer) reader.run("PRAGMA query_only = ON");
-  const durable = synchronous === "full" && path !== ":memory:";
-  return new SqliteDatabase(writer, reader, durable ? (walSync ?? walFileSync(path)) : null);
+  return new SqliteDatabase(writer, reader);
 }
 
 /**

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
-import { opaqueParameters, openDatabase } from "../../server/db/database.ts";
+import { openDatabase } from "../../server/db/database.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
@@ -36,20 +36,6 @@ describe("database: statement cache", () => {
     await database.close();
   });
 
-  test("placeholders are bound as +? (the plan is made once), never inside quoted strings, names or comments", () => {
-    expect(opaqueParameters("SELECT a FROM t WHERE b = ? AND c IN (?, ?) AND d = '?' AND \"e?\" = 1 -- f?\nLIMIT CAST(? AS INTEGER) /* ? */")).toBe(
-      "SELECT a FROM t WHERE b = +? AND c IN (+?, +?) AND d = '?' AND \"e?\" = 1 -- f?\nLIMIT CAST(+? AS INTEGER) /* ? */",
-    );
-    expect(opaqueParameters("SELECT 1")).toBe("SELECT 1");
-  });
-
-  test("+? binds every kind of value unchanged: text stays text (no number affinity), blobs, nulls and numbers", async () => {
-    const database = openDatabase(join(dir, "crm.sqlite"));
-    const row = await database.get("SELECT typeof(?) AS t1, ? AS v1, typeof(?) AS t2, ? AS v2, ? AS v3, ? AS v4", ["007", "007", new Uint8Array([1]), new Uint8Array([1]), null, 2.5]);
-    expect(row).toEqual({ t1: "text", v1: "007", t2: "blob", v2: new Uint8Array([1]), v3: null, v4: 2.5 });
-    await database.close();
-  });
-
   test("transactions, writes and close work through the cached statements, and the file opens again", async () => {
     const path = join(dir, "crm.sqlite");
     const database = openDatabase(path);
@@ -73,103 +59,25 @@ describe("database: statement cache", () => {
 
 describe("database: durability", () => {
   const writerLevel = (db: Database) => db.query<{ synchronous: number }, []>("PRAGMA synchronous").get()!.synchronous;
+  /** readerLevel reads the level through the Db interface: outside a write, on the reader connection */
+  const readerLevel = async (db: Db) => (await db.get<{ synchronous: number }>("PRAGMA synchronous"))!.synchronous;
 
-  /** recordingSync stands in for the WAL file's fsync: each sync waits until the test lets it finish. */
-  function recordingSync() {
-    const log: string[] = [];
-    const waiting: (() => void)[] = [];
-    const walSync = {
-      sync: () => new Promise<void>((resolve) => {
-        log.push("sync started");
-        waiting.push(() => {
-          log.push("sync done");
-          resolve();
-        });
-      }),
-      close: () => log.push("closed"),
-    };
-    const finishSyncs = () => waiting.splice(0).forEach((finish) => finish());
-    return { log, walSync, finishSyncs };
-  }
-
-  test("openDatabase runs SQLite in WAL mode without its own sync per commit: durability is the group commit's sync", async () => {
+  test("openDatabase syncs every commit (synchronous FULL = 2) unless told normal (1), always in WAL mode, on both connections", async () => {
     const full = openDatabase(join(dir, "full.sqlite"));
     const normal = openDatabase(join(dir, "normal.sqlite"), "normal");
-    expect([writerLevel(full.sqlite), writerLevel(normal.sqlite)]).toEqual([1, 1]);
+    expect([writerLevel(full.sqlite), writerLevel(normal.sqlite), await readerLevel(full), await readerLevel(normal)]).toEqual([2, 1, 2, 1]);
     expect([full, normal].map((db) => db.sqlite.query<{ journal_mode: string }, []>("PRAGMA journal_mode").get()!.journal_mode)).toEqual(["wal", "wal"]);
     await full.close();
     await normal.close();
   });
 
-  test("a write is answered only after its group's WAL sync has finished, and the event loop runs meanwhile", async () => {
-    const { log, walSync, finishSyncs } = recordingSync();
-    const db = openDatabase(join(dir, "crm.sqlite"), "full", walSync);
-    await db.sqlite.run("CREATE TABLE t (n INTEGER)");
-    const writes = [1, 2].map((n) => db.write((tx) => tx.run("INSERT INTO t (n) VALUES (?)", [n])).then(() => log.push(`answered ${n}`)));
-    while (!log.includes("sync started")) await Bun.sleep(1);
-    // Committed, not yet synced: nobody is answered, and other work (a read) goes on.
-    expect(await db.get<{ n: number }>("SELECT count(*) AS n FROM t")).toEqual({ n: 2 });
-    expect(log).toEqual(["sync started"]);
-    finishSyncs();
-    await Promise.all(writes);
-    expect(log).toEqual(["sync started", "sync done", "answered 1", "answered 2"]);
-    await db.close();
-    expect(log.at(-1)).toBe("closed");
-  });
-
-  test("a group that changed nothing is not synced; the next write waits for the sync before it", async () => {
-    const { log, walSync, finishSyncs } = recordingSync();
-    const db = openDatabase(join(dir, "crm.sqlite"), "full", walSync);
-    await db.sqlite.run("CREATE TABLE t (n INTEGER)");
-    await db.write((tx) => tx.get("SELECT count(*) AS n FROM t"));
-    expect(log).toEqual([]);
-    const first = db.write((tx) => tx.run("INSERT INTO t (n) VALUES (1)"));
-    while (!log.includes("sync started")) await Bun.sleep(1);
-    let secondRan = false;
-    const second = db.write(async (tx) => {
-      secondRan = true;
-      return tx.run("INSERT INTO t (n) VALUES (2)");
-    });
-    await Bun.sleep(5);
-    expect(secondRan).toBe(false);
-    finishSyncs();
-    await first;
-    while (log.filter((line) => line === "sync started").length < 2) await Bun.sleep(1);
-    finishSyncs();
-    await second;
-    expect(log).toEqual(["sync started", "sync done", "sync started", "sync done"]);
-    await db.close();
-  });
-
-  test("a failed sync fails the group's writes: their answer must not claim they are on disk", async () => {
-    const db = openDatabase(join(dir, "crm.sqlite"), "full", { sync: () => Promise.reject(new Error("EIO: i/o error, fsync")), close: () => {} });
-    await db.sqlite.run("CREATE TABLE t (n INTEGER)");
-    await expect(db.write((tx) => tx.run("INSERT INTO t (n) VALUES (1)"))).rejects.toThrow("EIO");
-    await db.close();
-  });
-
-  test("synchronous normal never syncs after a commit; the real sync fsyncs the WAL file", async () => {
-    const { log, walSync } = recordingSync();
-    const normal = openDatabase(join(dir, "normal.sqlite"), "normal", walSync);
-    await normal.sqlite.run("CREATE TABLE t (n INTEGER)");
-    await normal.write((tx) => tx.run("INSERT INTO t (n) VALUES (1)"));
-    expect(log).toEqual([]);
-    await normal.close();
-    const real = openDatabase(join(dir, "real.sqlite"));
-    await real.sqlite.run("CREATE TABLE t (n INTEGER)");
-    expect(await real.write((tx) => tx.run("INSERT INTO t (n) VALUES (1)"))).toBe(1);
-    await real.sync();
-    await real.close();
-  });
-
-  test("serve opens its database with the configured level: commits synced by default, not when normal", async () => {
-    const synced: boolean[] = [];
+  test("serve opens its database with the configured level: full by default, normal when set", async () => {
+    const levels: number[] = [];
     for (const synchronous of [DEFAULT_CONFIG.synchronous, "normal"] as const) {
       const running = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: join(dir, synchronous), synchronous, logLevel: "error" }, createLogger("error", () => {}));
-      synced.push((running.runtime.db as unknown as { walSync: unknown }).walSync !== null);
+      levels.push(await readerLevel(running.runtime.db));
       await running.stop();
     }
-    expect(synced).toEqual([true, false]);
+    expect(levels).toEqual([2, 1]);
   });
 });
-
