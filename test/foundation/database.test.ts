@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
-import { openDatabase } from "../../server/db/database.ts";
+import { opaqueParameters, openDatabase } from "../../server/db/database.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
@@ -33,6 +33,20 @@ describe("database: statement cache", () => {
     for (const sql of distinctQueries(300)) expect(db.query<{ n: number; v: string }, [string]>(sql).get("x")).toEqual({ n: Number(sql.split(" ")[1]), v: "x" });
     expect(db.query("SELECT 1 AS n")).toBe(first);
     expect(first.get()).toEqual({ n: 1 });
+    await database.close();
+  });
+
+  test("placeholders are bound as +? (the plan is made once), never inside quoted strings, names or comments", () => {
+    expect(opaqueParameters("SELECT a FROM t WHERE b = ? AND c IN (?, ?) AND d = '?' AND \"e?\" = 1 -- f?\nLIMIT CAST(? AS INTEGER) /* ? */")).toBe(
+      "SELECT a FROM t WHERE b = +? AND c IN (+?, +?) AND d = '?' AND \"e?\" = 1 -- f?\nLIMIT CAST(+? AS INTEGER) /* ? */",
+    );
+    expect(opaqueParameters("SELECT 1")).toBe("SELECT 1");
+  });
+
+  test("+? binds every kind of value unchanged: text stays text (no number affinity), blobs, nulls and numbers", async () => {
+    const database = openDatabase(join(dir, "crm.sqlite"));
+    const row = await database.get("SELECT typeof(?) AS t1, ? AS v1, typeof(?) AS t2, ? AS v2, ? AS v3, ? AS v4", ["007", "007", new Uint8Array([1]), new Uint8Array([1]), null, 2.5]);
+    expect(row).toEqual({ t1: "text", v1: "007", t2: "blob", v2: new Uint8Array([1]), v3: null, v4: 2.5 });
     await database.close();
   });
 
