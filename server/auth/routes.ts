@@ -1,10 +1,11 @@
+import type { Server } from "bun";
 import { Elysia } from "elysia";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
 import { ApiRateLimits, READ_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
 import { ProblemError } from "../shared/problem.ts";
-import { checkBearer, tokenRate, type AuthenticatedToken } from "./service.ts";
+import { checkBearer, tokenRate, type AuthenticatedToken, type BearerCheck } from "./service.ts";
 
 /** unauthorized is the 401 problem, with the WWW-Authenticate challenge and any extra headers. */
 export function unauthorized(detail: string, headers: Record<string, string> = {}): ProblemError {
@@ -29,22 +30,36 @@ export function chargeExtraWrites(request: Request, writes: number): void {
  */
 export function authentication(rt: Runtime) {
   const rates = new ApiRateLimits(rt.config, (tokenId) => tokenRate(rt.db, tokenId));
-  return new Elysia({ name: "authentication" }).onRequest(async ({ request, server, set }) => {
-    const url = request.url;
-    if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
-    const check = await checkBearer(rt.db, request);
-    if (check.token) {
-      const token = check.token;
-      await rates.loadPolicies(token.id);
-      Object.assign(set.headers, rates.admitToken(token.id, request.method));
-      authenticated.set(request, token);
-      if (!READ_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
-      return;
-    }
+  type Context = { request: Request; server: Server<unknown> | null; set: { headers: Record<string, string | number> } };
+  const admit = ({ request, set }: Context, token: AuthenticatedToken) => {
+    Object.assign(set.headers, rates.admitToken(token.id, request.method));
+    authenticated.set(request, token);
+    if (!READ_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
+  };
+  const refuse = ({ request, server, set }: Context, failure: string): never => {
     const peer = server?.requestIP(request)?.address ?? null;
     const headers = rates.admitFailedAuth(clientAddress(clientHints(request, peer), rt.config.trustedProxies));
     Object.assign(set.headers, headers);
-    throw unauthorized(check.failure, headers);
+    throw unauthorized(failure, headers);
+  };
+  // A token the cache could not answer for is looked up in the database first.
+  const admitAfterLookup = async (ctx: Context, pending: Promise<BearerCheck>) => {
+    const check = await pending;
+    if (!check.token) return refuse(ctx, check.failure);
+    await rates.loadPolicies(check.token.id);
+    admit(ctx, check.token);
+  };
+  // Synchronous for a cached token whose limits are known (nearly every request): no promise is made.
+  return new Elysia({ name: "authentication" }).onRequest((ctx) => {
+    const url = ctx.request.url;
+    if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
+    const check = checkBearer(rt.db, ctx.request);
+    if (check instanceof Promise) return admitAfterLookup(ctx, check);
+    const token = check.token;
+    if (!token) return refuse(ctx, check.failure);
+    const loading = rates.loadPolicies(token.id);
+    if (loading) return loading.then(() => admit(ctx, token));
+    admit(ctx, token);
   });
 }
 

@@ -138,6 +138,7 @@ export class SqliteDatabase implements Database {
   private readonly afterCommitCallbacks: (() => void)[] = [];
   private watch: Watch | null = null;
   private closed = false;
+  private readSnapshotOpen = false;
 
   constructor(writer: StatementCachingDatabase, reader: StatementCachingDatabase) {
     this.sqlite = this.writer = writer;
@@ -147,12 +148,34 @@ export class SqliteDatabase implements Database {
   }
 
   all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]> {
+    this.openReadSnapshot();
     return this.reader.all(sql, params);
   }
 
   get<T>(sql: string, params?: readonly SqlValue[]): Promise<T | null> {
+    this.openReadSnapshot();
     return this.reader.get(sql, params);
   }
+
+  /**
+   * openReadSnapshot makes the reads of one event-loop turn share one read transaction on the
+   * reader. A statement on its own begins and ends a read transaction of its own, taking and
+   * releasing the WAL's read lock: ~2.4 us, most of a lookup by email. The snapshot ends at the
+   * end of the turn, and before every commit of the writer, so a read made after a write was
+   * committed (its request answered, or later in the same request) always sees it.
+   */
+  private openReadSnapshot(): void {
+    if (this.readSnapshotOpen || this.readerConnection === this.writer) return;
+    this.readerConnection.query("BEGIN").run();
+    this.readSnapshotOpen = true;
+    setImmediate(this.closeReadSnapshot);
+  }
+
+  private readonly closeReadSnapshot = (): void => {
+    if (!this.readSnapshotOpen) return;
+    this.readSnapshotOpen = false;
+    this.readerConnection.query("COMMIT").run();
+  };
 
   /** run outside `write` is a write of its own: the reader connection does not change data. */
   run(sql: string, params?: readonly SqlValue[]): Promise<number> {
@@ -216,6 +239,7 @@ export class SqliteDatabase implements Database {
           }
         }
         changed = this.totalChanges() !== changesBefore;
+        this.closeReadSnapshot();
         writer.query("COMMIT").run();
       } catch (error) {
         if (writer.inTransaction) writer.query("ROLLBACK").run();
@@ -284,6 +308,7 @@ export class SqliteDatabase implements Database {
     if (this.closed) return;
     while (this.flushing || this.pending.length > 0) await this.flush();
     this.closed = true;
+    this.closeReadSnapshot();
     if (this.readerConnection !== this.writer) this.readerConnection.close();
     this.writer.close();
   }

@@ -39,7 +39,8 @@ export function requestIdOf(request: Request): string {
 export function requestFinisher(log: Logger, metrics?: Metrics) {
   return (request: Request, status: number, route: string): void => {
     const info = requestInfo.get(request);
-    if (info) metrics?.observeRequest(request.method, route, status, (performance.now() - info.started) / 1000);
+    const elapsedMs = info ? performance.now() - info.started : undefined;
+    if (elapsedMs !== undefined) metrics?.observeRequest(request.method, route, status, elapsedMs / 1000);
     const path = pathOf(request);
     // A probe that succeeds is routine; a failing one (not ready, a refused scrape) is news.
     log[status < 400 && PROBE_PATHS.has(path) ? "debug" : "info"]("request", {
@@ -47,7 +48,7 @@ export function requestFinisher(log: Logger, metrics?: Metrics) {
       method: request.method,
       path,
       status,
-      duration_ms: info ? Math.round((performance.now() - info.started) * 100) / 100 : undefined,
+      duration_ms: elapsedMs === undefined ? undefined : Math.round(elapsedMs * 100) / 100,
     });
   };
 }

@@ -37,16 +37,17 @@ export class ApiRateLimits {
     this.failedAuth = { name: "failed-auth", perSecond: config.authFailuresPerMinute / 60, burst: config.authFailuresPerMinute };
   }
 
-  /** loadPolicies reads a token's own rate limit the first time the token is seen; call it before admitToken. */
-  async loadPolicies(tokenId: string): Promise<void> {
+  /** loadPolicies reads a token's own rate limit the first time the token is seen (only then a promise); call it before admitToken. */
+  loadPolicies(tokenId: string): void | Promise<void> {
     if (this.policiesByToken.has(tokenId)) return;
-    const own = await this.tokenRateOf(tokenId);
-    this.policiesByToken.set(
-      tokenId,
-      own
-        ? { read: { name: "read", perSecond: own.readPerSecond, burst: own.readBurst }, write: { name: "write", perSecond: own.writePerSecond, burst: own.writeBurst } }
-        : this.defaults,
-    );
+    return this.tokenRateOf(tokenId).then((own) => {
+      this.policiesByToken.set(
+        tokenId,
+        own
+          ? { read: { name: "read", perSecond: own.readPerSecond, burst: own.readBurst }, write: { name: "write", perSecond: own.writePerSecond, burst: own.writeBurst } }
+          : this.defaults,
+      );
+    });
   }
 
   /** admitToken spends one request of the token's read or write budget, by the request's method. */

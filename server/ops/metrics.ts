@@ -57,10 +57,18 @@ class CounterFamily {
   constructor(readonly name: string, readonly help: string) {}
 
   inc(labels: Labels): void {
+    this.counter(labels).value++;
+  }
+
+  /** counter returns the series of these labels, created at 0. */
+  counter(labels: Labels): Counter {
     const key = labelKey(labels);
-    const counter = this.series.get(key);
-    if (counter) counter.value++;
-    else this.series.set(key, { labels, value: 1 });
+    let counter = this.series.get(key);
+    if (!counter) {
+      counter = { labels, value: 0 };
+      this.series.set(key, counter);
+    }
+    return counter;
   }
 
   render(out: string[]): void {
@@ -74,15 +82,27 @@ class HistogramFamily {
   constructor(readonly name: string, readonly help: string, private readonly bounds: number[] = LATENCY_BUCKETS) {}
 
   observe(labels: Labels, seconds: number): void {
+    this.observeIn(this.histogram(labels), seconds);
+  }
+
+  /** histogram returns the series of these labels, created empty. */
+  histogram(labels: Labels): Histogram {
     const key = labelKey(labels);
     let h = this.series.get(key);
     if (!h) {
       h = { labels, buckets: this.bounds.map(() => 0), sum: 0, count: 0 };
       this.series.set(key, h);
     }
+    return h;
+  }
+
+  /** observeIn records one observation in a series of this family. */
+  observeIn(h: Histogram, seconds: number): void {
     // Buckets are stored non-cumulative and summed on render: an observation touches one slot.
-    const i = this.bounds.findIndex((bound) => seconds <= bound);
-    if (i >= 0) h.buckets[i]!++;
+    const bounds = this.bounds;
+    let i = 0;
+    while (i < bounds.length && seconds > bounds[i]!) i++;
+    if (i < bounds.length) h.buckets[i]!++;
     h.sum += seconds;
     h.count++;
   }
@@ -109,6 +129,8 @@ class HistogramFamily {
  */
 export class Metrics {
   private readonly requests = new CounterFamily("crm_http_requests_total", "HTTP requests answered, by method, route pattern and status.");
+  /** the series of each method, status and route seen, by `${method} ${status} ${route}` (routes are patterns: a bounded set) */
+  private readonly requestSeries = new Map<string, { count: Counter; duration: Histogram }>();
   private readonly requestDurations = new HistogramFamily("crm_http_request_duration_seconds", "Time from receiving an HTTP request to answering it, by method and route pattern.");
   private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx read to the end; failed: another status; error: no complete response).");
   private readonly attemptDurations = new HistogramFamily("crm_webhook_delivery_attempt_duration_seconds", "Time a webhook receiver took to answer one delivery attempt.");
@@ -121,10 +143,17 @@ export class Metrics {
 
   /** observeRequest counts one answered HTTP request; route is the matched pattern, or "" when none matched. */
   observeRequest(method: string, route: string, status: number, seconds: number): void {
+    // Every answered request comes here: its two series are found by one lookup.
     const m = KNOWN_METHODS.has(method) ? method : "OTHER";
-    const r = route === "" ? "unmatched" : route;
-    this.requests.inc({ method: m, route: r, status: String(status) });
-    this.requestDurations.observe({ method: m, route: r }, seconds);
+    const key = `${m} ${status} ${route}`;
+    let series = this.requestSeries.get(key);
+    if (!series) {
+      const r = route === "" ? "unmatched" : route;
+      series = { count: this.requests.counter({ method: m, route: r, status: String(status) }), duration: this.requestDurations.histogram({ method: m, route: r }) };
+      this.requestSeries.set(key, series);
+    }
+    series.count.value++;
+    this.requestDurations.observeIn(series.duration, seconds);
   }
 
   /** observeDeliveryOutcome counts one finished webhook attempt and, when it ended its delivery, the delivery. */

@@ -8,7 +8,7 @@ import type { ProblemError } from "../../server/shared/problem.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
-import { createHarness, type Harness } from "../support/harness.ts";
+import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
 import { runCli, SOURCE } from "../ops/support.ts";
 import { databaseArgs } from "../support/backend.ts";
 import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
@@ -340,6 +340,7 @@ describe("sign-in throttling", () => {
     expect((await guesser.signIn()).status).toBe(429);
     const unlocked = runCli([...SOURCE, "operator", "unlock", "--email", OPERATOR.email.toUpperCase(), "--data-dir", dataDir]);
     expect(unlocked).toEqual({ exitCode: 0, stdout: `cleared 2 failed sign-in records of ${OPERATOR.email}\n`, stderr: "" });
+    await afterBlockingCommand();
     expect(await pairRow(db, "203.0.113.9")).toBeNull();
     expect((await guesser.signIn()).status).toBe(303);
     const unknown = runCli([...SOURCE, "operator", "unlock", "--email", "nobody@example.com", "--data-dir", dataDir]);

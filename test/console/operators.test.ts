@@ -2,7 +2,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { OPERATOR_LINK_TTL_MS, inviteOperator } from "../../server/operators/service.ts";
 import { databaseArgs } from "../support/backend.ts";
-import { createHarness, type Harness } from "../support/harness.ts";
+import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
 import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
 
 let harness: Harness | undefined;
@@ -143,31 +143,32 @@ describe("operators on the command line", () => {
     const h = harness;
     await addOperator(h.rt.db);
     await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
-    const run = (args: string[], stdin = "") => {
+    const run = async (args: string[], stdin = "") => {
       const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "operator", ...args, ...databaseArgs(h.rt.config)], { stdin: Buffer.from(stdin) });
+      await afterBlockingCommand();
       return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
     };
-    const listed = run(["list"]);
+    const listed = await run(["list"]);
     expect(listed.code).toBe(0);
     expect(listed.out.split("\n").filter(Boolean).map((line) => line.split("  ").slice(1, 2))).toEqual([[OPERATOR.email], ["other@example.com"]]);
     const client = new ConsoleClient((r) => h.app.handle(r));
     expect((await client.signIn({ email: "other@example.com", password: "the old password" })).status).toBe(303);
 
-    expect(run(["reset-password", "--email", "OTHER@example.com", "--password-stdin"], "a brand new password\n")).toEqual({
+    expect(await run(["reset-password", "--email", "OTHER@example.com", "--password-stdin"], "a brand new password\n")).toEqual({
       code: 0,
       out: `set a new password for operator ${await idOf(h, "other@example.com")} (other@example.com); their sessions have ended\n`,
       err: "",
     });
     expect((await client.get("/console/")).status).toBe(303);
     expect((await new ConsoleClient((r) => h.app.handle(r)).signIn({ email: "other@example.com", password: "a brand new password" })).status).toBe(303);
-    expect(run(["reset-password", "--email", "other@example.com", "--password-stdin"], "short\n")).toEqual({ code: 2, out: "", err: "crm: password must be 10 to 512 characters.\n" });
-    expect(run(["reset-password", "--email", "nobody@example.com", "--password-stdin"], "a brand new password\n")).toEqual({ code: 2, out: "", err: "crm: No operator has the email nobody@example.com.\n" });
+    expect(await run(["reset-password", "--email", "other@example.com", "--password-stdin"], "short\n")).toEqual({ code: 2, out: "", err: "crm: password must be 10 to 512 characters.\n" });
+    expect(await run(["reset-password", "--email", "nobody@example.com", "--password-stdin"], "a brand new password\n")).toEqual({ code: 2, out: "", err: "crm: No operator has the email nobody@example.com.\n" });
 
     const id = await idOf(h, "other@example.com");
-    expect(run(["remove", "--email", "other@example.com"])).toEqual({ code: 0, out: `removed operator ${id} (other@example.com); their sessions have ended\n`, err: "" });
+    expect(await run(["remove", "--email", "other@example.com"])).toEqual({ code: 0, out: `removed operator ${id} (other@example.com); their sessions have ended\n`, err: "" });
     expect(await operators(h)).toEqual([OPERATOR.email]);
-    expect(run(["remove", "--email", OPERATOR.email])).toEqual({ code: 2, out: "", err: "crm: This is the only operator; add another before removing it, or nobody could sign in.\n" });
-    expect(run(["remove"])).toEqual({ code: 2, out: "", err: "crm: operator remove needs --email E\n" });
-    expect(run(["frobnicate"]).err).toBe("crm: usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E\n");
+    expect(await run(["remove", "--email", OPERATOR.email])).toEqual({ code: 2, out: "", err: "crm: This is the only operator; add another before removing it, or nobody could sign in.\n" });
+    expect(await run(["remove"])).toEqual({ code: 2, out: "", err: "crm: operator remove needs --email E\n" });
+    expect((await run(["frobnicate"])).err).toBe("crm: usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E\n");
   }, 30_000);
 });

@@ -71,6 +71,35 @@ describe("database: statement cache", () => {
   });
 });
 
+describe("database: read snapshots", () => {
+  test("the reads of one event-loop turn share a snapshot; the next turn sees what another connection committed", async () => {
+    const db = openDatabase(join(dir, "crm.sqlite"));
+    await db.write((tx) => tx.run("CREATE TABLE t (n INTEGER)"));
+    const other = new Database(join(dir, "crm.sqlite"));
+    expect(await db.get("SELECT count(*) AS n FROM t")).toEqual({ n: 0 });
+    other.run("INSERT INTO t (n) VALUES (1)");
+    expect(await db.get("SELECT count(*) AS n FROM t")).toEqual({ n: 0 });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(await db.get("SELECT count(*) AS n FROM t")).toEqual({ n: 1 });
+    other.close();
+    await db.close();
+  });
+
+  test("a commit ends the snapshot: a read after a write sees it, even when the snapshot began during the write", async () => {
+    const db = openDatabase(join(dir, "crm.sqlite"));
+    await db.write((tx) => tx.run("CREATE TABLE t (n INTEGER)"));
+    let readDuringWrite: unknown = null;
+    await db.write(async (tx) => {
+      // A read outside the write while it runs (another request's) opens the turn's snapshot first.
+      readDuringWrite = await db.get("SELECT count(*) AS n FROM t");
+      await tx.run("INSERT INTO t (n) VALUES (1)");
+    });
+    expect(readDuringWrite).toEqual({ n: 0 });
+    expect(await db.get("SELECT count(*) AS n FROM t")).toEqual({ n: 1 });
+    await db.close();
+  });
+});
+
 describe("database: durability", () => {
   const writerLevel = (db: Database) => db.query<{ synchronous: number }, []>("PRAGMA synchronous").get()!.synchronous;
   /** readerLevel reads the level through the Db interface: outside a write, on the reader connection */

@@ -82,3 +82,12 @@ export async function createHarness(overrides: Partial<Config> = {}, options: Ha
 
 /** PROBLEM_TYPE matches the type URN of every problem response. */
 export const PROBLEM_TYPE = /^urn:crm:problem:[a-z-]+$/;
+
+/**
+ * afterBlockingCommand lets the event loop turn once. The server's reads of one turn share one
+ * snapshot (server/db/database.ts); a command run with Bun.spawnSync writes while the loop is
+ * stopped inside that turn, which a real command never can: its changes show from the next turn.
+ */
+export function afterBlockingCommand(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
