@@ -5,7 +5,8 @@ import { ProblemError, notFound, validationProblem, type FieldError } from "../s
 import type { BatchResult } from "../batch/model.ts";
 import type { BatchKind } from "../batch/service.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
-import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta } from "../http/list-query.ts";
+import { toJsonText, type JsonText } from "../http/json-text.ts";
+import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
@@ -25,8 +26,11 @@ import {
   insertContact,
   insertContactAccounts,
   insertContactAssignedUsers,
+  findContactsByIds,
   listContacts,
+  listContactVersions,
   listNeedsCount,
+  type ContactVersion,
   replaceContactAccounts,
   replaceContactAssignedUsers,
   insertContactTags,
@@ -408,8 +412,38 @@ function parseTagFilter(value: unknown): string[] | undefined {
   return tags;
 }
 
-/** listContactsPage answers GET /contacts: filters, sort, offset or keyset page, includes. */
-export async function listContactsPage(db: Db, query: Record<string, unknown>): Promise<{ data: Contact[]; meta: ListMeta }> {
+/** RENDERED_VERSIONS_KEPT bounds the contact versions kept rendered (about half a kilobyte each). */
+const RENDERED_VERSIONS_KEPT = 20_000;
+const renderedVersions = new Map<string, string>();
+
+/**
+ * renderedContacts returns the JSON text of each contact of a page. A contact's text depends on
+ * its row alone, and every change to the row counts its version up (writeContactChange,
+ * unlinkAccountFromContacts), so the text kept for an id and version never goes stale: rows are
+ * read, rendered and serialised only for versions not seen before. A contact changed between the
+ * two reads is rendered as it now is; one deleted meanwhile is left out.
+ */
+async function renderedContacts(db: Db, versions: ContactVersion[]): Promise<string[]> {
+  const texts = versions.map((v) => renderedVersions.get(`${v.id}:${v.version}`));
+  const missing = versions.filter((_, i) => texts[i] === undefined).map((v) => v.id);
+  if (missing.length === 0) return texts as string[];
+  const rows = new Map((await findContactsByIds(db, missing)).map((row) => [row.id, row]));
+  const out: string[] = [];
+  versions.forEach((v, i) => {
+    const kept = texts[i];
+    if (kept !== undefined) return out.push(kept);
+    const row = rows.get(v.id);
+    if (!row) return;
+    const text = JSON.stringify(toContact(row));
+    if (renderedVersions.size >= RENDERED_VERSIONS_KEPT) renderedVersions.delete(renderedVersions.keys().next().value!);
+    renderedVersions.set(`${row.id}:${row.version}`, text);
+    out.push(text);
+  });
+  return out;
+}
+
+/** listContactsPage answers GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
+export async function listContactsPage(db: Db, query: Record<string, unknown>): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
   const filters = {
     email: query.email as string | undefined,
@@ -420,15 +454,19 @@ export async function listContactsPage(db: Db, query: Record<string, unknown>): 
     tags: parseTagFilter(query.tag),
     assignedUserId: query.assigned_user_id as string | undefined,
   };
+  const include = parseInclude(query.include);
   const offset = list.cursor ? 0 : (list.page - 1) * list.perPage;
   const counted = listNeedsCount(filters) ? await countContacts(db, filters) : null;
-  const rows = await listContacts(db, filters, { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset, matches: counted });
+  const page = { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset, matches: counted };
+  // Includes embed accounts and users, which change without the contact's version: rendered anew each time.
+  const rows = include.length > 0 ? await listContacts(db, filters, page) : await listContactVersions(db, filters, page);
   // A page by offset that is not full and not past the end holds the last match: it tells the
   // total, one query fewer (a lookup by email is one page of one contact).
   const pageTellsTotal = !list.cursor && rows.length < list.perPage && (rows.length > 0 || offset === 0);
   const matches = counted ?? (pageTellsTotal ? offset + rows.length : await countContacts(db, filters));
-  const meta = listMeta(list, matches, rows, (row: ContactRow) => row[list.sortBy], query, CONTACT_FILTERS);
-  return { data: await renderContacts(db, rows, parseInclude(query.include)), meta };
+  const meta = listMeta(list, matches, rows, (row: ContactVersion) => row[list.sortBy] as SortValue, query, CONTACT_FILTERS);
+  if (include.length > 0) return toJsonText({ data: await renderContacts(db, rows as ContactRow[], include), meta });
+  return `{"data":[${(await renderedContacts(db, rows)).join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>;
 }
 
 // Typed reads for the operator console (issue 17).

@@ -271,6 +271,38 @@ describe("contact list: happy paths", () => {
   });
 });
 
+describe("contact list: never a stale contact", () => {
+  test("after every kind of change the listed contact is the one GET /contacts/:id answers, byte for byte", async () => {
+    const own = await createHarness();
+    try {
+      const created = (await own.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com", tags: ["a"] } })).body.data;
+      const account = (await own.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data;
+      const listed = async () => {
+        const res = await own.app.handle(new Request("http://localhost/public/v1/contacts?email=ada%40example.com", { headers: { authorization: `Bearer ${own.token}` } }));
+        return (await res.text()).match(/^\{"data":\[(.*)\],"meta":/)![1];
+      };
+      const single = async () => (await (await own.app.handle(new Request(`http://localhost/public/v1/contacts/${created.id}`, { headers: { authorization: `Bearer ${own.token}` } }))).text()).match(/^\{"data":(.*)\}$/)![1];
+      const changes: [string, () => Promise<unknown>][] = [
+        ["a PATCH", () => own.json("PATCH", `/public/v1/contacts/${created.id}`, { body: { first_name: "Ada B.", custom_fields: { plan: "pro" } } })],
+        ["a tag added", () => own.json("POST", `/public/v1/contacts/${created.id}/tags`, { body: { tag: "b" } })],
+        ["a tag removed", () => own.json("DELETE", `/public/v1/contacts/${created.id}/tags/a`)],
+        ["an account linked", () => own.json("POST", `/public/v1/contacts/${created.id}/accounts`, { body: { account_id: account.id } })],
+        ["the account deleted", () => own.json("DELETE", `/public/v1/accounts/${account.id}`)],
+      ];
+      expect(await listed()).toBe(await single());
+      for (const [what, change] of changes) {
+        const before = await listed();
+        await change();
+        const after = await listed();
+        expect({ what, changed: after !== before }).toEqual({ what, changed: true });
+        expect(after).toBe(await single());
+      }
+    } finally {
+      await own.close();
+    }
+  });
+});
+
 describe("contact list: errors", () => {
   const parameterError = (parameter: string, detail: string, title = "The request has invalid fields.") => validation([{ parameter, detail }], title);
 
