@@ -45,7 +45,10 @@ export async function insertContact(db: Db, row: ContactRow): Promise<void> {
   );
 }
 
-/** updateContact overwrites a contact row's fields. */
+/**
+ * updateContact overwrites a contact row's fields. The caller counts `version` up: every change to
+ * a row must, since the list keeps each contact version's rendered JSON (contacts/service.ts).
+ */
 export async function updateContact(db: Db, row: ContactRow): Promise<void> {
   await db.run(
     `UPDATE contacts SET first_name = ?, last_name = ?, email = ?, phone = ?,
