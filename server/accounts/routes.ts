@@ -25,7 +25,7 @@ const BATCH_DOC = {
 export function accountRoutes(rt: Runtime) {
   return new Elysia({ name: "accounts", prefix: "/public/v1/accounts" })
     .use(bearerAuth())
-    .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createAccount(rt, ctx.body, scope)), {
+    .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createAccount(rt, body, scope)), {
       body: AccountInput,
       headers: IdempotencyKeyHeader,
       response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },

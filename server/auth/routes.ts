@@ -50,8 +50,11 @@ export function authentication(rt: Runtime) {
     admit(ctx, check.token);
   };
   // Synchronous for a cached token whose limits are known (nearly every request): no promise is made.
-  return new Elysia({ name: "authentication" }).onRequest((ctx) => {
-    const url = ctx.request.url;
+  // Destructured, not (ctx): Elysia reads a hook's parameters to learn what requests need, and a
+  // whole context handed on would have every route parse cookies and copy headers.
+  return new Elysia({ name: "authentication" }).onRequest(({ request, server, set }) => {
+    const ctx = { request, server, set };
+    const url = request.url;
     if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
     const check = checkBearer(rt.db, ctx.request);
     if (check instanceof Promise) return admitAfterLookup(ctx, check);

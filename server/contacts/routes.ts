@@ -32,7 +32,7 @@ const BATCH_DOC = {
 export function contactRoutes(rt: Runtime) {
   return new Elysia({ name: "contacts", prefix: "/public/v1/contacts" })
     .use(bearerAuth())
-    .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createContact(rt, ctx.body, scope)), {
+    .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createContact(rt, body, scope)), {
       body: ContactInput,
       headers: IdempotencyKeyHeader,
       response: { 201: ContactEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
@@ -77,7 +77,7 @@ export function contactRoutes(rt: Runtime) {
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
       detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it.", tags, ...secured },
     })
-    .post("/:id/accounts", (ctx) => idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, ctx.params.id, ctx.body.account_id, scope) } })), {
+    .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, scope) } })), {
       params: ContactId,
       body: ContactAccountInput,
       headers: IdempotencyKeyHeader,
@@ -101,7 +101,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .post("/:id/tags", (ctx) => idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, ctx.params.id, ctx.body.tag, scope) } })), {
+    .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, scope) } })), {
       params: ContactId,
       body: ContactTagInput,
       headers: IdempotencyKeyHeader,

@@ -19,7 +19,7 @@ export function userRoutes(rt: Runtime) {
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listUsers", summary: "List users", description: "The people contacts can be assigned to (assigned_user_id, assigned_user_ids).", tags, ...secured },
     })
-    .post("", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createUserOnce(rt, ctx.body, scope)), {
+    .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createUserOnce(rt, body, scope)), {
       body: UserInput,
       headers: IdempotencyKeyHeader,
       response: { 201: UserEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },

@@ -51,7 +51,7 @@ const eventTypeTags = ["Webhook event types"];
 export function webhookRoutes(rt: Runtime) {
   return new Elysia({ name: "webhooks", prefix: "/public/v1" })
     .use(bearerAuth())
-    .post("/webhook-subscriptions", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => createSubscription(rt, ctx.body, scope), (stored) => openReplayedSecret(rt, stored)), {
+    .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, scope), (stored) => openReplayedSecret(rt, stored)), {
       body: SubscriptionInput,
       headers: IdempotencyKeyHeader,
       response: { 201: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
@@ -148,7 +148,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .post("/webhook-subscriptions/:subscriptionId/recover", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => recoverDeliveries(rt, ctx.params.subscriptionId, ctx.body, scope)), {
+    .post("/webhook-subscriptions/:subscriptionId/recover", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => recoverDeliveries(rt, params.subscriptionId, body, scope)), {
       params: SubscriptionId,
       body: RecoveryInput,
       headers: IdempotencyKeyHeader,
@@ -162,7 +162,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .post("/webhook-subscriptions/:subscriptionId/pause", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => pauseSubscription(rt, ctx.params.subscriptionId, true, scope)), {
+    .post("/webhook-subscriptions/:subscriptionId/pause", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, true, scope)), {
       params: SubscriptionId,
       headers: IdempotencyKeyHeader,
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
@@ -174,7 +174,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .post("/webhook-subscriptions/:subscriptionId/resume", (ctx) => idempotentPost(rt.idempotency, ctx, (scope) => pauseSubscription(rt, ctx.params.subscriptionId, false, scope)), {
+    .post("/webhook-subscriptions/:subscriptionId/resume", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, false, scope)), {
       params: SubscriptionId,
       headers: IdempotencyKeyHeader,
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
