@@ -105,8 +105,19 @@ export function unknownParameterErrors(query: Record<string, unknown>, known: re
     .map((name) => ({ parameter: name, detail: `is not a parameter of ${what}; known: ${known.join(", ")}` }));
 }
 
+let lastNamesUrl = "";
+let lastNames: string[] = [];
+
 /** parameterNames lists the names of a URL's query parameters in order, decoded as the router decodes them. */
 function parameterNames(url: string): string[] {
+  // The transform hook and the list route both ask for the same request's URL.
+  if (url === lastNamesUrl) return lastNames;
+  lastNames = scanParameterNames(url);
+  lastNamesUrl = url;
+  return lastNames;
+}
+
+function scanParameterNames(url: string): string[] {
   const start = url.indexOf("?");
   if (start < 0) return [];
   // Every request with a query string passes here: one scan, no URL parsing.
