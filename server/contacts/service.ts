@@ -412,9 +412,10 @@ function parseTagFilter(value: unknown): string[] | undefined {
   return tags;
 }
 
-/** RENDERED_VERSIONS_KEPT bounds the contact versions kept rendered (about half a kilobyte each). */
+/** RENDERED_VERSIONS_KEPT bounds the contact versions kept rendered per database (about half a kilobyte each). */
 const RENDERED_VERSIONS_KEPT = 20_000;
-const renderedVersions = new Map<string, string>();
+/** Per database: two databases in one process (tests, a copy) may hold the same id and version with other contents. */
+const renderedVersionsOf = new WeakMap<Db, Map<string, string>>();
 
 /**
  * renderedContacts returns the JSON text of each contact of a page. A contact's text depends on
@@ -424,6 +425,8 @@ const renderedVersions = new Map<string, string>();
  * two reads is rendered as it now is; one deleted meanwhile is left out.
  */
 async function renderedContacts(db: Db, versions: ContactVersion[]): Promise<string[]> {
+  let renderedVersions = renderedVersionsOf.get(db);
+  if (!renderedVersions) renderedVersionsOf.set(db, (renderedVersions = new Map()));
   const texts = versions.map((v) => renderedVersions.get(`${v.id}:${v.version}`));
   const missing = versions.filter((_, i) => texts[i] === undefined).map((v) => v.id);
   if (missing.length === 0) return texts as string[];
