@@ -36,10 +36,11 @@ class StatementCachingDatabase extends SqliteConnection {
 /**
  * opaqueParameters writes every `?` placeholder of a statement as `+?`, which binds the same value
  * with the same type and affinity. When the planner looks at a bare `?` (an equality next to an
- * ORDER BY, a LIMIT, a partial index's condition), SQLite notes that the plan may depend on its
- * value and prepares the statement again every time it is bound: that was 7-8 us of the ~9 us
- * of a by-email page, on every request. Behind `+` the planner sees an expression it cannot look
- * into, and the plan is made once. Quoted strings, quoted names and comments are left alone.
+ * ORDER BY, a LIMIT), SQLite notes that the plan may depend on its value and prepares the
+ * statement again every time it is bound: that was 7-8 us of the ~9 us of a by-email page, on
+ * every request. Behind `+` the planner sees an expression it cannot look into, and the plan is
+ * made once; so a value a plan must see (one matching a partial index's condition, such as
+ * status = 'pending') is written into the SQL. Quoted strings, quoted names and comments are left alone.
  */
 export function opaqueParameters(sql: string): string {
   if (!sql.includes("?")) return sql;
