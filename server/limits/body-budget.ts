@@ -1,6 +1,14 @@
 import { ProblemError } from "../shared/problem.ts";
 import { MAX_BODY_BYTES } from "./limits.ts";
 
+/**
+ * declaresBody tells from the headers whether a request carries a body (a length or chunked
+ * framing). Read this rather than request.body, which has Bun set up a stream for every POST.
+ */
+export function declaresBody(request: Request): boolean {
+  return request.headers.has("content-length") || request.headers.has("transfer-encoding");
+}
+
 /** budgetOf finds the budget a request's body is counted in, for chargeBody. */
 const budgetOf = new WeakMap<Request, BodyBudget>();
 
@@ -21,10 +29,9 @@ export class BodyBudget {
 
   /** admit takes the budget for a request's declared body; it throws 503 when the body would pass it. */
   admit(request: Request): void {
-    // Read from the headers: touching request.body would have Bun set up a stream for every POST.
-    const declared = request.headers.get("content-length");
-    if (declared === null && !request.headers.has("transfer-encoding")) return;
+    if (!declaresBody(request)) return;
     budgetOf.set(request, this);
+    const declared = request.headers.get("content-length");
     // A declared length past 1 MiB is refused with 413 when read; it never holds more than that.
     if (declared !== null) this.take(request, Math.min(Number(declared) || 0, MAX_BODY_BYTES));
   }

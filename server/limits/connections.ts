@@ -4,6 +4,7 @@ import { isIP } from "node:net";
 import type { Config } from "../config.ts";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { ProblemError } from "../shared/problem.ts";
+import { declaresBody } from "./body-budget.ts";
 import { BUN_TIMER_GRANULARITY_SECONDS } from "./limits.ts";
 
 /** RECONCILE_INTERVAL_MS is the shortest time between two reads of the kernel's connection table. */
@@ -248,9 +249,7 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
           );
         }
         // Bun's idle timer also runs while a body arrives; give the body its own, longer deadline.
-        // (From the headers: touching request.body would have Bun set up a stream for every POST.)
-        const hasBody = request.headers.has("content-length") || request.headers.has("transfer-encoding");
-        if (hasBody && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
+        if (declaresBody(request) && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
       };
       const admission = gate.admit(connection, clientOf);
       return typeof admission === "string" ? admitted(admission) : admission.then(admitted);
