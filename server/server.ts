@@ -8,6 +8,7 @@ import { isEmbeddedPath } from "./shared/compiled.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
 import { listTokens } from "./auth/service.ts";
 import { startRetentionJob } from "./webhooks/retention.ts";
+import { startNameIndexing } from "./contacts/service.ts";
 import { hasOperators, issueSetupCode } from "./operators/service.ts";
 
 export interface RunningServer {
@@ -82,6 +83,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   }
   runtime.deliveries.start();
   const stopRetention = startRetentionJob(runtime);
+  const stopNameIndexing = startNameIndexing(runtime);
   let stopping: Promise<void> | undefined;
   return {
     url,
@@ -99,7 +101,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
         // Elysia runs afterResponse hooks (the request's log line and metrics) in a setImmediate.
         await new Promise((resolve) => setImmediate(resolve));
         // Requests are done, so no new deliveries appear; attempts in flight get what time is left.
-        await Promise.all([runtime.deliveries.stop(remaining()), stopRetention()]);
+        await Promise.all([runtime.deliveries.stop(remaining()), stopRetention(), stopNameIndexing()]);
         await db.close();
         log.info("stopped", { duration_ms: Math.round(performance.now() - started) });
       })();

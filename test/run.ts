@@ -16,6 +16,7 @@ const SQLITE_ONLY = new Set([
   "foundation/database.test.ts",
   "foundation/migrations.test.ts",
   "foundation/index-use.test.ts",
+  "foundation/name-index.test.ts",
   "foundation/write-queue.test.ts",
   "foundation/cli.test.ts",
   "webhooks/crash.test.ts",

@@ -1,4 +1,4 @@
-import type { Db } from "../../server/db/sql.ts";
+import type { Database, Db } from "../../server/db/sql.ts";
 import type { Contact } from "../../server/contacts/model.ts";
 import { findContact, searchContacts } from "../../server/contacts/service.ts";
 import type { CursorPosition } from "../../server/http/list-query.ts";
@@ -33,7 +33,7 @@ function positionOf(text: string): CursorPosition | null {
  * other text a part of the name; `before` continues after a previous page. Throws 422 for a
  * malformed position or an overlong query.
  */
-export async function contactsPage(db: Db, query: { q?: string; before?: string }): Promise<ContactsView> {
+export async function contactsPage(db: Database, query: { q?: string; before?: string }): Promise<ContactsView> {
   const q = (query.q ?? "").trim();
   const before = query.before ? positionOf(query.before) : null;
   if (query.before && !before) throw validationProblem([{ parameter: "before", detail: "must be the position a previous page gave" }], "The page position is invalid.");

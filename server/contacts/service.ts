@@ -1,4 +1,4 @@
-import type { Db } from "../db/sql.ts";
+import type { Database, Db } from "../db/sql.ts";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
 import { ProblemError, notFound, validationProblem, type FieldError } from "../shared/problem.ts";
@@ -27,6 +27,8 @@ import {
   insertContactAccounts,
   insertContactAssignedUsers,
   findContactsByIds,
+  hasUnindexedNames,
+  indexWaitingNames,
   listContacts,
   listContactVersions,
   listNeedsCount,
@@ -445,8 +447,34 @@ async function renderedContacts(db: Db, versions: ContactVersion[]): Promise<str
   return out;
 }
 
+/** NAME_INDEXING_INTERVAL_MS is how often contacts waiting for the name index are indexed (SQLite, migration 0017). */
+const NAME_INDEXING_INTERVAL_MS = 250;
+
+/** indexNamesBeforeSearch indexes the names of contacts waiting for the name index, so a name search about to run finds them. */
+async function indexNamesBeforeSearch(db: Database, filters: ContactFilters): Promise<void> {
+  if (filters.fullName !== undefined && (await hasUnindexedNames(db))) await db.write(indexWaitingNames);
+}
+
+/**
+ * startNameIndexing indexes the names of new contacts in batches, every NAME_INDEXING_INTERVAL_MS
+ * while any wait (SQLite; migration 0017 says why); the returned function stops it and waits for a batch under way.
+ */
+export function startNameIndexing(rt: Runtime): () => Promise<void> {
+  let running: Promise<unknown> = Promise.resolve();
+  const timer = setInterval(() => {
+    running = running
+      .then(async () => (await hasUnindexedNames(rt.db)) && (await rt.db.write(indexWaitingNames)))
+      .catch((error: unknown) => rt.log.error("indexing contact names failed", { error: String(error) }));
+  }, NAME_INDEXING_INTERVAL_MS);
+  timer.unref?.();
+  return async () => {
+    clearInterval(timer);
+    await running;
+  };
+}
+
 /** listContactsPage answers GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
-export async function listContactsPage(db: Db, query: Record<string, unknown>): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
+export async function listContactsPage(db: Database, query: Record<string, unknown>): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
   const filters = {
     email: query.email as string | undefined,
@@ -458,6 +486,7 @@ export async function listContactsPage(db: Db, query: Record<string, unknown>): 
     assignedUserId: query.assigned_user_id as string | undefined,
   };
   const include = parseInclude(query.include);
+  await indexNamesBeforeSearch(db, filters);
   const offset = list.cursor ? 0 : (list.page - 1) * list.perPage;
   const counted = listNeedsCount(filters) ? await countContacts(db, filters) : null;
   const page = { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset, matches: counted };
@@ -487,11 +516,12 @@ export async function contactsWithEmail(db: Db, email: string): Promise<Contact[
 
 /** searchContacts returns a newest-first page of contacts matching an exact email or part of a name, after a position, with the count of all matches. */
 export async function searchContacts(
-  db: Db,
+  db: Database,
   filters: Pick<ContactFilters, "email" | "fullName">,
   after: CursorPosition | null,
   limit: number,
 ): Promise<{ data: Contact[]; total: number; next: CursorPosition | null }> {
+  await indexNamesBeforeSearch(db, filters);
   const matches = await countContacts(db, filters);
   const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
   const page = rows.slice(0, limit);

@@ -17,6 +17,7 @@ import syncApi from "../../migrations/0013_sync_api.sql" with { type: "text" };
 import contactTagsSortKeys from "../../migrations/0014_contact_tags_sort_keys.sql" with { type: "text" };
 import consoleReads from "../../migrations/0015_console_reads.sql" with { type: "text" };
 import relationSortKeys from "../../migrations/0016_relation_sort_keys.sql" with { type: "text" };
+import batchedNameIndex from "../../migrations/0017_batched_name_index.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
@@ -51,6 +52,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 14, name: "0014_contact_tags_sort_keys.sql", sql: contactTagsSortKeys },
   { version: 15, name: "0015_console_reads.sql", sql: consoleReads },
   { version: 16, name: "0016_relation_sort_keys.sql", sql: relationSortKeys },
+  { version: 17, name: "0017_batched_name_index.sql", sql: batchedNameIndex },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -1,5 +1,5 @@
 import { Database } from "bun:sqlite";
-import type { Db } from "../../server/db/sql.ts";
+import type { Database as ServiceDatabase } from "../../server/db/sql.ts";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { contactPage, contactsPage } from "../../console/contacts/service.ts";
 import { latestDeliveries } from "../../console/deliveries/service.ts";
@@ -39,13 +39,13 @@ afterAll(() => h.close());
 const TABLES_THAT_GROW = /^SCAN (d|webhook_deliveries|events|e|c|contacts|webhook_delivery_attempts|a|webhook_attempt_stats)\b(?! USING)/;
 
 /** plansOf runs a read through a capturing database and returns each statement with its plan. */
-async function plansOf(read: (db: Db) => unknown): Promise<{ sql: string; plan: string[] }[]> {
+async function plansOf(read: (db: ServiceDatabase) => unknown): Promise<{ sql: string; plan: string[] }[]> {
   const spy = capturing(h.rt.db);
   await read(spy.db);
   return spy.captured.map((c: Captured) => ({ sql: c.sql.replace(/\s+/g, " ").trim(), plan: queryPlan(h.db.sqlite, c) }));
 }
 
-const READS: [string, (db: Db) => unknown, RegExp[]][] = [
+const READS: [string, (db: ServiceDatabase) => unknown, RegExp[]][] = [
   ["start page charts", async (db) => subscriptionsHealth(db, await listAllSubscriptions(db)), [/SEARCH webhook_delivery_hours USING PRIMARY KEY \(subscription_id=\? AND hour>\?\)/, /SEARCH webhook_attempt_stats USING PRIMARY KEY/]],
   ["latest deliveries", (db) => latestDeliveries(db, {}), [/SCAN d USING INDEX webhook_deliveries_created/, /SEARCH events USING INDEX sqlite_autoindex_events_1/]],
   ["failed deliveries", (db) => latestDeliveries(db, { status: "failed" }), [/SEARCH d USING INDEX webhook_deliveries_unfinished \(status=\?\)/]],

@@ -1,5 +1,5 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
-import type { Db, SqlValue } from "../../server/db/sql.ts";
+import type { Database, SqlValue } from "../../server/db/sql.ts";
 
 /** Captured is one statement run through a capturing database, with its parameters. */
 export interface Captured {
@@ -7,10 +7,10 @@ export interface Captured {
   params: unknown[];
 }
 
-/** capturing wraps the database so every query run through it is recorded with its parameters. */
-export function capturing(db: Db): { db: Db; captured: Captured[] } {
+/** capturing wraps the database so every read run through it is recorded with its parameters (writes pass through). */
+export function capturing(db: Database): { db: Database; captured: Captured[] } {
   const captured: Captured[] = [];
-  const spy: Db = {
+  const spy: Database = {
     dialect: db.dialect,
     all<T>(sql: string, params: readonly SqlValue[] = []) {
       captured.push({ sql, params: [...params] });
@@ -21,6 +21,12 @@ export function capturing(db: Db): { db: Db; captured: Captured[] } {
       return db.get<T>(sql, params);
     },
     run: (sql, params) => db.run(sql, params),
+    write: (work) => db.write(work),
+    onCommit: (callback) => db.onCommit(callback),
+    outsideWritesGeneration: () => db.outsideWritesGeneration(),
+    listen: (channel, onNotify) => db.listen(channel, onNotify),
+    notify: (channel) => db.notify(channel),
+    close: () => db.close(),
   };
   return { db: spy, captured };
 }
