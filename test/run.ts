@@ -32,6 +32,7 @@ const SQLITE_ONLY = new Set([
  */
 const BACKEND_INDEPENDENT = new Set([
   "foundation/time.test.ts",
+  "foundation/ids.test.ts",
   "webhooks/rules.test.ts",
   "import/csv.test.ts",
   "limits/body-memory.test.ts",
