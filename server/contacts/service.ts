@@ -451,8 +451,8 @@ async function renderedContacts(db: Db, versions: ContactVersion[]): Promise<str
 const NAME_INDEXING_INTERVAL_MS = 250;
 
 /** indexNamesBeforeSearch indexes the names of contacts waiting for the name index, so a name search about to run finds them. */
-async function indexNamesBeforeSearch(db: Database, filters: ContactFilters): Promise<void> {
-  if (filters.fullName !== undefined && (await hasUnindexedNames(db))) await db.write(indexWaitingNames);
+async function indexNamesBeforeSearch(db: Database): Promise<void> {
+  if (await hasUnindexedNames(db)) await db.write(indexWaitingNames);
 }
 
 /**
@@ -486,7 +486,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     assignedUserId: query.assigned_user_id as string | undefined,
   };
   const include = parseInclude(query.include);
-  await indexNamesBeforeSearch(db, filters);
+  if (filters.fullName !== undefined) await indexNamesBeforeSearch(db);
   const offset = list.cursor ? 0 : (list.page - 1) * list.perPage;
   const counted = listNeedsCount(filters) ? await countContacts(db, filters) : null;
   const page = { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset, matches: counted };
@@ -521,7 +521,7 @@ export async function searchContacts(
   after: CursorPosition | null,
   limit: number,
 ): Promise<{ data: Contact[]; total: number; next: CursorPosition | null }> {
-  await indexNamesBeforeSearch(db, filters);
+  if (filters.fullName !== undefined) await indexNamesBeforeSearch(db);
   const matches = await countContacts(db, filters);
   const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
   const page = rows.slice(0, limit);
