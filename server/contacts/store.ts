@@ -162,6 +162,8 @@ export async function unlinkAccountFromContacts(db: Db, accountId: string, updat
 /**
  * fullNameMatch is the condition on the search table (alias f) that its rows meet when their full
  * name contains the needle, case-insensitively; `indexed` tells whether the trigram index finds them.
+ * Contacts still waiting for that table (migration 0017) are not in it: the service indexes them
+ * (indexWaitingNames) before it searches.
  */
 function fullNameMatch(needle: string): { condition: string; params: string[]; indexed: boolean } {
   // A quoted phrase of 3+ characters is a substring search in the trigram index, which folds
