@@ -68,6 +68,23 @@ describe("the name index in batches", () => {
     expect(await namesFound("linus")).toEqual({ ids: [second.id], total: 1 });
   });
 
+  test("searches running among creates find every contact whose create was answered before they were sent", async () => {
+    const answered: string[] = [];
+    const creates = Array.from({ length: 90 }, async (_, i) => {
+      await Bun.sleep(i % 7);
+      answered.push((await create("Mixed", `Crowd${i}`)).id);
+    });
+    const searches = Array.from({ length: 30 }, async (_, i) => {
+      await Bun.sleep(i % 11);
+      const before = [...answered];
+      const found = new Set((await namesFound("crowd")).ids);
+      expect(before.filter((id) => !found.has(id))).toEqual([]);
+    });
+    await Promise.all([...creates, ...searches]);
+    const all = await namesFound("mixed crowd");
+    expect({ ids: [...all.ids].sort(), total: all.total }).toEqual({ ids: [...answered].sort(), total: 90 });
+  });
+
   test("the console's name search indexes what waits first", async () => {
     const ada = await create("Ada", "Lovelace");
     const view = await contactsPage(h.rt.db, { q: "lovelace" });
