@@ -450,8 +450,8 @@ async function renderedContacts(db: Db, versions: ContactVersion[]): Promise<str
 /** NAME_INDEXING_INTERVAL_MS is how often contacts waiting for the name index are indexed (SQLite, migration 0017). */
 const NAME_INDEXING_INTERVAL_MS = 250;
 
-/** indexNamesBeforeSearch indexes the names of contacts waiting for the name index, so a name search about to run finds them. */
-async function indexNamesBeforeSearch(db: Database): Promise<void> {
+/** indexNamesWaiting indexes the names of contacts waiting for the name index, if any: before a name search, so it finds them, and in the background job. */
+async function indexNamesWaiting(db: Database): Promise<void> {
   if (await hasUnindexedNames(db)) await db.write(indexWaitingNames);
 }
 
@@ -463,7 +463,7 @@ export function startNameIndexing(rt: Runtime): () => Promise<void> {
   let running: Promise<unknown> = Promise.resolve();
   const timer = setInterval(() => {
     running = running
-      .then(async () => (await hasUnindexedNames(rt.db)) && (await rt.db.write(indexWaitingNames)))
+      .then(() => indexNamesWaiting(rt.db))
       .catch((error: unknown) => rt.log.error("indexing contact names failed", { error: String(error) }));
   }, NAME_INDEXING_INTERVAL_MS);
   timer.unref?.();
@@ -486,7 +486,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     assignedUserId: query.assigned_user_id as string | undefined,
   };
   const include = parseInclude(query.include);
-  if (filters.fullName !== undefined) await indexNamesBeforeSearch(db);
+  if (filters.fullName !== undefined) await indexNamesWaiting(db);
   const offset = list.cursor ? 0 : (list.page - 1) * list.perPage;
   const counted = listNeedsCount(filters) ? await countContacts(db, filters) : null;
   const page = { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset, matches: counted };
@@ -521,7 +521,7 @@ export async function searchContacts(
   after: CursorPosition | null,
   limit: number,
 ): Promise<{ data: Contact[]; total: number; next: CursorPosition | null }> {
-  if (filters.fullName !== undefined) await indexNamesBeforeSearch(db);
+  if (filters.fullName !== undefined) await indexNamesWaiting(db);
   const matches = await countContacts(db, filters);
   const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
   const page = rows.slice(0, limit);
