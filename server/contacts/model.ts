@@ -140,4 +140,5 @@ export const ContactTagInput = t.Object(
   { tag: t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, error: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters` }) },
   { additionalProperties: false, examples: [{ tag: "vip" }] },
 );
-export const ContactListEnvelope = t.Object({ data: t.Array(Contact), meta: ListMetaSchema });
+// Elysia states "nothing else" of a response schema it is given; this one it is given wrapped (serialisedResponse).
+export const ContactListEnvelope = t.Object({ data: t.Array(Contact), meta: ListMetaSchema }, { additionalProperties: false });

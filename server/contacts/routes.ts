@@ -4,7 +4,7 @@ import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
-import { sendJson, toJsonText } from "../http/json-text.ts";
+import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
 import { withRepeatedValues } from "../http/list-query.ts";
 import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
 import { listDeletedPage } from "../tombstones/service.ts";
@@ -36,7 +36,7 @@ export function contactRoutes(rt: Runtime) {
       body: ContactInput,
       headers: IdempotencyKeyHeader,
       // Documented, not re-checked (as the list): the body is toContact's, whose shape the tests pin.
-      response: { 201: t.NoValidate(ContactEnvelope), ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+      response: { 201: serialisedResponse(ContactEnvelope), ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: { operationId: "createContact", summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, CONTACT_BATCH, BATCH_DOC))
@@ -44,7 +44,7 @@ export function contactRoutes(rt: Runtime) {
       query: ContactListQuery,
       // Documented, not re-checked: checking a page (50 date-time parses) cost about 15% of this, the
       // busiest route; the rows are rendered by toContact, whose shape the tests pin.
-      response: { 200: t.NoValidate(ContactListEnvelope), ...problemResponses(401, 403, 422) },
+      response: { 200: serialisedResponse(ContactListEnvelope), ...problemResponses(401, 403, 422) },
       detail: { operationId: "listContacts", summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.", tags, ...secured },
     })
     .get("/deleted", ({ query }) => listDeletedPage(rt, "contact", query), {

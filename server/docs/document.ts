@@ -2,7 +2,7 @@
 // standard JSON Schema keywords only, named schemas referenced once from components.schemas.
 import { toOpenAPISchema } from "@elysiajs/openapi/openapi";
 import { Elysia, type TSchema } from "elysia";
-import { DOCUMENT_AS } from "../http/openapi-docs.ts";
+import { DOCUMENT_AS, SENT_AS_TEXT } from "../http/openapi-docs.ts";
 
 type Json = Record<string, any>;
 
@@ -70,13 +70,14 @@ function refTo(schema: Json, named: NamedSchemas): Json | null {
 
 /**
  * tidySchema rebuilds a schema (never changing the one given, which may be the validator's):
- * only standard keywords, a documentAs replacement applied, Elysia's numeric transforms stated as
+ * only standard keywords, a documentAs replacement applied, a body sent as text stated as its schema, Elysia's numeric transforms stated as
  * numbers, and every sub-schema equal to a named one replaced by its $ref (the top one too unless
  * `top` is false, which builds the named schema itself).
  */
 function tidySchema(schema: Json, named: NamedSchemas, top = true): Json {
   if (!schema || typeof schema !== "object") return schema;
   if (schema[DOCUMENT_AS]) return { ...schema[DOCUMENT_AS], ...(schema.description === undefined ? {} : { description: schema.description }) };
+  if (schema[SENT_AS_TEXT]) return tidySchema(schema.allOf[0], named, top);
   const numeric = numericBranch(schema);
   if (numeric) return tidySchema({ ...numeric, ...(schema.description === undefined ? {} : { description: schema.description }) }, named, top);
   const out: Json = {};

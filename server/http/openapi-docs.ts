@@ -24,3 +24,9 @@ export const DOCUMENT_AS = "documentAs";
 
 /** documentAs states the schema a parameter has in the OpenAPI document (see DOCUMENT_AS). */
 export const documentAs = (schema: Record<string, unknown>) => ({ [DOCUMENT_AS]: schema });
+
+/**
+ * SENT_AS_TEXT marks the response schema of a route that sends its body serialised beforehand
+ * (http/json-text.ts, serialisedResponse): the document states the schema it wraps.
+ */
+export const SENT_AS_TEXT = "sentAsText";

@@ -236,7 +236,8 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
     admit(request, server, path) {
       const peer = server?.requestIP(request) ?? null;
       if (!peer) return;
-      port = server!.port;
+      // Read once: each read of server.port is a getsockname call.
+      port ??= server!.port;
       const connection = canonicalPeer(peer.address, peer.port);
       const clientOf = () => clientAddress(clientHints(request, peer.address), config.trustedProxies) ?? canonicalAddress(peer.address);
       const admitted = (admission: Admission) => {
