@@ -33,6 +33,7 @@ const SQLITE_ONLY = new Set([
 const BACKEND_INDEPENDENT = new Set([
   "foundation/time.test.ts",
   "foundation/ids.test.ts",
+  "foundation/request-slot.test.ts",
   "webhooks/rules.test.ts",
   "import/csv.test.ts",
   "limits/body-memory.test.ts",

@@ -2,6 +2,7 @@ import type { Server } from "bun";
 import { Elysia } from "elysia";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
+import { requestSlot } from "../http/request-slot.ts";
 import { ApiRateLimits, READ_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
 import { ProblemError } from "../shared/problem.ts";
@@ -12,9 +13,9 @@ export function unauthorized(detail: string, headers: Record<string, string> = {
   return new ProblemError(401, "unauthorized", detail, undefined, { "www-authenticate": 'Bearer realm="crm"', ...headers });
 }
 
-const authenticated = new WeakMap<Request, AuthenticatedToken>();
+const authenticated = requestSlot<AuthenticatedToken>("token");
 // An admitted write's hook for charging more writes once its body says what it weighs (batches).
-const extraWriteCharges = new WeakMap<Request, (writes: number) => void>();
+const extraWriteCharges = requestSlot<(writes: number) => void>("extra write charges");
 
 /** chargeExtraWrites counts `writes` more writes against the token of an admitted request (beyond the one it paid on arrival) and updates its RateLimit header. */
 export function chargeExtraWrites(request: Request, writes: number): void {

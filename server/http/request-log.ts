@@ -1,13 +1,14 @@
 import type { Metrics } from "../ops/metrics.ts";
 import { newId } from "../shared/ids.ts";
 import type { Logger } from "../shared/log.ts";
+import { requestSlot } from "./request-slot.ts";
 
 interface RequestInfo {
   id: string;
   started: number;
 }
 
-const requestInfo = new WeakMap<Request, RequestInfo>();
+const requestInfo = requestSlot<RequestInfo>("request info");
 
 const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
 

@@ -1,3 +1,4 @@
+import { requestSlot } from "../http/request-slot.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { MAX_BODY_BYTES } from "./limits.ts";
 
@@ -10,7 +11,7 @@ export function declaresBody(request: Request): boolean {
 }
 
 /** budgetOf finds the budget a request's body is counted in, for chargeBody. */
-const budgetOf = new WeakMap<Request, BodyBudget>();
+const budgetOf = requestSlot<BodyBudget>("body budget");
 
 /**
  * BodyBudget bounds the request body bytes held in memory at once, all requests together. Bun
@@ -22,7 +23,7 @@ const budgetOf = new WeakMap<Request, BodyBudget>();
  */
 export class BodyBudget {
   private used = 0;
-  private readonly held = new WeakMap<Request, number>();
+  private readonly held = requestSlot<number>("body bytes held");
 
   /** @param maxBytes body bytes held at once */
   constructor(readonly maxBytes: number) {}

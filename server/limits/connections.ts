@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import type { Config } from "../config.ts";
 import { clientAddress, clientHints } from "../http/client-address.ts";
+import { requestSlot } from "../http/request-slot.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { declaresBody } from "./body-budget.ts";
 import { BUN_TIMER_GRANULARITY_SECONDS } from "./limits.ts";
@@ -231,7 +232,7 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
   let port: number | undefined;
   const livePeers = () => (port === undefined ? null : readPeers(port));
   const gate = new ConnectionGate(config.maxConnections, clientShare(config), idleHorizonMs, idleHorizonMs + config.bodyTimeoutMs, livePeers);
-  const connectionOf = new WeakMap<Request, string>();
+  const connectionOf = requestSlot<string>("connection");
   return {
     admit(request, server, path) {
       const peer = server?.requestIP(request) ?? null;
