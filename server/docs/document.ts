@@ -70,9 +70,10 @@ function refTo(schema: Json, named: NamedSchemas): Json | null {
 
 /**
  * tidySchema rebuilds a schema (never changing the one given, which may be the validator's):
- * only standard keywords, a documentAs replacement applied, a body sent as text stated as its schema, Elysia's numeric transforms stated as
- * numbers, and every sub-schema equal to a named one replaced by its $ref (the top one too unless
- * `top` is false, which builds the named schema itself).
+ * only standard keywords, a documentAs replacement applied, a body sent as text stated as the
+ * schema it wraps, Elysia's numeric transforms stated as numbers, and every sub-schema equal to a
+ * named one replaced by its $ref (the top one too unless `top` is false, which builds the named
+ * schema itself).
  */
 function tidySchema(schema: Json, named: NamedSchemas, top = true): Json {
   if (!schema || typeof schema !== "object") return schema;
