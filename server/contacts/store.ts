@@ -204,14 +204,14 @@ export async function hasUnindexedNames(db: Db): Promise<boolean> {
   return (await db.get("SELECT 1 FROM contacts_full_name_pending LIMIT 1")) !== null;
 }
 
-/** indexWaitingNames adds the waiting contacts' names to the trigram index in one batch and returns how many; call it inside a write. */
-export async function indexWaitingNames(db: Db): Promise<number> {
+/** indexWaitingNames adds the waiting contacts' names to the trigram index in one batch; call it inside a write. */
+export async function indexWaitingNames(db: Db): Promise<void> {
   // sqlite-only: the FTS5 table and its waiting list (migration 0017).
   await db.run(
     `INSERT INTO contacts_full_name (rowid, full_name)
      SELECT c.rowid, trim(coalesce(c.first_name, '') || ' ' || coalesce(c.last_name, '')) FROM contacts_full_name_pending p JOIN contacts c ON c.rowid = p.contact_rowid`,
   );
-  return db.run("DELETE FROM contacts_full_name_pending");
+  await db.run("DELETE FROM contacts_full_name_pending");
 }
 
 /** RelationFilter names one relation condition of a filter set: a tag (by its place in `tags`), the account or the assigned user. */
