@@ -116,7 +116,8 @@ export function recordDeliveryOutcome(metrics: Metrics, log: Logger, outcome: De
     duration_ms: outcome.duration_ms,
     delivery_status: outcome.status,
   };
-  if (outcome.status === "failed") log.warn("webhook attempt", line);
+  if (outcome.late) log.warn("webhook attempt recorded after its lease was taken over; the delivery's status is the new claim's", line);
+  else if (outcome.status === "failed") log.warn("webhook attempt", line);
   else log.info("webhook attempt", line);
 }
 

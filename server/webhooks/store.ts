@@ -84,6 +84,7 @@ export interface DueDelivery {
   subscription_paused_at: number | null;
   /** the subscription's failing streak as the delivery was claimed */
   subscription_failing_since: number | null;
+  /** when the delivery's lease ends, as read; once this instance has claimed it, the end of its own lease */
   locked_until: number | null;
   created_at: number;
 }
@@ -487,10 +488,12 @@ export async function leaseDeliveries(db: Db, ids: string[], until: number): Pro
   await db.run(`UPDATE webhook_deliveries SET locked_until = ? WHERE id IN (${placeholders(ids.length)})`, [until, ...ids]);
 }
 
-/** releaseLeases frees deliveries whose attempt was abandoned, so they are due again at once. */
-export async function releaseLeases(db: Db, ids: string[]): Promise<void> {
-  if (ids.length === 0) return;
-  await db.run(`UPDATE webhook_deliveries SET locked_until = NULL WHERE id IN (${placeholders(ids.length)})`, ids);
+/**
+ * releaseLeases frees deliveries whose attempt was abandoned, so they are due again at once; a
+ * delivery whose lease is no longer the one given (it ran out and was claimed again) is left to its holder.
+ */
+export async function releaseLeases(db: Db, leases: readonly Pick<DueDelivery, "id" | "locked_until">[]): Promise<void> {
+  for (const lease of leases) await db.run("UPDATE webhook_deliveries SET locked_until = NULL WHERE id = ? AND locked_until = ?", [lease.id, lease.locked_until]);
 }
 
 /** headerSetId returns the id of a stored header set, storing it the first time it is seen. */
@@ -552,6 +555,11 @@ export function deleteUnusedHeaderSets(db: Db): Promise<number> {
     `DELETE FROM webhook_header_sets WHERE id NOT IN (
        SELECT request_header_set FROM webhook_delivery_attempts UNION SELECT response_header_set FROM webhook_delivery_attempts)`,
   );
+}
+
+/** countLateAttempt counts an attempt made under a lease that was lost, and changes nothing else of the delivery. */
+export async function countLateAttempt(db: Db, id: string, attempts: number, now: number): Promise<void> {
+  await db.run("UPDATE webhook_deliveries SET attempts = ?, updated_at = ? WHERE id = ?", [attempts, now, id]);
 }
 
 /** updateDeliveryAfterAttempt stores the outcome of an attempt and frees the lease. */

@@ -7,6 +7,7 @@ import type { Network } from "./targets.ts";
 import { disableWithEvent, recordExhausted, trackFailingStreak } from "./health.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
+  countLateAttempt,
   findDeliveryById,
   findDeliveryToSend,
   findDueDeliveriesOf,
@@ -68,6 +69,8 @@ export interface DeliveryOutcome {
   trigger: Trigger;
   /** the delivery's status after the attempt */
   status: DeliveryRow["status"];
+  /** recorded after its lease ran out and another claim took the delivery: the status is that claim's */
+  late: boolean;
   response_status: number | null;
   /** what went wrong, in words; null when a complete answer arrived */
   error: string | null;
@@ -89,7 +92,7 @@ interface UnrecordedAttempt {
   result: AttemptResult;
   trigger: Trigger;
   inRecordWrite?: (tx: Db) => Promise<void>;
-  settle: PromiseWithResolvers<DeliveryRow | null>;
+  settle: PromiseWithResolvers<RecordedAttempt | null>;
 }
 
 /** Picks are what one claim round leased: the deliveries, when a paced subscription may go next, and whether due work was left for others. */
@@ -100,7 +103,14 @@ interface Picks {
   leftOver: boolean;
 }
 
+/** RecordedAttempt is the delivery after an attempt was recorded, and whether the attempt came after its lease was taken over. */
+interface RecordedAttempt {
+  delivery: DeliveryRow;
+  late: boolean;
+}
+
 interface InFlight {
+  due: DueDelivery;
   controller: AbortController;
   done: Promise<void>;
 }
@@ -117,6 +127,12 @@ export function nextRetryDelay(schedule: number[], attemptsMade: number, retryAf
   return retryAfterMs === null ? scheduled : Math.max(scheduled, Math.min(retryAfterMs, RETRY_AFTER_CAP_MS));
 }
 
+/** lease leases the picked deliveries until `until` and returns them as held under that lease. */
+async function lease(tx: Db, picked: DueDelivery[], until: number): Promise<DueDelivery[]> {
+  await leaseDeliveries(tx, picked.map((p) => p.id), until);
+  return picked.map((p) => ({ ...p, locked_until: until }));
+}
+
 /** succeeded: a 2xx answer read to the end within the timeout (a 2xx whose body never ends is a failed attempt). */
 const succeeded = (result: AttemptResult) => result.error === null && result.response_status !== null && result.response_status >= 200 && result.response_status < 300;
 
@@ -127,7 +143,7 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
  * finished delivery decides its status alone. The subscription's failing streak is kept up to
  * date, and a streak longer than the limit disables it.
  */
-async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): Promise<DeliveryRow | null> {
+async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): Promise<RecordedAttempt | null> {
   const current = await findDeliveryById(db, due.id);
   if (!current) return null;
   const attempt = current.attempts + 1;
@@ -143,6 +159,13 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
     response_body: result.response_body,
     error: result.error,
   });
+  // The lease ran out and the delivery was claimed again, here or on another instance: the attempt
+  // is kept, but the delivery's status, its next retry and its subscription's health are for the
+  // new holder to decide (a late failure must not undo its success, nor free its lease).
+  if (current.locked_until !== due.locked_until) {
+    await countLateAttempt(db, due.id, attempt, now);
+    return { delivery: { ...current, attempts: attempt, updated_at: now }, late: true };
+  }
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
   // Read only after a failure: a success needs nothing of it, and it is most attempts. A success
@@ -172,7 +195,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   await updateDeliveryAfterAttempt(db, row);
   // After the delivery's own update: disabling fails the pending deliveries, this one included.
   if (subscription && result.response_status !== 410) await trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
-  return row;
+  return { delivery: row, late: false };
 }
 
 /**
@@ -286,7 +309,7 @@ export class DeliveryLoop {
     const { picked, rateWake, leftOver } = free >= REFILL ? await db.write((tx) => (this.shared ? this.pickDueShared(tx, now, free) : this.pickDue(tx, now, free))) : none;
     if (this.state !== "running") {
       // Stopped while the claim committed: the leases are released, nothing is sent.
-      if (picked.length > 0) await this.release(picked.map((p) => p.id));
+      if (picked.length > 0) await this.release(picked);
       return;
     }
     for (const due of picked) this.dispatch(due, "scheduled");
@@ -301,8 +324,8 @@ export class DeliveryLoop {
   }
 
   /** release frees leases of attempts not made, so they are due again at once, here or (woken) on another instance. */
-  private async release(ids: string[]): Promise<void> {
-    await this.deps.db.write((tx) => releaseLeases(tx, ids));
+  private async release(leases: DueDelivery[]): Promise<void> {
+    await this.deps.db.write((tx) => releaseLeases(tx, leases));
     if (this.shared) this.wakeOthers();
   }
 
@@ -336,8 +359,7 @@ export class DeliveryLoop {
       }
       picked.push(...(await findDueDeliveriesOf(tx, subscriptionId, now, room)));
     }
-    await leaseDeliveries(tx, picked.map((p) => p.id), now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
-    return { picked, rateWake, leftOver: false };
+    return { picked: await lease(tx, picked, now + config.deliveryTimeoutMs + LEASE_MARGIN_MS), rateWake, leftOver: false };
   }
 
   /**
@@ -372,8 +394,7 @@ export class DeliveryLoop {
       this.pacing.set(subscription.id, 1000 / subscription.max_rate);
       picked.push(due);
     }
-    await leaseDeliveries(tx, picked.map((p) => p.id), leaseUntil);
-    return { picked, rateWake, leftOver: picked.length >= free };
+    return { picked: await lease(tx, picked, leaseUntil), rateWake, leftOver: picked.length >= free };
   }
 
   private armTimer(at: number | null): void {
@@ -436,14 +457,15 @@ export class DeliveryLoop {
       openSlot();
       releaseReceiverSlot();
       if (this.abandoned.delete(due.id)) return;
-      const row = await this.record({ due, result, trigger, inRecordWrite });
-      if (!row) return;
+      const recorded = await this.record({ due, result, trigger, inRecordWrite });
+      if (!recorded) return;
       const outcome: DeliveryOutcome = {
         delivery_id: due.id,
         subscription_id: due.subscription_id,
         event_type: due.event_type,
         trigger,
-        status: row.status,
+        status: recorded.delivery.status,
+        late: recorded.late,
         response_status: result.response_status,
         error: result.error,
         duration_ms: result.duration_ms,
@@ -451,7 +473,7 @@ export class DeliveryLoop {
       };
       for (const listener of this.listeners) listener(outcome);
     })();
-    this.inFlight.set(due.id, { controller, done });
+    this.inFlight.set(due.id, { due, controller, done });
     return done
       .catch((error: unknown) => log.error("webhook delivery attempt could not be recorded", { delivery_id: due.id, error: String(error) }))
       .finally(() => {
@@ -466,8 +488,8 @@ export class DeliveryLoop {
    * record stores an attempt's outcome. The attempts finished in one turn of the event loop are
    * recorded together, in one savepoint of the next group commit.
    */
-  private record(attempt: Omit<UnrecordedAttempt, "settle">): Promise<DeliveryRow | null> {
-    const settle = Promise.withResolvers<DeliveryRow | null>();
+  private record(attempt: Omit<UnrecordedAttempt, "settle">): Promise<RecordedAttempt | null> {
+    const settle = Promise.withResolvers<RecordedAttempt | null>();
     this.unrecorded.push({ ...attempt, settle });
     if (this.unrecorded.length === 1) {
       const { db, config } = this.deps;
@@ -476,7 +498,7 @@ export class DeliveryLoop {
         .write(async (tx) => {
           batch = this.unrecorded.splice(0);
           const now = Date.now();
-          const rows: (DeliveryRow | null)[] = [];
+          const rows: (RecordedAttempt | null)[] = [];
           for (const a of batch) {
             rows.push(await recordAttempt(tx, config, this.deps.log, a.due, a.result, a.trigger, now));
             await a.inRecordWrite?.(tx);
@@ -512,8 +534,7 @@ export class DeliveryLoop {
       if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
       if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };
       if (row.locked_until !== null && row.locked_until > now) return { refused: "in-progress" };
-      await leaseDeliveries(tx, [id], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
-      return row;
+      return (await lease(tx, [row], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS))[0]!;
     });
     if ("refused" in claim) return claim;
     await this.dispatch(claim, "manual", inRecordWrite);
@@ -535,13 +556,13 @@ export class DeliveryLoop {
     });
     await Promise.race([Promise.allSettled([...this.inFlight.values()].map((f) => f.done)), deadline]);
     clearTimeout(timer);
-    const left = [...this.inFlight.keys()];
-    for (const id of left) {
-      this.abandoned.add(id);
-      this.inFlight.get(id)!.controller.abort();
+    const left = [...this.inFlight.values()];
+    for (const { due, controller } of left) {
+      this.abandoned.add(due.id);
+      controller.abort();
     }
     if (left.length > 0) {
-      await this.release(left);
+      await this.release(left.map((f) => f.due));
       this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart", { count: left.length });
     }
     const stopListening = await this.listening;

@@ -1,0 +1,114 @@
+import { describe, expect, test } from "bun:test";
+import { metricsText } from "../../server/ops/service.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { ISO } from "../foundation/support.ts";
+import { parseExposition } from "../ops/prometheus.ts";
+import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+
+const scope = webhookTestScope();
+let h: WebhookHarness;
+
+interface StoredDelivery {
+  status: string;
+  attempts: number;
+  locked_until: number | null;
+}
+
+const stored = async (id: string) => (await h.rt.db.get<StoredDelivery>("SELECT status, attempts, locked_until FROM webhook_deliveries WHERE id = ?", [id]))!;
+
+/**
+ * heldAttempt subscribes a receiver that holds every request, creates a contact and waits until
+ * its delivery's first attempt is at the receiver; it returns the receiver and the delivery as the API shows it then.
+ */
+async function heldAttempt() {
+  const r = scope.receiver();
+  r.hold();
+  await h.subscribe(r.url, ["contact.created"]);
+  expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).status).toBe(201);
+  await waitFor(() => r.received.length === 1, "the attempt at the receiver");
+  const [listed] = await h.deliveries();
+  return { r, delivery: await h.delivery(listed.id) };
+}
+
+/** takeOverLease does what another claim does once a lease has run out: it leases the delivery until `until`. */
+async function takeOverLease(id: string, until: number): Promise<void> {
+  await h.rt.db.write((tx) => tx.run("UPDATE webhook_deliveries SET locked_until = ? WHERE id = ?", [until, id]));
+}
+
+describe("webhook leases: an attempt that outlived its lease", () => {
+  test("its outcome is recorded as an attempt, and the delivery stays with the claim that took it over", async () => {
+    const logged: any[] = [];
+    h = await scope.harness({}, { log: createLogger("warn", (line) => logged.push(JSON.parse(line))) });
+    const { r, delivery } = await heldAttempt();
+    expect(delivery).toMatchObject({ status: "pending", attempts: 0, attempt_history: [] });
+    const takenUntil = Date.now() + 10 * 60_000;
+    await takeOverLease(delivery.id, takenUntil);
+
+    r.respond(() => new Response("too late", { status: 500 }));
+    r.release();
+    const detail = await waitFor(async () => {
+      const d = await h.delivery(delivery.id);
+      return d.attempt_history.length === 1 && d;
+    }, "the late attempt to be recorded");
+
+    // A failure would otherwise have scheduled a retry and freed the lease.
+    expect(detail).toEqual({
+      ...delivery,
+      attempts: 1,
+      updated_at: expect.stringMatching(ISO),
+      attempt_history: [
+        {
+          attempt: 1,
+          trigger: "scheduled",
+          started_at: expect.stringMatching(ISO),
+          duration_ms: expect.any(Number),
+          request_headers: expect.objectContaining({ "webhook-id": delivery.id }),
+          response_status: 500,
+          response_headers: expect.objectContaining({ "content-type": expect.stringContaining("text/plain") }),
+          response_body: "too late",
+          error: null,
+        },
+      ],
+    });
+    expect(await stored(delivery.id)).toEqual({ status: "pending", attempts: 1, locked_until: takenUntil });
+
+    // The attempt counts; the delivery is counted by the claim that decides it.
+    const metrics = parseExposition(await metricsText(h.rt));
+    expect(metrics.value("crm_webhook_delivery_attempts_total", { result: "failed" })).toBe(1);
+    expect(metrics.value("crm_webhook_deliveries_total", { status: "failed" }) ?? 0).toBe(0);
+    expect(logged.filter((line) => line.delivery_id === delivery.id)).toEqual([
+      expect.objectContaining({
+        level: "warn",
+        msg: "webhook attempt recorded after its lease was taken over; the delivery's status is the new claim's",
+        delivery_id: delivery.id,
+        trigger: "scheduled",
+        response_status: 500,
+        delivery_status: "pending",
+      }),
+    ]);
+  });
+
+  test("an attempt still holding its lease records its outcome and frees the lease", async () => {
+    h = await scope.harness();
+    const { r, delivery } = await heldAttempt();
+    r.release();
+    await waitFor(async () => (await h.delivery(delivery.id)).status === "succeeded" && true, "the delivery to succeed");
+    expect(await stored(delivery.id)).toEqual({ status: "succeeded", attempts: 1, locked_until: null });
+  });
+
+  test("stopping abandons the attempt without freeing a lease another claim holds", async () => {
+    h = await scope.harness();
+    const { delivery } = await heldAttempt();
+    const takenUntil = Date.now() + 10 * 60_000;
+    await takeOverLease(delivery.id, takenUntil);
+    await h.rt.deliveries.stop(0);
+    expect(await stored(delivery.id)).toEqual({ status: "pending", attempts: 0, locked_until: takenUntil });
+  });
+
+  test("stopping frees the lease of an attempt it abandons", async () => {
+    h = await scope.harness();
+    const { delivery } = await heldAttempt();
+    await h.rt.deliveries.stop(0);
+    expect(await stored(delivery.id)).toEqual({ status: "pending", attempts: 0, locked_until: null });
+  });
+});
