@@ -3,7 +3,9 @@
 // same pragmas, synchronous level included. A create writes the contact and its contact.created outbox event (the SQL of the
 // app's recordEvent) in one transaction, as any design of this service must: POST /contacts commits one
 // transaction per request, POST /grouped-contacts does the same through the app's group commit
-// (SqliteDatabase.write), to show what the commit design alone is worth. POST /contacts-only is the earlier
+// (SqliteDatabase.write), to show what the commit design alone is worth, and POST
+// /grouped-idempotent-contacts adds the app's Idempotency-Key lookup and saved response to that: the
+// SQL of the app's whole create, so that row shows what the app's request pipeline costs. POST /contacts-only is the earlier
 // baseline, one transaction per request holding the contact row alone. GET runs the app's query
 // shape (ORDER BY created_at DESC, id DESC LIMIT 25, plus the count) and renders rows as the API does
 // (RFC 3339 timestamps, stored properties spread in). No auth, no validation, no relations.
@@ -55,6 +57,15 @@ function insertWithEvent(row: Row): void {
   for (const s of subscribers.all("contact.created")) insertDelivery.run(`dlv_${Bun.randomUUIDv7()}`, eventId, "contact.created", s.id, s.target_url, now, now, now);
 }
 const insertOne = db.transaction(insertWithEvent);
+// The app's idempotency SQL (idempotency/store.ts): a lookup before the write, the response saved with it.
+const findKeyRecord = db.query(
+  "SELECT fingerprint, status, response_body, created_at FROM idempotency_keys WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ? AND created_at >= ?",
+);
+const saveKeyRecord = db.query(
+  `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+   ON CONFLICT (token_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, response_body = excluded.response_body, created_at = excluded.created_at`,
+);
+const DAY_MS = 24 * 60 * 60 * 1000;
 const firstPage = db.query<Row, []>(`SELECT ${COLUMNS} FROM contacts ORDER BY created_at DESC, id DESC LIMIT 25`);
 const total = db.query<{ n: number }, []>("SELECT n FROM row_counts WHERE table_name = 'contacts'");
 const byEmail = db.query<Row, [string]>(`SELECT ${COLUMNS} FROM contacts WHERE email = ? ORDER BY created_at DESC, id DESC LIMIT 25`);
@@ -103,6 +114,21 @@ const server = Bun.serve({
         const row = toRow(await request.json());
         await database.write(async () => insertWithEvent(row));
         return Response.json({ data: render(row) }, { status: 201 });
+      },
+    },
+    "/grouped-idempotent-contacts": {
+      async POST(request) {
+        const key = request.headers.get("idempotency-key") ?? "";
+        const text = await request.text();
+        const fingerprint = new Bun.CryptoHasher("sha256").update(text).digest();
+        findKeyRecord.get("tok_bench", "POST", "/contacts", key, Date.now() - DAY_MS);
+        const row = toRow(JSON.parse(text));
+        const body = JSON.stringify({ data: render(row) });
+        await database.write(async () => {
+          insertWithEvent(row);
+          saveKeyRecord.run("tok_bench", "POST", "/contacts", key, fingerprint, 201, body, row.created_at);
+        });
+        return new Response(body, { status: 201, headers: { "content-type": "application/json" } });
       },
     },
   },

@@ -53,7 +53,7 @@ const SCENARIOS: Scenario[] = [
   { name: "GET first page", script: "first-page.lua", app: true, bare: "/contacts" },
   { name: "GET by email", script: "by-email.lua", app: true, bare: "/contacts" },
   { name: "POST create", script: "create.lua", app: true, bare: "/contacts" },
-  { name: "POST create + Idempotency-Key", script: "create.lua", env: { BENCH_IDEMPOTENCY: "1" }, app: true, bare: null },
+  { name: "POST create + Idempotency-Key", script: "create.lua", env: { BENCH_IDEMPOTENCY: "1" }, app: true, bare: "/grouped-idempotent-contacts" },
   { name: "POST create, bare with group commit", script: "create.lua", app: false, bare: "/grouped-contacts" },
   { name: "POST create, bare contact row only (old baseline)", script: "create.lua", app: false, bare: "/contacts-only" },
 ];
@@ -153,7 +153,7 @@ async function main(): Promise<void> {
   const results: { scenario: string; app: Measurement | null; bare: Measurement | null }[] = [];
   try {
     console.log(`app:  ${app.url} (log level warn: one JSON line per request on stdout would dominate the measurement)`);
-    console.log(`bare: ${bare.url} (Bun.serve + bun:sqlite: contact + outbox event in one transaction per insert, or the app's group-commit write on /grouped-contacts)`);
+    console.log(`bare: ${bare.url} (Bun.serve + bun:sqlite: contact + outbox event in one transaction per insert, or the app's group-commit write on /grouped-contacts, with the app's idempotency SQL on /grouped-idempotent-contacts)`);
     console.log(`both: synchronous=${SYNCHRONOUS} (${SYNCHRONOUS === "full" ? "every commit synced to disk before its answer" : "no disk sync per commit"})`);
     console.log(`wrk: ${THREADS} threads, ${CONNECTIONS} connections, ${DURATION} s per measurement; ${cpus().length} CPU cores shared by wrk and the server`);
     const appEnv = { BENCH_TOKEN: token, BENCH_PATH: "/public/v1/contacts", BENCH_SEEDED: String(SEEDED), BENCH_RUN: `app${Date.now()}` };

@@ -141,7 +141,8 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
  * subscription and fails its pending deliveries; otherwise a pending delivery is rescheduled
  * until the schedule runs out (then delivery.exhausted is recorded). A manual attempt on a
  * finished delivery decides its status alone. The subscription's failing streak is kept up to
- * date, and a streak longer than the limit disables it.
+ * date, and a streak longer than the limit disables it. An attempt whose lease was taken over
+ * before it was recorded is stored and counted, and decides nothing else (late).
  */
 async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number): Promise<RecordedAttempt | null> {
   const current = await findDeliveryById(db, due.id);
