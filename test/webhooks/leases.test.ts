@@ -92,7 +92,7 @@ describe("webhook leases: an attempt that outlived its lease", () => {
     h = await scope.harness();
     const { r, delivery } = await heldAttempt();
     r.release();
-    await waitFor(async () => (await h.delivery(delivery.id)).status === "succeeded" && true, "the delivery to succeed");
+    await waitFor(async () => (await h.delivery(delivery.id)).status === "succeeded", "the delivery to succeed");
     expect(await stored(delivery.id)).toEqual({ status: "succeeded", attempts: 1, locked_until: null });
   });
 
