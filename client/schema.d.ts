@@ -4286,6 +4286,15 @@ export interface operations {
                 };
             };
             414: components["responses"]["QueryTooLong"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];

@@ -1,8 +1,11 @@
 import type { Operator } from "../server/operators/model.ts";
 import { t } from "elysia";
 
+// No NUL character: PostgreSQL cannot store it in text, and no form field has a use for it.
+const FormValue = t.String({ maxLength: 10_000, pattern: "^[^\\u0000]*$" });
+
 /** FormBody is any HTML form post: each field has one value, or several when repeated (checkboxes). */
-export const FormBody = t.Record(t.String(), t.Union([t.String({ maxLength: 10_000 }), t.Array(t.String({ maxLength: 10_000 }), { maxItems: 20 })]));
+export const FormBody = t.Record(t.String(), t.Union([FormValue, t.Array(FormValue, { maxItems: 20 })], { error: "must be text of at most 10000 characters without the NUL character, given at most 20 times" }));
 export type FormBody = typeof FormBody.static;
 
 /** DeliveryFilterQuery holds the filters of the deliveries page; values are checked by the service. */

@@ -50,8 +50,9 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */
 export function createApp(rt: Runtime) {
   let app: Elysia | undefined;
-  const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path, query: r.hooks?.query !== undefined }));
-  const built = new Elysia({ name: "crm" })
+  const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path, query: r.hooks?.query !== undefined, body: r.hooks?.body !== undefined }));
+  // normalize: false, so a body field a schema does not allow is a 422 naming it, not silently dropped.
+  const built = new Elysia({ name: "crm", normalize: false })
     .use(httpConventions({ log: rt.log, routes, metrics: rt.metrics, bodyTimeoutMs: rt.config.bodyTimeoutMs }))
     .use(limitsGuard(rt))
     .use(authentication(rt))

@@ -3,7 +3,7 @@ import type { Metrics } from "../ops/metrics.ts";
 import type { Logger } from "../shared/log.ts";
 import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
-import { errorToProblem, type RouteEntry } from "./errors.ts";
+import { errorToProblem, methodNotAllowed, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { pathOf, requestFinisher, requestIdOf, startRequest } from "./request-log.ts";
 
@@ -22,6 +22,11 @@ export interface ConventionOptions {
   bodyTimeoutMs?: number;
 }
 
+/** routeKeys lists "METHOD /pattern" of the routes with a query or body schema. */
+function routeKeys(routes: RouteEntry[], schema: "query" | "body"): Set<string> {
+  return new Set(routes.filter((r) => r[schema]).map((r) => `${r.method} ${r.path}`));
+}
+
 /**
  * httpConventions applies the service's HTTP rules to every route: request ids and log lines
  * (request-log.ts), refusal of browser calls under /public/v1, JSON-only bodies up to 1 MiB
@@ -30,6 +35,10 @@ export interface ConventionOptions {
 export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
+  // The route table is complete before the first request; read once, on that request.
+  let staticPaths: Map<string, string[]> | undefined;
+  let queryRoutes: Set<string> | undefined;
+  let bodyRoutes: Set<string> | undefined;
 
   return new Elysia({ name: "http-conventions" })
     .onRequest(({ request, set }) => {
@@ -44,10 +53,28 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
         return refusal;
       }
     })
-    // Elysia keeps the last value of a repeated parameter; a route that reads its query refuses the guess.
-    .onTransform({ as: "global" }, ({ request, route }) => {
-      const errors = repeatedParameterErrors(request.url);
-      if (errors.length > 0 && routes().some((r) => r.query && r.method === request.method && r.path === route)) throw validationProblem(errors);
+    .onTransform({ as: "global" }, ({ request, route, body }) => {
+      // The router sends GET /contacts/batch (a POST-only path) to GET /contacts/:id; it is a 405.
+      if (route.includes("/:")) {
+        const path = pathOf(request);
+        const served = (staticPaths ??= staticPathMethods(routes())).get(path);
+        if (served && !served.includes(request.method)) throw methodNotAllowed(request.method, path, served);
+      }
+      // An action such as POST .../pause takes no body: fields sent to it would be ignored, so they are refused ({} is fine).
+      if (body !== undefined && Object.keys(body as object).length > 0 && !(bodyRoutes ??= routeKeys(routes(), "body")).has(`${request.method} ${route}`) && pathOf(request).startsWith(PUBLIC_PREFIX)) {
+        throw validationProblem(Object.keys(body as object).map((name) => ({ pointer: `/${name}`, detail: "is not a field here; this route takes no body" })));
+      }
+      const url = request.url;
+      if (!url.includes("?")) return;
+      const readsQuery = (queryRoutes ??= routeKeys(routes(), "query")).has(`${request.method} ${route}`);
+      // A route without parameters refuses any, as list routes refuse unknown ones: a typo is not ignored.
+      if (!readsQuery && pathOf(request).startsWith(PUBLIC_PREFIX)) {
+        const names = [...new Set(new URLSearchParams(url.slice(url.indexOf("?") + 1)).keys())];
+        if (names.length > 0) throw validationProblem(names.map((name) => ({ parameter: name, detail: "is not a parameter of this route, which takes none" })));
+      }
+      // Elysia keeps the last value of a repeated parameter; a route that reads its query refuses the guess.
+      const errors = repeatedParameterErrors(url);
+      if (errors.length > 0 && readsQuery) throw validationProblem(errors);
     })
     // The console (under /console) posts HTML forms; it validates its own form bodies.
     .onParse({ as: "global" }, ({ request }) => (pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request, bodyTimeoutMs)))

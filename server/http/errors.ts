@@ -18,16 +18,35 @@ function validationErrors(error: ValidationError): FieldError[] {
   return fieldErrorsOf(error.all as SchemaIssue[], where);
 }
 
-/** RouteEntry is one route of the app's table (query: the route has a query schema). */
+/** RouteEntry is one route of the app's table (query, body: the route has a query or body schema). */
 export interface RouteEntry {
   method: string;
   path: string;
   query: boolean;
+  body: boolean;
 }
 
-/** allowedMethods lists the methods the app's routes serve on a concrete path. */
+/**
+ * allowedMethods lists the methods the app's routes serve on a concrete path. A path some route
+ * names as it is (/contacts/batch) is served by those routes alone: an id route around it
+ * (/contacts/:id) would only answer that no contact has the id "batch".
+ */
 function allowedMethods(routes: RouteEntry[], path: string): string[] {
-  return [...new Set(routes.filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path)).map((r) => r.method))];
+  const exact = routes.filter((r) => r.method !== "ALL" && r.path === path);
+  const serving = exact.length > 0 ? exact : routes.filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path));
+  return [...new Set(serving.map((r) => r.method))];
+}
+
+/** staticPathMethods maps each route path without parameters to the methods served on it. */
+export function staticPathMethods(routes: RouteEntry[]): Map<string, string[]> {
+  const methods = new Map<string, string[]>();
+  for (const r of routes) if (r.method !== "ALL" && !r.path.includes(":") && !r.path.includes("*")) methods.set(r.path, [...(methods.get(r.path) ?? []), r.method]);
+  return methods;
+}
+
+/** methodNotAllowed is the 405 for a method a path does not serve, with its Allow header. */
+export function methodNotAllowed(method: string, path: string, allowed: string[]): ProblemError {
+  return new ProblemError(405, "method-not-allowed", `${method} is not allowed on ${path}; allowed: ${allowed.join(", ")}.`, undefined, { allow: allowed.join(", ") });
 }
 
 /** ErrorMapping is what an error becomes on the wire: a problem document and its extra headers. */
@@ -56,7 +75,8 @@ export function errorToProblem(
     const path = pathOf(request);
     const allowed = allowedMethods(routes(), path);
     if (allowed.length > 0 && !allowed.includes(request.method)) {
-      return { body: problem(405, "method-not-allowed", `${request.method} is not allowed on ${path}; allowed: ${allowed.join(", ")}.`), headers: { allow: allowed.join(", ") } };
+      const refusal = methodNotAllowed(request.method, path, allowed);
+      return { body: refusal.toProblem(), headers: refusal.headers };
     }
     return { body: problem(404, "not-found", `No route matches ${request.method} ${path}.`), headers };
   }

@@ -60,14 +60,24 @@ function encodeCursor(sortBy: string, direction: SortDirection, filterKey: strin
   return Buffer.from(JSON.stringify([sortBy, direction, filterKey, position.value, position.id])).toString("base64url");
 }
 
+function isText(value: unknown): boolean {
+  return typeof value === "string" && !value.includes("\u0000");
+}
+
+/**
+ * decodeCursor reads a cursor back, or null when it is not one of this list's. Sort fields named
+ * *_at are timestamps kept as integer milliseconds; every other sort field (and the id) is text.
+ */
 function decodeCursor(text: string, sortBy: string, direction: SortDirection, filterKey: string): CursorPosition | null {
   try {
     const parsed = JSON.parse(Buffer.from(text, "base64url").toString("utf8")) as unknown;
     if (!Array.isArray(parsed) || parsed.length !== 5) return null;
     const [s, d, f, value, id] = parsed as unknown[];
-    if (s !== sortBy || d !== direction || f !== filterKey || typeof id !== "string") return null;
-    if (value !== null && typeof value !== "string" && typeof value !== "number") return null;
-    return { value: value as SortValue, id };
+    if (s !== sortBy || d !== direction || f !== filterKey || !isText(id)) return null;
+    // A value of the wrong type would reach the database as one (PostgreSQL refuses "abc" for a bigint).
+    const fits = sortBy.endsWith("_at") ? Number.isSafeInteger(value) : isText(value);
+    if (value !== null && !fits) return null;
+    return { value: value as SortValue, id: id as string };
   } catch {
     return null;
   }

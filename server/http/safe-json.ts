@@ -37,7 +37,7 @@ function decodeString(literal: string): string {
 /**
  * JsonScanner walks the text once, iteratively, and throws a 400 ProblemError for a duplicate
  * key, nesting deeper than MAX_JSON_DEPTH, a number that is not finite or beyond the safe
- * integer range, an escaped unpaired surrogate, or a __proto__ / constructor / prototype key.
+ * integer range, an escaped unpaired surrogate or NUL, or a __proto__ / constructor / prototype key.
  * It throws SYNTAX where the text is not JSON. A class, not closures: its state stays in fields
  * the JIT keeps in registers, which makes the scan about twice as fast.
  */
@@ -99,6 +99,7 @@ class JsonScanner {
       if (text.charCodeAt(backslash + 1) === 0x75 /* u */) {
         const code = this.hex4(backslash + 2);
         from = backslash + 6;
+        if (code === 0) throw refuse(pointerOf(this.path, depth), "contains the NUL character (\\u0000), which no text field can hold");
         if (code >= 0xd800 && code <= 0xdfff) {
           const low = code <= 0xdbff && text.startsWith("\\u", from) ? this.hex4(from + 2) : -1;
           if (low < 0xdc00 || low > 0xdfff) throw refuse(pointerOf(this.path, depth), "contains an unpaired UTF-16 surrogate escape, which is not valid Unicode");
@@ -220,7 +221,8 @@ function duplicate(path: (string | number)[], depth: number, key: string): Probl
 /**
  * parseSafeJson parses a request body, refusing with 400 problem+json what JSON.parse would
  * accept silently: duplicate keys, nesting deeper than 32 levels, numbers beyond ±(2^53 - 1) or
- * not finite, unpaired surrogate escapes, and __proto__ / constructor / prototype keys.
+ * not finite, unpaired surrogate escapes, the NUL character (PostgreSQL cannot store it in text,
+ * SQLite would), and __proto__ / constructor / prototype keys.
  */
 export function parseSafeJson(text: string): unknown {
   let malformed = false;

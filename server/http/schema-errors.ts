@@ -9,6 +9,14 @@ export interface SchemaIssue {
   schema?: { error?: unknown };
 }
 
+/** UNEXPECTED_PROPERTY is TypeBox's message for a property an object schema does not allow (reported with the object's schema). */
+const UNEXPECTED_PROPERTY = "Unexpected property";
+
+function unexpectedPropertyDetail(objectSchema: SchemaIssue["schema"]): string {
+  const known = Object.keys((objectSchema as { properties?: object } | undefined)?.properties ?? {});
+  return known.length > 0 ? `is not a field here; known: ${known.join(", ")}` : "is not a field here; this body takes none";
+}
+
 /**
  * fieldErrorsOf turns TypeBox issues into field errors: one per field, the schema's own `error`
  * text when it has one, `where` saying whether the path is a body pointer, parameter or header.
@@ -22,7 +30,7 @@ export function fieldErrorsOf(issues: Iterable<SchemaIssue>, where: "pointer" | 
     // A string where a list belongs is also walked character by character; the list's error says it.
     if ([...seen].some((parent) => path.startsWith(`${parent}/`))) continue;
     seen.add(path);
-    const detail = typeof issue.schema?.error === "string" ? issue.schema.error : issue.message;
+    const detail = issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : issue.message;
     errors.push(where === "pointer" ? { pointer: path, detail } : { [where]: path.replace(/^\//, ""), detail });
   }
   return errors;

@@ -19,6 +19,20 @@ export interface SourceFile {
   rows: SourceRow[];
 }
 
+/**
+ * decodeSourceFile reads a file's bytes as UTF-8 and stops at the first that are not: a file saved
+ * as Windows-1252 (Excel's plain "CSV") would otherwise import "José" as "Jos\uFFFD".
+ */
+export function decodeSourceFile(path: string, bytes: Uint8Array): string {
+  try {
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
+  } catch {
+    const lenient = new TextDecoder("utf-8", { ignoreBOM: true }).decode(bytes);
+    const line = lenient.slice(0, lenient.indexOf("\uFFFD")).split("\n").length;
+    throw new ConfigError(`${path}: line ${line} is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again`);
+  }
+}
+
 /** readSourceFile parses CSV (first record is the header) or JSON Lines (one object per line; nested objects become `key.sub` columns). */
 export function readSourceFile(path: string, text: string): SourceFile {
   if (/\.jsonl$|\.ndjson$/i.test(path)) return readJsonLines(text);
@@ -69,7 +83,8 @@ const ACCOUNT_TARGETS = ["account.name", "account.domain"] as const;
 type Target = string;
 
 // Usual spellings of each field in exported spreadsheets, compared without case, spaces or punctuation.
-const USUAL_HEADERS: Record<string, Target> = {
+// A Map, not an object literal: a column named "Constructor" or "toString" must not find Object.prototype's.
+const USUAL_HEADERS = new Map<string, Target>(Object.entries({
   email: "email", emailaddress: "email", mail: "email", workemail: "email",
   firstname: "first_name", givenname: "first_name", forename: "first_name", first: "first_name",
   lastname: "last_name", surname: "last_name", familyname: "last_name", last: "last_name",
@@ -78,7 +93,7 @@ const USUAL_HEADERS: Record<string, Target> = {
   tags: "tags", labels: "tags",
   company: "account.name", companyname: "account.name", account: "account.name", accountname: "account.name", organization: "account.name", organisation: "account.name",
   domain: "account.domain", companydomain: "account.domain", accountdomain: "account.domain", website: "account.domain", companywebsite: "account.domain",
-};
+} satisfies Record<string, Target>));
 
 const squash = (header: string) => header.toLowerCase().replace(/[^a-z0-9]/g, "");
 
@@ -110,7 +125,7 @@ export function columnMap(columns: string[], mapText: string | undefined): { map
   const taken = new Set(explicit.values());
   for (const column of columns) {
     const given = explicit.get(column);
-    const usual = /^custom_fields\.[^.]+$/i.test(column) ? `custom_fields.${column.slice("custom_fields.".length)}` : USUAL_HEADERS[squash(column)] ?? USUAL_HEADERS[squash(column.replace(/^(contact|account)\W*/i, ""))];
+    const usual = /^custom_fields\.[^.]+$/i.test(column) ? `custom_fields.${column.slice("custom_fields.".length)}` : USUAL_HEADERS.get(squash(column)) ?? USUAL_HEADERS.get(squash(column.replace(/^(contact|account)\W*/i, "")));
     const target = given ?? (usual && !taken.has(usual) ? usual : undefined);
     if (target && target !== "-") {
       map.set(column, target);

@@ -8,7 +8,7 @@ import { sha256 } from "../shared/crypto.ts";
 import { BatchClient } from "./client.ts";
 import { csvLine } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
-import { accountKey, columnMap, columnOf, readSourceFile, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+import { accountKey, columnMap, columnOf, decodeSourceFile, readSourceFile, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
 
 export interface ImportOptions {
   file: string;
@@ -54,8 +54,8 @@ const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, poi
  * (within the server's 24 h replay window) creates nothing twice.
  */
 export async function importContacts(options: ImportOptions): Promise<ImportSummary> {
-  const input = Bun.file(options.file);
-  const source = readSourceFile(options.file, await input.text());
+  const bytes = await Bun.file(options.file).bytes();
+  const source = readSourceFile(options.file, decodeSourceFile(options.file, bytes));
   const { map, ignored } = columnMap(source.columns, options.map);
   const note = (line: string) => options.progress.write(`${line}\n`);
   note(`columns: ${[...map].map(([column, target]) => `${column} -> ${target}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.join(", ")}` : ""}`);
@@ -78,7 +78,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
     if (why !== "rate limited") progress.note(`waiting ${seconds} s: ${why}`);
   });
   // The key names the file (its name and size) and the rows a batch carries; a trial has its own.
-  const keyPrefix = `crm-import-${Buffer.from(sha256(`${basename(options.file)}\n${input.size}`)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
+  const keyPrefix = `crm-import-${Buffer.from(sha256(`${basename(options.file)}\n${bytes.byteLength}`)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
 
   const accounts = await resolveAccounts(client, rows, keyPrefix, map);
   const refusedAccounts = [...accounts.values()].filter((outcome) => "errors" in outcome).length;

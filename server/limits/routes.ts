@@ -51,9 +51,18 @@ function refuseInvalidHost(request: Request): void {
 }
 
 /**
+ * refuseEncodedNul answers 400 for a path or query string holding %00: no id or parameter may
+ * contain the NUL character, which PostgreSQL cannot store in text and SQLite would.
+ */
+function refuseEncodedNul(request: Request): void {
+  if (!request.url.includes("%00")) return;
+  throw new ProblemError(400, "invalid-request-target", "The request target contains %00, an encoded NUL character, which no path segment or query parameter may hold.");
+}
+
+/**
  * limitsGuard enforces, before routing and before any body is read: the connection cap and each
  * client address's share of it (503, connections.ts), the query string and header size limits
- * (414, 431), a valid Host (400), and the budget of body bytes held in memory (503,
+ * (414, 431), a valid Host and no encoded NUL in the target (400), and the budget of body bytes held in memory (503,
  * body-budget.ts). Rate limits come after authentication (auth/routes.ts), which knows whose
  * budget a request spends.
  */
@@ -68,6 +77,7 @@ export function limitsGuard(rt: Runtime) {
       if (waiting) await waiting;
       refuseOversizedRequest(request);
       refuseInvalidHost(request);
+      refuseEncodedNul(request);
       // Taken before authentication: a request refused there is answered at once and gives it back.
       bodies.admit(request);
     })

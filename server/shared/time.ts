@@ -28,11 +28,25 @@ export function toOptionalTimestamp(ms: number | null): string | null {
   return ms === null ? null : toTimestamp(ms);
 }
 
-const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(?:[Zz]|[+-](\d{2}):(\d{2}))$/;
 
-/** parseTimestamp reads an RFC 3339 date-time into Unix milliseconds, or returns null when it is not one. */
+/** daysInMonthOf counts the days of a month (1-12); setUTCFullYear, unlike Date.UTC, keeps years 0-99 as they are. */
+function daysInMonthOf(year: number, month: number): number {
+  return new Date(new Date(0).setUTCFullYear(year, month, 0)).getUTCDate();
+}
+
+/**
+ * parseTimestamp reads an RFC 3339 date-time into Unix milliseconds, or returns null when it is not
+ * one. Date.parse rolls an impossible date over (February 31 becomes March 3), so each field is
+ * checked against its range first.
+ */
 export function parseTimestamp(value: string): number | null {
-  if (!RFC3339.test(value)) return null;
+  const parts = RFC3339.exec(value);
+  if (!parts) return null;
+  const [year, month, day, hour, minute, second] = parts.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  const daysInMonth = daysInMonthOf(year, month);
+  if (month < 1 || month > 12 || day < 1 || day > daysInMonth || hour > 23 || minute > 59 || second > 59) return null;
+  if (parts[8] !== undefined && (Number(parts[8]) > 23 || Number(parts[9]) > 59)) return null;
   const ms = Date.parse(value);
   return Number.isNaN(ms) ? null : ms;
 }

@@ -187,7 +187,7 @@ export function webhookRoutes(rt: Runtime) {
       },
     })
     .get("/event-types", () => ({ data: eventTypes() }), {
-      response: { 200: EventTypeListEnvelope, ...problemResponses(401, 403) },
+      response: { 200: EventTypeListEnvelope, ...problemResponses(401, 403, 422) },
       detail: {
         operationId: "listEventTypes",
         summary: "List the webhook event types",

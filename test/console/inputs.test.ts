@@ -51,3 +51,15 @@ test("an empty or overlong link code is refused like a wrong one, and creates no
   }
   expect(await h.rt.db.get("SELECT count(*) AS n FROM operators")).toEqual({ n: 1 });
 });
+
+test("a NUL character in a search, a sign-in or a form field is refused with 4xx, never stored and never a 500", async () => {
+  const searches = [];
+  for (const path of ["/console/contacts?q=%00", "/console/search?q=a%00b"]) searches.push([path, (await client.get(path)).status]);
+  expect(searches).toEqual([["/console/contacts?q=%00", 400], ["/console/search?q=a%00b", 400]]);
+  const visitor = new ConsoleClient((r) => h.app.handle(r));
+  await visitor.get("/console/login");
+  const signIn = await visitor.post("/console/login", { email: "oncall\u0000@example.com", password: "anything at all" });
+  const token = await client.post("/console/tokens", { name: "sync\u0000job" });
+  expect([signIn.status, token.status, JSON.parse(token.text).errors]).toEqual([422, 422, [{ pointer: "/name", detail: "must be text of at most 10000 characters without the NUL character, given at most 20 times" }]]);
+  expect(await h.rt.db.get("SELECT count(*) AS n FROM api_tokens WHERE name LIKE 'sync%'")).toEqual({ n: 0 });
+});

@@ -15,7 +15,7 @@ const settle = () => Bun.sleep(5);
 describe("request log: happy paths", () => {
   test("one JSON line per request with method, path, status, duration and request id", async () => {
     const { app, lines } = loggedApp(h);
-    const created = await call(app, "POST", "/public/v1/contacts?x=1", { headers: auth(), body: { first_name: "Ada" } });
+    const created = await call(app, "POST", "/public/v1/contacts", { headers: auth(), body: { first_name: "Ada" } });
     const listed = await call(app, "GET", "/public/v1/contacts?per_page=5", { headers: auth() });
     await settle();
     const requests = lines.filter((l) => l.msg === "request");

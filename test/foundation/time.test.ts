@@ -46,4 +46,12 @@ describe("timestamps: parsing", () => {
       expect(parseTimestamp(text)).toBeNull();
     }
   });
+
+  test("a date or time that does not exist is null, not rolled over into the next month or day", () => {
+    for (const text of ["2026-02-31T00:00:00Z", "2026-02-29T00:00:00Z", "2026-04-31T00:00:00Z", "2026-00-10T00:00:00Z", "2026-11-00T00:00:00Z", "2026-11-21T24:00:00Z", "2026-11-21T10:60:00Z", "2026-11-21T10:00:60Z", "2026-11-21T10:00:00+24:00", "2026-11-21T10:00:00+02:60"]) {
+      expect(parseTimestamp(text)).toBeNull();
+    }
+    expect(parseTimestamp("2028-02-29T23:59:59Z")).toBe(Date.UTC(2028, 1, 29, 23, 59, 59));
+    expect(parseTimestamp("2000-02-29T00:00:00Z")).toBe(Date.UTC(2000, 1, 29));
+  });
 });

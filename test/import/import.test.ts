@@ -112,6 +112,15 @@ describe("crm import contacts: crash and re-run", () => {
 });
 
 describe("crm import contacts: errors", () => {
+  test("columns named like Object.prototype's members (Constructor, toString) are ignored like any unknown column, not a crash", async () => {
+    const file = join(server.dir, "odd-headers.csv");
+    writeFileSync(file, "Constructor,Email,toString,__proto__,hasOwnProperty\nx,ada@example.com,y,z,w\n");
+    const run = await runImport([file, ...apiArgs()]);
+    expect(run).toMatchObject({ code: 0, stdout: summaryLine("imported", 1, { created: 1, updated: 0, unchanged: 0, invalid: 0 }) });
+    expect(run.stderr).toStartWith("columns: Email -> email; ignored: Constructor, toString, __proto__, hasOwnProperty\n");
+    expect(await server.db.all("SELECT email, first_name FROM contacts")).toEqual([{ email: "ada@example.com", first_name: null }]);
+  }, 60_000);
+
   test("a refused token, an unknown --map column, a malformed CSV and a missing --url each stop with one clear line", async () => {
     const csv = writeContactsCsv(server.dir, 10);
     writeFileSync(join(server.dir, "bad-token"), "crm_nope\n");
@@ -124,6 +133,9 @@ describe("crm import contacts: errors", () => {
     const broken = join(server.dir, "broken.csv");
     writeFileSync(broken, 'Email,Name\n"a@example.com,Ada\n');
     expect(await runImport([broken, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${broken}: line 2: a quoted field is never closed\n` });
+    const latin1 = join(server.dir, "latin1.csv");
+    writeFileSync(latin1, Buffer.concat([Buffer.from("Email,First Name\nada@example.com,Ada\njose@example.com,Jos"), Buffer.from([0xe9]), Buffer.from("\n")]));
+    expect(await runImport([latin1, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${latin1}: line 3 is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again\n` });
     const noUrl = await runImport([csv.path]);
     expect(noUrl.code).toBe(2);
     expect(noUrl.stderr).toStartWith("crm: import needs --url and --token-file (or --dry-run)");

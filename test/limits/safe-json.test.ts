@@ -27,6 +27,8 @@ async function post(body: string | Uint8Array<ArrayBuffer>, path = "/public/v1/c
   return { status: res.status, type: res.headers.get("content-type"), body: (await res.json()) as any };
 }
 
+const NUL = "contains the NUL character (\\u0000), which no text field can hold";
+
 const nested = (levels: number) => `${'{"a":'.repeat(levels - 1)}{}${"}".repeat(levels - 1)}`;
 
 describe("safe JSON: accepted", () => {
@@ -69,6 +71,9 @@ describe("safe JSON: refused with 400, nothing stored", () => {
     ["a negative unsafe integer in a list", '{"n":[1,-12345678901234567890]}', refused("/n/1", "is a number beyond ±9007199254740991 (2^53 - 1), past which numbers lose precision; send it as a string")],
     ["1e400 (Infinity to JSON.parse)", '{"n":1e400}', refused("/n", "is a number too large to represent (1e400)")],
     ["an unpaired surrogate escape", '{"first_name":"\\ud800x"}', refused("/first_name", "contains an unpaired UTF-16 surrogate escape, which is not valid Unicode")],
+    ["a NUL character in a name (PostgreSQL cannot store it, SQLite would)", '{"first_name":"a\\u0000b"}', refused("/first_name", NUL)],
+    ["a NUL character in a tag", '{"tags":["vip","\\u0000"]}', refused("/tags/1", NUL)],
+    ["a NUL character in a custom field's key", '{"custom_fields":{"plan\\u0000":"pro"}}', refused("/custom_fields", NUL)],
     ["a __proto__ key", '{"__proto__":{"admin":true}}', refused("/__proto__", 'uses the key "__proto__", which is refused to protect object prototypes')],
     ["a constructor key deep inside", '{"custom_fields":{"a":[{"constructor":{"prototype":{"x":1}}}]}}', refused("/custom_fields/a/0/constructor", 'uses the key "constructor", which is refused to protect object prototypes')],
     ["a prototype key", '{"prototype":1}', refused("/prototype", 'uses the key "prototype", which is refused to protect object prototypes')],
@@ -97,6 +102,18 @@ describe("safe JSON: refused with 400, nothing stored", () => {
     const res = await post('{"name":"Acme","name":"Evil"}', "/public/v1/accounts");
     expect(res.body).toEqual(refused("/name", 'appears twice in the same object (duplicate key "name")'));
     expect((await h.rt.db.get("SELECT count(*) AS n FROM accounts"))).toEqual({ n: 0 });
+  });
+
+  test("a NUL character is refused in the body of every route that takes text, a batch item too, and nothing is stored", async () => {
+    const bodies: [string, string, string][] = [
+      ["/public/v1/contacts/batch", '{"items":[{"email":"a@example.com"},{"first_name":"x\\u0000"}]}', "/items/1/first_name"],
+      ["/public/v1/accounts", '{"name":"Acme\\u0000"}', "/name"],
+      ["/public/v1/accounts/batch", '{"items":[{"name":"\\u0000"}]}', "/items/0/name"],
+      ["/public/v1/users", '{"name":"Grace","email":"g\\u0000@example.com"}', "/email"],
+      ["/public/v1/webhook-subscriptions", '{"target_url":"https://example.com/h","events":["contact.created"],"description":"\\u0000"}', "/description"],
+    ];
+    for (const [path, body, pointer] of bodies) expect(await post(body, path)).toEqual({ status: 400, type: "application/problem+json", body: refused(pointer, NUL) });
+    for (const table of ["contacts", "accounts", "users", "webhook_subscriptions"]) expect(await h.rt.db.get(`SELECT count(*) AS n FROM ${table}`)).toEqual({ n: 0 });
   });
 
   test("malformed JSON keeps JSON.parse's own message", async () => {

@@ -1,0 +1,171 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { contactCount, validation } from "../foundation/support.ts";
+
+// Requests no well-behaved client sends, each answered with a problem that names what is wrong,
+// the same on SQLite and PostgreSQL, and changing nothing.
+
+let h: Harness;
+beforeEach(async () => {
+  h = await createHarness({ allowPrivateTargets: true });
+});
+afterEach(async () => await h.close());
+
+const SUBSCRIPTION = { target_url: "http://127.0.0.1:9/hook", events: ["contact.created"] };
+
+async function createContact(body: Record<string, unknown> = { first_name: "Ada" }): Promise<string> {
+  const res = await h.json("POST", "/public/v1/contacts", { body });
+  expect(res.status).toBe(201);
+  return res.body.data.id;
+}
+
+async function createSubscription(): Promise<string> {
+  const res = await h.json("POST", "/public/v1/webhook-subscriptions", { body: SUBSCRIPTION });
+  expect(res.status).toBe(201);
+  return res.body.data.id;
+}
+
+describe("hostile requests: an encoded NUL in the request target", () => {
+  test("a %00 in a query parameter, an id or a tag is 400 before anything is read, and changes nothing", async () => {
+    const id = await createContact({ first_name: "Ada", tags: ["vip"] });
+    const refusal = {
+      type: "urn:crm:problem:invalid-request-target",
+      title: "Bad Request",
+      status: 400,
+      detail: "The request target contains %00, an encoded NUL character, which no path segment or query parameter may hold.",
+    };
+    const requests: [string, string][] = [
+      ["GET", "/public/v1/contacts?email=%00"],
+      ["GET", "/public/v1/contacts?full_name=a%00b"],
+      ["GET", "/public/v1/accounts?name=%00"],
+      ["GET", "/public/v1/contacts/con_%00"],
+      ["DELETE", `/public/v1/contacts/${id}/tags/vip%00`],
+      ["DELETE", `/public/v1/contacts/${id}?x=%00`],
+      ["GET", "/public/v1/webhook-deliveries?event_id=%00"],
+    ];
+    for (const [method, path] of requests) {
+      const res = await h.json(method, path);
+      expect({ path, status: res.status, type: res.headers.get("content-type"), body: res.body }).toEqual({ path, status: 400, type: "application/problem+json", body: refusal });
+    }
+    expect((await h.json("GET", `/public/v1/contacts/${id}`)).body.data.tags).toEqual(["vip"]);
+  });
+});
+
+describe("hostile requests: tampered cursors", () => {
+  /** tampered re-encodes a real cursor of a list with its sort value (or id) replaced. */
+  async function tampered(path: string, change: (cursor: unknown[]) => void): Promise<string> {
+    const page = await h.json("GET", path);
+    expect(page.body.meta.next_cursor).toEqual(expect.any(String));
+    const cursor = JSON.parse(Buffer.from(page.body.meta.next_cursor, "base64url").toString("utf8")) as unknown[];
+    change(cursor);
+    return Buffer.from(JSON.stringify(cursor)).toString("base64url");
+  }
+
+  const refused = validation([{ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters)" }], "The list parameters are invalid.");
+
+  test("a sort value of the wrong type, or text with a NUL, is 422 on the cursor, never a database error", async () => {
+    for (const name of ["Ada", "Grace"]) await createContact({ first_name: name, email: `${name.toLowerCase()}@example.com` });
+    for (let i = 0; i < 2; i++) await createSubscription();
+    const lists: [string, (cursor: unknown[]) => void][] = [
+      ["/public/v1/webhook-subscriptions?per_page=1", (c) => (c[3] = "abc")],
+      ["/public/v1/webhook-subscriptions?per_page=1", (c) => (c[3] = 1.5)],
+      ["/public/v1/contacts?per_page=1", (c) => (c[3] = "2026-11-21T10:00:00Z")],
+      ["/public/v1/contacts?per_page=1&sort_by=email", (c) => (c[3] = 42)],
+      ["/public/v1/contacts?per_page=1&sort_by=last_name", (c) => (c[3] = "a\u0000")],
+      ["/public/v1/contacts?per_page=1", (c) => (c[4] = "con_\u0000")],
+      ["/public/v1/contacts?per_page=1", (c) => (c[4] = 7)],
+    ];
+    for (const [path, change] of lists) {
+      const cursor = await tampered(path, change);
+      const res = await h.json("GET", `${path}&cursor=${cursor}`);
+      expect({ path, status: res.status, body: res.body }).toEqual({ path, status: 422, body: refused });
+    }
+  });
+
+  test("an untouched cursor still reads the next page", async () => {
+    for (const name of ["Ada", "Grace"]) await createContact({ first_name: name });
+    const first = await h.json("GET", "/public/v1/contacts?per_page=1&sort_by=first_name&sort_direction=asc");
+    const next = await h.json("GET", `/public/v1/contacts?per_page=1&sort_by=first_name&sort_direction=asc&cursor=${first.body.meta.next_cursor}`);
+    expect([first.body.data[0].first_name, next.status, next.body.data[0].first_name]).toEqual(["Ada", 200, "Grace"]);
+  });
+});
+
+describe("hostile requests: fields and parameters a route does not take", () => {
+  test("a body field a schema does not declare is 422 naming it and the fields there are, and nothing is created", async () => {
+    const contactId = await createContact();
+    const subscriptionId = await createSubscription();
+    const userId = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@example.com" } })).body.data.id;
+    const cases: [string, string, Record<string, unknown>, Record<string, string>[]][] = [
+      ["POST", "/public/v1/users", { name: "Ada", email: "ada@example.com", role: "admin" }, [{ pointer: "/role", detail: "is not a field here; known: name, email" }]],
+      ["PATCH", `/public/v1/users/${userId}`, { nmae: "Grace B." }, [{ pointer: "/nmae", detail: "is not a field here; known: name, email" }]],
+      ["POST", "/public/v1/webhook-subscriptions", { ...SUBSCRIPTION, max_rat: 5 }, [{ pointer: "/max_rat", detail: "is not a field here; known: target_url, description, events, max_rate" }]],
+      ["PATCH", `/public/v1/webhook-subscriptions/${subscriptionId}`, { max_rat: 5 }, [{ pointer: "/max_rat", detail: "is not a field here; known: description, target_url, events" }]],
+      ["POST", `/public/v1/webhook-subscriptions/${subscriptionId}/rotate-secret`, { grace: 1 }, [{ pointer: "/grace", detail: "is not a field here; known: grace_hours" }]],
+      ["POST", "/public/v1/contacts/batch", { items: [{ first_name: "Eve" }], upsert: true }, [{ pointer: "/upsert", detail: "is not a field here; known: items" }]],
+      ["POST", "/public/v1/accounts/batch", { items: [{ name: "Acme" }], dry_run: true }, [{ pointer: "/dry_run", detail: "is not a field here; known: items" }]],
+      ["POST", `/public/v1/contacts/${contactId}/tags`, { tag: "vip", color: "red" }, [{ pointer: "/color", detail: "is not a field here; known: tag" }]],
+      ["POST", `/public/v1/webhook-subscriptions/${subscriptionId}/pause`, { reason: "maintenance" }, [{ pointer: "/reason", detail: "is not a field here; this route takes no body" }]],
+    ];
+    for (const [method, path, body, errors] of cases) {
+      const res = await h.json(method, path, { body });
+      expect({ path, status: res.status, body: res.body }).toEqual({ path, status: 422, body: validation(errors) });
+    }
+    expect(await contactCount(h)).toBe(1);
+    expect((await h.json("GET", "/public/v1/users")).body.data.map((u: { name: string }) => u.name)).toEqual(["Grace"]);
+    const subscription = (await h.json("GET", `/public/v1/webhook-subscriptions/${subscriptionId}`)).body.data;
+    expect([subscription.status, (await h.json("GET", `/public/v1/contacts/${contactId}`)).body.data.tags]).toEqual(["active", []]);
+  });
+
+  test("an action that takes no body accepts an empty object", async () => {
+    const subscriptionId = await createSubscription();
+    const res = await h.json("POST", `/public/v1/webhook-subscriptions/${subscriptionId}/pause`, { body: {} });
+    expect([res.status, res.body.data.status]).toEqual([200, "paused"]);
+  });
+
+  test("a query parameter on a route that takes none is 422 naming it, and the request does nothing", async () => {
+    const id = await createContact();
+    const cases: [string, string, string[]][] = [
+      ["DELETE", `/public/v1/contacts/${id}?force=true`, ["force"]],
+      ["POST", "/public/v1/contacts?dry_run=1&notify=0", ["dry_run", "notify"]],
+      ["GET", "/public/v1/event-types?lang=en", ["lang"]],
+    ];
+    for (const [method, path, names] of cases) {
+      const res = await h.json(method, path, method === "POST" ? { body: { first_name: "Eve" } } : {});
+      expect({ path, status: res.status, body: res.body }).toEqual({ path, status: 422, body: validation(names.map((parameter) => ({ parameter, detail: "is not a parameter of this route, which takes none" }))) });
+    }
+    expect(await contactCount(h)).toBe(1);
+  });
+});
+
+describe("hostile requests: dates that do not exist", () => {
+  test("February 31 or hour 24 in a filter is 422 naming the parameter, not rolled over into March", async () => {
+    const detail = "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z";
+    for (const path of ["/public/v1/contacts?created_after=2026-02-31T00:00:00Z", "/public/v1/accounts?updated_after=2026-11-21T24:00:00Z", "/public/v1/webhook-deliveries?created_after=2026-04-31T00:00:00Z"]) {
+      const parameter = new URL(path, "http://x").searchParams.keys().next().value!;
+      const res = await h.json("GET", path);
+      expect({ path, status: res.status, body: res.body }).toEqual({ path, status: 422, body: validation([{ parameter, detail }]) });
+    }
+  });
+});
+
+describe("hostile requests: another method on a fixed path beside an id route", () => {
+  test("GET /contacts/batch or DELETE /accounts/deleted is 405 with the path's own methods, not a search for the id 'batch'", async () => {
+    const cases: [string, string, string][] = [
+      ["GET", "/public/v1/contacts/batch", "POST"],
+      ["PATCH", "/public/v1/contacts/deleted", "GET"],
+      ["DELETE", "/public/v1/contacts/deleted", "GET"],
+      ["GET", "/public/v1/accounts/batch", "POST"],
+      ["PUT", "/public/v1/accounts/batch", "POST"],
+      ["DELETE", "/public/v1/accounts/deleted", "GET"],
+    ];
+    for (const [method, path, allow] of cases) {
+      const res = await h.json(method, path, method === "PATCH" || method === "PUT" ? { body: {} } : {});
+      expect({ path, status: res.status, allow: res.headers.get("allow"), body: res.body }).toEqual({
+        path,
+        status: 405,
+        allow,
+        body: { type: "urn:crm:problem:method-not-allowed", title: "Method Not Allowed", status: 405, detail: `${method} is not allowed on ${path}; allowed: ${allow}.` },
+      });
+    }
+  });
+});
