@@ -98,6 +98,11 @@ function bodyTooLarge(): ProblemError {
  */
 export async function parseJsonBody(request: Request, bodyTimeoutMs = DEFAULT_CONFIG.bodyTimeoutMs): Promise<unknown> {
   const contentType = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+  // A compressed body would be read as if it were the JSON itself: refuse it rather than misread it.
+  const encoding = request.headers.get("content-encoding")?.trim().toLowerCase();
+  if (encoding && encoding !== "identity") {
+    throw new ProblemError(415, "unsupported-media-type", `Content-Encoding ${encoding} is not accepted; send the request body uncompressed.`, undefined, { "accept-encoding": "identity" });
+  }
   const text = await readLimitedBody(request, bodyTimeoutMs);
   if (text === "") return undefined; // no body: routes that need one answer 422 from their schema
   if (contentType !== "application/json" && !contentType.endsWith("+json")) {

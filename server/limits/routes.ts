@@ -51,20 +51,30 @@ function refuseInvalidHost(request: Request): void {
 }
 
 /**
- * refuseEncodedNul answers 400 for a path or query string holding %00: no id or parameter may
- * contain the NUL character, which PostgreSQL cannot store in text and SQLite would.
+ * refuseMalformedTarget answers 400 for a path or query string holding %00 (no id or parameter may
+ * contain the NUL character, which PostgreSQL cannot store in text and SQLite would) or a percent
+ * escape that does not decode (`%E9` alone is not UTF-8, `%zz` no escape at all), which the
+ * router would otherwise pass on undecoded.
  */
-function refuseEncodedNul(request: Request): void {
-  if (!request.url.includes("%00")) return;
-  throw new ProblemError(400, "invalid-request-target", "The request target contains %00, an encoded NUL character, which no path segment or query parameter may hold.");
+function refuseMalformedTarget(request: Request): void {
+  const url = request.url;
+  if (!url.includes("%")) return;
+  if (url.includes("%00")) {
+    throw new ProblemError(400, "invalid-request-target", "The request target contains %00, an encoded NUL character, which no path segment or query parameter may hold.");
+  }
+  try {
+    decodeURIComponent(url);
+  } catch {
+    throw new ProblemError(400, "invalid-request-target", "The request target has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits).");
+  }
 }
 
 /**
  * limitsGuard enforces, before routing and before any body is read: the connection cap and each
  * client address's share of it (503, connections.ts), the query string and header size limits
- * (414, 431), a valid Host and no encoded NUL in the target (400), and the budget of body bytes held in memory (503,
- * body-budget.ts). Rate limits come after authentication (auth/routes.ts), which knows whose
- * budget a request spends.
+ * (414, 431), a valid Host and a target without %00 or broken escapes (400), and the budget of
+ * body bytes held in memory (503, body-budget.ts). Rate limits come after authentication
+ * (auth/routes.ts), which knows whose budget a request spends.
  */
 export function limitsGuard(rt: Runtime) {
   const { config } = rt;
@@ -77,7 +87,7 @@ export function limitsGuard(rt: Runtime) {
       if (waiting) await waiting;
       refuseOversizedRequest(request);
       refuseInvalidHost(request);
-      refuseEncodedNul(request);
+      refuseMalformedTarget(request);
       // Taken before authentication: a request refused there is answered at once and gives it back.
       bodies.admit(request);
     })

@@ -51,6 +51,41 @@ describe("hostile requests: an encoded NUL in the request target", () => {
   });
 });
 
+describe("hostile requests: percent escapes that do not decode", () => {
+  test("%E9 alone (not UTF-8), a bare % or %zz in a path or query is 400, and the tag is not removed", async () => {
+    const id = await createContact({ first_name: "Ada", tags: ["caf\u00e9", "100%"] });
+    for (const [method, path] of [["DELETE", `/public/v1/contacts/${id}/tags/caf%E9`], ["DELETE", `/public/v1/contacts/${id}/tags/100%`], ["GET", "/public/v1/contacts?full_name=a%zz"]] as const) {
+      const res = await h.json(method, path);
+      expect({ path, status: res.status, body: res.body }).toEqual({
+        path,
+        status: 400,
+        body: { type: "urn:crm:problem:invalid-request-target", title: "Bad Request", status: 400, detail: "The request target has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits)." },
+      });
+    }
+    expect((await h.json("GET", `/public/v1/contacts/${id}`)).body.data.tags).toEqual(["caf\u00e9", "100%"]);
+    const removed = await h.json("DELETE", `/public/v1/contacts/${id}/tags/caf%C3%A9`);
+    expect([removed.status, removed.body.data.tags]).toEqual([200, ["100%"]]);
+  });
+});
+
+describe("hostile requests: compressed bodies", () => {
+  test("a body sent with Content-Encoding gzip is 415, not read as if it were the JSON, and creates nothing", async () => {
+    const res = await h.app.handle(
+      new Request("http://localhost/public/v1/contacts", {
+        method: "POST",
+        headers: { authorization: `Bearer ${h.token}`, "content-type": "application/json", "content-encoding": "gzip" },
+        body: Bun.gzipSync(JSON.stringify({ first_name: "Ada" })),
+      }),
+    );
+    expect({ status: res.status, accept: res.headers.get("accept-encoding"), body: await res.json() }).toEqual({
+      status: 415,
+      accept: "identity",
+      body: { type: "urn:crm:problem:unsupported-media-type", title: "Unsupported Media Type", status: 415, detail: "Content-Encoding gzip is not accepted; send the request body uncompressed." },
+    });
+    expect(await contactCount(h)).toBe(0);
+  });
+});
+
 describe("hostile requests: tampered cursors", () => {
   /** tampered re-encodes a real cursor of a list with its sort value (or id) replaced. */
   async function tampered(path: string, change: (cursor: unknown[]) => void): Promise<string> {
