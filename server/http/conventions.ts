@@ -22,9 +22,11 @@ export interface ConventionOptions {
   bodyTimeoutMs?: number;
 }
 
-/** routeKeys lists "METHOD /pattern" of the routes with a query or body schema. */
-function routeKeys(routes: RouteEntry[], schema: "query" | "body"): Set<string> {
-  return new Set(routes.filter((r) => r[schema]).map((r) => `${r.method} ${r.path}`));
+/** methodsWith maps each route pattern to the methods whose route there has a query or body schema. */
+function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string, Set<string>> {
+  const methods = new Map<string, Set<string>>();
+  for (const r of routes) if (r[schema]) methods.set(r.path, (methods.get(r.path) ?? new Set()).add(r.method));
+  return methods;
 }
 
 /**
@@ -37,8 +39,8 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
   const finished = requestFinisher(log, metrics);
   // The route table is complete before the first request; read once, on that request.
   let staticPaths: Map<string, string[]> | undefined;
-  let queryRoutes: Set<string> | undefined;
-  let bodyRoutes: Set<string> | undefined;
+  let queryRoutes: Map<string, Set<string>> | undefined;
+  let bodyRoutes: Map<string, Set<string>> | undefined;
 
   return new Elysia({ name: "http-conventions" })
     .onRequest(({ request, set }) => {
@@ -61,12 +63,13 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
         if (served && !served.includes(request.method)) throw methodNotAllowed(request.method, path, served);
       }
       // An action such as POST .../pause takes no body: fields sent to it would be ignored, so they are refused ({} is fine).
-      if (body !== undefined && Object.keys(body as object).length > 0 && !(bodyRoutes ??= routeKeys(routes(), "body")).has(`${request.method} ${route}`) && pathOf(request).startsWith(PUBLIC_PREFIX)) {
-        throw validationProblem(Object.keys(body as object).map((name) => ({ pointer: `/${name}`, detail: "is not a field here; this route takes no body" })));
+      if (body !== undefined && !(bodyRoutes ??= methodsWith(routes(), "body")).get(route)?.has(request.method) && pathOf(request).startsWith(PUBLIC_PREFIX)) {
+        const fields = Object.keys(body as object);
+        if (fields.length > 0) throw validationProblem(fields.map((name) => ({ pointer: `/${name}`, detail: "is not a field here; this route takes no body" })));
       }
       const url = request.url;
       if (!url.includes("?")) return;
-      const readsQuery = (queryRoutes ??= routeKeys(routes(), "query")).has(`${request.method} ${route}`);
+      const readsQuery = (queryRoutes ??= methodsWith(routes(), "query")).get(route)?.has(request.method) === true;
       // A route without parameters refuses any, as list routes refuse unknown ones: a typo is not ignored.
       if (!readsQuery && pathOf(request).startsWith(PUBLIC_PREFIX)) {
         const names = [...new Set(new URLSearchParams(url.slice(url.indexOf("?") + 1)).keys())];

@@ -50,23 +50,41 @@ function refuseInvalidHost(request: Request): void {
   ]);
 }
 
+function hexDigit(code: number): number {
+  if (code >= 0x30 && code <= 0x39) return code - 0x30;
+  const lower = code | 0x20;
+  return lower >= 0x61 && lower <= 0x66 ? lower - 0x57 : -1;
+}
+
 /**
  * refuseMalformedTarget answers 400 for a path or query string holding %00 (no id or parameter may
  * contain the NUL character, which PostgreSQL cannot store in text and SQLite would) or a percent
  * escape that does not decode (`%E9` alone is not UTF-8, `%zz` no escape at all), which the
- * router would otherwise pass on undecoded.
+ * router would otherwise pass on undecoded. Escapes of ASCII (`%40`) are checked by hand: decoding
+ * a whole URL costs several times more, and only escapes of bytes past 0x7F can break UTF-8.
  */
 function refuseMalformedTarget(request: Request): void {
   const url = request.url;
-  if (!url.includes("%")) return;
-  if (url.includes("%00")) {
-    throw new ProblemError(400, "invalid-request-target", "The request target contains %00, an encoded NUL character, which no path segment or query parameter may hold.");
+  let beyondAscii = false;
+  for (let at = url.indexOf("%"); at >= 0; at = url.indexOf("%", at + 3)) {
+    const high = hexDigit(url.charCodeAt(at + 1));
+    const low = hexDigit(url.charCodeAt(at + 2));
+    if (high < 0 || low < 0) throw malformedEscape();
+    if (high === 0 && low === 0) {
+      throw new ProblemError(400, "invalid-request-target", "The request target contains %00, an encoded NUL character, which no path segment or query parameter may hold.");
+    }
+    beyondAscii ||= high >= 8;
   }
+  if (!beyondAscii) return;
   try {
     decodeURIComponent(url);
   } catch {
-    throw new ProblemError(400, "invalid-request-target", "The request target has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits).");
+    throw malformedEscape();
   }
+}
+
+function malformedEscape(): ProblemError {
+  return new ProblemError(400, "invalid-request-target", "The request target has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits).");
 }
 
 /**
