@@ -46,6 +46,12 @@ const EXAMPLES: Record<string, string[]> = {
     "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n",
   ],
   "a `Transfer-Encoding` other than `chunked`": ["POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ntransfer-encoding: gzip\r\n\r\n"],
+  "a request target that is not a path starting with `/` (`OPTIONS *`, `GET host:443`, `GET healthz`, `GET ?a=1`)": [
+    "OPTIONS * HTTP/1.1\r\nhost: x\r\n\r\n",
+    "GET 127.0.0.1:443 HTTP/1.1\r\nhost: x\r\n\r\n",
+    "GET healthz HTTP/1.1\r\nhost: x\r\n\r\n",
+    "GET ?a=1 HTTP/1.1\r\nhost: x\r\n\r\n",
+  ],
   "`HTTP/1.1` without `Host`": ["GET /healthz HTTP/1.1\r\n\r\n"],
   "a header line without a colon, with a space in its name, folded onto a second line, or with a NUL byte": [
     "GET /healthz HTTP/1.1\r\nhost: x\r\nnocolon\r\n\r\n",
