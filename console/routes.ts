@@ -1,13 +1,15 @@
 import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
+import { pathOf } from "../server/http/request-log.ts";
 import type { Runtime } from "../server/runtime.ts";
+import { problem } from "../server/shared/problem.ts";
 import css from "./assets/console.css" with { type: "text" };
 import { messagePage } from "./auth/pages.tsx";
 import { authRoutes } from "./auth/routes.ts";
 import { islandScripts } from "./bundle.ts";
 import { contactRoutes } from "./contacts/routes.ts";
 import { deliveryRoutes } from "./deliveries/routes.ts";
-import { assetResponse, htmlResponse } from "./http.ts";
+import { assetResponse, htmlResponse, problemJsonResponse } from "./http.ts";
 import { peopleRoutes } from "./people/routes.ts";
 import { searchRoutes } from "./search/routes.ts";
 import { CONSOLE_DETAIL, consoleBase, signedInConsole } from "./shell.ts";
@@ -45,6 +47,11 @@ export function consoleRoutes(rt: Runtime) {
     .use(
       new Elysia({ name: "console-not-found", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
         .use(signedInConsole(rt))
-        .get("/*", ({ session }) => htmlResponse(messagePage({ session, title: "Not found", text: "There is no console page at this address." }), 404)),
+        // The JSON endpoints answer problem+json, for an address that does not exist too.
+        .get("/*", ({ session, request }) =>
+          pathOf(request).startsWith(`${CONSOLE_PREFIX}/api/`)
+            ? problemJsonResponse(problem(404, "not-found", "There is no console API endpoint at this address."))
+            : htmlResponse(messagePage({ session, title: "Not found", text: "There is no console page at this address." }), 404),
+        ),
     );
 }

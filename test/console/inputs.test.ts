@@ -63,3 +63,14 @@ test("a NUL character in a search, a sign-in or a form field is refused with 4xx
   expect([signIn.status, token.status, JSON.parse(token.text).errors]).toEqual([422, 422, [{ pointer: "/name", detail: "must be text of at most 10000 characters without the NUL character, given at most 20 times" }]]);
   expect(await h.rt.db.get("SELECT count(*) AS n FROM api_tokens WHERE name LIKE 'sync%'")).toEqual({ n: 0 });
 });
+
+test("an address with no console page is a 404 page; one under /console/api is a 404 problem, as the JSON endpoints answer", async () => {
+  const page = await client.get("/console/nope");
+  const api = await client.get("/console/api/nope");
+  expect([page.status, page.headers.get("content-type"), page.text.includes("There is no console page at this address.")]).toEqual([404, "text/html; charset=utf-8", true]);
+  expect([api.status, api.headers.get("content-type"), JSON.parse(api.text)]).toEqual([
+    404,
+    "application/problem+json",
+    { type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: "There is no console API endpoint at this address." },
+  ]);
+});
