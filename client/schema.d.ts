@@ -132,20 +132,23 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a contact */
+        /**
+         * Get a contact
+         * @description The ETag header is the contact's version, quoted ("3"): send it back as If-Match to change the contact only if nobody has since.
+         */
         get: operations["getContact"];
         put?: never;
         post?: never;
         /**
          * Delete a contact
-         * @description Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it.
+         * @description Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it. With If-Match, only a contact still at that version is deleted (else 412).
          */
         delete: operations["deleteContact"];
         options?: never;
         head?: never;
         /**
          * Update a contact
-         * @description Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event.
+         * @description Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event. With If-Match, only a contact still at that version changes (else 412 with the current ETag).
          */
         patch: operations["updateContact"];
         trace?: never;
@@ -301,20 +304,23 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get an account */
+        /**
+         * Get an account
+         * @description The ETag header is the account's version, quoted ("3"): send it back as If-Match to change the account only if nobody has since.
+         */
         get: operations["getAccount"];
         put?: never;
         post?: never;
         /**
          * Delete an account
-         * @description Its contacts stay and lose the link (each sends contact.updated); sends account.deleted with the id and deletion time; GET /accounts/deleted lists it.
+         * @description Its contacts stay and lose the link (each sends contact.updated); sends account.deleted with the id and deletion time; GET /accounts/deleted lists it. With If-Match, only an account still at that version is deleted (else 412).
          */
         delete: operations["deleteAccount"];
         options?: never;
         head?: never;
         /**
          * Update an account
-         * @description Fields present replace the stored ones; null clears domain or a further property. A change sends account.updated; a request that changes nothing sends no event and keeps updated_at.
+         * @description Fields present replace the stored ones; null clears domain or a further property. A change sends account.updated; a request that changes nothing sends no event and keeps updated_at. With If-Match, only an account still at that version changes (else 412 with the current ETag).
          */
         patch: operations["updateAccount"];
         trace?: never;
@@ -1699,7 +1705,9 @@ export interface operations {
     deleteContact: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "if-match"?: string;
+            };
             path: {
                 id: string;
             };
@@ -1745,6 +1753,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             414: components["responses"]["QueryTooLong"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
@@ -1763,7 +1780,9 @@ export interface operations {
     updateContact: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "if-match"?: string;
+            };
             path: {
                 id: string;
             };
@@ -1829,6 +1848,15 @@ export interface operations {
             };
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2650,7 +2678,9 @@ export interface operations {
     deleteAccount: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "if-match"?: string;
+            };
             path: {
                 id: string;
             };
@@ -2696,6 +2726,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             414: components["responses"]["QueryTooLong"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
@@ -2714,7 +2753,9 @@ export interface operations {
     updateAccount: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "if-match"?: string;
+            };
             path: {
                 id: string;
             };
@@ -2776,6 +2817,15 @@ export interface operations {
             };
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { IfMatchHeader, tagged, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
@@ -54,33 +55,35 @@ export function accountRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/:id", async ({ params }) => ({ data: await getAccount(rt.db, params.id) }), {
+    .get("/:id", async ({ params, set }) => tagged(set, { data: await getAccount(rt.db, params.id) }), {
       params: AccountId,
       response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { operationId: "getAccount", summary: "Get an account", tags, ...secured },
+      detail: { operationId: "getAccount", summary: "Get an account", description: 'The ETag header is the account\'s version, quoted ("3"): send it back as If-Match to change the account only if nobody has since.', tags, ...secured },
     })
-    .patch("/:id", async ({ params, body }) => ({ data: await updateAccount(rt, params.id, body) }), {
+    .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateAccount(rt, params.id, body, versionCondition(headers["if-match"])) }), {
       params: AccountId,
       body: AccountPatch,
-      response: { 200: AccountEnvelope, ...problemResponses(400, 401, 403, 404, 413, 415, 422) },
+      headers: IfMatchHeader,
+      response: { 200: AccountEnvelope, ...problemResponses(400, 401, 403, 404, 412, 413, 415, 422) },
       detail: {
         operationId: "updateAccount",
         summary: "Update an account",
-        description: "Fields present replace the stored ones; null clears domain or a further property. A change sends account.updated; a request that changes nothing sends no event and keeps updated_at.",
+        description: "Fields present replace the stored ones; null clears domain or a further property. A change sends account.updated; a request that changes nothing sends no event and keeps updated_at. With If-Match, only an account still at that version changes (else 412 with the current ETag).",
         tags,
         ...secured,
       },
     })
-    .delete("/:id", async ({ params, set }) => {
-      await deleteAccount(rt, params.id);
+    .delete("/:id", async ({ params, headers, set }) => {
+      await deleteAccount(rt, params.id, versionCondition(headers["if-match"]));
       set.status = 204;
     }, {
       params: AccountId,
-      response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
+      headers: IfMatchHeader,
+      response: { 204: t.Void(), ...problemResponses(401, 403, 404, 412, 422) },
       detail: {
         operationId: "deleteAccount",
         summary: "Delete an account",
-        description: "Its contacts stay and lose the link (each sends contact.updated); sends account.deleted with the id and deletion time; GET /accounts/deleted lists it.",
+        description: "Its contacts stay and lose the link (each sends contact.updated); sends account.deleted with the id and deletion time; GET /accounts/deleted lists it. With If-Match, only an account still at that version is deleted (else 412).",
         tags,
         ...secured,
       },

@@ -4,6 +4,7 @@ import type { BatchKind } from "../batch/service.ts";
 import { notFound, validationProblem, type FieldError } from "../shared/problem.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
+import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
@@ -171,9 +172,13 @@ export async function applyAccountUpdate(db: Db, id: string, input: AccountPatch
   return change;
 }
 
-/** updateAccount applies a PATCH in one group-committed write, or throws 404. */
-export async function updateAccount(rt: Runtime, id: string, input: AccountPatch): Promise<Account> {
+/** updateAccount applies a PATCH in one group-committed write, or throws 404 (412 when the stored version does not meet `condition`). */
+export async function updateAccount(rt: Runtime, id: string, input: AccountPatch, condition: VersionCondition | null = null): Promise<Account> {
   return rt.db.write(async (tx) => {
+    if (condition) {
+      const current = await findAccountById(tx, id);
+      if (current) refuseUnmetCondition(condition, "account", id, current.version);
+    }
     const result = await applyAccountUpdate(tx, id, input, Date.now());
     if (!result) throw notFound("account", id);
     return result.account;
@@ -182,13 +187,15 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
 
 /**
  * deleteAccount removes an account in one commit: its contacts stay and lose the link (each sends
- * contact.updated), then the account's tombstone and account.deleted.
+ * contact.updated), then the account's tombstone and account.deleted. A stored version that does
+ * not meet `condition` is 412, and nothing changes.
  */
-export async function deleteAccount(rt: Runtime, id: string): Promise<void> {
+export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null = null): Promise<void> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const current = await findAccountById(tx, id);
     if (!current) throw notFound("account", id);
+    refuseUnmetCondition(condition, "account", id, current.version);
     await detachAccountFromContacts(tx, id, now);
     await deleteAccountRow(tx, id);
     await insertTombstone(tx, "account", id, now);

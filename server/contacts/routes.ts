@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { IfMatchHeader, tagged, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
@@ -58,25 +59,27 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/:id", async ({ params, query }) => ({ data: await getContact(rt.db, params.id, query) }), {
+    .get("/:id", async ({ params, query, set }) => tagged(set, { data: await getContact(rt.db, params.id, query) }), {
       params: ContactId,
       query: IncludeQuery,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { operationId: "getContact", summary: "Get a contact", tags, ...secured },
+      detail: { operationId: "getContact", summary: "Get a contact", description: 'The ETag header is the contact\'s version, quoted ("3"): send it back as If-Match to change the contact only if nobody has since.', tags, ...secured },
     })
-    .patch("/:id", async ({ params, body }) => ({ data: await updateContact(rt, params.id, body) }), {
+    .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers["if-match"])) }), {
       params: ContactId,
       body: ContactInput,
-      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
-      detail: { operationId: "updateContact", summary: "Update a contact", description: "Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event.", tags, ...secured },
+      headers: IfMatchHeader,
+      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
+      detail: { operationId: "updateContact", summary: "Update a contact", description: "Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event. With If-Match, only a contact still at that version changes (else 412 with the current ETag).", tags, ...secured },
     })
-    .delete("/:id", async ({ params, set }) => {
-      await deleteContact(rt, params.id);
+    .delete("/:id", async ({ params, headers, set }) => {
+      await deleteContact(rt, params.id, versionCondition(headers["if-match"]));
       set.status = 204;
     }, {
       params: ContactId,
-      response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
-      detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it.", tags, ...secured },
+      headers: IfMatchHeader,
+      response: { 204: t.Void(), ...problemResponses(401, 403, 404, 412, 422) },
+      detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it. With If-Match, only a contact still at that version is deleted (else 412).", tags, ...secured },
     })
     .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, scope) } })), {
       params: ContactId,

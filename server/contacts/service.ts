@@ -6,6 +6,7 @@ import type { BatchResult } from "../batch/model.ts";
 import type { BatchKind } from "../batch/service.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
 import { toJsonText, type JsonText } from "../http/json-text.ts";
+import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { listMeta, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
@@ -268,12 +269,13 @@ export async function createContact(rt: Runtime, input: ContactInput, idempotenc
   });
 }
 
-/** updateContact applies a PATCH; a change writes contact.updated in the same commit, a no-op writes nothing. */
-export async function updateContact(rt: Runtime, id: string, input: ContactInput): Promise<Contact> {
+/** updateContact applies a PATCH (if the stored version meets `condition`, else 412); a change writes contact.updated in the same commit, a no-op writes nothing. */
+export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null = null): Promise<Contact> {
   refuseInvalidFields(input);
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, id);
     if (!current) throw notFound("contact", id);
+    refuseUnmetCondition(condition, "contact", id, current.version);
     await refuseUnknownRelations(tx, input);
     await refuseTakenExternalId(tx, input, id);
     const change = await writeContactChange(tx, current, input, Date.now());
@@ -313,12 +315,14 @@ async function upsertContact(db: Db, input: ContactInput, now: number): Promise<
 /** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else email. */
 export const CONTACT_BATCH: BatchKind<ContactInput> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
-/** deleteContact removes a contact and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
-export async function deleteContact(rt: Runtime, id: string): Promise<void> {
+/** deleteContact removes a contact (if the stored version meets `condition`, else 412) and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
+export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null = null): Promise<void> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const current = await findContactById(tx, id);
-    if (!current || !(await deleteContactRow(tx, id))) throw notFound("contact", id);
+    if (!current) throw notFound("contact", id);
+    refuseUnmetCondition(condition, "contact", id, current.version);
+    if (!(await deleteContactRow(tx, id))) throw notFound("contact", id);
     await insertTombstone(tx, "contact", id, now);
     await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });

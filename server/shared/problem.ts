@@ -29,6 +29,7 @@ const TITLES: Record<number, string> = {
   408: "Request Timeout",
   409: "Conflict",
   410: "Gone",
+  412: "Precondition Failed",
   413: "Content Too Large",
   414: "URI Too Long",
   415: "Unsupported Media Type",

@@ -1,0 +1,47 @@
+import { t } from "elysia";
+import { validationProblem } from "../shared/problem.ts";
+import type { VersionCondition } from "../shared/version-condition.ts";
+
+/** IfMatchHeader documents the optional If-Match request header of a PATCH or DELETE of a versioned resource. */
+export const IfMatchHeader = t.Object(
+  {
+    "if-match": t.Optional(
+      t.String({
+        maxLength: 1000,
+        description: 'Write only if the stored version is this one: the ETag of your last read ("3"), several separated by commas, or * for any. Otherwise 412, and nothing changes.',
+      }),
+    ),
+  },
+  { additionalProperties: true },
+);
+
+// One entity-tag of the list (RFC 9110 section 8.8.3): strong "…" or weak W/"…".
+const ENTITY_TAG = /^\s*(W\/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*$/;
+
+/**
+ * versionCondition reads an If-Match header into the condition the write must meet, null without
+ * one. Tags are the versions the ETag header gives; a weak tag or one that is not a version can
+ * never match (If-Match compares strongly), so it stays in the list as no version at all.
+ */
+export function versionCondition(header: string | undefined): VersionCondition | null {
+  if (header === undefined) return null;
+  if (header.trim() === "*") return { anyVersion: true };
+  const versions: number[] = [];
+  for (const member of header.split(",")) {
+    const tag = ENTITY_TAG.exec(member);
+    if (!tag) throw validationProblem([{ header: "if-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }]);
+    if (!tag[1] && /^[1-9][0-9]{0,14}$/.test(tag[2]!)) versions.push(Number(tag[2]));
+  }
+  return { versions };
+}
+
+/** versionTag is the ETag of a resource at a version: the version, quoted. */
+export function versionTag(version: number): string {
+  return `"${version}"`;
+}
+
+/** tagged sets the ETag of a response carrying one versioned resource, and returns the body. */
+export function tagged<B extends { data: { version: number } }>(set: { headers: Record<string, string | number> }, body: B): B {
+  set.headers.etag = versionTag(body.data.version);
+  return body;
+}

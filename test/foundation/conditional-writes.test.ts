@@ -1,0 +1,106 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { eventTypes, validation } from "./support.ts";
+
+// A sync job reads a contact, changes it, and writes it back: If-Match with the ETag of its read
+// makes that write fail instead of overwriting a change someone made in between.
+
+let h: Harness;
+beforeEach(async () => {
+  h = await createHarness();
+});
+afterEach(async () => await h.close());
+
+function stale(kind: string, id: string, version: number, asked: string) {
+  return {
+    type: "urn:crm:problem:precondition-failed",
+    title: "Precondition Failed",
+    status: 412,
+    detail: `The ${kind} ${id} is at version ${version}, not ${asked}: it changed since you read it. Read it again, apply your change to what it is now, and send that.`,
+    current_version: version,
+  };
+}
+
+describe("conditional writes: happy paths", () => {
+  test("a read's ETag is the version; PATCH with it as If-Match changes the contact and answers the next ETag", async () => {
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    const read = await h.json("GET", `/public/v1/contacts/${id}`);
+    expect(read.headers.get("etag")).toBe('"1"');
+    const patched = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { last_name: "Lovelace" }, headers: { "if-match": read.headers.get("etag")! } });
+    expect([patched.status, patched.headers.get("etag"), patched.body.data.version, patched.body.data.last_name]).toEqual([200, '"2"', 2, "Lovelace"]);
+    const anyVersion = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Augusta" }, headers: { "if-match": "*" } });
+    const listed = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Ada" }, headers: { "if-match": 'W/"3", "9", "3"' } });
+    expect([anyVersion.status, anyVersion.body.data.version, listed.status, listed.body.data.version]).toEqual([200, 3, 200, 4]);
+    const deleted = await h.request("DELETE", `/public/v1/contacts/${id}`, { headers: { "if-match": '"4"' } });
+    expect(deleted.status).toBe(204);
+    expect((await h.json("GET", `/public/v1/contacts/${id}`)).status).toBe(404);
+  });
+
+  test("accounts take If-Match the same way", async () => {
+    const id = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data.id;
+    const read = await h.json("GET", `/public/v1/accounts/${id}`);
+    const patched = await h.json("PATCH", `/public/v1/accounts/${id}`, { body: { domain: "acme.example" }, headers: { "if-match": read.headers.get("etag")! } });
+    expect([read.headers.get("etag"), patched.status, patched.headers.get("etag")]).toEqual(['"1"', 200, '"2"']);
+    expect((await h.request("DELETE", `/public/v1/accounts/${id}`, { headers: { "if-match": '"2"' } })).status).toBe(204);
+  });
+
+  test("without If-Match a write is unconditional, as before", async () => {
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" } });
+    const patched = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Ada" } });
+    expect([patched.status, patched.body.data.version]).toEqual([200, 3]);
+  });
+});
+
+describe("conditional writes: refused", () => {
+  test("a PATCH or DELETE with an older version is 412 with the current ETag, and changes nothing and sends no event", async () => {
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" } });
+    const patch = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Mallory" }, headers: { "if-match": '"1"' } });
+    expect({ status: patch.status, etag: patch.headers.get("etag"), body: patch.body }).toEqual({ status: 412, etag: '"2"', body: stale("contact", id, 2, "1") });
+    const weak = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Mallory" }, headers: { "if-match": 'W/"2"' } });
+    expect(weak.body).toEqual(stale("contact", id, 2, "a version If-Match names"));
+    const removal = await h.json("DELETE", `/public/v1/contacts/${id}`, { headers: { "if-match": '"1", "3"' } });
+    expect(removal.body).toEqual(stale("contact", id, 2, "1 or 3"));
+    const stored = await h.json("GET", `/public/v1/contacts/${id}`);
+    expect([stored.body.data.first_name, stored.body.data.version]).toEqual(["Eve", 2]);
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.updated"]);
+  });
+
+  test("an account at another version is 412 too; its contacts keep their link", async () => {
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data.id;
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", account_ids: [account] } })).body.data.id;
+    await h.json("PATCH", `/public/v1/accounts/${account}`, { body: { name: "Acme Corp" } });
+    const patch = await h.json("PATCH", `/public/v1/accounts/${account}`, { body: { name: "Evil" }, headers: { "if-match": '"1"' } });
+    const removal = await h.json("DELETE", `/public/v1/accounts/${account}`, { headers: { "if-match": '"1"' } });
+    expect([patch.body, removal.body]).toEqual([stale("account", account, 2, "1"), stale("account", account, 2, "1")]);
+    expect((await h.json("GET", `/public/v1/contacts/${contact}`)).body.data.account_ids).toEqual([account]);
+    expect((await h.json("GET", `/public/v1/accounts/${account}`)).body.data.name).toBe("Acme Corp");
+  });
+
+  test("of two writes sent with the same If-Match at once, one changes the contact and the other is 412", async () => {
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    const writes = await Promise.all(["Eve", "Mallory"].map((name) => h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: name }, headers: { "if-match": '"1"' } })));
+    expect(writes.map((w) => w.status).sort()).toEqual([200, 412]);
+    const winner = writes.find((w) => w.status === 200)!.body.data.first_name;
+    expect((await h.json("GET", `/public/v1/contacts/${id}`)).body.data).toMatchObject({ first_name: winner, version: 2 });
+  });
+
+  test("If-Match on a contact that does not exist is 404, as without it", async () => {
+    const res = await h.json("PATCH", "/public/v1/contacts/con_01J00000000000000000000000", { body: { first_name: "Eve" }, headers: { "if-match": "*" } });
+    expect(res.status).toBe(404);
+  });
+
+  test("an If-Match that is not entity tags is 422 naming the header, and changes nothing", async () => {
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    for (const value of ["1", '"1', "v1, *", ""]) {
+      const res = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" }, headers: { "if-match": value } });
+      expect({ value, status: res.status, body: res.body }).toEqual({
+        value,
+        status: 422,
+        body: validation([{ header: "if-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }]),
+      });
+    }
+    expect((await h.json("GET", `/public/v1/contacts/${id}`)).body.data.version).toBe(1);
+  });
+});
