@@ -97,8 +97,17 @@ const USUAL_HEADERS = new Map<string, Target>(Object.entries({
 
 const squash = (header: string) => header.toLowerCase().replace(/[^a-z0-9]/g, "");
 
+// The API refuses these keys anywhere in a body (they reach Object.prototype): one such column would fail every batch.
+const REFUSED_KEYS = new Set(["__proto__", "constructor", "prototype"]);
+
+/** customFieldTarget is `custom_fields.KEY` for a column or --map field naming a custom field the API accepts, else undefined. */
+function customFieldTarget(text: string): Target | undefined {
+  const match = /^custom_fields\.([^.]+)$/i.exec(text);
+  return match && !REFUSED_KEYS.has(match[1]!) ? `custom_fields.${match[1]}` : undefined;
+}
+
 function validTarget(target: string): boolean {
-  return target === "-" || (CONTACT_TARGETS as readonly string[]).includes(target) || (ACCOUNT_TARGETS as readonly string[]).includes(target) || /^custom_fields\.[^.]+$/.test(target);
+  return target === "-" || (CONTACT_TARGETS as readonly string[]).includes(target) || (ACCOUNT_TARGETS as readonly string[]).includes(target) || (target.startsWith("custom_fields.") && customFieldTarget(target) !== undefined);
 }
 
 /** ColumnMap says which column feeds which field. */
@@ -115,7 +124,7 @@ export function columnMap(columns: string[], mapText: string | undefined): { map
     const column = pair.slice(0, eq).trim();
     const target = pair.slice(eq + 1).trim();
     if (eq < 0 || column === "" || !validTarget(target)) {
-      throw new ConfigError(`--map: ${JSON.stringify(pair)} is not COLUMN=FIELD with FIELD one of ${[...CONTACT_TARGETS, ...ACCOUNT_TARGETS].join(", ")}, custom_fields.KEY or -`);
+      throw new ConfigError(`--map: ${JSON.stringify(pair)} is not COLUMN=FIELD with FIELD one of ${[...CONTACT_TARGETS, ...ACCOUNT_TARGETS].join(", ")}, custom_fields.KEY (KEY not __proto__, constructor or prototype) or -`);
     }
     if (!columns.includes(column)) throw new ConfigError(`--map: the file has no column ${JSON.stringify(column)} (columns: ${columns.join(", ")})`);
     explicit.set(column, target);
@@ -125,7 +134,7 @@ export function columnMap(columns: string[], mapText: string | undefined): { map
   const taken = new Set(explicit.values());
   for (const column of columns) {
     const given = explicit.get(column);
-    const usual = /^custom_fields\.[^.]+$/i.test(column) ? `custom_fields.${column.slice("custom_fields.".length)}` : USUAL_HEADERS.get(squash(column)) ?? USUAL_HEADERS.get(squash(column.replace(/^(contact|account)\W*/i, "")));
+    const usual = /^custom_fields\./i.test(column) ? customFieldTarget(column) : USUAL_HEADERS.get(squash(column)) ?? USUAL_HEADERS.get(squash(column.replace(/^(contact|account)\W*/i, "")));
     const target = given ?? (usual && !taken.has(usual) ? usual : undefined);
     if (target && target !== "-") {
       map.set(column, target);

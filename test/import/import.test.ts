@@ -114,11 +114,15 @@ describe("crm import contacts: crash and re-run", () => {
 describe("crm import contacts: errors", () => {
   test("columns named like Object.prototype's members (Constructor, toString) are ignored like any unknown column, not a crash", async () => {
     const file = join(server.dir, "odd-headers.csv");
-    writeFileSync(file, "Constructor,Email,toString,__proto__,hasOwnProperty\nx,ada@example.com,y,z,w\n");
+    writeFileSync(file, "Constructor,Email,toString,__proto__,hasOwnProperty,custom_fields.constructor,custom_fields.plan\nx,ada@example.com,y,z,w,v,pro\n");
     const run = await runImport([file, ...apiArgs()]);
     expect(run).toMatchObject({ code: 0, stdout: summaryLine("imported", 1, { created: 1, updated: 0, unchanged: 0, invalid: 0 }) });
-    expect(run.stderr).toStartWith("columns: Email -> email; ignored: Constructor, toString, __proto__, hasOwnProperty\n");
+    expect(run.stderr).toStartWith("columns: Email -> email, custom_fields.plan -> custom_fields.plan; ignored: Constructor, toString, __proto__, hasOwnProperty, custom_fields.constructor\n");
+    const mapped = await runImport([file, ...apiArgs(), "--map", "Constructor=custom_fields.__proto__"]);
+    expect(mapped).toMatchObject({ code: 2, stdout: "" });
+    expect(mapped.stderr).toStartWith('crm: --map: "Constructor=custom_fields.__proto__" is not COLUMN=FIELD with FIELD one of ');
     expect(await server.db.all("SELECT email, first_name FROM contacts")).toEqual([{ email: "ada@example.com", first_name: null }]);
+    expect((await server.db.get<{ properties: string }>("SELECT properties FROM contacts"))!.properties).toContain('"plan":"pro"');
   }, 60_000);
 
   test("a refused token, an unknown --map column, a malformed CSV and a missing --url each stop with one clear line", async () => {
