@@ -1,6 +1,6 @@
 import { t } from "elysia";
 import { validationProblem } from "../shared/problem.ts";
-import type { VersionCondition } from "../shared/version-condition.ts";
+import { versionTag, type VersionCondition } from "../shared/version-condition.ts";
 
 /** IfMatchHeader documents the optional If-Match request header of a PATCH or DELETE of a versioned resource. */
 export const IfMatchHeader = t.Object(
@@ -33,11 +33,6 @@ export function versionCondition(header: string | undefined): VersionCondition |
     if (!tag[1] && /^[1-9][0-9]{0,14}$/.test(tag[2]!)) versions.push(Number(tag[2]));
   }
   return { versions };
-}
-
-/** versionTag is the ETag of a resource at a version: the version, quoted. */
-export function versionTag(version: number): string {
-  return `"${version}"`;
 }
 
 /** tagged sets the ETag of a response carrying one versioned resource, and returns the body. */

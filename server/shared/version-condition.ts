@@ -6,6 +6,11 @@ import { ProblemError } from "./problem.ts";
  */
 export type VersionCondition = { anyVersion: true } | { versions: number[] };
 
+/** versionTag is the ETag of a resource at a version: the version, quoted. */
+export function versionTag(version: number): string {
+  return `"${version}"`;
+}
+
 /**
  * refuseUnmetCondition throws 412 when a write's condition does not hold for the version stored
  * now; it is called inside the write, so no other write can come between the check and the change.
@@ -17,7 +22,7 @@ export function refuseUnmetCondition(condition: VersionCondition | null, kind: s
     "precondition-failed",
     `The ${kind} ${id} is at version ${version}, not ${condition.versions.join(" or ") || "a version If-Match names"}: it changed since you read it. Read it again, apply your change to what it is now, and send that.`,
     undefined,
-    { etag: `"${version}"` },
+    { etag: versionTag(version) },
     { current_version: version },
   );
 }
