@@ -134,7 +134,7 @@ export interface paths {
         };
         /**
          * Get a contact
-         * @description The ETag header is the contact's version, quoted ("3"): send it back as If-Match to change the contact only if nobody has since.
+         * @description The ETag header is the contact's version, quoted ("3"), when nothing is embedded with `include`: send it back as If-Match to change the contact only if nobody has since.
          */
         get: operations["getContact"];
         put?: never;

@@ -59,11 +59,15 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/:id", async ({ params, query, set }) => tagged(set, { data: await getContact(rt.db, params.id, query) }), {
+    .get("/:id", async ({ params, query, set }) => {
+      const body = { data: await getContact(rt.db, params.id, query) };
+      // Embedded accounts and users change without the contact's version: only the contact alone is tagged with it.
+      return query.include ? body : tagged(set, body);
+    }, {
       params: ContactId,
       query: IncludeQuery,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { operationId: "getContact", summary: "Get a contact", description: 'The ETag header is the contact\'s version, quoted ("3"): send it back as If-Match to change the contact only if nobody has since.', tags, ...secured },
+      detail: { operationId: "getContact", summary: "Get a contact", description: 'The ETag header is the contact\'s version, quoted ("3"), when nothing is embedded with `include`: send it back as If-Match to change the contact only if nobody has since.', tags, ...secured },
     })
     .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers["if-match"])) }), {
       params: ContactId,
