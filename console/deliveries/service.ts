@@ -1,4 +1,4 @@
-import type { Db } from "../../server/db/sql.ts";
+import type { Database, Db } from "../../server/db/sql.ts";
 import { findContact } from "../../server/contacts/service.ts";
 import { notFound, validationProblem, type FieldError } from "../../server/shared/problem.ts";
 import { parseTimestamp, toTimestamp } from "../../server/shared/time.ts";
@@ -132,8 +132,8 @@ export async function deliveryWatch(db: Db, id: string): Promise<DeliveryWatchVi
 }
 
 /** deliveryWithSubscription returns a delivery with every attempt, and its subscription while it exists, or throws 404. */
-export async function deliveryWithSubscription(db: Db, id: string): Promise<{ delivery: DeliveryDetail; subscription: Subscription | null }> {
-  const delivery = await findDelivery(db, id);
+export async function deliveryWithSubscription(db: Database, id: string): Promise<{ delivery: DeliveryDetail; subscription: Subscription | null }> {
+  const delivery = await db.read((snapshot) => findDelivery(snapshot, id));
   if (!delivery) throw notFound("webhook delivery", id);
   return { delivery, subscription: await findSubscription(db, delivery.subscription_id) };
 }

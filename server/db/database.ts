@@ -178,6 +178,11 @@ export class SqliteDatabase implements Database {
     this.readerConnection.query("COMMIT").run();
   };
 
+  /** read needs nothing more here: reads of one turn share a snapshot (openReadSnapshot), and `work` awaits only its reads. */
+  read<T>(work: (db: Db) => Promise<T>): Promise<T> {
+    return work(this);
+  }
+
   /** run outside `write` is a write of its own: the reader connection does not change data. */
   run(sql: string, params?: readonly SqlValue[]): Promise<number> {
     return this.write((tx) => tx.run(sql, params));

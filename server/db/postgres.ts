@@ -136,6 +136,11 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return result;
   }
 
+  /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
+  async read<T>(work: (db: Db) => Promise<T>): Promise<T> {
+    return (await this.sql.begin("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})))) as T;
+  }
+
   private committed(): void {
     for (const callback of this.afterCommitCallbacks) callback();
   }

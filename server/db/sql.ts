@@ -39,6 +39,12 @@ export interface Database extends Db {
    * alone and is answered with its error.
    */
   write<T>(work: (tx: Db) => Promise<T>): Promise<T>;
+  /**
+   * read runs reads that must agree with each other (a row and its children) in one snapshot.
+   * SQLite's reads of one event-loop turn already share one; on PostgreSQL each statement on the
+   * pool sees every commit made before it, so a row and its children could disagree.
+   */
+  read<T>(work: (db: Db) => Promise<T>): Promise<T>;
   /** onCommit registers a callback run after each commit of `write` in this process (wakes the delivery loop). */
   onCommit(callback: () => void): void;
   /**

@@ -1,4 +1,4 @@
-import type { Db } from "../db/sql.ts";
+import type { Database, Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
 import { listMeta, parseListQuery, parseTimestampFilter, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
@@ -427,9 +427,9 @@ export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail |
   };
 }
 
-/** getDelivery returns a delivery with the body it sends and every attempt, or throws 404. */
-export async function getDelivery(db: Db, id: string): Promise<DeliveryDetail> {
-  const delivery = await findDelivery(db, id);
+/** getDelivery returns a delivery with the body it sends and every attempt, read in one snapshot, or throws 404. */
+export async function getDelivery(db: Database, id: string): Promise<DeliveryDetail> {
+  const delivery = await db.read((snapshot) => findDelivery(snapshot, id));
   if (!delivery) throw notFound("webhook delivery", id);
   return delivery;
 }

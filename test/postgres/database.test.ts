@@ -127,6 +127,24 @@ describe("postgres database: writes", () => {
   });
 });
 
+describe("postgres database: reads in one snapshot", () => {
+  test("the reads of one read agree, though a write commits between them; the next read sees it", async () => {
+    const count = (on: { get<T>(sql: string): Promise<T | null> }) => on.get<{ n: number }>("SELECT count(*) AS n FROM things WHERE id LIKE 'r%'");
+    const seen = await db.read(async (snapshot) => {
+      const first = await count(snapshot);
+      await db.write((tx) => tx.run("INSERT INTO things (id, n) VALUES ('r1', 1)"));
+      return [first, await count(snapshot), await count(db)];
+    });
+    expect(seen).toEqual([{ n: 0 }, { n: 0 }, { n: 1 }]);
+    expect(await db.read(count)).toEqual({ n: 1 });
+  });
+
+  test("a read cannot change data", async () => {
+    await expect(db.read((snapshot) => snapshot.run("INSERT INTO things (id, n) VALUES ('r2', 1)"))).rejects.toThrow("read-only");
+    expect(await db.get("SELECT count(*) AS n FROM things WHERE id = 'r2'")).toEqual({ n: 0 });
+  });
+});
+
 describe("postgres database: opening", () => {
   test("a refused connection is a one-line ConfigError naming --database-url", async () => {
     const url = server.url.replace(/:\d+\//, ":1/");

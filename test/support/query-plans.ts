@@ -22,6 +22,8 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     },
     run: (sql, params) => db.run(sql, params),
     write: (work) => db.write(work),
+    // Reads inside `read` are captured too (this wrapper serves SQLite, whose turn is one snapshot).
+    read: (work) => work(spy),
     onCommit: (callback) => db.onCommit(callback),
     outsideWritesGeneration: () => db.outsideWritesGeneration(),
     listen: (channel, onNotify) => db.listen(channel, onNotify),
