@@ -32,15 +32,16 @@ export interface RouteEntry {
  * (/contacts/:id) would only answer that no contact has the id "batch".
  */
 function allowedMethods(routes: RouteEntry[], path: string): string[] {
-  const exact = routes.filter((r) => r.method !== "ALL" && r.path === path);
-  const serving = exact.length > 0 ? exact : routes.filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path));
-  return [...new Set(serving.map((r) => r.method))];
+  return staticPathMethods(routes).get(path) ?? [...new Set(routes.filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path)).map((r) => r.method))];
 }
 
 /** staticPathMethods maps each route path without parameters to the methods served on it. */
 export function staticPathMethods(routes: RouteEntry[]): Map<string, string[]> {
   const methods = new Map<string, string[]>();
-  for (const r of routes) if (r.method !== "ALL" && !r.path.includes(":") && !r.path.includes("*")) methods.set(r.path, [...(methods.get(r.path) ?? []), r.method]);
+  for (const r of routes) {
+    const served = methods.get(r.path) ?? [];
+    if (r.method !== "ALL" && !r.path.includes(":") && !r.path.includes("*") && !served.includes(r.method)) methods.set(r.path, [...served, r.method]);
+  }
   return methods;
 }
 

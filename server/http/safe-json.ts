@@ -9,7 +9,8 @@ import { ProblemError } from "../shared/problem.ts";
 const FORBIDDEN_KEYS = new Set(["__proto__", "constructor", "prototype"]);
 const SMALL_OBJECT_KEYS = 8; // below this a linear search beats hashing into a Set
 
-function isForbiddenKey(key: string): boolean {
+/** isForbiddenKey tells whether a key is one refused anywhere in a body: __proto__, constructor or prototype. */
+export function isForbiddenKey(key: string): boolean {
   return (key.length === 9 || key.length === 11) && FORBIDDEN_KEYS.has(key);
 }
 

@@ -1,5 +1,6 @@
 import { accountNameKey } from "../accounts/store.ts";
 import { ConfigError } from "../config.ts";
+import { isForbiddenKey } from "../http/safe-json.ts";
 import { CsvError, parseCsv } from "./csv.ts";
 
 // From a file's rows to API items: which column feeds which contact or account field.
@@ -97,13 +98,13 @@ const USUAL_HEADERS = new Map<string, Target>(Object.entries({
 
 const squash = (header: string) => header.toLowerCase().replace(/[^a-z0-9]/g, "");
 
-// The API refuses these keys anywhere in a body (they reach Object.prototype): one such column would fail every batch.
-const REFUSED_KEYS = new Set(["__proto__", "constructor", "prototype"]);
-
-/** customFieldTarget is `custom_fields.KEY` for a column or --map field naming a custom field the API accepts, else undefined. */
+/**
+ * customFieldTarget is `custom_fields.KEY` for a column or --map field naming a custom field the
+ * API accepts, else undefined: a key the API refuses anywhere in a body would fail every batch.
+ */
 function customFieldTarget(text: string): Target | undefined {
   const match = /^custom_fields\.([^.]+)$/i.exec(text);
-  return match && !REFUSED_KEYS.has(match[1]!) ? `custom_fields.${match[1]}` : undefined;
+  return match && !isForbiddenKey(match[1]!) ? `custom_fields.${match[1]}` : undefined;
 }
 
 function validTarget(target: string): boolean {
