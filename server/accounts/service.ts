@@ -159,29 +159,20 @@ function refuseInvalidPatch(input: AccountPatch): void {
 }
 
 /**
- * applyAccountUpdate applies a PATCH to an account inside the caller's transaction: fields present
- * replace, null clears domain or a further property; a change writes account.updated, none writes
- * nothing. Returns null when no account has the id.
+ * updateAccount applies a PATCH in one group-committed write: fields present replace, null clears
+ * domain or a further property; a change writes account.updated, none writes nothing. A missing
+ * account is 404; a stored version that does not meet `condition` is 412, checked before the body
+ * (RFC 9110 section 13.2.2), and nothing changes.
  */
-export async function applyAccountUpdate(db: Db, id: string, input: AccountPatch, now: number): Promise<{ account: Account; changed: boolean } | null> {
-  refuseInvalidPatch(input);
-  const current = await findAccountById(db, id);
-  if (!current) return null;
-  const change = await writeAccountChange(db, current, { ...input, name: input.name ?? current.name }, now);
-  if ("errors" in change) throw validationProblem(change.errors);
-  return change;
-}
-
-/** updateAccount applies a PATCH in one group-committed write, or throws 404 (412 when the stored version does not meet `condition`). */
 export async function updateAccount(rt: Runtime, id: string, input: AccountPatch, condition: VersionCondition | null = null): Promise<Account> {
   return rt.db.write(async (tx) => {
-    if (condition) {
-      const current = await findAccountById(tx, id);
-      if (current) refuseUnmetCondition(condition, "account", id, current.version);
-    }
-    const result = await applyAccountUpdate(tx, id, input, Date.now());
-    if (!result) throw notFound("account", id);
-    return result.account;
+    const current = await findAccountById(tx, id);
+    if (!current) throw notFound("account", id);
+    refuseUnmetCondition(condition, "account", id, current.version);
+    refuseInvalidPatch(input);
+    const change = await writeAccountChange(tx, current, { ...input, name: input.name ?? current.name }, Date.now());
+    if ("errors" in change) throw validationProblem(change.errors);
+    return change.account;
   });
 }
 

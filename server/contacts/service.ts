@@ -271,11 +271,12 @@ export async function createContact(rt: Runtime, input: ContactInput, idempotenc
 
 /** updateContact applies a PATCH (if the stored version meets `condition`, else 412); a change writes contact.updated in the same commit, a no-op writes nothing. */
 export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null = null): Promise<Contact> {
-  refuseInvalidFields(input);
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, id);
     if (!current) throw notFound("contact", id);
+    // RFC 9110 (section 13.2.2) evaluates a precondition before the request's content.
     refuseUnmetCondition(condition, "contact", id, current.version);
+    refuseInvalidFields(input);
     await refuseUnknownRelations(tx, input);
     await refuseTakenExternalId(tx, input, id);
     const change = await writeContactChange(tx, current, input, Date.now());

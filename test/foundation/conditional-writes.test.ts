@@ -87,6 +87,24 @@ describe("conditional writes: refused", () => {
     expect((await h.json("GET", `/public/v1/contacts/${id}`)).body.data).toMatchObject({ first_name: winner, version: 2 });
   });
 
+  test("a stale If-Match is 412 before the body's own faults, and a valid If-Match lets those be 422, for contacts and accounts alike", async () => {
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data.id;
+    const readOnly = { full_name: "Eve", created_at: "2026-01-01T00:00:00Z" };
+    const contactStale = await h.json("PATCH", `/public/v1/contacts/${contact}`, { body: { full_name: "Eve" }, headers: { "if-match": '"7"' } });
+    const accountStale = await h.json("PATCH", `/public/v1/accounts/${account}`, { body: readOnly, headers: { "if-match": '"7"' } });
+    expect([contactStale.body, accountStale.body]).toEqual([stale("contact", contact, 1, "7"), stale("account", account, 1, "7")]);
+    const contactInvalid = await h.json("PATCH", `/public/v1/contacts/${contact}`, { body: { full_name: "Eve" }, headers: { "if-match": '"1"' } });
+    const accountInvalid = await h.json("PATCH", `/public/v1/accounts/${account}`, { body: { created_at: "2026-01-01T00:00:00Z" }, headers: { "if-match": '"1"' } });
+    expect([contactInvalid.status, contactInvalid.body.errors, accountInvalid.status, accountInvalid.body.errors]).toEqual([
+      422,
+      [{ pointer: "/full_name", detail: "is derived from first_name and last_name; set those instead" }],
+      422,
+      [{ pointer: "/created_at", detail: "is read-only" }],
+    ]);
+    expect(await eventTypes(h)).toEqual(["contact.created", "account.created"]);
+  });
+
   test("If-Match on a contact that does not exist is 404, as without it", async () => {
     const res = await h.json("PATCH", "/public/v1/contacts/con_01J00000000000000000000000", { body: { first_name: "Eve" }, headers: { "if-match": "*" } });
     expect(res.status).toBe(404);
