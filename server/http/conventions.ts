@@ -69,7 +69,9 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
       }
       const url = request.url;
       if (!url.includes("?")) return;
-      const readsQuery = (queryRoutes ??= methodsWith(routes(), "query")).get(route)?.has(request.method) === true;
+      // HEAD is served by the GET route (RFC 9110 section 9.3.2: the same answer without the body).
+      const method = request.method === "HEAD" ? "GET" : request.method;
+      const readsQuery = (queryRoutes ??= methodsWith(routes(), "query")).get(route)?.has(method) === true;
       // A route without parameters refuses any, as list routes refuse unknown ones: a typo is not ignored.
       if (!readsQuery && pathOf(request).startsWith(PUBLIC_PREFIX)) {
         const names = [...new Set(new URLSearchParams(url.slice(url.indexOf("?") + 1)).keys())];

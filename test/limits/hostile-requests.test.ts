@@ -172,6 +172,19 @@ describe("hostile requests: fields and parameters a route does not take", () => 
   });
 });
 
+describe("hostile requests: HEAD", () => {
+  test("HEAD with a list's parameters answers as GET does, without the body; a parameter GET refuses is refused the same", async () => {
+    const id = await createContact();
+    for (const path of ["/public/v1/contacts?per_page=1&sort_by=email", `/public/v1/contacts/${id}?include=accounts`]) {
+      const [get, head] = [await h.request("GET", path), await h.request("HEAD", path)];
+      expect({ path, status: head.status, type: head.headers.get("content-type"), body: await head.text() }).toEqual({ path, status: get.status, type: get.headers.get("content-type"), body: "" });
+      expect(get.status).toBe(200);
+    }
+    const refused = await h.request("HEAD", "/public/v1/contacts?per_page=1&colour=red");
+    expect([refused.status, (await h.request("GET", "/public/v1/contacts?per_page=1&colour=red")).status]).toEqual([422, 422]);
+  });
+});
+
 describe("hostile requests: dates that do not exist", () => {
   test("February 31 or hour 24 in a filter is 422 naming the parameter, not rolled over into March", async () => {
     const detail = "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z";
