@@ -3,9 +3,23 @@ import { isIPv4, isIPv6 } from "node:net";
 
 const MAX_URL_LENGTH = 2048;
 
+// The URL is stored as written and read again by receivers' tools and other parsers, so it must
+// mean the same host to all of them. WHATWG URL (ours) reads a backslash as a slash and drops
+// tabs, newlines and leading or trailing controls; an RFC 3986 parser reads
+// http://8.8.8.8\@127.0.0.1/ as host 127.0.0.1. Such characters are refused, not rewritten.
+const AMBIGUOUS_CHARACTER = /[\\\p{Cc}\s]/u;
+
+/** authorityOf returns the authority of an http(s) URL as written: after the scheme's slashes, up to the path, query or fragment. */
+const authorityOf = (raw: string) => /^[^:]*:\/*([^/?#]*)/.exec(raw)![1]!;
+
 /** checkTargetUrl returns why a string cannot be a webhook target URL, or null when it can. */
 export function checkTargetUrl(raw: string): string | null {
   if (raw.length > MAX_URL_LENGTH) return `must be at most ${MAX_URL_LENGTH} characters`;
+  const ambiguous = AMBIGUOUS_CHARACTER.exec(raw);
+  if (ambiguous) {
+    const code = `U+${ambiguous[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`;
+    return `must not contain a backslash, control character or whitespace (${code} at character ${ambiguous.index + 1}); percent-encode it in the path or query`;
+  }
   let url: URL;
   try {
     url = new URL(raw);
@@ -13,8 +27,10 @@ export function checkTargetUrl(raw: string): string | null {
     return "must be an absolute http or https URL";
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") return "must use http or https";
-  if (url.username !== "" || url.password !== "") return "must not contain credentials (user:password@); authenticate requests by their signature";
+  // Any '@' in the authority is userinfo, even an empty one (http://:@host/) that URL does not report.
+  if (authorityOf(raw).includes("@")) return "must not contain credentials (user:password@); authenticate requests by their signature";
   if (url.hostname === "") return "must name a host";
+  if (url.port === "0") return "must not use port 0, which no receiver can listen on; give the receiver's port or none";
   return null;
 }
 
@@ -44,11 +60,19 @@ const IPV6_RANGES: [string, number, string][] = [
   ["::", 128, "unspecified"],
   ["::1", 128, "loopback"],
   ["::ffff:0:0", 96, "IPv4-mapped IPv6"],
-  ["::", 8, "reserved"],
+  // Inside ::/8, so before it.
   ["64:ff9b:1::", 48, "private (NAT64 local use)"],
+  ["::", 8, "reserved"],
   ["100::", 64, "reserved (discard)"],
+  ["100:0:0:1::", 64, "reserved (dummy prefix)"],
   ["2001::", 32, "reserved (Teredo)"],
+  ["2001:2::", 48, "reserved (benchmarking)"],
+  // ORCHIDs name hosts cryptographically and are not routed; the first version is deprecated.
+  ["2001:10::", 28, "reserved (ORCHID)"],
+  ["2001:20::", 28, "reserved (ORCHIDv2)"],
   ["2001:db8::", 32, "documentation"],
+  ["3fff::", 20, "documentation"],
+  ["5f00::", 16, "reserved (segment routing)"],
   ["fc00::", 7, "private (unique local)"],
   ["fe80::", 10, "link-local"],
   ["fec0::", 10, "private (site-local)"],

@@ -108,6 +108,30 @@ describe("pinned connect: security", () => {
     }
   });
 
+  test("names that come to resolve to IPv6 documentation, benchmarking, ORCHID or segment-routing addresses are refused at connect time", async () => {
+    const later: Record<string, string> = {
+      "doc.example.test": "3fff::1",
+      "bench.example.test": "2001:2::1",
+      "orchid.example.test": "2001:10::1",
+      "orchid2.example.test": "2001:20::1",
+      "srv6.example.test": "5f00::1",
+    };
+    const asked = new Set<string>();
+    // Public for the check at creation, the special-purpose address from then on.
+    const resolve: Resolver = async (hostname) => (asked.has(hostname) ? [later[hostname]!] : (asked.add(hostname), ["93.184.216.34"]));
+    h = await scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve } });
+    for (const name of Object.keys(later)) await h.subscribe(`http://${name}/hook`, ["contact.created"]);
+    await createContact();
+    const deliveries = await settledDeliveries(h);
+    expect(deliveries.map((d) => [d.target_url, d.last_error]).sort()).toEqual([
+      ["http://bench.example.test/hook", "refused: host bench.example.test resolves to 2001:2::1, which is reserved (benchmarking); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
+      ["http://doc.example.test/hook", "refused: host doc.example.test resolves to 3fff::1, which is documentation; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
+      ["http://orchid.example.test/hook", "refused: host orchid.example.test resolves to 2001:10::1, which is reserved (ORCHID); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
+      ["http://orchid2.example.test/hook", "refused: host orchid2.example.test resolves to 2001:20::1, which is reserved (ORCHIDv2); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
+      ["http://srv6.example.test/hook", "refused: host srv6.example.test resolves to 5f00::1, which is reserved (segment routing); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
+    ]);
+  });
+
   test("a name that resolves to no address is refused in words", async () => {
     h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering([]) } });
     await h.subscribe("http://empty.example.test/hook", ["contact.created"]);

@@ -34,8 +34,26 @@ describe("address rules", () => {
     expect(cases.map(([address]) => [address, nonPublicAddressKind(address)])).toEqual(cases);
   });
 
+  test("IPv6 special-purpose ranges where no ordinary receiver lives are named", () => {
+    const cases: [string, string][] = [
+      ["3fff::1", "documentation"],
+      ["3fff:fff:ffff::1", "documentation"],
+      ["2001:2::1", "reserved (benchmarking)"],
+      ["2001:2:0:ffff::1", "reserved (benchmarking)"],
+      ["2001:10::1", "reserved (ORCHID)"],
+      ["2001:1f::1", "reserved (ORCHID)"],
+      ["2001:20::1", "reserved (ORCHIDv2)"],
+      ["2001:2f::1", "reserved (ORCHIDv2)"],
+      ["5f00::1", "reserved (segment routing)"],
+      ["100:0:0:1::1", "reserved (dummy prefix)"],
+      ["64:ff9b:1::a00:1", "private (NAT64 local use)"],
+    ];
+    expect(cases.map(([address]) => [address, nonPublicAddressKind(address)])).toEqual(cases);
+  });
+
   test("public addresses pass", () => {
-    for (const address of ["8.8.8.8", "1.1.1.1", "172.32.0.1", "172.15.255.255", "100.128.0.1", "2606:4700:4700::1111", "64:ff9b::808:808", "2002:808:808::"]) {
+    // 3fff:1000::1, 2001:3::1 (AMT) and 2001:30::1 (drone remote ID) lie just beside refused ranges.
+    for (const address of ["8.8.8.8", "1.1.1.1", "172.32.0.1", "172.15.255.255", "100.128.0.1", "2606:4700:4700::1111", "64:ff9b::808:808", "2002:808:808::", "3fff:1000::1", "2001:3::1", "2001:30::1"]) {
       expect([address, nonPublicAddressKind(address)]).toEqual([address, null]);
     }
   });

@@ -99,6 +99,14 @@ describe("webhook subscriptions: errors", () => {
     ["a relative URL", { target_url: "/hooks", events: ["contact.created"] }, { pointer: "/target_url", detail: "must be an absolute http or https URL" }],
     ["another scheme", { target_url: "ftp://example.com/x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must use http or https" }],
     ["credentials in the URL", { target_url: "https://user:pw@example.com/x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain credentials (user:password@); authenticate requests by their signature" }],
+    ["empty credentials in the URL", { target_url: "http://:@8.8.8.8/", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain credentials (user:password@); authenticate requests by their signature" }],
+    ["an empty userinfo (a bare @) in the URL", { target_url: "http://@8.8.8.8/", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain credentials (user:password@); authenticate requests by their signature" }],
+    ["port 0", { target_url: "http://8.8.8.8:0/", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not use port 0, which no receiver can listen on; give the receiver's port or none" }],
+    ["port 0 of an IPv6 address", { target_url: "http://[2606:4700:4700::1111]:0/", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not use port 0, which no receiver can listen on; give the receiver's port or none" }],
+    ["a backslash in the URL", { target_url: "http://8.8.8.8\\@127.0.0.1/", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain a backslash, control character or whitespace (U+005C at character 15); percent-encode it in the path or query" }],
+    ["a control character in the path", { target_url: "http://8.8.8.8/\u0001x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain a backslash, control character or whitespace (U+0001 at character 16); percent-encode it in the path or query" }],
+    ["a tab in the host", { target_url: "http://8.8.\t8.8/", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain a backslash, control character or whitespace (U+0009 at character 12); percent-encode it in the path or query" }],
+    ["a space in the path", { target_url: "http://8.8.8.8/a b", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain a backslash, control character or whitespace (U+0020 at character 17); percent-encode it in the path or query" }],
     ["a URL over 2048 characters", { target_url: `https://example.com/${"a".repeat(2030)}`, events: ["contact.created"] }, { pointer: "/target_url", detail: "must be an absolute http or https URL of at most 2048 characters" }],
     ["no events", { target_url: "https://example.com/x", events: [] }, { pointer: "/events", detail: `must be a non-empty list of distinct event kinds from: ${KINDS}` }],
     ["an unknown event kind", { target_url: "https://example.com/x", events: ["contact.created", "contact.merged"] }, { pointer: "/events/1", detail: `must be one of: ${KINDS}` }],
@@ -163,6 +171,12 @@ describe("webhook subscriptions: security", () => {
     ["http://[64:ff9b::7f00:1]/x", "address 64:ff9b::7f00:1 is loopback"],
     ["http://[2002:7f00:1::]/x", "address 2002:7f00:1:: is loopback"],
     ["http://[fe80::1]/x", "address fe80::1 is link-local"],
+    ["http://[3fff::1]/x", "address 3fff::1 is documentation"],
+    ["http://[2001:2::1]/x", "address 2001:2::1 is reserved (benchmarking)"],
+    ["http://[2001:10::1]/x", "address 2001:10::1 is reserved (ORCHID)"],
+    ["http://[2001:20::1]/x", "address 2001:20::1 is reserved (ORCHIDv2)"],
+    ["http://[5f00::1]/x", "address 5f00::1 is reserved (segment routing)"],
+    ["http://[100:0:0:1::1]/x", "address 100:0:0:1::1 is reserved (dummy prefix)"],
   ] as const;
 
   for (const [url, reason] of refused) {
