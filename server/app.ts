@@ -53,7 +53,7 @@ export function createApp(rt: Runtime) {
   const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path, query: r.hooks?.query !== undefined, body: r.hooks?.body !== undefined }));
   // normalize: false, so a body field a schema does not allow is a 422 naming it, not silently dropped.
   const built = new Elysia({ name: "crm", normalize: false })
-    .use(httpConventions({ log: rt.log, routes, metrics: rt.metrics, bodyTimeoutMs: rt.config.bodyTimeoutMs }))
+    .use(httpConventions({ log: rt.log, routes, metrics: rt.metrics, bodyTimeoutMs: rt.config.bodyTimeoutMs, idleTimeoutSeconds: rt.config.idleTimeoutSeconds }))
     .use(limitsGuard(rt))
     .use(authentication(rt))
     .use(opsRoutes(rt))

@@ -1,6 +1,6 @@
-import { DEFAULT_CONFIG } from "../config.ts";
+import type { Server } from "bun";
 import { chargeBody } from "../limits/body-budget.ts";
-import { MAX_BODY_BYTES } from "../limits/limits.ts";
+import { BUN_TIMER_GRANULARITY_SECONDS, MAX_BODY_BYTES } from "../limits/limits.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { parseSafeJson } from "./safe-json.ts";
 
@@ -18,15 +18,36 @@ function decodeBody(bytes: Uint8Array | ArrayBuffer): string {
   }
 }
 
+/** BodyWait is how long a request's body may take to arrive, and what the connection waits under once it has. */
+export interface BodyWait {
+  timeoutMs: number;
+  idleTimeoutSeconds: number;
+  server: Server<unknown> | null;
+}
+
+/**
+ * holdConnectionOpen moves Bun's idle timer a tick past the body's deadline while the body arrives,
+ * and returns what puts it back: the timer runs meanwhile and fires up to a tick early (an idle
+ * timeout of 10 s closes after 8 to 12 s), which would close the connection before its 408.
+ */
+function holdConnectionOpen(request: Request, wait: BodyWait): () => void {
+  const { server } = wait;
+  if (!server) return () => {};
+  server.timeout(request, Math.ceil(wait.timeoutMs / 1000) + BUN_TIMER_GRANULARITY_SECONDS + 1);
+  return () => server.timeout(request, wait.idleTimeoutSeconds);
+}
+
 /**
  * readDeclaredBody reads a body of a declared length (at most 1 MiB, which the framing enforces)
  * in one call: Bun fills it natively, where a stream reader costs a few microseconds per request (bench/).
  */
-async function readDeclaredBody(request: Request, timeoutMs: number): Promise<string> {
+async function readDeclaredBody(request: Request, wait: BodyWait): Promise<string> {
   const reading = request.arrayBuffer();
   // A small body is usually in with the request's head, and read at once: no timer is needed.
   const arrived = Bun.peek(reading);
   if (arrived instanceof ArrayBuffer) return decodeBody(arrived);
+  const { timeoutMs } = wait;
+  const restoreIdleTimer = holdConnectionOpen(request, wait);
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<null>((resolve) => {
     timer = setTimeout(() => resolve(null), timeoutMs);
@@ -40,18 +61,21 @@ async function readDeclaredBody(request: Request, timeoutMs: number): Promise<st
     throw new ProblemError(400, "incomplete-body", "The connection ended before the whole request body arrived.");
   } finally {
     clearTimeout(timer);
+    restoreIdleTimer();
   }
   if (bytes === null) throw bodyTimedOut(timeoutMs);
   return decodeBody(bytes);
 }
 
-/** readLimitedBody reads at most 1 MiB of body, and answers 408 if it takes longer than timeoutMs to arrive. */
-async function readLimitedBody(request: Request, timeoutMs: number): Promise<string> {
+/** readLimitedBody reads at most 1 MiB of body, and answers 408 if it takes longer than the wait's timeoutMs to arrive. */
+async function readLimitedBody(request: Request, wait: BodyWait): Promise<string> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > MAX_BODY_BYTES) throw bodyTooLarge();
-  if (declared !== null) return readDeclaredBody(request, timeoutMs);
+  if (declared !== null) return readDeclaredBody(request, wait);
   const body = request.body;
   if (!body) return "";
+  const { timeoutMs } = wait;
+  const restoreIdleTimer = holdConnectionOpen(request, wait);
   const chunks: Uint8Array[] = [];
   let size = 0;
   const reader = body.getReader();
@@ -83,6 +107,7 @@ async function readLimitedBody(request: Request, timeoutMs: number): Promise<str
     if (!timedOut) throw new ProblemError(400, "incomplete-body", "The connection ended before the whole request body arrived.");
   } finally {
     clearTimeout(timer);
+    restoreIdleTimer();
   }
   if (timedOut) throw bodyTimedOut(timeoutMs);
   return decodeBody(Buffer.concat(chunks));
@@ -96,14 +121,14 @@ function bodyTooLarge(): ProblemError {
  * parseJsonBody reads a request body that must be a JSON object, parsed safely (safe-json.ts);
  * problems for anything else.
  */
-export async function parseJsonBody(request: Request, bodyTimeoutMs = DEFAULT_CONFIG.bodyTimeoutMs): Promise<unknown> {
+export async function parseJsonBody(request: Request, wait: BodyWait): Promise<unknown> {
   const contentType = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
   // A compressed body would be read as if it were the JSON itself: refuse it rather than misread it.
   const encoding = request.headers.get("content-encoding")?.trim().toLowerCase();
   if (encoding && encoding !== "identity") {
     throw new ProblemError(415, "unsupported-media-type", `Content-Encoding ${encoding} is not accepted; send the request body uncompressed.`, undefined, { "accept-encoding": "identity" });
   }
-  const text = await readLimitedBody(request, bodyTimeoutMs);
+  const text = await readLimitedBody(request, wait);
   if (text === "") return undefined; // no body: routes that need one answer 422 from their schema
   if (contentType !== "application/json" && !contentType.endsWith("+json")) {
     throw new ProblemError(

@@ -19,7 +19,9 @@ export interface ConventionOptions {
   /** metrics counts every answered request by route pattern */
   metrics?: Metrics;
   /** time a client has to send a request body before 408 */
-  bodyTimeoutMs?: number;
+  bodyTimeoutMs: number;
+  /** how long Bun keeps an idle connection open (the body's wait moves it, then puts it back) */
+  idleTimeoutSeconds: number;
 }
 
 /** methodsWith maps each route pattern to the methods whose route there has a query or body schema. */
@@ -34,7 +36,7 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
  * (request-log.ts), refusal of browser calls under /public/v1, JSON-only bodies up to 1 MiB
  * (body.ts), and RFC 9457 problem responses for every error (errors.ts).
  */
-export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
   // The route table is complete before the first request; read once, on that request.
@@ -82,7 +84,9 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs }: Convent
       if (errors.length > 0 && readsQuery) throw validationProblem(errors);
     })
     // The console (under /console) posts HTML forms; it validates its own form bodies.
-    .onParse({ as: "global" }, ({ request }) => (pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request, bodyTimeoutMs)))
+    .onParse({ as: "global" }, ({ request, server }) =>
+      pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request, { timeoutMs: bodyTimeoutMs, idleTimeoutSeconds, server }),
+    )
     .onError({ as: "global" }, ({ code, error, request, set }) => {
       // The console answers the problems its services throw with pages of its own (console/shell.ts).
       if (error instanceof ProblemError && pathOf(request).startsWith(`${CONSOLE_PREFIX}/`)) return;

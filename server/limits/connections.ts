@@ -5,7 +5,6 @@ import type { Config } from "../config.ts";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { requestSlot } from "../http/request-slot.ts";
 import { ProblemError } from "../shared/problem.ts";
-import { declaresBody } from "./body-budget.ts";
 import { BUN_TIMER_GRANULARITY_SECONDS } from "./limits.ts";
 
 /** RECONCILE_INTERVAL_MS is the shortest time between two reads of the kernel's connection table. */
@@ -250,8 +249,6 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
               : `This client address holds its limit of ${gate.share} connections (of ${gate.max} in all). Retry shortly, or reuse a kept-alive connection.`,
           );
         }
-        // Bun's idle timer also runs while a body arrives; give the body its own, longer deadline.
-        if (declaresBody(request) && config.bodyTimeoutMs > config.idleTimeoutSeconds * 1000) server!.timeout(request, Math.ceil(config.bodyTimeoutMs / 1000) + 1);
       };
       const admission = gate.admit(connection, clientOf);
       return typeof admission === "string" ? admitted(admission) : admission.then(admitted);

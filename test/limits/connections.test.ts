@@ -185,6 +185,22 @@ describe("connections: over the limits", () => {
     expect(await running!.runtime.db.get("SELECT count(*) AS n FROM contacts")).toEqual({ n: 0 });
   });
 
+  test("a stalled body gets its 408 even when the idle timeout is as long, though Bun's idle timer fires up to a 4 s tick early", async () => {
+    // The idle timer is checked every 4 s: set for 2 s, it fires at the next check, 0 to 4 s later.
+    // Stalls started half a second apart cover that period, so some would close first without the fix.
+    const { port, token } = await serve({ idleTimeoutSeconds: 2, bodyTimeoutMs: 2000, maxConnectionsPerClient: 16 });
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, async (_, i) => {
+        await Bun.sleep(i * 500);
+        const stalled = new Connection(port);
+        stalled.write(`POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\ncontent-length: 29\r\n\r\n{"first_name":"Ada"}`);
+        return await stalled.response().then((res) => res.status, () => "closed without an answer");
+      }),
+    );
+    expect(answers).toEqual(Array(8).fill(408));
+    expect(await running!.runtime.db.get("SELECT count(*) AS n FROM contacts")).toEqual({ n: 0 });
+  }, 15_000);
+
   test(
     "an idle keep-alive connection is closed after --idle-timeout-seconds, and one that never finishes its request head by Bun's 10 s",
     async () => {
