@@ -87,6 +87,8 @@ export interface ListQueryOptions<S extends string> {
   sorts: readonly S[];
   defaultSort: S;
   defaultDirection: SortDirection;
+  /** true for a list in one order clients cannot change: sort_by and sort_direction are then unknown parameters, not ignored */
+  fixedOrder?: boolean;
   /** names of the feature's filter parameters (a cursor is bound to their values) */
   filters: readonly string[];
   /** further parameters the list accepts that do not change which rows it returns */
@@ -165,9 +167,11 @@ export function repeatedParameterErrors(url: string): FieldError[] {
  * a cursor combined with page, and a cursor that belongs to another sort or filter (422).
  */
 export function parseListQuery<S extends string>(query: Record<string, unknown>, options: ListQueryOptions<S>): ListQuery<S> {
-  const errors = unknownParameterErrors(query, ["page", "per_page", "sort_by", "sort_direction", "cursor", ...options.filters, ...(options.options ?? [])], "this list");
-  const sortBy = (query.sort_by as S | undefined) ?? options.defaultSort;
-  const direction = (query.sort_direction as SortDirection | undefined) ?? options.defaultDirection;
+  const sortParameters = options.fixedOrder ? [] : ["sort_by", "sort_direction"];
+  const errors = unknownParameterErrors(query, ["page", "per_page", ...sortParameters, "cursor", ...options.filters, ...(options.options ?? [])], "this list");
+  const chosen = options.fixedOrder ? {} : query;
+  const sortBy = (chosen.sort_by as S | undefined) ?? options.defaultSort;
+  const direction = (chosen.sort_direction as SortDirection | undefined) ?? options.defaultDirection;
   // sort_by becomes an SQL column name: never trust that the schema alone kept it to the list.
   if (!options.sorts.includes(sortBy)) errors.push({ parameter: "sort_by", detail: `must be one of: ${options.sorts.join(", ")}` });
   const filterKey = options.filters.map((f) => String(query[f] ?? "")).join("\u0000");

@@ -17,7 +17,7 @@ function tombstoneHorizon(rt: Runtime, now: number): number {
  * so an empty page would be a lie; the caller resyncs in full.
  */
 export async function listDeletedPage(rt: Runtime, resource: Resource, query: Record<string, unknown>, now = Date.now()): Promise<{ data: Tombstone[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS });
+  const list = parseListQuery(query, { sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS, fixedOrder: true });
   const since = parseTimestampFilter("since", query.since);
   const horizon = tombstoneHorizon(rt, now);
   if (since !== undefined && since < horizon) {

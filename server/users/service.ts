@@ -79,7 +79,7 @@ export async function allUsers(db: Db): Promise<User[]> {
 
 /** listUsersPage returns one page of users for the list endpoint. */
 export async function listUsersPage(db: Db, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["id"], defaultSort: "id", defaultDirection: "asc", filters: [] });
+  const list = parseListQuery(query, { sorts: ["id"], defaultSort: "id", defaultDirection: "asc", filters: [], fixedOrder: true });
   const rows = await listUsers(db, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
   return { data: rows.map(toUser), meta: listMeta(list, await countUsers(db), rows, (row: UserRow) => row.id, query, []) };
 }

@@ -193,7 +193,7 @@ export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSe
 
 /** listSubscriptionsPage answers GET /webhook-subscriptions: newest first, filter `event`. */
 export async function listSubscriptionsPage(db: Db, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS });
+  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS, fixedOrder: true });
   const eventType = query.event as string | undefined;
   const rows = await listSubscriptions(db, eventType, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
   const meta = listMeta(list, await countSubscriptions(db, eventType), rows, (row: SubscriptionRow) => row.created_at, query, SUBSCRIPTION_FILTERS);
@@ -397,7 +397,7 @@ export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempot
 
 /** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, status, created_after. */
 export async function listDeliveriesPage(db: Db, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS });
+  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS, fixedOrder: true });
   const filters = {
     subscriptionId: query.subscription_id as string | undefined,
     eventType: query.event as string | undefined,

@@ -172,6 +172,31 @@ describe("hostile requests: fields and parameters a route does not take", () => 
   });
 });
 
+describe("hostile requests: sorting a list that has one order", () => {
+  test("sort_by or sort_direction on the subscription, delivery, user or deleted lists is 422 naming it, not ignored", async () => {
+    await createSubscription();
+    const lists: [string, string][] = [
+      ["/public/v1/webhook-subscriptions", "page, per_page, cursor, event"],
+      ["/public/v1/webhook-deliveries", "page, per_page, cursor, subscription_id, event, event_id, status, created_after"],
+      ["/public/v1/users", "page, per_page, cursor"],
+      ["/public/v1/contacts/deleted", "page, per_page, cursor, since"],
+      ["/public/v1/accounts/deleted", "page, per_page, cursor, since"],
+    ];
+    for (const [path, known] of lists) {
+      const res = await h.json("GET", `${path}?sort_direction=asc&sort_by=created_at`);
+      expect({ path, status: res.status, body: res.body }).toEqual({
+        path,
+        status: 422,
+        body: validation(
+          ["sort_direction", "sort_by"].map((parameter) => ({ parameter, detail: `is not a parameter of this list; known: ${known}` })),
+          "The list parameters are invalid.",
+        ),
+      });
+      expect((await h.json("GET", `${path}?per_page=5`)).status).toBe(200);
+    }
+  });
+});
+
 describe("hostile requests: HEAD", () => {
   test("HEAD with a list's parameters answers as GET does, without the body; a parameter GET refuses is refused the same", async () => {
     const id = await createContact();
