@@ -31,7 +31,7 @@ export const AccountPatch = t.Object(
 );
 export type AccountPatch = typeof AccountPatch.static;
 
-/** READ_ONLY_ACCOUNT_FIELDS are set by the service; a PATCH may not carry them. */
+/** READ_ONLY_ACCOUNT_FIELDS are set by the service; no create, batch item or PATCH may carry them. */
 export const READ_ONLY_ACCOUNT_FIELDS = ["id", "version", "created_at", "updated_at"] as const;
 
 /** AccountSchema is an account as the API returns it. */

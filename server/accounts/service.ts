@@ -44,10 +44,22 @@ const KNOWN = new Set(["id", "name", "domain", "version", "created_at", "updated
 
 const accountSchemaErrors = schemaChecker(AccountInput);
 
-/** accountItemErrors lists what is wrong with one account on its own (schema, then size), as POST would report it. */
+/** accountInputErrors names the read-only fields an account body carries, and its further properties past their limits. */
+function accountInputErrors(input: Record<string, unknown>): FieldError[] {
+  const readOnly = READ_ONLY_ACCOUNT_FIELDS.filter((field) => field in input).map((field) => ({ pointer: `/${field}`, detail: "is read-only" }));
+  return [...readOnly, ...extraPropertiesErrors(input, KNOWN)];
+}
+
+/** refuseInvalidAccountInput throws 422 naming what accountInputErrors finds, if anything. */
+function refuseInvalidAccountInput(input: Record<string, unknown>): void {
+  const errors = accountInputErrors(input);
+  if (errors.length > 0) throw validationProblem(errors);
+}
+
+/** accountItemErrors lists what is wrong with one account on its own (schema, then read-only fields and size), as POST would report it. */
 export function accountItemErrors(item: unknown): FieldError[] {
   const schemaErrors = accountSchemaErrors(item);
-  return schemaErrors.length > 0 ? schemaErrors : extraPropertiesErrors(item as Record<string, unknown>, KNOWN);
+  return schemaErrors.length > 0 ? schemaErrors : accountInputErrors(item as Record<string, unknown>);
 }
 
 const blankAccount = (now: number): AccountRow => ({ id: newId("acc", now), name: "", name_key: "", domain: null, properties: "{}", version: 1, created_at: now, updated_at: now });
@@ -120,8 +132,7 @@ export const ACCOUNT_BATCH: BatchKind<AccountInput> = { itemErrors: accountItemE
 
 /** createAccount stores an account, its account.created event and its idempotent response in one group-committed write. */
 export async function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Account } }> {
-  const oversized = extraPropertiesErrors(input, KNOWN);
-  if (oversized.length > 0) throw validationProblem(oversized);
+  refuseInvalidAccountInput(input);
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const body = { data: await writeNewAccount(tx, input, now) };
@@ -151,13 +162,6 @@ export async function listAccountsPage(db: Db, query: Record<string, unknown>): 
   return { data: rows.map(toAccount), meta: listMeta(list, await countAccounts(db, filters), rows, (row: AccountRow) => row[column], query, ACCOUNT_FILTERS) };
 }
 
-/** refuseInvalidPatch throws 422 for read-only fields and oversized further properties in a PATCH body. */
-function refuseInvalidPatch(input: AccountPatch): void {
-  const errors: FieldError[] = READ_ONLY_ACCOUNT_FIELDS.filter((field) => field in input).map((field) => ({ pointer: `/${field}`, detail: "is read-only" }));
-  errors.push(...extraPropertiesErrors(input, KNOWN));
-  if (errors.length > 0) throw validationProblem(errors);
-}
-
 /**
  * updateAccount applies a PATCH in one group-committed write: fields present replace, null clears
  * domain or a further property; a change writes account.updated, none writes nothing. A missing
@@ -169,7 +173,7 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
     const current = await findAccountById(tx, id);
     if (!current) throw notFound("account", id);
     refuseUnmetCondition(condition, "account", id, current.version);
-    refuseInvalidPatch(input);
+    refuseInvalidAccountInput(input);
     const change = await writeAccountChange(tx, current, { ...input, name: input.name ?? current.name }, Date.now());
     if ("errors" in change) throw validationProblem(change.errors);
     return change.account;

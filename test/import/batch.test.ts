@@ -182,6 +182,20 @@ describe("contacts batch: errors", () => {
     expect(await eventTypes(h)).toEqual([]);
   });
 
+  test("account items and POST /accounts refuse read-only fields as contacts do, instead of dropping them", async () => {
+    const readOnly = { id: "acc_fake", version: 99, created_at: "2000-01-01T00:00:00Z" };
+    const batch = await h.json("POST", ACCOUNTS, { body: { items: [{ name: "Acme", ...readOnly }, { name: "Globex", updated_at: "2000-01-01T00:00:00Z" }] } });
+    expect(batch.body).toEqual({
+      data: [
+        { status: "invalid", errors: ["id", "version", "created_at"].map((field) => ({ pointer: `/items/0/${field}`, detail: "is read-only" })) },
+        { status: "invalid", errors: [{ pointer: "/items/1/updated_at", detail: "is read-only" }] },
+      ],
+    });
+    const created = await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", ...readOnly } });
+    expect([created.status, created.body]).toEqual([422, validation(["id", "version", "created_at"].map((field) => ({ pointer: `/${field}`, detail: "is read-only" })))]);
+    expect([await accountCount(), await eventTypes(h)]).toEqual([0, []]);
+  });
+
   test("101 items, no items, or no list is 422 and writes nothing", async () => {
     const items = Array.from({ length: 101 }, (_, i) => ({ email: `p${i}@example.com` }));
     for (const body of [{ items }, { items: [] }, {}]) {
