@@ -153,6 +153,10 @@ class JsonScanner {
     const value = Number(text.slice(start, i));
     if (Number.isNaN(value)) throw SYNTAX;
     if (!Number.isFinite(value)) throw refuse(pointerOf(this.path, this.depth), `is a number too large to represent (${text.slice(start, Math.min(i, start + 40))})`);
+    // 1e-400 parses to 0: refused when the digits before any exponent are not all zero.
+    if (value === 0 && /[1-9]/.test(text.slice(start, i).split(/[eE]/)[0]!)) {
+      throw refuse(pointerOf(this.path, this.depth), `is a number too small to represent (${text.slice(start, Math.min(i, start + 40))}), which would be stored as 0; send it as a string`);
+    }
     if (Math.abs(value) > Number.MAX_SAFE_INTEGER) {
       throw refuse(pointerOf(this.path, this.depth), `is a number beyond ±${Number.MAX_SAFE_INTEGER} (2^53 - 1), past which numbers lose precision; send it as a string`);
     }

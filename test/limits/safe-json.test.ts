@@ -39,10 +39,10 @@ describe("safe JSON: accepted", () => {
     expect(res.body.data.deep).toEqual(JSON.parse(body).deep);
   });
 
-  test("numbers at ±(2^53 - 1), fractions, tiny exponents and escaped keys are accepted", async () => {
-    const res = await post('{"email":"n@example.com","max":9007199254740991,"min":-9007199254740991,"f":0.1,"tiny":1e-400,"big":1.5e15,"k\\u0065y":"v","emoji":"\\ud83d\\ude00"}');
+  test("numbers at ±(2^53 - 1), fractions, tiny exponents, zeros and escaped keys are accepted", async () => {
+    const res = await post('{"email":"n@example.com","max":9007199254740991,"min":-9007199254740991,"f":0.1,"tiny":1e-300,"least":5e-324,"zero":0e-400,"nought":-0.000e5,"big":1.5e15,"k\\u0065y":"v","emoji":"\\ud83d\\ude00"}');
     expect(res.status).toBe(201);
-    expect(res.body.data).toMatchObject({ max: 9007199254740991, min: -9007199254740991, f: 0.1, tiny: 0, big: 1.5e15, key: "v", emoji: "😀" });
+    expect(res.body.data).toMatchObject({ max: 9007199254740991, min: -9007199254740991, f: 0.1, tiny: 1e-300, least: 5e-324, zero: 0, nought: 0, big: 1.5e15, key: "v", emoji: "😀" });
   });
 
   test("any JSON without duplicate keys, unsafe numbers or prototype keys parses exactly as JSON.parse does", () => {
@@ -70,6 +70,8 @@ describe("safe JSON: refused with 400, nothing stored", () => {
     ["2^53", '{"n":9007199254740992}', refused("/n", "is a number beyond ±9007199254740991 (2^53 - 1), past which numbers lose precision; send it as a string")],
     ["a negative unsafe integer in a list", '{"n":[1,-12345678901234567890]}', refused("/n/1", "is a number beyond ±9007199254740991 (2^53 - 1), past which numbers lose precision; send it as a string")],
     ["1e400 (Infinity to JSON.parse)", '{"n":1e400}', refused("/n", "is a number too large to represent (1e400)")],
+    ["1e-400 (0 to JSON.parse)", '{"custom_fields":{"x":1e-400}}', refused("/custom_fields/x", "is a number too small to represent (1e-400), which would be stored as 0; send it as a string")],
+    ["a long decimal below the smallest double", `{"n":-0.${"0".repeat(400)}1}`, refused("/n", `is a number too small to represent (-0.${"0".repeat(37)}), which would be stored as 0; send it as a string`)],
     ["an unpaired surrogate escape", '{"first_name":"\\ud800x"}', refused("/first_name", "contains an unpaired UTF-16 surrogate escape, which is not valid Unicode")],
     ["a NUL character in a name (PostgreSQL cannot store it, SQLite would)", '{"first_name":"a\\u0000b"}', refused("/first_name", NUL)],
     ["a NUL character in a tag", '{"tags":["vip","\\u0000"]}', refused("/tags/1", NUL)],
