@@ -34,17 +34,23 @@ function refuseOversizedRequest(request: Request): void {
   }
 }
 
-/** VALID_HOST is one host (a name, an IPv4 address or a bracketed IPv6 address) with an optional port (RFC 9110 section 7.2). */
-const VALID_HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+;=%]+)(?::\d{1,5})?$/;
+/** VALID_HOST is one host (a name, an IPv4 address or a bracketed IPv6 address) with an optional port, 0 to 65535 (RFC 9110 section 7.2). */
+const VALID_HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+;=%]+)(?::(?:6553[0-5]|655[0-2]\d|65[0-4]\d\d|6[0-4]\d{3}|[1-5]?\d{1,4}))?$/;
 
 /**
  * refuseInvalidHost answers 400 for a Host header that is repeated (Bun joins the values with
- * ", ") or is not one host and port, as RFC 9112 section 3.2 requires; Bun itself only refuses a
- * missing one. HTTP/1.0 requests may go without.
+ * ", ") or is not one host and port, as RFC 9112 section 3.2 requires, and for a missing one,
+ * which Bun itself refuses only in HTTP/1.1.
  */
 function refuseInvalidHost(request: Request): void {
   const host = request.headers.get("host");
-  if (host === null || VALID_HOST.test(host)) return;
+  if (host === null) {
+    // Bun refuses an HTTP/1.1 request without Host itself; for HTTP/1.0 it passes the bare path on as
+    // the URL, which every later step would misread ("/public/v1/x" as host "public", path "/v1/x").
+    if (request.url.startsWith("/")) throw new ProblemError(400, "invalid-host", "The request has no Host header; send one, as HTTP/1.1 requires.", [{ header: "host", detail: "is missing" }]);
+    return;
+  }
+  if (VALID_HOST.test(host)) return;
   throw new ProblemError(400, "invalid-host", "The Host header must name one host (a name or an address) with an optional port, once.", [
     { header: "host", detail: host.includes(",") ? "is given more than once" : "is not a host with an optional port" },
   ]);

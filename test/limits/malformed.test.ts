@@ -64,21 +64,26 @@ const EXAMPLES: Record<string, string[]> = {
 };
 
 describe("malformed requests: answered by the service", () => {
-  test("a repeated, empty or invalid Host gets 400 problem+json naming the header", async () => {
+  test("a repeated, empty, invalid or (in HTTP/1.0) missing Host, or a port past 65535, gets 400 problem+json naming the header", async () => {
     const port = await serve();
     const answers = [];
-    for (const host of ["host: a\r\nhost: b", "host: ", "host: a b", "host: a/b?c", "host: user@a"]) {
+    const requests = ["host: a\r\nhost: b", "host: ", "host: a b", "host: a/b?c", "host: user@a", "host: a:65536", "host: a:99999"].map((host) => `GET /public/v1/contacts HTTP/1.1\r\n${host}\r\n\r\n`);
+    // HTTP/1.0 allows leaving Host out, but Bun then passes the bare path on as the URL.
+    requests.push("GET /public/v1/contacts?per_page=1 HTTP/1.0\r\nauthorization: Bearer crm_anything\r\n\r\n");
+    for (const request of requests) {
       const c = new Connection(port);
-      c.write(`GET /public/v1/contacts HTTP/1.1\r\n${host}\r\n\r\n`);
+      c.write(request);
       const answer = await c.response();
       c.destroy();
       answers.push([answer.status, answer.headers["content-type"], JSON.parse(answer.body).type, JSON.parse(answer.body).errors[0].header]);
     }
-    expect(answers).toEqual(Array(5).fill([400, "application/problem+json", "urn:crm:problem:invalid-host", "host"]));
-    const ok = new Connection(port);
-    ok.write("GET /healthz HTTP/1.1\r\nhost: crm.example.com:8443\r\n\r\n");
-    expect((await ok.response()).status).toBe(200);
-    ok.destroy();
+    expect(answers).toEqual(Array(8).fill([400, "application/problem+json", "urn:crm:problem:invalid-host", "host"]));
+    for (const request of ["GET /healthz HTTP/1.1\r\nhost: crm.example.com:8443\r\n\r\n", "GET /healthz HTTP/1.0\r\nhost: crm.example.com:65535\r\n\r\n"]) {
+      const ok = new Connection(port);
+      ok.write(request);
+      expect((await ok.response()).status).toBe(200);
+      ok.destroy();
+    }
   });
 });
 
