@@ -344,6 +344,13 @@ describe("contact list: errors", () => {
     }
   });
 
+  test("an empty email or full_name filter is 422, not a search for nothing", async () => {
+    for (const [name, max] of [["email", 254], ["full_name", 200]] as const) {
+      const res = await h.json("GET", `/public/v1/contacts?${name}=`);
+      expect({ name, status: res.status, body: res.body }).toEqual({ name, status: 422, body: parameterError(name, `must be 1 to ${max} characters`) });
+    }
+  });
+
   test("an unknown parameter is 422 naming it", async () => {
     const res = await h.json("GET", "/public/v1/contacts?limit=5");
     expectProblem(res, 422, "validation");
