@@ -47,8 +47,10 @@ export function canonicalJson(value: unknown): string {
   return JSON.stringify(value) ?? "null";
 }
 
+/** fingerprintOf hashes a request body in canonical form; no body and {} are one request, as routes take either. */
 function fingerprintOf(body: unknown): Uint8Array {
-  return sha256(canonicalJson(body ?? null));
+  const empty = body === undefined || (typeof body === "object" && body !== null && !Array.isArray(body) && Object.keys(body).length === 0);
+  return sha256(canonicalJson(empty ? null : body));
 }
 
 const inUse = () =>

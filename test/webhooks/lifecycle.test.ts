@@ -93,6 +93,15 @@ describe("secret rotation: happy paths", () => {
     expect(again.headers.get("idempotent-replayed")).toBe("true");
     expect(again.body).toEqual(first.body);
   });
+
+  test("no body and {} are the same request under one Idempotency-Key: the second replays the first", async () => {
+    h = await scope.harness();
+    const sub = await h.subscribe(receiver().url, ["contact.created"]);
+    const headers = { "idempotency-key": "rotate-empty" };
+    const first = await h.json("POST", subscriptionPath(sub.id, "rotate-secret"), { headers });
+    const again = await h.json("POST", subscriptionPath(sub.id, "rotate-secret"), { body: {}, headers });
+    expect([first.status, again.status, again.headers.get("idempotent-replayed"), again.body]).toEqual([200, 200, "true", first.body]);
+  });
 });
 
 describe("secret rotation: errors", () => {
