@@ -1,11 +1,12 @@
 import type { Operator } from "../server/operators/model.ts";
 import { t } from "elysia";
 
-// No NUL character: PostgreSQL cannot store it in text, and no form field has a use for it.
-const FormValue = t.String({ maxLength: 10_000, pattern: "^[^\\u0000]*$" });
+// The NUL character is refused when a field is read (field and fields, console/shell.ts), so the
+// form page names the field instead of the post being refused here, before the form's route runs.
+const FormValue = t.String({ maxLength: 10_000 });
 
 /** FormBody is any HTML form post: each field has one value, or several when repeated (checkboxes). */
-export const FormBody = t.Record(t.String(), t.Union([FormValue, t.Array(FormValue, { maxItems: 20 })], { error: "must be text of at most 10000 characters without the NUL character, given at most 20 times" }));
+export const FormBody = t.Record(t.String(), t.Union([FormValue, t.Array(FormValue, { maxItems: 20 })], { error: "must be text of at most 10000 characters, given at most 20 times" }));
 export type FormBody = typeof FormBody.static;
 
 /** DeliveryFilterQuery holds the filters of the deliveries page; values are checked by the service. */

@@ -12,18 +12,21 @@ import { deliveryRoutes } from "./deliveries/routes.ts";
 import { assetResponse, htmlResponse, problemJsonResponse } from "./http.ts";
 import { peopleRoutes } from "./people/routes.ts";
 import { searchRoutes } from "./search/routes.ts";
-import { CONSOLE_DETAIL, consoleBase, signedInConsole } from "./shell.ts";
+import { CONSOLE_DETAIL, consoleBase, consoleErrors, signedInConsole } from "./shell.ts";
 import { rotationRoutes, subscriptionRoutes } from "./subscriptions/routes.ts";
 
 /**
  * consoleRoutes serves the operator console under /console: one Elysia instance per feature
  * (sign-in and sessions, deliveries, subscriptions and rotation, contacts, search, people), each
  * with its routes, service and pages, on a shared base (console/shell.ts) that resolves the
- * session, checks every form's CSRF token and renders every problem as a page. Pages need an
- * operator session (a cookie); API tokens mean nothing here, and sessions nothing on the API.
+ * session and checks every form's CSRF token, and one error handler (consoleErrors) that renders
+ * every problem as a page. Pages need an operator session (a cookie); API tokens mean nothing
+ * here, and sessions nothing on the API.
  */
 export function consoleRoutes(rt: Runtime) {
   return new Elysia({ name: "console" })
+    // First, so that it covers every console route as well as what is refused before routing.
+    .use(consoleErrors())
     .use(
       new Elysia({ name: "console-assets", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
         .use(consoleBase(rt))

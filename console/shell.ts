@@ -1,7 +1,9 @@
 import type { Server } from "bun";
 import type { TSchema } from "@sinclair/typebox";
 import { Elysia, t } from "elysia";
+import { parseQuery } from "elysia/parse-query";
 import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
+import { pathOf } from "../server/http/request-log.ts";
 import { clientAddress, clientHints, requestIsHttps } from "../server/http/client-address.ts";
 import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
 import { sessionOperator } from "../server/operators/service.ts";
@@ -25,16 +27,41 @@ export const flagQuery = (flag: string) => t.Object({ [flag]: t.Optional(t.Strin
 // Elysia types an optional record body loosely ({} | null); the schema guarantees a FormBody or nothing.
 type PostedForm = {} | null | undefined;
 
-/** field reads one form field as text ("" when absent; the first value when repeated). */
-export function field(form: PostedForm, name: string): string {
-  const value = (form as FormBody | null | undefined)?.[name];
-  return (Array.isArray(value) ? value[0] : value) ?? "";
+// Every posted value passes through field or fields, so this check keeps the NUL character (which
+// PostgreSQL cannot store in text, and no form field has a use for) out of every service. The
+// signed-in console's forms read their fields inside the try that shows a problem on the form page,
+// which so names the field as it names any other wrong one; elsewhere it is the 422 page.
+function withoutNul(name: string, values: string[]): string[] {
+  if (values.some((value) => value.includes("\u0000"))) throw fieldsProblem([{ pointer: `/${name}`, detail: "must not contain the NUL character" }]);
+  return values;
 }
 
-/** fields reads a form field that may repeat (checkboxes). */
+/** field reads one form field as text ("" when absent; the first value when repeated), or throws 422 naming it when it holds the NUL character. */
+export function field(form: PostedForm, name: string): string {
+  return fields(form, name)[0] ?? "";
+}
+
+/** fields reads a form field that may repeat (checkboxes), or throws 422 naming it when a value holds the NUL character. */
 export function fields(form: PostedForm, name: string): string[] {
   const value = (form as FormBody | null | undefined)?.[name];
-  return value === undefined ? [] : Array.isArray(value) ? value : [value];
+  return withoutNul(name, value === undefined ? [] : Array.isArray(value) ? value : [value]);
+}
+
+/**
+ * formBodyOf parses a urlencoded form post as Elysia does, or returns the 400 of a percent escape
+ * that does not decode (`%E9` alone is not UTF-8, `%zz` no escape at all), which Elysia would keep
+ * as typed ("%E9" stored as a name): as with such an escape in a request target, the request is
+ * refused rather than guessed at. No browser sends one; a broken or hand-made client does.
+ */
+function formBodyOf(text: string): FormBody | ProblemError {
+  if (text.includes("%")) {
+    try {
+      decodeURIComponent(text);
+    } catch {
+      return new ProblemError(400, "invalid-form-body", "The form has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits); nothing was changed.");
+    }
+  }
+  return parseQuery(text);
 }
 
 /** formChecker compiles an API model once and returns a check of a form's typed value that throws 422 naming each field that breaks it. */
@@ -85,9 +112,19 @@ class SignInRequired extends ProblemError {
   }
 }
 
-const ERROR_TITLES: Record<number, string> = { 403: "Not allowed", 404: "Not found", 409: "Not possible now", 422: "Check your input", 429: "Slow down", 503: "Try again soon" };
+const ERROR_TITLES: Record<number, string> = {
+  400: "Not understood",
+  403: "Not allowed",
+  404: "Not found",
+  409: "Not possible now",
+  414: "Address too long",
+  422: "Check your input",
+  429: "Slow down",
+  431: "Headers too large",
+  503: "Try again soon",
+};
 
-/** errorAnswer is the console's one error handler: a problem a service threw becomes the page explaining it, or problem+json for the JSON endpoints. */
+/** errorAnswer turns a problem into the page explaining it, or problem+json for the JSON endpoints. */
 function errorAnswer(error: ProblemError, request: Request, session: ConsoleSession | null): Response {
   const path = new URL(request.url).pathname;
   if (error instanceof SignInRequired && !path.startsWith(`${CONSOLE_PREFIX}/api/`)) {
@@ -98,11 +135,25 @@ function errorAnswer(error: ProblemError, request: Request, session: ConsoleSess
 }
 
 /**
- * consoleBase is what every console feature starts from: the session of the cookie (or null), the
- * CSRF check of every form post and the one error handler.
+ * consoleErrors is the console's one error handler, for every console address: registered globally,
+ * so that it also answers the problems found before routing (limitsGuard's malformed request
+ * target, oversized query or headers, a full server), which reach no feature's scoped hooks; those
+ * come without a session, so their page has no navigation.
+ */
+export function consoleErrors() {
+  return new Elysia({ name: "console-errors" }).onError({ as: "global" }, ({ error, request, ...context }) => {
+    if (!(error instanceof ProblemError) || !pathOf(request).startsWith(`${CONSOLE_PREFIX}/`)) return;
+    return errorAnswer(error, request, (context as { session?: ConsoleSession | null }).session ?? null);
+  });
+}
+
+/**
+ * consoleBase is what every console feature starts from: the form parser, the session of the
+ * cookie (or null) and the CSRF check of every form post.
  */
 export function consoleBase(rt: Runtime) {
   return new Elysia()
+    .onParse({ as: "scoped" }, async ({ request }, contentType) => (contentType === "application/x-www-form-urlencoded" ? formBodyOf(await request.text()) : undefined))
     .derive({ as: "scoped" }, async ({ request, server }) => {
       const secure = requestIsHttps(
         { url: request.url, forwardedProto: request.headers.get("x-forwarded-proto"), peer: server?.requestIP(request)?.address ?? null },
@@ -114,16 +165,18 @@ export function consoleBase(rt: Runtime) {
       // Forms carry a token derived from the session, or before sign-in from a pre-session cookie.
       return { secure, session, sessionSecret, csrfSeed: session ? sessionSecret : readCookie(request, PRE_SESSION_COOKIE) };
     })
+    // What a parse hook throws reaches the error handlers wrapped, as a parse failure the API's
+    // handler answers with problem+json; the parser hands its problem on, to be thrown here, after
+    // the session is known, so the page explaining it keeps the console's navigation.
+    .onTransform({ as: "scoped" }, ({ body }) => {
+      if (body instanceof ProblemError) throw body;
+    })
     .onBeforeHandle({ as: "scoped" }, ({ request, body, csrfSeed, session }) => {
       if (request.method !== "POST" || csrfTokenMatches(csrfSeed, (body as FormBody | undefined)?._csrf)) return;
       return htmlResponse(
         messagePage({ session, title: "Form expired", text: "This form was not sent from a current console page (its security token is missing or stale). Go back, reload the page and send it again." }),
         403,
       );
-    })
-    .onError({ as: "scoped" }, ({ error, request, ...context }) => {
-      if (!(error instanceof ProblemError)) return;
-      return errorAnswer(error, request, (context as { session?: ConsoleSession | null }).session ?? null);
     });
 }
 

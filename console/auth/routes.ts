@@ -61,12 +61,14 @@ export function authRoutes(rt: Runtime) {
       "/login",
       async ({ body, csrfSeed, secure, request, server }) => {
         const email = field(body, "email");
+        // Read before signing in: a field refused after it would leave a session no browser holds.
+        const next = safeNext(field(body, "next"));
         try {
           const secret = await signIn(db, { email, password: field(body, "password"), address: addressOf(server, request, rt.config.trustedProxies) });
-          return redirect(safeNext(field(body, "next")) ?? `${CONSOLE_PREFIX}/`, { cookies: signedInCookies(secret, secure) });
+          return redirect(next ?? `${CONSOLE_PREFIX}/`, { cookies: signedInCookies(secret, secure) });
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(loginPage({ csrfToken: csrfTokenFor(csrfSeed!), email, next: safeNext(field(body, "next")), notice: { kind: "error", text: failure.message } }), failure.status, {
+          return htmlResponse(loginPage({ csrfToken: csrfTokenFor(csrfSeed!), email, next, notice: { kind: "error", text: failure.message } }), failure.status, {
             headers: failure.headers,
           });
         }

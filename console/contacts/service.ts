@@ -1,7 +1,8 @@
 import type { Database, Db } from "../../server/db/sql.ts";
 import type { Contact } from "../../server/contacts/model.ts";
 import { findContact, searchContacts } from "../../server/contacts/service.ts";
-import type { CursorPosition } from "../../server/http/list-query.ts";
+import { unknownParameterErrors, type CursorPosition } from "../../server/http/list-query.ts";
+import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import { MAX_EMAIL_LENGTH } from "../../server/limits/limits.ts";
 import { notFound, validationProblem } from "../../server/shared/problem.ts";
 import { eventsAbout, type WebhookEvent } from "../../server/webhooks/service.ts";
@@ -31,9 +32,11 @@ function positionOf(text: string): CursorPosition | null {
 /**
  * contactsPage searches contacts newest first: a query with "@" is an exact email (any case), any
  * other text a part of the name; `before` continues after a previous page. Throws 422 for a
- * malformed position or an overlong query.
+ * parameter the page does not take, a malformed position or an overlong query.
  */
 export async function contactsPage(db: Database, query: { q?: string; before?: string }): Promise<ContactsView> {
+  const unknown = unknownParameterErrors(query, ["q", "before"], "the contacts page");
+  if (unknown.length > 0) throw fieldsProblem(unknown);
   const q = (query.q ?? "").trim();
   const before = query.before ? positionOf(query.before) : null;
   if (query.before && !before) throw validationProblem([{ parameter: "before", detail: "must be the position a previous page gave" }], "The page position is invalid.");

@@ -38,8 +38,9 @@ export function peopleRoutes(rt: Runtime) {
     .post(
       "/tokens",
       async ({ session, body }) => {
-        const name = field(body, "name");
+        let name: string | undefined;
         try {
+          name = field(body, "name");
           const created = await createTokenFromForm(db, name);
           return htmlResponse(tokensPage({ session, tokens: await listTokens(db), created }), 201);
         } catch (error) {
@@ -69,7 +70,7 @@ export function peopleRoutes(rt: Runtime) {
     .get(
       "/users",
       async ({ session, query }) => {
-        const page = await usersOnPage(db, query.page);
+        const page = await usersOnPage(db, query);
         const notice = query.added ? { kind: "success" as const, text: "User added." } : null;
         return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, notice }));
       },
@@ -78,13 +79,14 @@ export function peopleRoutes(rt: Runtime) {
     .post(
       "/users",
       async ({ session, body }) => {
-        const form = { name: field(body, "name"), email: field(body, "email") };
+        let form: { name: string; email: string } | undefined;
         try {
+          form = { name: field(body, "name"), email: field(body, "email") };
           await addUserFromForm(db, form);
           return redirect(`${CONSOLE_PREFIX}/users?added=1`);
         } catch (error) {
           const failure = problemOf(error);
-          const page = await usersOnPage(db, undefined);
+          const page = await usersOnPage(db);
           return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, form, notice: { kind: "error", text: failure.message } }), failure.status);
         }
       },
@@ -101,8 +103,9 @@ export function peopleRoutes(rt: Runtime) {
     .post(
       "/operators",
       async ({ session, body, request }) => {
-        const email = field(body, "email");
+        let email: string | undefined;
         try {
+          email = field(body, "email");
           const code = await inviteOperator(db, email, session.operator.id);
           return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: email.trim().toLowerCase(), url: linkUrl(request, code) } }), 201);
         } catch (error) {

@@ -1,6 +1,7 @@
 import type { Database, Db } from "../../server/db/sql.ts";
 import { createApiToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
-import type { ListMeta } from "../../server/http/list-query.ts";
+import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
+import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
 import { createUser, listUsersPage } from "../../server/users/service.ts";
@@ -21,8 +22,12 @@ export async function revokeTokenFromConsole(db: Database, id: string): Promise<
 /** USERS_PER_PAGE is how many users the users page lists at once. */
 const USERS_PER_PAGE = 50;
 
-/** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a page that is not a number. */
-export function usersOnPage(db: Db, page: string | undefined): Promise<{ data: User[]; meta: ListMeta }> {
+/** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a parameter the users page does not take or a page that is not a number. */
+export function usersOnPage(db: Db, query: { page?: string; added?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
+  // `added` is the flag of the redirect after adding a user, which the route reads.
+  const unknown = unknownParameterErrors(query, ["page", "added"], "the users page");
+  if (unknown.length > 0) throw fieldsProblem(unknown);
+  const page = query.page;
   if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number of at least 1" }], "The page number must be a whole number of at least 1.");
   return listUsersPage(db, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
 }

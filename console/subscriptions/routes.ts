@@ -77,8 +77,9 @@ export function subscriptionRoutes(rt: Runtime) {
     .post(
       "/subscriptions",
       async ({ session, body }) => {
-        const form = subscriptionForm(body);
+        let form: SubscriptionForm | undefined;
         try {
+          form = subscriptionForm(body);
           const created = await createSubscriptionFromForm(rt, form);
           const notice = { kind: "success" as const, text: `Subscription to ${created.target_url} created.` };
           return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), created, notice }), 201);
@@ -123,8 +124,9 @@ export function subscriptionRoutes(rt: Runtime) {
     .post(
       "/subscriptions/:id/edit",
       async ({ session, params, body }) => {
-        const description = field(body, "description");
+        let description: string | undefined;
         try {
+          description = field(body, "description");
           await editSubscriptionFromForm(rt, params.id, description);
           return redirect(`${CONSOLE_PREFIX}/subscriptions`);
         } catch (error) {
@@ -243,8 +245,9 @@ export function rotationRoutes(rt: Runtime) {
       "/rotations",
       async ({ session, body }) => {
         const old = await getSubscription(db, field(body, "from"));
-        const form = subscriptionForm(body);
+        let form: SubscriptionForm | undefined;
         try {
+          form = subscriptionForm(body);
           const started = await startRotation(rt, old.id, form);
           if (started.secret === null) return redirect(`${CONSOLE_PREFIX}/rotations/${started.id}`);
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, started.id), secret: started.secret }), 201);

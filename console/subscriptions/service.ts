@@ -44,11 +44,12 @@ const checkSubscriptionInput = formChecker(SubscriptionInput);
 /** subscriptionInputFrom reads a subscription form into the API's SubscriptionInput and checks it with the API's own model and limits. */
 function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
   const description = form.description.trim();
-  const maxRate = (form.max_rate ?? "").trim();
-  // A number typed into the form stays text when it is not a whole number, so the model names it.
+  const maxRate = form.max_rate ?? "";
+  // A number typed into the form stays text when it is not a whole number (" 5" too, as the API
+  // refuses it), so the model names it; repeated events are left for the model to refuse, as the API does.
   const candidate = {
     target_url: form.target_url.trim(),
-    events: [...new Set(form.events)],
+    events: form.events,
     ...(description ? { description } : {}),
     ...(maxRate ? { max_rate: /^\d{1,9}$/.test(maxRate) ? Number(maxRate) : maxRate } : {}),
   };

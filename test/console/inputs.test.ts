@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { addOperator, ConsoleClient } from "./support.ts";
+import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
 
 // What an operator (or a tampered link) can type into the new pages gets a page that says what is
 // wrong, never a 500 and never a silent guess.
@@ -13,6 +13,22 @@ beforeAll(async () => {
   await client.signIn();
 });
 afterAll(() => h.close());
+
+/** messageMain is the <main> of the console's page explaining a problem (messagePage). */
+const messageMain = (title: string, text: string) => `<section class="card message"><h1>${title}</h1><p>${text}</p><p><a class="button" href="/console/">Back to the console</a></p></section>`;
+
+/** answerOf reduces a console answer to what a test compares whole: status, content type, and for a page its title, its <main> and its error notice. */
+function answerOf(res: { status: number; headers: Headers; text: string }) {
+  const type = res.headers.get("content-type");
+  if (type !== "text/html; charset=utf-8") return { status: res.status, type, body: JSON.parse(res.text) };
+  return {
+    status: res.status,
+    type,
+    title: /<title>([^<]*)<\/title>/.exec(res.text)?.[1],
+    main: /<main[^>]*>([\s\S]*)<\/main>/.exec(res.text)?.[1],
+    notice: /<div class="notice notice-error" role="alert">([^<]*)<\/div>/.exec(res.text)?.[1] ?? null,
+  };
+}
 
 test("malformed positions, filters, ids and searches answer 4xx with the reason", async () => {
   const cases: [string, number, string][] = [
@@ -58,10 +74,135 @@ test("a NUL character in a search, a sign-in or a form field is refused with 4xx
   expect(searches).toEqual([["/console/contacts?q=%00", 400], ["/console/search?q=a%00b", 400]]);
   const visitor = new ConsoleClient((r) => h.app.handle(r));
   await visitor.get("/console/login");
-  const signIn = await visitor.post("/console/login", { email: "oncall\u0000@example.com", password: "anything at all" });
-  const token = await client.post("/console/tokens", { name: "sync\u0000job" });
-  expect([signIn.status, token.status, JSON.parse(token.text).errors]).toEqual([422, 422, [{ pointer: "/name", detail: "must be text of at most 10000 characters without the NUL character, given at most 20 times" }]]);
+  const signIn = answerOf(await visitor.post("/console/login", { email: "oncall\u0000@example.com", password: "anything at all" }));
+  const token = answerOf(await client.post("/console/tokens", { name: "sync\u0000job" }));
+  // The right password with a NUL in the destination signs no one in: the fields are read first.
+  const sessions = await h.rt.db.get("SELECT count(*) AS n FROM operator_sessions");
+  const signInElsewhere = answerOf(await visitor.post("/console/login", { email: OPERATOR.email, password: OPERATOR.password, next: "/console/\u0000" }));
+  expect([signIn.status, signIn.main, signInElsewhere.status, signInElsewhere.main]).toEqual([
+    422,
+    messageMain("Check your input", "email must not contain the NUL character."),
+    422,
+    messageMain("Check your input", "next must not contain the NUL character."),
+  ]);
+  expect(await h.rt.db.get("SELECT count(*) AS n FROM operator_sessions")).toEqual(sessions);
+  expect([token.status, token.title, token.notice]).toEqual([422, "API tokens · CRM console", "name must not contain the NUL character."]);
   expect(await h.rt.db.get("SELECT count(*) AS n FROM api_tokens WHERE name LIKE 'sync%'")).toEqual({ n: 0 });
+});
+
+test("a NUL character in a console form is named on the form page, as any other wrong field is", async () => {
+  await client.get("/console/users");
+  const users = [];
+  for (const form of [{ name: "a\u0000b", email: "z@x.io" }, { name: "Zed", email: "bad" }]) users.push(answerOf(await client.post("/console/users", form)));
+  const page = { status: 422, type: "text/html; charset=utf-8", title: "Users · CRM console" };
+  expect(users.map(({ status, type, title, notice }) => ({ status, type, title, notice }))).toEqual([
+    { ...page, notice: "name must not contain the NUL character." },
+    { ...page, notice: "email must be an email address of at most 254 characters." },
+  ]);
+  const subscriptions = [];
+  for (const form of [{ target_url: "http://8.8.8.8/nul\u0000", events: "contact.created" }, { target_url: "http://8.8.8.8/hook", events: ["contact.created", "contact.\u0000"] }]) {
+    const { status, type, title, notice } = answerOf(await client.post("/console/subscriptions", form));
+    subscriptions.push({ status, type, title, notice });
+  }
+  const subscriptionsPage = { status: 422, type: "text/html; charset=utf-8", title: "Subscriptions · CRM console" };
+  expect(subscriptions).toEqual([
+    { ...subscriptionsPage, notice: "target url must not contain the NUL character." },
+    { ...subscriptionsPage, notice: "events must not contain the NUL character." },
+  ]);
+  expect([await h.rt.db.get("SELECT count(*) AS n FROM users"), await h.rt.db.get("SELECT count(*) AS n FROM webhook_subscriptions")]).toEqual([{ n: 0 }, { n: 0 }]);
+});
+
+test("a form body with a percent escape that does not decode is refused with 400, as such a request target is, and changes nothing", async () => {
+  await client.get("/console/users");
+  const refused = [];
+  for (const encoded of ["name=%E9&email=pct@x.io", "name=50%&email=pct@x.io", "name=%zz&email=pct@x.io", "name=Ann&email=pct%C3@x.io"]) refused.push(answerOf(await client.postEncoded("/console/users", encoded)));
+  const text = "The form has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits); nothing was changed.";
+  const page = { status: 400, type: "text/html; charset=utf-8", title: "Not understood · CRM console", main: messageMain("Not understood", text), notice: null };
+  expect(refused).toEqual([page, page, page, page]);
+  // Escapes that decode are read as before: %C3%A9 is é, + a space.
+  expect((await client.postEncoded("/console/users", "name=Ren%C3%A9+Doe&email=rene%40x.io")).status).toBe(303);
+  expect(await h.rt.db.all("SELECT name, email FROM users")).toEqual([{ name: "René Doe", email: "rene@x.io" }]);
+});
+
+test("the subscription form refuses what the API refuses, with the API's words: an event twice, a max_rate with spaces around it", async () => {
+  await client.get("/console/subscriptions");
+  const cases: [Record<string, string | string[]>, Record<string, unknown>][] = [
+    [{ events: ["contact.created", "contact.created"] }, { events: ["contact.created", "contact.created"] }],
+    [{ events: "contact.created", max_rate: " 5" }, { events: ["contact.created"], max_rate: " 5" }],
+  ];
+  const answers = [];
+  const expected = [];
+  for (const [form, body] of cases) {
+    const api = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://8.8.8.8/hook", ...body } });
+    const { pointer, detail } = api.body.errors[0];
+    expected.push({ status: 422, title: "Subscriptions · CRM console", notice: `${pointer.slice(1).replace("_", " ")} ${detail}.` });
+    const { status, title, notice } = answerOf(await client.post("/console/subscriptions", { target_url: "http://8.8.8.8/hook", ...form }));
+    answers.push({ status, title, notice });
+  }
+  expect(expected.map((e) => e.notice)).toEqual([
+    "events must be a non-empty list of distinct event kinds from: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping, subscription.disabled, delivery.exhausted.",
+    "max rate must be a whole number of requests per second from 1 to 1000.",
+  ]);
+  expect(answers).toEqual(expected);
+  expect(await h.rt.db.get("SELECT count(*) AS n FROM webhook_subscriptions")).toEqual({ n: 0 });
+});
+
+test("the contacts and users pages refuse a parameter they do not take with the 422 page, as the deliveries page refuses an unknown filter", async () => {
+  const answers = [];
+  for (const path of ["/console/contacts?zzz=1", "/console/contacts?page=-1", "/console/users?zzz=1", "/console/users?page=-1"]) {
+    const { status, main } = answerOf(await client.get(path));
+    answers.push([path, status, main]);
+  }
+  expect(answers).toEqual([
+    ["/console/contacts?zzz=1", 422, messageMain("Check your input", "zzz is not a parameter of the contacts page; known: q, before.")],
+    ["/console/contacts?page=-1", 422, messageMain("Check your input", "page is not a parameter of the contacts page; known: q, before.")],
+    ["/console/users?zzz=1", 422, messageMain("Check your input", "zzz is not a parameter of the users page; known: page, added.")],
+    ["/console/users?page=-1", 422, messageMain("Check your input", "The page number must be a whole number of at least 1.")],
+  ]);
+  expect([(await client.get("/console/contacts?q=ada&before=")).status, (await client.get("/console/users?page=1&added=1")).status]).toEqual([200, 200]);
+});
+
+test("a malformed request target under /console is the 400 of /public/v1: the same problem+json under /console/api, the page explaining it elsewhere", async () => {
+  const nul = (await h.json("GET", "/public/v1/contacts?q=a%00b")).body;
+  const escape = (await h.json("GET", "/public/v1/contacts/con_%E9")).body;
+  expect([nul, escape]).toEqual([
+    {
+      type: "urn:crm:problem:invalid-request-target",
+      title: "Bad Request",
+      status: 400,
+      detail: "The request target contains %00, an encoded NUL character, which no path segment or query parameter may hold.",
+    },
+    {
+      type: "urn:crm:problem:invalid-request-target",
+      title: "Bad Request",
+      status: 400,
+      detail: "The request target has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits).",
+    },
+  ]);
+  const visitor = new ConsoleClient((r) => h.app.handle(r));
+  const answers = [];
+  for (const [who, path] of [[client, "/console/api/deliveries?status=%00"], [client, "/console/api/deliveries/dlv_%E9"], [client, "/console/contacts?q=a%00b"], [client, "/console/%zz"], [visitor, "/console/%zz"]] as const) {
+    const res = await who.get(path);
+    answers.push([path, { ...answerOf(res), csp: res.headers.get("content-security-policy") !== null }]);
+  }
+  // Found before routing, these come without the session: the page has no navigation.
+  const page = (text: string) => ({ status: 400, type: "text/html; charset=utf-8", title: "Not understood · CRM console", main: messageMain("Not understood", text), notice: null, csp: true });
+  expect(answers).toEqual([
+    ["/console/api/deliveries?status=%00", { status: 400, type: "application/problem+json", body: nul, csp: true }],
+    ["/console/api/deliveries/dlv_%E9", { status: 400, type: "application/problem+json", body: escape, csp: true }],
+    ["/console/contacts?q=a%00b", page(nul.detail)],
+    ["/console/%zz", page(escape.detail)],
+    ["/console/%zz", page(escape.detail)],
+  ]);
+  // The other limits checked before routing are answered the same way.
+  const title = "Address too long";
+  expect(answerOf(await client.get(`/console/?status=${"x".repeat(5000)}`))).toEqual({
+    status: 414,
+    type: "text/html; charset=utf-8",
+    title: `${title} · CRM console`,
+    main: messageMain(title, "The query string is 5007 bytes; the limit is 4096 bytes (4 KiB)."),
+    notice: null,
+  });
 });
 
 test("an address with no console page is a 404 page; one under /console/api is a 404 problem, as the JSON endpoints answer", async () => {

@@ -174,6 +174,11 @@ export class ConsoleClient {
     return this.send(path, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: form.toString() });
   }
 
+  /** postEncoded sends a form body exactly as given after the current CSRF token (`name=%E9&...`), for bodies no browser would send. */
+  postEncoded(path: string, encoded: string) {
+    return this.send(path, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: `_csrf=${encodeURIComponent(this.csrf)}&${encoded}` });
+  }
+
   /** signIn loads the sign-in page (for its CSRF token) and posts the operator's credentials. */
   async signIn(operator = OPERATOR) {
     await this.get("/console/login");
