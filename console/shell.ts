@@ -5,6 +5,7 @@ import { parseQuery } from "elysia/parse-query";
 import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
 import { pathOf } from "../server/http/request-log.ts";
 import { clientAddress, clientHints, requestIsHttps } from "../server/http/client-address.ts";
+import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
 import { sessionOperator } from "../server/operators/service.ts";
 import type { Runtime } from "../server/runtime.ts";
@@ -141,9 +142,12 @@ function errorAnswer(error: ProblemError, request: Request, session: ConsoleSess
  * come without a session, so their page has no navigation.
  */
 export function consoleErrors() {
-  return new Elysia({ name: "console-errors" }).onError({ as: "global" }, ({ error, request, ...context }) => {
-    if (!(error instanceof ProblemError) || !pathOf(request).startsWith(`${CONSOLE_PREFIX}/`)) return;
-    return errorAnswer(error, request, (context as { session?: ConsoleSession | null }).session ?? null);
+  return new Elysia({ name: "console-errors" }).onError({ as: "global" }, ({ code, error, request, ...context }) => {
+    const problem = pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? requestProblemOf(code, error) : null;
+    if (!problem) return;
+    // A value past a route schema's limit (a pasted 10,000-character search): the page names the field.
+    const named = code === "VALIDATION" && problem.errors ? fieldsProblem(problem.errors) : problem;
+    return errorAnswer(named, request, (context as { session?: ConsoleSession | null }).session ?? null);
   });
 }
 

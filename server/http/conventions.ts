@@ -1,9 +1,9 @@
 import { Elysia } from "elysia";
 import type { Metrics } from "../ops/metrics.ts";
 import type { Logger } from "../shared/log.ts";
-import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
+import { problem, problemResponse, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
-import { errorToProblem, methodNotAllowed, staticPathMethods, type RouteEntry } from "./errors.ts";
+import { errorToProblem, methodNotAllowed, requestProblemOf, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { pathOf, requestFinisher, requestIdOf, startRequest } from "./request-log.ts";
 
@@ -88,8 +88,8 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request, { timeoutMs: bodyTimeoutMs, idleTimeoutSeconds, server }),
     )
     .onError({ as: "global" }, ({ code, error, request, set }) => {
-      // The console answers the problems its services throw with pages of its own (console/shell.ts).
-      if (error instanceof ProblemError && pathOf(request).startsWith(`${CONSOLE_PREFIX}/`)) return;
+      // The console answers a request's problems with pages of its own (consoleErrors, console/shell.ts).
+      if (pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) && requestProblemOf(code, error)) return;
       const requestId = requestIdOf(request);
       const { body, headers } = errorToProblem({ code, error, request, requestId }, { log, routes });
       set.status = body.status;

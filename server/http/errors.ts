@@ -1,6 +1,6 @@
 import { ValidationError } from "elysia";
 import type { Logger } from "../shared/log.ts";
-import { ProblemError, problem, type FieldError, type Problem } from "../shared/problem.ts";
+import { ProblemError, problem, validationProblem, type FieldError, type Problem } from "../shared/problem.ts";
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
 import { pathOf } from "./request-log.ts";
 
@@ -57,6 +57,18 @@ export interface ErrorMapping {
 }
 
 /**
+ * requestProblemOf returns the problem of a request's own making: a ProblemError thrown (also from
+ * the parse hook, which Elysia wraps), or a query, body or parameter failing its schema (422 with
+ * pointers); null for anything else.
+ */
+export function requestProblemOf(code: unknown, error: unknown): ProblemError | null {
+  if (code === "PARSE" && (error as Error).cause instanceof ProblemError) return (error as Error).cause as ProblemError;
+  if (error instanceof ProblemError) return error;
+  if (code === "VALIDATION" && (error as ValidationError).type !== "response") return validationProblem(validationErrors(error as ValidationError));
+  return null;
+}
+
+/**
  * errorToProblem turns anything a request's handling threw into the problem to answer with:
  * ProblemErrors as they say, request validation as 422 with pointers, an unknown route as 404 or
  * (known path, other method) 405 with Allow, and anything unexpected as a logged, opaque 500.
@@ -66,12 +78,8 @@ export function errorToProblem(
   { log, routes }: { log: Logger; routes: () => RouteEntry[] },
 ): ErrorMapping {
   const headers: Record<string, string> = {};
-  // Elysia wraps whatever the parse hook throws in its own ParseError.
-  if (code === "PARSE" && (error as Error).cause instanceof ProblemError) error = (error as Error).cause as ProblemError;
-  if (error instanceof ProblemError) return { body: error.toProblem(), headers: { ...error.headers } };
-  if (code === "VALIDATION" && (error as ValidationError).type !== "response") {
-    return { body: problem(422, "validation", "The request has invalid fields.", validationErrors(error as ValidationError)), headers };
-  }
+  const requestProblem = requestProblemOf(code, error);
+  if (requestProblem) return { body: requestProblem.toProblem(), headers: { ...requestProblem.headers } };
   if (code === "NOT_FOUND") {
     const path = pathOf(request);
     const allowed = allowedMethods(routes(), path);

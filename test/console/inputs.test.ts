@@ -162,6 +162,29 @@ test("the contacts and users pages refuse a parameter they do not take with the 
   expect([(await client.get("/console/contacts?q=ada&before=")).status, (await client.get("/console/users?page=1&added=1")).status]).toEqual([200, 200]);
 });
 
+test("a value past a console route's schema limit gets the 422 page naming the field, or problem+json under /console/api, never the API's bare problem on a page", async () => {
+  const page = answerOf(await client.get(`/console/contacts?q=${"x".repeat(301)}`));
+  const id = answerOf(await client.get(`/console/contacts/${"c".repeat(70)}`));
+  const api = answerOf(await client.get(`/console/api/deliveries?status=${"x".repeat(30)}`));
+  expect([page.status, page.type, page.main, id.main]).toEqual([
+    422,
+    "text/html; charset=utf-8",
+    messageMain("Check your input", "q Expected string length less or equal to 300."),
+    messageMain("Check your input", "id Expected string length less or equal to 64."),
+  ]);
+  expect(api).toEqual({
+    status: 422,
+    type: "application/problem+json",
+    body: {
+      type: "urn:crm:problem:validation",
+      title: "Unprocessable Content",
+      status: 422,
+      detail: "status Expected string length less or equal to 20.",
+      errors: [{ parameter: "status", detail: "Expected string length less or equal to 20" }],
+    },
+  });
+});
+
 test("a malformed request target under /console is the 400 of /public/v1: the same problem+json under /console/api, the page explaining it elsewhere", async () => {
   const nul = (await h.json("GET", "/public/v1/contacts?q=a%00b")).body;
   const escape = (await h.json("GET", "/public/v1/contacts/con_%E9")).body;
