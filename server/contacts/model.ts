@@ -48,6 +48,10 @@ const idList = (prefix: string, what: string) =>
   nullable(t.Array(t.String({ pattern: `^${prefix}_[0-9A-Z]{26}$` }), { maxItems: MAX_RELATED_IDS, uniqueItems: true }), `must be a list of at most ${MAX_RELATED_IDS} distinct ${what} ids (${prefix}_...)`);
 
 /** ContactFields are the known, validated contact properties; any others are stored as given. */
+// "." and ".." are refused: URL clients read them as path steps (DELETE .../tags/%2E%2E is sent as
+// DELETE /contacts/:id/), so such a tag could never be removed through its own URL.
+const tagName = (options: { error?: string } = {}) => t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, pattern: "^(?!\\.\\.?$)", ...options });
+
 const contactFields = {
   first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
   last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
@@ -58,8 +62,8 @@ const contactFields = {
     `must be a string of 1 to ${MAX_EXTERNAL_ID_LENGTH} characters, or null`,
   ),
   tags: nullable(
-    t.Array(t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH }), { maxItems: MAX_TAGS }),
-    `must be a list of at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters each`,
+    t.Array(tagName(), { maxItems: MAX_TAGS }),
+    `must be a list of at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters each, none of them "." or ".."`,
   ),
   custom_fields: jsonObject(
     `Custom fields: a JSON object, or null to clear. At most ${MAX_CUSTOM_FIELDS} keys, keys of at most ${MAX_CUSTOM_FIELD_KEY_LENGTH} characters at any depth, nesting at most ${MAX_CUSTOM_FIELDS_DEPTH} levels, at most ${MAX_CUSTOM_FIELDS_BYTES} bytes as JSON.`,
@@ -137,7 +141,7 @@ export const ContactAccountInput = t.Object(
   { additionalProperties: false, examples: [{ account_id: "acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M" }] },
 );
 export const ContactTagInput = t.Object(
-  { tag: t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, error: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters` }) },
+  { tag: tagName({ error: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."` }) },
   { additionalProperties: false, examples: [{ tag: "vip" }] },
 );
 // Elysia states "nothing else" of a response schema it is given; this one it is given wrapped (serialisedResponse).

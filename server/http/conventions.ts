@@ -1,8 +1,9 @@
 import { Elysia } from "elysia";
 import type { Metrics } from "../ops/metrics.ts";
 import type { Logger } from "../shared/log.ts";
-import { problem, problemResponse, validationProblem } from "../shared/problem.ts";
+import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
+import { isBrowserRequest } from "./client-address.ts";
 import { errorToProblem, methodNotAllowed, requestProblemOf, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { pathOf, requestFinisher, requestIdOf, startRequest } from "./request-log.ts";
@@ -48,7 +49,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
     .onRequest(({ request, set }) => {
       const id = startRequest(request);
       set.headers["x-request-id"] = id;
-      if (pathOf(request).startsWith(PUBLIC_PREFIX) && (request.headers.has("origin") || request.headers.has("sec-fetch-site"))) {
+      if (pathOf(request).startsWith(PUBLIC_PREFIX) && isBrowserRequest(request)) {
         const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),
           { "x-request-id": id },
@@ -58,14 +59,18 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       }
     })
     .onTransform({ as: "global" }, ({ request, route, body }) => {
-      // The router sends GET /contacts/batch (a POST-only path) to GET /contacts/:id; it is a 405.
+      const path = pathOf(request);
+      const isPublic = path.startsWith(PUBLIC_PREFIX);
       if (route.includes("/:")) {
-        const path = pathOf(request);
+        // The router takes /contacts/ID/ for /contacts/ID, and a URL client sends a tag named ".."
+        // (.../tags/%2E%2E) as just that: a DELETE meant for the tag would delete the contact.
+        if (isPublic && path.endsWith("/")) throw new ProblemError(404, "not-found", `No route matches ${request.method} ${path}: a path with an id does not end in "/".`);
+        // The router sends GET /contacts/batch (a POST-only path) to GET /contacts/:id; it is a 405.
         const served = (staticPaths ??= staticPathMethods(routes())).get(path);
         if (served && !served.includes(request.method)) throw methodNotAllowed(request.method, path, served);
       }
       // An action such as POST .../pause takes no body: fields sent to it would be ignored, so they are refused ({} is fine).
-      if (body !== undefined && !(bodyRoutes ??= methodsWith(routes(), "body")).get(route)?.has(request.method) && pathOf(request).startsWith(PUBLIC_PREFIX)) {
+      if (body !== undefined && !(bodyRoutes ??= methodsWith(routes(), "body")).get(route)?.has(request.method) && isPublic) {
         const fields = Object.keys(body as object);
         if (fields.length > 0) throw validationProblem(fields.map((name) => ({ pointer: `/${name}`, detail: "is not a field here; this route takes no body" })));
       }
@@ -75,7 +80,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       const method = request.method === "HEAD" ? "GET" : request.method;
       const readsQuery = (queryRoutes ??= methodsWith(routes(), "query")).get(route)?.has(method) === true;
       // A route without parameters refuses any, as list routes refuse unknown ones: a typo is not ignored.
-      if (!readsQuery && pathOf(request).startsWith(PUBLIC_PREFIX)) {
+      if (!readsQuery && isPublic) {
         const names = [...new Set(new URLSearchParams(url.slice(url.indexOf("?") + 1)).keys())];
         if (names.length > 0) throw validationProblem(names.map((name) => ({ parameter: name, detail: "is not a parameter of this route, which takes none" })));
       }

@@ -231,8 +231,8 @@ describe("contact relations: errors", () => {
     );
     expect((await h.json("POST", `/public/v1/contacts/${c.id}/accounts`, { body: { account_id: "acme" } })).body).toEqual(validation([{ pointer: "/account_id", detail: "must be an account id (acc_...)" }]));
     expect((await h.json("POST", `/public/v1/contacts/${c.id}/accounts`, { body: {} })).body).toEqual(validation([{ pointer: "/account_id", detail: "must be an account id (acc_...)" }]));
-    expect((await h.json("POST", `/public/v1/contacts/${c.id}/tags`, { body: { tag: "" } })).body).toEqual(validation([{ pointer: "/tag", detail: "must be a tag of 1 to 100 characters" }]));
-    expect((await h.json("POST", `/public/v1/contacts/${c.id}/tags`, { body: { tag: "x".repeat(101) } })).body).toEqual(validation([{ pointer: "/tag", detail: "must be a tag of 1 to 100 characters" }]));
+    expect((await h.json("POST", `/public/v1/contacts/${c.id}/tags`, { body: { tag: "" } })).body).toEqual(validation([{ pointer: "/tag", detail: 'must be a tag of 1 to 100 characters, not "." or ".."' }]));
+    expect((await h.json("POST", `/public/v1/contacts/${c.id}/tags`, { body: { tag: "x".repeat(101) } })).body).toEqual(validation([{ pointer: "/tag", detail: 'must be a tag of 1 to 100 characters, not "." or ".."' }]));
     expect((await h.json("GET", `/public/v1/contacts/${c.id}`)).body).toEqual({ data: c });
     expect(await eventTypes(h)).toEqual(["account.created", "contact.created"]);
   });

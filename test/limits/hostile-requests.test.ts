@@ -197,6 +197,36 @@ describe("hostile requests: sorting a list that has one order", () => {
   });
 });
 
+describe("hostile requests: the tag '..' and paths ending in /", () => {
+  test("a URL client sends the removal of a tag '..' as DELETE /contacts/ID/: that is 404, and the contact stays", async () => {
+    const id = await createContact({ first_name: "Ada", tags: ["vip"] });
+    const sent = new URL(`http://crm.example/public/v1/contacts/${id}/tags/${encodeURIComponent("..")}`).pathname;
+    expect(sent).toBe(`/public/v1/contacts/${id}/`);
+    const removal = await h.json("DELETE", sent);
+    expect({ status: removal.status, body: removal.body }).toEqual({
+      status: 404,
+      body: { type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No route matches DELETE /public/v1/contacts/${id}/: a path with an id does not end in "/".` },
+    });
+    expect((await h.json("GET", `/public/v1/contacts/${id}/`)).status).toBe(404);
+    expect((await h.json("GET", `/public/v1/contacts/${id}`)).body.data.tags).toEqual(["vip"]);
+  });
+
+  test("a tag '.' or '..' is refused wherever a tag is given, since no URL could remove it", async () => {
+    const id = await createContact();
+    const listError = 'must be a list of at most 100 tags of 1 to 100 characters each, none of them "." or ".."';
+    const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Eve", tags: ["ok", ".."] } });
+    const patched = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { tags: ["."] } });
+    const added = await h.json("POST", `/public/v1/contacts/${id}/tags`, { body: { tag: ".." } });
+    expect([created.body, patched.body, added.body]).toEqual([
+      validation([{ pointer: "/tags", detail: listError }]),
+      validation([{ pointer: "/tags", detail: listError }]),
+      validation([{ pointer: "/tag", detail: 'must be a tag of 1 to 100 characters, not "." or ".."' }]),
+    ]);
+    const dots = await h.json("POST", `/public/v1/contacts/${id}/tags`, { body: { tag: "..." } });
+    expect([dots.status, dots.body.data.tags, await contactCount(h)]).toEqual([200, ["..."], 1]);
+  });
+});
+
 describe("hostile requests: HEAD", () => {
   test("HEAD with a list's parameters answers as GET does, without the body; a parameter GET refuses is refused the same", async () => {
     const id = await createContact();
