@@ -65,7 +65,9 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   const app = createApp(runtime);
   // Bun.serve has no connection cap, header timeout setting or body deadline: limitsGuard and
   // parseJsonBody supply the cap (503) and the body deadline (408); the header deadline is Bun's fixed 10 s.
-  app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: 2 * 1024 * 1024, idleTimeout: config.idleTimeoutSeconds });
+  // Elysia asks for SO_REUSEPORT, which lets a second `serve` bind the same port and take half its
+  // connections (on SQLite, with a database and an in-memory state of its own): a busy port stops start-up.
+  app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: 2 * 1024 * 1024, idleTimeout: config.idleTimeoutSeconds, reusePort: false });
   const server = app.server!;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   if ((await listTokens(db)).length === 0) {

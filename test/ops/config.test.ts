@@ -2,6 +2,8 @@ import { describe, expect, test } from "bun:test";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
+import { startServer } from "../../server/server.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { ROOT, SOURCE, runCli, tempDir } from "./support.ts";
 
 function configFile(text: string): string {
@@ -134,6 +136,13 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid database_url in ${file}: "sqlite:///var/lib/crm" is not a postgres:// or postgresql:// URL`);
   });
 
+  test("a database URL whose port is out of range names the port, without the password", () => {
+    expect(configError(() => loadConfig(["--database-url", "postgres://u:p@h:99999/d"], {}))).toBe('invalid --database-url: "postgres://***@h:99999/d" has port 99999; the port must be 1 to 65535');
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgresql://crm:hunter2@[::1]:65536/crm" }))).toBe('invalid CRM_DATABASE_URL: "postgresql://***@[::1]:65536/crm" has port 65536; the port must be 1 to 65535');
+    expect(configError(() => loadConfig(["--database-url", "postgres://crm:hunter2@db:0/crm"], {}))).toBe('invalid --database-url: "postgres://crm:***@db:0/crm" has port 0; the port must be 1 to 65535');
+    expect(loadConfig(["--database-url", "postgres://crm:hunter2@db:65535/crm"], {}).databaseUrl).toBe("postgres://crm:hunter2@db:65535/crm");
+  });
+
   test("the database pool takes 1 to 100 connections", () => {
     expect(loadConfig(["--database-pool", "100"], {}).databasePool).toBe(100);
     expect(configError(() => loadConfig(["--database-pool", "0"], {}))).toBe('invalid --database-pool: "0" is not a positive whole number');
@@ -170,6 +179,21 @@ describe("configuration: invalid input names the setting", () => {
       busy.stop(true);
     }
   });
+
+  test("a second serve on the port of a running one stops with one line, instead of sharing the port and splitting its traffic", async () => {
+    const first = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir: tempDir("first"), logLevel: "error" }, createLogger("error", () => {}));
+    try {
+      const port = first.server.port!;
+      const second = Bun.spawn([...SOURCE, "serve", "--port", String(port), "--data-dir", tempDir("second")], { cwd: ROOT, stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH ?? "" } });
+      // Before the fix the second server ran on: stop it rather than wait for ever.
+      const stopper = setTimeout(() => second.kill(), 15_000);
+      const exitCode = await second.exited;
+      clearTimeout(stopper);
+      expect({ exitCode, stderr: await new Response(second.stderr).text() }).toEqual({ exitCode: 2, stderr: `crm: cannot listen: Failed to start server. Is port ${port} in use?\n` });
+    } finally {
+      await first.stop();
+    }
+  }, 20_000);
 });
 
 describe("configuration: documentation", () => {
