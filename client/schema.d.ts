@@ -50,7 +50,7 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description Requests by route and status with latency histograms, webhook deliveries and attempts, queue depth, oldest pending delivery age. Needs the metrics token (Authorization: Bearer) when one is configured; otherwise answers loopback clients only.
+         * @description Requests by route and status with latency histograms, webhook deliveries and attempts, queue depth, oldest pending delivery age. Needs the metrics token (Authorization: Bearer) when one is configured; otherwise answers loopback clients only, addressed as localhost or a loopback address (Host). Refuses browsers (Origin or Sec-Fetch-Site): 403 browser-request.
          */
         get: operations["getMetrics"];
         put?: never;

@@ -184,11 +184,15 @@ export function redactedUrl(url: string): string {
 /** ConfigError names the setting that is invalid; main prints its message as one line. */
 export class ConfigError extends Error {}
 
+// The port of a postgres:// URL as written, found even where URL cannot parse it (a port past 65535),
+// so the message names the port instead of calling the whole URL wrong.
+const DATABASE_URL_PORT = /^postgres(?:ql)?:\/\/(?:[^/?#]*@)?(?:\[[^\]/?#]*\]|[^:/?#]*):(\d+)(?:[/?#]|$)/i;
+
 function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   const text = String(raw).trim();
+  // A secret is never echoed, not even a malformed one: this line ends up in logs.
+  const shown = setting.kind === "secret" ? "the value" : JSON.stringify(setting.kind === "database-url" ? redactedUrl(text) : String(raw));
   const fail = (expected: string): never => {
-    // A secret is never echoed, not even a malformed one: this line ends up in logs.
-    const shown = setting.kind === "secret" ? "the value" : JSON.stringify(setting.kind === "database-url" ? redactedUrl(text) : String(raw));
     throw new ConfigError(`invalid ${source}: ${shown} is not ${expected}`);
   };
   switch (setting.kind) {
@@ -235,9 +239,12 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
     case "secret":
       if (text !== "" && !/^[\x21-\x7e]{16,200}$/.test(text)) fail("16 to 200 printable characters without spaces");
       return text;
-    case "database-url":
+    case "database-url": {
+      const port = DATABASE_URL_PORT.exec(text)?.[1];
+      if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) throw new ConfigError(`invalid ${source}: ${shown} has port ${port}; the port must be 1 to 65535`);
       if (text !== "" && !(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
       return text;
+    }
     case "address-list": {
       const parts = text === "" ? [] : text.split(",").map((p) => p.trim());
       if (parts.some((p) => isIP(p) === 0)) fail("a comma-separated list of IP addresses");

@@ -1,12 +1,12 @@
 #!/usr/bin/env bun
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, type Config } from "./config.ts";
 import { migrateBackend, openBackend, type Backend } from "./db/backend.ts";
 import { databaseFile, databasePath, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
-import { createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
+import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser } from "./users/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
@@ -60,14 +60,15 @@ ${SETTINGS.map((s) => `  ${`${s.flag} ${s.kind === "boolean" ? "" : "VALUE"}`.pa
 
 const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
 
-/** takeOption removes `--name value` from args and returns the value. */
+/** takeOption removes `--name value` from args and returns the value; the option given twice is refused, not one of its values guessed. */
 function takeOption(args: string[], name: string): string | undefined {
-  const i = args.findIndex((a) => a === name || a.startsWith(`${name}=`));
+  const isOption = (a: string) => a === name || a.startsWith(`${name}=`);
+  const i = args.findIndex(isOption);
   if (i < 0) return undefined;
   const [arg] = args.splice(i, 1);
-  if (arg!.includes("=")) return arg!.slice(arg!.indexOf("=") + 1);
-  const [value] = args.splice(i, 1);
+  const value = arg!.includes("=") ? arg!.slice(arg!.indexOf("=") + 1) : args.splice(i, 1)[0];
   if (value === undefined) throw new ConfigError(`${name} needs a value`);
+  if (args.some(isOption)) throw new ConfigError(`${name} is given twice; give it once`);
   return value;
 }
 
@@ -85,10 +86,23 @@ function commandFirst(args: string[]): string[] {
   return args;
 }
 
+/** takeFlag removes the flag `name` from args and tells whether it was there; given twice, it is refused. */
 function takeFlag(args: string[], name: string): boolean {
   const i = args.indexOf(name);
   if (i >= 0) args.splice(i, 1);
+  if (args.includes(name)) throw new ConfigError(`${name} is given twice; give it once`);
   return i >= 0;
+}
+
+/**
+ * loadCommandConfig resolves a command's settings and reads a key file named by --secrets-key-file
+ * at once: most commands never open the key (a migrated database has nothing to seal), and would
+ * otherwise accept a missing or broken file that `serve` then refuses.
+ */
+function loadCommandConfig(args: string[]): Config {
+  const config = loadConfig(args);
+  if (config.secretsKeyFile) loadSecretsKey(config);
+  return config;
 }
 
 /** migrateWithSecretsKey migrates; a migration that seals signing secrets reads (or creates) the secrets key. */
@@ -129,7 +143,7 @@ async function openDataDirDatabase(config: Config, { setUp = false }: { setUp?: 
  * data directory's SQLite (openDataDirDatabase).
  */
 async function openConfiguredDatabase(args: string[], options: { setUp?: boolean } = {}): Promise<Backend> {
-  const config = loadConfig(args);
+  const config = loadCommandConfig(args);
   if (!config.databaseUrl) return openDataDirDatabase(config, options);
   const db = await openBackend(config);
   await migrateWithSecretsKey(db, config);
@@ -149,7 +163,9 @@ async function importCommand(args: string[]): Promise<number> {
   const dryRun = takeFlag(args, "--dry-run");
   const file = args.shift();
   if (!file || file.startsWith("-") || args.length > 0) throw new ConfigError(args.length > 0 ? `import: unexpected ${args.join(" ")} (${IMPORT_USAGE})` : IMPORT_USAGE);
-  if (!(await Bun.file(file).exists())) throw new ConfigError(`import: no file ${file}`);
+  const input = statSync(file, { throwIfNoEntry: false });
+  if (!input) throw new ConfigError(`import: no file ${file}`);
+  if (input.isDirectory()) throw new ConfigError(`import: ${file} is a directory, not a .csv or .jsonl file`);
   let api: { url: string; token: string } | undefined;
   if (!dryRun) {
     if (!url || !tokenFile) throw new ConfigError(`import needs --url and --token-file (or --dry-run); ${IMPORT_USAGE}`);
@@ -157,6 +173,8 @@ async function importCommand(args: string[]): Promise<number> {
     if (!(await Bun.file(tokenFile).exists())) throw new ConfigError(`import: no token file ${tokenFile}`);
     const token = (await Bun.file(tokenFile).text()).trim();
     if (token === "") throw new ConfigError(`import: the token file ${tokenFile} is empty`);
+    // fetch would refuse the Authorization header only when sending, after every retry.
+    if (/\s/.test(token)) throw new ConfigError(`import: the token file ${tokenFile} must hold one API token on one line`);
     api = { url: url.replace(/\/+$/, ""), token };
   }
   try {
@@ -164,10 +182,14 @@ async function importCommand(args: string[]): Promise<number> {
     const counts = dryRun ? `valid ${summary.valid}, invalid ${summary.invalid}` : `created ${summary.created}, updated ${summary.updated}, unchanged ${summary.unchanged}, invalid ${summary.invalid}`;
     process.stdout.write(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}\n`);
     if (summary.invalidFile) process.stdout.write(`invalid rows with their errors: ${summary.invalidFile}\n`);
+    if (summary.invalidFileError) {
+      process.stderr.write(`crm: ${summary.invalidFileError}\n`);
+      return 2;
+    }
     return summary.invalid > 0 ? 1 : 0;
   } catch (error) {
     if (!(error instanceof ImportError)) throw error;
-    process.stderr.write(`crm: import stopped: ${error.message}\nrun the same command again to resume: batches already sent are not applied twice\n`);
+    process.stderr.write(`crm: import stopped: ${error.message}\n${error.resumable ? "run the same command again to resume: batches already sent are not applied twice\n" : ""}`);
     return 2;
   }
 }
@@ -185,7 +207,7 @@ async function main(argv: string[]): Promise<number> {
   const command = args[0] && !args[0].startsWith("-") ? args.shift()! : "serve";
   switch (command) {
     case "serve": {
-      const config = loadConfig(args);
+      const config = loadCommandConfig(args);
       const running = await startServer(config);
       flushLogs();
       process.stdout.write(`listening on ${running.url}\n`);
@@ -208,7 +230,7 @@ async function main(argv: string[]): Promise<number> {
       return new Promise<number>(() => {});
     }
     case "migrate": {
-      const config = loadConfig(args);
+      const config = loadCommandConfig(args);
       const db = await openBackend(config);
       const applied = await migrateWithSecretsKey(db, config);
       process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
@@ -221,7 +243,9 @@ async function main(argv: string[]): Promise<number> {
         const name = takeOption(args, "--name");
         const json = takeFlag(args, "--json");
         const rateText = takeOption(args, "--rate");
-        if (!name || name.trim() === "" || name.length > 100) throw new ConfigError("token create needs --name NAME (1 to 100 characters)");
+        if (name === undefined) throw new ConfigError("token create needs --name NAME (1 to 100 characters)");
+        const nameFault = checkTokenName(name);
+        if (nameFault) throw new ConfigError(`token create --name ${nameFault}`);
         const rate = rateText === undefined ? null : parseTokenRate(rateText);
         if (rate === null && rateText !== undefined) {
           throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100`);
@@ -246,7 +270,7 @@ async function main(argv: string[]): Promise<number> {
         if (!id || id.startsWith("-")) throw new ConfigError("token revoke needs the token id (see token list)");
         const db = await openConfiguredDatabase(args);
         if (!(await revokeApiToken(db, id))) {
-          process.stderr.write((await findToken(db, id)) ? `token ${id} is already revoked\n` : `no token with id ${id}\n`);
+          process.stderr.write((await findToken(db, id)) ? `crm: token ${id} is already revoked\n` : `crm: no token with id ${id}\n`);
           return 1;
         }
         process.stdout.write(`revoked ${id}\n`);
@@ -311,7 +335,7 @@ async function main(argv: string[]): Promise<number> {
     case "backup": {
       const file = args.shift();
       if (!file || file.startsWith("-")) throw new ConfigError("usage: backup FILE [--data-dir DIR] (FILE must not exist yet)");
-      const config = loadConfig(args);
+      const config = loadCommandConfig(args);
       if (config.databaseUrl) {
         process.stderr.write("crm: backup copies the SQLite database of a data directory; on PostgreSQL (--database-url) back up with pg_dump (for example pg_dump --format=custom --file FILE URL) and keep the secrets key file apart from it\n");
         return 2;
@@ -331,7 +355,7 @@ async function main(argv: string[]): Promise<number> {
     case "import":
       return importCommand(args);
     case "copy-to-postgres": {
-      const config = loadConfig(args);
+      const config = loadCommandConfig(args);
       // The source is the data directory's SQLite, sealed with that directory's own key.
       return copyToPostgresCommand(config, () => openDataDirDatabase({ ...config, databaseUrl: "" }));
     }

@@ -1,5 +1,5 @@
 import type { Database, Db } from "../../server/db/sql.ts";
-import { createApiToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
+import { checkTokenName, createApiToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
@@ -9,9 +9,9 @@ import { formChecker } from "../shell.ts";
 
 /** createTokenFromForm creates an API token named in the console; the token is returned once. */
 export function createTokenFromForm(db: Database, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
-  const trimmed = name.trim();
-  if (trimmed === "" || trimmed.length > 100) throw validationProblem([{ pointer: "/name", detail: "must be 1 to 100 characters" }], "The name must be 1 to 100 characters.");
-  return createApiToken(db, trimmed);
+  const fault = checkTokenName(name);
+  if (fault) throw validationProblem([{ pointer: "/name", detail: fault }], `The name ${fault}.`);
+  return createApiToken(db, name.trim());
 }
 
 /** revokeTokenFromConsole revokes an API token, or throws 404 when no active token has that id. */

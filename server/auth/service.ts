@@ -2,6 +2,7 @@ import type { Database, Db } from "../db/sql.ts";
 import type { TokenRate } from "../limits/rate-limiter.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
+import { codePointName } from "../shared/text.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import { findActiveTokensByPrefix, findApiTokenById, findApiTokenRate, insertApiToken, listApiTokens, markTokenRevoked, touchTokenLastUsed, type ApiTokenRow } from "./store.ts";
 
@@ -27,6 +28,22 @@ function randomTokenSecret(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(40));
   // 40 characters from 62 (rejection-free bias is < 2^-7 per character with 256 % 62; acceptable: 238 bits)
   return Array.from(bytes, (b) => alphabet[b % 62]).join("");
+}
+
+/** TOKEN_NAME_MAX_LENGTH bounds a token's name, in characters. */
+const TOKEN_NAME_MAX_LENGTH = 100;
+
+// A name is printed as it is by `token list` and the console: a tab or newline would break its row
+// apart and an escape sequence would drive the operator's terminal. C0, DEL and C1 are refused.
+const CONTROL_CHARACTER = /\p{Cc}/u;
+
+/** checkTokenName returns why a token name (trimmed, as it is stored) cannot be used, or null when it can. */
+export function checkTokenName(name: string): string | null {
+  const trimmed = name.trim();
+  if (trimmed === "" || trimmed.length > TOKEN_NAME_MAX_LENGTH) return `must be 1 to ${TOKEN_NAME_MAX_LENGTH} characters`;
+  const control = CONTROL_CHARACTER.exec(trimmed);
+  if (control) return `must not contain control characters (${codePointName(control[0])} at character ${control.index + 1})`;
+  return null;
 }
 
 function toInfo(row: ApiTokenRow): ApiTokenInfo {

@@ -12,6 +12,26 @@ export function isLoopback(address: string): boolean {
   return a === "::1" || (isIP(a) === 4 && a.startsWith("127."));
 }
 
+/**
+ * isLoopbackHost tells whether a Host header names this machine by a loopback name: localhost or
+ * a loopback address, with or without a port. A page that rebinds its own name to 127.0.0.1 still
+ * sends that name, so a request under it is not taken for a local one.
+ */
+export function isLoopbackHost(host: string | null): boolean {
+  const match = /^(?:\[([0-9a-f:.]+)\]|([^:[\]]+))(?::\d*)?$/i.exec(host ?? "");
+  if (!match) return false;
+  const name = (match[1] ?? match[2]!).toLowerCase();
+  return name === "localhost" || isLoopback(name);
+}
+
+/**
+ * isBrowserRequest tells whether a browser sent a request: browsers add Origin to cross-origin and
+ * unsafe requests and Sec-Fetch-Site to every request, and other HTTP clients send neither.
+ */
+export function isBrowserRequest(request: Request): boolean {
+  return request.headers.has("origin") || request.headers.has("sec-fetch-site");
+}
+
 /** ClientHints are what a request tells about its origin: the TCP peer and the forwarding headers. */
 export interface ClientHints {
   peer: string | null;

@@ -1,8 +1,18 @@
 import type { BatchResult } from "../batch/model.ts";
 import type { FieldError } from "../shared/problem.ts";
 
-/** ImportError stops an import with a message for the operator (a refused token, an unreachable server). */
-export class ImportError extends Error {}
+/**
+ * ImportError stops an import with a message for the operator (a refused token, an unreachable
+ * server); `resumable` unless running the same command again cannot get further.
+ */
+export class ImportError extends Error {
+  constructor(
+    message: string,
+    readonly resumable = true,
+  ) {
+    super(message);
+  }
+}
 
 const MAX_FAILED_ATTEMPTS = 6;
 
@@ -45,6 +55,10 @@ export class BatchClient {
         if (++failures >= MAX_FAILED_ATTEMPTS) throw new ImportError(`${path} answered ${response.status}: ${answer?.detail ?? text.slice(0, 200)}`);
         await this.wait(Number(response.headers.get("retry-after")) || 2 ** failures / 4, `the server answered ${response.status}`);
         continue;
+      }
+      if (response.status === 422 && answer?.type === "urn:crm:problem:idempotency-key-reused") {
+        // Batch keys come from the file's name, size and mapping: the same command would be refused again.
+        throw new ImportError(`${path} answered 422 idempotency-key-reused: the file changed since an earlier import of a file with its name and size (in the last 24 h); give it a new name and import it again`, false);
       }
       if (response.status !== 200 || !answer?.data) {
         const fields = (answer?.errors ?? []).map((e) => ` ${e.pointer ?? e.header ?? e.parameter}: ${e.detail}`).join(";");

@@ -36,7 +36,7 @@ export function decodeSourceFile(path: string, bytes: Uint8Array): string {
 
 /** readSourceFile parses CSV (first record is the header) or JSON Lines (one object per line; nested objects become `key.sub` columns). */
 export function readSourceFile(path: string, text: string): SourceFile {
-  if (/\.jsonl$|\.ndjson$/i.test(path)) return readJsonLines(text);
+  if (/\.jsonl$|\.ndjson$/i.test(path)) return readJsonLines(path, text);
   if (!/\.csv$/i.test(path)) throw new ConfigError(`import reads .csv or .jsonl files; ${path} is neither`);
   let records: string[][];
   try {
@@ -48,6 +48,11 @@ export function readSourceFile(path: string, text: string): SourceFile {
   const [header, ...data] = records;
   if (!header) throw new ConfigError(`${path} is empty: the first line must name the columns`);
   const columns = header.map((c) => c.trim());
+  // Each row's values are keyed by column name, so a second column of the same name would silently
+  // replace the first one's data. Blank names are left alone: they are never mapped, and
+  // spreadsheets often export trailing empty columns.
+  const repeated = columns.findIndex((c, i) => c !== "" && columns.indexOf(c) !== i);
+  if (repeated >= 0) throw new ConfigError(`${path}: the header names the column ${JSON.stringify(columns[repeated])} twice (columns ${columns.indexOf(columns[repeated]!) + 1} and ${repeated + 1}); rename one`);
   const rows = data.map((fields, i) => {
     if (fields.length > columns.length) throw new ConfigError(`${path}: data row ${i + 1} has ${fields.length} fields but the header names ${columns.length} columns`);
     return { row: i + 1, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])) };
@@ -55,7 +60,7 @@ export function readSourceFile(path: string, text: string): SourceFile {
   return { format: "csv", columns, rows };
 }
 
-function readJsonLines(text: string): SourceFile {
+function readJsonLines(path: string, text: string): SourceFile {
   const columns = new Set<string>();
   const rows: SourceRow[] = [];
   text.replace(/^\uFEFF/, "").split(/\r?\n/).forEach((line, i) => {
@@ -75,6 +80,7 @@ function readJsonLines(text: string): SourceFile {
     for (const key of Object.keys(values)) columns.add(key);
     rows.push({ row: rows.length + 1, values, original: value as Record<string, unknown> });
   });
+  if (rows.length === 0) throw new ConfigError(`${path} is empty: each line must be a JSON object`);
   return { format: "jsonl", columns: [...columns], rows };
 }
 

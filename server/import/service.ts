@@ -1,5 +1,7 @@
-import { basename } from "node:path";
+import { accessSync, constants, realpathSync, statSync } from "node:fs";
+import { basename, dirname } from "node:path";
 import { accountItemErrors } from "../accounts/service.ts";
+import { ConfigError } from "../config.ts";
 import { contactItemErrors } from "../contacts/service.ts";
 import type { BatchResult } from "../batch/model.ts";
 import type { FieldError } from "../shared/problem.ts";
@@ -34,6 +36,8 @@ export interface ImportSummary {
   /** dry run: rows that would be sent */
   valid?: number;
   invalidFile: string | null;
+  /** why the invalid rows could not be written (a full disk), naming the file; the import itself is done */
+  invalidFileError: string | null;
 }
 
 /** InvalidRow is a row refused locally or by the server, with its errors named by column. */
@@ -50,26 +54,27 @@ const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, poi
 /**
  * importContacts imports a CSV or JSON Lines file of contacts through the batch API: accounts
  * resolved or created first, then contacts in batches of 100 in file order, each batch with an
- * Idempotency-Key made of the file's name, size and row range, so running it again after a crash
- * (within the server's 24 h replay window) creates nothing twice.
+ * Idempotency-Key made of the file's name, size, column mapping and row range, so running it
+ * again after a crash (within the server's 24 h replay window) creates nothing twice.
  */
 export async function importContacts(options: ImportOptions): Promise<ImportSummary> {
   const bytes = await Bun.file(options.file).bytes();
   const source = readSourceFile(options.file, decodeSourceFile(options.file, bytes));
   const { map, ignored } = columnMap(source.columns, options.map);
+  const invalidFile = checkedInvalidFile(options, source.format);
   const note = (line: string) => options.progress.write(`${line}\n`);
   note(`columns: ${[...map].map(([column, target]) => `${column} -> ${target}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.join(", ")}` : ""}`);
   const all = source.rows.map((row) => toImportRow(row, map));
   const rows = options.trial && !options.dryRun ? all.slice(0, 1) : all;
   const invalid: InvalidRow[] = [];
-  const summary: ImportSummary = { rows: rows.length, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null };
+  const summary: ImportSummary = { rows: rows.length, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null, invalidFileError: null };
 
   if (options.dryRun) {
     for (const row of rows) {
       const errors = [...errorLines(map, contactItemErrors(row.contact)), ...(row.account ? errorLines(map, accountItemErrors(row.account), "/account") : [])];
       if (errors.length > 0) invalid.push({ row: row.row, errors });
     }
-    return finish(options, source, invalid, { ...summary, valid: rows.length - invalid.length, invalid: invalid.length });
+    return finish(invalidFile, source, invalid, { ...summary, valid: rows.length - invalid.length, invalid: invalid.length });
   }
 
   if (!options.api) throw new Error("importContacts needs the API unless it is a dry run");
@@ -77,8 +82,11 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const client = new BatchClient(options.api.url, options.api.token, (seconds, why) => {
     if (why !== "rate limited") progress.note(`waiting ${seconds} s: ${why}`);
   });
-  // The key names the file (its name and size) and the rows a batch carries; a trial has its own.
-  const keyPrefix = `crm-import-${Buffer.from(sha256(`${basename(options.file)}\n${bytes.byteLength}`)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
+  // The key names what is imported (contacts), the file (its name and size), how its columns map
+  // and the rows a batch carries; a trial has its own. Whatever changes a batch's body must change
+  // its key: the server refuses a key already used with another body (another --map) for 24 h.
+  const keyMaterial = JSON.stringify(["contacts", basename(options.file), bytes.byteLength, [...map]]);
+  const keyPrefix = `crm-import-${Buffer.from(sha256(keyMaterial)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
 
   const accounts = await resolveAccounts(client, rows, keyPrefix, map);
   const refusedAccounts = [...accounts.values()].filter((outcome) => "errors" in outcome).length;
@@ -101,7 +109,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
     progress.update(done);
   }
   progress.finish();
-  return finish(options, source, invalid, { ...summary, invalid: invalid.length });
+  return finish(invalidFile, source, invalid, { ...summary, invalid: invalid.length });
 }
 
 function count(summary: ImportSummary, result: BatchResult, row: ImportRow, map: ColumnMap, invalid: InvalidRow[]): void {
@@ -149,16 +157,40 @@ async function resolveAccounts(client: BatchClient, rows: ImportRow[], keyPrefix
   return outcomes;
 }
 
-/** finish writes the invalid rows, with their errors, to a file ready to fix and import again. */
-async function finish(options: ImportOptions, source: SourceFile, invalid: InvalidRow[], summary: ImportSummary): Promise<ImportSummary> {
+/**
+ * checkedInvalidFile is where the invalid rows will go (--invalid-file, else FILE.invalid.csv or
+ * .jsonl beside the input), refused before anything is sent when it is a directory, cannot be
+ * written or is the input file itself: found at the end, the rows would be imported and their
+ * errors lost, or the input overwritten.
+ */
+function checkedInvalidFile(options: ImportOptions, format: SourceFile["format"]): string {
+  const path = options.invalidFile ?? `${options.file.replace(/\.(csv|jsonl|ndjson)$/i, "")}.invalid.${format}`;
+  const refuse = (why: string) => new ConfigError(`import: the invalid rows would go to ${path}, ${why}; choose another file with --invalid-file`);
+  const existing = statSync(path, { throwIfNoEntry: false });
+  if (existing?.isDirectory()) throw refuse("a directory");
+  if (existing && realpathSync(path) === realpathSync(options.file)) throw refuse("the input file itself");
+  try {
+    accessSync(existing ? path : dirname(path), constants.W_OK);
+  } catch (error) {
+    throw refuse(`which cannot be written (${(error as Error).message})`);
+  }
+  return path;
+}
+
+/** finish writes the invalid rows, with their errors, to a file ready to fix and import again; a failed write goes in the summary, not thrown. */
+async function finish(path: string, source: SourceFile, invalid: InvalidRow[], summary: ImportSummary): Promise<ImportSummary> {
   if (invalid.length === 0) return summary;
   invalid.sort((a, b) => a.row - b.row);
   const byRow = new Map(source.rows.map((row) => [row.row, row]));
-  const path = options.invalidFile ?? `${options.file.replace(/\.(csv|jsonl|ndjson)$/i, "")}.invalid.${source.format}`;
   const lines =
     source.format === "csv"
       ? [csvLine([...source.columns, "import_row", "import_errors"]), ...invalid.map(({ row, errors }) => csvLine([...source.columns.map((c) => String(byRow.get(row)!.values[c] ?? "")), String(row), errors.join("; ")]))]
       : invalid.map(({ row, errors }) => JSON.stringify({ ...byRow.get(row)!.original, import_row: row, import_errors: errors }));
-  await Bun.write(path, `${lines.join("\n")}\n`);
+  try {
+    await Bun.write(path, `${lines.join("\n")}\n`);
+  } catch (error) {
+    // Checked writable up front, it can still fail (a full disk): the rows are imported all the same.
+    return { ...summary, invalidFileError: `cannot write the invalid rows to ${path}: ${(error as Error).message}` };
+  }
   return { ...summary, invalidFile: path };
 }

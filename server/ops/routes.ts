@@ -22,7 +22,7 @@ export function opsRoutes(rt: Runtime) {
     .get(
       "/metrics",
       ({ request, server, set }) => {
-        authorizeMetrics(rt.config, request.headers.get("authorization"), clientHints(request, server?.requestIP(request)?.address ?? null));
+        authorizeMetrics(rt.config, request, clientHints(request, server?.requestIP(request)?.address ?? null));
         set.headers["content-type"] = "text/plain; version=0.0.4; charset=utf-8";
         set.headers["cache-control"] = "no-store";
         return metricsText(rt);
@@ -32,7 +32,7 @@ export function opsRoutes(rt: Runtime) {
         detail: {
           operationId: "getMetrics",
           summary: "Prometheus metrics",
-          description: "Requests by route and status with latency histograms, webhook deliveries and attempts, queue depth, oldest pending delivery age. Needs the metrics token (Authorization: Bearer) when one is configured; otherwise answers loopback clients only.",
+          description: "Requests by route and status with latency histograms, webhook deliveries and attempts, queue depth, oldest pending delivery age. Needs the metrics token (Authorization: Bearer) when one is configured; otherwise answers loopback clients only, addressed as localhost or a loopback address (Host). Refuses browsers (Origin or Sec-Fetch-Site): 403 browser-request.",
           tags,
           // Either the metrics token, or none from a loopback address.
           security: [{ metricsToken: [] }, {}],

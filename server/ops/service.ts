@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { closeSync, existsSync, fsyncSync, openSync, rmSync, statSync } from "node:fs";
 import type { Config } from "../config.ts";
-import { clientAddress, isLoopback, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
+import { clientAddress, isBrowserRequest, isLoopback, isLoopbackHost, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
 import { migrationList } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
@@ -57,13 +57,19 @@ export async function readiness(rt: Runtime): Promise<Readiness> {
 }
 
 /**
- * authorizeMetrics lets a scrape through: with a metrics token configured, only a request
- * carrying it; without one, only a loopback client. A request relayed by an untrusted proxy on
- * this host (it carries forwarding headers) is not a loopback client.
+ * authorizeMetrics lets a scrape through: never from a browser; with a metrics token configured,
+ * only a request carrying it; without one, only a loopback client that addresses this machine by
+ * a loopback name. A request relayed by an untrusted proxy on this host (it carries forwarding
+ * headers) is not a loopback client. Browsers and the Host rule stop DNS rebinding: a page whose
+ * name points at 127.0.0.1 reaches the port from loopback, yet sends Sec-Fetch-Site or Origin
+ * (current browsers) and its own name as Host (every browser).
  */
-export function authorizeMetrics(config: Config, authorization: string | null, hints: ClientHints): void {
+export function authorizeMetrics(config: Config, request: Request, hints: ClientHints): void {
+  if (isBrowserRequest(request)) {
+    throw new ProblemError(403, "browser-request", "GET /metrics does not answer browsers (the request carries Origin or Sec-Fetch-Site); scrape it with Prometheus, curl or another HTTP client.");
+  }
   if (config.metricsToken !== "") {
-    const presented = /^Bearer (\S+)$/i.exec(authorization ?? "")?.[1] ?? "";
+    const presented = /^Bearer (\S+)$/i.exec(request.headers.get("authorization") ?? "")?.[1] ?? "";
     if (!sameBytes(Buffer.from(presented), Buffer.from(config.metricsToken))) {
       throw new ProblemError(401, "unauthorized", "GET /metrics needs Authorization: Bearer with the metrics token (--metrics-token).", undefined, {
         "www-authenticate": 'Bearer realm="metrics"',
@@ -74,6 +80,9 @@ export function authorizeMetrics(config: Config, authorization: string | null, h
   const client = hints.forwarded && !isTrustedProxy(hints.peer, config.trustedProxies) ? null : clientAddress(hints, config.trustedProxies);
   if (client === null || !isLoopback(client)) {
     throw new ProblemError(403, "forbidden", "GET /metrics answers loopback clients only; configure a metrics token (--metrics-token) to scrape from elsewhere.");
+  }
+  if (!isLoopbackHost(request.headers.get("host"))) {
+    throw new ProblemError(403, "forbidden", "GET /metrics without a metrics token answers requests addressed to localhost or a loopback address only (the Host header); scrape 127.0.0.1, or configure a metrics token (--metrics-token).");
   }
 }
 

@@ -1,5 +1,6 @@
 import { lookup } from "node:dns/promises";
 import { isIPv4, isIPv6 } from "node:net";
+import { codePointName } from "../shared/text.ts";
 
 const MAX_URL_LENGTH = 2048;
 
@@ -17,8 +18,7 @@ export function checkTargetUrl(raw: string): string | null {
   if (raw.length > MAX_URL_LENGTH) return `must be at most ${MAX_URL_LENGTH} characters`;
   const ambiguous = AMBIGUOUS_CHARACTER.exec(raw);
   if (ambiguous) {
-    const code = `U+${ambiguous[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`;
-    return `must not contain a backslash, control character or whitespace (${code} at character ${ambiguous.index + 1}); percent-encode it in the path or query`;
+    return `must not contain a backslash, control character or whitespace (${codePointName(ambiguous[0])} at character ${ambiguous.index + 1}); percent-encode it in the path or query`;
   }
   let url: URL;
   try {

@@ -225,6 +225,9 @@ describe("bad input gets an answer, never a 500", () => {
       ["/console/subscriptions", { target_url: "https://example.com/x", events: ["contact.created", "contact.exploded"] }, 422, "events must be one of: contact.created"],
       ["/console/subscriptions", { target_url: "https://example.com/x" }, 422, "events must be a non-empty list of distinct event kinds"],
       ["/console/tokens", { name: "  " }, 422, "The name must be 1 to 100 characters."],
+      ["/console/tokens", { name: "tab\tnew\nline" }, 422, "The name must not contain control characters (U+0009 at character 4)."],
+      ["/console/tokens", { name: "\x1b[31mred" }, 422, "The name must not contain control characters (U+001B at character 1)."],
+      ["/console/tokens", { name: "csi\u009b31m" }, 422, "The name must not contain control characters (U+009B at character 4)."],
       ["/console/users", { name: "Grace again", email: "GRACE@example.com" }, 409, "A user with email grace@example.com already exists."],
       ["/console/users", { name: "", email: "x@example.com" }, 422, "name must be a string of 1 to 200 characters."],
     ];

@@ -84,8 +84,8 @@ describe("command line: happy paths", () => {
 
     expect(await crm(["token", "revoke", id])).toEqual({ stdout: `revoked ${id}\n`, stderr: "", code: 0 });
     expect((await crm(["token", "list"])).stdout).toMatch(new RegExp(`${id} .* revoked \\d{4}-`));
-    expect(await crm(["token", "revoke", id])).toEqual({ stdout: "", stderr: `token ${id} is already revoked\n`, code: 1 });
-    expect(await crm(["token", "revoke", "tok_nope"])).toEqual({ stdout: "", stderr: "no token with id tok_nope\n", code: 1 });
+    expect(await crm(["token", "revoke", id])).toEqual({ stdout: "", stderr: `crm: token ${id} is already revoked\n`, code: 1 });
+    expect(await crm(["token", "revoke", "tok_nope"])).toEqual({ stdout: "", stderr: "crm: no token with id tok_nope\n", code: 1 });
   });
 
   test("user create adds a user and prints it as JSON", async () => {
@@ -245,6 +245,55 @@ describe("command line: errors", () => {
       rmSync(elsewhere, { recursive: true, force: true });
     }
   });
+
+  test("a token name with a control character (C0, DEL, C1) is refused with one line naming it, and no token is made", async () => {
+    await crm(["migrate"]);
+    const cases: [string, string][] = [
+      ["tab\tnew\nline", "U+0009 at character 4"],
+      ["\x1b[31mred", "U+001B at character 1"],
+      ["bell\x07", "U+0007 at character 5"],
+      ["del\x7f", "U+007F at character 4"],
+      ["next\u0085line", "U+0085 at character 5"],
+      ["csi\u009b31m", "U+009B at character 4"],
+    ];
+    for (const [name, named] of cases) {
+      expect([name, await crm(["token", "create", "--name", name])]).toEqual([name, { stdout: "", stderr: `crm: token create --name must not contain control characters (${named})\n`, code: 2 }]);
+    }
+    expect(await crm(["token", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
+  });
+
+  test("an option given twice is named as given twice, not as unknown", async () => {
+    await crm(["migrate"]);
+    expect(await crm(["token", "create", "--name", "a", "--name", "b"])).toEqual({ stdout: "", stderr: "crm: --name is given twice; give it once\n", code: 2 });
+    expect(await crm(["token", "create", "--name=a", "--name=b"])).toEqual({ stdout: "", stderr: "crm: --name is given twice; give it once\n", code: 2 });
+    expect(await crm(["token", "create", "--name", "a", "--json", "--json"])).toEqual({ stdout: "", stderr: "crm: --json is given twice; give it once\n", code: 2 });
+    expect(await crm(["token", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
+  });
+
+  test("a database URL whose port is out of range names the port", async () => {
+    expect(await crm(["migrate", "--database-url", "postgres://u:p@h:99999/d"])).toEqual({
+      stdout: "",
+      stderr: 'crm: invalid --database-url: "postgres://***@h:99999/d" has port 99999; the port must be 1 to 65535\n',
+      code: 2,
+    });
+  });
+
+  test("a --secrets-key-file that does not exist or holds no key stops every command given it, even one that needs no key", async () => {
+    await crm(["migrate"]);
+    const missing = join(dataDir, "missing.key");
+    const broken = join(dataDir, "broken.key");
+    writeFileSync(broken, "not a key\n");
+    const commands = [["serve", "--port", "0"], ["migrate"], ["token", "create", "--name", "x"], ["token", "list"], ["token", "revoke", "tok_x"], ["user", "list"], ["operator", "list"], ["backup", join(dataDir, "copy.sqlite")], ["copy-to-postgres", "--database-url", "postgres://u:p@127.0.0.1:1/d"]];
+    for (const args of commands) {
+      expect([args.join(" "), await crm([...args, "--secrets-key-file", missing])]).toEqual([
+        args.join(" "),
+        { stdout: "", stderr: `crm: secrets key file ${missing} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist\n`, code: 2 },
+      ]);
+      expect([args.join(" "), await crm(args, { CRM_SECRETS_KEY_FILE: broken })]).toEqual([args.join(" "), { stdout: "", stderr: `crm: secrets key file ${broken} does not hold a key (base64 of 32 random bytes)\n`, code: 2 }]);
+    }
+    expect(await crm(["token", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
+    expect(existsSync(join(dataDir, "copy.sqlite"))).toBe(false);
+  }, 30_000);
 
   test("usage mistakes are one line with exit 2", async () => {
     for (const args of [["bogus"], ["token"], ["token", "create"], ["token", "create", "--name"], ["token", "revoke"], ["user", "create", "--name", "x"], ["user", "delete"]]) {

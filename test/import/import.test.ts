@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createApiToken } from "../../server/auth/service.ts";
 import { parseCsv } from "../../server/import/csv.ts";
@@ -144,5 +144,78 @@ describe("crm import contacts: errors", () => {
     expect(noUrl.code).toBe(2);
     expect(noUrl.stderr).toStartWith("crm: import needs --url and --token-file (or --dry-run)");
     expect(await server.count()).toBe(0);
+  }, 60_000);
+});
+
+describe("crm import contacts: input, token and invalid-rows files", () => {
+  const oneInvalidRow = (name = "inv1.csv") => {
+    const file = join(server.dir, name);
+    writeFileSync(file, "Email,First Name\nada@example.com,Ada\nnot-an-email,Bob\n");
+    return file;
+  };
+
+  test("an invalid-rows file that is a directory, in a missing folder or the input itself is refused before anything is sent, with or without --dry-run", async () => {
+    const file = oneInvalidRow();
+    const refusal = (path: string, why: string) => ({ code: 2, stdout: "", stderr: `crm: import: the invalid rows would go to ${path}, ${why}; choose another file with --invalid-file\n` });
+    expect(await runImport([file, ...apiArgs(), "--invalid-file", server.dir])).toEqual(refusal(server.dir, "a directory"));
+    const missingFolder = join(server.dir, "no-such-folder", "invalid.csv");
+    expect(await runImport([file, ...apiArgs(), "--invalid-file", missingFolder])).toEqual(refusal(missingFolder, `which cannot be written (ENOENT: no such file or directory, access '${join(server.dir, "no-such-folder")}')`));
+    const defaultPath = join(server.dir, "inv1.invalid.csv");
+    mkdirSync(defaultPath);
+    expect(await runImport([file, "--dry-run"])).toEqual(refusal(defaultPath, "a directory"));
+    // The same file by another spelling, and through a symbolic link.
+    const sameFile = join(server.dir, ".", "inv1.csv");
+    symlinkSync(file, join(server.dir, "link.csv"));
+    expect(await runImport([file, ...apiArgs(), "--invalid-file", sameFile])).toEqual(refusal(sameFile, "the input file itself"));
+    expect(await runImport([file, "--dry-run", "--invalid-file", join(server.dir, "link.csv")])).toEqual(refusal(join(server.dir, "link.csv"), "the input file itself"));
+    expect(readFileSync(file, "utf8")).toBe("Email,First Name\nada@example.com,Ada\nnot-an-email,Bob\n");
+    expect(await server.count()).toBe(0);
+  }, 60_000);
+
+  test("an invalid-rows file that fails to write (a full disk) is named after the summary of what was imported, exit 2", async () => {
+    const file = oneInvalidRow();
+    const res = await runImport([file, ...apiArgs(), "--invalid-file", "/dev/full"]);
+    expect(res.code).toBe(2);
+    expect(res.stdout).toBe(summaryLine("imported", 2, { created: 1, updated: 0, unchanged: 0, invalid: 1 }));
+    expect(res.stderr).toEndWith("\ncrm: cannot write the invalid rows to /dev/full: ENOSPC: no space left on device, write '/dev/full'\n");
+    expect(await server.db.all("SELECT email FROM contacts")).toEqual([{ email: "ada@example.com" }]);
+    const dry = await runImport([file, "--dry-run", "--invalid-file", "/dev/full"]);
+    expect(dry).toEqual({ code: 2, stdout: "dry run, nothing sent: 2 rows: valid 1, invalid 1\n", stderr: "columns: Email -> email, First Name -> first_name\ncrm: cannot write the invalid rows to /dev/full: ENOSPC: no space left on device, write '/dev/full'\n" });
+  }, 60_000);
+
+  test("the same file again with another --map gets batches of its own; a file changed under the same name and size is told to take a new name, not to run again", async () => {
+    const file = join(server.dir, "two-emails.csv");
+    writeFileSync(file, "Mail,Other\nada@example.com,grace@example.com\n");
+    const created = summaryLine("imported", 1, { created: 1, updated: 0, unchanged: 0, invalid: 0 });
+    expect(await runImport([file, ...apiArgs(), "--map", "Mail=email"])).toMatchObject({ code: 0, stdout: created });
+    expect(await runImport([file, ...apiArgs(), "--map", "Other=email,Mail=-"])).toMatchObject({ code: 0, stdout: created });
+    expect(await server.db.all("SELECT email FROM contacts ORDER BY email")).toEqual([{ email: "ada@example.com" }, { email: "grace@example.com" }]);
+
+    writeFileSync(file, "Mail,Other\nbob@example.com,grace@example.com\n");
+    expect(await runImport([file, ...apiArgs(), "--map", "Mail=email"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "columns: Mail -> email; ignored: Other\ncrm: import stopped: /public/v1/contacts/batch answered 422 idempotency-key-reused: the file changed since an earlier import of a file with its name and size (in the last 24 h); give it a new name and import it again\n",
+    });
+  }, 60_000);
+
+  test("a token file of more than one line, a directory as the input, an empty JSON Lines file and a repeated column each stop at once with one line", async () => {
+    const file = oneInvalidRow();
+    const twoLines = join(server.dir, "two-line-token");
+    writeFileSync(twoLines, `${readFileSync(server.tokenFile, "utf8").trim()}\nsecond line\n`);
+    expect(await runImport([file, "--url", server.url, "--token-file", twoLines])).toEqual({ code: 2, stdout: "", stderr: `crm: import: the token file ${twoLines} must hold one API token on one line\n` });
+    const folder = join(server.dir, "adir.csv");
+    mkdirSync(folder);
+    expect(await runImport([folder, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: import: ${folder} is a directory, not a .csv or .jsonl file\n` });
+    const emptyJsonLines = join(server.dir, "empty.jsonl");
+    writeFileSync(emptyJsonLines, "\n\n");
+    expect(await runImport([emptyJsonLines, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${emptyJsonLines} is empty: each line must be a JSON object\n` });
+    const repeated = join(server.dir, "repeated.csv");
+    writeFileSync(repeated, "Email,Name,Email\nada@example.com,Ada,grace@example.com\n");
+    expect(await runImport([repeated, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${repeated}: the header names the column "Email" twice (columns 1 and 3); rename one\n` });
+    // Blank header cells (a spreadsheet's trailing empty columns) are never mapped: not a repeat.
+    const trailing = join(server.dir, "trailing.csv");
+    writeFileSync(trailing, "Email,,\nada@example.com,,\n");
+    expect(await runImport([trailing, ...apiArgs()])).toMatchObject({ code: 0, stdout: summaryLine("imported", 1, { created: 1, updated: 0, unchanged: 0, invalid: 0 }) });
   }, 60_000);
 });

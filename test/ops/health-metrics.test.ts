@@ -4,7 +4,7 @@ import { createApp } from "../../server/app.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { databasePath } from "../../server/db/database.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
-import { clientAddress, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
+import { clientAddress, isLoopbackHost, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
 import { authorizeMetrics } from "../../server/ops/service.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
@@ -178,6 +178,53 @@ describe("metrics: access (security)", () => {
     }
   });
 
+  test("a browser is refused, loopback or not, token or not: a page rebinding its name to 127.0.0.1 cannot read /metrics", async () => {
+    const refusal = {
+      type: "urn:crm:problem:browser-request",
+      title: "Forbidden",
+      status: 403,
+      detail: "GET /metrics does not answer browsers (the request carries Origin or Sec-Fetch-Site); scrape it with Prometheus, curl or another HTTP client.",
+    };
+    const browsers: Record<string, string>[] = [{ origin: "http://attacker.example" }, { origin: "null" }, { "sec-fetch-site": "same-origin" }, { "sec-fetch-site": "none" }];
+    for (const config of [{}, { metricsToken: METRICS_TOKEN }]) {
+      const running = await listen(config);
+      try {
+        for (const headers of browsers) {
+          const res = await scrape(running.url, { ...headers, authorization: `Bearer ${METRICS_TOKEN}` });
+          expect({ headers, status: res.status, type: res.headers.get("content-type"), body: JSON.parse(res.text) }).toEqual({ headers, status: 403, type: "application/problem+json", body: refusal });
+        }
+      } finally {
+        await running.stop();
+      }
+    }
+  });
+
+  test("without a metrics token: a loopback client must address the server as localhost or a loopback address (Host)", async () => {
+    const running = await listen();
+    const port = new URL(running.url).port;
+    try {
+      for (const host of [`attacker.example:${port}`, "attacker.example", `localhost.attacker.example:${port}`]) {
+        const res = await scrape(running.url, { host });
+        expect({ host, status: res.status, type: res.headers.get("content-type"), body: JSON.parse(res.text) }).toEqual({
+          host,
+          status: 403,
+          type: "application/problem+json",
+          body: {
+            type: "urn:crm:problem:forbidden",
+            title: "Forbidden",
+            status: 403,
+            detail: "GET /metrics without a metrics token answers requests addressed to localhost or a loopback address only (the Host header); scrape 127.0.0.1, or configure a metrics token (--metrics-token).",
+          },
+        });
+      }
+      for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`, "localhost"]) {
+        expect([host, (await scrape(running.url, { host })).status]).toEqual([host, 200]);
+      }
+    } finally {
+      await running.stop();
+    }
+  });
+
   test("behind a trusted proxy: the forwarded client decides", async () => {
     const running = await listen({ trustedProxies: ["127.0.0.1"] });
     try {
@@ -212,6 +259,7 @@ describe("metrics: access (security)", () => {
       }
       expect((await scrape(running.url, { authorization: `Bearer ${METRICS_TOKEN}` })).status).toBe(200);
       expect((await scrape(running.url, { authorization: `bearer ${METRICS_TOKEN}`, "x-forwarded-for": "203.0.113.9" })).status).toBe(200);
+      expect((await scrape(running.url, { authorization: `Bearer ${METRICS_TOKEN}`, host: "crm.internal:3000" })).status).toBe(200);
     } finally {
       await running.stop();
     }
@@ -260,8 +308,30 @@ describe("metrics: access (security)", () => {
 
   test("authorizeMetrics refuses a client that is not on loopback", () => {
     const config = { ...DEFAULT_CONFIG };
-    expect(() => authorizeMetrics(config, null, { peer: "198.51.100.7", forwardedFor: null, forwarded: false })).toThrow("loopback clients only");
-    expect(() => authorizeMetrics(config, null, { peer: "::1", forwardedFor: null, forwarded: false })).not.toThrow();
-    expect(() => authorizeMetrics(config, null, { peer: "127.8.9.10", forwardedFor: null, forwarded: false })).not.toThrow();
+    const scrapeOf = new Request("http://127.0.0.1:3000/metrics", { headers: { host: "127.0.0.1:3000" } });
+    expect(() => authorizeMetrics(config, scrapeOf, { peer: "198.51.100.7", forwardedFor: null, forwarded: false })).toThrow("loopback clients only");
+    expect(() => authorizeMetrics(config, scrapeOf, { peer: "::1", forwardedFor: null, forwarded: false })).not.toThrow();
+    expect(() => authorizeMetrics(config, scrapeOf, { peer: "127.8.9.10", forwardedFor: null, forwarded: false })).not.toThrow();
+  });
+
+  test("isLoopbackHost takes localhost and loopback addresses, with or without a port, and no other name", () => {
+    const cases: [string | null, boolean][] = [
+      ["localhost", true],
+      ["LocalHost:3000", true],
+      ["127.0.0.1:3000", true],
+      ["127.8.9.10", true],
+      ["[::1]:3000", true],
+      ["[::ffff:127.0.0.1]:3000", true],
+      ["attacker.example:3000", false],
+      ["localhost.attacker.example", false],
+      ["127.0.0.1.nip.io:3000", false],
+      ["2130706433", false],
+      ["localhost:3000/metrics", false],
+      ["user@localhost", false],
+      ["::1", false],
+      ["", false],
+      [null, false],
+    ];
+    expect(cases.map(([host]) => [host, isLoopbackHost(host)])).toEqual(cases);
   });
 });
