@@ -205,9 +205,9 @@ export const SubscriptionListQuery = paginationQuerySchema(null, { event: eventF
 
 /** DeliveryListQuery documents the delivery list parameters. */
 export const DeliveryListQuery = paginationQuerySchema(null, {
-  subscription_id: t.Optional(t.String({ maxLength: 64, description: "Only deliveries to this subscription (sub_...)." })),
+  subscription_id: t.Optional(t.String({ pattern: "^sub_[0-9A-Z]{26}$", error: "must be a subscription id (sub_...)", description: "Only deliveries to this subscription (sub_...)." })),
   event: eventFilter,
-  event_id: t.Optional(t.String({ maxLength: 64, description: "Only deliveries of this event (evt_...)." })),
+  event_id: t.Optional(t.String({ pattern: "^evt_[0-9A-Z]{26}$", error: "must be an event id (evt_...)", description: "Only deliveries of this event (evt_...)." })),
   status: t.Optional(oneOf(DELIVERY_STATUSES, { error: `must be one of: ${DELIVERY_STATUSES.join(", ")}`, description: "pending, succeeded or failed." })),
   created_after: timestampFilterSchema("Only deliveries created after this time."),
 });

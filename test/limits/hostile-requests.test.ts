@@ -227,6 +227,21 @@ describe("hostile requests: the tag '..' and paths ending in /", () => {
   });
 });
 
+describe("hostile requests: filters no record could match", () => {
+  test("a malformed id filter on deliveries, or an empty account name or domain, is 422 naming it, not an empty page", async () => {
+    const cases: [string, string, string][] = [
+      ["/public/v1/webhook-deliveries?subscription_id=bad", "subscription_id", "must be a subscription id (sub_...)"],
+      ["/public/v1/webhook-deliveries?event_id=", "event_id", "must be an event id (evt_...)"],
+      ["/public/v1/accounts?name=", "name", "must be 1 to 200 characters"],
+      ["/public/v1/accounts?domain=", "domain", "must be 1 to 253 characters"],
+    ];
+    for (const [path, parameter, detail] of cases) {
+      const res = await h.json("GET", path);
+      expect({ path, status: res.status, body: res.body }).toEqual({ path, status: 422, body: validation([{ parameter, detail }]) });
+    }
+  });
+});
+
 describe("hostile requests: HEAD", () => {
   test("HEAD with a list's parameters answers as GET does, without the body; a parameter GET refuses is refused the same", async () => {
     const id = await createContact();
