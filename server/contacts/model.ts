@@ -62,8 +62,8 @@ const contactFields = {
     `must be a string of 1 to ${MAX_EXTERNAL_ID_LENGTH} characters, or null`,
   ),
   tags: nullable(
-    t.Array(tagName(), { maxItems: MAX_TAGS }),
-    `must be a list of at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters each, none of them "." or ".."`,
+    t.Array(tagName(), { maxItems: MAX_TAGS, uniqueItems: true }),
+    `must be a list of at most ${MAX_TAGS} distinct tags of 1 to ${MAX_TAG_LENGTH} characters each, none of them "." or ".."`,
   ),
   custom_fields: jsonObject(
     `Custom fields: a JSON object, or null to clear. At most ${MAX_CUSTOM_FIELDS} keys, keys of at most ${MAX_CUSTOM_FIELD_KEY_LENGTH} characters at any depth, nesting at most ${MAX_CUSTOM_FIELDS_DEPTH} levels, at most ${MAX_CUSTOM_FIELDS_BYTES} bytes as JSON.`,

@@ -172,7 +172,8 @@ export function toImportRow(source: SourceRow, map: ColumnMap): ImportRow {
   for (const [column, target] of map) {
     const raw = source.values[column];
     if (raw === undefined || raw === null || text(raw) === "") continue;
-    if (target === "tags") contact.tags = Array.isArray(raw) ? raw : text(raw).split(/[;|,]/).map((t) => t.trim()).filter((t) => t !== "");
+    // A cell listing a tag twice ("vip; vip") means the tag once; the API refuses a repeated one.
+    if (target === "tags") contact.tags = Array.isArray(raw) ? raw : [...new Set(text(raw).split(/[;|,]/).map((t) => t.trim()).filter((t) => t !== ""))];
     else if (target.startsWith("custom_fields.")) ((contact.custom_fields ??= {}) as Record<string, unknown>)[target.slice("custom_fields.".length)] = typeof raw === "string" ? raw.trim() : raw;
     else if (target === "account.name") account.name = text(raw);
     else if (target === "account.domain") account.domain = bareDomain(text(raw));

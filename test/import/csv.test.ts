@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { CsvError, csvLine, parseCsv } from "../../server/import/csv.ts";
+import { columnMap, toImportRow } from "../../server/import/rows.ts";
 
 describe("CSV: happy paths", () => {
   test("quoted fields keep commas, doubled quotes and line breaks; CRLF or LF; a BOM is dropped; blank lines skipped", () => {
@@ -27,5 +28,12 @@ describe("CSV: errors", () => {
     expect(() => parseCsv('a\n"open\n\n')).toThrow(new CsvError(2, "a quoted field is never closed"));
     expect(() => parseCsv('a\nab"c\n')).toThrow(new CsvError(2, "a quote inside an unquoted field; quote the whole field and double the quote"));
     expect(() => parseCsv('a\n"ab"c\n')).toThrow(new CsvError(2, 'a closing quote must end its field (found "c" after it)'));
+  });
+});
+
+describe("rows: tags", () => {
+  test("a tags cell naming a tag twice sends it once, in the order first given", () => {
+    const { map } = columnMap(["Email", "Tags"], undefined);
+    expect(toImportRow({ row: 1, values: { Email: "a@example.com", Tags: "vip; new|vip, new" } }, map).contact).toEqual({ email: "a@example.com", tags: ["vip", "new"] });
   });
 });

@@ -87,7 +87,7 @@ describe("field limits: contacts, at the limit accepted, one over refused naming
   });
 
   test(`tags: ${MAX_TAGS} tags of up to ${MAX_TAG_LENGTH} characters`, async () => {
-    const detail = `must be a list of at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters each, none of them "." or ".."`;
+    const detail = `must be a list of at most ${MAX_TAGS} distinct tags of 1 to ${MAX_TAG_LENGTH} characters each, none of them "." or ".."`;
     const tags = Array.from({ length: MAX_TAGS }, (_, i) => `${i}`.padEnd(MAX_TAG_LENGTH, "t"));
     await contacts({ tags }, { tags: [...tags, "one more"] }, [{ pointer: "/tags", detail }]);
     await contacts({ tags: ["t".repeat(MAX_TAG_LENGTH)] }, { tags: ["t".repeat(MAX_TAG_LENGTH + 1)] }, [{ pointer: "/tags", detail }]);
