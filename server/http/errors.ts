@@ -90,6 +90,15 @@ export function errorToProblem(
     return { body: problem(404, "not-found", `No route matches ${request.method} ${path}.`), headers };
   }
   if (code === "PARSE") return { body: problem(400, "invalid-json", "The request body could not be parsed."), headers };
+  // SQLite's disk (or its max_page_count) is full: the change rolled back whole, and a retry once
+  // the operator has made room succeeds; a 500 would say the request itself broke something.
+  if ((error as { code?: unknown })?.code === "SQLITE_FULL") {
+    log.error("database full: a change was refused", { request_id: requestId, method: request.method, path: pathOf(request), error: String(error) });
+    return {
+      body: problem(503, "storage-full", "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room."),
+      headers: { "retry-after": "60" },
+    };
+  }
   // A ValidationError here is of a response (requests were handled above): the server's fault.
   const status = !(error instanceof ValidationError) && typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;
   if (status >= 400 && status < 500) return { body: problem(status, "bad-request", "The request could not be processed."), headers };

@@ -2,6 +2,7 @@ import { t } from "elysia";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { RunningServer } from "../../server/server.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { sqliteOnly } from "../support/backend.ts";
 import { contactCount, expectProblem, listeningServer, loggedApp } from "./support.ts";
 
 let h: Harness;
@@ -200,6 +201,30 @@ describe("errors: unexpected exceptions", () => {
     } finally {
       await h.rt.db.run("ALTER TABLE contacts_moved RENAME TO contacts");
     }
+  });
+
+  sqliteOnly("a full disk is 503 storage-full with Retry-After, changes nothing and is logged; with room again the same write succeeds", async () => {
+    const { app, lines } = loggedApp(h);
+    const writer = h.rt.db.sqlite;
+    const { page_count } = writer.query<{ page_count: number }, []>("PRAGMA page_count").get()!;
+    const before = await contactCount(h);
+    // max_page_count stands in for the disk: SQLite answers SQLITE_FULL exactly as on a full one.
+    writer.run(`PRAGMA max_page_count = ${page_count}`);
+    const post = () =>
+      app.handle(new Request("http://localhost/public/v1/contacts", { method: "POST", headers: { authorization: `Bearer ${h.token}`, "content-type": "application/json" }, body: JSON.stringify({ first_name: "F", custom_fields: { pad: "x".repeat(12_000) } }) }));
+    try {
+      const res = await post();
+      expect({ status: res.status, retryAfter: res.headers.get("retry-after"), body: await res.json() }).toEqual({
+        status: 503,
+        retryAfter: "60",
+        body: { type: "urn:crm:problem:storage-full", title: "Service Unavailable", status: 503, detail: "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room." },
+      });
+      expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "database full: a change was refused", method: "POST", path: "/public/v1/contacts", error: expect.stringContaining("database or disk is full") });
+      expect(await contactCount(h)).toBe(before);
+    } finally {
+      writer.run("PRAGMA max_page_count = 4294967294");
+    }
+    expect((await post()).status).toBe(201);
   });
 
   test("a response that breaks its own schema is the server's fault: 500, logged, not a 422 blaming the client", async () => {
