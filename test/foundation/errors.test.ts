@@ -205,7 +205,7 @@ describe("errors: unexpected exceptions", () => {
 
   sqliteOnly("a full disk is 503 storage-full with Retry-After, changes nothing and is logged; with room again the same write succeeds", async () => {
     const { app, lines } = loggedApp(h);
-    const writer = h.rt.db.sqlite;
+    const writer = h.db.sqlite;
     const { page_count } = writer.query<{ page_count: number }, []>("PRAGMA page_count").get()!;
     const before = await contactCount(h);
     // max_page_count stands in for the disk: SQLite answers SQLITE_FULL exactly as on a full one.
