@@ -191,9 +191,9 @@ const DATABASE_URL_PORT = /^postgres(?:ql)?:\/\/(?:[^/?#]*@)?(?:\[[^\]/?#]*\]|[^
 function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   const text = String(raw).trim();
   // A secret is never echoed, not even a malformed one: this line ends up in logs.
-  const shown = setting.kind === "secret" ? "the value" : JSON.stringify(setting.kind === "database-url" ? redactedUrl(text) : String(raw));
+  const shown = () => (setting.kind === "secret" ? "the value" : JSON.stringify(setting.kind === "database-url" ? redactedUrl(text) : String(raw)));
   const fail = (expected: string): never => {
-    throw new ConfigError(`invalid ${source}: ${shown} is not ${expected}`);
+    throw new ConfigError(`invalid ${source}: ${shown()} is not ${expected}`);
   };
   switch (setting.kind) {
     case "string":
@@ -241,7 +241,7 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       return text;
     case "database-url": {
       const port = DATABASE_URL_PORT.exec(text)?.[1];
-      if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) throw new ConfigError(`invalid ${source}: ${shown} has port ${port}; the port must be 1 to 65535`);
+      if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) throw new ConfigError(`invalid ${source}: ${shown()} has port ${port}; the port must be 1 to 65535`);
       if (text !== "" && !(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
       return text;
     }

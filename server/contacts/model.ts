@@ -47,11 +47,11 @@ export const OBJECT_CONTACT_FIELDS = ["custom_fields", "consent"] as const;
 const idList = (prefix: string, what: string) =>
   nullable(t.Array(t.String({ pattern: `^${prefix}_[0-9A-Z]{26}$` }), { maxItems: MAX_RELATED_IDS, uniqueItems: true }), `must be a list of at most ${MAX_RELATED_IDS} distinct ${what} ids (${prefix}_...)`);
 
-/** ContactFields are the known, validated contact properties; any others are stored as given. */
 // "." and ".." are refused: URL clients read them as path steps (DELETE .../tags/%2E%2E is sent as
 // DELETE /contacts/:id/), so such a tag could never be removed through its own URL.
 const tagName = (options: { error?: string } = {}) => t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, pattern: "^(?!\\.\\.?$)", ...options });
 
+/** ContactFields are the known, validated contact properties; any others are stored as given. */
 const contactFields = {
   first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
   last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
