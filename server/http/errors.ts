@@ -1,4 +1,5 @@
 import { ValidationError } from "elysia";
+import { databaseFailureOf, type DatabaseFailure } from "../db/backend.ts";
 import type { Logger } from "../shared/log.ts";
 import { ProblemError, problem, validationProblem, type FieldError, type Problem } from "../shared/problem.ts";
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
@@ -50,6 +51,9 @@ export function methodNotAllowed(method: string, path: string, allowed: string[]
   return new ProblemError(405, "method-not-allowed", `${method} is not allowed on ${path}; allowed: ${allowed.join(", ")}.`, undefined, { allow: allowed.join(", ") });
 }
 
+/** DATABASE_RETRY_AFTER_SECONDS is the Retry-After of a 503 for a database that cannot be used just now: a restart or failover takes seconds. */
+const DATABASE_RETRY_AFTER_SECONDS = 5;
+
 /** ErrorMapping is what an error becomes on the wire: a problem document and its extra headers. */
 export interface ErrorMapping {
   body: Problem;
@@ -69,9 +73,31 @@ export function requestProblemOf(code: unknown, error: unknown): ProblemError | 
 }
 
 /**
+ * DATABASE_FAILURES answer a request the database could not serve through no fault of the request:
+ * 503, which says so, where a 500 would say the request broke something. A full disk rolled the
+ * change back whole (a retry once the operator has made room succeeds). An unreachable database
+ * may have taken a change whose commit went unanswered, so a retry is safe only as an idempotent one.
+ */
+const DATABASE_FAILURES: Record<DatabaseFailure, () => ErrorMapping> = {
+  "storage-full": () => ({
+    body: problem(503, "storage-full", "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room."),
+    headers: { "retry-after": "60" },
+  }),
+  unavailable: () => ({
+    body: problem(
+      503,
+      "database-unavailable",
+      "The service cannot use its database just now (it is unreachable, restarting or busy). Retry shortly; a change retried with the same Idempotency-Key is made once, even if this attempt went through.",
+    ),
+    headers: { "retry-after": String(DATABASE_RETRY_AFTER_SECONDS) },
+  }),
+};
+
+/**
  * errorToProblem turns anything a request's handling threw into the problem to answer with:
  * ProblemErrors as they say, request validation as 422 with pointers, an unknown route as 404 or
- * (known path, other method) 405 with Allow, and anything unexpected as a logged, opaque 500.
+ * (known path, other method) 405 with Allow, a database that cannot serve it as a logged 503, and
+ * anything unexpected as a logged, opaque 500.
  */
 export function errorToProblem(
   { code, error, request, requestId }: { code: unknown; error: unknown; request: Request; requestId: string },
@@ -90,14 +116,15 @@ export function errorToProblem(
     return { body: problem(404, "not-found", `No route matches ${request.method} ${path}.`), headers };
   }
   if (code === "PARSE") return { body: problem(400, "invalid-json", "The request body could not be parsed."), headers };
-  // SQLite's disk (or its max_page_count) is full: the change rolled back whole, and a retry once
-  // the operator has made room succeeds; a 500 would say the request itself broke something.
-  if ((error as { code?: unknown })?.code === "SQLITE_FULL") {
-    log.error("database full: a change was refused", { request_id: requestId, method: request.method, path: pathOf(request), error: String(error) });
-    return {
-      body: problem(503, "storage-full", "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room."),
-      headers: { "retry-after": "60" },
-    };
+  const failure = databaseFailureOf(error);
+  if (failure) {
+    log.error(failure === "storage-full" ? "database full: a change was refused" : "database unavailable: a request was refused", {
+      request_id: requestId,
+      method: request.method,
+      path: pathOf(request),
+      error: String(error),
+    });
+    return DATABASE_FAILURES[failure]();
   }
   // A ValidationError here is of a response (requests were handled above): the server's fault.
   const status = !(error instanceof ValidationError) && typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;

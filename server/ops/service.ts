@@ -22,28 +22,42 @@ export function health(): Health {
   return { status: "ok", version: VERSION, uptime_seconds: Math.floor((Date.now() - startedAt) / 1000) };
 }
 
+/**
+ * READINESS_CHECK_TIMEOUT_MS bounds each readiness check: a database that does not answer (a
+ * PostgreSQL server behind a dropped network path takes the client's 10 s connect timeout) fails
+ * the check in time for a load balancer's probe, instead of holding the probe open.
+ */
+const READINESS_CHECK_TIMEOUT_MS = 3000;
+
 async function check(run: () => Promise<string | null> | string | null): Promise<string> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<string>((resolve) => {
+    timer = setTimeout(() => resolve(`no answer within ${READINESS_CHECK_TIMEOUT_MS / 1000} s`), READINESS_CHECK_TIMEOUT_MS);
+  });
   try {
-    return (await run()) ?? "ok";
+    return await Promise.race([Promise.resolve().then(run).then((verdict) => verdict ?? "ok"), deadline]);
   } catch (error) {
     return (error as Error).message;
+  } finally {
+    clearTimeout(timer);
   }
 }
 
-/** readinessChecks runs every readiness check; each is "ok" or says what is wrong. */
+/** readinessChecks runs every readiness check at once; each is "ok" or says what is wrong. */
 async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
-  return {
-    database: await check(async () => {
+  const [database, migrations, delivery_loop] = await Promise.all([
+    check(async () => {
       await probeWrite(rt.db);
       return null;
     }),
-    migrations: await check(async () => {
+    check(async () => {
       const applied = new Set(await findAppliedMigrationVersions(rt.db));
       const pending = migrationList(rt.db.dialect).filter((m) => !applied.has(m.version));
       return pending.length === 0 ? null : `pending: ${pending.map((m) => m.name).join(", ")}`;
     }),
-    delivery_loop: await check(() => (deliveryLoopStatus(rt).running ? null : "not running")),
-  };
+    check(() => (deliveryLoopStatus(rt).running ? null : "not running")),
+  ]);
+  return { database, migrations, delivery_loop };
 }
 
 /** readiness answers whether the service can take traffic; 503 problem naming the failing checks otherwise. */

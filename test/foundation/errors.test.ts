@@ -1,5 +1,7 @@
+import { Database } from "bun:sqlite";
 import { t } from "elysia";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { databasePath } from "../../server/db/database.ts";
 import type { RunningServer } from "../../server/server.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { sqliteOnly } from "../support/backend.ts";
@@ -224,6 +226,39 @@ describe("errors: unexpected exceptions", () => {
     } finally {
       writer.run("PRAGMA max_page_count = 4294967294");
     }
+    expect((await post()).status).toBe(201);
+  });
+
+  sqliteOnly("a database another process holds locked past the busy timeout is 503 database-unavailable with Retry-After; reads go on, and the write succeeds once the lock is let go", async () => {
+    const { app, lines } = loggedApp(h);
+    const writer = h.db.sqlite;
+    const before = await contactCount(h);
+    // Another process (a `crm` command, a backup tool) holding the write lock, for longer than the writer waits.
+    const other = new Database(databasePath(h.dataDir));
+    other.run("BEGIN IMMEDIATE");
+    writer.run("PRAGMA busy_timeout = 50");
+    const post = () =>
+      app.handle(new Request("http://localhost/public/v1/contacts", { method: "POST", headers: { authorization: `Bearer ${h.token}`, "content-type": "application/json" }, body: JSON.stringify({ first_name: "Locked" }) }));
+    try {
+      const res = await post();
+      expect({ status: res.status, retryAfter: res.headers.get("retry-after"), body: await res.json() }).toEqual({
+        status: 503,
+        retryAfter: "5",
+        body: {
+          type: "urn:crm:problem:database-unavailable",
+          title: "Service Unavailable",
+          status: 503,
+          detail: "The service cannot use its database just now (it is unreachable, restarting or busy). Retry shortly; a change retried with the same Idempotency-Key is made once, even if this attempt went through.",
+        },
+      });
+      expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "database unavailable: a request was refused", method: "POST", path: "/public/v1/contacts", error: expect.stringContaining("database is locked") });
+      expect((await h.request("GET", "/public/v1/contacts")).status).toBe(200);
+    } finally {
+      other.run("ROLLBACK");
+      other.close();
+      writer.run("PRAGMA busy_timeout = 5000");
+    }
+    expect(await contactCount(h)).toBe(before);
     expect((await post()).status).toBe(201);
   });
 

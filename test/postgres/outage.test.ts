@@ -1,0 +1,290 @@
+import { SQL, type Socket, type TCPSocketListener } from "bun";
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { api, runCli, SOURCE, spawnServer, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+
+// The real server (`bun server/main.ts serve`) on a PostgreSQL database it reaches through a TCP
+// relay the test can cut, stall and mend: what clients and load balancers get while the database
+// is down, not answering, restarting or refusing work, and that the service recovers by itself.
+
+const UNAVAILABLE = {
+  type: "urn:crm:problem:database-unavailable",
+  title: "Service Unavailable",
+  status: 503,
+  detail:
+    "The service cannot use its database just now (it is unreachable, restarting or busy). Retry shortly; a change retried with the same Idempotency-Key is made once, even if this attempt went through.",
+};
+
+/**
+ * Relay forwards TCP connections from its own port to the database's. `cut` closes every
+ * connection and the port (new ones are refused, as by a stopped server), `stall` accepts new
+ * connections and never answers (as across a dropped network path), `mend` resets those and
+ * forwards again.
+ */
+interface Relay {
+  port: number;
+  cut(): void;
+  stall(): void;
+  mend(): void;
+  stop(): void;
+}
+
+type RelayEnd = { peer: Socket<RelayEnd> | null; early: Uint8Array[]; forwards: boolean };
+
+function startRelay(targetPort: number): Relay {
+  const open = new Set<Socket<RelayEnd>>();
+  let forwarding = true;
+  const close = (socket: Socket<RelayEnd>) => {
+    open.delete(socket);
+    socket.end();
+  };
+  const handlers = {
+    open(client: Socket<RelayEnd>) {
+      client.data = { peer: null, early: [], forwards: forwarding };
+      open.add(client);
+      if (!forwarding) return;
+      void Bun.connect<RelayEnd>({
+        hostname: "127.0.0.1",
+        port: targetPort,
+        data: { peer: client, early: [], forwards: true },
+        socket: {
+          open(server) {
+            open.add(server);
+            client.data.peer = server;
+            for (const chunk of client.data.early) server.write(chunk);
+          },
+          data: (_server, chunk) => void client.write(chunk),
+          close: (server) => (close(server), close(client)),
+          error: (server) => (close(server), close(client)),
+        },
+      }).catch(() => close(client));
+    },
+    data(client: Socket<RelayEnd>, chunk: Uint8Array) {
+      if (!client.data.forwards) return;
+      if (client.data.peer) client.data.peer.write(chunk);
+      else client.data.early.push(new Uint8Array(chunk));
+    },
+    close(client: Socket<RelayEnd>) {
+      open.delete(client);
+      if (client.data.peer) close(client.data.peer);
+    },
+  };
+  let listener: TCPSocketListener<RelayEnd> | null = Bun.listen<RelayEnd>({ hostname: "127.0.0.1", port: 0, socket: handlers });
+  const port = listener.port;
+  const dropAll = () => {
+    for (const socket of [...open]) close(socket);
+  };
+  return {
+    port,
+    cut() {
+      listener?.stop(true);
+      listener = null;
+      dropAll();
+    },
+    stall() {
+      dropAll();
+      forwarding = false;
+      listener ??= Bun.listen<RelayEnd>({ hostname: "127.0.0.1", port, socket: handlers });
+    },
+    mend() {
+      // A connection opened while stalled never reaches the database: it is reset, as a router coming back does.
+      for (const socket of [...open]) if (!socket.data.forwards) close(socket);
+      forwarding = true;
+      listener ??= Bun.listen<RelayEnd>({ hostname: "127.0.0.1", port, socket: handlers });
+    },
+    stop() {
+      listener?.stop(true);
+      dropAll();
+    },
+  };
+}
+
+let database: TestDatabase;
+let admin: SQL;
+let keyFile: string;
+let token: string;
+let relay: Relay | null = null;
+let server: ServerProcess | null = null;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  keyFile = join(tempDir("outage"), "secrets.key");
+  writeFileSync(keyFile, randomBytes(32).toString("base64"), { mode: 0o600 });
+  const created = runCli([...SOURCE, "token", "create", "--name", "outage"], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_SECRETS_KEY_FILE: keyFile } });
+  if (created.exitCode !== 0) throw new Error(`token create failed: ${created.stderr}`);
+  token = created.stdout.trim();
+  admin = new SQL({ url: database.url, max: 1 });
+}, 60_000);
+
+afterEach(async () => {
+  await server?.stopWith("SIGTERM");
+  server = null;
+  relay?.stop();
+  relay = null;
+  await admin.unsafe(`ALTER DATABASE "${database.name}" RESET ALL`);
+});
+
+afterAll(async () => {
+  await admin?.close();
+  await database?.drop();
+});
+
+/** serveThroughRelay starts the server on the test database as `user`, reached through a new relay. */
+async function serveThroughRelay(user = "postgres"): Promise<{ relay: Relay; server: ServerProcess }> {
+  relay = startRelay(Number(new URL(database.url).port));
+  const env = {
+    PATH: process.env.PATH ?? "",
+    CRM_DATABASE_URL: `postgres://${user}@127.0.0.1:${relay.port}/${database.name}`,
+    CRM_SECRETS_KEY_FILE: keyFile,
+    CRM_DATABASE_POOL: "4",
+  };
+  server = await spawnServer([...SOURCE, "serve", "--port", "0", "--log-level", "warn"], { env });
+  return { relay, server };
+}
+
+/** dropConnections ends the server's connections from PostgreSQL's side, as a restart of it does. */
+async function dropConnections(): Promise<void> {
+  await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${database.name} AND pid <> pg_backend_pid()`;
+}
+
+async function contactsWithEmail(email: string): Promise<number> {
+  const [row] = await admin`SELECT count(*)::int AS n FROM contacts WHERE email = ${email}`;
+  return row.n;
+}
+
+/** answers sends `count` requests at once, so that every pooled connection serves one, and returns their statuses and problem types. */
+async function answers(url: string, count: number, method: string, path: string, body?: (i: number) => unknown) {
+  const results = await Promise.all(Array.from({ length: count }, (_, i) => api(url, token, method, path, body?.(i))));
+  return results.map((r) => `${r.status}${r.status >= 400 ? ` ${r.body.type}` : ""}`);
+}
+
+describe("database down", () => {
+  test("while PostgreSQL cannot be reached the API is 503 database-unavailable with Retry-After, /readyz is 503 naming it, /healthz stays 200; once it is back, an idempotent retry creates the contact once", async () => {
+    const { relay, server } = await serveThroughRelay();
+    expect((await api(server.url, token, "GET", "/public/v1/contacts")).status).toBe(200);
+
+    relay.cut();
+    const listed = await api(server.url, token, "GET", "/public/v1/contacts");
+    expect({ status: listed.status, retryAfter: listed.headers.get("retry-after"), body: listed.body }).toEqual({ status: 503, retryAfter: "5", body: UNAVAILABLE });
+    const create = () =>
+      fetch(`${server.url}/public/v1/contacts`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": "outage-1" },
+        body: JSON.stringify({ email: "outage@example.com", first_name: "Out" }),
+      });
+    const refused = await create();
+    expect({ status: refused.status, retryAfter: refused.headers.get("retry-after"), body: await refused.json() }).toEqual({ status: 503, retryAfter: "5", body: UNAVAILABLE });
+    const ready = await fetch(`${server.url}/readyz`);
+    const readiness = (await ready.json()) as { type: string; checks: Record<string, string> };
+    expect({ status: ready.status, type: readiness.type, database: readiness.checks.database, migrations: readiness.checks.migrations }).toEqual({
+      status: 503,
+      type: "urn:crm:problem:not-ready",
+      database: "Failed to connect",
+      migrations: "Failed to connect",
+    });
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+    const refusals = () => server.logLines().filter((line) => line.msg === "database unavailable: a request was refused");
+    await waitUntil(() => refusals().length >= 2, "both refusals logged", server.proc);
+    expect(refusals().map((line) => `${line.level} ${line.method} ${line.path}`)).toEqual(["error GET /public/v1/contacts", "error POST /public/v1/contacts"]);
+    expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
+    expect(await contactsWithEmail("outage@example.com")).toBe(0);
+
+    relay.mend();
+    const created = await create();
+    expect(created.status).toBe(201);
+    const replayed = await create();
+    expect({ status: replayed.status, replayed: replayed.headers.get("idempotent-replayed") }).toEqual({ status: 201, replayed: "true" });
+    expect(await contactsWithEmail("outage@example.com")).toBe(1);
+    expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
+  });
+
+  test("a database that stops answering fails /readyz within the check's 3 s deadline, not after the 10 s connect timeout", async () => {
+    const { relay, server } = await serveThroughRelay();
+    expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
+    relay.stall();
+    const ready = await fetch(`${server.url}/readyz`);
+    const readiness = (await ready.json()) as { checks: Record<string, string> };
+    expect({ status: ready.status, database: readiness.checks.database, migrations: readiness.checks.migrations }).toEqual({
+      status: 503,
+      database: "no answer within 3 s",
+      migrations: "no answer within 3 s",
+    });
+    relay.mend();
+    await waitUntil(async () => (await fetch(`${server.url}/readyz`)).status === 200, "/readyz to be ready again", server.proc);
+  });
+});
+
+describe("database refusing work", () => {
+  test("connections PostgreSQL drops (a restart) are never a 500: each request is 200 or 503, and the service reconnects", async () => {
+    const { server } = await serveThroughRelay();
+    expect(new Set(await answers(server.url, 8, "GET", "/public/v1/contacts"))).toEqual(new Set(["200"]));
+    for (let round = 0; round < 5; round++) {
+      await dropConnections();
+      const statuses = await answers(server.url, 8, "GET", "/public/v1/contacts");
+      expect(statuses.filter((s) => s !== "200" && s !== `503 ${UNAVAILABLE.type}`)).toEqual([]);
+    }
+    await waitUntil(async () => (await answers(server.url, 8, "GET", "/public/v1/contacts")).every((s) => s === "200"), "every request to succeed again", server.proc);
+    expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
+  });
+
+  test("a database turned read-only (a failover to a standby) answers writes 503 and keeps serving reads", async () => {
+    const { server } = await serveThroughRelay();
+    await admin.unsafe(`ALTER DATABASE "${database.name}" SET default_transaction_read_only = on`);
+    await dropConnections();
+    // Connections opened from now on are read-only; the ones just dropped may answer 503 once each.
+    await waitUntil(async () => (await answers(server.url, 4, "GET", "/public/v1/contacts")).every((s) => s === "200"), "reads on fresh connections", server.proc);
+    const refused = await api(server.url, token, "POST", "/public/v1/contacts", { email: "standby@example.com" });
+    expect({ status: refused.status, body: refused.body }).toEqual({ status: 503, body: UNAVAILABLE });
+    await waitUntil(
+      () => server.logLines().some((line) => line.level === "error" && line.msg === "database unavailable: a request was refused" && /read-only transaction/.test(line.error)),
+      "the refusal logged",
+      server.proc,
+    );
+    expect(await contactsWithEmail("standby@example.com")).toBe(0);
+  });
+
+  test("a statement the database cancels (the operator's statement_timeout) answers 503", async () => {
+    const { server } = await serveThroughRelay();
+    await admin.unsafe(`ALTER DATABASE "${database.name}" SET statement_timeout = 200`);
+    await dropConnections();
+    await waitUntil(async () => (await answers(server.url, 4, "GET", "/public/v1/contacts")).every((s) => s === "200"), "reads on fresh connections", server.proc);
+    // A lock held elsewhere keeps the list waiting past the timeout, and PostgreSQL cancels it.
+    const statuses = await admin.begin(async (tx) => {
+      await tx`LOCK TABLE contacts IN ACCESS EXCLUSIVE MODE`;
+      return answers(server.url, 2, "GET", "/public/v1/contacts");
+    });
+    expect(statuses).toEqual([`503 ${UNAVAILABLE.type}`, `503 ${UNAVAILABLE.type}`]);
+    const cancelled = () => server.logLines().filter((line) => line.msg === "database unavailable: a request was refused" && /statement timeout/.test(line.error));
+    await waitUntil(() => cancelled().length === 2, "both cancellations logged", server.proc);
+  });
+
+  test("a role out of connections (its CONNECTION LIMIT reached) answers 503 until one is free", async () => {
+    const role = "outage_app";
+    await admin.unsafe(`DROP ROLE IF EXISTS ${role}`);
+    await admin.unsafe(`CREATE ROLE ${role} LOGIN`);
+    await admin.unsafe(`GRANT ALL ON SCHEMA public TO ${role}; GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO ${role}`);
+    try {
+      const { server } = await serveThroughRelay(role);
+      expect((await api(server.url, token, "GET", "/public/v1/contacts")).status).toBe(200);
+      await admin.unsafe(`ALTER ROLE ${role} CONNECTION LIMIT 0`);
+      await dropConnections();
+      const statuses = await answers(server.url, 4, "GET", "/public/v1/contacts");
+      expect(statuses).toEqual(Array(4).fill(`503 ${UNAVAILABLE.type}`));
+      await waitUntil(
+        () => server.logLines().some((line) => line.msg === "database unavailable: a request was refused" && line.error === `PostgresError: too many connections for role "${role}"`),
+        "the refusal logged",
+        server.proc,
+      );
+      await admin.unsafe(`ALTER ROLE ${role} CONNECTION LIMIT -1`);
+      await waitUntil(async () => (await api(server.url, token, "GET", "/public/v1/contacts")).status === 200, "a connection again", server.proc);
+      expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
+    } finally {
+      await server?.stopWith("SIGTERM");
+      server = null;
+      await admin.unsafe(`REASSIGN OWNED BY ${role} TO postgres; DROP OWNED BY ${role}; DROP ROLE ${role}`);
+    }
+  });
+});
