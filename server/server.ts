@@ -3,6 +3,7 @@ import { relative, resolve } from "node:path";
 import { createApp, createRuntime } from "./app.ts";
 import type { Config } from "./config.ts";
 import { openBackend } from "./db/backend.ts";
+import { lockDataDirectory } from "./db/database.ts";
 import type { Runtime } from "./runtime.ts";
 import { isEmbeddedPath } from "./shared/compiled.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
@@ -52,22 +53,32 @@ export function tokenCreateCommand(dataDir: string, entry = Bun.main, executable
   return [...program, "token", "create", "--name", "my-integration", "--data-dir", resolve(cwd, dataDir)].map(shellWord).join(" ");
 }
 
-/** startServer opens the configured database (PostgreSQL or the data directory's SQLite), migrates, and listens; it is what `serve` runs. */
-export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
+/** openAndListen opens and migrates the configured database and listens with the app on it; the database is closed again if a step fails. */
+async function openAndListen(config: Config, log: Logger) {
   const db = await openBackend(config);
-  let runtime: Runtime;
   try {
-    runtime = await createRuntime({ db, config, log });
+    const runtime = await createRuntime({ db, config, log });
+    const app = createApp(runtime);
+    // Bun.serve has no connection cap, header timeout setting or body deadline: limitsGuard and
+    // parseJsonBody supply the cap (503) and the body deadline (408); the header deadline is Bun's fixed 10 s.
+    // Elysia asks for SO_REUSEPORT, which lets a second `serve` bind the same port and take half its
+    // connections (on SQLite, with a database and an in-memory state of its own): a busy port stops start-up.
+    app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: 2 * 1024 * 1024, idleTimeout: config.idleTimeoutSeconds, reusePort: false });
+    return { db, runtime, app };
   } catch (error) {
     await db.close();
     throw error;
   }
-  const app = createApp(runtime);
-  // Bun.serve has no connection cap, header timeout setting or body deadline: limitsGuard and
-  // parseJsonBody supply the cap (503) and the body deadline (408); the header deadline is Bun's fixed 10 s.
-  // Elysia asks for SO_REUSEPORT, which lets a second `serve` bind the same port and take half its
-  // connections (on SQLite, with a database and an in-memory state of its own): a busy port stops start-up.
-  app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: 2 * 1024 * 1024, idleTimeout: config.idleTimeoutSeconds, reusePort: false });
+}
+
+/** startServer opens the configured database (PostgreSQL or the data directory's SQLite), migrates, and listens; it is what `serve` runs. */
+export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
+  // Instances share a PostgreSQL database by design; a SQLite data directory serves one.
+  const unlock = config.databaseUrl ? () => {} : lockDataDirectory(config.dataDir);
+  const { db, runtime, app } = await openAndListen(config, log).catch((error: unknown) => {
+    unlock();
+    throw error;
+  });
   const server = app.server!;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   if ((await listTokens(db)).length === 0) {
@@ -105,6 +116,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
         // Requests are done, so no new deliveries appear; attempts in flight get what time is left.
         await Promise.all([runtime.deliveries.stop(remaining()), stopRetention(), stopNameIndexing()]);
         await db.close();
+        unlock();
         log.info("stopped", { duration_ms: Math.round(performance.now() - started) });
       })();
       return stopping;

@@ -371,6 +371,35 @@ export function databasePath(dataDir: string): string {
   return databaseFile(dataDir);
 }
 
+/**
+ * lockDataDirectory claims a data directory for one `serve` and returns the function that lets it
+ * go. A second `serve` on the same directory would run its own group-commit writer, rate limits and
+ * per-subscription caps on the same file; it is refused with a ConfigError instead. The claim is an
+ * exclusive SQLite lock on serve.lock (a POSIX lock: the kernel drops it when the process ends,
+ * however it ends, so no stale claim outlives a crash). Commands (token create, backup, import)
+ * take no claim and share the database as SQLite allows. The directory is checked and created as
+ * databasePath does.
+ */
+export function lockDataDirectory(dataDir: string): () => void {
+  databasePath(dataDir);
+  const path = join(dataDir, "serve.lock");
+  const lock = new SqliteConnection(path, { create: true });
+  try {
+    chmodSync(path, 0o600);
+    lock.run("PRAGMA locking_mode = EXCLUSIVE");
+    // No journal file beside the lock: the transaction never writes.
+    lock.run("PRAGMA journal_mode = MEMORY");
+    lock.run("BEGIN EXCLUSIVE");
+  } catch (error) {
+    lock.close();
+    if (!String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY")) throw error;
+    throw new ConfigError(
+      `the data directory ${JSON.stringify(dataDir)} is in use by another crm serve (it holds ${path}); stop that one first, or give this one another --data-dir`,
+    );
+  }
+  return () => lock.close();
+}
+
 /** databaseFile is where a data directory keeps its SQLite database; nothing is created. */
 export function databaseFile(dataDir: string): string {
   return join(dataDir, "crm.sqlite");

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
-import { ROOT, SOURCE, runCli, tempDir } from "./support.ts";
+import { ROOT, SOURCE, runCli, spawnServer, tempDir } from "./support.ts";
 
 function configFile(text: string): string {
   const file = join(tempDir("config"), "crm.toml");
@@ -194,6 +194,33 @@ describe("configuration: invalid input names the setting", () => {
       await first.stop();
     }
   }, 20_000);
+
+  test("a second serve on the data directory of a running one stops with one line and exit 2; once the first stops, it starts", async () => {
+    const dataDir = tempDir("claimed");
+    const first = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}));
+    const refusal = `the data directory ${JSON.stringify(dataDir)} is in use by another crm serve (it holds ${join(dataDir, "serve.lock")}); stop that one first, or give this one another --data-dir`;
+    try {
+      const second = runCli([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir]);
+      expect({ exitCode: second.exitCode, stdout: second.stdout, stderr: second.stderr }).toEqual({ exitCode: 2, stdout: "", stderr: `crm: ${refusal}\n` });
+      // In the same process too (a test or an embedding program starting two).
+      await expect(startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}))).rejects.toThrow(refusal);
+      expect((await fetch(`${first.url}/readyz`)).status).toBe(200);
+    } finally {
+      await first.stop();
+    }
+    const again = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}));
+    await again.stop();
+  });
+
+  test("the claim on the data directory ends with its process, however it ends: a serve killed with SIGKILL leaves none behind", async () => {
+    const dataDir = tempDir("killed");
+    const killed = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "error"]);
+    expect(runCli([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir]).exitCode).toBe(2);
+    killed.proc.kill("SIGKILL");
+    await killed.proc.exited;
+    const next = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}));
+    await next.stop();
+  });
 });
 
 describe("configuration: documentation", () => {
