@@ -49,8 +49,8 @@ export function jsonResponse(body: unknown, status = 200): Response {
 }
 
 /** problemJsonResponse answers a console JSON endpoint with an RFC 9457 problem. */
-export function problemJsonResponse(problem: Problem): Response {
-  return new Response(JSON.stringify(problem), { status: problem.status, headers: { "content-type": "application/problem+json", ...SECURITY_HEADERS, ...NO_STORE } });
+export function problemJsonResponse(problem: Problem, headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(problem), { status: problem.status, headers: { "content-type": "application/problem+json", ...SECURITY_HEADERS, ...NO_STORE, ...headers } });
 }
 
 /** assetResponse serves a CSS or JavaScript file of the console; browsers revalidate it on every load. */

@@ -2,7 +2,7 @@ import type { Server } from "bun";
 import type { TSchema } from "@sinclair/typebox";
 import { Elysia, t } from "elysia";
 import { parseQuery } from "elysia/parse-query";
-import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
+import { CONSOLE_PREFIX, consoleFailureOf } from "../server/http/conventions.ts";
 import { pathOf } from "../server/http/request-log.ts";
 import { clientAddress, clientHints, requestIsHttps } from "../server/http/client-address.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
@@ -131,7 +131,7 @@ function errorAnswer(error: ProblemError, request: Request, session: ConsoleSess
   if (error instanceof SignInRequired && !path.startsWith(`${CONSOLE_PREFIX}/api/`)) {
     return redirect(`${CONSOLE_PREFIX}/login${error.next ? `?next=${encodeURIComponent(error.next)}` : ""}`);
   }
-  if (path.startsWith(`${CONSOLE_PREFIX}/api/`)) return problemJsonResponse(error.toProblem());
+  if (path.startsWith(`${CONSOLE_PREFIX}/api/`)) return problemJsonResponse(error.toProblem(), error.headers);
   return htmlResponse(messagePage({ session, title: ERROR_TITLES[error.status] ?? "Something went wrong", text: error.message }), error.status, { headers: error.headers });
 }
 
@@ -139,11 +139,13 @@ function errorAnswer(error: ProblemError, request: Request, session: ConsoleSess
  * consoleErrors is the console's one error handler, for every console address: registered globally,
  * so that it also answers the problems found before routing (limitsGuard's malformed request
  * target, oversized query or headers, a full server), which reach no feature's scoped hooks; those
- * come without a session, so their page has no navigation.
+ * come without a session, so their page has no navigation. The service's own failures (a database
+ * that cannot serve, an unexpected error) reach it as httpConventions logged and mapped them.
  */
 export function consoleErrors() {
   return new Elysia({ name: "console-errors" }).onError({ as: "global" }, ({ code, error, request, ...context }) => {
-    const problem = pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? requestProblemOf(code, error) : null;
+    if (!pathOf(request).startsWith(`${CONSOLE_PREFIX}/`)) return;
+    const problem = requestProblemOf(code, error) ?? consoleFailureOf(request);
     if (!problem) return;
     // A value past a route schema's limit (a pasted 10,000-character search): the page names the field.
     const named = code === "VALIDATION" && problem.errors ? fieldsProblem(problem.errors) : problem;

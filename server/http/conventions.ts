@@ -6,6 +6,7 @@ import { parseJsonBody } from "./body.ts";
 import { isBrowserRequest } from "./client-address.ts";
 import { errorToProblem, methodNotAllowed, requestProblemOf, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
+import { requestSlot } from "./request-slot.ts";
 import { pathOf, requestFinisher, requestIdOf, startRequest } from "./request-log.ts";
 
 export const PUBLIC_PREFIX = "/public/v1";
@@ -23,6 +24,17 @@ export interface ConventionOptions {
   bodyTimeoutMs: number;
   /** how long Bun keeps an idle connection open (the body's wait moves it, then puts it back) */
   idleTimeoutSeconds: number;
+}
+
+const consoleFailures = requestSlot<ProblemError>("console failure");
+
+/**
+ * consoleFailureOf returns the problem httpConventions made of a console request's failure that is
+ * not the request's own (a route that does not exist, a database that cannot serve, an unexpected
+ * error), already logged, for the console to explain on a page; undefined for any other request.
+ */
+export function consoleFailureOf(request: Request): ProblemError | undefined {
+  return consoleFailures.get(request);
 }
 
 /** methodsWith maps each route pattern to the methods whose route there has a query or body schema. */
@@ -93,12 +105,15 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request, { timeoutMs: bodyTimeoutMs, idleTimeoutSeconds, server }),
     )
     .onError({ as: "global" }, ({ code, error, request, set }) => {
+      const forConsole = pathOf(request).startsWith(`${CONSOLE_PREFIX}/`);
       // The console answers a request's problems with pages of its own (consoleErrors, console/shell.ts).
-      if (pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) && requestProblemOf(code, error)) return;
+      if (forConsole && requestProblemOf(code, error)) return;
       const requestId = requestIdOf(request);
-      const { body, headers } = errorToProblem({ code, error, request, requestId }, { log, routes });
-      set.status = body.status;
-      return problemResponse(body, { "x-request-id": requestId, ...headers });
+      const failure = errorToProblem({ code, error, request, requestId }, { log, routes });
+      // Its other failures (an unknown page, a database down, a bug) are logged here as anywhere, and explained there.
+      if (forConsole) return void consoleFailures.set(request, failure);
+      set.status = failure.status;
+      return problemResponse(failure.toProblem(), { "x-request-id": requestId, ...failure.headers });
     })
     .onAfterResponse({ as: "global" }, ({ request, set, response, route }) => {
       const status = response instanceof Response ? response.status : typeof set.status === "number" ? set.status : 200;

@@ -1,7 +1,7 @@
 import { ValidationError } from "elysia";
 import { databaseFailureOf, type DatabaseFailure } from "../db/backend.ts";
 import type { Logger } from "../shared/log.ts";
-import { ProblemError, problem, validationProblem, type FieldError, type Problem } from "../shared/problem.ts";
+import { ProblemError, validationProblem, type FieldError } from "../shared/problem.ts";
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
 import { pathOf } from "./request-log.ts";
 
@@ -54,12 +54,6 @@ export function methodNotAllowed(method: string, path: string, allowed: string[]
 /** DATABASE_RETRY_AFTER_SECONDS is the Retry-After of a 503 for a database that cannot be used just now: a restart or failover takes seconds. */
 const DATABASE_RETRY_AFTER_SECONDS = 5;
 
-/** ErrorMapping is what an error becomes on the wire: a problem document and its extra headers. */
-export interface ErrorMapping {
-  body: Problem;
-  headers: Record<string, string>;
-}
-
 /**
  * requestProblemOf returns the problem of a request's own making: a ProblemError thrown (also from
  * the parse hook, which Elysia wraps), or a query, body or parameter failing its schema (422 with
@@ -78,19 +72,19 @@ export function requestProblemOf(code: unknown, error: unknown): ProblemError | 
  * change back whole (a retry once the operator has made room succeeds). An unreachable database
  * may have taken a change whose commit went unanswered, so a retry is safe only as an idempotent one.
  */
-const DATABASE_FAILURES: Record<DatabaseFailure, () => ErrorMapping> = {
-  "storage-full": () => ({
-    body: problem(503, "storage-full", "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room."),
-    headers: { "retry-after": "60" },
-  }),
-  unavailable: () => ({
-    body: problem(
+const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
+  "storage-full": () =>
+    new ProblemError(503, "storage-full", "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room.", undefined, {
+      "retry-after": "60",
+    }),
+  unavailable: () =>
+    new ProblemError(
       503,
       "database-unavailable",
       "The service cannot use its database just now (it is unreachable, restarting or busy). Retry shortly; a change retried with the same Idempotency-Key is made once, even if this attempt went through.",
+      undefined,
+      { "retry-after": String(DATABASE_RETRY_AFTER_SECONDS) },
     ),
-    headers: { "retry-after": String(DATABASE_RETRY_AFTER_SECONDS) },
-  }),
 };
 
 /**
@@ -102,20 +96,16 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ErrorMapping> = {
 export function errorToProblem(
   { code, error, request, requestId }: { code: unknown; error: unknown; request: Request; requestId: string },
   { log, routes }: { log: Logger; routes: () => RouteEntry[] },
-): ErrorMapping {
-  const headers: Record<string, string> = {};
+): ProblemError {
   const requestProblem = requestProblemOf(code, error);
-  if (requestProblem) return { body: requestProblem.toProblem(), headers: { ...requestProblem.headers } };
+  if (requestProblem) return requestProblem;
   if (code === "NOT_FOUND") {
     const path = pathOf(request);
     const allowed = allowedMethods(routes(), path);
-    if (allowed.length > 0 && !allowed.includes(request.method)) {
-      const refusal = methodNotAllowed(request.method, path, allowed);
-      return { body: refusal.toProblem(), headers: refusal.headers };
-    }
-    return { body: problem(404, "not-found", `No route matches ${request.method} ${path}.`), headers };
+    if (allowed.length > 0 && !allowed.includes(request.method)) return methodNotAllowed(request.method, path, allowed);
+    return new ProblemError(404, "not-found", `No route matches ${request.method} ${path}.`);
   }
-  if (code === "PARSE") return { body: problem(400, "invalid-json", "The request body could not be parsed."), headers };
+  if (code === "PARSE") return new ProblemError(400, "invalid-json", "The request body could not be parsed.");
   const failure = databaseFailureOf(error);
   if (failure) {
     log.error(failure === "storage-full" ? "database full: a change was refused" : "database unavailable: a request was refused", {
@@ -128,11 +118,11 @@ export function errorToProblem(
   }
   // A ValidationError here is of a response (requests were handled above): the server's fault.
   const status = !(error instanceof ValidationError) && typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;
-  if (status >= 400 && status < 500) return { body: problem(status, "bad-request", "The request could not be processed."), headers };
+  if (status >= 400 && status < 500) return new ProblemError(status, "bad-request", "The request could not be processed.");
   // A broken response's error carries the response itself, which may hold secrets: log only where it broke.
   const described = error instanceof ValidationError
     ? { error: `the response does not match its schema at ${(error.all[0] as { path?: string } | undefined)?.path || "/"}` }
     : { error: String(error), stack: (error as Error)?.stack };
   log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request), ...described });
-  return { body: problem(500, "internal", `An unexpected error occurred. Quote request id ${requestId} when reporting it.`), headers };
+  return new ProblemError(500, "internal", `An unexpected error occurred. Quote request id ${requestId} when reporting it.`);
 }

@@ -1,5 +1,9 @@
+import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ISLANDS } from "../../console/bundle.ts";
+import { databasePath } from "../../server/db/database.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { sqliteOnly } from "../support/backend.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { addOperator, ConsoleClient, expectSecurityHeaders, OPERATOR } from "./support.ts";
 
@@ -12,7 +16,8 @@ let consoleToken: string;
 const count = async (table: string) => (await h.rt.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
 
 beforeAll(async () => {
-  h = await createHarness({ allowPrivateTargets: true });
+  // The failures provoked below are logged at error: kept off the test output.
+  h = await createHarness({ allowPrivateTargets: true }, { log: createLogger("error", () => {}) });
   await addOperator(h.rt.db);
   client = new ConsoleClient((r) => h.app.handle(r));
   await client.signIn();
@@ -237,5 +242,48 @@ describe("bad input gets an answer, never a 500", () => {
       expect([path, res.status, res.text.includes(message)]).toEqual([path, status, true]);
     }
     expect(["webhook_subscriptions", "api_tokens", "users"].map(count)).toEqual(before);
+  });
+});
+
+describe("the service's own failures get the console's pages too", () => {
+  sqliteOnly("a database locked past its busy timeout: the form gets a 503 page with Retry-After that says to try again, and nothing is created", async () => {
+    const before = await count("users");
+    await client.get("/console/users");
+    // Another process (a `crm` command, a backup tool) holding the write lock, for longer than the writer waits.
+    const other = new Database(databasePath(h.dataDir));
+    other.run("BEGIN IMMEDIATE");
+    h.db.sqlite.run("PRAGMA busy_timeout = 50");
+    try {
+      const res = await client.post("/console/users", { name: "Locked Out", email: "locked@example.com" });
+      expect({ status: res.status, type: res.headers.get("content-type"), retryAfter: res.headers.get("retry-after") }).toEqual({ status: 503, type: "text/html; charset=utf-8", retryAfter: "5" });
+      expect(res.text).toContain("<h1>Try again soon</h1>");
+      expect(res.text).toContain("The service cannot use its database just now (it is unreachable, restarting or busy).");
+      expectSecurityHeaders(res.headers);
+    } finally {
+      other.run("ROLLBACK");
+      other.close();
+      h.db.sqlite.run("PRAGMA busy_timeout = 5000");
+    }
+    expect(await count("users")).toBe(before);
+  });
+
+  test("an unexpected error is a 500 page naming the request id on pages, and problem+json on the JSON endpoints", async () => {
+    await h.rt.db.run("ALTER TABLE webhook_deliveries RENAME TO webhook_deliveries_moved");
+    try {
+      const page = await client.get("/console/");
+      const requestId = page.headers.get("x-request-id");
+      expect({ status: page.status, type: page.headers.get("content-type") }).toEqual({ status: 500, type: "text/html; charset=utf-8" });
+      expect(page.text).toContain("<h1>Something went wrong</h1>");
+      expect(page.text).toContain(`An unexpected error occurred. Quote request id ${requestId} when reporting it.`);
+      expect(page.text).not.toMatch(/webhook_deliveries|no such table|does not exist|stack/i);
+      const api = await client.get("/console/api/deliveries");
+      expect({ status: api.status, type: api.headers.get("content-type"), body: JSON.parse(api.text) }).toEqual({
+        status: 500,
+        type: "application/problem+json",
+        body: { type: "urn:crm:problem:internal", title: "Internal Server Error", status: 500, detail: `An unexpected error occurred. Quote request id ${api.headers.get("x-request-id")} when reporting it.` },
+      });
+    } finally {
+      await h.rt.db.run("ALTER TABLE webhook_deliveries_moved RENAME TO webhook_deliveries");
+    }
   });
 });
