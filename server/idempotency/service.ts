@@ -53,6 +53,9 @@ function fingerprintOf(body: unknown): Uint8Array {
   return sha256(canonicalJson(empty ? null : body));
 }
 
+/** RELEASE_RETRY_MS is how often a reservation that could not be given back is tried again. */
+const RELEASE_RETRY_MS = 1000;
+
 const inUse = () =>
   new ProblemError(409, "idempotency-key-in-use", "A request with this Idempotency-Key is still being processed. Retry after it finishes.", undefined, { "retry-after": "1" });
 
@@ -114,11 +117,28 @@ export class IdempotencyGuard {
       result = await execute(scope);
     } catch (error) {
       // Whatever saved the response was rolled back with the failure; the reservation goes (a committed response stays).
-      await releaseIdempotencyKey(this.db, scope, now);
+      await this.giveBack(scope, now);
       throw error;
     }
-    if (!scope.saved) await releaseIdempotencyKey(this.db, scope, now);
+    if (!scope.saved) await this.giveBack(scope, now);
     return { ...result, replayed: false };
+  }
+
+  /**
+   * giveBack removes the reservation of a request that saved no response. When the database
+   * cannot be reached (the failure the request itself may have met), it is tried again every
+   * RELEASE_RETRY_MS in the background until the reservation would have expired: otherwise the
+   * client's retry, once the database is back, would be refused as still running for a minute.
+   */
+  private async giveBack(scope: IdempotencyScope, reservedAt: number): Promise<void> {
+    try {
+      await releaseIdempotencyKey(this.db, scope, reservedAt);
+    } catch {
+      const retry = setTimeout(() => {
+        if (Date.now() < reservedAt + IDEMPOTENCY_RESERVATION_MS) void this.giveBack(scope, reservedAt);
+      }, RELEASE_RETRY_MS);
+      retry.unref?.();
+    }
   }
 }
 

@@ -201,6 +201,38 @@ describe("database down", () => {
     expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
   });
 
+  test("a create cut off from the database after reserving its Idempotency-Key gives the key back once the database returns: the retry is not refused as still running", async () => {
+    const { relay, server } = await serveThroughRelay();
+    const create = () =>
+      fetch(`${server.url}/public/v1/contacts`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": "cut-mid-create" },
+        body: JSON.stringify({ email: "midway@example.com", first_name: "Mid" }),
+      });
+    // The create reserves its key, then waits on a lock the test holds; the database goes away under it.
+    const refused = await admin.begin(async (tx) => {
+      await tx`LOCK TABLE contacts IN ACCESS EXCLUSIVE MODE`;
+      const pending = create();
+      const waiting = async () => (await tx`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND relation = 'contacts'::regclass`)[0].n > 0;
+      await waitUntil(waiting, "the create to wait on the lock", server.proc);
+      relay.cut();
+      return pending;
+    });
+    expect({ status: refused.status, body: await refused.json() }).toEqual({ status: 503, body: UNAVAILABLE });
+    expect(await admin`SELECT status FROM idempotency_keys WHERE idem_key = 'cut-mid-create'`).toEqual([{ status: 0 }]);
+
+    relay.mend();
+    const answers: string[] = [];
+    await waitUntil(async () => {
+      const retry = await create();
+      answers.push(`${retry.status} ${retry.status === 201 ? "" : ((await retry.json()) as { type: string }).type}`.trim());
+      return retry.status === 201;
+    }, "the retry to create the contact", server.proc);
+    // Until the key is given back, a retry is told to wait (409 with Retry-After: 1), never anything else.
+    expect(answers.filter((answer) => answer !== "201" && answer !== "409 urn:crm:problem:idempotency-key-in-use")).toEqual([]);
+    expect(await contactsWithEmail("midway@example.com")).toBe(1);
+  });
+
   test("a database that stops answering fails /readyz within the check's 3 s deadline, not after the 10 s connect timeout", async () => {
     const { relay, server } = await serveThroughRelay();
     expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
