@@ -69,11 +69,15 @@ export function parseRetryAfter(value: string | null, now: number): number | nul
   return Number.isNaN(date) ? null : Math.max(0, date - now);
 }
 
-/** readPrefix reads the answer up to `limit` bytes (the rest is not waited for) and decodes it. */
+/**
+ * readPrefix reads the answer up to `limit` bytes (the rest is not waited for) and decodes it.
+ * Bytes that are not UTF-8 become U+FFFD, and so do NUL characters: PostgreSQL's text cannot hold
+ * them, and an attempt that could not be recorded would be sent again and again.
+ */
 async function readPrefix(response: Response, limit: number): Promise<string> {
   const declared = Number(response.headers.get("content-length"));
   if (!response.body) return "";
-  if (declared > 0 && declared <= limit) return new TextDecoder().decode(await response.arrayBuffer());
+  if (declared > 0 && declared <= limit) return withoutNul(new TextDecoder().decode(await response.arrayBuffer()));
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -85,8 +89,10 @@ async function readPrefix(response: Response, limit: number): Promise<string> {
   }
   if (size >= limit) void reader.cancel().catch(() => {});
   // Streaming mode holds back a character cut in two at the limit instead of decoding it as U+FFFD.
-  return new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: size > limit });
+  return withoutNul(new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: size > limit }));
 }
+
+const withoutNul = (text: string) => text.replaceAll("\u0000", "\uFFFD");
 
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null): string {
   if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;

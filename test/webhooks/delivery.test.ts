@@ -287,6 +287,19 @@ describe("webhook deliveries: failures and retries", () => {
     expect(elsewhere.received).toEqual([]);
   });
 
+  test("an answer with NUL characters and bytes that are not UTF-8 is recorded once, with U+FFFD for each (PostgreSQL's text holds no NUL), and not sent again", async () => {
+    h = await scope.harness({ retrySchedule: [] });
+    const r = receiver();
+    r.respond(() => new Response(new Uint8Array([...new TextEncoder().encode("ok\u0000done"), 0xff, 0x21])));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect({ status: delivery.status, attempts: delivery.attempts }).toEqual({ status: "succeeded", attempts: 1 });
+    const [attempt] = (await h.delivery(delivery.id)).attempt_history;
+    expect(attempt.response_body).toBe("ok\uFFFDdone\uFFFD!");
+    expect(r.received).toHaveLength(1);
+  });
+
   test("a receiver that is not listening is a connection error in words", async () => {
     h = await scope.harness({ retrySchedule: [] });
     const r = receiver();
