@@ -4,7 +4,8 @@ import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, type Config } from "./config.ts";
 import { migrateBackend, openBackend, type Backend } from "./db/backend.ts";
-import { databaseFile, databasePath, openDatabase, type SqliteDatabase } from "./db/database.ts";
+import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
+import { pendingMigrations } from "./db/migrations.ts";
 import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
@@ -110,6 +111,30 @@ function migrateWithSecretsKey(db: Backend, config: Config): Promise<string[]> {
   return migrateBackend(db, () => new SecretBox(loadSecretsKey(config).key));
 }
 
+/** dataDirectoryInUse is the refusal of a command that needs the data directory to itself while a serve (or such a command) holds it. */
+function dataDirectoryInUse(config: Config, why: string): ConfigError {
+  return new ConfigError(`the data directory ${JSON.stringify(config.dataDir)} is in use by a running crm serve, or a migrate or copy-to-postgres under way (it holds ${dataDirectoryLockFile(config.dataDir)}): ${why}`);
+}
+
+/**
+ * migrateDataDirectory applies the SQLite migrations a command finds pending, holding the data
+ * directory as serve does while it changes the schema: a serve still running there (the old
+ * version, during an upgrade) would have its schema changed under it, so the command is refused
+ * instead. With nothing pending it takes no lock, and works beside a running serve. `locked`: the
+ * caller holds the directory already.
+ */
+async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<string[]> {
+  const pending = pendingMigrations(db.sqlite).map((m) => m.name);
+  if (pending.length === 0) return [];
+  const unlock = locked ? () => {} : lockDataDirectory(config.dataDir);
+  if (!unlock) throw dataDirectoryInUse(config, `stop it before the schema is changed (pending: ${pending.join(", ")})`);
+  try {
+    return await migrateWithSecretsKey(db, config);
+  } finally {
+    unlock();
+  }
+}
+
 /**
  * requireDatabase refuses a data directory without a database. Only serve and migrate create one:
  * a token or user written to a new, empty database next to the running server's would be
@@ -126,14 +151,18 @@ function requireDatabase(dataDir: string): void {
  * command that sets a new installation up (`setUp`: token, user or operator create) may also
  * create the database of a data directory named on purpose (flag, environment or config file), as
  * install scripts do before the first start, and says so; the default ./data must already hold one.
+ * `locked`: the caller holds the data directory (lockDataDirectory).
  */
-async function openDataDirDatabase(config: Config, { setUp = false }: { setUp?: boolean } = {}): Promise<SqliteDatabase> {
+async function openDataDirDatabase(config: Config, { setUp = false, locked = false }: { setUp?: boolean; locked?: boolean } = {}): Promise<SqliteDatabase> {
   if (!setUp || config.dataDir === DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
   else if (!existsSync(databaseFile(config.dataDir))) {
     process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${config.dataDir}\n`);
   }
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
-  await migrateWithSecretsKey(db, config);
+  await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
+    await db.close();
+    throw error;
+  });
   return db;
 }
 
@@ -232,9 +261,12 @@ async function main(argv: string[]): Promise<number> {
     case "migrate": {
       const config = loadCommandConfig(args);
       const db = await openBackend(config);
-      const applied = await migrateWithSecretsKey(db, config);
-      process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
-      await db.close();
+      try {
+        const applied = await (db.dialect === "sqlite" ? migrateDataDirectory(db, config) : migrateWithSecretsKey(db, config));
+        process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
+      } finally {
+        await db.close();
+      }
       return 0;
     }
     case "token": {
@@ -356,8 +388,16 @@ async function main(argv: string[]): Promise<number> {
       return importCommand(args);
     case "copy-to-postgres": {
       const config = loadCommandConfig(args);
-      // The source is the data directory's SQLite, sealed with that directory's own key.
-      return copyToPostgresCommand(config, () => openDataDirDatabase({ ...config, databaseUrl: "" }));
+      // A change a running serve made after the copy would be missing in PostgreSQL: the copy holds the directory.
+      if (config.databaseUrl) requireDatabase(config.dataDir);
+      const unlock = config.databaseUrl ? lockDataDirectory(config.dataDir) : () => {};
+      if (!unlock) throw dataDirectoryInUse(config, "stop it first, so that no change lands after the copy");
+      try {
+        // The source is the data directory's SQLite, sealed with that directory's own key.
+        return await copyToPostgresCommand(config, () => openDataDirDatabase({ ...config, databaseUrl: "" }, { locked: true }));
+      } finally {
+        unlock();
+      }
     }
     default:
       throw new ConfigError(`unknown command ${command} (see --help)`);

@@ -1,9 +1,9 @@
 import type { Server } from "bun";
 import { relative, resolve } from "node:path";
 import { createApp, createRuntime } from "./app.ts";
-import type { Config } from "./config.ts";
+import { ConfigError, type Config } from "./config.ts";
 import { openBackend } from "./db/backend.ts";
-import { lockDataDirectory } from "./db/database.ts";
+import { dataDirectoryLockFile, databasePath, lockDataDirectory } from "./db/database.ts";
 import type { Runtime } from "./runtime.ts";
 import { isEmbeddedPath } from "./shared/compiled.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
@@ -73,8 +73,15 @@ async function openAndListen(config: Config, log: Logger) {
 
 /** startServer opens the configured database (PostgreSQL or the data directory's SQLite), migrates, and listens; it is what `serve` runs. */
 export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
-  // Instances share a PostgreSQL database by design; a SQLite data directory serves one.
+  // Instances share a PostgreSQL database by design; a SQLite data directory serves one: a second
+  // serve would run its own group-commit writer, rate limits and per-subscription caps on the file.
+  if (!config.databaseUrl) databasePath(config.dataDir); // checks the directory, creating it, before the lock goes in
   const unlock = config.databaseUrl ? () => {} : lockDataDirectory(config.dataDir);
+  if (!unlock) {
+    throw new ConfigError(
+      `the data directory ${JSON.stringify(config.dataDir)} is in use by another crm serve, or a migrate or copy-to-postgres under way (it holds ${dataDirectoryLockFile(config.dataDir)}); stop that one first, or give this one another --data-dir`,
+    );
+  }
   const { db, runtime, app } = await openAndListen(config, log).catch((error: unknown) => {
     unlock();
     throw error;

@@ -372,17 +372,14 @@ export function databasePath(dataDir: string): string {
 }
 
 /**
- * lockDataDirectory claims a data directory for one `serve` and returns the function that lets it
- * go. A second `serve` on the same directory would run its own group-commit writer, rate limits and
- * per-subscription caps on the same file; it is refused with a ConfigError instead. The claim is an
- * exclusive SQLite lock on serve.lock (a POSIX lock: the kernel drops it when the process ends,
- * however it ends, so no stale claim outlives a crash). Commands (token create, backup, import)
- * take no claim and share the database as SQLite allows. The directory is checked and created as
- * databasePath does.
+ * lockDataDirectory claims a data directory for one process that must have it alone (`serve`,
+ * or a command while it changes the schema or copies the database) and returns the function that
+ * lets it go; null when another process holds it. The claim is an exclusive SQLite lock on
+ * crm.lock: a POSIX lock, which the kernel drops when the process ends, however it ends, so no
+ * stale claim outlives a crash. The directory must exist (databasePath makes it).
  */
-export function lockDataDirectory(dataDir: string): () => void {
-  databasePath(dataDir);
-  const path = join(dataDir, "serve.lock");
+export function lockDataDirectory(dataDir: string): (() => void) | null {
+  const path = dataDirectoryLockFile(dataDir);
   const lock = new SqliteConnection(path, { create: true });
   try {
     chmodSync(path, 0o600);
@@ -392,12 +389,15 @@ export function lockDataDirectory(dataDir: string): () => void {
     lock.run("BEGIN EXCLUSIVE");
   } catch (error) {
     lock.close();
-    if (!String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY")) throw error;
-    throw new ConfigError(
-      `the data directory ${JSON.stringify(dataDir)} is in use by another crm serve (it holds ${path}); stop that one first, or give this one another --data-dir`,
-    );
+    if (String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY")) return null;
+    throw error;
   }
   return () => lock.close();
+}
+
+/** dataDirectoryLockFile is the file lockDataDirectory holds locked in a data directory. */
+export function dataDirectoryLockFile(dataDir: string): string {
+  return join(dataDir, "crm.lock");
 }
 
 /** databaseFile is where a data directory keeps its SQLite database; nothing is created. */

@@ -2,6 +2,8 @@ import { describe, expect, test } from "bun:test";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
+import { databasePath, lockDataDirectory, openDatabase } from "../../server/db/database.ts";
+import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { ROOT, SOURCE, runCli, spawnServer, tempDir } from "./support.ts";
@@ -198,7 +200,7 @@ describe("configuration: invalid input names the setting", () => {
   test("a second serve on the data directory of a running one stops with one line and exit 2; once the first stops, it starts", async () => {
     const dataDir = tempDir("claimed");
     const first = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}));
-    const refusal = `the data directory ${JSON.stringify(dataDir)} is in use by another crm serve (it holds ${join(dataDir, "serve.lock")}); stop that one first, or give this one another --data-dir`;
+    const refusal = `the data directory ${JSON.stringify(dataDir)} is in use by another crm serve, or a migrate or copy-to-postgres under way (it holds ${join(dataDir, "crm.lock")}); stop that one first, or give this one another --data-dir`;
     try {
       const second = runCli([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir]);
       expect({ exitCode: second.exitCode, stdout: second.stdout, stderr: second.stderr }).toEqual({ exitCode: 2, stdout: "", stderr: `crm: ${refusal}\n` });
@@ -220,6 +222,36 @@ describe("configuration: invalid input names the setting", () => {
     await killed.proc.exited;
     const next = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}));
     await next.stop();
+  });
+
+  test("while a serve holds the data directory, a command that would change the schema (an upgrade's migrate) or copy the database is refused; with nothing pending, commands run beside it", async () => {
+    const dataDir = tempDir("held");
+    // A database one migration behind this version, as the old version's serve left it.
+    const old = openDatabase(databasePath(dataDir));
+    migrate(old.sqlite, MIGRATIONS.slice(0, -1));
+    await old.close();
+    const unlock = lockDataDirectory(dataDir)!;
+    const inUse = `crm: the data directory ${JSON.stringify(dataDir)} is in use by a running crm serve, or a migrate or copy-to-postgres under way (it holds ${join(dataDir, "crm.lock")}): `;
+    const pending = `stop it before the schema is changed (pending: ${MIGRATIONS.at(-1)!.name})\n`;
+    try {
+      for (const command of [["migrate"], ["token", "create", "--name", "n"], ["user", "list"]]) {
+        const refused = runCli([...SOURCE, ...command, "--data-dir", dataDir]);
+        expect({ command, exitCode: refused.exitCode, stderr: refused.stderr }).toEqual({ command, exitCode: 2, stderr: inUse + pending });
+      }
+      const copy = runCli([...SOURCE, "copy-to-postgres", "--data-dir", dataDir, "--database-url", "postgres://crm@127.0.0.1:1/crm"]);
+      expect({ exitCode: copy.exitCode, stderr: copy.stderr }).toEqual({ exitCode: 2, stderr: `${inUse}stop it first, so that no change lands after the copy\n` });
+    } finally {
+      unlock();
+    }
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).stdout).toBe(`applied ${MIGRATIONS.at(-1)!.name}\n`);
+    // Up to date, nothing is locked: the usual commands work beside a running serve.
+    const running = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}));
+    try {
+      expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir])).toEqual({ exitCode: 0, stdout: "database is up to date\n", stderr: "" });
+      expect(runCli([...SOURCE, "token", "create", "--name", "beside", "--data-dir", dataDir]).exitCode).toBe(0);
+    } finally {
+      await running.stop();
+    }
   });
 });
 
