@@ -61,8 +61,10 @@ export class BatchClient {
         throw new ImportError(`${path} answered 422 idempotency-key-reused: the file changed since an earlier import of a file with its name and size (in the last 24 h); give it a new name and import it again`, false);
       }
       if (response.status !== 200 || !answer?.data) {
+        // Any other answer would be the same for the same command: running it again would not get further.
         const fields = (answer?.errors ?? []).map((e) => ` ${e.pointer ?? e.header ?? e.parameter}: ${e.detail}`).join(";");
-        throw new ImportError(`${path} answered ${response.status}: ${answer?.detail ?? text.slice(0, 200)}${fields}`);
+        const hint = response.status === 401 ? " Check that --token-file holds a current token of this server (crm token list)." : "";
+        throw new ImportError(`${path} answered ${response.status}: ${answer?.detail ?? text.slice(0, 200)}${fields}${hint}`, false);
       }
       return answer.data;
     }

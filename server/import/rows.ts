@@ -68,10 +68,10 @@ function readJsonLines(path: string, text: string): SourceFile {
     let value: unknown;
     try {
       value = JSON.parse(line);
-    } catch {
-      throw new ConfigError(`line ${i + 1} is not JSON`);
+    } catch (error) {
+      throw new ConfigError(`${path}: line ${i + 1} is not JSON (${(error as Error).message})`);
     }
-    if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ConfigError(`line ${i + 1} is not a JSON object`);
+    if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ConfigError(`${path}: line ${i + 1} is not a JSON object`);
     const values: Record<string, unknown> = {};
     for (const [key, v] of Object.entries(value)) {
       if (typeof v === "object" && v !== null && !Array.isArray(v)) for (const [sub, w] of Object.entries(v)) values[`${key}.${sub}`] = w;

@@ -125,18 +125,29 @@ describe("crm import contacts: errors", () => {
     expect((await server.db.get<{ properties: string }>("SELECT properties FROM contacts"))!.properties).toContain('"plan":"pro"');
   }, 60_000);
 
-  test("a refused token, an unknown --map column, a malformed CSV and a missing --url each stop with one clear line", async () => {
+  test("a refused token, an unknown --map column, a malformed CSV or JSON Lines file and a missing --url each stop with one clear line", async () => {
     const csv = writeContactsCsv(server.dir, 10);
     writeFileSync(join(server.dir, "bad-token"), "crm_nope\n");
     const refused = await runImport([csv.path, "--url", server.url, "--token-file", join(server.dir, "bad-token")]);
-    expect(refused.code).toBe(2);
-    expect(refused.stderr).toContain("crm: import stopped: /public/v1/accounts/batch answered 401");
+    expect({ code: refused.code, stderr: refused.stderr.split("\n").slice(-2) }).toEqual({
+      code: 2,
+      stderr: [
+        "crm: import stopped: /public/v1/accounts/batch answered 401: The API token is unknown or revoked. Check that --token-file holds a current token of this server (crm token list).",
+        "",
+      ],
+    });
     const unmapped = await runImport([csv.path, ...apiArgs(), "--map", "Nope=email"]);
     expect(unmapped).toMatchObject({ code: 2, stdout: "" });
     expect(unmapped.stderr).toStartWith('crm: --map: the file has no column "Nope" (columns: ID, Email, First Name, Last Name, Phone, Company, Website, Notes, Tags)');
     const broken = join(server.dir, "broken.csv");
     writeFileSync(broken, 'Email,Name\n"a@example.com,Ada\n');
     expect(await runImport([broken, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${broken}: line 2: a quoted field is never closed\n` });
+    const brokenLines = join(server.dir, "broken.jsonl");
+    writeFileSync(brokenLines, '{"email":"a@example.com"}\n{"email":\n');
+    expect(await runImport([brokenLines, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${brokenLines}: line 2 is not JSON (JSON Parse error: Unexpected EOF)\n` });
+    const arrayLine = join(server.dir, "array.jsonl");
+    writeFileSync(arrayLine, '{"email":"a@example.com"}\n["b@example.com"]\n');
+    expect(await runImport([arrayLine, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${arrayLine}: line 2 is not a JSON object\n` });
     const latin1 = join(server.dir, "latin1.csv");
     writeFileSync(latin1, Buffer.concat([Buffer.from("Email,First Name\nada@example.com,Ada\njose@example.com,Jos"), Buffer.from([0xe9]), Buffer.from("\n")]));
     expect(await runImport([latin1, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${latin1}: line 3 is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again\n` });
