@@ -7,7 +7,20 @@ import { pinTarget, resolveTarget, TargetRefused, type Network } from "./targets
  * them: the attempt's start time says when, and a header set that changes every second could not
  * be stored once for the attempts that share it.
  */
-const RESPONSE_HEADERS_KEPT = ["content-type", "content-length", "retry-after", "location", "server", "x-request-id"];
+const RESPONSE_HEADERS_KEPT = ["content-type", "content-encoding", "content-length", "retry-after", "location", "server", "x-request-id"];
+
+/**
+ * HEADER_VALUE_KEPT_CHARACTERS bounds each kept header value (longer ones are cut, ending in "…").
+ * A header set is stored once and found again by its text (a unique index), and PostgreSQL's
+ * B-tree takes entries of at most 2,704 bytes: seven values of 160 characters, at most 2 bytes
+ * each, stay below it with their names. An unbounded one (a 4 KB SSO Location) could not be recorded.
+ */
+const HEADER_VALUE_KEPT_CHARACTERS = 160;
+
+/** keptHeaderValue is a response header value as it is recorded: at most HEADER_VALUE_KEPT_CHARACTERS. */
+function keptHeaderValue(value: string): string {
+  return value.length > HEADER_VALUE_KEPT_CHARACTERS ? `${value.slice(0, HEADER_VALUE_KEPT_CHARACTERS - 1)}…` : value;
+}
 
 const USER_AGENT = `crm-webhooks/${VERSION}`;
 /** SECRET_PREFIX starts every signing secret (Standard Webhooks). */
@@ -59,13 +72,27 @@ export function signingSecrets(secrets: { secret: string; previous_secret: strin
   return previous_secret !== null && previous_secret_expires_at !== null && previous_secret_expires_at > now ? [secret, previous_secret] : [secret];
 }
 
-/** parseRetryAfter reads Retry-After (seconds or an HTTP date) as a delay in milliseconds, or null. */
+/**
+ * HTTP_DATE matches the three forms of an HTTP-date (RFC 9110 5.6.7): IMF-fixdate
+ * (`Sun, 06 Nov 1994 08:49:37 GMT`), RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime
+ * (`Sun Nov  6 08:49:37 1994`). Date.parse alone would read a date into any text with a year in it.
+ */
+const HTTP_DATE = new RegExp(
+  [
+    String.raw`^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d{2}:\d{2}:\d{2} GMT$`,
+    String.raw`^(Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), \d{2}-(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)-\d{2} \d{2}:\d{2}:\d{2} GMT$`,
+    String.raw`^(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ( \d|\d{2}) \d{2}:\d{2}:\d{2} \d{4}$`,
+  ].join("|"),
+);
+
+/** parseRetryAfter reads Retry-After (seconds or an HTTP-date) as a delay in milliseconds, or null for anything else. */
 export function parseRetryAfter(value: string | null, now: number): number | null {
   if (value === null) return null;
   const text = value.trim();
   if (/^\d+$/.test(text)) return Number(text) * 1000;
-  // Every HTTP-date form starts with a day name; anything else is not a date here.
-  const date = /^[A-Za-z]{3}/.test(text) ? Date.parse(text) : Number.NaN;
+  if (!HTTP_DATE.test(text)) return null;
+  // asctime has no zone: it is GMT, as every HTTP-date is.
+  const date = Date.parse(text.endsWith("GMT") ? text : `${text} GMT`);
   return Number.isNaN(date) ? null : Math.max(0, date - now);
 }
 
@@ -81,15 +108,17 @@ async function readPrefix(response: Response, limit: number): Promise<string> {
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
+  let ended = false;
   while (size < limit) {
     const { done, value } = await reader.read();
-    if (done) break;
+    if ((ended = done)) break;
     chunks.push(value);
     size += value.byteLength;
   }
-  if (size >= limit) void reader.cancel().catch(() => {});
-  // Streaming mode holds back a character cut in two at the limit instead of decoding it as U+FFFD.
-  return withoutNul(new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: size > limit }));
+  if (!ended) void reader.cancel().catch(() => {});
+  // Unless the body ended, streaming mode holds back a character cut in two at the limit instead
+  // of decoding it as U+FFFD (the body may go on exactly at the limit).
+  return withoutNul(new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: !ended }));
 }
 
 const withoutNul = (text: string) => text.replaceAll("\u0000", "\uFFFD");
@@ -138,10 +167,14 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     const pinned = pinTarget(target, await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets));
     const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
     request.onSend?.();
+    // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
+    // could unpack to gigabytes, and only the first responseBodyBytes are kept anyway.
+    const transport = { "accept-encoding": "identity", ...(pinned.host === null ? {} : { host: pinned.host }) };
     const response = await fetch(pinned.url, {
       method: "POST",
-      headers: pinned.host === null ? headers : { ...headers, host: pinned.host },
+      headers: { ...headers, ...transport },
       body: request.payload,
+      decompress: false,
       tls,
       redirect: "manual",
       signal: AbortSignal.any([timeout, request.signal]),
@@ -149,11 +182,12 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     result.response_status = response.status;
     for (const name of RESPONSE_HEADERS_KEPT) {
       const value = response.headers.get(name);
-      if (value !== null) result.response_headers[name] = value;
+      if (value !== null) result.response_headers[name] = keptHeaderValue(value);
     }
     result.retry_after_ms = parseRetryAfter(response.headers.get("retry-after"), Date.now());
     if (response.status >= 300 && response.status < 400) {
-      result.error = `redirect${response.headers.has("location") ? ` to ${response.headers.get("location")}` : ""} not followed; point the subscription at the final URL`;
+      const location = result.response_headers.location;
+      result.error = `redirect${location === undefined ? "" : ` to ${location}`} not followed; point the subscription at the final URL`;
     }
     result.response_body = await readPrefix(response, request.responseBodyBytes);
   } catch (error) {

@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
 import { VERSION } from "../../server/version.ts";
 import { MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
@@ -298,6 +299,66 @@ describe("webhook deliveries: failures and retries", () => {
     const [attempt] = (await h.delivery(delivery.id)).attempt_history;
     expect(attempt.response_body).toBe("ok\uFFFDdone\uFFFD!");
     expect(r.received).toHaveLength(1);
+  });
+
+  test("kept response headers are cut to 160 characters: a 4 KB Location (an SSO redirect) is recorded once, not sent again for ever", async () => {
+    h = await scope.harness({ retrySchedule: [] });
+    const r = receiver();
+    const location = `https://sso.example.com/login?SAMLRequest=${"x".repeat(4000)}`;
+    r.respond(() => new Response(null, { status: 302, headers: { location, server: "s".repeat(3000) } }));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const cut = `${location.slice(0, 159)}…`;
+    expect({ status: delivery.status, attempts: delivery.attempts, last_error: delivery.last_error }).toEqual({
+      status: "failed",
+      attempts: 1,
+      last_error: `redirect to ${cut} not followed; point the subscription at the final URL`,
+    });
+    const [attempt] = (await h.delivery(delivery.id)).attempt_history;
+    expect(attempt.response_headers).toEqual({ location: cut, server: `${"s".repeat(159)}…`, "content-length": "0" });
+    expect(r.received).toHaveLength(1);
+  });
+
+  test("the answer is asked for uncompressed, and one compressed anyway is kept as sent: never unpacked (a few hundred bytes can unpack to gigabytes)", async () => {
+    h = await scope.harness({ retrySchedule: [] });
+    const r = receiver();
+    const packed = gzipSync("A".repeat(200_000));
+    r.respond(() => new Response(packed, { status: 500, headers: { "content-encoding": "gzip" } }));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(r.received[0]!.headers["accept-encoding"]).toBe("identity");
+    const [attempt] = (await h.delivery(delivery.id)).attempt_history;
+    expect({ headers: attempt.response_headers, body: attempt.response_body }).toEqual({
+      headers: { "content-type": "application/octet-stream", "content-encoding": "gzip", "content-length": String(packed.length) },
+      body: new TextDecoder().decode(packed).replaceAll("\u0000", "\uFFFD"),
+    });
+  });
+
+  test("a body that goes on exactly at the kept length is cut on a character boundary, not into U+FFFD", async () => {
+    h = await scope.harness({ retrySchedule: [] });
+    // 1023 letters and an é (2 bytes), in two chunks: the first ends after the é's first byte, at 1024 bytes.
+    const body = Buffer.from(`${"a".repeat(1023)}é`);
+    const raw = Bun.listen({
+      hostname: "127.0.0.1",
+      port: 0,
+      socket: {
+        data(socket) {
+          socket.write(Buffer.concat([Buffer.from("HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n"), body.subarray(0, 1024), Buffer.from("\r\n")]));
+          setTimeout(() => socket.end(Buffer.concat([Buffer.from("1\r\n"), body.subarray(1024), Buffer.from("\r\n0\r\n\r\n")])), 50);
+        },
+      },
+    });
+    try {
+      await h.subscribe(`http://127.0.0.1:${raw.port}/hook`, ["contact.created"]);
+      await createContact();
+      const [delivery] = await settledDeliveries(h);
+      const [attempt] = (await h.delivery(delivery.id)).attempt_history;
+      expect(attempt.response_body).toBe("a".repeat(1023));
+    } finally {
+      raw.stop(true);
+    }
   });
 
   test("a receiver that is not listening is a connection error in words", async () => {

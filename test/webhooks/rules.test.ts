@@ -84,6 +84,16 @@ describe("retry rules", () => {
     expect(parseRetryAfter("-5", now)).toBeNull();
     expect(parseRetryAfter(null, now)).toBeNull();
   });
+
+  test("an HTTP date is one of its three forms (RFC 9110), never any text Date.parse finds a date in", () => {
+    const now = Date.parse("2026-11-21T10:00:00Z");
+    expect(parseRetryAfter("Saturday, 21-Nov-26 10:02:00 GMT", now)).toBe(120_000);
+    expect(parseRetryAfter("Sat Nov 21 10:02:00 2026", now)).toBe(120_000);
+    expect(parseRetryAfter("Sat Nov  1 10:00:00 2026", now)).toBe(0);
+    for (const junk of ["abc 2044", "Sat, 21 Nov 2026 10:02:00", "2026-11-21T10:02:00Z", "Sat, 21 Nov 2026 10:02:00 GMT garbage", "1e3", "30.5"]) {
+      expect([junk, parseRetryAfter(junk, now)]).toEqual([junk, null]);
+    }
+  });
 });
 
 describe("signatures", () => {
