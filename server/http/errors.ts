@@ -51,9 +51,6 @@ export function methodNotAllowed(method: string, path: string, allowed: string[]
   return new ProblemError(405, "method-not-allowed", `${method} is not allowed on ${path}; allowed: ${allowed.join(", ")}.`, undefined, { allow: allowed.join(", ") });
 }
 
-/** DATABASE_RETRY_AFTER_SECONDS is the Retry-After of a 503 for a database that cannot be used just now: a restart or failover takes seconds. */
-const DATABASE_RETRY_AFTER_SECONDS = 5;
-
 /**
  * requestProblemOf returns the problem of a request's own making: a ProblemError thrown (also from
  * the parse hook, which Elysia wraps), or a query, body or parameter failing its schema (422 with
@@ -65,6 +62,9 @@ export function requestProblemOf(code: unknown, error: unknown): ProblemError | 
   if (code === "VALIDATION" && (error as ValidationError).type !== "response") return validationProblem(validationErrors(error as ValidationError));
   return null;
 }
+
+/** DATABASE_RETRY_AFTER_SECONDS is the Retry-After of a 503 for a database that cannot be used just now: a restart or failover takes seconds. */
+const DATABASE_RETRY_AFTER_SECONDS = 5;
 
 /**
  * DATABASE_FAILURES answer a request the database could not serve through no fault of the request:

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test
 import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { api, runCli, SOURCE, spawnServer, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
+import { api, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
 // The real server (`bun server/main.ts serve`) on a PostgreSQL database it reaches through a TCP
@@ -132,14 +132,15 @@ afterAll(async () => {
   await database?.drop();
 });
 
-/** serveThroughRelay starts the server on the test database as `user`, reached through a new relay. */
-async function serveThroughRelay(user = "postgres"): Promise<{ relay: Relay; server: ServerProcess }> {
+/** serveThroughRelay starts the server on the test database as `user`, reached through a new relay, with extra settings (CRM_* variables). */
+async function serveThroughRelay(user = "postgres", settings: Record<string, string> = {}): Promise<{ relay: Relay; server: ServerProcess }> {
   relay = startRelay(Number(new URL(database.url).port));
   const env = {
     PATH: process.env.PATH ?? "",
     CRM_DATABASE_URL: `postgres://${user}@127.0.0.1:${relay.port}/${database.name}`,
     CRM_SECRETS_KEY_FILE: keyFile,
     CRM_DATABASE_POOL: "4",
+    ...settings,
   };
   server = await spawnServer([...SOURCE, "serve", "--port", "0", "--log-level", "warn"], { env });
   return { relay, server };
@@ -246,6 +247,35 @@ describe("database down", () => {
     });
     relay.mend();
     await waitUntil(async () => (await fetch(`${server.url}/readyz`)).status === 200, "/readyz to be ready again", server.proc);
+  });
+});
+
+describe("webhooks across an outage", () => {
+  test("an attempt whose outcome could not be recorded while PostgreSQL was down is sent again once it is back, then recorded; new events go out as before", async () => {
+    const { relay, server } = await serveThroughRelay("postgres", { CRM_ALLOW_PRIVATE_TARGETS: "1", CRM_DELIVERY_TIMEOUT_MS: "1000", CRM_RETRY_SCHEDULE: "1,1,1" });
+    const receiver = startReceiver();
+    try {
+      expect((await api(server.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] })).status).toBe(201);
+      const sentFor = (contactId: string) => receiver.received.filter((r) => JSON.parse(r.body).data.id === contactId);
+      // The receiver holds the attempt open while the database goes away: its 200 cannot be recorded.
+      receiver.hold();
+      const held = (await api(server.url, token, "POST", "/public/v1/contacts", { email: "held@example.com" })).body.data.id as string;
+      await waitUntil(() => sentFor(held).length === 1, "the attempt to reach the receiver", server.proc);
+      relay.cut();
+      receiver.release();
+      await waitUntil(() => server.logLines().some((line) => line.msg === "webhook delivery attempt could not be recorded"), "the lost outcome logged", server.proc);
+
+      relay.mend();
+      const after = (await api(server.url, token, "POST", "/public/v1/contacts", { email: "after@example.com" })).body.data.id as string;
+      const deliveries = async () => (await api(server.url, token, "GET", "/public/v1/webhook-deliveries?per_page=100")).body.data as { status: string; attempts: number; event_id: string }[];
+      await waitUntil(async () => (await deliveries()).every((d) => d.status === "succeeded"), "both deliveries to succeed", server.proc);
+      // At least once: the held event went out again after its lease ran out, and that attempt is the one recorded.
+      expect({ held: sentFor(held).length, after: sentFor(after).length }).toEqual({ held: 2, after: 1 });
+      expect((await deliveries()).map((d) => d.attempts)).toEqual([1, 1]);
+      expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
+    } finally {
+      receiver.stop();
+    }
   });
 });
 
