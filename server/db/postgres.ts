@@ -19,6 +19,15 @@ const WRITE_LOCK = "7165909999144823156";
 /** CONNECT_TIMEOUT_SECONDS is how long opening a connection may take before it is an error. */
 const CONNECT_TIMEOUT_SECONDS = 10;
 
+/**
+ * IDLE_IN_TRANSACTION_TIMEOUT_MS is how long PostgreSQL lets one of our transactions wait for its
+ * next statement before it ends the session. Every write holds WRITE_LOCK, so an instance cut off
+ * from the server in mid-transaction (a network partition, a frozen VM) would otherwise stop the
+ * writes of every instance until the server's TCP keepalive gives up on it, two hours by default.
+ * Our transactions never wait on anything but their own statements and a little JavaScript.
+ */
+const IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000;
+
 type Row = Record<string, unknown>;
 /** Runner is what both the pool and a transaction handle of Bun's client offer. */
 type Runner = Pick<SQL, "unsafe">;
@@ -192,7 +201,14 @@ function connectFailure(error: unknown): string {
  * cannot be reached or used is a ConfigError naming --database-url (one line, no stack trace).
  */
 export async function openPostgres(url: string, pool: number): Promise<PostgresDatabase> {
-  const sql = new SQL({ url, max: pool, bigint: true, connectionTimeout: CONNECT_TIMEOUT_SECONDS });
+  const sql = new SQL({
+    url,
+    max: pool,
+    bigint: true,
+    connectionTimeout: CONNECT_TIMEOUT_SECONDS,
+    // application_name names the service's sessions in pg_stat_activity.
+    connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm" },
+  });
   try {
     const [server] = await sql`SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name`;
     if (server.version < POSTGRES_MIN_VERSION) {

@@ -28,6 +28,8 @@ interface Relay {
   port: number;
   cut(): void;
   stall(): void;
+  /** freeze stops passing bytes either way on the open connections and leaves them open, as a network partition does. */
+  freeze(): void;
   mend(): void;
   stop(): void;
 }
@@ -37,6 +39,7 @@ type RelayEnd = { peer: Socket<RelayEnd> | null; early: Uint8Array[]; forwards: 
 function startRelay(targetPort: number): Relay {
   const open = new Set<Socket<RelayEnd>>();
   let forwarding = true;
+  let frozen = false;
   const close = (socket: Socket<RelayEnd>) => {
     open.delete(socket);
     socket.end();
@@ -56,14 +59,14 @@ function startRelay(targetPort: number): Relay {
             client.data.peer = server;
             for (const chunk of client.data.early) server.write(chunk);
           },
-          data: (_server, chunk) => void client.write(chunk),
+          data: (_server, chunk) => void (frozen || client.write(chunk)),
           close: (server) => (close(server), close(client)),
           error: (server) => (close(server), close(client)),
         },
       }).catch(() => close(client));
     },
     data(client: Socket<RelayEnd>, chunk: Uint8Array) {
-      if (!client.data.forwards) return;
+      if (!client.data.forwards || frozen) return;
       if (client.data.peer) client.data.peer.write(chunk);
       else client.data.early.push(new Uint8Array(chunk));
     },
@@ -83,6 +86,9 @@ function startRelay(targetPort: number): Relay {
       listener?.stop(true);
       listener = null;
       dropAll();
+    },
+    freeze() {
+      frozen = true;
     },
     stall() {
       dropAll();
@@ -248,6 +254,36 @@ describe("database down", () => {
     relay.mend();
     await waitUntil(async () => (await fetch(`${server.url}/readyz`)).status === 200, "/readyz to be ready again", server.proc);
   });
+});
+
+describe("an instance cut off in mid-write", () => {
+  test("an instance partitioned from PostgreSQL inside a write holds the write lock only until the server ends its idle transaction (10 s), not until its TCP keepalive gives up (2 h)", async () => {
+    // One pooled connection: with more, each of the instance's writes queued for the lock would
+    // hold it, once granted, for its own 10 s (the README's bound: pool size x 10 s).
+    const { relay, server } = await serveThroughRelay("postgres", { CRM_DATABASE_POOL: "1" });
+    // The create takes the write lock, then waits on a table lock the test holds; the network then freezes.
+    const write = admin.begin(async (tx) => {
+      await tx`LOCK TABLE contacts IN ACCESS EXCLUSIVE MODE`;
+      void api(server.url, token, "POST", "/public/v1/contacts", { email: "partitioned@example.com" }).catch(() => {});
+      await waitUntil(async () => (await tx`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND relation = 'contacts'::regclass`)[0].n > 0, "the create to wait on the lock", server.proc);
+      relay.freeze();
+    });
+    await write;
+    // The create's transaction now waits for a next statement that cannot arrive. Another
+    // instance's write (here the test's own session) waits for the write lock until it ends.
+    const other = new SQL({ url: database.url, max: 1 });
+    try {
+      const waited = await other.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${"7165909999144823156"}::bigint)`;
+        return (await tx`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm' AND state = 'idle in transaction'`)[0].n;
+      });
+      expect(waited).toBe(0);
+    } finally {
+      await other.close();
+    }
+    expect(await contactsWithEmail("partitioned@example.com")).toBe(0);
+    relay.stop();
+  }, 60_000);
 });
 
 describe("webhooks across an outage", () => {
