@@ -116,7 +116,7 @@ export const SETTINGS: Setting[] = [
     flag: "--database-url",
     env: "CRM_DATABASE_URL",
     kind: "database-url",
-    help: "postgres://user:password@host:port/database of a PostgreSQL database (13+) shared by several instances; without it, SQLite in --data-dir. Used by copy-to-postgres; serving on it lands with the next step of issue 12",
+    help: "postgres://user:password@host:port/database of a PostgreSQL database (13+) that serve and every command use, shared by several instances (needs --secrets-key-file); without it, SQLite in --data-dir",
   },
   { key: "databasePool", flag: "--database-pool", env: "CRM_DATABASE_POOL", kind: "positive-int", max: MAX_DATABASE_POOL, help: `connections to PostgreSQL each instance opens at most (1-${MAX_DATABASE_POOL})` },
   {
@@ -155,7 +155,7 @@ export const SETTINGS: Setting[] = [
     kind: "positive-number",
     help: "a webhook subscription whose attempts have all failed for this many hours is disabled (fractions allowed: 0.001 is 3.6 s, for tests)",
   },
-  { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16+ characters); without one, /metrics answers loopback clients only" },
+  { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16 to 200 characters); without one, /metrics answers loopback clients only" },
   { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish" },
   { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },
   { key: "idleTimeoutSeconds", flag: "--idle-timeout-seconds", env: "CRM_IDLE_TIMEOUT_SECONDS", kind: "positive-int", max: 255, help: "seconds an idle keep-alive connection stays open (1-255; Bun checks every 4 s, so it closes up to 4 s later)" },

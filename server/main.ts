@@ -33,7 +33,7 @@ Commands:
   token list                         list API tokens (never the token itself)
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
-  user list                          list users: id, email, name
+  user list                          list users: id, email, name, created
   operator create --email E --password-stdin
                                      add a console operator; the password is read from stdin
   operator list                      list console operators: id, email, created, last seen

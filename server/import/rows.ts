@@ -134,6 +134,8 @@ export function columnMap(columns: string[], mapText: string | undefined): { map
       throw new ConfigError(`--map: ${JSON.stringify(pair)} is not COLUMN=FIELD with FIELD one of ${[...CONTACT_TARGETS, ...ACCOUNT_TARGETS].join(", ")}, custom_fields.KEY (KEY not __proto__, constructor or prototype) or -`);
     }
     if (!columns.includes(column)) throw new ConfigError(`--map: the file has no column ${JSON.stringify(column)} (columns: ${columns.join(", ")})`);
+    const rival = [...explicit].find(([other, field]) => field === target && target !== "-" && other !== column);
+    if (rival) throw new ConfigError(`--map: the columns ${JSON.stringify(rival[0])} and ${JSON.stringify(column)} both map to ${target}; a field takes one column`);
     explicit.set(column, target);
   }
   const map: ColumnMap = new Map();

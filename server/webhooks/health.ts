@@ -79,9 +79,10 @@ export async function trackFailingStreak(db: Db, log: Logger, disableAfterHours:
   if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
   await disableWithEvent(db, subscription, reason, "not sent: the subscription was disabled after its attempts failed for too long", now);
+  // The host, not the URL: a target URL can carry its receiver's secret (a token in the path or query).
   log.warn("webhook subscription disabled: every attempt failed for too long", {
     subscription_id: subscription.id,
-    target_url: subscription.target_url,
+    target_host: new URL(subscription.target_url).host,
     failing_since: toTimestamp(subscription.failing_since),
     disable_failing_after_hours: disableAfterHours,
   });

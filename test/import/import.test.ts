@@ -139,6 +139,8 @@ describe("crm import contacts: errors", () => {
     const unmapped = await runImport([csv.path, ...apiArgs(), "--map", "Nope=email"]);
     expect(unmapped).toMatchObject({ code: 2, stdout: "" });
     expect(unmapped.stderr).toStartWith('crm: --map: the file has no column "Nope" (columns: ID, Email, First Name, Last Name, Phone, Company, Website, Notes, Tags)');
+    const twice = await runImport([csv.path, ...apiArgs(), "--map", "Email=email,Notes=email"]);
+    expect(twice).toEqual({ code: 2, stdout: "", stderr: 'crm: --map: the columns "Email" and "Notes" both map to email; a field takes one column\n' });
     const broken = join(server.dir, "broken.csv");
     writeFileSync(broken, 'Email,Name\n"a@example.com,Ada\n');
     expect(await runImport([broken, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${broken}: line 2: a quoted field is never closed\n` });

@@ -41,8 +41,9 @@ const EXAMPLES: Record<string, string[]> = {
   "a protocol version other than `HTTP/1.0` and `HTTP/1.1`, or none (HTTP/0.9)": ["GET /healthz HTTP/2.0\r\nhost: x\r\n\r\n", "GET /healthz\r\n\r\n"],
   "lines ended by a bare LF instead of CRLF": ["GET /healthz HTTP/1.1\nhost: x\n\n"],
   "both `Content-Length` and `Transfer-Encoding`": ["POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"],
-  "`Content-Length` repeated, or not a number": [
+  "`Content-Length` repeated with another value, given as a list (`5, 5`), or not a number": [
     "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello",
+    "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 5, 5\r\n\r\nhello",
     "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n",
   ],
   "a `Transfer-Encoding` other than `chunked`": ["POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ntransfer-encoding: gzip\r\n\r\n"],
@@ -84,6 +85,17 @@ describe("malformed requests: answered by the service", () => {
       expect((await ok.response()).status).toBe(200);
       ok.destroy();
     }
+  });
+});
+
+describe("malformed requests: not malformed", () => {
+  test("a Content-Length repeated with the same value is one length (RFC 9112 lets a recipient read it so): the request is answered as usual", async () => {
+    const port = await serve();
+    const c = new Connection(port);
+    c.write("POST /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n{}");
+    const answer = await c.response();
+    c.destroy();
+    expect({ status: answer.status, allow: answer.headers.allow, type: JSON.parse(answer.body).type }).toEqual({ status: 405, allow: "GET", type: "urn:crm:problem:method-not-allowed" });
   });
 });
 

@@ -74,7 +74,7 @@ describe("auto-disable: happy paths", () => {
         level: "warn",
         msg: "webhook subscription disabled: every attempt failed for too long",
         subscription_id: sub.id,
-        target_url: dying.url,
+        target_host: new URL(dying.url).host,
         failing_since: disabled.failing_since,
         disable_failing_after_hours: secondsAsHours(0.3),
       },
