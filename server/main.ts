@@ -12,6 +12,7 @@ import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser } from "./users/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
+import { printable } from "./shared/text.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
@@ -314,7 +315,8 @@ async function main(argv: string[]): Promise<number> {
       const sub = args.shift();
       if (sub === "list") {
         const db = await openConfiguredDatabase(args);
-        for (const user of await allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${user.name}  created ${user.created_at}\n`);
+        // A name comes from the API as given, and may hold control characters a terminal would act on.
+        for (const user of await allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${printable(user.name)}  created ${user.created_at}\n`);
         return 0;
       }
       if (sub !== "create") throw new ConfigError("usage: user create --name N --email E | user list");

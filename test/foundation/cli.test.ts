@@ -108,6 +108,13 @@ describe("command line: happy paths", () => {
     });
   });
 
+  test("user list shows control characters in a name (the API takes names as given) as escapes, so they neither colour the terminal nor split the line", async () => {
+    await crm(["migrate"]);
+    const ada = JSON.parse((await crm(["user", "create", "--name", "Ada\u001b[31m\tLovelace\u009b", "--email", "ada@example.com"])).stdout);
+    expect(ada.name).toBe("Ada\u001b[31m\tLovelace\u009b");
+    expect((await crm(["user", "list"])).stdout).toBe(`${ada.id}  ada@example.com  Ada\\u001b[31m\\u0009Lovelace\\u009b  created ${ada.created_at}\n`);
+  });
+
   test("serve on an empty data directory explains how to make the first token, then serves it", async () => {
     const proc = Bun.spawn([BUN, MAIN, "serve", "--port", "0"], {
       cwd: ROOT,
