@@ -1,5 +1,5 @@
 import { Database } from "bun:sqlite";
-import { closeSync, existsSync, fsyncSync, openSync, rmSync, statSync } from "node:fs";
+import { closeSync, existsSync, openSync, rmSync, statSync } from "node:fs";
 import type { Config } from "../config.ts";
 import { clientAddress, isBrowserRequest, isLoopback, isLoopbackHost, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
@@ -9,6 +9,7 @@ import type { Runtime } from "../runtime.ts";
 import { VERSION } from "../version.ts";
 import { deliveryHistorySize, deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
 import { sameBytes } from "../shared/crypto.ts";
+import { fsyncPath, partialName, publishFile } from "../shared/files.ts";
 import type { Logger } from "../shared/log.ts";
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
@@ -156,42 +157,42 @@ export interface BackupResult {
 
 /**
  * backupDatabase copies the live database of a data directory into a new file with VACUUM INTO,
- * on its own connection: a consistent snapshot taken while the server keeps writing. The file
- * is created first, exclusively and 0600, so an existing file is never overwritten and the copy
- * is never readable by others; it is synced and checked before the function returns.
+ * on its own connection: a consistent snapshot taken while the server keeps writing. The copy is
+ * written 0600 under a partial name (never readable by others), synced and checked, and only then
+ * given the file's name, never over an existing file.
  */
 export async function backupDatabase(dataDir: string, file: string): Promise<BackupResult> {
   if (!existsSync(dataDir)) throw new BackupError(`data directory ${dataDir} does not exist`);
   const source = databasePath(dataDir);
   if (!existsSync(source)) throw new BackupError(`no database at ${source}`);
+  const exists = () => new BackupError(`${file} already exists; backup never overwrites a file`);
+  if (existsSync(file)) throw exists();
+  // The copy is made under a partial name and takes FILE's name only once synced and checked: a
+  // backup killed half-way (SIGKILL, a power cut) leaves no file that a restore could take for one.
+  const partial = partialName(file);
   try {
-    closeSync(openSync(file, "wx", 0o600));
+    closeSync(openSync(partial, "w", 0o600));
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw new BackupError(code === "EEXIST" ? `${file} already exists; backup never overwrites a file` : `cannot create ${file}: ${(error as Error).message}`);
+    throw new BackupError(`cannot create ${file}: ${(error as Error).message}`);
   }
   try {
     const db = openDatabase(source);
     try {
-      vacuumInto(db.sqlite, file);
+      vacuumInto(db.sqlite, partial);
     } finally {
       await db.close();
     }
-    const fd = openSync(file, "r+");
-    try {
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    const copy = new Database(file, { readonly: true });
+    fsyncPath(partial);
+    const copy = new Database(partial, { readonly: true });
     try {
       const verdict = quickCheck(copy);
       if (verdict !== "ok") throw new BackupError(`the copy failed its integrity check: ${verdict}`);
     } finally {
       copy.close();
     }
+    if (!publishFile(partial, file)) throw exists();
   } catch (error) {
-    rmSync(file, { force: true });
+    for (const leftover of [partial, `${partial}-journal`]) rmSync(leftover, { force: true });
     if (error instanceof BackupError) throw error;
     throw new BackupError(`backup failed: ${(error as Error).message}`);
   }

@@ -4,6 +4,7 @@ import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
+import { fsyncPath, partialName, publishFile } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { findOneSubscriptionSecret, listUnsealedSubscriptionSecrets, updateSubscriptionSecrets } from "./store.ts";
 
@@ -103,8 +104,13 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   if (!existsSync(path)) {
     if (config.secretsKeyFile) throw new ConfigError(`secrets key file ${path} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist`);
     const key = randomBytes(KEY_BYTES);
-    writeFileSync(path, `${key.toString("base64")}\n`, { mode: 0o600, flag: "wx" });
-    return { key, path, created: true };
+    // Durable before any secret is sealed with it (the sealed secrets are committed with a sync):
+    // written and synced under a partial name, then published. Another process that made a key
+    // meanwhile keeps its own, which is read below.
+    const partial = partialName(path);
+    writeFileSync(partial, `${key.toString("base64")}\n`, { mode: 0o600 });
+    fsyncPath(partial);
+    if (publishFile(partial, path)) return { key, path, created: true };
   }
   let text: string;
   try {

@@ -96,6 +96,39 @@ describe("backup: a consistent copy of the live database", () => {
   }, 60_000);
 });
 
+describe("backup: killed half-way", () => {
+  test("a backup killed mid-copy leaves no file under the backup's name (only a .partial-PID one), and the same command then succeeds", async () => {
+    const dataDir = tempDir("backup-killed");
+    createToken(SOURCE, dataDir);
+    // About 100 MB to copy, so the kill lands while the copy is being written.
+    const db = new Database(join(dataDir, "crm.sqlite"));
+    db.run("CREATE TABLE padding (bytes BLOB)");
+    for (let i = 0; i < 100; i++) db.run("INSERT INTO padding VALUES (randomblob(1000000))");
+    db.close();
+    const out = tempDir("backup-killed-out");
+    const file = join(out, "copy.sqlite");
+    const backup = Bun.spawn([...SOURCE, "backup", file, "--data-dir", dataDir], { stdout: "ignore", stderr: "ignore" });
+    const partial = join(out, `copy.sqlite.partial-${backup.pid}`);
+    while (!(existsSync(partial) && statSync(partial).size > 0)) {
+      if (backup.exitCode !== null) throw new Error("the backup ended before it could be killed");
+      await Bun.sleep(5);
+    }
+    backup.kill("SIGKILL");
+    await backup.exited;
+    expect(existsSync(file)).toBe(false);
+    const again = runCli([...SOURCE, "backup", file, "--data-dir", dataDir]);
+    expect(again.exitCode).toBe(0);
+    const copy = new Database(file, { readonly: true });
+    try {
+      expect(copy.query("PRAGMA integrity_check").get()).toEqual({ integrity_check: "ok" });
+      expect(copy.query("SELECT count(*) AS n FROM padding").get()).toEqual({ n: 100 });
+    } finally {
+      copy.close();
+    }
+    expect(mode(file)).toBe("600");
+  }, 60_000);
+});
+
 describe("backup: refusals", () => {
   test("an existing file is never overwritten", () => {
     const dataDir = tempDir("backup-exists");
