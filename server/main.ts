@@ -112,9 +112,20 @@ function migrateWithSecretsKey(db: Backend, config: Config): Promise<string[]> {
   return migrateBackend(db, () => new SecretBox(loadSecretsKey(config).key));
 }
 
-/** dataDirectoryInUse is the refusal of a command that needs the data directory to itself while a serve (or such a command) holds it. */
-function dataDirectoryInUse(config: Config, why: string): ConfigError {
-  return new ConfigError(`the data directory ${JSON.stringify(config.dataDir)} is in use by a running crm serve, or a migrate or copy-to-postgres under way (it holds ${dataDirectoryLockFile(config.dataDir)}): ${why}`);
+/**
+ * whileHoldingDataDirectory runs `work` holding the data directory (lockDataDirectory); while a
+ * serve, or another command that needs it to itself, holds it, the command is refused, `why` saying why.
+ */
+async function whileHoldingDataDirectory<T>(config: Config, why: string, work: () => Promise<T>): Promise<T> {
+  const unlock = lockDataDirectory(config.dataDir);
+  if (!unlock) {
+    throw new ConfigError(`the data directory ${JSON.stringify(config.dataDir)} is in use by a running crm serve, or a migrate or copy-to-postgres under way (it holds ${dataDirectoryLockFile(config.dataDir)}): ${why}`);
+  }
+  try {
+    return await work();
+  } finally {
+    unlock();
+  }
 }
 
 /**
@@ -127,13 +138,8 @@ function dataDirectoryInUse(config: Config, why: string): ConfigError {
 async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<string[]> {
   const pending = pendingMigrations(db.sqlite).map((m) => m.name);
   if (pending.length === 0) return [];
-  const unlock = locked ? () => {} : lockDataDirectory(config.dataDir);
-  if (!unlock) throw dataDirectoryInUse(config, `stop it before the schema is changed (pending: ${pending.join(", ")})`);
-  try {
-    return await migrateWithSecretsKey(db, config);
-  } finally {
-    unlock();
-  }
+  if (locked) return migrateWithSecretsKey(db, config);
+  return whileHoldingDataDirectory(config, `stop it before the schema is changed (pending: ${pending.join(", ")})`, () => migrateWithSecretsKey(db, config));
 }
 
 /**
@@ -390,16 +396,13 @@ async function main(argv: string[]): Promise<number> {
       return importCommand(args);
     case "copy-to-postgres": {
       const config = loadCommandConfig(args);
+      // The source is the data directory's SQLite, sealed with that directory's own key.
+      const copy = () => copyToPostgresCommand(config, () => openDataDirDatabase({ ...config, databaseUrl: "" }, { locked: true }));
+      // Without a target the command refuses before it opens anything.
+      if (!config.databaseUrl) return copy();
       // A change a running serve made after the copy would be missing in PostgreSQL: the copy holds the directory.
-      if (config.databaseUrl) requireDatabase(config.dataDir);
-      const unlock = config.databaseUrl ? lockDataDirectory(config.dataDir) : () => {};
-      if (!unlock) throw dataDirectoryInUse(config, "stop it first, so that no change lands after the copy");
-      try {
-        // The source is the data directory's SQLite, sealed with that directory's own key.
-        return await copyToPostgresCommand(config, () => openDataDirDatabase({ ...config, databaseUrl: "" }, { locked: true }));
-      } finally {
-        unlock();
-      }
+      requireDatabase(config.dataDir);
+      return whileHoldingDataDirectory(config, "stop it first, so that no change lands after the copy", copy);
     }
     default:
       throw new ConfigError(`unknown command ${command} (see --help)`);
