@@ -2,7 +2,7 @@ import type { Server } from "bun";
 import type { TSchema } from "@sinclair/typebox";
 import { Elysia, t } from "elysia";
 import { parseQuery } from "elysia/parse-query";
-import { CONSOLE_PREFIX, consoleFailureOf } from "../server/http/conventions.ts";
+import { CONSOLE_PREFIX, consoleFailureOf, isConsolePath } from "../server/http/conventions.ts";
 import { pathOf } from "../server/http/request-log.ts";
 import { clientAddress, clientHints, requestIsHttps } from "../server/http/client-address.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
@@ -144,7 +144,7 @@ function errorAnswer(error: ProblemError, request: Request, session: ConsoleSess
  */
 export function consoleErrors() {
   return new Elysia({ name: "console-errors" }).onError({ as: "global" }, ({ code, error, request, ...context }) => {
-    if (!pathOf(request).startsWith(`${CONSOLE_PREFIX}/`)) return;
+    if (!isConsolePath(pathOf(request))) return;
     const problem = requestProblemOf(code, error) ?? consoleFailureOf(request);
     if (!problem) return;
     // A value past a route schema's limit (a pasted 10,000-character search): the page names the field.

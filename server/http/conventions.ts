@@ -14,6 +14,11 @@ export const PUBLIC_PREFIX = "/public/v1";
 /** CONSOLE_PREFIX is where the operator console is served (server-rendered HTML and forms). */
 export const CONSOLE_PREFIX = "/console";
 
+/** isConsolePath tells whether a path is the console's: an address under /console, or /console itself (the start page without its slash). */
+export function isConsolePath(path: string): boolean {
+  return path === CONSOLE_PREFIX || path.startsWith(`${CONSOLE_PREFIX}/`);
+}
+
 export interface ConventionOptions {
   log: Logger;
   /** routes returns the app's route table, used to tell 404 from 405 */
@@ -102,10 +107,10 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
     })
     // The console (under /console) posts HTML forms; it validates its own form bodies.
     .onParse({ as: "global" }, ({ request, server }) =>
-      pathOf(request).startsWith(`${CONSOLE_PREFIX}/`) ? undefined : parseJsonBody(request, { timeoutMs: bodyTimeoutMs, idleTimeoutSeconds, server }),
+      isConsolePath(pathOf(request)) ? undefined : parseJsonBody(request, { timeoutMs: bodyTimeoutMs, idleTimeoutSeconds, server }),
     )
     .onError({ as: "global" }, ({ code, error, request, set }) => {
-      const forConsole = pathOf(request).startsWith(`${CONSOLE_PREFIX}/`);
+      const forConsole = isConsolePath(pathOf(request));
       // The console answers a request's problems with pages of its own (consoleErrors, console/shell.ts).
       if (forConsole && requestProblemOf(code, error)) return;
       const requestId = requestIdOf(request);

@@ -144,6 +144,21 @@ describe("headers and markup", () => {
     }
   });
 
+  test("/console without its slash is the console's too: without a session it is the redirect to sign-in with the console's headers, not the API's 401", async () => {
+    const anonymous = new ConsoleClient((r) => h.app.handle(r));
+    const res = await anonymous.get("/console");
+    expect({ status: res.status, type: res.headers.get("content-type"), location: res.headers.get("location"), cache: res.headers.get("cache-control"), body: res.text }).toEqual({
+      status: 303,
+      type: null,
+      location: "/console/login",
+      cache: "no-store",
+      body: "",
+    });
+    expectSecurityHeaders(res.headers);
+    const page = await client.get("/console");
+    expect([page.status, /<h1>([^<]*)<\/h1>/.exec(page.text)?.[1]]).toEqual([200, "Deliveries"]);
+  });
+
   test("pages have no inline script, inline style or event handler attribute (the CSP would block them)", async () => {
     for (const path of [...pages(), "/console/login"]) {
       const { text } = await client.get(path);
