@@ -9,7 +9,7 @@ import { renderPage } from "../pages/layout.tsx";
 import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
 import { HealthPanel } from "../subscriptions/health-pages.tsx";
-import { CsrfField, formatDuration, HttpStatus, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "../pages/parts.tsx";
 
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
 const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "since", "until"] as const;
@@ -88,7 +88,7 @@ export function deliveriesPage(props: {
             label="Subscription"
             any="Any subscription"
             selected={filters.subscription_id}
-            options={props.subscriptions.map((s) => [s.id, s.description ? `${s.description} — ${s.target_url}` : s.target_url])}
+            options={props.subscriptions.map((s) => [s.id, s.description ? `${isolated(s.description)} — ${s.target_url}` : s.target_url])}
           />
           <FilterInput name="event_id" label="Event id" value={filters.event_id} placeholder="evt_…" />
           <FilterInput name="contact_id" label="Contact id" value={filters.contact_id} placeholder="con_…" />

@@ -74,6 +74,15 @@ export function NoticeBox({ notice }: { notice?: NoticeData | null }) {
   );
 }
 
+/**
+ * isolated wraps text an API client chose (a description) in Unicode's first-strong isolate and
+ * pop directional isolate, for where markup cannot go (an option's label): a right-to-left override
+ * in it then reorders only itself, not the URL after it, as CSS isolates `.sub-description` elsewhere.
+ */
+export function isolated(text: string): string {
+  return `\u2068${text}\u2069`;
+}
+
 /** SubscriptionLabel shows a subscription's description above its URL. */
 export function SubscriptionLabel({ description, url }: { description: string | null; url: string }) {
   return (

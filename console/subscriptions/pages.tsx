@@ -89,7 +89,7 @@ export function subscriptionsPage(props: {
         <NoticeBox notice={props.notice} />
         {props.created && (
           <SecretOnce id="new-secret" label="Signing secret of the new subscription" value={props.created.secret}>
-            Receivers verify the <code>webhook-signature</code> header of {props.created.target_url} with it.
+            Receivers verify the <code>webhook-signature</code> header of <span class="url">{props.created.target_url}</span> with it.
           </SecretOnce>
         )}
         {props.rotations.map((r) => (
@@ -185,7 +185,13 @@ export function deleteSubscriptionPage(props: { session: ConsoleSession; subscri
       <>
         <p>
           Delete the subscription to <strong class="url">{s.target_url}</strong>
-          {s.description ? ` (${s.description})` : ""}? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.
+          {s.description && (
+            <>
+              {" ("}
+              <bdi>{s.description}</bdi>)
+            </>
+          )}
+          ? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.
         </p>
         {props.rotationId && (
           <p class="notice notice-info">

@@ -1,0 +1,148 @@
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import type { Page } from "playwright-core";
+import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
+import { cspViolations, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+
+// What an API client or a webhook receiver chooses is shown to operators: in real Chromium it must
+// stay text, and must not change how the console's own words read.
+let server: ConsoleServer;
+let b: Awaited<ReturnType<typeof signedInBrowser>>;
+let receiver: Receiver;
+/** requests a page made to the "attacker's" server: an injected image or script would call it */
+const calls: string[] = [];
+let attacker: ReturnType<typeof Bun.serve>;
+
+beforeAll(async () => {
+  attacker = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: (request) => (calls.push(request.url), new Response("")) });
+  server = await startConsoleServer();
+  receiver = startReceiver();
+  b = await signedInBrowser(server);
+}, 60_000);
+
+afterAll(async () => {
+  await b.browser.close();
+  await receiver.stop();
+  attacker.stop(true);
+  await server.close();
+});
+
+/** RLO is U+202E RIGHT-TO-LEFT OVERRIDE: text after it shows reversed until the end of its paragraph or isolate. */
+const RLO = "\u202E";
+
+/** leftToRight tells, for each word, whether Chromium draws its first letter left of its last (as English reads) in the first element matching `selector`. */
+function leftToRight(page: Page, selector: string, words: string[]): Promise<Record<string, boolean>> {
+  return page.$eval(
+    selector,
+    (element, words) => {
+      const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+      const found: Record<string, boolean> = {};
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (const word of words) {
+          const at = node.textContent!.indexOf(word);
+          if (at < 0 || word in found) continue;
+          const x = (offset: number) => {
+            const range = document.createRange();
+            range.setStart(node!, offset);
+            range.setEnd(node!, offset + 1);
+            return range.getBoundingClientRect().left;
+          };
+          found[word] = x(at) < x(at + word.length - 1);
+        }
+      }
+      return found;
+    },
+    words,
+  );
+}
+
+test("a right-to-left override in a subscription's URL or description reorders only itself, never the console's sentence around it", async () => {
+  const { page } = b;
+  // Typed backwards after the override, these show as "https://hooks.partner.example/crm" and "Partner sync".
+  const sub = await server.api("POST", "/public/v1/webhook-subscriptions", {
+    target_url: `https://evil.example/${RLO}mrc/elpmaxe.rentrap.skooh//:sptth`,
+    description: `${RLO}cnys rentraP`,
+    events: ["contact.created"],
+  });
+  await page.goto(`${server.url}/console/subscriptions/${sub.data.id}/delete`);
+  expect(await page.textContent("main p")).toBe(
+    `Delete the subscription to https://evil.example/${RLO}mrc/elpmaxe.rentrap.skooh//:sptth (${RLO}cnys rentraP)? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.`,
+  );
+  // Without isolation the override ran on to the end of the paragraph: "...deliveries end as failed" drawn backwards.
+  const words = ["Delete", "subscription", "Nothing", "pending", "deliveries", "failed", "history", "stays"];
+  expect(await leftToRight(page, "main p", words)).toEqual(Object.fromEntries(words.map((w) => [w, true])));
+  // An option's label cannot hold markup: the description is wrapped in FSI ... PDI, so its override stops before the URL.
+  await page.goto(`${server.url}/console/`);
+  expect(await page.$eval(`select[name=subscription_id] option[value="${sub.data.id}"]`, (option) => option.textContent)).toBe(
+    `\u2068${RLO}cnys rentraP\u2069 — https://evil.example/${RLO}mrc/elpmaxe.rentrap.skooh//:sptth`,
+  );
+  await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.data.id}`);
+}, 60_000);
+
+test("markup and script in contacts, accounts, users, subscriptions, token names and a receiver's answer show as text on every page", async () => {
+  const { page } = b;
+  const hostile = (where: string) =>
+    `"'><img src=http://127.0.0.1:${attacker.port}/${where} onerror="window.__pwned='${where}'"><script>window.__pwned='${where}'</script></script><!--<svg onload="window.__pwned='${where}'">`;
+  receiver.respond(
+    () =>
+      new Response(`${hostile("body")}{"a":"</script><script>window.__pwned='json'</script>"}`, {
+        status: 500,
+        headers: { "content-type": `text/html; x="</script><script>window.__pwned='ct'</script>"`, server: hostile("server"), location: "javascript:window.__pwned='location'" },
+      }),
+  );
+  const user = await server.api("POST", "/public/v1/users", { name: hostile("user"), email: "mallory@example.com" });
+  const account = await server.api("POST", "/public/v1/accounts", { name: hostile("account"), domain: "evil.example", note: hostile("account-extra") });
+  const sub = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}?q=</script><script>x</script>`, description: hostile("description"), events: ["contact.created", "webhook.ping"] });
+  const contact = await server.api("POST", "/public/v1/contacts", {
+    first_name: hostile("first-name"),
+    last_name: hostile("last-name"),
+    phone: hostile("phone").slice(0, 50),
+    external_id: hostile("external-id"),
+    tags: [hostile("tag").slice(0, 100)],
+    custom_fields: { "</script>": hostile("custom-field") },
+    further: hostile("further"),
+    account_ids: [account.data.id],
+    assigned_user_ids: [user.data.id],
+  });
+  const delivery = await waitFor(async () => (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.data.id}`)).data.find((d: any) => d.attempts > 0), "an answered attempt");
+  await page.goto(`${server.url}/console/tokens`);
+  await page.fill("input[name=name]", hostile("token").slice(0, 100));
+  await Promise.all([page.waitForURL(`${server.url}/console/tokens`), page.click("form[action='/console/tokens'] button[type=submit]")]);
+  // The rotation wizard's island carries the receiver's answer in its JSON data block.
+  await page.goto(`${server.url}/console/rotations/new?from=${sub.data.id}`);
+  await page.fill("input[name=target_url]", receiver.url);
+  await Promise.all([page.waitForURL(`${server.url}/console/rotations`), page.click("form[action='/console/rotations'] button[type=submit]")]);
+  const rotation = (await server.runtime.db.get<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations"))!.id;
+  await page.goto(`${server.url}/console/rotations/${rotation}`);
+  await Promise.all([page.waitForURL(`${server.url}/console/rotations/${rotation}#step-test`), page.click("#send-test")]);
+  await page.waitForSelector("#test-result .badge-pending, #test-result .badge-failed");
+  await waitFor(async () => (await page.textContent("#test-result"))?.includes("window.__pwned='body'"), "the receiver's answer in the wizard");
+  const pages = [
+    "/console/",
+    `/console/deliveries/${delivery.id}`,
+    `/console/events/${delivery.event_id}`,
+    "/console/subscriptions",
+    `/console/subscriptions/${sub.data.id}`,
+    `/console/subscriptions/${sub.data.id}/delete`,
+    `/console/subscriptions/${sub.data.id}/edit`,
+    `/console/subscriptions/${sub.data.id}/secret-rotation`,
+    `/console/rotations/${rotation}`,
+    "/console/contacts",
+    `/console/contacts/${contact.data.id}`,
+    "/console/tokens",
+    "/console/users",
+  ];
+  const found: Record<string, unknown> = {};
+  for (const path of pages) {
+    await page.goto(`${server.url}${path}`);
+    found[path] = {
+      pwned: await page.evaluate(() => (window as any).__pwned ?? null),
+      injected: await page.evaluate(() => document.querySelectorAll("img, svg:not(.chart-drawing svg), script:not([src]):not([type='application/json']), [onerror], [onload]").length),
+      csp: await cspViolations(page),
+    };
+  }
+  expect(found).toEqual(Object.fromEntries(pages.map((path) => [path, { pwned: null, injected: 0, csp: [] }])));
+  await page.goto(`${server.url}/console/contacts/${contact.data.id}`);
+  expect(await page.textContent("#contact-users")).toBe(`${hostile("user")} <mallory@example.com>`);
+  expect(calls).toEqual([]);
+  expect(b.problems).toEqual([]);
+}, 120_000);
