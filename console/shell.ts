@@ -4,7 +4,7 @@ import { Elysia, t } from "elysia";
 import { parseQuery } from "elysia/parse-query";
 import { CONSOLE_PREFIX, consoleFailureOf, isConsolePath } from "../server/http/conventions.ts";
 import { pathOf } from "../server/http/request-log.ts";
-import { clientAddress, clientHints, requestIsHttps } from "../server/http/client-address.ts";
+import { clientAddress, clientHints, clientNetwork, requestIsHttps } from "../server/http/client-address.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
 import { sessionOperator } from "../server/operators/service.ts";
@@ -85,9 +85,9 @@ export function safeNext(next: string | undefined): string | undefined {
   return next && next.length <= 500 && next.startsWith(`${CONSOLE_PREFIX}/`) && !next.includes("\\") ? next : undefined;
 }
 
-/** addressOf names the client for sign-in throttling: the peer, or the client behind a trusted proxy. */
+/** addressOf names the client for sign-in throttling: the clientNetwork of the peer, or of the client behind a trusted proxy. */
 export function addressOf(server: Server<unknown> | null, request: Request, trustedProxies: string[]): string {
-  return clientAddress(clientHints(request, server?.requestIP(request)?.address ?? null), trustedProxies) ?? "unknown";
+  return clientNetwork(clientAddress(clientHints(request, server?.requestIP(request)?.address ?? null), trustedProxies) ?? "unknown");
 }
 
 /** newCsrfSeed makes the random value a pre-session cookie holds for the sign-in and setup forms. */

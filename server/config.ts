@@ -161,13 +161,13 @@ export const SETTINGS: Setting[] = [
   { key: "idleTimeoutSeconds", flag: "--idle-timeout-seconds", env: "CRM_IDLE_TIMEOUT_SECONDS", kind: "positive-int", max: 255, help: "seconds an idle keep-alive connection stays open (1-255; Bun checks every 4 s, so it closes up to 4 s later)" },
   { key: "bodyTimeoutMs", flag: "--body-timeout-ms", env: "CRM_BODY_TIMEOUT_MS", kind: "positive-int", help: "time a client has to send the whole request body, in milliseconds; then 408" },
   { key: "maxConnections", flag: "--max-connections", env: "CRM_MAX_CONNECTIONS", kind: "positive-int", help: "client connections served at once; a request on one more gets 503" },
-  { key: "maxConnectionsPerClient", flag: "--max-connections-per-client", env: "CRM_MAX_CONNECTIONS_PER_CLIENT", kind: "whole", help: "connections one client address may hold; a request on one more gets 503 (0: one eighth of --max-connections)" },
+  { key: "maxConnectionsPerClient", flag: "--max-connections-per-client", env: "CRM_MAX_CONNECTIONS_PER_CLIENT", kind: "whole", help: "connections one client address (IPv6: its /64) may hold; a request on one more gets 503 (0: one eighth of --max-connections)" },
   { key: "bodyBufferMaxMb", flag: "--body-buffer-max-mb", env: "CRM_BODY_BUFFER_MAX_MB", kind: "positive-int", help: "MiB of request bodies held in memory at once, all requests together; a body beyond gets 503" },
   { key: "rateReadPerSecond", flag: "--rate-read-per-second", env: "CRM_RATE_READ_PER_SECOND", kind: "positive-int", help: "default per-token rate of GET requests (token create --rate overrides)" },
   { key: "rateReadBurst", flag: "--rate-read-burst", env: "CRM_RATE_READ_BURST", kind: "positive-int", help: "default per-token burst of GET requests" },
   { key: "rateWritePerSecond", flag: "--rate-write-per-second", env: "CRM_RATE_WRITE_PER_SECOND", kind: "positive-int", help: "default per-token rate of POST, PATCH and DELETE requests" },
   { key: "rateWriteBurst", flag: "--rate-write-burst", env: "CRM_RATE_WRITE_BURST", kind: "positive-int", help: "default per-token burst of POST, PATCH and DELETE requests" },
-  { key: "authFailuresPerMinute", flag: "--auth-failures-per-minute", env: "CRM_AUTH_FAILURES_PER_MINUTE", kind: "positive-int", help: "failed API authentications per client address and minute before 429" },
+  { key: "authFailuresPerMinute", flag: "--auth-failures-per-minute", env: "CRM_AUTH_FAILURES_PER_MINUTE", kind: "positive-int", help: "failed API authentications per client address (IPv6: its /64) and minute before 429" },
 ];
 
 /** redactedUrl is a database URL with its password replaced by ***, fit for messages and logs. */

@@ -6,6 +6,37 @@ function normalizeAddress(address: string): string {
   return mapped ? mapped[1]! : address.toLowerCase();
 }
 
+/**
+ * canonicalAddress writes an IP address one way whatever its spelling: IPv4 dotted (an IPv4-mapped
+ * IPv6 address too), IPv6 as eight groups of four lowercase hex digits.
+ */
+export function canonicalAddress(address: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return mapped[1]!;
+  if (isIP(address) !== 6) return address;
+  let text = address.toLowerCase();
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (dotted) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head, tail] = text.split("::") as [string, string | undefined];
+  const left = head === "" ? [] : head.split(":");
+  const right = tail === undefined || tail === "" ? [] : tail.split(":");
+  const groups = tail === undefined ? left : [...left, ...Array(8 - left.length - right.length).fill("0"), ...right];
+  return groups.map((g) => g.padStart(4, "0")).join(":");
+}
+
+/**
+ * clientNetwork is what a per-client limit counts under: an IPv4 address, or the /64 network of an
+ * IPv6 address (one subscriber's: a host there can send from any of its 2^64 addresses, so a count
+ * per address would give it a fresh allowance per request). Anything else is returned as it is.
+ */
+export function clientNetwork(address: string): string {
+  const canonical = canonicalAddress(address);
+  return isIP(canonical) === 6 ? `${canonical.slice(0, 19)}::/64` : canonical;
+}
+
 /** isLoopback tells whether an address is on the loopback network (127.0.0.0/8 or ::1). */
 export function isLoopback(address: string): boolean {
   const a = normalizeAddress(address);

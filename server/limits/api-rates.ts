@@ -1,4 +1,5 @@
 import type { Config } from "../config.ts";
+import { clientNetwork } from "../http/client-address.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { TokenBuckets, rateLimitHeaders, type RatePolicy, type TokenRate } from "./rate-limiter.ts";
 
@@ -76,9 +77,9 @@ export class ApiRateLimits {
     return rateLimitHeaders(policy, this.tokenBuckets.charge(`${tokenId}:${policy.name}`, policy, writes));
   }
 
-  /** admitFailedAuth spends one request without a valid token from a client address (null: unknown). */
+  /** admitFailedAuth spends one request without a valid token from a client address (null: unknown), counted per clientNetwork. */
   admitFailedAuth(address: string | null): Record<string, string> {
-    const decision = this.failureBuckets.take(address ?? "unknown", this.failedAuth);
+    const decision = this.failureBuckets.take(address === null ? "unknown" : clientNetwork(address), this.failedAuth);
     const headers = rateLimitHeaders(this.failedAuth, decision);
     if (!decision.allowed) {
       throw tooManyRequests(

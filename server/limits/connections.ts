@@ -1,8 +1,7 @@
 import type { Server } from "bun";
 import { readFileSync } from "node:fs";
-import { isIP } from "node:net";
 import type { Config } from "../config.ts";
-import { clientAddress, clientHints } from "../http/client-address.ts";
+import { canonicalAddress, clientAddress, clientHints, clientNetwork } from "../http/client-address.ts";
 import { requestSlot } from "../http/request-slot.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { BUN_TIMER_GRANULARITY_SECONDS } from "./limits.ts";
@@ -20,27 +19,6 @@ interface Connection {
 
 /** LivePeers lists the peers (canonicalPeer keys) of the server's established connections, or null when the system cannot tell. */
 type LivePeers = () => Set<string> | null;
-
-/**
- * canonicalAddress writes an IP address one way whatever its spelling: IPv4 dotted (an IPv4-mapped
- * IPv6 address too), IPv6 as eight groups of four lowercase hex digits.
- */
-function canonicalAddress(address: string): string {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  if (mapped) return mapped[1]!;
-  if (isIP(address) !== 6) return address;
-  let text = address.toLowerCase();
-  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
-  if (dotted) {
-    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
-    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-  }
-  const [head, tail] = text.split("::") as [string, string | undefined];
-  const left = head === "" ? [] : head.split(":");
-  const right = tail === undefined || tail === "" ? [] : tail.split(":");
-  const groups = tail === undefined ? left : [...left, ...Array(8 - left.length - right.length).fill("0"), ...right];
-  return groups.map((g) => g.padStart(4, "0")).join(":");
-}
 
 /** CANONICAL_CACHE_SIZE bounds the addresses whose canonical form is remembered (clients come back with the same few). */
 const CANONICAL_CACHE_SIZE = 1024;
@@ -239,7 +217,7 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
       // Read once: each read of server.port is a getsockname call.
       port ??= server!.port;
       const connection = canonicalPeer(peer.address, peer.port);
-      const clientOf = () => clientAddress(clientHints(request, peer.address), config.trustedProxies) ?? canonicalAddress(peer.address);
+      const clientOf = () => clientNetwork(clientAddress(clientHints(request, peer.address), config.trustedProxies) ?? canonicalAddress(peer.address));
       const admitted = (admission: Admission) => {
         if (admission === "admitted") connectionOf.set(request, connection);
         else if (!PROBE_PATHS.has(path)) {

@@ -302,6 +302,14 @@ describe("sign-in throttling", () => {
     expect(await pairRow(db, "203.0.113.9")).toBeNull();
   }, 20_000);
 
+  test("an IPv6 guesser is one address for its whole /64: moving to another address of its network does not start it afresh", async () => {
+    const { db, from } = await serveConsole();
+    for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(from(`2001:db8:7:8::${i + 1}`))).status).toBe(401);
+    expect((await wrong(from("2001:db8:7:8:ffff::9"))).status).toBe(429);
+    expect(await pairRow(db, "2001:0db8:0007:0008::/64")).toEqual({ failures: FREE_PAIR_FAILURES });
+    expect((await from("2001:db8:7:9::1").signIn()).status).toBe(303); // the next /64 is someone else
+  }, 20_000);
+
   test("failures never lock the account: the right password from an address that has not been guessing gets in at once", async () => {
     const { from } = await serveConsole();
     // 4 addresses guess 3 times each: the account is under attack (12 failures)

@@ -93,6 +93,19 @@ describe("connections: closed connections and each client's share", () => {
     for (const c of [...held, someoneElse]) c.destroy();
   });
 
+  test("an IPv6 client's share is its /64: other addresses of that network, however spelled, hold the same share", async () => {
+    const { port, token } = await serve({ maxConnections: 16, trustedProxies: ["127.0.0.1"] });
+    const as = (client: string) => ({ authorization: `Bearer ${token}`, "x-forwarded-for": client });
+    const held = [new Connection(port), new Connection(port)];
+    expect((await held[0]!.request("GET", "/public/v1/contacts", as("2001:db8:1:2::a"))).status).toBe(200);
+    expect((await held[1]!.request("GET", "/public/v1/contacts", as("2001:DB8:1:2:0:0:0:B"))).status).toBe(200);
+    const third = new Connection(port);
+    expect((await third.request("GET", "/public/v1/contacts", as("2001:0db8:0001:0002:ffff:1:2:3"))).status).toBe(503);
+    const nextNetwork = new Connection(port);
+    expect((await nextNetwork.request("GET", "/public/v1/contacts", as("2001:db8:1:3::a"))).status).toBe(200);
+    for (const c of [...held, third, nextNetwork]) c.destroy();
+  });
+
   test("/healthz and /readyz still answer when the cap is reached; the API does not", async () => {
     const { port, token } = await serve({ maxConnections: 2, maxConnectionsPerClient: 2 });
     const auth = { authorization: `Bearer ${token}` };
@@ -238,5 +251,13 @@ describe("connections: over the limits", () => {
     const refused = await fetch(url);
     expect([refused.status, refused.headers.get("retry-after"), refused.headers.get("ratelimit")]).toEqual([429, "30", '"failed-auth";r=0;t=60']);
     expect((await fetch(url, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+  });
+  test("failed authentication from IPv6 counts per /64: a client cannot take a fresh allowance from each address of its network", async () => {
+    const { port } = await serve({ authFailuresPerMinute: 2, trustedProxies: ["127.0.0.1"] });
+    const from = (client: string) => fetch(`http://127.0.0.1:${port}/public/v1/contacts`, { headers: { "x-forwarded-for": client } });
+    expect([(await from("2001:db8:5:6::1")).status, (await from("2001:db8:5:6::2")).status]).toEqual([401, 401]);
+    const refused = await from("2001:db8:5:6:abcd::3");
+    expect([refused.status, refused.headers.get("ratelimit")]).toEqual([429, '"failed-auth";r=0;t=60']);
+    expect([(await from("2001:db8:5:7::1")).status, (await from("203.0.113.7")).status]).toEqual([401, 401]);
   });
 });
