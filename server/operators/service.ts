@@ -10,7 +10,7 @@ import {
   clearLoginFailures,
   clearLoginFailuresOfAccount,
   countOperators,
-  deleteIdleSessions,
+  deleteEndedSessions,
   deleteLoginFailuresBefore,
   deleteOperator,
   deleteOperatorLink,
@@ -37,6 +37,12 @@ import {
 
 /** SESSION_IDLE_MS ends a session that has not been used for 12 hours. */
 export const SESSION_IDLE_MS = 12 * 60 * 60 * 1000;
+/**
+ * SESSION_MAX_MS ends a session 24 hours after sign-in, however much it is used: a console tab
+ * left open refreshes its deliveries every few seconds, and would otherwise keep a session (and a
+ * cookie taken from that browser) alive for ever.
+ */
+export const SESSION_MAX_MS = 24 * 60 * 60 * 1000;
 const SESSION_TOUCH_MS = 60_000; // last_seen_at is written at most once a minute per session
 /** SETUP_CODE_TTL_MS is how long the first-run setup link works. */
 export const SETUP_CODE_TTL_MS = 30 * 60 * 1000;
@@ -342,17 +348,17 @@ export async function unlockOperator(db: Database, email: string): Promise<numbe
 }
 
 async function startSession(db: Database, operatorId: string, now: number): Promise<string> {
-  await deleteIdleSessions(db, now - SESSION_IDLE_MS);
+  await deleteEndedSessions(db, now - SESSION_IDLE_MS, now - SESSION_MAX_MS);
   const secret = randomSecret();
   await insertSession(db, { id_hash: sha256(secret), operator_id: operatorId, created_at: now, last_seen_at: now });
   return secret;
 }
 
-/** sessionOperator returns the operator of a session secret used within SESSION_IDLE_MS, and keeps the session alive; null otherwise. */
+/** sessionOperator returns the operator of a session secret used within SESSION_IDLE_MS and started within SESSION_MAX_MS, and keeps the session alive; null otherwise. */
 export async function sessionOperator(db: Database, secret: string | undefined, now = Date.now()): Promise<Operator | null> {
   if (!secret || secret.length > 100) return null;
   const idHash = sha256(secret);
-  const row = await findSessionWithOperator(db, idHash, now - SESSION_IDLE_MS);
+  const row = await findSessionWithOperator(db, idHash, now - SESSION_IDLE_MS, now - SESSION_MAX_MS);
   if (!row) return null;
   if (now - row.last_seen_at >= SESSION_TOUCH_MS) await touchSession(db, idHash, now);
   return { id: row.operator_id, email: row.email };

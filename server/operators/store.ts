@@ -63,12 +63,12 @@ export async function insertSession(db: Db, row: SessionRow): Promise<void> {
   await db.run("INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES (?, ?, ?, ?)", [row.id_hash, row.operator_id, row.created_at, row.last_seen_at]);
 }
 
-/** findSessionWithOperator returns a session seen after `idleSince` and its operator, or null. */
-export function findSessionWithOperator(db: Db, idHash: Uint8Array, idleSince: number): Promise<(SessionRow & { email: string }) | null> {
+/** findSessionWithOperator returns a session seen after `idleSince` and started after `startedSince`, and its operator, or null. */
+export function findSessionWithOperator(db: Db, idHash: Uint8Array, idleSince: number, startedSince: number): Promise<(SessionRow & { email: string }) | null> {
   return db.get<SessionRow & { email: string }>(
     `SELECT s.*, o.email FROM operator_sessions s JOIN operators o ON o.id = s.operator_id
-     WHERE s.id_hash = ? AND s.last_seen_at > ?`,
-    [idHash, idleSince],
+     WHERE s.id_hash = ? AND s.last_seen_at > ? AND s.created_at > ?`,
+    [idHash, idleSince, startedSince],
   );
 }
 
@@ -82,9 +82,9 @@ export async function deleteSession(db: Db, idHash: Uint8Array): Promise<void> {
   await db.run("DELETE FROM operator_sessions WHERE id_hash = ?", [idHash]);
 }
 
-/** deleteIdleSessions removes sessions not used since `idleSince`. */
-export async function deleteIdleSessions(db: Db, idleSince: number): Promise<void> {
-  await db.run("DELETE FROM operator_sessions WHERE last_seen_at <= ?", [idleSince]);
+/** deleteEndedSessions removes sessions not used since `idleSince` or started before `startedSince`. */
+export async function deleteEndedSessions(db: Db, idleSince: number, startedSince: number): Promise<void> {
+  await db.run("DELETE FROM operator_sessions WHERE last_seen_at <= ? OR created_at <= ?", [idleSince, startedSince]);
 }
 
 /** findLoginFailures returns the failure count of one scope and subject, or null. */

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Database } from "../../server/db/sql.ts";
-import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../server/operators/service.ts";
+import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SESSION_MAX_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../server/operators/service.ts";
 import type { ProblemError } from "../../server/shared/problem.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
@@ -229,6 +229,23 @@ describe("sign-in and sessions", () => {
     expect((await busy.get("/console/tokens")).status).toBe(200);
     const seen = (await h.rt.db.get<{ last_seen_at: number }>("SELECT last_seen_at FROM operator_sessions WHERE id_hash = ?", [hashOf(busy)]))!;
     expect(seen.last_seen_at).toBeGreaterThanOrEqual(now);
+  });
+
+  test("a session ends 24 hours after sign-in even while it is used, and the next sign-in clears it away", async () => {
+    const { h } = await setup();
+    await addOperator(h.rt.db);
+    const [old, young] = [await signedIn(h), await signedIn(h)];
+    const hashOf = (c: ConsoleClient) => sha256(c.cookies.get("crm_console_session")!);
+    const now = Date.now();
+    await h.rt.db.run("UPDATE operator_sessions SET created_at = ? WHERE id_hash = ?", [now - SESSION_MAX_MS - 1, hashOf(old)]);
+    await h.rt.db.run("UPDATE operator_sessions SET created_at = ? WHERE id_hash = ?", [now - SESSION_MAX_MS + 60_000, hashOf(young)]);
+    const ended = await old.get("/console/tokens");
+    expect([ended.status, ended.headers.get("location")]).toEqual([303, "/console/login?next=%2Fconsole%2Ftokens"]);
+    expect((await young.get("/console/tokens")).status).toBe(200);
+    await signedIn(h);
+    const left = await h.rt.db.all<{ id_hash: Uint8Array }>("SELECT id_hash FROM operator_sessions");
+    expect(left.some((row) => Buffer.from(row.id_hash).equals(Buffer.from(hashOf(old))))).toBe(false);
+    expect(left.length).toBe(2);
   });
 
   test("after sign-in the operator lands on the page they asked for, never outside the console", async () => {
