@@ -4,7 +4,7 @@ import { accountRoutes } from "./accounts/routes.ts";
 import { authentication } from "./auth/routes.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
-import { migrateBackend, type Backend } from "./db/backend.ts";
+import { migrateBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
@@ -36,6 +36,8 @@ export interface AppOptions {
  * that the key opens its signing secrets, and builds the services' shared dependencies.
  */
 export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK }: AppOptions): Promise<Runtime> {
+  // Before the key is made: a database this binary will not serve gets no new file beside it.
+  await refuseNewerDatabase(db);
   const secretsKey = loadSecretsKey(config);
   const secrets = new SecretBox(secretsKey.key);
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });

@@ -3,7 +3,7 @@ import { existsSync, statSync } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, type Config } from "./config.ts";
-import { migrateBackend, openBackend, type Backend } from "./db/backend.ts";
+import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { pendingMigrations } from "./db/migrations.ts";
 import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
@@ -136,6 +136,7 @@ async function whileHoldingDataDirectory<T>(config: Config, why: string, work: (
  * caller holds the directory already.
  */
 async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<string[]> {
+  await refuseNewerDatabase(db);
   const pending = pendingMigrations(db.sqlite).map((m) => m.name);
   if (pending.length === 0) return [];
   if (locked) return migrateWithSecretsKey(db, config);

@@ -1,10 +1,11 @@
-import type { Config } from "../config.ts";
+import { ConfigError, type Config } from "../config.ts";
+import { VERSION } from "../version.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
 import { databasePath, openDatabase, type SqliteDatabase } from "./database.ts";
 import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
 import { openPostgres, type PostgresDatabase } from "./postgres.ts";
-import type { Dialect } from "./sql.ts";
+import type { Db, Dialect } from "./sql.ts";
 
 /** Backend is an opened database of either kind; `dialect` tells which, for the few callers that must know (migrations, backup). */
 export type Backend = SqliteDatabase | PostgresDatabase;
@@ -16,16 +17,63 @@ export async function openBackend(config: Pick<Config, "databaseUrl" | "database
 }
 
 /**
- * migrateBackend applies the pending migrations of the backend's own list and returns their names.
- * `secrets` opens the signing-secrets key, asked for only by the SQLite migration that seals secrets.
+ * migrateBackend applies the pending migrations of the backend's own list and returns their names,
+ * after refuseNewerDatabase. `secrets` opens the signing-secrets key, asked for only by the SQLite
+ * migration that seals secrets.
  */
-export function migrateBackend(db: Backend, secrets: () => SecretBox): Promise<string[]> {
+export async function migrateBackend(db: Backend, secrets: () => SecretBox): Promise<string[]> {
+  await refuseNewerDatabase(db);
   if (db.dialect === "postgres") return migratePostgres(db);
-  return Promise.resolve(migrate(db.sqlite, MIGRATIONS, { secrets }));
+  const applied = migrate(db.sqlite, MIGRATIONS, { secrets });
+  // The check above read in this turn's snapshot, which does not see the tables just created.
+  db.refreshReads();
+  return applied;
+}
+
+/** findAppliedMigrations returns the migrations a database records as applied, by version; none before the first migration. */
+async function findAppliedMigrations(db: Db): Promise<{ version: number; name: string }[]> {
+  const present =
+    db.dialect === "postgres"
+      ? await db.get("SELECT 1 AS present WHERE to_regclass('schema_migrations') IS NOT NULL")
+      : await db.get("SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'");
+  return present ? db.all<{ version: number; name: string }>("SELECT version, name FROM schema_migrations ORDER BY version") : [];
+}
+
+/**
+ * refuseNewerDatabase throws a ConfigError when the database records a migration this binary does
+ * not know: a newer crm migrated it (an upgrade rolled back by binary alone, or an old instance
+ * started beside upgraded ones), and this code would read and write a schema it was not written for.
+ */
+export async function refuseNewerDatabase(db: Db): Promise<void> {
+  const { newer } = await migrationState(db);
+  if (newer.length === 0) return;
+  throw new ConfigError(
+    `the database was migrated by a newer crm: it has ${newer.join(", ")}, which crm ${VERSION} does not know. Run the newer crm, or restore the backup taken before the upgrade`,
+  );
+}
+
+/** MigrationState compares a database's applied migrations with this binary's list, by name. */
+export interface MigrationState {
+  /** this binary's migrations the database has not applied */
+  pending: string[];
+  /** migrations the database has applied that this binary does not know: a newer crm applied them */
+  newer: string[];
+}
+
+/** migrationState reads which migrations a database lacks and which it has that this binary does not know. */
+export async function migrationState(db: Db): Promise<MigrationState> {
+  const applied = await findAppliedMigrations(db);
+  const known = migrationList(db.dialect);
+  const appliedVersions = new Set(applied.map((m) => m.version));
+  const knownVersions = new Set(known.map((m) => m.version));
+  return {
+    pending: known.filter((m) => !appliedVersions.has(m.version)).map((m) => m.name),
+    newer: applied.filter((m) => !knownVersions.has(m.version)).map((m) => m.name),
+  };
 }
 
 /** migrationList lists, by version, every migration a backend's schema is built from (what /readyz expects applied). */
-export function migrationList(dialect: Dialect): readonly { version: number; name: string }[] {
+function migrationList(dialect: Dialect): readonly { version: number; name: string }[] {
   return dialect === "postgres" ? POSTGRES_MIGRATIONS : MIGRATIONS;
 }
 

@@ -178,6 +178,11 @@ export class SqliteDatabase implements Database {
     this.readerConnection.query("COMMIT").run();
   };
 
+  /** refreshReads ends this turn's read snapshot, so the next read sees what was committed on the writer outside `write` (migrations). */
+  refreshReads(): void {
+    this.closeReadSnapshot();
+  }
+
   /** read needs nothing more here: reads of one turn share a snapshot (openReadSnapshot), and `work` awaits only its reads. */
   read<T>(work: (db: Db) => Promise<T>): Promise<T> {
     return work(this);

@@ -3,7 +3,7 @@ import { closeSync, existsSync, openSync, rmSync, statSync } from "node:fs";
 import type { Config } from "../config.ts";
 import { clientAddress, isBrowserRequest, isLoopback, isLoopbackHost, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
-import { migrationList } from "../db/backend.ts";
+import { migrationState } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { VERSION } from "../version.ts";
@@ -14,7 +14,7 @@ import type { Logger } from "../shared/log.ts";
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
 import type { Health, Readiness, ReadinessChecks } from "./model.ts";
-import { findAppliedMigrationVersions, probeWrite, quickCheck, vacuumInto } from "./store.ts";
+import { probeWrite, quickCheck, vacuumInto } from "./store.ts";
 
 const startedAt = Date.now();
 
@@ -52,9 +52,10 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
       return null;
     }),
     check(async () => {
-      const applied = new Set(await findAppliedMigrationVersions(rt.db));
-      const pending = migrationList(rt.db.dialect).filter((m) => !applied.has(m.version));
-      return pending.length === 0 ? null : `pending: ${pending.map((m) => m.name).join(", ")}`;
+      const { pending, newer } = await migrationState(rt.db);
+      // A newer crm that migrated the database under running instances (started beside them) takes them out.
+      if (newer.length > 0) return `migrated by a newer crm: ${newer.join(", ")}`;
+      return pending.length === 0 ? null : `pending: ${pending.join(", ")}`;
     }),
     check(() => (deliveryLoopStatus(rt).running ? null : "not running")),
   ]);

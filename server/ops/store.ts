@@ -21,11 +21,6 @@ export async function probeWrite(db: Database): Promise<void> {
   }
 }
 
-/** findAppliedMigrationVersions returns the migration versions recorded in the database. */
-export async function findAppliedMigrationVersions(db: Db): Promise<number[]> {
-  return (await db.all<{ version: number }>("SELECT version FROM schema_migrations ORDER BY version")).map((row) => row.version);
-}
-
 /** vacuumInto writes a consistent, compacted copy of the database to an empty or missing file. */
 // sqlite-only: VACUUM INTO is SQLite's online copy.
 export function vacuumInto(db: SqliteConnection, file: string): void {

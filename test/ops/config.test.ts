@@ -6,6 +6,7 @@ import { databasePath, lockDataDirectory, openDatabase } from "../../server/db/d
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { VERSION } from "../../server/version.ts";
 import { ROOT, SOURCE, runCli, spawnServer, tempDir } from "./support.ts";
 
 function configFile(text: string): string {
@@ -252,6 +253,23 @@ describe("configuration: invalid input names the setting", () => {
     } finally {
       await running.stop();
     }
+  });
+
+  test("a database a newer crm migrated is refused by serve and every command, in one line, and left as it was", async () => {
+    const dataDir = tempDir("newer");
+    const db = openDatabase(databasePath(dataDir));
+    migrate(db.sqlite, [...MIGRATIONS, { version: 9999, name: "9999_from_the_future.sql", sql: "CREATE TABLE from_the_future (id INTEGER PRIMARY KEY)" }]);
+    const before = db.sqlite.query("SELECT version, name FROM schema_migrations ORDER BY version").all();
+    await db.close();
+    const refusal = `crm: the database was migrated by a newer crm: it has 9999_from_the_future.sql, which crm ${VERSION} does not know. Run the newer crm, or restore the backup taken before the upgrade\n`;
+    for (const command of [["serve", "--port", "0"], ["migrate"], ["token", "create", "--name", "n"], ["user", "list"], ["token", "list"]]) {
+      const refused = runCli([...SOURCE, ...command, "--data-dir", dataDir]);
+      expect({ command, exitCode: refused.exitCode, stdout: refused.stdout, stderr: refused.stderr }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
+    }
+    await expect(startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}))).rejects.toThrow(ConfigError);
+    const after = openDatabase(databasePath(dataDir));
+    expect({ migrations: after.sqlite.query("SELECT version, name FROM schema_migrations ORDER BY version").all(), tokens: after.sqlite.query("SELECT count(*) AS n FROM api_tokens").get() }).toEqual({ migrations: before, tokens: { n: 0 } });
+    await after.close();
   });
 });
 

@@ -102,6 +102,17 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
     await h.rt.deliveries.stop(0);
     await h.close();
   });
+
+  test("a migration a newer crm applied under the running instance (started beside it)", async () => {
+    const h = await createHarness();
+    h.rt.deliveries.start();
+    await h.rt.db.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, '9999_from_the_future.sql', 0)");
+    const res = await call(h.app, "GET", "/readyz");
+    expectProblem(res, 503, "not-ready");
+    expect(res.body.checks).toEqual({ database: "ok", migrations: "migrated by a newer crm: 9999_from_the_future.sql", delivery_loop: "ok" });
+    await h.rt.deliveries.stop(0);
+    await h.close();
+  });
 });
 
 describe("metrics: Prometheus text format", () => {

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { SQL } from "bun";
 import { POSTGRES_MIGRATIONS } from "../../server/db/postgres-migrations.ts";
+import { VERSION } from "../../server/version.ts";
 import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
@@ -73,6 +75,26 @@ describe("command line on PostgreSQL: refusals", () => {
         "crm: on PostgreSQL (--database-url) every instance must read the same secrets key: pass --secrets-key-file FILE (CRM_SECRETS_KEY_FILE); " +
         "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: head -c 32 /dev/urandom | base64 > FILE\n",
     });
+  });
+
+  test("a database a newer crm migrated is refused by serve and the commands, in one line, and left as it was", async () => {
+    const newer = await createTestDatabase();
+    const on = (args: string[]) => runCli([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: newer.url } });
+    const sql = new SQL(newer.url);
+    try {
+      expect(on(["migrate"]).exitCode).toBe(0);
+      await sql`INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, '9999_from_the_future.sql', 0)`;
+      const refusal = `crm: the database was migrated by a newer crm: it has 9999_from_the_future.sql, which crm ${VERSION} does not know. Run the newer crm, or restore the backup taken before the upgrade\n`;
+      for (const command of [["serve", "--port", "0", "--secrets-key-file", keyFile], ["migrate"], ["token", "create", "--name", "n"], ["user", "list"]]) {
+        expect({ command, ...on(command) }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
+      }
+      expect(await sql`SELECT (SELECT count(*)::int FROM api_tokens) AS tokens, (SELECT count(*)::int FROM schema_migrations) AS migrations`).toEqual([
+        { tokens: 0, migrations: POSTGRES_MIGRATIONS.length + 1 },
+      ]);
+    } finally {
+      await sql.close();
+      await newer.drop();
+    }
   });
 
   test("backup copies nothing and says to use pg_dump, exit 2", () => {
