@@ -55,7 +55,7 @@ export interface ContactPageView {
 }
 
 /** contactPage returns a contact with its accounts and assigned users and what was sent about it; a deleted contact still shows its events. Throws 404 when neither exists. */
-export async function contactPage(db: Db, id: string): Promise<ContactPageView> {
+export async function contactPage(db: Database, id: string): Promise<ContactPageView> {
   const contact = await findContact(db, id);
   const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
   if (!contact && events.length === 0) throw notFound("contact", id);

@@ -145,7 +145,7 @@ export interface EventPageView {
 }
 
 /** eventPage returns an event with its deliveries and the contact it is about, or throws 404. */
-export async function eventPage(db: Db, id: string): Promise<EventPageView> {
+export async function eventPage(db: Database, id: string): Promise<EventPageView> {
   const event = await findWebhookEvent(db, id);
   if (!event) throw notFound("event", id);
   const subjectId = (event.payload as { data?: { id?: unknown } } | null)?.data?.id;

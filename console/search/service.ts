@@ -1,4 +1,4 @@
-import type { Db } from "../../server/db/sql.ts";
+import type { Database } from "../../server/db/sql.ts";
 import { contactsWithEmail, findContact } from "../../server/contacts/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { findDeliverySummary, findSubscription, findWebhookEvent } from "../../server/webhooks/service.ts";
@@ -13,7 +13,7 @@ const ID = /^(dlv|evt|con|sub)_[0-9A-Z]{26}$/;
  * (the webhook-id), an event id, a contact id, a subscription id, or a contact's email, and leads
  * to its page. Any other text searches the contacts by name.
  */
-export async function search(db: Db, text: string): Promise<SearchResult> {
+export async function search(db: Database, text: string): Promise<SearchResult> {
   const q = text.trim();
   if (q === "") return { nothing: "Type a delivery id (dlv_…), an event id (evt_…), a contact id (con_…), an email or a name." };
   const id = ID.exec(q.toUpperCase().replace(/^(DLV|EVT|CON|SUB)_/, (prefix) => prefix.toLowerCase()));

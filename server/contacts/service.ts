@@ -90,11 +90,39 @@ function toContact(row: ContactRow): Contact {
   return contact as Contact;
 }
 
-async function renderContacts(db: Db, rows: ContactRow[], include: ContactInclude[]): Promise<Contact[]> {
+/**
+ * MOVED is what a read of several statements answers when they saw different states: a write
+ * committed between them (on PostgreSQL each statement on the pool sees what was committed by
+ * then; on SQLite a group commit can land between two reads of one turn, rarely).
+ */
+const MOVED = Symbol("moved");
+
+/**
+ * readConsistently runs `read` and, when it answers MOVED, again through `db.read`, in one
+ * snapshot on PostgreSQL, where nothing moves. The common case costs no transaction (its BEGIN and
+ * COMMIT were a third of a lookup by email), and a page or a contact is never shown half before
+ * and half after a change.
+ */
+async function readConsistently<T>(db: Database, read: (db: Db) => Promise<T | typeof MOVED>): Promise<T> {
+  let result = await read(db);
+  for (let again = 0; result === MOVED && again < 3; again++) result = await db.read(read);
+  if (result === MOVED) throw new Error("contacts kept moving between the reads of one snapshot");
+  return result;
+}
+
+/** renderContacts renders rows with the relations `include` names embedded, or answers MOVED when an embedded account or user was deleted after the rows were read. */
+async function renderContacts(db: Db, rows: ContactRow[], include: ContactInclude[]): Promise<Contact[] | typeof MOVED> {
   const contacts = rows.map(toContact);
   if (include.length === 0) return contacts;
   const accounts = include.includes("accounts") ? await accountsByIds(db, [...new Set(contacts.flatMap((c) => c.account_ids))]) : new Map();
   const users = await usersByIds(db, [...new Set(contacts.flatMap((c) => [...(include.includes("assigned_users") ? c.assigned_user_ids : []), ...(include.includes("assigned_user") && c.assigned_user_id ? [c.assigned_user_id] : [])]))]);
+  const gone = contacts.some(
+    (c) =>
+      (include.includes("accounts") && c.account_ids.some((id) => !accounts.has(id))) ||
+      (include.includes("assigned_users") && c.assigned_user_ids.some((id) => !users.has(id))) ||
+      (include.includes("assigned_user") && c.assigned_user_id !== null && !users.has(c.assigned_user_id)),
+  );
+  if (gone) return MOVED;
   return contacts.map((contact) => {
     const { version, created_at, updated_at, ...rest } = contact;
     return {
@@ -109,8 +137,12 @@ async function renderContacts(db: Db, rows: ContactRow[], include: ContactInclud
   });
 }
 
-async function renderContact(db: Db, row: ContactRow, include: ContactInclude[] = []): Promise<Contact> {
-  return (await renderContacts(db, [row], include))[0]!;
+/** findRenderedContact reads one contact with the relations `include` names embedded (null when there is none), or MOVED (renderContacts). */
+async function findRenderedContact(db: Db, id: string, include: ContactInclude[]): Promise<Contact | null | typeof MOVED> {
+  const row = await findContactById(db, id);
+  if (!row) return null;
+  const rendered = await renderContacts(db, [row], include);
+  return rendered === MOVED ? MOVED : rendered[0]!;
 }
 
 /** contactInputErrors lists what a create or PATCH body breaks beyond its schema: read-only fields, object fields, sizes. */
@@ -401,12 +433,13 @@ function parseInclude(value: unknown): ContactInclude[] {
 }
 
 /** getContact returns one contact with the relations named by the `include` parameter embedded, or throws 404. */
-export async function getContact(db: Db, id: string, query: Record<string, unknown>): Promise<Contact> {
+export async function getContact(db: Database, id: string, query: Record<string, unknown>): Promise<Contact> {
   const errors = unknownParameterErrors(query, ["include"], "this contact");
   if (errors.length > 0) throw validationProblem(errors, "The parameters are invalid.");
-  const row = await findContactById(db, id);
-  if (!row) throw notFound("contact", id);
-  return renderContact(db, row, parseInclude(query.include));
+  const include = parseInclude(query.include);
+  const contact = await readConsistently(db, (source) => findRenderedContact(source, id, include));
+  if (!contact) throw notFound("contact", id);
+  return contact;
 }
 
 /** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */
@@ -422,28 +455,30 @@ function parseTagFilter(value: unknown): string[] | undefined {
 /** RENDERED_VERSIONS_KEPT bounds the contact versions kept rendered per database (about half a kilobyte each). */
 const RENDERED_VERSIONS_KEPT = 20_000;
 /** Per database: two databases in one process (tests, a copy) may hold the same id and version with other contents. */
-const renderedVersionsOf = new WeakMap<Db, Map<string, string>>();
+const renderedVersionsOf = new WeakMap<Database, Map<string, string>>();
 
 /**
  * renderedContacts returns the JSON text of each contact of a page. A contact's text depends on
  * its row alone, and every change to the row counts its version up (writeContactChange,
  * unlinkAccountFromContacts), so the text kept for an id and version never goes stale: rows are
- * read, rendered and serialised only for versions not seen before. A contact changed between the
- * two reads is rendered as it now is; one deleted meanwhile is left out.
+ * read, rendered and serialised only for versions not seen before. A row changed or deleted since
+ * it was listed answers MOVED: shown newer, it would stand out of its place in the page's order
+ * (a page by updated_at out of order, a poller's newest updated_at past changes it has not read).
+ * The texts are kept per `database`, whatever `db` reads them.
  */
-async function renderedContacts(db: Db, versions: ContactVersion[]): Promise<string[]> {
-  let renderedVersions = renderedVersionsOf.get(db);
-  if (!renderedVersions) renderedVersionsOf.set(db, (renderedVersions = new Map()));
+async function renderedContacts(database: Database, db: Db, versions: ContactVersion[]): Promise<string[] | typeof MOVED> {
+  let renderedVersions = renderedVersionsOf.get(database);
+  if (!renderedVersions) renderedVersionsOf.set(database, (renderedVersions = new Map()));
   const texts = versions.map((v) => renderedVersions.get(`${v.id}:${v.version}`));
   const missing = versions.filter((_, i) => texts[i] === undefined).map((v) => v.id);
   if (missing.length === 0) return texts as string[];
   const rows = new Map((await findContactsByIds(db, missing)).map((row) => [row.id, row]));
+  if (versions.some((v, i) => texts[i] === undefined && rows.get(v.id)?.version !== v.version)) return MOVED;
   const out: string[] = [];
   versions.forEach((v, i) => {
     const kept = texts[i];
     if (kept !== undefined) return out.push(kept);
-    const row = rows.get(v.id);
-    if (!row) return;
+    const row = rows.get(v.id)!;
     const text = JSON.stringify(toContact(row));
     if (renderedVersions.size >= RENDERED_VERSIONS_KEPT) renderedVersions.delete(renderedVersions.keys().next().value!);
     renderedVersions.set(`${row.id}:${row.version}`, text);
@@ -493,25 +528,30 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
   const include = parseInclude(query.include);
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
   const offset = list.cursor ? 0 : (list.page - 1) * list.perPage;
-  const counted = listNeedsCount(filters) ? await countContacts(db, filters) : null;
-  const page = { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset, matches: counted };
-  // Includes embed accounts and users, which change without the contact's version: rendered anew each time.
-  const rows = include.length > 0 ? await listContacts(db, filters, page) : await listContactVersions(db, filters, page);
-  // A page by offset that is not full and not past the end holds the last match: it tells the
-  // total, one query fewer (a lookup by email is one page of one contact).
-  const pageTellsTotal = !list.cursor && rows.length < list.perPage && (rows.length > 0 || offset === 0);
-  const matches = counted ?? (pageTellsTotal ? offset + rows.length : await countContacts(db, filters));
-  const meta = listMeta(list, matches, rows, (row: ContactVersion) => row[list.sortBy] as SortValue, query, CONTACT_FILTERS);
-  if (include.length > 0) return toJsonText({ data: await renderContacts(db, rows as ContactRow[], include), meta });
-  return `{"data":[${(await renderedContacts(db, rows)).join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>;
+  return readConsistently(db, async (source) => {
+    const counted = listNeedsCount(filters) ? await countContacts(source, filters) : null;
+    const page = { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset, matches: counted };
+    // Includes embed accounts and users, which change without the contact's version: rendered anew each time.
+    const rows = include.length > 0 ? await listContacts(source, filters, page) : await listContactVersions(source, filters, page);
+    // A page by offset that is not full and not past the end holds the last match: it tells the
+    // total, one query fewer (a lookup by email is one page of one contact).
+    const pageTellsTotal = !list.cursor && rows.length < list.perPage && (rows.length > 0 || offset === 0);
+    const matches = counted ?? (pageTellsTotal ? offset + rows.length : await countContacts(source, filters));
+    const meta = listMeta(list, matches, rows, (row: ContactVersion) => row[list.sortBy] as SortValue, query, CONTACT_FILTERS);
+    if (include.length > 0) {
+      const data = await renderContacts(source, rows as ContactRow[], include);
+      return data === MOVED ? MOVED : toJsonText({ data, meta });
+    }
+    const texts = await renderedContacts(db, source, rows);
+    return texts === MOVED ? MOVED : (`{"data":[${texts.join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>);
+  });
 }
 
 // Typed reads for the operator console (issue 17).
 
 /** findContact returns one contact with its accounts and assigned users embedded, or null. */
-export async function findContact(db: Db, id: string): Promise<Contact | null> {
-  const row = await findContactById(db, id);
-  return row ? renderContact(db, row, ["accounts", "assigned_users"]) : null;
+export async function findContact(db: Database, id: string): Promise<Contact | null> {
+  return readConsistently(db, (source) => findRenderedContact(source, id, ["accounts", "assigned_users"]));
 }
 
 /** contactsWithEmail returns the contacts with an email (any case), oldest first, at most a handful. */

@@ -14,7 +14,7 @@ const POSTGRES_MIN_VERSION = 130000;
  * before it committed (two concurrent additions to a contact's accounts both stay), and instants
  * taken inside a write rise in commit order (a poller of updated_after misses nothing).
  */
-const WRITE_LOCK = "7165909999144823156";
+export const WRITE_LOCK = "7165909999144823156";
 
 /** CONNECT_TIMEOUT_SECONDS is how long opening a connection may take before it is an error. */
 const CONNECT_TIMEOUT_SECONDS = 10;
@@ -137,7 +137,11 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   async write<T>(work: (tx: PostgresDb) => Promise<T>): Promise<T> {
     let changed = false;
-    const result = (await this.sql.begin(async (tx) => {
+    // READ COMMITTED whatever the database's default_transaction_isolation: each statement must see
+    // what the writes before the lock committed. Under REPEATABLE READ the snapshot is taken by the
+    // lock's own statement, before the lock is granted, so a write would read stale rows (a batch
+    // creating a second contact for an email just created) or fail on a row changed meanwhile.
+    const result = (await this.sql.begin("isolation level read committed", async (tx) => {
       await tx.unsafe("SELECT pg_advisory_xact_lock($1::bigint)", [WRITE_LOCK]);
       return work(new PostgresDb(tx, () => (changed = true)));
     })) as T;

@@ -3,6 +3,7 @@ import { ProblemError } from "../shared/problem.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import {
   IN_FLIGHT_STATUS,
+  completeIdempotencyReservation,
   deleteIdempotencyRecordsBefore,
   findIdempotencyRecord,
   releaseIdempotencyKey,
@@ -18,13 +19,16 @@ const MAX_KEY_LENGTH = 255;
 /**
  * IDEMPOTENCY_RESERVATION_MS is how long a key reserved by a request still running on some
  * instance answers 409 (PostgreSQL); a reservation older than that is taken for one left by a
- * crashed instance and the key can be used again. It outlasts any request the service runs.
+ * crashed instance and the key can be used again. A request still running by then (waiting that
+ * long for the write lock) commits nothing once its key was taken over (saveIdempotentResponse).
  */
 export const IDEMPOTENCY_RESERVATION_MS = 60_000;
 
 /** IdempotencyScope identifies one idempotent request; services save their response under it. */
 export interface IdempotencyScope extends IdempotencyKeyId {
   fingerprint: Uint8Array;
+  /** when the key was reserved in the database for this request (PostgreSQL); the response replaces that reservation only */
+  reservedAt?: number;
   /** set once a response was saved under the scope (its reservation is then the response) */
   saved?: boolean;
 }
@@ -112,6 +116,7 @@ export class IdempotencyGuard {
    */
   private async runReserved<T>(scope: IdempotencyScope, now: number, execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>): Promise<IdempotentResult<T>> {
     if (!(await reserveIdempotencyKey(this.db, scope, scope.fingerprint, now, now - IDEMPOTENCY_RESERVATION_MS, now - IDEMPOTENCY_RETENTION_MS))) throw inUse();
+    scope.reservedAt = now;
     let result: { status: number; body: T };
     try {
       result = await execute(scope);
@@ -142,11 +147,29 @@ export class IdempotencyGuard {
   }
 }
 
-/** saveIdempotentResponse records a finished response; call it inside the transaction of the change. */
-export async function saveIdempotentResponse(db: Db, scope: IdempotencyScope | null, status: number, body: unknown, now = Date.now()): Promise<void> {
-  if (!scope) return;
-  await upsertIdempotencyRecord(db, scope, scope.fingerprint, status, JSON.stringify(body), now);
+/**
+ * keepIdempotentResponse records a finished response and tells whether it could: on PostgreSQL
+ * only in place of this request's own reservation. A request that outlived
+ * IDEMPOTENCY_RESERVATION_MS (waiting for the write lock, which a cut-off instance can hold for
+ * database_pool x 10 s) may have had its key taken over by a retry on another instance, which then
+ * runs the change itself. Call it inside the transaction of the change.
+ */
+export async function keepIdempotentResponse(db: Db, scope: IdempotencyScope | null, status: number, body: unknown, now = Date.now()): Promise<boolean> {
+  if (!scope) return true;
+  const text = JSON.stringify(body);
+  if (scope.reservedAt === undefined) await upsertIdempotencyRecord(db, scope, scope.fingerprint, status, text, now);
+  else if (!(await completeIdempotencyReservation(db, scope, scope.reservedAt, status, text, now))) return false;
   scope.saved = true;
+  return true;
+}
+
+/**
+ * saveIdempotentResponse records a finished response inside the transaction of the change, or
+ * answers 409 when the key was taken over meanwhile (keepIdempotentResponse), which rolls the
+ * change back: the retry holding the key makes it, so it is made once.
+ */
+export async function saveIdempotentResponse(db: Db, scope: IdempotencyScope | null, status: number, body: unknown, now = Date.now()): Promise<void> {
+  if (!(await keepIdempotentResponse(db, scope, status, body, now))) throw inUse();
 }
 
 /** pruneIdempotencyKeys deletes records past the 24-hour retention. */

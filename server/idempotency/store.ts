@@ -50,6 +50,20 @@ export async function reserveIdempotencyKey(db: Db, id: IdempotencyKeyId, finger
   return reserved.length === 1;
 }
 
+/**
+ * completeIdempotencyReservation saves a finished response in place of the reservation made at
+ * `reservedAt`, and tells whether that reservation was still there: not taken over as stale by a
+ * retry of the key, nor given back.
+ */
+export async function completeIdempotencyReservation(db: Db, id: IdempotencyKeyId, reservedAt: number, status: number, body: string, now: number): Promise<boolean> {
+  const saved = await db.run(
+    `UPDATE idempotency_keys SET status = ?, response_body = ?, created_at = ?
+     WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = ${IN_FLIGHT_STATUS} AND created_at = ?`,
+    [status, body, now, id.tokenId, id.method, id.path, id.key, reservedAt],
+  );
+  return saved > 0;
+}
+
 /** releaseIdempotencyKey removes the reservation made at `reservedAt` if it is still one (the request saved no response). */
 export async function releaseIdempotencyKey(db: Db, id: IdempotencyKeyId, reservedAt: number): Promise<void> {
   await db.run(

@@ -2,7 +2,7 @@ import type { Database, Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
 import { listMeta, parseListQuery, parseTimestampFilter, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
-import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { keepIdempotentResponse, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
@@ -436,7 +436,9 @@ export async function getDelivery(db: Database, id: string): Promise<DeliveryDet
 
 /** retryDelivery makes a manual attempt now and returns the delivery as it stands afterwards. */
 export async function retryDelivery(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Delivery> {
-  const refusal = await rt.deliveries.attemptNow(id, async (tx) => await saveIdempotentResponse(tx, idempotency, 200, { data: toDelivery((await findDeliveryById(tx, id))!) }));
+  // The attempt was sent by now: it is recorded even if the key was taken over meanwhile (keepIdempotentResponse),
+  // and a refusal here would roll back the other attempts recorded in the same write.
+  const refusal = await rt.deliveries.attemptNow(id, async (tx) => void (await keepIdempotentResponse(tx, idempotency, 200, { data: toDelivery((await findDeliveryById(tx, id))!) })));
   if (refusal) throw attemptRefusalProblem(id, refusal);
   return toDelivery((await findDeliveryById(rt.db, id))!);
 }

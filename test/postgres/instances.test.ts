@@ -8,6 +8,7 @@ import { busiestSecond, LOOPBACK_SLACK_MS } from "../support/pacing.ts";
 import { PayloadCheck } from "../support/webhook-payloads.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+import { WRITE_LOCK } from "../../server/db/postgres.ts";
 
 // Several instances of the real server (`bun server/main.ts serve --database-url ...`) on one
 // PostgreSQL database (issue 12, items 5 and 6): delivery work shared without two live instances
@@ -57,6 +58,27 @@ afterAll(async () => {
 /** serve starts one instance on the shared database. */
 function serve(): Promise<ServerProcess> {
   return spawnServer([...SOURCE, "serve", "--port", "0", "--log-level", "warn", "--shutdown-timeout-ms", "300"], { env });
+}
+
+/**
+ * holdingTheWriteLock runs `work` while a session of its own holds the service's write lock (as
+ * another instance's write would), then lets go. Not an array from `work`: Bun's begin would await its items first.
+ */
+async function holdingTheWriteLock<T extends object>(work: () => Promise<T>): Promise<T> {
+  const holder = new SQL({ url: database.url, max: 1 });
+  try {
+    return await holder.begin(async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`;
+      return work();
+    }) as T;
+  } finally {
+    await holder.close();
+  }
+}
+
+/** waitingForTheWriteLock counts the sessions waiting for an advisory lock (the write lock). */
+async function waitingForTheWriteLock(): Promise<number> {
+  return (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)[0].n;
 }
 
 /** Receipt is one request a receiver got: which delivery, which contact, the sender's TCP port, and when it was open. */
@@ -335,6 +357,91 @@ describe("two instances on one PostgreSQL database", () => {
     expect(listed.body.data.map((c: { id: string }) => c.id)).toEqual([contact.data.id]);
   });
 
+  test("a request whose reservation was taken over as stale while it waited for the write lock commits nothing: the key's contact is created once", async () => {
+    // A write may wait for the lock longer than the reservation's 60 s (the README: up to
+    // database_pool x 10 s behind an instance cut off in mid-write); the test holds the lock and
+    // ages the reservation by 61 s instead of waiting.
+    const body = { first_name: "Edsger", email: "edsger.stale@example.com" };
+    for (const instance of instances) await api(instance.url, token, "GET", "/public/v1/contacts?per_page=1"); // last_used_at is written: no lock needed below
+    const answers = await holdingTheWriteLock(async () => {
+      // Neither can commit before the lock is let go, so the first saves its response after the takeover.
+      const reservedAt = async () => (await admin`SELECT created_at FROM idempotency_keys WHERE idem_key = 'outlived' AND status = 0`)[0]?.created_at;
+      const first = post(instances[0]!, "outlived", body);
+      await waitUntil(async () => (await reservedAt()) !== undefined, "the first request to reserve the key");
+      await admin`UPDATE idempotency_keys SET created_at = created_at - 61000 WHERE idem_key = 'outlived'`;
+      const aged = await reservedAt();
+      const retry = post(instances[1]!, "outlived", body);
+      await waitUntil(async () => (await reservedAt()) !== aged, "the retry to take the key over");
+      return { first, retry };
+    });
+    const answered = async (response: Promise<Response>) => {
+      const res = await response;
+      return { status: res.status, body: await res.json() };
+    };
+    const [late, retried] = await Promise.all([answered(answers.first), answered(answers.retry)]);
+    expect(retried.status).toBe(201);
+    expect({ status: late.status, type: late.body.type }).toEqual({ status: 409, type: "urn:crm:problem:idempotency-key-in-use" });
+    const listed = await api(instances[0]!.url, token, "GET", "/public/v1/contacts?email=edsger.stale@example.com");
+    expect(listed.body.data.map((c: { id: string }) => c.id)).toEqual([retried.body.data.id]);
+    // The late request's client retries and gets the retry's contact.
+    const replay = await post(instances[0]!, "outlived", body);
+    expect({ status: replay.status, replayed: replay.headers.get("idempotent-replayed"), body: await replay.json() }).toEqual({ status: 201, replayed: "true", body: retried.body });
+  });
+
+  test("a page of contacts by updated_at shows each contact as listed while both instances change them: in order, never a newer version than its place", async () => {
+    // One pooled connection: the page's statements queue behind that instance's writes, while the other instance writes too.
+    const narrow = await spawnServer([...SOURCE, "serve", "--port", "0", "--log-level", "warn", "--database-pool", "1"], { env });
+    try {
+      const made = await Promise.all([1, 2].map((n) => api(narrow.url, token, "POST", "/public/v1/contacts", { first_name: "Ordered", last_name: `${n}` })));
+      const ids = made.map((m) => m.body.data.id as string);
+      const since = encodeURIComponent(made[0]!.body.data.created_at);
+      const outOfOrder: string[][] = [];
+      let pages = 0;
+      const patcher = async (instance: ServerProcess) => {
+        for (let n = 0; pages < 200; n++) await api(instance.url, token, "PATCH", `/public/v1/contacts/${ids[n % 2]}`, { last_name: `change ${n}` });
+      };
+      const lister = async () => {
+        for (; pages < 200; pages++) {
+          const page = await api(narrow.url, token, "GET", `/public/v1/contacts?updated_after=${since}&sort_by=updated_at&sort_direction=asc&per_page=100`);
+          const times = page.body.data.filter((c: { id: string }) => ids.includes(c.id)).map((c: { updated_at: string }) => c.updated_at);
+          if (times.some((t: string, i: number) => i > 0 && times[i - 1] > t)) outOfOrder.push(times);
+        }
+      };
+      await Promise.all([patcher(narrow), patcher(instances[0]!), lister(), lister()]);
+      expect(outOfOrder).toEqual([]);
+    } finally {
+      await narrow.stopWith("SIGTERM");
+    }
+  }, 60_000);
+
+  test("a contact read with include=accounts while another instance deletes the account embeds it or not, never a null or a 500", async () => {
+    // One pooled connection: the reads' statements queue behind that instance's writes, while the other instance deletes.
+    const narrow = await spawnServer([...SOURCE, "serve", "--port", "0", "--log-level", "warn", "--database-pool", "1"], { env });
+    try {
+      const refused: unknown[] = [];
+      for (let round = 0; round < 30; round++) {
+        const account = (await api(instances[0]!.url, token, "POST", "/public/v1/accounts", { name: `Going ${round}` })).body.data;
+        const contact = (await api(instances[0]!.url, token, "POST", "/public/v1/contacts", { first_name: `Embedding ${round}`, account_ids: [account.id] })).body.data;
+        const [one, page] = await Promise.all([
+          api(narrow.url, token, "GET", `/public/v1/contacts/${contact.id}?include=accounts`),
+          api(narrow.url, token, "GET", `/public/v1/contacts?include=accounts&account_id=${account.id}`),
+          api(narrow.url, token, "PATCH", `/public/v1/contacts/${contact.id}`, { last_name: "Changed" }),
+          api(instances[1]!.url, token, "DELETE", `/public/v1/accounts/${account.id}`),
+        ]);
+        // Each read is a state that was committed: the contact linked with its account embedded, or unlinked.
+        for (const read of [one, ...(page.status === 200 ? page.body.data.map((data: unknown) => ({ status: 200, body: { data } })) : [page])]) {
+          const embedded = read.status === 200 ? { account_ids: read.body.data.account_ids, accounts: read.body.data.accounts } : { status: read.status, body: read.body };
+          if (!(embedded.account_ids?.length === 0 && embedded.accounts?.length === 0) && !Bun.deepEquals(embedded, { account_ids: [account.id], accounts: [account] })) {
+            refused.push({ round, embedded });
+          }
+        }
+      }
+      expect(refused).toEqual([]);
+    } finally {
+      await narrow.stopWith("SIGTERM");
+    }
+  }, 60_000);
+
   test("a request refused by validation gives its key back: the corrected request with the same key creates the contact", async () => {
     const refused = await post(instances[0]!, "fix-and-retry", { first_name: "Barbara", email: "not an email" });
     expect(refused.status).toBe(422);
@@ -342,5 +449,37 @@ describe("two instances on one PostgreSQL database", () => {
     expect(n).toBe(0);
     const created = await post(instances[1]!, "fix-and-retry", { first_name: "Barbara", email: "barbara@example.com" });
     expect(created.status).toBe(201);
+  });
+});
+
+describe("on a database whose default_transaction_isolation is repeatable read", () => {
+  let instances: ServerProcess[];
+  beforeAll(async () => {
+    // An operator's setting for every session; the service's writes must still read what the writes before them committed.
+    await admin.unsafe(`ALTER DATABASE "${database.name}" SET default_transaction_isolation = 'repeatable read'`);
+    instances = await Promise.all([serve(), serve()]);
+  });
+  afterAll(async () => {
+    for (const instance of instances ?? []) await instance.stopWith("SIGTERM");
+    await admin.unsafe(`ALTER DATABASE "${database.name}" RESET default_transaction_isolation`);
+  });
+
+  test("two batch upserts of one new email, waiting for the write lock on two instances, make one contact: created, then unchanged", async () => {
+    const item = { email: "isolated@example.com", first_name: "Barbara" };
+    for (const instance of instances) await api(instance.url, token, "GET", "/public/v1/contacts?per_page=1"); // last_used_at is written: no lock needed below
+    const answers = await holdingTheWriteLock(async () => {
+      // The delivery loops' claims wait for the lock too: counted from before the batches.
+      const before = await waitingForTheWriteLock();
+      const batches = instances.map((instance) => api(instance.url, token, "POST", "/public/v1/contacts/batch", { items: [item] }));
+      await waitUntil(async () => (await waitingForTheWriteLock()) >= before + 2, "both batches to wait for the write lock");
+      return { waiting: batches };
+    });
+    const results = (await Promise.all(answers.waiting)).map((r) => ({ status: r.status, statuses: r.body.data.map((d: { status: string }) => d.status) }));
+    expect(results.toSorted((a, b) => a.statuses[0].localeCompare(b.statuses[0]))).toEqual([
+      { status: 200, statuses: ["created"] },
+      { status: 200, statuses: ["unchanged"] },
+    ]);
+    const listed = await api(instances[0]!.url, token, "GET", "/public/v1/contacts?email=isolated@example.com");
+    expect(listed.body.data.length).toBe(1);
   });
 });

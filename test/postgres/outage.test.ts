@@ -5,6 +5,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { api, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { WRITE_LOCK } from "../../server/db/postgres.ts";
 
 // The real server (`bun server/main.ts serve`) on a PostgreSQL database it reaches through a TCP
 // relay the test can cut, stall and mend: what clients and load balancers get while the database
@@ -274,7 +275,7 @@ describe("an instance cut off in mid-write", () => {
     const other = new SQL({ url: database.url, max: 1 });
     try {
       const waited = await other.begin(async (tx) => {
-        await tx`SELECT pg_advisory_xact_lock(${"7165909999144823156"}::bigint)`;
+        await tx`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`;
         return (await tx`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm' AND state = 'idle in transaction'`)[0].n;
       });
       expect(waited).toBe(0);
