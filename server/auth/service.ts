@@ -155,7 +155,9 @@ export async function authenticateBearer(db: Database, presented: string, now = 
   if (now - (lastTouched.get(token.id) ?? 0) >= LAST_USED_RESOLUTION_MS) {
     lastTouched.set(token.id, now);
     const touched = token.id;
-    await db.write((tx) => touchTokenLastUsed(tx, touched, now));
+    // A statement of its own, not a write: on PostgreSQL it takes no write lock, so a read never
+    // waits behind another instance's writes for its token's last use (SQLite commits it in the next group).
+    await touchTokenLastUsed(db, touched, now);
   }
   return token;
 }

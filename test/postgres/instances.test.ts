@@ -362,7 +362,6 @@ describe("two instances on one PostgreSQL database", () => {
     // database_pool x 10 s behind an instance cut off in mid-write); the test holds the lock and
     // ages the reservation by 61 s instead of waiting.
     const body = { first_name: "Edsger", email: "edsger.stale@example.com" };
-    for (const instance of instances) await api(instance.url, token, "GET", "/public/v1/contacts?per_page=1"); // last_used_at is written: no lock needed below
     const answers = await holdingTheWriteLock(async () => {
       // Neither can commit before the lock is let go, so the first saves its response after the takeover.
       const reservedAt = async () => (await admin`SELECT created_at FROM idempotency_keys WHERE idem_key = 'outlived' AND status = 0`)[0]?.created_at;
@@ -442,6 +441,13 @@ describe("two instances on one PostgreSQL database", () => {
     }
   }, 60_000);
 
+  test("a read is answered while another session holds the write lock, its token's first use included (last_used_at takes no write lock)", async () => {
+    const fresh = runCli([...SOURCE, "token", "create", "--name", "first use"], { env }).stdout.trim();
+    const read = await holdingTheWriteLock(async () => await api(instances[0]!.url, fresh, "GET", "/public/v1/contacts?per_page=1"));
+    expect(read.status).toBe(200);
+    expect((await admin`SELECT last_used_at IS NOT NULL AS used FROM api_tokens WHERE name = 'first use'`)[0]).toEqual({ used: true });
+  });
+
   test("a request refused by validation gives its key back: the corrected request with the same key creates the contact", async () => {
     const refused = await post(instances[0]!, "fix-and-retry", { first_name: "Barbara", email: "not an email" });
     expect(refused.status).toBe(422);
@@ -466,7 +472,6 @@ describe("on a database whose default_transaction_isolation is repeatable read",
 
   test("two batch upserts of one new email, waiting for the write lock on two instances, make one contact: created, then unchanged", async () => {
     const item = { email: "isolated@example.com", first_name: "Barbara" };
-    for (const instance of instances) await api(instance.url, token, "GET", "/public/v1/contacts?per_page=1"); // last_used_at is written: no lock needed below
     const answers = await holdingTheWriteLock(async () => {
       // The delivery loops' claims wait for the lock too: counted from before the batches.
       const before = await waitingForTheWriteLock();
