@@ -68,6 +68,16 @@ export function keyAccountNames(db: SqliteConnection): void {
   for (const { id, name } of db.query<{ id: string; name: string }, []>("SELECT id, name FROM accounts").all()) update.run(accountNameKey(name), id);
 }
 
+/**
+ * addMissingAccountVersion adds accounts.version to a database whose migration 0010 ran as first
+ * released, without it (the backfill of migration 0018); 1, as 0010 gives the accounts it finds.
+ */
+// sqlite-only: migrations run synchronously on the writer connection.
+export function addMissingAccountVersion(db: SqliteConnection): void {
+  const columns = db.query<{ name: string }, []>("SELECT name FROM pragma_table_info('accounts')").all();
+  if (!columns.some((column) => column.name === "version")) db.run("ALTER TABLE accounts ADD COLUMN version INTEGER NOT NULL DEFAULT 1");
+}
+
 /** findAccountById returns one account row or null. */
 export function findAccountById(db: Db, id: string): Promise<AccountRow | null> {
   return db.get<AccountRow>("SELECT * FROM accounts WHERE id = ?", [id]);

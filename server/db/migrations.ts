@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { keyAccountNames } from "../accounts/store.ts";
+import { addMissingAccountVersion, keyAccountNames } from "../accounts/store.ts";
 // Imported as text so `bun build --compile` embeds them: the binary needs no files beside it.
 import foundation from "../../migrations/0001_foundation.sql" with { type: "text" };
 import webhooks from "../../migrations/0002_webhooks.sql" with { type: "text" };
@@ -18,6 +18,7 @@ import contactTagsSortKeys from "../../migrations/0014_contact_tags_sort_keys.sq
 import consoleReads from "../../migrations/0015_console_reads.sql" with { type: "text" };
 import relationSortKeys from "../../migrations/0016_relation_sort_keys.sql" with { type: "text" };
 import batchedNameIndex from "../../migrations/0017_batched_name_index.sql" with { type: "text" };
+import releasedSchemaRepairs from "../../migrations/0018_released_schema_repairs.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
@@ -53,6 +54,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 15, name: "0015_console_reads.sql", sql: consoleReads },
   { version: 16, name: "0016_relation_sort_keys.sql", sql: relationSortKeys },
   { version: 17, name: "0017_batched_name_index.sql", sql: batchedNameIndex },
+  { version: 18, name: "0018_released_schema_repairs.sql", sql: releasedSchemaRepairs, backfill: addMissingAccountVersion },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -1,6 +1,7 @@
 // Imported as text so `bun build --compile` embeds them, like the SQLite migrations.
 import schema from "../../migrations/postgres/0001_schema.sql" with { type: "text" };
 import deliveryPacing from "../../migrations/postgres/0003_delivery_pacing.sql" with { type: "text" };
+import contactTagsSortKeys from "../../migrations/postgres/0014_contact_tags_sort_keys.sql" with { type: "text" };
 import consoleReads from "../../migrations/postgres/0015_console_reads.sql" with { type: "text" };
 import relationSortKeys from "../../migrations/postgres/0016_relation_sort_keys.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
@@ -20,6 +21,7 @@ export interface PostgresMigration {
 export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 1, name: "0001_schema.sql", sql: schema },
   { version: 3, name: "0003_delivery_pacing.sql", sql: deliveryPacing },
+  { version: 14, name: "0014_contact_tags_sort_keys.sql", sql: contactTagsSortKeys },
   { version: 15, name: "0015_console_reads.sql", sql: consoleReads },
   { version: 16, name: "0016_relation_sort_keys.sql", sql: relationSortKeys },
 ];

@@ -26,7 +26,7 @@ import {
   type SubscriptionWithSecret,
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { maskStoredSecret } from "./secrets.ts";
+import { isSealed, maskStoredSecret } from "./secrets.ts";
 import { subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
@@ -188,6 +188,9 @@ async function answerWithSecret(db: Db, row: SubscriptionRow, secret: string, st
 
 /** openReplayedSecret opens the sealed secret of a replayed create or rotate-secret response, so a replay shows it in full like the first answer. */
 export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSecret }): { data: SubscriptionWithSecret } {
+  // A create answered before migration 0011 was kept with its secret in clear (0011 sealed only the
+  // subscriptions); its replay within the 24 hours after an upgrade shows that secret as it is.
+  if (!isSealed(body.data.secret)) return body;
   return { data: { ...body.data, secret: rt.secrets.open(body.data.id, body.data.secret) } };
 }
 

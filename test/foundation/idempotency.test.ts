@@ -38,6 +38,20 @@ for (const route of ROUTES) {
       expect(await route.count()).toBe(1);
     });
 
+    test("a response kept by an older crm, without the fields added since, replays as it was kept", async () => {
+      const headers = { "idempotency-key": "before-upgrade" };
+      const first = await h.json("POST", route.path, { body: route.body, headers });
+      // What an older crm kept: its answer had no version yet (migration 0010), a field the route's response schema now requires.
+      const { version: _, ...older } = first.body.data;
+      await h.rt.db.run("UPDATE idempotency_keys SET response_body = ? WHERE idem_key = 'before-upgrade'", [JSON.stringify({ data: older })]);
+      const again = await h.json("POST", route.path, { body: route.body, headers });
+      expect(again.status).toBe(201);
+      expect(again.headers.get("idempotent-replayed")).toBe("true");
+      expect(again.headers.get("content-type")).toBe(first.headers.get("content-type"));
+      expect(again.headers.get("location")).toBe(first.headers.get("location"));
+      expect(again.body).toEqual({ data: older });
+    });
+
     test("without a key every POST creates", async () => {
       await h.json("POST", route.path, { body: route.body });
       await h.json("POST", route.path, { body: route.body });

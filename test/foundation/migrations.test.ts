@@ -187,6 +187,34 @@ describe("migrations: data, sync api", () => {
   });
 });
 
+describe("migrations: databases of migrations changed after their release", () => {
+  const version = MIGRATIONS.findIndex((m) => m.name === "0018_released_schema_repairs.sql");
+  const schema = () => db.sqlite.query("SELECT type, name, tbl_name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%' ORDER BY name").all();
+
+  test("0018 gives a database of 0002 and 0010 as first released what they make now: the delivery loop's indexes and accounts.version", async () => {
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES ('acc_a', 'Acme', 'acme', '{}', 1, 1)");
+    const current = schema();
+    // What 0002 and 0010 made as first released (2026-11-21 and 2026-11-23).
+    db.sqlite.run("DROP INDEX webhook_deliveries_due_by_subscription");
+    db.sqlite.run("DROP INDEX webhook_deliveries_unfinished");
+    db.sqlite.run("CREATE INDEX webhook_deliveries_status ON webhook_deliveries (status, created_at, id)");
+    db.sqlite.run("ALTER TABLE accounts DROP COLUMN version");
+    expect(() => db.sqlite.query("SELECT id FROM webhook_deliveries INDEXED BY webhook_deliveries_due_by_subscription WHERE status = 'pending'").all()).toThrow("no such index");
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(schema()).toEqual(current);
+    expect(db.sqlite.query("SELECT id, version FROM accounts").all()).toEqual([{ id: "acc_a", version: 1 }]);
+    expect(db.sqlite.query("SELECT id FROM webhook_deliveries INDEXED BY webhook_deliveries_due_by_subscription WHERE status = 'pending'").all()).toEqual([]);
+  });
+
+  test("0018 changes nothing in a database of 0002 and 0010 as they are now", () => {
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const current = schema();
+    expect(migrate(db.sqlite)).toEqual(["0018_released_schema_repairs.sql"]);
+    expect(schema()).toEqual(current);
+  });
+});
+
 describe("migrations: errors", () => {
   test("a failing backfill rolls its migration back with it", () => {
     const failing: Migration = { version: 1001, name: "1001_fail.sql", sql: "CREATE TABLE mig_c (x INTEGER);", backfill: () => { throw new Error("backfill failed"); } };

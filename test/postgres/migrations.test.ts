@@ -95,6 +95,41 @@ describe("postgres migrations: applying", () => {
   });
 });
 
+describe("postgres migrations: databases of 0001 as first released", () => {
+  test("0014 gives contact_tags the sort keys 0001 as first released lacked, so 0016 applies and tag rows follow their contacts", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version === 1));
+    // What 0001 made until it took in SQLite 0014 (a database filled by copy-to-postgres of that time).
+    await old.write((tx) =>
+      tx.script(`DROP TRIGGER contact_tags_sort_keys ON contacts;
+        DROP FUNCTION contact_tags_sort_keys();
+        ALTER TABLE contact_tags DROP COLUMN created_at, DROP COLUMN updated_at, DROP COLUMN first_name, DROP COLUMN last_name, DROP COLUMN email;
+        CREATE INDEX contact_tags_tag ON contact_tags (tag, contact_id);
+        INSERT INTO contacts (id, first_name, email, created_at, updated_at) VALUES ('c1', 'Ada', 'ada@example.com', 5, 6);
+        INSERT INTO contact_tags (contact_id, tag) VALUES ('c1', 'vip');`),
+    );
+    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version > 1).map((m) => m.name));
+    const tags = "SELECT contact_id, tag, created_at, updated_at, first_name, last_name, email FROM contact_tags";
+    expect(await old.all(tags)).toEqual([{ contact_id: "c1", tag: "vip", created_at: 5, updated_at: 6, first_name: "Ada", last_name: null, email: "ada@example.com" }]);
+    await old.run("UPDATE contacts SET updated_at = 7, last_name = 'King' WHERE id = 'c1'");
+    expect(await old.all(tags)).toEqual([{ contact_id: "c1", tag: "vip", created_at: 5, updated_at: 7, first_name: "Ada", last_name: "King", email: "ada@example.com" }]);
+    for (const table of ["contact_tags", "contact_accounts", "contacts"]) {
+      expect(await postgresColumns(old, table)).toEqual(await postgresColumns(db, table));
+      expect(await postgresIndexes(old, table)).toEqual(await postgresIndexes(db, table));
+    }
+    const triggers = (on: Db) => on.all("SELECT tgname FROM pg_trigger WHERE tgrelid = 'contacts'::regclass AND NOT tgisinternal ORDER BY tgname");
+    expect(await triggers(old)).toEqual(await triggers(db));
+  });
+
+  test("0014 changes nothing on a database whose 0001 carries the sort keys, before 0016 or after it", async () => {
+    const fresh = await freshPostgres();
+    await migratePostgres(fresh, POSTGRES_MIGRATIONS.filter((m) => m.version !== 14));
+    expect(await migratePostgres(fresh)).toEqual(["0014_contact_tags_sort_keys.sql"]);
+    for (const table of ["contact_tags", "contacts"]) expect(await postgresIndexes(fresh, table)).toEqual(await postgresIndexes(db, table));
+    expect(await fresh.all("SELECT proname FROM pg_proc WHERE proname LIKE 'contact_%sort_keys' ORDER BY proname")).toEqual([{ proname: "contact_relations_sort_keys" }]);
+  });
+});
+
 interface ColumnShape {
   name: string;
   notNull: boolean;

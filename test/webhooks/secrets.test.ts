@@ -54,6 +54,18 @@ describe("sealed secrets: happy paths", () => {
     expect(fileBytes(h.dataDir).includes(first.body.data.secret.slice(6))).toBe(false);
   });
 
+  test("a create kept with its secret in clear (by a crm before migration 0011) replays after the upgrade with that secret", async () => {
+    h = await scope.harness();
+    const body = { target_url: "http://127.0.0.1:9/hook", events: ["contact.created"] };
+    const first = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-old" } });
+    // What an older crm kept: the answer as sent, secret and all (0011 sealed the subscriptions only).
+    await h.rt.db.run("UPDATE idempotency_keys SET response_body = ? WHERE idem_key = 'sub-old'", [JSON.stringify(first.body)]);
+    const replay = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-old" } });
+    expect(replay.status).toBe(201);
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect(replay.body).toEqual(first.body);
+  });
+
   test("migration 0011 seals secrets stored in clear; deliveries still sign with them", async () => {
     const dataDir = tempDir();
     const plain = `whsec_${Buffer.alloc(32, 7).toString("base64")}`;
