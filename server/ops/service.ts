@@ -6,6 +6,7 @@ import { databasePath, openDatabase } from "../db/database.ts";
 import { migrationState } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
+import { toTimestamp } from "../shared/time.ts";
 import { VERSION } from "../version.ts";
 import { deliveryHistorySize, deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
 import { sameBytes } from "../shared/crypto.ts";
@@ -57,7 +58,12 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
       if (newer.length > 0) return `migrated by a newer crm: ${newer.join(", ")}`;
       return pending.length === 0 ? null : `pending: ${pending.join(", ")}`;
     }),
-    check(() => (deliveryLoopStatus(rt).running ? null : "not running")),
+    check(() => {
+      const loop = deliveryLoopStatus(rt);
+      if (!loop.running) return "not running";
+      // A loop whose every claim fails sends nothing: a schema it cannot use, a database that refuses it.
+      return loop.claim_failure && `claims failing since ${toTimestamp(loop.claim_failure.since)}: ${loop.claim_failure.error}`;
+    }),
   ]);
   return { database, migrations, delivery_loop };
 }

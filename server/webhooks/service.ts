@@ -480,9 +480,9 @@ export async function deliveryHistorySize(db: Db): Promise<HistorySize> {
   return measureDeliveryHistory(db);
 }
 
-/** deliveryLoopStatus tells whether the delivery loop is running and how many attempts are under way. */
-export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number } {
-  return { running: rt.deliveries.running, in_flight: rt.deliveries.inFlightCount };
+/** deliveryLoopStatus tells whether the delivery loop is running, how many attempts are under way, and why its claims fail, if they do. */
+export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number; claim_failure: { since: number; error: string } | null } {
+  return { running: rt.deliveries.running, in_flight: rt.deliveries.inFlightCount, claim_failure: rt.deliveries.claimFailure };
 }
 
 // Typed reads for the operator console (issue 17): no query strings, no 404 problems to catch.

@@ -208,6 +208,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
  */
 export class DeliveryLoop {
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
+  private failingClaim: { since: number; error: string } | null = null;
   private readonly inFlight = new Map<string, InFlight>();
   private readonly perSubscription = new Map<string, number>();
   /**
@@ -242,6 +243,11 @@ export class DeliveryLoop {
   /** running tells whether the loop is claiming deliveries. */
   get running(): boolean {
     return this.state === "running";
+  }
+
+  /** claimFailure is the last claim round's error while no round has succeeded since it failed, and since when; null when the last round succeeded. */
+  get claimFailure(): { since: number; error: string } | null {
+    return this.failingClaim;
   }
 
   /** inFlightCount is the number of attempts under way. */
@@ -285,8 +291,12 @@ export class DeliveryLoop {
       this.wakeQueued = false;
       if (this.state !== "running") return;
       this.claiming = this.claimRound()
+        .then(() => {
+          this.failingClaim = null;
+        })
         .catch((error: unknown) => {
           this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
+          this.failingClaim = { since: this.failingClaim?.since ?? Date.now(), error: String(error) };
           this.armTimer(Date.now() + 1000);
         })
         .finally(() => {

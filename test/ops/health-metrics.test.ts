@@ -12,7 +12,7 @@ import { VERSION } from "../../server/version.ts";
 import { call, expectProblem } from "../foundation/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { parseExposition } from "./prometheus.ts";
-import { api, createToken, SOURCE, tempDir } from "./support.ts";
+import { api, createToken, SOURCE, tempDir, waitUntil } from "./support.ts";
 
 const METRICS_TOKEN = "metrics-token-for-tests-0001";
 
@@ -87,6 +87,26 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
       detail: "Not ready: delivery_loop: not running.",
       checks: { database: "ok", migrations: "ok", delivery_loop: "not running" },
     });
+    await h.close();
+  });
+
+  test("a delivery loop whose every claim fails (a schema it cannot use), until a claim succeeds again", async () => {
+    const h = await createHarness({}, { log: createLogger("error", () => {}) }); // the loop logs each failed claim
+    h.rt.deliveries.start();
+    h.db.sqlite.run("DROP INDEX webhook_deliveries_due_by_subscription");
+    h.rt.deliveries.wake();
+    await waitUntil(() => h.rt.deliveries.claimFailure !== null, "a claim to fail");
+    const res = await call(h.app, "GET", "/readyz");
+    expectProblem(res, 503, "not-ready");
+    expect(res.body.checks).toEqual({
+      database: "ok",
+      migrations: "ok",
+      delivery_loop: expect.stringMatching(/^claims failing since \d{4}-\d\d-\d\dT[\d:.]+Z: SQLiteError: no such index: webhook_deliveries_due_by_subscription$/),
+    });
+    h.db.sqlite.run("CREATE INDEX webhook_deliveries_due_by_subscription ON webhook_deliveries (subscription_id, next_attempt_at, id) WHERE status = 'pending'");
+    await waitUntil(() => h.rt.deliveries.claimFailure === null, "a claim to succeed again");
+    expect((await call(h.app, "GET", "/readyz")).body.checks).toEqual({ database: "ok", migrations: "ok", delivery_loop: "ok" });
+    await h.rt.deliveries.stop(0);
     await h.close();
   });
 
