@@ -92,8 +92,8 @@ function toContact(row: ContactRow): Contact {
 
 /**
  * MOVED is what a read of several statements answers when they saw different states: a write
- * committed between them (on PostgreSQL each statement on the pool sees what was committed by
- * then; on SQLite a group commit can land between two reads of one turn, rarely).
+ * committed between them. On PostgreSQL each statement on the pool sees what was committed by
+ * then; on SQLite the reads of one event-loop turn share one snapshot, so it does not arise there.
  */
 const MOVED = Symbol("moved");
 
