@@ -3,7 +3,7 @@ import { closeSync, existsSync, openSync, rmSync, statSync } from "node:fs";
 import type { Config } from "../config.ts";
 import { clientAddress, isBrowserRequest, isLoopback, isLoopbackHost, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
-import { migrationState } from "../db/backend.ts";
+import { databaseFailureOf, migrationState } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { toTimestamp } from "../shared/time.ts";
@@ -59,10 +59,13 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
       return pending.length === 0 ? null : `pending: ${pending.join(", ")}`;
     }),
     check(() => {
-      const loop = deliveryLoopStatus(rt);
-      if (!loop.running) return "not running";
-      // A loop whose every claim fails sends nothing: a schema it cannot use, a database that refuses it.
-      return loop.claim_failure && `claims failing since ${toTimestamp(loop.claim_failure.since)}: ${loop.claim_failure.error}`;
+      const { running, claim_failure: failure } = deliveryLoopStatus(rt);
+      if (!running) return "not running";
+      // A loop whose every claim fails sends nothing (a schema it cannot use) while the database
+      // check passes. A database that cannot be used just now fails that check already, and its
+      // claims' failures would keep this one failing for up to a second after it is back.
+      if (!failure || databaseFailureOf(failure.error) !== null) return null;
+      return `claims failing since ${toTimestamp(failure.since)}: ${String(failure.error)}`;
     }),
   ]);
   return { database, migrations, delivery_loop };

@@ -481,7 +481,7 @@ export async function deliveryHistorySize(db: Db): Promise<HistorySize> {
 }
 
 /** deliveryLoopStatus tells whether the delivery loop is running, how many attempts are under way, and why its claims fail, if they do. */
-export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number; claim_failure: { since: number; error: string } | null } {
+export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number; claim_failure: { since: number; error: unknown } | null } {
   return { running: rt.deliveries.running, in_flight: rt.deliveries.inFlightCount, claim_failure: rt.deliveries.claimFailure };
 }
 

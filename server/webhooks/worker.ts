@@ -208,7 +208,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
  */
 export class DeliveryLoop {
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
-  private failingClaim: { since: number; error: string } | null = null;
+  private failingClaim: { since: number; error: unknown } | null = null;
   private readonly inFlight = new Map<string, InFlight>();
   private readonly perSubscription = new Map<string, number>();
   /**
@@ -246,7 +246,7 @@ export class DeliveryLoop {
   }
 
   /** claimFailure is the last claim round's error while no round has succeeded since it failed, and since when; null when the last round succeeded. */
-  get claimFailure(): { since: number; error: string } | null {
+  get claimFailure(): { since: number; error: unknown } | null {
     return this.failingClaim;
   }
 
@@ -296,7 +296,7 @@ export class DeliveryLoop {
         })
         .catch((error: unknown) => {
           this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
-          this.failingClaim = { since: this.failingClaim?.since ?? Date.now(), error: String(error) };
+          this.failingClaim = { since: this.failingClaim?.since ?? Date.now(), error };
           this.armTimer(Date.now() + 1000);
         })
         .finally(() => {
