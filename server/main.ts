@@ -136,9 +136,12 @@ async function whileHoldingDataDirectory<T>(config: Config, why: string, work: (
  * caller holds the directory already.
  */
 async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<string[]> {
-  await refuseNewerDatabase(db);
   const pending = pendingMigrations(db.sqlite).map((m) => m.name);
-  if (pending.length === 0) return [];
+  // With nothing to apply, migrateBackend (which refuses a database a newer crm migrated) is not called.
+  if (pending.length === 0) {
+    await refuseNewerDatabase(db);
+    return [];
+  }
   if (locked) return migrateWithSecretsKey(db, config);
   return whileHoldingDataDirectory(config, `stop it before the schema is changed (pending: ${pending.join(", ")})`, () => migrateWithSecretsKey(db, config));
 }

@@ -98,16 +98,17 @@ function toContact(row: ContactRow): Contact {
 const MOVED = Symbol("moved");
 
 /**
- * readConsistently runs `read` and, when it answers MOVED, again through `db.read`, in one
+ * readConsistently runs `read` and, when it answers MOVED, once more through `db.read`, in one
  * snapshot on PostgreSQL, where nothing moves. The common case costs no transaction (its BEGIN and
  * COMMIT were a third of a lookup by email), and a page or a contact is never shown half before
  * and half after a change.
  */
 async function readConsistently<T>(db: Database, read: (db: Db) => Promise<T | typeof MOVED>): Promise<T> {
-  let result = await read(db);
-  for (let again = 0; result === MOVED && again < 3; again++) result = await db.read(read);
-  if (result === MOVED) throw new Error("contacts kept moving between the reads of one snapshot");
-  return result;
+  const result = await read(db);
+  if (result !== MOVED) return result;
+  const again = await db.read(read);
+  if (again === MOVED) throw new Error("contacts moved between the reads of one snapshot");
+  return again;
 }
 
 /** renderContacts renders rows with the relations `include` names embedded, or answers MOVED when an embedded account or user was deleted after the rows were read. */

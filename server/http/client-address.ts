@@ -11,10 +11,8 @@ function normalizeAddress(address: string): string {
  * IPv6 address too), IPv6 as eight groups of four lowercase hex digits.
  */
 export function canonicalAddress(address: string): string {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  if (mapped) return mapped[1]!;
-  if (isIP(address) !== 6) return address;
-  let text = address.toLowerCase();
+  let text = normalizeAddress(address);
+  if (isIP(text) !== 6) return text;
   const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
   if (dotted) {
     const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];

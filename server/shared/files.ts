@@ -29,22 +29,16 @@ export function partialName(path: string): string {
 export function publishFile(partial: string, path: string): boolean {
   try {
     linkSync(partial, path);
+    rmSync(partial, { force: true });
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === "EEXIST") {
-      rmSync(partial, { force: true });
-      return false;
-    }
-    if (code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP") throw error;
-    if (existsSync(path)) {
+    if (code !== "EEXIST" && code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP") throw error;
+    if (code === "EEXIST" || existsSync(path)) {
       rmSync(partial, { force: true });
       return false;
     }
     renameSync(partial, path);
-    fsyncPath(dirname(path));
-    return true;
   }
-  rmSync(partial, { force: true });
   fsyncPath(dirname(path));
   return true;
 }
