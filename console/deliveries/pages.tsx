@@ -201,6 +201,20 @@ function HeaderTable({ headers, caption }: { headers: Record<string, string>; ca
   );
 }
 
+/**
+ * ResponseBody shows what an attempt kept of the receiver's answer. A compressed one (sent despite
+ * the service asking for `Accept-Encoding: identity`) is kept as sent and never unpacked, so its
+ * bytes would read as noise: the page says what it is instead.
+ */
+function ResponseBody({ body, headers }: { body: string; headers: Record<string, string> }) {
+  const encoding = headers["content-encoding"]?.trim();
+  if (body === "") return <pre class="body">(empty)</pre>;
+  if (encoding && encoding.toLowerCase() !== "identity") {
+    return <p class="muted packed-body">Compressed by the receiver ({encoding}): kept as sent, not unpacked.</p>;
+  }
+  return <pre class="body">{body}</pre>;
+}
+
 /** deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now". */
 export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; notice?: NoticeData | null }): string {
   const d = props.delivery;
@@ -299,7 +313,7 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
               {a.response_body !== null && (
                 <>
                   <h4>Response body</h4>
-                  <pre class="body">{a.response_body === "" ? "(empty)" : a.response_body}</pre>
+                  <ResponseBody body={a.response_body} headers={a.response_headers} />
                 </>
               )}
             </article>

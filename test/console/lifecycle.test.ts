@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { gzipSync } from "node:zlib";
 import type { Page } from "playwright-core";
 import { Webhook } from "standardwebhooks";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
@@ -162,6 +163,29 @@ describe("recover and pause from the subscriptions page", () => {
     await Promise.all([page.waitForURL(url("/console/subscriptions")), page.click("button:has-text('Save')")]);
     expect(await page.textContent(`tr[data-subscription-id="${sub.id}"]`)).toContain("Warehouse sync");
     expect((await server.api("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).data).toMatchObject({ description: "Warehouse sync", target_url: r.url, events: ["contact.deleted"] });
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+describe("a delivery's page", () => {
+  test("names an answer the receiver compressed anyway (kept as sent, never unpacked) instead of showing its bytes; a plain answer is shown as text", async () => {
+    const r = receiver("/packed");
+    r.respond((_, index) => (index === 0 ? new Response(gzipSync("busy ".repeat(50)), { status: 503, headers: { "content-encoding": "gzip" } }) : new Response("thanks")));
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, events: ["contact.created"] })).data;
+    await server.api("POST", "/public/v1/contacts", { first_name: "Packed" });
+    const delivery = await waitFor(async () => {
+      const [found] = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`)).data;
+      return found?.status === "succeeded" && found;
+    }, "the retried delivery to succeed");
+    await page.goto(url(`/console/deliveries/${delivery.id}`));
+    const attempts = page.locator("article.attempt");
+    expect(await attempts.count()).toBe(2);
+    // Newest first: the plain answer, then the compressed one.
+    expect(await attempts.nth(0).locator("pre.body").textContent()).toBe("thanks");
+    expect({ note: await attempts.nth(1).locator(".packed-body").textContent(), bodies: await attempts.nth(1).locator("pre.body").count() }).toEqual({
+      note: "Compressed by the receiver (gzip): kept as sent, not unpacked.",
+      bodies: 0,
+    });
     expect(problems).toEqual([]);
   }, SLOW);
 });
