@@ -1,12 +1,14 @@
 import type { TSchema } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
+import { ValueErrorType } from "@sinclair/typebox/errors";
 import { validationProblem, type FieldError, type ProblemError } from "../shared/problem.ts";
 
 /** SchemaIssue is one TypeBox value error, as Elysia's ValidationError and TypeBox's checkers report it. */
 export interface SchemaIssue {
+  type?: ValueErrorType;
   path?: string;
   message: string;
-  schema?: { error?: unknown };
+  schema?: { error?: unknown; [keyword: string]: unknown };
 }
 
 /** UNEXPECTED_PROPERTY is TypeBox's message for a property an object schema does not allow (reported with the object's schema). */
@@ -18,8 +20,38 @@ function unexpectedPropertyDetail(objectSchema: SchemaIssue["schema"]): string {
 }
 
 /**
+ * plainDetail words the TypeBox issues of strings, lists and objects, which console and batch
+ * schemas leave to TypeBox, as a person would; other issues keep TypeBox's message (every number
+ * and flag a client sends has an `error` text of its own).
+ */
+function plainDetail(issue: SchemaIssue): string {
+  const limit = (keyword: string) => String(issue.schema?.[keyword]);
+  switch (issue.type) {
+    case ValueErrorType.StringMaxLength:
+      return `must be at most ${limit("maxLength")} characters`;
+    case ValueErrorType.StringMinLength:
+      return issue.schema?.minLength === 1 ? "must not be empty" : `must be at least ${limit("minLength")} characters`;
+    case ValueErrorType.String:
+      return "must be a string";
+    case ValueErrorType.Object:
+      return "must be an object";
+    case ValueErrorType.Array:
+      return "must be a list";
+    case ValueErrorType.ArrayMaxItems:
+      return `must have at most ${limit("maxItems")} items`;
+    case ValueErrorType.ArrayMinItems:
+      return issue.schema?.minItems === 1 ? "must not be empty" : `must have at least ${limit("minItems")} items`;
+    case ValueErrorType.ObjectRequiredProperty:
+      return "is required";
+    default:
+      return issue.message;
+  }
+}
+
+/**
  * fieldErrorsOf turns TypeBox issues into field errors: one per field, the schema's own `error`
- * text when it has one, `where` saying whether the path is a body pointer, parameter or header.
+ * text when it has one (else plain words), `where` saying whether the path is a body pointer,
+ * parameter or header.
  */
 export function fieldErrorsOf(issues: Iterable<SchemaIssue>, where: "pointer" | "parameter" | "header" = "pointer"): FieldError[] {
   const seen = new Set<string>();
@@ -30,7 +62,7 @@ export function fieldErrorsOf(issues: Iterable<SchemaIssue>, where: "pointer" | 
     // A string where a list belongs is also walked character by character; the list's error says it.
     if ([...seen].some((parent) => path.startsWith(`${parent}/`))) continue;
     seen.add(path);
-    const detail = issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : issue.message;
+    const detail = issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : plainDetail(issue);
     errors.push(where === "pointer" ? { pointer: path, detail } : { [where]: path.replace(/^\//, ""), detail });
   }
   return errors;

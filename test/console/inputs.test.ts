@@ -169,8 +169,8 @@ test("a value past a console route's schema limit gets the 422 page naming the f
   expect([page.status, page.type, page.main, id.main]).toEqual([
     422,
     "text/html; charset=utf-8",
-    messageMain("Check your input", "q Expected string length less or equal to 300."),
-    messageMain("Check your input", "id Expected string length less or equal to 64."),
+    messageMain("Check your input", "q must be at most 300 characters."),
+    messageMain("Check your input", "id must be at most 64 characters."),
   ]);
   expect(api).toEqual({
     status: 422,
@@ -179,8 +179,8 @@ test("a value past a console route's schema limit gets the 422 page naming the f
       type: "urn:crm:problem:validation",
       title: "Unprocessable Content",
       status: 422,
-      detail: "status Expected string length less or equal to 20.",
-      errors: [{ parameter: "status", detail: "Expected string length less or equal to 20" }],
+      detail: "status must be at most 20 characters.",
+      errors: [{ parameter: "status", detail: "must be at most 20 characters" }],
     },
   });
 });

@@ -2,6 +2,7 @@ import { Database } from "bun:sqlite";
 import { t } from "elysia";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { databasePath } from "../../server/db/database.ts";
+import { schemaChecker } from "../../server/http/schema-errors.ts";
 import type { RunningServer } from "../../server/server.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { sqliteOnly } from "../support/backend.ts";
@@ -286,5 +287,42 @@ describe("errors: unexpected exceptions", () => {
     expect(body.status).toBe(500);
     expect(JSON.stringify(body)).not.toContain("secret internal detail");
     expect(lines.find((l) => l.level === "error")).toMatchObject({ request_id: res.headers.get("x-request-id"), error: "Error: secret internal detail" });
+  });
+});
+
+describe("errors: field details in plain words", () => {
+  test("a schema without an error text of its own still words each refusal of a string, list or object as a person would, with the schema's limits", () => {
+    const check = schemaChecker(
+      t.Object({
+        name: t.String({ minLength: 1, maxLength: 5 }),
+        code: t.String({ minLength: 3 }),
+        tags: t.Array(t.String(), { minItems: 1, maxItems: 2 }),
+        pair: t.Optional(t.Array(t.String(), { minItems: 2 })),
+        meta: t.Object({}),
+      }),
+    );
+    const errors = (value: object) => check({ name: "a", code: "abc", tags: ["x"], meta: {}, ...value });
+    expect([errors({ name: "", tags: [], pair: ["x"] }), errors({ name: "abcdef", code: "ab", tags: ["x", "y", "z"] }), errors({ name: 5, tags: "x", meta: [] }), check({ tags: [], meta: {} })]).toEqual([
+      [
+        { pointer: "/name", detail: "must not be empty" },
+        { pointer: "/tags", detail: "must not be empty" },
+        { pointer: "/pair", detail: "must have at least 2 items" },
+      ],
+      [
+        { pointer: "/name", detail: "must be at most 5 characters" },
+        { pointer: "/code", detail: "must be at least 3 characters" },
+        { pointer: "/tags", detail: "must have at most 2 items" },
+      ],
+      [
+        { pointer: "/name", detail: "must be a string" },
+        { pointer: "/tags", detail: "must be a list" },
+        { pointer: "/meta", detail: "must be an object" },
+      ],
+      [
+        { pointer: "/name", detail: "is required" },
+        { pointer: "/code", detail: "is required" },
+        { pointer: "/tags", detail: "must not be empty" },
+      ],
+    ]);
   });
 });

@@ -174,7 +174,7 @@ describe("contacts batch: errors", () => {
       data: [
         { status: "invalid", errors: [{ pointer: "/items/0/id", detail: "is read-only" }] },
         { status: "invalid", errors: [{ pointer: "/items/1/account_ids/0", detail: "no account with id acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M exists" }] },
-        { status: "invalid", errors: [{ pointer: "/items/2", detail: "Expected object" }] },
+        { status: "invalid", errors: [{ pointer: "/items/2", detail: "must be an object" }] },
         { status: "invalid", errors: [{ pointer: "/items/3/custom_fields", detail: "must be a JSON object, or null" }] },
       ],
     });
