@@ -164,7 +164,7 @@ export interface paths {
         put?: never;
         /**
          * Link a contact to an account
-         * @description Adds the account at the end of account_ids without reading and writing back the list, so concurrent additions all stay. Linking it again changes nothing. A change sends one contact.updated.
+         * @description Adds the account at the end of account_ids without reading and writing back the list, so concurrent additions all stay. Linking it again changes nothing. A change sends one contact.updated. With If-Match, only a contact still at that version changes (else 412).
          */
         post: operations["addContactAccount"];
         delete?: never;
@@ -185,7 +185,7 @@ export interface paths {
         post?: never;
         /**
          * Unlink a contact from an account
-         * @description Answers the contact; an account it is not linked to changes nothing. A change sends one contact.updated.
+         * @description Answers the contact; an account it is not linked to changes nothing. A change sends one contact.updated. With If-Match, only a contact still at that version changes (else 412).
          */
         delete: operations["removeContactAccount"];
         options?: never;
@@ -204,7 +204,7 @@ export interface paths {
         put?: never;
         /**
          * Tag a contact
-         * @description Adds the tag at the end of tags; a tag it carries changes nothing. A change sends one contact.updated.
+         * @description Adds the tag at the end of tags; a tag it carries changes nothing. A change sends one contact.updated. With If-Match, only a contact still at that version changes (else 412).
          */
         post: operations["addContactTag"];
         delete?: never;
@@ -225,7 +225,7 @@ export interface paths {
         post?: never;
         /**
          * Untag a contact
-         * @description The tag in the path is percent-encoded (a/b is a%2Fb). Answers the contact; a tag it does not carry changes nothing. A change sends one contact.updated.
+         * @description The tag in the path is percent-encoded (a/b is a%2Fb). Answers the contact; a tag it does not carry changes nothing. A change sends one contact.updated. With If-Match, only a contact still at that version changes (else 412).
          */
         delete: operations["removeContactTag"];
         options?: never;
@@ -1902,6 +1902,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                "if-match"?: string;
             };
             path: {
                 id: string;
@@ -1977,6 +1978,15 @@ export interface operations {
                 };
             };
             /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -2012,7 +2022,9 @@ export interface operations {
     removeContactAccount: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "if-match"?: string;
+            };
             path: {
                 id: string;
                 accountId: string;
@@ -2063,6 +2075,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             414: components["responses"]["QueryTooLong"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
@@ -2083,6 +2104,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                "if-match"?: string;
             };
             path: {
                 id: string;
@@ -2158,6 +2180,15 @@ export interface operations {
                 };
             };
             /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -2193,7 +2224,9 @@ export interface operations {
     removeContactTag: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "if-match"?: string;
+            };
             path: {
                 id: string;
                 tag: string;
@@ -2237,6 +2270,15 @@ export interface operations {
             };
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };

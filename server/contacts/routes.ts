@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { IfMatchHeader, tagged, versionCondition } from "../http/preconditions.ts";
+import { IdempotentIfMatchHeader, IfMatchHeader, tagged, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
@@ -88,50 +88,52 @@ export function contactRoutes(rt: Runtime) {
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 412, 422) },
       detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it. With If-Match, only a contact still at that version is deleted (else 412).", tags, ...secured },
     })
-    .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, scope) } })), {
+    .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, versionCondition(headers["if-match"]), scope) } })), {
       params: ContactId,
       body: ContactAccountInput,
-      headers: IdempotencyKeyHeader,
-      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
+      headers: IdempotentIfMatchHeader,
+      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
       detail: {
         operationId: "addContactAccount",
         summary: "Link a contact to an account",
-        description: "Adds the account at the end of account_ids without reading and writing back the list, so concurrent additions all stay. Linking it again changes nothing. A change sends one contact.updated.",
+        description: "Adds the account at the end of account_ids without reading and writing back the list, so concurrent additions all stay. Linking it again changes nothing. A change sends one contact.updated. With If-Match, only a contact still at that version changes (else 412).",
         tags,
         ...secured,
       },
     })
-    .delete("/:id/accounts/:accountId", async ({ params }) => ({ data: await removeContactAccount(rt, params.id, params.accountId) }), {
+    .delete("/:id/accounts/:accountId", async ({ params, headers, set }) => tagged(set, { data: await removeContactAccount(rt, params.id, params.accountId, versionCondition(headers["if-match"])) }), {
       params: ContactAccountId,
-      response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
+      headers: IfMatchHeader,
+      response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 412, 422) },
       detail: {
         operationId: "removeContactAccount",
         summary: "Unlink a contact from an account",
-        description: "Answers the contact; an account it is not linked to changes nothing. A change sends one contact.updated.",
+        description: "Answers the contact; an account it is not linked to changes nothing. A change sends one contact.updated. With If-Match, only a contact still at that version changes (else 412).",
         tags,
         ...secured,
       },
     })
-    .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, scope) } })), {
+    .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, versionCondition(headers["if-match"]), scope) } })), {
       params: ContactId,
       body: ContactTagInput,
-      headers: IdempotencyKeyHeader,
-      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
+      headers: IdempotentIfMatchHeader,
+      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
       detail: {
         operationId: "addContactTag",
         summary: "Tag a contact",
-        description: "Adds the tag at the end of tags; a tag it carries changes nothing. A change sends one contact.updated.",
+        description: "Adds the tag at the end of tags; a tag it carries changes nothing. A change sends one contact.updated. With If-Match, only a contact still at that version changes (else 412).",
         tags,
         ...secured,
       },
     })
-    .delete("/:id/tags/:tag", async ({ params }) => ({ data: await removeContactTag(rt, params.id, params.tag) }), {
+    .delete("/:id/tags/:tag", async ({ params, headers, set }) => tagged(set, { data: await removeContactTag(rt, params.id, params.tag, versionCondition(headers["if-match"])) }), {
       params: ContactTag,
-      response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
+      headers: IfMatchHeader,
+      response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 412, 422) },
       detail: {
         operationId: "removeContactTag",
         summary: "Untag a contact",
-        description: "The tag in the path is percent-encoded (a/b is a%2Fb). Answers the contact; a tag it does not carry changes nothing. A change sends one contact.updated.",
+        description: "The tag in the path is percent-encoded (a/b is a%2Fb). Answers the contact; a tag it does not carry changes nothing. A change sends one contact.updated. With If-Match, only a contact still at that version changes (else 412).",
         tags,
         ...secured,
       },

@@ -368,10 +368,17 @@ export async function deleteContact(rt: Runtime, id: string, condition: VersionC
  * Reading the row inside the write is what keeps concurrent additions: each sees the one committed
  * before it. A change is written like a PATCH (one contact.updated); none writes nothing.
  */
-async function changeRelation(rt: Runtime, contactId: string, change: (row: ContactRow, tx: Db) => Promise<ContactInput | null>, idempotency: IdempotencyScope | null): Promise<Contact> {
+async function changeRelation(
+  rt: Runtime,
+  contactId: string,
+  condition: VersionCondition | null,
+  change: (row: ContactRow, tx: Db) => Promise<ContactInput | null>,
+  idempotency: IdempotencyScope | null,
+): Promise<Contact> {
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, contactId);
     if (!current) throw notFound("contact", contactId);
+    refuseUnmetCondition(condition, "contact", contactId, current.version);
     const now = Date.now();
     const input = await change(current, tx);
     const result = input ? await writeContactChange(tx, current, input, now) : { contact: toContact(current), changed: false };
@@ -381,9 +388,9 @@ async function changeRelation(rt: Runtime, contactId: string, change: (row: Cont
   });
 }
 
-/** addContactAccount links a contact to one more account (last in account_ids); linking it again changes nothing. */
-export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, idempotency: IdempotencyScope | null): Promise<Contact> {
-  return changeRelation(rt, contactId, async (row, tx) => {
+/** addContactAccount links a contact to one more account (last in account_ids), if its version meets `condition` (else 412); linking it again changes nothing. */
+export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return changeRelation(rt, contactId, condition, async (row, tx) => {
     const ids = idList(row.account_ids);
     if (ids.includes(accountId)) return null;
     if ((await findAccountsByIds(tx, [accountId])).size === 0) throw validationProblem([{ pointer: "/account_id", detail: `no account with id ${accountId} exists` }], "The account does not exist.");
@@ -392,17 +399,17 @@ export async function addContactAccount(rt: Runtime, contactId: string, accountI
   }, idempotency);
 }
 
-/** removeContactAccount unlinks a contact from an account; an account it is not linked to changes nothing. */
-export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string): Promise<Contact> {
-  return changeRelation(rt, contactId, async (row) => {
+/** removeContactAccount unlinks a contact from an account, if its version meets `condition` (else 412); an account it is not linked to changes nothing. */
+export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null): Promise<Contact> {
+  return changeRelation(rt, contactId, condition, async (row) => {
     const ids = idList(row.account_ids);
     return ids.includes(accountId) ? { account_ids: ids.filter((id) => id !== accountId) } : null;
   }, null);
 }
 
-/** addContactTag adds a tag to a contact (last in tags); a tag it carries changes nothing. */
-export async function addContactTag(rt: Runtime, contactId: string, tag: string, idempotency: IdempotencyScope | null): Promise<Contact> {
-  return changeRelation(rt, contactId, async (row) => {
+/** addContactTag adds a tag to a contact (last in tags), if its version meets `condition` (else 412); a tag it carries changes nothing. */
+export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null): Promise<Contact> {
+  return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
     if (tags.length >= MAX_TAGS) throw validationProblem([{ pointer: "/tag", detail: `the contact already has ${MAX_TAGS} tags, the limit` }], "Too many tags.");
@@ -410,9 +417,9 @@ export async function addContactTag(rt: Runtime, contactId: string, tag: string,
   }, idempotency);
 }
 
-/** removeContactTag removes a tag from a contact; a tag it does not carry changes nothing. */
-export async function removeContactTag(rt: Runtime, contactId: string, tag: string): Promise<Contact> {
-  return changeRelation(rt, contactId, async (row) => {
+/** removeContactTag removes a tag from a contact, if its version meets `condition` (else 412); a tag it does not carry changes nothing. */
+export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null): Promise<Contact> {
+  return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     return tags.includes(tag) ? { tags: tags.filter((t) => t !== tag) } : null;
   }, null);

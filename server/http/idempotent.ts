@@ -1,5 +1,6 @@
 import type { AuthenticatedToken } from "../auth/service.ts";
 import type { IdempotencyGuard, IdempotencyScope } from "../idempotency/service.ts";
+import { versionTag } from "../shared/version-condition.ts";
 import { JSON_CONTENT_TYPE } from "./json-text.ts";
 import { pathOf } from "./request-log.ts";
 
@@ -35,6 +36,9 @@ export async function idempotentPost<T>(
   // Every 201 names what it created: the collection's path and the new id (a replay too).
   const created = (result.body as { data?: { id?: unknown } } | null)?.data?.id;
   if (result.status === 201 && typeof created === "string") ctx.set.headers.location = `${pathOf(ctx.request).replace(/\/+$/, "")}/${encodeURIComponent(created)}`;
+  // An answer carrying one versioned resource (a contact or account created or changed) is tagged as a read of it would be.
+  const version = (result.body as { data?: { version?: unknown } } | null)?.data?.version;
+  if (result.status < 300 && typeof version === "number") ctx.set.headers.etag = versionTag(version);
   if (!result.replayed) return result.body;
   // A replay is the first answer as it was kept, sent without checking it again against the route's
   // response schema: one kept by an older crm lacks fields added since (an account's version, a

@@ -1,8 +1,9 @@
-import { t } from "elysia";
-import { validationProblem } from "../shared/problem.ts";
+import { Elysia, t } from "elysia";
+import { ProblemError, validationProblem } from "../shared/problem.ts";
+import { IdempotencyKeyHeader } from "./openapi-docs.ts";
 import { versionTag, type VersionCondition } from "../shared/version-condition.ts";
 
-/** IfMatchHeader documents the optional If-Match request header of a PATCH or DELETE of a versioned resource. */
+/** IfMatchHeader documents the optional If-Match request header of a write to a versioned resource. */
 export const IfMatchHeader = t.Object(
   {
     "if-match": t.Optional(
@@ -14,6 +15,9 @@ export const IfMatchHeader = t.Object(
   },
   { additionalProperties: true },
 );
+
+/** IdempotentIfMatchHeader documents the Idempotency-Key and If-Match request headers of a POST that changes a versioned resource. */
+export const IdempotentIfMatchHeader = t.Object({ ...IdempotencyKeyHeader.properties, ...IfMatchHeader.properties }, { additionalProperties: true });
 
 // One entity-tag of the list (RFC 9110 section 8.8.3): strong "…" or weak W/"…".
 const ENTITY_TAG = /^\s*(W\/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*$/;
@@ -39,4 +43,20 @@ export function versionCondition(header: string | undefined): VersionCondition |
 export function tagged<B extends { data: { version: number } }>(set: { headers: Record<string, string | number> }, body: B): B {
   set.headers.etag = versionTag(body.data.version);
   return body;
+}
+
+/**
+ * unversionedWrites makes the writes of a feature whose resources carry no version (no ETag)
+ * evaluate If-Match as RFC 9110 (section 13.1.1) asks instead of ignoring it: entity tags can
+ * never match, so the write is refused with 412 and not made; `*` (the resource exists) holds.
+ */
+export function unversionedWrites(resources: string) {
+  return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, ({ request }) => {
+    const header = request.headers.get("if-match");
+    if (header === null || request.method === "GET" || request.method === "HEAD") return;
+    const condition = versionCondition(header);
+    if (condition && "versions" in condition) {
+      throw new ProblemError(412, "precondition-failed", `${resources} carry no version (their reads have no ETag), so no entity tag in If-Match can match: send the request without If-Match, or with *.`);
+    }
+  });
 }

@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { UserEnvelope, UserInput, UserListEnvelope, UserListQuery, UserPatch } from "./model.ts";
@@ -14,6 +15,7 @@ const UserId = t.Object({ id: t.String({ maxLength: 64, description: "User id (u
 export function userRoutes(rt: Runtime) {
   return new Elysia({ name: "users", prefix: "/public/v1/users" })
     .use(bearerAuth())
+    .use(unversionedWrites("Users"))
     .get("", ({ query }) => listUsersPage(rt.db, query), {
       query: UserListQuery,
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },

@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import {
@@ -51,6 +52,7 @@ const eventTypeTags = ["Webhook event types"];
 export function webhookRoutes(rt: Runtime) {
   return new Elysia({ name: "webhooks", prefix: "/public/v1" })
     .use(bearerAuth())
+    .use(unversionedWrites("Webhook subscriptions and deliveries"))
     .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, scope), (stored) => openReplayedSecret(rt, stored)), {
       body: SubscriptionInput,
       headers: IdempotencyKeyHeader,

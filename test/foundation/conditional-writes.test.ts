@@ -123,3 +123,47 @@ describe("conditional writes: refused", () => {
     expect((await h.json("GET", `/public/v1/contacts/${id}`)).body.data.version).toBe(1);
   });
 });
+
+describe("conditional writes: tags and account links", () => {
+  test("adding or removing a tag or an account link takes If-Match like a PATCH: a stale one is 412 and changes nothing; each answer carries the contact's ETag, a replay too", async () => {
+    const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data.id;
+    const id = created.body.data.id;
+    const contact = `/public/v1/contacts/${id}`;
+    const staleAdd = await h.json("POST", `${contact}/tags`, { body: { tag: "vip" }, headers: { "if-match": '"7"' } });
+    const staleLink = await h.json("POST", `${contact}/accounts`, { body: { account_id: account }, headers: { "if-match": '"7"' } });
+    expect([created.headers.get("etag"), staleAdd.status, staleAdd.headers.get("etag"), staleAdd.body, staleLink.body]).toEqual(['"1"', 412, '"1"', stale("contact", id, 1, "7"), stale("contact", id, 1, "7")]);
+    const added = await h.json("POST", `${contact}/tags`, { body: { tag: "vip" }, headers: { "if-match": '"1"', "idempotency-key": "tag-vip" } });
+    const replayed = await h.json("POST", `${contact}/tags`, { body: { tag: "vip" }, headers: { "if-match": '"1"', "idempotency-key": "tag-vip" } });
+    const linked = await h.json("POST", `${contact}/accounts`, { body: { account_id: account }, headers: { "if-match": '"2"' } });
+    expect([added.status, added.headers.get("etag"), replayed.headers.get("idempotent-replayed"), replayed.headers.get("etag"), linked.status, linked.headers.get("etag")]).toEqual([200, '"2"', "true", '"2"', 200, '"3"']);
+    const staleUntag = await h.json("DELETE", `${contact}/tags/vip`, { headers: { "if-match": '"2"' } });
+    const staleUnlink = await h.json("DELETE", `${contact}/accounts/${account}`, { headers: { "if-match": '"2"' } });
+    expect([staleUntag.body, staleUnlink.body]).toEqual([stale("contact", id, 3, "2"), stale("contact", id, 3, "2")]);
+    const untagged = await h.json("DELETE", `${contact}/tags/vip`, { headers: { "if-match": '"3"' } });
+    const unlinked = await h.json("DELETE", `${contact}/accounts/${account}`, { headers: { "if-match": "*" } });
+    expect([untagged.status, untagged.headers.get("etag"), unlinked.status, unlinked.headers.get("etag"), unlinked.body.data.tags, unlinked.body.data.account_ids]).toEqual([200, '"4"', 200, '"5"', [], []]);
+    expect(await eventTypes(h)).toEqual(["contact.created", "account.created", "contact.updated", "contact.updated", "contact.updated", "contact.updated"]);
+  });
+});
+
+describe("conditional writes: resources without a version", () => {
+  test("If-Match with entity tags on a write to a subscription or a user is 412 and changes nothing, as no tag can match; * lets it through", async () => {
+    const subscription = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "https://192.0.43.10/crm", events: ["contact.created"] } })).body.data.id;
+    const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@example.com" } })).body.data.id;
+    const refused = (resources: string) => ({
+      type: "urn:crm:problem:precondition-failed",
+      title: "Precondition Failed",
+      status: 412,
+      detail: `${resources} carry no version (their reads have no ETag), so no entity tag in If-Match can match: send the request without If-Match, or with *.`,
+    });
+    const patch = await h.json("PATCH", `/public/v1/webhook-subscriptions/${subscription}`, { body: { description: "changed" }, headers: { "if-match": '"1"' } });
+    const removal = await h.json("DELETE", `/public/v1/webhook-subscriptions/${subscription}`, { headers: { "if-match": '"1"' } });
+    const userPatch = await h.json("PATCH", `/public/v1/users/${user}`, { body: { name: "Eve" }, headers: { "if-match": '"1"' } });
+    expect([patch.status, patch.body, removal.body, userPatch.body]).toEqual([412, refused("Webhook subscriptions and deliveries"), refused("Webhook subscriptions and deliveries"), refused("Users")]);
+    expect([(await h.json("GET", `/public/v1/webhook-subscriptions/${subscription}`)).body.data.description, (await h.json("GET", `/public/v1/users/${user}`)).body.data.name]).toEqual([null, "Grace"]);
+    const anyVersion = await h.json("PATCH", `/public/v1/webhook-subscriptions/${subscription}`, { body: { description: "changed" }, headers: { "if-match": "*" } });
+    const read = await h.json("GET", `/public/v1/webhook-subscriptions/${subscription}`, { headers: { "if-match": '"1"' } });
+    expect([anyVersion.status, anyVersion.body.data.description, read.status]).toEqual([200, "changed", 200]);
+  });
+});
