@@ -385,7 +385,7 @@ export interface paths {
         put?: never;
         /**
          * Create a webhook subscription
-         * @description Creates a subscription and its signing secret (whsec_..., shown in full only in this response). Events are POSTed as JSON {type, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused.
+         * @description Creates a subscription and its signing secret (whsec_..., shown in full only in this response and in rotate-secret's). Events are POSTed as JSON {type, event_id, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused.
          */
         post: operations["createWebhookSubscription"];
         delete?: never;
@@ -611,7 +611,7 @@ export interface paths {
         };
         /**
          * Get a webhook delivery with its attempts
-         * @description Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and first 4 KiB of the body, or the error in words.
+         * @description Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and the first bytes of the body (1 KiB by default), or the error in words.
          */
         get: operations["getWebhookDelivery"];
         put?: never;
@@ -1070,7 +1070,7 @@ export interface components {
                 [key: string]: string;
             };
             response_status: number | null;
-            /** @description Response headers of interest: content-type, content-length, retry-after, location, server, x-request-id. */
+            /** @description Response headers of interest: content-type, content-encoding, content-length, retry-after, location, server, x-request-id. */
             response_headers: {
                 [key: string]: string;
             };
@@ -1106,7 +1106,7 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
-            /** @description The JSON body sent: {type, timestamp, data}. */
+            /** @description The JSON body sent: {type, event_id, timestamp, data}. */
             payload: unknown;
             /** @description Every attempt, oldest first. */
             attempt_history: components["schemas"]["Attempt"][];

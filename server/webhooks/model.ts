@@ -119,7 +119,7 @@ export const Attempt = t.Object({
   duration_ms: t.Number(),
   request_headers: t.Record(t.String(), t.String()),
   response_status: t.Union([t.Integer(), t.Null()]),
-  response_headers: t.Record(t.String(), t.String(), { description: "Response headers of interest: content-type, content-length, retry-after, location, server, x-request-id." }),
+  response_headers: t.Record(t.String(), t.String(), { description: "Response headers of interest: content-type, content-encoding, content-length, retry-after, location, server, x-request-id." }),
   response_body: t.Union([t.String(), t.Null()], { description: "The first bytes of the response body: 1 KiB by default (--delivery-response-body-bytes, at most 4 KiB)." }),
   error: t.Union([t.String(), t.Null()], { description: "Network error, timeout or address refusal, in words; null when a response arrived." }),
 });
@@ -129,7 +129,7 @@ export type Attempt = typeof Attempt.static;
 export const DeliveryDetail = t.Composite([
   Delivery,
   t.Object({
-    payload: t.Unknown({ description: "The JSON body sent: {type, timestamp, data}." }),
+    payload: t.Unknown({ description: "The JSON body sent: {type, event_id, timestamp, data}." }),
     attempt_history: t.Array(Attempt, { description: "Every attempt, oldest first." }),
   }),
 ]);

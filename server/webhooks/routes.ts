@@ -61,7 +61,7 @@ export function webhookRoutes(rt: Runtime) {
         operationId: "createWebhookSubscription",
         summary: "Create a webhook subscription",
         description:
-          "Creates a subscription and its signing secret (whsec_..., shown in full only in this response). Events are POSTed as JSON {type, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused.",
+          "Creates a subscription and its signing secret (whsec_..., shown in full only in this response and in rotate-secret's). Events are POSTed as JSON {type, event_id, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused.",
         tags: subscriptionTags,
         ...secured,
       },
@@ -206,7 +206,7 @@ export function webhookRoutes(rt: Runtime) {
     .get("/webhook-deliveries/:deliveryId", async ({ params }) => ({ data: await getDelivery(rt.db, params.deliveryId) }), {
       params: DeliveryId,
       response: { 200: DeliveryDetailEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { operationId: "getWebhookDelivery", summary: "Get a webhook delivery with its attempts", description: "Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and first 4 KiB of the body, or the error in words.", tags: deliveryTags, ...secured },
+      detail: { operationId: "getWebhookDelivery", summary: "Get a webhook delivery with its attempts", description: "Adds the body sent and every attempt: when, how long, the request headers, the response status, headers of interest and the first bytes of the body (1 KiB by default), or the error in words.", tags: deliveryTags, ...secured },
     })
     .post("/webhook-deliveries/:deliveryId/retry", (ctx) =>
       idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await retryDelivery(rt, ctx.params.deliveryId, scope) } })), {
