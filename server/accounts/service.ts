@@ -5,7 +5,7 @@ import { notFound, validationProblem, type FieldError } from "../shared/problem.
 import { schemaChecker } from "../http/schema-errors.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
-import { listMeta, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
+import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
@@ -157,9 +157,9 @@ export async function listAccountsPage(db: Db, query: Record<string, unknown>): 
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
   };
-  const rows = await listAccounts(db, filters, { sortBy: list.sortBy, direction: list.direction, cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  const rows = await listAccounts(db, filters, { sortBy: list.sortBy, direction: list.direction, ...pageWindow(list) });
   const column = ACCOUNT_SORT_COLUMNS[list.sortBy];
-  return { data: rows.map(toAccount), meta: listMeta(list, await countAccounts(db, filters), rows, (row: AccountRow) => row[column], query, ACCOUNT_FILTERS) };
+  return { data: pageRows(list, rows).map(toAccount), meta: listMeta(list, await countAccounts(db, filters), rows, (row: AccountRow) => row[column], query, ACCOUNT_FILTERS) };
 }
 
 /**

@@ -199,18 +199,33 @@ export function parseTimestampFilter(name: string, value: unknown): number | und
   return ms;
 }
 
-/** listMeta builds the pagination metadata for a page of rows. */
+/**
+ * pageWindow is what a list reads for its page: by offset, the page itself (meta.total tells
+ * whether rows follow it); by cursor, one row more, whose presence tells it, so the last page's
+ * next_cursor is null even when that page is full.
+ */
+export function pageWindow<S extends string>(list: ListQuery<S>): { cursor: CursorPosition | null; limit: number; offset: number } {
+  return list.cursor ? { cursor: list.cursor, limit: list.perPage + 1, offset: 0 } : { cursor: null, limit: list.perPage, offset: (list.page - 1) * list.perPage };
+}
+
+/** pageRows drops the row beyond the page that pageWindow read to learn whether more follow. */
+export function pageRows<R>(list: ListQuery<string>, rows: R[]): R[] {
+  return rows.length > list.perPage ? rows.slice(0, list.perPage) : rows;
+}
+
+/** listMeta builds the pagination metadata for the rows pageWindow read (the extra row included). */
 export function listMeta<S extends string>(
   list: ListQuery<S>,
   total: number,
-  rows: { id: string }[],
+  read: { id: string }[],
   sortValueOf: (row: never) => SortValue,
   filters: Record<string, unknown>,
   filterNames: readonly string[],
 ): ListMeta {
   const filterKey = filterNames.map((f) => String(filters[f] ?? "")).join("\u0000");
+  const rows = pageRows(list, read);
   const last = rows.at(-1);
-  const hasMore = rows.length === list.perPage;
+  const hasMore = list.cursor ? read.length > list.perPage : (list.page - 1) * list.perPage + rows.length < total;
   return {
     current_page: list.cursor ? 0 : list.page,
     last_page: Math.max(1, Math.ceil(total / list.perPage)),

@@ -1,6 +1,6 @@
 import type { Database, Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
-import { listMeta, parseListQuery, parseTimestampFilter, type CursorPosition, type ListMeta } from "../http/list-query.ts";
+import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { keepIdempotentResponse, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
@@ -198,9 +198,9 @@ export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSe
 export async function listSubscriptionsPage(db: Db, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS, fixedOrder: true });
   const eventType = query.event as string | undefined;
-  const rows = await listSubscriptions(db, eventType, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  const rows = await listSubscriptions(db, eventType, pageWindow(list));
   const meta = listMeta(list, await countSubscriptions(db, eventType), rows, (row: SubscriptionRow) => row.created_at, query, SUBSCRIPTION_FILTERS);
-  return { data: rows.map((row) => toSubscription(row)), meta };
+  return { data: pageRows(list, rows).map((row) => toSubscription(row)), meta };
 }
 
 /** listAllSubscriptions returns every subscription, newest first; there are at most MAX_SUBSCRIPTIONS. */
@@ -408,9 +408,9 @@ export async function listDeliveriesPage(db: Db, query: Record<string, unknown>)
     status: query.status as string | undefined,
     createdAfter: parseTimestampFilter("created_after", query.created_after),
   };
-  const rows = await listDeliveries(db, filters, { cursor: list.cursor, limit: list.perPage, offset: list.cursor ? 0 : (list.page - 1) * list.perPage });
+  const rows = await listDeliveries(db, filters, pageWindow(list));
   const meta = listMeta(list, await countDeliveries(db, filters), rows, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
-  return { data: rows.map(toDelivery), meta };
+  return { data: pageRows(list, rows).map(toDelivery), meta };
 }
 
 /** findDeliverySummary returns a delivery as lists show it (no body, no attempts), or null. */

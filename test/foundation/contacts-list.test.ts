@@ -131,6 +131,23 @@ describe("contact list: happy paths", () => {
     }
   });
 
+  test("a last page that is exactly full has no next_cursor, by page and by cursor: no empty page to fetch after it", async () => {
+    const order = expectedOrder("created_at", "asc");
+    const whole = await h.json("GET", "/public/v1/contacts?per_page=30&sort_by=created_at&sort_direction=asc");
+    const lastByPage = await h.json("GET", "/public/v1/contacts?page=3&per_page=10&sort_by=created_at&sort_direction=asc");
+    expect([whole.body.meta.next_cursor, lastByPage.body.data.map((c: any) => c.id), lastByPage.body.meta.next_cursor]).toEqual([null, order.slice(20), null]);
+    const seen: string[] = [];
+    let cursor: string | null = "";
+    let pages = 0;
+    while (cursor !== null) {
+      const res: { body: any } = await h.json("GET", `/public/v1/contacts?per_page=10&sort_by=created_at&sort_direction=asc${cursor ? `&cursor=${cursor}` : ""}`);
+      seen.push(...res.body.data.map((c: any) => c.id));
+      cursor = res.body.meta.next_cursor;
+      pages++;
+    }
+    expect({ pages, seen }).toEqual({ pages: 3, seen: order });
+  });
+
   test("email filter is exact and case-insensitive", async () => {
     const want = all.filter((c) => c.email === "person3@example.com").map((c) => c.id).sort().reverse();
     expect(want.length).toBeGreaterThan(1);
