@@ -47,7 +47,9 @@ export function staticPathMethods(routes: RouteEntry[]): Map<string, string[]> {
 }
 
 /** methodNotAllowed is the 405 for a method a path does not serve, with its Allow header. */
-export function methodNotAllowed(method: string, path: string, allowed: string[]): ProblemError {
+export function methodNotAllowed(method: string, path: string, served: string[]): ProblemError {
+  // HEAD is served wherever GET is (GET's answer without its body), so Allow names it too.
+  const allowed = served.includes("GET") && !served.includes("HEAD") ? [...served, "HEAD"] : served;
   return new ProblemError(405, "method-not-allowed", `${method} is not allowed on ${path}; allowed: ${allowed.join(", ")}.`, undefined, { allow: allowed.join(", ") });
 }
 

@@ -280,11 +280,11 @@ describe("hostile requests: another method on a fixed path beside an id route", 
   test("GET /contacts/batch or DELETE /accounts/deleted is 405 with the path's own methods, not a search for the id 'batch'", async () => {
     const cases: [string, string, string][] = [
       ["GET", "/public/v1/contacts/batch", "POST"],
-      ["PATCH", "/public/v1/contacts/deleted", "GET"],
-      ["DELETE", "/public/v1/contacts/deleted", "GET"],
+      ["PATCH", "/public/v1/contacts/deleted", "GET, HEAD"],
+      ["DELETE", "/public/v1/contacts/deleted", "GET, HEAD"],
       ["GET", "/public/v1/accounts/batch", "POST"],
       ["PUT", "/public/v1/accounts/batch", "POST"],
-      ["DELETE", "/public/v1/accounts/deleted", "GET"],
+      ["DELETE", "/public/v1/accounts/deleted", "GET, HEAD"],
     ];
     for (const [method, path, allow] of cases) {
       const res = await h.json(method, path, method === "PATCH" || method === "PUT" ? { body: {} } : {});

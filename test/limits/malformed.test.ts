@@ -95,7 +95,7 @@ describe("malformed requests: not malformed", () => {
     c.write("POST /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n{}");
     const answer = await c.response();
     c.destroy();
-    expect({ status: answer.status, allow: answer.headers.allow, type: JSON.parse(answer.body).type }).toEqual({ status: 405, allow: "GET", type: "urn:crm:problem:method-not-allowed" });
+    expect({ status: answer.status, allow: answer.headers.allow, type: JSON.parse(answer.body).type }).toEqual({ status: 405, allow: "GET, HEAD", type: "urn:crm:problem:method-not-allowed" });
   });
 });
 
