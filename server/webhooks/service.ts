@@ -316,8 +316,9 @@ export function recoveryWindow(input: RecoveryInput, now = Date.now()): Recovery
   const errors: { pointer: string; detail: string }[] = [];
   if (since === null) errors.push({ pointer: "/since", detail: "must be an RFC 3339 date-time" });
   else if (since < now - MAX_RECOVERY_DAYS * 86_400_000) errors.push({ pointer: "/since", detail: `must be at most ${MAX_RECOVERY_DAYS} days ago` });
+  else if (since >= now) errors.push({ pointer: "/since", detail: "must be in the past" });
   if (until === null) errors.push({ pointer: "/until", detail: "must be an RFC 3339 date-time" });
-  else if (since !== null && until <= since) errors.push({ pointer: "/until", detail: "must be after since" });
+  else if (since !== null && since < now && until <= since) errors.push({ pointer: "/until", detail: "must be after since" });
   if (errors.length > 0) throw validationProblem(errors, "The recovery window is invalid.");
   return { since: since!, until: Math.min(until!, now) };
 }

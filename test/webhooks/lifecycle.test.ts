@@ -182,7 +182,7 @@ describe("recovery: happy paths", () => {
 });
 
 describe("recovery: errors", () => {
-  test("a window starting over 14 days ago, ending before it starts, or not RFC 3339 is 422 and queues nothing", async () => {
+  test("a window starting over 14 days ago or in the future, ending before it starts, or not RFC 3339 is 422 and queues nothing", async () => {
     h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"]);
     const path = subscriptionPath(sub.id, "recover");
@@ -192,6 +192,11 @@ describe("recovery: errors", () => {
     );
     const since = new Date(Date.now() - HOUR).toISOString();
     expect((await h.json("POST", path, { body: { since, until: since } })).body).toEqual(validation([{ pointer: "/until", detail: "must be after since" }], "The recovery window is invalid."));
+    // A start in the future is the start's fault, whether or not an end is given.
+    const future = new Date(Date.now() + HOUR).toISOString();
+    for (const body of [{ since: future }, { since: future, until: new Date(Date.now() + 2 * HOUR).toISOString() }]) {
+      expect((await h.json("POST", path, { body })).body).toEqual(validation([{ pointer: "/since", detail: "must be in the past" }], "The recovery window is invalid."));
+    }
     for (const body of [{ since: "yesterday" }, {}, { since, until: "2026-13-01T00:00:00Z" }]) expectProblem(await h.json("POST", path, { body }), 422, "validation");
     expect((await h.json("POST", path, { body: { since: "yesterday" } })).body.errors).toEqual([{ pointer: "/since", detail: "must be an RFC 3339 date-time" }]);
   });
