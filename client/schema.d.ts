@@ -416,8 +416,8 @@ export interface paths {
         options?: never;
         head?: never;
         /**
-         * Edit a webhook subscription's description
-         * @description Changes the description. The target URL and events do not change in place: create a new subscription, confirm it receives, then delete the old one.
+         * Edit a webhook subscription's description or rate cap
+         * @description Changes the description and max_rate (null removes either); the delivery loop paces by the new cap from its next attempt on. The target URL and events do not change in place: create a new subscription, confirm it receives, then delete the old one.
          */
         patch: operations["updateWebhookSubscription"];
         trace?: never;
@@ -3560,12 +3560,14 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description The target URL and events do not change in place: create a new subscription and delete the old one once it works (the console's rotation wizard guides this). */
+        /** @description The description and the rate cap change in place. The target URL and events do not: create a new subscription and delete the old one once it works (the console's rotation wizard guides this). */
         requestBody: {
             content: {
                 "application/json": {
                     /** @description Free text label; null clears it. */
                     description?: string | null;
+                    /** @description Requests per second this receiver gets at most (1 to 1000), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency. */
+                    max_rate?: number | null;
                     /** @description Not changeable in place: any value is refused (422). */
                     target_url?: unknown;
                     /** @description Not changeable in place: any value is refused (422). */

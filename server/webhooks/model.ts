@@ -33,6 +33,15 @@ const oneOf = (values: readonly string[], options: { error: string; description?
 const timestamp = t.String({ format: "date-time" });
 const nullableTimestamp = t.Union([timestamp, t.Null()]);
 
+// A Number with multipleOf, not an Integer: Elysia would take "5" (a string) for an Integer in a body.
+const MaxRate = t.Number({
+  multipleOf: 1,
+  minimum: MIN_MAX_RATE,
+  maximum: MAX_MAX_RATE,
+  error: `must be a whole number of requests per second from ${MIN_MAX_RATE} to ${MAX_MAX_RATE}`,
+  description: `Requests per second this receiver gets at most (${MIN_MAX_RATE} to ${MAX_MAX_RATE}), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency.`,
+});
+
 /** SubscriptionInput is the body of POST /webhook-subscriptions. */
 export const SubscriptionInput = t.Object(
   {
@@ -51,16 +60,7 @@ export const SubscriptionInput = t.Object(
       error: `must be a non-empty list of distinct event kinds from: ${kinds}`,
       description: `Event kinds to deliver: ${kinds}. subscription.disabled and delivery.exhausted report on the other subscriptions (an endpoint disabled, a delivery that used up its attempts).`,
     }),
-    max_rate: t.Optional(
-      // A Number with multipleOf, not an Integer: Elysia would take "5" (a string) for an Integer in a body.
-      t.Number({
-        multipleOf: 1,
-        minimum: MIN_MAX_RATE,
-        maximum: MAX_MAX_RATE,
-        error: `must be a whole number of requests per second from ${MIN_MAX_RATE} to ${MAX_MAX_RATE}`,
-        description: `Requests per second this receiver gets at most (${MIN_MAX_RATE} to ${MAX_MAX_RATE}), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency.`,
-      }),
-    ),
+    max_rate: t.Optional(MaxRate),
   },
   { additionalProperties: false, examples: [{ target_url: "https://example.com/hooks/crm", description: "CRM sync", events: ["contact.created", "contact.updated"] }] },
 );
@@ -144,14 +144,20 @@ export const SubscriptionUpdate = t.Object(
         description: "Free text label; null clears it.",
       }),
     ),
+    max_rate: t.Optional(
+      t.Union([MaxRate, t.Null()], {
+        error: `must be a whole number of requests per second from ${MIN_MAX_RATE} to ${MAX_MAX_RATE}, or null`,
+        description: "The receiver's cap in requests per second; null removes it. The delivery loop uses the new cap from its next attempt on.",
+      }),
+    ),
     // Declared so that a client trying to change them hears why it cannot, instead of having them dropped.
     target_url: t.Optional(t.Unknown({ description: "Not changeable in place: any value is refused (422)." })),
     events: t.Optional(t.Unknown({ description: "Not changeable in place: any value is refused (422)." })),
   },
   {
     additionalProperties: false,
-    description: "The target URL and events do not change in place: create a new subscription and delete the old one once it works (the console's rotation wizard guides this).",
-    examples: [{ description: "CRM sync (production)" }],
+    description: "The description and the rate cap change in place. The target URL and events do not: create a new subscription and delete the old one once it works (the console's rotation wizard guides this).",
+    examples: [{ description: "CRM sync (production)" }, { max_rate: 5 }],
   },
 );
 export type SubscriptionUpdate = typeof SubscriptionUpdate.static;

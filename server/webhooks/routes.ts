@@ -108,8 +108,8 @@ export function webhookRoutes(rt: Runtime) {
       response: { 200: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 404, 413, 415, 422) },
       detail: {
         operationId: "updateWebhookSubscription",
-        summary: "Edit a webhook subscription's description",
-        description: "Changes the description. The target URL and events do not change in place: create a new subscription, confirm it receives, then delete the old one.",
+        summary: "Edit a webhook subscription's description or rate cap",
+        description: "Changes the description and max_rate (null removes either); the delivery loop paces by the new cap from its next attempt on. The target URL and events do not change in place: create a new subscription, confirm it receives, then delete the old one.",
         tags: subscriptionTags,
         ...secured,
       },

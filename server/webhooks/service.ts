@@ -57,7 +57,7 @@ import {
   requeueFailedDeliveries,
   rotateSubscriptionSecret,
   setSubscriptionPaused,
-  updateSubscriptionDescription,
+  updateSubscriptionSettings,
   type AttemptRow,
   type DeliveryRow,
   type HistorySize,
@@ -253,7 +253,7 @@ export async function enableSubscription(rt: Runtime, id: string, idempotency: I
   });
 }
 
-/** updateSubscription applies a PATCH (the description) and returns the subscription, or throws 404. */
+/** updateSubscription applies a PATCH (the description, the rate cap) and returns the subscription, or throws 404. */
 export async function updateSubscription(rt: Runtime, id: string, input: SubscriptionUpdate): Promise<Subscription> {
   const fixed = [
     ...("target_url" in input ? [{ pointer: "/target_url", detail: "does not change in place: create a subscription to the new URL, confirm it receives, then delete this one" }] : []),
@@ -263,8 +263,9 @@ export async function updateSubscription(rt: Runtime, id: string, input: Subscri
   return rt.db.write(async (tx) => {
     const current = await findSubscriptionById(tx, id);
     if (!current) throw notFound("webhook subscription", id);
-    if (input.description === undefined || input.description === current.description) return toSubscription(current);
-    await updateSubscriptionDescription(tx, id, input.description, Date.now());
+    const settings = { description: input.description === undefined ? current.description : input.description, max_rate: input.max_rate === undefined ? current.max_rate : input.max_rate };
+    if (settings.description === current.description && settings.max_rate === current.max_rate) return toSubscription(current);
+    await updateSubscriptionSettings(tx, id, settings, Date.now());
     return toSubscription((await findSubscriptionById(tx, id))!);
   });
 }

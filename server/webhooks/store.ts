@@ -223,9 +223,9 @@ export async function setSubscriptionPaused(db: Db, id: string, pausedAt: number
   return (await db.run(sql, pausedAt === null ? [now, id] : [pausedAt, now, id])) > 0;
 }
 
-/** updateSubscriptionDescription sets a subscription's description; it tells whether the subscription exists. */
-export async function updateSubscriptionDescription(db: Db, id: string, description: string | null, now: number): Promise<boolean> {
-  return (await db.run("UPDATE webhook_subscriptions SET description = ?, updated_at = ? WHERE id = ?", [description, now, id])) > 0;
+/** updateSubscriptionSettings sets a subscription's description and rate cap; it tells whether the subscription exists. */
+export async function updateSubscriptionSettings(db: Db, id: string, settings: { description: string | null; max_rate: number | null }, now: number): Promise<boolean> {
+  return (await db.run("UPDATE webhook_subscriptions SET description = ?, max_rate = ?, updated_at = ? WHERE id = ?", [settings.description, settings.max_rate, now, id])) > 0;
 }
 
 /**

@@ -104,6 +104,36 @@ describe("max_rate: happy paths", () => {
     }
   }, 90_000);
 
+  test("a cap set by PATCH on a subscription created without one paces its backlog from then on; null removes it again", async () => {
+    h = await scope.harness();
+    const receiver = await startTimingReceiver();
+    try {
+      const id = (await create({ target_url: receiver.url, events: ["contact.created"] })).body.data.id;
+      const path = `/public/v1/webhook-subscriptions/${id}`;
+      expect((await h.json("POST", `${path}/pause`)).status).toBe(200);
+      await createContacts(20);
+      const capped = await h.json("PATCH", path, { body: { max_rate: 5 } });
+      expect([capped.status, capped.body.data.max_rate, capped.body.data.description]).toEqual([200, 5, null]);
+      expect((await h.json("POST", `${path}/resume`)).status).toBe(200);
+      for (const until = Date.now() + 30_000; (await receiver.arrivals()).length < 20; await Bun.sleep(100)) {
+        if (Date.now() > until) throw new Error("gave up waiting for 20 deliveries");
+      }
+      const paced = await receiver.arrivals();
+      expect(busiestSecond(paced)).toBe(5);
+      expect(Math.max(...paced) - Math.min(...paced)).toBeGreaterThanOrEqual(19 * 200 - LOOPBACK_SLACK_MS);
+
+      const uncapped = await h.json("PATCH", path, { body: { max_rate: null, description: "uncapped" } });
+      expect([uncapped.body.data.max_rate, uncapped.body.data.description]).toEqual([null, "uncapped"]);
+      await createContacts(50);
+      for (const until = Date.now() + 30_000; (await receiver.arrivals()).length < 70; await Bun.sleep(50)) {
+        if (Date.now() > until) throw new Error("gave up waiting for 50 more deliveries");
+      }
+      expect(busiestSecond((await receiver.arrivals()).slice(20))).toBeGreaterThan(5);
+    } finally {
+      receiver.stop();
+    }
+  }, 90_000);
+
   test("without max_rate, a backlog goes out as fast as the receiver takes it", async () => {
     h = await scope.harness();
     const r = scope.receiver();
@@ -130,6 +160,18 @@ describe("max_rate: errors", () => {
       expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.meta.total).toBe(0);
     });
   }
+});
+
+describe("max_rate by PATCH: errors", () => {
+  test("a cap out of range or not a whole number is 422 naming the field, and the stored one stays", async () => {
+    h = await scope.harness();
+    const id = (await create({ target_url: "http://127.0.0.1:9/x", events: ["contact.created"], max_rate: 7 })).body.data.id;
+    for (const value of [0, 1001, 2.5, "5"]) {
+      const res = await h.json("PATCH", `/public/v1/webhook-subscriptions/${id}`, { body: { max_rate: value } });
+      expect({ value, body: res.body }).toEqual({ value, body: validation([{ pointer: "/max_rate", detail: "must be a whole number of requests per second from 1 to 1000, or null" }]) });
+    }
+    expect((await h.json("GET", `/public/v1/webhook-subscriptions/${id}`)).body.data.max_rate).toBe(7);
+  });
 });
 
 describe("max_rate in the console", () => {
