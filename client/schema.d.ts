@@ -30,7 +30,7 @@ export interface paths {
         };
         /**
          * Readiness
-         * @description 200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming the failing checks otherwise. No authentication.
+         * @description 200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming the failing checks otherwise, or shutting-down once a stop has begun (SIGTERM, SIGINT). No authentication.
          */
         get: operations["getReadiness"];
         put?: never;

@@ -9,6 +9,7 @@ import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
+import { connectionLimits } from "./limits/connections.ts";
 import { limitsGuard } from "./limits/routes.ts";
 import { Metrics } from "./ops/metrics.ts";
 import { opsRoutes } from "./ops/routes.ts";
@@ -46,7 +47,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK 
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config) };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */
@@ -55,7 +56,16 @@ export function createApp(rt: Runtime) {
   const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path, query: r.hooks?.query !== undefined, body: r.hooks?.body !== undefined }));
   // normalize: false, so a body field a schema does not allow is a 422 naming it, not silently dropped.
   const built = new Elysia({ name: "crm", normalize: false })
-    .use(httpConventions({ log: rt.log, routes, metrics: rt.metrics, bodyTimeoutMs: rt.config.bodyTimeoutMs, idleTimeoutSeconds: rt.config.idleTimeoutSeconds }))
+    .use(
+      httpConventions({
+        log: rt.log,
+        routes,
+        metrics: rt.metrics,
+        bodyTimeoutMs: rt.config.bodyTimeoutMs,
+        idleTimeoutSeconds: rt.config.idleTimeoutSeconds,
+        draining: () => rt.connections.draining,
+      }),
+    )
     .use(limitsGuard(rt))
     .use(authentication(rt))
     .use(opsRoutes(rt))

@@ -47,6 +47,8 @@ export interface Config {
   /** bearer token for GET /metrics; "" answers loopback clients only */
   metricsToken: string;
   shutdownTimeoutMs: number;
+  /** milliseconds a stop keeps answering (each answer closing its connection) while client connections are open; within shutdownTimeoutMs */
+  shutdownDrainMs: number;
   /** addresses of reverse proxies whose X-Forwarded-For names the client */
   trustedProxies: string[];
   /** seconds a keep-alive connection may sit idle (Bun.serve idleTimeout, 1 to 255) */
@@ -93,6 +95,7 @@ export const DEFAULT_CONFIG: Config = {
   disableFailingAfterHours: 120,
   metricsToken: "",
   shutdownTimeoutMs: 10000,
+  shutdownDrainMs: 2000,
   trustedProxies: [],
   idleTimeoutSeconds: 10,
   bodyTimeoutMs: 10000,
@@ -156,7 +159,14 @@ export const SETTINGS: Setting[] = [
     help: "a webhook subscription whose attempts have all failed for this many hours is disabled (fractions allowed: 0.001 is 3.6 s, for tests)",
   },
   { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16 to 200 characters); without one, /metrics answers loopback clients only" },
-  { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish" },
+  { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish, counted from the signal (the drain included)" },
+  {
+    key: "shutdownDrainMs",
+    flag: "--shutdown-drain-ms",
+    env: "CRM_SHUTDOWN_DRAIN_MS",
+    kind: "whole",
+    help: "on SIGTERM/SIGINT, how long the service keeps listening while client connections are open, answering each request with Connection: close and /readyz with 503, before it stops listening (ends early once none is open; part of --shutdown-timeout-ms; 0: stop listening at once)",
+  },
   { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },
   { key: "idleTimeoutSeconds", flag: "--idle-timeout-seconds", env: "CRM_IDLE_TIMEOUT_SECONDS", kind: "positive-int", max: 255, help: "seconds an idle keep-alive connection stays open (1-255; Bun checks every 4 s, so it closes up to 4 s later)" },
   { key: "bodyTimeoutMs", flag: "--body-timeout-ms", env: "CRM_BODY_TIMEOUT_MS", kind: "positive-int", help: "time a client has to send the whole request body, in milliseconds; then 408" },

@@ -256,8 +256,8 @@ async function main(argv: string[]): Promise<number> {
         // A second signal means "now": every acknowledged write is already committed, so exiting loses nothing.
         if (stopping) process.exit(128 + constants.signals[signal]);
         stopping = true;
-        running.runtime.log.info("shutting down", { signal, deadline_ms: config.shutdownTimeoutMs });
-        running.stop().then(
+        running.runtime.log.info("shutting down", { signal, deadline_ms: config.shutdownTimeoutMs, drain_ms: config.shutdownDrainMs });
+        running.stop({ drain: true }).then(
           () => process.exit(0),
           (error: unknown) => {
             running.runtime.log.error("shutdown failed", { error: String(error) });

@@ -1,6 +1,7 @@
 import type { Config } from "./config.ts";
 import type { Database } from "./db/sql.ts";
 import type { IdempotencyGuard } from "./idempotency/service.ts";
+import type { ConnectionLimits } from "./limits/connections.ts";
 import type { Metrics } from "./ops/metrics.ts";
 import type { Logger } from "./shared/log.ts";
 import type { SecretBox } from "./webhooks/secrets.ts";
@@ -20,4 +21,6 @@ export interface Runtime {
   network: Network;
   /** seals and opens webhook signing secrets (stored encrypted) */
   secrets: SecretBox;
+  /** the client connections: their limits, and the drain that ends them before a stop */
+  connections: ConnectionLimits;
 }

@@ -20,9 +20,11 @@ export interface RunningServer {
   setupUrl: string | null;
   /**
    * stop stops accepting requests, lets in-flight requests finish until the shutdown deadline
-   * (then cuts them off), commits queued writes and closes the database.
+   * (then cuts them off), commits queued writes and closes the database. With `drain` it first
+   * drains the connections (shutdownDrainMs at most), still listening: each answer closes its
+   * connection and /readyz fails, so clients leave between two requests.
    */
-  stop(): Promise<void>;
+  stop(options?: { drain?: boolean }): Promise<void>;
 }
 
 /** settlesWithin tells whether a promise settles before a number of milliseconds pass. */
@@ -110,10 +112,14 @@ export async function startServer(config: Config, log: Logger = createLogger(con
     runtime,
     server,
     setupUrl,
-    stop() {
+    stop({ drain = false } = {}) {
       stopping ??= (async () => {
         const started = performance.now();
         const remaining = () => Math.max(0, config.shutdownTimeoutMs - (performance.now() - started));
+        // Bun's stop closes idle keep-alive connections at once and resets a request that arrives
+        // on one just then: the drain keeps serving until the clients have left, or its window ends.
+        const open = drain ? await runtime.connections.drain(server.port!, Math.min(config.shutdownDrainMs, remaining())) : 0;
+        if (open > 0) log.info("drain window over with connections open; idle ones are closed now, busy ones after their answer", { connections: open, drain_ms: config.shutdownDrainMs });
         if (!(await settlesWithin(app.stop(false), remaining()))) {
           log.warn("shutdown deadline reached; closing the connections of unfinished requests", { deadline_ms: config.shutdownTimeoutMs });
           await server.stop(true);

@@ -29,6 +29,8 @@ export interface ConventionOptions {
   bodyTimeoutMs: number;
   /** how long Bun keeps an idle connection open (the body's wait moves it, then puts it back) */
   idleTimeoutSeconds: number;
+  /** draining tells whether a stop is draining the connections: then every answer closes its own */
+  draining: () => boolean;
 }
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
@@ -52,9 +54,10 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
 /**
  * httpConventions applies the service's HTTP rules to every route: request ids and log lines
  * (request-log.ts), refusal of browser calls under /public/v1, JSON-only bodies up to 1 MiB
- * (body.ts), and RFC 9457 problem responses for every error (errors.ts).
+ * (body.ts), RFC 9457 problem responses for every error (errors.ts), and `Connection: close` on
+ * every answer while the connections drain.
  */
-export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
   // The route table is complete before the first request; read once, on that request.
@@ -66,6 +69,10 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
     .onRequest(({ request, set }) => {
       const id = startRequest(request);
       set.headers["x-request-id"] = id;
+      // Set first, so that every answer carries it, those returned before routing too. Bun closes
+      // the connection after such an answer: the client learns it between two requests, instead of
+      // having its next request reset when the server stops listening.
+      if (draining()) set.headers.connection = "close";
       if (pathOf(request).startsWith(PUBLIC_PREFIX) && isBrowserRequest(request)) {
         const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),

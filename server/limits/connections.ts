@@ -6,7 +6,7 @@ import { requestSlot } from "../http/request-slot.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { BUN_TIMER_GRANULARITY_SECONDS } from "./limits.ts";
 
-/** RECONCILE_INTERVAL_MS is the shortest time between two reads of the kernel's connection table. */
+/** RECONCILE_INTERVAL_MS is the shortest time between two reads of the kernel's connection table (by the gate, or by a drain). */
 const RECONCILE_INTERVAL_MS = 50;
 /** PROBE_PATHS answer under the connection cap: a load balancer must see the service alive when it is full. */
 const PROBE_PATHS = new Set(["/healthz", "/readyz"]);
@@ -192,17 +192,26 @@ function tooManyConnections(detail: string): ProblemError {
   return new ProblemError(503, "too-many-connections", detail, undefined, { "retry-after": "1", connection: "close" });
 }
 
-/** ConnectionLimits admits each request's connection and releases it when the answer is sent. */
-interface ConnectionLimits {
+/** ConnectionLimits admits each request's connection and releases it when the answer is sent; a stop drains the connections. */
+export interface ConnectionLimits {
   /** admit throws 503 when the request opens a connection past the cap or its client's share (probes excepted); a promise only when it had to wait */
   admit(request: Request, server: Server<unknown> | null, path: string): void | Promise<void>;
   release(request: Request): void;
+  /** draining is true from drain() on: every answer then closes its connection (Connection: close) */
+  readonly draining: boolean;
+  /**
+   * drain starts draining, and resolves once no client connection to the server on `port` is left
+   * open, or `windowMs` passed, with the number of connections still open.
+   */
+  drain(port: number, windowMs: number): Promise<number>;
 }
 
 /**
  * connectionLimits enforces --max-connections and --max-connections-per-client. A client is its
  * address: the TCP peer, or behind a trusted proxy the forwarded address of the connection's first
  * request. /healthz and /readyz are answered even when their connection is refused (uncounted).
+ * Its drain tells when the clients' connections are gone: the kernel's table where there is one (it
+ * also holds connections that have not sent a request yet), else the connections the gate counts.
  */
 export function connectionLimits(config: Config, readPeers: (port: number) => Set<string> | null = kernelLivePeers): ConnectionLimits {
   const idleHorizonMs = (config.idleTimeoutSeconds + BUN_TIMER_GRANULARITY_SECONDS) * 1000;
@@ -210,6 +219,7 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
   const livePeers = () => (port === undefined ? null : readPeers(port));
   const gate = new ConnectionGate(config.maxConnections, clientShare(config), idleHorizonMs, idleHorizonMs + config.bodyTimeoutMs, livePeers);
   const connectionOf = requestSlot<string>("connection");
+  let draining = false;
   return {
     admit(request, server, path) {
       const peer = server?.requestIP(request) ?? null;
@@ -233,7 +243,20 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
     },
     release(request) {
       const connection = connectionOf.get(request);
-      if (connection) gate.release(connection, request.headers.get("connection")?.toLowerCase() === "close");
+      if (connection) gate.release(connection, draining || request.headers.get("connection")?.toLowerCase() === "close");
+    },
+    get draining() {
+      return draining;
+    },
+    async drain(serverPort, windowMs) {
+      draining = true;
+      const until = performance.now() + windowMs;
+      for (;;) {
+        const open = readPeers(serverPort)?.size ?? gate.size();
+        const left = until - performance.now();
+        if (open === 0 || left <= 0) return open;
+        await Bun.sleep(Math.min(RECONCILE_INTERVAL_MS, left));
+      }
     },
   };
 }

@@ -3,7 +3,6 @@ import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { pathOf } from "../http/request-log.ts";
 import { BodyBudget } from "./body-budget.ts";
-import { connectionLimits } from "./connections.ts";
 import { MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
 
 /** refuseOversizedRequest answers 414 for a long query string and 431 for large or many headers. */
@@ -101,8 +100,7 @@ function malformedEscape(): ProblemError {
  * (auth/routes.ts), which knows whose budget a request spends.
  */
 export function limitsGuard(rt: Runtime) {
-  const { config } = rt;
-  const connections = connectionLimits(config);
+  const { config, connections } = rt;
   const bodies = new BodyBudget(config.bodyBufferMaxMb * 1024 * 1024);
 
   return new Elysia({ name: "limits" })

@@ -17,7 +17,7 @@ export function opsRoutes(rt: Runtime) {
     })
     .get("/readyz", () => readiness(rt), {
       response: { 200: Readiness, ...problemResponses(503) },
-      detail: { operationId: "getReadiness", summary: "Readiness", description: "200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming the failing checks otherwise. No authentication.", tags, ...publicOperation },
+      detail: { operationId: "getReadiness", summary: "Readiness", description: "200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming the failing checks otherwise, or shutting-down once a stop has begun (SIGTERM, SIGINT). No authentication.", tags, ...publicOperation },
     })
     .get(
       "/metrics",

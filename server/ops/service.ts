@@ -71,8 +71,14 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
   return { database, migrations, delivery_loop };
 }
 
-/** readiness answers whether the service can take traffic; 503 problem naming the failing checks otherwise. */
+/**
+ * readiness answers whether the service can take traffic; 503 problem naming the failing checks
+ * otherwise, or saying that it is shutting down (no check is run then: the answer is the same).
+ */
 export async function readiness(rt: Runtime): Promise<Readiness> {
+  if (rt.connections.draining) {
+    throw new ProblemError(503, "shutting-down", "Shutting down: this instance answers the requests it gets, closing each connection after its answer, until it stops listening; send new requests to another instance.");
+  }
   const checks = await readinessChecks(rt);
   const failing = Object.entries(checks).filter(([, verdict]) => verdict !== "ok");
   if (failing.length > 0) {

@@ -14,6 +14,8 @@ export class Connection {
   private waiters: (() => void)[] = [];
   readonly closed: Promise<void>;
   isClosed = false;
+  /** the code of the socket error that ended the connection (ECONNRESET: reset, not closed); null after a clean close */
+  errorCode: string | null = null;
 
   /** @param from the local address to connect from (any 127.x address is this machine's loopback) */
   constructor(port: number, from = "127.0.0.1") {
@@ -22,7 +24,7 @@ export class Connection {
       this.buffer += chunk.toString("latin1");
       this.wake();
     });
-    this.socket.on("error", () => {});
+    this.socket.on("error", (error: NodeJS.ErrnoException) => (this.errorCode = error.code ?? error.message));
     this.closed = new Promise((resolve) =>
       this.socket.on("close", () => {
         this.isClosed = true;
@@ -76,7 +78,7 @@ export class Connection {
           return { status: Number(statusLine!.split(" ")[1]), headers, body };
         }
       }
-      if (this.isClosed) throw new Error(`connection closed; received ${JSON.stringify(this.buffer)}`);
+      if (this.isClosed) throw new Error(`connection ${this.errorCode ? `failed (${this.errorCode})` : "closed"}; received ${JSON.stringify(this.buffer)}`);
       await new Promise<void>((resolve) => this.waiters.push(resolve));
     }
   }

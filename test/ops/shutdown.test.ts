@@ -1,6 +1,8 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { join } from "node:path";
+import { Connection, type RawResponse } from "../limits/support.ts";
+import { VERSION } from "../../server/version.ts";
 import { api, createToken, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver, type ServerProcess } from "./support.ts";
 
 /**
@@ -59,6 +61,9 @@ function contactNames(dataDir: string): string[] {
   }
 }
 
+/** DRAIN_WINDOW_OVER is the message of the log line of a drain whose window ended with connections still open. */
+const DRAIN_WINDOW_OVER = "drain window over with connections open; idle ones are closed now, busy ones after their answer";
+
 async function serve(extra: string[] = []) {
   const dataDir = tempDir("shutdown");
   const token = createToken(SOURCE, dataDir);
@@ -76,11 +81,12 @@ describe("graceful shutdown", () => {
     receiver.stop();
   });
 
-  test("SIGTERM: new connections are refused, the request in flight finishes and is committed, exit 0", async () => {
-    const { dataDir, token, server } = await serve(["--shutdown-timeout-ms", "30000"]);
+  test("SIGTERM: once the drain window is over new connections are refused, the request in flight finishes and is committed, exit 0", async () => {
+    const { dataDir, token, server } = await serve(["--shutdown-timeout-ms", "30000", "--shutdown-drain-ms", "100"]);
     const { deliveryId, retry } = await heldRetry(server, token, receiver);
     server.proc.kill("SIGTERM");
-    await waitForOutput(server, '"msg":"shutting down"');
+    // The held request keeps its connection open through the drain window.
+    await waitForOutput(server, `"msg":"${DRAIN_WINDOW_OVER}"`);
     await expect(fetch(`${server.url}/healthz`)).rejects.toThrow();
     receiver.release();
     const response = await retry;
@@ -94,7 +100,7 @@ describe("graceful shutdown", () => {
       { level: "info", msg: "request", method: "POST", path: `/public/v1/webhook-deliveries/${deliveryId}/retry`, status: 200 },
       { level: "info", msg: "stopped" },
     ]);
-    expect(server.logLines().find((l) => l.msg === "shutting down")).toMatchObject({ level: "info", signal: "SIGTERM", deadline_ms: 30000 });
+    expect(server.logLines().find((l) => l.msg === "shutting down")).toMatchObject({ level: "info", signal: "SIGTERM", deadline_ms: 30000, drain_ms: 100 });
     expect(deliveryAttempts(dataDir, deliveryId)).toBe(2);
   });
 
@@ -123,5 +129,119 @@ describe("graceful shutdown", () => {
     await waitForOutput(server, '"msg":"shutting down"');
     expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 143, killed: false });
     expect(contactNames(dataDir)).toEqual(["One", "Two", "Three"]);
+  });
+});
+
+/** KeepAliveRun is what one kept-alive client saw: the answers it got, and what ended it other than a clean close. */
+interface KeepAliveRun {
+  answers: RawResponse[];
+  failure: string | null;
+}
+
+/**
+ * keepAliveClient creates contacts over one kept-alive connection, each request sent as soon as
+ * the previous answer is in, until the server closes the connection. A close with a request
+ * unanswered (reset or not) is a failure; a close seen before the next request is not.
+ */
+async function keepAliveClient(port: number, token: string, name: string, run: KeepAliveRun): Promise<void> {
+  const connection = new Connection(port);
+  const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+  try {
+    while (!connection.isClosed) {
+      const answer = await connection.request("POST", "/public/v1/contacts", headers, JSON.stringify({ first_name: `${name}-${run.answers.length}` }));
+      run.answers.push(answer);
+      if (answer.headers.connection === "close") await connection.closed;
+    }
+    if (connection.errorCode) run.failure = `the connection failed (${connection.errorCode}) between two requests`;
+  } catch (error) {
+    run.failure = (error as Error).message;
+  }
+}
+
+describe("graceful shutdown: the drain", () => {
+  test("50 kept-alive clients writing without pause at SIGTERM: every request sent is answered, the last with Connection: close, and committed; none is reset", async () => {
+    const { dataDir, token, server } = await serve(["--shutdown-drain-ms", "60000", "--shutdown-timeout-ms", "120000", "--rate-write-per-second", "1000000", "--rate-write-burst", "1000000"]);
+    const port = Number(new URL(server.url).port);
+    const runs: KeepAliveRun[] = Array.from({ length: 50 }, () => ({ answers: [], failure: null }));
+    const clients = runs.map((run, i) => keepAliveClient(port, token, `c${i}`, run));
+    await waitUntil(() => runs.every((run) => run.answers.length >= 5 || run.failure !== null), "every client to have written five contacts", server.proc);
+    server.proc.kill("SIGTERM");
+    await Promise.all(clients);
+    // The drain ends with the last client gone, long before its window.
+    expect(await server.waitForExit(20_000)).toEqual({ exitCode: 0, killed: false });
+    expect(runs.map((run) => run.failure)).toEqual(Array(50).fill(null));
+    expect(runs.map((run) => run.answers.at(-1)!.headers.connection)).toEqual(Array(50).fill("close"));
+    const answers = runs.flatMap((run) => run.answers);
+    expect(new Set(answers.map((answer) => answer.status))).toEqual(new Set([201]));
+    const created = answers.map((answer) => JSON.parse(answer.body).data.first_name as string);
+    expect(contactNames(dataDir).sort()).toEqual(created.sort());
+    expect(server.logLines().map((l) => l.msg)).not.toContain(DRAIN_WINDOW_OVER);
+    expect(server.logLines().at(-1)).toMatchObject({ level: "info", msg: "stopped" });
+  });
+
+  test("while it drains, /readyz answers 503 shutting-down and /healthz 200, each closing its connection; the drain ends when the last kept-alive client has its answer", async () => {
+    const { server } = await serve(["--shutdown-drain-ms", "60000", "--shutdown-timeout-ms", "120000"]);
+    const port = Number(new URL(server.url).port);
+    const kept = new Connection(port);
+    expect((await kept.request("GET", "/healthz")).headers.connection).toBeUndefined();
+    server.proc.kill("SIGTERM");
+    await waitForOutput(server, '"msg":"shutting down"');
+
+    const readinessProbe = new Connection(port);
+    const ready = await readinessProbe.request("GET", "/readyz");
+    expect({ status: ready.status, type: ready.headers["content-type"], connection: ready.headers.connection, body: JSON.parse(ready.body) }).toEqual({
+      status: 503,
+      type: "application/problem+json",
+      connection: "close",
+      body: {
+        type: "urn:crm:problem:shutting-down",
+        title: "Service Unavailable",
+        status: 503,
+        detail: "Shutting down: this instance answers the requests it gets, closing each connection after its answer, until it stops listening; send new requests to another instance.",
+      },
+    });
+    await readinessProbe.closed;
+    expect(readinessProbe.errorCode).toBeNull();
+
+    const livenessProbe = new Connection(port);
+    const alive = await livenessProbe.request("GET", "/healthz");
+    expect({ status: alive.status, connection: alive.headers.connection, body: JSON.parse(alive.body) }).toEqual({
+      status: 200,
+      connection: "close",
+      body: { status: "ok", version: VERSION, uptime_seconds: expect.any(Number) },
+    });
+    await livenessProbe.closed;
+
+    // The kept-alive connection holds the drain open; its next request is answered, and closes it.
+    expect(kept.isClosed).toBe(false);
+    const last = await kept.request("GET", "/healthz");
+    expect({ status: last.status, connection: last.headers.connection }).toEqual({ status: 200, connection: "close" });
+    await kept.closed;
+    expect(kept.errorCode).toBeNull();
+    expect(await server.waitForExit(20_000)).toEqual({ exitCode: 0, killed: false });
+    expect(server.logLines().find((l) => l.msg === "shutting down")).toMatchObject({ signal: "SIGTERM", deadline_ms: 120000, drain_ms: 60000 });
+    expect(server.logLines().map((l) => l.msg)).not.toContain(DRAIN_WINDOW_OVER);
+  });
+
+  test("a server without open connections stops at once, however long its drain window", async () => {
+    const { server } = await serve(["--shutdown-drain-ms", "60000", "--shutdown-timeout-ms", "120000"]);
+    // A client that came and went leaves nothing to wait for.
+    const visitor = new Connection(Number(new URL(server.url).port));
+    expect((await visitor.request("GET", "/healthz")).status).toBe(200);
+    visitor.destroy();
+    await visitor.closed;
+    expect(await server.stopWith("SIGTERM", 20_000)).toEqual({ exitCode: 0, killed: false });
+    expect(server.logLines().map((l) => l.msg)).not.toContain(DRAIN_WINDOW_OVER);
+    expect(server.logLines().at(-1)).toMatchObject({ level: "info", msg: "stopped" });
+  });
+
+  test("a kept-alive connection that stays idle through the drain window is closed when it ends, cleanly (not reset)", async () => {
+    const { server } = await serve(["--shutdown-drain-ms", "200"]);
+    const idle = new Connection(Number(new URL(server.url).port));
+    expect((await idle.request("GET", "/healthz")).status).toBe(200);
+    expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+    await idle.closed;
+    expect({ errorCode: idle.errorCode, unread: idle.received }).toEqual({ errorCode: null, unread: "" });
+    expect(server.logLines().find((l) => l.msg === DRAIN_WINDOW_OVER)).toMatchObject({ level: "info", connections: 1, drain_ms: 200 });
   });
 });
