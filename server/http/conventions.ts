@@ -73,6 +73,8 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       // the connection after such an answer: the client learns it between two requests, instead of
       // having its next request reset when the server stops listening.
       if (draining()) set.headers.connection = "close";
+      // Bun dates every answer but HEAD's; RFC 9110 (section 6.6.1) asks it of every answer, and a sync reads its clock there.
+      if (request.method === "HEAD") set.headers.date = new Date().toUTCString();
       if (pathOf(request).startsWith(PUBLIC_PREFIX) && isBrowserRequest(request)) {
         const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),

@@ -166,6 +166,24 @@ describe("errors: through a real server", () => {
     expect(count).toBe(0);
   });
 
+  test("a HEAD answer is dated as its GET is, once (Bun dates every answer but HEAD's)", async () => {
+    const IMF_FIXDATE = /^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d{2}:\d{2}:\d{2} GMT$/;
+    const dates = [];
+    for (const path of ["/healthz", "/public/v1/contacts?per_page=1"]) {
+      for (const method of ["GET", "HEAD"]) {
+        const res = await fetch(`${server.url}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
+        const date = res.headers.get("date") ?? "";
+        dates.push({ path, method, status: res.status, dated: IMF_FIXDATE.test(date) && Math.abs(Date.parse(date) - Date.now()) < 60_000 });
+      }
+    }
+    expect(dates).toEqual([
+      { path: "/healthz", method: "GET", status: 200, dated: true },
+      { path: "/healthz", method: "HEAD", status: 200, dated: true },
+      { path: "/public/v1/contacts?per_page=1", method: "GET", status: 200, dated: true },
+      { path: "/public/v1/contacts?per_page=1", method: "HEAD", status: 200, dated: true },
+    ]);
+  });
+
   test("a chunked body within 1 MiB is accepted", async () => {
     const res = await fetch(`${server.url}/public/v1/contacts`, {
       method: "POST",
