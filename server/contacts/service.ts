@@ -543,9 +543,9 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     // Includes embed accounts and users, which change without the contact's version: rendered anew each time.
     const read = include.length > 0 ? await listContacts(source, filters, page) : await listContactVersions(source, filters, page);
     const rows = pageRows(list, read);
-    // A page by offset that is not full and not past the end holds the last match: it tells the
-    // total, one query fewer (a lookup by email is one page of one contact).
-    const pageTellsTotal = !list.cursor && rows.length < list.perPage && (rows.length > 0 || offset === 0);
+    // A page by offset with no row after it, and not past the end, holds the last match: it tells
+    // the total, one query fewer (a lookup by email is one page of one contact).
+    const pageTellsTotal = !list.cursor && read.length <= list.perPage && (read.length > 0 || offset === 0);
     const matches = counted ?? (pageTellsTotal ? offset + rows.length : await countContacts(source, filters));
     const meta = listMeta(list, matches, read, (row: ContactVersion) => row[list.sortBy] as SortValue, query, CONTACT_FILTERS);
     if (include.length > 0) {

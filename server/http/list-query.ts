@@ -200,12 +200,13 @@ export function parseTimestampFilter(name: string, value: unknown): number | und
 }
 
 /**
- * pageWindow is what a list reads for its page: by offset, the page itself (meta.total tells
- * whether rows follow it); by cursor, one row more, whose presence tells it, so the last page's
- * next_cursor is null even when that page is full.
+ * pageWindow is what a list reads for its page: the page and one row more, whose presence tells
+ * whether rows follow, so the last page's next_cursor is null even when that page is full. Not
+ * meta.total: on PostgreSQL most lists count in a statement of their own, and a deletion between
+ * the two would end a sync one page early.
  */
 export function pageWindow<S extends string>(list: ListQuery<S>): { cursor: CursorPosition | null; limit: number; offset: number } {
-  return list.cursor ? { cursor: list.cursor, limit: list.perPage + 1, offset: 0 } : { cursor: null, limit: list.perPage, offset: (list.page - 1) * list.perPage };
+  return { cursor: list.cursor, limit: list.perPage + 1, offset: list.cursor ? 0 : (list.page - 1) * list.perPage };
 }
 
 /** pageRows drops the row beyond the page that pageWindow read to learn whether more follow. */
@@ -225,7 +226,7 @@ export function listMeta<S extends string>(
   const filterKey = filterNames.map((f) => String(filters[f] ?? "")).join("\u0000");
   const rows = pageRows(list, read);
   const last = rows.at(-1);
-  const hasMore = list.cursor ? read.length > list.perPage : (list.page - 1) * list.perPage + rows.length < total;
+  const hasMore = read.length > list.perPage;
   return {
     current_page: list.cursor ? 0 : list.page,
     last_page: Math.max(1, Math.ceil(total / list.perPage)),
