@@ -535,11 +535,11 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
   };
   const include = parseInclude(query.include);
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
-  const window = pageWindow(list);
-  const offset = window.offset;
+  const reading = pageWindow(list);
+  const offset = reading.offset;
   return readConsistently(db, async (source) => {
     const counted = listNeedsCount(filters) ? await countContacts(source, filters) : null;
-    const page = { sortBy: list.sortBy, direction: list.direction, ...window, matches: counted };
+    const page = { sortBy: list.sortBy, direction: list.direction, ...reading, matches: counted };
     // Includes embed accounts and users, which change without the contact's version: rendered anew each time.
     const read = include.length > 0 ? await listContacts(source, filters, page) : await listContactVersions(source, filters, page);
     const rows = pageRows(list, read);
