@@ -28,6 +28,8 @@ export interface Config {
   databaseUrl: string;
   /** connections each instance opens to PostgreSQL at most */
   databasePool: number;
+  /** seconds PostgreSQL may answer nothing at all before the statements waiting for it are given up (503) */
+  databaseAnswerTimeoutSeconds: number;
   /** file holding the key that seals webhook signing secrets; "" means secrets.key in the data directory */
   secretsKeyFile: string;
   synchronous: Synchronous;
@@ -72,6 +74,9 @@ export interface Config {
 /** MAX_DATABASE_POOL bounds --database-pool: PostgreSQL allows 100 connections by default, all instances together. */
 const MAX_DATABASE_POOL = 100;
 
+/** MAX_DATABASE_ANSWER_TIMEOUT_SECONDS bounds --database-answer-timeout-seconds: a longer wait answers no client in time. */
+const MAX_DATABASE_ANSWER_TIMEOUT_SECONDS = 3600;
+
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
 const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
 
@@ -82,6 +87,7 @@ export const DEFAULT_CONFIG: Config = {
   dataDir: "./data",
   databaseUrl: "",
   databasePool: 10,
+  databaseAnswerTimeoutSeconds: 5,
   secretsKeyFile: "",
   synchronous: "full",
   logLevel: "info",
@@ -122,6 +128,14 @@ export const SETTINGS: Setting[] = [
     help: "postgres://user:password@host:port/database of a PostgreSQL database (13+) that serve and every command use, shared by several instances (needs --secrets-key-file); without it, SQLite in --data-dir",
   },
   { key: "databasePool", flag: "--database-pool", env: "CRM_DATABASE_POOL", kind: "positive-int", max: MAX_DATABASE_POOL, help: `connections to PostgreSQL each instance opens at most (1-${MAX_DATABASE_POOL})` },
+  {
+    key: "databaseAnswerTimeoutSeconds",
+    flag: "--database-answer-timeout-seconds",
+    env: "CRM_DATABASE_ANSWER_TIMEOUT_SECONDS",
+    kind: "positive-int",
+    max: MAX_DATABASE_ANSWER_TIMEOUT_SECONDS,
+    help: `seconds PostgreSQL may answer nothing at all (a network partition) before the statements waiting for it are given up (their requests 503) and every pooled connection closed (1-${MAX_DATABASE_ANSWER_TIMEOUT_SECONDS}); a statement the server is still running or a lock it waits for is not given up while the server answers a check on a connection of its own`,
+  },
   {
     key: "secretsKeyFile",
     flag: "--secrets-key-file",

@@ -4,15 +4,15 @@ import type { SecretBox } from "../webhooks/secrets.ts";
 import { databasePath, openDatabase, type SqliteDatabase } from "./database.ts";
 import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
-import { openPostgres, type PostgresDatabase } from "./postgres.ts";
+import { DatabaseNotAnswering, openPostgres, type PostgresDatabase } from "./postgres.ts";
 import type { Db, Dialect } from "./sql.ts";
 
 /** Backend is an opened database of either kind; `dialect` tells which, for the few callers that must know (migrations, backup). */
 export type Backend = SqliteDatabase | PostgresDatabase;
 
 /** openBackend opens the configured database: PostgreSQL when --database-url is set, else SQLite in the data directory. */
-export async function openBackend(config: Pick<Config, "databaseUrl" | "databasePool" | "dataDir" | "synchronous">): Promise<Backend> {
-  if (config.databaseUrl) return openPostgres(config.databaseUrl, config.databasePool);
+export async function openBackend(config: Pick<Config, "databaseUrl" | "databasePool" | "databaseAnswerTimeoutSeconds" | "dataDir" | "synchronous">): Promise<Backend> {
+  if (config.databaseUrl) return openPostgres(config.databaseUrl, config.databasePool, config.databaseAnswerTimeoutSeconds);
   return openDatabase(databasePath(config.dataDir), config.synchronous);
 }
 
@@ -102,10 +102,12 @@ const POSTGRES_UNAVAILABLE_STATES = new Set(["57P01", "57P02", "57P03", "53300",
 /**
  * databaseFailureOf tells whether an error is the database's own passing failure, of either
  * backend: "storage-full" for a full disk (SQLITE_FULL, PostgreSQL's 53100), "unavailable" for a
- * database that cannot be reached or used just now (a PostgreSQL server down, restarting or out of
- * connections; SQLite locked by another process past the busy timeout); null for anything else.
+ * database that cannot be reached or used just now (a PostgreSQL server down, restarting, out of
+ * connections or not answering; SQLite locked by another process past the busy timeout); null for
+ * anything else.
  */
 export function databaseFailureOf(error: unknown): DatabaseFailure | null {
+  if (error instanceof DatabaseNotAnswering) return "unavailable";
   const { code, errno } = (error ?? {}) as { code?: unknown; errno?: unknown };
   if (code === "SQLITE_FULL" || errno === "53100") return "storage-full";
   if (typeof code === "string" && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";

@@ -1,5 +1,5 @@
 import { SQL } from "bun";
-import { ConfigError, redactedUrl } from "../config.ts";
+import { ConfigError, DEFAULT_CONFIG, redactedUrl } from "../config.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
@@ -29,8 +29,6 @@ const CONNECT_TIMEOUT_SECONDS = 10;
 const IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000;
 
 type Row = Record<string, unknown>;
-/** Runner is what both the pool and a transaction handle of Bun's client offer. */
-type Runner = Pick<SQL, "unsafe">;
 
 const rewrites = new Map<string, string>();
 
@@ -83,6 +81,129 @@ function portableRow(row: Row): Row {
 /** Result is what Bun's client answers a statement with: the rows, and the command tag's count. */
 type Result = Row[] & { command?: string; count: number | null };
 
+/** Runner runs one statement: on the pool, or on a transaction's connection. */
+interface Runner {
+  unsafe(sql: string, params?: SqlValue[]): Promise<Result>;
+}
+
+/**
+ * DatabaseNotAnswering refuses a statement or transaction that PostgreSQL left without any answer
+ * for the answer timeout (--database-answer-timeout-seconds): its connection was closed, so nothing
+ * more of it reaches the server once the network is back; a COMMIT already sent may have been made.
+ */
+export class DatabaseNotAnswering extends Error {
+  override readonly name = "DatabaseNotAnswering";
+
+  constructor(timeoutMs: number) {
+    super(`PostgreSQL did not answer within ${timeoutMs / 1000} s`);
+  }
+}
+
+/** answeredByServer tells whether an error is one PostgreSQL sent (it carries a SQLSTATE), not one of the client's own. */
+function answeredByServer(error: unknown): boolean {
+  return typeof (error as { errno?: unknown } | null)?.errno === "string";
+}
+
+/** WATCH_TICKS is how many times per answer timeout the watch looks at what waits: it gives up at most a tenth late. */
+const WATCH_TICKS = 10;
+
+/** RoundTrip passes one statement sent to the server through, timing the wait for its answer. */
+type RoundTrip = <R>(statement: Promise<R>) => Promise<R>;
+
+/** Waiting is one statement or transaction under way. */
+interface Waiting {
+  /** when it last started waiting for the server (began, or sent a statement), on performance.now()'s clock */
+  since: number;
+  /** set once the watch gave up on it */
+  givenUp: boolean;
+}
+
+/**
+ * AnswerWatch bounds the wait for a PostgreSQL server that stopped answering (a network partition
+ * drops packets without a reset): Bun's client has no deadline of its own, so a statement would
+ * wait until TCP gives up on its connection, minutes later, and query.cancel() asks the server on a
+ * second connection, which gets through no better. Silence alone is no failure, though: a
+ * statement may wait for a lock (the write lock, behind another instance) or take its time. So
+ * once something has waited half the timeout, a probe asks the server for `SELECT 1` on a
+ * connection of its own, and any answer, to any statement or to a probe, starts every wait afresh.
+ * Once something has waited the whole timeout, no connection to the server can be trusted (the
+ * probe's did not get through either): `giveUp` closes them all, as a restart of the server would,
+ * and everything under way fails with DatabaseNotAnswering.
+ */
+class AnswerWatch {
+  private lastAnswer = -Infinity;
+  private readonly waiting = new Set<Waiting>();
+  private ticker: Timer | null = null;
+  private probing = false;
+
+  /** probe asks the server for an answer on a connection of its own, given up on once `signal` aborts; giveUp closes every connection in use. */
+  constructor(
+    private readonly timeoutMs: number,
+    private readonly probe: (signal: AbortSignal) => Promise<void>,
+    private readonly giveUp: () => void,
+  ) {}
+
+  /**
+   * run runs `operation` (one statement, or a transaction passing each statement it sends through
+   * `roundTrip`: its time between statements is its own, not the server's silence) and throws
+   * DatabaseNotAnswering if the watch gave up on it.
+   */
+  async run<T>(operation: (roundTrip: RoundTrip) => Promise<T>): Promise<T> {
+    const waiting: Waiting = { since: performance.now(), givenUp: false };
+    const roundTrip: RoundTrip = (statement) => {
+      waiting.since = performance.now();
+      return this.noted(statement);
+    };
+    this.waiting.add(waiting);
+    if (!this.ticker) {
+      // Looked at after the event loop's pending I/O, so that answers which came while it was busy count.
+      this.ticker = setInterval(() => setImmediate(() => this.look()), this.timeoutMs / WATCH_TICKS);
+      this.ticker.unref();
+    }
+    try {
+      return await this.noted(operation(roundTrip));
+    } catch (error) {
+      throw waiting.givenUp ? new DatabaseNotAnswering(this.timeoutMs) : error;
+    } finally {
+      this.waiting.delete(waiting);
+    }
+  }
+
+  /** noted passes a statement's outcome through, recording an answer when the server gave one (a result or its own error). */
+  private noted<T>(statement: Promise<T>): Promise<T> {
+    return statement.then(
+      (result) => {
+        this.lastAnswer = performance.now();
+        return result;
+      },
+      (error: unknown) => {
+        if (answeredByServer(error)) this.lastAnswer = performance.now();
+        throw error;
+      },
+    );
+  }
+
+  /** look gives up once something has waited the timeout without an answer, and probes the server once something has waited half of it. */
+  private look(): void {
+    const now = performance.now();
+    let longest = 0;
+    for (const waiting of this.waiting) if (!waiting.givenUp) longest = Math.max(longest, now - Math.max(this.lastAnswer, waiting.since));
+    if (longest >= this.timeoutMs) {
+      for (const waiting of this.waiting) waiting.givenUp = true;
+      this.giveUp();
+    } else if (longest >= this.timeoutMs / 2 && !this.probing) {
+      this.probing = true;
+      void this.noted(this.probe(AbortSignal.timeout(this.timeoutMs / 2)))
+        .catch(() => {})
+        .finally(() => (this.probing = false));
+    }
+    if (this.waiting.size === 0 && this.ticker) {
+      clearInterval(this.ticker);
+      this.ticker = null;
+    }
+  }
+}
+
 /** PostgresDb runs statements on the pool or, inside `write`, on the transaction's connection. */
 export class PostgresDb implements Db {
   readonly dialect = "postgres" as const;
@@ -94,7 +215,7 @@ export class PostgresDb implements Db {
   ) {}
 
   private async execute(sql: string, params: readonly SqlValue[]): Promise<Result> {
-    const result: Result = await this.runner.unsafe(numberPlaceholders(sql), params as SqlValue[]);
+    const result = await this.runner.unsafe(numberPlaceholders(sql), params as SqlValue[]);
     if (result.command !== "SELECT" && (result.count ?? 0) > 0) this.changed();
     return result;
   }
@@ -121,18 +242,45 @@ export class PostgresDb implements Db {
   }
 }
 
+/** PostgresOptions are the settings every connection to the server is opened with. */
+type PostgresOptions = Bun.SQL.PostgresOrMySQLOptions;
+
 /**
  * PostgresDatabase is the PostgreSQL backend: a pool of Bun's SQL client connections, each `write`
- * one transaction on one of them. Several instances may share the database. As on SQLite, the
- * onCommit callbacks run after a commit that changed rows (a statement outside `write` commits on
- * its own); a transaction that changed nothing, such as a claim finding nothing due, wakes nobody.
+ * one transaction on one of them, all closed and replaced once the server stops answering
+ * (AnswerWatch). Several instances may share the database. As on SQLite, the onCommit callbacks
+ * run after a commit that changed rows (a statement outside `write` commits on its own); a
+ * transaction that changed nothing, such as a claim finding nothing due, wakes nobody.
  */
 export class PostgresDatabase extends PostgresDb implements Database {
   private readonly afterCommitCallbacks: (() => void)[] = [];
   private generation = 0;
+  private pool: SQL;
+  /** the client listen subscribes on: its connection is its own, left alone when the pool's are replaced */
+  private listener: SQL | null = null;
+  private closed = false;
+  private readonly watch: AnswerWatch;
 
-  constructor(private readonly sql: SQL) {
-    super(sql, () => this.committed());
+  /** options include the pool's size (max); a statement the server leaves without any answer for answerTimeoutMs is given up. */
+  constructor(
+    private readonly options: PostgresOptions,
+    answerTimeoutMs: number,
+  ) {
+    super({ unsafe: (text, params) => this.watch.run(() => this.pool.unsafe(text, params)) }, () => this.committed());
+    this.pool = new SQL(options);
+    this.watch = new AnswerWatch(answerTimeoutMs, (signal) => probeServer(options, signal), () => this.replacePool());
+  }
+
+  /** replacePool closes every connection of the pool at once, failing what runs on them, and opens new ones for what comes next. */
+  private replacePool(): void {
+    const replaced = this.pool;
+    if (!this.closed) this.pool = new SQL(this.options);
+    void replaced.close({ timeout: 0 });
+  }
+
+  /** transaction runs `work` in one transaction of `mode`, its statements timed by the watch. */
+  private transaction<T>(mode: string, work: (tx: Runner) => Promise<T>): Promise<T> {
+    return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => roundTrip(tx.unsafe(text, params)) }))) as Promise<T>;
   }
 
   async write<T>(work: (tx: PostgresDb) => Promise<T>): Promise<T> {
@@ -141,17 +289,17 @@ export class PostgresDatabase extends PostgresDb implements Database {
     // what the writes before the lock committed. Under REPEATABLE READ the snapshot is taken by the
     // lock's own statement, before the lock is granted, so a write would read stale rows (a batch
     // creating a second contact for an email just created) or fail on a row changed meanwhile.
-    const result = (await this.sql.begin("isolation level read committed", async (tx) => {
+    const result = await this.transaction("isolation level read committed", async (tx) => {
       await tx.unsafe("SELECT pg_advisory_xact_lock($1::bigint)", [WRITE_LOCK]);
       return work(new PostgresDb(tx, () => (changed = true)));
-    })) as T;
+    });
     if (changed) this.committed();
     return result;
   }
 
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
-  async read<T>(work: (db: Db) => Promise<T>): Promise<T> {
-    return (await this.sql.begin("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})))) as T;
+  read<T>(work: (db: Db) => Promise<T>): Promise<T> {
+    return this.transaction("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})));
   }
 
   private committed(): void {
@@ -171,10 +319,11 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return ++this.generation;
   }
 
-  /** listen subscribes on the client's dedicated listening connection, which Bun reconnects (and re-subscribes) when it drops. */
+  /** listen subscribes on a client of its own (its connection outlives the pool's), which Bun reconnects (and re-subscribes) when it drops. */
   async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {
     let subscribed = false;
-    const subscription = await this.sql.listen(channel, onNotify, () => {
+    this.listener ??= new SQL({ ...this.options, max: 1 });
+    const subscription = await this.listener.listen(channel, onNotify, () => {
       // Called once the LISTEN is acknowledged, and again after every reconnect: only then may notifications have been missed.
       if (subscribed) onNotify();
       subscribed = true;
@@ -183,11 +332,12 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   async notify(channel: string): Promise<void> {
-    await this.sql.notify(channel);
+    await this.watch.run(() => this.pool.notify(channel));
   }
 
   async close(): Promise<void> {
-    await this.sql.close();
+    this.closed = true;
+    await Promise.all([this.pool.close(), this.listener?.close()]);
   }
 }
 
@@ -200,28 +350,45 @@ function connectFailure(error: unknown): string {
   return code && code !== "ERR_POSTGRES_SERVER_ERROR" ? `${text} (${code})` : text;
 }
 
+/** probeServer asks the server for `SELECT 1` on a connection of its own, closed once answered or once `signal` aborts. */
+async function probeServer(options: PostgresOptions, signal: AbortSignal): Promise<void> {
+  const client = new SQL({ ...options, max: 1 });
+  const close = () => void client.close({ timeout: 0 });
+  signal.addEventListener("abort", close, { once: true });
+  try {
+    await client`SELECT 1`;
+  } finally {
+    signal.removeEventListener("abort", close);
+    close();
+  }
+}
+
 /**
  * openPostgres connects a pool of at most `pool` connections and checks the server; a server that
  * cannot be reached or used is a ConfigError naming --database-url (one line, no stack trace).
+ * A statement the server leaves without any answer for `answerTimeoutSeconds` is given up (AnswerWatch).
  */
-export async function openPostgres(url: string, pool: number): Promise<PostgresDatabase> {
-  const sql = new SQL({
-    url,
-    max: pool,
-    bigint: true,
-    connectionTimeout: CONNECT_TIMEOUT_SECONDS,
-    // application_name names the service's sessions in pg_stat_activity.
-    connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm" },
-  });
+export async function openPostgres(url: string, pool: number, answerTimeoutSeconds = DEFAULT_CONFIG.databaseAnswerTimeoutSeconds): Promise<PostgresDatabase> {
+  const db = new PostgresDatabase(
+    {
+      url,
+      max: pool,
+      bigint: true,
+      connectionTimeout: CONNECT_TIMEOUT_SECONDS,
+      // application_name names the service's sessions in pg_stat_activity.
+      connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm" },
+    },
+    answerTimeoutSeconds * 1000,
+  );
   try {
-    const [server] = await sql`SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name`;
+    const server = (await db.get<{ version: number; name: string }>("SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name"))!;
     if (server.version < POSTGRES_MIN_VERSION) {
       throw new Error(`the server runs PostgreSQL ${server.name}; the service needs ${POSTGRES_MIN_VERSION / 10000} or later`);
     }
   } catch (error) {
-    await sql.close().catch(() => {});
+    await db.close().catch(() => {});
     const reason = connectFailure(error);
     throw new ConfigError(`cannot use the PostgreSQL database at ${redactedUrl(url)} (--database-url, CRM_DATABASE_URL): ${reason}`);
   }
-  return new PostgresDatabase(sql);
+  return db;
 }

@@ -22,63 +22,88 @@ const UNAVAILABLE = {
 /**
  * Relay forwards TCP connections from its own port to the database's. `cut` closes every
  * connection and the port (new ones are refused, as by a stopped server), `stall` accepts new
- * connections and never answers (as across a dropped network path), `mend` resets those and
- * forwards again.
+ * connections and never answers (as across a dropped network path), `freeze` holds every byte and
+ * close either way (a network partition), `mend` ends a stall or a freeze.
  */
 interface Relay {
   port: number;
   cut(): void;
   stall(): void;
-  /** freeze stops passing bytes either way on the open connections and leaves them open, as a network partition does. */
+  /** freeze holds the bytes and closes passing either way, on open and new connections, and leaves the connections open, as a network partition does. */
   freeze(): void;
-  mend(): void;
+  /**
+   * mend resets the connections opened while stalled and forwards again. What freeze held is
+   * delivered, as TCP retransmits it once a partition heals; with `loseHeld`, the connections that
+   * were open when the freeze came lose it instead and stay silent for ever, as when a firewall or
+   * NAT forgot them meanwhile (those opened since get through, as their retried handshake does).
+   */
+  mend(options?: { loseHeld?: boolean }): void;
   stop(): void;
 }
 
-type RelayEnd = { peer: Socket<RelayEnd> | null; early: Uint8Array[]; forwards: boolean };
+/** Link is one relayed connection; a lost one passes nothing any more. */
+type Link = { lost: boolean };
+type RelayEnd = { peer: Socket<RelayEnd> | null; early: Uint8Array[]; forwards: boolean; link: Link };
 
 function startRelay(targetPort: number): Relay {
   const open = new Set<Socket<RelayEnd>>();
   let forwarding = true;
-  let frozen = false;
+  // What freeze holds, in order (null while not frozen), and the links that were open when it came.
+  let held: (() => void)[] | null = null;
+  let partitioned: Link[] = [];
+  const pass = (link: Link, action: () => void) => {
+    if (link.lost) return;
+    if (held) held.push(() => link.lost || action());
+    else action();
+  };
   const close = (socket: Socket<RelayEnd>) => {
     open.delete(socket);
     socket.end();
   };
   const handlers = {
     open(client: Socket<RelayEnd>) {
-      client.data = { peer: null, early: [], forwards: forwarding };
+      const link = { lost: false };
+      client.data = { peer: null, early: [], forwards: forwarding, link };
       open.add(client);
       if (!forwarding) return;
       void Bun.connect<RelayEnd>({
         hostname: "127.0.0.1",
         port: targetPort,
-        data: { peer: client, early: [], forwards: true },
+        data: { peer: client, early: [], forwards: true, link },
         socket: {
           open(server) {
             open.add(server);
             client.data.peer = server;
             for (const chunk of client.data.early) server.write(chunk);
           },
-          data: (_server, chunk) => void (frozen || client.write(chunk)),
-          close: (server) => (close(server), close(client)),
-          error: (server) => (close(server), close(client)),
+          data: (_server, chunk) => {
+            const copy = new Uint8Array(chunk);
+            pass(link, () => void client.write(copy));
+          },
+          close: (server) => (close(server), pass(link, () => close(client))),
+          error: (server) => (close(server), pass(link, () => close(client))),
         },
       }).catch(() => close(client));
     },
     data(client: Socket<RelayEnd>, chunk: Uint8Array) {
-      if (!client.data.forwards || frozen) return;
-      if (client.data.peer) client.data.peer.write(chunk);
-      else client.data.early.push(new Uint8Array(chunk));
+      if (!client.data.forwards) return;
+      const copy = new Uint8Array(chunk);
+      pass(client.data.link, () => {
+        if (client.data.peer) client.data.peer.write(copy);
+        else client.data.early.push(copy);
+      });
     },
     close(client: Socket<RelayEnd>) {
       open.delete(client);
-      if (client.data.peer) close(client.data.peer);
+      pass(client.data.link, () => {
+        if (client.data.peer) close(client.data.peer);
+      });
     },
   };
   let listener: TCPSocketListener<RelayEnd> | null = Bun.listen<RelayEnd>({ hostname: "127.0.0.1", port: 0, socket: handlers });
   const port = listener.port;
   const dropAll = () => {
+    held = null;
     for (const socket of [...open]) close(socket);
   };
   return {
@@ -89,16 +114,22 @@ function startRelay(targetPort: number): Relay {
       dropAll();
     },
     freeze() {
-      frozen = true;
+      if (held) return;
+      held = [];
+      partitioned = [...open].map((socket) => socket.data.link);
     },
     stall() {
       dropAll();
       forwarding = false;
       listener ??= Bun.listen<RelayEnd>({ hostname: "127.0.0.1", port, socket: handlers });
     },
-    mend() {
+    mend({ loseHeld = false } = {}) {
       // A connection opened while stalled never reaches the database: it is reset, as a router coming back does.
       for (const socket of [...open]) if (!socket.data.forwards) close(socket);
+      if (loseHeld) for (const link of partitioned) link.lost = true;
+      const delivered = held ?? [];
+      held = null;
+      for (const action of delivered) action();
       forwarding = true;
       listener ??= Bun.listen<RelayEnd>({ hostname: "127.0.0.1", port, socket: handlers });
     },
@@ -245,9 +276,14 @@ describe("database down", () => {
     const { relay, server } = await serveThroughRelay();
     expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
     relay.stall();
-    const ready = await fetch(`${server.url}/readyz`);
-    const readiness = (await ready.json()) as { checks: Record<string, string> };
-    expect({ status: ready.status, database: readiness.checks.database, migrations: readiness.checks.migrations }).toEqual({
+    const readyz = async () => {
+      const response = await fetch(`${server.url}/readyz`);
+      return { status: response.status, checks: ((await response.json()) as { checks: Record<string, string> }).checks };
+    };
+    // stall() closes the open connections: a check that takes one before the instance has seen it close fails at once; the next ones wait.
+    let ready = await readyz();
+    if (Object.values(ready.checks).includes("Connection closed")) ready = await readyz();
+    expect({ status: ready.status, database: ready.checks.database, migrations: ready.checks.migrations }).toEqual({
       status: 503,
       database: "no answer within 3 s",
       migrations: "no answer within 3 s",
@@ -284,6 +320,136 @@ describe("an instance cut off in mid-write", () => {
     }
     expect(await contactsWithEmail("partitioned@example.com")).toBe(0);
     relay.stop();
+  }, 60_000);
+});
+
+describe("an instance cut off from PostgreSQL (a network partition)", () => {
+  /** ANSWER_TIMEOUT is the instances' --database-answer-timeout-seconds here, short so that the tests run fast. */
+  const ANSWER_TIMEOUT = { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2" };
+  /** ANSWER_BOUND_MS bounds the wait for an answer owed within the 2 s answer timeout (or /readyz's 3 s): a hang guard, not a timing check. */
+  const ANSWER_BOUND_MS = 15_000;
+
+  /** send makes one API request with the test's token (`body` as JSON, `key` as Idempotency-Key) and reads its answer, failing if none comes within `boundMs`. */
+  async function send(url: string, method: string, path: string, { body, key, boundMs = ANSWER_BOUND_MS }: { body?: unknown; key?: string; boundMs?: number } = {}) {
+    const response = await fetch(`${url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json", ...(key ? { "idempotency-key": key } : {}) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(boundMs),
+    }).catch((error: unknown) => {
+      throw (error as Error).name === "TimeoutError" ? new Error(`${method} ${path}: no answer within ${boundMs / 1000} s`) : error;
+    });
+    return { status: response.status, retryAfter: response.headers.get("retry-after"), replayed: response.headers.get("idempotent-replayed"), body: await response.json() };
+  }
+
+  const refusal = { status: 503, retryAfter: "5", replayed: null, body: UNAVAILABLE };
+
+  /** quiet tells whether none of the instances' sessions is running a statement or holding a transaction open (start-up's jobs are done). */
+  const quiet = async () =>
+    (await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm' AND state <> 'idle'`)[0].n === 0;
+
+  test("while its database answers nothing, every request is 503 database-unavailable with Retry-After within the answer timeout and /readyz is 503; once the network is back (its old connections dead for good) it serves and delivers again and the idempotent retry creates the contact once", async () => {
+    const { relay, server } = await serveThroughRelay("postgres", { ...ANSWER_TIMEOUT, CRM_DATABASE_POOL: "2", CRM_ALLOW_PRIVATE_TARGETS: "1" });
+    const receiver = startReceiver();
+    let subscriptionId = "";
+    try {
+      subscriptionId = (await send(server.url, "POST", "/public/v1/webhook-subscriptions", { body: { target_url: receiver.url, events: ["contact.created"] } })).body.data.id;
+      await waitUntil(quiet, "start-up's jobs to finish", server.proc);
+
+      relay.freeze();
+      const keyed = (boundMs?: number) => send(server.url, "POST", "/public/v1/contacts", { body: { email: "keyed@example.com" }, key: "partition-1", boundMs });
+      const [listed, plain, created, ready] = await Promise.all([
+        send(server.url, "GET", "/public/v1/contacts"),
+        send(server.url, "POST", "/public/v1/contacts", { body: { email: "plain@example.com" } }),
+        keyed(),
+        send(server.url, "GET", "/readyz"),
+      ]);
+      expect({ listed, plain, created }).toEqual({ listed: refusal, plain: refusal, created: refusal });
+      expect({ status: ready.status, type: ready.body.type, database: ready.body.checks.database === "ok", migrations: ready.body.checks.migrations === "ok" }).toEqual({
+        status: 503,
+        type: "urn:crm:problem:not-ready",
+        database: false,
+        migrations: false,
+      });
+      const refusals = () => server.logLines().filter((line) => line.msg === "database unavailable: a request was refused" && /did not answer within 2 s/.test(line.error));
+      await waitUntil(() => refusals().length >= 3, "the three refusals logged", server.proc);
+
+      relay.mend({ loseHeld: true });
+      await waitUntil(async () => (await send(server.url, "GET", "/public/v1/contacts")).status === 200, "the instance to serve again", server.proc);
+      // A write of the instance caught in the partition (a delivery claim) would keep the write lock
+      // until the server ends its transaction, 10 s per pooled connection (the README's bound).
+      const retried = await keyed(30_000);
+      expect(retried.status).toBe(201);
+      expect({ keyed: await contactsWithEmail("keyed@example.com"), plain: await contactsWithEmail("plain@example.com") }).toEqual({ keyed: 1, plain: 0 });
+      await waitUntil(() => receiver.received.some((r) => JSON.parse(r.body).data.id === retried.body.data.id), "the new contact's webhook to go out", server.proc);
+      await waitUntil(async () => (await send(server.url, "GET", "/readyz")).status === 200, "/readyz to be ready again", server.proc);
+      expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
+    } finally {
+      receiver.stop();
+      // The webhook test below counts every delivery of the database.
+      await admin`DELETE FROM webhook_deliveries WHERE subscription_id = ${subscriptionId}`;
+      await admin`DELETE FROM webhook_subscriptions WHERE id = ${subscriptionId}`;
+    }
+  }, 60_000);
+
+  test("a write waiting for the write lock is not cut off while the server answers (another instance holds the lock for three times the answer timeout), and is 503 once the server stops answering", async () => {
+    const { relay, server } = await serveThroughRelay("postgres", ANSWER_TIMEOUT);
+    const holdWriteLock = async (whileHeld: () => Promise<void>) => {
+      const other = new SQL({ url: database.url, max: 1 });
+      try {
+        await other.begin(async (tx) => {
+          await tx`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`;
+          await whileHeld();
+        });
+      } finally {
+        await other.close();
+      }
+    };
+    const waitingForLock = async () =>
+      (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)[0].n > 0;
+
+    let patient: Promise<Awaited<ReturnType<typeof send>>> | undefined;
+    await holdWriteLock(async () => {
+      patient = send(server.url, "POST", "/public/v1/contacts", { body: { email: "patient@example.com" } });
+      await waitUntil(waitingForLock, "the create to wait for the write lock", server.proc);
+      await Bun.sleep(6000);
+    });
+    expect((await patient!).status).toBe(201);
+
+    let cutOff: Promise<Awaited<ReturnType<typeof send>>> | undefined;
+    await holdWriteLock(async () => {
+      cutOff = send(server.url, "POST", "/public/v1/contacts", { body: { email: "cut-off@example.com" } });
+      await waitUntil(waitingForLock, "the create to wait for the write lock", server.proc);
+      relay.freeze();
+      expect(await cutOff).toEqual(refusal);
+    });
+    relay.mend();
+    expect({ patient: await contactsWithEmail("patient@example.com"), cutOff: await contactsWithEmail("cut-off@example.com") }).toEqual({ patient: 1, cutOff: 0 });
+  }, 60_000);
+
+  test("a create whose COMMIT goes unanswered is 503; the server committed it, and its retry with the same Idempotency-Key once the network is back replays it instead of creating a second contact", async () => {
+    // A deferred trigger makes the COMMIT take a second, so that the network can fail while the server commits.
+    await admin.unsafe(`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$`);
+    await admin.unsafe(`CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON contacts DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()`);
+    try {
+      const { relay, server } = await serveThroughRelay("postgres", ANSWER_TIMEOUT);
+      const create = () => send(server.url, "POST", "/public/v1/contacts", { body: { email: "late-commit@example.com" }, key: "late-commit" });
+      const pending = create();
+      // The create's COMMIT sleeps in the trigger (other COMMITs, of the delivery loop's claims, do not).
+      const committing = async () =>
+        (await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm' AND query = 'COMMIT' AND wait_event = 'PgSleep'`)[0].n > 0;
+      await waitUntil(committing, "the create's COMMIT to run", server.proc);
+      relay.freeze();
+      expect(await pending).toEqual(refusal);
+      expect(await contactsWithEmail("late-commit@example.com")).toBe(1);
+
+      relay.mend();
+      const retried = await create();
+      expect({ status: retried.status, replayed: retried.replayed }).toEqual({ status: 201, replayed: "true" });
+      expect(await contactsWithEmail("late-commit@example.com")).toBe(1);
+    } finally {
+      await admin.unsafe("DROP TRIGGER slow_commit ON contacts; DROP FUNCTION slow_commit()");
+    }
   }, 60_000);
 });
 
