@@ -224,8 +224,8 @@ export function listMeta<S extends string>(
   filterNames: readonly string[],
 ): ListMeta {
   const filterKey = filterNames.map((f) => String(filters[f] ?? "")).join("\u0000");
-  const rows = pageRows(list, read);
-  const last = rows.at(-1);
+  // Found in place, not by cutting the page off `read` again: the caller cuts it for its data.
+  const last = read[Math.min(read.length, list.perPage) - 1];
   const hasMore = read.length > list.perPage;
   return {
     current_page: list.cursor ? 0 : list.page,
