@@ -1,7 +1,10 @@
-// Runs `bun test` on SQLite, then the API, webhook, console, import and limits folders again on
-// PostgreSQL (CRM_TEST_BACKEND=postgres, same assertions), and ends with the plain line CI reads
-// over both passes: "N passed, M failed". With arguments, one `bun test` with them on the backend
-// CRM_TEST_BACKEND names (SQLite unless set).
+// Runs `bun test` on SQLite and, at the same time, the API, webhook, console, import and limits
+// folders again on PostgreSQL (CRM_TEST_BACKEND=postgres, same assertions), and ends with the
+// plain line CI reads over both passes: "N passed, M failed". The passes run side by side because
+// most of a test's time is spent waiting (on receivers, retries, timeouts, Chromium), so the two
+// cores of a CI machine would otherwise sit half idle; the PostgreSQL pass's output is held back
+// and printed whole after the SQLite pass's, so neither interleaves. With arguments, one
+// `bun test` with them on the backend CRM_TEST_BACKEND names (SQLite unless set).
 import { Glob } from "bun";
 
 /** POSTGRES_FOLDERS are the folders whose tests run a second time on PostgreSQL. */
@@ -44,11 +47,14 @@ const BACKEND_INDEPENDENT = new Set([
 let passed = 0;
 let failed = 0;
 
-async function relay(stream: ReadableStream<Uint8Array>, sink: NodeJS.WriteStream, seen: { passed: number; failed: number; ran: boolean }): Promise<void> {
+/** Sink is where a pass's output goes: straight through, or held until the pass is printed. */
+type Sink = (chunk: Uint8Array) => void;
+
+async function relay(stream: ReadableStream<Uint8Array>, sink: Sink, seen: { passed: number; failed: number; ran: boolean }): Promise<void> {
   const decoder = new TextDecoder();
   let pending = "";
   for await (const chunk of stream) {
-    sink.write(chunk);
+    sink(chunk);
     pending += decoder.decode(chunk, { stream: true });
     const lines = pending.split("\n");
     pending = lines.pop()!;
@@ -61,8 +67,8 @@ async function relay(stream: ReadableStream<Uint8Array>, sink: NodeJS.WriteStrea
   }
 }
 
-/** bunTest runs one `bun test` with the backend given, relays its output and adds its counts; true when it succeeded. */
-async function bunTest(args: string[], backend: string): Promise<boolean> {
+/** bunTest runs one `bun test` with the backend given, passes its output to the sinks and adds its counts; true when it succeeded. */
+async function bunTest(args: string[], backend: string, out: Sink, err: Sink): Promise<boolean> {
   const child = Bun.spawn([process.execPath, "test", "--timeout", "30000", ...args], {
     stdout: "pipe",
     stderr: "pipe",
@@ -70,7 +76,7 @@ async function bunTest(args: string[], backend: string): Promise<boolean> {
     env: { ...process.env, CRM_TEST_BACKEND: backend },
   });
   const seen = { passed: 0, failed: 0, ran: false };
-  await Promise.all([relay(child.stdout, process.stdout, seen), relay(child.stderr, process.stderr, seen)]);
+  await Promise.all([relay(child.stdout, out, seen), relay(child.stderr, err, seen)]);
   const code = await child.exited;
   if (!seen.ran && code !== 0) seen.failed = Math.max(seen.failed, 1);
   passed += seen.passed;
@@ -78,18 +84,25 @@ async function bunTest(args: string[], backend: string): Promise<boolean> {
   return code === 0 && seen.failed === 0 && seen.ran;
 }
 
+const toStdout: Sink = (chunk) => process.stdout.write(chunk);
+const toStderr: Sink = (chunk) => process.stderr.write(chunk);
+
 const args = process.argv.slice(2);
 let ok: boolean;
 if (args.length > 0) {
-  ok = await bunTest(args, process.env.CRM_TEST_BACKEND ?? "sqlite");
+  ok = await bunTest(args, process.env.CRM_TEST_BACKEND ?? "sqlite", toStdout, toStderr);
 } else {
-  const onSqlite = await bunTest([], "sqlite");
   const files = POSTGRES_FOLDERS.flatMap((folder) => [...new Glob(`${folder}/**/*.test.ts`).scanSync({ cwd: import.meta.dir })])
     .filter((file) => !SQLITE_ONLY.has(file) && !BACKEND_INDEPENDENT.has(file))
     .sort()
     .map((file) => `./test/${file}`);
+  // Held in order as one stream: bun writes its test lines to stderr and little to stdout.
+  const held: Uint8Array[] = [];
+  const hold: Sink = (chunk) => void held.push(chunk);
+  console.log(`== on SQLite, while the same ${files.length} files of ${POSTGRES_FOLDERS.join(", ")} run on PostgreSQL (printed after)\n`);
+  const [onSqlite, onPostgres] = await Promise.all([bunTest([], "sqlite", toStdout, toStderr), bunTest(files, "postgres", hold, hold)]);
   console.log(`\n== the same ${files.length} files of ${POSTGRES_FOLDERS.join(", ")} on PostgreSQL (CRM_TEST_BACKEND=postgres)\n`);
-  const onPostgres = await bunTest(files, "postgres");
+  for (const chunk of held) process.stderr.write(chunk);
   ok = onSqlite && onPostgres;
 }
 console.log(`${passed} passed, ${failed} failed`);
