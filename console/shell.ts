@@ -160,9 +160,9 @@ export function consoleErrors() {
 export function consoleBase(rt: Runtime) {
   return new Elysia()
     .onParse({ as: "scoped" }, async ({ request }, contentType) => (contentType === "application/x-www-form-urlencoded" ? formBodyOf(await request.text()) : undefined))
-    .derive({ as: "scoped" }, async ({ request, server }) => {
+    .derive({ as: "scoped" }, async ({ request }) => {
       const secure = requestIsHttps(
-        { url: request.url, forwardedProto: request.headers.get("x-forwarded-proto"), peer: server?.requestIP(request)?.address ?? null },
+        { url: request.url, forwardedProto: request.headers.get("x-forwarded-proto"), peer: rt.listening()?.requestIP(request)?.address ?? null },
         rt.config.trustedProxies,
       );
       const sessionSecret = readCookie(request, SESSION_COOKIE);

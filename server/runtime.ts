@@ -1,3 +1,4 @@
+import type { Server } from "bun";
 import type { Config } from "./config.ts";
 import type { Database } from "./db/sql.ts";
 import type { IdempotencyGuard } from "./idempotency/service.ts";
@@ -23,4 +24,9 @@ export interface Runtime {
   secrets: SecretBox;
   /** the client connections: their limits, and the drain that ends them before a stop */
   connections: ConnectionLimits;
+  /**
+   * listening is the Bun server the app listens on (its peers' addresses, per-request timeouts);
+   * null before createApp's app listens, and under app.handle.
+   */
+  listening: () => Server<unknown> | null;
 }

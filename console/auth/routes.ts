@@ -59,12 +59,12 @@ export function authRoutes(rt: Runtime) {
     )
     .post(
       "/login",
-      async ({ body, csrfSeed, secure, request, server }) => {
+      async ({ body, csrfSeed, secure, request }) => {
         const email = field(body, "email");
         // Read before signing in: a field refused after it would leave a session no browser holds.
         const next = safeNext(field(body, "next"));
         try {
-          const secret = await signIn(db, { email, password: field(body, "password"), address: addressOf(server, request, rt.config.trustedProxies) });
+          const secret = await signIn(db, { email, password: field(body, "password"), address: addressOf(rt.listening(), request, rt.config.trustedProxies) });
           return redirect(next ?? `${CONSOLE_PREFIX}/`, { cookies: signedInCookies(secret, secure) });
         } catch (error) {
           const failure = problemOf(error);

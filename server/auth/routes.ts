@@ -1,4 +1,3 @@
-import type { Server } from "bun";
 import { Elysia } from "elysia";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
@@ -31,14 +30,14 @@ export function chargeExtraWrites(request: Request, writes: number): void {
  */
 export function authentication(rt: Runtime) {
   const rates = new ApiRateLimits(rt.config, (tokenId) => tokenRate(rt.db, tokenId));
-  type Context = { request: Request; server: Server<unknown> | null; set: { headers: Record<string, string | number> } };
+  type Context = { request: Request; set: { headers: Record<string, string | number> } };
   const admit = ({ request, set }: Context, token: AuthenticatedToken) => {
     Object.assign(set.headers, rates.admitToken(token.id, request.method));
     authenticated.set(request, token);
     if (!READ_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
   };
-  const refuse = ({ request, server, set }: Context, failure: string): never => {
-    const peer = server?.requestIP(request)?.address ?? null;
+  const refuse = ({ request, set }: Context, failure: string): never => {
+    const peer = rt.listening()?.requestIP(request)?.address ?? null;
     const headers = rates.admitFailedAuth(clientAddress(clientHints(request, peer), rt.config.trustedProxies));
     Object.assign(set.headers, headers);
     throw unauthorized(failure, headers);
@@ -53,8 +52,8 @@ export function authentication(rt: Runtime) {
   // Synchronous for a cached token whose limits are known (nearly every request): no promise is made.
   // Destructured, not (ctx): Elysia reads a hook's parameters to learn what requests need, and a
   // whole context handed on would have every route parse cookies and copy headers.
-  return new Elysia({ name: "authentication" }).onRequest(({ request, server, set }) => {
-    const ctx = { request, server, set };
+  return new Elysia({ name: "authentication" }).onRequest(({ request, set }) => {
+    const ctx = { request, set };
     const url = request.url;
     if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
     const check = checkBearer(rt.db, ctx.request);

@@ -1,3 +1,4 @@
+import type { Server } from "bun";
 import { Elysia } from "elysia";
 import type { Metrics } from "../ops/metrics.ts";
 import type { Logger } from "../shared/log.ts";
@@ -31,6 +32,8 @@ export interface ConventionOptions {
   idleTimeoutSeconds: number;
   /** draining tells whether a stop is draining the connections: then every answer closes its own */
   draining: () => boolean;
+  /** listening is the server the app listens on (null under app.handle): a body's wait moves its timeout */
+  listening: () => Server<unknown> | null;
 }
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
@@ -57,7 +60,7 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
  * (body.ts), RFC 9457 problem responses for every error (errors.ts), and `Connection: close` on
  * every answer while the connections drain.
  */
-export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
   // The route table is complete before the first request; read once, on that request.
@@ -115,8 +118,8 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       if (errors.length > 0 && readsQuery) throw validationProblem(errors);
     })
     // The console (under /console) posts HTML forms; it validates its own form bodies.
-    .onParse({ as: "global" }, ({ request, server }) =>
-      isConsolePath(pathOf(request)) ? undefined : parseJsonBody(request, { timeoutMs: bodyTimeoutMs, idleTimeoutSeconds, server }),
+    .onParse({ as: "global" }, ({ request }) =>
+      isConsolePath(pathOf(request)) ? undefined : parseJsonBody(request, { timeoutMs: bodyTimeoutMs, idleTimeoutSeconds, server: listening() }),
     )
     .onError({ as: "global" }, ({ code, error, request, set }) => {
       const forConsole = isConsolePath(pathOf(request));

@@ -104,8 +104,8 @@ export function limitsGuard(rt: Runtime) {
   const bodies = new BodyBudget(config.bodyBufferMaxMb * 1024 * 1024);
 
   return new Elysia({ name: "limits" })
-    .onRequest(async ({ request, server }) => {
-      const waiting = connections.admit(request, server, pathOf(request));
+    .onRequest(async ({ request }) => {
+      const waiting = connections.admit(request, rt.listening(), pathOf(request));
       if (waiting) await waiting;
       refuseOversizedRequest(request);
       refuseInvalidHost(request);
