@@ -455,7 +455,7 @@ function parseTagFilter(value: unknown): string[] | undefined {
   if (typeof value !== "string") return undefined;
   const tags = [...new Set(value.split(","))];
   if (tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH) || tags.length > MAX_TAGS) {
-    throw validationProblem([{ parameter: "tag", detail: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated` }], "The list parameters are invalid.");
+    throw validationProblem([{ parameter: "tag", detail: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated` }]);
   }
   return tags;
 }

@@ -181,7 +181,7 @@ export function parseListQuery<S extends string>(query: Record<string, unknown>,
     cursor = decodeCursor(query.cursor, sortBy, direction, filterKey);
     if (!cursor) errors.push({ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters)" });
   }
-  if (errors.length > 0) throw validationProblem(errors, "The list parameters are invalid.");
+  if (errors.length > 0) throw validationProblem(errors);
   return {
     page: query.page === undefined ? 1 : Number(query.page),
     perPage: query.per_page === undefined ? 25 : Number(query.per_page),

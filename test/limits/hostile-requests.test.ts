@@ -96,7 +96,7 @@ describe("hostile requests: tampered cursors", () => {
     return Buffer.from(JSON.stringify(cursor)).toString("base64url");
   }
 
-  const refused = validation([{ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters)" }], "The list parameters are invalid.");
+  const refused = validation([{ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters)" }]);
 
   test("a sort value of the wrong type, or text with a NUL, is 422 on the cursor, never a database error", async () => {
     for (const name of ["Ada", "Grace"]) await createContact({ first_name: name, email: `${name.toLowerCase()}@example.com` });
@@ -189,7 +189,6 @@ describe("hostile requests: sorting a list that has one order", () => {
         status: 422,
         body: validation(
           ["sort_direction", "sort_by"].map((parameter) => ({ parameter, detail: `is not a parameter of this list; known: ${known}` })),
-          "The list parameters are invalid.",
         ),
       });
       expect((await h.json("GET", `${path}?per_page=5`)).status).toBe(200);
