@@ -37,6 +37,7 @@ const BACKEND_INDEPENDENT = new Set([
   "foundation/time.test.ts",
   "foundation/ids.test.ts",
   "foundation/request-slot.test.ts",
+  "foundation/pipeline.test.ts",
   "webhooks/rules.test.ts",
   "import/csv.test.ts",
   "limits/body-memory.test.ts",
