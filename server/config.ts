@@ -30,6 +30,8 @@ export interface Config {
   databasePool: number;
   /** seconds PostgreSQL may answer nothing at all before the statements waiting for it are given up (503) */
   databaseAnswerTimeoutSeconds: number;
+  /** seconds a pooled PostgreSQL connection may stay idle before it is closed */
+  databaseIdleTimeoutSeconds: number;
   /** file holding the key that seals webhook signing secrets; "" means secrets.key in the data directory */
   secretsKeyFile: string;
   synchronous: Synchronous;
@@ -77,6 +79,9 @@ const MAX_DATABASE_POOL = 100;
 /** MAX_DATABASE_ANSWER_TIMEOUT_SECONDS bounds --database-answer-timeout-seconds: a longer wait answers no client in time. */
 const MAX_DATABASE_ANSWER_TIMEOUT_SECONDS = 3600;
 
+/** MAX_DATABASE_IDLE_TIMEOUT_SECONDS bounds --database-idle-timeout-seconds: firewalls forget idle flows well before an hour. */
+const MAX_DATABASE_IDLE_TIMEOUT_SECONDS = 3600;
+
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
 const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
 
@@ -88,6 +93,7 @@ export const DEFAULT_CONFIG: Config = {
   databaseUrl: "",
   databasePool: 10,
   databaseAnswerTimeoutSeconds: 5,
+  databaseIdleTimeoutSeconds: 60,
   secretsKeyFile: "",
   synchronous: "full",
   logLevel: "info",
@@ -135,6 +141,14 @@ export const SETTINGS: Setting[] = [
     kind: "positive-int",
     max: MAX_DATABASE_ANSWER_TIMEOUT_SECONDS,
     help: `seconds PostgreSQL may answer nothing at all (a network partition) before the statements waiting for it are given up (their requests 503) and every pooled connection closed (1-${MAX_DATABASE_ANSWER_TIMEOUT_SECONDS}); a statement the server is still running or a lock it waits for is not given up while the server answers a check on a connection of its own`,
+  },
+  {
+    key: "databaseIdleTimeoutSeconds",
+    flag: "--database-idle-timeout-seconds",
+    env: "CRM_DATABASE_IDLE_TIMEOUT_SECONDS",
+    kind: "positive-int",
+    max: MAX_DATABASE_IDLE_TIMEOUT_SECONDS,
+    help: `seconds a pooled connection to PostgreSQL may stay idle before it is closed (1-${MAX_DATABASE_IDLE_TIMEOUT_SECONDS}); keep it below the shortest idle timeout of the firewalls and NAT gateways between the instances and the database, which forget an idle connection without telling either end`,
   },
   {
     key: "secretsKeyFile",

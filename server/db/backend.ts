@@ -11,8 +11,8 @@ import type { Db, Dialect } from "./sql.ts";
 export type Backend = SqliteDatabase | PostgresDatabase;
 
 /** openBackend opens the configured database: PostgreSQL when --database-url is set, else SQLite in the data directory. */
-export async function openBackend(config: Pick<Config, "databaseUrl" | "databasePool" | "databaseAnswerTimeoutSeconds" | "dataDir" | "synchronous">): Promise<Backend> {
-  if (config.databaseUrl) return openPostgres(config.databaseUrl, config.databasePool, config.databaseAnswerTimeoutSeconds);
+export async function openBackend(config: Pick<Config, "databaseUrl" | "databasePool" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds" | "dataDir" | "synchronous">): Promise<Backend> {
+  if (config.databaseUrl) return openPostgres(config.databaseUrl, config.databasePool, config);
   return openDatabase(databasePath(config.dataDir), config.synchronous);
 }
 

@@ -201,7 +201,7 @@ export async function copyToPostgresCommand(config: Config, openSqlite: () => Pr
   }
   const source = await openSqlite();
   try {
-    const target = await openPostgres(config.databaseUrl, config.databasePool, config.databaseAnswerTimeoutSeconds);
+    const target = await openPostgres(config.databaseUrl, config.databasePool, config);
     try {
       const result = await copyToPostgres(source.sqlite, target, config.databaseUrl, process.stderr);
       const total = result.reduce((sum, table) => sum + table.rows, 0);

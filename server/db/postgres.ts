@@ -1,5 +1,5 @@
 import { SQL } from "bun";
-import { ConfigError, DEFAULT_CONFIG, redactedUrl } from "../config.ts";
+import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
@@ -18,6 +18,14 @@ export const WRITE_LOCK = "7165909999144823156";
 
 /** CONNECT_TIMEOUT_SECONDS is how long opening a connection may take before it is an error. */
 const CONNECT_TIMEOUT_SECONDS = 10;
+
+/**
+ * SERVER_KEEPALIVES has the server probe each of our connections after 60 s without traffic, then
+ * every 10 s: the probes keep the flow open in the firewalls and NAT gateways between (the
+ * listening connection is idle between notifications, for hours), and a connection whose client
+ * is gone ends after 90 s instead of the system's two hours.
+ */
+const SERVER_KEEPALIVES = { tcp_keepalives_idle: 60, tcp_keepalives_interval: 10, tcp_keepalives_count: 3 };
 
 /**
  * IDLE_IN_TRANSACTION_TIMEOUT_MS is how long PostgreSQL lets one of our transactions wait for its
@@ -322,7 +330,8 @@ export class PostgresDatabase extends PostgresDb implements Database {
   /** listen subscribes on a client of its own (its connection outlives the pool's), which Bun reconnects (and re-subscribes) when it drops. */
   async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {
     let subscribed = false;
-    this.listener ??= new SQL({ ...this.options, max: 1 });
+    // Never closed for being idle: between notifications it is, for hours (the server's keepalives keep its flow open).
+    this.listener ??= new SQL({ ...this.options, max: 1, idleTimeout: 0 });
     const subscription = await this.listener.listen(channel, onNotify, () => {
       // Called once the LISTEN is acknowledged, and again after every reconnect: only then may notifications have been missed.
       if (subscribed) onNotify();
@@ -366,19 +375,30 @@ async function probeServer(options: PostgresOptions, signal: AbortSignal): Promi
 /**
  * openPostgres connects a pool of at most `pool` connections and checks the server; a server that
  * cannot be reached or used is a ConfigError naming --database-url (one line, no stack trace).
- * A statement the server leaves without any answer for `answerTimeoutSeconds` is given up (AnswerWatch).
+ * A statement the server leaves without any answer for `databaseAnswerTimeoutSeconds` is given up
+ * (AnswerWatch); a pooled connection idle for `databaseIdleTimeoutSeconds` is closed, before a
+ * firewall can forget it: a statement sent on a forgotten connection would wait for TCP to give
+ * up (minutes), as the server still answers the watch's check on a new one.
  */
-export async function openPostgres(url: string, pool: number, answerTimeoutSeconds = DEFAULT_CONFIG.databaseAnswerTimeoutSeconds): Promise<PostgresDatabase> {
+export async function openPostgres(
+  url: string,
+  pool: number,
+  {
+    databaseAnswerTimeoutSeconds = DEFAULT_CONFIG.databaseAnswerTimeoutSeconds,
+    databaseIdleTimeoutSeconds = DEFAULT_CONFIG.databaseIdleTimeoutSeconds,
+  }: Partial<Pick<Config, "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds">> = {},
+): Promise<PostgresDatabase> {
   const db = new PostgresDatabase(
     {
       url,
       max: pool,
       bigint: true,
       connectionTimeout: CONNECT_TIMEOUT_SECONDS,
+      idleTimeout: databaseIdleTimeoutSeconds,
       // application_name names the service's sessions in pg_stat_activity.
-      connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm" },
+      connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", ...SERVER_KEEPALIVES },
     },
-    answerTimeoutSeconds * 1000,
+    databaseAnswerTimeoutSeconds * 1000,
   );
   try {
     const server = (await db.get<{ version: number; name: string }>("SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name"))!;

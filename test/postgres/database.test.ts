@@ -161,6 +161,11 @@ describe("postgres database: opening", () => {
     expect(error.message).not.toContain("s3cret-pass");
   });
 
+  test("sessions ask the server for TCP keepalives after 60 s of silence (they keep idle connections open in firewalls), and end an idle transaction after 10 s", async () => {
+    const settings = await db.get("SELECT current_setting('tcp_keepalives_idle') AS idle, current_setting('tcp_keepalives_interval') AS every, current_setting('tcp_keepalives_count') AS count, current_setting('idle_in_transaction_session_timeout') AS idle_in_transaction, current_setting('application_name') AS name");
+    expect(settings).toEqual({ idle: "60", every: "10", count: "3", idle_in_transaction: "10s", name: "crm" });
+  });
+
   test("close ends the pool: later statements fail", async () => {
     const other = await openPostgres(server.url, 1);
     expect(await other.get("SELECT 1 AS one")).toEqual({ one: 1 });

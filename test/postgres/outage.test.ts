@@ -392,6 +392,24 @@ describe("an instance cut off from PostgreSQL (a network partition)", () => {
     }
   }, 60_000);
 
+  test("pooled connections idle past --database-idle-timeout-seconds are closed, so connections a firewall forgot meanwhile are never used: the next reads and writes answer at once on new ones", async () => {
+    const { relay, server } = await serveThroughRelay("postgres", { ...ANSWER_TIMEOUT, CRM_DATABASE_POOL: "2", CRM_DATABASE_IDLE_TIMEOUT_SECONDS: "1" });
+    const sessions = async () => (await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm'`)[0].n;
+    expect((await send(server.url, "GET", "/public/v1/contacts")).status).toBe(200);
+    // Only the listening connection stays: the pool's close a second after their last statement
+    // (the delivery loop's poll opens one every 5 s for a moment).
+    await waitUntil(async () => (await sessions()) === 1, "the pool's idle connections to close", server.proc);
+    // A firewall forgets every connection open now (the listening one): it stays silent for ever.
+    relay.freeze();
+    relay.mend({ loseHeld: true });
+    const [listed, created] = await Promise.all([
+      send(server.url, "GET", "/public/v1/contacts"),
+      send(server.url, "POST", "/public/v1/contacts", { body: { email: "after-idle@example.com" } }),
+    ]);
+    expect({ listed: listed.status, created: created.status }).toEqual({ listed: 200, created: 201 });
+    expect(await contactsWithEmail("after-idle@example.com")).toBe(1);
+  }, 60_000);
+
   test("a write waiting for the write lock is not cut off while the server answers (another instance holds the lock for three times the answer timeout), and is 503 once the server stops answering", async () => {
     const { relay, server } = await serveThroughRelay("postgres", ANSWER_TIMEOUT);
     const holdWriteLock = async (whileHeld: () => Promise<void>) => {
