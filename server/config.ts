@@ -148,7 +148,7 @@ export const SETTINGS: Setting[] = [
     env: "CRM_DATABASE_IDLE_TIMEOUT_SECONDS",
     kind: "positive-int",
     max: MAX_DATABASE_IDLE_TIMEOUT_SECONDS,
-    help: `seconds a pooled connection to PostgreSQL may stay idle before it is closed (1-${MAX_DATABASE_IDLE_TIMEOUT_SECONDS}); keep it below the shortest idle timeout of the firewalls and NAT gateways between the instances and the database, which forget an idle connection without telling either end`,
+    help: `seconds a pooled connection to PostgreSQL may stay idle before it is closed (1-${MAX_DATABASE_IDLE_TIMEOUT_SECONDS}); keep it below the shortest idle timeout of the firewalls and NAT gateways between the instances and the database, which forget an idle connection without telling either end; also how often the listening connection is checked`,
   },
   {
     key: "secretsKeyFile",

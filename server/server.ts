@@ -10,6 +10,7 @@ import { createLogger, type Logger } from "./shared/log.ts";
 import { listTokens } from "./auth/service.ts";
 import { startRetentionJob } from "./webhooks/retention.ts";
 import { startNameIndexing } from "./contacts/service.ts";
+import { settlesWithin } from "./shared/time.ts";
 import { hasOperators, issueSetupCode } from "./operators/service.ts";
 
 export interface RunningServer {
@@ -25,17 +26,6 @@ export interface RunningServer {
    * connection and /readyz fails, so clients leave between two requests.
    */
   stop(options?: { drain?: boolean }): Promise<void>;
-}
-
-/** settlesWithin tells whether a promise settles before a number of milliseconds pass. */
-async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: Timer | undefined;
-  const expired = new Promise<false>((resolve) => (timer = setTimeout(resolve, ms, false)));
-  try {
-    return await Promise.race([promise.then(() => true, () => true), expired]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** shellWord quotes a word for a POSIX shell when it needs quoting. */

@@ -1,5 +1,7 @@
 import { SQL } from "bun";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
+import { randomUUID } from "node:crypto";
+import { settlesWithin } from "../shared/time.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
@@ -253,6 +255,16 @@ export class PostgresDb implements Db {
 /** PostgresOptions are the settings every connection to the server is opened with. */
 type PostgresOptions = Bun.SQL.PostgresOrMySQLOptions;
 
+/** LISTENER_CHECK_PREFIX starts the payload of the notifications an instance sends itself to check its listening connection; every instance ignores them. */
+const LISTENER_CHECK_PREFIX = "listener-check:";
+
+/** Registration is one `listen` call: re-subscribed on a new listening connection when the old one is found dead. */
+interface Registration {
+  channel: string;
+  onNotify: () => void;
+  subscription: Bun.SQL.ListenSubscription | null;
+}
+
 /**
  * PostgresDatabase is the PostgreSQL backend: a pool of Bun's SQL client connections, each `write`
  * one transaction on one of them, all closed and replaced once the server stops answering
@@ -266,13 +278,22 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private pool: SQL;
   /** the client listen subscribes on: its connection is its own, left alone when the pool's are replaced */
   private listener: SQL | null = null;
+  private readonly registrations = new Set<Registration>();
+  private listenerChecks: Timer | null = null;
+  /** the payload of this instance's listener checks, and what its arrival resolves */
+  private readonly checkPayload = `${LISTENER_CHECK_PREFIX}${randomUUID()}`;
+  private checkArrived: (() => void) | null = null;
   private closed = false;
   private readonly watch: AnswerWatch;
 
-  /** options include the pool's size (max); a statement the server leaves without any answer for answerTimeoutMs is given up. */
+  /**
+   * options include the pool's size (max); a statement the server leaves without any answer for
+   * answerTimeoutMs is given up; the listening connection is checked every listenerCheckMs.
+   */
   constructor(
     private readonly options: PostgresOptions,
-    answerTimeoutMs: number,
+    private readonly answerTimeoutMs: number,
+    private readonly listenerCheckMs: number,
   ) {
     super({ unsafe: (text, params) => this.watch.run(() => this.pool.unsafe(text, params)) }, () => this.committed());
     this.pool = new SQL(options);
@@ -327,17 +348,70 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return ++this.generation;
   }
 
-  /** listen subscribes on a client of its own (its connection outlives the pool's), which Bun reconnects (and re-subscribes) when it drops. */
+  /**
+   * listen subscribes on a client of its own (its connection outlives the pool's), which Bun
+   * reconnects (and re-subscribes) when it drops, and which checkListener replaces when it is dead
+   * without knowing it.
+   */
   async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {
+    const registration: Registration = { channel, onNotify, subscription: null };
+    this.registrations.add(registration);
+    await this.subscribe(registration);
+    if (!this.listenerChecks) {
+      this.listenerChecks = setInterval(() => void this.checkListener(), this.listenerCheckMs);
+      this.listenerChecks.unref();
+    }
+    return async () => {
+      this.registrations.delete(registration);
+      await registration.subscription?.unlisten();
+    };
+  }
+
+  private async subscribe(registration: Registration): Promise<void> {
     let subscribed = false;
     // Never closed for being idle: between notifications it is, for hours (the server's keepalives keep its flow open).
     this.listener ??= new SQL({ ...this.options, max: 1, idleTimeout: 0 });
-    const subscription = await this.listener.listen(channel, onNotify, () => {
-      // Called once the LISTEN is acknowledged, and again after every reconnect: only then may notifications have been missed.
-      if (subscribed) onNotify();
-      subscribed = true;
-    });
-    return () => subscription.unlisten();
+    registration.subscription = await this.listener.listen(
+      registration.channel,
+      (payload) => {
+        if (!payload.startsWith(LISTENER_CHECK_PREFIX)) registration.onNotify();
+        else if (payload === this.checkPayload) this.checkArrived?.();
+      },
+      () => {
+        // Called once the LISTEN is acknowledged, and again after every reconnect: only then may notifications have been missed.
+        if (subscribed) registration.onNotify();
+        subscribed = true;
+      },
+    );
+  }
+
+  /**
+   * checkListener sends this instance a notification through the pool. One that has not arrived
+   * within the answer timeout means the listening connection is dead without knowing it (a
+   * firewall forgot it, or a partition outlasted the server's keepalives): nothing would tell Bun,
+   * as a listening client never sends. It is then closed, the channels are subscribed on a new one,
+   * and each registration is told that notifications may have been missed.
+   */
+  private async checkListener(): Promise<void> {
+    const [first] = this.registrations;
+    if (!first || this.checkArrived || this.closed) return;
+    const arrived = new Promise<void>((resolve) => (this.checkArrived = resolve));
+    try {
+      // A pool in trouble is the answer watch's to handle: the check tells nothing then.
+      const sent = await this.watch.run(() => this.pool.notify(first.channel, this.checkPayload)).then(() => true, () => false);
+      if (!sent || (await settlesWithin(arrived, this.answerTimeoutMs)) || this.closed) return;
+      const dead = this.listener;
+      this.listener = null;
+      void dead?.close({ timeout: 0 }).catch(() => {});
+      for (const registration of this.registrations) {
+        await this.subscribe(registration);
+        registration.onNotify();
+      }
+    } catch {
+      // The new connection could not subscribe (the server is away): the next check tries again.
+    } finally {
+      this.checkArrived = null;
+    }
   }
 
   async notify(channel: string): Promise<void> {
@@ -346,6 +420,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   async close(): Promise<void> {
     this.closed = true;
+    if (this.listenerChecks) clearInterval(this.listenerChecks);
     await Promise.all([this.pool.close(), this.listener?.close()]);
   }
 }
@@ -399,6 +474,7 @@ export async function openPostgres(
       connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", ...SERVER_KEEPALIVES },
     },
     databaseAnswerTimeoutSeconds * 1000,
+    databaseIdleTimeoutSeconds * 1000,
   );
   try {
     const server = (await db.get<{ version: number; name: string }>("SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name"))!;

@@ -38,11 +38,15 @@ interface Relay {
    * NAT forgot them meanwhile (those opened since get through, as their retried handshake does).
    */
   mend(options?: { loseHeld?: boolean }): void;
+  /** forget makes the one connection the database sees coming from `port` pass nothing any more, either way, as a firewall that forgot it. */
+  forget(port: number): void;
+  /** forgetIdle forgets every connection nothing passed through for `ms`, as a firewall's idle timeout does. */
+  forgetIdle(ms: number): void;
   stop(): void;
 }
 
 /** Link is one relayed connection; a lost one passes nothing any more. */
-type Link = { lost: boolean };
+type Link = { lost: boolean; lastPassed: number };
 type RelayEnd = { peer: Socket<RelayEnd> | null; early: Uint8Array[]; forwards: boolean; link: Link };
 
 function startRelay(targetPort: number): Relay {
@@ -53,6 +57,7 @@ function startRelay(targetPort: number): Relay {
   let partitioned: Link[] = [];
   const pass = (link: Link, action: () => void) => {
     if (link.lost) return;
+    link.lastPassed = performance.now();
     if (held) held.push(() => link.lost || action());
     else action();
   };
@@ -62,7 +67,7 @@ function startRelay(targetPort: number): Relay {
   };
   const handlers = {
     open(client: Socket<RelayEnd>) {
-      const link = { lost: false };
+      const link = { lost: false, lastPassed: performance.now() };
       client.data = { peer: null, early: [], forwards: forwarding, link };
       open.add(client);
       if (!forwarding) return;
@@ -132,6 +137,13 @@ function startRelay(targetPort: number): Relay {
       for (const action of delivered) action();
       forwarding = true;
       listener ??= Bun.listen<RelayEnd>({ hostname: "127.0.0.1", port, socket: handlers });
+    },
+    forget(databaseSidePort) {
+      for (const socket of open) if (socket.localPort === databaseSidePort) socket.data.link.lost = true;
+    },
+    forgetIdle(ms) {
+      const before = performance.now() - ms;
+      for (const socket of open) if (socket.data.link.lastPassed <= before) socket.data.link.lost = true;
     },
     stop() {
       listener?.stop(true);
@@ -392,22 +404,41 @@ describe("an instance cut off from PostgreSQL (a network partition)", () => {
     }
   }, 60_000);
 
-  test("pooled connections idle past --database-idle-timeout-seconds are closed, so connections a firewall forgot meanwhile are never used: the next reads and writes answer at once on new ones", async () => {
+  test("pooled connections idle past --database-idle-timeout-seconds are closed, so none a firewall forgets for being idle longer is ever used: the next reads and writes answer at once", async () => {
     const { relay, server } = await serveThroughRelay("postgres", { ...ANSWER_TIMEOUT, CRM_DATABASE_POOL: "2", CRM_DATABASE_IDLE_TIMEOUT_SECONDS: "1" });
-    const sessions = async () => (await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm'`)[0].n;
-    expect((await send(server.url, "GET", "/public/v1/contacts")).status).toBe(200);
-    // Only the listening connection stays: the pool's close a second after their last statement
-    // (the delivery loop's poll opens one every 5 s for a moment).
-    await waitUntil(async () => (await sessions()) === 1, "the pool's idle connections to close", server.proc);
-    // A firewall forgets every connection open now (the listening one): it stays silent for ever.
-    relay.freeze();
-    relay.mend({ loseHeld: true });
     const [listed, created] = await Promise.all([
+      send(server.url, "GET", "/public/v1/contacts"),
+      send(server.url, "POST", "/public/v1/contacts", { body: { email: "before-idle@example.com" } }),
+    ]);
+    expect({ listed: listed.status, created: created.status }).toEqual({ listed: 200, created: 201 });
+    // A firewall forgets the connections idle for 2 s: the pool closed its own after 1 s (the
+    // listening one and the one its check uses every second are busier).
+    await Bun.sleep(2_500);
+    relay.forgetIdle(2_000);
+    const [listedAgain, createdAgain] = await Promise.all([
       send(server.url, "GET", "/public/v1/contacts"),
       send(server.url, "POST", "/public/v1/contacts", { body: { email: "after-idle@example.com" } }),
     ]);
-    expect({ listed: listed.status, created: created.status }).toEqual({ listed: 200, created: 201 });
+    expect({ listed: listedAgain.status, created: createdAgain.status }).toEqual({ listed: 200, created: 201 });
     expect(await contactsWithEmail("after-idle@example.com")).toBe(1);
+  }, 60_000);
+
+  test("a listening connection that went dead without a word (a firewall forgot it) is found by the instance's check, a notification to itself every --database-idle-timeout-seconds, and replaced by a new one, which then passes its checks", async () => {
+    const { relay, server } = await serveThroughRelay("postgres", { ...ANSWER_TIMEOUT, CRM_DATABASE_IDLE_TIMEOUT_SECONDS: "1" });
+    const listeners = async (): Promise<{ pid: number; port: number }[]> =>
+      (await admin`SELECT pid, client_port AS port FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm' AND query LIKE 'LISTEN%' ORDER BY pid`).map((row: { pid: number; port: number }) => ({ pid: row.pid, port: row.port }));
+    await waitUntil(async () => (await listeners()).length === 1, "the instance to listen", server.proc);
+    const [first] = await listeners();
+    // Checked every second while it answers, it is kept: three checks pass.
+    await Bun.sleep(3_500);
+    expect(await listeners()).toEqual([first!]);
+    // Only the listening connection is lost; the server keeps its end of it.
+    relay.forget(first!.port);
+    await waitUntil(async () => (await listeners()).some(({ pid }) => pid !== first!.pid), "a new listening connection", server.proc);
+    const [replacement] = (await listeners()).filter(({ pid }) => pid !== first!.pid);
+    await Bun.sleep(3_500);
+    expect((await listeners()).filter(({ pid }) => pid !== first!.pid)).toEqual([replacement!]);
+    expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
   }, 60_000);
 
   test("a write waiting for the write lock is not cut off while the server answers (another instance holds the lock for three times the answer timeout), and is 503 once the server stops answering", async () => {
