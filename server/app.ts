@@ -54,7 +54,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK 
 export function createApp(runtime: Runtime) {
   let app: Elysia | undefined;
   // Hooks and handlers take the server from here, not from their context: one that names `server`
-  // there makes Elysia define it anew on every request's context, which cost ~15% of a read's CPU.
+  // there makes Elysia define it anew on every request's context, which cost 10-15% of a read's CPU.
   const rt: Runtime = { ...runtime, listening: () => built.server };
   const routes = () => (app?.routes ?? []).map((r) => ({ method: r.method, path: r.path, query: r.hooks?.query !== undefined, body: r.hooks?.body !== undefined }));
   // normalize: false, so a body field a schema does not allow is a 422 naming it, not silently dropped.
