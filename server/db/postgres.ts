@@ -1,6 +1,6 @@
 import { SQL } from "bun";
-import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
 import { randomUUID } from "node:crypto";
+import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
 import { settlesWithin } from "../shared/time.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
 
@@ -398,7 +398,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
     const arrived = new Promise<void>((resolve) => (this.checkArrived = resolve));
     try {
       // A pool in trouble is the answer watch's to handle: the check tells nothing then.
-      const sent = await this.watch.run(() => this.pool.notify(first.channel, this.checkPayload)).then(() => true, () => false);
+      const sent = await this.notify(first.channel, this.checkPayload).then(() => true, () => false);
       if (!sent || (await settlesWithin(arrived, this.answerTimeoutMs)) || this.closed) return;
       const dead = this.listener;
       this.listener = null;
@@ -414,8 +414,9 @@ export class PostgresDatabase extends PostgresDb implements Database {
     }
   }
 
-  async notify(channel: string): Promise<void> {
-    await this.watch.run(() => this.pool.notify(channel));
+  /** notify sends a notification through the pool; `payload` carries the listener check's mark, other notifications have none. */
+  async notify(channel: string, payload?: string): Promise<void> {
+    await this.watch.run(() => this.pool.notify(channel, payload));
   }
 
   async close(): Promise<void> {

@@ -1,6 +1,7 @@
 import type { Database, Db } from "../db/sql.ts";
 import type { Config } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
+import { settlesWithin } from "../shared/time.ts";
 import { sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
@@ -561,12 +562,7 @@ export class DeliveryLoop {
     this.state = "stopping";
     this.armTimer(null);
     await this.claiming;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const deadline = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, deadlineMs);
-    });
-    await Promise.race([Promise.allSettled([...this.inFlight.values()].map((f) => f.done)), deadline]);
-    clearTimeout(timer);
+    await settlesWithin(Promise.allSettled([...this.inFlight.values()].map((f) => f.done)), deadlineMs);
     const left = [...this.inFlight.values()];
     for (const { due, controller } of left) {
       this.abandoned.add(due.id);
