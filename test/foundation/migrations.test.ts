@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
+import { findIdempotencyRecord, upsertIdempotencyRecord } from "../../server/idempotency/store.ts";
 import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
 
@@ -133,6 +134,31 @@ describe("migrations: data", () => {
   });
 });
 
+describe("migrations: data, idempotency records", () => {
+  test("0019 keeps every idempotency record, found by its key as before, and from then on appends records by rowid", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0019_idempotency_keys_by_rowid.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const insert = db.sqlite.query("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES ('tok_1', 'POST', '/public/v1/contacts', ?, ?, 201, ?, ?)");
+    insert.run("k-later", new Uint8Array([1, 2, 3]), '{"data":{"id":"con_later"}}', 2000);
+    insert.run("k-earlier", new Uint8Array([4, 5, 6]), '{"data":{"id":"con_earlier"}}', 1000);
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    db.refreshReads();
+    const scope = (key: string) => ({ tokenId: "tok_1", method: "POST", path: "/public/v1/contacts", key });
+    expect(await findIdempotencyRecord(db, scope("k-later"), 0)).toEqual({ fingerprint: new Uint8Array([1, 2, 3]), status: 201, response_body: '{"data":{"id":"con_later"}}', created_at: 2000 });
+    expect(await findIdempotencyRecord(db, scope("k-earlier"), 1500)).toBeNull();
+    // the key is still the primary key: saving under it again replaces its record, a new key is appended
+    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-earlier"), new Uint8Array([7]), 201, '{"data":{"id":"con_again"}}', 3000));
+    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-new"), new Uint8Array([8]), 201, '{"data":{"id":"con_new"}}', 4000));
+    expect(db.sqlite.query("SELECT idem_key, created_at FROM idempotency_keys ORDER BY rowid").all()).toEqual([
+      { idem_key: "k-earlier", created_at: 3000 },
+      { idem_key: "k-later", created_at: 2000 },
+      { idem_key: "k-new", created_at: 4000 },
+    ]);
+    const plan = db.sqlite.query<{ detail: string }, []>("EXPLAIN QUERY PLAN SELECT status FROM idempotency_keys WHERE token_id = 'a' AND method = 'b' AND path = 'c' AND idem_key = 'd'").all();
+    expect(plan.map((p) => p.detail)).toEqual(["SEARCH idempotency_keys USING INDEX sqlite_autoindex_idempotency_keys_1 (token_id=? AND method=? AND path=? AND idem_key=?)"]);
+  });
+});
+
 describe("migrations: data, sync api", () => {
   test("0013 fills contact_tags from each contact's tags and the filter counts from tags, accounts and assigned users", () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0013_sync_api.sql");
@@ -201,7 +227,7 @@ describe("migrations: databases of migrations changed after their release", () =
     db.sqlite.run("CREATE INDEX webhook_deliveries_status ON webhook_deliveries (status, created_at, id)");
     db.sqlite.run("ALTER TABLE accounts DROP COLUMN version");
     expect(() => db.sqlite.query("SELECT id FROM webhook_deliveries INDEXED BY webhook_deliveries_due_by_subscription WHERE status = 'pending'").all()).toThrow("no such index");
-    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, version + 1))).toEqual(["0018_released_schema_repairs.sql"]);
     expect(schema()).toEqual(current);
     expect(db.sqlite.query("SELECT id, version FROM accounts").all()).toEqual([{ id: "acc_a", version: 1 }]);
     expect(db.sqlite.query("SELECT id FROM webhook_deliveries INDEXED BY webhook_deliveries_due_by_subscription WHERE status = 'pending'").all()).toEqual([]);
@@ -210,7 +236,7 @@ describe("migrations: databases of migrations changed after their release", () =
   test("0018 changes nothing in a database of 0002 and 0010 as they are now", () => {
     migrate(db.sqlite, MIGRATIONS.slice(0, version));
     const current = schema();
-    expect(migrate(db.sqlite)).toEqual(["0018_released_schema_repairs.sql"]);
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, version + 1))).toEqual(["0018_released_schema_repairs.sql"]);
     expect(schema()).toEqual(current);
   });
 });
