@@ -54,6 +54,7 @@ const SCENARIOS: Scenario[] = [
   { name: "GET by email", script: "by-email.lua", app: true, bare: "/contacts" },
   { name: "POST create", script: "create.lua", app: true, bare: "/contacts" },
   { name: "POST create + Idempotency-Key", script: "create.lua", env: { BENCH_IDEMPOTENCY: "1" }, app: true, bare: "/grouped-idempotent-contacts" },
+  { name: "POST create + random UUID Idempotency-Key", script: "create.lua", env: { BENCH_IDEMPOTENCY: "uuid" }, app: true, bare: "/grouped-idempotent-contacts" },
   { name: "POST create, bare with group commit", script: "create.lua", app: false, bare: "/grouped-contacts" },
   { name: "POST create, bare contact row only (old baseline)", script: "create.lua", app: false, bare: "/contacts-only" },
 ];
