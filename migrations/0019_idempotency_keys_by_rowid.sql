@@ -1,7 +1,7 @@
 -- Idempotency records become a rowid table, as webhook_delivery_attempts did in 0009. WITHOUT ROWID
 -- kept each record's stored response (about 700 bytes) in the key's B-tree, five to a page; clients
 -- send random keys (UUIDs), so every create rewrote a random page of that tree and often split it:
--- POST create with UUID keys ran at about 2,700 a second against 3,300 now (bench in the README).
+-- POST create with UUID keys made 2,449 a second against 3,217 now (README, Benchmarks).
 -- By rowid the records are appended in order, and the key's index holds only the key.
 CREATE TABLE idempotency_keys_by_rowid (
   token_id      TEXT NOT NULL,
