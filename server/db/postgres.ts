@@ -471,8 +471,11 @@ export async function openPostgres(
       bigint: true,
       connectionTimeout: CONNECT_TIMEOUT_SECONDS,
       idleTimeout: databaseIdleTimeoutSeconds,
-      // application_name names the service's sessions in pg_stat_activity.
-      connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", ...SERVER_KEEPALIVES },
+      // application_name names the service's sessions in pg_stat_activity. READ COMMITTED whatever
+      // the database's default: a statement outside a write (a token's last use, an Idempotency-Key's
+      // reservation) waits on a row another instance changes, and under REPEATABLE READ it would then
+      // fail (40001) instead of going on with the committed row.
+      connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", default_transaction_isolation: "read committed", ...SERVER_KEEPALIVES },
     },
     databaseAnswerTimeoutSeconds * 1000,
     databaseIdleTimeoutSeconds * 1000,

@@ -81,6 +81,11 @@ async function waitingForTheWriteLock(): Promise<number> {
   return (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)[0].n;
 }
 
+/** waitingOnARow counts the service's sessions waiting for a lock another transaction holds on a row. */
+async function waitingOnARow(): Promise<number> {
+  return (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted`)[0].n;
+}
+
 /** Receipt is one request a receiver got: which delivery, which contact, the sender's TCP port, and when it was open. */
 interface Receipt {
   webhookId: string;
@@ -479,12 +484,54 @@ describe("on a database whose default_transaction_isolation is repeatable read",
       await waitUntil(async () => (await waitingForTheWriteLock()) >= before + 2, "both batches to wait for the write lock");
       return { waiting: batches };
     });
-    const results = (await Promise.all(answers.waiting)).map((r) => ({ status: r.status, statuses: r.body.data.map((d: { status: string }) => d.status) }));
-    expect(results.toSorted((a, b) => a.statuses[0].localeCompare(b.statuses[0]))).toEqual([
+    // A refused batch keeps its whole answer, so that a failure shows it.
+    const results = (await Promise.all(answers.waiting)).map((r) => (r.status === 200 ? { status: r.status, statuses: r.body.data.map((d: { status: string }) => d.status) } : { status: r.status, body: r.body, statuses: [""] }));
+    expect(results.toSorted((a, b) => a.statuses[0]!.localeCompare(b.statuses[0]!))).toEqual([
       { status: 200, statuses: ["created"] },
       { status: 200, statuses: ["unchanged"] },
     ]);
     const listed = await api(instances[0]!.url, token, "GET", "/public/v1/contacts?email=isolated@example.com");
     expect(listed.body.data.length).toBe(1);
+  });
+
+  // A statement of ours outside a write (a token's last use, an Idempotency-Key's reservation) that
+  // waits on a row another session changes and commits would fail under REPEATABLE READ (40001, a 500).
+  test("a token's first use waiting on its row while another session changes it is answered 200", async () => {
+    const fresh = runCli([...SOURCE, "token", "create", "--name", "first use, row held"], { env }).stdout.trim();
+    const holder = new SQL({ url: database.url, max: 1 });
+    try {
+      const answer = await holder.begin(async (tx) => {
+        await tx`UPDATE api_tokens SET last_used_at = 1 WHERE name = 'first use, row held'`;
+        const read = api(instances[0]!.url, fresh, "GET", "/public/v1/contacts?per_page=1");
+        await waitUntil(async () => (await waitingOnARow()) >= 1, "the token's last use to wait on its row");
+        return { read };
+      });
+      const read = await answer.read;
+      expect({ status: read.status, data: Array.isArray(read.body.data) }).toEqual({ status: 200, data: true });
+    } finally {
+      await holder.close();
+    }
+  });
+
+  test("an Idempotency-Key reserved by another instance's request that commits while this one waits answers 409, not 500", async () => {
+    const [{ id: tokenId }] = await admin`SELECT id FROM api_tokens WHERE name = 'instances'`;
+    const holder = new SQL({ url: database.url, max: 1 });
+    try {
+      const answer = await holder.begin(async (tx) => {
+        await tx`INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at)
+                 VALUES (${tokenId}, 'POST', '/public/v1/contacts', 'held-elsewhere', ${new Uint8Array(32)}, 0, '', ${Date.now()})`;
+        const created = fetch(`${instances[1]!.url}/public/v1/contacts`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": "held-elsewhere" },
+          body: JSON.stringify({ first_name: "Held" }),
+        }).then(async (res) => ({ status: res.status, body: await res.json() }));
+        await waitUntil(async () => (await waitingOnARow()) >= 1, "the reservation to wait on the other one");
+        return { created };
+      });
+      const created = await answer.created;
+      expect({ status: created.status, type: created.body.type }).toEqual({ status: 409, type: expect.stringContaining("idempotency-key-in-use") });
+    } finally {
+      await holder.close();
+    }
   });
 });
