@@ -97,8 +97,8 @@ interface Receipt {
 
 /**
  * slowReceiver records every request and answers 200 after `delayMs` (a slow receiver); stop()
- * fails on a body off the event catalogue. `open` holds the requests not answered yet: the
- * sender's TCP port and when the request arrived.
+ * fails on a body off the event catalogue. `open` holds the requests received whole and not
+ * answered yet: the sender's TCP port and when the request arrived.
  */
 function slowReceiver(delayMs: number) {
   const receipts: Receipt[] = [];
@@ -111,9 +111,11 @@ function slowReceiver(delayMs: number) {
     async fetch(request, server) {
       const start = performance.timeOrigin + performance.now();
       const port = server.requestIP(request)?.port ?? 0;
+      const body = await request.text();
+      // Open once the whole request is in: one whose sender was killed before its body followed the
+      // head was never sent, and would be recorded by no one.
       open.set(request, { port, start });
       try {
-        const body = await request.text();
         payloads.check(body);
         await Bun.sleep(delayMs);
         receipts.push({ webhookId: request.headers.get("webhook-id") ?? "", contactId: JSON.parse(body).data.id, port, start, end: performance.timeOrigin + performance.now() });
