@@ -30,6 +30,17 @@ const CONNECT_TIMEOUT_SECONDS = 10;
 const SERVER_KEEPALIVES = { tcp_keepalives_idle: 60, tcp_keepalives_interval: 10, tcp_keepalives_count: 3 };
 
 /**
+ * SESSION_SETTINGS are the settings the service's SQL relies on, asked for by every session
+ * whatever an operator made the database's or role's defaults:
+ * - READ COMMITTED: a statement outside a write (a token's last use, an Idempotency-Key's
+ *   reservation) waits on a row another instance changes, and under REPEATABLE READ it would then
+ *   fail (40001) instead of going on with the committed row;
+ * - bytea in hex: Bun's client cannot read the `escape` format, and token hashes are bytea;
+ * - standard strings: a backslash in a literal (the name search's `ESCAPE '\'`) is itself.
+ */
+const SESSION_SETTINGS = { default_transaction_isolation: "read committed", bytea_output: "hex", standard_conforming_strings: "on" };
+
+/**
  * IDLE_IN_TRANSACTION_TIMEOUT_MS is how long PostgreSQL lets one of our transactions wait for its
  * next statement before it ends the session. Every write holds WRITE_LOCK, so an instance cut off
  * from the server in mid-transaction (a network partition, a frozen VM) would otherwise stop the
@@ -471,11 +482,8 @@ export async function openPostgres(
       bigint: true,
       connectionTimeout: CONNECT_TIMEOUT_SECONDS,
       idleTimeout: databaseIdleTimeoutSeconds,
-      // application_name names the service's sessions in pg_stat_activity. READ COMMITTED whatever
-      // the database's default: a statement outside a write (a token's last use, an Idempotency-Key's
-      // reservation) waits on a row another instance changes, and under REPEATABLE READ it would then
-      // fail (40001) instead of going on with the committed row.
-      connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", default_transaction_isolation: "read committed", ...SERVER_KEEPALIVES },
+      // application_name names the service's sessions in pg_stat_activity.
+      connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", ...SESSION_SETTINGS, ...SERVER_KEEPALIVES },
     },
     databaseAnswerTimeoutSeconds * 1000,
     databaseIdleTimeoutSeconds * 1000,

@@ -465,16 +465,36 @@ describe("two instances on one PostgreSQL database", () => {
   });
 });
 
-describe("on a database whose default_transaction_isolation is repeatable read", () => {
+/** OPERATOR_DEFAULTS are database defaults an operator may have set, each unlike PostgreSQL's own, that the service's SQL must not depend on. */
+const OPERATOR_DEFAULTS = { default_transaction_isolation: "repeatable read", bytea_output: "escape", standard_conforming_strings: "off" };
+
+describe("on a database whose defaults an operator changed (REPEATABLE READ, bytea_output escape, standard_conforming_strings off)", () => {
   let instances: ServerProcess[];
   beforeAll(async () => {
-    // An operator's setting for every session; the service's writes must still read what the writes before them committed.
-    await admin.unsafe(`ALTER DATABASE "${database.name}" SET default_transaction_isolation = 'repeatable read'`);
+    // Settings for every session; the service's writes must still read what the writes before them committed, and its token hashes must still read back.
+    for (const [name, value] of Object.entries(OPERATOR_DEFAULTS)) await admin.unsafe(`ALTER DATABASE "${database.name}" SET ${name} = '${value}'`);
     instances = await Promise.all([serve(), serve()]);
   });
   afterAll(async () => {
     for (const instance of instances ?? []) await instance.stopWith("SIGTERM");
-    await admin.unsafe(`ALTER DATABASE "${database.name}" RESET default_transaction_isolation`);
+    for (const name of Object.keys(OPERATOR_DEFAULTS)) await admin.unsafe(`ALTER DATABASE "${database.name}" RESET ${name}`);
+  });
+
+  test("a create under an Idempotency-Key is replayed (its fingerprint reads back), and a name search with a backslash, % or _ finds the contact", async () => {
+    const body = { first_name: "Back\\slash", last_name: "100%_sure" };
+    const send = () =>
+      fetch(`${instances[0]!.url}/public/v1/contacts`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": "operator-defaults" },
+        body: JSON.stringify(body),
+      }).then(async (res) => ({ status: res.status, replayed: res.headers.get("idempotent-replayed"), body: await res.json() }));
+    const first = await send();
+    expect(first.status).toBe(201);
+    expect(await send()).toEqual({ ...first, replayed: "true" });
+    for (const needle of ["k\\s", "0%_s", "Back\\slash 100%_sure"]) {
+      const found = await api(instances[1]!.url, token, "GET", `/public/v1/contacts?full_name=${encodeURIComponent(needle)}`);
+      expect({ needle, status: found.status, ids: found.body.data?.map((c: { id: string }) => c.id) }).toEqual({ needle, status: 200, ids: [first.body.data.id] });
+    }
   });
 
   test("two batch upserts of one new email, waiting for the write lock on two instances, make one contact: created, then unchanged", async () => {
