@@ -530,6 +530,8 @@ describe("on a database whose defaults an operator changed (REPEATABLE READ, byt
       });
       const read = await answer.read;
       expect({ status: read.status, data: Array.isArray(read.body.data) }).toEqual({ status: 200, data: true });
+      // The use is recorded over the other session's change.
+      expect((await admin`SELECT last_used_at > 1 AS recorded FROM api_tokens WHERE name = 'first use, row held'`)[0]).toEqual({ recorded: true });
     } finally {
       await holder.close();
     }
@@ -551,7 +553,8 @@ describe("on a database whose defaults an operator changed (REPEATABLE READ, byt
         return { created };
       });
       const created = await answer.created;
-      expect({ status: created.status, type: created.body.type }).toEqual({ status: 409, type: expect.stringContaining("idempotency-key-in-use") });
+      expect({ status: created.status, type: created.body.type }).toEqual({ status: 409, type: "urn:crm:problem:idempotency-key-in-use" });
+      expect((await admin`SELECT count(*)::int AS n FROM contacts WHERE first_name = 'Held'`)[0]).toEqual({ n: 0 });
     } finally {
       await holder.close();
     }
