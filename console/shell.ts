@@ -158,6 +158,7 @@ export function consoleErrors() {
  * cookie (or null) and the CSRF check of every form post.
  */
 export function consoleBase(rt: Runtime) {
+  const unrecorded = (error: unknown) => rt.log.warn("a console session's visit could not be recorded; the request goes on", { error: String(error) });
   return new Elysia()
     .onParse({ as: "scoped" }, async ({ request }, contentType) => (contentType === "application/x-www-form-urlencoded" ? formBodyOf(await request.text()) : undefined))
     .derive({ as: "scoped" }, async ({ request }) => {
@@ -166,7 +167,7 @@ export function consoleBase(rt: Runtime) {
         rt.config.trustedProxies,
       );
       const sessionSecret = readCookie(request, SESSION_COOKIE);
-      const operator = await sessionOperator(rt.db, sessionSecret);
+      const operator = await sessionOperator(rt.db, sessionSecret, unrecorded);
       const session: ConsoleSession | null = operator && sessionSecret ? { operator, csrfToken: csrfTokenFor(sessionSecret) } : null;
       // Forms carry a token derived from the session, or before sign-in from a pre-session cookie.
       return { secure, session, sessionSecret, csrfSeed: session ? sessionSecret : readCookie(request, PRE_SESSION_COOKIE) };

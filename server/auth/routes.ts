@@ -30,6 +30,7 @@ export function chargeExtraWrites(request: Request, writes: number): void {
  */
 export function authentication(rt: Runtime) {
   const rates = new ApiRateLimits(rt.config, (tokenId) => tokenRate(rt.db, tokenId));
+  const unrecorded = (error: unknown) => rt.log.warn("a token's last use could not be recorded; the request goes on", { error: String(error) });
   type Context = { request: Request; set: { headers: Record<string, string | number> } };
   const admit = ({ request, set }: Context, token: AuthenticatedToken) => {
     Object.assign(set.headers, rates.admitToken(token.id, request.method));
@@ -56,7 +57,7 @@ export function authentication(rt: Runtime) {
     const ctx = { request, set };
     const url = request.url;
     if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
-    const check = checkBearer(rt.db, ctx.request);
+    const check = checkBearer(rt.db, ctx.request, unrecorded);
     if (check instanceof Promise) return admitAfterLookup(ctx, check);
     const token = check.token;
     if (!token) return refuse(ctx, check.failure);

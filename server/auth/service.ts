@@ -136,8 +136,11 @@ function cachedBearer(db: Database, presented: string, now: number): Authenticat
   return token;
 }
 
-/** authenticateBearer checks a presented token against the stored hashes in constant time. */
-export async function authenticateBearer(db: Database, presented: string, now = Date.now()): Promise<AuthenticatedToken | null> {
+/**
+ * authenticateBearer checks a presented token against the stored hashes in constant time. A last
+ * use that cannot be recorded goes to `unrecorded`, and the token is admitted all the same.
+ */
+export async function authenticateBearer(db: Database, presented: string, unrecorded: (error: unknown) => void, now = Date.now()): Promise<AuthenticatedToken | null> {
   if (!wellFormed(presented)) return null;
   const cached = cachedTokensOf(db);
   const key = cacheKeyOf(presented);
@@ -156,8 +159,10 @@ export async function authenticateBearer(db: Database, presented: string, now = 
     lastTouched.set(token.id, now);
     const touched = token.id;
     // A statement of its own, not a write: on PostgreSQL it takes no write lock, so a read never
-    // waits behind another instance's writes for its token's last use (SQLite commits it in the next group).
-    await touchTokenLastUsed(db, touched, now);
+    // waits behind another instance's writes for its token's last use (SQLite commits it in the next
+    // group). Nor is a use that cannot be recorded a reason to refuse the request: a database turned
+    // read-only (a failover to a standby) still serves reads. The next use a minute later tries again.
+    await touchTokenLastUsed(db, touched, now).catch(unrecorded);
   }
   return token;
 }
@@ -181,19 +186,20 @@ function bearerOf(header: string): string | null {
 /**
  * checkBearer authenticates the Authorization header of a request: the token, or why not. A
  * token in the cache is answered synchronously (no promise); the database is asked otherwise.
+ * A last use that cannot be recorded goes to `unrecorded` (authenticateBearer).
  */
-export function checkBearer(db: Database, request: Request): BearerCheck | Promise<BearerCheck> {
+export function checkBearer(db: Database, request: Request, unrecorded: (error: unknown) => void): BearerCheck | Promise<BearerCheck> {
   const header = request.headers.get("authorization");
   const presented = header ? bearerOf(header) : null;
   if (presented !== null && wellFormed(presented)) {
     const cached = cachedBearer(db, presented, Date.now());
     if (cached) return { token: cached };
   }
-  return authenticatedOrWhyNot(db, header, presented);
+  return authenticatedOrWhyNot(db, header, presented, unrecorded);
 }
 
-async function authenticatedOrWhyNot(db: Database, header: string | null, presented: string | null): Promise<BearerCheck> {
-  const token = presented !== null ? await authenticateBearer(db, presented) : null;
+async function authenticatedOrWhyNot(db: Database, header: string | null, presented: string | null, unrecorded: (error: unknown) => void): Promise<BearerCheck> {
+  const token = presented !== null ? await authenticateBearer(db, presented, unrecorded) : null;
   if (token) return { token };
   return {
     failure: !header

@@ -13,6 +13,10 @@ beforeEach(async () => {
 afterEach(async () => await h.close());
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
+/** failOnUnrecorded is for a healthy database: a last use it cannot record fails the test. */
+const failOnUnrecorded = (error: unknown) => {
+  throw error;
+};
 
 describe("auth: happy paths", () => {
   test("a created token authenticates and records last_used_at", async () => {
@@ -133,8 +137,8 @@ describe("auth: security", () => {
   });
 
   test("authenticateBearer refuses empty and prefix-only tokens", async () => {
-    expect(await authenticateBearer(h.rt.db, "")).toBeNull();
-    expect(await authenticateBearer(h.rt.db, "crm_")).toBeNull();
-    expect(await authenticateBearer(h.rt.db, h.token)).toEqual({ id: expect.stringMatching(/^tok_/), name: "test" });
+    expect(await authenticateBearer(h.rt.db, "", failOnUnrecorded)).toBeNull();
+    expect(await authenticateBearer(h.rt.db, "crm_", failOnUnrecorded)).toBeNull();
+    expect(await authenticateBearer(h.rt.db, h.token, failOnUnrecorded)).toEqual({ id: expect.stringMatching(/^tok_/), name: "test" });
   });
 });

@@ -1,6 +1,7 @@
 import { Database } from "bun:sqlite";
 import { t } from "elysia";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createApiToken } from "../../server/auth/service.ts";
 import { databasePath } from "../../server/db/database.ts";
 import { schemaChecker } from "../../server/http/schema-errors.ts";
 import type { RunningServer } from "../../server/server.ts";
@@ -279,6 +280,27 @@ describe("errors: unexpected exceptions", () => {
     }
     expect(await contactCount(h)).toBe(before);
     expect((await post()).status).toBe(201);
+  });
+
+  sqliteOnly("a token whose last use is due still reads while another process holds the database locked: the use that could not be recorded is logged, not refused", async () => {
+    const { app, lines } = loggedApp(h);
+    const writer = h.db.sqlite;
+    // Never used: its first use is due to be recorded, and that write meets the lock.
+    const { token } = await createApiToken(h.rt.db, "read while locked");
+    const other = new Database(databasePath(h.dataDir));
+    other.run("BEGIN IMMEDIATE");
+    writer.run("PRAGMA busy_timeout = 50");
+    try {
+      const res = await app.handle(new Request("http://localhost/public/v1/contacts?per_page=1", { headers: { authorization: `Bearer ${token}` } }));
+      expect({ status: res.status, data: Array.isArray(((await res.json()) as { data?: unknown }).data) }).toEqual({ status: 200, data: true });
+      expect(lines.filter((l) => l.level === "warn")).toEqual([
+        { time: expect.any(String), level: "warn", msg: "a token's last use could not be recorded; the request goes on", error: expect.stringContaining("database is locked") },
+      ]);
+    } finally {
+      other.run("ROLLBACK");
+      other.close();
+      writer.run("PRAGMA busy_timeout = 5000");
+    }
   });
 
   test("a response that breaks its own schema is the server's fault: 500, logged, not a 422 blaming the client", async () => {

@@ -560,6 +560,30 @@ describe("database refusing work", () => {
     expect(await contactsWithEmail("standby@example.com")).toBe(0);
   });
 
+  test("on a database turned read-only, a token and a console session whose last use is due still read: the uses that could not be recorded are logged, not refused", async () => {
+    // A token this server never saw and a session last seen 2 minutes ago: both are due to be recorded.
+    const fresh = runCli([...SOURCE, "token", "create", "--name", "read-only reader"], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_SECRETS_KEY_FILE: keyFile } }).stdout.trim();
+    const secret = randomBytes(24).toString("base64url");
+    const seen = Date.now() - 120_000;
+    await admin`INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ('op_readonly', 'readonly@example.com', 'unused', ${seen}, ${seen})`;
+    await admin`INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES (${Bun.SHA256.hash(secret) as Uint8Array}, 'op_readonly', ${seen}, ${seen})`;
+    const { server } = await serveThroughRelay();
+    // The test's usual token is used first, so its last use is recorded and not due again.
+    expect((await api(server.url, token, "GET", "/public/v1/contacts")).status).toBe(200);
+    await admin.unsafe(`ALTER DATABASE "${database.name}" SET default_transaction_read_only = on`);
+    await dropConnections();
+    // Connections opened from now on are read-only; the ones just dropped may answer 503 once each.
+    await waitUntil(async () => (await answers(server.url, 4, "GET", "/public/v1/contacts")).every((s) => s === "200"), "reads on fresh connections", server.proc);
+    const read = await api(server.url, fresh, "GET", "/public/v1/contacts?per_page=1");
+    const page = await fetch(`${server.url}/console/`, { headers: { cookie: `crm_console_session=${secret}` }, redirect: "manual" });
+    expect({ read: read.status, page: page.status, signedIn: (await page.text()).includes("readonly@example.com") }).toEqual({ read: 200, page: 200, signedIn: true });
+    await waitUntil(() => server.logLines().filter((line) => line.level === "warn" && /read-only transaction/.test(line.error)).length >= 2, "both refused writes logged", server.proc);
+    expect(server.logLines().filter((line) => line.level === "warn" && /read-only transaction/.test(line.error)).map((line) => line.msg).sort()).toEqual([
+      "a console session's visit could not be recorded; the request goes on",
+      "a token's last use could not be recorded; the request goes on",
+    ]);
+  });
+
   test("a statement the database cancels (the operator's statement_timeout) answers 503", async () => {
     const { server } = await serveThroughRelay();
     await admin.unsafe(`ALTER DATABASE "${database.name}" SET statement_timeout = 200`);
