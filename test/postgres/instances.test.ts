@@ -81,7 +81,7 @@ async function waitingForTheWriteLock(): Promise<number> {
   return (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)[0].n;
 }
 
-/** waitingOnARow counts the service's sessions waiting for a lock another transaction holds on a row. */
+/** waitingOnARow counts the sessions waiting for a lock another transaction holds on a row (a row it changed). */
 async function waitingOnARow(): Promise<number> {
   return (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted`)[0].n;
 }
