@@ -1,4 +1,4 @@
-import { SQL } from "bun";
+import { SQL, type TransactionSQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
@@ -61,19 +61,25 @@ function serve(): Promise<ServerProcess> {
 }
 
 /**
- * holdingTheWriteLock runs `work` while a session of its own holds the service's write lock (as
- * another instance's write would), then lets go. Not an array from `work`: Bun's begin would await its items first.
+ * inAnotherSession runs `work` inside a transaction of a session of its own, after `take` (a lock,
+ * a changed row, as another instance's write would hold them), then commits it. Not an array from
+ * `work`: Bun's begin would await its items first.
  */
-async function holdingTheWriteLock<T extends object>(work: () => Promise<T>): Promise<T> {
+async function inAnotherSession<T extends object>(take: (tx: TransactionSQL) => Promise<unknown>, work: () => Promise<T>): Promise<T> {
   const holder = new SQL({ url: database.url, max: 1 });
   try {
     return await holder.begin(async (tx) => {
-      await tx`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`;
+      await take(tx);
       return work();
     }) as T;
   } finally {
     await holder.close();
   }
+}
+
+/** holdingTheWriteLock runs `work` while a session of its own holds the service's write lock, then lets go. */
+function holdingTheWriteLock<T extends object>(work: () => Promise<T>): Promise<T> {
+  return inAnotherSession((tx) => tx`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`, work);
 }
 
 /** waitingForTheWriteLock counts the sessions waiting for an advisory lock (the write lock). */
@@ -520,30 +526,26 @@ describe("on a database whose defaults an operator changed (REPEATABLE READ, byt
   // waits on a row another session changes and commits would fail under REPEATABLE READ (40001, a 500).
   test("a token's first use waiting on its row while another session changes it is answered 200", async () => {
     const fresh = runCli([...SOURCE, "token", "create", "--name", "first use, row held"], { env }).stdout.trim();
-    const holder = new SQL({ url: database.url, max: 1 });
-    try {
-      const answer = await holder.begin(async (tx) => {
-        await tx`UPDATE api_tokens SET last_used_at = 1 WHERE name = 'first use, row held'`;
+    const answer = await inAnotherSession(
+      (tx) => tx`UPDATE api_tokens SET last_used_at = 1 WHERE name = 'first use, row held'`,
+      async () => {
         const read = api(instances[0]!.url, fresh, "GET", "/public/v1/contacts?per_page=1");
         await waitUntil(async () => (await waitingOnARow()) >= 1, "the token's last use to wait on its row");
         return { read };
-      });
-      const read = await answer.read;
-      expect({ status: read.status, data: Array.isArray(read.body.data) }).toEqual({ status: 200, data: true });
-      // The use is recorded over the other session's change.
-      expect((await admin`SELECT last_used_at > 1 AS recorded FROM api_tokens WHERE name = 'first use, row held'`)[0]).toEqual({ recorded: true });
-    } finally {
-      await holder.close();
-    }
+      },
+    );
+    const read = await answer.read;
+    expect({ status: read.status, data: Array.isArray(read.body.data) }).toEqual({ status: 200, data: true });
+    // The use is recorded over the other session's change.
+    expect((await admin`SELECT last_used_at > 1 AS recorded FROM api_tokens WHERE name = 'first use, row held'`)[0]).toEqual({ recorded: true });
   });
 
   test("an Idempotency-Key reserved by another instance's request that commits while this one waits answers 409, not 500", async () => {
     const [{ id: tokenId }] = await admin`SELECT id FROM api_tokens WHERE name = 'instances'`;
-    const holder = new SQL({ url: database.url, max: 1 });
-    try {
-      const answer = await holder.begin(async (tx) => {
-        await tx`INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at)
-                 VALUES (${tokenId}, 'POST', '/public/v1/contacts', 'held-elsewhere', ${new Uint8Array(32)}, 0, '', ${Date.now()})`;
+    const answer = await inAnotherSession(
+      (tx) => tx`INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at)
+                 VALUES (${tokenId}, 'POST', '/public/v1/contacts', 'held-elsewhere', ${new Uint8Array(32)}, 0, '', ${Date.now()})`,
+      async () => {
         const created = fetch(`${instances[1]!.url}/public/v1/contacts`, {
           method: "POST",
           headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": "held-elsewhere" },
@@ -551,12 +553,10 @@ describe("on a database whose defaults an operator changed (REPEATABLE READ, byt
         }).then(async (res) => ({ status: res.status, body: await res.json() }));
         await waitUntil(async () => (await waitingOnARow()) >= 1, "the reservation to wait on the other one");
         return { created };
-      });
-      const created = await answer.created;
-      expect({ status: created.status, type: created.body.type }).toEqual({ status: 409, type: "urn:crm:problem:idempotency-key-in-use" });
-      expect((await admin`SELECT count(*)::int AS n FROM contacts WHERE first_name = 'Held'`)[0]).toEqual({ n: 0 });
-    } finally {
-      await holder.close();
-    }
+      },
+    );
+    const created = await answer.created;
+    expect({ status: created.status, type: created.body.type }).toEqual({ status: 409, type: "urn:crm:problem:idempotency-key-in-use" });
+    expect((await admin`SELECT count(*)::int AS n FROM contacts WHERE first_name = 'Held'`)[0]).toEqual({ n: 0 });
   });
 });
