@@ -577,8 +577,9 @@ describe("database refusing work", () => {
     const read = await api(server.url, fresh, "GET", "/public/v1/contacts?per_page=1");
     const page = await fetch(`${server.url}/console/`, { headers: { cookie: `crm_console_session=${secret}` }, redirect: "manual" });
     expect({ read: read.status, page: page.status, signedIn: (await page.text()).includes("readonly@example.com") }).toEqual({ read: 200, page: 200, signedIn: true });
-    await waitUntil(() => server.logLines().filter((line) => line.level === "warn" && /read-only transaction/.test(line.error)).length >= 2, "both refused writes logged", server.proc);
-    expect(server.logLines().filter((line) => line.level === "warn" && /read-only transaction/.test(line.error)).map((line) => line.msg).sort()).toEqual([
+    const refusedWrites = () => server.logLines().filter((line) => line.level === "warn" && /read-only transaction/.test(line.error));
+    await waitUntil(() => refusedWrites().length >= 2, "both refused writes logged", server.proc);
+    expect(refusedWrites().map((line) => line.msg).sort()).toEqual([
       "a console session's visit could not be recorded; the request goes on",
       "a token's last use could not be recorded; the request goes on",
     ]);
