@@ -1,4 +1,4 @@
-import type { Database, Db } from "../../server/db/sql.ts";
+import type { Database } from "../../server/db/sql.ts";
 import { checkTokenName, createApiToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
@@ -23,7 +23,7 @@ export async function revokeTokenFromConsole(db: Database, id: string): Promise<
 const USERS_PER_PAGE = 50;
 
 /** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a parameter the users page does not take or a page that is not a number. */
-export function usersOnPage(db: Db, query: { page?: string; added?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
+export function usersOnPage(db: Database, query: { page?: string; added?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
   // `added` is the flag of the redirect after adding a user, which the route reads.
   const unknown = unknownParameterErrors(query, ["page", "added"], "the users page");
   if (unknown.length > 0) throw fieldsProblem(unknown);

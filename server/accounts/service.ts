@@ -1,11 +1,11 @@
-import type { Db } from "../db/sql.ts";
+import type { Database, Db } from "../db/sql.ts";
 import type { BatchResult } from "../batch/model.ts";
 import type { BatchKind } from "../batch/service.ts";
 import { notFound, validationProblem, type FieldError } from "../shared/problem.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
-import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
+import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
@@ -149,7 +149,7 @@ export async function getAccount(db: Db, id: string): Promise<Account> {
 }
 
 /** listAccountsPage returns one page of accounts, sorted and filtered as the query asks. */
-export async function listAccountsPage(db: Db, query: Record<string, unknown>): Promise<{ data: Account[]; meta: ListMeta }> {
+export async function listAccountsPage(db: Database, query: Record<string, unknown>): Promise<{ data: Account[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ACCOUNT_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: ACCOUNT_FILTERS });
   const filters = {
     name: query.name as string | undefined,
@@ -157,9 +157,14 @@ export async function listAccountsPage(db: Db, query: Record<string, unknown>): 
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
   };
-  const rows = await listAccounts(db, filters, { sortBy: list.sortBy, direction: list.direction, ...pageWindow(list) });
+  const { read, total } = await readListPage(
+    db,
+    list,
+    (source) => listAccounts(source, filters, { sortBy: list.sortBy, direction: list.direction, ...pageWindow(list) }),
+    (source) => countAccounts(source, filters),
+  );
   const column = ACCOUNT_SORT_COLUMNS[list.sortBy];
-  return { data: pageRows(list, rows).map(toAccount), meta: listMeta(list, await countAccounts(db, filters), rows, (row: AccountRow) => row[column], query, ACCOUNT_FILTERS) };
+  return { data: pageRows(list, read).map(toAccount), meta: listMeta(list, total, read, (row: AccountRow) => row[column], query, ACCOUNT_FILTERS) };
 }
 
 /**

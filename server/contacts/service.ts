@@ -7,7 +7,7 @@ import type { BatchKind } from "../batch/service.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
 import { toJsonText, type JsonText } from "../http/json-text.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
-import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
+import { listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
@@ -536,17 +536,14 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
   const include = parseInclude(query.include);
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
   const reading = pageWindow(list);
-  const offset = reading.offset;
   return readConsistently(db, async (source) => {
     const counted = listNeedsCount(filters) ? await countContacts(source, filters) : null;
     const page = { sortBy: list.sortBy, direction: list.direction, ...reading, matches: counted };
     // Includes embed accounts and users, which change without the contact's version: rendered anew each time.
     const read = include.length > 0 ? await listContacts(source, filters, page) : await listContactVersions(source, filters, page);
     const rows = pageRows(list, read);
-    // A page by offset with no row after it, and not past the end, holds the last match: it tells
-    // the total, one query fewer (a lookup by email is one page of one contact).
-    const pageTellsTotal = !list.cursor && read.length <= list.perPage && (read.length > 0 || offset === 0);
-    const matches = counted ?? (pageTellsTotal ? offset + rows.length : await countContacts(source, filters));
+    // A lookup by email is one page of one contact: it tells the total, one query fewer.
+    const matches = counted ?? pageTotal(list, read) ?? (await countContacts(source, filters));
     const meta = listMeta(list, matches, read, (row: ContactVersion) => row[list.sortBy] as SortValue, query, CONTACT_FILTERS);
     if (include.length > 0) {
       const data = await renderContacts(source, rows as ContactRow[], include);

@@ -1,6 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { t, type TSchema } from "elysia";
 import { parseTimestamp } from "../shared/time.ts";
+import type { Database, Db } from "../db/sql.ts";
 import { documentAs } from "./openapi-docs.ts";
 import { validationProblem, type FieldError } from "../shared/problem.ts";
 
@@ -202,11 +203,33 @@ export function parseTimestampFilter(name: string, value: unknown): number | und
 /**
  * pageWindow is what a list reads for its page: the page and one row more, whose presence tells
  * whether rows follow, so the last page's next_cursor is null even when that page is full. Not
- * meta.total: on PostgreSQL most lists count in a statement of their own, and a deletion between
- * the two would end a sync one page early.
+ * meta.total: a page that ends early tells the total without it (pageTotal).
  */
 export function pageWindow<S extends string>(list: ListQuery<S>): { cursor: CursorPosition | null; limit: number; offset: number } {
   return { cursor: list.cursor, limit: list.perPage + 1, offset: list.cursor ? 0 : (list.page - 1) * list.perPage };
+}
+
+/**
+ * pageTotal is the number of matches a page read by offset (pageWindow's rows) shows there are:
+ * one with no row after it, and not past the end, holds the last match. Null when it cannot tell
+ * (a cursor's page, rows following, an empty page after the first).
+ */
+export function pageTotal(list: ListQuery<string>, read: readonly unknown[]): number | null {
+  if (list.cursor || read.length > list.perPage) return null;
+  const offset = (list.page - 1) * list.perPage;
+  return read.length > 0 || offset === 0 ? offset + read.length : null;
+}
+
+/**
+ * readListPage reads a list's rows (pageWindow's) and the number of its matches in one snapshot,
+ * so meta.total counts what the page shows: on PostgreSQL a commit could land between two
+ * statements on the pool. It counts only when the page does not tell the total (pageTotal).
+ */
+export function readListPage<R>(db: Database, list: ListQuery<string>, rows: (db: Db) => Promise<R[]>, count: (db: Db) => Promise<number>): Promise<{ read: R[]; total: number }> {
+  return db.read(async (snapshot) => {
+    const read = await rows(snapshot);
+    return { read, total: pageTotal(list, read) ?? (await count(snapshot)) };
+  });
 }
 
 /** pageRows drops the row beyond the page that pageWindow read to learn whether more follow. */

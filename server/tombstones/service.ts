@@ -1,6 +1,6 @@
 import type { Db } from "../db/sql.ts";
 import { ProblemError } from "../shared/problem.ts";
-import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, type ListMeta } from "../http/list-query.ts";
+import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
 import type { Runtime } from "../runtime.ts";
 import { DAY_MS, toTimestamp } from "../shared/time.ts";
 import { TOMBSTONE_FILTERS, type Tombstone } from "./model.ts";
@@ -31,10 +31,15 @@ export async function listDeletedPage(rt: Runtime, resource: Resource, query: Re
     );
   }
   const after = since ?? -1;
-  const rows = await listTombstonesSince(rt.db, resource, after, pageWindow(list));
+  const { read, total } = await readListPage(
+    rt.db,
+    list,
+    (source) => listTombstonesSince(source, resource, after, pageWindow(list)),
+    (source) => countTombstonesSince(source, resource, after),
+  );
   return {
-    data: pageRows(list, rows).map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at) })),
-    meta: listMeta(list, await countTombstonesSince(rt.db, resource, after), rows, (row: TombstoneRow) => row.deleted_at, query, TOMBSTONE_FILTERS),
+    data: pageRows(list, read).map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at) })),
+    meta: listMeta(list, total, read, (row: TombstoneRow) => row.deleted_at, query, TOMBSTONE_FILTERS),
   };
 }
 

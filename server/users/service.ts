@@ -1,9 +1,9 @@
-import type { Db } from "../db/sql.ts";
+import type { Database, Db } from "../db/sql.ts";
 import { notFound, ProblemError } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
-import { listMeta, pageRows, pageWindow, parseListQuery, type ListMeta } from "../http/list-query.ts";
+import { listMeta, pageRows, pageWindow, parseListQuery, readListPage, type ListMeta } from "../http/list-query.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
 import type { User, UserPatch } from "./model.ts";
@@ -78,10 +78,10 @@ export async function allUsers(db: Db): Promise<User[]> {
 }
 
 /** listUsersPage returns one page of users for the list endpoint. */
-export async function listUsersPage(db: Db, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
+export async function listUsersPage(db: Database, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ["id"], defaultSort: "id", defaultDirection: "asc", filters: [], fixedOrder: true });
-  const rows = await listUsers(db, pageWindow(list));
-  return { data: pageRows(list, rows).map(toUser), meta: listMeta(list, await countUsers(db), rows, (row: UserRow) => row.id, query, []) };
+  const { read, total } = await readListPage(db, list, (source) => listUsers(source, pageWindow(list)), countUsers);
+  return { data: pageRows(list, read).map(toUser), meta: listMeta(list, total, read, (row: UserRow) => row.id, query, []) };
 }
 
 /** missingUserIds returns the given ids that name no user. */

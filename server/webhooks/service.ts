@@ -1,6 +1,6 @@
 import type { Database, Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
-import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, type CursorPosition, type ListMeta } from "../http/list-query.ts";
+import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { keepIdempotentResponse, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
@@ -195,12 +195,17 @@ export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSe
 }
 
 /** listSubscriptionsPage answers GET /webhook-subscriptions: newest first, filter `event`. */
-export async function listSubscriptionsPage(db: Db, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
+export async function listSubscriptionsPage(db: Database, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS, fixedOrder: true });
   const eventType = query.event as string | undefined;
-  const rows = await listSubscriptions(db, eventType, pageWindow(list));
-  const meta = listMeta(list, await countSubscriptions(db, eventType), rows, (row: SubscriptionRow) => row.created_at, query, SUBSCRIPTION_FILTERS);
-  return { data: pageRows(list, rows).map((row) => toSubscription(row)), meta };
+  const { read, total } = await readListPage(
+    db,
+    list,
+    (source) => listSubscriptions(source, eventType, pageWindow(list)),
+    (source) => countSubscriptions(source, eventType),
+  );
+  const meta = listMeta(list, total, read, (row: SubscriptionRow) => row.created_at, query, SUBSCRIPTION_FILTERS);
+  return { data: pageRows(list, read).map((row) => toSubscription(row)), meta };
 }
 
 /** listAllSubscriptions returns every subscription, newest first; there are at most MAX_SUBSCRIPTIONS. */
@@ -401,7 +406,7 @@ export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempot
 }
 
 /** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, status, created_after. */
-export async function listDeliveriesPage(db: Db, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
+export async function listDeliveriesPage(db: Database, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS, fixedOrder: true });
   const filters = {
     subscriptionId: query.subscription_id as string | undefined,
@@ -410,9 +415,14 @@ export async function listDeliveriesPage(db: Db, query: Record<string, unknown>)
     status: query.status as string | undefined,
     createdAfter: parseTimestampFilter("created_after", query.created_after),
   };
-  const rows = await listDeliveries(db, filters, pageWindow(list));
-  const meta = listMeta(list, await countDeliveries(db, filters), rows, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
-  return { data: pageRows(list, rows).map(toDelivery), meta };
+  const { read, total } = await readListPage(
+    db,
+    list,
+    (source) => listDeliveries(source, filters, pageWindow(list)),
+    (source) => countDeliveries(source, filters),
+  );
+  const meta = listMeta(list, total, read, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
+  return { data: pageRows(list, read).map(toDelivery), meta };
 }
 
 /** findDeliverySummary returns a delivery as lists show it (no body, no attempts), or null. */

@@ -454,6 +454,51 @@ describe("two instances on one PostgreSQL database", () => {
     }
   }, 60_000);
 
+  test("every list's meta.total counts the rows its page shows while the other instance adds and removes them: accounts, deleted accounts, users, subscriptions, deliveries", async () => {
+    // One pooled connection: a list's page and count queue behind the other lists' statements, while the other instance writes.
+    const narrow = await spawnServer([...SOURCE, "serve", "--port", "0", "--log-level", "warn", "--database-pool", "1"], { env });
+    try {
+      const writer = instances[0]!.url;
+      const since = encodeURIComponent(new Date().toISOString());
+      const pinged = (await api(writer, token, "POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/totals", events: ["webhook.ping"] })).body.data.id;
+      const lists = [
+        `/public/v1/accounts?created_after=${since}&per_page=100`,
+        `/public/v1/accounts/deleted?since=${since}&per_page=100`,
+        "/public/v1/users?per_page=100",
+        "/public/v1/webhook-subscriptions?per_page=100",
+        `/public/v1/webhook-deliveries?subscription_id=${pinged}&per_page=100`,
+      ];
+      let writing = true;
+      const disagreeing: { path: string; shown: number; total: number }[] = [];
+      const write = async () => {
+        try {
+          for (let round = 0; round < 40; round++) {
+            const account = (await api(writer, token, "POST", "/public/v1/accounts", { name: `Counted ${round}` })).body.data;
+            await api(writer, token, "DELETE", `/public/v1/accounts/${account.id}`);
+            await api(writer, token, "POST", "/public/v1/users", { name: `Counted ${round}`, email: `counted.${round}@example.com` });
+            const passing = (await api(writer, token, "POST", "/public/v1/webhook-subscriptions", { target_url: `http://127.0.0.1:9/passing/${round}`, events: ["webhook.ping"] })).body.data;
+            await api(writer, token, "DELETE", `/public/v1/webhook-subscriptions/${passing.id}`);
+            await api(writer, token, "POST", `/public/v1/webhook-subscriptions/${pinged}/test`);
+          }
+        } finally {
+          writing = false;
+        }
+      };
+      const read = async (path: string) => {
+        while (writing) {
+          const page = await api(narrow.url, token, "GET", path);
+          expect(page.status).toBe(200);
+          // A page that is not full holds every match: its total is its length.
+          if (page.body.data.length < 100 && page.body.meta.total !== page.body.data.length) disagreeing.push({ path, shown: page.body.data.length, total: page.body.meta.total });
+        }
+      };
+      await Promise.all([write(), ...lists.map(read)]);
+      expect(disagreeing).toEqual([]);
+    } finally {
+      await narrow.stopWith("SIGTERM");
+    }
+  }, 60_000);
+
   test("a read is answered while another session holds the write lock, its token's first use included (last_used_at takes no write lock)", async () => {
     const fresh = runCli([...SOURCE, "token", "create", "--name", "first use"], { env }).stdout.trim();
     const read = await holdingTheWriteLock(async () => await api(instances[0]!.url, fresh, "GET", "/public/v1/contacts?per_page=1"));
