@@ -76,19 +76,25 @@ function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDelivery
   return { filters, before };
 }
 
-/** latestDeliveries returns a page of the deliveries matching the filters, newest first (the latest 50, or older ones after `before`), with their subscriptions' descriptions. */
-export async function latestDeliveries(db: Db, query: DeliveryFilters, now = Date.now()): Promise<DeliveriesView> {
+/**
+ * latestDeliveries returns a page of the deliveries matching the filters, newest first (the latest
+ * 50, or older ones after `before`), with their subscriptions' descriptions; the page and its total
+ * are read in one snapshot, so "Showing all N" is the rows shown.
+ */
+export async function latestDeliveries(db: Database, query: DeliveryFilters, now = Date.now()): Promise<DeliveriesView> {
   const { filters, before } = checkDeliveryFilters(query);
-  const page = await deliveriesAfter(db, filters, before, LATEST_DELIVERIES);
-  const descriptions = new Map((await listAllSubscriptions(db)).map((s) => [s.id, s.description]));
-  const subjects = await eventSubjects(db, page.data.map((d) => d.event_id));
-  return {
-    data: page.data.map((d) => deliveryRow(d, descriptions.get(d.subscription_id) ?? null, subjects.get(d.event_id) ?? null)),
-    total: await countMatchingDeliveries(db, filters),
-    next: page.next ? positionText(page.next) : null,
-    older: before !== null,
-    refreshed_at: toTimestamp(now),
-  };
+  return db.read(async (source) => {
+    const page = await deliveriesAfter(source, filters, before, LATEST_DELIVERIES);
+    const descriptions = new Map((await listAllSubscriptions(source)).map((s) => [s.id, s.description]));
+    const subjects = await eventSubjects(source, page.data.map((d) => d.event_id));
+    return {
+      data: page.data.map((d) => deliveryRow(d, descriptions.get(d.subscription_id) ?? null, subjects.get(d.event_id) ?? null)),
+      total: await countMatchingDeliveries(source, filters),
+      next: page.next ? positionText(page.next) : null,
+      older: before !== null,
+      refreshed_at: toTimestamp(now),
+    };
+  });
 }
 
 function deliveryRow(d: Delivery, description: string | null, subjectId: string | null): DeliveryRowView {

@@ -566,7 +566,7 @@ export async function contactsWithEmail(db: Db, email: string): Promise<Contact[
   return (await findContactsByEmail(db, email.trim().toLowerCase())).map(toContact);
 }
 
-/** searchContacts returns a newest-first page of contacts matching an exact email or part of a name, after a position, with the count of all matches. */
+/** searchContacts returns a newest-first page of contacts matching an exact email or part of a name, after a position, with the count of all matches (read in one snapshot). */
 export async function searchContacts(
   db: Database,
   filters: Pick<ContactFilters, "email" | "fullName">,
@@ -574,9 +574,11 @@ export async function searchContacts(
   limit: number,
 ): Promise<{ data: Contact[]; total: number; next: CursorPosition | null }> {
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
-  const matches = await countContacts(db, filters);
-  const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
-  const page = rows.slice(0, limit);
-  const last = page.at(-1);
-  return { data: page.map(toContact), total: matches, next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
+  return db.read(async (source) => {
+    const matches = await countContacts(source, filters);
+    const rows = await listContacts(source, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
+    const page = rows.slice(0, limit);
+    const last = page.at(-1);
+    return { data: page.map(toContact), total: matches, next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
+  });
 }

@@ -118,3 +118,55 @@ test("the console's reads answer on PostgreSQL: charts, failures, deliveries abo
   expect(await search(db, first)).toEqual({ location: `/console/deliveries/${first}` });
   expect(await search(db, "ADA@example.com")).toEqual({ location: `/console/contacts/${contact}` });
 });
+
+/**
+ * totalsDisagreeing runs `add` (one row a write) while two readers read a view of fewer rows than
+ * a page again and again, and returns each view whose total was not the rows it showed.
+ */
+async function totalsDisagreeing(add: (n: number) => Promise<void>, view: () => Promise<{ shown: number; total: number }>): Promise<{ shown: number; total: number }[]> {
+  let adding = true;
+  const disagreeing: { shown: number; total: number }[] = [];
+  const write = async () => {
+    try {
+      for (let n = 0; n < 45; n++) await add(n);
+    } finally {
+      adding = false;
+    }
+  };
+  const look = async () => {
+    while (adding) {
+      const seen = await view();
+      if (seen.total !== seen.shown) disagreeing.push(seen);
+    }
+  };
+  await Promise.all([write(), look(), look()]);
+  return disagreeing;
+}
+
+const countedId = (prefix: string, n: number) => `${prefix}_01M8${String(9000 + n).padStart(22, "0")}`;
+
+test("the console's deliveries table counts what it shows while deliveries are added: every total is its rows", async () => {
+  const now = Date.now();
+  const sub = countedId("sub", 0);
+  await db.run("INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, created_at, updated_at) VALUES (?, 'https://receiver.example.com/counted', 'Counted', '[\"contact.updated\"]', 'whsec_x', ?, ?)", [sub, now, now]);
+  const add = (n: number) =>
+    db.write(async (tx) => {
+      await tx.run("INSERT INTO events (id, type, payload, created_at) VALUES (?, 'contact.updated', '{}', ?)", [countedId("evt", n), now + n]);
+      await tx.run("INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, status, created_at, updated_at) VALUES (?, ?, 'contact.updated', ?, 'https://receiver.example.com/counted', 'pending', ?, ?)", [countedId("dlv", n), countedId("evt", n), sub, now + n, now + n]);
+    });
+  const view = async () => {
+    const seen = await latestDeliveries(db, { subscription_id: sub });
+    return { shown: seen.data.length, total: seen.total };
+  };
+  expect(await totalsDisagreeing(add, view)).toEqual([]);
+});
+
+test("the console's contacts search counts what it shows while contacts are added: every total is its rows", async () => {
+  const now = Date.now();
+  const add = (n: number) => db.write(async (tx) => void (await tx.run("INSERT INTO contacts (id, first_name, last_name, email, created_at, updated_at) VALUES (?, 'Counted', ?, ?, ?, ?)", [countedId("con", n), `${n}`, `counted.${n}@example.com`, now + n, now + n])));
+  const view = async () => {
+    const seen = await contactsPage(db, { q: "Counted" });
+    return { shown: seen.contacts.length, total: seen.total };
+  };
+  expect(await totalsDisagreeing(add, view)).toEqual([]);
+});
