@@ -503,30 +503,40 @@ export class DeliveryLoop {
   private record(attempt: Omit<UnrecordedAttempt, "settle">): Promise<RecordedAttempt | null> {
     const settle = Promise.withResolvers<RecordedAttempt | null>();
     this.unrecorded.push({ ...attempt, settle });
-    if (this.unrecorded.length === 1) {
-      const { db, config } = this.deps;
-      let batch: UnrecordedAttempt[] = [];
-      db
-        .write(async (tx) => {
-          batch = this.unrecorded.splice(0);
-          const now = Date.now();
-          const rows: (RecordedAttempt | null)[] = [];
-          for (const a of batch) {
-            rows.push(await recordAttempt(tx, config, this.deps.log, a.due, a.result, a.trigger, now));
-            await a.inRecordWrite?.(tx);
-          }
-          await addAttemptStats(tx, batch.map((a) => ({ subscription_id: a.due.subscription_id, started_at: a.result.started_at, duration_ms: a.result.duration_ms, succeeded: succeeded(a.result) })));
-          return rows;
-        })
-        .then(
-          (rows) => batch.forEach((a, i) => a.settle.resolve(rows[i]!)),
-          (error: unknown) => {
-            if (batch.length === 0) batch = this.unrecorded.splice(0);
-            for (const a of batch) a.settle.reject(error);
-          },
-        );
-    }
+    if (this.unrecorded.length === 1) void this.recordTogether();
     return settle.promise;
+  }
+
+  /**
+   * recordTogether records the attempts waiting in one write. When that write fails, each is
+   * recorded again in a write of its own: an attempt that cannot be stored fails alone, instead of
+   * failing the others beside it, which would then be sent again once their leases ran out.
+   */
+  private async recordTogether(): Promise<void> {
+    let batch: UnrecordedAttempt[] = [];
+    try {
+      const rows = await this.deps.db.write((tx) => {
+        batch = this.unrecorded.splice(0);
+        return this.recordAttempts(tx, batch);
+      });
+      batch.forEach((a, i) => a.settle.resolve(rows[i]!));
+    } catch (error) {
+      if (batch.length === 0) batch = this.unrecorded.splice(0);
+      if (batch.length === 1) return batch[0]!.settle.reject(error);
+      for (const a of batch) this.deps.db.write((tx) => this.recordAttempts(tx, [a])).then((rows) => a.settle.resolve(rows[0]!), a.settle.reject);
+    }
+  }
+
+  /** recordAttempts stores each attempt's outcome and runs its inRecordWrite, then adds them to their subscriptions' statistics. */
+  private async recordAttempts(tx: Db, attempts: UnrecordedAttempt[]): Promise<(RecordedAttempt | null)[]> {
+    const now = Date.now();
+    const rows: (RecordedAttempt | null)[] = [];
+    for (const a of attempts) {
+      rows.push(await recordAttempt(tx, this.deps.config, this.deps.log, a.due, a.result, a.trigger, now));
+      await a.inRecordWrite?.(tx);
+    }
+    await addAttemptStats(tx, attempts.map((a) => ({ subscription_id: a.due.subscription_id, started_at: a.result.started_at, duration_ms: a.result.duration_ms, succeeded: succeeded(a.result) })));
+    return rows;
   }
 
   /**

@@ -112,3 +112,39 @@ describe("webhook leases: an attempt that outlived its lease", () => {
     expect(await stored(delivery.id)).toEqual({ status: "pending", attempts: 0, locked_until: null });
   });
 });
+
+describe("webhook attempts recorded together: one that cannot be stored", () => {
+  /** poisonAttemptsOf makes the database refuse every attempt row of one delivery, as an unforeseen fault would. */
+  async function poisonAttemptsOf(deliveryId: string): Promise<void> {
+    if (h.rt.db.dialect === "sqlite") {
+      await h.rt.db.run(`CREATE TRIGGER poisoned_attempt BEFORE INSERT ON webhook_delivery_attempts WHEN NEW.delivery_id = '${deliveryId}' BEGIN SELECT RAISE(ABORT, 'poisoned attempt'); END`);
+    } else {
+      await h.rt.db.run("CREATE FUNCTION poisoned_attempt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'poisoned attempt'; END $$");
+      await h.rt.db.run(`CREATE TRIGGER poisoned_attempt BEFORE INSERT ON webhook_delivery_attempts FOR EACH ROW WHEN (NEW.delivery_id = '${deliveryId}') EXECUTE FUNCTION poisoned_attempt()`);
+    }
+  }
+
+  test("the attempts finished beside it are recorded once, and only its own failure is logged", async () => {
+    const logged: any[] = [];
+    h = await scope.harness({}, { log: createLogger("warn", (line) => logged.push(JSON.parse(line))) });
+    const r = scope.receiver();
+    r.hold();
+    await h.subscribe(r.url, ["contact.created"]);
+    for (const name of ["Ada", "Poisoned", "Grace", "Edsger"]) expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: name } })).status).toBe(201);
+    await waitFor(() => r.received.length === 4, "the four attempts at the receiver");
+    const poisoned = r.received.find((request) => request.json.data.first_name === "Poisoned")!.headers["webhook-id"]!;
+    const healthy = r.received.map((request) => request.headers["webhook-id"]!).filter((id) => id !== poisoned);
+    await poisonAttemptsOf(poisoned);
+    // All four answered at once: their outcomes are recorded in one write.
+    r.release();
+    await waitFor(async () => (await Promise.all(healthy.map(stored))).every((d) => d.status === "succeeded"), "the three healthy deliveries to succeed");
+    const recorded = await Promise.all(healthy.map((id) => h.delivery(id)));
+    expect(recorded.map((d) => [d.status, d.attempts, d.attempt_history.length])).toEqual(Array(3).fill(["succeeded", 1, 1]));
+    // Each was sent once: none waited for its lease to run out and went out again.
+    expect(healthy.map((id) => r.received.filter((request) => request.headers["webhook-id"] === id).length)).toEqual([1, 1, 1]);
+    const unrecorded = logged.filter((line) => line.msg === "webhook delivery attempt could not be recorded");
+    expect(unrecorded.length).toBeGreaterThan(0);
+    expect(unrecorded.map((line) => line.delivery_id)).toEqual(unrecorded.map(() => poisoned));
+    expect(unrecorded[0].error).toContain("poisoned attempt");
+  });
+});
