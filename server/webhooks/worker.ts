@@ -522,8 +522,32 @@ export class DeliveryLoop {
       batch.forEach((a, i) => a.settle.resolve(rows[i]!));
     } catch (error) {
       if (batch.length === 0) batch = this.unrecorded.splice(0);
-      if (batch.length === 1) return batch[0]!.settle.reject(error);
-      for (const a of batch) this.deps.db.write((tx) => this.recordAttempts(tx, [a])).then((rows) => a.settle.resolve(rows[0]!), a.settle.reject);
+      for (const a of batch) void (batch.length === 1 ? this.recordWithoutResponse(a, error) : this.recordAlone(a));
+    }
+  }
+
+  /** recordAlone records one attempt in a write of its own, or without the receiver's response when the database refuses it. */
+  private async recordAlone(attempt: UnrecordedAttempt): Promise<void> {
+    try {
+      attempt.settle.resolve((await this.deps.db.write((tx) => this.recordAttempts(tx, [attempt])))[0]!);
+    } catch (error) {
+      await this.recordWithoutResponse(attempt, error);
+    }
+  }
+
+  /**
+   * recordWithoutResponse records an attempt the database refused once more without the headers
+   * and body the receiver sent back, what it refused until now (a NUL, an overlong header): its
+   * outcome is kept, so it is not sent again after every lease for as long as it is refused.
+   */
+  private async recordWithoutResponse(attempt: UnrecordedAttempt, refusal: unknown): Promise<void> {
+    const stripped = { ...attempt, result: { ...attempt.result, response_headers: {}, response_body: null } };
+    try {
+      const [row] = await this.deps.db.write((tx) => this.recordAttempts(tx, [stripped]));
+      this.deps.log.warn("webhook delivery attempt recorded without the receiver's headers and body, which the database refused", { delivery_id: attempt.due.id, error: String(refusal) });
+      attempt.settle.resolve(row!);
+    } catch {
+      attempt.settle.reject(refusal);
     }
   }
 

@@ -114,17 +114,23 @@ describe("webhook leases: an attempt that outlived its lease", () => {
 });
 
 describe("webhook attempts recorded together: one that cannot be stored", () => {
-  /** poisonAttemptsOf makes the database refuse every attempt row of one delivery, as an unforeseen fault would. */
-  async function poisonAttemptsOf(deliveryId: string): Promise<void> {
+  /** poisonAttemptsOf makes the database refuse the attempt rows of one delivery (those with a response body only, if told), as an unforeseen fault would. */
+  async function poisonAttemptsOf(deliveryId: string, withBodyOnly: boolean): Promise<void> {
+    const condition = `NEW.delivery_id = '${deliveryId}'${withBodyOnly ? " AND NEW.response_body IS NOT NULL" : ""}`;
     if (h.rt.db.dialect === "sqlite") {
-      await h.rt.db.run(`CREATE TRIGGER poisoned_attempt BEFORE INSERT ON webhook_delivery_attempts WHEN NEW.delivery_id = '${deliveryId}' BEGIN SELECT RAISE(ABORT, 'poisoned attempt'); END`);
+      await h.rt.db.run(`CREATE TRIGGER poisoned_attempt BEFORE INSERT ON webhook_delivery_attempts WHEN ${condition} BEGIN SELECT RAISE(ABORT, 'poisoned attempt'); END`);
     } else {
       await h.rt.db.run("CREATE FUNCTION poisoned_attempt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'poisoned attempt'; END $$");
-      await h.rt.db.run(`CREATE TRIGGER poisoned_attempt BEFORE INSERT ON webhook_delivery_attempts FOR EACH ROW WHEN (NEW.delivery_id = '${deliveryId}') EXECUTE FUNCTION poisoned_attempt()`);
+      await h.rt.db.run(`CREATE TRIGGER poisoned_attempt BEFORE INSERT ON webhook_delivery_attempts FOR EACH ROW WHEN (${condition}) EXECUTE FUNCTION poisoned_attempt()`);
     }
   }
 
-  test("the attempts finished beside it are recorded once, and only its own failure is logged", async () => {
+  /**
+   * fourAnsweredAtOnce sends four deliveries that the receiver holds, poisons one, then lets all
+   * four be answered at once (their outcomes are recorded in one write); it returns the receiver,
+   * the poisoned delivery's id, the other three's, and the warn and error lines logged.
+   */
+  async function fourAnsweredAtOnce(withBodyOnly: boolean) {
     const logged: any[] = [];
     h = await scope.harness({}, { log: createLogger("warn", (line) => logged.push(JSON.parse(line))) });
     const r = scope.receiver();
@@ -134,17 +140,39 @@ describe("webhook attempts recorded together: one that cannot be stored", () => 
     await waitFor(() => r.received.length === 4, "the four attempts at the receiver");
     const poisoned = r.received.find((request) => request.json.data.first_name === "Poisoned")!.headers["webhook-id"]!;
     const healthy = r.received.map((request) => request.headers["webhook-id"]!).filter((id) => id !== poisoned);
-    await poisonAttemptsOf(poisoned);
-    // All four answered at once: their outcomes are recorded in one write.
+    await poisonAttemptsOf(poisoned, withBodyOnly);
     r.release();
     await waitFor(async () => (await Promise.all(healthy.map(stored))).every((d) => d.status === "succeeded"), "the three healthy deliveries to succeed");
+    return { r, poisoned, healthy, logged };
+  }
+
+  /** sends counts the requests the receiver got for each delivery id. */
+  const sends = (r: { received: { headers: Record<string, string> }[] }, ids: string[]) => ids.map((id) => r.received.filter((request) => request.headers["webhook-id"] === id).length);
+
+  test("the attempts finished beside it are recorded once, and only its own failure is logged", async () => {
+    const { r, poisoned, healthy, logged } = await fourAnsweredAtOnce(false);
     const recorded = await Promise.all(healthy.map((id) => h.delivery(id)));
     expect(recorded.map((d) => [d.status, d.attempts, d.attempt_history.length])).toEqual(Array(3).fill(["succeeded", 1, 1]));
     // Each was sent once: none waited for its lease to run out and went out again.
-    expect(healthy.map((id) => r.received.filter((request) => request.headers["webhook-id"] === id).length)).toEqual([1, 1, 1]);
-    const unrecorded = logged.filter((line) => line.msg === "webhook delivery attempt could not be recorded");
-    expect(unrecorded.length).toBeGreaterThan(0);
+    expect(sends(r, healthy)).toEqual([1, 1, 1]);
+    const unrecorded = await waitFor(() => {
+      const lines = logged.filter((line) => line.msg === "webhook delivery attempt could not be recorded");
+      return lines.length > 0 && lines;
+    }, "the poisoned attempt's failure to be logged");
     expect(unrecorded.map((line) => line.delivery_id)).toEqual(unrecorded.map(() => poisoned));
     expect(unrecorded[0].error).toContain("poisoned attempt");
+  });
+
+  test("an attempt refused for what the receiver sent back is recorded without its headers and body: its outcome is kept and it is not sent again", async () => {
+    const { r, poisoned, healthy, logged } = await fourAnsweredAtOnce(true);
+    await waitFor(async () => (await stored(poisoned)).status === "succeeded", "the poisoned delivery to succeed");
+    const detail = await h.delivery(poisoned);
+    expect([detail.status, detail.attempts, detail.attempt_history.length]).toEqual(["succeeded", 1, 1]);
+    expect(detail.attempt_history[0]).toMatchObject({ response_status: 200, response_headers: {}, response_body: null, error: null });
+    expect(sends(r, [poisoned, ...healthy])).toEqual([1, 1, 1, 1]);
+    expect(logged.map((line) => ({ msg: line.msg, delivery_id: line.delivery_id }))).toEqual([
+      { msg: "webhook delivery attempt recorded without the receiver's headers and body, which the database refused", delivery_id: poisoned },
+    ]);
+    expect(logged[0].error).toContain("poisoned attempt");
   });
 });
