@@ -1,3 +1,4 @@
+import { databaseFailureOf } from "../db/backend.ts";
 import type { Database, Db } from "../db/sql.ts";
 import type { Config } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
@@ -508,9 +509,11 @@ export class DeliveryLoop {
   }
 
   /**
-   * recordTogether records the attempts waiting in one write. When that write fails, each is
-   * recorded again in a write of its own: an attempt that cannot be stored fails alone, instead of
-   * failing the others beside it, which would then be sent again once their leases ran out.
+   * recordTogether records the attempts waiting in one write. When the database refused that
+   * write, each is recorded again in a write of its own: an attempt that cannot be stored fails
+   * alone, instead of failing the others beside it, which would then be sent again once their
+   * leases ran out. A database that cannot be used just now (databaseFailureOf) fails them all, to
+   * be sent again after their leases and recorded whole.
    */
   private async recordTogether(): Promise<void> {
     let batch: UnrecordedAttempt[] = [];
@@ -522,6 +525,7 @@ export class DeliveryLoop {
       batch.forEach((a, i) => a.settle.resolve(rows[i]!));
     } catch (error) {
       if (batch.length === 0) batch = this.unrecorded.splice(0);
+      if (databaseFailureOf(error) !== null) return batch.forEach((a) => a.settle.reject(error));
       for (const a of batch) void (batch.length === 1 ? this.recordWithoutResponse(a, error) : this.recordAlone(a));
     }
   }
@@ -531,7 +535,8 @@ export class DeliveryLoop {
     try {
       attempt.settle.resolve((await this.deps.db.write((tx) => this.recordAttempts(tx, [attempt])))[0]!);
     } catch (error) {
-      await this.recordWithoutResponse(attempt, error);
+      if (databaseFailureOf(error) !== null) attempt.settle.reject(error);
+      else await this.recordWithoutResponse(attempt, error);
     }
   }
 

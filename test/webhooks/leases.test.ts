@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { metricsText } from "../../server/ops/service.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { ISO } from "../foundation/support.ts";
+import { postgresOnly } from "../support/backend.ts";
 import { parseExposition } from "../ops/prometheus.ts";
 import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -175,5 +176,23 @@ describe("webhook attempts recorded together: one that cannot be stored", () => 
       { msg: "webhook delivery attempt recorded without the receiver's headers and body, which the database refused", delivery_id: poisoned },
     ]);
     expect(logged[0].error).toContain("poisoned attempt");
+  });
+
+  postgresOnly("a database that cannot be used just now keeps the whole outcome: nothing is recorded without the response, the attempt is sent again after its lease and recorded whole", async () => {
+    const logged: any[] = [];
+    h = await scope.harness({}, { log: createLogger("warn", (line) => logged.push(JSON.parse(line))) });
+    const r = scope.receiver();
+    // A sequence counts outside transactions: the first attempt row is refused as a restarting server would refuse it, no later one.
+    await h.rt.db.run("CREATE SEQUENCE attempt_rows_seen");
+    await h.rt.db.run("CREATE FUNCTION refuse_first_attempt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF nextval('attempt_rows_seen') = 1 THEN RAISE EXCEPTION 'the database system is starting up' USING ERRCODE = '57P03'; END IF; RETURN NEW; END $$");
+    await h.rt.db.run("CREATE TRIGGER refuse_first_attempt BEFORE INSERT ON webhook_delivery_attempts FOR EACH ROW EXECUTE FUNCTION refuse_first_attempt()");
+    await h.subscribe(r.url, ["contact.created"]);
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).status).toBe(201);
+    const [listed] = await h.deliveries();
+    await waitFor(async () => (await stored(listed.id)).status === "succeeded", "the delivery to succeed once sent again");
+    const detail = await h.delivery(listed.id);
+    expect([detail.attempts, detail.attempt_history.map((a: { response_status: number; response_body: string }) => [a.response_status, a.response_body])]).toEqual([1, [[200, "ok"]]]);
+    expect(r.received.length).toBe(2);
+    expect(logged.map((line) => ({ msg: line.msg, delivery_id: line.delivery_id }))).toEqual([{ msg: "webhook delivery attempt could not be recorded", delivery_id: listed.id }]);
   });
 });
