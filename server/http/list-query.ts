@@ -206,7 +206,12 @@ export function parseTimestampFilter(name: string, value: unknown): number | und
  * meta.total: a page that ends early tells the total without it (pageTotal).
  */
 export function pageWindow<S extends string>(list: ListQuery<S>): { cursor: CursorPosition | null; limit: number; offset: number } {
-  return { cursor: list.cursor, limit: list.perPage + 1, offset: list.cursor ? 0 : (list.page - 1) * list.perPage };
+  return { cursor: list.cursor, limit: list.perPage + 1, offset: list.cursor ? 0 : pageOffset(list) };
+}
+
+/** pageOffset is how many matches come before a page read by page number. */
+function pageOffset(list: ListQuery<string>): number {
+  return (list.page - 1) * list.perPage;
 }
 
 /**
@@ -216,7 +221,7 @@ export function pageWindow<S extends string>(list: ListQuery<S>): { cursor: Curs
  */
 export function pageTotal(list: ListQuery<string>, read: readonly unknown[]): number | null {
   if (list.cursor || read.length > list.perPage) return null;
-  const offset = (list.page - 1) * list.perPage;
+  const offset = pageOffset(list);
   return read.length > 0 || offset === 0 ? offset + read.length : null;
 }
 

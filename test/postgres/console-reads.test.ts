@@ -46,6 +46,9 @@ async function readBoth(sql: string): Promise<[unknown[], unknown[]]> {
 
 const HOUR = 3_600_000;
 
+/** idOf makes the n-th id with a prefix, in the form the console's filters accept. */
+const idOf = (prefix: string, n: number) => `${prefix}_01M8${String(n).padStart(22, "0")}`;
+
 test("the hourly delivery counts follow inserts, changes of status and deletions alike, and lose the rows that reach zero", async () => {
   await onBoth("INSERT INTO events (id, type, payload, created_at) VALUES (?, 'contact.updated', ?, 1), (?, 'webhook.ping', ?, 1)", [
     "evt_a",
@@ -87,13 +90,12 @@ test("an event's subject is the id its data names, alike, and none for an event 
 
 test("the console's reads answer on PostgreSQL: charts, failures, deliveries about a contact, a contact's page, contacts by email, search", async () => {
   const now = Date.now();
-  const id = (prefix: string, n: number) => `${prefix}_01M8${String(n).padStart(22, "0")}`;
-  const [sub, contact, first, second] = [id("sub", 1), id("con", 1), id("dlv", 1), id("dlv", 2)];
+  const [sub, contact, first, second] = [idOf("sub", 1), idOf("con", 1), idOf("dlv", 1), idOf("dlv", 2)];
   await db.run("INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, created_at, updated_at) VALUES (?, 'https://receiver.example.com/hooks', 'Warehouse', '[\"contact.updated\"]', 'whsec_x', ?, ?)", [sub, now - 86_400_000, now - 86_400_000]);
   await db.run("INSERT INTO contacts (id, first_name, last_name, email, created_at, updated_at) VALUES (?, 'Ada', 'Lovelace', 'ada@example.com', ?, ?)", [contact, now - 86_400_000, now - 86_400_000]);
   for (const [delivery, event, at, status, code] of [
-    [first, id("evt", 1), now - 2 * HOUR, "failed", 500],
-    [second, id("evt", 2), now - 1000, "succeeded", 200],
+    [first, idOf("evt", 1), now - 2 * HOUR, "failed", 500],
+    [second, idOf("evt", 2), now - 1000, "succeeded", 200],
   ] as const) {
     await db.run("INSERT INTO events (id, type, payload, created_at) VALUES (?, 'contact.updated', ?, ?)", [event, JSON.stringify({ type: "contact.updated", event_id: event, data: { id: contact } }), at]);
     await db.run(
@@ -143,7 +145,8 @@ async function totalsDisagreeing(add: (n: number) => Promise<void>, view: () => 
   return disagreeing;
 }
 
-const countedId = (prefix: string, n: number) => `${prefix}_01M8${String(9000 + n).padStart(22, "0")}`;
+/** countedId is an id of the counting tests, apart from those above. */
+const countedId = (prefix: string, n: number) => idOf(prefix, 9000 + n);
 
 test("the console's deliveries table counts what it shows while deliveries are added: every total is its rows", async () => {
   const now = Date.now();
