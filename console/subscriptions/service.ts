@@ -1,14 +1,15 @@
-import type { Db } from "../../server/db/sql.ts";
+import type { Database, Db } from "../../server/db/sql.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import {
+  addSubscription,
+  checkSubscriptionTarget,
   countMatchingDeliveries,
   countRecoverable,
   createSubscription,
-  deleteSubscription,
   deliveriesAfter,
   endRotationGrace,
   findSubscription,
@@ -16,6 +17,7 @@ import {
   listAllSubscriptions,
   recoverDeliveries,
   recoveryWindow,
+  removeSubscription,
   rotateSecret,
   sendTestEvent,
   subscriptionDeliveryCounts,
@@ -93,13 +95,15 @@ export async function subscriptionChoices(db: Db): Promise<SubscriptionChoice[]>
 }
 
 /** subscriptionsOverview lists every subscription with its recent counts, and the rotations still open. */
-export async function subscriptionsOverview(db: Db, now = Date.now()): Promise<{ subscriptions: SubscriptionOverview[]; rotations: RotationView[] }> {
-  const counts = await subscriptionDeliveryCounts(db, now - RECENT_MS);
-  const rotations = (await Promise.all((await listOpenRotations(db)).map((row) => toRotationView(db, row)))).filter((r) => r.step !== "abandoned");
-  return {
-    subscriptions: (await subscriptionChoices(db)).map((choice) => ({ ...choice, counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 } })),
-    rotations,
-  };
+export function subscriptionsOverview(db: Database, now = Date.now()): Promise<{ subscriptions: SubscriptionOverview[]; rotations: RotationView[] }> {
+  return db.read(async (snapshot) => {
+    const counts = await subscriptionDeliveryCounts(snapshot, now - RECENT_MS);
+    const rotations = (await Promise.all((await listOpenRotations(snapshot)).map((row) => toRotationView(snapshot, row)))).filter((r) => r.step !== "abandoned");
+    return {
+      subscriptions: (await subscriptionChoices(snapshot)).map((choice) => ({ ...choice, counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 } })),
+      rotations,
+    };
+  });
 }
 
 /** RotationView is the rotation wizard's state, derived from the database so it can be resumed at any time. */
@@ -134,25 +138,32 @@ async function toRotationView(db: Db, row: RotationRow): Promise<RotationView> {
   };
 }
 
-/** rotationView returns the state of one rotation, or throws 404. */
-export async function rotationView(db: Db, id: string): Promise<RotationView> {
-  const row = await findRotation(db, id);
-  if (!row) throw notFound("rotation", id);
-  return toRotationView(db, row);
+/** rotationView returns the state of one rotation, read in one snapshot, or throws 404. */
+export function rotationView(db: Database, id: string): Promise<RotationView> {
+  return db.read(async (snapshot) => {
+    const row = await findRotation(snapshot, id);
+    if (!row) throw notFound("rotation", id);
+    return toRotationView(snapshot, row);
+  });
 }
 
 /**
  * startRotation creates the new subscription that is to replace `oldId` and returns the rotation
  * with the new secret (shown once). If a rotation away from `oldId` is already under way it is
- * returned instead, without a secret, so a repeated form post does not create a second subscription.
+ * returned instead, without a secret. The check and the creation commit together, so a form sent
+ * twice at once (a double click) starts one rotation.
  */
 export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, now = Date.now()): Promise<{ id: string; secret: string | null }> {
-  const old = await getSubscription(rt.db, oldId);
-  const open = await openRotationFrom(rt.db, oldId);
-  if (open) return { id: open, secret: null };
-  const created = await createSubscriptionFromForm(rt, form);
-  await insertRotation(rt.db, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
-  return { id: created.id, secret: created.secret };
+  const input = subscriptionInputFrom(form);
+  await checkSubscriptionTarget(rt, input.target_url);
+  return rt.db.write(async (tx) => {
+    const old = await getSubscription(tx, oldId);
+    const open = await openRotationFrom(tx, oldId);
+    if (open) return { id: open, secret: null };
+    const created = (await addSubscription(rt, tx, input, null)).body.data;
+    await insertRotation(tx, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
+    return { id: created.id, secret: created.secret };
+  });
 }
 
 /** sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its delivery. */
@@ -174,16 +185,13 @@ export async function finishRotation(rt: Runtime, id: string, confirmed: boolean
   if (view.test?.status !== "succeeded") {
     throw new ProblemError(409, "rotation-untested", "The old subscription can be deleted only after a test event was delivered successfully to the new one.");
   }
-  if (view.old.subscription) {
-    if (!confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the old subscription is to be deleted.");
-    try {
-      await deleteSubscription(rt, view.old.id);
-    } catch (error) {
-      // Deleted meanwhile (another tab, the API): the goal is reached all the same.
-      if (!(error instanceof ProblemError && error.status === 404)) throw error;
-    }
-  }
-  await markRotationCompleted(rt.db, id, now);
+  if (view.old.subscription && !confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the old subscription is to be deleted.");
+  // One commit, so the rotation is never seen with its old subscription gone and itself not done.
+  // An old subscription deleted meanwhile (another tab, the API) reaches the goal all the same.
+  await rt.db.write(async (tx) => {
+    await removeSubscription(tx, view.old.id, now);
+    await markRotationCompleted(tx, id, now);
+  });
 }
 
 /** SecretRotationView is a secret rotation's state, derived from the subscription: its grace period and latest test event since the rotation. */
@@ -195,13 +203,15 @@ export interface SecretRotationView {
 }
 
 /** secretRotationView returns where the secret rotation of a subscription stands, or throws 404. */
-export async function secretRotationView(db: Db, id: string, now = Date.now()): Promise<SecretRotationView> {
-  const subscription = await getSubscription(db, id);
-  const graceRunning = subscription.previous_secret_expires_at !== null && Date.parse(subscription.previous_secret_expires_at) > now;
-  if (!graceRunning) return { subscription, step: "rotate", test: null };
-  // The latest webhook.ping sent since the rotation is the wizard's test event.
-  const [ping] = (await deliveriesAfter(db, { subscriptionId: id, eventType: "webhook.ping", createdAfter: Date.parse(subscription.secret_rotated_at!) - 1 }, null, 1)).data;
-  return { subscription, step: "test", test: ping ? await findDeliveryWatch(db, ping.id) : null };
+export function secretRotationView(db: Database, id: string, now = Date.now()): Promise<SecretRotationView> {
+  return db.read(async (snapshot) => {
+    const subscription = await getSubscription(snapshot, id);
+    const graceRunning = subscription.previous_secret_expires_at !== null && Date.parse(subscription.previous_secret_expires_at) > now;
+    if (!graceRunning) return { subscription, step: "rotate", test: null };
+    // The latest webhook.ping sent since the rotation is the wizard's test event.
+    const [ping] = (await deliveriesAfter(snapshot, { subscriptionId: id, eventType: "webhook.ping", createdAfter: Date.parse(subscription.secret_rotated_at!) - 1 }, null, 1)).data;
+    return { subscription, step: "test", test: ping ? await findDeliveryWatch(snapshot, ping.id) : null };
+  });
 }
 
 /** rotateSecretFromForm rotates a subscription's secret with the grace period typed in hours, and returns the new secret (shown once). */

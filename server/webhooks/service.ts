@@ -124,8 +124,14 @@ function newSecret(): string {
   return `${SECRET_PREFIX}${randomBytes(32).toString("base64")}`;
 }
 
-/** refuseNonPublicTarget throws 422 when the target's host resolves to a non-public address. */
-async function refuseNonPublicTarget(rt: Runtime, targetUrl: string): Promise<void> {
+/**
+ * checkSubscriptionTarget throws 422 for a target the URL rules refuse, or whose host resolves to a
+ * non-public address unless private targets are allowed. It runs before the write that stores the
+ * subscription, as its address lookup may take a while.
+ */
+export async function checkSubscriptionTarget(rt: Runtime, targetUrl: string): Promise<void> {
+  const urlError = checkTargetUrl(targetUrl);
+  if (urlError) throw validationProblem([{ pointer: "/target_url", detail: urlError }]);
   if (rt.config.allowPrivateTargets) return;
   try {
     await resolveTarget(new URL(targetUrl).hostname, rt.network.resolve, false);
@@ -136,44 +142,44 @@ async function refuseNonPublicTarget(rt: Runtime, targetUrl: string): Promise<vo
 }
 
 /**
- * createSubscription validates the target (URL rules, then the address check unless private
- * targets are allowed) and stores the subscription with a new secret and the idempotent
- * response in one commit. The secret appears in full only in this response; the database holds
- * it sealed, in the subscription and in the response kept for replays.
+ * createSubscription checks the target (checkSubscriptionTarget) and stores the subscription with
+ * a new secret and the idempotent response in one commit. The secret appears in full only in this
+ * response; the database holds it sealed, in the subscription and in the response kept for replays.
  */
 export async function createSubscription(rt: Runtime, input: SubscriptionInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
-  const urlError = checkTargetUrl(input.target_url);
-  if (urlError) throw validationProblem([{ pointer: "/target_url", detail: urlError }]);
-  await refuseNonPublicTarget(rt, input.target_url);
+  await checkSubscriptionTarget(rt, input.target_url);
+  return rt.db.write((tx) => addSubscription(rt, tx, input, idempotency));
+}
+
+/** addSubscription stores a subscription whose target was checked, with a new secret, inside the caller's write; past the cap it throws 422. */
+export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+  // Counted inside the write, so concurrent creates cannot pass the cap together.
+  if (await countSubscriptions(tx, undefined) >= MAX_SUBSCRIPTIONS) {
+    throw validationProblem([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions.");
+  }
   const secret = newSecret();
-  return rt.db.write(async (tx) => {
-    // Counted inside the write, so concurrent creates cannot pass the cap together.
-    if (await countSubscriptions(tx, undefined) >= MAX_SUBSCRIPTIONS) {
-      throw validationProblem([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions.");
-    }
-    const now = Date.now();
-    const id = newId("sub", now);
-    const row: SubscriptionRow = {
-      id,
-      target_url: input.target_url,
-      description: input.description ?? null,
-      events: JSON.stringify(input.events),
-      secret: rt.secrets.seal(id, secret),
-      previous_secret: null,
-      previous_secret_expires_at: null,
-      secret_rotated_at: null,
-      status: "active",
-      disabled_at: null,
-      disabled_reason: null,
-      paused_at: null,
-      max_rate: input.max_rate ?? null,
-      failing_since: null,
-      created_at: now,
-      updated_at: now,
-    };
-    await insertSubscription(tx, row, input.events);
-    return answerWithSecret(tx, row, secret, 201, idempotency, now);
-  });
+  const now = Date.now();
+  const id = newId("sub", now);
+  const row: SubscriptionRow = {
+    id,
+    target_url: input.target_url,
+    description: input.description ?? null,
+    events: JSON.stringify(input.events),
+    secret: rt.secrets.seal(id, secret),
+    previous_secret: null,
+    previous_secret_expires_at: null,
+    secret_rotated_at: null,
+    status: "active",
+    disabled_at: null,
+    disabled_reason: null,
+    paused_at: null,
+    max_rate: input.max_rate ?? null,
+    failing_since: null,
+    created_at: now,
+    updated_at: now,
+  };
+  await insertSubscription(tx, row, input.events);
+  return answerWithSecret(tx, row, secret, 201, idempotency, now);
 }
 
 /**
@@ -233,13 +239,18 @@ export async function getSubscriptionStats(db: Db, id: string): Promise<Subscrip
   return subscriptionStats(db, row);
 }
 
-/** deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is sent to it. */
+/** deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is sent to it; 404 when there is none. */
 export async function deleteSubscription(rt: Runtime, id: string): Promise<void> {
   return rt.db.write(async (tx) => {
-    const now = Date.now();
-    if (!await deleteSubscriptionRow(tx, id)) throw notFound("webhook subscription", id);
-    await failPendingDeliveries(tx, id, "not sent: the subscription was deleted", now);
+    if (!(await removeSubscription(tx, id, Date.now()))) throw notFound("webhook subscription", id);
   });
+}
+
+/** removeSubscription deletes a subscription and fails its pending deliveries inside the caller's write; false when there was none. */
+export async function removeSubscription(tx: Db, id: string, now: number): Promise<boolean> {
+  if (!(await deleteSubscriptionRow(tx, id))) return false;
+  await failPendingDeliveries(tx, id, "not sent: the subscription was deleted", now);
+  return true;
 }
 
 /**

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
+import { finishRotation, rotationView, startRotation } from "../../console/subscriptions/service.ts";
+import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { addOperator, launchBrowser, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
+import { addOperator, ConsoleClient, launchBrowser, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
 
 // The rotation wizard end to end, against two real receivers that verify signatures with their own secret.
 let server: ConsoleServer;
@@ -159,4 +161,55 @@ describe("rotation wizard", () => {
     expect((await server.api("GET", "/public/v1/webhook-subscriptions")).meta.total).toBe(3);
     expect(problems).toEqual([]);
   }, SLOW);
+
+  test("the new-subscription form sent twice at once (a double click) starts one rotation: the second answer leads to the first's page", async () => {
+    const client = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
+    await client.signIn();
+    const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/twice-old", events: ["contact.created"] })).data;
+    await client.get(`/console/rotations/new?from=${old.id}`);
+    const form = { from: old.id, target_url: "http://127.0.0.1:9/twice-new", description: "Sent twice", events: ["contact.created"] };
+    const answers = await Promise.all([client.post("/console/rotations", form), client.post("/console/rotations", form)]);
+    const rotations = await server.runtime.db.all<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations WHERE old_subscription_id = ?", [old.id]);
+    const created = (await server.api("GET", "/public/v1/webhook-subscriptions?per_page=100")).data.filter((s: { target_url: string }) => s.target_url.endsWith("/twice-new"));
+    expect({ rotations, created: created.map((s: { id: string }) => s.id) }).toEqual({ rotations: [{ id: rotations[0]!.id }], created: [rotations[0]!.id] });
+    const byStatus = answers.toSorted((a, b) => a.status - b.status);
+    expect(byStatus.map((a) => [a.status, a.headers.get("location")])).toEqual([
+      [201, null],
+      [303, `/console/rotations/${rotations[0]!.id}`],
+    ]);
+    expect(byStatus[0]!.text).toContain("whsec_");
+  });
+
+  test("a rotation finished while its page is read shows as under way or done, never as under way with the old subscription gone", async () => {
+    const { runtime } = server;
+    const ids: string[] = [];
+    for (let n = 0; n < 20; n++) {
+      const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `http://127.0.0.1:9/finished-old-${n}`, events: ["contact.created"] })).data;
+      const { id } = await startRotation(runtime, old.id, { target_url: `http://127.0.0.1:9/finished-new-${n}`, description: "", events: ["contact.created"] });
+      const [tested] = await seedDeliveries(runtime.db, { id, target_url: `http://127.0.0.1:9/finished-new-${n}` }, [{ at: Date.now(), status: "succeeded" }]);
+      await setRotationTestDelivery(runtime.db, id, tested!, Date.now());
+      ids.push(id);
+    }
+    let finishing = true;
+    const halfway: string[] = [];
+    const finish = async () => {
+      try {
+        for (const id of ids) await finishRotation(runtime, id, true);
+      } finally {
+        finishing = false;
+      }
+    };
+    const look = async () => {
+      while (finishing) {
+        for (const view of await Promise.all(ids.map((id) => rotationView(runtime.db, id)))) {
+          if (view.step === "test" && view.old.subscription === null) halfway.push(view.id);
+        }
+        // On SQLite every read is answered within this turn: the next turn lets the writes commit.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    };
+    await Promise.all([finish(), look(), look()]);
+    expect(halfway).toEqual([]);
+    expect((await Promise.all(ids.map((id) => rotationView(runtime.db, id)))).map((view) => view.step)).toEqual(ids.map(() => "done"));
+  });
 });
