@@ -490,6 +490,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
             </p>
             <form method="post" action={`/console/subscriptions/${s.id}/rotate-secret`} class="stack">
               <CsrfField token={props.session.csrfToken} />
+              <input type="hidden" name="secret_tag" value={props.view.secretTag} />
               <label>
                 Grace period, hours <span class="hint">0 to {MAX_SECRET_GRACE_HOURS}</span>
                 <input type="number" name="grace_hours" min={0} max={MAX_SECRET_GRACE_HOURS} step={1} required value={String(DEFAULT_SECRET_GRACE_HOURS)} />

@@ -197,12 +197,12 @@ export function rotationRoutes(rt: Runtime) {
       "/subscriptions/:id/rotate-secret",
       async ({ session, params, body }) => {
         try {
-          const secret = await rotateSecretFromForm(rt, params.id, field(body, "grace_hours"));
+          const secret = await rotateSecretFromForm(rt, params.id, field(body, "grace_hours"), field(body, "secret_tag"));
           const view = await secretRotationView(db, params.id);
           // With no grace period the rotation is finished at once.
           return htmlResponse(secretRotationPage({ session, view, secret, finished: view.step === "rotate" }), 201);
         } catch (error) {
-          const failure = problemOf(error, 422);
+          const failure = problemOf(error, 409, 422);
           return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
         }
       },

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import type { Database, Db } from "../../server/db/sql.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import type { Runtime } from "../../server/runtime.ts";
@@ -18,11 +19,13 @@ import {
   recoverDeliveries,
   recoveryWindow,
   removeSubscription,
-  rotateSecret,
+  replaceSecret,
   sendTestEvent,
   subscriptionDeliveryCounts,
+  toSubscription,
   updateSubscription,
 } from "../../server/webhooks/service.ts";
+import { findSubscriptionById, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { DeliveryWatchView } from "../model.ts";
 import { consoleTime, formChecker } from "../shell.ts";
@@ -150,8 +153,9 @@ export function rotationView(db: Database, id: string): Promise<RotationView> {
 /**
  * startRotation creates the new subscription that is to replace `oldId` and returns the rotation
  * with the new secret (shown once). If a rotation away from `oldId` is already under way it is
- * returned instead, without a secret. The check and the creation commit together, so a form sent
- * twice at once (a double click) starts one rotation.
+ * returned instead: with its secret while it has sent no test event, so the form sent twice (a
+ * double click, a retry) is answered alike, as an idempotent retry of the API is; later without.
+ * The check and the creation commit together, so the form sent twice at once starts one rotation.
  */
 export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, now = Date.now()): Promise<{ id: string; secret: string | null }> {
   const input = subscriptionInputFrom(form);
@@ -159,7 +163,10 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
   return rt.db.write(async (tx) => {
     const old = await getSubscription(tx, oldId);
     const open = await openRotationFrom(tx, oldId);
-    if (open) return { id: open, secret: null };
+    if (open) {
+      const untested = (await findRotation(tx, open))!.test_delivery_id === null;
+      return { id: open, secret: untested ? rt.secrets.open(open, (await findSubscriptionById(tx, open))!.secret) : null };
+    }
     const created = (await addSubscription(rt, tx, input, null)).body.data;
     await insertRotation(tx, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
     return { id: created.id, secret: created.secret };
@@ -200,27 +207,57 @@ export interface SecretRotationView {
   /** rotate: step 2 (no grace period running); test: steps 3 and 4 while both secrets sign */
   step: "rotate" | "test";
   test: DeliveryWatchView | null;
+  /** names the secret this view shows signing, for the rotate form (secretTag) */
+  secretTag: string;
+}
+
+/**
+ * secretTag names one stored secret without telling anything about it: a digest of its sealed
+ * form, which is sealed afresh (with a new nonce) for every secret. A rotation copies the sealed
+ * form to the previous secret, so the tag follows it there.
+ */
+function secretTag(sealed: string): string {
+  return createHash("sha256").update(sealed).digest("base64url").slice(0, 22);
 }
 
 /** secretRotationView returns where the secret rotation of a subscription stands, or throws 404. */
 export function secretRotationView(db: Database, id: string, now = Date.now()): Promise<SecretRotationView> {
   return db.read(async (snapshot) => {
-    const subscription = await getSubscription(snapshot, id);
-    const graceRunning = subscription.previous_secret_expires_at !== null && Date.parse(subscription.previous_secret_expires_at) > now;
-    if (!graceRunning) return { subscription, step: "rotate", test: null };
+    const row = await findSubscriptionById(snapshot, id);
+    if (!row) throw notFound("webhook subscription", id);
+    const subscription = toSubscription(row);
+    const secretTagOfRow = secretTag(row.secret);
+    if (!graceRunning(row, now)) return { subscription, step: "rotate", test: null, secretTag: secretTagOfRow };
     // The latest webhook.ping sent since the rotation is the wizard's test event.
-    const [ping] = (await deliveriesAfter(snapshot, { subscriptionId: id, eventType: "webhook.ping", createdAfter: Date.parse(subscription.secret_rotated_at!) - 1 }, null, 1)).data;
-    return { subscription, step: "test", test: ping ? await findDeliveryWatch(snapshot, ping.id) : null };
+    const [ping] = (await deliveriesAfter(snapshot, { subscriptionId: id, eventType: "webhook.ping", createdAfter: row.secret_rotated_at! - 1 }, null, 1)).data;
+    return { subscription, step: "test", test: ping ? await findDeliveryWatch(snapshot, ping.id) : null, secretTag: secretTagOfRow };
   });
 }
 
-/** rotateSecretFromForm rotates a subscription's secret with the grace period typed in hours, and returns the new secret (shown once). */
-export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: string): Promise<string> {
+/** graceRunning tells whether a subscription's previous secret still signs. */
+function graceRunning(row: SubscriptionRow, now: number): boolean {
+  return row.previous_secret !== null && row.previous_secret_expires_at !== null && row.previous_secret_expires_at > now;
+}
+
+/**
+ * rotateSecretFromForm rotates a subscription's secret away from the one the form was shown with
+ * (`formSecretTag`), with the grace period typed in hours, and returns the new secret (shown once).
+ * The form sent again once that rotation is made (a double click, a retry) is answered with the
+ * same new secret, as an idempotent retry of the API is: rotating again would drop the secret the
+ * receiver still uses before the grace period began. A form shown before some other rotation is 409.
+ */
+export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: string, formSecretTag: string): Promise<string> {
   const text = graceHours.trim() === "" ? String(DEFAULT_SECRET_GRACE_HOURS) : graceHours.trim();
   if (!/^\d{1,3}$/.test(text) || Number(text) > MAX_SECRET_GRACE_HOURS) {
     throw validationProblem([{ pointer: "/grace_hours", detail: `must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}` }], `The grace period must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}.`);
   }
-  return (await rotateSecret(rt, id, { grace_hours: Number(text) }, null)).body.data.secret;
+  return rt.db.write(async (tx) => {
+    const row = await findSubscriptionById(tx, id);
+    if (!row) throw notFound("webhook subscription", id);
+    if (secretTag(row.secret) === formSecretTag) return (await replaceSecret(rt, tx, id, { grace_hours: Number(text) }, null))!.body.data.secret;
+    if (graceRunning(row, Date.now()) && secretTag(row.previous_secret!) === formSecretTag) return rt.secrets.open(id, row.secret);
+    throw new ProblemError(409, "secret-rotated-meanwhile", "The secret was rotated since this page was shown, so it was not rotated again; the page now shows where that rotation stands.");
+  });
 }
 
 /** sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace period runs. */

@@ -67,7 +67,7 @@ import { checkTargetUrl, resolveTarget, TargetRefused } from "./targets.ts";
 import type { AttemptRefusal } from "./worker.ts";
 
 /** toSubscription renders a subscription row with its secret masked. */
-function toSubscription(row: SubscriptionRow): Subscription {
+export function toSubscription(row: SubscriptionRow): Subscription {
   return {
     id: row.id,
     target_url: row.target_url,
@@ -292,13 +292,20 @@ export async function updateSubscription(rt: Runtime, id: string, input: Subscri
  * at their own pace. A second rotation within the grace period drops the oldest secret.
  */
 export async function rotateSecret(rt: Runtime, id: string, input: SecretRotationInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
-  const secret = newSecret();
   return rt.db.write(async (tx) => {
-    const now = Date.now();
-    const graceMs = (input.grace_hours ?? DEFAULT_SECRET_GRACE_HOURS) * 3_600_000;
-    if (!await rotateSubscriptionSecret(tx, id, rt.secrets.seal(id, secret), now + graceMs, now)) throw notFound("webhook subscription", id);
-    return answerWithSecret(tx, (await findSubscriptionById(tx, id))!, secret, 200, idempotency, now);
+    const rotated = await replaceSecret(rt, tx, id, input, idempotency);
+    if (!rotated) throw notFound("webhook subscription", id);
+    return rotated;
   });
+}
+
+/** replaceSecret is rotateSecret inside the caller's write; null when there is no such subscription. */
+export async function replaceSecret(rt: Runtime, tx: Db, id: string, input: SecretRotationInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } } | null> {
+  const secret = newSecret();
+  const now = Date.now();
+  const graceMs = (input.grace_hours ?? DEFAULT_SECRET_GRACE_HOURS) * 3_600_000;
+  if (!(await rotateSubscriptionSecret(tx, id, rt.secrets.seal(id, secret), now + graceMs, now))) return null;
+  return answerWithSecret(tx, (await findSubscriptionById(tx, id))!, secret, 200, idempotency, now);
 }
 
 /** endRotationGrace stops a subscription's previous secret from signing now, or throws 404; it tells whether one was still signing. */
