@@ -8,9 +8,10 @@ import { clientAddress, clientHints, clientNetwork, requestIsHttps } from "../se
 import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
 import { sessionOperator } from "../server/operators/service.ts";
+import type { IdempotencyScope } from "../server/idempotency/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { sameBytes, sha256 } from "../server/shared/crypto.ts";
-import { ProblemError } from "../server/shared/problem.ts";
+import { ProblemError, validationProblem } from "../server/shared/problem.ts";
 import { htmlResponse, PRE_SESSION_COOKIE, problemJsonResponse, readCookie, redirect, SESSION_COOKIE } from "./http.ts";
 import { FormBody, type ConsoleSession } from "./model.ts";
 import { messagePage } from "./auth/pages.tsx";
@@ -202,4 +203,37 @@ export function signedInConsole(rt: Runtime) {
 export function problemOf(error: unknown, ...statuses: number[]): ProblemError {
   if (error instanceof ProblemError && (statuses.length === 0 || statuses.includes(error.status))) return error;
   throw error;
+}
+
+/** MAX_FORM_KEY_LENGTH bounds a form key; the pages draw UUIDs (36 characters). */
+const MAX_FORM_KEY_LENGTH = 64;
+
+/** FORM_ANSWER_WAIT_MS is how long a form sent again waits for the first sending's answer. */
+const FORM_ANSWER_WAIT_MS = 10_000;
+
+/**
+ * onceForForm makes the change of a console form once per form key (a hidden field each page
+ * showing the form draws afresh), through the API's Idempotency-Key records under the operator:
+ * the form sent again (a double click, a browser retry) waits for the first sending's answer and
+ * gets it, as an API client's retry does. The same key with other values is 409.
+ */
+export async function onceForForm<T>(
+  rt: Runtime,
+  form: { session: ConsoleSession; path: string; key: string; values: unknown },
+  execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>,
+): Promise<{ status: number; body: T; replayed: boolean }> {
+  // A form without a key (a page shown by an earlier version) makes its change as it always did.
+  if (form.key === "") return { ...(await execute(null)), replayed: false };
+  if (form.key.length > MAX_FORM_KEY_LENGTH) throw validationProblem([{ pointer: "/form_key", detail: `must be at most ${MAX_FORM_KEY_LENGTH} characters` }]);
+  const request = { tokenId: `console:${form.session.operator.id}`, method: "POST", path: form.path, key: form.key, body: form.values };
+  for (const started = Date.now(); ; ) {
+    try {
+      return await rt.idempotency.run(request, execute);
+    } catch (error) {
+      if (!(error instanceof ProblemError)) throw error;
+      if (error.slug === "idempotency-key-reused") throw new ProblemError(409, "form-already-sent", "This form was already sent with other values. Load the page again to send it anew.");
+      if (error.slug !== "idempotency-key-in-use" || Date.now() - started > FORM_ANSWER_WAIT_MS) throw error;
+      await Bun.sleep(50);
+    }
+  }
 }

@@ -161,6 +161,7 @@ export function subscriptionsPage(props: {
           <h2>New subscription</h2>
           <form method="post" action="/console/subscriptions" class="stack">
             <CsrfField token={props.session.csrfToken} />
+            <input type="hidden" name="form_key" value={crypto.randomUUID()} />
             <SubscriptionFields values={form} />
             <div>
               <button type="submit" class="button primary">

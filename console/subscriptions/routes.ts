@@ -80,7 +80,7 @@ export function subscriptionRoutes(rt: Runtime) {
         let form: SubscriptionForm | undefined;
         try {
           form = subscriptionForm(body);
-          const created = await createSubscriptionFromForm(rt, form);
+          const created = await createSubscriptionFromForm(rt, session, form, field(body, "form_key"));
           const notice = { kind: "success" as const, text: `Subscription to ${created.target_url} created.` };
           return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), created, notice }), 201);
         } catch (error) {

@@ -16,6 +16,7 @@ import {
   findSubscription,
   getSubscription,
   listAllSubscriptions,
+  openReplayedSecret,
   recoverDeliveries,
   recoveryWindow,
   removeSubscription,
@@ -27,8 +28,8 @@ import {
 } from "../../server/webhooks/service.ts";
 import { findSubscriptionById, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
-import type { DeliveryWatchView } from "../model.ts";
-import { consoleTime, formChecker } from "../shell.ts";
+import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
+import { consoleTime, formChecker, onceForForm } from "../shell.ts";
 import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
 /** RECENT_MS is the span of the success and failure counts on the subscriptions page. */
@@ -61,9 +62,14 @@ function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
   return checkSubscriptionInput(candidate);
 }
 
-/** createSubscriptionFromForm creates a subscription from the console form and returns it with its secret (shown once). */
-export async function createSubscriptionFromForm(rt: Runtime, form: SubscriptionForm): Promise<SubscriptionWithSecret> {
-  return (await createSubscription(rt, subscriptionInputFrom(form), null)).body.data;
+/**
+ * createSubscriptionFromForm creates a subscription from the console form and returns it with its
+ * secret (shown once), once per form key: the form sent again gets the same subscription and secret.
+ */
+export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSession, form: SubscriptionForm, formKey: string): Promise<SubscriptionWithSecret> {
+  const input = subscriptionInputFrom(form);
+  const answer = await onceForForm(rt, { session, path: "/console/subscriptions", key: formKey, values: input }, (scope) => createSubscription(rt, input, scope));
+  return openReplayedSecret(rt, answer.body).data;
 }
 
 /** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
