@@ -295,10 +295,14 @@ describe("database down", () => {
     // stall() closes the open connections: a check that takes one before the instance has seen it close fails at once; the next ones wait.
     let ready = await readyz();
     if (Object.values(ready.checks).includes("Connection closed")) ready = await readyz();
-    expect({ status: ready.status, database: ready.checks.database, migrations: ready.checks.migrations }).toEqual({
+    // A check ends at its own 3 s deadline, or sooner when the instance gives up on a statement it
+    // sent before the stall (the 5 s answer timeout fails whatever waits then): either way, the
+    // answer says the database is silent and comes within the 3 s, not after the 10 s connect timeout.
+    const silent = (verdict: string | undefined) => (verdict === "no answer within 3 s" || verdict === "PostgreSQL did not answer within 5 s" ? "silent" : verdict);
+    expect({ status: ready.status, database: silent(ready.checks.database), migrations: silent(ready.checks.migrations) }).toEqual({
       status: 503,
-      database: "no answer within 3 s",
-      migrations: "no answer within 3 s",
+      database: "silent",
+      migrations: "silent",
     });
     relay.mend();
     await waitUntil(async () => (await fetch(`${server.url}/readyz`)).status === 200, "/readyz to be ready again", server.proc);
