@@ -139,6 +139,7 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
           <h2>New user</h2>
           <form method="post" action="/console/users" class="inline-form">
             <CsrfField token={props.session.csrfToken} />
+            <input type="hidden" name="form_key" value={crypto.randomUUID()} />
             <label class="grow">
               Name
               <input type="text" name="name" required maxLength={200} value={form.name} />

@@ -82,7 +82,7 @@ export function peopleRoutes(rt: Runtime) {
         let form: { name: string; email: string } | undefined;
         try {
           form = { name: field(body, "name"), email: field(body, "email") };
-          await addUserFromForm(db, form);
+          await addUserFromForm(rt, session, form, field(body, "form_key"));
           return redirect(`${CONSOLE_PREFIX}/users?added=1`);
         } catch (error) {
           const failure = problemOf(error);

@@ -2,10 +2,12 @@ import type { Database } from "../../server/db/sql.ts";
 import { checkTokenName, createApiToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
+import type { Runtime } from "../../server/runtime.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
-import { createUser, listUsersPage } from "../../server/users/service.ts";
-import { formChecker } from "../shell.ts";
+import { createUserOnce, listUsersPage } from "../../server/users/service.ts";
+import type { ConsoleSession } from "../model.ts";
+import { formChecker, onceForForm } from "../shell.ts";
 
 /** createTokenFromForm creates an API token named in the console; the token is returned once. */
 export function createTokenFromForm(db: Database, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
@@ -34,8 +36,11 @@ export function usersOnPage(db: Database, query: { page?: string; added?: string
 
 const checkUserInput = formChecker(UserInput);
 
-/** addUserFromForm adds a user from the console's form, checked with the API's UserInput model. */
-export function addUserFromForm(db: Database, form: { name: string; email: string }): Promise<User> {
+/**
+ * addUserFromForm adds a user from the console's form, checked with the API's UserInput model,
+ * once per form key: the form sent again gets the first sending's user, not "email taken".
+ */
+export async function addUserFromForm(rt: Runtime, session: ConsoleSession, form: { name: string; email: string }, formKey: string): Promise<User> {
   const input = checkUserInput({ name: form.name.trim(), email: form.email.trim() });
-  return db.write((tx) => createUser(tx, input));
+  return (await onceForForm(rt, { session, path: "/console/users", key: formKey, values: input }, (scope) => createUserOnce(rt, input, scope))).body.data;
 }

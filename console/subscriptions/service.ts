@@ -213,7 +213,7 @@ export interface SecretRotationView {
   /** rotate: step 2 (no grace period running); test: steps 3 and 4 while both secrets sign */
   step: "rotate" | "test";
   test: DeliveryWatchView | null;
-  /** names the secret this view shows signing, for the rotate form (secretTag) */
+  /** names the current secret (secretTag), so the rotate form says which secret it rotates away from */
   secretTag: string;
 }
 

@@ -2,9 +2,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { finishRotation, rotationView, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
-import { endRotationGrace } from "../../server/webhooks/service.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { addOperator, ConsoleClient, launchBrowser, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
+import { addOperator, launchBrowser, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
 
 // The rotation wizard end to end, against two real receivers that verify signatures with their own secret.
 let server: ConsoleServer;
@@ -37,9 +36,6 @@ function receiver(path: string): Receiver {
   receivers.push(r);
   return r;
 }
-
-/** shownSecret is the signing secret a console page shows (SecretOnce), or null. */
-const shownSecret = (html: string) => /id="new-secret"[^>]*value="([^"]+)"/.exec(html)?.[1] ?? null;
 
 /** deliveriesOf lists the deliveries of one event: which subscriptions it went to. */
 async function deliveriesOf(eventId: string): Promise<{ subscription_id: string; status: string }[]> {
@@ -197,82 +193,5 @@ describe("rotation wizard", () => {
     await Promise.all([finish(), look(), look()]);
     expect(halfway).toEqual([]);
     expect((await Promise.all(ids.map((id) => rotationView(runtime.db, id)))).map((view) => view.step)).toEqual(ids.map(() => "done"));
-  });
-});
-
-describe("console forms sent twice at once (a double click, a browser retry)", () => {
-  test("the rotation wizard's new-subscription form starts one rotation, and both answers show its one secret", async () => {
-    const client = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
-    await client.signIn();
-    const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/twice-old", events: ["contact.created"] })).data;
-    await client.get(`/console/rotations/new?from=${old.id}`);
-    const form = { from: old.id, target_url: "http://127.0.0.1:9/twice-new", description: "Sent twice", events: ["contact.created"] };
-    const answers = await Promise.all([client.post("/console/rotations", form), client.post("/console/rotations", form)]);
-    const rotations = await server.runtime.db.all<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations WHERE old_subscription_id = ?", [old.id]);
-    const created = (await server.api("GET", "/public/v1/webhook-subscriptions?per_page=100")).data.filter((s: { target_url: string }) => s.target_url.endsWith("/twice-new"));
-    expect({ rotations, created: created.map((s: { id: string }) => s.id) }).toEqual({ rotations: [{ id: rotations[0]!.id }], created: [rotations[0]!.id] });
-    const secret = shownSecret(answers[0]!.text);
-    expect(secret).toStartWith("whsec_");
-    expect(answers.map((a) => [a.status, shownSecret(a.text)])).toEqual([
-      [201, secret],
-      [201, secret],
-    ]);
-    // Once the rotation sent its test event, the form sent again leads to the rotation without its secret.
-    const [tested] = await seedDeliveries(server.runtime.db, { id: rotations[0]!.id, target_url: "http://127.0.0.1:9/twice-new" }, [{ at: Date.now(), status: "succeeded" }]);
-    await setRotationTestDelivery(server.runtime.db, rotations[0]!.id, tested!, Date.now());
-    const later = await client.post("/console/rotations", form);
-    expect([later.status, later.headers.get("location"), shownSecret(later.text)]).toEqual([303, `/console/rotations/${rotations[0]!.id}`, null]);
-  });
-
-  test("the rotate-secret form rotates once: both answers show the one new secret, and the receiver's secret keeps signing", async () => {
-    const client = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
-    await client.signIn();
-    const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/rotated-twice", events: ["contact.created"] })).data;
-    const shown = await client.get(`/console/subscriptions/${subscription.id}/secret-rotation`);
-    const form = { grace_hours: "24", secret_tag: /name="secret_tag" value="([^"]+)"/.exec(shown.text)![1]! };
-    const answers = await Promise.all([client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form), client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form)]);
-    const stored = async () => {
-      const row = (await server.runtime.db.get<{ secret: string; previous_secret: string | null }>("SELECT secret, previous_secret FROM webhook_subscriptions WHERE id = ?", [subscription.id]))!;
-      return { current: server.runtime.secrets.open(subscription.id, row.secret), previous: row.previous_secret && server.runtime.secrets.open(subscription.id, row.previous_secret) };
-    };
-    const { current } = await stored();
-    expect(current).not.toBe(subscription.secret);
-    expect({ answers: answers.map((a) => [a.status, shownSecret(a.text)]), stored: await stored() }).toEqual({
-      answers: [
-        [201, current],
-        [201, current],
-      ],
-      stored: { current, previous: subscription.secret },
-    });
-    // Once the previous secret is retired, that form is one shown before another rotation: refused, nothing rotated.
-    await endRotationGrace(server.runtime, subscription.id);
-    const stale = await client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form);
-    expect([stale.status, /class="notice notice-error" role="alert">([^<]*)</.exec(stale.text)?.[1], shownSecret(stale.text)]).toEqual([
-      409,
-      "The secret was rotated since this page was shown, so it was not rotated again; the page now shows where that rotation stands.",
-      null,
-    ]);
-    expect(await stored()).toEqual({ current, previous: null });
-  });
-
-  test("the subscriptions page's create form makes one subscription, and both answers show its secret; that form with other values is 409", async () => {
-    const client = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
-    await client.signIn();
-    const shown = await client.get("/console/subscriptions");
-    const form = { form_key: /name="form_key" value="([^"]+)"/.exec(shown.text)![1]!, target_url: "http://127.0.0.1:9/created-twice", description: "", events: ["contact.created"] };
-    const answers = await Promise.all([client.post("/console/subscriptions", form), client.post("/console/subscriptions", form)]);
-    const created = (await server.api("GET", "/public/v1/webhook-subscriptions?per_page=100")).data.filter((s: { target_url: string }) => s.target_url.endsWith("/created-twice"));
-    expect(created.length).toBe(1);
-    const row = (await server.runtime.db.get<{ secret: string }>("SELECT secret FROM webhook_subscriptions WHERE id = ?", [created[0].id]))!;
-    const secret = server.runtime.secrets.open(created[0].id, row.secret);
-    expect(answers.map((a) => [a.status, shownSecret(a.text)])).toEqual([
-      [201, secret],
-      [201, secret],
-    ]);
-    const edited = await client.post("/console/subscriptions", { ...form, description: "Other" });
-    expect([edited.status, /class="notice notice-error" role="alert">([^<]*)</.exec(edited.text)?.[1]]).toEqual([409, "This form was already sent with other values. Load the page again to send it anew."]);
-    // Each showing of the page draws a new key: the form sent from it creates another subscription.
-    const again = await client.get("/console/subscriptions");
-    expect(/name="form_key" value="([^"]+)"/.exec(again.text)![1]).not.toBe(form.form_key);
   });
 });
