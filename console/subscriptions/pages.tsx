@@ -564,6 +564,7 @@ export function recoverPage(props: { session: ConsoleSession; subscription: Subs
             {s.status === "paused" && <p class="notice notice-info">The subscription is paused: recovered deliveries wait until it is resumed.</p>}
             <form method="post" action={`/console/subscriptions/${s.id}/recover`} class="actions">
               <CsrfField token={props.session.csrfToken} />
+              <input type="hidden" name="form_key" value={crypto.randomUUID()} />
               <input type="hidden" name="since" value={preview.since} />
               <input type="hidden" name="until" value={preview.until} />
               <button type="submit" class="button primary" id="recover-send" disabled={preview.count === 0}>

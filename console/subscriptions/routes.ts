@@ -171,8 +171,8 @@ export function subscriptionRoutes(rt: Runtime) {
     )
     .post(
       "/subscriptions/:id/recover",
-      async ({ params, body }) => {
-        const queued = await recoverFromForm(rt, params.id, field(body, "since"), field(body, "until"));
+      async ({ session, params, body }) => {
+        const queued = await recoverFromForm(rt, session, params.id, field(body, "since"), field(body, "until"), field(body, "form_key"));
         return redirect(`${CONSOLE_PREFIX}/subscriptions?recovered=${queued}`);
       },
       { params: IdParam, body: OptionalForm },

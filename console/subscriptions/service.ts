@@ -302,7 +302,8 @@ export async function recoveryPreview(db: Db, id: string, since: string, until: 
   return { since: toTimestamp(window.since), until: toTimestamp(window.until), count: await countRecoverable(db, id, window) };
 }
 
-/** recoverFromForm queues the failed deliveries of the confirmed window again and returns how many. */
-export async function recoverFromForm(rt: Runtime, id: string, since: string, until: string): Promise<number> {
-  return (await recoverDeliveries(rt, id, { since: consoleTime(since), until: consoleTime(until) }, null)).body.data.queued;
+/** recoverFromForm queues the failed deliveries of the confirmed window again and returns how many, once per form key: sent twice, both answers give the first count. */
+export async function recoverFromForm(rt: Runtime, session: ConsoleSession, id: string, since: string, until: string, formKey: string): Promise<number> {
+  const input = { since: consoleTime(since), until: consoleTime(until) };
+  return (await onceForForm(rt, { session, path: `/console/subscriptions/${id}/recover`, key: formKey, values: input }, (scope) => recoverDeliveries(rt, id, input, scope))).body.data.queued;
 }

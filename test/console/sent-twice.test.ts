@@ -106,3 +106,21 @@ test("the users page's form adds one user, and both answers lead to the list say
   const users = (await server.api("GET", "/public/v1/users?per_page=100")).data.filter((u: { email: string }) => u.email === "grace.twice@example.com");
   expect(users.map((u: { name: string }) => u.name)).toEqual(["Grace Hopper"]);
 });
+
+test("the recover form queues the failed deliveries once, and both answers give the count it queued, not 0", async () => {
+  const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/recovered-twice", events: ["contact.updated"] })).data;
+  const at = Date.now() - 30 * 60_000;
+  await seedDeliveries(server.runtime.db, subscription, [
+    { at, status: "failed", response_status: 503 },
+    { at: at + 1, status: "failed", response_status: 503 },
+  ]);
+  const minute = (ms: number) => new Date(ms).toISOString().slice(0, 16);
+  const preview = await client.get(`/console/subscriptions/${subscription.id}/recover?since=${minute(at - 60 * 60_000)}&until=${minute(Date.now() + 60_000)}`);
+  const hidden = (name: string) => new RegExp(`name="${name}" value="([^"]+)"`).exec(preview.text)![1]!;
+  const form = { form_key: hidden("form_key"), since: hidden("since"), until: hidden("until") };
+  const answers = await Promise.all([client.post(`/console/subscriptions/${subscription.id}/recover`, form), client.post(`/console/subscriptions/${subscription.id}/recover`, form)]);
+  expect(answers.map((a) => [a.status, a.headers.get("location")])).toEqual([
+    [303, "/console/subscriptions?recovered=2"],
+    [303, "/console/subscriptions?recovered=2"],
+  ]);
+});
