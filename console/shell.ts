@@ -7,8 +7,8 @@ import { pathOf } from "../server/http/request-log.ts";
 import { clientAddress, clientHints, clientNetwork, requestIsHttps } from "../server/http/client-address.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
-import { sessionOperator } from "../server/operators/service.ts";
 import type { IdempotencyScope } from "../server/idempotency/service.ts";
+import { sessionOperator } from "../server/operators/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { sameBytes, sha256 } from "../server/shared/crypto.ts";
 import { ProblemError, validationProblem } from "../server/shared/problem.ts";
@@ -232,7 +232,8 @@ export async function onceForForm<T>(
     } catch (error) {
       if (!(error instanceof ProblemError)) throw error;
       if (error.slug === "idempotency-key-reused") throw new ProblemError(409, "form-already-sent", "This form was already sent with other values. Load the page again to send it anew.");
-      if (error.slug !== "idempotency-key-in-use" || Date.now() - started > FORM_ANSWER_WAIT_MS) throw error;
+      if (error.slug !== "idempotency-key-in-use") throw error;
+      if (Date.now() - started > FORM_ANSWER_WAIT_MS) throw new ProblemError(409, "form-being-sent", `This form is still being sent; its answer did not come within ${FORM_ANSWER_WAIT_MS / 1000} s. Load the page again to see what it changed.`);
       await Bun.sleep(50);
     }
   }

@@ -32,6 +32,7 @@ export function confirmPage(props: { session: ConsoleSession; title: string; sec
         {props.text}
         <form method="post" action={props.action} class="actions">
           <CsrfField token={props.session.csrfToken} />
+          <input type="hidden" name="form_key" value={crypto.randomUUID()} />
           <button type="submit" class="button danger">
             {props.button}
           </button>

@@ -1,5 +1,5 @@
 import type { Database } from "../../server/db/sql.ts";
-import { checkTokenName, createApiToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
+import { checkTokenName, createApiToken, findToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
@@ -16,9 +16,12 @@ export function createTokenFromForm(db: Database, name: string): Promise<{ token
   return createApiToken(db, name.trim());
 }
 
-/** revokeTokenFromConsole revokes an API token, or throws 404 when no active token has that id. */
+/**
+ * revokeTokenFromConsole revokes an API token, or throws 404 when there is no token with that id.
+ * A token revoked already is done: the confirm form sent twice (a double click) answers alike.
+ */
 export async function revokeTokenFromConsole(db: Database, id: string): Promise<void> {
-  if (!(await revokeApiToken(db, id))) throw new ProblemError(404, "not-found", `No active API token with id ${JSON.stringify(id)} exists.`);
+  if (!(await revokeApiToken(db, id)) && (await findToken(db, id))?.revoked_at == null) throw new ProblemError(404, "not-found", `No API token with id ${JSON.stringify(id)} exists.`);
 }
 
 /** USERS_PER_PAGE is how many users the users page lists at once. */

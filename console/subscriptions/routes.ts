@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import type { Runtime } from "../../server/runtime.ts";
-import { deleteSubscription, enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
+import { enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
 import { htmlResponse, redirect } from "../http.ts";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
@@ -19,6 +19,7 @@ import {
 } from "./pages.tsx";
 import {
   createSubscriptionFromForm,
+  deleteSubscriptionFromForm,
   editSubscriptionFromForm,
   finishRotation,
   finishSecretRotation,
@@ -114,8 +115,8 @@ export function subscriptionRoutes(rt: Runtime) {
     )
     .post(
       "/subscriptions/:id/delete",
-      async ({ params }) => {
-        await deleteSubscription(rt, params.id);
+      async ({ session, params, body }) => {
+        await deleteSubscriptionFromForm(rt, session, params.id, field(body, "form_key"));
         return redirect(`${CONSOLE_PREFIX}/subscriptions?deleted=1`);
       },
       { params: IdParam, body: OptionalForm },

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import type { Database, Db } from "../../server/db/sql.ts";
+import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
@@ -70,6 +71,22 @@ export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSe
   const input = subscriptionInputFrom(form);
   const answer = await onceForForm(rt, { session, path: "/console/subscriptions", key: formKey, values: input }, (scope) => createSubscription(rt, input, scope));
   return openReplayedSecret(rt, answer.body).data;
+}
+
+/**
+ * deleteSubscriptionFromForm deletes a subscription once per form key: the confirm form sent
+ * again (a double click) answers as the first did, where the delete alone would be 404 by then.
+ */
+export async function deleteSubscriptionFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+  await onceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey, values: {} }, (scope) =>
+    rt.db.write(async (tx) => {
+      const now = Date.now();
+      if (!(await removeSubscription(tx, id, now))) throw notFound("webhook subscription", id);
+      const body = { deleted: id };
+      await saveIdempotentResponse(tx, scope, 200, body, now);
+      return { status: 200, body };
+    }),
+  );
 }
 
 /** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
+import { createApiToken } from "../../server/auth/service.ts";
 import { endRotationGrace } from "../../server/webhooks/service.ts";
 import { addOperator, ConsoleClient, seedDeliveries, startConsoleServer, type ConsoleServer } from "./support.ts";
 
@@ -123,4 +124,31 @@ test("the recover form queues the failed deliveries once, and both answers give 
     [303, "/console/subscriptions?recovered=2"],
     [303, "/console/subscriptions?recovered=2"],
   ]);
+});
+
+test("the delete confirm form deletes the subscription, and both answers lead to the list saying so, not to a 404", async () => {
+  const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/deleted-twice", events: ["contact.created"] })).data;
+  const shown = await client.get(`/console/subscriptions/${subscription.id}/delete`);
+  const form = { form_key: formKeyOf(shown.text) };
+  const answers = await Promise.all([client.post(`/console/subscriptions/${subscription.id}/delete`, form), client.post(`/console/subscriptions/${subscription.id}/delete`, form)]);
+  expect(answers.map((a) => [a.status, a.headers.get("location")])).toEqual([
+    [303, "/console/subscriptions?deleted=1"],
+    [303, "/console/subscriptions?deleted=1"],
+  ]);
+  // A delete of what is not there, without the first sending's answer, is still the 404 page.
+  const unknown = await client.post(`/console/subscriptions/sub_01M8000000000000000000NOPE/delete`, { form_key: crypto.randomUUID() });
+  expect(unknown.status).toBe(404);
+});
+
+test("the revoke confirm form revokes the token, and both answers lead to the list saying so, not to a 404", async () => {
+  const { info } = await createApiToken(server.runtime.db, "revoked twice");
+  const shown = await client.get(`/console/tokens/${info.id}/revoke`);
+  const form = { form_key: formKeyOf(shown.text) };
+  const answers = await Promise.all([client.post(`/console/tokens/${info.id}/revoke`, form), client.post(`/console/tokens/${info.id}/revoke`, form)]);
+  expect(answers.map((a) => [a.status, a.headers.get("location")])).toEqual([
+    [303, "/console/tokens?revoked=1"],
+    [303, "/console/tokens?revoked=1"],
+  ]);
+  const unknown = await client.post("/console/tokens/tok_01M8000000000000000000NOPE/revoke", form);
+  expect([unknown.status, /<p>([^<]*)<\/p>/.exec(unknown.text)?.[1]]).toEqual([404, "No API token with id &quot;tok_01M8000000000000000000NOPE&quot; exists."]);
 });
