@@ -20,8 +20,8 @@ export function SecretOnce({ id, label, value, children }: { id: string; label: 
   );
 }
 
-/** confirmPage asks before something that cannot be undone (deleting a subscription, revoking a token). */
-export function confirmPage(props: { session: ConsoleSession; title: string; section: Section; text: ComponentChildren; action: string; button: string; cancel: string }): string {
+/** confirmPage asks before something that cannot be undone (deleting a subscription, revoking a token); with a form key, its form carries it (onceForForm). */
+export function confirmPage(props: { session: ConsoleSession; title: string; section: Section; text: ComponentChildren; action: string; button: string; cancel: string; formKey?: string }): string {
   return renderPage({
     title: props.title,
     session: props.session,
@@ -32,7 +32,7 @@ export function confirmPage(props: { session: ConsoleSession; title: string; sec
         {props.text}
         <form method="post" action={props.action} class="actions">
           <CsrfField token={props.session.csrfToken} />
-          <input type="hidden" name="form_key" value={crypto.randomUUID()} />
+          {props.formKey && <input type="hidden" name="form_key" value={props.formKey} />}
           <button type="submit" class="button danger">
             {props.button}
           </button>

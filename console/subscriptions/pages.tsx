@@ -182,6 +182,7 @@ export function deleteSubscriptionPage(props: { session: ConsoleSession; subscri
     session: props.session,
     section: "subscriptions",
     title: "Delete subscription?",
+    formKey: crypto.randomUUID(),
     text: (
       <>
         <p>
