@@ -16,12 +16,12 @@ export function createTokenFromForm(db: Database, name: string): Promise<{ token
   return createApiToken(db, name.trim());
 }
 
-/**
- * revokeTokenFromConsole revokes an API token, or throws 404 when there is no token with that id.
- * A token revoked already is done: the confirm form sent twice (a double click) answers alike.
- */
+/** revokeTokenFromConsole revokes an API token, or throws 404 when there is no token with that id. */
 export async function revokeTokenFromConsole(db: Database, id: string): Promise<void> {
-  if (!(await revokeApiToken(db, id)) && (await findToken(db, id))?.revoked_at == null) throw new ProblemError(404, "not-found", `No API token with id ${JSON.stringify(id)} exists.`);
+  if (await revokeApiToken(db, id)) return;
+  // Revoked already (the confirmation sent twice, another tab): the goal is reached all the same.
+  if ((await findToken(db, id))?.revoked_at) return;
+  throw new ProblemError(404, "not-found", `No API token with id ${JSON.stringify(id)} exists.`);
 }
 
 /** USERS_PER_PAGE is how many users the users page lists at once. */
