@@ -12,6 +12,7 @@ import { migrate } from "../server/db/migrations.ts";
 import { newId } from "../server/shared/ids.ts";
 import { recordEvent } from "../server/webhooks/outbox.ts";
 import { loadSecretsKey, SecretBox } from "../server/webhooks/secrets.ts";
+import { newSubscriptionRow } from "../server/webhooks/service.ts";
 import { insertSubscription } from "../server/webhooks/store.ts";
 import { waitForListening } from "./listening.ts";
 
@@ -42,29 +43,10 @@ migrate(setup.sqlite);
 const { token } = await createApiToken(setup, "bench");
 const now = Date.now();
 const subscriptionId = newId("sub", now - 3_600_000);
-await insertSubscription(
-  setup,
-  {
-    id: subscriptionId,
-    target_url: `http://127.0.0.1:${receiver.port}/hook`,
-    description: "bench",
-    events: '["contact.updated"]',
-    // Sealed with the data directory's key (created here), as the server stores secrets.
-    secret: new SecretBox(loadSecretsKey({ dataDir, secretsKeyFile: "" }).key).seal(subscriptionId, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo="),
-    previous_secret: null,
-    previous_secret_expires_at: null,
-    secret_rotated_at: null,
-    status: "active",
-    disabled_at: null,
-    disabled_reason: null,
-    paused_at: null,
-    max_rate: null,
-    failing_since: null,
-    created_at: now - 3_600_000,
-    updated_at: now - 3_600_000,
-  },
-  ["contact.updated"],
-);
+const input = { target_url: `http://127.0.0.1:${receiver.port}/hook`, description: "bench", events: ["contact.updated" as const] };
+// Sealed with the data directory's key (created here), as the server stores secrets.
+const sealed = new SecretBox(loadSecretsKey({ dataDir, secretsKeyFile: "" }).key).seal(subscriptionId, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo=");
+await insertSubscription(setup, newSubscriptionRow(subscriptionId, input, sealed, now - 3_600_000), input.events);
 await setup.write(async (tx) => {
   for (let i = 0; i < FAILED; i++) await recordEvent(tx, "contact.updated", { id: `con_bench${i}`, first_name: "Outage", version: 2 }, now - 1_800_000 + i);
 });

@@ -160,12 +160,19 @@ export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionIn
   const secret = newSecret();
   const now = Date.now();
   const id = newId("sub", now);
-  const row: SubscriptionRow = {
+  const row = newSubscriptionRow(id, input, rt.secrets.seal(id, secret), now);
+  await insertSubscription(tx, row, input.events);
+  return answerWithSecret(tx, row, secret, 201, idempotency, now);
+}
+
+/** newSubscriptionRow is the row of a subscription created at `now`: active, with one sealed secret and nothing rotated, paused or failing yet. */
+export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedSecret: string, now: number): SubscriptionRow {
+  return {
     id,
     target_url: input.target_url,
     description: input.description ?? null,
     events: JSON.stringify(input.events),
-    secret: rt.secrets.seal(id, secret),
+    secret: sealedSecret,
     previous_secret: null,
     previous_secret_expires_at: null,
     secret_rotated_at: null,
@@ -178,8 +185,6 @@ export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionIn
     created_at: now,
     updated_at: now,
   };
-  await insertSubscription(tx, row, input.events);
-  return answerWithSecret(tx, row, secret, 201, idempotency, now);
 }
 
 /**
