@@ -8,6 +8,7 @@ import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import {
   addSubscription,
+  addTestEvent,
   checkSubscriptionTarget,
   countMatchingDeliveries,
   countRecoverable,
@@ -196,12 +197,21 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
   });
 }
 
-/** sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its delivery. */
+/**
+ * sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its
+ * delivery, in one commit: a ping the rotation does not know of would leave the wizard asking for
+ * a test that was sent.
+ */
 export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
-  const view = await rotationView(rt.db, id);
-  if (view.step !== "test") throw new ProblemError(409, "rotation-closed", view.step === "done" ? "This rotation is finished." : "The new subscription of this rotation was deleted.");
-  const sent = await sendTestEvent(rt, id);
-  await setRotationTestDelivery(rt.db, id, sent.delivery_id, now);
+  await rt.db.write(async (tx) => {
+    const rotation = await findRotation(tx, id);
+    if (!rotation) throw notFound("rotation", id);
+    if (rotation.completed_at !== null) throw new ProblemError(409, "rotation-closed", "This rotation is finished.");
+    const replacement = await findSubscriptionById(tx, id);
+    if (!replacement) throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted.");
+    const sent = await addTestEvent(tx, replacement, now);
+    await setRotationTestDelivery(tx, id, sent.delivery_id, now);
+  });
 }
 
 /**

@@ -421,11 +421,16 @@ export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempot
     const now = Date.now();
     const row = await findSubscriptionById(tx, subscriptionId);
     if (!row) throw notFound("webhook subscription", subscriptionId);
-    if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${subscriptionId} is disabled (${row.disabled_reason}); enable it with POST /public/v1/webhook-subscriptions/${subscriptionId}/enable.`);
-    const sent = await recordPing(tx, row, now);
+    const sent = await addTestEvent(tx, row, now);
     await saveIdempotentResponse(tx, idempotency, 202, { data: sent }, now);
     return sent;
   });
+}
+
+/** addTestEvent is sendTestEvent's part inside a write, so the caller's write commits the ping with whatever else it records. */
+export async function addTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<{ delivery_id: string; event_id: string }> {
+  if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${row.id} is disabled (${row.disabled_reason}); enable it with POST /public/v1/webhook-subscriptions/${row.id}/enable.`);
+  return recordPing(tx, row, now);
 }
 
 /** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, status, created_after. */

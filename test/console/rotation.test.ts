@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
-import { finishRotation, rotationView, startRotation } from "../../console/subscriptions/service.ts";
+import { finishRotation, rotationView, sendRotationTest, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { addOperator, launchBrowser, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
@@ -193,5 +193,31 @@ describe("rotation wizard", () => {
     await Promise.all([finish(), look(), look()]);
     expect(halfway).toEqual([]);
     expect((await Promise.all(ids.map((id) => rotationView(runtime.db, id)))).map((view) => view.step)).toEqual(ids.map(() => "done"));
+  });
+
+  test("a test event the rotation cannot record is not sent either", async () => {
+    const { runtime } = server;
+    const { db } = runtime;
+    const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/unrecorded-old", events: ["contact.created"] })).data;
+    const { id } = await startRotation(runtime, old.id, { target_url: "http://127.0.0.1:9/unrecorded-new", description: "", events: ["contact.created"] });
+    // The database refuses to record the test on the rotation, as a fault or a crash at that moment would leave it.
+    if (db.dialect === "sqlite") {
+      await db.run("CREATE TRIGGER refuse_rotation_test BEFORE UPDATE OF test_delivery_id ON subscription_rotations BEGIN SELECT RAISE(ABORT, 'refused'); END");
+    } else {
+      await db.run("CREATE FUNCTION refuse_rotation_test() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$");
+      await db.run("CREATE TRIGGER refuse_rotation_test BEFORE UPDATE OF test_delivery_id ON subscription_rotations FOR EACH ROW EXECUTE FUNCTION refuse_rotation_test()");
+    }
+    try {
+      await expect(sendRotationTest(runtime, id)).rejects.toThrow();
+    } finally {
+      await db.run(db.dialect === "sqlite" ? "DROP TRIGGER refuse_rotation_test" : "DROP TRIGGER refuse_rotation_test ON subscription_rotations");
+      if (db.dialect === "postgres") await db.run("DROP FUNCTION refuse_rotation_test()");
+    }
+    expect(await db.all("SELECT event_type FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([]);
+    expect((await rotationView(db, id)).test).toBeNull();
+
+    await sendRotationTest(runtime, id);
+    const view = await rotationView(db, id);
+    expect(await db.all("SELECT id, event_type FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([{ id: view.test!.id, event_type: "webhook.ping" }]);
   });
 });
