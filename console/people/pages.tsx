@@ -261,6 +261,7 @@ export function removeOperatorPage(props: { session: ConsoleSession; operator: O
     action: `/console/operators/${props.operator.id}/remove`,
     button: `Remove ${props.operator.email}`,
     cancel: "/console/operators",
+    formKey: crypto.randomUUID(),
   });
 }
 

@@ -1,14 +1,14 @@
 import { Elysia, t } from "elysia";
 import { listTokens } from "../../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
-import { findOperator, inviteOperator, operatorSummaries, passwordResetLink, pendingInvites, removeOperator } from "../../server/operators/service.ts";
+import { findOperator, inviteOperator, operatorSummaries, passwordResetLink, pendingInvites } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError } from "../../server/shared/problem.ts";
 import { clearCookieHeader, htmlResponse, redirect, SESSION_COOKIE } from "../http.ts";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
-import { addUserFromForm, createTokenFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
+import { addUserFromForm, createTokenFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
 const UsersQuery = t.Object({ page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true });
 
@@ -118,8 +118,8 @@ export function peopleRoutes(rt: Runtime) {
     .get("/operators/:id/remove", async ({ session, params }) => htmlResponse(removeOperatorPage({ session, operator: await operatorOr404(params.id) })), { params: IdParam })
     .post(
       "/operators/:id/remove",
-      async ({ session, params, secure }) => {
-        await removeOperator(db, params.id);
+      async ({ session, params, body, secure }) => {
+        await removeOperatorFromForm(rt, session, params.id, field(body, "form_key"));
         // Removing oneself ends one's own session too: the browser goes to the sign-in page.
         if (params.id === session.operator.id) return redirect(`${CONSOLE_PREFIX}/login`, { cookies: [clearCookieHeader(SESSION_COOKIE, secure)] });
         return redirect(`${CONSOLE_PREFIX}/operators?removed=1`);

@@ -4,6 +4,8 @@ import { unknownParameterErrors, type ListMeta } from "../../server/http/list-qu
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
+import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
+import { dropOperator } from "../../server/operators/service.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
 import { createUserOnce, listUsersPage } from "../../server/users/service.ts";
 import type { ConsoleSession } from "../model.ts";
@@ -46,4 +48,18 @@ const checkUserInput = formChecker(UserInput);
 export async function addUserFromForm(rt: Runtime, session: ConsoleSession, form: { name: string; email: string }, formKey: string): Promise<User> {
   const input = checkUserInput({ name: form.name.trim(), email: form.email.trim() });
   return (await onceForForm(rt, { session, path: "/console/users", key: formKey, values: input }, (scope) => createUserOnce(rt, input, scope))).body.data;
+}
+
+/**
+ * removeOperatorFromForm removes an operator once per form key: the confirmation sent again (a
+ * double click) answers as the first did, where the removal alone would be 404 by then.
+ */
+export async function removeOperatorFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+  await onceForForm(rt, { session, path: `/console/operators/${id}/remove`, key: formKey, values: {} }, (scope) =>
+    rt.db.write(async (tx) => {
+      const body = { removed: (await dropOperator(tx, id)).id };
+      await saveIdempotentResponse(tx, scope, 200, body, Date.now());
+      return { status: 200, body };
+    }),
+  );
 }

@@ -136,11 +136,16 @@ async function operatorByEmail(db: Db, email: string): Promise<OperatorRow> {
 }
 
 /** removeOperator removes an operator and ends their sessions; the last operator stays, so someone can always sign in. */
-export async function removeOperator(db: Database, id: string): Promise<Operator> {
-  const row = await findOperatorById(db, id);
+export function removeOperator(db: Database, id: string): Promise<Operator> {
+  return db.write((tx) => dropOperator(tx, id));
+}
+
+/** dropOperator is removeOperator's part inside a write, so the caller's write commits the removal with whatever else it records. */
+export async function dropOperator(tx: Db, id: string): Promise<Operator> {
+  const row = await findOperatorById(tx, id);
   if (!row) throw notFound("operator", id);
-  const removed = await db.write(async (tx) => (await deleteOperator(tx, id)) && (await deleteOperatorLinksOf(tx, row.email), true));
-  if (!removed) throw new ProblemError(409, "last-operator", "This is the only operator; add another before removing it, or nobody could sign in.");
+  if (!(await deleteOperator(tx, id))) throw new ProblemError(409, "last-operator", "This is the only operator; add another before removing it, or nobody could sign in.");
+  await deleteOperatorLinksOf(tx, row.email);
   return { id: row.id, email: row.email };
 }
 

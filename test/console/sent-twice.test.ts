@@ -151,3 +151,17 @@ test("the revoke confirmation revokes the token, and both answers lead to the li
   const unknown = await client.post("/console/tokens/tok_01M8000000000000000000NOPE/revoke", {});
   expect([unknown.status, /<p>([^<]*)<\/p>/.exec(unknown.text)?.[1]]).toEqual([404, "No API token with id &quot;tok_01M8000000000000000000NOPE&quot; exists."]);
 });
+
+test("the remove-operator confirmation removes the operator, and both answers lead to the list saying so, not to a 404", async () => {
+  const other = await addOperator(server.runtime.db, { email: "removed-twice@example.com", password: "a long enough password" });
+  const shown = await client.get(`/console/operators/${other.id}/remove`);
+  const form = { form_key: formKeyOf(shown.text) };
+  const answers = await Promise.all([client.post(`/console/operators/${other.id}/remove`, form), client.post(`/console/operators/${other.id}/remove`, form)]);
+  expect(answers.map((a) => [a.status, a.headers.get("location")])).toEqual([
+    [303, "/console/operators?removed=1"],
+    [303, "/console/operators?removed=1"],
+  ]);
+  expect(await server.runtime.db.all("SELECT email FROM operators WHERE email = ?", [other.email])).toEqual([]);
+  const unknown = await client.post(`/console/operators/${other.id}/remove`, { form_key: crypto.randomUUID() });
+  expect(unknown.status).toBe(404);
+});
