@@ -288,7 +288,8 @@ export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: 
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (secretTag(row.secret) === formSecretTag) return (await replaceSecret(rt, tx, id, { grace_hours: Number(text) }, null))!.body.data.secret;
-    if (graceRunning(row, Date.now()) && secretTag(row.previous_secret!) === formSecretTag) return rt.secrets.open(id, row.secret);
+    // The form names the secret the last rotation replaced (with or without a grace period): that rotation is the one it asks for.
+    if (row.previous_secret !== null && secretTag(row.previous_secret) === formSecretTag) return rt.secrets.open(id, row.secret);
     throw new ProblemError(409, "secret-rotated-meanwhile", "The secret was rotated since this page was shown, so it was not rotated again; the page now shows where that rotation stands.");
   });
 }

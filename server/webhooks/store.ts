@@ -198,15 +198,17 @@ export async function deleteSubscription(db: Db, id: string): Promise<boolean> {
 }
 
 /**
- * rotateSubscriptionSecret makes `secret` the signing secret and keeps the one it replaces signing
+ * rotateSubscriptionSecret makes `secret` the signing secret and keeps the one it replaces, signing
  * until `previousExpiresAt` (not at all when that is not after `now`); it tells whether the
- * subscription exists. The old value is copied in SQL, so it is stored exactly as the current secret was.
+ * subscription exists. The old value is copied in SQL, so it is stored exactly as the current secret
+ * was, and it is kept (sealed) even when it signs no more: the console's rotate form sent twice
+ * finds by it that the rotation it asks for is made.
  */
 export async function rotateSubscriptionSecret(db: Db, id: string, secret: string, previousExpiresAt: number, now: number): Promise<boolean> {
   const changed = await db.run(
-    `UPDATE webhook_subscriptions SET previous_secret = CASE WHEN ? > ? THEN secret END, secret = ?, previous_secret_expires_at = ?, secret_rotated_at = ?, updated_at = ?
+    `UPDATE webhook_subscriptions SET previous_secret = secret, secret = ?, previous_secret_expires_at = ?, secret_rotated_at = ?, updated_at = ?
      WHERE id = ?`,
-    [previousExpiresAt, now, secret, previousExpiresAt, now, now, id],
+    [secret, previousExpiresAt, now, now, id],
   );
   return changed > 0;
 }

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
 import { createApiToken } from "../../server/auth/service.ts";
+import { signingSecrets } from "../../server/webhooks/delivery.ts";
 import { endRotationGrace } from "../../server/webhooks/service.ts";
+import { findSubscriptionById } from "../../server/webhooks/store.ts";
 import { addOperator, ConsoleClient, seedDeliveries, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 // Console forms sent twice at once (a double click, a browser retry) make their change once, and
@@ -75,6 +77,22 @@ test("the rotate-secret form rotates once: both answers show the one new secret,
     null,
   ]);
   expect(await stored()).toEqual({ current, previous: null });
+});
+
+test("the rotate-secret form with no grace period, sent twice, rotates once and both answers show the new secret", async () => {
+  const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/rotated-at-once-twice", events: ["contact.created"] })).data;
+  const shown = await client.get(`/console/subscriptions/${subscription.id}/secret-rotation`);
+  const form = { grace_hours: "0", secret_tag: /name="secret_tag" value="([^"]+)"/.exec(shown.text)![1]! };
+  const answers = await Promise.all([client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form), client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form)]);
+  const row = (await server.runtime.db.get<{ secret: string }>("SELECT secret FROM webhook_subscriptions WHERE id = ?", [subscription.id]))!;
+  const current = server.runtime.secrets.open(subscription.id, row.secret);
+  expect(current).not.toBe(subscription.secret);
+  expect(answers.map((a) => [a.status, shownSecret(a.text)])).toEqual([
+    [201, current],
+    [201, current],
+  ]);
+  // The replaced secret signs nothing: a test event carries one signature, the new secret's.
+  expect(signingSecrets((await findSubscriptionById(server.runtime.db, subscription.id))!, Date.now()).map((sealed) => server.runtime.secrets.open(subscription.id, sealed))).toEqual([current]);
 });
 
 test("the subscriptions page's create form makes one subscription, and both answers show its secret; that form with other values is 409", async () => {
