@@ -427,7 +427,9 @@ async function walkWindow(db: Db, filters: ContactFilters, page: { matches: numb
   if (sole?.kind === "full_name") return { rows: page.matches * BROAD_SHARE >= (await countAllContacts(db)) ? Infinity : 0, relation: null };
   if (page.matches === 0) return { rows: 0, relation: null };
   const rarest = (await relationTerms(db, filters))[0]!;
-  return { rows: Math.ceil((WALK_WINDOW * (page.offset + page.limit) * rarest.contacts) / page.matches), relation: rarest };
+  // One row more than the relation has reads all of it and tells the window was not cut short; a
+  // deep page would otherwise ask for more rows than PostgreSQL's integer LIMIT holds.
+  return { rows: Math.min(Math.ceil((WALK_WINDOW * (page.offset + page.limit) * rarest.contacts) / page.matches), rarest.contacts + 1), relation: rarest };
 }
 
 /** listNeedsCount tells whether listContacts must be given the count of matches: name searches and relation filters plan their page with it. */

@@ -237,6 +237,23 @@ describe("contact relations: errors", () => {
     expect(await eventTypes(h)).toEqual(["account.created", "contact.created"]);
   });
 
+  test("the deepest page of a relation filter is an empty page, as any page past the end is: never a 500", async () => {
+    const a = await account("Acme");
+    const user = await createUser(h.rt.db, { name: "Ulla", email: "ulla@example.com" });
+    const c = await contact({ first_name: "Ada", tags: ["vip"], account_ids: [a.id], assigned_user_id: user.id });
+    await contact({ first_name: "Bea", tags: ["vip"] });
+    // The walk's window grows with the page: 999,999,999 pages of 100 would ask for more rows than a 32-bit LIMIT holds.
+    const filters = [`tag=vip`, `account_id=${a.id}`, `assigned_user_id=${user.id}`, `tag=vip&account_id=${a.id}`, `tag=vip&assigned_user_id=${user.id}`];
+    for (const filter of filters) {
+      for (const page of [10737419, 999999999]) {
+        const res = await h.json("GET", `/public/v1/contacts?${filter}&page=${page}&per_page=100`);
+        const total = filter === "tag=vip" ? 2 : 1;
+        expect({ filter, page, status: res.status, body: res.body }).toEqual({ filter, page, status: 200, body: { data: [], meta: { current_page: page, last_page: 1, per_page: 100, total, next_cursor: null } } });
+      }
+      expect((await h.json("GET", `/public/v1/contacts?${filter}&per_page=100`)).body.data.map((found: { id: string }) => found.id)).toContain(c.id);
+    }
+  });
+
   test("the 101st account or tag is 422 naming the limit", async () => {
     const c = await contact({ first_name: "Full", tags: Array.from({ length: 100 }, (_, i) => `t${i}`) });
     expect((await h.json("POST", `/public/v1/contacts/${c.id}/tags`, { body: { tag: "one-more" } })).body).toEqual(validation([{ pointer: "/tag", detail: "the contact already has 100 tags, the limit" }], "Too many tags."));
