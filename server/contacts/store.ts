@@ -178,12 +178,35 @@ function fullNameMatch(needle: string): { condition: string; params: string[]; i
   if (/^[\x00-\x7f]*$/.test(needle)) {
     return { condition: "f.full_name LIKE ? ESCAPE '\\'", params: [`%${needle.replace(/[\\%_]/g, "\\$&")}%`], indexed: false };
   }
-  // Otherwise try each character in either case (at most 4 spellings).
-  const spellings = [...needle].reduce<string[]>(
-    (prefixes, ch) => [...new Set([ch.toLowerCase(), ch.toUpperCase()])].flatMap((variant) => prefixes.map((prefix) => prefix + variant)),
-    [""],
-  );
+  // Otherwise try each character in each of its spellings (at most 16 for two characters).
+  const spellings = [...needle].reduce<string[]>((prefixes, ch) => caseSpellings(ch).flatMap((variant) => prefixes.map((prefix) => prefix + variant)), [""]);
   return { condition: `(${spellings.map(() => "instr(f.full_name, ?) > 0").join(" OR ")})`, params: spellings, indexed: false };
+}
+
+let lowercaseSpellings: Map<string, string[]> | null = null;
+
+/**
+ * caseSpellings lists the characters that match `ch` in a search: those with the same lowercase
+ * letter, as the trigram index and PostgreSQL's ILIKE match them ("ǅ" finds ǆ, Ǆ and itself, "ß"
+ * finds ẞ, the Ohm sign finds ω). Upper-casing instead would make "ı" find I and "ß" find SS.
+ */
+function caseSpellings(ch: string): string[] {
+  const lower = ch.toLowerCase();
+  if ([...lower].length !== 1) return [ch];
+  // Built on the first short search beyond ASCII (about 10 ms): every cased letter lies below U+20000.
+  if (!lowercaseSpellings) {
+    lowercaseSpellings = new Map();
+    for (let code = 0; code < 0x20000; code++) {
+      if (code >= 0xd800 && code <= 0xdfff) continue;
+      const letter = String.fromCodePoint(code);
+      const itsLower = letter.toLowerCase();
+      if (itsLower === letter || [...itsLower].length !== 1) continue;
+      const group = lowercaseSpellings.get(itsLower) ?? [itsLower];
+      group.push(letter);
+      lowercaseSpellings.set(itsLower, group);
+    }
+  }
+  return lowercaseSpellings.get(lower) ?? [ch];
 }
 
 /**

@@ -207,6 +207,39 @@ describe("contact list: happy paths", () => {
     }
   });
 
+  test("full_name needles of any length match a letter by its lowercase: ǅ finds Ǆ and ǆ, ß finds ẞ, ı does not find I", async () => {
+    const names = ["Straße", "ẞig", "ßig", "SSig", "ıx", "Ix", "ſx", "Sx", "µx", "Μx", "ǅemal", "ǆemal", "Ǆemal", "ᾈx", "ᾀx", "\u2126hm", "ωx", "Kö", "\u212Aö"];
+    const ids = new Map<string, string>();
+    for (const name of names) ids.set(name, (await h.json("POST", "/public/v1/contacts", { body: { first_name: name } })).body.data.id);
+    try {
+      const found = async (needle: string) => {
+        const res = await h.json("GET", `/public/v1/contacts?per_page=100&full_name=${encodeURIComponent(needle)}`);
+        const byId = new Map([...ids].map(([name, id]) => [id, name]));
+        return res.body.data.map((c: { id: string }) => byId.get(c.id) ?? c.id).sort();
+      };
+      const cases: [string, string[]][] = [
+        ["ß", ["Straße", "ßig", "ẞig"]],
+        ["ẞi", ["ßig", "ẞig"]],
+        ["ßig", ["ßig", "ẞig"]],
+        ["ı", ["ıx"]],
+        ["ıx", ["ıx"]],
+        ["ſ", ["ſx"]],
+        ["µ", ["µx"]],
+        ["Μ", ["Μx"]],
+        ["ǅ", ["Ǆemal", "ǅemal", "ǆemal"]],
+        ["ǅe", ["Ǆemal", "ǅemal", "ǆemal"]],
+        ["ǅem", ["Ǆemal", "ǅemal", "ǆemal"]],
+        ["ᾈ", ["ᾀx", "ᾈx"]],
+        ["ω", ["ωx", "\u2126hm"]],
+        ["\u2126h", ["\u2126hm"]],
+        ["kö", ["Kö", "\u212Aö"]],
+      ];
+      for (const [needle, want] of cases) expect({ needle, found: await found(needle) }).toEqual({ needle, found: [...want].sort() });
+    } finally {
+      for (const id of ids.values()) await h.request("DELETE", `/public/v1/contacts/${id}`);
+    }
+  });
+
   test("created_after and updated_after take RFC 3339 and are exclusive", async () => {
     const sorted = [...all].sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
     const pivot = sorted[14].created_at;
