@@ -81,9 +81,14 @@ export function consoleTime(value: string): string {
   return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value) ? `${value}:00Z` : /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$/.test(value) ? `${value}Z` : value;
 }
 
-/** safeNext keeps a post-sign-in destination only when it is a console path (no open redirect). */
+/**
+ * safeNext keeps a post-sign-in destination only when it is a console path (no open redirect) that
+ * a Location header can carry as it is: printable ASCII, as the console's own links are (their
+ * other characters percent-encoded). A line break would split the header, and Bun refuses
+ * characters beyond Latin-1 outright, after the sign-in it answers has started a session.
+ */
 export function safeNext(next: string | undefined): string | undefined {
-  return next && next.length <= 500 && next.startsWith(`${CONSOLE_PREFIX}/`) && !next.includes("\\") ? next : undefined;
+  return next && next.length <= 500 && next.startsWith(`${CONSOLE_PREFIX}/`) && !next.includes("\\") && /^[\x21-\x7e]+$/.test(next) ? next : undefined;
 }
 
 /** addressOf names the client for sign-in throttling: the clientNetwork of the peer, or of the client behind a trusted proxy. */

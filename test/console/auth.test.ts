@@ -256,12 +256,25 @@ describe("sign-in and sessions", () => {
       ["https://evil.example/console/", "/console/"],
       ["//evil.example/console/", "/console/"],
       ["/console/\\evil.example", "/console/"],
+      // What a Location header cannot carry as it is: line breaks, control and non-ASCII characters.
+      ["/console/\nevil", "/console/"],
+      ["/console/\r\nSet-Cookie: x=1", "/console/"],
+      ["/console/\u0001x", "/console/"],
+      ["/console/é", "/console/"],
+      ["/console/日本", "/console/"],
+      ["/console/😀", "/console/"],
+      ["/console/contacts?q=J%C3%B6rg", "/console/contacts?q=J%C3%B6rg"],
     ];
+    const sessions = async () => (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM operator_sessions"))!.n;
     for (const [next, landing] of cases) {
       const client = new ConsoleClient((r) => h.app.handle(r));
-      await client.get(`/console/login?next=${encodeURIComponent(next)}`);
+      const before = await sessions();
+      const shown = await client.get(`/console/login?next=${encodeURIComponent(next)}`);
       const res = await client.post("/console/login", { ...OPERATOR, next });
-      expect(res.headers.get("location")).toBe(landing);
+      expect({ next, shown: shown.status, status: res.status, location: res.headers.get("location"), sessions: (await sessions()) - before }).toEqual({ next, shown: 200, status: 303, location: landing, sessions: 1 });
+      // Signed in, the sign-in page sends the operator on, by the same rule.
+      const again = await client.get(`/console/login?next=${encodeURIComponent(next)}`);
+      expect({ next, status: again.status, location: again.headers.get("location") }).toEqual({ next, status: 303, location: landing });
     }
   });
 });
