@@ -215,6 +215,22 @@ describe("sign-in and sessions", () => {
     expect(replay.headers.get("location")).toBe("/console/login?next=%2Fconsole%2F");
   });
 
+  test("signing out after the session ended elsewhere lands on the sign-in page, not on a 'Form expired' page", async () => {
+    const { h, client } = await setup();
+    await addOperator(h.rt.db);
+    await client.signIn();
+    await client.get("/console/");
+    await h.rt.db.run("DELETE FROM operator_sessions");
+    const out = await client.post("/console/logout", {});
+    expect([out.status, out.headers.get("location"), out.headers.getSetCookie()]).toEqual([303, "/console/login", ["crm_console_session=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0"]]);
+    // Any other form of that page is refused as before.
+    await client.signIn();
+    await client.get("/console/tokens");
+    await h.rt.db.run("DELETE FROM operator_sessions");
+    const token = await client.post("/console/tokens", { name: "after the end" });
+    expect([token.status, (await h.rt.db.all("SELECT id FROM api_tokens WHERE name = 'after the end'")).length]).toEqual([403, 0]);
+  });
+
   test("a session idle for 12 hours ends; using a session keeps it alive", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
