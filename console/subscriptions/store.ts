@@ -26,9 +26,9 @@ export function findRotation(db: Db, newSubscriptionId: string): Promise<Rotatio
   return db.get<RotationRow>("SELECT * FROM subscription_rotations WHERE new_subscription_id = ?", [newSubscriptionId]);
 }
 
-/** listOpenRotations returns every unfinished rotation, newest first. */
+/** listOpenRotations returns every unfinished rotation, newest first (by id within a millisecond). */
 export function listOpenRotations(db: Db): Promise<RotationRow[]> {
-  return db.all<RotationRow>("SELECT * FROM subscription_rotations WHERE completed_at IS NULL ORDER BY created_at DESC");
+  return db.all<RotationRow>("SELECT * FROM subscription_rotations WHERE completed_at IS NULL ORDER BY created_at DESC, new_subscription_id DESC");
 }
 
 /** setRotationTestDelivery records the test event delivery sent to a rotation's new subscription. */

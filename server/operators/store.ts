@@ -173,9 +173,9 @@ export function findOperatorLink(db: Db, codeHash: Uint8Array, now: number): Pro
   return db.get<OperatorLinkRow>("SELECT * FROM operator_links WHERE code_hash = ? AND expires_at > ?", [codeHash, now]);
 }
 
-/** listPendingInvites returns the unexpired invitations, newest first. */
+/** listPendingInvites returns the unexpired invitations, newest first (by email within a millisecond). */
 export function listPendingInvites(db: Db, now: number): Promise<OperatorLinkRow[]> {
-  return db.all<OperatorLinkRow>("SELECT * FROM operator_links WHERE purpose = 'invite' AND expires_at > ? ORDER BY created_at DESC", [now]);
+  return db.all<OperatorLinkRow>("SELECT * FROM operator_links WHERE purpose = 'invite' AND expires_at > ? ORDER BY created_at DESC, email", [now]);
 }
 
 /** deleteOperatorLink uses up a link; false when it was already used (two tabs racing). */

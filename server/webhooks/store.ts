@@ -712,13 +712,13 @@ export type FailureReasonRow = {
   latest_id: string;
 }
 
-/** listFailureReasons groups a subscription's deliveries created since a time whose last attempt failed (failed, or pending with attempts), by reason, most frequent first. */
+/** listFailureReasons groups a subscription's deliveries created since a time whose last attempt failed (failed, or pending with attempts), by reason, most frequent first, then latest first (by id within a millisecond). */
 export function listFailureReasons(db: Db, subscriptionId: string, since: number, limit: number): Promise<FailureReasonRow[]> {
   return db.all<FailureReasonRow>(
     `SELECT last_response_status, last_error, count(*) AS deliveries, max(created_at) AS latest_at, max(id) AS latest_id
      FROM webhook_deliveries
      WHERE subscription_id = ? AND status IN ('failed', 'pending') AND created_at >= ? AND attempts > 0
-     GROUP BY last_response_status, last_error ORDER BY deliveries DESC, latest_at DESC LIMIT ?`,
+     GROUP BY last_response_status, last_error ORDER BY deliveries DESC, latest_at DESC, latest_id DESC LIMIT ?`,
     [subscriptionId, since, limit],
   );
 }

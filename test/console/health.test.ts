@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
+import { recentFailures } from "../../console/subscriptions/health.ts";
 import { LATENCY_BOUNDS_MS, addAttemptStats } from "../../server/webhooks/stats.ts";
 import { startReceiver, type Receiver } from "../webhooks/support.ts";
 import { cspViolations, launchBrowser, seedDeliveries, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
@@ -142,6 +143,20 @@ describe("health at a glance", () => {
     expect(await shootAtBothWidths(page, "subscription-health")).toBe(390);
     expect(problems).toEqual([]);
   }, SLOW);
+
+  test("failure reasons tied on count and time are listed latest delivery first, in one order on both backends", async () => {
+    // One commit can create several events, so deliveries to one subscription share a millisecond.
+    const tied = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/ties", events: ["contact.updated"] })).data;
+    const at = Date.now() - 60_000;
+    const seeded: SeededDelivery[] = [{ at, status: "failed", response_status: 500 }, { at, status: "failed", response_status: 404 }, { at, status: "failed", error: "tie zeta" }, { at, status: "failed", error: "tie alpha" }];
+    const ids = await seedDeliveries(server.runtime.db, tied, seeded);
+    expect((await recentFailures(server.runtime.db, tied.id)).map((failure) => [failure.reason, failure.latest_delivery_id])).toEqual([
+      ["tie alpha", ids[3]],
+      ["tie zeta", ids[2]],
+      ["HTTP 404", ids[1]],
+      ["HTTP 500", ids[0]],
+    ]);
+  });
 
   test("an unknown subscription's page is a 404 page", async () => {
     const res = await page.goto(`${server.url}/console/subscriptions/sub_01J00000000000000000000000`);

@@ -73,6 +73,20 @@ describe("operators page", () => {
     expect(await operators(h)).toEqual([OPERATOR.email]);
   });
 
+  test("invitations made in the same millisecond are listed in one order on both backends: by email", async () => {
+    const { h, client } = await setup();
+    const now = Date.now();
+    for (const email of ["d@example.com", "b@example.com", "a@example.com", "c@example.com"]) await inviteOperator(h.rt.db, email, null, now);
+    const page = (await client.get("/console/operators")).text;
+    const shown = ["a@example.com", "b@example.com", "c@example.com", "d@example.com"].map((email) => [email, page.indexOf(email)] as const).toSorted((x, y) => x[1] - y[1]);
+    expect(shown.map(([email, at]) => [email, at > 0])).toEqual([
+      ["a@example.com", true],
+      ["b@example.com", true],
+      ["c@example.com", true],
+      ["d@example.com", true],
+    ]);
+  });
+
   test("an invitation expires", async () => {
     const { h, browser } = await setup();
     const code = await inviteOperator(h.rt.db, "late@example.com", null, Date.now() - OPERATOR_LINK_TTL_MS - 1);
