@@ -109,7 +109,7 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
         <DataTable
           id="users"
           columns={["Name", "Email", "Id", "Created (UTC)"]}
-          empty={props.users.length === 0 ? "No users yet." : null}
+          empty={props.users.length === 0 ? (meta.total === 0 ? "No users yet." : `No users on page ${meta.current_page}: the last page is ${meta.last_page}.`) : null}
           foot={
             meta.last_page > 1 && (
               <nav class="pager" aria-label="Pages">

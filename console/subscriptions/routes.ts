@@ -58,10 +58,11 @@ export function subscriptionRoutes(rt: Runtime) {
     .get(
       "/subscriptions",
       async ({ session, query }) => {
-        const recovered = query.recovered === undefined ? null : Number(query.recovered);
+        // Only the count the recover form's redirect writes: a hand-made "1e20" or "-1" says nothing.
+        const recovered = query.recovered !== undefined && /^\d{1,9}$/.test(query.recovered) ? Number(query.recovered) : null;
         const notice = query.deleted
           ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." }
-          : recovered !== null && Number.isInteger(recovered)
+          : recovered !== null
             ? { kind: "success" as const, text: `${recovered} failed ${recovered === 1 ? "delivery" : "deliveries"} queued again, oldest first.` }
             : query.enabled
               ? { kind: "success" as const, text: "Subscription enabled. Events from now on are delivered to it; recover the deliveries that failed while it was disabled." }

@@ -162,6 +162,21 @@ test("the contacts and users pages refuse a parameter they do not take with the 
   expect([(await client.get("/console/contacts?q=ada&before=")).status, (await client.get("/console/users?page=1&added=1")).status]).toEqual([200, 200]);
 });
 
+test("a users page past the last says so, and a hand-made recovered count shows no notice", async () => {
+  await h.json("POST", "/public/v1/users", { body: { name: "Only One", email: "only.one@example.com" } });
+  const past = (await client.get("/console/users?page=7")).text;
+  expect(/<p class="empty">([^<]*)<\/p>/.exec(past)?.[1]).toBe("No users on page 7: the last page is 1.");
+  const notices = [];
+  for (const value of ["2", "1e20", "-1", "0x10", "1.5"]) notices.push([value, /class="notice notice-success"[^>]*>([^<]*)</.exec((await client.get(`/console/subscriptions?recovered=${value}`)).text)?.[1] ?? null]);
+  expect(notices).toEqual([
+    ["2", "2 failed deliveries queued again, oldest first."],
+    ["1e20", null],
+    ["-1", null],
+    ["0x10", null],
+    ["1.5", null],
+  ]);
+});
+
 test("a value past a console route's schema limit gets the 422 page naming the field, or problem+json under /console/api, never the API's bare problem on a page", async () => {
   const page = answerOf(await client.get(`/console/contacts?q=${"x".repeat(301)}`));
   const id = answerOf(await client.get(`/console/contacts/${"c".repeat(70)}`));
