@@ -208,7 +208,7 @@ describe("rotation wizard", () => {
       await db.run("CREATE TRIGGER refuse_rotation_test BEFORE UPDATE OF test_delivery_id ON subscription_rotations FOR EACH ROW EXECUTE FUNCTION refuse_rotation_test()");
     }
     try {
-      await expect(sendRotationTest(runtime, id)).rejects.toThrow();
+      await expect(sendRotationTest(runtime, id)).rejects.toThrow("refused");
     } finally {
       await db.run(db.dialect === "sqlite" ? "DROP TRIGGER refuse_rotation_test" : "DROP TRIGGER refuse_rotation_test ON subscription_rotations");
       if (db.dialect === "postgres") await db.run("DROP FUNCTION refuse_rotation_test()");
