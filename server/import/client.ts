@@ -16,6 +16,18 @@ export class ImportError extends Error {
 
 const MAX_FAILED_ATTEMPTS = 6;
 
+type Answer = { type?: string; detail?: string; errors?: FieldError[]; data?: BatchResult[] };
+
+/** parsedAnswer reads a JSON answer, or null: a proxy's "Bad Gateway" page may be labelled JSON. */
+function parsedAnswer(response: Response, text: string): Answer | null {
+  if (!response.headers.get("content-type")?.includes("json") || !text) return null;
+  try {
+    return JSON.parse(text) as Answer;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * BatchClient sends batch upserts to a CRM server the way the contract asks: every batch with
  * its Idempotency-Key, so a retry (after a timeout, a 5xx, a lost connection or a crash of the
@@ -28,8 +40,11 @@ export class BatchClient {
     private readonly onWait: (seconds: number, why: string) => void = () => {},
   ) {}
 
-  /** upsert posts one batch to `path` (e.g. /public/v1/contacts/batch) and returns its per-item results. */
-  async upsert(path: string, items: unknown[], idempotencyKey: string): Promise<BatchResult[]> {
+  /**
+   * upsert posts one batch to `path` (e.g. /public/v1/contacts/batch) and returns its per-item
+   * results; `replayed` when the server answered with what an earlier run of the same batch got.
+   */
+  async upsert(path: string, items: unknown[], idempotencyKey: string): Promise<{ results: BatchResult[]; replayed: boolean }> {
     const body = JSON.stringify({ items });
     let failures = 0;
     for (;;) {
@@ -45,8 +60,15 @@ export class BatchClient {
         await this.wait(2 ** failures / 4, `cannot reach the server (${(error as Error).message})`);
         continue;
       }
-      const text = await response.text();
-      const answer = response.headers.get("content-type")?.includes("json") && text ? (JSON.parse(text) as { type?: string; detail?: string; errors?: FieldError[]; data?: BatchResult[] }) : null;
+      let text: string;
+      try {
+        text = await response.text();
+      } catch (error) {
+        if (++failures >= MAX_FAILED_ATTEMPTS) throw new ImportError(`${path}: the answer broke off: ${(error as Error).message}`);
+        await this.wait(2 ** failures / 4, `the answer broke off (${(error as Error).message})`);
+        continue;
+      }
+      const answer = parsedAnswer(response, text);
       if (response.status === 429 || (response.status === 409 && answer?.type === "urn:crm:problem:idempotency-key-in-use")) {
         await this.wait(Math.max(1, Number(response.headers.get("retry-after")) || 1), response.status === 429 ? "rate limited" : "the same batch is still running");
         continue;
@@ -66,7 +88,9 @@ export class BatchClient {
         const hint = response.status === 401 ? " Check that --token-file holds a current token of this server (crm token list)." : "";
         throw new ImportError(`${path} answered ${response.status}: ${answer?.detail ?? text.slice(0, 200)}${fields}${hint}`, false);
       }
-      return answer.data;
+      // A proxy between could answer for the server: a batch's results must be one per item.
+      if (answer.data.length !== items.length) throw new ImportError(`${path} answered ${answer.data.length} results for ${items.length} items; nothing after this batch was sent`);
+      return { results: answer.data, replayed: response.headers.get("idempotent-replayed") === "true" };
     }
   }
 

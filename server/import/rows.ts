@@ -1,6 +1,7 @@
 import { accountNameKey } from "../accounts/store.ts";
 import { ConfigError } from "../config.ts";
-import { isForbiddenKey } from "../http/safe-json.ts";
+import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
+import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { CsvError, parseCsv } from "./csv.ts";
 
 // From a file's rows to API items: which column feeds which contact or account field.
@@ -11,6 +12,8 @@ export interface SourceRow {
   values: Record<string, unknown>;
   /** the JSON Lines object as written (values flattens its nested objects) */
   original?: Record<string, unknown>;
+  /** a JSON Lines line the API would refuse in any body (an integer past 2^53, a NUL, a duplicate key ...): the line as written and why */
+  refused?: { line: string; errors: FieldError[] };
 }
 
 /** SourceFile is a parsed input file: its columns in order and its rows. */
@@ -66,10 +69,19 @@ function readJsonLines(path: string, text: string): SourceFile {
   text.replace(/^\uFEFF/, "").split(/\r?\n/).forEach((line, i) => {
     if (line.trim() === "") return;
     let value: unknown;
+    let refused: SourceRow["refused"];
     try {
       value = JSON.parse(line);
     } catch (error) {
       throw new ConfigError(`${path}: line ${i + 1} is not JSON (${(error as Error).message})`);
+    }
+    try {
+      // JSON.parse rounds an id past 2^53 (two people become one) and keeps the last of two equal
+      // keys; the API refuses those and a NUL in any body, so the row is refused, not the batch.
+      parseSafeJson(line);
+    } catch (error) {
+      if (!(error instanceof ProblemError)) throw error;
+      refused = { line, errors: error.errors ?? [{ pointer: "", detail: error.message }] };
     }
     if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ConfigError(`${path}: line ${i + 1} is not a JSON object`);
     const values: Record<string, unknown> = {};
@@ -78,7 +90,7 @@ function readJsonLines(path: string, text: string): SourceFile {
       else values[key] = v;
     }
     for (const key of Object.keys(values)) columns.add(key);
-    rows.push({ row: rows.length + 1, values, original: value as Record<string, unknown> });
+    rows.push({ row: rows.length + 1, values, original: value as Record<string, unknown>, ...(refused ? { refused } : {}) });
   });
   if (rows.length === 0) throw new ConfigError(`${path} is empty: each line must be a JSON object`);
   return { format: "jsonl", columns: [...columns], rows };
@@ -103,6 +115,19 @@ const USUAL_HEADERS = new Map<string, Target>(Object.entries({
 } satisfies Record<string, Target>));
 
 const squash = (header: string) => header.toLowerCase().replace(/[^a-z0-9]/g, "");
+
+/**
+ * prefixedTarget maps a header that names its record first: "Contact Email" to email, "Account
+ * Website" to account.domain. The prefix keeps to its record: "Account ID" or "Account Phone" is
+ * the account's, not the contact's external_id or phone, so it is ignored (external ids of
+ * different contacts would otherwise make them one).
+ */
+function prefixedTarget(column: string): Target | undefined {
+  const prefixed = /^(contact|account)\W*(.+)$/i.exec(column);
+  if (!prefixed) return undefined;
+  const target = USUAL_HEADERS.get(squash(prefixed[2]!));
+  return target && target.startsWith("account.") === (prefixed[1]!.toLowerCase() === "account") ? target : undefined;
+}
 
 /**
  * customFieldTarget is `custom_fields.KEY` for a column or --map field naming a custom field the
@@ -143,7 +168,7 @@ export function columnMap(columns: string[], mapText: string | undefined): { map
   const taken = new Set(explicit.values());
   for (const column of columns) {
     const given = explicit.get(column);
-    const usual = /^custom_fields\./i.test(column) ? customFieldTarget(column) : USUAL_HEADERS.get(squash(column)) ?? USUAL_HEADERS.get(squash(column.replace(/^(contact|account)\W*/i, "")));
+    const usual = /^custom_fields\./i.test(column) ? customFieldTarget(column) : USUAL_HEADERS.get(squash(column)) ?? prefixedTarget(column);
     const target = given ?? (usual && !taken.has(usual) ? usual : undefined);
     if (target && target !== "-") {
       map.set(column, target);
@@ -158,12 +183,21 @@ export interface ImportRow {
   row: number;
   contact: Record<string, unknown>;
   account: { name: string; domain?: string } | null;
+  /** errors that make the row invalid before it is sent (SourceRow.refused) */
+  refusal?: FieldError[];
 }
 
 const text = (value: unknown) => (typeof value === "string" ? value.trim() : value === null || value === undefined ? "" : String(value));
 
-/** bareDomain turns a website into a domain: https://www.Acme.com/about -> www.acme.com. */
+/**
+ * NO_WEBSITE matches what spreadsheets write where a company has no website. Read as a domain ("N/A"
+ * becomes "n"), it would make every company so marked one account, named after the first of them.
+ */
+const NO_WEBSITE = /^(n\/?a|none|null|nil|unknown|tbd|-+|\?+)$/i;
+
+/** bareDomain turns a website into a domain (https://www.Acme.com/about -> www.acme.com), or "" for a placeholder (NO_WEBSITE). */
 function bareDomain(value: string): string {
+  if (NO_WEBSITE.test(value)) return "";
   return value.replace(/^[a-z][a-z0-9+.-]*:\/\//i, "").replace(/[/?#].*$/, "").toLowerCase();
 }
 
@@ -178,11 +212,11 @@ export function toImportRow(source: SourceRow, map: ColumnMap): ImportRow {
     if (target === "tags") contact.tags = Array.isArray(raw) ? raw : [...new Set(text(raw).split(/[;|,]/).map((t) => t.trim()).filter((t) => t !== ""))];
     else if (target.startsWith("custom_fields.")) ((contact.custom_fields ??= {}) as Record<string, unknown>)[target.slice("custom_fields.".length)] = typeof raw === "string" ? raw.trim() : raw;
     else if (target === "account.name") account.name = text(raw);
-    else if (target === "account.domain") account.domain = bareDomain(text(raw));
+    else if (target === "account.domain") account.domain = bareDomain(text(raw)) || undefined;
     else contact[target] = text(raw);
   }
   const name = account.name ?? account.domain;
-  return { row: source.row, contact, account: name ? { name, ...(account.domain ? { domain: account.domain } : {}) } : null };
+  return { row: source.row, contact, account: name ? { name, ...(account.domain ? { domain: account.domain } : {}) } : null, ...(source.refused ? { refusal: source.refused.errors } : {}) };
 }
 
 /** accountKey is how the importer groups rows by account: the domain when there is one, else the name as the API compares it. */

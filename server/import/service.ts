@@ -4,8 +4,9 @@ import { accountItemErrors } from "../accounts/service.ts";
 import { ConfigError } from "../config.ts";
 import { contactItemErrors } from "../contacts/service.ts";
 import type { BatchResult } from "../batch/model.ts";
-import type { FieldError } from "../shared/problem.ts";
+import { parseSafeJson } from "../http/safe-json.ts";
 import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
+import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { sha256 } from "../shared/crypto.ts";
 import { BatchClient } from "./client.ts";
 import { csvLine } from "./csv.ts";
@@ -47,7 +48,9 @@ interface InvalidRow {
 }
 
 /** errorLines names each error by the column it comes from: "Email: must be an email address ...". */
-const errorLines = (map: ColumnMap, errors: FieldError[], prefix = "") => errors.map((e) => `${columnOf(map, prefix + (e.pointer ?? ""))}: ${e.detail}`);
+const errorLines = (map: ColumnMap, errors: FieldError[], prefix = "") => errors.map((e) => `${e.pointer ? columnOf(map, prefix + e.pointer) : prefix ? "account" : "row"}: ${e.detail}`);
+/** lineErrorLines names each error of a refused JSON Lines line by the column it is in: "/custom_fields/meta/constructor" is in custom_fields.meta. */
+const lineErrorLines = (errors: FieldError[]) => errors.map((e) => `${e.pointer ? e.pointer.slice(1).split("/").slice(0, 2).join(".") : "line"}: ${e.detail}`);
 /** withinItem drops the /items/N part of a batch error's pointer: what is left points into the item. */
 const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, pointer: e.pointer?.replace(/^\/items\/\d+/, "") }));
 
@@ -71,7 +74,12 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
 
   if (options.dryRun) {
     for (const row of rows) {
-      const errors = [...errorLines(map, contactItemErrors(row.contact)), ...(row.account ? errorLines(map, accountItemErrors(row.account), "/account") : [])];
+      const errors = row.refusal
+        ? lineErrorLines(row.refusal)
+        : [
+            ...errorLines(map, [...bodyRefusal(row.contact), ...contactItemErrors(row.contact)]),
+            ...(row.account ? errorLines(map, [...bodyRefusal(row.account), ...accountItemErrors(row.account)], "/account") : []),
+          ];
       if (errors.length > 0) invalid.push({ row: row.row, errors });
     }
     return finish(invalidFile, source, invalid, { ...summary, valid: rows.length - invalid.length, invalid: invalid.length });
@@ -88,28 +96,58 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const keyMaterial = JSON.stringify(["contacts", basename(options.file), bytes.byteLength, [...map]]);
   const keyPrefix = `crm-import-${Buffer.from(sha256(keyMaterial)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
 
-  const accounts = await resolveAccounts(client, rows, keyPrefix, map);
+  const accounts = await resolveAccounts(client, rows.filter((row) => !row.refusal), keyPrefix, map);
   const refusedAccounts = [...accounts.values()].filter((outcome) => "errors" in outcome).length;
   if (accounts.size > 0) progress.note(`accounts: ${accounts.size - refusedAccounts} created or found${refusedAccounts ? `, ${refusedAccounts} invalid (their rows are too)` : ""}`);
   // Rows whose account was refused are invalid already; the others carry their account's id.
+  // A row the server's body parser would refuse (a NUL, a lone surrogate, a row too large for a
+  // request) would fail its whole batch, and every batch after it: it is refused here instead.
   const prepared = rows.map((row): { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] } => {
+    if (row.refusal) return { row, errors: lineErrorLines(row.refusal) };
     const account = row.account ? accounts.get(accountKey(row.account))! : null;
     if (account && "errors" in account) return { row, errors: account.errors };
-    return { row, item: account ? { ...row.contact, account_ids: [account.id] } : row.contact };
+    const item = account ? { ...row.contact, account_ids: [account.id] } : row.contact;
+    const refusal = bodyRefusal(item);
+    return refusal.length > 0 ? { row, errors: errorLines(map, refusal) } : { row, item };
   });
+  // The first row goes alone under the trial's key: after a --trial, the run replays it instead of
+  // creating again a row that no email or external id matches.
+  const trialKeyPrefix = options.trial ? keyPrefix : `${keyPrefix}-trial`;
+  const chunks = [prepared.slice(0, 1), ...batchesOf(prepared.slice(1), (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))].filter((chunk) => chunk.length > 0);
   let done = 0;
-  for (const chunk of batchesOf(prepared, (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))) {
+  let replayed = 0;
+  for (const [n, chunk] of chunks.entries()) {
     const sendable = chunk.filter((entry) => "item" in entry);
     for (const entry of chunk) if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
     if (sendable.length > 0) {
-      const results = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), `${keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`);
-      results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
+      const key = `${n === 0 ? trialKeyPrefix : keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
+      const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key);
+      answer.results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
+      if (answer.replayed && n > 0) replayed += sendable.length;
     }
     done += chunk.length;
     progress.update(done);
   }
   progress.finish();
+  if (replayed > 0) progress.note(`${replayed} rows were answered from an earlier run of this file (within 24 h): their counts are that run's, and nothing was applied again`);
   return finish(invalidFile, source, invalid, { ...summary, invalid: invalid.length });
+}
+
+/**
+ * bodyRefusal is why the server's body parser would refuse a batch carrying this item (parseSafeJson:
+ * a NUL, an unpaired surrogate, a __proto__ key ...; or a size no request may have), as field
+ * errors within the item; empty when it would take it.
+ */
+function bodyRefusal(item: unknown): FieldError[] {
+  const json = JSON.stringify(item);
+  if (Buffer.byteLength(json) > BATCH_BODY_BUDGET) return [{ pointer: "", detail: `the row is larger than a request to the server may be (${MAX_BODY_BYTES} bytes)` }];
+  try {
+    parseSafeJson(json);
+    return [];
+  } catch (error) {
+    if (!(error instanceof ProblemError)) throw error;
+    return error.errors ?? [{ pointer: "", detail: error.message }];
+  }
 }
 
 function count(summary: ImportSummary, result: BatchResult, row: ImportRow, map: ColumnMap, invalid: InvalidRow[]): void {
@@ -146,9 +184,14 @@ async function resolveAccounts(client: BatchClient, rows: ImportRow[], keyPrefix
   const distinct = new Map<string, { name: string; domain?: string }>();
   for (const row of rows) if (row.account && !distinct.has(accountKey(row.account))) distinct.set(accountKey(row.account), row.account);
   const outcomes = new Map<string, AccountOutcome>();
+  const sendable = [...distinct].filter(([key, account]) => {
+    const refusal = bodyRefusal(account);
+    if (refusal.length > 0) outcomes.set(key, { errors: errorLines(map, refusal, "/account") });
+    return refusal.length === 0;
+  });
   let start = 0;
-  for (const chunk of batchesOf([...distinct], ([, account]) => JSON.stringify(account))) {
-    const results = await client.upsert("/public/v1/accounts/batch", chunk.map(([, account]) => account), `${keyPrefix}-accounts-${start + 1}-${start + chunk.length}`);
+  for (const chunk of batchesOf(sendable, ([, account]) => JSON.stringify(account))) {
+    const { results } = await client.upsert("/public/v1/accounts/batch", chunk.map(([, account]) => account), `${keyPrefix}-accounts-${start + 1}-${start + chunk.length}`);
     start += chunk.length;
     results.forEach((result, i) => {
       outcomes.set(chunk[i]![0], result.id ? { id: result.id } : { errors: errorLines(map, withinItem(result.errors), "/account") });
@@ -185,7 +228,13 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
   const lines =
     source.format === "csv"
       ? [csvLine([...source.columns, "import_row", "import_errors"]), ...invalid.map(({ row, errors }) => csvLine([...source.columns.map((c) => String(byRow.get(row)!.values[c] ?? "")), String(row), errors.join("; ")]))]
-      : invalid.map(({ row, errors }) => JSON.stringify({ ...byRow.get(row)!.original, import_row: row, import_errors: errors }));
+      : invalid.map(({ row, errors }) => {
+          const { original, refused } = byRow.get(row)!;
+          const added = `"import_row":${row},"import_errors":${JSON.stringify(errors)}`;
+          // A refused line is kept as written (JSON.parse would have rounded its large integers).
+          if (refused) return refused.line.trim().replace(/\s*\}$/, (end, at: number) => (/^\{\s*$/.test(refused.line.trim().slice(0, at)) ? "" : ",") + added + "}");
+          return JSON.stringify({ ...original, import_row: row, import_errors: errors });
+        });
   try {
     await Bun.write(path, `${lines.join("\n")}\n`);
   } catch (error) {

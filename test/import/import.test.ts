@@ -79,6 +79,91 @@ describe("crm import contacts: happy paths", () => {
   }, 60_000);
 });
 
+describe("crm import contacts: rows neither lost nor merged", () => {
+  test("an account's columns (Account ID, Account Phone) never feed the contact's fields: three contacts stay three", async () => {
+    const file = join(server.dir, "accounts-columns.csv");
+    writeFileSync(file, "Email,First Name,Account ID,Account Name,Account Phone,Phone\nk1@example.com,K1,001A,Acme,+1 800 2263,+44 7700 900001\nk2@example.com,K2,001A,Acme,+1 800 2263,\nk3@example.com,K3,001A,Acme,+1 800 2263,\n");
+    const res = await runImport([file, ...apiArgs()]);
+    expect([res.code, res.stdout, res.stderr.split("\n")[0]]).toEqual([0, "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n", "columns: Email -> email, First Name -> first_name, Account Name -> account.name, Phone -> phone; ignored: Account ID, Account Phone"]);
+    expect(await server.db.all("SELECT email, external_id, phone FROM contacts ORDER BY email")).toEqual([
+      { email: "k1@example.com", external_id: null, phone: "+44 7700 900001" },
+      { email: "k2@example.com", external_id: null, phone: null },
+      { email: "k3@example.com", external_id: null, phone: null },
+    ]);
+  }, 60_000);
+
+  test("a placeholder website (N/A, none, -) is no domain: each company keeps its own account", async () => {
+    const file = join(server.dir, "no-website.csv");
+    writeFileSync(file, "Email,Company,Website\nna1@example.com,Acme,N/A\nna2@example.com,Beta Ltd,n/a\nna3@example.com,Gamma,none\nna4@example.com,Delta,-\nna5@example.com,Epsilon,epsilon.example\n");
+    const res = await runImport([file, ...apiArgs()]);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 5 rows: created 5, updated 0, unchanged 0, invalid 0\n"]);
+    expect(await server.db.all("SELECT c.email, a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email")).toEqual([
+      { email: "na1@example.com", name: "Acme", domain: null },
+      { email: "na2@example.com", name: "Beta Ltd", domain: null },
+      { email: "na3@example.com", name: "Gamma", domain: null },
+      { email: "na4@example.com", name: "Delta", domain: null },
+      { email: "na5@example.com", name: "Epsilon", domain: "epsilon.example" },
+    ]);
+  }, 60_000);
+
+  test("a row the server's body parser refuses (a NUL in a cell, a company name with one) is an invalid row; every other row is imported", async () => {
+    const file = join(server.dir, "nul.csv");
+    const rows = Array.from({ length: 250 }, (_, i) => `d${i + 1}@example.com,${i + 1 === 150 ? "Nu\u0000l" : "N"},${i + 1 === 200 ? "Bad\u0000Co" : ""}`);
+    writeFileSync(file, `Email,First Name,Company\n${rows.join("\n")}\n`);
+    const res = await runImport([file, ...apiArgs()]);
+    expect([res.code, res.stdout]).toEqual([1, `imported: 250 rows: created 248, updated 0, unchanged 0, invalid 2\ninvalid rows with their errors: ${join(server.dir, "nul.invalid.csv")}\n`]);
+    expect(await server.count()).toBe(248);
+    const invalid = parseCsv(readFileSync(join(server.dir, "nul.invalid.csv"), "utf8")).slice(1).map((r) => [r[3], r[4]]);
+    expect(invalid).toEqual([
+      ["150", "First Name: contains the NUL character (\\u0000), which no text field can hold"],
+      ["200", "Company: contains the NUL character (\\u0000), which no text field can hold"],
+    ]);
+  }, 60_000);
+
+  test("JSON Lines the API would refuse (an id past 2^53, a NUL, an unpaired surrogate, a constructor key) are invalid rows, kept as written; the others are imported", async () => {
+    const file = join(server.dir, "refused.jsonl");
+    const lines = [
+      '{"id": 9007199254740993, "email": "j1@example.com"}',
+      '{"id": 9007199254740992, "email": "j2@example.com"}',
+      '{"email": "v1@example.com", "custom_fields": {"meta": {"constructor": "x"}}}',
+      '{"email": "v2@example.com", "first_name": "\\u0000x"}',
+      '{"email": "v3@example.com", "first_name": "\\ud800x"}',
+      '{"email": "ok@example.com", "id": "9007199254740993"}',
+    ];
+    writeFileSync(file, `${lines.join("\n")}\n`);
+    const res = await runImport([file, ...apiArgs()]);
+    expect([res.code, res.stdout]).toEqual([1, `imported: 6 rows: created 1, updated 0, unchanged 0, invalid 5\ninvalid rows with their errors: ${join(server.dir, "refused.invalid.jsonl")}\n`]);
+    expect(await server.db.all("SELECT email, external_id FROM contacts")).toEqual([{ email: "ok@example.com", external_id: "9007199254740993" }]);
+    const precision = "is a number beyond ±9007199254740991 (2^53 - 1), past which numbers lose precision; send it as a string";
+    expect(readFileSync(join(server.dir, "refused.invalid.jsonl"), "utf8").trim().split("\n")).toEqual([
+      `{"id": 9007199254740993, "email": "j1@example.com","import_row":1,"import_errors":["id: ${precision}"]}`,
+      `{"id": 9007199254740992, "email": "j2@example.com","import_row":2,"import_errors":["id: ${precision}"]}`,
+      '{"email": "v1@example.com", "custom_fields": {"meta": {"constructor": "x"}},"import_row":3,"import_errors":["custom_fields.meta: uses the key \\"constructor\\", which is refused to protect object prototypes"]}',
+      '{"email": "v2@example.com", "first_name": "\\u0000x","import_row":4,"import_errors":["first_name: contains the NUL character (\\\\u0000), which no text field can hold"]}',
+      '{"email": "v3@example.com", "first_name": "\\ud800x","import_row":5,"import_errors":["first_name: contains an unpaired UTF-16 surrogate escape, which is not valid Unicode"]}',
+    ]);
+  }, 60_000);
+
+  test("--trial, then the whole file: the first row is created once, even with no email or external id to match it", async () => {
+    const file = join(server.dir, "trial.csv");
+    writeFileSync(file, "First Name,Last Name,Phone\nTrial,Person,+1 555 0100\nOther,Person,+1 555 0101\n");
+    expect((await runImport([file, "--trial", ...apiArgs()])).stdout).toBe("trial, one row sent: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n");
+    const whole = await runImport([file, ...apiArgs()]);
+    expect([whole.code, whole.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n"]);
+    expect(await server.db.all("SELECT first_name FROM contacts ORDER BY first_name")).toEqual([{ first_name: "Other" }, { first_name: "Trial" }]);
+  }, 60_000);
+
+  test("the same file again within 24 h says its batches were answered from the earlier run, not applied again", async () => {
+    const file = join(server.dir, "again.csv");
+    writeFileSync(file, "Email,First Name\nr1@example.com,R1\nr2@example.com,R2\nr3@example.com,R3\n");
+    expect((await runImport([file, ...apiArgs()])).stderr).not.toContain("earlier run");
+    await server.db.run("DELETE FROM contacts");
+    const again = await runImport([file, ...apiArgs()]);
+    expect([again.code, again.stdout]).toEqual([0, "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n"]);
+    expect(again.stderr).toContain("2 rows were answered from an earlier run of this file (within 24 h): their counts are that run's, and nothing was applied again\n");
+  }, 60_000);
+});
+
 describe("crm import contacts: crash and re-run", () => {
   test("SIGKILLed halfway and run again: no duplicates, the same final state and summary as one uninterrupted run", async () => {
     const csv = writeContactsCsv(server.dir);
