@@ -211,7 +211,9 @@ async function importCommand(args: string[]): Promise<number> {
     if (!url || !tokenFile) throw new ConfigError(`import needs --url and --token-file (or --dry-run); ${IMPORT_USAGE}`);
     if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) throw new ConfigError(`import: --url ${JSON.stringify(url)} is not an http(s) URL`);
     if (!(await Bun.file(tokenFile).exists())) throw new ConfigError(`import: no token file ${tokenFile}`);
-    const token = (await Bun.file(tokenFile).text()).trim();
+    const token = (await Bun.file(tokenFile).text().catch((error: Error) => {
+      throw new ConfigError(`import: cannot read the token file ${tokenFile}: ${error.message}`);
+    })).trim();
     if (token === "") throw new ConfigError(`import: the token file ${tokenFile} is empty`);
     // fetch would refuse the Authorization header only when sending, after every retry.
     if (/\s/.test(token)) throw new ConfigError(`import: the token file ${tokenFile} must hold one API token on one line`);

@@ -61,7 +61,9 @@ const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, poi
  * again after a crash (within the server's 24 h replay window) creates nothing twice.
  */
 export async function importContacts(options: ImportOptions): Promise<ImportSummary> {
-  const bytes = await Bun.file(options.file).bytes();
+  const bytes = await Bun.file(options.file).bytes().catch((error: Error) => {
+    throw new ConfigError(`import: cannot read ${options.file}: ${error.message}`);
+  });
   const source = readSourceFile(options.file, decodeSourceFile(options.file, bytes));
   const { map, ignored } = columnMap(source.columns, options.map);
   const invalidFile = checkedInvalidFile(options, source.format);

@@ -311,6 +311,9 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     const repeated = join(server.dir, "repeated.csv");
     writeFileSync(repeated, "Email,Name,Email\nada@example.com,Ada,grace@example.com\n");
     expect(await runImport([repeated, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${repeated}: the header names the column "Email" twice (columns 1 and 3); rename one\n` });
+    // A file that cannot be read (here one that answers every read with EIO) is named, not a stack trace.
+    expect(await runImport(["/proc/self/mem", ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: "crm: import: cannot read /proc/self/mem: EIO: i/o error, read\n" });
+    expect(await runImport([file, "--url", server.url, "--token-file", "/proc/self/mem"])).toEqual({ code: 2, stdout: "", stderr: "crm: import: cannot read the token file /proc/self/mem: EIO: i/o error, read\n" });
     // Blank header cells (a spreadsheet's trailing empty columns) are never mapped: not a repeat.
     const trailing = join(server.dir, "trailing.csv");
     writeFileSync(trailing, "Email,,\nada@example.com,,\n");
