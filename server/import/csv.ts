@@ -8,8 +8,12 @@ export class CsvError extends Error {
   }
 }
 
-/** parseCsv splits CSV text into records of fields; blank lines are skipped, a BOM is ignored. */
-export function parseCsv(text: string): string[][] {
+/**
+ * parseCsv splits CSV text into records of fields; blank lines are skipped, a BOM is ignored.
+ * `startLines`, when given, receives the 1-based line each record starts on (a quoted field may
+ * span lines), so a message can name the line a spreadsheet shows.
+ */
+export function parseCsv(text: string, startLines?: number[]): string[][] {
   const records: string[][] = [];
   let record: string[] = [];
   let field = "";
@@ -17,10 +21,14 @@ export function parseCsv(text: string): string[][] {
   let fieldStarted = false;
   let line = 1;
   let quoteLine = 1;
+  let recordLine = 1;
   let i = text.charCodeAt(0) === 0xfeff ? 1 : 0;
   const endRecord = () => {
     record.push(field);
-    if (record.length > 1 || record[0] !== "" || fieldStarted) records.push(record);
+    if (record.length > 1 || record[0] !== "" || fieldStarted) {
+      records.push(record);
+      startLines?.push(recordLine);
+    }
     record = [];
     field = "";
     fieldStarted = false;
@@ -38,7 +46,7 @@ export function parseCsv(text: string): string[][] {
           if (next !== undefined && next !== "," && next !== "\n" && next !== "\r") throw new CsvError(line, `a closing quote must end its field (found ${JSON.stringify(next)} after it)`);
         }
       } else {
-        if (ch === "\n") line++;
+        if (ch === "\n" || (ch === "\r" && text[i + 1] !== "\n")) line++;
         field += ch;
       }
       continue;
@@ -56,6 +64,7 @@ export function parseCsv(text: string): string[][] {
       if (ch === "\r" && text[i + 1] === "\n") i++;
       endRecord();
       line++;
+      recordLine = line;
     } else {
       field += ch;
     }

@@ -42,8 +42,9 @@ export function readSourceFile(path: string, text: string): SourceFile {
   if (/\.jsonl$|\.ndjson$/i.test(path)) return readJsonLines(path, text);
   if (!/\.csv$/i.test(path)) throw new ConfigError(`import reads .csv or .jsonl files; ${path} is neither`);
   let records: string[][];
+  const lines: number[] = [];
   try {
-    records = parseCsv(text);
+    records = parseCsv(text, lines);
   } catch (error) {
     if (error instanceof CsvError) throw new ConfigError(`${path}: ${error.message}`);
     throw error;
@@ -57,7 +58,7 @@ export function readSourceFile(path: string, text: string): SourceFile {
   const repeated = columns.findIndex((c, i) => c !== "" && columns.indexOf(c) !== i);
   if (repeated >= 0) throw new ConfigError(`${path}: the header names the column ${JSON.stringify(columns[repeated])} twice (columns ${columns.indexOf(columns[repeated]!) + 1} and ${repeated + 1}); rename one`);
   const rows = data.map((fields, i) => {
-    if (fields.length > columns.length) throw new ConfigError(`${path}: data row ${i + 1} has ${fields.length} fields but the header names ${columns.length} columns`);
+    if (fields.length > columns.length) throw new ConfigError(`${path}: line ${lines[i + 1]} (data row ${i + 1}) has ${fields.length} fields but the header names ${columns.length} columns`);
     return { row: i + 1, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])) };
   });
   return { format: "csv", columns, rows };
