@@ -12,6 +12,8 @@ export interface SourceRow {
   values: Record<string, unknown>;
   /** the JSON Lines object as written (values flattens its nested objects) */
   original?: Record<string, unknown>;
+  /** the CSV record as written, by position: values cannot tell apart columns with blank names */
+  fields?: string[];
   /** a JSON Lines line the API would refuse in any body (an integer past 2^53, a NUL, a duplicate key ...): the line as written and why */
   refused?: { line: string; errors: FieldError[] };
 }
@@ -59,7 +61,7 @@ export function readSourceFile(path: string, text: string): SourceFile {
   if (repeated >= 0) throw new ConfigError(`${path}: the header names the column ${JSON.stringify(columns[repeated])} twice (columns ${columns.indexOf(columns[repeated]!) + 1} and ${repeated + 1}); rename one`);
   const rows = data.map((fields, i) => {
     if (fields.length > columns.length) throw new ConfigError(`${path}: line ${lines[i + 1]} (data row ${i + 1}) has ${fields.length} fields but the header names ${columns.length} columns`);
-    return { row: i + 1, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])) };
+    return { row: i + 1, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields };
   });
   return { format: "csv", columns, rows };
 }

@@ -229,7 +229,7 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
   const byRow = new Map(source.rows.map((row) => [row.row, row]));
   const lines =
     source.format === "csv"
-      ? [csvLine([...source.columns, "import_row", "import_errors"]), ...invalid.map(({ row, errors }) => csvLine([...source.columns.map((c) => String(byRow.get(row)!.values[c] ?? "")), String(row), errors.join("; ")]))]
+      ? [csvLine([...source.columns, "import_row", "import_errors"]), ...invalid.map(({ row, errors }) => csvLine([...source.columns.map((_, j) => byRow.get(row)!.fields?.[j] ?? ""), String(row), errors.join("; ")]))]
       : invalid.map(({ row, errors }) => {
           const { original, refused } = byRow.get(row)!;
           const added = `"import_row":${row},"import_errors":${JSON.stringify(errors)}`;

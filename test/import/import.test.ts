@@ -144,6 +144,17 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     ]);
   }, 60_000);
 
+  test("an invalid row goes to the invalid-rows file as written, columns with blank names included", async () => {
+    const file = join(server.dir, "blank-names.csv");
+    writeFileSync(file, "Email,First Name,,Notes,\nbad-email,B,x2,n,y2\n");
+    const res = await runImport([file, ...apiArgs()]);
+    expect(res.code).toBe(1);
+    expect(parseCsv(readFileSync(join(server.dir, "blank-names.invalid.csv"), "utf8"))).toEqual([
+      ["Email", "First Name", "", "Notes", "", "import_row", "import_errors"],
+      ["bad-email", "B", "x2", "n", "y2", "1", "Email: must be an email address of at most 254 characters, or null"],
+    ]);
+  }, 60_000);
+
   test("--trial, then the whole file: the first row is created once, even with no email or external id to match it", async () => {
     const file = join(server.dir, "trial.csv");
     writeFileSync(file, "First Name,Last Name,Phone\nTrial,Person,+1 555 0100\nOther,Person,+1 555 0101\n");
