@@ -6,8 +6,8 @@ import { contactItemErrors } from "../contacts/service.ts";
 import type { BatchResult } from "../batch/model.ts";
 import { parseSafeJson } from "../http/safe-json.ts";
 import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
-import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { sha256 } from "../shared/crypto.ts";
+import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient } from "./client.ts";
 import { csvLine } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
@@ -232,9 +232,8 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
       ? [csvLine([...source.columns, "import_row", "import_errors"]), ...invalid.map(({ row, errors }) => csvLine([...source.columns.map((_, j) => byRow.get(row)!.fields?.[j] ?? ""), String(row), errors.join("; ")]))]
       : invalid.map(({ row, errors }) => {
           const { original, refused } = byRow.get(row)!;
-          const added = `"import_row":${row},"import_errors":${JSON.stringify(errors)}`;
           // A refused line is kept as written (JSON.parse would have rounded its large integers).
-          if (refused) return refused.line.trim().replace(/\s*\}$/, (end, at: number) => (/^\{\s*$/.test(refused.line.trim().slice(0, at)) ? "" : ",") + added + "}");
+          if (refused) return appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`);
           return JSON.stringify({ ...original, import_row: row, import_errors: errors });
         });
   try {
@@ -244,4 +243,10 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
     return { ...summary, invalidFileError: `cannot write the invalid rows to ${path}: ${(error as Error).message}` };
   }
   return { ...summary, invalidFile: path };
+}
+
+/** appendedTo adds members to the text of a JSON object as written: `{"a": 1}` becomes `{"a": 1,"b":2}`. */
+function appendedTo(objectText: string, members: string): string {
+  const body = objectText.trim().replace(/\}$/, "").trimEnd();
+  return `${body}${body === "{" ? "" : ","}${members}}`;
 }
