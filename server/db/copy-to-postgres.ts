@@ -20,7 +20,7 @@ Copies the SQLite database of a data directory (migrated to the latest version f
 empty PostgreSQL database: the PostgreSQL migrations are applied, then every table is copied in
 one transaction with its ids and timestamps unchanged; pending webhook deliveries stay pending.
 Stop the service first, so that nothing changes during the copy. A target that already holds
-any row is refused (exit 2) and left alone. Progress goes to stderr, the rows copied per table
+any row (a one-time setup link aside) is refused (exit 2) and left alone. Progress goes to stderr, the rows copied per table
 to stdout. The URL may also come from CRM_DATABASE_URL or database_url in the --config file.
 `;
 
@@ -98,14 +98,21 @@ async function planCopy(sqlite: SqliteConnection, target: PostgresDb): Promise<T
 }
 
 /**
- * refuseNonEmptyTarget checks, before anything is written, that none of the service's tables
- * that already exist on the target holds a row (schema_migrations and the row_counts the
- * migration seeds aside).
+ * REPLACED_TABLES hold rows the copy replaces rather than refuses: the counts a migration seeds, and
+ * the one-time setup link a `serve` without operators stores on every start (a start made to check
+ * the connection would otherwise make the database refuse every copy).
+ */
+const REPLACED_TABLES = new Set(["row_counts", "operator_setup_codes"]);
+
+/**
+ * refuseNonEmptyTarget checks that none of the service's tables that exist on the target holds a
+ * row (schema_migrations and REPLACED_TABLES aside): before the migrations, and again inside the
+ * copy's write, which holds the service's write lock, so a row written in between is refused too.
  */
 async function refuseNonEmptyTarget(tables: string[], target: PostgresDb, url: string): Promise<void> {
   const occupied: string[] = [];
   for (const table of tables) {
-    if (table === "row_counts") continue;
+    if (REPLACED_TABLES.has(table)) continue;
     const exists = await target.get<{ exists: string | null }>("SELECT to_regclass(?)::text AS exists", [quote(table)]);
     if (exists?.exists && (await target.get(`SELECT 1 AS found FROM ${quote(table)} LIMIT 1`))) occupied.push(table);
   }
@@ -160,15 +167,18 @@ function progressReporter(progress: CopyProgress, table: TableCopy): { update(co
  * they are) and identity sequences are moved past the copied ids.
  */
 export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresDatabase, url: string, progress: CopyProgress): Promise<CopyResult> {
-  await refuseNonEmptyTarget(sqliteTablesToCopy(sqlite), target, url);
+  const tables = sqliteTablesToCopy(sqlite);
+  await refuseNonEmptyTarget(tables, target, url);
   await migratePostgres(target);
-  return target.write(async (tx) => {
+  const copied = target.write(async (tx) => {
+    // Another command (a token create, a second copy) may have written while this one waited for the lock.
+    await refuseNonEmptyTarget(tables, tx, url);
     const plan = await planCopy(sqlite, tx);
     const result: CopyResult = [];
     for (const table of plan) await tx.run(`ALTER TABLE ${quote(table.name)} DISABLE TRIGGER USER`);
     for (const table of plan) {
-      // Rows a migration seeds (the zero contact count) are replaced by the copied ones.
-      await tx.run(`DELETE FROM ${quote(table.name)}`);
+      // Rows a migration seeds (the zero contact count) and a setup link are replaced by the copied ones.
+      if (REPLACED_TABLES.has(table.name)) await tx.run(`DELETE FROM ${quote(table.name)}`);
       const reporter = progressReporter(progress, table);
       const rows = await copyTable(sqlite, tx, table, reporter.update).catch((error: Error) => {
         throw new CopyFailed(`copying ${table.name}: ${error.message.split("\n")[0]}`);
@@ -187,6 +197,11 @@ export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresD
       );
     }
     return result;
+  });
+  // A failure outside a table's rows (a trigger switched, a sequence moved) rolls back all the same.
+  return copied.catch((error: Error) => {
+    if (error instanceof CopyRefused || error instanceof CopyFailed) throw error;
+    throw new CopyFailed(error.message.split("\n")[0]!);
   });
 }
 

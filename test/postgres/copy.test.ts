@@ -1,11 +1,13 @@
 import { Database as SqliteDatabase } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { SQL } from "bun";
 import { databaseFile } from "../../server/db/database.ts";
 import { COPY_USAGE, copyToPostgres } from "../../server/db/copy-to-postgres.ts";
 import { migrate } from "../../server/db/migrations.ts";
-import { openPostgres, type PostgresDatabase } from "../../server/db/postgres.ts";
-import { runCli, SOURCE, tempDir } from "../ops/support.ts";
+import { openPostgres, WRITE_LOCK, type PostgresDatabase } from "../../server/db/postgres.ts";
+import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "../webhooks/support.ts";
 
@@ -223,6 +225,67 @@ describe("copy-to-postgres: progress on a terminal", () => {
       await empty.drop();
     }
   });
+});
+
+describe("copy-to-postgres: a target written to around the copy", () => {
+  /** started runs the command line from source in the background and collects its answer. */
+  function started(args: string[]) {
+    const proc = Bun.spawn([...SOURCE, ...args], { cwd: tempDir("copy-race"), env: { PATH: process.env.PATH ?? "" }, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
+    return (async () => ({ exitCode: await proc.exited, stdout: await new Response(proc.stdout).text(), stderr: await new Response(proc.stderr).text() }))();
+  }
+
+  test("a row written while the copy waited for the write lock makes it refuse, exit 2, and that row stays", async () => {
+    const dataDir = tempDir("copy-race-source");
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
+    expect(runCli([...SOURCE, "token", "create", "--name", "from sqlite", "--data-dir", dataDir]).exitCode).toBe(0);
+    const empty = await createTestDatabase();
+    const admin = new SQL({ url: empty.url, max: 2 });
+    const waiting = async () => (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)[0].n as number;
+    try {
+      expect(runCli([...SOURCE, "migrate", "--database-url", empty.url]).exitCode).toBe(0);
+      const holder = await admin.reserve();
+      await holder`BEGIN`;
+      await holder`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`;
+      // A token made on the target, then the copy, both waiting for the write lock in that order.
+      const token = started(["token", "create", "--name", "made during the copy", "--database-url", empty.url]);
+      await waitFor(async () => (await waiting()) >= 1, "the token's write to wait for the lock");
+      const copy = started(["copy-to-postgres", "--data-dir", dataDir, "--database-url", empty.url]);
+      await waitFor(async () => (await waiting()) >= 2, "the copy to wait for the lock");
+      await holder`COMMIT`;
+      holder.release();
+      expect((await token).exitCode).toBe(0);
+      expect(await copy).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: the PostgreSQL database at ${empty.url} already holds data (in api_tokens); copy-to-postgres copies only into an empty database\n`,
+      });
+      expect((await admin`SELECT name FROM api_tokens`).map((row: { name: string }) => row.name)).toEqual(["made during the copy"]);
+    } finally {
+      await admin.close();
+      await empty.drop();
+    }
+  }, 60_000);
+
+  test("a target on which serve started once (its one-time setup link stored) still takes the copy", async () => {
+    const dataDir = tempDir("copy-after-serve-source");
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
+    expect(runCli([...SOURCE, "token", "create", "--name", "from sqlite", "--data-dir", dataDir]).exitCode).toBe(0);
+    const empty = await createTestDatabase();
+    const db = await openPostgres(empty.url, 1);
+    try {
+      const keyFile = join(tempDir("copy-after-serve-key"), "secrets.key");
+      writeFileSync(keyFile, `${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64")}\n`);
+      const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--database-url", empty.url, "--secrets-key-file", keyFile, "--log-level", "error"]);
+      expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+      expect(await db.get("SELECT count(*)::int AS n FROM operator_setup_codes")).toEqual({ n: 1 });
+      const copy = runCli([...SOURCE, "copy-to-postgres", "--data-dir", dataDir, "--database-url", empty.url]);
+      expect(copy.exitCode).toBe(0);
+      expect(await db.all("SELECT name FROM api_tokens")).toEqual([{ name: "from sqlite" }]);
+    } finally {
+      await db.close();
+      await empty.drop();
+    }
+  }, 60_000);
 });
 
 describe("copy-to-postgres: a copy that fails part-way", () => {
