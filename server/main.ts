@@ -252,7 +252,6 @@ async function main(argv: string[]): Promise<number> {
       const config = loadCommandConfig(args);
       const running = await startServer(config);
       flushLogs();
-      process.stdout.write(`listening on ${running.url}\n`);
       let stopping = false;
       const shutdown = (signal: NodeJS.Signals) => {
         // A second signal means "now": every acknowledged write is already committed, so exiting loses nothing.
@@ -269,6 +268,9 @@ async function main(argv: string[]): Promise<number> {
       };
       process.on("SIGTERM", shutdown);
       process.on("SIGINT", shutdown);
+      // Said once the signals are handled: a supervisor that stops the service as soon as it reads
+      // this line gets the graceful stop, not a process killed by the signal (exit 143).
+      process.stdout.write(`listening on ${running.url}\n`);
       return new Promise<number>(() => {});
     }
     case "migrate": {

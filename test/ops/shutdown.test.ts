@@ -104,6 +104,16 @@ describe("graceful shutdown", () => {
     expect(deliveryAttempts(dataDir, deliveryId)).toBe(2);
   });
 
+  test("SIGTERM sent as soon as the server says it listens is the graceful stop, exit 0, every time", async () => {
+    const dataDir = tempDir("shutdown-at-once");
+    const exits = [];
+    for (let run = 0; run < 8; run++) {
+      const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"]);
+      exits.push(await server.stopWith("SIGTERM"));
+    }
+    expect(exits).toEqual(Array.from({ length: 8 }, () => ({ exitCode: 0, killed: false })));
+  });
+
   test("SIGINT stops the same way", async () => {
     const { token, server } = await serve();
     expect((await api(server.url, token, "POST", "/public/v1/contacts", { first_name: "Ada" })).status).toBe(201);
