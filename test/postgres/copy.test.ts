@@ -240,7 +240,9 @@ describe("copy-to-postgres: a target written to around the copy", () => {
     expect(runCli([...SOURCE, "token", "create", "--name", "from sqlite", "--data-dir", dataDir]).exitCode).toBe(0);
     const empty = await createTestDatabase();
     const admin = new SQL({ url: empty.url, max: 2 });
-    const waiting = async () => (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)[0].n as number;
+    // Waits on this database only: the test server's other databases have sessions of their own.
+    const waiting = async () =>
+      (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)[0].n as number;
     try {
       expect(runCli([...SOURCE, "migrate", "--database-url", empty.url]).exitCode).toBe(0);
       const holder = await admin.reserve();
