@@ -33,10 +33,32 @@ export function decodeSourceFile(path: string, bytes: Uint8Array): string {
   try {
     return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
   } catch {
-    const lenient = new TextDecoder("utf-8", { ignoreBOM: true }).decode(bytes);
-    const line = lenient.slice(0, lenient.indexOf("\uFFFD")).split("\n").length;
+    const bad = firstInvalidByte(bytes);
+    const line = bytes.subarray(0, bad).filter((byte) => byte === 0x0a).length + 1;
     throw new ConfigError(`${path}: line ${line} is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again`);
   }
+}
+
+/**
+ * firstInvalidByte finds, by halving, the shortest start of `bytes` that is not UTF-8 (a sequence
+ * cut at the end is not counted), so a file that holds a real U+FFFD before it is not misread.
+ */
+function firstInvalidByte(bytes: Uint8Array): number {
+  const valid = (length: number) => {
+    try {
+      new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes.subarray(0, length), { stream: true });
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  let [low, high] = [0, bytes.length];
+  while (low < high) {
+    const middle = Math.floor((low + high) / 2);
+    if (valid(middle + 1)) low = middle + 1;
+    else high = middle;
+  }
+  return low;
 }
 
 /** readSourceFile parses CSV (first record is the header) or JSON Lines (one object per line; nested objects become `key.sub` columns). */

@@ -249,6 +249,9 @@ describe("crm import contacts: errors", () => {
     const latin1 = join(server.dir, "latin1.csv");
     writeFileSync(latin1, Buffer.concat([Buffer.from("Email,First Name\nada@example.com,Ada\njose@example.com,Jos"), Buffer.from([0xe9]), Buffer.from("\n")]));
     expect(await runImport([latin1, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${latin1}: line 3 is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again\n` });
+    // A real U+FFFD before the bad byte is UTF-8 like any other character: the line named is the bad byte's.
+    writeFileSync(latin1, Buffer.concat([Buffer.from("Email,First Name\nb14@example.com,\uFFFD\nb15@example.com,Jos"), Buffer.from([0xe9]), Buffer.from("\n")]));
+    expect(await runImport([latin1, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${latin1}: line 3 is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again\n` });
     const noUrl = await runImport([csv.path]);
     expect(noUrl.code).toBe(2);
     expect(noUrl.stderr).toStartWith("crm: import needs --url and --token-file (or --dry-run)");
