@@ -7,7 +7,8 @@ import { pathOf } from "../server/http/request-log.ts";
 import { clientAddress, clientHints, clientNetwork, requestIsHttps } from "../server/http/client-address.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
-import type { IdempotencyScope } from "../server/idempotency/service.ts";
+import type { Db } from "../server/db/sql.ts";
+import { saveIdempotentResponse, type IdempotencyScope } from "../server/idempotency/service.ts";
 import { sessionOperator } from "../server/operators/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { sameBytes, sha256 } from "../server/shared/crypto.ts";
@@ -245,4 +246,20 @@ export async function onceForForm<T>(
       await Bun.sleep(50);
     }
   }
+}
+
+/**
+ * changeOnceForForm is onceForForm for a console change of its own (not an API call): `change`
+ * runs in one write with the form's record, so a confirmation sent again answers as the first did.
+ */
+export async function changeOnceForForm<T>(rt: Runtime, form: { session: ConsoleSession; path: string; key: string }, change: (tx: Db, now: number) => Promise<T>): Promise<T> {
+  const answer = await onceForForm(rt, { ...form, values: {} }, (scope) =>
+    rt.db.write(async (tx) => {
+      const now = Date.now();
+      const body = await change(tx, now);
+      await saveIdempotentResponse(tx, scope, 200, body, now);
+      return { status: 200, body };
+    }),
+  );
+  return answer.body;
 }

@@ -2,14 +2,13 @@ import type { Database } from "../../server/db/sql.ts";
 import { checkTokenName, createApiToken, findToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
-import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
 import { dropOperator } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
 import { createUserOnce, listUsersPage } from "../../server/users/service.ts";
 import type { ConsoleSession } from "../model.ts";
-import { formChecker, onceForForm } from "../shell.ts";
+import { changeOnceForForm, formChecker, onceForForm } from "../shell.ts";
 
 /** createTokenFromForm creates an API token named in the console; the token is returned once. */
 export function createTokenFromForm(db: Database, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
@@ -55,11 +54,5 @@ export async function addUserFromForm(rt: Runtime, session: ConsoleSession, form
  * double click) answers as the first did, where the removal alone would be 404 by then.
  */
 export async function removeOperatorFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
-  await onceForForm(rt, { session, path: `/console/operators/${id}/remove`, key: formKey, values: {} }, (scope) =>
-    rt.db.write(async (tx) => {
-      const body = { removed: (await dropOperator(tx, id)).id };
-      await saveIdempotentResponse(tx, scope, 200, body, Date.now());
-      return { status: 200, body };
-    }),
-  );
+  await changeOnceForForm(rt, { session, path: `/console/operators/${id}/remove`, key: formKey }, async (tx) => ({ removed: (await dropOperator(tx, id)).id }));
 }

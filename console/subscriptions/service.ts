@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
 import type { Database, Db } from "../../server/db/sql.ts";
-import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
@@ -31,7 +30,7 @@ import {
 import { findSubscriptionById, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
-import { consoleTime, formChecker, onceForForm } from "../shell.ts";
+import { changeOnceForForm, consoleTime, formChecker, onceForForm } from "../shell.ts";
 import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
 /** RECENT_MS is the span of the success and failure counts on the subscriptions page. */
@@ -79,15 +78,10 @@ export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSe
  * again (a double click) answers as the first did, where the delete alone would be 404 by then.
  */
 export async function deleteSubscriptionFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
-  await onceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey, values: {} }, (scope) =>
-    rt.db.write(async (tx) => {
-      const now = Date.now();
-      if (!(await removeSubscription(tx, id, now))) throw notFound("webhook subscription", id);
-      const body = { deleted: id };
-      await saveIdempotentResponse(tx, scope, 200, body, now);
-      return { status: 200, body };
-    }),
-  );
+  await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx, now) => {
+    if (!(await removeSubscription(tx, id, now))) throw notFound("webhook subscription", id);
+    return { deleted: id };
+  });
 }
 
 /** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
