@@ -26,6 +26,12 @@ const shownSecret = (html: string) => /id="new-secret"[^>]*value="([^"]+)"/.exec
 /** formKeyOf is the form key a console page drew for its form. */
 const formKeyOf = (html: string) => /name="form_key" value="([^"]+)"/.exec(html)![1]!;
 
+/** sentTwice posts one form twice at once, as a double click does, and returns both answers. */
+const sentTwice = (path: string, form: Record<string, string | string[] | null>) => Promise.all([client.post(path, form), client.post(path, form)]);
+
+/** redirectsOf is each answer's status and Location. */
+const redirectsOf = (answers: { status: number; headers: Headers }[]) => answers.map((a) => [a.status, a.headers.get("location")]);
+
 /** errorNoticeOf is the error a console page shows above its form. */
 const errorNoticeOf = (html: string) => /class="notice notice-error" role="alert">([^<]*)</.exec(html)?.[1];
 
@@ -33,7 +39,7 @@ test("the rotation wizard's new-subscription form starts one rotation, and both 
   const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/twice-old", events: ["contact.created"] })).data;
   await client.get(`/console/rotations/new?from=${old.id}`);
   const form = { from: old.id, target_url: "http://127.0.0.1:9/twice-new", description: "Sent twice", events: ["contact.created"] };
-  const answers = await Promise.all([client.post("/console/rotations", form), client.post("/console/rotations", form)]);
+  const answers = await sentTwice("/console/rotations", form);
   const rotations = await server.runtime.db.all<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations WHERE old_subscription_id = ?", [old.id]);
   const created = (await server.api("GET", "/public/v1/webhook-subscriptions?per_page=100")).data.filter((s: { target_url: string }) => s.target_url.endsWith("/twice-new"));
   expect({ rotations, created: created.map((s: { id: string }) => s.id) }).toEqual({ rotations: [{ id: rotations[0]!.id }], created: [rotations[0]!.id] });
@@ -54,7 +60,7 @@ test("the rotate-secret form rotates once: both answers show the one new secret,
   const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/rotated-twice", events: ["contact.created"] })).data;
   const shown = await client.get(`/console/subscriptions/${subscription.id}/secret-rotation`);
   const form = { grace_hours: "24", secret_tag: /name="secret_tag" value="([^"]+)"/.exec(shown.text)![1]! };
-  const answers = await Promise.all([client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form), client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form)]);
+  const answers = await sentTwice(`/console/subscriptions/${subscription.id}/rotate-secret`, form);
   const stored = async () => {
     const row = (await server.runtime.db.get<{ secret: string; previous_secret: string | null }>("SELECT secret, previous_secret FROM webhook_subscriptions WHERE id = ?", [subscription.id]))!;
     return { current: server.runtime.secrets.open(subscription.id, row.secret), previous: row.previous_secret && server.runtime.secrets.open(subscription.id, row.previous_secret) };
@@ -83,7 +89,7 @@ test("the rotate-secret form with no grace period, sent twice, rotates once and 
   const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/rotated-at-once-twice", events: ["contact.created"] })).data;
   const shown = await client.get(`/console/subscriptions/${subscription.id}/secret-rotation`);
   const form = { grace_hours: "0", secret_tag: /name="secret_tag" value="([^"]+)"/.exec(shown.text)![1]! };
-  const answers = await Promise.all([client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form), client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form)]);
+  const answers = await sentTwice(`/console/subscriptions/${subscription.id}/rotate-secret`, form);
   const row = (await server.runtime.db.get<{ secret: string }>("SELECT secret FROM webhook_subscriptions WHERE id = ?", [subscription.id]))!;
   const current = server.runtime.secrets.open(subscription.id, row.secret);
   expect(current).not.toBe(subscription.secret);
@@ -98,7 +104,7 @@ test("the rotate-secret form with no grace period, sent twice, rotates once and 
 test("the subscriptions page's create form makes one subscription, and both answers show its secret; that form with other values is 409", async () => {
   const shown = await client.get("/console/subscriptions");
   const form = { form_key: formKeyOf(shown.text), target_url: "http://127.0.0.1:9/created-twice", description: "", events: ["contact.created"] };
-  const answers = await Promise.all([client.post("/console/subscriptions", form), client.post("/console/subscriptions", form)]);
+  const answers = await sentTwice("/console/subscriptions", form);
   const created = (await server.api("GET", "/public/v1/webhook-subscriptions?per_page=100")).data.filter((s: { target_url: string }) => s.target_url.endsWith("/created-twice"));
   expect(created.length).toBe(1);
   const row = (await server.runtime.db.get<{ secret: string }>("SELECT secret FROM webhook_subscriptions WHERE id = ?", [created[0].id]))!;
@@ -117,8 +123,8 @@ test("the subscriptions page's create form makes one subscription, and both answ
 test("the users page's form adds one user, and both answers lead to the list saying so, not that the email is taken", async () => {
   const shown = await client.get("/console/users");
   const form = { form_key: formKeyOf(shown.text), name: "Grace Hopper", email: "grace.twice@example.com" };
-  const answers = await Promise.all([client.post("/console/users", form), client.post("/console/users", form)]);
-  expect(answers.map((a) => [a.status, a.headers.get("location")])).toEqual([
+  const answers = await sentTwice("/console/users", form);
+  expect(redirectsOf(answers)).toEqual([
     [303, "/console/users?added=1"],
     [303, "/console/users?added=1"],
   ]);
@@ -137,8 +143,8 @@ test("the recover form queues the failed deliveries once, and both answers give 
   const preview = await client.get(`/console/subscriptions/${subscription.id}/recover?since=${minute(at - 60 * 60_000)}&until=${minute(Date.now() + 60_000)}`);
   const hidden = (name: string) => new RegExp(`name="${name}" value="([^"]+)"`).exec(preview.text)![1]!;
   const form = { form_key: hidden("form_key"), since: hidden("since"), until: hidden("until") };
-  const answers = await Promise.all([client.post(`/console/subscriptions/${subscription.id}/recover`, form), client.post(`/console/subscriptions/${subscription.id}/recover`, form)]);
-  expect(answers.map((a) => [a.status, a.headers.get("location")])).toEqual([
+  const answers = await sentTwice(`/console/subscriptions/${subscription.id}/recover`, form);
+  expect(redirectsOf(answers)).toEqual([
     [303, "/console/subscriptions?recovered=2"],
     [303, "/console/subscriptions?recovered=2"],
   ]);
@@ -148,8 +154,8 @@ test("the delete confirm form deletes the subscription, and both answers lead to
   const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/deleted-twice", events: ["contact.created"] })).data;
   const shown = await client.get(`/console/subscriptions/${subscription.id}/delete`);
   const form = { form_key: formKeyOf(shown.text) };
-  const answers = await Promise.all([client.post(`/console/subscriptions/${subscription.id}/delete`, form), client.post(`/console/subscriptions/${subscription.id}/delete`, form)]);
-  expect(answers.map((a) => [a.status, a.headers.get("location")])).toEqual([
+  const answers = await sentTwice(`/console/subscriptions/${subscription.id}/delete`, form);
+  expect(redirectsOf(answers)).toEqual([
     [303, "/console/subscriptions?deleted=1"],
     [303, "/console/subscriptions?deleted=1"],
   ]);
@@ -161,8 +167,8 @@ test("the delete confirm form deletes the subscription, and both answers lead to
 test("the revoke confirmation revokes the token, and both answers lead to the list saying so, not to a 404", async () => {
   const { info } = await createApiToken(server.runtime.db, "revoked twice");
   await client.get(`/console/tokens/${info.id}/revoke`);
-  const answers = await Promise.all([client.post(`/console/tokens/${info.id}/revoke`, {}), client.post(`/console/tokens/${info.id}/revoke`, {})]);
-  expect(answers.map((a) => [a.status, a.headers.get("location")])).toEqual([
+  const answers = await sentTwice(`/console/tokens/${info.id}/revoke`, {});
+  expect(redirectsOf(answers)).toEqual([
     [303, "/console/tokens?revoked=1"],
     [303, "/console/tokens?revoked=1"],
   ]);
@@ -174,8 +180,8 @@ test("the remove-operator confirmation removes the operator, and both answers le
   const other = await addOperator(server.runtime.db, { email: "removed-twice@example.com", password: "a long enough password" });
   const shown = await client.get(`/console/operators/${other.id}/remove`);
   const form = { form_key: formKeyOf(shown.text) };
-  const answers = await Promise.all([client.post(`/console/operators/${other.id}/remove`, form), client.post(`/console/operators/${other.id}/remove`, form)]);
-  expect(answers.map((a) => [a.status, a.headers.get("location")])).toEqual([
+  const answers = await sentTwice(`/console/operators/${other.id}/remove`, form);
+  expect(redirectsOf(answers)).toEqual([
     [303, "/console/operators?removed=1"],
     [303, "/console/operators?removed=1"],
   ]);
