@@ -173,36 +173,57 @@ export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresD
   const copied = target.write(async (tx) => {
     // Another command (a token create, a second copy) may have written while this one waited for the lock.
     await refuseNonEmptyTarget(tables, tx, url);
-    const plan = await planCopy(sqlite, tx);
-    const result: CopyResult = [];
-    for (const table of plan) await tx.run(`ALTER TABLE ${quote(table.name)} DISABLE TRIGGER USER`);
-    for (const table of plan) {
-      // Rows a migration seeds (the zero contact count) and a setup link are replaced by the copied ones.
-      if (REPLACED_TABLES.has(table.name)) await tx.run(`DELETE FROM ${quote(table.name)}`);
-      const reporter = progressReporter(progress, table);
-      const rows = await copyTable(sqlite, tx, table, reporter.update).catch((error: Error) => {
-        throw new CopyFailed(`copying ${table.name}: ${error.message.split("\n")[0]}`);
-      });
-      reporter.done(rows);
-      result.push({ table: table.name, rows });
-    }
-    for (const table of plan) await tx.run(`ALTER TABLE ${quote(table.name)} ENABLE TRIGGER USER`);
-    const identities = await tx.all<{ table_name: string; column_name: string }>(
-      "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema() AND is_identity = 'YES'",
-    );
-    for (const { table_name, column_name } of identities) {
-      await tx.get(
-        `SELECT setval(pg_get_serial_sequence(?, ?), max_id) FROM (SELECT max(${quote(column_name)}) AS max_id FROM ${quote(table_name)}) m WHERE max_id IS NOT NULL`,
-        [quote(table_name), column_name],
-      );
-    }
-    return result;
+    return readingOneSnapshot(sqlite, () => copyAll(sqlite, tx, progress));
   });
   // A failure outside a table's rows (a trigger switched, a sequence moved) rolls back all the same.
   return copied.catch((error: Error) => {
     if (error instanceof CopyRefused || error instanceof CopyFailed) throw error;
     throw new CopyFailed(error.message.split("\n")[0]!);
   });
+}
+
+/**
+ * readingOneSnapshot runs `read` inside one SQLite read transaction, so every table comes from
+ * the same moment: a token or user created in the data directory meanwhile, or a contact and the
+ * count its trigger keeps, is copied whole or not at all.
+ */
+async function readingOneSnapshot<T>(sqlite: SqliteConnection, read: () => Promise<T>): Promise<T> {
+  sqlite.run("BEGIN");
+  try {
+    // A deferred transaction takes its snapshot at its first read, not at BEGIN.
+    sqlite.query("SELECT count(*) FROM sqlite_master").get();
+    return await read();
+  } finally {
+    sqlite.run("ROLLBACK");
+  }
+}
+
+/** copyAll copies every table in `tx`, its counting triggers off, and moves the identity sequences past the copied ids. */
+async function copyAll(sqlite: SqliteConnection, tx: PostgresDb, progress: CopyProgress): Promise<CopyResult> {
+  const plan = await planCopy(sqlite, tx);
+  const result: CopyResult = [];
+  for (const table of plan) await tx.run(`ALTER TABLE ${quote(table.name)} DISABLE TRIGGER USER`);
+  for (const table of plan) {
+    // Rows a migration seeds (the zero contact count) and a setup link are replaced by the copied ones.
+    if (REPLACED_TABLES.has(table.name)) await tx.run(`DELETE FROM ${quote(table.name)}`);
+    const reporter = progressReporter(progress, table);
+    const rows = await copyTable(sqlite, tx, table, reporter.update).catch((error: Error) => {
+      throw new CopyFailed(`copying ${table.name}: ${error.message.split("\n")[0]}`);
+    });
+    reporter.done(rows);
+    result.push({ table: table.name, rows });
+  }
+  for (const table of plan) await tx.run(`ALTER TABLE ${quote(table.name)} ENABLE TRIGGER USER`);
+  const identities = await tx.all<{ table_name: string; column_name: string }>(
+    "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema() AND is_identity = 'YES'",
+  );
+  for (const { table_name, column_name } of identities) {
+    await tx.get(
+      `SELECT setval(pg_get_serial_sequence(?, ?), max_id) FROM (SELECT max(${quote(column_name)}) AS max_id FROM ${quote(table_name)}) m WHERE max_id IS NOT NULL`,
+      [quote(table_name), column_name],
+    );
+  }
+  return result;
 }
 
 /**

@@ -290,6 +290,35 @@ describe("copy-to-postgres: a target written to around the copy", () => {
   }, 60_000);
 });
 
+describe("copy-to-postgres: a data directory written to during the copy", () => {
+  test("the copy is one moment of it: a contact created after its table was copied is left out, and so is its count", async () => {
+    const dataDir = tempDir("copy-moving-source");
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
+    const writer = new SqliteDatabase(databaseFile(dataDir));
+    const reader = new SqliteDatabase(databaseFile(dataDir), { readonly: true });
+    const empty = await createTestDatabase();
+    const db = await openPostgres(empty.url, 1);
+    try {
+      const createContact = (id: string) => writer.run("INSERT INTO contacts (id, first_name, created_at, updated_at) VALUES (?, 'Ada', 1, 1)", [id]);
+      createContact("con_before");
+      // Another command writing to the data directory: a contact lands once contacts are copied, before row_counts is.
+      const progress = { write: (text: string) => text.startsWith("copied contacts:") && createContact("con_meanwhile") };
+      const result = await copyToPostgres(reader, db, empty.url, progress);
+      expect(result.filter((r) => r.table === "contacts" || r.table === "row_counts")).toEqual([
+        { table: "contacts", rows: 1 },
+        { table: "row_counts", rows: 1 },
+      ]);
+      expect(await db.get("SELECT (SELECT string_agg(id, ',') FROM contacts) AS ids, (SELECT n FROM row_counts WHERE table_name = 'contacts') AS counted")).toEqual({ ids: "con_before", counted: 1 });
+      expect(writer.query("SELECT count(*) AS n FROM contacts").get()).toEqual({ n: 2 });
+    } finally {
+      writer.close();
+      reader.close();
+      await db.close();
+      await empty.drop();
+    }
+  });
+});
+
 describe("copy-to-postgres: a copy that fails part-way", () => {
   test("rolls back whole, says which table and why in one line (exit 1), and runs again once the cause is fixed", async () => {
     const dataDir = tempDir("copy-broken");
