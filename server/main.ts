@@ -206,6 +206,8 @@ async function importCommand(args: string[]): Promise<number> {
   const input = statSync(file, { throwIfNoEntry: false });
   if (!input) throw new ConfigError(`import: no file ${file}`);
   if (input.isDirectory()) throw new ConfigError(`import: ${file} is a directory, not a .csv or .jsonl file`);
+  // The file is read more than once (checked whole, then its accounts, then its contacts), never all held in memory.
+  if (!input.isFile()) throw new ConfigError(`import: ${file} is not a regular file (a pipe or a device); the importer reads its file more than once: save it to a file first`);
   let api: { url: string; token: string } | undefined;
   if (!dryRun) {
     if (!url || !tokenFile) throw new ConfigError(`import needs --url and --token-file (or --dry-run); ${IMPORT_USAGE}`);

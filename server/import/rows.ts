@@ -1,8 +1,9 @@
+import { closeSync, openSync, readFileSync, readSync } from "node:fs";
 import { accountNameKey } from "../accounts/store.ts";
 import { ConfigError } from "../config.ts";
 import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
-import { CsvError, parseCsv } from "./csv.ts";
+import { CsvError, csvRecords } from "./csv.ts";
 
 // From a file's rows to API items: which column feeds which contact or account field.
 
@@ -18,25 +19,63 @@ export interface SourceRow {
   refused?: { line: string; errors: FieldError[] };
 }
 
-/** SourceFile is a parsed input file: its columns in order and its rows. */
+/**
+ * SourceFile is a checked input file: its columns in order, how many rows it has, and its rows,
+ * read again from the file on each call, one at a time: a large file is never held in memory.
+ */
 export interface SourceFile {
   format: "csv" | "jsonl";
   columns: string[];
-  rows: SourceRow[];
+  rowCount: number;
+  rows(): Iterable<SourceRow>;
 }
 
+/** CHUNK_BYTES is how much of the input file is read at a time. */
+const CHUNK_BYTES = 1 << 20;
+
 /**
- * decodeSourceFile reads a file's bytes as UTF-8 and stops at the first that are not: a file saved
- * as Windows-1252 (Excel's plain "CSV") would otherwise import "José" as "Jos\uFFFD".
+ * textPieces reads a file as UTF-8 text a piece at a time, so the whole file is never in memory,
+ * and stops at the first bytes that are not UTF-8: a file saved as Windows-1252 (Excel's plain
+ * "CSV") would otherwise import "José" as "Jos\uFFFD".
  */
-export function decodeSourceFile(path: string, bytes: Uint8Array): string {
+export function* textPieces(path: string): Generator<string> {
+  const cannotRead = (error: Error) => new ConfigError(`import: cannot read ${path}: ${error.message}`);
+  let fd: number;
   try {
-    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
-  } catch {
-    const bad = firstInvalidByte(bytes);
-    const line = bytes.subarray(0, bad).filter((byte) => byte === 0x0a).length + 1;
-    throw new ConfigError(`${path}: line ${line} is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again`);
+    fd = openSync(path, "r");
+  } catch (error) {
+    throw cannotRead(error as Error);
   }
+  try {
+    const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+    const buffer = new Uint8Array(CHUNK_BYTES);
+    for (;;) {
+      let read: number;
+      try {
+        read = readSync(fd, buffer, 0, CHUNK_BYTES, null);
+      } catch (error) {
+        throw cannotRead(error as Error);
+      }
+      let piece: string;
+      try {
+        piece = decoder.decode(buffer.subarray(0, read), { stream: read > 0 });
+      } catch {
+        throw notUtf8(path);
+      }
+      if (piece !== "") yield piece;
+      if (read === 0) return;
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** notUtf8 names the line of the file's first bytes that are not UTF-8 (read whole: this is the error's path only). */
+function notUtf8(path: string): ConfigError {
+  const bytes = readFileSync(path);
+  const bad = firstInvalidByte(bytes);
+  const line = bytes.subarray(0, bad).filter((byte) => byte === 0x0a).length + 1;
+  return new ConfigError(`${path}: line ${line} is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again`);
 }
 
 /**
@@ -61,64 +100,115 @@ function firstInvalidByte(bytes: Uint8Array): number {
   return low;
 }
 
-/** readSourceFile parses CSV (first record is the header) or JSON Lines (one object per line; nested objects become `key.sub` columns). */
-export function readSourceFile(path: string, text: string): SourceFile {
-  if (/\.jsonl$|\.ndjson$/i.test(path)) return readJsonLines(path, text);
+/**
+ * readSourceFile checks a CSV file (first record is the header) or a JSON Lines file (one object
+ * per line; nested objects become `key.sub` columns) whole, so a malformed one stops the import
+ * before anything is sent, and returns its rows to read.
+ */
+export function readSourceFile(path: string, read: () => Iterable<string>): SourceFile {
+  if (/\.jsonl$|\.ndjson$/i.test(path)) return readJsonLines(path, read);
   if (!/\.csv$/i.test(path)) throw new ConfigError(`import reads .csv or .jsonl files; ${path} is neither`);
-  let records: string[][];
-  const lines: number[] = [];
-  try {
-    records = parseCsv(text, lines);
-  } catch (error) {
-    if (error instanceof CsvError) throw new ConfigError(`${path}: ${error.message}`);
-    throw error;
-  }
-  const [header, ...data] = records;
-  if (!header) throw new ConfigError(`${path} is empty: the first line must name the columns`);
-  const columns = header.map((c) => c.trim());
+  const records = function* () {
+    try {
+      yield* csvRecords(read());
+    } catch (error) {
+      if (error instanceof CsvError) throw new ConfigError(`${path}: ${error.message}`);
+      throw error;
+    }
+  };
+  const checked = records();
+  const header = checked.next();
+  if (header.done) throw new ConfigError(`${path} is empty: the first line must name the columns`);
+  const columns = header.value.fields.map((c) => c.trim());
   // Each row's values are keyed by column name, so a second column of the same name would silently
   // replace the first one's data. Blank names are left alone: they are never mapped, and
   // spreadsheets often export trailing empty columns.
   const repeated = columns.findIndex((c, i) => c !== "" && columns.indexOf(c) !== i);
   if (repeated >= 0) throw new ConfigError(`${path}: the header names the column ${JSON.stringify(columns[repeated])} twice (columns ${columns.indexOf(columns[repeated]!) + 1} and ${repeated + 1}); rename one`);
-  const rows = data.map((fields, i) => {
-    if (fields.length > columns.length) throw new ConfigError(`${path}: line ${lines[i + 1]} (data row ${i + 1}) has ${fields.length} fields but the header names ${columns.length} columns`);
-    return { row: i + 1, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields };
-  });
-  return { format: "csv", columns, rows };
+  let rowCount = 0;
+  for (const { fields, line } of checked) {
+    rowCount++;
+    if (fields.length > columns.length) throw new ConfigError(`${path}: line ${line} (data row ${rowCount}) has ${fields.length} fields but the header names ${columns.length} columns`);
+  }
+  function* rows(): Generator<SourceRow> {
+    let row = 0;
+    const again = records();
+    again.next();
+    for (const { fields } of again) yield { row: ++row, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields };
+  }
+  return { format: "csv", columns, rowCount, rows };
 }
 
-function readJsonLines(path: string, text: string): SourceFile {
+/** jsonLines yields each non-blank line of JSON Lines text, given in pieces of any size, with its 1-based line number. */
+function* jsonLines(pieces: Iterable<string>): Generator<{ line: string; number: number }> {
+  let rest = "";
+  let number = 0;
+  const lineOf = (text: string) => {
+    number++;
+    const line = text.endsWith("\r") ? text.slice(0, -1) : text;
+    return line.trim() === "" ? null : { line, number };
+  };
+  for (const piece of pieces) {
+    const text = number === 0 && rest === "" && piece.charCodeAt(0) === 0xfeff ? piece.slice(1) : rest + piece;
+    let start = 0;
+    for (let newline = text.indexOf("\n"); newline >= 0; newline = text.indexOf("\n", start)) {
+      const found = lineOf(text.slice(start, newline));
+      if (found) yield found;
+      start = newline + 1;
+    }
+    rest = text.slice(start);
+  }
+  const last = lineOf(rest);
+  if (last) yield last;
+}
+
+/** jsonObject parses one line of a JSON Lines file, refusing one that is not JSON or not an object. */
+function jsonObject(path: string, line: string, number: number): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(line);
+  } catch (error) {
+    throw new ConfigError(`${path}: line ${number} is not JSON (${(error as Error).message})`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ConfigError(`${path}: line ${number} is not a JSON object`);
+  return value as Record<string, unknown>;
+}
+
+/** flattened turns nested objects into `key.sub` values. */
+function flattened(value: Record<string, unknown>): Record<string, unknown> {
+  const values: Record<string, unknown> = {};
+  for (const [key, v] of Object.entries(value)) {
+    if (typeof v === "object" && v !== null && !Array.isArray(v)) for (const [sub, w] of Object.entries(v)) values[`${key}.${sub}`] = w;
+    else values[key] = v;
+  }
+  return values;
+}
+
+function readJsonLines(path: string, read: () => Iterable<string>): SourceFile {
   const columns = new Set<string>();
-  const rows: SourceRow[] = [];
-  text.replace(/^\uFEFF/, "").split(/\r?\n/).forEach((line, i) => {
-    if (line.trim() === "") return;
-    let value: unknown;
-    let refused: SourceRow["refused"];
-    try {
-      value = JSON.parse(line);
-    } catch (error) {
-      throw new ConfigError(`${path}: line ${i + 1} is not JSON (${(error as Error).message})`);
+  let rowCount = 0;
+  for (const { line, number } of jsonLines(read())) {
+    for (const key of Object.keys(flattened(jsonObject(path, line, number)))) columns.add(key);
+    rowCount++;
+  }
+  if (rowCount === 0) throw new ConfigError(`${path} is empty: each line must be a JSON object`);
+  function* rows(): Generator<SourceRow> {
+    let row = 0;
+    for (const { line, number } of jsonLines(read())) {
+      const original = jsonObject(path, line, number);
+      let refused: SourceRow["refused"];
+      try {
+        // JSON.parse rounds an id past 2^53 (two people become one) and keeps the last of two equal
+        // keys; the API refuses those and a NUL in any body, so the row is refused, not the batch.
+        parseSafeJson(line);
+      } catch (error) {
+        if (!(error instanceof ProblemError)) throw error;
+        refused = { line, errors: error.errors ?? [{ pointer: "", detail: error.message }] };
+      }
+      yield { row: ++row, values: flattened(original), original, ...(refused ? { refused } : {}) };
     }
-    try {
-      // JSON.parse rounds an id past 2^53 (two people become one) and keeps the last of two equal
-      // keys; the API refuses those and a NUL in any body, so the row is refused, not the batch.
-      parseSafeJson(line);
-    } catch (error) {
-      if (!(error instanceof ProblemError)) throw error;
-      refused = { line, errors: error.errors ?? [{ pointer: "", detail: error.message }] };
-    }
-    if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ConfigError(`${path}: line ${i + 1} is not a JSON object`);
-    const values: Record<string, unknown> = {};
-    for (const [key, v] of Object.entries(value)) {
-      if (typeof v === "object" && v !== null && !Array.isArray(v)) for (const [sub, w] of Object.entries(v)) values[`${key}.${sub}`] = w;
-      else values[key] = v;
-    }
-    for (const key of Object.keys(values)) columns.add(key);
-    rows.push({ row: rows.length + 1, values, original: value as Record<string, unknown>, ...(refused ? { refused } : {}) });
-  });
-  if (rows.length === 0) throw new ConfigError(`${path} is empty: each line must be a JSON object`);
-  return { format: "jsonl", columns: [...columns], rows };
+  }
+  return { format: "jsonl", columns: [...columns], rowCount, rows };
 }
 
 const CONTACT_TARGETS = ["email", "first_name", "last_name", "phone", "external_id", "tags"] as const;

@@ -11,7 +11,7 @@ import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient } from "./client.ts";
 import { csvLine } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
-import { accountKey, columnMap, columnOf, decodeSourceFile, readSourceFile, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+import { accountKey, columnMap, columnOf, readSourceFile, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
 
 export interface ImportOptions {
   file: string;
@@ -61,21 +61,20 @@ const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, poi
  * again after a crash (within the server's 24 h replay window) creates nothing twice.
  */
 export async function importContacts(options: ImportOptions): Promise<ImportSummary> {
-  const bytes = await Bun.file(options.file).bytes().catch((error: Error) => {
-    throw new ConfigError(`import: cannot read ${options.file}: ${error.message}`);
-  });
-  const source = readSourceFile(options.file, decodeSourceFile(options.file, bytes));
+  const source = readSourceFile(options.file, () => textPieces(options.file));
   const { map, ignored } = columnMap(source.columns, options.map);
   const invalidFile = checkedInvalidFile(options, source.format);
   const note = (line: string) => options.progress.write(`${line}\n`);
   note(`columns: ${[...map].map(([column, target]) => `${column} -> ${target}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.join(", ")}` : ""}`);
-  const all = source.rows.map((row) => toImportRow(row, map));
-  const rows = options.trial && !options.dryRun ? all.slice(0, 1) : all;
+  const trial = options.trial && !options.dryRun;
+  const rowCount = trial ? Math.min(1, source.rowCount) : source.rowCount;
+  // Read again on each call, one row at a time: the file's rows are never all held at once.
+  const rows = () => importRows(source, map, rowCount);
   const invalid: InvalidRow[] = [];
-  const summary: ImportSummary = { rows: rows.length, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null, invalidFileError: null };
+  const summary: ImportSummary = { rows: rowCount, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null, invalidFileError: null };
 
   if (options.dryRun) {
-    for (const row of rows) {
+    for (const row of rows()) {
       const errors = row.refusal
         ? lineErrorLines(row.refusal)
         : [
@@ -84,41 +83,31 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
           ];
       if (errors.length > 0) invalid.push({ row: row.row, errors });
     }
-    return finish(invalidFile, source, invalid, { ...summary, valid: rows.length - invalid.length, invalid: invalid.length });
+    return finish(invalidFile, source, invalid, { ...summary, valid: rowCount - invalid.length, invalid: invalid.length });
   }
 
   if (!options.api) throw new Error("importContacts needs the API unless it is a dry run");
-  const progress = new Progress(rows.length, options.progress);
+  const progress = new Progress(rowCount, options.progress);
   const client = new BatchClient(options.api.url, options.api.token, (seconds, why) => {
     if (why !== "rate limited") progress.note(`waiting ${seconds} s: ${why}`);
   });
   // The key names what is imported (contacts), the file (its name and size), how its columns map
   // and the rows a batch carries; a trial has its own. Whatever changes a batch's body must change
   // its key: the server refuses a key already used with another body (another --map) for 24 h.
-  const keyMaterial = JSON.stringify(["contacts", basename(options.file), bytes.byteLength, [...map]]);
+  const keyMaterial = JSON.stringify(["contacts", basename(options.file), statSync(options.file).size, [...map]]);
   const keyPrefix = `crm-import-${Buffer.from(sha256(keyMaterial)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
 
-  const accounts = await resolveAccounts(client, rows.filter((row) => !row.refusal), keyPrefix, map);
+  const accounts = await resolveAccounts(client, rows(), keyPrefix, map);
   const refusedAccounts = [...accounts.values()].filter((outcome) => "errors" in outcome).length;
   if (accounts.size > 0) progress.note(`accounts: ${accounts.size - refusedAccounts} created or found${refusedAccounts ? `, ${refusedAccounts} invalid (their rows are too)` : ""}`);
-  // Rows whose account was refused are invalid already; the others carry their account's id.
-  // A row the server's body parser would refuse (a NUL, a lone surrogate, a row too large for a
-  // request) would fail its whole batch, and every batch after it: it is refused here instead.
-  const prepared = rows.map((row): { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] } => {
-    if (row.refusal) return { row, errors: lineErrorLines(row.refusal) };
-    const account = row.account ? accounts.get(accountKey(row.account))! : null;
-    if (account && "errors" in account) return { row, errors: account.errors };
-    const item = account ? { ...row.contact, account_ids: [account.id] } : row.contact;
-    const refusal = bodyRefusal(item);
-    return refusal.length > 0 ? { row, errors: errorLines(map, refusal) } : { row, item };
-  });
   // The first row goes alone under the trial's key: after a --trial, the run replays it instead of
   // creating again a row that no email or external id matches.
   const trialKeyPrefix = options.trial ? keyPrefix : `${keyPrefix}-trial`;
-  const chunks = [prepared.slice(0, 1), ...batchesOf(prepared.slice(1), (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))].filter((chunk) => chunk.length > 0);
   let done = 0;
   let replayed = 0;
-  for (const [n, chunk] of chunks.entries()) {
+  let n = -1;
+  for (const chunk of firstAloneThenBatches(preparedRows(rows(), accounts, map), (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))) {
+    n++;
     const sendable = chunk.filter((entry) => "item" in entry);
     for (const entry of chunk) if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
     if (sendable.length > 0) {
@@ -133,6 +122,53 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   progress.finish();
   if (replayed > 0) progress.note(`${replayed} rows were answered from an earlier run of this file (within 24 h): their counts are that run's, and nothing was applied again`);
   return finish(invalidFile, source, invalid, { ...summary, invalid: invalid.length });
+}
+
+/** importRows turns the first `limit` rows of the file into API items, one at a time. */
+function* importRows(source: SourceFile, map: ColumnMap, limit: number): Generator<ImportRow> {
+  if (limit === 0) return;
+  for (const row of source.rows()) {
+    yield toImportRow(row, map);
+    if (row.row >= limit) return;
+  }
+}
+
+type PreparedRow = { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] };
+
+/**
+ * preparedRows gives each row the id of its account, or makes it invalid: its account was refused,
+ * or the server's body parser would refuse it (a NUL, a lone surrogate, a row too large for a
+ * request), which would fail its whole batch and every batch after it.
+ */
+function* preparedRows(rows: Iterable<ImportRow>, accounts: Map<string, AccountOutcome>, map: ColumnMap): Generator<PreparedRow> {
+  for (const row of rows) {
+    if (row.refusal) {
+      yield { row, errors: lineErrorLines(row.refusal) };
+      continue;
+    }
+    const account = row.account ? accounts.get(accountKey(row.account))! : null;
+    if (account && "errors" in account) {
+      yield { row, errors: account.errors };
+      continue;
+    }
+    const item = account ? { ...row.contact, account_ids: [account.id] } : row.contact;
+    const refusal = bodyRefusal(item);
+    yield refusal.length > 0 ? { row, errors: errorLines(map, refusal) } : { row, item };
+  }
+}
+
+/** firstAloneThenBatches sends the first entry in a batch of its own, then the others in batchesOf. */
+function* firstAloneThenBatches<T>(entries: Iterable<T>, json: (entry: T) => string): Generator<T[]> {
+  const iterator = entries[Symbol.iterator]();
+  try {
+    const first = iterator.next();
+    if (first.done) return;
+    yield [first.value];
+    yield* batchesOf({ [Symbol.iterator]: () => iterator }, json);
+  } finally {
+    // Closes the file when the import stops part-way.
+    iterator.return?.();
+  }
 }
 
 /**
@@ -163,28 +199,26 @@ type AccountOutcome = { id: string } | { errors: string[] };
 const BATCH_BODY_BUDGET = MAX_BODY_BYTES - 4096;
 
 /** batchesOf cuts entries, in order, into batches of at most MAX_BATCH_ITEMS whose JSON fits one request body; the cut depends only on the entries, so a re-run cuts alike. */
-function batchesOf<T>(entries: T[], json: (entry: T) => string): T[][] {
-  const batches: T[][] = [];
+function* batchesOf<T>(entries: Iterable<T>, json: (entry: T) => string): Generator<T[]> {
   let current: T[] = [];
   let bytes = 0;
   for (const entry of entries) {
     const size = Buffer.byteLength(json(entry)) + 1;
     if (current.length === MAX_BATCH_ITEMS || (current.length > 0 && bytes + size > BATCH_BODY_BUDGET)) {
-      batches.push(current);
+      yield current;
       current = [];
       bytes = 0;
     }
     current.push(entry);
     bytes += size;
   }
-  if (current.length > 0) batches.push(current);
-  return batches;
+  if (current.length > 0) yield current;
 }
 
 /** resolveAccounts upserts each distinct account of the rows (by domain, else name) once, in batches, before any contact refers to it. */
-async function resolveAccounts(client: BatchClient, rows: ImportRow[], keyPrefix: string, map: ColumnMap): Promise<Map<string, AccountOutcome>> {
+async function resolveAccounts(client: BatchClient, rows: Iterable<ImportRow>, keyPrefix: string, map: ColumnMap): Promise<Map<string, AccountOutcome>> {
   const distinct = new Map<string, { name: string; domain?: string }>();
-  for (const row of rows) if (row.account && !distinct.has(accountKey(row.account))) distinct.set(accountKey(row.account), row.account);
+  for (const row of rows) if (row.account && !row.refusal && !distinct.has(accountKey(row.account))) distinct.set(accountKey(row.account), row.account);
   const outcomes = new Map<string, AccountOutcome>();
   const sendable = [...distinct].filter(([key, account]) => {
     const refusal = bodyRefusal(account);
@@ -225,17 +259,16 @@ function checkedInvalidFile(options: ImportOptions, format: SourceFile["format"]
 /** finish writes the invalid rows, with their errors, to a file ready to fix and import again; a failed write goes in the summary, not thrown. */
 async function finish(path: string, source: SourceFile, invalid: InvalidRow[], summary: ImportSummary): Promise<ImportSummary> {
   if (invalid.length === 0) return summary;
-  invalid.sort((a, b) => a.row - b.row);
-  const byRow = new Map(source.rows.map((row) => [row.row, row]));
-  const lines =
-    source.format === "csv"
-      ? [csvLine([...source.columns, "import_row", "import_errors"]), ...invalid.map(({ row, errors }) => csvLine([...source.columns.map((_, j) => byRow.get(row)!.fields?.[j] ?? ""), String(row), errors.join("; ")]))]
-      : invalid.map(({ row, errors }) => {
-          const { original, refused } = byRow.get(row)!;
-          // A refused line is kept as written (JSON.parse would have rounded its large integers).
-          if (refused) return appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`);
-          return JSON.stringify({ ...original, import_row: row, import_errors: errors });
-        });
+  const errorsOf = new Map(invalid.map(({ row, errors }) => [row, errors]));
+  const lines = source.format === "csv" ? [csvLine([...source.columns, "import_row", "import_errors"])] : [];
+  for (const { row, fields, original, refused } of source.rows()) {
+    const errors = errorsOf.get(row);
+    if (!errors) continue;
+    if (source.format === "csv") lines.push(csvLine([...source.columns.map((_, j) => fields?.[j] ?? ""), String(row), errors.join("; ")]));
+    // A refused line is kept as written (JSON.parse would have rounded its large integers).
+    else if (refused) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
+    else lines.push(JSON.stringify({ ...original, import_row: row, import_errors: errors }));
+  }
   try {
     await Bun.write(path, `${lines.join("\n")}\n`);
   } catch (error) {

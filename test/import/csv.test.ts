@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { CsvError, csvLine, parseCsv } from "../../server/import/csv.ts";
+import { CsvError, csvLine, csvRecords, parseCsv } from "../../server/import/csv.ts";
 import { ConfigError } from "../../server/config.ts";
 import { columnMap, readSourceFile, toImportRow } from "../../server/import/rows.ts";
 
@@ -34,11 +34,54 @@ describe("CSV: errors", () => {
 
 describe("CSV: the line a record starts on", () => {
   test("counts the lines of quoted fields (LF, CRLF or a lone CR) and blank lines, so a message names the line a spreadsheet shows", () => {
-    const lines: number[] = [];
-    parseCsv('Email,Notes\nq1@example.com,"a\nb\rc\r\nd"\n\nq2@example.com,n\n', lines);
+    const lines = Array.from(csvRecords('Email,Notes\nq1@example.com,"a\nb\rc\r\nd"\n\nq2@example.com,n\n'), (record) => record.line);
     expect(lines).toEqual([1, 2, 7]);
     const text = 'Email,Notes\nq1@example.com,"a\nb\nc"\n\nq2@example.com,n,extra\n';
-    expect(() => readSourceFile("people.csv", text)).toThrow(new ConfigError("people.csv: line 6 (data row 2) has 3 fields but the header names 2 columns"));
+    expect(() => readSourceFile("people.csv", () => [text])).toThrow(new ConfigError("people.csv: line 6 (data row 2) has 3 fields but the header names 2 columns"));
+  });
+});
+
+describe("CSV and JSON Lines read a piece at a time", () => {
+  /** cuts lists the text cut into pieces at every position, and into pieces of one character. */
+  const cuts = (text: string) => [...Array.from({ length: text.length + 1 }, (_, at) => [text.slice(0, at), text.slice(at)].filter(Boolean)), [...text]];
+  const outcome = (read: () => unknown) => {
+    try {
+      return read();
+    } catch (error) {
+      return (error as Error).message;
+    }
+  };
+
+  test("a record, field, doubled quote, CRLF or BOM cut by the end of a piece reads as from the whole text", () => {
+    const texts = [
+      '\uFEFFEmail,Name,Notes\r\na@example.com,"Lovelace, Ada","said ""hi""\r\nthen left"\r\n\r\nb@example.com,,\n"",x,""\n',
+      'a,b\rc,"d\re"\r"x""",y',
+      "Zoë,李\n\n,\n",
+    ];
+    for (const text of texts) {
+      const whole = Array.from(csvRecords([text]));
+      for (const pieces of cuts(text)) expect(Array.from(csvRecords(pieces))).toEqual(whole);
+    }
+  });
+
+  test("an error names the same line wherever the pieces are cut", () => {
+    for (const text of ['a\n"open\n\n', 'a\nab"c\n', 'a\n"ab"c\n', 'a\r\n"x\r\ny"z']) {
+      const whole = outcome(() => Array.from(csvRecords([text])));
+      expect(whole).toStartWith("line ");
+      for (const pieces of cuts(text)) expect(outcome(() => Array.from(csvRecords(pieces)))).toBe(whole);
+    }
+  });
+
+  test("JSON Lines: lines, their numbers and a BOM come through whatever the cuts", () => {
+    const text = '\uFEFF{"email":"a@example.com"}\r\n\n{"email":"b@example.com","company":{"name":"Zoë"}}\n{"first_name":"李"}';
+    const read = (pieces: string[]) => {
+      const source = readSourceFile("people.jsonl", () => pieces);
+      return { columns: source.columns, rowCount: source.rowCount, rows: Array.from(source.rows()) };
+    };
+    const whole = read([text]);
+    expect(whole.rows.map((row) => row.values)).toEqual([{ email: "a@example.com" }, { email: "b@example.com", "company.name": "Zoë" }, { first_name: "李" }]);
+    for (const pieces of cuts(text)) expect(read(pieces)).toEqual(whole);
+    expect(outcome(() => read(['{"email":"a@example.com"}\n\n{"ema', 'il":\n']))).toBe("people.jsonl: line 3 is not JSON (JSON Parse error: Unexpected EOF)");
   });
 });
 

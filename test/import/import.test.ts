@@ -56,6 +56,20 @@ describe("crm import contacts: happy paths", () => {
     expect(await server.count("accounts")).toBe(1);
   }, 60_000);
 
+  test("a file of several megabytes, read a megabyte at a time: rows and characters cut by a piece's end read whole, a bad byte far in names its line", async () => {
+    const csv = writeContactsCsv(server.dir, 30_000);
+    expect(readFileSync(csv.path).byteLength).toBeGreaterThan(2 * 1024 * 1024);
+    const dry = await runImport([csv.path, "--dry-run", "--invalid-file", join(server.dir, "dry.csv")]);
+    expect(dry.stdout).toBe(`dry run, nothing sent: 30000 rows: valid ${30_000 - csv.badRows.length}, invalid ${csv.badRows.length}\ninvalid rows with their errors: ${join(server.dir, "dry.csv")}\n`);
+    const invalid = parseCsv(readFileSync(join(server.dir, "dry.csv"), "utf8")).slice(1);
+    expect(invalid.map((r) => Number(r[csv.header.length]))).toEqual(csv.badRows);
+    for (const record of invalid) expect(record.slice(0, csv.header.length)).toEqual(csv.records[Number(record[csv.header.length]) - 1]!);
+    // Some cells span lines: the line named is the file's, as an editor counts them.
+    const lastLine = readFileSync(csv.path, "utf8").split("\n").length;
+    writeFileSync(csv.path, Buffer.concat([readFileSync(csv.path), Buffer.from("late@example.com,Jos"), Buffer.from([0xe9]), Buffer.from("\n")]));
+    expect(await runImport([csv.path, "--dry-run"])).toEqual({ code: 2, stdout: "", stderr: `crm: ${csv.path}: line ${lastLine} is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again\n` });
+  }, 60_000);
+
   test("JSON Lines with --map: nested objects become columns, custom fields and tags are kept as given", async () => {
     const file = join(server.dir, "people.jsonl");
     const lines = [
@@ -311,7 +325,7 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     });
   }, 60_000);
 
-  test("a token file of more than one line, a directory as the input, an empty JSON Lines file and a repeated column each stop at once with one line", async () => {
+  test("a token file of more than one line, a directory or a pipe as the input, an empty JSON Lines file and a repeated column each stop at once with one line", async () => {
     const file = oneInvalidRow();
     const twoLines = join(server.dir, "two-line-token");
     writeFileSync(twoLines, `${readFileSync(server.tokenFile, "utf8").trim()}\nsecond line\n`);
@@ -319,6 +333,9 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     const folder = join(server.dir, "adir.csv");
     mkdirSync(folder);
     expect(await runImport([folder, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: import: ${folder} is a directory, not a .csv or .jsonl file\n` });
+    const pipe = join(server.dir, "pipe.csv");
+    expect(Bun.spawnSync(["mkfifo", pipe]).exitCode).toBe(0);
+    expect(await runImport([pipe, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: import: ${pipe} is not a regular file (a pipe or a device); the importer reads its file more than once: save it to a file first\n` });
     const emptyJsonLines = join(server.dir, "empty.jsonl");
     writeFileSync(emptyJsonLines, "\n\n");
     expect(await runImport([emptyJsonLines, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${emptyJsonLines} is empty: each line must be a JSON object\n` });
@@ -326,7 +343,9 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     writeFileSync(repeated, "Email,Name,Email\nada@example.com,Ada,grace@example.com\n");
     expect(await runImport([repeated, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: ${repeated}: the header names the column "Email" twice (columns 1 and 3); rename one\n` });
     // A file that cannot be read (here one that answers every read with EIO) is named, not a stack trace.
-    expect(await runImport(["/proc/self/mem", ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: "crm: import: cannot read /proc/self/mem: EIO: i/o error, read\n" });
+    const unreadable = join(server.dir, "unreadable.csv");
+    symlinkSync("/proc/self/mem", unreadable);
+    expect(await runImport([unreadable, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: import: cannot read ${unreadable}: EIO: i/o error, read\n` });
     expect(await runImport([file, "--url", server.url, "--token-file", "/proc/self/mem"])).toEqual({ code: 2, stdout: "", stderr: "crm: import: cannot read the token file /proc/self/mem: EIO: i/o error, read\n" });
     // Blank header cells (a spreadsheet's trailing empty columns) are never mapped: not a repeat.
     const trailing = join(server.dir, "trailing.csv");
