@@ -99,12 +99,12 @@ export function parseRetryAfter(value: string | null, now: number): number | nul
 /**
  * readPrefix reads the answer up to `limit` bytes (the rest is not waited for) and decodes it.
  * Bytes that are not UTF-8 become U+FFFD, and so do NUL characters: PostgreSQL's text cannot hold
- * them, and an attempt that could not be recorded would be sent again and again.
+ * them, and an attempt that could not be recorded would be sent again and again. A declared
+ * Content-Length is never trusted to read the body whole: beside Transfer-Encoding: chunked, the
+ * chunks win, and "1 byte" can go on for gigabytes.
  */
 async function readPrefix(response: Response, limit: number): Promise<string> {
-  const declared = Number(response.headers.get("content-length"));
   if (!response.body) return "";
-  if (declared > 0 && declared <= limit) return withoutNul(new TextDecoder().decode(await response.arrayBuffer()));
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -185,7 +185,8 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
       if (value !== null) result.response_headers[name] = keptHeaderValue(value);
     }
     result.retry_after_ms = parseRetryAfter(response.headers.get("retry-after"), Date.now());
-    if (response.status >= 300 && response.status < 400) {
+    // 304 Not Modified is in the 3xx class but sends nowhere: it fails as a 4xx would.
+    if (response.status >= 300 && response.status < 400 && response.status !== 304) {
       const location = result.response_headers.location;
       result.error = `redirect${location === undefined ? "" : ` to ${location}`} not followed; point the subscription at the final URL`;
     }

@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { createServer, type AddressInfo } from "node:net";
 import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
 import { VERSION } from "../../server/version.ts";
@@ -288,6 +289,16 @@ describe("webhook deliveries: failures and retries", () => {
     expect(elsewhere.received).toEqual([]);
   });
 
+  test("a 304 is a failed attempt like any answer that is not 2xx, not called a redirect", async () => {
+    h = await scope.harness({ retrySchedule: [] });
+    const r = receiver();
+    r.respond(() => new Response(null, { status: 304 }));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect(delivery).toMatchObject({ status: "failed", last_response_status: 304, last_error: null });
+  });
+
   test("an answer with NUL characters and bytes that are not UTF-8 is recorded once, with U+FFFD for each (PostgreSQL's text holds no NUL), and not sent again", async () => {
     h = await scope.harness({ retrySchedule: [] });
     const r = receiver();
@@ -358,6 +369,34 @@ describe("webhook deliveries: failures and retries", () => {
       expect(attempt.response_body).toBe("a".repeat(1023));
     } finally {
       raw.stop(true);
+    }
+  });
+
+  test("a small Content-Length in front of an endless chunked body is not trusted: the first kept bytes are read, the rest is not waited for", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 2000, retrySchedule: [] });
+    const chunk = Buffer.from(`10000\r\n${"d".repeat(0x10000)}\r\n`);
+    // Bun follows Transfer-Encoding over Content-Length: buffering "the 1 declared byte" whole read gigabytes.
+    const raw = createServer((socket) => {
+      socket.on("error", () => {});
+      socket.once("data", () => {
+        socket.write("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        const pump = () => {
+          while (!socket.destroyed) if (!socket.write(chunk)) return void socket.once("drain", pump);
+        };
+        pump();
+      });
+    });
+    await new Promise<void>((listening) => raw.listen(0, "127.0.0.1", listening));
+    const port = (raw.address() as AddressInfo).port;
+    try {
+      await h.subscribe(`http://127.0.0.1:${port}/hook`, ["contact.created"]);
+      await createContact();
+      const [delivery] = await settledDeliveries(h);
+      expect(delivery).toMatchObject({ status: "succeeded", attempts: 1, last_response_status: 200, last_error: null });
+      const [attempt] = (await h.delivery(delivery.id)).attempt_history;
+      expect({ status: attempt.response_status, body: attempt.response_body, error: attempt.error }).toEqual({ status: 200, body: "d".repeat(1024), error: null });
+    } finally {
+      raw.close();
     }
   });
 
