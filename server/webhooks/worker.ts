@@ -316,10 +316,15 @@ export class DeliveryLoop {
    */
   private async claimRound(): Promise<void> {
     const { db } = this.deps;
-    const now = Date.now();
     const free = MAX_IN_FLIGHT - this.inFlight.size;
-    const none: Picks = { picked: [], rateWake: null, leftOver: false };
-    const { picked, rateWake, leftOver } = free >= REFILL ? await db.write((tx) => (this.shared ? this.pickDueShared(tx, now, free) : this.pickDue(tx, now, free))) : none;
+    // The time is read once the write holds the lock: after a wait behind another write (another
+    // instance's, cut off from the database for seconds), a lease counted from before the wait
+    // would end before its attempt's timeout, and another claim would send the delivery again.
+    const claim = async (tx: Db) => {
+      const now = Date.now();
+      return { now, ...(await (this.shared ? this.pickDueShared(tx, now, free) : this.pickDue(tx, now, free))) };
+    };
+    const { now, picked, rateWake, leftOver } = free >= REFILL ? await db.write(claim) : { now: Date.now(), picked: [], rateWake: null, leftOver: false };
     if (this.state !== "running") {
       // Stopped while the claim committed: the leases are released, nothing is sent.
       if (picked.length > 0) await this.release(picked);

@@ -114,6 +114,31 @@ describe("webhook leases: an attempt that outlived its lease", () => {
   });
 });
 
+describe("webhook leases: a claim that waited for the write lock", () => {
+  test("leases for the timeout plus 2 s from when it got the lock, not from when it asked: the lease outlasts the attempt", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 1000, retrySchedule: [1] });
+    const r = scope.receiver();
+    r.respond(() => new Response("down", { status: 500 }));
+    await h.subscribe(r.url, ["contact.created"]);
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).status).toBe(201);
+    await waitFor(() => r.received.length === 1, "the first attempt");
+    const [listed] = await h.deliveries();
+    await waitFor(async () => (await stored(listed.id)).attempts === 1, "the first attempt to be recorded");
+    r.hold();
+    // Another write (another instance's, a long batch) holds the lock past the retry's due time and its would-be lease.
+    let lockFreedAt = 0;
+    const blocking = h.rt.db.write(async () => {
+      await Bun.sleep(4000);
+      lockFreedAt = Date.now();
+    });
+    await waitFor(() => r.received.length === 2, "the retry at the receiver", 15_000);
+    const { locked_until } = await stored(listed.id);
+    await blocking;
+    expect(locked_until! - lockFreedAt).toBeGreaterThanOrEqual(1000 + 2000);
+    r.release();
+  });
+});
+
 describe("webhook attempts recorded together: one that cannot be stored", () => {
   /** poisonAttemptsOf makes the database refuse the attempt rows of one delivery (those with a response body only, if told), as an unforeseen fault would. */
   async function poisonAttemptsOf(deliveryId: string, withBodyOnly: boolean): Promise<void> {
