@@ -121,6 +121,16 @@ async function readPrefix(response: Response, limit: number): Promise<string> {
   return withoutNul(new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: !ended }));
 }
 
+/** untilAborted settles as `work` does, or rejects with the signal's reason once it aborts (`work` is left to finish unobserved). */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    signal.addEventListener("abort", abort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
+  });
+}
+
 const withoutNul = (text: string) => text.replaceAll("\u0000", "\uFFFD");
 
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null): string {
@@ -152,6 +162,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     "webhook-signature": request.secrets.map((secret) => signPayload(secret, request.deliveryId, timestamp, request.payload)).join(" "),
   };
   const timeout = AbortSignal.timeout(request.timeoutMs);
+  const signal = AbortSignal.any([timeout, request.signal]);
   const result: AttemptResult = {
     started_at: startedAt,
     duration_ms: 0,
@@ -164,7 +175,9 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
   };
   try {
     const target = new URL(request.targetUrl);
-    const pinned = pinTarget(target, await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets));
+    // The timeout covers the name's lookup too: whoever owns the target's domain owns its name
+    // server, and one that never answers would hold the attempt past its lease.
+    const pinned = pinTarget(target, await untilAborted(resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets), signal));
     const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
     request.onSend?.();
     // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
@@ -177,7 +190,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
       decompress: false,
       tls,
       redirect: "manual",
-      signal: AbortSignal.any([timeout, request.signal]),
+      signal,
     });
     result.response_status = response.status;
     for (const name of RESPONSE_HEADERS_KEPT) {

@@ -115,6 +115,8 @@ interface InFlight {
   due: DueDelivery;
   controller: AbortController;
   done: Promise<void>;
+  /** set when stop gives up on the attempt: its outcome is not recorded (its lease is released) */
+  abandoned: boolean;
 }
 
 /**
@@ -211,7 +213,9 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
 export class DeliveryLoop {
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
   private failingClaim: { since: number; error: unknown } | null = null;
-  private readonly inFlight = new Map<string, InFlight>();
+  // By attempt, not by delivery id: a delivery whose lease ran out may be attempted again while
+  // its first attempt still runs here, and each attempt holds a slot until it ends.
+  private readonly inFlight = new Set<InFlight>();
   private readonly perSubscription = new Map<string, number>();
   /**
    * earliest time the next attempt may start, per subscription with a max_rate: Infinity while
@@ -220,7 +224,6 @@ export class DeliveryLoop {
   private readonly nextSlot = new Map<string, number>();
   /** the interval between attempts of each subscription with a max_rate, in milliseconds */
   private readonly pacing = new Map<string, number>();
-  private readonly abandoned = new Set<string>();
   private readonly unrecorded: UnrecordedAttempt[] = [];
   private readonly listeners: ((outcome: DeliveryOutcome) => void)[] = [];
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -458,7 +461,8 @@ export class DeliveryLoop {
       }
       this.wake();
     };
-    const done = (async () => {
+    const attempt = { due, controller, abandoned: false } as InFlight;
+    attempt.done = (async () => {
       const result = await sendAttempt({
         deliveryId: due.id,
         targetUrl: due.target_url,
@@ -474,7 +478,7 @@ export class DeliveryLoop {
       // An attempt refused before sending still spaces the next one.
       openSlot();
       releaseReceiverSlot();
-      if (this.abandoned.delete(due.id)) return;
+      if (attempt.abandoned) return;
       const recorded = await this.record({ due, result, trigger, inRecordWrite });
       if (!recorded) return;
       const outcome: DeliveryOutcome = {
@@ -491,11 +495,11 @@ export class DeliveryLoop {
       };
       for (const listener of this.listeners) listener(outcome);
     })();
-    this.inFlight.set(due.id, { due, controller, done });
-    return done
+    this.inFlight.add(attempt);
+    return attempt.done
       .catch((error: unknown) => log.error("webhook delivery attempt could not be recorded", { delivery_id: due.id, error: String(error) }))
       .finally(() => {
-        this.inFlight.delete(due.id);
+        this.inFlight.delete(attempt);
         openSlot();
         releaseReceiverSlot();
         this.wake();
@@ -606,11 +610,11 @@ export class DeliveryLoop {
     this.state = "stopping";
     this.armTimer(null);
     await this.claiming;
-    await settlesWithin(Promise.allSettled([...this.inFlight.values()].map((f) => f.done)), deadlineMs);
-    const left = [...this.inFlight.values()];
-    for (const { due, controller } of left) {
-      this.abandoned.add(due.id);
-      controller.abort();
+    await settlesWithin(Promise.allSettled([...this.inFlight].map((f) => f.done)), deadlineMs);
+    const left = [...this.inFlight];
+    for (const attempt of left) {
+      attempt.abandoned = true;
+      attempt.controller.abort();
     }
     if (left.length > 0) {
       await this.release(left.map((f) => f.due));

@@ -89,6 +89,18 @@ describe("webhook leases: an attempt that outlived its lease", () => {
     ]);
   });
 
+  test("an attempt made again here while the first still runs holds a slot of its own: both count until each ends", async () => {
+    h = await scope.harness();
+    const { r, delivery } = await heldAttempt();
+    // The lease ran out (the process was stopped, or too busy to record in time): the delivery is due again.
+    await takeOverLease(delivery.id, Date.now() - 1);
+    await waitFor(() => r.received.length === 2, "the second attempt at the receiver");
+    expect(h.rt.deliveries.inFlightCount).toBe(2);
+    r.release();
+    await waitFor(() => h.rt.deliveries.inFlightCount === 0, "both attempts to end");
+    expect(await stored(delivery.id)).toEqual({ status: "succeeded", attempts: 2, locked_until: null });
+  });
+
   test("an attempt still holding its lease records its outcome and frees the lease", async () => {
     h = await scope.harness();
     const { r, delivery } = await heldAttempt();

@@ -141,6 +141,28 @@ describe("pinned connect: security", () => {
   });
 });
 
+describe("pinned connect: a name server that does not answer", () => {
+  test("the delivery timeout covers the lookup: the attempt ends at it, in words, and is not claimed again while the lookup runs on", async () => {
+    const calls: string[] = [];
+    // The subscriber's own name server, taking 3 s (a silent one takes the system 10-30 s).
+    const resolve = async (hostname: string) => {
+      calls.push(hostname);
+      await Bun.sleep(3000);
+      return ["127.0.0.1"];
+    };
+    h = await scope.harness({ deliveryTimeoutMs: 300, retrySchedule: [] }, { network: { resolve } });
+    const r = scope.receiver();
+    await h.subscribe(`http://slow.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const [attempt] = (await h.delivery(delivery.id)).attempt_history;
+    expect({ status: delivery.status, error: attempt.error, quick: attempt.duration_ms < 1000 }).toEqual({ status: "failed", error: "timed out after 300 ms without a complete response", quick: true });
+    // Past the lease the first attempt would have held (300 ms + 2 s) had it waited for the lookup.
+    await Bun.sleep(2500);
+    expect({ lookups: calls.length, sent: r.received.length, inFlight: h.rt.deliveries.inFlightCount }).toEqual({ lookups: 1, sent: 0, inFlight: 0 });
+  });
+});
+
 describe("pinned connect: the system resolver's cache", () => {
   test("a name's answer is reused for the cache time, then asked again; a failed lookup is not kept", async () => {
     let clock = 0;
