@@ -82,8 +82,6 @@ export interface DueDelivery {
   payload: string;
   subscription_status: "active" | "disabled" | null;
   subscription_paused_at: number | null;
-  /** the subscription's failing streak as the delivery was claimed */
-  subscription_failing_since: number | null;
   /** when the delivery's lease ends, as read; once this instance has claimed it, the end of its own lease */
   locked_until: number | null;
   created_at: number;
@@ -371,7 +369,7 @@ export function listDeliveries(db: Db, filters: DeliveryFilters, page: Page): Pr
 /** selectDue selects what an attempt needs; `deliveries` names the deliveries table, possibly with an index. */
 const selectDue = (deliveries: string) =>
   `SELECT d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.previous_secret, s.previous_secret_expires_at,
-     s.status AS subscription_status, s.paused_at AS subscription_paused_at, s.failing_since AS subscription_failing_since, e.payload
+     s.status AS subscription_status, s.paused_at AS subscription_paused_at, e.payload
    FROM ${deliveries} LEFT JOIN webhook_subscriptions s ON s.id = d.subscription_id JOIN events e ON e.id = d.event_id`;
 
 /**

@@ -174,11 +174,12 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
   // Read only after a failure: a success needs nothing of it, and it is most attempts. A success
-  // ends a failing streak seen when the delivery was claimed; one begun since (by an attempt that
-  // finished in between) is ended by the next success, at most a timeout later.
+  // ends the failing streak whenever it began: one begun after this delivery was claimed (an
+  // attempt sent beside it failed first) too, or a burst answered 500 then 200 x 9 would leave the
+  // subscription failing, to be disabled by the next failure once the limit has passed.
   let subscription: SubscriptionRow | null = null;
   if (succeeded(result)) {
-    if (due.subscription_failing_since !== null) await markSubscriptionHealthy(db, due.subscription_id);
+    await markSubscriptionHealthy(db, due.subscription_id);
   } else {
     status = "failed";
     subscription = await findSubscriptionById(db, due.subscription_id);

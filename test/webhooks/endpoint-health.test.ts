@@ -114,6 +114,22 @@ describe("auto-disable: happy paths", () => {
     expect(await getSubscription(sub.id)).toMatchObject({ status: "active", failing_since: null });
   });
 
+  test("a success ends a streak begun after its delivery was claimed: a burst answered 500 once, then 200, leaves the subscription healthy", async () => {
+    h = await scope.harness({ retrySchedule: [60] });
+    const r = scope.receiver();
+    // The ten deliveries of one batch go out in one claim; the 200s come once the 500 is recorded.
+    r.respond(async (_, i) => {
+      if (i === 0) return new Response("down", { status: 500 });
+      await Bun.sleep(300);
+      return new Response("ok");
+    });
+    const sub = await h.subscribe(r.url, ["account.created"]);
+    const items = Array.from({ length: 10 }, (_, i) => ({ name: `Burst ${i}` }));
+    expect((await h.json("POST", "/public/v1/accounts/batch", { body: { items } })).status).toBe(200);
+    await waitFor(async () => (await h.deliveries("per_page=100")).filter((d: { status: string }) => d.status === "succeeded").length === 9, "the nine successes");
+    expect(await getSubscription(sub.id)).toMatchObject({ status: "active", failing_since: null });
+  });
+
   test("a delivery that uses up its attempts sends delivery.exhausted to the subscriptions that want it", async () => {
     h = await scope.harness({ retrySchedule: [0.02] });
     const failing = scope.receiver("/failing");
