@@ -34,11 +34,21 @@ export const MAX_IN_FLIGHT = 128;
 /** MAX_PER_SUBSCRIPTION bounds one receiver's share, so a slow one cannot hold up the others. */
 export const MAX_PER_SUBSCRIPTION = 32;
 /**
+ * GUARANTEED_PER_SUBSCRIPTION attempts a subscription may always run, past MAX_IN_FLIGHT: a few
+ * slow receivers at their MAX_PER_SUBSCRIPTION fill every slot between them, and would otherwise
+ * hold up every other receiver until their attempts time out (at most MAX_IN_FLIGHT + this many
+ * per subscription run at once; subscriptions are at most MAX_SUBSCRIPTIONS).
+ */
+export const GUARANTEED_PER_SUBSCRIPTION = 2;
+/**
  * REFILL is the fewest free slots worth a claim while attempts are running: a busy receiver is
  * topped up in batches (each claim and each commit costs the same for 1 row as for 8), an idle
  * one is served at once.
  */
 const REFILL = 8;
+/** roomFor is how many more attempts a subscription with `running` may start when `free` slots are left. */
+const roomFor = (running: number, free: number) => Math.min(MAX_PER_SUBSCRIPTION - running, Math.max(free, GUARANTEED_PER_SUBSCRIPTION - running));
+
 /** LEASE_MARGIN_MS is how long past the request timeout a claimed delivery stays leased. */
 const LEASE_MARGIN_MS = 2000;
 /** RETRY_AFTER_CAP_MS caps how far a receiver's Retry-After can push the next attempt (1 hour). */
@@ -328,7 +338,8 @@ export class DeliveryLoop {
       const now = Date.now();
       return { now, ...(await (this.shared ? this.pickDueShared(tx, now, free) : this.pickDue(tx, now, free))) };
     };
-    const { now, picked, rateWake, leftOver } = free >= REFILL ? await db.write(claim) : { now: Date.now(), picked: [], rateWake: null, leftOver: false };
+    // Without REFILL free slots a claim still serves the subscriptions under their guaranteed share.
+    const { now, picked, rateWake, leftOver } = await db.write(claim);
     if (this.state !== "running") {
       // Stopped while the claim committed: the leases are released, nothing is sent.
       if (picked.length > 0) await this.release(picked);
@@ -353,7 +364,8 @@ export class DeliveryLoop {
 
   /**
    * pickDue selects up to `free` due deliveries, at most MAX_PER_SUBSCRIPTION in flight per
-   * subscription, oldest due first, and leases them. It asks subscription by subscription and
+   * subscription, oldest due first, and leases them; a subscription under GUARANTEED_PER_SUBSCRIPTION
+   * gets up to that many even without `free` slots. It asks subscription by subscription and
    * skips those without REFILL free slots, so a backlog for one busy receiver is not even read.
    * The reads and the lease are one write, so nothing else leases between them.
    * A subscription with a max_rate gets one attempt per 1/max_rate seconds, whatever the
@@ -361,12 +373,13 @@ export class DeliveryLoop {
    */
   private async pickDue(tx: Db, now: number, free: number): Promise<Picks> {
     const { config } = this.deps;
-    const saturated = [...this.perSubscription].filter(([, n]) => n > MAX_PER_SUBSCRIPTION - REFILL).map(([id]) => id);
+    const busiest = free >= REFILL ? MAX_PER_SUBSCRIPTION - REFILL : GUARANTEED_PER_SUBSCRIPTION - 1;
+    const saturated = [...this.perSubscription].filter(([, n]) => n > busiest).map(([id]) => id);
     const picked: DueDelivery[] = [];
     let rateWake: number | null = null;
     for (const { id: subscriptionId, max_rate } of await findSubscriptionsWithDueDeliveries(tx, now, saturated)) {
-      let room = Math.min(MAX_PER_SUBSCRIPTION - (this.perSubscription.get(subscriptionId) ?? 0), free - picked.length);
-      if (room <= 0) break;
+      let room = roomFor(this.perSubscription.get(subscriptionId) ?? 0, free - picked.length);
+      if (room <= 0) continue;
       if (max_rate !== null) {
         const slot = this.nextSlot.get(subscriptionId) ?? 0;
         if (slot > now) {
@@ -398,8 +411,7 @@ export class DeliveryLoop {
     const picked: DueDelivery[] = [];
     let rateWake: number | null = null;
     for (const subscription of await lockSubscriptionsWithDueDeliveries(tx, now)) {
-      if (picked.length >= free) break;
-      const room = Math.min(MAX_PER_SUBSCRIPTION - subscription.leased, free - picked.length);
+      const room = roomFor(subscription.leased, free - picked.length);
       if (room <= 0 || subscription.leased > MAX_PER_SUBSCRIPTION - REFILL) continue;
       if (subscription.max_rate === null) {
         picked.push(...(await findDueDeliveriesOf(tx, subscription.id, now, room)));
@@ -416,7 +428,8 @@ export class DeliveryLoop {
       this.pacing.set(subscription.id, 1000 / subscription.max_rate);
       picked.push(due);
     }
-    return { picked: await lease(tx, picked, leaseUntil), rateWake, leftOver: picked.length >= free };
+    // Full, this instance claims only guaranteed shares: waking the others then would only bounce.
+    return { picked: await lease(tx, picked, leaseUntil), rateWake, leftOver: free >= REFILL && picked.length >= free };
   }
 
   private armTimer(at: number | null): void {

@@ -3,7 +3,7 @@ import { createServer, type AddressInfo } from "node:net";
 import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
 import { VERSION } from "../../server/version.ts";
-import { MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { ISO } from "../foundation/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type Receiver, type WebhookHarness } from "./support.ts";
 
@@ -241,6 +241,24 @@ describe("webhook deliveries: failures and retries", () => {
     expect(slow.received.length).toBeLessThan(ids.size);
     slow.release();
     await waitFor(() => slow.received.length === ids.size, "the slow receiver's backlog");
+  });
+
+  test("slow receivers that fill every slot between them do not hold up another: each subscription may run a few attempts beyond the cap", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 30_000, rateWriteBurst: 1000 });
+    const slowOnes = Array.from({ length: MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION }, (_, i) => receiver(`/slow-${i}`));
+    for (const slow of slowOnes) {
+      slow.hold();
+      await h.subscribe(slow.url, ["contact.created"]);
+    }
+    await Promise.all(Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => createContact({ first_name: `n${i}` })));
+    await waitFor(() => h.rt.deliveries.inFlightCount === MAX_IN_FLIGHT, "every slot taken by the slow receivers");
+    const fast = receiver("/fast");
+    await h.subscribe(fast.url, ["account.created"]);
+    const accounts = await Promise.all(["Acme", "Globex", "Initech"].map(async (name) => (await h.json("POST", "/public/v1/accounts", { body: { name } })).body.data.id));
+    await waitFor(() => fast.received.length === accounts.length, "the other subscription's deliveries, while the slow ones still hold theirs");
+    expect(slowOnes.map((slow) => slow.received.length)).toEqual(slowOnes.map(() => MAX_PER_SUBSCRIPTION));
+    expect(h.rt.deliveries.inFlightCount).toBeLessThanOrEqual(MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION);
+    for (const slow of slowOnes) slow.release();
   });
 
   test("a receiver never has more than MAX_PER_SUBSCRIPTION of our requests open at once", async () => {
