@@ -117,19 +117,37 @@ export function authorizeMetrics(config: Config, request: Request, hints: Client
   }
 }
 
-/** metricsText renders the process's metrics and the gauges read now, in the Prometheus text format. */
-export async function metricsText(rt: Runtime): Promise<string> {
-  const memory = process.memoryUsage();
-  const queue = await deliveryQueueStats(rt.db);
-  const loop = deliveryLoopStatus(rt);
-  const history = await deliveryHistorySize(rt.db);
-  const gauges: Gauge[] = [
+/**
+ * databaseGauges are the gauges read from the database: none while it cannot be used, so the
+ * scrape still carries the process's own metrics (crm_database_up says which it is).
+ */
+async function databaseGauges(rt: Runtime): Promise<Gauge[]> {
+  const up = (value: number): Gauge => ({ name: "crm_database_up", help: "1 when the gauges read from the database (queue, history) could be read; 0 while it cannot be used, and they are left out.", value });
+  let read: [Awaited<ReturnType<typeof deliveryQueueStats>>, Awaited<ReturnType<typeof deliveryHistorySize>>];
+  try {
+    read = await Promise.all([deliveryQueueStats(rt.db), deliveryHistorySize(rt.db)]);
+  } catch (error) {
+    if (databaseFailureOf(error) === null) throw error;
+    return [up(0)];
+  }
+  const [queue, history] = read;
+  return [
+    up(1),
     { name: "crm_webhook_queue_depth", help: "Webhook deliveries pending (waiting for their first attempt or a retry).", value: queue.pending },
     { name: "crm_webhook_oldest_pending_age_seconds", help: "Age of the oldest pending webhook delivery; 0 when none is pending.", value: (queue.oldest_pending_age_ms ?? 0) / 1000 },
-    { name: "crm_webhook_attempts_in_flight", help: "Webhook delivery attempts under way.", value: loop.in_flight },
     { name: "crm_webhook_history_rows", help: "Rows of the webhook delivery history, by table (deliveries, attempts).", value: history.deliveries, labels: { table: "deliveries" } },
     { name: "crm_webhook_history_rows", help: "Rows of the webhook delivery history, by table (deliveries, attempts).", value: history.attempts, labels: { table: "attempts" } },
     { name: "crm_webhook_history_bytes", help: "Database pages the webhook delivery history holds (deliveries, attempts, header sets, their indexes), in bytes.", value: history.bytes },
+  ];
+}
+
+/** metricsText renders the process's metrics and the gauges read now, in the Prometheus text format. */
+export async function metricsText(rt: Runtime): Promise<string> {
+  const memory = process.memoryUsage();
+  const loop = deliveryLoopStatus(rt);
+  const gauges: Gauge[] = [
+    ...(await databaseGauges(rt)),
+    { name: "crm_webhook_attempts_in_flight", help: "Webhook delivery attempts under way.", value: loop.in_flight },
     { name: "crm_webhook_delivery_loop_running", help: "1 while the webhook delivery loop claims deliveries.", value: loop.running ? 1 : 0 },
     { name: "crm_up", help: "1 while the process answers.", value: 1 },
     { name: "crm_build_info", help: "The running version, as a label.", value: 1, labels: { version: VERSION } },

@@ -4,6 +4,7 @@ import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { api, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
+import { parseExposition } from "../ops/prometheus.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { WRITE_LOCK } from "../../server/db/postgres.ts";
 
@@ -237,6 +238,13 @@ describe("database down", () => {
       migrations: "Failed to connect",
     });
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+    // The scrape still answers: the process's own metrics, and the database's gauges marked missing.
+    const scrape = async () => {
+      const response = await fetch(`${server.url}/metrics`);
+      const metrics = parseExposition(await response.text());
+      return { status: response.status, up: metrics.value("crm_up"), database: metrics.value("crm_database_up"), queued: metrics.value("crm_webhook_queue_depth"), inFlight: metrics.value("crm_webhook_attempts_in_flight") };
+    };
+    expect(await scrape()).toEqual({ status: 200, up: 1, database: 0, queued: undefined, inFlight: 0 });
     const refusals = () => server.logLines().filter((line) => line.msg === "database unavailable: a request was refused");
     await waitUntil(() => refusals().length >= 2, "both refusals logged", server.proc);
     expect(refusals().map((line) => `${line.level} ${line.method} ${line.path}`)).toEqual(["error GET /public/v1/contacts", "error POST /public/v1/contacts"]);
@@ -250,6 +258,7 @@ describe("database down", () => {
     expect({ status: replayed.status, replayed: replayed.headers.get("idempotent-replayed") }).toEqual({ status: 201, replayed: "true" });
     expect(await contactsWithEmail("outage@example.com")).toBe(1);
     expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
+    expect(await scrape()).toEqual({ status: 200, up: 1, database: 1, queued: 0, inFlight: 0 });
   });
 
   test("a create cut off from the database after reserving its Idempotency-Key gives the key back once the database returns: the retry is not refused as still running", async () => {
