@@ -957,9 +957,9 @@ export interface components {
             external_id?: string | null;
             tags?: string[] | null;
             /** @description Custom fields: a JSON object, or null to clear. At most 100 keys, keys of at most 100 characters at any depth, nesting at most 5 levels, at most 16384 bytes as JSON. */
-            custom_fields?: unknown;
+            custom_fields?: Record<string, never> | null;
             /** @description Communication consent: a JSON object, or null to clear. At most 4096 bytes as JSON. */
-            consent?: unknown;
+            consent?: Record<string, never> | null;
             account_ids?: string[] | null;
             assigned_user_id?: string | null;
             assigned_user_ids?: string[] | null;
@@ -1143,8 +1143,44 @@ export interface components {
         };
     };
     responses: {
+        /** @description The request target is not valid percent-encoded UTF-8, or a body was sent that is not JSON. */
+        BadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description A body was sent that did not arrive in time (--body-timeout-ms); the connection is closed. */
+        BodyTimeout: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description A body was sent that is larger than 1 MiB. */
+        BodyTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The query string is longer than 4 KiB. */
         QueryTooLong: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description A body was sent with a Content-Type other than application/json. */
+        UnsupportedMediaType: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1176,9 +1212,11 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The server is serving its connection limit; retry shortly. */
+        /** @description The server is serving its connection limit, or its database cannot be used just now; retry after Retry-After. */
         ServerBusy: {
             headers: {
+                /** @description Seconds to wait before retrying. */
+                "Retry-After"?: string;
                 [name: string]: unknown;
             };
             content: {
@@ -1319,9 +1357,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1337,7 +1378,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -1377,6 +1421,10 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1397,6 +1445,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1412,9 +1462,12 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1478,6 +1531,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1498,6 +1553,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1513,9 +1570,12 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1590,9 +1650,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1608,6 +1671,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
@@ -1617,7 +1681,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -1652,6 +1718,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1660,9 +1728,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1687,7 +1758,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -1726,9 +1800,12 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1753,16 +1830,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    /** @description The version stored now, to read again and retry. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -1802,6 +1884,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1822,6 +1906,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1846,6 +1932,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
@@ -1858,6 +1945,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    /** @description The version stored now, to read again and retry. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1924,6 +2013,10 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1944,6 +2037,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1968,9 +2063,12 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1980,6 +2078,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    /** @description The version stored now, to read again and retry. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2040,6 +2140,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2048,9 +2150,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2075,16 +2180,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    /** @description The version stored now, to read again and retry. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -2126,6 +2236,10 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2146,6 +2260,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2170,9 +2286,12 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2182,6 +2301,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    /** @description The version stored now, to read again and retry. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2242,6 +2363,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2250,9 +2373,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2277,16 +2403,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    /** @description The version stored now, to read again and retry. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -2336,9 +2467,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2354,7 +2488,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -2394,6 +2531,10 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2414,6 +2555,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2429,9 +2572,12 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2495,6 +2641,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2515,6 +2663,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2530,9 +2680,12 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2607,9 +2760,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2625,6 +2781,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
@@ -2634,7 +2791,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -2667,6 +2826,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2675,9 +2836,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2702,7 +2866,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -2741,9 +2908,12 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2768,16 +2938,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    /** @description The version stored now, to read again and retry. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -2822,6 +2997,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2842,6 +3019,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2866,9 +3045,12 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    /** @description The version stored now, to read again and retry. */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2915,7 +3097,10 @@ export interface operations {
                 per_page?: number;
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Users carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2937,9 +3122,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2955,7 +3143,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -2975,6 +3175,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description Users carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
             };
             path?: never;
             cookie?: never;
@@ -2998,6 +3200,8 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3018,6 +3222,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3033,8 +3239,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3078,7 +3296,10 @@ export interface operations {
     getUser: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Users carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path: {
                 id: string;
             };
@@ -3101,9 +3322,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3128,7 +3352,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -3146,7 +3382,10 @@ export interface operations {
     updateUser: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Users carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path: {
                 id: string;
             };
@@ -3189,6 +3428,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3213,8 +3454,18 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3263,7 +3514,10 @@ export interface operations {
                 cursor?: string;
                 event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping" | "subscription.disabled" | "delivery.exhausted";
             };
-            header?: never;
+            header?: {
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3285,9 +3539,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3303,7 +3560,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -3323,6 +3592,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
             };
             path?: never;
             cookie?: never;
@@ -3342,6 +3613,8 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3362,6 +3635,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3377,8 +3652,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3422,7 +3709,10 @@ export interface operations {
     getWebhookSubscription: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path: {
                 subscriptionId: string;
             };
@@ -3445,9 +3735,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3472,7 +3765,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -3490,7 +3795,10 @@ export interface operations {
     deleteWebhookSubscription: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path: {
                 subscriptionId: string;
             };
@@ -3509,9 +3817,12 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3536,7 +3847,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -3554,7 +3877,10 @@ export interface operations {
     updateWebhookSubscription: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path: {
                 subscriptionId: string;
             };
@@ -3603,6 +3929,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3620,6 +3948,16 @@ export interface operations {
             };
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3663,7 +4001,10 @@ export interface operations {
     getWebhookSubscriptionStats: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path: {
                 subscriptionId: string;
             };
@@ -3735,9 +4076,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3762,7 +4106,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -3782,6 +4138,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -3797,6 +4155,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3805,9 +4165,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3832,7 +4195,30 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Conflict: a request with this Idempotency-Key is still running. */
+            409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -3852,6 +4238,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -3867,6 +4255,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3878,9 +4268,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3905,8 +4298,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3914,7 +4319,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -3934,13 +4341,15 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
             };
             path: {
                 subscriptionId: string;
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": {
                     /** @description How long the previous secret keeps signing beside the new one, in hours (0 to 168, default 24). 0 ends it at once. */
@@ -3956,6 +4365,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3976,6 +4387,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4000,8 +4413,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4047,6 +4472,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -4077,6 +4504,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4105,6 +4534,8 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4129,8 +4560,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4176,6 +4619,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -4191,6 +4636,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4199,9 +4646,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4226,8 +4676,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4235,7 +4697,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -4255,6 +4719,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -4270,6 +4736,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4278,9 +4746,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4305,8 +4776,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4314,7 +4797,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -4332,7 +4817,10 @@ export interface operations {
     listEventTypes: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4361,9 +4849,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4379,7 +4870,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -4406,7 +4909,10 @@ export interface operations {
                 status?: "pending" | "succeeded" | "failed";
                 created_after?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4428,9 +4934,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4446,7 +4955,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -4464,7 +4985,10 @@ export interface operations {
     getWebhookDelivery: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
+            };
             path: {
                 deliveryId: string;
             };
@@ -4487,9 +5011,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4514,7 +5041,19 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
@@ -4534,6 +5073,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                "if-match"?: string;
             };
             path: {
                 deliveryId: string;
@@ -4549,6 +5090,8 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4557,9 +5100,12 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4584,8 +5130,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4593,7 +5151,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {

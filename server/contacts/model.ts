@@ -3,6 +3,7 @@ import { t } from "elysia";
 import { AccountSchema } from "../accounts/model.ts";
 import { UserSchema } from "../users/model.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
+import { documentAs } from "../http/openapi-docs.ts";
 import {
   MAX_CONSENT_BYTES,
   MAX_CUSTOM_FIELDS,
@@ -39,7 +40,8 @@ const nullable = <T extends Parameters<typeof t.Union>[0][number]>(schema: T, er
 // validates ("abc" would be stored as {"0":"a","1":"b","2":"c"}), so these fields pass through
 // untouched and the service refuses anything but an object or null (OBJECT_CONTACT_FIELDS).
 // maxProperties is there for the OpenAPI document; the service enforces it with the other limits.
-const jsonObject = (description: string, options: { maxProperties?: number } = {}) => t.Optional(t.Unknown({ description, ...options }));
+const jsonObject = (description: string, options: { maxProperties?: number } = {}) =>
+  t.Optional(t.Unknown({ description, ...documentAs({ type: ["object", "null"], ...options }) }));
 
 /** OBJECT_CONTACT_FIELDS must be JSON objects (or null); the service checks them. */
 export const OBJECT_CONTACT_FIELDS = ["custom_fields", "consent"] as const;

@@ -2,6 +2,8 @@
 // with ones that build a Zod schema per call (~20 us per checked email); the generator alone does not.
 import { toOpenAPISchema } from "@elysiajs/openapi/openapi";
 import type { AnyElysia, TSchema } from "elysia";
+import { OptionalKind } from "@sinclair/typebox";
+import { UNVERSIONED_RESOURCES } from "../http/preconditions.ts";
 import { tidyDocument } from "./document.ts";
 import swaggerUi from "swagger-ui-dist/package.json" with { type: "json" };
 // Imported as files so `bun build --compile` embeds them: /docs needs no CDN and no files beside the binary.
@@ -97,11 +99,30 @@ export function docsAssetResponse(name: DocsAssetName): Response {
  */
 function routeTable(app: AnyElysia): AnyElysia {
   const internal = app as unknown as { getGlobalRoutes(): { hooks?: Json }[]; getGlobalDefinitions?(): unknown };
+  const declared = (route: { hooks?: Json }) => {
+    if (!route.hooks) return route;
+    const marked = (route.hooks.beforeHandle as { fn?: { [UNVERSIONED_RESOURCES]?: string } }[] | undefined)?.find((hook) => hook.fn?.[UNVERSIONED_RESOURCES]);
+    const unversioned = marked?.fn?.[UNVERSIONED_RESOURCES];
+    // The generator marks every body required; one declared t.Optional may be left out.
+    const optionalBody = route.hooks.body?.[OptionalKind] === "Optional";
+    const marks = { ...(unversioned ? { [UNVERSIONED_MARK]: unversioned } : {}), ...(optionalBody ? { [OPTIONAL_BODY_MARK]: true } : {}) };
+    const hooks = {
+      ...route.hooks,
+      ...(route.hooks.parse ? { parse: [{ fn: "application/json" }] } : {}),
+      ...(Object.keys(marks).length > 0 ? { detail: { ...route.hooks.detail, ...marks } } : {}),
+    };
+    return { ...route, hooks };
+  };
   return {
-    getGlobalRoutes: () => internal.getGlobalRoutes().map((route) => (route.hooks?.parse ? { ...route, hooks: { ...route.hooks, parse: [{ fn: "application/json" }] } } : route)),
+    getGlobalRoutes: () => internal.getGlobalRoutes().map(declared),
     getGlobalDefinitions: () => internal.getGlobalDefinitions?.(),
   } as unknown as AnyElysia;
 }
+
+/** UNVERSIONED_MARK carries, from routeTable to documentProtocolHeaders, the resources of a route whose writes refuse entity tags (unversionedWrites). */
+const UNVERSIONED_MARK = "x-crm-unversioned";
+/** OPTIONAL_BODY_MARK carries, from routeTable to documentProtocolHeaders, that a route's body may be left out. */
+const OPTIONAL_BODY_MARK = "x-crm-optional-body";
 
 /**
  * compileRoutes compiles every route's handler, as its first request would. Compiling sets
@@ -134,11 +155,16 @@ function fixResponses(document: Json): void {
 
 /**
  * GUARD_RESPONSES are answered to any /public/v1 operation by the limits guard before routing
- * (server/limits/routes.ts), so no route declares them; the document names them once in
- * components.responses and refers to them from each operation.
+ * (server/limits/routes.ts) or by the body parser every route passes (http/conventions.ts, a body
+ * sent where none is read included), so no route declares them; the document names them once in
+ * components.responses and refers to them from each operation that does not state its own.
  */
 const GUARD_RESPONSES: Record<string, { name: string; description: string; headers?: Json }> = {
+  "400": { name: "BadRequest", description: "The request target is not valid percent-encoded UTF-8, or a body was sent that is not JSON." },
+  "408": { name: "BodyTimeout", description: "A body was sent that did not arrive in time (--body-timeout-ms); the connection is closed." },
+  "413": { name: "BodyTooLarge", description: "A body was sent that is larger than 1 MiB." },
   "414": { name: "QueryTooLong", description: "The query string is longer than 4 KiB." },
+  "415": { name: "UnsupportedMediaType", description: "A body was sent with a Content-Type other than application/json." },
   "429": {
     name: "TooManyRequests",
     description: "Over this token's rate limit, or too many requests without a valid token from this address.",
@@ -149,7 +175,11 @@ const GUARD_RESPONSES: Record<string, { name: string; description: string; heade
     },
   },
   "431": { name: "HeadersTooLarge", description: "The request headers are larger than 8 KiB or more than 100 fields." },
-  "503": { name: "ServerBusy", description: "The server is serving its connection limit; retry shortly." },
+  "503": {
+    name: "ServerBusy",
+    description: "The server is serving its connection limit, or its database cannot be used just now; retry after Retry-After.",
+    headers: { "Retry-After": header("Seconds to wait before retrying.") },
+  },
 };
 
 const RATE_LIMIT_HEADERS = {
@@ -182,6 +212,71 @@ function addGuardResponses(document: Json): void {
   }
 }
 
+const PROBLEM_CONTENT = { "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } };
+
+/** problemResponse is a problem+json response of the document, with headers if given. */
+const problemResponse = (description: string, headers?: Json) => ({ description, ...(headers ? { headers } : {}), content: PROBLEM_CONTENT });
+
+/** versioned tells whether a response's schema is an envelope of one versioned resource (its data has a version, which the ETag carries). */
+function versioned(document: Json, response: Json): boolean {
+  const deref = (schema: Json | undefined): Json | undefined =>
+    typeof schema?.$ref === "string" ? document.components.schemas?.[schema.$ref.replace("#/components/schemas/", "")] : schema;
+  const data = deref(deref(response?.content?.["application/json"]?.schema)?.properties?.data);
+  return data?.properties?.version !== undefined;
+}
+
+/**
+ * documentProtocolHeaders states what the HTTP conventions add to /public/v1 answers, which no
+ * route schema says: the ETag of a versioned resource (on its reads and writes, and on a 412 as
+ * the current version); for a POST taking an Idempotency-Key, Idempotent-Replayed on a replayed
+ * answer and the 409 (with Retry-After) of a key in use; WWW-Authenticate on 401; and for writes
+ * of resources without versions (unversionedWrites), the If-Match header and the 412 it brings;
+ * and that a body declared optional is not required.
+ */
+function documentProtocolHeaders(document: Json): void {
+  for (const [path, pathItem] of Object.entries(document.paths as Json)) {
+    if (!path.startsWith("/public/v1")) continue;
+    for (const operation of Object.values(pathItem as Json)) {
+      const responses = operation.responses as Json;
+      const headerParameter = (name: string) => (operation.parameters ?? []).some((p: Json) => p.in === "header" && p.name === name);
+      const unversioned = operation[UNVERSIONED_MARK] as string | undefined;
+      if (operation[OPTIONAL_BODY_MARK] && operation.requestBody) operation.requestBody.required = false;
+      delete operation[UNVERSIONED_MARK];
+      delete operation[OPTIONAL_BODY_MARK];
+      if (unversioned && !headerParameter("if-match")) {
+        operation.parameters = [
+          ...(operation.parameters ?? []),
+          {
+            in: "header",
+            name: "if-match",
+            required: false,
+            schema: { type: "string", maxLength: 1000 },
+            description: `${unversioned} carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing.`,
+          },
+        ];
+        responses["412"] ??= problemResponse("Precondition Failed: If-Match named an entity tag, which no unversioned resource can match.");
+      }
+      const etag = Object.entries(responses).some(([status, response]) => /^2\d\d$/.test(status) && versioned(document, response as Json));
+      // A write to a versioned resource that answers no body (a DELETE) still gives the current version with its 412.
+      const currentVersionOn412 = etag || (headerParameter("if-match") && !unversioned);
+      const idempotent = headerParameter("idempotency-key");
+      if (idempotent) {
+        responses["409"] ??= problemResponse("Conflict: a request with this Idempotency-Key is still running.");
+        responses["409"].headers = { ...responses["409"].headers, "Retry-After": header("Seconds to wait before sending the request again, when its Idempotency-Key is still in use.") };
+      }
+      for (const [status, response] of Object.entries(responses) as [string, Json][]) {
+        if (response.$ref) continue;
+        const added: Json = {};
+        if (/^2\d\d$/.test(status) && etag && status !== "204") added.ETag = header('The resource\'s version as a strong entity tag ("3"): send it back in If-Match to write only that version.');
+        if (status === "412" && currentVersionOn412) added.ETag = header("The version stored now, to read again and retry.");
+        if (/^2\d\d$/.test(status) && idempotent) added["Idempotent-Replayed"] = header('"true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise.');
+        if (status === "401") added["WWW-Authenticate"] = header('Bearer realm="crm": the request needs an API token.');
+        if (Object.keys(added).length > 0) response.headers = { ...response.headers, ...added };
+      }
+    }
+  }
+}
+
 /** signedWebhooksNeedNoCredentials states security: [] on the webhook requests the service sends: they carry no credentials, the receiver checks webhook-signature. */
 function signedWebhooksNeedNoCredentials(document: Json): void {
   for (const pathItem of Object.values((document.webhooks ?? {}) as Json)) {
@@ -206,6 +301,7 @@ export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas
   addRateLimitHeaders(document);
   signedWebhooksNeedNoCredentials(document);
   tidyDocument(document, schemas);
+  documentProtocolHeaders(document);
   cache.set(app, { routeCount, document });
   return document;
 }

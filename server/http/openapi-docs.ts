@@ -1,15 +1,5 @@
 import { t } from "elysia";
 
-/** IdempotencyKeyHeader documents the optional Idempotency-Key request header of every POST. */
-export const IdempotencyKeyHeader = t.Object(
-  {
-    "idempotency-key": t.Optional(
-      t.String({ description: "Up to 255 characters. Same key and body within 24 h replays the first response (Idempotent-Replayed: true); a different body answers 422; a request still running answers 409." }),
-    ),
-  },
-  { additionalProperties: true },
-);
-
 /** secured marks a route as needing the bearer token in OpenAPI. */
 export const secured = { security: [{ bearerAuth: [] }] };
 
@@ -18,12 +8,25 @@ export const publicOperation = { security: [] };
 
 /**
  * DOCUMENT_AS names a schema keyword the OpenAPI document replaces the schema with: a query
- * parameter validated as a string (for its own error message) is documented as the number it is.
+ * parameter validated as a string (for its own error message) is documented as the number it is,
+ * a value the service checks itself (an Idempotency-Key's length, custom_fields being an object)
+ * as what it must be.
  */
 export const DOCUMENT_AS = "documentAs";
 
 /** documentAs states the schema a parameter has in the OpenAPI document (see DOCUMENT_AS). */
 export const documentAs = (schema: Record<string, unknown>) => ({ [DOCUMENT_AS]: schema });
+
+/** IdempotencyKeyHeader documents the optional Idempotency-Key request header of every POST. */
+export const IdempotencyKeyHeader = t.Object(
+  {
+    "idempotency-key": t.Optional(
+      // Checked by the idempotency code (422 naming the header), so stated for the document only.
+      t.String({ ...documentAs({ type: "string", minLength: 1, maxLength: 255 }), description: "Up to 255 characters. Same key and body within 24 h replays the first response (Idempotent-Replayed: true); a different body answers 422; a request still running answers 409." }),
+    ),
+  },
+  { additionalProperties: true },
+);
 
 /**
  * SENT_AS_TEXT marks the response schema of a route that sends its body serialised beforehand

@@ -51,12 +51,16 @@ export function tagged<B extends { data: { version: number } }>(set: { headers: 
  * never match, so the write is refused with 412 and not made; `*` (the resource exists) holds.
  */
 export function unversionedWrites(resources: string) {
-  return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, ({ request }) => {
+  const refuseEntityTags = ({ request }: { request: Request }) => {
     const header = request.headers.get("if-match");
     if (header === null || request.method === "GET" || request.method === "HEAD") return;
     const condition = versionCondition(header);
     if (condition && "versions" in condition) {
       throw new ProblemError(412, "precondition-failed", `${resources} carry no version (their reads have no ETag), so no entity tag in If-Match can match: send the request without If-Match, or with *.`);
     }
-  });
+  };
+  return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, Object.assign(refuseEntityTags, { [UNVERSIONED_RESOURCES]: resources }));
 }
+
+/** UNVERSIONED_RESOURCES names, on the hook unversionedWrites adds to a route, the resources it writes: the OpenAPI document then states its If-Match and 412. */
+export const UNVERSIONED_RESOURCES = Symbol("unversioned resources");

@@ -228,3 +228,73 @@ describe("Redocly lint", () => {
     expect(report.exitCode).not.toBe(0);
   }, 60_000);
 });
+
+describe("answers as documented: statuses and headers the HTTP conventions add", () => {
+  /** HEADERS_TO_DECLARE are the response headers a client generated from the document needs typed: each sent must be declared. */
+  const HEADERS_TO_DECLARE = ["etag", "idempotent-replayed", "location", "retry-after", "www-authenticate"];
+
+  /** undocumented lists what `response` to `method path` (path as the document writes it) shows that the document does not state. */
+  function undocumented(method: string, path: string, response: { status: number; headers: Headers }, sentHeaders: string[] = []): string[] {
+    const op = spec.paths[path]?.[method.toLowerCase()];
+    const where = `${method} ${path} ${response.status}`;
+    const documented = op?.responses[String(response.status)];
+    if (!documented) return [`${where}: status not documented`];
+    const declared = Object.keys(dereference(spec, documented).headers ?? {}).map((name) => name.toLowerCase());
+    const parameters = (op.parameters ?? []).filter((p: any) => p.in === "header").map((p: any) => p.name.toLowerCase());
+    return [
+      ...HEADERS_TO_DECLARE.filter((name) => response.headers.has(name) && !declared.includes(name)).map((name) => `${where}: header ${name} not declared`),
+      ...sentHeaders.filter((name) => !parameters.includes(name)).map((name) => `${where}: request header ${name} not a parameter`),
+    ];
+  }
+
+  test("versions, replays, unversioned If-Match, missing tokens, bad request targets and bodies where none is read", async () => {
+    const answers: string[] = [];
+    const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" }, headers: { "idempotency-key": "documented-1" } });
+    const replayed = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" }, headers: { "idempotency-key": "documented-1" } });
+    expect([created.status, replayed.status, replayed.headers.get("idempotent-replayed"), created.headers.get("etag")]).toEqual([201, 201, "true", '"1"']);
+    answers.push(...undocumented("POST", "/public/v1/contacts", created, ["idempotency-key"]), ...undocumented("POST", "/public/v1/contacts", replayed));
+    const id = created.body.data.id;
+    answers.push(...undocumented("GET", "/public/v1/contacts/{id}", await h.request("GET", `/public/v1/contacts/${id}`)));
+    const stalePatch = await h.request("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Grace" }, headers: { "if-match": '"9"' } });
+    const staleDelete = await h.request("DELETE", `/public/v1/contacts/${id}`, { headers: { "if-match": '"9"' } });
+    expect([stalePatch.status, staleDelete.status, staleDelete.headers.get("etag")]).toEqual([412, 412, '"1"']);
+    answers.push(...undocumented("PATCH", "/public/v1/contacts/{id}", stalePatch, ["if-match"]), ...undocumented("DELETE", "/public/v1/contacts/{id}", staleDelete, ["if-match"]));
+
+    const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace Hopper", email: "grace@example.com" } })).body.data;
+    const userWrite = await h.request("PATCH", `/public/v1/users/${user.id}`, { body: { name: "Grace" }, headers: { "if-match": '"1"' } });
+    // A target on this machine, which this server may deliver to (no name to resolve offline).
+    const webhooks = await createHarness({ allowPrivateTargets: true });
+    const subscription = (await webhooks.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/crm", events: ["contact.created"] } })).body.data;
+    const enable = await webhooks.request("POST", `/public/v1/webhook-subscriptions/${subscription.id}/enable`, { headers: { "if-match": '"1"' } });
+    await webhooks.close();
+    expect([userWrite.status, enable.status]).toEqual([412, 412]);
+    answers.push(...undocumented("PATCH", "/public/v1/users/{id}", userWrite, ["if-match"]), ...undocumented("POST", "/public/v1/webhook-subscriptions/{subscriptionId}/enable", enable, ["if-match"]));
+
+    const noToken = await h.request("GET", "/public/v1/contacts", { headers: { authorization: "" } });
+    const badTarget = await h.request("GET", "/public/v1/contacts/%zz");
+    const textBody = await h.request("DELETE", `/public/v1/contacts/${id}`, { body: "x", headers: { "content-type": "text/plain" } });
+    expect([noToken.status, badTarget.status, textBody.status]).toEqual([401, 400, 415]);
+    answers.push(...undocumented("GET", "/public/v1/contacts", noToken), ...undocumented("GET", "/public/v1/contacts/{id}", badTarget), ...undocumented("DELETE", "/public/v1/contacts/{id}", textBody));
+    expect(answers).toEqual([]);
+  });
+
+  test("what the service checks itself is stated too: an optional body, the Idempotency-Key's length, custom_fields and consent as objects", async () => {
+    const rotate = spec.paths["/public/v1/webhook-subscriptions/{subscriptionId}/rotate-secret"].post;
+    const webhooks = await createHarness({ allowPrivateTargets: true });
+    const subscription = (await webhooks.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/crm", events: ["contact.created"] } })).body.data;
+    expect([rotate.requestBody.required, (await webhooks.request("POST", `/public/v1/webhook-subscriptions/${subscription.id}/rotate-secret`)).status]).toEqual([false, 200]);
+    await webhooks.close();
+    const key = spec.paths["/public/v1/contacts"].post.parameters.find((p: any) => p.name === "idempotency-key").schema;
+    expect([key.minLength, key.maxLength]).toEqual([1, 255]);
+    const input = spec.components.schemas.ContactInput.properties;
+    expect([input.custom_fields.type, input.consent.type]).toEqual([["object", "null"], ["object", "null"]]);
+  });
+
+  test("every POST taking an Idempotency-Key documents the 409 of a key still in use, with Retry-After", () => {
+    const missing = operations()
+      .filter(({ op }) => (op.parameters ?? []).some((p: any) => p.in === "header" && p.name === "idempotency-key"))
+      .filter(({ op }) => !op.responses["409"]?.headers?.["Retry-After"])
+      .map(({ where }) => where);
+    expect(missing).toEqual([]);
+  });
+});
