@@ -557,8 +557,8 @@ export function deleteUnusedHeaderSets(db: Db): Promise<number> {
   );
 }
 
-/** countLateAttempt counts an attempt made under a lease that was lost, and changes nothing else of the delivery. */
-export async function countLateAttempt(db: Db, id: string, attempts: number, now: number): Promise<void> {
+/** countAttemptOnly counts an attempt that decides nothing about its delivery (made under a lease that was lost, or abandoned at shutdown), and changes nothing else of it. */
+export async function countAttemptOnly(db: Db, id: string, attempts: number, now: number): Promise<void> {
   await db.run("UPDATE webhook_deliveries SET attempts = ?, updated_at = ? WHERE id = ?", [attempts, now, id]);
 }
 

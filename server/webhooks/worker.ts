@@ -9,7 +9,7 @@ import type { Network } from "./targets.ts";
 import { disableWithEvent, recordExhausted, trackFailingStreak } from "./health.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
-  countLateAttempt,
+  countAttemptOnly,
   findDeliveryById,
   findDeliveryToSend,
   findDueDeliveriesOf,
@@ -115,6 +115,28 @@ interface Picks {
   leftOver: boolean;
 }
 
+/** ABORTED_SETTLE_MS is how long stop waits for aborted attempts to end before recording them. */
+const ABORTED_SETTLE_MS = 1000;
+
+/**
+ * recordAbandoned records an attempt stop gave up on, as an attempt that ended at shutdown
+ * without an answer (with whatever of one had arrived), and releases its lease so the delivery is
+ * due at once; a lease another claim took over is left to it. An attempt still running (it did
+ * not end when aborted) only has its lease released.
+ */
+async function recordAbandoned(db: Db, due: DueDelivery, trigger: Trigger, result: AttemptResult | null, now: number): Promise<void> {
+  const current = await findDeliveryById(db, due.id);
+  if (!current) return;
+  const ours = current.locked_until === due.locked_until;
+  if (result) {
+    const attempt = current.attempts + 1;
+    const error = `abandoned at shutdown after ${Math.round(result.duration_ms)} ms, before a complete answer; sent again after the restart`;
+    await insertAttempt(db, { delivery_id: due.id, attempt, triggered_by: trigger, started_at: result.started_at, duration_ms: result.duration_ms, request_headers: result.request_headers, response_status: result.response_status, response_headers: result.response_headers, response_body: result.response_body, error });
+    await countAttemptOnly(db, due.id, attempt, now);
+  }
+  if (ours) await releaseLeases(db, [due]);
+}
+
 /** RecordedAttempt is the delivery after an attempt was recorded, and whether the attempt came after its lease was taken over. */
 interface RecordedAttempt {
   delivery: DeliveryRow;
@@ -123,9 +145,12 @@ interface RecordedAttempt {
 
 interface InFlight {
   due: DueDelivery;
+  trigger: Trigger;
   controller: AbortController;
   done: Promise<void>;
-  /** set when stop gives up on the attempt: its outcome is not recorded (its lease is released) */
+  /** what the request came to, once it ended (answered, failed or aborted) */
+  result?: AttemptResult;
+  /** set when stop gives up on the attempt: stop records it as abandoned, not as its outcome */
   abandoned: boolean;
 }
 
@@ -178,7 +203,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   // is kept, but the delivery's status, its next retry and its subscription's health are for the
   // new holder to decide (a late failure must not undo its success, nor free its lease).
   if (current.locked_until !== due.locked_until) {
-    await countLateAttempt(db, due.id, attempt, now);
+    await countAttemptOnly(db, due.id, attempt, now);
     return { delivery: { ...current, attempts: attempt, updated_at: now }, late: true };
   }
   let status: DeliveryRow["status"] = "succeeded";
@@ -475,7 +500,7 @@ export class DeliveryLoop {
       }
       this.wake();
     };
-    const attempt = { due, controller, abandoned: false } as InFlight;
+    const attempt = { due, trigger, controller, abandoned: false } as InFlight;
     attempt.done = (async () => {
       const result = await sendAttempt({
         deliveryId: due.id,
@@ -489,6 +514,7 @@ export class DeliveryLoop {
         signal: controller.signal,
         onSend: openSlot,
       });
+      attempt.result = result;
       // An attempt refused before sending still spaces the next one.
       openSlot();
       releaseReceiverSlot();
@@ -631,8 +657,15 @@ export class DeliveryLoop {
       attempt.controller.abort();
     }
     if (left.length > 0) {
-      await this.release(left.map((f) => f.due));
-      this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart", { count: left.length });
+      // Aborted, a request ends at once: each abandoned attempt is recorded (the receiver may have
+      // had it) and its lease released, so the next start sends the delivery again.
+      await settlesWithin(Promise.allSettled(left.map((f) => f.done)), ABORTED_SETTLE_MS);
+      const now = Date.now();
+      await this.deps.db.write(async (tx) => {
+        for (const { due, trigger, result } of left) await recordAbandoned(tx, due, trigger, result ?? null, now);
+      });
+      if (this.shared) this.wakeOthers();
+      this.deps.log.warn("webhook attempts abandoned at shutdown; they are recorded and sent again after restart", { count: left.length });
     }
     const stopListening = await this.listening;
     this.listening = null;
