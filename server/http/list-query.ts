@@ -54,7 +54,8 @@ export function paginationQuerySchema<S extends string>(sorts: readonly S[] | nu
 
 /** timestampFilterSchema documents an RFC 3339 filter parameter. */
 export function timestampFilterSchema(description: string) {
-  return t.Optional(t.String({ maxLength: 64, description: `${description} RFC 3339, e.g. 2026-11-21T10:00:00Z.` }));
+  // Parsed by the service (422 "must be an RFC 3339 date-time"), so the format is stated for the document only.
+  return t.Optional(t.String({ maxLength: 64, ...documentAs({ type: "string", format: "date-time", maxLength: 64 }), description: `${description} RFC 3339, e.g. 2026-11-21T10:00:00Z.` }));
 }
 
 function encodeCursor(sortBy: string, direction: SortDirection, filterKey: string, position: CursorPosition): string {

@@ -138,7 +138,9 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
   if (timedOut) return `timed out after ${timeoutMs} ms without a complete response`;
   if (error instanceof TargetRefused) return `refused: ${error.message}`;
   const { code, message } = error as { code?: string; message?: string };
-  return `connection failed: ${message ?? String(error)}${code && !message?.includes(code) ? ` (${code})` : ""}`;
+  // Bun's fetch adds advice for developers and the address it connected to: neither helps an operator.
+  const text = (message ?? String(error)).replace(/ fetching "[^"]*"\. For more information, pass `verbose: true` in the second argument to fetch\(\)$/, "");
+  return `connection failed: ${text}${code && !text.includes(code) ? ` (${code})` : ""}`;
 }
 
 /**
