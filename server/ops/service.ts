@@ -123,13 +123,11 @@ export function authorizeMetrics(config: Config, request: Request, hints: Client
  */
 async function databaseGauges(rt: Runtime): Promise<Gauge[]> {
   const up = (value: number): Gauge => ({ name: "crm_database_up", help: "1 when the gauges read from the database (queue, history) could be read; 0 while it cannot be used, and they are left out.", value });
-  let read: [Awaited<ReturnType<typeof deliveryQueueStats>>, Awaited<ReturnType<typeof deliveryHistorySize>>];
-  try {
-    read = await Promise.all([deliveryQueueStats(rt.db), deliveryHistorySize(rt.db)]);
-  } catch (error) {
+  const read = await Promise.all([deliveryQueueStats(rt.db), deliveryHistorySize(rt.db)]).catch((error: unknown) => {
     if (databaseFailureOf(error) === null) throw error;
-    return [up(0)];
-  }
+    return null;
+  });
+  if (read === null) return [up(0)];
   const [queue, history] = read;
   return [
     up(1),

@@ -651,7 +651,8 @@ export class DeliveryLoop {
     this.armTimer(null);
     await this.claiming;
     await settlesWithin(Promise.allSettled([...this.inFlight].map((f) => f.done)), deadlineMs);
-    const left = [...this.inFlight];
+    // An attempt with its answer in is being recorded, in a write already queued: it is left to it.
+    const left = [...this.inFlight].filter((attempt) => attempt.result === undefined);
     for (const attempt of left) {
       attempt.abandoned = true;
       attempt.controller.abort();
