@@ -168,8 +168,13 @@ function mostAtOnce(receipts: Receipt[]): number {
   return most;
 }
 
-/** tcpPortsOf lists the local ports of a process's TCP sockets (Linux: its socket inodes, found in /proc/net/tcp and tcp6). */
-function tcpPortsOf(pid: number): Set<number> {
+/**
+ * tcpPortsOf lists the local ports of a process's TCP sockets connected to `remotePorts` (Linux: its
+ * socket inodes, found in /proc/net/tcp and tcp6). Only those: a local port number is unique per
+ * destination, so one of its database connections may share a number with another instance's
+ * connection to the receiver.
+ */
+function tcpPortsOf(pid: number, remotePorts: Set<number>): Set<number> {
   const inodes = new Set<string>();
   for (const fd of readdirSync(`/proc/${pid}/fd`)) {
     try {
@@ -183,7 +188,7 @@ function tcpPortsOf(pid: number): Set<number> {
   for (const table of ["tcp", "tcp6"]) {
     for (const line of readFileSync(`/proc/${pid}/net/${table}`, "utf8").split("\n").slice(1)) {
       const fields = line.trim().split(/\s+/);
-      if (fields.length > 9 && inodes.has(fields[9]!)) ports.add(Number.parseInt(fields[1]!.split(":")[1]!, 16));
+      if (fields.length > 9 && inodes.has(fields[9]!) && remotePorts.has(Number.parseInt(fields[2]!.split(":")[1]!, 16))) ports.add(Number.parseInt(fields[1]!.split(":")[1]!, 16));
     }
   }
   return ports;
@@ -210,9 +215,10 @@ describe("three instances on one PostgreSQL database", () => {
       const created: string[] = [];
       let next = 0;
       let turn = 0;
-      const victim = instances[1]!;
       let killedAt = 0;
       let victimPorts = new Set<number>();
+      const portOf = (receiver: (typeof receivers)[number]) => Number(new URL(receiver.url).port);
+      const slowPortsOf = (instance: ServerProcess) => tcpPortsOf(instance.proc.pid, new Set([portOf(receivers[1]!)]));
       const client = async () => {
         while (next < CONTACTS) {
           const n = next++;
@@ -230,17 +236,28 @@ describe("three instances on one PostgreSQL database", () => {
       };
       const kill = async () => {
         await waitUntil(() => created.length >= CONTACTS / 3, "a third of the contacts");
-        live.delete(victim);
-        await waitUntil(() => inFlightRequests.get(victim) === 0, "the victim's API requests to finish");
-        // Killed while the slow receiver holds one of its attempts (answered 150 ms after arriving,
-        // so never recorded): that delivery must be sent again by another instance.
-        await waitUntil(() => receivers[1]!.openFrom(tcpPortsOf(victim.proc.pid), 100), "an attempt of the victim to be open at the slow receiver", victim.proc);
-        victimPorts = tcpPortsOf(victim.proc.pid);
+        // The victim is an instance with an attempt open at the slow receiver (answered 150 ms after
+        // arriving, so never recorded): that delivery must be sent again by another instance. Out of
+        // rotation first, so no API request is lost with it; which instance has attempts open changes
+        // from moment to moment (out of rotation, it may claim none), so it is picked when it has one.
+        let victim: ServerProcess | undefined;
+        while (!victim) {
+          const candidate = [...live].find((instance) => receivers[1]!.openFrom(slowPortsOf(instance), 50));
+          if (!candidate) {
+            await Bun.sleep(5);
+            continue;
+          }
+          live.delete(candidate);
+          await waitUntil(() => inFlightRequests.get(candidate) === 0, "the victim's API requests to finish");
+          if (receivers[1]!.openFrom(slowPortsOf(candidate), 100)) victim = candidate;
+          else live.add(candidate);
+        }
+        victimPorts = tcpPortsOf(victim.proc.pid, new Set(receivers.map(portOf)));
         killedAt = performance.timeOrigin + performance.now();
         victim.proc.kill("SIGKILL");
         await victim.proc.exited;
         const restarted = await serve();
-        instances[1] = restarted;
+        instances[instances.indexOf(victim)] = restarted;
         live.add(restarted);
         inFlightRequests.set(restarted, 0);
       };
