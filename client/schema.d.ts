@@ -881,6 +881,10 @@ export interface components {
         AccountInput: {
             name: string;
             domain?: string | null;
+            id?: never;
+            version?: never;
+            created_at?: never;
+            updated_at?: never;
         } & {
             [key: string]: unknown;
         };
@@ -963,6 +967,14 @@ export interface components {
             account_ids?: string[] | null;
             assigned_user_id?: string | null;
             assigned_user_ids?: string[] | null;
+            id?: never;
+            version?: never;
+            created_at?: never;
+            updated_at?: never;
+            full_name?: never;
+            accounts?: never;
+            assigned_user?: never;
+            assigned_users?: never;
         } & {
             [key: string]: unknown;
         };
@@ -2984,6 +2996,10 @@ export interface operations {
                 "application/json": {
                     name?: string;
                     domain?: string | null;
+                    id?: never;
+                    version?: never;
+                    created_at?: never;
+                    updated_at?: never;
                 } & {
                     [key: string]: unknown;
                 };

@@ -1,7 +1,11 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
+import { documentRefused } from "../http/openapi-docs.ts";
 import { MAX_DOMAIN_LENGTH, MAX_EXTRA_PROPERTIES_BYTES, MAX_NAME_LENGTH } from "../limits/limits.ts";
+
+/** READ_ONLY_ACCOUNT_FIELDS are set by the service; no create, batch item or PATCH may carry them. */
+export const READ_ONLY_ACCOUNT_FIELDS = ["id", "version", "created_at", "updated_at"] as const;
 
 /** AccountInput is the body of POST /accounts. */
 export const AccountInput = t.Object(
@@ -11,6 +15,7 @@ export const AccountInput = t.Object(
   },
   {
     additionalProperties: true,
+    ...documentRefused(READ_ONLY_ACCOUNT_FIELDS),
     description: `Account fields; further properties are stored and returned as given (together at most ${MAX_EXTRA_PROPERTIES_BYTES} bytes as JSON).`,
     examples: [{ name: "Acme Ltd", domain: "acme.example" }],
   },
@@ -25,14 +30,12 @@ export const AccountPatch = t.Object(
   },
   {
     additionalProperties: true,
+    ...documentRefused(READ_ONLY_ACCOUNT_FIELDS),
     description: `Fields present replace the stored ones; domain or a further property set to null is cleared (further properties together at most ${MAX_EXTRA_PROPERTIES_BYTES} bytes as JSON).`,
     examples: [{ domain: "acme.example", industry: "anvils" }],
   },
 );
 export type AccountPatch = typeof AccountPatch.static;
-
-/** READ_ONLY_ACCOUNT_FIELDS are set by the service; no create, batch item or PATCH may carry them. */
-export const READ_ONLY_ACCOUNT_FIELDS = ["id", "version", "created_at", "updated_at"] as const;
 
 /** AccountSchema is an account as the API returns it. */
 export const AccountSchema = t.Object(

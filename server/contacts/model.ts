@@ -3,7 +3,7 @@ import { t } from "elysia";
 import { AccountSchema } from "../accounts/model.ts";
 import { UserSchema } from "../users/model.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
-import { documentAs } from "../http/openapi-docs.ts";
+import { documentAs, documentRefused } from "../http/openapi-docs.ts";
 import {
   MAX_CONSENT_BYTES,
   MAX_CUSTOM_FIELDS,
@@ -80,6 +80,7 @@ const contactFields = {
 /** ContactInput is the body of POST and PATCH: known fields validated, further properties kept. */
 export const ContactInput = t.Object(contactFields, {
   additionalProperties: true,
+  ...documentRefused(READ_ONLY_CONTACT_FIELDS),
   description: `Contact fields. Any further properties are stored and returned as given (together at most ${MAX_EXTRA_PROPERTIES_BYTES} bytes as JSON). Fields set to null are cleared.`,
   examples: [{ first_name: "Ada", last_name: "Lovelace", email: "ada@example.com", phone: "+44 20 7946 0000", tags: ["vip"], custom_fields: { plan: "pro" } }],
 });

@@ -2,7 +2,7 @@
 // standard JSON Schema keywords only, named schemas referenced once from components.schemas.
 import { toOpenAPISchema } from "@elysiajs/openapi/openapi";
 import { Elysia, type TSchema } from "elysia";
-import { DOCUMENT_AS, SENT_AS_TEXT } from "../http/openapi-docs.ts";
+import { DOCUMENT_AS, DOCUMENT_REFUSED, SENT_AS_TEXT } from "../http/openapi-docs.ts";
 
 type Json = Record<string, any>;
 
@@ -70,7 +70,7 @@ function refTo(schema: Json, named: NamedSchemas): Json | null {
 
 /**
  * tidySchema rebuilds a schema (never changing the one given, which may be the validator's):
- * only standard keywords, a documentAs replacement applied, a body sent as text stated as the
+ * only standard keywords, a documentAs replacement applied, documentRefused properties as false, a body sent as text stated as the
  * schema it wraps, Elysia's numeric transforms stated as numbers, and every sub-schema equal to a
  * named one replaced by its $ref (the top one too unless `top` is false, which builds the named
  * schema itself).
@@ -89,6 +89,8 @@ function tidySchema(schema: Json, named: NamedSchemas, top = true): Json {
     else if (SCHEMA_MAPS.has(keyword)) out[keyword] = Object.fromEntries(Object.entries(value as Json).map(([k, s]) => [k, tidySchema(s, named)]));
     else out[keyword] = value;
   }
+  const refused = schema[DOCUMENT_REFUSED] as string[] | undefined;
+  if (refused) out.properties = { ...out.properties, ...Object.fromEntries(refused.map((name) => [name, false])) };
   // t.Record(t.String(), X) comes out as patternProperties {"^(.*)$": X}: any key, said the usual way.
   const anyKey = out.patternProperties?.["^(.*)$"];
   if (anyKey && Object.keys(out.patternProperties).length === 1 && out.additionalProperties === undefined) {

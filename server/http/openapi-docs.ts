@@ -17,6 +17,16 @@ export const DOCUMENT_AS = "documentAs";
 /** documentAs states the schema a parameter has in the OpenAPI document (see DOCUMENT_AS). */
 export const documentAs = (schema: Record<string, unknown>) => ({ [DOCUMENT_AS]: schema });
 
+/**
+ * DOCUMENT_REFUSED names a schema keyword listing the properties a body may not carry, which the
+ * service refuses itself (a read-only field answers 422 "is read-only"): the document states each
+ * as `false`, so a client generated from it does not send them.
+ */
+export const DOCUMENT_REFUSED = "documentRefused";
+
+/** documentRefused states the properties a body may not carry (see DOCUMENT_REFUSED). */
+export const documentRefused = (names: readonly string[]) => ({ [DOCUMENT_REFUSED]: names });
+
 /** IdempotencyKeyHeader documents the optional Idempotency-Key request header of every POST. */
 export const IdempotencyKeyHeader = t.Object(
   {

@@ -6,6 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { dereference } from "../support/openapi.ts";
+import { READ_ONLY_ACCOUNT_FIELDS } from "../../server/accounts/model.ts";
+import { READ_ONLY_CONTACT_FIELDS } from "../../server/contacts/model.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 let h: Harness;
@@ -278,7 +280,7 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     expect(answers).toEqual([]);
   });
 
-  test("what the service checks itself is stated too: an optional body, the Idempotency-Key's length, custom_fields and consent as objects", async () => {
+  test("what the service checks itself is stated too: an optional body, the Idempotency-Key's length, custom_fields and consent as objects, read-only fields refused", async () => {
     const rotate = spec.paths["/public/v1/webhook-subscriptions/{subscriptionId}/rotate-secret"].post;
     const webhooks = await createHarness({ allowPrivateTargets: true });
     const subscription = (await webhooks.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/crm", events: ["contact.created"] } })).body.data;
@@ -288,6 +290,14 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     expect([key.minLength, key.maxLength]).toEqual([1, 255]);
     const input = spec.components.schemas.ContactInput.properties;
     expect([input.custom_fields.type, input.consent.type]).toEqual([["object", "null"], ["object", "null"]]);
+    // Read-only fields are refused with 422 "is read-only": the inputs declare them false.
+    const refused = (properties: Record<string, unknown>) => Object.keys(properties).filter((name) => properties[name] === false);
+    expect(refused(input)).toEqual([...READ_ONLY_CONTACT_FIELDS]);
+    expect(refused(spec.components.schemas.AccountInput.properties)).toEqual([...READ_ONLY_ACCOUNT_FIELDS]);
+    const accountPatch = dereference(spec, spec.paths["/public/v1/accounts/{id}"].patch.requestBody.content["application/json"].schema);
+    expect(refused(accountPatch.properties)).toEqual([...READ_ONLY_ACCOUNT_FIELDS]);
+    const readOnly = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", id: "con_mine" } });
+    expect([readOnly.status, readOnly.body.errors]).toEqual([422, [{ pointer: "/id", detail: "is read-only" }]]);
   });
 
   test("every POST taking an Idempotency-Key documents the 409 of a key still in use, with Retry-After", () => {
