@@ -3910,10 +3910,8 @@ export interface operations {
                     description?: string | null;
                     /** @description Requests per second this receiver gets at most (1 to 1000), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency. */
                     max_rate?: number | null;
-                    /** @description Not changeable in place: any value is refused (422). */
-                    target_url?: unknown;
-                    /** @description Not changeable in place: any value is refused (422). */
-                    events?: unknown;
+                    target_url?: never;
+                    events?: never;
                 };
             };
         };

@@ -1,5 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
+import { documentRefused } from "../http/openapi-docs.ts";
 import { AccountSchema } from "../accounts/model.ts";
 import { Contact } from "../contacts/model.ts";
 import {
@@ -156,6 +157,7 @@ export const SubscriptionUpdate = t.Object(
   },
   {
     additionalProperties: false,
+    ...documentRefused(["target_url", "events"]),
     description: "The description and the rate cap change in place. The target URL and events do not: create a new subscription and delete the old one once it works (the console's rotation wizard guides this).",
     examples: [{ description: "CRM sync (production)" }, { max_rate: 5 }],
   },

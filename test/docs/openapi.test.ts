@@ -296,6 +296,8 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     expect(refused(spec.components.schemas.AccountInput.properties)).toEqual([...READ_ONLY_ACCOUNT_FIELDS]);
     const accountPatch = dereference(spec, spec.paths["/public/v1/accounts/{id}"].patch.requestBody.content["application/json"].schema);
     expect(refused(accountPatch.properties)).toEqual([...READ_ONLY_ACCOUNT_FIELDS]);
+    const subscriptionPatch = dereference(spec, spec.paths["/public/v1/webhook-subscriptions/{subscriptionId}"].patch.requestBody.content["application/json"].schema);
+    expect(refused(subscriptionPatch.properties)).toEqual(["target_url", "events"]);
     const readOnly = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", id: "con_mine" } });
     expect([readOnly.status, readOnly.body.errors]).toEqual([422, [{ pointer: "/id", detail: "is read-only" }]]);
   });
