@@ -2,7 +2,7 @@ import { databaseFailureOf } from "../db/backend.ts";
 import type { Database, Db } from "../db/sql.ts";
 import type { Config } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
-import { settlesWithin } from "../shared/time.ts";
+import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
@@ -114,6 +114,9 @@ interface Picks {
   /** this instance ran out of free slots with due deliveries possibly left that other instances could send */
   leftOver: boolean;
 }
+
+/** CLAIM_FAILURE_LOG_INTERVAL_MS spaces the log lines of claims that keep failing (they are retried every second). */
+const CLAIM_FAILURE_LOG_INTERVAL_MS = 60_000;
 
 /** ABORTED_SETTLE_MS is how long stop waits for aborted attempts to end before recording them. */
 const ABORTED_SETTLE_MS = 1000;
@@ -248,7 +251,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
  */
 export class DeliveryLoop {
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
-  private failingClaim: { since: number; error: unknown } | null = null;
+  private failingClaim: { since: number; error: unknown; loggedAt: number } | null = null;
   // By attempt, not by delivery id: a delivery whose lease ran out may be attempted again while
   // its first attempt still runs here, and each attempt holds a slot until it ends.
   private readonly inFlight = new Set<InFlight>();
@@ -333,12 +336,21 @@ export class DeliveryLoop {
       if (this.state !== "running") return;
       this.claiming = this.claimRound()
         .then(() => {
+          if (this.failingClaim) this.deps.log.info("webhook delivery loop: claims work again", { failing_since: toTimestamp(this.failingClaim.since) });
           this.failingClaim = null;
         })
         .catch((error: unknown) => {
-          this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
-          this.failingClaim = { since: this.failingClaim?.since ?? Date.now(), error };
-          this.armTimer(Date.now() + 1000);
+          const now = Date.now();
+          const failing = this.failingClaim;
+          // Retried every second: one line when claims start failing, then one a minute while they go on.
+          let loggedAt = failing?.loggedAt ?? now;
+          if (!failing) this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
+          else if (now - failing.loggedAt >= CLAIM_FAILURE_LOG_INTERVAL_MS) {
+            this.deps.log.error("webhook delivery loop: claims still failing", { error: String(error), failing_since: toTimestamp(failing.since) });
+            loggedAt = now;
+          }
+          this.failingClaim = { since: failing?.since ?? now, error, loggedAt };
+          this.armTimer(now + 1000);
         })
         .finally(() => {
           this.claiming = null;

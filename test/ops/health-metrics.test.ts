@@ -91,11 +91,15 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
   });
 
   test("a delivery loop whose every claim fails (a schema it cannot use), until a claim succeeds again", async () => {
-    const h = await createHarness({}, { log: createLogger("error", () => {}) }); // the loop logs each failed claim
+    const logged: { level: string; msg: string }[] = [];
+    const h = await createHarness({}, { log: createLogger("info", (line) => logged.push(JSON.parse(line))) });
     h.rt.deliveries.start();
     h.db.sqlite.run("DROP INDEX webhook_deliveries_due_by_subscription");
     h.rt.deliveries.wake();
     await waitUntil(() => h.rt.deliveries.claimFailure !== null, "a claim to fail");
+    // Claims are retried every second: the second and third failures add no line.
+    const since = h.rt.deliveries.claimFailure!.since;
+    await waitUntil(() => Date.now() > since + 2200, "two more claims to fail");
     const res = await call(h.app, "GET", "/readyz");
     expectProblem(res, 503, "not-ready");
     expect(res.body.checks).toEqual({
@@ -106,6 +110,10 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
     h.db.sqlite.run("CREATE INDEX webhook_deliveries_due_by_subscription ON webhook_deliveries (subscription_id, next_attempt_at, id) WHERE status = 'pending'");
     await waitUntil(() => h.rt.deliveries.claimFailure === null, "a claim to succeed again");
     expect((await call(h.app, "GET", "/readyz")).body.checks).toEqual({ database: "ok", migrations: "ok", delivery_loop: "ok" });
+    expect(logged.filter((line) => line.msg.startsWith("webhook delivery loop")).map((line) => `${line.level} ${line.msg}`)).toEqual([
+      "error webhook delivery loop: claim failed",
+      "info webhook delivery loop: claims work again",
+    ]);
     await h.rt.deliveries.stop(0);
     await h.close();
   });
