@@ -105,10 +105,14 @@ const MOVED = Symbol("moved");
  */
 async function readConsistently<T>(db: Database, read: (db: Db) => Promise<T | typeof MOVED>): Promise<T> {
   const result = await read(db);
-  if (result !== MOVED) return result;
-  const again = await db.read(read);
-  if (again === MOVED) throw new Error("contacts moved between the reads of one snapshot");
-  return again;
+  return result === MOVED ? inOneSnapshot(db, read) : result;
+}
+
+/** inOneSnapshot runs `read` through `db.read`: one snapshot on PostgreSQL, where nothing moves. */
+async function inOneSnapshot<T>(db: Database, read: (db: Db) => Promise<T | typeof MOVED>): Promise<T> {
+  const result = await db.read(read);
+  if (result === MOVED) throw new Error("contacts moved between the reads of one snapshot");
+  return result;
 }
 
 /** renderContacts renders rows with the relations `include` names embedded, or answers MOVED when an embedded account or user was deleted after the rows were read. */
@@ -536,14 +540,21 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
   const include = parseInclude(query.include);
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
   const reading = pageWindow(list);
-  return readConsistently(db, async (source) => {
-    const counted = listNeedsCount(filters) ? await countContacts(source, filters) : null;
+  const needsCount = listNeedsCount(filters);
+  // A page and a count read apart, each in a snapshot of its own on PostgreSQL, can disagree (a
+  // contact created between them counted and not shown). A list that counts first reads in one
+  // snapshot from the start; one that learns it needs a count from its page (a full one) reads
+  // again in one. A lookup by email, one contact, needs none and pays no transaction.
+  const pageAndCount = async (source: Db) => {
+    const outsideSnapshot = source === db && db.dialect === "postgres";
+    const counted = needsCount ? await countContacts(source, filters) : null;
     const page = { sortBy: list.sortBy, direction: list.direction, ...reading, matches: counted };
     // Includes embed accounts and users, which change without the contact's version: rendered anew each time.
     const read = include.length > 0 ? await listContacts(source, filters, page) : await listContactVersions(source, filters, page);
     const rows = pageRows(list, read);
-    // A lookup by email is one page of one contact: it tells the total, one query fewer.
-    const matches = counted ?? pageTotal(list, read) ?? (await countContacts(source, filters));
+    const told = counted ?? pageTotal(list, read);
+    if (told === null && outsideSnapshot) return MOVED;
+    const matches = told ?? (await countContacts(source, filters));
     const meta = listMeta(list, matches, read, (row: ContactVersion) => row[list.sortBy] as SortValue, query, CONTACT_FILTERS);
     if (include.length > 0) {
       const data = await renderContacts(source, rows as ContactRow[], include);
@@ -551,7 +562,8 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     }
     const texts = await renderedContacts(db, source, rows);
     return texts === MOVED ? MOVED : (`{"data":[${texts.join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>);
-  });
+  };
+  return needsCount && db.dialect === "postgres" ? inOneSnapshot(db, pageAndCount) : readConsistently(db, pageAndCount);
 }
 
 // Typed reads for the operator console (issue 17).
