@@ -14,7 +14,8 @@ const POSTGRES_MIN_VERSION = 130000;
  * WRITE_LOCK is the advisory lock key (the bytes of "crm-writ") every `write` takes first, so
  * writes commit one at a time across all instances, as on SQLite: a write reads what the one
  * before it committed (two concurrent additions to a contact's accounts both stay), and instants
- * taken inside a write rise in commit order (a poller of updated_after misses nothing).
+ * taken inside a write rise in commit order as far as the instances' clocks agree (a poller of
+ * updated_after misses nothing within its overlap; it compares versions, not instants).
  */
 export const WRITE_LOCK = "7165909999144823156";
 

@@ -66,7 +66,7 @@ class Poller {
     let newest = Date.parse(this.updatedSince) + OVERLAP_MS;
     for (const contact of changed) {
       const held = this.copy.get(contact.id);
-      if (!held || held.updated_at <= contact.updated_at) this.copy.set(contact.id, contact);
+      if (!held || held.version <= contact.version) this.copy.set(contact.id, contact);
       newest = Math.max(newest, Date.parse(contact.updated_at));
     }
     this.updatedSince = new Date(newest - OVERLAP_MS).toISOString();
