@@ -542,9 +542,9 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
   const reading = pageWindow(list);
   const needsCount = listNeedsCount(filters);
   // A page and a count read apart, each in a snapshot of its own on PostgreSQL, can disagree (a
-  // contact created between them counted and not shown). A list that counts first reads in one
-  // snapshot from the start; one that learns it needs a count from its page (a full one) reads
-  // again in one. A lookup by email, one contact, needs none and pays no transaction.
+  // contact created between them counted and not shown): a list reads both in one snapshot. A
+  // lookup by email, whose page of one contact tells its total, pays no transaction, and reads
+  // again in one snapshot should its page be full.
   const pageAndCount = async (source: Db) => {
     const outsideSnapshot = source === db && db.dialect === "postgres";
     const counted = needsCount ? await countContacts(source, filters) : null;
@@ -563,7 +563,8 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     const texts = await renderedContacts(db, source, rows);
     return texts === MOVED ? MOVED : (`{"data":[${texts.join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>);
   };
-  return needsCount && db.dialect === "postgres" ? inOneSnapshot(db, pageAndCount) : readConsistently(db, pageAndCount);
+  const lookup = !needsCount && filters.email !== undefined;
+  return db.dialect === "postgres" && !lookup ? inOneSnapshot(db, pageAndCount) : readConsistently(db, pageAndCount);
 }
 
 // Typed reads for the operator console (issue 17).
