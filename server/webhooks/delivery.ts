@@ -1,3 +1,4 @@
+import { isIP } from "node:net";
 import { createHmac } from "node:crypto";
 import { VERSION } from "../version.ts";
 import { pinTarget, resolveTarget, TargetRefused, type Network } from "./targets.ts";
@@ -99,12 +100,14 @@ export function parseRetryAfter(value: string | null, now: number): number | nul
 /**
  * readPrefix reads the answer up to `limit` bytes (the rest is not waited for) and decodes it.
  * Bytes that are not UTF-8 become U+FFFD, and so do NUL characters: PostgreSQL's text cannot hold
- * them, and an attempt that could not be recorded would be sent again and again. A declared
- * Content-Length is never trusted to read the body whole: beside Transfer-Encoding: chunked, the
- * chunks win, and "1 byte" can go on for gigabytes.
+ * them, and an attempt that could not be recorded would be sent again and again. A short
+ * Content-Length is read whole only alone: beside Transfer-Encoding the chunks win, and "1 byte"
+ * can go on for gigabytes.
  */
 async function readPrefix(response: Response, limit: number): Promise<string> {
   if (!response.body) return "";
+  const declared = Number(response.headers.get("content-length"));
+  if (declared > 0 && declared <= limit && !response.headers.has("transfer-encoding")) return withoutNul(new TextDecoder().decode(await response.arrayBuffer()));
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -120,6 +123,9 @@ async function readPrefix(response: Response, limit: number): Promise<string> {
   // of decoding it as U+FFFD (the body may go on exactly at the limit).
   return withoutNul(new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: !ended }));
 }
+
+/** isAddressLiteral tells whether a URL's host is an IP address (IPv6 in brackets), which needs no lookup. */
+const isAddressLiteral = (hostname: string) => isIP(hostname.replace(/^\[|\]$/g, "")) !== 0;
 
 /** untilAborted settles as `work` does, or rejects with the signal's reason once it aborts (`work` is left to finish unobserved). */
 function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
@@ -179,7 +185,8 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     const target = new URL(request.targetUrl);
     // The timeout covers the name's lookup too: whoever owns the target's domain owns its name
     // server, and one that never answers would hold the attempt past its lease.
-    const pinned = pinTarget(target, await untilAborted(resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets), signal));
+    const lookup = resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets);
+    const pinned = pinTarget(target, await (isAddressLiteral(target.hostname) ? lookup : untilAborted(lookup, signal)));
     const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
     request.onSend?.();
     // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes

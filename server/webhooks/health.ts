@@ -67,7 +67,7 @@ export async function recordExhausted(db: Db, due: DueDelivery, attempts: number
 
 /**
  * trackFailingStreak, after a failed attempt, notes when the subscription's attempts started
- * failing (any success clears it: markSubscriptionHealthy) and disables it, with a reason and a
+ * failing (any success clears it: markSubscriptionsHealthy) and disables it, with a reason and a
  * log line, once every attempt for `disableAfterHours` has failed. `subscription` is the row as
  * read before this attempt.
  */

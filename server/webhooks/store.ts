@@ -261,9 +261,9 @@ export async function markSubscriptionFailing(db: Db, id: string, since: number)
   await db.run("UPDATE webhook_subscriptions SET failing_since = ? WHERE id = ? AND failing_since IS NULL", [since, id]);
 }
 
-/** markSubscriptionHealthy ends a streak of failed attempts; without one it writes nothing (it runs after every success). */
-export async function markSubscriptionHealthy(db: Db, id: string): Promise<void> {
-  await db.run("UPDATE webhook_subscriptions SET failing_since = NULL WHERE id = ? AND failing_since IS NOT NULL", [id]);
+/** markSubscriptionsHealthy ends the failing streak of each subscription given (a success was recorded). */
+export async function markSubscriptionsHealthy(db: Db, ids: readonly string[]): Promise<void> {
+  await db.run(`UPDATE webhook_subscriptions SET failing_since = NULL WHERE id IN (${placeholders(ids.length)}) AND failing_since IS NOT NULL`, ids);
 }
 
 /** failPendingDeliveries ends every pending delivery of a subscription with the given reason. */
@@ -557,8 +557,8 @@ export function deleteUnusedHeaderSets(db: Db): Promise<number> {
   );
 }
 
-/** countAttemptOnly counts an attempt that decides nothing about its delivery (made under a lease that was lost, or abandoned at shutdown), and changes nothing else of it. */
-export async function countAttemptOnly(db: Db, id: string, attempts: number, now: number): Promise<void> {
+/** countLateAttempt counts an attempt made under a lease that was lost, and changes nothing else of the delivery. */
+export async function countLateAttempt(db: Db, id: string, attempts: number, now: number): Promise<void> {
   await db.run("UPDATE webhook_deliveries SET attempts = ?, updated_at = ? WHERE id = ?", [attempts, now, id]);
 }
 
