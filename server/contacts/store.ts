@@ -151,8 +151,10 @@ export async function unlinkAccountFromContacts(db: Db, accountId: string, updat
       ? `SELECT coalesce('["' || string_agg(account_id, '","' ORDER BY position) || '"]', '[]') FROM contact_accounts WHERE contact_id = contacts.id AND account_id <> ?`
       : "SELECT json_group_array(account_id) FROM (SELECT account_id FROM contact_accounts WHERE contact_id = contacts.id AND account_id <> ? ORDER BY position)";
   await db.run(
-    `UPDATE contacts SET version = version + 1, updated_at = ?, account_ids = (${accountIds}) WHERE id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)`,
-    [updatedAt, accountId, accountId],
+    // As laterThan: a contact stamped by an instance whose clock runs ahead still moves forward.
+    `UPDATE contacts SET version = version + 1, updated_at = CASE WHEN updated_at >= ? THEN updated_at + 1 ELSE ? END, account_ids = (${accountIds})
+     WHERE id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)`,
+    [updatedAt, updatedAt, accountId, accountId],
   );
   const rows = await db.all<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)`, [accountId]);
   await db.run("DELETE FROM contact_accounts WHERE account_id = ?", [accountId]);

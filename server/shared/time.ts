@@ -61,3 +61,12 @@ export async function settlesWithin(promise: Promise<unknown>, ms: number): Prom
     clearTimeout(timer);
   }
 }
+
+/**
+ * laterThan is the instant to stamp a change of a row last stamped at `previous`: now, or 1 ms
+ * past `previous` when that is not earlier. Instances stamp with their own clocks, and one behind
+ * another would otherwise give a newer version an earlier updated_at.
+ */
+export function laterThan(previous: number, now: number): number {
+  return Math.max(now, previous + 1);
+}

@@ -191,3 +191,30 @@ describe("two-way sync by polling", () => {
     expect(poller.resyncs).toBe(2);
   });
 });
+
+describe("updated_at moves forward with each version", () => {
+  /** stampedAhead sets a row's updated_at 10 s ahead, as an instance whose clock runs ahead would stamp it. */
+  async function stampedAhead(table: "contacts" | "accounts", id: string): Promise<number> {
+    const ahead = Date.now() + 10_000;
+    await h.rt.db.write((tx) => tx.run(`UPDATE ${table} SET updated_at = ? WHERE id = ?`, [ahead, id]));
+    return ahead;
+  }
+
+  test("a change made on a clock behind the last one's stamps 1 ms past it: a contact's PATCH, an account's PATCH, the unlink of a deleted account", async () => {
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data;
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", account_ids: [account.id] } })).body.data;
+
+    const contactAhead = await stampedAhead("contacts", contact.id);
+    const patched = (await h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { first_name: "Grace" } })).body.data;
+    expect([patched.version, Date.parse(patched.updated_at)]).toEqual([contact.version + 1, contactAhead + 1]);
+
+    const accountAhead = await stampedAhead("accounts", account.id);
+    const renamed = (await h.json("PATCH", `/public/v1/accounts/${account.id}`, { body: { name: "Acme Ltd" } })).body.data;
+    expect([renamed.version, Date.parse(renamed.updated_at)]).toEqual([account.version + 1, accountAhead + 1]);
+
+    const linkedAhead = await stampedAhead("contacts", contact.id);
+    expect((await h.request("DELETE", `/public/v1/accounts/${account.id}`)).status).toBe(204);
+    const unlinked = (await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data;
+    expect([unlinked.version, unlinked.account_ids, Date.parse(unlinked.updated_at)]).toEqual([patched.version + 1, [], linkedAhead + 1]);
+  });
+});
