@@ -1,4 +1,3 @@
-import { isIP } from "node:net";
 import { createHmac } from "node:crypto";
 import { VERSION } from "../version.ts";
 import { pinTarget, resolveTarget, TargetRefused, type Network } from "./targets.ts";
@@ -124,19 +123,6 @@ async function readPrefix(response: Response, limit: number): Promise<string> {
   return withoutNul(new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: !ended }));
 }
 
-/** isAddressLiteral tells whether a URL's host is an IP address (IPv6 in brackets), which needs no lookup. */
-const isAddressLiteral = (hostname: string) => isIP(hostname.replace(/^\[|\]$/g, "")) !== 0;
-
-/** untilAborted settles as `work` does, or rejects with the signal's reason once it aborts (`work` is left to finish unobserved). */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const abort = () => reject(signal.reason);
-    signal.addEventListener("abort", abort, { once: true });
-    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
-  });
-}
-
 const withoutNul = (text: string) => text.replaceAll("\u0000", "\uFFFD");
 
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null): string {
@@ -183,10 +169,8 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
   };
   try {
     const target = new URL(request.targetUrl);
-    // The timeout covers the name's lookup too: whoever owns the target's domain owns its name
-    // server, and one that never answers would hold the attempt past its lease.
-    const lookup = resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets);
-    const pinned = pinTarget(target, await (isAddressLiteral(target.hostname) ? lookup : untilAborted(lookup, signal)));
+    // The timeout covers the name's lookup too.
+    const pinned = pinTarget(target, await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets, signal));
     const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
     request.onSend?.();
     // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes

@@ -179,17 +179,20 @@ const PRIVATE_SWITCH_HINT = "webhook targets must be public (CRM_ALLOW_PRIVATE_T
  * given. Unless private targets are allowed, every address must be public (a name with one private
  * address could be steered there), else it throws TargetRefused; so does a name that resolves to
  * nothing. Connecting to the returned address, not to the name, is what keeps a name that
- * resolves differently a moment later (DNS rebinding) from reaching a private address.
+ * resolves differently a moment later (DNS rebinding) from reaching a private address. The
+ * lookup gives up when `signal` aborts (an attempt's timeout): whoever owns the target's domain
+ * owns its name server, and one that never answers would hold the attempt past its lease.
  */
-export async function resolveTarget(hostname: string, resolve: Resolver, allowPrivate: boolean): Promise<string> {
+export async function resolveTarget(hostname: string, resolve: Resolver, allowPrivate: boolean, signal?: AbortSignal): Promise<string> {
   const host = hostname.replace(/^\[|\]$/g, "");
   let addresses: string[];
   if (isAddress(host)) {
     addresses = [host];
   } else {
     try {
-      addresses = await resolve(host);
+      addresses = await (signal ? untilAborted(resolve(host), signal) : resolve(host));
     } catch (error) {
+      if (signal?.aborted) throw error;
       throw new TargetRefused(`host ${host} could not be resolved (${(error as { code?: string }).code ?? (error as Error).message})`);
     }
     if (addresses.length === 0) throw new TargetRefused(`host ${host} could not be resolved (no address)`);
@@ -205,6 +208,16 @@ export async function resolveTarget(hostname: string, resolve: Resolver, allowPr
     }
   }
   return addresses[0]!;
+}
+
+/** untilAborted settles as `work` does, or rejects with the signal's reason once it aborts (`work` is left to finish unobserved). */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    signal.addEventListener("abort", abort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
+  });
 }
 
 /** PinnedTarget is where to connect for a target URL and what to tell the receiver it asked for. */
