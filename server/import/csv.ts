@@ -42,9 +42,12 @@ export function* csvRecords(pieces: Iterable<string>): Generator<CsvRecord> {
       if (final) return;
       // The record is cut by the end of the piece: read on from its start with the next piece.
       const piece = iterator.next();
-      if (piece.done) final = true;
-      else text = text.length === 0 && line === 1 && piece.value.charCodeAt(0) === 0xfeff ? piece.value.slice(1) : text.slice(i) + piece.value;
-      if (!piece.done) i = 0;
+      if (piece.done) {
+        final = true;
+      } else {
+        text = text.length === 0 && line === 1 && piece.value.charCodeAt(0) === 0xfeff ? piece.value.slice(1) : text.slice(i) + piece.value;
+        i = 0;
+      }
     }
   } finally {
     iterator.return?.();
