@@ -14,7 +14,8 @@ let h: Harness;
 let spec: any;
 
 beforeAll(async () => {
-  h = await createHarness();
+  // Private targets allowed: a subscription can point at this machine (no name to resolve offline); the document is the same.
+  h = await createHarness({ allowPrivateTargets: true });
   spec = (await h.json("GET", "/docs/json")).body;
 });
 afterAll(async () => await h.close());
@@ -235,6 +236,9 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
   /** HEADERS_TO_DECLARE are the response headers a client generated from the document needs typed: each sent must be declared. */
   const HEADERS_TO_DECLARE = ["etag", "idempotent-replayed", "location", "retry-after", "www-authenticate"];
 
+  /** localSubscription creates a subscription to a port of this machine. */
+  const localSubscription = async () => (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/crm", events: ["contact.created"] } })).body.data;
+
   /** undocumented lists what `response` to `method path` (path as the document writes it) shows that the document does not state. */
   function undocumented(method: string, path: string, response: { status: number; headers: Headers }, sentHeaders: string[] = []): string[] {
     const op = spec.paths[path]?.[method.toLowerCase()];
@@ -264,11 +268,8 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
 
     const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace Hopper", email: "grace@example.com" } })).body.data;
     const userWrite = await h.request("PATCH", `/public/v1/users/${user.id}`, { body: { name: "Grace" }, headers: { "if-match": '"1"' } });
-    // A target on this machine, which this server may deliver to (no name to resolve offline).
-    const webhooks = await createHarness({ allowPrivateTargets: true });
-    const subscription = (await webhooks.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/crm", events: ["contact.created"] } })).body.data;
-    const enable = await webhooks.request("POST", `/public/v1/webhook-subscriptions/${subscription.id}/enable`, { headers: { "if-match": '"1"' } });
-    await webhooks.close();
+    const subscription = await localSubscription();
+    const enable = await h.request("POST", `/public/v1/webhook-subscriptions/${subscription.id}/enable`, { headers: { "if-match": '"1"' } });
     expect([userWrite.status, enable.status]).toEqual([412, 412]);
     answers.push(...undocumented("PATCH", "/public/v1/users/{id}", userWrite, ["if-match"]), ...undocumented("POST", "/public/v1/webhook-subscriptions/{subscriptionId}/enable", enable, ["if-match"]));
 
@@ -282,10 +283,8 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
 
   test("what the service checks itself is stated too: an optional body, the Idempotency-Key's length, custom_fields and consent as objects, read-only fields refused", async () => {
     const rotate = spec.paths["/public/v1/webhook-subscriptions/{subscriptionId}/rotate-secret"].post;
-    const webhooks = await createHarness({ allowPrivateTargets: true });
-    const subscription = (await webhooks.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/crm", events: ["contact.created"] } })).body.data;
-    expect([rotate.requestBody.required, (await webhooks.request("POST", `/public/v1/webhook-subscriptions/${subscription.id}/rotate-secret`)).status]).toEqual([false, 200]);
-    await webhooks.close();
+    const subscription = await localSubscription();
+    expect([rotate.requestBody.required, (await h.request("POST", `/public/v1/webhook-subscriptions/${subscription.id}/rotate-secret`)).status]).toEqual([false, 200]);
     const key = spec.paths["/public/v1/contacts"].post.parameters.find((p: any) => p.name === "idempotency-key").schema;
     expect([key.minLength, key.maxLength]).toEqual([1, 255]);
     const input = spec.components.schemas.ContactInput.properties;
