@@ -27,6 +27,8 @@ export function checkTargetUrl(raw: string): string | null {
     return "must be an absolute http or https URL";
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") return "must use http or https";
+  // WHATWG URL also reads http:host/ and http:///host/ as host; an RFC 3986 parser reads no host in either.
+  if (!/^https?:\/\/[^/]/i.test(raw)) return "must be written scheme://host/... (two slashes, then the host)";
   // Any '@' in the authority is userinfo, even an empty one (http://:@host/) that URL does not report.
   if (authorityOf(raw).includes("@")) return "must not contain credentials (user:password@); authenticate requests by their signature";
   if (url.hostname === "") return "must name a host";

@@ -98,6 +98,9 @@ describe("webhook subscriptions: errors", () => {
   const invalid = [
     ["a relative URL", { target_url: "/hooks", events: ["contact.created"] }, { pointer: "/target_url", detail: "must be an absolute http or https URL" }],
     ["another scheme", { target_url: "ftp://example.com/x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must use http or https" }],
+    ["a scheme without slashes", { target_url: "http:8.8.8.8/x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must be written scheme://host/... (two slashes, then the host)" }],
+    ["a scheme with one slash", { target_url: "https:/example.com/x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must be written scheme://host/... (two slashes, then the host)" }],
+    ["a scheme with three slashes", { target_url: "HTTP:///8.8.8.8/x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must be written scheme://host/... (two slashes, then the host)" }],
     ["credentials in the URL", { target_url: "https://user:pw@example.com/x", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain credentials (user:password@); authenticate requests by their signature" }],
     ["empty credentials in the URL", { target_url: "http://:@8.8.8.8/", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain credentials (user:password@); authenticate requests by their signature" }],
     ["an empty userinfo (a bare @) in the URL", { target_url: "http://@8.8.8.8/", events: ["contact.created"] }, { pointer: "/target_url", detail: "must not contain credentials (user:password@); authenticate requests by their signature" }],
