@@ -20,6 +20,7 @@ import relationSortKeys from "../../migrations/0016_relation_sort_keys.sql" with
 import batchedNameIndex from "../../migrations/0017_batched_name_index.sql" with { type: "text" };
 import releasedSchemaRepairs from "../../migrations/0018_released_schema_repairs.sql" with { type: "text" };
 import idempotencyKeysByRowid from "../../migrations/0019_idempotency_keys_by_rowid.sql" with { type: "text" };
+import forgetEmptyFilterCounts from "../../migrations/0020_forget_empty_filter_counts.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
@@ -57,6 +58,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 17, name: "0017_batched_name_index.sql", sql: batchedNameIndex },
   { version: 18, name: "0018_released_schema_repairs.sql", sql: releasedSchemaRepairs, backfill: addMissingAccountVersion },
   { version: 19, name: "0019_idempotency_keys_by_rowid.sql", sql: idempotencyKeysByRowid },
+  { version: 20, name: "0020_forget_empty_filter_counts.sql", sql: forgetEmptyFilterCounts },
 ];
 
 function ensureMigrationsTable(db: Database): void {

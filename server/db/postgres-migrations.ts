@@ -4,6 +4,7 @@ import deliveryPacing from "../../migrations/postgres/0003_delivery_pacing.sql" 
 import contactTagsSortKeys from "../../migrations/postgres/0014_contact_tags_sort_keys.sql" with { type: "text" };
 import consoleReads from "../../migrations/postgres/0015_console_reads.sql" with { type: "text" };
 import relationSortKeys from "../../migrations/postgres/0016_relation_sort_keys.sql" with { type: "text" };
+import sortOrderAndFilterCounts from "../../migrations/postgres/0020_sort_order_and_filter_counts.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
@@ -24,6 +25,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 14, name: "0014_contact_tags_sort_keys.sql", sql: contactTagsSortKeys },
   { version: 15, name: "0015_console_reads.sql", sql: consoleReads },
   { version: 16, name: "0016_relation_sort_keys.sql", sql: relationSortKeys },
+  { version: 20, name: "0020_sort_order_and_filter_counts.sql", sql: sortOrderAndFilterCounts },
 ];
 
 /**

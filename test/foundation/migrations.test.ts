@@ -213,6 +213,42 @@ describe("migrations: data, sync api", () => {
   });
 });
 
+describe("migrations: filter counts", () => {
+  test("0020 forgets the counts at 0, and from then on a count that falls to 0 is deleted, its value counted again when used again", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0020_forget_empty_filter_counts.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES ('usr_1', 'U1', 'u1@crm.test', 1, 1), ('usr_2', 'U2', 'u2@crm.test', 1, 1)");
+    db.sqlite.run("INSERT INTO accounts (id, name, properties, created_at, updated_at) VALUES ('acc_1', 'One', '{}', 1, 1)");
+    db.sqlite.run("INSERT INTO contacts (id, assigned_user_id, properties, created_at, updated_at) VALUES ('con_a', 'usr_1', '{}', 1, 1), ('con_b', 'usr_1', '{}', 2, 2)");
+    db.sqlite.run("INSERT INTO contact_tags (contact_id, tag, created_at, updated_at) VALUES ('con_a', 'gone', 1, 1), ('con_a', 'kept', 1, 1), ('con_b', 'kept', 2, 2)");
+    db.sqlite.run("INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at) VALUES ('con_a', 'acc_1', 0, 1, 1)");
+    db.sqlite.run("DELETE FROM contact_tags WHERE tag = 'gone'");
+    const counts = () => db.sqlite.query("SELECT filter, value, n FROM contact_filter_counts ORDER BY filter, value").all();
+    expect(counts()).toContainEqual({ filter: "tag", value: "gone", n: 0 });
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(counts()).toEqual([
+      { filter: "account", value: "acc_1", n: 1 },
+      { filter: "assigned_user", value: "usr_1", n: 2 },
+      { filter: "tag", value: "kept", n: 2 },
+    ]);
+    db.sqlite.run("DELETE FROM contact_accounts WHERE contact_id = 'con_a'");
+    db.sqlite.run("UPDATE contacts SET assigned_user_id = 'usr_2' WHERE id = 'con_a'");
+    db.sqlite.run("DELETE FROM contacts WHERE id = 'con_b'");
+    expect(counts()).toEqual([
+      { filter: "assigned_user", value: "usr_2", n: 1 },
+      { filter: "tag", value: "kept", n: 1 },
+    ]);
+    db.sqlite.run("DELETE FROM contacts WHERE id = 'con_a'");
+    expect(counts()).toEqual([]);
+    db.sqlite.run("INSERT INTO contacts (id, assigned_user_id, properties, created_at, updated_at) VALUES ('con_c', 'usr_2', '{}', 3, 3)");
+    db.sqlite.run("INSERT INTO contact_tags (contact_id, tag, created_at, updated_at) VALUES ('con_c', 'kept', 3, 3)");
+    expect(counts()).toEqual([
+      { filter: "assigned_user", value: "usr_2", n: 1 },
+      { filter: "tag", value: "kept", n: 1 },
+    ]);
+  });
+});
+
 describe("migrations: databases of migrations changed after their release", () => {
   const version = MIGRATIONS.findIndex((m) => m.name === "0018_released_schema_repairs.sql");
   const schema = () => db.sqlite.query("SELECT type, name, tbl_name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%' ORDER BY name").all();

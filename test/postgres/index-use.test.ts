@@ -1,0 +1,103 @@
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { listAccounts } from "../../server/accounts/store.ts";
+import { listContacts, type ContactFilters } from "../../server/contacts/store.ts";
+import type { CursorPosition } from "../../server/http/list-query.ts";
+import { createUser } from "../../server/users/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { capturing, type Captured } from "../support/query-plans.ts";
+
+// The PostgreSQL twin of foundation/index-use.test.ts for the sorts by a nullable key, which ask
+// for NULLs first ascending and last descending (SQLite's order): an index in the other NULL order
+// serves neither direction, and every page, cursor pages included, sorted the whole table.
+
+let database: TestDatabase;
+let h: Harness;
+let account: string;
+let user: string;
+const keyDir = mkdtempSync(join(tmpdir(), "crm-index-use-"));
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  h = await createHarness({ databaseUrl: database.url, secretsKeyFile: secretsKey() });
+  account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data.id;
+  await h.json("POST", "/public/v1/accounts", { body: { name: "Globex", domain: "globex.test" } });
+  user = (await createUser(h.rt.db, { name: "U", email: "u@example.com" })).id;
+  for (let i = 0; i < 20; i++) {
+    await h.json("POST", "/public/v1/contacts", {
+      body: { first_name: i % 5 ? `First${i}` : null, last_name: i % 4 ? `Last${i}` : null, email: i % 3 ? `p${i}@example.com` : null, tags: ["common"], account_ids: [account], assigned_user_id: user },
+    });
+  }
+}, 60_000);
+
+afterAll(async () => {
+  await h?.close();
+  await database?.drop();
+  rmSync(keyDir, { recursive: true, force: true });
+});
+
+/** secretsKey writes the key a PostgreSQL-backed app seals signing secrets with. */
+function secretsKey(): string {
+  const file = join(keyDir, "secrets.key");
+  writeFileSync(file, `${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64")}\n`, { mode: 0o600 });
+  return file;
+}
+
+/** planOf explains a captured statement with sorts and sequential scans priced out of reach, so a plan that still sorts has no index in its order. */
+async function planOf(c: Captured): Promise<string[]> {
+  return h.rt.db.read(async (tx) => {
+    await tx.run("SET LOCAL enable_seqscan = off");
+    await tx.run("SET LOCAL enable_sort = off");
+    await tx.run("SET LOCAL enable_incremental_sort = off");
+    return (await tx.all<{ "QUERY PLAN": string }>(`EXPLAIN ${c.sql}`, c.params as never[])).map((r) => r["QUERY PLAN"]);
+  });
+}
+
+const CURSORS: Record<string, CursorPosition | null> = {
+  "no cursor": null,
+  "cursor on a value": { value: "m", id: "con_01M00000000000000000000000" },
+  "cursor on NULL": { value: null, id: "con_01M00000000000000000000000" },
+};
+
+const FILTERS: Record<string, () => ContactFilters> = {
+  none: () => ({}),
+  tag: () => ({ tags: ["common"] }),
+  account_id: () => ({ accountId: account }),
+  assigned_user_id: () => ({ assignedUserId: user }),
+};
+
+/** expectIndexOrder fails when a statement's plan has a step PostgreSQL could only take disabled: a sort (or a scan) that no index spares. */
+async function expectIndexOrder(label: string, statements: Captured[]) {
+  expect(statements.length).toBeGreaterThan(0);
+  for (const c of statements) {
+    const plan = await planOf(c);
+    expect({ label, sql: c.sql, plan: plan.some((line) => line.trim() === "Disabled: true") ? plan : "no disabled step" }).toEqual({ label, sql: c.sql, plan: "no disabled step" });
+  }
+}
+
+test("a contacts page sorted by a nullable key is read in the order of an index, in both directions, at any cursor, alone or walking a relation", async () => {
+  for (const [filterName, filtersOf] of Object.entries(FILTERS)) {
+    for (const sortBy of ["first_name", "last_name", "email"] as const) {
+      for (const direction of ["asc", "desc"] as const) {
+        for (const [cursorName, cursor] of Object.entries(CURSORS)) {
+          const { db, captured } = capturing(h.rt.db);
+          await listContacts(db, filtersOf(), { sortBy, direction, cursor, limit: 5, offset: 0, matches: 20 });
+          await expectIndexOrder(`${filterName} / ${sortBy} ${direction} / ${cursorName}`, captured);
+        }
+      }
+    }
+  }
+});
+
+test("an accounts page sorted by domain is read in the order of an index, in both directions, at any cursor", async () => {
+  for (const direction of ["asc", "desc"] as const) {
+    for (const [cursorName, cursor] of Object.entries(CURSORS)) {
+      const { db, captured } = capturing(h.rt.db);
+      await listAccounts(db, {}, { sortBy: "domain", direction, cursor, limit: 1, offset: 0 });
+      await expectIndexOrder(`domain ${direction} / ${cursorName}`, captured);
+    }
+  }
+});
