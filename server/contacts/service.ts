@@ -13,7 +13,7 @@ import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { laterThan, toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
-import { recordEvent } from "../webhooks/outbox.ts";
+import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
 import { MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
 import { insertTombstone } from "../tombstones/store.ts";
@@ -437,7 +437,7 @@ export async function removeContactTag(rt: Runtime, contactId: string, tag: stri
  * version up as writeContactChange does).
  */
 export async function detachAccountFromContacts(db: Db, accountId: string, now: number): Promise<void> {
-  for (const row of await unlinkAccountFromContacts(db, accountId, now)) await recordEvent(db, "contact.updated", toContact(row), now);
+  await recordEvents(db, "contact.updated", (await unlinkAccountFromContacts(db, accountId, now)).map(toContact), now);
 }
 
 function parseInclude(value: unknown): ContactInclude[] {

@@ -2,19 +2,28 @@ import type { Db } from "../db/sql.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
 import type { EventType } from "./model.ts";
-import { findActiveSubscriptionsForEvent, insertDelivery, insertEvent } from "./store.ts";
+import { findActiveSubscriptionsForEvent, insertDeliveries, insertDelivery, insertEvent, insertEvents, type EventRow } from "./store.ts";
 
-async function insertEventRow(db: Db, type: EventType, data: unknown, now: number): Promise<string> {
+function newEventRow(type: EventType, data: unknown, now: number): EventRow {
   const id = newId("evt", now);
   // event_id is the same in every subscription's copy, unlike webhook-id, so receivers can de-duplicate across subscriptions.
-  await insertEvent(db, { id, type, payload: JSON.stringify({ type, event_id: id, timestamp: toTimestamp(now), data }), created_at: now });
-  return id;
+  return { id, type, payload: JSON.stringify({ type, event_id: id, timestamp: toTimestamp(now), data }), created_at: now };
+}
+
+function newDueDelivery(eventId: string, type: EventType, subscription: { id: string; target_url: string }, now: number) {
+  return { id: newId("dlv", now), event_id: eventId, event_type: type, subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: now, created_at: now };
+}
+
+async function insertEventRow(db: Db, type: EventType, data: unknown, now: number): Promise<string> {
+  const event = newEventRow(type, data, now);
+  await insertEvent(db, event);
+  return event.id;
 }
 
 async function insertDueDelivery(db: Db, eventId: string, type: EventType, subscription: { id: string; target_url: string }, now: number): Promise<string> {
-  const id = newId("dlv", now);
-  await insertDelivery(db, { id, event_id: eventId, event_type: type, subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: now, created_at: now });
-  return id;
+  const delivery = newDueDelivery(eventId, type, subscription, now);
+  await insertDelivery(db, delivery);
+  return delivery.id;
 }
 
 /**
@@ -25,6 +34,18 @@ export async function recordEvent(db: Db, type: EventType, data: unknown, now = 
   const eventId = await insertEventRow(db, type, data, now);
   for (const subscription of await findActiveSubscriptionsForEvent(db, type)) await insertDueDelivery(db, eventId, type, subscription, now);
   return eventId;
+}
+
+/**
+ * recordEvents writes one event of `type` for each of `datas`, with their deliveries, as
+ * recordEvent does for one, in a few statements of many rows: a set-wise change (an account's
+ * deletion, which changes every linked contact) would otherwise make two round trips a row.
+ */
+export async function recordEvents(db: Db, type: EventType, datas: unknown[], now = Date.now()): Promise<void> {
+  const subscriptions = await findActiveSubscriptionsForEvent(db, type);
+  const events = datas.map((data) => newEventRow(type, data, now));
+  await insertEvents(db, events);
+  await insertDeliveries(db, events.flatMap((event) => subscriptions.map((subscription) => newDueDelivery(event.id, type, subscription, now))));
 }
 
 /** recordPing writes a webhook.ping event with one delivery to the given subscription only. */

@@ -43,4 +43,35 @@ describe("account and relation events: happy paths", () => {
     // and the account's: created 1, renamed 2, deleted 3
     expect([account.version, renamed.version]).toEqual([1, 2]);
   });
+
+  test("deleting an account linked to more contacts than one statement stores (1,001) records one contact.updated per contact, with one delivery per subscription", async () => {
+    h = await scope.harness();
+    const subscriptions = [await h.subscribe(receiver().url, ["contact.updated"]), await h.subscribe(receiver().url, ["contact.updated"])];
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data;
+    const contactIds: string[] = [];
+    for (let from = 0; from < 1001; from += 100) {
+      const items = Array.from({ length: Math.min(100, 1001 - from) }, (_, i) => ({ email: `c${from + i}@example.com`, account_ids: [account.id] }));
+      const res = await h.json("POST", "/public/v1/contacts/batch", { body: { items } });
+      expect(res.status).toBe(200);
+      contactIds.push(...res.body.data.map((result: { status: string; id: string }) => result.id));
+    }
+    expect((await h.request("DELETE", `/public/v1/accounts/${account.id}`)).status).toBe(204);
+    const eventsOf = new Map<string, string[]>();
+    for (const subscription of subscriptions) {
+      let cursor: string | null = null;
+      do {
+        const page: { body: { data: { event_id: string }[]; meta: { next_cursor: string | null } } } = await h.json("GET", `/public/v1/webhook-deliveries?subscription_id=${subscription.id}&event=contact.updated&per_page=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+        for (const delivery of page.body.data) eventsOf.set(delivery.event_id, [...(eventsOf.get(delivery.event_id) ?? []), subscription.id]);
+        cursor = page.body.meta.next_cursor;
+      } while (cursor);
+    }
+    const subjects = new Set<string>();
+    for (const eventId of eventsOf.keys()) subjects.add(JSON.parse((await h.rt.db.get<{ payload: string }>("SELECT payload FROM events WHERE id = ?", [eventId]))!.payload).data.id);
+    expect({ events: eventsOf.size, deliveriesPerEvent: new Set([...eventsOf.values()].map((ids) => ids.sort().join(","))), subjects: subjects.size }).toEqual({
+      events: 1001,
+      deliveriesPerEvent: new Set([subscriptions.map((s) => s.id).sort().join(",")]),
+      subjects: 1001,
+    });
+    expect([...subjects].sort()).toEqual([...contactIds].sort());
+  }, 60_000);
 });
