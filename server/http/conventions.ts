@@ -28,7 +28,7 @@ export interface ConventionOptions {
   metrics?: Metrics;
   /** time a client has to send a request body before 408 */
   bodyTimeoutMs: number;
-  /** how long Bun keeps an idle connection open (the body's wait moves it, then puts it back) */
+  /** how long Bun keeps an idle connection open (a body's wait and a handler's work move it, then put it back) */
   idleTimeoutSeconds: number;
   /** draining tells whether a stop is draining the connections: then every answer closes its own */
   draining: () => boolean;
@@ -121,7 +121,14 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
     .onParse({ as: "global" }, ({ request }) =>
       isConsolePath(pathOf(request)) ? undefined : parseJsonBody(request, { timeoutMs: bodyTimeoutMs, idleTimeoutSeconds, server: listening() }),
     )
+    // Bun's idle timer runs while a handler works, and would close the connection of a request
+    // that takes longer than the idle timeout (a write waiting for PostgreSQL's write lock, an
+    // account unlinked from 100,000 contacts) before its answer, after its commit. Off from the
+    // handler's start, on again as it answers: it then times the keep-alive wait, as before.
+    .onBeforeHandle({ as: "global" }, ({ request }) => void listening()?.timeout(request, 0))
+    .onAfterHandle({ as: "global" }, ({ request }) => void listening()?.timeout(request, idleTimeoutSeconds))
     .onError({ as: "global" }, ({ code, error, request, set }) => {
+      listening()?.timeout(request, idleTimeoutSeconds);
       const forConsole = isConsolePath(pathOf(request));
       // The console answers a request's problems with pages of its own (consoleErrors, console/shell.ts).
       if (forConsole && requestProblemOf(code, error)) return;

@@ -5,6 +5,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { api, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
 import { parseExposition } from "../ops/prometheus.ts";
+import { closedWithin, Connection, type RawResponse } from "../limits/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { WRITE_LOCK } from "../../server/db/postgres.ts";
 
@@ -487,6 +488,34 @@ describe("an instance cut off from PostgreSQL (a network partition)", () => {
     });
     relay.mend();
     expect({ patient: await contactsWithEmail("patient@example.com"), cutOff: await contactsWithEmail("cut-off@example.com") }).toEqual({ patient: 1, cutOff: 0 });
+  }, 60_000);
+
+  test("a request without a body that waits longer than the idle timeout (a DELETE behind another instance's write lock) still gets its answer on its connection, which then closes once idle", async () => {
+    // Bun's idle timer (1 s here, checked every 4 s) also ran while the handler of a request
+    // without a body worked: the connection closed at 1 to 5 s without an answer, after the commit.
+    const { server } = await serveThroughRelay("postgres", { ...ANSWER_TIMEOUT, CRM_IDLE_TIMEOUT_SECONDS: "1" });
+    const created = await send(server.url, "POST", "/public/v1/contacts", { body: { email: "outwaited@example.com" } });
+    const waitingForLock = async () =>
+      (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)[0].n > 0;
+    const client = new Connection(Number(new URL(server.url).port));
+    let answer: Promise<RawResponse> | undefined;
+    const other = new SQL({ url: database.url, max: 1 });
+    try {
+      await other.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`;
+        answer = client.request("DELETE", `/public/v1/contacts/${created.body.data.id}`, { authorization: `Bearer ${token}` });
+        await waitUntil(waitingForLock, "the delete to wait for the write lock", server.proc);
+        await Bun.sleep(6000);
+      });
+    } finally {
+      await other.close();
+    }
+    const deleted = await answer!.then(
+      (res) => res.status,
+      (error: Error) => `no answer: ${error.message}`,
+    );
+    expect({ deleted, left: await contactsWithEmail("outwaited@example.com") }).toEqual({ deleted: 204, left: 0 });
+    expect(await closedWithin(client, 10_000)).toBe(true);
   }, 60_000);
 
   test("a create whose COMMIT goes unanswered is 503; the server committed it, and its retry with the same Idempotency-Key once the network is back replays it instead of creating a second contact", async () => {
