@@ -140,6 +140,17 @@ describe("contact relations: happy paths", () => {
       [`tag=even&account_id=${b.id}&assigned_user_id=${u.id}`, (c) => c.tags.includes("even") && c.account_ids.includes(b.id) && c.assigned_user_id === u.id],
       ["tag=nobody", () => false],
     ];
+    // time filters beside relations: a range of the relation's own index when on the sort's column, else checked on each row walked
+    const after = (time: string) => (c: any) => Date.parse(c.updated_at) > Date.parse(time);
+    const createdAfter = (time: string) => (c: any) => Date.parse(c.created_at) > Date.parse(time);
+    const [updatedMid, createdMid, createdFirst] = [made[5].updated_at, made[5].created_at, made[0].created_at];
+    cases.push(
+      [`tag=odd&updated_after=${updatedMid}`, (c) => c.tags.includes("odd") && after(updatedMid)(c)],
+      [`account_id=${b.id}&created_after=${createdMid}`, (c) => c.account_ids.includes(b.id) && createdAfter(createdMid)(c)],
+      [`assigned_user_id=${u.id}&updated_after=${updatedMid}&created_after=${createdFirst}`, (c) => c.assigned_user_id === u.id && after(updatedMid)(c) && createdAfter(createdFirst)(c)],
+      [`tag=odd,three&created_after=${createdFirst}`, (c) => c.tags.includes("odd") && c.tags.includes("three") && createdAfter(createdFirst)(c)],
+      [`tag=even&account_id=${b.id}&updated_after=${createdFirst}`, (c) => c.tags.includes("even") && c.account_ids.includes(b.id) && after(createdFirst)(c)],
+    );
     for (const [query, matches] of cases) {
       const expected = made.filter(matches);
       for (const sort of CONTACT_SORTS) {

@@ -19,6 +19,9 @@ let user: string;
 let rareUser: string;
 let oldAccount: string;
 let oldUser: string;
+/** lastCreated is the newest contact's created_at: after it only one old contact (one of the broad relations') changed */
+let lastCreated: number;
+let changedLast = "";
 beforeAll(async () => {
   h = await createHarness();
   acme = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme", domain: "acme.test" } })).body.data.id;
@@ -33,11 +36,15 @@ beforeAll(async () => {
     // "sparse": the even contacts and the three oldest odd ones, so it meets "common" only there
     const tags = [...(i % 2 ? ["common"] : []), ...(i === 7 ? ["rare"] : []), ...(i < 6 ? ["old"] : []), ...(i % 2 === 0 || i < 6 ? ["sparse"] : [])];
     const relations = { tags, account_ids: [...(i % 2 ? [acme] : []), ...(i === 7 ? [globex] : []), ...(i < 6 ? [oldAccount] : [])], assigned_user_id: i % 2 ? user : i === 8 ? rareUser : i < 6 ? oldUser : null };
-    await h.json("POST", "/public/v1/contacts", { body: { first_name: i % 5 ? `First${i}` : null, last_name: `Last${i % 7}`, email: i % 3 ? `p${i}@example.com` : null, ...relations } });
+    const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: i % 5 ? `First${i}` : null, last_name: `Last${i % 7}`, email: i % 3 ? `p${i}@example.com` : null, ...relations } });
+    if (i === 1) changedLast = created.body.data.id;
   }
   await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ödön", last_name: "Straße" } });
   // The store functions read the name index as it is: index the new names, as a search through the service does first.
   await h.rt.db.write(indexWaitingNames);
+  lastCreated = (await h.rt.db.get<{ created_at: number }>("SELECT max(created_at) AS created_at FROM contacts"))!.created_at;
+  await Bun.sleep(2);
+  await h.json("PATCH", `/public/v1/contacts/${changedLast}`, { body: { phone: "+1 555 0199" } });
 });
 afterAll(async () => await h.close());
 
@@ -75,14 +82,27 @@ const FILTERS: Record<string, () => ContactFilters> = {
   "account_id and assigned_user_id (the account's sort index walked, the user checked)": () => ({ accountId: acme, assignedUserId: user }),
   "tag and assigned_user_id (the user's sort index walked, the tag probed)": () => ({ tags: ["sparse"], assignedUserId: oldUser }),
   "tag, account_id, assigned_user_id and updated_after together": () => ({ tags: ["common"], accountId: acme, assignedUserId: user, updatedAfter: 0 }),
+  "tag and updated_after (a range of the tag's updated_at index, else checked on each row walked)": () => ({ tags: ["common"], updatedAfter: 0 }),
+  "account_id and created_after": () => ({ accountId: acme, createdAfter: 0 }),
+  "assigned_user_id, updated_after and created_after": () => ({ assignedUserId: user, updatedAfter: 0, createdAfter: 0 }),
+  "two tags and created_after": () => ({ tags: ["common", "sparse"], createdAfter: 0 }),
+  "tag and updated_after keeping few of its contacts (in another sort, a range of the tag's updated_at index, sorted)": () => ({ tags: ["common"], updatedAfter: lastCreated }),
+  "assigned_user_id, updated_after keeping few of its contacts and created_after": () => ({ assignedUserId: user, updatedAfter: lastCreated, createdAfter: 0 }),
 };
 
-/** WINDOWS are how a page walking a relation's own sort index reads it, and the index of each sort it must read. */
+/**
+ * WINDOWS are how a page walking a relation's own sort index reads it, and the index of each sort it
+ * must read: covering, unless a time filter on another column than the sort is checked on each row.
+ */
 const WINDOWS = [
-  { from: "FROM contact_tags t WHERE t.tag = ?", search: (sort: string) => `SEARCH t USING COVERING INDEX contact_tags_${SORT_SUFFIX[sort]} (tag=?` },
-  { from: "FROM contact_accounts t WHERE t.account_id = ?", search: (sort: string) => `SEARCH t USING COVERING INDEX contact_accounts_${SORT_SUFFIX[sort]} (account_id=?` },
-  { from: "SELECT c.rowid AS rid, c.id FROM contacts c WHERE c.assigned_user_id = ?", search: (sort: string) => `SEARCH c USING COVERING INDEX contacts_assigned_user_${SORT_SUFFIX[sort]} (assigned_user_id=?` },
+  { from: "FROM contact_tags t WHERE t.tag = ?", search: (sort: string, covering: boolean) => `SEARCH t USING ${covering ? "COVERING " : ""}INDEX contact_tags_${SORT_SUFFIX[sort]} (tag=?` },
+  { from: "FROM contact_accounts t WHERE t.account_id = ?", search: (sort: string, covering: boolean) => `SEARCH t USING ${covering ? "COVERING " : ""}INDEX contact_accounts_${SORT_SUFFIX[sort]} (account_id=?` },
+  { from: "SELECT c.rowid AS rid, c.id FROM contacts c WHERE c.assigned_user_id = ?", search: (sort: string, covering: boolean) => `SEARCH c USING ${covering ? "COVERING " : ""}INDEX contacts_assigned_user_${SORT_SUFFIX[sort]} (assigned_user_id=?` },
 ];
+
+/** timesOnlyOn tells whether the filters' time filters (if any) are all on `column`: a walk of its index then reads nothing beside the index. */
+const timesOnlyOn = (filters: ContactFilters, column: string) =>
+  (filters.createdAfter === undefined || column === "created_at") && (filters.updatedAfter === undefined || column === "updated_at");
 
 /** RELATION_INDEX is the index (or primary key) each relation filter must be read through, fetched or walked. */
 const RELATION_INDEX = {
@@ -125,8 +145,10 @@ describe("index use: every documented filter and sort", () => {
                 if (filters[key] !== undefined && !counted) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(RELATION_INDEX[key]) });
               }
               // a walk of a relation reads its index of the page's sort in order (the cursor a range of it): only the page's rows are sorted
+              // (or, for a time filter keeping few of the relation's contacts, a range of its index of that column, read whole in its order)
               for (const window of WINDOWS.filter((w) => c.sql.includes(w.from))) {
-                expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringContaining(window.search(sortBy)) });
+                const walked = c.sql.match(/ORDER BY [tc]\.(created_at|updated_at) LIMIT/)?.[1] ?? sortBy;
+                expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringContaining(window.search(walked, timesOnlyOn(filters, walked))) });
                 expect({ label, sorts: plan.filter((line) => line.includes("TEMP B-TREE")).length }).toEqual({ label, sorts: c.sql.startsWith("SELECT count(*)") ? 0 : 1 });
               }
             }
@@ -171,6 +193,51 @@ describe("index use: every documented filter and sort", () => {
       await listContacts(db, { updatedAfter: 0 }, { sortBy: "updated_at", direction, cursor: { value: 1_700_000_000_000, id: "con_x" }, limit: 10, offset: 0, matches: 40 });
       const plan = planOf(captured[0]!);
       expect(plan).toEqual([expect.stringMatching(/^SEARCH c USING INDEX contacts_updated \(.*\(updated_at,id\)[<>]\(\?,\?\)/)]);
+    }
+  });
+
+  test("an incremental sync of a relation (updated_after or created_after with a tag, an account or an assigned user, sorted by that column, by cursor) reads one range of the relation's own index of it, and counts that range alone", async () => {
+    const relations: [ContactFilters, string][] = [
+      [{ tags: ["common"] }, "SEARCH t USING COVERING INDEX contact_tags_SORT (tag=? AND COLUMN>?)"],
+      [{ accountId: acme }, "SEARCH t USING COVERING INDEX contact_accounts_SORT (account_id=? AND COLUMN>?)"],
+      [{ assignedUserId: user }, "SEARCH c USING COVERING INDEX contacts_assigned_user_SORT (assigned_user_id=? AND COLUMN>?)"],
+    ];
+    for (const [relation, search] of relations) {
+      for (const [column, time] of [["updated_at", { updatedAfter: 0 }], ["created_at", { createdAfter: 0 }]] as const) {
+        for (const direction of ["asc", "desc"] as const) {
+          const filters = { ...relation, ...time };
+          const { db, captured } = capturing(h.rt.db);
+          const matches = await countContacts(db, filters);
+          await listContacts(db, filters, { sortBy: column, direction, cursor: { value: 1_700_000_000_000, id: "con_x" }, limit: 10, offset: 0, matches });
+          const label = `${JSON.stringify(relation)} ${column} ${direction}`;
+          const plans = captured.filter((c) => !c.sql.includes("FROM contact_filter_counts")).map((c) => planOf(c).join(" | "));
+          const index = search.replace("SORT", SORT_SUFFIX[column]!).replace("COLUMN", column);
+          // the count, then the page: its window is the range (the cursor within it), only the window's rows sorted; a
+          // page the window did not fill counts how far the window reached, in the same range
+          const [count, page, ...reached] = plans;
+          expect({ label, count }).toEqual({ label, count: index.replace(/^SEARCH [tc] /, "SEARCH d ") });
+          expect({ label, page, reached }).toEqual({ label, page: expect.stringContaining(index.slice(0, -1)), reached: reached.map(() => expect.stringContaining(index.slice(0, -1))) });
+          expect({ label, sorts: page!.split(" | ").filter((line) => line.includes("TEMP B-TREE")) }).toEqual({ label, sorts: ["USE TEMP B-TREE FOR ORDER BY"] });
+        }
+      }
+    }
+  });
+
+  test("a time filter keeping fewer than 1 in 8 of a relation's contacts, on another column than the sort, reads its range of the relation's own index of that column whole and sorts those rows", async () => {
+    for (const [relation, search] of [
+      [{ tags: ["common"] }, "SEARCH t USING COVERING INDEX contact_tags_updated (tag=? AND updated_at>?)"],
+      [{ accountId: acme }, "SEARCH t USING COVERING INDEX contact_accounts_updated (account_id=? AND updated_at>?)"],
+      [{ assignedUserId: user }, "SEARCH c USING COVERING INDEX contacts_assigned_user_updated (assigned_user_id=? AND updated_at>?)"],
+    ] as [ContactFilters, string][]) {
+      const filters = { ...relation, updatedAfter: lastCreated };
+      const matches = await countContacts(h.rt.db, filters);
+      expect({ relation, few: matches * 8 < 20 }).toEqual({ relation, few: true });
+      // newest first by created_at, with a cursor: the range is read whole, the cursor applies to the contacts read
+      const { db, captured } = capturing(h.rt.db);
+      await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: { value: 1_900_000_000_000, id: "con_x" }, limit: 2, offset: 0, matches });
+      const page = captured.find((c) => c.sql.startsWith("SELECT c.id"))!;
+      expect({ relation, plan: planOf(page) }).toEqual({ relation, plan: expect.arrayContaining([search, "USE TEMP B-TREE FOR ORDER BY"]) });
+      expect({ relation, sorts: planOf(page).filter((line) => line.includes("TEMP B-TREE")) }).toEqual({ relation, sorts: ["USE TEMP B-TREE FOR ORDER BY"] });
     }
   });
 
@@ -357,7 +424,25 @@ describe("index use: every documented filter and sort", () => {
       { tags: ["sparse"], assignedUserId: oldUser },
       { tags: ["common"], accountId: acme, assignedUserId: user },
     ];
-    for (const filters of [...single, ...combined] as ContactFilters[]) {
+    // Two of the oldest contacts change, so updated_at no longer follows created_at; the time filters cut the contacts in half.
+    const byAge = await h.rt.db.all<{ id: string; created_at: number }>("SELECT id, created_at FROM contacts ORDER BY created_at, id");
+    for (const { id } of byAge.slice(0, 4).filter((_, i) => i % 2)) await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { phone: "+1 555 0100" } });
+    const createdMid = byAge[20]!.created_at;
+    const updatedMid = (await h.rt.db.all<{ updated_at: number }>("SELECT updated_at FROM contacts ORDER BY updated_at, id"))[20]!.updated_at;
+    const timed = [
+      { tags: ["common"], updatedAfter: updatedMid },
+      { tags: ["old"], updatedAfter: updatedMid },
+      { accountId: acme, createdAfter: createdMid },
+      { assignedUserId: user, updatedAfter: updatedMid },
+      { assignedUserId: oldUser, createdAfter: 0, updatedAfter: updatedMid },
+      { tags: ["common", "sparse"], createdAfter: 0 },
+      { tags: ["common"], accountId: acme, assignedUserId: user, createdAfter: createdMid, updatedAfter: 0 },
+      // keeping few of the relation's contacts: in another sort, a range of the relation's index of the time column
+      { tags: ["common"], updatedAfter: lastCreated },
+      { assignedUserId: user, updatedAfter: lastCreated },
+      { tags: ["common"], accountId: acme, updatedAfter: lastCreated, createdAfter: 0 },
+    ];
+    for (const filters of [...single, ...combined, ...timed] as ContactFilters[]) {
       for (const sortBy of CONTACT_SORTS) {
         for (const direction of ["asc", "desc"] as const) {
           for (const cursor of Object.values(CURSORS)) {
@@ -365,7 +450,9 @@ describe("index use: every documented filter and sort", () => {
               const page = { sortBy, direction, cursor: cursor(sortBy), limit, offset };
               const fetched = await listContacts(h.rt.db, filters, { ...page, matches: 0 });
               const walked = await listContacts(h.rt.db, filters, { ...page, matches: 40 });
+              const planned = await listContacts(h.rt.db, filters, { ...page, matches: await countContacts(h.rt.db, filters) });
               expect({ filters, sortBy, direction, page, ids: walked.map((r) => r.id) }).toEqual({ filters, sortBy, direction, page, ids: fetched.map((r) => r.id) });
+              expect({ filters, sortBy, direction, page, ids: planned.map((r) => r.id) }).toEqual({ filters, sortBy, direction, page, ids: fetched.map((r) => r.id) });
             }
           }
         }
