@@ -504,7 +504,7 @@ async function walkWindow(db: Db, filters: ContactFilters, page: Pick<ContactPag
   }
   // The window holds the relation's rows within the time filters: alone, every one of them is a
   // match; beside other relations they are at most all its rows.
-  const candidates = terms.length === 1 ? page.matches : rarest.contacts;
+  const candidates = terms.length === 1 ? Math.min(page.matches, rarest.contacts) : rarest.contacts;
   // One row more than the relation has reads all of it and tells the window was not cut short; a
   // deep page would otherwise ask for more rows than PostgreSQL's integer LIMIT holds.
   return { rows: Math.min(Math.ceil((WALK_WINDOW * (page.offset + page.limit) * candidates) / page.matches), candidates + 1), relation: rarest };
@@ -566,6 +566,9 @@ export function listContactVersions(db: Db, filters: ContactFilters, page: Conta
 }
 
 async function listContactColumns<Row extends { id: string }>(db: Db, filters: ContactFilters, page: ContactPage, columns: string): Promise<Row[]> {
+  // Counted first and none match: reading the page would repeat the count's work for nothing (a
+  // name needle too short for trigrams scans every name again, 110 ms on 300,000 contacts).
+  if (page.matches === 0) return [];
   const walk = await walkWindow(db, filters, page);
   // A filter on another column than the sort picks the rows through its index and they are sorted
   // (cost: the matching rows); the unary + (which keeps the column's collation) stops SQLite from
