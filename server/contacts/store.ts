@@ -478,7 +478,8 @@ const WALK_WINDOW = 2;
 /**
  * Walk is how a page of a name or relation filter is read: `rows` 0 to fetch the matches, Infinity
  * for a name search's walk, else a relation walk's window; `relation` the relation whose own sort
- * index the window reads, or with `byTime` its index of that time filter's column, a range read whole.
+ * index the window reads, or with `byTime` its index of that time filter's column: a range whose
+ * rows are sorted by the sort keys they carry.
  */
 interface Walk {
   rows: number;
@@ -508,19 +509,19 @@ async function walkWindow(db: Db, filters: ContactFilters, page: Pick<ContactPag
   if (page.matches === 0) return { rows: 0, relation: null };
   const terms = await relationTerms(db, filters);
   const rarest = terms[0]!;
-  // A time filter on another column than the sort is checked on each row walked; one keeping fewer
-  // than 1 in BROAD_SHARE of the relation's contacts is read as a range of the relation's own index
-  // of it instead, and its rows sorted: a walk could read every row of the relation to find them.
-  const times = timeFilters(filters);
-  if (times.length > 0 && times.every((time) => time.column !== page.sortBy) && page.matches * BROAD_SHARE < rarest.contacts) {
-    return { rows: rarest.contacts + 1, relation: rarest, byTime: times[0]!.column };
-  }
   // The window holds the relation's rows within the time filters: alone, every one of them is a
   // match; beside other relations they are at most all its rows.
   const candidates = terms.length === 1 ? Math.min(page.matches, rarest.contacts) : rarest.contacts;
   // One row more than the relation has reads all of it and tells the window was not cut short; a
   // deep page would otherwise ask for more rows than PostgreSQL's integer LIMIT holds.
-  return { rows: Math.min(Math.ceil((WALK_WINDOW * (page.offset + page.limit) * candidates) / page.matches), candidates + 1), relation: rarest };
+  const rows = Math.min(Math.ceil((WALK_WINDOW * (page.offset + page.limit) * candidates) / page.matches), candidates + 1);
+  // A time filter on another column than the sort is checked on each row walked; one keeping fewer
+  // than 1 in BROAD_SHARE of the relation's contacts is read as a range of the relation's own index
+  // of it instead, its rows sorted by the sort keys they carry: a walk could read every row of the
+  // relation to find them (0.1 s for a tag of 150,000 whose few matches lay at the far end).
+  const times = timeFilters(filters);
+  const offSort = times.length > 0 && times.every((time) => time.column !== page.sortBy);
+  return { rows, relation: rarest, ...(offSort && page.matches * BROAD_SHARE < rarest.contacts ? { byTime: times[0]!.column } : {}) };
 }
 
 /** listNeedsCount tells whether listContacts must be given the count of matches: name searches and relation filters (with or without time filters) plan their page with it. */
@@ -592,10 +593,12 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     (page.sortBy === "created_at" && (filters.createdAfter !== undefined || filters.email !== undefined)) ||
     (page.sortBy === "updated_at" && filters.updatedAfter !== undefined);
   const nullable = NULLABLE_SORTS.has(page.sortBy);
-  // A tag's or an account's rows carry the sort keys under the contacts' own column names (migrations 0014 and 0016).
+  // A tag's or an account's rows carry the sort keys under the contacts' own column names
+  // (migrations 0014 and 0016). A window of a time range sorts its rows: SQLite must not walk the sort index instead.
+  const walkedColumn = (alias: string) => (walk.byTime ? unindexed(db.dialect, `${alias}.${page.sortBy}`) : `${alias}.${page.sortBy}`);
   const walked = walk.relation && walk.relation.kind !== "assigned_user"
-    ? keysetOrder(`t.${page.sortBy}`, "t.contact_id", page.direction, page.cursor, nullable, db.dialect)
-    : keysetOrder(`c.${page.sortBy}`, "c.id", page.direction, page.cursor, nullable, db.dialect);
+    ? keysetOrder(walkedColumn("t"), "t.contact_id", page.direction, page.cursor, nullable, db.dialect)
+    : keysetOrder(walkedColumn("c"), "c.id", page.direction, page.cursor, nullable, db.dialect);
   const sortColumn = hasFilters(filters) && !sortFiltered ? unindexed(db.dialect, `c.${page.sortBy}`) : `c.${page.sortBy}`;
   const fetched = keysetOrder(sortColumn, "c.id", page.direction, page.cursor, nullable, db.dialect);
   type Keyset = { after: string; params: (string | number)[] } | null;
@@ -620,12 +623,11 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     const alias = relation.kind === "assigned_user" ? "c" : "t";
     const timed = timeConditions(db, timeFilters(filters), alias, walk.byTime ?? sortedByTime);
     const within = timed.where.map((condition) => ` AND ${condition}`).join("");
-    const order = walk.byTime ? `${alias}.${walk.byTime}` : walked.orderBy;
     if (relation.kind === "assigned_user") {
       // SQLite reads the window as rowids (PostgreSQL has none: ids).
       const byRowid = db.dialect === "sqlite";
       return {
-        sql: `SELECT ${byRowid ? "c.rowid AS rid, " : ""}c.id FROM contacts c WHERE c.assigned_user_id = ?${within}${after} ORDER BY ${order} LIMIT CAST(? AS INTEGER)`,
+        sql: `SELECT ${byRowid ? "c.rowid AS rid, " : ""}c.id FROM contacts c WHERE c.assigned_user_id = ?${within}${after} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
         params: [relation.value, ...timed.params, ...(keyset?.params ?? []), windowRows],
         match: byRowid ? { contact: "c.rowid", window: "w.rid" } : { contact: "c.id", window: "w.id" },
         probes: relationProbes(db, { ...filters, assignedUserId: undefined }, "w"),
@@ -636,7 +638,7 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     const others = relation.kind === "tag" ? { ...filters, tags: filters.tags?.filter((other) => other !== relation.value) } : { ...filters, accountId: undefined };
     // the relation rows do not hold the assigned user: it is checked on the contacts read, before their sort
     return {
-      sql: `SELECT t.contact_id AS id FROM ${table} t WHERE t.${column} = ?${within}${after} ORDER BY ${order} LIMIT CAST(? AS INTEGER)`,
+      sql: `SELECT t.contact_id AS id FROM ${table} t WHERE t.${column} = ?${within}${after} ORDER BY ${walked.orderBy} LIMIT CAST(? AS INTEGER)`,
       params: [relation.value, ...timed.params, ...(keyset?.params ?? []), windowRows],
       match: { contact: "c.id", window: "w.id" },
       probes: relationProbes(db, { ...others, assignedUserId: undefined }, "w"),
@@ -644,13 +646,11 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     };
   };
   const selectInWindow = async (keyset: Keyset, fallback: Keyset, limit: number) => {
-    // A time range is read whole and in its own order, so the cursor is a condition on the contacts read.
-    const window = windowOf(walk.byTime ? null : keyset);
-    const cursor = walk.byTime && fallback?.after ? fallback : null;
+    const window = windowOf(keyset);
     const probed = window.probes.where.length ? ` WHERE ${window.probes.where.join(" AND ")}` : "";
-    const conditions = [`${window.match.contact} IN (SELECT ${window.match.window} FROM (${window.sql}) w${probed})`, ...window.checks.where, ...(cursor ? [cursor.after] : [])];
+    const conditions = [`${window.match.contact} IN (SELECT ${window.match.window} FROM (${window.sql}) w${probed})`, ...window.checks.where];
     const sql = `SELECT ${columns} FROM contacts c WHERE ${conditions.join(" AND ")} ORDER BY ${fetched.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
-    const rows = await db.all<Row>(sql, [...window.params, ...window.probes.params, ...window.checks.params, ...(cursor?.params ?? []), limit, page.offset]);
+    const rows = await db.all<Row>(sql, [...window.params, ...window.probes.params, ...window.checks.params, limit, page.offset]);
     if (rows.length === limit) return rows;
     const read = (await db.get<{ n: number }>(`SELECT count(*) AS n FROM (${window.sql}) AS window_rows`, window.params))!.n;
     return read < windowRows ? rows : select(fetched, fallback, false, limit);

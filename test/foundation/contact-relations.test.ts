@@ -129,7 +129,8 @@ describe("contact relations: happy paths", () => {
         }),
       );
     }
-    // a change after creation: updated_at order differs from created_at order
+    // a change after creation (in a later millisecond than every creation): updated_at order differs from created_at order
+    await Bun.sleep(2);
     made[2] = (await h.json("POST", `/public/v1/contacts/${made[2].id}/tags`, { body: { tag: "odd" } })).body.data;
     const cases: [string, (c: any) => boolean][] = [
       [`account_id=${a.id}`, (c) => c.account_ids.includes(a.id)],
@@ -143,13 +144,15 @@ describe("contact relations: happy paths", () => {
     // time filters beside relations: a range of the relation's own index when on the sort's column, else checked on each row walked
     const after = (time: string) => (c: any) => Date.parse(c.updated_at) > Date.parse(time);
     const createdAfter = (time: string) => (c: any) => Date.parse(c.created_at) > Date.parse(time);
-    const [updatedMid, createdMid, createdFirst] = [made[5].updated_at, made[5].created_at, made[0].created_at];
+    const [updatedMid, createdMid, createdFirst, createdLast] = [made[5].updated_at, made[5].created_at, made[0].created_at, made[11].created_at];
     cases.push(
       [`tag=odd&updated_after=${updatedMid}`, (c) => c.tags.includes("odd") && after(updatedMid)(c)],
       [`account_id=${b.id}&created_after=${createdMid}`, (c) => c.account_ids.includes(b.id) && createdAfter(createdMid)(c)],
       [`assigned_user_id=${u.id}&updated_after=${updatedMid}&created_after=${createdFirst}`, (c) => c.assigned_user_id === u.id && after(updatedMid)(c) && createdAfter(createdFirst)(c)],
       [`tag=odd,three&created_after=${createdFirst}`, (c) => c.tags.includes("odd") && c.tags.includes("three") && createdAfter(createdFirst)(c)],
       [`tag=even&account_id=${b.id}&updated_after=${createdFirst}`, (c) => c.tags.includes("even") && c.account_ids.includes(b.id) && after(createdFirst)(c)],
+      // one of the account's 9 contacts: in the other sorts, a range of the account's updated_at index
+      [`account_id=${b.id}&updated_after=${createdLast}`, (c) => c.account_ids.includes(b.id) && after(createdLast)(c)],
     );
     for (const [query, matches] of cases) {
       const expected = made.filter(matches);
