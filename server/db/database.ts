@@ -4,8 +4,14 @@ import { join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
 
-/** MAX_CACHED_STATEMENTS bounds the statement cache; the app's SQL, filters and IN-list lengths included, stays well below it. */
-const MAX_CACHED_STATEMENTS = 2000;
+/**
+ * MAX_CACHED_STATEMENTS and MAX_CACHED_SQL_CHARACTERS bound the statement cache of a connection,
+ * by count and by the length of the SQL kept (a long text prepares to a large statement: 150 KB
+ * for a list of many filters). The app's everyday SQL stays below both; what a client can vary
+ * (filters, sorts) makes more shapes, and 2,000 of them held 300 MB.
+ */
+const MAX_CACHED_STATEMENTS = 500;
+const MAX_CACHED_SQL_CHARACTERS = 1_000_000;
 
 /**
  * StatementCachingDatabase keeps every statement that `query` prepared. bun:sqlite's own cache
@@ -14,14 +20,22 @@ const MAX_CACHED_STATEMENTS = 2000;
  */
 class StatementCachingDatabase extends SqliteConnection {
   private readonly statements = new Map<string, Statement<any, any>>();
+  private cachedSqlCharacters = 0;
 
   override query<ReturnType, ParamsType extends SQLQueryBindings | SQLQueryBindings[]>(sql: string): Statement<ReturnType, ParamsType extends any[] ? ParamsType : [ParamsType]> {
     let statement = this.statements.get(sql);
     if (!statement) {
-      // The oldest is dropped, not finalized: a caller may still hold it; the garbage collector frees it.
-      if (this.statements.size >= MAX_CACHED_STATEMENTS) this.statements.delete(this.statements.keys().next().value!);
+      // The oldest go, finalized at once: every caller runs a statement as soon as it has it, and
+      // left to the garbage collector, evicted statements piled up by the hundred megabytes.
+      while (this.statements.size > 0 && (this.statements.size >= MAX_CACHED_STATEMENTS || this.cachedSqlCharacters + sql.length > MAX_CACHED_SQL_CHARACTERS)) {
+        const [oldestSql, oldest] = this.statements.entries().next().value!;
+        oldest.finalize();
+        this.statements.delete(oldestSql);
+        this.cachedSqlCharacters -= oldestSql.length;
+      }
       statement = this.prepare(opaqueParameters(sql));
       this.statements.set(sql, statement);
+      this.cachedSqlCharacters += sql.length;
     }
     return statement as Statement<ReturnType, ParamsType extends any[] ? ParamsType : [ParamsType]>;
   }
@@ -29,6 +43,7 @@ class StatementCachingDatabase extends SqliteConnection {
   override close(throwOnError?: boolean): void {
     for (const statement of this.statements.values()) statement.finalize();
     this.statements.clear();
+    this.cachedSqlCharacters = 0;
     super.close(throwOnError);
   }
 }

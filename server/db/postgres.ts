@@ -23,6 +23,13 @@ export const WRITE_LOCK = "7165909999144823156";
 const CONNECT_TIMEOUT_SECONDS = 10;
 
 /**
+ * POOLED_CONNECTION_LIFETIME_SECONDS is how long a pooled connection serves before it is replaced
+ * (once idle): each keeps a prepared statement per distinct SQL text it ran (up to 1,024), which
+ * its server process holds in memory until the connection ends, hundreds of megabytes for varied lists.
+ */
+const POOLED_CONNECTION_LIFETIME_SECONDS = 1800;
+
+/**
  * SERVER_KEEPALIVES has the server probe each of our connections after 60 s without traffic, then
  * every 10 s: the probes keep the flow open in the firewalls and NAT gateways between (the
  * listening connection is idle between notifications, for hours), and a connection whose client
@@ -382,7 +389,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private async subscribe(registration: Registration): Promise<void> {
     let subscribed = false;
     // Never closed for being idle: between notifications it is, for hours (the server's keepalives keep its flow open).
-    this.listener ??= new SQL({ ...this.options, max: 1, idleTimeout: 0 });
+    this.listener ??= new SQL({ ...this.options, max: 1, idleTimeout: 0, maxLifetime: 0 });
     registration.subscription = await this.listener.listen(
       registration.channel,
       (payload) => {
@@ -483,6 +490,7 @@ export async function openPostgres(
       bigint: true,
       connectionTimeout: CONNECT_TIMEOUT_SECONDS,
       idleTimeout: databaseIdleTimeoutSeconds,
+      maxLifetime: POOLED_CONNECTION_LIFETIME_SECONDS,
       // application_name names the service's sessions in pg_stat_activity.
       connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", ...SESSION_SETTINGS, ...SERVER_KEEPALIVES },
     },

@@ -36,6 +36,24 @@ describe("database: statement cache", () => {
     await database.close();
   });
 
+  test("the cache is bounded by count and by the length of its SQL: the oldest statements are finalized and prepared again when asked for", async () => {
+    const database = openDatabase(join(dir, "crm.sqlite"));
+    const db = database.sqlite;
+    const first = db.query("SELECT 1 AS n");
+    for (const sql of distinctQueries(600)) db.query(sql).get(1);
+    // 600 statements later the first is gone, finalized: running it fails, and asking again prepares it anew
+    expect(() => first.get()).toThrow();
+    const again = db.query("SELECT 1 AS n");
+    expect(again).not.toBe(first);
+    expect(again.get()).toEqual({ n: 1 });
+    // a few long texts (a list of many filters is some kilobytes) push out the short ones well before 500
+    const kept = db.query("SELECT 2 AS n");
+    const long = (i: number) => `SELECT ${i} AS n, '${"x".repeat(20_000)}' AS padding`;
+    for (let i = 0; i < 100; i++) db.query(long(i)).get();
+    expect(db.query("SELECT 2 AS n")).not.toBe(kept);
+    await database.close();
+  });
+
   test("placeholders are bound as +? (the plan is made once), never inside quoted strings, names or comments", () => {
     expect(opaqueParameters("SELECT a FROM t WHERE b = ? AND c IN (?, ?) AND d = '?' AND \"e?\" = 1 -- f?\nLIMIT CAST(? AS INTEGER) /* ? */")).toBe(
       "SELECT a FROM t WHERE b = +? AND c IN (+?, +?) AND d = '?' AND \"e?\" = 1 -- f?\nLIMIT CAST(+? AS INTEGER) /* ? */",
