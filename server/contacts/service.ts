@@ -465,10 +465,45 @@ function parseTagFilter(value: unknown): string[] | undefined {
   return tags;
 }
 
-/** RENDERED_VERSIONS_KEPT bounds the contact versions kept rendered per database (about half a kilobyte each). */
-const RENDERED_VERSIONS_KEPT = 20_000;
+/**
+ * RenderedVersions keeps the JSON texts of contact versions, oldest dropped first, up to a number
+ * of versions and of characters: most texts are half a kilobyte, but custom fields can make one
+ * about 100 KB, and 20,000 such versions listed by one token held 1.3 GB.
+ */
+export class RenderedVersions {
+  private readonly texts = new Map<string, string>();
+  private characters = 0;
+
+  constructor(
+    private readonly maxVersions = 20_000,
+    private readonly maxCharacters = 16_000_000,
+  ) {}
+
+  /** get returns the text kept for a contact's id and version, or undefined. */
+  get(id: string, version: number): string | undefined {
+    return this.texts.get(`${id}:${version}`);
+  }
+
+  /** keep adds a version's text, dropping the oldest kept until both bounds hold; a text beyond the whole budget is not kept. */
+  keep(id: string, version: number, text: string): void {
+    if (text.length > this.maxCharacters) return;
+    while (this.texts.size > 0 && (this.texts.size >= this.maxVersions || this.characters + text.length > this.maxCharacters)) {
+      const [oldestKey, oldest] = this.texts.entries().next().value!;
+      this.texts.delete(oldestKey);
+      this.characters -= oldest.length;
+    }
+    this.texts.set(`${id}:${version}`, text);
+    this.characters += text.length;
+  }
+
+  /** size is how many versions are kept, and their characters. */
+  get size(): { versions: number; characters: number } {
+    return { versions: this.texts.size, characters: this.characters };
+  }
+}
+
 /** Per database: two databases in one process (tests, a copy) may hold the same id and version with other contents. */
-const renderedVersionsOf = new WeakMap<Database, Map<string, string>>();
+const renderedVersionsOf = new WeakMap<Database, RenderedVersions>();
 
 /**
  * renderedContacts returns the JSON text of each contact of a page. A contact's text depends on
@@ -481,8 +516,8 @@ const renderedVersionsOf = new WeakMap<Database, Map<string, string>>();
  */
 async function renderedContacts(database: Database, db: Db, versions: ContactVersion[]): Promise<string[] | typeof MOVED> {
   let renderedVersions = renderedVersionsOf.get(database);
-  if (!renderedVersions) renderedVersionsOf.set(database, (renderedVersions = new Map()));
-  const texts = versions.map((v) => renderedVersions.get(`${v.id}:${v.version}`));
+  if (!renderedVersions) renderedVersionsOf.set(database, (renderedVersions = new RenderedVersions()));
+  const texts = versions.map((v) => renderedVersions.get(v.id, v.version));
   const missing = versions.filter((_, i) => texts[i] === undefined).map((v) => v.id);
   if (missing.length === 0) return texts as string[];
   const rows = new Map((await findContactsByIds(db, missing)).map((row) => [row.id, row]));
@@ -493,8 +528,7 @@ async function renderedContacts(database: Database, db: Db, versions: ContactVer
     if (kept !== undefined) return out.push(kept);
     const row = rows.get(v.id)!;
     const text = JSON.stringify(toContact(row));
-    if (renderedVersions.size >= RENDERED_VERSIONS_KEPT) renderedVersions.delete(renderedVersions.keys().next().value!);
-    renderedVersions.set(`${row.id}:${row.version}`, text);
+    renderedVersions.keep(row.id, row.version, text);
     out.push(text);
   });
   return out;

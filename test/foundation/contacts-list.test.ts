@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { RenderedVersions } from "../../server/contacts/service.ts";
 import { createUser } from "../../server/users/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { expectProblem, validation } from "./support.ts";
@@ -457,5 +458,22 @@ describe("contact list: security", () => {
       expect(res.body.meta.total).toBe(0);
     }
     expect((await h.json("GET", "/public/v1/contacts")).body.meta.total).toBe(30);
+  });
+});
+
+describe("contacts list: the rendered versions kept", () => {
+  test("are bounded by their number and by their characters, the oldest dropped first; a text longer than the whole budget is not kept", () => {
+    const kept = new RenderedVersions(3, 100);
+    kept.keep("a", 1, "x".repeat(10));
+    kept.keep("b", 1, "x".repeat(10));
+    kept.keep("c", 1, "x".repeat(10));
+    kept.keep("d", 1, "x".repeat(10));
+    expect([kept.get("a", 1), kept.get("d", 1), kept.size]).toEqual([undefined, "x".repeat(10), { versions: 3, characters: 30 }]);
+    // one version of 81 characters pushes out the two oldest: one for the number, one more for the characters
+    kept.keep("e", 1, "y".repeat(81));
+    expect([kept.get("b", 1), kept.get("c", 1), kept.get("d", 1), kept.size]).toEqual([undefined, undefined, "x".repeat(10), { versions: 2, characters: 91 }]);
+    kept.keep("f", 1, "z".repeat(101));
+    expect([kept.get("f", 1), kept.size]).toEqual([undefined, { versions: 2, characters: 91 }]);
+    expect(kept.get("d", 2)).toBeUndefined();
   });
 });
