@@ -31,12 +31,42 @@ function bufferedStdout(): (line: string) => void {
   };
 }
 
-/** flushLogs writes the buffered log lines now, so output written directly to stdout comes after them. */
+/**
+ * MAX_UNWRITTEN_LOG_CHARACTERS bounds the log output handed to stdout and not yet taken by its
+ * reader: Bun holds it all in memory, and a log shipper or journald that stalls under a flood of
+ * requests grew the server by 300 MB in a few minutes. Beyond it lines are dropped and counted.
+ */
+const MAX_UNWRITTEN_LOG_CHARACTERS = 8 * 1024 * 1024;
+let unwritten = 0;
+let droppedLines = 0;
+
+/** countLines counts the lines of buffered log output (each ends in a newline). */
+function countLines(out: string): number {
+  let lines = 0;
+  for (let at = out.indexOf("\n"); at >= 0; at = out.indexOf("\n", at + 1)) lines++;
+  return lines;
+}
+
+/**
+ * flushLogs writes the buffered log lines now, so output written directly to stdout comes after
+ * them, unless stdout's reader is too far behind: then they are dropped, and the next lines
+ * written say how many were.
+ */
 export function flushLogs(): void {
   if (pending === "") return;
-  const out = pending;
+  let out = pending;
   pending = "";
-  process.stdout.write(out);
+  if (unwritten > MAX_UNWRITTEN_LOG_CHARACTERS) {
+    droppedLines += countLines(out);
+    return;
+  }
+  if (droppedLines > 0) {
+    out = `{"time":"${new Date().toISOString()}","level":"warn","msg":"log lines dropped: stdout was not read as fast as they came","dropped_lines":${droppedLines}}\n${out}`;
+    droppedLines = 0;
+  }
+  const length = out.length;
+  unwritten += length;
+  process.stdout.write(out, () => (unwritten -= length));
 }
 
 /** createLogger writes one JSON object per line to the given sink (stdout by default), dropping lines below the level. */

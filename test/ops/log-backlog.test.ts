@@ -1,0 +1,56 @@
+import { expect, test } from "bun:test";
+import { spawn } from "node:child_process";
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { tempDir } from "./support.ts";
+
+// A server whose stdout is not read (journald or a log shipper stalled) under a flood of requests:
+// Bun keeps every line handed to stdout in memory until its reader takes it.
+
+const LOGGER = join(import.meta.dir, "../../server/shared/log.ts");
+
+test("log lines beyond 8 MiB that stdout's reader has not taken are dropped, and the next lines say how many", async () => {
+  const dir = tempDir("log-backlog");
+  const script = join(dir, "flood.ts");
+  // 200,000 lines of about 250 bytes (50 MB) while nobody reads; then, once the reader reads, one more line.
+  writeFileSync(
+    script,
+    `import { createLogger } from ${JSON.stringify(LOGGER)};
+const log = createLogger("info");
+const filler = "x".repeat(200);
+for (let i = 0; i < 200; i++) {
+  for (let j = 0; j < 1000; j++) log.info("flood", { i, j, filler });
+  await Bun.sleep(1);
+}
+console.error("flooded");
+for await (const _ of console) break;
+await Bun.sleep(1000);
+log.info("after the flood");
+await Bun.sleep(50);
+`,
+  );
+  try {
+    const child = spawn(process.execPath, [script], { stdio: ["pipe", "pipe", "pipe"] });
+    child.stdout.pause();
+    let stderr = "";
+    await new Promise<void>((resolve, reject) => {
+      child.stderr.on("data", (chunk) => (stderr += chunk) && stderr.includes("flooded") && resolve());
+      child.on("close", () => reject(new Error(`the flood ended early: ${stderr}`)));
+    });
+    const chunks: Buffer[] = [];
+    child.stdout.on("data", (chunk: Buffer) => chunks.push(chunk));
+    child.stdout.resume();
+    child.stdin.write("read now\n");
+    await new Promise((resolve) => child.on("close", resolve));
+    const lines = Buffer.concat(chunks).toString().trimEnd().split("\n").map((line) => JSON.parse(line));
+    const floodLines = lines.filter((line) => line.msg === "flood").length;
+    const dropped = lines.filter((line) => line.level === "warn");
+    expect({ written: floodLines < 40_000, dropped: dropped.map((line) => ({ msg: line.msg, lines: line.dropped_lines })), last: lines.at(-1).msg }).toEqual({
+      written: true,
+      dropped: [{ msg: "log lines dropped: stdout was not read as fast as they came", lines: 200_000 - floodLines }],
+      last: "after the flood",
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 60_000);
