@@ -150,13 +150,16 @@ function errorAnswer(error: ProblemError, request: Request, session: ConsoleSess
  * that cannot serve, an unexpected error) reach it as httpConventions logged and mapped them.
  */
 export function consoleErrors() {
-  return new Elysia({ name: "console-errors" }).onError({ as: "global" }, ({ code, error, request, ...context }) => {
+  return new Elysia({ name: "console-errors" }).onError({ as: "global" }, ({ code, error, request, set, ...context }) => {
     if (!isConsolePath(pathOf(request))) return;
     const problem = requestProblemOf(code, error) ?? consoleFailureOf(request);
     if (!problem) return;
     // A value past a route schema's limit (a pasted 10,000-character search): the page names the field.
     const named = code === "VALIDATION" && problem.errors ? fieldsProblem(problem.errors) : problem;
-    return errorAnswer(named, request, (context as { session?: ConsoleSession | null }).session ?? null);
+    const answer = errorAnswer(named, request, (context as { session?: ConsoleSession | null }).session ?? null);
+    // The request's log line and metrics read the status here: a sign-in required is answered 303, not 401.
+    set.status = answer.status;
+    return answer;
   });
 }
 

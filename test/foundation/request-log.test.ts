@@ -26,7 +26,7 @@ describe("request log: happy paths", () => {
     for (const line of requests) expect(line.duration_ms).toBeGreaterThanOrEqual(0);
   });
 
-  test("error responses are logged with their status, including the browser refusal", async () => {
+  test("error responses are logged with their status, including the browser refusal and the console's redirect to sign in", async () => {
     const { app, lines } = loggedApp(h);
     const cases: [string, string, Record<string, string>, number][] = [
       ["GET", "/public/v1/contacts", {}, 401],
@@ -35,6 +35,9 @@ describe("request log: happy paths", () => {
       ["GET", "/public/v1/contacts?per_page=0", auth(), 422],
       ["GET", "/public/v1/contacts", { ...auth(), origin: "https://app.example" }, 403],
       ["OPTIONS", "/public/v1/contacts", { origin: "https://app.example", "access-control-request-method": "POST" }, 403],
+      // the console sends a visitor without a session to sign in, from a page that exists or not
+      ["GET", "/console/contacts", {}, 303],
+      ["GET", "/console/no-such-page", {}, 303],
     ];
     const ids: string[] = [];
     for (const [method, path, headers, status] of cases) {
