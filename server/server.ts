@@ -28,6 +28,9 @@ export interface RunningServer {
   stop(options?: { drain?: boolean }): Promise<void>;
 }
 
+/** MANUAL_ATTEMPTS_ANSWER_MS is how long before the shutdown deadline manual attempts are given up, for their requests to be answered. */
+const MANUAL_ATTEMPTS_ANSWER_MS = 1000;
+
 /** shellWord quotes a word for a POSIX shell when it needs quoting. */
 function shellWord(word: string): string {
   return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
@@ -110,9 +113,15 @@ export async function startServer(config: Config, log: Logger = createLogger(con
         // on one just then: the drain keeps serving until the clients have left, or its window ends.
         const open = drain ? await runtime.connections.drain(server.port!, Math.min(config.shutdownDrainMs, remaining())) : 0;
         if (open > 0) log.info("drain window over with connections open; idle ones are closed now, busy ones after their answer", { connections: open, drain_ms: config.shutdownDrainMs });
-        if (!(await settlesWithin(app.stop(false), remaining()))) {
-          log.warn("shutdown deadline reached; closing the connections of unfinished requests", { deadline_ms: config.shutdownTimeoutMs });
-          await server.stop(true);
+        const requestsFinished = app.stop(false);
+        // A manual retry's request waits for its attempt, which may take longer than the deadline:
+        // given up a moment before it, the request is answered 503 shutting-down, not cut off.
+        if (!(await settlesWithin(requestsFinished, remaining() - MANUAL_ATTEMPTS_ANSWER_MS))) {
+          await runtime.deliveries.abandonManualAttempts();
+          if (!(await settlesWithin(requestsFinished, remaining()))) {
+            log.warn("shutdown deadline reached; closing the connections of unfinished requests", { deadline_ms: config.shutdownTimeoutMs });
+            await server.stop(true);
+          }
         }
         // Elysia runs afterResponse hooks (the request's log line and metrics) in a setImmediate.
         await new Promise((resolve) => setImmediate(resolve));

@@ -126,6 +126,7 @@ interface RecordedAttempt {
 
 interface InFlight {
   due: DueDelivery;
+  trigger: Trigger;
   controller: AbortController;
   done: Promise<void>;
   /** what the request came to, once it ended: its outcome is then on its way to being recorded */
@@ -462,8 +463,8 @@ export class DeliveryLoop {
     return signingSecrets({ ...due, secret: due.secret! }, Date.now()).map((sealed) => this.deps.secrets.open(due.subscription_id, sealed));
   }
 
-  /** dispatch runs one attempt of a leased delivery and records its outcome. */
-  private dispatch(due: DueDelivery, trigger: Trigger, inRecordWrite?: (tx: Db) => Promise<void>): Promise<void> {
+  /** dispatch runs one attempt of a leased delivery and records its outcome; it resolves with whether a stop gave the attempt up. */
+  private dispatch(due: DueDelivery, trigger: Trigger, inRecordWrite?: (tx: Db) => Promise<void>): Promise<boolean> {
     const { config, log } = this.deps;
     const controller = new AbortController();
     this.perSubscription.set(due.subscription_id, (this.perSubscription.get(due.subscription_id) ?? 0) + 1);
@@ -492,7 +493,7 @@ export class DeliveryLoop {
       }
       this.wake();
     };
-    const attempt = { due, controller, abandoned: false } as InFlight;
+    const attempt = { due, trigger, controller, abandoned: false } as InFlight;
     attempt.done = (async () => {
       const result = await sendAttempt({
         deliveryId: due.id,
@@ -535,7 +536,8 @@ export class DeliveryLoop {
         openSlot();
         releaseReceiverSlot();
         this.wake();
-      });
+      })
+      .then(() => attempt.abandoned);
   }
 
   /**
@@ -631,8 +633,27 @@ export class DeliveryLoop {
       return (await lease(tx, [row], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS))[0]!;
     });
     if ("refused" in claim) return claim;
-    await this.dispatch(claim, "manual", inRecordWrite);
-    return null;
+    return (await this.dispatch(claim, "manual", inRecordWrite)) ? { refused: "shutting-down" } : null;
+  }
+
+  /**
+   * abandonManualAttempts gives up the manual attempts still waiting for an answer, as stop gives
+   * up the others, so that each request waiting for one is answered (refused: shutting down)
+   * before the shutdown deadline closes its connection: an attempt may take longer than the deadline.
+   */
+  async abandonManualAttempts(): Promise<void> {
+    await this.abandon([...this.inFlight].filter((attempt) => attempt.trigger === "manual" && attempt.result === undefined));
+  }
+
+  /** abandon aborts attempts without recording them and releases their leases, so they are sent again after a restart. */
+  private async abandon(attempts: InFlight[]): Promise<void> {
+    for (const attempt of attempts) {
+      attempt.abandoned = true;
+      attempt.controller.abort();
+    }
+    if (attempts.length === 0) return;
+    await this.release(attempts.map((f) => f.due));
+    this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart", { count: attempts.length });
   }
 
   /**
@@ -646,15 +667,7 @@ export class DeliveryLoop {
     await this.claiming;
     await settlesWithin(Promise.allSettled([...this.inFlight].map((f) => f.done)), deadlineMs);
     // An attempt with its answer in is being recorded, in a write already queued: it is left to it.
-    const left = [...this.inFlight].filter((attempt) => attempt.result === undefined);
-    for (const attempt of left) {
-      attempt.abandoned = true;
-      attempt.controller.abort();
-    }
-    if (left.length > 0) {
-      await this.release(left.map((f) => f.due));
-      this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart", { count: left.length });
-    }
+    await this.abandon([...this.inFlight].filter((attempt) => attempt.result === undefined && !attempt.abandoned));
     const stopListening = await this.listening;
     this.listening = null;
     await stopListening?.();

@@ -121,12 +121,28 @@ describe("graceful shutdown", () => {
     expect(server.logLines().at(-1)?.msg).toBe("stopped");
   });
 
-  test("the shutdown deadline cuts off a request that never completes; the attempt is released for the next start; exit 0", async () => {
+  test("the shutdown deadline cuts off a request that never completes (its body never arrives); nothing of it is stored; exit 0", async () => {
+    const { dataDir, token, server } = await serve(["--shutdown-timeout-ms", "200"]);
+    const stalled = new Connection(Number(new URL(server.url).port));
+    stalled.write(`POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"first_name":`);
+    await waitUntil(async () => (await api(server.url, token, "GET", "/healthz")).status === 200, "the server to take requests", server.proc);
+    expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+    expect(await stalled.response().then((res) => res.status, () => "closed without an answer")).toBe("closed without an answer");
+    expect(server.logLines().map((l) => l.msg)).toContain("shutdown deadline reached; closing the connections of unfinished requests");
+    expect(contactNames(dataDir)).toEqual([]);
+  });
+
+  test("a manual retry whose receiver has not answered by the time the deadline leaves it is answered 503 shutting-down, not cut off; its attempt is released for the next start, not recorded", async () => {
     const { dataDir, token, server } = await serve(["--shutdown-timeout-ms", "200"]);
     const { deliveryId, retry } = await heldRetry(server, token, receiver);
     expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
-    expect(await retry).toBeInstanceOf(Error);
-    expect(server.logLines().map((l) => l.msg)).toContain("shutdown deadline reached; closing the connections of unfinished requests");
+    expect(await retry).toEqual({
+      status: 503,
+      headers: expect.anything(),
+      body: { type: "urn:crm:problem:shutting-down", title: "Service Unavailable", status: 503, detail: "The server is shutting down; retry the delivery after it restarts." },
+    });
+    const messages = server.logLines().map((l) => l.msg);
+    expect({ abandoned: messages.includes("webhook attempts abandoned at shutdown; they are sent again after restart"), cutOff: messages.includes("shutdown deadline reached; closing the connections of unfinished requests") }).toEqual({ abandoned: true, cutOff: false });
     expect(deliveryAttempts(dataDir, deliveryId)).toBe(1);
     expect(leasedDeliveries(dataDir)).toEqual([]);
   });
