@@ -32,11 +32,14 @@ async function statementsOf(tagLists: string[][], extra: ContactFilters = {}): P
   return [...new Set(captured.map((c) => c.sql))].sort();
 }
 
-test("a list by tags runs the same SQL texts for 2, 3 or 40 tags, whichever drives: each text is a statement kept on every connection (PostgreSQL keeps one per text on each)", async () => {
+test("a list by tags runs the same SQL texts for 3, 7 or 40 tags, whichever drives, and for any 2 tags: each text is a statement kept on every connection (PostgreSQL keeps one per text on each)", async () => {
   for (const extra of [{}, { updatedAfter: 0 }, { createdAfter: 0, updatedAfter: 0 }] as ContactFilters[]) {
-    const two = await statementsOf([[TAGS[0]!, TAGS[1]!], [TAGS[39]!, TAGS[1]!]], extra);
-    const more = await statementsOf([[TAGS[0]!, TAGS[1]!], [TAGS[39]!, TAGS[1]!], TAGS.slice(0, 3), TAGS.slice(20, 23).reverse(), TAGS, [...TAGS].reverse()], extra);
-    expect({ extra, statements: more }).toEqual({ extra, statements: two });
+    const three = await statementsOf([TAGS.slice(0, 3), TAGS.slice(20, 23).reverse()], extra);
+    const more = await statementsOf([TAGS.slice(0, 3), TAGS.slice(20, 23).reverse(), TAGS.slice(10, 17), TAGS, [...TAGS].reverse()], extra);
+    expect({ extra, statements: more }).toEqual({ extra, statements: three });
+    const two = await statementsOf([[TAGS[0]!, TAGS[1]!]], extra);
+    const otherTwo = await statementsOf([[TAGS[0]!, TAGS[1]!], [TAGS[39]!, TAGS[1]!], [TAGS[25]!, TAGS[5]!]], extra);
+    expect({ extra, statements: otherTwo }).toEqual({ extra, statements: two });
   }
   // and the lists find the contacts carrying every tag given
   expect([await countContacts(h.rt.db, { tags: TAGS }), await countContacts(h.rt.db, { tags: TAGS.slice(20) }), await countContacts(h.rt.db, { tags: [TAGS[0]!, TAGS[0]!, TAGS[39]!] })]).toEqual([3, 4, 3]);
