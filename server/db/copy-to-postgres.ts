@@ -176,10 +176,14 @@ export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresD
     return readingOneSnapshot(sqlite, () => copyAll(sqlite, tx, progress));
   });
   // A failure outside a table's rows (a trigger switched, a sequence moved) rolls back all the same.
-  return copied.catch((error: Error) => {
+  const result = await copied.catch((error: Error) => {
     if (error instanceof CopyRefused || error instanceof CopyFailed) throw error;
     throw new CopyFailed(error.message.split("\n")[0]!);
   });
+  // Statistics for the planner now: until autovacuum's next pass (a minute or more) PostgreSQL
+  // would plan the copied tables as it found them, empty.
+  await target.run("ANALYZE");
+  return result;
 }
 
 /**

@@ -142,6 +142,11 @@ describe("copy-to-postgres: happy path", () => {
     }
   });
 
+  test("the copied tables are analyzed: the planner has their statistics at once, not after autovacuum's next pass", async () => {
+    const unanalyzed = await pg.all<{ relname: string }>("SELECT relname FROM pg_stat_user_tables WHERE last_analyze IS NULL ORDER BY relname");
+    expect(unanalyzed).toEqual([]);
+  });
+
   test("the counting triggers work again after the copy, and new header sets get ids past the copied ones", async () => {
     const before = await pg.get<{ n: number }>("SELECT n FROM row_counts WHERE table_name = 'contacts'");
     await pg.run("INSERT INTO contacts (id, first_name, created_at, updated_at) VALUES ('c_after_copy', 'New', 1, 1)");
