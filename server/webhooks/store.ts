@@ -107,29 +107,35 @@ export interface Page {
 
 const placeholders = (n: number) => Array(n).fill("?").join(", ");
 
-/** insertEvent stores one outbox event. */
-export async function insertEvent(db: Db, row: EventRow): Promise<void> {
-  await db.run("INSERT INTO events (id, type, payload, created_at) VALUES (?, ?, ?, ?)", [row.id, row.type, row.payload, row.created_at]);
-}
-
 /**
  * ROWS_PER_INSERT bounds the rows of one multi-row INSERT: 8 columns a row stay far below the
  * bound parameters a statement takes (SQLite 32,766, PostgreSQL 65,535).
  */
 const ROWS_PER_INSERT = 500;
 
-/** insertRows stores rows of one table in multi-row INSERTs of at most ROWS_PER_INSERT rows, in order. */
-async function insertRows<T>(db: Db, table: string, columns: string[], rows: T[], values: (row: T) => SqlValue[]): Promise<void> {
-  const placeholders = `(${columns.map(() => "?").join(", ")})`;
-  for (let from = 0; from < rows.length; from += ROWS_PER_INSERT) {
-    const chunk = rows.slice(from, from + ROWS_PER_INSERT);
-    await db.run(`INSERT INTO ${table} (${columns.join(", ")}) VALUES ${chunk.map(() => placeholders).join(", ")}`, chunk.flatMap(values));
-  }
+/** rowsInserter returns what stores rows of one table in multi-row INSERTs of at most ROWS_PER_INSERT rows, in order; a single row's text is built once. */
+function rowsInserter<T>(table: string, columns: string[], values: (row: T) => SqlValue[]): (db: Db, rows: T[]) => Promise<void> {
+  const head = `INSERT INTO ${table} (${columns.join(", ")}) VALUES `;
+  const row = `(${placeholders(columns.length)})`;
+  const one = head + row;
+  return async (db, rows) => {
+    for (let from = 0; from < rows.length; from += ROWS_PER_INSERT) {
+      const chunk = rows.slice(from, from + ROWS_PER_INSERT);
+      await db.run(chunk.length === 1 ? one : head + Array(chunk.length).fill(row).join(", "), chunk.flatMap(values));
+    }
+  };
+}
+
+const eventRows = rowsInserter<EventRow>("events", ["id", "type", "payload", "created_at"], (row) => [row.id, row.type, row.payload, row.created_at]);
+
+/** insertEvent stores one outbox event. */
+export async function insertEvent(db: Db, row: EventRow): Promise<void> {
+  await eventRows(db, [row]);
 }
 
 /** insertEvents stores many events in a few statements (a set-wise change records one per row it changed). */
 export async function insertEvents(db: Db, rows: EventRow[]): Promise<void> {
-  await insertRows(db, "events", ["id", "type", "payload", "created_at"], rows, (row) => [row.id, row.type, row.payload, row.created_at]);
+  await eventRows(db, rows);
 }
 
 /** insertSubscription stores a subscription and indexes the event kinds it wants. */
@@ -302,27 +308,23 @@ export function findActiveSubscriptionsForEvent(db: Db, eventType: string): Prom
   );
 }
 
+/** NewDelivery is what a pending delivery is stored with. */
+type NewDelivery = Pick<DeliveryRow, "id" | "event_id" | "event_type" | "subscription_id" | "target_url" | "next_attempt_at" | "created_at">;
+
+const deliveryRows = rowsInserter<NewDelivery>(
+  "webhook_deliveries",
+  ["id", "event_id", "event_type", "subscription_id", "target_url", "next_attempt_at", "created_at", "updated_at"],
+  (row) => [row.id, row.event_id, row.event_type, row.subscription_id, row.target_url, row.next_attempt_at, row.created_at, row.created_at],
+);
+
 /** insertDelivery stores a pending delivery due at next_attempt_at. */
-export async function insertDelivery(db: Db, row: Pick<DeliveryRow, "id" | "event_id" | "event_type" | "subscription_id" | "target_url" | "next_attempt_at" | "created_at">): Promise<void> {
-  await db.run(
-    `INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, next_attempt_at, created_at, updated_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-    [row.id, row.event_id, row.event_type, row.subscription_id, row.target_url, row.next_attempt_at, row.created_at, row.created_at],
-  );
+export async function insertDelivery(db: Db, row: NewDelivery): Promise<void> {
+  await deliveryRows(db, [row]);
 }
 
 /** insertDeliveries stores many pending deliveries in a few statements, as insertDelivery stores one. */
-export async function insertDeliveries(db: Db, rows: Pick<DeliveryRow, "id" | "event_id" | "event_type" | "subscription_id" | "target_url" | "next_attempt_at" | "created_at">[]): Promise<void> {
-  await insertRows(db, "webhook_deliveries", ["id", "event_id", "event_type", "subscription_id", "target_url", "next_attempt_at", "created_at", "updated_at"], rows, (row) => [
-    row.id,
-    row.event_id,
-    row.event_type,
-    row.subscription_id,
-    row.target_url,
-    row.next_attempt_at,
-    row.created_at,
-    row.created_at,
-  ]);
+export async function insertDeliveries(db: Db, rows: NewDelivery[]): Promise<void> {
+  await deliveryRows(db, rows);
 }
 
 /** findDeliveryById returns one delivery row or null. */
