@@ -33,7 +33,8 @@ import {
   listContacts,
   listContactVersions,
   listNeedsCount,
-  planNameSearchesPerNeedle,
+  planPerValue,
+  valueDependentPlans,
   type ContactVersion,
   replaceContactAccounts,
   replaceContactAssignedUsers,
@@ -582,7 +583,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
   // again in one snapshot should its page be full.
   const pageAndCount = async (source: Db) => {
     const outsideSnapshot = source === db && db.dialect === "postgres";
-    if (filters.fullName !== undefined && !outsideSnapshot) await planNameSearchesPerNeedle(source);
+    if (valueDependentPlans(filters) && !outsideSnapshot) await planPerValue(source);
     const counted = needsCount ? await countContacts(source, filters) : null;
     const page = { sortBy: list.sortBy, direction: list.direction, ...reading, matches: counted };
     // Includes embed accounts and users, which change without the contact's version: rendered anew each time.
@@ -624,7 +625,7 @@ export async function searchContacts(
 ): Promise<{ data: Contact[]; total: number; next: CursorPosition | null }> {
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
   return db.read(async (source) => {
-    if (filters.fullName !== undefined) await planNameSearchesPerNeedle(source);
+    if (filters.fullName !== undefined) await planPerValue(source);
     const matches = await countContacts(source, filters);
     const rows = await listContacts(source, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
     const page = rows.slice(0, limit);

@@ -222,16 +222,22 @@ function fullNameContains(needle: string): { condition: string; params: string[]
 }
 
 /**
- * planNameSearchesPerNeedle has PostgreSQL plan the rest of the read transaction's statements for
- * their own parameters; call it inside `db.read` before a name search. Bun's pooled statements are
- * prepared, and from the 6th run PostgreSQL may keep one generic plan, which for a name reads the
- * whole trigram index and rechecks every row: a needle without trigrams (1 or 2 characters, %%%)
- * then took 0.26 to 0.6 s on 300,000 contacts instead of the 0.1 s seq scan its own plan picks.
- * SQLite plans each needle's statement shape anyway.
+ * planPerValue has PostgreSQL plan the rest of the read transaction's statements for their own
+ * parameters; call it inside `db.read` before a list whose filters make valueDependentPlans true.
+ * Bun's pooled statements are prepared, and from the 6th run PostgreSQL may keep one generic plan:
+ * for a name it read the whole trigram index and rechecked every row (a needle without trigrams
+ * took 0.26 to 0.6 s on 300,000 contacts instead of the 0.1 s seq scan its own plan picks); for
+ * a tag of 10,000 beside an account of 250,000 it kept the plan of a tag of 500,000 (a count took
+ * 270 ms instead of 24 on 1,000,000 contacts). SQLite plans each statement's shape anyway.
  */
-export async function planNameSearchesPerNeedle(db: Db): Promise<void> {
+export async function planPerValue(db: Db): Promise<void> {
   if (db.dialect !== "postgres") return;
   await db.run("SET LOCAL plan_cache_mode = force_custom_plan");
+}
+
+/** valueDependentPlans tells whether the filters' best plans depend on their values: a name search, or two relations or more, whose sizes decide which drives. */
+export function valueDependentPlans(filters: ContactFilters): boolean {
+  return filters.fullName !== undefined || (filters.tags?.length ?? 0) + (filters.accountId !== undefined ? 1 : 0) + (filters.assignedUserId !== undefined ? 1 : 0) >= 2;
 }
 
 /**
@@ -476,41 +482,52 @@ async function drivingRelation(db: Db, filters: ContactFilters): Promise<Relatio
   return (await relationTerms(db, filters))[0] ?? null;
 }
 
+/** RelationRows is where a relation's contacts are: the table, its key column, the contact id column, and the prefix of its indexes (key, created_at, id) and (key, updated_at, id). */
+interface RelationRows {
+  table: string;
+  key: string;
+  id: string;
+  index: string;
+}
+
+const RELATION_ROWS: Record<RelationTerm["kind"], RelationRows> = {
+  tag: { table: "contact_tags", key: "tag", id: "contact_id", index: "contact_tags" },
+  account: { table: "contact_accounts", key: "account_id", id: "contact_id", index: "contact_accounts" },
+  assigned_user: { table: "contacts", key: "assigned_user_id", id: "id", index: "contacts_assigned_user" },
+};
+
 /**
  * countRelationMatches counts the contacts meeting relation filters and time filters in the
- * relation tables alone: the rarest relation's index is read in order (a range of its time index
- * with a time filter: its rows carry created_at and updated_at) and each entry probes the others'
- * keys, without looking up a single contact row unless the assigned user is one of the others.
+ * relations' indexes alone: the rarest relation's time index is read in order (a range of it with a
+ * time filter: its rows carry created_at and updated_at) and each entry probes the others' time
+ * indexes, without looking up a single row.
  */
 async function countRelationMatches(db: Db, terms: RelationTerm[], times: TimeFilter[]): Promise<number> {
   const [driver, ...others] = terms as [RelationTerm, ...RelationTerm[]];
-  const from = {
-    tag: { table: "contact_tags d WHERE d.tag = ?", id: "d.contact_id" },
-    account: { table: "contact_accounts d WHERE d.account_id = ?", id: "d.contact_id" },
-    assigned_user: { table: "contacts d WHERE d.assigned_user_id = ?", id: "d.id" },
-  }[driver.kind];
   const ranged = times[0]?.column ?? "created_at";
   const timed = timeConditions(db, times, "d", ranged);
-  // From a tag's rows, another tag is probed in its index on the column the driver's index holds,
-  // (tag, created_at, contact_id) or (tag, updated_at, contact_id): narrower than the rows, which
-  // carry every sort key, and entered in the order the driver reads (11 vs 15 ms for 10,000 probes).
-  const tagFound =
-    driver.kind === "tag"
-      ? (tag: string) => `ct.tag = ${tag} AND ct.${ranged} = d.${ranged} AND ct.contact_id = d.contact_id`
-      : (tag: string) => `ct.contact_id = ${from.id} AND ct.tag = ${tag}`;
-  const narrow = driver.kind === "tag" ? `contact_tags_${ranged === "created_at" ? "created" : "updated"}` : undefined;
+  const driving = RELATION_ROWS[driver.kind];
+  // Every relation has an index (key, created_at, id) and (key, updated_at, id). The driver reads
+  // the one of the ranged column, and each other relation is probed in its own: narrower than its
+  // rows or the contacts' primary key, and entered in the order the driver reads, so consecutive
+  // probes share pages (a tag of 10,000 probing an account of 250,000 on 1,000,000 contacts: 8.7 ms
+  // against 15.2 through the account's primary key in the order of whichever index SQLite chose).
+  const suffix = ranged === "created_at" ? "created" : "updated";
+  const indexed = (relation: RelationRows) => (db.dialect === "sqlite" ? ` INDEXED BY ${relation.index}_${suffix}` : "");
+  const probeOf = (relation: RelationRows, alias: string, key: string) =>
+    `${alias}.${relation.key} = ${key} AND ${alias}.${ranged} = d.${ranged} AND ${alias}.${relation.id} = d.${driving.id}`;
   // The other tags are one probe (rarest first, so the first missing ends it soonest), in the place of the rarest of them.
   const tags = others.filter((term) => term.kind === "tag").map((term) => term.value);
   const firstTag = others.findIndex((term) => term.kind === "tag");
   const probes = others.flatMap((term, i) => {
-    if (term.kind === "tag") return i === firstTag ? [tagProbes(db, tags, tagFound, { joined: true, narrow })] : [];
-    const condition =
-      term.kind === "account"
-        ? `EXISTS (SELECT 1 FROM contact_accounts ca WHERE ca.contact_id = ${from.id} AND ca.account_id = ?)`
-        : `EXISTS (SELECT 1 FROM contacts c WHERE c.id = ${from.id} AND c.assigned_user_id = ?)`;
-    return [{ condition, params: [term.value] }];
+    if (term.kind === "tag") {
+      const narrow = db.dialect === "sqlite" ? `${RELATION_ROWS.tag.index}_${suffix}` : undefined;
+      return i === firstTag ? [tagProbes(db, tags, (tag) => probeOf(RELATION_ROWS.tag, "ct", tag), { joined: true, narrow })] : [];
+    }
+    const probed = RELATION_ROWS[term.kind];
+    return [{ condition: `EXISTS (SELECT 1 FROM ${probed.table} p${indexed(probed)} WHERE ${probeOf(probed, "p", "?")})`, params: [term.value] }];
   });
-  const sql = `SELECT count(*) AS n FROM ${from.table}${[...timed.where, ...probes.map((probe) => probe.condition)].map((condition) => ` AND ${condition}`).join("")}`;
+  const sql = `SELECT count(*) AS n FROM ${driving.table} d${indexed(driving)} WHERE d.${driving.key} = ?${[...timed.where, ...probes.map((probe) => probe.condition)].map((condition) => ` AND ${condition}`).join("")}`;
   return (await db.get<{ n: number }>(sql, [driver.value, ...timed.params, ...probes.flatMap((probe) => probe.params)]))!.n;
 }
 
