@@ -387,6 +387,83 @@ describe("sign-in throttling", () => {
     expect(paced.toSorted()).toEqual([...Array(6).fill("401"), "429 retry-after 5", "429 retry-after 5", "signed in"].toSorted());
   }, 30_000);
 
+  test("a guesser cycling through emails from one address is paced once the address has 20 failures: one check a second, 429 past a 5 s queue; another address is checked at once", async () => {
+    const { h } = await setup();
+    await addOperator(h.rt.db);
+    const attempt = (email: string, address: string, password = "not the password") =>
+      signIn(h.rt.db, { email, password, address }).then(
+        () => "signed in",
+        (error: ProblemError) => `${error.status}${error.headers["retry-after"] ? ` retry-after ${error.headers["retry-after"]}` : ""}`,
+      );
+    for (let e = 0; e < PACED_AFTER.address; e++) expect(await attempt(`guess${e}@example.com`, "203.0.113.7")).toBe("401");
+    // 8 new emails from the same address at the same moment: six get turns 0 to 5 s apart, the rest 429 unchecked
+    const paced = await Promise.all([...Array.from({ length: 8 }, (_, e) => attempt(`fresh${e}@example.com`, "203.0.113.7")), attempt(OPERATOR.email, "192.0.2.10", OPERATOR.password)]);
+    expect(paced.toSorted()).toEqual([...Array(6).fill("401"), "429 retry-after 5", "429 retry-after 5", "signed in"].toSorted());
+    expect(await h.rt.db.get("SELECT failures FROM login_failures WHERE scope = 'address' AND subject = '203.0.113.7'")).toEqual({ failures: PACED_AFTER.address + 6 });
+  }, 30_000);
+
+  test("password checks run one at a time, whoever asks: sign-ins from many addresses never take the API's cores", async () => {
+    const { h } = await setup();
+    await addOperator(h.rt.db);
+    const verify = Bun.password.verify;
+    let running = 0;
+    let most = 0;
+    Bun.password.verify = async (...args: Parameters<typeof verify>) => {
+      most = Math.max(most, ++running);
+      try {
+        return await verify.apply(Bun.password, args);
+      } finally {
+        running--;
+      }
+    };
+    try {
+      const outcomes = await Promise.all(
+        Array.from({ length: 6 }, (_, a) =>
+          signIn(h.rt.db, { email: a === 0 ? OPERATOR.email : `someone${a}@example.com`, password: a === 0 ? OPERATOR.password : "not the password", address: `198.51.100.${a + 1}` }).then(
+            () => "signed in",
+            (error: ProblemError) => String(error.status),
+          ),
+        ),
+      );
+      expect({ outcomes, most }).toEqual({ outcomes: ["signed in", "401", "401", "401", "401", "401"], most: 1 });
+    } finally {
+      Bun.password.verify = verify;
+    }
+  }, 30_000);
+
+  test("a sign-in that waits 5 s for the password checker is answered 429 unchecked, and the checker then serves the next", async () => {
+    const { h } = await setup();
+    await addOperator(h.rt.db);
+    const verify = Bun.password.verify;
+    const held = Promise.withResolvers<void>();
+    const entered = Promise.withResolvers<void>();
+    Bun.password.verify = async (...args: Parameters<typeof verify>) => {
+      entered.resolve();
+      await held.promise;
+      return verify.apply(Bun.password, args);
+    };
+    try {
+      const holder = signIn(h.rt.db, { email: "held@example.com", password: "not the password", address: "198.51.100.1" }).catch((error: ProblemError) => error.status);
+      await entered.promise;
+      const waiting = await signIn(h.rt.db, { email: OPERATOR.email, password: OPERATOR.password, address: "192.0.2.10" }).then(
+        () => ({ status: 200, message: "signed in", headers: {} as Record<string, string> }),
+        (error: ProblemError) => error,
+      );
+      expect({ status: waiting.status, detail: waiting.message, retryAfter: waiting.headers["retry-after"] }).toEqual({
+        status: 429,
+        detail: "Too many sign-ins are being checked at the moment. Try again in 5 seconds.",
+        retryAfter: "5",
+      });
+      held.resolve();
+      expect(await holder).toBe(401);
+      // nothing was counted against the operator, and the checker is free again
+      expect(await h.rt.db.get("SELECT count(*) AS n FROM login_failures WHERE subject LIKE ?", [`${OPERATOR.email}%`])).toEqual({ n: 0 });
+      expect(typeof (await signIn(h.rt.db, { email: OPERATOR.email, password: OPERATOR.password, address: "192.0.2.10" }))).toBe("string");
+    } finally {
+      Bun.password.verify = verify;
+    }
+  }, 30_000);
+
   test("crm operator unlock --email E forgets the failures counted against an account, so a guessing address may try at once", async () => {
     const { db, dataDir, from } = await serveConsole();
     const guesser = from("203.0.113.9");
