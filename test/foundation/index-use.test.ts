@@ -351,6 +351,20 @@ describe("index use: every documented filter and sort", () => {
     expect(await pagePlan({ tags: ["old", "sparse"], accountId: oldAccount, assignedUserId: oldUser })).toEqual(walkedPlan("SEARCH c USING COVERING INDEX contacts_assigned_user_created (assigned_user_id=?)", TAGS_PROBE, ACCOUNT_PROBE));
   });
 
+  test("a page deep in one relation (by page number) reads only its own contacts: the offset is skipped in the relation's sort index, not among contacts read and sorted", async () => {
+    for (const filters of [{ tags: ["common"] }, { accountId: acme }, { assignedUserId: user }, { tags: ["common"], updatedAfter: 0 }] as ContactFilters[]) {
+      const { db, captured } = capturing(h.rt.db);
+      const page = { sortBy: "last_name" as const, direction: "asc" as const, cursor: null, limit: 4, offset: 8 };
+      const rows = await listContacts(db, filters, { ...page, matches: await countContacts(h.rt.db, filters) });
+      const read = captured.find((c) => c.sql.startsWith("SELECT c.id"))!;
+      // the window holds the page's 4 rows after skipping 8, and the contacts read are not skipped again
+      expect({ filters, window: /ORDER BY [^)]* LIMIT CAST\(\? AS INTEGER\) OFFSET \?\) w/.test(read.sql), slice: read.params.slice(-4) }).toEqual({ filters, window: true, slice: [4, 8, 4, 0] });
+      const fetched = await listContacts(h.rt.db, filters, { ...page, matches: FETCHED });
+      expect({ filters, ids: rows.map((r) => r.id) }).toEqual({ filters, ids: fetched.map((r) => r.id) });
+      expect(rows).toHaveLength(4);
+    }
+  });
+
   test("a relation carried only by the oldest contacts, listed newest first, is read from the newest of them in its own sort index: a window that cannot miss, no fetch (a tag, an account, an assigned user)", async () => {
     for (const [filters, plan] of [[{ tags: ["old"] }, TAG_WALKED], [{ accountId: oldAccount }, ACCOUNT_WALKED], [{ assignedUserId: oldUser }, USER_WALKED]] as [ContactFilters, string[]][]) {
       const { db, captured } = capturing(h.rt.db);
