@@ -7,6 +7,7 @@ import { search } from "../../console/search/service.ts";
 import { recentFailures, subscriptionsHealth } from "../../console/subscriptions/health.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import { listAllSubscriptions } from "../../server/webhooks/service.ts";
+import { countDeliveries, listDeliveries, type DeliveryFilters } from "../../server/webhooks/store.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { capturing, queryPlan, type Captured } from "../support/query-plans.ts";
 import { seedDeliveries } from "./support.ts";
@@ -50,6 +51,7 @@ const READS: [string, (db: ServiceDatabase) => unknown, RegExp[]][] = [
   ["latest deliveries", (db) => latestDeliveries(db, {}), [/SCAN d USING INDEX webhook_deliveries_created/, /SEARCH events USING INDEX sqlite_autoindex_events_1/]],
   ["failed deliveries", (db) => latestDeliveries(db, { status: "failed" }), [/SEARCH d USING INDEX webhook_deliveries_unfinished \(status=\?\)/]],
   ["older deliveries", (db) => latestDeliveries(db, { before: `${Date.now()}.dlv_01J00000000000000000000000` }), [/SEARCH d USING INDEX webhook_deliveries_created \(\(created_at,id\)<\(\?,\?\)\)/]],
+  ["deliveries of one event kind", (db) => latestDeliveries(db, { event: "webhook.ping" }), [/SEARCH d USING INDEX webhook_deliveries_event_type \(event_type=\?\)/, /SEARCH d USING COVERING INDEX webhook_deliveries_event_type \(event_type=\?\)/]],
   ["deliveries about a contact", (db) => latestDeliveries(db, { contact_id: contactId }), [/SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/, /SEARCH events USING INDEX events_subject \(subject_id=\?\)/]],
   ["failures by reason", (db) => recentFailures(db, subscription.id), [/SEARCH webhook_deliveries USING INDEX webhook_deliveries_subscription_status \(subscription_id=\? AND status=\? AND created_at>\?\)/]],
   ["a contact's page", (db) => contactPage(db, contactId), [/SEARCH events USING INDEX events_subject \(subject_id=\?\)/, /SEARCH webhook_deliveries USING INDEX webhook_deliveries_event \(event_id=\?\)/]],
@@ -68,6 +70,47 @@ describe("the console's reads go through indexes", () => {
       for (const pattern of expected) expect({ label, pattern: String(pattern), found: lines.some((line) => pattern.test(line)) }).toEqual({ label, pattern: String(pattern), found: true });
     });
   }
+});
+
+describe("the deliveries list filtered by event kind (GET /webhook-deliveries?event=, the console's event filter)", () => {
+  /** drivingIndexes names, per statement of a page and its count, the index SQLite walks the deliveries by. */
+  async function drivingIndexes(filters: DeliveryFilters): Promise<string[]> {
+    const spy = capturing(h.rt.db);
+    await listDeliveries(spy.db, filters, { cursor: null, limit: 26, offset: 0 });
+    await listDeliveries(spy.db, filters, { cursor: { value: Date.now(), id: "dlv_01J00000000000000000000000" }, limit: 26, offset: 0 });
+    await countDeliveries(spy.db, filters);
+    return spy.captured.map((c) => /^(?:SEARCH|SCAN) d USING (?:COVERING )?INDEX (\w+)/.exec(queryPlan(h.db.sqlite, c)[0]!)?.[1] ?? "no index");
+  }
+
+  // A rare or absent kind read the whole created index, every page; the kind's own index (0021)
+  // serves it alone or with a time range. With a filter whose index bounds the walk by its own
+  // size (the subscription's deliveries, the unfinished ones, an event's), that index drives as before.
+  test("a page (first or by cursor) and its count are read from the kind's index unless another filter's index bounds them", async () => {
+    const event = "webhook.ping";
+    const cases: [string, DeliveryFilters][] = [
+      ["event", { eventType: event }],
+      ["event, created_after", { eventType: event, createdAfter: 0 }],
+      ["event, since and until", { eventType: event, createdAfter: 0, createdBefore: Date.now() }],
+      ["event, status succeeded", { eventType: event, status: "succeeded" }],
+      ["event, status failed", { eventType: event, status: "failed" }],
+      ["event, subscription_id", { eventType: event, subscriptionId: subscription.id }],
+      ["event, event_id", { eventType: event, eventId }],
+      ["event, contact", { eventType: event, subjectId: contactId }],
+    ];
+    const found: Record<string, string[]> = {};
+    for (const [label, filters] of cases) found[label] = await drivingIndexes(filters);
+    const kind = "webhook_deliveries_event_type";
+    expect(found).toEqual({
+      event: [kind, kind, kind],
+      "event, created_after": [kind, kind, kind],
+      "event, since and until": [kind, kind, kind],
+      "event, status succeeded": [kind, kind, kind],
+      "event, status failed": ["webhook_deliveries_unfinished", "webhook_deliveries_unfinished", "webhook_deliveries_unfinished"],
+      "event, subscription_id": ["webhook_deliveries_subscription", "webhook_deliveries_subscription", "webhook_deliveries_subscription_status"],
+      "event, event_id": ["webhook_deliveries_event", "webhook_deliveries_event", "webhook_deliveries_event"],
+      "event, contact": ["webhook_deliveries_event", "webhook_deliveries_event", "webhook_deliveries_event"],
+    });
+  });
 });
 
 describe("migration 0015", () => {

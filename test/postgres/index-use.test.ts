@@ -6,6 +6,7 @@ import { listAccounts } from "../../server/accounts/store.ts";
 import { listContacts, type ContactFilters } from "../../server/contacts/store.ts";
 import type { CursorPosition } from "../../server/http/list-query.ts";
 import { createUser } from "../../server/users/service.ts";
+import { countDeliveries, listDeliveries } from "../../server/webhooks/store.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { capturing, type Captured } from "../support/query-plans.ts";
@@ -13,6 +14,7 @@ import { capturing, type Captured } from "../support/query-plans.ts";
 // The PostgreSQL twin of foundation/index-use.test.ts for the sorts by a nullable key, which ask
 // for NULLs first ascending and last descending (SQLite's order): an index in the other NULL order
 // serves neither direction, and every page, cursor pages included, sorted the whole table.
+// Also the deliveries list by event kind alone (migration 0021), which read every delivery.
 
 let database: TestDatabase;
 let h: Harness;
@@ -100,4 +102,19 @@ test("an accounts page sorted by domain is read in the order of an index, in bot
       await expectIndexOrder(`domain ${direction} / ${cursorName}`, captured);
     }
   }
+});
+
+test("a deliveries page filtered by event kind, first or by cursor, and its count are read from the kind's index, alone or with a time range", async () => {
+  const cursor: CursorPosition = { value: Date.now(), id: "dlv_01M00000000000000000000000" };
+  const found: Record<string, boolean[]> = {};
+  for (const [label, filters] of Object.entries({ event: { eventType: "webhook.ping" }, "event, created_after": { eventType: "webhook.ping", createdAfter: 0 } })) {
+    const { db, captured } = capturing(h.rt.db);
+    await listDeliveries(db, filters, { cursor: null, limit: 26, offset: 0 });
+    await listDeliveries(db, filters, { cursor, limit: 26, offset: 0 });
+    await countDeliveries(db, filters);
+    await expectIndexOrder(label, captured);
+    // Without the kind's index the created index, walked newest first, serves the order alone: no step is disabled, but every delivery is read.
+    found[label] = await Promise.all(captured.map(async (c) => (await planOf(c)).some((line) => line.includes("webhook_deliveries_event_type"))));
+  }
+  expect(found).toEqual({ event: [true, true, true], "event, created_after": [true, true, true] });
 });
