@@ -390,6 +390,7 @@ export class DeliveryLoop {
    * attempt (first, retry, recovery): `rateWake` is when the next of them may start.
    */
   private async pickDue(tx: Db, now: number, free: number): Promise<Picks> {
+    this.forgetPassedSlots(now);
     const { config } = this.deps;
     const busiest = free >= REFILL ? MAX_PER_SUBSCRIPTION - REFILL : GUARANTEED_PER_SUBSCRIPTION - 1;
     const saturated = [...this.perSubscription].filter(([, n]) => n > busiest).map(([id]) => id);
@@ -425,6 +426,7 @@ export class DeliveryLoop {
    * The deliveries are locked as they are read (`SKIP LOCKED`), so no two claims take the same one.
    */
   private async pickDueShared(tx: Db, now: number, free: number): Promise<Picks> {
+    this.forgetPassedSlots(now);
     const leaseUntil = now + this.deps.config.deliveryTimeoutMs + LEASE_MARGIN_MS;
     const picked: DueDelivery[] = [];
     let rateWake: number | null = null;
@@ -448,6 +450,19 @@ export class DeliveryLoop {
     }
     // Full, this instance claims only guaranteed shares: waking the others then would only bounce.
     return { picked: await lease(tx, picked, leaseUntil), rateWake, leftOver: free >= REFILL && picked.length >= free };
+  }
+
+  /**
+   * forgetPassedSlots drops the pacing of subscriptions whose next slot has passed: a slot in the
+   * past paces nothing, the next claim for the subscription sets it again, and the entry of a
+   * deleted subscription would otherwise stay for the life of the process.
+   */
+  private forgetPassedSlots(now: number): void {
+    for (const [subscriptionId, slot] of this.nextSlot) {
+      if (slot > now) continue;
+      this.nextSlot.delete(subscriptionId);
+      this.pacing.delete(subscriptionId);
+    }
   }
 
   private armTimer(at: number | null): void {

@@ -139,6 +139,26 @@ describe("max_rate: happy paths", () => {
     }
   }, 90_000);
 
+  test("the pacing of deleted subscriptions is forgotten once their next slot has passed: the delivery loop keeps none for subscriptions that are gone", async () => {
+    h = await scope.harness();
+    const r = scope.receiver();
+    const paced = await Promise.all(Array.from({ length: 3 }, () => create({ target_url: r.url, events: ["contact.created"], max_rate: 5 })));
+    const other = (await create({ target_url: r.url, events: ["contact.updated"] })).body.data.id;
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Paced" } })).body.data.id;
+    await waitFor(() => r.received.length === 3, "one delivery to each paced subscription");
+    // the loop's pacing of each subscription: the next slot of its send (internal, read here as the growth it was)
+    const loop = h.rt.deliveries as unknown as { nextSlot: Map<string, number>; pacing: Map<string, number> };
+    await waitFor(() => [...loop.nextSlot.values()].every((slot) => slot !== Infinity), "the paced sends' next slots");
+    expect([loop.nextSlot.size, loop.pacing.size]).toEqual([3, 3]);
+    for (const { body } of paced) expect((await h.json("DELETE", `/public/v1/webhook-subscriptions/${body.data.id}`)).status).toBe(204);
+    await Bun.sleep(250); // past the 200 ms slots
+    // the next claim, for another subscription, forgets them
+    expect((await h.json("PATCH", `/public/v1/contacts/${contact}`, { body: { last_name: "Later" } })).status).toBe(200);
+    await waitFor(async () => (await h.deliveries(`subscription_id=${other}`))[0]?.status === "succeeded", "the other subscription's delivery");
+    expect(r.received.length).toBe(4);
+    expect([loop.nextSlot.size, loop.pacing.size]).toEqual([0, 0]);
+  });
+
   test("without max_rate, a backlog goes out as fast as the receiver takes it", async () => {
     h = await scope.harness();
     const r = scope.receiver();
