@@ -63,9 +63,11 @@ const PACE_MS = 1000;
 /** MAX_PACE_WAIT_MS is the longest a paced check, or one waiting for a free checker, waits for its turn; a longer queue is answered 429. */
 const MAX_PACE_WAIT_MS = 5000;
 /**
- * PASSWORD_CHECKERS is how many sign-in password checks (argon2id, about 64 MiB and 50-100 ms of a
- * core each) run at once in a process; the others wait in turn. Twenty checks a second from one
- * client took 60% of the API's throughput on 2 cores (by email 35,000 -> 13,000-15,000 requests a second).
+ * PASSWORD_CHECKERS is how many password checks (argon2id, about 64 MiB and 50-100 ms of a core
+ * each) from addresses that have failed, or that send several at once, run at once in a process;
+ * the others wait in turn. Twenty checks a second from one client took 60% of the API's
+ * throughput on 2 cores (by email 35,000 -> 13,000-15,000 requests a second). An address that has
+ * not been guessing is checked at once, whatever waits.
  */
 const PASSWORD_CHECKERS = 1;
 
@@ -287,9 +289,27 @@ async function failuresInWindow(db: Db, scope: "account" | "address" | "pair", s
   return row && row.window_start_at > now - LOGIN_WINDOW_MS ? row : null;
 }
 
-/** Pacer hands out turns at most one per PACE_MS per key; the turns of one database are shared by its server. */
+/**
+ * Pacer hands out turns at most one per PACE_MS per key, and counts the sign-ins under way from
+ * each address; the turns and counts of one database are shared by its server.
+ */
 class Pacer {
   private readonly next = new Map<string, number>();
+  private readonly underWay = new Map<string, number>();
+
+  /** begin counts a sign-in from `address` as under way and returns how many others from it are: their failures are not recorded yet. */
+  begin(address: string): number {
+    const others = this.underWay.get(address) ?? 0;
+    this.underWay.set(address, others + 1);
+    return others;
+  }
+
+  /** end counts a sign-in from `address` as done. */
+  end(address: string): void {
+    const left = (this.underWay.get(address) ?? 1) - 1;
+    if (left > 0) this.underWay.set(address, left);
+    else this.underWay.delete(address);
+  }
 
   /** turn is how long a check must wait for its turn (and takes it), or null when that is past MAX_PACE_WAIT_MS. */
   turn(key: string, now: number): number | null {
@@ -339,8 +359,9 @@ class Turns {
 
 const passwordCheckers = new Turns(PASSWORD_CHECKERS);
 
-/** checkPassword verifies a password against a hash in one of the process's PASSWORD_CHECKERS turns; null when none came within MAX_PACE_WAIT_MS. */
-async function checkPassword(password: string, hash: string): Promise<boolean | null> {
+/** checkPassword verifies a password against a hash, a `suspect` one in one of the process's PASSWORD_CHECKERS turns; null when none came within MAX_PACE_WAIT_MS. */
+async function checkPassword(password: string, hash: string, suspect: boolean): Promise<boolean | null> {
+  if (!suspect) return Bun.password.verify(password, hash);
   if (!(await passwordCheckers.take(MAX_PACE_WAIT_MS))) return null;
   try {
     return await Bun.password.verify(password, hash);
@@ -361,26 +382,38 @@ function tooManySignIns(waitMs: number, why = "Too many failed sign-ins from her
  * after FREE_PAIR_FAILURES each further try of that pair must wait a delay that doubles (429 with
  * Retry-After before then, unchecked). While an account is under attack (PACED_AFTER failures in
  * the window), checks of pairs that have failed for it are paced to one per PACE_MS, waiting for
- * their turn; while an address is, every check from it, so that a guesser cycling through emails
- * costs one password check a second. An address that has not been guessing is checked at once, so
- * the right password gets in whatever others are guessing. The checks themselves run
- * PASSWORD_CHECKERS at a time, whoever asks: sign-ins never take the API's cores.
+ * their turn; while an address is (its failures and its other sign-ins under way), every check
+ * from it, so that a guesser cycling through emails costs one password check a second, however
+ * many it sends at once. Checks from an address that has failed, or sends several at once, run
+ * PASSWORD_CHECKERS at a time. An address that has not been guessing is checked at once, so the
+ * right password gets in whatever others are guessing.
  */
 export async function signIn(db: Database, input: { email: string; password: string; address: string }, now = Date.now()): Promise<string> {
+  const pacer = pacers.get(db) ?? pacers.set(db, new Pacer()).get(db)!;
+  // Counted before any await: sign-ins sent together see each other.
+  const othersUnderWay = pacer.begin(input.address);
+  try {
+    return await checkSignIn(db, pacer, input, othersUnderWay, now);
+  } finally {
+    pacer.end(input.address);
+  }
+}
+
+async function checkSignIn(db: Database, pacer: Pacer, input: { email: string; password: string; address: string }, othersUnderWay: number, now: number): Promise<string> {
   const email = normalEmail(input.email).slice(0, 254);
   const pair = await failuresInWindow(db, "pair", pairSubject(email, input.address), now);
   if (pair) {
     const wait = pair.last_failure_at + pairDelayMs(pair.failures) - now;
     if (wait > 0) throw tooManySignIns(wait);
   }
+  const fromAddress = ((await failuresInWindow(db, "address", input.address, now))?.failures ?? 0) + othersUnderWay;
   const underAttack = [
     [pair !== null && ((await failuresInWindow(db, "account", email, now))?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`],
-    [((await failuresInWindow(db, "address", input.address, now))?.failures ?? 0) >= PACED_AFTER.address, `address:${input.address}`],
+    [fromAddress >= PACED_AFTER.address, `address:${input.address}`],
   ] as const;
   let turn = 0;
   for (const [paced, key] of underAttack) {
     if (!paced) continue;
-    const pacer = pacers.get(db) ?? pacers.set(db, new Pacer()).get(db)!;
     const waitMs = pacer.turn(key, now);
     if (waitMs === null) throw tooManySignIns(MAX_PACE_WAIT_MS, key.startsWith("address:") ? "Too many failed sign-ins from here." : undefined);
     turn = Math.max(turn, waitMs);
@@ -389,7 +422,7 @@ export async function signIn(db: Database, input: { email: string; password: str
   const operator = await findOperatorByEmail(db, email);
   // Unknown emails cost the same argon2 verification, so timing does not tell which accounts exist.
   dummyHash ??= hashPassword(randomSecret());
-  const ok = input.password.length <= MAX_OPERATOR_PASSWORD_LENGTH ? await checkPassword(input.password, operator?.password_hash ?? (await dummyHash)) : false;
+  const ok = input.password.length <= MAX_OPERATOR_PASSWORD_LENGTH ? await checkPassword(input.password, operator?.password_hash ?? (await dummyHash), fromAddress > 0) : false;
   if (ok === null) throw tooManySignIns(MAX_PACE_WAIT_MS, "Too many sign-ins are being checked at the moment.");
   if (!operator || !ok) {
     await deleteLoginFailuresBefore(db, now - LOGIN_WINDOW_MS);

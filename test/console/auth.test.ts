@@ -329,6 +329,13 @@ describe("sign-in throttling", () => {
     await db.run("UPDATE login_failures SET last_failure_at = last_failure_at - ? WHERE scope = 'pair' AND subject = ?", [pairDelayMs(failures), `${OPERATOR.email} ${address}`]);
   };
 
+  /** outcome names how a sign-in ended: "signed in", or its status and the Retry-After it gave. */
+  const outcome = (signingIn: Promise<string>) =>
+    signingIn.then(
+      () => "signed in",
+      (error: ProblemError) => `${error.status}${error.headers["retry-after"] ? ` retry-after ${error.headers["retry-after"]}` : ""}`,
+    );
+
   test("guessing from one address is slowed by delays that double for that account and address, unchecked until each passes", async () => {
     const { db, from } = await serveConsole();
     const guesser = from("203.0.113.9");
@@ -375,11 +382,7 @@ describe("sign-in throttling", () => {
   test("while an account is under attack, checks from addresses that failed for it are paced one a second (429 past a 5 s queue); a clean address is not", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const attempt = (address: string, password = "not the password") =>
-      signIn(h.rt.db, { email: OPERATOR.email, password, address }).then(
-        () => "signed in",
-        (error: ProblemError) => `${error.status}${error.headers["retry-after"] ? ` retry-after ${error.headers["retry-after"]}` : ""}`,
-      );
+    const attempt = (address: string, password = "not the password") => outcome(signIn(h.rt.db, { email: OPERATOR.email, password, address }));
     // one failure from each of 10 addresses: the account is under attack
     for (let a = 1; a <= PACED_AFTER.account; a++) expect(await attempt(`198.51.100.${a}`)).toBe("401");
     // 8 addresses that failed once each try at the same moment: six get turns 0 to 5 s apart, the rest 429
@@ -390,11 +393,7 @@ describe("sign-in throttling", () => {
   test("a guesser cycling through emails from one address is paced once the address has 20 failures: one check a second, 429 past a 5 s queue; another address is checked at once", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const attempt = (email: string, address: string, password = "not the password") =>
-      signIn(h.rt.db, { email, password, address }).then(
-        () => "signed in",
-        (error: ProblemError) => `${error.status}${error.headers["retry-after"] ? ` retry-after ${error.headers["retry-after"]}` : ""}`,
-      );
+    const attempt = (email: string, address: string, password = "not the password") => outcome(signIn(h.rt.db, { email, password, address }));
     for (let e = 0; e < PACED_AFTER.address; e++) expect(await attempt(`guess${e}@example.com`, "203.0.113.7")).toBe("401");
     // 8 new emails from the same address at the same moment: six get turns 0 to 5 s apart, the rest 429 unchecked
     const paced = await Promise.all([...Array.from({ length: 8 }, (_, e) => attempt(`fresh${e}@example.com`, "203.0.113.7")), attempt(OPERATOR.email, "192.0.2.10", OPERATOR.password)]);
@@ -402,66 +401,88 @@ describe("sign-in throttling", () => {
     expect(await h.rt.db.get("SELECT failures FROM login_failures WHERE scope = 'address' AND subject = '203.0.113.7'")).toEqual({ failures: PACED_AFTER.address + 6 });
   }, 30_000);
 
-  test("password checks run one at a time, whoever asks: sign-ins from many addresses never take the API's cores", async () => {
+  test("an address one failure short of being paced that sends 10 sign-ins at once is paced for all but the first: one check a second, 429 past a 5 s queue", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const verify = Bun.password.verify;
-    let running = 0;
-    let most = 0;
-    Bun.password.verify = async (...args: Parameters<typeof verify>) => {
-      most = Math.max(most, ++running);
-      try {
-        return await verify.apply(Bun.password, args);
-      } finally {
-        running--;
-      }
-    };
-    try {
-      const outcomes = await Promise.all(
-        Array.from({ length: 6 }, (_, a) =>
-          signIn(h.rt.db, { email: a === 0 ? OPERATOR.email : `someone${a}@example.com`, password: a === 0 ? OPERATOR.password : "not the password", address: `198.51.100.${a + 1}` }).then(
-            () => "signed in",
-            (error: ProblemError) => String(error.status),
-          ),
-        ),
-      );
-      expect({ outcomes, most }).toEqual({ outcomes: ["signed in", "401", "401", "401", "401", "401"], most: 1 });
-    } finally {
-      Bun.password.verify = verify;
-    }
+    const attempt = (email: string) => outcome(signIn(h.rt.db, { email, password: "not the password", address: "203.0.113.8" }));
+    for (let e = 0; e < PACED_AFTER.address - 1; e++) expect(await attempt(`guess${e}@example.com`)).toBe("401");
+    // the first is checked at once; the other nine count it, under way, as the 20th failure: six turns 0 to 5 s apart, three 429
+    const burst = await Promise.all(Array.from({ length: 10 }, (_, e) => attempt(`burst${e}@example.com`)));
+    expect(burst.toSorted()).toEqual([...Array(7).fill("401"), ...Array(3).fill("429 retry-after 5")].toSorted());
   }, 30_000);
 
-  test("a sign-in that waits 5 s for the password checker is answered 429 unchecked, and the checker then serves the next", async () => {
-    const { h } = await setup();
-    await addOperator(h.rt.db);
+  /** withVerifySpy runs `work` while Bun.password.verify is wrapped by `wrap`, and puts it back. */
+  const withVerifySpy = async <T,>(wrap: (verify: typeof Bun.password.verify) => typeof Bun.password.verify, work: () => Promise<T>): Promise<T> => {
     const verify = Bun.password.verify;
-    const held = Promise.withResolvers<void>();
-    const entered = Promise.withResolvers<void>();
-    Bun.password.verify = async (...args: Parameters<typeof verify>) => {
-      entered.resolve();
-      await held.promise;
-      return verify.apply(Bun.password, args);
-    };
+    Bun.password.verify = wrap(verify);
     try {
-      const holder = signIn(h.rt.db, { email: "held@example.com", password: "not the password", address: "198.51.100.1" }).catch((error: ProblemError) => error.status);
-      await entered.promise;
-      const waiting = await signIn(h.rt.db, { email: OPERATOR.email, password: OPERATOR.password, address: "192.0.2.10" }).then(
-        () => ({ status: 200, message: "signed in", headers: {} as Record<string, string> }),
-        (error: ProblemError) => error,
-      );
-      expect({ status: waiting.status, detail: waiting.message, retryAfter: waiting.headers["retry-after"] }).toEqual({
-        status: 429,
-        detail: "Too many sign-ins are being checked at the moment. Try again in 5 seconds.",
-        retryAfter: "5",
-      });
-      held.resolve();
-      expect(await holder).toBe(401);
-      // nothing was counted against the operator, and the checker is free again
-      expect(await h.rt.db.get("SELECT count(*) AS n FROM login_failures WHERE subject LIKE ?", [`${OPERATOR.email}%`])).toEqual({ n: 0 });
-      expect(typeof (await signIn(h.rt.db, { email: OPERATOR.email, password: OPERATOR.password, address: "192.0.2.10" }))).toBe("string");
+      return await work();
     } finally {
       Bun.password.verify = verify;
     }
+  };
+
+  test("checks from addresses that have failed run one at a time; an address that has not been guessing is checked at once beside them", async () => {
+    const { h } = await setup();
+    await addOperator(h.rt.db);
+    const attempt = (email: string, address: string, password = "not the password") => outcome(signIn(h.rt.db, { email, password, address }));
+    for (let a = 1; a <= 6; a++) expect(await attempt(`first${a}@example.com`, `198.51.100.${a}`)).toBe("401");
+    let running = 0;
+    let most = 0;
+    const outcomes = await withVerifySpy(
+      (verify) =>
+        async (...args: Parameters<typeof verify>) => {
+          if (args[0] !== "not the password") return verify.apply(Bun.password, args);
+          most = Math.max(most, ++running);
+          try {
+            return await verify.apply(Bun.password, args);
+          } finally {
+            running--;
+          }
+        },
+      () => Promise.all([...Array.from({ length: 6 }, (_, a) => attempt(`again${a}@example.com`, `198.51.100.${a + 1}`)), attempt(OPERATOR.email, "192.0.2.10", OPERATOR.password)]),
+    );
+    expect({ outcomes, most }).toEqual({ outcomes: [...Array(6).fill("401"), "signed in"], most: 1 });
+  }, 30_000);
+
+  test("a check from an address that has failed waits at most 5 s for the checker (429 unchecked); an address that has not been guessing signs in meanwhile", async () => {
+    const { h } = await setup();
+    await addOperator(h.rt.db);
+    await signIn(h.rt.db, { email: "typo@example.com", password: "not the password", address: "198.51.100.1" }).catch(() => {});
+    const held = Promise.withResolvers<void>();
+    const entered = Promise.withResolvers<void>();
+    await withVerifySpy(
+      (verify) =>
+        async (...args: Parameters<typeof verify>) => {
+          if (args[0] === "held password") {
+            entered.resolve();
+            await held.promise;
+          }
+          return verify.apply(Bun.password, args);
+        },
+      async () => {
+        // an address that has failed holds the checker
+        const holder = signIn(h.rt.db, { email: "held@example.com", password: "held password", address: "198.51.100.1" }).catch((error: ProblemError) => error.status);
+        await entered.promise;
+        const [waiting, clean] = await Promise.all([
+          signIn(h.rt.db, { email: "next@example.com", password: "not the password", address: "198.51.100.1" }).then(
+            () => ({ status: 200, message: "signed in", headers: {} as Record<string, string> }),
+            (error: ProblemError) => error,
+          ),
+          signIn(h.rt.db, { email: OPERATOR.email, password: OPERATOR.password, address: "192.0.2.10" }).then((secret) => typeof secret),
+        ]);
+        expect({ status: waiting.status, detail: waiting.message, retryAfter: waiting.headers["retry-after"], clean }).toEqual({
+          status: 429,
+          detail: "Too many sign-ins are being checked at the moment. Try again in 5 seconds.",
+          retryAfter: "5",
+          clean: "string",
+        });
+        held.resolve();
+        expect(await holder).toBe(401);
+        // the checker is free again: the operator, from the address that failed, signs in
+        expect(typeof (await signIn(h.rt.db, { email: OPERATOR.email, password: OPERATOR.password, address: "198.51.100.1" }))).toBe("string");
+      },
+    );
   }, 30_000);
 
   test("crm operator unlock --email E forgets the failures counted against an account, so a guessing address may try at once", async () => {
