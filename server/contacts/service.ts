@@ -625,7 +625,7 @@ export async function searchContacts(
 ): Promise<{ data: Contact[]; total: number; next: CursorPosition | null }> {
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
   return db.read(async (source) => {
-    if (filters.fullName !== undefined) await planPerValue(source);
+    if (valueDependentPlans(filters)) await planPerValue(source);
     const matches = await countContacts(source, filters);
     const rows = await listContacts(source, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
     const page = rows.slice(0, limit);

@@ -512,18 +512,16 @@ async function countRelationMatches(db: Db, terms: RelationTerm[], times: TimeFi
   // rows or the contacts' primary key, and entered in the order the driver reads, so consecutive
   // probes share pages (a tag of 10,000 probing an account of 250,000 on 1,000,000 contacts: 8.7 ms
   // against 15.2 through the account's primary key in the order of whichever index SQLite chose).
-  const suffix = ranged === "created_at" ? "created" : "updated";
-  const indexed = (relation: RelationRows) => (db.dialect === "sqlite" ? ` INDEXED BY ${relation.index}_${suffix}` : "");
+  const timeIndex = (relation: RelationRows) => `${relation.index}_${ranged === "created_at" ? "created" : "updated"}`;
+  const indexed = (relation: RelationRows) => (db.dialect === "sqlite" ? ` INDEXED BY ${timeIndex(relation)}` : "");
   const probeOf = (relation: RelationRows, alias: string, key: string) =>
     `${alias}.${relation.key} = ${key} AND ${alias}.${ranged} = d.${ranged} AND ${alias}.${relation.id} = d.${driving.id}`;
   // The other tags are one probe (rarest first, so the first missing ends it soonest), in the place of the rarest of them.
   const tags = others.filter((term) => term.kind === "tag").map((term) => term.value);
   const firstTag = others.findIndex((term) => term.kind === "tag");
   const probes = others.flatMap((term, i) => {
-    if (term.kind === "tag") {
-      const narrow = db.dialect === "sqlite" ? `${RELATION_ROWS.tag.index}_${suffix}` : undefined;
-      return i === firstTag ? [tagProbes(db, tags, (tag) => probeOf(RELATION_ROWS.tag, "ct", tag), { joined: true, narrow })] : [];
-    }
+    // (`narrow` is an INDEXED BY, which the tag probes write on SQLite only)
+    if (term.kind === "tag") return i === firstTag ? [tagProbes(db, tags, (tag) => probeOf(RELATION_ROWS.tag, "ct", tag), { joined: true, narrow: timeIndex(RELATION_ROWS.tag) })] : [];
     const probed = RELATION_ROWS[term.kind];
     return [{ condition: `EXISTS (SELECT 1 FROM ${probed.table} p${indexed(probed)} WHERE ${probeOf(probed, "p", "?")})`, params: [term.value] }];
   });
@@ -593,9 +591,7 @@ async function walkWindow(db: Db, filters: ContactFilters, page: Pick<ContactPag
   // The window holds the relation's rows within the time filters: alone, every one of them is a
   // match; beside other relations they are at most all its rows.
   const candidates = terms.length === 1 ? Math.min(page.matches, rarest.contacts) : rarest.contacts;
-  // One row more than the relation has reads all of it and tells the window was not cut short; a
-  // deep page would otherwise ask for more rows than PostgreSQL's integer LIMIT holds.
-  const rows = Math.min(Math.ceil((WALK_WINDOW * (page.offset + page.limit) * candidates) / page.matches), candidates + 1);
+  const rows = windowEntries(page, candidates, page.matches);
   // A time filter on another column than the sort is checked on each row walked; one keeping fewer
   // than 1 in BROAD_SHARE of the relation's contacts is read as a range of the relation's own index
   // of it instead, its rows sorted by the sort keys they carry: a walk could read every row of the
@@ -603,6 +599,16 @@ async function walkWindow(db: Db, filters: ContactFilters, page: Pick<ContactPag
   const times = timeFilters(filters);
   const offSort = times.length > 0 && times.every((time) => time.column !== page.sortBy);
   return { rows, relation: rarest, ...(offSort && page.matches * BROAD_SHARE < rarest.contacts ? { byTime: times[0]!.column } : {}) };
+}
+
+/**
+ * windowEntries is how many entries of an index a walk reads for a page: WALK_WINDOW times the
+ * entries the page's end needs if the `matches` are spread evenly among its `candidates`, and at
+ * most one more than there are, which reads them all and tells the window was not cut short (a
+ * deep page would otherwise ask for more rows than PostgreSQL's integer LIMIT holds).
+ */
+function windowEntries(page: Pick<ContactPage, "limit" | "offset">, candidates: number, matches: number): number {
+  return Math.min(Math.ceil((WALK_WINDOW * (page.offset + page.limit) * candidates) / matches), candidates + 1);
 }
 
 /**
@@ -620,8 +626,7 @@ async function walkWindow(db: Db, filters: ContactFilters, page: Pick<ContactPag
  */
 function timeWindow(page: Pick<ContactPage, "limit" | "offset">, matches: number, contacts: number): Walk {
   if (matches * BROAD_SHARE < contacts) return { rows: 0, relation: null };
-  // As a relation's window: one entry more than the index has reads all of it, and a deep page asks no more.
-  return { rows: Math.min(Math.ceil((WALK_WINDOW * (page.offset + page.limit) * contacts) / matches), contacts + 1), relation: null };
+  return { rows: windowEntries(page, contacts, matches), relation: null };
 }
 
 /**
@@ -733,10 +738,11 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     // SQLite reads a window of contacts as rowids (PostgreSQL has none: ids).
     const byRowid = db.dialect === "sqlite";
     const byContact = byRowid ? { contact: "c.rowid", window: "w.rid" } : { contact: "c.id", window: "w.id" };
+    const contactIds = byRowid ? "c.rowid AS rid, c.id" : "c.id";
     if (!relation) {
       // Time filters alone: the window is the sort index's entries, and each of its rows is checked.
       return {
-        sql: `SELECT ${byRowid ? "c.rowid AS rid, " : ""}c.id FROM contacts c ${keyset?.after ? `WHERE ${keyset.after} ` : ""}ORDER BY ${walked.orderBy}`,
+        sql: `SELECT ${contactIds} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after} ` : ""}ORDER BY ${walked.orderBy}`,
         params: [...(keyset?.params ?? [])],
         match: byContact,
         probes: { where: [], params: [] },
@@ -749,18 +755,18 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     const within = timed.where.map((condition) => ` AND ${condition}`).join("");
     if (relation.kind === "assigned_user") {
       return {
-        sql: `SELECT ${byRowid ? "c.rowid AS rid, " : ""}c.id FROM contacts c WHERE c.assigned_user_id = ?${within}${after} ORDER BY ${walked.orderBy}`,
+        sql: `SELECT ${contactIds} FROM contacts c WHERE c.assigned_user_id = ?${within}${after} ORDER BY ${walked.orderBy}`,
         params: [relation.value, ...timed.params, ...(keyset?.params ?? [])],
         match: byContact,
         probes: relationProbes(db, { ...filters, assignedUserId: undefined }, "w"),
         checks: { where: [], params: [] },
       };
     }
-    const { table, column } = relation.kind === "tag" ? { table: "contact_tags", column: "tag" } : { table: "contact_accounts", column: "account_id" };
+    const { table, key } = RELATION_ROWS[relation.kind];
     const others = relation.kind === "tag" ? { ...filters, tags: filters.tags?.filter((other) => other !== relation.value) } : { ...filters, accountId: undefined };
     // the relation rows do not hold the assigned user: it is checked on the contacts read, before their sort
     return {
-      sql: `SELECT t.contact_id AS id FROM ${table} t WHERE t.${column} = ?${within}${after} ORDER BY ${walked.orderBy}`,
+      sql: `SELECT t.contact_id AS id FROM ${table} t WHERE t.${key} = ?${within}${after} ORDER BY ${walked.orderBy}`,
       params: [relation.value, ...timed.params, ...(keyset?.params ?? [])],
       match: { contact: "c.id", window: "w.id" },
       probes: relationProbes(db, { ...others, assignedUserId: undefined }, "w"),
