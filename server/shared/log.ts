@@ -40,6 +40,14 @@ const MAX_UNWRITTEN_LOG_CHARACTERS = 8 * 1024 * 1024;
 let unwritten = 0;
 let droppedLines = 0;
 
+/** jsonLine renders one log line: time, level and message first, then the fields (which never name those three). */
+function jsonLine(time: string, level: LogLevel, msg: string, fields?: Record<string, unknown>): string {
+  // Spliced rather than spread into one object: every request logs a line.
+  const head = `{"time":"${time}","level":"${level}","msg":${JSON.stringify(msg)}`;
+  const rest = fields === undefined ? "}" : JSON.stringify(fields);
+  return rest.length > 2 ? `${head},${rest.slice(1)}` : `${head}}`;
+}
+
 /** countLines counts the lines of buffered log output (each ends in a newline). */
 function countLines(out: string): number {
   let lines = 0;
@@ -61,7 +69,7 @@ export function flushLogs(): void {
     return;
   }
   if (droppedLines > 0) {
-    out = `{"time":"${new Date().toISOString()}","level":"warn","msg":"log lines dropped: stdout was not read as fast as they came","dropped_lines":${droppedLines}}\n${out}`;
+    out = `${jsonLine(new Date().toISOString(), "warn", "log lines dropped: stdout was not read as fast as they came", { dropped_lines: droppedLines })}\n${out}`;
     droppedLines = 0;
   }
   const length = out.length;
@@ -80,10 +88,7 @@ export function createLogger(level: LogLevel, write: (line: string) => void = (s
       lastMs = now;
       lastTime = new Date(now).toISOString();
     }
-    // Spliced rather than spread into one object: every request logs a line. Fields never name time, level or msg.
-    const head = `{"time":"${lastTime}","level":"${lineLevel}","msg":${JSON.stringify(msg)}`;
-    const rest = fields === undefined ? "}" : JSON.stringify(fields);
-    write(rest.length > 2 ? `${head},${rest.slice(1)}` : `${head}}`);
+    write(jsonLine(lastTime, lineLevel, msg, fields));
   };
   return { debug: emit("debug"), info: emit("info"), warn: emit("warn"), error: emit("error") };
 }
