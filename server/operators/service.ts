@@ -408,14 +408,14 @@ async function checkSignIn(db: Database, pacer: Pacer, input: { email: string; p
   }
   const fromAddress = ((await failuresInWindow(db, "address", input.address, now))?.failures ?? 0) + othersUnderWay;
   const underAttack = [
-    [pair !== null && ((await failuresInWindow(db, "account", email, now))?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`],
-    [fromAddress >= PACED_AFTER.address, `address:${input.address}`],
+    [pair !== null && ((await failuresInWindow(db, "account", email, now))?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`, undefined],
+    [fromAddress >= PACED_AFTER.address, `address:${input.address}`, "Too many failed sign-ins from here."],
   ] as const;
   let turn = 0;
-  for (const [paced, key] of underAttack) {
+  for (const [paced, key, why] of underAttack) {
     if (!paced) continue;
     const waitMs = pacer.turn(key, now);
-    if (waitMs === null) throw tooManySignIns(MAX_PACE_WAIT_MS, key.startsWith("address:") ? "Too many failed sign-ins from here." : undefined);
+    if (waitMs === null) throw tooManySignIns(MAX_PACE_WAIT_MS, why);
     turn = Math.max(turn, waitMs);
   }
   if (turn > 0) await Bun.sleep(turn);
