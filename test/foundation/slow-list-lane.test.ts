@@ -120,6 +120,30 @@ describe("slow lists on the lane", () => {
     }
   });
 
+  test("closing the database lets the slow read under way finish, then ends the lane's thread", async () => {
+    const own = await createHarness();
+    let closed = false;
+    try {
+      const lane = () => (own.db as unknown as { lane: { worker: Worker | null } }).lane;
+      const { promise: released, resolve: release } = Promise.withResolvers<void>();
+      const held = own.db.readAside(async (db) => {
+        const before = await db.get<{ n: number }>("SELECT count(*) AS n FROM contacts");
+        await released;
+        return before;
+      });
+      const closing = own.db.close().then(() => (closed = true));
+      // However long it is given, the close waits for the read.
+      await Bun.sleep(20);
+      expect({ closed, thread: lane().worker !== null }).toEqual({ closed: false, thread: true });
+      release();
+      expect(await held).toEqual({ n: 0 });
+      await closing;
+      expect(lane().worker).toBeNull();
+    } finally {
+      await own.close();
+    }
+  });
+
   test("a lane whose thread ends runs the read it held again on the main thread, and starts a new thread for the next", async () => {
     const path = `/public/v1/contacts?tag=customer&account_id=${ids.north}`;
     const expected = await answer(h.app, path);
