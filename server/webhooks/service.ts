@@ -27,7 +27,7 @@ import {
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { isSealed, maskStoredSecret } from "./secrets.ts";
-import { subscriptionStats } from "./stats.ts";
+import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
@@ -447,7 +447,7 @@ export async function listDeliveriesPage(db: Database, query: Record<string, unk
     db,
     list,
     (source) => listDeliveries(source, filters, pageWindow(list)),
-    (source) => countDeliveries(source, filters),
+    (source) => countMatchingDeliveries(source, filters),
   );
   const meta = listMeta(list, total, read, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
   return { data: pageRows(list, read).map(toDelivery), meta };
@@ -538,11 +538,24 @@ export async function deliveriesAfter(db: Db, filters: DeliveryFilters, after: D
   return { data: page.map(toDelivery), next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
 }
 
-/** countMatchingDeliveries counts the deliveries matching typed filters; by subscription and status alone it reads the hourly counts, not the deliveries. */
-export function countMatchingDeliveries(db: Db, filters: DeliveryFilters): Promise<number> {
-  const { subscriptionId, status, ...others } = filters;
-  const onlyCounted = Object.values(others).every((value) => value === undefined);
-  return onlyCounted ? sumDeliveryHours(db, { subscriptionId, status }) : countDeliveries(db, filters);
+/**
+ * countMatchingDeliveries counts the deliveries matching typed filters. Filtered by subscription,
+ * status and creation time alone, it sums the hourly counts (migration 0015) of the whole hours in
+ * range and counts only the deliveries of the part hours at its ends: the same snapshot holds both,
+ * so the sum is exact.
+ */
+export async function countMatchingDeliveries(db: Db, filters: DeliveryFilters): Promise<number> {
+  const { subscriptionId, status, createdAfter, createdBefore, ...others } = filters;
+  if (Object.values(others).some((value) => value !== undefined)) return countDeliveries(db, filters);
+  const fromHour = createdAfter === undefined ? undefined : hourOf(createdAfter) + HOUR_MS;
+  const untilHour = createdBefore === undefined ? undefined : hourOf(createdBefore);
+  // Within an hour or two no whole hour is in range, and what is counted is at most those hours.
+  if (fromHour !== undefined && untilHour !== undefined && fromHour >= untilHour) return countDeliveries(db, filters);
+  let total = await sumDeliveryHours(db, { subscriptionId, status, fromHour, untilHour });
+  // Creation times are whole milliseconds: an end within a millisecond of its hour has no part hour.
+  if (fromHour !== undefined && createdAfter! < fromHour - 1) total += await countDeliveries(db, { ...filters, createdBefore: fromHour });
+  if (untilHour !== undefined && createdBefore! > untilHour) total += await countDeliveries(db, { ...filters, createdAfter: untilHour - 1 });
+  return total;
 }
 
 /** WebhookEvent is an event as recorded in the outbox, with the deliveries made of it. */

@@ -725,12 +725,17 @@ export function listDeliveryDaysSince(db: Db, fromDay: number, subscriptionId: s
   return db.all<DeliveryHourRow>(sql, [...(subscriptionId === null ? [] : [subscriptionId]), fromDay]);
 }
 
-/** sumDeliveryHours counts the deliveries of a subscription and/or status (each optional) from the hourly counts, without reading the deliveries. */
-export async function sumDeliveryHours(db: Db, filters: { subscriptionId?: string; status?: string }): Promise<number> {
+/**
+ * sumDeliveryHours counts the deliveries of a subscription and/or status created in the whole hours
+ * from `fromHour` up to `untilHour` (each optional) from the hourly counts, without reading the deliveries.
+ */
+export async function sumDeliveryHours(db: Db, filters: { subscriptionId?: string; status?: string; fromHour?: number; untilHour?: number }): Promise<number> {
   const where: string[] = [];
-  const params: string[] = [];
+  const params: (string | number)[] = [];
   if (filters.subscriptionId !== undefined) where.push("subscription_id = ?") && params.push(filters.subscriptionId);
   if (filters.status !== undefined) where.push("status = ?") && params.push(filters.status);
+  if (filters.fromHour !== undefined) where.push("hour >= ?") && params.push(filters.fromHour);
+  if (filters.untilHour !== undefined) where.push("hour < ?") && params.push(filters.untilHour);
   const sql = `SELECT coalesce(sum(n), 0) AS n FROM webhook_delivery_hours ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`;
   return Number((await db.get<{ n: number }>(sql, params))!.n);
 }

@@ -51,6 +51,8 @@ const READS: [string, (db: ServiceDatabase) => unknown, RegExp[]][] = [
   ["latest deliveries", (db) => latestDeliveries(db, {}), [/SCAN d USING INDEX webhook_deliveries_created/, /SEARCH events USING INDEX sqlite_autoindex_events_1/]],
   ["failed deliveries", (db) => latestDeliveries(db, { status: "failed" }), [/SEARCH d USING INDEX webhook_deliveries_unfinished \(status=\?\)/]],
   ["older deliveries", (db) => latestDeliveries(db, { before: `${Date.now()}.dlv_01J00000000000000000000000` }), [/SEARCH d USING INDEX webhook_deliveries_created \(\(created_at,id\)<\(\?,\?\)\)/]],
+  // Its total: the hourly counts, and the deliveries of the part hours at the range's ends by their index.
+  ["deliveries in a time range", (db) => latestDeliveries(db, { since: "2026-11-20T11:30", until: "2026-11-20T13:30" }), [/SCAN webhook_delivery_hours/, /SEARCH d USING COVERING INDEX webhook_deliveries_created \(created_at>\? AND created_at<\?\)/]],
   ["deliveries of one event kind", (db) => latestDeliveries(db, { event: "webhook.ping" }), [/SEARCH d USING INDEX webhook_deliveries_event_type \(event_type=\?\)/, /SEARCH d USING COVERING INDEX webhook_deliveries_event_type \(event_type=\?\)/]],
   ["deliveries about a contact", (db) => latestDeliveries(db, { contact_id: contactId }), [/SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/, /SEARCH events USING INDEX events_subject \(subject_id=\?\)/]],
   ["failures by reason", (db) => recentFailures(db, subscription.id), [/SEARCH webhook_deliveries USING INDEX webhook_deliveries_subscription_status \(subscription_id=\? AND status=\? AND created_at>\?\)/]],
