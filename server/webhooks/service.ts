@@ -31,6 +31,7 @@ import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
+  countDeliveriesUpTo,
   countFailedDeliveriesBetween,
   findEventById,
   listDeliveriesOfEvents,
@@ -446,7 +447,7 @@ export async function listDeliveriesPage(db: Database, query: Record<string, unk
   const { read, total } = await readListPage(
     db,
     list,
-    (source) => listDeliveries(source, filters, pageWindow(list)),
+    async (source) => listDeliveries(source, await planDeliveryFilters(source, filters), pageWindow(list)),
     (source) => countMatchingDeliveries(source, filters),
   );
   const meta = listMeta(list, total, read, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
@@ -532,7 +533,7 @@ export type DeliveryPosition = CursorPosition;
 
 /** deliveriesAfter returns up to `limit` deliveries matching typed filters, newest first, after a position; `next` is set when more follow. */
 export async function deliveriesAfter(db: Db, filters: DeliveryFilters, after: DeliveryPosition | null, limit: number): Promise<{ data: Delivery[]; next: DeliveryPosition | null }> {
-  const rows = await listDeliveries(db, filters, { cursor: after, limit: limit + 1, offset: 0 });
+  const rows = await listDeliveries(db, await planDeliveryFilters(db, filters), { cursor: after, limit: limit + 1, offset: 0 });
   const page = rows.slice(0, limit);
   const last = page.at(-1);
   return { data: page.map(toDelivery), next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
@@ -546,7 +547,7 @@ export async function deliveriesAfter(db: Db, filters: DeliveryFilters, after: D
  */
 export async function countMatchingDeliveries(db: Db, filters: DeliveryFilters): Promise<number> {
   const { subscriptionId, status, createdAfter, createdBefore, ...others } = filters;
-  if (Object.values(others).some((value) => value !== undefined)) return countDeliveries(db, filters);
+  if (Object.values(others).some((value) => value !== undefined)) return countDeliveries(db, await planDeliveryFilters(db, filters));
   const fromHour = createdAfter === undefined ? undefined : hourOf(createdAfter) + HOUR_MS;
   const untilHour = createdBefore === undefined ? undefined : hourOf(createdBefore);
   // Within an hour or two no whole hour is in range, and what is counted is at most those hours.
@@ -556,6 +557,21 @@ export async function countMatchingDeliveries(db: Db, filters: DeliveryFilters):
   if (fromHour !== undefined && createdAfter! < fromHour - 1) total += await countDeliveries(db, { ...filters, createdBefore: fromHour });
   if (untilHour !== undefined && createdBefore! > untilHour) total += await countDeliveries(db, { ...filters, createdAfter: untilHour - 1 });
   return total;
+}
+
+/**
+ * planDeliveryFilters lets the kind's index drive (SQLite) beside a subscription or an unfinished
+ * status when the kind has fewer deliveries in the time range than that filter keeps: each walk
+ * reads its index's deliveries until a page is found, all of them when matches are rare, and SQLite
+ * keeps no statistics to choose. The kind is counted up to the other's size, so the choice costs at
+ * most the smaller of the two in index entries, beside the hourly counts. PostgreSQL plans by its statistics.
+ */
+async function planDeliveryFilters(db: Db, filters: DeliveryFilters): Promise<DeliveryFilters> {
+  const { eventType, subscriptionId, status, createdAfter, createdBefore } = filters;
+  const otherDriver = subscriptionId !== undefined || (status !== undefined && status !== "succeeded");
+  if (db.dialect !== "sqlite" || eventType === undefined || !otherDriver || filters.eventId !== undefined || filters.subjectId !== undefined) return filters;
+  const kept = await countMatchingDeliveries(db, { subscriptionId, status, createdAfter, createdBefore });
+  return (await countDeliveriesUpTo(db, { eventType, createdAfter, createdBefore }, kept)) < kept ? { ...filters, kindDrives: true } : filters;
 }
 
 /** WebhookEvent is an event as recorded in the outbox, with the deliveries made of it. */
