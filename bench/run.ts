@@ -10,10 +10,9 @@ import { join } from "node:path";
 import { createApiToken } from "../server/auth/service.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";
 import { migrate } from "../server/db/migrations.ts";
-import { waitForListening } from "./listening.ts";
+import { ensureWrk, fmt, printTable, startListening, startWrk, summarise, type Measurement, type WrkResult } from "./load.ts";
 import { seedContacts } from "./seed.ts";
 
-const ROOT = join(import.meta.dir, "..");
 const SEEDED = 100_000;
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
@@ -23,21 +22,6 @@ const ONLY = process.env.BENCH_ONLY;
 const PROFILE = process.env.BENCH_PROFILE === "1";
 const SYNCHRONOUS = process.env.BENCH_SYNCHRONOUS ?? "full";
 const RESULTS_DIR = join(import.meta.dir, "results");
-
-interface WrkResult {
-  requests: number;
-  duration_us: number;
-  bytes: number;
-  errors: { connect: number; read: number; write: number; status: number; timeout: number };
-  latency_us: { p50: number; p90: number; p99: number; max: number; mean: number };
-}
-
-interface Measurement {
-  rps: number;
-  p50_ms: number;
-  p99_ms: number;
-  failed: number;
-}
 
 interface Scenario {
   name: string;
@@ -59,66 +43,9 @@ const SCENARIOS: Scenario[] = [
   { name: "POST create, bare contact row only (old baseline)", script: "create.lua", app: false, bare: "/contacts-only" },
 ];
 
-/** ensureWrk returns the wrk binary, installing Debian's package when running as root with apt-get. */
-function ensureWrk(): string {
-  const found = Bun.which("wrk");
-  if (found) return found;
-  const canApt = process.getuid?.() === 0 && Bun.which("apt-get");
-  if (canApt) {
-    console.log("wrk is missing; installing it with apt-get (Debian package wrk) ...");
-    const ok = Bun.spawnSync(["sh", "-c", "apt-get update -qq && apt-get install -y -qq wrk"], { stdout: "inherit", stderr: "inherit" }).exitCode === 0;
-    const installed = ok && Bun.which("wrk");
-    if (installed) return installed;
-  }
-  console.error("wrk is not installed. Install it with: sudo apt-get update && sudo apt-get install -y wrk   (macOS: brew install wrk)");
-  process.exit(1);
-}
-
-interface RunningProcess {
-  url: string;
-  stop(): Promise<void>;
-}
-
-/** startListening spawns a server process and waits for its `listening on URL` line. */
-async function startListening(name: string, cmd: string[]): Promise<RunningProcess> {
-  const child = Bun.spawn(cmd, { cwd: ROOT, stdout: "pipe", stderr: "inherit", stdin: "ignore" });
-  // Show the start of anything it logs (warnings, errors), not thousands of repeats.
-  let budget = 4000;
-  const url = await waitForListening(name, child.stdout, (text) => {
-    if (budget <= 0) return;
-    process.stderr.write(`[${name}] ${text.slice(0, budget)}`);
-    budget -= text.length;
-    if (budget <= 0) process.stderr.write(`\n[${name}] ... (further output not shown)\n`);
-  });
-  return {
-    url,
-    async stop() {
-      child.kill("SIGTERM");
-      await child.exited;
-    },
-  };
-}
-
-/** runWrk runs one wrk measurement and returns its summary. */
-function runWrk(wrk: string, url: string, scenario: Scenario, seconds: number, env: Record<string, string>): WrkResult {
-  const result = Bun.spawnSync(
-    [wrk, `-t${THREADS}`, `-c${CONNECTIONS}`, `-d${seconds}s`, "--timeout", "10s", "-s", join(import.meta.dir, "wrk", scenario.script), url],
-    { env: { ...process.env, ...env, ...scenario.env, BENCH_LUA_DIR: join(import.meta.dir, "wrk") }, stdout: "pipe", stderr: "pipe" },
-  );
-  const out = result.stdout.toString();
-  const line = out.split("\n").find((l) => l.startsWith("BENCH_JSON "));
-  if (result.exitCode !== 0 || !line) throw new Error(`wrk failed for ${scenario.name}:\n${out}${result.stderr.toString()}`);
-  return JSON.parse(line.slice("BENCH_JSON ".length)) as WrkResult;
-}
-
-function summarise(r: WrkResult): Measurement {
-  const e = r.errors;
-  return {
-    rps: Math.round(r.requests / (r.duration_us / 1e6)),
-    p50_ms: r.latency_us.p50 / 1000,
-    p99_ms: r.latency_us.p99 / 1000,
-    failed: e.connect + e.read + e.write + e.status + e.timeout,
-  };
+/** runWrk runs one wrk measurement of a scenario and returns its summary. */
+function runWrk(wrk: string, url: string, scenario: Scenario, seconds: number, env: Record<string, string>): Promise<WrkResult> {
+  return startWrk(wrk, url, { script: scenario.script, env: { ...env, ...scenario.env }, threads: THREADS, connections: CONNECTIONS, seconds });
 }
 
 /** prepareDatabase creates the migrated, seeded database and an API token; returns the token. */
@@ -137,7 +64,6 @@ async function prepareDatabase(dataDir: string): Promise<string> {
   return token;
 }
 
-const fmt = (n: number, digits = 0) => n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
 async function main(): Promise<void> {
   const wrk = ensureWrk();
@@ -159,12 +85,12 @@ async function main(): Promise<void> {
     console.log(`wrk: ${THREADS} threads, ${CONNECTIONS} connections, ${DURATION} s per measurement; ${cpus().length} CPU cores shared by wrk and the server`);
     const appEnv = { BENCH_TOKEN: token, BENCH_PATH: "/public/v1/contacts", BENCH_SEEDED: String(SEEDED), BENCH_RUN: `app${Date.now()}` };
     const bareEnv = (path: string) => ({ BENCH_PATH: path, BENCH_SEEDED: String(SEEDED), BENCH_RUN: `bare${Date.now()}` });
-    runWrk(wrk, bare.url, SCENARIOS[0]!, WARMUP_SECONDS, bareEnv("/contacts"));
-    runWrk(wrk, app.url, SCENARIOS[0]!, WARMUP_SECONDS, appEnv);
+    await runWrk(wrk, bare.url, SCENARIOS[0]!, WARMUP_SECONDS, bareEnv("/contacts"));
+    await runWrk(wrk, app.url, SCENARIOS[0]!, WARMUP_SECONDS, appEnv);
     // Each scenario measures the baseline and the app back to back, so background load hits both alike.
     for (const scenario of SCENARIOS.filter((s) => !ONLY || s.name.includes(ONLY))) {
-      const bareResult = scenario.bare ? summarise(runWrk(wrk, bare.url, scenario, DURATION, bareEnv(scenario.bare))) : null;
-      const appResult = scenario.app ? summarise(runWrk(wrk, app.url, scenario, DURATION, appEnv)) : null;
+      const bareResult = scenario.bare ? summarise(await runWrk(wrk, bare.url, scenario, DURATION, bareEnv(scenario.bare))) : null;
+      const appResult = scenario.app ? summarise(await runWrk(wrk, app.url, scenario, DURATION, appEnv)) : null;
       results.push({ scenario: scenario.name, app: appResult, bare: bareResult });
       console.log(`  ${scenario.name}: ${[appResult && `app ${fmt(appResult.rps)} req/s`, bareResult && `bare ${fmt(bareResult.rps)} req/s`].filter(Boolean).join(", ")}`);
     }
@@ -182,10 +108,7 @@ async function main(): Promise<void> {
     app && bare ? `${(app.rps / bare.rps).toFixed(2)}x` : "-",
     String((app?.failed ?? 0) + (bare?.failed ?? 0)),
   ]);
-  const header = ["", "app req/s", "app p99 ms", "bare req/s", "bare p99 ms", "app/bare", "failed"];
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
-  console.log(`\n${line(header)}\n${widths.map((w) => "-".repeat(w)).join("  ")}\n${rows.map(line).join("\n")}`);
+  printTable(["", "app req/s", "app p99 ms", "bare req/s", "bare p99 ms", "app/bare", "failed"], rows);
 
   const ratio = (appRow: string, bareRow = appRow) => {
     const app = results.find((x) => x.scenario === appRow)?.app;

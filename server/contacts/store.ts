@@ -672,8 +672,61 @@ export async function countContacts(db: Db, filters: ContactFilters): Promise<nu
   // Kept by triggers (migration 0013): a tag on half a million contacts is one lookup, not a count of them all.
   if (sole) return relationCount(db, sole.kind, sole.value);
   if (relationsAndTimes(filters)) return countRelationMatches(db, await relationTerms(db, filters), timeFilters(filters));
+  // sqlite-only: PostgreSQL weighs the two ranges by its statistics.
+  if (db.dialect === "sqlite" && givenFilterCount(filters) === 2 && filters.createdAfter !== undefined && filters.updatedAfter !== undefined) {
+    return countCreatedAndUpdatedAfter(db, filters.createdAfter, filters.updatedAfter);
+  }
   const { where, params } = filterClause(db, filters, false, await drivingRelation(db, filters));
   return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM contacts c WHERE ${where.join(" AND ")}`, params))!.n;
+}
+
+/** TimeRange is the contacts whose `column` is later than `at` (`later`), or the others: not later. */
+interface TimeRange {
+  column: TimeFilter["column"];
+  at: number;
+  later: boolean;
+}
+
+const timeCondition = (range: TimeRange, column = `c.${range.column}`) => `${column} ${range.later ? ">" : "<="} ?`;
+
+/** countTimeRangeUpTo counts the contacts of a time range in its index alone, stopping at `limit`. */
+async function countTimeRangeUpTo(db: Db, range: TimeRange, limit: number): Promise<number> {
+  return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM (SELECT 1 FROM contacts c WHERE ${timeCondition(range)} LIMIT ?) AS kept`, [range.at, limit]))!.n;
+}
+
+/** countTimeRangeMeeting counts the contacts of a time range (read through its index) whose row meets another time filter. */
+async function countTimeRangeMeeting(db: Db, range: TimeRange, other: TimeRange): Promise<number> {
+  const sql = `SELECT count(*) AS n FROM contacts c WHERE ${timeCondition(range)} AND ${timeCondition(other, unindexed(db.dialect, `c.${other.column}`))}`;
+  return (await db.get<{ n: number }>(sql, [range.at, other.at]))!.n;
+}
+
+/**
+ * countCreatedAndUpdatedAfter counts the contacts created after one time and updated after another
+ * (SQLite). Each contact of one range is checked for the other, a row read for each: the range
+ * read is the smallest of the two and their complements (both columns are NOT NULL), each counted
+ * in its index up to the smallest found so far; the smaller of a range and its complement holds
+ * at most half the contacts. Read through a complement, the count is the other filter's, counted in
+ * its index, less the contacts of the complement that meet it. Both filters keeping every contact
+ * checked 300,000 rows; now none.
+ */
+async function countCreatedAndUpdatedAfter(db: Db, createdAfter: number, updatedAfter: number): Promise<number> {
+  const created = { column: "created_at" as const, at: createdAfter, later: true };
+  const updated = { column: "updated_at" as const, at: updatedAfter, later: true };
+  const reads = [
+    { range: updated, other: created },
+    { range: created, other: updated },
+    { range: { ...updated, later: false }, other: created },
+    { range: { ...created, later: false }, other: updated },
+  ];
+  const contacts = await countAllContacts(db);
+  let smallest = reads[0]!;
+  let size = Math.floor(contacts / 2) + 1;
+  for (const read of reads) {
+    const counted = await countTimeRangeUpTo(db, read.range, size);
+    if (counted < size) [smallest, size] = [read, counted];
+  }
+  const meeting = size === 0 ? 0 : await countTimeRangeMeeting(db, smallest.range, smallest.other);
+  return smallest.range.later ? meeting : (await countTimeRangeUpTo(db, smallest.other, contacts + 1)) - meeting;
 }
 
 const NULLABLE_SORTS = new Set<ContactSort>(["first_name", "last_name", "email"]);

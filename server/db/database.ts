@@ -5,6 +5,7 @@ import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
+import { WriteGroups, type CommittedGroup, type GroupOutcome, type PendingWrite } from "./write-groups.ts";
 
 /**
  * MAX_CACHED_STATEMENTS and MAX_CACHED_SQL_CHARACTERS bound the statement cache of a connection,
@@ -124,12 +125,6 @@ class ConnectionDb implements Db {
   }
 }
 
-interface PendingWrite {
-  work: (tx: Db) => Promise<unknown>;
-  resolve: (value: unknown) => void;
-  reject: (error: unknown) => void;
-}
-
 interface Watch {
   generation: number;
   dataVersion: number;
@@ -150,9 +145,12 @@ export class SqliteDatabase implements Database {
   private readonly readerConnection: StatementCachingDatabase;
   private readonly reader: ConnectionDb;
   private readonly tx: ConnectionDb;
-  private pending: PendingWrite[] = [];
-  private scheduled = false;
-  private flushing: Promise<void> | null = null;
+  private readonly groups = new WriteGroups(
+    (take) => this.commitGroup(take),
+    () => {
+      for (const callback of this.afterCommitCallbacks) callback();
+    },
+  );
   private readonly afterCommitCallbacks: (() => void)[] = [];
   private watch: Watch | null = null;
   private closed = false;
@@ -222,18 +220,16 @@ export class SqliteDatabase implements Database {
   }
 
   /**
-   * write commits the writes of concurrent requests together (group commit): every write submitted
-   * during one turn of the event loop runs in one transaction, each inside its own savepoint so a
-   * failing write rolls back alone, and each caller is answered after the commit.
+   * write commits the writes of concurrent requests together (group commit, WriteGroups): every
+   * write submitted during one turn of the event loop runs in one transaction, each inside its own
+   * savepoint so a failing write rolls back alone, and each caller is answered after the commit.
    */
   write<T>(work: (tx: Db) => Promise<T>): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      this.pending.push({ work, resolve: resolve as (value: unknown) => void, reject });
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => void this.flush());
-      }
-    });
+    return this.groups.submit(work);
+  }
+
+  writesWaiting(): number {
+    return this.groups.waiting();
   }
 
   /** onCommit registers a callback run after every group commit that changed rows (used to wake the delivery loop). */
@@ -241,61 +237,32 @@ export class SqliteDatabase implements Database {
     this.afterCommitCallbacks.push(callback);
   }
 
-  /** flush commits everything submitted so far, after the group being committed; close calls it too. */
-  private async flush(): Promise<void> {
-    // Never two groups at once on the writer: a group still awaiting its works is waited for.
-    while (this.flushing) await this.flushing;
-    this.scheduled = false;
-    const batch = this.pending;
-    this.pending = [];
-    if (batch.length === 0) return;
-    this.flushing = this.commitGroup(batch);
-    try {
-      await this.flushing;
-    } finally {
-      this.flushing = null;
-    }
-  }
-
-  private async commitGroup(batch: PendingWrite[]): Promise<void> {
+  private async commitGroup(take: () => PendingWrite[]): Promise<CommittedGroup> {
     const writer = this.writer;
     // The transaction and savepoint statements are prepared once (db.run would prepare them on every write).
-    const outcomes: { ok: boolean; value: unknown }[] = [];
-    let changed = false;
+    const outcomes: GroupOutcome[] = [];
+    writer.query("BEGIN IMMEDIATE").run();
+    const changesBefore = this.totalChanges();
     try {
-      writer.query("BEGIN IMMEDIATE").run();
-      const changesBefore = this.totalChanges();
-      try {
-        for (const item of batch) {
-          writer.query("SAVEPOINT write").run();
-          try {
-            outcomes.push({ ok: true, value: await item.work(this.tx) });
-            writer.query("RELEASE write").run();
-          } catch (error) {
-            writer.query("ROLLBACK TO write").run();
-            writer.query("RELEASE write").run();
-            outcomes.push({ ok: false, value: error });
-          }
+      for (const item of take()) {
+        writer.query("SAVEPOINT write").run();
+        try {
+          outcomes.push({ ok: true, value: await item.work(this.tx) });
+          writer.query("RELEASE write").run();
+        } catch (error) {
+          writer.query("ROLLBACK TO write").run();
+          writer.query("RELEASE write").run();
+          outcomes.push({ ok: false, value: error });
         }
-        changed = this.totalChanges() !== changesBefore;
-        this.closeReadSnapshot();
-        writer.query("COMMIT").run();
-      } catch (error) {
-        if (writer.inTransaction) writer.query("ROLLBACK").run();
-        throw error;
       }
+      const changed = this.totalChanges() !== changesBefore;
+      this.closeReadSnapshot();
+      writer.query("COMMIT").run();
+      return { outcomes, changed };
     } catch (error) {
-      for (const item of batch) item.reject(error);
-      return;
+      if (writer.inTransaction) writer.query("ROLLBACK").run();
+      throw error;
     }
-    batch.forEach((item, i) => {
-      const outcome = outcomes[i]!;
-      if (outcome.ok) item.resolve(outcome.value);
-      else item.reject(outcome.value);
-    });
-    // A group that changed nothing (a claim round that found nothing due) wakes nobody: the delivery
-    // loop's own empty claims would otherwise wake it again and again.
-    if (changed) for (const callback of this.afterCommitCallbacks) callback();
   }
 
   private totalChanges(): number {
@@ -346,7 +313,7 @@ export class SqliteDatabase implements Database {
   async close(): Promise<void> {
     if (this.closed) return;
     await this.lane?.close();
-    while (this.flushing || this.pending.length > 0) await this.flush();
+    await this.groups.drain();
     this.closed = true;
     this.closeReadSnapshot();
     if (this.readerConnection !== this.writer) this.readerConnection.close();

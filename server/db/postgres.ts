@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
 import { settlesWithin } from "../shared/time.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
+import { WriteGroups, type CommittedGroup, type GroupOutcome, type PendingWrite } from "./write-groups.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
 const MAX_CACHED_REWRITES = 2000;
@@ -294,6 +295,10 @@ interface Registration {
 export class PostgresDatabase extends PostgresDb implements Database {
   private readonly afterCommitCallbacks: (() => void)[] = [];
   private generation = 0;
+  private readonly groups = new WriteGroups(
+    (take) => this.commitGroup(take),
+    () => this.committed(),
+  );
   private pool: SQL;
   /** the client listen subscribes on: its connection is its own, left alone when the pool's are replaced */
   private listener: SQL | null = null;
@@ -331,18 +336,45 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => roundTrip(tx.unsafe(text, params)) }))) as Promise<T>;
   }
 
-  async write<T>(work: (tx: PostgresDb) => Promise<T>): Promise<T> {
+  /**
+   * write commits the writes of concurrent requests together, as on SQLite (WriteGroups): one
+   * transaction holds WRITE_LOCK for the whole group, each write inside its own savepoint so a
+   * failing write rolls back alone, and each caller is answered after the commit. The lock, the
+   * transaction's statements and the commit's wait for the disk are then paid once per group
+   * rather than once per write, while other instances' writes wait for the lock.
+   */
+  write<T>(work: (tx: PostgresDb) => Promise<T>): Promise<T> {
+    return this.groups.submit(work as (tx: Db) => Promise<T>);
+  }
+
+  private commitGroup(take: () => PendingWrite[]): Promise<CommittedGroup> {
     let changed = false;
     // READ COMMITTED whatever the database's default_transaction_isolation: each statement must see
     // what the writes before the lock committed. Under REPEATABLE READ the snapshot is taken by the
     // lock's own statement, before the lock is granted, so a write would read stale rows (a batch
     // creating a second contact for an email just created) or fail on a row changed meanwhile.
-    const result = await this.transaction("isolation level read committed", async (tx) => {
+    return this.transaction("isolation level read committed", async (tx) => {
       await tx.unsafe("SELECT pg_advisory_xact_lock($1::bigint)", [WRITE_LOCK]);
-      return work(new PostgresDb(tx, () => (changed = true)));
+      const batch = take();
+      const writeDb = new PostgresDb(tx, () => (changed = true));
+      // A write alone needs no savepoint: should it fail, its transaction is rolled back.
+      if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(writeDb) }], changed };
+      const outcomes: GroupOutcome[] = [];
+      for (const item of batch) {
+        await tx.unsafe("SAVEPOINT write");
+        const changedBefore = changed;
+        try {
+          outcomes.push({ ok: true, value: await item.work(writeDb) });
+          await tx.unsafe("RELEASE write");
+        } catch (error) {
+          await tx.unsafe("ROLLBACK TO write");
+          await tx.unsafe("RELEASE write");
+          changed = changedBefore;
+          outcomes.push({ ok: false, value: error });
+        }
+      }
+      return { outcomes, changed };
     });
-    if (changed) this.committed();
-    return result;
   }
 
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
@@ -357,6 +389,10 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   private committed(): void {
     for (const callback of this.afterCommitCallbacks) callback();
+  }
+
+  writesWaiting(): number {
+    return this.groups.waiting();
   }
 
   onCommit(callback: () => void): void {
@@ -443,7 +479,9 @@ export class PostgresDatabase extends PostgresDb implements Database {
     await this.watch.run(() => this.pool.notify(channel, payload));
   }
 
+  /** close commits what is queued and closes the connections. */
   async close(): Promise<void> {
+    await this.groups.drain();
     this.closed = true;
     if (this.listenerChecks) clearInterval(this.listenerChecks);
     await Promise.all([this.pool.close(), this.listener?.close()]);

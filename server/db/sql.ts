@@ -34,9 +34,9 @@ export interface Db {
 export interface Database extends Db {
   /**
    * write runs `work` in a transaction and resolves with its result once committed. Work does only
-   * database work through `tx` (no network, no timers): SQLite runs concurrent writes one after
-   * the other inside one group commit, each in its own savepoint, so a work that throws rolls back
-   * alone and is answered with its error.
+   * database work through `tx` (no network, no timers): both backends run concurrent writes one
+   * after the other inside one group commit (WriteGroups), each in its own savepoint, so a work
+   * that throws rolls back alone and is answered with its error.
    */
   write<T>(work: (tx: Db) => Promise<T>): Promise<T>;
   /**
@@ -51,6 +51,8 @@ export interface Database extends Db {
    * never run on that thread, so there it is `read`.
    */
   readAside<T>(work: (db: Db) => Promise<T>): Promise<T>;
+  /** writesWaiting counts the writes of this process not committed yet: queued for their group, or in the one being committed. */
+  writesWaiting(): number;
   /** onCommit registers a callback run after each commit of `write` in this process (wakes the delivery loop). */
   onCommit(callback: () => void): void;
   /**

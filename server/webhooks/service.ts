@@ -27,10 +27,11 @@ import {
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { isSealed, maskStoredSecret } from "./secrets.ts";
-import { subscriptionStats } from "./stats.ts";
+import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
+  countDeliveriesUpTo,
   countFailedDeliveriesBetween,
   findEventById,
   listDeliveriesOfEvents,
@@ -446,8 +447,8 @@ export async function listDeliveriesPage(db: Database, query: Record<string, unk
   const { read, total } = await readListPage(
     db,
     list,
-    (source) => listDeliveries(source, filters, pageWindow(list)),
-    (source) => countDeliveries(source, filters),
+    async (source) => listDeliveries(source, await planDeliveryFilters(source, filters), pageWindow(list)),
+    (source) => countMatchingDeliveries(source, filters),
   );
   const meta = listMeta(list, total, read, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
   return { data: pageRows(list, read).map(toDelivery), meta };
@@ -532,17 +533,45 @@ export type DeliveryPosition = CursorPosition;
 
 /** deliveriesAfter returns up to `limit` deliveries matching typed filters, newest first, after a position; `next` is set when more follow. */
 export async function deliveriesAfter(db: Db, filters: DeliveryFilters, after: DeliveryPosition | null, limit: number): Promise<{ data: Delivery[]; next: DeliveryPosition | null }> {
-  const rows = await listDeliveries(db, filters, { cursor: after, limit: limit + 1, offset: 0 });
+  const rows = await listDeliveries(db, await planDeliveryFilters(db, filters), { cursor: after, limit: limit + 1, offset: 0 });
   const page = rows.slice(0, limit);
   const last = page.at(-1);
   return { data: page.map(toDelivery), next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
 }
 
-/** countMatchingDeliveries counts the deliveries matching typed filters; by subscription and status alone it reads the hourly counts, not the deliveries. */
-export function countMatchingDeliveries(db: Db, filters: DeliveryFilters): Promise<number> {
-  const { subscriptionId, status, ...others } = filters;
-  const onlyCounted = Object.values(others).every((value) => value === undefined);
-  return onlyCounted ? sumDeliveryHours(db, { subscriptionId, status }) : countDeliveries(db, filters);
+/**
+ * countMatchingDeliveries counts the deliveries matching typed filters. Filtered by subscription,
+ * status and creation time alone, it sums the hourly counts (migration 0015) of the whole hours in
+ * range and counts only the deliveries of the part hours at its ends: the same snapshot holds both,
+ * so the sum is exact.
+ */
+export async function countMatchingDeliveries(db: Db, filters: DeliveryFilters): Promise<number> {
+  const { subscriptionId, status, createdAfter, createdBefore, ...others } = filters;
+  if (Object.values(others).some((value) => value !== undefined)) return countDeliveries(db, await planDeliveryFilters(db, filters));
+  const fromHour = createdAfter === undefined ? undefined : hourOf(createdAfter) + HOUR_MS;
+  const untilHour = createdBefore === undefined ? undefined : hourOf(createdBefore);
+  // Within an hour or two no whole hour is in range, and what is counted is at most those hours.
+  if (fromHour !== undefined && untilHour !== undefined && fromHour >= untilHour) return countDeliveries(db, filters);
+  let total = await sumDeliveryHours(db, { subscriptionId, status, fromHour, untilHour });
+  // Creation times are whole milliseconds: an end within a millisecond of its hour has no part hour.
+  if (fromHour !== undefined && createdAfter! < fromHour - 1) total += await countDeliveries(db, { ...filters, createdBefore: fromHour });
+  if (untilHour !== undefined && createdBefore! > untilHour) total += await countDeliveries(db, { ...filters, createdAfter: untilHour - 1 });
+  return total;
+}
+
+/**
+ * planDeliveryFilters lets the kind's index drive (SQLite) beside a subscription or an unfinished
+ * status when the kind has fewer deliveries in the time range than that filter keeps: each walk
+ * reads its index's deliveries until a page is found, all of them when matches are rare, and SQLite
+ * keeps no statistics to choose. The kind is counted up to the other's size, so the choice costs at
+ * most the smaller of the two in index entries, beside the hourly counts. PostgreSQL plans by its statistics.
+ */
+async function planDeliveryFilters(db: Db, filters: DeliveryFilters): Promise<DeliveryFilters> {
+  const { eventType, subscriptionId, status, createdAfter, createdBefore } = filters;
+  const otherDriver = subscriptionId !== undefined || (status !== undefined && status !== "succeeded");
+  if (db.dialect !== "sqlite" || eventType === undefined || !otherDriver || filters.eventId !== undefined || filters.subjectId !== undefined) return filters;
+  const kept = await countMatchingDeliveries(db, { subscriptionId, status, createdAfter, createdBefore });
+  return (await countDeliveriesUpTo(db, { eventType, createdAfter, createdBefore }, kept)) < kept ? { ...filters, kindDrives: true } : filters;
 }
 
 /** WebhookEvent is an event as recorded in the outbox, with the deliveries made of it. */

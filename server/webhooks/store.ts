@@ -97,6 +97,11 @@ export interface DeliveryFilters {
   createdBefore?: number;
   /** deliveries of the events about this contact or account */
   subjectId?: string;
+  /**
+   * (SQLite) the kind's index drives beside a subscription or an unfinished status: the kind has
+   * fewer deliveries than that filter keeps (planDeliveryFilters)
+   */
+  kindDrives?: boolean;
 }
 
 export interface Page {
@@ -375,13 +380,16 @@ function deliveryFilter(dialect: Dialect, filters: DeliveryFilters): { where: st
   // statistics SQLite would take it for its order over the few deliveries of an event or contact,
   // and over a subscription's or the unfinished ones, which bound a page by their own size however
   // common the kind; PostgreSQL chooses by its statistics.
-  const otherIndexDrives = [filters.subscriptionId, filters.eventId, filters.subjectId].some((value) => value !== undefined) || (filters.status !== undefined && filters.status !== "succeeded");
-  add("d.subscription_id = ?", filters.subscriptionId);
+  // A kind rarer than the subscription's or unfinished deliveries drives after all (kindDrives).
+  const unfinished = filters.status !== undefined && filters.status !== "succeeded";
+  const otherIndexDrives = !filters.kindDrives && ([filters.subscriptionId, filters.eventId, filters.subjectId].some((value) => value !== undefined) || unfinished);
+  const checkedOnly = (column: string) => (filters.kindDrives ? unindexed(dialect, column) : column);
+  add(`${checkedOnly("d.subscription_id")} = ?`, filters.subscriptionId);
   add(`${otherIndexDrives ? unindexed(dialect, "d.event_type") : "d.event_type"} = ?`, filters.eventType);
   add("d.event_id = ?", filters.eventId);
-  add("d.status = ?", filters.status);
+  add(`${checkedOnly("d.status")} = ?`, filters.status);
   // The literal term lets SQLite use the partial index of unfinished deliveries.
-  if (filters.status !== undefined && filters.status !== "succeeded") where.push("d.status <> 'succeeded'");
+  if (unfinished && !filters.kindDrives) where.push("d.status <> 'succeeded'");
   add("d.created_at > ?", filters.createdAfter);
   add("d.created_at < ?", filters.createdBefore);
   add("d.event_id IN (SELECT id FROM events WHERE subject_id = ?)", filters.subjectId);
@@ -392,6 +400,13 @@ function deliveryFilter(dialect: Dialect, filters: DeliveryFilters): { where: st
 export async function countDeliveries(db: Db, filters: DeliveryFilters): Promise<number> {
   const { where, params } = deliveryFilter(db.dialect, filters);
   return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM webhook_deliveries d ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`, params))!.n;
+}
+
+/** countDeliveriesUpTo counts the deliveries matching the filters, stopping at `limit`: it reads no more than that many. */
+export async function countDeliveriesUpTo(db: Db, filters: DeliveryFilters, limit: number): Promise<number> {
+  const { where, params } = deliveryFilter(db.dialect, filters);
+  const sql = `SELECT count(*) AS n FROM (SELECT 1 FROM webhook_deliveries d ${where.length ? `WHERE ${where.join(" AND ")}` : ""} LIMIT ?) AS kept`;
+  return (await db.get<{ n: number }>(sql, [...params, limit]))!.n;
 }
 
 /** listDeliveries returns one page of deliveries, newest first. */
@@ -725,12 +740,17 @@ export function listDeliveryDaysSince(db: Db, fromDay: number, subscriptionId: s
   return db.all<DeliveryHourRow>(sql, [...(subscriptionId === null ? [] : [subscriptionId]), fromDay]);
 }
 
-/** sumDeliveryHours counts the deliveries of a subscription and/or status (each optional) from the hourly counts, without reading the deliveries. */
-export async function sumDeliveryHours(db: Db, filters: { subscriptionId?: string; status?: string }): Promise<number> {
+/**
+ * sumDeliveryHours counts the deliveries of a subscription and/or status created in the whole hours
+ * from `fromHour` up to `untilHour` (each optional) from the hourly counts, without reading the deliveries.
+ */
+export async function sumDeliveryHours(db: Db, filters: { subscriptionId?: string; status?: string; fromHour?: number; untilHour?: number }): Promise<number> {
   const where: string[] = [];
-  const params: string[] = [];
+  const params: (string | number)[] = [];
   if (filters.subscriptionId !== undefined) where.push("subscription_id = ?") && params.push(filters.subscriptionId);
   if (filters.status !== undefined) where.push("status = ?") && params.push(filters.status);
+  if (filters.fromHour !== undefined) where.push("hour >= ?") && params.push(filters.fromHour);
+  if (filters.untilHour !== undefined) where.push("hour < ?") && params.push(filters.untilHour);
   const sql = `SELECT coalesce(sum(n), 0) AS n FROM webhook_delivery_hours ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`;
   return Number((await db.get<{ n: number }>(sql, params))!.n);
 }

@@ -6,7 +6,7 @@ import { latestDeliveries } from "../../console/deliveries/service.ts";
 import { search } from "../../console/search/service.ts";
 import { recentFailures, subscriptionsHealth } from "../../console/subscriptions/health.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
-import { listAllSubscriptions } from "../../server/webhooks/service.ts";
+import { countMatchingDeliveries, deliveriesAfter, listAllSubscriptions, listDeliveriesPage } from "../../server/webhooks/service.ts";
 import { countDeliveries, listDeliveries, type DeliveryFilters } from "../../server/webhooks/store.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { capturing, queryPlan, type Captured } from "../support/query-plans.ts";
@@ -51,6 +51,8 @@ const READS: [string, (db: ServiceDatabase) => unknown, RegExp[]][] = [
   ["latest deliveries", (db) => latestDeliveries(db, {}), [/SCAN d USING INDEX webhook_deliveries_created/, /SEARCH events USING INDEX sqlite_autoindex_events_1/]],
   ["failed deliveries", (db) => latestDeliveries(db, { status: "failed" }), [/SEARCH d USING INDEX webhook_deliveries_unfinished \(status=\?\)/]],
   ["older deliveries", (db) => latestDeliveries(db, { before: `${Date.now()}.dlv_01J00000000000000000000000` }), [/SEARCH d USING INDEX webhook_deliveries_created \(\(created_at,id\)<\(\?,\?\)\)/]],
+  // Its total: the hourly counts, and the deliveries of the part hours at the range's ends by their index.
+  ["deliveries in a time range", (db) => latestDeliveries(db, { since: "2026-11-20T11:30", until: "2026-11-20T13:30" }), [/SCAN webhook_delivery_hours/, /SEARCH d USING COVERING INDEX webhook_deliveries_created \(created_at>\? AND created_at<\?\)/]],
   ["deliveries of one event kind", (db) => latestDeliveries(db, { event: "webhook.ping" }), [/SEARCH d USING INDEX webhook_deliveries_event_type \(event_type=\?\)/, /SEARCH d USING COVERING INDEX webhook_deliveries_event_type \(event_type=\?\)/]],
   ["deliveries about a contact", (db) => latestDeliveries(db, { contact_id: contactId }), [/SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/, /SEARCH events USING INDEX events_subject \(subject_id=\?\)/]],
   ["failures by reason", (db) => recentFailures(db, subscription.id), [/SEARCH webhook_deliveries USING INDEX webhook_deliveries_subscription_status \(subscription_id=\? AND status=\? AND created_at>\?\)/]],
@@ -110,6 +112,53 @@ describe("the deliveries list filtered by event kind (GET /webhook-deliveries?ev
       "event, event_id": ["webhook_deliveries_event", "webhook_deliveries_event", "webhook_deliveries_event"],
       "event, contact": ["webhook_deliveries_event", "webhook_deliveries_event", "webhook_deliveries_event"],
     });
+  });
+});
+
+describe("the deliveries list by event kind beside a subscription or unfinished status (SQLite keeps no statistics to choose)", () => {
+  // Either index is walked, its deliveries' rows read, until a page is found: all of them when the
+  // matches are few. The kind, counted up to the other filter's size, drives when it is the smaller.
+  test("a kind with fewer deliveries than the other filter keeps is read through its own index, page and count; a commoner one through the other's; both as a plain query finds them", async () => {
+    const busy = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/busy", events: ["contact.updated"] } })).body.data;
+    await seedDeliveries(h.rt.db, busy, [1, 2, 3].map((i) => ({ at: Date.now() - 3000 - i, status: "succeeded" as const })));
+    const cases: Record<string, DeliveryFilters> = {
+      "webhook.ping of a subscription with 3": { eventType: "webhook.ping", subscriptionId: busy.id },
+      "contact.updated (5) of a subscription with 3": { eventType: "contact.updated", subscriptionId: busy.id },
+      "webhook.ping, failed (1)": { eventType: "webhook.ping", status: "failed" },
+      "contact.updated (5), failed (1)": { eventType: "contact.updated", status: "failed" },
+    };
+    /** drivingIndexes runs a read and names the index each of its page and count statements walks the deliveries by. */
+    async function drivingIndexes(read: (db: ServiceDatabase) => Promise<unknown>): Promise<string[]> {
+      const spy = capturing(h.rt.db);
+      await read(spy.db);
+      const pageAndCount = spy.captured.filter((c) => /^SELECT (d\.\*|count\(\*\) AS n FROM webhook_deliveries d)/.test(c.sql));
+      return pageAndCount.map((c) => /^(?:SEARCH|SCAN) d USING (?:COVERING )?INDEX (\w+)/.exec(queryPlan(h.db.sqlite, c)[0]!)?.[1] ?? "no index");
+    }
+    const found: Record<string, { console: string[]; api: string[]; ids: string[]; total: number }> = {};
+    const expected: typeof found = {};
+    const kind = "webhook_deliveries_event_type";
+    // The list counts only past a full page: a page of 1 with 1 or none tells its own total.
+    const indexes: Record<string, { console: string[]; api: string[] }> = {
+      "webhook.ping of a subscription with 3": { console: [kind, kind], api: [kind] },
+      "contact.updated (5) of a subscription with 3": { console: ["webhook_deliveries_subscription", "webhook_deliveries_subscription_status"], api: ["webhook_deliveries_subscription", "webhook_deliveries_subscription_status"] },
+      "webhook.ping, failed (1)": { console: [kind, kind], api: [kind] },
+      "contact.updated (5), failed (1)": { console: ["webhook_deliveries_unfinished", "webhook_deliveries_unfinished"], api: ["webhook_deliveries_unfinished"] },
+    };
+    for (const [label, filters] of Object.entries(cases)) {
+      const page = await deliveriesAfter(h.rt.db, filters, null, 1);
+      const query = { event: filters.eventType, ...(filters.subscriptionId ? { subscription_id: filters.subscriptionId } : { status: filters.status }), per_page: "1" };
+      found[label] = {
+        console: await drivingIndexes(async (db) => [await deliveriesAfter(db, filters, null, 1), await countMatchingDeliveries(db, filters)]),
+        api: await drivingIndexes((db) => listDeliveriesPage(db, query)),
+        ids: page.data.map((d) => d.id),
+        total: await countMatchingDeliveries(h.rt.db, filters),
+      };
+      const plain = h.db.sqlite
+        .query<{ id: string }, string[]>(`SELECT id FROM webhook_deliveries WHERE event_type = ? AND ${filters.subscriptionId ? "subscription_id" : "status"} = ? ORDER BY created_at DESC, id DESC`)
+        .all(filters.eventType!, filters.subscriptionId ?? filters.status!);
+      expected[label] = { ...indexes[label]!, ids: plain.slice(0, 1).map((d) => d.id), total: plain.length };
+    }
+    expect(found).toEqual(expected);
   });
 });
 

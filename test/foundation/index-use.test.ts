@@ -274,6 +274,34 @@ describe("index use: every documented filter and sort", () => {
     }
   });
 
+  test("created_after and updated_after together are counted by reading the rows of the smallest of their ranges and complements only, the others counted in their indexes alone; every count equals a plain one", async () => {
+    const times = (await h.rt.db.all<{ created_at: number }>("SELECT created_at FROM contacts ORDER BY created_at")).map((row) => row.created_at);
+    const bounds = { "before all": times[0]! - 1, "the 10th": times[9]!, "the 30th": times[29]!, "the newest": times.at(-1)! };
+    const plain = (condition: string, params: number[]) => h.db.sqlite.query<{ n: number }, number[]>(`SELECT count(*) AS n FROM contacts WHERE ${condition}`).get(...params)!.n;
+    /** rowsRead sums, over the statements of a count that read contacts' rows, the contacts of the range their index is searched by. */
+    const rowsRead = (captured: Captured[]) =>
+      captured.reduce((sum, c) => {
+        const searched = /^SEARCH c USING INDEX contacts_(?:created|updated) \((\w+)[<>]\?\)$/.exec(planOf(c)[0]!);
+        if (!searched) return sum;
+        // the searched column's own condition (the other one is behind a unary + or read from the row) and its parameter
+        const condition = new RegExp(`(?<!\\+)c\\.${searched[1]} (>|<=) \\?`).exec(c.sql)!;
+        const param = c.params[c.sql.slice(0, condition.index).split("?").length - 1] as number;
+        return sum + plain(`${searched[1]} ${condition[1]} ?`, [param]);
+      }, 0);
+    const found: Record<string, { count: number; rowsRead: number }> = {};
+    const expected: typeof found = {};
+    for (const [createdLabel, createdAfter] of Object.entries(bounds)) {
+      for (const [updatedLabel, updatedAfter] of Object.entries(bounds)) {
+        const label = `created after ${createdLabel}, updated after ${updatedLabel}`;
+        const { db, captured } = capturing(h.rt.db);
+        found[label] = { count: await countContacts(db, { createdAfter, updatedAfter }), rowsRead: rowsRead(captured) };
+        const sizes = [plain("created_at > ?", [createdAfter]), plain("updated_at > ?", [updatedAfter]), plain("created_at <= ?", [createdAfter]), plain("updated_at <= ?", [updatedAfter])];
+        expected[label] = { count: plain("created_at > ? AND updated_at > ?", [createdAfter, updatedAfter]), rowsRead: Math.min(...sizes) };
+      }
+    }
+    expect(found).toEqual(expected);
+  });
+
   test("a time filter alone whose matches lie beyond the window of the sort index is fetched after all; the list through the service counts it first", async () => {
     // only changedLast (the second oldest) was updated after lastCreated; counted as 40, the window is the 3 newest
     const filters = { updatedAfter: lastCreated };

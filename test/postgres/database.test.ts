@@ -1,6 +1,9 @@
+import { SQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ConfigError } from "../../server/config.ts";
-import { numberPlaceholders, openPostgres, type PostgresDatabase } from "../../server/db/postgres.ts";
+import { numberPlaceholders, openPostgres, WRITE_LOCK, type PostgresDatabase } from "../../server/db/postgres.ts";
+import type { Db } from "../../server/db/sql.ts";
+import { waitUntil } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
 // PostgresDatabase, the PostgreSQL implementation of server/db/sql.ts, against the real test server.
@@ -124,6 +127,74 @@ describe("postgres database: writes", () => {
     const first = db.outsideWritesGeneration();
     const second = db.outsideWritesGeneration();
     expect(second).not.toBe(first);
+  });
+});
+
+describe("postgres database: group commit", () => {
+  const transactionOf = (id: string) => async (tx: Db) => {
+    await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", [id, 1]);
+    return (await tx.get<{ xid: string }>("SELECT txid_current()::text AS xid"))!.xid;
+  };
+
+  test("the writes of one event-loop turn commit in one transaction, each caller gets its own result, onCommit runs once", async () => {
+    let commits = 0;
+    db.onCommit(() => commits++);
+    const [a, b, answer] = await Promise.all([db.write(transactionOf("g1")), db.write(transactionOf("g2")), db.write(async () => 42)]);
+    expect({ sameTransaction: a === b, answer, commits }).toEqual({ sameTransaction: true, answer: 42, commits: 1 });
+    const later = await db.write(transactionOf("g3"));
+    expect({ later: later !== a, commits }).toEqual({ later: true, commits: 2 });
+  });
+
+  test("a write that fails midway rolls back alone, with its own error; the writes before and after it commit", async () => {
+    const first = db.write((tx) => tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["f-first", 1]));
+    const refused = db.write(async (tx) => {
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["f-half-done", 1]);
+      throw new Error("refused after writing");
+    });
+    const duplicate = db.write(async (tx) => {
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["f-before-duplicate", 1]);
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["f-first", 1]);
+    });
+    const last = db.write((tx) => tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["f-last", 1]));
+    const outcomes = await Promise.allSettled([first, refused, duplicate, last]);
+    expect(outcomes.map((o) => (o.status === "fulfilled" ? o.value : (o.reason as { errno?: string; message: string }).errno ?? o.reason.message))).toEqual([
+      1,
+      "refused after writing",
+      "23505",
+      1,
+    ]);
+    expect(await db.all("SELECT id FROM things WHERE id LIKE 'f-%' ORDER BY id")).toEqual([{ id: "f-first" }, { id: "f-last" }]);
+  });
+
+  test("writes that come while the group waits for another session's write lock join that group", async () => {
+    const holder = new SQL({ url: server.url, max: 1 });
+    try {
+      const held = Promise.withResolvers<void>();
+      const holding = holder.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`;
+        await held.promise;
+      });
+      const writeLocks = (granted: boolean) =>
+        db.get<{ n: number }>(`SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND ${granted ? "" : "NOT "}granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`);
+      await waitUntil(async () => (await writeLocks(true))!.n === 1, "the other session to hold the write lock");
+      const first = db.write(transactionOf("l1"));
+      await waitUntil(async () => (await writeLocks(false))!.n === 1, "the first write's group to wait for the lock");
+      const second = db.write(transactionOf("l2"));
+      await waitUntil(() => db.writesWaiting() === 2, "the second write to queue");
+      held.resolve();
+      await holding;
+      const [a, b] = await Promise.all([first, second]);
+      expect({ sameTransaction: a === b, waiting: db.writesWaiting() }).toEqual({ sameTransaction: true, waiting: 0 });
+    } finally {
+      await holder.close();
+    }
+  });
+
+  test("close commits the writes still queued", async () => {
+    const other = await openPostgres(server.url, 1);
+    const queued = other.write((tx) => tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["q-queued", 1]));
+    await other.close();
+    expect({ queued: await queued, row: await db.get("SELECT id FROM things WHERE id = ?", ["q-queued"]) }).toEqual({ queued: 1, row: { id: "q-queued" } });
   });
 });
 

@@ -82,9 +82,12 @@ function holdingTheWriteLock<T extends object>(work: () => Promise<T>): Promise<
   return inAnotherSession((tx) => tx`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`, work);
 }
 
-/** waitingForTheWriteLock counts the sessions waiting for an advisory lock (the write lock). */
-async function waitingForTheWriteLock(): Promise<number> {
-  return (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)[0].n;
+/** writesWaiting reads an instance's `crm_database_writes_waiting`: its writes not committed yet, queued or in the group waiting for the write lock. */
+async function writesWaiting(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith("crm_database_writes_waiting "));
+  if (!line) throw new Error(`no crm_database_writes_waiting in ${url}/metrics`);
+  return Number(line.split(" ")[1]);
 }
 
 /** waitingOnARow counts the sessions waiting for a lock another transaction holds on a row (a row it changed). */
@@ -579,10 +582,14 @@ describe("on a database whose defaults an operator changed (REPEATABLE READ, byt
   test("two batch upserts of one new email, waiting for the write lock on two instances, make one contact: created, then unchanged", async () => {
     const item = { email: "isolated@example.com", first_name: "Barbara" };
     const answers = await holdingTheWriteLock(async () => {
-      // The delivery loops' claims wait for the lock too: counted from before the batches.
-      const before = await waitingForTheWriteLock();
+      // The delivery loops' claims wait for the lock too: counted from before the batches. No write
+      // commits while the lock is held, so each instance's count only grows.
+      const before = await Promise.all(instances.map((instance) => writesWaiting(instance.url)));
       const batches = instances.map((instance) => api(instance.url, token, "POST", "/public/v1/contacts/batch", { items: [item] }));
-      await waitUntil(async () => (await waitingForTheWriteLock()) >= before + 2, "both batches to wait for the write lock");
+      await waitUntil(
+        async () => (await Promise.all(instances.map((instance) => writesWaiting(instance.url)))).every((n, i) => n >= before[i]! + 1),
+        "both batches to wait for the write lock",
+      );
       return { waiting: batches };
     });
     // A refused batch keeps its whole answer, so that a failure shows it.

@@ -34,6 +34,16 @@ const PORT_ATTEMPTS = 3;
 
 let server: Promise<RunningServer> | null = null;
 let databaseCount = 0;
+let durable = false;
+
+/**
+ * keepDurability has the shared server, started after this call, keep PostgreSQL's default
+ * durability (each commit flushed to disk) instead of the tests' fsync=off: for benchmarks, whose
+ * writes the tests' shortcut would flatter.
+ */
+export function keepDurability(): void {
+  durable = true;
+}
 
 /**
  * createTestDatabase starts the shared test server if needed and creates a fresh database on it:
@@ -83,7 +93,7 @@ async function startServer(): Promise<RunningServer> {
       const child = Bun.spawn(
         [setpriv, ...dropPrivileges(account), "--pdeathsig", "SIGINT", bin.postgres, "-D", dataDir, "-p", String(port),
           "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-          "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "timezone=UTC"],
+          ...(durable ? [] : ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]), "-c", "timezone=UTC"],
         { stdin: "ignore", stdout: "ignore", stderr: Bun.file(logPath), env: serverEnv() },
       );
       const failure = await waitUntilReady(child, dataDir, logPath);

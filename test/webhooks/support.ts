@@ -1,6 +1,9 @@
 import { afterEach } from "bun:test";
 import type { Server } from "bun";
 import type { Config } from "../../server/config.ts";
+import type { Db } from "../../server/db/sql.ts";
+import { newId } from "../../server/shared/ids.ts";
+import { insertDelivery, insertEvent, insertSubscription, updateDeliveryAfterAttempt, type DeliveryRow } from "../../server/webhooks/store.ts";
 import { createHarness, type Harness, type HarnessOptions } from "../support/harness.ts";
 import { PayloadCheck } from "../support/webhook-payloads.ts";
 
@@ -154,4 +157,26 @@ export function webhookTestScope() {
       return r;
     },
   };
+}
+
+/** addStoredSubscription stores an active subscription to contact.created created at `createdAt`, through the store (no target check), and returns its id. */
+export async function addStoredSubscription(db: Db, createdAt: number): Promise<string> {
+  const id = newId("sub");
+  await insertSubscription(
+    db,
+    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, max_rate: null, failing_since: null, created_at: createdAt, updated_at: createdAt },
+    ["contact.created"],
+  );
+  return id;
+}
+
+/** addStoredDeliveries stores `count` contact.created deliveries of a subscription created at `createdAt`, each with its event, and gives them a status as an attempt would. */
+export async function addStoredDeliveries(db: Db, subscriptionId: string, createdAt: number, status: DeliveryRow["status"], count = 1): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    const eventId = newId("evt");
+    await insertEvent(db, { id: eventId, type: "contact.created", payload: "{}", created_at: createdAt });
+    const id = newId("dlv");
+    await insertDelivery(db, { id, event_id: eventId, event_type: "contact.created", subscription_id: subscriptionId, target_url: "https://receiver.example.com/hooks", next_attempt_at: createdAt, created_at: createdAt });
+    if (status !== "pending") await updateDeliveryAfterAttempt(db, { id, status, attempts: 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, updated_at: createdAt });
+  }
 }
