@@ -11,7 +11,7 @@ import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
 import { runCli, SOURCE } from "../ops/support.ts";
-import { databaseArgs } from "../support/backend.ts";
+import { databaseArgs, postgresOnly } from "../support/backend.ts";
 import { addOperator, ConsoleClient, OPERATOR, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 let harness: Harness | undefined;
@@ -639,6 +639,35 @@ describe("device cookies: an operator behind a guessing address", () => {
     for (let i = 0; i < DEVICE_FAILURES - 1; i++) expect((await wrong(from(GUESSED, renewed))).status).toBe(401);
     expect((await from(GUESSED, renewed).signIn()).status).toBe(303);
   }, 60_000);
+
+  postgresOnly("a device cookie one instance gave is trusted by another instance on the same database and secrets key, and its budget is shared", async () => {
+    const { db, from } = await serveConsole();
+    const config = server!.runtime.config;
+    const otherDir = mkdtempSync(join(tmpdir(), "crm-console-other-"));
+    const other = await startServer({ ...config, port: 0, dataDir: otherDir }, createLogger("error", () => {}));
+    try {
+      const device = await deviceOf(from("192.0.2.10"));
+      await guess(db, from);
+      const atOther = (cookie?: string) => {
+        const client = new ConsoleClient((request) => {
+          request.headers.set("x-forwarded-for", GUESSED);
+          return fetch(request, { redirect: "manual" });
+        }, other.url);
+        if (cookie !== undefined) client.cookies.set("crm_console_device", cookie);
+        return client;
+      };
+      expect((await atOther().signIn()).status).toBe(429);
+      // 4 wrong passwords with the cookie on the first instance, then 3 at once on the other: one check is left
+      for (let i = 0; i < DEVICE_FAILURES - 1; i++) expect((await wrong(from(GUESSED, device))).status).toBe(401);
+      const burst = await Promise.all(Array.from({ length: 3 }, () => wrong(atOther(device))));
+      expect(burst.map((res) => res.status).toSorted()).toEqual([401, 429, 429]);
+      const renewed = await deviceOf(from("192.0.2.10"));
+      expect((await atOther(renewed).signIn()).status).toBe(303);
+    } finally {
+      await other.stop();
+      rmSync(otherDir, { recursive: true, force: true });
+    }
+  }, 90_000);
 
   test("each sign-in replaces the device cookie; a password reset and the operator's removal revoke it, `operator unlock` keeps it", async () => {
     const { db, from } = await serveConsole();
