@@ -441,9 +441,10 @@ async function trustedDevice(db: Database, cookie: DeviceCookie | null, email: s
 
 /**
  * checkSignIn applies the throttling rules and checks the password; returns the operator's id. A
- * trusted device skips the rules of its address and of the pair, its own budget standing for
- * them; its failures are counted against the pair, the account and the address all the same, and
- * its success leaves the pair's failures alone (another client there may be the one guessing).
+ * trusted device skips the pair's delay and the pacing of its address and of the account (which
+ * paces only pairs that have failed), its own budget standing for them; its failures are counted
+ * against the pair, the account and the address all the same, and its success leaves the pair's
+ * failures alone (another client there may be the one guessing).
  */
 async function checkSignIn(db: Database, pacer: Pacer, input: SignInInput, trusted: boolean, othersUnderWay: number, now: number): Promise<string> {
   const { email } = input;
