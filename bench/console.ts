@@ -88,7 +88,7 @@ seed(db.sqlite);
 const seedMs = performance.now() - seedStarted;
 
 await createOperator(db, { email: "bench@example.com", password: "bench password 123" });
-const cookie = `crm_console_session=${await signIn(db, { email: "bench@example.com", password: "bench password 123", address: "bench" })}`;
+const cookie = `crm_console_session=${(await signIn(db, rt.secrets, { email: "bench@example.com", password: "bench password 123", address: "bench" })).session}`;
 const busyContact = `con_${"42".padStart(26, "0")}`;
 const typical = Math.floor(CONTACTS * 0.61) + 7;
 const typicalContact = `con_${String(typical).padStart(26, "0")}`;

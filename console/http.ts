@@ -20,6 +20,8 @@ const NO_STORE = { "cache-control": "no-store" };
 export const SESSION_COOKIE = "crm_console_session";
 /** PRE_SESSION_COOKIE carries the CSRF seed of the sign-in and setup forms, before a session exists. */
 export const PRE_SESSION_COOKIE = "crm_console_csrf";
+/** DEVICE_COOKIE marks a browser that signed in as an operator before (server/operators/devices.ts): its sign-ins skip the address's pacing. */
+export const DEVICE_COOKIE = "crm_console_device";
 
 /** ResponseExtras are cookies to set and further headers (Retry-After) of a page or redirect. */
 export interface ResponseExtras {

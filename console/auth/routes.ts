@@ -1,8 +1,9 @@
 import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
+import { DEVICE_TTL_MS } from "../../server/operators/devices.ts";
 import { acceptOperatorLink, completeSetup, endSession, operatorLink, setupCodeUsable, signIn } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
-import { clearCookieHeader, cookieHeader, htmlResponse, PRE_SESSION_COOKIE, redirect, SESSION_COOKIE } from "../http.ts";
+import { clearCookieHeader, cookieHeader, DEVICE_COOKIE, htmlResponse, PRE_SESSION_COOKIE, readCookie, redirect, SESSION_COOKIE } from "../http.ts";
 import { addressOf, CONSOLE_DETAIL, consoleBase, csrfTokenFor, field, newCsrfSeed, OptionalForm, problemOf, safeNext } from "../shell.ts";
 import { linkPage, loginPage, setupPage } from "./pages.tsx";
 
@@ -64,8 +65,9 @@ export function authRoutes(rt: Runtime) {
         // Read before signing in: a field refused after it would leave a session no browser holds.
         const next = safeNext(field(body, "next"));
         try {
-          const secret = await signIn(db, { email, password: field(body, "password"), address: addressOf(rt.listening(), request, rt.config.trustedProxies) });
-          return redirect(next ?? `${CONSOLE_PREFIX}/`, { cookies: signedInCookies(secret, secure) });
+          const address = addressOf(rt.listening(), request, rt.config.trustedProxies);
+          const signedIn = await signIn(db, rt.secrets, { email, password: field(body, "password"), address, device: readCookie(request, DEVICE_COOKIE) });
+          return redirect(next ?? `${CONSOLE_PREFIX}/`, { cookies: [...signedInCookies(signedIn.session, secure), cookieHeader(DEVICE_COOKIE, signedIn.device, secure, DEVICE_TTL_MS / 1000)] });
         } catch (error) {
           const failure = problemOf(error);
           return htmlResponse(loginPage({ csrfToken: csrfTokenFor(csrfSeed!), email, next, notice: { kind: "error", text: failure.message } }), failure.status, {

@@ -22,6 +22,7 @@ import releasedSchemaRepairs from "../../migrations/0018_released_schema_repairs
 import idempotencyKeysByRowid from "../../migrations/0019_idempotency_keys_by_rowid.sql" with { type: "text" };
 import forgetEmptyFilterCounts from "../../migrations/0020_forget_empty_filter_counts.sql" with { type: "text" };
 import deliveriesByEventType from "../../migrations/0021_deliveries_by_event_type.sql" with { type: "text" };
+import operatorDevices from "../../migrations/0022_operator_devices.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
@@ -61,6 +62,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 19, name: "0019_idempotency_keys_by_rowid.sql", sql: idempotencyKeysByRowid },
   { version: 20, name: "0020_forget_empty_filter_counts.sql", sql: forgetEmptyFilterCounts },
   { version: 21, name: "0021_deliveries_by_event_type.sql", sql: deliveriesByEventType },
+  { version: 22, name: "0022_operator_devices.sql", sql: operatorDevices },
 ];
 
 function ensureMigrationsTable(db: Database): void {

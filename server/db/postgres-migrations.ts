@@ -6,6 +6,7 @@ import consoleReads from "../../migrations/postgres/0015_console_reads.sql" with
 import relationSortKeys from "../../migrations/postgres/0016_relation_sort_keys.sql" with { type: "text" };
 import sortOrderAndFilterCounts from "../../migrations/postgres/0020_sort_order_and_filter_counts.sql" with { type: "text" };
 import deliveriesByEventType from "../../migrations/postgres/0021_deliveries_by_event_type.sql" with { type: "text" };
+import operatorDevices from "../../migrations/postgres/0022_operator_devices.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
@@ -28,6 +29,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 16, name: "0016_relation_sort_keys.sql", sql: relationSortKeys },
   { version: 20, name: "0020_sort_order_and_filter_counts.sql", sql: sortOrderAndFilterCounts },
   { version: 21, name: "0021_deliveries_by_event_type.sql", sql: deliveriesByEventType },
+  { version: 22, name: "0022_operator_devices.sql", sql: operatorDevices },
 ];
 
 /**

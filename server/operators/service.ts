@@ -5,11 +5,15 @@ import { sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { toTimestamp, toOptionalTimestamp } from "../shared/time.ts";
+import type { SecretBox } from "../webhooks/secrets.ts";
+import { DEVICE_FAILURES, DEVICES_PER_OPERATOR, newDeviceCookie, readDeviceCookie, type DeviceCookie } from "./devices.ts";
 import { NewPassword, OperatorEmail, OperatorInput, type Operator, type OperatorLink, type OperatorSummary, type PendingInvite } from "./model.ts";
 import {
+  claimDeviceCheck,
   clearLoginFailures,
   clearLoginFailuresOfAccount,
   countOperators,
+  deleteDevice,
   deleteEndedSessions,
   deleteLoginFailuresBefore,
   deleteOperator,
@@ -21,6 +25,7 @@ import {
   findOperatorById,
   findOperatorLink,
   findSessionWithOperator,
+  insertDevice,
   insertFirstOperator,
   insertOperator,
   insertSession,
@@ -376,37 +381,79 @@ function tooManySignIns(waitMs: number, why = "Too many failed sign-ins from her
   return new ProblemError(429, "too-many-sign-ins", `${why} Try again in ${when}.`, undefined, { "retry-after": String(seconds) });
 }
 
+/** SignInInput is a sign-in form and where it came from: the client's address and the browser's device cookie, if any. */
+export interface SignInInput {
+  email: string;
+  password: string;
+  address: string;
+  device?: string;
+}
+
+/** SignedIn is what a successful sign-in gives the browser: a session secret and a new device cookie. */
+export interface SignedIn {
+  session: string;
+  device: string;
+}
+
 /**
- * signIn checks an operator's email and password and returns a new session secret. Throttling
- * slows guessing without locking anyone out: failures count per account and address pair, and
- * after FREE_PAIR_FAILURES each further try of that pair must wait a delay that doubles (429 with
- * Retry-After before then, unchecked). While an account is under attack (PACED_AFTER failures in
- * the window), checks of pairs that have failed for it are paced to one per PACE_MS, waiting for
- * their turn; while an address is (its failures and its other sign-ins under way), every check
- * from it, so that a guesser cycling through emails costs one password check a second, however
- * many it sends at once. Checks from an address that has failed, or sends several at once, run
- * PASSWORD_CHECKERS at a time. An address that has not been guessing is checked at once, so the
- * right password gets in whatever others are guessing.
+ * signIn checks an operator's email and password and returns a new session secret and device
+ * cookie. Throttling slows guessing without locking anyone out: failures count per account and
+ * address pair, and after FREE_PAIR_FAILURES each further try of that pair must wait a delay that
+ * doubles (429 with Retry-After before then, unchecked). While an account is under attack
+ * (PACED_AFTER failures in the window), checks of pairs that have failed for it are paced to one
+ * per PACE_MS, waiting for their turn; while an address is (its failures and its other sign-ins
+ * under way), every check from it, so that a guesser cycling through emails costs one password
+ * check a second, however many it sends at once. Checks from an address that has failed, or sends
+ * several at once, run PASSWORD_CHECKERS at a time. An address that has not been guessing is
+ * checked at once, so the right password gets in whatever others are guessing. A browser that
+ * signed in as this operator before (its device cookie) is none of those clients: it is checked at
+ * once, within the cookie's own budget of DEVICE_FAILURES, so an operator behind a guessing
+ * address (a shared NAT) gets in too.
  */
-export async function signIn(db: Database, input: { email: string; password: string; address: string }, now = Date.now()): Promise<string> {
+export async function signIn(db: Database, secrets: SecretBox, input: SignInInput, now = Date.now()): Promise<SignedIn> {
   const pacer = pacers.get(db) ?? pacers.set(db, new Pacer()).get(db)!;
   // Counted before any await: sign-ins sent together see each other.
   const othersUnderWay = pacer.begin(input.address);
   try {
-    return await checkSignIn(db, pacer, input, othersUnderWay, now);
+    const email = normalEmail(input.email).slice(0, 254);
+    const device = await trustedDevice(db, readDeviceCookie(secrets, input.device, now), email, now);
+    const operatorId = await checkSignIn(db, pacer, { ...input, email }, device !== null, othersUnderWay, now);
+    const next = newDeviceCookie(secrets, operatorId, now);
+    await db.write(async (tx) => {
+      if (device) await deleteDevice(tx, device.idHash);
+      await insertDevice(tx, next.row, DEVICE_FAILURES, DEVICES_PER_OPERATOR);
+    });
+    return { session: await startSession(db, operatorId, now), device: next.value };
   } finally {
     pacer.end(input.address);
   }
 }
 
-async function checkSignIn(db: Database, pacer: Pacer, input: { email: string; password: string; address: string }, othersUnderWay: number, now: number): Promise<string> {
-  const email = normalEmail(input.email).slice(0, 254);
-  const pair = await failuresInWindow(db, "pair", pairSubject(email, input.address), now);
+/**
+ * trustedDevice returns a device cookie that names the operator with `email` and still has checks
+ * in its budget, having counted this sign-in's check against it (a success replaces the cookie);
+ * null otherwise, and the sign-in is a stranger's. The answer is the same for an unknown email as
+ * for a known one without a cookie, since no cookie names an operator that does not exist.
+ */
+async function trustedDevice(db: Database, cookie: DeviceCookie | null, email: string, now: number): Promise<DeviceCookie | null> {
+  return cookie && (await claimDeviceCheck(db, cookie.idHash, cookie.operatorId, email, DEVICE_FAILURES, now)) ? cookie : null;
+}
+
+/**
+ * checkSignIn applies the throttling rules and checks the password; returns the operator's id. A
+ * trusted device skips the pair's delay and the pacing of its address and of the account (which
+ * paces only pairs that have failed), its own budget standing for them; its failures are counted
+ * against the pair, the account and the address all the same, and its success leaves the pair's
+ * failures alone (another client there may be the one guessing).
+ */
+async function checkSignIn(db: Database, pacer: Pacer, input: SignInInput, trusted: boolean, othersUnderWay: number, now: number): Promise<string> {
+  const { email } = input;
+  const pair = trusted ? null : await failuresInWindow(db, "pair", pairSubject(email, input.address), now);
   if (pair) {
     const wait = pair.last_failure_at + pairDelayMs(pair.failures) - now;
     if (wait > 0) throw tooManySignIns(wait);
   }
-  const fromAddress = ((await failuresInWindow(db, "address", input.address, now))?.failures ?? 0) + othersUnderWay;
+  const fromAddress = trusted ? 0 : ((await failuresInWindow(db, "address", input.address, now))?.failures ?? 0) + othersUnderWay;
   const underAttack = [
     [pair !== null && ((await failuresInWindow(db, "account", email, now))?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`, undefined],
     [fromAddress >= PACED_AFTER.address, `address:${input.address}`, "Too many failed sign-ins from here."],
@@ -431,8 +478,8 @@ async function checkSignIn(db: Database, pacer: Pacer, input: { email: string; p
     }
     throw new ProblemError(401, "sign-in-failed", "The email or password is wrong.");
   }
-  await clearLoginFailures(db, "pair", pairSubject(email, input.address));
-  return startSession(db, operator.id, now);
+  if (!trusted) await clearLoginFailures(db, "pair", pairSubject(email, input.address));
+  return operator.id;
 }
 
 /** unlockOperator forgets every failed sign-in counted against an operator's account (the `operator unlock` command); returns how many records went. */

@@ -138,11 +138,55 @@ export async function deleteOperator(db: Db, id: string): Promise<boolean> {
   return (await db.run("DELETE FROM operators WHERE id = ? AND (SELECT count(*) FROM operators) > 1", [id])) > 0;
 }
 
-/** updateOperatorPassword sets an operator's password hash and ends every session of theirs; false when no such operator. Call it inside one write. */
+/** updateOperatorPassword sets an operator's password hash, ends every session of theirs and forgets their device cookies; false when no such operator. Call it inside one write. */
 export async function updateOperatorPassword(db: Db, id: string, passwordHash: string, now: number): Promise<boolean> {
   const changed = (await db.run("UPDATE operators SET password_hash = ?, updated_at = ? WHERE id = ?", [passwordHash, now, id])) > 0;
   await db.run("DELETE FROM operator_sessions WHERE operator_id = ?", [id]);
+  await db.run("DELETE FROM operator_devices WHERE operator_id = ?", [id]);
   return changed;
+}
+
+/** DeviceRow is a device cookie of the console sign-in, by the hash of its nonce. */
+export type DeviceRow = {
+  id_hash: Uint8Array;
+  operator_id: string;
+  failures: number;
+  created_at: number;
+  expires_at: number;
+};
+
+/**
+ * insertDevice stores a device cookie, first dropping every expired one and those with `spent`
+ * checks counted, and then an operator's oldest beyond their newest `keep` (a script signing in
+ * without keeping cookies would otherwise add one a sign-in). Call it inside one write.
+ */
+export async function insertDevice(db: Db, row: DeviceRow, spent: number, keep: number): Promise<void> {
+  await db.run("DELETE FROM operator_devices WHERE expires_at <= ? OR failures >= ?", [row.created_at, spent]);
+  await db.run("INSERT INTO operator_devices (id_hash, operator_id, failures, created_at, expires_at) VALUES (?, ?, ?, ?, ?)", [row.id_hash, row.operator_id, row.failures, row.created_at, row.expires_at]);
+  await db.run(
+    `DELETE FROM operator_devices WHERE operator_id = ? AND id_hash NOT IN
+       (SELECT id_hash FROM operator_devices WHERE operator_id = ? ORDER BY created_at DESC, id_hash LIMIT ?)`,
+    [row.operator_id, row.operator_id, keep],
+  );
+}
+
+/**
+ * claimDeviceCheck counts a password check against an unexpired device cookie of the operator
+ * with `email`, unless `budget` were counted already; false when no such cookie could take it.
+ * One statement, so sign-ins racing with one cookie, on any instance, cannot all take the last check.
+ */
+export async function claimDeviceCheck(db: Db, idHash: Uint8Array, operatorId: string, email: string, budget: number, now: number): Promise<boolean> {
+  const claimed = await db.run(
+    `UPDATE operator_devices SET failures = failures + 1
+     WHERE id_hash = ? AND operator_id = ? AND expires_at > ? AND failures < ? AND operator_id IN (SELECT id FROM operators WHERE email = ?)`,
+    [idHash, operatorId, now, budget, email],
+  );
+  return claimed > 0;
+}
+
+/** deleteDevice forgets one device cookie (replaced by a new one when it signs in). */
+export async function deleteDevice(db: Db, idHash: Uint8Array): Promise<void> {
+  await db.run("DELETE FROM operator_devices WHERE id_hash = ?", [idHash]);
 }
 
 /** OperatorLinkRow is a one-time link to become an operator (invite) or to set a new password (reset). */

@@ -1,6 +1,6 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Db } from "../db/sql.ts";
-import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
@@ -27,10 +27,15 @@ export class SecretUnreadable extends Error {}
 /**
  * SecretBox seals signing secrets with AES-256-GCM under the secrets key. Each secret is bound to
  * its subscription id (additional data), so a sealed secret copied onto another row does not open.
+ * It also signs what the service hands out and must recognise later (the console's device
+ * cookies), with a key derived from the secrets key for each purpose: every instance sharing the
+ * key makes and accepts the same signatures, and none of them is the sealing key itself.
  */
 export class SecretBox {
   /** opened secrets by subscription id and sealed text: opening costs ~4 us, a twentieth of a delivery */
   private readonly opened = new Map<string, string>();
+  /** signing keys by purpose, derived once */
+  private readonly signingKeys = new Map<string, Buffer>();
 
   constructor(private readonly key: Uint8Array) {}
 
@@ -53,6 +58,13 @@ export class SecretBox {
       this.opened.set(cacheKey, secret);
     }
     return secret;
+  }
+
+  /** signature is the HMAC-SHA256 of `text` under the key derived (HKDF-SHA256) from the secrets key for `purpose`. */
+  signature(purpose: string, text: string): Uint8Array {
+    let key = this.signingKeys.get(purpose);
+    if (!key) this.signingKeys.set(purpose, (key = Buffer.from(hkdfSync("sha256", this.key, new Uint8Array(0), `crm ${purpose}`, KEY_BYTES))));
+    return createHmac("sha256", key).update(text).digest();
   }
 
   private decrypt(subscriptionId: string, stored: string): string {

@@ -3,15 +3,16 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Database } from "../../server/db/sql.ts";
-import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SESSION_MAX_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, signIn } from "../../server/operators/service.ts";
+import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SESSION_MAX_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, removeOperator, resetOperatorPassword, signIn, unlockOperator } from "../../server/operators/service.ts";
+import { DEVICE_FAILURES, DEVICE_TTL_MS, newDeviceCookie } from "../../server/operators/devices.ts";
 import type { ProblemError } from "../../server/shared/problem.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
 import { runCli, SOURCE } from "../ops/support.ts";
-import { databaseArgs } from "../support/backend.ts";
-import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
+import { databaseArgs, postgresOnly } from "../support/backend.ts";
+import { addOperator, ConsoleClient, OPERATOR, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 let harness: Harness | undefined;
 afterEach(() => {
@@ -124,9 +125,9 @@ describe("first operator: setup link and command line", () => {
 });
 
 describe("sign-in and sessions", () => {
-  test("signing in sets an HttpOnly, SameSite=Strict session cookie for /console, Secure only over https", async () => {
+  test("signing in sets an HttpOnly, SameSite=Strict session cookie for /console, and a device cookie for 30 days naming the operator by id, Secure only over https", async () => {
     const { h } = await setup();
-    await addOperator(h.rt.db);
+    const operator = await addOperator(h.rt.db);
     for (const [base, secure] of [["http://localhost", false], ["https://localhost", true]] as const) {
       const client = new ConsoleClient((r) => h.app.handle(r), base);
       const res = await client.signIn();
@@ -134,9 +135,13 @@ describe("sign-in and sessions", () => {
       const cookies = res.headers.getSetCookie();
       const value = client.cookies.get("crm_console_session")!;
       expect(value).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      // operator id, random nonce, expiry (ms), HMAC-SHA256 signature: neither the email nor anything of the password
+      const device = client.cookies.get("crm_console_device")!;
+      expect(device).toMatch(new RegExp(`^${operator.id}\\.[A-Za-z0-9_-]{43}\\.\\d{13}\\.[A-Za-z0-9_-]{43}$`));
       expect(cookies).toEqual([
         `crm_console_session=${value}; Path=/console; HttpOnly; SameSite=Strict${secure ? "; Secure" : ""}`,
         `crm_console_csrf=; Path=/console; HttpOnly; SameSite=Strict${secure ? "; Secure" : ""}; Max-Age=0`,
+        `crm_console_device=${device}; Path=/console; HttpOnly; SameSite=Strict${secure ? "; Secure" : ""}; Max-Age=${DEVICE_TTL_MS / 1000}`,
       ]);
     }
   });
@@ -152,11 +157,12 @@ describe("sign-in and sessions", () => {
       }, url);
       const res = await client.signIn();
       expect(res.status).toBe(303);
-      return res.headers.getSetCookie().map((c) => c.replace(/^crm_console_session=[^;]+/, "crm_console_session=…"));
+      return res.headers.getSetCookie().map((c) => c.replace(/^(crm_console_session|crm_console_device)=[^;]+/, "$1=…"));
     };
     const cookies = (secure: boolean) => [
       `crm_console_session=…; Path=/console; HttpOnly; SameSite=Strict${secure ? "; Secure" : ""}`,
       `crm_console_csrf=; Path=/console; HttpOnly; SameSite=Strict${secure ? "; Secure" : ""}; Max-Age=0`,
+      `crm_console_device=…; Path=/console; HttpOnly; SameSite=Strict${secure ? "; Secure" : ""}; Max-Age=${DEVICE_TTL_MS / 1000}`,
     ];
     try {
       await addOperator(trusting.runtime.db);
@@ -330,7 +336,7 @@ describe("sign-in throttling", () => {
   };
 
   /** outcome names how a sign-in ended: "signed in", or its status and the Retry-After it gave. */
-  const outcome = (signingIn: Promise<string>) =>
+  const outcome = (signingIn: Promise<unknown>) =>
     signingIn.then(
       () => "signed in",
       (error: ProblemError) => `${error.status}${error.headers["retry-after"] ? ` retry-after ${error.headers["retry-after"]}` : ""}`,
@@ -382,7 +388,7 @@ describe("sign-in throttling", () => {
   test("while an account is under attack, checks from addresses that failed for it are paced one a second (429 past a 5 s queue); a clean address is not", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const attempt = (address: string, password = "not the password") => outcome(signIn(h.rt.db, { email: OPERATOR.email, password, address }));
+    const attempt = (address: string, password = "not the password") => outcome(signIn(h.rt.db, h.rt.secrets, { email: OPERATOR.email, password, address }));
     // one failure from each of 10 addresses: the account is under attack
     for (let a = 1; a <= PACED_AFTER.account; a++) expect(await attempt(`198.51.100.${a}`)).toBe("401");
     // 8 addresses that failed once each try at the same moment: six get turns 0 to 5 s apart, the rest 429
@@ -393,7 +399,7 @@ describe("sign-in throttling", () => {
   test("a guesser cycling through emails from one address is paced once the address has 20 failures: one check a second, 429 past a 5 s queue; another address is checked at once", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const attempt = (email: string, address: string, password = "not the password") => outcome(signIn(h.rt.db, { email, password, address }));
+    const attempt = (email: string, address: string, password = "not the password") => outcome(signIn(h.rt.db, h.rt.secrets, { email, password, address }));
     for (let e = 0; e < PACED_AFTER.address; e++) expect(await attempt(`guess${e}@example.com`, "203.0.113.7")).toBe("401");
     // 8 new emails from the same address at the same moment: six get turns 0 to 5 s apart, the rest 429 unchecked
     const paced = await Promise.all([...Array.from({ length: 8 }, (_, e) => attempt(`fresh${e}@example.com`, "203.0.113.7")), attempt(OPERATOR.email, "192.0.2.10", OPERATOR.password)]);
@@ -404,7 +410,7 @@ describe("sign-in throttling", () => {
   test("an address one failure short of being paced that sends 10 sign-ins at once is paced for all but the first: one check a second, 429 past a 5 s queue", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const attempt = (email: string) => outcome(signIn(h.rt.db, { email, password: "not the password", address: "203.0.113.8" }));
+    const attempt = (email: string) => outcome(signIn(h.rt.db, h.rt.secrets, { email, password: "not the password", address: "203.0.113.8" }));
     for (let e = 0; e < PACED_AFTER.address - 1; e++) expect(await attempt(`guess${e}@example.com`)).toBe("401");
     // the first is checked at once; the other nine count it, under way, as the 20th failure: six turns 0 to 5 s apart, three 429
     const burst = await Promise.all(Array.from({ length: 10 }, (_, e) => attempt(`burst${e}@example.com`)));
@@ -425,7 +431,7 @@ describe("sign-in throttling", () => {
   test("checks from addresses that have failed run one at a time; an address that has not been guessing is checked at once beside them", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const attempt = (email: string, address: string, password = "not the password") => outcome(signIn(h.rt.db, { email, password, address }));
+    const attempt = (email: string, address: string, password = "not the password") => outcome(signIn(h.rt.db, h.rt.secrets, { email, password, address }));
     for (let a = 1; a <= 6; a++) expect(await attempt(`first${a}@example.com`, `198.51.100.${a}`)).toBe("401");
     let running = 0;
     let most = 0;
@@ -448,7 +454,7 @@ describe("sign-in throttling", () => {
   test("a check from an address that has failed waits at most 5 s for the checker (429 unchecked); an address that has not been guessing signs in meanwhile", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    await signIn(h.rt.db, { email: "typo@example.com", password: "not the password", address: "198.51.100.1" }).catch(() => {});
+    await signIn(h.rt.db, h.rt.secrets, { email: "typo@example.com", password: "not the password", address: "198.51.100.1" }).catch(() => {});
     const held = Promise.withResolvers<void>();
     const entered = Promise.withResolvers<void>();
     await withVerifySpy(
@@ -462,14 +468,14 @@ describe("sign-in throttling", () => {
         },
       async () => {
         // an address that has failed holds the checker
-        const holder = signIn(h.rt.db, { email: "held@example.com", password: "held password", address: "198.51.100.1" }).catch((error: ProblemError) => error.status);
+        const holder = signIn(h.rt.db, h.rt.secrets, { email: "held@example.com", password: "held password", address: "198.51.100.1" }).catch((error: ProblemError) => error.status);
         await entered.promise;
         const [waiting, clean] = await Promise.all([
-          signIn(h.rt.db, { email: "next@example.com", password: "not the password", address: "198.51.100.1" }).then(
+          signIn(h.rt.db, h.rt.secrets, { email: "next@example.com", password: "not the password", address: "198.51.100.1" }).then(
             () => ({ status: 200, message: "signed in", headers: {} as Record<string, string> }),
             (error: ProblemError) => error,
           ),
-          signIn(h.rt.db, { email: OPERATOR.email, password: OPERATOR.password, address: "192.0.2.10" }).then((secret) => typeof secret),
+          signIn(h.rt.db, h.rt.secrets, { email: OPERATOR.email, password: OPERATOR.password, address: "192.0.2.10" }).then((signedIn) => typeof signedIn.session),
         ]);
         expect({ status: waiting.status, detail: waiting.message, retryAfter: waiting.headers["retry-after"], clean }).toEqual({
           status: 429,
@@ -480,7 +486,7 @@ describe("sign-in throttling", () => {
         held.resolve();
         expect(await holder).toBe(401);
         // the checker is free again: the operator, from the address that failed, signs in
-        expect(typeof (await signIn(h.rt.db, { email: OPERATOR.email, password: OPERATOR.password, address: "198.51.100.1" }))).toBe("string");
+        expect(typeof (await signIn(h.rt.db, h.rt.secrets, { email: OPERATOR.email, password: OPERATOR.password, address: "198.51.100.1" })).session).toBe("string");
       },
     );
   }, 30_000);
@@ -498,4 +504,198 @@ describe("sign-in throttling", () => {
     const unknown = runCli([...SOURCE, "operator", "unlock", "--email", "nobody@example.com", "--data-dir", dataDir]);
     expect(unknown).toEqual({ exitCode: 2, stdout: "", stderr: "crm: No operator has the email nobody@example.com.\n" });
   }, 20_000);
+});
+
+describe("device cookies: an operator behind a guessing address", () => {
+  let server: ConsoleServer | undefined;
+  afterEach(async () => {
+    await server?.close();
+    server = undefined;
+  });
+
+  const COLLEAGUE = { email: "colleague@example.com", password: "another long password" };
+  const GUESSED = "203.0.113.7";
+
+  /** serveConsole starts the real server on the test backend behind a trusted proxy (127.0.0.1), with two operators; `from` makes a client at an address, holding a device cookie if given. */
+  async function serveConsole() {
+    server = await startConsoleServer({ trustedProxies: ["127.0.0.1"] });
+    await addOperator(server.runtime.db);
+    await addOperator(server.runtime.db, COLLEAGUE);
+    const url = server.url;
+    const from = (address: string, device?: string) => {
+      const client = new ConsoleClient((request) => {
+        request.headers.set("x-forwarded-for", address);
+        return fetch(request, { redirect: "manual" });
+      }, url);
+      if (device !== undefined) client.cookies.set("crm_console_device", device);
+      return client;
+    };
+    return { db: server.runtime.db, secrets: server.runtime.secrets, from };
+  }
+
+  /** deviceOf signs a client in and returns the device cookie it was given. */
+  const deviceOf = async (client: ConsoleClient, operator = OPERATOR) => {
+    expect((await client.signIn(operator)).status).toBe(303);
+    return client.cookies.get("crm_console_device")!;
+  };
+
+  const wrong = async (client: ConsoleClient, email = OPERATOR.email) => {
+    await client.get("/console/login");
+    return client.post("/console/login", { email, password: "not the password" });
+  };
+
+  /**
+   * holdPair records the operator's account and GUESSED as a pair with 13 failures, the last just
+   * now: held for 15 minutes (as after many guesses), so a sign-in there without a trusted device
+   * cookie is answered 429, whatever the timing.
+   */
+  const holdPair = (db: Database) =>
+    db.run(
+      `INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES ('pair', ?, 13, ?, ?)
+       ON CONFLICT (scope, subject) DO UPDATE SET failures = excluded.failures, last_failure_at = excluded.last_failure_at`,
+      [`${OPERATOR.email} ${GUESSED}`, Date.now(), Date.now()],
+    );
+
+  /** guess makes GUESSED an address under attack: 20 wrong passwords, 3 of them for the operator, the others for emails that do not exist; then holds the operator's pair there. */
+  const guess = async (db: Database, from: (address: string) => ConsoleClient) => {
+    const guesser = from(GUESSED);
+    for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(guesser)).status).toBe(401);
+    for (let e = FREE_PAIR_FAILURES; e < PACED_AFTER.address; e++) expect((await wrong(guesser, `guess${e}@example.com`)).status).toBe(401);
+    expect(await db.get("SELECT failures FROM login_failures WHERE scope = 'address' AND subject = ?", [GUESSED])).toEqual({ failures: PACED_AFTER.address });
+    await holdPair(db);
+  };
+
+  const deviceRows = async (db: Database) => (await db.get<{ n: number }>("SELECT count(*) AS n FROM operator_devices"))!.n;
+
+  test("an address under attack (20 failures) lets a browser with a valid device cookie sign in beside the paced guesses, while a sign-in from it without one is refused 429", async () => {
+    const { db, from } = await serveConsole();
+    const device = await deviceOf(from("192.0.2.10")); // signed in at home yesterday
+    await guess(db, from);
+    expect((await from(GUESSED).signIn()).status).toBe(429);
+    // 12 guesses for new emails at once: paced to one check a second, so some are checked (401) and the ones past a 5 s queue refused (429); the operator's browser takes no turn
+    const [operator, ...guesses] = await Promise.all([from(GUESSED, device).signIn(), ...Array.from({ length: 12 }, (_, e) => wrong(from(GUESSED), `fresh${e}@example.com`))]);
+    expect({ operator: operator.status, location: operator.headers.get("location"), guesses: [...new Set(guesses.map((g) => g.status))].toSorted() }).toEqual({
+      operator: 303,
+      location: "/console/",
+      guesses: [401, 429],
+    });
+    // Its success does not clear the account and address pair: a client there without the cookie is still held.
+    expect((await from(GUESSED).signIn()).status).toBe(429);
+  }, 60_000);
+
+  test("a tampered, expired or another operator's device cookie is no cookie: the sign-in is answered as without one, never with an error", async () => {
+    const { db, secrets, from } = await serveConsole();
+    const device = await deviceOf(from("192.0.2.10"));
+    const colleagues = await deviceOf(from("192.0.2.11"), COLLEAGUE);
+    const stale = await deviceOf(from("192.0.2.12"));
+    const [id, nonce, expiry, signature] = device.split(".") as [string, string, string, string];
+    const flip = (text: string) => `${text[0] === "A" ? "B" : "A"}${text.slice(1)}`;
+    // a row 30 days old (its cookie says it is still valid), and a cookie signed right whose own expiry has passed (its row says not)
+    await db.run("UPDATE operator_devices SET expires_at = ? WHERE id_hash = ?", [Date.now(), sha256(stale.split(".")[1]!)]);
+    const expired = newDeviceCookie(secrets, id, Date.now() - DEVICE_TTL_MS - 1);
+    await db.run("INSERT INTO operator_devices (id_hash, operator_id, failures, created_at, expires_at) VALUES (?, ?, 0, ?, ?)", [expired.row.id_hash, id, Date.now(), Date.now() + DEVICE_TTL_MS]);
+    await guess(db, from);
+    const cookies: Record<string, string | undefined> = {
+      none: undefined,
+      "signature altered": `${id}.${nonce}.${expiry}.${flip(signature)}`,
+      "nonce altered": `${id}.${flip(nonce)}.${expiry}.${signature}`,
+      "expiry moved on": `${id}.${nonce}.${Number(expiry) + 86_400_000}.${signature}`,
+      "another operator's": colleagues,
+      "another operator's id on this one's nonce": `${colleagues.split(".")[0]}.${nonce}.${expiry}.${signature}`,
+      "row expired": stale,
+      "cookie expired": expired.value,
+      "not a device cookie": "hello",
+      empty: "",
+      "too long": `${device}${"x".repeat(5000)}`,
+    };
+    const answers: Record<string, number> = {};
+    for (const [name, cookie] of Object.entries(cookies)) answers[name] = (await from(GUESSED, cookie).signIn()).status;
+    expect(answers).toEqual(Object.fromEntries(Object.keys(cookies).map((name) => [name, 429])));
+    // the colleague's own cookie is theirs alone; the untouched cookie still works
+    expect((await from(GUESSED, colleagues).signIn(COLLEAGUE)).status).toBe(303);
+    expect((await from(GUESSED, device).signIn()).status).toBe(303);
+    // For an email nobody has, the operator's cookie changes nothing: the same 401 as without it.
+    const unknown = async (cookie?: string) => {
+      const client = from("192.0.2.20", cookie);
+      await client.get("/console/login");
+      return (await client.post("/console/login", { email: "nobody@example.com", password: OPERATOR.password })).status;
+    };
+    expect([await unknown(), await unknown(device)]).toEqual([401, 401]);
+  }, 60_000);
+
+  test("a device cookie is trusted for 5 wrong passwords, then sign-ins with it follow the address's rules; a burst at once cannot take more", async () => {
+    const { db, from } = await serveConsole();
+    const device = await deviceOf(from("192.0.2.10"));
+    await guess(db, from);
+    // 8 wrong passwords at once with the cookie: 5 are checked (401), the other 3 are strangers' and meet the pair's delay
+    const burst = await Promise.all(Array.from({ length: DEVICE_FAILURES + 3 }, () => wrong(from(GUESSED, device))));
+    expect(burst.map((res) => res.status).toSorted()).toEqual([...Array(DEVICE_FAILURES).fill(401), 429, 429, 429]);
+    // spent: the right password with it is held as without a cookie
+    expect((await from(GUESSED, device).signIn()).status).toBe(429);
+    // from an address that has not been guessing it signs in, and the new cookie has a new budget
+    const fresh = from("192.0.2.10", device);
+    const renewed = await deviceOf(fresh);
+    expect(renewed).not.toBe(device);
+    for (let i = 0; i < DEVICE_FAILURES - 1; i++) expect((await wrong(from(GUESSED, renewed))).status).toBe(401);
+    expect((await from(GUESSED, renewed).signIn()).status).toBe(303);
+  }, 60_000);
+
+  postgresOnly("a device cookie one instance gave is trusted by another instance on the same database and secrets key, and its budget is shared", async () => {
+    const { db, from } = await serveConsole();
+    const config = server!.runtime.config;
+    const otherDir = mkdtempSync(join(tmpdir(), "crm-console-other-"));
+    const other = await startServer({ ...config, port: 0, dataDir: otherDir }, createLogger("error", () => {}));
+    try {
+      const device = await deviceOf(from("192.0.2.10"));
+      await guess(db, from);
+      const atOther = (cookie?: string) => {
+        const client = new ConsoleClient((request) => {
+          request.headers.set("x-forwarded-for", GUESSED);
+          return fetch(request, { redirect: "manual" });
+        }, other.url);
+        if (cookie !== undefined) client.cookies.set("crm_console_device", cookie);
+        return client;
+      };
+      expect((await atOther().signIn()).status).toBe(429);
+      // 4 wrong passwords with the cookie on the first instance, then 3 at once on the other: one check is left
+      for (let i = 0; i < DEVICE_FAILURES - 1; i++) expect((await wrong(from(GUESSED, device))).status).toBe(401);
+      const burst = await Promise.all(Array.from({ length: 3 }, () => wrong(atOther(device))));
+      expect(burst.map((res) => res.status).toSorted()).toEqual([401, 429, 429]);
+      const renewed = await deviceOf(from("192.0.2.10"));
+      expect((await atOther(renewed).signIn()).status).toBe(303);
+    } finally {
+      await other.stop();
+      rmSync(otherDir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
+  test("each sign-in replaces the device cookie; a password reset and the operator's removal revoke it, `operator unlock` keeps it", async () => {
+    const { db, from } = await serveConsole();
+    const first = await deviceOf(from("192.0.2.10"));
+    const second = await deviceOf(from("192.0.2.10", first));
+    expect(second).not.toBe(first);
+    expect(await deviceRows(db)).toBe(1);
+    await guess(db, from);
+    expect((await from(GUESSED, first).signIn()).status).toBe(429); // replaced
+    const third = await deviceOf(from(GUESSED, second));
+
+    await unlockOperator(db, OPERATOR.email);
+    expect(await deviceRows(db)).toBe(1);
+    await holdPair(db);
+    const fourth = await deviceOf(from(GUESSED, third));
+
+    const renewed = { ...OPERATOR, password: "a brand new password" };
+    await resetOperatorPassword(db, OPERATOR.email, renewed.password);
+    expect(await deviceRows(db)).toBe(0);
+    await holdPair(db);
+    expect((await from(GUESSED, fourth).signIn(renewed)).status).toBe(429);
+
+    const fifth = await deviceOf(from("192.0.2.10"), renewed);
+    const operator = (await db.get<{ id: string }>("SELECT id FROM operators WHERE email = ?", [OPERATOR.email]))!;
+    await removeOperator(db, operator.id);
+    expect(await deviceRows(db)).toBe(0);
+    await addOperator(db, renewed); // the same email again is another operator
+    await holdPair(db);
+    expect((await from(GUESSED, fifth).signIn(renewed)).status).toBe(429);
+  }, 90_000);
 });

@@ -18,7 +18,7 @@ import { settledDeliveries, startReceiver, waitFor, webhookHarness, type Receive
 /** TABLES are the service's tables: what a migrated SQLite database has besides its FTS index and schema_migrations. */
 const TABLES = [
   "accounts", "api_tokens", "contact_accounts", "contact_assigned_users", "contact_filter_counts", "contact_tags", "contacts",
-  "events", "idempotency_keys", "login_failures", "operator_links", "operator_sessions", "operator_setup_codes", "operators", "row_counts",
+  "events", "idempotency_keys", "login_failures", "operator_devices", "operator_links", "operator_sessions", "operator_setup_codes", "operators", "row_counts",
   "subscription_rotations", "tombstones", "users", "webhook_attempt_stats", "webhook_deliveries", "webhook_delivery_attempts",
   "webhook_delivery_hours", "webhook_header_sets", "webhook_subscription_events", "webhook_subscriptions",
 ];
@@ -98,7 +98,7 @@ describe("copy-to-postgres: happy path", () => {
       const printed = Object.fromEntries(lines.slice(1).map((line) => line.split(/\s+/)).map(([table, n]) => [table, Number(n)]));
       expect(printed).toEqual(counts);
       const order = lines.slice(1).map((line) => line.split(/\s+/)[0]!);
-      for (const [child, parent] of [["contacts", "users"], ["contact_tags", "contacts"], ["contact_accounts", "accounts"], ["webhook_deliveries", "events"], ["webhook_delivery_attempts", "webhook_deliveries"], ["webhook_subscription_events", "webhook_subscriptions"], ["operator_sessions", "operators"]]) {
+      for (const [child, parent] of [["contacts", "users"], ["contact_tags", "contacts"], ["contact_accounts", "accounts"], ["webhook_deliveries", "events"], ["webhook_delivery_attempts", "webhook_deliveries"], ["webhook_subscription_events", "webhook_subscriptions"], ["operator_sessions", "operators"], ["operator_devices", "operators"]]) {
         expect(order.indexOf(child!)).toBeGreaterThan(order.indexOf(parent!));
       }
       // Not a terminal: one line per table on stderr.
