@@ -65,6 +65,8 @@ export interface Config {
   maxConnectionsPerClient: number;
   /** MiB of request bodies buffered at once, all requests together; past it 503 */
   bodyBufferMaxMb: number;
+  /** slow lists (SQLite) held at once on the read lane's thread, the running one included; 0 runs them on the main thread */
+  slowListLane: number;
   rateReadPerSecond: number;
   rateReadBurst: number;
   rateWritePerSecond: number;
@@ -114,6 +116,7 @@ export const DEFAULT_CONFIG: Config = {
   maxConnections: 1024,
   maxConnectionsPerClient: 0,
   bodyBufferMaxMb: 64,
+  slowListLane: 32,
   rateReadPerSecond: 100,
   rateReadBurst: 200,
   rateWritePerSecond: 50,
@@ -201,6 +204,13 @@ export const SETTINGS: Setting[] = [
   { key: "maxConnections", flag: "--max-connections", env: "CRM_MAX_CONNECTIONS", kind: "positive-int", help: "client connections served at once; a request on one more gets 503" },
   { key: "maxConnectionsPerClient", flag: "--max-connections-per-client", env: "CRM_MAX_CONNECTIONS_PER_CLIENT", kind: "whole", help: "connections one client address (IPv6: its /64) may hold; a request on one more gets 503 (0: one eighth of --max-connections)" },
   { key: "bodyBufferMaxMb", flag: "--body-buffer-max-mb", env: "CRM_BODY_BUFFER_MAX_MB", kind: "positive-int", help: "MiB of request bodies held in memory at once, all requests together; a body beyond gets 503" },
+  {
+    key: "slowListLane",
+    flag: "--slow-list-lane",
+    env: "CRM_SLOW_LIST_LANE",
+    kind: "whole",
+    help: "SQLite: contact lists whose count reads many rows (several relation filters, time filters, a name search) run one at a time on a thread of their own, this many held at once (the running one included); one more gets 503 (0: they run on the main thread, holding up every other request meanwhile)",
+  },
   { key: "rateReadPerSecond", flag: "--rate-read-per-second", env: "CRM_RATE_READ_PER_SECOND", kind: "positive-int", help: "default per-token rate of GET requests (token create --rate overrides)" },
   { key: "rateReadBurst", flag: "--rate-read-burst", env: "CRM_RATE_READ_BURST", kind: "positive-int", help: "default per-token burst of GET requests" },
   { key: "rateWritePerSecond", flag: "--rate-write-per-second", env: "CRM_RATE_WRITE_PER_SECOND", kind: "positive-int", help: "default per-token rate of POST, PATCH and DELETE requests" },

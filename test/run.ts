@@ -21,6 +21,7 @@ const SQLITE_ONLY = new Set([
   "foundation/index-use.test.ts",
   "foundation/name-index.test.ts",
   "foundation/write-queue.test.ts",
+  "foundation/slow-list-lane.test.ts",
   "foundation/cli.test.ts",
   "webhooks/crash.test.ts",
   "webhooks/delivery-counts.test.ts",

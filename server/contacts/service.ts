@@ -1,4 +1,5 @@
 import type { Database, Db } from "../db/sql.ts";
+import { ReadLaneFull } from "../db/read-lane.ts";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
 import { ProblemError, notFound, validationProblem, type FieldError } from "../shared/problem.ts";
@@ -20,6 +21,7 @@ import { insertTombstone } from "../tombstones/store.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactInclude } from "./model.ts";
 import {
   countContacts,
+  countReadsMatches,
   deleteContact as deleteContactRow,
   findContactByExternalId,
   findContactById,
@@ -110,9 +112,9 @@ async function readConsistently<T>(db: Database, read: (db: Db) => Promise<T | t
   return result === MOVED ? inOneSnapshot(db, read) : result;
 }
 
-/** inOneSnapshot runs `read` through `db.read`: one snapshot on PostgreSQL, where nothing moves. */
-async function inOneSnapshot<T>(db: Database, read: (db: Db) => Promise<T | typeof MOVED>): Promise<T> {
-  const result = await db.read(read);
+/** inOneSnapshot runs `read` through `db.read`, or `db.readAside` when it is `slow`: one snapshot, where nothing moves. */
+async function inOneSnapshot<T>(db: Database, read: (db: Db) => Promise<T | typeof MOVED>, { slow = false } = {}): Promise<T> {
+  const result = await (slow ? db.readAside(read) : db.read(read));
   if (result === MOVED) throw new Error("contacts moved between the reads of one snapshot");
   return result;
 }
@@ -561,6 +563,21 @@ export function startNameIndexing(rt: Runtime): () => Promise<void> {
   };
 }
 
+/** SLOW_LIST_RETRY_AFTER_SECONDS is the Retry-After of a slow list refused by a full lane: each takes tens to hundreds of milliseconds. */
+const SLOW_LIST_RETRY_AFTER_SECONDS = 1;
+
+/** refuseWhenLaneFull answers a slow list the read lane had no room for (--slow-list-lane) with a 503 problem; other errors pass. */
+function refuseWhenLaneFull(error: unknown): never {
+  if (!(error instanceof ReadLaneFull)) throw error;
+  throw new ProblemError(
+    503,
+    "slow-lists-busy",
+    `The service is already running or holding ${error.capacity} slow lists (filters whose count reads many contacts: several relations, time filters, a name search). Retry after the Retry-After seconds, one list at a time, or narrow the filters.`,
+    undefined,
+    { "retry-after": String(SLOW_LIST_RETRY_AFTER_SECONDS) },
+  );
+}
+
 /** listContactsPage answers GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
 export async function listContactsPage(db: Database, query: Record<string, unknown>): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
@@ -601,6 +618,9 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     return texts === MOVED ? MOVED : (`{"data":[${texts.join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>);
   };
   const lookup = !needsCount && filters.email !== undefined;
+  // A count that reads its matches one by one takes up to 150 ms: on SQLite, off the main thread.
+  const slow = countReadsMatches(filters);
+  if (slow) return inOneSnapshot(db, pageAndCount, { slow }).catch(refuseWhenLaneFull);
   return db.dialect === "postgres" && !lookup ? inOneSnapshot(db, pageAndCount) : readConsistently(db, pageAndCount);
 }
 

@@ -2,6 +2,8 @@ import { Database as SqliteConnection, type SQLQueryBindings, type Statement } f
 import { accessSync, chmodSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
+import type { Logger } from "../shared/log.ts";
+import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
 import { WriteGroups, type CommittedGroup, type GroupOutcome, type PendingWrite } from "./write-groups.ts";
 
@@ -153,12 +155,23 @@ export class SqliteDatabase implements Database {
   private watch: Watch | null = null;
   private closed = false;
   private readSnapshotOpen = false;
+  private lane: ReadLane | null = null;
 
-  constructor(writer: StatementCachingDatabase, reader: StatementCachingDatabase) {
+  constructor(writer: StatementCachingDatabase, reader: StatementCachingDatabase, private readonly path: string) {
     this.sqlite = this.writer = writer;
     this.readerConnection = reader;
     this.reader = new ConnectionDb(reader);
     this.tx = new ConnectionDb(writer);
+  }
+
+  /** useReadLane has readAside run its reads on a read lane holding at most `capacity` of them (read-lane.ts); 0, or an in-memory database, keeps them on this thread. */
+  useReadLane(capacity: number, log: Logger): void {
+    if (capacity > 0 && this.path !== ":memory:") this.lane = new ReadLane(this.path, capacity, (work) => this.read(work), log);
+  }
+
+  /** readAside runs slow reads in one snapshot on the read lane when there is one (useReadLane), else as `read`. */
+  readAside<T>(work: (db: Db) => Promise<T>): Promise<T> {
+    return this.lane ? this.lane.read(work) : this.read(work);
   }
 
   all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]> {
@@ -299,6 +312,7 @@ export class SqliteDatabase implements Database {
   /** close commits what is queued and closes both connections. */
   async close(): Promise<void> {
     if (this.closed) return;
+    await this.lane?.close();
     await this.groups.drain();
     this.closed = true;
     this.closeReadSnapshot();
@@ -337,10 +351,16 @@ export function openDatabase(path: string, synchronous: Synchronous = "full"): S
       if (existsSync(file)) chmodSync(file, 0o600);
     }
   }
-  const reader = path === ":memory:" ? writer : openConnection(path, synchronous);
+  const reader = path === ":memory:" ? writer : openReadOnlyConnection(path, synchronous);
+  return new SqliteDatabase(writer, reader, path);
+}
+
+/** openReadOnlyConnection opens a connection that only reads the SQLite file (the reader, the read lane's). */
+export function openReadOnlyConnection(path: string, synchronous: Synchronous = "full"): StatementCachingDatabase {
+  const reader = openConnection(path, synchronous);
   // The reader only reads: a write there would wait on the writer's open group transaction.
-  if (reader !== writer) reader.run("PRAGMA query_only = ON");
-  return new SqliteDatabase(writer, reader);
+  reader.run("PRAGMA query_only = ON");
+  return reader;
 }
 
 /**

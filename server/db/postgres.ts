@@ -382,6 +382,11 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return this.transaction("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})));
   }
 
+  /** readAside is `read`: the pool's statements never run on the thread answering requests. */
+  readAside<T>(work: (db: Db) => Promise<T>): Promise<T> {
+    return this.read(work);
+  }
+
   private committed(): void {
     for (const callback of this.afterCommitCallbacks) callback();
   }

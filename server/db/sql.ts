@@ -45,6 +45,12 @@ export interface Database extends Db {
    * pool sees every commit made before it, so a row and its children could disagree.
    */
   read<T>(work: (db: Db) => Promise<T>): Promise<T>;
+  /**
+   * readAside is `read` for reads that take long (a count of many rows): SQLite runs them on its
+   * read lane, off the thread answering requests, when one is configured; PostgreSQL's statements
+   * never run on that thread, so there it is `read`.
+   */
+  readAside<T>(work: (db: Db) => Promise<T>): Promise<T>;
   /** writesWaiting counts the writes of this process not committed yet: queued for their group, or in the one being committed. */
   writesWaiting(): number;
   /** onCommit registers a callback run after each commit of `write` in this process (wakes the delivery loop). */

@@ -68,6 +68,12 @@ describe("the compiled binary, alone in an empty folder", () => {
       const list = await api(server.url, token, "GET", "/public/v1/contacts?email=ada@example.com");
       expect(list.status).toBe(200);
       expect(list.body.data.map((c: { id: string }) => c.id)).toEqual([contact.body.data.id]);
+      // Two tags: a slow list, read on the lane's thread, whose module the binary embeds (else it
+      // warns, checked once the log is flushed at the stop, and reads on the main thread).
+      await api(server.url, token, "POST", `/public/v1/contacts/${contact.body.data.id}/tags`, { tag: "vip" });
+      await api(server.url, token, "POST", `/public/v1/contacts/${contact.body.data.id}/tags`, { tag: "customer" });
+      const slow = await api(server.url, token, "GET", "/public/v1/contacts?tag=vip&tag=customer");
+      expect({ status: slow.status, ids: slow.body.data.map((c: { id: string }) => c.id), total: slow.body.meta.total }).toEqual({ status: 200, ids: [contact.body.data.id], total: 1 });
 
       await waitUntil(() => receiver.received.length > 0, "the webhook", server.proc);
       const hook = receiver.received[0]!;
@@ -98,6 +104,7 @@ describe("the compiled binary, alone in an empty folder", () => {
       // Hard guard only: a process still running 5 s after SIGTERM is killed and the test fails.
       expect(await server.stopWith("SIGTERM", 5000)).toEqual({ exitCode: 0, killed: false });
     }
+    expect(server.logLines().filter((line) => String(line.msg).includes("lane"))).toEqual([]);
 
     const backup = run("backup", "copy.sqlite");
     expect(backup.exitCode).toBe(0);

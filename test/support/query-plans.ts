@@ -24,6 +24,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     write: (work) => db.write(work),
     // Reads inside `read` are captured too (this wrapper serves SQLite, whose turn is one snapshot).
     read: (work) => work(spy),
+    readAside: (work) => work(spy),
     writesWaiting: () => db.writesWaiting(),
     onCommit: (callback) => db.onCommit(callback),
     outsideWritesGeneration: () => db.outsideWritesGeneration(),

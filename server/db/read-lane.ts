@@ -1,0 +1,165 @@
+import { join } from "node:path";
+import { isEmbeddedPath } from "../shared/compiled.ts";
+import type { Logger } from "../shared/log.ts";
+import type { Db, SqlValue } from "./sql.ts";
+
+/** LaneStatement is a statement of a session, sent to the lane's thread. */
+type LaneStatement = { kind: "all" | "get"; sql: string; params: SqlValue[] };
+
+/** LaneCall is a message to the lane's thread: open the database file, run a statement of the session, or end the session's snapshot. */
+export type LaneCall = { id: number } & ({ kind: "open"; path: string } | LaneStatement | { kind: "end" });
+
+/** LaneAnswer is the thread's answer to the call of the same id: a value, or the error it threw. */
+export type LaneAnswer = { id: number; value: unknown } | { id: number; error: { message: string; code: unknown } };
+
+interface PendingCall {
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+}
+
+interface Session extends PendingCall {
+  work: (db: Db) => Promise<unknown>;
+}
+
+/** ReadLaneFull refuses a read when the lane holds `capacity` reads already (the caller answers 503). */
+export class ReadLaneFull extends Error {
+  override readonly name = "ReadLaneFull";
+
+  constructor(readonly capacity: number) {
+    super(`the read lane holds ${capacity} reads already`);
+  }
+}
+
+/**
+ * ReadLane runs slow reads of a SQLite database on a thread of their own: a Bun Worker holding its
+ * own read-only connection to the file (WAL lets it read beside the writer), one read at a time,
+ * each in one snapshot that begins after the read was submitted, so it sees every commit answered
+ * before. bun:sqlite is synchronous: a count of half a million rows held up every other request
+ * of the process for its 150 ms. The lane holds at most `capacity` reads, the running one
+ * included; one more is refused at once (ReadLaneFull), so a flood grows no queue. The thread
+ * starts with the first read; should it end (crash, exit), the read it was running starts over
+ * through `fallback` (the main thread), and the next read starts a new thread.
+ */
+export class ReadLane {
+  private worker: Worker | null = null;
+  private readonly waiting: Session[] = [];
+  private running: Session | null = null;
+  private readonly calls = new Map<number, PendingCall>();
+  private nextCallId = 0;
+  private closed = false;
+  private drained: PromiseWithResolvers<void> | null = null;
+
+  constructor(
+    private readonly path: string,
+    private readonly capacity: number,
+    private readonly fallback: <T>(work: (db: Db) => Promise<T>) => Promise<T>,
+    private readonly log: Logger,
+  ) {}
+
+  /** read runs `work` on the lane in one snapshot; ReadLaneFull when the lane holds `capacity` reads already. */
+  read<T>(work: (db: Db) => Promise<T>): Promise<T> {
+    if (this.closed) return this.fallback(work);
+    if (this.waiting.length + (this.running ? 1 : 0) >= this.capacity) return Promise.reject(new ReadLaneFull(this.capacity));
+    return new Promise<T>((resolve, reject) => {
+      this.waiting.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      if (!this.running) void this.runWaiting();
+    });
+  }
+
+  /** runWaiting runs the waiting reads one after the other, each in a snapshot of its own. */
+  private async runWaiting(): Promise<void> {
+    let session: Session | undefined;
+    while ((session = this.waiting.shift())) {
+      this.running = session;
+      try {
+        const value = await session.work(this.sessionDb);
+        await this.call({ kind: "end" });
+        session.resolve(value);
+      } catch (error) {
+        if (error instanceof LaneThreadLost) {
+          // Its snapshot ended with the thread: the read starts over, whole, on the main thread.
+          this.fallback(session.work).then(session.resolve, session.reject);
+        } else {
+          // A failed statement leaves its snapshot open on the thread; the next read needs a new one.
+          await this.call({ kind: "end" }).catch(() => {});
+          session.reject(error);
+        }
+      }
+    }
+    this.running = null;
+    this.drained?.resolve();
+  }
+
+  /** sessionDb runs the running read's statements on the lane's thread. */
+  private readonly sessionDb: Db = {
+    dialect: "sqlite",
+    all: <T>(sql: string, params: readonly SqlValue[] = []) => this.call({ kind: "all", sql, params: [...params] }) as Promise<T[]>,
+    get: <T>(sql: string, params: readonly SqlValue[] = []) => this.call({ kind: "get", sql, params: [...params] }) as Promise<T | null>,
+    run: () => Promise.reject(new Error("the read lane only reads")),
+  };
+
+  private call(message: LaneStatement | { kind: "end" }): Promise<unknown> {
+    const worker = this.worker ?? this.startWorker();
+    const id = this.nextCallId++;
+    return new Promise((resolve, reject) => {
+      this.calls.set(id, { resolve, reject });
+      worker.postMessage({ ...message, id } satisfies LaneCall);
+    });
+  }
+
+  private startWorker(): Worker {
+    // Referenced (the default), so close() must end it. Unreferenced, Bun's event loop spun while it
+    // waited for the thread's answers: a count of 57 ms on the thread cost 60 to 120 ms of the main
+    // thread's CPU besides.
+    const worker = new Worker(laneThreadModule());
+    worker.onmessage = (event: MessageEvent<LaneAnswer>) => {
+      const answer = event.data;
+      const pending = this.calls.get(answer.id);
+      if (!pending) return;
+      this.calls.delete(answer.id);
+      if ("error" in answer) pending.reject(Object.assign(new Error(answer.error.message), { code: answer.error.code }));
+      else pending.resolve(answer.value);
+    };
+    const lost = (event: Event) => {
+      if (this.worker !== worker) return;
+      this.worker = null;
+      // After an uncaught error the thread might live on, holding its connection: it is ended.
+      worker.terminate();
+      this.log.warn("the slow-list lane's thread ended; the list it was reading starts over on the main thread, and the next one starts a new thread", {
+        error: event instanceof ErrorEvent ? event.message : "it exited",
+      });
+      for (const pending of this.calls.values()) pending.reject(new LaneThreadLost());
+      this.calls.clear();
+    };
+    worker.addEventListener("error", lost);
+    worker.addEventListener("close", lost);
+    this.worker = worker;
+    // Its answer is an error only when the file cannot be opened: the statements that follow report it.
+    worker.postMessage({ id: this.nextCallId++, kind: "open", path: this.path } satisfies LaneCall);
+    return worker;
+  }
+
+  /** close lets the reads submitted finish and stops the thread; reads submitted afterwards run through the fallback. */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.running) await (this.drained ??= Promise.withResolvers<void>()).promise;
+    const worker = this.worker;
+    this.worker = null;
+    worker?.terminate();
+  }
+}
+
+/**
+ * laneThreadModule names the module the lane's thread runs: in the compiled binary, the entry point
+ * scripts/build.ts embeds beside main's, under their common folder (server/), which a worker's
+ * relative path starts from; from source, the file beside this one (a relative path would start
+ * from the working directory).
+ */
+function laneThreadModule(): string {
+  return isEmbeddedPath(Bun.main) ? "./db/read-lane-worker.ts" : join(import.meta.dir, "read-lane-worker.ts");
+}
+
+/** LaneThreadLost fails the statements of a lane whose thread ended before answering them. */
+class LaneThreadLost extends Error {
+  override readonly name = "LaneThreadLost";
+}
