@@ -705,28 +705,36 @@ async function countTimeRangeMeeting(db: Db, range: TimeRange, other: TimeRange)
  * (SQLite). Each contact of one range is checked for the other, a row read for each: the range
  * read is the smallest of the two and their complements (both columns are NOT NULL), each counted
  * in its index up to the smallest found so far; the smaller of a range and its complement holds
- * at most half the contacts. Read through a complement, the count is the other filter's, counted in
- * its index, less the contacts of the complement that meet it. Both filters keeping every contact
- * checked 300,000 rows; now none.
+ * at most half the contacts, so a range counted whole needs its complement counted not at all.
+ * Read through a complement, the count is the other filter's (known from those counts once either
+ * side of it was counted whole) less the contacts of the complement that meet it. Both filters keeping every contact checked 300,000 rows; now none.
  */
 async function countCreatedAndUpdatedAfter(db: Db, createdAfter: number, updatedAfter: number): Promise<number> {
-  const created = { column: "created_at" as const, at: createdAfter, later: true };
-  const updated = { column: "updated_at" as const, at: updatedAfter, later: true };
-  const reads = [
-    { range: updated, other: created },
-    { range: created, other: updated },
-    { range: { ...updated, later: false }, other: created },
-    { range: { ...created, later: false }, other: updated },
-  ];
+  const created: TimeRange = { column: "created_at", at: createdAfter, later: true };
+  const updated: TimeRange = { column: "updated_at", at: updatedAfter, later: true };
   const contacts = await countAllContacts(db);
-  let smallest = reads[0]!;
+  const wholeCounts = new Map<TimeRange, number>();
+  let smallest = { range: updated, other: created };
   let size = Math.floor(contacts / 2) + 1;
-  for (const read of reads) {
-    const counted = await countTimeRangeUpTo(db, read.range, size);
-    if (counted < size) [smallest, size] = [read, counted];
+  const consider = (range: TimeRange, other: TimeRange, counted: number) => {
+    if (counted < size) [smallest, size] = [{ range, other }, counted];
+  };
+  for (const [range, other] of [[updated, created], [created, updated]] as const) {
+    const complement = { ...range, later: false };
+    const counted = await countTimeRangeUpTo(db, range, size);
+    // A range counted whole holds at most half the contacts: its complement, no smaller, needs no count.
+    if (counted < size) {
+      wholeCounts.set(range, counted);
+      consider(range, other, counted);
+    } else {
+      const rest = await countTimeRangeUpTo(db, complement, size);
+      if (rest < size) wholeCounts.set(range, contacts - rest);
+      consider(complement, other, rest);
+    }
   }
   const meeting = size === 0 ? 0 : await countTimeRangeMeeting(db, smallest.range, smallest.other);
-  return smallest.range.later ? meeting : (await countTimeRangeUpTo(db, smallest.other, contacts + 1)) - meeting;
+  if (smallest.range.later) return meeting;
+  return (wholeCounts.get(smallest.other) ?? (await countTimeRangeUpTo(db, smallest.other, contacts + 1))) - meeting;
 }
 
 const NULLABLE_SORTS = new Set<ContactSort>(["first_name", "last_name", "email"]);
