@@ -5,7 +5,7 @@ import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
-import { WriteGroups, type CommittedGroup, type GroupOutcome, type PendingWrite } from "./write-groups.ts";
+import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
 
 /**
  * MAX_CACHED_STATEMENTS and MAX_CACHED_SQL_CHARACTERS bound the statement cache of a connection,
@@ -219,11 +219,7 @@ export class SqliteDatabase implements Database {
     return this.write((tx) => tx.run(sql, params));
   }
 
-  /**
-   * write commits the writes of concurrent requests together (group commit, WriteGroups): every
-   * write submitted during one turn of the event loop runs in one transaction, each inside its own
-   * savepoint so a failing write rolls back alone, and each caller is answered after the commit.
-   */
+  /** write commits the writes of concurrent requests together (WriteGroups): one transaction and one sync to disk a group. */
   write<T>(work: (tx: Db) => Promise<T>): Promise<T> {
     return this.groups.submit(work);
   }
@@ -240,21 +236,17 @@ export class SqliteDatabase implements Database {
   private async commitGroup(take: () => PendingWrite[]): Promise<CommittedGroup> {
     const writer = this.writer;
     // The transaction and savepoint statements are prepared once (db.run would prepare them on every write).
-    const outcomes: GroupOutcome[] = [];
     writer.query("BEGIN IMMEDIATE").run();
     const changesBefore = this.totalChanges();
     try {
-      for (const item of take()) {
-        writer.query("SAVEPOINT write").run();
-        try {
-          outcomes.push({ ok: true, value: await item.work(this.tx) });
-          writer.query("RELEASE write").run();
-        } catch (error) {
+      const outcomes = await runWrites(take(), this.tx, {
+        open: () => writer.query("SAVEPOINT write").run(),
+        release: () => writer.query("RELEASE write").run(),
+        rollBack: () => {
           writer.query("ROLLBACK TO write").run();
           writer.query("RELEASE write").run();
-          outcomes.push({ ok: false, value: error });
-        }
-      }
+        },
+      });
       const changed = this.totalChanges() !== changesBefore;
       this.closeReadSnapshot();
       writer.query("COMMIT").run();

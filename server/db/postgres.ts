@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
 import { settlesWithin } from "../shared/time.ts";
 import type { Database, Db, SqlValue } from "./sql.ts";
-import { WriteGroups, type CommittedGroup, type GroupOutcome, type PendingWrite } from "./write-groups.ts";
+import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
 const MAX_CACHED_REWRITES = 2000;
@@ -337,11 +337,9 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   /**
-   * write commits the writes of concurrent requests together, as on SQLite (WriteGroups): one
-   * transaction holds WRITE_LOCK for the whole group, each write inside its own savepoint so a
-   * failing write rolls back alone, and each caller is answered after the commit. The lock, the
-   * transaction's statements and the commit's wait for the disk are then paid once per group
-   * rather than once per write, while other instances' writes wait for the lock.
+   * write commits the writes of concurrent requests together (WriteGroups): one transaction holds
+   * WRITE_LOCK for a whole group, so the lock, the transaction and the commit's flush to disk are
+   * paid once per group rather than once per write, while other instances' writes wait for the lock.
    */
   write<T>(work: (tx: PostgresDb) => Promise<T>): Promise<T> {
     return this.groups.submit(work as (tx: Db) => Promise<T>);
@@ -359,20 +357,19 @@ export class PostgresDatabase extends PostgresDb implements Database {
       const writeDb = new PostgresDb(tx, () => (changed = true));
       // A write alone needs no savepoint: should it fail, its transaction is rolled back.
       if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(writeDb) }], changed };
-      const outcomes: GroupOutcome[] = [];
-      for (const item of batch) {
-        await tx.unsafe("SAVEPOINT write");
-        const changedBefore = changed;
-        try {
-          outcomes.push({ ok: true, value: await item.work(writeDb) });
-          await tx.unsafe("RELEASE write");
-        } catch (error) {
+      let changedBefore = false;
+      const outcomes = await runWrites(batch, writeDb, {
+        open: () => {
+          changedBefore = changed;
+          return tx.unsafe("SAVEPOINT write");
+        },
+        release: () => tx.unsafe("RELEASE write"),
+        rollBack: async () => {
           await tx.unsafe("ROLLBACK TO write");
           await tx.unsafe("RELEASE write");
           changed = changedBefore;
-          outcomes.push({ ok: false, value: error });
-        }
-      }
+        },
+      });
       return { outcomes, changed };
     });
   }

@@ -2,38 +2,41 @@
 // statements run here, so that a slow one holds up no request of the main thread.
 import type { Database as SqliteConnection } from "bun:sqlite";
 import { openReadOnlyConnection } from "./database.ts";
-import type { LaneAnswer, LaneCall } from "./read-lane.ts";
+import type { LaneAnswer, LaneCall, LaneOpen } from "./read-lane.ts";
 
 declare const self: Worker;
 
 let connection: SqliteConnection | null = null;
-let openFailure: unknown = null;
 let inSnapshot = false;
 
-self.onmessage = (event: MessageEvent<LaneCall>) => {
+self.onmessage = (event: MessageEvent<LaneCall | LaneOpen>) => {
   const call = event.data;
+  // Thrown out of the handler, a failure to open ends the thread: the lane runs the read on the
+  // main thread instead, and tries a new thread for the next.
+  if (call.kind === "open") {
+    connection = openReadOnlyConnection(call.path);
+    return;
+  }
   let answer: LaneAnswer;
   try {
-    answer = { id: call.id, value: answerCall(call) };
+    answer = { id: call.id, value: answerCall(connection!, call) };
   } catch (error) {
     answer = { id: call.id, error: { message: (error as Error).message, code: (error as { code?: unknown }).code } };
   }
   self.postMessage(answer);
 };
 
-function answerCall(call: LaneCall): unknown {
-  if (call.kind === "open") {
-    try {
-      connection = openReadOnlyConnection(call.path);
-    } catch (error) {
-      openFailure = error;
-    }
-    return null;
-  }
-  if (!connection) throw openFailure;
+function answerCall(connection: SqliteConnection, call: LaneCall): unknown {
   if (call.kind === "end") {
-    if (inSnapshot) connection.query("COMMIT").run();
+    if (!inSnapshot) return null;
     inSnapshot = false;
+    try {
+      connection.query("COMMIT").run();
+    } catch (error) {
+      // The next session must not read in this one's snapshot.
+      if (connection.inTransaction) connection.query("ROLLBACK").run();
+      throw error;
+    }
     return null;
   }
   // A session's snapshot begins with its first statement, sent after its request arrived: it sees

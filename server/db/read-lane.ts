@@ -6,8 +6,11 @@ import type { Db, SqlValue } from "./sql.ts";
 /** LaneStatement is a statement of a session, sent to the lane's thread. */
 type LaneStatement = { kind: "all" | "get"; sql: string; params: SqlValue[] };
 
-/** LaneCall is a message to the lane's thread: open the database file, run a statement of the session, or end the session's snapshot. */
-export type LaneCall = { id: number } & ({ kind: "open"; path: string } | LaneStatement | { kind: "end" });
+/** LaneOpen is the first message to the lane's thread: the database file to open (no answer; the thread ends when it cannot). */
+export type LaneOpen = { kind: "open"; path: string };
+
+/** LaneCall is a call to the lane's thread: run a statement of the session, or end the session's snapshot. */
+export type LaneCall = { id: number } & (LaneStatement | { kind: "end" });
 
 /** LaneAnswer is the thread's answer to the call of the same id: a value, or the error it threw. */
 export type LaneAnswer = { id: number; value: unknown } | { id: number; error: { message: string; code: unknown } };
@@ -134,8 +137,7 @@ export class ReadLane {
     worker.addEventListener("error", lost);
     worker.addEventListener("close", lost);
     this.worker = worker;
-    // Its answer is an error only when the file cannot be opened: the statements that follow report it.
-    worker.postMessage({ id: this.nextCallId++, kind: "open", path: this.path } satisfies LaneCall);
+    worker.postMessage({ kind: "open", path: this.path } satisfies LaneOpen);
     return worker;
   }
 

@@ -10,19 +10,59 @@ export interface PendingWrite {
 /** GroupOutcome is how one write of a group ended, told to its caller once the group is committed. */
 export type GroupOutcome = { ok: true; value: unknown } | { ok: false; value: unknown };
 
-/** CommittedGroup is what a committed group tells: each write's outcome, in order, and whether any row changed. */
+/** CommittedGroup is what a committed group tells: the outcome of each write it ran, in order, and whether any row changed. */
 export interface CommittedGroup {
   outcomes: GroupOutcome[];
   changed: boolean;
 }
 
 /**
+ * GROUP_TIME_MS bounds how long a group takes writes: once its writes have run this long, those
+ * left wait for the next group. A delivery's claim commits with its group, and its lease (the
+ * attempt's timeout + 2 s) runs from the claim: large batches after it in one group, each
+ * statement a round trip to a PostgreSQL server elsewhere, could otherwise outlast that margin.
+ */
+export const GROUP_TIME_MS = 200;
+
+/** Savepoints are the savepoint statements of a group's transaction, as its backend runs them. */
+export interface Savepoints {
+  open(): unknown;
+  release(): unknown;
+  rollBack(): unknown;
+}
+
+/**
+ * runWrites runs a group's writes one after another on `tx`, each inside its own savepoint, and
+ * returns the outcome of each write it ran. A write succeeds once its savepoint is released: on
+ * PostgreSQL a work that caught a failed statement and returned left the transaction aborted, and
+ * is refused with the release's error. No further write is taken once the group has run
+ * GROUP_TIME_MS; the rest wait for the next group.
+ */
+export async function runWrites(batch: PendingWrite[], tx: Db, savepoints: Savepoints): Promise<GroupOutcome[]> {
+  const started = performance.now();
+  const outcomes: GroupOutcome[] = [];
+  for (const item of batch) {
+    if (outcomes.length > 0 && performance.now() - started >= GROUP_TIME_MS) break;
+    await savepoints.open();
+    try {
+      const value = await item.work(tx);
+      await savepoints.release();
+      outcomes.push({ ok: true, value });
+    } catch (error) {
+      await savepoints.rollBack();
+      outcomes.push({ ok: false, value: error });
+    }
+  }
+  return outcomes;
+}
+
+/**
  * WriteGroups queues the writes of concurrent requests and commits them in groups, one group at a
  * time. `commitGroup` begins a transaction, takes the writes waiting at that moment (`take`: on
  * PostgreSQL once the write lock is granted, so writes that came while it waited for another
- * instance join the group), runs each inside its own savepoint and returns their outcomes once
- * committed; should it throw (the transaction failed), every write of the group is refused with
- * that error. After the callers of a group that changed rows are answered, `committed` runs (it
+ * instance join the group), runs them (runWrites) and returns their outcomes once committed; the
+ * writes it did not run (GROUP_TIME_MS) lead the next group. Should it throw (the transaction
+ * failed), every write it took is refused with that error. After the callers of a group that changed rows are answered, `committed` runs (it
  * wakes the delivery loop); a group that changed nothing (a claim round that found nothing due)
  * wakes nobody, or the delivery loop's own empty claims would wake it again and again.
  */
@@ -41,11 +81,14 @@ export class WriteGroups {
   submit<T>(work: (tx: Db) => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       this.pending.push({ work, resolve: resolve as (value: unknown) => void, reject });
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => void this.flush());
-      }
+      this.schedule();
     });
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() => void this.flush());
   }
 
   /** waiting counts the writes submitted and not answered yet: queued, or in the group being committed. */
@@ -89,11 +132,15 @@ export class WriteGroups {
     } finally {
       this.answering = 0;
     }
-    const answered: PendingWrite[] = batch ?? [];
-    answered.forEach((item, i) => {
-      const outcome = group.outcomes[i]!;
-      if (outcome.ok) item.resolve(outcome.value);
-      else item.reject(outcome.value);
+    const taken: PendingWrite[] = batch ?? [];
+    const left = taken.slice(group.outcomes.length);
+    if (left.length > 0) {
+      this.pending = [...left, ...this.pending];
+      this.schedule();
+    }
+    group.outcomes.forEach((outcome, i) => {
+      if (outcome.ok) taken[i]!.resolve(outcome.value);
+      else taken[i]!.reject(outcome.value);
     });
     if (group.changed) this.committed();
   }

@@ -151,8 +151,9 @@ export class IdempotencyGuard {
  * keepIdempotentResponse records a finished response and tells whether it could: on PostgreSQL
  * only in place of this request's own reservation. A request that outlived
  * IDEMPOTENCY_RESERVATION_MS (waiting for the write lock, which a cut-off instance can hold for
- * database_pool x 10 s) may have had its key taken over by a retry on another instance, which then
- * runs the change itself. Call it inside the transaction of the change.
+ * about 10 s, while other instances' groups queue for it too) may have had its key taken over by a
+ * retry on another instance, which then runs the change itself. Call it inside the transaction of
+ * the change.
  */
 export async function keepIdempotentResponse(db: Db, scope: IdempotencyScope | null, status: number, body: unknown, now = Date.now()): Promise<boolean> {
   if (!scope) return true;

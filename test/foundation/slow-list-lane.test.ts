@@ -1,6 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createApp, createRuntime, type App } from "../../server/app.ts";
+import { join } from "node:path";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
+import { ReadLane } from "../../server/db/read-lane.ts";
+import type { Db } from "../../server/db/sql.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
@@ -162,5 +165,16 @@ describe("slow lists on the lane", () => {
     expect(count).toEqual({ first: contacts, second: contacts });
     expect(await answer(laned.app, path)).toEqual(expected);
     expect(thread()).not.toBeNull();
+  });
+
+  test("a thread that cannot open the database file ends, and its reads are answered on the main thread", async () => {
+    const lane = new ReadLane(join(h.dataDir, "missing", "crm.sqlite"), 2, (work) => h.db.read(work), createLogger("error"));
+    try {
+      const read = (db: Db) => db.get<{ n: number }>("SELECT count(*) AS n FROM contacts");
+      const expected = await h.db.read(read);
+      expect([await lane.read(read), await lane.read(read)]).toEqual([expected, expected]);
+    } finally {
+      await lane.close();
+    }
   });
 });

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
 import type { Db } from "../../server/db/sql.ts";
+import { GROUP_TIME_MS } from "../../server/db/write-groups.ts";
 
 let dir = "";
 let db: SqliteDatabase;
@@ -56,6 +57,17 @@ describe("group commit", () => {
     } finally {
       other.close();
     }
+  });
+
+  test(`a group takes no further write once its writes have run ${GROUP_TIME_MS} ms: the rest commit in the next group, in order`, async () => {
+    let commits = 0;
+    db.onCommit(() => commits++);
+    const slow = db.write(async (tx) => {
+      await Bun.sleep(GROUP_TIME_MS + 50);
+      return insert("slow")(tx);
+    });
+    const results = await Promise.all([slow, db.write(insert("second")), db.write(insert("third"))]);
+    expect({ results, commits, notes: await notes() }).toEqual({ results: [1, 2, 3], commits: 2, notes: ["slow", "second", "third"] });
   });
 
   test("works of one group run one after another, never two at once on the writer, each seeing the ones before it", async () => {

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ConfigError } from "../../server/config.ts";
 import { numberPlaceholders, openPostgres, WRITE_LOCK, type PostgresDatabase } from "../../server/db/postgres.ts";
 import type { Db } from "../../server/db/sql.ts";
+import { GROUP_TIME_MS } from "../../server/db/write-groups.ts";
 import { waitUntil } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
@@ -164,6 +165,28 @@ describe("postgres database: group commit", () => {
       1,
     ]);
     expect(await db.all("SELECT id FROM things WHERE id LIKE 'f-%' ORDER BY id")).toEqual([{ id: "f-first" }, { id: "f-last" }]);
+  });
+
+  test("a work that caught a failed statement and returned is refused with the savepoint's error; the other writes of its group commit", async () => {
+    await db.run("INSERT INTO things (id, n) VALUES (?, ?)", ["s-taken", 1]);
+    const swallowing = db.write(async (tx) => {
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["s-swallowed", 1]);
+      await tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["s-taken", 1]).catch(() => 0);
+      return "returned";
+    });
+    const after = db.write((tx) => tx.run("INSERT INTO things (id, n) VALUES (?, ?)", ["s-after", 1]));
+    const outcomes = await Promise.allSettled([swallowing, after]);
+    expect(outcomes.map((o) => (o.status === "fulfilled" ? o.value : (o.reason as { errno?: string }).errno))).toEqual(["25P02", 1]);
+    expect(await db.all("SELECT id FROM things WHERE id LIKE 's-%' ORDER BY id")).toEqual([{ id: "s-after" }, { id: "s-taken" }]);
+  });
+
+  test(`a group takes no further write once its writes have run ${GROUP_TIME_MS} ms: the rest commit in the next group, in order`, async () => {
+    const slow = db.write(async (tx) => {
+      await tx.run(`SELECT pg_sleep(${(GROUP_TIME_MS + 50) / 1000})`);
+      return transactionOf("t-slow")(tx);
+    });
+    const [first, second, third] = await Promise.all([slow, db.write(transactionOf("t-second")), db.write(transactionOf("t-third"))]);
+    expect({ split: first !== second, togetherAfter: second === third }).toEqual({ split: true, togetherAfter: true });
   });
 
   test("writes that come while the group waits for another session's write lock join that group", async () => {
