@@ -231,22 +231,21 @@ export async function acceptOperatorLink(db: Database, input: { code: string } &
   // The link is used up in the write that acts on it: two tabs racing through it get one result.
   if (link.purpose === "invite") {
     const row = await operatorRow(link.email, input.password, now);
-    await db.write(async (tx) => {
+    return db.write(async (tx) => {
       if (await findOperatorByEmail(tx, link.email)) throw operatorExists(link.email);
       if (!(await deleteOperatorLink(tx, codeHash))) throw linkInvalid();
       await insertOperator(tx, row);
+      return startSession(tx, row.id, now);
     });
-    return startSession(db, row.id, now);
   }
   const hash = await hashPassword(input.password);
-  const operatorId = await db.write(async (tx) => {
+  return db.write(async (tx) => {
     const row = await findOperatorByEmail(tx, link.email);
     if (!row || !(await deleteOperatorLink(tx, codeHash))) throw linkInvalid();
     await updateOperatorPassword(tx, row.id, hash, now);
     await clearLoginFailuresOfAccount(tx, row.email, pairSubject(row.email, ""));
-    return row.id;
+    return startSession(tx, row.id, now);
   });
-  return startSession(db, operatorId, now);
 }
 
 /** issueSetupCode makes the one-time code of the first-run setup link; earlier codes stop working. */
@@ -268,8 +267,9 @@ export async function completeSetup(db: Database, input: { code: string; email: 
   validNewPassword(input);
   const row = await operatorRow(email, input.password, now);
   // Checked again inside the transaction: two people racing through the same link get one operator.
-  if (!(await db.write((tx) => insertFirstOperator(tx, row)))) throw setupLinkInvalid();
-  return startSession(db, row.id, now);
+  const session = await db.write(async (tx) => ((await insertFirstOperator(tx, row)) ? startSession(tx, row.id, now) : null));
+  if (session === null) throw setupLinkInvalid();
+  return session;
 }
 
 function setupLinkInvalid(): ProblemError {
@@ -417,13 +417,17 @@ export async function signIn(db: Database, secrets: SecretBox, input: SignInInpu
   try {
     const email = normalEmail(input.email).slice(0, 254);
     const device = await trustedDevice(db, readDeviceCookie(secrets, input.device, now), email, now);
-    const operatorId = await checkSignIn(db, pacer, { ...input, email }, device !== null, othersUnderWay, now);
-    const next = newDeviceCookie(secrets, operatorId, now);
-    await db.write(async (tx) => {
+    const operator = await checkSignIn(db, pacer, { ...input, email }, device !== null, othersUnderWay, now);
+    const next = newDeviceCookie(secrets, operator.id, now);
+    // One commit, and only while the password checked is still the operator's: a reset committed
+    // during the check (argon2 takes about 100 ms) revokes what this sign-in would start.
+    const session = await db.write(async (tx) => {
+      if ((await findOperatorById(tx, operator.id))?.password_hash !== operator.password_hash) throw signInFailed();
       if (device) await deleteDevice(tx, device.idHash);
       await insertDevice(tx, next.row, DEVICE_FAILURES, DEVICES_PER_OPERATOR);
+      return startSession(tx, operator.id, now);
     });
-    return { session: await startSession(db, operatorId, now), device: next.value };
+    return { session, device: next.value };
   } finally {
     pacer.end(input.address);
   }
@@ -440,13 +444,13 @@ async function trustedDevice(db: Database, cookie: DeviceCookie | null, email: s
 }
 
 /**
- * checkSignIn applies the throttling rules and checks the password; returns the operator's id. A
+ * checkSignIn applies the throttling rules and checks the password; returns the operator checked. A
  * trusted device skips the pair's delay and the pacing of its address and of the account (which
  * paces only pairs that have failed), its own budget standing for them; its failures are counted
  * against the pair, the account and the address all the same, and its success leaves the pair's
  * failures alone (another client there may be the one guessing).
  */
-async function checkSignIn(db: Database, pacer: Pacer, input: SignInInput, trusted: boolean, othersUnderWay: number, now: number): Promise<string> {
+async function checkSignIn(db: Database, pacer: Pacer, input: SignInInput, trusted: boolean, othersUnderWay: number, now: number): Promise<OperatorRow> {
   const { email } = input;
   const pair = trusted ? null : await failuresInWindow(db, "pair", pairSubject(email, input.address), now);
   if (pair) {
@@ -476,10 +480,14 @@ async function checkSignIn(db: Database, pacer: Pacer, input: SignInInput, trust
     for (const [scope, subject] of [["pair", pairSubject(email, input.address)], ["account", email], ["address", input.address]] as const) {
       await recordLoginFailure(db, scope, subject, now, now - LOGIN_WINDOW_MS);
     }
-    throw new ProblemError(401, "sign-in-failed", "The email or password is wrong.");
+    throw signInFailed();
   }
   if (!trusted) await clearLoginFailures(db, "pair", pairSubject(email, input.address));
-  return operator.id;
+  return operator;
+}
+
+function signInFailed(): ProblemError {
+  return new ProblemError(401, "sign-in-failed", "The email or password is wrong.");
 }
 
 /** unlockOperator forgets every failed sign-in counted against an operator's account (the `operator unlock` command); returns how many records went. */
@@ -488,10 +496,11 @@ export async function unlockOperator(db: Database, email: string): Promise<numbe
   return clearLoginFailuresOfAccount(db, row.email, pairSubject(row.email, ""));
 }
 
-async function startSession(db: Database, operatorId: string, now: number): Promise<string> {
-  await deleteEndedSessions(db, now - SESSION_IDLE_MS, now - SESSION_MAX_MS);
+/** startSession starts a session of an operator and returns its secret; call it inside the write that lets the operator in. */
+async function startSession(tx: Db, operatorId: string, now: number): Promise<string> {
+  await deleteEndedSessions(tx, now - SESSION_IDLE_MS, now - SESSION_MAX_MS);
   const secret = randomSecret();
-  await insertSession(db, { id_hash: sha256(secret), operator_id: operatorId, created_at: now, last_seen_at: now });
+  await insertSession(tx, { id_hash: sha256(secret), operator_id: operatorId, created_at: now, last_seen_at: now });
   return secret;
 }
 

@@ -301,6 +301,32 @@ describe("sign-in and sessions", () => {
   });
 });
 
+describe("sign-in racing a password reset", () => {
+  test("a reset committed while the sign-in's password is checked ends that sign-in: 401, and neither a session nor a device cookie is kept", async () => {
+    const { h, client } = await setup();
+    await addOperator(h.rt.db);
+    const verify = Bun.password.verify;
+    // The reset commits after the sign-in read the operator's password hash, before its check ends.
+    Bun.password.verify = async (password, hash) => {
+      Bun.password.verify = verify;
+      await resetOperatorPassword(h.rt.db, OPERATOR.email, "another long enough password");
+      return verify(password, hash);
+    };
+    try {
+      const res = await client.signIn();
+      const devices = (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM operator_devices"))!.n;
+      expect({ status: res.status, session: client.cookies.has("crm_console_session"), sessions: (await sessionRows(h)).length, devices }).toEqual({
+        status: 401,
+        session: false,
+        sessions: 0,
+        devices: 0,
+      });
+    } finally {
+      Bun.password.verify = verify;
+    }
+  });
+});
+
 describe("sign-in throttling", () => {
   let server: RunningServer | undefined;
   afterEach(async () => {
