@@ -6,6 +6,7 @@ import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES, type Delivery, type DeliveryDet
 import {
   countMatchingDeliveries,
   deliveriesAfter,
+  planDeliveryFilters,
   eventSubjects,
   findDelivery,
   findSubscription,
@@ -84,12 +85,13 @@ function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDelivery
 export async function latestDeliveries(db: Database, query: DeliveryFilters, now = Date.now()): Promise<DeliveriesView> {
   const { filters, before } = checkDeliveryFilters(query);
   return db.read(async (source) => {
-    const page = await deliveriesAfter(source, filters, before, LATEST_DELIVERIES);
+    const planned = await planDeliveryFilters(source, filters);
+    const page = await deliveriesAfter(source, planned, before, LATEST_DELIVERIES);
     const descriptions = new Map((await listAllSubscriptions(source)).map((s) => [s.id, s.description]));
     const subjects = await eventSubjects(source, page.data.map((d) => d.event_id));
     return {
       data: page.data.map((d) => deliveryRow(d, descriptions.get(d.subscription_id) ?? null, subjects.get(d.event_id) ?? null)),
-      total: await countMatchingDeliveries(source, filters),
+      total: await countMatchingDeliveries(source, planned),
       next: page.next ? positionText(page.next) : null,
       older: before !== null,
       refreshed_at: toTimestamp(now),

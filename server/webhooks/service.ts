@@ -444,11 +444,13 @@ export async function listDeliveriesPage(db: Database, query: Record<string, unk
     status: query.status as string | undefined,
     createdAfter: parseTimestampFilter("created_after", query.created_after),
   };
+  let planned: DeliveryFilters | null = null;
+  const plan = async (source: Db) => (planned ??= await planDeliveryFilters(source, filters));
   const { read, total } = await readListPage(
     db,
     list,
-    async (source) => listDeliveries(source, await planDeliveryFilters(source, filters), pageWindow(list)),
-    (source) => countMatchingDeliveries(source, filters),
+    async (source) => listDeliveries(source, await plan(source), pageWindow(list)),
+    async (source) => countMatchingDeliveries(source, await plan(source)),
   );
   const meta = listMeta(list, total, read, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
   return { data: pageRows(list, read).map(toDelivery), meta };
@@ -565,13 +567,14 @@ export async function countMatchingDeliveries(db: Db, filters: DeliveryFilters):
  * reads its index's deliveries until a page is found, all of them when matches are rare, and SQLite
  * keeps no statistics to choose. The kind is counted up to the other's size, so the choice costs at
  * most the smaller of the two in index entries, beside the hourly counts. PostgreSQL plans by its statistics.
+ * Filters planned already (kindDrives set) are returned as they are: plan once for a page and its total.
  */
-async function planDeliveryFilters(db: Db, filters: DeliveryFilters): Promise<DeliveryFilters> {
+export async function planDeliveryFilters(db: Db, filters: DeliveryFilters): Promise<DeliveryFilters> {
   const { eventType, subscriptionId, status, createdAfter, createdBefore } = filters;
   const otherDriver = subscriptionId !== undefined || (status !== undefined && status !== "succeeded");
-  if (db.dialect !== "sqlite" || eventType === undefined || !otherDriver || filters.eventId !== undefined || filters.subjectId !== undefined) return filters;
+  if (filters.kindDrives !== undefined || db.dialect !== "sqlite" || eventType === undefined || !otherDriver || filters.eventId !== undefined || filters.subjectId !== undefined) return filters;
   const kept = await countMatchingDeliveries(db, { subscriptionId, status, createdAfter, createdBefore });
-  return (await countDeliveriesUpTo(db, { eventType, createdAfter, createdBefore }, kept)) < kept ? { ...filters, kindDrives: true } : filters;
+  return { ...filters, kindDrives: (await countDeliveriesUpTo(db, { eventType, createdAfter, createdBefore }, kept)) < kept };
 }
 
 /** WebhookEvent is an event as recorded in the outbox, with the deliveries made of it. */

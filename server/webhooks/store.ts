@@ -99,7 +99,7 @@ export interface DeliveryFilters {
   subjectId?: string;
   /**
    * (SQLite) the kind's index drives beside a subscription or an unfinished status: the kind has
-   * fewer deliveries than that filter keeps (planDeliveryFilters)
+   * fewer deliveries than that filter keeps; false when planDeliveryFilters chose the other index
    */
   kindDrives?: boolean;
 }

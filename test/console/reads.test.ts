@@ -160,6 +160,19 @@ describe("the deliveries list by event kind beside a subscription or unfinished 
     }
     expect(found).toEqual(expected);
   });
+
+  test("the choice is made once for a page and its total: the kind is counted up to the other filter's size once, in the API and the console", async () => {
+    const subscriptionId = (await h.rt.db.get<{ id: string }>("SELECT id FROM webhook_subscriptions ORDER BY id LIMIT 1"))!.id;
+    const kindCounts = async (read: (db: ServiceDatabase) => Promise<unknown>) => {
+      const spy = capturing(h.rt.db);
+      await read(spy.db);
+      return spy.captured.filter((c) => /\) AS kept$/.test(c.sql.trim())).length;
+    };
+    expect({
+      api: await kindCounts((db) => listDeliveriesPage(db, { event: "webhook.ping", subscription_id: subscriptionId, per_page: "1" })),
+      console: await kindCounts((db) => latestDeliveries(db, { event: "webhook.ping", subscription_id: subscriptionId })),
+    }).toEqual({ api: 1, console: 1 });
+  });
 });
 
 describe("migration 0015", () => {
