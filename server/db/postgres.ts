@@ -354,19 +354,32 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return this.transaction("isolation level read committed", async (tx) => {
       await tx.unsafe("SELECT pg_advisory_xact_lock($1::bigint)", [WRITE_LOCK]);
       const batch = take();
-      const writeDb = new PostgresDb(tx, () => (changed = true));
       // A write alone needs no savepoint: should it fail, its transaction is rolled back.
-      if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(writeDb) }], changed };
+      if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(new PostgresDb(tx, () => (changed = true))) }], changed };
+      // Each statement is a round trip (Bun's client does not pipeline), so a savepoint's release
+      // travels with the next one's opening (the COMMIT releases the last), and a failed statement
+      // is noted here: a work that caught one and returned left the transaction aborted.
+      let failedStatement: { error: unknown } | null = null;
+      const writeDb = new PostgresDb(
+        { unsafe: (text, params) => tx.unsafe(text, params).catch((error: unknown) => Promise.reject((failedStatement = { error }).error)) },
+        () => (changed = true),
+      );
       let changedBefore = false;
+      let releaseOwed = false;
       const outcomes = await runWrites(batch, writeDb, {
         open: () => {
           changedBefore = changed;
-          return tx.unsafe("SAVEPOINT write");
+          failedStatement = null;
+          const open = releaseOwed ? "RELEASE write; SAVEPOINT write" : "SAVEPOINT write";
+          releaseOwed = false;
+          return tx.unsafe(open);
         },
-        release: () => tx.unsafe("RELEASE write"),
+        release: () => {
+          if (failedStatement) throw failedStatement.error;
+          releaseOwed = true;
+        },
         rollBack: async () => {
-          await tx.unsafe("ROLLBACK TO write");
-          await tx.unsafe("RELEASE write");
+          await tx.unsafe("ROLLBACK TO write; RELEASE write");
           changed = changedBefore;
         },
       });

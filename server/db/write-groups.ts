@@ -35,8 +35,8 @@ export interface Savepoints {
  * runWrites runs a group's writes one after another on `tx`, each inside its own savepoint, and
  * returns the outcome of each write it ran. A write succeeds once its savepoint is released: on
  * PostgreSQL a work that caught a failed statement and returned left the transaction aborted, and
- * is refused with the release's error. No further write is taken once the group has run
- * GROUP_TIME_MS; the rest wait for the next group.
+ * the release refuses it. No further write is taken once the group has run GROUP_TIME_MS; the
+ * rest wait for the next group.
  */
 export async function runWrites(batch: PendingWrite[], tx: Db, savepoints: Savepoints): Promise<GroupOutcome[]> {
   const started = performance.now();
