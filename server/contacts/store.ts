@@ -707,7 +707,8 @@ async function countTimeRangeMeeting(db: Db, range: TimeRange, other: TimeRange)
  * in its index up to the smallest found so far; the smaller of a range and its complement holds
  * at most half the contacts, so a range counted whole needs its complement counted not at all.
  * Read through a complement, the count is the other filter's (known from those counts once either
- * side of it was counted whole) less the contacts of the complement that meet it. Both filters keeping every contact checked 300,000 rows; now none.
+ * side of it was counted whole) less the contacts of the complement that meet it. Both filters
+ * keeping every contact checked 300,000 rows; now none.
  */
 async function countCreatedAndUpdatedAfter(db: Db, createdAfter: number, updatedAfter: number): Promise<number> {
   const created: TimeRange = { column: "created_at", at: createdAfter, later: true };
