@@ -1,4 +1,4 @@
-import type { Database, Db } from "../db/sql.ts";
+import type { Database, Db, ReaderName } from "../db/sql.ts";
 import { ReadLaneFull } from "../db/read-lane.ts";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
@@ -112,9 +112,9 @@ async function readConsistently<T>(db: Database, read: (db: Db) => Promise<T | t
   return result === MOVED ? inOneSnapshot(db, read) : result;
 }
 
-/** inOneSnapshot runs `read` through `db.read`, or `db.readAside` when it is `slow`: one snapshot, where nothing moves. */
-async function inOneSnapshot<T>(db: Database, read: (db: Db) => Promise<T | typeof MOVED>, { slow = false } = {}): Promise<T> {
-  const result = await (slow ? db.readAside(read) : db.read(read));
+/** inOneSnapshot runs `read` through `db.read`, or `db.readAside` for `slowReader`'s slow reads: one snapshot, where nothing moves. */
+async function inOneSnapshot<T>(db: Database, read: (db: Db) => Promise<T | typeof MOVED>, slowReader?: ReaderName): Promise<T> {
+  const result = await (slowReader === undefined ? db.read(read) : db.readAside(read, slowReader));
   if (result === MOVED) throw new Error("contacts moved between the reads of one snapshot");
   return result;
 }
@@ -578,8 +578,8 @@ function refuseWhenLaneFull(error: unknown): never {
   );
 }
 
-/** listContactsPage answers GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
-export async function listContactsPage(db: Database, query: Record<string, unknown>): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
+/** listContactsPage answers `reader`'s GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
+export async function listContactsPage(db: Database, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
   const filters = {
     email: query.email as string | undefined,
@@ -619,7 +619,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
   };
   const lookup = !needsCount && filters.email !== undefined;
   // A count that reads its matches one by one takes up to 150 ms: on SQLite, off the main thread.
-  if (countReadsMatches(filters)) return inOneSnapshot(db, pageAndCount, { slow: true }).catch(refuseWhenLaneFull);
+  if (countReadsMatches(filters)) return inOneSnapshot(db, pageAndCount, reader).catch(refuseWhenLaneFull);
   return db.dialect === "postgres" && !lookup ? inOneSnapshot(db, pageAndCount) : readConsistently(db, pageAndCount);
 }
 

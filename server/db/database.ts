@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
 import { ReadLane } from "./read-lane.ts";
-import type { Database, Db, SqlValue } from "./sql.ts";
+import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
 
 /**
@@ -170,8 +170,12 @@ export class SqliteDatabase implements Database {
   }
 
   /** readAside runs slow reads in one snapshot on the read lane when there is one (useReadLane), else as `read`. */
-  readAside<T>(work: (db: Db) => Promise<T>): Promise<T> {
-    return this.lane ? this.lane.read(work) : this.read(work);
+  readAside<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T> {
+    return this.lane ? this.lane.read(work, reader) : this.read(work);
+  }
+
+  readsAside(): number {
+    return this.lane?.held ?? 0;
   }
 
   all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]> {

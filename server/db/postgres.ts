@@ -397,6 +397,11 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return this.read(work);
   }
 
+  /** readsAside is 0: PostgreSQL has no read lane. */
+  readsAside(): number {
+    return 0;
+  }
+
   private committed(): void {
     for (const callback of this.afterCommitCallbacks) callback();
   }

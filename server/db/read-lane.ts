@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import { isEmbeddedPath } from "../shared/compiled.ts";
 import type { Logger } from "../shared/log.ts";
-import type { Db, SqlValue } from "./sql.ts";
+import type { Db, ReaderName, SqlValue } from "./sql.ts";
 
 /** LaneStatement is a statement of a session, sent to the lane's thread. */
 type LaneStatement = { kind: "all" | "get"; sql: string; params: SqlValue[] };
@@ -24,6 +24,7 @@ interface Session extends PendingCall {
   work: (db: Db) => Promise<unknown>;
 }
 
+
 /** ReadLaneFull refuses a read when the lane holds `capacity` reads already (the caller answers 503). */
 export class ReadLaneFull extends Error {
   override readonly name = "ReadLaneFull";
@@ -39,13 +40,17 @@ export class ReadLaneFull extends Error {
  * each in one snapshot that begins after the read was submitted, so it sees every commit answered
  * before. bun:sqlite is synchronous: a count of half a million rows held up every other request
  * of the process for its 150 ms. The lane holds at most `capacity` reads, the running one
- * included; one more is refused at once (ReadLaneFull), so a flood grows no queue. The thread
+ * included; one more is refused at once (ReadLaneFull), so a flood grows no queue. Readers take
+ * turns, one read each, so a client with many reads waiting delays another's by at most one of
+ * its own, not by all of them. The thread
  * starts with the first read; should it end (crash, exit), the read it was running starts over
  * through `fallback` (the main thread), and the next read starts a new thread.
  */
 export class ReadLane {
   private worker: Worker | null = null;
-  private readonly waiting: Session[] = [];
+  /** the reads waiting, by reader, in turn order: the first reader's first read runs next */
+  private readonly waiting = new Map<ReaderName, Session[]>();
+  private waitingCount = 0;
   private running: Session | null = null;
   private readonly calls = new Map<number, PendingCall>();
   private nextCallId = 0;
@@ -59,20 +64,41 @@ export class ReadLane {
     private readonly log: Logger,
   ) {}
 
-  /** read runs `work` on the lane in one snapshot; ReadLaneFull when the lane holds `capacity` reads already. */
-  read<T>(work: (db: Db) => Promise<T>): Promise<T> {
+  /** held counts the reads on the lane: waiting, and the one running. */
+  get held(): number {
+    return this.waitingCount + (this.running ? 1 : 0);
+  }
+
+  /** read runs `reader`'s `work` on the lane in one snapshot; ReadLaneFull when the lane holds `capacity` reads already. */
+  read<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T> {
     if (this.closed) return this.fallback(work);
-    if (this.waiting.length + (this.running ? 1 : 0) >= this.capacity) return Promise.reject(new ReadLaneFull(this.capacity));
+    if (this.held >= this.capacity) return Promise.reject(new ReadLaneFull(this.capacity));
     return new Promise<T>((resolve, reject) => {
-      this.waiting.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      const session = { work, resolve: resolve as (value: unknown) => void, reject };
+      const queue = this.waiting.get(reader);
+      if (queue) queue.push(session);
+      else this.waiting.set(reader, [session]);
+      this.waitingCount++;
       if (!this.running) void this.runWaiting();
     });
   }
 
-  /** runWaiting runs the waiting reads one after the other, each in a snapshot of its own. */
+  /** nextTurn takes the first waiting reader's next read and sends that reader to the back of the turns. */
+  private nextTurn(): Session | undefined {
+    for (const [reader, queue] of this.waiting) {
+      const session = queue.shift()!;
+      this.waiting.delete(reader);
+      if (queue.length > 0) this.waiting.set(reader, queue);
+      this.waitingCount--;
+      return session;
+    }
+    return undefined;
+  }
+
+  /** runWaiting runs the waiting reads one after the other, in turns, each in a snapshot of its own. */
   private async runWaiting(): Promise<void> {
     let session: Session | undefined;
-    while ((session = this.waiting.shift())) {
+    while ((session = this.nextTurn())) {
       this.running = session;
       try {
         const value = await session.work(this.sessionDb);

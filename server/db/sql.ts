@@ -19,6 +19,9 @@ export type SqlValue = string | number | null | Uint8Array;
 /** Dialect names the backend a Db talks to. */
 export type Dialect = "sqlite" | "postgres";
 
+/** ReaderName names who submits a slow read (an API token's id): the read lane serves its readers in turn. */
+export type ReaderName = string;
+
 /** Db runs statements: the Database itself for reads, or the transaction handle inside `write`. */
 export interface Db {
   readonly dialect: Dialect;
@@ -48,9 +51,12 @@ export interface Database extends Db {
   /**
    * readAside is `read` for reads that take long (a count of many rows): SQLite runs them on its
    * read lane, off the thread answering requests, when one is configured; PostgreSQL's statements
-   * never run on that thread, so there it is `read`.
+   * never run on that thread, so there it is `read`. The lane serves its readers (`reader`, an API
+   * token's id) in turn.
    */
-  readAside<T>(work: (db: Db) => Promise<T>): Promise<T>;
+  readAside<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T>;
+  /** readsAside counts the reads on the read lane, waiting or running; always 0 without one. */
+  readsAside(): number;
   /** writesWaiting counts the writes of this process not committed yet: queued for their group, or in the one being committed. */
   writesWaiting(): number;
   /** onCommit registers a callback run after each commit of `write` in this process (wakes the delivery loop). */

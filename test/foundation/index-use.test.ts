@@ -317,7 +317,7 @@ describe("index use: every documented filter and sort", () => {
     expect(captured[2]!.params.at(-1)).toBe(3);
     expect(planOf(captured[3]!)).toEqual(["SEARCH c USING INDEX contacts_updated (updated_at>?)", "USE TEMP B-TREE FOR ORDER BY"]);
     const listed = capturing(h.rt.db);
-    await listContactsPage(listed.db, { updated_after: new Date(0).toISOString(), sort_by: "last_name", per_page: "5" });
+    await listContactsPage(listed.db, { updated_after: new Date(0).toISOString(), sort_by: "last_name", per_page: "5" }, "test");
     expect(listed.captured.slice(0, 3).map((c) => c.sql)).toEqual([
       "SELECT count(*) AS n FROM contacts c WHERE c.updated_at > ?",
       "SELECT n FROM row_counts WHERE table_name = 'contacts'",
@@ -350,7 +350,7 @@ describe("index use: every documented filter and sort", () => {
     // an ASCII needle (LIKE), one beyond ASCII (each spelling), a trigram needle; two relations that share no contact
     for (const query of [{ full_name: "q" }, { full_name: "öq" }, { full_name: "qqq" }, { tag: "rare,old" }, { tag: "rare", updated_after: "2100-01-01T00:00:00Z" }]) {
       const { db, captured } = capturing(h.rt.db);
-      const listed = JSON.parse(await listContactsPage(db, { ...query, sort_by: "last_name" }));
+      const listed = JSON.parse(await listContactsPage(db, { ...query, sort_by: "last_name" }, "test"));
       expect({ query, total: listed.meta.total, data: listed.data }).toEqual({ query, total: 0, data: [] });
       expect({ query, pages: captured.filter((c) => c.sql.startsWith("SELECT c.")).map((c) => c.sql) }).toEqual({ query, pages: [] });
     }
@@ -651,8 +651,8 @@ describe("index use: every documented filter and sort", () => {
 
   test("the whole list path, accounts by name and domain, and users use indexes", async () => {
     const { db, captured } = capturing(h.rt.db);
-    await listContactsPage(db, { email: "P1@example.com", include: "accounts,assigned_user,assigned_users" });
-    await listContactsPage(db, { per_page: "5", sort_by: "last_name" });
+    await listContactsPage(db, { email: "P1@example.com", include: "accounts,assigned_user,assigned_users" }, "test");
+    await listContactsPage(db, { per_page: "5", sort_by: "last_name" }, "test");
     await listAccountsPage(db, { name: "acme" });
     await listAccountsPage(db, { domain: "ACME.test" });
     await listUsersPage(db, {});

@@ -5,6 +5,8 @@ import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db
 import { ReadLane } from "../../server/db/read-lane.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { createApiToken } from "../../server/auth/service.ts";
+import { waitUntil } from "../ops/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
 // SQLite's slow-list lane (--slow-list-lane): lists whose count reads many contacts run on a thread
@@ -101,7 +103,7 @@ describe("slow lists on the lane", () => {
       await single.json("POST", "/public/v1/contacts", { body: { email: "a@example.com", tags: ["a", "b"] } });
       // The lane's one place is held until released.
       const { promise: released, resolve: release } = Promise.withResolvers<void>();
-      const holding = single.db.readAside(() => released);
+      const holding = single.db.readAside(() => released, "holder");
       const refused = await single.json("GET", "/public/v1/contacts?tag=a&tag=b");
       expect({ status: refused.status, retryAfter: refused.headers.get("retry-after"), contentType: refused.headers.get("content-type"), body: refused.body }).toEqual({
         status: 503,
@@ -123,6 +125,34 @@ describe("slow lists on the lane", () => {
     }
   });
 
+  test("clients take turns: one with a list waiting behind another's five is answered after one of them, not after all; /metrics counts the lists held", async () => {
+    const turns = await createHarness({ slowListLane: 8, metricsToken: "scrape" });
+    const { promise: released, resolve: release } = Promise.withResolvers<void>();
+    try {
+      await turns.json("POST", "/public/v1/contacts", { body: { email: "a@example.com", tags: ["a", "b"] } });
+      const other = (await createApiToken(turns.db, "other")).token;
+      const holding = turns.db.readAside(() => released, "holder");
+      const answered: string[] = [];
+      const list = (client: string, token: string) =>
+        turns.request("GET", "/public/v1/contacts?tag=a&tag=b", { headers: { authorization: `Bearer ${token}` } }).then(async (res) => {
+          answered.push(`${client} ${res.status} ${(await res.json()).meta.total}`);
+        });
+      const busy = Array.from({ length: 5 }, () => list("busy", turns.token));
+      await waitUntil(() => turns.db.readsAside() === 6, "the busy client's lists to wait on the lane");
+      const quiet = list("quiet", other);
+      await waitUntil(() => turns.db.readsAside() === 7, "the quiet client's list to wait on the lane");
+      const metrics = await (await turns.request("GET", "/metrics", { headers: { authorization: "Bearer scrape" } })).text();
+      expect(metrics.split("\n").filter((line) => line.startsWith("crm_slow_lists_held"))).toEqual(["crm_slow_lists_held 7"]);
+      release();
+      await Promise.all([holding, ...busy, quiet]);
+      expect(answered).toEqual(["busy 200 1", "quiet 200 1", "busy 200 1", "busy 200 1", "busy 200 1", "busy 200 1"]);
+      expect(turns.db.readsAside()).toBe(0);
+    } finally {
+      release(); // a failed expectation would otherwise leave the lane held, and close waits for it
+      await turns.close();
+    }
+  });
+
   test("closing the database lets the slow read under way finish, then ends the lane's thread", async () => {
     const own = await createHarness();
     let closed = false;
@@ -133,7 +163,7 @@ describe("slow lists on the lane", () => {
         const before = await db.get<{ n: number }>("SELECT count(*) AS n FROM contacts");
         await released;
         return before;
-      });
+      }, "holder");
       const closing = own.db.close().then(() => (closed = true));
       // However long it is given, the close waits for the read.
       await Bun.sleep(20);
@@ -161,7 +191,7 @@ describe("slow lists on the lane", () => {
         thread()!.terminate();
       }
       return { first, second: await db.get<{ n: number }>("SELECT count(*) AS n FROM contacts") };
-    });
+    }, "test");
     expect(count).toEqual({ first: contacts, second: contacts });
     expect(await answer(laned.app, path)).toEqual(expected);
     expect(thread()).not.toBeNull();
@@ -172,7 +202,7 @@ describe("slow lists on the lane", () => {
     try {
       const read = (db: Db) => db.get<{ n: number }>("SELECT count(*) AS n FROM contacts");
       const expected = await h.db.read(read);
-      expect([await lane.read(read), await lane.read(read)]).toEqual([expected, expected]);
+      expect([await lane.read(read, "test"), await lane.read(read, "test")]).toEqual([expected, expected]);
     } finally {
       await lane.close();
     }

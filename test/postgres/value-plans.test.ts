@@ -55,7 +55,7 @@ const namePlans = () =>
 test("name searches run again and again, through the API list and the console, are each planned for their own needle: never a generic plan", async () => {
   for (let run = 0; run < 8; run++) {
     for (const needle of ["a", "st1", "%%%"]) {
-      const listed = JSON.parse(await listContactsPage(db, { full_name: needle }));
+      const listed = JSON.parse(await listContactsPage(db, { full_name: needle }, "test"));
       expect({ needle, found: listed.meta.total > 0 }).toEqual({ needle, found: needle !== "%%%" });
       await searchContacts(db, { fullName: needle }, null, 10);
     }
@@ -83,7 +83,7 @@ test("lists of several relations run again and again, a broad tag and a rare one
     "account_id&assigned_user_id": { account_id: ACCOUNT, assigned_user_id: USER },
   };
   for (let run = 0; run < 8; run++) {
-    const totals = Object.fromEntries(await Promise.all(Object.entries(queries).map(async ([name, query]) => [name, JSON.parse(await listContactsPage(db, { ...query, per_page: "5" })).meta.total])));
+    const totals = Object.fromEntries(await Promise.all(Object.entries(queries).map(async ([name, query]) => [name, JSON.parse(await listContactsPage(db, { ...query, per_page: "5" }, "test")).meta.total])));
     expect(totals).toEqual(expected);
   }
   const plans = await relationPlans();

@@ -25,6 +25,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     // Reads inside `read` are captured too (this wrapper serves SQLite, whose turn is one snapshot).
     read: (work) => work(spy),
     readAside: (work) => work(spy),
+    readsAside: () => db.readsAside(),
     writesWaiting: () => db.writesWaiting(),
     onCommit: (callback) => db.onCommit(callback),
     outsideWritesGeneration: () => db.outsideWritesGeneration(),
