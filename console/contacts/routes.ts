@@ -13,6 +13,6 @@ export function contactRoutes(rt: Runtime) {
   const db = rt.db;
   return new Elysia({ name: "console-contacts", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
     .use(signedInConsole(rt))
-    .get("/contacts", async ({ session, query }) => htmlResponse(contactsPage({ session, view: await contactsView(db, query) })), { query: ContactsQuery })
+    .get("/contacts", async ({ session, query }) => htmlResponse(contactsPage({ session, view: await contactsView(db, query, session.operator.id) })), { query: ContactsQuery })
     .get("/contacts/:id", async ({ session, params }) => htmlResponse(contactPage({ session, view: await contactView(db, params.id), eventLimit: EVENTS_ON_CONTACT })), { params: IdParam });
 }

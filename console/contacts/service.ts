@@ -1,4 +1,4 @@
-import type { Database, Db } from "../../server/db/sql.ts";
+import type { Database, Db, ReaderName } from "../../server/db/sql.ts";
 import type { Contact } from "../../server/contacts/model.ts";
 import { findContact, searchContacts } from "../../server/contacts/service.ts";
 import { unknownParameterErrors, type CursorPosition } from "../../server/http/list-query.ts";
@@ -32,9 +32,10 @@ function positionOf(text: string): CursorPosition | null {
 /**
  * contactsPage searches contacts newest first: a query with "@" is an exact email (any case), any
  * other text a part of the name; `before` continues after a previous page. Throws 422 for a
- * parameter the page does not take, a malformed position or an overlong query.
+ * parameter the page does not take, a malformed position or an overlong query; a name search
+ * takes its turn on the read lane as `reader` (the operator), and 503 when the lane is full.
  */
-export async function contactsPage(db: Database, query: { q?: string; before?: string }): Promise<ContactsView> {
+export async function contactsPage(db: Database, query: { q?: string; before?: string }, reader: ReaderName): Promise<ContactsView> {
   const unknown = unknownParameterErrors(query, ["q", "before"], "the contacts page");
   if (unknown.length > 0) throw fieldsProblem(unknown);
   const q = (query.q ?? "").trim();
@@ -43,7 +44,7 @@ export async function contactsPage(db: Database, query: { q?: string; before?: s
   if (q.length > MAX_EMAIL_LENGTH) throw validationProblem([{ parameter: "q", detail: `must be at most ${MAX_EMAIL_LENGTH} characters` }], `The search must be at most ${MAX_EMAIL_LENGTH} characters.`);
   const by = q === "" ? "all" : q.includes("@") ? "email" : "name";
   const filters = by === "email" ? { email: q.toLowerCase() } : by === "name" ? { fullName: q } : {};
-  const page = await searchContacts(db, filters, before, CONTACTS_PER_PAGE);
+  const page = await searchContacts(db, filters, before, CONTACTS_PER_PAGE, reader);
   return { q, by, contacts: page.data, total: page.total, next: page.next ? `${page.next.value}.${page.next.id}` : null, older: before !== null };
 }
 

@@ -635,20 +635,25 @@ export async function contactsWithEmail(db: Db, email: string): Promise<Contact[
   return (await findContactsByEmail(db, email.trim().toLowerCase())).map(toContact);
 }
 
-/** searchContacts returns a newest-first page of contacts matching an exact email or part of a name, after a position, with the count of all matches (read in one snapshot). */
+/**
+ * searchContacts returns `reader`'s newest-first page of contacts matching an exact email or part
+ * of a name, after a position, with the count of all matches (read in one snapshot; a name's count,
+ * which reads its matches one by one, on the read lane like the API's slow lists).
+ */
 export async function searchContacts(
   db: Database,
   filters: Pick<ContactFilters, "email" | "fullName">,
   after: CursorPosition | null,
   limit: number,
+  reader: ReaderName,
 ): Promise<{ data: Contact[]; total: number; next: CursorPosition | null }> {
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
-  return db.read(async (source) => {
+  return inOneSnapshot(db, async (source) => {
     if (valueDependentPlans(filters)) await planPerValue(source);
     const matches = await countContacts(source, filters);
     const rows = await listContacts(source, filters, { sortBy: "created_at", direction: "desc", cursor: after, limit: limit + 1, offset: 0, matches });
     const page = rows.slice(0, limit);
     const last = page.at(-1);
     return { data: page.map(toContact), total: matches, next: rows.length > limit && last ? { value: last.created_at, id: last.id } : null };
-  });
+  }, countReadsMatches(filters) ? reader : undefined).catch(refuseWhenLaneFull);
 }

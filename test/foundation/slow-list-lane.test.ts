@@ -6,6 +6,7 @@ import { ReadLane } from "../../server/db/read-lane.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { createApiToken } from "../../server/auth/service.ts";
+import { addOperator, ConsoleClient } from "../console/support.ts";
 import { waitUntil } from "../ops/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
@@ -150,6 +151,29 @@ describe("slow lists on the lane", () => {
     } finally {
       release(); // a failed expectation would otherwise leave the lane held, and close waits for it
       await turns.close();
+    }
+  });
+
+  test("the console's name search takes its turn on the lane: refused with 503 and Retry-After while the lane is full, an email search answered meanwhile", async () => {
+    const single = await createHarness({ slowListLane: 1 });
+    const { promise: released, resolve: release } = Promise.withResolvers<void>();
+    try {
+      const ada = (await single.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", last_name: "Lovelace", email: "ada@example.com" } })).body.data;
+      await addOperator(single.db);
+      const client = new ConsoleClient((request) => single.app.handle(request));
+      expect((await client.signIn()).status).toBe(303);
+      const holding = single.db.readAside(() => released, "holder");
+      const refused = await client.get("/console/contacts?q=lovelace");
+      expect({ status: refused.status, retryAfter: refused.headers.get("retry-after"), title: /<h1>([^<]*)<\/h1>/.exec(refused.text)?.[1] }).toEqual({ status: 503, retryAfter: "1", title: "Try again soon" });
+      const byEmail = await client.get("/console/contacts?q=ada@example.com");
+      expect({ status: byEmail.status, shown: byEmail.text.includes(`/console/contacts/${ada.id}`) }).toEqual({ status: 200, shown: true });
+      release();
+      await holding;
+      const byName = await client.get("/console/contacts?q=lovelace");
+      expect({ status: byName.status, shown: byName.text.includes(`/console/contacts/${ada.id}`) }).toEqual({ status: 200, shown: true });
+    } finally {
+      release();
+      await single.close();
     }
   });
 

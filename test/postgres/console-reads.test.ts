@@ -116,7 +116,7 @@ test("the console's reads answer on PostgreSQL: charts, failures, deliveries abo
   const page = await contactPage(db, contact);
   expect([page.contact?.full_name, page.events.map((e) => e.deliveries.map((d) => d.id))]).toEqual(["Ada Lovelace", [[second], [first]]]);
   // Contacts by email go through the email index on both; by name, the contacts store's FTS5 path has no PostgreSQL branch yet.
-  expect((await contactsPage(db, { q: "ADA@example.com" })).contacts.map((c) => c.id)).toEqual([contact]);
+  expect((await contactsPage(db, { q: "ADA@example.com" }, "test")).contacts.map((c) => c.id)).toEqual([contact]);
   expect(await search(db, first)).toEqual({ location: `/console/deliveries/${first}` });
   expect(await search(db, "ADA@example.com")).toEqual({ location: `/console/contacts/${contact}` });
 });
@@ -168,7 +168,7 @@ test("the console's contacts search counts what it shows while contacts are adde
   const now = Date.now();
   const add = (n: number) => db.write(async (tx) => void (await tx.run("INSERT INTO contacts (id, first_name, last_name, email, created_at, updated_at) VALUES (?, 'Counted', ?, ?, ?, ?)", [countedId("con", n), `${n}`, `counted.${n}@example.com`, now + n, now + n])));
   const view = async () => {
-    const seen = await contactsPage(db, { q: "Counted" });
+    const seen = await contactsPage(db, { q: "Counted" }, "test");
     return { shown: seen.contacts.length, total: seen.total };
   };
   expect(await totalsDisagreeing(add, view)).toEqual([]);

@@ -57,7 +57,7 @@ test("name searches run again and again, through the API list and the console, a
     for (const needle of ["a", "st1", "%%%"]) {
       const listed = JSON.parse(await listContactsPage(db, { full_name: needle }, "test"));
       expect({ needle, found: listed.meta.total > 0 }).toEqual({ needle, found: needle !== "%%%" });
-      await searchContacts(db, { fullName: needle }, null, 10);
+      await searchContacts(db, { fullName: needle }, null, 10, "test");
     }
   }
   const plans = await namePlans();
