@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { DEVICE_TTL_MS } from "../../server/operators/devices.ts";
-import { acceptOperatorLink, completeSetup, endSession, operatorLink, setupCodeUsable, signIn } from "../../server/operators/service.ts";
+import { acceptOperatorLink, completeSetup, endSession, operatorLink, setupCodeUsable, signIn, type SignedIn } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { clearCookieHeader, cookieHeader, DEVICE_COOKIE, htmlResponse, PRE_SESSION_COOKIE, readCookie, redirect, SESSION_COOKIE } from "../http.ts";
 import { addressOf, CONSOLE_DETAIL, consoleBase, csrfTokenFor, field, newCsrfSeed, OptionalForm, problemOf, safeNext } from "../shell.ts";
@@ -9,8 +9,12 @@ import { linkPage, loginPage, setupPage } from "./pages.tsx";
 
 const CodeQuery = t.Object({ code: t.Optional(t.String({ maxLength: 200 })) }, { additionalProperties: true });
 
-/** signedInCookies start a session in the browser and drop the pre-session cookie. */
-const signedInCookies = (secret: string, secure: boolean) => [cookieHeader(SESSION_COOKIE, secret, secure), clearCookieHeader(PRE_SESSION_COOKIE, secure)];
+/** signedInCookies start a session in the browser, trust it as a device of the operator and drop the pre-session cookie. */
+const signedInCookies = (signedIn: SignedIn, secure: boolean) => [
+  cookieHeader(SESSION_COOKIE, signedIn.session, secure),
+  clearCookieHeader(PRE_SESSION_COOKIE, secure),
+  cookieHeader(DEVICE_COOKIE, signedIn.device, secure, DEVICE_TTL_MS / 1000),
+];
 
 /**
  * authRoutes are sign-in and sessions: the first-run setup link, sign-in and sign-out, and the
@@ -40,7 +44,7 @@ export function authRoutes(rt: Runtime) {
       async ({ body, csrfSeed, secure }) => {
         const input = { code: field(body, "code"), email: field(body, "email"), password: field(body, "password"), password_again: field(body, "password_again") };
         try {
-          return redirect(`${CONSOLE_PREFIX}/`, { cookies: signedInCookies(await completeSetup(db, input), secure) });
+          return redirect(`${CONSOLE_PREFIX}/`, { cookies: signedInCookies(await completeSetup(db, rt.secrets, input), secure) });
         } catch (error) {
           const failure = problemOf(error);
           const usable = await setupCodeUsable(db, input.code);
@@ -67,7 +71,7 @@ export function authRoutes(rt: Runtime) {
         try {
           const address = addressOf(rt.listening(), request, rt.config.trustedProxies);
           const signedIn = await signIn(db, rt.secrets, { email, password: field(body, "password"), address, device: readCookie(request, DEVICE_COOKIE) });
-          return redirect(next ?? `${CONSOLE_PREFIX}/`, { cookies: [...signedInCookies(signedIn.session, secure), cookieHeader(DEVICE_COOKIE, signedIn.device, secure, DEVICE_TTL_MS / 1000)] });
+          return redirect(next ?? `${CONSOLE_PREFIX}/`, { cookies: signedInCookies(signedIn, secure) });
         } catch (error) {
           const failure = problemOf(error);
           return htmlResponse(loginPage({ csrfToken: csrfTokenFor(csrfSeed!), email, next, notice: { kind: "error", text: failure.message } }), failure.status, {
@@ -91,8 +95,8 @@ export function authRoutes(rt: Runtime) {
       async ({ body, csrfSeed, secure }) => {
         const code = field(body, "code");
         try {
-          const secret = await acceptOperatorLink(db, { code, password: field(body, "password"), password_again: field(body, "password_again") });
-          return redirect(`${CONSOLE_PREFIX}/`, { cookies: signedInCookies(secret, secure) });
+          const signedIn = await acceptOperatorLink(db, rt.secrets, { code, password: field(body, "password"), password_again: field(body, "password_again") });
+          return redirect(`${CONSOLE_PREFIX}/`, { cookies: signedInCookies(signedIn, secure) });
         } catch (error) {
           const failure = problemOf(error);
           return htmlResponse(linkPage({ csrfToken: csrfTokenFor(csrfSeed!), code, link: await operatorLink(db, code), notice: { kind: "error", text: failure.message } }), failure.status);

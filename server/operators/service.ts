@@ -220,10 +220,11 @@ function linkInvalid(): ProblemError {
 
 /**
  * acceptOperatorLink uses a one-time link: an invitation creates the operator with the password
- * chosen, a reset sets the operator's new password (ending their other sessions). Returns a new
- * session secret, so the person is signed in at once.
+ * chosen, a reset sets the operator's new password (ending their other sessions and devices).
+ * Returns a new session secret and device cookie, so the person is signed in at once, and their
+ * next sign-in from this browser is not paced by another client's guessing.
  */
-export async function acceptOperatorLink(db: Database, input: { code: string } & NewPassword, now = Date.now()): Promise<string> {
+export async function acceptOperatorLink(db: Database, secrets: SecretBox, input: { code: string } & NewPassword, now = Date.now()): Promise<SignedIn> {
   const link = await operatorLink(db, input.code, now);
   if (!link) throw linkInvalid();
   validNewPassword(input);
@@ -235,7 +236,7 @@ export async function acceptOperatorLink(db: Database, input: { code: string } &
       if (await findOperatorByEmail(tx, link.email)) throw operatorExists(link.email);
       if (!(await deleteOperatorLink(tx, codeHash))) throw linkInvalid();
       await insertOperator(tx, row);
-      return startSession(tx, row.id, now);
+      return letIn(tx, secrets, row.id, now);
     });
   }
   const hash = await hashPassword(input.password);
@@ -244,7 +245,7 @@ export async function acceptOperatorLink(db: Database, input: { code: string } &
     if (!row || !(await deleteOperatorLink(tx, codeHash))) throw linkInvalid();
     await updateOperatorPassword(tx, row.id, hash, now);
     await clearLoginFailuresOfAccount(tx, row.email, pairSubject(row.email, ""));
-    return startSession(tx, row.id, now);
+    return letIn(tx, secrets, row.id, now);
   });
 }
 
@@ -260,16 +261,16 @@ export async function setupCodeUsable(db: Db, code: string, now = Date.now()): P
   return code.length > 0 && code.length <= 100 && !(await hasOperators(db)) && (await setupCodeIsValid(db, sha256(code), now));
 }
 
-/** completeSetup creates the first operator through a valid setup link and returns a new session secret. */
-export async function completeSetup(db: Database, input: { code: string; email: string } & NewPassword, now = Date.now()): Promise<string> {
+/** completeSetup creates the first operator through a valid setup link and returns a new session secret and device cookie. */
+export async function completeSetup(db: Database, secrets: SecretBox, input: { code: string; email: string } & NewPassword, now = Date.now()): Promise<SignedIn> {
   if (!(await setupCodeUsable(db, input.code, now))) throw setupLinkInvalid();
   const email = validOperator(input);
   validNewPassword(input);
   const row = await operatorRow(email, input.password, now);
   // Checked again inside the transaction: two people racing through the same link get one operator.
-  const session = await db.write(async (tx) => ((await insertFirstOperator(tx, row)) ? startSession(tx, row.id, now) : null));
-  if (session === null) throw setupLinkInvalid();
-  return session;
+  const signedIn = await db.write(async (tx) => ((await insertFirstOperator(tx, row)) ? letIn(tx, secrets, row.id, now) : null));
+  if (signedIn === null) throw setupLinkInvalid();
+  return signedIn;
 }
 
 function setupLinkInvalid(): ProblemError {
@@ -418,16 +419,13 @@ export async function signIn(db: Database, secrets: SecretBox, input: SignInInpu
     const email = normalEmail(input.email).slice(0, 254);
     const device = await trustedDevice(db, readDeviceCookie(secrets, input.device, now), email, now);
     const operator = await checkSignIn(db, pacer, { ...input, email }, device !== null, othersUnderWay, now);
-    const next = newDeviceCookie(secrets, operator.id, now);
     // One commit, and only while the password checked is still the operator's: a reset committed
     // during the check (argon2 takes about 100 ms) revokes what this sign-in would start.
-    const session = await db.write(async (tx) => {
+    return await db.write(async (tx) => {
       if ((await findOperatorById(tx, operator.id))?.password_hash !== operator.password_hash) throw signInFailed();
       if (device) await deleteDevice(tx, device.idHash);
-      await insertDevice(tx, next.row, DEVICE_FAILURES, DEVICES_PER_OPERATOR);
-      return startSession(tx, operator.id, now);
+      return letIn(tx, secrets, operator.id, now);
     });
-    return { session, device: next.value };
   } finally {
     pacer.end(input.address);
   }
@@ -494,6 +492,13 @@ function signInFailed(): ProblemError {
 export async function unlockOperator(db: Database, email: string): Promise<number> {
   const row = await operatorByEmail(db, email);
   return clearLoginFailuresOfAccount(db, row.email, pairSubject(row.email, ""));
+}
+
+/** letIn starts a session of an operator and trusts the browser with a new device cookie; call it inside the write that lets the operator in. */
+async function letIn(tx: Db, secrets: SecretBox, operatorId: string, now: number): Promise<SignedIn> {
+  const device = newDeviceCookie(secrets, operatorId, now);
+  await insertDevice(tx, device.row, DEVICE_FAILURES, DEVICES_PER_OPERATOR);
+  return { session: await startSession(tx, operatorId, now), device: device.value };
 }
 
 /** startSession starts a session of an operator and returns its secret; call it inside the write that lets the operator in. */

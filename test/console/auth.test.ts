@@ -3,7 +3,21 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Database } from "../../server/db/sql.ts";
-import { FREE_PAIR_FAILURES, SESSION_IDLE_MS, SESSION_MAX_MS, SETUP_CODE_TTL_MS, issueSetupCode, PACED_AFTER, pairDelayMs, removeOperator, resetOperatorPassword, signIn, unlockOperator } from "../../server/operators/service.ts";
+import {
+  FREE_PAIR_FAILURES,
+  SESSION_IDLE_MS,
+  SESSION_MAX_MS,
+  SETUP_CODE_TTL_MS,
+  inviteOperator,
+  issueSetupCode,
+  PACED_AFTER,
+  pairDelayMs,
+  passwordResetLink,
+  removeOperator,
+  resetOperatorPassword,
+  signIn,
+  unlockOperator,
+} from "../../server/operators/service.ts";
 import { DEVICE_FAILURES, DEVICE_TTL_MS, newDeviceCookie } from "../../server/operators/devices.ts";
 import type { ProblemError } from "../../server/shared/problem.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
@@ -55,7 +69,7 @@ describe("first operator: setup link and command line", () => {
     rmSync(dataDir, { recursive: true, force: true });
   });
 
-  test("the setup link opens a form that creates the first operator (argon2id) and signs in", async () => {
+  test("the setup link opens a form that creates the first operator (argon2id) and signs in, trusting the browser with a device cookie", async () => {
     const { h, client } = await setup();
     const code = await issueSetupCode(h.rt.db);
     const page = await client.get(`/console/setup?code=${code}`);
@@ -67,8 +81,9 @@ describe("first operator: setup link and command line", () => {
     const home = await client.get("/console/");
     expect(home.status).toBe(200);
     expect(home.text).toContain("first@example.com");
-    const row = (await h.rt.db.get<{ email: string; password_hash: string }>("SELECT email, password_hash FROM operators"))!;
+    const row = (await h.rt.db.get<{ id: string; email: string; password_hash: string }>("SELECT id, email, password_hash FROM operators"))!;
     expect(row.email).toBe("first@example.com");
+    expect(client.cookies.get("crm_console_device")?.split(".")[0]).toBe(row.id);
     expect(row.password_hash).toStartWith("$argon2id$");
     expect(await Bun.password.verify("a long enough secret", row.password_hash)).toBe(true);
   });
@@ -723,5 +738,37 @@ describe("device cookies: an operator behind a guessing address", () => {
     await addOperator(db, renewed); // the same email again is another operator
     await holdPair(db);
     expect((await from(GUESSED, fifth).signIn(renewed)).status).toBe(429);
+  }, 90_000);
+
+  test("a browser that chose its password through a reset or invitation link holds a device cookie: it signs in from a guessing address, a browser without it is refused 429", async () => {
+    const { db, from } = await serveConsole();
+    /** choosePassword follows a one-time link from a quiet address and returns the device cookie the answer set. */
+    const choosePassword = async (fields: Record<string, string>) => {
+      const client = from("192.0.2.10");
+      expect((await client.get(`/console/welcome?code=${fields.code}`)).status).toBe(200);
+      const done = await client.post("/console/welcome", fields);
+      expect({ status: done.status, session: client.cookies.has("crm_console_session"), device: client.cookies.get("crm_console_device")?.split(".")[0] }).toEqual({
+        status: 303,
+        session: true,
+        device: (await db.get<{ id: string }>("SELECT id FROM operators WHERE email = ?", [fields.email ?? OPERATOR.email]))?.id ?? "no such operator",
+      });
+      return client.cookies.get("crm_console_device")!;
+    };
+    const operatorId = (await db.get<{ id: string }>("SELECT id FROM operators WHERE email = ?", [OPERATOR.email]))!.id;
+    const renewed = { ...OPERATOR, password: "a brand new password" };
+    const reset = await choosePassword({ code: (await passwordResetLink(db, operatorId, null)).code, password: renewed.password, password_again: renewed.password });
+    expect(await deviceRows(db)).toBe(1);
+    await guess(db, from);
+    expect((await from(GUESSED).signIn(renewed)).status).toBe(429);
+    expect((await from(GUESSED, reset).signIn(renewed)).status).toBe(303);
+
+    const NEWCOMER = { email: "newcomer@example.com", password: "the newcomer's password" };
+    const invited = await choosePassword({ code: await inviteOperator(db, NEWCOMER.email, operatorId), email: NEWCOMER.email, password: NEWCOMER.password, password_again: NEWCOMER.password });
+    await db.run(
+      `INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES ('pair', ?, 13, ?, ?)`,
+      [`${NEWCOMER.email} ${GUESSED}`, Date.now(), Date.now()],
+    );
+    expect((await from(GUESSED).signIn(NEWCOMER)).status).toBe(429);
+    expect((await from(GUESSED, invited).signIn(NEWCOMER)).status).toBe(303);
   }, 90_000);
 });
