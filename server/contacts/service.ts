@@ -569,10 +569,14 @@ const SLOW_LIST_RETRY_AFTER_SECONDS = 1;
 /** refuseWhenLaneFull answers a slow list the read lane had no room for (--slow-list-lane) with a 503 problem; other errors pass. */
 function refuseWhenLaneFull(error: unknown): never {
   if (!(error instanceof ReadLaneFull)) throw error;
+  const why =
+    error.held >= error.capacity
+      ? `The service is already running or holding ${error.capacity} slow lists`
+      : `The service is running or holding ${error.held} slow lists, ${error.yours} of them yours, and keeps the last of its ${error.capacity} places for a client with none there`;
   throw new ProblemError(
     503,
     "slow-lists-busy",
-    `The service is already running or holding ${error.capacity} slow lists (filters whose count reads many contacts: several relations, time filters, a name search). Retry after the Retry-After seconds, one list at a time, or narrow the filters.`,
+    `${why} (filters whose count reads many contacts: several relations, time filters, a name search). Retry after the Retry-After seconds, one list at a time, or narrow the filters.`,
     undefined,
     { "retry-after": String(SLOW_LIST_RETRY_AFTER_SECONDS) },
   );

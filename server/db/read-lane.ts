@@ -22,15 +22,23 @@ interface PendingCall {
 
 interface Session extends PendingCall {
   work: (db: Db) => Promise<unknown>;
+  reader: ReaderName;
 }
 
 
-/** ReadLaneFull refuses a read when the lane holds `capacity` reads already (the caller answers 503). */
+/**
+ * ReadLaneFull refuses a read when the lane holds `capacity` reads already, or all but the place
+ * kept for readers with none there and `yours` of them are the reader's (the caller answers 503).
+ */
 export class ReadLaneFull extends Error {
   override readonly name = "ReadLaneFull";
 
-  constructor(readonly capacity: number) {
-    super(`the read lane holds ${capacity} reads already`);
+  constructor(
+    readonly capacity: number,
+    readonly held: number,
+    readonly yours: number,
+  ) {
+    super(`the read lane holds ${held} of ${capacity} reads, ${yours} of them the reader's`);
   }
 }
 
@@ -40,7 +48,8 @@ export class ReadLaneFull extends Error {
  * each in one snapshot that begins after the read was submitted, so it sees every commit answered
  * before. bun:sqlite is synchronous: a count of half a million rows held up every other request
  * of the process for its 150 ms. The lane holds at most `capacity` reads, the running one
- * included; one more is refused at once (ReadLaneFull), so a flood grows no queue. Readers take
+ * included; one more is refused at once (ReadLaneFull), so a flood grows no queue. Its last place
+ * is kept for a reader with no read there, so one client cannot lock the others out. Readers take
  * turns, one read each, so a client with many reads waiting delays another's by at most one of
  * its own, not by all of them. The thread
  * starts with the first read; should it end (crash, exit), the read it was running starts over
@@ -72,9 +81,11 @@ export class ReadLane {
   /** read runs `reader`'s `work` on the lane in one snapshot; ReadLaneFull when the lane holds `capacity` reads already. */
   read<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T> {
     if (this.closed) return this.fallback(work);
-    if (this.held >= this.capacity) return Promise.reject(new ReadLaneFull(this.capacity));
+    const held = this.held;
+    const yours = (this.waiting.get(reader)?.length ?? 0) + (this.running?.reader === reader ? 1 : 0);
+    if (held >= this.capacity || (yours > 0 && held >= this.capacity - 1)) return Promise.reject(new ReadLaneFull(this.capacity, held, yours));
     return new Promise<T>((resolve, reject) => {
-      const session = { work, resolve: resolve as (value: unknown) => void, reject };
+      const session = { work, reader, resolve: resolve as (value: unknown) => void, reject };
       const queue = this.waiting.get(reader);
       if (queue) queue.push(session);
       else this.waiting.set(reader, [session]);

@@ -154,6 +154,39 @@ describe("slow lists on the lane", () => {
     }
   });
 
+  test("the lane keeps its last place for a client with no list there: one client cannot lock the others out", async () => {
+    const kept = await createHarness({ slowListLane: 4 });
+    const { promise: released, resolve: release } = Promise.withResolvers<void>();
+    try {
+      await kept.json("POST", "/public/v1/contacts", { body: { email: "a@example.com", tags: ["a", "b"] } });
+      const [second, third] = [(await createApiToken(kept.db, "second")).token, (await createApiToken(kept.db, "third")).token];
+      const holding = kept.db.readAside(() => released, "holder");
+      const list = (token: string) => kept.json("GET", "/public/v1/contacts?tag=a&tag=b", { headers: { authorization: `Bearer ${token}` } });
+      const busy = Array.from({ length: 4 }, () => list(kept.token));
+      await waitUntil(() => kept.db.readsAside() === 3, "two of the busy client's lists to wait on the lane");
+      const quiet = list(second);
+      await waitUntil(() => kept.db.readsAside() === 4, "the second client's list to take the last place");
+      const refused = await list(third);
+      release();
+      const answers = await Promise.all(busy);
+      const detail = (held: number, yours: number) => ({
+        type: "urn:crm:problem:slow-lists-busy",
+        title: "Service Unavailable",
+        status: 503,
+        detail:
+          yours === 0
+            ? `The service is already running or holding ${held} slow lists (filters whose count reads many contacts: several relations, time filters, a name search). Retry after the Retry-After seconds, one list at a time, or narrow the filters.`
+            : `The service is running or holding ${held} slow lists, ${yours} of them yours, and keeps the last of its 4 places for a client with none there (filters whose count reads many contacts: several relations, time filters, a name search). Retry after the Retry-After seconds, one list at a time, or narrow the filters.`,
+      });
+      expect(answers.map((res) => (res.status === 200 ? res.body.meta.total : res.body))).toEqual([1, 1, detail(3, 2), detail(3, 2)]);
+      expect([(await quiet).body.meta.total, refused.body]).toEqual([1, detail(4, 0)]);
+      await holding;
+    } finally {
+      release();
+      await kept.close();
+    }
+  });
+
   test("the console's name search takes its turn on the lane: refused with 503 and Retry-After while the lane is full, an email search answered meanwhile", async () => {
     const single = await createHarness({ slowListLane: 1 });
     const { promise: released, resolve: release } = Promise.withResolvers<void>();
