@@ -44,7 +44,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK 
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
   await migrateBackend(db, () => secrets);
   await assertSecretsKeyOpens(db, secrets, secretsKey.path);
-  if (db.dialect === "sqlite") db.useReadLane(config.slowListLane, log);
+  db.useReadLane(config.slowListLane, log);
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));

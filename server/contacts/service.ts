@@ -1,5 +1,5 @@
 import type { Database, Db, ReaderName } from "../db/sql.ts";
-import { ReadLaneFull } from "../db/read-lane.ts";
+import { ReadLaneFull } from "../db/slow-reads.ts";
 import { accountsByIds } from "../accounts/service.ts";
 import { findAccountsByIds } from "../accounts/store.ts";
 import { ProblemError, notFound, validationProblem, type FieldError } from "../shared/problem.ts";

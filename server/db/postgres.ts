@@ -2,7 +2,8 @@ import { SQL } from "bun";
 import { randomUUID } from "node:crypto";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
 import { settlesWithin } from "../shared/time.ts";
-import type { Database, Db, SqlValue } from "./sql.ts";
+import { SlowReads } from "./slow-reads.ts";
+import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
@@ -309,6 +310,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private checkArrived: (() => void) | null = null;
   private closed = false;
   private readonly watch: AnswerWatch;
+  private slowReads: SlowReads | null = null;
 
   /**
    * options include the pool's size (max); a statement the server leaves without any answer for
@@ -392,14 +394,21 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return this.transaction("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})));
   }
 
-  /** readAside is `read`: the pool's statements never run on the thread answering requests. */
-  readAside<T>(work: (db: Db) => Promise<T>): Promise<T> {
-    return this.read(work);
+  /**
+   * useReadLane has readAside run slow reads on at most half the pool at once (SlowReads: in turns,
+   * at most `capacity` held), so a client sending many cannot take every connection the other
+   * requests need; 0 runs them as `read`, on any connection.
+   */
+  useReadLane(capacity: number): void {
+    if (capacity > 0) this.slowReads = new SlowReads(capacity, Math.max(1, Math.floor((this.options.max ?? 10) / 2)), (work) => this.read(work));
   }
 
-  /** readsAside is 0: PostgreSQL has no read lane. */
+  readAside<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T> {
+    return this.slowReads ? this.slowReads.read(work, reader) : this.read(work);
+  }
+
   readsAside(): number {
-    return 0;
+    return this.slowReads?.held ?? 0;
   }
 
   private committed(): void {

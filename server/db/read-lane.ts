@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { isEmbeddedPath } from "../shared/compiled.ts";
 import type { Logger } from "../shared/log.ts";
+import { SlowReads } from "./slow-reads.ts";
 import type { Db, ReaderName, SqlValue } from "./sql.ts";
 
 /** LaneStatement is a statement of a session, sent to the lane's thread. */
@@ -20,114 +21,54 @@ interface PendingCall {
   reject: (error: unknown) => void;
 }
 
-interface Session extends PendingCall {
-  work: (db: Db) => Promise<unknown>;
-  reader: ReaderName;
-}
-
-
-/**
- * ReadLaneFull refuses a read when the lane holds `capacity` reads already, or all but the place
- * kept for readers with none there and `yours` of them are the reader's (the caller answers 503).
- */
-export class ReadLaneFull extends Error {
-  override readonly name = "ReadLaneFull";
-
-  constructor(
-    readonly capacity: number,
-    readonly held: number,
-    readonly yours: number,
-  ) {
-    super(`the read lane holds ${held} of ${capacity} reads, ${yours} of them the reader's`);
-  }
-}
-
 /**
  * ReadLane runs slow reads of a SQLite database on a thread of their own: a Bun Worker holding its
- * own read-only connection to the file (WAL lets it read beside the writer), one read at a time,
- * each in one snapshot that begins after the read was submitted, so it sees every commit answered
- * before. bun:sqlite is synchronous: a count of half a million rows held up every other request
- * of the process for its 150 ms. The lane holds at most `capacity` reads, the running one
- * included; one more is refused at once (ReadLaneFull), so a flood grows no queue. Its last place
- * is kept for a reader with no read there, so one client cannot lock the others out. Readers take
- * turns, one read each, so a client with many reads waiting delays another's by at most one of
- * its own, not by all of them. The thread
+ * own read-only connection to the file (WAL lets it read beside the writer), one read at a time
+ * (SlowReads, in turns, at most `capacity` held), each in one snapshot that begins after the read
+ * was submitted, so it sees every commit answered before. bun:sqlite is synchronous: a count of
+ * half a million rows held up every other request of the process for its 150 ms. The thread
  * starts with the first read; should it end (crash, exit), the read it was running starts over
  * through `fallback` (the main thread), and the next read starts a new thread.
  */
 export class ReadLane {
   private worker: Worker | null = null;
-  /** the reads waiting, by reader, in turn order: the first reader's first read runs next */
-  private readonly waiting = new Map<ReaderName, Session[]>();
-  private waitingCount = 0;
-  private running: Session | null = null;
+  private readonly reads: SlowReads;
   private readonly calls = new Map<number, PendingCall>();
   private nextCallId = 0;
   private closed = false;
-  private drained: PromiseWithResolvers<void> | null = null;
 
   constructor(
     private readonly path: string,
-    private readonly capacity: number,
+    capacity: number,
     private readonly fallback: <T>(work: (db: Db) => Promise<T>) => Promise<T>,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.reads = new SlowReads(capacity, 1, (work) => this.runOnThread(work));
+  }
 
   /** held counts the reads on the lane: waiting, and the one running. */
   get held(): number {
-    return this.waitingCount + (this.running ? 1 : 0);
+    return this.reads.held;
   }
 
-  /** read runs `reader`'s `work` on the lane in one snapshot; ReadLaneFull when the lane holds `capacity` reads already. */
+  /** read runs `reader`'s `work` on the lane in one snapshot; ReadLaneFull when the lane has no place for it. */
   read<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T> {
-    if (this.closed) return this.fallback(work);
-    const held = this.held;
-    const yours = (this.waiting.get(reader)?.length ?? 0) + (this.running?.reader === reader ? 1 : 0);
-    if (held >= this.capacity || (yours > 0 && held >= this.capacity - 1)) return Promise.reject(new ReadLaneFull(this.capacity, held, yours));
-    return new Promise<T>((resolve, reject) => {
-      const session = { work, reader, resolve: resolve as (value: unknown) => void, reject };
-      const queue = this.waiting.get(reader);
-      if (queue) queue.push(session);
-      else this.waiting.set(reader, [session]);
-      this.waitingCount++;
-      if (!this.running) void this.runWaiting();
-    });
+    return this.closed ? this.fallback(work) : this.reads.read(work, reader);
   }
 
-  /** nextTurn takes the first waiting reader's next read and sends that reader to the back of the turns. */
-  private nextTurn(): Session | undefined {
-    for (const [reader, queue] of this.waiting) {
-      const session = queue.shift()!;
-      this.waiting.delete(reader);
-      if (queue.length > 0) this.waiting.set(reader, queue);
-      this.waitingCount--;
-      return session;
+  /** runOnThread runs one read on the lane's thread, in a snapshot of its own. */
+  private async runOnThread(work: (db: Db) => Promise<unknown>): Promise<unknown> {
+    try {
+      const value = await work(this.sessionDb);
+      await this.call({ kind: "end" });
+      return value;
+    } catch (error) {
+      // Its snapshot ended with the thread: the read starts over, whole, on the main thread.
+      if (error instanceof LaneThreadLost) return this.fallback(work);
+      // A failed statement leaves its snapshot open on the thread; the next read needs a new one.
+      await this.call({ kind: "end" }).catch(() => {});
+      throw error;
     }
-    return undefined;
-  }
-
-  /** runWaiting runs the waiting reads one after the other, in turns, each in a snapshot of its own. */
-  private async runWaiting(): Promise<void> {
-    let session: Session | undefined;
-    while ((session = this.nextTurn())) {
-      this.running = session;
-      try {
-        const value = await session.work(this.sessionDb);
-        await this.call({ kind: "end" });
-        session.resolve(value);
-      } catch (error) {
-        if (error instanceof LaneThreadLost) {
-          // Its snapshot ended with the thread: the read starts over, whole, on the main thread.
-          this.fallback(session.work).then(session.resolve, session.reject);
-        } else {
-          // A failed statement leaves its snapshot open on the thread; the next read needs a new one.
-          await this.call({ kind: "end" }).catch(() => {});
-          session.reject(error);
-        }
-      }
-    }
-    this.running = null;
-    this.drained?.resolve();
   }
 
   /** sessionDb runs the running read's statements on the lane's thread. */
@@ -181,7 +122,7 @@ export class ReadLane {
   /** close lets the reads submitted finish and stops the thread; reads submitted afterwards run through the fallback. */
   async close(): Promise<void> {
     this.closed = true;
-    if (this.running) await (this.drained ??= Promise.withResolvers<void>()).promise;
+    await this.reads.idle();
     const worker = this.worker;
     this.worker = null;
     worker?.terminate();

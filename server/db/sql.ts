@@ -13,6 +13,8 @@
  *   `db.dialect` inside the store function, never in a service.
  */
 
+import type { Logger } from "../shared/log.ts";
+
 /** SqlValue is what a statement parameter may be on both backends. */
 export type SqlValue = string | number | null | Uint8Array;
 
@@ -49,10 +51,14 @@ export interface Database extends Db {
    */
   read<T>(work: (db: Db) => Promise<T>): Promise<T>;
   /**
-   * readAside is `read` for reads that take long (a count of many rows): SQLite runs them on its
-   * read lane, off the thread answering requests, when one is configured; PostgreSQL's statements
-   * never run on that thread, so there it is `read`. The lane serves its readers (`reader`, an API
-   * token's id) in turn.
+   * useReadLane bounds the reads of readAside to `capacity` held at once (0: unbounded, run as
+   * `read`): SQLite runs them on a thread of their own, PostgreSQL on at most half its pool.
+   */
+  useReadLane(capacity: number, log: Logger): void;
+  /**
+   * readAside is `read` for reads that take long (a count of many rows), on the read lane when one
+   * is set (useReadLane): off SQLite's thread answering requests, on part of PostgreSQL's pool. The
+   * lane serves its readers (`reader`, an API token's id) in turn.
    */
   readAside<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T>;
   /** readsAside counts the reads on the read lane, waiting or running; always 0 without one. */

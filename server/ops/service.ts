@@ -147,7 +147,7 @@ export async function metricsText(rt: Runtime): Promise<string> {
     ...(await databaseGauges(rt)),
     { name: "crm_webhook_attempts_in_flight", help: "Webhook delivery attempts under way.", value: loop.in_flight },
     { name: "crm_webhook_delivery_loop_running", help: "1 while the webhook delivery loop claims deliveries.", value: loop.running ? 1 : 0 },
-    { name: "crm_slow_lists_held", help: "Slow contact lists on SQLite's read lane, waiting or running (--slow-list-lane bounds them); 0 on PostgreSQL, which has no lane.", value: rt.db.readsAside() },
+    { name: "crm_slow_lists_held", help: "Slow contact lists on the read lane, waiting or running (--slow-list-lane bounds them).", value: rt.db.readsAside() },
     { name: "crm_database_writes_waiting", help: "Writes of this process not committed yet: queued for the next group commit, or in the one being committed (on PostgreSQL, waiting for the write lock too).", value: rt.db.writesWaiting() },
     { name: "crm_up", help: "1 while the process answers.", value: 1 },
     { name: "crm_build_info", help: "The running version, as a label.", value: 1, labels: { version: VERSION } },

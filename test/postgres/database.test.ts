@@ -239,6 +239,42 @@ describe("postgres database: reads in one snapshot", () => {
   });
 });
 
+describe("postgres database: slow reads", () => {
+  test("with a read lane, slow reads run on at most half the pool: two more wait their turn, while other reads and writes are answered on the rest; readers take turns", async () => {
+    const pooled = await openPostgres(server.url, 4);
+    const held = [Promise.withResolvers<void>(), Promise.withResolvers<void>()];
+    try {
+      pooled.useReadLane(8);
+      const order: string[] = [];
+      /** a slow read in a snapshot, noted as it starts; the two first hold their connection until released */
+      const slow = (reader: string, hold?: Promise<void>) =>
+        pooled.readAside(async (tx) => {
+          order.push(reader);
+          const n = (await tx.get<{ n: number }>("SELECT count(*)::int AS n FROM things"))!.n;
+          await hold;
+          return n;
+        }, reader);
+      const holding = [slow("busy", held[0]!.promise), slow("busy", held[1]!.promise)];
+      const waiting = [slow("busy"), slow("busy"), slow("quiet")];
+      await waitUntil(async () => (await pooled.get<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'"))!.n === 2, "both held reads to hold a connection");
+      expect(pooled.readsAside()).toBe(5);
+      // the other half of the pool answers everything else meanwhile
+      expect(await pooled.write((tx) => tx.run("INSERT INTO things (id, n) VALUES ('during-slow-reads', 1)"))).toBe(1);
+      expect(await pooled.read((tx) => tx.get("SELECT n FROM things WHERE id = 'during-slow-reads'"))).toEqual({ n: 1 });
+      expect(order).toEqual(["busy", "busy"]);
+      held[0]!.resolve();
+      held[1]!.resolve();
+      await Promise.all([...holding, ...waiting]);
+      // after the two held, in turns: a busy one, the quiet reader's, then busy's last
+      expect(order).toEqual(["busy", "busy", "busy", "quiet", "busy"]);
+      expect(pooled.readsAside()).toBe(0);
+    } finally {
+      for (const { resolve } of held) resolve();
+      await pooled.close();
+    }
+  });
+});
+
 describe("postgres database: opening", () => {
   test("a refused connection is a one-line ConfigError naming --database-url", async () => {
     const url = server.url.replace(/:\d+\//, ":1/");

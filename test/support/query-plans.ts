@@ -26,6 +26,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     read: (work) => work(spy),
     readAside: (work) => work(spy),
     readsAside: () => db.readsAside(),
+    useReadLane: (capacity, log) => db.useReadLane(capacity, log),
     writesWaiting: () => db.writesWaiting(),
     onCommit: (callback) => db.onCommit(callback),
     outsideWritesGeneration: () => db.outsideWritesGeneration(),
