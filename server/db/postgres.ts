@@ -395,9 +395,9 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   /**
-   * useReadLane has readAside run slow reads on at most half the pool at once (SlowReads: in turns,
-   * at most `capacity` held), so a client sending many cannot take every connection the other
-   * requests need; 0 runs them as `read`, on any connection.
+   * useReadLane has readAside run slow reads on at most half the pool at once, at least one
+   * connection (SlowReads: in turns, at most `capacity` held), so a client sending many cannot take
+   * every connection the other requests need; 0 runs them as `read`, on any connection.
    */
   useReadLane(capacity: number): void {
     if (capacity > 0) this.slowReads = new SlowReads(capacity, Math.max(1, Math.floor((this.options.max ?? 10) / 2)), (work) => this.read(work));

@@ -79,7 +79,8 @@ export class SlowReads {
       const started = read;
       this.running.set(started, started.reader);
       // Its place is given up before its caller hears: a caller reading again at once finds it free.
-      this.run(started.work).then(
+      // A run that throws at once fails its read like one that rejects, and frees its place.
+      new Promise((resolve) => resolve(this.run(started.work))).then(
         (value) => {
           this.finish(started);
           started.resolve(value);

@@ -3,11 +3,9 @@ import { createApp, createRuntime, type App } from "../../server/app.ts";
 import { join } from "node:path";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
 import { ReadLane } from "../../server/db/read-lane.ts";
+import { SlowReads } from "../../server/db/slow-reads.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { createLogger } from "../../server/shared/log.ts";
-import { createApiToken } from "../../server/auth/service.ts";
-import { addOperator, ConsoleClient } from "../console/support.ts";
-import { waitUntil } from "../ops/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
 // SQLite's slow-list lane (--slow-list-lane): lists whose count reads many contacts run on a thread
@@ -140,6 +138,23 @@ describe("slow lists on the lane", () => {
     expect(count).toEqual({ first: contacts, second: contacts });
     expect(await answer(laned.app, path)).toEqual(expected);
     expect(thread()).not.toBeNull();
+  });
+
+  test("a read whose run throws at once fails alone and frees its place: the next read runs, and nothing is left held", async () => {
+    let calls = 0;
+    const throwing = new SlowReads(2, 1, (work) => {
+      if (++calls === 1) throw new Error("could not start");
+      return work(h.db);
+    });
+    const count = (db: Db) => db.get<{ n: number }>("SELECT count(*) AS n FROM contacts");
+    const first = await throwing.read(count, "test").then(
+      () => "answered",
+      (error: Error) => error.message,
+    );
+    expect({ first, held: throwing.held }).toEqual({ first: "could not start", held: 0 });
+    expect(await throwing.read(count, "test")).toEqual(await h.db.read(count));
+    await throwing.idle();
+    expect(throwing.held).toBe(0);
   });
 
   test("a thread that cannot open the database file ends, and its reads are answered on the main thread", async () => {

@@ -92,7 +92,10 @@ describe("slow lists take turns on the read lane", () => {
             ? `The service is already running or holding ${held} slow lists (filters whose count reads many contacts: several relations, time filters, a name search). Retry after the Retry-After seconds, one list at a time, or narrow the filters.`
             : `The service is running or holding ${held} slow lists, ${yours} of them yours, and keeps the last of its 4 places for a client with none there (filters whose count reads many contacts: several relations, time filters, a name search). Retry after the Retry-After seconds, one list at a time, or narrow the filters.`,
       });
-      expect(answers.map((res) => (res.status === 200 ? res.body.meta.total : res.body))).toEqual([1, 1, detail(3, 2), detail(3, 2)]);
+      // which two of the four were admitted depends on the order they reached the lane, not on which was sent first
+      const answered = answers.filter((res) => res.status === 200).map((res) => res.body.meta.total);
+      const refusals = answers.filter((res) => res.status !== 200).map((res) => res.body);
+      expect({ answered, refusals }).toEqual({ answered: [1, 1], refusals: [detail(3, 2), detail(3, 2)] });
       expect([(await quiet).body.meta.total, refused.body]).toEqual([1, detail(4, 0)]);
       await holding;
     } finally {
