@@ -429,21 +429,23 @@ describe("sign-in throttling", () => {
   test("while an account is under attack, checks from addresses that failed for it are paced one a second (429 past a 5 s queue); a clean address is not", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const attempt = (address: string, password = "not the password") => outcome(signIn(h.rt.db, h.rt.secrets, { email: OPERATOR.email, password, address }));
+    const attempt = (address: string, password = "not the password", now?: number) => outcome(signIn(h.rt.db, h.rt.secrets, { email: OPERATOR.email, password, address }, now));
     // one failure from each of 10 addresses: the account is under attack
     for (let a = 1; a <= PACED_AFTER.account; a++) expect(await attempt(`198.51.100.${a}`)).toBe("401");
     // 8 addresses that failed once each try at the same moment: six get turns 0 to 5 s apart, the rest 429
-    const paced = await Promise.all([...Array.from({ length: 8 }, (_, i) => attempt(`198.51.100.${i + 1}`)), attempt("192.0.2.10", OPERATOR.password)]);
+    const at = Date.now(); // one moment for all: attempts a millisecond apart, reaching the pacer out of order, could find the 6th turn 5.001 s away
+    const paced = await Promise.all([...Array.from({ length: 8 }, (_, i) => attempt(`198.51.100.${i + 1}`, undefined, at)), attempt("192.0.2.10", OPERATOR.password, at)]);
     expect(paced.toSorted()).toEqual([...Array(6).fill("401"), "429 retry-after 5", "429 retry-after 5", "signed in"].toSorted());
   }, 30_000);
 
   test("a guesser cycling through emails from one address is paced once the address has 20 failures: one check a second, 429 past a 5 s queue; another address is checked at once", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const attempt = (email: string, address: string, password = "not the password") => outcome(signIn(h.rt.db, h.rt.secrets, { email, password, address }));
+    const attempt = (email: string, address: string, password = "not the password", now?: number) => outcome(signIn(h.rt.db, h.rt.secrets, { email, password, address }, now));
     for (let e = 0; e < PACED_AFTER.address; e++) expect(await attempt(`guess${e}@example.com`, "203.0.113.7")).toBe("401");
     // 8 new emails from the same address at the same moment: six get turns 0 to 5 s apart, the rest 429 unchecked
-    const paced = await Promise.all([...Array.from({ length: 8 }, (_, e) => attempt(`fresh${e}@example.com`, "203.0.113.7")), attempt(OPERATOR.email, "192.0.2.10", OPERATOR.password)]);
+    const at = Date.now(); // one moment for all, as above
+    const paced = await Promise.all([...Array.from({ length: 8 }, (_, e) => attempt(`fresh${e}@example.com`, "203.0.113.7", undefined, at)), attempt(OPERATOR.email, "192.0.2.10", OPERATOR.password, at)]);
     expect(paced.toSorted()).toEqual([...Array(6).fill("401"), "429 retry-after 5", "429 retry-after 5", "signed in"].toSorted());
     expect(await h.rt.db.get("SELECT failures FROM login_failures WHERE scope = 'address' AND subject = '203.0.113.7'")).toEqual({ failures: PACED_AFTER.address + 6 });
   }, 30_000);
@@ -451,10 +453,11 @@ describe("sign-in throttling", () => {
   test("an address one failure short of being paced that sends 10 sign-ins at once is paced for all but the first: one check a second, 429 past a 5 s queue", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
-    const attempt = (email: string) => outcome(signIn(h.rt.db, h.rt.secrets, { email, password: "not the password", address: "203.0.113.8" }));
+    const attempt = (email: string, now?: number) => outcome(signIn(h.rt.db, h.rt.secrets, { email, password: "not the password", address: "203.0.113.8" }, now));
     for (let e = 0; e < PACED_AFTER.address - 1; e++) expect(await attempt(`guess${e}@example.com`)).toBe("401");
     // the first is checked at once; the other nine count it, under way, as the 20th failure: six turns 0 to 5 s apart, three 429
-    const burst = await Promise.all(Array.from({ length: 10 }, (_, e) => attempt(`burst${e}@example.com`)));
+    const at = Date.now(); // one moment for all: attempts a millisecond apart, reaching the pacer out of order, could find the 6th turn 5.001 s away
+    const burst = await Promise.all(Array.from({ length: 10 }, (_, e) => attempt(`burst${e}@example.com`, at)));
     expect(burst.toSorted()).toEqual([...Array(7).fill("401"), ...Array(3).fill("429 retry-after 5")].toSorted());
   }, 30_000);
 
