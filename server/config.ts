@@ -65,7 +65,7 @@ export interface Config {
   maxConnectionsPerClient: number;
   /** MiB of request bodies buffered at once, all requests together; past it 503 */
   bodyBufferMaxMb: number;
-  /** slow lists (SQLite) held at once on the read lane's thread, the running one included; 0 runs them on the main thread */
+  /** slow lists held at once on the read lane (SQLite's thread, half of PostgreSQL's pool), the running ones included; 0: no lane */
   slowListLane: number;
   rateReadPerSecond: number;
   rateReadBurst: number;

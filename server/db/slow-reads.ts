@@ -36,7 +36,7 @@ export class SlowReads {
   /** the reads waiting, by reader, in turn order: the first reader's first read runs next */
   private readonly waiting = new Map<ReaderName, SlowRead[]>();
   private waitingCount = 0;
-  private readonly running = new Map<SlowRead, ReaderName>();
+  private readonly running = new Set<SlowRead>();
   private drained: PromiseWithResolvers<void> | null = null;
 
   constructor(
@@ -54,7 +54,7 @@ export class SlowReads {
   read<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T> {
     const held = this.held;
     let yours = this.waiting.get(reader)?.length ?? 0;
-    for (const owner of this.running.values()) if (owner === reader) yours++;
+    for (const read of this.running) if (read.reader === reader) yours++;
     if (held >= this.capacity || (yours > 0 && held >= this.capacity - 1)) return Promise.reject(new ReadLaneFull(this.capacity, held, yours));
     return new Promise<T>((resolve, reject) => {
       const read = { work, reader, resolve: resolve as (value: unknown) => void, reject };
@@ -77,7 +77,7 @@ export class SlowReads {
     let read: SlowRead | undefined;
     while (this.running.size < this.concurrency && (read = this.nextTurn())) {
       const started = read;
-      this.running.set(started, started.reader);
+      this.running.add(started);
       // Its place is given up before its caller hears: a caller reading again at once finds it free.
       // A run that throws at once fails its read like one that rejects, and frees its place.
       new Promise((resolve) => resolve(this.run(started.work))).then(

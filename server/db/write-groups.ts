@@ -62,9 +62,10 @@ export async function runWrites(batch: PendingWrite[], tx: Db, savepoints: Savep
  * PostgreSQL once the write lock is granted, so writes that came while it waited for another
  * instance join the group), runs them (runWrites) and returns their outcomes once committed; the
  * writes it did not run (GROUP_TIME_MS) lead the next group. Should it throw (the transaction
- * failed), every write it took is refused with that error. After the callers of a group that changed rows are answered, `committed` runs (it
- * wakes the delivery loop); a group that changed nothing (a claim round that found nothing due)
- * wakes nobody, or the delivery loop's own empty claims would wake it again and again.
+ * failed), every write it took is refused with that error. After the callers of a group that
+ * changed rows are answered, `committed` runs (it wakes the delivery loop); a group that changed
+ * nothing (a claim round that found nothing due) wakes nobody, or the delivery loop's own empty
+ * claims would wake it again and again.
  */
 export class WriteGroups {
   private pending: PendingWrite[] = [];
