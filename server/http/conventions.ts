@@ -91,12 +91,13 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       const path = pathOf(request);
       const isPublic = path.startsWith(PUBLIC_PREFIX);
       if (route.includes("/:")) {
+        // The router sends GET /contacts/batch (a POST-only path) to GET /contacts/:id; it is a 405,
+        // with a trailing "/" too, as the router serves POST /contacts/batch/.
+        const served = (staticPaths ??= staticPathMethods(routes())).get(path.endsWith("/") ? path.slice(0, -1) : path);
+        if (served && !served.includes(request.method)) throw methodNotAllowed(request.method, path, served);
         // The router takes /contacts/ID/ for /contacts/ID, and a URL client sends a tag named ".."
         // (.../tags/%2E%2E) as just that: a DELETE meant for the tag would delete the contact.
         if (isPublic && path.endsWith("/")) throw new ProblemError(404, "not-found", `No route matches ${request.method} ${path}: a path with an id does not end in "/".`);
-        // The router sends GET /contacts/batch (a POST-only path) to GET /contacts/:id; it is a 405.
-        const served = (staticPaths ??= staticPathMethods(routes())).get(path);
-        if (served && !served.includes(request.method)) throw methodNotAllowed(request.method, path, served);
       }
       // An action such as POST .../pause takes no body: fields sent to it would be ignored, so they are refused ({} is fine).
       if (body !== undefined && !(bodyRoutes ??= methodsWith(routes(), "body")).get(route)?.has(request.method) && isPublic) {

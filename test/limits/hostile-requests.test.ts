@@ -284,6 +284,9 @@ describe("hostile requests: another method on a fixed path beside an id route", 
       ["GET", "/public/v1/accounts/batch", "POST"],
       ["PUT", "/public/v1/accounts/batch", "POST"],
       ["DELETE", "/public/v1/accounts/deleted", "GET, HEAD"],
+      // The router serves POST /contacts/batch/ and GET /contacts/deleted/: the path is known with its "/" too.
+      ["GET", "/public/v1/contacts/batch/", "POST"],
+      ["DELETE", "/public/v1/contacts/deleted/", "GET, HEAD"],
     ];
     for (const [method, path, allow] of cases) {
       const res = await h.json(method, path, method === "PATCH" || method === "PUT" ? { body: {} } : {});
@@ -294,5 +297,7 @@ describe("hostile requests: another method on a fixed path beside an id route", 
         body: { type: "urn:crm:problem:method-not-allowed", title: "Method Not Allowed", status: 405, detail: `${method} is not allowed on ${path}; allowed: ${allow}.` },
       });
     }
+    const served = await h.json("GET", "/public/v1/contacts/deleted/");
+    expect([served.status, served.body.data]).toEqual([200, []]);
   });
 });
