@@ -3113,10 +3113,7 @@ export interface operations {
                 per_page?: number;
                 cursor?: string;
             };
-            header?: {
-                /** @description Users carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
-                "if-match"?: string;
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -3160,15 +3157,6 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
-            412: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3312,10 +3300,7 @@ export interface operations {
     getUser: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description Users carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
-                "if-match"?: string;
-            };
+            header?: never;
             path: {
                 id: string;
             };
@@ -3369,15 +3354,6 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
-            412: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3530,10 +3506,7 @@ export interface operations {
                 cursor?: string;
                 event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping" | "subscription.disabled" | "delivery.exhausted";
             };
-            header?: {
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
-                "if-match"?: string;
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -3577,15 +3550,6 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
-            412: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3725,10 +3689,7 @@ export interface operations {
     getWebhookSubscription: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
-                "if-match"?: string;
-            };
+            header?: never;
             path: {
                 subscriptionId: string;
             };
@@ -3782,15 +3743,6 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
-            412: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4015,10 +3967,7 @@ export interface operations {
     getWebhookSubscriptionStats: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
-                "if-match"?: string;
-            };
+            header?: never;
             path: {
                 subscriptionId: string;
             };
@@ -4121,15 +4070,6 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
-            412: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4831,10 +4771,7 @@ export interface operations {
     listEventTypes: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
-                "if-match"?: string;
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -4885,15 +4822,6 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
-            412: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4923,10 +4851,7 @@ export interface operations {
                 status?: "pending" | "succeeded" | "failed";
                 created_after?: string;
             };
-            header?: {
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
-                "if-match"?: string;
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -4970,15 +4895,6 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
-            412: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4999,10 +4915,7 @@ export interface operations {
     getWebhookDelivery: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
-                "if-match"?: string;
-            };
+            header?: never;
             path: {
                 deliveryId: string;
             };
@@ -5056,15 +4969,6 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
-            412: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
             415: components["responses"]["UnsupportedMediaType"];

@@ -98,11 +98,12 @@ export function docsAssetResponse(name: DocsAssetName): Response {
  * (it is a function), so the routes declare it by name and bodies are documented as JSON.
  */
 function routeTable(app: AnyElysia): AnyElysia {
-  const internal = app as unknown as { getGlobalRoutes(): { hooks?: Json }[]; getGlobalDefinitions?(): unknown };
-  const declared = (route: { hooks?: Json }) => {
+  const internal = app as unknown as { getGlobalRoutes(): { method: string; hooks?: Json }[]; getGlobalDefinitions?(): unknown };
+  const declared = (route: { method: string; hooks?: Json }) => {
     if (!route.hooks) return route;
     const marked = (route.hooks.beforeHandle as { fn?: { [UNVERSIONED_RESOURCES]?: string } }[] | undefined)?.find((hook) => hook.fn?.[UNVERSIONED_RESOURCES]);
-    const unversioned = marked?.fn?.[UNVERSIONED_RESOURCES];
+    // Reads ignore If-Match (unversionedWrites): only a write documents it and its 412.
+    const unversioned = route.method === "GET" || route.method === "HEAD" ? undefined : marked?.fn?.[UNVERSIONED_RESOURCES];
     // The generator marks every body required; one declared t.Optional may be left out.
     const optionalBody = route.hooks.body?.[OptionalKind] === "Optional";
     const marks = { ...(unversioned ? { [UNVERSIONED_MARK]: unversioned } : {}), ...(optionalBody ? { [OPTIONAL_BODY_MARK]: true } : {}) };

@@ -271,6 +271,13 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     const subscription = await localSubscription();
     const enable = await h.request("POST", `/public/v1/webhook-subscriptions/${subscription.id}/enable`, { headers: { "if-match": '"1"' } });
     expect([userWrite.status, enable.status]).toEqual([412, 412]);
+    // Reads ignore If-Match, so none documents it or a 412.
+    const userRead = await h.request("GET", `/public/v1/users/${user.id}`, { headers: { "if-match": '"1"' } });
+    expect(userRead.status).toBe(200);
+    const readsWithIfMatch = Object.entries(spec.paths as Record<string, any>)
+      .filter(([, item]) => item.get && (item.get.responses["412"] || (item.get.parameters ?? []).some((p: any) => p.name === "if-match")))
+      .map(([path]) => path);
+    expect(readsWithIfMatch).toEqual([]);
     answers.push(...undocumented("PATCH", "/public/v1/users/{id}", userWrite, ["if-match"]), ...undocumented("POST", "/public/v1/webhook-subscriptions/{subscriptionId}/enable", enable, ["if-match"]));
 
     const noToken = await h.request("GET", "/public/v1/contacts", { headers: { authorization: "" } });
