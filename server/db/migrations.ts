@@ -23,6 +23,7 @@ import idempotencyKeysByRowid from "../../migrations/0019_idempotency_keys_by_ro
 import forgetEmptyFilterCounts from "../../migrations/0020_forget_empty_filter_counts.sql" with { type: "text" };
 import deliveriesByEventType from "../../migrations/0021_deliveries_by_event_type.sql" with { type: "text" };
 import operatorDevices from "../../migrations/0022_operator_devices.sql" with { type: "text" };
+import recoveredDeliveries from "../../migrations/0023_recovered_deliveries.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
@@ -63,6 +64,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 20, name: "0020_forget_empty_filter_counts.sql", sql: forgetEmptyFilterCounts },
   { version: 21, name: "0021_deliveries_by_event_type.sql", sql: deliveriesByEventType },
   { version: 22, name: "0022_operator_devices.sql", sql: operatorDevices },
+  { version: 23, name: "0023_recovered_deliveries.sql", sql: recoveredDeliveries },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -7,6 +7,7 @@ import relationSortKeys from "../../migrations/postgres/0016_relation_sort_keys.
 import sortOrderAndFilterCounts from "../../migrations/postgres/0020_sort_order_and_filter_counts.sql" with { type: "text" };
 import deliveriesByEventType from "../../migrations/postgres/0021_deliveries_by_event_type.sql" with { type: "text" };
 import operatorDevices from "../../migrations/postgres/0022_operator_devices.sql" with { type: "text" };
+import recoveredDeliveries from "../../migrations/postgres/0023_recovered_deliveries.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
@@ -30,6 +31,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 20, name: "0020_sort_order_and_filter_counts.sql", sql: sortOrderAndFilterCounts },
   { version: 21, name: "0021_deliveries_by_event_type.sql", sql: deliveriesByEventType },
   { version: 22, name: "0022_operator_devices.sql", sql: operatorDevices },
+  { version: 23, name: "0023_recovered_deliveries.sql", sql: recoveredDeliveries },
 ];
 
 /**

@@ -33,6 +33,11 @@ export type SubscriptionRow = {
   updated_at: number;
 }
 
+/** shownStatus is the status a subscription shows: paused is an active one with paused_at set. */
+export function shownStatus(row: Pick<SubscriptionRow, "status" | "paused_at">): "active" | "paused" | "disabled" {
+  return row.status === "active" && row.paused_at !== null ? "paused" : row.status;
+}
+
 export type DeliveryRow = {
   id: string;
   event_id: string;
@@ -45,6 +50,8 @@ export type DeliveryRow = {
   locked_until: number | null;
   last_response_status: number | null;
   last_error: string | null;
+  /** set by a recovery (requeueFailedDeliveries): the next scheduled attempt is the last */
+  recovered_at: number | null;
   created_at: number;
   updated_at: number;
 }
@@ -261,14 +268,14 @@ export async function updateSubscriptionSettings(db: Db, id: string, settings: {
 
 /**
  * requeueFailedDeliveries makes every failed delivery of a subscription created in [since, until)
- * pending and due at `now`, and returns how many. Their ids are time-ordered, so the loop, which
- * takes due deliveries by due time then id, sends them oldest first.
+ * pending and due at `now`, marked recovered (one more attempt), and returns how many. Their ids are
+ * time-ordered, so the loop, which takes due deliveries by due time then id, sends them oldest first.
  */
 export function requeueFailedDeliveries(db: Db, subscriptionId: string, since: number, until: number, now: number): Promise<number> {
   return db.run(
-    `UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, updated_at = ?
+    `UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, recovered_at = ?, updated_at = ?
      WHERE subscription_id = ? AND status = 'failed' AND created_at >= ? AND created_at < ?`,
-    [now, now, subscriptionId, since, until],
+    [now, now, now, subscriptionId, since, until],
   );
 }
 
@@ -621,12 +628,12 @@ export async function countLateAttempt(db: Db, id: string, attempts: number, now
 /** updateDeliveryAfterAttempt stores the outcome of an attempt and frees the lease. */
 export async function updateDeliveryAfterAttempt(
   db: Db,
-  row: Pick<DeliveryRow, "id" | "status" | "attempts" | "next_attempt_at" | "last_response_status" | "last_error" | "updated_at">,
+  row: Pick<DeliveryRow, "id" | "status" | "attempts" | "next_attempt_at" | "last_response_status" | "last_error" | "recovered_at" | "updated_at">,
 ): Promise<void> {
   await db.run(
     `UPDATE webhook_deliveries SET status = ?, attempts = ?, next_attempt_at = ?, locked_until = NULL,
-       last_response_status = ?, last_error = ?, updated_at = ? WHERE id = ?`,
-    [row.status, row.attempts, row.next_attempt_at, row.last_response_status, row.last_error, row.updated_at, row.id],
+       last_response_status = ?, last_error = ?, recovered_at = ?, updated_at = ? WHERE id = ?`,
+    [row.status, row.attempts, row.next_attempt_at, row.last_response_status, row.last_error, row.recovered_at, row.updated_at, row.id],
   );
 }
 

@@ -202,12 +202,10 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
     status = "failed";
     if (healthy.delete(due.subscription_id)) await markSubscriptionsHealthy(db, [due.subscription_id]);
     subscription = await findSubscriptionById(db, due.subscription_id);
-    if (result.response_status === 410) {
-      if (subscription?.status === "active") {
-        await disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
-      }
-    } else if (current.status === "pending" && subscription?.status === "active") {
-      const delay = nextRetryDelay(config.retrySchedule, attempt, result.retry_after_ms);
+    if (result.response_status !== 410 && current.status === "pending" && subscription?.status === "active") {
+      // A recovery gives a delivery one more attempt: its failure ends the delivery (a manual one leaves that attempt to come).
+      const lastChance = current.recovered_at !== null && trigger === "scheduled";
+      const delay = lastChance ? null : nextRetryDelay(config.retrySchedule, attempt, result.retry_after_ms);
       if (delay !== null) {
         status = "pending";
         next = now + delay;
@@ -216,10 +214,16 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
       }
     }
   }
-  const row = { ...current, status, attempts: attempt, next_attempt_at: next, locked_until: null, last_response_status: result.response_status, last_error: result.error, updated_at: now };
+  const recovered_at = status === "pending" && trigger === "manual" ? current.recovered_at : null;
+  const row = { ...current, status, attempts: attempt, next_attempt_at: next, locked_until: null, last_response_status: result.response_status, last_error: result.error, recovered_at, updated_at: now };
   await updateDeliveryAfterAttempt(db, row);
-  // After the delivery's own update: disabling fails the pending deliveries, this one included.
-  if (subscription && result.response_status !== 410) await trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
+  // After the delivery's own update, so that disabling fails the other pending deliveries (a 410
+  // has failed this one), or this one too (a failing streak ends its next retry unsent).
+  if (result.response_status === 410 && subscription?.status === "active") {
+    await disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
+  } else if (subscription && result.response_status !== 410) {
+    await trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
+  }
   return { delivery: row, late: false };
 }
 

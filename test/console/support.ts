@@ -218,6 +218,7 @@ export function seedDeliveries(db: Database, subscription: { id: string; target_
           next_attempt_at: d.status === "pending" ? Date.now() + 86_400_000 : null,
           last_response_status: d.response_status ?? (d.status === "succeeded" ? 200 : null),
           last_error: d.error ?? null,
+          recovered_at: null,
           updated_at: d.at,
         });
       }

@@ -179,6 +179,33 @@ describe("recovery: happy paths", () => {
     const [after] = await settledDeliveries(h);
     expect(after).toMatchObject({ id: failed.id, status: "failed", attempts: 4, last_response_status: 503 });
   });
+
+  test("a delivery ended early by a 410 gets one attempt when recovered, not the rest of its schedule; the disable counted it with none of the others", async () => {
+    h = await scope.harness();
+    const r = receiver();
+    r.respond(() => new Response("gone", { status: 410 }));
+    const onCall = receiver("/on-call");
+    const pager = await h.subscribe(onCall.url, ["subscription.disabled", "delivery.exhausted"]);
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [gone] = await settledDeliveries(h, `subscription_id=${sub.id}`);
+    expect(gone).toMatchObject({ status: "failed", attempts: 1, last_response_status: 410 });
+    await waitFor(() => onCall.received.length === 1, "the subscription.disabled event");
+    const disabled = new Webhook(pager.secret).verify(onCall.received[0]!.body, onCall.received[0]!.headers) as any;
+    // The 410'd delivery failed of itself; the subscription had no other pending delivery.
+    expect([disabled.type, disabled.data.pending_deliveries_failed]).toEqual(["subscription.disabled", 0]);
+
+    expect((await h.json("POST", subscriptionPath(sub.id, "enable"))).status).toBe(200);
+    r.respond(() => new Response("down", { status: 500 }));
+    const res = await h.json("POST", subscriptionPath(sub.id, "recover"), { body: { since: new Date(Date.now() - HOUR).toISOString() } });
+    expect(res.body.data.queued).toBe(1);
+    await waitFor(() => onCall.received.length === 2, "the delivery.exhausted event");
+    const exhausted = new Webhook(pager.secret).verify(onCall.received[1]!.body, onCall.received[1]!.headers) as any;
+    expect([exhausted.type, exhausted.data.delivery_id, exhausted.data.attempts, exhausted.data.last_response_status]).toEqual(["delivery.exhausted", gone.id, 2, 500]);
+    const [after] = await settledDeliveries(h, `subscription_id=${sub.id}`);
+    expect(after).toMatchObject({ id: gone.id, status: "failed", attempts: 2, last_response_status: 500 });
+    expect(r.received.length).toBe(2);
+  });
 });
 
 describe("recovery: errors", () => {

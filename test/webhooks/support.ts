@@ -177,6 +177,6 @@ export async function addStoredDeliveries(db: Db, subscriptionId: string, create
     await insertEvent(db, { id: eventId, type: "contact.created", payload: "{}", created_at: createdAt });
     const id = newId("dlv");
     await insertDelivery(db, { id, event_id: eventId, event_type: "contact.created", subscription_id: subscriptionId, target_url: "https://receiver.example.com/hooks", next_attempt_at: createdAt, created_at: createdAt });
-    if (status !== "pending") await updateDeliveryAfterAttempt(db, { id, status, attempts: 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, updated_at: createdAt });
+    if (status !== "pending") await updateDeliveryAfterAttempt(db, { id, status, attempts: 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, recovered_at: null, updated_at: createdAt });
   }
 }
