@@ -3988,8 +3988,11 @@ export interface operations {
                     "application/json": {
                         data: {
                             subscription_id: string;
-                            /** @enum {string} */
-                            status: "active" | "disabled";
+                            /**
+                             * @description As the subscription's own status.
+                             * @enum {string}
+                             */
+                            status: "active" | "paused" | "disabled";
                             /**
                              * Format: date-time
                              * @description When the current streak of failed attempts began; null while the last attempt succeeded.

@@ -239,7 +239,7 @@ export type WindowStats = typeof WindowStats.static;
 /** SubscriptionStats is a subscription's endpoint health: its state and its attempts of the last 24 hours and 7 days. */
 export const SubscriptionStats = t.Object({
   subscription_id: t.String(),
-  status: t.String({ enum: ["active", "disabled"] }),
+  status: t.String({ enum: ["active", "paused", "disabled"], description: "As the subscription's own status." }),
   failing_since: t.Union([timestamp, t.Null()], { description: "When the current streak of failed attempts began; null while the last attempt succeeded." }),
   last_24h: WindowStats,
   last_7d: WindowStats,

@@ -1,7 +1,7 @@
 import type { Db } from "../db/sql.ts";
 import { toTimestamp } from "../shared/time.ts";
 import type { SubscriptionStats, WindowStats } from "./model.ts";
-import { findAttemptStats, listAttemptStatsFrom, listAttemptStatsSince, writeAttemptStats, type SubscriptionRow } from "./store.ts";
+import { findAttemptStats, listAttemptStatsFrom, listAttemptStatsSince, shownStatus, writeAttemptStats, type SubscriptionRow } from "./store.ts";
 
 /** HOUR_MS is an hour in milliseconds, the unit of the hourly statistics and delivery counts. */
 export const HOUR_MS = 60 * 60 * 1000;
@@ -93,7 +93,7 @@ export async function subscriptionStats(db: Db, subscription: SubscriptionRow, n
   };
   return {
     subscription_id: subscription.id,
-    status: subscription.status,
+    status: shownStatus(subscription),
     failing_since: subscription.failing_since === null ? null : toTimestamp(subscription.failing_since),
     last_24h: window(24),
     last_7d: window(7 * 24),

@@ -202,6 +202,15 @@ describe("endpoint stats", () => {
     expect(res.body).toEqual({ data: { subscription_id: sub.id, status: "active", failing_since: null, last_24h: empty, last_7d: empty } });
   });
 
+  test("a paused subscription's stats say paused, as the subscription does", async () => {
+    h = await scope.harness();
+    const sub = await h.subscribe("http://127.0.0.1:9/x", ["contact.created"]);
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/pause`)).body.data.status).toBe("paused");
+    expect((await stats(sub.id)).body.data.status).toBe("paused");
+    await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/resume`);
+    expect((await stats(sub.id)).body.data.status).toBe("active");
+  });
+
   test("attempts are counted by outcome over 24 hours and 7 days, with latency percentiles from the histogram", async () => {
     h = await scope.harness({ retrySchedule: [0.02, 0.02] });
     const r = scope.receiver();
