@@ -75,9 +75,10 @@ export function NoticeBox({ notice }: { notice?: NoticeData | null }) {
 }
 
 /**
- * isolated wraps text an API client chose (a description) in Unicode's first-strong isolate and
- * pop directional isolate, for where markup cannot go (an option's label): a right-to-left override
- * in it then reorders only itself, not the URL after it, as CSS isolates `.sub-description` elsewhere.
+ * isolated wraps text a client chose (a description, a URL, a searched email) in Unicode's
+ * first-strong isolate and pop directional isolate, for where markup cannot go (an option's label,
+ * a notice's text): a right-to-left override in it then reorders only itself, not the words after
+ * it, as CSS isolates `.sub-description` and `.url` elsewhere.
  */
 export function isolated(text: string): string {
   return `\u2068${text}\u2069`;

@@ -15,8 +15,12 @@ const UsersQuery = t.Object({ page: t.Optional(t.String({ maxLength: 20 })), add
 /** peopleRoutes are who may do what: API tokens, the users contacts are assigned to, and the console's operators. */
 export function peopleRoutes(rt: Runtime) {
   const db = rt.db;
-  /** linkUrl is the address of a one-time link on the server the operator is using. */
-  const linkUrl = (request: Request, code: string) => `${new URL(request.url).origin}${CONSOLE_PREFIX}/welcome?code=${code}`;
+  /**
+   * linkUrl is the address of a one-time link on the server the operator is using, in the scheme
+   * their browser used (`secure`, as for the cookies): behind a proxy that terminates TLS the
+   * request's own URL is http, and an http link would send the code in cleartext.
+   */
+  const linkUrl = (request: Request, secure: boolean, code: string) => `${secure ? "https" : "http"}://${new URL(request.url).host}${CONSOLE_PREFIX}/welcome?code=${code}`;
   /** operatorsView renders the operators page with a link just made or a form's problem. */
   const operatorsView = async (session: Parameters<typeof operatorsPage>[0]["session"], extras: { link?: OneTimeLink; email?: string; notice?: NoticeData | null } = {}) =>
     operatorsPage({ session, operators: await operatorSummaries(db), invites: await pendingInvites(db), ...extras });
@@ -102,12 +106,12 @@ export function peopleRoutes(rt: Runtime) {
     )
     .post(
       "/operators",
-      async ({ session, body, request }) => {
+      async ({ session, body, request, secure }) => {
         let email: string | undefined;
         try {
           email = field(body, "email");
           const code = await inviteOperator(db, email, session.operator.id);
-          return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: email.trim().toLowerCase(), url: linkUrl(request, code) } }), 201);
+          return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: email.trim().toLowerCase(), url: linkUrl(request, secure, code) } }), 201);
         } catch (error) {
           const failure = problemOf(error);
           return htmlResponse(await operatorsView(session, { email, notice: { kind: "error", text: failure.message } }), failure.status);
@@ -129,9 +133,9 @@ export function peopleRoutes(rt: Runtime) {
     .get("/operators/:id/reset-password", async ({ session, params }) => htmlResponse(resetPasswordPage({ session, operator: await operatorOr404(params.id) })), { params: IdParam })
     .post(
       "/operators/:id/reset-password",
-      async ({ session, params, request }) => {
+      async ({ session, params, request, secure }) => {
         const { operator, code } = await passwordResetLink(db, params.id, session.operator.id);
-        return htmlResponse(await operatorsView(session, { link: { purpose: "reset", email: operator.email, url: linkUrl(request, code) } }), 201);
+        return htmlResponse(await operatorsView(session, { link: { purpose: "reset", email: operator.email, url: linkUrl(request, secure, code) } }), 201);
       },
       { params: IdParam, body: OptionalForm },
     );

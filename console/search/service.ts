@@ -1,6 +1,7 @@
 import type { Database } from "../../server/db/sql.ts";
 import { contactsWithEmail, findContact } from "../../server/contacts/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
+import { isolated } from "../pages/parts.tsx";
 import { findDeliverySummary, findSubscription, findWebhookEvent } from "../../server/webhooks/service.ts";
 
 /** SearchResult is where a search leads: the page of what it names, or a sentence saying nothing matched. */
@@ -35,7 +36,7 @@ export async function search(db: Database, text: string): Promise<SearchResult> 
     const contacts = await contactsWithEmail(db, q);
     if (contacts.length === 1) return { location: `${CONSOLE_PREFIX}/contacts/${contacts[0]!.id}` };
     if (contacts.length > 1) return { location: `${CONSOLE_PREFIX}/contacts?q=${encodeURIComponent(q)}` };
-    return { nothing: `No contact has the email ${q}.` };
+    return { nothing: `No contact has the email ${isolated(q)}.` };
   }
   return { location: `${CONSOLE_PREFIX}/contacts?q=${encodeURIComponent(q)}` };
 }

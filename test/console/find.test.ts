@@ -85,7 +85,7 @@ describe("one search box", () => {
     expect(answer.status()).toBe(404);
     expect(await page.textContent(".notice")).toContain("Nothing has the id dlv_01J00000000000000000000000");
     expect(await find("nobody@example.com")).toBe("/console/search?q=nobody%40example.com");
-    expect(await page.textContent(".notice")).toBe("No contact has the email nobody@example.com.");
+    expect(await page.textContent(".notice")).toBe("No contact has the email \u2068nobody@example.com\u2069.");
     problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("404 (Not Found)")));
     expect(problems).toEqual([]);
   }, SLOW);

@@ -78,6 +78,25 @@ test("a right-to-left override in a subscription's URL or description reorders o
   await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.data.id}`);
 }, 60_000);
 
+test("a right-to-left override in what a notice repeats (a new subscription's URL, a searched email) reorders only itself, never the notice's sentence", async () => {
+  const { page } = b;
+  // Typed backwards after the override, it shows as "https://hooks.partner.example/crm".
+  const url = `https://evil.example/${RLO}mrc/elpmaxe.rentrap.skooh//:sptth`;
+  await page.goto(`${server.url}/console/subscriptions`);
+  await page.fill("input[name=target_url]", url);
+  await Promise.all([page.waitForURL(`${server.url}/console/subscriptions`), page.click("form[action='/console/subscriptions'] button[type=submit]")]);
+  // A notice is text, so the URL is wrapped in FSI ... PDI: without them the override ran on, and "created." was drawn backwards.
+  expect(await page.textContent(".notice")).toBe(`Subscription to \u2068${url}\u2069 created.`);
+  expect(await leftToRight(page, ".notice", ["Subscription", "created"])).toEqual({ Subscription: true, created: true });
+  const email = `${RLO}moc.elpmaxe@ydobon`;
+  await page.goto(`${server.url}/console/search?q=${encodeURIComponent(email)}`);
+  expect(await page.textContent(".notice")).toBe(`No contact has the email \u2068${email}\u2069.`);
+  expect(await leftToRight(page, ".notice", ["contact", "email"])).toEqual({ contact: true, email: true });
+  const sub = (await server.api("GET", "/public/v1/webhook-subscriptions")).data.find((s: { target_url: string }) => s.target_url === url);
+  await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`);
+  b.problems.splice(0, b.problems.length, ...b.problems.filter((p) => !p.includes("404 (Not Found)")));
+}, 60_000);
+
 test("markup and script in contacts, accounts, users, subscriptions, token names and a receiver's answer show as text on every page", async () => {
   const { page } = b;
   const hostile = (where: string) =>

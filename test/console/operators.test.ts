@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { OPERATOR_LINK_TTL_MS, inviteOperator } from "../../server/operators/service.ts";
 import { databaseArgs } from "../support/backend.ts";
 import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
-import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
+import { addOperator, ConsoleClient, OPERATOR, startConsoleServer } from "./support.ts";
 
 let harness: Harness | undefined;
 afterEach(async () => {
@@ -149,6 +149,35 @@ describe("operators page", () => {
     expect(await operators(h)).toEqual([OPERATOR.email, "other@example.com"]);
     expect(await h.rt.db.get("SELECT count(*) AS n FROM operator_links")).toEqual({ n: 0 });
   });
+});
+
+describe("operators behind a reverse proxy", () => {
+  test("behind a trusted proxy that terminates TLS, X-Forwarded-Proto: https makes the invitation and reset links https", async () => {
+    // The test connects from 127.0.0.1, the proxy the server trusts, as nginx in front of it would.
+    const server = await startConsoleServer({ trustedProxies: ["127.0.0.1"] });
+    try {
+      await addOperator(server.runtime.db);
+      const other = await addOperator(server.runtime.db, { email: "other@example.com", password: "the old password" });
+      /** linksMade invites an operator and resets another's password through the proxy, and returns the two links the pages show. */
+      const linksMade = async (proto: string | null, invitee: string) => {
+        const client = new ConsoleClient((r) => {
+          r.headers.set("host", "crm.example.com");
+          if (proto !== null) r.headers.set("x-forwarded-proto", proto);
+          return fetch(r, { redirect: "manual" });
+        }, server.url);
+        expect((await client.signIn()).status).toBe(303);
+        await client.get("/console/operators");
+        const invited = await client.post("/console/operators", { email: invitee });
+        const reset = await client.post(`/console/operators/${other.id}/reset-password`, {});
+        return [invited.status, linkIn(invited.text)?.replace(/code=[A-Za-z0-9_-]{43}$/, "code=…"), reset.status, linkIn(reset.text)?.replace(/code=[A-Za-z0-9_-]{43}$/, "code=…")];
+      };
+      const links = (scheme: string) => [201, `${scheme}://crm.example.com/console/welcome?code=…`, 201, `${scheme}://crm.example.com/console/welcome?code=…`];
+      expect(await linksMade("https", "first@example.com")).toEqual(links("https"));
+      expect(await linksMade(null, "second@example.com")).toEqual(links("http"));
+    } finally {
+      await server.close();
+    }
+  }, 30_000);
 });
 
 describe("operators on the command line", () => {
