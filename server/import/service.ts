@@ -2,7 +2,7 @@ import { accessSync, constants, realpathSync, statSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { accountItemErrors } from "../accounts/service.ts";
 import { ConfigError } from "../config.ts";
-import { contactItemErrors } from "../contacts/service.ts";
+import { contactItemErrorsBeforeMatch } from "../contacts/service.ts";
 import type { BatchResult } from "../batch/model.ts";
 import { parseSafeJson } from "../http/safe-json.ts";
 import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
@@ -75,12 +75,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
 
   if (options.dryRun) {
     for (const row of rows()) {
-      const errors = row.refusal
-        ? lineErrorLines(row.refusal)
-        : [
-            ...errorLines(map, [...bodyRefusal(row.contact), ...contactItemErrors(row.contact)]),
-            ...(row.account ? errorLines(map, [...bodyRefusal(row.account), ...accountItemErrors(row.account)], "/account") : []),
-          ];
+      const errors = localErrors(row, map);
       if (errors.length > 0) invalid.push({ row: row.row, errors });
     }
     return finish(invalidFile, source, invalid, { ...summary, valid: rowCount - invalid.length, invalid: invalid.length });
@@ -131,6 +126,20 @@ function* importRows(source: SourceFile, map: ColumnMap, limit: number): Generat
     yield toImportRow(row, map);
     if (row.row >= limit) return;
   }
+}
+
+/**
+ * localErrors is why the server would refuse the row whatever it holds, by column: its JSON Lines
+ * line, or its contact and account as the API's own checks (schemas, limits, a contact naming
+ * nobody) and its body parser refuse them (a NUL, a lone surrogate, a row too large for a request).
+ * --dry-run reports them.
+ */
+function localErrors(row: ImportRow, map: ColumnMap): string[] {
+  if (row.refusal) return lineErrorLines(row.refusal);
+  return [
+    ...errorLines(map, [...bodyRefusal(row.contact), ...contactItemErrorsBeforeMatch(row.contact)]),
+    ...(row.account ? errorLines(map, [...bodyRefusal(row.account), ...accountItemErrors(row.account)], "/account") : []),
+  ];
 }
 
 type PreparedRow = { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] };

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createApiToken } from "../../server/auth/service.ts";
 import { parseCsv } from "../../server/import/csv.ts";
@@ -186,6 +186,31 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     const again = await runImport([file, ...apiArgs()]);
     expect([again.code, again.stdout]).toEqual([0, "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n"]);
     expect(again.stderr).toContain("2 rows were answered from an earlier run of this file (within 24 h): their counts are that run's, and nothing was applied again\n");
+  }, 60_000);
+});
+
+describe("crm import contacts: rows refused locally", () => {
+  test("--dry-run refuses what every real import refuses, a row naming nobody: an empty row, a JSON Lines {}, a file where no column maps", async () => {
+    const nobody = "row: needs at least one of email, first_name, last_name, phone";
+    // name, content, invalid-rows file
+    const files: [string, string, string][] = [
+      ["empty-row.csv", "Email,First name\n,\nann@example.com,Ann\n", `Email,First name,import_row,import_errors\n,,1,"${nobody}"\n`],
+      ["empty-object.jsonl", '{}\n{"email": "bob@example.com"}\n', `${JSON.stringify({ import_row: 1, import_errors: [nobody] })}\n`],
+      ["none-mapped.csv", "Email;Name\ncid@example.com;Cid\n", `Email;Name,import_row,import_errors\ncid@example.com;Cid,1,"${nobody}"\n`],
+    ];
+    const invalidRows = (path: string) => (existsSync(path) ? readFileSync(path, "utf8") : null);
+    for (const [name, content, invalid] of files) {
+      const file = join(server.dir, name);
+      writeFileSync(file, content);
+      const dry = await runImport([file, "--dry-run", "--invalid-file", join(server.dir, `dry-${name}`)]);
+      const real = await runImport([file, ...apiArgs(), "--invalid-file", join(server.dir, `real-${name}`)]);
+      const rows = name === "none-mapped.csv" ? 1 : 2;
+      expect({ name, dry: [dry.code, dry.stdout.split("\n")[0], invalidRows(join(server.dir, `dry-${name}`))], real: [real.code, real.stdout.split("\n")[0], invalidRows(join(server.dir, `real-${name}`))] }).toEqual({
+        name,
+        dry: [1, `dry run, nothing sent: ${rows} rows: valid ${rows - 1}, invalid 1`, invalid],
+        real: [1, `imported: ${rows} rows: created ${rows - 1}, updated 0, unchanged 0, invalid 1`, invalid],
+      });
+    }
   }, 60_000);
 });
 
