@@ -131,8 +131,9 @@ function* importRows(source: SourceFile, map: ColumnMap, limit: number): Generat
 /**
  * localErrors is why the server would refuse the row whatever it holds, by column: its JSON Lines
  * line, or its contact and account as the API's own checks (schemas, limits, a contact naming
- * nobody) and its body parser refuse them (a NUL, a lone surrogate, a row too large for a request).
- * --dry-run reports them.
+ * nobody) and its body parser refuse them (a NUL, a lone surrogate, a row too large for a request:
+ * sent, such a row would fail its whole batch). --dry-run reports them; an import sends such a row
+ * nowhere, neither its contact nor its account.
  */
 function localErrors(row: ImportRow, map: ColumnMap): string[] {
   if (row.refusal) return lineErrorLines(row.refusal);
@@ -145,14 +146,15 @@ function localErrors(row: ImportRow, map: ColumnMap): string[] {
 type PreparedRow = { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] };
 
 /**
- * preparedRows gives each row the id of its account, or makes it invalid: its account was refused,
- * or the server's body parser would refuse it (a NUL, a lone surrogate, a row too large for a
- * request), which would fail its whole batch and every batch after it.
+ * preparedRows gives each row the id of its account, or makes it invalid: refused locally
+ * (localErrors), its account refused by the server, or too large for a request once it carries
+ * the account's id.
  */
 function* preparedRows(rows: Iterable<ImportRow>, accounts: Map<string, AccountOutcome>, map: ColumnMap): Generator<PreparedRow> {
   for (const row of rows) {
-    if (row.refusal) {
-      yield { row, errors: lineErrorLines(row.refusal) };
+    const errors = localErrors(row, map);
+    if (errors.length > 0) {
+      yield { row, errors };
       continue;
     }
     const account = row.account ? accounts.get(accountKey(row.account))! : null;
@@ -224,18 +226,17 @@ function* batchesOf<T>(entries: Iterable<T>, json: (entry: T) => string): Genera
   if (current.length > 0) yield current;
 }
 
-/** resolveAccounts upserts each distinct account of the rows (by domain, else name) once, in batches, before any contact refers to it. */
+/**
+ * resolveAccounts upserts each distinct account (by domain, else name) of the rows not refused
+ * locally (localErrors) once, in batches, before any contact refers to it: a row the import will
+ * not send leaves no account behind.
+ */
 async function resolveAccounts(client: BatchClient, rows: Iterable<ImportRow>, keyPrefix: string, map: ColumnMap): Promise<Map<string, AccountOutcome>> {
   const distinct = new Map<string, { name: string; domain?: string }>();
-  for (const row of rows) if (row.account && !row.refusal && !distinct.has(accountKey(row.account))) distinct.set(accountKey(row.account), row.account);
+  for (const row of rows) if (row.account && !distinct.has(accountKey(row.account)) && localErrors(row, map).length === 0) distinct.set(accountKey(row.account), row.account);
   const outcomes = new Map<string, AccountOutcome>();
-  const sendable = [...distinct].filter(([key, account]) => {
-    const refusal = bodyRefusal(account);
-    if (refusal.length > 0) outcomes.set(key, { errors: errorLines(map, refusal, "/account") });
-    return refusal.length === 0;
-  });
   let start = 0;
-  for (const chunk of batchesOf(sendable, ([, account]) => JSON.stringify(account))) {
+  for (const chunk of batchesOf(distinct, ([, account]) => JSON.stringify(account))) {
     const { results } = await client.upsert("/public/v1/accounts/batch", chunk.map(([, account]) => account), `${keyPrefix}-accounts-${start + 1}-${start + chunk.length}`);
     start += chunk.length;
     results.forEach((result, i) => {

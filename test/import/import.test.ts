@@ -190,6 +190,26 @@ describe("crm import contacts: rows neither lost nor merged", () => {
 });
 
 describe("crm import contacts: rows refused locally", () => {
+  test("a row refused locally (a bad email, nobody named) creates no account; a row with only an external id, which only the server can judge, still brings its own", async () => {
+    const first = join(server.dir, "linked.csv");
+    writeFileSync(first, "ID,Email\next-1,linked@example.com\n");
+    expect((await runImport([first, ...apiArgs()])).code).toBe(0);
+    const file = join(server.dir, "local.csv");
+    writeFileSync(file, "ID,Email,First Name,Company\n,not-an-email,,BadEmailCo\n,,,OrphanCo\next-1,,,LinkedCo\n,ok@example.com,Ok,GoodCo\n");
+    const res = await runImport([file, ...apiArgs()]);
+    expect([res.code, res.stdout]).toEqual([1, `imported: 4 rows: created 1, updated 1, unchanged 0, invalid 2\ninvalid rows with their errors: ${join(server.dir, "local.invalid.csv")}\n`]);
+    expect(res.stderr).toContain("accounts: 2 created or found\n");
+    expect(await server.db.all("SELECT name FROM accounts ORDER BY name")).toEqual([{ name: "GoodCo" }, { name: "LinkedCo" }]);
+    expect(await server.db.all("SELECT c.email, a.name FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email")).toEqual([
+      { email: "linked@example.com", name: "LinkedCo" },
+      { email: "ok@example.com", name: "GoodCo" },
+    ]);
+    expect(parseCsv(readFileSync(join(server.dir, "local.invalid.csv"), "utf8")).slice(1).map((r) => [r[4], r[5]])).toEqual([
+      ["1", "Email: must be an email address of at most 254 characters, or null"],
+      ["2", "row: needs at least one of email, first_name, last_name, phone"],
+    ]);
+  }, 60_000);
+
   test("--dry-run refuses what every real import refuses, a row naming nobody: an empty row, a JSON Lines {}, a file where no column maps", async () => {
     const nobody = "row: needs at least one of email, first_name, last_name, phone";
     // name, content, invalid-rows file
