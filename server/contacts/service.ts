@@ -178,9 +178,9 @@ function refuseInvalidFields(input: Record<string, unknown>): void {
 /** IDENTIFYING_FIELDS: a contact needs at least one of them, or it names nobody. */
 const IDENTIFYING_FIELDS = ["email", "first_name", "last_name", "phone"] as const;
 
-/** anonymousErrors names the identifying fields when a contact (as it would be stored) has none of them. */
-function anonymousErrors(row: ContactRow): FieldError[] {
-  if (IDENTIFYING_FIELDS.some((field) => row[field] !== null && row[field] !== "")) return [];
+/** anonymousErrors names the identifying fields when a contact (as it would be stored, or a create's input: what it leaves out is stored null) has none of them. */
+function anonymousErrors(contact: Partial<Pick<ContactRow, (typeof IDENTIFYING_FIELDS)[number]>>): FieldError[] {
+  if (IDENTIFYING_FIELDS.some((field) => contact[field])) return [];
   return [{ pointer: "", detail: `needs at least one of ${IDENTIFYING_FIELDS.join(", ")}` }];
 }
 
@@ -191,10 +191,24 @@ function tagsOf(row: ContactRow): string[] {
 
 const contactSchemaErrors = schemaChecker(ContactInput);
 
-/** contactItemErrors lists what is wrong with one contact on its own (schema, then limits), as POST would report it; the importer's --dry-run uses it too. */
+/** contactItemErrors lists what is wrong with one contact on its own (schema, then limits), as POST would report it. */
 export function contactItemErrors(item: unknown): FieldError[] {
   const schemaErrors = contactSchemaErrors(item);
   return schemaErrors.length > 0 ? schemaErrors : contactInputErrors(item as Record<string, unknown>);
+}
+
+/**
+ * contactItemErrorsBeforeMatch lists what POST /contacts/batch refuses in a contact item whatever
+ * contacts are stored, so without the database (the importer checks its rows with it): those of
+ * contactItemErrors, then naming nobody when the item has no external_id, since then nothing can
+ * match it (no email either) and it would be created. With an external_id it may update a contact
+ * that names someone, which only the server knows.
+ */
+export function contactItemErrorsBeforeMatch(item: unknown): FieldError[] {
+  const errors = contactItemErrors(item);
+  if (errors.length > 0) return errors;
+  const input = item as ContactInput;
+  return input.external_id ? [] : anonymousErrors(input);
 }
 
 /** unknownRelationErrors names every account or user id the contact refers to that does not exist. */

@@ -2,7 +2,7 @@ import { accessSync, constants, realpathSync, statSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { accountItemErrors } from "../accounts/service.ts";
 import { ConfigError } from "../config.ts";
-import { contactItemErrors } from "../contacts/service.ts";
+import { contactItemErrorsBeforeMatch } from "../contacts/service.ts";
 import type { BatchResult } from "../batch/model.ts";
 import { parseSafeJson } from "../http/safe-json.ts";
 import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
@@ -75,12 +75,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
 
   if (options.dryRun) {
     for (const row of rows()) {
-      const errors = row.refusal
-        ? lineErrorLines(row.refusal)
-        : [
-            ...errorLines(map, [...bodyRefusal(row.contact), ...contactItemErrors(row.contact)]),
-            ...(row.account ? errorLines(map, [...bodyRefusal(row.account), ...accountItemErrors(row.account)], "/account") : []),
-          ];
+      const errors = localErrors(row, map);
       if (errors.length > 0) invalid.push({ row: row.row, errors });
     }
     return finish(invalidFile, source, invalid, { ...summary, valid: rowCount - invalid.length, invalid: invalid.length });
@@ -133,17 +128,33 @@ function* importRows(source: SourceFile, map: ColumnMap, limit: number): Generat
   }
 }
 
+/**
+ * localErrors is why the server would refuse the row whatever it holds, by column: its JSON Lines
+ * line, or its contact and account as the API's own checks (schemas, limits, a contact naming
+ * nobody) and its body parser refuse them (a NUL, a lone surrogate, a row too large for a request:
+ * sent, such a row would fail its whole batch). --dry-run reports them; an import sends such a row
+ * nowhere, neither its contact nor its account.
+ */
+function localErrors(row: ImportRow, map: ColumnMap): string[] {
+  if (row.refusal) return lineErrorLines(row.refusal);
+  return [
+    ...errorLines(map, [...bodyRefusal(row.contact), ...contactItemErrorsBeforeMatch(row.contact)]),
+    ...(row.account ? errorLines(map, [...bodyRefusal(row.account), ...accountItemErrors(row.account)], "/account") : []),
+  ];
+}
+
 type PreparedRow = { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] };
 
 /**
- * preparedRows gives each row the id of its account, or makes it invalid: its account was refused,
- * or the server's body parser would refuse it (a NUL, a lone surrogate, a row too large for a
- * request), which would fail its whole batch and every batch after it.
+ * preparedRows gives each row the id of its account, or makes it invalid: refused locally
+ * (localErrors), its account refused by the server, or too large for a request once it carries
+ * the account's id.
  */
 function* preparedRows(rows: Iterable<ImportRow>, accounts: Map<string, AccountOutcome>, map: ColumnMap): Generator<PreparedRow> {
   for (const row of rows) {
-    if (row.refusal) {
-      yield { row, errors: lineErrorLines(row.refusal) };
+    const errors = localErrors(row, map);
+    if (errors.length > 0) {
+      yield { row, errors };
       continue;
     }
     const account = row.account ? accounts.get(accountKey(row.account))! : null;
@@ -215,18 +226,17 @@ function* batchesOf<T>(entries: Iterable<T>, json: (entry: T) => string): Genera
   if (current.length > 0) yield current;
 }
 
-/** resolveAccounts upserts each distinct account of the rows (by domain, else name) once, in batches, before any contact refers to it. */
+/**
+ * resolveAccounts upserts each distinct account (by domain, else name) of the rows not refused
+ * locally (localErrors) once, in batches, before any contact refers to it: a row the import will
+ * not send leaves no account behind.
+ */
 async function resolveAccounts(client: BatchClient, rows: Iterable<ImportRow>, keyPrefix: string, map: ColumnMap): Promise<Map<string, AccountOutcome>> {
   const distinct = new Map<string, { name: string; domain?: string }>();
-  for (const row of rows) if (row.account && !row.refusal && !distinct.has(accountKey(row.account))) distinct.set(accountKey(row.account), row.account);
+  for (const row of rows) if (row.account && !distinct.has(accountKey(row.account)) && localErrors(row, map).length === 0) distinct.set(accountKey(row.account), row.account);
   const outcomes = new Map<string, AccountOutcome>();
-  const sendable = [...distinct].filter(([key, account]) => {
-    const refusal = bodyRefusal(account);
-    if (refusal.length > 0) outcomes.set(key, { errors: errorLines(map, refusal, "/account") });
-    return refusal.length === 0;
-  });
   let start = 0;
-  for (const chunk of batchesOf(sendable, ([, account]) => JSON.stringify(account))) {
+  for (const chunk of batchesOf(distinct, ([, account]) => JSON.stringify(account))) {
     const { results } = await client.upsert("/public/v1/accounts/batch", chunk.map(([, account]) => account), `${keyPrefix}-accounts-${start + 1}-${start + chunk.length}`);
     start += chunk.length;
     results.forEach((result, i) => {

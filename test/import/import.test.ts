@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createApiToken } from "../../server/auth/service.ts";
 import { parseCsv } from "../../server/import/csv.ts";
@@ -186,6 +186,51 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     const again = await runImport([file, ...apiArgs()]);
     expect([again.code, again.stdout]).toEqual([0, "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n"]);
     expect(again.stderr).toContain("2 rows were answered from an earlier run of this file (within 24 h): their counts are that run's, and nothing was applied again\n");
+  }, 60_000);
+});
+
+describe("crm import contacts: rows refused locally", () => {
+  test("a row refused locally (a bad email, nobody named) creates no account; a row with only an external id, which only the server can judge, still brings its own", async () => {
+    const first = join(server.dir, "linked.csv");
+    writeFileSync(first, "ID,Email\next-1,linked@example.com\n");
+    expect((await runImport([first, ...apiArgs()])).code).toBe(0);
+    const file = join(server.dir, "local.csv");
+    writeFileSync(file, "ID,Email,First Name,Company\n,not-an-email,,BadEmailCo\n,,,OrphanCo\next-1,,,LinkedCo\n,ok@example.com,Ok,GoodCo\n");
+    const res = await runImport([file, ...apiArgs()]);
+    expect([res.code, res.stdout]).toEqual([1, `imported: 4 rows: created 1, updated 1, unchanged 0, invalid 2\ninvalid rows with their errors: ${join(server.dir, "local.invalid.csv")}\n`]);
+    expect(res.stderr).toContain("accounts: 2 created or found\n");
+    expect(await server.db.all("SELECT name FROM accounts ORDER BY name")).toEqual([{ name: "GoodCo" }, { name: "LinkedCo" }]);
+    expect(await server.db.all("SELECT c.email, a.name FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email")).toEqual([
+      { email: "linked@example.com", name: "LinkedCo" },
+      { email: "ok@example.com", name: "GoodCo" },
+    ]);
+    expect(parseCsv(readFileSync(join(server.dir, "local.invalid.csv"), "utf8")).slice(1).map((r) => [r[4], r[5]])).toEqual([
+      ["1", "Email: must be an email address of at most 254 characters, or null"],
+      ["2", "row: needs at least one of email, first_name, last_name, phone"],
+    ]);
+  }, 60_000);
+
+  test("--dry-run refuses what every real import refuses, a row naming nobody: an empty row, a JSON Lines {}, a file where no column maps", async () => {
+    const nobody = "row: needs at least one of email, first_name, last_name, phone";
+    // name, content, invalid-rows file
+    const files: [string, string, string][] = [
+      ["empty-row.csv", "Email,First name\n,\nann@example.com,Ann\n", `Email,First name,import_row,import_errors\n,,1,"${nobody}"\n`],
+      ["empty-object.jsonl", '{}\n{"email": "bob@example.com"}\n', `${JSON.stringify({ import_row: 1, import_errors: [nobody] })}\n`],
+      ["none-mapped.csv", "Email;Name\ncid@example.com;Cid\n", `Email;Name,import_row,import_errors\ncid@example.com;Cid,1,"${nobody}"\n`],
+    ];
+    const invalidRows = (path: string) => (existsSync(path) ? readFileSync(path, "utf8") : null);
+    for (const [name, content, invalid] of files) {
+      const file = join(server.dir, name);
+      writeFileSync(file, content);
+      const dry = await runImport([file, "--dry-run", "--invalid-file", join(server.dir, `dry-${name}`)]);
+      const real = await runImport([file, ...apiArgs(), "--invalid-file", join(server.dir, `real-${name}`)]);
+      const rows = name === "none-mapped.csv" ? 1 : 2;
+      expect({ name, dry: [dry.code, dry.stdout.split("\n")[0], invalidRows(join(server.dir, `dry-${name}`))], real: [real.code, real.stdout.split("\n")[0], invalidRows(join(server.dir, `real-${name}`))] }).toEqual({
+        name,
+        dry: [1, `dry run, nothing sent: ${rows} rows: valid ${rows - 1}, invalid 1`, invalid],
+        real: [1, `imported: ${rows} rows: created ${rows - 1}, updated 0, unchanged 0, invalid 1`, invalid],
+      });
+    }
   }, 60_000);
 });
 
