@@ -310,6 +310,22 @@ function readConfigFile(path: string): Record<string, unknown> {
   }
 }
 
+/** LIST_KINDS are the settings that take a list: in crm.toml a TOML array, or one comma-separated string. */
+const LIST_KINDS: ReadonlySet<Kind> = new Set(["seconds-list", "address-list"]);
+
+/**
+ * fileValueText is a crm.toml value as the text a flag would give: a string, number or boolean,
+ * or for a list setting an array of them. A table or a nested array is refused, not turned into
+ * "[object Object]" or flattened.
+ */
+function fileValueText(setting: Setting, raw: unknown, source: string): string {
+  const scalar = (value: unknown) => typeof value === "string" || typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value));
+  if (scalar(raw)) return String(raw);
+  if (!LIST_KINDS.has(setting.kind)) throw new ConfigError(`invalid ${source}: expected a string, number or boolean, not ${Array.isArray(raw) ? "a list" : "a table"}`);
+  if (Array.isArray(raw) && raw.every(scalar)) return raw.join(",");
+  throw new ConfigError(`invalid ${source}: expected a list of numbers or strings, or one comma-separated string`);
+}
+
 /** fileKey is the name of a setting in crm.toml: the flag without dashes, with underscores. */
 export function fileKey(setting: Setting): string {
   return setting.flag.replace(/^--/, "").replaceAll("-", "_");
@@ -349,7 +365,10 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
   for (const setting of SETTINGS) {
     if (flags.has(setting.flag)) config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);
     else if (env[setting.env] !== undefined) config[setting.key] = parseValue(setting, env[setting.env], setting.env);
-    else if (fileKey(setting) in file) config[setting.key] = parseValue(setting, file[fileKey(setting)], `${fileKey(setting)} in ${configPath}`);
+    else if (fileKey(setting) in file) {
+      const source = `${fileKey(setting)} in ${configPath}`;
+      config[setting.key] = parseValue(setting, fileValueText(setting, file[fileKey(setting)], source), source);
+    }
   }
   return config as unknown as Config;
 }

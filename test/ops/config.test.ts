@@ -129,6 +129,20 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--port"], {}))).toBe("--port needs a value");
   });
 
+  test("a crm.toml value of the wrong shape is refused, not turned into text: a table, a list for one value, a nested list", () => {
+    const table = configFile("data_dir = { x = 1 }\n");
+    const list = configFile('host = ["127.0.0.1"]\n');
+    const nested = configFile("retry_schedule = [[1, 2], [3]]\n");
+    expect(configError(() => loadConfig(["--config", table], {}))).toBe(`invalid data_dir in ${table}: expected a string, number or boolean, not a table`);
+    expect(configError(() => loadConfig(["--config", list], {}))).toBe(`invalid host in ${list}: expected a string, number or boolean, not a list`);
+    expect(configError(() => loadConfig(["--config", nested], {}))).toBe(`invalid retry_schedule in ${nested}: expected a list of numbers or strings, or one comma-separated string`);
+    // A list setting takes a TOML array or one comma-separated string alike.
+    const asArray = configFile('retry_schedule = [1, 2.5]\ntrusted_proxies = ["10.0.0.1", "10.0.0.2"]\n');
+    const asText = configFile('retry_schedule = "1, 2.5"\ntrusted_proxies = "10.0.0.1,10.0.0.2"\n');
+    const lists = { ...DEFAULT_CONFIG, retrySchedule: [1, 2.5], trustedProxies: ["10.0.0.1", "10.0.0.2"] };
+    expect([loadConfig(["--config", asArray], {}), loadConfig(["--config", asText], {})]).toEqual([lists, lists]);
+  });
+
   test("a database URL that is not postgres:// or postgresql:// names the setting and never shows its password", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
