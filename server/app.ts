@@ -41,9 +41,9 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK 
   await refuseNewerDatabase(db);
   const secretsKey = loadSecretsKey(config);
   const secrets = new SecretBox(secretsKey.key);
-  if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
   await migrateBackend(db, () => secrets);
-  await assertSecretsKeyOpens(db, secrets, secretsKey.path);
+  await assertSecretsKeyOpens(db, secrets, secretsKey);
+  if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
   db.useReadLane(config.slowListLane, log);
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets });

@@ -1,7 +1,7 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Db } from "../db/sql.ts";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { fsyncPath, partialName, publishFile } from "../shared/files.ts";
@@ -150,14 +150,22 @@ export function sealStoredSecrets(db: SqliteConnection, openBox: (() => SecretBo
   return rows.length;
 }
 
-/** assertSecretsKeyOpens throws ConfigError when the database holds sealed secrets this key cannot open. */
-export async function assertSecretsKeyOpens(db: Db, box: SecretBox, path: string): Promise<void> {
+/**
+ * assertSecretsKeyOpens throws ConfigError when the database holds sealed secrets this key cannot
+ * open. A key loadSecretsKey has just created is then removed: the database's own was lost (a
+ * restore without it), and a new file beside it would pass for it, in the next backup's note too.
+ */
+export async function assertSecretsKeyOpens(db: Db, box: SecretBox, key: { path: string; created: boolean }): Promise<void> {
   const row = await findOneSubscriptionSecret(db);
   if (!row) return;
   try {
     box.open(row.id, row.secret);
   } catch (error) {
     if (!(error instanceof SecretUnreadable)) throw error;
-    throw new ConfigError(`secrets key file ${path} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`);
+    if (key.created) {
+      rmSync(key.path, { force: true });
+      throw new ConfigError(`secrets key file ${key.path} is missing, and this database holds signing secrets sealed with a key: put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`);
+    }
+    throw new ConfigError(`secrets key file ${key.path} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`);
   }
 }
