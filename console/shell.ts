@@ -5,6 +5,7 @@ import { parseQuery } from "elysia/parse-query";
 import { CONSOLE_PREFIX, consoleFailureOf, isConsolePath } from "../server/http/conventions.ts";
 import { pathOf } from "../server/http/request-log.ts";
 import { clientAddress, clientHints, clientNetwork, requestIsHttps } from "../server/http/client-address.ts";
+import { readLimitedBody, type BodyWait } from "../server/http/body.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
 import type { Db } from "../server/db/sql.ts";
@@ -67,6 +68,25 @@ function formBodyOf(text: string): FormBody | ProblemError {
   return parseQuery(text);
 }
 
+/**
+ * formOf reads a console form post within the API's body limits (1 MiB, the body deadline, the
+ * memory budget) and parses it, or returns the problem: 413, 408, 400, or 415 for a body that is not
+ * urlencoded, as the console's pages send their forms. Every body is read here, whatever its type:
+ * Elysia's own parsers, which would otherwise read a JSON, text or multipart body, have no limit.
+ */
+async function formOf(request: Request, contentType: string, wait: BodyWait): Promise<FormBody | ProblemError | undefined> {
+  let text: string;
+  try {
+    text = await readLimitedBody(request, wait);
+  } catch (error) {
+    if (error instanceof ProblemError) return error;
+    throw error;
+  }
+  if (contentType === "application/x-www-form-urlencoded") return formBodyOf(text);
+  if (text === "" && contentType === "") return undefined;
+  return new ProblemError(415, "unsupported-media-type", "The console takes forms as its pages send them, as application/x-www-form-urlencoded; nothing was changed.");
+}
+
 /** formChecker compiles an API model once and returns a check of a form's typed value that throws 422 naming each field that breaks it. */
 export function formChecker<T extends TSchema>(schema: T): (value: unknown) => T["static"] {
   const check = schemaChecker(schema);
@@ -124,8 +144,11 @@ const ERROR_TITLES: Record<number, string> = {
   400: "Not understood",
   403: "Not allowed",
   404: "Not found",
+  408: "Form too slow",
   409: "Not possible now",
+  413: "Form too large",
   414: "Address too long",
+  415: "Not a form",
   422: "Check your input",
   429: "Slow down",
   431: "Headers too large",
@@ -170,7 +193,9 @@ export function consoleErrors() {
 export function consoleBase(rt: Runtime) {
   const unrecorded = (error: unknown) => rt.log.warn("a console session's visit could not be recorded; the request goes on", { error: String(error) });
   return new Elysia()
-    .onParse({ as: "scoped" }, async ({ request }, contentType) => (contentType === "application/x-www-form-urlencoded" ? formBodyOf(await request.text()) : undefined))
+    .onParse({ as: "scoped" }, ({ request }, contentType) =>
+      formOf(request, contentType, { timeoutMs: rt.config.bodyTimeoutMs, idleTimeoutSeconds: rt.config.idleTimeoutSeconds, server: rt.listening() }),
+    )
     .derive({ as: "scoped" }, async ({ request }) => {
       const secure = requestIsHttps(
         { url: request.url, forwardedProto: request.headers.get("x-forwarded-proto"), peer: rt.listening()?.requestIP(request)?.address ?? null },

@@ -62,7 +62,11 @@ ${SETTINGS.map((s) => `  ${`${s.flag} ${s.kind === "boolean" ? "" : "VALUE"}`.pa
 
 const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
 
-/** takeOption removes `--name value` from args and returns the value; the option given twice is refused, not one of its values guessed. */
+/**
+ * takeOption removes `--name value` from args and returns the value; the option given twice is
+ * refused, not one of its values guessed. A next argument that is an option (`--name --json`,
+ * the value forgotten) is refused too rather than taken as the value; `--name=--json` means it.
+ */
 function takeOption(args: string[], name: string): string | undefined {
   const isOption = (a: string) => a === name || a.startsWith(`${name}=`);
   const i = args.findIndex(isOption);
@@ -70,6 +74,7 @@ function takeOption(args: string[], name: string): string | undefined {
   const [arg] = args.splice(i, 1);
   const value = arg!.includes("=") ? arg!.slice(arg!.indexOf("=") + 1) : args.splice(i, 1)[0];
   if (value === undefined) throw new ConfigError(`${name} needs a value`);
+  if (!arg!.includes("=") && value.startsWith("--")) throw new ConfigError(`${name} needs a value, not the option ${value} (for a value that starts with --, write ${name}=${value})`);
   if (args.some(isOption)) throw new ConfigError(`${name} is given twice; give it once`);
   return value;
 }

@@ -56,9 +56,12 @@ async function openAndListen(config: Config, log: Logger) {
     const app = createApp(runtime);
     // Bun.serve has no connection cap, header timeout setting or body deadline: limitsGuard and
     // parseJsonBody supply the cap (503) and the body deadline (408); the header deadline is Bun's fixed 10 s.
+    // Bun's own body cap is off (Infinity): past it Bun answers a bare 413 itself, before the app
+    // could answer the documented one. Every body is read within 1 MiB (readLimitedBody), and of a
+    // body nobody reads Bun holds about 1 MiB whatever its length (measured), so none is unbounded.
     // Elysia asks for SO_REUSEPORT, which lets a second `serve` bind the same port and take half its
     // connections (on SQLite, with a database and an in-memory state of its own): a busy port stops start-up.
-    app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: 2 * 1024 * 1024, idleTimeout: config.idleTimeoutSeconds, reusePort: false });
+    app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: Infinity, idleTimeout: config.idleTimeoutSeconds, reusePort: false });
     return { db, runtime, app };
   } catch (error) {
     await db.close();

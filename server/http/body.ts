@@ -67,8 +67,8 @@ async function readDeclaredBody(request: Request, wait: BodyWait): Promise<strin
   return decodeBody(bytes);
 }
 
-/** readLimitedBody reads at most 1 MiB of body, and answers 408 if it takes longer than the wait's timeoutMs to arrive. */
-async function readLimitedBody(request: Request, wait: BodyWait): Promise<string> {
+/** readLimitedBody reads at most 1 MiB of body as UTF-8 text, and answers 408 if it takes longer than the wait's timeoutMs to arrive. */
+export async function readLimitedBody(request: Request, wait: BodyWait): Promise<string> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > MAX_BODY_BYTES) throw bodyTooLarge();
   if (declared !== null) return readDeclaredBody(request, wait);

@@ -141,7 +141,7 @@ export const BUN_PARSER_ANSWERS: ParserAnswer[] = [
   { request: "a protocol version other than `HTTP/1.0` and `HTTP/1.1`, or none (HTTP/0.9)", answer: "505, no body, connection closed" },
   { request: "lines ended by a bare LF instead of CRLF", answer: "505, no body, connection closed" },
   { request: "both `Content-Length` and `Transfer-Encoding`", answer: "400, no body, connection closed" },
-  { request: "`Content-Length` repeated with another value, given as a list (`5, 5`), or not a number", answer: "400, no body, connection closed" },
+  { request: "`Content-Length` repeated with another value, given as a list (`5, 5`), not a number, or 2^59 (576460752303423488) or more", answer: "400, no body, connection closed" },
   { request: "a `Transfer-Encoding` other than `chunked`", answer: "400, no body, connection closed" },
   { request: "a request target that is not a path starting with `/` (`OPTIONS *`, `GET host:443`, `GET healthz`, `GET ?a=1`)", answer: "400, no body, connection closed" },
   { request: "`HTTP/1.1` without `Host`", answer: "400, no body, connection closed" },

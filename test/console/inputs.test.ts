@@ -124,6 +124,21 @@ test("a form body with a percent escape that does not decode is refused with 400
   expect(await h.rt.db.all("SELECT name, email FROM users")).toEqual([{ name: "René Doe", email: "rene@x.io" }]);
 });
 
+test("a body that is not a urlencoded form is refused with a 415 page, even with the right CSRF token, and changes nothing", async () => {
+  await client.get("/console/tokens");
+  const bodies: [string, string][] = [
+    ["application/json", JSON.stringify({ _csrf: client.csrf, name: "made-from-json" })],
+    ["multipart/form-data; boundary=b", `--b\r\nContent-Disposition: form-data; name="_csrf"\r\n\r\n${client.csrf}\r\n--b\r\nContent-Disposition: form-data; name="name"\r\n\r\nmade-from-multipart\r\n--b--\r\n`],
+    ["text/plain", `_csrf=${client.csrf}&name=made-from-text`],
+  ];
+  const refused = [];
+  for (const [type, body] of bodies) refused.push(answerOf(await client.postTyped("/console/tokens", type, body)));
+  const text = "The console takes forms as its pages send them, as application/x-www-form-urlencoded; nothing was changed.";
+  const page = { status: 415, type: "text/html; charset=utf-8", title: "Not a form · CRM console", main: messageMain("Not a form", text), notice: null };
+  expect(refused).toEqual([page, page, page]);
+  expect(await h.rt.db.get("SELECT count(*) AS n FROM api_tokens WHERE name LIKE 'made-from-%'")).toEqual({ n: 0 });
+});
+
 test("the subscription form refuses what the API refuses, with the API's words: an event twice, a max_rate with spaces around it", async () => {
   await client.get("/console/subscriptions");
   const cases: [Record<string, string | string[]>, Record<string, unknown>][] = [

@@ -179,6 +179,11 @@ export class ConsoleClient {
     return this.send(path, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: `_csrf=${encodeURIComponent(this.csrf)}&${encoded}` });
   }
 
+  /** postTyped sends a body exactly as given under another content type than a form's (JSON, multipart), for bodies no console page sends. */
+  postTyped(path: string, contentType: string, body: string) {
+    return this.send(path, { method: "POST", headers: { "content-type": contentType }, body });
+  }
+
   /** signIn loads the sign-in page (for its CSRF token) and posts the operator's credentials. */
   async signIn(operator = OPERATOR) {
     await this.get("/console/login");

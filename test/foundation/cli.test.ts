@@ -277,6 +277,28 @@ describe("command line: errors", () => {
     expect(await crm(["token", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
   });
 
+  test("an option whose value is missing before another option is refused with one line naming it (exit 2), not given that option as its value", async () => {
+    await crm(["migrate"]);
+    const answers = [
+      await crm(["token", "create", "--name", "--json"]),
+      await crm(["token", "create", "--name", "ci", "--rate", "--data-dir", dataDir]),
+      await crm(["user", "create", "--name", "--email", "ada@example.com"]),
+      await crm(["operator", "unlock", "--email", "--data-dir", dataDir]),
+      await crm(["import", "contacts", "contacts.csv", "--url", "--token-file", "token.txt"]),
+    ];
+    expect(answers).toEqual([
+      { stdout: "", stderr: "crm: --name needs a value, not the option --json (for a value that starts with --, write --name=--json)\n", code: 2 },
+      { stdout: "", stderr: "crm: --rate needs a value, not the option --data-dir (for a value that starts with --, write --rate=--data-dir)\n", code: 2 },
+      { stdout: "", stderr: "crm: --name needs a value, not the option --email (for a value that starts with --, write --name=--email)\n", code: 2 },
+      { stdout: "", stderr: "crm: --email needs a value, not the option --data-dir (for a value that starts with --, write --email=--data-dir)\n", code: 2 },
+      { stdout: "", stderr: "crm: --url needs a value, not the option --token-file (for a value that starts with --, write --url=--token-file)\n", code: 2 },
+    ]);
+    expect([await crm(["token", "list"]), await crm(["user", "list"])]).toEqual([{ stdout: "", stderr: "", code: 0 }, { stdout: "", stderr: "", code: 0 }]);
+    // Written with =, such a value is taken as given.
+    const named = await crm(["token", "create", "--name=--json"]);
+    expect({ code: named.code, stderr: named.stderr.replace(/tok_\w+/, "tok_…") }).toEqual({ code: 0, stderr: "created token tok_… (--json); it is shown only this once\n" });
+  });
+
   test("a database URL whose port is out of range names the port", async () => {
     expect(await crm(["migrate", "--database-url", "postgres://u:p@h:99999/d"])).toEqual({
       stdout: "",

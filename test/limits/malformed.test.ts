@@ -41,10 +41,11 @@ const EXAMPLES: Record<string, string[]> = {
   "a protocol version other than `HTTP/1.0` and `HTTP/1.1`, or none (HTTP/0.9)": ["GET /healthz HTTP/2.0\r\nhost: x\r\n\r\n", "GET /healthz\r\n\r\n"],
   "lines ended by a bare LF instead of CRLF": ["GET /healthz HTTP/1.1\nhost: x\n\n"],
   "both `Content-Length` and `Transfer-Encoding`": ["POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"],
-  "`Content-Length` repeated with another value, given as a list (`5, 5`), or not a number": [
+  "`Content-Length` repeated with another value, given as a list (`5, 5`), not a number, or 2^59 (576460752303423488) or more": [
     "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello",
     "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 5, 5\r\n\r\nhello",
     "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n",
+    "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 576460752303423488\r\n\r\n",
   ],
   "a `Transfer-Encoding` other than `chunked`": ["POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ntransfer-encoding: gzip\r\n\r\n"],
   "a request target that is not a path starting with `/` (`OPTIONS *`, `GET host:443`, `GET healthz`, `GET ?a=1`)": [
