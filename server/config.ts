@@ -232,6 +232,14 @@ export function redactedUrl(url: string): string {
 /** ConfigError names the setting that is invalid; main prints its message as one line. */
 export class ConfigError extends Error {}
 
+/**
+ * refuseOptionAsValue throws when the argument after an option is itself an option (`--name
+ * --json`, the value forgotten), rather than taking it for the value; `--name=--json` means it.
+ */
+export function refuseOptionAsValue(name: string, value: string): void {
+  if (value.startsWith("--")) throw new ConfigError(`${name} needs a value, not the option ${value} (for a value that starts with --, write ${name}=${value})`);
+}
+
 // The port of a postgres:// URL as written, found even where URL cannot parse it (a port past 65535),
 // so the message names the port instead of calling the whole URL wrong.
 const DATABASE_URL_PORT = /^postgres(?:ql)?:\/\/(?:[^/?#]*@)?(?:\[[^\]/?#]*\]|[^:/?#]*):(\d+)(?:[/?#]|$)/i;
@@ -345,6 +353,7 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
     if (name === "--config") {
       configPath = inline ?? args[++i];
       if (!configPath) throw new ConfigError("--config needs a file path");
+      if (inline === undefined) refuseOptionAsValue(name, configPath);
       continue;
     }
     if (!setting) throw new ConfigError(`unknown option ${name} (see --help)`);
@@ -354,6 +363,7 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
     }
     const value = inline ?? args[++i];
     if (value === undefined) throw new ConfigError(`${name} needs a value`);
+    if (inline === undefined) refuseOptionAsValue(name, value);
     flags.set(name, value);
   }
   const file = configPath ? readConfigFile(configPath) : {};

@@ -2,7 +2,7 @@
 import { existsSync, statSync } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, refuseOptionAsValue, type Config } from "./config.ts";
 import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { pendingMigrations } from "./db/migrations.ts";
@@ -74,7 +74,7 @@ function takeOption(args: string[], name: string): string | undefined {
   const [arg] = args.splice(i, 1);
   const value = arg!.includes("=") ? arg!.slice(arg!.indexOf("=") + 1) : args.splice(i, 1)[0];
   if (value === undefined) throw new ConfigError(`${name} needs a value`);
-  if (!arg!.includes("=") && value.startsWith("--")) throw new ConfigError(`${name} needs a value, not the option ${value} (for a value that starts with --, write ${name}=${value})`);
+  if (!arg!.includes("=")) refuseOptionAsValue(name, value);
   if (args.some(isOption)) throw new ConfigError(`${name} is given twice; give it once`);
   return value;
 }

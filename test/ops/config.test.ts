@@ -127,6 +127,10 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--disable-failing-after-hours", "5 days"], {}))).toBe('invalid --disable-failing-after-hours: "5 days" is not a positive number');
     expect(configError(() => loadConfig(["--trusted-proxies", "10.0.0.1,proxy.local"], {}))).toBe('invalid --trusted-proxies: "10.0.0.1,proxy.local" is not a comma-separated list of IP addresses');
     expect(configError(() => loadConfig(["--port"], {}))).toBe("--port needs a value");
+    // The value forgotten, the next option is not taken for it; written with = it is the value.
+    expect(configError(() => loadConfig(["--data-dir", "--log-level", "warn"], {}))).toBe("--data-dir needs a value, not the option --log-level (for a value that starts with --, write --data-dir=--log-level)");
+    expect(configError(() => loadConfig(["--config", "--port", "1"], {}))).toBe("--config needs a value, not the option --port (for a value that starts with --, write --config=--port)");
+    expect(loadConfig(["--data-dir=--odd", "--log-level", "warn"], {})).toEqual({ ...DEFAULT_CONFIG, dataDir: "--odd", logLevel: "warn" });
   });
 
   test("a crm.toml value of the wrong shape is refused, not turned into text: a table, a list for one value, a nested list", () => {
