@@ -429,7 +429,6 @@ main(process.argv.slice(2)).then(
   (error: unknown) => {
     if (error instanceof ConfigError) process.stderr.write(`crm: ${error.message}\n`);
     else if (error instanceof ProblemError) process.stderr.write(`crm: ${error.message}\n`);
-    else if ((error as { syscall?: string })?.syscall === "listen") process.stderr.write(`crm: cannot listen: ${(error as Error).message}\n`);
     else process.stderr.write(`crm: ${(error as Error)?.stack ?? String(error)}\n`);
     process.exit(2);
   },

@@ -61,7 +61,12 @@ async function openAndListen(config: Config, log: Logger) {
     // body nobody reads Bun holds about 1 MiB whatever its length (measured), so none is unbounded.
     // Elysia asks for SO_REUSEPORT, which lets a second `serve` bind the same port and take half its
     // connections (on SQLite, with a database and an in-memory state of its own): a busy port stops start-up.
-    app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: Infinity, idleTimeout: config.idleTimeoutSeconds, reusePort: false });
+    try {
+      app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: Infinity, idleTimeout: config.idleTimeoutSeconds, reusePort: false });
+    } catch (error) {
+      // A busy port, or a host that is no address of this machine or does not resolve: one line naming them.
+      throw new ConfigError(`cannot listen on ${JSON.stringify(config.host)} port ${config.port} (--host, --port): ${(error as Error).message}`);
+    }
     return { db, runtime, app };
   } catch (error) {
     await db.close();

@@ -1,4 +1,4 @@
-import { Database as SqliteConnection, type SQLQueryBindings, type Statement } from "bun:sqlite";
+import { Database as SqliteConnection, SQLiteError, type SQLQueryBindings, type Statement } from "bun:sqlite";
 import { accessSync, chmodSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
@@ -321,17 +321,28 @@ function endTurn(watch: Watch): void {
   watch.checkedThisTurn = false;
 }
 
-/** openConnection opens the SQLite file with the pragmas every connection needs. */
+/**
+ * openConnection opens the SQLite file with the pragmas every connection needs. A file that cannot
+ * be opened (another user's, not a database, read-only) is a ConfigError naming the file and the
+ * setting, reported as one line.
+ */
 function openConnection(path: string, synchronous: Synchronous): StatementCachingDatabase {
-  const db = new StatementCachingDatabase(path, { create: true, strict: true });
-  db.run("PRAGMA journal_mode = WAL");
-  db.run(synchronous === "full" ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
-  db.run("PRAGMA foreign_keys = ON");
-  db.run("PRAGMA busy_timeout = 5000");
-  // bun:sqlite's default 2 MB page cache would re-read count(*) indexes from disk on every request.
-  db.run("PRAGMA cache_size = -16000");
-  db.run("PRAGMA temp_store = MEMORY");
-  return db;
+  let db: StatementCachingDatabase | undefined;
+  try {
+    db = new StatementCachingDatabase(path, { create: true, strict: true });
+    db.run("PRAGMA journal_mode = WAL");
+    db.run(synchronous === "full" ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
+    db.run("PRAGMA foreign_keys = ON");
+    db.run("PRAGMA busy_timeout = 5000");
+    // bun:sqlite's default 2 MB page cache would re-read count(*) indexes from disk on every request.
+    db.run("PRAGMA cache_size = -16000");
+    db.run("PRAGMA temp_store = MEMORY");
+    return db;
+  } catch (error) {
+    db?.close();
+    if (!(error instanceof SQLiteError)) throw error;
+    throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${error.message}`);
+  }
 }
 
 /**

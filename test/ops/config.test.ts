@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
 import { databasePath, lockDataDirectory, openDatabase } from "../../server/db/database.ts";
@@ -195,9 +196,21 @@ describe("configuration: invalid input names the setting", () => {
     try {
       const result = runCli([...SOURCE, "serve", "--port", String(busy.port), "--data-dir", tempDir("busy")]);
       expect(result.exitCode).toBe(2);
-      expect(result.stderr).toBe(`crm: cannot listen: Failed to start server. Is port ${busy.port} in use?\n`);
+      expect(result.stderr).toBe(`crm: cannot listen on "127.0.0.1" port ${busy.port} (--host, --port): Failed to start server. Is port ${busy.port} in use?\n`);
     } finally {
       busy.stop(true);
+    }
+  });
+
+  test("a host that does not resolve, or a database file that is not one, is one line naming the setting, not a stack trace", () => {
+    const unresolved = runCli([...SOURCE, "serve", "--port", "0", "--host", "exa mple", "--data-dir", tempDir("host")]);
+    expect({ exitCode: unresolved.exitCode, stderr: unresolved.stderr }).toEqual({ exitCode: 2, stderr: expect.stringMatching(/^crm: cannot listen on "exa mple" port 0 \(--host, --port\): [^\n]+\n$/) });
+    const garbled = tempDir("garbled");
+    mkdirSync(garbled, { recursive: true });
+    writeFileSync(join(garbled, "crm.sqlite"), randomBytes(8192));
+    for (const command of [["serve", "--port", "0"], ["token", "list"]]) {
+      const result = runCli([...SOURCE, ...command, "--data-dir", garbled]);
+      expect({ exitCode: result.exitCode, stderr: result.stderr }).toEqual({ exitCode: 2, stderr: `crm: cannot open the database ${join(garbled, "crm.sqlite")} (--data-dir, CRM_DATA_DIR): file is not a database\n` });
     }
   });
 
@@ -210,7 +223,7 @@ describe("configuration: invalid input names the setting", () => {
       const stopper = setTimeout(() => second.kill(), 15_000);
       const exitCode = await second.exited;
       clearTimeout(stopper);
-      expect({ exitCode, stderr: await new Response(second.stderr).text() }).toEqual({ exitCode: 2, stderr: `crm: cannot listen: Failed to start server. Is port ${port} in use?\n` });
+      expect({ exitCode, stderr: await new Response(second.stderr).text() }).toEqual({ exitCode: 2, stderr: `crm: cannot listen on "127.0.0.1" port ${port} (--host, --port): Failed to start server. Is port ${port} in use?\n` });
     } finally {
       await first.stop();
     }
