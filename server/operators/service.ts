@@ -33,7 +33,7 @@ import {
   listPendingInvites,
   recordLoginFailure,
   replaceOperatorLink,
-  replaceSetupCodes,
+  addSetupCode,
   setupCodeIsValid,
   touchSession,
   updateOperatorPassword,
@@ -249,10 +249,10 @@ export async function acceptOperatorLink(db: Database, secrets: SecretBox, input
   });
 }
 
-/** issueSetupCode makes the one-time code of the first-run setup link; earlier codes stop working. */
+/** issueSetupCode makes the one-time code of the first-run setup link; earlier codes stay valid until they expire or an operator is created. */
 export async function issueSetupCode(db: Database, now = Date.now()): Promise<string> {
   const code = randomSecret();
-  await db.write((tx) => replaceSetupCodes(tx, sha256(code), now, now + SETUP_CODE_TTL_MS));
+  await db.write((tx) => addSetupCode(tx, sha256(code), now, now + SETUP_CODE_TTL_MS));
   return code;
 }
 

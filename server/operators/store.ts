@@ -39,9 +39,13 @@ export async function countOperators(db: Db): Promise<number> {
   return (await db.get<{ n: number }>("SELECT count(*) AS n FROM operators"))!.n;
 }
 
-/** replaceSetupCodes drops every earlier setup code and stores a new one, so only the latest link works; call it inside one write. */
-export async function replaceSetupCodes(db: Db, codeHash: Uint8Array, createdAt: number, expiresAt: number): Promise<void> {
-  await db.run("DELETE FROM operator_setup_codes");
+/**
+ * addSetupCode stores a setup code and drops the expired ones; the others stay valid until they
+ * expire or the first operator is created: each instance sharing a database logs a link of its own
+ * at start, and none may end another's. Call it inside one write.
+ */
+export async function addSetupCode(db: Db, codeHash: Uint8Array, createdAt: number, expiresAt: number): Promise<void> {
+  await db.run("DELETE FROM operator_setup_codes WHERE expires_at <= ?", [createdAt]);
   await db.run("INSERT INTO operator_setup_codes (code_hash, created_at, expires_at) VALUES (?, ?, ?)", [codeHash, createdAt, expiresAt]);
 }
 
