@@ -24,6 +24,7 @@ import forgetEmptyFilterCounts from "../../migrations/0020_forget_empty_filter_c
 import deliveriesByEventType from "../../migrations/0021_deliveries_by_event_type.sql" with { type: "text" };
 import operatorDevices from "../../migrations/0022_operator_devices.sql" with { type: "text" };
 import recoveredDeliveries from "../../migrations/0023_recovered_deliveries.sql" with { type: "text" };
+import signInTurns from "../../migrations/0024_sign_in_turns.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
@@ -65,6 +66,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 21, name: "0021_deliveries_by_event_type.sql", sql: deliveriesByEventType },
   { version: 22, name: "0022_operator_devices.sql", sql: operatorDevices },
   { version: 23, name: "0023_recovered_deliveries.sql", sql: recoveredDeliveries },
+  { version: 24, name: "0024_sign_in_turns.sql", sql: signInTurns },
 ];
 
 function ensureMigrationsTable(db: Database): void {

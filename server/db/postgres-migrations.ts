@@ -8,6 +8,7 @@ import sortOrderAndFilterCounts from "../../migrations/postgres/0020_sort_order_
 import deliveriesByEventType from "../../migrations/postgres/0021_deliveries_by_event_type.sql" with { type: "text" };
 import operatorDevices from "../../migrations/postgres/0022_operator_devices.sql" with { type: "text" };
 import recoveredDeliveries from "../../migrations/postgres/0023_recovered_deliveries.sql" with { type: "text" };
+import signInTurns from "../../migrations/postgres/0024_sign_in_turns.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
@@ -32,6 +33,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 21, name: "0021_deliveries_by_event_type.sql", sql: deliveriesByEventType },
   { version: 22, name: "0022_operator_devices.sql", sql: operatorDevices },
   { version: 23, name: "0023_recovered_deliveries.sql", sql: recoveredDeliveries },
+  { version: 24, name: "0024_sign_in_turns.sql", sql: signInTurns },
 ];
 
 /**

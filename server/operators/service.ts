@@ -15,6 +15,7 @@ import {
   countOperators,
   deleteDevice,
   deleteEndedSessions,
+  deleteLapsedSignInTurns,
   deleteLoginFailuresBefore,
   deleteOperator,
   deleteOperatorLink,
@@ -35,6 +36,7 @@ import {
   replaceOperatorLink,
   addSetupCode,
   setupCodeIsValid,
+  takeSignInTurn,
   touchSession,
   updateOperatorPassword,
   type OperatorRow,
@@ -63,7 +65,7 @@ export const FREE_PAIR_FAILURES = 3;
  * every check from the address, a new email's too.
  */
 export const PACED_AFTER = { account: 10, address: 20 } as const;
-/** PACE_MS is the time between two paced password checks of one account, or from one address. */
+/** PACE_MS is the time between two paced password checks of one account, or from one address, over every instance together. */
 const PACE_MS = 1000;
 /** MAX_PACE_WAIT_MS is the longest a paced check, or one waiting for a free checker, waits for its turn; a longer queue is answered 429. */
 const MAX_PACE_WAIT_MS = 5000;
@@ -296,38 +298,49 @@ async function failuresInWindow(db: Db, scope: "account" | "address" | "pair", s
 }
 
 /**
- * Pacer hands out turns at most one per PACE_MS per key, and counts the sign-ins under way from
- * each address; the turns and counts of one database are shared by its server.
+ * SignInsUnderWay counts the sign-ins under way from each address, whose failures are not recorded
+ * yet; the counts of one database are shared by its server (each instance keeps its own).
  */
-class Pacer {
-  private readonly next = new Map<string, number>();
-  private readonly underWay = new Map<string, number>();
+class SignInsUnderWay {
+  private readonly counts = new Map<string, number>();
 
-  /** begin counts a sign-in from `address` as under way and returns how many others from it are: their failures are not recorded yet. */
+  /** begin counts a sign-in from `address` as under way and returns how many others from it are. */
   begin(address: string): number {
-    const others = this.underWay.get(address) ?? 0;
-    this.underWay.set(address, others + 1);
+    const others = this.counts.get(address) ?? 0;
+    this.counts.set(address, others + 1);
     return others;
   }
 
   /** end counts a sign-in from `address` as done. */
   end(address: string): void {
-    const left = (this.underWay.get(address) ?? 1) - 1;
-    if (left > 0) this.underWay.set(address, left);
-    else this.underWay.delete(address);
-  }
-
-  /** turn is how long a check must wait for its turn (and takes it), or null when that is past MAX_PACE_WAIT_MS. */
-  turn(key: string, now: number): number | null {
-    for (const [k, at] of this.next) if (at <= now) this.next.delete(k);
-    const at = Math.max(now, this.next.get(key) ?? now);
-    if (at - now > MAX_PACE_WAIT_MS) return null;
-    this.next.set(key, at + PACE_MS);
-    return at - now;
+    const left = (this.counts.get(address) ?? 1) - 1;
+    if (left > 0) this.counts.set(address, left);
+    else this.counts.delete(address);
   }
 }
 
-const pacers = new WeakMap<object, Pacer>();
+const signInsUnderWay = new WeakMap<object, SignInsUnderWay>();
+
+/**
+ * takeTurns takes the next turn of each paced key in order, at most one per PACE_MS per key over
+ * every instance of the database, and returns when the latest of them comes; or, at the first key
+ * whose turn is past MAX_PACE_WAIT_MS, stops and returns its index. The clock is read inside the
+ * write: writes run one at a time on every instance, so turns go in the order of their times, and a
+ * check whose write waited behind others does not find its turn pushed past the wait by that delay.
+ */
+function takeTurns(db: Database, keys: string[]): Promise<{ at: number } | { refused: number }> {
+  return db.write(async (tx) => {
+    const now = Date.now();
+    await deleteLapsedSignInTurns(tx, now);
+    let at = now;
+    for (const [index, key] of keys.entries()) {
+      const turn = await takeSignInTurn(tx, key, now, PACE_MS, now + MAX_PACE_WAIT_MS);
+      if (turn === null) return { refused: index };
+      at = Math.max(at, turn);
+    }
+    return { at };
+  });
+}
 
 /** Turns lets at most `size` holders run at once; the others wait in the order they came, each at most as long as it said. */
 class Turns {
@@ -412,13 +425,13 @@ export interface SignedIn {
  * address (a shared NAT) gets in too.
  */
 export async function signIn(db: Database, secrets: SecretBox, input: SignInInput, now = Date.now()): Promise<SignedIn> {
-  const pacer = pacers.get(db) ?? pacers.set(db, new Pacer()).get(db)!;
+  const underWay = signInsUnderWay.get(db) ?? signInsUnderWay.set(db, new SignInsUnderWay()).get(db)!;
   // Counted before any await: sign-ins sent together see each other.
-  const othersUnderWay = pacer.begin(input.address);
+  const othersUnderWay = underWay.begin(input.address);
   try {
     const email = normalEmail(input.email).slice(0, 254);
     const device = await trustedDevice(db, readDeviceCookie(secrets, input.device, now), email, now);
-    const operator = await checkSignIn(db, pacer, { ...input, email }, device !== null, othersUnderWay, now);
+    const operator = await checkSignIn(db, { ...input, email }, device !== null, othersUnderWay, now);
     // One commit, and only while the password checked is still the operator's: a reset committed
     // during the check (argon2 takes about 100 ms) revokes what this sign-in would start.
     return await db.write(async (tx) => {
@@ -427,7 +440,7 @@ export async function signIn(db: Database, secrets: SecretBox, input: SignInInpu
       return letIn(tx, secrets, operator.id, now);
     });
   } finally {
-    pacer.end(input.address);
+    underWay.end(input.address);
   }
 }
 
@@ -448,7 +461,7 @@ async function trustedDevice(db: Database, cookie: DeviceCookie | null, email: s
  * against the pair, the account and the address all the same, and its success leaves the pair's
  * failures alone (another client there may be the one guessing).
  */
-async function checkSignIn(db: Database, pacer: Pacer, input: SignInInput, trusted: boolean, othersUnderWay: number, now: number): Promise<OperatorRow> {
+async function checkSignIn(db: Database, input: SignInInput, trusted: boolean, othersUnderWay: number, now: number): Promise<OperatorRow> {
   const { email } = input;
   const pair = trusted ? null : await failuresInWindow(db, "pair", pairSubject(email, input.address), now);
   if (pair) {
@@ -460,14 +473,13 @@ async function checkSignIn(db: Database, pacer: Pacer, input: SignInInput, trust
     [pair !== null && ((await failuresInWindow(db, "account", email, now))?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`, undefined],
     [fromAddress >= PACED_AFTER.address, `address:${input.address}`, "Too many failed sign-ins from here."],
   ] as const;
-  let turn = 0;
-  for (const [paced, key, why] of underAttack) {
-    if (!paced) continue;
-    const waitMs = pacer.turn(key, now);
-    if (waitMs === null) throw tooManySignIns(MAX_PACE_WAIT_MS, why);
-    turn = Math.max(turn, waitMs);
+  const paced = underAttack.filter(([isPaced]) => isPaced);
+  if (paced.length > 0) {
+    const turn = await takeTurns(db, paced.map(([, key]) => key));
+    if ("refused" in turn) throw tooManySignIns(MAX_PACE_WAIT_MS, paced[turn.refused]![2]);
+    const wait = turn.at - Date.now();
+    if (wait > 0) await Bun.sleep(wait);
   }
-  if (turn > 0) await Bun.sleep(turn);
   const operator = await findOperatorByEmail(db, email);
   // Unknown emails cost the same argon2 verification, so timing does not tell which accounts exist.
   dummyHash ??= hashPassword(randomSecret());

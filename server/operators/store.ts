@@ -123,6 +123,27 @@ export async function deleteLoginFailuresBefore(db: Db, cutoff: number): Promise
   await db.run("DELETE FROM login_failures WHERE window_start_at < ?", [cutoff]);
 }
 
+/**
+ * takeSignInTurn gives the paced key its next turn, unless that is later than `latest`: returns the
+ * turn's time (its next one comes `paceMs` after it), or null. One statement, so checks racing for
+ * the key on any instance each get their own turn.
+ */
+export async function takeSignInTurn(db: Db, key: string, now: number, paceMs: number, latest: number): Promise<number | null> {
+  const taken = await db.get<{ next_turn_at: number }>(
+    `INSERT INTO sign_in_turns (pace_key, next_turn_at) VALUES (?, ?)
+     ON CONFLICT (pace_key) DO UPDATE SET next_turn_at = CASE WHEN sign_in_turns.next_turn_at > ? THEN sign_in_turns.next_turn_at ELSE ? END + ?
+     WHERE sign_in_turns.next_turn_at <= ?
+     RETURNING next_turn_at`,
+    [key, now + paceMs, now, now, paceMs, latest],
+  );
+  return taken ? taken.next_turn_at - paceMs : null;
+}
+
+/** deleteLapsedSignInTurns forgets the keys whose next turn is at or before `now`: their pacing has lapsed. */
+export async function deleteLapsedSignInTurns(db: Db, now: number): Promise<void> {
+  await db.run("DELETE FROM sign_in_turns WHERE next_turn_at <= ?", [now]);
+}
+
 /** listOperators returns every operator, oldest first, with when each last used the console. */
 export function listOperators(db: Db): Promise<(OperatorRow & { last_seen_at: number | null })[]> {
   return db.all<OperatorRow & { last_seen_at: number | null }>(

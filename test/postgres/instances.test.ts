@@ -7,6 +7,8 @@ import { api, runCli, SOURCE, spawnServer, tempDir, waitUntil, type ServerProces
 import { busiestSecond, LOOPBACK_SLACK_MS } from "../support/pacing.ts";
 import { PayloadCheck } from "../support/webhook-payloads.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { ConsoleClient } from "../console/support.ts";
+import { PACED_AFTER } from "../../server/operators/service.ts";
 import { MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { WRITE_LOCK } from "../../server/db/postgres.ts";
 
@@ -545,6 +547,20 @@ describe("two instances on one PostgreSQL database", () => {
     const created = await post(instances[1]!, "fix-and-retry", { first_name: "Barbara", email: "barbara@example.com" });
     expect(created.status).toBe(201);
   });
+
+  test("a guesser's sign-ins spread over both instances are paced as on one: of 12 sent at once from an address with 20 failures, six are checked (turns 0 to 5 s apart), six answered 429 unchecked", async () => {
+    /** guess signs in at an instance, from 127.0.0.1 as every client of the test, with a wrong password for an email no operator has. */
+    const guess = async (instance: ServerProcess, email: string) => {
+      const res = await new ConsoleClient((request) => fetch(request, { redirect: "manual" }), instance.url).signIn({ email, password: "not the password" });
+      return res.status === 429 ? `429 retry-after ${res.headers.get("retry-after")}` : String(res.status);
+    };
+    for (let e = 0; e < PACED_AFTER.address; e++) expect(await guess(instances[e % 2]!, `guess${e}@example.com`)).toBe("401");
+    await admin`INSERT INTO sign_in_turns (pace_key, next_turn_at) VALUES ('address:192.0.2.1', 1)`; // an address whose pacing lapsed long ago
+    const burst = await Promise.all(Array.from({ length: 12 }, (_, e) => guess(instances[e % 2]!, `fresh${e}@example.com`)));
+    expect(burst.toSorted()).toEqual([...Array(6).fill("401"), ...Array(6).fill("429 retry-after 5")]);
+    // the turns are one row per paced key; a paced check removes the lapsed ones
+    expect(await admin`SELECT pace_key FROM sign_in_turns`).toEqual([{ pace_key: "address:127.0.0.1" }]);
+  }, 60_000);
 });
 
 /** OPERATOR_DEFAULTS are database defaults an operator may have set, each unlike PostgreSQL's own, that the service's SQL must not depend on. */
