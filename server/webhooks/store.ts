@@ -457,11 +457,21 @@ export function findSubscriptionsWithDueDeliveries(db: Db, now: number, skip: st
 }
 
 /**
+ * ClaimTimes are the moments a claim compares with: a delivery is due once its due time is at most
+ * `dueBy`, and unleased once its lease ended at `now` or before. They differ only for instances
+ * sharing a database (see DeliveryLoop.now).
+ */
+export interface ClaimTimes {
+  dueBy: number;
+  now: number;
+}
+
+/**
  * findDueDeliveriesOf returns up to `limit` due, unleased deliveries of one subscription, oldest
  * due first. On PostgreSQL it locks them and skips those another transaction holds, so two
  * instances claiming at once never take the same delivery.
  */
-export function findDueDeliveriesOf(db: Db, subscriptionId: string, now: number, limit: number): Promise<DueDelivery[]> {
+export function findDueDeliveriesOf(db: Db, subscriptionId: string, at: ClaimTimes, limit: number): Promise<DueDelivery[]> {
   const postgres = db.dialect === "postgres";
   // SQLite: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL has no such hint).
   const deliveries = postgres ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
@@ -469,7 +479,7 @@ export function findDueDeliveriesOf(db: Db, subscriptionId: string, now: number,
       `${selectDue(deliveries)}
        WHERE d.subscription_id = ? AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
        ORDER BY d.next_attempt_at, d.id LIMIT ?${postgres ? " FOR UPDATE OF d SKIP LOCKED" : ""}`,
-    [subscriptionId, now, now, limit],
+    [subscriptionId, at.dueBy, at.now, limit],
   );
 }
 
@@ -492,7 +502,7 @@ export interface SharedClaimSubscription {
  * instance that held it before has committed. `FOR NO KEY UPDATE` leaves the row's key alone, so
  * writes referring to the subscription are not held up.
  */
-export async function lockSubscriptionsWithDueDeliveries(db: Db, now: number): Promise<SharedClaimSubscription[]> {
+export async function lockSubscriptionsWithDueDeliveries(db: Db, at: ClaimTimes): Promise<SharedClaimSubscription[]> {
   const locked = await db.all<{ id: string; max_rate: number | null }>(
     `SELECT s.id, s.max_rate FROM webhook_subscriptions s
      CROSS JOIN LATERAL (SELECT d.next_attempt_at FROM webhook_deliveries d
@@ -501,14 +511,14 @@ export async function lockSubscriptionsWithDueDeliveries(db: Db, now: number): P
      WHERE s.status = 'active' AND s.paused_at IS NULL
      ORDER BY due.next_attempt_at, s.id
      FOR NO KEY UPDATE OF s SKIP LOCKED`,
-    [now, now],
+    [at.dueBy, at.now],
   );
   if (locked.length === 0) return [];
   const ids = locked.map((s) => s.id);
   const leases = await db.all<{ subscription_id: string; n: number }>(
     `SELECT subscription_id, count(*) AS n FROM webhook_deliveries
      WHERE locked_until > ? AND status = 'pending' AND subscription_id IN (${placeholders(ids.length)}) GROUP BY subscription_id`,
-    [now, ...ids],
+    [at.now, ...ids],
   );
   const paced = locked.filter((s) => s.max_rate !== null).map((s) => s.id);
   const pacing = paced.length
@@ -543,6 +553,14 @@ export async function setSendPacing(db: Db, subscriptionId: string, nextSendAt: 
  */
 export function findDeliveryToSend(db: Db, id: string): Promise<DueDelivery | null> {
   return db.get<DueDelivery>(`${selectDue("webhook_deliveries d")} WHERE d.id = ?${db.dialect === "postgres" ? " FOR UPDATE OF d" : ""}`, [id]);
+}
+
+/**
+ * readDatabaseClock (PostgreSQL) reads the database server's clock, in milliseconds since the epoch:
+ * the one clock that instances sharing the database all see.
+ */
+export async function readDatabaseClock(db: Db): Promise<number> {
+  return (await db.get<{ now: number }>("SELECT CAST(floor(extract(epoch FROM clock_timestamp()) * 1000) AS bigint) AS now"))!.now;
 }
 
 /** leaseDeliveries marks deliveries as being attempted until the lease expires. */

@@ -21,9 +21,11 @@ import {
   leaseDeliveries,
   lockSubscriptionsWithDueDeliveries,
   markSubscriptionsHealthy,
+  readDatabaseClock,
   releaseLeases,
   setSendPacing,
   updateDeliveryAfterAttempt,
+  type ClaimTimes,
   type DeliveryRow,
   type DueDelivery,
   type SubscriptionRow,
@@ -65,6 +67,12 @@ export const DELIVERY_CHANNEL = "crm_deliveries";
  * and claims at once; this covers the rest).
  */
 export const SHARED_POLL_MS = 5000;
+/** CLOCK_READ_INTERVAL_MS spaces the reads of the database's clock by an instance sharing it (each inside a claim's write). */
+const CLOCK_READ_INTERVAL_MS = 1000;
+/** CLOCK_SKEW_WARNING_MS is how far this process's clock may be off the database's before a warning is logged. */
+const CLOCK_SKEW_WARNING_MS = 1000;
+/** CLOCK_SKEW_LOG_INTERVAL_MS spaces the warnings of a clock that stays off (1 hour). */
+const CLOCK_SKEW_LOG_INTERVAL_MS = 60 * 60 * 1000;
 
 export type Trigger = "scheduled" | "manual";
 
@@ -258,6 +266,11 @@ export class DeliveryLoop {
   private registered = false;
   /** stops listening for other instances' wake-ups; set while started */
   private listening: Promise<(() => Promise<void>) | null> | null = null;
+  /** the database's clock minus this process's, as last read (0 on SQLite: one process, one clock) */
+  private clockOffset = 0;
+  /** when the database's clock was last read, on the monotonic clock; when a clock that was off was last logged */
+  private clockReadAt = -Infinity;
+  private skewLoggedAt = -Infinity;
 
   constructor(private readonly deps: LoopDependencies) {}
 
@@ -267,6 +280,36 @@ export class DeliveryLoop {
    */
   private get shared(): boolean {
     return this.deps.db.dialect === "postgres";
+  }
+
+  /**
+   * now is the time on the clock that every lease, retry time and send time is written in and
+   * compared with: sharing a database, the database's (this process's clock plus the offset last
+   * read), so that an instance whose clock runs ahead does not take over leases other live
+   * instances still hold and send their attempts again beside them; on SQLite, this process's.
+   */
+  private now(): number {
+    return Date.now() + this.clockOffset;
+  }
+
+  /**
+   * readClock returns now(), reading the database's clock again first, in the caller's
+   * transaction, when it was last read more than CLOCK_READ_INTERVAL_MS ago (sharing a database).
+   */
+  private async readClock(tx: Db): Promise<number> {
+    if (!this.shared || performance.now() - this.clockReadAt < CLOCK_READ_INTERVAL_MS) return this.now();
+    const sent = Date.now();
+    const databaseNow = await readDatabaseClock(tx);
+    const received = Date.now();
+    // The server read its clock between the query's sending and its answer: halfway, give or take half the round trip.
+    this.clockOffset = databaseNow - Math.round((sent + received) / 2);
+    this.clockReadAt = performance.now();
+    if (Math.abs(this.clockOffset) > CLOCK_SKEW_WARNING_MS && this.clockReadAt - this.skewLoggedAt >= CLOCK_SKEW_LOG_INTERVAL_MS) {
+      this.skewLoggedAt = this.clockReadAt;
+      // Deliveries go by the database's clock, but the updated_at this instance stamps its changes with goes by its own, and pollers of updated_after rely on it.
+      this.deps.log.warn("this instance's clock is off the database server's: keep the clocks in step with NTP", { ahead_ms: -this.clockOffset });
+    }
+    return this.now();
   }
 
   /** running tells whether the loop is claiming deliveries. */
@@ -335,7 +378,7 @@ export class DeliveryLoop {
             loggedAt = now;
           }
           this.failingClaim = { since: failing?.since ?? now, error, loggedAt };
-          this.armTimer(now + 1000);
+          this.armTimer(this.now() + 1000);
         })
         .finally(() => {
           this.claiming = null;
@@ -357,8 +400,11 @@ export class DeliveryLoop {
     // instance's, cut off from the database for seconds), a lease counted from before the wait
     // would end before its attempt's timeout, and another claim would send the delivery again.
     const claim = async (tx: Db) => {
-      const now = Date.now();
-      return { now, ...(await (this.shared ? this.pickDueShared(tx, now, free) : this.pickDue(tx, now, free))) };
+      const now = await this.readClock(tx);
+      // New and recovered deliveries are due from when the instance that made them says: one made
+      // here is due at once although this process's clock runs ahead of the database's.
+      const at = { dueBy: Math.max(now, Date.now()), now };
+      return { now, ...(await (this.shared ? this.pickDueShared(tx, at, free) : this.pickDue(tx, at, free))) };
     };
     // Without REFILL free slots a claim still serves the subscriptions under their guaranteed share.
     const { now, picked, rateWake, leftOver } = await db.write(claim);
@@ -393,7 +439,8 @@ export class DeliveryLoop {
    * A subscription with a max_rate gets one attempt per 1/max_rate seconds, whatever the
    * attempt (first, retry, recovery): `rateWake` is when the next of them may start.
    */
-  private async pickDue(tx: Db, now: number, free: number): Promise<Picks> {
+  private async pickDue(tx: Db, at: ClaimTimes, free: number): Promise<Picks> {
+    const { now } = at;
     this.forgetPassedSlots(now);
     const { config } = this.deps;
     const busiest = free >= REFILL ? MAX_PER_SUBSCRIPTION - REFILL : GUARANTEED_PER_SUBSCRIPTION - 1;
@@ -415,7 +462,7 @@ export class DeliveryLoop {
         this.nextSlot.set(subscriptionId, Infinity);
         this.pacing.set(subscriptionId, 1000 / max_rate);
       }
-      picked.push(...(await findDueDeliveriesOf(tx, subscriptionId, now, room)));
+      picked.push(...(await findDueDeliveriesOf(tx, subscriptionId, at, room)));
     }
     return { picked: await lease(tx, picked, now + config.deliveryTimeoutMs + LEASE_MARGIN_MS), rateWake, leftOver: false };
   }
@@ -429,23 +476,24 @@ export class DeliveryLoop {
    * subscription's pacing row, held at the lease's end until the attempt is sent (dispatch moves it).
    * The deliveries are locked as they are read (`SKIP LOCKED`), so no two claims take the same one.
    */
-  private async pickDueShared(tx: Db, now: number, free: number): Promise<Picks> {
+  private async pickDueShared(tx: Db, at: ClaimTimes, free: number): Promise<Picks> {
+    const { now } = at;
     this.forgetPassedSlots(now);
     const leaseUntil = now + this.deps.config.deliveryTimeoutMs + LEASE_MARGIN_MS;
     const picked: DueDelivery[] = [];
     let rateWake: number | null = null;
-    for (const subscription of await lockSubscriptionsWithDueDeliveries(tx, now)) {
+    for (const subscription of await lockSubscriptionsWithDueDeliveries(tx, at)) {
       const room = roomFor(subscription.leased, free - picked.length);
       if (room <= 0 || subscription.leased > MAX_PER_SUBSCRIPTION - REFILL) continue;
       if (subscription.max_rate === null) {
-        picked.push(...(await findDueDeliveriesOf(tx, subscription.id, now, room)));
+        picked.push(...(await findDueDeliveriesOf(tx, subscription.id, at, room)));
         continue;
       }
       if (subscription.next_send_at > now) {
         rateWake = rateWake === null ? subscription.next_send_at : Math.min(rateWake, subscription.next_send_at);
         continue;
       }
-      const [due] = await findDueDeliveriesOf(tx, subscription.id, now, 1);
+      const [due] = await findDueDeliveriesOf(tx, subscription.id, at, 1);
       if (!due) continue;
       await holdSendPacing(tx, subscription.id, leaseUntil);
       this.nextSlot.set(subscription.id, Infinity);
@@ -469,11 +517,12 @@ export class DeliveryLoop {
     }
   }
 
+  /** armTimer wakes the loop at `at`, a time on the clock of now(), or never (null). */
   private armTimer(at: number | null): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     if (at === null || this.state !== "running") return;
-    this.timer = setTimeout(() => this.wake(), Math.min(Math.max(at - Date.now(), 0), MAX_TIMER_MS));
+    this.timer = setTimeout(() => this.wake(), Math.min(Math.max(at - this.now(), 0), MAX_TIMER_MS));
     this.timer.unref?.();
   }
 
@@ -503,7 +552,7 @@ export class DeliveryLoop {
     const paced = trigger === "scheduled" && interval !== undefined && this.nextSlot.get(due.subscription_id) === Infinity;
     const openSlot = () => {
       if (!paced || this.nextSlot.get(due.subscription_id) !== Infinity) return;
-      const next = Date.now() + interval;
+      const next = this.now() + interval;
       this.nextSlot.set(due.subscription_id, next);
       if (this.shared) {
         setSendPacing(this.deps.db, due.subscription_id, next).catch((error: unknown) =>
@@ -620,7 +669,7 @@ export class DeliveryLoop {
 
   /** recordAttempts stores each attempt's outcome and runs its inRecordWrite, then adds them to their subscriptions' statistics. */
   private async recordAttempts(tx: Db, attempts: UnrecordedAttempt[]): Promise<(RecordedAttempt | null)[]> {
-    const now = Date.now();
+    const now = this.now();
     const rows: (RecordedAttempt | null)[] = [];
     const healthy = new Set<string>();
     for (const a of attempts) {
@@ -642,7 +691,7 @@ export class DeliveryLoop {
     const { db, config } = this.deps;
     if (this.state === "stopping" || this.state === "stopped") return { refused: "shutting-down" };
     const claim = await db.write(async (tx): Promise<AttemptRefusal | DueDelivery> => {
-      const now = Date.now();
+      const now = await this.readClock(tx);
       const row = await findDeliveryToSend(tx, id);
       if (!row) return { refused: "not-found" };
       if (row.secret === null) return { refused: "subscription-deleted", subscriptionId: row.subscription_id };

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { api, runCli, SOURCE, spawnServer, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
+import { api, ROOT, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
 import { busiestSecond, LOOPBACK_SLACK_MS } from "../support/pacing.ts";
 import { PayloadCheck } from "../support/webhook-payloads.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
@@ -560,6 +560,48 @@ describe("two instances on one PostgreSQL database", () => {
     expect(burst.toSorted()).toEqual([...Array(6).fill("401"), ...Array(6).fill("429 retry-after 5")]);
     // the turns are one row per paced key; a paced check removes the lapsed ones
     expect(await admin`SELECT pace_key FROM sign_in_turns`).toEqual([{ pace_key: "address:127.0.0.1" }]);
+  }, 60_000);
+});
+
+describe("two instances on one PostgreSQL database, one of them with a clock running ahead", () => {
+  test("an instance whose clock runs 5 minutes ahead leaves alone a delivery whose attempt another instance has open (leases are on the database's clock), and sends its own at once", async () => {
+    const receiver = startReceiver();
+    // A 30 s request timeout keeps the held attempt open for the whole test; its lease ends 32 s after the claim, by the database's clock.
+    const slow = { ...env, CRM_DELIVERY_TIMEOUT_MS: "30000" };
+    const command = (extra: string[]) => [process.execPath, ...extra, join(ROOT, "server", "main.ts"), "serve", "--port", "0", "--log-level", "warn", "--shutdown-timeout-ms", "300"];
+    const inStep = await spawnServer(command([]), { env: slow });
+    const ahead = await spawnServer(command(["--preload", join(import.meta.dir, "fixtures", "clock-ahead.ts")]), { env: { ...slow, CRM_TEST_CLOCK_AHEAD_MS: String(5 * 60_000) } });
+    try {
+      const subscription = await api(inStep.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] });
+      expect(subscription.status).toBe(201);
+      receiver.hold();
+      const create = async (instance: ServerProcess, name: string) => {
+        const res = await api(instance.url, token, "POST", "/public/v1/contacts", { first_name: name });
+        expect(res.status).toBe(201);
+        return res.body.data.id as string;
+      };
+      const contactsReceived = () => receiver.received.filter((r) => JSON.parse(r.body).type === "contact.created").map((r) => JSON.parse(r.body).data.id as string);
+      // Claimed by the instance that committed it, and held open by the receiver.
+      const held = await create(inStep, "Attempt open");
+      await waitUntil(() => contactsReceived().length === 1, "the held attempt to arrive");
+      // Each commit through the instance ahead wakes its loop: its claim rounds see the held
+      // delivery due and, by its own clock, leased until minutes ago. The second round starts after
+      // the first has sent what it took.
+      const first = await create(ahead, "First ahead");
+      await waitUntil(() => contactsReceived().includes(first), "the first delivery of the instance ahead");
+      const second = await create(ahead, "Second ahead");
+      await waitUntil(() => contactsReceived().includes(second), "the second delivery of the instance ahead");
+      expect(contactsReceived()).toEqual([held, first, second]);
+      // The instance ahead says so, once; the other one says nothing.
+      const clockWarnings = (instance: ServerProcess) =>
+        instance.logLines().filter((line) => line.msg.startsWith("this instance's clock is off")).map((line) => ({ level: line.level, aheadMinutes: Math.round(line.ahead_ms / 60_000) }));
+      expect({ ahead: clockWarnings(ahead), inStep: clockWarnings(inStep) }).toEqual({ ahead: [{ level: "warn", aheadMinutes: 5 }], inStep: [] });
+      await api(inStep.url, token, "DELETE", `/public/v1/webhook-subscriptions/${subscription.body.data.id}`);
+    } finally {
+      receiver.release();
+      await Promise.all([inStep.stopWith("SIGTERM"), ahead.stopWith("SIGTERM")]);
+      receiver.stop();
+    }
   }, 60_000);
 });
 
