@@ -10,6 +10,7 @@ import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
 import type { Db } from "../server/db/sql.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../server/idempotency/service.ts";
+import { MAX_FORM_BYTES } from "../server/limits/limits.ts";
 import { sessionOperator } from "../server/operators/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { sameBytes, sha256 } from "../server/shared/crypto.ts";
@@ -69,7 +70,7 @@ function formBodyOf(text: string): FormBody | ProblemError {
 }
 
 /**
- * formOf reads a console form post within the API's body limits (1 MiB, the body deadline, the
+ * formOf reads a console form post within its limits (MAX_FORM_BYTES, the body deadline, the
  * memory budget) and parses it, or returns the problem: 413, 408, 400, or 415 for a body that is not
  * urlencoded, as the console's pages send their forms. Every body is read here, whatever its type:
  * Elysia's own parsers, which would otherwise read a JSON, text or multipart body, have no limit.
@@ -77,7 +78,7 @@ function formBodyOf(text: string): FormBody | ProblemError {
 async function formOf(request: Request, contentType: string, wait: BodyWait): Promise<FormBody | ProblemError | undefined> {
   let text: string;
   try {
-    text = await readLimitedBody(request, wait);
+    text = await readLimitedBody(request, wait, MAX_FORM_BYTES);
   } catch (error) {
     if (error instanceof ProblemError) return error;
     throw error;

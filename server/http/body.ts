@@ -1,6 +1,6 @@
 import type { Server } from "bun";
 import { chargeBody } from "../limits/body-budget.ts";
-import { BUN_TIMER_GRANULARITY_SECONDS, MAX_BODY_BYTES } from "../limits/limits.ts";
+import { BUN_TIMER_GRANULARITY_SECONDS, byteSize, MAX_BODY_BYTES } from "../limits/limits.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { parseSafeJson } from "./safe-json.ts";
 
@@ -67,10 +67,10 @@ async function readDeclaredBody(request: Request, wait: BodyWait): Promise<strin
   return decodeBody(bytes);
 }
 
-/** readLimitedBody reads at most 1 MiB of body as UTF-8 text, and answers 408 if it takes longer than the wait's timeoutMs to arrive. */
-export async function readLimitedBody(request: Request, wait: BodyWait): Promise<string> {
+/** readLimitedBody reads at most `limit` bytes of body (1 MiB) as UTF-8 text, and answers 408 if it takes longer than the wait's timeoutMs to arrive. */
+export async function readLimitedBody(request: Request, wait: BodyWait, limit = MAX_BODY_BYTES): Promise<string> {
   const declared = request.headers.get("content-length");
-  if (declared !== null && Number(declared) > MAX_BODY_BYTES) throw bodyTooLarge();
+  if (declared !== null && Number(declared) > limit) throw bodyTooLarge(limit);
   if (declared !== null) return readDeclaredBody(request, wait);
   const body = request.body;
   if (!body) return "";
@@ -90,9 +90,9 @@ export async function readLimitedBody(request: Request, wait: BodyWait): Promise
       if (timedOut) break;
       if (done) break;
       size += value.byteLength;
-      if (size > MAX_BODY_BYTES) {
+      if (size > limit) {
         reader.cancel().catch(() => {});
-        throw bodyTooLarge();
+        throw bodyTooLarge(limit);
       }
       try {
         chargeBody(request, value.byteLength);
@@ -113,8 +113,8 @@ export async function readLimitedBody(request: Request, wait: BodyWait): Promise
   return decodeBody(Buffer.concat(chunks));
 }
 
-function bodyTooLarge(): ProblemError {
-  return new ProblemError(413, "body-too-large", `The request body exceeds the limit of ${MAX_BODY_BYTES} bytes (1 MiB).`);
+function bodyTooLarge(limit: number): ProblemError {
+  return new ProblemError(413, "body-too-large", `The request body exceeds the limit of ${limit} bytes (${byteSize(limit)}).`);
 }
 
 /**

@@ -28,13 +28,16 @@ export class BodyBudget {
   /** @param maxBytes body bytes held at once */
   constructor(readonly maxBytes: number) {}
 
-  /** admit takes the budget for a request's declared body; it throws 503 when the body would pass it. */
-  admit(request: Request): void {
+  /**
+   * admit takes the budget for a request's declared body, at most `limit` (its path's largest body);
+   * it throws 503 when the body would pass the budget.
+   */
+  admit(request: Request, limit = MAX_BODY_BYTES): void {
     if (!declaresBody(request)) return;
     budgetOf.set(request, this);
     const declared = request.headers.get("content-length");
-    // A declared length past 1 MiB is refused with 413 when read; it never holds more than that.
-    if (declared !== null) this.take(request, Math.min(Number(declared) || 0, MAX_BODY_BYTES));
+    // A declared length past the limit is refused with 413 when read; it never holds more than that.
+    if (declared !== null) this.take(request, Math.min(Number(declared) || 0, limit));
   }
 
   /** release gives back what a request's body held, once its answer is sent. */

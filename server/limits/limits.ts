@@ -64,6 +64,12 @@ export const MIN_OPERATOR_PASSWORD_LENGTH = 10;
 export const MAX_OPERATOR_PASSWORD_LENGTH = 512;
 /** MAX_BODY_BYTES is the largest request body accepted (1 MiB). */
 export const MAX_BODY_BYTES = 1024 * 1024;
+/**
+ * MAX_FORM_BYTES is the largest console form accepted (64 KiB): its forms hold a few short fields,
+ * and the sign-in form is open to anyone, who would otherwise hold 1 MiB of the body budget per
+ * connection without a credential.
+ */
+export const MAX_FORM_BYTES = 64 * 1024;
 /** MAX_JSON_DEPTH is how deep arrays and objects may nest in a request body. */
 export const MAX_JSON_DEPTH = 32;
 /** MAX_QUERY_BYTES bounds the query string (after "?"), in bytes. */
@@ -88,7 +94,8 @@ export interface LimitRow {
   answer: string;
 }
 
-const size = (bytes: number) => (bytes >= 1024 * 1024 ? `${bytes / 1024 / 1024} MiB` : `${bytes / 1024} KiB`);
+/** byteSize writes a size of whole KiB or MiB as the README and the answers do: "64 KiB", "1 MiB". */
+export const byteSize = (bytes: number) => (bytes >= 1024 * 1024 ? `${bytes / 1024 / 1024} MiB` : `${bytes / 1024} KiB`);
 
 /** LIMIT_TABLE is the README's table of fixed limits, built from the constants above. */
 export const LIMIT_TABLE: LimitRow[] = [
@@ -104,9 +111,9 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "`custom_fields`: number of keys", value: `${MAX_CUSTOM_FIELDS}`, answer: "422" },
   { limit: "`custom_fields`: length of a key (any depth)", value: `${MAX_CUSTOM_FIELD_KEY_LENGTH} characters`, answer: "422" },
   { limit: "`custom_fields`: nesting depth", value: `${MAX_CUSTOM_FIELDS_DEPTH} levels`, answer: "422" },
-  { limit: "`custom_fields`: total size as JSON", value: size(MAX_CUSTOM_FIELDS_BYTES), answer: "422" },
-  { limit: "`consent`: total size as JSON", value: size(MAX_CONSENT_BYTES), answer: "422" },
-  { limit: "further (undeclared) properties of a contact or account, together, as JSON", value: size(MAX_EXTRA_PROPERTIES_BYTES), answer: "422" },
+  { limit: "`custom_fields`: total size as JSON", value: byteSize(MAX_CUSTOM_FIELDS_BYTES), answer: "422" },
+  { limit: "`consent`: total size as JSON", value: byteSize(MAX_CONSENT_BYTES), answer: "422" },
+  { limit: "further (undeclared) properties of a contact or account, together, as JSON", value: byteSize(MAX_EXTRA_PROPERTIES_BYTES), answer: "422" },
   { limit: "webhook subscription `description`", value: `${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `target_url`", value: `${MAX_TARGET_URL_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `events`", value: `${MAX_EVENTS_PER_SUBSCRIPTION} event kinds`, answer: "422" },
@@ -115,13 +122,14 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "webhook secret rotation `grace_hours`", value: `0 to ${MAX_SECRET_GRACE_HOURS} (default ${DEFAULT_SECRET_GRACE_HOURS})`, answer: "422" },
   { limit: "webhook recovery window: how far back `since` may be", value: `${MAX_RECOVERY_DAYS} days`, answer: "422" },
   { limit: "console operator password", value: `${MIN_OPERATOR_PASSWORD_LENGTH} to ${MAX_OPERATOR_PASSWORD_LENGTH} characters`, answer: "422 (console form, CLI error)" },
-  { limit: "request body", value: size(MAX_BODY_BYTES), answer: "413" },
+  { limit: "request body", value: byteSize(MAX_BODY_BYTES), answer: "413" },
+  { limit: "console form", value: byteSize(MAX_FORM_BYTES), answer: "413 (console page)" },
   { limit: "JSON nesting depth of a request body", value: `${MAX_JSON_DEPTH} levels`, answer: "400" },
   { limit: "JSON numbers", value: `magnitude at most ${Number.MAX_SAFE_INTEGER} (2^53 - 1)`, answer: "400" },
-  { limit: "query string", value: size(MAX_QUERY_BYTES), answer: "414" },
-  { limit: "request headers, all together", value: size(MAX_HEADER_BYTES), answer: "431" },
+  { limit: "query string", value: byteSize(MAX_QUERY_BYTES), answer: "414" },
+  { limit: "request headers, all together", value: byteSize(MAX_HEADER_BYTES), answer: "431" },
   { limit: "request header fields", value: `${MAX_HEADER_FIELDS}`, answer: "431" },
-  { limit: "request line and headers, Bun's own buffer", value: `${size(BUN_MAX_HEADER_BYTES)} or ${BUN_MAX_HEADER_FIELDS} fields (bare 431 from Bun, no body)`, answer: "431" },
+  { limit: "request line and headers, Bun's own buffer", value: `${byteSize(BUN_MAX_HEADER_BYTES)} or ${BUN_MAX_HEADER_FIELDS} fields (bare 431 from Bun, no body)`, answer: "431" },
   { limit: "time to send the request headers", value: `${HEADER_READ_TIMEOUT_SECONDS} s (fixed by Bun)`, answer: "connection closed" },
 ];
 

@@ -1,9 +1,10 @@
 import { Elysia } from "elysia";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
+import { isConsolePath } from "../http/conventions.ts";
 import { pathOf } from "../http/request-log.ts";
 import { BodyBudget } from "./body-budget.ts";
-import { MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
+import { MAX_BODY_BYTES, MAX_FORM_BYTES, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
 
 /** refuseOversizedRequest answers 414 for a long query string and 431 for large or many headers. */
 function refuseOversizedRequest(request: Request): void {
@@ -17,9 +18,13 @@ function refuseOversizedRequest(request: Request): void {
   let largest = "";
   let largestBytes = 0;
   for (const [name, value] of request.headers) {
-    const size = name.length + value.length + 4; // "name: value\r\n"
+    // Bun joins a field sent several times into one value, ", " between: each counts as a line
+    // of its own (a comma-separated list in one line counts as many too, which no client is near).
+    let lines = 1;
+    for (let at = value.indexOf(", "); at >= 0; at = value.indexOf(", ", at + 2)) lines++;
+    const size = lines * (name.length + 4) + value.length - 2 * (lines - 1); // "name: value\r\n" per line
     bytes += size;
-    fields++;
+    fields += lines;
     if (size > largestBytes) {
       largest = name;
       largestBytes = size;
@@ -105,13 +110,15 @@ export function limitsGuard(rt: Runtime) {
 
   return new Elysia({ name: "limits" })
     .onRequest(async ({ request }) => {
-      const waiting = connections.admit(request, rt.listening(), pathOf(request));
+      const path = pathOf(request);
+      const waiting = connections.admit(request, rt.listening(), path);
       if (waiting) await waiting;
       refuseOversizedRequest(request);
       refuseInvalidHost(request);
       refuseMalformedTarget(request);
       // Taken before authentication: a request refused there is answered at once and gives it back.
-      bodies.admit(request);
+      // The console's forms, its open sign-in form among them, hold no more than their own limit.
+      bodies.admit(request, isConsolePath(path) ? MAX_FORM_BYTES : MAX_BODY_BYTES);
     })
     .onAfterResponse({ as: "global" }, ({ request }) => {
       connections.release(request);

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
-import { BUN_MAX_HEADER_BYTES } from "../../server/limits/limits.ts";
+import { BUN_MAX_HEADER_BYTES, MAX_FORM_BYTES } from "../../server/limits/limits.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { closedWithin, Connection, type RawResponse } from "./support.ts";
@@ -145,6 +145,45 @@ describe("connections: request bodies in memory", () => {
       if (served.status !== 201) await Bun.sleep(20);
     }
     expect(served!.status).toBe(201);
+  });
+});
+
+describe("connections: a header field sent many times", () => {
+  test("each line of a repeated field counts toward the 100 fields and the 8 KiB, though Bun joins them into one value", async () => {
+    const { port } = await serve({});
+    const send = async (lines: string) => {
+      const c = new Connection(port);
+      c.write(`GET /healthz HTTP/1.1\r\nhost: x\r\n${lines}\r\n`);
+      const answer = await c.response();
+      c.destroy();
+      return [answer.status, answer.status === 431 ? JSON.parse(answer.body).detail : ""];
+    };
+    const repeated = (name: string, n: number) => `${name}: 1\r\n`.repeat(n);
+    expect(await send(repeated("x-a", 98))).toEqual([200, ""]);
+    // 150 lines of one name: before, they counted as one field and 200 came back.
+    expect(await send(repeated("x-a", 150))).toEqual([431, "The request has 151 header fields; the limit is 100."]);
+    // 90 lines of a 100-character name are about 9.2 KiB of headers, under the fields' limit.
+    const [status, detail] = await send(repeated(`x-${"n".repeat(98)}`, 90));
+    expect([status, detail]).toEqual([431, expect.stringMatching(/^The request headers are 9\d{3} bytes; the limit is 8192 bytes \(8 KiB\)\./)]);
+  });
+});
+
+describe("connections: the console's forms in the body budget", () => {
+  test("console forms hold at most 64 KiB of the budget each: sign-in forms declaring 1 MiB with no credential are refused 413 at once, and the API's writes go on", async () => {
+    const { port, token } = await serve({ bodyBufferMaxMb: 1, bodyTimeoutMs: 60_000 });
+    const form = (length: number) => `POST /console/login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: ${length}\r\n\r\n`;
+    // Their bodies never come: before, each held 1 MiB until its 408 (10 s and more), and one filled the budget.
+    const declaredLarge = [1, 2, 3, 4].map(() => new Connection(port));
+    for (const c of declaredLarge) c.write(form(1024 * 1024));
+    const refusals = await Promise.all(declaredLarge.map((c) => c.response()));
+    expect(refusals.map((r) => [r.status, /<h1>([^<]*)<\/h1>/.exec(r.body)?.[1]])).toEqual(Array(4).fill([413, "Form too large"]));
+    const declaredSmall = [1, 2, 3, 4].map(() => new Connection(port));
+    for (const c of declaredSmall) c.write(form(MAX_FORM_BYTES));
+    const probe = new Connection(port);
+    await probe.request("GET", "/healthz"); // answered after the forms' heads, sent first, were taken in
+    const write = await probe.request("POST", "/public/v1/contacts", { authorization: `Bearer ${token}`, "content-type": "application/json" }, JSON.stringify({ first_name: "Ada" }));
+    expect(write.status).toBe(201);
+    for (const c of [...declaredLarge, ...declaredSmall, probe]) c.destroy();
   });
 });
 
