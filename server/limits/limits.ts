@@ -151,7 +151,7 @@ export const BUN_PARSER_ANSWERS: ParserAnswer[] = [
   { request: "both `Content-Length` and `Transfer-Encoding`", answer: "400, no body, connection closed" },
   { request: "`Content-Length` repeated with another value, given as a list (`5, 5`), not a number, or 2^59 (576460752303423488) or more", answer: "400, no body, connection closed" },
   { request: "a `Transfer-Encoding` other than `chunked`", answer: "400, no body, connection closed" },
-  { request: "a request target that is not a path starting with `/` (`OPTIONS *`, `GET host:443`, `GET healthz`, `GET ?a=1`)", answer: "400, no body, connection closed" },
+  { request: "a request target that is neither a path starting with `/` nor an absolute URL (`OPTIONS *`, `GET host:443`, `GET healthz`, `GET ?a=1`)", answer: "400, no body, connection closed" },
   { request: "`HTTP/1.1` without `Host`", answer: "400, no body, connection closed" },
   { request: "a header line without a colon, with a space in its name, folded onto a second line, or with a NUL byte", answer: "400, no body, connection closed" },
   { request: "bytes that are not HTTP at all (a TLS handshake on the plain-HTTP port)", answer: "400, no body, connection closed" },

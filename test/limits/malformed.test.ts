@@ -2,6 +2,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { BUN_PARSER_ANSWERS } from "../../server/limits/limits.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
@@ -48,7 +49,7 @@ const EXAMPLES: Record<string, string[]> = {
     "POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ncontent-length: 576460752303423488\r\n\r\n",
   ],
   "a `Transfer-Encoding` other than `chunked`": ["POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\ntransfer-encoding: gzip\r\n\r\n"],
-  "a request target that is not a path starting with `/` (`OPTIONS *`, `GET host:443`, `GET healthz`, `GET ?a=1`)": [
+  "a request target that is neither a path starting with `/` nor an absolute URL (`OPTIONS *`, `GET host:443`, `GET healthz`, `GET ?a=1`)": [
     "OPTIONS * HTTP/1.1\r\nhost: x\r\n\r\n",
     "GET 127.0.0.1:443 HTTP/1.1\r\nhost: x\r\n\r\n",
     "GET healthz HTTP/1.1\r\nhost: x\r\n\r\n",
@@ -113,5 +114,33 @@ describe("malformed requests: answered by Bun before the service", () => {
     const readme = readFileSync(join(import.meta.dir, "..", "..", "README.md"), "utf8");
     const section = readme.slice(readme.indexOf("## Limits"), readme.indexOf("\n## ", readme.indexOf("## Limits") + 1));
     expect(BUN_PARSER_ANSWERS.map((row) => `| ${row.request} | ${row.answer} |`).filter((line) => !section.includes(`${line}\n`))).toEqual([]);
+  });
+});
+
+describe("malformed requests: answered by Bun after the service carried them out", () => {
+  /** post is a POST of one contact under an Idempotency-Key, as raw bytes; `framing` is its body's. */
+  const post = (token: string, key: string, email: string, framing: "length" | "chunked with a trailer") => {
+    const body = JSON.stringify({ email });
+    const head = `POST /public/v1/contacts HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\nidempotency-key: ${key}\r\n`;
+    if (framing === "length") return `${head}content-length: ${body.length}\r\n\r\n${body}`;
+    return `${head}transfer-encoding: chunked\r\n\r\n${body.length.toString(16)}\r\n${body}\r\n0\r\nx-checksum: 1\r\n\r\n`;
+  };
+
+  test("a request pipelined behind a POST, and a chunked body with a trailer field: the POST is carried out, Bun answers nothing or a bare 400, and the POST sent again under its key replays its answer", async () => {
+    const port = await serve();
+    const { token } = await createApiToken(running!.runtime.db, "bun-after");
+    const pipelined = await answerTo(port, `${post(token, "pipelined-1", "pipe@example.com", "length")}GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n`);
+    const trailer = await answerTo(port, post(token, "trailer-1", "trailer@example.com", "chunked with a trailer"));
+    expect([pipelined, trailer]).toEqual(["connection closed without an answer", "400, no body, connection closed"]);
+    const stored = await running!.runtime.db.all<{ email: string }>("SELECT email FROM contacts ORDER BY email");
+    expect(stored).toEqual([{ email: "pipe@example.com" }, { email: "trailer@example.com" }]);
+    for (const [key, email] of [["pipelined-1", "pipe@example.com"], ["trailer-1", "trailer@example.com"]] as const) {
+      const c = new Connection(port);
+      c.write(post(token, key, email, "length"));
+      const again = await c.response();
+      c.destroy();
+      expect([again.status, again.headers["idempotent-replayed"], JSON.parse(again.body).data.email]).toEqual([201, "true", email]);
+    }
+    expect(await running!.runtime.db.get("SELECT count(*) AS n FROM contacts")).toEqual({ n: 2 });
   });
 });
