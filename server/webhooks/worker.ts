@@ -211,14 +211,19 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
     if (healthy.delete(due.subscription_id)) await markSubscriptionsHealthy(db, [due.subscription_id]);
     subscription = await findSubscriptionById(db, due.subscription_id);
     if (result.response_status !== 410 && current.status === "pending" && subscription?.status === "active") {
-      // A recovery gives a delivery one more attempt: its failure ends the delivery (a manual one leaves that attempt to come).
-      const lastChance = current.recovered_at !== null && trigger === "scheduled";
-      const delay = lastChance ? null : nextRetryDelay(config.retrySchedule, attempt, result.retry_after_ms);
-      if (delay !== null) {
+      if (current.recovered_at !== null && trigger === "manual") {
+        // A recovery gives a delivery one more attempt; a manual one failing before it leaves it to come, when it was due.
         status = "pending";
-        next = now + delay;
+        next = current.next_attempt_at;
       } else {
-        await recordExhausted(db, due, attempt, result, now);
+        // A recovered delivery's scheduled attempt is its last: its failure ends it.
+        const delay = current.recovered_at !== null ? null : nextRetryDelay(config.retrySchedule, attempt, result.retry_after_ms);
+        if (delay !== null) {
+          status = "pending";
+          next = now + delay;
+        } else {
+          await recordExhausted(db, due, attempt, result, now);
+        }
       }
     }
   }
@@ -306,7 +311,7 @@ export class DeliveryLoop {
     this.clockReadAt = performance.now();
     if (Math.abs(this.clockOffset) > CLOCK_SKEW_WARNING_MS && this.clockReadAt - this.skewLoggedAt >= CLOCK_SKEW_LOG_INTERVAL_MS) {
       this.skewLoggedAt = this.clockReadAt;
-      // Deliveries go by the database's clock, but the updated_at this instance stamps its changes with goes by its own, and pollers of updated_after rely on it.
+      // Deliveries go by the database's clock, but the updated_at this instance's requests stamp their changes with goes by its own, and pollers of updated_after rely on it.
       this.deps.log.warn("this instance's clock is off the database server's: keep the clocks in step with NTP", { ahead_ms: -this.clockOffset });
     }
     return this.now();

@@ -206,6 +206,32 @@ describe("recovery: happy paths", () => {
     expect(after).toMatchObject({ id: gone.id, status: "failed", attempts: 2, last_response_status: 500 });
     expect(r.received.length).toBe(2);
   });
+
+  test("a manual retry failing before a recovered delivery's attempt leaves that attempt to come, and sends no delivery.exhausted; the attempt's failure then ends it", async () => {
+    h = await scope.harness();
+    const r = receiver();
+    r.respond(() => new Response("down", { status: 500 }));
+    const onCall = receiver("/on-call");
+    const pager = await h.subscribe(onCall.url, ["delivery.exhausted"]);
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [failed] = await settledDeliveries(h, `subscription_id=${sub.id}`);
+    await waitFor(() => onCall.received.length === 1, "the first delivery.exhausted");
+    // Recovered, and not due for an hour: the manual retry comes first.
+    const dueAt = Date.now() + HOUR;
+    await h.rt.db.run("UPDATE webhook_deliveries SET status = 'pending', recovered_at = ?, next_attempt_at = ? WHERE id = ?", [Date.now(), dueAt, failed.id]);
+    const manual = await h.json("POST", `/public/v1/webhook-deliveries/${failed.id}/retry`);
+    expect(manual.body.data).toMatchObject({ id: failed.id, status: "pending", attempts: 4, next_attempt_at: new Date(dueAt).toISOString() });
+    expect(await h.rt.db.get("SELECT CASE WHEN recovered_at IS NULL THEN 0 ELSE 1 END AS recovered FROM webhook_deliveries WHERE id = ?", [failed.id])).toEqual({ recovered: 1 });
+    // Due now; a commit wakes the loop.
+    await h.rt.db.run("UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?", [Date.now(), failed.id]);
+    await h.json("POST", "/public/v1/accounts", { body: { name: "Wake" } });
+    await waitFor(() => onCall.received.length === 2, "the recovered attempt's delivery.exhausted");
+    const exhausted = onCall.received.map((got) => (new Webhook(pager.secret).verify(got.body, got.headers) as any).data.attempts);
+    expect(exhausted).toEqual([3, 5]);
+    const [after] = await settledDeliveries(h, `subscription_id=${sub.id}`);
+    expect(after).toMatchObject({ id: failed.id, status: "failed", attempts: 5 });
+  });
 });
 
 describe("recovery: errors", () => {
