@@ -235,9 +235,12 @@ export class ConfigError extends Error {}
 /**
  * refuseOptionAsValue throws when the argument after an option is itself an option (`--name
  * --json`, the value forgotten), rather than taking it for the value; `--name=--json` means it.
+ * A secret's argument is not repeated: it may be the secret itself, starting with --.
  */
-export function refuseOptionAsValue(name: string, value: string): void {
-  if (value.startsWith("--")) throw new ConfigError(`${name} needs a value, not the option ${value} (for a value that starts with --, write ${name}=${value})`);
+export function refuseOptionAsValue(name: string, value: string, secret = false): void {
+  if (!value.startsWith("--")) return;
+  if (secret) throw new ConfigError(`${name} needs a value, not an option (for a value that starts with --, write ${name}=VALUE)`);
+  throw new ConfigError(`${name} needs a value, not the option ${value} (for a value that starts with --, write ${name}=${value})`);
 }
 
 // The port of a postgres:// URL as written, found even where URL cannot parse it (a port past 65535),
@@ -363,7 +366,7 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
     }
     const value = inline ?? args[++i];
     if (value === undefined) throw new ConfigError(`${name} needs a value`);
-    if (inline === undefined) refuseOptionAsValue(name, value);
+    if (inline === undefined) refuseOptionAsValue(name, value, setting.kind === "secret");
     flags.set(name, value);
   }
   const file = configPath ? readConfigFile(configPath) : {};

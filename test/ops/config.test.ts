@@ -132,6 +132,8 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--data-dir", "--log-level", "warn"], {}))).toBe("--data-dir needs a value, not the option --log-level (for a value that starts with --, write --data-dir=--log-level)");
     expect(configError(() => loadConfig(["--config", "--port", "1"], {}))).toBe("--config needs a value, not the option --port (for a value that starts with --, write --config=--port)");
     expect(loadConfig(["--data-dir=--odd", "--log-level", "warn"], {})).toEqual({ ...DEFAULT_CONFIG, dataDir: "--odd", logLevel: "warn" });
+    // A secret's next argument may be the secret itself: it is not repeated.
+    expect(configError(() => loadConfig(["--metrics-token", "--a-secret-of-20-chars"], {}))).toBe("--metrics-token needs a value, not an option (for a value that starts with --, write --metrics-token=VALUE)");
   });
 
   test("a crm.toml value of the wrong shape is refused, not turned into text: a table, a list for one value, a nested list", () => {
