@@ -16,6 +16,7 @@ import {
   deleteDevice,
   deleteEndedSessions,
   deleteLapsedSignInTurns,
+  findSignInTurn,
   deleteLoginFailuresBefore,
   deleteOperator,
   deleteOperatorLink,
@@ -328,7 +329,12 @@ const signInsUnderWay = new WeakMap<object, SignInsUnderWay>();
  * write: writes run one at a time on every instance, so turns go in the order of their times, and a
  * check whose write waited behind others does not find its turn pushed past the wait by that delay.
  */
-function takeTurns(db: Database, keys: string[]): Promise<{ at: number } | { refused: number }> {
+async function takeTurns(db: Database, keys: string[]): Promise<{ at: number } | { refused: number }> {
+  // A key whose queue is full is refused on a read: a flood of guesses costs no write each.
+  for (const [index, key] of keys.entries()) {
+    const next = await findSignInTurn(db, key);
+    if (next !== null && next > Date.now() + MAX_PACE_WAIT_MS) return { refused: index };
+  }
   return db.write(async (tx) => {
     const now = Date.now();
     await deleteLapsedSignInTurns(tx, now);

@@ -139,6 +139,11 @@ export async function takeSignInTurn(db: Db, key: string, now: number, paceMs: n
   return taken ? taken.next_turn_at - paceMs : null;
 }
 
+/** findSignInTurn returns when a paced key's next turn comes, or null when it has none. */
+export async function findSignInTurn(db: Db, key: string): Promise<number | null> {
+  return (await db.get<{ next_turn_at: number }>("SELECT next_turn_at FROM sign_in_turns WHERE pace_key = ?", [key]))?.next_turn_at ?? null;
+}
+
 /** deleteLapsedSignInTurns forgets the keys whose next turn is at or before `now`: their pacing has lapsed. */
 export async function deleteLapsedSignInTurns(db: Db, now: number): Promise<void> {
   await db.run("DELETE FROM sign_in_turns WHERE next_turn_at <= ?", [now]);
