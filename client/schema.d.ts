@@ -1413,6 +1413,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description A new contact has no version yet: any entity tag answers 412 and changes nothing; * lets the write through. */
+                "if-match"?: string;
             };
             path?: never;
             cookie?: never;
@@ -1486,6 +1488,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
@@ -1524,6 +1535,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description A batch has no version (one If-Match cannot name each item's): any entity tag answers 412 and changes nothing; * lets the write through. */
+                "if-match"?: string;
             };
             path?: never;
             cookie?: never;
@@ -1588,6 +1601,15 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2523,6 +2545,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description A new account has no version yet: any entity tag answers 412 and changes nothing; * lets the write through. */
+                "if-match"?: string;
             };
             path?: never;
             cookie?: never;
@@ -2596,6 +2620,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
@@ -2634,6 +2667,8 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
+                /** @description A batch has no version (one If-Match cannot name each item's): any entity tag answers 412 and changes nothing; * lets the write through. */
+                "if-match"?: string;
             };
             path?: never;
             cookie?: never;
@@ -2698,6 +2733,15 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            412: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3179,7 +3223,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
-                /** @description Users carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Users carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path?: never;
@@ -3375,7 +3419,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Users carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Users carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {
@@ -3572,7 +3616,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path?: never;
@@ -3764,7 +3808,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {
@@ -3846,7 +3890,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {
@@ -4095,7 +4139,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {
@@ -4195,7 +4239,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {
@@ -4298,7 +4342,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {
@@ -4429,7 +4473,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {
@@ -4576,7 +4620,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {
@@ -4676,7 +4720,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {
@@ -4994,7 +5038,7 @@ export interface operations {
             query?: never;
             header?: {
                 "idempotency-key"?: string;
-                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing. */
+                /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
             };
             path: {

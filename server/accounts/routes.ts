@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { IfMatchHeader, tagged, versionCondition } from "../http/preconditions.ts";
+import { IfMatchHeader, refuseEntityTags, tagged, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
@@ -19,6 +19,7 @@ const BATCH_DOC = {
   description: "Each item is an account (the body of POST /accounts) matched by domain when it has one, else by name (case-insensitive in every script): a match is updated, otherwise an account is created. A key shared by several accounts is refused, naming them.",
   item: AccountInput,
   itemDescription: "An account, as the body of POST /public/v1/accounts; domain (or, without one, name) selects the account to update.",
+  unversioned: "A batch has no version (one If-Match cannot name each item's)",
   tags,
 };
 
@@ -29,6 +30,7 @@ export function accountRoutes(rt: Runtime) {
     .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createAccount(rt, body, scope)), {
       body: AccountInput,
       headers: IdempotencyKeyHeader,
+      beforeHandle: refuseEntityTags("A new account has no version yet"),
       response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: { operationId: "createAccount", summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids. Sends account.created.", tags, ...secured },
     })

@@ -1,5 +1,6 @@
 import type { TSchema } from "@sinclair/typebox";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { refuseEntityTags } from "../http/preconditions.ts";
 import { idempotentPost, type PostContext } from "../http/idempotent.ts";
 import type { IdempotencyScope } from "../idempotency/service.ts";
 import { chargeExtraWrites } from "../auth/routes.ts";
@@ -10,9 +11,9 @@ import { batchWrites, runBatch, type BatchKind } from "./service.ts";
 
 /**
  * batchPost is the handler and route options of a POST .../batch upsert: rate-limit cost per item,
- * Idempotency-Key, per-item results; `doc` names the operation and says how items are matched.
+ * Idempotency-Key, per-item results, entity tags in If-Match refused; `doc` names the operation and says how items are matched.
  */
-export function batchPost<T>(rt: Runtime, kind: BatchKind<T>, doc: { operationId: string; summary: string; description: string; item: TSchema; itemDescription: string; tags: string[] }) {
+export function batchPost<T>(rt: Runtime, kind: BatchKind<T>, doc: { operationId: string; summary: string; description: string; item: TSchema; itemDescription: string; unversioned: string; tags: string[] }) {
   const handler = (ctx: PostContext & { body: { items: unknown[] } }) => {
     chargeExtraWrites(ctx.request, batchWrites(ctx.body.items.length) - 1);
     return idempotentPost(rt.idempotency, ctx, (scope: IdempotencyScope | null) => runBatch(rt, kind, ctx.body.items, scope));
@@ -20,6 +21,7 @@ export function batchPost<T>(rt: Runtime, kind: BatchKind<T>, doc: { operationId
   const options = {
     body: batchInput(doc.item, doc.itemDescription),
     headers: IdempotencyKeyHeader,
+    beforeHandle: refuseEntityTags(doc.unversioned),
     response: { 200: BatchResultEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
     detail: { operationId: doc.operationId, summary: doc.summary, description: `${doc.description} ${BATCH_RATE_NOTE}`, tags: doc.tags, ...secured },
   };

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { IdempotentIfMatchHeader, IfMatchHeader, tagged, versionCondition } from "../http/preconditions.ts";
+import { IdempotentIfMatchHeader, IfMatchHeader, refuseEntityTags, tagged, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
@@ -26,6 +26,7 @@ const BATCH_DOC = {
   description: "Each item is a contact (the body of POST /contacts) matched by external_id when it has one, else by email: a match is updated (contact.updated only if something changed), otherwise a contact is created (contact.created). An email shared by several contacts is refused, naming them.",
   item: ContactInput,
   itemDescription: "A contact, as the body of POST /public/v1/contacts; external_id or email selects the contact to update.",
+  unversioned: "A batch has no version (one If-Match cannot name each item's)",
   tags,
 };
 
@@ -39,6 +40,7 @@ export function contactRoutes(rt: Runtime) {
     }, {
       body: ContactInput,
       headers: IdempotencyKeyHeader,
+      beforeHandle: refuseEntityTags("A new contact has no version yet"),
       // Documented, not re-checked (as the list): the body is toContact's, whose shape the tests pin.
       response: { 201: serialisedResponse(ContactEnvelope), ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: { operationId: "createContact", summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },

@@ -120,7 +120,7 @@ function routeTable(app: AnyElysia): AnyElysia {
   } as unknown as AnyElysia;
 }
 
-/** UNVERSIONED_MARK carries, from routeTable to documentProtocolHeaders, the resources of a route whose writes refuse entity tags (unversionedWrites). */
+/** UNVERSIONED_MARK carries, from routeTable to documentProtocolHeaders, what a route whose writes refuse entity tags (refuseEntityTags) has no version of. */
 const UNVERSIONED_MARK = "x-crm-unversioned";
 /** OPTIONAL_BODY_MARK carries, from routeTable to documentProtocolHeaders, that a route's body may be left out. */
 const OPTIONAL_BODY_MARK = "x-crm-optional-body";
@@ -252,14 +252,14 @@ function documentProtocolHeaders(document: Json): void {
             name: "if-match",
             required: false,
             schema: { type: "string", maxLength: 1000 },
-            description: `${unversioned} carry no version (their reads have no ETag): * holds for any that exists; any entity tag answers 412 and changes nothing.`,
+            description: `${unversioned}: any entity tag answers 412 and changes nothing; * lets the write through.`,
           },
         ];
         responses["412"] ??= problemResponse("Precondition Failed: If-Match named an entity tag, which no unversioned resource can match.");
       }
       const etag = Object.entries(responses).some(([status, response]) => /^2\d\d$/.test(status) && versioned(document, response as Json));
       // A write to a versioned resource that answers no body (a DELETE) still gives the current version with its 412.
-      const currentVersionOn412 = etag || (headerParameter("if-match") && !unversioned);
+      const currentVersionOn412 = (etag || headerParameter("if-match")) && !unversioned;
       const idempotent = headerParameter("idempotency-key");
       if (idempotent) {
         responses["409"] ??= problemResponse("Conflict: a request with this Idempotency-Key is still running.");

@@ -46,21 +46,27 @@ export function tagged<B extends { data: { version: number } }>(set: { headers: 
 }
 
 /**
- * unversionedWrites makes the writes of a feature whose resources carry no version (no ETag)
- * evaluate If-Match as RFC 9110 (section 13.1.1) asks instead of ignoring it: entity tags can
- * never match, so the write is refused with 412 and not made; `*` (the resource exists) holds.
+ * refuseEntityTags is the hook of a write to something with no version (`unversioned` says what,
+ * and why no tag can match): as RFC 9110 (section 13.1.1) asks, entity tags in If-Match never
+ * match, so the write is refused with 412 and not made, instead of being made unconditionally;
+ * `*` (it exists) holds. The mark on it makes the OpenAPI document state its If-Match and 412.
  */
-export function unversionedWrites(resources: string) {
-  const refuseEntityTags = ({ request }: { request: Request }) => {
+export function refuseEntityTags(unversioned: string) {
+  const hook = ({ request }: { request: Request }) => {
     const header = request.headers.get("if-match");
     if (header === null || request.method === "GET" || request.method === "HEAD") return;
     const condition = versionCondition(header);
     if (condition && "versions" in condition) {
-      throw new ProblemError(412, "precondition-failed", `${resources} carry no version (their reads have no ETag), so no entity tag in If-Match can match: send the request without If-Match, or with *.`);
+      throw new ProblemError(412, "precondition-failed", `${unversioned}, so no entity tag in If-Match can match: send the request without If-Match, or with *.`);
     }
   };
-  return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, Object.assign(refuseEntityTags, { [UNVERSIONED_RESOURCES]: resources }));
+  return Object.assign(hook, { [UNVERSIONED_RESOURCES]: unversioned });
 }
 
-/** UNVERSIONED_RESOURCES names, on the hook unversionedWrites adds to a route, the resources it writes: the OpenAPI document then states its If-Match and 412. */
+/** unversionedWrites gives every write of a feature whose resources carry no version (no ETag) the refuseEntityTags hook. */
+export function unversionedWrites(resources: string) {
+  return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, refuseEntityTags(`${resources} carry no version (their reads have no ETag)`));
+}
+
+/** UNVERSIONED_RESOURCES carries, on a refuseEntityTags hook, what the write has no version of: the OpenAPI document then states its If-Match and 412. */
 export const UNVERSIONED_RESOURCES = Symbol("unversioned resources");

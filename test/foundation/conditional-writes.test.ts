@@ -166,4 +166,25 @@ describe("conditional writes: resources without a version", () => {
     const read = await h.json("GET", `/public/v1/webhook-subscriptions/${subscription}`, { headers: { "if-match": '"1"' } });
     expect([anyVersion.status, anyVersion.body.data.description, read.status]).toEqual([200, "changed", 200]);
   });
+
+  test("If-Match with entity tags on a contact's or account's create or on a batch is 412 and creates nothing, as a new record has no version to match; * lets it through", async () => {
+    const refused = (detail: string) => ({
+      type: "urn:crm:problem:precondition-failed",
+      title: "Precondition Failed",
+      status: 412,
+      detail: `${detail}, so no entity tag in If-Match can match: send the request without If-Match, or with *.`,
+    });
+    const tag = { "if-match": '"1"' };
+    const contact = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" }, headers: tag });
+    const account = await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" }, headers: tag });
+    const contacts = await h.json("POST", "/public/v1/contacts/batch", { body: { items: [{ email: "ada@example.com" }] }, headers: tag });
+    const accounts = await h.json("POST", "/public/v1/accounts/batch", { body: { items: [{ name: "Acme" }] }, headers: tag });
+    const batch = refused("A batch has no version (one If-Match cannot name each item's)");
+    expect([contact.status, contact.headers.get("etag"), contact.body, account.body, contacts.body, accounts.body]).toEqual([412, null, refused("A new contact has no version yet"), refused("A new account has no version yet"), batch, batch]);
+    expect([(await h.json("GET", "/public/v1/contacts")).body.data, (await h.json("GET", "/public/v1/accounts")).body.data, await eventTypes(h)]).toEqual([[], [], []]);
+    const anyVersion = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" }, headers: { "if-match": "*" } });
+    const anyBatch = await h.json("POST", "/public/v1/accounts/batch", { body: { items: [{ name: "Acme" }] }, headers: { "if-match": "*" } });
+    const malformed = await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" }, headers: { "if-match": "garbage" } });
+    expect([anyVersion.status, anyBatch.status, malformed.status, malformed.body.errors]).toEqual([201, 200, 422, [{ header: "if-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }]]);
+  });
 });
