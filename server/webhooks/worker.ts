@@ -726,7 +726,7 @@ export class DeliveryLoop {
     }
     if (attempts.length === 0) return;
     await this.release(attempts.map((f) => f.due));
-    this.deps.log.warn("webhook attempts abandoned at shutdown; they are sent again after restart", { count: attempts.length });
+    this.deps.log.warn("webhook attempts abandoned at shutdown; the deliveries among them still pending are sent again after restart", { count: attempts.length });
   }
 
   /**

@@ -50,7 +50,7 @@ describe("SIGTERM during webhook deliveries", () => {
     expect(during.value("crm_webhook_oldest_pending_age_seconds")).toBeGreaterThan(0);
 
     expect(await first.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
-    expect(first.logLines().map((l) => l.msg)).toContain("webhook attempts abandoned at shutdown; they are sent again after restart");
+    expect(first.logLines().map((l) => l.msg)).toContain("webhook attempts abandoned at shutdown; the deliveries among them still pending are sent again after restart");
     receiver.release();
 
     const second = await serve();

@@ -142,7 +142,7 @@ describe("graceful shutdown", () => {
       body: { type: "urn:crm:problem:shutting-down", title: "Service Unavailable", status: 503, detail: "The server is shutting down; retry the delivery after it restarts." },
     });
     const messages = server.logLines().map((l) => l.msg);
-    expect({ abandoned: messages.includes("webhook attempts abandoned at shutdown; they are sent again after restart"), cutOff: messages.includes("shutdown deadline reached; closing the connections of unfinished requests") }).toEqual({ abandoned: true, cutOff: false });
+    expect({ abandoned: messages.includes("webhook attempts abandoned at shutdown; the deliveries among them still pending are sent again after restart"), cutOff: messages.includes("shutdown deadline reached; closing the connections of unfinished requests") }).toEqual({ abandoned: true, cutOff: false });
     expect(deliveryAttempts(dataDir, deliveryId)).toBe(1);
     expect(leasedDeliveries(dataDir)).toEqual([]);
   });
