@@ -9,7 +9,7 @@ import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, r
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
-import { laterThan, toTimestamp } from "../shared/time.ts";
+import { notBefore, toTimestamp } from "../shared/time.ts";
 import { detachAccountFromContacts } from "../contacts/service.ts";
 import { insertTombstone } from "../tombstones/store.ts";
 import { recordEvent } from "../webhooks/outbox.ts";
@@ -105,7 +105,7 @@ async function writeNewAccount(db: Db, input: AccountInput, now: number): Promis
  */
 async function writeAccountChange(db: Db, current: AccountRow, input: AccountInput, now: number): Promise<{ errors: FieldError[] } | { account: Account; changed: boolean }> {
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
-  const row = { ...accountRowFrom(current, input, now), version: current.version + 1, updated_at: laterThan(current.updated_at, now) };
+  const row = { ...accountRowFrom(current, input, now), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
   const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, KNOWN);
   if (merged.length > 0) return { errors: merged };
   const before = toAccount(current);

@@ -12,7 +12,7 @@ import { listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimesta
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
-import { laterThan, toTimestamp } from "../shared/time.ts";
+import { notBefore, toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
@@ -290,7 +290,7 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
  */
 async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, now: number): Promise<ContactChange> {
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
-  const row = { ...applyInput(current, input), version: current.version + 1, updated_at: laterThan(current.updated_at, now) };
+  const row = { ...applyInput(current, input), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
   // Further properties add up across PATCHes, so their limit applies to the merged record.
   // Only a change to the identifying fields can leave a contact naming nobody (older contacts may
   // already: a tag or account change to them is not refused for it).

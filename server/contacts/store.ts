@@ -151,8 +151,8 @@ export async function unlinkAccountFromContacts(db: Db, accountId: string, updat
       ? `SELECT coalesce('["' || string_agg(account_id, '","' ORDER BY position) || '"]', '[]') FROM contact_accounts WHERE contact_id = contacts.id AND account_id <> ?`
       : "SELECT json_group_array(account_id) FROM (SELECT account_id FROM contact_accounts WHERE contact_id = contacts.id AND account_id <> ? ORDER BY position)";
   await db.run(
-    // As laterThan: a contact stamped by an instance whose clock runs ahead still moves forward.
-    `UPDATE contacts SET version = version + 1, updated_at = CASE WHEN updated_at >= ? THEN updated_at + 1 ELSE ? END, account_ids = (${accountIds})
+    // As notBefore: a contact stamped by an instance whose clock runs ahead keeps that stamp.
+    `UPDATE contacts SET version = version + 1, updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END, account_ids = (${accountIds})
      WHERE id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)`,
     [updatedAt, updatedAt, accountId, accountId],
   );

@@ -63,10 +63,12 @@ export async function settlesWithin(promise: Promise<unknown>, ms: number): Prom
 }
 
 /**
- * laterThan is the instant to stamp a change of a row last stamped at `previous`: now, or 1 ms
- * past `previous` when that is not earlier. Instances stamp with their own clocks, and one behind
- * another would otherwise give a newer version an earlier updated_at.
+ * notBefore is the instant to stamp a change of a row last stamped at `previous`: now, or
+ * `previous` when that is later. Instances stamp with their own clocks, and one behind another
+ * would otherwise give a newer version an earlier updated_at. Not 1 ms past it: many changes of
+ * one row within a millisecond (a batch, an import) would then push its stamp ahead of every
+ * clock, and a poller's updated_after past other rows' changes; the version orders them.
  */
-export function laterThan(previous: number, now: number): number {
-  return Math.max(now, previous + 1);
+export function notBefore(previous: number, now: number): number {
+  return Math.max(now, previous);
 }

@@ -1,4 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { listDeletedPage } from "../../server/tombstones/service.ts";
+import { DAY_MS } from "../../server/shared/time.ts";
 import { createUser } from "../../server/users/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
@@ -27,6 +29,9 @@ function random(seed: number) {
 // The README says 5 s, which would reread the whole of this short test and hide a missed change.
 // 1 ms is what one process needs: a change committed after a read carries that millisecond or a later one.
 const OVERLAP_MS = 1;
+// A round that lists no deletion moves the deleted list's since to the round's start minus this
+// (the README's 5 s): a deletion stamped before the round may commit after its read.
+const NO_DELETION_OVERLAP_MS = 1_000;
 const TAGS = ["vip", "lead", "customer", "churned", "a/b c"];
 
 /** Poller keeps a map of contacts in step with the API, as the README's recipe says. */
@@ -62,6 +67,7 @@ class Poller {
   /** round reads what changed, then what was deleted, since the last round (minus an overlap). */
   async round() {
     if (this.updatedSince === null) return this.resync();
+    const started = Date.now();
     const changed = await this.readAll(`/public/v1/contacts?updated_after=${encodeURIComponent(this.updatedSince)}&sort_by=updated_at&sort_direction=asc`);
     let newest = Date.parse(this.updatedSince) + OVERLAP_MS;
     for (const contact of changed) {
@@ -82,7 +88,7 @@ class Poller {
       this.copy.delete(tombstone.id);
       newestDeletion = Math.max(newestDeletion, Date.parse(tombstone.deleted_at));
     }
-    this.deletedSince = new Date(newestDeletion - OVERLAP_MS).toISOString();
+    this.deletedSince = new Date(deleted.length > 0 ? newestDeletion - OVERLAP_MS : started - NO_DELETION_OVERLAP_MS).toISOString();
   }
 }
 
@@ -175,6 +181,17 @@ describe("two-way sync by polling", () => {
     expect(poller.resyncs).toBe(1);
   });
 
+  test("a poller that reads no deletion for longer than the tombstones are kept is not sent into a resync: each round moves its since on", async () => {
+    await setUp();
+    const poller = new Poller();
+    await poller.round();
+    // as if it had polled for 80 days with nothing deleted
+    poller.deletedSince = new Date(Date.now() - 80 * DAY_MS).toISOString();
+    await poller.round();
+    const twentyDaysOn = await listDeletedPage(h.rt, "contact", { since: poller.deletedSince }, Date.now() + 20 * DAY_MS);
+    expect([twentyDaysOn.data, poller.resyncs]).toEqual([[], 1]);
+  });
+
   test("a poller away longer than the tombstones are kept gets 410 and resyncs in full, dropping what was deleted meanwhile", async () => {
     const { accounts, users } = await setUp();
     const poller = new Poller();
@@ -192,7 +209,7 @@ describe("two-way sync by polling", () => {
   });
 });
 
-describe("updated_at moves forward with each version", () => {
+describe("updated_at never goes back, and never runs ahead of the clock", () => {
   /** stampedAhead sets a row's updated_at 10 s ahead, as an instance whose clock runs ahead would stamp it. */
   async function stampedAhead(table: "contacts" | "accounts", id: string): Promise<number> {
     const ahead = Date.now() + 10_000;
@@ -200,21 +217,35 @@ describe("updated_at moves forward with each version", () => {
     return ahead;
   }
 
-  test("a change made on a clock behind the last one's stamps 1 ms past it: a contact's PATCH, an account's PATCH, the unlink of a deleted account", async () => {
+  test("a change made on a clock behind the last one's keeps the last stamp: a contact's PATCH, an account's PATCH, the unlink of a deleted account", async () => {
     const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data;
     const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", account_ids: [account.id] } })).body.data;
 
     const contactAhead = await stampedAhead("contacts", contact.id);
     const patched = (await h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { first_name: "Grace" } })).body.data;
-    expect([patched.version, Date.parse(patched.updated_at)]).toEqual([contact.version + 1, contactAhead + 1]);
+    expect([patched.version, Date.parse(patched.updated_at)]).toEqual([contact.version + 1, contactAhead]);
 
     const accountAhead = await stampedAhead("accounts", account.id);
     const renamed = (await h.json("PATCH", `/public/v1/accounts/${account.id}`, { body: { name: "Acme Ltd" } })).body.data;
-    expect([renamed.version, Date.parse(renamed.updated_at)]).toEqual([account.version + 1, accountAhead + 1]);
+    expect([renamed.version, Date.parse(renamed.updated_at)]).toEqual([account.version + 1, accountAhead]);
 
     const linkedAhead = await stampedAhead("contacts", contact.id);
     expect((await h.request("DELETE", `/public/v1/accounts/${account.id}`)).status).toBe(204);
     const unlinked = (await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data;
-    expect([unlinked.version, unlinked.account_ids, Date.parse(unlinked.updated_at)]).toEqual([patched.version + 1, [], linkedAhead + 1]);
+    expect([unlinked.version, unlinked.account_ids, Date.parse(unlinked.updated_at)]).toEqual([patched.version + 1, [], linkedAhead]);
+  });
+
+  test("a record changed many times in one batch keeps the batch's one stamp, so a poller's next updated_after still finds another contact changed just after", async () => {
+    const contacts = Array.from({ length: 100 }, (_, n) => ({ email: "hot@example.com", custom_fields: { n } }));
+    const accounts = Array.from({ length: 100 }, (_, n) => ({ name: "Acme", properties: { n } }));
+    const hot = (await h.json("POST", "/public/v1/contacts/batch", { body: { items: contacts } })).body.data;
+    const busy = (await h.json("POST", "/public/v1/accounts/batch", { body: { items: accounts } })).body.data;
+    const contact = (await h.json("GET", `/public/v1/contacts/${hot[99].id}`)).body.data;
+    const account = (await h.json("GET", `/public/v1/accounts/${busy[99].id}`)).body.data;
+    expect([contact.version, contact.updated_at, account.version, account.updated_at]).toEqual([100, contact.created_at, 100, account.created_at]);
+    const other = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Grace" } })).body.data;
+    const since = new Date(Date.parse(contact.updated_at) - 1).toISOString();
+    const changed = (await h.json("GET", `/public/v1/contacts?updated_after=${encodeURIComponent(since)}&sort_by=updated_at&sort_direction=asc`)).body.data;
+    expect(changed.map((c: { id: string }) => c.id)).toEqual([contact.id, other.id]);
   });
 });
