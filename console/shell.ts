@@ -145,6 +145,7 @@ const ERROR_TITLES: Record<number, string> = {
   400: "Not understood",
   403: "Not allowed",
   404: "Not found",
+  405: "Method not allowed",
   408: "Form too slow",
   409: "Not possible now",
   413: "Form too large",
@@ -228,7 +229,9 @@ export function consoleBase(rt: Runtime) {
 
 /** signedInConsole is consoleBase for pages that need an operator: `session` is always set in their handlers. */
 export function signedInConsole(rt: Runtime) {
-  return consoleBase(rt).resolve({ as: "scoped" }, ({ session, request }) => {
+  // A derive, not a resolve: it runs before the route's schemas, so a signed-out request with a
+  // parameter past its limit is sent to sign in (or answered 401) like any other, not told 422.
+  return consoleBase(rt).derive({ as: "scoped" }, ({ session, request }) => {
     if (!session) {
       const url = new URL(request.url);
       throw new SignInRequired(request.method === "GET" ? safeNext(url.pathname + url.search) : undefined);

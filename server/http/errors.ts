@@ -9,9 +9,8 @@ import { pathOf } from "./request-log.ts";
 function routePatternMatches(pattern: string, path: string): boolean {
   const a = pattern.split("/");
   const b = path.split("/");
-  // A trailing * stands for the rest of the path; every segment before it must still match.
-  if (a.at(-1) === "*" ? b.length < a.length - 1 : a.length !== b.length) return false;
-  return a.every((segment, i) => (segment.startsWith(":") ? b[i] !== undefined && b[i] !== "" : segment === "*" || segment === b[i]));
+  if (a.length !== b.length) return false;
+  return a.every((segment, i) => (segment.startsWith(":") ? b[i] !== "" : segment === b[i]));
 }
 
 function validationErrors(error: ValidationError): FieldError[] {
@@ -30,10 +29,12 @@ export interface RouteEntry {
 /**
  * allowedMethods lists the methods the app's routes serve on a concrete path. A path some route
  * names as it is (/contacts/batch) is served by those routes alone: an id route around it
- * (/contacts/:id) would only answer that no contact has the id "batch".
+ * (/contacts/:id) would only answer that no contact has the id "batch". A catch-all (/console/*)
+ * serves nothing: it only answers that no page is there, for GET as for any other method.
  */
 function allowedMethods(routes: RouteEntry[], path: string): string[] {
-  return staticPathMethods(routes).get(path) ?? [...new Set(routes.filter((r) => r.method !== "ALL" && routePatternMatches(r.path, path)).map((r) => r.method))];
+  const served = (r: RouteEntry) => r.method !== "ALL" && !r.path.endsWith("*") && routePatternMatches(r.path, path);
+  return staticPathMethods(routes).get(path) ?? [...new Set(routes.filter(served).map((r) => r.method))];
 }
 
 /** staticPathMethods maps each route path without parameters to the methods served on it. */

@@ -245,12 +245,12 @@ describe("sign-in and sessions", () => {
     await h.rt.db.run("DELETE FROM operator_sessions");
     const out = await client.post("/console/logout", {});
     expect([out.status, out.headers.get("location"), out.headers.getSetCookie()]).toEqual([303, "/console/login", ["crm_console_session=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0"]]);
-    // Any other form of that page is refused as before.
+    // Any other form of that page sends the browser to sign in, and changes nothing.
     await client.signIn();
     await client.get("/console/tokens");
     await h.rt.db.run("DELETE FROM operator_sessions");
     const token = await client.post("/console/tokens", { name: "after the end" });
-    expect([token.status, (await h.rt.db.all("SELECT id FROM api_tokens WHERE name = 'after the end'")).length]).toEqual([403, 0]);
+    expect([token.status, token.headers.get("location"), (await h.rt.db.all("SELECT id FROM api_tokens WHERE name = 'after the end'")).length]).toEqual([303, "/console/login", 0]);
   });
 
   test("a session idle for 12 hours ends; using a session keeps it alive", async () => {

@@ -268,3 +268,33 @@ test("an address with no console page is a 404 page; one under /console/api is a
     { type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: "There is no console API endpoint at this address." },
   ]);
 });
+
+test("an address with no console page is 404 for any method, not 405 as if it were a page that takes GET; a method a page does not take is the 405 page with Allow", async () => {
+  await client.get("/console/");
+  const post = answerOf(await client.post("/console/nope", {}));
+  const api = answerOf(await client.post("/console/api/nope", {}));
+  const put = await client.send("/console/contacts", { method: "PUT" });
+  expect([post, api]).toEqual([
+    { status: 404, type: "text/html; charset=utf-8", title: "Not found · CRM console", main: messageMain("Not found", "No route matches POST /console/nope."), notice: null },
+    { status: 404, type: "application/problem+json", body: { type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: "No route matches POST /console/api/nope." } },
+  ]);
+  expect([answerOf(put), put.headers.get("allow")]).toEqual([
+    { status: 405, type: "text/html; charset=utf-8", title: "Method not allowed · CRM console", main: messageMain("Method not allowed", "PUT is not allowed on /console/contacts; allowed: GET, HEAD."), notice: null },
+    "GET, HEAD",
+  ]);
+});
+
+test("a signed-out request with a value past a route's schema limit is sent to sign in, or answered 401 under /console/api, as any signed-out request is, not told 422", async () => {
+  const signedOut = new ConsoleClient((r) => h.app.handle(r));
+  const page = await signedOut.get(`/console/contacts?q=${"x".repeat(301)}`);
+  const id = await signedOut.get(`/console/subscriptions/${"s".repeat(65)}`);
+  const api = await signedOut.get(`/console/api/deliveries/${"d".repeat(65)}`);
+  expect([page.status, page.headers.get("location"), id.status, id.headers.get("location"), api.status, JSON.parse(api.text).type]).toEqual([
+    303,
+    `/console/login?next=${encodeURIComponent(`/console/contacts?q=${"x".repeat(301)}`)}`,
+    303,
+    `/console/login?next=${encodeURIComponent(`/console/subscriptions/${"s".repeat(65)}`)}`,
+    401,
+    "urn:crm:problem:unauthorized",
+  ]);
+});

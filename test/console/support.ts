@@ -143,7 +143,8 @@ export class ConsoleClient {
     private readonly base = "http://localhost",
   ) {}
 
-  private async send(path: string, init: RequestInit = {}): Promise<{ status: number; headers: Headers; text: string }> {
+  /** send makes any request to a console path with the client's cookies, keeping the cookies and CSRF token it answers. */
+  async send(path: string, init: RequestInit = {}): Promise<{ status: number; headers: Headers; text: string }> {
     const cookie = [...this.cookies].map(([k, v]) => `${k}=${v}`).join("; ");
     const res = await this.handle(new Request(`${this.base}${path}`, { ...init, headers: { ...(cookie ? { cookie } : {}), ...(init.headers as Record<string, string>) } }));
     for (const set of res.headers.getSetCookie()) {
