@@ -24,7 +24,7 @@ export async function openBackend(config: Pick<Config, "databaseUrl" | "database
 export async function migrateBackend(db: Backend, secrets: () => SecretBox): Promise<string[]> {
   await refuseNewerDatabase(db);
   if (db.dialect === "postgres") return migratePostgres(db);
-  const applied = migrate(db.sqlite, MIGRATIONS, { secrets });
+  const applied = db.waitingForLocks((writer) => migrate(writer, MIGRATIONS, { secrets }));
   // The check above read in this turn's snapshot, which does not see the tables just created.
   db.refreshReads();
   return applied;

@@ -131,6 +131,9 @@ interface Watch {
   checkedThisTurn: boolean;
 }
 
+/** WRITE_LOCK_WAIT_MS is how long writes wait for a write lock another process holds, as SQLite's busy timeout of the other connections. */
+const WRITE_LOCK_WAIT_MS = 5_000;
+
 /**
  * SqliteDatabase is the embedded backend: a writer connection for `write` and a reader connection
  * on the same file for every read outside it. Write work is async: between its awaits other
@@ -157,7 +160,14 @@ export class SqliteDatabase implements Database {
   private readSnapshotOpen = false;
   private lane: ReadLane | null = null;
 
+  /** lockWaitMs is how long a group waits for the write lock another process holds before its writes fail as busy (tests shorten it). */
+  lockWaitMs = WRITE_LOCK_WAIT_MS;
+
   constructor(writer: StatementCachingDatabase, reader: StatementCachingDatabase, private readonly path: string) {
+    // SQLite's own busy wait would hold the event loop, and every request with it, while another
+    // process (a `crm` command, the sqlite3 shell, a backup tool) holds the write lock: the writer
+    // fails at once instead, and beginGroup waits on timers.
+    writer.run("PRAGMA busy_timeout = 0");
     this.sqlite = this.writer = writer;
     this.readerConnection = reader;
     this.reader = new ConnectionDb(reader);
@@ -240,7 +250,7 @@ export class SqliteDatabase implements Database {
   private async commitGroup(take: () => PendingWrite[]): Promise<CommittedGroup> {
     const writer = this.writer;
     // The transaction and savepoint statements are prepared once (db.run would prepare them on every write).
-    writer.query("BEGIN IMMEDIATE").run();
+    await this.beginGroup();
     const changesBefore = this.totalChanges();
     try {
       const outcomes = await runWrites(take(), this.tx, {
@@ -258,6 +268,34 @@ export class SqliteDatabase implements Database {
     } catch (error) {
       if (writer.inTransaction) writer.query("ROLLBACK").run();
       throw error;
+    }
+  }
+
+  /** waitingForLocks runs synchronous work on the writer (migrations at start-up) with SQLite's own busy wait, which holds the event loop: nothing is served yet. */
+  waitingForLocks<T>(work: (writer: SqliteConnection) => T): T {
+    this.writer.run(`PRAGMA busy_timeout = ${this.lockWaitMs}`);
+    try {
+      return work(this.writer);
+    } finally {
+      this.writer.run("PRAGMA busy_timeout = 0");
+    }
+  }
+
+  /**
+   * beginGroup opens a group's transaction, taking the write lock. While another process holds
+   * it, it tries again after 1 ms, then 2, 4 and so on up to 50, for lockWaitMs, then throws
+   * SQLite's busy error (a 503 to the requests of the group).
+   */
+  private async beginGroup(): Promise<void> {
+    const deadline = Date.now() + this.lockWaitMs;
+    for (let pause = 1; ; pause = Math.min(pause * 2, 50)) {
+      try {
+        this.writer.query("BEGIN IMMEDIATE").run();
+        return;
+      } catch (error) {
+        if (!String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY") || Date.now() >= deadline) throw error;
+      }
+      await Bun.sleep(Math.min(pause, Math.max(0, deadline - Date.now())));
     }
   }
 
@@ -333,7 +371,7 @@ function openConnection(path: string, synchronous: Synchronous): StatementCachin
     db.run("PRAGMA journal_mode = WAL");
     db.run(synchronous === "full" ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
     db.run("PRAGMA foreign_keys = ON");
-    db.run("PRAGMA busy_timeout = 5000");
+    db.run(`PRAGMA busy_timeout = ${WRITE_LOCK_WAIT_MS}`);
     // bun:sqlite's default 2 MB page cache would re-read count(*) indexes from disk on every request.
     db.run("PRAGMA cache_size = -16000");
     db.run("PRAGMA temp_store = MEMORY");

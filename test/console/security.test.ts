@@ -267,7 +267,7 @@ describe("the service's own failures get the console's pages too", () => {
     // Another process (a `crm` command, a backup tool) holding the write lock, for longer than the writer waits.
     const other = new Database(databasePath(h.dataDir));
     other.run("BEGIN IMMEDIATE");
-    h.db.sqlite.run("PRAGMA busy_timeout = 50");
+    h.db.lockWaitMs = 50;
     try {
       const res = await client.post("/console/users", { name: "Locked Out", email: "locked@example.com" });
       expect({ status: res.status, type: res.headers.get("content-type"), retryAfter: res.headers.get("retry-after") }).toEqual({ status: 503, type: "text/html; charset=utf-8", retryAfter: "5" });
@@ -277,7 +277,7 @@ describe("the service's own failures get the console's pages too", () => {
     } finally {
       other.run("ROLLBACK");
       other.close();
-      h.db.sqlite.run("PRAGMA busy_timeout = 5000");
+      h.db.lockWaitMs = 5_000;
     }
     expect(await count("users")).toBe(before);
   });

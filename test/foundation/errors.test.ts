@@ -251,12 +251,11 @@ describe("errors: unexpected exceptions", () => {
 
   sqliteOnly("a database another process holds locked past the busy timeout is 503 database-unavailable with Retry-After; reads go on, and the write succeeds once the lock is let go", async () => {
     const { app, lines } = loggedApp(h);
-    const writer = h.db.sqlite;
     const before = await contactCount(h);
     // Another process (a `crm` command, a backup tool) holding the write lock, for longer than the writer waits.
     const other = new Database(databasePath(h.dataDir));
     other.run("BEGIN IMMEDIATE");
-    writer.run("PRAGMA busy_timeout = 50");
+    h.db.lockWaitMs = 50;
     const post = () =>
       app.handle(new Request("http://localhost/public/v1/contacts", { method: "POST", headers: { authorization: `Bearer ${h.token}`, "content-type": "application/json" }, body: JSON.stringify({ first_name: "Locked" }) }));
     try {
@@ -276,20 +275,37 @@ describe("errors: unexpected exceptions", () => {
     } finally {
       other.run("ROLLBACK");
       other.close();
-      writer.run("PRAGMA busy_timeout = 5000");
+      h.db.lockWaitMs = 5_000;
     }
     expect(await contactCount(h)).toBe(before);
     expect((await post()).status).toBe(201);
   });
 
+  sqliteOnly("a write waiting for a lock another process holds does not hold up the other requests: reads and health checks are answered meanwhile, and the write is made once the lock is let go", async () => {
+    const other = new Database(databasePath(h.dataDir));
+    other.run("BEGIN IMMEDIATE");
+    let settled = false;
+    const created = h.json("POST", "/public/v1/contacts", { body: { first_name: "Waited" } }).finally(() => (settled = true));
+    try {
+      // The write's group is under way (waiting for the lock) before the reads are sent.
+      await Bun.sleep(100);
+      const [list, health] = [await h.request("GET", "/public/v1/contacts"), await h.request("GET", "/healthz")];
+      expect([list.status, health.status, settled]).toEqual([200, 200, false]);
+    } finally {
+      other.run("ROLLBACK");
+      other.close();
+    }
+    const { status, body } = await created;
+    expect([status, (await h.json("GET", `/public/v1/contacts/${body.data.id}`)).body.data.first_name]).toEqual([201, "Waited"]);
+  });
+
   sqliteOnly("a token whose last use is due still reads while another process holds the database locked: the use that could not be recorded is logged, not refused", async () => {
     const { app, lines } = loggedApp(h);
-    const writer = h.db.sqlite;
     // Never used: its first use is due to be recorded, and that write meets the lock.
     const { token } = await createApiToken(h.rt.db, "read while locked");
     const other = new Database(databasePath(h.dataDir));
     other.run("BEGIN IMMEDIATE");
-    writer.run("PRAGMA busy_timeout = 50");
+    h.db.lockWaitMs = 50;
     try {
       const res = await app.handle(new Request("http://localhost/public/v1/contacts?per_page=1", { headers: { authorization: `Bearer ${token}` } }));
       expect({ status: res.status, data: Array.isArray(((await res.json()) as { data?: unknown }).data) }).toEqual({ status: 200, data: true });
@@ -299,7 +315,7 @@ describe("errors: unexpected exceptions", () => {
     } finally {
       other.run("ROLLBACK");
       other.close();
-      writer.run("PRAGMA busy_timeout = 5000");
+      h.db.lockWaitMs = 5_000;
     }
   });
 
