@@ -131,7 +131,7 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
   if (error instanceof TargetRefused) return `refused: ${error.message}`;
   const { code, message } = error as { code?: string; message?: string };
   // Bun's fetch adds advice for developers and the address it connected to: neither helps an operator.
-  const text = (message ?? String(error)).replace(/ fetching "[^"]*"\. For more information, pass `verbose: true` in the second argument to fetch\(\)$/, "");
+  const text = (message ?? String(error)).replace(/(?: fetching "[^"]*")?\. For more information, pass `verbose: true` in the second argument to fetch\(\)$/, "");
   return `connection failed: ${text}${code && !text.includes(code) ? ` (${code})` : ""}`;
 }
 

@@ -452,6 +452,24 @@ describe("webhook deliveries: failures and retries", () => {
       raw.close();
     }
   });
+
+  test("a receiver that closes the connection without answering is a failure in words, without the runtime's advice to developers", async () => {
+    h = await scope.harness({ retrySchedule: [] });
+    const raw = createServer((socket) => socket.once("data", () => socket.destroy()));
+    await new Promise<void>((listening) => raw.listen(0, "127.0.0.1", listening));
+    try {
+      await h.subscribe(`http://127.0.0.1:${(raw.address() as AddressInfo).port}/hook`, ["contact.created"]);
+      await createContact();
+      const [delivery] = await settledDeliveries(h);
+      expect({ status: delivery.status, last_response_status: delivery.last_response_status, last_error: delivery.last_error }).toEqual({
+        status: "failed",
+        last_response_status: null,
+        last_error: "connection failed: ECONNRESET: The socket connection was closed unexpectedly",
+      });
+    } finally {
+      raw.close();
+    }
+  });
 });
 
 describe("webhook deliveries: security", () => {
