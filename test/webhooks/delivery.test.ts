@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { createServer, type AddressInfo } from "node:net";
+import { createServer, type AddressInfo, type Socket } from "node:net";
 import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
 import { VERSION } from "../../server/version.ts";
@@ -435,40 +435,35 @@ describe("webhook deliveries: failures and retries", () => {
     expect(delivery.last_error).toMatch(/^connection failed: .*(ECONNREFUSED|ConnectionRefused)/);
   });
 
-  test("a receiver that answers something other than HTTP is a failure in words, without the runtime's advice to developers", async () => {
+  /** rawReceiverOutcome delivers one event to a TCP server that answers each request with `answer`, and returns how the delivery settled. */
+  async function rawReceiverOutcome(answer: (socket: Socket) => void) {
     h = await scope.harness({ retrySchedule: [] });
-    const raw = createServer((socket) => socket.once("data", () => socket.end("SSH-2.0-OpenSSH_9.6\r\n")));
+    const raw = createServer((socket) => socket.once("data", () => answer(socket)));
     await new Promise<void>((listening) => raw.listen(0, "127.0.0.1", listening));
     try {
       await h.subscribe(`http://127.0.0.1:${(raw.address() as AddressInfo).port}/hook`, ["contact.created"]);
       await createContact();
       const [delivery] = await settledDeliveries(h);
-      expect({ status: delivery.status, last_response_status: delivery.last_response_status, last_error: delivery.last_error }).toEqual({
-        status: "failed",
-        last_response_status: null,
-        last_error: "connection failed: Malformed_HTTP_Response",
-      });
+      return { status: delivery.status, last_response_status: delivery.last_response_status, last_error: delivery.last_error };
     } finally {
       raw.close();
     }
+  }
+
+  test("a receiver that answers something other than HTTP is a failure in words, without the runtime's advice to developers", async () => {
+    expect(await rawReceiverOutcome((socket) => socket.end("SSH-2.0-OpenSSH_9.6\r\n"))).toEqual({
+      status: "failed",
+      last_response_status: null,
+      last_error: "connection failed: Malformed_HTTP_Response",
+    });
   });
 
   test("a receiver that closes the connection without answering is a failure in words, without the runtime's advice to developers", async () => {
-    h = await scope.harness({ retrySchedule: [] });
-    const raw = createServer((socket) => socket.once("data", () => socket.destroy()));
-    await new Promise<void>((listening) => raw.listen(0, "127.0.0.1", listening));
-    try {
-      await h.subscribe(`http://127.0.0.1:${(raw.address() as AddressInfo).port}/hook`, ["contact.created"]);
-      await createContact();
-      const [delivery] = await settledDeliveries(h);
-      expect({ status: delivery.status, last_response_status: delivery.last_response_status, last_error: delivery.last_error }).toEqual({
-        status: "failed",
-        last_response_status: null,
-        last_error: "connection failed: ECONNRESET: The socket connection was closed unexpectedly",
-      });
-    } finally {
-      raw.close();
-    }
+    expect(await rawReceiverOutcome((socket) => socket.destroy())).toEqual({
+      status: "failed",
+      last_response_status: null,
+      last_error: "connection failed: ECONNRESET: The socket connection was closed unexpectedly",
+    });
   });
 });
 
