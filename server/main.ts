@@ -5,7 +5,7 @@ import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, refuseOptionAsValue, type Config } from "./config.ts";
 import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
-import { pendingMigrations } from "./db/migrations.ts";
+import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
@@ -427,7 +427,7 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (error: unknown) => {
-    if (error instanceof ConfigError) process.stderr.write(`crm: ${error.message}\n`);
+    if (error instanceof ConfigError || error instanceof MigrationFailed) process.stderr.write(`crm: ${error.message}\n`);
     else if (error instanceof ProblemError) process.stderr.write(`crm: ${error.message}\n`);
     else process.stderr.write(`crm: ${(error as Error)?.stack ?? String(error)}\n`);
     process.exit(2);

@@ -432,19 +432,22 @@ export function databasePath(dataDir: string): string {
  */
 export function lockDataDirectory(dataDir: string): (() => void) | null {
   const path = dataDirectoryLockFile(dataDir);
-  const lock = new SqliteConnection(path, { create: true });
+  let lock: SqliteConnection | undefined;
   try {
+    lock = new SqliteConnection(path, { create: true });
     chmodSync(path, 0o600);
     lock.run("PRAGMA locking_mode = EXCLUSIVE");
     // No journal file beside the lock: the transaction never writes.
     lock.run("PRAGMA journal_mode = MEMORY");
     lock.run("BEGIN EXCLUSIVE");
   } catch (error) {
-    lock.close();
+    lock?.close();
     if (String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY")) return null;
-    throw error;
+    // Another user's lock file (a command run as root created it) is a setting to fix, told in one line.
+    throw new ConfigError(`cannot open the lock file ${path} (--data-dir, CRM_DATA_DIR): ${(error as Error).message}`);
   }
-  return () => lock.close();
+  const held = lock;
+  return () => held.close();
 }
 
 /** dataDirectoryLockFile is the file lockDataDirectory holds locked in a data directory. */

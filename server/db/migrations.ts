@@ -26,6 +26,7 @@ import operatorDevices from "../../migrations/0022_operator_devices.sql" with { 
 import recoveredDeliveries from "../../migrations/0023_recovered_deliveries.sql" with { type: "text" };
 import signInTurns from "../../migrations/0024_sign_in_turns.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
+import { ConfigError } from "../config.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
 export interface MigrationContext {
@@ -99,16 +100,29 @@ export function pendingMigrations(db: Database, migrations: Migration[] = MIGRAT
 export function migrate(db: Database, migrations: Migration[] = MIGRATIONS, context: MigrationContext = {}): string[] {
   const applied: string[] = [];
   for (const migration of pendingMigrations(db, migrations)) {
-    db.transaction(() => {
-      db.run(migration.sql);
-      migration.backfill?.(db, context);
-      db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(
-        migration.version,
-        migration.name,
-        Date.now(),
-      );
-    }).immediate();
+    try {
+      db.transaction(() => {
+        db.run(migration.sql);
+        migration.backfill?.(db, context);
+        db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(
+          migration.version,
+          migration.name,
+          Date.now(),
+        );
+      }).immediate();
+    } catch (error) {
+      throw migrationFailure(migration.name, error);
+    }
     applied.push(migration.name);
   }
   return applied;
+}
+
+/** MigrationFailed is a migration that failed and was rolled back whole; main prints its message as one line. */
+export class MigrationFailed extends Error {}
+
+/** migrationFailure names the migration an error stopped, unless the error already speaks for itself (a setting to fix). */
+export function migrationFailure(name: string, error: unknown): unknown {
+  if (error instanceof ConfigError) return error;
+  return new MigrationFailed(`migration ${name} failed, and nothing of it was applied (the database is as it was): ${(error as Error)?.message ?? String(error)}`, { cause: error });
 }

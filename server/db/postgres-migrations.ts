@@ -10,6 +10,7 @@ import operatorDevices from "../../migrations/postgres/0022_operator_devices.sql
 import recoveredDeliveries from "../../migrations/postgres/0023_recovered_deliveries.sql" with { type: "text" };
 import signInTurns from "../../migrations/postgres/0024_sign_in_turns.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
+import { migrationFailure } from "./migrations.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
 export interface PostgresMigration {
@@ -58,7 +59,11 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
         applied_at bigint NOT NULL
       )`);
       if (await tx.get("SELECT version FROM schema_migrations WHERE version = ?", [migration.version])) return false;
-      await tx.script(migration.sql);
+      try {
+        await tx.script(migration.sql);
+      } catch (error) {
+        throw migrationFailure(migration.name, error);
+      }
       await tx.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", [migration.version, migration.name, Date.now()]);
       return true;
     });

@@ -281,7 +281,7 @@ describe("migrations: errors", () => {
   test("a failing backfill rolls its migration back with it", () => {
     const failing: Migration = { version: 1001, name: "1001_fail.sql", sql: "CREATE TABLE mig_c (x INTEGER);", backfill: () => { throw new Error("backfill failed"); } };
     migrate(db.sqlite);
-    expect(() => migrate(db.sqlite, [...MIGRATIONS, failing])).toThrow("backfill failed");
+    expect(() => migrate(db.sqlite, [...MIGRATIONS, failing])).toThrow("migration 1001_fail.sql failed, and nothing of it was applied (the database is as it was): backfill failed");
     expect(tables()).not.toContain("mig_c");
     expect(appliedVersions(db.sqlite)).toEqual(MIGRATIONS.map((m) => m.version));
   });
@@ -295,7 +295,7 @@ describe("migrations: errors", () => {
       { version: 1001, name: "1001_broken.sql", sql: "CREATE TABLE half_done (x INTEGER); INSERT INTO half_done VALUES (1); ALTER TABLE contacts ADD COLUMN extra TEXT; CREATE TABLE contacts (x INTEGER);" },
       { version: 1002, name: "1002_after.sql", sql: "CREATE TABLE after_broken (x INTEGER);" },
     ];
-    expect(() => migrate(db.sqlite, broken)).toThrow(/already exists/);
+    expect(() => migrate(db.sqlite, broken)).toThrow("migration 1001_broken.sql failed, and nothing of it was applied (the database is as it was): table contacts already exists");
     expect(db.sqlite.query("SELECT name FROM sqlite_schema ORDER BY name").all()).toEqual(schema);
     expect(db.sqlite.query("SELECT name FROM pragma_table_info('contacts') WHERE name = 'extra'").all()).toEqual([]);
     expect(appliedVersions(db.sqlite)).toEqual([first.version]);

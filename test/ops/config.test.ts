@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
@@ -214,6 +215,24 @@ describe("configuration: invalid input names the setting", () => {
       const result = runCli([...SOURCE, ...command, "--data-dir", garbled]);
       expect({ exitCode: result.exitCode, stderr: result.stderr }).toEqual({ exitCode: 2, stderr: `crm: cannot open the database ${join(garbled, "crm.sqlite")} (--data-dir, CRM_DATA_DIR): file is not a database\n` });
     }
+  });
+
+  test("a migration that fails, or a lock file the service cannot open, is one line naming it, not a stack trace", () => {
+    const dataDir = tempDir("failing-migration");
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
+    const db = new Database(join(dataDir, "crm.sqlite"));
+    // As an operator's hand-made table would: the last migration's table is there before it runs.
+    const last = db.query<{ name: string }, []>("SELECT name FROM schema_migrations ORDER BY version DESC LIMIT 1").get()!.name;
+    db.run("DELETE FROM schema_migrations WHERE name = ?", [last]);
+    db.close();
+    for (const command of [["serve", "--port", "0"], ["token", "list"]]) {
+      const result = runCli([...SOURCE, ...command, "--data-dir", dataDir]);
+      expect({ exitCode: result.exitCode, stderr: result.stderr }).toEqual({ exitCode: 2, stderr: expect.stringMatching(new RegExp(`^crm: migration ${last} failed, and nothing of it was applied \\(the database is as it was\\): [^\\n]*already exists\\n$`)) });
+    }
+    const locked = tempDir("lock-directory");
+    mkdirSync(join(locked, "crm.lock"), { recursive: true });
+    const result = runCli([...SOURCE, "serve", "--port", "0", "--data-dir", locked]);
+    expect({ exitCode: result.exitCode, stderr: result.stderr }).toEqual({ exitCode: 2, stderr: `crm: cannot open the lock file ${join(locked, "crm.lock")} (--data-dir, CRM_DATA_DIR): unable to open database file\n` });
   });
 
   test("a second serve on the port of a running one stops with one line, instead of sharing the port and splitting its traffic", async () => {

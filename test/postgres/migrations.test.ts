@@ -86,7 +86,7 @@ describe("postgres migrations: applying", () => {
       { version: 2, name: "0002_broken.sql", sql: "CREATE TABLE second_table (id int PRIMARY KEY); INSERT INTO second_table VALUES (1); SELECT no_such_function();" },
       { version: 3, name: "0003_later.sql", sql: "CREATE TABLE third_table (id int PRIMARY KEY);" },
     ];
-    await expect(migratePostgres(fresh, migrations)).rejects.toThrow("no_such_function");
+    await expect(migratePostgres(fresh, migrations)).rejects.toThrow("migration 0002_broken.sql failed, and nothing of it was applied (the database is as it was): function no_such_function() does not exist");
     expect(await fresh.all("SELECT version, name FROM schema_migrations")).toEqual([{ version: 1, name: "0001_first.sql" }]);
     expect(await fresh.all("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name")).toEqual([
       { table_name: "first_table" },
