@@ -117,6 +117,23 @@ describe("malformed requests: answered by Bun before the service", () => {
   });
 });
 
+describe("malformed requests: decoded by Bun before the service", () => {
+  test("a raw byte that is not UTF-8 in the request target reaches the service as U+FFFD, as the README says, while the same byte percent-encoded is refused", async () => {
+    const port = await serve();
+    const { token } = await createApiToken(running!.runtime.db, "raw-bytes");
+    const get = async (target: Uint8Array) => {
+      const c = new Connection(port);
+      c.writeBytes(Buffer.concat([Buffer.from("GET "), target, Buffer.from(` HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\n\r\n`)]));
+      const answer = await c.response();
+      c.destroy();
+      return { status: answer.status, body: JSON.parse(Buffer.from(answer.body, "latin1").toString("utf8")) };
+    };
+    const raw = await get(Buffer.from("/public/v1/contacts/con_\xe9", "latin1"));
+    const encoded = await get(Buffer.from("/public/v1/contacts/con_%E9"));
+    expect([raw.status, raw.body.detail, encoded.status, encoded.body.type]).toEqual([404, 'No contact with id "con_\ufffd" exists.', 400, "urn:crm:problem:invalid-request-target"]);
+  });
+});
+
 describe("malformed requests: answered by Bun after the service carried them out", () => {
   /** post is a POST of one contact under an Idempotency-Key, as raw bytes; `framing` is its body's. */
   const post = (token: string, key: string, email: string, framing: "length" | "chunked with a trailer") => {
