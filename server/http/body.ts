@@ -122,7 +122,8 @@ function bodyTooLarge(limit: number): ProblemError {
  * problems for anything else.
  */
 export async function parseJsonBody(request: Request, wait: BodyWait): Promise<unknown> {
-  const contentType = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+  const [type, ...parameters] = (request.headers.get("content-type") ?? "").split(";");
+  const contentType = type!.trim().toLowerCase();
   // A compressed body would be read as if it were the JSON itself: refuse it rather than misread it.
   const encoding = request.headers.get("content-encoding")?.trim().toLowerCase();
   if (encoding && encoding !== "identity") {
@@ -138,6 +139,11 @@ export async function parseJsonBody(request: Request, wait: BodyWait): Promise<u
         ? "Send the request body as JSON with Content-Type: application/json."
         : `Content-Type ${contentType} is not accepted; send application/json.`,
     );
+  }
+  // JSON between systems is UTF-8 (RFC 8259); a body declared in another charset would be misread.
+  const charset = parameters.map((p) => p.trim().toLowerCase()).find((p) => p.startsWith("charset="))?.slice(8).replace(/^"(.*)"$/, "$1");
+  if (charset !== undefined && charset !== "utf-8" && charset !== "utf8") {
+    throw new ProblemError(415, "unsupported-media-type", `Content-Type charset ${charset} is not accepted; send the JSON in UTF-8 (charset=utf-8, or no charset).`);
   }
   const value = parseSafeJson(text);
   if (typeof value !== "object" || value === null || Array.isArray(value)) {

@@ -75,6 +75,20 @@ describe("browser refusal: in-process", () => {
     }
     expect(await contactCount(h)).toBe(0);
   });
+
+  test("JSON declared in a charset other than UTF-8 is 415 and stores nothing; UTF-8 declared either way, and a +json type, are read", async () => {
+    for (const charset of ["iso-8859-1", "utf-16", '"latin1"']) {
+      const res = await h.json("POST", "/public/v1/contacts", { body: '{"first_name":"Ada"}', headers: { "content-type": `application/json; charset=${charset}` } });
+      expectProblem(res, 415, "unsupported-media-type");
+      expect(res.body.detail).toBe(`Content-Type charset ${charset.replaceAll('"', "")} is not accepted; send the JSON in UTF-8 (charset=utf-8, or no charset).`);
+    }
+    expect(await contactCount(h)).toBe(0);
+    const accepted = [];
+    for (const type of ["application/json; charset=utf-8", "application/json;charset=UTF8", "application/vnd.api+json"]) {
+      accepted.push((await h.json("POST", "/public/v1/contacts", { body: '{"first_name":"Zoë"}', headers: { "content-type": type } })).body.data.first_name);
+    }
+    expect(accepted).toEqual(["Zoë", "Zoë", "Zoë"]);
+  });
 });
 
 describe("server-side clients: through a real listening server", () => {
