@@ -1,5 +1,6 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import { ConfigError, redactedUrl, type Config } from "../config.ts";
+import { withoutNul } from "../shared/text.ts";
 import { openPostgres, type PostgresDatabase, type PostgresDb } from "./postgres.ts";
 import { migratePostgres } from "./postgres-migrations.ts";
 import type { SqlValue } from "./sql.ts";
@@ -121,11 +122,37 @@ async function refuseNonEmptyTarget(tables: string[], target: PostgresDb, url: s
   }
 }
 
+/**
+ * JSON_COLUMNS hold JSON the service serialised from request bodies, in which versions before
+ * 2026-11-27 (they took the NUL character in bodies) wrote a NUL as the escape `\u0000`: PostgreSQL
+ * stores that in text, but jsonb refuses it, and events' payloads are read as jsonb.
+ */
+const JSON_COLUMNS = new Set(["accounts.properties", "contacts.properties", "events.payload", "idempotency_keys.response_body"]);
+
+/**
+ * JSON_ESCAPE walks the escapes of JSON text one at a time, so that an escaped backslash followed
+ * by "u0000" (the text \u0000, no NUL) is not taken for a NUL's escape.
+ */
+const JSON_ESCAPE = /\\(u0000|[^])/g;
+
+/**
+ * storableInPostgres is a value as PostgreSQL can hold it: a NUL character, which PostgreSQL's text
+ * refuses and older versions stored in SQLite (from request bodies and receivers' answers),
+ * becomes U+FFFD, as the delivery code records new answers; in a JSON column its escape becomes
+ * `\ufffd` too, so the service's JSON holds no NUL in either form.
+ */
+function storableInPostgres(value: SqlValue, json: boolean): SqlValue {
+  if (typeof value !== "string") return value;
+  const text = withoutNul(value);
+  return json && text.includes("\\u0000") ? text.replace(JSON_ESCAPE, (escape, escaped) => (escaped === "u0000" ? "\\ufffd" : escape)) : text;
+}
+
 /** copyTable copies one table in batches read in key order, reporting progress after each. */
 async function copyTable(sqlite: SqliteConnection, tx: PostgresDb, table: TableCopy, report: (copied: number) => void): Promise<number> {
   const columnList = table.columns.map(quote).join(", ");
   const keyList = table.key.map(quote).join(", ");
   const keyIndexes = table.key.map((k) => table.columns.indexOf(k));
+  const json = table.columns.map((c) => JSON_COLUMNS.has(`${table.name}.${c}`));
   const perBatch = Math.max(1, Math.min(COPY_BATCH_ROWS, Math.floor(MAX_PARAMETERS / table.columns.length)));
   const firstPage = sqlite.query<SqlValue[], [number]>(`SELECT ${columnList} FROM ${quote(table.name)} ORDER BY ${keyList} LIMIT ?`);
   const nextPage = sqlite.query<SqlValue[], SqlValue[]>(
@@ -138,7 +165,9 @@ async function copyTable(sqlite: SqliteConnection, tx: PostgresDb, table: TableC
     // Without safeIntegers, bun:sqlite reads no bigint: every value is a SqlValue.
     const rows = (last === null ? firstPage.values(perBatch) : nextPage.values(...keyIndexes.map((i) => last![i]!), perBatch)) as SqlValue[][];
     if (rows.length === 0) break;
-    await tx.run(`INSERT INTO ${quote(table.name)} (${columnList}) VALUES ${rows.map(() => rowPlaceholders).join(", ")}`, rows.flat());
+    // The next page is read after the last key as SQLite holds it, NUL and all.
+    const values = rows.flatMap((row) => row.map((value, i) => storableInPostgres(value, json[i]!)));
+    await tx.run(`INSERT INTO ${quote(table.name)} (${columnList}) VALUES ${rows.map(() => rowPlaceholders).join(", ")}`, values);
     copied += rows.length;
     last = rows[rows.length - 1]!;
     report(copied);

@@ -10,3 +10,11 @@ export function codePointName(character: string): string {
 export function printable(text: string): string {
   return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
+
+/**
+ * withoutNul replaces each NUL character with U+FFFD: PostgreSQL's text cannot hold NUL, so text
+ * from outside (a receiver's answer, rows older versions stored in SQLite) is stored this way.
+ */
+export function withoutNul(text: string): string {
+  return text.replaceAll("\u0000", "\uFFFD");
+}

@@ -1,4 +1,5 @@
 import { createHmac } from "node:crypto";
+import { withoutNul } from "../shared/text.ts";
 import { VERSION } from "../version.ts";
 import { pinTarget, resolveTarget, TargetRefused, type Network } from "./targets.ts";
 
@@ -122,8 +123,6 @@ async function readPrefix(response: Response, limit: number): Promise<string> {
   // of decoding it as U+FFFD (the body may go on exactly at the limit).
   return withoutNul(new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: !ended }));
 }
-
-const withoutNul = (text: string) => text.replaceAll("\u0000", "\uFFFD");
 
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null): string {
   if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;

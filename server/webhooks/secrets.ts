@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { fsyncPath, partialName, publishFile } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { findOneSubscriptionSecret, listUnsealedSubscriptionSecrets, updateSubscriptionSecrets } from "./store.ts";
+import { findOneSubscriptionSecret, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
 /** SECRETS_KEY_FILE_NAME is the key file created in the data directory when --secrets-key-file is not given. */
 export const SECRETS_KEY_FILE_NAME = "secrets.key";
@@ -137,17 +137,20 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
 
 /**
  * sealStoredSecrets seals every signing secret, and previous secret of a rotation, still stored in
- * clear (migration 0011) and returns for how many subscriptions. The key is asked for only when
- * there is one to seal.
+ * clear (migration 0011), and the secret in each kept answer of an idempotent create or rotation,
+ * which a crm before 0011 kept in clear too (a replay opens it), and returns how many it sealed.
+ * The key is asked for only when there is one to seal.
  */
 export function sealStoredSecrets(db: SqliteConnection, openBox: (() => SecretBox) | undefined): number {
   const rows = listUnsealedSubscriptionSecrets(db);
-  if (rows.length === 0) return 0;
+  const answers = listUnsealedSecretAnswers(db);
+  if (rows.length + answers.length === 0) return 0;
   if (!openBox) throw new Error("signing secrets are stored in clear and migration 0011 needs the secrets key to seal them; run crm migrate or crm serve");
   const box = openBox();
   const sealed = (id: string, secret: string) => (isSealed(secret) ? secret : box.seal(id, secret));
   for (const row of rows) updateSubscriptionSecrets(db, row.id, sealed(row.id, row.secret), row.previous_secret === null ? null : sealed(row.id, row.previous_secret));
-  return rows.length;
+  for (const answer of answers) updateAnswerSecret(db, answer, box.seal(answer.subscription_id, answer.secret));
+  return rows.length + answers.length;
 }
 
 /**

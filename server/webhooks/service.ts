@@ -201,8 +201,9 @@ async function answerWithSecret(db: Db, row: SubscriptionRow, secret: string, st
 
 /** openReplayedSecret opens the sealed secret of a replayed create or rotate-secret response, so a replay shows it in full like the first answer. */
 export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSecret }): { data: SubscriptionWithSecret } {
-  // A create answered before migration 0011 was kept with its secret in clear (0011 sealed only the
-  // subscriptions); its replay within the 24 hours after an upgrade shows that secret as it is.
+  // A create answered before migration 0011 was kept with its secret in clear. 0011 seals such
+  // answers too, but as applied by a crm before 2026-11-28 it sealed only the subscriptions: an
+  // answer it left in clear replays, for the rest of its 24 hours, with that secret as it is.
   if (!isSealed(body.data.secret)) return body;
   return { data: { ...body.data, secret: rt.secrets.open(body.data.id, body.data.secret) } };
 }

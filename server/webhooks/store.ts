@@ -193,6 +193,45 @@ export function updateSubscriptionSecrets(db: SqliteConnection, id: string, secr
   db.query("UPDATE webhook_subscriptions SET secret = ?, previous_secret = ? WHERE id = ?").run(secret, previousSecret, id);
 }
 
+/** SecretAnswer is a kept answer of an idempotent create or secret rotation: its key, its subscription and the secret it shows. */
+export interface SecretAnswer {
+  token_id: string;
+  method: string;
+  path: string;
+  idem_key: string;
+  subscription_id: string;
+  secret: string;
+}
+
+/**
+ * listUnsealedSecretAnswers returns the kept answers of idempotent subscription creates and secret
+ * rotations whose secret is in clear (a crm before migration 0011 kept them as sent).
+ */
+// sqlite-only: a migration backfill (migrations run synchronously on the writer connection); the
+// table has no rowid before 0019, so a record is named by its key.
+export function listUnsealedSecretAnswers(db: SqliteConnection): SecretAnswer[] {
+  return db
+    .query<SecretAnswer, []>(
+      `SELECT token_id, method, path, idem_key, answer ->> '$.data.id' AS subscription_id, answer ->> '$.data.secret' AS secret
+       FROM (SELECT *, CASE WHEN json_valid(response_body) THEN response_body END AS answer FROM idempotency_keys
+             WHERE method = 'POST' AND (path = '/public/v1/webhook-subscriptions' OR path GLOB '/public/v1/webhook-subscriptions/*/rotate-secret'))
+       WHERE answer ->> '$.data.secret' NOT LIKE 'sealed-v1.%'`,
+    )
+    .all();
+}
+
+/** updateAnswerSecret replaces the secret shown in a kept answer with its sealed form. */
+// sqlite-only: a migration backfill (migrations run synchronously on the writer connection).
+export function updateAnswerSecret(db: SqliteConnection, answer: SecretAnswer, sealedSecret: string): void {
+  db.query("UPDATE idempotency_keys SET response_body = json_set(response_body, '$.data.secret', ?) WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ?").run(
+    sealedSecret,
+    answer.token_id,
+    answer.method,
+    answer.path,
+    answer.idem_key,
+  );
+}
+
 /** findOneSubscriptionSecret returns any one subscription's stored secret, or null when there is none. */
 export function findOneSubscriptionSecret(db: Db): Promise<{ id: string; secret: string } | null> {
   return db.get<{ id: string; secret: string }>("SELECT id, secret FROM webhook_subscriptions LIMIT 1");

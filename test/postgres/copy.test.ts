@@ -10,18 +10,11 @@ import { openPostgres, WRITE_LOCK, type PostgresDatabase } from "../../server/db
 import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "../webhooks/support.ts";
+import { inOneOrder, selectEveryColumn, TABLES } from "./support.ts";
 
 // `crm copy-to-postgres` run as a subprocess on a data directory the real app populated: contacts
 // with tags, accounts and users, a subscription with finished and pending deliveries, tokens and
 // an operator. Every table must arrive whole on PostgreSQL.
-
-/** TABLES are the service's tables: what a migrated SQLite database has besides its FTS index and schema_migrations. */
-const TABLES = [
-  "accounts", "api_tokens", "contact_accounts", "contact_assigned_users", "contact_filter_counts", "contact_tags", "contacts",
-  "events", "idempotency_keys", "login_failures", "operator_devices", "operator_links", "operator_sessions", "operator_setup_codes", "operators", "row_counts", "sign_in_turns",
-  "subscription_rotations", "tombstones", "users", "webhook_attempt_stats", "webhook_deliveries", "webhook_delivery_attempts",
-  "webhook_delivery_hours", "webhook_header_sets", "webhook_subscription_events", "webhook_subscriptions",
-];
 
 let h: WebhookHarness;
 let receiver: Receiver;
@@ -34,12 +27,10 @@ function crm(args: string[], env: Record<string, string> = {}, stdin?: string) {
   return runCli([...SOURCE, ...args], { env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: h.dataDir, ...env }, stdin });
 }
 
-/** rowsOf reads a whole table, every SQLite column, on both sides, in one order (the backends' text orders differ). */
+/** rowsOf reads a whole table, every SQLite column, on both sides, in one order. */
 async function rowsOf(table: string, sqlite: SqliteDatabase): Promise<{ sqlite: unknown[]; postgres: unknown[] }> {
-  const columns = sqlite.query<{ name: string }, [string]>("SELECT name FROM pragma_table_info(?) ORDER BY cid").all(table);
-  const sql = `SELECT ${columns.map((c) => `"${c.name}"`).join(", ")} FROM "${table}"`;
-  const sorted = (rows: unknown[]) => rows.map((row) => [JSON.stringify(row), row] as const).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, row]) => row);
-  return { sqlite: sorted(sqlite.query(sql).all()), postgres: sorted(await pg.all(sql)) };
+  const sql = selectEveryColumn(sqlite, table);
+  return { sqlite: inOneOrder(sqlite.query(sql).all()), postgres: inOneOrder(await pg.all(sql)) };
 }
 
 beforeAll(async () => {

@@ -3,11 +3,14 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
-import { createRuntime } from "../../server/app.ts";
+import { createApp, createRuntime } from "../../server/app.ts";
+import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import type { Db } from "../../server/db/sql.ts";
+import { canonicalJson } from "../../server/idempotency/service.ts";
+import { sha256 } from "../../server/shared/crypto.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { newId } from "../../server/shared/ids.ts";
 import { recordPing } from "../../server/webhooks/outbox.ts";
@@ -54,11 +57,11 @@ describe("sealed secrets: happy paths", () => {
     expect(fileBytes(h.dataDir).includes(first.body.data.secret.slice(6))).toBe(false);
   });
 
-  test("a create kept with its secret in clear (by a crm before migration 0011) replays after the upgrade with that secret", async () => {
+  test("a create kept with its secret in clear (by a crm before migration 0011, on a database a crm before 2026-11-28 migrated) replays with that secret", async () => {
     h = await scope.harness();
     const body = { target_url: "http://127.0.0.1:9/hook", events: ["contact.created"] };
     const first = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-old" } });
-    // What an older crm kept: the answer as sent, secret and all (0011 sealed the subscriptions only).
+    // What an older crm kept: the answer as sent, secret and all (0011 then sealed the subscriptions only).
     await h.rt.db.run("UPDATE idempotency_keys SET response_body = ? WHERE idem_key = 'sub-old'", [JSON.stringify(first.body)]);
     const replay = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-old" } });
     expect(replay.status).toBe(201);
@@ -133,6 +136,43 @@ describe("sealed secrets: happy paths", () => {
       await db.close();
       rmSync(dataDir, { recursive: true, force: true });
     }
+  });
+
+  test("migration 0011 seals the secrets in the kept answers of an idempotent create and rotation: replays still answer them in full, and the file holds them in clear no more", async () => {
+    const dataDir = tempDir();
+    const db = openDatabase(databasePath(dataDir));
+    const [created, rotated] = [`whsec_${Buffer.alloc(32, 1).toString("base64")}`, `whsec_${Buffer.alloc(32, 2).toString("base64")}`];
+    try {
+      migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 11));
+      const { token, info } = await createApiToken(db, "old");
+      const id = newId("sub");
+      db.sqlite.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, previous_secret, previous_secret_expires_at, created_at, updated_at) VALUES (?, 'http://127.0.0.1:9/x', '[\"contact.created\"]', ?, ?, ?, 1, 1)").run(id, rotated, created, Date.now() + 3_600_000);
+      // What a crm before 0011 kept for a replay within 24 hours: the answers as sent, secrets in clear.
+      const subscription = { id, target_url: "http://127.0.0.1:9/x", description: null, events: ["contact.created"], status: "active", created_at: "2026-11-21T10:00:00.000Z", updated_at: "2026-11-21T10:00:00.000Z" };
+      const requests = [
+        { path: "/public/v1/webhook-subscriptions", key: "sub-old", body: { target_url: "http://127.0.0.1:9/x", events: ["contact.created"] }, status: 201, answer: { data: { ...subscription, secret: created } } },
+        { path: `/public/v1/webhook-subscriptions/${id}/rotate-secret`, key: "rotate-old", body: { grace_hours: 1 }, status: 200, answer: { data: { ...subscription, secret: rotated } } },
+      ];
+      const keep = db.sqlite.query("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, 'POST', ?, ?, ?, ?, ?, ?)");
+      // The fingerprint as the idempotency guard takes it: SHA-256 of the body's canonical JSON.
+      for (const r of requests) keep.run(info.id, r.path, r.key, sha256(canonicalJson(r.body)), r.status, JSON.stringify(r.answer), Date.now());
+
+      const app = createApp(await createRuntime({ db, config: configFor(dataDir), log: createLogger("error") }));
+      const kept = db.sqlite.query<{ secret: string }, []>("SELECT response_body ->> '$.data.secret' AS secret FROM idempotency_keys ORDER BY status DESC").all();
+      expect(kept.map((k) => k.secret.slice(0, 15))).toEqual([`sealed-v1.${created.slice(6, 10)}.`, `sealed-v1.${rotated.slice(6, 10)}.`]);
+      for (const r of requests) {
+        const replay = await app.handle(
+          new Request(`http://localhost${r.path}`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": r.key }, body: JSON.stringify(r.body) }),
+        );
+        expect({ status: replay.status, replayed: replay.headers.get("idempotent-replayed"), body: await replay.json() }).toEqual({ status: r.status, replayed: "true", body: r.answer });
+      }
+    } finally {
+      await db.close();
+    }
+    // Closed, the database is one file, as a backup or a copied disk has it.
+    const bytes = fileBytes(dataDir);
+    rmSync(dataDir, { recursive: true, force: true });
+    expect([created, rotated].map((secret) => bytes.includes(secret.slice(10)))).toEqual([false, false]);
   });
 
   test("--secrets-key-file names a key kept outside the data directory; none is created inside", async () => {
