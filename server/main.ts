@@ -112,9 +112,16 @@ function loadCommandConfig(args: string[]): Config {
   return config;
 }
 
-/** migrateWithSecretsKey migrates; a migration that seals signing secrets reads (or creates) the secrets key. */
+/**
+ * migrateWithSecretsKey migrates; a migration that seals signing secrets reads (or creates) the
+ * secrets key. A key it creates is named on stderr, as serve logs it: it must be kept with the database.
+ */
 function migrateWithSecretsKey(db: Backend, config: Config): Promise<string[]> {
-  return migrateBackend(db, () => new SecretBox(loadSecretsKey(config).key));
+  return migrateBackend(db, () => {
+    const secretsKey = loadSecretsKey(config);
+    if (secretsKey.created) process.stderr.write(`crm: created the key that encrypts webhook signing secrets, ${secretsKey.path}; keep it with the database: backups do not include it\n`);
+    return new SecretBox(secretsKey.key);
+  });
 }
 
 /**

@@ -15,6 +15,7 @@ import { createLogger } from "../../server/shared/log.ts";
 import { newId } from "../../server/shared/ids.ts";
 import { recordPing } from "../../server/webhooks/outbox.ts";
 import { SecretBox, SecretUnreadable } from "../../server/webhooks/secrets.ts";
+import { runCli, SOURCE } from "../ops/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
@@ -173,6 +174,24 @@ describe("sealed secrets: happy paths", () => {
     const bytes = fileBytes(dataDir);
     rmSync(dataDir, { recursive: true, force: true });
     expect([created, rotated].map((secret) => bytes.includes(secret.slice(10)))).toEqual([false, false]);
+  });
+
+  test("a command that seals secrets stored in clear creates the key and says so, as serve logs it", async () => {
+    const dataDir = tempDir();
+    const db = openDatabase(databasePath(dataDir));
+    migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 11));
+    db.sqlite.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES (?, 'https://192.0.43.10/crm', '[\"contact.created\"]', 'whsec_plain', 1, 1)").run(newId("sub"));
+    await db.close();
+    try {
+      const migrated = runCli([...SOURCE, "migrate", "--data-dir", dataDir]);
+      expect([migrated.exitCode, migrated.stderr, existsSync(join(dataDir, "secrets.key"))]).toEqual([
+        0,
+        `crm: created the key that encrypts webhook signing secrets, ${join(dataDir, "secrets.key")}; keep it with the database: backups do not include it\n`,
+        true,
+      ]);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 
   test("--secrets-key-file names a key kept outside the data directory; none is created inside", async () => {
