@@ -162,9 +162,10 @@ export class Metrics {
     // A 2xx whose body did not arrive within the timeout is an error, as it is for the delivery.
     this.attempts.inc({ result: code === null || (outcome.error !== null && code < 300) ? "error" : code >= 200 && code < 300 ? "succeeded" : "failed" });
     this.attemptDurations.observe({}, outcome.duration_ms / 1000);
-    // A manual retry of a delivery that had already finished is an attempt, not another delivery;
-    // so is a late attempt: the claim that took its delivery over counts the delivery.
-    if (outcome.trigger === "manual" || outcome.late || outcome.status === "pending") return;
+    // A delivery is counted once, by the attempt that ends it while pending, whatever its trigger.
+    // An attempt on a delivery that had already finished (a manual retry) is not another delivery;
+    // nor is a late attempt: the claim that took its delivery over counts the delivery.
+    if (outcome.late || outcome.previous_status !== "pending" || outcome.status === "pending") return;
     this.deliveries.inc({ status: outcome.status });
     if (outcome.status === "succeeded") this.deliveryLatency.observe({}, outcome.event_age_ms / 1000);
   }

@@ -87,6 +87,8 @@ export interface DeliveryOutcome {
   subscription_id: string;
   event_type: string;
   trigger: Trigger;
+  /** the delivery's status before the attempt: one already succeeded or failed is not ended again */
+  previous_status: DeliveryRow["status"];
   /** the delivery's status after the attempt */
   status: DeliveryRow["status"];
   /** recorded after its lease ran out and another claim took the delivery: the status is that claim's */
@@ -126,9 +128,10 @@ interface Picks {
 /** CLAIM_FAILURE_LOG_INTERVAL_MS spaces the log lines of claims that keep failing (they are retried every second). */
 const CLAIM_FAILURE_LOG_INTERVAL_MS = 60_000;
 
-/** RecordedAttempt is the delivery after an attempt was recorded, and whether the attempt came after its lease was taken over. */
+/** RecordedAttempt is the delivery after an attempt was recorded, its status before, and whether the attempt came after its lease was taken over. */
 interface RecordedAttempt {
   delivery: DeliveryRow;
+  previousStatus: DeliveryRow["status"];
   late: boolean;
 }
 
@@ -193,7 +196,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   // new holder to decide (a late failure must not undo its success, nor free its lease).
   if (current.locked_until !== due.locked_until) {
     await countLateAttempt(db, due.id, attempt, now);
-    return { delivery: { ...current, attempts: attempt, updated_at: now }, late: true };
+    return { delivery: { ...current, attempts: attempt, updated_at: now }, previousStatus: current.status, late: true };
   }
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
@@ -237,7 +240,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   } else if (subscription && result.response_status !== 410) {
     await trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
   }
-  return { delivery: row, late: false };
+  return { delivery: row, previousStatus: current.status, late: false };
 }
 
 /**
@@ -592,6 +595,7 @@ export class DeliveryLoop {
         subscription_id: due.subscription_id,
         event_type: due.event_type,
         trigger,
+        previous_status: recorded.previousStatus,
         status: recorded.delivery.status,
         late: recorded.late,
         response_status: result.response_status,
