@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { metricsText } from "../../server/ops/service.ts";
+import { addOperator, ConsoleClient } from "../console/support.ts";
 import { parseExposition } from "../ops/prometheus.ts";
 import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -37,6 +38,63 @@ async function pendingAfterFirstAttempts(count: number) {
   }, "every delivery pending after its first attempt");
   return { r, sub, pending };
 }
+
+describe("delivery metrics: deliveries failed with their subscription", () => {
+  test("deleting a subscription counts each pending delivery it fails", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const { sub } = await pendingAfterFirstAttempts(3);
+    expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`)).status).toBe(204);
+    expect((await h.deliveries("status=failed")).length).toBe(3);
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 3, latencies: 0, attempts: { succeeded: 0, failed: 3 }, pending: 0 });
+  });
+
+  test("deleting a subscription in the console counts what it fails once, the confirm form sent twice too", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const { sub } = await pendingAfterFirstAttempts(2);
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    const form = await client.get(`/console/subscriptions/${sub.id}/delete`);
+    const formKey = /name="form_key" value="([^"]+)"/.exec(form.text)![1]!;
+    for (let i = 0; i < 2; i++) expect((await client.post(`/console/subscriptions/${sub.id}/delete`, { form_key: formKey })).status).toBe(303);
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 2, latencies: 0, attempts: { succeeded: 0, failed: 2 }, pending: 0 });
+  });
+
+  test("a 410 Gone counts the delivery it answered and each other pending delivery its disable fails", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const { r } = await pendingAfterFirstAttempts(3);
+    r.respond(() => new Response("gone", { status: 410 }));
+    await createContact("Grace");
+    await waitFor(async () => (await h.deliveries("status=failed")).length === 4, "every delivery failed");
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 4, latencies: 0, attempts: { succeeded: 0, failed: 4 }, pending: 0 });
+  });
+
+  test("a failing streak past the limit counts each delivery its disable fails once, the one whose retry it ended too", async () => {
+    h = await scope.harness({ disableFailingAfterHours: 0.3 / 3600, retrySchedule: Array(40).fill(0.05) });
+    const r = scope.receiver();
+    r.respond(() => new Response("down", { status: 500 }));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact("Ada");
+    await createContact("Grace");
+    await waitFor(async () => (await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body.data.status === "disabled", "the subscription to be disabled");
+    expect((await h.deliveries("status=failed")).length).toBe(2);
+    // How many attempts fail before the limit passes is the clock's business.
+    const { attempts: _, ...deliveries } = await deliveryMetrics();
+    expect(deliveries).toEqual({ succeeded: 0, failed: 2, latencies: 0, pending: 0 });
+  });
+
+  test("an attempt under way when its subscription is deleted does not count its delivery a second time", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const r = scope.receiver();
+    r.hold();
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact("Ada");
+    await waitFor(() => r.received.length === 1, "the attempt at the receiver");
+    expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`)).status).toBe(204);
+    r.release();
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 1, failed: 0 }, pending: 0 });
+  });
+});
 
 describe("delivery metrics: manual retries", () => {
   test("a manual retry that delivers a pending delivery counts it once, with its latency; a retry of it once succeeded counts no delivery", async () => {
