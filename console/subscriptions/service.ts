@@ -78,10 +78,15 @@ export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSe
  * again (a double click) answers as the first did, where the delete alone would be 404 by then.
  */
 export async function deleteSubscriptionFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+  // A replay fails nothing: only the write that deleted counts what it failed.
+  let failed = 0;
   await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx, now) => {
-    if (!(await removeSubscription(tx, id, now))) throw notFound("webhook subscription", id);
+    const removed = await removeSubscription(tx, id, now);
+    if (removed === null) throw notFound("webhook subscription", id);
+    failed = removed;
     return { deleted: id };
   });
+  rt.metrics.observePendingDeliveriesFailed(failed);
 }
 
 /** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
@@ -222,10 +227,12 @@ export async function finishRotation(rt: Runtime, id: string, confirmed: boolean
   if (view.old.subscription && !confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the old subscription is to be deleted.");
   // One commit, so the rotation is never seen with its old subscription gone and itself not done.
   // An old subscription deleted meanwhile (another tab, the API) reaches the goal all the same.
-  await rt.db.write(async (tx) => {
-    await removeSubscription(tx, view.old.id, now);
+  const failed = await rt.db.write(async (tx) => {
+    const removed = await removeSubscription(tx, view.old.id, now);
     await markRotationCompleted(tx, id, now);
+    return removed ?? 0;
   });
+  rt.metrics.observePendingDeliveriesFailed(failed);
 }
 
 /** SecretRotationView is a secret rotation's state, derived from the subscription: its grace period and latest test event since the rotation. */

@@ -5,7 +5,7 @@ import type { Logger } from "../shared/log.ts";
 import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
 import { isBrowserRequest } from "./client-address.ts";
-import { errorToProblem, methodNotAllowed, requestProblemOf, staticPathMethods, type RouteEntry } from "./errors.ts";
+import { errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { requestSlot } from "./request-slot.ts";
 import { pathOf, requestFinisher, requestIdOf, startRequest } from "./request-log.ts";
@@ -38,6 +38,9 @@ export interface ConventionOptions {
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
 
+/** REFUSED_BEFORE_ROUTING are the statuses of the refusals made before the router ran: a browser under /public/v1 (403), authentication (401, 429). */
+const REFUSED_BEFORE_ROUTING = new Set([401, 403, 429]);
+
 /**
  * consoleFailureOf returns the problem httpConventions made of a console request's failure that is
  * not the request's own (a route that does not exist, a database that cannot serve, an unexpected
@@ -64,9 +67,14 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
   // The route table is complete before the first request; read once, on that request.
+  let routeTable: RouteEntry[] | undefined;
   let staticPaths: Map<string, string[]> | undefined;
   let queryRoutes: Map<string, Set<string>> | undefined;
   let bodyRoutes: Map<string, Set<string>> | undefined;
+  // A request refused before routing is counted under the route it was sent to, as one refused
+  // after routing (413, 422) is. The pattern is looked up for these refusals alone: a routed request has its route.
+  const routeOf = (request: Request, status: number, route: string | undefined) =>
+    route ?? (REFUSED_BEFORE_ROUTING.has(status) ? routePatternServing((routeTable ??= routes()), request.method, pathOf(request)) : "");
 
   return new Elysia({ name: "http-conventions" })
     .onRequest(({ request, set }) => {
@@ -83,7 +91,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),
           { "x-request-id": id },
         );
-        finished(request, 403, "");
+        finished(request, 403, routeOf(request, 403, undefined));
         return refusal;
       }
     })
@@ -142,6 +150,6 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
     })
     .onAfterResponse({ as: "global" }, ({ request, set, response, route }) => {
       const status = response instanceof Response ? response.status : typeof set.status === "number" ? set.status : 200;
-      finished(request, status, route ?? "");
+      finished(request, status, routeOf(request, status, route));
     });
 }

@@ -26,15 +26,29 @@ export interface RouteEntry {
   body: boolean;
 }
 
+/** servesPath tells whether a route serves a concrete path. A catch-all (/console/*) serves nothing: it only answers that no page is there, for GET as for any other method. */
+function servesPath(r: RouteEntry, path: string): boolean {
+  return r.method !== "ALL" && !r.path.endsWith("*") && routePatternMatches(r.path, path);
+}
+
 /**
  * allowedMethods lists the methods the app's routes serve on a concrete path. A path some route
  * names as it is (/contacts/batch) is served by those routes alone: an id route around it
- * (/contacts/:id) would only answer that no contact has the id "batch". A catch-all (/console/*)
- * serves nothing: it only answers that no page is there, for GET as for any other method.
+ * (/contacts/:id) would only answer that no contact has the id "batch".
  */
 function allowedMethods(routes: RouteEntry[], path: string): string[] {
-  const served = (r: RouteEntry) => r.method !== "ALL" && !r.path.endsWith("*") && routePatternMatches(r.path, path);
-  return staticPathMethods(routes).get(path) ?? [...new Set(routes.filter(served).map((r) => r.method))];
+  return staticPathMethods(routes).get(path) ?? [...new Set(routes.filter((r) => servesPath(r, path)).map((r) => r.method))];
+}
+
+/**
+ * routePatternServing returns the pattern of the route that serves a method on a concrete path, as
+ * the router picks it (a route naming the path as it is before a pattern around it; HEAD is served
+ * by GET's), or "" when none does.
+ */
+export function routePatternServing(routes: RouteEntry[], method: string, path: string): string {
+  const wanted = method === "HEAD" ? "GET" : method;
+  const serves = (r: RouteEntry) => r.method === wanted && servesPath(r, path);
+  return (routes.find((r) => r.path === path && serves(r)) ?? routes.find(serves))?.path ?? "";
 }
 
 /** staticPathMethods maps each route path without parameters to the methods served on it. */

@@ -56,8 +56,8 @@ class CounterFamily {
   private readonly series = new Map<string, Counter>();
   constructor(readonly name: string, readonly help: string) {}
 
-  inc(labels: Labels): void {
-    this.counter(labels).value++;
+  inc(labels: Labels, by = 1): void {
+    this.counter(labels).value += by;
   }
 
   /** counter returns the series of these labels, created at 0. */
@@ -134,7 +134,10 @@ export class Metrics {
   private readonly requestDurations = new HistogramFamily("crm_http_request_duration_seconds", "Time from receiving an HTTP request to answering it, by method and route pattern.");
   private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx read to the end; failed: another status; error: no complete response).");
   private readonly attemptDurations = new HistogramFamily("crm_webhook_delivery_attempt_duration_seconds", "Time a webhook receiver took to answer one delivery attempt.");
-  private readonly deliveries = new CounterFamily("crm_webhook_deliveries_total", "Webhook deliveries that reached a final status: succeeded, or failed (retries exhausted, or the receiver answered 410).");
+  private readonly deliveries = new CounterFamily(
+    "crm_webhook_deliveries_total",
+    "Webhook deliveries that reached a final status: succeeded, or failed (retries exhausted, the receiver answered 410, or failed unsent when their subscription was deleted or disabled).",
+  );
   private readonly deliveryLatency = new HistogramFamily(
     "crm_webhook_delivery_latency_seconds",
     "Time from an event to its successful delivery, retries included.",
@@ -162,11 +165,18 @@ export class Metrics {
     // A 2xx whose body did not arrive within the timeout is an error, as it is for the delivery.
     this.attempts.inc({ result: code === null || (outcome.error !== null && code < 300) ? "error" : code >= 200 && code < 300 ? "succeeded" : "failed" });
     this.attemptDurations.observe({}, outcome.duration_ms / 1000);
-    // A manual retry of a delivery that had already finished is an attempt, not another delivery;
-    // so is a late attempt: the claim that took its delivery over counts the delivery.
-    if (outcome.trigger === "manual" || outcome.late || outcome.status === "pending") return;
+    this.observePendingDeliveriesFailed(outcome.pending_failed);
+    // A delivery is counted once, by the attempt that ends it while pending, whatever its trigger.
+    // An attempt on a delivery that had already finished (a manual retry) is not another delivery;
+    // nor is a late attempt: the claim that took its delivery over counts the delivery.
+    if (outcome.late || outcome.previous_status !== "pending" || outcome.status === "pending") return;
     this.deliveries.inc({ status: outcome.status });
     if (outcome.status === "succeeded") this.deliveryLatency.observe({}, outcome.event_age_ms / 1000);
+  }
+
+  /** observePendingDeliveriesFailed counts pending deliveries that their subscription's delete or disable failed together. */
+  observePendingDeliveriesFailed(count: number): void {
+    if (count > 0) this.deliveries.inc({ status: "failed" }, count);
   }
 
   /** render writes every series, then the gauges read at scrape time, in the Prometheus text format 0.0.4. */

@@ -18,9 +18,9 @@ function duration(ms: number): string {
 /**
  * disableWithEvent disables an active subscription, fails its pending deliveries with `pendingReason`,
  * and records a subscription.disabled event for the subscriptions that want to hear of it, all in
- * the caller's transaction.
+ * the caller's transaction; it returns the number of deliveries it failed.
  */
-export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, pendingReason: string, now: number): Promise<void> {
+export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, pendingReason: string, now: number): Promise<number> {
   await disableSubscription(db, subscription.id, reason, now);
   const failed = await failPendingDeliveries(db, subscription.id, pendingReason, now);
   await recordEvent(
@@ -37,6 +37,7 @@ export async function disableWithEvent(db: Db, subscription: SubscriptionRow, re
     },
     now,
   );
+  return failed;
 }
 
 /** isOperational tells whether an event kind is one of ours about webhooks themselves (never reported on again). */
@@ -69,16 +70,16 @@ export async function recordExhausted(db: Db, due: DueDelivery, attempts: number
  * trackFailingStreak, after a failed attempt, notes when the subscription's attempts started
  * failing (any success clears it: markSubscriptionsHealthy) and disables it, with a reason and a
  * log line, once every attempt for `disableAfterHours` has failed. `subscription` is the row as
- * read before this attempt.
+ * read before this attempt. It returns the number of pending deliveries a disable failed (0 without one).
  */
-export async function trackFailingStreak(db: Db, log: Logger, disableAfterHours: number, subscription: SubscriptionRow, now: number): Promise<void> {
+export async function trackFailingStreak(db: Db, log: Logger, disableAfterHours: number, subscription: SubscriptionRow, now: number): Promise<number> {
   if (subscription.failing_since === null) {
     await markSubscriptionFailing(db, subscription.id, now);
-    return;
+    return 0;
   }
-  if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return;
+  if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return 0;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
-  await disableWithEvent(db, subscription, reason, "not sent: the subscription was disabled after its attempts failed for too long", now);
+  const failed = await disableWithEvent(db, subscription, reason, "not sent: the subscription was disabled after its attempts failed for too long", now);
   // The host, not the URL: a target URL can carry its receiver's secret (a token in the path or query).
   log.warn("webhook subscription disabled: every attempt failed for too long", {
     subscription_id: subscription.id,
@@ -86,4 +87,5 @@ export async function trackFailingStreak(db: Db, log: Logger, disableAfterHours:
     failing_since: toTimestamp(subscription.failing_since),
     disable_failing_after_hours: disableAfterHours,
   });
+  return failed;
 }

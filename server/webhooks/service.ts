@@ -249,16 +249,21 @@ export async function getSubscriptionStats(db: Db, id: string): Promise<Subscrip
 
 /** deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is sent to it; 404 when there is none. */
 export async function deleteSubscription(rt: Runtime, id: string): Promise<void> {
-  return rt.db.write(async (tx) => {
-    if (!(await removeSubscription(tx, id, Date.now()))) throw notFound("webhook subscription", id);
+  const failed = await rt.db.write(async (tx) => {
+    const removed = await removeSubscription(tx, id, Date.now());
+    if (removed === null) throw notFound("webhook subscription", id);
+    return removed;
   });
+  rt.metrics.observePendingDeliveriesFailed(failed);
 }
 
-/** removeSubscription deletes a subscription and fails its pending deliveries inside the caller's write; false when there was none. */
-export async function removeSubscription(tx: Db, id: string, now: number): Promise<boolean> {
-  if (!(await deleteSubscriptionRow(tx, id))) return false;
-  await failPendingDeliveries(tx, id, "not sent: the subscription was deleted", now);
-  return true;
+/**
+ * removeSubscription deletes a subscription and fails its pending deliveries inside the caller's
+ * write; it returns how many it failed (count them once the write commits), or null when there was none.
+ */
+export async function removeSubscription(tx: Db, id: string, now: number): Promise<number | null> {
+  if (!(await deleteSubscriptionRow(tx, id))) return null;
+  return failPendingDeliveries(tx, id, "not sent: the subscription was deleted", now);
 }
 
 /**

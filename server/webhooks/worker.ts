@@ -87,8 +87,15 @@ export interface DeliveryOutcome {
   subscription_id: string;
   event_type: string;
   trigger: Trigger;
+  /** the delivery's status before the attempt: one already succeeded or failed is not ended again */
+  previous_status: DeliveryRow["status"];
   /** the delivery's status after the attempt */
   status: DeliveryRow["status"];
+  /**
+   * the subscription's pending deliveries that the disable this attempt brought about (410 Gone, a
+   * failing streak past the limit) failed unsent; this one among them when the disable ended its retry
+   */
+  pending_failed: number;
   /** recorded after its lease ran out and another claim took the delivery: the status is that claim's */
   late: boolean;
   response_status: number | null;
@@ -126,10 +133,15 @@ interface Picks {
 /** CLAIM_FAILURE_LOG_INTERVAL_MS spaces the log lines of claims that keep failing (they are retried every second). */
 const CLAIM_FAILURE_LOG_INTERVAL_MS = 60_000;
 
-/** RecordedAttempt is the delivery after an attempt was recorded, and whether the attempt came after its lease was taken over. */
+/**
+ * RecordedAttempt is the delivery after an attempt was recorded, its status before, whether the
+ * attempt came after its lease was taken over, and how many pending deliveries the disable it brought about failed.
+ */
 interface RecordedAttempt {
   delivery: DeliveryRow;
+  previousStatus: DeliveryRow["status"];
   late: boolean;
+  pendingFailed: number;
 }
 
 interface InFlight {
@@ -193,7 +205,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   // new holder to decide (a late failure must not undo its success, nor free its lease).
   if (current.locked_until !== due.locked_until) {
     await countLateAttempt(db, due.id, attempt, now);
-    return { delivery: { ...current, attempts: attempt, updated_at: now }, late: true };
+    return { delivery: { ...current, attempts: attempt, updated_at: now }, previousStatus: current.status, late: true, pendingFailed: 0 };
   }
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
@@ -232,12 +244,13 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   await updateDeliveryAfterAttempt(db, row);
   // After the delivery's own update, so that disabling fails the other pending deliveries (a 410
   // has failed this one), or this one too (a failing streak ends its next retry unsent).
+  let pendingFailed = 0;
   if (result.response_status === 410 && subscription?.status === "active") {
-    await disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
+    pendingFailed = await disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
   } else if (subscription && result.response_status !== 410) {
-    await trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
+    pendingFailed = await trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
   }
-  return { delivery: row, late: false };
+  return { delivery: row, previousStatus: current.status, late: false, pendingFailed };
 }
 
 /**
@@ -592,7 +605,9 @@ export class DeliveryLoop {
         subscription_id: due.subscription_id,
         event_type: due.event_type,
         trigger,
+        previous_status: recorded.previousStatus,
         status: recorded.delivery.status,
+        pending_failed: recorded.pendingFailed,
         late: recorded.late,
         response_status: result.response_status,
         error: result.error,

@@ -1,10 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { createApp } from "../../server/app.ts";
+import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { databasePath } from "../../server/db/database.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
 import { clientAddress, isLoopbackHost, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
+import { parseTokenRate } from "../../server/limits/rate-limiter.ts";
 import { authorizeMetrics } from "../../server/ops/service.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
@@ -175,6 +177,33 @@ describe("metrics: Prometheus text format", () => {
     expect(metrics.types.get("crm_http_request_duration_seconds")).toBe("histogram");
     // Raw paths never become labels: the number of series stays bounded whatever clients send.
     expect(res.text).not.toContain(id);
+    expect(res.text).not.toContain("/no/such/route");
+  });
+
+  test("requests refused before routing (no token, a token over its rate, a browser) are counted under the route pattern they were sent to; a path no route serves stays unmatched", async () => {
+    const oneReadASecond = (await createApiToken(running.runtime.db, "one read a second", Date.now(), parseTokenRate("1:1,1:1")!)).token;
+    const send = async (method: string, path: string, headers: Record<string, string> = {}) => (await fetch(`${running.url}${path}`, { method, headers })).status;
+    expect([
+      await send("GET", "/public/v1/accounts", { authorization: `Bearer ${oneReadASecond}` }),
+      await send("GET", "/public/v1/accounts", { authorization: `Bearer ${oneReadASecond}` }),
+      await send("GET", "/public/v1/accounts/acc_01J00000000000000000000000"),
+      await send("HEAD", "/public/v1/accounts/acc_01J00000000000000000000000"),
+      await send("DELETE", "/public/v1/webhook-subscriptions/sub_01J00000000000000000000000"),
+      await send("POST", "/public/v1/accounts", { origin: "https://pages.example" }),
+      await send("GET", "/public/v1/no/such/route"),
+    ]).toEqual([200, 429, 401, 401, 401, 403, 401]);
+
+    const res = await scrape(running.url);
+    const refused = parseExposition(res.text).samples.filter((s) => s.name === "crm_http_requests_total" && ["401", "403", "429"].includes(s.labels.status!));
+    expect(refused).toEqual([
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/accounts", status: "429" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/accounts/:id", status: "401" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "HEAD", route: "/public/v1/accounts/:id", status: "401" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "DELETE", route: "/public/v1/webhook-subscriptions/:subscriptionId", status: "401" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "POST", route: "/public/v1/accounts", status: "403" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "unmatched", status: "401" }, value: 1 },
+    ]);
+    expect(parseExposition(res.text).value("crm_http_request_duration_seconds_count", { method: "DELETE", route: "/public/v1/webhook-subscriptions/:subscriptionId" })).toBe(1);
     expect(res.text).not.toContain("/no/such/route");
   });
 

@@ -1,0 +1,122 @@
+import { describe, expect, test } from "bun:test";
+import { metricsText } from "../../server/ops/service.ts";
+import { addOperator, ConsoleClient } from "../console/support.ts";
+import { parseExposition } from "../ops/prometheus.ts";
+import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+
+// README, Health, readiness and metrics: crm_webhook_deliveries_total counts the deliveries that
+// reached succeeded or failed, each once, and crm_webhook_delivery_latency_seconds the time from
+// an event to its successful delivery; the queue gauge shows them leaving pending.
+const scope = webhookTestScope();
+let h: WebhookHarness;
+
+const createContact = async (first_name: string) => expect((await h.json("POST", "/public/v1/contacts", { body: { first_name } })).status).toBe(201);
+
+/** deliveryMetrics reads the delivery series of a scrape once no attempt is under way (whose outcome is counted as it ends); a series not there yet reads 0. */
+async function deliveryMetrics() {
+  await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the attempts under way to be counted");
+  const scraped = parseExposition(await metricsText(h.rt));
+  const read = (name: string, labels?: Record<string, string>) => scraped.value(name, labels) ?? 0;
+  return {
+    succeeded: read("crm_webhook_deliveries_total", { status: "succeeded" }),
+    failed: read("crm_webhook_deliveries_total", { status: "failed" }),
+    latencies: read("crm_webhook_delivery_latency_seconds_count"),
+    attempts: { succeeded: read("crm_webhook_delivery_attempts_total", { result: "succeeded" }), failed: read("crm_webhook_delivery_attempts_total", { result: "failed" }) },
+    pending: read("crm_webhook_queue_depth"),
+  };
+}
+
+/** pendingAfterFirstAttempts creates `count` contacts for a subscription whose receiver answers 500 and waits until each delivery is pending after its first attempt. */
+async function pendingAfterFirstAttempts(count: number) {
+  const r = scope.receiver();
+  r.respond(() => new Response("down", { status: 500 }));
+  const sub = await h.subscribe(r.url, ["contact.created"]);
+  for (let i = 0; i < count; i++) await createContact(`Ada ${i}`);
+  const pending = await waitFor(async () => {
+    const list = await h.deliveries("status=pending");
+    return list.length === count && list.every((d) => d.attempts === 1) && list;
+  }, "every delivery pending after its first attempt");
+  return { r, sub, pending };
+}
+
+describe("delivery metrics: deliveries failed with their subscription", () => {
+  test("deleting a subscription counts each pending delivery it fails", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const { sub } = await pendingAfterFirstAttempts(3);
+    expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`)).status).toBe(204);
+    expect((await h.deliveries("status=failed")).length).toBe(3);
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 3, latencies: 0, attempts: { succeeded: 0, failed: 3 }, pending: 0 });
+  });
+
+  test("deleting a subscription in the console counts what it fails once, the confirm form sent twice too", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const { sub } = await pendingAfterFirstAttempts(2);
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    const form = await client.get(`/console/subscriptions/${sub.id}/delete`);
+    const formKey = /name="form_key" value="([^"]+)"/.exec(form.text)![1]!;
+    for (let i = 0; i < 2; i++) expect((await client.post(`/console/subscriptions/${sub.id}/delete`, { form_key: formKey })).status).toBe(303);
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 2, latencies: 0, attempts: { succeeded: 0, failed: 2 }, pending: 0 });
+  });
+
+  test("a 410 Gone counts the delivery it answered and each other pending delivery its disable fails", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const { r } = await pendingAfterFirstAttempts(3);
+    r.respond(() => new Response("gone", { status: 410 }));
+    await createContact("Grace");
+    await waitFor(async () => (await h.deliveries("status=failed")).length === 4, "every delivery failed");
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 4, latencies: 0, attempts: { succeeded: 0, failed: 4 }, pending: 0 });
+  });
+
+  test("a failing streak past the limit counts each delivery its disable fails once, the one whose retry it ended too", async () => {
+    h = await scope.harness({ disableFailingAfterHours: 0.3 / 3600, retrySchedule: Array(40).fill(0.05) });
+    const r = scope.receiver();
+    r.respond(() => new Response("down", { status: 500 }));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact("Ada");
+    await createContact("Grace");
+    await waitFor(async () => (await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body.data.status === "disabled", "the subscription to be disabled");
+    expect((await h.deliveries("status=failed")).length).toBe(2);
+    // How many attempts fail before the limit passes is the clock's business.
+    const { attempts: _, ...deliveries } = await deliveryMetrics();
+    expect(deliveries).toEqual({ succeeded: 0, failed: 2, latencies: 0, pending: 0 });
+  });
+
+  test("an attempt under way when its subscription is deleted does not count its delivery a second time", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const r = scope.receiver();
+    r.hold();
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact("Ada");
+    await waitFor(() => r.received.length === 1, "the attempt at the receiver");
+    expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`)).status).toBe(204);
+    r.release();
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 1, failed: 0 }, pending: 0 });
+  });
+});
+
+describe("delivery metrics: manual retries", () => {
+  test("a manual retry that delivers a pending delivery counts it once, with its latency; a retry of it once succeeded counts no delivery", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const { r, pending } = await pendingAfterFirstAttempts(1);
+    r.respond(() => new Response("ok"));
+    const retried = await h.json("POST", `/public/v1/webhook-deliveries/${pending[0].id}/retry`);
+    expect(retried.body.data).toMatchObject({ status: "succeeded", attempts: 2 });
+    expect(await deliveryMetrics()).toEqual({ succeeded: 1, failed: 0, latencies: 1, attempts: { succeeded: 1, failed: 1 }, pending: 0 });
+
+    expect((await h.json("POST", `/public/v1/webhook-deliveries/${pending[0].id}/retry`)).body.data).toMatchObject({ status: "succeeded", attempts: 3 });
+    expect(await deliveryMetrics()).toEqual({ succeeded: 1, failed: 0, latencies: 1, attempts: { succeeded: 2, failed: 1 }, pending: 0 });
+  });
+
+  test("a manual retry that uses up a pending delivery's schedule counts it failed once; a retry of it once failed counts no delivery", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const { pending } = await pendingAfterFirstAttempts(1);
+    const retried = await h.json("POST", `/public/v1/webhook-deliveries/${pending[0].id}/retry`);
+    expect(retried.body.data).toMatchObject({ status: "failed", attempts: 2 });
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 0, failed: 2 }, pending: 0 });
+
+    expect((await h.json("POST", `/public/v1/webhook-deliveries/${pending[0].id}/retry`)).body.data).toMatchObject({ status: "failed", attempts: 3 });
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 0, failed: 3 }, pending: 0 });
+  });
+});
