@@ -100,7 +100,18 @@ export function formChecker<T extends TSchema>(schema: T): (value: unknown) => T
 
 /** consoleTime reads a console date-time field (datetime-local, taken as UTC) into RFC 3339, or returns it unchanged for a check to refuse. */
 export function consoleTime(value: string): string {
-  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value) ? `${value}:00Z` : /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$/.test(value) ? `${value}Z` : value;
+  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value) ? `${value}:00Z` : /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,3})?$/.test(value) ? `${value}Z` : value;
+}
+
+/**
+ * consoleFieldTime shows an instant in a console date-time field (datetime-local, in UTC): to the
+ * minute, or to the second or millisecond when it has them, which consoleTime reads back as the
+ * same instant. Null for a year the field cannot hold (it takes 0001 to 9999 as four digits).
+ */
+export function consoleFieldTime(ms: number): string | null {
+  const iso = new Date(ms).toISOString(); // ±YYYYYY-... outside years 0000-9999
+  if (!/^\d{4}-/.test(iso) || iso.startsWith("0000-")) return null;
+  return iso.slice(0, ms % 1000 !== 0 ? 23 : ms % 60_000 !== 0 ? 19 : 16);
 }
 
 /**

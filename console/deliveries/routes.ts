@@ -7,7 +7,7 @@ import { DeliveryFilterQuery } from "../model.ts";
 import { CONSOLE_DETAIL, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { subscriptionsHealth } from "../subscriptions/health.ts";
 import { deliveriesPage, deliveryPage, eventPage } from "./pages.tsx";
-import { deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries } from "./service.ts";
+import { deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, shownDeliveryFilters } from "./service.ts";
 
 /**
  * deliveryRoutes are the start page (health at a glance and the deliveries table, paged and
@@ -24,7 +24,8 @@ export function deliveryRoutes(rt: Runtime) {
         const subscriptions = await listAllSubscriptions(db);
         const health = await subscriptionsHealth(db, subscriptions);
         try {
-          return htmlResponse(deliveriesPage({ session, view: await latestDeliveries(db, query), filters: query, subscriptions, health, limit: LATEST_DELIVERIES }));
+          const view = await latestDeliveries(db, query);
+          return htmlResponse(deliveriesPage({ session, view, filters: shownDeliveryFilters(query), subscriptions, health, limit: LATEST_DELIVERIES }));
         } catch (error) {
           // A wrong filter shows the page unfiltered, with the filter's problem above the table.
           const failure = problemOf(error, 422);

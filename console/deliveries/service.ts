@@ -17,7 +17,7 @@ import {
 } from "../../server/webhooks/service.ts";
 import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
 import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
-import { consoleTime } from "../shell.ts";
+import { consoleFieldTime, consoleTime } from "../shell.ts";
 
 /** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
 export const LATEST_DELIVERIES = 50;
@@ -33,6 +33,30 @@ function positionText(position: DeliveryPosition): string {
 function positionOf(text: string): DeliveryPosition | null {
   const match = /^(\d{1,15})\.(dlv_[0-9A-Z]{26})$/.exec(text);
   return match ? { value: Number(match[1]), id: match[2]! } : null;
+}
+
+/**
+ * filterTime reads the since or until of the deliveries page, as its field sends it or as any
+ * RFC 3339 time a link carries, into Unix milliseconds; null when it is neither, or when the field
+ * could not show it, as the page must show the filter it applies.
+ */
+function filterTime(value: string): number | null {
+  const at = parseTimestamp(consoleTime(value));
+  return at !== null && consoleFieldTime(at) !== null ? at : null;
+}
+
+/**
+ * shownDeliveryFilters returns filters latestDeliveries accepted as the page's form shows them: a
+ * since or until given with an offset, seconds or a fraction in its field's own format, in UTC, so
+ * the field shows the time applied and the next press of Filter applies it again.
+ */
+export function shownDeliveryFilters(query: DeliveryFilters): DeliveryFilters {
+  const shown = { ...query };
+  for (const name of ["since", "until"] as const) {
+    const at = query[name] ? filterTime(query[name]) : null;
+    if (at !== null) shown[name] = consoleFieldTime(at)!;
+  }
+  return shown;
 }
 
 /** checkDeliveryFilters reads the filters of the deliveries page into typed ones, or throws 422 naming each wrong or unknown one. */
@@ -65,7 +89,7 @@ function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDelivery
   for (const [name, key] of [["since", "createdAfter"], ["until", "createdBefore"]] as const) {
     const value = set(query[name]);
     if (value === undefined) continue;
-    const at = parseTimestamp(consoleTime(value));
+    const at = filterTime(value);
     if (at === null) errors.push({ parameter: name, detail: "must be a date and time (YYYY-MM-DDTHH:MM, UTC)" });
     // created_after is exclusive; the form's "since" includes its minute.
     else filters[key] = name === "since" ? at - 1 : at;

@@ -162,6 +162,20 @@ describe("deliveries: triage beyond the latest 50", () => {
     problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("422 (Unprocessable")));
     expect(problems).toEqual([]);
   }, SLOW);
+
+  test("a time range a link carries as RFC 3339 (an offset, milliseconds) shows in its fields in UTC, and the next Filter keeps it", async () => {
+    await page.goto(url("/console/?since=2000-01-01T00:00:00Z&until=2099-12-31T23:59:30.250%2B01:00"));
+    // The browser writes the fraction at its shortest.
+    const fields = () => Promise.all([page.inputValue("input[name=since]"), page.inputValue("input[name=until]")]);
+    expect(await fields()).toEqual(["2000-01-01T00:00", "2099-12-31T22:59:30.25"]);
+    await page.selectOption("select[name=event]", "contact.updated");
+    await Promise.all([page.waitForURL(/event=contact.updated/), page.click(".filters button[type=submit]")]);
+    expect(new URL(page.url()).search).toBe("?status=&event=contact.updated&subscription_id=&event_id=&contact_id=&since=2000-01-01T00%3A00&until=2099-12-31T22%3A59%3A30.25");
+    expect(await fields()).toEqual(["2000-01-01T00:00", "2099-12-31T22:59:30.25"]);
+    const updated = eventsAbout(ada.id).filter((e) => e.type === "contact.updated").map((e) => e.delivery_id);
+    expect(await page.locator("table#deliveries tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-delivery-id")))).toEqual(updated);
+    expect(problems).toEqual([]);
+  }, SLOW);
 });
 
 test("every console page loads with no console error and no CSP violation", async () => {

@@ -114,7 +114,7 @@ test("a NUL character in a console form is named on the form page, as any other 
 
 test("a form body with a percent escape that does not decode is refused with 400, as such a request target is, and changes nothing", async () => {
   await client.get("/console/users");
-  const refused = [];
+  const refused: unknown[] = [];
   for (const encoded of ["name=%E9&email=pct@x.io", "name=50%&email=pct@x.io", "name=%zz&email=pct@x.io", "name=Ann&email=pct%C3@x.io"]) refused.push(answerOf(await client.postEncoded("/console/users", encoded)));
   const text = "The form has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits); nothing was changed.";
   const page = { status: 400, type: "text/html; charset=utf-8", title: "Not understood · CRM console", main: messageMain("Not understood", text), notice: null };
@@ -131,7 +131,7 @@ test("a body that is not a urlencoded form is refused with a 415 page, even with
     ["multipart/form-data; boundary=b", `--b\r\nContent-Disposition: form-data; name="_csrf"\r\n\r\n${client.csrf}\r\n--b\r\nContent-Disposition: form-data; name="name"\r\n\r\nmade-from-multipart\r\n--b--\r\n`],
     ["text/plain", `_csrf=${client.csrf}&name=made-from-text`],
   ];
-  const refused = [];
+  const refused: unknown[] = [];
   for (const [type, body] of bodies) refused.push(answerOf(await client.postTyped("/console/tokens", type, body)));
   const text = "The console takes forms as its pages send them, as application/x-www-form-urlencoded; nothing was changed.";
   const page = { status: 415, type: "text/html; charset=utf-8", title: "Not a form · CRM console", main: messageMain("Not a form", text), notice: null };
@@ -297,4 +297,60 @@ test("a signed-out request with a value past a route's schema limit is sent to s
     401,
     "urn:crm:problem:unauthorized",
   ]);
+});
+
+/** filtersOf reduces a deliveries page to its status, its time fields (whole tags), its rows and its error notice. */
+function filtersOf(res: { status: number; text: string }) {
+  return {
+    status: res.status,
+    fields: res.text.match(/<input type="datetime-local"[^>]*>/g) ?? [],
+    rows: [...res.text.matchAll(/data-delivery-id="([^"]+)"/g)].map((m) => m[1]!),
+    notice: answerOf({ ...res, headers: new Headers({ "content-type": "text/html; charset=utf-8" }) }).notice,
+  };
+}
+
+test("a since or until a link carries as any RFC 3339 time shows in its field as the time applied (UTC, the field's format), sent again it applies the same filter; a year the field cannot show is refused", async () => {
+  await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://8.8.8.8/times", events: ["contact.created"] } });
+  const contact = (await h.json("POST", "/public/v1/contacts", { body: { email: "timed@example.com" } })).body.data;
+  const delivery = (await h.json("GET", "/public/v1/webhook-deliveries?per_page=1")).body.data[0];
+  const at = Date.parse(delivery.created_at);
+  /** field is how a datetime-local field writes a UTC time: without the Z, a zero fraction, then zero seconds. */
+  const field = (ms: number) => new Date(ms).toISOString().slice(0, -1).replace(/\.000$/, "").replace(/^(.{16}):00$/, "$1");
+  /** withOffset writes an instant as RFC 3339 at UTC+02:00. */
+  const withOffset = (ms: number) => `${new Date(ms + 2 * 3_600_000).toISOString().slice(0, -1)}+02:00`;
+  // An empty value is rendered as a bare attribute.
+  const tags = (since: string, until: string) =>
+    [["since", since], ["until", until]].map(([name, value]) => `<input type="datetime-local" name="${name}" ${value ? `value="${value}"` : "value"}/>`);
+  const cases: [string, string, string, string[]][] = [
+    [`until=${delivery.created_at}`, "", field(at), []],
+    [`until=${encodeURIComponent(withOffset(at + 1))}`, "", field(at + 1), [delivery.id]],
+    [`since=${encodeURIComponent(withOffset(at))}&until=${new Date(at + 1).toISOString().replace("Z", "000000Z")}`, field(at), field(at + 1), [delivery.id]],
+    [`since=${encodeURIComponent(withOffset(at + 1))}`, field(at + 1), "", []],
+    ["until=2000-01-01T00:00:00Z", "", "2000-01-01T00:00", []],
+    ["since=2000-01-01T00:00:30.5%2B00:00", "2000-01-01T00:00:30.500", "", [delivery.id]],
+  ];
+  const answers: unknown[] = [];
+  for (const [filter] of cases) {
+    const linked = filtersOf(await client.get(`/console/?contact_id=${contact.id}&${filter}`));
+    const [since, until] = linked.fields.map((tag) => /value="([^"]*)"/.exec(tag)?.[1] ?? "");
+    // The form sends its fields as they show.
+    const submitted = filtersOf(await client.get(`/console/?contact_id=${contact.id}&since=${encodeURIComponent(since!)}&until=${encodeURIComponent(until!)}`));
+    answers.push([filter, linked, submitted]);
+  }
+  expect(answers).toEqual(
+    cases.map(([filter, since, until, rows]) => {
+      const page = { status: 200, fields: tags(since, until), rows, notice: null };
+      return [filter, page, page];
+    }),
+  );
+  // Years 0000 and 10000 in UTC: a datetime-local field holds 0001 to 9999.
+  const unshowable = ["until=0000-12-31T23:59:59Z", "since=0001-01-01T00:59:59%2B01:00", "until=9999-12-31T23:30:00-01:00"];
+  const refused: unknown[] = [];
+  for (const filter of unshowable) refused.push([filter, filtersOf(await client.get(`/console/?${filter}`))]);
+  expect(refused).toEqual(
+    unshowable.map((filter) => [
+      filter,
+      { status: 422, fields: tags("", ""), rows: [delivery.id], notice: `The filter is invalid: ${filter.slice(0, 5)} must be a date and time (YYYY-MM-DDTHH:MM, UTC).` },
+    ]),
+  );
 });
