@@ -96,7 +96,7 @@ export interface paths {
         put?: never;
         /**
          * Create or update contacts in a batch
-         * @description Each item is a contact (the body of POST /contacts) matched by external_id when it has one, else by email: a match is updated (contact.updated only if something changed), otherwise a contact is created (contact.created). An email shared by several contacts is refused, naming them. Up to 100 items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per 100 items (100 items: 2), charged once it is admitted. Send an Idempotency-Key as for any POST.
+         * @description Each item is a contact (the body of POST /contacts) matched by external_id when it has one, else by email: a match is updated as a PATCH would update it, fields present replacing the stored ones (tags and, unless merge_custom_fields is true, custom_fields whole), with contact.updated only if something changed; otherwise a contact is created (contact.created). With merge_custom_fields: true, an update keeps the contact's custom fields its item does not name. An email shared by several contacts is refused, naming them. Up to 100 items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per 100 items (100 items: 2), charged once it is admitted. Send an Idempotency-Key as for any POST.
          */
         post: operations["upsertContactsBatch"];
         delete?: never;
@@ -1545,6 +1545,8 @@ export interface operations {
             content: {
                 "application/json": {
                     items: components["schemas"]["ContactInput"][];
+                    /** @description When true, an item that updates a matched contact sets the custom fields it names (null clears one) and keeps the contact's others; the merged custom_fields must still meet their limits, else the item is invalid. When false or absent, custom_fields replaces the stored object whole, as on PATCH. A created contact is stored as given either way. */
+                    merge_custom_fields?: boolean;
                 };
             };
         };

@@ -1,4 +1,4 @@
-import type { TSchema } from "@sinclair/typebox";
+import type { TProperties, TSchema } from "@sinclair/typebox";
 import { t } from "elysia";
 import { BATCH_ITEMS_PER_WRITE, MAX_BATCH_ITEMS } from "../limits/limits.ts";
 import type { FieldError } from "../shared/problem.ts";
@@ -10,9 +10,10 @@ import type { FieldError } from "../shared/problem.ts";
  * body of the single POST), but the route does not check items against it: the service checks each
  * item on its own, so one bad item is refused alone instead of failing the whole batch. The item
  * sits in `allOf` of an unchecked schema: stated directly on it, Elysia's body normaliser could not
- * build its mirror and printed the whole schema to stdout on the first batch request.
+ * build its mirror and printed the whole schema to stdout on the first batch request. `options` are
+ * the fields beside `items` that say how every item is written (a kind may have none).
  */
-export function batchInput(item: TSchema, description: string) {
+export function batchInput(item: TSchema, description: string, options: TProperties = {}) {
   const documented = JSON.parse(JSON.stringify(item)) as Record<string, unknown>;
   return t.Object(
     {
@@ -21,6 +22,7 @@ export function batchInput(item: TSchema, description: string) {
         maxItems: MAX_BATCH_ITEMS,
         error: `must be a list of 1 to ${MAX_BATCH_ITEMS} items`,
       }),
+      ...options,
     },
     { additionalProperties: false },
   );

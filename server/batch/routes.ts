@@ -1,4 +1,4 @@
-import type { TSchema } from "@sinclair/typebox";
+import type { TProperties, TSchema } from "@sinclair/typebox";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { refuseEntityTags } from "../http/preconditions.ts";
 import { idempotentPost, type PostContext } from "../http/idempotent.ts";
@@ -11,15 +11,21 @@ import { batchWrites, runBatch, type BatchKind } from "./service.ts";
 
 /**
  * batchPost is the handler and route options of a POST .../batch upsert: rate-limit cost per item,
- * Idempotency-Key, per-item results, entity tags in If-Match refused; `doc` names the operation and says how items are matched.
+ * Idempotency-Key, per-item results, entity tags in If-Match refused; `doc` names the operation,
+ * says how items are matched and declares the kind's `options` (the body's fields beside items).
  */
-export function batchPost<T>(rt: Runtime, kind: BatchKind<T>, doc: { operationId: string; summary: string; description: string; item: TSchema; itemDescription: string; unversioned: string; tags: string[] }) {
+export function batchPost<T, O extends object>(
+  rt: Runtime,
+  kind: BatchKind<T, O>,
+  doc: { operationId: string; summary: string; description: string; item: TSchema; itemDescription: string; options?: TProperties; unversioned: string; tags: string[] },
+) {
   const handler = (ctx: PostContext & { body: { items: unknown[] } }) => {
     chargeExtraWrites(ctx.request, batchWrites(ctx.body.items.length) - 1);
-    return idempotentPost(rt.idempotency, ctx, (scope: IdempotencyScope | null) => runBatch(rt, kind, ctx.body.items, scope));
+    const { items, ...options } = ctx.body;
+    return idempotentPost(rt.idempotency, ctx, (scope: IdempotencyScope | null) => runBatch(rt, kind, items, options as O, scope));
   };
   const options = {
-    body: batchInput(doc.item, doc.itemDescription),
+    body: batchInput(doc.item, doc.itemDescription, doc.options),
     headers: IdempotencyKeyHeader,
     beforeHandle: refuseEntityTags(doc.unversioned),
     response: { 200: BatchResultEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },

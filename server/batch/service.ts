@@ -16,25 +16,25 @@ export function batchWrites(items: number): number {
   return 1 + Math.floor(items / BATCH_ITEMS_PER_WRITE);
 }
 
-/** BatchKind is how one record type is upserted: each item checked alone, then the valid ones written in order. */
-export interface BatchKind<T> {
+/** BatchKind is how one record type is upserted: each item checked alone, then the valid ones written in order, as the batch's options say. */
+export interface BatchKind<T, O extends object = object> {
   /** itemErrors checks an item on its own (schema and limits), with pointers into the item */
   itemErrors: (item: unknown) => FieldError[];
   /** upsert writes one valid item inside the batch's transaction */
-  upsert: (db: Db, input: T, now: number) => Promise<BatchResult>;
+  upsert: (db: Db, input: T, now: number, options: O) => Promise<BatchResult>;
 }
 
 /**
- * runBatch checks every item, then upserts the valid ones in order in one commit with their events
- * and the idempotent response; an invalid item is refused alone, with pointers into the batch.
+ * runBatch checks every item, then upserts the valid ones in order, as `options` say, in one commit
+ * with their events and the idempotent response; an invalid item is refused alone, with pointers into the batch.
  */
-export async function runBatch<T>(rt: Runtime, kind: BatchKind<T>, items: unknown[], idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
+export async function runBatch<T, O extends object>(rt: Runtime, kind: BatchKind<T, O>, items: unknown[], options: O, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
   const checked = items.map((item) => ({ input: item as T, errors: kind.itemErrors(item) }));
   return rt.db.write(async (tx) => {
     const now = Date.now();
     // One item after the other: each may see the ones before it.
     const data: BatchResult[] = [];
-    for (const [i, { input, errors }] of checked.entries()) data.push(itemResult(i, errors.length > 0 ? { status: "invalid", errors } : await kind.upsert(tx, input, now)));
+    for (const [i, { input, errors }] of checked.entries()) data.push(itemResult(i, errors.length > 0 ? { status: "invalid", errors } : await kind.upsert(tx, input, now, options)));
     const body = { data };
     await saveIdempotentResponse(tx, idempotency, 200, body, now);
     return { status: 200, body };

@@ -1,4 +1,4 @@
-import { Type } from "@sinclair/typebox";
+import { Type, type Static, type TObject } from "@sinclair/typebox";
 import { t } from "elysia";
 import { AccountSchema } from "../accounts/model.ts";
 import { UserSchema } from "../users/model.ts";
@@ -85,6 +85,22 @@ export const ContactInput = t.Object(contactFields, {
   examples: [{ first_name: "Ada", last_name: "Lovelace", email: "ada@example.com", phone: "+44 20 7946 0000", tags: ["vip"], custom_fields: { plan: "pro" } }],
 });
 export type ContactInput = typeof ContactInput.static;
+
+/**
+ * CONTACT_BATCH_OPTIONS are the fields of POST /contacts/batch beside `items`. No `default`: Elysia
+ * would write it into the body, whose Idempotency-Key fingerprint would then differ from the one
+ * the same request had before.
+ */
+export const CONTACT_BATCH_OPTIONS = {
+  merge_custom_fields: t.Optional(
+    t.Boolean({
+      error: "must be true or false",
+      description:
+        "When true, an item that updates a matched contact sets the custom fields it names (null clears one) and keeps the contact's others; the merged custom_fields must still meet their limits, else the item is invalid. When false or absent, custom_fields replaces the stored object whole, as on PATCH. A created contact is stored as given either way.",
+    }),
+  ),
+};
+export type ContactBatchOptions = Static<TObject<typeof CONTACT_BATCH_OPTIONS>>;
 
 /** Contact is a contact as the API returns it. */
 export const Contact = t.Object(

@@ -9,7 +9,7 @@ import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
 import { withRepeatedValues } from "../http/list-query.ts";
 import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
 import { listDeletedPage } from "../tombstones/service.ts";
-import { ContactAccountInput, ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, ContactTagInput, IncludeParam } from "./model.ts";
+import { CONTACT_BATCH_OPTIONS, ContactAccountInput, ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, ContactTagInput, IncludeParam } from "./model.ts";
 import { addContactAccount, addContactTag, CONTACT_BATCH, createContact, deleteContact, getContact, listContactsPage, removeContactAccount, removeContactTag, updateContact } from "./service.ts";
 import { batchPost } from "../batch/routes.ts";
 
@@ -23,9 +23,11 @@ const tags = ["Contacts"];
 const BATCH_DOC = {
   operationId: "upsertContactsBatch",
   summary: "Create or update contacts in a batch",
-  description: "Each item is a contact (the body of POST /contacts) matched by external_id when it has one, else by email: a match is updated (contact.updated only if something changed), otherwise a contact is created (contact.created). An email shared by several contacts is refused, naming them.",
+  description:
+    "Each item is a contact (the body of POST /contacts) matched by external_id when it has one, else by email: a match is updated as a PATCH would update it, fields present replacing the stored ones (tags and, unless merge_custom_fields is true, custom_fields whole), with contact.updated only if something changed; otherwise a contact is created (contact.created). With merge_custom_fields: true, an update keeps the contact's custom fields its item does not name. An email shared by several contacts is refused, naming them.",
   item: ContactInput,
   itemDescription: "A contact, as the body of POST /public/v1/contacts; external_id or email selects the contact to update.",
+  options: CONTACT_BATCH_OPTIONS,
   unversioned: "A batch has no version (one If-Match cannot name each item's)",
   tags,
 };

@@ -18,7 +18,7 @@ import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
 import { MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
 import { insertTombstone } from "../tombstones/store.ts";
-import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactInclude } from "./model.ts";
+import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
   countContacts,
   countReadsMatches,
@@ -353,8 +353,25 @@ async function matchContact(db: Db, input: ContactInput): Promise<{ row: Contact
   return { errors: [{ pointer: "/email", detail: `matches several contacts (${ids}); send external_id to say which one, or merge them first` }] };
 }
 
-/** upsertContact writes one valid batch item: created, updated, unchanged, or invalid when its match or relations refuse it. */
-async function upsertContact(db: Db, input: ContactInput, now: number): Promise<BatchResult> {
+/**
+ * withCustomFieldsMerged turns an item that updates `row` into the PATCH-like input keeping the
+ * row's custom fields it does not name (a null clears one), or the limits the merged object breaks.
+ * An item without a custom_fields object (none, or null to clear them all) is taken as it is.
+ */
+function withCustomFieldsMerged(row: ContactRow, input: ContactInput): { input: ContactInput } | { errors: FieldError[] } {
+  const named = input.custom_fields;
+  if (typeof named !== "object" || named === null) return { input };
+  const merged = { ...(JSON.parse(row.properties) as { custom_fields?: Record<string, unknown> }).custom_fields };
+  for (const [key, value] of Object.entries(named)) {
+    if (value === null) delete merged[key];
+    else merged[key] = value;
+  }
+  const errors = customFieldsErrors(merged).map((error) => ({ ...error, detail: `with the contact's other custom fields kept, ${error.detail}` }));
+  return errors.length > 0 ? { errors } : { input: { ...input, custom_fields: merged } };
+}
+
+/** upsertContact writes one valid batch item: created, updated (its custom fields merged when `options` say so), unchanged, or invalid when its match, relations or merge refuse it. */
+async function upsertContact(db: Db, input: ContactInput, now: number, options: ContactBatchOptions): Promise<BatchResult> {
   const match = await matchContact(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
   const relationErrors = await unknownRelationErrors(db, input);
@@ -363,13 +380,15 @@ async function upsertContact(db: Db, input: ContactInput, now: number): Promise<
     const made = await writeNewContact(db, input, now);
     return "errors" in made ? { status: "invalid", errors: made.errors } : { status: "created", id: made.contact.id };
   }
-  const change = await writeContactChange(db, match.row, input, now);
+  const update = options.merge_custom_fields ? withCustomFieldsMerged(match.row, input) : { input };
+  if ("errors" in update) return { status: "invalid", errors: update.errors };
+  const change = await writeContactChange(db, match.row, update.input, now);
   if ("errors" in change) return { status: "invalid", errors: change.errors };
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
 }
 
 /** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else email. */
-export const CONTACT_BATCH: BatchKind<ContactInput> = { itemErrors: contactItemErrors, upsert: upsertContact };
+export const CONTACT_BATCH: BatchKind<ContactInput, ContactBatchOptions> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
 /** deleteContact removes a contact (if the stored version meets `condition`, else 412) and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
 export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null = null): Promise<void> {

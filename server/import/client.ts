@@ -41,11 +41,12 @@ export class BatchClient {
   ) {}
 
   /**
-   * upsert posts one batch to `path` (e.g. /public/v1/contacts/batch) and returns its per-item
-   * results; `replayed` when the server answered with what an earlier run of the same batch got.
+   * upsert posts one batch to `path` (e.g. /public/v1/contacts/batch), with `options` beside its
+   * items, and returns its per-item results; `replayed` when the server answered with what an
+   * earlier run of the same batch got.
    */
-  async upsert(path: string, items: unknown[], idempotencyKey: string): Promise<{ results: BatchResult[]; replayed: boolean }> {
-    const body = JSON.stringify({ items });
+  async upsert(path: string, items: unknown[], idempotencyKey: string, options: Record<string, unknown> = {}): Promise<{ results: BatchResult[]; replayed: boolean }> {
+    const body = JSON.stringify({ ...options, items });
     let failures = 0;
     for (;;) {
       let response: Response;
@@ -79,8 +80,12 @@ export class BatchClient {
         continue;
       }
       if (response.status === 422 && answer?.type === "urn:crm:problem:idempotency-key-reused") {
-        // Batch keys come from the file's name, size and mapping: the same command would be refused again.
-        throw new ImportError(`${path} answered 422 idempotency-key-reused: the file changed since an earlier import of a file with its name and size (in the last 24 h); give it a new name and import it again`, false);
+        // Batch keys come from the file's name, size and mapping: the same command would be refused
+        // again. An older importer sent the same keys with other bodies (no merge_custom_fields).
+        throw new ImportError(
+          `${path} answered 422 idempotency-key-reused: the file changed since an earlier import of a file with its name and size (in the last 24 h), or that import was begun by an older crm; give a changed file a new name and import it again, and finish an older crm's import with that crm`,
+          false,
+        );
       }
       if (response.status !== 200 || !answer?.data) {
         // Any other answer would be the same for the same command: running it again would not get further.

@@ -107,7 +107,9 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
     for (const entry of chunk) if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
     if (sendable.length > 0) {
       const key = `${n === 0 ? trialKeyPrefix : keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
-      const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key);
+      // Each custom_fields.KEY column is a field of its own: an empty cell, or a key the file has no
+      // column for, must keep what the contact holds, where custom_fields alone would replace it whole.
+      const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key, { merge_custom_fields: true });
       answer.results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
       if (answer.replayed && n > 0) replayed += sendable.length;
     }

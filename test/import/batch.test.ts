@@ -151,6 +151,79 @@ describe("contacts batch: happy paths", () => {
   });
 });
 
+describe("contacts batch: merge_custom_fields", () => {
+  test("with it, an update sets the custom fields its item names (null clears one) and keeps the others; a new contact is stored as given; without it, custom_fields replaces whole", async () => {
+    const ada = await created("/public/v1/contacts", { email: "ada@example.com", first_name: "Ada", custom_fields: { plan: "gold", tier: "t1", note: "keep" } });
+    const bob = await created("/public/v1/contacts", { email: "bob@example.com", first_name: "Bob", custom_fields: { plan: "gold", tier: "t1" } });
+    const merged = await h.json("POST", CONTACTS, {
+      body: {
+        merge_custom_fields: true,
+        items: [
+          { email: "ada@example.com", custom_fields: { plan: "silver", tier: null } },
+          { email: "ada@example.com", custom_fields: { plan: "silver" } },
+          { email: "ada@example.com", tags: ["vip"] },
+          { email: "zoe@example.com", first_name: "Zoë", custom_fields: { plan: "bronze", tier: null } },
+        ],
+      },
+    });
+    const zoe = merged.body.data[3].id;
+    expect([merged.status, merged.body]).toEqual([200, { data: [{ status: "updated", id: ada.id }, { status: "unchanged", id: ada.id }, { status: "updated", id: ada.id }, { status: "created", id: zoe }] }]);
+    const storedAda = (await h.json("GET", `/public/v1/contacts/${ada.id}`)).body.data;
+    expect(storedAda).toEqual({ ...ada, custom_fields: { plan: "silver", note: "keep" }, tags: ["vip"], version: 3, updated_at: storedAda.updated_at });
+    const storedZoe = (await h.json("GET", `/public/v1/contacts/${zoe}`)).body.data;
+    expect(storedZoe.custom_fields).toEqual({ plan: "bronze", tier: null });
+
+    for (const body of [{ items: [{ email: "bob@example.com", custom_fields: { plan: "silver" } }] }, { merge_custom_fields: false, items: [{ email: "bob@example.com", custom_fields: { tier: "t2" } }] }]) {
+      expect((await h.json("POST", CONTACTS, { body })).body).toEqual({ data: [{ status: "updated", id: bob.id }] });
+    }
+    const storedBob = (await h.json("GET", `/public/v1/contacts/${bob.id}`)).body.data;
+    expect(storedBob).toEqual({ ...bob, custom_fields: { tier: "t2" }, version: 3, updated_at: storedBob.updated_at });
+    // custom_fields: null still clears them all, merging or not
+    const cleared = await h.json("POST", CONTACTS, { body: { merge_custom_fields: true, items: [{ email: "bob@example.com", custom_fields: null }] } });
+    expect(cleared.body).toEqual({ data: [{ status: "updated", id: bob.id }] });
+    expect((await h.json("GET", `/public/v1/contacts/${bob.id}`)).body.data.custom_fields).toEqual({});
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.updated", "contact.updated", "contact.created", "contact.updated", "contact.updated", "contact.updated"]);
+  });
+
+  test("a merge past the custom_fields limits makes its item invalid, naming it; the other items commit", async () => {
+    const hundred = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`k${i}`, "v"]));
+    const full = await created("/public/v1/contacts", { email: "full@example.com", custom_fields: hundred });
+    const big = await created("/public/v1/contacts", { email: "big@example.com", custom_fields: { blob: "x".repeat(16_000) } });
+    const res = await h.json("POST", CONTACTS, {
+      body: {
+        merge_custom_fields: true,
+        items: [
+          { email: "full@example.com", custom_fields: { k100: "v" } },
+          { email: "big@example.com", custom_fields: { more: "y".repeat(1_000) } },
+          { email: "full@example.com", custom_fields: { k0: null, k100: "v" } },
+        ],
+      },
+    });
+    expect([res.status, res.body]).toEqual([
+      200,
+      {
+        data: [
+          { status: "invalid", errors: [{ pointer: "/items/0/custom_fields", detail: "with the contact's other custom fields kept, has 101 keys; the limit is 100" }] },
+          { status: "invalid", errors: [{ pointer: "/items/1/custom_fields", detail: "with the contact's other custom fields kept, is 17021 bytes as JSON; the limit is 16384 bytes (16 KiB)" }] },
+          { status: "updated", id: full.id },
+        ],
+      },
+    ]);
+    expect((await h.json("GET", `/public/v1/contacts/${big.id}`)).body.data).toEqual(big);
+    const { k0: _, ...kept } = hundred;
+    expect((await h.json("GET", `/public/v1/contacts/${full.id}`)).body.data.custom_fields).toEqual({ ...kept, k100: "v" });
+  });
+
+  test("merge_custom_fields must be a boolean, and the accounts batch does not take it", async () => {
+    const items = [{ email: "a@example.com" }];
+    const wrong = await h.json("POST", CONTACTS, { body: { merge_custom_fields: "true", items } });
+    expect([wrong.status, wrong.body]).toEqual([422, validation([{ pointer: "/merge_custom_fields", detail: "must be true or false" }])]);
+    const accounts = await h.json("POST", ACCOUNTS, { body: { merge_custom_fields: true, items: [{ name: "Acme" }] } });
+    expect([accounts.status, accounts.body]).toEqual([422, validation([{ pointer: "/merge_custom_fields", detail: "is not a field here; known: items" }])]);
+    expect([await contactCount(h), await accountCount()]).toEqual([0, 0]);
+  });
+});
+
 describe("contacts batch: errors", () => {
   test("an email shared by several contacts is invalid, naming them; the other items commit", async () => {
     const one = await created("/public/v1/contacts", { first_name: "One", email: "twin@example.com" });

@@ -106,6 +106,23 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     ]);
   }, 60_000);
 
+  test("a matched contact keeps the custom fields a row leaves empty and those the file has no column for", async () => {
+    const first = join(server.dir, "cf-all.csv");
+    writeFileSync(first, "Email,First Name,custom_fields.plan,custom_fields.tier,custom_fields.note\ncf@example.com,C,gold,t1,keep\n");
+    expect((await runImport([first, ...apiArgs()])).code).toBe(0);
+    const file = join(server.dir, "cf.csv");
+    writeFileSync(file, "Email,custom_fields.plan,custom_fields.tier\ncf@example.com,silver,\n");
+    const res = await runImport([file, ...apiArgs()]);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 1 rows: created 0, updated 1, unchanged 0, invalid 0\n"]);
+    const stored = (await server.db.get<{ properties: string }>("SELECT properties FROM contacts WHERE email = 'cf@example.com'"))!;
+    expect(JSON.parse(stored.properties)).toEqual({ custom_fields: { plan: "silver", tier: "t1", note: "keep" } });
+    const events = await server.db.all<{ type: string; payload: string }>("SELECT type, payload FROM events ORDER BY id");
+    expect(events.map((e) => [e.type, JSON.parse(e.payload).data.custom_fields])).toEqual([
+      ["contact.created", { plan: "gold", tier: "t1", note: "keep" }],
+      ["contact.updated", { plan: "silver", tier: "t1", note: "keep" }],
+    ]);
+  }, 60_000);
+
   test("a placeholder website (N/A, none, -) is no domain: each company keeps its own account", async () => {
     const file = join(server.dir, "no-website.csv");
     writeFileSync(file, "Email,Company,Website\nna1@example.com,Acme,N/A\nna2@example.com,Beta Ltd,n/a\nna3@example.com,Gamma,none\nna4@example.com,Delta,-\nna5@example.com,Epsilon,epsilon.example\n");
@@ -366,7 +383,7 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     expect(await runImport([file, ...apiArgs(), "--map", "Mail=email"])).toEqual({
       code: 2,
       stdout: "",
-      stderr: "columns: Mail -> email; ignored: Other\ncrm: import stopped: /public/v1/contacts/batch answered 422 idempotency-key-reused: the file changed since an earlier import of a file with its name and size (in the last 24 h); give it a new name and import it again\n",
+      stderr: "columns: Mail -> email; ignored: Other\ncrm: import stopped: /public/v1/contacts/batch answered 422 idempotency-key-reused: the file changed since an earlier import of a file with its name and size (in the last 24 h), or that import was begun by an older crm; give a changed file a new name and import it again, and finish an older crm's import with that crm\n",
     });
   }, 60_000);
 
