@@ -22,7 +22,7 @@ import { webhookRoutes } from "./webhooks/routes.ts";
 import { assertSecretsKeyOpens, loadSecretsKey, SecretBox } from "./webhooks/secrets.ts";
 import { SYSTEM_NETWORK, type Network } from "./webhooks/targets.ts";
 import { webhooksDocument } from "./webhooks/service.ts";
-import { DeliveryLoop } from "./webhooks/worker.ts";
+import { DeliveryLoop, SHARED_POLL_MS } from "./webhooks/worker.ts";
 
 export interface AppOptions {
   db: Backend;
@@ -30,13 +30,15 @@ export interface AppOptions {
   log: Logger;
   /** defaults to the system's resolver and certificate authorities */
   network?: Network;
+  /** defaults to SHARED_POLL_MS; tests lengthen it, so that only another instance's notification wakes an idle one */
+  sharedPollMs?: number;
 }
 
 /**
  * createRuntime opens the secrets key (creating it on first start), migrates the database, checks
  * that the key opens its signing secrets, and builds the services' shared dependencies.
  */
-export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK }: AppOptions): Promise<Runtime> {
+export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK, sharedPollMs = SHARED_POLL_MS }: AppOptions): Promise<Runtime> {
   // Before the key is made: a database this binary will not serve gets no new file beside it.
   await refuseNewerDatabase(db);
   const secretsKey = loadSecretsKey(config);
@@ -46,7 +48,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK 
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
   db.useReadLane(config.slowListLane, log);
   const metrics = new Metrics();
-  const deliveries = new DeliveryLoop({ db, config, log, network, secrets });
+  const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
   return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), listening: () => null };
 }

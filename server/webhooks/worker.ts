@@ -67,6 +67,11 @@ export const DELIVERY_CHANNEL = "crm_deliveries";
  * and claims at once; this covers the rest).
  */
 export const SHARED_POLL_MS = 5000;
+/**
+ * FULL_WAKE_INTERVAL_MS spaces the wake-ups an instance with its slots full sends for the due work
+ * it leaves: instances all full would otherwise keep waking each other, none with room to take it.
+ */
+const FULL_WAKE_INTERVAL_MS = 1000;
 /** CLOCK_READ_INTERVAL_MS spaces the reads of the database's clock by an instance sharing it (each inside a claim's write). */
 const CLOCK_READ_INTERVAL_MS = 1000;
 /** CLOCK_SKEW_WARNING_MS is how far this process's clock may be off the database's before a warning is logged. */
@@ -112,6 +117,8 @@ export interface LoopDependencies {
   log: Logger;
   network: Network;
   secrets: SecretBox;
+  /** how often an instance sharing a database claims unasked (SHARED_POLL_MS; tests lengthen it) */
+  sharedPollMs: number;
 }
 
 interface UnrecordedAttempt {
@@ -126,7 +133,7 @@ interface UnrecordedAttempt {
 interface Picks {
   picked: DueDelivery[];
   rateWake: number | null;
-  /** this instance ran out of free slots with due deliveries possibly left that other instances could send */
+  /** this instance's free slots held a subscription below its cap, with due deliveries possibly left that other instances could send */
   leftOver: boolean;
 }
 
@@ -289,6 +296,8 @@ export class DeliveryLoop {
   /** when the database's clock was last read, on the monotonic clock; when a clock that was off was last logged */
   private clockReadAt = -Infinity;
   private skewLoggedAt = -Infinity;
+  /** when this instance last woke the others for work it left, on the monotonic clock */
+  private othersWokenAt = -Infinity;
 
   constructor(private readonly deps: LoopDependencies) {}
 
@@ -432,9 +441,22 @@ export class DeliveryLoop {
       return;
     }
     for (const due of picked) this.dispatch(due, "scheduled");
-    if (leftOver) this.wakeOthers();
-    const times = [await findNextWakeTime(db, now), rateWake, this.shared ? now + SHARED_POLL_MS : null].filter((t) => t !== null);
+    const othersWake = leftOver ? this.wakeOthersForLeftOver(free) : null;
+    const times = [await findNextWakeTime(db, now), rateWake, othersWake, this.shared ? now + this.deps.sharedPollMs : null].filter((t) => t !== null);
     this.armTimer(times.length ? Math.min(...times) : null);
+  }
+
+  /**
+   * wakeOthersForLeftOver wakes the other instances to take the due work a claim left: at once, or,
+   * when the claim had fewer than REFILL free slots, at most once every FULL_WAKE_INTERVAL_MS. It
+   * returns when to claim again to wake them (a wake-up put off), or null.
+   */
+  private wakeOthersForLeftOver(free: number): number | null {
+    const wait = free < REFILL ? this.othersWokenAt + FULL_WAKE_INTERVAL_MS - performance.now() : 0;
+    if (wait > 0) return this.now() + wait;
+    this.othersWokenAt = performance.now();
+    this.wakeOthers();
+    return null;
   }
 
   /** wakeOthers notifies the other instances sharing the database that deliveries wait; a failure only delays them until their poll. */
@@ -500,11 +522,22 @@ export class DeliveryLoop {
     const leaseUntil = now + this.deps.config.deliveryTimeoutMs + LEASE_MARGIN_MS;
     const picked: DueDelivery[] = [];
     let rateWake: number | null = null;
+    let leftOver = false;
     for (const subscription of await lockSubscriptionsWithDueDeliveries(tx, at)) {
+      if (subscription.leased > MAX_PER_SUBSCRIPTION - REFILL) continue;
       const room = roomFor(subscription.leased, free - picked.length);
-      if (room <= 0 || subscription.leased > MAX_PER_SUBSCRIPTION - REFILL) continue;
+      // Held below its cap by this instance's free slots, the subscription keeps due deliveries (it
+      // had one at least; a room filled may leave more) that an instance with room could send. One
+      // with a max_rate is sent one attempt at a time by design, and leaves none over.
+      const heldBelowCap = subscription.max_rate === null && room < MAX_PER_SUBSCRIPTION - subscription.leased;
+      if (room <= 0) {
+        leftOver ||= heldBelowCap;
+        continue;
+      }
       if (subscription.max_rate === null) {
-        picked.push(...(await findDueDeliveriesOf(tx, subscription.id, at, room)));
+        const due = await findDueDeliveriesOf(tx, subscription.id, at, room);
+        leftOver ||= heldBelowCap && due.length === room;
+        picked.push(...due);
         continue;
       }
       if (subscription.next_send_at > now) {
@@ -518,8 +551,7 @@ export class DeliveryLoop {
       this.pacing.set(subscription.id, 1000 / subscription.max_rate);
       picked.push(due);
     }
-    // Full, this instance claims only guaranteed shares: waking the others then would only bounce.
-    return { picked: await lease(tx, picked, leaseUntil), rateWake, leftOver: free >= REFILL && picked.length >= free };
+    return { picked: await lease(tx, picked, leaseUntil), rateWake, leftOver };
   }
 
   /**

@@ -1,0 +1,75 @@
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+import { tempDir } from "../ops/support.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "../webhooks/support.ts";
+
+// Two delivery loops in this process on one PostgreSQL database, as two instances would share it:
+// an instance whose slots are full wakes the other for the due work it has no room for (README,
+// Run several instances). The other's own poll is made longer than the test, so that only the
+// notification can wake it.
+
+const NO_POLL_MS = 10 * 60_000;
+
+let database: TestDatabase;
+let keyDir: string;
+let secretsKeyFile: string;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  keyDir = tempDir("full-instance");
+  secretsKeyFile = join(keyDir, "secrets.key");
+  writeFileSync(secretsKeyFile, randomBytes(32).toString("base64"), { mode: 0o600 });
+});
+
+afterAll(async () => {
+  await database?.drop();
+  rmSync(keyDir, { recursive: true, force: true });
+});
+
+/** instance starts an app and its delivery loop on the shared database; the attempts' 60 s timeout keeps held ones open (and leased) for the whole test. */
+function instance(): Promise<WebhookHarness> {
+  return webhookHarness({ databaseUrl: database.url, secretsKeyFile, deliveryTimeoutMs: 60_000, rateWriteBurst: 1000 }, { sharedPollMs: NO_POLL_MS });
+}
+
+test("an instance whose slots are held full wakes an idle one, which sends a new subscription's deliveries beyond the full one's guaranteed share", async () => {
+  const receivers: Receiver[] = [];
+  const receiver = (path: string) => {
+    const r = startReceiver(path);
+    r.hold();
+    receivers.push(r);
+    return r;
+  };
+  const full = await instance();
+  let idle: WebhookHarness | undefined;
+  try {
+    for (let i = 0; i < MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION; i++) await full.subscribe(receiver(`/slow-${i}`).url, ["contact.created"]);
+    // One claim round takes them all (its loop stopped while they commit): receivers topped up
+    // over several rounds would stop short of their cap while their attempts hang.
+    await full.rt.deliveries.stop(0);
+    const contacts = await Promise.all(Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => full.json("POST", "/public/v1/contacts", { body: { first_name: `n${i}` } })));
+    expect(contacts.map((c) => c.status)).toEqual(Array(MAX_PER_SUBSCRIPTION).fill(201));
+    full.rt.deliveries.start();
+    await waitFor(() => full.rt.deliveries.inFlightCount === MAX_IN_FLIGHT, "every slot of the first instance taken by the slow receivers");
+    // Started now, the second instance finds the slow subscriptions at their cap: it stays idle.
+    idle = await instance();
+    const fresh = receiver("/fresh");
+    await full.subscribe(fresh.url, ["account.created"]);
+    const names = ["Acme", "Globex", "Initech", "Umbrella", "Hooli", "Stark"];
+    const accounts = await Promise.all(names.map(async (name) => (await full.json("POST", "/public/v1/accounts", { body: { name } })).body.data.id as string));
+    await waitFor(() => fresh.received.length === accounts.length, "every account.created delivery open at the receiver", 30_000);
+    expect(fresh.received.map((r) => r.json.data.id).toSorted()).toEqual(accounts.toSorted());
+    expect({ full: full.rt.deliveries.inFlightCount, idle: idle.rt.deliveries.inFlightCount }).toEqual({
+      full: MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION,
+      idle: accounts.length - GUARANTEED_PER_SUBSCRIPTION,
+    });
+  } finally {
+    for (const r of receivers) r.release();
+    // Both stop together: neither claims what the other's stop gives back.
+    await Promise.all([full.shutdown(), idle?.shutdown()]);
+    for (const r of receivers) await r.stop();
+  }
+}, 60_000);
