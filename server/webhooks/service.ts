@@ -329,11 +329,20 @@ export async function endRotationGrace(rt: Runtime, id: string): Promise<boolean
   });
 }
 
-/** pauseSubscription pauses (or resumes) a subscription: while paused its deliveries wait, pending, and go out on resume. */
+/**
+ * pauseSubscription pauses (or resumes) a subscription: while paused its deliveries wait, pending,
+ * and go out on resume. A disabled one is not paused (409): it sends nothing already, and its
+ * enable is to make it active.
+ */
 export async function pauseSubscription(rt: Runtime, id: string, paused: boolean, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Subscription } }> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
-    if (!await setSubscriptionPaused(tx, id, paused ? now : null, now)) throw notFound("webhook subscription", id);
+    const row = await findSubscriptionById(tx, id);
+    if (!row) throw notFound("webhook subscription", id);
+    if (paused && row.status !== "active") {
+      throw new ProblemError(409, "subscription-disabled", `The subscription ${id} is disabled (${row.disabled_reason}); it sends nothing: enable it with POST /public/v1/webhook-subscriptions/${id}/enable, then pause it.`);
+    }
+    await setSubscriptionPaused(tx, id, paused ? now : null, now);
     const body = { data: toSubscription((await findSubscriptionById(tx, id))!) };
     await saveIdempotentResponse(tx, idempotency, 200, body, now);
     return { status: 200, body };

@@ -328,9 +328,13 @@ export async function disableSubscription(db: Db, id: string, reason: string, no
   await db.run("UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND status = 'active'", [now, reason, now, id]);
 }
 
-/** enableSubscription makes a disabled subscription active again, its failing streak forgotten; it tells whether it was disabled. */
+/**
+ * enableSubscription makes a disabled subscription active again, its failing streak forgotten, and
+ * not paused (a pause a crm before 2026-11-28 let a disabled subscription take would keep it
+ * waiting); it tells whether it was disabled.
+ */
 export async function enableSubscription(db: Db, id: string, now: number): Promise<boolean> {
-  return (await db.run("UPDATE webhook_subscriptions SET status = 'active', disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, updated_at = ? WHERE id = ? AND status = 'disabled'", [now, id])) > 0;
+  return (await db.run("UPDATE webhook_subscriptions SET status = 'active', disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, paused_at = NULL, updated_at = ? WHERE id = ? AND status = 'disabled'", [now, id])) > 0;
 }
 
 /** markSubscriptionFailing notes the first failed attempt of a streak. */

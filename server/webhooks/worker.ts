@@ -230,8 +230,9 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
     if (healthy.delete(due.subscription_id)) await markSubscriptionsHealthy(db, [due.subscription_id]);
     subscription = await findSubscriptionById(db, due.subscription_id);
     if (result.response_status !== 410 && current.status === "pending" && subscription?.status === "active") {
-      if (current.recovered_at !== null && trigger === "manual") {
-        // A recovery gives a delivery one more attempt; a manual one failing before it leaves it to come, when it was due.
+      if (trigger === "manual") {
+        // A manual attempt failing leaves the delivery's next scheduled attempt to come, when it
+        // was due (a recovery's one more attempt too): it neither ends the delivery nor reports it exhausted.
         status = "pending";
         next = current.next_attempt_at;
       } else {

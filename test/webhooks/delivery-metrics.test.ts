@@ -109,14 +109,20 @@ describe("delivery metrics: manual retries", () => {
     expect(await deliveryMetrics()).toEqual({ succeeded: 1, failed: 0, latencies: 1, attempts: { succeeded: 2, failed: 1 }, pending: 0 });
   });
 
-  test("a manual retry that uses up a pending delivery's schedule counts it failed once; a retry of it once failed counts no delivery", async () => {
+  test("a manual retry that fails counts no delivery (the delivery stays pending); the scheduled attempt that ends it counts it failed once; a retry of it once failed counts no delivery", async () => {
     h = await scope.harness({ retrySchedule: [600] });
     const { pending } = await pendingAfterFirstAttempts(1);
     const retried = await h.json("POST", `/public/v1/webhook-deliveries/${pending[0].id}/retry`);
-    expect(retried.body.data).toMatchObject({ status: "failed", attempts: 2 });
-    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 0, failed: 2 }, pending: 0 });
+    expect(retried.body.data).toMatchObject({ status: "pending", attempts: 2 });
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 0, latencies: 0, attempts: { succeeded: 0, failed: 2 }, pending: 1 });
 
-    expect((await h.json("POST", `/public/v1/webhook-deliveries/${pending[0].id}/retry`)).body.data).toMatchObject({ status: "failed", attempts: 3 });
-    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 0, failed: 3 }, pending: 0 });
+    // Due now: the last scheduled attempt fails and ends it.
+    await h.rt.db.run("UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?", [Date.now(), pending[0].id]);
+    await createContact("Wake");
+    await waitFor(async () => (await h.deliveries("status=failed")).length === 1, "the delivery to end");
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 0, failed: 4 }, pending: 1 });
+
+    expect((await h.json("POST", `/public/v1/webhook-deliveries/${pending[0].id}/retry`)).body.data).toMatchObject({ status: "failed", attempts: 4 });
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 0, failed: 5 }, pending: 1 });
   });
 });

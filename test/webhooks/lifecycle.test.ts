@@ -234,6 +234,31 @@ describe("recovery: happy paths", () => {
   });
 });
 
+describe("manual retries", () => {
+  test("a manual retry of a pending delivery that fails leaves its next scheduled attempt to come, when it was due, and sends no delivery.exhausted, even with the schedule used up", async () => {
+    h = await scope.harness({ retrySchedule: [3600] });
+    const r = receiver();
+    r.respond(() => new Response("down", { status: 500 }));
+    const onCall = receiver("/on-call");
+    await h.subscribe(onCall.url, ["delivery.exhausted"]);
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    await waitFor(async () => (await h.deliveries(`subscription_id=${sub.id}`))[0]?.attempts === 1, "the first attempt");
+    const [pending] = await h.deliveries(`subscription_id=${sub.id}`);
+    const manual = await h.json("POST", `/public/v1/webhook-deliveries/${pending.id}/retry`);
+    expect(manual.body.data).toMatchObject({ id: pending.id, status: "pending", attempts: 2, last_response_status: 500, next_attempt_at: pending.next_attempt_at });
+    // Due now: its scheduled attempt is the last, and its failure ends it and reports it.
+    await h.rt.db.run("UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?", [Date.now(), pending.id]);
+    await h.json("POST", "/public/v1/accounts", { body: { name: "Wake" } });
+    await waitFor(() => onCall.received.length === 1, "the delivery.exhausted of the scheduled attempt");
+    expect([(await settledDeliveries(h, `subscription_id=${sub.id}`))[0], r.received.length, JSON.parse(onCall.received[0]!.body).data.attempts]).toEqual([
+      expect.objectContaining({ status: "failed", attempts: 3 }),
+      3,
+      3,
+    ]);
+  });
+});
+
 describe("recovery: errors", () => {
   test("a window starting over 14 days ago or in the future, ending before it starts, or not RFC 3339 is 422 and queues nothing", async () => {
     h = await scope.harness();
@@ -417,6 +442,31 @@ describe("pause, resume and description: errors", () => {
     expectProblem(await h.json("PATCH", subscriptionPath("sub_missing"), { body: { description: "x" } }), 404, "not-found");
     expectProblem(await h.json("POST", subscriptionPath("sub_missing", "pause")), 404, "not-found");
     expectProblem(await h.json("POST", subscriptionPath("sub_missing", "resume")), 404, "not-found");
+  });
+
+  test("a disabled subscription is not paused (409, nothing stored), so its enable makes it active and the next event reaches it", async () => {
+    h = await scope.harness();
+    const r = receiver();
+    r.respond(() => new Response("gone", { status: 410 }));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    await settledDeliveries(h, `subscription_id=${sub.id}`);
+    const reason = (await h.json("GET", subscriptionPath(sub.id))).body.data.disabled_reason;
+    const pause = await h.json("POST", subscriptionPath(sub.id, "pause"));
+    expect([pause.status, pause.body]).toEqual([
+      409,
+      {
+        type: "urn:crm:problem:subscription-disabled",
+        title: "Conflict",
+        status: 409,
+        detail: `The subscription ${sub.id} is disabled (${reason}); it sends nothing: enable it with POST /public/v1/webhook-subscriptions/${sub.id}/enable, then pause it.`,
+      },
+    ]);
+    r.respond(() => new Response("ok"));
+    const enabled = (await h.json("POST", subscriptionPath(sub.id, "enable"))).body.data;
+    expect([enabled.status, enabled.paused_at]).toEqual(["active", null]);
+    await createContact({ first_name: "Grace" });
+    await waitFor(() => r.received.length === 2, "the event after the enable");
   });
 });
 
