@@ -36,7 +36,7 @@ export interface AppOptions {
 
 /**
  * createRuntime opens the secrets key (creating it on first start), migrates the database, checks
- * that the key opens its signing secrets, and builds the services' shared dependencies.
+ * that the key is the database's (recording it on first start), and builds the services' shared dependencies.
  */
 export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK, sharedPollMs = SHARED_POLL_MS }: AppOptions): Promise<Runtime> {
   // Before the key is made: a database this binary will not serve gets no new file beside it.

@@ -21,7 +21,7 @@ Copies the SQLite database of a data directory (migrated to the latest version f
 empty PostgreSQL database: the PostgreSQL migrations are applied, then every table is copied in
 one transaction with its ids and timestamps unchanged; pending webhook deliveries stay pending.
 Stop the service first, so that nothing changes during the copy. A target that already holds
-any row (a one-time setup link aside) is refused (exit 2) and left alone. Progress goes to stderr, the rows copied per table
+any row (a one-time setup link and a key's check value aside) is refused (exit 2) and left alone. Progress goes to stderr, the rows copied per table
 to stdout. The URL may also come from CRM_DATABASE_URL or database_url in the --config file.
 `;
 
@@ -100,10 +100,12 @@ async function planCopy(sqlite: SqliteConnection, target: PostgresDb): Promise<T
 
 /**
  * REPLACED_TABLES hold rows the copy replaces rather than refuses: the counts a migration seeds, and
- * the one-time setup link a `serve` without operators stores on every start (a start made to check
- * the connection would otherwise make the database refuse every copy).
+ * what a `serve` stores on its first start, the one-time setup link (without operators) and the
+ * check value of its secrets key (a start made to check the connection would otherwise make the
+ * database refuse every copy). The copied data is sealed with the data directory's key, so its
+ * check value, or none (a data directory never served since the check value), replaces the target's.
  */
-const REPLACED_TABLES = new Set(["row_counts", "operator_setup_codes"]);
+const REPLACED_TABLES = new Set(["row_counts", "operator_setup_codes", "secrets_key_check"]);
 
 /**
  * refuseNonEmptyTarget checks that none of the service's tables that exist on the target holds a
@@ -237,7 +239,7 @@ async function copyAll(sqlite: SqliteConnection, tx: PostgresDb, progress: CopyP
   const result: CopyResult = [];
   for (const table of plan) await tx.run(`ALTER TABLE ${quote(table.name)} DISABLE TRIGGER USER`);
   for (const table of plan) {
-    // Rows a migration seeds (the zero contact count) and a setup link are replaced by the copied ones.
+    // Rows a migration seeds (the zero contact count), a setup link and a key's check value are replaced by the copied ones.
     if (REPLACED_TABLES.has(table.name)) await tx.run(`DELETE FROM ${quote(table.name)}`);
     const reporter = progressReporter(progress, table);
     const rows = await copyTable(sqlite, tx, table, reporter.update).catch((error: Error) => {

@@ -25,6 +25,7 @@ import deliveriesByEventType from "../../migrations/0021_deliveries_by_event_typ
 import operatorDevices from "../../migrations/0022_operator_devices.sql" with { type: "text" };
 import recoveredDeliveries from "../../migrations/0023_recovered_deliveries.sql" with { type: "text" };
 import signInTurns from "../../migrations/0024_sign_in_turns.sql" with { type: "text" };
+import secretsKeyCheck from "../../migrations/0025_secrets_key_check.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -68,6 +69,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 22, name: "0022_operator_devices.sql", sql: operatorDevices },
   { version: 23, name: "0023_recovered_deliveries.sql", sql: recoveredDeliveries },
   { version: 24, name: "0024_sign_in_turns.sql", sql: signInTurns },
+  { version: 25, name: "0025_secrets_key_check.sql", sql: secretsKeyCheck },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -1,12 +1,13 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
-import type { Db } from "../db/sql.ts";
+import type { Database, Db } from "../db/sql.ts";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from "node:crypto";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
+import { sameBytes } from "../shared/crypto.ts";
 import { fsyncPath, partialName, publishFile } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { findOneSubscriptionSecret, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
+import { findOneSubscriptionSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
 /** SECRETS_KEY_FILE_NAME is the key file created in the data directory when --secrets-key-file is not given. */
 export const SECRETS_KEY_FILE_NAME = "secrets.key";
@@ -153,22 +154,49 @@ export function sealStoredSecrets(db: SqliteConnection, openBox: (() => SecretBo
   return rows.length + answers.length;
 }
 
+/** KEY_CHECK_PURPOSE names the key, derived from the secrets key, that the database's check value of it is signed with. */
+const KEY_CHECK_PURPOSE = "secrets key check";
+/** KEY_CHECK_TEXT is the fixed text the check value signs: the same for every database, so a key always gives the same value. */
+const KEY_CHECK_TEXT = "the secrets key of this crm database";
+
 /**
- * assertSecretsKeyOpens throws ConfigError when the database holds sealed secrets this key cannot
- * open. A key loadSecretsKey has just created is then removed: the database's own was lost (a
- * restore without it), and a new file beside it would pass for it, in the next backup's note too.
+ * assertSecretsKeyOpens throws ConfigError when the key is not the database's: the database records
+ * a check value of the key it was first started with (secrets_key_check), and a start with another
+ * key, on any instance, is refused even before any subscription holds a secret the key could fail
+ * to open. A database from before the check value is tried on one of its secrets instead, as it was,
+ * and then records the value of the key that opened it. A key loadSecretsKey has just created is
+ * removed when refused: the database's own was lost (a restore without it), and a new file beside
+ * it would pass for it, in the next backup's note too.
  */
-export async function assertSecretsKeyOpens(db: Db, box: SecretBox, key: { path: string; created: boolean }): Promise<void> {
+export async function assertSecretsKeyOpens(db: Database, box: SecretBox, key: { path: string; created: boolean }): Promise<void> {
+  const own = box.signature(KEY_CHECK_PURPOSE, KEY_CHECK_TEXT);
+  // Recorded in a write: on PostgreSQL writes take one lock, so of instances with different keys
+  // starting together on a new database, the first records its key and the others find it.
+  const recorded =
+    (await findSecretsKeyCheck(db)) ??
+    (await db.write(async (tx) => {
+      const found = await findSecretsKeyCheck(tx);
+      if (found || !(await opensStoredSecret(tx, box))) return found;
+      await insertSecretsKeyCheck(tx, own);
+      return own;
+    }));
+  if (recorded && sameBytes(recorded, own)) return;
+  if (key.created) {
+    rmSync(key.path, { force: true });
+    throw new ConfigError(`secrets key file ${key.path} is missing, and this database holds signing secrets sealed with a key: put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`);
+  }
+  throw new ConfigError(`secrets key file ${key.path} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`);
+}
+
+/** opensStoredSecret tells whether the box opens a signing secret the database holds (one is enough: they are sealed with one key), or it holds none. */
+async function opensStoredSecret(db: Db, box: SecretBox): Promise<boolean> {
   const row = await findOneSubscriptionSecret(db);
-  if (!row) return;
+  if (!row) return true;
   try {
     box.open(row.id, row.secret);
+    return true;
   } catch (error) {
-    if (!(error instanceof SecretUnreadable)) throw error;
-    if (key.created) {
-      rmSync(key.path, { force: true });
-      throw new ConfigError(`secrets key file ${key.path} is missing, and this database holds signing secrets sealed with a key: put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`);
-    }
-    throw new ConfigError(`secrets key file ${key.path} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`);
+    if (error instanceof SecretUnreadable) return false;
+    throw error;
   }
 }

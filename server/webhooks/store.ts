@@ -237,6 +237,16 @@ export function findOneSubscriptionSecret(db: Db): Promise<{ id: string; secret:
   return db.get<{ id: string; secret: string }>("SELECT id, secret FROM webhook_subscriptions LIMIT 1");
 }
 
+/** findSecretsKeyCheck returns the check value of the secrets key the database records, or null before a start has recorded one. */
+export async function findSecretsKeyCheck(db: Db): Promise<Uint8Array | null> {
+  return (await db.get<{ check_value: Uint8Array }>("SELECT check_value FROM secrets_key_check WHERE singleton = 1"))?.check_value ?? null;
+}
+
+/** insertSecretsKeyCheck records the check value of the secrets key (the database has none yet). */
+export function insertSecretsKeyCheck(db: Db, checkValue: Uint8Array): Promise<number> {
+  return db.run("INSERT INTO secrets_key_check (singleton, check_value) VALUES (1, ?)", [checkValue]);
+}
+
 /** findSubscriptionById returns one subscription row or null. */
 export function findSubscriptionById(db: Db, id: string): Promise<SubscriptionRow | null> {
   return db.get<SubscriptionRow>("SELECT * FROM webhook_subscriptions WHERE id = ?", [id]);

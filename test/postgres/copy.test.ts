@@ -115,7 +115,8 @@ describe("copy-to-postgres: happy path", () => {
         tombstones: count("SELECT count(*) AS n FROM tombstones"),
         idempotency: count("SELECT count(*) AS n FROM idempotency_keys"),
         headerSets: count("SELECT count(*) AS n FROM webhook_header_sets") > 0,
-      }).toEqual({ contacts: 11, tags: true, accounts: true, assigned: true, succeeded: true, pending: true, tokens: 2, operators: 1, tombstones: 1, idempotency: 12, headerSets: true });
+        keyCheck: count("SELECT count(*) AS n FROM secrets_key_check"),
+      }).toEqual({ contacts: 11, tags: true, accounts: true, assigned: true, succeeded: true, pending: true, tokens: 2, operators: 1, tombstones: 1, idempotency: 12, headerSets: true, keyCheck: 1 });
     } finally {
       sqlite.close();
     }
@@ -150,8 +151,8 @@ describe("copy-to-postgres: happy path", () => {
 describe("copy-to-postgres: refusals", () => {
   test("a target that already holds data is refused with one line, exit 2, and left as it was", async () => {
     const before = await pg.get("SELECT (SELECT count(*) FROM contacts) AS contacts, (SELECT count(*) FROM events) AS events");
-    // The tables the first copy filled, in its order; row_counts always has its row and does not count.
-    const filled = copy.stdout.trimEnd().split("\n").slice(1).map((line) => line.split(/\s+/)).filter(([table, n]) => n !== "0" && table !== "row_counts").map(([table]) => table);
+    // The tables the first copy filled, in its order; row_counts always has its row, and the key's check value is replaced: neither counts.
+    const filled = copy.stdout.trimEnd().split("\n").slice(1).map((line) => line.split(/\s+/)).filter(([table, n]) => n !== "0" && table !== "row_counts" && table !== "secrets_key_check").map(([table]) => table);
     expect(filled).toContain("contacts");
     // The test server trusts every login, so a password in the URL is accepted and must not be printed.
     const again = crm(["copy-to-postgres"], { CRM_DATABASE_URL: target.url.replace("postgres@", "postgres:pa55-word@") });
@@ -264,9 +265,11 @@ describe("copy-to-postgres: a target written to around the copy", () => {
     }
   }, 60_000);
 
-  test("a target on which serve started once (its one-time setup link stored) still takes the copy", async () => {
+  test("a target on which serve started once (its one-time setup link and its key's check value stored) still takes the copy, and then takes the data directory's key, not the one it started with", async () => {
     const dataDir = tempDir("copy-after-serve-source");
-    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
+    // Served once, the data directory records the check value of the key it created.
+    const local = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "error"]);
+    expect((await local.stopWith("SIGTERM")).exitCode).toBe(0);
     expect(runCli([...SOURCE, "token", "create", "--name", "from sqlite", "--data-dir", dataDir]).exitCode).toBe(0);
     const empty = await createTestDatabase();
     const db = await openPostgres(empty.url, 1);
@@ -279,6 +282,13 @@ describe("copy-to-postgres: a target written to around the copy", () => {
       const copy = runCli([...SOURCE, "copy-to-postgres", "--data-dir", dataDir, "--database-url", empty.url]);
       expect(copy.exitCode).toBe(0);
       expect(await db.all("SELECT name FROM api_tokens")).toEqual([{ name: "from sqlite" }]);
+      expect(runCli([...SOURCE, "serve", "--port", "0", "--database-url", empty.url, "--secrets-key-file", keyFile])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: secrets key file ${keyFile} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)\n`,
+      });
+      const copied = await spawnServer([...SOURCE, "serve", "--port", "0", "--database-url", empty.url, "--secrets-key-file", join(dataDir, "secrets.key"), "--log-level", "error"]);
+      expect((await copied.stopWith("SIGTERM")).exitCode).toBe(0);
     } finally {
       await db.close();
       await empty.drop();

@@ -30,6 +30,23 @@ const fileBytes = (dataDir: string) =>
 const tempDir = () => mkdtempSync(join(tmpdir(), "crm-secrets-"));
 const configFor = (dataDir: string, overrides: Partial<Config> = {}): Config => ({ ...DEFAULT_CONFIG, dataDir, logLevel: "error", allowPrivateTargets: true, ...overrides });
 
+/** startWith starts a runtime on the data directory's database, as serve does, and closes it again. */
+const startWith = async (dataDir: string, overrides: Partial<Config> = {}) => {
+  const db = openDatabase(databasePath(dataDir));
+  try {
+    await createRuntime({ db, config: configFor(dataDir, overrides), log: createLogger("error") });
+  } finally {
+    await db.close();
+  }
+};
+
+/** keyFile writes a key file of 32 bytes `fill` in `dir` and returns its path. */
+const keyFile = (dir: string, name: string, fill: number) => {
+  const path = join(dir, name);
+  writeFileSync(path, `${Buffer.alloc(32, fill).toString("base64")}\n`, { mode: 0o600 });
+  return path;
+};
+
 describe("sealed secrets: happy paths", () => {
   test("the first start creates secrets.key (0600) in the data directory; secrets are stored sealed and deliveries sign with the secret in clear", async () => {
     h = await scope.harness();
@@ -213,21 +230,48 @@ describe("sealed secrets: happy paths", () => {
 });
 
 describe("sealed secrets: errors", () => {
-  const startWith = async (dataDir: string, overrides: Partial<Config> = {}) => {
-    const db = openDatabase(databasePath(dataDir));
-    try {
-      await createRuntime({ db, config: configFor(dataDir, overrides), log: createLogger("error") });
-    } finally {
-      await db.close();
-    }
-  };
-
   test("a --secrets-key-file that does not exist, or holds no key, stops the start with a line naming it", () => {
     const dataDir = tempDir();
     try {
       expect(() => startWith(dataDir, { secretsKeyFile: join(dataDir, "missing.key") })).toThrow(`secrets key file ${join(dataDir, "missing.key")} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist`);
       writeFileSync(join(dataDir, "short.key"), "c2hvcnQ=\n");
       expect(() => startWith(dataDir, { secretsKeyFile: join(dataDir, "short.key") })).toThrow(`secrets key file ${join(dataDir, "short.key")} does not hold a key (base64 of 32 random bytes)`);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("a start with another key file is refused even while no subscription exists: the first start recorded the check value of its key", async () => {
+    const dataDir = tempDir();
+    const [first, other] = [keyFile(dataDir, "first.key", 1), keyFile(dataDir, "other.key", 2)];
+    try {
+      await startWith(dataDir, { secretsKeyFile: first });
+      await expect(startWith(dataDir, { secretsKeyFile: other })).rejects.toThrow(
+        `secrets key file ${other} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`,
+      );
+      await startWith(dataDir, { secretsKeyFile: first });
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("a database from before the check value, holding secrets, is checked with a stored secret as before, and then records the check value of the key that opened it", async () => {
+    const dataDir = tempDir();
+    const [first, other] = [keyFile(dataDir, "first.key", 1), keyFile(dataDir, "other.key", 2)];
+    const db = openDatabase(databasePath(dataDir));
+    migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 25));
+    const id = newId("sub");
+    db.sqlite.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES (?, 'http://127.0.0.1:9/x', '[]', ?, 1, 1)").run(id, new SecretBox(Buffer.alloc(32, 1)).seal(id, "whsec_abc"));
+    await db.close();
+    const refusal = `secrets key file ${other} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`;
+    try {
+      await expect(startWith(dataDir, { secretsKeyFile: other })).rejects.toThrow(refusal);
+      await startWith(dataDir, { secretsKeyFile: first });
+      // Its subscriptions gone, the database still knows its key.
+      const emptied = openDatabase(databasePath(dataDir));
+      emptied.sqlite.run("DELETE FROM webhook_subscriptions");
+      await emptied.close();
+      await expect(startWith(dataDir, { secretsKeyFile: other })).rejects.toThrow(refusal);
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }
@@ -275,6 +319,20 @@ describe("sealed secrets: security", () => {
       await db.close();
     } finally {
       rmSync(stolen, { recursive: true, force: true });
+    }
+  });
+
+  test("a database restored without its key is refused even when it holds no subscription, and no new key is left behind", async () => {
+    const dataDir = tempDir();
+    try {
+      await startWith(dataDir);
+      rmSync(join(dataDir, "secrets.key"));
+      await expect(startWith(dataDir)).rejects.toThrow(
+        `secrets key file ${join(dataDir, "secrets.key")} is missing, and this database holds signing secrets sealed with a key: put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`,
+      );
+      expect(existsSync(join(dataDir, "secrets.key"))).toBe(false);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 
