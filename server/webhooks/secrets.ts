@@ -183,9 +183,9 @@ export async function assertSecretsKeyOpens(db: Database, box: SecretBox, key: {
   if (recorded && sameBytes(recorded, own)) return;
   if (key.created) {
     rmSync(key.path, { force: true });
-    throw new ConfigError(`secrets key file ${key.path} is missing, and this database holds signing secrets sealed with a key: put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`);
+    throw new ConfigError(`secrets key file ${key.path} is missing, and this database was used with a key (it keeps a check value of it, and of any signing secrets sealed with it): put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`);
   }
-  throw new ConfigError(`secrets key file ${key.path} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`);
+  throw new ConfigError(`secrets key file ${key.path} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`);
 }
 
 /** opensStoredSecret tells whether the box opens a signing secret the database holds (one is enough: they are sealed with one key), or it holds none. */

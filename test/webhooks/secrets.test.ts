@@ -247,7 +247,7 @@ describe("sealed secrets: errors", () => {
     try {
       await startWith(dataDir, { secretsKeyFile: first });
       await expect(startWith(dataDir, { secretsKeyFile: other })).rejects.toThrow(
-        `secrets key file ${other} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`,
+        `secrets key file ${other} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`,
       );
       await startWith(dataDir, { secretsKeyFile: first });
     } finally {
@@ -263,7 +263,7 @@ describe("sealed secrets: errors", () => {
     const id = newId("sub");
     db.sqlite.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES (?, 'http://127.0.0.1:9/x', '[]', ?, 1, 1)").run(id, new SecretBox(Buffer.alloc(32, 1)).seal(id, "whsec_abc"));
     await db.close();
-    const refusal = `secrets key file ${other} does not open the signing secrets in this database; use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`;
+    const refusal = `secrets key file ${other} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`;
     try {
       await expect(startWith(dataDir, { secretsKeyFile: other })).rejects.toThrow(refusal);
       await startWith(dataDir, { secretsKeyFile: first });
@@ -312,7 +312,7 @@ describe("sealed secrets: security", () => {
       for (const s of subs) expect(async () => guessedKey.open(s.id, await storedSecret(db, s.id))).toThrow(SecretUnreadable);
       const logs: string[] = [];
       expect(() => createRuntime({ db, config: configFor(stolen), log: createLogger("info", (line) => logs.push(line)) })).toThrow(
-        `secrets key file ${join(stolen, "secrets.key")} is missing, and this database holds signing secrets sealed with a key: put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`,
+        `secrets key file ${join(stolen, "secrets.key")} is missing, and this database was used with a key (it keeps a check value of it, and of any signing secrets sealed with it): put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`,
       );
       // A key made for this start would pass for the database's own, beside it and in a backup's note.
       expect([existsSync(join(stolen, "secrets.key")), logs.filter((line) => line.includes("created the key"))]).toEqual([false, []]);
@@ -328,7 +328,7 @@ describe("sealed secrets: security", () => {
       await startWith(dataDir);
       rmSync(join(dataDir, "secrets.key"));
       await expect(startWith(dataDir)).rejects.toThrow(
-        `secrets key file ${join(dataDir, "secrets.key")} is missing, and this database holds signing secrets sealed with a key: put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`,
+        `secrets key file ${join(dataDir, "secrets.key")} is missing, and this database was used with a key (it keeps a check value of it, and of any signing secrets sealed with it): put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`,
       );
       expect(existsSync(join(dataDir, "secrets.key"))).toBe(false);
     } finally {
