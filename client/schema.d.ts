@@ -961,9 +961,13 @@ export interface components {
             external_id?: string | null;
             tags?: string[] | null;
             /** @description Custom fields: a JSON object, or null to clear. At most 100 keys, keys of at most 100 characters at any depth, nesting at most 5 levels, at most 16384 bytes as JSON. */
-            custom_fields?: Record<string, never> | null;
+            custom_fields?: {
+                [key: string]: unknown;
+            } | null;
             /** @description Communication consent: a JSON object, or null to clear. At most 4096 bytes as JSON. */
-            consent?: Record<string, never> | null;
+            consent?: {
+                [key: string]: unknown;
+            } | null;
             account_ids?: string[] | null;
             assigned_user_id?: string | null;
             assigned_user_ids?: string[] | null;
@@ -1261,6 +1265,10 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            414: components["responses"]["QueryTooLong"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
         };
     };
     getReadiness: {
@@ -1281,6 +1289,9 @@ export interface operations {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            414: components["responses"]["QueryTooLong"];
+            431: components["responses"]["HeadersTooLarge"];
             /** @description RFC 9457 problem details (application/problem+json) */
             503: {
                 headers: {
@@ -1310,9 +1321,12 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    /** @description Bearer realm="metrics": the request needs the metrics token. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1328,6 +1342,9 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            414: components["responses"]["QueryTooLong"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
         };
     };
     listContacts: {

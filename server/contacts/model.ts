@@ -41,7 +41,7 @@ const nullable = <T extends Parameters<typeof t.Union>[0][number]>(schema: T, er
 // untouched and the service refuses anything but an object or null (OBJECT_CONTACT_FIELDS).
 // maxProperties is there for the OpenAPI document; the service enforces it with the other limits.
 const jsonObject = (description: string, options: { maxProperties?: number } = {}) =>
-  t.Optional(t.Unknown({ description, ...documentAs({ type: ["object", "null"], ...options }) }));
+  t.Optional(t.Unknown({ description, ...documentAs({ type: ["object", "null"], additionalProperties: true, ...options }) }));
 
 /** OBJECT_CONTACT_FIELDS must be JSON objects (or null); the service checks them. */
 export const OBJECT_CONTACT_FIELDS = ["custom_fields", "consent"] as const;

@@ -155,7 +155,7 @@ function fixResponses(document: Json): void {
 }
 
 /**
- * GUARD_RESPONSES are answered to any /public/v1 operation by the limits guard before routing
+ * GUARD_RESPONSES are answered to /public/v1 operations (some to any path) by the limits guard before routing
  * (server/limits/routes.ts) or by the body parser every route passes (http/conventions.ts, a body
  * sent where none is read included), so no route declares them; the document names them once in
  * components.responses and refers to them from each operation that does not state its own.
@@ -200,15 +200,18 @@ function addRateLimitHeaders(document: Json): void {
   }
 }
 
-/** addGuardResponses documents the limits guard's problem answers on every /public/v1 operation. */
+/** EVERY_PATH_GUARD_STATUSES are the guard's answers on any path (a malformed or oversized request, a full server); the others come with /public/v1's bodies, tokens and rate limits. */
+const EVERY_PATH_GUARD_STATUSES = new Set(["400", "414", "431", "503"]);
+
+/** addGuardResponses documents the limits guard's problem answers: all of them on every /public/v1 operation, those of any path on the others (the probes, /metrics). */
 function addGuardResponses(document: Json): void {
   const problem = { "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } };
   const responses: Json = (document.components.responses ??= {});
   for (const { name, ...response } of Object.values(GUARD_RESPONSES)) responses[name] = { ...response, content: problem };
   for (const [path, pathItem] of Object.entries(document.paths as Json)) {
-    if (!path.startsWith("/public/v1")) continue;
+    const guarded = Object.entries(GUARD_RESPONSES).filter(([status]) => path.startsWith("/public/v1") || EVERY_PATH_GUARD_STATUSES.has(status));
     for (const operation of Object.values(pathItem as Json)) {
-      for (const [status, { name }] of Object.entries(GUARD_RESPONSES)) operation.responses[status] ??= { $ref: `#/components/responses/${name}` };
+      for (const [status, { name }] of guarded) operation.responses[status] ??= { $ref: `#/components/responses/${name}` };
     }
   }
 }
@@ -236,6 +239,9 @@ function versioned(document: Json, response: Json): boolean {
  */
 function documentProtocolHeaders(document: Json): void {
   for (const [path, pathItem] of Object.entries(document.paths as Json)) {
+    const metrics = path === "/metrics" ? (pathItem as Json).get.responses : undefined;
+    // /metrics asks for its own token, in its own realm.
+    if (metrics?.["401"]) metrics["401"] = { ...metrics["401"], headers: { "WWW-Authenticate": header('Bearer realm="metrics": the request needs the metrics token.') } };
     if (!path.startsWith("/public/v1")) continue;
     for (const operation of Object.values(pathItem as Json)) {
       const responses = operation.responses as Json;

@@ -9,6 +9,7 @@ import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { createCrmClient } from "../../client/index.js";
 
 const committed = (name: string) => readFileSync(join(CLIENT_DIR, name), "utf8");
 
@@ -97,6 +98,12 @@ describe("README example against a real server", () => {
     expect((await api("/public/v1/contacts")).meta.total).toBe(2);
     expect((await api("/public/v1/accounts")).meta.total).toBe(1);
   }, 60_000);
+
+  test("the types take a contact's custom fields and consent as the objects the server takes (type-checked with the suite)", async () => {
+    const crm = createCrmClient({ baseUrl: server.url, token });
+    const { data } = await crm.POST("/public/v1/contacts", { body: { first_name: "Ada", custom_fields: { plan: "pro", seats: 3 }, consent: { email: true } } });
+    expect([data?.data.custom_fields, data?.data.consent]).toEqual([{ plan: "pro", seats: 3 }, { email: true }]);
+  });
 
   test("an error answer reaches the caller as the problem document", async () => {
     const script = `import { createCrmClient } from ${JSON.stringify(join(CLIENT_DIR, "index.js"))};

@@ -288,6 +288,19 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     expect(answers).toEqual([]);
   });
 
+  test("the probes and /metrics state the answers the limits guard gives on any path, and /metrics its 401's WWW-Authenticate", async () => {
+    const badTarget = await h.request("GET", "/healthz?a=%zz");
+    const longQuery = await h.request("GET", `/readyz?a=${"x".repeat(5000)}`);
+    h.rt.config.metricsToken = "metrics-token-for-the-test";
+    try {
+      const unauthorized = await h.request("GET", "/metrics", { headers: { authorization: "" } });
+      expect([badTarget.status, longQuery.status, unauthorized.status, unauthorized.headers.get("www-authenticate")]).toEqual([400, 414, 401, 'Bearer realm="metrics"']);
+      expect([...undocumented("GET", "/healthz", badTarget), ...undocumented("GET", "/readyz", longQuery), ...undocumented("GET", "/metrics", unauthorized)]).toEqual([]);
+    } finally {
+      h.rt.config.metricsToken = "";
+    }
+  });
+
   test("what the service checks itself is stated too: an optional body, the Idempotency-Key's length, custom_fields and consent as objects, read-only fields refused", async () => {
     const rotate = spec.paths["/public/v1/webhook-subscriptions/{subscriptionId}/rotate-secret"].post;
     const subscription = await localSubscription();
