@@ -19,7 +19,7 @@ import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
 import { VERSION } from "./version.ts";
 import { webhookRoutes } from "./webhooks/routes.ts";
-import { assertSecretsKeyOpens, loadSecretsKey, SecretBox } from "./webhooks/secrets.ts";
+import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox } from "./webhooks/secrets.ts";
 import { SYSTEM_NETWORK, type Network } from "./webhooks/targets.ts";
 import { webhooksDocument } from "./webhooks/service.ts";
 import { DeliveryLoop, SHARED_POLL_MS } from "./webhooks/worker.ts";
@@ -44,7 +44,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const secretsKey = loadSecretsKey(config);
   const secrets = new SecretBox(secretsKey.key);
   await migrateBackend(db, () => secrets);
-  await assertSecretsKeyOpens(db, secrets, secretsKey);
+  await assertDatabaseSecretsKey(db, secrets, secretsKey);
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
   db.useReadLane(config.slowListLane, log);
   const metrics = new Metrics();

@@ -39,13 +39,21 @@ function FilterSelect(props: { name: string; label: string; any: string; selecte
   );
 }
 
+/**
+ * fieldStep is the step of a time field showing `value`: a field steps by the minute unless told
+ * otherwise, and a browser refuses to send one whose value has seconds or milliseconds off that step.
+ */
+function fieldStep(value: string | undefined): string | undefined {
+  return value?.length === 23 ? "0.001" : value?.length === 19 ? "1" : undefined;
+}
+
 /** FilterInput is a typed filter of the deliveries page: an id, or a time (UTC). */
 function FilterInput(props: { name: keyof DeliveryFilters; label: string; value: string | undefined; time?: boolean; placeholder?: string }) {
   return (
     <label>
       {props.label}
       {props.time ? (
-        <input type="datetime-local" name={props.name} value={props.value ?? ""} />
+        <input type="datetime-local" name={props.name} value={props.value ?? ""} step={fieldStep(props.value)} />
       ) : (
         <input type="text" name={props.name} value={props.value ?? ""} placeholder={props.placeholder} maxLength={64} spellcheck={false} />
       )}

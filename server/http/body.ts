@@ -142,7 +142,8 @@ export async function parseJsonBody(request: Request, wait: BodyWait): Promise<u
   }
   // JSON between systems is UTF-8 (RFC 8259); a body declared in another charset would be misread.
   const charset = parameters.map((p) => p.trim().toLowerCase()).find((p) => p.startsWith("charset="))?.slice(8).replace(/^"(.*)"$/, "$1");
-  if (charset !== undefined && charset !== "utf-8" && charset !== "utf8") {
+  // US-ASCII is UTF-8's first 128 characters: such a body reads the same.
+  if (charset !== undefined && charset !== "utf-8" && charset !== "utf8" && charset !== "us-ascii") {
     throw new ProblemError(415, "unsupported-media-type", `Content-Type charset ${charset} is not accepted; send the JSON in UTF-8 (charset=utf-8, or no charset).`);
   }
   const value = parseSafeJson(text);

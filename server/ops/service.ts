@@ -212,7 +212,7 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
   try {
     const db = openDatabase(source);
     try {
-      vacuumInto(db.sqlite, partial);
+      db.waitingForLocks((writer) => vacuumInto(writer, partial));
     } finally {
       await db.close();
     }

@@ -160,7 +160,7 @@ const KEY_CHECK_PURPOSE = "secrets key check";
 const KEY_CHECK_TEXT = "the secrets key of this crm database";
 
 /**
- * assertSecretsKeyOpens throws ConfigError when the key is not the database's: the database records
+ * assertDatabaseSecretsKey throws ConfigError when the key is not the database's: the database records
  * a check value of the key it was first started with (secrets_key_check), and a start with another
  * key, on any instance, is refused even before any subscription holds a secret the key could fail
  * to open. A database from before the check value is tried on one of its secrets instead, as it was,
@@ -168,7 +168,7 @@ const KEY_CHECK_TEXT = "the secrets key of this crm database";
  * removed when refused: the database's own was lost (a restore without it), and a new file beside
  * it would pass for it, in the next backup's note too.
  */
-export async function assertSecretsKeyOpens(db: Database, box: SecretBox, key: { path: string; created: boolean }): Promise<void> {
+export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key: { path: string; created: boolean }): Promise<void> {
   const own = box.signature(KEY_CHECK_PURPOSE, KEY_CHECK_TEXT);
   // Recorded in a write: on PostgreSQL writes take one lock, so of instances with different keys
   // starting together on a new database, the first records its key and the others find it.

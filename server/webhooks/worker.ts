@@ -232,9 +232,10 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
     if (result.response_status !== 410 && current.status === "pending" && subscription?.status === "active") {
       if (trigger === "manual") {
         // A manual attempt failing leaves the delivery's next scheduled attempt to come, when it
-        // was due (a recovery's one more attempt too): it neither ends the delivery nor reports it exhausted.
+        // was due (a recovery's one more attempt too), or later if the receiver asked for a wait
+        // (Retry-After): it neither ends the delivery nor reports it exhausted.
         status = "pending";
-        next = current.next_attempt_at;
+        next = Math.max(current.next_attempt_at ?? now, now + Math.min(result.retry_after_ms ?? 0, RETRY_AFTER_CAP_MS));
       } else {
         // A recovered delivery's scheduled attempt is its last: its failure ends it.
         const delay = current.recovered_at !== null ? null : nextRetryDelay(config.retrySchedule, attempt, result.retry_after_ms);

@@ -318,9 +318,10 @@ test("a since or until a link carries as any RFC 3339 time shows in its field as
   const field = (ms: number) => new Date(ms).toISOString().slice(0, -1).replace(/\.000$/, "").replace(/^(.{16}):00$/, "$1");
   /** withOffset writes an instant as RFC 3339 at UTC+02:00. */
   const withOffset = (ms: number) => `${new Date(ms + 2 * 3_600_000).toISOString().slice(0, -1)}+02:00`;
-  // An empty value is rendered as a bare attribute.
+  // An empty value is rendered as a bare attribute; a value with seconds or a fraction steps by them, as a browser then sends it.
+  const step = (value: string) => (value.length === 23 ? ' step="0.001"' : value.length === 19 ? ' step="1"' : "");
   const tags = (since: string, until: string) =>
-    [["since", since], ["until", until]].map(([name, value]) => `<input type="datetime-local" name="${name}" ${value ? `value="${value}"` : "value"}/>`);
+    [["since", since], ["until", until]].map(([name, value]) => `<input type="datetime-local" name="${name}" ${value ? `value="${value}"` : "value"}${step(value!)}/>`);
   const cases: [string, string, string, string[]][] = [
     [`until=${delivery.created_at}`, "", field(at), []],
     [`until=${encodeURIComponent(withOffset(at + 1))}`, "", field(at + 1), [delivery.id]],

@@ -284,6 +284,8 @@ describe("errors: unexpected exceptions", () => {
   sqliteOnly("a write waiting for a lock another process holds does not hold up the other requests: reads and health checks are answered meanwhile, and the write is made once the lock is let go", async () => {
     const other = new Database(databasePath(h.dataDir));
     other.run("BEGIN IMMEDIATE");
+    // Long enough that a slow machine never turns the wait into a 503.
+    h.db.lockWaitMs = 60_000;
     let settled = false;
     const created = h.json("POST", "/public/v1/contacts", { body: { first_name: "Waited" } }).finally(() => (settled = true));
     try {
@@ -294,6 +296,7 @@ describe("errors: unexpected exceptions", () => {
     } finally {
       other.run("ROLLBACK");
       other.close();
+      h.db.lockWaitMs = 5_000;
     }
     const { status, body } = await created;
     expect([status, (await h.json("GET", `/public/v1/contacts/${body.data.id}`)).body.data.first_name]).toEqual([201, "Waited"]);

@@ -259,6 +259,22 @@ describe("manual retries", () => {
   });
 });
 
+describe("manual retries: a receiver asking for a wait", () => {
+  test("a manual retry answered 503 with Retry-After puts the delivery's next attempt that far off, as a scheduled one would", async () => {
+    h = await scope.harness({ retrySchedule: [600] });
+    const r = receiver();
+    r.respond(() => new Response("down", { status: 500 }));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    await waitFor(async () => (await h.deliveries(`subscription_id=${sub.id}`))[0]?.attempts === 1, "the first attempt");
+    const [pending] = await h.deliveries(`subscription_id=${sub.id}`);
+    r.respond(() => new Response("busy", { status: 503, headers: { "retry-after": "1800" } }));
+    const before = Date.now();
+    const manual = (await h.json("POST", `/public/v1/webhook-deliveries/${pending.id}/retry`)).body.data;
+    expect([manual.status, manual.attempts, Date.parse(manual.next_attempt_at) >= before + 1_800_000]).toEqual(["pending", 2, true]);
+  });
+});
+
 describe("recovery: errors", () => {
   test("a window starting over 14 days ago or in the future, ending before it starts, or not RFC 3339 is 422 and queues nothing", async () => {
     h = await scope.harness();
