@@ -7,6 +7,7 @@ import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "
 import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
+import { resetSecretsKey } from "./webhooks/service.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser } from "./users/service.ts";
@@ -44,6 +45,10 @@ Commands:
   operator unlock --email E          forget the failed sign-ins counted against an operator, so
                                      addresses slowed by them may try again at once
   backup FILE                        copy the database into a new FILE; safe while serving
+  secrets-key reset --yes-delete-every-subscription
+                                     when the secrets key is lost: delete every webhook
+                                     subscription and the database's record of the key, so
+                                     the next start records the key it is given
   copy-to-postgres --database-url URL
                                      copy the data directory's database into an empty
                                      PostgreSQL database (see copy-to-postgres --help)
@@ -192,14 +197,54 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
 /**
  * openConfiguredDatabase opens and migrates the configured database: PostgreSQL with --database-url
  * (migrated like serve does, so a command run before the first start finds the schema), else the
- * data directory's SQLite (openDataDirDatabase).
+ * data directory's SQLite (openDataDirDatabase, with its options).
  */
-async function openConfiguredDatabase(args: string[], options: { setUp?: boolean } = {}): Promise<Backend> {
+async function openConfiguredDatabase(args: string[], options: { setUp?: boolean; locked?: boolean } = {}): Promise<Backend> {
   const config = loadCommandConfig(args);
   if (!config.databaseUrl) return openDataDirDatabase(config, options);
   const db = await openBackend(config);
   await migrateWithSecretsKey(db, config);
   return db;
+}
+
+const SECRETS_KEY_USAGE = "usage: secrets-key reset --yes-delete-every-subscription (only when the database's secrets key is lost)";
+
+/**
+ * secretsKeyResetCommand runs `secrets-key reset`: a database whose secrets key is lost refuses
+ * every start, so its subscriptions cannot be deleted through the API; this deletes them, and the
+ * database's record of the key, while nothing serves it. The key it checks is the one the next
+ * start would read; a missing secrets.key of the data directory is not created here (the next start does).
+ */
+async function secretsKeyResetCommand(args: string[]): Promise<number> {
+  if (args.shift() !== "reset") throw new ConfigError(SECRETS_KEY_USAGE);
+  const confirmed = takeFlag(args, "--yes-delete-every-subscription");
+  const config = loadCommandConfig(args);
+  if (!confirmed) {
+    throw new ConfigError("secrets-key reset deletes every webhook subscription (their signing secrets are sealed with the lost key) and changes nothing without --yes-delete-every-subscription; receivers then need new subscriptions and new secrets");
+  }
+  const secretsKey = config.databaseUrl || config.secretsKeyFile || existsSync(secretsKeyPath(config)) ? loadSecretsKey(config) : null;
+  const reset = async () => {
+    const db = await openConfiguredDatabase(args, { locked: true });
+    try {
+      return await resetSecretsKey(db, secretsKey && new SecretBox(secretsKey.key));
+    } finally {
+      await db.close();
+    }
+  };
+  if (!config.databaseUrl) requireDatabase(config.dataDir);
+  const done = config.databaseUrl ? await reset() : await whileHoldingDataDirectory(config, "stop it first: the reset deletes the subscriptions it serves", reset);
+  if (!done) {
+    throw new ConfigError(
+      secretsKey
+        ? `secrets key file ${secretsKey.path} is the key this database was used with: nothing is lost, and a reset would only delete every webhook subscription; nothing was changed`
+        : "this database records no secrets key and holds no signing secret: any key opens it, and a reset would only delete every webhook subscription; nothing was changed",
+    );
+  }
+  const next = secretsKey ? `the next start records the key it is given, ${secretsKey.path}` : `the next start creates a new key, ${secretsKeyPath(config)}, and records it`;
+  process.stdout.write(
+    `deleted ${done.subscriptions} webhook subscription${done.subscriptions === 1 ? "" : "s"} (${done.deliveries} pending deliver${done.deliveries === 1 ? "y" : "ies"} failed unsent) and the database's record of its secrets key; ${next}\n`,
+  );
+  return 0;
 }
 
 const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH]';
@@ -416,6 +461,8 @@ async function main(argv: string[]): Promise<number> {
     }
     case "import":
       return importCommand(args);
+    case "secrets-key":
+      return secretsKeyResetCommand(args);
     case "copy-to-postgres": {
       const config = loadCommandConfig(args);
       // The source is the data directory's SQLite, sealed with that directory's own key.

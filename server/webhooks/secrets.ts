@@ -169,7 +169,7 @@ const KEY_CHECK_TEXT = "the secrets key of this crm database";
  * it would pass for it, in the next backup's note too.
  */
 export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key: { path: string; created: boolean }): Promise<void> {
-  const own = box.signature(KEY_CHECK_PURPOSE, KEY_CHECK_TEXT);
+  const own = keyCheckValue(box);
   // Recorded in a write: on PostgreSQL writes take one lock, so of instances with different keys
   // starting together on a new database, the first records its key and the others find it.
   const recorded =
@@ -186,6 +186,22 @@ export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key
     throw new ConfigError(`secrets key file ${key.path} is missing, and this database was used with a key (it keeps a check value of it, and of any signing secrets sealed with it): put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`);
   }
   throw new ConfigError(`secrets key file ${key.path} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`);
+}
+
+/**
+ * isDatabaseSecretsKey tells whether the key in `box` (null: no key at all) is the database's, as a
+ * start would find it: the check value the database records, else (a database from before it) a
+ * stored secret the key opens. A database that records none and holds no secret takes any key.
+ */
+export async function isDatabaseSecretsKey(db: Db, box: SecretBox | null): Promise<boolean> {
+  const recorded = await findSecretsKeyCheck(db);
+  if (recorded) return box !== null && sameBytes(recorded, keyCheckValue(box));
+  return box ? opensStoredSecret(db, box) : (await findOneSubscriptionSecret(db)) === null;
+}
+
+/** keyCheckValue is the check value of the box's key, the one the database records in secrets_key_check. */
+function keyCheckValue(box: SecretBox): Uint8Array {
+  return box.signature(KEY_CHECK_PURPOSE, KEY_CHECK_TEXT);
 }
 
 /** opensStoredSecret tells whether the box opens a signing secret the database holds (one is enough: they are sealed with one key), or it holds none. */

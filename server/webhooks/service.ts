@@ -26,7 +26,7 @@ import {
   type SubscriptionWithSecret,
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { isSealed, maskStoredSecret } from "./secrets.ts";
+import { isDatabaseSecretsKey, isSealed, maskStoredSecret, type SecretBox } from "./secrets.ts";
 import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
@@ -43,6 +43,8 @@ import {
   countDeliveriesBySubscription,
   countPendingDeliveries,
   countSubscriptions,
+  deleteSecretAnswers,
+  deleteSecretsKeyCheck,
   deleteSubscription as deleteSubscriptionRow,
   enableSubscription as enableSubscriptionRow,
   endSecretGrace,
@@ -53,6 +55,7 @@ import {
   findSubscriptionById,
   insertSubscription,
   listDeliveries,
+  listSubscriptionIds,
   listSubscriptions,
   measureDeliveryHistory,
   requeueFailedDeliveries,
@@ -264,6 +267,27 @@ export async function deleteSubscription(rt: Runtime, id: string): Promise<void>
 export async function removeSubscription(tx: Db, id: string, now: number): Promise<number | null> {
   if (!(await deleteSubscriptionRow(tx, id))) return null;
   return failPendingDeliveries(tx, id, "not sent: the subscription was deleted", now);
+}
+
+/**
+ * resetSecretsKey makes the database forget a lost secrets key, in one write: it deletes every
+ * subscription as the API's delete does (their secrets are sealed with that key), the kept answers
+ * of creates and rotations (their replays would open a secret sealed with it), and the key's check
+ * value, so the next start records the key it is given. It refuses, returning null and changing
+ * nothing, when `box` (null: no key) is the database's key: then nothing is lost. It returns how
+ * many subscriptions it deleted and how many pending deliveries it failed.
+ */
+export async function resetSecretsKey(db: Database, box: SecretBox | null): Promise<{ subscriptions: number; deliveries: number } | null> {
+  return db.write(async (tx) => {
+    if (await isDatabaseSecretsKey(tx, box)) return null;
+    const now = Date.now();
+    const ids = await listSubscriptionIds(tx);
+    let deliveries = 0;
+    for (const id of ids) deliveries += (await removeSubscription(tx, id, now)) ?? 0;
+    await deleteSecretAnswers(tx);
+    await deleteSecretsKeyCheck(tx);
+    return { subscriptions: ids.length, deliveries };
+  });
 }
 
 /**

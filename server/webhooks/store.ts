@@ -247,6 +247,25 @@ export function insertSecretsKeyCheck(db: Db, checkValue: Uint8Array): Promise<n
   return db.run("INSERT INTO secrets_key_check (singleton, check_value) VALUES (1, ?)", [checkValue]);
 }
 
+/** deleteSecretsKeyCheck forgets the check value of the secrets key, so the next start records the key it is given. */
+export function deleteSecretsKeyCheck(db: Db): Promise<number> {
+  return db.run("DELETE FROM secrets_key_check");
+}
+
+/**
+ * deleteSecretAnswers removes the kept answers of idempotent subscription creates and secret
+ * rotations (the ones listUnsealedSecretAnswers names): they hold a sealed secret, which a replay
+ * opens, and returns how many went.
+ */
+export function deleteSecretAnswers(db: Db): Promise<number> {
+  return db.run("DELETE FROM idempotency_keys WHERE method = 'POST' AND (path = '/public/v1/webhook-subscriptions' OR path LIKE '/public/v1/webhook-subscriptions/%/rotate-secret')");
+}
+
+/** listSubscriptionIds returns the id of every subscription. */
+export async function listSubscriptionIds(db: Db): Promise<string[]> {
+  return (await db.all<{ id: string }>("SELECT id FROM webhook_subscriptions ORDER BY id")).map((row) => row.id);
+}
+
 /** findSubscriptionById returns one subscription row or null. */
 export function findSubscriptionById(db: Db, id: string): Promise<SubscriptionRow | null> {
   return db.get<SubscriptionRow>("SELECT * FROM webhook_subscriptions WHERE id = ?", [id]);

@@ -124,6 +124,12 @@ export async function api(url: string, token: string, method: string, path: stri
   return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : null };
 }
 
+/** idempotentPost sends a POST under an Idempotency-Key and returns its status, whether it was a replay, and its parsed body. */
+export async function idempotentPost(url: string, token: string, path: string, body: unknown, key: string) {
+  const res = await fetch(`${url}${path}`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": key }, body: JSON.stringify(body) });
+  return { status: res.status, replayed: res.headers.get("idempotent-replayed") === "true", body: await res.json() };
+}
+
 /** waitUntil polls a condition until it holds; the test's own timeout bounds it (no timing is asserted). */
 export async function waitUntil(condition: () => boolean | Promise<boolean>, what: string, proc?: Subprocess): Promise<void> {
   while (!(await condition())) {

@@ -1,0 +1,205 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
+import { existsSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Webhook } from "standardwebhooks";
+import { api, createToken, idempotentPost, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
+
+// A database whose secrets key is lost refuses every start, so its subscriptions cannot be deleted
+// through the API: `crm secrets-key reset` deletes them, and the database's record of the key, so
+// the next start records the key it is given. These run the command line on SQLite as an operator would.
+
+const env = { PATH: process.env.PATH ?? "", CRM_ALLOW_PRIVATE_TARGETS: "1" };
+let receiver: Receiver;
+
+beforeAll(() => (receiver = startReceiver()));
+afterAll(() => receiver.stop());
+
+const crm = (args: string[]) => runCli([...SOURCE, ...args], { env });
+const serve = (dataDir: string) => spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"], { env });
+
+/** contents reads what a reset may change from the data directory's database (no crm holds it meanwhile). */
+function contents(dataDir: string) {
+  const db = new Database(join(dataDir, "crm.sqlite"));
+  try {
+    return {
+      subscriptions: db.query("SELECT id FROM webhook_subscriptions ORDER BY id").all(),
+      deliveries: db.query("SELECT id, status, last_error FROM webhook_deliveries ORDER BY id").all(),
+      answers: db.query("SELECT path, idem_key FROM idempotency_keys ORDER BY idem_key").all(),
+      keyChecks: db.query<{ n: number }, []>("SELECT count(*) AS n FROM secrets_key_check").get()!.n,
+    };
+  } finally {
+    db.close();
+  }
+}
+
+/** lostKeyDirectory makes a data directory holding a paused subscription with a pending delivery, kept answers of its create, its rotation and a contact's create, and then loses its secrets.key. */
+async function lostKeyDirectory(): Promise<{ dataDir: string; token: string; subscriptionId: string; deliveryId: string }> {
+  const dataDir = tempDir("key-reset");
+  const token = createToken(SOURCE, dataDir);
+  const server = await serve(dataDir);
+  try {
+    const created = await idempotentPost(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
+    expect(created.status).toBe(201);
+    const id: string = created.body.data.id;
+    expect((await idempotentPost(server.url, token, `/public/v1/webhook-subscriptions/${id}/rotate-secret`, {}, "rotate-1")).status).toBe(200);
+    // Paused, it keeps the contact's delivery pending.
+    expect((await api(server.url, token, "POST", `/public/v1/webhook-subscriptions/${id}/pause`)).status).toBe(200);
+    expect((await idempotentPost(server.url, token, "/public/v1/contacts", { first_name: "Ada" }, "contact-1")).status).toBe(201);
+    const deliveries = await api(server.url, token, "GET", "/public/v1/webhook-deliveries");
+    expect(deliveries.body.data.map((d: { status: string }) => d.status)).toEqual(["pending"]);
+    expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+    rmSync(join(dataDir, "secrets.key"));
+    return { dataDir, token, subscriptionId: id, deliveryId: deliveries.body.data[0].id };
+  } catch (error) {
+    await server.stopWith("SIGTERM");
+    throw error;
+  }
+}
+
+describe("secrets-key reset: a lost key", () => {
+  test("the start is refused; the reset without its flag changes nothing; with it the subscriptions are gone, their pending deliveries failed, the kept answers holding secrets dropped, and the next start records a new key and delivers", async () => {
+    const { dataDir, token, subscriptionId, deliveryId } = await lostKeyDirectory();
+    const keyPath = join(dataDir, "secrets.key");
+    try {
+      expect(crm(["serve", "--port", "0", "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: secrets key file ${keyPath} is missing, and this database was used with a key (it keeps a check value of it, and of any signing secrets sealed with it): put back the key kept with the database (backups do not include it), or name it with --secrets-key-file\n`,
+      });
+      const before = contents(dataDir);
+      expect(before).toEqual({
+        subscriptions: [{ id: subscriptionId }],
+        deliveries: [{ id: deliveryId, status: "pending", last_error: null }],
+        answers: [
+          { path: "/public/v1/contacts", idem_key: "contact-1" },
+          { path: `/public/v1/webhook-subscriptions/${subscriptionId}/rotate-secret`, idem_key: "rotate-1" },
+          { path: "/public/v1/webhook-subscriptions", idem_key: "sub-1" },
+        ],
+        keyChecks: 1,
+      });
+
+      expect(crm(["secrets-key", "reset", "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr:
+          "crm: secrets-key reset deletes every webhook subscription (their signing secrets are sealed with the lost key) and changes nothing without --yes-delete-every-subscription; receivers then need new subscriptions and new secrets\n",
+      });
+      expect(contents(dataDir)).toEqual(before);
+
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+        exitCode: 0,
+        stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent) and the database's record of its secrets key; the next start creates a new key, ${keyPath}, and records it\n`,
+        stderr: "",
+      });
+      expect([contents(dataDir), existsSync(keyPath)]).toEqual([
+        {
+          subscriptions: [],
+          deliveries: [{ id: deliveryId, status: "failed", last_error: "not sent: the subscription was deleted" }],
+          answers: [{ path: "/public/v1/contacts", idem_key: "contact-1" }],
+          keyChecks: 0,
+        },
+        false,
+      ]);
+
+      const server = await serve(dataDir);
+      try {
+        expect(existsSync(keyPath)).toBe(true);
+        expect((await api(server.url, token, "GET", "/public/v1/webhook-subscriptions")).body.data).toEqual([]);
+        // The create's key was forgotten with its answer: the same request creates a subscription, with a secret of the new key.
+        const again = await idempotentPost(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
+        expect([again.status, again.replayed, again.body.data.id === subscriptionId]).toEqual([201, false, false]);
+        expect((await idempotentPost(server.url, token, "/public/v1/contacts", { first_name: "Grace" }, "contact-2")).status).toBe(201);
+        await waitUntil(() => receiver.received.length === 1, "the delivery", server.proc);
+        const [sent] = receiver.received;
+        const payload = new Webhook(again.body.data.secret).verify(sent!.body, { "webhook-id": sent!.id, "webhook-timestamp": sent!.timestamp, "webhook-signature": sent!.signature });
+        expect(payload).toMatchObject({ type: "contact.created", data: { first_name: "Grace" } });
+      } finally {
+        expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("a key file named with --secrets-key-file: the reset names it, and the next start with it records it", async () => {
+    const { dataDir } = await lostKeyDirectory();
+    const keyPath = join(dataDir, "new.key");
+    writeFileSync(keyPath, `${Buffer.alloc(32, 7).toString("base64")}\n`, { mode: 0o600 });
+    try {
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir, "--secrets-key-file", keyPath])).toEqual({
+        exitCode: 0,
+        stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent) and the database's record of its secrets key; the next start records the key it is given, ${keyPath}\n`,
+        stderr: "",
+      });
+      const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--secrets-key-file", keyPath, "--log-level", "warn"], { env });
+      expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+      expect(existsSync(join(dataDir, "secrets.key"))).toBe(false);
+      expect(contents(dataDir).keyChecks).toBe(1);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("secrets-key reset: refusals", () => {
+  test("with the database's own key present the reset refuses and changes nothing: nothing is lost", async () => {
+    const dataDir = tempDir("key-reset-kept");
+    const token = createToken(SOURCE, dataDir);
+    const server = await serve(dataDir);
+    expect((await idempotentPost(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1")).status).toBe(201);
+    expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+    try {
+      const before = contents(dataDir);
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: secrets key file ${join(dataDir, "secrets.key")} is the key this database was used with: nothing is lost, and a reset would only delete every webhook subscription; nothing was changed\n`,
+      });
+      expect(contents(dataDir)).toEqual(before);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("after a reset, a second one finds nothing to reset: the database records no key and holds no secret", async () => {
+    const { dataDir } = await lostKeyDirectory();
+    try {
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir]).exitCode).toBe(0);
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: "crm: this database records no secrets key and holds no signing secret: any key opens it, and a reset would only delete every webhook subscription; nothing was changed\n",
+      });
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("while a serve holds the data directory the reset is refused; without a database, or a subcommand, it is one line too", async () => {
+    const dataDir = tempDir("key-reset-serving");
+    createToken(SOURCE, dataDir);
+    const server = await serve(dataDir);
+    try {
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir, "--secrets-key-file", join(dataDir, "crm.sqlite")]).stderr).toBe(
+        `crm: secrets key file ${join(dataDir, "crm.sqlite")} does not hold a key (base64 of 32 random bytes)\n`,
+      );
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: the data directory ${JSON.stringify(dataDir)} is in use by a running crm serve, or a migrate or copy-to-postgres under way (it holds ${join(dataDir, "crm.lock")}): stop it first: the reset deletes the subscriptions it serves\n`,
+      });
+    } finally {
+      expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+    const empty = tempDir("key-reset-empty");
+    try {
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", empty]).stderr).toStartWith(`crm: no database at ${join(empty, "crm.sqlite")}; `);
+      expect(crm(["secrets-key"])).toEqual({ exitCode: 2, stdout: "", stderr: "crm: usage: secrets-key reset --yes-delete-every-subscription (only when the database's secrets key is lost)\n" });
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--yes-delete-every-subscription"]).stderr).toBe("crm: --yes-delete-every-subscription is given twice; give it once\n");
+    } finally {
+      rmSync(empty, { recursive: true, force: true });
+    }
+  });
+});
