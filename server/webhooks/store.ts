@@ -254,11 +254,13 @@ export function deleteSecretsKeyCheck(db: Db): Promise<number> {
 
 /**
  * deleteSecretAnswers removes the kept answers of idempotent subscription creates and secret
- * rotations (the ones listUnsealedSecretAnswers names): they hold a sealed secret, which a replay
+ * rotations, the API's and the console's create form's: they hold a sealed secret, which a replay
  * opens, and returns how many went.
  */
 export function deleteSecretAnswers(db: Db): Promise<number> {
-  return db.run("DELETE FROM idempotency_keys WHERE method = 'POST' AND (path = '/public/v1/webhook-subscriptions' OR path LIKE '/public/v1/webhook-subscriptions/%/rotate-secret')");
+  return db.run(
+    "DELETE FROM idempotency_keys WHERE method = 'POST' AND (path IN ('/public/v1/webhook-subscriptions', '/console/subscriptions') OR path LIKE '/public/v1/webhook-subscriptions/%/rotate-secret')",
+  );
 }
 
 /** listSubscriptionIds returns the id of every subscription. */

@@ -49,6 +49,10 @@ async function lostKeyDirectory(): Promise<{ dataDir: string; token: string; sub
     const deliveries = await api(server.url, token, "GET", "/public/v1/webhook-deliveries");
     expect(deliveries.body.data.map((d: { status: string }) => d.status)).toEqual(["pending"]);
     expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+    // The console's create form keeps its answer, secret sealed, under its own path, as the API's create does.
+    const db = new Database(join(dataDir, "crm.sqlite"));
+    db.run("INSERT INTO idempotency_keys SELECT token_id, method, '/console/subscriptions', 'form-1', fingerprint, status, response_body, created_at FROM idempotency_keys WHERE idem_key = 'sub-1'");
+    db.close();
     rmSync(join(dataDir, "secrets.key"));
     return { dataDir, token, subscriptionId: id, deliveryId: deliveries.body.data[0].id };
   } catch (error) {
@@ -73,6 +77,7 @@ describe("secrets-key reset: a lost key", () => {
         deliveries: [{ id: deliveryId, status: "pending", last_error: null }],
         answers: [
           { path: "/public/v1/contacts", idem_key: "contact-1" },
+          { path: "/console/subscriptions", idem_key: "form-1" },
           { path: `/public/v1/webhook-subscriptions/${subscriptionId}/rotate-secret`, idem_key: "rotate-1" },
           { path: "/public/v1/webhook-subscriptions", idem_key: "sub-1" },
         ],
