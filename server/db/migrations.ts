@@ -26,6 +26,7 @@ import operatorDevices from "../../migrations/0022_operator_devices.sql" with { 
 import recoveredDeliveries from "../../migrations/0023_recovered_deliveries.sql" with { type: "text" };
 import signInTurns from "../../migrations/0024_sign_in_turns.sql" with { type: "text" };
 import secretsKeyCheck from "../../migrations/0025_secrets_key_check.sql" with { type: "text" };
+import operatorLastSeen from "../../migrations/0026_operator_last_seen.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -70,6 +71,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 23, name: "0023_recovered_deliveries.sql", sql: recoveredDeliveries },
   { version: 24, name: "0024_sign_in_turns.sql", sql: signInTurns },
   { version: 25, name: "0025_secrets_key_check.sql", sql: secretsKeyCheck },
+  { version: 26, name: "0026_operator_last_seen.sql", sql: operatorLastSeen },
 ];
 
 function ensureMigrationsTable(db: Database): void {

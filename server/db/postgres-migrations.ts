@@ -10,6 +10,7 @@ import operatorDevices from "../../migrations/postgres/0022_operator_devices.sql
 import recoveredDeliveries from "../../migrations/postgres/0023_recovered_deliveries.sql" with { type: "text" };
 import signInTurns from "../../migrations/postgres/0024_sign_in_turns.sql" with { type: "text" };
 import secretsKeyCheck from "../../migrations/postgres/0025_secrets_key_check.sql" with { type: "text" };
+import operatorLastSeen from "../../migrations/postgres/0026_operator_last_seen.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
 import { migrationFailure } from "./migrations.ts";
 
@@ -37,6 +38,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 23, name: "0023_recovered_deliveries.sql", sql: recoveredDeliveries },
   { version: 24, name: "0024_sign_in_turns.sql", sql: signInTurns },
   { version: 25, name: "0025_secrets_key_check.sql", sql: secretsKeyCheck },
+  { version: 26, name: "0026_operator_last_seen.sql", sql: operatorLastSeen },
 ];
 
 /**

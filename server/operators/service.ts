@@ -51,7 +51,7 @@ export const SESSION_IDLE_MS = 12 * 60 * 60 * 1000;
  * cookie taken from that browser) alive for ever.
  */
 export const SESSION_MAX_MS = 24 * 60 * 60 * 1000;
-const SESSION_TOUCH_MS = 60_000; // last_seen_at is written at most once a minute per session
+const SESSION_TOUCH_MS = 60_000; // a session's last_seen_at, and its operator's, is written at most once a minute per session
 /** SETUP_CODE_TTL_MS is how long the first-run setup link works. */
 export const SETUP_CODE_TTL_MS = 30 * 60 * 1000;
 /** OPERATOR_LINK_TTL_MS is how long an invitation or password-reset link works. */
@@ -112,7 +112,7 @@ function hashPassword(password: string): Promise<string> {
 }
 
 async function operatorRow(email: string, password: string, now: number): Promise<OperatorRow> {
-  return { id: newId("opr", now), email, password_hash: await hashPassword(password), created_at: now, updated_at: now };
+  return { id: newId("opr", now), email, password_hash: await hashPassword(password), created_at: now, updated_at: now, last_seen_at: null };
 }
 
 function operatorExists(email: string): ProblemError {
@@ -537,7 +537,7 @@ export async function sessionOperator(db: Database, secret: string | undefined, 
   const idHash = sha256(secret);
   const row = await findSessionWithOperator(db, idHash, now - SESSION_IDLE_MS, now - SESSION_MAX_MS);
   if (!row) return null;
-  if (now - row.last_seen_at >= SESSION_TOUCH_MS) await touchSession(db, idHash, now).catch(unrecorded);
+  if (now - row.last_seen_at >= SESSION_TOUCH_MS) await db.write((tx) => touchSession(tx, idHash, row.operator_id, now)).catch(unrecorded);
   return { id: row.operator_id, email: row.email };
 }
 

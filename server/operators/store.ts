@@ -6,6 +6,8 @@ export type OperatorRow = {
   password_hash: string;
   created_at: number;
   updated_at: number;
+  /** when they last signed in or used the console (null: never); kept here, as their sessions end */
+  last_seen_at: number | null;
 };
 
 export type SessionRow = {
@@ -26,7 +28,14 @@ export type LoginFailureRow = {
 
 /** insertOperator stores a new operator. */
 export async function insertOperator(db: Db, row: OperatorRow): Promise<void> {
-  await db.run("INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES (?, ?, ?, ?, ?)", [row.id, row.email, row.password_hash, row.created_at, row.updated_at]);
+  await db.run("INSERT INTO operators (id, email, password_hash, created_at, updated_at, last_seen_at) VALUES (?, ?, ?, ?, ?, ?)", [
+    row.id,
+    row.email,
+    row.password_hash,
+    row.created_at,
+    row.updated_at,
+    row.last_seen_at,
+  ]);
 }
 
 /** findOperatorByEmail returns the operator with that (lowercased) email, or null. */
@@ -62,9 +71,10 @@ export async function insertFirstOperator(db: Db, row: OperatorRow): Promise<boo
   return true;
 }
 
-/** insertSession stores a session by the hash of its id. */
+/** insertSession stores a session by the hash of its id, and its start as its operator's last use; call it inside one write. */
 export async function insertSession(db: Db, row: SessionRow): Promise<void> {
   await db.run("INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES (?, ?, ?, ?)", [row.id_hash, row.operator_id, row.created_at, row.last_seen_at]);
+  await recordOperatorSeen(db, row.operator_id, row.last_seen_at);
 }
 
 /** findSessionWithOperator returns a session seen after `idleSince` and started after `startedSince`, and its operator, or null. */
@@ -76,9 +86,15 @@ export function findSessionWithOperator(db: Db, idHash: Uint8Array, idleSince: n
   );
 }
 
-/** touchSession records that a session was used. */
-export async function touchSession(db: Db, idHash: Uint8Array, at: number): Promise<void> {
+/** touchSession records that a session of an operator was used, on the session and on the operator; call it inside one write. */
+export async function touchSession(db: Db, idHash: Uint8Array, operatorId: string, at: number): Promise<void> {
   await db.run("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?", [at, idHash]);
+  await recordOperatorSeen(db, operatorId, at);
+}
+
+/** recordOperatorSeen moves an operator's last use forward to `at`, never back: another instance's clock may be behind this one's. */
+async function recordOperatorSeen(db: Db, operatorId: string, at: number): Promise<void> {
+  await db.run("UPDATE operators SET last_seen_at = CASE WHEN last_seen_at > ? THEN last_seen_at ELSE ? END WHERE id = ?", [at, at, operatorId]);
 }
 
 /** deleteSession removes one session. */
@@ -149,12 +165,9 @@ export async function deleteLapsedSignInTurns(db: Db, now: number): Promise<void
   await db.run("DELETE FROM sign_in_turns WHERE next_turn_at <= ?", [now]);
 }
 
-/** listOperators returns every operator, oldest first, with when each last used the console. */
-export function listOperators(db: Db): Promise<(OperatorRow & { last_seen_at: number | null })[]> {
-  return db.all<OperatorRow & { last_seen_at: number | null }>(
-    `SELECT o.*, (SELECT max(s.last_seen_at) FROM operator_sessions s WHERE s.operator_id = o.id) AS last_seen_at
-     FROM operators o ORDER BY o.created_at, o.id`,
-  );
+/** listOperators returns every operator, oldest first. */
+export function listOperators(db: Db): Promise<OperatorRow[]> {
+  return db.all<OperatorRow>("SELECT * FROM operators ORDER BY created_at, id");
 }
 
 /** findOperatorById returns one operator, or null. */

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { OPERATOR_LINK_TTL_MS, inviteOperator } from "../../server/operators/service.ts";
+import { OPERATOR_LINK_TTL_MS, inviteOperator, operatorSummaries, sessionOperator } from "../../server/operators/service.ts";
+import { toTimestamp } from "../../server/shared/time.ts";
 import { databaseArgs } from "../support/backend.ts";
 import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
 import { addOperator, ConsoleClient, OPERATOR, startConsoleServer } from "./support.ts";
@@ -26,6 +27,12 @@ const operators = async (h: Harness) => (await h.rt.db.all<{ email: string }>("S
 const sessionsOf = async (h: Harness, email: string) =>
   (await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM operator_sessions s JOIN operators o ON o.id = s.operator_id WHERE o.email = ?", [email]))!.n;
 const idOf = async (h: Harness, email: string) => (await h.rt.db.get<{ id: string }>("SELECT id FROM operators WHERE email = ?", [email]))!.id;
+/** operatorCommand runs `crm operator ...` on the harness's database. */
+async function operatorCommand(h: Harness, args: string[], stdin = "") {
+  const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "operator", ...args, ...databaseArgs(h.rt.config)], { stdin: Buffer.from(stdin) });
+  await afterBlockingCommand();
+  return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
+}
 /** linkIn reads the one-time link a page shows (once) in its copy field. */
 const linkIn = (html: string) => /id="operator-link"[^>]*value="([^"]+)"/.exec(html)?.[1]?.replaceAll("&amp;", "&") ?? null;
 
@@ -151,6 +158,54 @@ describe("operators page", () => {
   });
 });
 
+describe("operators' last seen", () => {
+  const HOUR = 3_600_000;
+  /** sessionSeen is when the operator's one session was last used, as stored. */
+  const sessionSeen = async (h: Harness, id: string) => (await h.rt.db.get<{ last_seen_at: number }>("SELECT last_seen_at FROM operator_sessions WHERE operator_id = ?", [id]))!.last_seen_at;
+  /** ageSessions moves the operator's sessions `ms` into the past, as time passing would. */
+  const ageSessions = (h: Harness, id: string, ms: number) => h.rt.db.run("UPDATE operator_sessions SET created_at = created_at - ?, last_seen_at = last_seen_at - ? WHERE operator_id = ?", [ms, ms, id]);
+  /** lastSeenShown reads an operator's last seen from the operators page and from `operator list`. */
+  const lastSeenShown = async (h: Harness, client: ConsoleClient, id: string) => {
+    const row = new RegExp(`<tr data-operator-id="${id}">[\\s\\S]*?</tr>`).exec((await client.get("/console/operators")).text)![0];
+    const line = (await operatorCommand(h, ["list"])).out.split("\n").find((l) => l.startsWith(`${id}  `))!;
+    return { page: /data-label="Last seen">\s*(?:<time datetime="([^"]+)"|<span class="muted">–)/.exec(row)![1] ?? null, cli: / last seen (\S+)$/.exec(line)![1] };
+  };
+
+  test("outlives the operator's sessions: after they sign out, and after their session ended and another sign-in pruned it", async () => {
+    const { h, client, browser } = await setup();
+    const other = { email: "other@example.com", password: "the old password" };
+    const { id } = await addOperator(h.rt.db, other);
+    expect(await lastSeenShown(h, client, id)).toEqual({ page: null, cli: "never" });
+    const otherBrowser = browser();
+    expect((await otherBrowser.signIn(other)).status).toBe(303);
+    // Its last use an hour ago, the session records this visit.
+    await ageSessions(h, id, HOUR);
+    expect((await otherBrowser.get("/console/")).status).toBe(200);
+    const visited = await sessionSeen(h, id);
+    expect((await otherBrowser.post("/console/logout", {})).status).toBe(303);
+    expect(await sessionsOf(h, other.email)).toBe(0);
+    expect(await lastSeenShown(h, client, id)).toEqual({ page: toTimestamp(visited), cli: toTimestamp(visited) });
+
+    expect((await otherBrowser.signIn(other)).status).toBe(303);
+    const signedIn = await sessionSeen(h, id);
+    await ageSessions(h, id, 25 * HOUR);
+    expect((await browser().signIn()).status).toBe(303);
+    expect(await sessionsOf(h, other.email)).toBe(0);
+    expect(await lastSeenShown(h, client, id)).toEqual({ page: toTimestamp(signedIn), cli: toTimestamp(signedIn) });
+  }, 30_000);
+
+  test("a visit recorded by an instance whose clock is behind does not move it back", async () => {
+    const { h, client } = await setup();
+    const { id } = (await h.rt.db.get<{ id: string }>("SELECT id FROM operators WHERE email = ?", [OPERATOR.email]))!;
+    const signedIn = await sessionSeen(h, id);
+    await ageSessions(h, id, HOUR);
+    const unrecorded: unknown[] = [];
+    expect(await sessionOperator(h.rt.db, client.cookies.get("crm_console_session"), (error) => unrecorded.push(error), signedIn - HOUR / 2)).toEqual({ id, email: OPERATOR.email });
+    expect({ unrecorded, session: await sessionSeen(h, id) }).toEqual({ unrecorded: [], session: signedIn - HOUR / 2 });
+    expect((await operatorSummaries(h.rt.db)).map((o) => o.last_seen_at)).toEqual([toTimestamp(signedIn)]);
+  });
+});
+
 describe("operators behind a reverse proxy", () => {
   test("behind a trusted proxy that terminates TLS, X-Forwarded-Proto: https makes the invitation and reset links https", async () => {
     // The test connects from 127.0.0.1, the proxy the server trusts, as nginx in front of it would.
@@ -186,11 +241,7 @@ describe("operators on the command line", () => {
     const h = harness;
     await addOperator(h.rt.db);
     await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
-    const run = async (args: string[], stdin = "") => {
-      const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "operator", ...args, ...databaseArgs(h.rt.config)], { stdin: Buffer.from(stdin) });
-      await afterBlockingCommand();
-      return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
-    };
+    const run = (args: string[], stdin = "") => operatorCommand(h, args, stdin);
     const listed = await run(["list"]);
     expect(listed.code).toBe(0);
     expect(listed.out.split("\n").filter(Boolean).map((line) => line.split("  ").slice(1, 2))).toEqual([[OPERATOR.email], ["other@example.com"]]);

@@ -213,6 +213,21 @@ describe("migrations: data, sync api", () => {
   });
 });
 
+describe("migrations: data, operators", () => {
+  test("0026 gives each operator the latest use of their sessions, and none to an operator without a session", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0026_operator_last_seen.sql");
+    expect(version).toBeGreaterThan(0);
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run("INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ('opr_a', 'a@crm.test', 'h', 1, 1), ('opr_b', 'b@crm.test', 'h', 2, 2)");
+    db.sqlite.run("INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES (x'01', 'opr_a', 10, 30), (x'02', 'opr_a', 20, 25)");
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(db.sqlite.query("SELECT id, last_seen_at FROM operators ORDER BY id").all()).toEqual([
+      { id: "opr_a", last_seen_at: 30 },
+      { id: "opr_b", last_seen_at: null },
+    ]);
+  });
+});
+
 describe("migrations: filter counts", () => {
   test("0020 forgets the counts at 0, and from then on a count that falls to 0 is deleted, its value counted again when used again", () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0020_forget_empty_filter_counts.sql");

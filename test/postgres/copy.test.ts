@@ -8,6 +8,7 @@ import { COPY_USAGE, copyToPostgres } from "../../server/db/copy-to-postgres.ts"
 import { migrate } from "../../server/db/migrations.ts";
 import { openPostgres, WRITE_LOCK, type PostgresDatabase } from "../../server/db/postgres.ts";
 import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
+import { ConsoleClient } from "../console/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "../webhooks/support.ts";
 import { inOneOrder, selectEveryColumn, TABLES } from "./support.ts";
@@ -65,6 +66,11 @@ beforeAll(async () => {
   await waitFor(() => retrying.get()!.n > 0, "a failed attempt to be recorded");
   sqlite.close();
   expect(crm(["operator", "create", "--email", "ops@example.com", "--password-stdin"], {}, "correct horse battery staple\n").exitCode).toBe(0);
+  // Signed in and out: the operator keeps when they were last seen, their session gone.
+  const operator = new ConsoleClient((r) => h.app.handle(r));
+  expect((await operator.signIn({ email: "ops@example.com", password: "correct horse battery staple" })).status).toBe(303);
+  expect((await operator.get("/console/")).status).toBe(200); // for the session's CSRF token
+  expect((await operator.post("/console/logout", {})).status).toBe(303);
   expect(crm(["token", "create", "--name", "second"]).exitCode).toBe(0);
   copy = crm(["copy-to-postgres", "--database-url", target.url]);
   pg = await openPostgres(target.url, 2);
@@ -112,11 +118,12 @@ describe("copy-to-postgres: happy path", () => {
         pending: count("SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'pending' AND attempts > 0") > 0,
         tokens: count("SELECT count(*) AS n FROM api_tokens"),
         operators: count("SELECT count(*) AS n FROM operators"),
+        operatorsSeen: count("SELECT count(*) AS n FROM operators WHERE last_seen_at IS NOT NULL"),
         tombstones: count("SELECT count(*) AS n FROM tombstones"),
         idempotency: count("SELECT count(*) AS n FROM idempotency_keys"),
         headerSets: count("SELECT count(*) AS n FROM webhook_header_sets") > 0,
         keyCheck: count("SELECT count(*) AS n FROM secrets_key_check"),
-      }).toEqual({ contacts: 11, tags: true, accounts: true, assigned: true, succeeded: true, pending: true, tokens: 2, operators: 1, tombstones: 1, idempotency: 12, headerSets: true, keyCheck: 1 });
+      }).toEqual({ contacts: 11, tags: true, accounts: true, assigned: true, succeeded: true, pending: true, tokens: 2, operators: 1, operatorsSeen: 1, tombstones: 1, idempotency: 12, headerSets: true, keyCheck: 1 });
     } finally {
       sqlite.close();
     }

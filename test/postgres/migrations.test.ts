@@ -130,6 +130,22 @@ describe("postgres migrations: databases of 0001 as first released", () => {
   });
 });
 
+describe("postgres migrations: data", () => {
+  test("0026 gives each operator the latest use of their sessions, and none to an operator without a session", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 26));
+    await old.write((tx) =>
+      tx.script(`INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ('opr_a', 'a@crm.test', 'h', 1, 1), ('opr_b', 'b@crm.test', 'h', 2, 2);
+        INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES ('\\x01', 'opr_a', 10, 30), ('\\x02', 'opr_a', 20, 25);`),
+    );
+    expect(await migratePostgres(old)).toEqual(["0026_operator_last_seen.sql"]);
+    expect(await old.all("SELECT id, last_seen_at FROM operators ORDER BY id")).toEqual([
+      { id: "opr_a", last_seen_at: 30 },
+      { id: "opr_b", last_seen_at: null },
+    ]);
+  });
+});
+
 interface ColumnShape {
   name: string;
   notNull: boolean;
