@@ -221,13 +221,13 @@ describe("configuration: invalid input names the setting", () => {
     const dataDir = tempDir("failing-migration");
     expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
     const db = new Database(join(dataDir, "crm.sqlite"));
-    // As an operator's hand-made table would: the last migration's table is there before it runs.
+    // As a hand-made change would: what the last migration makes is there before it runs.
     const last = db.query<{ name: string }, []>("SELECT name FROM schema_migrations ORDER BY version DESC LIMIT 1").get()!.name;
     db.run("DELETE FROM schema_migrations WHERE name = ?", [last]);
     db.close();
     for (const command of [["serve", "--port", "0"], ["token", "list"]]) {
       const result = runCli([...SOURCE, ...command, "--data-dir", dataDir]);
-      expect({ exitCode: result.exitCode, stderr: result.stderr }).toEqual({ exitCode: 2, stderr: expect.stringMatching(new RegExp(`^crm: migration ${last} failed, and nothing of it was applied \\(the database is as it was\\): [^\\n]*already exists\\n$`)) });
+      expect({ exitCode: result.exitCode, stderr: result.stderr }).toEqual({ exitCode: 2, stderr: expect.stringMatching(new RegExp(`^crm: migration ${last} failed, and nothing of it was applied \\(the database is as it was\\): [^\\n]+\\n$`)) });
     }
     const locked = tempDir("lock-directory");
     mkdirSync(join(locked, "crm.lock"), { recursive: true });
