@@ -27,7 +27,7 @@ import {
   toSubscription,
   updateSubscription,
 } from "../../server/webhooks/service.ts";
-import { findSubscriptionById, type SubscriptionRow } from "../../server/webhooks/store.ts";
+import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
 import { changeOnceForForm, consoleTime, formChecker, onceForForm } from "../shell.ts";
@@ -69,7 +69,7 @@ function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
  */
 export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSession, form: SubscriptionForm, formKey: string): Promise<SubscriptionWithSecret> {
   const input = subscriptionInputFrom(form);
-  const answer = await onceForForm(rt, { session, path: "/console/subscriptions", key: formKey, values: input }, (scope) => createSubscription(rt, input, scope));
+  const answer = await onceForForm(rt, { session, path: CONSOLE_SUBSCRIPTION_FORM_PATH, key: formKey, values: input }, (scope) => createSubscription(rt, input, scope));
   return openReplayedSecret(rt, answer.body).data;
 }
 

@@ -252,6 +252,9 @@ export function deleteSecretsKeyCheck(db: Db): Promise<number> {
   return db.run("DELETE FROM secrets_key_check");
 }
 
+/** CONSOLE_SUBSCRIPTION_FORM_PATH is the path the console's create-subscription form keeps its answers under, as the API's create keeps its own. */
+export const CONSOLE_SUBSCRIPTION_FORM_PATH = "/console/subscriptions";
+
 /**
  * deleteSecretAnswers removes the kept answers of idempotent subscription creates and secret
  * rotations, the API's and the console's create form's: they hold a sealed secret, which a replay
@@ -259,7 +262,8 @@ export function deleteSecretsKeyCheck(db: Db): Promise<number> {
  */
 export function deleteSecretAnswers(db: Db): Promise<number> {
   return db.run(
-    "DELETE FROM idempotency_keys WHERE method = 'POST' AND (path IN ('/public/v1/webhook-subscriptions', '/console/subscriptions') OR path LIKE '/public/v1/webhook-subscriptions/%/rotate-secret')",
+    "DELETE FROM idempotency_keys WHERE method = 'POST' AND (path IN ('/public/v1/webhook-subscriptions', ?) OR path LIKE '/public/v1/webhook-subscriptions/%/rotate-secret')",
+    [CONSOLE_SUBSCRIPTION_FORM_PATH],
   );
 }
 

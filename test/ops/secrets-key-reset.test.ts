@@ -3,7 +3,8 @@ import { Database } from "bun:sqlite";
 import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
-import { api, createToken, idempotentPost, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
+import { CONSOLE_SUBSCRIPTION_FORM_PATH } from "../../server/webhooks/store.ts";
+import { api, createToken, postWithKey, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
 
 // A database whose secrets key is lost refuses every start, so its subscriptions cannot be deleted
 // through the API: `crm secrets-key reset` deletes them, and the database's record of the key, so
@@ -39,19 +40,19 @@ async function lostKeyDirectory(): Promise<{ dataDir: string; token: string; sub
   const token = createToken(SOURCE, dataDir);
   const server = await serve(dataDir);
   try {
-    const created = await idempotentPost(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
+    const created = await postWithKey(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
     expect(created.status).toBe(201);
     const id: string = created.body.data.id;
-    expect((await idempotentPost(server.url, token, `/public/v1/webhook-subscriptions/${id}/rotate-secret`, {}, "rotate-1")).status).toBe(200);
+    expect((await postWithKey(server.url, token, `/public/v1/webhook-subscriptions/${id}/rotate-secret`, {}, "rotate-1")).status).toBe(200);
     // Paused, it keeps the contact's delivery pending.
     expect((await api(server.url, token, "POST", `/public/v1/webhook-subscriptions/${id}/pause`)).status).toBe(200);
-    expect((await idempotentPost(server.url, token, "/public/v1/contacts", { first_name: "Ada" }, "contact-1")).status).toBe(201);
+    expect((await postWithKey(server.url, token, "/public/v1/contacts", { first_name: "Ada" }, "contact-1")).status).toBe(201);
     const deliveries = await api(server.url, token, "GET", "/public/v1/webhook-deliveries");
     expect(deliveries.body.data.map((d: { status: string }) => d.status)).toEqual(["pending"]);
     expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
     // The console's create form keeps its answer, secret sealed, under its own path, as the API's create does.
     const db = new Database(join(dataDir, "crm.sqlite"));
-    db.run("INSERT INTO idempotency_keys SELECT token_id, method, '/console/subscriptions', 'form-1', fingerprint, status, response_body, created_at FROM idempotency_keys WHERE idem_key = 'sub-1'");
+    db.run("INSERT INTO idempotency_keys SELECT token_id, method, ?, 'form-1', fingerprint, status, response_body, created_at FROM idempotency_keys WHERE idem_key = 'sub-1'", [CONSOLE_SUBSCRIPTION_FORM_PATH]);
     db.close();
     rmSync(join(dataDir, "secrets.key"));
     return { dataDir, token, subscriptionId: id, deliveryId: deliveries.body.data[0].id };
@@ -77,7 +78,7 @@ describe("secrets-key reset: a lost key", () => {
         deliveries: [{ id: deliveryId, status: "pending", last_error: null }],
         answers: [
           { path: "/public/v1/contacts", idem_key: "contact-1" },
-          { path: "/console/subscriptions", idem_key: "form-1" },
+          { path: CONSOLE_SUBSCRIPTION_FORM_PATH, idem_key: "form-1" },
           { path: `/public/v1/webhook-subscriptions/${subscriptionId}/rotate-secret`, idem_key: "rotate-1" },
           { path: "/public/v1/webhook-subscriptions", idem_key: "sub-1" },
         ],
@@ -112,9 +113,9 @@ describe("secrets-key reset: a lost key", () => {
         expect(existsSync(keyPath)).toBe(true);
         expect((await api(server.url, token, "GET", "/public/v1/webhook-subscriptions")).body.data).toEqual([]);
         // The create's key was forgotten with its answer: the same request creates a subscription, with a secret of the new key.
-        const again = await idempotentPost(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
+        const again = await postWithKey(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
         expect([again.status, again.replayed, again.body.data.id === subscriptionId]).toEqual([201, false, false]);
-        expect((await idempotentPost(server.url, token, "/public/v1/contacts", { first_name: "Grace" }, "contact-2")).status).toBe(201);
+        expect((await postWithKey(server.url, token, "/public/v1/contacts", { first_name: "Grace" }, "contact-2")).status).toBe(201);
         await waitUntil(() => receiver.received.length === 1, "the delivery", server.proc);
         const [sent] = receiver.received;
         const payload = new Webhook(again.body.data.secret).verify(sent!.body, { "webhook-id": sent!.id, "webhook-timestamp": sent!.timestamp, "webhook-signature": sent!.signature });
@@ -152,7 +153,7 @@ describe("secrets-key reset: refusals", () => {
     const dataDir = tempDir("key-reset-kept");
     const token = createToken(SOURCE, dataDir);
     const server = await serve(dataDir);
-    expect((await idempotentPost(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1")).status).toBe(201);
+    expect((await postWithKey(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1")).status).toBe(201);
     expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
     try {
       const before = contents(dataDir);

@@ -113,21 +113,21 @@ export function createToken(command: string[], dataDir: string, options: { cwd?:
   return result.stdout.trim();
 }
 
-/** api sends one JSON request with a bearer token and returns status and parsed body. */
-export async function api(url: string, token: string, method: string, path: string, body?: unknown) {
+/** api sends one JSON request with a bearer token (and any other headers) and returns status, headers and parsed body. */
+export async function api(url: string, token: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
   const res = await fetch(`${url}${path}`, {
     method,
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }), ...headers },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const text = await res.text();
   return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : null };
 }
 
-/** idempotentPost sends a POST under an Idempotency-Key and returns its status, whether it was a replay, and its parsed body. */
-export async function idempotentPost(url: string, token: string, path: string, body: unknown, key: string) {
-  const res = await fetch(`${url}${path}`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": key }, body: JSON.stringify(body) });
-  return { status: res.status, replayed: res.headers.get("idempotent-replayed") === "true", body: await res.json() };
+/** postWithKey sends a POST under an Idempotency-Key (api) and returns its status, whether it was a replay, and its parsed body. */
+export async function postWithKey(url: string, token: string, path: string, body: unknown, key: string) {
+  const res = await api(url, token, "POST", path, body, { "idempotency-key": key });
+  return { status: res.status, replayed: res.headers.get("idempotent-replayed") === "true", body: res.body };
 }
 
 /** waitUntil polls a condition until it holds; the test's own timeout bounds it (no timing is asserted). */

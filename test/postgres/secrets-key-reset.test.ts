@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
-import { api, idempotentPost, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "../ops/support.ts";
+import { api, postWithKey, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
 // `crm secrets-key reset` on PostgreSQL: the instances sharing a database whose key is lost are all
@@ -43,12 +43,12 @@ describe("secrets-key reset on PostgreSQL", () => {
     let subscriptionId: string;
     let deliveryId: string;
     try {
-      const created = await idempotentPost(first.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
+      const created = await postWithKey(first.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
       expect(created.status).toBe(201);
       subscriptionId = created.body.data.id;
       // Paused, it keeps the contact's delivery pending.
       expect((await api(first.url, token, "POST", `/public/v1/webhook-subscriptions/${subscriptionId}/pause`)).status).toBe(200);
-      expect((await idempotentPost(first.url, token, "/public/v1/contacts", { first_name: "Ada" }, "contact-1")).status).toBe(201);
+      expect((await postWithKey(first.url, token, "/public/v1/contacts", { first_name: "Ada" }, "contact-1")).status).toBe(201);
       const deliveries = (await api(first.url, token, "GET", "/public/v1/webhook-deliveries")).body.data;
       expect(deliveries.map((d: { status: string }) => d.status)).toEqual(["pending"]);
       deliveryId = deliveries[0].id;
@@ -91,9 +91,9 @@ describe("secrets-key reset on PostgreSQL", () => {
       const failed = await api(one.url, token, "GET", `/public/v1/webhook-deliveries/${deliveryId}`);
       expect([failed.body.data.status, failed.body.data.last_error]).toEqual(["failed", "not sent: the subscription was deleted"]);
       // The create's answer went with the old key: the same request creates anew, sealed with the new key, which the other instance opens.
-      const again = await idempotentPost(two.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
+      const again = await postWithKey(two.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
       expect([again.status, again.replayed, again.body.data.id === subscriptionId]).toEqual([201, false, false]);
-      expect((await idempotentPost(one.url, token, "/public/v1/contacts", { first_name: "Grace" }, "contact-2")).status).toBe(201);
+      expect((await postWithKey(one.url, token, "/public/v1/contacts", { first_name: "Grace" }, "contact-2")).status).toBe(201);
       await waitUntil(() => receiver.received.length === 1, "the delivery", one.proc);
       const [sent] = receiver.received;
       const payload = new Webhook(again.body.data.secret).verify(sent!.body, { "webhook-id": sent!.id, "webhook-timestamp": sent!.timestamp, "webhook-signature": sent!.signature });
