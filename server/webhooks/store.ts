@@ -203,9 +203,15 @@ export interface SecretAnswer {
   secret: string;
 }
 
+/** CONSOLE_SUBSCRIPTION_FORM_PATH is the path the console's create-subscription form keeps its answers under, as the API's create keeps its own. */
+export const CONSOLE_SUBSCRIPTION_FORM_PATH = "/console/subscriptions";
+
+/** SECRET_ANSWERS selects the kept idempotent answers that show a subscription's secret: the API's creates and rotations, and the console create form's. */
+const SECRET_ANSWERS = `method = 'POST' AND (path IN ('/public/v1/webhook-subscriptions', '${CONSOLE_SUBSCRIPTION_FORM_PATH}') OR path LIKE '/public/v1/webhook-subscriptions/%/rotate-secret')`;
+
 /**
- * listUnsealedSecretAnswers returns the kept answers of idempotent subscription creates and secret
- * rotations whose secret is in clear (a crm before migration 0011 kept them as sent).
+ * listUnsealedSecretAnswers returns the kept answers that show a secret (SECRET_ANSWERS) whose
+ * secret is in clear (a crm before migration 0011 kept them as sent; the console's form, newer, never did).
  */
 // sqlite-only: a migration backfill (migrations run synchronously on the writer connection); the
 // table has no rowid before 0019, so a record is named by its key.
@@ -214,7 +220,7 @@ export function listUnsealedSecretAnswers(db: SqliteConnection): SecretAnswer[] 
     .query<SecretAnswer, []>(
       `SELECT token_id, method, path, idem_key, answer ->> '$.data.id' AS subscription_id, answer ->> '$.data.secret' AS secret
        FROM (SELECT *, CASE WHEN json_valid(response_body) THEN response_body END AS answer FROM idempotency_keys
-             WHERE method = 'POST' AND (path = '/public/v1/webhook-subscriptions' OR path GLOB '/public/v1/webhook-subscriptions/*/rotate-secret'))
+             WHERE ${SECRET_ANSWERS})
        WHERE answer ->> '$.data.secret' NOT LIKE 'sealed-v1.%'`,
     )
     .all();
@@ -252,19 +258,12 @@ export function deleteSecretsKeyCheck(db: Db): Promise<number> {
   return db.run("DELETE FROM secrets_key_check");
 }
 
-/** CONSOLE_SUBSCRIPTION_FORM_PATH is the path the console's create-subscription form keeps its answers under, as the API's create keeps its own. */
-export const CONSOLE_SUBSCRIPTION_FORM_PATH = "/console/subscriptions";
-
 /**
- * deleteSecretAnswers removes the kept answers of idempotent subscription creates and secret
- * rotations, the API's and the console's create form's: they hold a sealed secret, which a replay
- * opens, and returns how many went.
+ * deleteSecretAnswers removes the kept answers that show a secret (SECRET_ANSWERS): they hold it
+ * sealed, which a replay opens, and returns how many went.
  */
 export function deleteSecretAnswers(db: Db): Promise<number> {
-  return db.run(
-    "DELETE FROM idempotency_keys WHERE method = 'POST' AND (path IN ('/public/v1/webhook-subscriptions', ?) OR path LIKE '/public/v1/webhook-subscriptions/%/rotate-secret')",
-    [CONSOLE_SUBSCRIPTION_FORM_PATH],
-  );
+  return db.run(`DELETE FROM idempotency_keys WHERE ${SECRET_ANSWERS}`);
 }
 
 /** listSubscriptionIds returns the id of every subscription. */
