@@ -1,3 +1,4 @@
+import { applyPatch } from "../shared/patch.ts";
 import type { Database, Db } from "../db/sql.ts";
 import type { BatchResult } from "../batch/model.ts";
 import type { BatchKind } from "../batch/service.ts";
@@ -67,11 +68,7 @@ const blankAccount = (now: number): AccountRow => ({ id: newId("acc", now), name
 /** accountRowFrom merges an input into a row (given fields replace, null clears a further property); the domain is stored lowercased. */
 function accountRowFrom(row: AccountRow, input: AccountInput, now: number): AccountRow {
   const properties = JSON.parse(row.properties) as Record<string, unknown>;
-  for (const [key, value] of Object.entries(input)) {
-    if (KNOWN.has(key)) continue;
-    if (value === null) delete properties[key];
-    else properties[key] = value;
-  }
+  applyPatch(properties, input, KNOWN);
   const domain = "domain" in input ? (input.domain?.toLowerCase() ?? null) : row.domain;
   return { ...row, name: input.name, name_key: accountNameKey(input.name), domain, properties: JSON.stringify(properties), updated_at: now };
 }

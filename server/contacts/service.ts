@@ -1,3 +1,4 @@
+import { applyPatch } from "../shared/patch.ts";
 import type { Database, Db, ReaderName } from "../db/sql.ts";
 import { ReadLaneFull } from "../db/slow-reads.ts";
 import { accountsByIds } from "../accounts/service.ts";
@@ -250,11 +251,7 @@ async function refuseTakenExternalId(db: Db, input: ContactInput, ownId: string 
 /** applyInput merges a create or PATCH body into a row: given fields replace, null clears. */
 function applyInput(row: ContactRow, input: ContactInput): ContactRow {
   const properties = JSON.parse(row.properties) as Record<string, unknown>;
-  for (const [key, value] of Object.entries(input)) {
-    if (NOT_PROPERTIES.has(key)) continue;
-    if (value === null) delete properties[key];
-    else properties[key] = value;
-  }
+  applyPatch(properties, input, NOT_PROPERTIES);
   const next: ContactRow = { ...row, properties: JSON.stringify(properties) };
   for (const field of COLUMN_FIELDS) {
     if (field in input) next[field] = (input[field] as string | null | undefined) ?? null;
@@ -362,10 +359,7 @@ function withCustomFieldsMerged(row: ContactRow, input: ContactInput): { input: 
   const named = input.custom_fields;
   if (typeof named !== "object" || named === null) return { input };
   const merged = { ...(JSON.parse(row.properties) as { custom_fields?: Record<string, unknown> }).custom_fields };
-  for (const [key, value] of Object.entries(named)) {
-    if (value === null) delete merged[key];
-    else merged[key] = value;
-  }
+  applyPatch(merged, named);
   const errors = customFieldsErrors(merged).map((error) => ({ ...error, detail: `with the contact's other custom fields kept, ${error.detail}` }));
   return errors.length > 0 ? { errors } : { input: { ...input, custom_fields: merged } };
 }
