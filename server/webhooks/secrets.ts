@@ -169,18 +169,17 @@ const KEY_CHECK_TEXT = "the secrets key of this crm database";
  * it would pass for it, in the next backup's note too.
  */
 export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key: { path: string; created: boolean }): Promise<void> {
-  const own = keyCheckValue(box);
+  const recorded = await findSecretsKeyCheck(db);
   // Recorded in a write: on PostgreSQL writes take one lock, so of instances with different keys
   // starting together on a new database, the first records its key and the others find it.
-  const recorded =
-    (await findSecretsKeyCheck(db)) ??
-    (await db.write(async (tx) => {
-      const found = await findSecretsKeyCheck(tx);
-      if (found || !(await opensStoredSecret(tx, box))) return found;
-      await insertSecretsKeyCheck(tx, own);
-      return own;
-    }));
-  if (recorded && sameBytes(recorded, own)) return;
+  const own = recorded
+    ? sameBytes(recorded, keyCheckValue(box))
+    : await db.write(async (tx) => {
+        if (!(await isDatabaseSecretsKey(tx, box))) return false;
+        if (!(await findSecretsKeyCheck(tx))) await insertSecretsKeyCheck(tx, keyCheckValue(box));
+        return true;
+      });
+  if (own) return;
   if (key.created) {
     rmSync(key.path, { force: true });
     throw new ConfigError(`secrets key file ${key.path} is missing, and this database was used with a key (it keeps a check value of it, and of any signing secrets sealed with it): put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`);
