@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { existsSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { CONSOLE_SUBSCRIPTION_FORM_PATH } from "../../server/webhooks/store.ts";
 import { api, createToken, postWithKey, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 
 // A database whose secrets key is lost refuses every start, so its subscriptions cannot be deleted
 // through the API: `crm secrets-key reset` deletes them, and the database's record of the key, so
@@ -130,8 +131,7 @@ describe("secrets-key reset: a lost key", () => {
 
   test("a key file named with --secrets-key-file: the reset names it, and the next start with it records it", async () => {
     const { dataDir } = await lostKeyDirectory();
-    const keyPath = join(dataDir, "new.key");
-    writeFileSync(keyPath, `${Buffer.alloc(32, 7).toString("base64")}\n`, { mode: 0o600 });
+    const keyPath = writeSecretsKeyFile(join(dataDir, "new.key"), 7);
     try {
       expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir, "--secrets-key-file", keyPath])).toEqual({
         exitCode: 0,

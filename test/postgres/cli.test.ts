@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readdirSync, rmSync, writeFileSync } from "node:fs";
+import { readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { SQL } from "bun";
 import { POSTGRES_MIGRATIONS } from "../../server/db/postgres-migrations.ts";
 import { VERSION } from "../../server/version.ts";
 import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 
 // The command line on PostgreSQL (--database-url): every command works on the database, not on the
 // data directory; serve needs the shared secrets key named; backup points to pg_dump.
@@ -17,8 +18,7 @@ let keyFile: string;
 beforeAll(async () => {
   database = await createTestDatabase();
   dir = tempDir("pg-cli");
-  keyFile = join(dir, "secrets.key");
-  writeFileSync(keyFile, `${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64")}\n`, { mode: 0o600 });
+  keyFile = writeSecretsKeyFile(join(dir, "secrets.key"));
 }, 60_000);
 
 afterAll(async () => {

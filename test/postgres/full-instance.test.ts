@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { randomBytes } from "node:crypto";
-import { rmSync, writeFileSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "../webhooks/support.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 
 // Two delivery loops in this process on one PostgreSQL database, as two instances would share it:
 // an instance whose slots are full wakes the other for the due work it has no room for (README,
@@ -21,8 +21,7 @@ let secretsKeyFile: string;
 beforeAll(async () => {
   database = await createTestDatabase();
   keyDir = tempDir("full-instance");
-  secretsKeyFile = join(keyDir, "secrets.key");
-  writeFileSync(secretsKeyFile, randomBytes(32).toString("base64"), { mode: 0o600 });
+  secretsKeyFile = writeSecretsKeyFile(join(keyDir, "secrets.key"));
 });
 
 afterAll(async () => {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { listAccounts } from "../../server/accounts/store.ts";
@@ -10,6 +10,7 @@ import { countDeliveries, listDeliveries } from "../../server/webhooks/store.ts"
 import { createHarness, type Harness } from "../support/harness.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { capturing, type Captured } from "../support/query-plans.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 
 // The PostgreSQL twin of foundation/index-use.test.ts for the sorts by a nullable key, which ask
 // for NULLs first ascending and last descending (SQLite's order): an index in the other NULL order
@@ -43,9 +44,7 @@ afterAll(async () => {
 
 /** secretsKey writes the key a PostgreSQL-backed app seals signing secrets with. */
 function secretsKey(): string {
-  const file = join(keyDir, "secrets.key");
-  writeFileSync(file, `${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64")}\n`, { mode: 0o600 });
-  return file;
+  return writeSecretsKeyFile(join(keyDir, "secrets.key"));
 }
 
 /** planOf explains a captured statement with sorts and sequential scans priced out of reach, so a plan that still sorts has no index in its order. */

@@ -1,7 +1,6 @@
 import { SQL, type TransactionSQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { randomBytes } from "node:crypto";
-import { readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
+import { readFileSync, readdirSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
 import { api, ROOT, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
 import { busiestSecond, LOOPBACK_SLACK_MS } from "../support/pacing.ts";
@@ -11,6 +10,7 @@ import { ConsoleClient } from "../console/support.ts";
 import { PACED_AFTER } from "../../server/operators/service.ts";
 import { MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { WRITE_LOCK } from "../../server/db/postgres.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 
 // Several instances of the real server (`bun server/main.ts serve --database-url ...`) on one
 // PostgreSQL database (issue 12, items 5 and 6): delivery work shared without two live instances
@@ -31,8 +31,7 @@ let admin: SQL;
 beforeAll(async () => {
   database = await createTestDatabase();
   const dir = tempDir("instances");
-  const keyFile = join(dir, "secrets.key");
-  writeFileSync(keyFile, randomBytes(32).toString("base64"), { mode: 0o600 });
+  const keyFile = writeSecretsKeyFile(join(dir, "secrets.key"));
   env = {
     PATH: process.env.PATH ?? "",
     CRM_DATABASE_URL: database.url,

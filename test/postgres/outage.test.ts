@@ -1,13 +1,13 @@
 import { SQL, type Socket, type TCPSocketListener } from "bun";
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
-import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { api, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type ServerProcess } from "../ops/support.ts";
 import { parseExposition } from "../ops/prometheus.ts";
 import { closedWithin, Connection, type RawResponse } from "../limits/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { WRITE_LOCK } from "../../server/db/postgres.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 
 // The real server (`bun server/main.ts serve`) on a PostgreSQL database it reaches through a TCP
 // relay the test can cut, stall and mend: what clients and load balancers get while the database
@@ -163,8 +163,7 @@ let server: ServerProcess | null = null;
 
 beforeAll(async () => {
   database = await createTestDatabase();
-  keyFile = join(tempDir("outage"), "secrets.key");
-  writeFileSync(keyFile, randomBytes(32).toString("base64"), { mode: 0o600 });
+  keyFile = writeSecretsKeyFile(join(tempDir("outage"), "secrets.key"));
   const created = runCli([...SOURCE, "token", "create", "--name", "outage"], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_SECRETS_KEY_FILE: keyFile } });
   if (created.exitCode !== 0) throw new Error(`token create failed: ${created.stderr}`);
   token = created.stdout.trim();

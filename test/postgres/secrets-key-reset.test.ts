@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { rmSync, writeFileSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { api, postWithKey, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 
 // `crm secrets-key reset` on PostgreSQL: the instances sharing a database whose key is lost are all
 // refused at start; the reset, given the new key file, deletes the subscriptions and the record of
@@ -18,11 +19,7 @@ let receiver: Receiver;
 beforeAll(async () => {
   database = await createTestDatabase();
   dir = tempDir("pg-key-reset");
-  [lost, fresh] = [1, 2].map((fill) => {
-    const path = join(dir, `key-${fill}`);
-    writeFileSync(path, `${Buffer.alloc(32, fill).toString("base64")}\n`, { mode: 0o600 });
-    return path;
-  }) as [string, string];
+  [lost, fresh] = [1, 2].map((fill) => writeSecretsKeyFile(join(dir, `key-${fill}`), fill)) as [string, string];
   receiver = startReceiver();
 }, 60_000);
 

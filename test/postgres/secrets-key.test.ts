@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { rmSync, writeFileSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { createRuntime } from "../../server/app.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
@@ -10,6 +10,7 @@ import { newId } from "../../server/shared/ids.ts";
 import { SecretBox } from "../../server/webhooks/secrets.ts";
 import { tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 
 // Instances sharing a PostgreSQL database must share the secrets key: the database records which
 // key that is at its first start, so an instance given another one is refused at start, also on a
@@ -22,11 +23,7 @@ const databases: TestDatabase[] = [];
 
 beforeAll(() => {
   dir = tempDir("pg-secrets-key");
-  [first, other] = [1, 2].map((fill) => {
-    const path = join(dir, `key-${fill}`);
-    writeFileSync(path, `${Buffer.alloc(32, fill).toString("base64")}\n`, { mode: 0o600 });
-    return path;
-  }) as [string, string];
+  [first, other] = [1, 2].map((fill) => writeSecretsKeyFile(join(dir, `key-${fill}`), fill)) as [string, string];
 });
 
 afterAll(async () => {

@@ -44,9 +44,18 @@ export async function testBackend(dataDir: string): Promise<TestBackend> {
   if (TEST_BACKEND === "sqlite") return { config: { databaseUrl: "", secretsKeyFile: "" }, drop: async () => {} };
   migrated ??= migratedTemplate();
   const database = await createTestDatabase(await migrated);
-  const secretsKeyFile = join(dataDir, "secrets.key");
-  writeFileSync(secretsKeyFile, `${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64")}\n`, { mode: 0o600 });
+  const secretsKeyFile = writeSecretsKeyFile(join(dataDir, "secrets.key"));
   return { config: { databaseUrl: database.url, secretsKeyFile }, drop: () => database.drop() };
+}
+
+/**
+ * writeSecretsKeyFile writes a secrets key file (0600) as an operator makes one, base64 of 32
+ * bytes: random, or each byte `fill` for a key a test tells apart; it returns the path.
+ */
+export function writeSecretsKeyFile(path: string, fill?: number): string {
+  const key = fill === undefined ? crypto.getRandomValues(new Uint8Array(32)) : new Uint8Array(32).fill(fill);
+  writeFileSync(path, `${Buffer.from(key).toString("base64")}\n`, { mode: 0o600 });
+  return path;
 }
 
 /**

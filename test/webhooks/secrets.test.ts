@@ -17,6 +17,7 @@ import { recordPing } from "../../server/webhooks/outbox.ts";
 import { SecretBox, SecretUnreadable } from "../../server/webhooks/secrets.ts";
 import { runCli, SOURCE } from "../ops/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 
 const scope = webhookTestScope();
 let h: WebhookHarness;
@@ -41,11 +42,7 @@ const startWith = async (dataDir: string, overrides: Partial<Config> = {}) => {
 };
 
 /** keyFile writes a key file of 32 bytes `fill` in `dir` and returns its path. */
-const keyFile = (dir: string, name: string, fill: number) => {
-  const path = join(dir, name);
-  writeFileSync(path, `${Buffer.alloc(32, fill).toString("base64")}\n`, { mode: 0o600 });
-  return path;
-};
+const keyFile = (dir: string, name: string, fill: number) => writeSecretsKeyFile(join(dir, name), fill);
 
 describe("sealed secrets: happy paths", () => {
   test("the first start creates secrets.key (0600) in the data directory; secrets are stored sealed and deliveries sign with the secret in clear", async () => {
@@ -214,8 +211,7 @@ describe("sealed secrets: happy paths", () => {
   test("--secrets-key-file names a key kept outside the data directory; none is created inside", async () => {
     const dataDir = tempDir();
     const keyDir = tempDir();
-    const keyFile = join(keyDir, "crm.key");
-    writeFileSync(keyFile, `${Buffer.alloc(32, 1).toString("base64")}\n`, { mode: 0o600 });
+    const keyFile = writeSecretsKeyFile(join(keyDir, "crm.key"), 1);
     const db = openDatabase(databasePath(dataDir));
     try {
       const rt = await createRuntime({ db, config: configFor(dataDir, { secretsKeyFile: keyFile }), log: createLogger("error") });
