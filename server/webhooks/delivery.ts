@@ -124,11 +124,13 @@ async function readPrefix(response: Response, limit: number): Promise<string> {
   return withoutNul(new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: !ended }));
 }
 
-function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null): string {
+function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null, serverName: string | null): string {
   if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;
   if (timedOut) return `timed out after ${timeoutMs} ms without a complete response`;
   if (error instanceof TargetRefused) return `refused: ${error.message}`;
   const { code, message } = error as { code?: string; message?: string };
+  // Bun's message for this one is the bare code; the name checked is the URL's, not the address connected to.
+  if (code === "ERR_TLS_CERT_ALTNAME_INVALID" && serverName !== null) return `connection failed: the certificate does not name ${serverName} (${code})`;
   // Bun's fetch adds advice for developers and the address it connected to: neither helps an operator.
   const text = (message ?? String(error)).replace(/(?: fetching "[^"]*")?\. For more information, pass `verbose: true` in the second argument to fetch\(\)$/, "");
   return `connection failed: ${text}${code && !text.includes(code) ? ` (${code})` : ""}`;
@@ -166,10 +168,12 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     error: null,
     retry_after_ms: null,
   };
+  let serverName: string | null = null;
   try {
     const target = new URL(request.targetUrl);
     // The timeout covers the name's lookup too.
     const pinned = pinTarget(target, await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets, signal));
+    serverName = pinned.serverName ?? (target.protocol === "https:" ? target.hostname.replace(/^\[|\]$/g, "") : null);
     const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
     request.onSend?.();
     // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
@@ -197,7 +201,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     }
     result.response_body = await readPrefix(response, request.responseBodyBytes);
   } catch (error) {
-    result.error = describeError(error, timeout.aborted, request.timeoutMs, result.response_status);
+    result.error = describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName);
   }
   result.duration_ms = Math.round((performance.now() - started) * 100) / 100;
   return result;

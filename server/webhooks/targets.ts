@@ -239,6 +239,7 @@ export function pinTarget(target: URL, address: string): PinnedTarget {
   return {
     url: `${target.protocol}//${pinnedHost}${target.port ? `:${target.port}` : ""}${target.pathname}${target.search}`,
     host: target.host,
-    serverName: target.protocol === "https:" ? target.hostname : null,
+    // A name's root dot (`hooks.example.com.`) is not sent in TLS's server name (RFC 6066 section 3).
+    serverName: target.protocol === "https:" ? target.hostname.replace(/\.$/, "") : null,
   };
 }
