@@ -317,7 +317,8 @@ function readConfigFile(path: string): Record<string, unknown> {
   try {
     return Bun.TOML.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
   } catch (error) {
-    throw new ConfigError(`config file ${path} is not valid TOML: ${(error as Error).message}`);
+    // Bun quotes the offending value, and an unquoted metrics_token is one: it is not repeated.
+    throw new ConfigError(`config file ${path} is not valid TOML: ${(error as Error).message.replace(/^TOML Parse error: /, "").replace(/: ".*"$/s, "")}`);
   }
 }
 

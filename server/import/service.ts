@@ -1,4 +1,4 @@
-import { accessSync, constants, realpathSync, statSync } from "node:fs";
+import { accessSync, closeSync, constants, openSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { accountItemErrors } from "../accounts/service.ts";
 import { ConfigError } from "../config.ts";
@@ -282,6 +282,9 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
     else lines.push(JSON.stringify({ ...original, import_row: row, import_errors: errors }));
   }
   try {
+    // The rows are customer data: a file made here is the owner's only, like every file the
+    // service writes (one that exists, perhaps /dev/full, keeps its mode).
+    closeSync(openSync(path, "w", 0o600));
     await Bun.write(path, `${lines.join("\n")}\n`);
   } catch (error) {
     // Checked writable up front, it can still fail (a full disk): the rows are imported all the same.

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createApiToken } from "../../server/auth/service.ts";
 import { parseCsv } from "../../server/import/csv.ts";
@@ -28,6 +28,8 @@ describe("crm import contacts: happy paths", () => {
     expect(await server.count("accounts")).toBe(40 + 13);
 
     const [header, ...invalid] = parseCsv(readFileSync(invalidFile, "utf8"));
+    // customer data: the owner's only, whatever the umask
+    expect(statSync(invalidFile).mode & 0o777).toBe(0o600);
     expect(header).toEqual([...csv.header, "import_row", "import_errors"]);
     expect(invalid.map((r) => Number(r[csv.header.length]))).toEqual(csv.badRows);
     for (const record of invalid) expect(record.slice(0, csv.header.length)).toEqual(csv.records[Number(record[csv.header.length]) - 1]!);

@@ -121,7 +121,9 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--prot", "1"], {}))).toBe("unknown option --prot (see --help)");
     expect(configError(() => loadConfig(["--config", unknownKey], {}))).toBe(`unknown setting prot in ${unknownKey}`);
     expect(configError(() => loadConfig(["--config", badFileValue], {}))).toBe(`invalid log_level in ${badFileValue}: "loud" is not one of debug, info, warn, error`);
-    expect(configError(() => loadConfig(["--config", notToml], {}))).toStartWith(`config file ${notToml} is not valid TOML`);
+    expect(configError(() => loadConfig(["--config", notToml], {}))).toStartWith(`config file ${notToml} is not valid TOML: `);
+    const unquotedToken = configFile("metrics_token = c0ffee0123456789abcdef\n");
+    expect(configError(() => loadConfig(["--config", unquotedToken], {}))).toBe(`config file ${unquotedToken} is not valid TOML: Strings must be quoted`);
     expect(configError(() => loadConfig(["--config", "/nonexistent/crm.toml"], {}))).toBe("config file /nonexistent/crm.toml does not exist");
     expect(configError(() => loadConfig(["--port", "70000"], {}))).toBe('invalid --port: "70000" is not a port number (0-65535)');
     expect(configError(() => loadConfig([], { CRM_SHUTDOWN_TIMEOUT_MS: "0" }))).toBe('invalid CRM_SHUTDOWN_TIMEOUT_MS: "0" is not a positive whole number');
