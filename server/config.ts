@@ -224,8 +224,8 @@ export function redactedUrl(url: string): string {
   if (!URL.canParse(url) || !/^postgres(ql)?:$/.test(new URL(url).protocol)) return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)?[^@]*@/i, "$1***@");
   const parsed = new URL(url);
   if (parsed.password) parsed.password = "***";
-  // libpq also takes the password as a query parameter.
-  if (parsed.searchParams.has("password")) parsed.searchParams.set("password", "***");
+  // libpq also takes the password, and the client key's passphrase, as query parameters.
+  for (const name of ["password", "sslpassword"]) if (parsed.searchParams.has(name)) parsed.searchParams.set(name, "***");
   return parsed.toString();
 }
 

@@ -156,6 +156,7 @@ describe("configuration: invalid input names the setting", () => {
   test("a database URL that is not postgres:// or postgresql:// names the setting and never shows its password", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
+    expect(redactedUrl("postgres://crm@db/crm?sslmode=verify-full&sslkey=/k.pem&sslpassword=hunter2")).toBe("postgres://crm@db/crm?sslmode=verify-full&sslkey=%2Fk.pem&sslpassword=***");
     expect(configError(() => loadConfig(["--database-url", "mysql://crm:hunter2@db/crm"], {}))).toBe('invalid --database-url: "mysql://***@db/crm" is not a postgres:// or postgresql:// URL');
     expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "db.internal:5432" }))).toBe('invalid CRM_DATABASE_URL: "db.internal:5432" is not a postgres:// or postgresql:// URL');
     expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "crm:hunter2@db/crm" }))).toBe('invalid CRM_DATABASE_URL: "***@db/crm" is not a postgres:// or postgresql:// URL');
