@@ -19,21 +19,29 @@ export const IfMatchHeader = t.Object(
 /** IdempotentIfMatchHeader documents the Idempotency-Key and If-Match request headers of a POST that changes a versioned resource. */
 export const IdempotentIfMatchHeader = t.Object({ ...IdempotencyKeyHeader.properties, ...IfMatchHeader.properties }, { additionalProperties: true });
 
+/** notEntityTags is the 422 of an If-Match that is neither * nor a list of entity tags. */
+function notEntityTags() {
+  return validationProblem([{ header: "if-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }]);
+}
+
 // One entity-tag of the list (RFC 9110 section 8.8.3): strong "…" or weak W/"…".
 const ENTITY_TAG = /^\s*(W\/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*$/;
 
 /**
  * versionCondition reads an If-Match header into the condition the write must meet, null without
  * one. Tags are the versions the ETag header gives; a weak tag or one that is not a version can
- * never match (If-Match compares strongly), so it stays in the list as no version at all.
+ * never match (If-Match compares strongly), so it stays in the list as no version at all. Empty
+ * list elements are skipped (RFC 9110 section 5.6.1.2); a list with no tag at all is refused.
  */
 export function versionCondition(header: string | undefined): VersionCondition | null {
   if (header === undefined) return null;
   if (header.trim() === "*") return { anyVersion: true };
+  const members = header.split(",").filter((member) => member.trim() !== "");
   const versions: number[] = [];
-  for (const member of header.split(",")) {
+  if (members.length === 0) throw notEntityTags();
+  for (const member of members) {
     const tag = ENTITY_TAG.exec(member);
-    if (!tag) throw validationProblem([{ header: "if-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }]);
+    if (!tag) throw notEntityTags();
     if (!tag[1] && /^[1-9][0-9]{0,14}$/.test(tag[2]!)) versions.push(Number(tag[2]));
   }
   return { versions };

@@ -105,6 +105,21 @@ describe("conditional writes: refused", () => {
     expect(await eventTypes(h)).toEqual(["contact.created", "account.created"]);
   });
 
+  test("empty elements of an If-Match list are ignored, as RFC 9110 (section 5.6.1.2) asks: the tags around them are compared", async () => {
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    const answers = [];
+    for (const [value, first_name] of [['"1",', "Eve"], [', "2"', "Ada"], ['"9", , "3"', "Eve"], [' , "7",', "Ada"]] as const) {
+      const res = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name }, headers: { "if-match": value } });
+      answers.push({ value, status: res.status, version: res.body.data?.version ?? res.body.current_version });
+    }
+    expect(answers).toEqual([
+      { value: '"1",', status: 200, version: 2 },
+      { value: ', "2"', status: 200, version: 3 },
+      { value: '"9", , "3"', status: 200, version: 4 },
+      { value: ' , "7",', status: 412, version: 4 },
+    ]);
+  });
+
   test("If-Match on a contact that does not exist is 404, as without it", async () => {
     const res = await h.json("PATCH", "/public/v1/contacts/con_01J00000000000000000000000", { body: { first_name: "Eve" }, headers: { "if-match": "*" } });
     expect(res.status).toBe(404);
@@ -112,7 +127,7 @@ describe("conditional writes: refused", () => {
 
   test("an If-Match that is not entity tags is 422 naming the header, and changes nothing", async () => {
     const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
-    for (const value of ["1", '"1', "v1, *", ""]) {
+    for (const value of ["1", '"1', "v1, *", "", ",", " , ,"]) {
       const res = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" }, headers: { "if-match": value } });
       expect({ value, status: res.status, body: res.body }).toEqual({
         value,
