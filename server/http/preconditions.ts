@@ -53,27 +53,33 @@ export function tagged<B extends { data: { version: number } }>(set: { headers: 
   return body;
 }
 
+/** MemberLookups maps each path parameter naming a member to its lookup, which throws the 404 the write would answer when there is no such member. */
+export type MemberLookups = Record<string, (id: string) => Promise<unknown>>;
+
 /**
  * refuseEntityTags is the hook of a write to something with no version (`unversioned` says what,
  * and why no tag can match): as RFC 9110 (section 13.1.1) asks, entity tags in If-Match never
  * match, so the write is refused with 412 and not made, instead of being made unconditionally;
- * `*` (it exists) holds. The mark on it makes the OpenAPI document state its If-Match and 412.
+ * `*` (it exists) holds. A write to a member that does not exist stays 404 (RFC 9110 section
+ * 13.2.1): `members` looks it up, only for a write about to be refused. The mark on it makes the
+ * OpenAPI document state its If-Match and 412.
  */
-export function refuseEntityTags(unversioned: string) {
-  const hook = ({ request }: { request: Request }) => {
+export function refuseEntityTags(unversioned: string, members: MemberLookups = {}) {
+  const hook = async ({ request, params }: { request: Request; params?: Record<string, string | undefined> }) => {
     const header = request.headers.get("if-match");
     if (header === null || request.method === "GET" || request.method === "HEAD") return;
     const condition = versionCondition(header);
     if (condition && "versions" in condition) {
+      for (const [name, lookUp] of Object.entries(members)) if (params?.[name] !== undefined) await lookUp(params[name]);
       throw new ProblemError(412, "precondition-failed", `${unversioned}, so no entity tag in If-Match can match: send the request without If-Match, or with *.`);
     }
   };
   return Object.assign(hook, { [UNVERSIONED_RESOURCES]: unversioned });
 }
 
-/** unversionedWrites gives every write of a feature whose resources carry no version (no ETag) the refuseEntityTags hook. */
-export function unversionedWrites(resources: string) {
-  return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, refuseEntityTags(`${resources} carry no version (their reads have no ETag)`));
+/** unversionedWrites gives every write of a feature whose resources carry no version (no ETag) the refuseEntityTags hook, with the lookups of the members its paths name. */
+export function unversionedWrites(resources: string, members: MemberLookups) {
+  return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, refuseEntityTags(`${resources} carry no version (their reads have no ETag)`, members));
 }
 
 /** UNVERSIONED_RESOURCES carries, on a refuseEntityTags hook, what the write has no version of: the OpenAPI document then states its If-Match and 412. */

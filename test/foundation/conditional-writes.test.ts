@@ -182,6 +182,21 @@ describe("conditional writes: resources without a version", () => {
     expect([anyVersion.status, anyVersion.body.data.description, read.status]).toEqual([200, "changed", 200]);
   });
 
+  test("If-Match with entity tags on a subscription, delivery or user that does not exist is 404, as without it (RFC 9110 section 13.2.1)", async () => {
+    const tag = { "if-match": '"1"' };
+    const missing = (kind: string, id: string) => ({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No ${kind} with id "${id}" exists.` });
+    const removal = await h.json("DELETE", "/public/v1/webhook-subscriptions/sub_missing", { headers: tag });
+    const pause = await h.json("POST", "/public/v1/webhook-subscriptions/sub_missing/pause", { headers: tag });
+    const retry = await h.json("POST", "/public/v1/webhook-deliveries/dlv_missing/retry", { headers: tag });
+    const userPatch = await h.json("PATCH", "/public/v1/users/usr_missing", { body: { name: "Eve" }, headers: tag });
+    expect([removal.body, pause.body, retry.body, userPatch.body]).toEqual([
+      missing("webhook subscription", "sub_missing"),
+      missing("webhook subscription", "sub_missing"),
+      missing("webhook delivery", "dlv_missing"),
+      missing("user", "usr_missing"),
+    ]);
+  });
+
   test("If-Match with entity tags on a contact's or account's create or on a batch is 412 and creates nothing, as a new record has no version to match; * lets it through", async () => {
     const refused = (detail: string) => ({
       type: "urn:crm:problem:precondition-failed",
