@@ -218,3 +218,66 @@ describe("conditional writes: resources without a version", () => {
     expect([anyVersion.status, anyBatch.status, malformed.status, malformed.body.errors]).toEqual([201, 200, 422, [{ header: "if-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }]]);
   });
 });
+
+describe("conditional writes: If-None-Match", () => {
+  // RFC 9110 section 13.1.2: when the condition is false, the server must not perform the write (412).
+  test("If-None-Match naming the current version (weakly compared) or * refuses a contact's or account's write with 412 and the current ETag; other tags let it through", async () => {
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data.id;
+    const named = (kind: string, of: string, version: number) => ({
+      type: "urn:crm:problem:precondition-failed",
+      title: "Precondition Failed",
+      status: 412,
+      detail: `The ${kind} ${of} is at version ${version}, which If-None-Match names, so nothing changed.`,
+      current_version: version,
+    });
+    const exists = (kind: string, of: string, version: number) => ({ ...named(kind, of, version), detail: `The ${kind} ${of} exists (at version ${version}), and If-None-Match: * asks that it does not, so nothing changed.` });
+    const strong = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" }, headers: { "if-none-match": '"1"' } });
+    const weak = await h.json("DELETE", `/public/v1/contacts/${id}`, { headers: { "if-none-match": 'W/"1"' } });
+    const any = await h.json("POST", `/public/v1/contacts/${id}/tags`, { body: { tag: "vip" }, headers: { "if-none-match": "*" } });
+    const both = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" }, headers: { "if-match": '"1"', "if-none-match": '"3", "1"' } });
+    const accountWrite = await h.json("PATCH", `/public/v1/accounts/${account}`, { body: { name: "Evil" }, headers: { "if-none-match": '"1",' } });
+    expect([strong.status, strong.headers.get("etag"), strong.body, weak.body, any.body, both.body, accountWrite.body]).toEqual([
+      412,
+      '"1"',
+      named("contact", id, 1),
+      named("contact", id, 1),
+      exists("contact", id, 1),
+      named("contact", id, 1),
+      named("account", account, 1),
+    ]);
+    expect(await eventTypes(h)).toEqual(["contact.created", "account.created"]);
+    const other = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" }, headers: { "if-none-match": '"7", W/"8"' } });
+    const missing = await h.json("DELETE", "/public/v1/contacts/con_01J00000000000000000000000", { headers: { "if-none-match": "*" } });
+    const malformed = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Ada" }, headers: { "if-none-match": "2" } });
+    expect([other.status, other.body.data.version, missing.status, malformed.status, malformed.body.errors]).toEqual([
+      200,
+      2,
+      404,
+      422,
+      [{ header: "if-none-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }],
+    ]);
+  });
+
+  test("If-None-Match: * refuses a write to a subscription, delivery or user that exists with 412, and one that does not exist stays 404; entity tags, which none of them can match, let it through", async () => {
+    const subscription = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "https://192.0.43.10/crm", events: ["contact.created"] } })).body.data.id;
+    const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@example.com" } })).body.data.id;
+    const any = { "if-none-match": "*" };
+    const exists = {
+      type: "urn:crm:problem:precondition-failed",
+      title: "Precondition Failed",
+      status: 412,
+      detail: "The resource exists, and If-None-Match: * asks that it does not, so nothing changed.",
+    };
+    const removal = await h.json("DELETE", `/public/v1/webhook-subscriptions/${subscription}`, { headers: any });
+    const pause = await h.json("POST", `/public/v1/webhook-subscriptions/${subscription}/pause`, { headers: any });
+    const userPatch = await h.json("PATCH", `/public/v1/users/${user}`, { body: { name: "Eve" }, headers: any });
+    expect([removal.status, removal.body, pause.body, userPatch.body]).toEqual([412, exists, exists, exists]);
+    const stored = [(await h.json("GET", `/public/v1/webhook-subscriptions/${subscription}`)).body.data.status, (await h.json("GET", `/public/v1/users/${user}`)).body.data.name];
+    expect(stored).toEqual(["active", "Grace"]);
+    const missing = await h.json("DELETE", "/public/v1/webhook-subscriptions/sub_missing", { headers: any });
+    const retry = await h.json("POST", "/public/v1/webhook-deliveries/dlv_missing/retry", { headers: any });
+    const tagged = await h.json("PATCH", `/public/v1/users/${user}`, { body: { name: "Eve" }, headers: { "if-none-match": '"1"' } });
+    expect([missing.status, retry.status, tagged.status, tagged.body.data.name]).toEqual([404, 404, 200, "Eve"]);
+  });
+});
