@@ -1834,6 +1834,7 @@ export interface operations {
             query?: never;
             header?: {
                 "if-match"?: string;
+                "if-none-match"?: string;
             };
             path: {
                 id: string;
@@ -1917,6 +1918,7 @@ export interface operations {
             query?: never;
             header?: {
                 "if-match"?: string;
+                "if-none-match"?: string;
             };
             path: {
                 id: string;
@@ -2045,6 +2047,7 @@ export interface operations {
             header?: {
                 "idempotency-key"?: string;
                 "if-match"?: string;
+                "if-none-match"?: string;
             };
             path: {
                 id: string;
@@ -2177,6 +2180,7 @@ export interface operations {
             query?: never;
             header?: {
                 "if-match"?: string;
+                "if-none-match"?: string;
             };
             path: {
                 id: string;
@@ -2268,6 +2272,7 @@ export interface operations {
             header?: {
                 "idempotency-key"?: string;
                 "if-match"?: string;
+                "if-none-match"?: string;
             };
             path: {
                 id: string;
@@ -2400,6 +2405,7 @@ export interface operations {
             query?: never;
             header?: {
                 "if-match"?: string;
+                "if-none-match"?: string;
             };
             path: {
                 id: string;
@@ -2964,6 +2970,7 @@ export interface operations {
             query?: never;
             header?: {
                 "if-match"?: string;
+                "if-none-match"?: string;
             };
             path: {
                 id: string;
@@ -3047,6 +3054,7 @@ export interface operations {
             query?: never;
             header?: {
                 "if-match"?: string;
+                "if-none-match"?: string;
             };
             path: {
                 id: string;
@@ -3440,6 +3448,8 @@ export interface operations {
             header?: {
                 /** @description Users carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 id: string;
@@ -3519,7 +3529,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;
@@ -3829,6 +3839,8 @@ export interface operations {
             header?: {
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -3879,7 +3891,7 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;
@@ -3911,6 +3923,8 @@ export interface operations {
             header?: {
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -3985,7 +3999,7 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;
@@ -4160,6 +4174,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -4227,7 +4243,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;
@@ -4260,6 +4276,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -4330,7 +4348,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;
@@ -4363,6 +4381,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -4445,7 +4465,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;
@@ -4494,6 +4514,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -4592,7 +4614,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;
@@ -4641,6 +4663,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -4708,7 +4732,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;
@@ -4741,6 +4765,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 subscriptionId: string;
@@ -4808,7 +4834,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;
@@ -5059,6 +5085,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
             };
             path: {
                 deliveryId: string;
@@ -5126,7 +5154,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
                     [name: string]: unknown;

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { IfMatchHeader, refuseEntityTags, tagged, versionCondition } from "../http/preconditions.ts";
+import { ConditionHeaders, refuseUnmeetableConditions, tagged, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
@@ -30,7 +30,7 @@ export function accountRoutes(rt: Runtime) {
     .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createAccount(rt, body, scope)), {
       body: AccountInput,
       headers: IdempotencyKeyHeader,
-      beforeHandle: refuseEntityTags("A new account has no version yet"),
+      beforeHandle: refuseUnmeetableConditions("A new account has no version yet"),
       response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: { operationId: "createAccount", summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids. Sends account.created.", tags, ...secured },
     })
@@ -62,10 +62,10 @@ export function accountRoutes(rt: Runtime) {
       response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { operationId: "getAccount", summary: "Get an account", description: 'The ETag header is the account\'s version, quoted ("3"): send it back as If-Match to change the account only if nobody has since.', tags, ...secured },
     })
-    .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateAccount(rt, params.id, body, versionCondition(headers["if-match"])) }), {
+    .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateAccount(rt, params.id, body, versionCondition(headers)) }), {
       params: AccountId,
       body: AccountPatch,
-      headers: IfMatchHeader,
+      headers: ConditionHeaders,
       response: { 200: AccountEnvelope, ...problemResponses(400, 401, 403, 404, 412, 413, 415, 422) },
       detail: {
         operationId: "updateAccount",
@@ -76,11 +76,11 @@ export function accountRoutes(rt: Runtime) {
       },
     })
     .delete("/:id", async ({ params, headers, set }) => {
-      await deleteAccount(rt, params.id, versionCondition(headers["if-match"]));
+      await deleteAccount(rt, params.id, versionCondition(headers));
       set.status = 204;
     }, {
       params: AccountId,
-      headers: IfMatchHeader,
+      headers: ConditionHeaders,
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 412, 422) },
       detail: {
         operationId: "deleteAccount",

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { IdempotentIfMatchHeader, IfMatchHeader, refuseEntityTags, tagged, versionCondition } from "../http/preconditions.ts";
+import { ConditionHeaders, IdempotentConditionHeaders, refuseUnmeetableConditions, tagged, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
@@ -42,7 +42,7 @@ export function contactRoutes(rt: Runtime) {
     }, {
       body: ContactInput,
       headers: IdempotencyKeyHeader,
-      beforeHandle: refuseEntityTags("A new contact has no version yet"),
+      beforeHandle: refuseUnmeetableConditions("A new contact has no version yet"),
       // Documented, not re-checked (as the list): the body is toContact's, whose shape the tests pin.
       response: { 201: serialisedResponse(ContactEnvelope), ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: { operationId: "createContact", summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
@@ -76,26 +76,26 @@ export function contactRoutes(rt: Runtime) {
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
       detail: { operationId: "getContact", summary: "Get a contact", description: 'The ETag header is the contact\'s version, quoted ("3"), when nothing is embedded with `include`: send it back as If-Match to change the contact only if nobody has since.', tags, ...secured },
     })
-    .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers["if-match"])) }), {
+    .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers)) }), {
       params: ContactId,
       body: ContactInput,
-      headers: IfMatchHeader,
+      headers: ConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
       detail: { operationId: "updateContact", summary: "Update a contact", description: "Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event. With If-Match, only a contact still at that version changes (else 412 with the current ETag).", tags, ...secured },
     })
     .delete("/:id", async ({ params, headers, set }) => {
-      await deleteContact(rt, params.id, versionCondition(headers["if-match"]));
+      await deleteContact(rt, params.id, versionCondition(headers));
       set.status = 204;
     }, {
       params: ContactId,
-      headers: IfMatchHeader,
+      headers: ConditionHeaders,
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 412, 422) },
       detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it. With If-Match, only a contact still at that version is deleted (else 412).", tags, ...secured },
     })
-    .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, versionCondition(headers["if-match"]), scope) } })), {
+    .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, versionCondition(headers), scope) } })), {
       params: ContactId,
       body: ContactAccountInput,
-      headers: IdempotentIfMatchHeader,
+      headers: IdempotentConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
       detail: {
         operationId: "addContactAccount",
@@ -105,9 +105,9 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .delete("/:id/accounts/:accountId", async ({ params, headers, set }) => tagged(set, { data: await removeContactAccount(rt, params.id, params.accountId, versionCondition(headers["if-match"])) }), {
+    .delete("/:id/accounts/:accountId", async ({ params, headers, set }) => tagged(set, { data: await removeContactAccount(rt, params.id, params.accountId, versionCondition(headers)) }), {
       params: ContactAccountId,
-      headers: IfMatchHeader,
+      headers: ConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 412, 422) },
       detail: {
         operationId: "removeContactAccount",
@@ -117,10 +117,10 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, versionCondition(headers["if-match"]), scope) } })), {
+    .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, versionCondition(headers), scope) } })), {
       params: ContactId,
       body: ContactTagInput,
-      headers: IdempotentIfMatchHeader,
+      headers: IdempotentConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
       detail: {
         operationId: "addContactTag",
@@ -130,9 +130,9 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .delete("/:id/tags/:tag", async ({ params, headers, set }) => tagged(set, { data: await removeContactTag(rt, params.id, params.tag, versionCondition(headers["if-match"])) }), {
+    .delete("/:id/tags/:tag", async ({ params, headers, set }) => tagged(set, { data: await removeContactTag(rt, params.id, params.tag, versionCondition(headers)) }), {
       params: ContactTag,
-      headers: IfMatchHeader,
+      headers: ConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 412, 422) },
       detail: {
         operationId: "removeContactTag",

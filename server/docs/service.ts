@@ -120,7 +120,7 @@ function routeTable(app: AnyElysia): AnyElysia {
   } as unknown as AnyElysia;
 }
 
-/** UNVERSIONED_MARK carries, from routeTable to documentProtocolHeaders, what a route whose writes refuse entity tags (refuseEntityTags) has no version of. */
+/** UNVERSIONED_MARK carries, from routeTable to documentProtocolHeaders, what a route whose writes refuse entity tags (refuseUnmeetableConditions) has no version of. */
 const UNVERSIONED_MARK = "x-crm-unversioned";
 /** OPTIONAL_BODY_MARK carries, from routeTable to documentProtocolHeaders, that a route's body may be left out. */
 const OPTIONAL_BODY_MARK = "x-crm-optional-body";
@@ -234,7 +234,7 @@ function versioned(document: Json, response: Json): boolean {
  * route schema says: the ETag of a versioned resource (on its reads and writes, and on a 412 as
  * the current version); for a POST taking an Idempotency-Key, Idempotent-Replayed on a replayed
  * answer and the 409 (with Retry-After) of a key in use; WWW-Authenticate on 401; and for writes
- * of resources without versions (unversionedWrites), the If-Match header and the 412 it brings;
+ * of resources without versions (unversionedWrites), the If-Match header (and on a member's, If-None-Match) and the 412 they bring;
  * and that a body declared optional is not required.
  */
 function documentProtocolHeaders(document: Json): void {
@@ -251,6 +251,8 @@ function documentProtocolHeaders(document: Json): void {
       delete operation[UNVERSIONED_MARK];
       delete operation[OPTIONAL_BODY_MARK];
       if (unversioned && !headerParameter("if-match")) {
+        // If-None-Match is read on a write to a member (a path with an id), not on a create.
+        const member = path.includes("{");
         operation.parameters = [
           ...(operation.parameters ?? []),
           {
@@ -260,8 +262,11 @@ function documentProtocolHeaders(document: Json): void {
             schema: { type: "string", maxLength: 1000 },
             description: `${unversioned}: any entity tag answers 412 and changes nothing; * lets the write through.`,
           },
+          ...(member
+            ? [{ in: "header", name: "if-none-match", required: false, schema: { type: "string", maxLength: 1000 }, description: "* answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through." }]
+            : []),
         ];
-        responses["412"] ??= problemResponse("Precondition Failed: If-Match named an entity tag, which no unversioned resource can match.");
+        responses["412"] ??= problemResponse(`Precondition Failed: If-Match named an entity tag, which no unversioned resource can match${member ? ", or If-None-Match was *" : ""}.`);
       }
       const etag = Object.entries(responses).some(([status, response]) => /^2\d\d$/.test(status) && versioned(document, response as Json));
       // A write to a versioned resource that answers no body (a DELETE) still gives the current version with its 412.

@@ -86,7 +86,12 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       if (draining()) set.headers.connection = "close";
       // Bun dates every answer but HEAD's; RFC 9110 (section 6.6.1) asks it of every answer, and a sync reads its clock there.
       if (request.method === "HEAD") set.headers.date = new Date().toUTCString();
-      if (pathOf(request).startsWith(PUBLIC_PREFIX) && isBrowserRequest(request)) {
+      const path = pathOf(request);
+      const isPublic = path.startsWith(PUBLIC_PREFIX);
+      // A shared cache that ignores Authorization (nginx's proxy_cache does) would serve one
+      // client's data to the next, or a stale readiness to a load balancer; problems included.
+      if (isPublic || path === "/healthz" || path === "/readyz") set.headers["cache-control"] = "no-store";
+      if (isPublic && isBrowserRequest(request)) {
         const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),
           { "x-request-id": id },

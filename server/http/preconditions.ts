@@ -1,10 +1,10 @@
 import { Elysia, t } from "elysia";
 import { ProblemError, validationProblem } from "../shared/problem.ts";
 import { IdempotencyKeyHeader } from "./openapi-docs.ts";
-import { versionTag, type VersionCondition } from "../shared/version-condition.ts";
+import { versionTag, type EntityTags, type VersionCondition } from "../shared/version-condition.ts";
 
-/** IfMatchHeader documents the optional If-Match request header of a write to a versioned resource. */
-export const IfMatchHeader = t.Object(
+/** ConditionHeaders documents the optional If-Match and If-None-Match request headers of a write to a versioned resource. */
+export const ConditionHeaders = t.Object(
   {
     "if-match": t.Optional(
       t.String({
@@ -12,31 +12,58 @@ export const IfMatchHeader = t.Object(
         description: 'Write only if the stored version is this one: the ETag of your last read ("3"), several separated by commas, or * for any. Otherwise 412, and nothing changes.',
       }),
     ),
+    "if-none-match": t.Optional(
+      t.String({
+        maxLength: 1000,
+        description: 'Write only if the stored version is none of these: entity tags ("3", and W/"3" alike), separated by commas, or * to write only if it does not exist. Otherwise 412, and nothing changes.',
+      }),
+    ),
   },
   { additionalProperties: true },
 );
 
-/** IdempotentIfMatchHeader documents the Idempotency-Key and If-Match request headers of a POST that changes a versioned resource. */
-export const IdempotentIfMatchHeader = t.Object({ ...IdempotencyKeyHeader.properties, ...IfMatchHeader.properties }, { additionalProperties: true });
+/** IdempotentConditionHeaders documents the Idempotency-Key, If-Match and If-None-Match request headers of a POST that changes a versioned resource. */
+export const IdempotentConditionHeaders = t.Object({ ...IdempotencyKeyHeader.properties, ...ConditionHeaders.properties }, { additionalProperties: true });
+
+type PreconditionHeader = "if-match" | "if-none-match";
+
+/** notEntityTags is the 422 of a precondition header that is neither * nor a list of entity tags. */
+function notEntityTags(header: PreconditionHeader) {
+  return validationProblem([{ header, detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }]);
+}
 
 // One entity-tag of the list (RFC 9110 section 8.8.3): strong "…" or weak W/"…".
 const ENTITY_TAG = /^\s*(W\/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*$/;
 
 /**
- * versionCondition reads an If-Match header into the condition the write must meet, null without
- * one. Tags are the versions the ETag header gives; a weak tag or one that is not a version can
- * never match (If-Match compares strongly), so it stays in the list as no version at all.
+ * entityTags reads a precondition header's value. Tags are the versions the ETag header gives;
+ * one that is not a version can never match, so it stays in the list as no version at all, and
+ * so does a weak tag in If-Match, which compares strongly (If-None-Match compares weakly: RFC
+ * 9110 section 8.8.3.2). Empty list elements are skipped (RFC 9110 section 5.6.1.2); a list with
+ * no tag at all is refused.
  */
-export function versionCondition(header: string | undefined): VersionCondition | null {
-  if (header === undefined) return null;
-  if (header.trim() === "*") return { anyVersion: true };
+function entityTags(value: string, header: PreconditionHeader): EntityTags {
+  if (value.trim() === "*") return "any";
+  const members = value.split(",").filter((member) => member.trim() !== "");
   const versions: number[] = [];
-  for (const member of header.split(",")) {
+  if (members.length === 0) throw notEntityTags(header);
+  for (const member of members) {
     const tag = ENTITY_TAG.exec(member);
-    if (!tag) throw validationProblem([{ header: "if-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }]);
-    if (!tag[1] && /^[1-9][0-9]{0,14}$/.test(tag[2]!)) versions.push(Number(tag[2]));
+    if (!tag) throw notEntityTags(header);
+    if ((!tag[1] || header === "if-none-match") && /^[1-9][0-9]{0,14}$/.test(tag[2]!)) versions.push(Number(tag[2]));
   }
-  return { versions };
+  return versions;
+}
+
+/** versionCondition reads a write's If-Match and If-None-Match headers into the condition it must meet, null without either. */
+export function versionCondition(headers: { [header in PreconditionHeader]?: string }): VersionCondition | null {
+  const match = headers["if-match"];
+  const noneMatch = headers["if-none-match"];
+  if (match === undefined && noneMatch === undefined) return null;
+  return {
+    ...(match !== undefined ? { match: entityTags(match, "if-match") } : {}),
+    ...(noneMatch !== undefined ? { noneMatch: entityTags(noneMatch, "if-none-match") } : {}),
+  };
 }
 
 /** tagged sets the ETag of a response carrying one versioned resource, and returns the body. */
@@ -45,28 +72,43 @@ export function tagged<B extends { data: { version: number } }>(set: { headers: 
   return body;
 }
 
+/** MemberLookups maps each path parameter naming a member to its lookup, which throws the 404 the write would answer when there is no such member. */
+export type MemberLookups = Record<string, (id: string) => Promise<unknown>>;
+
 /**
- * refuseEntityTags is the hook of a write to something with no version (`unversioned` says what,
- * and why no tag can match): as RFC 9110 (section 13.1.1) asks, entity tags in If-Match never
- * match, so the write is refused with 412 and not made, instead of being made unconditionally;
- * `*` (it exists) holds. The mark on it makes the OpenAPI document state its If-Match and 412.
+ * refuseUnmeetableConditions is the hook of a write to something with no version (`unversioned`
+ * says what, and why no tag can match). As RFC 9110 (section 13.1.1) asks, entity tags in If-Match
+ * never match, so the write is refused with 412 and not made, instead of being made
+ * unconditionally; `*` (it exists) holds. On a write to a member, If-None-Match: * (that it not
+ * exist) fails, and its entity tags, matching nothing, hold (section 13.1.2). A member that does
+ * not exist stays 404 (section 13.2.1): `members` looks it up, only for a write about to be
+ * refused. The mark on it makes the OpenAPI document state its If-Match (a member's If-None-Match too) and 412.
  */
-export function refuseEntityTags(unversioned: string) {
-  const hook = ({ request }: { request: Request }) => {
-    const header = request.headers.get("if-match");
-    if (header === null || request.method === "GET" || request.method === "HEAD") return;
-    const condition = versionCondition(header);
-    if (condition && "versions" in condition) {
-      throw new ProblemError(412, "precondition-failed", `${unversioned}, so no entity tag in If-Match can match: send the request without If-Match, or with *.`);
-    }
+export function refuseUnmeetableConditions(unversioned: string, members: MemberLookups = {}) {
+  const hook = async ({ request, params }: { request: Request; params?: Record<string, string | undefined> }) => {
+    if (request.method === "GET" || request.method === "HEAD") return;
+    const match = request.headers.get("if-match");
+    const noneMatch = request.headers.get("if-none-match");
+    if (match === null && noneMatch === null) return;
+    const member = Object.entries(members).find(([name]) => params?.[name] !== undefined);
+    // A create's target is the collection, which If-None-Match is not meant for: it always makes a new member.
+    const condition = versionCondition({ "if-match": match ?? undefined, "if-none-match": member ? (noneMatch ?? undefined) : undefined });
+    const tagsInMatch = Array.isArray(condition?.match);
+    if (!tagsInMatch && condition?.noneMatch !== "any") return;
+    if (member) await member[1](params![member[0]]!);
+    throw new ProblemError(
+      412,
+      "precondition-failed",
+      tagsInMatch ? `${unversioned}, so no entity tag in If-Match can match: send the request without If-Match, or with *.` : "The resource exists, and If-None-Match: * asks that it does not, so nothing changed.",
+    );
   };
   return Object.assign(hook, { [UNVERSIONED_RESOURCES]: unversioned });
 }
 
-/** unversionedWrites gives every write of a feature whose resources carry no version (no ETag) the refuseEntityTags hook. */
-export function unversionedWrites(resources: string) {
-  return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, refuseEntityTags(`${resources} carry no version (their reads have no ETag)`));
+/** unversionedWrites gives every write of a feature whose resources carry no version (no ETag) the refuseUnmeetableConditions hook, with the lookups of the members its paths name. */
+export function unversionedWrites(resources: string, members: MemberLookups) {
+  return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, refuseUnmeetableConditions(`${resources} carry no version (their reads have no ETag)`, members));
 }
 
-/** UNVERSIONED_RESOURCES carries, on a refuseEntityTags hook, what the write has no version of: the OpenAPI document then states its If-Match and 412. */
+/** UNVERSIONED_RESOURCES carries, on a refuseUnmeetableConditions hook, what the write has no version of: the OpenAPI document then states its If-Match and 412. */
 export const UNVERSIONED_RESOURCES = Symbol("unversioned resources");

@@ -52,7 +52,12 @@ const eventTypeTags = ["Webhook event types"];
 export function webhookRoutes(rt: Runtime) {
   return new Elysia({ name: "webhooks", prefix: "/public/v1" })
     .use(bearerAuth())
-    .use(unversionedWrites("Webhook subscriptions and deliveries"))
+    .use(
+      unversionedWrites("Webhook subscriptions and deliveries", {
+        subscriptionId: (id) => getSubscription(rt.db, id),
+        deliveryId: (id) => getDelivery(rt.db, id),
+      }),
+    )
     .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, scope), (stored) => openReplayedSecret(rt, stored)), {
       body: SubscriptionInput,
       headers: IdempotencyKeyHeader,

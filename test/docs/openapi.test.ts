@@ -263,14 +263,17 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     answers.push(...undocumented("GET", "/public/v1/contacts/{id}", await h.request("GET", `/public/v1/contacts/${id}`)));
     const stalePatch = await h.request("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Grace" }, headers: { "if-match": '"9"' } });
     const staleDelete = await h.request("DELETE", `/public/v1/contacts/${id}`, { headers: { "if-match": '"9"' } });
-    expect([stalePatch.status, staleDelete.status, staleDelete.headers.get("etag")]).toEqual([412, 412, '"1"']);
+    const currentTag = await h.request("POST", `/public/v1/contacts/${id}/tags`, { body: { tag: "vip" }, headers: { "if-none-match": '"1"' } });
+    expect([stalePatch.status, staleDelete.status, staleDelete.headers.get("etag"), currentTag.status]).toEqual([412, 412, '"1"', 412]);
     answers.push(...undocumented("PATCH", "/public/v1/contacts/{id}", stalePatch, ["if-match"]), ...undocumented("DELETE", "/public/v1/contacts/{id}", staleDelete, ["if-match"]));
+    answers.push(...undocumented("POST", "/public/v1/contacts/{id}/tags", currentTag, ["if-none-match"]));
 
     const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace Hopper", email: "grace@example.com" } })).body.data;
     const userWrite = await h.request("PATCH", `/public/v1/users/${user.id}`, { body: { name: "Grace" }, headers: { "if-match": '"1"' } });
     const subscription = await localSubscription();
     const enable = await h.request("POST", `/public/v1/webhook-subscriptions/${subscription.id}/enable`, { headers: { "if-match": '"1"' } });
-    expect([userWrite.status, enable.status]).toEqual([412, 412]);
+    const existingRemoval = await h.request("DELETE", `/public/v1/webhook-subscriptions/${subscription.id}`, { headers: { "if-none-match": "*" } });
+    expect([userWrite.status, enable.status, existingRemoval.status]).toEqual([412, 412, 412]);
     // Reads ignore If-Match, so none documents it or a 412.
     const userRead = await h.request("GET", `/public/v1/users/${user.id}`, { headers: { "if-match": '"1"' } });
     expect(userRead.status).toBe(200);
@@ -279,6 +282,7 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
       .map(([path]) => path);
     expect(readsWithIfMatch).toEqual([]);
     answers.push(...undocumented("PATCH", "/public/v1/users/{id}", userWrite, ["if-match"]), ...undocumented("POST", "/public/v1/webhook-subscriptions/{subscriptionId}/enable", enable, ["if-match"]));
+    answers.push(...undocumented("DELETE", "/public/v1/webhook-subscriptions/{subscriptionId}", existingRemoval, ["if-none-match"]));
 
     const noToken = await h.request("GET", "/public/v1/contacts", { headers: { authorization: "" } });
     const badTarget = await h.request("GET", "/public/v1/contacts/%zz");

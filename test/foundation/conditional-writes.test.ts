@@ -105,6 +105,21 @@ describe("conditional writes: refused", () => {
     expect(await eventTypes(h)).toEqual(["contact.created", "account.created"]);
   });
 
+  test("empty elements of an If-Match list are ignored, as RFC 9110 (section 5.6.1.2) asks: the tags around them are compared", async () => {
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    const answers = [];
+    for (const [value, first_name] of [['"1",', "Eve"], [', "2"', "Ada"], ['"9", , "3"', "Eve"], [' , "7",', "Ada"]] as const) {
+      const res = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name }, headers: { "if-match": value } });
+      answers.push({ value, status: res.status, version: res.body.data?.version ?? res.body.current_version });
+    }
+    expect(answers).toEqual([
+      { value: '"1",', status: 200, version: 2 },
+      { value: ', "2"', status: 200, version: 3 },
+      { value: '"9", , "3"', status: 200, version: 4 },
+      { value: ' , "7",', status: 412, version: 4 },
+    ]);
+  });
+
   test("If-Match on a contact that does not exist is 404, as without it", async () => {
     const res = await h.json("PATCH", "/public/v1/contacts/con_01J00000000000000000000000", { body: { first_name: "Eve" }, headers: { "if-match": "*" } });
     expect(res.status).toBe(404);
@@ -112,7 +127,7 @@ describe("conditional writes: refused", () => {
 
   test("an If-Match that is not entity tags is 422 naming the header, and changes nothing", async () => {
     const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
-    for (const value of ["1", '"1', "v1, *", ""]) {
+    for (const value of ["1", '"1', "v1, *", "", ",", " , ,"]) {
       const res = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" }, headers: { "if-match": value } });
       expect({ value, status: res.status, body: res.body }).toEqual({
         value,
@@ -167,6 +182,21 @@ describe("conditional writes: resources without a version", () => {
     expect([anyVersion.status, anyVersion.body.data.description, read.status]).toEqual([200, "changed", 200]);
   });
 
+  test("If-Match with entity tags on a subscription, delivery or user that does not exist is 404, as without it (RFC 9110 section 13.2.1)", async () => {
+    const tag = { "if-match": '"1"' };
+    const missing = (kind: string, id: string) => ({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No ${kind} with id "${id}" exists.` });
+    const removal = await h.json("DELETE", "/public/v1/webhook-subscriptions/sub_missing", { headers: tag });
+    const pause = await h.json("POST", "/public/v1/webhook-subscriptions/sub_missing/pause", { headers: tag });
+    const retry = await h.json("POST", "/public/v1/webhook-deliveries/dlv_missing/retry", { headers: tag });
+    const userPatch = await h.json("PATCH", "/public/v1/users/usr_missing", { body: { name: "Eve" }, headers: tag });
+    expect([removal.body, pause.body, retry.body, userPatch.body]).toEqual([
+      missing("webhook subscription", "sub_missing"),
+      missing("webhook subscription", "sub_missing"),
+      missing("webhook delivery", "dlv_missing"),
+      missing("user", "usr_missing"),
+    ]);
+  });
+
   test("If-Match with entity tags on a contact's or account's create or on a batch is 412 and creates nothing, as a new record has no version to match; * lets it through", async () => {
     const refused = (detail: string) => ({
       type: "urn:crm:problem:precondition-failed",
@@ -186,5 +216,68 @@ describe("conditional writes: resources without a version", () => {
     const anyBatch = await h.json("POST", "/public/v1/accounts/batch", { body: { items: [{ name: "Acme" }] }, headers: { "if-match": "*" } });
     const malformed = await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" }, headers: { "if-match": "garbage" } });
     expect([anyVersion.status, anyBatch.status, malformed.status, malformed.body.errors]).toEqual([201, 200, 422, [{ header: "if-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }]]);
+  });
+});
+
+describe("conditional writes: If-None-Match", () => {
+  // RFC 9110 section 13.1.2: when the condition is false, the server must not perform the write (412).
+  test("If-None-Match naming the current version (weakly compared) or * refuses a contact's or account's write with 412 and the current ETag; other tags let it through", async () => {
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data.id;
+    const named = (kind: string, of: string, version: number) => ({
+      type: "urn:crm:problem:precondition-failed",
+      title: "Precondition Failed",
+      status: 412,
+      detail: `The ${kind} ${of} is at version ${version}, which If-None-Match names, so nothing changed.`,
+      current_version: version,
+    });
+    const exists = (kind: string, of: string, version: number) => ({ ...named(kind, of, version), detail: `The ${kind} ${of} exists (at version ${version}), and If-None-Match: * asks that it does not, so nothing changed.` });
+    const strong = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" }, headers: { "if-none-match": '"1"' } });
+    const weak = await h.json("DELETE", `/public/v1/contacts/${id}`, { headers: { "if-none-match": 'W/"1"' } });
+    const any = await h.json("POST", `/public/v1/contacts/${id}/tags`, { body: { tag: "vip" }, headers: { "if-none-match": "*" } });
+    const both = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" }, headers: { "if-match": '"1"', "if-none-match": '"3", "1"' } });
+    const accountWrite = await h.json("PATCH", `/public/v1/accounts/${account}`, { body: { name: "Evil" }, headers: { "if-none-match": '"1",' } });
+    expect([strong.status, strong.headers.get("etag"), strong.body, weak.body, any.body, both.body, accountWrite.body]).toEqual([
+      412,
+      '"1"',
+      named("contact", id, 1),
+      named("contact", id, 1),
+      exists("contact", id, 1),
+      named("contact", id, 1),
+      named("account", account, 1),
+    ]);
+    expect(await eventTypes(h)).toEqual(["contact.created", "account.created"]);
+    const other = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Eve" }, headers: { "if-none-match": '"7", W/"8"' } });
+    const missing = await h.json("DELETE", "/public/v1/contacts/con_01J00000000000000000000000", { headers: { "if-none-match": "*" } });
+    const malformed = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Ada" }, headers: { "if-none-match": "2" } });
+    expect([other.status, other.body.data.version, missing.status, malformed.status, malformed.body.errors]).toEqual([
+      200,
+      2,
+      404,
+      422,
+      [{ header: "if-none-match", detail: 'must be * or entity tags such as "3" (the ETag of a read), separated by commas' }],
+    ]);
+  });
+
+  test("If-None-Match: * refuses a write to a subscription, delivery or user that exists with 412, and one that does not exist stays 404; entity tags, which none of them can match, let it through", async () => {
+    const subscription = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "https://192.0.43.10/crm", events: ["contact.created"] } })).body.data.id;
+    const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@example.com" } })).body.data.id;
+    const any = { "if-none-match": "*" };
+    const exists = {
+      type: "urn:crm:problem:precondition-failed",
+      title: "Precondition Failed",
+      status: 412,
+      detail: "The resource exists, and If-None-Match: * asks that it does not, so nothing changed.",
+    };
+    const removal = await h.json("DELETE", `/public/v1/webhook-subscriptions/${subscription}`, { headers: any });
+    const pause = await h.json("POST", `/public/v1/webhook-subscriptions/${subscription}/pause`, { headers: any });
+    const userPatch = await h.json("PATCH", `/public/v1/users/${user}`, { body: { name: "Eve" }, headers: any });
+    expect([removal.status, removal.body, pause.body, userPatch.body]).toEqual([412, exists, exists, exists]);
+    const stored = [(await h.json("GET", `/public/v1/webhook-subscriptions/${subscription}`)).body.data.status, (await h.json("GET", `/public/v1/users/${user}`)).body.data.name];
+    expect(stored).toEqual(["active", "Grace"]);
+    const missing = await h.json("DELETE", "/public/v1/webhook-subscriptions/sub_missing", { headers: any });
+    const retry = await h.json("POST", "/public/v1/webhook-deliveries/dlv_missing/retry", { headers: any });
+    const tagged = await h.json("PATCH", `/public/v1/users/${user}`, { body: { name: "Eve" }, headers: { "if-none-match": '"1"' } });
+    expect([missing.status, retry.status, tagged.status, tagged.body.data.name]).toEqual([404, 404, 200, "Eve"]);
   });
 });

@@ -185,6 +185,48 @@ describe("errors: through a real server", () => {
     ]);
   });
 
+  // A shared cache that does not look at Authorization (nginx's proxy_cache) would hand one client's contacts to the next.
+  test("every API answer and the probes' are Cache-Control: no-store, problems and refusals before routing too; the docs keep their own", async () => {
+    const auth = { authorization: `Bearer ${token}` };
+    const created = await fetch(`${server.url}/public/v1/contacts`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: '{"first_name":"Ada"}' });
+    const contact = `/public/v1/contacts/${((await created.json()) as { data: { id: string } }).data.id}`;
+    const answers = [{ method: "POST", path: "/public/v1/contacts", status: created.status, cacheControl: created.headers.get("cache-control") }];
+    const asked: { method: string; path: string; headers?: Record<string, string> }[] = [
+      { method: "GET", path: "/public/v1/contacts" },
+      { method: "GET", path: contact },
+      { method: "HEAD", path: contact },
+      { method: "PATCH", path: contact, headers: { "if-match": '"9"', "content-type": "application/json" } },
+      { method: "GET", path: "/public/v1/contacts/con_missing" },
+      { method: "GET", path: "/public/v1/contacts", headers: { authorization: "" } },
+      { method: "GET", path: "/public/v1/contacts", headers: { origin: "https://evil.example" } },
+      { method: "GET", path: `/public/v1/contacts?a=${"x".repeat(5000)}` },
+      { method: "PUT", path: "/public/v1/contacts" },
+      { method: "GET", path: "/healthz" },
+      { method: "GET", path: "/readyz" },
+      { method: "GET", path: "/docs" },
+    ];
+    for (const { method, path, headers } of asked) {
+      const res = await fetch(`${server.url}${path}`, { method, headers: { ...auth, ...headers }, body: method === "PATCH" ? "{}" : undefined });
+      answers.push({ method, path: path.split("?")[0]!, status: res.status, cacheControl: res.headers.get("cache-control") });
+    }
+    const noStore = (method: string, path: string, status: number) => ({ method, path, status, cacheControl: "no-store" });
+    expect(answers).toEqual([
+      noStore("POST", "/public/v1/contacts", 201),
+      noStore("GET", "/public/v1/contacts", 200),
+      noStore("GET", contact, 200),
+      noStore("HEAD", contact, 200),
+      noStore("PATCH", contact, 412),
+      noStore("GET", "/public/v1/contacts/con_missing", 404),
+      noStore("GET", "/public/v1/contacts", 401),
+      noStore("GET", "/public/v1/contacts", 403),
+      noStore("GET", "/public/v1/contacts", 414),
+      noStore("PUT", "/public/v1/contacts", 405),
+      noStore("GET", "/healthz", 200),
+      noStore("GET", "/readyz", 200),
+      { method: "GET", path: "/docs", status: 200, cacheControl: "no-cache" },
+    ]);
+  });
+
   test("a chunked body within 1 MiB is accepted", async () => {
     const res = await fetch(`${server.url}/public/v1/contacts`, {
       method: "POST",
