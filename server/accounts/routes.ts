@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { ConditionHeaders, refuseUnmeetableConditions, tagged, versionCondition } from "../http/preconditions.ts";
+import { ConditionHeaders, refuseEntityTags, tagged, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
@@ -30,7 +30,7 @@ export function accountRoutes(rt: Runtime) {
     .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createAccount(rt, body, scope)), {
       body: AccountInput,
       headers: IdempotencyKeyHeader,
-      beforeHandle: refuseUnmeetableConditions("A new account has no version yet"),
+      beforeHandle: refuseEntityTags("A new account has no version yet"),
       response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: { operationId: "createAccount", summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids. Sends account.created.", tags, ...secured },
     })

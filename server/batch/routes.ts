@@ -1,6 +1,6 @@
 import type { TProperties, TSchema } from "@sinclair/typebox";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { refuseUnmeetableConditions } from "../http/preconditions.ts";
+import { refuseEntityTags } from "../http/preconditions.ts";
 import { idempotentPost, type PostContext } from "../http/idempotent.ts";
 import type { IdempotencyScope } from "../idempotency/service.ts";
 import { chargeExtraWrites } from "../auth/routes.ts";
@@ -27,7 +27,7 @@ export function batchPost<T, O extends object>(
   const options = {
     body: batchInput(doc.item, doc.itemDescription, doc.options),
     headers: IdempotencyKeyHeader,
-    beforeHandle: refuseUnmeetableConditions(doc.unversioned),
+    beforeHandle: refuseEntityTags(doc.unversioned),
     response: { 200: BatchResultEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
     detail: { operationId: doc.operationId, summary: doc.summary, description: `${doc.description} ${BATCH_RATE_NOTE}`, tags: doc.tags, ...secured },
   };

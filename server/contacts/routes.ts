@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { ConditionHeaders, IdempotentConditionHeaders, refuseUnmeetableConditions, tagged, versionCondition } from "../http/preconditions.ts";
+import { ConditionHeaders, IdempotentConditionHeaders, refuseEntityTags, tagged, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
@@ -42,7 +42,7 @@ export function contactRoutes(rt: Runtime) {
     }, {
       body: ContactInput,
       headers: IdempotencyKeyHeader,
-      beforeHandle: refuseUnmeetableConditions("A new contact has no version yet"),
+      beforeHandle: refuseEntityTags("A new contact has no version yet"),
       // Documented, not re-checked (as the list): the body is toContact's, whose shape the tests pin.
       response: { 201: serialisedResponse(ContactEnvelope), ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
       detail: { operationId: "createContact", summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },

@@ -120,7 +120,7 @@ function routeTable(app: AnyElysia): AnyElysia {
   } as unknown as AnyElysia;
 }
 
-/** UNVERSIONED_MARK carries, from routeTable to documentProtocolHeaders, what a route whose writes refuse entity tags (refuseUnmeetableConditions) has no version of. */
+/** UNVERSIONED_MARK carries, from routeTable to documentProtocolHeaders, what a route whose writes refuse entity tags (refuseEntityTags, unversionedWrites) has no version of. */
 const UNVERSIONED_MARK = "x-crm-unversioned";
 /** OPTIONAL_BODY_MARK carries, from routeTable to documentProtocolHeaders, that a route's body may be left out. */
 const OPTIONAL_BODY_MARK = "x-crm-optional-body";

@@ -75,16 +75,35 @@ export function tagged<B extends { data: { version: number } }>(set: { headers: 
 /** MemberLookups maps each path parameter naming a member to its lookup, which throws the 404 the write would answer when there is no such member. */
 export type MemberLookups = Record<string, (id: string) => Promise<unknown>>;
 
+/** tagsRefused is the 412 of a write to something with no version (`unversioned` says what) whose If-Match names entity tags. */
+function tagsRefused(unversioned: string): ProblemError {
+  return new ProblemError(412, "precondition-failed", `${unversioned}, so no entity tag in If-Match can match: send the request without If-Match, or with *.`);
+}
+
 /**
- * refuseUnmeetableConditions is the hook of a write to something with no version (`unversioned`
- * says what, and why no tag can match). As RFC 9110 (section 13.1.1) asks, entity tags in If-Match
- * never match, so the write is refused with 412 and not made, instead of being made
- * unconditionally; `*` (it exists) holds. On a write to a member, If-None-Match: * (that it not
- * exist) fails, and its entity tags, matching nothing, hold (section 13.1.2). A member that does
- * not exist stays 404 (section 13.2.1): `members` looks it up, only for a write about to be
- * refused. The mark on it makes the OpenAPI document state its If-Match (a member's If-None-Match too) and 412.
+ * refuseEntityTags is the hook of a create (`unversioned` says why the new resource has no
+ * version yet): as RFC 9110 (section 13.1.1) asks, entity tags in If-Match never match, so the
+ * write is refused with 412 and not made, instead of being made unconditionally; `*` holds.
+ * Synchronous, on the path of every create: Elysia awaits a hook only when it is async.
+ * The mark on it makes the OpenAPI document state its If-Match and 412.
  */
-export function refuseUnmeetableConditions(unversioned: string, members: MemberLookups = {}) {
+export function refuseEntityTags(unversioned: string) {
+  const hook = ({ request }: { request: Request }) => {
+    const match = request.headers.get("if-match");
+    if (match !== null && Array.isArray(versionCondition({ "if-match": match })?.match)) throw tagsRefused(unversioned);
+  };
+  return Object.assign(hook, { [UNVERSIONED_RESOURCES]: unversioned });
+}
+
+/**
+ * refuseUnmeetableConditions is the hook of every write of a feature whose resources have no
+ * version (`unversioned` says what): entity tags in If-Match are refused as by refuseEntityTags;
+ * on a write to a member, If-None-Match: * (that it not exist) fails, and its entity tags,
+ * matching nothing, hold (section 13.1.2). A member that does not exist stays 404 (section
+ * 13.2.1): `members` looks it up, only for a write about to be refused. The mark on it makes the
+ * OpenAPI document state its If-Match (a member's If-None-Match too) and 412.
+ */
+function refuseUnmeetableConditions(unversioned: string, members: MemberLookups) {
   const hook = async ({ request, params }: { request: Request; params?: Record<string, string | undefined> }) => {
     if (request.method === "GET" || request.method === "HEAD") return;
     const match = request.headers.get("if-match");
@@ -96,11 +115,7 @@ export function refuseUnmeetableConditions(unversioned: string, members: MemberL
     const tagsInMatch = Array.isArray(condition?.match);
     if (!tagsInMatch && condition?.noneMatch !== "any") return;
     if (member) await member[1](params![member[0]]!);
-    throw new ProblemError(
-      412,
-      "precondition-failed",
-      tagsInMatch ? `${unversioned}, so no entity tag in If-Match can match: send the request without If-Match, or with *.` : "The resource exists, and If-None-Match: * asks that it does not, so nothing changed.",
-    );
+    throw tagsInMatch ? tagsRefused(unversioned) : new ProblemError(412, "precondition-failed", "The resource exists, and If-None-Match: * asks that it does not, so nothing changed.");
   };
   return Object.assign(hook, { [UNVERSIONED_RESOURCES]: unversioned });
 }
@@ -110,5 +125,5 @@ export function unversionedWrites(resources: string, members: MemberLookups) {
   return new Elysia({ name: `unversioned-writes:${resources}` }).onBeforeHandle({ as: "scoped" }, refuseUnmeetableConditions(`${resources} carry no version (their reads have no ETag)`, members));
 }
 
-/** UNVERSIONED_RESOURCES carries, on a refuseUnmeetableConditions hook, what the write has no version of: the OpenAPI document then states its If-Match and 412. */
+/** UNVERSIONED_RESOURCES carries, on a refuseEntityTags or refuseUnmeetableConditions hook, what the write has no version of: the OpenAPI document then states its If-Match and 412. */
 export const UNVERSIONED_RESOURCES = Symbol("unversioned resources");
