@@ -9,7 +9,7 @@ interface Setting {
   env: string;
   kind: Kind;
   help: string;
-  /** largest value a positive-int or whole setting accepts */
+  /** largest value a positive-int or whole setting accepts, or each entry of a seconds-list */
   max?: number;
   /** the values a choice setting accepts */
   choices?: readonly string[];
@@ -89,6 +89,13 @@ const MAX_DATABASE_IDLE_TIMEOUT_SECONDS = 3600;
  * longer than 2^31-1 ms (about 24.8 days) fires at once instead, cutting every such wait to 1 ms.
  */
 const MAX_TIMER_MS = 86_400_000;
+
+/**
+ * MAX_RETRY_DELAY_SECONDS bounds each --retry-schedule entry (30 days, the default delivery
+ * retention): an event retried later is long stale, and a far larger delay put the next attempt
+ * past any instant the API can write (500) or PostgreSQL's bigint can hold.
+ */
+const MAX_RETRY_DELAY_SECONDS = 30 * 86_400;
 
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
 const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
@@ -176,7 +183,7 @@ export const SETTINGS: Setting[] = [
   },
   { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error" },
   { key: "allowPrivateTargets", flag: "--allow-private-targets", env: "CRM_ALLOW_PRIVATE_TARGETS", kind: "boolean", help: "allow webhook targets on loopback and private networks (tests, development)" },
-  { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", help: "webhook retry delays in seconds, comma-separated" },
+  { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", max: MAX_RETRY_DELAY_SECONDS, help: `webhook retry delays in seconds, comma-separated (each 0-${MAX_RETRY_DELAY_SECONDS}, 30 days)` },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_MS, help: `webhook request timeout in milliseconds (1-${MAX_TIMER_MS}, a day)` },
   { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
   { key: "deliveryResponseBodyBytes", flag: "--delivery-response-body-bytes", env: "CRM_DELIVERY_RESPONSE_BODY_BYTES", kind: "positive-int", max: 4096, help: "bytes of a receiver's answer kept with each attempt (1-4096)" },
@@ -300,6 +307,7 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       if (parts.length === 0 || parts.some((p) => !/^\d+(\.\d+)?$/.test(p)) || values.some((v) => !Number.isFinite(v))) {
         fail("a comma-separated list of seconds");
       }
+      if (setting.max !== undefined && values.some((v) => v > setting.max!)) fail(`a comma-separated list of seconds, each from 0 to ${setting.max}`);
       return values;
     }
     case "secret":

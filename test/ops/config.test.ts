@@ -193,6 +193,19 @@ describe("configuration: invalid input names the setting", () => {
     expect(loadConfig(longest, {})).toEqual({ ...DEFAULT_CONFIG, bodyTimeoutMs: 86400000, shutdownTimeoutMs: 86400000, shutdownDrainMs: 86400000, deliveryTimeoutMs: 86400000 });
   });
 
+  test("a retry delay takes at most 30 days; a longer one, which could put the next attempt past any timestamp, is refused", () => {
+    expect(loadConfig(["--retry-schedule", "5,2592000"], {}).retrySchedule).toEqual([5, 2592000]);
+    expect([
+      configError(() => loadConfig(["--retry-schedule", "99999999999999999999"], {})),
+      configError(() => loadConfig([], { CRM_RETRY_SCHEDULE: "5, 2592000.5" })),
+      configError(() => loadConfig(["--retry-schedule", "5,x"], {})),
+    ]).toEqual([
+      'invalid --retry-schedule: "99999999999999999999" is not a comma-separated list of seconds, each from 0 to 2592000',
+      'invalid CRM_RETRY_SCHEDULE: "5, 2592000.5" is not a comma-separated list of seconds, each from 0 to 2592000',
+      'invalid --retry-schedule: "5,x" is not a comma-separated list of seconds',
+    ]);
+  });
+
   test("a malformed metrics token is refused without being echoed", () => {
     const message = configError(() => loadConfig([], { CRM_METRICS_TOKEN: "short secret" }));
     expect(message).toBe("invalid CRM_METRICS_TOKEN: the value is not 16 to 200 printable characters without spaces");
