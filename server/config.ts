@@ -248,13 +248,15 @@ export class ConfigError extends Error {}
 
 /**
  * refuseOptionAsValue throws when the argument after an option is itself an option (`--name
- * --json`, the value forgotten), rather than taking it for the value; `--name=--json` means it.
- * A secret's argument is not repeated: it may be the secret itself, starting with --.
+ * --json`, the value forgotten; -h, the one short option, too), rather than taking it for the
+ * value; `--name=--json` means it. A secret's argument is not repeated: it may be the secret
+ * itself, starting with --.
  */
 export function refuseOptionAsValue(name: string, value: string, secret = false): void {
-  if (!value.startsWith("--")) return;
+  if (!value.startsWith("--") && value !== "-h") return;
   if (secret) throw new ConfigError(`${name} needs a value, not an option (for a value that starts with --, write ${name}=VALUE)`);
-  throw new ConfigError(`${name} needs a value, not the option ${value} (for a value that starts with --, write ${name}=${value})`);
+  const how = value.startsWith("--") ? "for a value that starts with --" : `for the value ${value}`;
+  throw new ConfigError(`${name} needs a value, not the option ${value} (${how}, write ${name}=${value})`);
 }
 
 // The port of a postgres:// URL as written, found even where URL cannot parse it (a port past 65535),

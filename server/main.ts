@@ -67,12 +67,26 @@ ${SETTINGS.map((s) => `  ${`${s.flag} ${s.kind === "boolean" ? "" : "VALUE"}`.pa
 
 const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
 
+/** COMMAND_VALUE_OPTIONS are the commands' own options that take a value (takeOption takes no other). */
+const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file"] as const;
+
+/** VALUE_OPTIONS are the options whose next argument is their value: the settings but the booleans, --config and the commands' own. */
+const VALUE_OPTIONS: ReadonlySet<string> = new Set(["--config", ...SETTINGS.filter((s) => s.kind !== "boolean").map((s) => s.flag), ...COMMAND_VALUE_OPTIONS]);
+
+/**
+ * asksFor tells whether args hold one of `words` as an option. The next argument of an option that
+ * takes a value is that value, not a request: `--name --version` is the name forgotten, refused as such.
+ */
+function asksFor(args: string[], words: readonly string[]): boolean {
+  return args.some((arg, i) => words.includes(arg) && !(i > 0 && VALUE_OPTIONS.has(args[i - 1]!)));
+}
+
 /**
  * takeOption removes `--name value` from args and returns the value; the option given twice is
  * refused, not one of its values guessed. A next argument that is an option (`--name --json`,
  * the value forgotten) is refused too rather than taken as the value; `--name=--json` means it.
  */
-function takeOption(args: string[], name: string): string | undefined {
+function takeOption(args: string[], name: (typeof COMMAND_VALUE_OPTIONS)[number]): string | undefined {
   const isOption = (a: string) => a === name || a.startsWith(`${name}=`);
   const i = args.findIndex(isOption);
   if (i < 0) return undefined;
@@ -90,10 +104,9 @@ function takeOption(args: string[], name: string): string | undefined {
  * taken for the command.
  */
 function commandFirst(args: string[]): string[] {
-  const takesValue = new Set(["--config", ...SETTINGS.filter((s) => s.kind !== "boolean").map((s) => s.flag)]);
   for (let i = 0; i < args.length; i++) {
     if (!args[i]!.startsWith("-")) return [...args.slice(i), ...args.slice(0, i)];
-    if (takesValue.has(args[i]!)) i++;
+    if (VALUE_OPTIONS.has(args[i]!)) i++;
   }
   return args;
 }
@@ -297,11 +310,11 @@ async function importCommand(args: string[]): Promise<number> {
 
 async function main(argv: string[]): Promise<number> {
   const args = commandFirst(argv);
-  if (args.includes("--help") || args.includes("-h") || args[0] === "help") {
+  if (asksFor(args, ["--help", "-h"]) || args[0] === "help") {
     process.stdout.write(args[0] === "copy-to-postgres" ? COPY_USAGE : HELP);
     return 0;
   }
-  if (args.includes("--version") || args[0] === "version") {
+  if (asksFor(args, ["--version"]) || args[0] === "version") {
     process.stdout.write(`crm ${VERSION}\n`);
     return 0;
   }

@@ -299,6 +299,30 @@ describe("command line: errors", () => {
     expect({ code: named.code, stderr: named.stderr.replace(/tok_\w+/, "tok_…") }).toEqual({ code: 0, stderr: "created token tok_… (--json); it is shown only this once\n" });
   });
 
+  test("--help, -h and --version as the value of an option are refused like any option there (exit 2), not answered with the help or the version", async () => {
+    await crm(["migrate"]);
+    const answers = [
+      await crm(["token", "create", "--name", "--version"]),
+      await crm(["user", "create", "--name", "--help", "--email", "ada@example.com"]),
+      await crm(["token", "create", "--name", "-h"]),
+      await crm(["token", "list", "--data-dir", "--help"]),
+    ];
+    expect(answers).toEqual([
+      { stdout: "", stderr: "crm: --name needs a value, not the option --version (for a value that starts with --, write --name=--version)\n", code: 2 },
+      { stdout: "", stderr: "crm: --name needs a value, not the option --help (for a value that starts with --, write --name=--help)\n", code: 2 },
+      { stdout: "", stderr: "crm: --name needs a value, not the option -h (for the value -h, write --name=-h)\n", code: 2 },
+      { stdout: "", stderr: "crm: --data-dir needs a value, not the option --help (for a value that starts with --, write --data-dir=--help)\n", code: 2 },
+    ]);
+    expect([await crm(["token", "list"]), await crm(["user", "list"])]).toEqual([{ stdout: "", stderr: "", code: 0 }, { stdout: "", stderr: "", code: 0 }]);
+    // Where they are options, after a command, a flag or an option's value, they still ask for the help or the version.
+    const asked = [await crm(["token", "create", "--name", "ci", "--help"]), await crm(["token", "create", "--json", "-h"]), await crm(["backup", "--version"])];
+    expect(asked.map((res) => [res.code, res.stdout.split("\n")[0]])).toEqual([
+      [0, expect.stringMatching(/^crm .*: CRM contacts API/)],
+      [0, expect.stringMatching(/^crm .*: CRM contacts API/)],
+      [0, `crm ${VERSION}`],
+    ]);
+  });
+
   test("a database URL whose port is out of range names the port", async () => {
     expect(await crm(["migrate", "--database-url", "postgres://u:p@h:99999/d"])).toEqual({
       stdout: "",
