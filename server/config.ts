@@ -1,5 +1,6 @@
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
+import { fileErrorText, isAbsent } from "./shared/files.ts";
 
 type Kind = "string" | "port" | "positive-int" | "positive-number" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list" | "database-url";
 
@@ -330,9 +331,15 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
 }
 
 function readConfigFile(path: string): Record<string, unknown> {
-  if (!existsSync(path)) throw new ConfigError(`config file ${path} does not exist`);
+  let text: string;
   try {
-    return Bun.TOML.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    // A file the user may not read (or in a directory they may not enter) is not a missing one.
+    throw new ConfigError(isAbsent(error) ? `config file ${path} does not exist` : `cannot read config file ${path}: ${fileErrorText(error)}`);
+  }
+  try {
+    return Bun.TOML.parse(text) as Record<string, unknown>;
   } catch (error) {
     // Bun quotes the offending value, and an unquoted metrics_token is one: it is not repeated.
     throw new ConfigError(`config file ${path} is not valid TOML: ${(error as Error).message.replace(/^TOML Parse error: /, "").replace(/: ".*"$/s, "")}`);

@@ -14,6 +14,7 @@ import { allUsers, createUser } from "./users/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { printable } from "./shared/text.ts";
+import { fileErrorText, pathExists } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
@@ -177,12 +178,25 @@ async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked
 }
 
 /**
+ * databaseExists tells whether a data directory holds a database. One the command may not look at
+ * (the service's 0700 directory, run as another user) is refused in one line, not called missing.
+ */
+function databaseExists(dataDir: string): boolean {
+  const file = resolve(databaseFile(dataDir));
+  try {
+    return pathExists(file);
+  } catch (error) {
+    throw new ConfigError(`cannot open the database ${file} (--data-dir, CRM_DATA_DIR): ${fileErrorText(error)}`);
+  }
+}
+
+/**
  * requireDatabase refuses a data directory without a database. Only serve and migrate create one:
  * a token or user written to a new, empty database next to the running server's would be
  * silently useless (the token would get 401).
  */
 function requireDatabase(dataDir: string): void {
-  if (!existsSync(databaseFile(dataDir))) {
+  if (!databaseExists(dataDir)) {
     throw new ConfigError(`no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR`);
   }
 }
@@ -195,11 +209,12 @@ function requireDatabase(dataDir: string): void {
  * `locked`: the caller holds the data directory (lockDataDirectory).
  */
 async function openDataDirDatabase(config: Config, { setUp = false, locked = false }: { setUp?: boolean; locked?: boolean } = {}): Promise<SqliteDatabase> {
-  if (!setUp || config.dataDir === DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
-  else if (!existsSync(databaseFile(config.dataDir))) {
-    process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${config.dataDir}\n`);
-  }
+  const named = setUp && config.dataDir !== DEFAULT_CONFIG.dataDir;
+  if (!named) requireDatabase(config.dataDir);
+  const creating = named && !databaseExists(config.dataDir);
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
+  // Said once the file is there: a directory that cannot hold it is refused without this line.
+  if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${config.dataDir}\n`);
   await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
     await db.close();
     throw error;

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { tokenCreateCommand } from "../../server/server.ts";
@@ -16,9 +16,9 @@ beforeEach(() => {
 });
 afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
 
-/** crm runs the command line from source with a throwaway data directory. */
-async function crm(args: string[], env: Record<string, string> = {}) {
-  const proc = Bun.spawn([BUN, MAIN, ...args], {
+/** crm runs the command line from source with a throwaway data directory; `prefix` runs it under another command (setpriv). */
+async function crm(args: string[], env: Record<string, string> = {}, prefix: string[] = []) {
+  const proc = Bun.spawn([...prefix, BUN, MAIN, ...args], {
     cwd: ROOT,
     stdout: "pipe",
     stderr: "pipe",
@@ -224,6 +224,37 @@ describe("command line: errors", () => {
     expect(existsSync(empty)).toBe(false);
     expect((await crm(["migrate", "--data-dir", empty])).code).toBe(0);
     expect((await crm(["token", "list", "--data-dir", empty])).code).toBe(0);
+  });
+
+  test("a config file or data directory the command may not read is named as unreadable, not as missing or not TOML, and token create claims no new database", async () => {
+    // Root reads any file whatever its mode: as root the commands run without that power, as a user shut out by the modes.
+    const shutOut = process.getuid?.() === 0 ? [Bun.which("setpriv")!, "--bounding-set=-dac_override,-dac_read_search"] : [];
+    const data = join(dataDir, "data");
+    const etc = join(dataDir, "etc");
+    const config = join(etc, "crm.toml");
+    expect((await crm(["migrate", "--data-dir", data])).code).toBe(0);
+    mkdirSync(etc);
+    writeFileSync(config, "log_level = \"warn\"\n");
+    const denied = "permission denied (run the command as the user the service runs as)";
+    const unreadableConfig = { stdout: "", stderr: `crm: cannot read config file ${config}: ${denied}\n`, code: 2 };
+    const unreadableData = { stdout: "", stderr: `crm: cannot open the database ${join(data, "crm.sqlite")} (--data-dir, CRM_DATA_DIR): ${denied}\n`, code: 2 };
+    try {
+      chmodSync(etc, 0o000);
+      const behindDirectory = await crm(["token", "list", "--config", config], {}, shutOut);
+      chmodSync(etc, 0o755);
+      chmodSync(config, 0o000);
+      const fileItself = await crm(["token", "list", "--config", config], {}, shutOut);
+      chmodSync(config, 0o644);
+      chmodSync(data, 0o000);
+      const commands = [["token", "create", "--name", "x", "--config", config], ["token", "list"], ["backup", join(dataDir, "copy.sqlite")]];
+      const answers = await Promise.all(commands.map((args) => crm(args, { CRM_DATA_DIR: data }, shutOut)));
+      expect([behindDirectory, fileItself, ...answers]).toEqual([unreadableConfig, unreadableConfig, ...commands.map(() => unreadableData)]);
+    } finally {
+      chmodSync(etc, 0o755);
+      chmodSync(config, 0o644);
+      chmodSync(data, 0o700);
+    }
+    expect(await crm(["token", "list", "--data-dir", data])).toEqual({ stdout: "", stderr: "", code: 0 });
   });
 
   test("token and user create refuse the default ./data without a database; a data directory named on purpose is set up, and they say so", async () => {
