@@ -1,5 +1,6 @@
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
+import { fileErrorText, isAbsent } from "./shared/files.ts";
 
 type Kind = "string" | "port" | "positive-int" | "positive-number" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list" | "database-url";
 
@@ -9,7 +10,7 @@ interface Setting {
   env: string;
   kind: Kind;
   help: string;
-  /** largest value a positive-int or whole setting accepts */
+  /** largest value a positive-int or whole setting accepts, or each entry of a seconds-list */
   max?: number;
   /** the values a choice setting accepts */
   choices?: readonly string[];
@@ -83,6 +84,19 @@ const MAX_DATABASE_ANSWER_TIMEOUT_SECONDS = 3600;
 
 /** MAX_DATABASE_IDLE_TIMEOUT_SECONDS bounds --database-idle-timeout-seconds: firewalls forget idle flows well before an hour. */
 const MAX_DATABASE_IDLE_TIMEOUT_SECONDS = 3600;
+
+/**
+ * MAX_TIMER_MS bounds the millisecond settings a timer waits on (a day): a timer asked to wait
+ * longer than 2^31-1 ms (about 24.8 days) fires at once instead, cutting every such wait to 1 ms.
+ */
+const MAX_TIMER_MS = 86_400_000;
+
+/**
+ * MAX_RETRY_DELAY_SECONDS bounds each --retry-schedule entry (30 days, the default delivery
+ * retention): an event retried later is long stale, and a far larger delay put the next attempt
+ * past any instant the API can write (500) or PostgreSQL's bigint can hold.
+ */
+const MAX_RETRY_DELAY_SECONDS = 30 * 86_400;
 
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
 const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
@@ -170,8 +184,8 @@ export const SETTINGS: Setting[] = [
   },
   { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error" },
   { key: "allowPrivateTargets", flag: "--allow-private-targets", env: "CRM_ALLOW_PRIVATE_TARGETS", kind: "boolean", help: "allow webhook targets on loopback and private networks (tests, development)" },
-  { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", help: "webhook retry delays in seconds, comma-separated" },
-  { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", help: "webhook request timeout in milliseconds" },
+  { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", max: MAX_RETRY_DELAY_SECONDS, help: `webhook retry delays in seconds, comma-separated (each 0-${MAX_RETRY_DELAY_SECONDS}, 30 days)` },
+  { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_MS, help: `webhook request timeout in milliseconds (1-${MAX_TIMER_MS}, a day)` },
   { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
   { key: "deliveryResponseBodyBytes", flag: "--delivery-response-body-bytes", env: "CRM_DELIVERY_RESPONSE_BODY_BYTES", kind: "positive-int", max: 4096, help: "bytes of a receiver's answer kept with each attempt (1-4096)" },
   { key: "deliveryHistoryMaxMb", flag: "--delivery-history-max-mb", env: "CRM_DELIVERY_HISTORY_MAX_MB", kind: "whole", help: "size budget of the webhook delivery history in MiB; past it the oldest finished deliveries are pruned (0: no budget, only the retention days)" },
@@ -190,17 +204,18 @@ export const SETTINGS: Setting[] = [
     help: "a webhook subscription whose attempts have all failed for this many hours is disabled (fractions allowed: 0.001 is 3.6 s, for tests)",
   },
   { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16 to 200 characters); without one, /metrics answers loopback clients only" },
-  { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", help: "on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish, counted from the signal (the drain included)" },
+  { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_MS, help: `on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish, counted from the signal (the drain included; 1-${MAX_TIMER_MS}, a day)` },
   {
     key: "shutdownDrainMs",
     flag: "--shutdown-drain-ms",
     env: "CRM_SHUTDOWN_DRAIN_MS",
     kind: "whole",
-    help: "on SIGTERM/SIGINT, how long the service keeps listening while client connections are open, answering each request with Connection: close and /readyz with 503, before it stops listening (ends early once none is open; part of --shutdown-timeout-ms; 0: stop listening at once)",
+    max: MAX_TIMER_MS,
+    help: `on SIGTERM/SIGINT, how long the service keeps listening while client connections are open, answering each request with Connection: close and /readyz with 503, before it stops listening (ends early once none is open; part of --shutdown-timeout-ms; 0: stop listening at once; 0-${MAX_TIMER_MS}, a day)`,
   },
   { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },
   { key: "idleTimeoutSeconds", flag: "--idle-timeout-seconds", env: "CRM_IDLE_TIMEOUT_SECONDS", kind: "positive-int", max: 255, help: "seconds an idle keep-alive connection stays open (1-255; Bun checks every 4 s, so it closes up to 4 s later)" },
-  { key: "bodyTimeoutMs", flag: "--body-timeout-ms", env: "CRM_BODY_TIMEOUT_MS", kind: "positive-int", help: "time a client has to send the whole request body, in milliseconds; then 408" },
+  { key: "bodyTimeoutMs", flag: "--body-timeout-ms", env: "CRM_BODY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_MS, help: `time a client has to send the whole request body, in milliseconds (1-${MAX_TIMER_MS}, a day); then 408` },
   { key: "maxConnections", flag: "--max-connections", env: "CRM_MAX_CONNECTIONS", kind: "positive-int", help: "client connections served at once; a request on one more gets 503" },
   { key: "maxConnectionsPerClient", flag: "--max-connections-per-client", env: "CRM_MAX_CONNECTIONS_PER_CLIENT", kind: "whole", help: "connections one client address (IPv6: its /64) may hold; a request on one more gets 503 (0: one eighth of --max-connections)" },
   { key: "bodyBufferMaxMb", flag: "--body-buffer-max-mb", env: "CRM_BODY_BUFFER_MAX_MB", kind: "positive-int", help: "MiB of request bodies held in memory at once, all requests together; a body beyond gets 503" },
@@ -234,13 +249,15 @@ export class ConfigError extends Error {}
 
 /**
  * refuseOptionAsValue throws when the argument after an option is itself an option (`--name
- * --json`, the value forgotten), rather than taking it for the value; `--name=--json` means it.
- * A secret's argument is not repeated: it may be the secret itself, starting with --.
+ * --json`, the value forgotten; -h, the one short option, too), rather than taking it for the
+ * value; `--name=--json` means it. A secret's argument is not repeated: it may be the secret
+ * itself, starting with --.
  */
 export function refuseOptionAsValue(name: string, value: string, secret = false): void {
-  if (!value.startsWith("--")) return;
+  if (!value.startsWith("--") && value !== "-h") return;
   if (secret) throw new ConfigError(`${name} needs a value, not an option (for a value that starts with --, write ${name}=VALUE)`);
-  throw new ConfigError(`${name} needs a value, not the option ${value} (for a value that starts with --, write ${name}=${value})`);
+  const how = value.startsWith("--") ? "for a value that starts with --" : `for the value ${value}`;
+  throw new ConfigError(`${name} needs a value, not the option ${value} (${how}, write ${name}=${value})`);
 }
 
 // The port of a postgres:// URL as written, found even where URL cannot parse it (a port past 65535),
@@ -293,6 +310,7 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       if (parts.length === 0 || parts.some((p) => !/^\d+(\.\d+)?$/.test(p)) || values.some((v) => !Number.isFinite(v))) {
         fail("a comma-separated list of seconds");
       }
+      if (setting.max !== undefined && values.some((v) => v > setting.max!)) fail(`a comma-separated list of seconds, each from 0 to ${setting.max}`);
       return values;
     }
     case "secret":
@@ -313,9 +331,15 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
 }
 
 function readConfigFile(path: string): Record<string, unknown> {
-  if (!existsSync(path)) throw new ConfigError(`config file ${path} does not exist`);
+  let text: string;
   try {
-    return Bun.TOML.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    // A file the user may not read (or in a directory they may not enter) is not a missing one.
+    throw new ConfigError(isAbsent(error) ? `config file ${path} does not exist` : `cannot read config file ${path}: ${fileErrorText(error)}`);
+  }
+  try {
+    return Bun.TOML.parse(text) as Record<string, unknown>;
   } catch (error) {
     // Bun quotes the offending value, and an unquoted metrics_token is one: it is not repeated.
     throw new ConfigError(`config file ${path} is not valid TOML: ${(error as Error).message.replace(/^TOML Parse error: /, "").replace(/: ".*"$/s, "")}`);

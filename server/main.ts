@@ -14,6 +14,7 @@ import { allUsers, createUser } from "./users/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { printable } from "./shared/text.ts";
+import { fileErrorText, pathExists } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
@@ -67,12 +68,26 @@ ${SETTINGS.map((s) => `  ${`${s.flag} ${s.kind === "boolean" ? "" : "VALUE"}`.pa
 
 const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
 
+/** COMMAND_VALUE_OPTIONS are the commands' own options that take a value (takeOption takes no other). */
+const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file"] as const;
+
+/** VALUE_OPTIONS are the options whose next argument is their value: the settings but the booleans, --config and the commands' own. */
+const VALUE_OPTIONS: ReadonlySet<string> = new Set(["--config", ...SETTINGS.filter((s) => s.kind !== "boolean").map((s) => s.flag), ...COMMAND_VALUE_OPTIONS]);
+
+/**
+ * asksFor tells whether args hold one of `words` as an option. The next argument of an option that
+ * takes a value is that value, not a request: `--name --version` is the name forgotten, refused as such.
+ */
+function asksFor(args: string[], words: readonly string[]): boolean {
+  return args.some((arg, i) => words.includes(arg) && !(i > 0 && VALUE_OPTIONS.has(args[i - 1]!)));
+}
+
 /**
  * takeOption removes `--name value` from args and returns the value; the option given twice is
  * refused, not one of its values guessed. A next argument that is an option (`--name --json`,
  * the value forgotten) is refused too rather than taken as the value; `--name=--json` means it.
  */
-function takeOption(args: string[], name: string): string | undefined {
+function takeOption(args: string[], name: (typeof COMMAND_VALUE_OPTIONS)[number]): string | undefined {
   const isOption = (a: string) => a === name || a.startsWith(`${name}=`);
   const i = args.findIndex(isOption);
   if (i < 0) return undefined;
@@ -90,10 +105,9 @@ function takeOption(args: string[], name: string): string | undefined {
  * taken for the command.
  */
 function commandFirst(args: string[]): string[] {
-  const takesValue = new Set(["--config", ...SETTINGS.filter((s) => s.kind !== "boolean").map((s) => s.flag)]);
   for (let i = 0; i < args.length; i++) {
     if (!args[i]!.startsWith("-")) return [...args.slice(i), ...args.slice(0, i)];
-    if (takesValue.has(args[i]!)) i++;
+    if (VALUE_OPTIONS.has(args[i]!)) i++;
   }
   return args;
 }
@@ -164,12 +178,25 @@ async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked
 }
 
 /**
+ * databaseExists tells whether a data directory holds a database. One the command may not look at
+ * (the service's 0700 directory, run as another user) is refused in one line, not called missing.
+ */
+function databaseExists(dataDir: string): boolean {
+  const file = resolve(databaseFile(dataDir));
+  try {
+    return pathExists(file);
+  } catch (error) {
+    throw new ConfigError(`cannot open the database ${file} (--data-dir, CRM_DATA_DIR): ${fileErrorText(error)}`);
+  }
+}
+
+/**
  * requireDatabase refuses a data directory without a database. Only serve and migrate create one:
  * a token or user written to a new, empty database next to the running server's would be
  * silently useless (the token would get 401).
  */
 function requireDatabase(dataDir: string): void {
-  if (!existsSync(databaseFile(dataDir))) {
+  if (!databaseExists(dataDir)) {
     throw new ConfigError(`no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR`);
   }
 }
@@ -182,11 +209,12 @@ function requireDatabase(dataDir: string): void {
  * `locked`: the caller holds the data directory (lockDataDirectory).
  */
 async function openDataDirDatabase(config: Config, { setUp = false, locked = false }: { setUp?: boolean; locked?: boolean } = {}): Promise<SqliteDatabase> {
-  if (!setUp || config.dataDir === DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
-  else if (!existsSync(databaseFile(config.dataDir))) {
-    process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${config.dataDir}\n`);
-  }
+  const named = setUp && config.dataDir !== DEFAULT_CONFIG.dataDir;
+  if (!named) requireDatabase(config.dataDir);
+  const creating = named && !databaseExists(config.dataDir);
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
+  // Said once the file is there: a directory that cannot hold it is refused without this line.
+  if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${config.dataDir}\n`);
   await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
     await db.close();
     throw error;
@@ -297,11 +325,11 @@ async function importCommand(args: string[]): Promise<number> {
 
 async function main(argv: string[]): Promise<number> {
   const args = commandFirst(argv);
-  if (args.includes("--help") || args.includes("-h") || args[0] === "help") {
+  if (asksFor(args, ["--help", "-h"]) || args[0] === "help") {
     process.stdout.write(args[0] === "copy-to-postgres" ? COPY_USAGE : HELP);
     return 0;
   }
-  if (args.includes("--version") || args[0] === "version") {
+  if (asksFor(args, ["--version"]) || args[0] === "version") {
     process.stdout.write(`crm ${VERSION}\n`);
     return 0;
   }

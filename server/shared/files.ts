@@ -1,4 +1,4 @@
-import { closeSync, existsSync, fsyncSync, linkSync, openSync, renameSync, rmSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, linkSync, openSync, renameSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
@@ -43,3 +43,30 @@ export function publishFile(partial: string, path: string): boolean {
   return true;
 }
 
+
+/** isAbsent tells whether a file system error means nothing is at the path (no such name, or a part of it not a directory). */
+export function isAbsent(error: unknown): boolean {
+  const code = (error as NodeJS.ErrnoException).code;
+  return code === "ENOENT" || code === "ENOTDIR";
+}
+
+/**
+ * pathExists tells whether something is at `path`. existsSync says false for any error, so a file
+ * in a directory the process may not enter read as missing; here such an error is thrown.
+ */
+export function pathExists(path: string): boolean {
+  try {
+    statSync(path);
+    return true;
+  } catch (error) {
+    if (isAbsent(error)) return false;
+    throw error;
+  }
+}
+
+/** fileErrorText words a file system error for a one-line message; a permission denied says who should run the command. */
+export function fileErrorText(error: unknown): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === "EACCES" || code === "EPERM") return "permission denied (run the command as the user the service runs as)";
+  return (error as Error).message;
+}

@@ -23,6 +23,9 @@ export function toTimestamp(ms: number): string {
   return `${cachedDayText}${pad2(Math.floor(seconds / 3600))}:${pad2(Math.floor(seconds / 60) % 60)}:${pad2(seconds % 60)}.${millis < 10 ? "00" : millis < 100 ? "0" : ""}${millis}Z`;
 }
 
+/** LATEST_TIMESTAMP_MS is 9999-12-31T23:59:59.999Z, the last instant RFC 3339's four-digit year writes. */
+export const LATEST_TIMESTAMP_MS = 253_402_300_799_999;
+
 /** toOptionalTimestamp formats a nullable millisecond value. */
 export function toOptionalTimestamp(ms: number | null): string | null {
   return ms === null ? null : toTimestamp(ms);

@@ -6,7 +6,7 @@ import { keepIdempotentResponse, saveIdempotentResponse, type IdempotencyScope }
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
-import { parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
+import { LATEST_TIMESTAMP_MS, parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import {
   DELIVERY_FILTERS,
   EVENT_CATALOGUE,
@@ -104,7 +104,9 @@ function toDelivery(row: DeliveryRow): Delivery {
     attempts: row.attempts,
     last_response_status: row.last_response_status,
     last_error: row.last_error,
-    next_attempt_at: row.status === "pending" ? toOptionalTimestamp(row.next_attempt_at) : null,
+    // An earlier version took retry delays of any size: a next attempt stored past Date's range is
+    // as good as never, and reads as the latest instant a timestamp writes rather than failing the list.
+    next_attempt_at: row.status === "pending" && row.next_attempt_at !== null ? toTimestamp(Math.min(row.next_attempt_at, LATEST_TIMESTAMP_MS)) : null,
     created_at: toTimestamp(row.created_at),
     updated_at: toTimestamp(row.updated_at),
   };

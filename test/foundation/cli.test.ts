@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { tokenCreateCommand } from "../../server/server.ts";
@@ -16,9 +16,9 @@ beforeEach(() => {
 });
 afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
 
-/** crm runs the command line from source with a throwaway data directory. */
-async function crm(args: string[], env: Record<string, string> = {}) {
-  const proc = Bun.spawn([BUN, MAIN, ...args], {
+/** crm runs the command line from source with a throwaway data directory; `prefix` runs it under another command (setpriv). */
+async function crm(args: string[], env: Record<string, string> = {}, prefix: string[] = []) {
+  const proc = Bun.spawn([...prefix, BUN, MAIN, ...args], {
     cwd: ROOT,
     stdout: "pipe",
     stderr: "pipe",
@@ -226,6 +226,37 @@ describe("command line: errors", () => {
     expect((await crm(["token", "list", "--data-dir", empty])).code).toBe(0);
   });
 
+  test("a config file or data directory the command may not read is named as unreadable, not as missing or not TOML, and token create claims no new database", async () => {
+    // Root reads any file whatever its mode: as root the commands run without that power, as a user shut out by the modes.
+    const shutOut = process.getuid?.() === 0 ? [Bun.which("setpriv")!, "--bounding-set=-dac_override,-dac_read_search"] : [];
+    const data = join(dataDir, "data");
+    const etc = join(dataDir, "etc");
+    const config = join(etc, "crm.toml");
+    expect((await crm(["migrate", "--data-dir", data])).code).toBe(0);
+    mkdirSync(etc);
+    writeFileSync(config, "log_level = \"warn\"\n");
+    const denied = "permission denied (run the command as the user the service runs as)";
+    const unreadableConfig = { stdout: "", stderr: `crm: cannot read config file ${config}: ${denied}\n`, code: 2 };
+    const unreadableData = { stdout: "", stderr: `crm: cannot open the database ${join(data, "crm.sqlite")} (--data-dir, CRM_DATA_DIR): ${denied}\n`, code: 2 };
+    try {
+      chmodSync(etc, 0o000);
+      const behindDirectory = await crm(["token", "list", "--config", config], {}, shutOut);
+      chmodSync(etc, 0o755);
+      chmodSync(config, 0o000);
+      const fileItself = await crm(["token", "list", "--config", config], {}, shutOut);
+      chmodSync(config, 0o644);
+      chmodSync(data, 0o000);
+      const commands = [["token", "create", "--name", "x", "--config", config], ["token", "list"], ["backup", join(dataDir, "copy.sqlite")]];
+      const answers = await Promise.all(commands.map((args) => crm(args, { CRM_DATA_DIR: data }, shutOut)));
+      expect([behindDirectory, fileItself, ...answers]).toEqual([unreadableConfig, unreadableConfig, ...commands.map(() => unreadableData)]);
+    } finally {
+      chmodSync(etc, 0o755);
+      chmodSync(config, 0o644);
+      chmodSync(data, 0o700);
+    }
+    expect(await crm(["token", "list", "--data-dir", data])).toEqual({ stdout: "", stderr: "", code: 0 });
+  });
+
   test("token and user create refuse the default ./data without a database; a data directory named on purpose is set up, and they say so", async () => {
     const elsewhere = mkdtempSync(join(tmpdir(), "crm-cwd-"));
     try {
@@ -297,6 +328,30 @@ describe("command line: errors", () => {
     // Written with =, such a value is taken as given.
     const named = await crm(["token", "create", "--name=--json"]);
     expect({ code: named.code, stderr: named.stderr.replace(/tok_\w+/, "tok_…") }).toEqual({ code: 0, stderr: "created token tok_… (--json); it is shown only this once\n" });
+  });
+
+  test("--help, -h and --version as the value of an option are refused like any option there (exit 2), not answered with the help or the version", async () => {
+    await crm(["migrate"]);
+    const answers = [
+      await crm(["token", "create", "--name", "--version"]),
+      await crm(["user", "create", "--name", "--help", "--email", "ada@example.com"]),
+      await crm(["token", "create", "--name", "-h"]),
+      await crm(["token", "list", "--data-dir", "--help"]),
+    ];
+    expect(answers).toEqual([
+      { stdout: "", stderr: "crm: --name needs a value, not the option --version (for a value that starts with --, write --name=--version)\n", code: 2 },
+      { stdout: "", stderr: "crm: --name needs a value, not the option --help (for a value that starts with --, write --name=--help)\n", code: 2 },
+      { stdout: "", stderr: "crm: --name needs a value, not the option -h (for the value -h, write --name=-h)\n", code: 2 },
+      { stdout: "", stderr: "crm: --data-dir needs a value, not the option --help (for a value that starts with --, write --data-dir=--help)\n", code: 2 },
+    ]);
+    expect([await crm(["token", "list"]), await crm(["user", "list"])]).toEqual([{ stdout: "", stderr: "", code: 0 }, { stdout: "", stderr: "", code: 0 }]);
+    // Where they are options, after a command, a flag or an option's value, they still ask for the help or the version.
+    const asked = [await crm(["token", "create", "--name", "ci", "--help"]), await crm(["token", "create", "--json", "-h"]), await crm(["backup", "--version"])];
+    expect(asked.map((res) => [res.code, res.stdout.split("\n")[0]])).toEqual([
+      [0, expect.stringMatching(/^crm .*: CRM contacts API/)],
+      [0, expect.stringMatching(/^crm .*: CRM contacts API/)],
+      [0, `crm ${VERSION}`],
+    ]);
   });
 
   test("a database URL whose port is out of range names the port", async () => {

@@ -177,6 +177,35 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig([], { CRM_DATABASE_POOL: "101" }))).toBe('invalid CRM_DATABASE_POOL: "101" is not a whole number from 1 to 100');
   });
 
+  test("a millisecond setting a timer waits on takes at most a day; 3000000000, which a timer would cut to 1 ms, is refused", () => {
+    for (const [flag, env, least] of [["--body-timeout-ms", "CRM_BODY_TIMEOUT_MS", 1], ["--shutdown-timeout-ms", "CRM_SHUTDOWN_TIMEOUT_MS", 1], ["--shutdown-drain-ms", "CRM_SHUTDOWN_DRAIN_MS", 0], ["--delivery-timeout-ms", "CRM_DELIVERY_TIMEOUT_MS", 1]] as const) {
+      expect([
+        configError(() => loadConfig([flag, "3000000000"], {})),
+        configError(() => loadConfig([], { [env]: "86400001" })),
+        configError(() => loadConfig(["--config", configFile(`${flag.slice(2).replaceAll("-", "_")} = 2147483648\n`)], {})).replace(/ in \S+:/, ":"),
+      ]).toEqual([
+        `invalid ${flag}: "3000000000" is not a whole number from ${least} to 86400000`,
+        `invalid ${env}: "86400001" is not a whole number from ${least} to 86400000`,
+        `invalid ${flag.slice(2).replaceAll("-", "_")}: "2147483648" is not a whole number from ${least} to 86400000`,
+      ]);
+    }
+    const longest = ["--body-timeout-ms", "86400000", "--shutdown-timeout-ms", "86400000", "--shutdown-drain-ms", "86400000", "--delivery-timeout-ms", "86400000"];
+    expect(loadConfig(longest, {})).toEqual({ ...DEFAULT_CONFIG, bodyTimeoutMs: 86400000, shutdownTimeoutMs: 86400000, shutdownDrainMs: 86400000, deliveryTimeoutMs: 86400000 });
+  });
+
+  test("a retry delay takes at most 30 days; a longer one, which could put the next attempt past any timestamp, is refused", () => {
+    expect(loadConfig(["--retry-schedule", "5,2592000"], {}).retrySchedule).toEqual([5, 2592000]);
+    expect([
+      configError(() => loadConfig(["--retry-schedule", "99999999999999999999"], {})),
+      configError(() => loadConfig([], { CRM_RETRY_SCHEDULE: "5, 2592000.5" })),
+      configError(() => loadConfig(["--retry-schedule", "5,x"], {})),
+    ]).toEqual([
+      'invalid --retry-schedule: "99999999999999999999" is not a comma-separated list of seconds, each from 0 to 2592000',
+      'invalid CRM_RETRY_SCHEDULE: "5, 2592000.5" is not a comma-separated list of seconds, each from 0 to 2592000',
+      'invalid --retry-schedule: "5,x" is not a comma-separated list of seconds',
+    ]);
+  });
+
   test("a malformed metrics token is refused without being echoed", () => {
     const message = configError(() => loadConfig([], { CRM_METRICS_TOKEN: "short secret" }));
     expect(message).toBe("invalid CRM_METRICS_TOKEN: the value is not 16 to 200 printable characters without spaces");
@@ -189,6 +218,7 @@ describe("configuration: invalid input names the setting", () => {
       [["serve"], { CRM_LOG_LEVEL: "loud" }, 'crm: invalid CRM_LOG_LEVEL: "loud" is not one of debug, info, warn, error\n'],
       [["serve", "--config", "missing.toml"], {}, "crm: config file missing.toml does not exist\n"],
       [["serve", "--metrics-token", "x"], {}, "crm: invalid --metrics-token: the value is not 16 to 200 printable characters without spaces\n"],
+      [["serve", "--body-timeout-ms", "3000000000"], {}, 'crm: invalid --body-timeout-ms: "3000000000" is not a whole number from 1 to 86400000\n'],
     ];
     for (const [args, env, line] of cases) {
       const result = runCli([...SOURCE, ...args], { env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir, ...env } });

@@ -127,6 +127,29 @@ describe("delivery history: happy paths", () => {
     const res = await h.json("POST", `/public/v1/webhook-deliveries/${failed.id}/retry`);
     expect(res.body.data).toMatchObject({ status: "failed", attempts: 3, next_attempt_at: null, last_response_status: 500 });
   });
+
+  test("a next attempt stored past the year 9999 (a retry delay an earlier version accepted) reads as the last instant RFC 3339 writes, not a 500", async () => {
+    h = await scope.harness({ retrySchedule: [3600] });
+    const r = receiver();
+    r.respond(() => new Response("down", { status: 500 }));
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [pending] = await waitFor(async () => {
+      const list = await h.deliveries();
+      return list[0]?.attempts === 1 && list;
+    }, "the first attempt");
+    // Past Date's range, and within what a PostgreSQL bigint holds.
+    await h.rt.db.run("UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?", [9e18, pending.id]);
+    const list = await h.json("GET", "/public/v1/webhook-deliveries");
+    const detail = await h.json("GET", `/public/v1/webhook-deliveries/${pending.id}`);
+    const farthest = { ...pending, next_attempt_at: "9999-12-31T23:59:59.999Z" };
+    expect([list.status, list.body.data, detail.status, detail.body.data]).toEqual([
+      200,
+      [farthest],
+      200,
+      { ...farthest, payload: expect.objectContaining({ type: "contact.created" }), attempt_history: [expect.objectContaining({ attempt: 1, response_status: 500 })] },
+    ]);
+  });
 });
 
 describe("delivery history: errors", () => {
