@@ -178,6 +178,23 @@ describe("contact list: happy paths", () => {
     }
   });
 
+  test("full_name filter finds a substring of the full_name returned, its names' outer spaces included, after a create and after a rename", async () => {
+    const odd = [];
+    for (const [first, last] of [[" Lead", "Smith"], ["Trail ", null], ["Ann", "Lee  "], [null, "  Solo"]]) {
+      odd.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: first, last_name: last } })).body.data);
+    }
+    const found = async (needle: string) => (await h.json("GET", `/public/v1/contacts?per_page=100&full_name=${encodeURIComponent(needle)}`)).body.data.map((c: any) => c.full_name);
+    try {
+      const created = [[" Lead", " Lead Smith"], [" lead smith", " Lead Smith"], ["Trail ", "Trail "], ["l ", "Trail "], ["Lee  ", "Ann Lee  "], ["e  ", "Ann Lee  "], ["  Solo", "  Solo"], ["  s", "  Solo"]] as const;
+      for (const [needle, want] of created) expect({ needle, found: await found(needle) }).toEqual({ needle, found: [want] });
+      // a rename of a contact already in the search index
+      await h.json("PATCH", `/public/v1/contacts/${odd[0].id}`, { body: { first_name: "Lead", last_name: "Smith " } });
+      for (const [needle, want] of [[" Lead", []], ["Smith ", ["Lead Smith "]], ["h ", ["Lead Smith "]]] as const) expect({ needle, found: await found(needle) }).toEqual({ needle, found: [...want] });
+    } finally {
+      for (const c of odd) await h.request("DELETE", `/public/v1/contacts/${c.id}`);
+    }
+  });
+
   test("full_name needles with % and _ match them literally", async () => {
     const odd = [];
     for (const [first, last] of [["50%", "Off"], ["snake_case", "Name"], ["Plain", "Person"]]) {
