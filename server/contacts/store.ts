@@ -251,10 +251,12 @@ export async function hasUnindexedNames(db: Db): Promise<boolean> {
 
 /** indexWaitingNames adds the waiting contacts' names to the trigram index in one batch; call it inside a write. */
 export async function indexWaitingNames(db: Db): Promise<void> {
-  // sqlite-only: the FTS5 table and its waiting list (migration 0017).
+  // sqlite-only: the FTS5 table and its waiting list (migration 0017). The text is the full_name
+  // the API returns, as migration 0027's update trigger writes it.
   await db.run(
     `INSERT INTO contacts_full_name (rowid, full_name)
-     SELECT c.rowid, trim(coalesce(c.first_name, '') || ' ' || coalesce(c.last_name, '')) FROM contacts_full_name_pending p JOIN contacts c ON c.rowid = p.contact_rowid`,
+     SELECT c.rowid, CASE WHEN c.first_name <> '' AND c.last_name <> '' THEN c.first_name || ' ' || c.last_name ELSE coalesce(nullif(c.first_name, ''), c.last_name, '') END
+     FROM contacts_full_name_pending p JOIN contacts c ON c.rowid = p.contact_rowid`,
   );
   await db.run("DELETE FROM contacts_full_name_pending");
 }

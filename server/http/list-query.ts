@@ -4,6 +4,7 @@ import { parseTimestamp } from "../shared/time.ts";
 import type { Database, Db } from "../db/sql.ts";
 import { documentAs } from "./openapi-docs.ts";
 import { validationProblem, type FieldError } from "../shared/problem.ts";
+import { sha256 } from "../shared/crypto.ts";
 
 export type SortDirection = "asc" | "desc";
 export type SortValue = string | number | null;
@@ -58,8 +59,17 @@ export function timestampFilterSchema(description: string) {
   return t.Optional(t.String({ maxLength: 64, ...documentAs({ type: "string", format: "date-time", maxLength: 64 }), description: `${description} RFC 3339, e.g. 2026-11-21T10:00:00Z.` }));
 }
 
-function encodeCursor(sortBy: string, direction: SortDirection, filterKey: string, position: CursorPosition): string {
-  return Buffer.from(JSON.stringify([sortBy, direction, filterKey, position.value, position.id])).toString("base64url");
+/**
+ * filterDigest stands for a list's filter values in a cursor: a cursor given with other filters is
+ * refused, yet its size does not grow with theirs (100 tags of 100 characters would not fit the
+ * cursor parameter's 2000 characters, nor beside the filters in a 4 KiB query string).
+ */
+function filterDigest(query: Record<string, unknown>, filterNames: readonly string[]): string {
+  return Buffer.from(sha256(filterNames.map((f) => String(query[f] ?? "")).join("\u0000"))).toString("base64url");
+}
+
+function encodeCursor(sortBy: string, direction: SortDirection, filters: string, position: CursorPosition): string {
+  return Buffer.from(JSON.stringify([sortBy, direction, filters, position.value, position.id])).toString("base64url");
 }
 
 function isText(value: unknown): boolean {
@@ -70,12 +80,12 @@ function isText(value: unknown): boolean {
  * decodeCursor reads a cursor back, or null when it is not one of this list's. Sort fields named
  * *_at are timestamps kept as integer milliseconds; every other sort field (and the id) is text.
  */
-function decodeCursor(text: string, sortBy: string, direction: SortDirection, filterKey: string): CursorPosition | null {
+function decodeCursor(text: string, sortBy: string, direction: SortDirection, filters: string): CursorPosition | null {
   try {
     const parsed = JSON.parse(Buffer.from(text, "base64url").toString("utf8")) as unknown;
     if (!Array.isArray(parsed) || parsed.length !== 5) return null;
     const [s, d, f, value, id] = parsed as unknown[];
-    if (s !== sortBy || d !== direction || f !== filterKey || !isText(id)) return null;
+    if (s !== sortBy || d !== direction || f !== filters || !isText(id)) return null;
     // A value of the wrong type would reach the database as one (PostgreSQL refuses "abc" for a bigint).
     const fits = sortBy.endsWith("_at") ? Number.isSafeInteger(value) : isText(value);
     if (value !== null && !fits) return null;
@@ -176,11 +186,10 @@ export function parseListQuery<S extends string>(query: Record<string, unknown>,
   const direction = (chosen.sort_direction as SortDirection | undefined) ?? options.defaultDirection;
   // sort_by becomes an SQL column name: never trust that the schema alone kept it to the list.
   if (!options.sorts.includes(sortBy)) errors.push({ parameter: "sort_by", detail: `must be one of: ${options.sorts.join(", ")}` });
-  const filterKey = options.filters.map((f) => String(query[f] ?? "")).join("\u0000");
   let cursor: CursorPosition | null = null;
   if (typeof query.cursor === "string") {
     if (query.page !== undefined) errors.push({ parameter: "cursor", detail: "cannot be combined with page" });
-    cursor = decodeCursor(query.cursor, sortBy, direction, filterKey);
+    cursor = decodeCursor(query.cursor, sortBy, direction, filterDigest(query, options.filters));
     if (!cursor) errors.push({ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters)" });
   }
   if (errors.length > 0) throw validationProblem(errors);
@@ -252,7 +261,6 @@ export function listMeta<S extends string>(
   filters: Record<string, unknown>,
   filterNames: readonly string[],
 ): ListMeta {
-  const filterKey = filterNames.map((f) => String(filters[f] ?? "")).join("\u0000");
   // Found in place, not by cutting the page off `read` again: the caller cuts it for its data.
   const last = read[Math.min(read.length, list.perPage) - 1];
   const hasMore = read.length > list.perPage;
@@ -261,7 +269,7 @@ export function listMeta<S extends string>(
     last_page: Math.max(1, Math.ceil(total / list.perPage)),
     per_page: list.perPage,
     total,
-    next_cursor: last && hasMore ? encodeCursor(list.sortBy, list.direction, filterKey, { value: sortValueOf(last as never), id: last.id }) : null,
+    next_cursor: last && hasMore ? encodeCursor(list.sortBy, list.direction, filterDigest(filters, filterNames), { value: sortValueOf(last as never), id: last.id }) : null,
   };
 }
 

@@ -178,6 +178,23 @@ describe("contact list: happy paths", () => {
     }
   });
 
+  test("full_name filter finds a substring of the full_name returned, its names' outer spaces included, after a create and after a rename", async () => {
+    const odd = [];
+    for (const [first, last] of [[" Lead", "Smith"], ["Trail ", null], ["Ann", "Lee  "], [null, "  Solo"]]) {
+      odd.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: first, last_name: last } })).body.data);
+    }
+    const found = async (needle: string) => (await h.json("GET", `/public/v1/contacts?per_page=100&full_name=${encodeURIComponent(needle)}`)).body.data.map((c: any) => c.full_name);
+    try {
+      const created = [[" Lead", " Lead Smith"], [" lead smith", " Lead Smith"], ["Trail ", "Trail "], ["l ", "Trail "], ["Lee  ", "Ann Lee  "], ["e  ", "Ann Lee  "], ["  Solo", "  Solo"], ["  s", "  Solo"]] as const;
+      for (const [needle, want] of created) expect({ needle, found: await found(needle) }).toEqual({ needle, found: [want] });
+      // a rename of a contact already in the search index
+      await h.json("PATCH", `/public/v1/contacts/${odd[0].id}`, { body: { first_name: "Lead", last_name: "Smith " } });
+      for (const [needle, want] of [[" Lead", []], ["Smith ", ["Lead Smith "]], ["h ", ["Lead Smith "]]] as const) expect({ needle, found: await found(needle) }).toEqual({ needle, found: [...want] });
+    } finally {
+      for (const c of odd) await h.request("DELETE", `/public/v1/contacts/${c.id}`);
+    }
+  });
+
   test("full_name needles with % and _ match them literally", async () => {
     const odd = [];
     for (const [first, last] of [["50%", "Off"], ["snake_case", "Name"], ["Plain", "Person"]]) {
@@ -274,6 +291,36 @@ describe("contact list: happy paths", () => {
       cursor = res.body.meta.next_cursor;
     } while (cursor);
     expect(seen).toEqual(want);
+  });
+
+  test("a next_cursor is accepted whatever the filters: 30 tags of 100 characters, or a 200-character name filter and sort, page to the end", async () => {
+    const tags = Array.from({ length: 30 }, (_, i) => String(i).padStart(2, "0").padEnd(100, "x"));
+    // a control character is 6 bytes of JSON: the longest sort value a 200-character name makes
+    const name = "\u0001".repeat(200);
+    const made: string[] = [];
+    for (let i = 0; i < 3; i++) made.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: name, tags } })).body.data.id);
+    try {
+      // each page: its status, its contacts, and whether its next_cursor is within the README's 1,750 characters
+      const walk = async (list: string) => {
+        const pages: { status: number; ids: string[]; short: boolean }[] = [];
+        let cursor: string | null = null;
+        do {
+          const res: any = await h.json("GET", `${list}&per_page=1${cursor ? `&cursor=${cursor}` : ""}`);
+          cursor = res.body.meta?.next_cursor ?? null;
+          pages.push({ status: res.status, ids: res.body.data?.map((c: any) => c.id), short: (cursor ?? "").length <= 1750 });
+        } while (cursor);
+        return pages;
+      };
+      const pages = (ids: string[]) => ids.map((id) => ({ status: 200, ids: [id], short: true }));
+      expect(await walk(`/public/v1/contacts?tag=${tags.join(",")}&sort_direction=asc`)).toEqual(pages(made));
+      expect(await walk(`/public/v1/contacts?full_name=${encodeURIComponent(name)}&sort_by=first_name`)).toEqual(pages([...made].reverse()));
+      // the cursor still belongs to its filters: the same list less one tag refuses it
+      const first = await h.json("GET", `/public/v1/contacts?tag=${tags.join(",")}&per_page=1`);
+      const fewer = await h.json("GET", `/public/v1/contacts?tag=${tags.slice(1).join(",")}&per_page=1&cursor=${first.body.meta.next_cursor}`);
+      expect(fewer.body).toEqual(validation([{ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters)" }]));
+    } finally {
+      for (const id of made) await h.request("DELETE", `/public/v1/contacts/${id}`);
+    }
   });
 
   test("include embeds accounts, assigned_user and assigned_users", async () => {

@@ -228,6 +228,31 @@ describe("migrations: data, operators", () => {
   });
 });
 
+describe("migrations: data, the name search", () => {
+  test("0027 indexes the names with outer spaces as the API returns their full_name, and from then on a rename too", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0027_full_name_as_returned.sql");
+    expect(version).toBeGreaterThan(0);
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run(`INSERT INTO contacts (id, first_name, last_name, created_at, updated_at) VALUES
+      ('c1', ' Lead', 'Smith', 1, 1), ('c2', 'Trail ', NULL, 1, 1), ('c3', NULL, '  Solo', 1, 1), ('c4', 'Ada', 'Lovelace', 1, 1), ('c5', '', 'Kay', 1, 1)`);
+    // indexed as before 0027, and one contact still waiting for the index
+    db.sqlite.run("INSERT INTO contacts_full_name (rowid, full_name) SELECT c.rowid, trim(coalesce(c.first_name, '') || ' ' || coalesce(c.last_name, '')) FROM contacts_full_name_pending p JOIN contacts c ON c.rowid = p.contact_rowid");
+    db.sqlite.run("DELETE FROM contacts_full_name_pending");
+    db.sqlite.run("INSERT INTO contacts (id, first_name, last_name, created_at, updated_at) VALUES ('c6', 'Waits ', 'Here', 1, 1)");
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    const indexed = () => db.sqlite.query("SELECT c.id, f.full_name FROM contacts_full_name f JOIN contacts c ON c.rowid = f.rowid ORDER BY c.id").all();
+    expect(indexed()).toEqual([
+      { id: "c1", full_name: " Lead Smith" },
+      { id: "c2", full_name: "Trail " },
+      { id: "c3", full_name: "  Solo" },
+      { id: "c4", full_name: "Ada Lovelace" },
+      { id: "c5", full_name: "Kay" },
+    ]);
+    db.sqlite.run("UPDATE contacts SET first_name = 'Ada ', last_name = NULL WHERE id = 'c4'");
+    expect(indexed()[3]).toEqual({ id: "c4", full_name: "Ada " });
+  });
+});
+
 describe("migrations: filter counts", () => {
   test("0020 forgets the counts at 0, and from then on a count that falls to 0 is deleted, its value counted again when used again", () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0020_forget_empty_filter_counts.sql");

@@ -138,11 +138,32 @@ describe("postgres migrations: data", () => {
       tx.script(`INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ('opr_a', 'a@crm.test', 'h', 1, 1), ('opr_b', 'b@crm.test', 'h', 2, 2);
         INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES ('\\x01', 'opr_a', 10, 30), ('\\x02', 'opr_a', 20, 25);`),
     );
-    expect(await migratePostgres(old)).toEqual(["0026_operator_last_seen.sql"]);
+    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 26).map((m) => m.name));
     expect(await old.all("SELECT id, last_seen_at FROM operators ORDER BY id")).toEqual([
       { id: "opr_a", last_seen_at: 30 },
       { id: "opr_b", last_seen_at: null },
     ]);
+  });
+});
+
+describe("postgres migrations: data, the name search", () => {
+  test("0027 makes the searched full_name the one the API returns, outer spaces included, searched through the trigram index again", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 27));
+    await old.write((tx) =>
+      tx.run(`INSERT INTO contacts (id, first_name, last_name, created_at, updated_at) VALUES
+        ('c1', ' Lead', 'Smith', 1, 1), ('c2', 'Trail ', NULL, 1, 1), ('c3', NULL, '  Solo', 1, 1), ('c4', 'Ada', 'Lovelace', 1, 1), ('c5', '', 'Kay', 1, 1)`),
+    );
+    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 27).map((m) => m.name));
+    expect(await old.all("SELECT id, full_name FROM contacts ORDER BY id")).toEqual([
+      { id: "c1", full_name: " Lead Smith" },
+      { id: "c2", full_name: "Trail " },
+      { id: "c3", full_name: "  Solo" },
+      { id: "c4", full_name: "Ada Lovelace" },
+      { id: "c5", full_name: "Kay" },
+    ]);
+    await old.write((tx) => tx.run("UPDATE contacts SET first_name = 'Ada ', last_name = NULL WHERE id = 'c4'"));
+    expect(await old.get("SELECT full_name FROM contacts WHERE id = 'c4'")).toEqual({ full_name: "Ada " });
   });
 });
 
@@ -256,7 +277,13 @@ describe("postgres migrations: the schema equals SQLite's", () => {
     }
     expect(await db.get("SELECT is_generated, generation_expression FROM information_schema.columns WHERE table_name = 'contacts' AND column_name = 'full_name'")).toEqual({
       is_generated: "ALWAYS",
-      generation_expression: "TRIM(BOTH FROM ((COALESCE((first_name)::text, ''::text) || ' '::text) || COALESCE((last_name)::text, ''::text)))",
+      generation_expression: [
+        "",
+        "CASE",
+        "    WHEN (((first_name)::text <> ''::text) AND ((last_name)::text <> ''::text)) THEN (((first_name)::text || ' '::text) || (last_name)::text)",
+        "    ELSE COALESCE(NULLIF((first_name)::text, ''::text), (last_name)::text, ''::text)",
+        "END",
+      ].join("\n"),
     });
   });
 
