@@ -6,6 +6,7 @@ import { CONSOLE_PREFIX, consoleFailureOf, isConsolePath } from "../server/http/
 import { pathOf } from "../server/http/request-log.ts";
 import { clientAddress, clientHints, clientNetwork, requestIsHttps } from "../server/http/client-address.ts";
 import { readLimitedBody, type BodyWait } from "../server/http/body.ts";
+import { heldOpenWhile } from "../server/http/idle-timer.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
 import type { Db } from "../server/db/sql.ts";
@@ -215,7 +216,9 @@ export function consoleBase(rt: Runtime) {
         rt.config.trustedProxies,
       );
       const sessionSecret = readCookie(request, SESSION_COOKIE);
-      const operator = await sessionOperator(rt.db, sessionSecret, unrecorded);
+      // The session's lookup may wait for the database (a full pool, a lock held elsewhere) past
+      // the idle timeout, whose timer runs until the handler starts: the connection is kept open meanwhile.
+      const operator = await heldOpenWhile(request, { server: rt.listening(), idleTimeoutSeconds: rt.config.idleTimeoutSeconds }, sessionOperator(rt.db, sessionSecret, unrecorded));
       const session: ConsoleSession | null = operator && sessionSecret ? { operator, csrfToken: csrfTokenFor(sessionSecret) } : null;
       // Forms carry a token derived from the session, or before sign-in from a pre-session cookie.
       return { secure, session, sessionSecret, csrfSeed: session ? sessionSecret : readCookie(request, PRE_SESSION_COOKIE) };

@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
+import { heldOpenWhile } from "../http/idle-timer.ts";
 import { requestSlot } from "../http/request-slot.ts";
 import { ApiRateLimits, READ_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
@@ -50,6 +51,9 @@ export function authentication(rt: Runtime) {
     await rates.loadPolicies(check.token.id);
     admit(ctx, check.token);
   };
+  // The database may keep a lookup waiting (a full pool, a lock held elsewhere) past the idle
+  // timeout, whose timer runs until the handler starts: the connection is kept open meanwhile.
+  const whileLookingUp = (request: Request, lookup: Promise<void>) => heldOpenWhile(request, { server: rt.listening(), idleTimeoutSeconds: rt.config.idleTimeoutSeconds }, lookup);
   // Synchronous for a cached token whose limits are known (nearly every request): no promise is made.
   // Destructured, not (ctx): Elysia reads a hook's parameters to learn what requests need, and a
   // whole context handed on would have every route parse cookies and copy headers.
@@ -58,11 +62,11 @@ export function authentication(rt: Runtime) {
     const url = request.url;
     if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
     const check = checkBearer(rt.db, ctx.request, unrecorded);
-    if (check instanceof Promise) return admitAfterLookup(ctx, check);
+    if (check instanceof Promise) return whileLookingUp(request, admitAfterLookup(ctx, check));
     const token = check.token;
     if (!token) return refuse(ctx, check.failure);
     const loading = rates.loadPolicies(token.id);
-    if (loading) return loading.then(() => admit(ctx, token));
+    if (loading) return whileLookingUp(request, loading.then(() => admit(ctx, token)));
     admit(ctx, token);
   });
 }

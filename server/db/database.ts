@@ -238,6 +238,11 @@ export class SqliteDatabase implements Database {
     return this.groups.submit(work);
   }
 
+  /** writeBookkeeping is a `write`: within this process writes take their turns, and another process's lock is waited for up to lockWaitMs. */
+  writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T> {
+    return this.write(work);
+  }
+
   writesWaiting(): number {
     return this.groups.waiting();
   }

@@ -21,6 +21,13 @@ const POSTGRES_MIN_VERSION = 130000;
  */
 export const WRITE_LOCK = "7165909999144823156";
 
+/**
+ * BOOKKEEPING_LOCK_WAIT_MS is how long a request's bookkeeping (writeBookkeeping) waits for a lock
+ * another session holds on its row (an operator's open UPDATE in psql, another instance's
+ * transaction) before it gives up: long enough for another instance recording the same use.
+ */
+const BOOKKEEPING_LOCK_WAIT_MS = 100;
+
 /** CONNECT_TIMEOUT_SECONDS is how long opening a connection may take before it is an error. */
 const CONNECT_TIMEOUT_SECONDS = 10;
 
@@ -386,6 +393,18 @@ export class PostgresDatabase extends PostgresDb implements Database {
         },
       });
       return { outcomes, changed };
+    });
+  }
+
+  /**
+   * writeBookkeeping runs `work` in a READ COMMITTED transaction of its own that does not take
+   * WRITE_LOCK (no other write reads what it writes) and fails with lock_not_available (55P03)
+   * once it has waited BOOKKEEPING_LOCK_WAIT_MS for a lock. It wakes nobody: it makes no deliveries.
+   */
+  writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T> {
+    return this.transaction("isolation level read committed", async (tx) => {
+      await tx.unsafe(`SET LOCAL lock_timeout = ${BOOKKEEPING_LOCK_WAIT_MS}`);
+      return work(new PostgresDb(tx, () => {}));
     });
   }
 

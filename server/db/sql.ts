@@ -45,6 +45,14 @@ export interface Database extends Db {
    */
   write<T>(work: (tx: Db) => Promise<T>): Promise<T>;
   /**
+   * writeBookkeeping runs the bookkeeping a request does in passing (a token's last use, a console
+   * session's visit), which no other write reads, and which gives up on a lock held elsewhere
+   * rather than keep the request waiting: on PostgreSQL in a transaction of its own, outside the
+   * write lock, that waits at most BOOKKEEPING_LOCK_WAIT_MS for a row; on SQLite as `write`, whose
+   * wait for another process's lock the busy timeout bounds.
+   */
+  writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T>;
+  /**
    * read runs reads that must agree with each other (a row and its children) in one snapshot.
    * SQLite's reads of one event-loop turn already share one; on PostgreSQL each statement on the
    * pool sees every commit made before it, so a row and its children could disagree.

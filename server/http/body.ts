@@ -1,7 +1,7 @@
-import type { Server } from "bun";
 import { chargeBody } from "../limits/body-budget.ts";
 import { BUN_TIMER_GRANULARITY_SECONDS, byteSize, MAX_BODY_BYTES } from "../limits/limits.ts";
 import { ProblemError } from "../shared/problem.ts";
+import { holdIdleTimer, type IdleTimer } from "./idle-timer.ts";
 import { parseSafeJson } from "./safe-json.ts";
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
@@ -19,10 +19,8 @@ function decodeBody(bytes: Uint8Array | ArrayBuffer): string {
 }
 
 /** BodyWait is how long a request's body may take to arrive, and what the connection waits under once it has. */
-export interface BodyWait {
+export interface BodyWait extends IdleTimer {
   timeoutMs: number;
-  idleTimeoutSeconds: number;
-  server: Server<unknown> | null;
 }
 
 /**
@@ -31,10 +29,7 @@ export interface BodyWait {
  * timeout of 10 s closes after 8 to 12 s), which would close the connection before its 408.
  */
 function holdConnectionOpen(request: Request, wait: BodyWait): () => void {
-  const { server } = wait;
-  if (!server) return () => {};
-  server.timeout(request, Math.ceil(wait.timeoutMs / 1000) + BUN_TIMER_GRANULARITY_SECONDS + 1);
-  return () => server.timeout(request, wait.idleTimeoutSeconds);
+  return holdIdleTimer(request, wait, Math.ceil(wait.timeoutMs / 1000) + BUN_TIMER_GRANULARITY_SECONDS + 1);
 }
 
 /**

@@ -530,14 +530,15 @@ async function startSession(tx: Db, operatorId: string, now: number): Promise<st
 /**
  * sessionOperator returns the operator of a session secret used within SESSION_IDLE_MS and started
  * within SESSION_MAX_MS, and keeps the session alive; null otherwise. A visit that cannot be
- * recorded (a database turned read-only) goes to `unrecorded`, and the session is admitted all the same.
+ * recorded (a database turned read-only, a lock held elsewhere: writeBookkeeping) goes to
+ * `unrecorded`, and the session is admitted all the same.
  */
 export async function sessionOperator(db: Database, secret: string | undefined, unrecorded: (error: unknown) => void, now = Date.now()): Promise<Operator | null> {
   if (!secret || secret.length > 100) return null;
   const idHash = sha256(secret);
   const row = await findSessionWithOperator(db, idHash, now - SESSION_IDLE_MS, now - SESSION_MAX_MS);
   if (!row) return null;
-  if (now - row.last_seen_at >= SESSION_TOUCH_MS) await db.write((tx) => touchSession(tx, idHash, row.operator_id, now)).catch(unrecorded);
+  if (now - row.last_seen_at >= SESSION_TOUCH_MS) await db.writeBookkeeping((tx) => touchSession(tx, idHash, row.operator_id, now)).catch(unrecorded);
   return { id: row.operator_id, email: row.email };
 }
 

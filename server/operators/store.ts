@@ -86,7 +86,7 @@ export function findSessionWithOperator(db: Db, idHash: Uint8Array, idleSince: n
   );
 }
 
-/** touchSession records that a session of an operator was used, on the session and on the operator; call it inside one write. */
+/** touchSession records that a session of an operator was used, on the session and on the operator; call it inside one transaction (writeBookkeeping). */
 export async function touchSession(db: Db, idHash: Uint8Array, operatorId: string, at: number): Promise<void> {
   await db.run("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?", [at, idHash]);
   await recordOperatorSeen(db, operatorId, at);

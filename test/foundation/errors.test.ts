@@ -1,10 +1,15 @@
+import { SQL } from "bun";
 import { Database } from "bun:sqlite";
 import { t } from "elysia";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { SESSION_COOKIE } from "../../console/http.ts";
 import { createApiToken } from "../../server/auth/service.ts";
-import { databasePath } from "../../server/db/database.ts";
+import { databasePath, type SqliteDatabase } from "../../server/db/database.ts";
 import { schemaChecker } from "../../server/http/schema-errors.ts";
 import type { RunningServer } from "../../server/server.ts";
+import { sha256 } from "../../server/shared/crypto.ts";
+import { closedWithin, Connection, type RawResponse } from "../limits/support.ts";
+import { waitUntil } from "../ops/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { sqliteOnly } from "../support/backend.ts";
 import { contactCount, expectProblem, listeningServer, loggedApp } from "./support.ts";
@@ -238,6 +243,75 @@ describe("errors: through a real server", () => {
     expect(res.status).toBe(201);
     expect(((await res.json()) as any).data.first_name).toBe("Chunked");
   });
+});
+
+/**
+ * holdingTheDatabase runs `work` while another connection holds what a token's lookup and a console
+ * session's visit wait for: on SQLite the write lock (their last-use writes wait for it, here as
+ * long as it is held), on PostgreSQL the tokens' and sessions' tables (their reads wait for them).
+ * `waiting` counts the statements held up.
+ */
+async function holdingTheDatabase<T extends object>(server: RunningServer, work: (waiting: () => Promise<number>) => Promise<T>): Promise<T> {
+  const { db, config } = server.runtime;
+  if (db.dialect === "sqlite") {
+    const other = new Database(databasePath(config.dataDir));
+    other.run("BEGIN IMMEDIATE");
+    (db as SqliteDatabase).lockWaitMs = 60_000;
+    try {
+      return await work(async () => db.writesWaiting());
+    } finally {
+      other.run("ROLLBACK");
+      other.close();
+      (db as SqliteDatabase).lockWaitMs = 5_000;
+    }
+  }
+  const other = new SQL({ url: config.databaseUrl, max: 1 });
+  try {
+    return (await other.begin(async (tx) => {
+      await tx`LOCK TABLE api_tokens, operator_sessions IN ACCESS EXCLUSIVE MODE`;
+      return work(async () => (await tx`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)[0].n);
+    })) as T;
+  } finally {
+    await other.close();
+  }
+}
+
+describe("errors: a request waiting for the database before its handler", () => {
+  let running: Awaited<ReturnType<typeof listeningServer>>;
+  beforeAll(async () => {
+    // Bun closes an idle connection 1 to 5 s after its last request (it checks every 4 s).
+    running = await listeningServer("held", { idleTimeoutSeconds: 1 });
+  });
+  afterAll(() => running.stop());
+
+  test("a token not seen yet, a console session due for its visit and an unknown token, waiting for a lock held longer than the idle timeout, are answered once it is let go; each connection then closes once idle", async () => {
+    const { server } = running;
+    const { db } = server.runtime;
+    const { token } = await createApiToken(db, "not cached yet");
+    const secret = "a-console-session-secret-of-this-test";
+    const seen = Date.now() - 120_000;
+    await db.write(async (tx) => {
+      await tx.run("INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES (?, ?, ?, ?, ?)", ["op_held", "held@example.com", "unused", seen, seen]);
+      await tx.run("INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES (?, ?, ?, ?)", [sha256(secret), "op_held", seen, seen]);
+    });
+    const port = Number(new URL(server.url).port);
+    const clients = { api: new Connection(port), console: new Connection(port), refused: new Connection(port) };
+    // The answer's status, or how the connection ended without one.
+    const statusOf = (answer: Promise<RawResponse>) => answer.then((res) => res.status, (error: Error) => `no answer: ${error.message}`);
+    const answers = await holdingTheDatabase(server, async (waiting) => {
+      const sent = {
+        api: statusOf(clients.api.request("GET", "/public/v1/contacts?per_page=1", { authorization: `Bearer ${token}` })),
+        console: statusOf(clients.console.request("GET", "/console/api/deliveries", { cookie: `${SESSION_COOKIE}=${secret}` })),
+        refused: statusOf(clients.refused.request("GET", "/public/v1/contacts?per_page=1", { authorization: "Bearer crm_NotAToken0000000000000000000000000000000000" })),
+      };
+      // On SQLite the unknown token's lookup is a read, which the write lock does not hold up.
+      await waitUntil(async () => (await waiting()) >= (db.dialect === "sqlite" ? 2 : 3), "the requests to wait for the lock");
+      await Bun.sleep(6000);
+      return sent;
+    });
+    expect({ api: await answers.api, console: await answers.console, refused: await answers.refused }).toEqual({ api: 200, console: 200, refused: 401 });
+    expect(await Promise.all(Object.values(clients).map((client) => closedWithin(client, 10_000)))).toEqual([true, true, true]);
+  }, 60_000);
 });
 
 describe("errors: unexpected exceptions", () => {

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../server/app.ts";
 import { createApiToken } from "../../server/auth/service.ts";
-import { DEFAULT_CONFIG, type LogLevel } from "../../server/config.ts";
+import { DEFAULT_CONFIG, type Config, type LogLevel } from "../../server/config.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { testBackend } from "../support/backend.ts";
@@ -79,11 +79,11 @@ export async function eventTypes(h: Harness): Promise<string[]> {
   return (await h.rt.db.all<{ type: string }>("SELECT type FROM events ORDER BY id")).map((r) => r.type);
 }
 
-/** listeningServer starts the real server on a free port and a throwaway data directory, with one token. */
-export async function listeningServer(name: string) {
+/** listeningServer starts the real server on a free port and a throwaway data directory, with one token; `overrides` change its settings. */
+export async function listeningServer(name: string, overrides: Partial<Config> = {}) {
   const dataDir = mkdtempSync(join(tmpdir(), `crm-${name}-`));
   const backend = await testBackend(dataDir);
-  const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, ...backend.config }, createLogger("error", () => {}));
+  const server = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, ...backend.config, ...overrides }, createLogger("error", () => {}));
   const { token } = await createApiToken(server.runtime.db, name);
   return {
     server,

@@ -22,6 +22,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     },
     run: (sql, params) => db.run(sql, params),
     write: (work) => db.write(work),
+    writeBookkeeping: (work) => db.writeBookkeeping(work),
     // Reads inside `read` are captured too (this wrapper serves SQLite, whose turn is one snapshot).
     read: (work) => work(spy),
     readAside: (work) => work(spy),
