@@ -26,7 +26,8 @@ export interface BatchKind<T, O extends object = object> {
 
 /**
  * runBatch checks every item, then upserts the valid ones in order, as `options` say, in one commit
- * with their events and the idempotent response; an invalid item is refused alone, with pointers into the batch.
+ * with their events and the idempotent response (unless every item was refused); an invalid item
+ * is refused alone, with pointers into the batch.
  */
 export async function runBatch<T, O extends object>(rt: Runtime, kind: BatchKind<T, O>, items: unknown[], options: O, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
   const checked = items.map((item) => ({ input: item as T, errors: kind.itemErrors(item) }));
@@ -36,7 +37,9 @@ export async function runBatch<T, O extends object>(rt: Runtime, kind: BatchKind
     const data: BatchResult[] = [];
     for (const [i, { input, errors }] of checked.entries()) data.push(itemResult(i, errors.length > 0 ? { status: "invalid", errors } : await kind.upsert(tx, input, now, options)));
     const body = { data };
-    await saveIdempotentResponse(tx, idempotency, 200, body, now);
+    // A batch whose every item was refused changed nothing: like any refused request it is not
+    // kept, so the key runs the batch again once its items can succeed (the user created).
+    if (data.some((result) => result.status !== "invalid")) await saveIdempotentResponse(tx, idempotency, 200, body, now);
     return { status: 200, body };
   });
 }

@@ -13,6 +13,23 @@ export interface PostContext {
   set: { status?: number | string; headers: Record<string, string | number> };
 }
 
+/** UNRESERVED is a character RFC 3986 (section 2.3) lets a URI spell as itself or percent-escaped, to the same meaning. */
+const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
+
+/**
+ * scopePath is a request's path as its idempotency scope, normalised as the router reads it: it
+ * serves /contacts/ as /contacts and decodes sub%5F… as sub_…, so each pair is one scope, or a
+ * retry spelled the other way would act twice (RFC 3986 section 6.2.2).
+ */
+function scopePath(request: Request): string {
+  const path = pathOf(request).replace(/(.)\/+$/, "$1");
+  if (!path.includes("%")) return path;
+  return path.replace(/%[0-9A-Fa-f]{2}/g, (escape) => {
+    const character = String.fromCharCode(Number.parseInt(escape.slice(1), 16));
+    return UNRESERVED.test(character) ? character : escape.toUpperCase();
+  });
+}
+
 /**
  * idempotentPost runs a POST under the caller's Idempotency-Key (if any) and sets the status and
  * the Idempotent-Replayed header of the response; it returns the body to send. `onReplay` turns a
@@ -27,8 +44,7 @@ export async function idempotentPost<T>(
   onReplay: (stored: T) => T = (stored) => stored,
 ): Promise<T> {
   const result = await guard.run(
-    // The router serves /contacts/ as /contacts: scope both alike, or a retry with a slash creates twice.
-    { tokenId: ctx.token.id, method: ctx.request.method, path: pathOf(ctx.request).replace(/(.)\/+$/, "$1"), key: ctx.headers["idempotency-key"], body: ctx.body },
+    { tokenId: ctx.token.id, method: ctx.request.method, path: scopePath(ctx.request), key: ctx.headers["idempotency-key"], body: ctx.body },
     execute,
   );
   ctx.set.status = result.status;

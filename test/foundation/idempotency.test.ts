@@ -196,3 +196,18 @@ describe("idempotency: errors found inside the write", () => {
     expect(fixed.headers.get("idempotent-replayed")).toBeNull();
   });
 });
+
+describe("idempotency: the path's spelling", () => {
+  test("an id spelled with percent-escapes (%5F, %5f for _) is the same path: the retry replays instead of acting again", async () => {
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data;
+    const headers = { "idempotency-key": "tag-vip" };
+    const first = await h.json("POST", `/public/v1/contacts/${contact.id}/tags`, { body: { tag: "vip" }, headers });
+    expect(first.status).toBe(200);
+    for (const escaped of [contact.id.replace("_", "%5F"), contact.id.replace("_", "%5f"), contact.id.replace("c", "%63")]) {
+      const again = await h.json("POST", `/public/v1/contacts/${escaped}/tags`, { body: { tag: "vip" }, headers });
+      expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([200, "true"]);
+      expect(again.body).toEqual(first.body);
+    }
+    expect(await storedKeys()).toBe(1);
+  });
+});

@@ -75,6 +75,21 @@ describe("contacts batch: happy paths", () => {
     expect(await contactCount(h)).toBe(2);
   });
 
+  test("a batch whose every item is invalid changed nothing and is not kept: the key runs a corrected batch; one with a valid item is kept", async () => {
+    const headers = { "idempotency-key": "import:file.csv:3-3" };
+    const refused = await h.json("POST", CONTACTS, { body: { items: [{ email: "a@example.com", assigned_user_id: "usr_00000000000000000000000000" }] }, headers });
+    expect(refused.status).toBe(200);
+    expect(refused.body.data.map((r: any) => r.status)).toEqual(["invalid"]);
+    expect(await storedKeys()).toBe(0);
+    const corrected = await h.json("POST", CONTACTS, { body: { items: [{ email: "a@example.com" }, { email: "nope" }] }, headers });
+    expect(corrected.status).toBe(200);
+    expect(corrected.headers.get("idempotent-replayed")).toBeNull();
+    expect(corrected.body.data.map((r: any) => r.status)).toEqual(["created", "invalid"]);
+    const again = await h.json("POST", CONTACTS, { body: { items: [{ email: "a@example.com" }, { email: "nope" }] }, headers });
+    expect([again.headers.get("idempotent-replayed"), again.body]).toEqual(["true", corrected.body]);
+    expect(await contactCount(h)).toBe(1);
+  });
+
   test("external_id is returned, set and cleared through POST and PATCH like any field", async () => {
     const contact = await created("/public/v1/contacts", { email: "x@example.com", external_id: "src-9" });
     expect(contact.external_id).toBe("src-9");
