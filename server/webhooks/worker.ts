@@ -1,4 +1,5 @@
 import { databaseFailureOf } from "../db/backend.ts";
+import { MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Database, Db } from "../db/sql.ts";
 import type { Config } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
@@ -38,18 +39,39 @@ export const MAX_PER_SUBSCRIPTION = 32;
 /**
  * GUARANTEED_PER_SUBSCRIPTION attempts a subscription may always run, past MAX_IN_FLIGHT: a few
  * slow receivers at their MAX_PER_SUBSCRIPTION fill every slot between them, and would otherwise
- * hold up every other receiver until their attempts time out (at most MAX_IN_FLIGHT + this many
- * per subscription run at once; subscriptions are at most MAX_SUBSCRIPTIONS).
+ * hold up every other receiver until their attempts time out. One, not more: MAX_IN_FLIGHT plus
+ * this many for each of MAX_SUBSCRIPTIONS must stay within BUN_FETCH_LIMIT.
  */
-export const GUARANTEED_PER_SUBSCRIPTION = 2;
+export const GUARANTEED_PER_SUBSCRIPTION = 1;
+/**
+ * BUN_FETCH_LIMIT is how many requests Bun's fetch sends at once: BUN_CONFIG_MAX_HTTP_REQUESTS,
+ * 256 by default, read once when the process starts. One more waits inside Bun's HTTP client with
+ * its attempt's timeout already running, so a healthy receiver's attempts queued behind hung ones
+ * would be recorded as timeouts, and sent again.
+ */
+const BUN_FETCH_LIMIT = 256;
+/** MAX_MANUAL_ATTEMPTS bounds the manual attempts (POST .../retry) under way at once; one more is refused. */
+export const MAX_MANUAL_ATTEMPTS = 16;
+/**
+ * MAX_SCHEDULED_ATTEMPTS bounds the loop's attempts, guaranteed ones included: subscriptions
+ * deleted while their attempts hang, and others made in their place, would otherwise get shares
+ * beyond MAX_SUBSCRIPTIONS'.
+ */
+const MAX_SCHEDULED_ATTEMPTS = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * MAX_SUBSCRIPTIONS;
+if (MAX_SCHEDULED_ATTEMPTS + MAX_MANUAL_ATTEMPTS > BUN_FETCH_LIMIT) {
+  throw new Error(`webhook attempts at once (${MAX_SCHEDULED_ATTEMPTS} scheduled + ${MAX_MANUAL_ATTEMPTS} manual) pass Bun's fetch limit of ${BUN_FETCH_LIMIT}`);
+}
 /**
  * REFILL is the fewest free slots worth a claim while attempts are running: a busy receiver is
  * topped up in batches (each claim and each commit costs the same for 1 row as for 8), an idle
  * one is served at once.
  */
 const REFILL = 8;
-/** roomFor is how many more attempts a subscription with `running` may start when `free` slots are left. */
-const roomFor = (running: number, free: number) => Math.min(MAX_PER_SUBSCRIPTION - running, Math.max(free, GUARANTEED_PER_SUBSCRIPTION - running));
+/**
+ * roomFor is how many more attempts a subscription with `running` may start when `free` slots are
+ * left, and `spare` under MAX_SCHEDULED_ATTEMPTS (which only a guaranteed share can reach).
+ */
+const roomFor = (running: number, free: number, spare: number) => Math.min(MAX_PER_SUBSCRIPTION - running, Math.max(free, GUARANTEED_PER_SUBSCRIPTION - running), spare);
 
 /** LEASE_MARGIN_MS is how long past the request timeout a claimed delivery stays leased. */
 const LEASE_MARGIN_MS = 2000;
@@ -83,7 +105,7 @@ export type Trigger = "scheduled" | "manual";
 
 /** AttemptRefusal says why a manual attempt was not made; the webhooks service answers it over HTTP. */
 export type AttemptRefusal =
-  | { refused: "not-found" | "in-progress" | "shutting-down" }
+  | { refused: "not-found" | "in-progress" | "shutting-down" | "manual-attempts-busy" }
   | { refused: "subscription-deleted" | "subscription-disabled" | "subscription-paused"; subscriptionId: string };
 
 /** DeliveryOutcome describes a finished attempt, for metrics. */
@@ -290,6 +312,8 @@ export class DeliveryLoop {
   /** a claim round is under way (it awaits its write); a wake meanwhile runs another round after it */
   private claiming: Promise<void> | null = null;
   private wakeAfterClaim = false;
+  /** manual attempts under way, each counted from before its claim until it is recorded (MAX_MANUAL_ATTEMPTS) */
+  private manualAttempts = 0;
   private registered = false;
   /** stops listening for other instances' wake-ups; set while started */
   private listening: Promise<(() => Promise<void>) | null> | null = null;
@@ -354,6 +378,13 @@ export class DeliveryLoop {
   /** inFlightCount is the number of attempts under way. */
   get inFlightCount(): number {
     return this.inFlight.size;
+  }
+
+  /** scheduledInFlight is the number of attempts under way that the loop started (not manual ones). */
+  private scheduledInFlight(): number {
+    let scheduled = 0;
+    for (const attempt of this.inFlight) if (attempt.trigger === "scheduled") scheduled++;
+    return scheduled;
   }
 
   /** start begins sending: at once for everything due, then on every commit and timer. */
@@ -425,6 +456,7 @@ export class DeliveryLoop {
   private async claimRound(): Promise<void> {
     const { db } = this.deps;
     const free = MAX_IN_FLIGHT - this.inFlight.size;
+    const spare = MAX_SCHEDULED_ATTEMPTS - this.scheduledInFlight();
     // The time is read once the write holds the lock: after a wait behind another write (another
     // instance's, cut off from the database for seconds), a lease counted from before the wait
     // would end before its attempt's timeout, and another claim would send the delivery again.
@@ -433,7 +465,7 @@ export class DeliveryLoop {
       // New and recovered deliveries are due from when the instance that made them says: one made
       // here is due at once although this process's clock runs ahead of the database's.
       const at = { dueBy: Math.max(now, Date.now()), now };
-      return { now, ...(await (this.shared ? this.pickDueShared(tx, at, free) : this.pickDue(tx, at, free))) };
+      return { now, ...(await (this.shared ? this.pickDueShared(tx, at, free, spare) : this.pickDue(tx, at, free, spare))) };
     };
     // Without REFILL free slots a claim still serves the subscriptions under their guaranteed share.
     const { now, picked, rateWake, leftOver } = await db.write(claim);
@@ -475,13 +507,13 @@ export class DeliveryLoop {
   /**
    * pickDue selects up to `free` due deliveries, at most MAX_PER_SUBSCRIPTION in flight per
    * subscription, oldest due first, and leases them; a subscription under GUARANTEED_PER_SUBSCRIPTION
-   * gets up to that many even without `free` slots. It asks subscription by subscription and
+   * gets up to that many even without `free` slots, within `spare`. It asks subscription by subscription and
    * skips those without REFILL free slots, so a backlog for one busy receiver is not even read.
    * The reads and the lease are one write, so nothing else leases between them.
    * A subscription with a max_rate gets one attempt per 1/max_rate seconds, whatever the
    * attempt (first, retry, recovery): `rateWake` is when the next of them may start.
    */
-  private async pickDue(tx: Db, at: ClaimTimes, free: number): Promise<Picks> {
+  private async pickDue(tx: Db, at: ClaimTimes, free: number, spare: number): Promise<Picks> {
     const { now } = at;
     this.forgetPassedSlots(now);
     const { config } = this.deps;
@@ -490,7 +522,7 @@ export class DeliveryLoop {
     const picked: DueDelivery[] = [];
     let rateWake: number | null = null;
     for (const { id: subscriptionId, max_rate } of await findSubscriptionsWithDueDeliveries(tx, now, saturated)) {
-      let room = roomFor(this.perSubscription.get(subscriptionId) ?? 0, free - picked.length);
+      let room = roomFor(this.perSubscription.get(subscriptionId) ?? 0, free - picked.length, spare - picked.length);
       if (room <= 0) continue;
       if (max_rate !== null) {
         const slot = this.nextSlot.get(subscriptionId) ?? 0;
@@ -518,7 +550,7 @@ export class DeliveryLoop {
    * subscription's pacing row, held at the lease's end until the attempt is sent (dispatch moves it).
    * The deliveries are locked as they are read (`SKIP LOCKED`), so no two claims take the same one.
    */
-  private async pickDueShared(tx: Db, at: ClaimTimes, free: number): Promise<Picks> {
+  private async pickDueShared(tx: Db, at: ClaimTimes, free: number, spare: number): Promise<Picks> {
     const { now } = at;
     this.forgetPassedSlots(now);
     const leaseUntil = now + this.deps.config.deliveryTimeoutMs + LEASE_MARGIN_MS;
@@ -527,7 +559,7 @@ export class DeliveryLoop {
     let leftOver = false;
     for (const subscription of await lockSubscriptionsWithDueDeliveries(tx, at)) {
       if (subscription.leased > MAX_PER_SUBSCRIPTION - REFILL) continue;
-      const room = roomFor(subscription.leased, free - picked.length);
+      const room = roomFor(subscription.leased, free - picked.length, spare - picked.length);
       // Held below its cap by this instance's free slots, the subscription keeps due deliveries (it
       // had one at least; a room filled may leave more) that an instance with room could send. One
       // with a max_rate is sent one attempt at a time by design, and leaves none over.
@@ -738,24 +770,31 @@ export class DeliveryLoop {
   /**
    * attemptNow makes a manual attempt of a delivery whatever its status, and resolves with null
    * once it is recorded, or with why it was not made: the delivery or its subscription is gone,
-   * the subscription is disabled or paused, an attempt is under way, or the loop is shutting down.
-   * `inRecordWrite` runs inside the write that records the outcome.
+   * the subscription is disabled or paused, an attempt is under way, MAX_MANUAL_ATTEMPTS are, or
+   * the loop is shutting down. `inRecordWrite` runs inside the write that records the outcome.
    */
   async attemptNow(id: string, inRecordWrite?: (tx: Db) => Promise<void>): Promise<AttemptRefusal | null> {
     const { db, config } = this.deps;
     if (this.state === "stopping" || this.state === "stopped") return { refused: "shutting-down" };
-    const claim = await db.write(async (tx): Promise<AttemptRefusal | DueDelivery> => {
-      const now = await this.readClock(tx);
-      const row = await findDeliveryToSend(tx, id);
-      if (!row) return { refused: "not-found" };
-      if (row.secret === null) return { refused: "subscription-deleted", subscriptionId: row.subscription_id };
-      if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
-      if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };
-      if (row.locked_until !== null && row.locked_until > now) return { refused: "in-progress" };
-      return (await lease(tx, [row], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS))[0]!;
-    });
-    if ("refused" in claim) return claim;
-    return (await this.dispatch(claim, "manual", inRecordWrite)) ? { refused: "shutting-down" } : null;
+    if (this.manualAttempts >= MAX_MANUAL_ATTEMPTS) return { refused: "manual-attempts-busy" };
+    // Counted from before the claim: requests arriving together must not all pass the check.
+    this.manualAttempts++;
+    try {
+      const claim = await db.write(async (tx): Promise<AttemptRefusal | DueDelivery> => {
+        const now = await this.readClock(tx);
+        const row = await findDeliveryToSend(tx, id);
+        if (!row) return { refused: "not-found" };
+        if (row.secret === null) return { refused: "subscription-deleted", subscriptionId: row.subscription_id };
+        if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
+        if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };
+        if (row.locked_until !== null && row.locked_until > now) return { refused: "in-progress" };
+        return (await lease(tx, [row], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS))[0]!;
+      });
+      if ("refused" in claim) return claim;
+      return (await this.dispatch(claim, "manual", inRecordWrite)) ? { refused: "shutting-down" } : null;
+    } finally {
+      this.manualAttempts--;
+    }
   }
 
   /**

@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
+import { MAX_SUBSCRIPTIONS } from "../../server/limits/limits.ts";
 import { VERSION } from "../../server/version.ts";
 import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { ISO } from "../foundation/support.ts";
@@ -264,6 +265,58 @@ describe("webhook deliveries: failures and retries", () => {
     expect(slowOnes.map((slow) => slow.received.length)).toEqual(slowOnes.map(() => MAX_PER_SUBSCRIPTION));
     expect(h.rt.deliveries.inFlightCount).toBeLessThanOrEqual(MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION);
     for (const slow of slowOnes) slow.release();
+  });
+
+  test("receivers that never answer, each holding its guaranteed share, leave a healthy receiver's attempts inside what Bun's fetch sends at once: none times out", async () => {
+    // The hung attempts time out after 1 s (and are retried): the test is over soon after.
+    h = await scope.harness({ deliveryTimeoutMs: 1000, rateWriteBurst: 1000 });
+    const hung = receiver("/hung");
+    hung.hold();
+    // Four fill the MAX_IN_FLIGHT slots; the 66 others at 2 guaranteed attempts each made 260
+    // attempts, past the 256 Bun's fetch sends at once: the rest waited in Bun's client, their
+    // timeouts running.
+    const hungCount = 70;
+    for (let i = 0; i < hungCount; i++) await h.subscribe(`${hung.url}/${i}`, ["contact.created"]);
+    const healthy = receiver("/healthy");
+    healthy.respond(async () => {
+      await Bun.sleep(200);
+      return new Response("ok");
+    });
+    const healthySub = await h.subscribe(healthy.url, ["account.created"]);
+    // One claim round takes the hung subscriptions' deliveries (the loop stopped while they commit).
+    await h.rt.deliveries.stop(0);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `n${i}` })) } });
+    expect(batch.status).toBe(200);
+    h.rt.deliveries.start();
+    const held = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * (hungCount - MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION);
+    await waitFor(() => h.rt.deliveries.inFlightCount === held, "the hung subscriptions' attempts, each with its guaranteed share");
+    for (const name of ["Acme", "Globex", "Initech"]) expect((await h.json("POST", "/public/v1/accounts", { body: { name } })).status).toBe(201);
+    const deliveries = await settledDeliveries(h, `subscription_id=${healthySub.id}`);
+    const attempts = await Promise.all(deliveries.map(async (d) => (await h.delivery(d.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }))));
+    expect(deliveries.map((d) => ({ status: d.status, attempts: d.attempts }))).toEqual(Array(3).fill({ status: "succeeded", attempts: 1 }));
+    expect(attempts).toEqual(Array(3).fill([{ status: 200, error: null }]));
+  });
+
+  test("subscriptions deleted while their attempts hang and made again take no guaranteed share past MAX_IN_FLIGHT + one per MAX_SUBSCRIPTIONS", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 30_000, rateWriteBurst: 1000 });
+    const hung = receiver("/hung");
+    hung.hold();
+    const subscriptions = [];
+    for (let i = 0; i < MAX_SUBSCRIPTIONS; i++) subscriptions.push(await h.subscribe(`${hung.url}/${i}`, ["contact.created"]));
+    await h.rt.deliveries.stop(0);
+    await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `n${i}` })) } });
+    h.rt.deliveries.start();
+    // The first four fill MAX_IN_FLIGHT; every other subscription runs its guaranteed one.
+    const fillers = MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION;
+    const held = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * (MAX_SUBSCRIPTIONS - fillers);
+    await waitFor(() => h.rt.deliveries.inFlightCount === held, "every subscription's attempts");
+    // Five replaced while their attempts still hang: room is left under the bound for only four of the new ones.
+    for (const { id } of subscriptions.slice(fillers, fillers + 5)) expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${id}`)).status).toBe(204);
+    for (let i = 0; i < 5; i++) await h.subscribe(`${hung.url}/new-${i}`, ["contact.created"]);
+    await createContact({ first_name: "late" });
+    const bound = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * MAX_SUBSCRIPTIONS;
+    await waitFor(() => h.rt.deliveries.inFlightCount >= bound, "the new subscriptions' attempts");
+    expect(h.rt.deliveries.inFlightCount).toBe(bound);
   });
 
   test("a receiver never has more than MAX_PER_SUBSCRIPTION of our requests open at once", async () => {

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
 import { VERSION } from "../../server/version.ts";
+import { MAX_MANUAL_ATTEMPTS } from "../../server/webhooks/worker.ts";
 import { expectProblem, ISO } from "../foundation/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -186,6 +187,32 @@ describe("delivery history: errors", () => {
     expectProblem(res, 409, "delivery-in-progress");
     expect(res.headers.get("retry-after")).toBe("1");
     r.release();
+  });
+
+  test("a manual retry beyond MAX_MANUAL_ATTEMPTS under way at once is 503 and sends nothing: with the loop's attempts they stay within what Bun's fetch sends at once", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
+    const r = receiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    for (let i = 0; i <= MAX_MANUAL_ATTEMPTS; i++) await createContact(`n${i}`);
+    const [extra, ...deliveries] = await settledDeliveries(h);
+    r.hold();
+    const retries = deliveries.map((d) => h.json("POST", `/public/v1/webhook-deliveries/${d.id}/retry`));
+    await waitFor(() => r.received.length === 2 * deliveries.length + 1, "every manual attempt open at the receiver");
+    const refused = await h.json("POST", `/public/v1/webhook-deliveries/${extra.id}/retry`);
+    expect({ status: refused.status, retryAfter: refused.headers.get("retry-after"), body: refused.body }).toEqual({
+      status: 503,
+      retryAfter: "1",
+      body: {
+        type: "urn:crm:problem:manual-attempts-busy",
+        title: "Service Unavailable",
+        status: 503,
+        detail: `${MAX_MANUAL_ATTEMPTS} manual attempts are under way, the most at once; retry the delivery in a moment.`,
+      },
+    });
+    r.release();
+    expect((await Promise.all(retries)).map((res) => res.status)).toEqual(deliveries.map(() => 200));
+    expect(r.received.length).toBe(2 * deliveries.length + 1);
+    expect((await h.json("POST", `/public/v1/webhook-deliveries/${extra.id}/retry`)).status).toBe(200);
   });
 
   test("bad list parameters are 422 naming them", async () => {
