@@ -3,6 +3,7 @@ import { listDeletedPage } from "../../server/tombstones/service.ts";
 import { DAY_MS } from "../../server/shared/time.ts";
 import { createUser } from "../../server/users/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { random } from "../support/random.ts";
 
 // The README's sync recipe ("Keeping another system in step") run against random concurrent
 // writers: a second store, a plain map, polled in step through updated_after and the deleted list.
@@ -12,19 +13,6 @@ beforeEach(async () => {
   h = await createHarness({ rateReadBurst: 1_000_000, rateReadPerSecond: 1_000_000, rateWriteBurst: 1_000_000, rateWritePerSecond: 1_000_000 });
 });
 afterEach(async () => await h.close());
-
-/** random is a small seeded generator (mulberry32), so a failing run can be replayed from its seed. */
-function random(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(items: T[]): T => items[Math.floor(next() * items.length)]! };
-}
 
 // The README says 5 s, which would reread the whole of this short test and hide a missed change.
 // 1 ms is what one process needs: a change committed after a read carries that millisecond or a later one.
