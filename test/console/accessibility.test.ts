@@ -69,3 +69,19 @@ describe("focus and contrast", () => {
     expect(contrastRatio(await colourLayers(page.locator(".stepper li.current .step-no"), "color", "self"))).toBeGreaterThanOrEqual(4.5);
   }, SLOW);
 });
+
+describe("narrow screens", () => {
+  test("at 320 px a subscription card's actions wrap inside it: none lies past the card's edge", async () => {
+    await page.setViewportSize({ width: 320, height: 700 });
+    await page.goto(url("/console/subscriptions"));
+    const overflow = await page.locator(`tr[data-subscription-id="${warehouse.id}"] td.row-actions`).evaluate((cell) => {
+      const edge = cell.getBoundingClientRect().right;
+      return [...cell.querySelectorAll("a, button")].filter((action) => action.getBoundingClientRect().right > edge + 0.5).map((action) => action.textContent);
+    });
+    expect(overflow).toEqual([]);
+    const wrap = await page.locator("#subscriptions").evaluate((table) => [table.parentElement!.scrollWidth, table.parentElement!.clientWidth]);
+    expect(wrap[0]).toBe(wrap[1]!);
+    await page.setViewportSize({ width: 1280, height: 900 });
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
