@@ -70,6 +70,33 @@ describe("focus and contrast", () => {
   }, SLOW);
 });
 
+describe("charts beyond colour", () => {
+  test("failed and pending bars are patterned, succeeded solid, and the legend is read by screen readers", async () => {
+    await page.goto(url("/console/"));
+    const fills = await page.locator(`#chart-${warehouse.id}-24h svg`).evaluate((svg) =>
+      Object.fromEntries(
+        ["succeeded", "failed", "pending"].map((status) => {
+          const fill = getComputedStyle(svg.querySelector(`rect[data-status=${status}]`)!).fill;
+          const pattern = /^url\("#(.+)"\)$/.exec(fill)?.[1];
+          return [status, pattern ? svg.querySelector(`pattern[id="${pattern}"]`)?.getAttribute("data-pattern") : "solid"];
+        }),
+      ),
+    );
+    expect(fills).toEqual({ succeeded: "solid", failed: "hatched", pending: "dotted" });
+    expect(await page.locator(".chart-legend").ariaSnapshot()).toBe('- list "Legend":\n  - listitem: succeeded (solid)\n  - listitem: failed (hatched)\n  - listitem: pending (dotted)');
+    expect(await cspViolations(page)).toEqual([]);
+  }, SLOW);
+
+  test("a subscription's page shows each chart's numbers as a table on request", async () => {
+    await page.goto(url(`/console/subscriptions/${warehouse.id}`));
+    const table = page.locator(`#chart-${warehouse.id}-24h table`);
+    expect(await table.isVisible()).toBe(false);
+    await page.locator(`#chart-${warehouse.id}-24h`).getByText("Show as table").click();
+    expect(await table.isVisible()).toBe(true);
+    expect((await table.boundingBox())!.width).toBeGreaterThan(200);
+  }, SLOW);
+});
+
 describe("narrow screens", () => {
   test("at 320 px a subscription card's actions wrap inside it: none lies past the card's edge", async () => {
     await page.setViewportSize({ width: 320, height: 700 });
