@@ -75,18 +75,20 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
             </tr>
           ))}
         </DataTable>
-        <nav class="pager" aria-label="Contacts pages">
-          {view.older && (
-            <a class="button ghost" href={base}>
-              ← Newest
-            </a>
-          )}
-          {older && (
-            <a class="button ghost" href={older} rel="next" id="older-contacts">
-              Older contacts →
-            </a>
-          )}
-        </nav>
+        {(view.older || older) && (
+          <nav class="pager" aria-label="Contacts pages">
+            {view.older && (
+              <a class="button ghost" href={base}>
+                ← Newest
+              </a>
+            )}
+            {older && (
+              <a class="button ghost" href={older} rel="next" id="older-contacts">
+                Older contacts →
+              </a>
+            )}
+          </nav>
+        )}
       </>
     ),
   });

@@ -121,18 +121,20 @@ export function deliveriesPage(props: {
             <DeliveriesLive {...live} />
           </Island>
         )}
-        <nav class="pager" aria-label="Deliveries pages">
-          {view.older && (
-            <a class="button ghost" href={`/console/${query}`}>
-              ← Latest
-            </a>
-          )}
-          {older && (
-            <a class="button ghost" href={older} rel="next" id="older-deliveries">
-              Older deliveries →
-            </a>
-          )}
-        </nav>
+        {(view.older || older) && (
+          <nav class="pager" aria-label="Deliveries pages">
+            {view.older && (
+              <a class="button ghost" href={`/console/${query}`}>
+                ← Latest
+              </a>
+            )}
+            {older && (
+              <a class="button ghost" href={older} rel="next" id="older-deliveries">
+                Older deliveries →
+              </a>
+            )}
+          </nav>
+        )}
       </>
     ),
   });
@@ -308,7 +310,7 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
           {[...d.attempt_history].reverse().map((a) => (
             <article class="attempt">
               <header>
-                <strong>Attempt {a.attempt}</strong>
+                <h3>Attempt {a.attempt}</h3>
                 <span class="tag">{a.trigger}</span>
                 <Time value={a.started_at} />
                 <span class="muted">{formatDuration(a.duration_ms)}</span>

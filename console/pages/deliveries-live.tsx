@@ -1,6 +1,6 @@
 /** @jsxImportSource preact */
 import { useSignal } from "@preact/signals";
-import { useEffect } from "preact/hooks";
+import { useEffect, useLayoutEffect, useRef } from "preact/hooks";
 import type { DeliveriesView, DeliveryRowView } from "../model.ts";
 import { DataTable, HttpStatus, relativeTime, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
 
@@ -17,17 +17,22 @@ export interface DeliveriesLiveProps {
 // "static" until the island runs: without JavaScript the table is as fresh as the page.
 type LiveState = "static" | "live" | "offline" | "signed-out";
 
-/** DeliveriesLive is the deliveries table; in the browser it refreshes itself every few seconds. */
+/** DeliveriesLive is the deliveries table; in the browser it refreshes itself every few seconds until paused. */
 export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
   const view = useSignal(initial);
   const state = useSignal<LiveState>("static");
+  const paused = useSignal(false);
+  const count = useRef<HTMLParagraphElement>(null);
+  // Set by a refresh that drops the row holding keyboard focus: the render that drops it hands focus to
+  // the count, or focus would fall back to the top of the page and a screen reader lose its place.
+  const focusDropped = useRef(false);
   useEffect(() => {
     if (initial.older) return;
     state.value = "live";
     let timer: ReturnType<typeof setTimeout> | undefined;
     let stopped = false;
     const refresh = async () => {
-      if (!document.hidden) {
+      if (!document.hidden && !paused.peek()) {
         try {
           const res = await fetch(`/console/api/deliveries${query}`, { headers: { accept: "application/json" } });
           if (res.status === 401) {
@@ -35,7 +40,12 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
             return;
           }
           if (!res.ok) throw new Error(`status ${res.status}`);
-          view.value = (await res.json()) as DeliveriesView;
+          const next = (await res.json()) as DeliveriesView;
+          // Paused while the answer was on its way: the table stays as it was when paused.
+          if (!paused.peek()) {
+            focusDropped.current = focusLeaves(next);
+            view.value = next;
+          }
           state.value = "live";
         } catch {
           state.value = "offline";
@@ -49,6 +59,11 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
       clearTimeout(timer);
     };
   }, []);
+  useLayoutEffect(() => {
+    if (!focusDropped.current) return;
+    focusDropped.current = false;
+    count.current?.focus();
+  });
   const current = view.value;
   return (
     <DataTable
@@ -57,16 +72,19 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
       empty={current.data.length === 0 ? "Deliveries appear here when contacts change and subscriptions want those events." : null}
       head={
         <div class="card-head">
-          <p class="count" id="deliveries-count">
-            {current.total === 0
-              ? "No deliveries match."
-              : current.older
-                ? `Showing ${current.data.length} older of ${current.total}, newest first.`
-                : current.total > current.data.length
-                  ? `Showing the latest ${current.data.length} of ${current.total}, newest first.`
-                  : `Showing all ${current.total}, newest first.`}
-          </p>
-          {!current.older && <LiveIndicator state={state.value} refreshedAt={current.refreshed_at} limit={limit} />}
+          <div>
+            <h2>{current.older ? "Older deliveries" : "Latest deliveries"}</h2>
+            <p class="count" id="deliveries-count" tabIndex={-1} ref={count}>
+              {current.total === 0
+                ? "No deliveries match."
+                : current.older
+                  ? `Showing ${current.data.length} older of ${current.total}, newest first.`
+                  : current.total > current.data.length
+                    ? `Showing the latest ${current.data.length} of ${current.total}, newest first.`
+                    : `Showing all ${current.total}, newest first.`}
+            </p>
+          </div>
+          {!current.older && <LiveIndicator state={state.value} paused={paused.value} onPause={() => (paused.value = !paused.value)} refreshedAt={current.refreshed_at} limit={limit} />}
         </div>
       }
     >
@@ -75,6 +93,12 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
       ))}
     </DataTable>
   );
+}
+
+/** focusLeaves says whether keyboard focus is in a row of the table that `next` no longer has. */
+function focusLeaves(next: DeliveriesView): boolean {
+  const row = document.activeElement?.closest("#deliveries tr[data-delivery-id]");
+  return !!row && !next.data.some((delivery) => delivery.id === row.getAttribute("data-delivery-id"));
 }
 
 function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
@@ -118,18 +142,39 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
   );
 }
 
-function LiveIndicator({ state, refreshedAt, limit }: { state: LiveState; refreshedAt: string; limit: number }) {
-  if (state === "signed-out") {
-    return (
-      <p class="live live-stopped" role="status">
-        Signed out: <a href="/console/login">sign in again</a> to resume updates.
-      </p>
-    );
-  }
+/**
+ * LiveIndicator says whether the table is live. Only the state word is a live region: a screen reader
+ * speaks it when it changes (Live, Paused, Reconnecting, Signed out), not the time of every refresh.
+ */
+function LiveIndicator({ state, paused, onPause, refreshedAt, limit }: { state: LiveState; paused: boolean; onPause: () => void; refreshedAt: string; limit: number }) {
+  const signedOut = state === "signed-out";
   return (
-    <p class={`live live-${state}`} role="status" title={`Latest ${limit}, refreshed every ${REFRESH_MS / 1000} s`}>
-      <span class="live-dot" aria-hidden="true" />
-      {state === "live" ? "Live" : state === "offline" ? "Reconnecting" : "Reload to refresh"} · updated {refreshedAt.slice(11, 19)} UTC
-    </p>
+    <div class="live-bar">
+      <p class={`live live-${signedOut ? "stopped" : paused ? "paused" : state}`} title={`Latest ${limit}, refreshed every ${REFRESH_MS / 1000} s`}>
+        <span class="live-dot" aria-hidden="true" />
+        <span role="status">
+          {signedOut ? (
+            <>
+              Signed out: <a href="/console/login">sign in again</a> to resume updates.
+            </>
+          ) : paused ? (
+            "Paused"
+          ) : state === "live" ? (
+            "Live"
+          ) : state === "offline" ? (
+            "Reconnecting"
+          ) : (
+            "Reload to refresh"
+          )}
+        </span>
+        {!signedOut && <span>· updated {refreshedAt.slice(11, 19)} UTC</span>}
+      </p>
+      {/* Only once the island runs: without JavaScript there is nothing to pause. */}
+      {state !== "static" && !signedOut && (
+        <button type="button" class="button small ghost" aria-pressed={paused ? "true" : "false"} onClick={onPause}>
+          Pause updates
+        </button>
+      )}
+    </div>
   );
 }

@@ -84,13 +84,13 @@ export function isolated(text: string): string {
   return `\u2068${text}\u2069`;
 }
 
-/** SubscriptionLabel shows a subscription's description above its URL. */
+/** SubscriptionLabel shows a subscription's description above its URL; a span, so it may stand in a heading, link or label. */
 export function SubscriptionLabel({ description, url }: { description: string | null; url: string }) {
   return (
-    <div class="sub-label">
+    <span class="sub-label">
       {description ? <span class="sub-description">{description}</span> : <span class="muted">(no description)</span>}
       <span class="url">{url}</span>
-    </div>
+    </span>
   );
 }
 

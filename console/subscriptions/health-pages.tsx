@@ -15,31 +15,38 @@ function Latency({ times }: { times: SubscriptionHealth["latency"]["last_7d"] })
   return times === undefined ? null : <span class="latency">{latencyText(times)}</span>;
 }
 
-/** HealthCard is one subscription's health: deliveries per hour (24 h) and per day (7 days), and response times. */
+/**
+ * HealthCard is one subscription's health: deliveries per hour (24 h) and per day (7 days), and response times.
+ * On the start page the subscription heads its card (h3) and each chart is an h4 under it; on the
+ * subscription's own page the page's heading names it and the charts are h3.
+ */
 function HealthCard({ health, large }: { health: SubscriptionHealth; large: boolean }) {
   const s = health.subscription;
   const size = large ? { width: 720, height: 180 } : { width: 300, height: 84 };
+  const ChartHeading = large ? "h3" : "h4";
   return (
     <article class={`health-card${large ? " large" : ""}`} data-subscription-id={s.id}>
       {!large && (
         <header>
-          <a href={`/console/subscriptions/${s.id}`}>
-            <SubscriptionLabel description={s.description} url={s.target_url} />
-          </a>
+          <h3>
+            <a href={`/console/subscriptions/${s.id}`}>
+              <SubscriptionLabel description={s.description} url={s.target_url} />
+            </a>
+          </h3>
           <StatusBadge status={s.status} />
         </header>
       )}
       <div class="health-charts">
         <div>
-          <h3>
+          <ChartHeading>
             Last 24 hours <Latency times={health.latency.last_24h} />
-          </h3>
+          </ChartHeading>
           <DeliveriesChart id={`chart-${s.id}-24h`} title="Deliveries per hour, last 24 hours" bars={health.hours} unit="hour" size={size} table={large} />
         </div>
         <div>
-          <h3>
+          <ChartHeading>
             Last 7 days <Latency times={health.latency.last_7d} />
-          </h3>
+          </ChartHeading>
           <DeliveriesChart id={`chart-${s.id}-7d`} title="Deliveries per day, last 7 days" bars={health.days} unit="day" size={size} table={large} />
         </div>
       </div>

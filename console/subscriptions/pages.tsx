@@ -254,20 +254,23 @@ export function rotationPickPage(props: { session: ConsoleSession; subscriptions
       <p class="muted">There are no subscriptions to rotate.</p>
     ) : (
       <form method="get" action="/console/rotations/new" class="stack">
-        <div class="choices">
-          {props.subscriptions.map(({ subscription: s, rotationId }, i) => (
-            <label class="choice">
-              <input type="radio" name="from" value={s.id} required checked={i === 0} />
-              <span>
-                <SubscriptionLabel description={s.description} url={s.target_url} />
-                <span class="hint">
-                  {s.events.join(", ")} · <StatusBadge status={s.status} />
-                  {rotationId && " · rotation under way (continues where it stopped)"}
+        <fieldset>
+          <legend class="visually-hidden">Subscription to replace</legend>
+          <div class="choices">
+            {props.subscriptions.map(({ subscription: s, rotationId }, i) => (
+              <label class="choice">
+                <input type="radio" name="from" value={s.id} required checked={i === 0} />
+                <span>
+                  <SubscriptionLabel description={s.description} url={s.target_url} />
+                  <span class="hint">
+                    {s.events.join(", ")} · <StatusBadge status={s.status} />
+                    {rotationId && " · rotation under way (continues where it stopped)"}
+                  </span>
                 </span>
-              </span>
-            </label>
-          ))}
-        </div>
+              </label>
+            ))}
+          </div>
+        </fieldset>
         <fieldset>
           <legend>What changes?</legend>
           <div class="choices">

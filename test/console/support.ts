@@ -3,7 +3,7 @@ import type { Database, Db } from "../../server/db/sql.ts";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { chromium, type BrowserContext, type Locator, type Page } from "playwright-core";
 import { Webhook } from "standardwebhooks";
 import { CONTENT_SECURITY_POLICY } from "../../console/http.ts";
 import { createOperator } from "../../server/operators/service.ts";
@@ -268,4 +268,37 @@ export async function shootAtBothWidths(page: Page, name: string): Promise<numbe
   await page.setViewportSize({ width: 1280, height: 900 });
   await page.reload();
   return width;
+}
+
+/** colourLayers lists the colours an element and its backdrop paint, topmost first: its `color` (or its outline's, or its border's), then the background colours under it up to the page. */
+export function colourLayers(locator: Locator, paint: "color" | "outline" | "border", from: "self" | "parent"): Promise<string[]> {
+  return locator.evaluate(
+    (element, [paint, from]) => {
+      const style = getComputedStyle(element);
+      const layers = [paint === "color" ? style.color : paint === "outline" ? style.outlineColor : style.borderTopColor];
+      for (let node: Element | null = from === "self" ? element : element.parentElement; node; node = node.parentElement) layers.push(getComputedStyle(node).backgroundColor);
+      return layers;
+    },
+    [paint, from] as const,
+  );
+}
+
+/** contrastRatio is WCAG 2's contrast ratio of the topmost of `layers` (computed colours, topmost first) against what lies under it, each translucent layer blended over the next and the page over white; rounded to 2 decimals. */
+export function contrastRatio(layers: string[]): number {
+  const parse = (colour: string) => {
+    const [r = 0, g = 0, b = 0, a = 1] = (/\(([^)]*)\)/.exec(colour)?.[1] ?? "").split(/[\s,/]+/).filter(Boolean).map(Number);
+    return { rgb: [r, g, b], a };
+  };
+  const over = (top: string, under: number[]) => {
+    const { rgb, a } = parse(top);
+    return rgb.map((channel, i) => a * channel + (1 - a) * under[i]!);
+  };
+  const behind = layers.slice(1).reduceRight((under, layer) => over(layer, under), [255, 255, 255]);
+  const front = over(layers[0]!, behind);
+  const luminance = (rgb: number[]) => {
+    const [r, g, b] = rgb.map((channel) => (channel / 255 <= 0.03928 ? channel / 255 / 12.92 : ((channel / 255 + 0.055) / 1.055) ** 2.4));
+    return 0.2126 * r! + 0.7152 * g! + 0.0722 * b!;
+  };
+  const [light, dark] = [luminance(front), luminance(behind)].sort((x, y) => y - x);
+  return Math.round(((light! + 0.05) / (dark! + 0.05)) * 100) / 100;
 }

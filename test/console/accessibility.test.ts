@@ -1,0 +1,234 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Page } from "playwright-core";
+import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
+import { colourLayers, contrastRatio, cspViolations, launchBrowser, seedDeliveries, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
+
+// The console by keyboard, by screen reader and on a narrow screen: one server whose subscription has
+// 51 deliveries (one more than the live table shows), and one browser signed in.
+let server: ConsoleServer;
+let browser: Awaited<ReturnType<typeof launchBrowser>>;
+let page: Page;
+let problems: string[];
+let receiver: Receiver;
+let warehouse: { id: string; target_url: string };
+
+const SLOW = 60_000;
+const REFRESH_MS = 3000;
+const url = (path: string) => `${server.url}${path}`;
+
+beforeAll(async () => {
+  server = await startConsoleServer();
+  receiver = startReceiver();
+  warehouse = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, description: "Warehouse", events: ["contact.created"] })).data;
+  const now = Date.now();
+  const statuses: SeededDelivery["status"][] = ["succeeded", "failed", "pending"];
+  await seedDeliveries(server.runtime.db, warehouse, Array.from({ length: 51 }, (_, i) => ({ at: now - 60_000 - i * 1000, status: statuses[i % 3]!, response_status: i % 3 === 1 ? 500 : undefined })));
+  ({ browser, page, problems } = await signedInBrowser(server));
+}, SLOW);
+
+afterAll(async () => {
+  await browser.close();
+  await receiver.stop();
+  await server.close();
+});
+
+/** headings lists a page's headings as [level, text], the response times charts carry left out (they vary). */
+function headings(page: Page): Promise<[number, string][]> {
+  return page.locator("h1, h2, h3, h4, h5, h6").evaluateAll((all) =>
+    all.map((h) => {
+      const copy = h.cloneNode(true) as Element;
+      for (const latency of copy.querySelectorAll(".latency")) latency.remove();
+      return [Number(h.tagName[1]), copy.textContent!.replace(/\s+/g, " ").trim()] as [number, string];
+    }),
+  );
+}
+
+/** skippedLevels lists the headings that come more than one level below the one before them. */
+const skippedLevels = (list: [number, string][]) => list.filter(([level], i) => i > 0 && level > list[i - 1]![0] + 1);
+
+describe("the live deliveries table", () => {
+  let live: Page;
+  const rowLinks = () => live.locator("table#deliveries tbody tr td:first-child a");
+  const refreshes = () => live.evaluate(() => (window as any).__refreshes as number);
+
+  /** newDelivery creates a contact through the API and returns the id of the delivery it makes. */
+  async function newDelivery(name: string): Promise<string> {
+    await server.api("POST", "/public/v1/contacts", { first_name: name, email: `${name.toLowerCase()}@example.com` });
+    return (await server.api("GET", "/public/v1/webhook-deliveries?per_page=1")).data[0].id;
+  }
+
+  test("the status line says the state only, not every refresh's time; a row pushed out of the latest 50 hands its focus to the count", async () => {
+    live = await browser.context.newPage();
+    // Time stands still in this page, and each refresh is counted: the test moves the clock by hand.
+    await live.addInitScript(() => {
+      (window as any).__refreshes = 0;
+      const fetchOnce = window.fetch;
+      (window as any).fetch = (...args: Parameters<typeof fetch>) => ((window as any).__refreshes++, fetchOnce(...args));
+    });
+    await live.clock.install();
+    await live.clock.pauseAt(Date.now() + 1000);
+    await live.goto(url("/console/"));
+    await live.clock.runFor(500); // the island's effects run after a frame
+    await live.waitForSelector(".live-live");
+    expect(await live.getByRole("status").textContent()).toBe("Live");
+    await live.locator("[role=status]").evaluate((status) => {
+      const changes: string[] = ((window as any).__statusChanges = []);
+      new MutationObserver(() => changes.push(status.textContent!)).observe(status, { subtree: true, childList: true, characterData: true });
+    });
+    // A keyboard user reads the last row; a new delivery pushes it out of the latest 50.
+    await rowLinks().last().focus();
+    const before = await refreshes();
+    const id = await newDelivery("Pusher");
+    await live.clock.runFor(REFRESH_MS);
+    await live.waitForSelector(`tr[data-delivery-id="${id}"]`);
+    expect(await refreshes()).toBe(before + 1);
+    expect(await rowLinks().count()).toBe(50);
+    expect(await live.evaluate(() => document.activeElement?.id)).toBe("deliveries-count");
+    expect(await live.evaluate(() => (window as any).__statusChanges)).toEqual([]);
+    expect(await live.getByRole("status").textContent()).toBe("Live");
+  }, SLOW);
+
+  test("a Pause updates toggle (aria-pressed) stops the refreshes until pressed again, by keyboard", async () => {
+    const pause = live.getByRole("button", { name: "Pause updates" });
+    expect(await pause.getAttribute("aria-pressed")).toBe("false");
+    await pause.focus();
+    await live.keyboard.press("Space");
+    expect(await pause.getAttribute("aria-pressed")).toBe("true");
+    expect(await live.getByRole("status").textContent()).toBe("Paused");
+    const before = await refreshes();
+    const id = await newDelivery("Waiting");
+    await live.clock.runFor(3 * REFRESH_MS);
+    expect(await refreshes()).toBe(before);
+    expect(await live.locator(`tr[data-delivery-id="${id}"]`).count()).toBe(0);
+    await live.keyboard.press("Enter");
+    expect(await pause.getAttribute("aria-pressed")).toBe("false");
+    expect(await live.getByRole("status").textContent()).toBe("Live");
+    await live.clock.runFor(REFRESH_MS);
+    await live.waitForSelector(`tr[data-delivery-id="${id}"]`);
+    expect(await cspViolations(live)).toEqual([]);
+    await live.close();
+  }, SLOW);
+});
+
+describe("focus and contrast", () => {
+  test("every focus ring is opaque and at least 3:1 against what surrounds it: checkboxes, links on cards and on the page, the top bar", async () => {
+    await page.goto(url("/console/subscriptions"));
+    await page.focus("input[name=description]");
+    while (!(await page.evaluate(() => (document.activeElement as HTMLInputElement).type === "checkbox"))) await page.keyboard.press("Tab");
+    const focused = page.locator(":focus");
+    // shown, solid and at least 2 px wide
+    const ring = () => focused.evaluate((element) => [element.matches(":focus-visible"), getComputedStyle(element).outlineStyle, parseFloat(getComputedStyle(element).outlineWidth) >= 2]);
+    expect(await ring()).toEqual([true, "solid", true]);
+    expect(contrastRatio(await colourLayers(focused, "outline", "parent"))).toBeGreaterThanOrEqual(3);
+    for (const [where, selector] of [
+      ["a link on a white card", `tr[data-subscription-id="${warehouse.id}"] a >> nth=0`],
+      ["a link on the page", ".page-head a.button"],
+      ["a link in the top bar", ".topbar nav a >> nth=0"],
+    ]) {
+      await page.focus(selector!);
+      await page.keyboard.press("Shift+Tab");
+      await page.keyboard.press("Tab");
+      expect([where, ...(await ring())]).toEqual([where, true, "solid", true]);
+      expect([where, contrastRatio(await colourLayers(focused, "outline", "parent")) >= 3]).toEqual([where, true]);
+    }
+  }, SLOW);
+
+  test("text fields and selects are outlined at 3:1 or more", async () => {
+    await page.goto(url("/console/users"));
+    for (const selector of ["input[name=name]", "input[name=email]"]) {
+      expect([selector, contrastRatio(await colourLayers(page.locator(selector), "border", "parent")) >= 3]).toEqual([selector, true]);
+    }
+    await page.goto(url("/console/"));
+    expect(contrastRatio(await colourLayers(page.locator("select[name=status]"), "border", "parent"))).toBeGreaterThanOrEqual(3);
+  }, SLOW);
+
+  test("the rotation wizard's current step number is at least 4.5:1", async () => {
+    await page.goto(url("/console/rotations/new"));
+    expect(contrastRatio(await colourLayers(page.locator(".stepper li.current .step-no"), "color", "self"))).toBeGreaterThanOrEqual(4.5);
+  }, SLOW);
+});
+
+describe("charts beyond colour", () => {
+  test("failed and pending bars are patterned, succeeded solid, and the legend is read by screen readers", async () => {
+    await page.goto(url("/console/"));
+    const fills = await page.locator(`#chart-${warehouse.id}-24h svg`).evaluate((svg) =>
+      Object.fromEntries(
+        ["succeeded", "failed", "pending"].map((status) => {
+          const fill = getComputedStyle(svg.querySelector(`rect[data-status=${status}]`)!).fill;
+          const pattern = /^url\("#(.+)"\)$/.exec(fill)?.[1];
+          return [status, pattern ? svg.querySelector(`pattern[id="${pattern}"]`)?.getAttribute("data-pattern") : "solid"];
+        }),
+      ),
+    );
+    expect(fills).toEqual({ succeeded: "solid", failed: "hatched", pending: "dotted" });
+    expect(await page.locator(".chart-legend").ariaSnapshot()).toBe('- list "Legend":\n  - listitem: succeeded (solid)\n  - listitem: failed (hatched)\n  - listitem: pending (dotted)');
+    expect(await cspViolations(page)).toEqual([]);
+  }, SLOW);
+
+  test("a subscription's page shows each chart's numbers as a table on request", async () => {
+    await page.goto(url(`/console/subscriptions/${warehouse.id}`));
+    const table = page.locator(`#chart-${warehouse.id}-24h table`);
+    expect(await table.isVisible()).toBe(false);
+    await page.locator(`#chart-${warehouse.id}-24h`).getByText("Show as table").click();
+    expect(await table.isVisible()).toBe(true);
+    expect((await table.boundingBox())!.width).toBeGreaterThan(200);
+  }, SLOW);
+});
+
+describe("structure", () => {
+  test("the start page's headings name the deliveries table and each health card's subscription, without skipping a level", async () => {
+    await page.goto(url("/console/"));
+    expect(await headings(page)).toEqual([
+      [1, "Deliveries"],
+      [2, "Health at a glance"],
+      [3, `Warehouse${receiver.url}`],
+      [4, "Last 24 hours"],
+      [4, "Last 7 days"],
+      [2, "Latest deliveries"],
+    ]);
+    expect(await page.locator("#deliveries").evaluate((table) => table.closest("section")!.querySelector("h2")!.textContent)).toBe("Latest deliveries");
+  }, SLOW);
+
+  test("a delivery's page steps down one heading level at a time", async () => {
+    await server.api("POST", "/public/v1/contacts", { first_name: "Reader", email: "reader@example.com" });
+    const id = (await server.api("GET", "/public/v1/webhook-deliveries?per_page=1")).data[0].id;
+    await waitFor(async () => (await server.api("GET", `/public/v1/webhook-deliveries/${id}`)).data.attempts > 0, "the delivery's attempt");
+    await page.goto(url(`/console/deliveries/${id}`));
+    const list = await headings(page);
+    expect(list.map(([level]) => level)).toEqual([1, 2, 2, 3, 4, 4, 4]);
+    expect(skippedLevels(list)).toEqual([]);
+  }, SLOW);
+
+  test("a pager without another page is no navigation landmark", async () => {
+    const navigations = () => page.getByRole("navigation").evaluateAll((navs) => navs.map((nav) => nav.getAttribute("aria-label")));
+    await page.goto(url("/console/?status=failed&event=contact.deleted"));
+    expect(await navigations()).toEqual(["Console"]);
+    await page.goto(url("/console/contacts"));
+    expect(await navigations()).toEqual(["Console"]);
+    await page.goto(url("/console/"));
+    expect(await navigations()).toEqual(["Console", "Deliveries pages"]);
+  }, SLOW);
+
+  test("the rotation's choice of subscription is a named group", async () => {
+    await page.goto(url("/console/rotations/new"));
+    expect(await page.getByRole("group", { name: "Subscription to replace" }).getByRole("radio").count()).toBe(1);
+    expect(skippedLevels(await headings(page))).toEqual([]);
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+describe("narrow screens", () => {
+  test("at 320 px a subscription card's actions wrap inside it: none lies past the card's edge", async () => {
+    await page.setViewportSize({ width: 320, height: 700 });
+    await page.goto(url("/console/subscriptions"));
+    const overflow = await page.locator(`tr[data-subscription-id="${warehouse.id}"] td.row-actions`).evaluate((cell) => {
+      const edge = cell.getBoundingClientRect().right;
+      return [...cell.querySelectorAll("a, button")].filter((action) => action.getBoundingClientRect().right > edge + 0.5).map((action) => action.textContent);
+    });
+    expect(overflow).toEqual([]);
+    const wrap = await page.locator("#subscriptions").evaluate((table) => [table.parentElement!.scrollWidth, table.parentElement!.clientWidth]);
+    expect(wrap[0]).toBe(wrap[1]!);
+    await page.setViewportSize({ width: 1280, height: 900 });
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
