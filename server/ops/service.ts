@@ -8,7 +8,8 @@ import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { toTimestamp } from "../shared/time.ts";
 import { VERSION } from "../version.ts";
-import { deliveryHistorySize, deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
+import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
+import { recentHistorySize } from "../webhooks/retention.ts";
 import { sameBytes } from "../shared/crypto.ts";
 import { fsyncPath, partialName, publishFile } from "../shared/files.ts";
 import type { Logger } from "../shared/log.ts";
@@ -123,7 +124,7 @@ export function authorizeMetrics(config: Config, request: Request, hints: Client
  */
 async function databaseGauges(rt: Runtime): Promise<Gauge[]> {
   const up = (value: number): Gauge => ({ name: "crm_database_up", help: "1 when the gauges read from the database (queue, history) could be read; 0 while it cannot be used, and they are left out.", value });
-  const read = await Promise.all([deliveryQueueStats(rt.db), deliveryHistorySize(rt.db)]).catch((error: unknown) => {
+  const read = await Promise.all([deliveryQueueStats(rt.db), recentHistorySize(rt.db)]).catch((error: unknown) => {
     if (databaseFailureOf(error) === null) throw error;
     return null;
   });

@@ -57,7 +57,6 @@ import {
   listDeliveries,
   listSubscriptionIds,
   listSubscriptions,
-  measureDeliveryHistory,
   requeueFailedDeliveries,
   rotateSubscriptionSecret,
   setSubscriptionPaused,
@@ -65,7 +64,6 @@ import {
   updateSubscriptionSettings,
   type AttemptRow,
   type DeliveryRow,
-  type HistorySize,
   type SubscriptionRow,
 } from "./store.ts";
 import { checkTargetUrl, resolveTarget, TargetRefused } from "./targets.ts";
@@ -562,10 +560,6 @@ export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pe
   return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at };
 }
 
-/** deliveryHistorySize reports the delivery history's rows and bytes, for metrics. */
-export async function deliveryHistorySize(db: Db): Promise<HistorySize> {
-  return measureDeliveryHistory(db);
-}
 
 /** deliveryLoopStatus tells whether the delivery loop is running, how many attempts are under way, and why its claims fail, if they do. */
 export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number; claim_failure: { since: number; error: unknown } | null } {

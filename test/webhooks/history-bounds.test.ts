@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../../server/config.ts";
 import { metricsText } from "../../server/ops/service.ts";
-import { pruneToBudget } from "../../server/webhooks/retention.ts";
+import { HISTORY_SIZE_FRESH_MS, pruneToBudget, recentHistorySize } from "../../server/webhooks/retention.ts";
 import { parseExposition } from "../ops/prometheus.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -89,4 +89,22 @@ describe("delivery history bounds: the size budget", () => {
     expect(after.value("crm_webhook_history_rows", { table: "deliveries" })).toBe(kept.length + 1);
     expect(after.value("crm_webhook_history_bytes")).toBe(pruned.bytes);
   }, 20_000);
+});
+
+describe("delivery history bounds: measuring it", () => {
+  test("a scrape reuses a measure of the last minute (walking the history's pages holds SQLite's process up), then measures again", async () => {
+    h = await scope.harness();
+    const r = scope.receiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContacts(2);
+    await settledDeliveries(h);
+    const now = Date.now();
+    const first = await recentHistorySize(h.rt.db, now);
+    expect([first.deliveries, first.attempts]).toEqual([2, 2]);
+    await createContacts(1);
+    await settledDeliveries(h);
+    expect(await recentHistorySize(h.rt.db, now + HISTORY_SIZE_FRESH_MS - 1)).toEqual(first);
+    const later = await recentHistorySize(h.rt.db, now + HISTORY_SIZE_FRESH_MS);
+    expect([later.deliveries, later.attempts]).toEqual([3, 3]);
+  });
 });
