@@ -3,8 +3,8 @@ import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
 import { htmlResponse, redirect } from "../http.ts";
-import { isolated, type NoticeData } from "../pages/parts.tsx";
-import { CONSOLE_DETAIL, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { isolated } from "../pages/parts.tsx";
+import { CONSOLE_DETAIL, consoleTime, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { recentFailures, subscriptionsHealth } from "./health.ts";
 import { subscriptionPage } from "./health-pages.tsx";
 import {
@@ -42,9 +42,6 @@ type PostedForm = Parameters<typeof field>[0];
 function subscriptionForm(form: PostedForm): SubscriptionForm {
   return { target_url: field(form, "target_url"), description: field(form, "description"), events: fields(form, "events"), max_rate: field(form, "max_rate") };
 }
-
-/** errorNotice is a problem shown above the form that caused it. */
-const errorNotice = (error: { message: string }): NoticeData => ({ kind: "error", text: error.message });
 
 /**
  * subscriptionRoutes are the subscriptions: the list with recent counts, one subscription's health
@@ -87,7 +84,7 @@ export function subscriptionRoutes(rt: Runtime) {
           return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), created, notice }), 201);
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), form, notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), form, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },
@@ -133,7 +130,7 @@ export function subscriptionRoutes(rt: Runtime) {
           return redirect(`${CONSOLE_PREFIX}/subscriptions`);
         } catch (error) {
           const failure = problemOf(error, 422);
-          return htmlResponse(editSubscriptionPage({ session, subscription: await getSubscription(db, params.id), description, notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(editSubscriptionPage({ session, subscription: await getSubscription(db, params.id), description, refusal: failure }), failure.status);
         }
       },
       { params: IdParam, body: OptionalForm },
@@ -166,7 +163,9 @@ export function subscriptionRoutes(rt: Runtime) {
           return htmlResponse(recoverPage({ session, subscription, window: preview, preview }));
         } catch (error) {
           const failure = problemOf(error, 422);
-          return htmlResponse(recoverPage({ session, subscription, window: defaults, preview: null, notice: errorNotice(failure) }), failure.status);
+          // The fields show what was refused, beside the reason.
+          const refused = { since: consoleTime(query.since), until: consoleTime(query.until ?? "") };
+          return htmlResponse(recoverPage({ session, subscription, window: refused, preview: null, refusal: failure }), failure.status);
         }
       },
       { params: IdParam, query: t.Object({ since: t.Optional(t.String({ maxLength: 40 })), until: t.Optional(t.String({ maxLength: 40 })) }, { additionalProperties: true }) },
@@ -205,7 +204,7 @@ export function rotationRoutes(rt: Runtime) {
           return htmlResponse(secretRotationPage({ session, view, secret, finished: view.step === "rotate" }), 201);
         } catch (error) {
           const failure = problemOf(error, 409, 422);
-          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
         }
       },
       { params: IdParam, body: OptionalForm },
@@ -226,7 +225,7 @@ export function rotationRoutes(rt: Runtime) {
           return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation?finished=1`);
         } catch (error) {
           const failure = problemOf(error, 422);
-          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
         }
       },
       { params: IdParam, body: OptionalForm },
@@ -255,7 +254,7 @@ export function rotationRoutes(rt: Runtime) {
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, started.id), secret: started.secret }), 201);
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(rotationNewPage({ session, old, form, notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(rotationNewPage({ session, old, form, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },
@@ -277,7 +276,7 @@ export function rotationRoutes(rt: Runtime) {
           return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}`);
         } catch (error) {
           const failure = problemOf(error, 422);
-          return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), refusal: failure }), failure.status);
         }
       },
       { params: IdParam, body: OptionalForm },

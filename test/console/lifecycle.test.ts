@@ -65,7 +65,7 @@ describe("secret rotation wizard", () => {
     await page.fill("input[name=grace_hours]", "200");
     await page.evaluate(() => document.querySelector<HTMLInputElement>("input[name=grace_hours]")!.removeAttribute("max"));
     await page.click("button:has-text('Rotate secret')");
-    expect(await page.textContent(".notice")).toContain("The grace period must be a whole number of hours from 0 to 168.");
+    expect(await page.textContent(".notice")).toBe("grace hours must be a whole number of hours from 0 to 168.");
     expect(problems).toEqual(["Failed to load resource: the server responded with a status of 422 (Unprocessable Entity)"]);
     problems.splice(0); // the refusal above was the point
     await page.fill("input[name=grace_hours]", "6");
