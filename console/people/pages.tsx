@@ -5,7 +5,7 @@ import type { Operator, OperatorSummary, PendingInvite } from "../../server/oper
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { CsrfField, DataTable, NoticeBox, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
 import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 
 /** tokensPage lists API tokens (never the token itself), creates them (shown once) and links to revoking. */
@@ -47,7 +47,7 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
               <td class="row-actions">
                 {!t.revoked_at && (
                   <a class="danger-link" href={`/console/tokens/${t.id}/revoke`}>
-                    Revoke
+                    Revoke<RowSubject>token {t.name}</RowSubject>
                   </a>
                 )}
               </td>
@@ -218,10 +218,12 @@ export function operatorsPage(props: {
                 <Time value={o.last_seen_at} />
               </td>
               <td class="row-actions">
-                <a href={`/console/operators/${o.id}/reset-password`}>Reset password</a>
+                <a href={`/console/operators/${o.id}/reset-password`}>
+                  Reset password<RowSubject>of {o.email}</RowSubject>
+                </a>
                 {props.operators.length > 1 && (
                   <a class="danger-text" href={`/console/operators/${o.id}/remove`}>
-                    Remove
+                    Remove<RowSubject>operator {o.email}</RowSubject>
                   </a>
                 )}
               </td>

@@ -7,7 +7,7 @@ import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS }
 import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
-import { CsrfField, DataTable, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, DataTable, Island, NoticeBox, RowSubject, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
@@ -54,6 +54,11 @@ function SubscriptionFields({ values, refusal }: { values: SubscriptionForm; ref
       </FieldWithReason>
     </>
   );
+}
+
+/** OfSubscription ends a row action's name with its subscription ("Pause subscription Ledger", "Health of subscription Ledger"), for screen readers only: every row has the same actions. */
+function OfSubscription({ subscription: s, of = false }: { subscription: Subscription; of?: boolean }) {
+  return <RowSubject>{`${of ? "of " : ""}subscription ${s.description ?? s.target_url}`}</RowSubject>;
 }
 
 function Counts({ counts }: { counts: SubscriptionOverview["counts"] }) {
@@ -143,16 +148,17 @@ export function subscriptionsPage(props: {
                 <Time value={s.created_at} />
               </td>
               <td class="row-actions">
-                <a href={`/console/subscriptions/${s.id}`}>Health</a>
-                <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
-                {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
-                <a href={`/console/subscriptions/${s.id}/edit`}>Edit</a>
-                {s.status !== "disabled" && <a href={`/console/subscriptions/${s.id}/recover`}>Recover failed deliveries</a>}
+                <a href={`/console/subscriptions/${s.id}`}>Health<OfSubscription subscription={s} of /></a>
+                <a href={`/console/?subscription_id=${s.id}`}>Deliveries<OfSubscription subscription={s} of /></a>
+                {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation<OfSubscription subscription={s} of /></a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate<OfSubscription subscription={s} /></a>}
+                <a href={`/console/subscriptions/${s.id}/edit`}>Edit<OfSubscription subscription={s} /></a>
+                {s.status !== "disabled" && <a href={`/console/subscriptions/${s.id}/recover`}>Recover failed deliveries<OfSubscription subscription={s} of /></a>}
                 {s.status !== "disabled" && (
                   <form method="post" action={`/console/subscriptions/${s.id}/${s.status === "paused" ? "resume" : "pause"}`} class="row-form">
                     <CsrfField token={props.session.csrfToken} />
                     <button type="submit" class="link-button">
                       {s.status === "paused" ? "Resume" : "Pause"}
+                      <OfSubscription subscription={s} />
                     </button>
                   </form>
                 )}
@@ -160,12 +166,12 @@ export function subscriptionsPage(props: {
                   <form method="post" action={`/console/subscriptions/${s.id}/enable`} class="row-form">
                     <CsrfField token={props.session.csrfToken} />
                     <button type="submit" class="link-button">
-                      Enable
+                      Enable<OfSubscription subscription={s} />
                     </button>
                   </form>
                 )}
                 <a class="danger-link" href={`/console/subscriptions/${s.id}/delete`}>
-                  Delete
+                  Delete<OfSubscription subscription={s} />
                 </a>
               </td>
             </tr>

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
-import { cspViolations, signedInBrowser, signInWithBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+import { addOperator, cspViolations, signedInBrowser, signInWithBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 // Refused forms, row actions and notices as a keyboard or screen-reader user meets them, read from
 // Chromium's accessibility tree. Private targets are refused here, as on a real server.
@@ -196,5 +196,52 @@ describe("a refused form names each field and the API's reason beside it, and th
       signIn: { status: 401, text: "The email or password is wrong.", links: [], focused: true, fields: [] },
     });
     await expectOnlyRefusals();
+  }, SLOW);
+});
+
+describe("row actions", () => {
+  test("every row's actions are named with their row: subscriptions, tokens and operators", async () => {
+    const ledger = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://8.8.8.8/ledger", description: "Ledger", events: ["contact.created"] })).data;
+    const bare = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://8.8.8.8/bare", events: ["contact.created"] })).data;
+    await server.api("POST", `/public/v1/webhook-subscriptions/${bare.id}/pause`);
+    const actions = async (within: string) => {
+      const names = new Set(await page.locator(`${within} a, ${within} button`).evaluateAll((els) => els.map((e) => e.textContent)));
+      return (await axTree()).filter((node) => (node.role === "link" || node.role === "button") && names.has(node.name)).map((node) => `${node.role} ${node.name}`).toSorted();
+    };
+    await page.goto(url("/console/subscriptions"));
+    const ledgerActions = await actions(`tr[data-subscription-id="${ledger.id}"]`);
+    const bareActions = await actions(`tr[data-subscription-id="${bare.id}"]`);
+    await page.goto(url("/console/tokens"));
+    const tokenActions = await actions("table#tokens");
+    await addOperator(server.runtime.db, { email: "second@example.com", password: "another long password" });
+    await page.goto(url("/console/operators"));
+    const operatorActions = await actions("table#operators");
+    expect({ ledgerActions, bareActions, tokenActions, operatorActions }).toEqual({
+      ledgerActions: [
+        "button Pause subscription Ledger",
+        "link Delete subscription Ledger",
+        "link Deliveries of subscription Ledger",
+        "link Edit subscription Ledger",
+        "link Health of subscription Ledger",
+        "link Recover failed deliveries of subscription Ledger",
+        "link Rotate subscription Ledger",
+      ],
+      bareActions: [
+        "button Resume subscription http://8.8.8.8/bare",
+        "link Delete subscription http://8.8.8.8/bare",
+        "link Deliveries of subscription http://8.8.8.8/bare",
+        "link Edit subscription http://8.8.8.8/bare",
+        "link Health of subscription http://8.8.8.8/bare",
+        "link Recover failed deliveries of subscription http://8.8.8.8/bare",
+        "link Rotate subscription http://8.8.8.8/bare",
+      ],
+      tokenActions: ["link Revoke token console-test"],
+      operatorActions: [
+        "link Remove operator oncall@example.com",
+        "link Remove operator second@example.com",
+        "link Reset password of oncall@example.com",
+        "link Reset password of second@example.com",
+      ],
+    });
   }, SLOW);
 });
