@@ -43,6 +43,15 @@ function subscriptionForm(form: PostedForm): SubscriptionForm {
   return { target_url: field(form, "target_url"), description: field(form, "description"), events: fields(form, "events"), max_rate: field(form, "max_rate") };
 }
 
+/** DONE_NOTICES confirm on the subscriptions page what a row's form did, by the flag its redirect sets: the page reloads, so it must say what happened. */
+const DONE_NOTICES: Record<string, string> = {
+  deleted: "Subscription deleted. Nothing more is sent to it.",
+  enabled: "Subscription enabled. Events from now on are delivered to it; recover the deliveries that failed while it was disabled.",
+  paused: "Subscription paused. Its deliveries wait until it is resumed.",
+  resumed: "Subscription resumed. The deliveries that waited are sent now.",
+  saved: "Description saved.",
+};
+
 /**
  * subscriptionRoutes are the subscriptions: the list with recent counts, one subscription's health
  * and failures, create, edit, pause, enable, delete and recover failed deliveries. Every form that
@@ -57,18 +66,18 @@ export function subscriptionRoutes(rt: Runtime) {
       async ({ session, query }) => {
         // Only the count the recover form's redirect writes: a hand-made "1e20" or "-1" says nothing.
         const recovered = query.recovered !== undefined && /^\d{1,9}$/.test(query.recovered) ? Number(query.recovered) : null;
-        const notice = query.deleted
-          ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." }
-          : recovered !== null
+        const flagged = Object.entries(DONE_NOTICES).find(([flag]) => query[flag]);
+        const notice =
+          recovered !== null
             ? { kind: "success" as const, text: `${recovered} failed ${recovered === 1 ? "delivery" : "deliveries"} queued again, oldest first.` }
-            : query.enabled
-              ? { kind: "success" as const, text: "Subscription enabled. Events from now on are delivered to it; recover the deliveries that failed while it was disabled." }
+            : flagged
+              ? { kind: "success" as const, text: flagged[1] }
               : null;
         return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), notice }));
       },
       {
         query: t.Object(
-          { deleted: t.Optional(t.String({ maxLength: 10 })), recovered: t.Optional(t.String({ maxLength: 10 })), enabled: t.Optional(t.String({ maxLength: 10 })) },
+          Object.fromEntries(["recovered", ...Object.keys(DONE_NOTICES)].map((flag) => [flag, t.Optional(t.String({ maxLength: 10 }))])),
           { additionalProperties: true },
         ),
       },
@@ -127,7 +136,7 @@ export function subscriptionRoutes(rt: Runtime) {
         try {
           description = field(body, "description");
           await editSubscriptionFromForm(rt, params.id, description);
-          return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+          return redirect(`${CONSOLE_PREFIX}/subscriptions?saved=1`);
         } catch (error) {
           const failure = problemOf(error, 422);
           return htmlResponse(editSubscriptionPage({ session, subscription: await getSubscription(db, params.id), description, refusal: failure }), failure.status);
@@ -139,7 +148,7 @@ export function subscriptionRoutes(rt: Runtime) {
       "/subscriptions/:id/pause",
       async ({ params }) => {
         await pauseSubscription(rt, params.id, true, null);
-        return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+        return redirect(`${CONSOLE_PREFIX}/subscriptions?paused=1`);
       },
       { params: IdParam, body: OptionalForm },
     )
@@ -147,7 +156,7 @@ export function subscriptionRoutes(rt: Runtime) {
       "/subscriptions/:id/resume",
       async ({ params }) => {
         await pauseSubscription(rt, params.id, false, null);
-        return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+        return redirect(`${CONSOLE_PREFIX}/subscriptions?resumed=1`);
       },
       { params: IdParam, body: OptionalForm },
     )

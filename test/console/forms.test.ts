@@ -199,7 +199,7 @@ describe("a refused form names each field and the API's reason beside it, and th
   }, SLOW);
 });
 
-describe("row actions", () => {
+describe("row actions and what they did", () => {
   test("every row's actions are named with their row: subscriptions, tokens and operators", async () => {
     const ledger = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://8.8.8.8/ledger", description: "Ledger", events: ["contact.created"] })).data;
     const bare = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://8.8.8.8/bare", events: ["contact.created"] })).data;
@@ -243,5 +243,25 @@ describe("row actions", () => {
         "link Reset password of second@example.com",
       ],
     });
+  }, SLOW);
+
+  test("pause, resume and a saved description say so after the page reloads, as enable and delete do", async () => {
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://8.8.8.8/pause", description: "Pausable", events: ["contact.created"] })).data;
+    const row = `tr[data-subscription-id="${sub.id}"]`;
+    const notice = async () => [new URL(page.url()).search, await page.locator(".notice").evaluateAll((boxes) => boxes.map((box) => `${box.getAttribute("role")}: ${box.textContent}`))];
+    await page.goto(url("/console/subscriptions"));
+    await Promise.all([page.waitForNavigation(), page.click(`${row} button:has-text('Pause')`)]);
+    const paused = await notice();
+    await Promise.all([page.waitForNavigation(), page.click(`${row} button:has-text('Resume')`)]);
+    const resumed = await notice();
+    await page.goto(url(`/console/subscriptions/${sub.id}/edit`));
+    await page.fill("input[name=description]", "Renamed");
+    await Promise.all([page.waitForNavigation(), page.press("input[name=description]", "Enter")]);
+    expect([paused, resumed, await notice()]).toEqual([
+      ["?paused=1", ["status: Subscription paused. Its deliveries wait until it is resumed."]],
+      ["?resumed=1", ["status: Subscription resumed. The deliveries that waited are sent now."]],
+      ["?saved=1", ["status: Description saved."]],
+    ]);
+    await expectOnlyRefusals();
   }, SLOW);
 });
