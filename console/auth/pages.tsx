@@ -3,10 +3,23 @@ import { MIN_OPERATOR_PASSWORD_LENGTH } from "../../server/limits/limits.ts";
 import type { OperatorLink } from "../../server/operators/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { CsrfField, NoticeBox, type NoticeData } from "../pages/parts.tsx";
+import { fieldMarks, FieldWithReason, RefusalSummary, type Refusal } from "../pages/forms.tsx";
+import { CsrfField, NoticeBox } from "../pages/parts.tsx";
+
+/** EmailField is the operator's email of the sign-in and setup forms, focused as the page loads (unless a refusal's summary takes the focus first). */
+function EmailField({ email, refusal }: { email: string | undefined; refusal: Refusal | null | undefined }) {
+  return (
+    <FieldWithReason refusal={refusal} name="email">
+      <label>
+        Email
+        <input type="email" name="email" autocomplete="username" required value={email ?? ""} autofocus {...fieldMarks(refusal, "email")} />
+      </label>
+    </FieldWithReason>
+  );
+}
 
 /** loginPage renders the sign-in form. */
-export function loginPage(props: { csrfToken: string; email?: string; next?: string; notice?: NoticeData | null }): string {
+export function loginPage(props: { csrfToken: string; email?: string; next?: string; refusal?: Refusal | null }): string {
   return renderPage({
     title: "Sign in",
     session: null,
@@ -14,18 +27,17 @@ export function loginPage(props: { csrfToken: string; email?: string; next?: str
       <section class="card auth">
         <h1>Sign in</h1>
         <p class="muted">Operators only. Ask an administrator for an account, or run <code>crm operator create</code>.</p>
-        <NoticeBox notice={props.notice} />
+        <RefusalSummary refusal={props.refusal} fields={["email", "password"]} />
         <form method="post" action="/console/login" class="stack">
           <CsrfField token={props.csrfToken} />
           {props.next && <input type="hidden" name="next" value={props.next} />}
-          <label>
-            Email
-            <input type="email" name="email" autocomplete="username" required value={props.email ?? ""} autofocus />
-          </label>
-          <label>
-            Password
-            <input type="password" name="password" autocomplete="current-password" required />
-          </label>
+          <EmailField email={props.email} refusal={props.refusal} />
+          <FieldWithReason refusal={props.refusal} name="password">
+            <label>
+              Password
+              <input type="password" name="password" autocomplete="current-password" required {...fieldMarks(props.refusal, "password")} />
+            </label>
+          </FieldWithReason>
           <button type="submit" class="button primary">
             Sign in
           </button>
@@ -36,7 +48,7 @@ export function loginPage(props: { csrfToken: string; email?: string; next?: str
 }
 
 /** setupPage renders the first-run form that creates the first operator, or says why the link does not work. */
-export function setupPage(props: { csrfToken: string; code: string; usable: boolean; email?: string; notice?: NoticeData | null }): string {
+export function setupPage(props: { csrfToken: string; code: string; usable: boolean; email?: string; refusal?: Refusal | null }): string {
   return renderPage({
     title: "Set up the console",
     session: null,
@@ -46,22 +58,23 @@ export function setupPage(props: { csrfToken: string; code: string; usable: bool
         {props.usable ? (
           <>
             <p class="muted">This one-time link works for 30 minutes. The account you create here can sign in to the console.</p>
-            <NoticeBox notice={props.notice} />
+            <RefusalSummary refusal={props.refusal} fields={["email", "password", "password_again"]} />
             <form method="post" action="/console/setup" class="stack">
               <CsrfField token={props.csrfToken} />
               <input type="hidden" name="code" value={props.code} />
-              <label>
-                Email
-                <input type="email" name="email" autocomplete="username" required value={props.email ?? ""} autofocus />
-              </label>
-              <label>
-                Password <span class="hint">at least 10 characters</span>
-                <input type="password" name="password" autocomplete="new-password" minLength={10} required />
-              </label>
-              <label>
-                Password again
-                <input type="password" name="password_again" autocomplete="new-password" minLength={10} required />
-              </label>
+              <EmailField email={props.email} refusal={props.refusal} />
+              <FieldWithReason refusal={props.refusal} name="password">
+                <label>
+                  Password <span class="hint">at least 10 characters</span>
+                  <input type="password" name="password" autocomplete="new-password" minLength={10} required {...fieldMarks(props.refusal, "password")} />
+                </label>
+              </FieldWithReason>
+              <FieldWithReason refusal={props.refusal} name="password_again">
+                <label>
+                  Password again
+                  <input type="password" name="password_again" autocomplete="new-password" minLength={10} required {...fieldMarks(props.refusal, "password_again")} />
+                </label>
+              </FieldWithReason>
               <button type="submit" class="button primary">
                 Create operator and sign in
               </button>
@@ -100,7 +113,7 @@ export function messagePage(props: { session: ConsoleSession | null; title: stri
 }
 
 /** linkPage renders the form of a one-time link: an invited operator, or one whose password was reset, chooses a password. */
-export function linkPage(props: { csrfToken: string; code: string; link: OperatorLink | null; notice?: NoticeData | null }): string {
+export function linkPage(props: { csrfToken: string; code: string; link: OperatorLink | null; refusal?: Refusal | null }): string {
   const invite = props.link?.purpose === "invite";
   return renderPage({
     title: invite ? "Join the console" : "Choose a new password",
@@ -114,19 +127,23 @@ export function linkPage(props: { csrfToken: string; code: string; link: Operato
               {invite ? "You were invited as an operator with the email " : "A new password for "}
               <strong>{props.link.email}</strong>. This one-time link works once.
             </p>
-            <NoticeBox notice={props.notice} />
+            <RefusalSummary refusal={props.refusal} fields={["password", "password_again"]} />
             <form method="post" action="/console/welcome" class="stack">
               <CsrfField token={props.csrfToken} />
               <input type="hidden" name="code" value={props.code} />
               <input type="email" name="email" autocomplete="username" value={props.link.email} hidden readOnly />
-              <label>
-                Password <span class="hint">at least {MIN_OPERATOR_PASSWORD_LENGTH} characters</span>
-                <input type="password" name="password" autocomplete="new-password" minLength={MIN_OPERATOR_PASSWORD_LENGTH} required autofocus />
-              </label>
-              <label>
-                Password again
-                <input type="password" name="password_again" autocomplete="new-password" minLength={MIN_OPERATOR_PASSWORD_LENGTH} required />
-              </label>
+              <FieldWithReason refusal={props.refusal} name="password">
+                <label>
+                  Password <span class="hint">at least {MIN_OPERATOR_PASSWORD_LENGTH} characters</span>
+                  <input type="password" name="password" autocomplete="new-password" minLength={MIN_OPERATOR_PASSWORD_LENGTH} required autofocus {...fieldMarks(props.refusal, "password")} />
+                </label>
+              </FieldWithReason>
+              <FieldWithReason refusal={props.refusal} name="password_again">
+                <label>
+                  Password again
+                  <input type="password" name="password_again" autocomplete="new-password" minLength={MIN_OPERATOR_PASSWORD_LENGTH} required {...fieldMarks(props.refusal, "password_again")} />
+                </label>
+              </FieldWithReason>
               <button type="submit" class="button primary">
                 {invite ? "Create my account and sign in" : "Set the password and sign in"}
               </button>

@@ -48,7 +48,7 @@ export function authRoutes(rt: Runtime) {
         } catch (error) {
           const failure = problemOf(error);
           const usable = await setupCodeUsable(db, input.code);
-          return htmlResponse(setupPage({ csrfToken: csrfTokenFor(csrfSeed!), code: input.code, usable, email: input.email, notice: { kind: "error", text: failure.message } }), failure.status);
+          return htmlResponse(setupPage({ csrfToken: csrfTokenFor(csrfSeed!), code: input.code, usable, email: input.email, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },
@@ -74,7 +74,7 @@ export function authRoutes(rt: Runtime) {
           return redirect(next ?? `${CONSOLE_PREFIX}/`, { cookies: signedInCookies(signedIn, secure) });
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(loginPage({ csrfToken: csrfTokenFor(csrfSeed!), email, next, notice: { kind: "error", text: failure.message } }), failure.status, {
+          return htmlResponse(loginPage({ csrfToken: csrfTokenFor(csrfSeed!), email, next, refusal: failure }), failure.status, {
             headers: failure.headers,
           });
         }
@@ -99,7 +99,7 @@ export function authRoutes(rt: Runtime) {
           return redirect(`${CONSOLE_PREFIX}/`, { cookies: signedInCookies(signedIn, secure) });
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(linkPage({ csrfToken: csrfTokenFor(csrfSeed!), code, link: await operatorLink(db, code), notice: { kind: "error", text: failure.message } }), failure.status);
+          return htmlResponse(linkPage({ csrfToken: csrfTokenFor(csrfSeed!), code, link: await operatorLink(db, code), refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },

@@ -5,6 +5,7 @@ import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES } from "../../server/webhooks/mo
 import type { ConsoleSession, DeliveriesView, DeliveryFilters } from "../model.ts";
 import { DeliveriesLive, type DeliveriesLiveProps } from "../pages/deliveries-live.tsx";
 import { EventDeliveries } from "../contacts/pages.tsx";
+import { fieldMarks, FieldWithReason, RefusalSummary, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
@@ -23,19 +24,22 @@ function filterQuery(filters: DeliveryFilters): string {
 }
 
 /** FilterSelect is one filter of the deliveries page: "any" or one of the options ([value, label]). */
-function FilterSelect(props: { name: string; label: string; any: string; selected: string | undefined; options: [string, string][] }) {
+function FilterSelect(props: { name: string; label: string; any: string; selected: string | undefined; options: [string, string][]; refusal: Refusal | null | undefined }) {
+  const grow = props.name === "subscription_id" ? "grow" : undefined;
   return (
-    <label class={props.name === "subscription_id" ? "grow" : undefined}>
-      {props.label}
-      <select name={props.name}>
-        <option value="">{props.any}</option>
-        {props.options.map(([value, label]) => (
-          <option value={value} selected={props.selected === value}>
-            {label}
-          </option>
-        ))}
-      </select>
-    </label>
+    <FieldWithReason refusal={props.refusal} name={props.name} className={grow}>
+      <label class={grow}>
+        {props.label}
+        <select name={props.name} {...fieldMarks(props.refusal, props.name)}>
+          <option value="">{props.any}</option>
+          {props.options.map(([value, label]) => (
+            <option value={value} selected={props.selected === value}>
+              {label}
+            </option>
+          ))}
+        </select>
+      </label>
+    </FieldWithReason>
   );
 }
 
@@ -48,16 +52,19 @@ function fieldStep(value: string | undefined): string | undefined {
 }
 
 /** FilterInput is a typed filter of the deliveries page: an id, or a time (UTC). */
-function FilterInput(props: { name: keyof DeliveryFilters; label: string; value: string | undefined; time?: boolean; placeholder?: string }) {
+function FilterInput(props: { name: keyof DeliveryFilters; label: string; value: string | undefined; time?: boolean; placeholder?: string; refusal: Refusal | null | undefined }) {
+  const marks = fieldMarks(props.refusal, props.name);
   return (
-    <label>
-      {props.label}
-      {props.time ? (
-        <input type="datetime-local" name={props.name} value={props.value ?? ""} step={fieldStep(props.value)} />
-      ) : (
-        <input type="text" name={props.name} value={props.value ?? ""} placeholder={props.placeholder} maxLength={64} spellcheck={false} />
-      )}
-    </label>
+    <FieldWithReason refusal={props.refusal} name={props.name}>
+      <label>
+        {props.label}
+        {props.time ? (
+          <input type="datetime-local" name={props.name} value={props.value ?? ""} step={fieldStep(props.value)} {...marks} />
+        ) : (
+          <input type="text" name={props.name} value={props.value ?? ""} placeholder={props.placeholder} maxLength={64} spellcheck={false} {...marks} />
+        )}
+      </label>
+    </FieldWithReason>
   );
 }
 
@@ -69,7 +76,7 @@ export function deliveriesPage(props: {
   subscriptions: Subscription[];
   health: SubscriptionHealth[];
   limit: number;
-  notice?: NoticeData | null;
+  refusal?: Refusal | null;
 }): string {
   const { filters, view } = props;
   const query = filterQuery(filters);
@@ -89,19 +96,20 @@ export function deliveriesPage(props: {
         </div>
         <HealthPanel health={props.health} />
         <form class="filters card" method="get" action="/console/">
-          <FilterSelect name="status" label="Status" any="Any status" selected={filters.status} options={DELIVERY_STATUSES.map((s) => [s, s])} />
-          <FilterSelect name="event" label="Event" any="Any event" selected={filters.event} options={WEBHOOK_EVENT_TYPES.map((e) => [e, e])} />
+          <FilterSelect name="status" label="Status" any="Any status" selected={filters.status} options={DELIVERY_STATUSES.map((s) => [s, s])} refusal={props.refusal} />
+          <FilterSelect name="event" label="Event" any="Any event" selected={filters.event} options={WEBHOOK_EVENT_TYPES.map((e) => [e, e])} refusal={props.refusal} />
           <FilterSelect
             name="subscription_id"
             label="Subscription"
             any="Any subscription"
             selected={filters.subscription_id}
             options={props.subscriptions.map((s) => [s.id, s.description ? `${isolated(s.description)} — ${s.target_url}` : s.target_url])}
+            refusal={props.refusal}
           />
-          <FilterInput name="event_id" label="Event id" value={filters.event_id} placeholder="evt_…" />
-          <FilterInput name="contact_id" label="Contact id" value={filters.contact_id} placeholder="con_…" />
-          <FilterInput name="since" label="From (UTC)" value={filters.since} time />
-          <FilterInput name="until" label="Until (UTC)" value={filters.until} time />
+          <FilterInput name="event_id" label="Event id" value={filters.event_id} placeholder="evt_…" refusal={props.refusal} />
+          <FilterInput name="contact_id" label="Contact id" value={filters.contact_id} placeholder="con_…" refusal={props.refusal} />
+          <FilterInput name="since" label="From (UTC)" value={filters.since} time refusal={props.refusal} />
+          <FilterInput name="until" label="Until (UTC)" value={filters.until} time refusal={props.refusal} />
           <div class="filter-actions">
             <button type="submit" class="button">
               Filter
@@ -113,7 +121,7 @@ export function deliveriesPage(props: {
             )}
           </div>
         </form>
-        <NoticeBox notice={props.notice} />
+        <RefusalSummary refusal={props.refusal} fields={LIVE_FILTERS} />
         {view.older ? (
           <DeliveriesLive {...live} />
         ) : (

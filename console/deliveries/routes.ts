@@ -30,7 +30,7 @@ export function deliveryRoutes(rt: Runtime) {
           // A wrong filter shows the page unfiltered, with the filter's problem above the table.
           const failure = problemOf(error, 422);
           const view = await latestDeliveries(db, {});
-          return htmlResponse(deliveriesPage({ session, view, filters: {}, subscriptions, health, limit: LATEST_DELIVERIES, notice: { kind: "error", text: failure.message } }), 422);
+          return htmlResponse(deliveriesPage({ session, view, filters: {}, subscriptions, health, limit: LATEST_DELIVERIES, refusal: failure }), 422);
         }
       },
       { query: DeliveryFilterQuery },

@@ -1,5 +1,7 @@
 /** @jsxImportSource preact */
 import type { ComponentChildren } from "preact";
+import { fieldNameOf, fieldWords } from "../../server/http/schema-errors.ts";
+import type { ProblemError } from "../../server/shared/problem.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage, type Section } from "./layout.tsx";
 import { CsrfField } from "./parts.tsx";
@@ -43,4 +45,74 @@ export function confirmPage(props: { session: ConsoleSession; title: string; sec
       </section>
     ),
   });
+}
+
+/** Refusal is why a service refused a form: the problem's detail and the fields it names with their reasons, the API's errors[]. */
+export type Refusal = Pick<ProblemError, "message" | "errors">;
+
+const fieldId = (name: string) => `field-${name}`;
+const reasonId = (name: string) => `${name}-reason`;
+
+/** reasonOf is what a refusal says of one field, in the API's words (its errors about it, joined), or null when it does not name the field. */
+function reasonOf(refusal: Refusal | null | undefined, name: string): string | null {
+  const details = (refusal?.errors ?? []).filter((error) => fieldNameOf(error) === name).map((error) => error.detail);
+  return details.length > 0 ? details.join("; ") : null;
+}
+
+/** fieldMarks are the attributes of a field its form's refusal names: the id its summary links to, aria-invalid, and aria-describedby naming its reason (FieldWithReason); none for any other field. */
+export function fieldMarks(refusal: Refusal | null | undefined, name: string): { id?: string; "aria-invalid"?: "true"; "aria-describedby"?: string } {
+  return reasonOf(refusal, name) === null ? {} : { id: fieldId(name), "aria-invalid": "true", "aria-describedby": reasonId(name) };
+}
+
+/**
+ * FieldWithReason is a field (a label wrapping its input, or a fieldset) and, when its form's
+ * refusal names it, the reason beside it; the reason stays outside the label, so it describes the
+ * input (fieldMarks) without becoming part of its name. `className` is the field's own layout class.
+ */
+export function FieldWithReason({ refusal, name, className, children }: { refusal: Refusal | null | undefined; name: string; className?: string; children: ComponentChildren }) {
+  const reason = reasonOf(refusal, name);
+  if (reason === null) return <>{children}</>;
+  return (
+    <div class={className ? `field ${className}` : "field"}>
+      {children}
+      <p class="field-reason" id={reasonId(name)}>
+        {reason}
+      </p>
+    </div>
+  );
+}
+
+/**
+ * RefusalSummary heads a refused form: each error about one of its `fields`, in the API's words
+ * and linked to the field, or the problem's detail when it names none of them (or more than them).
+ * It takes the focus as the page loads (autofocus: the console's CSP runs no inline script), so
+ * keyboard and screen-reader users start at what to correct, not at the top of the page.
+ */
+export function RefusalSummary({ refusal, fields }: { refusal: Refusal | null | undefined; fields: readonly string[] }) {
+  if (!refusal) return null;
+  const errors = refusal.errors ?? [];
+  const named = errors.filter((error) => fields.includes(fieldNameOf(error)));
+  const list = (
+    <ul class="refusal-fields">
+      {named.map((error) => (
+        <li>
+          <a href={`#${fieldId(fieldNameOf(error))}`}>{fieldWords(error)}.</a>
+        </li>
+      ))}
+    </ul>
+  );
+  return (
+    <div class="notice notice-error" role="alert" tabIndex={-1} autofocus id="refusal">
+      {named.length === 0 ? (
+        refusal.message
+      ) : named.length === errors.length ? (
+        list
+      ) : (
+        <>
+          <p>{refusal.message}</p>
+          {list}
+        </>
+      )}
+    </div>
+  );
 }

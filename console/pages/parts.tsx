@@ -94,6 +94,11 @@ export function SubscriptionLabel({ description, url }: { description: string | 
   );
 }
 
+/** RowSubject ends the name of a row's action with what the row is, for screen readers only, so that "Revoke" in a list of every row's actions says which; it is read after the visible words, as voice control expects. */
+export function RowSubject({ children }: { children: ComponentChildren }) {
+  return <span class="visually-hidden"> {children}</span>;
+}
+
 /** Column heads a DataTable column; "" is an actions column, named for screen readers only. */
 export type Column = string | { label: string; className: string };
 

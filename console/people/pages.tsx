@@ -5,11 +5,11 @@ import type { Operator, OperatorSummary, PendingInvite } from "../../server/oper
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { CsrfField, DataTable, NoticeBox, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
-import { confirmPage, SecretOnce } from "../pages/forms.tsx";
+import { CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 
 /** tokensPage lists API tokens (never the token itself), creates them (shown once) and links to revoking. */
-export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInfo[]; created?: { token: string; info: ApiTokenInfo } | null; name?: string; notice?: NoticeData | null }): string {
+export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInfo[]; created?: { token: string; info: ApiTokenInfo } | null; name?: string; notice?: NoticeData | null; refusal?: Refusal | null }): string {
   return renderPage({
     title: "API tokens",
     session: props.session,
@@ -47,7 +47,7 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
               <td class="row-actions">
                 {!t.revoked_at && (
                   <a class="danger-link" href={`/console/tokens/${t.id}/revoke`}>
-                    Revoke
+                    Revoke<RowSubject>token {t.name}</RowSubject>
                   </a>
                 )}
               </td>
@@ -56,12 +56,15 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
         </DataTable>
         <section class="card">
           <h2>New API token</h2>
+          <RefusalSummary refusal={props.refusal} fields={["name"]} />
           <form method="post" action="/console/tokens" class="inline-form">
             <CsrfField token={props.session.csrfToken} />
-            <label class="grow">
-              Name <span class="hint">who or what uses it</span>
-              <input type="text" name="name" required maxLength={100} placeholder="nightly-import" value={props.name ?? ""} />
-            </label>
+            <FieldWithReason refusal={props.refusal} name="name" className="grow">
+              <label class="grow">
+                Name <span class="hint">who or what uses it</span>
+                <input type="text" name="name" required maxLength={100} placeholder="nightly-import" value={props.name ?? ""} {...fieldMarks(props.refusal, "name")} />
+              </label>
+            </FieldWithReason>
             <button type="submit" class="button primary">
               Create token
             </button>
@@ -90,7 +93,7 @@ export function revokeTokenPage(props: { session: ConsoleSession; token: ApiToke
 }
 
 /** usersPage lists the users contacts can be assigned to and adds new ones. */
-export function usersPage(props: { session: ConsoleSession; users: User[]; meta: ListMeta; form?: { name: string; email: string }; notice?: NoticeData | null }): string {
+export function usersPage(props: { session: ConsoleSession; users: User[]; meta: ListMeta; form?: { name: string; email: string }; notice?: NoticeData | null; refusal?: Refusal | null }): string {
   const { meta } = props;
   const form = props.form ?? { name: "", email: "" };
   return renderPage({
@@ -137,17 +140,22 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
         </DataTable>
         <section class="card">
           <h2>New user</h2>
+          <RefusalSummary refusal={props.refusal} fields={["name", "email"]} />
           <form method="post" action="/console/users" class="inline-form">
             <CsrfField token={props.session.csrfToken} />
             <input type="hidden" name="form_key" value={crypto.randomUUID()} />
-            <label class="grow">
-              Name
-              <input type="text" name="name" required maxLength={200} value={form.name} />
-            </label>
-            <label class="grow">
-              Email
-              <input type="email" name="email" required maxLength={254} value={form.email} />
-            </label>
+            <FieldWithReason refusal={props.refusal} name="name" className="grow">
+              <label class="grow">
+                Name
+                <input type="text" name="name" required maxLength={200} value={form.name} {...fieldMarks(props.refusal, "name")} />
+              </label>
+            </FieldWithReason>
+            <FieldWithReason refusal={props.refusal} name="email" className="grow">
+              <label class="grow">
+                Email
+                <input type="email" name="email" required maxLength={254} value={form.email} {...fieldMarks(props.refusal, "email")} />
+              </label>
+            </FieldWithReason>
             <button type="submit" class="button primary">
               Add user
             </button>
@@ -166,7 +174,15 @@ export interface OneTimeLink {
 }
 
 /** operatorsPage lists the operators and pending invitations, shows a link just made (once), and invites a new operator. */
-export function operatorsPage(props: { session: ConsoleSession; operators: OperatorSummary[]; invites: PendingInvite[]; link?: OneTimeLink | null; email?: string; notice?: NoticeData | null }): string {
+export function operatorsPage(props: {
+  session: ConsoleSession;
+  operators: OperatorSummary[];
+  invites: PendingInvite[];
+  link?: OneTimeLink | null;
+  email?: string;
+  notice?: NoticeData | null;
+  refusal?: Refusal | null;
+}): string {
   return renderPage({
     title: "Operators",
     session: props.session,
@@ -202,10 +218,12 @@ export function operatorsPage(props: { session: ConsoleSession; operators: Opera
                 <Time value={o.last_seen_at} />
               </td>
               <td class="row-actions">
-                <a href={`/console/operators/${o.id}/reset-password`}>Reset password</a>
+                <a href={`/console/operators/${o.id}/reset-password`}>
+                  Reset password<RowSubject>of {o.email}</RowSubject>
+                </a>
                 {props.operators.length > 1 && (
                   <a class="danger-text" href={`/console/operators/${o.id}/remove`}>
-                    Remove
+                    Remove<RowSubject>operator {o.email}</RowSubject>
                   </a>
                 )}
               </td>
@@ -230,12 +248,15 @@ export function operatorsPage(props: { session: ConsoleSession; operators: Opera
         <section class="card">
           <h2>Invite an operator</h2>
           <p class="muted">You get a one-time link to send; with it they choose their password and sign in.</p>
+          <RefusalSummary refusal={props.refusal} fields={["email"]} />
           <form method="post" action="/console/operators" class="inline-form">
             <CsrfField token={props.session.csrfToken} />
-            <label class="grow">
-              Email
-              <input type="email" name="email" required maxLength={254} value={props.email ?? ""} />
-            </label>
+            <FieldWithReason refusal={props.refusal} name="email" className="grow">
+              <label class="grow">
+                Email
+                <input type="email" name="email" required maxLength={254} value={props.email ?? ""} {...fieldMarks(props.refusal, "email")} />
+              </label>
+            </FieldWithReason>
             <button type="submit" class="button primary">
               Make invitation link
             </button>

@@ -5,6 +5,7 @@ import { findOperator, inviteOperator, operatorSummaries, passwordResetLink, pen
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError } from "../../server/shared/problem.ts";
 import { clearCookieHeader, htmlResponse, redirect, SESSION_COOKIE } from "../http.ts";
+import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
@@ -22,7 +23,7 @@ export function peopleRoutes(rt: Runtime) {
    */
   const linkUrl = (request: Request, secure: boolean, code: string) => `${secure ? "https" : "http"}://${new URL(request.url).host}${CONSOLE_PREFIX}/welcome?code=${code}`;
   /** operatorsView renders the operators page with a link just made or a form's problem. */
-  const operatorsView = async (session: Parameters<typeof operatorsPage>[0]["session"], extras: { link?: OneTimeLink; email?: string; notice?: NoticeData | null } = {}) =>
+  const operatorsView = async (session: Parameters<typeof operatorsPage>[0]["session"], extras: { link?: OneTimeLink; email?: string; notice?: NoticeData | null; refusal?: Refusal } = {}) =>
     operatorsPage({ session, operators: await operatorSummaries(db), invites: await pendingInvites(db), ...extras });
   const operatorOr404 = async (id: string) => {
     const operator = await findOperator(db, id);
@@ -49,7 +50,7 @@ export function peopleRoutes(rt: Runtime) {
           return htmlResponse(tokensPage({ session, tokens: await listTokens(db), created }), 201);
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), name, notice: { kind: "error", text: failure.message } }), failure.status);
+          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), name, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },
@@ -91,7 +92,7 @@ export function peopleRoutes(rt: Runtime) {
         } catch (error) {
           const failure = problemOf(error);
           const page = await usersOnPage(db);
-          return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, form, notice: { kind: "error", text: failure.message } }), failure.status);
+          return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, form, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },
@@ -114,7 +115,7 @@ export function peopleRoutes(rt: Runtime) {
           return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: email.trim().toLowerCase(), url: linkUrl(request, secure, code) } }), 201);
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(await operatorsView(session, { email, notice: { kind: "error", text: failure.message } }), failure.status);
+          return htmlResponse(await operatorsView(session, { email, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },

@@ -4,43 +4,61 @@ import { WEBHOOK_EVENT_TYPES, type Subscription, type SubscriptionWithSecret } f
 import type { ConsoleSession } from "../model.ts";
 import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "./service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
-import { confirmPage, SecretOnce } from "../pages/forms.tsx";
+import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
-import { CsrfField, DataTable, Island, NoticeBox, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, DataTable, Island, NoticeBox, RowSubject, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
 
-/** SubscriptionFields are the target URL, description and event boxes of a subscription form. */
-function SubscriptionFields({ values }: { values: SubscriptionForm }) {
+/** SUBSCRIPTION_FIELDS are the fields of a subscription form a refusal may name. */
+const SUBSCRIPTION_FIELDS = ["target_url", "description", "max_rate", "events"];
+
+/** SubscriptionFields are the target URL, description and event boxes of a subscription form, each with the reason its refusal gives. */
+function SubscriptionFields({ values, refusal }: { values: SubscriptionForm; refusal?: Refusal | null }) {
+  // The summary links to the first event box; the reason describes every box.
+  const events = fieldMarks(refusal, "events");
   return (
     <>
-      <label>
-        Receiver URL
-        <input type="url" name="target_url" required maxLength={2048} placeholder="https://example.com/hooks/crm" value={values.target_url} />
-      </label>
-      <label>
-        Description <span class="hint">optional</span>
-        <input type="text" name="description" maxLength={500} placeholder="What receives these events" value={values.description} />
-      </label>
-      <label>
-        Requests per second at most <span class="hint">optional, 1 to 1000: attempts, retries included, are spaced so the receiver never gets more</span>
-        <input type="number" name="max_rate" min={1} max={1000} step={1} inputMode="numeric" value={values.max_rate ?? ""} />
-      </label>
-      <fieldset>
-        <legend>Events</legend>
-        <div class="checks">
-          {WEBHOOK_EVENT_TYPES.map((event) => (
-            <label class="check">
-              <input type="checkbox" name="events" value={event} checked={values.events.includes(event)} />
-              <code>{event}</code>
-            </label>
-          ))}
-        </div>
-      </fieldset>
+      <FieldWithReason refusal={refusal} name="target_url">
+        <label>
+          Receiver URL
+          <input type="url" name="target_url" required maxLength={2048} placeholder="https://example.com/hooks/crm" value={values.target_url} {...fieldMarks(refusal, "target_url")} />
+        </label>
+      </FieldWithReason>
+      <FieldWithReason refusal={refusal} name="description">
+        <label>
+          Description <span class="hint">optional</span>
+          <input type="text" name="description" maxLength={500} placeholder="What receives these events" value={values.description} {...fieldMarks(refusal, "description")} />
+        </label>
+      </FieldWithReason>
+      <FieldWithReason refusal={refusal} name="max_rate">
+        <label>
+          Requests per second at most <span class="hint">optional, 1 to 1000: attempts, retries included, are spaced so the receiver never gets more</span>
+          <input type="number" name="max_rate" min={1} max={1000} step={1} inputMode="numeric" value={values.max_rate ?? ""} {...fieldMarks(refusal, "max_rate")} />
+        </label>
+      </FieldWithReason>
+      <FieldWithReason refusal={refusal} name="events">
+        <fieldset>
+          <legend>Events</legend>
+          <div class="checks">
+            {WEBHOOK_EVENT_TYPES.map((event, i) => (
+              <label class="check">
+                <input type="checkbox" name="events" value={event} checked={values.events.includes(event)} {...events} id={i === 0 ? events.id : undefined} />
+                <code>{event}</code>
+              </label>
+            ))}
+          </div>
+        </fieldset>
+      </FieldWithReason>
     </>
   );
+}
+
+/** OfSubscription ends a row action's name with its subscription ("Pause subscription Ledger", "Health of subscription Ledger"), for screen readers only: every row has the same actions. */
+function OfSubscription({ subscription: s, of = false }: { subscription: Subscription; of?: boolean }) {
+  return <RowSubject>{`${of ? "of " : ""}subscription ${s.description ?? s.target_url}`}</RowSubject>;
 }
 
 function Counts({ counts }: { counts: SubscriptionOverview["counts"] }) {
@@ -68,6 +86,7 @@ export function subscriptionsPage(props: {
   created?: SubscriptionWithSecret | null;
   form?: SubscriptionForm;
   notice?: NoticeData | null;
+  refusal?: Refusal | null;
 }): string {
   const form = props.form ?? { target_url: "", description: "", events: DEFAULT_EVENTS };
   return renderPage({
@@ -129,16 +148,17 @@ export function subscriptionsPage(props: {
                 <Time value={s.created_at} />
               </td>
               <td class="row-actions">
-                <a href={`/console/subscriptions/${s.id}`}>Health</a>
-                <a href={`/console/?subscription_id=${s.id}`}>Deliveries</a>
-                {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation</a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate</a>}
-                <a href={`/console/subscriptions/${s.id}/edit`}>Edit</a>
-                {s.status !== "disabled" && <a href={`/console/subscriptions/${s.id}/recover`}>Recover failed deliveries</a>}
+                <a href={`/console/subscriptions/${s.id}`}>Health<OfSubscription subscription={s} of /></a>
+                <a href={`/console/?subscription_id=${s.id}`}>Deliveries<OfSubscription subscription={s} of /></a>
+                {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation<OfSubscription subscription={s} of /></a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate<OfSubscription subscription={s} /></a>}
+                <a href={`/console/subscriptions/${s.id}/edit`}>Edit<OfSubscription subscription={s} /></a>
+                {s.status !== "disabled" && <a href={`/console/subscriptions/${s.id}/recover`}>Recover failed deliveries<OfSubscription subscription={s} of /></a>}
                 {s.status !== "disabled" && (
                   <form method="post" action={`/console/subscriptions/${s.id}/${s.status === "paused" ? "resume" : "pause"}`} class="row-form">
                     <CsrfField token={props.session.csrfToken} />
                     <button type="submit" class="link-button">
                       {s.status === "paused" ? "Resume" : "Pause"}
+                      <OfSubscription subscription={s} />
                     </button>
                   </form>
                 )}
@@ -146,12 +166,12 @@ export function subscriptionsPage(props: {
                   <form method="post" action={`/console/subscriptions/${s.id}/enable`} class="row-form">
                     <CsrfField token={props.session.csrfToken} />
                     <button type="submit" class="link-button">
-                      Enable
+                      Enable<OfSubscription subscription={s} />
                     </button>
                   </form>
                 )}
                 <a class="danger-link" href={`/console/subscriptions/${s.id}/delete`}>
-                  Delete
+                  Delete<OfSubscription subscription={s} />
                 </a>
               </td>
             </tr>
@@ -159,10 +179,11 @@ export function subscriptionsPage(props: {
         </DataTable>
         <section class="card">
           <h2>New subscription</h2>
+          <RefusalSummary refusal={props.refusal} fields={SUBSCRIPTION_FIELDS} />
           <form method="post" action="/console/subscriptions" class="stack">
             <CsrfField token={props.session.csrfToken} />
             <input type="hidden" name="form_key" value={crypto.randomUUID()} />
-            <SubscriptionFields values={form} />
+            <SubscriptionFields values={form} refusal={props.refusal} />
             <div>
               <button type="submit" class="button primary">
                 Create subscription
@@ -299,7 +320,7 @@ export function rotationPickPage(props: { session: ConsoleSession; subscriptions
 }
 
 /** rotationNewPage is step 2: the new URL and events, prefilled from the old subscription. */
-export function rotationNewPage(props: { session: ConsoleSession; old: Subscription; form?: SubscriptionForm; notice?: NoticeData | null }): string {
+export function rotationNewPage(props: { session: ConsoleSession; old: Subscription; form?: SubscriptionForm; refusal?: Refusal | null }): string {
   const old = props.old;
   const form = props.form ?? { target_url: old.target_url, description: old.description ?? "", events: old.events, max_rate: old.max_rate === null ? "" : String(old.max_rate) };
   return rotationStepPage(
@@ -312,11 +333,11 @@ export function rotationNewPage(props: { session: ConsoleSession; old: Subscript
         Replacing <span class="url">{old.target_url}</span>. Enter the new receiver URL and events; they start out as the old subscription's. The old
         subscription stays active until step 4.
       </p>
-      <NoticeBox notice={props.notice} />
+      <RefusalSummary refusal={props.refusal} fields={SUBSCRIPTION_FIELDS} />
       <form method="post" action="/console/rotations" class="stack">
         <CsrfField token={props.session.csrfToken} />
         <input type="hidden" name="from" value={old.id} />
-        <SubscriptionFields values={form} />
+        <SubscriptionFields values={form} refusal={props.refusal} />
         <div class="actions">
           <button type="submit" class="button primary">
             Create new subscription
@@ -331,7 +352,7 @@ export function rotationNewPage(props: { session: ConsoleSession; old: Subscript
 }
 
 /** rotationPage shows a rotation where it stands: the new secret right after creation, then test and delete (live), or the summary. */
-export function rotationPage(props: { session: ConsoleSession; rotation: RotationView; secret?: string | null; notice?: NoticeData | null }): string {
+export function rotationPage(props: { session: ConsoleSession; rotation: RotationView; secret?: string | null; refusal?: Refusal | null }): string {
   const r = props.rotation;
   const live: RotationLiveProps = {
     rotationId: r.id,
@@ -348,7 +369,7 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
     children: (
       <>
         <RotationHead current={r.step === "done" ? 5 : null} />
-        <NoticeBox notice={props.notice} />
+        <RefusalSummary refusal={props.refusal} fields={[]} />
         {props.secret && (
           <SecretOnce id="new-secret" label="Step 2 done: the new subscription's signing secret" value={props.secret}>
             Configure the new receiver with it before you send the test event.
@@ -428,7 +449,7 @@ function RotationSummary({ rotation: r }: { rotation: RotationView }) {
 }
 
 /** secretRotationPage shows a secret rotation: step 2 (choose the grace period and rotate), then test and retire (live), or the summary once retired. */
-export function secretRotationPage(props: { session: ConsoleSession; view: SecretRotationView; secret?: string | null; finished?: boolean; notice?: NoticeData | null }): string {
+export function secretRotationPage(props: { session: ConsoleSession; view: SecretRotationView; secret?: string | null; finished?: boolean; refusal?: Refusal | null }): string {
   const { subscription: s, step, test } = props.view;
   const live: SecretRotationLiveProps = {
     subscriptionId: s.id,
@@ -456,7 +477,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
           </p>
           {step === "rotate" && <Stepper current={props.finished ? 5 : 2} secret />}
         </div>
-        <NoticeBox notice={props.notice} />
+        <RefusalSummary refusal={props.refusal} fields={["grace_hours"]} />
         {props.secret && (
           <SecretOnce id="new-secret" label="Step 2 done: the new signing secret" value={props.secret}>
             Configure the receiver with it, then send the test event.
@@ -496,10 +517,12 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
             <form method="post" action={`/console/subscriptions/${s.id}/rotate-secret`} class="stack">
               <CsrfField token={props.session.csrfToken} />
               <input type="hidden" name="secret_tag" value={props.view.secretTag} />
-              <label>
-                Grace period, hours <span class="hint">0 to {MAX_SECRET_GRACE_HOURS}</span>
-                <input type="number" name="grace_hours" min={0} max={MAX_SECRET_GRACE_HOURS} step={1} required value={String(DEFAULT_SECRET_GRACE_HOURS)} />
-              </label>
+              <FieldWithReason refusal={props.refusal} name="grace_hours">
+                <label>
+                  Grace period, hours <span class="hint">0 to {MAX_SECRET_GRACE_HOURS}</span>
+                  <input type="number" name="grace_hours" min={0} max={MAX_SECRET_GRACE_HOURS} step={1} required value={String(DEFAULT_SECRET_GRACE_HOURS)} {...fieldMarks(props.refusal, "grace_hours")} />
+                </label>
+              </FieldWithReason>
               <div class="actions">
                 <button type="submit" class="button primary">
                   Rotate secret
@@ -516,11 +539,11 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
   });
 }
 
-/** datetimeLocal shows an RFC 3339 time in a datetime-local field (UTC, to the minute; `up` rounds up, so a window's end keeps its last events). */
-const datetimeLocal = (iso: string, up = false) => (up ? new Date(Math.ceil(Date.parse(iso) / 60_000) * 60_000).toISOString() : iso).slice(0, 16);
+/** datetimeLocal shows an RFC 3339 time in a datetime-local field (UTC, to the minute; `up` rounds up, so a window's end keeps its last events); text that is no time, as a refused form sent it, stays as it is. */
+const datetimeLocal = (iso: string, up = false) => (up && !Number.isNaN(Date.parse(iso)) ? new Date(Math.ceil(Date.parse(iso) / 60_000) * 60_000).toISOString() : iso).slice(0, 16);
 
 /** recoverPage asks for a recovery window, then shows how many failed deliveries it holds before the operator confirms. */
-export function recoverPage(props: { session: ConsoleSession; subscription: Subscription; window: { since: string; until: string }; preview: RecoveryPreview | null; notice?: NoticeData | null }): string {
+export function recoverPage(props: { session: ConsoleSession; subscription: Subscription; window: { since: string; until: string }; preview: RecoveryPreview | null; refusal?: Refusal | null }): string {
   const s = props.subscription;
   const preview = props.preview;
   return renderPage({
@@ -539,18 +562,22 @@ export function recoverPage(props: { session: ConsoleSession; subscription: Subs
             <code>webhook-id</code>, oldest first.
           </p>
         </div>
-        <NoticeBox notice={props.notice} />
         <section class="card">
           <h2>Window</h2>
+          <RefusalSummary refusal={props.refusal} fields={["since", "until"]} />
           <form method="get" action={`/console/subscriptions/${s.id}/recover`} class="stack" id="recover-window">
-            <label>
-              From (UTC) <span class="hint">at most {MAX_RECOVERY_DAYS} days ago</span>
-              <input type="datetime-local" name="since" required value={datetimeLocal(props.window.since)} />
-            </label>
-            <label>
-              Until (UTC)
-              <input type="datetime-local" name="until" required value={datetimeLocal(props.window.until, true)} />
-            </label>
+            <FieldWithReason refusal={props.refusal} name="since">
+              <label>
+                From (UTC) <span class="hint">at most {MAX_RECOVERY_DAYS} days ago</span>
+                <input type="datetime-local" name="since" required value={datetimeLocal(props.window.since)} {...fieldMarks(props.refusal, "since")} />
+              </label>
+            </FieldWithReason>
+            <FieldWithReason refusal={props.refusal} name="until">
+              <label>
+                Until (UTC)
+                <input type="datetime-local" name="until" required value={datetimeLocal(props.window.until, true)} {...fieldMarks(props.refusal, "until")} />
+              </label>
+            </FieldWithReason>
             <div>
               <button type="submit" class="button">
                 Count failed deliveries
@@ -586,7 +613,7 @@ export function recoverPage(props: { session: ConsoleSession; subscription: Subs
 }
 
 /** editSubscriptionPage edits a subscription's description; its URL and events change through the rotation wizard. */
-export function editSubscriptionPage(props: { session: ConsoleSession; subscription: Subscription; description?: string; notice?: NoticeData | null }): string {
+export function editSubscriptionPage(props: { session: ConsoleSession; subscription: Subscription; description?: string; refusal?: Refusal | null }): string {
   const s = props.subscription;
   return renderPage({
     title: "Edit subscription",
@@ -604,14 +631,16 @@ export function editSubscriptionPage(props: { session: ConsoleSession; subscript
             instead, so no event is lost.
           </p>
         </div>
-        <NoticeBox notice={props.notice} />
         <section class="card">
+          <RefusalSummary refusal={props.refusal} fields={["description"]} />
           <form method="post" action={`/console/subscriptions/${s.id}/edit`} class="stack">
             <CsrfField token={props.session.csrfToken} />
-            <label>
-              Description <span class="hint">optional</span>
-              <input type="text" name="description" maxLength={500} value={props.description ?? s.description ?? ""} />
-            </label>
+            <FieldWithReason refusal={props.refusal} name="description">
+              <label>
+                Description <span class="hint">optional</span>
+                <input type="text" name="description" maxLength={500} value={props.description ?? s.description ?? ""} {...fieldMarks(props.refusal, "description")} />
+              </label>
+            </FieldWithReason>
             <div class="actions">
               <button type="submit" class="button primary">
                 Save

@@ -3,8 +3,8 @@ import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
 import { htmlResponse, redirect } from "../http.ts";
-import { isolated, type NoticeData } from "../pages/parts.tsx";
-import { CONSOLE_DETAIL, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { isolated } from "../pages/parts.tsx";
+import { CONSOLE_DETAIL, consoleTime, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { recentFailures, subscriptionsHealth } from "./health.ts";
 import { subscriptionPage } from "./health-pages.tsx";
 import {
@@ -43,8 +43,14 @@ function subscriptionForm(form: PostedForm): SubscriptionForm {
   return { target_url: field(form, "target_url"), description: field(form, "description"), events: fields(form, "events"), max_rate: field(form, "max_rate") };
 }
 
-/** errorNotice is a problem shown above the form that caused it. */
-const errorNotice = (error: { message: string }): NoticeData => ({ kind: "error", text: error.message });
+/** DONE_NOTICES confirm on the subscriptions page what a row's form did, by the flag its redirect sets: the page reloads, so it must say what happened. */
+const DONE_NOTICES: Record<string, string> = {
+  deleted: "Subscription deleted. Nothing more is sent to it.",
+  enabled: "Subscription enabled. Events from now on are delivered to it; recover the deliveries that failed while it was disabled.",
+  paused: "Subscription paused. Its deliveries wait until it is resumed.",
+  resumed: "Subscription resumed. The deliveries that waited are sent now.",
+  saved: "Description saved.",
+};
 
 /**
  * subscriptionRoutes are the subscriptions: the list with recent counts, one subscription's health
@@ -60,18 +66,18 @@ export function subscriptionRoutes(rt: Runtime) {
       async ({ session, query }) => {
         // Only the count the recover form's redirect writes: a hand-made "1e20" or "-1" says nothing.
         const recovered = query.recovered !== undefined && /^\d{1,9}$/.test(query.recovered) ? Number(query.recovered) : null;
-        const notice = query.deleted
-          ? { kind: "success" as const, text: "Subscription deleted. Nothing more is sent to it." }
-          : recovered !== null
+        const flagged = Object.entries(DONE_NOTICES).find(([flag]) => query[flag]);
+        const notice =
+          recovered !== null
             ? { kind: "success" as const, text: `${recovered} failed ${recovered === 1 ? "delivery" : "deliveries"} queued again, oldest first.` }
-            : query.enabled
-              ? { kind: "success" as const, text: "Subscription enabled. Events from now on are delivered to it; recover the deliveries that failed while it was disabled." }
+            : flagged
+              ? { kind: "success" as const, text: flagged[1] }
               : null;
         return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), notice }));
       },
       {
         query: t.Object(
-          { deleted: t.Optional(t.String({ maxLength: 10 })), recovered: t.Optional(t.String({ maxLength: 10 })), enabled: t.Optional(t.String({ maxLength: 10 })) },
+          Object.fromEntries(["recovered", ...Object.keys(DONE_NOTICES)].map((flag) => [flag, t.Optional(t.String({ maxLength: 10 }))])),
           { additionalProperties: true },
         ),
       },
@@ -87,7 +93,7 @@ export function subscriptionRoutes(rt: Runtime) {
           return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), created, notice }), 201);
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), form, notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), form, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },
@@ -130,10 +136,10 @@ export function subscriptionRoutes(rt: Runtime) {
         try {
           description = field(body, "description");
           await editSubscriptionFromForm(rt, params.id, description);
-          return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+          return redirect(`${CONSOLE_PREFIX}/subscriptions?saved=1`);
         } catch (error) {
           const failure = problemOf(error, 422);
-          return htmlResponse(editSubscriptionPage({ session, subscription: await getSubscription(db, params.id), description, notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(editSubscriptionPage({ session, subscription: await getSubscription(db, params.id), description, refusal: failure }), failure.status);
         }
       },
       { params: IdParam, body: OptionalForm },
@@ -142,7 +148,7 @@ export function subscriptionRoutes(rt: Runtime) {
       "/subscriptions/:id/pause",
       async ({ params }) => {
         await pauseSubscription(rt, params.id, true, null);
-        return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+        return redirect(`${CONSOLE_PREFIX}/subscriptions?paused=1`);
       },
       { params: IdParam, body: OptionalForm },
     )
@@ -150,7 +156,7 @@ export function subscriptionRoutes(rt: Runtime) {
       "/subscriptions/:id/resume",
       async ({ params }) => {
         await pauseSubscription(rt, params.id, false, null);
-        return redirect(`${CONSOLE_PREFIX}/subscriptions`);
+        return redirect(`${CONSOLE_PREFIX}/subscriptions?resumed=1`);
       },
       { params: IdParam, body: OptionalForm },
     )
@@ -166,7 +172,9 @@ export function subscriptionRoutes(rt: Runtime) {
           return htmlResponse(recoverPage({ session, subscription, window: preview, preview }));
         } catch (error) {
           const failure = problemOf(error, 422);
-          return htmlResponse(recoverPage({ session, subscription, window: defaults, preview: null, notice: errorNotice(failure) }), failure.status);
+          // The fields show what was refused, beside the reason.
+          const refused = { since: consoleTime(query.since), until: consoleTime(query.until ?? "") };
+          return htmlResponse(recoverPage({ session, subscription, window: refused, preview: null, refusal: failure }), failure.status);
         }
       },
       { params: IdParam, query: t.Object({ since: t.Optional(t.String({ maxLength: 40 })), until: t.Optional(t.String({ maxLength: 40 })) }, { additionalProperties: true }) },
@@ -205,7 +213,7 @@ export function rotationRoutes(rt: Runtime) {
           return htmlResponse(secretRotationPage({ session, view, secret, finished: view.step === "rotate" }), 201);
         } catch (error) {
           const failure = problemOf(error, 409, 422);
-          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
         }
       },
       { params: IdParam, body: OptionalForm },
@@ -226,7 +234,7 @@ export function rotationRoutes(rt: Runtime) {
           return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation?finished=1`);
         } catch (error) {
           const failure = problemOf(error, 422);
-          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
         }
       },
       { params: IdParam, body: OptionalForm },
@@ -255,7 +263,7 @@ export function rotationRoutes(rt: Runtime) {
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, started.id), secret: started.secret }), 201);
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(rotationNewPage({ session, old, form, notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(rotationNewPage({ session, old, form, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },
@@ -277,7 +285,7 @@ export function rotationRoutes(rt: Runtime) {
           return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}`);
         } catch (error) {
           const failure = problemOf(error, 422);
-          return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), notice: errorNotice(failure) }), failure.status);
+          return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), refusal: failure }), failure.status);
         }
       },
       { params: IdParam, body: OptionalForm },

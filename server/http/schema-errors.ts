@@ -78,8 +78,17 @@ export function schemaChecker(schema: TSchema): (value: unknown) => FieldError[]
   return (value) => (compiled.Check(value) ? [] : fieldErrorsOf(compiled.Errors(value)));
 }
 
-/** fieldsProblem is the 422 of a form or command whose fields failed their schema: the detail names each field as a person typed it ("max rate must be ..."), the errors keep their pointers. */
+/** fieldNameOf names the field a field error is about: its pointer's first segment or its parameter ("/target_url" and "/events/1" name target_url and events); "" for the body as a whole. */
+export function fieldNameOf(error: FieldError): string {
+  return (error.pointer ?? error.parameter ?? "").split("/").filter(Boolean)[0] ?? "";
+}
+
+/** fieldWords says a field error as a person typed the field: "max rate must be ...". */
+export function fieldWords(error: FieldError): string {
+  return `${fieldNameOf(error).replace(/_/g, " ")} ${error.detail}`;
+}
+
+/** fieldsProblem is the 422 of a form or command whose fields failed their schema: the detail names each field as a person typed it (fieldWords), the errors keep their pointers. */
 export function fieldsProblem(errors: FieldError[]): ProblemError {
-  const named = errors.map((e) => `${(e.pointer ?? e.parameter ?? "").split("/").filter(Boolean)[0]?.replace(/_/g, " ") ?? ""} ${e.detail}`);
-  return validationProblem(errors, `${named.join("; ")}.`);
+  return validationProblem(errors, `${errors.map(fieldWords).join("; ")}.`);
 }

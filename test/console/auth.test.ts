@@ -113,7 +113,7 @@ describe("first operator: setup link and command line", () => {
     const cases: [Record<string, string>, string][] = [
       [{ email: "not-an-email", password: "0123456789", password_again: "0123456789" }, "email must be an email address"],
       [{ email: "a@example.com", password: "short", password_again: "short" }, "password must be 10 to 512 characters"],
-      [{ email: "a@example.com", password: "0123456789", password_again: "9876543210" }, "The two passwords differ."],
+      [{ email: "a@example.com", password: "0123456789", password_again: "9876543210" }, "password again must repeat the password."],
     ];
     for (const [fields, message] of cases) {
       const res = await client.post("/console/setup", { code, ...fields });

@@ -17,7 +17,7 @@ afterAll(() => h.close());
 /** messageMain is the <main> of the console's page explaining a problem (messagePage). */
 const messageMain = (title: string, text: string) => `<section class="card message"><h1>${title}</h1><p>${text}</p><p><a class="button" href="/console/">Back to the console</a></p></section>`;
 
-/** answerOf reduces a console answer to what a test compares whole: status, content type, and for a page its title, its <main> and its error notice. */
+/** answerOf reduces a console answer to what a test compares whole: status, content type, and for a page its title, its <main> and its error notice (as text: the fields it names are links). */
 function answerOf(res: { status: number; headers: Headers; text: string }) {
   const type = res.headers.get("content-type");
   if (type !== "text/html; charset=utf-8") return { status: res.status, type, body: JSON.parse(res.text) };
@@ -26,7 +26,7 @@ function answerOf(res: { status: number; headers: Headers; text: string }) {
     type,
     title: /<title>([^<]*)<\/title>/.exec(res.text)?.[1],
     main: /<main[^>]*>([\s\S]*)<\/main>/.exec(res.text)?.[1],
-    notice: /<div class="notice notice-error" role="alert">([^<]*)<\/div>/.exec(res.text)?.[1] ?? null,
+    notice: /<div class="notice notice-error" role="alert"[^>]*>([\s\S]*?)<\/div>/.exec(res.text)?.[1]!.replace(/<[^>]+>/g, "") ?? null,
   };
 }
 
@@ -34,7 +34,7 @@ test("malformed positions, filters, ids and searches answer 4xx with the reason"
   const cases: [string, number, string][] = [
     ["/console/?before=yesterday", 422, "before must be the position a previous page gave"],
     ["/console/?before=1.dlv_short", 422, "before must be the position a previous page gave"],
-    ["/console/?event_id=evt_nope", 422, "event_id must be an event id (evt_...)"],
+    ["/console/?event_id=evt_nope", 422, "event id must be an event id (evt_...)"],
     ["/console/?until=2026-13-45T99:99", 422, "until must be a date and time (YYYY-MM-DDTHH:MM, UTC)"],
     ["/console/?status=failed&sort=oldest", 422, "sort is not a filter of this page"],
     ["/console/api/deliveries?contact_id=42", 422, "contact_id must be a contact id (con_...)"],
@@ -348,10 +348,12 @@ test("a since or until a link carries as any RFC 3339 time shows in its field as
   const unshowable = ["until=0000-12-31T23:59:59Z", "since=0001-01-01T00:59:59%2B01:00", "until=9999-12-31T23:30:00-01:00"];
   const refused: unknown[] = [];
   for (const filter of unshowable) refused.push([filter, filtersOf(await client.get(`/console/?${filter}`))]);
+  // The refused field is marked so, and described by its reason.
+  const marked = (tag: string, name: string) => (tag.includes(`name="${name}"`) ? tag.replace("/>", ` id="field-${name}" aria-invalid="true" aria-describedby="${name}-reason"/>`) : tag);
   expect(refused).toEqual(
     unshowable.map((filter) => [
       filter,
-      { status: 422, fields: tags("", ""), rows: [delivery.id], notice: `The filter is invalid: ${filter.slice(0, 5)} must be a date and time (YYYY-MM-DDTHH:MM, UTC).` },
+      { status: 422, fields: tags("", "").map((tag) => marked(tag, filter.slice(0, 5))), rows: [delivery.id], notice: `${filter.slice(0, 5)} must be a date and time (YYYY-MM-DDTHH:MM, UTC).` },
     ]),
   );
 });

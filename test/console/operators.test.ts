@@ -74,7 +74,7 @@ describe("operators page", () => {
     const invitee = browser();
     await invitee.get(`/console/welcome?code=${code}`);
     const differ = await invitee.post("/console/welcome", { code, password: "one long password", password_again: "another long one" });
-    expect([differ.status, differ.text.includes("The two passwords differ.")]).toEqual([422, true]);
+    expect([differ.status, differ.text.includes("password again must repeat the password.")]).toEqual([422, true]);
     const short = await invitee.post("/console/welcome", { code, password: "short", password_again: "short" });
     expect([short.status, short.text.includes("password must be 10 to 512 characters")]).toEqual([422, true]);
     expect(await operators(h)).toEqual([OPERATOR.email]);

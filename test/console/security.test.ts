@@ -222,7 +222,7 @@ describe("bad input gets an answer, never a 500", () => {
     const cases: [string, number, string][] = [
       ["/console/?status=bogus", 422, "status must be one of: pending, succeeded, failed"],
       ["/console/?event=contact.exploded", 422, "event must be one of: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping, subscription.disabled, delivery.exhausted"],
-      ["/console/?subscription_id=nope", 422, "subscription_id must be a subscription id (sub_...)"],
+      ["/console/?subscription_id=nope", 422, "subscription id must be a subscription id (sub_...)"],
       ["/console/api/deliveries?status=bogus", 422, "status must be one of: pending, succeeded, failed"],
       ["/console/api/deliveries/dlv_nope", 404, "No webhook delivery with id \\\"dlv_nope\\\" exists."],
       ["/console/deliveries/dlv_nope", 404, "No webhook delivery with id &quot;dlv_nope&quot; exists."],
@@ -244,10 +244,10 @@ describe("bad input gets an answer, never a 500", () => {
       ["/console/subscriptions", { target_url: "ftp://example.com/x", events: "contact.created" }, 422, "target_url"],
       ["/console/subscriptions", { target_url: "https://example.com/x", events: ["contact.created", "contact.exploded"] }, 422, "events must be one of: contact.created"],
       ["/console/subscriptions", { target_url: "https://example.com/x" }, 422, "events must be a non-empty list of distinct event kinds"],
-      ["/console/tokens", { name: "  " }, 422, "The name must be 1 to 100 characters."],
-      ["/console/tokens", { name: "tab\tnew\nline" }, 422, "The name must not contain control characters (U+0009 at character 4)."],
-      ["/console/tokens", { name: "\x1b[31mred" }, 422, "The name must not contain control characters (U+001B at character 1)."],
-      ["/console/tokens", { name: "csi\u009b31m" }, 422, "The name must not contain control characters (U+009B at character 4)."],
+      ["/console/tokens", { name: "  " }, 422, "name must be 1 to 100 characters."],
+      ["/console/tokens", { name: "tab\tnew\nline" }, 422, "name must not contain control characters (U+0009 at character 4)."],
+      ["/console/tokens", { name: "\x1b[31mred" }, 422, "name must not contain control characters (U+001B at character 1)."],
+      ["/console/tokens", { name: "csi\u009b31m" }, 422, "name must not contain control characters (U+009B at character 4)."],
       ["/console/users", { name: "Grace again", email: "GRACE@example.com" }, 409, "A user with email grace@example.com already exists."],
       ["/console/users", { name: "", email: "x@example.com" }, 422, "name must be a string of 1 to 200 characters."],
     ];
