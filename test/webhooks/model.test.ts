@@ -104,7 +104,7 @@ async function runModel(ops: Operation[]): Promise<Run> {
   const users = new Map<string, string>(); // id -> name
   const events: ExpectedEvent[] = [];
   const accountEvents: string[] = [];
-  const freeKeys: string[] = []; // keys of refused POSTs, which must still be usable
+  const freeKeys: string[] = []; // keys of refused POSTs (and of batches whose every item was refused), which must still be usable
   let lastKeyedPost: { path: string; key: string; body: Body; status: number; response: unknown } | null = null;
   let keys = 0;
   let step = 0;
@@ -484,7 +484,9 @@ async function runModel(ops: Operation[]): Promise<Run> {
         update(match, merged);
       }
     }
-    if (key) lastKeyedPost = { path: BATCH, key, body, status: 200, response: res.body };
+    // A batch whose every item was refused changed nothing and is not kept: its key stays usable.
+    if (key && results.every((result) => result.status === "invalid")) freeKeys.push(key);
+    else if (key) lastKeyedPost = { path: BATCH, key, body, status: 200, response: res.body };
   };
 
   /** retry sends the last keyed POST's key again: with the same body (keys reordered) it replays the answer, with another it is 422. */
