@@ -2,6 +2,7 @@ import { Elysia } from "elysia";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
 import { heldOpenWhile } from "../http/idle-timer.ts";
+import { pathStart } from "../http/request-log.ts";
 import { requestSlot } from "../http/request-slot.ts";
 import { ApiRateLimits, READ_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
@@ -60,7 +61,7 @@ export function authentication(rt: Runtime) {
   return new Elysia({ name: "authentication" }).onRequest(({ request, set }) => {
     const ctx = { request, set };
     const url = request.url;
-    if (!url.startsWith(PUBLIC_PREFIX, url.indexOf("/", url.indexOf("//") + 2))) return;
+    if (!url.startsWith(PUBLIC_PREFIX, pathStart(url))) return;
     const check = checkBearer(rt.db, ctx.request, unrecorded);
     if (check instanceof Promise) return whileLookingUp(request, admitAfterLookup(ctx, check));
     const token = check.token;

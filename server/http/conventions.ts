@@ -2,6 +2,7 @@ import type { Server } from "bun";
 import { Elysia } from "elysia";
 import type { Metrics } from "../ops/metrics.ts";
 import type { Logger } from "../shared/log.ts";
+import { pointerSegment } from "../limits/service.ts";
 import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
 import { isBrowserRequest } from "./client-address.ts";
@@ -115,7 +116,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       // An action such as POST .../pause takes no body: fields sent to it would be ignored, so they are refused ({} is fine).
       if (body !== undefined && !(bodyRoutes ??= methodsWith(routes(), "body")).get(route)?.has(request.method) && isPublic) {
         const fields = Object.keys(body as object);
-        if (fields.length > 0) throw validationProblem(fields.map((name) => ({ pointer: `/${name}`, detail: "is not a field here; this route takes no body" })));
+        if (fields.length > 0) throw validationProblem(fields.map((name) => ({ pointer: pointerSegment(name), detail: "is not a field here; this route takes no body" })));
       }
       const url = request.url;
       if (!url.includes("?")) return;

@@ -15,10 +15,18 @@ const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
 // Load balancers and Prometheus call these every few seconds; at info they would bury every other line.
 const PROBE_PATHS = new Set(["/healthz", "/readyz", "/metrics"]);
 
+/**
+ * pathStart is where the path of a request's URL starts, found without parsing it: after the
+ * authority, or at 0 for the bare path Bun gives when the Host header is not one it can use.
+ */
+export function pathStart(url: string): number {
+  return url.charCodeAt(0) === 47 ? 0 : url.indexOf("/", url.indexOf("//") + 2);
+}
+
 /** pathOf returns a request's path without parsing the whole URL. */
 export function pathOf(request: Request): string {
   const url = request.url;
-  const start = url.indexOf("/", url.indexOf("//") + 2);
+  const start = pathStart(url);
   const end = url.indexOf("?", start);
   return start < 0 ? "/" : end < 0 ? url.slice(start) : url.slice(start, end);
 }

@@ -140,6 +140,8 @@ describe("hostile requests: fields and parameters a route does not take", () => 
       ["POST", "/public/v1/accounts/batch", { items: [{ name: "Acme" }], dry_run: true }, [{ pointer: "/dry_run", detail: "is not a field here; known: items" }]],
       ["POST", `/public/v1/contacts/${contactId}/tags`, { tag: "vip", color: "red" }, [{ pointer: "/color", detail: "is not a field here; known: tag" }]],
       ["POST", `/public/v1/webhook-subscriptions/${subscriptionId}/pause`, { reason: "maintenance" }, [{ pointer: "/reason", detail: "is not a field here; this route takes no body" }]],
+      // RFC 6901: "/" and "~" in a key are escaped in its pointer
+      ["POST", `/public/v1/webhook-subscriptions/${subscriptionId}/pause`, { "a/b": 1, "c~d": 2 }, [{ pointer: "/a~1b", detail: "is not a field here; this route takes no body" }, { pointer: "/c~0d", detail: "is not a field here; this route takes no body" }]],
     ];
     for (const [method, path, body, errors] of cases) {
       const res = await h.json(method, path, { body });

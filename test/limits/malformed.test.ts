@@ -78,9 +78,10 @@ describe("malformed requests: answered by the service", () => {
       c.write(request);
       const answer = await c.response();
       c.destroy();
-      answers.push([answer.status, answer.headers["content-type"], JSON.parse(answer.body).type, JSON.parse(answer.body).errors[0].header]);
+      answers.push([answer.status, answer.headers["content-type"], answer.headers["cache-control"], JSON.parse(answer.body).type, JSON.parse(answer.body).errors[0].header]);
     }
-    expect(answers).toEqual(Array(8).fill([400, "application/problem+json", "urn:crm:problem:invalid-host", "host"]));
+    // Bun passes a bare path on as the URL for some of them: it is still read as /public/v1's (no-store).
+    expect(answers).toEqual(Array(8).fill([400, "application/problem+json", "no-store", "urn:crm:problem:invalid-host", "host"]));
     for (const request of ["GET /healthz HTTP/1.1\r\nhost: crm.example.com:8443\r\n\r\n", "GET /healthz HTTP/1.0\r\nhost: crm.example.com:65535\r\n\r\n"]) {
       const ok = new Connection(port);
       ok.write(request);
