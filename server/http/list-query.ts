@@ -65,8 +65,12 @@ export function timestampFilterSchema(description: string) {
  * cursor parameter's 2000 characters, nor beside the filters in a 4 KiB query string).
  */
 function filterDigest(query: Record<string, unknown>, filterNames: readonly string[]): string {
-  return Buffer.from(sha256(filterNames.map((f) => String(query[f] ?? "")).join("\u0000"))).toString("base64url");
+  const values = filterNames.map((f) => String(query[f] ?? "")).join("\u0000");
+  // A run of pages, and every first page without filters, digests the same values: kept from the last time.
+  if (lastDigested?.values !== values) lastDigested = { values, digest: Buffer.from(sha256(values)).toString("base64url") };
+  return lastDigested.digest;
 }
+let lastDigested: { values: string; digest: string } | null = null;
 
 function encodeCursor(sortBy: string, direction: SortDirection, filters: string, position: CursorPosition): string {
   return Buffer.from(JSON.stringify([sortBy, direction, filters, position.value, position.id])).toString("base64url");

@@ -21,17 +21,19 @@ const BUDGET_STEP_MIN = 100;
  * 400,000 deliveries, during which SQLite's process answers nothing, paid by each scrape otherwise.
  */
 export const HISTORY_SIZE_FRESH_MS = 60 * 1000;
-const lastMeasured = new WeakMap<Db, { at: number; size: HistorySize }>();
+// The measure under way is kept too: scrapes arriving while it runs share it rather than walk the pages again.
+const lastMeasured = new WeakMap<Db, { at: number; size: Promise<HistorySize> }>();
 
-/** measureHistory measures the delivery history and keeps the figure for recentHistorySize. */
-async function measureHistory(db: Db, now: number): Promise<HistorySize> {
-  const size = await measureDeliveryHistory(db);
-  lastMeasured.set(db, { at: now, size });
-  return size;
+/** measureHistory measures the delivery history and keeps the figure for recentHistorySize; a failed measure (the database down) is not kept. */
+function measureHistory(db: Db, now: number): Promise<HistorySize> {
+  const measure = { at: now, size: measureDeliveryHistory(db) };
+  lastMeasured.set(db, measure);
+  measure.size.catch(() => lastMeasured.get(db) === measure && lastMeasured.delete(db));
+  return measure.size;
 }
 
 /** recentHistorySize is the delivery history's size as measured in the last HISTORY_SIZE_FRESH_MS (by the size budget's pruning or a scrape), measured now if it was not. */
-export async function recentHistorySize(db: Db, now = Date.now()): Promise<HistorySize> {
+export function recentHistorySize(db: Db, now = Date.now()): Promise<HistorySize> {
   const last = lastMeasured.get(db);
   return last && now - last.at < HISTORY_SIZE_FRESH_MS ? last.size : measureHistory(db, now);
 }

@@ -297,6 +297,8 @@ export class DeliveryLoop {
   // By attempt, not by delivery id: a delivery whose lease ran out may be attempted again while
   // its first attempt still runs here, and each attempt holds a slot until it ends.
   private readonly inFlight = new Set<InFlight>();
+  /** the attempts of inFlight that the loop started (not manual ones), held to MAX_SCHEDULED_ATTEMPTS */
+  private scheduledInFlight = 0;
   private readonly perSubscription = new Map<string, number>();
   /**
    * earliest time the next attempt may start, per subscription with a max_rate: Infinity while
@@ -380,13 +382,6 @@ export class DeliveryLoop {
     return this.inFlight.size;
   }
 
-  /** scheduledInFlight is the number of attempts under way that the loop started (not manual ones). */
-  private scheduledInFlight(): number {
-    let scheduled = 0;
-    for (const attempt of this.inFlight) if (attempt.trigger === "scheduled") scheduled++;
-    return scheduled;
-  }
-
   /** start begins sending: at once for everything due, then on every commit and timer. */
   start(): void {
     if (this.state === "running") return;
@@ -456,7 +451,7 @@ export class DeliveryLoop {
   private async claimRound(): Promise<void> {
     const { db } = this.deps;
     const free = MAX_IN_FLIGHT - this.inFlight.size;
-    const spare = MAX_SCHEDULED_ATTEMPTS - this.scheduledInFlight();
+    const spare = MAX_SCHEDULED_ATTEMPTS - this.scheduledInFlight;
     // The time is read once the write holds the lock: after a wait behind another write (another
     // instance's, cut off from the database for seconds), a lease counted from before the wait
     // would end before its attempt's timeout, and another claim would send the delivery again.
@@ -683,10 +678,13 @@ export class DeliveryLoop {
       for (const listener of this.listeners) listener(outcome);
     })();
     this.inFlight.add(attempt);
+    const scheduled = attempt.trigger === "scheduled";
+    if (scheduled) this.scheduledInFlight++;
     return attempt.done
       .catch((error: unknown) => log.error("webhook delivery attempt could not be recorded", { delivery_id: due.id, error: String(error) }))
       .finally(() => {
         this.inFlight.delete(attempt);
+        if (scheduled) this.scheduledInFlight--;
         openSlot();
         releaseReceiverSlot();
         this.wake();
