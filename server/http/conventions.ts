@@ -91,7 +91,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       const isPublic = path.startsWith(PUBLIC_PREFIX);
       // A shared cache that ignores Authorization (nginx's proxy_cache does) would serve one
       // client's data to the next, or a stale readiness to a load balancer; problems included.
-      if (isPublic || path === "/healthz" || path === "/readyz") set.headers["cache-control"] = "no-store";
+      if (isPublic || path === "/healthz" || path === "/readyz" || path === "/metrics") set.headers["cache-control"] = "no-store";
       if (isPublic && isBrowserRequest(request)) {
         const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),

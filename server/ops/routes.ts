@@ -24,7 +24,6 @@ export function opsRoutes(rt: Runtime) {
       ({ request, set }) => {
         authorizeMetrics(rt.config, request, clientHints(request, rt.listening()?.requestIP(request)?.address ?? null));
         set.headers["content-type"] = "text/plain; version=0.0.4; charset=utf-8";
-        set.headers["cache-control"] = "no-store";
         return metricsText(rt);
       },
       {

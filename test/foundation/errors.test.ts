@@ -191,7 +191,7 @@ describe("errors: through a real server", () => {
   });
 
   // A shared cache that does not look at Authorization (nginx's proxy_cache) would hand one client's contacts to the next.
-  test("every API answer and the probes' are Cache-Control: no-store, problems and refusals before routing too; the docs keep their own", async () => {
+  test("every API answer, the probes' and the metrics' are Cache-Control: no-store, problems and refusals before routing too; the docs keep their own", async () => {
     const auth = { authorization: `Bearer ${token}` };
     const created = await fetch(`${server.url}/public/v1/contacts`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: '{"first_name":"Ada"}' });
     const contact = `/public/v1/contacts/${((await created.json()) as { data: { id: string } }).data.id}`;
@@ -208,6 +208,8 @@ describe("errors: through a real server", () => {
       { method: "PUT", path: "/public/v1/contacts" },
       { method: "GET", path: "/healthz" },
       { method: "GET", path: "/readyz" },
+      { method: "GET", path: "/metrics" },
+      { method: "GET", path: "/metrics", headers: { "x-forwarded-for": "203.0.113.9" } },
       { method: "GET", path: "/docs" },
     ];
     for (const { method, path, headers } of asked) {
@@ -228,6 +230,8 @@ describe("errors: through a real server", () => {
       noStore("PUT", "/public/v1/contacts", 405),
       noStore("GET", "/healthz", 200),
       noStore("GET", "/readyz", 200),
+      noStore("GET", "/metrics", 200),
+      noStore("GET", "/metrics", 403),
       { method: "GET", path: "/docs", status: 200, cacheControl: "no-cache" },
     ]);
   });
