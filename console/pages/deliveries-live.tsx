@@ -26,6 +26,7 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
   // Set by a refresh that drops the row holding keyboard focus: the render that drops it hands focus to
   // the count, or focus would fall back to the top of the page and a screen reader lose its place.
   const focusDropped = useRef(false);
+  const refreshNow = useRef<(() => void) | null>(null);
   useEffect(() => {
     if (initial.older) return;
     state.value = "live";
@@ -54,6 +55,11 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
       if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
     };
     timer = setTimeout(refresh, REFRESH_MS);
+    // Resumed: the table catches up at once rather than at the next tick.
+    refreshNow.current = () => {
+      clearTimeout(timer);
+      void refresh();
+    };
     return () => {
       stopped = true;
       clearTimeout(timer);
@@ -84,7 +90,10 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
                     : `Showing all ${current.total}, newest first.`}
             </p>
           </div>
-          {!current.older && <LiveIndicator state={state.value} paused={paused.value} onPause={() => (paused.value = !paused.value)} refreshedAt={current.refreshed_at} limit={limit} />}
+          {!current.older && <LiveIndicator state={state.value} paused={paused.value} onPause={() => {
+                paused.value = !paused.value;
+                if (!paused.value) refreshNow.current?.();
+              }} refreshedAt={current.refreshed_at} limit={limit} />}
         </div>
       }
     >

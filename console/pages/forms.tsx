@@ -102,7 +102,8 @@ export function RefusalSummary({ refusal, fields }: { refusal: Refusal | null | 
     </ul>
   );
   return (
-    <div class="notice notice-error" role="alert" tabIndex={-1} autofocus id="refusal">
+    // Focused as the page loads, so it is read out once: no role=alert, which would read it again.
+    <div class="notice notice-error" tabIndex={-1} autofocus id="refusal">
       {named.length === 0 ? (
         refusal.message
       ) : named.length === errors.length ? (

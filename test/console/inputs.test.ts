@@ -26,7 +26,7 @@ function answerOf(res: { status: number; headers: Headers; text: string }) {
     type,
     title: /<title>([^<]*)<\/title>/.exec(res.text)?.[1],
     main: /<main[^>]*>([\s\S]*)<\/main>/.exec(res.text)?.[1],
-    notice: /<div class="notice notice-error" role="alert"[^>]*>([\s\S]*?)<\/div>/.exec(res.text)?.[1]!.replace(/<[^>]+>/g, "") ?? null,
+    notice: /<div class="notice notice-error"[^>]*>([\s\S]*?)<\/div>/.exec(res.text)?.[1]!.replace(/<[^>]+>/g, "") ?? null,
   };
 }
 
