@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { fileErrorText, isAbsent } from "./shared/files.ts";
+import { DAY_MS } from "./shared/time.ts";
 
 type Kind = "string" | "port" | "positive-int" | "positive-number" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list" | "database-url";
 
@@ -86,10 +87,10 @@ const MAX_DATABASE_ANSWER_TIMEOUT_SECONDS = 3600;
 const MAX_DATABASE_IDLE_TIMEOUT_SECONDS = 3600;
 
 /**
- * MAX_TIMER_MS bounds the millisecond settings a timer waits on (a day): a timer asked to wait
- * longer than 2^31-1 ms (about 24.8 days) fires at once instead, cutting every such wait to 1 ms.
+ * MAX_TIMER_SETTING_MS bounds the millisecond settings a timer waits on (a day): a timer asked to
+ * wait longer than 2^31-1 ms (about 24.8 days) fires at once instead, cutting every such wait to 1 ms.
  */
-const MAX_TIMER_MS = 86_400_000;
+const MAX_TIMER_SETTING_MS = DAY_MS;
 
 /**
  * MAX_RETRY_DELAY_SECONDS bounds each --retry-schedule entry (30 days, the default delivery
@@ -185,7 +186,7 @@ export const SETTINGS: Setting[] = [
   { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error" },
   { key: "allowPrivateTargets", flag: "--allow-private-targets", env: "CRM_ALLOW_PRIVATE_TARGETS", kind: "boolean", help: "allow webhook targets on loopback and private networks (tests, development)" },
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", max: MAX_RETRY_DELAY_SECONDS, help: `webhook retry delays in seconds, comma-separated (each 0-${MAX_RETRY_DELAY_SECONDS}, 30 days)` },
-  { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_MS, help: `webhook request timeout in milliseconds (1-${MAX_TIMER_MS}, a day)` },
+  { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `webhook request timeout in milliseconds (1-${MAX_TIMER_SETTING_MS}, a day)` },
   { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
   { key: "deliveryResponseBodyBytes", flag: "--delivery-response-body-bytes", env: "CRM_DELIVERY_RESPONSE_BODY_BYTES", kind: "positive-int", max: 4096, help: "bytes of a receiver's answer kept with each attempt (1-4096)" },
   { key: "deliveryHistoryMaxMb", flag: "--delivery-history-max-mb", env: "CRM_DELIVERY_HISTORY_MAX_MB", kind: "whole", help: "size budget of the webhook delivery history in MiB; past it the oldest finished deliveries are pruned (0: no budget, only the retention days)" },
@@ -204,18 +205,18 @@ export const SETTINGS: Setting[] = [
     help: "a webhook subscription whose attempts have all failed for this many hours is disabled (fractions allowed: 0.001 is 3.6 s, for tests)",
   },
   { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16 to 200 characters); without one, /metrics answers loopback clients only" },
-  { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_MS, help: `on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish, counted from the signal (the drain included; 1-${MAX_TIMER_MS}, a day)` },
+  { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish, counted from the signal (the drain included; 1-${MAX_TIMER_SETTING_MS}, a day)` },
   {
     key: "shutdownDrainMs",
     flag: "--shutdown-drain-ms",
     env: "CRM_SHUTDOWN_DRAIN_MS",
     kind: "whole",
-    max: MAX_TIMER_MS,
-    help: `on SIGTERM/SIGINT, how long the service keeps listening while client connections are open, answering each request with Connection: close and /readyz with 503, before it stops listening (ends early once none is open; part of --shutdown-timeout-ms; 0: stop listening at once; 0-${MAX_TIMER_MS}, a day)`,
+    max: MAX_TIMER_SETTING_MS,
+    help: `on SIGTERM/SIGINT, how long the service keeps listening while client connections are open, answering each request with Connection: close and /readyz with 503, before it stops listening (ends early once none is open; part of --shutdown-timeout-ms; 0: stop listening at once; 0-${MAX_TIMER_SETTING_MS}, a day)`,
   },
   { key: "trustedProxies", flag: "--trusted-proxies", env: "CRM_TRUSTED_PROXIES", kind: "address-list", help: "comma-separated IP addresses of reverse proxies whose X-Forwarded-For is believed" },
   { key: "idleTimeoutSeconds", flag: "--idle-timeout-seconds", env: "CRM_IDLE_TIMEOUT_SECONDS", kind: "positive-int", max: 255, help: "seconds an idle keep-alive connection stays open (1-255; Bun checks every 4 s, so it closes up to 4 s later)" },
-  { key: "bodyTimeoutMs", flag: "--body-timeout-ms", env: "CRM_BODY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_MS, help: `time a client has to send the whole request body, in milliseconds (1-${MAX_TIMER_MS}, a day); then 408` },
+  { key: "bodyTimeoutMs", flag: "--body-timeout-ms", env: "CRM_BODY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `time a client has to send the whole request body, in milliseconds (1-${MAX_TIMER_SETTING_MS}, a day); then 408` },
   { key: "maxConnections", flag: "--max-connections", env: "CRM_MAX_CONNECTIONS", kind: "positive-int", help: "client connections served at once; a request on one more gets 503" },
   { key: "maxConnectionsPerClient", flag: "--max-connections-per-client", env: "CRM_MAX_CONNECTIONS_PER_CLIENT", kind: "whole", help: "connections one client address (IPv6: its /64) may hold; a request on one more gets 503 (0: one eighth of --max-connections)" },
   { key: "bodyBufferMaxMb", flag: "--body-buffer-max-mb", env: "CRM_BODY_BUFFER_MAX_MB", kind: "positive-int", help: "MiB of request bodies held in memory at once, all requests together; a body beyond gets 503" },

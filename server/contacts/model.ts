@@ -138,7 +138,7 @@ export const IncludeParam = t.Optional(
 export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
   include: IncludeParam,
   email: t.Optional(t.String({ minLength: 1, maxLength: MAX_EMAIL_LENGTH, error: `must be 1 to ${MAX_EMAIL_LENGTH} characters`, description: "Exact email, case-insensitive." })),
-  full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Case-insensitive substring of first_name + ' ' + last_name." })),
+  full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Case-insensitive substring of full_name as the API returns it (first_name and last_name joined by a space, each as stored)." })),
   created_after: timestampFilterSchema("Only contacts created after this time."),
   updated_after: timestampFilterSchema("Only contacts updated after this time."),
   account_id: t.Optional(t.String({ pattern: "^acc_[0-9A-Z]{26}$", error: "must be an account id (acc_...)", description: "Only contacts linked to this account." })),

@@ -73,7 +73,7 @@ export function tagged<B extends { data: { version: number } }>(set: { headers: 
 }
 
 /** MemberLookups maps each path parameter naming a member to its lookup, which throws the 404 the write would answer when there is no such member. */
-export type MemberLookups = Record<string, (id: string) => Promise<unknown>>;
+type MemberLookups = Record<string, (id: string) => Promise<unknown>>;
 
 /** tagsRefused is the 412 of a write to something with no version (`unversioned` says what) whose If-Match names entity tags. */
 function tagsRefused(unversioned: string): ProblemError {

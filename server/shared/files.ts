@@ -43,7 +43,6 @@ export function publishFile(partial: string, path: string): boolean {
   return true;
 }
 
-
 /** isAbsent tells whether a file system error means nothing is at the path (no such name, or a part of it not a directory). */
 export function isAbsent(error: unknown): boolean {
   const code = (error as NodeJS.ErrnoException).code;

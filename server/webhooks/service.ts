@@ -560,7 +560,6 @@ export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pe
   return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at };
 }
 
-
 /** deliveryLoopStatus tells whether the delivery loop is running, how many attempts are under way, and why its claims fail, if they do. */
 export function deliveryLoopStatus(rt: Runtime): { running: boolean; in_flight: number; claim_failure: { since: number; error: unknown } | null } {
   return { running: rt.deliveries.running, in_flight: rt.deliveries.inFlightCount, claim_failure: rt.deliveries.claimFailure };
