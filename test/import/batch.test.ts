@@ -120,7 +120,7 @@ describe("contacts batch: happy paths", () => {
         { status: "updated", id: acme.id },
         { status: "updated", id: muller.id },
         { status: "created", id: globex },
-        { status: "invalid", errors: [{ pointer: "/items/3/name", detail: "is required: a string of 1 to 200 characters" }] },
+        { status: "invalid", errors: [{ pointer: "/items/3/name", detail: "must be a string of 1 to 200 characters (an account needs a name)" }] },
         { status: "unchanged", id: globex },
       ],
     });
