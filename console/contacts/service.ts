@@ -1,4 +1,4 @@
-import type { Database, Db, ReaderName } from "../../server/db/sql.ts";
+import type { Database, ReaderName } from "../../server/db/sql.ts";
 import type { Contact } from "../../server/contacts/model.ts";
 import { findContact, searchContacts } from "../../server/contacts/service.ts";
 import { unknownParameterErrors, type CursorPosition } from "../../server/http/list-query.ts";

@@ -1,5 +1,5 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
-import type { Database, Db } from "../db/sql.ts";
+import type { Database } from "../db/sql.ts";
 
 /** ProbeRolledBack ends the probe's write so that it is rolled back. */
 class ProbeRolledBack extends Error {}
