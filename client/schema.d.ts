@@ -134,7 +134,7 @@ export interface paths {
         };
         /**
          * Get a contact
-         * @description The ETag header is the contact's version, quoted ("3"), when nothing is embedded with `include`: send it back as If-Match to change the contact only if nobody has since.
+         * @description The ETag header is the contact's version, quoted ("3"), when nothing is embedded with `include`: send it back as If-Match to change the contact only if nobody has since, or as If-None-Match to be answered 304 without the body while it is current.
          */
         get: operations["getContact"];
         put?: never;
@@ -306,7 +306,7 @@ export interface paths {
         };
         /**
          * Get an account
-         * @description The ETag header is the account's version, quoted ("3"): send it back as If-Match to change the account only if nobody has since.
+         * @description The ETag header is the account's version, quoted ("3"): send it back as If-Match to change the account only if nobody has since, or as If-None-Match to be answered 304 without the body while it is current.
          */
         get: operations["getAccount"];
         put?: never;
@@ -1756,7 +1756,9 @@ export interface operations {
             query?: {
                 include?: string;
             };
-            header?: never;
+            header?: {
+                "if-none-match"?: string;
+            };
             path: {
                 id: string;
             };
@@ -1780,6 +1782,19 @@ export interface operations {
                         data: components["schemas"]["Contact"];
                     };
                 };
+            };
+            /** @description Not Modified: If-None-Match named the stored version (or was *), so your copy is current; no body. */
+            304: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    /** @description The version stored now, which If-None-Match named. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
@@ -2892,7 +2907,9 @@ export interface operations {
     getAccount: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                "if-none-match"?: string;
+            };
             path: {
                 id: string;
             };
@@ -2916,6 +2933,19 @@ export interface operations {
                         data: components["schemas"]["Account"];
                     };
                 };
+            };
+            /** @description Not Modified: If-None-Match named the stored version (or was *), so your copy is current; no body. */
+            304: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    /** @description The version stored now, which If-None-Match named. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["BadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { ConditionHeaders, refuseEntityTags, tagged, versionCondition } from "../http/preconditions.ts";
+import { ConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
@@ -57,10 +57,17 @@ export function accountRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/:id", async ({ params, set }) => tagged(set, { data: await getAccount(rt.db, params.id) }), {
+    .get("/:id", async ({ params, headers, set }) => taggedRead(set, headers["if-none-match"], { data: await getAccount(rt.db, params.id) }), {
       params: AccountId,
-      response: { 200: AccountEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { operationId: "getAccount", summary: "Get an account", description: 'The ETag header is the account\'s version, quoted ("3"): send it back as If-Match to change the account only if nobody has since.', tags, ...secured },
+      headers: ReadConditionHeaders,
+      response: { 200: AccountEnvelope, 304: t.Void(), ...problemResponses(401, 403, 404, 422) },
+      detail: {
+        operationId: "getAccount",
+        summary: "Get an account",
+        description: 'The ETag header is the account\'s version, quoted ("3"): send it back as If-Match to change the account only if nobody has since, or as If-None-Match to be answered 304 without the body while it is current.',
+        tags,
+        ...secured,
+      },
     })
     .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateAccount(rt, params.id, body, versionCondition(headers)) }), {
       params: AccountId,

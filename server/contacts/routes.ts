@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { ConditionHeaders, IdempotentConditionHeaders, refuseEntityTags, tagged, versionCondition } from "../http/preconditions.ts";
+import { ConditionHeaders, IdempotentConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
@@ -66,15 +66,24 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/:id", async ({ params, query, set }) => {
+    .get("/:id", async ({ params, query, headers, set }) => {
       const body = { data: await getContact(rt.db, params.id, query) };
-      // Embedded accounts and users change without the contact's version: only the contact alone is tagged with it.
-      return query.include ? body : tagged(set, body);
+      // Embedded accounts and users change without the contact's version: only the contact alone
+      // is tagged with it, so only its read can tell that a client's copy is current.
+      return query.include ? body : taggedRead(set, headers["if-none-match"], body);
     }, {
       params: ContactId,
       query: IncludeQuery,
-      response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 422) },
-      detail: { operationId: "getContact", summary: "Get a contact", description: 'The ETag header is the contact\'s version, quoted ("3"), when nothing is embedded with `include`: send it back as If-Match to change the contact only if nobody has since.', tags, ...secured },
+      headers: ReadConditionHeaders,
+      response: { 200: ContactEnvelope, 304: t.Void(), ...problemResponses(401, 403, 404, 422) },
+      detail: {
+        operationId: "getContact",
+        summary: "Get a contact",
+        description:
+          'The ETag header is the contact\'s version, quoted ("3"), when nothing is embedded with `include`: send it back as If-Match to change the contact only if nobody has since, or as If-None-Match to be answered 304 without the body while it is current.',
+        tags,
+        ...secured,
+      },
     })
     .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers)) }), {
       params: ContactId,

@@ -188,13 +188,13 @@ const RATE_LIMIT_HEADERS = {
   "RateLimit-Policy": header('The policy: its quota and window, e.g. "read";q=100;w=1.'),
 };
 
-/** addRateLimitHeaders declares the RateLimit headers the limits guard puts on every /public/v1 success. */
+/** addRateLimitHeaders declares the RateLimit headers the limits guard puts on every /public/v1 success, a read's 304 (Not Modified) included. */
 function addRateLimitHeaders(document: Json): void {
   for (const [path, pathItem] of Object.entries(document.paths as Json)) {
     if (!path.startsWith("/public/v1")) continue;
     for (const operation of Object.values(pathItem as Json)) {
       for (const [status, response] of Object.entries(operation.responses as Json)) {
-        if (/^2\d\d$/.test(status)) response.headers = { ...RATE_LIMIT_HEADERS, ...response.headers };
+        if (/^(2\d\d|304)$/.test(status)) response.headers = { ...RATE_LIMIT_HEADERS, ...response.headers };
       }
     }
   }
@@ -231,8 +231,8 @@ function versioned(document: Json, response: Json): boolean {
 
 /**
  * documentProtocolHeaders states what the HTTP conventions add to /public/v1 answers, which no
- * route schema says: the ETag of a versioned resource (on its reads and writes, and on a 412 as
- * the current version); for a POST taking an Idempotency-Key, Idempotent-Replayed on a replayed
+ * route schema says: the ETag of a versioned resource (on its reads and writes, on a read's 304
+ * and on a 412 as the current version); for a POST taking an Idempotency-Key, Idempotent-Replayed on a replayed
  * answer and the 409 (with Retry-After) of a key in use; WWW-Authenticate on 401; and for writes
  * of resources without versions (unversionedWrites), the If-Match header (and on a member's, If-None-Match) and the 412 they bring;
  * and that a body declared optional is not required.
@@ -281,6 +281,10 @@ function documentProtocolHeaders(document: Json): void {
         const added: Json = {};
         if (/^2\d\d$/.test(status) && etag && status !== "204") added.ETag = header('The resource\'s version as a strong entity tag ("3"): send it back in If-Match to write only that version.');
         if (status === "412" && currentVersionOn412) added.ETag = header("The version stored now, to read again and retry.");
+        if (status === "304" && etag) {
+          response.description = "Not Modified: If-None-Match named the stored version (or was *), so your copy is current; no body.";
+          added.ETag = header("The version stored now, which If-None-Match named.");
+        }
         if (/^2\d\d$/.test(status) && idempotent) added["Idempotent-Replayed"] = header('"true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise.');
         if (status === "401") added["WWW-Authenticate"] = header('Bearer realm="crm": the request needs an API token.');
         if (Object.keys(added).length > 0) response.headers = { ...response.headers, ...added };

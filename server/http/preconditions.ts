@@ -25,6 +25,19 @@ export const ConditionHeaders = t.Object(
 /** IdempotentConditionHeaders documents the Idempotency-Key, If-Match and If-None-Match request headers of a POST that changes a versioned resource. */
 export const IdempotentConditionHeaders = t.Object({ ...IdempotencyKeyHeader.properties, ...ConditionHeaders.properties }, { additionalProperties: true });
 
+/** ReadConditionHeaders documents the optional If-None-Match request header of a read of one versioned resource. */
+export const ReadConditionHeaders = t.Object(
+  {
+    "if-none-match": t.Optional(
+      t.String({
+        maxLength: 1000,
+        description: 'Answer 304 Not Modified, without the body, if the stored version is one of these: entity tags ("3", and W/"3" alike), separated by commas, or * for any. Ignored by a read that sends no ETag (a contact read with include).',
+      }),
+    ),
+  },
+  { additionalProperties: true },
+);
+
 type PreconditionHeader = "if-match" | "if-none-match";
 
 /** notEntityTags is the 422 of a precondition header that is neither * nor a list of entity tags. */
@@ -70,6 +83,21 @@ export function versionCondition(headers: { [header in PreconditionHeader]?: str
 export function tagged<B extends { data: { version: number } }>(set: { headers: Record<string, string | number> }, body: B): B {
   set.headers.etag = versionTag(body.data.version);
   return body;
+}
+
+/**
+ * taggedRead answers a read of one versioned resource: its ETag, and `body`, or no body and 304
+ * when the read's If-None-Match (`ifNoneMatch`) names the version, compared weakly, or is *: the
+ * client's copy is current (RFC 9110 section 13.1.2). The header is read after the resource, so
+ * an id that does not exist stays 404 whatever it says (section 13.2.1).
+ */
+export function taggedRead<B extends { data: { version: number } }>(set: { headers: Record<string, string | number>; status?: number | string }, ifNoneMatch: string | undefined, body: B): B | undefined {
+  tagged(set, body);
+  if (ifNoneMatch === undefined) return body;
+  const tags = entityTags(ifNoneMatch, "if-none-match");
+  if (tags !== "any" && !tags.includes(body.data.version)) return body;
+  set.status = 304;
+  return undefined;
 }
 
 /** MemberLookups maps each path parameter naming a member to its lookup, which throws the 404 the write would answer when there is no such member. */

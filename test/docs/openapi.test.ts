@@ -155,12 +155,12 @@ describe("OpenAPI document for client generators", () => {
     expect(spec.components.schemas.Delivery.properties.attempts.type).toBe("integer");
   });
 
-  test("every /public/v1 success declares the RateLimit and RateLimit-Policy headers, and a real success carries them", async () => {
+  test("every /public/v1 success (a 304 Not Modified too) declares the RateLimit and RateLimit-Policy headers, and a real success carries them", async () => {
     const missing: string[] = [];
     for (const { where, path, op } of operations()) {
       if (!path.startsWith("/public/v1")) continue;
       for (const [status, response] of Object.entries(op.responses) as [string, any][]) {
-        if (/^2\d\d$/.test(status) && !(response.headers?.RateLimit && response.headers?.["RateLimit-Policy"])) missing.push(`${where} ${status}`);
+        if (/^(2\d\d|304)$/.test(status) && !(response.headers?.RateLimit && response.headers?.["RateLimit-Policy"])) missing.push(`${where} ${status}`);
       }
     }
     expect(missing).toEqual([]);
@@ -253,7 +253,7 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     ];
   }
 
-  test("versions, replays, unversioned If-Match, missing tokens, bad request targets and bodies where none is read", async () => {
+  test("versions, reads not modified, replays, unversioned If-Match, missing tokens, bad request targets and bodies where none is read", async () => {
     const answers: string[] = [];
     const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" }, headers: { "idempotency-key": "documented-1" } });
     const replayed = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" }, headers: { "idempotency-key": "documented-1" } });
@@ -261,6 +261,11 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     answers.push(...undocumented("POST", "/public/v1/contacts", created, ["idempotency-key"]), ...undocumented("POST", "/public/v1/contacts", replayed));
     const id = created.body.data.id;
     answers.push(...undocumented("GET", "/public/v1/contacts/{id}", await h.request("GET", `/public/v1/contacts/${id}`)));
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data.id;
+    const currentContact = await h.request("GET", `/public/v1/contacts/${id}`, { headers: { "if-none-match": '"1"' } });
+    const currentAccount = await h.request("GET", `/public/v1/accounts/${account}`, { headers: { "if-none-match": "*" } });
+    expect([currentContact.status, currentContact.headers.get("etag"), currentAccount.status]).toEqual([304, '"1"', 304]);
+    answers.push(...undocumented("GET", "/public/v1/contacts/{id}", currentContact, ["if-none-match"]), ...undocumented("GET", "/public/v1/accounts/{id}", currentAccount, ["if-none-match"]));
     const stalePatch = await h.request("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Grace" }, headers: { "if-match": '"9"' } });
     const staleDelete = await h.request("DELETE", `/public/v1/contacts/${id}`, { headers: { "if-match": '"9"' } });
     const currentTag = await h.request("POST", `/public/v1/contacts/${id}/tags`, { body: { tag: "vip" }, headers: { "if-none-match": '"1"' } });
