@@ -158,11 +158,12 @@ export async function authenticateBearer(db: Database, presented: string, unreco
   if (now - (lastTouched.get(token.id) ?? 0) >= LAST_USED_RESOLUTION_MS) {
     lastTouched.set(token.id, now);
     const touched = token.id;
-    // Bookkeeping: on PostgreSQL it takes no write lock and gives up on a row held elsewhere, so a
-    // read never waits behind another instance's writes or an open transaction for its token's last
-    // use (SQLite commits it in the next group). Nor is a use that cannot be recorded a reason to
-    // refuse the request: a database turned read-only (a failover to a standby) still serves reads.
-    // The next use a minute later tries again.
+    // Bookkeeping: on PostgreSQL it takes no write lock and skips a row held elsewhere, so a read
+    // never waits behind another instance's writes or an open transaction for its token's last use
+    // (SQLite commits it in the next group, or gives up while another process holds the write
+    // lock). Nor is a use that cannot be recorded a reason to refuse the request: a database
+    // turned read-only (a failover to a standby) still serves reads. The next use a minute later
+    // tries again.
     await db.writeBookkeeping((tx) => touchTokenLastUsed(tx, touched, now)).catch(unrecorded);
   }
   return token;

@@ -1,4 +1,4 @@
-import type { Db } from "../db/sql.ts";
+import { NotRecorded, unlessHeld, type Db } from "../db/sql.ts";
 
 export interface ApiTokenRow {
   id: string;
@@ -52,7 +52,7 @@ export function findApiTokenById(db: Db, id: string): Promise<ApiTokenRow | null
   return db.get<ApiTokenRow>("SELECT * FROM api_tokens WHERE id = ?", [id]);
 }
 
-/** touchTokenLastUsed records when a token was last used. */
+/** touchTokenLastUsed records when a token was last used, as bookkeeping (writeBookkeeping): NotRecorded when its row is held elsewhere. */
 export async function touchTokenLastUsed(db: Db, id: string, at: number): Promise<void> {
-  await db.run("UPDATE api_tokens SET last_used_at = ? WHERE id = ?", [at, id]);
+  if ((await db.run(`UPDATE api_tokens SET last_used_at = ? WHERE ${unlessHeld(db, "api_tokens", "id")}`, [at, id])) === 0) throw new NotRecorded("api_tokens");
 }

@@ -238,9 +238,13 @@ export class SqliteDatabase implements Database {
     return this.groups.submit(work);
   }
 
-  /** writeBookkeeping is a `write`: within this process writes take their turns, and another process's lock is waited for up to lockWaitMs. */
+  /**
+   * writeBookkeeping is a `write` that does not wait for another process's lock: within this
+   * process writes take their turns, and while another process holds the write lock it is refused
+   * with SQLite's busy error (beginGroup), where other writes wait for up to lockWaitMs.
+   */
   writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T> {
-    return this.write(work);
+    return this.groups.submit(work, true);
   }
 
   writesWaiting(): number {
@@ -288,8 +292,9 @@ export class SqliteDatabase implements Database {
 
   /**
    * beginGroup opens a group's transaction, taking the write lock. While another process holds
-   * it, it tries again after 1 ms, then 2, 4 and so on up to 50, for lockWaitMs, then throws
-   * SQLite's busy error (a 503 to the requests of the group).
+   * it, it refuses the bookkeeping waiting (writeBookkeeping) with SQLite's busy error and tries
+   * again after 1 ms, then 2, 4 and so on up to 50, for lockWaitMs, then throws that error (a 503
+   * to the requests of the group).
    */
   private async beginGroup(): Promise<void> {
     const deadline = Date.now() + this.lockWaitMs;
@@ -299,6 +304,7 @@ export class SqliteDatabase implements Database {
         return;
       } catch (error) {
         if (!String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY") || Date.now() >= deadline) throw error;
+        this.groups.refuseThoseGivingUp(error);
       }
       await Bun.sleep(Math.min(pause, Math.max(0, deadline - Date.now())));
     }

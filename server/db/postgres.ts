@@ -21,13 +21,6 @@ const POSTGRES_MIN_VERSION = 130000;
  */
 export const WRITE_LOCK = "7165909999144823156";
 
-/**
- * BOOKKEEPING_LOCK_WAIT_MS is how long a request's bookkeeping (writeBookkeeping) waits for a lock
- * another session holds on its row (an operator's open UPDATE in psql, another instance's
- * transaction) before it gives up: long enough for another instance recording the same use.
- */
-const BOOKKEEPING_LOCK_WAIT_MS = 100;
-
 /** CONNECT_TIMEOUT_SECONDS is how long opening a connection may take before it is an error. */
 const CONNECT_TIMEOUT_SECONDS = 10;
 
@@ -318,6 +311,8 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private closed = false;
   private readonly watch: AnswerWatch;
   private slowReads: SlowReads | null = null;
+  /** the pool's statements as writeBookkeeping runs them: changes that wake nobody */
+  private readonly bookkeeping = new PostgresDb({ unsafe: (text, params) => this.onThePool(text, params) }, () => {});
 
   /**
    * options include the pool's size (max); a statement the server leaves without any answer for
@@ -328,9 +323,14 @@ export class PostgresDatabase extends PostgresDb implements Database {
     private readonly answerTimeoutMs: number,
     private readonly listenerCheckMs: number,
   ) {
-    super({ unsafe: (text, params) => this.watch.run(() => this.pool.unsafe(text, params)) }, () => this.committed());
+    super({ unsafe: (text, params) => this.onThePool(text, params) }, () => this.committed());
     this.pool = new SQL(options);
     this.watch = new AnswerWatch(answerTimeoutMs, (signal) => probeServer(options, signal), () => this.replacePool());
+  }
+
+  /** onThePool runs one statement on the pool, timed by the watch. */
+  private onThePool(text: string, params?: SqlValue[]): Promise<Result> {
+    return this.watch.run(() => this.pool.unsafe(text, params));
   }
 
   /** replacePool closes every connection of the pool at once, failing what runs on them, and opens new ones for what comes next. */
@@ -397,15 +397,13 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   /**
-   * writeBookkeeping runs `work` in a READ COMMITTED transaction of its own that does not take
-   * WRITE_LOCK (no other write reads what it writes) and fails with lock_not_available (55P03)
-   * once it has waited BOOKKEEPING_LOCK_WAIT_MS for a lock. It wakes nobody: it makes no deliveries.
+   * writeBookkeeping runs each statement of `work` on the pool on its own, without WRITE_LOCK (no
+   * other write reads what it writes) or a transaction around them: one round trip each, holding
+   * its row no longer than the statement, which skips a row held elsewhere (unlessHeld) rather
+   * than wait for it. It wakes nobody: it makes no deliveries.
    */
   writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T> {
-    return this.transaction("isolation level read committed", async (tx) => {
-      await tx.unsafe(`SET LOCAL lock_timeout = ${BOOKKEEPING_LOCK_WAIT_MS}`);
-      return work(new PostgresDb(tx, () => {}));
-    });
+    return work(this.bookkeeping);
   }
 
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */

@@ -47,9 +47,9 @@ export interface Database extends Db {
   /**
    * writeBookkeeping runs the bookkeeping a request does in passing (a token's last use, a console
    * session's visit), which no other write reads, and which gives up on a lock held elsewhere
-   * rather than keep the request waiting: on PostgreSQL in a transaction of its own, outside the
-   * write lock, that waits at most BOOKKEEPING_LOCK_WAIT_MS for a row; on SQLite as `write`, whose
-   * wait for another process's lock the busy timeout bounds.
+   * rather than keep the request waiting: on PostgreSQL each statement of `work` on its own,
+   * outside the write lock, where it skips a row another session holds (unlessHeld); on SQLite as
+   * `write`, refused at once while another process holds the write lock instead of waiting for it.
    */
   writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T>;
   /**
@@ -90,4 +90,20 @@ export interface Database extends Db {
   notify(channel: string): Promise<void>;
   /** close commits what is queued and closes the connections. */
   close(): Promise<void>;
+}
+
+/**
+ * unlessHeld is the condition `key = ?` of an UPDATE of bookkeeping (writeBookkeeping): on
+ * PostgreSQL it skips the row while another session holds it, rather than wait for it (NO KEY, so
+ * a transaction that only references the row, inserting a child of it, is no obstacle).
+ */
+export function unlessHeld(db: Db, table: string, key: string): string {
+  return db.dialect === "postgres" ? `${key} = (SELECT ${key} FROM ${table} WHERE ${key} = ? FOR NO KEY UPDATE SKIP LOCKED)` : `${key} = ?`;
+}
+
+/** NotRecorded is bookkeeping left unwritten because another session held its row (unlessHeld), or the row was gone by then. */
+export class NotRecorded extends Error {
+  constructor(tables: string) {
+    super(`not recorded in ${tables}: the row is locked by another session, or was removed meanwhile`);
+  }
 }

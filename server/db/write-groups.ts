@@ -5,6 +5,8 @@ export interface PendingWrite {
   work: (tx: Db) => Promise<unknown>;
   resolve: (value: unknown) => void;
   reject: (error: unknown) => void;
+  /** set for bookkeeping (writeBookkeeping), which is refused rather than kept waiting while another process holds the write lock */
+  givesUp: boolean;
 }
 
 /** GroupOutcome is how one write of a group ended, told to its caller once the group is committed. */
@@ -78,12 +80,23 @@ export class WriteGroups {
     private readonly committed: () => void,
   ) {}
 
-  /** submit queues `work` for the next group and resolves with its result once that group is committed. */
-  submit<T>(work: (tx: Db) => Promise<T>): Promise<T> {
+  /**
+   * submit queues `work` for the next group and resolves with its result once that group is
+   * committed; a work that `givesUp` is refused by refuseThoseGivingUp instead.
+   */
+  submit<T>(work: (tx: Db) => Promise<T>, givesUp = false): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.pending.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      this.pending.push({ work, resolve: resolve as (value: unknown) => void, reject, givesUp });
       this.schedule();
     });
+  }
+
+  /** refuseThoseGivingUp refuses with `error` the queued writes that give up rather than wait (submit), and keeps the others queued. */
+  refuseThoseGivingUp(error: unknown): void {
+    const refused = this.pending.filter((item) => item.givesUp);
+    if (refused.length === 0) return;
+    this.pending = this.pending.filter((item) => !item.givesUp);
+    for (const item of refused) item.reject(error);
   }
 
   private schedule(): void {

@@ -1,4 +1,4 @@
-import type { Db } from "../db/sql.ts";
+import { NotRecorded, unlessHeld, type Db } from "../db/sql.ts";
 
 export type OperatorRow = {
   id: string;
@@ -86,15 +86,24 @@ export function findSessionWithOperator(db: Db, idHash: Uint8Array, idleSince: n
   );
 }
 
-/** touchSession records that a session of an operator was used, on the session and on the operator; call it inside one transaction (writeBookkeeping). */
+/**
+ * touchSession records that a session of an operator was used, on the session and on the operator,
+ * as bookkeeping (writeBookkeeping): a row held elsewhere is skipped, and NotRecorded names its table.
+ */
 export async function touchSession(db: Db, idHash: Uint8Array, operatorId: string, at: number): Promise<void> {
-  await db.run("UPDATE operator_sessions SET last_seen_at = ? WHERE id_hash = ?", [at, idHash]);
-  await recordOperatorSeen(db, operatorId, at);
+  const sessions = await db.run(`UPDATE operator_sessions SET last_seen_at = ? WHERE ${unlessHeld(db, "operator_sessions", "id_hash")}`, [at, idHash]);
+  const operators = await recordOperatorSeen(db, operatorId, at, unlessHeld(db, "operators", "id"));
+  const skipped = [...(sessions === 0 ? ["operator_sessions"] : []), ...(operators === 0 ? ["operators"] : [])];
+  if (skipped.length > 0) throw new NotRecorded(skipped.join(" and "));
 }
 
-/** recordOperatorSeen moves an operator's last use forward to `at`, never back: another instance's clock may be behind this one's. */
-async function recordOperatorSeen(db: Db, operatorId: string, at: number): Promise<void> {
-  await db.run("UPDATE operators SET last_seen_at = CASE WHEN last_seen_at > ? THEN last_seen_at ELSE ? END WHERE id = ?", [at, at, operatorId]);
+/**
+ * recordOperatorSeen moves an operator's last use forward to `at`, never back: another instance's
+ * clock may be behind this one's. `byId` selects the operator's row (unlessHeld for bookkeeping);
+ * it returns how many rows it updated.
+ */
+async function recordOperatorSeen(db: Db, operatorId: string, at: number, byId = "id = ?"): Promise<number> {
+  return db.run(`UPDATE operators SET last_seen_at = CASE WHEN last_seen_at > ? THEN last_seen_at ELSE ? END WHERE ${byId}`, [at, at, operatorId]);
 }
 
 /** deleteSession removes one session. */
