@@ -190,6 +190,19 @@ describe("subscriptions, API tokens and users", () => {
     expect(problems).toEqual([]);
   }, SLOW);
 
+  test("the number fields (a subscription's requests per second, a secret rotation's grace hours) look as the text fields do", async () => {
+    const look = (selector: string) =>
+      page.locator(selector).evaluate((input) => {
+        const style = getComputedStyle(input);
+        return ["display", "width", "padding", "border", "border-radius", "background-color", "font-family", "font-size", "font-weight", "color"].map((name) => `${name}: ${style.getPropertyValue(name)}`);
+      });
+    await page.goto(url("/console/subscriptions"));
+    const [receiverUrl, rate] = [await look("input[name=target_url]"), await look("input[name=max_rate]")];
+    await page.goto(url(`/console/subscriptions/${subscriptionId}/secret-rotation`));
+    expect({ rate, grace: await look("input[name=grace_hours]") }).toEqual({ rate: receiverUrl, grace: receiverUrl });
+    expect(problems).toEqual([]);
+  }, SLOW);
+
   test("every page fits a 390 px wide phone screen without sideways scrolling", async () => {
     await page.setViewportSize({ width: 390, height: 844 });
     const id = (await server.api("GET", "/public/v1/webhook-deliveries?per_page=1")).data[0].id;
