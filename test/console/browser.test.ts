@@ -221,4 +221,24 @@ describe("subscriptions, API tokens and users", () => {
     await page.setViewportSize({ width: 1280, height: 900 });
     expect(problems).toEqual([]);
   }, SLOW);
+
+  test("at 390 px a delivery row's contact link stays on its event's line, one line high, and keeps the contact's id in its title", async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(url("/console/"));
+    const cells = await page.locator("#deliveries td[data-label=Event]").evaluateAll((tds) =>
+      tds.slice(0, 3).map((td) => {
+        const [event, contact] = [...td.querySelectorAll("a")];
+        const [around, box] = [event!.getBoundingClientRect(), contact!.getBoundingClientRect()];
+        return {
+          onEventsLine: box.top < around.bottom && box.bottom > around.top,
+          lines: Math.round(box.height / parseFloat(getComputedStyle(contact!).lineHeight)),
+          inCell: box.right <= td.getBoundingClientRect().right,
+          title: /^Contact con_[0-9A-Z]{26}$/.test(contact!.title),
+        };
+      }),
+    );
+    await page.setViewportSize({ width: 1280, height: 900 });
+    expect(cells).toEqual([0, 1, 2].map(() => ({ onEventsLine: true, lines: 1, inCell: true, title: true })));
+    expect(problems).toEqual([]);
+  }, SLOW);
 });
