@@ -197,6 +197,27 @@ describe("a refused form names each field and the API's reason beside it, and th
     });
     await expectOnlyRefusals();
   }, SLOW);
+
+  test("a refused deliveries filter stays in its field as typed, marked with the reason, beside the filters accepted; the table below is unfiltered", async () => {
+    await page.goto(url("/console/"));
+    await page.fill("input[name=contact_id]", "ada");
+    await page.fill("input[name=since]", "2001-02-03T04:05");
+    await page.selectOption("select[name=status]", "failed");
+    const refused = await refusalOf(await sendForm("input[name=contact_id]"));
+    const shown = await page.evaluate(() => ({
+      fields: ["status", "contact_id", "since", "until"].map((name) => (document.querySelector(`[name=${name}]`) as HTMLInputElement).value),
+      // The live table asks for what it shows: the deliveries without the refused filters.
+      liveQuery: JSON.parse(document.getElementById("island-deliveries-props")!.textContent!).query,
+    }));
+    expect({ refused, shown }).toEqual({
+      refused: { status: 422, text: null, links: [["contact id must be a contact id (con_...).", "#field-contact_id"]], focused: true, fields: [{ role: "textbox", name: "Contact id", description: "must be a contact id (con_...)" }] },
+      shown: { fields: ["failed", "ada", "2001-02-03T04:05", ""], liveQuery: "" },
+    });
+    // Corrected, the filter applies: the page's own answer, not a refusal.
+    await page.fill("input[name=contact_id]", "");
+    expect(await sendForm("input[name=contact_id]")).toBe(200);
+    await expectOnlyRefusals();
+  }, SLOW);
 });
 
 describe("row actions and what they did", () => {
