@@ -1,7 +1,7 @@
 /** @jsxImportSource preact */
 import type { ComponentChildren } from "preact";
 import { fieldNameOf, fieldWords } from "../../server/http/schema-errors.ts";
-import type { ProblemError } from "../../server/shared/problem.ts";
+import type { FieldError, ProblemError } from "../../server/shared/problem.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage, type Section } from "./layout.tsx";
 import { CsrfField } from "./parts.tsx";
@@ -92,11 +92,13 @@ export function RefusalSummary({ refusal, fields }: { refusal: Refusal | null | 
   if (!refusal) return null;
   const errors = refusal.errors ?? [];
   const named = errors.filter((error) => fields.includes(fieldNameOf(error)));
+  // A reason that is the problem's detail (a conflict put on its field: refusedOnField) is a sentence already.
+  const words = (error: FieldError) => (error.detail === refusal.message ? error.detail : `${fieldWords(error)}.`);
   const list = (
     <ul class="refusal-fields">
       {named.map((error) => (
         <li>
-          <a href={`#${fieldId(fieldNameOf(error))}`}>{fieldWords(error)}.</a>
+          <a href={`#${fieldId(fieldNameOf(error))}`}>{words(error)}</a>
         </li>
       ))}
     </ul>

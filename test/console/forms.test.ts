@@ -198,6 +198,31 @@ describe("a refused form names each field and the API's reason beside it, and th
     await expectOnlyRefusals();
   }, SLOW);
 
+  test("an email already taken (409, whose problem names no field) marks the email field of the users and operators forms with the API's words", async () => {
+    await server.api("POST", "/public/v1/users", { name: "Grace", email: "grace@example.com" });
+    const taken = await fetch(url("/public/v1/users"), { method: "POST", headers: { authorization: `Bearer ${server.token}`, "content-type": "application/json" }, body: JSON.stringify({ name: "Grace again", email: "GRACE@example.com" }) });
+    const userDetail = (await taken.json()).detail;
+    await page.goto(url("/console/users"));
+    await page.fill("input[name=name]", "Grace again");
+    await page.fill("input[name=email]", "GRACE@example.com");
+    const user = await refusalOf(await sendForm("input[name=email]"));
+    const typedUser = [await page.inputValue("input[name=name]"), await page.inputValue("input[name=email]")];
+    await page.goto(url("/console/operators"));
+    await page.fill("input[name=email]", "OnCall@example.com");
+    const operator = await refusalOf(await sendForm("input[name=email]"));
+    const typedOperator = await page.inputValue("input[name=email]");
+    const operatorDetail = "An operator with email oncall@example.com already exists.";
+    expect([taken.status, userDetail]).toEqual([409, "A user with email grace@example.com already exists."]);
+    expect({ user, typedUser, operator, typedOperator }).toEqual({
+      // The problem's detail is the reason, said as it is: the summary links it to the field.
+      user: { status: 409, text: null, links: [[userDetail, "#field-email"]], focused: true, fields: [{ role: "textbox", name: "Email", description: userDetail }] },
+      typedUser: ["Grace again", "GRACE@example.com"],
+      operator: { status: 409, text: null, links: [[operatorDetail, "#field-email"]], focused: true, fields: [{ role: "textbox", name: "Email", description: operatorDetail }] },
+      typedOperator: "OnCall@example.com",
+    });
+    await expectOnlyRefusals();
+  }, SLOW);
+
   test("a refused deliveries filter stays in its field as typed, marked with the reason, beside the filters accepted; the table below is unfiltered", async () => {
     await page.goto(url("/console/"));
     await page.fill("input[name=contact_id]", "ada");
