@@ -260,6 +260,21 @@ export function problemOf(error: unknown, ...statuses: number[]): ProblemError {
   throw error;
 }
 
+/**
+ * refusedOnField runs a form's change and, when a service refuses it with the problem `slug`, which
+ * names no field (a 409 such as user-exists), puts the problem's detail on the form's field `name`
+ * as its reason: the form marks the field to correct, in the API's words, as it does a field the
+ * API names.
+ */
+export async function refusedOnField<T>(change: Promise<T>, slug: string, name: string): Promise<T> {
+  try {
+    return await change;
+  } catch (error) {
+    if (!(error instanceof ProblemError) || error.slug !== slug) throw error;
+    throw new ProblemError(error.status, slug, error.message, [{ pointer: `/${name}`, detail: error.message }], error.headers, error.extensions);
+  }
+}
+
 /** MAX_FORM_KEY_LENGTH bounds a form key; the pages draw UUIDs (36 characters). */
 const MAX_FORM_KEY_LENGTH = 64;
 

@@ -68,18 +68,24 @@ function FilterInput(props: { name: keyof DeliveryFilters; label: string; value:
   );
 }
 
-/** deliveriesPage renders the start page: each subscription's health, then the deliveries (the latest, live, or an older page), with filters. */
+/**
+ * deliveriesPage renders the start page: each subscription's health, then the deliveries (the
+ * latest, live, or an older page), with filters. `filters` are those the deliveries are filtered
+ * by; the form shows `typed` instead when they differ (refused filters, as sent, to be corrected).
+ */
 export function deliveriesPage(props: {
   session: ConsoleSession;
   view: DeliveriesView;
   filters: DeliveryFilters;
+  typed?: DeliveryFilters;
   subscriptions: Subscription[];
   health: SubscriptionHealth[];
   limit: number;
   refusal?: Refusal | null;
 }): string {
-  const { filters, view } = props;
-  const query = filterQuery(filters);
+  const { view } = props;
+  const query = filterQuery(props.filters);
+  const filters = props.typed ?? props.filters;
   const live: DeliveriesLiveProps = { initial: view, query, limit: props.limit };
   const older = view.next ? `/console/${query ? `${query}&` : "?"}before=${encodeURIComponent(view.next)}` : null;
   return renderPage({
@@ -114,7 +120,7 @@ export function deliveriesPage(props: {
             <button type="submit" class="button">
               Filter
             </button>
-            {(query !== "" || view.older) && (
+            {(filterQuery(filters) !== "" || view.older) && (
               <a class="button ghost" href="/console/">
                 Clear
               </a>

@@ -119,14 +119,16 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
         </a>
       </td>
       <td data-label="Event">
-        <a href={`/console/events/${row.event_id}`} title={`Event ${row.event_id}`}>
-          <code>{row.event_type}</code>
-        </a>
-        {row.subject_id?.startsWith("con_") && (
-          <a class="subject" href={`/console/contacts/${row.subject_id}`} title={`Contact ${row.subject_id}`}>
-            contact
+        <span class="event-links">
+          <a href={`/console/events/${row.event_id}`} title={`Event ${row.event_id}`}>
+            <code>{row.event_type}</code>
           </a>
-        )}
+          {row.subject_id?.startsWith("con_") && (
+            <a class="subject" href={`/console/contacts/${row.subject_id}`} title={`Contact ${row.subject_id}`}>
+              contact
+            </a>
+          )}
+        </span>
       </td>
       <td data-label="Subscription">
         <SubscriptionLabel description={row.subscription_description} url={row.target_url} />

@@ -1,10 +1,10 @@
 /** @jsxImportSource preact */
 import type { ComponentChildren } from "preact";
 import { fieldNameOf, fieldWords } from "../../server/http/schema-errors.ts";
-import type { ProblemError } from "../../server/shared/problem.ts";
+import type { FieldError, ProblemError } from "../../server/shared/problem.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage, type Section } from "./layout.tsx";
-import { CsrfField } from "./parts.tsx";
+import { CsrfField, fieldId, reasonMarks, WithReason } from "./parts.tsx";
 
 /** SecretOnce shows a secret that is never shown again, with a copy button added by the copy island. */
 export function SecretOnce({ id, label, value, children }: { id: string; label: string; value: string; children?: ComponentChildren }) {
@@ -50,35 +50,23 @@ export function confirmPage(props: { session: ConsoleSession; title: string; sec
 /** Refusal is why a service refused a form: the problem's detail and the fields it names with their reasons, the API's errors[]. */
 export type Refusal = Pick<ProblemError, "message" | "errors">;
 
-const fieldId = (name: string) => `field-${name}`;
-const reasonId = (name: string) => `${name}-reason`;
-
 /** reasonOf is what a refusal says of one field, in the API's words (its errors about it, joined), or null when it does not name the field. */
-function reasonOf(refusal: Refusal | null | undefined, name: string): string | null {
+export function reasonOf(refusal: Refusal | null | undefined, name: string): string | null {
   const details = (refusal?.errors ?? []).filter((error) => fieldNameOf(error) === name).map((error) => error.detail);
   return details.length > 0 ? details.join("; ") : null;
 }
 
-/** fieldMarks are the attributes of a field its form's refusal names: the id its summary links to, aria-invalid, and aria-describedby naming its reason (FieldWithReason); none for any other field. */
-export function fieldMarks(refusal: Refusal | null | undefined, name: string): { id?: string; "aria-invalid"?: "true"; "aria-describedby"?: string } {
-  return reasonOf(refusal, name) === null ? {} : { id: fieldId(name), "aria-invalid": "true", "aria-describedby": reasonId(name) };
+/** fieldMarks are the attributes of a field its form's refusal names (reasonMarks); none for any other field. */
+export function fieldMarks(refusal: Refusal | null | undefined, name: string): ReturnType<typeof reasonMarks> {
+  return reasonMarks(name, reasonOf(refusal, name));
 }
 
-/**
- * FieldWithReason is a field (a label wrapping its input, or a fieldset) and, when its form's
- * refusal names it, the reason beside it; the reason stays outside the label, so it describes the
- * input (fieldMarks) without becoming part of its name. `className` is the field's own layout class.
- */
+/** FieldWithReason is a field and, when its form's refusal names it, the reason beside it (WithReason). `className` is the field's own layout class. */
 export function FieldWithReason({ refusal, name, className, children }: { refusal: Refusal | null | undefined; name: string; className?: string; children: ComponentChildren }) {
-  const reason = reasonOf(refusal, name);
-  if (reason === null) return <>{children}</>;
   return (
-    <div class={className ? `field ${className}` : "field"}>
+    <WithReason name={name} reason={reasonOf(refusal, name)} className={className}>
       {children}
-      <p class="field-reason" id={reasonId(name)}>
-        {reason}
-      </p>
-    </div>
+    </WithReason>
   );
 }
 
@@ -92,11 +80,13 @@ export function RefusalSummary({ refusal, fields }: { refusal: Refusal | null | 
   if (!refusal) return null;
   const errors = refusal.errors ?? [];
   const named = errors.filter((error) => fields.includes(fieldNameOf(error)));
+  // A reason that is the problem's detail (a conflict put on its field: refusedOnField) is a sentence already.
+  const words = (error: FieldError) => (error.detail === refusal.message ? error.detail : `${fieldWords(error)}.`);
   const list = (
     <ul class="refusal-fields">
       {named.map((error) => (
         <li>
-          <a href={`#${fieldId(fieldNameOf(error))}`}>{fieldWords(error)}.</a>
+          <a href={`#${fieldId(fieldNameOf(error))}`}>{words(error)}</a>
         </li>
       ))}
     </ul>

@@ -99,6 +99,32 @@ export function RowSubject({ children }: { children: ComponentChildren }) {
   return <span class="visually-hidden"> {children}</span>;
 }
 
+/** fieldId is the id of a field with a reason, which a refusal summary links to. */
+export const fieldId = (name: string) => `field-${name}`;
+const reasonId = (name: string) => `${name}-reason`;
+
+/** reasonMarks are the attributes of a field with a reason (a refused form's, in the API's words): its id (fieldId), aria-invalid, and aria-describedby naming the reason (WithReason); none when `reason` is null. */
+export function reasonMarks(name: string, reason: string | null): { id?: string; "aria-invalid"?: "true"; "aria-describedby"?: string } {
+  return reason === null ? {} : { id: fieldId(name), "aria-invalid": "true", "aria-describedby": reasonId(name) };
+}
+
+/**
+ * WithReason is a field (a label wrapping its input, or a fieldset) and, when it has a reason, the
+ * reason beside it; the reason stays outside the label, so it describes the input (reasonMarks)
+ * without becoming part of its name. `className` is the field's own layout class.
+ */
+export function WithReason({ name, reason, className, children }: { name: string; reason: string | null; className?: string; children: ComponentChildren }) {
+  if (reason === null) return <>{children}</>;
+  return (
+    <div class={className ? `field ${className}` : "field"}>
+      {children}
+      <p class="field-reason" id={reasonId(name)}>
+        {reason}
+      </p>
+    </div>
+  );
+}
+
 /** Column heads a DataTable column; "" is an actions column, named for screen readers only. */
 export type Column = string | { label: string; className: string };
 

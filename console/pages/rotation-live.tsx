@@ -3,7 +3,7 @@ import { useSignal } from "@preact/signals";
 import type { ComponentChildren } from "preact";
 import { useEffect } from "preact/hooks";
 import type { DeliveryWatchView } from "../model.ts";
-import { CsrfField, formatDuration, HttpStatus, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
+import { CsrfField, formatDuration, HttpStatus, reasonMarks, StatusBadge, SubscriptionLabel, Time, WithReason } from "./parts.tsx";
 
 /** WATCH_MS is how often the wizard asks for its test delivery while it is pending. */
 const WATCH_MS = 1000;
@@ -23,6 +23,8 @@ export interface RotationLiveProps {
   old: RotationSide & { pending: number };
   replacement: (RotationSide & { events: string[] }) | null;
   test: DeliveryWatchView | null;
+  /** why step 4 was refused (its confirmation box left unticked), shown beside the box; null when it was not */
+  confirmReason: string | null;
 }
 
 const URL_STEPS = ["Pick", "New subscription", "Test", "Delete old", "Summary"];
@@ -116,7 +118,7 @@ function TestStep({ action, csrfToken, current, children }: { action: string; cs
  * RotationLive is steps 3 and 4 of the rotation wizard: send a test event to the new subscription,
  * watch its delivery until it succeeds or fails, and only then allow deleting the old subscription.
  */
-export function RotationLive({ rotationId, csrfToken, old, replacement, test: initial }: RotationLiveProps) {
+export function RotationLive({ rotationId, csrfToken, old, replacement, test: initial, confirmReason }: RotationLiveProps) {
   const test = useWatchedDelivery(initial);
   const current = test.value;
   const succeeded = current?.status === "succeeded";
@@ -154,12 +156,14 @@ export function RotationLive({ rotationId, csrfToken, old, replacement, test: in
         <form method="post" action={`${base}/delete-old`} class="stack">
           <CsrfField token={csrfToken} />
           {oldExists && (
-            <label class="check">
-              <input type="checkbox" name="confirm" value="yes" required disabled={!succeeded} />
-              <span>
-                Yes, delete the subscription to <span class="url">{old.target_url}</span>
-              </span>
-            </label>
+            <WithReason name="confirm" reason={confirmReason}>
+              <label class="check">
+                <input type="checkbox" name="confirm" value="yes" required disabled={!succeeded} {...reasonMarks("confirm", confirmReason)} />
+                <span>
+                  Yes, delete the subscription to <span class="url">{old.target_url}</span>
+                </span>
+              </label>
+            </WithReason>
           )}
           <button type="submit" class="button danger" id="delete-old" disabled={!succeeded}>
             {oldExists ? "Delete old subscription" : "Finish"}
@@ -179,13 +183,15 @@ export interface SecretRotationLiveProps {
   /** until when the previous secret signs beside the new one */
   previous_expires_at: string;
   test: DeliveryWatchView | null;
+  /** why step 4 was refused (its confirmation box left unticked), shown beside the box; null when it was not */
+  confirmReason: string | null;
 }
 
 /**
  * SecretRotationLive is steps 3 and 4 of a secret rotation: while both secrets sign, send a test
  * event, watch it succeed, and only then retire the previous secret before its grace period ends.
  */
-export function SecretRotationLive({ subscriptionId, csrfToken, target_url, description, rotated_at, previous_expires_at, test: initial }: SecretRotationLiveProps) {
+export function SecretRotationLive({ subscriptionId, csrfToken, target_url, description, rotated_at, previous_expires_at, test: initial, confirmReason }: SecretRotationLiveProps) {
   const test = useWatchedDelivery(initial);
   const current = test.value;
   const succeeded = current?.status === "succeeded";
@@ -219,10 +225,12 @@ export function SecretRotationLive({ subscriptionId, csrfToken, target_url, desc
         )}
         <form method="post" action={`${base}/finish`} class="stack">
           <CsrfField token={csrfToken} />
-          <label class="check">
-            <input type="checkbox" name="confirm" value="yes" required disabled={!succeeded} />
-            <span>Yes, stop signing with the previous secret now</span>
-          </label>
+          <WithReason name="confirm" reason={confirmReason}>
+            <label class="check">
+              <input type="checkbox" name="confirm" value="yes" required disabled={!succeeded} {...reasonMarks("confirm", confirmReason)} />
+              <span>Yes, stop signing with the previous secret now</span>
+            </label>
+          </WithReason>
           <button type="submit" class="button danger" id="retire-previous" disabled={!succeeded}>
             Retire previous secret
           </button>

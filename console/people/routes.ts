@@ -7,7 +7,7 @@ import { notFound, ProblemError } from "../../server/shared/problem.ts";
 import { clearCookieHeader, htmlResponse, redirect, SESSION_COOKIE } from "../http.ts";
 import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
-import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
 import { operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
 import { addUserFromForm, createTokenFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
@@ -111,7 +111,7 @@ export function peopleRoutes(rt: Runtime) {
         let email: string | undefined;
         try {
           email = field(body, "email");
-          const code = await inviteOperator(db, email, session.operator.id);
+          const code = await refusedOnField(inviteOperator(db, email, session.operator.id), "operator-exists", "email");
           return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: email.trim().toLowerCase(), url: linkUrl(request, secure, code) } }), 201);
         } catch (error) {
           const failure = problemOf(error);

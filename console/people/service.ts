@@ -8,7 +8,7 @@ import { ProblemError, validationProblem } from "../../server/shared/problem.ts"
 import { UserInput, type User } from "../../server/users/model.ts";
 import { createUserOnce, listUsersPage } from "../../server/users/service.ts";
 import type { ConsoleSession } from "../model.ts";
-import { changeOnceForForm, formChecker, onceForForm } from "../shell.ts";
+import { changeOnceForForm, formChecker, onceForForm, refusedOnField } from "../shell.ts";
 
 /** createTokenFromForm creates an API token named in the console; the token is returned once. */
 export function createTokenFromForm(db: Database, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
@@ -46,7 +46,8 @@ const checkUserInput = formChecker(UserInput);
  */
 export async function addUserFromForm(rt: Runtime, session: ConsoleSession, form: { name: string; email: string }, formKey: string): Promise<User> {
   const input = checkUserInput({ name: form.name.trim(), email: form.email.trim() });
-  return (await onceForForm(rt, { session, path: "/console/users", key: formKey, values: input }, (scope) => createUserOnce(rt, input, scope))).body.data;
+  const added = onceForForm(rt, { session, path: "/console/users", key: formKey, values: input }, (scope) => createUserOnce(rt, input, scope));
+  return (await refusedOnField(added, "user-exists", "email")).body.data;
 }
 
 /**

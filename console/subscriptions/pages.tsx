@@ -4,7 +4,7 @@ import { WEBHOOK_EVENT_TYPES, type Subscription, type SubscriptionWithSecret } f
 import type { ConsoleSession } from "../model.ts";
 import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionChoice, SubscriptionForm, SubscriptionOverview } from "./service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
-import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
+import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
 import { CsrfField, DataTable, Island, NoticeBox, RowSubject, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
@@ -360,6 +360,7 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
     old: { target_url: r.old.target_url, description: r.old.description || null, status: r.old.subscription?.status ?? null, pending: r.oldPending },
     replacement: r.replacement && { target_url: r.replacement.target_url, description: r.replacement.description, status: r.replacement.status, events: r.replacement.events },
     test: r.test,
+    confirmReason: reasonOf(props.refusal, "confirm"),
   };
   return renderPage({
     title: "Rotate a subscription",
@@ -369,7 +370,7 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
     children: (
       <>
         <RotationHead current={r.step === "done" ? 5 : null} />
-        <RefusalSummary refusal={props.refusal} fields={[]} />
+        <RefusalSummary refusal={props.refusal} fields={["confirm"]} />
         {props.secret && (
           <SecretOnce id="new-secret" label="Step 2 done: the new subscription's signing secret" value={props.secret}>
             Configure the new receiver with it before you send the test event.
@@ -459,6 +460,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
     rotated_at: s.secret_rotated_at ?? "",
     previous_expires_at: s.previous_secret_expires_at ?? "",
     test,
+    confirmReason: reasonOf(props.refusal, "confirm"),
   };
   return renderPage({
     title: "Rotate the secret",
@@ -477,7 +479,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
           </p>
           {step === "rotate" && <Stepper current={props.finished ? 5 : 2} secret />}
         </div>
-        <RefusalSummary refusal={props.refusal} fields={["grace_hours"]} />
+        <RefusalSummary refusal={props.refusal} fields={["grace_hours", "confirm"]} />
         {props.secret && (
           <SecretOnce id="new-secret" label="Step 2 done: the new signing secret" value={props.secret}>
             Configure the receiver with it, then send the test event.

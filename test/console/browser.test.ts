@@ -190,6 +190,19 @@ describe("subscriptions, API tokens and users", () => {
     expect(problems).toEqual([]);
   }, SLOW);
 
+  test("the number fields (a subscription's requests per second, a secret rotation's grace hours) look as the text fields do", async () => {
+    const look = (selector: string) =>
+      page.locator(selector).evaluate((input) => {
+        const style = getComputedStyle(input);
+        return ["display", "width", "padding", "border", "border-radius", "background-color", "font-family", "font-size", "font-weight", "color"].map((name) => `${name}: ${style.getPropertyValue(name)}`);
+      });
+    await page.goto(url("/console/subscriptions"));
+    const [receiverUrl, rate] = [await look("input[name=target_url]"), await look("input[name=max_rate]")];
+    await page.goto(url(`/console/subscriptions/${subscriptionId}/secret-rotation`));
+    expect({ rate, grace: await look("input[name=grace_hours]") }).toEqual({ rate: receiverUrl, grace: receiverUrl });
+    expect(problems).toEqual([]);
+  }, SLOW);
+
   test("every page fits a 390 px wide phone screen without sideways scrolling", async () => {
     await page.setViewportSize({ width: 390, height: 844 });
     const id = (await server.api("GET", "/public/v1/webhook-deliveries?per_page=1")).data[0].id;
@@ -206,6 +219,26 @@ describe("subscriptions, API tokens and users", () => {
       await shoot(page, `mobile-${name}`);
     }
     await page.setViewportSize({ width: 1280, height: 900 });
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("at 390 px a delivery row's contact link stays on its event's line, one line high, and keeps the contact's id in its title", async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(url("/console/"));
+    const cells = await page.locator("#deliveries td[data-label=Event]").evaluateAll((tds) =>
+      tds.slice(0, 3).map((td) => {
+        const [event, contact] = [...td.querySelectorAll("a")];
+        const [around, box] = [event!.getBoundingClientRect(), contact!.getBoundingClientRect()];
+        return {
+          onEventsLine: box.top < around.bottom && box.bottom > around.top,
+          lines: Math.round(box.height / parseFloat(getComputedStyle(contact!).lineHeight)),
+          inCell: box.right <= td.getBoundingClientRect().right,
+          title: /^Contact con_[0-9A-Z]{26}$/.test(contact!.title),
+        };
+      }),
+    );
+    await page.setViewportSize({ width: 1280, height: 900 });
+    expect(cells).toEqual([0, 1, 2].map(() => ({ onEventsLine: true, lines: 1, inCell: true, title: true })));
     expect(problems).toEqual([]);
   }, SLOW);
 });

@@ -197,6 +197,52 @@ describe("a refused form names each field and the API's reason beside it, and th
     });
     await expectOnlyRefusals();
   }, SLOW);
+
+  test("an email already taken (409, whose problem names no field) marks the email field of the users and operators forms with the API's words", async () => {
+    await server.api("POST", "/public/v1/users", { name: "Grace", email: "grace@example.com" });
+    const taken = await fetch(url("/public/v1/users"), { method: "POST", headers: { authorization: `Bearer ${server.token}`, "content-type": "application/json" }, body: JSON.stringify({ name: "Grace again", email: "GRACE@example.com" }) });
+    const userDetail = (await taken.json()).detail;
+    await page.goto(url("/console/users"));
+    await page.fill("input[name=name]", "Grace again");
+    await page.fill("input[name=email]", "GRACE@example.com");
+    const user = await refusalOf(await sendForm("input[name=email]"));
+    const typedUser = [await page.inputValue("input[name=name]"), await page.inputValue("input[name=email]")];
+    await page.goto(url("/console/operators"));
+    await page.fill("input[name=email]", "OnCall@example.com");
+    const operator = await refusalOf(await sendForm("input[name=email]"));
+    const typedOperator = await page.inputValue("input[name=email]");
+    const operatorDetail = "An operator with email oncall@example.com already exists.";
+    expect([taken.status, userDetail]).toEqual([409, "A user with email grace@example.com already exists."]);
+    expect({ user, typedUser, operator, typedOperator }).toEqual({
+      // The problem's detail is the reason, said as it is: the summary links it to the field.
+      user: { status: 409, text: null, links: [[userDetail, "#field-email"]], focused: true, fields: [{ role: "textbox", name: "Email", description: userDetail }] },
+      typedUser: ["Grace again", "GRACE@example.com"],
+      operator: { status: 409, text: null, links: [[operatorDetail, "#field-email"]], focused: true, fields: [{ role: "textbox", name: "Email", description: operatorDetail }] },
+      typedOperator: "OnCall@example.com",
+    });
+    await expectOnlyRefusals();
+  }, SLOW);
+
+  test("a refused deliveries filter stays in its field as typed, marked with the reason, beside the filters accepted; the table below is unfiltered", async () => {
+    await page.goto(url("/console/"));
+    await page.fill("input[name=contact_id]", "ada");
+    await page.fill("input[name=since]", "2001-02-03T04:05");
+    await page.selectOption("select[name=status]", "failed");
+    const refused = await refusalOf(await sendForm("input[name=contact_id]"));
+    const shown = await page.evaluate(() => ({
+      fields: ["status", "contact_id", "since", "until"].map((name) => (document.querySelector(`[name=${name}]`) as HTMLInputElement).value),
+      // The live table asks for what it shows: the deliveries without the refused filters.
+      liveQuery: JSON.parse(document.getElementById("island-deliveries-props")!.textContent!).query,
+    }));
+    expect({ refused, shown }).toEqual({
+      refused: { status: 422, text: null, links: [["contact id must be a contact id (con_...).", "#field-contact_id"]], focused: true, fields: [{ role: "textbox", name: "Contact id", description: "must be a contact id (con_...)" }] },
+      shown: { fields: ["failed", "ada", "2001-02-03T04:05", ""], liveQuery: "" },
+    });
+    // Corrected, the filter applies: the page's own answer, not a refusal.
+    await page.fill("input[name=contact_id]", "");
+    expect(await sendForm("input[name=contact_id]")).toBe(200);
+    await expectOnlyRefusals();
+  }, SLOW);
 });
 
 describe("row actions and what they did", () => {

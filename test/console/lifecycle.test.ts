@@ -3,7 +3,7 @@ import { gzipSync } from "node:zlib";
 import type { Page } from "playwright-core";
 import { Webhook } from "standardwebhooks";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { addOperator, launchBrowser, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
+import { addOperator, launchBrowser, refusedConfirmation, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
 
 // The secret rotation wizard, recovery and pausing, end to end in a real browser against real receivers.
 let server: ConsoleServer;
@@ -95,6 +95,8 @@ describe("secret rotation wizard", () => {
 
     // (4) retire the previous secret, confirmed
     expect(await page.textContent(".stepper li.current")).toBe("4Retire old secret");
+    expect(await refusedConfirmation(page, "#retire-previous")).toEqual({ status: 422, id: "field-confirm", invalid: "true", reason: "must be ticked", summary: [["confirm must be ticked.", "#field-confirm"]] });
+    expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 422 (Unprocessable Entity)"]);
     await page.check("input[name=confirm]");
     await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/secret-rotation?finished=1`)), page.click("#retire-previous")]);
     expect(await page.textContent("#summary h2")).toContain("Secret rotation finished");

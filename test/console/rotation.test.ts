@@ -3,7 +3,7 @@ import type { Page } from "playwright-core";
 import { finishRotation, rotationView, sendRotationTest, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { addOperator, launchBrowser, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
+import { addOperator, launchBrowser, refusedConfirmation, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
 
 // The rotation wizard end to end, against two real receivers that verify signatures with their own secret.
 let server: ConsoleServer;
@@ -111,6 +111,9 @@ describe("rotation wizard", () => {
     expect(await page.isDisabled("#delete-old")).toBe(false);
     await page.click("#delete-old");
     expect(page.url()).toBe(url(`/console/rotations/${rotationId}#step-test`)); // the unticked confirmation stops the form
+    // Sent unticked all the same, the box is marked with the reason, as any refused field is.
+    expect(await refusedConfirmation(page, "#delete-old")).toEqual({ status: 422, id: "field-confirm", invalid: "true", reason: "must be ticked", summary: [["confirm must be ticked.", "#field-confirm"]] });
+    expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 422 (Unprocessable Entity)"]);
     await page.check("input[name=confirm]");
     await Promise.all([page.waitForURL(url(`/console/rotations/${rotationId}`)), page.click("#delete-old")]);
 

@@ -258,6 +258,27 @@ export async function signedInBrowser(server: ConsoleServer): Promise<{ browser:
   return { browser, page, problems };
 }
 
+/**
+ * refusedConfirmation sends a wizard's step 4 form with its confirmation box unticked, as a browser
+ * sends it without the box's `required` (a form filled in by a tool), and returns what the refused
+ * page tells of the box: its status, whether the box is marked invalid, the reason that describes
+ * it, and the links of the summary above.
+ */
+export async function refusedConfirmation(page: Page, button: string) {
+  await page.evaluate(() => document.querySelector("input[name=confirm]")!.removeAttribute("required"));
+  const [answer] = await Promise.all([page.waitForNavigation(), page.click(button)]);
+  const box = await page.evaluate(() => {
+    const input = document.querySelector("input[name=confirm]")!;
+    return {
+      id: input.id,
+      invalid: input.getAttribute("aria-invalid"),
+      reason: document.getElementById(input.getAttribute("aria-describedby") ?? "")?.textContent ?? null,
+      summary: [...document.querySelectorAll("#refusal a")].map((a) => [a.textContent, a.getAttribute("href")]),
+    };
+  });
+  return { status: answer?.status(), ...box };
+}
+
 /** shootAtBothWidths screenshots the page at 1280 px and, reloaded, at 390 px (NAME-1280, NAME-390); returns the document's width at 390 (390: nothing scrolls sideways). */
 export async function shootAtBothWidths(page: Page, name: string): Promise<number> {
   await shoot(page, `${name}-1280`);
