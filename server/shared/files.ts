@@ -63,9 +63,12 @@ export function pathExists(path: string): boolean {
   }
 }
 
-/** fileErrorText words a file system error for a one-line message; a permission denied says who should run the command. */
-export function fileErrorText(error: unknown): string {
+/**
+ * fileErrorText words a file system error for a one-line message; a permission denied says who
+ * should run the command (`remedy`: by default the service's user, whose files these are).
+ */
+export function fileErrorText(error: unknown, remedy = "run the command as the user the service runs as"): string {
   const code = (error as NodeJS.ErrnoException).code;
-  if (code === "EACCES" || code === "EPERM") return "permission denied (run the command as the user the service runs as)";
+  if (code === "EACCES" || code === "EPERM") return `permission denied (${remedy})`;
   return (error as Error).message;
 }

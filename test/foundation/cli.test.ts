@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { tokenCreateCommand } from "../../server/server.ts";
 import { VERSION } from "../../server/version.ts";
+import { SHUT_OUT } from "../support/permissions.ts";
 import { ISO } from "./support.ts";
 
 const ROOT = join(import.meta.dir, "../..");
@@ -227,8 +228,6 @@ describe("command line: errors", () => {
   });
 
   test("a config file or data directory the command may not read is named as unreadable, not as missing or not TOML, and token create claims no new database", async () => {
-    // Root reads any file whatever its mode: as root the commands run without that power, as a user shut out by the modes.
-    const shutOut = process.getuid?.() === 0 ? [Bun.which("setpriv")!, "--bounding-set=-dac_override,-dac_read_search"] : [];
     const data = join(dataDir, "data");
     const etc = join(dataDir, "etc");
     const config = join(etc, "crm.toml");
@@ -240,14 +239,14 @@ describe("command line: errors", () => {
     const unreadableData = { stdout: "", stderr: `crm: cannot open the database ${join(data, "crm.sqlite")} (--data-dir, CRM_DATA_DIR): ${denied}\n`, code: 2 };
     try {
       chmodSync(etc, 0o000);
-      const behindDirectory = await crm(["token", "list", "--config", config], {}, shutOut);
+      const behindDirectory = await crm(["token", "list", "--config", config], {}, SHUT_OUT);
       chmodSync(etc, 0o755);
       chmodSync(config, 0o000);
-      const fileItself = await crm(["token", "list", "--config", config], {}, shutOut);
+      const fileItself = await crm(["token", "list", "--config", config], {}, SHUT_OUT);
       chmodSync(config, 0o644);
       chmodSync(data, 0o000);
       const commands = [["token", "create", "--name", "x", "--config", config], ["token", "list"], ["backup", join(dataDir, "copy.sqlite")]];
-      const answers = await Promise.all(commands.map((args) => crm(args, { CRM_DATA_DIR: data }, shutOut)));
+      const answers = await Promise.all(commands.map((args) => crm(args, { CRM_DATA_DIR: data }, SHUT_OUT)));
       expect([behindDirectory, fileItself, ...answers]).toEqual([unreadableConfig, unreadableConfig, ...commands.map(() => unreadableData)]);
     } finally {
       chmodSync(etc, 0o755);
