@@ -12,6 +12,15 @@ export function fsyncPath(path: string): void {
 }
 
 /**
+ * createOwnerOnlyFile creates an empty file only its owner may read (0600), for data that is
+ * someone's (a backup, customer rows) whatever the umask; a file already there is emptied and keeps
+ * its mode (perhaps /dev/full, or one the user made on purpose).
+ */
+export function createOwnerOnlyFile(path: string): void {
+  closeSync(openSync(path, "w", 0o600));
+}
+
+/**
  * partialName is where a file is written before it is published: beside it (same filesystem, so
  * it can be linked into place), marked as unfinished, and unique to this process, so a run killed
  * half-way never blocks the next one.
