@@ -2,7 +2,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, refuseOptionAsValue, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
 import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
@@ -95,7 +95,7 @@ function takeOption(args: string[], name: (typeof COMMAND_VALUE_OPTIONS)[number]
   const value = arg!.includes("=") ? arg!.slice(arg!.indexOf("=") + 1) : args.splice(i, 1)[0];
   if (value === undefined) throw new ConfigError(`${name} needs a value`);
   if (!arg!.includes("=")) refuseOptionAsValue(name, value);
-  if (args.some(isOption)) throw new ConfigError(`${name} is given twice; give it once`);
+  if (args.some(isOption)) throw givenTwice(name);
   return value;
 }
 
@@ -112,12 +112,17 @@ function commandFirst(args: string[]): string[] {
   return args;
 }
 
-/** takeFlag removes the flag `name` from args and tells whether it was there; given twice, it is refused. */
+/**
+ * takeFlag removes the flag `name` from args and tells whether it was given; written with a value
+ * (`--json=false`) it takes that value, as a boolean setting does. Given twice, it is refused.
+ */
 function takeFlag(args: string[], name: string): boolean {
-  const i = args.indexOf(name);
-  if (i >= 0) args.splice(i, 1);
-  if (args.includes(name)) throw new ConfigError(`${name} is given twice; give it once`);
-  return i >= 0;
+  const isFlag = (a: string) => a === name || a.startsWith(`${name}=`);
+  const i = args.findIndex(isFlag);
+  if (i < 0) return false;
+  const [arg] = args.splice(i, 1);
+  if (args.some(isFlag)) throw givenTwice(name);
+  return arg === name || parseBoolean(arg!.slice(name.length + 1), name);
 }
 
 /**

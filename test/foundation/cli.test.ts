@@ -304,7 +304,25 @@ describe("command line: errors", () => {
     expect(await crm(["token", "create", "--name", "a", "--name", "b"])).toEqual({ stdout: "", stderr: "crm: --name is given twice; give it once\n", code: 2 });
     expect(await crm(["token", "create", "--name=a", "--name=b"])).toEqual({ stdout: "", stderr: "crm: --name is given twice; give it once\n", code: 2 });
     expect(await crm(["token", "create", "--name", "a", "--json", "--json"])).toEqual({ stdout: "", stderr: "crm: --json is given twice; give it once\n", code: 2 });
+    expect(await crm(["token", "create", "--name", "a", "--json", "--json=false"])).toEqual({ stdout: "", stderr: "crm: --json is given twice; give it once\n", code: 2 });
+    // A setting's flag too: serve stops before it listens, on neither port.
+    expect(await crm(["serve", "--port", "1", "--port", "0"])).toEqual({ stdout: "", stderr: "crm: --port is given twice; give it once\n", code: 2 });
+    expect(await crm(["token", "create", "--name", "a", "--data-dir", dataDir, "--data-dir", join(dataDir, "other")])).toEqual({ stdout: "", stderr: "crm: --data-dir is given twice; give it once\n", code: 2 });
     expect(await crm(["token", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
+  });
+
+  test("a command's flag takes =true or =false (1/0, yes/no, on/off) as a boolean setting's does; another value is refused naming it", async () => {
+    await crm(["migrate"]);
+    const json = await crm(["token", "create", "--name", "a", "--json=true"]);
+    const plain = await crm(["token", "create", "--name", "b", "--json=false"]);
+    expect([json.code, JSON.parse(json.stdout).name, plain.code, plain.stdout]).toEqual([0, "a", 0, expect.stringMatching(/^crm_[A-Za-z0-9]{40}\n$/)]);
+    expect(await crm(["token", "create", "--name", "c", "--json=maybe"])).toEqual({ stdout: "", stderr: 'crm: invalid --json: "maybe" is not a boolean (1/0, true/false)\n', code: 2 });
+    expect(await crm(["secrets-key", "reset", "--yes-delete-every-subscription=no"])).toEqual({
+      stdout: "",
+      stderr: "crm: secrets-key reset deletes every webhook subscription (their signing secrets are sealed with the lost key) and changes nothing without --yes-delete-every-subscription; receivers then need new subscriptions and new secrets\n",
+      code: 2,
+    });
+    expect((await crm(["token", "list"])).stdout.split("\n").filter(Boolean).length).toBe(2);
   });
 
   test("an option whose value is missing before another option is refused with one line naming it (exit 2), not given that option as its value", async () => {
