@@ -265,6 +265,22 @@ export function refuseOptionAsValue(name: string, value: string, secret = false)
 // so the message names the port instead of calling the whole URL wrong.
 const DATABASE_URL_PORT = /^postgres(?:ql)?:\/\/(?:[^/?#]*@)?(?:\[[^\]/?#]*\]|[^:/?#]*):(\d+)(?:[/?#]|$)/i;
 
+/**
+ * parseBoolean reads the value of a boolean setting, or of a flag written with one (`--json=false`):
+ * 1/0, true/false, yes/no, on/off in any case, empty for false; `source` names it in the refusal.
+ */
+export function parseBoolean(raw: string, source: string): boolean {
+  const text = raw.trim().toLowerCase();
+  if (["1", "true", "yes", "on"].includes(text)) return true;
+  if (["0", "false", "no", "off", ""].includes(text)) return false;
+  throw new ConfigError(`invalid ${source}: ${JSON.stringify(raw)} is not a boolean (1/0, true/false)`);
+}
+
+/** givenTwice is the refusal of an option given twice: neither of its values is guessed at. */
+export function givenTwice(name: string): ConfigError {
+  return new ConfigError(`${name} is given twice; give it once`);
+}
+
 function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   const text = String(raw).trim();
   // A secret is never echoed, not even a malformed one: this line ends up in logs.
@@ -299,9 +315,7 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       return n;
     }
     case "boolean":
-      if (["1", "true", "yes", "on"].includes(text.toLowerCase())) return true;
-      if (["0", "false", "no", "off", ""].includes(text.toLowerCase())) return false;
-      return fail("a boolean (1/0, true/false)");
+      return parseBoolean(String(raw), source);
     case "choice":
       if (!setting.choices!.includes(text)) fail(`one of ${setting.choices!.join(", ")}`);
       return text;
@@ -375,17 +389,22 @@ export function fileKey(setting: Setting): string {
 export function loadConfig(args: string[], env: Record<string, string | undefined> = process.env): Config {
   const flags = new Map<string, string>();
   let configPath = env.CRM_CONFIG;
+  let configFlagGiven = false;
   for (let i = 0; i < args.length; i++) {
     const arg = args[i]!;
     const [name, inline] = arg.includes("=") ? [arg.slice(0, arg.indexOf("=")), arg.slice(arg.indexOf("=") + 1)] : [arg, undefined];
     const setting = SETTINGS.find((s) => s.flag === name);
     if (name === "--config") {
+      if (configFlagGiven) throw givenTwice(name);
+      configFlagGiven = true;
       configPath = inline ?? args[++i];
       if (!configPath) throw new ConfigError("--config needs a file path");
       if (inline === undefined) refuseOptionAsValue(name, configPath);
       continue;
     }
     if (!setting) throw new ConfigError(`unknown option ${name} (see --help)`);
+    // A flag given twice (a script adding to a command line) is refused, as a command's option is: which was meant is not guessed.
+    if (flags.has(name)) throw givenTwice(name);
     if (setting.kind === "boolean" && inline === undefined) {
       flags.set(name, "true");
       continue;

@@ -1,12 +1,12 @@
 #!/usr/bin/env bun
-import { existsSync, statSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, refuseOptionAsValue, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
 import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
-import { loadSecretsKey, SecretBox, secretsKeyPath } from "./webhooks/secrets.ts";
+import { loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { resetSecretsKey } from "./webhooks/service.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
@@ -14,7 +14,7 @@ import { allUsers, createUser } from "./users/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { printable } from "./shared/text.ts";
-import { fileErrorText, pathExists } from "./shared/files.ts";
+import { fileErrorText, isAbsent, pathExists } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
@@ -95,7 +95,7 @@ function takeOption(args: string[], name: (typeof COMMAND_VALUE_OPTIONS)[number]
   const value = arg!.includes("=") ? arg!.slice(arg!.indexOf("=") + 1) : args.splice(i, 1)[0];
   if (value === undefined) throw new ConfigError(`${name} needs a value`);
   if (!arg!.includes("=")) refuseOptionAsValue(name, value);
-  if (args.some(isOption)) throw new ConfigError(`${name} is given twice; give it once`);
+  if (args.some(isOption)) throw givenTwice(name);
   return value;
 }
 
@@ -112,12 +112,17 @@ function commandFirst(args: string[]): string[] {
   return args;
 }
 
-/** takeFlag removes the flag `name` from args and tells whether it was there; given twice, it is refused. */
+/**
+ * takeFlag removes the flag `name` from args and tells whether it was given; written with a value
+ * (`--json=false`) it takes that value, as a boolean setting does. Given twice, it is refused.
+ */
 function takeFlag(args: string[], name: string): boolean {
-  const i = args.indexOf(name);
-  if (i >= 0) args.splice(i, 1);
-  if (args.includes(name)) throw new ConfigError(`${name} is given twice; give it once`);
-  return i >= 0;
+  const isFlag = (a: string) => a === name || a.startsWith(`${name}=`);
+  const i = args.findIndex(isFlag);
+  if (i < 0) return false;
+  const [arg] = args.splice(i, 1);
+  if (args.some(isFlag)) throw givenTwice(name);
+  return arg === name || parseBoolean(arg!.slice(name.length + 1), name);
 }
 
 /**
@@ -250,7 +255,7 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   if (!confirmed) {
     throw new ConfigError("secrets-key reset deletes every webhook subscription (their signing secrets are sealed with the lost key) and changes nothing without --yes-delete-every-subscription; receivers then need new subscriptions and new secrets");
   }
-  const secretsKey = config.databaseUrl || config.secretsKeyFile || existsSync(secretsKeyPath(config)) ? loadSecretsKey(config) : null;
+  const secretsKey = config.databaseUrl || config.secretsKeyFile || secretsKeyExists(config) ? loadSecretsKey(config) : null;
   const reset = async () => {
     const db = await openConfiguredDatabase(args, { locked: true });
     try {
@@ -277,6 +282,18 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
 
 const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH]';
 
+/**
+ * readTokenFile reads the importer's token file. One it may not read, or not look at (behind a
+ * directory it may not enter), is named so, not called missing.
+ */
+function readTokenFile(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (error) {
+    throw new ConfigError(isAbsent(error) ? `import: no token file ${path}` : `import: cannot read the token file ${path}: ${fileErrorText(error, "run the import as a user who may read it")}`);
+  }
+}
+
 /** importCommand runs `import contacts`: the binary as a client of any server's API. */
 async function importCommand(args: string[]): Promise<number> {
   if (args.shift() !== "contacts") throw new ConfigError(IMPORT_USAGE);
@@ -297,10 +314,7 @@ async function importCommand(args: string[]): Promise<number> {
   if (!dryRun) {
     if (!url || !tokenFile) throw new ConfigError(`import needs --url and --token-file (or --dry-run); ${IMPORT_USAGE}`);
     if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) throw new ConfigError(`import: --url ${JSON.stringify(url)} is not an http(s) URL`);
-    if (!(await Bun.file(tokenFile).exists())) throw new ConfigError(`import: no token file ${tokenFile}`);
-    const token = (await Bun.file(tokenFile).text().catch((error: Error) => {
-      throw new ConfigError(`import: cannot read the token file ${tokenFile}: ${error.message}`);
-    })).trim();
+    const token = readTokenFile(tokenFile).trim();
     if (token === "") throw new ConfigError(`import: the token file ${tokenFile} is empty`);
     // fetch would refuse the Authorization header only when sending, after every retry.
     if (/\s/.test(token)) throw new ConfigError(`import: the token file ${tokenFile} must hold one API token on one line`);

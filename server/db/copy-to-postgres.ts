@@ -1,6 +1,7 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import { ConfigError, redactedUrl, type Config } from "../config.ts";
 import { withoutNul } from "../shared/text.ts";
+import { LATEST_TIMESTAMP_MS } from "../shared/time.ts";
 import { openPostgres, type PostgresDatabase, type PostgresDb } from "./postgres.ts";
 import { migratePostgres } from "./postgres-migrations.ts";
 import type { SqlValue } from "./sql.ts";
@@ -138,15 +139,36 @@ const JSON_COLUMNS = new Set(["accounts.properties", "contacts.properties", "eve
 const JSON_ESCAPE = /\\(u0000|[^])/g;
 
 /**
+ * UNBOUNDED_TIME_COLUMNS hold instants that versions before retry delays were capped (30 days)
+ * could store past any date: a pending delivery's next attempt, after a delay of any size, up to
+ * 1e23 ms, which PostgreSQL's bigint refuses. The copy stores such an instant as the last one a
+ * timestamp writes (LATEST_TIMESTAMP_MS), the next attempt the API already shows for it: the
+ * delivery stays pending and still never comes due, as on SQLite, rather than being attempted
+ * again, long stale, at a date the copy would make up.
+ */
+const UNBOUNDED_TIME_COLUMNS = new Set(["webhook_deliveries.next_attempt_at"]);
+
+/** ColumnKind is what a column holds that PostgreSQL may refuse as SQLite stored it. */
+type ColumnKind = "json" | "unbounded-time" | "other";
+
+/** columnKind is the kind of `table`.`column` (JSON_COLUMNS, UNBOUNDED_TIME_COLUMNS). */
+function columnKind(table: string, column: string): ColumnKind {
+  const name = `${table}.${column}`;
+  return JSON_COLUMNS.has(name) ? "json" : UNBOUNDED_TIME_COLUMNS.has(name) ? "unbounded-time" : "other";
+}
+
+/**
  * storableInPostgres is a value as PostgreSQL can hold it: a NUL character, which PostgreSQL's text
  * refuses and older versions stored in SQLite (from request bodies and receivers' answers),
  * becomes U+FFFD, as the delivery code records new answers; in a JSON column its escape becomes
- * `\ufffd` too, so the service's JSON holds no NUL in either form.
+ * `\ufffd` too, so the service's JSON holds no NUL in either form. An instant past the year 9999
+ * in an unbounded time column becomes the last of 9999.
  */
-function storableInPostgres(value: SqlValue, json: boolean): SqlValue {
+function storableInPostgres(value: SqlValue, kind: ColumnKind): SqlValue {
+  if (typeof value === "number") return kind === "unbounded-time" ? Math.min(value, LATEST_TIMESTAMP_MS) : value;
   if (typeof value !== "string") return value;
   const text = withoutNul(value);
-  return json && text.includes("\\u0000") ? text.replace(JSON_ESCAPE, (escape, escaped) => (escaped === "u0000" ? "\\ufffd" : escape)) : text;
+  return kind === "json" && text.includes("\\u0000") ? text.replace(JSON_ESCAPE, (escape, escaped) => (escaped === "u0000" ? "\\ufffd" : escape)) : text;
 }
 
 /** copyTable copies one table in batches read in key order, reporting progress after each. */
@@ -154,7 +176,7 @@ async function copyTable(sqlite: SqliteConnection, tx: PostgresDb, table: TableC
   const columnList = table.columns.map(quote).join(", ");
   const keyList = table.key.map(quote).join(", ");
   const keyIndexes = table.key.map((k) => table.columns.indexOf(k));
-  const json = table.columns.map((c) => JSON_COLUMNS.has(`${table.name}.${c}`));
+  const kinds = table.columns.map((c) => columnKind(table.name, c));
   const perBatch = Math.max(1, Math.min(COPY_BATCH_ROWS, Math.floor(MAX_PARAMETERS / table.columns.length)));
   const firstPage = sqlite.query<SqlValue[], [number]>(`SELECT ${columnList} FROM ${quote(table.name)} ORDER BY ${keyList} LIMIT ?`);
   const nextPage = sqlite.query<SqlValue[], SqlValue[]>(
@@ -168,7 +190,7 @@ async function copyTable(sqlite: SqliteConnection, tx: PostgresDb, table: TableC
     const rows = (last === null ? firstPage.values(perBatch) : nextPage.values(...keyIndexes.map((i) => last![i]!), perBatch)) as SqlValue[][];
     if (rows.length === 0) break;
     // The next page is read after the last key as SQLite holds it, NUL and all.
-    const values = rows.flatMap((row) => row.map((value, i) => storableInPostgres(value, json[i]!)));
+    const values = rows.flatMap((row) => row.map((value, i) => storableInPostgres(value, kinds[i]!)));
     await tx.run(`INSERT INTO ${quote(table.name)} (${columnList}) VALUES ${rows.map(() => rowPlaceholders).join(", ")}`, values);
     copied += rows.length;
     last = rows[rows.length - 1]!;

@@ -1,4 +1,4 @@
-import { accessSync, closeSync, constants, openSync, realpathSync, statSync } from "node:fs";
+import { accessSync, constants, realpathSync, statSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { accountItemErrors } from "../accounts/service.ts";
 import { ConfigError } from "../config.ts";
@@ -7,6 +7,7 @@ import type { BatchResult } from "../batch/model.ts";
 import { parseSafeJson } from "../http/safe-json.ts";
 import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
 import { sha256 } from "../shared/crypto.ts";
+import { createOwnerOnlyFile } from "../shared/files.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient } from "./client.ts";
 import { csvLine } from "./csv.ts";
@@ -282,9 +283,8 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
     else lines.push(JSON.stringify({ ...original, import_row: row, import_errors: errors }));
   }
   try {
-    // The rows are customer data: a file made here is the owner's only, like every file the
-    // service writes (one that exists, perhaps /dev/full, keeps its mode).
-    closeSync(openSync(path, "w", 0o600));
+    // The rows are customer data: the owner's only, like every file the service writes.
+    createOwnerOnlyFile(path);
     await Bun.write(path, `${lines.join("\n")}\n`);
   } catch (error) {
     // Checked writable up front, it can still fail (a full disk): the rows are imported all the same.

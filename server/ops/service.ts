@@ -1,5 +1,5 @@
 import { Database } from "bun:sqlite";
-import { closeSync, existsSync, openSync, rmSync, statSync } from "node:fs";
+import { existsSync, rmSync, statSync } from "node:fs";
 import type { Config } from "../config.ts";
 import { clientAddress, isBrowserRequest, isLoopback, isLoopbackHost, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
@@ -11,7 +11,7 @@ import { VERSION } from "../version.ts";
 import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
 import { recentHistorySize } from "../webhooks/retention.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { fsyncPath, partialName, publishFile } from "../shared/files.ts";
+import { createOwnerOnlyFile, fsyncPath, partialName, publishFile } from "../shared/files.ts";
 import type { Logger } from "../shared/log.ts";
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
@@ -206,7 +206,7 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
   // backup killed half-way (SIGKILL, a power cut) leaves no file that a restore could take for one.
   const partial = partialName(file);
   try {
-    closeSync(openSync(partial, "w", 0o600));
+    createOwnerOnlyFile(partial);
   } catch (error) {
     throw new BackupError(`cannot create ${file}: ${(error as Error).message}`);
   }

@@ -12,6 +12,15 @@ export function fsyncPath(path: string): void {
 }
 
 /**
+ * createOwnerOnlyFile creates an empty file only its owner may read (0600), for data that is
+ * someone's (a backup, customer rows) whatever the umask; a file already there is emptied and keeps
+ * its mode (perhaps /dev/full, or one the user made on purpose).
+ */
+export function createOwnerOnlyFile(path: string): void {
+  closeSync(openSync(path, "w", 0o600));
+}
+
+/**
  * partialName is where a file is written before it is published: beside it (same filesystem, so
  * it can be linked into place), marked as unfinished, and unique to this process, so a run killed
  * half-way never blocks the next one.
@@ -63,9 +72,12 @@ export function pathExists(path: string): boolean {
   }
 }
 
-/** fileErrorText words a file system error for a one-line message; a permission denied says who should run the command. */
-export function fileErrorText(error: unknown): string {
+/**
+ * fileErrorText words a file system error for a one-line message; a permission denied says who
+ * should run the command (`remedy`: by default the service's user, whose files these are).
+ */
+export function fileErrorText(error: unknown, remedy = "run the command as the user the service runs as"): string {
   const code = (error as NodeJS.ErrnoException).code;
-  if (code === "EACCES" || code === "EPERM") return "permission denied (run the command as the user the service runs as)";
+  if (code === "EACCES" || code === "EPERM") return `permission denied (${remedy})`;
   return (error as Error).message;
 }

@@ -1,11 +1,11 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Database, Db } from "../db/sql.ts";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from "node:crypto";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { fsyncPath, partialName, publishFile } from "../shared/files.ts";
+import { fileErrorText, fsyncPath, partialName, pathExists, publishFile } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { findOneSubscriptionSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
@@ -99,6 +99,25 @@ export function secretsKeyPath(config: Pick<Config, "secretsKeyFile" | "dataDir"
   return config.secretsKeyFile || join(config.dataDir, SECRETS_KEY_FILE_NAME);
 }
 
+/** unreadableKey is the refusal of a secrets key file the process may not read, or not look at. */
+function unreadableKey(path: string, error: unknown): ConfigError {
+  return new ConfigError(`secrets key file ${path} cannot be read: ${fileErrorText(error)}`);
+}
+
+/**
+ * secretsKeyExists tells whether the secrets key file is there. One the process may not look at
+ * (behind a directory it may not enter) is refused in one line, not taken for missing: a missing
+ * key is made anew, and a reset takes it for lost and deletes every subscription.
+ */
+export function secretsKeyExists(config: Pick<Config, "secretsKeyFile" | "dataDir">): boolean {
+  const path = secretsKeyPath(config);
+  try {
+    return pathExists(path);
+  } catch (error) {
+    throw unreadableKey(path, error);
+  }
+}
+
 /**
  * loadSecretsKey reads the secrets key (base64 of 32 bytes). A file named by --secrets-key-file
  * must exist; the default one in the data directory is created (0600) when missing. `created`
@@ -114,7 +133,7 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
     );
   }
   const path = secretsKeyPath(config);
-  if (!existsSync(path)) {
+  if (!secretsKeyExists(config)) {
     if (config.secretsKeyFile) throw new ConfigError(`secrets key file ${path} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist`);
     const key = randomBytes(KEY_BYTES);
     // Durable before any secret is sealed with it (the sealed secrets are committed with a sync):
@@ -129,7 +148,7 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   try {
     text = readFileSync(path, "utf8").trim();
   } catch (error) {
-    throw new ConfigError(`secrets key file ${path} cannot be read: ${(error as Error).message}`);
+    throw unreadableKey(path, error);
   }
   const key = Buffer.from(text, "base64");
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || key.length !== KEY_BYTES) throw new ConfigError(`secrets key file ${path} does not hold a key (base64 of ${KEY_BYTES} random bytes)`);

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { tokenCreateCommand } from "../../server/server.ts";
 import { VERSION } from "../../server/version.ts";
+import { SHUT_OUT } from "../support/permissions.ts";
 import { ISO } from "./support.ts";
 
 const ROOT = join(import.meta.dir, "../..");
@@ -227,8 +228,6 @@ describe("command line: errors", () => {
   });
 
   test("a config file or data directory the command may not read is named as unreadable, not as missing or not TOML, and token create claims no new database", async () => {
-    // Root reads any file whatever its mode: as root the commands run without that power, as a user shut out by the modes.
-    const shutOut = process.getuid?.() === 0 ? [Bun.which("setpriv")!, "--bounding-set=-dac_override,-dac_read_search"] : [];
     const data = join(dataDir, "data");
     const etc = join(dataDir, "etc");
     const config = join(etc, "crm.toml");
@@ -240,14 +239,14 @@ describe("command line: errors", () => {
     const unreadableData = { stdout: "", stderr: `crm: cannot open the database ${join(data, "crm.sqlite")} (--data-dir, CRM_DATA_DIR): ${denied}\n`, code: 2 };
     try {
       chmodSync(etc, 0o000);
-      const behindDirectory = await crm(["token", "list", "--config", config], {}, shutOut);
+      const behindDirectory = await crm(["token", "list", "--config", config], {}, SHUT_OUT);
       chmodSync(etc, 0o755);
       chmodSync(config, 0o000);
-      const fileItself = await crm(["token", "list", "--config", config], {}, shutOut);
+      const fileItself = await crm(["token", "list", "--config", config], {}, SHUT_OUT);
       chmodSync(config, 0o644);
       chmodSync(data, 0o000);
       const commands = [["token", "create", "--name", "x", "--config", config], ["token", "list"], ["backup", join(dataDir, "copy.sqlite")]];
-      const answers = await Promise.all(commands.map((args) => crm(args, { CRM_DATA_DIR: data }, shutOut)));
+      const answers = await Promise.all(commands.map((args) => crm(args, { CRM_DATA_DIR: data }, SHUT_OUT)));
       expect([behindDirectory, fileItself, ...answers]).toEqual([unreadableConfig, unreadableConfig, ...commands.map(() => unreadableData)]);
     } finally {
       chmodSync(etc, 0o755);
@@ -305,7 +304,25 @@ describe("command line: errors", () => {
     expect(await crm(["token", "create", "--name", "a", "--name", "b"])).toEqual({ stdout: "", stderr: "crm: --name is given twice; give it once\n", code: 2 });
     expect(await crm(["token", "create", "--name=a", "--name=b"])).toEqual({ stdout: "", stderr: "crm: --name is given twice; give it once\n", code: 2 });
     expect(await crm(["token", "create", "--name", "a", "--json", "--json"])).toEqual({ stdout: "", stderr: "crm: --json is given twice; give it once\n", code: 2 });
+    expect(await crm(["token", "create", "--name", "a", "--json", "--json=false"])).toEqual({ stdout: "", stderr: "crm: --json is given twice; give it once\n", code: 2 });
+    // A setting's flag too: serve stops before it listens, on neither port.
+    expect(await crm(["serve", "--port", "1", "--port", "0"])).toEqual({ stdout: "", stderr: "crm: --port is given twice; give it once\n", code: 2 });
+    expect(await crm(["token", "create", "--name", "a", "--data-dir", dataDir, "--data-dir", join(dataDir, "other")])).toEqual({ stdout: "", stderr: "crm: --data-dir is given twice; give it once\n", code: 2 });
     expect(await crm(["token", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
+  });
+
+  test("a command's flag takes =true or =false (1/0, yes/no, on/off) as a boolean setting's does; another value is refused naming it", async () => {
+    await crm(["migrate"]);
+    const json = await crm(["token", "create", "--name", "a", "--json=true"]);
+    const plain = await crm(["token", "create", "--name", "b", "--json=false"]);
+    expect([json.code, JSON.parse(json.stdout).name, plain.code, plain.stdout]).toEqual([0, "a", 0, expect.stringMatching(/^crm_[A-Za-z0-9]{40}\n$/)]);
+    expect(await crm(["token", "create", "--name", "c", "--json=maybe"])).toEqual({ stdout: "", stderr: 'crm: invalid --json: "maybe" is not a boolean (1/0, true/false)\n', code: 2 });
+    expect(await crm(["secrets-key", "reset", "--yes-delete-every-subscription=no"])).toEqual({
+      stdout: "",
+      stderr: "crm: secrets-key reset deletes every webhook subscription (their signing secrets are sealed with the lost key) and changes nothing without --yes-delete-every-subscription; receivers then need new subscriptions and new secrets\n",
+      code: 2,
+    });
+    expect((await crm(["token", "list"])).stdout.split("\n").filter(Boolean).length).toBe(2);
   });
 
   test("an option whose value is missing before another option is refused with one line naming it (exit 2), not given that option as its value", async () => {

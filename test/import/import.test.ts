@@ -1,8 +1,9 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createApiToken } from "../../server/auth/service.ts";
 import { parseCsv } from "../../server/import/csv.ts";
+import { SHUT_OUT } from "../support/permissions.ts";
 import { importServer, runImport, startImport, summaryLine, writeContactsCsv } from "./support.ts";
 
 let server: Awaited<ReturnType<typeof importServer>>;
@@ -416,4 +417,25 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     writeFileSync(trailing, "Email,,\nada@example.com,,\n");
     expect(await runImport([trailing, ...apiArgs()])).toMatchObject({ code: 0, stdout: summaryLine("imported", 1, { created: 1, updated: 0, unchanged: 0, invalid: 0 }) });
   }, 60_000);
+
+  test("a token file the importer may not read, behind a directory or by its own mode, is named as unreadable, not as missing", async () => {
+    const file = oneInvalidRow();
+    const folder = join(server.dir, "tokens");
+    const token = join(folder, "token");
+    mkdirSync(folder);
+    writeFileSync(token, readFileSync(server.tokenFile));
+    const unreadable = { code: 2, stdout: "", stderr: `crm: import: cannot read the token file ${token}: permission denied (run the import as a user who may read it)\n` };
+    try {
+      chmodSync(folder, 0o000);
+      const behindDirectory = await runImport([file, "--url", server.url, "--token-file", token], SHUT_OUT);
+      chmodSync(folder, 0o700);
+      chmodSync(token, 0o000);
+      const fileItself = await runImport([file, "--url", server.url, "--token-file", token], SHUT_OUT);
+      expect([behindDirectory, fileItself]).toEqual([unreadable, unreadable]);
+    } finally {
+      chmodSync(folder, 0o700);
+      chmodSync(token, 0o600);
+    }
+    expect(await server.count()).toBe(0);
+  });
 });

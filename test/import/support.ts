@@ -46,9 +46,9 @@ export async function importServer(rate: TokenRate | null = FAST) {
   };
 }
 
-/** startImport spawns `crm import contacts` from source; its output is read when it ends. */
-export function startImport(args: string[]) {
-  const proc = Bun.spawn([BUN, MAIN, "import", "contacts", ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe", stdin: "ignore", env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "" } });
+/** startImport spawns `crm import contacts` from source, under `prefix` when given (SHUT_OUT); its output is read when it ends. */
+export function startImport(args: string[], prefix: string[] = []) {
+  const proc = Bun.spawn([...prefix, BUN, MAIN, "import", "contacts", ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe", stdin: "ignore", env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "" } });
   return {
     proc,
     async done() {
@@ -58,9 +58,9 @@ export function startImport(args: string[]) {
   };
 }
 
-/** runImport runs `crm import contacts` to its end. */
-export function runImport(args: string[]) {
-  return startImport(args).done();
+/** runImport runs `crm import contacts` to its end, under `prefix` when given. */
+export function runImport(args: string[], prefix: string[] = []) {
+  return startImport(args, prefix).done();
 }
 
 export interface GeneratedCsv {

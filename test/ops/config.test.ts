@@ -139,6 +139,19 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--metrics-token", "--a-secret-of-20-chars"], {}))).toBe("--metrics-token needs a value, not an option (for a value that starts with --, write --metrics-token=VALUE)");
   });
 
+  test("a setting's flag given twice, --config too, is refused naming it, not one of its values taken; a boolean setting takes =true or =false", () => {
+    const twice = (name: string) => `${name} is given twice; give it once`;
+    expect([
+      configError(() => loadConfig(["--port", "1", "--port", "2"], {})),
+      configError(() => loadConfig(["--port=1", "--log-level", "warn", "--port", "1"], {})),
+      configError(() => loadConfig(["--allow-private-targets", "--allow-private-targets=false"], {})),
+      configError(() => loadConfig(["--config", "a.toml", "--config=b.toml"], {})),
+    ]).toEqual([twice("--port"), twice("--port"), twice("--allow-private-targets"), twice("--config")]);
+    // Given once as a flag, it still wins over the environment.
+    expect(loadConfig(["--port", "2"], { PORT: "1" }).port).toBe(2);
+    expect([loadConfig(["--allow-private-targets=true"], {}).allowPrivateTargets, loadConfig(["--allow-private-targets=false"], {}).allowPrivateTargets]).toEqual([true, false]);
+  });
+
   test("a crm.toml value of the wrong shape is refused, not turned into text: a table, a list for one value, a nested list", () => {
     const table = configFile("data_dir = { x = 1 }\n");
     const list = configFile('host = ["127.0.0.1"]\n');

@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { existsSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { CONSOLE_SUBSCRIPTION_FORM_PATH } from "../../server/webhooks/store.ts";
 import { api, createToken, postWithKey, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
+import { SHUT_OUT } from "../support/permissions.ts";
 
 // A database whose secrets key is lost refuses every start, so its subscriptions cannot be deleted
 // through the API: `crm secrets-key reset` deletes them, and the database's record of the key, so
@@ -164,6 +165,42 @@ describe("secrets-key reset: refusals", () => {
       });
       expect(contents(dataDir)).toEqual(before);
     } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("a secrets key the reset may not read, behind a directory or by its own mode, is named as unreadable, not taken for lost: nothing is deleted", async () => {
+    const dataDir = tempDir("key-reset-unreadable");
+    const token = createToken(SOURCE, dataDir);
+    const server = await serve(dataDir);
+    expect((await postWithKey(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1")).status).toBe(201);
+    expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+    // The data directory's secrets.key is a link to the key kept in a folder the command may not enter.
+    const keys = join(dataDir, "keys");
+    const kept = join(keys, "secrets.key");
+    mkdirSync(keys);
+    renameSync(join(dataDir, "secrets.key"), kept);
+    symlinkSync(kept, join(dataDir, "secrets.key"));
+    const before = contents(dataDir);
+    const reset = (args: string[]) => runCli([...SHUT_OUT, ...SOURCE, "secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir, ...args], { env });
+    const denied = "permission denied (run the command as the user the service runs as)";
+    try {
+      chmodSync(keys, 0o000);
+      const behindDirectory = [reset([]), reset(["--secrets-key-file", kept])];
+      chmodSync(keys, 0o700);
+      chmodSync(kept, 0o000);
+      const fileItself = [reset([]), reset(["--secrets-key-file", kept])];
+      expect([...behindDirectory, ...fileItself]).toEqual([
+        { exitCode: 2, stdout: "", stderr: `crm: secrets key file ${join(dataDir, "secrets.key")} cannot be read: ${denied}\n` },
+        { exitCode: 2, stdout: "", stderr: `crm: secrets key file ${kept} cannot be read: ${denied}\n` },
+        { exitCode: 2, stdout: "", stderr: `crm: secrets key file ${join(dataDir, "secrets.key")} cannot be read: ${denied}\n` },
+        { exitCode: 2, stdout: "", stderr: `crm: secrets key file ${kept} cannot be read: ${denied}\n` },
+      ]);
+      expect(contents(dataDir)).toEqual(before);
+      expect(before.subscriptions.length).toBe(1);
+    } finally {
+      chmodSync(keys, 0o700);
+      chmodSync(kept, 0o600);
       rmSync(dataDir, { recursive: true, force: true });
     }
   });

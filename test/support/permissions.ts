@@ -1,0 +1,7 @@
+/**
+ * SHUT_OUT is the command prefix that runs a child process shut out by file modes as a user other
+ * than the file's owner would be. Root reads any file whatever its mode: as root the child runs
+ * without that power (setpriv drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH); as anyone else it
+ * needs no prefix.
+ */
+export const SHUT_OUT: string[] = process.getuid?.() === 0 ? [Bun.which("setpriv")!, "--bounding-set=-dac_override,-dac_read_search"] : [];
