@@ -6,7 +6,7 @@ import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, loadConfig,
 import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
-import { loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
+import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { resetSecretsKey } from "./webhooks/service.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
@@ -143,9 +143,27 @@ function loadCommandConfig(args: string[]): Config {
 function migrateWithSecretsKey(db: Backend, config: Config): Promise<string[]> {
   return migrateBackend(db, () => {
     const secretsKey = loadSecretsKey(config);
-    if (secretsKey.created) process.stderr.write(`crm: created the key that encrypts webhook signing secrets, ${secretsKey.path}; keep it with the database: backups do not include it\n`);
+    if (secretsKey.created) noteCreatedSecretsKey(secretsKey.path);
     return new SecretBox(secretsKey.key);
   });
+}
+
+/** noteCreatedSecretsKey names on stderr a secrets key a command created, as serve logs it: it must be kept with the database. */
+function noteCreatedSecretsKey(path: string): void {
+  process.stderr.write(`crm: created the key that encrypts webhook signing secrets, ${path}; keep it with the database: backups do not include it\n`);
+}
+
+/**
+ * databaseSecrets reads the secrets key for a command that needs it (the sign-in throttle keeps
+ * emails under it), refusing a key that is not the database's as serve does: with another key the
+ * command would quietly find nothing it looked for.
+ */
+async function databaseSecrets(db: Backend, config: Config): Promise<SecretBox> {
+  const secretsKey = loadSecretsKey(config);
+  const secrets = new SecretBox(secretsKey.key);
+  await assertDatabaseSecretsKey(db, secrets, secretsKey);
+  if (secretsKey.created) noteCreatedSecretsKey(secretsKey.path);
+  return secrets;
 }
 
 /**
@@ -461,7 +479,7 @@ async function main(argv: string[]): Promise<number> {
           process.stdout.write(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
           return 0;
         }
-        const cleared = await unlockOperator(db, email);
+        const cleared = await unlockOperator(db, await databaseSecrets(db, loadCommandConfig(args)), email);
         process.stdout.write(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
         return 0;
       }
@@ -472,7 +490,7 @@ async function main(argv: string[]): Promise<number> {
       const password = (await Bun.stdin.text()).replace(/\r?\n$/, "");
       if (sub === "reset-password") {
         const db = await openConfiguredDatabase(args);
-        const operator = await resetOperatorPassword(db, email, password);
+        const operator = await resetOperatorPassword(db, await databaseSecrets(db, loadCommandConfig(args)), email, password);
         process.stdout.write(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
         return 0;
       }

@@ -28,6 +28,7 @@ import signInTurns from "../../migrations/0024_sign_in_turns.sql" with { type: "
 import secretsKeyCheck from "../../migrations/0025_secrets_key_check.sql" with { type: "text" };
 import operatorLastSeen from "../../migrations/0026_operator_last_seen.sql" with { type: "text" };
 import fullNameAsReturned from "../../migrations/0027_full_name_as_returned.sql" with { type: "text" };
+import signInThrottleWithoutEmails from "../../migrations/0028_sign_in_throttle_without_emails.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -74,6 +75,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 25, name: "0025_secrets_key_check.sql", sql: secretsKeyCheck },
   { version: 26, name: "0026_operator_last_seen.sql", sql: operatorLastSeen },
   { version: 27, name: "0027_full_name_as_returned.sql", sql: fullNameAsReturned },
+  { version: 28, name: "0028_sign_in_throttle_without_emails.sql", sql: signInThrottleWithoutEmails },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -12,6 +12,14 @@ const requestInfo = requestSlot<RequestInfo>("request info");
 
 const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
 
+/**
+ * SECRET_SHAPED matches a request id shaped like one of the service's own secrets, which a client
+ * can send by mistake (a variable mixed up): an API token (crm_...), a webhook signing secret
+ * (whsec_...), or 32 random bytes in base64url, as console session and CSRF cookies, CSRF tokens
+ * and invite codes are. Kept, it would be echoed and written to every request's log line.
+ */
+const SECRET_SHAPED = /^(?:crm_|whsec_)|^[A-Za-z0-9_-]{43}$/;
+
 // Load balancers and Prometheus call these every few seconds; at info they would bury every other line.
 const PROBE_PATHS = new Set(["/healthz", "/readyz", "/metrics"]);
 
@@ -31,10 +39,10 @@ export function pathOf(request: Request): string {
   return start < 0 ? "/" : end < 0 ? url.slice(start) : url.slice(start, end);
 }
 
-/** startRequest assigns a request its id (the client's, when safe) and notes when it started. */
+/** startRequest assigns a request its id (the client's, when safe and not shaped like a secret) and notes when it started. */
 export function startRequest(request: Request): string {
   const incoming = request.headers.get("x-request-id");
-  const id = incoming && SAFE_REQUEST_ID.test(incoming) ? incoming : newId("req");
+  const id = incoming && SAFE_REQUEST_ID.test(incoming) && !SECRET_SHAPED.test(incoming) ? incoming : newId("req");
   requestInfo.set(request, { id, started: performance.now() });
   return id;
 }

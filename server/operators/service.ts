@@ -172,13 +172,13 @@ export async function removeOperatorByEmail(db: Database, email: string): Promis
 }
 
 /** resetOperatorPassword sets an operator's password (the `operator reset-password` command) and ends every session of theirs. */
-export async function resetOperatorPassword(db: Database, email: string, password: string, now = Date.now()): Promise<Operator> {
+export async function resetOperatorPassword(db: Database, secrets: SecretBox, email: string, password: string, now = Date.now()): Promise<Operator> {
   const row = await operatorByEmail(db, email);
   validOperator({ email: row.email, password });
   const hash = await hashPassword(password);
   await db.write(async (tx) => {
     await updateOperatorPassword(tx, row.id, hash, now);
-    await clearLoginFailuresOfAccount(tx, row.email, pairSubject(row.email, ""));
+    await forgetFailuresOf(tx, secrets, row.email);
   });
   return { id: row.id, email: row.email };
 }
@@ -247,7 +247,7 @@ export async function acceptOperatorLink(db: Database, secrets: SecretBox, input
     const row = await findOperatorByEmail(tx, link.email);
     if (!row || !(await deleteOperatorLink(tx, codeHash))) throw linkInvalid();
     await updateOperatorPassword(tx, row.id, hash, now);
-    await clearLoginFailuresOfAccount(tx, row.email, pairSubject(row.email, ""));
+    await forgetFailuresOf(tx, secrets, row.email);
     return letIn(tx, secrets, row.id, now);
   });
 }
@@ -287,9 +287,28 @@ export function pairDelayMs(failures: number): number {
   return failures < FREE_PAIR_FAILURES ? 0 : Math.min(1000 * 2 ** (failures - FREE_PAIR_FAILURES), LOGIN_WINDOW_MS);
 }
 
-/** pairSubject names an account and address pair in login_failures. */
-function pairSubject(email: string, address: string): string {
-  return `${email} ${address}`; // an operator's email holds no space, so unlocking one never matches another
+/** THROTTLE_PURPOSE names the key, derived from the secrets key, that the sign-in throttle keeps emails under. */
+const THROTTLE_PURPOSE = "console sign-in throttle";
+
+/**
+ * emailSubject is how the sign-in throttle (login_failures, sign_in_turns) keeps a normalised email
+ * typed at sign-in: its HMAC under a key derived from the secrets key, never the email. Whatever is
+ * typed there is kept for the window, a customer's address or a typo as well as an operator's; a
+ * dump of the database holds none of them, and without the key cannot be checked against a list of emails either.
+ */
+export function emailSubject(secrets: SecretBox, email: string): string {
+  return Buffer.from(secrets.signature(THROTTLE_PURPOSE, email)).toString("base64url");
+}
+
+/** pairSubject names an account (its emailSubject) and address pair in login_failures. */
+function pairSubject(account: string, address: string): string {
+  return `${account} ${address}`; // an emailSubject holds no space, so unlocking one account never matches another
+}
+
+/** forgetFailuresOf forgets every failed sign-in counted against the account with `email`, from any address; returns how many records went. */
+function forgetFailuresOf(db: Db, secrets: SecretBox, email: string): Promise<number> {
+  const account = emailSubject(secrets, email);
+  return clearLoginFailuresOfAccount(db, account, pairSubject(account, ""));
 }
 
 /** failuresInWindow is a subject's failure count in the current window (0 once it has passed). */
@@ -437,7 +456,7 @@ export async function signIn(db: Database, secrets: SecretBox, input: SignInInpu
   try {
     const email = normalEmail(input.email).slice(0, 254);
     const device = await trustedDevice(db, readDeviceCookie(secrets, input.device, now), email, now);
-    const operator = await checkSignIn(db, { ...input, email }, device !== null, othersUnderWay, now);
+    const operator = await checkSignIn(db, { ...input, email }, emailSubject(secrets, email), device !== null, othersUnderWay, now);
     // One commit, and only while the password checked is still the operator's: a reset committed
     // during the check (argon2 takes about 100 ms) revokes what this sign-in would start.
     return await db.write(async (tx) => {
@@ -465,18 +484,18 @@ async function trustedDevice(db: Database, cookie: DeviceCookie | null, email: s
  * trusted device skips the pair's delay and the pacing of its address and of the account (which
  * paces only pairs that have failed), its own budget standing for them; its failures are counted
  * against the pair, the account and the address all the same, and its success leaves the pair's
- * failures alone (another client there may be the one guessing).
+ * failures alone (another client there may be the one guessing). `account` is the email's emailSubject.
  */
-async function checkSignIn(db: Database, input: SignInInput, trusted: boolean, othersUnderWay: number, now: number): Promise<OperatorRow> {
+async function checkSignIn(db: Database, input: SignInInput, account: string, trusted: boolean, othersUnderWay: number, now: number): Promise<OperatorRow> {
   const { email } = input;
-  const pair = trusted ? null : await failuresInWindow(db, "pair", pairSubject(email, input.address), now);
+  const pair = trusted ? null : await failuresInWindow(db, "pair", pairSubject(account, input.address), now);
   if (pair) {
     const wait = pair.last_failure_at + pairDelayMs(pair.failures) - now;
     if (wait > 0) throw tooManySignIns(wait);
   }
   const fromAddress = trusted ? 0 : ((await failuresInWindow(db, "address", input.address, now))?.failures ?? 0) + othersUnderWay;
   const underAttack = [
-    [pair !== null && ((await failuresInWindow(db, "account", email, now))?.failures ?? 0) >= PACED_AFTER.account, `account:${email}`, undefined],
+    [pair !== null && ((await failuresInWindow(db, "account", account, now))?.failures ?? 0) >= PACED_AFTER.account, `account:${account}`, undefined],
     [fromAddress >= PACED_AFTER.address, `address:${input.address}`, "Too many failed sign-ins from here."],
   ] as const;
   const paced = underAttack.filter(([isPaced]) => isPaced);
@@ -493,12 +512,12 @@ async function checkSignIn(db: Database, input: SignInInput, trusted: boolean, o
   if (ok === null) throw tooManySignIns(MAX_PACE_WAIT_MS, "Too many sign-ins are being checked at the moment.");
   if (!operator || !ok) {
     await deleteLoginFailuresBefore(db, now - LOGIN_WINDOW_MS);
-    for (const [scope, subject] of [["pair", pairSubject(email, input.address)], ["account", email], ["address", input.address]] as const) {
+    for (const [scope, subject] of [["pair", pairSubject(account, input.address)], ["account", account], ["address", input.address]] as const) {
       await recordLoginFailure(db, scope, subject, now, now - LOGIN_WINDOW_MS);
     }
     throw signInFailed();
   }
-  if (!trusted) await clearLoginFailures(db, "pair", pairSubject(email, input.address));
+  if (!trusted) await clearLoginFailures(db, "pair", pairSubject(account, input.address));
   return operator;
 }
 
@@ -507,9 +526,9 @@ function signInFailed(): ProblemError {
 }
 
 /** unlockOperator forgets every failed sign-in counted against an operator's account (the `operator unlock` command); returns how many records went. */
-export async function unlockOperator(db: Database, email: string): Promise<number> {
+export async function unlockOperator(db: Database, secrets: SecretBox, email: string): Promise<number> {
   const row = await operatorByEmail(db, email);
-  return clearLoginFailuresOfAccount(db, row.email, pairSubject(row.email, ""));
+  return forgetFailuresOf(db, secrets, row.email);
 }
 
 /** letIn starts a session of an operator and trusts the browser with a new device cookie; call it inside the write that lets the operator in. */

@@ -138,9 +138,9 @@ export async function clearLoginFailures(db: Db, scope: string, subject: string)
   await db.run("DELETE FROM login_failures WHERE scope = ? AND subject = ?", [scope, subject]);
 }
 
-/** clearLoginFailuresOfAccount forgets every failure counted against an account, from any address; returns how many records went. */
-export function clearLoginFailuresOfAccount(db: Db, email: string, pairSubjectPrefix: string): Promise<number> {
-  return db.run("DELETE FROM login_failures WHERE (scope = 'account' AND subject = ?) OR (scope = 'pair' AND substr(subject, 1, length(?)) = ?)", [email, pairSubjectPrefix, pairSubjectPrefix]);
+/** clearLoginFailuresOfAccount forgets every failure counted against an account (its subject), from any address; returns how many records went. */
+export function clearLoginFailuresOfAccount(db: Db, account: string, pairSubjectPrefix: string): Promise<number> {
+  return db.run("DELETE FROM login_failures WHERE (scope = 'account' AND subject = ?) OR (scope = 'pair' AND substr(subject, 1, length(?)) = ?)", [account, pairSubjectPrefix, pairSubjectPrefix]);
 }
 
 /** deleteLoginFailuresBefore forgets failure windows that started before `cutoff`. */

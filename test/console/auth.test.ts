@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Database } from "../../server/db/sql.ts";
 import {
+  emailSubject,
   FREE_PAIR_FAILURES,
   SESSION_IDLE_MS,
   SESSION_MAX_MS,
@@ -325,7 +326,7 @@ describe("sign-in racing a password reset", () => {
     // The reset commits after the sign-in read the operator's password hash, before its check ends.
     Bun.password.verify = async (password, hash) => {
       Bun.password.verify = verify;
-      await resetOperatorPassword(h.rt.db, OPERATOR.email, "another long enough password");
+      await resetOperatorPassword(h.rt.db, h.rt.secrets, OPERATOR.email, "another long enough password");
       return verify(password, hash);
     };
     try {
@@ -370,11 +371,11 @@ describe("sign-in throttling", () => {
     return client.post("/console/login", { email, password: "not the password" });
   };
   const pairRow = (db: Database, address: string) =>
-    db.get<{ failures: number }>("SELECT failures FROM login_failures WHERE scope = 'pair' AND subject = ?", [`${OPERATOR.email} ${address}`]);
+    db.get<{ failures: number }>("SELECT failures FROM login_failures WHERE scope = 'pair' AND subject = ?", [`${emailSubject(server!.runtime.secrets, OPERATOR.email)} ${address}`]);
   /** passDelay moves the last failure of a pair back by its delay, as if the guesser had waited */
   const passDelay = async (db: Database, address: string) => {
     const { failures } = (await pairRow(db, address))!;
-    await db.run("UPDATE login_failures SET last_failure_at = last_failure_at - ? WHERE scope = 'pair' AND subject = ?", [pairDelayMs(failures), `${OPERATOR.email} ${address}`]);
+    await db.run("UPDATE login_failures SET last_failure_at = last_failure_at - ? WHERE scope = 'pair' AND subject = ?", [pairDelayMs(failures), `${emailSubject(server!.runtime.secrets, OPERATOR.email)} ${address}`]);
   };
 
   /** outcome names how a sign-in ended: "signed in", or its status and the Retry-After it gave. */
@@ -536,6 +537,47 @@ describe("sign-in throttling", () => {
     );
   }, 30_000);
 
+  test("an email typed in another case, or between spaces, is the same account: its pair's delay holds it too", async () => {
+    const { from } = await serveConsole();
+    const guesser = from("203.0.113.9");
+    for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(guesser)).status).toBe(401);
+    expect((await wrong(guesser, `  ${OPERATOR.email.toUpperCase()} `)).status).toBe(429);
+    expect((await guesser.signIn({ ...OPERATOR, email: "OnCall@Example.COM" })).status).toBe(429);
+    expect((await from("192.0.2.10").signIn({ ...OPERATOR, email: ` ${OPERATOR.email.toUpperCase()}` })).status).toBe(303);
+  }, 20_000);
+
+  test("the throttle keeps no email typed at sign-in, the operator's or a mistyped one: login_failures and sign_in_turns hold a keyed hash of it", async () => {
+    const { h } = await setup();
+    await addOperator(h.rt.db);
+    const typo = "OnCall@Exampel.com";
+    const attempt = (email: string, address: string) => outcome(signIn(h.rt.db, h.rt.secrets, { email, password: "not the password", address }));
+    // one failure from each of 10 addresses puts the account under attack; the next try from one of them is paced, by the account's key
+    for (let a = 1; a <= PACED_AFTER.account; a++) expect(await attempt(OPERATOR.email, `198.51.100.${a}`)).toBe("401");
+    expect(await attempt(OPERATOR.email.toUpperCase(), "198.51.100.1")).toBe("401");
+    expect(await attempt(typo, "198.51.100.1")).toBe("401");
+    const failures = await h.rt.db.all<{ scope: string; subject: string; failures: number }>("SELECT scope, subject, failures FROM login_failures ORDER BY scope, failures DESC, subject");
+    const turns = await h.rt.db.all<{ pace_key: string }>("SELECT pace_key FROM sign_in_turns ORDER BY pace_key");
+    const stored = [...failures.map((row) => row.subject), ...turns.map((row) => row.pace_key)];
+    expect(stored.filter((text) => /@|oncall|exampl/i.test(text))).toEqual([]);
+    const [account, mistyped] = failures.filter((row) => row.scope === "account").map((row) => row.subject) as [string, string];
+    expect(failures.filter((row) => row.scope === "account")).toEqual([
+      { scope: "account", subject: account, failures: PACED_AFTER.account + 1 },
+      { scope: "account", subject: mistyped, failures: 1 },
+    ]);
+    const pairs = (rows: { subject: string; failures: number }[]) => rows.map((row) => `${row.subject} ${row.failures}`).toSorted();
+    expect(pairs(failures.filter((row) => row.scope === "pair"))).toEqual(
+      pairs([
+        { subject: `${account} 198.51.100.1`, failures: 2 },
+        ...Array.from({ length: PACED_AFTER.account - 1 }, (_, i) => ({ subject: `${account} 198.51.100.${i + 2}`, failures: 1 })),
+        { subject: `${mistyped} 198.51.100.1`, failures: 1 },
+      ]),
+    );
+    expect(turns).toEqual([{ pace_key: `account:${account}` }]);
+    // keyed: not the SHA-256 of the address, which anyone holding a list of emails could compute
+    expect([account, mistyped].map((subject) => /^[A-Za-z0-9_-]{43}$/.test(subject))).toEqual([true, true]);
+    expect(account).not.toBe(new Bun.CryptoHasher("sha256").update(OPERATOR.email).digest("base64url"));
+  }, 30_000);
+
   test("crm operator unlock --email E forgets the failures counted against an account, so a guessing address may try at once", async () => {
     const { db, dataDir, from } = await serveConsole();
     const guesser = from("203.0.113.9");
@@ -598,7 +640,7 @@ describe("device cookies: an operator behind a guessing address", () => {
     db.run(
       `INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES ('pair', ?, 13, ?, ?)
        ON CONFLICT (scope, subject) DO UPDATE SET failures = excluded.failures, last_failure_at = excluded.last_failure_at`,
-      [`${OPERATOR.email} ${GUESSED}`, Date.now(), Date.now()],
+      [`${emailSubject(server!.runtime.secrets, OPERATOR.email)} ${GUESSED}`, Date.now(), Date.now()],
     );
 
   /** guess makes GUESSED an address under attack: 20 wrong passwords, 3 of them for the operator, the others for emails that do not exist; then holds the operator's pair there. */
@@ -724,13 +766,13 @@ describe("device cookies: an operator behind a guessing address", () => {
     expect((await from(GUESSED, first).signIn()).status).toBe(429); // replaced
     const third = await deviceOf(from(GUESSED, second));
 
-    await unlockOperator(db, OPERATOR.email);
+    await unlockOperator(db, server!.runtime.secrets, OPERATOR.email);
     expect(await deviceRows(db)).toBe(1);
     await holdPair(db);
     const fourth = await deviceOf(from(GUESSED, third));
 
     const renewed = { ...OPERATOR, password: "a brand new password" };
-    await resetOperatorPassword(db, OPERATOR.email, renewed.password);
+    await resetOperatorPassword(db, server!.runtime.secrets, OPERATOR.email, renewed.password);
     expect(await deviceRows(db)).toBe(0);
     await holdPair(db);
     expect((await from(GUESSED, fourth).signIn(renewed)).status).toBe(429);
@@ -770,7 +812,7 @@ describe("device cookies: an operator behind a guessing address", () => {
     const invited = await choosePassword({ code: await inviteOperator(db, NEWCOMER.email, operatorId), email: NEWCOMER.email, password: NEWCOMER.password, password_again: NEWCOMER.password });
     await db.run(
       `INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES ('pair', ?, 13, ?, ?)`,
-      [`${NEWCOMER.email} ${GUESSED}`, Date.now(), Date.now()],
+      [`${emailSubject(server!.runtime.secrets, NEWCOMER.email)} ${GUESSED}`, Date.now(), Date.now()],
     );
     expect((await from(GUESSED).signIn(NEWCOMER)).status).toBe(429);
     expect((await from(GUESSED, invited).signIn(NEWCOMER)).status).toBe(303);

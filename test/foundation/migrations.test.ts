@@ -228,6 +228,20 @@ describe("migrations: data, operators", () => {
   });
 });
 
+describe("migrations: data, sign-in throttle", () => {
+  test("0028 forgets the sign-in failures and turns kept by email, and keeps an address's", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0028_sign_in_throttle_without_emails.sql");
+    expect(version).toBeGreaterThan(0);
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run(`INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES
+      ('account', 'ops@crm.test', 2, 1, 2), ('pair', 'ops@crm.test 192.0.2.1', 2, 1, 2), ('address', '192.0.2.1', 2, 1, 2)`);
+    db.sqlite.run("INSERT INTO sign_in_turns (pace_key, next_turn_at) VALUES ('account:ops@crm.test', 5), ('address:192.0.2.1', 5)");
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(db.sqlite.query("SELECT scope, subject, failures FROM login_failures").all()).toEqual([{ scope: "address", subject: "192.0.2.1", failures: 2 }]);
+    expect(db.sqlite.query("SELECT pace_key FROM sign_in_turns").all()).toEqual([{ pace_key: "address:192.0.2.1" }]);
+  });
+});
+
 describe("migrations: data, the name search", () => {
   test("0027 indexes the names with outer spaces as the API returns their full_name, and from then on a rename too", () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0027_full_name_as_returned.sql");

@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { addOperator, ConsoleClient } from "../console/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { call, loggedApp } from "./support.ts";
 
@@ -110,6 +111,30 @@ describe("request log: x-request-id", () => {
     }
     await settle();
     for (const line of lines.filter((l) => l.msg === "request")) expect(line.request_id).toMatch(/^req_[0-9A-Z]{26}$/);
+  });
+
+  test("an id shaped like one of the service's secrets is replaced, never echoed or logged: an API token, a signing secret, a console cookie or CSRF token", async () => {
+    const { app, lines, raw } = loggedApp(h);
+    const subscription = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "https://192.0.43.10/crm", events: ["contact.created"] } });
+    await addOperator(h.rt.db);
+    const browser = new ConsoleClient((request) => app.handle(request));
+    expect((await browser.signIn()).status).toBe(303);
+    const secrets = [
+      h.token,
+      subscription.body.data.secret,
+      // the Standard Webhooks specification's example secret: base64 without padding, made of safe characters
+      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+      ...browser.cookies.values(),
+      browser.csrf,
+    ];
+    expect(secrets.length).toBe(6);
+    const echoed: string[] = [];
+    for (const id of secrets) echoed.push((await call(app, "GET", "/public/v1/users", { headers: { ...auth(), "x-request-id": id } })).headers.get("x-request-id")!);
+    await settle();
+    const logged = lines.filter((l) => l.msg === "request" && l.path === "/public/v1/users").map((l) => l.request_id);
+    expect([echoed.length, logged.length]).toEqual([secrets.length, secrets.length]);
+    expect(secrets.filter((secret) => raw.some((line) => line.includes(secret)) || echoed.includes(secret))).toEqual([]);
+    for (const id of [...echoed, ...logged]) expect(id).toMatch(/^req_[0-9A-Z]{26}$/);
   });
 
   test("every response carries a distinct id", async () => {

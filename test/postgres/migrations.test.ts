@@ -146,6 +146,21 @@ describe("postgres migrations: data", () => {
   });
 });
 
+describe("postgres migrations: data, sign-in throttle", () => {
+  test("0028 forgets the sign-in failures and turns kept by email, and keeps an address's", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 28));
+    await old.write((tx) =>
+      tx.script(`INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES
+          ('account', 'ops@crm.test', 2, 1, 2), ('pair', 'ops@crm.test 192.0.2.1', 2, 1, 2), ('address', '192.0.2.1', 2, 1, 2);
+        INSERT INTO sign_in_turns (pace_key, next_turn_at) VALUES ('account:ops@crm.test', 5), ('address:192.0.2.1', 5);`),
+    );
+    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 28).map((m) => m.name));
+    expect(await old.all("SELECT scope, subject, failures FROM login_failures")).toEqual([{ scope: "address", subject: "192.0.2.1", failures: 2 }]);
+    expect(await old.all("SELECT pace_key FROM sign_in_turns")).toEqual([{ pace_key: "address:192.0.2.1" }]);
+  });
+});
+
 describe("postgres migrations: data, the name search", () => {
   test("0027 makes the searched full_name the one the API returns, outer spaces included, searched through the trigram index again", async () => {
     const old = await freshPostgres();

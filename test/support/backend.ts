@@ -68,7 +68,7 @@ export const sqliteOnly: typeof test = TEST_BACKEND === "sqlite" ? test : (Objec
 /** postgresOnly is `test` on PostgreSQL and registers nothing on SQLite: for the tests of a shared file that need a PostgreSQL feature. */
 export const postgresOnly: typeof test = TEST_BACKEND === "postgres" ? test : (Object.assign(() => {}, test) as typeof test);
 
-/** databaseArgs are the command-line options that point a `crm` command at a test app's database. */
-export function databaseArgs(config: Pick<Config, "databaseUrl" | "dataDir">): string[] {
-  return config.databaseUrl ? ["--database-url", config.databaseUrl] : ["--data-dir", config.dataDir];
+/** databaseArgs are the command-line options that point a `crm` command at a test app's database, and on PostgreSQL at its secrets key file (`operator unlock` and `reset-password` read it). */
+export function databaseArgs(config: Pick<Config, "databaseUrl" | "dataDir" | "secretsKeyFile">): string[] {
+  return config.databaseUrl ? ["--database-url", config.databaseUrl, "--secrets-key-file", config.secretsKeyFile] : ["--data-dir", config.dataDir];
 }
