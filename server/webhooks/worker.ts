@@ -1,7 +1,7 @@
 import { databaseFailureOf } from "../db/backend.ts";
 import { MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Database, Db } from "../db/sql.ts";
-import type { Config } from "../config.ts";
+import { ConfigError, type Config } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
 import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
@@ -46,11 +46,13 @@ export const MAX_PER_SUBSCRIPTION = 32;
 export const GUARANTEED_PER_SUBSCRIPTION = 1;
 /**
  * BUN_FETCH_LIMIT is how many requests Bun's fetch sends at once: BUN_CONFIG_MAX_HTTP_REQUESTS,
- * 256 by default, read once when the process starts. One more waits inside Bun's HTTP client with
- * its attempt's timeout already running, so a healthy receiver's attempts queued behind hung ones
- * would be recorded as timeouts, and sent again.
+ * 256 by default, read once when the process starts (checkFetchLimit refuses less than the loop
+ * needs). One more waits inside Bun's HTTP client with its attempt's timeout already running, so a
+ * healthy receiver's attempts queued behind hung ones would be recorded as timeouts, and sent again.
  */
 const BUN_FETCH_LIMIT = 256;
+/** MAX_BUN_FETCH_LIMIT is the largest BUN_CONFIG_MAX_HTTP_REQUESTS Bun reads (a 16-bit number); it ignores any other value. */
+const MAX_BUN_FETCH_LIMIT = 65535;
 /** MAX_MANUAL_ATTEMPTS bounds the manual attempts (POST .../retry) under way at once; one more is refused. */
 export const MAX_MANUAL_ATTEMPTS = 16;
 /**
@@ -59,8 +61,24 @@ export const MAX_MANUAL_ATTEMPTS = 16;
  * beyond MAX_SUBSCRIPTIONS'.
  */
 const MAX_SCHEDULED_ATTEMPTS = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * MAX_SUBSCRIPTIONS;
-if (MAX_SCHEDULED_ATTEMPTS + MAX_MANUAL_ATTEMPTS > BUN_FETCH_LIMIT) {
+/** MAX_ATTEMPTS_AT_ONCE is the most requests the loop has Bun's fetch send at once, scheduled and manual. */
+const MAX_ATTEMPTS_AT_ONCE = MAX_SCHEDULED_ATTEMPTS + MAX_MANUAL_ATTEMPTS;
+if (MAX_ATTEMPTS_AT_ONCE > BUN_FETCH_LIMIT) {
   throw new Error(`webhook attempts at once (${MAX_SCHEDULED_ATTEMPTS} scheduled + ${MAX_MANUAL_ATTEMPTS} manual) pass Bun's fetch limit of ${BUN_FETCH_LIMIT}`);
+}
+
+/**
+ * checkFetchLimit refuses, in one line, a BUN_CONFIG_MAX_HTTP_REQUESTS (`value`, undefined when
+ * unset) under MAX_ATTEMPTS_AT_ONCE, or one Bun does not read (it would keep its 256 after a
+ * warning of its own): with less, hung receivers' attempts would hold a healthy one's in Bun's queue.
+ */
+export function checkFetchLimit(value: string | undefined): void {
+  if (value === undefined) return;
+  const limit = Number(value);
+  if (/^\d+$/.test(value) && limit >= MAX_ATTEMPTS_AT_ONCE && limit <= MAX_BUN_FETCH_LIMIT) return;
+  throw new ConfigError(
+    `invalid BUN_CONFIG_MAX_HTTP_REQUESTS: ${JSON.stringify(value)} is not a whole number from ${MAX_ATTEMPTS_AT_ONCE} to ${MAX_BUN_FETCH_LIMIT} (the requests Bun's fetch sends at once: webhook delivery runs up to ${MAX_ATTEMPTS_AT_ONCE}, ${MAX_SCHEDULED_ATTEMPTS} scheduled attempts and ${MAX_MANUAL_ATTEMPTS} manual ones, and one more would wait inside Bun with its timeout running); leave it unset for Bun's ${BUN_FETCH_LIMIT}`,
+  );
 }
 /**
  * REFILL is the fewest free slots worth a claim while attempts are running: a busy receiver is
