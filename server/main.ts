@@ -8,6 +8,7 @@ import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, o
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { resetSecretsKey } from "./webhooks/service.ts";
+import { checkFetchLimit } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser } from "./users/service.ts";
@@ -369,6 +370,7 @@ async function main(argv: string[]): Promise<number> {
   switch (command) {
     case "serve": {
       const config = loadCommandConfig(args);
+      checkFetchLimit(process.env.BUN_CONFIG_MAX_HTTP_REQUESTS);
       const running = await startServer(config);
       flushLogs();
       let stopping = false;

@@ -40,6 +40,7 @@ import {
   sendTestEvent,
   updateSubscription,
 } from "./service.ts";
+import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "./worker.ts";
 
 // Path parameters are named as in the contract (DELETE /webhook-subscriptions/:subscriptionId).
 const SubscriptionId = t.Object({ subscriptionId: t.String({ maxLength: 64, description: "Subscription id (sub_...)" }) });
@@ -221,7 +222,7 @@ export function webhookRoutes(rt: Runtime) {
       detail: {
         operationId: "retryWebhookDelivery",
         summary: "Retry a webhook delivery now",
-        description: "Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way.",
+        description: `Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has ${MAX_PER_SUBSCRIPTION} attempts under way, or ${MAX_MANUAL_ATTEMPTS} manual attempts are.`,
         tags: deliveryTags,
         ...secured,
       },

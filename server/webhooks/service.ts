@@ -67,7 +67,7 @@ import {
   type SubscriptionRow,
 } from "./store.ts";
 import { checkTargetUrl, resolveTarget, TargetRefused } from "./targets.ts";
-import { MAX_MANUAL_ATTEMPTS, type AttemptRefusal } from "./worker.ts";
+import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION, type AttemptRefusal } from "./worker.ts";
 
 /** toSubscription renders a subscription row with its secret masked. */
 export function toSubscription(row: SubscriptionRow): Subscription {
@@ -538,6 +538,8 @@ function attemptRefusalProblem(id: string, refusal: AttemptRefusal): ProblemErro
       return new ProblemError(503, "shutting-down", "The server is shutting down; retry the delivery after it restarts.", undefined, { "retry-after": "5" });
     case "manual-attempts-busy":
       return new ProblemError(503, "manual-attempts-busy", `${MAX_MANUAL_ATTEMPTS} manual attempts are under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": "1" });
+    case "subscription-attempts-busy":
+      return new ProblemError(503, "subscription-attempts-busy", `The subscription ${refusal.subscriptionId} has ${MAX_PER_SUBSCRIPTION} attempts under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": "1" });
     case "subscription-deleted":
       return new ProblemError(409, "subscription-deleted", `The subscription ${refusal.subscriptionId} of this delivery was deleted; nothing can be sent for it.`);
     case "subscription-disabled":

@@ -506,6 +506,11 @@ export function listDeliveries(db: Db, filters: DeliveryFilters, page: Page): Pr
   ]);
 }
 
+/** deliveriesIndexedBy names the deliveries table read through `index`: SQLite's INDEXED BY pins a partial index, PostgreSQL plans it alone. */
+function deliveriesIndexedBy(db: Db, index: string): string {
+  return db.dialect === "postgres" ? "webhook_deliveries" : `webhook_deliveries INDEXED BY ${index}`;
+}
+
 /** selectDue selects what an attempt needs; `deliveries` names the deliveries table, possibly with an index. */
 const selectDue = (deliveries: string) =>
   `SELECT d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.previous_secret, s.previous_secret_expires_at,
@@ -591,19 +596,27 @@ export async function lockSubscriptionsWithDueDeliveries(db: Db, at: ClaimTimes)
     [at.dueBy, at.now],
   );
   if (locked.length === 0) return [];
-  const ids = locked.map((s) => s.id);
-  const leases = await db.all<{ subscription_id: string; n: number }>(
-    `SELECT subscription_id, count(*) AS n FROM webhook_deliveries
-     WHERE locked_until > ? AND status = 'pending' AND subscription_id IN (${placeholders(ids.length)}) GROUP BY subscription_id`,
-    [at.now, ...ids],
-  );
+  const leased = await countLeases(db, locked.map((s) => s.id), at.now);
   const paced = locked.filter((s) => s.max_rate !== null).map((s) => s.id);
   const pacing = paced.length
     ? await db.all<{ subscription_id: string; next_send_at: number }>(`SELECT subscription_id, next_send_at FROM webhook_send_pacing WHERE subscription_id IN (${placeholders(paced.length)})`, paced)
     : [];
-  const leased = new Map(leases.map((l) => [l.subscription_id, l.n]));
   const nextSend = new Map(pacing.map((p) => [p.subscription_id, p.next_send_at]));
   return locked.map((s) => ({ ...s, leased: leased.get(s.id) ?? 0, next_send_at: nextSend.get(s.id) ?? 0 }));
+}
+
+/**
+ * countLeases counts the unexpired leases of each subscription named, by every instance: its
+ * attempts under way. Whatever the delivery's status: a manual attempt of a finished delivery is
+ * a request open at the receiver too.
+ */
+export async function countLeases(db: Db, subscriptionIds: string[], now: number): Promise<Map<string, number>> {
+  const leases = await db.all<{ subscription_id: string; n: number }>(
+    `SELECT subscription_id, count(*) AS n FROM ${deliveriesIndexedBy(db, "webhook_deliveries_leased")}
+     WHERE locked_until IS NOT NULL AND locked_until > ? AND subscription_id IN (${placeholders(subscriptionIds.length)}) GROUP BY subscription_id`,
+    [now, ...subscriptionIds],
+  );
+  return new Map(leases.map((l) => [l.subscription_id, l.n]));
 }
 
 /**
@@ -734,10 +747,8 @@ export async function updateDeliveryAfterAttempt(
 
 /** findNextWakeTime returns the earliest future moment a pending delivery becomes due or a lease expires. */
 export async function findNextWakeTime(db: Db, now: number): Promise<number | null> {
-  // sqlite-only: INDEXED BY pins the partial indexes (PostgreSQL plans them alone).
-  const pinned = (index: string) => (db.dialect === "postgres" ? "webhook_deliveries" : `webhook_deliveries INDEXED BY ${index}`);
-  const due = (await db.get<{ t: number | null }>(`SELECT min(next_attempt_at) AS t FROM ${pinned("webhook_deliveries_due")} WHERE status = 'pending' AND next_attempt_at > ?`, [now]))!.t;
-  const lease = (await db.get<{ t: number | null }>(`SELECT min(locked_until) AS t FROM ${pinned("webhook_deliveries_leased")} WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending'`, [now]))!.t;
+  const due = (await db.get<{ t: number | null }>(`SELECT min(next_attempt_at) AS t FROM ${deliveriesIndexedBy(db, "webhook_deliveries_due")} WHERE status = 'pending' AND next_attempt_at > ?`, [now]))!.t;
+  const lease = (await db.get<{ t: number | null }>(`SELECT min(locked_until) AS t FROM ${deliveriesIndexedBy(db, "webhook_deliveries_leased")} WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending'`, [now]))!.t;
   if (due === null) return lease;
   return lease === null ? due : Math.min(due, lease);
 }

@@ -1,7 +1,7 @@
 import { databaseFailureOf } from "../db/backend.ts";
 import { MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Database, Db } from "../db/sql.ts";
-import type { Config } from "../config.ts";
+import { ConfigError, type Config } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
 import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
@@ -11,6 +11,7 @@ import { disableWithEvent, recordExhausted, trackFailingStreak } from "./health.
 import { addAttemptStats } from "./stats.ts";
 import {
   countLateAttempt,
+  countLeases,
   findDeliveryById,
   findDeliveryToSend,
   findDueDeliveriesOf,
@@ -45,11 +46,13 @@ export const MAX_PER_SUBSCRIPTION = 32;
 export const GUARANTEED_PER_SUBSCRIPTION = 1;
 /**
  * BUN_FETCH_LIMIT is how many requests Bun's fetch sends at once: BUN_CONFIG_MAX_HTTP_REQUESTS,
- * 256 by default, read once when the process starts. One more waits inside Bun's HTTP client with
- * its attempt's timeout already running, so a healthy receiver's attempts queued behind hung ones
- * would be recorded as timeouts, and sent again.
+ * 256 by default, read once when the process starts (checkFetchLimit refuses less than the loop
+ * needs). One more waits inside Bun's HTTP client with its attempt's timeout already running, so a
+ * healthy receiver's attempts queued behind hung ones would be recorded as timeouts, and sent again.
  */
 const BUN_FETCH_LIMIT = 256;
+/** MAX_BUN_FETCH_LIMIT is the largest BUN_CONFIG_MAX_HTTP_REQUESTS Bun reads (a 16-bit number); it ignores any other value. */
+const MAX_BUN_FETCH_LIMIT = 65535;
 /** MAX_MANUAL_ATTEMPTS bounds the manual attempts (POST .../retry) under way at once; one more is refused. */
 export const MAX_MANUAL_ATTEMPTS = 16;
 /**
@@ -58,8 +61,24 @@ export const MAX_MANUAL_ATTEMPTS = 16;
  * beyond MAX_SUBSCRIPTIONS'.
  */
 const MAX_SCHEDULED_ATTEMPTS = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * MAX_SUBSCRIPTIONS;
-if (MAX_SCHEDULED_ATTEMPTS + MAX_MANUAL_ATTEMPTS > BUN_FETCH_LIMIT) {
+/** MAX_ATTEMPTS_AT_ONCE is the most requests the loop has Bun's fetch send at once, scheduled and manual. */
+const MAX_ATTEMPTS_AT_ONCE = MAX_SCHEDULED_ATTEMPTS + MAX_MANUAL_ATTEMPTS;
+if (MAX_ATTEMPTS_AT_ONCE > BUN_FETCH_LIMIT) {
   throw new Error(`webhook attempts at once (${MAX_SCHEDULED_ATTEMPTS} scheduled + ${MAX_MANUAL_ATTEMPTS} manual) pass Bun's fetch limit of ${BUN_FETCH_LIMIT}`);
+}
+
+/**
+ * checkFetchLimit refuses, in one line, a BUN_CONFIG_MAX_HTTP_REQUESTS (`value`, undefined when
+ * unset) under MAX_ATTEMPTS_AT_ONCE, or one Bun does not read (it would keep its 256 after a
+ * warning of its own): with less, hung receivers' attempts would hold a healthy one's in Bun's queue.
+ */
+export function checkFetchLimit(value: string | undefined): void {
+  if (value === undefined) return;
+  const limit = Number(value);
+  if (/^\d+$/.test(value) && limit >= MAX_ATTEMPTS_AT_ONCE && limit <= MAX_BUN_FETCH_LIMIT) return;
+  throw new ConfigError(
+    `invalid BUN_CONFIG_MAX_HTTP_REQUESTS: ${JSON.stringify(value)} is not a whole number from ${MAX_ATTEMPTS_AT_ONCE} to ${MAX_BUN_FETCH_LIMIT} (the requests Bun's fetch sends at once: webhook delivery runs up to ${MAX_ATTEMPTS_AT_ONCE}, ${MAX_SCHEDULED_ATTEMPTS} scheduled attempts and ${MAX_MANUAL_ATTEMPTS} manual ones, and one more would wait inside Bun with its timeout running); leave it unset for Bun's ${BUN_FETCH_LIMIT}`,
+  );
 }
 /**
  * REFILL is the fewest free slots worth a claim while attempts are running: a busy receiver is
@@ -106,7 +125,7 @@ export type Trigger = "scheduled" | "manual";
 /** AttemptRefusal says why a manual attempt was not made; the webhooks service answers it over HTTP. */
 export type AttemptRefusal =
   | { refused: "not-found" | "in-progress" | "shutting-down" | "manual-attempts-busy" }
-  | { refused: "subscription-deleted" | "subscription-disabled" | "subscription-paused"; subscriptionId: string };
+  | { refused: "subscription-deleted" | "subscription-disabled" | "subscription-paused" | "subscription-attempts-busy"; subscriptionId: string };
 
 /** DeliveryOutcome describes a finished attempt, for metrics. */
 export interface DeliveryOutcome {
@@ -469,7 +488,10 @@ export class DeliveryLoop {
       if (picked.length > 0) await this.release(picked);
       return;
     }
-    for (const due of picked) this.dispatch(due, "scheduled");
+    for (const due of picked) {
+      this.holdReceiverSlot(due.subscription_id);
+      this.dispatch(due, "scheduled");
+    }
     const othersWake = leftOver ? this.wakeOthersForLeftOver(free) : null;
     const times = [await findNextWakeTime(db, now), rateWake, othersWake, this.shared ? now + this.deps.sharedPollMs : null].filter((t) => t !== null);
     this.armTimer(times.length ? Math.min(...times) : null);
@@ -610,11 +632,26 @@ export class DeliveryLoop {
     return signingSecrets({ ...due, secret: due.secret! }, Date.now()).map((sealed) => this.deps.secrets.open(due.subscription_id, sealed));
   }
 
-  /** dispatch runs one attempt of a leased delivery and records its outcome; it resolves with whether a stop gave the attempt up. */
+  /** holdReceiverSlot counts an attempt about to start against its subscription's MAX_PER_SUBSCRIPTION, until freeReceiverSlot. */
+  private holdReceiverSlot(subscriptionId: string): void {
+    this.perSubscription.set(subscriptionId, (this.perSubscription.get(subscriptionId) ?? 0) + 1);
+  }
+
+  /** freeReceiverSlot gives back a slot holdReceiverSlot took, and wakes the loop to fill it. */
+  private freeReceiverSlot(subscriptionId: string): void {
+    const left = (this.perSubscription.get(subscriptionId) ?? 1) - 1;
+    if (left > 0) this.perSubscription.set(subscriptionId, left);
+    else this.perSubscription.delete(subscriptionId);
+    this.wake();
+  }
+
+  /**
+   * dispatch runs one attempt of a leased delivery, its receiver slot held (holdReceiverSlot), and
+   * records its outcome; it resolves with whether a stop gave the attempt up.
+   */
   private dispatch(due: DueDelivery, trigger: Trigger, inRecordWrite?: (tx: Db) => Promise<void>): Promise<boolean> {
     const { config, log } = this.deps;
     const controller = new AbortController();
-    this.perSubscription.set(due.subscription_id, (this.perSubscription.get(due.subscription_id) ?? 0) + 1);
     // The per-subscription cap bounds requests at the receiver: its slot frees when the answer is
     // in, not when the outcome is committed, or a receiver's throughput would be capped by our own
     // commit latency (at full create load: 1,200 deliveries/s behind 1,900 creates/s, p99 2.8 s).
@@ -622,10 +659,7 @@ export class DeliveryLoop {
     const releaseReceiverSlot = () => {
       if (!receiverSlotHeld) return;
       receiverSlotHeld = false;
-      const left = (this.perSubscription.get(due.subscription_id) ?? 1) - 1;
-      if (left > 0) this.perSubscription.set(due.subscription_id, left);
-      else this.perSubscription.delete(due.subscription_id);
-      this.wake();
+      this.freeReceiverSlot(due.subscription_id);
     };
     const interval = this.pacing.get(due.subscription_id);
     const paced = trigger === "scheduled" && interval !== undefined && this.nextSlot.get(due.subscription_id) === Infinity;
@@ -768,8 +802,9 @@ export class DeliveryLoop {
   /**
    * attemptNow makes a manual attempt of a delivery whatever its status, and resolves with null
    * once it is recorded, or with why it was not made: the delivery or its subscription is gone,
-   * the subscription is disabled or paused, an attempt is under way, MAX_MANUAL_ATTEMPTS are, or
-   * the loop is shutting down. `inRecordWrite` runs inside the write that records the outcome.
+   * the subscription is disabled or paused, an attempt of the delivery is under way,
+   * MAX_PER_SUBSCRIPTION of its subscription are, MAX_MANUAL_ATTEMPTS are, or the loop is
+   * shutting down. `inRecordWrite` runs inside the write that records the outcome.
    */
   async attemptNow(id: string, inRecordWrite?: (tx: Db) => Promise<void>): Promise<AttemptRefusal | null> {
     const { db, config } = this.deps;
@@ -777,6 +812,7 @@ export class DeliveryLoop {
     if (this.manualAttempts >= MAX_MANUAL_ATTEMPTS) return { refused: "manual-attempts-busy" };
     // Counted from before the claim: requests arriving together must not all pass the check.
     this.manualAttempts++;
+    let slotHeldFor: string | null = null;
     try {
       const claim = await db.write(async (tx): Promise<AttemptRefusal | DueDelivery> => {
         const now = await this.readClock(tx);
@@ -786,13 +822,32 @@ export class DeliveryLoop {
         if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
         if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };
         if (row.locked_until !== null && row.locked_until > now) return { refused: "in-progress" };
-        return (await lease(tx, [row], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS))[0]!;
+        if ((await this.attemptsUnderWay(tx, row.subscription_id, now)) >= MAX_PER_SUBSCRIPTION) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id };
+        const [leased] = await lease(tx, [row], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
+        // Held inside the write: a claim round whose write runs after this one, in the same group,
+        // picks with this attempt counted, though it starts only once the group has committed.
+        this.holdReceiverSlot(row.subscription_id);
+        slotHeldFor = row.subscription_id;
+        return leased!;
       });
       if ("refused" in claim) return claim;
+      slotHeldFor = null;
       return (await this.dispatch(claim, "manual", inRecordWrite)) ? { refused: "shutting-down" } : null;
     } finally {
+      // The write failed after its slot was held: no attempt is made.
+      if (slotHeldFor !== null) this.freeReceiverSlot(slotHeldFor);
       this.manualAttempts--;
     }
+  }
+
+  /**
+   * attemptsUnderWay counts a subscription's attempts under way, in the caller's write: the leases
+   * every instance holds (the writes before it in its group included, claimed but not started
+   * yet), or this process's attempts, whose leases may have run out while their requests stay open.
+   */
+  private async attemptsUnderWay(tx: Db, subscriptionId: string, now: number): Promise<number> {
+    const leased = (await countLeases(tx, [subscriptionId], now)).get(subscriptionId) ?? 0;
+    return Math.max(leased, this.perSubscription.get(subscriptionId) ?? 0);
   }
 
   /**

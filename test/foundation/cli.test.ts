@@ -30,6 +30,24 @@ async function crm(args: string[], env: Record<string, string> = {}, prefix: str
   return { stdout, stderr, code };
 }
 
+/** startServe starts `crm serve` on a free port with the throwaway data directory and reads its output until it listens or exits; the caller kills it. */
+async function startServe(env: Record<string, string> = {}) {
+  const proc = Bun.spawn([BUN, MAIN, "serve", "--port", "0"], {
+    cwd: ROOT,
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir, ...env },
+  });
+  const reader = proc.stdout.getReader();
+  let out = "";
+  while (!/listening on http:\/\/\S+\n/.test(out)) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    out += new TextDecoder().decode(value);
+  }
+  return { proc, out };
+}
+
 describe("command line: happy paths", () => {
   test("--help lists every command and setting", async () => {
     const res = await crm(["--help"]);
@@ -117,20 +135,8 @@ describe("command line: happy paths", () => {
   });
 
   test("serve on an empty data directory explains how to make the first token, then serves it", async () => {
-    const proc = Bun.spawn([BUN, MAIN, "serve", "--port", "0"], {
-      cwd: ROOT,
-      stdout: "pipe",
-      stderr: "pipe",
-      env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir },
-    });
+    const { proc, out } = await startServe();
     try {
-      const reader = proc.stdout.getReader();
-      let out = "";
-      while (!/listening on http:\/\/\S+\n/.test(out)) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        out += new TextDecoder().decode(value);
-      }
       const url = /listening on (http:\/\/127\.0\.0\.1:\d+)\n/.exec(out)![1]!;
       const hint = out
         .split("\n")
@@ -194,6 +200,20 @@ describe("command line: errors", () => {
       oneLine(res);
       expect({ args, named: res.stderr.includes(named) }).toEqual({ args, named: true });
     }
+  });
+
+  test("serve refuses a BUN_CONFIG_MAX_HTTP_REQUESTS under the webhook attempts it runs at once (Bun's fetch would queue the rest, their timeouts running), in one line naming it and the least it needs; 244 starts", async () => {
+    const line = (value: string) =>
+      `crm: invalid BUN_CONFIG_MAX_HTTP_REQUESTS: ${JSON.stringify(value)} is not a whole number from 244 to 65535 (the requests Bun's fetch sends at once: webhook delivery runs up to 244, 228 scheduled attempts and 16 manual ones, and one more would wait inside Bun with its timeout running); leave it unset for Bun's 256\n`;
+    for (const value of ["243", "100", "abc", "70000", ""]) {
+      const { proc, out } = await startServe({ BUN_CONFIG_MAX_HTTP_REQUESTS: value });
+      if (out !== "") proc.kill();
+      expect({ value, out, stderr: await new Response(proc.stderr).text(), code: await proc.exited }).toEqual({ value, out: "", stderr: line(value), code: 2 });
+    }
+    const { proc, out } = await startServe({ BUN_CONFIG_MAX_HTTP_REQUESTS: "244" });
+    proc.kill();
+    expect(out).toContain("listening on http://127.0.0.1:");
+    await proc.exited;
   });
 
   test("a data directory that is a file is one line naming the setting", async () => {

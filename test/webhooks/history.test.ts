@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
 import { VERSION } from "../../server/version.ts";
-import { MAX_MANUAL_ATTEMPTS } from "../../server/webhooks/worker.ts";
+import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { expectProblem, ISO } from "../foundation/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -213,6 +213,53 @@ describe("delivery history: errors", () => {
     expect((await Promise.all(retries)).map((res) => res.status)).toEqual(deliveries.map(() => 200));
     expect(r.received.length).toBe(2 * deliveries.length + 1);
     expect((await h.json("POST", `/public/v1/webhook-deliveries/${extra.id}/retry`)).status).toBe(200);
+  });
+
+  test("a manual retry while MAX_PER_SUBSCRIPTION attempts of its subscription are under way is 503 and sends nothing: its receiver never has more than 32 requests open", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
+    const r = receiver();
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact("settled");
+    const [settled] = await settledDeliveries(h);
+    r.hold();
+    // One commit makes them due together: one claim round takes them all (one by one, the loop tops a busy receiver up in batches).
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `n${i}` })) } });
+    expect(batch.status).toBe(200);
+    await waitFor(() => r.received.length === 1 + MAX_PER_SUBSCRIPTION, "the subscription's every attempt open at the receiver");
+    const refused = await h.json("POST", `/public/v1/webhook-deliveries/${settled.id}/retry`);
+    expect({ status: refused.status, retryAfter: refused.headers.get("retry-after"), body: refused.body }).toEqual({
+      status: 503,
+      retryAfter: "1",
+      body: {
+        type: "urn:crm:problem:subscription-attempts-busy",
+        title: "Service Unavailable",
+        status: 503,
+        detail: `The subscription ${sub.id} has ${MAX_PER_SUBSCRIPTION} attempts under way, the most at once; retry the delivery in a moment.`,
+      },
+    });
+    r.release();
+    await settledDeliveries(h);
+    expect(r.received.length).toBe(1 + MAX_PER_SUBSCRIPTION);
+    expect((await h.json("POST", `/public/v1/webhook-deliveries/${settled.id}/retry`)).status).toBe(200);
+  });
+
+  test("manual attempts count towards MAX_PER_SUBSCRIPTION when the loop claims, those of finished deliveries too", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
+    const r = receiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    for (let i = 0; i < MAX_MANUAL_ATTEMPTS; i++) await createContact(`n${i}`);
+    const settled = await settledDeliveries(h);
+    r.hold();
+    const retries = settled.map((d) => h.json("POST", `/public/v1/webhook-deliveries/${d.id}/retry`));
+    await waitFor(() => r.received.length === 2 * MAX_MANUAL_ATTEMPTS, "every manual attempt open at the receiver");
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `b${i}` })) } });
+    expect(batch.status).toBe(200);
+    // One claim round starts every attempt it takes at once; the first to arrive says it has run.
+    await waitFor(() => r.received.length > 2 * MAX_MANUAL_ATTEMPTS, "the loop's attempts of the batch");
+    expect(h.rt.deliveries.inFlightCount).toBe(MAX_PER_SUBSCRIPTION);
+    r.release();
+    expect((await Promise.all(retries)).map((res) => res.status)).toEqual(settled.map(() => 200));
+    await settledDeliveries(h);
   });
 
   test("bad list parameters are 422 naming them", async () => {
