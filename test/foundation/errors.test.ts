@@ -236,6 +236,40 @@ describe("errors: through a real server", () => {
     ]);
   });
 
+  // The router serves /metrics/ as /metrics (and the probes alike): a cache must not keep either spelling's answer.
+  test("every refusal /metrics gives is Cache-Control: no-store as its answer is, and so are the metrics and probes asked with a trailing /", async () => {
+    const asked: { method: string; path: string; headers?: Record<string, string> }[] = [
+      { method: "GET", path: "/metrics", headers: { origin: "https://evil.example" } },
+      { method: "GET", path: "/metrics", headers: { host: "crm.example" } },
+      { method: "PUT", path: "/metrics" },
+      { method: "GET", path: "/metrics?a=%00" },
+      { method: "GET", path: `/metrics?a=${"x".repeat(5000)}` },
+      { method: "GET", path: "/metrics/" },
+      { method: "GET", path: "/metrics/", headers: { host: "crm.example" } },
+      { method: "HEAD", path: "/metrics/", headers: { "x-forwarded-for": "203.0.113.9" } },
+      { method: "GET", path: "/healthz/" },
+      { method: "GET", path: "/readyz/" },
+    ];
+    const answers = [];
+    for (const { method, path, headers } of asked) {
+      const res = await fetch(`${server.url}${path}`, { method, headers });
+      answers.push({ method, path: path.split("?")[0]!, status: res.status, cacheControl: res.headers.get("cache-control") });
+    }
+    const noStore = (method: string, path: string, status: number) => ({ method, path, status, cacheControl: "no-store" });
+    expect(answers).toEqual([
+      noStore("GET", "/metrics", 403),
+      noStore("GET", "/metrics", 403),
+      noStore("PUT", "/metrics", 405),
+      noStore("GET", "/metrics", 400),
+      noStore("GET", "/metrics", 414),
+      noStore("GET", "/metrics/", 200),
+      noStore("GET", "/metrics/", 403),
+      noStore("HEAD", "/metrics/", 403),
+      noStore("GET", "/healthz/", 200),
+      noStore("GET", "/readyz/", 200),
+    ]);
+  });
+
   test("a chunked body within 1 MiB is accepted", async () => {
     const res = await fetch(`${server.url}/public/v1/contacts`, {
       method: "POST",
