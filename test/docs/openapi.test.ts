@@ -8,6 +8,7 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { dereference } from "../support/openapi.ts";
 import { READ_ONLY_ACCOUNT_FIELDS } from "../../server/accounts/model.ts";
 import { READ_ONLY_CONTACT_FIELDS } from "../../server/contacts/model.ts";
+import { PROBLEM_TYPES, problemTypeUrn } from "../../server/shared/problem.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 let h: Harness;
@@ -140,6 +141,15 @@ describe("OpenAPI document for client generators", () => {
     }
     expect(wrong).toEqual([]);
     expect(spec.components.schemas.Problem.required).toEqual(["type", "title", "status", "detail"]);
+  });
+
+  // A generated client then types `type` as the union of the URNs, and can switch on it exhaustively.
+  test("Problem.type lists every problem type the service sends, the README's table's, as its enum", () => {
+    expect(spec.components.schemas.Problem.properties.type).toEqual({
+      type: "string",
+      enum: PROBLEM_TYPES.map(problemTypeUrn),
+      description: "URN naming the error kind; README's Problem types table says what each means and what to do",
+    });
   });
 
   test("page and per_page are integers wherever a list takes them", () => {

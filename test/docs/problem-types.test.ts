@@ -4,6 +4,7 @@ import { expect, test } from "bun:test";
 import { Glob } from "bun";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { PROBLEM_TYPES } from "../../server/shared/problem.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 
@@ -67,6 +68,13 @@ function documentedTypes(text: string): Record<string, number[]> {
 
 test("the README's problem types table lists every type the API can send, with its statuses, and no other", () => {
   expect(documentedTypes(readme())).toEqual(emittedTypes().types);
+});
+
+// PROBLEM_TYPES is the list the OpenAPI document's Problem.type enum is made of.
+test("the code's list of problem types is the types the API's code builds, in the README table's order", () => {
+  const tableOrder = [...problemTypesSection(readme()).matchAll(/^\| `urn:crm:problem:([a-z-]+)` \|/gm)].map((m) => m[1]!);
+  const listed: string[] = [...PROBLEM_TYPES];
+  expect({ listed: [...listed].sort(), inTableOrder: listed }).toEqual({ listed: Object.keys(emittedTypes().types), inTableOrder: tableOrder });
 });
 
 // toProblem renders a ProblemError that was built, with its slug written out, somewhere above.
