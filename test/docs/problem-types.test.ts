@@ -84,6 +84,16 @@ test("every problem the server builds names its type as a string literal, which 
   expect(emittedTypes().unread).toEqual(["server/shared/problem.ts: this.slug"]);
 });
 
+// The console's live parts read two JSON endpoints; a problem there is problem+json, as on the API.
+// Their refusals come from the same code as the API's; the console's own types (rotation-closed,
+// form-being-sent...) answer forms, on pages.
+test("the README names the types the console's JSON endpoints send, each a type of its table", () => {
+  const sentence = /The console's two JSON\s+endpoints[^]*?\.\s/.exec(problemTypesSection(readme()))?.[0] ?? "";
+  const named = [...sentence.matchAll(/`([a-z-]+)`/g)].map((m) => m[1]!);
+  expect(named.length).toBeGreaterThan(0);
+  expect(named.filter((type) => !(PROBLEM_TYPES as readonly string[]).includes(type))).toEqual([]);
+});
+
 test("every problem type the README mentions is one of its table", () => {
   const text = readme();
   const documented = documentedTypes(text);
