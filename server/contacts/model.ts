@@ -46,12 +46,17 @@ const jsonObject = (description: string, options: { maxProperties?: number } = {
 /** OBJECT_CONTACT_FIELDS must be JSON objects (or null); the service checks them. */
 export const OBJECT_CONTACT_FIELDS = ["custom_fields", "consent"] as const;
 
-const idList = (prefix: string, what: string) =>
-  nullable(t.Array(t.String({ pattern: `^${prefix}_[0-9A-Z]{26}$` }), { maxItems: MAX_RELATED_IDS, uniqueItems: true }), `must be a list of at most ${MAX_RELATED_IDS} distinct ${what} ids (${prefix}_...)`);
+// An id a client gives, in a body or a filter: its form, and the refusal of anything else.
+const ACCOUNT_ID = { pattern: "^acc_[0-9A-Z]{26}$", error: "must be an account id (acc_...)" };
+const USER_ID = { pattern: "^usr_[0-9A-Z]{26}$", error: "must be a user id (usr_...)" };
+
+// The list's own text covers it as a whole (too long, not a list); a bad id is named at its index with the id's.
+const idList = (id: { pattern: string; error: string }, ids: string) =>
+  nullable(t.Array(t.String(id), { maxItems: MAX_RELATED_IDS, uniqueItems: true }), `must be a list of at most ${MAX_RELATED_IDS} distinct ${ids}`);
 
 // "." and ".." are refused: URL clients read them as path steps (DELETE .../tags/%2E%2E is sent as
 // DELETE /contacts/:id/), so such a tag could never be removed through its own URL.
-const tagName = (options: { error?: string } = {}) => t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, pattern: "^(?!\\.\\.?$)", ...options });
+const tagName = () => t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, pattern: "^(?!\\.\\.?$)", error: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."` });
 
 /** ContactFields are the known, validated contact properties; any others are stored as given. */
 const contactFields = {
@@ -72,9 +77,9 @@ const contactFields = {
     { maxProperties: MAX_CUSTOM_FIELDS },
   ),
   consent: jsonObject(`Communication consent: a JSON object, or null to clear. At most ${MAX_CONSENT_BYTES} bytes as JSON.`),
-  account_ids: idList("acc", "account"),
-  assigned_user_id: nullable(t.String({ pattern: "^usr_[0-9A-Z]{26}$" }), "must be a user id (usr_...) or null"),
-  assigned_user_ids: idList("usr", "user"),
+  account_ids: idList(ACCOUNT_ID, "account ids (acc_...)"),
+  assigned_user_id: nullable(t.String({ pattern: USER_ID.pattern }), "must be a user id (usr_...) or null"),
+  assigned_user_ids: idList(USER_ID, "user ids (usr_...)"),
 };
 
 /** ContactInput is the body of POST and PATCH: known fields validated, further properties kept. */
@@ -141,7 +146,7 @@ export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
   full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Case-insensitive substring of full_name as the API returns it (first_name and last_name joined by a space, each as stored)." })),
   created_after: timestampFilterSchema("Only contacts created after this time."),
   updated_after: timestampFilterSchema("Only contacts updated after this time."),
-  account_id: t.Optional(t.String({ pattern: "^acc_[0-9A-Z]{26}$", error: "must be an account id (acc_...)", description: "Only contacts linked to this account." })),
+  account_id: t.Optional(t.String({ ...ACCOUNT_ID, description: "Only contacts linked to this account." })),
   tag: t.Optional(
     t.String({
       minLength: 1,
@@ -150,17 +155,17 @@ export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
       description: "Only contacts carrying every one of these tags (exact, case-sensitive): comma-separated (tag=a,b) or repeated (tag=a&tag=b).",
     }),
   ),
-  assigned_user_id: t.Optional(t.String({ pattern: "^usr_[0-9A-Z]{26}$", error: "must be a user id (usr_...)", description: "Only contacts whose assigned_user_id is this user." })),
+  assigned_user_id: t.Optional(t.String({ ...USER_ID, description: "Only contacts whose assigned_user_id is this user." })),
 });
 export type ContactListQuery = typeof ContactListQuery.static;
 
 export const ContactEnvelope = t.Object({ data: Contact });
 export const ContactAccountInput = t.Object(
-  { account_id: t.String({ pattern: "^acc_[0-9A-Z]{26}$", error: "must be an account id (acc_...)" }) },
+  { account_id: t.String(ACCOUNT_ID) },
   { additionalProperties: false, examples: [{ account_id: "acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M" }] },
 );
 export const ContactTagInput = t.Object(
-  { tag: tagName({ error: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."` }) },
+  { tag: tagName() },
   { additionalProperties: false, examples: [{ tag: "vip" }] },
 );
 // Elysia states "nothing else" of a response schema it is given; this one it is given wrapped (serialisedResponse).

@@ -39,6 +39,9 @@ export interface ConventionOptions {
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
 
+/** UNCACHED_PATHS are the probes and the metrics, answered Cache-Control: no-store as /public/v1 is. */
+const UNCACHED_PATHS = new Set(["/healthz", "/readyz", "/metrics"]);
+
 /** REFUSED_BEFORE_ROUTING are the statuses of the refusals made before the router ran: a browser under /public/v1 (403), authentication (401, 429). */
 const REFUSED_BEFORE_ROUTING = new Set([401, 403, 429]);
 
@@ -91,7 +94,8 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       const isPublic = path.startsWith(PUBLIC_PREFIX);
       // A shared cache that ignores Authorization (nginx's proxy_cache does) would serve one
       // client's data to the next, or a stale readiness to a load balancer; problems included.
-      if (isPublic || path === "/healthz" || path === "/readyz" || path === "/metrics") set.headers["cache-control"] = "no-store";
+      // The router serves /metrics/ as /metrics (and the probes alike).
+      if (isPublic || UNCACHED_PATHS.has(path.endsWith("/") ? path.slice(0, -1) : path)) set.headers["cache-control"] = "no-store";
       if (isPublic && isBrowserRequest(request)) {
         const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),

@@ -100,8 +100,8 @@ export function taggedRead<B extends { data: { version: number } }>(set: { heade
   return undefined;
 }
 
-/** MemberLookups maps each path parameter naming a member to its lookup, which throws the 404 the write would answer when there is no such member. */
-type MemberLookups = Record<string, (id: string) => Promise<unknown>>;
+/** MemberLookups maps each path parameter naming a member to what it names (the kind its 404 names) and its lookup, which throws the 404 the write would answer when there is no such member. */
+type MemberLookups = Record<string, { kind: string; lookup: (id: string) => Promise<unknown> }>;
 
 /** tagsRefused is the 412 of a write to something with no version (`unversioned` says what) whose If-Match names entity tags. */
 function tagsRefused(unversioned: string): ProblemError {
@@ -142,8 +142,12 @@ function refuseUnmeetableConditions(unversioned: string, members: MemberLookups)
     const condition = versionCondition({ "if-match": match ?? undefined, "if-none-match": member ? (noneMatch ?? undefined) : undefined });
     const tagsInMatch = Array.isArray(condition?.match);
     if (!tagsInMatch && condition?.noneMatch !== "any") return;
-    if (member) await member[1](params![member[0]]!);
-    throw tagsInMatch ? tagsRefused(unversioned) : new ProblemError(412, "precondition-failed", "The resource exists, and If-None-Match: * asks that it does not, so nothing changed.");
+    if (!member) throw tagsRefused(unversioned);
+    const [parameter, { kind, lookup }] = member;
+    const id = params![parameter]!;
+    await lookup(id);
+    // Worded as a versioned member's 412 (refuseUnmetCondition), without the version it lacks.
+    throw tagsInMatch ? tagsRefused(unversioned) : new ProblemError(412, "precondition-failed", `The ${kind} ${id} exists, and If-None-Match: * asks that it does not, so nothing changed.`);
   };
   return Object.assign(hook, { [UNVERSIONED_RESOURCES]: unversioned });
 }

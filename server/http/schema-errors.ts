@@ -1,6 +1,7 @@
 import type { TSchema } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { ValueErrorType } from "@sinclair/typebox/errors";
+import { Hash } from "@sinclair/typebox/value";
 import { validationProblem, type FieldError, type ProblemError } from "../shared/problem.ts";
 
 /** SchemaIssue is one TypeBox value error, as Elysia's ValidationError and TypeBox's checkers report it. */
@@ -9,6 +10,9 @@ export interface SchemaIssue {
   path?: string;
   message: string;
   schema?: { error?: unknown; [keyword: string]: unknown };
+  value?: unknown;
+  /** a union's failure carries each variant's own issues */
+  errors?: Iterable<SchemaIssue>[];
 }
 
 /** UNEXPECTED_PROPERTY is TypeBox's message for a property an object schema does not allow (reported with the object's schema). */
@@ -48,10 +52,53 @@ function plainDetail(issue: SchemaIssue): string {
   }
 }
 
+/** detailOf words one issue: the schema's own `error` text when it has one, else plain words. */
+function detailOf(issue: SchemaIssue): string {
+  return issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : plainDetail(issue);
+}
+
+/** repeatErrors names each item of a list that repeats an earlier one (as uniqueItems compares them) at its own index, unless `named` already names it. */
+function repeatErrors(path: string, list: unknown[], named: Set<string>): FieldError[] {
+  const first = new Map<bigint, number>();
+  const errors: FieldError[] = [];
+  list.forEach((item, index) => {
+    const hash = Hash(item);
+    const earlier = first.get(hash);
+    if (earlier === undefined) first.set(hash, index);
+    else if (!named.has(`${path}/${index}`)) errors.push({ pointer: `${path}/${index}`, detail: `repeats item ${earlier}` });
+  });
+  return errors;
+}
+
+/**
+ * listItemErrors words the failure of a nullable list (a union of a list and null, whose `error`
+ * text describes the list as a whole) at the items at fault, by their RFC 6901 index: a client
+ * fixes /tags/3, not the whole list. Null when the list is wrong as a whole (not a list, too many
+ * items): the union's text says so, and a list past its length gets no error per item, of which
+ * a 1 MiB body could hold hundreds of thousands.
+ */
+function listItemErrors(issue: SchemaIssue): FieldError[] | null {
+  const path = issue.path ?? "";
+  variants: for (const variant of issue.errors ?? []) {
+    const items: SchemaIssue[] = [];
+    let repeated: unknown[] | undefined;
+    // The list's own faults come before its items' (TypeBox checks the length first).
+    for (const item of variant) {
+      if ((item.path ?? "").startsWith(`${path}/`)) items.push(item);
+      else if (item.type === ValueErrorType.ArrayUniqueItems && Array.isArray(item.value)) repeated = item.value;
+      else continue variants;
+    }
+    const errors = fieldErrorsOf(items);
+    const named = new Set(errors.map((error) => error.pointer!));
+    return [...errors, ...(repeated ? repeatErrors(path, repeated, named) : [])];
+  }
+  return null;
+}
+
 /**
  * fieldErrorsOf turns TypeBox issues into field errors: one per field, the schema's own `error`
  * text when it has one (else plain words), `where` saying whether the path is a body pointer,
- * parameter or header.
+ * parameter or header. A bad item of a nullable list in a body is named at its index.
  */
 export function fieldErrorsOf(issues: Iterable<SchemaIssue>, where: "pointer" | "parameter" | "header" = "pointer"): FieldError[] {
   const seen = new Set<string>();
@@ -62,8 +109,9 @@ export function fieldErrorsOf(issues: Iterable<SchemaIssue>, where: "pointer" | 
     // A string where a list belongs is also walked character by character; the list's error says it.
     if ([...seen].some((parent) => path.startsWith(`${parent}/`))) continue;
     seen.add(path);
-    const detail = issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : plainDetail(issue);
-    errors.push(where === "pointer" ? { pointer: path, detail } : { [where]: path.replace(/^\//, ""), detail });
+    const items = where === "pointer" && issue.type === ValueErrorType.Union ? listItemErrors(issue) : null;
+    if (items) errors.push(...items);
+    else errors.push(where === "pointer" ? { pointer: path, detail: detailOf(issue) } : { [where]: path.replace(/^\//, ""), detail: detailOf(issue) });
   }
   return errors;
 }

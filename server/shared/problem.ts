@@ -40,6 +40,58 @@ const TITLES: Record<number, string> = {
   503: "Service Unavailable",
 };
 
+/**
+ * PROBLEM_TYPES are the slugs of every problem type the API sends, in the order of README's
+ * Problem types table, which says what each means and what a client should do. The OpenAPI
+ * document's Problem.type lists them; test/docs/problem-types.test.ts keeps this list equal to
+ * the types the code builds and to the table. Console pages' own types are not here: no client
+ * of the API can receive them.
+ */
+export const PROBLEM_TYPES = [
+  "invalid-json",
+  "invalid-host",
+  "invalid-request-target",
+  "incomplete-body",
+  "bad-request",
+  "unauthorized",
+  "browser-request",
+  "forbidden",
+  "not-found",
+  "method-not-allowed",
+  "body-timeout",
+  "idempotency-key-in-use",
+  "external-id-taken",
+  "user-exists",
+  "subscription-disabled",
+  "subscription-paused",
+  "subscription-deleted",
+  "delivery-in-progress",
+  "deletions-expired",
+  "precondition-failed",
+  "body-too-large",
+  "uri-too-long",
+  "unsupported-media-type",
+  "validation",
+  "idempotency-key-reused",
+  "rate-limited",
+  "headers-too-large",
+  "internal",
+  "storage-full",
+  "database-unavailable",
+  "too-many-connections",
+  "body-buffer-full",
+  "slow-lists-busy",
+  "manual-attempts-busy",
+  "subscription-attempts-busy",
+  "shutting-down",
+  "not-ready",
+] as const;
+
+/** problemTypeUrn is the `type` of a problem document of a slug: urn:crm:problem:SLUG. */
+export function problemTypeUrn(slug: string): string {
+  return `urn:crm:problem:${slug}`;
+}
+
 /** ProblemError is thrown anywhere to answer with an RFC 9457 problem response. */
 export class ProblemError extends Error {
   constructor(
@@ -62,7 +114,7 @@ export class ProblemError extends Error {
 /** problem builds a problem document whose type is a stable URN naming the error. */
 export function problem(status: number, slug: string, detail: string, errors?: FieldError[], extensions: Record<string, unknown> = {}): Problem {
   return {
-    type: `urn:crm:problem:${slug}`,
+    type: problemTypeUrn(slug),
     title: TITLES[status] ?? "Error",
     status,
     detail,
@@ -92,7 +144,7 @@ export function notFound(kind: string, id: string): ProblemError {
 /** ProblemSchema documents the problem+json body in OpenAPI. */
 export const ProblemSchema = t.Object(
   {
-    type: t.String({ description: "URN naming the error kind, e.g. urn:crm:problem:validation" }),
+    type: t.String({ enum: PROBLEM_TYPES.map(problemTypeUrn), description: "URN naming the error kind; README's Problem types table says what each means and what to do" }),
     title: t.String(),
     // Elysia's t.Integer also accepts numeric strings (for query input); the document states a JSON integer.
     status: Type.Integer(),

@@ -15,7 +15,7 @@ const UserId = t.Object({ id: t.String({ maxLength: 64, description: "User id (u
 export function userRoutes(rt: Runtime) {
   return new Elysia({ name: "users", prefix: "/public/v1/users" })
     .use(bearerAuth())
-    .use(unversionedWrites("Users", { id: (id) => getUser(rt.db, id) }))
+    .use(unversionedWrites("Users", { id: { kind: "user", lookup: (id) => getUser(rt.db, id) } }))
     .get("", ({ query }) => listUsersPage(rt.db, query), {
       query: UserListQuery,
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },

@@ -55,8 +55,8 @@ export function webhookRoutes(rt: Runtime) {
     .use(bearerAuth())
     .use(
       unversionedWrites("Webhook subscriptions and deliveries", {
-        subscriptionId: (id) => getSubscription(rt.db, id),
-        deliveryId: (id) => getDelivery(rt.db, id),
+        subscriptionId: { kind: "webhook subscription", lookup: (id) => getSubscription(rt.db, id) },
+        deliveryId: { kind: "webhook delivery", lookup: (id) => getDelivery(rt.db, id) },
       }),
     )
     .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, scope), (stored) => openReplayedSecret(rt, stored)), {

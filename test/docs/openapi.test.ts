@@ -8,6 +8,7 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { dereference } from "../support/openapi.ts";
 import { READ_ONLY_ACCOUNT_FIELDS } from "../../server/accounts/model.ts";
 import { READ_ONLY_CONTACT_FIELDS } from "../../server/contacts/model.ts";
+import { PROBLEM_TYPES, problemTypeUrn } from "../../server/shared/problem.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 let h: Harness;
@@ -142,6 +143,15 @@ describe("OpenAPI document for client generators", () => {
     expect(spec.components.schemas.Problem.required).toEqual(["type", "title", "status", "detail"]);
   });
 
+  // A generated client then types `type` as the union of the URNs, and can switch on it exhaustively.
+  test("Problem.type lists every problem type the service sends, the README's table's, as its enum", () => {
+    expect(spec.components.schemas.Problem.properties.type).toEqual({
+      type: "string",
+      enum: PROBLEM_TYPES.map(problemTypeUrn),
+      description: "URN naming the error kind; README's Problem types table says what each means and what to do",
+    });
+  });
+
   test("page and per_page are integers wherever a list takes them", () => {
     const params = operations().flatMap(({ where, op }) => (op.parameters ?? []).filter((p: any) => p.name === "page" || p.name === "per_page").map((p: any) => [where, p.name, p.schema.type]));
     expect(params.length).toBeGreaterThanOrEqual(10);
@@ -206,7 +216,10 @@ describe("OpenAPI document is stable", () => {
       const second = JSON.stringify((await after.json("GET", "/docs/json")).body);
       await after.close();
       console.log(first === second ? "same" : "different");`;
-    const child = Bun.spawn([process.execPath, "-e", script], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    // On SQLite whatever CRM_TEST_BACKEND says: the document comes from the routes alone, and a plain
+    // `bun -e` has no teardown preload (test/support/teardown.ts) to stop the PostgreSQL test server it
+    // would start, whose process and connection then keep it running past its last line.
+    const child = Bun.spawn([process.execPath, "-e", script], { cwd: ROOT, stdout: "pipe", stderr: "pipe", env: { ...process.env, CRM_TEST_BACKEND: "sqlite" } });
     const [stdout, stderr] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text()]);
     expect([await child.exited, stderr]).toEqual([0, expect.any(String)]);
     expect(stdout.trim().split("\n").at(-1)).toBe("same"); // the last line: libraries may print before it

@@ -4,6 +4,7 @@ import { expect, test } from "bun:test";
 import { Glob } from "bun";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { PROBLEM_TYPES } from "../../server/shared/problem.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 
@@ -69,11 +70,28 @@ test("the README's problem types table lists every type the API can send, with i
   expect(documentedTypes(readme())).toEqual(emittedTypes().types);
 });
 
+// PROBLEM_TYPES is the list the OpenAPI document's Problem.type enum is made of.
+test("the code's list of problem types is the types the API's code builds, in the README table's order", () => {
+  const tableOrder = [...problemTypesSection(readme()).matchAll(/^\| `urn:crm:problem:([a-z-]+)` \|/gm)].map((m) => m[1]!);
+  const listed: string[] = [...PROBLEM_TYPES];
+  expect({ listed: [...listed].sort(), inTableOrder: listed }).toEqual({ listed: Object.keys(emittedTypes().types), inTableOrder: tableOrder });
+});
+
 // toProblem renders a ProblemError that was built, with its slug written out, somewhere above.
 // Any other builder taking its type from a variable would hide a type from this test: list what it
 // can be given here, or write the slug out where it is built.
 test("every problem the server builds names its type as a string literal, which the test above reads", () => {
   expect(emittedTypes().unread).toEqual(["server/shared/problem.ts: this.slug"]);
+});
+
+// The console's live parts read two JSON endpoints; a problem there is problem+json, as on the API.
+// Their refusals come from the same code as the API's; the console's own types (rotation-closed,
+// form-being-sent...) answer forms, on pages.
+test("the README names the types the console's JSON endpoints send, each a type of its table", () => {
+  const sentence = /The console's two JSON\s+endpoints[^]*?\.\s/.exec(problemTypesSection(readme()))?.[0] ?? "";
+  const named = [...sentence.matchAll(/`([a-z-]+)`/g)].map((m) => m[1]!);
+  expect(named.length).toBeGreaterThan(0);
+  expect(named.filter((type) => !(PROBLEM_TYPES as readonly string[]).includes(type))).toEqual([]);
 });
 
 test("every problem type the README mentions is one of its table", () => {

@@ -262,17 +262,27 @@ describe("conditional writes: If-None-Match", () => {
   test("If-None-Match: * refuses a write to a subscription, delivery or user that exists with 412, and one that does not exist stays 404; entity tags, which none of them can match, let it through", async () => {
     const subscription = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "https://192.0.43.10/crm", events: ["contact.created"] } })).body.data.id;
     const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@example.com" } })).body.data.id;
+    await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
+    const delivery = (await h.json("GET", "/public/v1/webhook-deliveries")).body.data[0].id;
     const any = { "if-none-match": "*" };
-    const exists = {
+    // Named as the other 412s name what exists, without the version these do not have.
+    const exists = (kind: string, id: string) => ({
       type: "urn:crm:problem:precondition-failed",
       title: "Precondition Failed",
       status: 412,
-      detail: "The resource exists, and If-None-Match: * asks that it does not, so nothing changed.",
-    };
+      detail: `The ${kind} ${id} exists, and If-None-Match: * asks that it does not, so nothing changed.`,
+    });
     const removal = await h.json("DELETE", `/public/v1/webhook-subscriptions/${subscription}`, { headers: any });
     const pause = await h.json("POST", `/public/v1/webhook-subscriptions/${subscription}/pause`, { headers: any });
+    const retried = await h.json("POST", `/public/v1/webhook-deliveries/${delivery}/retry`, { headers: any });
     const userPatch = await h.json("PATCH", `/public/v1/users/${user}`, { body: { name: "Eve" }, headers: any });
-    expect([removal.status, removal.body, pause.body, userPatch.body]).toEqual([412, exists, exists, exists]);
+    expect([removal.status, removal.body, pause.body, retried.body, userPatch.body]).toEqual([
+      412,
+      exists("webhook subscription", subscription),
+      exists("webhook subscription", subscription),
+      exists("webhook delivery", delivery),
+      exists("user", user),
+    ]);
     const stored = [(await h.json("GET", `/public/v1/webhook-subscriptions/${subscription}`)).body.data.status, (await h.json("GET", `/public/v1/users/${user}`)).body.data.name];
     expect(stored).toEqual(["active", "Grace"]);
     const missing = await h.json("DELETE", "/public/v1/webhook-subscriptions/sub_missing", { headers: any });

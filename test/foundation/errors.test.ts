@@ -13,7 +13,7 @@ import { closedWithin, Connection, type RawResponse } from "../limits/support.ts
 import { waitUntil } from "../ops/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { postgresOnly, sqliteOnly, TEST_BACKEND } from "../support/backend.ts";
-import { contactCount, expectProblem, listeningServer, loggedApp } from "./support.ts";
+import { contactCount, expectProblem, listeningServer, loggedApp, validation } from "./support.ts";
 
 let h: Harness;
 let contactId: string;
@@ -234,6 +234,40 @@ describe("errors: through a real server", () => {
       noStore("GET", "/metrics", 200),
       noStore("GET", "/metrics", 403),
       { method: "GET", path: "/docs", status: 200, cacheControl: "no-cache" },
+    ]);
+  });
+
+  // The router serves /metrics/ as /metrics (and the probes alike): a cache must not keep either spelling's answer.
+  test("every refusal /metrics gives is Cache-Control: no-store as its answer is, and so are the metrics and probes asked with a trailing /", async () => {
+    const asked: { method: string; path: string; headers?: Record<string, string> }[] = [
+      { method: "GET", path: "/metrics", headers: { origin: "https://evil.example" } },
+      { method: "GET", path: "/metrics", headers: { host: "crm.example" } },
+      { method: "PUT", path: "/metrics" },
+      { method: "GET", path: "/metrics?a=%00" },
+      { method: "GET", path: `/metrics?a=${"x".repeat(5000)}` },
+      { method: "GET", path: "/metrics/" },
+      { method: "GET", path: "/metrics/", headers: { host: "crm.example" } },
+      { method: "HEAD", path: "/metrics/", headers: { "x-forwarded-for": "203.0.113.9" } },
+      { method: "GET", path: "/healthz/" },
+      { method: "GET", path: "/readyz/" },
+    ];
+    const answers = [];
+    for (const { method, path, headers } of asked) {
+      const res = await fetch(`${server.url}${path}`, { method, headers });
+      answers.push({ method, path: path.split("?")[0]!, status: res.status, cacheControl: res.headers.get("cache-control") });
+    }
+    const noStore = (method: string, path: string, status: number) => ({ method, path, status, cacheControl: "no-store" });
+    expect(answers).toEqual([
+      noStore("GET", "/metrics", 403),
+      noStore("GET", "/metrics", 403),
+      noStore("PUT", "/metrics", 405),
+      noStore("GET", "/metrics", 400),
+      noStore("GET", "/metrics", 414),
+      noStore("GET", "/metrics/", 200),
+      noStore("GET", "/metrics/", 403),
+      noStore("HEAD", "/metrics/", 403),
+      noStore("GET", "/healthz/", 200),
+      noStore("GET", "/readyz/", 200),
     ]);
   });
 
@@ -526,6 +560,45 @@ describe("errors: field details in plain words", () => {
         { pointer: "/code", detail: "is required" },
         { pointer: "/tags", detail: "must not be empty" },
       ],
+    ]);
+  });
+});
+
+describe("errors: a bad element of a list is pointed at", () => {
+  const TAG = 'must be a tag of 1 to 100 characters, not "." or ".."';
+  const TAGS = 'must be a list of at most 100 distinct tags of 1 to 100 characters each, none of them "." or ".."';
+  const ACCOUNT_IDS = "must be a list of at most 100 distinct account ids (acc_...)";
+  const ACC = "acc_01J00000000000000000000000";
+
+  test("a contact's create, PATCH and batch name each bad tag, account id or user id by its index (RFC 6901), and a repeat at the repeat; a list wrong as a whole (not a list, too long) is named as one", async () => {
+    const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Eve", tags: ["ok", "", "..", 5, "t".repeat(101)], account_ids: [ACC, "acc_nope"] } });
+    const patched = await h.json("PATCH", `/public/v1/contacts/${contactId}`, { body: { tags: ["a", "b", "a"], assigned_user_ids: [7] } });
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: [{ first_name: "Ann", tags: ["ok"] }, { first_name: "Bob", account_ids: ["x", ACC, ACC] }] } });
+    const tooMany = [...Array.from({ length: 100 }, (_, i) => `acc_${String(i).padStart(26, "0")}`), "x"];
+    const wholeList = await h.json("PATCH", `/public/v1/contacts/${contactId}`, { body: { tags: "vip", account_ids: tooMany } });
+    expect([created.body, patched.body, batch.body.data[1], wholeList.body]).toEqual([
+      validation([
+        { pointer: "/tags/1", detail: TAG },
+        { pointer: "/tags/2", detail: TAG },
+        { pointer: "/tags/3", detail: TAG },
+        { pointer: "/tags/4", detail: TAG },
+        { pointer: "/account_ids/1", detail: "must be an account id (acc_...)" },
+      ]),
+      validation([
+        { pointer: "/tags/2", detail: "repeats item 0" },
+        { pointer: "/assigned_user_ids/0", detail: "must be a user id (usr_...)" },
+      ]),
+      {
+        status: "invalid",
+        errors: [
+          { pointer: "/items/1/account_ids/0", detail: "must be an account id (acc_...)" },
+          { pointer: "/items/1/account_ids/2", detail: "repeats item 1" },
+        ],
+      },
+      validation([
+        { pointer: "/tags", detail: TAGS },
+        { pointer: "/account_ids", detail: ACCOUNT_IDS },
+      ]),
     ]);
   });
 });

@@ -174,16 +174,17 @@ describe("relations: errors", () => {
   });
 
   test("malformed or repeated relation ids are 422 from the schema", async () => {
-    for (const body of [
-      { account_ids: ["nope"] },
-      { account_ids: "acc_00000000000000000000000000" },
-      { account_ids: [MISSING_ACC, MISSING_ACC] },
-      { assigned_user_id: "acc_00000000000000000000000000" },
-      { assigned_user_ids: [1] },
-    ]) {
+    // A bad id is named at its index, a repeat at the repeat; a value that is no list, at the field.
+    for (const [body, pointer] of [
+      [{ account_ids: ["nope"] }, "/account_ids/0"],
+      [{ account_ids: "acc_00000000000000000000000000" }, "/account_ids"],
+      [{ account_ids: [MISSING_ACC, MISSING_ACC] }, "/account_ids/1"],
+      [{ assigned_user_id: "acc_00000000000000000000000000" }, "/assigned_user_id"],
+      [{ assigned_user_ids: [1] }, "/assigned_user_ids/0"],
+    ] as const) {
       const res = await h.json("POST", "/public/v1/contacts", { body });
       expectProblem(res, 422, "validation");
-      expect(res.body.errors[0].pointer).toBe(`/${Object.keys(body)[0]}`);
+      expect(res.body.errors[0].pointer).toBe(pointer);
     }
     expect(await contactCount(h)).toBe(0);
   });

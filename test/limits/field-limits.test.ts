@@ -90,7 +90,7 @@ describe("field limits: contacts, at the limit accepted, one over refused naming
     const detail = `must be a list of at most ${MAX_TAGS} distinct tags of 1 to ${MAX_TAG_LENGTH} characters each, none of them "." or ".."`;
     const tags = Array.from({ length: MAX_TAGS }, (_, i) => `${i}`.padEnd(MAX_TAG_LENGTH, "t"));
     await contacts({ tags }, { tags: [...tags, "one more"] }, [{ pointer: "/tags", detail }]);
-    await contacts({ tags: ["t".repeat(MAX_TAG_LENGTH)] }, { tags: ["t".repeat(MAX_TAG_LENGTH + 1)] }, [{ pointer: "/tags", detail }]);
+    await contacts({ tags: ["t".repeat(MAX_TAG_LENGTH)] }, { tags: ["t".repeat(MAX_TAG_LENGTH + 1)] }, [{ pointer: "/tags/0", detail: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."` }]);
   });
 
   test(`account_ids: ${MAX_RELATED_IDS} ids`, async () => {
