@@ -130,11 +130,6 @@ export function addressOf(server: Server<unknown> | null, request: Request, trus
   return clientNetwork(clientAddress(clientHints(request, server?.requestIP(request)?.address ?? null), trustedProxies) ?? "unknown");
 }
 
-/** newCsrfSeed makes the random value a pre-session cookie holds for the sign-in and setup forms. */
-export function newCsrfSeed(): string {
-  return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
-}
-
 /** csrfTokenFor derives the CSRF token of a seed (the session secret, or the pre-session cookie); it reveals nothing of the seed. */
 export function csrfTokenFor(seed: string): string {
   return Buffer.from(sha256(`csrf\u0000${seed}`)).toString("base64url");

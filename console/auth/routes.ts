@@ -3,8 +3,9 @@ import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { DEVICE_TTL_MS } from "../../server/operators/devices.ts";
 import { acceptOperatorLink, completeSetup, endSession, operatorLink, setupCodeUsable, signIn, type SignedIn } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
+import { randomSecret } from "../../server/shared/crypto.ts";
 import { clearCookieHeader, cookieHeader, DEVICE_COOKIE, htmlResponse, PRE_SESSION_COOKIE, readCookie, redirect, SESSION_COOKIE } from "../http.ts";
-import { addressOf, CONSOLE_DETAIL, consoleBase, csrfTokenFor, field, newCsrfSeed, OptionalForm, problemOf, safeNext } from "../shell.ts";
+import { addressOf, CONSOLE_DETAIL, consoleBase, csrfTokenFor, field, OptionalForm, problemOf, safeNext } from "../shell.ts";
 import { linkPage, loginPage, setupPage } from "./pages.tsx";
 
 const CodeQuery = t.Object({ code: t.Optional(t.String({ maxLength: 200 })) }, { additionalProperties: true });
@@ -25,7 +26,7 @@ export function authRoutes(rt: Runtime) {
   const db = rt.db;
   /** preSession gives a page's forms their CSRF token, setting the pre-session cookie when there is none yet. */
   const preSession = (csrfSeed: string | undefined, secure: boolean) => {
-    const seed = csrfSeed ?? newCsrfSeed();
+    const seed = csrfSeed ?? randomSecret();
     return { csrfToken: csrfTokenFor(seed), cookies: csrfSeed ? [] : [cookieHeader(PRE_SESSION_COOKIE, seed, secure)] };
   };
   return new Elysia({ name: "console-auth", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })

@@ -134,7 +134,6 @@ export const Contact = t.Object(
 );
 export type Contact = typeof Contact.static;
 
-/** ContactListQuery documents the list parameters. */
 /** IncludeParam documents the `include` parameter of contact reads. */
 export const IncludeParam = t.Optional(
   t.String({ pattern: "^(accounts|assigned_user|assigned_users)(,(accounts|assigned_user|assigned_users))*$", error: "must be a comma-separated list of: accounts, assigned_user, assigned_users", description: "Relations to embed: accounts, assigned_user, assigned_users." }),

@@ -15,7 +15,7 @@ const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
 /**
  * SECRET_SHAPED matches a request id shaped like one of the service's own secrets, which a client
  * can send by mistake (a variable mixed up): an API token (crm_...), a webhook signing secret
- * (whsec_...), or 32 random bytes in base64url, as console session and CSRF cookies, CSRF tokens
+ * (whsec_...), or 32 random bytes in base64url (randomSecret), as console session and CSRF cookies, CSRF tokens
  * and invite codes are. Kept, it would be echoed and written to every request's log line.
  */
 const SECRET_SHAPED = /^(?:crm_|whsec_)|^[A-Za-z0-9_-]{43}$/;

@@ -1,4 +1,4 @@
-import { sameBytes, sha256 } from "../shared/crypto.ts";
+import { randomSecret, sameBytes, sha256 } from "../shared/crypto.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
 import type { DeviceRow } from "./store.ts";
 
@@ -34,7 +34,7 @@ function signatureOf(secrets: SecretBox, payload: string): string {
  * (HMAC-SHA256 of the rest), and the row to store, which holds the nonce's SHA-256 only.
  */
 export function newDeviceCookie(secrets: SecretBox, operatorId: string, now: number): { value: string; row: DeviceRow } {
-  const nonce = Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
+  const nonce = randomSecret();
   const expiresAt = now + DEVICE_TTL_MS;
   const payload = `${operatorId}.${nonce}.${expiresAt}`;
   return {

@@ -1,7 +1,7 @@
 import type { Database, Db } from "../db/sql.ts";
 import { fieldsProblem, schemaChecker } from "../http/schema-errors.ts";
 import { MAX_OPERATOR_PASSWORD_LENGTH } from "../limits/limits.ts";
-import { sha256 } from "../shared/crypto.ts";
+import { randomSecret, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { toTimestamp, toOptionalTimestamp } from "../shared/time.ts";
@@ -82,10 +82,6 @@ const PASSWORD_CHECKERS = 1;
 const checkOperatorInput = schemaChecker(OperatorInput);
 const checkOperatorEmail = schemaChecker(OperatorEmail);
 const checkNewPassword = schemaChecker(NewPassword);
-
-function randomSecret(): string {
-  return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
-}
 
 /** normalEmail is how an operator's email is stored and compared: trimmed and lowercased. */
 function normalEmail(email: string): string {
