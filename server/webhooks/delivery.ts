@@ -131,6 +131,12 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
   const { code, message } = error as { code?: string; message?: string };
   // Bun's message for this one is the bare code; the name checked is the URL's, not the address connected to.
   if (code === "ERR_TLS_CERT_ALTNAME_INVALID" && serverName !== null) return `connection failed: the certificate does not name ${serverName} (${code})`;
+  // Bun asks "Does the server speak TLS on this port?" of every failed handshake: a plain HTTP
+  // port, and one the receiver refused too (no TLS version or client certificate in common, or,
+  // for an HTTP/2-only receiver, no HTTP/1.1 among its protocols, the only one Bun's fetch offers).
+  if (code === "EPROTO" && serverName !== null) {
+    return `connection failed: the TLS handshake failed (${code}): the receiver refused it or does not speak TLS on this port; a receiver that accepts only HTTP/2 refuses it, as deliveries are sent over HTTP/1.1`;
+  }
   // Bun's fetch adds advice for developers and the address it connected to: neither helps an operator.
   const text = (message ?? String(error)).replace(/(?: fetching "[^"]*")?\. For more information, pass `verbose: true` in the second argument to fetch\(\)$/, "");
   return `connection failed: ${text}${code && !text.includes(code) ? ` (${code})` : ""}`;

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
+import { createSecureServer } from "node:http2";
 import { createServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { TLSSocket } from "node:tls";
@@ -127,6 +128,31 @@ describe("pinned connect: security", () => {
       expect(reached).toBe(0);
     } finally {
       await server.stop(true);
+    }
+  });
+
+  test("https: a receiver that accepts only HTTP/2 refuses the handshake, recorded in words that say so rather than Bun's advice to check the port", async () => {
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.1"]), ca: CERT } });
+    const refusals: string[] = [];
+    let reached = 0;
+    const server = createSecureServer({ cert: CERT, key: KEY, allowHTTP1: false }, (_, response) => (reached++, response.end("ok")));
+    server.on("tlsClientError", (error: NodeJS.ErrnoException) => refusals.push(error.code!));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      await h.subscribe(`https://hooks.example.test:${(server.address() as AddressInfo).port}/hook`, ["contact.created"]);
+      await createContact();
+      const [delivery] = await settledDeliveries(h);
+      const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+      expect(attempts).toEqual([
+        {
+          status: null,
+          error: "connection failed: the TLS handshake failed (EPROTO): the receiver refused it or does not speak TLS on this port; a receiver that accepts only HTTP/2 refuses it, as deliveries are sent over HTTP/1.1",
+        },
+      ]);
+      // The service offered HTTP/1.1 alone, and the receiver found nothing it speaks.
+      expect({ refusals, reached }).toEqual({ refusals: ["ERR_SSL_NO_APPLICATION_PROTOCOL"], reached: 0 });
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
     }
   });
 
