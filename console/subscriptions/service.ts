@@ -24,6 +24,7 @@ import {
   replaceSecret,
   sendTestEvent,
   subscriptionDeliveryCounts,
+  subscriptionRemoved,
   toSubscription,
   updateSubscription,
 } from "../../server/webhooks/service.ts";
@@ -86,7 +87,7 @@ export async function deleteSubscriptionFromForm(rt: Runtime, session: ConsoleSe
     failed = removed;
     return { deleted: id };
   });
-  rt.metrics.observePendingDeliveriesFailed(failed);
+  subscriptionRemoved(rt, id, failed);
 }
 
 /** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
@@ -232,7 +233,7 @@ export async function finishRotation(rt: Runtime, id: string, confirmed: boolean
     await markRotationCompleted(tx, id, now);
     return removed ?? 0;
   });
-  rt.metrics.observePendingDeliveriesFailed(failed);
+  subscriptionRemoved(rt, view.old.id, failed);
 }
 
 /** SecretRotationView is a secret rotation's state, derived from the subscription: its grace period and latest test event since the rotation. */

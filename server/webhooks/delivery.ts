@@ -39,11 +39,17 @@ export interface AttemptRequest {
   allowPrivateTargets: boolean;
   /** resolves the target's host; the attempt connects to the address it gives */
   network: Network;
-  /** aborts the attempt when the server gives up waiting for it on shutdown */
+  /**
+   * aborts the attempt: when the server gives up waiting for it on shutdown, or with an
+   * AttemptInterrupted, whose message is then recorded as the attempt's error
+   */
   signal: AbortSignal;
   /** told the moment the request is handed to the network (after the address check), if it is */
   onSend?: () => void;
 }
+
+/** AttemptInterrupted is the reason an attempt is aborted with to end it as failed, its message saying why. */
+export class AttemptInterrupted extends Error {}
 
 /** AttemptResult is everything recorded about one attempt. */
 export interface AttemptResult {
@@ -207,7 +213,8 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     }
     result.response_body = await readPrefix(response, request.responseBodyBytes);
   } catch (error) {
-    result.error = describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName);
+    const interruption: unknown = request.signal.reason;
+    result.error = interruption instanceof AttemptInterrupted ? interruption.message : describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName);
   }
   result.duration_ms = Math.round((performance.now() - started) * 100) / 100;
   return result;

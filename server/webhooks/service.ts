@@ -257,7 +257,16 @@ export async function deleteSubscription(rt: Runtime, id: string): Promise<void>
     if (removed === null) throw notFound("webhook subscription", id);
     return removed;
   });
+  subscriptionRemoved(rt, id, failed);
+}
+
+/**
+ * subscriptionRemoved finishes a subscription's delete once its write has committed: it counts the
+ * pending deliveries the delete failed and aborts the subscription's attempts under way here.
+ */
+export function subscriptionRemoved(rt: Runtime, id: string, failed: number): void {
   rt.metrics.observePendingDeliveriesFailed(failed);
+  rt.deliveries.abortAttemptsOfDeleted(id);
 }
 
 /**

@@ -4,7 +4,7 @@ import type { Database, Db } from "../db/sql.ts";
 import { ConfigError, type Config } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
 import { settlesWithin, toTimestamp } from "../shared/time.ts";
-import { sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
+import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
 import { disableWithEvent, recordExhausted, trackFailingStreak } from "./health.ts";
@@ -57,7 +57,8 @@ const MAX_BUN_FETCH_LIMIT = 65535;
 export const MAX_MANUAL_ATTEMPTS = 16;
 /**
  * MAX_SCHEDULED_ATTEMPTS bounds the loop's attempts, guaranteed ones included: subscriptions
- * deleted while their attempts hang, and others made in their place, would otherwise get shares
+ * deleted while their attempts hang here (deleted on another instance, which does not tell this
+ * one; a delete here aborts them), and others made in their place, would otherwise get shares
  * beyond MAX_SUBSCRIPTIONS'.
  */
 const MAX_SCHEDULED_ATTEMPTS = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * MAX_SUBSCRIPTIONS;
@@ -848,6 +849,17 @@ export class DeliveryLoop {
   private async attemptsUnderWay(tx: Db, subscriptionId: string, now: number): Promise<number> {
     const leased = (await countLeases(tx, [subscriptionId], now)).get(subscriptionId) ?? 0;
     return Math.max(leased, this.perSubscription.get(subscriptionId) ?? 0);
+  }
+
+  /**
+   * abortAttemptsOfDeleted ends the attempts of a subscription just deleted that are still waiting
+   * for an answer, each recorded as failed: they would otherwise hold their slots, MAX_IN_FLIGHT's
+   * and MAX_SCHEDULED_ATTEMPTS', until their timeouts, and a subscription made in its place could wait for them.
+   */
+  abortAttemptsOfDeleted(subscriptionId: string): void {
+    for (const attempt of this.inFlight) {
+      if (attempt.due.subscription_id === subscriptionId && attempt.result === undefined) attempt.controller.abort(new AttemptInterrupted("subscription deleted while the attempt was under way"));
+    }
   }
 
   /**

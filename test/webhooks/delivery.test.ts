@@ -2,7 +2,6 @@ import { describe, expect, test } from "bun:test";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
-import { MAX_SUBSCRIPTIONS } from "../../server/limits/limits.ts";
 import { VERSION } from "../../server/version.ts";
 import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { ISO } from "../foundation/support.ts";
@@ -297,26 +296,36 @@ describe("webhook deliveries: failures and retries", () => {
     expect(attempts).toEqual(Array(3).fill([{ status: 200, error: null }]));
   });
 
-  test("subscriptions deleted while their attempts hang and made again take no guaranteed share past MAX_IN_FLIGHT + one per MAX_SUBSCRIPTIONS", async () => {
+  test("deleting a subscription aborts its attempts under way: recorded as failed in words, they free MAX_IN_FLIGHT at once for a new subscription's attempts", async () => {
+    // The hung attempts would hold their slots for 30 s: past the test, unless the delete frees them.
     h = await scope.harness({ deliveryTimeoutMs: 30_000, rateWriteBurst: 1000 });
     const hung = receiver("/hung");
     hung.hold();
-    const subscriptions = [];
-    for (let i = 0; i < MAX_SUBSCRIPTIONS; i++) subscriptions.push(await h.subscribe(`${hung.url}/${i}`, ["contact.created"]));
+    const fillers = MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION;
+    const deleted = [];
+    for (let i = 0; i < fillers; i++) deleted.push(await h.subscribe(`${hung.url}/${i}`, ["contact.created"]));
+    // One claim round takes them all (the loop stopped while they commit), so every slot fills.
     await h.rt.deliveries.stop(0);
     await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `n${i}` })) } });
     h.rt.deliveries.start();
-    // The first four fill MAX_IN_FLIGHT; every other subscription runs its guaranteed one.
-    const fillers = MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION;
-    const held = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * (MAX_SUBSCRIPTIONS - fillers);
-    await waitFor(() => h.rt.deliveries.inFlightCount === held, "every subscription's attempts");
-    // Five replaced while their attempts still hang: room is left under the bound for only four of the new ones.
-    for (const { id } of subscriptions.slice(fillers, fillers + 5)) expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${id}`)).status).toBe(204);
-    for (let i = 0; i < 5; i++) await h.subscribe(`${hung.url}/new-${i}`, ["contact.created"]);
-    await createContact({ first_name: "late" });
-    const bound = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * MAX_SUBSCRIPTIONS;
-    await waitFor(() => h.rt.deliveries.inFlightCount >= bound, "the new subscriptions' attempts");
-    expect(h.rt.deliveries.inFlightCount).toBe(bound);
+    await waitFor(() => h.rt.deliveries.inFlightCount === MAX_IN_FLIGHT, "every slot taken by the hung subscriptions");
+    for (const { id } of deleted) expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${id}`)).status).toBe(204);
+    // An attempt leaves the count once recorded; the hung receiver has still answered nothing.
+    await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the deleted subscriptions' attempts ended");
+    const next = receiver("/next");
+    next.hold();
+    await h.subscribe(next.url, ["account.created"]);
+    // In one write, so that one claim round takes them all: with the slots still held, it would take GUARANTEED_PER_SUBSCRIPTION.
+    const accounts = await h.json("POST", "/public/v1/accounts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ name: `a${i}` })) } });
+    expect(accounts.status).toBe(200);
+    await waitFor(() => next.received.length === MAX_PER_SUBSCRIPTION, "the new subscription's attempts, all at once");
+    const ended = await Promise.all(deleted.map(async ({ id }) => h.deliveries(`subscription_id=${id}&per_page=${MAX_PER_SUBSCRIPTION}`)));
+    const attempts = await Promise.all(ended.flat().map(async (d) => (await h.delivery(d.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }))));
+    expect(ended.flat().map((d) => ({ status: d.status, attempts: d.attempts, last_error: d.last_error }))).toEqual(
+      Array(MAX_IN_FLIGHT).fill({ status: "failed", attempts: 1, last_error: "subscription deleted while the attempt was under way" }),
+    );
+    expect(attempts).toEqual(Array(MAX_IN_FLIGHT).fill([{ status: null, error: "subscription deleted while the attempt was under way" }]));
+    next.release();
   });
 
   test("a receiver never has more than MAX_PER_SUBSCRIPTION of our requests open at once", async () => {
