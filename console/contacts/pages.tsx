@@ -4,7 +4,7 @@ import type { Delivery } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { DataTable, HttpStatus, NoticeBox, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import { DataTable, HttpStatus, NoticeBox, RowSubject, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
 import type { ContactPageView, ContactsView } from "./service.ts";
 
 /** contactName is how a contact is named on the console: the full name, else the email, else the id. */
@@ -65,7 +65,14 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
           {view.contacts.map((c) => (
             <tr data-contact-id={c.id}>
               <td data-label="Name">
-                <a href={`/console/contacts/${c.id}`}>{c.full_name || <span class="muted">(no name)</span>}</a>
+                <a href={`/console/contacts/${c.id}`}>
+                  {c.full_name || (
+                    <>
+                      <span class="muted">(no name)</span>
+                      <RowSubject>contact {c.email ?? c.id}</RowSubject>
+                    </>
+                  )}
+                </a>
               </td>
               <td data-label="Email">{c.email ?? <span class="muted">–</span>}</td>
               <td data-label="Tags">{c.tags.length ? c.tags.map((tag) => <span class="tag">{tag}</span>) : <span class="muted">–</span>}</td>
@@ -130,6 +137,7 @@ function ContactEvent({ event }: { event: WebhookEvent }) {
       <header>
         <a href={`/console/events/${event.id}`}>
           <code>{event.type}</code>
+          <RowSubject>event {event.id}</RowSubject>
         </a>
         <Time value={event.created_at} />
         <span class="muted">

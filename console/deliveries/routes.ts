@@ -7,7 +7,7 @@ import { DeliveryFilterQuery } from "../model.ts";
 import { CONSOLE_DETAIL, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { subscriptionsHealth } from "../subscriptions/health.ts";
 import { deliveriesPage, deliveryPage, eventPage } from "./pages.tsx";
-import { deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, shownDeliveryFilters } from "./service.ts";
+import { busyRetryText, deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, shownDeliveryFilters } from "./service.ts";
 
 /**
  * deliveryRoutes are the start page (health at a glance and the deliveries table, paged and
@@ -48,8 +48,17 @@ export function deliveryRoutes(rt: Runtime) {
     )
     .post(
       "/deliveries/:id/retry",
-      async ({ params }) => {
-        await retryDelivery(rt, params.id);
+      async ({ session, params }) => {
+        try {
+          await retryDelivery(rt, params.id);
+        } catch (error) {
+          // Too many attempts under way: the delivery's page again, saying so and keeping Retry now at hand.
+          const refusal = problemOf(error, 503);
+          const view = await deliveryWithSubscription(db, params.id);
+          const text = busyRetryText(refusal, view);
+          if (text === null) throw refusal;
+          return htmlResponse(deliveryPage({ session, ...view, notice: { kind: "error", text } }), 503, { headers: refusal.headers });
+        }
         return redirect(`${CONSOLE_PREFIX}/deliveries/${params.id}?retried=1`);
       },
       { params: IdParam, body: OptionalForm },

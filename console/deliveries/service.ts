@@ -1,6 +1,6 @@
 import type { Database, Db } from "../../server/db/sql.ts";
 import { findContact } from "../../server/contacts/service.ts";
-import { notFound, validationProblem, type FieldError } from "../../server/shared/problem.ts";
+import { notFound, validationProblem, type FieldError, type ProblemError } from "../../server/shared/problem.ts";
 import { parseTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES, type Delivery, type DeliveryDetail, type Subscription } from "../../server/webhooks/model.ts";
 import {
@@ -16,7 +16,9 @@ import {
   type WebhookEvent,
 } from "../../server/webhooks/service.ts";
 import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
+import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
+import { isolated } from "../pages/parts.tsx";
 import { consoleFieldTime, consoleTime } from "../shell.ts";
 
 /** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
@@ -168,6 +170,21 @@ export async function deliveryWithSubscription(db: Database, id: string): Promis
   const delivery = await db.read((snapshot) => findDelivery(snapshot, id));
   if (!delivery) throw notFound("webhook delivery", id);
   return { delivery, subscription: await findSubscription(db, delivery.subscription_id) };
+}
+
+/**
+ * busyRetryText says in words why Retry now sent nothing when too many attempts were under way
+ * (the API's 503 subscription-attempts-busy or manual-attempts-busy), naming the delivery's
+ * subscription, and that it may be pressed again in a moment; null for any other problem.
+ */
+export function busyRetryText(problem: ProblemError, view: { delivery: Delivery; subscription: Subscription | null }): string | null {
+  const again = "Nothing was sent; press Retry now again in a moment.";
+  if (problem.slug === "subscription-attempts-busy") {
+    const name = view.subscription?.description ?? view.delivery.target_url;
+    return `Not retried: the subscription ${isolated(name)} already has ${MAX_PER_SUBSCRIPTION} deliveries being sent, the most sent at once to one receiver. ${again}`;
+  }
+  if (problem.slug === "manual-attempts-busy") return `Not retried: ${MAX_MANUAL_ATTEMPTS} retries made by hand are being sent, the most at once. ${again}`;
+  return null;
 }
 
 /** EventPageView is an event, what it is about, and every delivery made of it. */

@@ -2,7 +2,7 @@
 import { useSignal } from "@preact/signals";
 import { useEffect, useLayoutEffect, useRef } from "preact/hooks";
 import type { DeliveriesView, DeliveryRowView } from "../model.ts";
-import { DataTable, HttpStatus, relativeTime, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
+import { DataTable, HttpStatus, relativeTime, RowSubject, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
 
 /** REFRESH_MS is how often the deliveries page asks for the latest deliveries. */
 const REFRESH_MS = 3000;
@@ -116,16 +116,18 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
       <td data-label="Time">
         <a href={`/console/deliveries/${row.id}`} title={`Delivery ${row.id}`}>
           <Time value={row.created_at} />
+          <RowSubject>delivery {row.id}</RowSubject>
         </a>
       </td>
       <td data-label="Event">
         <span class="event-links">
           <a href={`/console/events/${row.event_id}`} title={`Event ${row.event_id}`}>
             <code>{row.event_type}</code>
+            <RowSubject>event {row.event_id}</RowSubject>
           </a>
           {row.subject_id?.startsWith("con_") && (
             <a class="subject" href={`/console/contacts/${row.subject_id}`} title={`Contact ${row.subject_id}`}>
-              contact
+              contact<RowSubject>{row.subject_id}</RowSubject>
             </a>
           )}
         </span>

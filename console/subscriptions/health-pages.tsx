@@ -2,7 +2,7 @@
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { DataTable, formatDuration, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
+import { DataTable, formatDuration, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 
 /** latencyText says a window's response times: "p50 120 ms · p95 800 ms", or that nothing was attempted. */
@@ -130,6 +130,7 @@ export function subscriptionPage(props: { session: ConsoleSession; health: Subsc
               <td data-label="Latest">
                 <a href={`/console/deliveries/${f.latest_delivery_id}`}>
                   <Time value={f.latest_at} />
+                  <RowSubject>latest delivery failing with {f.reason}</RowSubject>
                 </a>
               </td>
             </tr>

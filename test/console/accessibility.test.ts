@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
+import { newId } from "../../server/shared/ids.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { colourLayers, contrastRatio, cspViolations, launchBrowser, seedDeliveries, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
+import { accessibleNames, colourLayers, contrastRatio, cspViolations, launchBrowser, seedDeliveries, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
 
 // The console by keyboard, by screen reader and on a narrow screen: one server whose subscription has
 // 51 deliveries (one more than the live table shows), and one browser signed in.
@@ -229,6 +230,63 @@ describe("narrow screens", () => {
     const wrap = await page.locator("#subscriptions").evaluate((table) => [table.parentElement!.scrollWidth, table.parentElement!.clientWidth]);
     expect(wrap[0]).toBe(wrap[1]!);
     await page.setViewportSize({ width: 1280, height: 900 });
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+describe("links that tell rows apart", () => {
+  // Two deliveries made at the same instant, failing for different reasons: their times read alike.
+  let shownAt: string;
+  let pair: { id: string; event_id: string; contact_id: string; reason: string }[];
+
+  beforeAll(async () => {
+    const at = Date.now();
+    shownAt = new Date(at).toISOString().replace("T", " ").slice(0, 19);
+    const seeded: SeededDelivery[] = [
+      { at, status: "failed", response_status: 502, contact_id: newId("con") },
+      { at, status: "failed", error: "connection refused", contact_id: newId("con") },
+    ];
+    const ids = await seedDeliveries(server.runtime.db, warehouse, seeded);
+    pair = await Promise.all(
+      ids.map(async (id, i) => ({ id, event_id: (await server.api("GET", `/public/v1/webhook-deliveries/${id}`)).data.event_id, contact_id: seeded[i]!.contact_id!, reason: i === 0 ? "HTTP 502" : "connection refused" })),
+    );
+  });
+
+  test("a delivery row's links are named with its delivery, its event and its contact, in words hidden from sight; no two links of the table share a name", async () => {
+    await page.goto(url("/console/"));
+    const shown = await page.locator("#deliveries tbody tr").evaluateAll((rows) => rows.slice(0, 2).map((row) => row.getAttribute("data-delivery-id")));
+    const expected = shown.flatMap((id) => {
+      const d = pair.find((p) => p.id === id)!;
+      return [`${shownAt} delivery ${d.id}`, `contact.updated event ${d.event_id}`, `contact ${d.contact_id}`];
+    });
+    const named = await accessibleNames(page, "#deliveries tbody tr a");
+    expect({ firstRows: named.slice(0, 6), repeated: named.filter((name, i) => named.indexOf(name) !== i) }).toEqual({ firstRows: expected, repeated: [] });
+    // The words added to the names take no room on the page: a 1 px box each, clipped.
+    const boxes = await page.locator("#deliveries tbody tr").first().evaluate((row) => [...row.querySelectorAll("a .visually-hidden")].map((span) => [span.getBoundingClientRect().width, span.getBoundingClientRect().height]));
+    expect(boxes).toEqual([[1, 1], [1, 1], [1, 1]]);
+  }, SLOW);
+
+  test("a contact without a name is listed by its email, or else its id, after \"(no name)\"; a contact's events are named with their ids", async () => {
+    const quiet = (await server.api("POST", "/public/v1/contacts", { email: "quiet@example.com" })).data;
+    const phoned = (await server.api("POST", "/public/v1/contacts", { phone: "+44 20 7946 0000" })).data;
+    for (const phone of ["+44 20 7946 0001", "+44 20 7946 0002"]) await server.api("PATCH", `/public/v1/contacts/${quiet.id}`, { phone });
+    await page.goto(url("/console/contacts"));
+    const listed = await accessibleNames(page, "#contacts tbody tr:nth-child(-n+2) a");
+    await page.goto(url(`/console/contacts/${quiet.id}`));
+    const events = await page.locator("article.contact-event").evaluateAll((articles) => articles.map((a) => a.getAttribute("data-event-id")));
+    expect({ listed, events: await accessibleNames(page, "article.contact-event header a") }).toEqual({
+      listed: [`(no name) contact ${phoned.id}`, "(no name) contact quiet@example.com"],
+      events: [`contact.updated event ${events[0]}`, `contact.updated event ${events[1]}`, `contact.created event ${events[2]}`],
+    });
+  }, SLOW);
+
+  test("a subscription's failures name each latest delivery with its reason", async () => {
+    await page.goto(url(`/console/subscriptions/${warehouse.id}`));
+    const named = await accessibleNames(page, "#failures tbody tr a");
+    expect({ sameInstant: named.filter((name) => name.startsWith(shownAt)).toSorted(), repeated: named.filter((name, i) => named.indexOf(name) !== i) }).toEqual({
+      sameInstant: pair.map((d) => `${shownAt} latest delivery failing with ${d.reason}`).toSorted(),
+      repeated: [],
+    });
     expect(problems).toEqual([]);
   }, SLOW);
 });

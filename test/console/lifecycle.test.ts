@@ -2,10 +2,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { gzipSync } from "node:zlib";
 import type { Page } from "playwright-core";
 import { Webhook } from "standardwebhooks";
+import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { addOperator, launchBrowser, refusedConfirmation, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
 
-// The secret rotation wizard, recovery and pausing, end to end in a real browser against real receivers.
+// The secret rotation wizard, recovery and pausing, and a delivery's Retry now, end to end in a real browser against real receivers.
 let server: ConsoleServer;
 let browser: Awaited<ReturnType<typeof launchBrowser>>;
 let page: Page;
@@ -189,5 +190,68 @@ describe("a delivery's page", () => {
       bodies: 0,
     });
     expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("Retry now while its subscription's 32 attempts are under way says so in words on the delivery's page (503, Retry-After: 1), sends nothing, and works once they end", async () => {
+    const r = receiver("/hung");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Slow shop", events: ["contact.created"] })).data;
+    await server.api("POST", "/public/v1/contacts", { first_name: "Settled" });
+    const settled = await waitFor(async () => {
+      const [found] = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`)).data;
+      return found?.status === "succeeded" && found;
+    }, "the first delivery to succeed");
+    r.hold();
+    // One commit makes them due together: one claim round takes them all, as in test/webhooks/history.test.ts.
+    await server.api("POST", "/public/v1/contacts/batch", { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `Held ${i}` })) });
+    await waitFor(() => r.received.length === 1 + MAX_PER_SUBSCRIPTION, "the subscription's every attempt open at the receiver");
+    await page.goto(url(`/console/deliveries/${settled.id}`));
+    const [answer] = await Promise.all([page.waitForNavigation(), page.click("button:has-text('Retry now')")]);
+    const shown = {
+      status: answer?.status(),
+      retryAfter: await answer?.headerValue("retry-after"),
+      heading: await page.textContent("h1"),
+      notices: await page.locator(".notice").evaluateAll((boxes) => boxes.map((box) => `${box.getAttribute("role")}: ${box.textContent}`)),
+      retryButton: await page.locator("button:has-text('Retry now')").count(),
+    };
+    expect(shown).toEqual({
+      status: 503,
+      retryAfter: "1",
+      heading: "contact.created deliverySucceeded",
+      notices: [`alert: Not retried: the subscription \u2068Slow shop\u2069 already has ${MAX_PER_SUBSCRIPTION} deliveries being sent, the most sent at once to one receiver. Nothing was sent; press Retry now again in a moment.`],
+      retryButton: 1,
+    });
+    expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 503 (Service Unavailable)"]);
+    expect(r.received.length).toBe(1 + MAX_PER_SUBSCRIPTION);
+    expect((await server.api("GET", `/public/v1/webhook-deliveries/${settled.id}`)).data.attempts).toBe(1);
+    await shoot(page, "delivery-retry-busy");
+    r.release();
+    await waitFor(async () => (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}&status=pending`)).data.length === 0, "the held attempts to end");
+    await Promise.all([page.waitForURL(url(`/console/deliveries/${settled.id}?retried=1`)), page.click("button:has-text('Retry now')")]);
+    expect(r.received.length).toBe(2 + MAX_PER_SUBSCRIPTION);
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("Retry now while 16 retries made by hand are under way says so in words too, and sends nothing", async () => {
+    const r = receiver("/manual");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, events: ["contact.created"] })).data;
+    await server.api("POST", "/public/v1/contacts/batch", { items: Array.from({ length: MAX_MANUAL_ATTEMPTS + 1 }, (_, i) => ({ first_name: `Manual ${i}` })) });
+    const [extra, ...settled] = await waitFor(async () => {
+      const found = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}&per_page=100`)).data;
+      return found.length === MAX_MANUAL_ATTEMPTS + 1 && found.every((d: { status: string }) => d.status === "succeeded") && found;
+    }, "the subscription's deliveries to succeed");
+    r.hold();
+    const retries = settled.map((d: { id: string }) => server.api("POST", `/public/v1/webhook-deliveries/${d.id}/retry`));
+    await waitFor(() => r.received.length === 2 * MAX_MANUAL_ATTEMPTS + 1, "every manual attempt open at the receiver");
+    await page.goto(url(`/console/deliveries/${extra.id}`));
+    const [answer] = await Promise.all([page.waitForNavigation(), page.click("button:has-text('Retry now')")]);
+    const shown = { status: answer?.status(), notices: await page.locator(".notice").evaluateAll((boxes) => boxes.map((box) => `${box.getAttribute("role")}: ${box.textContent}`)) };
+    expect(shown).toEqual({
+      status: 503,
+      notices: [`alert: Not retried: ${MAX_MANUAL_ATTEMPTS} retries made by hand are being sent, the most at once. Nothing was sent; press Retry now again in a moment.`],
+    });
+    expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 503 (Service Unavailable)"]);
+    expect(r.received.length).toBe(2 * MAX_MANUAL_ATTEMPTS + 1);
+    r.release();
+    await Promise.all(retries);
   }, SLOW);
 });

@@ -279,6 +279,23 @@ export async function refusedConfirmation(page: Page, button: string) {
   return { status: answer?.status(), ...box };
 }
 
+/** accessibleNames returns the name Chromium's accessibility tree gives each element `selector` matches, in document order: what a screen reader says of it. */
+export async function accessibleNames(page: Page, selector: string): Promise<string[]> {
+  const cdp = await page.context().newCDPSession(page);
+  try {
+    const { root } = await cdp.send("DOM.getDocument", { depth: 0 });
+    const { nodeIds } = await cdp.send("DOM.querySelectorAll", { nodeId: root.nodeId, selector });
+    const names: string[] = [];
+    for (const nodeId of nodeIds) {
+      const { nodes } = await cdp.send("Accessibility.getPartialAXTree", { nodeId, fetchRelatives: false });
+      names.push(nodes[0]?.name?.value ?? "");
+    }
+    return names;
+  } finally {
+    await cdp.detach();
+  }
+}
+
 /** shootAtBothWidths screenshots the page at 1280 px and, reloaded, at 390 px (NAME-1280, NAME-390); returns the document's width at 390 (390: nothing scrolls sideways). */
 export async function shootAtBothWidths(page: Page, name: string): Promise<number> {
   await shoot(page, `${name}-1280`);
