@@ -282,7 +282,7 @@ const LISTENER_CHECK_PREFIX = "listener-check:";
 /** Registration is one `listen` call: re-subscribed on a new listening connection when the old one is found dead. */
 interface Registration {
   channel: string;
-  onNotify: () => void;
+  onNotify: (payload: string) => void;
   subscription: Bun.SQL.ListenSubscription | null;
 }
 
@@ -454,7 +454,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
    * reconnects (and re-subscribes) when it drops, and which checkListener replaces when it is dead
    * without knowing it.
    */
-  async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {
+  async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {
     const registration: Registration = { channel, onNotify, subscription: null };
     this.registrations.add(registration);
     await this.subscribe(registration);
@@ -475,12 +475,12 @@ export class PostgresDatabase extends PostgresDb implements Database {
     registration.subscription = await this.listener.listen(
       registration.channel,
       (payload) => {
-        if (!payload.startsWith(LISTENER_CHECK_PREFIX)) registration.onNotify();
+        if (!payload.startsWith(LISTENER_CHECK_PREFIX)) registration.onNotify(payload);
         else if (payload === this.checkPayload) this.checkArrived?.();
       },
       () => {
         // Called once the LISTEN is acknowledged, and again after every reconnect: only then may notifications have been missed.
-        if (subscribed) registration.onNotify();
+        if (subscribed) registration.onNotify("");
         subscribed = true;
       },
     );
@@ -506,7 +506,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
       void dead?.close({ timeout: 0 }).catch(() => {});
       for (const registration of this.registrations) {
         await this.subscribe(registration);
-        registration.onNotify();
+        registration.onNotify("");
       }
     } catch {
       // The new connection could not subscribe (the server is away): the next check tries again.
@@ -515,7 +515,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
     }
   }
 
-  /** notify sends a notification through the pool; `payload` carries the listener check's mark, other notifications have none. */
+  /** notify sends a notification through the pool, with `payload` (the listener check's mark, a deleted subscription's id) or none. */
   async notify(channel: string, payload?: string): Promise<void> {
     await this.watch.run(() => this.pool.notify(channel, payload));
   }

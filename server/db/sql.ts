@@ -81,13 +81,14 @@ export interface Database extends Db {
    */
   outsideWritesGeneration(): number;
   /**
-   * listen calls `onNotify` whenever an instance notifies `channel`, and once more after a lost
-   * listening connection is back (notifications may have been missed meanwhile); it resolves with
-   * a function that stops listening. A SQLite database has one process: nothing ever arrives.
+   * listen calls `onNotify` with the payload whenever an instance notifies `channel`, and once
+   * more with "" after a lost listening connection is back (notifications may have been missed
+   * meanwhile); it resolves with a function that stops listening. A SQLite database has one
+   * process: nothing ever arrives.
    */
-  listen(channel: string, onNotify: () => void): Promise<() => Promise<void>>;
-  /** notify wakes every instance listening on `channel` (outside any transaction); nothing on SQLite. */
-  notify(channel: string): Promise<void>;
+  listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
+  /** notify tells every instance listening on `channel` (outside any transaction), with `payload` ("" without); nothing on SQLite. */
+  notify(channel: string, payload?: string): Promise<void>;
   /** close commits what is queued and closes the connections. */
   close(): Promise<void>;
 }

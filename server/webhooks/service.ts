@@ -262,11 +262,12 @@ export async function deleteSubscription(rt: Runtime, id: string): Promise<void>
 
 /**
  * subscriptionRemoved finishes a subscription's delete once its write has committed: it counts the
- * pending deliveries the delete failed and aborts the subscription's attempts under way here.
+ * pending deliveries the delete failed and aborts the subscription's attempts under way, here and
+ * (notified) on the other instances sharing the database.
  */
 export function subscriptionRemoved(rt: Runtime, id: string, failed: number): void {
   rt.metrics.observePendingDeliveriesFailed(failed);
-  rt.deliveries.abortAttemptsOfDeleted(id);
+  rt.deliveries.subscriptionDeleted(id);
 }
 
 /**

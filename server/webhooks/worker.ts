@@ -57,9 +57,9 @@ const MAX_BUN_FETCH_LIMIT = 65535;
 export const MAX_MANUAL_ATTEMPTS = 16;
 /**
  * MAX_SCHEDULED_ATTEMPTS bounds the loop's attempts, guaranteed ones included: subscriptions
- * deleted while their attempts hang here (deleted on another instance, which does not tell this
- * one; a delete here aborts them), and others made in their place, would otherwise get shares
- * beyond MAX_SUBSCRIPTIONS'.
+ * deleted while their attempts hang here (a delete aborts them on every instance, but not here
+ * when its notification is lost: the notify failed, or this listening connection was down), and
+ * others made in their place, would otherwise get shares beyond MAX_SUBSCRIPTIONS'.
  */
 const MAX_SCHEDULED_ATTEMPTS = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * MAX_SUBSCRIPTIONS;
 /** MAX_ATTEMPTS_AT_ONCE is the most requests the loop has Bun's fetch send at once, scheduled and manual. */
@@ -101,8 +101,10 @@ export const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
 const MAX_TIMER_MS = 60 * 60 * 1000;
 /** DRAIN_DEADLINE_MS is how long stop() waits for attempts in flight before abandoning them. */
 const DRAIN_DEADLINE_MS = 10_000;
-/** DELIVERY_CHANNEL is the PostgreSQL notification channel on which instances wake each other's loops. */
+/** DELIVERY_CHANNEL is the PostgreSQL notification channel on which instances wake each other's loops and tell of deleted subscriptions. */
 export const DELIVERY_CHANNEL = "crm_deliveries";
+/** DELETED_PREFIX starts the payload of a notification naming a subscription just deleted, whose attempts under way every instance aborts. */
+const DELETED_PREFIX = "deleted:";
 /**
  * SHARED_POLL_MS is the safety net of instances sharing a database: each claims at least this
  * often, in case a notification was lost (a listening connection that dropped is re-subscribed
@@ -410,11 +412,17 @@ export class DeliveryLoop {
       this.registered = true;
       this.deps.db.onCommit(() => this.wake());
     }
-    this.listening ??= this.deps.db.listen(DELIVERY_CHANNEL, () => this.wake()).catch((error: unknown) => {
+    this.listening ??= this.deps.db.listen(DELIVERY_CHANNEL, (payload) => this.heard(payload)).catch((error: unknown) => {
       this.deps.log.error("webhook delivery loop: cannot listen for other instances; polling only", { error: String(error) });
       return null;
     });
     this.wake();
+  }
+
+  /** heard acts on a notification on DELIVERY_CHANNEL: one naming a deleted subscription aborts its attempts here, any other wakes the loop. */
+  private heard(payload: string): void {
+    if (payload.startsWith(DELETED_PREFIX)) this.abortAttemptsOfDeleted(payload.slice(DELETED_PREFIX.length));
+    else this.wake();
   }
 
   /** onOutcome registers a listener told about every finished attempt. */
@@ -852,11 +860,24 @@ export class DeliveryLoop {
   }
 
   /**
+   * subscriptionDeleted is told of a subscription whose delete has just committed: it aborts the
+   * subscription's attempts under way here, and notifies the other instances sharing the database
+   * to abort theirs. A failed notify leaves those to their timeouts; the delete stands.
+   */
+  subscriptionDeleted(subscriptionId: string): void {
+    this.abortAttemptsOfDeleted(subscriptionId);
+    if (!this.shared) return;
+    this.deps.db
+      .notify(DELIVERY_CHANNEL, `${DELETED_PREFIX}${subscriptionId}`)
+      .catch((error: unknown) => this.deps.log.warn("webhook delivery loop: cannot tell other instances of a deleted subscription; its attempts under way there run until their timeouts", { subscription_id: subscriptionId, error: String(error) }));
+  }
+
+  /**
    * abortAttemptsOfDeleted ends the attempts of a subscription just deleted that are still waiting
    * for an answer, each recorded as failed: they would otherwise hold their slots, MAX_IN_FLIGHT's
    * and MAX_SCHEDULED_ATTEMPTS', until their timeouts, and a subscription made in its place could wait for them.
    */
-  abortAttemptsOfDeleted(subscriptionId: string): void {
+  private abortAttemptsOfDeleted(subscriptionId: string): void {
     for (const attempt of this.inFlight) {
       if (attempt.due.subscription_id === subscriptionId && attempt.result === undefined) attempt.controller.abort(new AttemptInterrupted("subscription deleted while the attempt was under way"));
     }

@@ -9,8 +9,9 @@ import { writeSecretsKeyFile } from "../support/backend.ts";
 
 // Two delivery loops in this process on one PostgreSQL database, as two instances would share it:
 // an instance whose slots are full wakes the other for the due work it has no room for (README,
-// Run several instances). The other's own poll is made longer than the test, so that only the
-// notification can wake it.
+// Run several instances), and a subscription deleted through one has its attempts under way on the
+// other aborted (README, Delivery). Each instance's own poll is made longer than the test, so that
+// only the notifications tell it anything.
 
 const NO_POLL_MS = 10 * 60_000;
 
@@ -29,9 +30,9 @@ afterAll(async () => {
   rmSync(keyDir, { recursive: true, force: true });
 });
 
-/** instance starts an app and its delivery loop on the shared database; the attempts' 60 s timeout keeps held ones open (and leased) for the whole test. */
-function instance(): Promise<WebhookHarness> {
-  return webhookHarness({ databaseUrl: database.url, secretsKeyFile, deliveryTimeoutMs: 60_000, rateWriteBurst: 1000 }, { sharedPollMs: NO_POLL_MS });
+/** instance starts an app and its delivery loop on a shared database; the attempts' 60 s timeout keeps held ones open (and leased) for the whole test. */
+function instance(databaseUrl: string): Promise<WebhookHarness> {
+  return webhookHarness({ databaseUrl, secretsKeyFile, deliveryTimeoutMs: 60_000, rateWriteBurst: 1000 }, { sharedPollMs: NO_POLL_MS });
 }
 
 test("an instance whose slots are held full wakes an idle one, which sends a new subscription's deliveries beyond the full one's guaranteed share", async () => {
@@ -42,7 +43,7 @@ test("an instance whose slots are held full wakes an idle one, which sends a new
     receivers.push(r);
     return r;
   };
-  const full = await instance();
+  const full = await instance(database.url);
   let idle: WebhookHarness | undefined;
   try {
     for (let i = 0; i < MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION; i++) await full.subscribe(receiver(`/slow-${i}`).url, ["contact.created"]);
@@ -54,7 +55,7 @@ test("an instance whose slots are held full wakes an idle one, which sends a new
     full.rt.deliveries.start();
     await waitFor(() => full.rt.deliveries.inFlightCount === MAX_IN_FLIGHT, "every slot of the first instance taken by the slow receivers");
     // Started now, the second instance finds the slow subscriptions at their cap: it stays idle.
-    idle = await instance();
+    idle = await instance(database.url);
     const fresh = receiver("/fresh");
     await full.subscribe(fresh.url, ["account.created"]);
     const names = ["Acme", "Globex", "Initech", "Umbrella", "Hooli", "Stark"];
@@ -70,5 +71,39 @@ test("an instance whose slots are held full wakes an idle one, which sends a new
     // Both stop together: neither claims what the other's stop gives back.
     await Promise.all([full.shutdown(), idle?.shutdown()]);
     for (const r of receivers) await r.stop();
+  }
+}, 60_000);
+
+test("a subscription deleted through one instance has its attempts hanging on the other aborted at once, each recorded as failed in words, before the receiver answers", async () => {
+  // A database of its own: the other test's subscriptions keep deliveries due.
+  const own = await createTestDatabase();
+  const hung = startReceiver("/hung");
+  hung.hold();
+  const deleting = await instance(own.url);
+  const sending = await instance(own.url);
+  try {
+    const subscription = await sending.subscribe(hung.url, ["contact.created"]);
+    // Committed on the sending instance, which alone is woken to claim it.
+    const contact = await sending.json("POST", "/public/v1/contacts", { body: { first_name: "Hung" } });
+    expect(contact.status).toBe(201);
+    await waitFor(() => hung.received.length === 1, "the attempt open at the receiver");
+    expect({ deleting: deleting.rt.deliveries.inFlightCount, sending: sending.rt.deliveries.inFlightCount }).toEqual({ deleting: 0, sending: 1 });
+    expect((await deleting.request("DELETE", `/public/v1/webhook-subscriptions/${subscription.id}`)).status).toBe(204);
+    // Its 60 s timeout is past the wait: only the deleting instance's notification ends it.
+    await waitFor(() => sending.rt.deliveries.inFlightCount === 0, "the attempt on the sending instance aborted");
+    const [delivery] = await deleting.deliveries(`subscription_id=${subscription.id}`);
+    const history = (await deleting.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+    expect({ status: delivery.status, attempts: delivery.attempts, last_error: delivery.last_error, history, received: hung.received.length }).toEqual({
+      status: "failed",
+      attempts: 1,
+      last_error: "subscription deleted while the attempt was under way",
+      history: [{ status: null, error: "subscription deleted while the attempt was under way" }],
+      received: 1,
+    });
+  } finally {
+    hung.release();
+    await Promise.all([deleting.shutdown(), sending.shutdown()]);
+    await hung.stop();
+    await own.drop();
   }
 }, 60_000);

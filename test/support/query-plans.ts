@@ -32,7 +32,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     onCommit: (callback) => db.onCommit(callback),
     outsideWritesGeneration: () => db.outsideWritesGeneration(),
     listen: (channel, onNotify) => db.listen(channel, onNotify),
-    notify: (channel) => db.notify(channel),
+    notify: (channel, payload) => db.notify(channel, payload),
     close: () => db.close(),
   };
   return { db: spy, captured };
