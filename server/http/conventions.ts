@@ -6,7 +6,7 @@ import { pointerSegment } from "../limits/service.ts";
 import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
 import { isBrowserRequest } from "./client-address.ts";
-import { errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
+import { errorToProblem, methodNotAllowed, requestProblemOf, routedPath, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { requestSlot } from "./request-slot.ts";
 import { pathOf, requestFinisher, requestIdOf, startRequest } from "./request-log.ts";
@@ -95,7 +95,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       // A shared cache that ignores Authorization (nginx's proxy_cache does) would serve one
       // client's data to the next, or a stale readiness to a load balancer; problems included.
       // The router serves /metrics/ as /metrics (and the probes alike).
-      if (isPublic || UNCACHED_PATHS.has(path.endsWith("/") ? path.slice(0, -1) : path)) set.headers["cache-control"] = "no-store";
+      if (isPublic || UNCACHED_PATHS.has(routedPath(path))) set.headers["cache-control"] = "no-store";
       if (isPublic && isBrowserRequest(request)) {
         const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),
@@ -111,7 +111,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       if (route.includes("/:")) {
         // The router sends GET /contacts/batch (a POST-only path) to GET /contacts/:id; it is a 405,
         // with a trailing "/" too, as the router serves POST /contacts/batch/.
-        const served = (staticPaths ??= staticPathMethods(routes())).get(path.endsWith("/") ? path.slice(0, -1) : path);
+        const served = (staticPaths ??= staticPathMethods(routes())).get(routedPath(path));
         if (served && !served.includes(request.method)) throw methodNotAllowed(request.method, path, served);
         // The router takes /contacts/ID/ for /contacts/ID, and a URL client sends a tag named ".."
         // (.../tags/%2E%2E) as just that: a DELETE meant for the tag would delete the contact.
