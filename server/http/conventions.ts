@@ -35,6 +35,8 @@ export interface ConventionOptions {
   draining: () => boolean;
   /** listening is the server the app listens on (null under app.handle): a body's wait moves its timeout */
   listening: () => Server<unknown> | null;
+  /** the metrics token ("" for none): a request id equal to it is replaced, as one shaped like the service's secrets is */
+  metricsToken: string;
 }
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
@@ -67,7 +69,7 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
  * (body.ts), RFC 9457 problem responses for every error (errors.ts), and `Connection: close` on
  * every answer while the connections drain.
  */
-export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
   // The route table is complete before the first request; read once, on that request.
@@ -82,7 +84,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
 
   return new Elysia({ name: "http-conventions" })
     .onRequest(({ request, set }) => {
-      const id = startRequest(request);
+      const id = startRequest(request, metricsToken);
       set.headers["x-request-id"] = id;
       // Set first, so that every answer carries it, those returned before routing too. Bun closes
       // the connection after such an answer: the client learns it between two requests, instead of
