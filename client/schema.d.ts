@@ -1455,7 +1455,7 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
@@ -1776,7 +1776,7 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     [name: string]: unknown;
                 };
@@ -1957,7 +1957,7 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     [name: string]: unknown;
                 };
@@ -2087,7 +2087,7 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
@@ -2215,7 +2215,7 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     [name: string]: unknown;
                 };
@@ -2312,7 +2312,7 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
@@ -2440,7 +2440,7 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     [name: string]: unknown;
                 };
@@ -2610,7 +2610,7 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
@@ -2927,7 +2927,7 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     [name: string]: unknown;
                 };
@@ -3117,7 +3117,7 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version. */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     [name: string]: unknown;
                 };

@@ -71,6 +71,7 @@ export function createApp(runtime: Runtime) {
         idleTimeoutSeconds: rt.config.idleTimeoutSeconds,
         draining: () => rt.connections.draining,
         listening: rt.listening,
+        metricsToken: rt.config.metricsToken,
       }),
     )
     .use(limitsGuard(rt))

@@ -285,9 +285,9 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   };
   if (!config.databaseUrl) requireDatabase(config.dataDir);
   const done = config.databaseUrl ? await reset() : await whileHoldingDataDirectory(config, "stop it first: the reset deletes the subscriptions it serves", reset);
-  if (!done) {
+  if (typeof done === "string") {
     throw new ConfigError(
-      secretsKey
+      done === "own-key" && secretsKey
         ? `secrets key file ${secretsKey.path} is the key this database was used with: nothing is lost, and a reset would only delete every webhook subscription; nothing was changed`
         : "this database records no secrets key and holds no signing secret: any key opens it, and a reset would only delete every webhook subscription; nothing was changed",
     );

@@ -37,15 +37,21 @@ function shellWord(word: string): string {
 }
 
 /**
- * tokenCreateCommand is the command that creates an API token in this server's database, as
- * typed on this machine: the compiled binary by its path, from source `npx bun server/main.ts`,
- * and the server's data directory, so the token lands where the server looks for it.
+ * commandHere is a command line (`words`) as typed on this machine to work on this server's
+ * database: the compiled binary by its path, from source `npx bun server/main.ts`, and the
+ * server's data directory (null: none, the server's database being PostgreSQL's), so what it
+ * creates lands where the server looks for it.
  */
-export function tokenCreateCommand(dataDir: string, entry = Bun.main, executable = process.execPath, cwd = process.cwd()): string {
+export function commandHere(words: string[], dataDir: string | null, entry = Bun.main, executable = process.execPath, cwd = process.cwd()): string {
   const compiled = isEmbeddedPath(entry);
   const fromCwd = relative(cwd, entry);
   const program = compiled ? [executable] : entry.endsWith("server/main.ts") ? ["npx", "bun", fromCwd.startsWith("..") ? entry : fromCwd] : ["crm"];
-  return [...program, "token", "create", "--name", "my-integration", "--data-dir", resolve(cwd, dataDir)].map(shellWord).join(" ");
+  return [...program, ...words, ...(dataDir === null ? [] : ["--data-dir", resolve(cwd, dataDir)])].map(shellWord).join(" ");
+}
+
+/** firstStartCommand is commandHere for the server's configured database; on PostgreSQL it says to add the URL, which may hold a password, rather than repeat it. */
+function firstStartCommand(config: Config, words: string[]): string {
+  return config.databaseUrl ? `${commandHere(words, null)} and this server's --database-url (or CRM_DATABASE_URL)` : commandHere(words, config.dataDir);
 }
 
 /** openAndListen opens and migrates the configured database and listens with the app on it; the database is closed again if a step fails. */
@@ -92,17 +98,14 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   const server = app.server!;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   if ((await listTokens(db)).length === 0) {
-    if (config.databaseUrl) {
-      // The URL may hold a password, so the hint does not repeat it.
-      log.info(`no API token exists yet; create the first one with: ${tokenCreateCommand(config.dataDir).replace(/ --data-dir .*$/, "")} and this server's --database-url (or CRM_DATABASE_URL)`);
-    } else {
-      log.info(`no API token exists yet; create the first one with: ${tokenCreateCommand(config.dataDir)}`, { data_dir: resolve(config.dataDir) });
-    }
+    const command = firstStartCommand(config, ["token", "create", "--name", "my-integration"]);
+    log.info(`no API token exists yet; create the first one with: ${command}`, config.databaseUrl ? {} : { data_dir: resolve(config.dataDir) });
   }
   let setupUrl: string | null = null;
   if (!(await hasOperators(db))) {
     setupUrl = `${url}/console/setup?code=${await issueSetupCode(db)}`;
-    log.info("no console operator exists yet; open this one-time link within 30 minutes to create the first one (or run: crm operator create --email E --password-stdin)", { setup_url: setupUrl });
+    const command = firstStartCommand(config, ["operator", "create", "--email", "E", "--password-stdin"]);
+    log.info(`no console operator exists yet; open this one-time link within 30 minutes to create the first one (or run: ${command})`, { setup_url: setupUrl });
   }
   runtime.deliveries.start();
   const stopRetention = startRetentionJob(runtime);

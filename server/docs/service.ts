@@ -221,23 +221,26 @@ const PROBLEM_CONTENT = { "application/problem+json": { schema: { $ref: "#/compo
 /** problemResponse is a problem+json response of the document, with headers if given. */
 const problemResponse = (description: string, headers?: Json) => ({ description, ...(headers ? { headers } : {}), content: PROBLEM_CONTENT });
 
-/** versioned tells whether a response's schema is an envelope of one versioned resource (its data has a version, which the ETag carries). */
-function versioned(document: Json, response: Json): boolean {
+/** versionedData is the schema of the one versioned resource a response's envelope holds (its data has a version, which the ETag carries); undefined for any other response. */
+function versionedData(document: Json, response: Json): Json | undefined {
   const deref = (schema: Json | undefined): Json | undefined =>
     typeof schema?.$ref === "string" ? document.components.schemas?.[schema.$ref.replace("#/components/schemas/", "")] : schema;
   const data = deref(deref(response?.content?.["application/json"]?.schema)?.properties?.data);
-  return data?.properties?.version !== undefined;
+  return data?.properties?.version !== undefined ? data : undefined;
 }
 
 /**
  * documentProtocolHeaders states what the HTTP conventions add to /public/v1 answers, which no
- * route schema says: the ETag of a versioned resource (on its reads and writes, on a read's 304
- * and on a 412 as the current version); for a POST taking an Idempotency-Key, Idempotent-Replayed on a replayed
+ * route schema says: the ETag of a versioned resource (on its reads and writes, to send back in
+ * If-Match, and in If-None-Match where its read answers 304; on a read's 304 and on a 412 as the
+ * current version); for a POST taking an Idempotency-Key, Idempotent-Replayed on a replayed
  * answer and the 409 (with Retry-After) of a key in use; WWW-Authenticate on 401; and for writes
  * of resources without versions (unversionedWrites), the If-Match header (and on a member's, If-None-Match) and the 412 they bring;
  * and that a body declared optional is not required.
  */
 function documentProtocolHeaders(document: Json): void {
+  // The resources whose read answers 304 to If-None-Match: the ETag of any answer holding one is worth sending there too.
+  const readIfChanged = new Set(Object.values(document.paths as Json).flatMap((item: Json) => (item.get?.responses?.["304"] ? [versionedData(document, item.get.responses["200"])] : [])));
   for (const [path, pathItem] of Object.entries(document.paths as Json)) {
     const metrics = path === "/metrics" ? (pathItem as Json).get.responses : undefined;
     // /metrics asks for its own token, in its own realm.
@@ -268,7 +271,8 @@ function documentProtocolHeaders(document: Json): void {
         ];
         responses["412"] ??= problemResponse(`Precondition Failed: If-Match named an entity tag, which no unversioned resource can match${member ? ", or If-None-Match was *" : ""}.`);
       }
-      const etag = Object.entries(responses).some(([status, response]) => /^2\d\d$/.test(status) && versioned(document, response as Json));
+      const versionedResource = Object.entries(responses).flatMap(([status, response]) => (/^2\d\d$/.test(status) ? [versionedData(document, response as Json)] : [])).find(Boolean);
+      const etag = versionedResource !== undefined;
       // A write to a versioned resource that answers no body (a DELETE) still gives the current version with its 412.
       const currentVersionOn412 = (etag || headerParameter("if-match")) && !unversioned;
       const idempotent = headerParameter("idempotency-key");
@@ -279,7 +283,10 @@ function documentProtocolHeaders(document: Json): void {
       for (const [status, response] of Object.entries(responses) as [string, Json][]) {
         if (response.$ref) continue;
         const added: Json = {};
-        if (/^2\d\d$/.test(status) && etag && status !== "204") added.ETag = header('The resource\'s version as a strong entity tag ("3"): send it back in If-Match to write only that version.');
+        if (/^2\d\d$/.test(status) && etag && status !== "204") {
+          const reread = readIfChanged.has(versionedResource) ? ", or in If-None-Match to read it again only if it changed (304 Not Modified otherwise)" : "";
+          added.ETag = header(`The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version${reread}.`);
+        }
         if (status === "412" && currentVersionOn412) added.ETag = header("The version stored now, to read again and retry.");
         if (status === "304" && etag) {
           response.description = "Not Modified: If-None-Match named the stored version (or was *), so your copy is current; no body.";

@@ -6,7 +6,7 @@ import { pointerSegment } from "../limits/service.ts";
 import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
 import { isBrowserRequest } from "./client-address.ts";
-import { errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
+import { errorToProblem, methodNotAllowed, requestProblemOf, routedPath, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { requestSlot } from "./request-slot.ts";
 import { pathOf, requestFinisher, requestIdOf, startRequest } from "./request-log.ts";
@@ -35,6 +35,8 @@ export interface ConventionOptions {
   draining: () => boolean;
   /** listening is the server the app listens on (null under app.handle): a body's wait moves its timeout */
   listening: () => Server<unknown> | null;
+  /** the metrics token ("" for none): a request id equal to it is replaced, as one shaped like the service's secrets is */
+  metricsToken: string;
 }
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
@@ -67,7 +69,7 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
  * (body.ts), RFC 9457 problem responses for every error (errors.ts), and `Connection: close` on
  * every answer while the connections drain.
  */
-export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
   // The route table is complete before the first request; read once, on that request.
@@ -82,7 +84,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
 
   return new Elysia({ name: "http-conventions" })
     .onRequest(({ request, set }) => {
-      const id = startRequest(request);
+      const id = startRequest(request, metricsToken);
       set.headers["x-request-id"] = id;
       // Set first, so that every answer carries it, those returned before routing too. Bun closes
       // the connection after such an answer: the client learns it between two requests, instead of
@@ -95,7 +97,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       // A shared cache that ignores Authorization (nginx's proxy_cache does) would serve one
       // client's data to the next, or a stale readiness to a load balancer; problems included.
       // The router serves /metrics/ as /metrics (and the probes alike).
-      if (isPublic || UNCACHED_PATHS.has(path.endsWith("/") ? path.slice(0, -1) : path)) set.headers["cache-control"] = "no-store";
+      if (isPublic || UNCACHED_PATHS.has(routedPath(path))) set.headers["cache-control"] = "no-store";
       if (isPublic && isBrowserRequest(request)) {
         const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),
@@ -111,7 +113,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       if (route.includes("/:")) {
         // The router sends GET /contacts/batch (a POST-only path) to GET /contacts/:id; it is a 405,
         // with a trailing "/" too, as the router serves POST /contacts/batch/.
-        const served = (staticPaths ??= staticPathMethods(routes())).get(path.endsWith("/") ? path.slice(0, -1) : path);
+        const served = (staticPaths ??= staticPathMethods(routes())).get(routedPath(path));
         if (served && !served.includes(request.method)) throw methodNotAllowed(request.method, path, served);
         // The router takes /contacts/ID/ for /contacts/ID, and a URL client sends a tag named ".."
         // (.../tags/%2E%2E) as just that: a DELETE meant for the tag would delete the contact.

@@ -31,13 +31,18 @@ function servesPath(r: RouteEntry, path: string): boolean {
   return r.method !== "ALL" && !r.path.endsWith("*") && routePatternMatches(r.path, path);
 }
 
+/** routedPath is the path the router serves a concrete path as: a fixed path ending in "/" (/metrics/, /contacts/batch/) as the path without it. */
+export function routedPath(path: string): string {
+  return path.endsWith("/") ? path.slice(0, -1) : path;
+}
+
 /**
  * allowedMethods lists the methods the app's routes serve on a concrete path. A path some route
- * names as it is (/contacts/batch) is served by those routes alone: an id route around it
- * (/contacts/:id) would only answer that no contact has the id "batch".
+ * names as it is (/contacts/batch, /metrics/ too) is served by those routes alone: an id route
+ * around it (/contacts/:id) would only answer that no contact has the id "batch".
  */
 function allowedMethods(routes: RouteEntry[], path: string): string[] {
-  return staticPathMethods(routes).get(path) ?? [...new Set(routes.filter((r) => servesPath(r, path)).map((r) => r.method))];
+  return staticPathMethods(routes).get(routedPath(path)) ?? [...new Set(routes.filter((r) => servesPath(r, path)).map((r) => r.method))];
 }
 
 /**

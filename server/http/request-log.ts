@@ -39,10 +39,13 @@ export function pathOf(request: Request): string {
   return start < 0 ? "/" : end < 0 ? url.slice(start) : url.slice(start, end);
 }
 
-/** startRequest assigns a request its id (the client's, when safe and not shaped like a secret) and notes when it started. */
-export function startRequest(request: Request): string {
+/**
+ * startRequest assigns a request its id (the client's, when safe, not shaped like a secret and not
+ * the metrics token, which the operator chose freely: "" for none) and notes when it started.
+ */
+export function startRequest(request: Request, metricsToken: string): string {
   const incoming = request.headers.get("x-request-id");
-  const id = incoming && SAFE_REQUEST_ID.test(incoming) && !SECRET_SHAPED.test(incoming) ? incoming : newId("req");
+  const id = incoming && SAFE_REQUEST_ID.test(incoming) && !SECRET_SHAPED.test(incoming) && incoming !== metricsToken ? incoming : newId("req");
   requestInfo.set(request, { id, started: performance.now() });
   return id;
 }

@@ -57,15 +57,21 @@ function detailOf(issue: SchemaIssue): string {
   return issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : plainDetail(issue);
 }
 
-/** repeatErrors names each item of a list that repeats an earlier one (as uniqueItems compares them) at its own index, unless `named` already names it. */
-function repeatErrors(path: string, list: unknown[], named: Set<string>): FieldError[] {
+/**
+ * repeatsOf names each item of a list that repeats an earlier one (as uniqueItems compares them)
+ * at its own index, unless `named` already names it; null for an issue that is no uniqueItems one.
+ */
+function repeatsOf(issue: SchemaIssue, named: FieldError[]): FieldError[] | null {
+  if (issue.type !== ValueErrorType.ArrayUniqueItems || !Array.isArray(issue.value)) return null;
+  const path = issue.path ?? "";
+  const pointers = new Set(named.map((error) => error.pointer));
   const first = new Map<bigint, number>();
   const errors: FieldError[] = [];
-  list.forEach((item, index) => {
+  issue.value.forEach((item, index) => {
     const hash = Hash(item);
     const earlier = first.get(hash);
     if (earlier === undefined) first.set(hash, index);
-    else if (!named.has(`${path}/${index}`)) errors.push({ pointer: `${path}/${index}`, detail: `repeats item ${earlier}` });
+    else if (!pointers.has(`${path}/${index}`)) errors.push({ pointer: `${path}/${index}`, detail: `repeats item ${earlier}` });
   });
   return errors;
 }
@@ -81,16 +87,15 @@ function listItemErrors(issue: SchemaIssue): FieldError[] | null {
   const path = issue.path ?? "";
   variants: for (const variant of issue.errors ?? []) {
     const items: SchemaIssue[] = [];
-    let repeated: unknown[] | undefined;
+    let repeated: SchemaIssue | undefined;
     // The list's own faults come before its items' (TypeBox checks the length first).
     for (const item of variant) {
       if ((item.path ?? "").startsWith(`${path}/`)) items.push(item);
-      else if (item.type === ValueErrorType.ArrayUniqueItems && Array.isArray(item.value)) repeated = item.value;
+      else if (item.type === ValueErrorType.ArrayUniqueItems) repeated = item;
       else continue variants;
     }
     const errors = fieldErrorsOf(items);
-    const named = new Set(errors.map((error) => error.pointer!));
-    return [...errors, ...(repeated ? repeatErrors(path, repeated, named) : [])];
+    return [...errors, ...((repeated && repeatsOf(repeated, errors)) ?? [])];
   }
   return null;
 }
@@ -98,7 +103,7 @@ function listItemErrors(issue: SchemaIssue): FieldError[] | null {
 /**
  * fieldErrorsOf turns TypeBox issues into field errors: one per field, the schema's own `error`
  * text when it has one (else plain words), `where` saying whether the path is a body pointer,
- * parameter or header. A bad item of a nullable list in a body is named at its index.
+ * parameter or header. A bad item of a list in a body, or a repeat, is named at its index.
  */
 export function fieldErrorsOf(issues: Iterable<SchemaIssue>, where: "pointer" | "parameter" | "header" = "pointer"): FieldError[] {
   const seen = new Set<string>();
@@ -109,7 +114,7 @@ export function fieldErrorsOf(issues: Iterable<SchemaIssue>, where: "pointer" | 
     // A string where a list belongs is also walked character by character; the list's error says it.
     if ([...seen].some((parent) => path.startsWith(`${parent}/`))) continue;
     seen.add(path);
-    const items = where === "pointer" && issue.type === ValueErrorType.Union ? listItemErrors(issue) : null;
+    const items = where !== "pointer" ? null : issue.type === ValueErrorType.Union ? listItemErrors(issue) : repeatsOf(issue, errors);
     if (items) errors.push(...items);
     else errors.push(where === "pointer" ? { pointer: path, detail: detailOf(issue) } : { [where]: path.replace(/^\//, ""), detail: detailOf(issue) });
   }

@@ -74,10 +74,12 @@ export function pathExists(path: string): boolean {
 
 /**
  * fileErrorText words a file system error for a one-line message; a permission denied says who
- * should run the command (`remedy`: by default the service's user, whose files these are).
+ * should run the command (`remedy`: by default the service's user, whose files these are), a
+ * directory given for a file says so.
  */
 export function fileErrorText(error: unknown, remedy = "run the command as the user the service runs as"): string {
   const code = (error as NodeJS.ErrnoException).code;
   if (code === "EACCES" || code === "EPERM") return `permission denied (${remedy})`;
+  if (code === "EISDIR") return "it is a directory, not a file";
   return (error as Error).message;
 }

@@ -217,6 +217,11 @@ export async function isDatabaseSecretsKey(db: Db, box: SecretBox | null): Promi
   return box ? opensStoredSecret(db, box) : (await findOneSubscriptionSecret(db)) === null;
 }
 
+/** hasSecretsKey tells whether the database has a secrets key of its own: it records one's check value, or holds a secret sealed with one. */
+export async function hasSecretsKey(db: Db): Promise<boolean> {
+  return (await findSecretsKeyCheck(db)) !== null || (await findOneSubscriptionSecret(db)) !== null;
+}
+
 /** keyCheckValue is the check value of the box's key, the one the database records in secrets_key_check. */
 function keyCheckValue(box: SecretBox): Uint8Array {
   return box.signature(KEY_CHECK_PURPOSE, KEY_CHECK_TEXT);

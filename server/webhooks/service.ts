@@ -26,7 +26,7 @@ import {
   type SubscriptionWithSecret,
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { isDatabaseSecretsKey, isSealed, maskStoredSecret, type SecretBox } from "./secrets.ts";
+import { hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, type SecretBox } from "./secrets.ts";
 import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
@@ -279,17 +279,20 @@ export async function removeSubscription(tx: Db, id: string, now: number): Promi
   return failPendingDeliveries(tx, id, "not sent: the subscription was deleted", now);
 }
 
+/** NothingLost is why a secrets key reset refused: the key given is the database's own, or the database has none (no check value, no secret), so any key is. */
+export type NothingLost = "own-key" | "no-key";
+
 /**
  * resetSecretsKey makes the database forget a lost secrets key, in one write: it deletes every
  * subscription as the API's delete does (their secrets are sealed with that key), the kept answers
  * of creates and rotations (their replays would open a secret sealed with it), and the key's check
- * value, so the next start records the key it is given. It refuses, returning null and changing
- * nothing, when `box` (null: no key) is the database's key: then nothing is lost. It returns how
- * many subscriptions it deleted and how many pending deliveries it failed.
+ * value, so the next start records the key it is given. It refuses, returning why (NothingLost) and
+ * changing nothing, when `box` (null: no key) is the database's key: then nothing is lost. It
+ * returns how many subscriptions it deleted and how many pending deliveries it failed.
  */
-export async function resetSecretsKey(db: Database, box: SecretBox | null): Promise<{ subscriptions: number; deliveries: number } | null> {
+export async function resetSecretsKey(db: Database, box: SecretBox | null): Promise<{ subscriptions: number; deliveries: number } | NothingLost> {
   return db.write(async (tx) => {
-    if (await isDatabaseSecretsKey(tx, box)) return null;
+    if (await isDatabaseSecretsKey(tx, box)) return (await hasSecretsKey(tx)) ? "own-key" : "no-key";
     const now = Date.now();
     const ids = await listSubscriptionIds(tx);
     let deliveries = 0;

@@ -310,6 +310,27 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     expect(answers).toEqual([]);
   });
 
+  test("the ETag of every versioned answer says where to send it back: If-Match to write that version, If-None-Match to read it again only if it changed", async () => {
+    const described = Object.entries(spec.paths as Record<string, any>).flatMap(([path, item]) =>
+      Object.entries(item as Record<string, any>).flatMap(([method, op]) =>
+        Object.entries((op.responses ?? {}) as Record<string, any>)
+          .filter(([status]) => /^2\d\d$/.test(status))
+          .flatMap(([status, response]) => {
+            const etag = dereference(spec, response).headers?.ETag;
+            return etag ? [`${method} ${path} ${status}: ${etag.description}`] : [];
+          }),
+      ),
+    );
+    const words = 'The resource\'s version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise).';
+    expect(described.length).toBe(10);
+    expect(described.filter((line) => !line.endsWith(`: ${words}`))).toEqual([]);
+    // As said: the ETag of a write, sent back in If-None-Match, reads nothing new.
+    const created = await h.json("POST", "/public/v1/accounts", { body: { name: "Initech" } });
+    const renamed = await h.request("PATCH", `/public/v1/accounts/${created.body.data.id}`, { body: { name: "Initrode" }, headers: { "if-match": created.headers.get("etag")! } });
+    const reread = await h.request("GET", `/public/v1/accounts/${created.body.data.id}`, { headers: { "if-none-match": renamed.headers.get("etag")! } });
+    expect([renamed.status, reread.status]).toEqual([200, 304]);
+  });
+
   test("the probes and /metrics state the answers the limits guard gives on any path, and /metrics its 401's WWW-Authenticate", async () => {
     const badTarget = await h.request("GET", "/healthz?a=%zz");
     const longQuery = await h.request("GET", `/readyz?a=${"x".repeat(5000)}`);

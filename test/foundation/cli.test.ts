@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { tokenCreateCommand } from "../../server/server.ts";
+import { commandHere } from "../../server/server.ts";
 import { VERSION } from "../../server/version.ts";
 import { SHUT_OUT } from "../support/permissions.ts";
 import { ISO } from "./support.ts";
@@ -134,7 +134,7 @@ describe("command line: happy paths", () => {
     expect((await crm(["user", "list"])).stdout).toBe(`${ada.id}  ada@example.com  Ada\\u001b[31m\\u0009Lovelace\\u009b  created ${ada.created_at}\n`);
   });
 
-  test("serve on an empty data directory explains how to make the first token, then serves it", async () => {
+  test("serve on an empty data directory explains how to make the first token and operator, then serves them", async () => {
     const { proc, out } = await startServe();
     try {
       const url = /listening on (http:\/\/127\.0\.0\.1:\d+)\n/.exec(out)![1]!;
@@ -160,6 +160,23 @@ describe("command line: happy paths", () => {
       expect((await crm(["token", "revoke", id.id])).code).toBe(0);
       const revoked = await fetch(`${url}/public/v1/contacts`, { headers: { authorization: `Bearer ${id.token}` } });
       expect(revoked.status).toBe(401);
+
+      // The first operator's hint names the program and the data directory as the token's does.
+      const operatorHint = out
+        .split("\n")
+        .filter((l) => l.startsWith("{"))
+        .map((l) => JSON.parse(l))
+        .find((l) => l.msg.startsWith("no console operator exists yet"));
+      const operatorCommand = `npx bun server/main.ts operator create --email E --password-stdin --data-dir ${dataDir}`;
+      expect(operatorHint.msg).toBe(`no console operator exists yet; open this one-time link within 30 minutes to create the first one (or run: ${operatorCommand})`);
+      const created = Bun.spawn(["sh", "-c", `echo 'a long enough password' | ${operatorCommand.replace("--email E", "--email ada@example.com")}`], {
+        cwd: ROOT,
+        stdout: "pipe",
+        stderr: "pipe",
+        env: { PATH: `${join(ROOT, "node_modules/.bin")}:${process.env.PATH ?? ""}`, HOME: process.env.HOME ?? "" },
+      });
+      expect([await created.exited, await new Response(created.stderr).text()]).toEqual([0, ""]);
+      expect((await crm(["operator", "list"])).stdout).toMatch(/^opr_[0-9A-Z]{26}  ada@example.com  /);
     } finally {
       proc.kill();
       await proc.exited;
@@ -169,9 +186,11 @@ describe("command line: happy paths", () => {
 
 describe("first-start hint", () => {
   test("names the program as run here and the data directory, quoted for the shell when it needs it", () => {
-    expect(tokenCreateCommand("./data", join(ROOT, "server/main.ts"), "/usr/bin/bun", ROOT)).toBe(`npx bun server/main.ts token create --name my-integration --data-dir ${join(ROOT, "data")}`);
-    expect(tokenCreateCommand("d", "/srv/crm/server/main.ts", "/usr/bin/bun", "/home/ada")).toBe("npx bun /srv/crm/server/main.ts token create --name my-integration --data-dir /home/ada/d");
-    expect(tokenCreateCommand("/var/lib/crm's data", "/$bunfs/root/crm", "/opt/crm/bin/crm", "/")).toBe("/opt/crm/bin/crm token create --name my-integration --data-dir '/var/lib/crm'\\''s data'");
+    const token = ["token", "create", "--name", "my-integration"];
+    expect(commandHere(token, "./data", join(ROOT, "server/main.ts"), "/usr/bin/bun", ROOT)).toBe(`npx bun server/main.ts token create --name my-integration --data-dir ${join(ROOT, "data")}`);
+    expect(commandHere(token, "d", "/srv/crm/server/main.ts", "/usr/bin/bun", "/home/ada")).toBe("npx bun /srv/crm/server/main.ts token create --name my-integration --data-dir /home/ada/d");
+    expect(commandHere(token, "/var/lib/crm's data", "/$bunfs/root/crm", "/opt/crm/bin/crm", "/")).toBe("/opt/crm/bin/crm token create --name my-integration --data-dir '/var/lib/crm'\\''s data'");
+    expect(commandHere(["operator", "create", "--email", "E", "--password-stdin"], null, "/$bunfs/root/crm", "/opt/crm/bin/crm", "/")).toBe("/opt/crm/bin/crm operator create --email E --password-stdin");
   });
 });
 

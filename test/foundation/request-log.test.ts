@@ -137,6 +137,37 @@ describe("request log: x-request-id", () => {
     for (const id of [...echoed, ...logged]) expect(id).toMatch(/^req_[0-9A-Z]{26}$/);
   });
 
+  test("an id equal to the metrics token, whatever its shape, is replaced as a secret-shaped one is; another id of that shape is kept", async () => {
+    const metricsToken = "scrape-token.for:tests-0002";
+    const scraped = await createHarness({ metricsToken });
+    try {
+      const { app, lines, raw } = loggedApp(scraped);
+      const asked: [string, Record<string, string>][] = [
+        ["/metrics", { authorization: `Bearer ${metricsToken}`, "x-request-id": metricsToken }],
+        ["/public/v1/users", { authorization: `Bearer ${scraped.token}`, "x-request-id": metricsToken }],
+        ["/public/v1/users", { authorization: `Bearer ${scraped.token}`, "x-request-id": "scrape-token.for:tests-0003" }],
+      ];
+      const echoed = [];
+      for (const [path, headers] of asked) {
+        const res = await call(app, "GET", path, { headers });
+        echoed.push([path, res.status, res.headers.get("x-request-id")]);
+      }
+      await settle();
+      const generated = expect.stringMatching(/^req_[0-9A-Z]{26}$/);
+      expect({ echoed, logged: lines.filter((l) => l.msg === "request").length, leaked: raw.filter((line) => line.includes(metricsToken)) }).toEqual({
+        echoed: [
+          ["/metrics", 200, generated],
+          ["/public/v1/users", 200, generated],
+          ["/public/v1/users", 200, "scrape-token.for:tests-0003"],
+        ],
+        logged: 3,
+        leaked: [],
+      });
+    } finally {
+      await scraped.close();
+    }
+  });
+
   test("every response carries a distinct id", async () => {
     const ids = new Set<string>();
     for (let i = 0; i < 5; i++) ids.add((await h.request("GET", "/public/v1/contacts")).headers.get("x-request-id")!);

@@ -390,7 +390,7 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     });
   }, 60_000);
 
-  test("a token file of more than one line, a directory or a pipe as the input, an empty JSON Lines file and a repeated column each stop at once with one line", async () => {
+  test("a token file of more than one line or a directory, a directory or a pipe as the input, an empty JSON Lines file and a repeated column each stop at once with one line", async () => {
     const file = oneInvalidRow();
     const twoLines = join(server.dir, "two-line-token");
     writeFileSync(twoLines, `${readFileSync(server.tokenFile, "utf8").trim()}\nsecond line\n`);
@@ -398,6 +398,7 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     const folder = join(server.dir, "adir.csv");
     mkdirSync(folder);
     expect(await runImport([folder, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: import: ${folder} is a directory, not a .csv or .jsonl file\n` });
+    expect(await runImport([file, "--url", server.url, "--token-file", server.dir])).toEqual({ code: 2, stdout: "", stderr: `crm: import: cannot read the token file ${server.dir}: it is a directory, not a file\n` });
     const pipe = join(server.dir, "pipe.csv");
     expect(Bun.spawnSync(["mkfifo", pipe]).exitCode).toBe(0);
     expect(await runImport([pipe, ...apiArgs()])).toEqual({ code: 2, stdout: "", stderr: `crm: import: ${pipe} is not a regular file (a pipe or a device); the importer reads its file more than once: save it to a file first\n` });

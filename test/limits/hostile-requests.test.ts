@@ -277,7 +277,7 @@ describe("hostile requests: dates that do not exist", () => {
 });
 
 describe("hostile requests: another method on a fixed path beside an id route", () => {
-  test("GET /contacts/batch or DELETE /accounts/deleted is 405 with the path's own methods, not a search for the id 'batch'", async () => {
+  test("GET /contacts/batch or DELETE /accounts/deleted is 405 with the path's own methods, not a search for the id 'batch'; so is another method on a fixed path ending in /", async () => {
     const cases: [string, string, string][] = [
       ["GET", "/public/v1/contacts/batch", "POST"],
       ["PATCH", "/public/v1/contacts/deleted", "GET, HEAD"],
@@ -288,6 +288,12 @@ describe("hostile requests: another method on a fixed path beside an id route", 
       // The router serves POST /contacts/batch/ and GET /contacts/deleted/: the path is known with its "/" too.
       ["GET", "/public/v1/contacts/batch/", "POST"],
       ["DELETE", "/public/v1/contacts/deleted/", "GET, HEAD"],
+      ["PUT", "/public/v1/accounts/batch/", "POST"],
+      ["PUT", "/public/v1/contacts/", "POST, GET, HEAD"],
+      // The probes and the metrics too: a load balancer's or scraper's misconfigured method hears what the path takes.
+      ["PUT", "/metrics/", "GET, HEAD"],
+      ["POST", "/healthz/", "GET, HEAD"],
+      ["DELETE", "/readyz/", "GET, HEAD"],
     ];
     for (const [method, path, allow] of cases) {
       const res = await h.json(method, path, method === "PATCH" || method === "PUT" ? { body: {} } : {});

@@ -125,6 +125,8 @@ describe("configuration: invalid input names the setting", () => {
     const unquotedToken = configFile("metrics_token = c0ffee0123456789abcdef\n");
     expect(configError(() => loadConfig(["--config", unquotedToken], {}))).toBe(`config file ${unquotedToken} is not valid TOML: Strings must be quoted`);
     expect(configError(() => loadConfig(["--config", "/nonexistent/crm.toml"], {}))).toBe("config file /nonexistent/crm.toml does not exist");
+    const folder = tempDir("config-folder");
+    expect(configError(() => loadConfig(["--config", folder], {}))).toBe(`cannot read config file ${folder}: it is a directory, not a file`);
     expect(configError(() => loadConfig(["--port", "70000"], {}))).toBe('invalid --port: "70000" is not a port number (0-65535)');
     expect(configError(() => loadConfig([], { CRM_SHUTDOWN_TIMEOUT_MS: "0" }))).toBe('invalid CRM_SHUTDOWN_TIMEOUT_MS: "0" is not a positive whole number');
     expect(configError(() => loadConfig([], { CRM_DISABLE_FAILING_AFTER_HOURS: "0" }))).toBe('invalid CRM_DISABLE_FAILING_AFTER_HOURS: "0" is not a positive number');

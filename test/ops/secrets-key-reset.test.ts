@@ -219,6 +219,24 @@ describe("secrets-key reset: refusals", () => {
     }
   });
 
+  test("a database that has recorded no key and holds no secret is refused as such, with a key file present too: that key is not yet the database's", async () => {
+    const dataDir = tempDir("key-reset-fresh");
+    createToken(SOURCE, dataDir);
+    const key = writeSecretsKeyFile(join(dataDir, "secrets.key"));
+    try {
+      const before = contents(dataDir);
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: "crm: this database records no secrets key and holds no signing secret: any key opens it, and a reset would only delete every webhook subscription; nothing was changed\n",
+      });
+      expect([contents(dataDir), existsSync(key)]).toEqual([before, true]);
+      expect(before.keyChecks).toBe(0);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   test("while a serve holds the data directory the reset is refused; without a database, or a subcommand, it is one line too", async () => {
     const dataDir = tempDir("key-reset-serving");
     createToken(SOURCE, dataDir);

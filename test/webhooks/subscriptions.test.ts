@@ -113,7 +113,7 @@ describe("webhook subscriptions: errors", () => {
     ["a URL over 2048 characters", { target_url: `https://example.com/${"a".repeat(2030)}`, events: ["contact.created"] }, { pointer: "/target_url", detail: "must be an absolute http or https URL of at most 2048 characters" }],
     ["no events", { target_url: "https://example.com/x", events: [] }, { pointer: "/events", detail: `must be a non-empty list of distinct event kinds from: ${KINDS}` }],
     ["an unknown event kind", { target_url: "https://example.com/x", events: ["contact.created", "contact.merged"] }, { pointer: "/events/1", detail: `must be one of: ${KINDS}` }],
-    ["a repeated event kind", { target_url: "https://example.com/x", events: ["contact.created", "contact.created"] }, { pointer: "/events", detail: `must be a non-empty list of distinct event kinds from: ${KINDS}` }],
+    ["a repeated event kind (named at the repeat, as a repeated tag is)", { target_url: "https://example.com/x", events: ["contact.created", "webhook.ping", "contact.created"] }, { pointer: "/events/2", detail: "repeats item 0" }],
     ["events not a list", { target_url: "https://example.com/x", events: "contact.created" }, { pointer: "/events", detail: `must be a non-empty list of distinct event kinds from: ${KINDS}` }],
     ["a missing target_url", { events: ["contact.created"] }, { pointer: "/target_url", detail: "must be an absolute http or https URL of at most 2048 characters" }],
     ["a description over 500 characters", { target_url: "https://example.com/x", description: "d".repeat(501), events: ["contact.created"] }, { pointer: "/description", detail: "must be a string of at most 500 characters" }],
@@ -128,6 +128,20 @@ describe("webhook subscriptions: errors", () => {
       expect((await h.json("GET", "/public/v1/webhook-subscriptions")).body.meta.total).toBe(0);
     });
   }
+
+  test("unknown event kinds are named at their index and a repeat at the repeat, unless the repeat is unknown too; a list too long is named as one", async () => {
+    h = await createHarness({ allowPrivateTargets: true });
+    const mixed = await create({ target_url: "https://example.com/x", events: ["contact.merged", "contact.created", "contact.created", "contact.merged"] });
+    const tooLong = await create({ target_url: "https://example.com/x", events: [...KINDS.split(", "), "contact.created"] });
+    expect([mixed.body, tooLong.body]).toEqual([
+      validation([
+        { pointer: "/events/0", detail: `must be one of: ${KINDS}` },
+        { pointer: "/events/3", detail: `must be one of: ${KINDS}` },
+        { pointer: "/events/2", detail: "repeats item 1" },
+      ]),
+      validation([{ pointer: "/events", detail: `must be a non-empty list of distinct event kinds from: ${KINDS}` }]),
+    ]);
+  });
 
   test("unknown subscription ids are 404 for get, delete and test", async () => {
     h = await createHarness();
