@@ -6,10 +6,10 @@ import { pointerSegment } from "../limits/service.ts";
 import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
 import { isBrowserRequest } from "./client-address.ts";
-import { errorToProblem, methodNotAllowed, requestProblemOf, routedPath, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
+import { errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { requestSlot } from "./request-slot.ts";
-import { pathOf, requestFinisher, requestIdOf, startRequest } from "./request-log.ts";
+import { pathOf, requestFinisher, requestIdOf, routedPath, startRequest } from "./request-log.ts";
 
 export const PUBLIC_PREFIX = "/public/v1";
 

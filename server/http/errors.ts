@@ -3,7 +3,7 @@ import { databaseFailureOf, type DatabaseFailure } from "../db/backend.ts";
 import type { Logger } from "../shared/log.ts";
 import { ProblemError, validationProblem, type FieldError } from "../shared/problem.ts";
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
-import { pathOf } from "./request-log.ts";
+import { pathOf, routedPath } from "./request-log.ts";
 
 /** routePatternMatches tells whether a concrete path matches an Elysia route pattern like /a/:id. */
 function routePatternMatches(pattern: string, path: string): boolean {
@@ -29,11 +29,6 @@ export interface RouteEntry {
 /** servesPath tells whether a route serves a concrete path. A catch-all (/console/*) serves nothing: it only answers that no page is there, for GET as for any other method. */
 function servesPath(r: RouteEntry, path: string): boolean {
   return r.method !== "ALL" && !r.path.endsWith("*") && routePatternMatches(r.path, path);
-}
-
-/** routedPath is the path the router serves a concrete path as: a fixed path ending in "/" (/metrics/, /contacts/batch/) as the path without it. */
-export function routedPath(path: string): string {
-  return path.endsWith("/") ? path.slice(0, -1) : path;
 }
 
 /**

@@ -39,6 +39,11 @@ export function pathOf(request: Request): string {
   return start < 0 ? "/" : end < 0 ? url.slice(start) : url.slice(start, end);
 }
 
+/** routedPath is the path the router serves a concrete path as: a fixed path ending in "/" (/metrics/, /contacts/batch/) as the path without it. */
+export function routedPath(path: string): string {
+  return path.endsWith("/") ? path.slice(0, -1) : path;
+}
+
 /**
  * startRequest assigns a request its id (the client's, when safe, not shaped like a secret and not
  * the metrics token, which the operator chose freely: "" for none) and notes when it started.
@@ -63,7 +68,7 @@ export function requestFinisher(log: Logger, metrics?: Metrics) {
     if (elapsedMs !== undefined) metrics?.observeRequest(request.method, route, status, elapsedMs / 1000);
     const path = pathOf(request);
     // A probe that succeeds is routine; a failing one (not ready, a refused scrape) is news.
-    log[status < 400 && PROBE_PATHS.has(path) ? "debug" : "info"]("request", {
+    log[status < 400 && PROBE_PATHS.has(routedPath(path)) ? "debug" : "info"]("request", {
       request_id: info?.id,
       method: request.method,
       path,

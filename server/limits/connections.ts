@@ -2,6 +2,7 @@ import type { Server } from "bun";
 import { readFileSync } from "node:fs";
 import type { Config } from "../config.ts";
 import { canonicalAddress, clientAddress, clientHints, clientNetwork } from "../http/client-address.ts";
+import { routedPath } from "../http/request-log.ts";
 import { requestSlot } from "../http/request-slot.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { BUN_TIMER_GRANULARITY_SECONDS } from "./limits.ts";
@@ -230,7 +231,7 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
       const clientOf = () => clientNetwork(clientAddress(clientHints(request, peer.address), config.trustedProxies) ?? canonicalAddress(peer.address));
       const admitted = (admission: Admission) => {
         if (admission === "admitted") connectionOf.set(request, connection);
-        else if (!PROBE_PATHS.has(path)) {
+        else if (!PROBE_PATHS.has(routedPath(path))) {
           throw tooManyConnections(
             admission === "over-cap"
               ? `The server is serving its limit of ${gate.max} connections. Retry shortly, or reuse a kept-alive connection.`

@@ -54,7 +54,7 @@ describe("request log: happy paths", () => {
 });
 
 describe("request log: probes", () => {
-  test("successful /healthz, /readyz and /metrics requests log at debug, below the default info; failing probes and API requests at info", async () => {
+  test("successful /healthz, /readyz and /metrics requests (with a trailing / too) log at debug, below the default info; failing probes and API requests at info", async () => {
     const metricsToken = "metrics-token-for-tests-0001";
     const probed = await createHarness({ metricsToken });
     probed.rt.deliveries.start(); // readiness needs the delivery loop
@@ -62,6 +62,7 @@ describe("request log: probes", () => {
       const requests: [string, Record<string, string>, number][] = [
         ["/healthz", {}, 200],
         ["/readyz", {}, 200],
+        ["/healthz/", {}, 200],
         ["/metrics", { authorization: `Bearer ${metricsToken}` }, 200],
         ["/metrics", {}, 401],
         ["/public/v1/users", { authorization: `Bearer ${probed.token}` }, 200],
@@ -81,6 +82,7 @@ describe("request log: probes", () => {
       expect(await logged("debug")).toEqual([
         ["debug", "/healthz", 200],
         ["debug", "/readyz", 200],
+        ["debug", "/healthz/", 200],
         ["debug", "/metrics", 200],
         ["info", "/metrics", 401],
         ["info", "/public/v1/users", 200],

@@ -106,13 +106,14 @@ describe("connections: closed connections and each client's share", () => {
     for (const c of [...held, third, nextNetwork]) c.destroy();
   });
 
-  test("/healthz and /readyz still answer when the cap is reached; the API does not", async () => {
+  test("/healthz and /readyz (with a trailing / too) still answer when the cap is reached; the API does not", async () => {
     const { port, token } = await serve({ maxConnections: 2, maxConnectionsPerClient: 2 });
     const auth = { authorization: `Bearer ${token}` };
     const held = [new Connection(port), new Connection(port)];
     for (const c of held) expect((await c.request("GET", "/public/v1/contacts", auth)).status).toBe(200);
     const probe = new Connection(port);
     expect([(await probe.request("GET", "/healthz")).status, (await probe.request("GET", "/readyz")).status]).toEqual([200, 200]);
+    expect([(await probe.request("GET", "/healthz/")).status, (await probe.request("GET", "/readyz/")).status]).toEqual([200, 200]);
     expect((await new Connection(port).request("GET", "/public/v1/contacts", auth)).status).toBe(503);
     for (const c of [...held, probe]) c.destroy();
   });
