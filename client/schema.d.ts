@@ -1776,7 +1776,7 @@ export interface operations {
                     RateLimit?: string;
                     /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
                     "RateLimit-Policy"?: string;
-                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
+                    /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). Not sent when include embeds relations. */
                     ETag?: string;
                     [name: string]: unknown;
                 };

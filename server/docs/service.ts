@@ -285,7 +285,10 @@ function documentProtocolHeaders(document: Json): void {
         const added: Json = {};
         if (/^2\d\d$/.test(status) && etag && status !== "204") {
           const reread = readIfChanged.has(versionedResource) ? ", or in If-None-Match to read it again only if it changed (304 Not Modified otherwise)" : "";
-          added.ETag = header(`The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version${reread}.`);
+          // A contact read with include embeds relations whose changes its version does not follow: sent without an ETag.
+          const embeds = (operation.parameters ?? []).some((p: Json) => p.in === "query" && p.name === "include");
+          const absent = embeds ? " Not sent when include embeds relations." : "";
+          added.ETag = header(`The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version${reread}.${absent}`);
         }
         if (status === "412" && currentVersionOn412) added.ETag = header("The version stored now, to read again and retry.");
         if (status === "304" && etag) {

@@ -323,7 +323,11 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     );
     const words = 'The resource\'s version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise).';
     expect(described.length).toBe(10);
-    expect(described.filter((line) => !line.endsWith(`: ${words}`))).toEqual([]);
+    // A contact read with include embeds relations whose changes its version does not follow, and says so.
+    expect(described.filter((line) => !line.endsWith(`: ${words}`))).toEqual([`get /public/v1/contacts/{id} 200: ${words} Not sent when include embeds relations.`]);
+    const embedded = await h.json("POST", "/public/v1/contacts", { body: { email: "etag-include@example.com" } });
+    const withInclude = await h.request("GET", `/public/v1/contacts/${embedded.body.data.id}?include=accounts`);
+    expect([withInclude.status, withInclude.headers.get("etag")]).toEqual([200, null]);
     // As said: the ETag of a write, sent back in If-None-Match, reads nothing new.
     const created = await h.json("POST", "/public/v1/accounts", { body: { name: "Initech" } });
     const renamed = await h.request("PATCH", `/public/v1/accounts/${created.body.data.id}`, { body: { name: "Initrode" }, headers: { "if-match": created.headers.get("etag")! } });
