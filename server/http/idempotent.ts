@@ -47,6 +47,8 @@ export async function idempotentPost<T>(
     { tokenId: ctx.token.id, method: ctx.request.method, path: scopePath(ctx.request), key: ctx.headers["idempotency-key"], body: ctx.body },
     execute,
   );
+  // Before any header is set: a replay refused here (a kept secret that no longer opens) is answered as its problem alone.
+  const replayBody = result.replayed ? onReplay(result.body) : null;
   ctx.set.status = result.status;
   if (result.replayed) ctx.set.headers["idempotent-replayed"] = "true";
   // Every 201 names what it created: the collection's path and the new id (a replay too).
@@ -59,5 +61,5 @@ export async function idempotentPost<T>(
   // A replay is the first answer as it was kept, sent without checking it again against the route's
   // response schema: one kept by an older crm lacks fields added since (an account's version, a
   // subscription's paused_at) and failed that check, a 500 for the 24 hours a key is kept.
-  return new Response(JSON.stringify(onReplay(result.body)), { status: result.status, headers: { "content-type": JSON_CONTENT_TYPE } }) as unknown as T;
+  return new Response(JSON.stringify(replayBody), { status: result.status, headers: { "content-type": JSON_CONTENT_TYPE } }) as unknown as T;
 }

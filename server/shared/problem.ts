@@ -67,6 +67,7 @@ export const PROBLEM_TYPES = [
   "subscription-deleted",
   "delivery-in-progress",
   "deletions-expired",
+  "replay-secret-lost",
   "precondition-failed",
   "body-too-large",
   "uri-too-long",

@@ -62,7 +62,7 @@ export function webhookRoutes(rt: Runtime) {
     .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, scope), (stored) => openReplayedSecret(rt, stored)), {
       body: SubscriptionInput,
       headers: IdempotencyKeyHeader,
-      response: { 201: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+      response: { 201: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },
       detail: {
         operationId: "createWebhookSubscription",
         summary: "Create a webhook subscription",
@@ -146,7 +146,7 @@ export function webhookRoutes(rt: Runtime) {
       params: SubscriptionId,
       body: t.Optional(SecretRotationInput),
       headers: IdempotencyKeyHeader,
-      response: { 200: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
+      response: { 200: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 404, 409, 410, 413, 415, 422) },
       detail: {
         operationId: "rotateWebhookSubscriptionSecret",
         summary: "Rotate a subscription's signing secret",

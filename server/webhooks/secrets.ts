@@ -7,7 +7,7 @@ import { ConfigError, type Config } from "../config.ts";
 import { sameBytes } from "../shared/crypto.ts";
 import { fileErrorText, fsyncPath, partialName, pathExists, publishFile } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { findOneSubscriptionSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
+import { findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
 /** SECRETS_KEY_FILE_NAME is the key file created in the data directory when --secrets-key-file is not given. */
 export const SECRETS_KEY_FILE_NAME = "secrets.key";
@@ -182,8 +182,8 @@ const KEY_CHECK_TEXT = "the secrets key of this crm database";
  * assertDatabaseSecretsKey throws ConfigError when the key is not the database's: the database records
  * a check value of the key it was first started with (secrets_key_check), and a start with another
  * key, on any instance, is refused even before any subscription holds a secret the key could fail
- * to open. A database from before the check value is tried on one of its secrets instead, as it was,
- * and then records the value of the key that opened it. A key loadSecretsKey has just created is
+ * to open. A database from before the check value is tried on one of its sealed secrets instead, as
+ * it was (a subscription's, or one a kept answer holds), and then records the value of the key that opened it. A key loadSecretsKey has just created is
  * removed when refused: the database's own was lost (a restore without it), and a new file beside
  * it would pass for it, in the next backup's note too.
  */
@@ -209,17 +209,18 @@ export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key
 /**
  * isDatabaseSecretsKey tells whether the key in `box` (null: no key at all) is the database's, as a
  * start would find it: the check value the database records, else (a database from before it) a
- * stored secret the key opens. A database that records none and holds no secret takes any key.
+ * sealed secret the key opens. A database that records none and holds no sealed secret, in a
+ * subscription or a kept answer, takes any key.
  */
 export async function isDatabaseSecretsKey(db: Db, box: SecretBox | null): Promise<boolean> {
   const recorded = await findSecretsKeyCheck(db);
   if (recorded) return box !== null && sameBytes(recorded, keyCheckValue(box));
-  return box ? opensStoredSecret(db, box) : (await findOneSubscriptionSecret(db)) === null;
+  return box ? opensStoredSecret(db, box) : (await findOneSealedSecret(db)) === null;
 }
 
-/** hasSecretsKey tells whether the database has a secrets key of its own: it records one's check value, or holds a secret sealed with one. */
+/** hasSecretsKey tells whether the database has a secrets key of its own: it records one's check value, or holds a secret sealed with one (a subscription's or a kept answer's). */
 export async function hasSecretsKey(db: Db): Promise<boolean> {
-  return (await findSecretsKeyCheck(db)) !== null || (await findOneSubscriptionSecret(db)) !== null;
+  return (await findSecretsKeyCheck(db)) !== null || (await findOneSealedSecret(db)) !== null;
 }
 
 /** keyCheckValue is the check value of the box's key, the one the database records in secrets_key_check. */
@@ -227,9 +228,9 @@ function keyCheckValue(box: SecretBox): Uint8Array {
   return box.signature(KEY_CHECK_PURPOSE, KEY_CHECK_TEXT);
 }
 
-/** opensStoredSecret tells whether the box opens a signing secret the database holds (one is enough: they are sealed with one key), or it holds none. */
+/** opensStoredSecret tells whether the box opens a sealed secret the database holds (one is enough: they are sealed with one key), or it holds none. */
 async function opensStoredSecret(db: Db, box: SecretBox): Promise<boolean> {
-  const row = await findOneSubscriptionSecret(db);
+  const row = await findOneSealedSecret(db);
   if (!row) return true;
   try {
     box.open(row.id, row.secret);

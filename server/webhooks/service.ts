@@ -26,7 +26,7 @@ import {
   type SubscriptionWithSecret,
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, type SecretBox } from "./secrets.ts";
+import { hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
@@ -202,13 +202,30 @@ async function answerWithSecret(db: Db, row: SubscriptionRow, secret: string, st
   return { status, body: { data: { ...subscription, secret } } };
 }
 
-/** openReplayedSecret opens the sealed secret of a replayed create or rotate-secret response, so a replay shows it in full like the first answer. */
+/**
+ * openReplayedSecret opens the sealed secret of a replayed create or rotate-secret response, so a
+ * replay shows it in full like the first answer. One sealed with a key this server does not have
+ * (kept by a start with another key) is refused with 410 replay-secret-lost: no retry can show it.
+ */
 export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSecret }): { data: SubscriptionWithSecret } {
   // A create answered before migration 0011 was kept with its secret in clear. 0011 seals such
   // answers too, but as applied by a crm before 2026-11-28 it sealed only the subscriptions: an
   // answer it left in clear replays, for the rest of its 24 hours, with that secret as it is.
   if (!isSealed(body.data.secret)) return body;
-  return { data: { ...body.data, secret: rt.secrets.open(body.data.id, body.data.secret) } };
+  const id = body.data.id;
+  try {
+    return { data: { ...body.data, secret: rt.secrets.open(id, body.data.secret) } };
+  } catch (error) {
+    if (!(error instanceof SecretUnreadable)) throw error;
+    throw new ProblemError(
+      410,
+      "replay-secret-lost",
+      `The answer kept for this Idempotency-Key shows the signing secret of webhook subscription ${id}, sealed with a secrets key this server does not have (the database was restored or reset without it), so it cannot be shown again. The subscription was created: rotate its secret for a new one, or delete it.`,
+      undefined,
+      {},
+      { subscription_id: id },
+    );
+  }
 }
 
 /** listSubscriptionsPage answers GET /webhook-subscriptions: newest first, filter `event`. */

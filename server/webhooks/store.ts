@@ -238,9 +238,19 @@ export function updateAnswerSecret(db: SqliteConnection, answer: SecretAnswer, s
   );
 }
 
-/** findOneSubscriptionSecret returns any one subscription's stored secret, or null when there is none. */
-export function findOneSubscriptionSecret(db: Db): Promise<{ id: string; secret: string } | null> {
-  return db.get<{ id: string; secret: string }>("SELECT id, secret FROM webhook_subscriptions LIMIT 1");
+/**
+ * findOneSealedSecret returns any one secret the database holds sealed, with the subscription id it
+ * is sealed to: a subscription's, else the one in a kept answer of a create or rotation
+ * (SECRET_ANSWERS), which outlives its subscription's delete by up to 24 hours; null when there is none.
+ */
+export async function findOneSealedSecret(db: Db): Promise<{ id: string; secret: string } | null> {
+  const subscription = await db.get<{ id: string; secret: string }>("SELECT id, secret FROM webhook_subscriptions LIMIT 1");
+  if (subscription) return subscription;
+  // Read as text on both backends; an answer kept in clear by a crm before 0011 holds no sealed secret.
+  const answer = await db.get<{ response_body: string }>(`SELECT response_body FROM idempotency_keys WHERE ${SECRET_ANSWERS} AND response_body LIKE '%"secret":"sealed-v1.%' LIMIT 1`);
+  if (!answer) return null;
+  const { data } = JSON.parse(answer.response_body) as { data: { id: string; secret: string } };
+  return { id: data.id, secret: data.secret };
 }
 
 /** findSecretsKeyCheck returns the check value of the secrets key the database records, or null before a start has recorded one. */

@@ -3,6 +3,13 @@ import { Database } from "bun:sqlite";
 import { chmodSync, existsSync, mkdirSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
+import { createApiToken } from "../../server/auth/service.ts";
+import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
+import { canonicalJson } from "../../server/idempotency/service.ts";
+import { sha256 } from "../../server/shared/crypto.ts";
+import { newId } from "../../server/shared/ids.ts";
+import { SecretBox } from "../../server/webhooks/secrets.ts";
 import { CONSOLE_SUBSCRIPTION_FORM_PATH } from "../../server/webhooks/store.ts";
 import { api, createToken, postWithKey, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
@@ -143,6 +150,43 @@ describe("secrets-key reset: a lost key", () => {
       expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
       expect(existsSync(join(dataDir, "secrets.key"))).toBe(false);
       expect(contents(dataDir).keyChecks).toBe(1);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+  test("a database from before the check value whose only sealed secret is a kept create answer (its subscription deleted): the reset drops that answer, and the create retried makes a new subscription", async () => {
+    const dataDir = tempDir("key-reset-old");
+    const keyPath = join(dataDir, "secrets.key");
+    const body = { target_url: receiver.url, events: ["contact.created"] };
+    const db = openDatabase(databasePath(dataDir));
+    let token = "";
+    try {
+      // What a crm before 0025 left after a create kept for replay and a delete; its key then lost.
+      migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 25));
+      const created = await createApiToken(db, "old");
+      token = created.token;
+      const id = newId("sub");
+      const answer = { data: { id, ...body, description: null, status: "active", created_at: "2026-11-21T10:00:00.000Z", updated_at: "2026-11-21T10:00:00.000Z", secret: new SecretBox(Buffer.alloc(32, 1)).seal(id, "whsec_abc") } };
+      db.sqlite
+        .query("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, 'POST', '/public/v1/webhook-subscriptions', 'sub-1', ?, 201, ?, ?)")
+        .run(created.info.id, sha256(canonicalJson(body)), JSON.stringify(answer), Date.now());
+    } finally {
+      await db.close();
+    }
+    try {
+      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+        exitCode: 0,
+        stdout: `deleted 0 webhook subscriptions (0 pending deliveries failed unsent) and the database's record of its secrets key; the next start creates a new key, ${keyPath}, and records it\n`,
+        stderr: "",
+      });
+      expect(contents(dataDir)).toEqual({ subscriptions: [], deliveries: [], answers: [], keyChecks: 0 });
+      const server = await serve(dataDir);
+      try {
+        const again = await postWithKey(server.url, token, "/public/v1/webhook-subscriptions", body, "sub-1");
+        expect([again.status, again.replayed]).toEqual([201, false]);
+      } finally {
+        expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+      }
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }

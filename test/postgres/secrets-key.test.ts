@@ -96,4 +96,24 @@ describe("secrets key on PostgreSQL: one key per database", () => {
       await db.close();
     }
   });
+
+  test("a database migrated before the check value holding no subscription, only a kept create answer with its sealed secret (as copy-to-postgres carries it), is checked with that secret", async () => {
+    const { url } = await newDatabase();
+    const db: PostgresDatabase = await openPostgres(url, 1);
+    try {
+      await migratePostgres(db, POSTGRES_MIGRATIONS.filter((m) => m.version < 25));
+      const id = newId("sub");
+      const answer = { data: { id, target_url: "http://127.0.0.1:9/x", events: [], secret: new SecretBox(Buffer.alloc(32, 1)).seal(id, "whsec_abc") } };
+      await db.run("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES ('tok_1', 'POST', '/public/v1/webhook-subscriptions', 'k1', ?, 201, ?, 1)", [
+        new Uint8Array(32),
+        JSON.stringify(answer),
+      ]);
+      await expect(instance(url, other)).rejects.toThrow(refusal(other));
+      await (await instance(url, first)).close();
+      await db.run("DELETE FROM idempotency_keys");
+      await expect(instance(url, other)).rejects.toThrow(refusal(other));
+    } finally {
+      await db.close();
+    }
+  });
 });

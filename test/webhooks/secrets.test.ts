@@ -273,6 +273,63 @@ describe("sealed secrets: errors", () => {
     }
   });
 
+  test("a database from before the check value holding no subscription, only a kept create answer with its sealed secret, is refused without its key (no new key left) and with another; with its own the replay shows the secret", async () => {
+    const dataDir = tempDir();
+    const [first, other] = [keyFile(dataDir, "first.key", 1), keyFile(dataDir, "other.key", 2)];
+    const db = openDatabase(databasePath(dataDir));
+    const secret = `whsec_${Buffer.alloc(32, 3).toString("base64")}`;
+    const id = newId("sub");
+    const body = { target_url: "http://127.0.0.1:9/x", events: ["contact.created"] };
+    const answer = { data: { id, ...body, description: null, status: "active", created_at: "2026-11-21T10:00:00.000Z", updated_at: "2026-11-21T10:00:00.000Z", secret } };
+    try {
+      // What a crm before 0025 left after a create kept for replay and a delete: no subscription, the answer with its secret sealed.
+      migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 25));
+      const { token, info } = await createApiToken(db, "old");
+      const kept = { data: { ...answer.data, secret: new SecretBox(Buffer.alloc(32, 1)).seal(id, secret) } };
+      db.sqlite
+        .query("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, 'POST', '/public/v1/webhook-subscriptions', 'k1', ?, 201, ?, ?)")
+        .run(info.id, sha256(canonicalJson(body)), JSON.stringify(kept), Date.now());
+      const logs: string[] = [];
+      await expect(createRuntime({ db, config: configFor(dataDir), log: createLogger("info", (line) => logs.push(line)) })).rejects.toThrow(
+        `secrets key file ${join(dataDir, "secrets.key")} is missing, and this database was used with a key (it keeps a check value of it, and of any signing secrets sealed with it): put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`,
+      );
+      expect([existsSync(join(dataDir, "secrets.key")), logs.filter((line) => line.includes("created the key"))]).toEqual([false, []]);
+      await expect(createRuntime({ db, config: configFor(dataDir, { secretsKeyFile: other }), log: createLogger("error") })).rejects.toThrow(
+        `secrets key file ${other} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`,
+      );
+      const app = createApp(await createRuntime({ db, config: configFor(dataDir, { secretsKeyFile: first }), log: createLogger("error") }));
+      const replay = await app.handle(
+        new Request("http://localhost/public/v1/webhook-subscriptions", { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": "k1" }, body: JSON.stringify(body) }),
+      );
+      expect({ status: replay.status, replayed: replay.headers.get("idempotent-replayed"), body: await replay.json() }).toEqual({ status: 201, replayed: "true", body: answer });
+    } finally {
+      await db.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("a replay whose kept secret does not open with this server's key is refused with 410 replay-secret-lost naming the subscription, not a 500", async () => {
+    h = await scope.harness();
+    const body = { target_url: "http://127.0.0.1:9/hook", events: ["contact.created"] };
+    const first = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-lost" } });
+    const id: string = first.body.data.id;
+    // A kept answer sealed under a key this server does not have (written by a start with another key).
+    const foreign = { data: { ...first.body.data, secret: new SecretBox(Buffer.alloc(32, 9)).seal(id, first.body.data.secret) } };
+    await h.rt.db.run("UPDATE idempotency_keys SET response_body = ? WHERE idem_key = 'sub-lost'", [JSON.stringify(foreign)]);
+    const replay = await h.json("POST", "/public/v1/webhook-subscriptions", { body, headers: { "idempotency-key": "sub-lost" } });
+    expect({ status: replay.status, location: replay.headers.get("location"), body: replay.body }).toEqual({
+      status: 410,
+      location: null,
+      body: {
+        type: "urn:crm:problem:replay-secret-lost",
+        title: "Gone",
+        status: 410,
+        detail: `The answer kept for this Idempotency-Key shows the signing secret of webhook subscription ${id}, sealed with a secrets key this server does not have (the database was restored or reset without it), so it cannot be shown again. The subscription was created: rotate its secret for a new one, or delete it.`,
+        subscription_id: id,
+      },
+    });
+  });
+
   test("migrating secrets stored in clear without the key fails and changes nothing", async () => {
     const dataDir = tempDir();
     const db = openDatabase(databasePath(dataDir));

@@ -1,0 +1,78 @@
+import { expect, test } from "bun:test";
+import { copyFileSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { api, createToken, postWithKey, ROOT, runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
+
+// The README's restore block is what an operator types after losing the VM: run it, with the
+// VM's paths moved into a temporary directory, where the data directory is gone and a first start
+// of the rebuilt VM has made an empty database and a new key in its place.
+
+/** restoreBlock is the README's shell block that restores a backup (the one that removes the -wal file). */
+function restoreBlock(): string[] {
+  const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("\n### Backup and restore\n"), readme.indexOf("\n### Moving up to PostgreSQL\n"));
+  const block = [...section.matchAll(/```sh\n([^]*?)```/g)].map((m) => m[1]!).find((text) => text.includes("crm.sqlite-wal"));
+  return (block ?? "").split("\n").filter((line) => line.trim() !== "");
+}
+
+/** onVm moves a command of the block onto the test's VM, which runs as the current user: the paths under `root`, no owners. */
+function onVm(line: string, root: string): string {
+  return line
+    .replaceAll("/path/to/kept", join(root, "kept"))
+    .replace(/(\/var\/lib\/crm|\/var\/backups\/crm|\/etc\/crm)/g, (path) => join(root, path))
+    .replace(/ -o \S+ -g \S+/g, "");
+}
+
+const mode = (path: string) => (statSync(path).mode & 0o777).toString(8);
+
+test("the README's restore block brings a lost VM back from a backup, its key and its configuration: the start is ready, a replay opens its secret, the settings are the kept ones", async () => {
+  const root = tempDir("restore");
+  const [dataDir, etc, backups, kept] = ["var/lib/crm", "etc/crm", "var/backups/crm", "kept"].map((path) => join(root, path)) as [string, string, string, string];
+  const toml = join(etc, "crm.toml");
+  const serve = () => spawnServer([...SOURCE, "serve", "--config", toml, "--port", "0"]);
+  const body = { target_url: "http://127.0.0.1:9/hook", events: ["contact.created"] };
+  try {
+    for (const dir of [etc, backups, kept]) mkdirSync(dir, { recursive: true });
+    writeFileSync(toml, `data_dir = "${dataDir}"\nallow_private_targets = true\nlog_level = "warn"\n`);
+    writeFileSync(join(etc, "crm.env"), "CRM_METRICS_TOKEN=kept-metrics-token-0123456789abcdef\n");
+    const token = createToken(SOURCE, dataDir);
+    const old = await serve();
+    let created: Awaited<ReturnType<typeof postWithKey>>;
+    try {
+      created = await postWithKey(old.url, token, "/public/v1/webhook-subscriptions", body, "sub-1");
+      expect(created.status).toBe(201);
+    } finally {
+      await old.stopWith("SIGTERM");
+    }
+    expect(runCli([...SOURCE, "backup", join(backups, "crm-2026-11-20.sqlite"), "--config", toml]).exitCode).toBe(0);
+    for (const file of [join(dataDir, "secrets.key"), toml, join(etc, "crm.env")]) copyFileSync(file, join(kept, file.slice(file.lastIndexOf("/") + 1)));
+
+    // The VM is lost; the rebuilt one is installed with the example configuration, and started once.
+    rmSync(join(root, "var/lib"), { recursive: true, force: true });
+    rmSync(etc, { recursive: true, force: true });
+    mkdirSync(etc, { recursive: true });
+    writeFileSync(toml, `data_dir = "${dataDir}"\nlog_level = "warn"\n`);
+    await (await serve()).stopWith("SIGTERM");
+
+    const lines = restoreBlock();
+    expect([lines[0], lines.at(-2), lines.at(-1)]).toEqual(["systemctl stop crm", "systemctl start crm", "curl -fsS http://127.0.0.1:3000/readyz"]);
+    const commands = lines.slice(1, -2).map((line) => onVm(line, root));
+    const ran = Bun.spawnSync(["sh", "-ec", commands.join("\n")], { stdout: "pipe", stderr: "pipe" });
+    expect({ exitCode: ran.exitCode, stderr: ran.stderr.toString() }).toEqual({ exitCode: 0, stderr: "" });
+    expect(["crm.toml", "crm.env"].map((file) => mode(join(etc, file)))).toEqual(["640", "600"]);
+    expect(["secrets.key", "crm.sqlite"].map((file) => mode(join(dataDir, file)))).toEqual(["600", "600"]);
+
+    const restored = await serve();
+    try {
+      expect((await fetch(`${restored.url}/readyz`)).status).toBe(200);
+      const replay = await postWithKey(restored.url, token, "/public/v1/webhook-subscriptions", body, "sub-1");
+      expect(replay).toEqual({ status: 201, replayed: true, body: created!.body });
+      // The kept crm.toml allows receivers on private addresses; the rebuilt VM's example refused them.
+      expect((await api(restored.url, token, "POST", "/public/v1/webhook-subscriptions", { ...body, target_url: "http://127.0.0.1:9/other" })).status).toBe(201);
+    } finally {
+      expect((await restored.stopWith("SIGTERM")).exitCode).toBe(0);
+    }
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+}, 60_000);
