@@ -1,6 +1,6 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Db } from "../db/sql.ts";
-import { keysetOrder, unindexed } from "../db/keyset.ts";
+import { keysetOrder, pageSelect, unindexed } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { AccountSort } from "./model.ts";
 
@@ -136,7 +136,7 @@ export async function listAccounts(
   const order = keysetOrder(column, "id", page.direction, page.cursor, sortColumn === "domain", db.dialect);
   const select = (keyset: { after: string; params: (string | number)[] } | null, limit: number) => {
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
-    return db.all<AccountRow>(`SELECT * FROM accounts ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`, [
+    return db.all<AccountRow>(pageSelect(db.dialect, { columns: "*", from: "accounts", id: "id", where: conditions, orderBy: order.orderBy, limit: "?" }, page.offset), [
       ...(keyset?.params ?? []),
       ...params,
       limit,

@@ -51,3 +51,31 @@ export function keysetOrder(column: string, idColumn: string, direction: SortDir
     then: nullable && direction === "desc" ? { after: `${column} IS NULL`, params: [] } : null,
   };
 }
+
+/** PageQuery is the parts of a page's SELECT: its columns, its table (with an alias or not), conditions, order and LIMIT (a parameter). */
+export interface PageQuery {
+  columns: string;
+  from: string;
+  /** the id column, as the conditions and order name it */
+  id: string;
+  where: string[];
+  orderBy: string;
+  limit: string;
+}
+
+/**
+ * pageSelect builds a page's SELECT, its parameters the conditions', then the limit and the
+ * offset. On PostgreSQL a page past the first skips its offset in ids alone, sorted in a subquery
+ * (an Index Only Scan of the sort index), and reads the rows of the page only: read whole, the
+ * skipped rows' heap visits priced a deep page above a scan and sort of the whole table (the last
+ * page of 195,000 contacts by last_name: 0.65 to 2.7 s, the sort spilling to disk; 36 ms skipped
+ * in the index). SQLite walks the sort index at any depth and reads no row it skips.
+ */
+export function pageSelect(dialect: Dialect, query: PageQuery, offset: number): string {
+  const where = query.where.length ? `WHERE ${query.where.join(" AND ")} ` : "";
+  if (dialect === "postgres" && offset > 0) {
+    const skipped = `SELECT ${query.id} FROM ${query.from} ${where}ORDER BY ${query.orderBy} LIMIT ${query.limit} OFFSET ?`;
+    return `SELECT ${query.columns} FROM ${query.from} WHERE ${query.id} IN (${skipped}) ORDER BY ${query.orderBy}`;
+  }
+  return `SELECT ${query.columns} FROM ${query.from} ${where}ORDER BY ${query.orderBy} LIMIT ${query.limit} OFFSET ?`;
+}
