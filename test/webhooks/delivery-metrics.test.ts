@@ -83,7 +83,7 @@ describe("delivery metrics: deliveries failed with their subscription", () => {
     expect(deliveries).toEqual({ succeeded: 0, failed: 2, latencies: 0, pending: 0 });
   });
 
-  test("an attempt under way when its subscription is deleted does not count its delivery a second time", async () => {
+  test("an attempt under way when its subscription is deleted, which the delete aborts, does not count its delivery a second time", async () => {
     h = await scope.harness({ retrySchedule: [600] });
     const r = scope.receiver();
     r.hold();
@@ -91,8 +91,11 @@ describe("delivery metrics: deliveries failed with their subscription", () => {
     await createContact("Ada");
     await waitFor(() => r.received.length === 1, "the attempt at the receiver");
     expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`)).status).toBe(204);
+    await waitFor(async () => (await h.deliveries("status=failed"))[0]?.attempts === 1, "the aborted attempt recorded");
     r.release();
-    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 1, failed: 0 }, pending: 0 });
+    // The delivery is counted failed once, by the delete; its aborted attempt, which had no answer, as an error.
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 1, latencies: 0, attempts: { succeeded: 0, failed: 0 }, pending: 0 });
+    expect(parseExposition(await metricsText(h.rt)).value("crm_webhook_delivery_attempts_total", { result: "error" })).toBe(1);
   });
 });
 
