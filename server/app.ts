@@ -2,6 +2,7 @@ import { Elysia } from "elysia";
 import { consoleRoutes } from "../console/routes.ts";
 import { accountRoutes } from "./accounts/routes.ts";
 import { authentication } from "./auth/routes.ts";
+import { tokenRate } from "./auth/service.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
 import { migrateBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
@@ -9,6 +10,7 @@ import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
+import { ApiRateLimits } from "./limits/api-rates.ts";
 import { connectionLimits } from "./limits/connections.ts";
 import { limitsGuard } from "./limits/routes.ts";
 import { Metrics } from "./ops/metrics.ts";
@@ -50,7 +52,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), listening: () => null };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), listening: () => null };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */

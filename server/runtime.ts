@@ -2,6 +2,7 @@ import type { Server } from "bun";
 import type { Config } from "./config.ts";
 import type { Database } from "./db/sql.ts";
 import type { IdempotencyGuard } from "./idempotency/service.ts";
+import type { ApiRateLimits } from "./limits/api-rates.ts";
 import type { ConnectionLimits } from "./limits/connections.ts";
 import type { Metrics } from "./ops/metrics.ts";
 import type { Logger } from "./shared/log.ts";
@@ -24,6 +25,8 @@ export interface Runtime {
   secrets: SecretBox;
   /** the client connections: their limits, and the drain that ends them before a stop */
   connections: ConnectionLimits;
+  /** the API's rate limits: per token, and per client address for requests without a valid token */
+  rateLimits: ApiRateLimits;
   /**
    * listening is the Bun server the app listens on (its peers' addresses, per-request timeouts);
    * null before createApp's app listens, and under app.handle.

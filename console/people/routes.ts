@@ -67,7 +67,7 @@ export function peopleRoutes(rt: Runtime) {
     .post(
       "/tokens/:id/revoke",
       async ({ params }) => {
-        await revokeTokenFromConsole(db, params.id);
+        await revokeTokenFromConsole(rt, params.id);
         return redirect(`${CONSOLE_PREFIX}/tokens?revoked=1`);
       },
       { params: IdParam, body: OptionalForm },

@@ -17,9 +17,13 @@ export function createTokenFromForm(db: Database, name: string): Promise<{ token
   return createApiToken(db, name.trim());
 }
 
-/** revokeTokenFromConsole revokes an API token, or throws 404 when there is no token with that id. */
-export async function revokeTokenFromConsole(db: Database, id: string): Promise<void> {
-  if (await revokeApiToken(db, id)) return;
+/** revokeTokenFromConsole revokes an API token and forgets its rate limits, or throws 404 when there is no token with that id. */
+export async function revokeTokenFromConsole(rt: Runtime, id: string): Promise<void> {
+  const { db } = rt;
+  if (await revokeApiToken(db, id)) {
+    rt.rateLimits.forgetToken(id);
+    return;
+  }
   // Revoked already (the confirmation sent twice, another tab): the goal is reached all the same.
   if ((await findToken(db, id))?.revoked_at) return;
   throw new ProblemError(404, "not-found", `No API token with id ${JSON.stringify(id)} exists.`);

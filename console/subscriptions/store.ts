@@ -36,6 +36,14 @@ export async function setRotationTestDelivery(db: Db, newSubscriptionId: string,
   await db.run("UPDATE subscription_rotations SET test_delivery_id = ?, updated_at = ? WHERE new_subscription_id = ?", [deliveryId, at, newSubscriptionId]);
 }
 
+/**
+ * deleteAbandonedRotationsBefore drops the unfinished rotations whose new subscription was deleted
+ * (they can only say so) and whose last step came before `cutoff`, and returns how many.
+ */
+export function deleteAbandonedRotationsBefore(db: Db, cutoff: number): Promise<number> {
+  return db.run("DELETE FROM subscription_rotations WHERE completed_at IS NULL AND updated_at < ? AND NOT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE id = new_subscription_id)", [cutoff]);
+}
+
 /** markRotationCompleted records that the old subscription was deleted. */
 export async function markRotationCompleted(db: Db, newSubscriptionId: string, at: number): Promise<void> {
   await db.run("UPDATE subscription_rotations SET completed_at = ?, updated_at = ? WHERE new_subscription_id = ? AND completed_at IS NULL", [at, at, newSubscriptionId]);

@@ -4,10 +4,10 @@ import { PUBLIC_PREFIX } from "../http/conventions.ts";
 import { heldOpenWhile } from "../http/idle-timer.ts";
 import { pathStart } from "../http/request-log.ts";
 import { requestSlot } from "../http/request-slot.ts";
-import { ApiRateLimits, READ_METHODS } from "../limits/api-rates.ts";
+import { READ_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
 import { ProblemError } from "../shared/problem.ts";
-import { checkBearer, tokenRate, type AuthenticatedToken, type BearerCheck } from "./service.ts";
+import { checkBearer, type AuthenticatedToken, type BearerCheck } from "./service.ts";
 
 /** unauthorized is the 401 problem, with the WWW-Authenticate challenge and any extra headers. */
 export function unauthorized(detail: string, headers: Record<string, string> = {}): ProblemError {
@@ -31,7 +31,7 @@ export function chargeExtraWrites(request: Request, writes: number): void {
  * /public/v1 response it lets through carries the RateLimit and RateLimit-Policy headers.
  */
 export function authentication(rt: Runtime) {
-  const rates = new ApiRateLimits(rt.config, (tokenId) => tokenRate(rt.db, tokenId));
+  const rates = rt.rateLimits;
   const unrecorded = (error: unknown) => rt.log.warn("a token's last use could not be recorded; the request goes on", { error: String(error) });
   type Context = { request: Request; set: { headers: Record<string, string | number> } };
   const admit = ({ request, set }: Context, token: AuthenticatedToken) => {

@@ -1,5 +1,5 @@
 import type { Database, Db } from "../db/sql.ts";
-import type { TokenRate } from "../limits/rate-limiter.ts";
+import { makeRoom, MAX_TRACKED_KEYS, type TokenRate } from "../limits/rate-limiter.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
 import { codePointName } from "../shared/text.ts";
@@ -79,10 +79,12 @@ export async function listTokens(db: Db): Promise<ApiTokenInfo[]> {
   return (await listApiTokens(db)).map(toInfo);
 }
 
-/** revokeApiToken revokes a token by id; false when no active token has that id. */
+/** revokeApiToken revokes a token by id, and forgets its last use; false when no active token has that id. */
 export async function revokeApiToken(db: Database, id: string, now = Date.now()): Promise<boolean> {
   tokenCaches.delete(db);
-  return db.write((tx) => markTokenRevoked(tx, id, now));
+  const revoked = await db.write((tx) => markTokenRevoked(tx, id, now));
+  if (revoked) lastTouchedOf(db).delete(id);
+  return revoked;
 }
 
 /** findToken returns one token's metadata. */
@@ -91,7 +93,27 @@ export async function findToken(db: Db, id: string): Promise<ApiTokenInfo | null
   return row ? toInfo(row) : null;
 }
 
-const lastTouched = new Map<string, number>();
+/**
+ * lastTouchedByDatabase holds, per database, when this process last recorded each token's last use
+ * (LAST_USED_RESOLUTION_MS apart). A token revoked elsewhere (the CLI, another instance) is never
+ * named here, so the map is also bounded as the rate buckets are (makeRoom).
+ */
+const lastTouchedByDatabase = new WeakMap<Database, Map<string, number>>();
+
+/** lastTouchedOf returns the last recorded uses of `db`'s tokens (lastTouchedByDatabase). */
+function lastTouchedOf(db: Database): Map<string, number> {
+  let touched = lastTouchedByDatabase.get(db);
+  if (!touched) {
+    touched = new Map();
+    lastTouchedByDatabase.set(db, touched);
+  }
+  return touched;
+}
+
+/** touchedTokenCount is how many of `db`'s tokens this process keeps the last recorded use of. */
+export function touchedTokenCount(db: Database): number {
+  return lastTouchedOf(db).size;
+}
 
 interface CachedTokens {
   generation: number;
@@ -132,7 +154,7 @@ function cacheKeyOf(presented: string): string {
  */
 function cachedBearer(db: Database, presented: string, now: number): AuthenticatedToken | undefined {
   const token = cachedTokensOf(db).get(cacheKeyOf(presented));
-  if (!token || now - (lastTouched.get(token.id) ?? 0) >= LAST_USED_RESOLUTION_MS) return undefined;
+  if (!token || now - (lastTouchedOf(db).get(token.id) ?? 0) >= LAST_USED_RESOLUTION_MS) return undefined;
   return token;
 }
 
@@ -155,7 +177,10 @@ export async function authenticateBearer(db: Database, presented: string, unreco
     token = { id: match.id, name: match.name };
     cached.set(key, token);
   }
+  const lastTouched = lastTouchedOf(db);
   if (now - (lastTouched.get(token.id) ?? 0) >= LAST_USED_RESOLUTION_MS) {
+    // A use recorded over LAST_USED_RESOLUTION_MS ago asks for the next one as no record does.
+    makeRoom(lastTouched, MAX_TRACKED_KEYS, (touchedAt) => now - touchedAt >= LAST_USED_RESOLUTION_MS);
     lastTouched.set(token.id, now);
     const touched = token.id;
     // Bookkeeping: on PostgreSQL it takes no write lock and skips a row held elsewhere, so a read

@@ -1,7 +1,7 @@
 import type { Config } from "../config.ts";
 import { clientNetwork } from "../http/client-address.ts";
 import { ProblemError } from "../shared/problem.ts";
-import { TokenBuckets, rateLimitHeaders, type RatePolicy, type TokenRate } from "./rate-limiter.ts";
+import { makeRoom, MAX_TRACKED_KEYS, TokenBuckets, rateLimitHeaders, type RatePolicy, type TokenRate } from "./rate-limiter.ts";
 
 /** READ_METHODS spend a token's read budget; every other method its write budget. */
 export const READ_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
@@ -38,10 +38,15 @@ export class ApiRateLimits {
     this.failedAuth = { name: "failed-auth", perSecond: config.authFailuresPerMinute / 60, burst: config.authFailuresPerMinute };
   }
 
-  /** loadPolicies reads a token's own rate limit the first time the token is seen (only then a promise); call it before admitToken. */
+  /**
+   * loadPolicies reads a token's own rate limit the first time the token is seen (only then a
+   * promise); call it before admitToken. Tokens revoked elsewhere (the CLI, another instance) are
+   * never named here: the oldest are dropped past MAX_TRACKED_KEYS (makeRoom), and read again when seen again.
+   */
   loadPolicies(tokenId: string): void | Promise<void> {
     if (this.policiesByToken.has(tokenId)) return;
     return this.tokenRateOf(tokenId).then((own) => {
+      makeRoom(this.policiesByToken, MAX_TRACKED_KEYS, () => false);
       this.policiesByToken.set(
         tokenId,
         own
@@ -49,6 +54,16 @@ export class ApiRateLimits {
           : this.defaults,
       );
     });
+  }
+
+  /** forgetToken drops the rate limits kept for a token revoked here: it is never admitted again. */
+  forgetToken(tokenId: string): void {
+    this.policiesByToken.delete(tokenId);
+  }
+
+  /** tokenPoliciesKept is how many tokens' rate limits are kept, read once each (loadPolicies). */
+  get tokenPoliciesKept(): number {
+    return this.policiesByToken.size;
   }
 
   /** admitToken spends one request of the token's read or write budget, by the request's method. */

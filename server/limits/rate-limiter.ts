@@ -47,16 +47,34 @@ interface Bucket {
   policy: RatePolicy;
 }
 
+/** MAX_TRACKED_KEYS is how many keys a map of what requests bring (client addresses, API tokens) holds before makeRoom sweeps it. */
+export const MAX_TRACKED_KEYS = 100_000;
+
+/**
+ * makeRoom sweeps `map`, about to take a new key, once it holds `maxKeys`: first of the entries
+ * `spent` finds indistinguishable from absent, then of the oldest until it holds under 90% of
+ * `maxKeys`. Keys come from requests, so memory stays bounded whoever calls.
+ */
+export function makeRoom<K, V>(map: Map<K, V>, maxKeys: number, spent: (value: V) => boolean): void {
+  if (map.size < maxKeys) return;
+  for (const [key, value] of map) {
+    if (spent(value)) map.delete(key);
+  }
+  for (const key of map.keys()) {
+    if (map.size < maxKeys * 0.9) break;
+    map.delete(key);
+  }
+}
+
 /**
  * TokenBuckets keeps one token bucket per key (an API token and its request class, or a client
- * address). Keys are many when they are addresses, so the map is swept of buckets that have
- * refilled (they are indistinguishable from new ones) once it grows past `maxKeys`, and the
- * oldest are dropped if that is not enough: memory stays bounded whoever calls.
+ * address). Keys are many when they are addresses, so the map is swept (makeRoom) of buckets that
+ * have refilled: they are indistinguishable from new ones.
  */
 export class TokenBuckets {
   private readonly buckets = new Map<string, Bucket>();
 
-  constructor(private readonly maxKeys = 100_000) {}
+  constructor(private readonly maxKeys = MAX_TRACKED_KEYS) {}
 
   /** take spends one request from key's bucket if it holds one, and reports the bucket's state. */
   take(key: string, policy: RatePolicy, now = performance.now()): RateDecision {
@@ -80,7 +98,7 @@ export class TokenBuckets {
   private refilled(key: string, policy: RatePolicy, now: number): Bucket {
     let bucket = this.buckets.get(key);
     if (!bucket) {
-      if (this.buckets.size >= this.maxKeys) this.sweep(now);
+      makeRoom(this.buckets, this.maxKeys, ({ tokens, at, policy }) => tokens + ((now - at) / 1000) * policy.perSecond >= policy.burst);
       bucket = { tokens: policy.burst, at: now, policy };
       this.buckets.set(key, bucket);
     } else {
@@ -94,16 +112,6 @@ export class TokenBuckets {
   /** size is the number of buckets held. */
   get size(): number {
     return this.buckets.size;
-  }
-
-  private sweep(now: number): void {
-    for (const [key, { tokens, at, policy }] of this.buckets) {
-      if (tokens + ((now - at) / 1000) * policy.perSecond >= policy.burst) this.buckets.delete(key);
-    }
-    for (const key of this.buckets.keys()) {
-      if (this.buckets.size < this.maxKeys * 0.9) break;
-      this.buckets.delete(key);
-    }
   }
 }
 

@@ -54,8 +54,13 @@ export async function countOperators(db: Db): Promise<number> {
  * at start, and none may end another's. Call it inside one write.
  */
 export async function addSetupCode(db: Db, codeHash: Uint8Array, createdAt: number, expiresAt: number): Promise<void> {
-  await db.run("DELETE FROM operator_setup_codes WHERE expires_at <= ?", [createdAt]);
+  await deleteExpiredSetupCodes(db, createdAt);
   await db.run("INSERT INTO operator_setup_codes (code_hash, created_at, expires_at) VALUES (?, ?, ?)", [codeHash, createdAt, expiresAt]);
+}
+
+/** deleteExpiredSetupCodes drops the setup codes expired at `now` and returns how many. */
+function deleteExpiredSetupCodes(db: Db, now: number): Promise<number> {
+  return db.run("DELETE FROM operator_setup_codes WHERE expires_at <= ?", [now]);
 }
 
 /** setupCodeIsValid tells whether a setup code with this hash exists and is unexpired at `now`. */
@@ -277,6 +282,11 @@ export function listPendingInvites(db: Db, now: number): Promise<OperatorLinkRow
 /** deleteOperatorLink uses up a link; false when it was already used (two tabs racing). */
 export async function deleteOperatorLink(db: Db, codeHash: Uint8Array): Promise<boolean> {
   return (await db.run("DELETE FROM operator_links WHERE code_hash = ?", [codeHash])) > 0;
+}
+
+/** deleteExpiredOperatorLinks drops the one-time links (invitations, password resets, setup codes) expired at `now`, which nothing accepts any more, and returns how many. */
+export async function deleteExpiredOperatorLinks(db: Db, now: number): Promise<number> {
+  return (await db.run("DELETE FROM operator_links WHERE expires_at <= ?", [now])) + (await deleteExpiredSetupCodes(db, now));
 }
 
 /** deleteOperatorLinksOf drops every link naming an email (an operator removed, or an invitation withdrawn). */

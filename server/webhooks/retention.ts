@@ -1,5 +1,7 @@
+import { deleteAbandonedRotationsBefore } from "../../console/subscriptions/store.ts";
 import type { Db } from "../db/sql.ts";
 import { pruneIdempotencyKeys } from "../idempotency/service.ts";
+import { deleteExpiredOperatorLinks } from "../operators/store.ts";
 import type { Runtime } from "../runtime.ts";
 import { DAY_MS } from "../shared/time.ts";
 import { pruneTombstones } from "../tombstones/service.ts";
@@ -47,14 +49,26 @@ async function pruneInBatches(rt: Runtime, prune: (tx: Db) => Promise<number>): 
   }
 }
 
+/** Pruned counts what one run of pruneHistory deleted, by kind. */
+export type Pruned = {
+  deliveries: number;
+  events: number;
+  idempotency_keys: number;
+  attempt_stats: number;
+  tombstones: number;
+  abandoned_rotations: number;
+  expired_links: number;
+};
+
 /**
  * pruneHistory deletes finished deliveries (with their attempts) created more than the retention
  * period ago, then events no delivery refers to any more, then idempotency keys past 24 hours,
  * then hourly attempt statistics older than the longest stats window (or of deleted subscriptions),
- * then tombstones past their own (longer) retention.
+ * then tombstones past their own (longer) retention, then the console's rotations whose new
+ * subscription was deleted, untouched for the retention period, and its expired one-time links.
  * Pending deliveries are kept whatever their age: pruning them would lose events.
  */
-export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<{ deliveries: number; events: number; idempotency_keys: number; attempt_stats: number; tombstones: number }> {
+export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<Pruned> {
   const cutoff = now - rt.config.deliveryRetentionDays * DAY_MS;
   const deliveries = await pruneInBatches(rt, (tx) => deleteFinishedDeliveriesBefore(tx, cutoff, PRUNE_BATCH));
   const events = await pruneInBatches(rt, (tx) => deleteUnreferencedEventsBefore(tx, cutoff, PRUNE_BATCH));
@@ -62,7 +76,9 @@ export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<{ del
   if (deliveries > 0) await rt.db.write((tx) => deleteUnusedHeaderSets(tx));
   const attemptStats = await rt.db.write((tx) => deleteAttemptStatsBefore(tx, now - STATS_KEPT_MS));
   const tombstones = await pruneInBatches(rt, (tx) => pruneTombstones(tx, rt, now, PRUNE_BATCH));
-  return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats, tombstones };
+  const abandonedRotations = await rt.db.write((tx) => deleteAbandonedRotationsBefore(tx, cutoff));
+  const expiredLinks = await rt.db.write((tx) => deleteExpiredOperatorLinks(tx, now));
+  return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats, tombstones, abandoned_rotations: abandonedRotations, expired_links: expiredLinks };
 }
 
 /**
@@ -99,7 +115,7 @@ export function startRetentionJob(rt: Runtime, intervalMs = RETENTION_INTERVAL_M
       .then(() => pruneHistory(rt))
       .then(
         (pruned) => {
-          if (pruned.deliveries + pruned.events + pruned.idempotency_keys + pruned.attempt_stats + pruned.tombstones > 0) rt.log.info("history pruned", pruned);
+          if (Object.values(pruned).some((n) => n > 0)) rt.log.info("history pruned", pruned);
         },
         (error: unknown) => rt.log.error("pruning webhook history failed", { error: String(error) }),
       );

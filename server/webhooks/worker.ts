@@ -173,9 +173,11 @@ interface UnrecordedAttempt {
   settle: PromiseWithResolvers<RecordedAttempt | null>;
 }
 
-/** Picks are what one claim round leased: the deliveries, when a paced subscription may go next, and whether due work was left for others. */
+/** Picks are what one claim round leased: the deliveries, the paced subscriptions among theirs, when a paced subscription may go next, and whether due work was left for others. */
 interface Picks {
   picked: DueDelivery[];
+  /** the interval between attempts, in milliseconds, of each subscription with a max_rate that a delivery was picked for */
+  paced: Map<string, number>;
   rateWake: number | null;
   /** this instance's free slots held a subscription below its cap, with due deliveries possibly left that other instances could send */
   leftOver: boolean;
@@ -491,12 +493,13 @@ export class DeliveryLoop {
       return { now, ...(await (this.shared ? this.pickDueShared(tx, at, free, spare) : this.pickDue(tx, at, free, spare))) };
     };
     // Without REFILL free slots a claim still serves the subscriptions under their guaranteed share.
-    const { now, picked, rateWake, leftOver } = await db.write(claim);
+    const { now, picked, paced, rateWake, leftOver } = await db.write(claim);
     if (this.state !== "running") {
       // Stopped while the claim committed: the leases are released, nothing is sent.
       if (picked.length > 0) await this.release(picked);
       return;
     }
+    for (const [subscriptionId, interval] of paced) this.awaitSend(subscriptionId, interval);
     for (const due of picked) {
       this.holdReceiverSlot(due.subscription_id);
       this.dispatch(due, "scheduled");
@@ -546,6 +549,7 @@ export class DeliveryLoop {
     const busiest = free >= REFILL ? MAX_PER_SUBSCRIPTION - REFILL : GUARANTEED_PER_SUBSCRIPTION - 1;
     const saturated = [...this.perSubscription].filter(([, n]) => n > busiest).map(([id]) => id);
     const picked: DueDelivery[] = [];
+    const paced = new Map<string, number>();
     let rateWake: number | null = null;
     for (const { id: subscriptionId, max_rate } of await findSubscriptionsWithDueDeliveries(tx, now, saturated)) {
       let room = roomFor(this.perSubscription.get(subscriptionId) ?? 0, free - picked.length, spare - picked.length);
@@ -556,15 +560,13 @@ export class DeliveryLoop {
           if (slot !== Infinity) rateWake = rateWake === null ? slot : Math.min(rateWake, slot);
           continue;
         }
-        // The next slot is set when this attempt is actually sent (dispatch), not when it was due
-        // or claimed: a busy event loop or a late timer never lets two go out closer together.
         room = 1;
-        this.nextSlot.set(subscriptionId, Infinity);
-        this.pacing.set(subscriptionId, 1000 / max_rate);
       }
-      picked.push(...(await findDueDeliveriesOf(tx, subscriptionId, at, room)));
+      const due = await findDueDeliveriesOf(tx, subscriptionId, at, room);
+      if (max_rate !== null && due.length > 0) paced.set(subscriptionId, 1000 / max_rate);
+      picked.push(...due);
     }
-    return { picked: await lease(tx, picked, now + config.deliveryTimeoutMs + LEASE_MARGIN_MS), rateWake, leftOver: false };
+    return { picked: await lease(tx, picked, now + config.deliveryTimeoutMs + LEASE_MARGIN_MS), paced, rateWake, leftOver: false };
   }
 
   /**
@@ -581,6 +583,7 @@ export class DeliveryLoop {
     this.forgetPassedSlots(now);
     const leaseUntil = now + this.deps.config.deliveryTimeoutMs + LEASE_MARGIN_MS;
     const picked: DueDelivery[] = [];
+    const paced = new Map<string, number>();
     let rateWake: number | null = null;
     let leftOver = false;
     for (const subscription of await lockSubscriptionsWithDueDeliveries(tx, at)) {
@@ -607,11 +610,22 @@ export class DeliveryLoop {
       const [due] = await findDueDeliveriesOf(tx, subscription.id, at, 1);
       if (!due) continue;
       await holdSendPacing(tx, subscription.id, leaseUntil);
-      this.nextSlot.set(subscription.id, Infinity);
-      this.pacing.set(subscription.id, 1000 / subscription.max_rate);
+      paced.set(subscription.id, 1000 / subscription.max_rate);
       picked.push(due);
     }
-    return { picked: await lease(tx, picked, leaseUntil), rateWake, leftOver };
+    return { picked: await lease(tx, picked, leaseUntil), paced, rateWake, leftOver };
+  }
+
+  /**
+   * awaitSend holds a paced subscription's next slot (Infinity) until the attempt just claimed for
+   * it is sent: dispatch then sets it to the send time plus `interval`, not to when the attempt was
+   * due or claimed, so a busy event loop or a late timer never lets two go out closer together.
+   * Held only once the claim committed: a claim that failed sends nothing, and a slot held inside
+   * it would keep the subscription from every later claim until a restart.
+   */
+  private awaitSend(subscriptionId: string, interval: number): void {
+    this.nextSlot.set(subscriptionId, Infinity);
+    this.pacing.set(subscriptionId, interval);
   }
 
   /**

@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
-import { authenticateBearer, createApiToken, findToken, listTokens, revokeApiToken } from "../../server/auth/service.ts";
+import { authenticateBearer, createApiToken, findToken, listTokens, revokeApiToken, touchedTokenCount } from "../../server/auth/service.ts";
+import { addOperator, ConsoleClient } from "../console/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { ISO, call, expectProblem, loggedApp } from "./support.ts";
 import { sqliteOnly } from "../support/backend.ts";
@@ -140,5 +141,25 @@ describe("auth: security", () => {
     expect(await authenticateBearer(h.rt.db, "", failOnUnrecorded)).toBeNull();
     expect(await authenticateBearer(h.rt.db, "crm_", failOnUnrecorded)).toBeNull();
     expect(await authenticateBearer(h.rt.db, h.token, failOnUnrecorded)).toEqual({ id: expect.stringMatching(/^tok_/), name: "test" });
+  });
+});
+
+describe("auth: what the server keeps of a token", () => {
+  /** kept is how many tokens the server keeps the last recorded use of, and the rate limits of. */
+  const kept = () => ({ lastUses: touchedTokenCount(h.rt.db), ratePolicies: h.rt.rateLimits.tokenPoliciesKept });
+
+  test("a token revoked in the console leaves nothing of it behind: neither its last use nor its rate limits", async () => {
+    const { token, info } = await createApiToken(h.rt.db, "one job");
+    expect((await h.json("GET", "/public/v1/contacts", { headers: auth(token) })).status).toBe(200);
+    expect((await h.json("GET", "/public/v1/contacts")).status).toBe(200);
+    expect(kept()).toEqual({ lastUses: 2, ratePolicies: 2 });
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    await client.get(`/console/tokens/${info.id}/revoke`);
+    expect((await client.post(`/console/tokens/${info.id}/revoke`, {})).status).toBe(303);
+    expect(kept()).toEqual({ lastUses: 1, ratePolicies: 1 });
+    expect((await h.json("GET", "/public/v1/contacts", { headers: auth(token) })).status).toBe(401);
+    expect(kept()).toEqual({ lastUses: 1, ratePolicies: 1 });
   });
 });

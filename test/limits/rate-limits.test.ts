@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApiToken, tokenRate } from "../../server/auth/service.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
-import { parseTokenRate, TokenBuckets } from "../../server/limits/rate-limiter.ts";
+import { makeRoom, MAX_TRACKED_KEYS, parseTokenRate, TokenBuckets } from "../../server/limits/rate-limiter.ts";
 import { contactCount } from "../foundation/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { sqliteOnly } from "../support/backend.ts";
@@ -133,6 +133,31 @@ describe("rate limits: the buckets themselves", () => {
     expect(buckets.size).toBeLessThanOrEqual(100);
     for (let i = 0; i < 1000; i++) buckets.take(`spent-${i}`, policy, 5000);
     expect(buckets.size).toBeLessThanOrEqual(100);
+  });
+});
+
+describe("rate limits: what is kept per client address or token", () => {
+  test("a map swept by makeRoom loses its spent entries first, then its oldest, to under 90% of its cap", () => {
+    const map = new Map([1, 2, 3, 4, 5, 6, 7, 8, 9, 10].map((n) => [`key-${n}`, n]));
+    makeRoom(map, 11, (n) => n % 2 === 0);
+    expect([...map.keys()]).toEqual(["key-1", "key-2", "key-3", "key-4", "key-5", "key-6", "key-7", "key-8", "key-9", "key-10"]);
+    makeRoom(map, 10, (n) => n === 4 || n === 8);
+    expect([...map.keys()]).toEqual(["key-1", "key-2", "key-3", "key-5", "key-6", "key-7", "key-9", "key-10"]);
+    makeRoom(map, 8, () => false);
+    expect([...map.keys()]).toEqual(["key-2", "key-3", "key-5", "key-6", "key-7", "key-9", "key-10"]);
+  });
+
+  test(`the rate limits of the tokens seen are kept for ${MAX_TRACKED_KEYS} tokens at most, and a token's own are read again once dropped`, async () => {
+    h = await createHarness();
+    const rates = h.rt.rateLimits;
+    const { info } = await createApiToken(h.rt.db, "own rate", Date.now(), { readPerSecond: 1, readBurst: 3, writePerSecond: 1, writeBurst: 1 });
+    await rates.loadPolicies(info.id);
+    for (let i = 0; i < MAX_TRACKED_KEYS; i++) await rates.loadPolicies(`tok_unknown_${i}`);
+    expect(rates.tokenPoliciesKept).toBeLessThanOrEqual(MAX_TRACKED_KEYS);
+    // The oldest went first: admitted unread, the token would be held to the server's defaults.
+    expect(rates.admitToken(info.id, "GET")["ratelimit-policy"]).toBe(`"read";q=${h.rt.config.rateReadBurst};w=${Math.ceil(h.rt.config.rateReadBurst / h.rt.config.rateReadPerSecond)}`);
+    await rates.loadPolicies(info.id);
+    expect(rates.admitToken(info.id, "GET")["ratelimit-policy"]).toBe('"read";q=3;w=3');
   });
 });
 

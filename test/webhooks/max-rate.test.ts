@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { addOperator, ConsoleClient } from "../console/support.ts";
 import { expectProblem, validation } from "../foundation/support.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { busiestSecond, LOOPBACK_SLACK_MS } from "../support/pacing.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -172,6 +173,49 @@ describe("max_rate: happy paths", () => {
     await createContacts(50);
     await waitFor(() => arrivals.length === 50, "the backlog");
     expect(busiestSecond(arrivals)).toBeGreaterThan(5);
+  });
+});
+
+describe("max_rate: a claim whose write failed", () => {
+  /** refuseLeasesWhile makes the database refuse every claim's lease while the table `refusing_leases` holds a row, as a full disk would refuse the claim's write. */
+  async function refuseLeasesWhile(): Promise<void> {
+    await h.rt.db.run("CREATE TABLE refusing_leases (x INTEGER)");
+    await h.rt.db.run("INSERT INTO refusing_leases VALUES (1)");
+    if (h.rt.db.dialect === "sqlite") {
+      await h.rt.db.run("CREATE TRIGGER refuse_lease BEFORE UPDATE OF locked_until ON webhook_deliveries WHEN NEW.locked_until IS NOT NULL AND EXISTS (SELECT 1 FROM refusing_leases) BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END");
+    } else {
+      await h.rt.db.run("CREATE FUNCTION refuse_lease() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF EXISTS (SELECT 1 FROM refusing_leases) THEN RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = '53100'; END IF; RETURN NEW; END $$");
+      await h.rt.db.run("CREATE TRIGGER refuse_lease BEFORE UPDATE OF locked_until ON webhook_deliveries FOR EACH ROW WHEN (NEW.locked_until IS NOT NULL) EXECUTE FUNCTION refuse_lease()");
+    }
+  }
+
+  test("the capped subscription's deliveries are sent once claims work again: the failed claim holds none of its send slots", async () => {
+    const logged: { level: string; msg: string }[] = [];
+    h = await scope.harness({}, { log: createLogger("info", (line) => logged.push(JSON.parse(line))) });
+    const r = scope.receiver();
+    const id = (await create({ target_url: r.url, events: ["contact.created"], max_rate: 10 })).body.data.id;
+    const firstNames = () => r.received.map((request) => request.json.data.first_name);
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Before" } })).status).toBe(201);
+    await waitFor(() => r.received.length === 1, "the delivery before the failure");
+
+    await refuseLeasesWhile();
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "During" } })).status).toBe(201);
+    await waitFor(() => h.rt.deliveries.claimFailure !== null, "a claim to fail");
+    // the loop's next slot of the subscription (internal): held for a send only a committed claim makes (on PostgreSQL a leftover hold was kept for good once the subscription was deleted)
+    const loop = h.rt.deliveries as unknown as { nextSlot: Map<string, number> };
+    expect(loop.nextSlot.get(id)).not.toBe(Infinity);
+    await h.rt.db.run("DELETE FROM refusing_leases");
+    await waitFor(() => h.rt.deliveries.claimFailure === null, "a claim to succeed again");
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "After" } })).status).toBe(201);
+
+    await waitFor(() => r.received.length === 3, "the deliveries made during and after the failure");
+    expect(firstNames()).toEqual(["Before", "During", "After"]);
+    const deliveries = await settledDeliveries(h, `subscription_id=${id}`);
+    expect(deliveries.map((d) => [d.status, d.attempts])).toEqual([["succeeded", 1], ["succeeded", 1], ["succeeded", 1]]);
+    expect(logged.filter((line) => line.msg.startsWith("webhook delivery loop")).map((line) => `${line.level} ${line.msg}`)).toEqual([
+      "error webhook delivery loop: claim failed",
+      "info webhook delivery loop: claims work again",
+    ]);
   });
 });
 
