@@ -81,8 +81,10 @@ export async function listTokens(db: Db): Promise<ApiTokenInfo[]> {
 
 /** revokeApiToken revokes a token by id, and forgets its last use; false when no active token has that id. */
 export async function revokeApiToken(db: Database, id: string, now = Date.now()): Promise<boolean> {
-  tokenCaches.delete(db);
   const revoked = await db.write((tx) => markTokenRevoked(tx, id, now));
+  // Emptied once the revoke is committed, not before: a request checking the token meanwhile read
+  // its row still active and kept it, and the cache would have admitted it on until a restart.
+  tokenCaches.delete(db);
   if (revoked) lastTouchedOf(db).delete(id);
   return revoked;
 }

@@ -137,6 +137,16 @@ describe("auth: security", () => {
     expect(text.toLowerCase()).not.toContain("authorization");
   });
 
+  test("a token checked while its revocation is being committed (its row still active) is not kept: the next request after the revoke is refused", async () => {
+    const { token, info } = await createApiToken(h.rt.db, "revoked-mid-check");
+    const revoking = revokeApiToken(h.rt.db, info.id);
+    // Checked before the revoke's write group commits: the row is still active, so this one passes.
+    expect(await authenticateBearer(h.rt.db, token, failOnUnrecorded)).toEqual({ id: info.id, name: "revoked-mid-check" });
+    expect(await revoking).toBe(true);
+    expect(await authenticateBearer(h.rt.db, token, failOnUnrecorded)).toBeNull();
+    expect((await h.request("GET", "/public/v1/contacts", { headers: auth(token) })).status).toBe(401);
+  });
+
   test("authenticateBearer refuses empty and prefix-only tokens", async () => {
     expect(await authenticateBearer(h.rt.db, "", failOnUnrecorded)).toBeNull();
     expect(await authenticateBearer(h.rt.db, "crm_", failOnUnrecorded)).toBeNull();
