@@ -452,16 +452,17 @@ export class PostgresDatabase extends PostgresDb implements Database {
   /**
    * listen subscribes on a client of its own (its connection outlives the pool's), which Bun
    * reconnects (and re-subscribes) when it drops, and which checkListener replaces when it is dead
-   * without knowing it.
+   * without knowing it, or subscribes again when the first subscribe was refused (a server at
+   * max_connections refuses exactly this connection, the one beyond the pool).
    */
-  async listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>> {
+  async listen(channel: string, onNotify: (payload: string) => void, onRefused: (error: unknown) => void): Promise<() => Promise<void>> {
     const registration: Registration = { channel, onNotify, subscription: null };
     this.registrations.add(registration);
-    await this.subscribe(registration);
     if (!this.listenerChecks) {
       this.listenerChecks = setInterval(() => void this.checkListener(), this.listenerCheckMs);
       this.listenerChecks.unref();
     }
+    await this.subscribe(registration).catch(onRefused);
     return async () => {
       this.registrations.delete(registration);
       await registration.subscription?.unlisten();

@@ -414,8 +414,10 @@ export class DeliveryLoop {
       this.registered = true;
       this.deps.db.onCommit(() => this.wake());
     }
-    this.listening ??= this.deps.db.listen(DELIVERY_CHANNEL, (payload) => this.heard(payload)).catch((error: unknown) => {
-      this.deps.log.error("webhook delivery loop: cannot listen for other instances; polling only", { error: String(error) });
+    const refused = (error: unknown) =>
+      this.deps.log.error("webhook delivery loop: cannot listen for other instances; polling until a listener check subscribes again", { error: String(error) });
+    this.listening ??= this.deps.db.listen(DELIVERY_CHANNEL, (payload) => this.heard(payload), refused).catch((error: unknown) => {
+      refused(error);
       return null;
     });
     this.wake();

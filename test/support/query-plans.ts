@@ -31,7 +31,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     writesWaiting: () => db.writesWaiting(),
     onCommit: (callback) => db.onCommit(callback),
     outsideWritesGeneration: () => db.outsideWritesGeneration(),
-    listen: (channel, onNotify) => db.listen(channel, onNotify),
+    listen: (channel, onNotify, onRefused) => db.listen(channel, onNotify, onRefused),
     notify: (channel, payload) => db.notify(channel, payload),
     close: () => db.close(),
   };
