@@ -8,6 +8,7 @@ import type { AddressInfo } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { validation } from "../foundation/support.ts";
 import { cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -305,6 +306,24 @@ describe("pinned connect: the system resolver and a name server that does not an
       expect((await Promise.all(waiting)).map((res) => [res.status, res.body.errors[0].detail])).toEqual(
         SILENT_NAMES.map((name) => [422, `host ${name} could not be resolved (ECONNREFUSED)`]),
       );
+    } finally {
+      silent.close();
+      silent.restore();
+    }
+  });
+});
+
+describe("pinned connect: the check at creation and a name server that does not answer", () => {
+  test("a create for a name whose name server is silent is refused at the delivery timeout, in words", async () => {
+    const silent = await silentNameServer();
+    try {
+      h = await scope.harness({ allowPrivateTargets: false, deliveryTimeoutMs: 300 });
+      const res = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://silent.bounded.example.test/hook", events: ["contact.created"] } });
+      expect({ status: res.status, body: res.body, asked: silent.asked.has("silent.bounded.example.test") }).toEqual({
+        status: 422,
+        body: validation([{ pointer: "/target_url", detail: "host silent.bounded.example.test could not be resolved (no answer within 300 ms)" }], "The target URL is not allowed."),
+        asked: true,
+      });
     } finally {
       silent.close();
       silent.restore();
