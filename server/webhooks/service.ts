@@ -132,16 +132,20 @@ function newSecret(): string {
 /**
  * checkSubscriptionTarget throws 422 for a target the URL rules refuse, or whose host resolves to a
  * non-public address unless private targets are allowed. It runs before the write that stores the
- * subscription, as its address lookup may take a while.
+ * subscription, as its address lookup may take a while: up to the delivery timeout, as an attempt's
+ * does, past which the name is refused as unresolved (its name server may never answer).
  */
 export async function checkSubscriptionTarget(rt: Runtime, targetUrl: string): Promise<void> {
   const urlError = checkTargetUrl(targetUrl);
   if (urlError) throw validationProblem([{ pointer: "/target_url", detail: urlError }]);
   if (rt.config.allowPrivateTargets) return;
+  const hostname = new URL(targetUrl).hostname;
+  const deadline = AbortSignal.timeout(rt.config.deliveryTimeoutMs);
   try {
-    await resolveTarget(new URL(targetUrl).hostname, rt.network.resolve, false);
+    await resolveTarget(hostname, rt.network.resolve, false, deadline);
   } catch (error) {
-    if (error instanceof TargetRefused) throw validationProblem([{ pointer: "/target_url", detail: error.message }], "The target URL is not allowed.");
+    const refusal = error instanceof TargetRefused ? error.message : deadline.aborted ? `host ${hostname} could not be resolved (no answer within ${rt.config.deliveryTimeoutMs} ms)` : null;
+    if (refusal) throw validationProblem([{ pointer: "/target_url", detail: refusal }], "The target URL is not allowed.");
     throw error;
   }
 }

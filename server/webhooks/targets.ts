@@ -1,4 +1,4 @@
-import { lookup } from "node:dns/promises";
+import { readFileSync } from "node:fs";
 import { isIPv4, isIPv6 } from "node:net";
 import { codePointName } from "../shared/text.ts";
 
@@ -168,9 +168,52 @@ export function cachedResolver(resolve: Resolver, ttlMs: number, now: () => numb
   };
 }
 
-/** SYSTEM_NETWORK resolves through the operating system (getaddrinfo, as a connect would, answers kept 30 s) and trusts the system's authorities. */
+/** HOSTS_FILE is where names are looked up before DNS, as getaddrinfo does under nsswitch's usual `hosts: files dns`. */
+const HOSTS_FILE = "/etc/hosts";
+
+/**
+ * hostsFileAddresses returns the addresses of every line of a hosts file that lists the name, in
+ * file order, as getaddrinfo does; c-ares answers from the first such line alone, so a name listed
+ * with a public and then a private address would have passed the check. The file is small and read
+ * synchronously: an asynchronous read would wait for Bun's thread pool.
+ */
+function hostsFileAddresses(hostname: string, hostsFile: string): string[] {
+  let text: string;
+  try {
+    text = readFileSync(hostsFile, "utf8");
+  } catch {
+    return [];
+  }
+  const name = hostname.toLowerCase();
+  return text.split("\n").flatMap((line) => {
+    const [address, ...names] = line.replace(/#.*/, "").trim().split(/\s+/);
+    return address && names.some((listed) => listed.toLowerCase() === name) ? [address] : [];
+  });
+}
+
+/**
+ * systemLookup returns every address of a name: those of its lines in the hosts file, or else the
+ * answer of the name servers in /etc/resolv.conf, asked through c-ares, which waits for them on the
+ * event loop. getaddrinfo (node:dns lookup) holds one of the few threads Bun shares among all
+ * lookups for as long as a name server keeps it waiting (10 s for a silent one, past the attempt
+ * that asked), so one subscriber's silent name server held up every other target's lookup.
+ */
+export async function systemLookup(hostname: string, hostsFile = HOSTS_FILE): Promise<string[]> {
+  const listed = hostsFileAddresses(hostname, hostsFile);
+  if (listed.length > 0) return listed;
+  try {
+    return (await Bun.dns.lookup(hostname, { backend: "c-ares" })).map((a) => a.address);
+  } catch (error) {
+    // Bun prefixes c-ares's codes (DNS_ENOTFOUND); refusals quote them as node names them (ENOTFOUND).
+    const failure = error as { code?: string };
+    if (failure.code) failure.code = failure.code.replace(/^DNS_/, "");
+    throw error;
+  }
+}
+
+/** SYSTEM_NETWORK resolves names with systemLookup (answers kept 30 s) and trusts the system's authorities. */
 export const SYSTEM_NETWORK: Network = {
-  resolve: cachedResolver(async (hostname) => (await lookup(hostname, { all: true, verbatim: true })).map((a) => a.address), RESOLVE_CACHE_MS),
+  resolve: cachedResolver((hostname) => systemLookup(hostname), RESOLVE_CACHE_MS),
 };
 
 const isAddress = (host: string) => isIPv4(host) || isIPv6(host);

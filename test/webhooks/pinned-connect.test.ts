@@ -1,12 +1,16 @@
 import { describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { createSocket } from "node:dgram";
+import dns from "node:dns";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createSecureServer } from "node:http2";
 import { createServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { TLSSocket } from "node:tls";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { cachedResolver, type Resolver } from "../../server/webhooks/targets.ts";
-import { settledDeliveries, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { validation } from "../foundation/support.ts";
+import { cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
+import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
 let h: WebhookHarness;
@@ -22,6 +26,42 @@ function answering(...answers: string[][]): Resolver & { calls: string[] } {
     return answers[Math.min(calls.length, answers.length) - 1]!;
   };
   return Object.assign(resolve, { calls });
+}
+
+/** SilentNameServer is a real name server on 127.0.0.1 that reads queries and never answers, as a target's owner may run one. */
+interface SilentNameServer {
+  /** asked holds every name it was asked */
+  asked: Set<string>;
+  /** close stops it: lookups still waiting fail at their next try (connection refused) */
+  close(): void;
+  /** restore points the resolver back at the system's name servers */
+  restore(): void;
+}
+
+/** questionName reads the name a DNS query asks about (RFC 1035: labels after the 12-byte header). */
+function questionName(query: Buffer): string {
+  const labels: string[] = [];
+  for (let at = 12; query[at]; at += query[at]! + 1) labels.push(query.subarray(at + 1, at + 1 + query[at]!).toString());
+  return labels.join(".");
+}
+
+/** silentNameServer starts a SilentNameServer and points the service's resolver at it: c-ares's servers are the process's, as /etc/resolv.conf is the machine's. */
+async function silentNameServer(): Promise<SilentNameServer> {
+  const socket = createSocket("udp4");
+  const asked = new Set<string>();
+  socket.on("message", (query) => asked.add(questionName(query)));
+  await new Promise<void>((resolve) => socket.bind(0, "127.0.0.1", resolve));
+  const servers = dns.getServers();
+  dns.setServers([`127.0.0.1:${socket.address().port}`]);
+  let open = true;
+  return {
+    asked,
+    close() {
+      if (open) socket.close();
+      open = false;
+    },
+    restore: () => dns.setServers(servers),
+  };
 }
 
 const createContact = async () => expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com" } })).status).toBe(201);
@@ -208,6 +248,104 @@ describe("pinned connect: a name server that does not answer", () => {
     // Past the lease the first attempt would have held (300 ms + 2 s) had it waited for the lookup.
     await Bun.sleep(2500);
     expect({ lookups: calls.length, sent: r.received.length, inFlight: h.rt.deliveries.inFlightCount }).toEqual({ lookups: 1, sent: 0, inFlight: 0 });
+  });
+});
+
+describe("pinned connect: the system resolver and a name server that does not answer", () => {
+  // More than the few lookups Bun's getaddrinfo threads run at once. Each test has names of its own:
+  // the resolver's cache is the process's, and a lookup left waiting by one test is reused by the next.
+  const silentNames = (test: string) => [1, 2, 3, 4, 5, 6].map((i) => `silent-${i}.${test}.example.test`);
+
+  test("while lookups of several targets wait on a silent name server, another target's delivery is attempted and succeeds", async () => {
+    const SILENT_NAMES = silentNames("deliveries");
+    const silent = await silentNameServer();
+    try {
+      h = await scope.harness({ deliveryTimeoutMs: 60_000, retrySchedule: [] });
+      for (const name of SILENT_NAMES) await h.subscribe(`http://${name}/hook`, ["contact.created"]);
+      await createContact();
+      await waitFor(() => SILENT_NAMES.every((name) => silent.asked.has(name)), "the silent name server to be asked every silent name");
+      // localhost comes from /etc/hosts, as the names operators add there do.
+      const r = scope.receiver();
+      await h.subscribe(`http://localhost:${new URL(r.url).port}/hook`, ["account.created"]);
+      expect((await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).status).toBe(201);
+      // Waiting on the receiver, not the API: polling the API for long runs into the read rate limit.
+      await waitFor(() => r.received.length > 0, "the healthy receiver to get its delivery");
+      const [healthy] = await settledDeliveries(h, "event=account.created");
+      const silentDeliveries = await h.deliveries("event=contact.created");
+      expect({
+        healthy: { status: healthy.status, attempts: healthy.attempts, response: healthy.last_response_status, received: r.received.length },
+        silent: silentDeliveries.map((d) => d.status),
+        inFlight: h.rt.deliveries.inFlightCount,
+      }).toEqual({
+        healthy: { status: "succeeded", attempts: 1, response: 200, received: 1 },
+        silent: SILENT_NAMES.map(() => "pending"),
+        inFlight: SILENT_NAMES.length,
+      });
+    } finally {
+      silent.close();
+      silent.restore();
+    }
+  });
+
+  test("while creates for names whose name server is silent wait, a create for a name that resolves is answered", async () => {
+    const SILENT_NAMES = silentNames("creates");
+    const silent = await silentNameServer();
+    try {
+      h = await scope.harness({ allowPrivateTargets: false, deliveryTimeoutMs: 60_000 });
+      const create = (targetUrl: string) => h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: targetUrl, events: ["contact.created"] } });
+      let answered = 0;
+      const waiting = SILENT_NAMES.map((name) => create(`http://${name}/hook`).finally(() => answered++));
+      await waitFor(() => SILENT_NAMES.every((name) => silent.asked.has(name)), "the silent name server to be asked every silent name");
+      const resolved = await create("http://localhost/hook");
+      expect({ status: resolved.status, detail: resolved.body.errors[0].detail, silentAnswered: answered }).toEqual({
+        status: 422,
+        detail: expect.stringMatching(/^host localhost resolves to (127\.0\.0\.1|::1), which is loopback; webhook targets must be public/),
+        silentAnswered: 0,
+      });
+      silent.close();
+      expect((await Promise.all(waiting)).map((res) => [res.status, res.body.errors[0].detail])).toEqual(
+        SILENT_NAMES.map((name) => [422, `host ${name} could not be resolved (ECONNREFUSED)`]),
+      );
+    } finally {
+      silent.close();
+      silent.restore();
+    }
+  });
+});
+
+describe("pinned connect: the check at creation and a name server that does not answer", () => {
+  test("a create for a name whose name server is silent is refused at the delivery timeout, in words", async () => {
+    const silent = await silentNameServer();
+    try {
+      h = await scope.harness({ allowPrivateTargets: false, deliveryTimeoutMs: 300 });
+      const res = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://silent.bounded.example.test/hook", events: ["contact.created"] } });
+      expect({ status: res.status, body: res.body, asked: silent.asked.has("silent.bounded.example.test") }).toEqual({
+        status: 422,
+        body: validation([{ pointer: "/target_url", detail: "host silent.bounded.example.test could not be resolved (no answer within 300 ms)" }], "The target URL is not allowed."),
+        asked: true,
+      });
+    } finally {
+      silent.close();
+      silent.restore();
+    }
+  });
+});
+
+describe("pinned connect: the system resolver's hosts file", () => {
+  test("every line that lists a name counts, in file order: a public line then a private one is refused, as getaddrinfo reads them", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "crm-hosts-"));
+    try {
+      const hostsFile = join(dir, "hosts");
+      writeFileSync(hostsFile, ["# a comment naming mixed.example.test", "93.184.216.34 public.example.test Mixed.Example.Test # public first", "127.0.0.1 localhost", "10.1.2.3\tmixed.example.test", ""].join("\n"));
+      const resolve: Resolver = (hostname) => systemLookup(hostname, hostsFile);
+      expect(await resolve("mixed.example.test")).toEqual(["93.184.216.34", "10.1.2.3"]);
+      expect(await resolveTarget("public.example.test", resolve, false)).toBe("93.184.216.34");
+      await expect(resolveTarget("mixed.example.test", resolve, false)).rejects.toThrow(
+        "host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
