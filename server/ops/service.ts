@@ -88,6 +88,26 @@ export async function readiness(rt: Runtime): Promise<Readiness> {
   return { status: "ready", checks };
 }
 
+/** DATABASE_NEWER_RETRY_AFTER_SECONDS is the Retry-After of a request refused by an instance whose database a newer crm migrated: time for a load balancer to send the retry elsewhere. */
+const DATABASE_NEWER_RETRY_AFTER_SECONDS = 5;
+
+/**
+ * refuseOnNewerDatabase answers 503 database-newer once the instance has found that a newer crm
+ * migrated its database (rt.migrations): its code would read and write that schema the old way.
+ * The refusal comes before anything is read or written, so any request may be sent again elsewhere.
+ */
+export function refuseOnNewerDatabase(rt: Runtime): void {
+  const newer = rt.migrations.newer;
+  if (newer.length === 0) return;
+  throw new ProblemError(
+    503,
+    "database-newer",
+    `This instance runs crm ${VERSION}, and a newer crm has migrated its database (it has ${newer.join(", ")}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`,
+    undefined,
+    { "retry-after": String(DATABASE_NEWER_RETRY_AFTER_SECONDS) },
+  );
+}
+
 /**
  * authorizeMetrics lets a scrape through: never from a browser; with a metrics token configured,
  * only a request carrying it; without one, only a loopback client that addresses this machine by
