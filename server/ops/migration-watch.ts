@@ -1,7 +1,7 @@
 import { migrationState } from "../db/backend.ts";
 import type { Db } from "../db/sql.ts";
 import type { Logger } from "../shared/log.ts";
-import { VERSION } from "../version.ts";
+import { BUILD } from "../version.ts";
 
 /**
  * MIGRATION_CHECK_INTERVAL_MS is how often a running instance reads the migrations its database
@@ -62,7 +62,7 @@ export class MigrationWatch {
           clearInterval(this.timer);
           this.log.error(
             "the database was migrated by a newer crm: this instance refuses every API and console request (503 database-newer) and stops its webhook deliveries and background jobs; stop it and run the newer crm",
-            { version: VERSION, newer_migrations: newer },
+            { version: BUILD, newer_migrations: newer },
           );
           this.stoppingWork = this.onFound().catch((error: unknown) => this.log.error("stopping the background work failed", { error: String(error) }));
         },

@@ -6,7 +6,7 @@ import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
-import { VERSION } from "../../server/version.ts";
+import { BUILD, VERSION } from "../../server/version.ts";
 import { testBackend, type TestBackend } from "../support/backend.ts";
 import { FAST_WEBHOOKS, startReceiver, waitFor, type Receiver } from "./support.ts";
 
@@ -56,7 +56,7 @@ test("an instance whose database a newer crm migrates under it refuses API and c
     "the API's refusal",
     LONGEST_CHECK_WAIT_MS,
   );
-  const detail = `This instance runs crm ${VERSION}, and a newer crm has migrated its database (it has ${FUTURE}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`;
+  const detail = `This instance runs crm ${BUILD}, and a newer crm has migrated its database (it has ${FUTURE}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`;
   expect({ status: refused.status, type: refused.headers.get("content-type"), retryAfter: refused.headers.get("retry-after"), body: await refused.json() }).toEqual({
     status: 503,
     type: "application/problem+json",
@@ -98,7 +98,7 @@ test("an instance whose database a newer crm migrates under it refuses API and c
       time: expect.any(String),
       level: "error",
       msg: "the database was migrated by a newer crm: this instance refuses every API and console request (503 database-newer) and stops its webhook deliveries and background jobs; stop it and run the newer crm",
-      version: VERSION,
+      version: BUILD,
       newer_migrations: [FUTURE],
     },
   ]);
