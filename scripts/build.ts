@@ -3,6 +3,7 @@
 // beside the binary at run time. `bun scripts/build.ts [--target=bun-linux-arm64] [--outfile=PATH]`.
 import { existsSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { buildCommit } from "./build-commit.ts";
 
 const root = join(import.meta.dir, "..");
 const option = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -19,6 +20,7 @@ if (existsSync(consoleBuild)) {
   }
 }
 
+const commit = buildCommit(root);
 const started = performance.now();
 const result = await Bun.build({
   // The slow-list lane's thread runs a module of its own, embedded beside main's (server/db/read-lane.ts finds it).
@@ -27,6 +29,8 @@ const result = await Bun.build({
   // Precompiled bytecode roughly halves the time from exec to the first answered request.
   bytecode: true,
   sourcemap: "inline",
+  // server/version.ts names the build by it; run from source, it is not defined.
+  define: { CRM_BUILD_COMMIT: JSON.stringify(commit) },
   compile: {
     outfile,
     ...(target ? { target } : {}),
@@ -43,4 +47,4 @@ if (!result.success) {
 // The source maps are embedded in the binary already; the copies written beside it are not needed.
 for (const map of [`${outfile}.map`, join(dirname(outfile), "read-lane-worker.js.map")]) rmSync(map, { force: true });
 const size = Bun.file(outfile).size;
-console.log(`built ${outfile} (${(size / 1024 / 1024).toFixed(1)} MiB) in ${Math.round(performance.now() - started)} ms`);
+console.log(`built ${outfile} (commit ${commit}, ${(size / 1024 / 1024).toFixed(1)} MiB) in ${Math.round(performance.now() - started)} ms`);

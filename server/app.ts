@@ -14,7 +14,8 @@ import { ApiRateLimits } from "./limits/api-rates.ts";
 import { connectionLimits } from "./limits/connections.ts";
 import { limitsGuard } from "./limits/routes.ts";
 import { Metrics } from "./ops/metrics.ts";
-import { opsRoutes } from "./ops/routes.ts";
+import { MigrationWatch } from "./ops/migration-watch.ts";
+import { newerDatabaseGuard, opsRoutes } from "./ops/routes.ts";
 import { recordDeliveryOutcome } from "./ops/service.ts";
 import type { Runtime } from "./runtime.ts";
 import type { Logger } from "./shared/log.ts";
@@ -52,7 +53,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), listening: () => null };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations: new MigrationWatch(db, log), listening: () => null };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */
@@ -74,9 +75,11 @@ export function createApp(runtime: Runtime) {
         draining: () => rt.connections.draining,
         listening: rt.listening,
         metricsToken: rt.config.metricsToken,
+        unexpectedFailure: () => rt.migrations.checkSoon(),
       }),
     )
     .use(limitsGuard(rt))
+    .use(newerDatabaseGuard(rt))
     .use(authentication(rt))
     .use(opsRoutes(rt))
     .use(

@@ -22,9 +22,9 @@ import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { ImportError } from "./import/client.ts";
 import { importContacts } from "./import/service.ts";
 import { startServer } from "./server.ts";
-import { VERSION } from "./version.ts";
+import { BUILD } from "./version.ts";
 
-const HELP = `crm ${VERSION}: CRM contacts API with signed webhook deliveries
+const HELP = `crm ${BUILD}: CRM contacts API with signed webhook deliveries
 
 Usage: crm [command] [options]
 
@@ -363,7 +363,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (asksFor(args, ["--version"]) || args[0] === "version") {
-    process.stdout.write(`crm ${VERSION}\n`);
+    process.stdout.write(`crm ${BUILD}\n`);
     return 0;
   }
   const command = args[0] && !args[0].startsWith("-") ? args.shift()! : "serve";

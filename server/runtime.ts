@@ -5,6 +5,7 @@ import type { IdempotencyGuard } from "./idempotency/service.ts";
 import type { ApiRateLimits } from "./limits/api-rates.ts";
 import type { ConnectionLimits } from "./limits/connections.ts";
 import type { Metrics } from "./ops/metrics.ts";
+import type { MigrationWatch } from "./ops/migration-watch.ts";
 import type { Logger } from "./shared/log.ts";
 import type { SecretBox } from "./webhooks/secrets.ts";
 import type { Network } from "./webhooks/targets.ts";
@@ -27,6 +28,8 @@ export interface Runtime {
   connections: ConnectionLimits;
   /** the API's rate limits: per token, and per client address for requests without a valid token */
   rateLimits: ApiRateLimits;
+  /** notices a newer crm's migrations under the running instance, after which requests are refused; started with the server */
+  migrations: MigrationWatch;
   /**
    * listening is the Bun server the app listens on (its peers' addresses, per-request timeouts);
    * null before createApp's app listens, and under app.handle.

@@ -110,6 +110,10 @@ export async function startServer(config: Config, log: Logger = createLogger(con
   runtime.deliveries.start();
   const stopRetention = startRetentionJob(runtime);
   const stopNameIndexing = startNameIndexing(runtime);
+  // Every background job that writes stops once a newer crm has migrated the database under this instance.
+  runtime.migrations.start(async () => {
+    await Promise.all([runtime.deliveries.stop(), stopRetention(), stopNameIndexing()]);
+  });
   let stopping: Promise<void> | undefined;
   return {
     url,
@@ -137,6 +141,8 @@ export async function startServer(config: Config, log: Logger = createLogger(con
         // Elysia runs afterResponse hooks (the request's log line and metrics) in a setImmediate.
         await new Promise((resolve) => setImmediate(resolve));
         // Requests are done, so no new deliveries appear; attempts in flight get what time is left.
+        // The watch goes first: a stop of the background work it began ends before this one starts.
+        await runtime.migrations.stop();
         await Promise.all([runtime.deliveries.stop(remaining()), stopRetention(), stopNameIndexing()]);
         await db.close();
         unlock();

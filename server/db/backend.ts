@@ -1,5 +1,5 @@
 import { ConfigError, type Config } from "../config.ts";
-import { VERSION } from "../version.ts";
+import { BUILD } from "../version.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
 import { databasePath, openDatabase, type SqliteDatabase } from "./database.ts";
 import { MIGRATIONS, migrate } from "./migrations.ts";
@@ -48,7 +48,7 @@ export async function refuseNewerDatabase(db: Db): Promise<void> {
   const { newer } = await migrationState(db);
   if (newer.length === 0) return;
   throw new ConfigError(
-    `the database was migrated by a newer crm: it has ${newer.join(", ")}, which crm ${VERSION} does not know. Run the newer crm, or restore the backup taken before the upgrade`,
+    `the database was migrated by a newer crm: it has ${newer.join(", ")}, which crm ${BUILD} does not know. Run the newer crm, or restore the backup taken before the upgrade`,
   );
 }
 

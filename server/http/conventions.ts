@@ -37,6 +37,8 @@ export interface ConventionOptions {
   listening: () => Server<unknown> | null;
   /** the metrics token ("" for none): a request id equal to it is replaced, as one shaped like the service's secrets is */
   metricsToken: string;
+  /** told of every request that failed unexpectedly (500): a newer crm's migration of the database could explain it */
+  unexpectedFailure: () => void;
 }
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
@@ -69,7 +71,7 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
  * (body.ts), RFC 9457 problem responses for every error (errors.ts), and `Connection: close` on
  * every answer while the connections drain.
  */
-export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken, unexpectedFailure }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
   // The route table is complete before the first request; read once, on that request.
@@ -155,6 +157,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       if (forConsole && requestProblemOf(code, error)) return;
       const requestId = requestIdOf(request);
       const failure = errorToProblem({ code, error, request, requestId }, { log, routes });
+      if (failure.status === 500) unexpectedFailure();
       // Its other failures (an unknown page, a database down, a bug) are logged here as anywhere, and explained there.
       if (forConsole) return void consoleFailures.set(request, failure);
       set.status = failure.status;

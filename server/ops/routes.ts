@@ -4,9 +4,24 @@ import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { Health, Readiness } from "./model.ts";
 import { clientHints } from "../http/client-address.ts";
-import { authorizeMetrics, health, metricsText, readiness } from "./service.ts";
+import { isConsolePath, PUBLIC_PREFIX } from "../http/conventions.ts";
+import { pathOf } from "../http/request-log.ts";
+import { authorizeMetrics, health, metricsText, readiness, refuseOnNewerDatabase } from "./service.ts";
 
 const tags = ["Operations"];
+
+/**
+ * newerDatabaseGuard refuses every API and console request, before authentication reads or writes
+ * anything, once a newer crm has migrated the database under this instance (503 database-newer);
+ * the probes, /metrics and /docs still answer.
+ */
+export function newerDatabaseGuard(rt: Runtime) {
+  return new Elysia({ name: "newer-database" }).onRequest(({ request }) => {
+    if (rt.migrations.newer.length === 0) return;
+    const path = pathOf(request);
+    if (path.startsWith(PUBLIC_PREFIX) || isConsolePath(path)) refuseOnNewerDatabase(rt);
+  });
+}
 
 /** opsRoutes serves /healthz, /readyz and /metrics for load balancers, systemd checks and Prometheus. */
 export function opsRoutes(rt: Runtime) {

@@ -7,7 +7,7 @@ import { databaseFailureOf, migrationState } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { toTimestamp } from "../shared/time.ts";
-import { VERSION } from "../version.ts";
+import { BUILD, COMMIT, VERSION } from "../version.ts";
 import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
 import { recentHistorySize } from "../webhooks/retention.ts";
 import { sameBytes } from "../shared/crypto.ts";
@@ -88,6 +88,26 @@ export async function readiness(rt: Runtime): Promise<Readiness> {
   return { status: "ready", checks };
 }
 
+/** DATABASE_NEWER_RETRY_AFTER_SECONDS is the Retry-After of a request refused by an instance whose database a newer crm migrated: time for a load balancer to send the retry elsewhere. */
+const DATABASE_NEWER_RETRY_AFTER_SECONDS = 5;
+
+/**
+ * refuseOnNewerDatabase answers 503 database-newer once the instance has found that a newer crm
+ * migrated its database (rt.migrations): its code would read and write that schema the old way.
+ * The refusal comes before anything is read or written, so any request may be sent again elsewhere.
+ */
+export function refuseOnNewerDatabase(rt: Runtime): void {
+  const newer = rt.migrations.newer;
+  if (newer.length === 0) return;
+  throw new ProblemError(
+    503,
+    "database-newer",
+    `This instance runs crm ${BUILD}, and a newer crm has migrated its database (it has ${newer.join(", ")}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`,
+    undefined,
+    { "retry-after": String(DATABASE_NEWER_RETRY_AFTER_SECONDS) },
+  );
+}
+
 /**
  * authorizeMetrics lets a scrape through: never from a browser; with a metrics token configured,
  * only a request carrying it; without one, only a loopback client that addresses this machine by
@@ -151,7 +171,7 @@ export async function metricsText(rt: Runtime): Promise<string> {
     { name: "crm_slow_lists_held", help: "Slow contact lists on the read lane, waiting or running (--slow-list-lane bounds them).", value: rt.db.readsAside() },
     { name: "crm_database_writes_waiting", help: "Writes of this process not committed yet: queued for the next group commit, or in the one being committed (on PostgreSQL, waiting for the write lock too).", value: rt.db.writesWaiting() },
     { name: "crm_up", help: "1 while the process answers.", value: 1 },
-    { name: "crm_build_info", help: "The running version, as a label.", value: 1, labels: { version: VERSION } },
+    { name: "crm_build_info", help: "The running version and the commit it was built from (source: run from source), as labels.", value: 1, labels: { version: VERSION, commit: COMMIT } },
     { name: "process_start_time_seconds", help: "Start time of the process since the Unix epoch, in seconds.", value: startedAt / 1000 },
     { name: "process_resident_memory_bytes", help: "Resident memory size in bytes.", value: memory.rss },
     { name: "crm_js_heap_used_bytes", help: "JavaScript heap in use, in bytes.", value: memory.heapUsed },

@@ -79,6 +79,7 @@ export const PROBLEM_TYPES = [
   "internal",
   "storage-full",
   "database-unavailable",
+  "database-newer",
   "too-many-connections",
   "body-buffer-full",
   "slow-lists-busy",

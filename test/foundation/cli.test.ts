@@ -58,8 +58,8 @@ describe("command line: happy paths", () => {
     }
   });
 
-  test("--version prints the version", async () => {
-    expect(await crm(["--version"])).toEqual({ stdout: `crm ${VERSION}\n`, stderr: "", code: 0 });
+  test("--version prints the version, and from source says so where a build names its commit", async () => {
+    expect(await crm(["--version"])).toEqual({ stdout: `crm ${VERSION} (source)\n`, stderr: "", code: 0 });
   });
 
   test("migrate applies everything once, then reports the database up to date", async () => {
@@ -406,7 +406,7 @@ describe("command line: errors", () => {
     expect(asked.map((res) => [res.code, res.stdout.split("\n")[0]])).toEqual([
       [0, expect.stringMatching(/^crm .*: CRM contacts API/)],
       [0, expect.stringMatching(/^crm .*: CRM contacts API/)],
-      [0, `crm ${VERSION}`],
+      [0, `crm ${VERSION} (source)`],
     ]);
   });
 

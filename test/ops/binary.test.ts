@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
 import { copyFileSync, readdirSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
@@ -7,6 +8,7 @@ import { openPostgres } from "../../server/db/postgres.ts";
 import { POSTGRES_MIGRATIONS } from "../../server/db/postgres-migrations.ts";
 import { createTestDatabase } from "../support/postgres.ts";
 import { VERSION } from "../../server/version.ts";
+import { buildCommit } from "../../scripts/build-commit.ts";
 import { api, ROOT, runCli, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
 
 // The compiled binary, copied alone into an empty folder and run with no Bun, Node or
@@ -37,12 +39,33 @@ afterAll(() => {
 });
 
 describe("the compiled binary, alone in an empty folder", () => {
-  test("--version and --help", () => {
+  test("--version names the commit built, and --help", () => {
     expect(readdirSync(folder)).toEqual(["crm"]);
-    expect(run("--version")).toEqual({ exitCode: 0, stdout: `crm ${VERSION}\n`, stderr: "" });
+    const commit = buildCommit(ROOT);
+    // Built from this checkout: its short hash, "-dirty" when tracked files were changed.
+    const head = Bun.spawnSync(["git", "rev-parse", "--short", "HEAD"], { cwd: ROOT }).stdout.toString().trim();
+    expect(commit).toMatch(new RegExp(`^${head}(-dirty)?$`));
+    expect(run("--version")).toEqual({ exitCode: 0, stdout: `crm ${VERSION} (${commit})\n`, stderr: "" });
     const help = run("--help");
     expect(help.exitCode).toBe(0);
     expect(help.stdout).toContain("backup FILE");
+  });
+
+  test("on a database a newer crm migrated, the refusal names this build and the migration it does not know", () => {
+    const dataDir = join(folder, "newer");
+    try {
+      expect(run("migrate", "--data-dir", dataDir).exitCode).toBe(0);
+      const db = new Database(join(dataDir, "crm.sqlite"));
+      db.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, '9999_from_the_future.sql', 0)");
+      db.close();
+      expect(run("serve", "--port", "0", "--data-dir", dataDir)).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: the database was migrated by a newer crm: it has 9999_from_the_future.sql, which crm ${VERSION} (${buildCommit(ROOT)}) does not know. Run the newer crm, or restore the backup taken before the upgrade\n`,
+      });
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 
   test("migrate applies every embedded migration into ./data (0700)", () => {

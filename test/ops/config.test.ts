@@ -361,7 +361,7 @@ describe("configuration: invalid input names the setting", () => {
     migrate(db.sqlite, [...MIGRATIONS, { version: 9999, name: "9999_from_the_future.sql", sql: "CREATE TABLE from_the_future (id INTEGER PRIMARY KEY)" }]);
     const before = db.sqlite.query("SELECT version, name FROM schema_migrations ORDER BY version").all();
     await db.close();
-    const refusal = `crm: the database was migrated by a newer crm: it has 9999_from_the_future.sql, which crm ${VERSION} does not know. Run the newer crm, or restore the backup taken before the upgrade\n`;
+    const refusal = `crm: the database was migrated by a newer crm: it has 9999_from_the_future.sql, which crm ${VERSION} (source) does not know. Run the newer crm, or restore the backup taken before the upgrade\n`;
     for (const command of [["serve", "--port", "0"], ["migrate"], ["token", "create", "--name", "n"], ["user", "list"], ["token", "list"]]) {
       const refused = runCli([...SOURCE, ...command, "--data-dir", dataDir]);
       expect({ command, exitCode: refused.exitCode, stdout: refused.stdout, stderr: refused.stderr }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });

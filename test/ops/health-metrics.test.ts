@@ -214,7 +214,7 @@ describe("metrics: Prometheus text format", () => {
     }
     expect(metrics.value("crm_webhook_queue_depth")).toBe(0);
     expect(metrics.value("crm_webhook_delivery_loop_running")).toBe(1);
-    expect(metrics.value("crm_build_info", { version: VERSION })).toBe(1);
+    expect(metrics.value("crm_build_info", { version: VERSION, commit: "source" })).toBe(1);
     expect(metrics.value("crm_database_up")).toBe(1);
   });
 });

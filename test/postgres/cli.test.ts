@@ -84,7 +84,7 @@ describe("command line on PostgreSQL: refusals", () => {
     try {
       expect(on(["migrate"]).exitCode).toBe(0);
       await sql`INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, '9999_from_the_future.sql', 0)`;
-      const refusal = `crm: the database was migrated by a newer crm: it has 9999_from_the_future.sql, which crm ${VERSION} does not know. Run the newer crm, or restore the backup taken before the upgrade\n`;
+      const refusal = `crm: the database was migrated by a newer crm: it has 9999_from_the_future.sql, which crm ${VERSION} (source) does not know. Run the newer crm, or restore the backup taken before the upgrade\n`;
       for (const command of [["serve", "--port", "0", "--secrets-key-file", keyFile], ["migrate"], ["token", "create", "--name", "n"], ["user", "list"]]) {
         expect({ command, ...on(command) }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
       }
