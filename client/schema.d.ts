@@ -553,7 +553,7 @@ export interface paths {
         put?: never;
         /**
          * Resume a paused webhook subscription
-         * @description The deliveries that waited go out at once, oldest first, then new ones as they come.
+         * @description The deliveries that waited go out at once, oldest first, then new ones as they come. Resuming an active subscription changes nothing.
          */
         post: operations["resumeWebhookSubscription"];
         delete?: never;

@@ -189,7 +189,7 @@ export function webhookRoutes(rt: Runtime) {
       detail: {
         operationId: "resumeWebhookSubscription",
         summary: "Resume a paused webhook subscription",
-        description: "The deliveries that waited go out at once, oldest first, then new ones as they come.",
+        description: "The deliveries that waited go out at once, oldest first, then new ones as they come. Resuming an active subscription changes nothing.",
         tags: subscriptionTags,
         ...secured,
       },

@@ -390,7 +390,8 @@ export async function endRotationGrace(rt: Runtime, id: string): Promise<boolean
 /**
  * pauseSubscription pauses (or resumes) a subscription: while paused its deliveries wait, pending,
  * and go out on resume. A disabled one is not paused (409): it sends nothing already, and its
- * enable is to make it active.
+ * enable is to make it active. Pausing a paused one or resuming an active one changes nothing and
+ * answers the subscription as it is.
  */
 export async function pauseSubscription(rt: Runtime, id: string, paused: boolean, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Subscription } }> {
   return rt.db.write(async (tx) => {
@@ -400,8 +401,8 @@ export async function pauseSubscription(rt: Runtime, id: string, paused: boolean
     if (paused && row.status !== "active") {
       throw new ProblemError(409, "subscription-disabled", `The subscription ${id} is disabled (${row.disabled_reason}); it sends nothing: enable it with POST /public/v1/webhook-subscriptions/${id}/enable, then pause it.`);
     }
-    await setSubscriptionPaused(tx, id, paused ? now : null, now);
-    const body = { data: toSubscription((await findSubscriptionById(tx, id))!) };
+    const changed = await setSubscriptionPaused(tx, id, paused ? now : null, now);
+    const body = { data: toSubscription(changed ? (await findSubscriptionById(tx, id))! : row) };
     await saveIdempotentResponse(tx, idempotency, 200, body, now);
     return { status: 200, body };
   });

@@ -337,10 +337,13 @@ export async function endSecretGrace(db: Db, id: string, now: number): Promise<b
   return (await db.run("UPDATE webhook_subscriptions SET previous_secret = NULL, previous_secret_expires_at = ?, updated_at = ? WHERE id = ? AND previous_secret_expires_at > ?", [now, now, id, now])) > 0;
 }
 
-/** setSubscriptionPaused pauses (at `pausedAt`) or resumes (null) a subscription; it tells whether the subscription exists. */
+/**
+ * setSubscriptionPaused pauses (at `pausedAt`) a subscription that is not paused, or resumes (null)
+ * one that is; it tells whether it changed. Pausing a paused one or resuming an active one changes
+ * nothing, its updated_at and the first pause's time included, as a PATCH that changes nothing.
+ */
 export async function setSubscriptionPaused(db: Db, id: string, pausedAt: number | null, now: number): Promise<boolean> {
-  // A second pause keeps the first pause's time.
-  const sql = pausedAt === null ? "UPDATE webhook_subscriptions SET paused_at = NULL, updated_at = ? WHERE id = ?" : "UPDATE webhook_subscriptions SET paused_at = coalesce(paused_at, ?), updated_at = ? WHERE id = ?";
+  const sql = pausedAt === null ? "UPDATE webhook_subscriptions SET paused_at = NULL, updated_at = ? WHERE id = ? AND paused_at IS NOT NULL" : "UPDATE webhook_subscriptions SET paused_at = ?, updated_at = ? WHERE id = ? AND paused_at IS NULL";
   return (await db.run(sql, pausedAt === null ? [now, id] : [pausedAt, now, id])) > 0;
 }
 

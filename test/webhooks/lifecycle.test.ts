@@ -427,6 +427,28 @@ describe("pause, resume and description", () => {
     expect(settled.map((d) => d.status)).toEqual(["succeeded", "succeeded"]);
   });
 
+  test("pausing a paused subscription and resuming an active one change nothing, updated_at included, and answer the subscription (an Idempotency-Key's answer too)", async () => {
+    h = await scope.harness();
+    const sub = await h.subscribe(receiver().url, ["contact.created"]);
+    const read = async () => (await h.json("GET", subscriptionPath(sub.id))).body.data;
+    // An hour back, so that a write in this millisecond would show.
+    const backdate = () => h.rt.db.run("UPDATE webhook_subscriptions SET updated_at = updated_at - ? WHERE id = ?", [HOUR, sub.id]);
+    await backdate();
+    const active = await read();
+    const resumed = await h.json("POST", subscriptionPath(sub.id, "resume"));
+    expect([resumed.status, resumed.body]).toEqual([200, { data: active }]);
+    expect(await read()).toEqual(active);
+
+    expect((await h.json("POST", subscriptionPath(sub.id, "pause"))).body.data.status).toBe("paused");
+    await backdate();
+    const paused = await read();
+    const again = await h.json("POST", subscriptionPath(sub.id, "pause"), { headers: { "idempotency-key": "pause-again" } });
+    expect([again.status, again.body]).toEqual([200, { data: paused }]);
+    const replay = await h.json("POST", subscriptionPath(sub.id, "pause"), { headers: { "idempotency-key": "pause-again" } });
+    expect([replay.status, replay.headers.get("idempotent-replayed"), replay.body]).toEqual([200, "true", { data: paused }]);
+    expect(await read()).toEqual(paused);
+  });
+
   test("PATCH edits the description; null clears it; a PATCH with nothing new changes nothing", async () => {
     h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"], "old label");
