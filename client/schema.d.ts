@@ -1042,12 +1042,12 @@ export interface components {
         SubscriptionInput: {
             /** @description Absolute http(s) URL without credentials, at most 2048 characters. Hosts on loopback, private, link-local or metadata addresses are refused. */
             target_url: string;
-            /** @description Free text label. */
-            description?: string;
+            /** @description Free text label; null is as if left out. */
+            description?: string | null;
             /** @description Event kinds to deliver: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping, subscription.disabled, delivery.exhausted. subscription.disabled and delivery.exhausted report on the other subscriptions (an endpoint disabled, a delivery that used up its attempts). */
             events: ("contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping" | "subscription.disabled" | "delivery.exhausted")[];
             /** @description Requests per second this receiver gets at most (1 to 1000), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency. */
-            max_rate?: number;
+            max_rate?: number | null;
         };
         Delivery: {
             /**

@@ -34,12 +34,13 @@ const oneOf = (values: readonly string[], options: { error: string; description?
 const timestamp = t.String({ format: "date-time" });
 const nullableTimestamp = t.Union([timestamp, t.Null()]);
 
+const MAX_RATE_RANGE = `a whole number of requests per second from ${MIN_MAX_RATE} to ${MAX_MAX_RATE}`;
 // A Number with multipleOf, not an Integer: Elysia would take "5" (a string) for an Integer in a body.
 const MaxRate = t.Number({
   multipleOf: 1,
   minimum: MIN_MAX_RATE,
   maximum: MAX_MAX_RATE,
-  error: `must be a whole number of requests per second from ${MIN_MAX_RATE} to ${MAX_MAX_RATE}`,
+  error: `must be ${MAX_RATE_RANGE}`,
   description: `Requests per second this receiver gets at most (${MIN_MAX_RATE} to ${MAX_MAX_RATE}), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency.`,
 });
 
@@ -51,8 +52,12 @@ export const SubscriptionInput = t.Object(
       error: `must be an absolute http or https URL of at most ${MAX_TARGET_URL_LENGTH} characters`,
       description: `Absolute http(s) URL without credentials, at most ${MAX_TARGET_URL_LENGTH} characters. Hosts on loopback, private, link-local or metadata addresses are refused.`,
     }),
+    // description and max_rate take null as left out, as the PATCH and the other creates do.
     description: t.Optional(
-      t.String({ maxLength: MAX_SUBSCRIPTION_DESCRIPTION_LENGTH, error: `must be a string of at most ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, description: "Free text label." }),
+      t.Union([t.String({ maxLength: MAX_SUBSCRIPTION_DESCRIPTION_LENGTH }), t.Null()], {
+        error: `must be a string of at most ${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`,
+        description: "Free text label; null is as if left out.",
+      }),
     ),
     events: t.Array(oneOf(WEBHOOK_EVENT_TYPES, { error: `must be one of: ${kinds}` }), {
       minItems: 1,
@@ -61,7 +66,7 @@ export const SubscriptionInput = t.Object(
       error: `must be a non-empty list of distinct event kinds from: ${kinds}`,
       description: `Event kinds to deliver: ${kinds}. subscription.disabled and delivery.exhausted report on the other subscriptions (an endpoint disabled, a delivery that used up its attempts).`,
     }),
-    max_rate: t.Optional(MaxRate),
+    max_rate: t.Optional(t.Union([MaxRate, t.Null()], { error: `must be ${MAX_RATE_RANGE}` })),
   },
   { additionalProperties: false, examples: [{ target_url: "https://example.com/hooks/crm", description: "CRM sync", events: ["contact.created", "contact.updated"] }] },
 );
@@ -147,7 +152,7 @@ export const SubscriptionUpdate = t.Object(
     ),
     max_rate: t.Optional(
       t.Union([MaxRate, t.Null()], {
-        error: `must be a whole number of requests per second from ${MIN_MAX_RATE} to ${MAX_MAX_RATE}, or null`,
+        error: `must be ${MAX_RATE_RANGE}, or null`,
         description: "The receiver's cap in requests per second; null removes it. The delivery loop uses the new cap from its next attempt on.",
       }),
     ),

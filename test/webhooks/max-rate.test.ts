@@ -220,7 +220,7 @@ describe("max_rate: a claim whose write failed", () => {
 });
 
 describe("max_rate: errors", () => {
-  const refused = [0, 1001, 2.5, -5, "5", null];
+  const refused = [0, 1001, 2.5, -5, "5"];
   for (const value of refused) {
     test(`max_rate ${JSON.stringify(value)} is 422 naming the field, and nothing is stored`, async () => {
       h = await scope.harness();

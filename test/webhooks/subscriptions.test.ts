@@ -92,6 +92,18 @@ describe("webhook subscriptions: happy paths", () => {
     const other = await create({ ...body, events: ["contact.updated"] }, { "idempotency-key": "sub-1" });
     expectProblem(other, 422, "idempotency-key-reused");
   });
+
+  test("null for description or max_rate is as if left out, as on PATCH and the other creates", async () => {
+    h = await createHarness({ allowPrivateTargets: true });
+    const body = { target_url: "http://127.0.0.1:9/x", events: ["contact.created"] };
+    const leftOut = (await create(body)).body.data;
+    const res = await create({ ...body, description: null, max_rate: null });
+    expect(res.status).toBe(201);
+    const data = res.body.data;
+    expect(data).toEqual({ ...leftOut, id: expect.stringMatching(SUB_ID), secret: expect.stringMatching(SECRET), created_at: expect.stringMatching(ISO), updated_at: data.created_at });
+    expect([data.description, data.max_rate]).toEqual([null, null]);
+    expect((await h.json("GET", `/public/v1/webhook-subscriptions/${data.id}`)).body).toEqual({ data: { ...data, secret: `${data.secret.slice(0, 10)}…` } });
+  });
 });
 
 describe("webhook subscriptions: errors", () => {
