@@ -1,7 +1,7 @@
 // The service's documented limits: the one place their values live. TypeBox models, services,
 // the HTTP guard and the README table all take them from here (a test keeps the README in step).
 
-/** MAX_NAME_LENGTH bounds first_name, last_name and an account's name, in characters. */
+/** MAX_NAME_LENGTH bounds first_name, last_name and an account's and a user's name, in characters. */
 export const MAX_NAME_LENGTH = 200;
 /** MAX_EMAIL_LENGTH is the longest email address (RFC 5321 path limit), in characters. */
 export const MAX_EMAIL_LENGTH = 254;
@@ -99,7 +99,7 @@ export const byteSize = (bytes: number) => (bytes >= 1024 * 1024 ? `${bytes / 10
 
 /** LIMIT_TABLE is the README's table of fixed limits, built from the constants above. */
 export const LIMIT_TABLE: LimitRow[] = [
-  { limit: "`first_name`, `last_name` (contact), `name` (account)", value: `${MAX_NAME_LENGTH} characters`, answer: "422" },
+  { limit: "`first_name`, `last_name` (contact), `name` (account, user)", value: `${MAX_NAME_LENGTH} characters`, answer: "422" },
   { limit: "`email`", value: `${MAX_EMAIL_LENGTH} characters`, answer: "422" },
   { limit: "`phone`", value: `${MAX_PHONE_LENGTH} characters`, answer: "422" },
   { limit: "`external_id` (contact)", value: `1 to ${MAX_EXTERNAL_ID_LENGTH} characters`, answer: "422" },

@@ -16,9 +16,13 @@ function toUser(row: UserRow): User {
 
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
-/** userFields trims and checks a user's name and email (lowercased), or throws 422 naming the field. */
+/**
+ * userFields checks a user's name, kept as given (as an account's and a contact's names are), and
+ * email (trimmed, lowercased), or throws 422 naming the field. The API's schema checks them first;
+ * the command line's user create has only this.
+ */
 function userFields(input: { name: string; email: string }): { name: string; email: string } {
-  const name = input.name.trim();
+  const { name } = input;
   const email = input.email.trim().toLowerCase();
   if (name === "" || name.length > MAX_NAME_LENGTH) {
     throw new ProblemError(422, "validation", `name must be 1 to ${MAX_NAME_LENGTH} characters.`, [{ pointer: "/name", detail: `must be 1 to ${MAX_NAME_LENGTH} characters` }]);
