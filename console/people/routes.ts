@@ -86,7 +86,9 @@ export function peopleRoutes(rt: Runtime) {
       async ({ session, body }) => {
         let form: { name: string; email: string } | undefined;
         try {
-          form = { name: field(body, "name"), email: field(body, "email") };
+          // Spaces typed around a name or email are dropped, as a form's slip (the API stores names
+          // as given), and a refused form shows the values checked: a name of spaces alone is empty.
+          form = { name: field(body, "name").trim(), email: field(body, "email").trim() };
           await addUserFromForm(rt, session, form, field(body, "form_key"));
           return redirect(`${CONSOLE_PREFIX}/users?added=1`);
         } catch (error) {

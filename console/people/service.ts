@@ -49,7 +49,7 @@ const checkUserInput = formChecker(UserInput);
  * once per form key: the form sent again gets the first sending's user, not "email taken".
  */
 export async function addUserFromForm(rt: Runtime, session: ConsoleSession, form: { name: string; email: string }, formKey: string): Promise<User> {
-  const input = checkUserInput({ name: form.name.trim(), email: form.email.trim() });
+  const input = checkUserInput(form);
   const added = onceForForm(rt, { session, path: "/console/users", key: formKey, values: input }, (scope) => createUserOnce(rt, input, scope));
   return (await refusedOnField(added, "user-exists", "email")).body.data;
 }

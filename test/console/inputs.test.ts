@@ -124,6 +124,15 @@ test("a form body with a percent escape that does not decode is refused with 400
   expect(await h.rt.db.all("SELECT name, email FROM users")).toEqual([{ name: "René Doe", email: "rene@x.io" }]);
 });
 
+test("the users form drops the spaces around a name and an email; a name of spaces alone comes back empty, beside the reason", async () => {
+  await client.get("/console/users");
+  const blank = await client.post("/console/users", { name: "   ", email: "blank@x.io" });
+  const shownName = /<input [^>]*name="name"[^>]*>/.exec(blank.text)![0];
+  expect([answerOf(blank).notice, /value="([^"]*)"/.exec(shownName)?.[1] ?? ""]).toEqual(["name must be a string of 1 to 200 characters.", ""]);
+  expect((await client.post("/console/users", { name: "  Zoë Ng  ", email: " zoe@x.io " })).status).toBe(303);
+  expect(await h.rt.db.all("SELECT name, email FROM users WHERE email IN ('blank@x.io', 'zoe@x.io')")).toEqual([{ name: "Zoë Ng", email: "zoe@x.io" }]);
+});
+
 test("a body that is not a urlencoded form is refused with a 415 page, even with the right CSRF token, and changes nothing", async () => {
   await client.get("/console/tokens");
   const bodies: [string, string][] = [
