@@ -28,9 +28,10 @@ export const IdempotentConditionHeaders = t.Object({ ...IdempotencyKeyHeader.pro
 /** ReadConditionHeaders documents the optional If-None-Match request header of a read of one versioned resource. */
 export const ReadConditionHeaders = t.Object(
   {
+    // No maxLength, unlike the writes': a read that sends no ETag ignores the header, and one of an id
+    // that does not exist is 404, however long it is (the request's header limit bounds it).
     "if-none-match": t.Optional(
       t.String({
-        maxLength: 1000,
         description: 'Answer 304 Not Modified, without the body, if the stored version is one of these: entity tags ("3", and W/"3" alike), separated by commas, or * for any. Ignored by a read that sends no ETag (a contact read with include).',
       }),
     ),
