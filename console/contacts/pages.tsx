@@ -1,16 +1,10 @@
 /** @jsxImportSource preact */
-import type { Contact } from "../../server/contacts/model.ts";
 import type { Delivery } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { DataTable, HttpStatus, NoticeBox, RowSubject, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import { contactName, DataTable, HttpStatus, NoticeBox, RowSubject, shownFullName, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
 import type { ContactPageView, ContactsView } from "./service.ts";
-
-/** contactName is how a contact is named on the console: the full name, else the email, else the id. */
-function contactName(contact: Contact): string {
-  return contact.full_name || contact.email || contact.id;
-}
 
 /** contactsPage renders the contacts: a search by name or email, newest first, paged. */
 export function contactsPage(props: { session: ConsoleSession; view: ContactsView; notice?: NoticeData | null }): string {
@@ -66,7 +60,7 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
             <tr data-contact-id={c.id}>
               <td data-label="Name">
                 <a href={`/console/contacts/${c.id}`}>
-                  {c.full_name || (
+                  {shownFullName(c) ?? (
                     <>
                       <span class="muted">(no name)</span>
                       <RowSubject>contact {c.email ?? c.id}</RowSubject>

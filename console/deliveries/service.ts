@@ -18,7 +18,7 @@ import {
 import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
-import { isolated } from "../pages/parts.tsx";
+import { contactName, isolated } from "../pages/parts.tsx";
 import { consoleFieldTime, consoleTime } from "../shell.ts";
 
 /** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
@@ -200,5 +200,5 @@ export async function eventPage(db: Database, id: string): Promise<EventPageView
   const subjectId = (event.payload as { data?: { id?: unknown } } | null)?.data?.id;
   if (typeof subjectId !== "string" || !subjectId.startsWith("con_")) return { event, subject: null };
   const contact = await findContact(db, subjectId);
-  return { event, subject: { id: subjectId, label: contact ? contact.full_name || contact.email || subjectId : `${subjectId} (deleted)` } };
+  return { event, subject: { id: subjectId, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
 }

@@ -179,3 +179,13 @@ export function Island({ name, props, children }: { name: string; props: unknown
     </>
   );
 }
+
+/** shownFullName is a contact's full name as the console shows it, or null when it has nothing to see (empty, or spaces alone). */
+export function shownFullName(contact: { full_name: string | null }): string | null {
+  return contact.full_name && contact.full_name.trim() !== "" ? contact.full_name : null;
+}
+
+/** contactName is how a contact is named on the console: its full name when it has one to see, else its email, else its id. */
+export function contactName(contact: { full_name: string | null; email: string | null; id: string }): string {
+  return shownFullName(contact) ?? (contact.email || contact.id);
+}

@@ -266,16 +266,20 @@ describe("links that tell rows apart", () => {
     expect(boxes).toEqual([[1, 1], [1, 1], [1, 1]]);
   }, SLOW);
 
-  test("a contact without a name is listed by its email, or else its id, after \"(no name)\"; a contact's events are named with their ids", async () => {
+  test("a contact without a name, or named by spaces alone, is listed by its email, or else its id, after \"(no name)\", and so titled on its page; a contact's events are named with their ids", async () => {
     const quiet = (await server.api("POST", "/public/v1/contacts", { email: "quiet@example.com" })).data;
     const phoned = (await server.api("POST", "/public/v1/contacts", { phone: "+44 20 7946 0000" })).data;
+    const blank = (await server.api("POST", "/public/v1/contacts", { first_name: "   ", email: "blank@example.com" })).data;
     for (const phone of ["+44 20 7946 0001", "+44 20 7946 0002"]) await server.api("PATCH", `/public/v1/contacts/${quiet.id}`, { phone });
     await page.goto(url("/console/contacts"));
-    const listed = await accessibleNames(page, "#contacts tbody tr:nth-child(-n+2) a");
+    const listed = await accessibleNames(page, "#contacts tbody tr:nth-child(-n+3) a");
+    await page.goto(url(`/console/contacts/${blank.id}`));
+    const blankHeading = (await page.locator("h1").innerText()).trim();
     await page.goto(url(`/console/contacts/${quiet.id}`));
     const events = await page.locator("article.contact-event").evaluateAll((articles) => articles.map((a) => a.getAttribute("data-event-id")));
-    expect({ listed, events: await accessibleNames(page, "article.contact-event header a") }).toEqual({
-      listed: [`(no name) contact ${phoned.id}`, "(no name) contact quiet@example.com"],
+    expect({ listed, blankHeading, events: await accessibleNames(page, "article.contact-event header a") }).toEqual({
+      listed: ["(no name) contact blank@example.com", `(no name) contact ${phoned.id}`, "(no name) contact quiet@example.com"],
+      blankHeading: "blank@example.com",
       events: [`contact.updated event ${events[0]}`, `contact.updated event ${events[1]}`, `contact.created event ${events[2]}`],
     });
   }, SLOW);
