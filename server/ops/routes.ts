@@ -4,22 +4,25 @@ import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { Health, Readiness } from "./model.ts";
 import { clientHints } from "../http/client-address.ts";
-import { isConsolePath, PUBLIC_PREFIX } from "../http/conventions.ts";
+import { CONSOLE_PREFIX, isConsolePath, PUBLIC_PREFIX } from "../http/conventions.ts";
 import { pathOf } from "../http/request-log.ts";
 import { authorizeMetrics, health, metricsText, readiness, refuseOnNewerDatabase } from "./service.ts";
 
 const tags = ["Operations"];
 
+/** CONSOLE_ASSETS is where the console's stylesheet and scripts are served from: they read nothing of the database. */
+const CONSOLE_ASSETS = `${CONSOLE_PREFIX}/assets/`;
+
 /**
  * newerDatabaseGuard refuses every API and console request, before authentication reads or writes
  * anything, once a newer crm has migrated the database under this instance (503 database-newer);
- * the probes, /metrics and /docs still answer.
+ * the probes, /metrics, /docs and the console's assets (the refusal page's stylesheet) still answer.
  */
 export function newerDatabaseGuard(rt: Runtime) {
   return new Elysia({ name: "newer-database" }).onRequest(({ request }) => {
     if (rt.migrations.newer.length === 0) return;
     const path = pathOf(request);
-    if (path.startsWith(PUBLIC_PREFIX) || isConsolePath(path)) refuseOnNewerDatabase(rt);
+    if (path.startsWith(PUBLIC_PREFIX) || (isConsolePath(path) && !path.startsWith(CONSOLE_ASSETS))) refuseOnNewerDatabase(rt);
   });
 }
 

@@ -69,6 +69,9 @@ test("an instance whose database a newer crm migrates under it refuses API and c
   expect({ status: login.status, retryAfter: login.headers.get("retry-after"), explains: (await login.text()).includes(detail) }).toEqual({ status: 503, retryAfter: "5", explains: true });
   const consoleApi = await fetch(`${server.url}/console/api/deliveries`);
   expect({ status: consoleApi.status, body: await consoleApi.json() }).toEqual({ status: 503, body: { type: "urn:crm:problem:database-newer", title: "Service Unavailable", status: 503, detail } });
+  // The refusal page's stylesheet still answers: the assets read nothing of the database.
+  const stylesheet = await fetch(`${server.url}/console/assets/console.css`);
+  expect({ status: stylesheet.status, type: stylesheet.headers.get("content-type") }).toEqual({ status: 200, type: "text/css; charset=utf-8" });
 
   const health = await fetch(`${server.url}/healthz`);
   expect({ status: health.status, body: await health.json() }).toEqual({ status: 200, body: { status: "ok", version: VERSION, uptime_seconds: expect.any(Number) } });
