@@ -140,8 +140,9 @@ describe("auth: security", () => {
   test("a token checked while its revocation is being committed (its row still active) is not kept: the next request after the revoke is refused", async () => {
     const { token, info } = await createApiToken(h.rt.db, "revoked-mid-check");
     const revoking = revokeApiToken(h.rt.db, info.id);
-    // Checked before the revoke's write group commits: the row is still active, so this one passes.
-    expect(await authenticateBearer(h.rt.db, token, failOnUnrecorded)).toEqual({ id: info.id, name: "revoked-mid-check" });
+    // Checked before the revoke commits: the row is still active, so this one passes. Its last use
+    // may go unrecorded (on PostgreSQL the revoke's transaction can hold the row, which it skips).
+    expect(await authenticateBearer(h.rt.db, token, () => {})).toEqual({ id: info.id, name: "revoked-mid-check" });
     expect(await revoking).toBe(true);
     expect(await authenticateBearer(h.rt.db, token, failOnUnrecorded)).toBeNull();
     expect((await h.request("GET", "/public/v1/contacts", { headers: auth(token) })).status).toBe(401);
