@@ -9,7 +9,7 @@ import { isBrowserRequest } from "./client-address.ts";
 import { errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { requestSlot } from "./request-slot.ts";
-import { pathOf, requestFinisher, requestIdOf, routedPath, startRequest } from "./request-log.ts";
+import { isOpsPath, pathOf, requestFinisher, requestIdOf, routedPath, startRequest } from "./request-log.ts";
 
 export const PUBLIC_PREFIX = "/public/v1";
 
@@ -42,9 +42,6 @@ export interface ConventionOptions {
 }
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
-
-/** UNCACHED_PATHS are the probes and the metrics, answered Cache-Control: no-store as /public/v1 is. */
-const UNCACHED_PATHS = new Set(["/healthz", "/readyz", "/metrics"]);
 
 /** REFUSED_BEFORE_ROUTING are the statuses of the refusals made before the router ran: a browser under /public/v1 (403), authentication (401, 429). */
 const REFUSED_BEFORE_ROUTING = new Set([401, 403, 429]);
@@ -99,7 +96,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       // A shared cache that ignores Authorization (nginx's proxy_cache does) would serve one
       // client's data to the next, or a stale readiness to a load balancer; problems included.
       // The router serves /metrics/ as /metrics (and the probes alike).
-      if (isPublic || UNCACHED_PATHS.has(routedPath(path))) set.headers["cache-control"] = "no-store";
+      if (isPublic || isOpsPath(path)) set.headers["cache-control"] = "no-store";
       if (isPublic && isBrowserRequest(request)) {
         const refusal = problemResponse(
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),

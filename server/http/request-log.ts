@@ -20,8 +20,8 @@ const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
  */
 const SECRET_SHAPED = /^(?:crm_|whsec_)|^[A-Za-z0-9_-]{43}$/;
 
-// Load balancers and Prometheus call these every few seconds; at info they would bury every other line.
-const PROBE_PATHS = new Set(["/healthz", "/readyz", "/metrics"]);
+/** OPS_PATHS are the probes and the metrics, which load balancers and Prometheus call every few seconds. */
+const OPS_PATHS = new Set(["/healthz", "/readyz", "/metrics"]);
 
 /**
  * pathStart is where the path of a request's URL starts, found without parsing it: after the
@@ -42,6 +42,11 @@ export function pathOf(request: Request): string {
 /** routedPath is the path the router serves a concrete path as: a fixed path ending in "/" (/metrics/, /contacts/batch/) as the path without it. */
 export function routedPath(path: string): string {
   return path.endsWith("/") ? path.slice(0, -1) : path;
+}
+
+/** isOpsPath tells whether a path is a probe's or the metrics' (OPS_PATHS), with a trailing "/" too, as the router serves it. */
+export function isOpsPath(path: string): boolean {
+  return OPS_PATHS.has(routedPath(path));
 }
 
 /**
@@ -68,7 +73,8 @@ export function requestFinisher(log: Logger, metrics?: Metrics) {
     if (elapsedMs !== undefined) metrics?.observeRequest(request.method, route, status, elapsedMs / 1000);
     const path = pathOf(request);
     // A probe that succeeds is routine; a failing one (not ready, a refused scrape) is news.
-    log[status < 400 && PROBE_PATHS.has(routedPath(path)) ? "debug" : "info"]("request", {
+    // At info the probes' lines would bury every other line.
+    log[status < 400 && isOpsPath(path) ? "debug" : "info"]("request", {
       request_id: info?.id,
       method: request.method,
       path,
