@@ -11,6 +11,11 @@ interface TokenPolicies {
   write: RatePolicy;
 }
 
+/** bucketKey names a token's bucket for one request class (its policy). */
+function bucketKey(tokenId: string, policy: RatePolicy): string {
+  return `${tokenId}:${policy.name}`;
+}
+
 function tooManyRequests(detail: string, headers: Record<string, string>): ProblemError {
   return new ProblemError(429, "rate-limited", detail, undefined, headers);
 }
@@ -56,8 +61,11 @@ export class ApiRateLimits {
     });
   }
 
-  /** forgetToken drops the rate limits kept for a token revoked here: it is never admitted again. */
+  /** forgetToken drops the rate limits and buckets kept for a token revoked here (call it once the revoke commits): it is never admitted again. */
   forgetToken(tokenId: string): void {
+    const { read, write } = this.policiesOf(tokenId);
+    this.tokenBuckets.forget(bucketKey(tokenId, read));
+    this.tokenBuckets.forget(bucketKey(tokenId, write));
     this.policiesByToken.delete(tokenId);
   }
 
@@ -66,12 +74,17 @@ export class ApiRateLimits {
     return this.policiesByToken.size;
   }
 
+  /** tokenBucketsKept is how many read and write buckets of tokens are kept, one per token and request class used. */
+  get tokenBucketsKept(): number {
+    return this.tokenBuckets.size;
+  }
+
   /** admitToken spends one request of the token's read or write budget, by the request's method. */
   admitToken(tokenId: string, method: string): Record<string, string> {
     const policies = this.policiesOf(tokenId);
     const write = !READ_METHODS.has(method);
     const policy = write ? policies.write : policies.read;
-    const decision = this.tokenBuckets.take(`${tokenId}:${policy.name}`, policy);
+    const decision = this.tokenBuckets.take(bucketKey(tokenId, policy), policy);
     const headers = rateLimitHeaders(policy, decision);
     if (!decision.allowed) {
       throw tooManyRequests(
@@ -89,7 +102,7 @@ export class ApiRateLimits {
    */
   chargeWrites(tokenId: string, writes: number): Record<string, string> {
     const policy = this.policiesOf(tokenId).write;
-    return rateLimitHeaders(policy, this.tokenBuckets.charge(`${tokenId}:${policy.name}`, policy, writes));
+    return rateLimitHeaders(policy, this.tokenBuckets.charge(bucketKey(tokenId, policy), policy, writes));
   }
 
   /** admitFailedAuth spends one request without a valid token from a client address (null: unknown), counted per clientNetwork. */

@@ -95,6 +95,11 @@ export class TokenBuckets {
     return decisionOf(bucket, true);
   }
 
+  /** forget drops key's bucket: its key will not be used again (a revoked API token's). */
+  forget(key: string): void {
+    this.buckets.delete(key);
+  }
+
   private refilled(key: string, policy: RatePolicy, now: number): Bucket {
     let bucket = this.buckets.get(key);
     if (!bucket) {

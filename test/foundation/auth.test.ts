@@ -156,21 +156,22 @@ describe("auth: security", () => {
 });
 
 describe("auth: what the server keeps of a token", () => {
-  /** kept is how many tokens the server keeps the last recorded use of, and the rate limits of. */
-  const kept = () => ({ lastUses: touchedTokenCount(h.rt.db), ratePolicies: h.rt.rateLimits.tokenPoliciesKept });
+  /** kept is how many tokens the server keeps the last recorded use of and the rate limits of, and how many of their rate buckets. */
+  const kept = () => ({ lastUses: touchedTokenCount(h.rt.db), ratePolicies: h.rt.rateLimits.tokenPoliciesKept, rateBuckets: h.rt.rateLimits.tokenBucketsKept });
 
-  test("a token revoked in the console leaves nothing of it behind: neither its last use nor its rate limits", async () => {
+  test("a token revoked in the console leaves nothing of it behind: neither its last use nor its rate limits and buckets", async () => {
     const { token, info } = await createApiToken(h.rt.db, "one job");
     expect((await h.json("GET", "/public/v1/contacts", { headers: auth(token) })).status).toBe(200);
+    expect((await h.json("POST", "/public/v1/contacts", { headers: auth(token), body: { email: "job@example.com" } })).status).toBe(201);
     expect((await h.json("GET", "/public/v1/contacts")).status).toBe(200);
-    expect(kept()).toEqual({ lastUses: 2, ratePolicies: 2 });
+    expect(kept()).toEqual({ lastUses: 2, ratePolicies: 2, rateBuckets: 3 });
     await addOperator(h.rt.db);
     const client = new ConsoleClient((request) => h.app.handle(request));
     expect((await client.signIn()).status).toBe(303);
     await client.get(`/console/tokens/${info.id}/revoke`);
     expect((await client.post(`/console/tokens/${info.id}/revoke`, {})).status).toBe(303);
-    expect(kept()).toEqual({ lastUses: 1, ratePolicies: 1 });
+    expect(kept()).toEqual({ lastUses: 1, ratePolicies: 1, rateBuckets: 1 });
     expect((await h.json("GET", "/public/v1/contacts", { headers: auth(token) })).status).toBe(401);
-    expect(kept()).toEqual({ lastUses: 1, ratePolicies: 1 });
+    expect(kept()).toEqual({ lastUses: 1, ratePolicies: 1, rateBuckets: 1 });
   });
 });
