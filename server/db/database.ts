@@ -259,7 +259,7 @@ export class SqliteDatabase implements Database {
   private async commitGroup(take: () => PendingWrite[]): Promise<CommittedGroup> {
     const writer = this.writer;
     // The transaction and savepoint statements are prepared once (db.run would prepare them on every write).
-    await this.beginGroup();
+    if (!(await this.beginGroup())) return { outcomes: [], changed: false };
     const changesBefore = this.totalChanges();
     try {
       const outcomes = await runWrites(take(), this.tx, {
@@ -291,20 +291,23 @@ export class SqliteDatabase implements Database {
   }
 
   /**
-   * beginGroup opens a group's transaction, taking the write lock. While another process holds
-   * it, it refuses the bookkeeping waiting (writeBookkeeping) with SQLite's busy error and tries
-   * again after 1 ms, then 2, 4 and so on up to 50, for lockWaitMs, then throws that error (a 503
-   * to the requests of the group).
+   * beginGroup opens a group's transaction, taking the write lock, and tells whether it did. While
+   * another process holds it, it refuses the bookkeeping waiting (writeBookkeeping) with SQLite's
+   * busy error and tries again after 1 ms, then 2, 4 and so on up to 50, for lockWaitMs, then
+   * throws that error (a 503 to the requests of the group). It opens none once the bookkeeping
+   * was all there was to write: an empty group would wait for the lock with nothing to commit,
+   * and a write coming meanwhile would join it with what is left of its wait, not a wait of its own.
    */
-  private async beginGroup(): Promise<void> {
+  private async beginGroup(): Promise<boolean> {
     const deadline = Date.now() + this.lockWaitMs;
     for (let pause = 1; ; pause = Math.min(pause * 2, 50)) {
       try {
         this.writer.query("BEGIN IMMEDIATE").run();
-        return;
+        return true;
       } catch (error) {
         if (!String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY") || Date.now() >= deadline) throw error;
         this.groups.refuseThoseGivingUp(error);
+        if (this.groups.waiting() === 0) return false;
       }
       await Bun.sleep(Math.min(pause, Math.max(0, deadline - Date.now())));
     }

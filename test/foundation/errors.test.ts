@@ -3,8 +3,8 @@ import { Database } from "bun:sqlite";
 import { t } from "elysia";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SESSION_COOKIE } from "../../console/http.ts";
-import { createApiToken } from "../../server/auth/service.ts";
-import { databasePath, type SqliteDatabase } from "../../server/db/database.ts";
+import { authenticateBearer, createApiToken } from "../../server/auth/service.ts";
+import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
 import { schemaChecker } from "../../server/http/schema-errors.ts";
 import type { RunningServer } from "../../server/server.ts";
 import { sha256 } from "../../server/shared/crypto.ts";
@@ -498,6 +498,24 @@ describe("errors: unexpected exceptions", () => {
       { time: expect.any(String), level: "warn", msg: "a console session's visit could not be recorded; the request goes on", error: notRecorded },
       { time: expect.any(String), level: "warn", msg: "a token's last use could not be recorded; the request goes on", error: notRecorded },
     ]);
+  });
+
+  sqliteOnly("bookkeeping given up while another process holds the write lock leaves nothing to commit: the database closes at once, not once the lock is let go", async () => {
+    const { token, info } = await createApiToken(h.rt.db, "refused bookkeeping alone");
+    // A database of its own on the same file, so that closing it leaves the harness's open.
+    const db = openDatabase(databasePath(h.dataDir));
+    const unrecorded: unknown[] = [];
+    try {
+      const answers = await holdingTheBookkeeping(info.id, "op_unused", async () => {
+        db.lockWaitMs = 60_000;
+        const checked = await authenticateBearer(db, token, (error) => unrecorded.push(error));
+        // A bound for a hung test, not a measurement: the lock is let go only after it.
+        return { checked, unrecorded: unrecorded.map(String), closedWhileHeld: await settlesWithin(db.close(), 10_000) };
+      });
+      expect(answers).toEqual({ checked: { id: info.id, name: "refused bookkeeping alone" }, unrecorded: [expect.stringContaining("database is locked")], closedWhileHeld: true });
+    } finally {
+      await db.close();
+    }
   });
 
   test("a response that breaks its own schema is the server's fault: 500, logged, not a 422 blaming the client", async () => {
