@@ -37,11 +37,13 @@ export async function setRotationTestDelivery(db: Db, newSubscriptionId: string,
 }
 
 /**
- * deleteAbandonedRotationsBefore drops the unfinished rotations whose new subscription was deleted
- * (they can only say so) and whose last step came before `cutoff`, and returns how many.
+ * deleteRotationsWithoutReplacementBefore drops the rotations whose new subscription was deleted
+ * and whose last step came before `cutoff`, and returns how many: an unfinished one can only say
+ * it was abandoned, and a finished one names two deleted subscriptions, whose deliveries and
+ * statistics retention removes as well. A finished rotation to a subscription still there stays.
  */
-export function deleteAbandonedRotationsBefore(db: Db, cutoff: number): Promise<number> {
-  return db.run("DELETE FROM subscription_rotations WHERE completed_at IS NULL AND updated_at < ? AND NOT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE id = new_subscription_id)", [cutoff]);
+export function deleteRotationsWithoutReplacementBefore(db: Db, cutoff: number): Promise<number> {
+  return db.run("DELETE FROM subscription_rotations WHERE updated_at < ? AND NOT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE id = new_subscription_id)", [cutoff]);
 }
 
 /** markRotationCompleted records that the old subscription was deleted. */

@@ -1,4 +1,4 @@
-import { deleteAbandonedRotationsBefore } from "../../console/subscriptions/store.ts";
+import { deleteRotationsWithoutReplacementBefore } from "../../console/subscriptions/store.ts";
 import type { Db } from "../db/sql.ts";
 import { pruneIdempotencyKeys } from "../idempotency/service.ts";
 import { deleteExpiredOperatorLinks } from "../operators/store.ts";
@@ -56,7 +56,7 @@ export type Pruned = {
   idempotency_keys: number;
   attempt_stats: number;
   tombstones: number;
-  abandoned_rotations: number;
+  rotations_without_replacement: number;
   expired_links: number;
 };
 
@@ -76,9 +76,9 @@ export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<Prune
   if (deliveries > 0) await rt.db.write((tx) => deleteUnusedHeaderSets(tx));
   const attemptStats = await rt.db.write((tx) => deleteAttemptStatsBefore(tx, now - STATS_KEPT_MS));
   const tombstones = await pruneInBatches(rt, (tx) => pruneTombstones(tx, rt, now, PRUNE_BATCH));
-  const abandonedRotations = await rt.db.write((tx) => deleteAbandonedRotationsBefore(tx, cutoff));
+  const rotationsWithoutReplacement = await rt.db.write((tx) => deleteRotationsWithoutReplacementBefore(tx, cutoff));
   const expiredLinks = await rt.db.write((tx) => deleteExpiredOperatorLinks(tx, now));
-  return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats, tombstones, abandoned_rotations: abandonedRotations, expired_links: expiredLinks };
+  return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats, tombstones, rotations_without_replacement: rotationsWithoutReplacement, expired_links: expiredLinks };
 }
 
 /**

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { startRotation } from "../../console/subscriptions/service.ts";
+import { markRotationCompleted } from "../../console/subscriptions/store.ts";
 import { inviteOperator, issueSetupCode, OPERATOR_LINK_TTL_MS, SETUP_CODE_TTL_MS } from "../../server/operators/service.ts";
 import { pruneHistory } from "../../server/webhooks/retention.ts";
 import { settledDeliveries, startReceiver, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
@@ -33,9 +34,9 @@ describe("retention", () => {
     expect(await Promise.all([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts"), count("idempotency_keys"), count("webhook_attempt_stats")])).toEqual([4, 2, 2, 1, 2]);
 
     // Hourly attempt statistics are kept 7 days and an hour, the longest stats window.
-    expect(await pruneHistory(h.rt, Date.now() + 7 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 1, attempt_stats: 0, tombstones: 0, abandoned_rotations: 0, expired_links: 0 });
-    expect(await pruneHistory(h.rt, Date.now() + 29 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 2, tombstones: 0, abandoned_rotations: 0, expired_links: 0 });
-    expect(await pruneHistory(h.rt, Date.now() + 31 * DAY)).toEqual({ deliveries: 1, events: 3, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, abandoned_rotations: 0, expired_links: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + 7 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 1, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + 29 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 2, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + 31 * DAY)).toEqual({ deliveries: 1, events: 3, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
     expect(await Promise.all([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts")])).toEqual([1, 1, 1]);
     // The deleted contact's tombstone outlives the delivery history: 90 days by default.
     expect(await count("tombstones")).toBe(1);
@@ -62,30 +63,38 @@ describe("retention: recent history", () => {
     await h.subscribe(r.url, ["contact.created"]);
     await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
     await settledDeliveries(h);
-    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, abandoned_rotations: 0, expired_links: 0 });
+    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
     expect(await count("webhook_deliveries")).toBe(1);
   });
 });
 
 describe("retention: what the console leaves", () => {
-  test("rotations whose new subscription was deleted, untouched for the retention period, and expired one-time links are pruned; the others stay", async () => {
+  test("rotations whose new subscription was deleted (unfinished or finished), untouched for the retention period, and expired one-time links are pruned; the others stay", async () => {
     h = await webhookHarness({ deliveryRetentionDays: 30 });
     const subscribe = async (name: string) => (await h.subscribe(`http://127.0.0.1:9/${name}`, ["contact.created"])).id;
     const rotate = (oldId: string, name: string, now: number) => startRotation(h.rt, oldId, { target_url: `http://127.0.0.1:9/${name}`, description: "", events: ["contact.created"] }, now);
+    const finish = (id: string, now: number) => h.rt.db.write((tx) => markRotationCompleted(tx, id, now));
+    const deleteSubscription = async (id: string) => expect((await h.json("DELETE", `/public/v1/webhook-subscriptions/${id}`)).status).toBe(204);
     const monthAgo = Date.now() - 31 * DAY;
     const abandoned = await rotate(await subscribe("a"), "a-new", monthAgo);
     const underWay = await rotate(await subscribe("b"), "b-new", monthAgo);
     const abandonedToday = await rotate(await subscribe("c"), "c-new", Date.now());
-    for (const { id } of [abandoned, abandonedToday]) expect((await h.json("DELETE", `/public/v1/webhook-subscriptions/${id}`)).status).toBe(204);
+    // Finished a month ago: one whose new subscription is still used, one whose new subscription was deleted since.
+    const finishedInUse = await rotate(await subscribe("d"), "d-new", monthAgo);
+    const finishedReplaced = await rotate(await subscribe("e"), "e-new", monthAgo);
+    const finishedToday = await rotate(await subscribe("f"), "f-new", Date.now());
+    for (const { id } of [finishedInUse, finishedReplaced]) await finish(id, monthAgo);
+    await finish(finishedToday.id, Date.now());
+    for (const { id } of [abandoned, abandonedToday, finishedReplaced, finishedToday]) await deleteSubscription(id);
     await inviteOperator(h.rt.db, "late@example.com", null, Date.now() - OPERATOR_LINK_TTL_MS - 1);
     await inviteOperator(h.rt.db, "soon@example.com", null);
     await issueSetupCode(h.rt.db);
     await issueSetupCode(h.rt.db, Date.now() - SETUP_CODE_TTL_MS - 1);
-    expect(await Promise.all([count("subscription_rotations"), count("operator_links"), count("operator_setup_codes")])).toEqual([3, 2, 2]);
+    expect(await Promise.all([count("subscription_rotations"), count("operator_links"), count("operator_setup_codes")])).toEqual([6, 2, 2]);
 
-    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, abandoned_rotations: 1, expired_links: 2 });
-    const rotations = await h.rt.db.all<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations ORDER BY created_at");
-    expect(rotations.map((row) => row.id)).toEqual([underWay.id, abandonedToday.id]);
+    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 2, expired_links: 2 });
+    const rotations = await h.rt.db.all<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations");
+    expect(rotations.map((row) => row.id).toSorted()).toEqual([underWay.id, abandonedToday.id, finishedInUse.id, finishedToday.id].toSorted());
     expect(await h.rt.db.all("SELECT email FROM operator_links")).toEqual([{ email: "soon@example.com" }]);
     expect(await count("operator_setup_codes")).toBe(1);
   });
