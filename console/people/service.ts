@@ -38,7 +38,7 @@ export function usersOnPage(db: Database, query: { page?: string; added?: string
   const unknown = unknownParameterErrors(query, ["page", "added"], "the users page");
   if (unknown.length > 0) throw fieldsProblem(unknown);
   const page = query.page;
-  if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number of at least 1" }], "The page number must be a whole number of at least 1.");
+  if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number from 1 to 999999999" }], "The page number must be a whole number from 1 to 999999999.");
   return listUsersPage(db, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
 }
 

@@ -38,7 +38,7 @@ const oneOf = (values: readonly string[]) => `^(${values.map((v) => v.replace(/[
 export function paginationQuerySchema<S extends string>(sorts: readonly S[] | null, filters: Record<string, TSchema> = {}) {
   return t.Object(
     {
-      page: t.Optional(t.String({ pattern: "^[1-9][0-9]{0,8}$", error: "must be a whole number of at least 1", description: "Page number, from 1.", ...documentAs({ type: "integer", minimum: 1, maximum: 999_999_999 }) })),
+      page: t.Optional(t.String({ pattern: "^[1-9][0-9]{0,8}$", error: "must be a whole number from 1 to 999999999", description: "Page number, from 1 to 999999999.", ...documentAs({ type: "integer", minimum: 1, maximum: 999_999_999 }) })),
       per_page: t.Optional(t.String({ pattern: "^(100|[1-9][0-9]?)$", error: "must be a whole number from 1 to 100", description: "Items per page, 1 to 100 (default 25).", ...documentAs({ type: "integer", minimum: 1, maximum: 100, default: 25 }) })),
       ...(sorts
         ? {

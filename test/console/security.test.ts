@@ -230,7 +230,7 @@ describe("bad input gets an answer, never a 500", () => {
       ["/console/rotations/new?from=sub_nope", 404, "No webhook subscription with id &quot;sub_nope&quot; exists."],
       ["/console/subscriptions/sub_nope/delete", 404, "No webhook subscription with id &quot;sub_nope&quot; exists."],
       ["/console/tokens/tok_nope/revoke", 404, "No active API token with this id exists."],
-      ["/console/users?page=abc", 422, "The page number must be a whole number of at least 1."],
+      ["/console/users?page=abc", 422, "The page number must be a whole number from 1 to 999999999."],
     ];
     for (const [path, status, message] of cases) {
       const res = await client.get(path);
