@@ -7,7 +7,7 @@ import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
-import { disableWithEvent, recordExhausted, trackFailingStreak } from "./health.ts";
+import { disableWithEvent, logStreakDisable, recordExhausted, trackFailingStreak, type StreakDisable } from "./health.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
   countLateAttempt,
@@ -190,13 +190,15 @@ const CLAIM_FAILURE_LOG_INTERVAL_MS = 60_000;
 
 /**
  * RecordedAttempt is the delivery after an attempt was recorded, its status before, whether the
- * attempt came after its lease was taken over, and how many pending deliveries the disable it brought about failed.
+ * attempt came after its lease was taken over, how many pending deliveries the disable it brought
+ * about failed, and that disable when a failing streak made it (logged once the write has committed).
  */
 interface RecordedAttempt {
   delivery: DeliveryRow;
   previousStatus: DeliveryRow["status"];
   late: boolean;
   pendingFailed: number;
+  streakDisable: StreakDisable | null;
 }
 
 interface InFlight {
@@ -239,7 +241,7 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
  * date, and a streak longer than the limit disables it. An attempt whose lease was taken over
  * before it was recorded is stored and counted, and decides nothing else (late).
  */
-async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number, healthy: Set<string>): Promise<RecordedAttempt | null> {
+async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number, healthy: Set<string>): Promise<RecordedAttempt | null> {
   const current = await findDeliveryById(db, due.id);
   if (!current) return null;
   const attempt = current.attempts + 1;
@@ -260,7 +262,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   // new holder to decide (a late failure must not undo its success, nor free its lease).
   if (current.locked_until !== due.locked_until) {
     await countLateAttempt(db, due.id, attempt, now);
-    return { delivery: { ...current, attempts: attempt, updated_at: now }, previousStatus: current.status, late: true, pendingFailed: 0 };
+    return { delivery: { ...current, attempts: attempt, updated_at: now }, previousStatus: current.status, late: true, pendingFailed: 0, streakDisable: null };
   }
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
@@ -302,12 +304,14 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   // After the delivery's own update, so that disabling fails the other pending deliveries (a 410
   // has failed this one), or this one too (a failing streak ends its next retry unsent).
   let pendingFailed = 0;
+  let streakDisable: StreakDisable | null = null;
   if (result.response_status === 410 && subscription?.status === "active") {
     pendingFailed = await disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
   } else if (subscription && result.response_status !== 410) {
-    pendingFailed = await trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
+    streakDisable = await trackFailingStreak(db, config.disableFailingAfterHours, subscription, now);
+    pendingFailed = streakDisable?.pendingFailed ?? 0;
   }
-  return { delivery: row, previousStatus: current.status, late: false, pendingFailed };
+  return { delivery: row, previousStatus: current.status, late: false, pendingFailed, streakDisable };
 }
 
 /**
@@ -730,6 +734,7 @@ export class DeliveryLoop {
       if (attempt.abandoned) return;
       const recorded = await this.record({ due, result, trigger, inRecordWrite });
       if (!recorded) return;
+      if (recorded.streakDisable) logStreakDisable(log, config.disableFailingAfterHours, recorded.streakDisable);
       const outcome: DeliveryOutcome = {
         delivery_id: due.id,
         subscription_id: due.subscription_id,
@@ -826,7 +831,7 @@ export class DeliveryLoop {
     const rows: (RecordedAttempt | null)[] = [];
     const healthy = new Set<string>();
     for (const a of attempts) {
-      rows.push(await recordAttempt(tx, this.deps.config, this.deps.log, a.due, a.result, a.trigger, now, healthy));
+      rows.push(await recordAttempt(tx, this.deps.config, a.due, a.result, a.trigger, now, healthy));
       await a.inRecordWrite?.(tx);
     }
     if (healthy.size > 0) await markSubscriptionsHealthy(tx, [...healthy]);
