@@ -282,7 +282,7 @@ const LISTENER_CHECK_PREFIX = "listener-check:";
 /** Registration is one `listen` call: re-subscribed on a new listening connection when the old one is found dead. */
 interface Registration {
   channel: string;
-  onNotify: (payload: string) => void;
+  onNotify: (payload: string | null) => void;
   subscription: Bun.SQL.ListenSubscription | null;
 }
 
@@ -455,7 +455,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
    * without knowing it, or subscribes again when the first subscribe was refused (a server at
    * max_connections refuses exactly this connection, the one beyond the pool).
    */
-  async listen(channel: string, onNotify: (payload: string) => void, onRefused: (error: unknown) => void): Promise<() => Promise<void>> {
+  async listen(channel: string, onNotify: (payload: string | null) => void, onRefused: (error: unknown) => void): Promise<() => Promise<void>> {
     const registration: Registration = { channel, onNotify, subscription: null };
     this.registrations.add(registration);
     if (!this.listenerChecks) {
@@ -481,7 +481,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
       },
       () => {
         // Called once the LISTEN is acknowledged, and again after every reconnect: only then may notifications have been missed.
-        if (subscribed) registration.onNotify("");
+        if (subscribed) registration.onNotify(null);
         subscribed = true;
       },
     );
@@ -507,7 +507,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
       void dead?.close({ timeout: 0 }).catch(() => {});
       for (const registration of this.registrations) {
         await this.subscribe(registration);
-        registration.onNotify("");
+        registration.onNotify(null);
       }
     } catch {
       // The new connection could not subscribe (the server is away): the next check tries again.

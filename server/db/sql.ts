@@ -82,12 +82,12 @@ export interface Database extends Db {
   outsideWritesGeneration(): number;
   /**
    * listen calls `onNotify` with the payload whenever an instance notifies `channel`, and once
-   * more with "" after a lost listening connection is back (notifications may have been missed
+   * more with null after a lost listening connection is back (notifications may have been missed
    * meanwhile); it resolves with a function that stops listening. A first subscribe the server
-   * refuses is told to `onRefused`, and tried again until it succeeds (then "" follows). A SQLite
+   * refuses is told to `onRefused`, and tried again until it succeeds (then null follows). A SQLite
    * database has one process: nothing ever arrives.
    */
-  listen(channel: string, onNotify: (payload: string) => void, onRefused: (error: unknown) => void): Promise<() => Promise<void>>;
+  listen(channel: string, onNotify: (payload: string | null) => void, onRefused: (error: unknown) => void): Promise<() => Promise<void>>;
   /** notify tells every instance listening on `channel` (outside any transaction), with `payload` ("" without); nothing on SQLite. */
   notify(channel: string, payload?: string): Promise<void>;
   /** close commits what is queued and closes the connections. */

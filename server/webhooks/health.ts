@@ -66,26 +66,40 @@ export async function recordExhausted(db: Db, due: DueDelivery, attempts: number
   );
 }
 
+/** StreakDisable is a disable trackFailingStreak made: the subscription, since when its attempts failed, and how many pending deliveries it failed. */
+export interface StreakDisable {
+  subscription: Pick<SubscriptionRow, "id" | "target_url">;
+  failingSince: number;
+  pendingFailed: number;
+}
+
 /**
  * trackFailingStreak, after a failed attempt, notes when the subscription's attempts started
- * failing (any success clears it: markSubscriptionsHealthy) and disables it, with a reason and a
- * log line, once every attempt for `disableAfterHours` has failed. `subscription` is the row as
- * read before this attempt. It returns the number of pending deliveries a disable failed (0 without one).
+ * failing (any success clears it: markSubscriptionsHealthy) and disables it, with a reason, once
+ * every attempt for `disableAfterHours` has failed. `subscription` is the row as read before this
+ * attempt. It returns the disable, or null without one: log it (logStreakDisable) once the write has committed.
  */
-export async function trackFailingStreak(db: Db, log: Logger, disableAfterHours: number, subscription: SubscriptionRow, now: number): Promise<number> {
+export async function trackFailingStreak(db: Db, disableAfterHours: number, subscription: SubscriptionRow, now: number): Promise<StreakDisable | null> {
   if (subscription.failing_since === null) {
     await markSubscriptionFailing(db, subscription.id, now);
-    return 0;
+    return null;
   }
-  if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return 0;
+  if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return null;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
-  const failed = await disableWithEvent(db, subscription, reason, "not sent: the subscription was disabled after its attempts failed for too long", now);
+  const pendingFailed = await disableWithEvent(db, subscription, reason, "not sent: the subscription was disabled after its attempts failed for too long", now);
+  return { subscription, failingSince: subscription.failing_since, pendingFailed };
+}
+
+/**
+ * logStreakDisable logs a disable of trackFailingStreak, once its write has committed: a write
+ * rolled back (and perhaps made again) would otherwise log a disable that did not happen, or twice.
+ */
+export function logStreakDisable(log: Logger, disableAfterHours: number, { subscription, failingSince }: StreakDisable): void {
   // The host, not the URL: a target URL can carry its receiver's secret (a token in the path or query).
   log.warn("webhook subscription disabled: every attempt failed for too long", {
     subscription_id: subscription.id,
     target_host: new URL(subscription.target_url).host,
-    failing_since: toTimestamp(subscription.failing_since),
+    failing_since: toTimestamp(failingSince),
     disable_failing_after_hours: disableAfterHours,
   });
-  return failed;
 }

@@ -619,6 +619,16 @@ export async function lockSubscriptionsWithDueDeliveries(db: Db, at: ClaimTimes)
 }
 
 /**
+ * findDeletedSubscriptions returns those of `ids` that name no subscription any more: deleted
+ * ones (an id is never given again).
+ */
+export async function findDeletedSubscriptions(db: Db, ids: readonly string[]): Promise<string[]> {
+  const kept = await db.all<{ id: string }>(`SELECT id FROM webhook_subscriptions WHERE id IN (${placeholders(ids.length)})`, ids);
+  const existing = new Set(kept.map((row) => row.id));
+  return ids.filter((id) => !existing.has(id));
+}
+
+/**
  * countLeases counts the unexpired leases of each subscription named, by every instance: its
  * attempts under way. Whatever the delivery's status: a manual attempt of a finished delivery is
  * a request open at the receiver too.

@@ -7,12 +7,13 @@ import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
-import { disableWithEvent, recordExhausted, trackFailingStreak } from "./health.ts";
+import { disableWithEvent, logStreakDisable, recordExhausted, trackFailingStreak, type StreakDisable } from "./health.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
   countLateAttempt,
   countLeases,
   findDeliveryById,
+  findDeletedSubscriptions,
   findDeliveryToSend,
   findDueDeliveriesOf,
   findNextWakeTime,
@@ -57,9 +58,9 @@ const MAX_BUN_FETCH_LIMIT = 65535;
 export const MAX_MANUAL_ATTEMPTS = 16;
 /**
  * MAX_SCHEDULED_ATTEMPTS bounds the loop's attempts, guaranteed ones included: subscriptions
- * deleted while their attempts hang here (a delete aborts them on every instance, but not here
- * when its notification is lost: the notify failed, or this listening connection was down), and
- * others made in their place, would otherwise get shares beyond MAX_SUBSCRIPTIONS'.
+ * deleted while their attempts hang here (a delete aborts them on every instance, but here only
+ * up to a poll later when its notification is lost: the notify failed, or this listening
+ * connection was down), and others made in their place, would otherwise get shares beyond MAX_SUBSCRIPTIONS'.
  */
 const MAX_SCHEDULED_ATTEMPTS = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * MAX_SUBSCRIPTIONS;
 /** MAX_ATTEMPTS_AT_ONCE is the most requests the loop has Bun's fetch send at once, scheduled and manual. */
@@ -107,8 +108,9 @@ export const DELIVERY_CHANNEL = "crm_deliveries";
 const DELETED_PREFIX = "deleted:";
 /**
  * SHARED_POLL_MS is the safety net of instances sharing a database: each claims at least this
- * often, in case a notification was lost (a listening connection that dropped is re-subscribed
- * and claims at once; this covers the rest).
+ * often, and checks at most this often whether the subscriptions of its attempts under way were
+ * deleted, in case a notification was lost (a listening connection that dropped is re-subscribed
+ * and does both at once; this covers the rest).
  */
 export const SHARED_POLL_MS = 5000;
 /**
@@ -188,13 +190,15 @@ const CLAIM_FAILURE_LOG_INTERVAL_MS = 60_000;
 
 /**
  * RecordedAttempt is the delivery after an attempt was recorded, its status before, whether the
- * attempt came after its lease was taken over, and how many pending deliveries the disable it brought about failed.
+ * attempt came after its lease was taken over, how many pending deliveries the disable it brought
+ * about failed, and that disable when a failing streak made it (logged once the write has committed).
  */
 interface RecordedAttempt {
   delivery: DeliveryRow;
   previousStatus: DeliveryRow["status"];
   late: boolean;
   pendingFailed: number;
+  streakDisable: StreakDisable | null;
 }
 
 interface InFlight {
@@ -237,7 +241,7 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
  * date, and a streak longer than the limit disables it. An attempt whose lease was taken over
  * before it was recorded is stored and counted, and decides nothing else (late).
  */
-async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number, healthy: Set<string>): Promise<RecordedAttempt | null> {
+async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number, healthy: Set<string>): Promise<RecordedAttempt | null> {
   const current = await findDeliveryById(db, due.id);
   if (!current) return null;
   const attempt = current.attempts + 1;
@@ -258,7 +262,7 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   // new holder to decide (a late failure must not undo its success, nor free its lease).
   if (current.locked_until !== due.locked_until) {
     await countLateAttempt(db, due.id, attempt, now);
-    return { delivery: { ...current, attempts: attempt, updated_at: now }, previousStatus: current.status, late: true, pendingFailed: 0 };
+    return { delivery: { ...current, attempts: attempt, updated_at: now }, previousStatus: current.status, late: true, pendingFailed: 0, streakDisable: null };
   }
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
@@ -300,12 +304,14 @@ async function recordAttempt(db: Db, config: Config, log: Logger, due: DueDelive
   // After the delivery's own update, so that disabling fails the other pending deliveries (a 410
   // has failed this one), or this one too (a failing streak ends its next retry unsent).
   let pendingFailed = 0;
+  let streakDisable: StreakDisable | null = null;
   if (result.response_status === 410 && subscription?.status === "active") {
     pendingFailed = await disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
   } else if (subscription && result.response_status !== 410) {
-    pendingFailed = await trackFailingStreak(db, log, config.disableFailingAfterHours, subscription, now);
+    streakDisable = await trackFailingStreak(db, config.disableFailingAfterHours, subscription, now);
+    pendingFailed = streakDisable?.pendingFailed ?? 0;
   }
-  return { delivery: row, previousStatus: current.status, late: false, pendingFailed };
+  return { delivery: row, previousStatus: current.status, late: false, pendingFailed, streakDisable };
 }
 
 /**
@@ -350,6 +356,8 @@ export class DeliveryLoop {
   private skewLoggedAt = -Infinity;
   /** when this instance last woke the others for work it left, on the monotonic clock */
   private othersWokenAt = -Infinity;
+  /** when the subscriptions of the attempts under way here were last checked for deletes, on the monotonic clock */
+  private deletesCheckedAt = -Infinity;
 
   constructor(private readonly deps: LoopDependencies) {}
 
@@ -423,9 +431,14 @@ export class DeliveryLoop {
     this.wake();
   }
 
-  /** heard acts on a notification on DELIVERY_CHANNEL: one naming a deleted subscription aborts its attempts here, any other wakes the loop. */
-  private heard(payload: string): void {
-    if (payload.startsWith(DELETED_PREFIX)) this.abortAttemptsOfDeleted(payload.slice(DELETED_PREFIX.length));
+  /**
+   * heard acts on a notification on DELIVERY_CHANNEL: one naming a deleted subscription aborts its
+   * attempts here, any other wakes the loop. After the listener was subscribed again (null), the
+   * claim it wakes also checks for deletes whose notifications were missed meanwhile.
+   */
+  private heard(payload: string | null): void {
+    if (payload === null) this.deletesCheckedAt = -Infinity;
+    if (payload?.startsWith(DELETED_PREFIX)) this.abortAttemptsOfDeleted(payload.slice(DELETED_PREFIX.length));
     else this.wake();
   }
 
@@ -506,6 +519,7 @@ export class DeliveryLoop {
       this.holdReceiverSlot(due.subscription_id);
       this.dispatch(due, "scheduled");
     }
+    if (this.shared) void this.abortAttemptsOfMissedDeletes();
     const othersWake = leftOver ? this.wakeOthersForLeftOver(free) : null;
     const times = [await findNextWakeTime(db, now), rateWake, othersWake, this.shared ? now + this.deps.sharedPollMs : null].filter((t) => t !== null);
     this.armTimer(times.length ? Math.min(...times) : null);
@@ -720,6 +734,7 @@ export class DeliveryLoop {
       if (attempt.abandoned) return;
       const recorded = await this.record({ due, result, trigger, inRecordWrite });
       if (!recorded) return;
+      if (recorded.streakDisable) logStreakDisable(log, config.disableFailingAfterHours, recorded.streakDisable);
       const outcome: DeliveryOutcome = {
         delivery_id: due.id,
         subscription_id: due.subscription_id,
@@ -816,7 +831,7 @@ export class DeliveryLoop {
     const rows: (RecordedAttempt | null)[] = [];
     const healthy = new Set<string>();
     for (const a of attempts) {
-      rows.push(await recordAttempt(tx, this.deps.config, this.deps.log, a.due, a.result, a.trigger, now, healthy));
+      rows.push(await recordAttempt(tx, this.deps.config, a.due, a.result, a.trigger, now, healthy));
       await a.inRecordWrite?.(tx);
     }
     if (healthy.size > 0) await markSubscriptionsHealthy(tx, [...healthy]);
@@ -878,14 +893,15 @@ export class DeliveryLoop {
   /**
    * subscriptionDeleted is told of a subscription whose delete has just committed: it aborts the
    * subscription's attempts under way here, and notifies the other instances sharing the database
-   * to abort theirs. A failed notify leaves those to their timeouts; the delete stands.
+   * to abort theirs. A failed notify leaves those to the instances' next polls
+   * (abortAttemptsOfMissedDeletes); the delete stands.
    */
   subscriptionDeleted(subscriptionId: string): void {
     this.abortAttemptsOfDeleted(subscriptionId);
     if (!this.shared) return;
     this.deps.db
       .notify(DELIVERY_CHANNEL, `${DELETED_PREFIX}${subscriptionId}`)
-      .catch((error: unknown) => this.deps.log.warn("webhook delivery loop: cannot tell other instances of a deleted subscription; its attempts under way there run until their timeouts", { subscription_id: subscriptionId, error: String(error) }));
+      .catch((error: unknown) => this.deps.log.warn("webhook delivery loop: cannot tell other instances of a deleted subscription; its attempts under way there run until their next poll finds it gone", { subscription_id: subscriptionId, error: String(error) }));
   }
 
   /**
@@ -896,6 +912,23 @@ export class DeliveryLoop {
   private abortAttemptsOfDeleted(subscriptionId: string): void {
     for (const attempt of this.inFlight) {
       if (attempt.due.subscription_id === subscriptionId && attempt.result === undefined) attempt.controller.abort(new AttemptInterrupted("subscription deleted while the attempt was under way"));
+    }
+  }
+
+  /**
+   * abortAttemptsOfMissedDeletes aborts, as abortAttemptsOfDeleted does, the attempts under way here
+   * whose subscriptions no longer exist though no notification told of their deletes (the notify
+   * failed, or this listening connection was down): the safety net of instances sharing a database.
+   * One query, at most every sharedPollMs (each poll, then), and only while attempts are under way.
+   */
+  private async abortAttemptsOfMissedDeletes(): Promise<void> {
+    const waiting = new Set([...this.inFlight].filter((attempt) => attempt.result === undefined).map((attempt) => attempt.due.subscription_id));
+    if (waiting.size === 0 || performance.now() - this.deletesCheckedAt < this.deps.sharedPollMs) return;
+    this.deletesCheckedAt = performance.now();
+    try {
+      for (const subscriptionId of await findDeletedSubscriptions(this.deps.db, [...waiting])) this.abortAttemptsOfDeleted(subscriptionId);
+    } catch (error) {
+      this.deps.log.warn("webhook delivery loop: cannot check for deleted subscriptions among those of the attempts under way; checked again at the next poll", { error: String(error) });
     }
   }
 

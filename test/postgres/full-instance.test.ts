@@ -10,8 +10,9 @@ import { writeSecretsKeyFile } from "../support/backend.ts";
 // Two delivery loops in this process on one PostgreSQL database, as two instances would share it:
 // an instance whose slots are full wakes the other for the due work it has no room for (README,
 // Run several instances), and a subscription deleted through one has its attempts under way on the
-// other aborted (README, Delivery). Each instance's own poll is made longer than the test, so that
-// only the notifications tell it anything.
+// other aborted (README, Delivery), or, when no notification tells it, by the other's own check
+// after its listening connection is back or at its poll. Each instance's own poll is made longer
+// than the test, so that only the notifications tell it anything, unless a test says otherwise.
 
 const NO_POLL_MS = 10 * 60_000;
 
@@ -30,9 +31,12 @@ afterAll(async () => {
   rmSync(keyDir, { recursive: true, force: true });
 });
 
-/** instance starts an app and its delivery loop on a shared database; the attempts' 60 s timeout keeps held ones open (and leased) for the whole test. */
-function instance(databaseUrl: string): Promise<WebhookHarness> {
-  return webhookHarness({ databaseUrl, secretsKeyFile, deliveryTimeoutMs: 60_000, rateWriteBurst: 1000 }, { sharedPollMs: NO_POLL_MS });
+/**
+ * instance starts an app and its delivery loop on a shared database, polling every `sharedPollMs`;
+ * the attempts' 60 s timeout keeps held ones open (and leased) for the whole test.
+ */
+function instance(databaseUrl: string, sharedPollMs = NO_POLL_MS): Promise<WebhookHarness> {
+  return webhookHarness({ databaseUrl, secretsKeyFile, deliveryTimeoutMs: 60_000, rateWriteBurst: 1000 }, { sharedPollMs });
 }
 
 test("an instance whose slots are held full wakes an idle one, which sends a new subscription's deliveries beyond the full one's guaranteed share", async () => {
@@ -74,13 +78,26 @@ test("an instance whose slots are held full wakes an idle one, which sends a new
   }
 }, 60_000);
 
-test("a subscription deleted through one instance has its attempts hanging on the other aborted at once, each recorded as failed in words, before the receiver answers", async () => {
-  // A database of its own: the other test's subscriptions keep deliveries due.
+/** DeleteWhileHung are the two instances sharing the database of deleteWhileHung, and the subscription whose attempt hangs on `sending`. */
+interface DeleteWhileHung {
+  deleting: WebhookHarness;
+  sending: WebhookHarness;
+  subscriptionId: string;
+}
+
+/**
+ * deleteWhileHung gives the sending instance one attempt hanging at its receiver (the deleting
+ * instance has none), has `remove` delete the subscription, and waits for that attempt to end on
+ * the sending instance: its 60 s timeout is past the wait, so only an abort ends it. It returns
+ * the delivery as recorded and what the receiver got, read before the receiver answers.
+ */
+async function deleteWhileHung(remove: (instances: DeleteWhileHung) => Promise<void>, sendingPollMs = NO_POLL_MS) {
+  // A database of its own: the first test's subscriptions keep deliveries due.
   const own = await createTestDatabase();
   const hung = startReceiver("/hung");
   hung.hold();
   const deleting = await instance(own.url);
-  const sending = await instance(own.url);
+  const sending = await instance(own.url, sendingPollMs);
   try {
     const subscription = await sending.subscribe(hung.url, ["contact.created"]);
     // Committed on the sending instance, which alone is woken to claim it.
@@ -88,22 +105,51 @@ test("a subscription deleted through one instance has its attempts hanging on th
     expect(contact.status).toBe(201);
     await waitFor(() => hung.received.length === 1, "the attempt open at the receiver");
     expect({ deleting: deleting.rt.deliveries.inFlightCount, sending: sending.rt.deliveries.inFlightCount }).toEqual({ deleting: 0, sending: 1 });
-    expect((await deleting.request("DELETE", `/public/v1/webhook-subscriptions/${subscription.id}`)).status).toBe(204);
-    // Its 60 s timeout is past the wait: only the deleting instance's notification ends it.
+    await remove({ deleting, sending, subscriptionId: subscription.id });
     await waitFor(() => sending.rt.deliveries.inFlightCount === 0, "the attempt on the sending instance aborted");
     const [delivery] = await deleting.deliveries(`subscription_id=${subscription.id}`);
     const history = (await deleting.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
-    expect({ status: delivery.status, attempts: delivery.attempts, last_error: delivery.last_error, history, received: hung.received.length }).toEqual({
-      status: "failed",
-      attempts: 1,
-      last_error: "subscription deleted while the attempt was under way",
-      history: [{ status: null, error: "subscription deleted while the attempt was under way" }],
-      received: 1,
-    });
+    return { status: delivery.status, attempts: delivery.attempts, last_error: delivery.last_error, history, received: hung.received.length };
   } finally {
     hung.release();
     await Promise.all([deleting.shutdown(), sending.shutdown()]);
     await hung.stop();
     await own.drop();
   }
+}
+
+/** ABORTED_BY_DELETE is a delivery whose one attempt a delete aborted, as deleteWhileHung returns it. */
+const ABORTED_BY_DELETE = {
+  status: "failed",
+  attempts: 1,
+  last_error: "subscription deleted while the attempt was under way",
+  history: [{ status: null, error: "subscription deleted while the attempt was under way" }],
+  received: 1,
+};
+
+/** deleteUnannounced deletes a subscription as a lost notification leaves it to the other instances: its row is gone, and nothing told them. */
+async function deleteUnannounced({ deleting, subscriptionId }: DeleteWhileHung): Promise<void> {
+  expect(await deleting.rt.db.run("DELETE FROM webhook_subscriptions WHERE id = ?", [subscriptionId])).toBe(1);
+}
+
+test("a subscription deleted through one instance has its attempts hanging on the other aborted at once, each recorded as failed in words, before the receiver answers", async () => {
+  const aborted = await deleteWhileHung(async ({ deleting, subscriptionId }) => {
+    expect((await deleting.request("DELETE", `/public/v1/webhook-subscriptions/${subscriptionId}`)).status).toBe(204);
+  });
+  expect(aborted).toEqual(ABORTED_BY_DELETE);
+}, 60_000);
+
+test("a subscription deleted without a word to the other instance has the attempt hanging there aborted once its listening connection is back (notifications may have been missed), recorded as failed in words, before the receiver answers", async () => {
+  const aborted = await deleteWhileHung(async (instances) => {
+    await deleteUnannounced(instances);
+    // Every listening connection ends, as a server restart or a network cut ends them; Bun connects and subscribes again.
+    await instances.deleting.rt.db.all("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'");
+  });
+  expect(aborted).toEqual(ABORTED_BY_DELETE);
+}, 60_000);
+
+test("a subscription deleted without a word to the other instance has the attempt hanging there aborted at that instance's next poll, recorded as failed in words, before the receiver answers", async () => {
+  // Polled every 50 ms here (5 s in service), so that the poll is what finds the delete.
+  const aborted = await deleteWhileHung(deleteUnannounced, 50);
+  expect(aborted).toEqual(ABORTED_BY_DELETE);
 }, 60_000);

@@ -163,6 +163,38 @@ describe("auto-disable: errors", () => {
     expect(replay.headers.get("idempotent-replayed")).toBe("true");
     expect(replay.body).toEqual({ data: before });
   });
+
+  test("a disable whose write is refused after it, and made again by the write that records the attempt without its response, is logged once, for the write that committed", async () => {
+    const logs: any[] = [];
+    h = await scope.harness({ disableFailingAfterHours: 1 }, { log: createLogger("warn", (line) => logs.push(JSON.parse(line))) });
+    const dying = scope.receiver();
+    dying.respond(() => new Response("down", { status: 500 }));
+    const sub = await h.subscribe(dying.url, ["contact.created"]);
+    // Failing for two hours already: the next failed attempt disables it.
+    const failingSince = Date.now() - 2 * 3600_000;
+    await h.rt.db.run("UPDATE webhook_subscriptions SET failing_since = ? WHERE id = ?", [failingSince, sub.id]);
+    // The statistics, written after the disable in the same write, are refused while the attempt
+    // keeps the receiver's body, as an unforeseen fault would refuse them: the write rolls back,
+    // and the attempt is recorded again without the receiver's response, in a write that commits.
+    const refused = "EXISTS (SELECT 1 FROM webhook_delivery_attempts WHERE response_body IS NOT NULL)";
+    if (h.rt.db.dialect === "sqlite") {
+      await h.rt.db.run(`CREATE TRIGGER refuse_stats BEFORE INSERT ON webhook_attempt_stats WHEN ${refused} BEGIN SELECT RAISE(ABORT, 'stats refused'); END`);
+    } else {
+      await h.rt.db.run(`CREATE FUNCTION refuse_stats() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF ${refused} THEN RAISE EXCEPTION 'stats refused'; END IF; RETURN NEW; END $$`);
+      await h.rt.db.run("CREATE TRIGGER refuse_stats BEFORE INSERT ON webhook_attempt_stats FOR EACH ROW EXECUTE FUNCTION refuse_stats()");
+    }
+    await createContact();
+
+    const disabled = await eventually(async () => {
+      const s = await getSubscription(sub.id);
+      return s.status === "disabled" && logs.some((l) => l.msg.startsWith("webhook subscription disabled")) && s;
+    }, "the subscription to be disabled, and the disable logged");
+    expect(disabled.failing_since).toBe(new Date(failingSince).toISOString());
+    expect(logs.map((l) => l.msg)).toEqual([
+      "webhook delivery attempt recorded without the receiver's headers and body, which the database refused",
+      "webhook subscription disabled: every attempt failed for too long",
+    ]);
+  });
 });
 
 describe("auto-disable: security", () => {
