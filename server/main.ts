@@ -457,7 +457,8 @@ async function main(argv: string[]): Promise<number> {
       if (sub !== "create") throw new ConfigError("usage: user create --name N --email E | user list");
       const name = takeOption(args, "--name");
       const email = takeOption(args, "--email");
-      if (!name || !email) throw new ConfigError("user create needs --name and --email");
+      // An empty value is the service's to refuse, in the words the API uses for it.
+      if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
       const db = await openConfiguredDatabase(args, { setUp: true });
       const user = await db.write((tx) => createUser(tx, { name, email }));
       process.stdout.write(`${JSON.stringify(user)}\n`);
