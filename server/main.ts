@@ -293,8 +293,9 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
     );
   }
   const next = secretsKey ? `the next start records the key it is given, ${secretsKey.path}` : `the next start creates a new key, ${secretsKeyPath(config)}, and records it`;
+  // Not "deleted the record of its key": a database from before migration 0025 never had one.
   process.stdout.write(
-    `deleted ${done.subscriptions} webhook subscription${done.subscriptions === 1 ? "" : "s"} (${done.deliveries} pending deliver${done.deliveries === 1 ? "y" : "ies"} failed unsent) and the database's record of its secrets key; ${next}\n`,
+    `deleted ${done.subscriptions} webhook subscription${done.subscriptions === 1 ? "" : "s"} (${done.deliveries} pending deliver${done.deliveries === 1 ? "y" : "ies"} failed unsent); the database now records no secrets key: ${next}\n`,
   );
   return 0;
 }
