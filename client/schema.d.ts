@@ -3979,7 +3979,7 @@ export interface operations {
                 "application/json": {
                     /** @description Free text label; null clears it. */
                     description?: string | null;
-                    /** @description Requests per second this receiver gets at most (1 to 1000), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency. */
+                    /** @description The receiver's cap in requests per second; null removes it. The delivery loop uses the new cap from its next attempt on. */
                     max_rate?: number | null;
                     target_url?: never;
                     events?: never;
@@ -4130,7 +4130,7 @@ export interface operations {
                                 failed: number;
                                 /** @description succeeded / attempts, 0 to 1; null without attempts. */
                                 success_rate: number | null;
-                                /** @description Attempt durations in milliseconds, each the upper bound of a histogram bucket (buckets grow by 25%, so at most 25% above the true value). */
+                                /** @description Attempt durations in milliseconds, each the upper bound of a histogram bucket (buckets grow by 25%, so at most 25% above the true value); null without attempts. */
                                 latency_ms: {
                                     p50: number;
                                     p90: number;
@@ -4150,7 +4150,7 @@ export interface operations {
                                 failed: number;
                                 /** @description succeeded / attempts, 0 to 1; null without attempts. */
                                 success_rate: number | null;
-                                /** @description Attempt durations in milliseconds, each the upper bound of a histogram bucket (buckets grow by 25%, so at most 25% above the true value). */
+                                /** @description Attempt durations in milliseconds, each the upper bound of a histogram bucket (buckets grow by 25%, so at most 25% above the true value); null without attempts. */
                                 latency_ms: {
                                     p50: number;
                                     p90: number;

@@ -293,8 +293,9 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
     );
   }
   const next = secretsKey ? `the next start records the key it is given, ${secretsKey.path}` : `the next start creates a new key, ${secretsKeyPath(config)}, and records it`;
+  // Not "deleted the record of its key": a database from before migration 0025 never had one.
   process.stdout.write(
-    `deleted ${done.subscriptions} webhook subscription${done.subscriptions === 1 ? "" : "s"} (${done.deliveries} pending deliver${done.deliveries === 1 ? "y" : "ies"} failed unsent) and the database's record of its secrets key; ${next}\n`,
+    `deleted ${done.subscriptions} webhook subscription${done.subscriptions === 1 ? "" : "s"} (${done.deliveries} pending deliver${done.deliveries === 1 ? "y" : "ies"} failed unsent); the database now records no secrets key: ${next}\n`,
   );
   return 0;
 }
@@ -457,7 +458,8 @@ async function main(argv: string[]): Promise<number> {
       if (sub !== "create") throw new ConfigError("usage: user create --name N --email E | user list");
       const name = takeOption(args, "--name");
       const email = takeOption(args, "--email");
-      if (!name || !email) throw new ConfigError("user create needs --name and --email");
+      // An empty value is the service's to refuse, in the words the API uses for it.
+      if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
       const db = await openConfiguredDatabase(args, { setUp: true });
       const user = await db.write((tx) => createUser(tx, { name, email }));
       process.stdout.write(`${JSON.stringify(user)}\n`);

@@ -179,9 +179,10 @@ function refuseInvalidFields(input: Record<string, unknown>): void {
 /** IDENTIFYING_FIELDS: a contact needs at least one of them, or it names nobody. */
 const IDENTIFYING_FIELDS = ["email", "first_name", "last_name", "phone"] as const;
 
-/** anonymousErrors names the identifying fields when a contact (as it would be stored, or a create's input: what it leaves out is stored null) has none of them. */
+/** anonymousErrors names the identifying fields when a contact (as it would be stored, or a create's input: what it leaves out is stored null) has none of them, a blank one (spaces alone) counting as none. */
 function anonymousErrors(contact: Partial<Pick<ContactRow, (typeof IDENTIFYING_FIELDS)[number]>>): FieldError[] {
-  if (IDENTIFYING_FIELDS.some((field) => contact[field])) return [];
+  // A name of spaces alone is stored as given, but it names nobody: the console lists such a contact as "(no name)".
+  if (IDENTIFYING_FIELDS.some((field) => contact[field]?.trim())) return [];
   return [{ pointer: "", detail: `needs at least one of ${IDENTIFYING_FIELDS.join(", ")}` }];
 }
 

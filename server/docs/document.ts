@@ -100,9 +100,37 @@ function tidySchema(schema: Json, named: NamedSchemas, top = true): Json {
   return (top && refTo(out, named)) || out;
 }
 
+const SUB_SCHEMA_KEYWORDS = new Set([...ONE_SCHEMA, ...SCHEMA_LISTS, ...SCHEMA_MAPS]);
+
+/**
+ * withFieldDescriptions rebuilds a route's TypeBox schema for the generator (never changing the one
+ * given, which is the validator's): a union of one type and null that has a description of its own
+ * hands it to that type. The generator folds such a union into the type's keywords plus null, and
+ * the type's description (a shared type's, such as MaxRate's) replaced the field's.
+ */
+export function withFieldDescriptions<T>(schema: T): T {
+  if (!schema || typeof schema !== "object") return schema;
+  const source = schema as Json;
+  let out: Json | null = null;
+  for (const [keyword, value] of Object.entries(source)) {
+    if (!SUB_SCHEMA_KEYWORDS.has(keyword) || !value || typeof value !== "object") continue;
+    const rebuilt = Array.isArray(value) ? value.map(withFieldDescriptions) : ONE_SCHEMA.has(keyword) ? withFieldDescriptions(value) : Object.fromEntries(Object.entries(value).map(([k, s]) => [k, withFieldDescriptions(s)]));
+    out ??= { ...source };
+    out[keyword] = rebuilt;
+  }
+  const branches = (out ?? source).anyOf;
+  const nonNull = Array.isArray(branches) ? branches.filter((branch: Json) => branch?.type !== "null") : [];
+  const [inner] = nonNull;
+  if (source.description !== undefined && nonNull.length === 1 && nonNull.length < branches.length && inner.description !== undefined && inner.description !== source.description) {
+    out ??= { ...source };
+    out.anyOf = branches.map((branch: Json) => (branch === inner ? { ...branch, description: source.description } : branch));
+  }
+  return (out ?? schema) as T;
+}
+
 /** generated is each schema as the OpenAPI generator writes it (it folds unions, rewrites transforms). */
 function generated(schemas: Record<string, TSchema>): Record<string, Json> {
-  const app = Object.entries(schemas).reduce((a, [name, schema]) => a.get(`/${name}`, () => null, { response: { 200: schema } }), new Elysia() as Elysia<any, any, any, any, any, any, any>);
+  const app = Object.entries(schemas).reduce((a, [name, schema]) => a.get(`/${name}`, () => null, { response: { 200: withFieldDescriptions(schema) } }), new Elysia() as Elysia<any, any, any, any, any, any, any>);
   const { paths } = toOpenAPISchema(app);
   return Object.fromEntries(Object.keys(schemas).map((name) => [name, (paths as Json)[`/${name}`].get.responses["200"].content["application/json"].schema]));
 }

@@ -2,9 +2,9 @@
 // with ones that build a Zod schema per call (~20 us per checked email); the generator alone does not.
 import { toOpenAPISchema } from "@elysiajs/openapi/openapi";
 import type { AnyElysia, TSchema } from "elysia";
-import { OptionalKind } from "@sinclair/typebox";
+import { Kind, OptionalKind } from "@sinclair/typebox";
 import { UNVERSIONED_RESOURCES } from "../http/preconditions.ts";
-import { tidyDocument } from "./document.ts";
+import { tidyDocument, withFieldDescriptions } from "./document.ts";
 import swaggerUi from "swagger-ui-dist/package.json" with { type: "json" };
 // Imported as files so `bun build --compile` embeds them: /docs needs no CDN and no files beside the binary.
 import swaggerBundlePath from "swagger-ui-dist/swagger-ui-bundle.js" with { type: "file" };
@@ -92,6 +92,13 @@ export function docsAssetResponse(name: DocsAssetName): Response {
   return new Response(Bun.file(asset.path), { headers });
 }
 
+/** describedSchemas are a route's body, parameter, header and response schemas as withFieldDescriptions rebuilds them; its responses are one schema or schemas by status. */
+function describedSchemas(hooks: Json): Json {
+  const { body, query, params, headers, response } = hooks;
+  const responses = response && typeof response === "object" && !(Kind in response) ? Object.fromEntries(Object.entries(response as Json).map(([status, schema]) => [status, withFieldDescriptions(schema)])) : withFieldDescriptions(response);
+  return { body: withFieldDescriptions(body), query: withFieldDescriptions(query), params: withFieldDescriptions(params), headers: withFieldDescriptions(headers), response: responses };
+}
+
 /**
  * routeTable is the app's route table as the OpenAPI generator should see it: every body is
  * parsed by the JSON-only parse hook of http/conventions.ts, which the generator cannot read
@@ -109,6 +116,7 @@ function routeTable(app: AnyElysia): AnyElysia {
     const marks = { ...(unversioned ? { [UNVERSIONED_MARK]: unversioned } : {}), ...(optionalBody ? { [OPTIONAL_BODY_MARK]: true } : {}) };
     const hooks = {
       ...route.hooks,
+      ...describedSchemas(route.hooks),
       ...(route.hooks.parse ? { parse: [{ fn: "application/json" }] } : {}),
       ...(Object.keys(marks).length > 0 ? { detail: { ...route.hooks.detail, ...marks } } : {}),
     };

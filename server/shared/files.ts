@@ -1,4 +1,4 @@
-import { closeSync, existsSync, fsyncSync, linkSync, openSync, renameSync, rmSync, statSync } from "node:fs";
+import { closeSync, existsSync, fchmodSync, fsyncSync, linkSync, openSync, renameSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
@@ -12,12 +12,25 @@ export function fsyncPath(path: string): void {
 }
 
 /**
- * createOwnerOnlyFile creates an empty file only its owner may read (0600), for data that is
- * someone's (a backup, customer rows) whatever the umask; a file already there is emptied and keeps
- * its mode (perhaps /dev/full, or one the user made on purpose).
+ * createOwnerOnlyFile creates an empty file only its owner may read and write (0600), for data that
+ * is someone's (a backup, customer rows) whatever the umask; a file already there is emptied and
+ * keeps its mode (perhaps /dev/full, or one the user made on purpose).
  */
 export function createOwnerOnlyFile(path: string): void {
-  closeSync(openSync(path, "w", 0o600));
+  let fd: number;
+  try {
+    fd = openSync(path, "wx", 0o600);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    closeSync(openSync(path, "w"));
+    return;
+  }
+  try {
+    // The umask narrows the mode open creates with: 0277 left 0400, which its owner could not write.
+    fchmodSync(fd, 0o600);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /**

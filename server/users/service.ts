@@ -1,12 +1,12 @@
 import type { Database, Db } from "../db/sql.ts";
 import { notFound, ProblemError } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
-import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
+import { fieldsProblem, schemaChecker } from "../http/schema-errors.ts";
 import type { Runtime } from "../runtime.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, readListPage, type ListMeta } from "../http/list-query.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
-import type { User, UserPatch } from "./model.ts";
+import { UserInput, type User, type UserPatch } from "./model.ts";
 import { countUsers, findUserByEmail, findUserById, findUsersByIds, insertUser, listUsers, updateUser as updateUserRow, type UserRow } from "./store.ts";
 
 /** toUser renders a user row for the API. */
@@ -14,31 +14,23 @@ function toUser(row: UserRow): User {
   return { id: row.id, name: row.name, email: row.email, created_at: toTimestamp(row.created_at), updated_at: toTimestamp(row.updated_at) };
 }
 
-const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
-
-/**
- * userFields checks a user's name, kept as given (as an account's and a contact's names are), and
- * email (trimmed, lowercased), or throws 422 naming the field. The API's schema checks them first;
- * the command line's user create has only this.
- */
-function userFields(input: { name: string; email: string }): { name: string; email: string } {
-  const { name } = input;
-  const email = input.email.trim().toLowerCase();
-  if (name === "" || name.length > MAX_NAME_LENGTH) {
-    throw new ProblemError(422, "validation", `name must be 1 to ${MAX_NAME_LENGTH} characters.`, [{ pointer: "/name", detail: `must be 1 to ${MAX_NAME_LENGTH} characters` }]);
-  }
-  if (!EMAIL.test(email) || email.length > MAX_EMAIL_LENGTH) throw new ProblemError(422, "validation", "email must be an email address.", [{ pointer: "/email", detail: "must be an email address" }]);
-  return { name, email };
-}
+const userInputErrors = schemaChecker(UserInput);
 
 async function refuseTakenEmail(db: Db, email: string, ownId: string | null): Promise<void> {
   const holder = await findUserByEmail(db, email);
   if (holder && holder.id !== ownId) throw new ProblemError(409, "user-exists", `A user with email ${email} already exists.`);
 }
 
-/** createUser adds a person contacts can be assigned to; emails are unique and lowercased. Call it inside a write. */
+/**
+ * createUser adds a person contacts can be assigned to, its name as given and its email lowercased
+ * (unique), or throws 422 naming each field UserInput refuses. Call it inside a write. The API's
+ * route checks the same schema first; the command line's user create has only this check.
+ */
 export async function createUser(db: Db, input: { name: string; email: string }, now = Date.now()): Promise<User> {
-  const { name, email } = userFields(input);
+  const errors = userInputErrors(input);
+  if (errors.length > 0) throw fieldsProblem(errors);
+  const { name } = input;
+  const email = input.email.toLowerCase();
   await refuseTakenEmail(db, email, null);
   const row: UserRow = { id: newId("usr", now), name, email, created_at: now, updated_at: now };
   await insertUser(db, row);
@@ -60,7 +52,9 @@ export async function updateUser(rt: Runtime, id: string, input: UserPatch): Pro
   return rt.db.write(async (tx) => {
     const current = await findUserById(tx, id);
     if (!current) throw notFound("user", id);
-    const { name, email } = userFields({ name: input.name ?? current.name, email: input.email ?? current.email });
+    // The route's UserPatch schema has checked the fields given.
+    const name = input.name ?? current.name;
+    const email = (input.email ?? current.email).toLowerCase();
     if (name === current.name && email === current.email) return toUser(current);
     await refuseTakenEmail(tx, email, id);
     const row: UserRow = { ...current, name, email, updated_at: Date.now() };

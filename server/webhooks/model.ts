@@ -225,10 +225,7 @@ export const DeliveryListQuery = paginationQuerySchema(null, {
   created_after: timestampFilterSchema("Only deliveries created after this time."),
 });
 
-const LatencyPercentiles = t.Object(
-  { p50: t.Number(), p90: t.Number(), p99: t.Number() },
-  { description: "Attempt durations in milliseconds, each the upper bound of a histogram bucket (buckets grow by 25%, so at most 25% above the true value)." },
-);
+const LatencyPercentiles = t.Object({ p50: t.Number(), p90: t.Number(), p99: t.Number() });
 
 /** WindowStats counts a subscription's attempts over one window. */
 export const WindowStats = t.Object({
@@ -237,7 +234,9 @@ export const WindowStats = t.Object({
   succeeded: t.Integer({ description: "Attempts answered 2xx." }),
   failed: t.Integer({ description: "Attempts answered otherwise, or without an answer (network error, timeout, refused address)." }),
   success_rate: t.Union([t.Number(), t.Null()], { description: "succeeded / attempts, 0 to 1; null without attempts." }),
-  latency_ms: t.Union([LatencyPercentiles, t.Null()], { description: "null without attempts." }),
+  latency_ms: t.Union([LatencyPercentiles, t.Null()], {
+    description: "Attempt durations in milliseconds, each the upper bound of a histogram bucket (buckets grow by 25%, so at most 25% above the true value); null without attempts.",
+  }),
 });
 export type WindowStats = typeof WindowStats.static;
 

@@ -165,6 +165,21 @@ describe("OpenAPI document for client generators", () => {
     expect(spec.components.schemas.Delivery.properties.attempts.type).toBe("integer");
   });
 
+  test("a nullable field keeps the description its route's schema gives it, over the description of the type it makes nullable", () => {
+    const patch = spec.paths["/public/v1/webhook-subscriptions/{subscriptionId}"].patch.requestBody.content["application/json"].schema;
+    expect(dereference(spec, patch).properties.max_rate).toEqual({
+      description: "The receiver's cap in requests per second; null removes it. The delivery loop uses the new cap from its next attempt on.",
+      multipleOf: 1,
+      minimum: 1,
+      maximum: 1000,
+      type: ["number", "null"],
+    });
+    // Without a description of its own, the field keeps the type's.
+    expect(spec.components.schemas.SubscriptionInput.properties.max_rate.description).toBe(
+      "Requests per second this receiver gets at most (1 to 1000), retries and recoveries included; attempts are spaced evenly. Without it, no cap beyond the delivery loop's concurrency.",
+    );
+  });
+
   test("every /public/v1 success (a 304 Not Modified too) declares the RateLimit and RateLimit-Policy headers, and a real success carries them", async () => {
     const missing: string[] = [];
     for (const { where, path, op } of operations()) {

@@ -115,6 +115,16 @@ describe("command line: happy paths", () => {
     expect(await crm(["user", "create", "--name", "G", "--email", "grace@navy.mil"])).toEqual({ stdout: "", stderr: "crm: A user with email grace@navy.mil already exists.\n", code: 2 });
   });
 
+  test("user create checks its fields as POST /public/v1/users does (the email as given, untrimmed) and prints the API's field errors", async () => {
+    await crm(["migrate"]);
+    const refused = (detail: string) => ({ stdout: "", stderr: `crm: ${detail}\n`, code: 2 });
+    const email = "email must be an email address of at most 254 characters";
+    expect(await crm(["user", "create", "--name", "Ann", "--email", " ann@example.com "])).toEqual(refused(`${email}.`));
+    expect(await crm(["user", "create", "--name", "", "--email", "ann@example"])).toEqual(refused(`name must be a string of 1 to 200 characters; ${email}.`));
+    expect(await crm(["user", "create", "--name", "A".repeat(201), "--email", "ann@example.com"])).toEqual(refused("name must be a string of 1 to 200 characters."));
+    expect(await crm(["user", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
+  });
+
   test("user list prints every user, oldest first, one line each", async () => {
     await crm(["migrate"]);
     expect(await crm(["user", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });

@@ -161,6 +161,20 @@ describe("contacts CRUD: errors", () => {
     expect(await eventTypes(h)).toEqual(["contact.created"]);
   });
 
+  test("a name or phone of spaces alone names nobody: refused alone on create and as a PATCH would store it", async () => {
+    const anonymous = validation([{ pointer: "", detail: "needs at least one of email, first_name, last_name, phone" }]);
+    for (const body of [{ first_name: "   " }, { last_name: "\t\n" }, { phone: " ", first_name: "", last_name: "\u00a0" }]) {
+      const res = await h.json("POST", "/public/v1/contacts", { body });
+      expect({ body, status: res.status, problem: res.body }).toEqual({ body, status: 422, problem: anonymous });
+    }
+    expect(await contactCount(h)).toBe(0);
+    const created = (await h.json("POST", "/public/v1/contacts", { body: { email: "only@example.com", first_name: "  Ann  " } })).body;
+    const blanked = await h.json("PATCH", `/public/v1/contacts/${created.data.id}`, { body: { email: null, first_name: "   " } });
+    expect([blanked.status, blanked.body]).toEqual([422, anonymous]);
+    expect((await h.json("GET", `/public/v1/contacts/${created.data.id}`)).body).toEqual(created);
+    expect(await eventTypes(h)).toEqual(["contact.created"]);
+  });
+
   test("GET of an unknown id is a 404 problem naming it", async () => {
     const res = await h.json("GET", "/public/v1/contacts/con_00000000000000000000000000");
     expectProblem(res, 404);

@@ -151,6 +151,21 @@ describe("contacts batch: happy paths", () => {
     expect(await contactCount(h)).toBe(1);
   });
 
+  test("a name of spaces alone names nobody, in a new contact's item and in an update's, as on POST and PATCH", async () => {
+    const known = await created("/public/v1/contacts", { external_id: "src-9", first_name: "Known" });
+    const res = await h.json("POST", CONTACTS, { body: { items: [{ external_id: "src-9", first_name: "   " }, { first_name: "   ", tags: ["vip"] }] } });
+    const nobody = "needs at least one of email, first_name, last_name, phone";
+    expect(res.body).toEqual({
+      data: [
+        { status: "invalid", errors: [{ pointer: "/items/0", detail: nobody }] },
+        { status: "invalid", errors: [{ pointer: "/items/1", detail: nobody }] },
+      ],
+    });
+    expect((await h.json("GET", `/public/v1/contacts/${known.id}`)).body.data).toEqual(known);
+    expect(await contactCount(h)).toBe(1);
+    expect(await eventTypes(h)).toEqual(["contact.created"]);
+  });
+
   test("a batch counts as one write plus one per 100 items against the token's write bucket", async () => {
     // A bucket refilling one write in 100 s: what the requests spend is all that changes it.
     const { token } = await createApiToken(h.rt.db, "counted", Date.now(), { readPerSecond: 10, readBurst: 10, writePerSecond: 0.01, writeBurst: 100 });

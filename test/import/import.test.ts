@@ -3,7 +3,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, symlinkSync, 
 import { join } from "node:path";
 import { createApiToken } from "../../server/auth/service.ts";
 import { parseCsv } from "../../server/import/csv.ts";
-import { SHUT_OUT } from "../support/permissions.ts";
+import { SHUT_OUT, underUmask } from "../support/permissions.ts";
 import { importServer, runImport, startImport, summaryLine, writeContactsCsv } from "./support.ts";
 
 let server: Awaited<ReturnType<typeof importServer>>;
@@ -372,6 +372,17 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     expect(await server.db.all("SELECT email FROM contacts")).toEqual([{ email: "ada@example.com" }]);
     const dry = await runImport([file, "--dry-run", "--invalid-file", "/dev/full"]);
     expect(dry).toEqual({ code: 2, stdout: "dry run, nothing sent: 2 rows: valid 1, invalid 1\n", stderr: "columns: Email -> email, First Name -> first_name\ncrm: cannot write the invalid rows to /dev/full: ENOSPC: no space left on device, write '/dev/full'\n" });
+  }, 60_000);
+
+  test("the invalid-rows file is 0600 under a umask that would take its owner's write away (0277), and its owner, with no power over modes, writes it", async () => {
+    const file = oneInvalidRow();
+    const invalidFile = join(server.dir, "inv1.invalid.csv");
+    expect(await runImport([file, "--dry-run"], [...SHUT_OUT, ...underUmask("0277")])).toEqual({
+      code: 1,
+      stdout: `dry run, nothing sent: 2 rows: valid 1, invalid 1\ninvalid rows with their errors: ${invalidFile}\n`,
+      stderr: "columns: Email -> email, First Name -> first_name\n",
+    });
+    expect(statSync(invalidFile).mode & 0o777).toBe(0o600);
   }, 60_000);
 
   test("the same file again with another --map gets batches of its own; a file changed under the same name and size is told to take a new name, not to run again", async () => {

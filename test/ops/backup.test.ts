@@ -3,6 +3,7 @@ import { Database } from "bun:sqlite";
 import { copyFileSync, existsSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { api, createToken, runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
+import { SHUT_OUT, underUmask } from "../support/permissions.ts";
 
 const WRITERS = 4;
 const PER_WRITER = 250;
@@ -127,6 +128,16 @@ describe("backup: killed half-way", () => {
     }
     expect(mode(file)).toBe("600");
   }, 60_000);
+});
+
+describe("backup: the copy's mode", () => {
+  test("the copy is 0600 under a umask that would take its owner's write away (0277), and the owner, with no power over modes, still writes it", () => {
+    const dataDir = tempDir("backup-umask");
+    runCli([...SOURCE, "migrate", "--data-dir", dataDir]);
+    const file = join(tempDir("backup-umask-out"), "copy.sqlite");
+    const result = runCli([...SHUT_OUT, ...underUmask("0277"), ...SOURCE, "backup", file, "--data-dir", dataDir]);
+    expect([result.exitCode, result.stderr, mode(file)]).toEqual([0, "", "600"]);
+  });
 });
 
 describe("backup: refusals", () => {

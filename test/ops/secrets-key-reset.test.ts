@@ -104,7 +104,7 @@ describe("secrets-key reset: a lost key", () => {
 
       expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
         exitCode: 0,
-        stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent) and the database's record of its secrets key; the next start creates a new key, ${keyPath}, and records it\n`,
+        stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent); the database now records no secrets key: the next start creates a new key, ${keyPath}, and records it\n`,
         stderr: "",
       });
       expect([contents(dataDir), existsSync(keyPath)]).toEqual([
@@ -143,7 +143,7 @@ describe("secrets-key reset: a lost key", () => {
     try {
       expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir, "--secrets-key-file", keyPath])).toEqual({
         exitCode: 0,
-        stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent) and the database's record of its secrets key; the next start records the key it is given, ${keyPath}\n`,
+        stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent); the database now records no secrets key: the next start records the key it is given, ${keyPath}\n`,
         stderr: "",
       });
       const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--secrets-key-file", keyPath, "--log-level", "warn"], { env });
@@ -154,7 +154,7 @@ describe("secrets-key reset: a lost key", () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
-  test("a database from before the check value whose only sealed secret is a kept create answer (its subscription deleted): the reset drops that answer, and the create retried makes a new subscription", async () => {
+  test("a database from before the check value whose only sealed secret is a kept create answer (its subscription deleted): the reset drops that answer and says the database records no key (not that it deleted a record it never had), and the create retried makes a new subscription", async () => {
     const dataDir = tempDir("key-reset-old");
     const keyPath = join(dataDir, "secrets.key");
     const body = { target_url: receiver.url, events: ["contact.created"] };
@@ -176,7 +176,7 @@ describe("secrets-key reset: a lost key", () => {
     try {
       expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
         exitCode: 0,
-        stdout: `deleted 0 webhook subscriptions (0 pending deliveries failed unsent) and the database's record of its secrets key; the next start creates a new key, ${keyPath}, and records it\n`,
+        stdout: `deleted 0 webhook subscriptions (0 pending deliveries failed unsent); the database now records no secrets key: the next start creates a new key, ${keyPath}, and records it\n`,
         stderr: "",
       });
       expect(contents(dataDir)).toEqual({ subscriptions: [], deliveries: [], answers: [], keyChecks: 0 });

@@ -78,7 +78,7 @@ describe("secrets-key reset on PostgreSQL", () => {
 
     expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--secrets-key-file", fresh])).toEqual({
       exitCode: 0,
-      stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent) and the database's record of its secrets key; the next start records the key it is given, ${fresh}\n`,
+      stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent); the database now records no secrets key: the next start records the key it is given, ${fresh}\n`,
       stderr: "",
     });
     const [one, two] = await Promise.all([serve(fresh), serve(fresh)]);

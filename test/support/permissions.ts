@@ -5,3 +5,6 @@
  * needs no prefix.
  */
 export const SHUT_OUT: string[] = process.getuid?.() === 0 ? [Bun.which("setpriv")!, "--bounding-set=-dac_override,-dac_read_search"] : [];
+
+/** underUmask is the command prefix that runs a child process with the file mode creation mask `mask` (octal, as umask takes it: "0277"). */
+export const underUmask = (mask: string): string[] => ["sh", "-c", `umask ${mask} && exec "$@"`, "sh"];
