@@ -1,7 +1,7 @@
 import { createHmac } from "node:crypto";
 import { withoutNul } from "../shared/text.ts";
 import { VERSION } from "../version.ts";
-import { pinTarget, resolveTarget, TargetRefused, type Network } from "./targets.ts";
+import { addressAsHost, pinTarget, resolveTarget, TargetRefused, type Network } from "./targets.ts";
 
 /**
  * RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. Date is not among
@@ -130,6 +130,38 @@ async function readPrefix(response: Response, limit: number): Promise<string> {
   return withoutNul(new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit), { stream: !ended }));
 }
 
+/**
+ * UNREACHED_WORDS words each failure that leaves the receiver unreached at one address: only these
+ * move an attempt on to the name's next address, as curl and browsers do. A timeout, a failure
+ * after connecting (a reset, a TLS refusal) or an HTTP answer ends the attempt: the receiver may
+ * have got the request, and its answer is its own.
+ */
+const UNREACHED_WORDS: Record<string, string> = {
+  ECONNREFUSED: "connection refused by",
+  EHOSTUNREACH: "no route to host",
+  ENETUNREACH: "no route to the network of",
+  // The address's family has no address on this machine to connect from (IPv6 on an IPv4-only host).
+  EADDRNOTAVAIL: "no address of this machine can reach",
+};
+
+/** Unreached is an address an attempt could not connect to: `endpoint` is address:port, as the record shows it. */
+interface Unreached {
+  endpoint: string;
+  code: string;
+}
+
+/** unreachedCode returns the code of a failure that left the receiver unreached at one address, or null for any other failure. */
+function unreachedCode(error: unknown): string | null {
+  const { code } = error as { code?: unknown };
+  return typeof code === "string" && code in UNREACHED_WORDS ? code : null;
+}
+
+/** describeUnreached words the addresses an attempt could not connect to, in the order tried, those that failed alike together. */
+function describeUnreached(unreached: Unreached[]): string {
+  const codes = [...new Set(unreached.map((u) => u.code))];
+  return codes.map((code) => `${UNREACHED_WORDS[code]} ${unreached.filter((u) => u.code === code).map((u) => u.endpoint).join(" and ")} (${code})`).join("; ");
+}
+
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null, serverName: string | null): string {
   if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;
   if (timedOut) return `timed out after ${timeoutMs} ms without a complete response`;
@@ -150,11 +182,12 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
 
 /**
  * sendAttempt makes one signed POST of a delivery: it resolves the target's host once, checks the
- * addresses (DNS may have changed since the subscription was created) and connects to the address
- * checked, with the original Host header and TLS server name; it follows no redirects, stops at
- * the timeout (which covers reading the answer: a body still arriving then is an error, whatever
- * the status), and keeps the first `responseBodyBytes` of the answer. It never throws: failures
- * come back in words.
+ * addresses (DNS may have changed since the subscription was created) and connects to the
+ * addresses checked, in turn while one refuses or cannot be reached, with the original Host header
+ * and TLS server name; it follows no redirects, stops at the timeout (which covers every address
+ * and reading the answer: a body still arriving then is an error, whatever the status), and keeps
+ * the first `responseBodyBytes` of the answer. It never throws: failures come back in words, naming
+ * the addresses that could not be reached.
  */
 export async function sendAttempt(request: AttemptRequest): Promise<AttemptResult> {
   const startedAt = Date.now();
@@ -181,25 +214,41 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     retry_after_ms: null,
   };
   let serverName: string | null = null;
+  const unreached: Unreached[] = [];
   try {
     const target = new URL(request.targetUrl);
     // The timeout covers the name's lookup too.
-    const pinned = pinTarget(target, await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets, signal));
+    const addresses = await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets, signal);
+    // The Host header and TLS server name are the URL's, whichever address is connected to.
+    const pinned = pinTarget(target, addresses[0]!);
     serverName = pinned.serverName ?? (target.protocol === "https:" ? target.hostname.replace(/^\[|\]$/g, "") : null);
     const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
+    const port = target.port || (target.protocol === "https:" ? "443" : "80");
     request.onSend?.();
     // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
     // could unpack to gigabytes, and only the first responseBodyBytes are kept anyway.
     const transport = { "accept-encoding": "identity", ...(pinned.host === null ? {} : { host: pinned.host }) };
-    const response = await fetch(pinned.url, {
-      method: "POST",
-      headers: { ...headers, ...transport },
-      body: request.payload,
-      decompress: false,
-      tls,
-      redirect: "manual",
-      signal,
-    });
+    let response: Response;
+    for (let next = 0; ; next++) {
+      const address = addresses[next]!;
+      try {
+        response = await fetch(pinTarget(target, address).url, {
+          method: "POST",
+          headers: { ...headers, ...transport },
+          body: request.payload,
+          decompress: false,
+          tls,
+          redirect: "manual",
+          signal,
+        });
+        break;
+      } catch (error) {
+        const code = unreachedCode(error);
+        if (code === null) throw error;
+        unreached.push({ endpoint: `${addressAsHost(address)}:${port}`, code });
+        if (signal.aborted || next === addresses.length - 1) throw error;
+      }
+    }
     result.response_status = response.status;
     for (const name of RESPONSE_HEADERS_KEPT) {
       const value = response.headers.get(name);
@@ -214,7 +263,10 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     result.response_body = await readPrefix(response, request.responseBodyBytes);
   } catch (error) {
     const interruption: unknown = request.signal.reason;
-    result.error = interruption instanceof AttemptInterrupted ? interruption.message : describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName);
+    if (interruption instanceof AttemptInterrupted) result.error = interruption.message;
+    // Every address was tried and none reached: the record names them all.
+    else if (unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}`;
+    else result.error = `${describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName)}${unreached.length > 0 ? `; before it, ${describeUnreached(unreached)}` : ""}`;
   }
   result.duration_ms = Math.round((performance.now() - started) * 100) / 100;
   return result;

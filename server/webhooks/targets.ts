@@ -220,15 +220,15 @@ const isAddress = (host: string) => isIPv4(host) || isIPv6(host);
 const PRIVATE_SWITCH_HINT = "webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)";
 
 /**
- * resolveTarget resolves a URL's host once and returns the address to connect to, the first one
- * given. Unless private targets are allowed, every address must be public (a name with one private
- * address could be steered there), else it throws TargetRefused; so does a name that resolves to
- * nothing. Connecting to the returned address, not to the name, is what keeps a name that
- * resolves differently a moment later (DNS rebinding) from reaching a private address. The
+ * resolveTarget resolves a URL's host once and returns the addresses to connect to, in the order
+ * given, each once. Unless private targets are allowed, every address must be public (a name with
+ * one private address could be steered there), else it throws TargetRefused; so does a name that
+ * resolves to nothing. Connecting to the returned addresses, not to the name, is what keeps a name
+ * that resolves differently a moment later (DNS rebinding) from reaching a private address. The
  * lookup gives up when `signal` aborts (an attempt's timeout): whoever owns the target's domain
  * owns its name server, and one that never answers would hold the attempt past its lease.
  */
-export async function resolveTarget(hostname: string, resolve: Resolver, allowPrivate: boolean, signal?: AbortSignal): Promise<string> {
+export async function resolveTarget(hostname: string, resolve: Resolver, allowPrivate: boolean, signal?: AbortSignal): Promise<string[]> {
   const host = hostname.replace(/^\[|\]$/g, "");
   let addresses: string[];
   if (isAddress(host)) {
@@ -252,7 +252,8 @@ export async function resolveTarget(hostname: string, resolve: Resolver, allowPr
       }
     }
   }
-  return addresses[0]!;
+  // A name listed on two lines of the hosts file with one address would be tried twice.
+  return [...new Set(addresses)];
 }
 
 /** untilAborted settles as `work` does, or rejects with the signal's reason once it aborts (`work` is left to finish unobserved). */
@@ -275,12 +276,14 @@ export interface PinnedTarget {
   serverName: string | null;
 }
 
+/** addressAsHost writes an address as a URL's host is written: an IPv6 one in brackets. */
+export const addressAsHost = (address: string) => (isIPv6(address) ? `[${address}]` : address);
+
 /** pinTarget rewrites a target URL to connect to `address` while the request still names the original host. */
 export function pinTarget(target: URL, address: string): PinnedTarget {
   if (isAddress(target.hostname.replace(/^\[|\]$/g, ""))) return { url: target.href, host: null, serverName: null };
-  const pinnedHost = isIPv6(address) ? `[${address}]` : address;
   return {
-    url: `${target.protocol}//${pinnedHost}${target.port ? `:${target.port}` : ""}${target.pathname}${target.search}`,
+    url: `${target.protocol}//${addressAsHost(address)}${target.port ? `:${target.port}` : ""}${target.pathname}${target.search}`,
     host: target.host,
     // A name's root dot (`hooks.example.com.`) is not sent in TLS's server name (RFC 6066 section 3).
     serverName: target.protocol === "https:" ? target.hostname.replace(/\.$/, "") : null,

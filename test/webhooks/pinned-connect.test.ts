@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { validation } from "../foundation/support.ts";
 import { cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
-import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { settledDeliveries, startReceiver, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
 let h: WebhookHarness;
@@ -65,6 +65,25 @@ async function silentNameServer(): Promise<SilentNameServer> {
 }
 
 const createContact = async () => expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com" } })).status).toBe(201);
+
+/**
+ * deliverToMisnamedCertificate delivers one event, with no retry, to https://other.example.test/,
+ * a name resolving to `addresses`, while an https receiver on 127.0.0.1 presents a certificate that
+ * does not name it; it returns the settled delivery, the requests the receiver got and its port.
+ */
+async function deliverToMisnamedCertificate(addresses: string[]): Promise<{ delivery: any; reached: number; port: number }> {
+  h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(addresses), ca: CERT } });
+  let reached = 0;
+  const server = Bun.serve({ hostname: "127.0.0.1", port: 0, tls: { cert: CERT, key: KEY }, fetch: () => (reached++, new Response("ok")) });
+  try {
+    await h.subscribe(`https://other.example.test:${server.port}/hook`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    return { delivery, reached, port: server.port! };
+  } finally {
+    await server.stop(true);
+  }
+}
 
 describe("pinned connect: happy paths", () => {
   test("a delivery connects to the address resolved, once per attempt, with the original Host header", async () => {
@@ -156,19 +175,10 @@ describe("pinned connect: security", () => {
   });
 
   test("https: a certificate that does not name the original host is refused, though the address is the same", async () => {
-    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.1"]), ca: CERT } });
-    let reached = 0;
-    const server = Bun.serve({ hostname: "127.0.0.1", port: 0, tls: { cert: CERT, key: KEY }, fetch: () => (reached++, new Response("ok")) });
-    try {
-      await h.subscribe(`https://other.example.test:${server.port}/hook`, ["contact.created"]);
-      await createContact();
-      const [delivery] = await settledDeliveries(h);
-      expect(delivery).toMatchObject({ status: "failed", last_response_status: null });
-      expect(delivery.last_error).toBe("connection failed: the certificate does not name other.example.test (ERR_TLS_CERT_ALTNAME_INVALID)");
-      expect(reached).toBe(0);
-    } finally {
-      await server.stop(true);
-    }
+    const { delivery, reached } = await deliverToMisnamedCertificate(["127.0.0.1"]);
+    expect(delivery).toMatchObject({ status: "failed", last_response_status: null });
+    expect(delivery.last_error).toBe("connection failed: the certificate does not name other.example.test (ERR_TLS_CERT_ALTNAME_INVALID)");
+    expect(reached).toBe(0);
   });
 
   test("https: a receiver that accepts only HTTP/2 refuses the handshake, recorded in words that say so rather than Bun's advice to check the port", async () => {
@@ -226,6 +236,76 @@ describe("pinned connect: security", () => {
     await createContact();
     const [delivery] = await settledDeliveries(h);
     expect(delivery.last_error).toBe("refused: host empty.example.test could not be resolved (no address)");
+  });
+});
+
+describe("pinned connect: a name with several addresses", () => {
+  test("a name whose first address refuses the connection is delivered at the next one, in the same attempt", async () => {
+    // The receiver listens on 127.0.0.1 alone, so its port is closed on ::1, as for localhost on a dual-stack machine.
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["::1", "127.0.0.1"]) } });
+    const r = scope.receiver();
+    const port = new URL(r.url).port;
+    await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+    expect({ status: delivery.status, attempts, hosts: r.received.map((x) => x.headers.host) }).toEqual({
+      status: "succeeded",
+      attempts: [{ status: 200, error: null }],
+      hosts: [`dual.example.test:${port}`],
+    });
+  });
+
+  test("when no address of a name takes the connection, the attempt's error names every address tried, in order", async () => {
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.2", "127.0.0.1"]) } });
+    const closed = startReceiver();
+    const port = new URL(closed.url).port;
+    await closed.stop();
+    await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+    const error = `connection failed: connection refused by 127.0.0.2:${port} and 127.0.0.1:${port} (ECONNREFUSED)`;
+    expect({ status: delivery.status, last_error: delivery.last_error, attempts }).toEqual({ status: "failed", last_error: error, attempts: [{ status: null, error }] });
+  });
+
+  test("a failure after connecting ends the attempt, its error naming the addresses that refused before it", async () => {
+    const { delivery, reached, port } = await deliverToMisnamedCertificate(["127.0.0.2", "127.0.0.1"]);
+    expect({ status: delivery.status, last_error: delivery.last_error, reached }).toEqual({
+      status: "failed",
+      last_error: `connection failed: the certificate does not name other.example.test (ERR_TLS_CERT_ALTNAME_INVALID); before it, connection refused by 127.0.0.2:${port} (ECONNREFUSED)`,
+      reached: 0,
+    });
+  });
+
+  test("an HTTP answer from the first address ends the attempt: the next address is not tried", async () => {
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.1", "127.0.0.2"]) } });
+    const r = scope.receiver();
+    r.respond(() => new Response("busy", { status: 503 }));
+    const port = Number(new URL(r.url).port);
+    let reachedSecond = 0;
+    const second = Bun.serve({ hostname: "127.0.0.2", port, fetch: () => (reachedSecond++, new Response("ok")) });
+    try {
+      await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
+      await createContact();
+      const [delivery] = await settledDeliveries(h);
+      expect({ status: delivery.status, response: delivery.last_response_status, first: r.received.length, second: reachedSecond }).toEqual({ status: "failed", response: 503, first: 1, second: 0 });
+    } finally {
+      await second.stop(true);
+    }
+  });
+
+  test("a public name whose second address is private is refused before any address is tried, though a receiver listens there", async () => {
+    h = await scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve: answering(["93.184.216.34"], ["93.184.216.34", "127.0.0.1"]) } });
+    const r = scope.receiver();
+    await h.subscribe(`http://mixed.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    expect({ status: delivery.status, last_error: delivery.last_error, received: r.received.length }).toEqual({
+      status: "failed",
+      last_error: "refused: host mixed.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+      received: 0,
+    });
   });
 });
 
@@ -336,10 +416,15 @@ describe("pinned connect: the system resolver's hosts file", () => {
     const dir = mkdtempSync(join(tmpdir(), "crm-hosts-"));
     try {
       const hostsFile = join(dir, "hosts");
-      writeFileSync(hostsFile, ["# a comment naming mixed.example.test", "93.184.216.34 public.example.test Mixed.Example.Test # public first", "127.0.0.1 localhost", "10.1.2.3\tmixed.example.test", ""].join("\n"));
+      writeFileSync(
+        hostsFile,
+        ["# a comment naming mixed.example.test", "93.184.216.34 public.example.test Mixed.Example.Test # public first", "127.0.0.1 localhost", "10.1.2.3\tmixed.example.test", "::1 localhost", "127.0.0.1 localhost.localdomain localhost", ""].join("\n"),
+      );
       const resolve: Resolver = (hostname) => systemLookup(hostname, hostsFile);
       expect(await resolve("mixed.example.test")).toEqual(["93.184.216.34", "10.1.2.3"]);
-      expect(await resolveTarget("public.example.test", resolve, false)).toBe("93.184.216.34");
+      expect(await resolveTarget("public.example.test", resolve, false)).toEqual(["93.184.216.34"]);
+      // Each address is tried once, however many lines list it.
+      expect(await resolveTarget("localhost", resolve, true)).toEqual(["127.0.0.1", "::1"]);
       await expect(resolveTarget("mixed.example.test", resolve, false)).rejects.toThrow(
         "host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
       );
