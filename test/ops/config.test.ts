@@ -254,8 +254,11 @@ describe("configuration: invalid input names the setting", () => {
   });
 
   test("a host that does not resolve, or a database file that is not one, is one line naming the setting, not a stack trace", () => {
-    const unresolved = runCli([...SOURCE, "serve", "--port", "0", "--host", "exa mple", "--data-dir", tempDir("host")]);
-    expect({ exitCode: unresolved.exitCode, stderr: unresolved.stderr }).toEqual({ exitCode: 2, stderr: expect.stringMatching(/^crm: cannot listen on "exa mple" port 0 \(--host, --port\): [^\n]+\n$/) });
+    // Bun's listen fails on a name that does not resolve with an errno of its own, "ENOENT: no such file or directory" for the first.
+    for (const host of ["no-such-host.invalid", "exa mple"]) {
+      const unresolved = runCli([...SOURCE, "serve", "--port", "0", "--host", host, "--data-dir", tempDir("host")]);
+      expect({ exitCode: unresolved.exitCode, stderr: unresolved.stderr }).toEqual({ exitCode: 2, stderr: `crm: cannot listen on ${JSON.stringify(host)} (--host): the name does not resolve to an address\n` });
+    }
     const garbled = tempDir("garbled");
     mkdirSync(garbled, { recursive: true });
     writeFileSync(join(garbled, "crm.sqlite"), randomBytes(8192));
