@@ -204,7 +204,7 @@ export const SETTINGS: Setting[] = [
     kind: "positive-number",
     help: "a webhook subscription whose attempts have all failed for this many hours is disabled (fractions allowed: 0.001 is 3.6 s, for tests)",
   },
-  { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16 to 200 characters); without one, /metrics answers loopback clients only" },
+  { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16 to 200 printable ASCII characters without spaces); without one, /metrics answers loopback clients only" },
   { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish, counted from the signal (the drain included; 1-${MAX_TIMER_SETTING_MS}, a day)` },
   {
     key: "shutdownDrainMs",
@@ -329,7 +329,7 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       return values;
     }
     case "secret":
-      if (text !== "" && !/^[\x21-\x7e]{16,200}$/.test(text)) fail("16 to 200 printable characters without spaces");
+      if (text !== "" && !/^[\x21-\x7e]{16,200}$/.test(text)) fail("16 to 200 printable ASCII characters without spaces");
       return text;
     case "database-url": {
       const port = DATABASE_URL_PORT.exec(text)?.[1];

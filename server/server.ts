@@ -1,4 +1,6 @@
 import type { Server } from "bun";
+import { lookup } from "node:dns/promises";
+import { isIP } from "node:net";
 import { relative, resolve } from "node:path";
 import { createApp, createRuntime } from "./app.ts";
 import { ConfigError, type Config } from "./config.ts";
@@ -54,6 +56,12 @@ function firstStartCommand(config: Config, words: string[]): string {
   return config.databaseUrl ? `${commandHere(words, null)} and this server's --database-url (or CRM_DATABASE_URL)` : commandHere(words, config.dataDir);
 }
 
+/** resolves is whether `host` names an address to listen on: an IP address, empty (every address), or a name the resolver finds. */
+async function resolves(host: string): Promise<boolean> {
+  if (host === "" || isIP(host) !== 0) return true;
+  return lookup(host).then(() => true, () => false);
+}
+
 /** openAndListen opens and migrates the configured database and listens with the app on it; the database is closed again if a step fails. */
 async function openAndListen(config: Config, log: Logger) {
   const db = await openBackend(config);
@@ -71,6 +79,9 @@ async function openAndListen(config: Config, log: Logger) {
       app.listen({ hostname: config.host, port: config.port, maxRequestBodySize: Infinity, idleTimeout: config.idleTimeoutSeconds, reusePort: false });
     } catch (error) {
       // A busy port, or a host that is no address of this machine or does not resolve: one line naming them.
+      // Bun's error for a name that does not resolve has whatever errno its listen left ("ENOENT: no
+      // such file or directory" among them): the name is looked up again to say so.
+      if (!(await resolves(config.host))) throw new ConfigError(`cannot listen on ${JSON.stringify(config.host)} (--host): the name does not resolve to an address`);
       throw new ConfigError(`cannot listen on ${JSON.stringify(config.host)} port ${config.port} (--host, --port): ${(error as Error).message}`);
     }
     return { db, runtime, app };

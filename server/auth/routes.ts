@@ -4,7 +4,7 @@ import { PUBLIC_PREFIX } from "../http/conventions.ts";
 import { heldOpenWhile } from "../http/idle-timer.ts";
 import { pathStart } from "../http/request-log.ts";
 import { requestSlot } from "../http/request-slot.ts";
-import { READ_METHODS } from "../limits/api-rates.ts";
+import { WRITE_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { checkBearer, type AuthenticatedToken, type BearerCheck } from "./service.ts";
@@ -37,7 +37,7 @@ export function authentication(rt: Runtime) {
   const admit = ({ request, set }: Context, token: AuthenticatedToken) => {
     Object.assign(set.headers, rates.admitToken(token.id, request.method));
     authenticated.set(request, token);
-    if (!READ_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
+    if (WRITE_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
   };
   const refuse = ({ request, set }: Context, failure: string): never => {
     const peer = rt.listening()?.requestIP(request)?.address ?? null;

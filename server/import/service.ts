@@ -112,13 +112,17 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
       // column for, must keep what the contact holds, where custom_fields alone would replace it whole.
       const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key, { merge_custom_fields: true });
       answer.results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
-      if (answer.replayed && n > 0) replayed += sendable.length;
+      if (answer.replayed) replayed += sendable.length;
     }
     done += chunk.length;
     progress.update(done);
   }
   progress.finish();
-  if (replayed > 0) progress.note(`${replayed} rows were answered from an earlier run of this file (within 24 h): their counts are that run's, and nothing was applied again`);
+  // The first row's batch is answered from a --trial as well as from a whole run: the note names both.
+  if (replayed > 0) {
+    const rowsWere = replayed === 1 ? "1 row was" : `${replayed} rows were`;
+    progress.note(`${rowsWere} answered from an earlier run of this file or its --trial (within 24 h): ${replayed === 1 ? "its" : "their"} counts are that run's, and nothing was applied again`);
+  }
   return finish(invalidFile, source, invalid, { ...summary, invalid: invalid.length });
 }
 

@@ -3,8 +3,11 @@ import { clientNetwork } from "../http/client-address.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { makeRoom, MAX_TRACKED_KEYS, TokenBuckets, rateLimitHeaders, type RatePolicy, type TokenRate } from "./rate-limiter.ts";
 
-/** READ_METHODS spend a token's read budget; every other method its write budget. */
-export const READ_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
+/**
+ * WRITE_METHODS spend a token's write budget; every other method its read budget: the API routes
+ * no other method that changes anything, so a PUT or an OPTIONS, answered 405, writes nothing.
+ */
+export const WRITE_METHODS = new Set(["POST", "PATCH", "DELETE"]);
 
 interface TokenPolicies {
   read: RatePolicy;
@@ -82,7 +85,7 @@ export class ApiRateLimits {
   /** admitToken spends one request of the token's read or write budget, by the request's method. */
   admitToken(tokenId: string, method: string): Record<string, string> {
     const policies = this.policiesOf(tokenId);
-    const write = !READ_METHODS.has(method);
+    const write = WRITE_METHODS.has(method);
     const policy = write ? policies.write : policies.read;
     const decision = this.tokenBuckets.take(bucketKey(tokenId, policy), policy);
     const headers = rateLimitHeaders(policy, decision);

@@ -13,6 +13,8 @@ beforeEach(async () => {
 afterEach(() => server.stop());
 
 const apiArgs = () => ["--url", server.url, "--token-file", server.tokenFile];
+/** replayNotes are the importer's stderr lines saying rows were answered from an earlier run. */
+const replayNotes = (stderr: string) => stderr.split("\n").filter((line) => line.includes("from an earlier run"));
 
 describe("crm import contacts: happy paths", () => {
   test("5,000 generated rows: the counts add up, no email twice, and the invalid-rows file lists exactly the bad rows with their errors", async () => {
@@ -189,23 +191,36 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     ]);
   }, 60_000);
 
-  test("--trial, then the whole file: the first row is created once, even with no email or external id to match it", async () => {
+  test("--trial, then the whole file: the first row is created once, even with no email or external id to match it, and its replay is said so", async () => {
     const file = join(server.dir, "trial.csv");
     writeFileSync(file, "First Name,Last Name,Phone\nTrial,Person,+1 555 0100\nOther,Person,+1 555 0101\n");
     expect((await runImport([file, "--trial", ...apiArgs()])).stdout).toBe("trial, one row sent: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n");
     const whole = await runImport([file, ...apiArgs()]);
-    expect([whole.code, whole.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n"]);
+    expect([whole.code, whole.stdout, replayNotes(whole.stderr)]).toEqual([
+      0,
+      "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n",
+      ["1 row was answered from an earlier run of this file or its --trial (within 24 h): its counts are that run's, and nothing was applied again"],
+    ]);
     expect(await server.db.all("SELECT first_name FROM contacts ORDER BY first_name")).toEqual([{ first_name: "Other" }, { first_name: "Trial" }]);
   }, 60_000);
 
-  test("the same file again within 24 h says its batches were answered from the earlier run, not applied again", async () => {
-    const file = join(server.dir, "again.csv");
-    writeFileSync(file, "Email,First Name\nr1@example.com,R1\nr2@example.com,R2\nr3@example.com,R3\n");
-    expect((await runImport([file, ...apiArgs()])).stderr).not.toContain("earlier run");
-    await server.db.run("DELETE FROM contacts");
-    const again = await runImport([file, ...apiArgs()]);
-    expect([again.code, again.stdout]).toEqual([0, "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n"]);
-    expect(again.stderr).toContain("2 rows were answered from an earlier run of this file (within 24 h): their counts are that run's, and nothing was applied again\n");
+  test("the same file again within 24 h says all its batches, the first row's too, were answered from the earlier run, not applied again", async () => {
+    const files: [string, string, string][] = [
+      ["again.csv", "Email,First Name\nr1@example.com,R1\nr2@example.com,R2\nr3@example.com,R3\n", "3 rows were answered from an earlier run of this file or its --trial (within 24 h): their counts are that run's, and nothing was applied again"],
+      ["one.csv", "Email,First Name\nsolo@example.com,Solo\n", "1 row was answered from an earlier run of this file or its --trial (within 24 h): its counts are that run's, and nothing was applied again"],
+    ];
+    for (const [name, content, note] of files) {
+      const file = join(server.dir, name);
+      writeFileSync(file, content);
+      const first = await runImport([file, ...apiArgs()]);
+      await server.db.run("DELETE FROM contacts");
+      const again = await runImport([file, ...apiArgs()]);
+      const rows = content.split("\n").length - 2;
+      const summary = `imported: ${rows} rows: created ${rows}, updated 0, unchanged 0, invalid 0\n`;
+      expect({ name, first: [first.code, first.stdout, replayNotes(first.stderr)], again: [again.code, again.stdout, replayNotes(again.stderr)] }).toEqual({ name, first: [0, summary, []], again: [0, summary, [note]] });
+    }
+    // Answered from the first run: the contacts deleted since are not made again.
+    expect(await server.count()).toBe(0);
   }, 60_000);
 });
 

@@ -38,6 +38,26 @@ describe("rate limits: within the limit", () => {
     expect([anonymous.status, rateHeaders(anonymous)]).toEqual([401, { policy: '"failed-auth";q=20;w=60', limit: '"failed-auth";r=19;t=3', retryAfter: null }]);
   });
 
+  test("POST, PATCH and DELETE are the writes: a method the API routes nowhere (PUT, OPTIONS) is counted as a read, its 405 too", async () => {
+    h = await createHarness({ rateReadPerSecond: 1, rateReadBurst: 10, rateWritePerSecond: 1, rateWriteBurst: 5 });
+    const counted = async (method: string, path: string) => {
+      const res = await h!.json(method, path);
+      return [method, path, res.status, res.headers.get("allow"), rateHeaders(res).limit];
+    };
+    expect([
+      await counted("PUT", "/public/v1/contacts"),
+      await counted("OPTIONS", "/public/v1/contacts"),
+      await counted("DELETE", "/public/v1/contacts"),
+      await counted("PATCH", "/public/v1/contacts"),
+    ]).toEqual([
+      ["PUT", "/public/v1/contacts", 405, "POST, GET, HEAD", '"read";r=9;t=1'],
+      ["OPTIONS", "/public/v1/contacts", 405, "POST, GET, HEAD", '"read";r=8;t=2'],
+      // DELETE and PATCH are writes wherever they go: counted before routing, by the method.
+      ["DELETE", "/public/v1/contacts", 405, "POST, GET, HEAD", '"write";r=4;t=1'],
+      ["PATCH", "/public/v1/contacts", 405, "POST, GET, HEAD", '"write";r=3;t=2'],
+    ]);
+  });
+
   test("routes outside /public/v1 carry no rate limit fields", async () => {
     h = await createHarness();
     const res = await h.request("GET", "/healthz");
