@@ -185,6 +185,7 @@ export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedS
     previous_secret: null,
     previous_secret_expires_at: null,
     secret_rotated_at: null,
+    secret_test_delivery_id: null,
     status: "active",
     disabled_at: null,
     disabled_reason: null,

@@ -123,6 +123,21 @@ describe("secret rotation wizard", () => {
     expect([verifiesWith(newSecret, created), verifiesWith(sub.secret, created)]).toEqual([true, false]);
     expect(problems).toEqual([]);
   }, SLOW);
+  test("finds its test event by the delivery it sent, not by time: a ping sent before the rotation, stamped later by a clock an hour ahead, is not taken for it", async () => {
+    const r = receiver("/skewed");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Skewed", events: ["contact.created"] })).data;
+    const older = (await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/test`)).data;
+    const rotated = (await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { grace_hours: 24 })).data;
+    await server.runtime.db.write((tx) => tx.run("UPDATE webhook_deliveries SET created_at = ? WHERE id = ?", [Date.parse(rotated.secret_rotated_at) + 3_600_000, older.delivery_id]));
+    const shownTest = () => page.locator("#test-result .test-status .muted code").evaluateAll((codes) => codes.map((code) => code.textContent));
+    await page.goto(url(`/console/subscriptions/${sub.id}/secret-rotation`));
+    const beforeTest = await shownTest();
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/secret-rotation#step-test`)), page.click("#send-test")]);
+    const pings = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}&event=webhook.ping`)).data.map((d: { id: string }) => d.id);
+    const sent = pings.filter((id: string) => id !== older.delivery_id);
+    expect({ beforeTest, sent: sent.length, afterTest: await shownTest() }).toEqual({ beforeTest: [], sent: 1, afterTest: sent });
+    expect(problems).toEqual([]);
+  }, SLOW);
 });
 
 describe("recover and pause from the subscriptions page", () => {
