@@ -4,7 +4,7 @@ import type { OperatorLink } from "../../server/operators/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
 import { fieldMarks, FieldWithReason, RefusalSummary, type Refusal } from "../pages/forms.tsx";
-import { CsrfField, NoticeBox } from "../pages/parts.tsx";
+import { CsrfField, isolated, NoticeBox } from "../pages/parts.tsx";
 
 /** EmailField is the operator's email of the sign-in and setup forms, focused as the page loads (unless a refusal's summary takes the focus first). */
 function EmailField({ email, refusal }: { email: string | undefined; refusal: Refusal | null | undefined }) {
@@ -112,7 +112,16 @@ export function messagePage(props: { session: ConsoleSession | null; title: stri
   });
 }
 
-/** linkPage renders the form of a one-time link: an invited operator, or one whose password was reset, chooses a password. */
+/** invitationTaken tells whether a one-time link is an invitation whose email is an operator's already, which cannot be accepted. */
+export function invitationTaken(link: OperatorLink): boolean {
+  return link.purpose === "invite" && link.operator_exists;
+}
+
+/**
+ * linkPage renders the form of a one-time link: an invited operator, or one whose password was
+ * reset, chooses a password. An invitation whose email is an operator's already asks for no
+ * password, which could not be used, and offers to sign in instead.
+ */
 export function linkPage(props: { csrfToken: string; code: string; link: OperatorLink | null; refusal?: Refusal | null }): string {
   const invite = props.link?.purpose === "invite";
   return renderPage({
@@ -121,7 +130,19 @@ export function linkPage(props: { csrfToken: string; code: string; link: Operato
     children: (
       <section class="card auth">
         <h1>{invite ? "Join the console" : "Choose a new password"}</h1>
-        {props.link ? (
+        {props.link && invitationTaken(props.link) ? (
+          <>
+            <NoticeBox
+              notice={{
+                kind: "error",
+                text: `An operator with the email ${isolated(props.link.email)} exists already, so this invitation cannot be used. Sign in with that operator's password; if it is lost, ask an operator for a password reset link.`,
+              }}
+            />
+            <a class="button primary" href="/console/login">
+              Sign in
+            </a>
+          </>
+        ) : props.link ? (
           <>
             <p class="muted">
               {invite ? "You were invited as an operator with the email " : "A new password for "}

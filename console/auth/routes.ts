@@ -6,7 +6,7 @@ import type { Runtime } from "../../server/runtime.ts";
 import { randomSecret } from "../../server/shared/crypto.ts";
 import { clearCookieHeader, cookieHeader, DEVICE_COOKIE, htmlResponse, PRE_SESSION_COOKIE, readCookie, redirect, SESSION_COOKIE } from "../http.ts";
 import { addressOf, CONSOLE_DETAIL, consoleBase, csrfTokenFor, field, OptionalForm, problemOf, safeNext } from "../shell.ts";
-import { linkPage, loginPage, setupPage } from "./pages.tsx";
+import { invitationTaken, linkPage, loginPage, setupPage } from "./pages.tsx";
 
 const CodeQuery = t.Object({ code: t.Optional(t.String({ maxLength: 200 })) }, { additionalProperties: true });
 
@@ -87,7 +87,7 @@ export function authRoutes(rt: Runtime) {
       async ({ query, csrfSeed, secure }) => {
         const { csrfToken, cookies } = preSession(csrfSeed, secure);
         const link = await operatorLink(db, query.code ?? "");
-        return htmlResponse(linkPage({ csrfToken, code: query.code ?? "", link }), link ? 200 : 403, { cookies });
+        return htmlResponse(linkPage({ csrfToken, code: query.code ?? "", link }), link ? (invitationTaken(link) ? 409 : 200) : 403, { cookies });
       },
       { query: CodeQuery },
     )

@@ -6,9 +6,22 @@ import { renderPage } from "../pages/layout.tsx";
 import { contactName, DataTable, HttpStatus, NoticeBox, RowSubject, shownFullName, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
 import type { ContactPageView, ContactsView } from "./service.ts";
 
+/**
+ * linkSubjects names each listed contact for its link, in words hidden from sight, so that no two
+ * links of the list read alike: its email, or its id when it has none or another row shows the
+ * same name and email (contacts' emails are not unique).
+ */
+function linkSubjects(contacts: ContactsView["contacts"]): Map<string, string> {
+  const shownAs = (c: ContactsView["contacts"][number]) => JSON.stringify([shownFullName(c), c.email]);
+  const rows = new Map<string, number>();
+  for (const c of contacts) rows.set(shownAs(c), (rows.get(shownAs(c)) ?? 0) + 1);
+  return new Map(contacts.map((c) => [c.id, c.email !== null && rows.get(shownAs(c)) === 1 ? c.email : c.id]));
+}
+
 /** contactsPage renders the contacts: a search by name or email, newest first, paged. */
 export function contactsPage(props: { session: ConsoleSession; view: ContactsView; notice?: NoticeData | null }): string {
   const { view } = props;
+  const subjects = linkSubjects(view.contacts);
   const base = `/console/contacts${view.q ? `?q=${encodeURIComponent(view.q)}` : ""}`;
   const older = view.next ? `${base}${view.q ? "&" : "?"}before=${encodeURIComponent(view.next)}` : null;
   const count =
@@ -60,12 +73,8 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
             <tr data-contact-id={c.id}>
               <td data-label="Name">
                 <a href={`/console/contacts/${c.id}`}>
-                  {shownFullName(c) ?? (
-                    <>
-                      <span class="muted">(no name)</span>
-                      <RowSubject>contact {c.email ?? c.id}</RowSubject>
-                    </>
-                  )}
+                  {shownFullName(c) ?? <span class="muted">(no name)</span>}
+                  <RowSubject>contact {subjects.get(c.id)}</RowSubject>
                 </a>
               </td>
               <td data-label="Email">{c.email ?? <span class="muted">–</span>}</td>

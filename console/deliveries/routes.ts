@@ -1,13 +1,13 @@
 import { Elysia } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import type { Runtime } from "../../server/runtime.ts";
-import { listAllSubscriptions, retryDelivery } from "../../server/webhooks/service.ts";
+import { attemptRefusalProblem, listAllSubscriptions } from "../../server/webhooks/service.ts";
 import { htmlResponse, jsonResponse, redirect } from "../http.ts";
 import { DeliveryFilterQuery } from "../model.ts";
 import { CONSOLE_DETAIL, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { subscriptionsHealth } from "../subscriptions/health.ts";
 import { deliveriesPage, deliveryPage, eventPage } from "./pages.tsx";
-import { busyRetryText, deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, shownDeliveryFilters } from "./service.ts";
+import { deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, retryFromConsole, retryRefusalText, shownDeliveryFilters } from "./service.ts";
 
 /**
  * deliveryRoutes are the start page (health at a glance and the deliveries table, paged and
@@ -49,17 +49,14 @@ export function deliveryRoutes(rt: Runtime) {
     .post(
       "/deliveries/:id/retry",
       async ({ session, params }) => {
-        try {
-          await retryDelivery(rt, params.id);
-        } catch (error) {
-          // Too many attempts under way: the delivery's page again, saying so and keeping Retry now at hand.
-          const refusal = problemOf(error, 503);
-          const view = await deliveryWithSubscription(db, params.id);
-          const text = busyRetryText(refusal, view);
-          if (text === null) throw refusal;
-          return htmlResponse(deliveryPage({ session, ...view, notice: { kind: "error", text } }), 503, { headers: refusal.headers });
-        }
-        return redirect(`${CONSOLE_PREFIX}/deliveries/${params.id}?retried=1`);
+        const refusal = await retryFromConsole(rt, params.id);
+        if (refusal === null) return redirect(`${CONSOLE_PREFIX}/deliveries/${params.id}?retried=1`);
+        // Its status and headers are the API's (503 with Retry-After for a busy loop, 409 for a
+        // subscription that sends nothing); the words are the console's, on the delivery's page again.
+        const problem = attemptRefusalProblem(params.id, refusal);
+        if (refusal.refused === "not-found") throw problem;
+        const view = await deliveryWithSubscription(db, params.id);
+        return htmlResponse(deliveryPage({ session, ...view, notice: { kind: "error", text: retryRefusalText(refusal.refused, view) } }), problem.status, { headers: problem.headers });
       },
       { params: IdParam, body: OptionalForm },
     )

@@ -1,6 +1,7 @@
 import type { Database, Db } from "../../server/db/sql.ts";
+import type { Runtime } from "../../server/runtime.ts";
 import { findContact } from "../../server/contacts/service.ts";
-import { notFound, validationProblem, type FieldError, type ProblemError } from "../../server/shared/problem.ts";
+import { notFound, validationProblem, type FieldError } from "../../server/shared/problem.ts";
 import { parseTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES, type Delivery, type DeliveryDetail, type Subscription } from "../../server/webhooks/model.ts";
 import {
@@ -16,7 +17,7 @@ import {
   type WebhookEvent,
 } from "../../server/webhooks/service.ts";
 import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
-import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION, type AttemptRefusal } from "../../server/webhooks/worker.ts";
 import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
 import { contactName, isolated } from "../pages/parts.tsx";
 import { consoleFieldTime, consoleTime } from "../shell.ts";
@@ -172,19 +173,39 @@ export async function deliveryWithSubscription(db: Database, id: string): Promis
   return { delivery, subscription: await findSubscription(db, delivery.subscription_id) };
 }
 
+/** retryFromConsole makes a manual attempt of a delivery now (Retry now): null once it is recorded, or why the delivery loop made none, for the console to word. */
+export function retryFromConsole(rt: Runtime, id: string): Promise<AttemptRefusal | null> {
+  return rt.deliveries.attemptNow(id);
+}
+
+/** RetryRefusal is why Retry now sent nothing while the delivery is there to show: any refusal of the delivery loop but not-found. */
+export type RetryRefusal = Exclude<AttemptRefusal["refused"], "not-found">;
+
 /**
- * busyRetryText says in words why Retry now sent nothing when too many attempts were under way
- * (the API's 503 subscription-attempts-busy or manual-attempts-busy), naming the delivery's
- * subscription, and that it may be pressed again in a moment; null for any other problem.
+ * retryRefusalText says in the console's words why Retry now sent nothing, naming the delivery's
+ * subscription, and what to do about it in the console: press it again in a moment, enable or
+ * resume the subscription on the Subscriptions page, or nothing, its subscription being gone. The
+ * API's words for the same refusals name its routes.
  */
-export function busyRetryText(problem: ProblemError, view: { delivery: Delivery; subscription: Subscription | null }): string | null {
+export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delivery; subscription: Subscription | null }): string {
+  const name = isolated(view.subscription?.description ?? view.delivery.target_url);
   const again = "Nothing was sent; press Retry now again in a moment.";
-  if (problem.slug === "subscription-attempts-busy") {
-    const name = view.subscription?.description ?? view.delivery.target_url;
-    return `Not retried: the subscription ${isolated(name)} already has ${MAX_PER_SUBSCRIPTION} deliveries being sent, the most sent at once to one receiver. ${again}`;
+  switch (refused) {
+    case "subscription-attempts-busy":
+      return `Not retried: the subscription ${name} already has ${MAX_PER_SUBSCRIPTION} deliveries being sent, the most sent at once to one receiver. ${again}`;
+    case "manual-attempts-busy":
+      return `Not retried: ${MAX_MANUAL_ATTEMPTS} retries made by hand are being sent, the most at once. ${again}`;
+    case "shutting-down":
+      return `Not retried: this server is shutting down. ${again}`;
+    case "in-progress":
+      return "Not retried: an attempt of this delivery is being sent now. Reload the page in a moment for its answer.";
+    case "subscription-disabled":
+      return `Not retried: the subscription ${name} is disabled, so nothing was sent. Enable it with its Enable button on the Subscriptions page, then press Retry now again.`;
+    case "subscription-paused":
+      return `Not retried: the subscription ${name} is paused, so nothing was sent. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then press Retry now again if this one still needs sending.`;
+    case "subscription-deleted":
+      return `Not retried: the subscription to ${isolated(view.delivery.target_url)} was deleted, so nothing can be sent for this delivery any more.`;
   }
-  if (problem.slug === "manual-attempts-busy") return `Not retried: ${MAX_MANUAL_ATTEMPTS} retries made by hand are being sent, the most at once. ${again}`;
-  return null;
 }
 
 /** EventPageView is an event, what it is about, and every delivery made of it. */

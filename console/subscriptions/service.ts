@@ -12,7 +12,6 @@ import {
   countMatchingDeliveries,
   countRecoverable,
   createSubscription,
-  deliveriesAfter,
   endRotationGrace,
   findSubscription,
   getSubscription,
@@ -22,13 +21,12 @@ import {
   recoveryWindow,
   removeSubscription,
   replaceSecret,
-  sendTestEvent,
   subscriptionDeliveryCounts,
   subscriptionRemoved,
   toSubscription,
   updateSubscription,
 } from "../../server/webhooks/service.ts";
-import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, type SubscriptionRow } from "../../server/webhooks/store.ts";
+import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, setSecretRotationTest, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
 import { changeOnceForForm, consoleTime, formChecker, onceForForm } from "../shell.ts";
@@ -263,9 +261,9 @@ export function secretRotationView(db: Database, id: string, now = Date.now()): 
     const subscription = toSubscription(row);
     const secretTagOfRow = secretTag(row.secret);
     if (!graceRunning(row, now)) return { subscription, step: "rotate", test: null, secretTag: secretTagOfRow };
-    // The latest webhook.ping sent since the rotation is the wizard's test event.
-    const [ping] = (await deliveriesAfter(snapshot, { subscriptionId: id, eventType: "webhook.ping", createdAfter: row.secret_rotated_at! - 1 }, null, 1)).data;
-    return { subscription, step: "test", test: ping ? await findDeliveryWatch(snapshot, ping.id) : null, secretTag: secretTagOfRow };
+    // The ping the wizard sent since the rotation, by its id: the stamps of two instances' clocks cannot tell which came after the rotation.
+    const test = row.secret_test_delivery_id === null ? null : await findDeliveryWatch(snapshot, row.secret_test_delivery_id);
+    return { subscription, step: "test", test, secretTag: secretTagOfRow };
   });
 }
 
@@ -296,10 +294,19 @@ export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: 
   });
 }
 
-/** sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace period runs. */
-export async function sendSecretRotationTest(rt: Runtime, id: string): Promise<void> {
-  if ((await secretRotationView(rt.db, id)).step !== "test") throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
-  await sendTestEvent(rt, id);
+/**
+ * sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace
+ * period runs, and remembers its delivery as the rotation's test, in one commit: a ping the wizard
+ * does not know of would leave it asking for a test that was sent.
+ */
+export async function sendSecretRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
+  await rt.db.write(async (tx) => {
+    const row = await findSubscriptionById(tx, id);
+    if (!row) throw notFound("webhook subscription", id);
+    if (!graceRunning(row, now)) throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
+    const sent = await addTestEvent(tx, row, now);
+    await setSecretRotationTest(tx, id, sent.delivery_id);
+  });
 }
 
 /** finishSecretRotation retires the previous secret, which the wizard allows only after a test event succeeded and the operator confirmed. */

@@ -29,6 +29,7 @@ import secretsKeyCheck from "../../migrations/0025_secrets_key_check.sql" with {
 import operatorLastSeen from "../../migrations/0026_operator_last_seen.sql" with { type: "text" };
 import fullNameAsReturned from "../../migrations/0027_full_name_as_returned.sql" with { type: "text" };
 import signInThrottleWithoutEmails from "../../migrations/0028_sign_in_throttle_without_emails.sql" with { type: "text" };
+import secretRotationTest from "../../migrations/0029_secret_rotation_test.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -76,6 +77,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 26, name: "0026_operator_last_seen.sql", sql: operatorLastSeen },
   { version: 27, name: "0027_full_name_as_returned.sql", sql: fullNameAsReturned },
   { version: 28, name: "0028_sign_in_throttle_without_emails.sql", sql: signInThrottleWithoutEmails },
+  { version: 29, name: "0029_secret_rotation_test.sql", sql: secretRotationTest },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -13,6 +13,7 @@ import secretsKeyCheck from "../../migrations/postgres/0025_secrets_key_check.sq
 import operatorLastSeen from "../../migrations/postgres/0026_operator_last_seen.sql" with { type: "text" };
 import fullNameAsReturned from "../../migrations/postgres/0027_full_name_as_returned.sql" with { type: "text" };
 import signInThrottleWithoutEmails from "../../migrations/postgres/0028_sign_in_throttle_without_emails.sql" with { type: "text" };
+import secretRotationTest from "../../migrations/postgres/0029_secret_rotation_test.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
 import { migrationFailure } from "./migrations.ts";
 
@@ -43,6 +44,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 26, name: "0026_operator_last_seen.sql", sql: operatorLastSeen },
   { version: 27, name: "0027_full_name_as_returned.sql", sql: fullNameAsReturned },
   { version: 28, name: "0028_sign_in_throttle_without_emails.sql", sql: signInThrottleWithoutEmails },
+  { version: 29, name: "0029_secret_rotation_test.sql", sql: secretRotationTest },
 ];
 
 /**

@@ -36,6 +36,8 @@ export interface OperatorSummary extends Operator {
 export interface OperatorLink {
   purpose: "invite" | "reset";
   email: string;
+  /** whether an operator has the email: always for a reset; for an invitation, one made since (`operator create`), so it cannot be accepted */
+  operator_exists: boolean;
 }
 
 /** PendingInvite is an invitation not used yet. */

@@ -210,7 +210,7 @@ export async function pendingInvites(db: Db, now = Date.now()): Promise<PendingI
 export async function operatorLink(db: Db, code: string, now = Date.now()): Promise<OperatorLink | null> {
   if (code.length === 0 || code.length > 100) return null;
   const row = await findOperatorLink(db, sha256(code), now);
-  return row ? { purpose: row.purpose, email: row.email } : null;
+  return row ? { purpose: row.purpose, email: row.email, operator_exists: (await findOperatorByEmail(db, row.email)) !== null } : null;
 }
 
 function linkInvalid(): ProblemError {

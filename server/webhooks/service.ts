@@ -185,6 +185,7 @@ export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedS
     previous_secret: null,
     previous_secret_expires_at: null,
     secret_rotated_at: null,
+    secret_test_delivery_id: null,
     status: "active",
     disabled_at: null,
     disabled_reason: null,
@@ -556,7 +557,7 @@ export async function getDelivery(db: Database, id: string): Promise<DeliveryDet
 }
 
 /** retryDelivery makes a manual attempt now and returns the delivery as it stands afterwards. */
-export async function retryDelivery(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Delivery> {
+export async function retryDelivery(rt: Runtime, id: string, idempotency: IdempotencyScope | null): Promise<Delivery> {
   // The attempt was sent by now: it is recorded even if the key was taken over meanwhile (keepIdempotentResponse),
   // and a refusal here would roll back the other attempts recorded in the same write.
   const refusal = await rt.deliveries.attemptNow(id, async (tx) => void (await keepIdempotentResponse(tx, idempotency, 200, { data: toDelivery((await findDeliveryById(tx, id))!) })));
@@ -564,8 +565,8 @@ export async function retryDelivery(rt: Runtime, id: string, idempotency: Idempo
   return toDelivery((await findDeliveryById(rt.db, id))!);
 }
 
-/** attemptRefusalProblem is the HTTP answer to a manual attempt the delivery loop did not make. */
-function attemptRefusalProblem(id: string, refusal: AttemptRefusal): ProblemError {
+/** attemptRefusalProblem is the HTTP answer to a manual attempt the delivery loop did not make: its status and headers, in the API's words. */
+export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): ProblemError {
   switch (refusal.refused) {
     case "not-found":
       return notFound("webhook delivery", id);

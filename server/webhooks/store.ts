@@ -20,6 +20,8 @@ export type SubscriptionRow = {
   previous_secret: string | null;
   previous_secret_expires_at: number | null;
   secret_rotated_at: number | null;
+  /** the webhook.ping the console's wizard sent to test the last secret rotation; null until it sends one (each rotation clears it) */
+  secret_test_delivery_id: string | null;
   status: "active" | "disabled";
   disabled_at: number | null;
   disabled_reason: string | null;
@@ -153,8 +155,8 @@ export async function insertEvents(db: Db, rows: EventRow[]): Promise<void> {
 /** insertSubscription stores a subscription and indexes the event kinds it wants. */
 export async function insertSubscription(db: Db, row: SubscriptionRow, eventTypes: readonly string[]): Promise<void> {
   await db.run(
-    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, status, disabled_at, disabled_reason, paused_at, max_rate, failing_since, created_at, updated_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, secret_test_delivery_id, status, disabled_at, disabled_reason, paused_at, max_rate, failing_since, created_at, updated_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       row.id,
       row.target_url,
@@ -164,6 +166,7 @@ export async function insertSubscription(db: Db, row: SubscriptionRow, eventType
       row.previous_secret,
       row.previous_secret_expires_at,
       row.secret_rotated_at,
+      row.secret_test_delivery_id,
       row.status,
       row.disabled_at,
       row.disabled_reason,
@@ -321,15 +324,21 @@ export async function deleteSubscription(db: Db, id: string): Promise<boolean> {
  * until `previousExpiresAt` (not at all when that is not after `now`); it tells whether the
  * subscription exists. The old value is copied in SQL, so it is stored exactly as the current secret
  * was, and it is kept (sealed) even when it signs no more: the console's rotate form sent twice
- * finds by it that the rotation it asks for is made.
+ * finds by it that the rotation it asks for is made. The console's test of the rotation before
+ * (setSecretRotationTest) is forgotten: it tested the secrets that signed then.
  */
 export async function rotateSubscriptionSecret(db: Db, id: string, secret: string, previousExpiresAt: number, now: number): Promise<boolean> {
   const changed = await db.run(
-    `UPDATE webhook_subscriptions SET previous_secret = secret, secret = ?, previous_secret_expires_at = ?, secret_rotated_at = ?, updated_at = ?
+    `UPDATE webhook_subscriptions SET previous_secret = secret, secret = ?, previous_secret_expires_at = ?, secret_rotated_at = ?, secret_test_delivery_id = NULL, updated_at = ?
      WHERE id = ?`,
     [secret, previousExpiresAt, now, now, id],
   );
   return changed > 0;
+}
+
+/** setSecretRotationTest records the webhook.ping sent as the test of a subscription's last secret rotation (the console's wizard), until the next rotation. */
+export async function setSecretRotationTest(db: Db, id: string, deliveryId: string): Promise<void> {
+  await db.run("UPDATE webhook_subscriptions SET secret_test_delivery_id = ? WHERE id = ?", [deliveryId, id]);
 }
 
 /** endSecretGrace stops (and forgets) the previous secret of a subscription from `now` on; it tells whether one was still signing. */

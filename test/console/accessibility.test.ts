@@ -284,6 +284,18 @@ describe("links that tell rows apart", () => {
     });
   }, SLOW);
 
+  test("contacts of the same name are named apart: by their email, or their id when they have none or another row shows the same name and email", async () => {
+    const create = async (email?: string) => (await server.api("POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Lovelace", ...(email ? { email } : {}) })).data;
+    const [first, twin, countess, unreachable] = [await create("ada@example.com"), await create("ada@example.com"), await create("countess@example.com"), await create()];
+    await page.goto(url("/console/contacts?q=Lovelace"));
+    expect(await accessibleNames(page, "#contacts tbody tr a")).toEqual([
+      `Ada Lovelace contact ${unreachable.id}`,
+      "Ada Lovelace contact countess@example.com",
+      `Ada Lovelace contact ${twin.id}`,
+      `Ada Lovelace contact ${first.id}`,
+    ]);
+  }, SLOW);
+
   test("a subscription's failures name each latest delivery with its reason", async () => {
     await page.goto(url(`/console/subscriptions/${warehouse.id}`));
     const named = await accessibleNames(page, "#failures tbody tr a");

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
+import { createOperator, inviteOperator, removeOperator } from "../../server/operators/service.ts";
 import { addOperator, cspViolations, signedInBrowser, signInWithBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 // Refused forms, row actions and notices as a keyboard or screen-reader user meets them, read from
@@ -220,6 +221,35 @@ describe("a refused form names each field and the API's reason beside it, and th
       operator: { status: 409, text: null, links: [[operatorDetail, "#field-email"]], focused: true, fields: [{ role: "textbox", name: "Email", description: operatorDetail }] },
       typedOperator: "OnCall@example.com",
     });
+    await expectOnlyRefusals();
+  }, SLOW);
+
+  test("an invitation whose email became an operator's meanwhile (operator create) says so, on its form and on its link, and offers to sign in instead of asking for passwords", async () => {
+    const code = await inviteOperator(server.runtime.db, "late@example.com", null);
+    const link = url(`/console/welcome?code=${code}`);
+    /** shownWelcome is what the invitation's page tells and offers: its heading, notices, links and password fields. */
+    const shownWelcome = async (status: number | undefined) => ({
+      status,
+      heading: await page.textContent("main h1"),
+      notices: await page.locator(".notice").evaluateAll((boxes) => boxes.map((box) => `${box.getAttribute("role")}: ${box.textContent}`)),
+      links: await page.locator("main a").evaluateAll((links) => links.map((a) => [a.textContent, a.getAttribute("href")])),
+      passwordFields: await page.locator("input[type=password]").count(),
+    });
+    await page.goto(link);
+    const late = await createOperator(server.runtime.db, { email: "late@example.com", password: "their own long password" });
+    await page.fill("input[name=password]", "one long password");
+    await page.fill("input[name=password_again]", "one long password");
+    const sent = await shownWelcome(await sendForm("input[name=password_again]"));
+    const opened = await shownWelcome((await page.goto(link))?.status());
+    const expected = {
+      status: 409,
+      heading: "Join the console",
+      notices: ["alert: An operator with the email \u2068late@example.com\u2069 exists already, so this invitation cannot be used. Sign in with that operator's password; if it is lost, ask an operator for a password reset link."],
+      links: [["Sign in", "/console/login"]],
+      passwordFields: 0,
+    };
+    expect({ sent, opened }).toEqual({ sent: expected, opened: expected });
+    await removeOperator(server.runtime.db, late.id); // the operators' rows listed below are the file's own
     await expectOnlyRefusals();
   }, SLOW);
 

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { gzipSync } from "node:zlib";
 import type { Page } from "playwright-core";
 import { Webhook } from "standardwebhooks";
+import { disableSubscription } from "../../server/webhooks/store.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { addOperator, launchBrowser, refusedConfirmation, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
@@ -35,6 +36,18 @@ function receiver(path: string): Receiver {
   const r = startReceiver(path);
   receivers.push(r);
   return r;
+}
+
+/** succeededDelivery makes a subscription described `description` to a new receiver at `path`, and a contact, and waits for its contact.created delivery to succeed. */
+async function succeededDelivery(path: string, description: string) {
+  const r = receiver(path);
+  const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description, events: ["contact.created"] })).data;
+  await server.api("POST", "/public/v1/contacts", { first_name: "Settled" });
+  const settled = await waitFor(async () => {
+    const [found] = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`)).data;
+    return found?.status === "succeeded" && found;
+  }, "the first delivery to succeed");
+  return { r, sub, settled };
 }
 
 const verifiesWith = (secret: string, got: { body: string; headers: Record<string, string> }) => {
@@ -108,6 +121,21 @@ describe("secret rotation wizard", () => {
     const created = await waitFor(() => r.received.find((got) => got.json?.type === "contact.created"), "contact.created");
     expect(created.headers["webhook-signature"]!.split(" ")).toHaveLength(1);
     expect([verifiesWith(newSecret, created), verifiesWith(sub.secret, created)]).toEqual([true, false]);
+    expect(problems).toEqual([]);
+  }, SLOW);
+  test("finds its test event by the delivery it sent, not by time: a ping sent before the rotation, stamped later by a clock an hour ahead, is not taken for it", async () => {
+    const r = receiver("/skewed");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Skewed", events: ["contact.created"] })).data;
+    const older = (await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/test`)).data;
+    const rotated = (await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { grace_hours: 24 })).data;
+    await server.runtime.db.write((tx) => tx.run("UPDATE webhook_deliveries SET created_at = ? WHERE id = ?", [Date.parse(rotated.secret_rotated_at) + 3_600_000, older.delivery_id]));
+    const shownTest = () => page.locator("#test-result .test-status .muted code").evaluateAll((codes) => codes.map((code) => code.textContent));
+    await page.goto(url(`/console/subscriptions/${sub.id}/secret-rotation`));
+    const beforeTest = await shownTest();
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/secret-rotation#step-test`)), page.click("#send-test")]);
+    const pings = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}&event=webhook.ping`)).data.map((d: { id: string }) => d.id);
+    const sent = pings.filter((id: string) => id !== older.delivery_id);
+    expect({ beforeTest, sent: sent.length, afterTest: await shownTest() }).toEqual({ beforeTest: [], sent: 1, afterTest: sent });
     expect(problems).toEqual([]);
   }, SLOW);
 });
@@ -193,13 +221,7 @@ describe("a delivery's page", () => {
   }, SLOW);
 
   test("Retry now while its subscription's 32 attempts are under way says so in words on the delivery's page (503, Retry-After: 1), sends nothing, and works once they end", async () => {
-    const r = receiver("/hung");
-    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Slow shop", events: ["contact.created"] })).data;
-    await server.api("POST", "/public/v1/contacts", { first_name: "Settled" });
-    const settled = await waitFor(async () => {
-      const [found] = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`)).data;
-      return found?.status === "succeeded" && found;
-    }, "the first delivery to succeed");
+    const { r, sub, settled } = await succeededDelivery("/hung", "Slow shop");
     r.hold();
     // One commit makes them due together: one claim round takes them all, as in test/webhooks/history.test.ts.
     await server.api("POST", "/public/v1/contacts/batch", { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `Held ${i}` })) });
@@ -229,6 +251,47 @@ describe("a delivery's page", () => {
     await Promise.all([page.waitForURL(url(`/console/deliveries/${settled.id}?retried=1`)), page.click("button:has-text('Retry now')")]);
     expect(r.received.length).toBe(2 + MAX_PER_SUBSCRIPTION);
     expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("Retry now on a delivery whose subscription is paused, disabled or deleted says what to do in the console (409), not the API's route, and sends nothing", async () => {
+    const { r, sub, settled } = await succeededDelivery("/stopped", "Stopped shop");
+    const refusedRetry = async () => {
+      await page.goto(url(`/console/deliveries/${settled.id}`));
+      const [answer] = await Promise.all([page.waitForNavigation(), page.click("button:has-text('Retry now')")]);
+      return {
+        status: answer?.status(),
+        heading: await page.textContent("h1"),
+        notices: await page.locator(".notice").evaluateAll((boxes) => boxes.map((box) => `${box.getAttribute("role")}: ${box.textContent}`)),
+      };
+    };
+    await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/pause`);
+    const paused = await refusedRetry();
+    await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/resume`);
+    await server.runtime.db.write((tx) => disableSubscription(tx, sub.id, "every attempt failed", Date.now()));
+    const disabled = await refusedRetry();
+    await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`);
+    const deleted = await refusedRetry();
+    expect({ paused, disabled, deleted }).toEqual({
+      paused: {
+        status: 409,
+        heading: "contact.created deliverySucceeded",
+        notices: [
+          "alert: Not retried: the subscription \u2068Stopped shop\u2069 is paused, so nothing was sent. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then press Retry now again if this one still needs sending.",
+        ],
+      },
+      disabled: {
+        status: 409,
+        heading: "contact.created deliverySucceeded",
+        notices: ["alert: Not retried: the subscription \u2068Stopped shop\u2069 is disabled, so nothing was sent. Enable it with its Enable button on the Subscriptions page, then press Retry now again."],
+      },
+      deleted: {
+        status: 409,
+        heading: "contact.created deliverySucceeded",
+        notices: [`alert: Not retried: the subscription to \u2068${r.url}\u2069 was deleted, so nothing can be sent for this delivery any more.`],
+      },
+    });
+    expect(problems.splice(0)).toEqual(Array(3).fill("Failed to load resource: the server responded with a status of 409 (Conflict)"));
+    expect(r.received.length).toBe(1);
   }, SLOW);
 
   test("Retry now while 16 retries made by hand are under way says so in words too, and sends nothing", async () => {
