@@ -1,5 +1,5 @@
 import type { Db } from "../db/sql.ts";
-import { keysetOrder, pageSelect, unindexed, type OrderClause } from "../db/keyset.ts";
+import { keysetOrder, pageSelect, unindexed } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { ContactSort } from "./model.ts";
 
@@ -222,6 +222,18 @@ function fullNameContains(needle: string): { condition: string; params: string[]
 }
 
 /**
+ * nameInWindow is the condition that the contact whose rowid is `rowid`, an entry of a window of the
+ * sort index, has the needle in its full name (SQLite). The trigram index's matches are collected
+ * once and each entry is probed against them; a needle too short for trigrams is not collected (a
+ * scan of every name): each entry looks up its own name instead.
+ */
+function nameInWindow(needle: string, rowid: string): { condition: string; params: string[] } {
+  const match = fullNameMatch(needle);
+  if (match.indexed) return { condition: `${rowid} IN (SELECT rowid FROM contacts_full_name f WHERE ${match.condition})`, params: match.params };
+  return { condition: `EXISTS (SELECT 1 FROM contacts_full_name f WHERE f.rowid = ${rowid} AND ${match.condition})`, params: match.params };
+}
+
+/**
  * planPerValue has PostgreSQL plan the rest of the read transaction's statements for their own
  * parameters; call it inside `db.read` before a list whose filters make valueDependentPlans true.
  * Bun's pooled statements are prepared, and from the 6th run PostgreSQL may keep one generic plan:
@@ -345,11 +357,10 @@ function relationProbes(db: Db, filters: ContactFilters, alias: string, driver: 
 }
 
 /**
- * filterClause builds the WHERE terms. `walk` tests each row of the sort index against the filters
- * instead of fetching their matches. Otherwise `driver` is the relation whose matches are fetched
- * from its index; every other relation condition probes its relation's key for each of them.
+ * filterClause builds the WHERE terms of a fetch: `driver` is the relation whose matches are
+ * fetched from its index; every other relation condition probes its relation's key for each of them.
  */
-function filterClause(db: Db, filters: ContactFilters, walk = false, driver: RelationFilter | null = null): { where: string[]; params: (string | number)[] } {
+function filterClause(db: Db, filters: ContactFilters, driver: RelationFilter | null = null): { where: string[]; params: (string | number)[] } {
   const where: string[] = [];
   const params: (string | number)[] = [];
   if (filters.email !== undefined) {
@@ -363,19 +374,7 @@ function filterClause(db: Db, filters: ContactFilters, walk = false, driver: Rel
   } else if (filters.fullName !== undefined) {
     // sqlite-only: the search table is an FTS5 table joined to contacts by rowid.
     const match = fullNameMatch(filters.fullName);
-    const rowids = `SELECT rowid FROM contacts_full_name f WHERE ${match.condition}`;
-    if (!walk) {
-      where.push(`c.rowid IN (${rowids})`);
-    } else if (match.indexed) {
-      // The index's matches are collected once, then each row of the sort index is probed.
-      where.push(`+c.rowid IN (${rowids})`);
-    } else {
-      // A scan is not collected in full: each row of the sort index looks up its own name, and the
-      // walk stops at a full page (a 1-letter needle on 100k contacts: 20 ms -> 0.02 ms). Only if
-      // the matches crowd the far end of the sort order does it read most of the index, at about
-      // 0.4 us a row, up to twice the cost of collecting them.
-      where.push(`EXISTS (SELECT 1 FROM contacts_full_name f WHERE f.rowid = c.rowid AND ${match.condition})`);
-    }
+    where.push(`c.rowid IN (SELECT rowid FROM contacts_full_name f WHERE ${match.condition})`);
     params.push(...match.params);
   }
   if (filters.createdAfter !== undefined) {
@@ -387,7 +386,7 @@ function filterClause(db: Db, filters: ContactFilters, walk = false, driver: Rel
     params.push(filters.updatedAfter);
   }
   // The driving relation collects its contacts from the relation's index (then they are sorted);
-  // the others, and all of them when walking, probe the relation's primary key for each row.
+  // the others, and all of them beside an email or a name, probe the relation's primary key for each row.
   const probes = relationProbes(db, filters, "c", driver);
   where.push(...probes.where);
   params.push(...probes.params);
@@ -537,13 +536,21 @@ async function countAllContacts(db: Db): Promise<number> {
 }
 
 /**
- * BROAD_SHARE: a search by name matching at least 1 in this many contacts walks the sort index.
- * Fetching every match by rowid and sorting costs about 0.5 us per match; walking the index and
- * probing the matches about 0.06 us per row, and a page is found long before the end (16,667 of
- * 100k matches: 1.9 ms instead of 8.7 ms). At 1 in 8 even a walk through the whole index (matches
- * all at its far end) costs no more than fetching them, so no search gets slower.
+ * BROAD_SHARE: time filters keeping at least 1 in this many contacts (of all, or of the relation
+ * walked) are checked on each row of a window of a sort index; narrower ones are read as a range
+ * of their own index and sorted (timeWindow, walkWindow).
  */
 const BROAD_SHARE = 8;
+
+/**
+ * NAME_WINDOW_PER_MATCH: a name search reads a window of the sort index while the window's entries
+ * are fewer than this many times its matches, else it fetches every match by rowid and sorts them.
+ * An entry costs about 0.06 to 0.08 us to walk and probe against the collected matches (0.16 us
+ * looking up its own name, for a needle too short for trigrams), a fetched match about 0.5 us: so a
+ * window that fills the page costs less than the fetch, and one that misses (the matches crowd the
+ * far end of the order) costs the fetch and at most about as much again.
+ */
+const NAME_WINDOW_PER_MATCH = 8;
 
 /**
  * WALK_WINDOW: a walk for relation filters reads at most this many times the rows it expects to
@@ -557,8 +564,8 @@ const WALK_WINDOW = 2;
 
 /**
  * Walk is how a page of a name, relation or time filter is read: `rows` 0 to fetch the matches,
- * Infinity for a name search's walk, else a window's entries; `relation` the relation whose own sort
- * index the window reads (none: the contacts' sort index, for time filters alone), or with `byTime`
+ * else a window's entries; `relation` the relation whose own sort index the window reads (none:
+ * the contacts' sort index, for a name search or time filters alone), or with `byTime`
  * its index of that time filter's column: a range whose rows are sorted by the sort keys they carry.
  */
 interface Walk {
@@ -578,14 +585,15 @@ interface Walk {
  * newest first, included). Time filters beside relations narrow the same walk: the relation's rows
  * carry created_at and updated_at, so an incremental sync (updated_after, sorted by updated_at) reads
  * one range of the relation's updated_at index, where fetching read every contact of the relation
- * (0.27 s a page for a tag of 150,000). A name search keeps the 1 in 8 rule, which bounds a walk
- * through the whole index.
+ * (0.27 s a page for a tag of 150,000). A name search reads a window of the contacts' sort index
+ * when it is cheaper than the fetch (nameWindow).
  */
 async function walkWindow(db: Db, filters: ContactFilters, page: Pick<ContactPage, "sortBy" | "matches" | "limit" | "offset">): Promise<Walk> {
   if (!listNeedsCount(filters, page.sortBy)) return { rows: 0, relation: null };
   if (page.matches === null) throw new Error("listContacts: this filter needs the count of matches (listNeedsCount)");
   const sole = soleFilter(filters);
-  if (sole?.kind === "full_name") return { rows: page.matches * BROAD_SHARE >= (await countAllContacts(db)) ? Infinity : 0, relation: null };
+  // PostgreSQL plans a name search itself, by its statistics: through the trigram index, or along the sort index.
+  if (sole?.kind === "full_name") return db.dialect === "postgres" ? { rows: 0, relation: null } : nameWindow(page, page.matches, await countAllContacts(db));
   if (page.matches === 0) return { rows: 0, relation: null };
   if (!relationsAndTimes(filters)) return db.dialect === "postgres" ? { rows: 0, relation: null } : timeWindow(page, page.matches, await countAllContacts(db));
   const terms = await relationTerms(db, filters);
@@ -611,6 +619,21 @@ async function walkWindow(db: Db, filters: ContactFilters, page: Pick<ContactPag
  */
 function windowEntries(page: Pick<ContactPage, "limit" | "offset">, candidates: number, matches: number): number {
   return Math.min(Math.ceil((WALK_WINDOW * (page.offset + page.limit) * candidates) / matches), candidates + 1);
+}
+
+/**
+ * nameWindow is the walk of a page of a name search on SQLite, given the count of its matches among
+ * all `contacts`: a window of the contacts' sort index (windowEntries), each entry probed for the
+ * needle, while its entries are fewer than NAME_WINDOW_PER_MATCH times the matches; else every
+ * match is fetched and sorted. Where the window holds too few matches, the page is fetched after
+ * all. No page walks the whole index: a search of 1 in 8 contacts or more did, to find matches
+ * crowding its far end. A needle matching 1 in 9 of 100,000 contacts fetched and sorted its 11,111
+ * matches for every page (5.7 to 10.7 ms); its window is 469 entries for the first page and 18,019
+ * for the 40th (2.0 and 2.6 ms), bench/names.ts.
+ */
+function nameWindow(page: Pick<ContactPage, "limit" | "offset">, matches: number, contacts: number): Walk {
+  const rows = windowEntries(page, contacts, matches);
+  return { rows: rows < NAME_WINDOW_PER_MATCH * matches ? rows : 0, relation: null };
 }
 
 /**
@@ -678,7 +701,7 @@ export async function countContacts(db: Db, filters: ContactFilters): Promise<nu
   if (db.dialect === "sqlite" && givenFilterCount(filters) === 2 && filters.createdAfter !== undefined && filters.updatedAfter !== undefined) {
     return countCreatedAndUpdatedAfter(db, filters.createdAfter, filters.updatedAfter);
   }
-  const { where, params } = filterClause(db, filters, false, await drivingRelation(db, filters));
+  const { where, params } = filterClause(db, filters, await drivingRelation(db, filters));
   return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM contacts c WHERE ${where.join(" AND ")}`, params))!.n;
 }
 
@@ -792,19 +815,20 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
   const sortColumn = hasFilters(filters) && !sortFiltered ? unindexed(db.dialect, `c.${page.sortBy}`) : `c.${page.sortBy}`;
   const fetched = keysetOrder(sortColumn, "c.id", page.direction, page.cursor, nullable, db.dialect);
   type Keyset = { after: string; params: (string | number)[] } | null;
-  const select = async (order: OrderClause, keyset: Keyset, walking: boolean, limit: number) => {
-    const { where, params } = filterClause(db, filters, walking, walking ? null : await drivingRelation(db, filters));
+  const fetch = async (keyset: Keyset, limit: number) => {
+    const { where, params } = filterClause(db, filters, await drivingRelation(db, filters));
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
     // LIMIT CAST(? AS INTEGER), not LIMIT ?: with a bare parameter as the limit this query took
     // ~6 us longer per page (bench/; a constant is as fast as the CAST, but would cache a statement per page size).
-    const sql = pageSelect(db.dialect, { columns, from: "contacts c", id: "c.id", where: conditions, orderBy: order.orderBy, limit: "CAST(? AS INTEGER)" }, page.offset);
+    const sql = pageSelect(db.dialect, { columns, from: "contacts c", id: "c.id", where: conditions, orderBy: fetched.orderBy, limit: "CAST(? AS INTEGER)" }, page.offset);
     return db.all<Row>(sql, [...(keyset?.params ?? []), ...params, limit, page.offset]);
   };
   // A walk for relation filters reads a window of the rarest relation's sort index in order (the
   // candidates' ids, from a covering index). Each of them is tested against the other relations,
-  // and only then are the matching contacts read. For time filters alone the window is of the
-  // contacts' sort index, and the time filters are checked on the contacts read.
-  const windowRows = Number.isFinite(walk.rows) ? walk.rows : 0;
+  // and only then are the matching contacts read. For a name search or time filters alone the
+  // window is of the contacts' sort index: each entry is probed for the name, and the time filters
+  // are checked on the contacts read.
+  const windowRows = walk.rows;
   // A time filter on the sort's column is a range of the walked index; one on the other column is
   // checked on each row walked, which stops at a full window.
   const sortedByTime = page.sortBy === "created_at" || page.sortBy === "updated_at" ? page.sortBy : null;
@@ -815,13 +839,17 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     const byContact = byRowid ? { contact: "c.rowid", window: "w.rid" } : { contact: "c.id", window: "w.id" };
     const contactIds = byRowid ? "c.rowid AS rid, c.id" : "c.id";
     if (!relation) {
-      // Time filters alone: the window is the sort index's entries, and each of its rows is checked.
+      // A name search or time filters alone: the window is the sort index's entries; each entry is
+      // probed for the name (sqlite-only: by rowid), and the time filters are checked on each row.
+      // A name's window carries the sort key, which its index holds, to order its matches by.
+      const named = filters.fullName !== undefined ? nameInWindow(filters.fullName, "w.rid") : null;
       return {
-        sql: `SELECT ${contactIds} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after} ` : ""}ORDER BY ${walked.orderBy}`,
+        sql: `SELECT ${contactIds}${named ? `, c.${page.sortBy}` : ""} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after} ` : ""}ORDER BY ${walked.orderBy}`,
         params: [...(keyset?.params ?? [])],
         match: byContact,
-        probes: { where: [], params: [] },
+        probes: named ? { where: [named.condition], params: named.params } : { where: [], params: [] },
         checks: timeConditions(db, timeFilters(filters), "c", null),
+        inOrder: named ? keysetOrder(`w.${page.sortBy}`, "w.id", page.direction, null, nullable, db.dialect).orderBy : null,
       };
     }
     const after = keyset?.after ? ` AND ${keyset.after}` : "";
@@ -835,6 +863,7 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
         match: byContact,
         probes: relationProbes(db, { ...filters, assignedUserId: undefined }, "w"),
         checks: { where: [], params: [] },
+        inOrder: null,
       };
     }
     const { table, key } = RELATION_ROWS[relation.kind];
@@ -846,6 +875,7 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
       match: { contact: "c.id", window: "w.id" },
       probes: relationProbes(db, { ...others, assignedUserId: undefined }, "w"),
       checks: relationProbes(db, { assignedUserId: filters.assignedUserId }, "c"),
+      inOrder: null,
     };
   };
   const selectInWindow = async (keyset: Keyset, fallback: Keyset, limit: number) => {
@@ -857,16 +887,19 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     const sliced = probed === "" && window.checks.where.length === 0;
     const skipped = sliced && page.offset > 0;
     const slice = sliced ? [limit, ...(skipped ? [page.offset] : [])] : [windowRows];
-    const conditions = [`${window.match.contact} IN (SELECT ${window.match.window} FROM (${window.sql} LIMIT CAST(? AS INTEGER)${skipped ? " OFFSET ?" : ""}) w${probed})`, ...window.checks.where];
+    // A window carrying its sort key has its matches put in order and sliced there: only the page's
+    // contacts are read (page 40 of a name search: 26 of them, not the window's 2,000 matches).
+    const ordered = window.inOrder ? ` ORDER BY ${window.inOrder} LIMIT CAST(? AS INTEGER) OFFSET ?` : "";
+    const conditions = [`${window.match.contact} IN (SELECT ${window.match.window} FROM (${window.sql} LIMIT CAST(? AS INTEGER)${skipped ? " OFFSET ?" : ""}) w${probed}${ordered})`, ...window.checks.where];
     const sql = `SELECT ${columns} FROM contacts c WHERE ${conditions.join(" AND ")} ORDER BY ${fetched.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
-    const rows = await db.all<Row>(sql, [...window.params, ...slice, ...window.probes.params, ...window.checks.params, limit, sliced ? 0 : page.offset]);
+    const rows = await db.all<Row>(sql, [...window.params, ...slice, ...window.probes.params, ...(ordered ? [limit, page.offset] : []), ...window.checks.params, limit, sliced || ordered ? 0 : page.offset]);
     if (rows.length === limit) return rows;
     const read = (await db.get<{ n: number }>(`SELECT count(*) AS n FROM (${window.sql} LIMIT CAST(? AS INTEGER)) AS window_rows`, [...window.params, windowRows]))!.n;
-    return read < windowRows ? rows : select(fetched, fallback, false, limit);
+    return read < windowRows ? rows : fetch(fallback, limit);
   };
   // The keyset of each plan: walked keeps the sort column indexable, fetched hides it behind +.
   const group = (walkedKeyset: Keyset, fetchedKeyset: Keyset, limit: number) =>
-    windowRows > 0 ? selectInWindow(walkedKeyset, fetchedKeyset, limit) : walk.rows > 0 ? select(walked, walkedKeyset, true, limit) : select(fetched, fetchedKeyset, false, limit);
+    windowRows > 0 ? selectInWindow(walkedKeyset, fetchedKeyset, limit) : fetch(fetchedKeyset, limit);
   const rows = await group(walked, fetched, page.limit);
   // walked.then and fetched.then are both set or both null: they depend on the cursor, not the column
   return walked.then && fetched.then && rows.length < page.limit ? rows.concat(await group(walked.then, fetched.then, page.limit - rows.length)) : rows;

@@ -64,7 +64,7 @@ const SORT_SUFFIX: Record<string, string> = { created_at: "created", updated_at:
 const FILTERS: Record<string, () => ContactFilters> = {
   none: () => ({}),
   email: () => ({ email: "p1@example.com" }),
-  "full_name, broad (sort index walked)": () => ({ fullName: "irst1" }),
+  "full_name, broad (a window of the sort index)": () => ({ fullName: "irst1" }),
   "full_name, narrow (matches fetched by rowid)": () => ({ fullName: "irst12" }),
   created_after: () => ({ createdAfter: 0 }),
   updated_after: () => ({ updatedAfter: 0 }),
@@ -134,8 +134,11 @@ describe("index use: every documented filter and sort", () => {
               const label = `${filterName} / ${sortBy} ${direction} / ${cursorName} / ${limit} a page: ${c.sql}`;
               expectIndexed(label, plan);
               if (filters.email) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/contacts_email(_created)? \(email=\?/) });
-              // the contact total that decides a name search's plan is one primary-key lookup, checked above
-              if (filters.fullName && !c.sql.includes("FROM row_counts")) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/SCAN f VIRTUAL TABLE INDEX \d+:M/) });
+              // the contact total that decides a name search's plan is one primary-key lookup, checked above; a window
+              // of the sort index is read from that index alone, and how far it reached is counted there too
+              const windowOfNames = filters.fullName !== undefined && c.sql.includes(" FROM (SELECT c.rowid AS rid, c.id, c.");
+              if (filters.fullName && !c.sql.includes("FROM row_counts") && !c.sql.endsWith(") AS window_rows")) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(/SCAN f VIRTUAL TABLE INDEX \d+:M/) });
+              if (windowOfNames) expect({ label, plan: plan.join(" | ") }).toEqual({ label, plan: expect.stringMatching(new RegExp(`(SCAN|SEARCH) c USING COVERING INDEX ${INDEX_OF[sortBy]}\\b`)) });
               // a single relation filter counts from the trigger-kept totals; lists and combined counts read the relation
               // (and a walk's check of how far its window reached reads the walked relation's index alone)
               const counted = c.sql.includes("FROM contact_filter_counts") || c.sql.includes("FROM row_counts") || c.sql.endsWith(") AS window_rows");
@@ -325,25 +328,51 @@ describe("index use: every documented filter and sort", () => {
     ]);
   });
 
-  test("a name search matching 1 in 8 contacts or more walks the sort index; a narrower one fetches its matches and sorts them", async () => {
-    const broad = { fullName: "irst1" };
-    const narrow = { fullName: "irst12" };
-    expect([await countContacts(h.rt.db, broad), await countContacts(h.rt.db, narrow)]).toEqual([9, 1]);
-    const planFor = async (filters: ContactFilters) => {
+  test("a name search reads a window of the sort index while its entries are fewer than 8 times the matches, under 1 in 8 contacts too: each entry probes the collected matches, and only the page's contacts are read; else its matches are fetched and sorted", async () => {
+    // 9, 5 and 1 of the 41 contacts
+    const [broad, under, narrow] = [{ fullName: "irst1" }, { fullName: "ast6" }, { fullName: "irst12" }];
+    expect([await countContacts(h.rt.db, broad), await countContacts(h.rt.db, under), await countContacts(h.rt.db, narrow)]).toEqual([9, 5, 1]);
+    const read = async (filters: ContactFilters, limit: number, offset: number) => {
       const { db, captured } = capturing(h.rt.db);
-      await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: await countContacts(h.rt.db, filters) });
-      return planOf(captured.at(-1)!).join(" | ");
+      const rows = await listContacts(db, filters, { sortBy: "created_at", direction: "desc", cursor: null, limit, offset, matches: await countContacts(h.rt.db, filters) });
+      return { rows: rows.length, statements: captured.map((c) => c.sql.slice(0, 30)), page: captured.find((c) => c.sql.startsWith("SELECT c.id"))! };
     };
-    expect(await planFor(broad)).toStartWith("SCAN c USING INDEX contacts_created | LIST SUBQUERY");
-    expect(await planFor(broad)).not.toContain("TEMP B-TREE");
-    expect(await planFor(narrow)).toStartWith("SEARCH c USING INTEGER PRIMARY KEY (rowid=?) | LIST SUBQUERY");
-    expect(await planFor(narrow)).toContain("USE TEMP B-TREE FOR ORDER BY");
+    const windowed = [
+      "SEARCH c USING INTEGER PRIMARY KEY (rowid=?)",
+      expect.stringMatching(/^LIST SUBQUERY \d+$/),
+      "CO-ROUTINE w",
+      "SCAN c USING COVERING INDEX contacts_created",
+      "SCAN w",
+      expect.stringMatching(/^LIST SUBQUERY \d+$/),
+      "SCAN f VIRTUAL TABLE INDEX 0:M1",
+      // the window's matches come in its order and are sliced unsorted: only the page's contacts are sorted
+      "USE TEMP B-TREE FOR ORDER BY",
+    ];
+    // windows of 2 * (offset + limit) * 41 / matches entries, at most 42: 42, 37 and 33, under 8 times the matches (72, 72, 40)
+    for (const [filters, limit, offset, entries] of [[broad, 25, 0, 42], [broad, 2, 2, 37], [under, 2, 0, 33]] as const) {
+      const page = await read(filters, limit, offset);
+      expect({ filters, limit, offset, plan: planOf(page.page).filter((line) => !line.startsWith("CREATE BLOOM FILTER")) }).toEqual({ filters, limit, offset, plan: windowed });
+      // the window's size, then the probe's needle, the slice of its matches (limit, offset) and the contacts read (limit, 0)
+      expect({ filters, limit, offset, params: page.page.params }).toEqual({ filters, limit, offset, params: [entries, expect.any(String), limit, offset, limit, 0] });
+    }
+    const fetched = await read(narrow, 25, 0);
+    expect(fetched.statements).toEqual(["SELECT n FROM row_counts WHERE", "SELECT c.id, c.first_name, c.l"]);
+    expect(planOf(fetched.page)).toEqual(["SEARCH c USING INTEGER PRIMARY KEY (rowid=?)", expect.stringMatching(/^LIST SUBQUERY \d+$/), "SCAN f VIRTUAL TABLE INDEX 0:M1", "USE TEMP B-TREE FOR ORDER BY"]);
   });
 
-  test("a broad needle too short for trigrams walks the sort index and looks up each row's name, stopping at a full page", async () => {
+  test("a broad needle too short for trigrams reads a window of the sort index, each entry looking up its own name: the names are not scanned", async () => {
     const { db, captured } = capturing(h.rt.db);
     await listContacts(db, { fullName: "a" }, { sortBy: "created_at", direction: "desc", cursor: null, limit: 25, offset: 0, matches: await countContacts(h.rt.db, { fullName: "a" }) });
-    expect(planOf(captured.at(-1)!)).toEqual(["SCAN c USING INDEX contacts_created", "CORRELATED SCALAR SUBQUERY 1", "SCAN f VIRTUAL TABLE INDEX 0:="]);
+    expect(planOf(captured.at(-1)!)).toEqual([
+      "SEARCH c USING INTEGER PRIMARY KEY (rowid=?)",
+      expect.stringMatching(/^LIST SUBQUERY \d+$/),
+      "CO-ROUTINE w",
+      "SCAN c USING COVERING INDEX contacts_created",
+      "SCAN w",
+      expect.stringMatching(/^CORRELATED SCALAR SUBQUERY \d+$/),
+      "SCAN f VIRTUAL TABLE INDEX 0:=",
+      "USE TEMP B-TREE FOR ORDER BY",
+    ]);
   });
 
   test("a list counted at no matches reads no page: a name needle too short for trigrams scans the names once, for the count", async () => {
@@ -364,10 +393,14 @@ describe("index use: every documented filter and sort", () => {
           for (const cursor of Object.values(CURSORS)) {
             for (const [limit, offset] of [[4, 0], [4, 4], [100, 0]] as const) {
               const page = { sortBy, direction, cursor: cursor(sortBy), limit, offset };
-              // one match is under 1 in 8 of the contacts: fetched
+              // counted as 1: fetched; as 40: a window of the sort index; as FETCHED: a window of one entry, then fetched
               const fetched = await listContacts(h.rt.db, { fullName }, { ...page, matches: 1 });
               const walked = await listContacts(h.rt.db, { fullName }, { ...page, matches: 40 });
-              expect({ fullName, sortBy, direction, page, ids: walked.map((r) => r.id) }).toEqual({ fullName, sortBy, direction, page, ids: fetched.map((r) => r.id) });
+              const missed = await listContacts(h.rt.db, { fullName }, { ...page, matches: FETCHED });
+              const planned = await listContacts(h.rt.db, { fullName }, { ...page, matches: await countContacts(h.rt.db, { fullName }) });
+              for (const rows of [walked, missed, planned]) {
+                expect({ fullName, sortBy, direction, page, ids: rows.map((r) => r.id) }).toEqual({ fullName, sortBy, direction, page, ids: fetched.map((r) => r.id) });
+              }
             }
           }
         }

@@ -1,0 +1,99 @@
+// bun bench/names.ts: the contact list's full_name search on SQLite, in-process through the store:
+// for needles matching 1 in 2, 1 in 6, 1 in 9, 1 in 50 and 1 in 1,000 of the contacts, spread evenly
+// in time, 10 contacts, and 1 in 9 all among the oldest (the far end of a newest-first order), the
+// count and the page of 25 (newest first and oldest first, page 1 and page 40), min of BENCH_RUNS
+// runs each, with the plans of the page's statements. Two needles of 2 characters (too short for
+// trigrams) match 1 in 9, spread and oldest. BENCH_CONTACTS (default 100,000), BENCH_RUNS (7).
+// Names: first_name N<i>, last_name the words whose share the contact falls in (Alpha: i % 2 = 0,
+// Bravo: i % 6, Charlie: i % 9, Delta: i % 50, Echo: i % 1000, Foxtrot: 10 spread contacts, Golf:
+// the oldest ninth); "rl" is in Charlie only, "lf" in Golf only.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createRuntime } from "../server/app.ts";
+import { DEFAULT_CONFIG } from "../server/config.ts";
+import { countContacts, indexWaitingNames, listContactVersions, type ContactFilters } from "../server/contacts/store.ts";
+import { databasePath, openDatabase } from "../server/db/database.ts";
+import { createLogger } from "../server/shared/log.ts";
+import { capturing, queryPlan } from "../test/support/query-plans.ts";
+
+const CONTACTS = Number(process.env.BENCH_CONTACTS ?? 100_000);
+const RUNS = Number(process.env.BENCH_RUNS ?? 7);
+const PER_PAGE = 25;
+
+const dataDir = mkdtempSync(join(tmpdir(), "crm-bench-names-"));
+const db = openDatabase(databasePath(dataDir), "normal");
+await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir, logLevel: "error" }, log: createLogger("error") });
+
+async function seed() {
+  const started = performance.now();
+  const first = Date.now() - CONTACTS * 1000;
+  // sqlite-only: the seed is bulk SQL on the writer connection; the names reach the trigram index in one batch.
+  db.sqlite.transaction(() => {
+    db.sqlite.run(
+      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+       INSERT INTO contacts (id, first_name, last_name, email, phone, properties, account_ids, assigned_user_ids, created_at, updated_at)
+       SELECT 'con_' || printf('%026d', i), 'N' || i,
+              trim(CASE WHEN i % 2 = 0 THEN 'Alpha ' ELSE '' END || CASE WHEN i % 6 = 0 THEN 'Bravo ' ELSE '' END ||
+                   CASE WHEN i % 9 = 0 THEN 'Charlie ' ELSE '' END || CASE WHEN i % 50 = 0 THEN 'Delta ' ELSE '' END ||
+                   CASE WHEN i % 1000 = 0 THEN 'Echo ' ELSE '' END || CASE WHEN i % (?1 / 10) = 7 THEN 'Foxtrot ' ELSE '' END ||
+                   CASE WHEN i <= ?1 / 9 THEN 'Golf ' ELSE '' END || 'Z'),
+              'contact' || i || '@example.com', NULL, '{"tags":[]}', '[]', '[]', ?2 + i * 1000, ?2 + i * 1000
+       FROM n`,
+      [CONTACTS, first],
+    );
+  }).immediate();
+  await db.write(indexWaitingNames);
+  console.log(`seeded ${CONTACTS.toLocaleString("en-US")} contacts in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+}
+
+const NEEDLES: [string, string][] = [
+  ["1 in 2", "Alpha"],
+  ["1 in 6", "Bravo"],
+  ["1 in 9", "Charlie"],
+  ["1 in 50", "Delta"],
+  ["1 in 1,000", "Echo"],
+  ["10 contacts", "Foxtrot"],
+  ["1 in 9, the oldest", "Golf"],
+  ["1 in 9, 2 characters", "rl"],
+  ["1 in 9, the oldest, 2 characters", "lf"],
+];
+
+/** fastest runs `work` RUNS times and returns its fastest time in ms. */
+async function fastest(work: () => Promise<unknown>): Promise<number> {
+  let best = Infinity;
+  for (let run = 0; run < RUNS; run++) {
+    const started = performance.now();
+    await work();
+    best = Math.min(best, performance.now() - started);
+  }
+  return best;
+}
+
+/** planOf names the plan of each page statement a list runs: a window that held too few matches is followed by the fetch. */
+async function planOf(filters: ContactFilters, page: Parameters<typeof listContactVersions>[2]): Promise<string> {
+  const { db: spy, captured } = capturing(db);
+  await listContactVersions(spy, filters, page);
+  return captured.filter((c) => c.sql.startsWith("SELECT c.id")).map((c) => queryPlan(db.sqlite, c).join(" | ")).join("  THEN  ");
+}
+
+try {
+  await seed();
+  const ms = (n: number) => n.toFixed(2).padStart(6);
+  for (const [share, needle] of NEEDLES) {
+    const filters = { fullName: needle };
+    const matches = await countContacts(db, filters);
+    const count = await fastest(() => countContacts(db, filters));
+    console.log(`${needle} (${share}): ${matches.toLocaleString("en-US")} matches, count ${ms(count)} ms`);
+    for (const direction of ["desc", "asc"] as const) {
+      for (const pageNumber of [1, 40]) {
+        const page = { sortBy: "created_at" as const, direction, cursor: null, limit: PER_PAGE + 1, offset: (pageNumber - 1) * PER_PAGE, matches };
+        const read = await fastest(() => listContactVersions(db, filters, page));
+        console.log(`  ${direction === "desc" ? "newest first" : "oldest first"}, page ${String(pageNumber).padStart(2)}: page ${ms(read)} ms, with the count ${ms(read + count)} ms   ${await planOf(filters, page)}`);
+      }
+    }
+  }
+} finally {
+  await db.close();
+  rmSync(dataDir, { recursive: true, force: true });
+}
