@@ -534,6 +534,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
 function connectFailure(error: unknown): string {
   const { message, code } = error as { message?: string; code?: string };
   const text = (message || String(error)).split("\n")[0]!;
+  if (error instanceof URIError) return "the user name or password is not percent-encoded: write each character of them other than letters, digits and -._~ as %XX (a % as %25)";
   if (code === "ERR_POSTGRES_CONNECTION_REFUSED") return "connection refused (is the server running and the host and port right?)";
   if (code === "ERR_POSTGRES_CONNECTION_TIMEOUT") return `no connection within ${CONNECT_TIMEOUT_SECONDS} s`;
   return code && code !== "ERR_POSTGRES_SERVER_ERROR" ? `${text} (${code})` : text;
@@ -568,27 +569,30 @@ export async function openPostgres(
     databaseIdleTimeoutSeconds = DEFAULT_CONFIG.databaseIdleTimeoutSeconds,
   }: Partial<Pick<Config, "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds">> = {},
 ): Promise<PostgresDatabase> {
-  const db = new PostgresDatabase(
-    {
-      url,
-      max: pool,
-      bigint: true,
-      connectionTimeout: CONNECT_TIMEOUT_SECONDS,
-      idleTimeout: databaseIdleTimeoutSeconds,
-      maxLifetime: POOLED_CONNECTION_LIFETIME_SECONDS,
-      // application_name names the service's sessions in pg_stat_activity.
-      connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", ...SESSION_SETTINGS, ...SERVER_KEEPALIVES },
-    },
-    databaseAnswerTimeoutSeconds * 1000,
-    databaseIdleTimeoutSeconds * 1000,
-  );
+  let db: PostgresDatabase | undefined;
   try {
+    // Bun's client reads the URL here (it decodes the user and password, and checks sslmode), so
+    // a URL it refuses is told in the one line below too.
+    db = new PostgresDatabase(
+      {
+        url,
+        max: pool,
+        bigint: true,
+        connectionTimeout: CONNECT_TIMEOUT_SECONDS,
+        idleTimeout: databaseIdleTimeoutSeconds,
+        maxLifetime: POOLED_CONNECTION_LIFETIME_SECONDS,
+        // application_name names the service's sessions in pg_stat_activity.
+        connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", ...SESSION_SETTINGS, ...SERVER_KEEPALIVES },
+      },
+      databaseAnswerTimeoutSeconds * 1000,
+      databaseIdleTimeoutSeconds * 1000,
+    );
     const server = (await db.get<{ version: number; name: string }>("SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name"))!;
     if (server.version < POSTGRES_MIN_VERSION) {
       throw new Error(`the server runs PostgreSQL ${server.name}; the service needs ${POSTGRES_MIN_VERSION / 10000} or later`);
     }
   } catch (error) {
-    await db.close().catch(() => {});
+    await db?.close().catch(() => {});
     const reason = connectFailure(error);
     throw new ConfigError(`cannot use the PostgreSQL database at ${redactedUrl(url)} (--database-url, CRM_DATABASE_URL): ${reason}`);
   }

@@ -1,0 +1,52 @@
+import { SQL } from "bun";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import { runCli, SOURCE, tempDir } from "../ops/support.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+
+// PostgreSQL configured the way DBAs configure it: a database URL written by hand, a database or
+// role set up otherwise than the README's createdb line, through the real command line.
+
+let database: TestDatabase;
+let dir: string;
+let keyFile: string;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  dir = tempDir("pg-configuration");
+  keyFile = writeSecretsKeyFile(join(dir, "secrets.key"));
+}, 60_000);
+
+afterAll(async () => {
+  await database?.drop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** crm runs the command line from source in an empty working directory, on the database at `url`. */
+function crm(url: string, args: string[]) {
+  return runCli([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url } });
+}
+
+describe("postgres configuration: the database URL", () => {
+  test("a password with a % that does not start an escape stops start-up with one line naming the setting, without the password", () => {
+    const url = database.url.replace("postgres@", "crm:secret%zz@");
+    for (const command of [["token", "list"], ["serve", "--port", "0", "--secrets-key-file", keyFile]]) {
+      expect({ command, ...crm(url, command) }).toEqual({
+        command,
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: cannot use the PostgreSQL database at ${url.replace("secret%zz", "***")} (--database-url, CRM_DATABASE_URL): the user name or password is not percent-encoded: write each character of them other than letters, digits and -._~ as %XX (a % as %25)\n`,
+      });
+    }
+  });
+
+  test("an sslmode Bun's client does not know stops start-up with one line naming the setting", () => {
+    expect(crm(`${database.url}?sslmode=bogus`, ["token", "list"])).toEqual({
+      exitCode: 2,
+      stdout: "",
+      stderr: `crm: cannot use the PostgreSQL database at ${database.url}?sslmode=bogus (--database-url, CRM_DATABASE_URL): The argument 'sslmode' must be one of: disable, allow, prefer, require, verify-ca, verify-full. Received 'bogus' (ERR_INVALID_ARG_VALUE)\n`,
+    });
+  });
+});
