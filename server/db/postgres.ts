@@ -587,9 +587,16 @@ export async function openPostgres(
       databaseAnswerTimeoutSeconds * 1000,
       databaseIdleTimeoutSeconds * 1000,
     );
-    const server = (await db.get<{ version: number; name: string }>("SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name"))!;
+    const server = (await db.get<{ version: number; name: string; encoding: string }>(
+      "SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name, current_setting('server_encoding') AS encoding",
+    ))!;
     if (server.version < POSTGRES_MIN_VERSION) {
       throw new Error(`the server runs PostgreSQL ${server.name}; the service needs ${POSTGRES_MIN_VERSION / 10000} or later`);
+    }
+    // Another encoding fails later, at run time: LATIN1 cannot store a Greek name (a 500), and
+    // SQL_ASCII stores any bytes unchecked and folds no letter beyond ASCII in name searches.
+    if (server.encoding !== "UTF8") {
+      throw new Error(`its encoding is ${server.encoding}, and the service needs UTF8: create the database with createdb --encoding=UTF8 --locale=C.UTF-8 --template=template0`);
     }
   } catch (error) {
     await db?.close().catch(() => {});

@@ -10,16 +10,20 @@ import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 // role set up otherwise than the README's createdb line, through the real command line.
 
 let database: TestDatabase;
+/** admin is the superuser on the test server, to create the databases and roles of a test */
+let admin: SQL;
 let dir: string;
 let keyFile: string;
 
 beforeAll(async () => {
   database = await createTestDatabase();
+  admin = new SQL({ url: database.url, max: 1 });
   dir = tempDir("pg-configuration");
   keyFile = writeSecretsKeyFile(join(dir, "secrets.key"));
 }, 60_000);
 
 afterAll(async () => {
+  await admin?.close();
   await database?.drop();
   rmSync(dir, { recursive: true, force: true });
 });
@@ -48,5 +52,21 @@ describe("postgres configuration: the database URL", () => {
       stdout: "",
       stderr: `crm: cannot use the PostgreSQL database at ${database.url}?sslmode=bogus (--database-url, CRM_DATABASE_URL): The argument 'sslmode' must be one of: disable, allow, prefer, require, verify-ca, verify-full. Received 'bogus' (ERR_INVALID_ARG_VALUE)\n`,
     });
+  });
+});
+
+describe("postgres configuration: the database", () => {
+  test("a database whose encoding is not UTF8 is refused at start in one line naming the encoding", async () => {
+    const name = `${database.name}_latin1`;
+    await admin.unsafe(`CREATE DATABASE "${name}" ENCODING 'LATIN1' LOCALE 'C' TEMPLATE template0`);
+    try {
+      const url = database.url.replace(database.name, name);
+      const refusal = `crm: cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): its encoding is LATIN1, and the service needs UTF8: create the database with createdb --encoding=UTF8 --locale=C.UTF-8 --template=template0\n`;
+      for (const command of [["migrate"], ["serve", "--port", "0", "--secrets-key-file", keyFile]]) {
+        expect({ command, ...crm(url, command) }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
+      }
+    } finally {
+      await admin.unsafe(`DROP DATABASE "${name}" WITH (FORCE)`);
+    }
   });
 });
