@@ -11,7 +11,7 @@ import type { Db, Dialect } from "./sql.ts";
 export type Backend = SqliteDatabase | PostgresDatabase;
 
 /** openBackend opens the configured database: PostgreSQL when --database-url is set, else SQLite in the data directory. */
-export async function openBackend(config: Pick<Config, "databaseUrl" | "databasePool" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds" | "dataDir" | "synchronous">): Promise<Backend> {
+export async function openBackend(config: Pick<Config, "databaseUrl" | "databaseSchema" | "databasePool" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds" | "dataDir" | "synchronous">): Promise<Backend> {
   if (config.databaseUrl) return openPostgres(config.databaseUrl, config.databasePool, config);
   return openDatabase(databasePath(config.dataDir), config.synchronous);
 }

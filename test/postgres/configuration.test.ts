@@ -2,7 +2,7 @@ import { SQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { runCli, SOURCE, tempDir } from "../ops/support.ts";
+import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
@@ -27,6 +27,46 @@ afterAll(async () => {
   await database?.drop();
   rmSync(dir, { recursive: true, force: true });
 });
+
+/** RoleDatabase is a database owned by a login role of its own (the test server trusts every login: no password). */
+interface RoleDatabase {
+  role: string;
+  /** url connects as the role */
+  url: string;
+  /** admin is the superuser on this database */
+  admin: SQL;
+}
+
+/** withRoleDatabase runs `work` on a new role and a database it owns, then drops both. */
+async function withRoleDatabase(label: string, work: (target: RoleDatabase) => Promise<void>): Promise<void> {
+  const name = `${database.name}_${label}`;
+  const role = `crm_${process.pid}_${label}`;
+  await admin.unsafe(`CREATE ROLE "${role}" LOGIN`);
+  await admin.unsafe(`CREATE DATABASE "${name}" OWNER "${role}"`);
+  const there = new SQL({ url: database.url.replace(database.name, name), max: 1 });
+  try {
+    await work({ role, url: database.url.replace(`postgres@127.0.0.1:`, `${role}@127.0.0.1:`).replace(database.name, name), admin: there });
+  } finally {
+    await there.close();
+    await admin.unsafe(`DROP DATABASE "${name}" WITH (FORCE)`);
+    await admin.unsafe(`DROP ROLE "${role}"`);
+  }
+}
+
+/** serve starts `crm serve` on the database at `url`, with `args` added. */
+function serve(url: string, args: string[] = []) {
+  return spawnServer([...SOURCE, "serve", "--port", "0", "--secrets-key-file", keyFile, "--log-level", "error", ...args], {
+    cwd: dir,
+    env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url },
+  });
+}
+
+/** contactNames lists the first names of the contacts an instance serves to `token`. */
+async function contactNames(server: { url: string }, token: string): Promise<{ status: number; names: string[] }> {
+  const response = await fetch(`${server.url}/public/v1/contacts`, { headers: { authorization: `Bearer ${token}` } });
+  const body = await response.json();
+  return { status: response.status, names: response.ok ? body.data.map((c: { first_name: string }) => c.first_name) : body.detail };
+}
 
 /** crm runs the command line from source in an empty working directory, on the database at `url`. */
 function crm(url: string, args: string[]) {
@@ -68,5 +108,66 @@ describe("postgres configuration: the database", () => {
     } finally {
       await admin.unsafe(`DROP DATABASE "${name}" WITH (FORCE)`);
     }
+  });
+});
+
+describe("postgres configuration: the schema", () => {
+  test("a schema named like the role made after the first start, or another search_path for the role, moves nothing: a running instance and the next one serve the same data", async () => {
+    await withRoleDatabase("late", async ({ role, url, admin: there }) => {
+      const first = await serve(url);
+      try {
+        const token = crm(url, ["token", "create", "--name", "first"]).stdout.trim();
+        const created = await fetch(`${first.url}/public/v1/contacts`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          body: JSON.stringify({ first_name: "Ada" }),
+        });
+        expect(created.status).toBe(201);
+        await there.unsafe(`CREATE SCHEMA "${role}" AUTHORIZATION "${role}"`);
+        expect(await contactNames(first, token)).toEqual({ status: 200, names: ["Ada"] });
+        const second = await serve(url);
+        try {
+          expect(await contactNames(second, token)).toEqual({ status: 200, names: ["Ada"] });
+          expect(await contactNames(first, token)).toEqual({ status: 200, names: ["Ada"] });
+        } finally {
+          expect((await second.stopWith("SIGTERM")).exitCode).toBe(0);
+        }
+        await there.unsafe(`CREATE SCHEMA app AUTHORIZATION "${role}"`);
+        await there.unsafe(`ALTER ROLE "${role}" SET search_path = app`);
+        const third = await serve(url);
+        try {
+          expect(await contactNames(third, token)).toEqual({ status: 200, names: ["Ada"] });
+        } finally {
+          expect((await third.stopWith("SIGTERM")).exitCode).toBe(0);
+        }
+        expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: "public", tables: 30 }]);
+      } finally {
+        expect((await first.stopWith("SIGTERM")).exitCode).toBe(0);
+      }
+    });
+  });
+
+  test("--database-schema names the schema of the tables; a start that finds them in another schema, or no such schema, is refused in one line", async () => {
+    await withRoleDatabase("own", async ({ role, url, admin: there }) => {
+      await there.unsafe(`CREATE SCHEMA "${role}" AUTHORIZATION "${role}"`);
+      expect(crm(url, ["token", "create", "--name", "own", "--database-schema", role]).exitCode).toBe(0);
+      expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: role, tables: 30 }]);
+      expect(crm(url, ["token", "list", "--database-schema", role])).toMatchObject({ exitCode: 0, stderr: "" });
+      const prefix = `crm: cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): `;
+      for (const command of [["token", "list"], ["serve", "--port", "0", "--secrets-key-file", keyFile]]) {
+        expect({ command, ...crm(url, command) }).toEqual({
+          command,
+          exitCode: 2,
+          stdout: "",
+          stderr: `${prefix}the service's tables are in schema "${role}", not in "public" that --database-schema (CRM_DATABASE_SCHEMA) names: set it to ${role}\n`,
+        });
+      }
+      expect(crm(url, ["token", "list", "--database-schema", "nowhere"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `${prefix}it has no schema "nowhere" (--database-schema, CRM_DATABASE_SCHEMA): create it (CREATE SCHEMA ... AUTHORIZATION the service's role), or name the schema that holds the service's tables\n`,
+      });
+      expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: role, tables: 30 }]);
+    });
   });
 });
