@@ -5,6 +5,8 @@ import { join } from "node:path";
 import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { POSTGRES_MIGRATIONS } from "../../server/db/postgres-migrations.ts";
+import { WRITE_LOCK } from "../../server/db/postgres.ts";
 
 // PostgreSQL configured the way DBAs configure it: a database URL written by hand, a database or
 // role set up otherwise than the README's createdb line, through the real command line.
@@ -37,12 +39,12 @@ interface RoleDatabase {
   admin: SQL;
 }
 
-/** withRoleDatabase runs `work` on a new role and a database it owns, then drops both. */
-async function withRoleDatabase(label: string, work: (target: RoleDatabase) => Promise<void>): Promise<void> {
+/** withRoleDatabase runs `work` on a new role and a database it owns (`owned`, else the superuser does), then drops both. */
+async function withRoleDatabase(label: string, work: (target: RoleDatabase) => Promise<void>, { owned = true }: { owned?: boolean } = {}): Promise<void> {
   const name = `${database.name}_${label}`;
   const role = `crm_${process.pid}_${label}`;
   await admin.unsafe(`CREATE ROLE "${role}" LOGIN`);
-  await admin.unsafe(`CREATE DATABASE "${name}" OWNER "${role}"`);
+  await admin.unsafe(`CREATE DATABASE "${name}"${owned ? ` OWNER "${role}"` : ""}`);
   const there = new SQL({ url: database.url.replace(database.name, name), max: 1 });
   try {
     await work({ role, url: database.url.replace(`postgres@127.0.0.1:`, `${role}@127.0.0.1:`).replace(database.name, name), admin: there });
@@ -168,6 +170,52 @@ describe("postgres configuration: the schema", () => {
         stderr: `${prefix}it has no schema "nowhere" (--database-schema, CRM_DATABASE_SCHEMA): create it (CREATE SCHEMA ... AUTHORIZATION the service's role), or name the schema that holds the service's tables\n`,
       });
       expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: role, tables: 30 }]);
+    });
+  });
+});
+
+describe("postgres configuration: the role", () => {
+  test("a role without CREATE on the schema is refused at the first start in one line saying what it needs", async () => {
+    await withRoleDatabase("guest", async ({ url }) => {
+      expect(crm(url, ["migrate"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr:
+          "crm: cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to 0001_schema.sql, and nothing of it was applied: permission denied for schema public; " +
+          "the role needs CREATE on the schema --database-schema names (GRANT CREATE ON SCHEMA ... TO the role), or set --database-schema to a schema it owns\n",
+      });
+    }, { owned: false });
+  });
+
+  test("a read-only role runs the commands that only read on a migrated database, and is refused in one line where a migration is due", async () => {
+    await withRoleDatabase("replica", async ({ role, url, admin: there }) => {
+      expect(crm(url, ["migrate"]).exitCode).toBe(0);
+      await there.unsafe(`ALTER ROLE "${role}" SET default_transaction_read_only = on`);
+      expect(crm(url, ["token", "list"])).toEqual({ exitCode: 0, stdout: "", stderr: "" });
+      expect(crm(url, ["user", "list"])).toEqual({ exitCode: 0, stdout: "", stderr: "" });
+      await there`DELETE FROM schema_migrations WHERE version = (SELECT max(version) FROM schema_migrations)`;
+      const last = POSTGRES_MIGRATIONS.at(-1)!.name;
+      expect(crm(url, ["token", "list"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr:
+          `crm: cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${last}, and nothing of it was applied: cannot execute CREATE TABLE in a read-only transaction; ` +
+          "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write\n",
+      });
+    });
+  });
+
+  test("a role whose lock_timeout ends the wait for the write lock another session holds is refused at start in one line saying so", async () => {
+    await withRoleDatabase("hurried", async ({ role, url, admin: there }) => {
+      await there.unsafe(`ALTER ROLE "${role}" SET lock_timeout = '100ms'`);
+      await there`SELECT pg_advisory_lock(${WRITE_LOCK}::bigint)`;
+      expect(crm(url, ["migrate"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr:
+          "crm: cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to 0001_schema.sql, and nothing of it was applied: canceling statement due to lock timeout; " +
+          "the role's lock_timeout ended the wait for the write lock, which another instance's writes or migration held: lift it for the role (ALTER ROLE ... SET lock_timeout = 0), or start again\n",
+      });
     });
   });
 });
