@@ -28,6 +28,8 @@ export interface Config {
   dataDir: string;
   /** postgres:// URL of a PostgreSQL database shared by every instance; "" keeps SQLite in dataDir */
   databaseUrl: string;
+  /** PostgreSQL schema that holds the service's tables, whatever the role's search_path */
+  databaseSchema: string;
   /** connections each instance opens to PostgreSQL at most */
   databasePool: number;
   /** seconds PostgreSQL may answer nothing at all before the statements waiting for it are given up (503) */
@@ -108,6 +110,7 @@ export const DEFAULT_CONFIG: Config = {
   port: 3000,
   dataDir: "./data",
   databaseUrl: "",
+  databaseSchema: "public",
   databasePool: 10,
   databaseAnswerTimeoutSeconds: 5,
   databaseIdleTimeoutSeconds: 60,
@@ -150,6 +153,13 @@ export const SETTINGS: Setting[] = [
     env: "CRM_DATABASE_URL",
     kind: "database-url",
     help: "postgres://user:password@host:port/database of a PostgreSQL database (13+) that serve and every command use, shared by several instances (needs --secrets-key-file); without it, SQLite in --data-dir",
+  },
+  {
+    key: "databaseSchema",
+    flag: "--database-schema",
+    env: "CRM_DATABASE_SCHEMA",
+    kind: "string",
+    help: "PostgreSQL schema that holds the service's tables, whatever the role's search_path (an existing schema; the first start creates the tables there)",
   },
   { key: "databasePool", flag: "--database-pool", env: "CRM_DATABASE_POOL", kind: "positive-int", max: MAX_DATABASE_POOL, help: `connections to PostgreSQL each instance opens at most (1-${MAX_DATABASE_POOL})` },
   {

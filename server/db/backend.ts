@@ -11,7 +11,7 @@ import type { Db, Dialect } from "./sql.ts";
 export type Backend = SqliteDatabase | PostgresDatabase;
 
 /** openBackend opens the configured database: PostgreSQL when --database-url is set, else SQLite in the data directory. */
-export async function openBackend(config: Pick<Config, "databaseUrl" | "databasePool" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds" | "dataDir" | "synchronous">): Promise<Backend> {
+export async function openBackend(config: Pick<Config, "databaseUrl" | "databaseSchema" | "databasePool" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds" | "dataDir" | "synchronous">): Promise<Backend> {
   if (config.databaseUrl) return openPostgres(config.databaseUrl, config.databasePool, config);
   return openDatabase(databasePath(config.dataDir), config.synchronous);
 }
@@ -22,8 +22,10 @@ export async function openBackend(config: Pick<Config, "databaseUrl" | "database
  * migration that seals secrets.
  */
 export async function migrateBackend(db: Backend, secrets: () => SecretBox): Promise<string[]> {
-  await refuseNewerDatabase(db);
-  if (db.dialect === "postgres") return migratePostgres(db);
+  const { pending } = await refuseNewerDatabase(db);
+  // Only the pending ones are looked at again under the lock: with none, no write is made, and a
+  // read-only role (a standby's, or default_transaction_read_only) runs the commands that only read.
+  if (db.dialect === "postgres") return migratePostgres(db, POSTGRES_MIGRATIONS.filter((m) => pending.includes(m.name)));
   const applied = db.waitingForLocks((writer) => migrate(writer, MIGRATIONS, { secrets }));
   // The check above read in this turn's snapshot, which does not see the tables just created.
   db.refreshReads();
@@ -43,10 +45,12 @@ async function findAppliedMigrations(db: Db): Promise<{ version: number; name: s
  * refuseNewerDatabase throws a ConfigError when the database records a migration this binary does
  * not know: a newer crm migrated it (an upgrade rolled back by binary alone, or an old instance
  * started beside upgraded ones), and this code would read and write a schema it was not written for.
+ * Otherwise it returns the migration state it read.
  */
-export async function refuseNewerDatabase(db: Db): Promise<void> {
-  const { newer } = await migrationState(db);
-  if (newer.length === 0) return;
+export async function refuseNewerDatabase(db: Db): Promise<MigrationState> {
+  const state = await migrationState(db);
+  const { newer } = state;
+  if (newer.length === 0) return state;
   throw new ConfigError(
     `the database was migrated by a newer crm: it has ${newer.join(", ")}, which crm ${BUILD} does not know. Run the newer crm, or restore the backup taken before the upgrade`,
   );

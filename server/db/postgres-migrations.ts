@@ -15,7 +15,8 @@ import fullNameAsReturned from "../../migrations/postgres/0027_full_name_as_retu
 import signInThrottleWithoutEmails from "../../migrations/postgres/0028_sign_in_throttle_without_emails.sql" with { type: "text" };
 import secretRotationTest from "../../migrations/postgres/0029_secret_rotation_test.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
-import { migrationFailure } from "./migrations.ts";
+import { MigrationFailed, migrationFailure } from "./migrations.ts";
+import { ConfigError } from "../config.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
 export interface PostgresMigration {
@@ -76,8 +77,31 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
       }
       await tx.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", [migration.version, migration.name, Date.now()]);
       return true;
-    });
+    }).catch((error: unknown) => Promise.reject(migrationStepFailure(migration.name, error)));
     if (ran) applied.push(migration.name);
   }
   return applied;
+}
+
+/**
+ * MIGRATION_STEP_HINTS say what to do about the SQLSTATEs a role or server set up otherwise than
+ * the README's gives the statements around a migration (its locks and schema_migrations).
+ */
+const MIGRATION_STEP_HINTS: Record<string, string> = {
+  "42501": "the role needs CREATE on the schema --database-schema names (GRANT CREATE ON SCHEMA ... TO the role), or set --database-schema to a schema it owns",
+  "25006": "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write",
+  "55P03": "the role's lock_timeout ended the wait for the write lock, which another instance's writes or migration held: lift it for the role (ALTER ROLE ... SET lock_timeout = 0), or start again",
+  "57014": "the role's statement_timeout ended the wait for the write lock, which another instance's writes or migration held: lift it for the role (ALTER ROLE ... SET statement_timeout = 0), or start again",
+};
+
+/**
+ * migrationStepFailure gives an error of the statements around a migration (its locks, the
+ * schema_migrations table) the context migrationFailure gives the migration's own: which
+ * migration, that nothing of it was applied, and what to do about the usual causes.
+ */
+function migrationStepFailure(name: string, error: unknown): unknown {
+  if (error instanceof ConfigError || error instanceof MigrationFailed) return error;
+  const hint = MIGRATION_STEP_HINTS[(error as { errno?: string })?.errno ?? ""];
+  const text = `cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${name}, and nothing of it was applied: ${(error as Error)?.message ?? String(error)}`;
+  return new MigrationFailed(hint ? `${text}; ${hint}` : text, { cause: error });
 }

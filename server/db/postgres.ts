@@ -47,6 +47,8 @@ const SERVER_KEEPALIVES = { tcp_keepalives_idle: 60, tcp_keepalives_interval: 10
  *   fail (40001) instead of going on with the committed row;
  * - bytea in hex: Bun's client cannot read the `escape` format, and token hashes are bytea;
  * - standard strings: a backslash in a literal (the name search's `ESCAPE '\'`) is itself.
+ * openPostgres adds search_path, which it reads from the database: --database-schema alone, then
+ * the schemas of the extensions the tables use.
  */
 const SESSION_SETTINGS = { default_transaction_isolation: "read committed", bytea_output: "hex", standard_conforming_strings: "on" };
 
@@ -534,6 +536,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
 function connectFailure(error: unknown): string {
   const { message, code } = error as { message?: string; code?: string };
   const text = (message || String(error)).split("\n")[0]!;
+  if (error instanceof URIError) return "the user name or password is not percent-encoded: write each character of them other than letters, digits and -._~ as %XX (a % as %25)";
   if (code === "ERR_POSTGRES_CONNECTION_REFUSED") return "connection refused (is the server running and the host and port right?)";
   if (code === "ERR_POSTGRES_CONNECTION_TIMEOUT") return `no connection within ${CONNECT_TIMEOUT_SECONDS} s`;
   return code && code !== "ERR_POSTGRES_SERVER_ERROR" ? `${text} (${code})` : text;
@@ -553,8 +556,72 @@ async function probeServer(options: PostgresOptions, signal: AbortSignal): Promi
 }
 
 /**
- * openPostgres connects a pool of at most `pool` connections and checks the server; a server that
- * cannot be reached or used is a ConfigError naming --database-url (one line, no stack trace).
+ * SERVER_FACTS reads, on a session of the role's own settings, what openPostgres checks before it
+ * opens the pool ($1 is --database-schema): the server's version and encoding, whether the schema
+ * exists and holds schema_migrations, the schema the role's search_path finds schema_migrations in,
+ * and the search_path the pool's sessions get: the schema, then the schemas of the extensions the
+ * tables use (their types' operators are looked up by name).
+ */
+const SERVER_FACTS = `SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name,
+  current_setting('server_encoding') AS encoding,
+  EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text) AS schema_exists,
+  to_regclass(format('%I.schema_migrations', $1::text)) IS NOT NULL AS migrated_there,
+  (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass('schema_migrations'))::text AS found_in,
+  (SELECT string_agg(quote_ident(s.name), ', ' ORDER BY s.rank, s.name)
+     FROM (SELECT $1::text AS name, 0 AS rank
+           UNION SELECT n.nspname::text, 1 FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+                  WHERE e.extname IN ('citext', 'pg_trgm') AND n.nspname <> $1::text) s) AS search_path`;
+
+/** ServerFacts is what SERVER_FACTS reads. */
+interface ServerFacts {
+  version: number;
+  name: string;
+  encoding: string;
+  schema_exists: boolean;
+  migrated_there: boolean;
+  found_in: string | null;
+  search_path: string;
+}
+
+/**
+ * readServerFacts reads SERVER_FACTS on a connection of its own, opened with `options` but none of
+ * the pool's session settings, so the role's search_path is the one it would have on its own.
+ */
+async function readServerFacts(options: PostgresOptions, schema: string): Promise<ServerFacts> {
+  const client = new SQL({ ...options, max: 1 });
+  try {
+    const [facts] = await client.unsafe(SERVER_FACTS, [schema]);
+    return facts as ServerFacts;
+  } finally {
+    void client.close({ timeout: 0 });
+  }
+}
+
+/** refusalOf says in one line why the service cannot use a server and database of these facts, or null when it can. */
+function refusalOf(facts: ServerFacts, schema: string): string | null {
+  if (facts.version < POSTGRES_MIN_VERSION) return `the server runs PostgreSQL ${facts.name}; the service needs ${POSTGRES_MIN_VERSION / 10000} or later`;
+  // Another encoding fails later, at run time: LATIN1 cannot store a Greek name (a 500), and
+  // SQL_ASCII stores any bytes unchecked and folds no letter beyond ASCII in name searches.
+  if (facts.encoding !== "UTF8") {
+    return `its encoding is ${facts.encoding}, and the service needs UTF8: create the database with createdb --encoding=UTF8 --locale=C.UTF-8 --template=template0`;
+  }
+  if (!facts.schema_exists) {
+    return `it has no schema ${JSON.stringify(schema)} (--database-schema, CRM_DATABASE_SCHEMA): create it (CREATE SCHEMA ... AUTHORIZATION the service's role), or name the schema that holds the service's tables`;
+  }
+  // The role's search_path leads elsewhere: tables made there before --database-schema pinned it,
+  // or a setting that names the wrong schema. Tables made again in `schema` would serve an empty CRM.
+  if (!facts.migrated_there && facts.found_in !== null && facts.found_in !== schema) {
+    return `the service's tables are in schema ${JSON.stringify(facts.found_in)}, not in ${JSON.stringify(schema)} that --database-schema (CRM_DATABASE_SCHEMA) names: set it to ${facts.found_in}`;
+  }
+  return null;
+}
+
+/**
+ * openPostgres checks the server and connects a pool of at most `pool` connections, whose sessions
+ * find the service's tables in `databaseSchema` alone, whatever the role's search_path (a schema
+ * named like the role made later would otherwise take the unqualified names, and the next start
+ * would make every table again there). A server that cannot be reached or used is a ConfigError
+ * naming --database-url (one line, no stack trace).
  * A statement the server leaves without any answer for `databaseAnswerTimeoutSeconds` is given up
  * (AnswerWatch); a pooled connection idle for `databaseIdleTimeoutSeconds` is closed, before a
  * firewall can forget it: a statement sent on a forgotten connection would wait for TCP to give
@@ -564,31 +631,39 @@ export async function openPostgres(
   url: string,
   pool: number,
   {
+    databaseSchema = DEFAULT_CONFIG.databaseSchema,
     databaseAnswerTimeoutSeconds = DEFAULT_CONFIG.databaseAnswerTimeoutSeconds,
     databaseIdleTimeoutSeconds = DEFAULT_CONFIG.databaseIdleTimeoutSeconds,
-  }: Partial<Pick<Config, "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds">> = {},
+  }: Partial<Pick<Config, "databaseSchema" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds">> = {},
 ): Promise<PostgresDatabase> {
-  const db = new PostgresDatabase(
-    {
-      url,
-      max: pool,
-      bigint: true,
-      connectionTimeout: CONNECT_TIMEOUT_SECONDS,
-      idleTimeout: databaseIdleTimeoutSeconds,
-      maxLifetime: POOLED_CONNECTION_LIFETIME_SECONDS,
-      // application_name names the service's sessions in pg_stat_activity.
-      connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", ...SESSION_SETTINGS, ...SERVER_KEEPALIVES },
-    },
-    databaseAnswerTimeoutSeconds * 1000,
-    databaseIdleTimeoutSeconds * 1000,
-  );
+  const options: PostgresOptions = {
+    url,
+    max: pool,
+    bigint: true,
+    connectionTimeout: CONNECT_TIMEOUT_SECONDS,
+    idleTimeout: databaseIdleTimeoutSeconds,
+    maxLifetime: POOLED_CONNECTION_LIFETIME_SECONDS,
+  };
+  let db: PostgresDatabase | undefined;
   try {
-    const server = (await db.get<{ version: number; name: string }>("SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name"))!;
-    if (server.version < POSTGRES_MIN_VERSION) {
-      throw new Error(`the server runs PostgreSQL ${server.name}; the service needs ${POSTGRES_MIN_VERSION / 10000} or later`);
+    // Bun's client reads the URL as it is made (it decodes the user and password, and checks
+    // sslmode), so a URL it refuses is told in the one line below too.
+    const facts = await readServerFacts(options, databaseSchema);
+    const refusal = refusalOf(facts, databaseSchema);
+    if (refusal) throw new Error(refusal);
+    db = new PostgresDatabase(
+      // application_name names the service's sessions in pg_stat_activity.
+      { ...options, connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", search_path: facts.search_path, ...SESSION_SETTINGS, ...SERVER_KEEPALIVES } },
+      databaseAnswerTimeoutSeconds * 1000,
+      databaseIdleTimeoutSeconds * 1000,
+    );
+    // A pooler that drops startup parameters (PgBouncer's ignore_startup_parameters) leaves the role's.
+    const pinned = await db.get<{ schema: string | null }>("SELECT current_schema() AS schema");
+    if (pinned?.schema !== databaseSchema) {
+      throw new Error(`the sessions' search_path leads to schema ${JSON.stringify(pinned?.schema ?? null)}, not to ${JSON.stringify(databaseSchema)}: a connection pooler dropped the search_path the service asks for, set it on the role (ALTER ROLE ... SET search_path = ${facts.search_path})`);
     }
   } catch (error) {
-    await db.close().catch(() => {});
+    await db?.close().catch(() => {});
     const reason = connectFailure(error);
     throw new ConfigError(`cannot use the PostgreSQL database at ${redactedUrl(url)} (--database-url, CRM_DATABASE_URL): ${reason}`);
   }

@@ -1,0 +1,221 @@
+import { SQL } from "bun";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { POSTGRES_MIGRATIONS } from "../../server/db/postgres-migrations.ts";
+import { WRITE_LOCK } from "../../server/db/postgres.ts";
+
+// PostgreSQL configured the way DBAs configure it: a database URL written by hand, a database or
+// role set up otherwise than the README's createdb line, through the real command line.
+
+let database: TestDatabase;
+/** admin is the superuser on the test server, to create the databases and roles of a test */
+let admin: SQL;
+let dir: string;
+let keyFile: string;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  admin = new SQL({ url: database.url, max: 1 });
+  dir = tempDir("pg-configuration");
+  keyFile = writeSecretsKeyFile(join(dir, "secrets.key"));
+}, 60_000);
+
+afterAll(async () => {
+  await admin?.close();
+  await database?.drop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** RoleDatabase is a database owned by a login role of its own (the test server trusts every login: no password). */
+interface RoleDatabase {
+  role: string;
+  /** url connects as the role */
+  url: string;
+  /** admin is the superuser on this database */
+  admin: SQL;
+}
+
+/** withRoleDatabase runs `work` on a new role and a database it owns (`owned`, else the superuser does), then drops both. */
+async function withRoleDatabase(label: string, work: (target: RoleDatabase) => Promise<void>, { owned = true }: { owned?: boolean } = {}): Promise<void> {
+  const name = `${database.name}_${label}`;
+  const role = `crm_${process.pid}_${label}`;
+  await admin.unsafe(`CREATE ROLE "${role}" LOGIN`);
+  await admin.unsafe(`CREATE DATABASE "${name}"${owned ? ` OWNER "${role}"` : ""}`);
+  const there = new SQL({ url: database.url.replace(database.name, name), max: 1 });
+  try {
+    await work({ role, url: database.url.replace(`postgres@127.0.0.1:`, `${role}@127.0.0.1:`).replace(database.name, name), admin: there });
+  } finally {
+    await there.close();
+    await admin.unsafe(`DROP DATABASE "${name}" WITH (FORCE)`);
+    await admin.unsafe(`DROP ROLE "${role}"`);
+  }
+}
+
+/** serve starts `crm serve` on the database at `url`, with `args` added. */
+function serve(url: string, args: string[] = []) {
+  return spawnServer([...SOURCE, "serve", "--port", "0", "--secrets-key-file", keyFile, "--log-level", "error", ...args], {
+    cwd: dir,
+    env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url },
+  });
+}
+
+/** contactNames lists the first names of the contacts an instance serves to `token`. */
+async function contactNames(server: { url: string }, token: string): Promise<{ status: number; names: string[] }> {
+  const response = await fetch(`${server.url}/public/v1/contacts`, { headers: { authorization: `Bearer ${token}` } });
+  const body = await response.json();
+  return { status: response.status, names: response.ok ? body.data.map((c: { first_name: string }) => c.first_name) : body.detail };
+}
+
+/** crm runs the command line from source in an empty working directory, on the database at `url`. */
+function crm(url: string, args: string[]) {
+  return runCli([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url } });
+}
+
+describe("postgres configuration: the database URL", () => {
+  test("a password with a % that does not start an escape stops start-up with one line naming the setting, without the password", () => {
+    const url = database.url.replace("postgres@", "crm:secret%zz@");
+    for (const command of [["token", "list"], ["serve", "--port", "0", "--secrets-key-file", keyFile]]) {
+      expect({ command, ...crm(url, command) }).toEqual({
+        command,
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: cannot use the PostgreSQL database at ${url.replace("secret%zz", "***")} (--database-url, CRM_DATABASE_URL): the user name or password is not percent-encoded: write each character of them other than letters, digits and -._~ as %XX (a % as %25)\n`,
+      });
+    }
+  });
+
+  test("an sslmode Bun's client does not know stops start-up with one line naming the setting", () => {
+    expect(crm(`${database.url}?sslmode=bogus`, ["token", "list"])).toEqual({
+      exitCode: 2,
+      stdout: "",
+      stderr: `crm: cannot use the PostgreSQL database at ${database.url}?sslmode=bogus (--database-url, CRM_DATABASE_URL): The argument 'sslmode' must be one of: disable, allow, prefer, require, verify-ca, verify-full. Received 'bogus' (ERR_INVALID_ARG_VALUE)\n`,
+    });
+  });
+});
+
+describe("postgres configuration: the database", () => {
+  test("a database whose encoding is not UTF8 is refused at start in one line naming the encoding", async () => {
+    const name = `${database.name}_latin1`;
+    await admin.unsafe(`CREATE DATABASE "${name}" ENCODING 'LATIN1' LOCALE 'C' TEMPLATE template0`);
+    try {
+      const url = database.url.replace(database.name, name);
+      const refusal = `crm: cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): its encoding is LATIN1, and the service needs UTF8: create the database with createdb --encoding=UTF8 --locale=C.UTF-8 --template=template0\n`;
+      for (const command of [["migrate"], ["serve", "--port", "0", "--secrets-key-file", keyFile]]) {
+        expect({ command, ...crm(url, command) }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
+      }
+    } finally {
+      await admin.unsafe(`DROP DATABASE "${name}" WITH (FORCE)`);
+    }
+  });
+});
+
+describe("postgres configuration: the schema", () => {
+  test("a schema named like the role made after the first start, or another search_path for the role, moves nothing: a running instance and the next one serve the same data", async () => {
+    await withRoleDatabase("late", async ({ role, url, admin: there }) => {
+      const first = await serve(url);
+      try {
+        const token = crm(url, ["token", "create", "--name", "first"]).stdout.trim();
+        const created = await fetch(`${first.url}/public/v1/contacts`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          body: JSON.stringify({ first_name: "Ada" }),
+        });
+        expect(created.status).toBe(201);
+        await there.unsafe(`CREATE SCHEMA "${role}" AUTHORIZATION "${role}"`);
+        expect(await contactNames(first, token)).toEqual({ status: 200, names: ["Ada"] });
+        const second = await serve(url);
+        try {
+          expect(await contactNames(second, token)).toEqual({ status: 200, names: ["Ada"] });
+          expect(await contactNames(first, token)).toEqual({ status: 200, names: ["Ada"] });
+        } finally {
+          expect((await second.stopWith("SIGTERM")).exitCode).toBe(0);
+        }
+        await there.unsafe(`CREATE SCHEMA app AUTHORIZATION "${role}"`);
+        await there.unsafe(`ALTER ROLE "${role}" SET search_path = app`);
+        const third = await serve(url);
+        try {
+          expect(await contactNames(third, token)).toEqual({ status: 200, names: ["Ada"] });
+        } finally {
+          expect((await third.stopWith("SIGTERM")).exitCode).toBe(0);
+        }
+        expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: "public", tables: 30 }]);
+      } finally {
+        expect((await first.stopWith("SIGTERM")).exitCode).toBe(0);
+      }
+    });
+  });
+
+  test("--database-schema names the schema of the tables; a start that finds them in another schema, or no such schema, is refused in one line", async () => {
+    await withRoleDatabase("own", async ({ role, url, admin: there }) => {
+      await there.unsafe(`CREATE SCHEMA "${role}" AUTHORIZATION "${role}"`);
+      expect(crm(url, ["token", "create", "--name", "own", "--database-schema", role]).exitCode).toBe(0);
+      expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: role, tables: 30 }]);
+      expect(crm(url, ["token", "list", "--database-schema", role])).toMatchObject({ exitCode: 0, stderr: "" });
+      const prefix = `crm: cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): `;
+      for (const command of [["token", "list"], ["serve", "--port", "0", "--secrets-key-file", keyFile]]) {
+        expect({ command, ...crm(url, command) }).toEqual({
+          command,
+          exitCode: 2,
+          stdout: "",
+          stderr: `${prefix}the service's tables are in schema "${role}", not in "public" that --database-schema (CRM_DATABASE_SCHEMA) names: set it to ${role}\n`,
+        });
+      }
+      expect(crm(url, ["token", "list", "--database-schema", "nowhere"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `${prefix}it has no schema "nowhere" (--database-schema, CRM_DATABASE_SCHEMA): create it (CREATE SCHEMA ... AUTHORIZATION the service's role), or name the schema that holds the service's tables\n`,
+      });
+      expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: role, tables: 30 }]);
+    });
+  });
+});
+
+describe("postgres configuration: the role", () => {
+  test("a role without CREATE on the schema is refused at the first start in one line saying what it needs", async () => {
+    await withRoleDatabase("guest", async ({ url }) => {
+      expect(crm(url, ["migrate"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr:
+          "crm: cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to 0001_schema.sql, and nothing of it was applied: permission denied for schema public; " +
+          "the role needs CREATE on the schema --database-schema names (GRANT CREATE ON SCHEMA ... TO the role), or set --database-schema to a schema it owns\n",
+      });
+    }, { owned: false });
+  });
+
+  test("a read-only role runs the commands that only read on a migrated database, and is refused in one line where a migration is due", async () => {
+    await withRoleDatabase("replica", async ({ role, url, admin: there }) => {
+      expect(crm(url, ["migrate"]).exitCode).toBe(0);
+      await there.unsafe(`ALTER ROLE "${role}" SET default_transaction_read_only = on`);
+      expect(crm(url, ["token", "list"])).toEqual({ exitCode: 0, stdout: "", stderr: "" });
+      expect(crm(url, ["user", "list"])).toEqual({ exitCode: 0, stdout: "", stderr: "" });
+      await there`DELETE FROM schema_migrations WHERE version = (SELECT max(version) FROM schema_migrations)`;
+      const last = POSTGRES_MIGRATIONS.at(-1)!.name;
+      expect(crm(url, ["token", "list"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr:
+          `crm: cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${last}, and nothing of it was applied: cannot execute CREATE TABLE in a read-only transaction; ` +
+          "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write\n",
+      });
+    });
+  });
+
+  test("a role whose lock_timeout ends the wait for the write lock another session holds is refused at start in one line saying so", async () => {
+    await withRoleDatabase("hurried", async ({ role, url, admin: there }) => {
+      await there.unsafe(`ALTER ROLE "${role}" SET lock_timeout = '100ms'`);
+      await there`SELECT pg_advisory_lock(${WRITE_LOCK}::bigint)`;
+      expect(crm(url, ["migrate"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr:
+          "crm: cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to 0001_schema.sql, and nothing of it was applied: canceling statement due to lock timeout; " +
+          "the role's lock_timeout ended the wait for the write lock, which another instance's writes or migration held: lift it for the role (ALTER ROLE ... SET lock_timeout = 0), or start again\n",
+      });
+    });
+  });
+});
