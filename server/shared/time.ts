@@ -31,7 +31,8 @@ export function toOptionalTimestamp(ms: number | null): string | null {
   return ms === null ? null : toTimestamp(ms);
 }
 
-const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(?:[Zz]|[+-](\d{2}):(\d{2}))$/;
+// RFC 3339's time-secfrac is "." 1*DIGIT: any number of digits, of which the milliseconds kept are read.
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,3})\d*)?(?:[Zz]|([+-]\d{2}):(\d{2}))$/;
 
 /** daysInMonthOf counts the days of a month (1-12); setUTCFullYear, unlike Date.UTC, keeps years 0-99 as they are. */
 function daysInMonthOf(year: number, month: number): number {
@@ -40,8 +41,8 @@ function daysInMonthOf(year: number, month: number): number {
 
 /**
  * parseTimestamp reads an RFC 3339 date-time into Unix milliseconds, or returns null when it is not
- * one. Date.parse rolls an impossible date over (February 31 becomes March 3), so each field is
- * checked against its range first.
+ * one; digits of a fraction past the millisecond are cut, never rounded up. Date.parse rolls an
+ * impossible date over (February 31 becomes March 3), so each field is checked against its range first.
  */
 export function parseTimestamp(value: string): number | null {
   const parts = RFC3339.exec(value);
@@ -49,8 +50,10 @@ export function parseTimestamp(value: string): number | null {
   const [year, month, day, hour, minute, second] = parts.slice(1, 7).map(Number) as [number, number, number, number, number, number];
   const daysInMonth = daysInMonthOf(year, month);
   if (month < 1 || month > 12 || day < 1 || day > daysInMonth || hour > 23 || minute > 59 || second > 59) return null;
-  if (parts[8] !== undefined && (Number(parts[8]) > 23 || Number(parts[9]) > 59)) return null;
-  const ms = Date.parse(value);
+  const [millis, offsetHours, offsetMinutes] = [parts[7], parts[8], parts[9]];
+  if (offsetHours !== undefined && (Math.abs(Number(offsetHours)) > 23 || Number(offsetMinutes) > 59)) return null;
+  const zone = offsetHours === undefined ? "Z" : `${offsetHours}:${offsetMinutes}`;
+  const ms = Date.parse(`${value.slice(0, 19)}${millis === undefined ? "" : `.${millis}`}${zone}`);
   return Number.isNaN(ms) ? null : ms;
 }
 

@@ -271,6 +271,12 @@ describe("contact list: happy paths", () => {
     const offset = new Date(ms + 2 * 3600_000).toISOString().replace("Z", "+02:00");
     const res2 = await h.json("GET", `/public/v1/contacts?per_page=100&created_after=${encodeURIComponent(offset)}`);
     expect(res2.body.data.map((c: any) => c.id)).toEqual(want);
+    // with more fraction digits than the milliseconds kept (RFC 3339 allows any number): cut to the millisecond, up to the parameter's 64 characters
+    for (const digits of ["1234567891", "9".repeat(40)]) {
+      const finer = `${pivot.slice(0, -1)}${digits}Z`;
+      const res3 = await h.json("GET", `/public/v1/contacts?per_page=100&created_after=${finer}`);
+      expect({ finer, status: res3.status, ids: res3.body.data?.map((c: any) => c.id) }).toEqual({ finer, status: 200, ids: want });
+    }
 
     const touched = [3, 7, 11, 19, 27].map((i) => all[i]);
     const firstTouch = touched.map((c) => c.updated_at).sort()[0];

@@ -41,6 +41,16 @@ describe("timestamps: parsing", () => {
     expect(parseTimestamp("2026-11-21T12:00:00+02:00")).toBe(Date.UTC(2026, 10, 21, 10));
   });
 
+  test("a fraction of any number of digits is read to the millisecond it falls in, never rounded up (RFC 3339 time-secfrac is 1*DIGIT)", () => {
+    const at = Date.UTC(2026, 10, 21, 10, 0, 0, 123);
+    for (const fraction of ["123", "1239", "123999999", "1234567891", "123" + "9".repeat(40)]) {
+      expect({ fraction, ms: parseTimestamp(`2026-11-21T10:00:00.${fraction}Z`) }).toEqual({ fraction, ms: at });
+    }
+    expect(parseTimestamp("2026-11-21T12:00:00.1234567891+02:00")).toBe(at);
+    expect(parseTimestamp("2026-11-21T23:59:59.99999999999Z")).toBe(Date.UTC(2026, 10, 21, 23, 59, 59, 999));
+    expect(parseTimestamp("2026-11-21T10:00:00.Z")).toBeNull();
+  });
+
   test("anything else is null", () => {
     for (const text of ["", "2026-11-21", "2026-11-21 10:00:00Z", "1700000000", "2026-13-01T00:00:00Z", "2026-11-21T10:00:00", "yesterday"]) {
       expect(parseTimestamp(text)).toBeNull();
