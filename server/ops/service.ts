@@ -1,5 +1,6 @@
 import { Database } from "bun:sqlite";
 import { existsSync, rmSync, statSync } from "node:fs";
+import { bearerOf } from "../auth/service.ts";
 import type { Config } from "../config.ts";
 import { clientAddress, isBrowserRequest, isLoopback, isLoopbackHost, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
@@ -121,7 +122,7 @@ export function authorizeMetrics(config: Config, request: Request, hints: Client
     throw new ProblemError(403, "browser-request", "GET /metrics does not answer browsers (the request carries Origin or Sec-Fetch-Site); scrape it with Prometheus, curl or another HTTP client.");
   }
   if (config.metricsToken !== "") {
-    const presented = /^Bearer (\S+)$/i.exec(request.headers.get("authorization") ?? "")?.[1] ?? "";
+    const presented = bearerOf(request.headers.get("authorization") ?? "") ?? "";
     if (!sameBytes(Buffer.from(presented), Buffer.from(config.metricsToken))) {
       throw new ProblemError(401, "unauthorized", "GET /metrics needs Authorization: Bearer with the metrics token (--metrics-token).", undefined, {
         "www-authenticate": 'Bearer realm="metrics"',

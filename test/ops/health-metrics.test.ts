@@ -334,6 +334,27 @@ describe("metrics: access (security)", () => {
     }
   });
 
+  test("/metrics reads its token from Authorization as the API reads an API token: Bearer in any case, then one or more spaces or tabs", async () => {
+    const running = await listen({ metricsToken: METRICS_TOKEN });
+    try {
+      const apiToken = (await createApiToken(running.runtime.db, "bearer spacing")).token;
+      const statuses = [];
+      for (const [scheme, gap] of [["Bearer", " "], ["Bearer", "  "], ["bearer", "   "], ["BEARER", "\t"]]) {
+        const metrics = await scrape(running.url, { authorization: `${scheme}${gap}${METRICS_TOKEN}` });
+        const api = await fetch(`${running.url}/public/v1/contacts`, { headers: { authorization: `${scheme}${gap}${apiToken}` } });
+        statuses.push({ scheme, gap, metrics: metrics.status, api: api.status });
+      }
+      expect(statuses).toEqual([
+        { scheme: "Bearer", gap: " ", metrics: 200, api: 200 },
+        { scheme: "Bearer", gap: "  ", metrics: 200, api: 200 },
+        { scheme: "bearer", gap: "   ", metrics: 200, api: 200 },
+        { scheme: "BEARER", gap: "\t", metrics: 200, api: 200 },
+      ]);
+    } finally {
+      await running.stop();
+    }
+  });
+
   test("an API token does not open /metrics", async () => {
     const running = await listen({ metricsToken: METRICS_TOKEN });
     try {
