@@ -113,7 +113,8 @@ export function refuseOnNewerDatabase(rt: Runtime): void {
  * authorizeMetrics lets a scrape through: never from a browser; with a metrics token configured,
  * only a request carrying it; without one, only a loopback client that addresses this machine by
  * a loopback name. A request relayed by an untrusted proxy on this host (it carries forwarding
- * headers) is not a loopback client. Browsers and the Host rule stop DNS rebinding: a page whose
+ * headers) is not a loopback client, nor is one a trusted proxy relayed without naming the client
+ * in X-Forwarded-For (clientAddress: unknown). Browsers and the Host rule stop DNS rebinding: a page whose
  * name points at 127.0.0.1 reaches the port from loopback, yet sends Sec-Fetch-Site or Origin
  * (current browsers) and its own name as Host (every browser).
  */

@@ -412,6 +412,19 @@ describe("sign-in throttling", () => {
     expect((await from("2001:db8:7:9::1").signIn()).status).toBe(303); // the next /64 is someone else
   }, 20_000);
 
+  test("guesses the trusted proxy relays naming the client only in X-Real-IP or Forwarded count for one unknown client: a sign-in from the proxy's own address is not held up by them", async () => {
+    const { db } = await serveConsole();
+    const relayed = (headers: Record<string, string>) =>
+      new ConsoleClient((request) => {
+        for (const [name, value] of Object.entries(headers)) request.headers.set(name, value);
+        return fetch(request, { redirect: "manual" });
+      }, server!.url);
+    for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(relayed({ "x-real-ip": `203.0.113.${i + 1}` }))).status).toBe(401);
+    expect((await wrong(relayed({ forwarded: "for=198.51.100.2" }))).status).toBe(429);
+    expect(await pairRow(db, "unknown")).toEqual({ failures: FREE_PAIR_FAILURES });
+    expect((await relayed({}).signIn()).status).toBe(303); // a browser on the proxy's machine, not relayed
+  }, 20_000);
+
   test("failures never lock the account: the right password from an address that has not been guessing gets in at once", async () => {
     const { from } = await serveConsole();
     // 4 addresses guess 3 times each: the account is under attack (12 failures)

@@ -308,6 +308,26 @@ describe("metrics: access (security)", () => {
     }
   });
 
+  test("behind a trusted proxy: a request it relayed naming the client only in Forwarded or X-Real-IP is refused, its client unknown, not the proxy's loopback", async () => {
+    const running = await listen({ trustedProxies: ["127.0.0.1"] });
+    try {
+      const relayed: Record<string, string>[] = [
+        { "x-real-ip": "203.0.113.7" },
+        { forwarded: "for=203.0.113.7" },
+        { forwarded: "for=127.0.0.1" },
+        { "x-real-ip": "127.0.0.1", forwarded: "for=203.0.113.7;proto=https" },
+        { "x-forwarded-for": "", "x-real-ip": "203.0.113.7" },
+      ];
+      const statuses = [];
+      // nginx sends the proxy_pass address as Host unless told otherwise
+      for (const headers of relayed) statuses.push({ headers, status: (await scrape(running.url, { ...headers, host: "127.0.0.1:3000" })).status });
+      expect(statuses).toEqual(relayed.map((headers) => ({ headers, status: 403 })));
+      expect((await scrape(running.url, { host: "127.0.0.1:3000" })).status).toBe(200);
+    } finally {
+      await running.stop();
+    }
+  });
+
   test("a request with no known peer (in-process) is not a loopback client", async () => {
     const h = await createHarness();
     const res = await call(h.app, "GET", "/metrics");
@@ -375,6 +395,9 @@ describe("metrics: access (security)", () => {
       [hints("10.0.0.2", "203.0.113.9, 10.0.0.3"), ["10.0.0.2", "10.0.0.3"], "203.0.113.9"],
       [hints("10.0.0.2", "10.0.0.3"), ["10.0.0.2", "10.0.0.3"], "10.0.0.3"],
       [hints("10.0.0.2", null), ["10.0.0.2"], "10.0.0.2"],
+      [{ peer: "10.0.0.2", forwardedFor: null, forwarded: true }, ["10.0.0.2"], null],
+      [{ peer: "10.0.0.2", forwardedFor: " , ", forwarded: true }, ["10.0.0.2"], null],
+      [{ peer: "198.51.100.7", forwardedFor: null, forwarded: true }, ["10.0.0.2"], "198.51.100.7"],
       [hints("10.0.0.2", "garbage"), ["10.0.0.2"], null],
       [hints(null, "127.0.0.1"), ["10.0.0.2"], null],
     ];
