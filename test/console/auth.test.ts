@@ -254,6 +254,33 @@ describe("sign-in and sessions", () => {
     expect([token.status, token.headers.get("location"), (await h.rt.db.all("SELECT id FROM api_tokens WHERE name = 'after the end'")).length]).toEqual([303, "/console/login", 0]);
   });
 
+  test("a sign-out another site posts (no CSRF token, and no SameSite=Strict cookie) changes nothing: the operator stays signed in; one from a tab signed out elsewhere still lands on the sign-in page", async () => {
+    const server = await startConsoleServer();
+    try {
+      await addOperator(server.runtime.db);
+      const operator = new ConsoleClient((r) => fetch(r, { redirect: "manual" }), server.url);
+      await operator.signIn();
+      await operator.get("/console/");
+      const crossSite = await fetch(`${server.url}/console/logout`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { origin: "https://evil.example", "sec-fetch-site": "cross-site", "content-type": "application/x-www-form-urlencoded" },
+        body: "",
+      });
+      expect([crossSite.status, crossSite.headers.get("location"), crossSite.headers.getSetCookie()]).toEqual([303, "/console/login", []]);
+      // With the session's cookie but without its token: refused, and nothing cleared.
+      const tokenless = await operator.post("/console/logout", { _csrf: null });
+      expect([tokenless.status, tokenless.headers.getSetCookie()]).toEqual([403, []]);
+      expect([(await operator.get("/console/")).status, (await server.runtime.db.all("SELECT operator_id FROM operator_sessions")).length]).toEqual([200, 1]);
+      // Signed out in one tab (the cookie is gone), then Sign out in another, with its page's old token.
+      expect((await operator.post("/console/logout", {})).status).toBe(303);
+      const again = await operator.post("/console/logout", {});
+      expect([again.status, again.headers.get("location"), again.headers.getSetCookie()]).toEqual([303, "/console/login", []]);
+    } finally {
+      await server.close();
+    }
+  });
+
   test("a session idle for 12 hours ends; using a session keeps it alive", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
