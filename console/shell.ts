@@ -227,7 +227,8 @@ export function consoleBase(rt: Runtime) {
     .onBeforeHandle({ as: "scoped" }, ({ request, body, csrfSeed, session }) => {
       if (request.method !== "POST" || csrfTokenMatches(csrfSeed, (body as FormBody | undefined)?._csrf)) return;
       // A sign-out with no session behind it (ended in another tab, or expired) forges nothing: it
-      // only clears the cookie. Its form's token came from the ended session, so it cannot match.
+      // only clears the dead cookie it carries, if any. Its form's token came from the ended session,
+      // so it cannot match.
       if (!session && new URL(request.url).pathname === `${CONSOLE_PREFIX}/logout`) return;
       return htmlResponse(
         messagePage({ session, title: "Form expired", text: "This form was not sent from a current console page (its security token is missing or stale). Go back, reload the page and send it again." }),

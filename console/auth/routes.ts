@@ -106,11 +106,13 @@ export function authRoutes(rt: Runtime) {
       { body: OptionalForm },
     )
     // Without a session there is nothing to end: the browser lands on the sign-in page all the same.
+    // Only a cookie the request carried is cleared: a post from another site carries none (SameSite=Strict),
+    // and clearing it there would sign the operator out without the CSRF token.
     .post(
       "/logout",
       async ({ sessionSecret, secure }) => {
         await endSession(db, sessionSecret);
-        return redirect(`${CONSOLE_PREFIX}/login`, { cookies: [clearCookieHeader(SESSION_COOKIE, secure)] });
+        return redirect(`${CONSOLE_PREFIX}/login`, { cookies: sessionSecret === undefined ? [] : [clearCookieHeader(SESSION_COOKIE, secure)] });
       },
       { body: OptionalForm },
     );

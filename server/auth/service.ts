@@ -206,8 +206,8 @@ export async function tokenRate(db: Db, id: string): Promise<TokenRate | null> {
 /** BearerCheck is the outcome of reading a request's Authorization header: a token, or why not. */
 export type BearerCheck = { token: AuthenticatedToken; failure?: undefined } | { token?: undefined; failure: string };
 
-/** bearerOf reads the token of an Authorization header (the Bearer scheme, one token), or null. */
-function bearerOf(header: string): string | null {
+/** bearerOf reads the token of an Authorization header (the Bearer scheme, one token), or null; the API's tokens and the metrics token alike. */
+export function bearerOf(header: string): string | null {
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
   return match ? match[1]! : null;
 }

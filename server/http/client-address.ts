@@ -82,7 +82,8 @@ export function clientHints(request: Request, peer: string | null): ClientHints 
 /**
  * clientAddress returns the address of the client: the TCP peer, or, when the peer is a trusted
  * proxy, the nearest X-Forwarded-For entry that is not itself a trusted proxy. Entries added
- * before the first untrusted hop are the client's own claims and are ignored.
+ * before the first untrusted hop are the client's own claims and are ignored. Null when the
+ * client is unknown.
  */
 export function clientAddress(hints: ClientHints, trustedProxies: string[]): string | null {
   if (hints.peer === null) return null;
@@ -90,6 +91,9 @@ export function clientAddress(hints: ClientHints, trustedProxies: string[]): str
   let address = normalizeAddress(hints.peer);
   if (!trusted.has(address)) return address;
   const hops = (hints.forwardedFor ?? "").split(",").map((h) => h.trim()).filter((h) => h !== "");
+  // Relayed with the client named only where the service does not read it (Forwarded, X-Real-IP):
+  // the client is someone behind the proxy, not the proxy's own machine.
+  if (hops.length === 0 && hints.forwarded) return null;
   for (let i = hops.length - 1; i >= 0; i--) {
     const hop = normalizeAddress(hops[i]!);
     if (isIP(hop) === 0) return null; // garbled header: the client is unknown, not local

@@ -1,5 +1,6 @@
 import { Database } from "bun:sqlite";
 import { existsSync, rmSync, statSync } from "node:fs";
+import { bearerOf } from "../auth/service.ts";
 import type { Config } from "../config.ts";
 import { clientAddress, isBrowserRequest, isLoopback, isLoopbackHost, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
@@ -112,7 +113,8 @@ export function refuseOnNewerDatabase(rt: Runtime): void {
  * authorizeMetrics lets a scrape through: never from a browser; with a metrics token configured,
  * only a request carrying it; without one, only a loopback client that addresses this machine by
  * a loopback name. A request relayed by an untrusted proxy on this host (it carries forwarding
- * headers) is not a loopback client. Browsers and the Host rule stop DNS rebinding: a page whose
+ * headers) is not a loopback client, nor is one a trusted proxy relayed without naming the client
+ * in X-Forwarded-For (clientAddress: unknown). Browsers and the Host rule stop DNS rebinding: a page whose
  * name points at 127.0.0.1 reaches the port from loopback, yet sends Sec-Fetch-Site or Origin
  * (current browsers) and its own name as Host (every browser).
  */
@@ -121,7 +123,7 @@ export function authorizeMetrics(config: Config, request: Request, hints: Client
     throw new ProblemError(403, "browser-request", "GET /metrics does not answer browsers (the request carries Origin or Sec-Fetch-Site); scrape it with Prometheus, curl or another HTTP client.");
   }
   if (config.metricsToken !== "") {
-    const presented = /^Bearer (\S+)$/i.exec(request.headers.get("authorization") ?? "")?.[1] ?? "";
+    const presented = bearerOf(request.headers.get("authorization") ?? "") ?? "";
     if (!sameBytes(Buffer.from(presented), Buffer.from(config.metricsToken))) {
       throw new ProblemError(401, "unauthorized", "GET /metrics needs Authorization: Bearer with the metrics token (--metrics-token).", undefined, {
         "www-authenticate": 'Bearer realm="metrics"',

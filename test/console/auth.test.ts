@@ -254,6 +254,33 @@ describe("sign-in and sessions", () => {
     expect([token.status, token.headers.get("location"), (await h.rt.db.all("SELECT id FROM api_tokens WHERE name = 'after the end'")).length]).toEqual([303, "/console/login", 0]);
   });
 
+  test("a sign-out another site posts (no CSRF token, and no SameSite=Strict cookie) changes nothing: the operator stays signed in; one from a tab signed out elsewhere still lands on the sign-in page", async () => {
+    const server = await startConsoleServer();
+    try {
+      await addOperator(server.runtime.db);
+      const operator = new ConsoleClient((r) => fetch(r, { redirect: "manual" }), server.url);
+      await operator.signIn();
+      await operator.get("/console/");
+      const crossSite = await fetch(`${server.url}/console/logout`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { origin: "https://evil.example", "sec-fetch-site": "cross-site", "content-type": "application/x-www-form-urlencoded" },
+        body: "",
+      });
+      expect([crossSite.status, crossSite.headers.get("location"), crossSite.headers.getSetCookie()]).toEqual([303, "/console/login", []]);
+      // With the session's cookie but without its token: refused, and nothing cleared.
+      const tokenless = await operator.post("/console/logout", { _csrf: null });
+      expect([tokenless.status, tokenless.headers.getSetCookie()]).toEqual([403, []]);
+      expect([(await operator.get("/console/")).status, (await server.runtime.db.all("SELECT operator_id FROM operator_sessions")).length]).toEqual([200, 1]);
+      // Signed out in one tab (the cookie is gone), then Sign out in another, with its page's old token.
+      expect((await operator.post("/console/logout", {})).status).toBe(303);
+      const again = await operator.post("/console/logout", {});
+      expect([again.status, again.headers.get("location"), again.headers.getSetCookie()]).toEqual([303, "/console/login", []]);
+    } finally {
+      await server.close();
+    }
+  });
+
   test("a session idle for 12 hours ends; using a session keeps it alive", async () => {
     const { h } = await setup();
     await addOperator(h.rt.db);
@@ -410,6 +437,19 @@ describe("sign-in throttling", () => {
     expect((await wrong(from("2001:db8:7:8:ffff::9"))).status).toBe(429);
     expect(await pairRow(db, "2001:0db8:0007:0008::/64")).toEqual({ failures: FREE_PAIR_FAILURES });
     expect((await from("2001:db8:7:9::1").signIn()).status).toBe(303); // the next /64 is someone else
+  }, 20_000);
+
+  test("guesses the trusted proxy relays naming the client only in X-Real-IP or Forwarded count for one unknown client: a sign-in from the proxy's own address is not held up by them", async () => {
+    const { db } = await serveConsole();
+    const relayed = (headers: Record<string, string>) =>
+      new ConsoleClient((request) => {
+        for (const [name, value] of Object.entries(headers)) request.headers.set(name, value);
+        return fetch(request, { redirect: "manual" });
+      }, server!.url);
+    for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(relayed({ "x-real-ip": `203.0.113.${i + 1}` }))).status).toBe(401);
+    expect((await wrong(relayed({ forwarded: "for=198.51.100.2" }))).status).toBe(429);
+    expect(await pairRow(db, "unknown")).toEqual({ failures: FREE_PAIR_FAILURES });
+    expect((await relayed({}).signIn()).status).toBe(303); // a browser on the proxy's machine, not relayed
   }, 20_000);
 
   test("failures never lock the account: the right password from an address that has not been guessing gets in at once", async () => {

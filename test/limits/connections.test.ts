@@ -300,4 +300,14 @@ describe("connections: over the limits", () => {
     expect([refused.status, refused.headers.get("ratelimit")]).toEqual([429, '"failed-auth";r=0;t=60']);
     expect([(await from("2001:db8:5:7::1")).status, (await from("203.0.113.7")).status]).toEqual([401, 401]);
   });
+
+  test("failed authentication relayed by a trusted proxy that names the client only in X-Real-IP or Forwarded counts for one unknown client, not for the proxy's own address", async () => {
+    const { port } = await serve({ authFailuresPerMinute: 2, trustedProxies: ["127.0.0.1"] });
+    const send = (headers: Record<string, string>) => fetch(`http://127.0.0.1:${port}/public/v1/contacts`, { headers });
+    const relayed: Record<string, string>[] = [{ "x-real-ip": "203.0.113.7" }, { forwarded: "for=198.51.100.2" }, { "x-real-ip": "192.0.2.3" }];
+    const statuses = [];
+    for (const headers of relayed) statuses.push((await send(headers)).status);
+    statuses.push((await send({})).status); // a client on the proxy's machine, not relayed
+    expect(statuses).toEqual([401, 401, 429, 401]);
+  });
 });

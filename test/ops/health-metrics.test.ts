@@ -308,6 +308,26 @@ describe("metrics: access (security)", () => {
     }
   });
 
+  test("behind a trusted proxy: a request it relayed naming the client only in Forwarded or X-Real-IP is refused, its client unknown, not the proxy's loopback", async () => {
+    const running = await listen({ trustedProxies: ["127.0.0.1"] });
+    try {
+      const relayed: Record<string, string>[] = [
+        { "x-real-ip": "203.0.113.7" },
+        { forwarded: "for=203.0.113.7" },
+        { forwarded: "for=127.0.0.1" },
+        { "x-real-ip": "127.0.0.1", forwarded: "for=203.0.113.7;proto=https" },
+        { "x-forwarded-for": "", "x-real-ip": "203.0.113.7" },
+      ];
+      const statuses = [];
+      // nginx sends the proxy_pass address as Host unless told otherwise
+      for (const headers of relayed) statuses.push({ headers, status: (await scrape(running.url, { ...headers, host: "127.0.0.1:3000" })).status });
+      expect(statuses).toEqual(relayed.map((headers) => ({ headers, status: 403 })));
+      expect((await scrape(running.url, { host: "127.0.0.1:3000" })).status).toBe(200);
+    } finally {
+      await running.stop();
+    }
+  });
+
   test("a request with no known peer (in-process) is not a loopback client", async () => {
     const h = await createHarness();
     const res = await call(h.app, "GET", "/metrics");
@@ -334,6 +354,27 @@ describe("metrics: access (security)", () => {
     }
   });
 
+  test("/metrics reads its token from Authorization as the API reads an API token: Bearer in any case, then one or more spaces or tabs", async () => {
+    const running = await listen({ metricsToken: METRICS_TOKEN });
+    try {
+      const apiToken = (await createApiToken(running.runtime.db, "bearer spacing")).token;
+      const statuses = [];
+      for (const [scheme, gap] of [["Bearer", " "], ["Bearer", "  "], ["bearer", "   "], ["BEARER", "\t"]]) {
+        const metrics = await scrape(running.url, { authorization: `${scheme}${gap}${METRICS_TOKEN}` });
+        const api = await fetch(`${running.url}/public/v1/contacts`, { headers: { authorization: `${scheme}${gap}${apiToken}` } });
+        statuses.push({ scheme, gap, metrics: metrics.status, api: api.status });
+      }
+      expect(statuses).toEqual([
+        { scheme: "Bearer", gap: " ", metrics: 200, api: 200 },
+        { scheme: "Bearer", gap: "  ", metrics: 200, api: 200 },
+        { scheme: "bearer", gap: "   ", metrics: 200, api: 200 },
+        { scheme: "BEARER", gap: "\t", metrics: 200, api: 200 },
+      ]);
+    } finally {
+      await running.stop();
+    }
+  });
+
   test("an API token does not open /metrics", async () => {
     const running = await listen({ metricsToken: METRICS_TOKEN });
     try {
@@ -354,6 +395,9 @@ describe("metrics: access (security)", () => {
       [hints("10.0.0.2", "203.0.113.9, 10.0.0.3"), ["10.0.0.2", "10.0.0.3"], "203.0.113.9"],
       [hints("10.0.0.2", "10.0.0.3"), ["10.0.0.2", "10.0.0.3"], "10.0.0.3"],
       [hints("10.0.0.2", null), ["10.0.0.2"], "10.0.0.2"],
+      [{ peer: "10.0.0.2", forwardedFor: null, forwarded: true }, ["10.0.0.2"], null],
+      [{ peer: "10.0.0.2", forwardedFor: " , ", forwarded: true }, ["10.0.0.2"], null],
+      [{ peer: "198.51.100.7", forwardedFor: null, forwarded: true }, ["10.0.0.2"], "198.51.100.7"],
       [hints("10.0.0.2", "garbage"), ["10.0.0.2"], null],
       [hints(null, "127.0.0.1"), ["10.0.0.2"], null],
     ];
