@@ -113,13 +113,20 @@ function operatorExists(email: string): ProblemError {
   return new ProblemError(409, "operator-exists", `An operator with email ${email} already exists.`);
 }
 
-/** createOperator adds an operator who can sign in to the console (the `operator create` command). */
-export async function createOperator(db: Db, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
+/**
+ * createOperator adds an operator who can sign in to the console (the `operator create` command),
+ * and ends an invitation of their email in the same write, as accepting it would: left pending, it
+ * was listed as not used yet, and its link could only say that the operator exists.
+ */
+export async function createOperator(db: Database, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
   const email = validOperator(input);
-  if (await findOperatorByEmail(db, email)) throw operatorExists(email);
   const row = await operatorRow(email, input.password, now);
-  await insertOperator(db, row);
-  return { id: row.id, email: row.email };
+  return db.write(async (tx) => {
+    if (await findOperatorByEmail(tx, email)) throw operatorExists(email);
+    await insertOperator(tx, row);
+    await deleteOperatorLinksOf(tx, email);
+    return { id: row.id, email: row.email };
+  });
 }
 
 /** hasOperators tells whether anyone can sign in yet. */
