@@ -1,5 +1,4 @@
 import type { Server } from "bun";
-import type { TSchema } from "@sinclair/typebox";
 import { Elysia, t } from "elysia";
 import { parseQuery } from "elysia/parse-query";
 import { CONSOLE_PREFIX, consoleFailureOf, isConsolePath } from "../server/http/conventions.ts";
@@ -8,7 +7,7 @@ import { clientAddress, clientHints, clientNetwork, requestIsHttps } from "../se
 import { readLimitedBody, type BodyWait } from "../server/http/body.ts";
 import { heldOpenWhile } from "../server/http/idle-timer.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
-import { fieldsProblem, schemaChecker } from "../server/http/schema-errors.ts";
+import { fieldsProblem } from "../server/http/schema-errors.ts";
 import type { Db } from "../server/db/sql.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../server/idempotency/service.ts";
 import { MAX_FORM_BYTES } from "../server/limits/limits.ts";
@@ -87,16 +86,6 @@ async function formOf(request: Request, contentType: string, wait: BodyWait): Pr
   if (contentType === "application/x-www-form-urlencoded") return formBodyOf(text);
   if (text === "" && contentType === "") return undefined;
   return new ProblemError(415, "unsupported-media-type", "The console takes forms as its pages send them, as application/x-www-form-urlencoded; nothing was changed.");
-}
-
-/** formChecker compiles an API model once and returns a check of a form's typed value that throws 422 naming each field that breaks it. */
-export function formChecker<T extends TSchema>(schema: T): (value: unknown) => T["static"] {
-  const check = schemaChecker(schema);
-  return (value) => {
-    const errors = check(value);
-    if (errors.length > 0) throw fieldsProblem(errors);
-    return value as T["static"];
-  };
 }
 
 /** consoleTime reads a console date-time field (datetime-local, taken as UTC) into RFC 3339, or returns it unchanged for a check to refuse. */

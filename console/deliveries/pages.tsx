@@ -239,7 +239,7 @@ function ResponseBody({ body, headers }: { body: string; headers: Record<string,
   return <pre class="body">{body}</pre>;
 }
 
-/** deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now". */
+/** deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now" while its subscription exists. */
 export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; notice?: NoticeData | null }): string {
   const d = props.delivery;
   return renderPage({
@@ -306,13 +306,18 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
               )}
             </dd>
           </dl>
-          <form method="post" action={`/console/deliveries/${d.id}/retry`} class="actions">
-            <CsrfField token={props.session.csrfToken} />
-            <button type="submit" class="button primary">
-              Retry now
-            </button>
-            <span class="hint">Sends the same event again at once, with the same webhook-id.</span>
-          </form>
+          {props.subscription ? (
+            <form method="post" action={`/console/deliveries/${d.id}/retry`} class="actions">
+              <CsrfField token={props.session.csrfToken} />
+              <button type="submit" class="button primary">
+                Retry now
+              </button>
+              <span class="hint">Sends the same event again at once, with the same webhook-id.</span>
+            </form>
+          ) : (
+            // The delivery loop refuses every attempt of it: a button would only say so after being pressed.
+            <p class="hint retry-gone">No Retry now: its subscription was deleted, so nothing can be sent for this delivery any more.</p>
+          )}
         </section>
         <section class="card">
           <h2>Payload</h2>

@@ -1,14 +1,14 @@
 import type { Database } from "../../server/db/sql.ts";
 import { checkTokenName, createApiToken, findToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
-import { fieldsProblem } from "../../server/http/schema-errors.ts";
+import { fieldsChecker, fieldsProblem } from "../../server/http/schema-errors.ts";
 import { dropOperator } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
 import { createUserOnce, listUsersPage } from "../../server/users/service.ts";
 import type { ConsoleSession } from "../model.ts";
-import { changeOnceForForm, formChecker, onceForForm, refusedOnField } from "../shell.ts";
+import { changeOnceForForm, onceForForm, refusedOnField } from "../shell.ts";
 
 /** createTokenFromForm creates an API token named in the console; the token is returned once. */
 export function createTokenFromForm(db: Database, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
@@ -42,7 +42,7 @@ export function usersOnPage(db: Database, query: { page?: string; added?: string
   return listUsersPage(db, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
 }
 
-const checkUserInput = formChecker(UserInput);
+const checkUserInput = fieldsChecker(UserInput);
 
 /**
  * addUserFromForm adds a user from the console's form, checked with the API's UserInput model,

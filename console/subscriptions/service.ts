@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import type { Database, Db } from "../../server/db/sql.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
+import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
@@ -29,7 +30,7 @@ import {
 import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, setSecretRotationTest, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
-import { changeOnceForForm, consoleTime, formChecker, onceForForm } from "../shell.ts";
+import { changeOnceForForm, consoleTime, onceForForm } from "../shell.ts";
 import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
 /** RECENT_MS is the span of the success and failure counts on the subscriptions page. */
@@ -45,7 +46,7 @@ export interface SubscriptionForm {
   max_rate?: string;
 }
 
-const checkSubscriptionInput = formChecker(SubscriptionInput);
+const checkSubscriptionInput = fieldsChecker(SubscriptionInput);
 
 /** subscriptionInputFrom reads a subscription form into the API's SubscriptionInput and checks it with the API's own model and limits. */
 function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
@@ -318,7 +319,7 @@ export async function finishSecretRotation(rt: Runtime, id: string, confirmed: b
   await endRotationGrace(rt, id);
 }
 
-const checkSubscriptionUpdate = formChecker(SubscriptionUpdate);
+const checkSubscriptionUpdate = fieldsChecker(SubscriptionUpdate);
 
 /** editSubscriptionFromForm sets a subscription's description from the console's edit form (empty clears it), checked with the API's update model. */
 export async function editSubscriptionFromForm(rt: Runtime, id: string, description: string): Promise<void> {

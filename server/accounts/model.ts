@@ -10,7 +10,8 @@ export const READ_ONLY_ACCOUNT_FIELDS = ["id", "version", "created_at", "updated
 /** AccountInput is the body of POST /accounts. */
 export const AccountInput = t.Object(
   {
-    name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters (an account needs a name)` }),
+    // A name of spaces alone names nothing, as an empty one does (and as a contact's counts as absent); one with a letter is stored as given.
+    name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, pattern: "\\S", error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (an account needs a name)` }),
     domain: t.Optional(t.Union([t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, pattern: "^[A-Za-z0-9.-]+$" }), t.Null()], { error: "must be a domain name like example.com, or null" })),
   },
   {

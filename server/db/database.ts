@@ -1,8 +1,9 @@
 import { Database as SqliteConnection, SQLiteError, type SQLQueryBindings, type Statement } from "bun:sqlite";
-import { accessSync, chmodSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
+import { accessSync, chmodSync, constants, existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
+import { makeOwnerOnlyDirectory } from "../shared/files.ts";
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
@@ -428,7 +429,7 @@ export function openReadOnlyConnection(path: string, synchronous: Synchronous = 
  */
 export function databasePath(dataDir: string): string {
   try {
-    if (!existsSync(dataDir)) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    makeOwnerOnlyDirectory(dataDir);
     if (!statSync(dataDir).isDirectory()) throw new Error("it is not a directory");
     accessSync(dataDir, constants.R_OK | constants.W_OK);
   } catch (error) {

@@ -131,6 +131,20 @@ export function schemaChecker(schema: TSchema): (value: unknown) => FieldError[]
   return (value) => (compiled.Check(value) ? [] : fieldErrorsOf(compiled.Errors(value)));
 }
 
+/**
+ * fieldsChecker compiles a schema once and returns a check that gives back a value conforming to
+ * it, or throws 422 naming each field that breaks it (fieldsProblem): what a console form or a
+ * command checks its fields with, as the API's route with that schema would.
+ */
+export function fieldsChecker<T extends TSchema>(schema: T): (value: unknown) => T["static"] {
+  const check = schemaChecker(schema);
+  return (value) => {
+    const errors = check(value);
+    if (errors.length > 0) throw fieldsProblem(errors);
+    return value as T["static"];
+  };
+}
+
 /** fieldNameOf names the field a field error is about: its pointer's first segment or its parameter ("/target_url" and "/events/1" name target_url and events); "" for the body as a whole. */
 export function fieldNameOf(error: FieldError): string {
   return (error.pointer ?? error.parameter ?? "").split("/").filter(Boolean)[0] ?? "";

@@ -1,5 +1,5 @@
 import type { Database, Db } from "../db/sql.ts";
-import { fieldsProblem, schemaChecker } from "../http/schema-errors.ts";
+import { fieldsChecker } from "../http/schema-errors.ts";
 import { MAX_OPERATOR_PASSWORD_LENGTH } from "../limits/limits.ts";
 import { randomSecret, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
@@ -79,9 +79,9 @@ const MAX_PACE_WAIT_MS = 5000;
  */
 const PASSWORD_CHECKERS = 1;
 
-const checkOperatorInput = schemaChecker(OperatorInput);
-const checkOperatorEmail = schemaChecker(OperatorEmail);
-const checkNewPassword = schemaChecker(NewPassword);
+const checkOperatorInput = fieldsChecker(OperatorInput);
+const checkOperatorEmail = fieldsChecker(OperatorEmail);
+const checkNewPassword = fieldsChecker(NewPassword);
 
 /** normalEmail is how an operator's email is stored and compared: trimmed and lowercased. */
 function normalEmail(email: string): string {
@@ -91,15 +91,13 @@ function normalEmail(email: string): string {
 /** validOperator checks an operator's email and password against OperatorInput and returns the normalised email, or throws 422 naming each field. */
 function validOperator(input: { email: string; password: string }): string {
   const email = normalEmail(input.email);
-  const errors = checkOperatorInput({ email, password: input.password });
-  if (errors.length > 0) throw fieldsProblem(errors);
+  checkOperatorInput({ email, password: input.password });
   return email;
 }
 
 /** validNewPassword checks a password typed twice, or throws 422. */
 function validNewPassword(input: NewPassword): void {
-  const errors = checkNewPassword(input);
-  if (errors.length > 0) throw fieldsProblem(errors);
+  checkNewPassword(input);
   if (input.password !== input.password_again) throw validationProblem([{ pointer: "/password_again", detail: "must repeat the password" }], "The two passwords differ.");
 }
 
@@ -115,13 +113,20 @@ function operatorExists(email: string): ProblemError {
   return new ProblemError(409, "operator-exists", `An operator with email ${email} already exists.`);
 }
 
-/** createOperator adds an operator who can sign in to the console (the `operator create` command). */
-export async function createOperator(db: Db, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
+/**
+ * createOperator adds an operator who can sign in to the console (the `operator create` command),
+ * and ends an invitation of their email in the same write, as accepting it would: left pending, it
+ * was listed as not used yet, and its link could only say that the operator exists.
+ */
+export async function createOperator(db: Database, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
   const email = validOperator(input);
-  if (await findOperatorByEmail(db, email)) throw operatorExists(email);
   const row = await operatorRow(email, input.password, now);
-  await insertOperator(db, row);
-  return { id: row.id, email: row.email };
+  return db.write(async (tx) => {
+    if (await findOperatorByEmail(tx, email)) throw operatorExists(email);
+    await insertOperator(tx, row);
+    await deleteOperatorLinksOf(tx, email);
+    return { id: row.id, email: row.email };
+  });
 }
 
 /** hasOperators tells whether anyone can sign in yet. */
@@ -182,8 +187,7 @@ export async function resetOperatorPassword(db: Database, secrets: SecretBox, em
 /** inviteOperator makes a one-time link (OPERATOR_LINK_TTL_MS) with which the invitee chooses a password and becomes an operator; returns its code. */
 export async function inviteOperator(db: Database, email: string, invitedBy: string | null, now = Date.now()): Promise<string> {
   const normalised = normalEmail(email);
-  const errors = checkOperatorEmail({ email: normalised });
-  if (errors.length > 0) throw fieldsProblem(errors);
+  checkOperatorEmail({ email: normalised });
   if (await findOperatorByEmail(db, normalised)) throw operatorExists(normalised);
   return issueOperatorLink(db, "invite", normalised, invitedBy, now);
 }

@@ -289,7 +289,7 @@ export async function deleteExpiredOperatorLinks(db: Db, now: number): Promise<n
   return (await db.run("DELETE FROM operator_links WHERE expires_at <= ?", [now])) + (await deleteExpiredSetupCodes(db, now));
 }
 
-/** deleteOperatorLinksOf drops every link naming an email (an operator removed, or an invitation withdrawn). */
+/** deleteOperatorLinksOf drops every link naming an email (an operator removed or created, or an invitation withdrawn). */
 export async function deleteOperatorLinksOf(db: Db, email: string): Promise<void> {
   await db.run("DELETE FROM operator_links WHERE email = ?", [email]);
 }

@@ -1,4 +1,4 @@
-import { closeSync, existsSync, fchmodSync, fsyncSync, linkSync, openSync, renameSync, rmSync, statSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, renameSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
@@ -31,6 +31,23 @@ export function createOwnerOnlyFile(path: string): void {
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * makeOwnerOnlyDirectory creates a directory, and each parent it lacks, only its owner may enter
+ * (0700) whatever the umask; a directory already there keeps its mode.
+ */
+export function makeOwnerOnlyDirectory(path: string): void {
+  const parent = dirname(path);
+  if (parent !== path && !existsSync(parent)) makeOwnerOnlyDirectory(parent);
+  try {
+    mkdirSync(path, { mode: 0o700 });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") return;
+    throw error;
+  }
+  // The umask narrows the mode mkdir creates with: 0277 left 0500, in which its owner could not create the database.
+  chmodSync(path, 0o700);
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { Database, Db } from "../db/sql.ts";
 import { notFound, ProblemError } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
-import { fieldsProblem, schemaChecker } from "../http/schema-errors.ts";
+import { fieldsChecker } from "../http/schema-errors.ts";
 import type { Runtime } from "../runtime.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, readListPage, type ListMeta } from "../http/list-query.ts";
 import { newId } from "../shared/ids.ts";
@@ -14,7 +14,7 @@ function toUser(row: UserRow): User {
   return { id: row.id, name: row.name, email: row.email, created_at: toTimestamp(row.created_at), updated_at: toTimestamp(row.updated_at) };
 }
 
-const userInputErrors = schemaChecker(UserInput);
+const checkUserInput = fieldsChecker(UserInput);
 
 async function refuseTakenEmail(db: Db, email: string, ownId: string | null): Promise<void> {
   const holder = await findUserByEmail(db, email);
@@ -27,9 +27,7 @@ async function refuseTakenEmail(db: Db, email: string, ownId: string | null): Pr
  * route checks the same schema first; the command line's user create has only this check.
  */
 export async function createUser(db: Db, input: { name: string; email: string }, now = Date.now()): Promise<User> {
-  const errors = userInputErrors(input);
-  if (errors.length > 0) throw fieldsProblem(errors);
-  const { name } = input;
+  const { name } = checkUserInput(input);
   const email = input.email.toLowerCase();
   await refuseTakenEmail(db, email, null);
   const row: UserRow = { id: newId("usr", now), name, email, created_at: now, updated_at: now };

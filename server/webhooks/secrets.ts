@@ -5,7 +5,7 @@ import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { fileErrorText, fsyncPath, partialName, pathExists, publishFile } from "../shared/files.ts";
+import { createOwnerOnlyFile, fileErrorText, fsyncPath, partialName, pathExists, publishFile } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
@@ -140,7 +140,8 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
     // written and synced under a partial name, then published. Another process that made a key
     // meanwhile keeps its own, which is read below.
     const partial = partialName(path);
-    writeFileSync(partial, `${key.toString("base64")}\n`, { mode: 0o600 });
+    createOwnerOnlyFile(partial);
+    writeFileSync(partial, `${key.toString("base64")}\n`);
     fsyncPath(partial);
     if (publishFile(partial, path)) return { key, path, created: true };
   }

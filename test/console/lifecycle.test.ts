@@ -253,15 +253,17 @@ describe("a delivery's page", () => {
     expect(problems).toEqual([]);
   }, SLOW);
 
-  test("Retry now on a delivery whose subscription is paused, disabled or deleted says what to do in the console (409), not the API's route, and sends nothing", async () => {
+  test("Retry now on a delivery whose subscription is paused, disabled or deleted (since its page was shown) says what to do in the console (409), not the API's route, and sends nothing", async () => {
     const { r, sub, settled } = await succeededDelivery("/stopped", "Stopped shop");
-    const refusedRetry = async () => {
+    const refusedRetry = async (meanwhile = async () => {}) => {
       await page.goto(url(`/console/deliveries/${settled.id}`));
+      await meanwhile();
       const [answer] = await Promise.all([page.waitForNavigation(), page.click("button:has-text('Retry now')")]);
       return {
         status: answer?.status(),
         heading: await page.textContent("h1"),
         notices: await page.locator(".notice").evaluateAll((boxes) => boxes.map((box) => `${box.getAttribute("role")}: ${box.textContent}`)),
+        retryButton: await page.locator("button:has-text('Retry now')").count(),
       };
     };
     await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/pause`);
@@ -269,8 +271,8 @@ describe("a delivery's page", () => {
     await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/resume`);
     await server.runtime.db.write((tx) => disableSubscription(tx, sub.id, "every attempt failed", Date.now()));
     const disabled = await refusedRetry();
-    await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`);
-    const deleted = await refusedRetry();
+    // Deleted after its page was shown: the page shows no Retry now once it is gone.
+    const deleted = await refusedRetry(() => server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`));
     expect({ paused, disabled, deleted }).toEqual({
       paused: {
         status: 409,
@@ -278,19 +280,37 @@ describe("a delivery's page", () => {
         notices: [
           "alert: Not retried: the subscription \u2068Stopped shop\u2069 is paused, so nothing was sent. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then press Retry now again if this one still needs sending.",
         ],
+        retryButton: 1,
       },
       disabled: {
         status: 409,
         heading: "contact.created deliverySucceeded",
         notices: ["alert: Not retried: the subscription \u2068Stopped shop\u2069 is disabled, so nothing was sent. Enable it with its Enable button on the Subscriptions page, then press Retry now again."],
+        retryButton: 1,
       },
       deleted: {
         status: 409,
         heading: "contact.created deliverySucceeded",
         notices: [`alert: Not retried: the subscription to \u2068${r.url}\u2069 was deleted, so nothing can be sent for this delivery any more.`],
+        retryButton: 0,
       },
     });
     expect(problems.splice(0)).toEqual(Array(3).fill("Failed to load resource: the server responded with a status of 409 (Conflict)"));
+    expect(r.received.length).toBe(1);
+  }, SLOW);
+
+  test("a delivery whose subscription was deleted offers no Retry now, and says why in its place", async () => {
+    const { r, sub, settled } = await succeededDelivery("/gone", "Gone shop");
+    await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`);
+    await page.goto(url(`/console/deliveries/${settled.id}`));
+    const shown = {
+      retryButton: await page.locator("button:has-text('Retry now')").count(),
+      retryForm: await page.locator(`form[action="/console/deliveries/${settled.id}/retry"]`).count(),
+      said: await page.textContent(".retry-gone"),
+    };
+    expect(shown).toEqual({ retryButton: 0, retryForm: 0, said: "No Retry now: its subscription was deleted, so nothing can be sent for this delivery any more." });
+    await shoot(page, "delivery-subscription-deleted");
+    expect(problems).toEqual([]);
     expect(r.received.length).toBe(1);
   }, SLOW);
 

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { OPERATOR_LINK_TTL_MS, inviteOperator, operatorSummaries, sessionOperator } from "../../server/operators/service.ts";
+import { OPERATOR_LINK_TTL_MS, inviteOperator, operatorSummaries, pendingInvites, sessionOperator } from "../../server/operators/service.ts";
 import { toTimestamp } from "../../server/shared/time.ts";
 import { databaseArgs } from "../support/backend.ts";
 import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
@@ -236,6 +236,19 @@ describe("operators behind a reverse proxy", () => {
 });
 
 describe("operators on the command line", () => {
+  test("`operator create` for an email with a pending invitation ends the invitation, as accepting it would: it is listed no more and its link is used up", async () => {
+    const { h, client, browser } = await setup();
+    const invited = await client.post("/console/operators", { email: "late@example.com" });
+    const code = new URL(linkIn(invited.text)!).searchParams.get("code")!;
+    const listsInvitations = async () => (await client.get("/console/operators")).text.includes("Invitations not used yet");
+    expect([await listsInvitations(), (await pendingInvites(h.rt.db)).map((invite) => invite.email)]).toEqual([true, ["late@example.com"]]);
+    const made = await operatorCommand(h, ["create", "--email", "Late@Example.com", "--password-stdin"], "their own long password\n");
+    expect(made).toEqual({ code: 0, out: `created operator ${await idOf(h, "late@example.com")} (late@example.com); sign in at /console/login\n`, err: "" });
+    expect([await listsInvitations(), await pendingInvites(h.rt.db), await operators(h)]).toEqual([false, [], [OPERATOR.email, "late@example.com"]]);
+    const opened = await browser().get(`/console/welcome?code=${code}`);
+    expect([opened.status, opened.text.includes("This link is invalid, expired or already used.")]).toEqual([403, true]);
+  }, 30_000);
+
   test("`operator list`, `operator reset-password` and `operator remove`", async () => {
     harness = await createHarness();
     const h = harness;

@@ -1,5 +1,5 @@
 import { expect } from "bun:test";
-import type { Database, Db } from "../../server/db/sql.ts";
+import type { Database } from "../../server/db/sql.ts";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -95,7 +95,7 @@ export async function startConsoleServer(overrides: Partial<Config> = {}): Promi
 }
 
 /** addOperator creates the test operator directly (as `crm operator create` does). */
-export async function addOperator(db: Db, operator = OPERATOR) {
+export async function addOperator(db: Database, operator = OPERATOR) {
   return await createOperator(db, operator);
 }
 

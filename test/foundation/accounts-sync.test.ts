@@ -154,7 +154,7 @@ describe("accounts sync: errors", () => {
   test("PATCH of an unknown account is 404; bad fields, read-only fields and unknown list parameters are 422; nothing changes", async () => {
     const a = await account({ name: "Acme" });
     expect((await h.json("PATCH", `/public/v1/accounts/${MISSING}`, { body: { name: "X" } })).body).toEqual({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No account with id "${MISSING}" exists.` });
-    expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name: "" } })).body).toEqual(validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters (an account needs a name)" }]));
+    expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name: "" } })).body).toEqual(validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (an account needs a name)" }]));
     expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { domain: "not a domain" } })).body).toEqual(validation([{ pointer: "/domain", detail: "must be a domain name like example.com, or null" }]));
     expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { id: "acc_other", created_at: "2020-01-01T00:00:00Z" } })).body).toEqual(
       validation([
@@ -166,6 +166,22 @@ describe("accounts sync: errors", () => {
       validation([{ parameter: "sort_by", detail: "must be one of: created_at, updated_at, name, domain" }], "The request has invalid fields."),
     );
     expect((await h.json("GET", "/public/v1/accounts?updated_after=yesterday")).body).toEqual(validation([{ parameter: "updated_after", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]));
+    expect((await h.json("GET", `/public/v1/accounts/${a.id}`)).body).toEqual({ data: a });
+    expect(await eventTypes(h)).toEqual(["account.created"]);
+  });
+
+  test("a name of spaces alone is refused as an empty one is, on POST and PATCH; nothing changes", async () => {
+    const nameless = validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (an account needs a name)" }]);
+    for (const name of ["", "   ", "\t\n", "\u00a0\u3000"]) {
+      const res = await h.json("POST", "/public/v1/accounts", { body: { name, domain: "acme.test" } });
+      expect({ name, status: res.status, problem: res.body }).toEqual({ name, status: 422, problem: nameless });
+    }
+    const a = await account({ name: "  Acme  " });
+    expect(a.name).toBe("  Acme  ");
+    for (const name of ["", "   "]) {
+      const res = await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name, tier: "gold" } });
+      expect({ name, status: res.status, problem: res.body }).toEqual({ name, status: 422, problem: nameless });
+    }
     expect((await h.json("GET", `/public/v1/accounts/${a.id}`)).body).toEqual({ data: a });
     expect(await eventTypes(h)).toEqual(["account.created"]);
   });

@@ -191,7 +191,7 @@ describe("relations: errors", () => {
 
   test("accounts: missing name, bad domain and unknown id", async () => {
     expect((await h.json("POST", "/public/v1/accounts", { body: { domain: "x.test" } })).body).toEqual(
-      validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters (an account needs a name)" }]),
+      validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (an account needs a name)" }]),
     );
     expect((await h.json("POST", "/public/v1/accounts", { body: { name: "X", domain: "not a domain" } })).body).toEqual(
       validation([{ pointer: "/domain", detail: "must be a domain name like example.com, or null" }]),

@@ -120,7 +120,7 @@ describe("contacts batch: happy paths", () => {
         { status: "updated", id: acme.id },
         { status: "updated", id: muller.id },
         { status: "created", id: globex },
-        { status: "invalid", errors: [{ pointer: "/items/3/name", detail: "must be a string of 1 to 200 characters (an account needs a name)" }] },
+        { status: "invalid", errors: [{ pointer: "/items/3/name", detail: "must be a string of 1 to 200 characters, not spaces alone (an account needs a name)" }] },
         { status: "unchanged", id: globex },
       ],
     });
@@ -149,6 +149,21 @@ describe("contacts batch: happy paths", () => {
     });
     expect((await h.json("GET", "/public/v1/contacts?tag=vip")).body.data.map((c: any) => c.id)).toEqual([known.id]);
     expect(await contactCount(h)).toBe(1);
+  });
+
+  test("an account item whose name is spaces alone is invalid, as on POST, whether it would create or update; the others commit", async () => {
+    const acme = await created("/public/v1/accounts", { name: "Acme", domain: "acme.test" });
+    const res = await h.json("POST", ACCOUNTS, { body: { items: [{ name: "   ", domain: "acme.test" }, { name: " \t" }, { name: "Globex" }] } });
+    const nameless = "must be a string of 1 to 200 characters, not spaces alone (an account needs a name)";
+    expect(res.body).toEqual({
+      data: [
+        { status: "invalid", errors: [{ pointer: "/items/0/name", detail: nameless }] },
+        { status: "invalid", errors: [{ pointer: "/items/1/name", detail: nameless }] },
+        { status: "created", id: res.body.data[2].id },
+      ],
+    });
+    expect((await h.json("GET", `/public/v1/accounts/${acme.id}`)).body.data).toEqual(acme);
+    expect(await accountCount()).toBe(2);
   });
 
   test("a name of spaces alone names nobody, in a new contact's item and in an update's, as on POST and PATCH", async () => {

@@ -177,7 +177,7 @@ describe("field limits: accounts", () => {
   const accounts = (at: Record<string, unknown>, over: Record<string, unknown>, errors: Record<string, string>[]) => limitCase("/public/v1/accounts", at, over, errors, "accounts");
 
   test(`name: ${MAX_NAME_LENGTH} characters`, async () => {
-    await accounts({ name: "A".repeat(MAX_NAME_LENGTH) }, { name: "A".repeat(MAX_NAME_LENGTH + 1) }, [{ pointer: "/name", detail: `must be a string of 1 to ${MAX_NAME_LENGTH} characters (an account needs a name)` }]);
+    await accounts({ name: "A".repeat(MAX_NAME_LENGTH) }, { name: "A".repeat(MAX_NAME_LENGTH + 1) }, [{ pointer: "/name", detail: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (an account needs a name)` }]);
   });
 
   test(`domain: ${MAX_DOMAIN_LENGTH} characters`, async () => {

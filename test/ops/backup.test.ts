@@ -189,4 +189,18 @@ describe("data directory permissions", () => {
       await server.stopWith("SIGTERM");
     }
   });
+
+  test("under a umask that would take their owner's write away (0277), the directories made for it are 0700 and secrets.key 0600, and serve, with no power over modes, writes there", async () => {
+    const dataDir = join(tempDir("perms-umask"), "parent", "data");
+    const command = [...SHUT_OUT, ...underUmask("0277"), ...SOURCE];
+    const token = createToken(command, dataDir);
+    const server = await spawnServer([...command, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"]);
+    try {
+      expect((await api(server.url, token, "POST", "/public/v1/contacts", { first_name: "Ada" })).status).toBe(201);
+      const db = join(dataDir, "crm.sqlite");
+      expect([mode(join(dataDir, "..")), mode(dataDir), mode(join(dataDir, "secrets.key")), mode(db), mode(`${db}-wal`), mode(`${db}-shm`)]).toEqual(["700", "700", "600", "600", "600", "600"]);
+    } finally {
+      await server.stopWith("SIGTERM");
+    }
+  });
 });

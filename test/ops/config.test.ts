@@ -8,6 +8,7 @@ import { databasePath, lockDataDirectory, openDatabase } from "../../server/db/d
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { WRITE_METHODS } from "../../server/limits/api-rates.ts";
 import { VERSION } from "../../server/version.ts";
 import { ROOT, SOURCE, runCli, spawnServer, tempDir } from "./support.ts";
 
@@ -388,6 +389,22 @@ describe("configuration: documentation", () => {
       expect(line).toContain(fileKey(setting));
     }
     expect(help).toContain("backup FILE");
+  });
+
+  test("the rate settings say which requests their bucket counts, as the limiter does: POST, PATCH and DELETE are writes, every other method a read", () => {
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8").split("\n");
+    const described = (flag: string) => ({
+      help: SETTINGS.find((s) => s.flag === flag)!.help,
+      readme: readme.find((line) => line.startsWith(`| \`${flag}\` |`))!.split(" | ").at(-1)!.replace(/ \|$/, ""),
+    });
+    const reads = "every method but POST, PATCH and DELETE";
+    expect([...WRITE_METHODS]).toEqual(["POST", "PATCH", "DELETE"]);
+    expect(["--rate-read-per-second", "--rate-read-burst", "--rate-write-per-second", "--rate-write-burst"].map(described)).toEqual([
+      { help: `default per-token rate of reads: requests of ${reads} (token create --rate overrides)`, readme: `default reads per second and API token: requests of ${reads}` },
+      { help: `default per-token burst of reads (requests of ${reads})`, readme: `default burst of reads (requests of ${reads}) per API token` },
+      { help: "default per-token rate of POST, PATCH and DELETE requests", readme: "default POST, PATCH and DELETE requests per second and API token" },
+      { help: "default per-token burst of POST, PATCH and DELETE requests", readme: "default burst of POST, PATCH and DELETE requests per API token" },
+    ]);
   });
 
   test("the README's configuration table has a row for every setting", () => {
