@@ -17,7 +17,7 @@ export const UserListEnvelope = t.Object({ data: t.Array(UserSchema), meta: List
 export const UserEnvelope = t.Object({ data: UserSchema });
 
 const userFields = {
-  name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters` }),
+  name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, pattern: "\\S", error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (a user needs a name)` }),
   email: t.String({ format: "email", maxLength: MAX_EMAIL_LENGTH, error: `must be an email address of at most ${MAX_EMAIL_LENGTH} characters` }),
 };
 

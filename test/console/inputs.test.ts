@@ -128,7 +128,7 @@ test("the users form drops the spaces around a name and an email; a name of spac
   await client.get("/console/users");
   const blank = await client.post("/console/users", { name: "   ", email: "blank@x.io" });
   const shownName = /<input [^>]*name="name"[^>]*>/.exec(blank.text)![0];
-  expect([answerOf(blank).notice, /value="([^"]*)"/.exec(shownName)?.[1] ?? ""]).toEqual(["name must be a string of 1 to 200 characters.", ""]);
+  expect([answerOf(blank).notice, /value="([^"]*)"/.exec(shownName)?.[1] ?? ""]).toEqual(["name must be a string of 1 to 200 characters, not spaces alone (a user needs a name).", ""]);
   expect((await client.post("/console/users", { name: "  Zoë Ng  ", email: " zoe@x.io " })).status).toBe(303);
   expect(await h.rt.db.all("SELECT name, email FROM users WHERE email IN ('blank@x.io', 'zoe@x.io')")).toEqual([{ name: "Zoë Ng", email: "zoe@x.io" }]);
 });

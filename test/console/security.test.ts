@@ -249,7 +249,7 @@ describe("bad input gets an answer, never a 500", () => {
       ["/console/tokens", { name: "\x1b[31mred" }, 422, "name must not contain control characters (U+001B at character 1)."],
       ["/console/tokens", { name: "csi\u009b31m" }, 422, "name must not contain control characters (U+009B at character 4)."],
       ["/console/users", { name: "Grace again", email: "GRACE@example.com" }, 409, "A user with email grace@example.com already exists."],
-      ["/console/users", { name: "", email: "x@example.com" }, 422, "name must be a string of 1 to 200 characters."],
+      ["/console/users", { name: "", email: "x@example.com" }, 422, "name must be a string of 1 to 200 characters, not spaces alone (a user needs a name)."],
     ];
     for (const [path, fields, status, message] of cases) {
       await client.get(path);

@@ -120,8 +120,8 @@ describe("command line: happy paths", () => {
     const refused = (detail: string) => ({ stdout: "", stderr: `crm: ${detail}\n`, code: 2 });
     const email = "email must be an email address of at most 254 characters";
     expect(await crm(["user", "create", "--name", "Ann", "--email", " ann@example.com "])).toEqual(refused(`${email}.`));
-    expect(await crm(["user", "create", "--name", "", "--email", "ann@example"])).toEqual(refused(`name must be a string of 1 to 200 characters; ${email}.`));
-    expect(await crm(["user", "create", "--name", "A".repeat(201), "--email", "ann@example.com"])).toEqual(refused("name must be a string of 1 to 200 characters."));
+    expect(await crm(["user", "create", "--name", "", "--email", "ann@example"])).toEqual(refused(`name must be a string of 1 to 200 characters, not spaces alone (a user needs a name); ${email}.`));
+    expect(await crm(["user", "create", "--name", "A".repeat(201), "--email", "ann@example.com"])).toEqual(refused("name must be a string of 1 to 200 characters, not spaces alone (a user needs a name)."));
     expect(await crm(["user", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
   });
 

@@ -206,7 +206,7 @@ describe("relations: errors", () => {
   test("users made twice with one email are refused", async () => {
     await createUser(h.rt.db, { name: "A", email: "a@crm.test" });
     await expect(createUser(h.rt.db, { name: "B", email: "A@CRM.TEST" })).rejects.toThrow("A user with email a@crm.test already exists.");
-    await expect(createUser(h.rt.db, { name: "", email: "b@crm.test" })).rejects.toThrow("name must be a string of 1 to 200 characters.");
+    await expect(createUser(h.rt.db, { name: "", email: "b@crm.test" })).rejects.toThrow("name must be a string of 1 to 200 characters, not spaces alone (a user needs a name).");
     await expect(createUser(h.rt.db, { name: "B", email: "b" })).rejects.toThrow("email must be an email address of at most 254 characters.");
   });
 });

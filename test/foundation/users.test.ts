@@ -36,13 +36,13 @@ describe("users: happy paths", () => {
     expect((await h.json("GET", `/public/v1/users/${user.id}`)).body).toEqual({ data: expected });
   });
 
-  test("a name is stored as given: the spaces around it kept, spaces alone a name", async () => {
+  test("a name is stored as given: the spaces around it kept (spaces alone are no name: users: errors)", async () => {
     const user = await h.json("POST", "/public/v1/users", { body: { name: "  Grace  ", email: "grace@navy.mil" } });
     const { id, created_at } = user.body.data;
     expect([user.status, user.body]).toEqual([201, { data: { id, name: "  Grace  ", email: "grace@navy.mil", created_at, updated_at: created_at } }]);
-    const blank = await h.json("PATCH", `/public/v1/users/${id}`, { body: { name: "   " } });
-    expect([blank.status, blank.body]).toEqual([200, { data: { id, name: "   ", email: "grace@navy.mil", created_at, updated_at: blank.body.data.updated_at } }]);
-    expect((await h.json("GET", `/public/v1/users/${id}`)).body).toEqual(blank.body);
+    const renamed = await h.json("PATCH", `/public/v1/users/${id}`, { body: { name: " Grace B. " } });
+    expect([renamed.status, renamed.body]).toEqual([200, { data: { id, name: " Grace B. ", email: "grace@navy.mil", created_at, updated_at: renamed.body.data.updated_at } }]);
+    expect((await h.json("GET", `/public/v1/users/${id}`)).body).toEqual(renamed.body);
   });
 
   test("an Idempotency-Key replays the creation with its Location", async () => {
@@ -62,11 +62,14 @@ describe("users: errors", () => {
     expect((await h.json("PATCH", `/public/v1/users/${alan.id}`, { body: { email: "grace@navy.mil" } })).body).toEqual(taken);
     expect((await h.json("POST", "/public/v1/users", { body: { name: "", email: "x" } })).body).toEqual(
       validation([
-        { pointer: "/name", detail: "must be a string of 1 to 200 characters" },
+        { pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (a user needs a name)" },
         { pointer: "/email", detail: "must be an email address of at most 254 characters" },
       ]),
     );
-    expect((await h.json("PATCH", `/public/v1/users/${alan.id}`, { body: { name: "x".repeat(201) } })).body).toEqual(validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters" }]));
+    expect((await h.json("PATCH", `/public/v1/users/${alan.id}`, { body: { name: "x".repeat(201) } })).body).toEqual(validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (a user needs a name)" }]));
+    const noName = validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (a user needs a name)" }]);
+    expect((await h.json("POST", "/public/v1/users", { body: { name: "   ", email: "blank@example.com" } })).body).toEqual(noName);
+    expect((await h.json("PATCH", `/public/v1/users/${alan.id}`, { body: { name: " \t " } })).body).toEqual(noName);
     const notFound = { type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No user with id "${MISSING}" exists.` };
     expect((await h.json("GET", `/public/v1/users/${MISSING}`)).body).toEqual(notFound);
     expect((await h.json("PATCH", `/public/v1/users/${MISSING}`, { body: { name: "X" } })).body).toEqual(notFound);
