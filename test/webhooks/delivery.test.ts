@@ -164,10 +164,13 @@ describe("webhook deliveries: failures and retries", () => {
     await h.subscribe(r.url, ["contact.created"]);
     await createContact();
     const [delivery] = await settledDeliveries(h);
-    expect(delivery).toMatchObject({ status: "succeeded", attempts: 2 });
-    const [first, second] = (await h.delivery(delivery.id)).attempt_history;
-    expect(first).toMatchObject({ response_status: null, response_body: null, error: "timed out after 150 ms without a complete response" });
-    expect(second).toMatchObject({ response_status: 200, error: null });
+    expect(delivery.status).toBe("succeeded");
+    // Usually 2 attempts; on a busy machine a retry can outlast 150 ms as well (a fresh-clone run
+    // beside other work recorded 3), so the first and the last are what the test holds to.
+    const history = (await h.delivery(delivery.id)).attempt_history;
+    expect(history.length).toBe(delivery.attempts);
+    expect(history[0]).toMatchObject({ response_status: null, response_body: null, error: "timed out after 150 ms without a complete response" });
+    expect(history.at(-1)).toMatchObject({ response_status: 200, error: null });
   });
 
   test("a 2xx whose body never ends is a failed attempt at the timeout (it covers reading the answer), and is retried", async () => {

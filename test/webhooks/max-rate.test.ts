@@ -60,7 +60,8 @@ async function expectPacedAtFive(receiver: TimingReceiver, subscriptionId: strin
   expect({ succeeded: count("succeeded"), failed: count("failed") }).toEqual(failures === "retried" ? { succeeded: BACKLOG, failed: 0 } : { succeeded: BACKLOG - 2, failed: 2 });
   const arrivals = await receiver.arrivals();
   expect(arrivals.length).toBe(expected);
-  expect(busiestSecond(arrivals)).toBe(5);
+  // 5 at most; 4 when a busy machine delays a send past its slot, which moves the later slots on.
+  expect(busiestSecond(arrivals)).toBeOneOf([4, 5]);
   // And on the whole: n requests at 5 a second take at least n - 1 intervals of 200 ms.
   expect(Math.max(...arrivals) - Math.min(...arrivals)).toBeGreaterThanOrEqual((expected - 1) * 200 - LOOPBACK_SLACK_MS);
 }
@@ -126,7 +127,7 @@ describe("max_rate: happy paths", () => {
         if (Date.now() > until) throw new Error("gave up waiting for 20 deliveries");
       }
       const paced = await receiver.arrivals();
-      expect(busiestSecond(paced)).toBe(5);
+      expect(busiestSecond(paced)).toBeOneOf([4, 5]);
       expect(Math.max(...paced) - Math.min(...paced)).toBeGreaterThanOrEqual(19 * 200 - LOOPBACK_SLACK_MS);
 
       const uncapped = await h.json("PATCH", path, { body: { max_rate: null, description: "uncapped" } });
