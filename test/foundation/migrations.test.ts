@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
+import { withdrawKeptAnswers } from "../../server/idempotency/service.ts";
 import { findIdempotencyRecord, upsertIdempotencyRecord } from "../../server/idempotency/store.ts";
 import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
@@ -147,8 +148,8 @@ describe("migrations: data, idempotency records", () => {
     expect(await findIdempotencyRecord(db, scope("k-later"), 0)).toEqual({ fingerprint: new Uint8Array([1, 2, 3]), status: 201, response_body: '{"data":{"id":"con_later"}}', created_at: 2000 });
     expect(await findIdempotencyRecord(db, scope("k-earlier"), 1500)).toBeNull();
     // the key is still the primary key: saving under it again replaces its record, a new key is appended
-    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-earlier"), new Uint8Array([7]), 201, '{"data":{"id":"con_again"}}', 3000));
-    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-new"), new Uint8Array([8]), 201, '{"data":{"id":"con_new"}}', 4000));
+    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-earlier"), new Uint8Array([7]), 201, '{"data":{"id":"con_again"}}', "con_again", 3000));
+    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-new"), new Uint8Array([8]), 201, '{"data":{"id":"con_new"}}', "con_new", 4000));
     expect(db.sqlite.query("SELECT idem_key, created_at FROM idempotency_keys ORDER BY rowid").all()).toEqual([
       { idem_key: "k-earlier", created_at: 3000 },
       { idem_key: "k-later", created_at: 2000 },
@@ -156,6 +157,33 @@ describe("migrations: data, idempotency records", () => {
     ]);
     const plan = db.sqlite.query<{ detail: string }, []>("EXPLAIN QUERY PLAN SELECT status FROM idempotency_keys WHERE token_id = 'a' AND method = 'b' AND path = 'c' AND idem_key = 'd'").all();
     expect(plan.map((p) => p.detail)).toEqual(["SEARCH idempotency_keys USING INDEX sqlite_autoindex_idempotency_keys_1 (token_id=? AND method=? AND path=? AND idem_key=?)"]);
+  });
+});
+
+describe("migrations: data, kept answers by resource", () => {
+  test("0030 records the resource each kept answer shows, and a delete withdraws them through its index", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0030_kept_answers_by_resource.sql");
+    expect(version).toBeGreaterThan(0);
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const insert = db.sqlite.query("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES ('tok_1', 'POST', ?, ?, x'01', ?, ?, 1)");
+    insert.run("/public/v1/contacts", "create", 201, '{"data":{"id":"con_a","email":"a@example.com"}}');
+    insert.run("/public/v1/contacts/con_a/tags", "tag", 200, '{"data":{"id":"con_a","tags":["t"]}}');
+    insert.run("/public/v1/contacts/batch", "batch", 200, '{"data":[{"status":"created","id":"con_b"}]}');
+    insert.run("/public/v1/contacts", "reserved", 0, "");
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(db.sqlite.query("SELECT idem_key, resource_id FROM idempotency_keys ORDER BY idem_key").all()).toEqual([
+      { idem_key: "batch", resource_id: null },
+      { idem_key: "create", resource_id: "con_a" },
+      { idem_key: "reserved", resource_id: null },
+      { idem_key: "tag", resource_id: "con_a" },
+    ]);
+    await db.write((tx) => withdrawKeptAnswers(tx, "contact", "con_a"));
+    expect(db.sqlite.query("SELECT idem_key, status, response_body FROM idempotency_keys WHERE resource_id IS NOT NULL ORDER BY idem_key").all()).toEqual([
+      { idem_key: "create", status: 410, response_body: '{"resource":"contact","id":"con_a"}' },
+      { idem_key: "tag", status: 410, response_body: '{"resource":"contact","id":"con_a"}' },
+    ]);
+    const plan = db.sqlite.query<{ detail: string }, []>("EXPLAIN QUERY PLAN UPDATE idempotency_keys SET status = 410 WHERE resource_id = 'con_a'").all();
+    expect(plan.map((p) => p.detail)).toEqual(["SEARCH idempotency_keys USING INDEX idempotency_keys_resource (resource_id=?)"]);
   });
 });
 
