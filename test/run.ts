@@ -20,6 +20,7 @@ const SQLITE_ONLY = new Set([
   "foundation/migrations.test.ts",
   "foundation/index-use.test.ts",
   "foundation/name-index.test.ts",
+  "foundation/deleted-in-file.test.ts",
   "foundation/write-queue.test.ts",
   "foundation/slow-list-lane.test.ts",
   "foundation/cli.test.ts",

@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
+import { indexWaitingNames } from "../../server/contacts/store.ts";
 import { withdrawKeptAnswers } from "../../server/idempotency/service.ts";
 import { findIdempotencyRecord, upsertIdempotencyRecord } from "../../server/idempotency/store.ts";
 import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
@@ -67,12 +68,13 @@ describe("migrations: happy paths", () => {
     expect(db.sqlite.query("SELECT x FROM mig_a ORDER BY x").all()).toEqual([{ x: 1 }, { x: 2 }]);
   });
 
-  test("the database is opened with WAL, synced commits, foreign keys, a busy timeout (SQLite's own for migrations, the writes' own on timers) and a larger page cache", () => {
+  test("the database is opened with WAL, synced commits, foreign keys, a busy timeout (SQLite's own for migrations, the writes' own on timers), a larger page cache and deleted content overwritten where no extra write is needed", () => {
     expect(db.sqlite.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
     expect(db.sqlite.query("PRAGMA foreign_keys").get()).toEqual({ foreign_keys: 1 });
     expect([db.sqlite.query("PRAGMA busy_timeout").get(), db.waitingForLocks((writer) => writer.query("PRAGMA busy_timeout").get()), db.lockWaitMs]).toEqual([{ timeout: 0 }, { timeout: 5000 }, 5000]);
     expect(db.sqlite.query("PRAGMA synchronous").get()).toEqual({ synchronous: 2 }); // FULL: commits are synced
     expect((db.sqlite.query("PRAGMA cache_size").get() as { cache_size: number }).cache_size).toBeLessThanOrEqual(-16000);
+    expect(db.sqlite.query("PRAGMA secure_delete").get()).toEqual({ secure_delete: 2 }); // FAST
   });
 });
 
@@ -292,6 +294,25 @@ describe("migrations: data, the name search", () => {
     ]);
     db.sqlite.run("UPDATE contacts SET first_name = 'Ada ', last_name = NULL WHERE id = 'c4'");
     expect(indexed()[3]).toEqual({ id: "c4", full_name: "Ada " });
+  });
+});
+
+describe("migrations: data, the name index's deleted names", () => {
+  test("0031 drops the names deleted before it from the index's segments, and from then on a delete leaves none", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0031_name_index_secure_delete.sql");
+    expect(version).toBeGreaterThan(0);
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const segmentsHolding = (trigram: string) => db.sqlite.query<{ n: number }, [string]>("SELECT count(*) AS n FROM contacts_full_name_data WHERE instr(block, CAST(? AS BLOB)) > 0").get(trigram)!.n;
+    const insert = db.sqlite.query("INSERT INTO contacts (id, first_name, last_name, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)");
+    insert.run("con_a", "Qxzvwk", "Jjyhpf");
+    insert.run("con_b", "Fgbmuy", "Dkcoev");
+    await db.write((tx) => indexWaitingNames(tx));
+    db.sqlite.run("DELETE FROM contacts WHERE id = 'con_a'");
+    expect([segmentsHolding("qxz"), segmentsHolding("fgb")]).toEqual([2, 1]);
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect([segmentsHolding("qxz"), segmentsHolding("fgb")]).toEqual([0, 1]);
+    db.sqlite.run("DELETE FROM contacts WHERE id = 'con_b'");
+    expect([segmentsHolding("qxz"), segmentsHolding("fgb")]).toEqual([0, 0]);
   });
 });
 
