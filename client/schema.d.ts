@@ -833,7 +833,7 @@ export interface components {
              * @description URN naming the error kind; README's Problem types table says what each means and what to do
              * @enum {string}
              */
-            type: "urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-newer" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready";
+            type: "urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:replay-resource-deleted" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-newer" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready";
             title: string;
             status: number;
             detail: string;
@@ -1508,6 +1508,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
             412: {
                 headers: {
@@ -2150,6 +2159,15 @@ export interface operations {
                 };
             };
             /** @description RFC 9457 problem details (application/problem+json) */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
                     /** @description The version stored now, to read again and retry. */
@@ -2368,6 +2386,15 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            410: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2657,6 +2684,15 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            410: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

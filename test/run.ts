@@ -21,6 +21,7 @@ const SQLITE_ONLY = new Set([
   "foundation/index-use.test.ts",
   "foundation/name-index.test.ts",
   "foundation/name-window.test.ts",
+  "foundation/deleted-in-file.test.ts",
   "foundation/write-queue.test.ts",
   "foundation/slow-list-lane.test.ts",
   "foundation/cli.test.ts",

@@ -31,7 +31,7 @@ export function accountRoutes(rt: Runtime) {
       body: AccountInput,
       headers: IdempotencyKeyHeader,
       beforeHandle: refuseEntityTags("A new account has no version yet"),
-      response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+      response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },
       detail: { operationId: "createAccount", summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids. Sends account.created.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, ACCOUNT_BATCH, BATCH_DOC))

@@ -7,7 +7,7 @@ import { schemaChecker } from "../http/schema-errors.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
-import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { canonicalJson, saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { notBefore, toTimestamp } from "../shared/time.ts";
@@ -184,8 +184,8 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
 
 /**
  * deleteAccount removes an account in one commit: its contacts stay and lose the link (each sends
- * contact.updated), then the account's tombstone and account.deleted. A stored version that does
- * not meet `condition` is 412, and nothing changes.
+ * contact.updated), the kept answers showing it are withdrawn, then the account's tombstone and
+ * account.deleted. A stored version that does not meet `condition` is 412, and nothing changes.
  */
 export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null = null): Promise<void> {
   return rt.db.write(async (tx) => {
@@ -195,6 +195,7 @@ export async function deleteAccount(rt: Runtime, id: string, condition: VersionC
     refuseUnmetCondition(condition, "account", id, current.version);
     await detachAccountFromContacts(tx, id, now);
     await deleteAccountRow(tx, id);
+    await withdrawKeptAnswers(tx, "account", id);
     await insertTombstone(tx, "account", id, now);
     await recordEvent(tx, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });

@@ -44,7 +44,7 @@ export function contactRoutes(rt: Runtime) {
       headers: IdempotencyKeyHeader,
       beforeHandle: refuseEntityTags("A new contact has no version yet"),
       // Documented, not re-checked (as the list): the body is toContact's, whose shape the tests pin.
-      response: { 201: serialisedResponse(ContactEnvelope), ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+      response: { 201: serialisedResponse(ContactEnvelope), ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },
       detail: { operationId: "createContact", summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, CONTACT_BATCH, BATCH_DOC))
@@ -105,7 +105,7 @@ export function contactRoutes(rt: Runtime) {
       params: ContactId,
       body: ContactAccountInput,
       headers: IdempotentConditionHeaders,
-      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
+      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 410, 412, 413, 415, 422) },
       detail: {
         operationId: "addContactAccount",
         summary: "Link a contact to an account",
@@ -130,7 +130,7 @@ export function contactRoutes(rt: Runtime) {
       params: ContactId,
       body: ContactTagInput,
       headers: IdempotentConditionHeaders,
-      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
+      response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 410, 412, 413, 415, 422) },
       detail: {
         operationId: "addContactTag",
         summary: "Tag a contact",

@@ -10,7 +10,7 @@ import { schemaChecker } from "../http/schema-errors.ts";
 import { toJsonText, type JsonText } from "../http/json-text.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
-import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { canonicalJson, saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { notBefore, toTimestamp } from "../shared/time.ts";
@@ -385,7 +385,7 @@ async function upsertContact(db: Db, input: ContactInput, now: number, options: 
 /** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else email. */
 export const CONTACT_BATCH: BatchKind<ContactInput, ContactBatchOptions> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
-/** deleteContact removes a contact (if the stored version meets `condition`, else 412) and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
+/** deleteContact removes a contact (if the stored version meets `condition`, else 412), withdraws the kept answers showing it, and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
 export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null = null): Promise<void> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
@@ -393,6 +393,7 @@ export async function deleteContact(rt: Runtime, id: string, condition: VersionC
     if (!current) throw notFound("contact", id);
     refuseUnmetCondition(condition, "contact", id, current.version);
     if (!(await deleteContactRow(tx, id))) throw notFound("contact", id);
+    await withdrawKeptAnswers(tx, "contact", id);
     await insertTombstone(tx, "contact", id, now);
     await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });

@@ -30,6 +30,8 @@ import operatorLastSeen from "../../migrations/0026_operator_last_seen.sql" with
 import fullNameAsReturned from "../../migrations/0027_full_name_as_returned.sql" with { type: "text" };
 import signInThrottleWithoutEmails from "../../migrations/0028_sign_in_throttle_without_emails.sql" with { type: "text" };
 import secretRotationTest from "../../migrations/0029_secret_rotation_test.sql" with { type: "text" };
+import keptAnswersByResource from "../../migrations/0030_kept_answers_by_resource.sql" with { type: "text" };
+import nameIndexSecureDelete from "../../migrations/0031_name_index_secure_delete.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -78,6 +80,8 @@ export const MIGRATIONS: Migration[] = [
   { version: 27, name: "0027_full_name_as_returned.sql", sql: fullNameAsReturned },
   { version: 28, name: "0028_sign_in_throttle_without_emails.sql", sql: signInThrottleWithoutEmails },
   { version: 29, name: "0029_secret_rotation_test.sql", sql: secretRotationTest },
+  { version: 30, name: "0030_kept_answers_by_resource.sql", sql: keptAnswersByResource },
+  { version: 31, name: "0031_name_index_secure_delete.sql", sql: nameIndexSecureDelete },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -14,6 +14,7 @@ import operatorLastSeen from "../../migrations/postgres/0026_operator_last_seen.
 import fullNameAsReturned from "../../migrations/postgres/0027_full_name_as_returned.sql" with { type: "text" };
 import signInThrottleWithoutEmails from "../../migrations/postgres/0028_sign_in_throttle_without_emails.sql" with { type: "text" };
 import secretRotationTest from "../../migrations/postgres/0029_secret_rotation_test.sql" with { type: "text" };
+import keptAnswersByResource from "../../migrations/postgres/0030_kept_answers_by_resource.sql" with { type: "text" };
 import type { PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -46,6 +47,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 27, name: "0027_full_name_as_returned.sql", sql: fullNameAsReturned },
   { version: 28, name: "0028_sign_in_throttle_without_emails.sql", sql: signInThrottleWithoutEmails },
   { version: 29, name: "0029_secret_rotation_test.sql", sql: secretRotationTest },
+  { version: 30, name: "0030_kept_answers_by_resource.sql", sql: keptAnswersByResource },
 ];
 
 /**

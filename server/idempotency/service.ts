@@ -9,8 +9,11 @@ import {
   releaseIdempotencyKey,
   reserveIdempotencyKey,
   upsertIdempotencyRecord,
+  withdrawIdempotencyRecordsOf,
+  WITHDRAWN_STATUS,
   type IdempotencyKeyId,
   type IdempotencyRow,
+  type WithdrawnAnswer,
 } from "./store.ts";
 
 /** IDEMPOTENCY_RETENTION_MS is how long a finished response is replayed (24 hours). */
@@ -60,6 +63,18 @@ function fingerprintOf(body: unknown): Uint8Array {
 /** RELEASE_RETRY_MS is how often a reservation that could not be given back is tried again. */
 const RELEASE_RETRY_MS = 1000;
 
+/** resourceDeleted is the 410 a replay answers once the resource its kept answer showed was deleted (withdrawKeptAnswers). */
+function resourceDeleted({ resource, id }: WithdrawnAnswer): ProblemError {
+  return new ProblemError(
+    410,
+    "replay-resource-deleted",
+    `The answer kept for this Idempotency-Key showed ${resource} ${id}, which has been deleted since, so it is not shown again. The request was made once and is not made again; a new request needs a new key.`,
+    undefined,
+    {},
+    { [`${resource}_id`]: id },
+  );
+}
+
 const inUse = () =>
   new ProblemError(409, "idempotency-key-in-use", "A request with this Idempotency-Key is still being processed. Retry after it finishes.", undefined, { "retry-after": "1" });
 
@@ -75,11 +90,12 @@ export class IdempotencyGuard {
 
   constructor(private readonly db: Db) {}
 
-  /** replay answers a finished request's stored response, or 422 when the body differs. */
+  /** replay answers a finished request's stored response, or 422 when the body differs, or 410 when the resource it showed was deleted. */
   private replay<T>(stored: IdempotencyRow, scope: IdempotencyScope): IdempotentResult<T> {
     if (!sameBytes(stored.fingerprint, scope.fingerprint)) {
       throw new ProblemError(422, "idempotency-key-reused", "This Idempotency-Key was already used with a different request body. Use a new key for a different request.");
     }
+    if (stored.status === WITHDRAWN_STATUS) throw resourceDeleted(JSON.parse(stored.response_body) as WithdrawnAnswer);
     return { status: stored.status, body: JSON.parse(stored.response_body) as T, replayed: true };
   }
 
@@ -158,10 +174,27 @@ export class IdempotencyGuard {
 export async function keepIdempotentResponse(db: Db, scope: IdempotencyScope | null, status: number, body: unknown, now = Date.now()): Promise<boolean> {
   if (!scope) return true;
   const text = JSON.stringify(body);
-  if (scope.reservedAt === undefined) await upsertIdempotencyRecord(db, scope, scope.fingerprint, status, text, now);
-  else if (!(await completeIdempotencyReservation(db, scope, scope.reservedAt, status, text, now))) return false;
+  const resourceId = shownResourceId(body);
+  if (scope.reservedAt === undefined) await upsertIdempotencyRecord(db, scope, scope.fingerprint, status, text, resourceId, now);
+  else if (!(await completeIdempotencyReservation(db, scope, scope.reservedAt, status, text, resourceId, now))) return false;
   scope.saved = true;
   return true;
+}
+
+/** shownResourceId is the id of the one resource an answer shows ({data: {id}}), or null (a batch's results, say). */
+function shownResourceId(body: unknown): string | null {
+  const id = (body as { data?: { id?: unknown } } | null)?.data?.id;
+  return typeof id === "string" ? id : null;
+}
+
+/**
+ * withdrawKeptAnswers replaces, inside the transaction of a contact's or account's delete, every
+ * kept answer showing its record (a create's, a tag or account link added) with a note of the
+ * deletion, which a replay answers with 410 replay-resource-deleted: nothing of the record is
+ * handed out after its delete, and the key stays taken, so a retried create is not made again.
+ */
+export async function withdrawKeptAnswers(db: Db, resource: "contact" | "account", id: string): Promise<void> {
+  await withdrawIdempotencyRecordsOf(db, { resource, id });
 }
 
 /**

@@ -22,17 +22,29 @@ export function findIdempotencyRecord(db: Db, id: IdempotencyKeyId, since: numbe
   );
 }
 
-/** upsertIdempotencyRecord saves a finished response for a key (replacing an expired one). */
-export async function upsertIdempotencyRecord(db: Db, id: IdempotencyKeyId, fingerprint: Uint8Array, status: number, body: string, now: number): Promise<void> {
+/** upsertIdempotencyRecord saves a finished response for a key (replacing an expired one), with the id of the resource it shows, if one. */
+export async function upsertIdempotencyRecord(db: Db, id: IdempotencyKeyId, fingerprint: Uint8Array, status: number, body: string, resourceId: string | null, now: number): Promise<void> {
   await db.run(
-    `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-     ON CONFLICT (token_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, response_body = excluded.response_body, created_at = excluded.created_at`,
-    [id.tokenId, id.method, id.path, id.key, fingerprint, status, body, now],
+    `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, resource_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+     ON CONFLICT (token_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, response_body = excluded.response_body, resource_id = excluded.resource_id, created_at = excluded.created_at`,
+    [id.tokenId, id.method, id.path, id.key, fingerprint, status, body, resourceId, now],
   );
 }
 
 /** IN_FLIGHT_STATUS marks a reservation: a request holding the key that has not finished (no HTTP status is 0). */
 export const IN_FLIGHT_STATUS = 0;
+
+/**
+ * WITHDRAWN_STATUS marks an answer withdrawn when the resource it showed was deleted (no kept
+ * answer is a 410 otherwise: refusals are not kept); its body is a WithdrawnAnswer.
+ */
+export const WITHDRAWN_STATUS = 410;
+
+/** WithdrawnAnswer is what a withdrawn answer keeps: which resource was deleted, and nothing of it. */
+export interface WithdrawnAnswer {
+  resource: string;
+  id: string;
+}
 
 /**
  * reserveIdempotencyKey stores a reservation of the key for a request about to run, unless a
@@ -55,11 +67,11 @@ export async function reserveIdempotencyKey(db: Db, id: IdempotencyKeyId, finger
  * `reservedAt`, and tells whether that reservation was still there: not taken over as stale by a
  * retry of the key, nor given back.
  */
-export async function completeIdempotencyReservation(db: Db, id: IdempotencyKeyId, reservedAt: number, status: number, body: string, now: number): Promise<boolean> {
+export async function completeIdempotencyReservation(db: Db, id: IdempotencyKeyId, reservedAt: number, status: number, body: string, resourceId: string | null, now: number): Promise<boolean> {
   const saved = await db.run(
-    `UPDATE idempotency_keys SET status = ?, response_body = ?, created_at = ?
+    `UPDATE idempotency_keys SET status = ?, response_body = ?, resource_id = ?, created_at = ?
      WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = ${IN_FLIGHT_STATUS} AND created_at = ?`,
-    [status, body, now, id.tokenId, id.method, id.path, id.key, reservedAt],
+    [status, body, resourceId, now, id.tokenId, id.method, id.path, id.key, reservedAt],
   );
   return saved > 0;
 }
@@ -70,6 +82,14 @@ export async function releaseIdempotencyKey(db: Db, id: IdempotencyKeyId, reserv
     `DELETE FROM idempotency_keys WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = ${IN_FLIGHT_STATUS} AND created_at = ?`,
     [id.tokenId, id.method, id.path, id.key, reservedAt],
   );
+}
+
+/**
+ * withdrawIdempotencyRecordsOf replaces every kept answer showing the resource (found by the index
+ * of resource_id) with a WithdrawnAnswer naming it, keeping the key, its fingerprint and its age.
+ */
+export function withdrawIdempotencyRecordsOf(db: Db, withdrawn: WithdrawnAnswer): Promise<number> {
+  return db.run(`UPDATE idempotency_keys SET status = ${WITHDRAWN_STATUS}, response_body = ? WHERE resource_id = ?`, [JSON.stringify(withdrawn), withdrawn.id]);
 }
 
 /** deleteIdempotencyRecordsBefore prunes records older than the cutoff and returns how many went. */

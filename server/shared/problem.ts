@@ -68,6 +68,7 @@ export const PROBLEM_TYPES = [
   "delivery-in-progress",
   "deletions-expired",
   "replay-secret-lost",
+  "replay-resource-deleted",
   "precondition-failed",
   "body-too-large",
   "uri-too-long",

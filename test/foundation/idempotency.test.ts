@@ -211,3 +211,56 @@ describe("idempotency: the path's spelling", () => {
     expect(await storedKeys()).toBe(1);
   });
 });
+
+describe("idempotency: the answers kept of a contact or account deleted since", () => {
+  const gone = (resource: "contact" | "account", id: string) => ({
+    type: "urn:crm:problem:replay-resource-deleted",
+    title: "Gone",
+    status: 410,
+    detail: `The answer kept for this Idempotency-Key showed ${resource} ${id}, which has been deleted since, so it is not shown again. The request was made once and is not made again; a new request needs a new key.`,
+    [`${resource}_id`]: id,
+  });
+  const keptAnswers = () => h.rt.db.all<{ idem_key: string; status: number; response_body: string }>("SELECT idem_key, status, response_body FROM idempotency_keys ORDER BY idem_key");
+
+  test("a contact's create, tag and account link replay 410 replay-resource-deleted once it is deleted, the rows keep nothing of it, and the create is not made again", async () => {
+    const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data;
+    const body = { email: "Erase.Me@Example.com", first_name: "Ermintrude", phone: "+15550004242", custom_fields: { diagnosis: "secret-cf-value" } };
+    const created = await h.json("POST", "/public/v1/contacts", { body, headers: { "idempotency-key": "create-1" } });
+    const id = created.body.data.id as string;
+    const tag = { path: `/public/v1/contacts/${id}/tags`, body: { tag: "t2" }, key: "tag-1" };
+    const link = { path: `/public/v1/contacts/${id}/accounts`, body: { account_id: account.id }, key: "link-1" };
+    for (const post of [tag, link]) expect((await h.json("POST", post.path, { body: post.body, headers: { "idempotency-key": post.key } })).status).toBe(200);
+    const other = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Kept" }, headers: { "idempotency-key": "other-1" } });
+    expect((await h.request("DELETE", `/public/v1/contacts/${id}`)).status).toBe(204);
+
+    for (const post of [{ path: "/public/v1/contacts", body, key: "create-1" }, tag, link]) {
+      const replay = await h.json("POST", post.path, { body: post.body, headers: { "idempotency-key": post.key } });
+      expect([replay.status, replay.headers.get("content-type"), replay.headers.get("idempotent-replayed"), replay.headers.get("location"), replay.headers.get("etag")]).toEqual([410, "application/problem+json", null, null, null]);
+      expect(replay.body).toEqual(gone("contact", id));
+    }
+    // Another body under the key is still another request.
+    expectProblem(await h.json("POST", "/public/v1/contacts", { body: { first_name: "Else" }, headers: { "idempotency-key": "create-1" } }), 422, "idempotency-key-reused");
+    expect(await contactCount(h)).toBe(1);
+    const otherReplay = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Kept" }, headers: { "idempotency-key": "other-1" } });
+    expect([otherReplay.status, otherReplay.body]).toEqual([201, other.body]);
+
+    const withdrawn = JSON.stringify({ resource: "contact", id });
+    expect(await keptAnswers()).toEqual([
+      { idem_key: "create-1", status: 410, response_body: withdrawn },
+      { idem_key: "link-1", status: 410, response_body: withdrawn },
+      { idem_key: "other-1", status: 201, response_body: JSON.stringify(other.body) },
+      { idem_key: "tag-1", status: 410, response_body: withdrawn },
+    ]);
+  });
+
+  test("an account's create replays 410 replay-resource-deleted once it is deleted, and its row keeps nothing of it", async () => {
+    const body = { name: "Secret Clinic", domain: "secret-clinic.example" };
+    const created = await h.json("POST", "/public/v1/accounts", { body, headers: { "idempotency-key": "acc-1" } });
+    const id = created.body.data.id as string;
+    expect((await h.request("DELETE", `/public/v1/accounts/${id}`)).status).toBe(204);
+    const replay = await h.json("POST", "/public/v1/accounts", { body, headers: { "idempotency-key": "acc-1" } });
+    expect([replay.status, replay.headers.get("idempotent-replayed"), replay.body]).toEqual([410, null, gone("account", id)]);
+    expect(await accountCount()).toBe(0);
+    expect(await keptAnswers()).toEqual([{ idem_key: "acc-1", status: 410, response_body: JSON.stringify({ resource: "account", id }) }]);
+  });
+});

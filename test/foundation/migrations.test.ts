@@ -3,6 +3,8 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
+import { indexWaitingNames } from "../../server/contacts/store.ts";
+import { withdrawKeptAnswers } from "../../server/idempotency/service.ts";
 import { findIdempotencyRecord, upsertIdempotencyRecord } from "../../server/idempotency/store.ts";
 import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
@@ -66,12 +68,13 @@ describe("migrations: happy paths", () => {
     expect(db.sqlite.query("SELECT x FROM mig_a ORDER BY x").all()).toEqual([{ x: 1 }, { x: 2 }]);
   });
 
-  test("the database is opened with WAL, synced commits, foreign keys, a busy timeout (SQLite's own for migrations, the writes' own on timers) and a larger page cache", () => {
+  test("the database is opened with WAL, synced commits, foreign keys, a busy timeout (SQLite's own for migrations, the writes' own on timers), a larger page cache and deleted content overwritten where no extra write is needed", () => {
     expect(db.sqlite.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
     expect(db.sqlite.query("PRAGMA foreign_keys").get()).toEqual({ foreign_keys: 1 });
     expect([db.sqlite.query("PRAGMA busy_timeout").get(), db.waitingForLocks((writer) => writer.query("PRAGMA busy_timeout").get()), db.lockWaitMs]).toEqual([{ timeout: 0 }, { timeout: 5000 }, 5000]);
     expect(db.sqlite.query("PRAGMA synchronous").get()).toEqual({ synchronous: 2 }); // FULL: commits are synced
     expect((db.sqlite.query("PRAGMA cache_size").get() as { cache_size: number }).cache_size).toBeLessThanOrEqual(-16000);
+    expect(db.sqlite.query("PRAGMA secure_delete").get()).toEqual({ secure_delete: 2 }); // FAST
   });
 });
 
@@ -147,8 +150,8 @@ describe("migrations: data, idempotency records", () => {
     expect(await findIdempotencyRecord(db, scope("k-later"), 0)).toEqual({ fingerprint: new Uint8Array([1, 2, 3]), status: 201, response_body: '{"data":{"id":"con_later"}}', created_at: 2000 });
     expect(await findIdempotencyRecord(db, scope("k-earlier"), 1500)).toBeNull();
     // the key is still the primary key: saving under it again replaces its record, a new key is appended
-    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-earlier"), new Uint8Array([7]), 201, '{"data":{"id":"con_again"}}', 3000));
-    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-new"), new Uint8Array([8]), 201, '{"data":{"id":"con_new"}}', 4000));
+    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-earlier"), new Uint8Array([7]), 201, '{"data":{"id":"con_again"}}', "con_again", 3000));
+    await db.write((tx) => upsertIdempotencyRecord(tx, scope("k-new"), new Uint8Array([8]), 201, '{"data":{"id":"con_new"}}', "con_new", 4000));
     expect(db.sqlite.query("SELECT idem_key, created_at FROM idempotency_keys ORDER BY rowid").all()).toEqual([
       { idem_key: "k-earlier", created_at: 3000 },
       { idem_key: "k-later", created_at: 2000 },
@@ -156,6 +159,33 @@ describe("migrations: data, idempotency records", () => {
     ]);
     const plan = db.sqlite.query<{ detail: string }, []>("EXPLAIN QUERY PLAN SELECT status FROM idempotency_keys WHERE token_id = 'a' AND method = 'b' AND path = 'c' AND idem_key = 'd'").all();
     expect(plan.map((p) => p.detail)).toEqual(["SEARCH idempotency_keys USING INDEX sqlite_autoindex_idempotency_keys_1 (token_id=? AND method=? AND path=? AND idem_key=?)"]);
+  });
+});
+
+describe("migrations: data, kept answers by resource", () => {
+  test("0030 records the resource each kept answer shows, and a delete withdraws them through its index", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0030_kept_answers_by_resource.sql");
+    expect(version).toBeGreaterThan(0);
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const insert = db.sqlite.query("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES ('tok_1', 'POST', ?, ?, x'01', ?, ?, 1)");
+    insert.run("/public/v1/contacts", "create", 201, '{"data":{"id":"con_a","email":"a@example.com"}}');
+    insert.run("/public/v1/contacts/con_a/tags", "tag", 200, '{"data":{"id":"con_a","tags":["t"]}}');
+    insert.run("/public/v1/contacts/batch", "batch", 200, '{"data":[{"status":"created","id":"con_b"}]}');
+    insert.run("/public/v1/contacts", "reserved", 0, "");
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(db.sqlite.query("SELECT idem_key, resource_id FROM idempotency_keys ORDER BY idem_key").all()).toEqual([
+      { idem_key: "batch", resource_id: null },
+      { idem_key: "create", resource_id: "con_a" },
+      { idem_key: "reserved", resource_id: null },
+      { idem_key: "tag", resource_id: "con_a" },
+    ]);
+    await db.write((tx) => withdrawKeptAnswers(tx, "contact", "con_a"));
+    expect(db.sqlite.query("SELECT idem_key, status, response_body FROM idempotency_keys WHERE resource_id IS NOT NULL ORDER BY idem_key").all()).toEqual([
+      { idem_key: "create", status: 410, response_body: '{"resource":"contact","id":"con_a"}' },
+      { idem_key: "tag", status: 410, response_body: '{"resource":"contact","id":"con_a"}' },
+    ]);
+    const plan = db.sqlite.query<{ detail: string }, []>("EXPLAIN QUERY PLAN UPDATE idempotency_keys SET status = 410 WHERE resource_id = 'con_a'").all();
+    expect(plan.map((p) => p.detail)).toEqual(["SEARCH idempotency_keys USING INDEX idempotency_keys_resource (resource_id=?)"]);
   });
 });
 
@@ -264,6 +294,25 @@ describe("migrations: data, the name search", () => {
     ]);
     db.sqlite.run("UPDATE contacts SET first_name = 'Ada ', last_name = NULL WHERE id = 'c4'");
     expect(indexed()[3]).toEqual({ id: "c4", full_name: "Ada " });
+  });
+});
+
+describe("migrations: data, the name index's deleted names", () => {
+  test("0031 drops the names deleted before it from the index's segments, and from then on a delete leaves none", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0031_name_index_secure_delete.sql");
+    expect(version).toBeGreaterThan(0);
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const segmentsHolding = (trigram: string) => db.sqlite.query<{ n: number }, [string]>("SELECT count(*) AS n FROM contacts_full_name_data WHERE instr(block, CAST(? AS BLOB)) > 0").get(trigram)!.n;
+    const insert = db.sqlite.query("INSERT INTO contacts (id, first_name, last_name, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)");
+    insert.run("con_a", "Qxzvwk", "Jjyhpf");
+    insert.run("con_b", "Fgbmuy", "Dkcoev");
+    await db.write((tx) => indexWaitingNames(tx));
+    db.sqlite.run("DELETE FROM contacts WHERE id = 'con_a'");
+    expect([segmentsHolding("qxz"), segmentsHolding("fgb")]).toEqual([2, 1]);
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect([segmentsHolding("qxz"), segmentsHolding("fgb")]).toEqual([0, 1]);
+    db.sqlite.run("DELETE FROM contacts WHERE id = 'con_b'");
+    expect([segmentsHolding("qxz"), segmentsHolding("fgb")]).toEqual([0, 0]);
   });
 });
 

@@ -61,7 +61,7 @@ async function lostKeyDirectory(): Promise<{ dataDir: string; token: string; sub
     expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
     // The console's create form keeps its answer, secret sealed, under its own path, as the API's create does.
     const db = new Database(join(dataDir, "crm.sqlite"));
-    db.run("INSERT INTO idempotency_keys SELECT token_id, method, ?, 'form-1', fingerprint, status, response_body, created_at FROM idempotency_keys WHERE idem_key = 'sub-1'", [CONSOLE_SUBSCRIPTION_FORM_PATH]);
+    db.run("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, resource_id, created_at) SELECT token_id, method, ?, 'form-1', fingerprint, status, response_body, resource_id, created_at FROM idempotency_keys WHERE idem_key = 'sub-1'", [CONSOLE_SUBSCRIPTION_FORM_PATH]);
     db.close();
     rmSync(join(dataDir, "secrets.key"));
     return { dataDir, token, subscriptionId: id, deliveryId: deliveries.body.data[0].id };

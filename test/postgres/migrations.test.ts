@@ -161,6 +161,25 @@ describe("postgres migrations: data, sign-in throttle", () => {
   });
 });
 
+describe("postgres migrations: data, kept answers by resource", () => {
+  test("0030 records the resource each kept answer shows, none for a batch's or a reservation", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 30));
+    await old.write((tx) =>
+      tx.script(`INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES
+        ('tok_1', 'POST', '/public/v1/contacts', 'create', '\\x01', 201, '{"data":{"id":"con_a","email":"a@example.com"}}', 1),
+        ('tok_1', 'POST', '/public/v1/contacts/batch', 'batch', '\\x01', 200, '{"data":[{"status":"created","id":"con_b"}]}', 1),
+        ('tok_1', 'POST', '/public/v1/contacts', 'reserved', '\\x01', 0, '', 1);`),
+    );
+    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 30).map((m) => m.name));
+    expect(await old.all("SELECT idem_key, resource_id FROM idempotency_keys ORDER BY idem_key")).toEqual([
+      { idem_key: "batch", resource_id: null },
+      { idem_key: "create", resource_id: "con_a" },
+      { idem_key: "reserved", resource_id: null },
+    ]);
+  });
+});
+
 describe("postgres migrations: data, the name search", () => {
   test("0027 makes the searched full_name the one the API returns, outer spaces included, searched through the trigram index again", async () => {
     const old = await freshPostgres();
