@@ -33,6 +33,8 @@ import {
   insertSession,
   listOperators,
   listPendingInvites,
+  pullBackLoginFailures,
+  pullBackSignInTurns,
   recordLoginFailure,
   replaceOperatorLink,
   addSetupCode,
@@ -311,9 +313,18 @@ function forgetFailuresOf(db: Db, secrets: SecretBox, email: string): Promise<nu
   return clearLoginFailuresOfAccount(db, account, pairSubject(account, ""));
 }
 
-/** failuresInWindow is a subject's failure count in the current window (0 once it has passed). */
+/**
+ * failuresInWindow is a subject's failure count in the current window (0 once it has passed). Stamps
+ * later than `now` are pulled back to it, every subject's at once: left ahead after the clock went
+ * back, they would hold the pair's wait and the window for the length of the step, not at most the
+ * 15 minutes their count allows.
+ */
 async function failuresInWindow(db: Db, scope: "account" | "address" | "pair", subject: string, now: number) {
-  const row = await findLoginFailures(db, scope, subject);
+  let row = await findLoginFailures(db, scope, subject);
+  if (row && Math.max(row.window_start_at, row.last_failure_at) > now) {
+    await pullBackLoginFailures(db, now);
+    row = { ...row, window_start_at: Math.min(row.window_start_at, now), last_failure_at: Math.min(row.last_failure_at, now) };
+  }
   return row && row.window_start_at > now - LOGIN_WINDOW_MS ? row : null;
 }
 
@@ -349,14 +360,17 @@ const signInsUnderWay = new WeakMap<object, SignInsUnderWay>();
  * check whose write waited behind others does not find its turn pushed past the wait by that delay.
  */
 async function takeTurns(db: Database, keys: string[]): Promise<{ at: number } | { refused: number }> {
-  // A key whose queue is full is refused on a read: a flood of guesses costs no write each.
+  // A key whose queue is full is refused on a read: a flood of guesses costs no write each. A turn
+  // past the furthest one given means the clock went back since: the write pulls it back.
   for (const [index, key] of keys.entries()) {
     const next = await findSignInTurn(db, key);
-    if (next !== null && next > Date.now() + MAX_PACE_WAIT_MS) return { refused: index };
+    const now = Date.now();
+    if (next !== null && next > now + MAX_PACE_WAIT_MS && next <= now + MAX_PACE_WAIT_MS + PACE_MS) return { refused: index };
   }
   return db.write(async (tx) => {
     const now = Date.now();
     await deleteLapsedSignInTurns(tx, now);
+    await pullBackSignInTurns(tx, now + MAX_PACE_WAIT_MS + PACE_MS, now + MAX_PACE_WAIT_MS);
     let at = now;
     for (const [index, key] of keys.entries()) {
       const turn = await takeSignInTurn(tx, key, now, PACE_MS, now + MAX_PACE_WAIT_MS);

@@ -138,6 +138,20 @@ export async function recordLoginFailure(db: Db, scope: string, subject: string,
   );
 }
 
+/**
+ * pullBackLoginFailures moves every failure stamp later than `now` back to it: this clock went back
+ * since it was written, or an instance whose clock runs ahead wrote it.
+ */
+export async function pullBackLoginFailures(db: Db, now: number): Promise<void> {
+  await db.run(
+    `UPDATE login_failures SET
+       window_start_at = CASE WHEN window_start_at > ? THEN ? ELSE window_start_at END,
+       last_failure_at = CASE WHEN last_failure_at > ? THEN ? ELSE last_failure_at END
+     WHERE window_start_at > ? OR last_failure_at > ?`,
+    [now, now, now, now, now, now],
+  );
+}
+
 /** clearLoginFailures forgets the failures of one scope and subject. */
 export async function clearLoginFailures(db: Db, scope: string, subject: string): Promise<void> {
   await db.run("DELETE FROM login_failures WHERE scope = ? AND subject = ?", [scope, subject]);
@@ -172,6 +186,11 @@ export async function takeSignInTurn(db: Db, key: string, now: number, paceMs: n
 /** findSignInTurn returns when a paced key's next turn comes, or null when it has none. */
 export async function findSignInTurn(db: Db, key: string): Promise<number | null> {
   return (await db.get<{ next_turn_at: number }>("SELECT next_turn_at FROM sign_in_turns WHERE pace_key = ?", [key]))?.next_turn_at ?? null;
+}
+
+/** pullBackSignInTurns moves the next turns later than `horizon` to `to`: no turn is given that far ahead, so this clock went back since. */
+export async function pullBackSignInTurns(db: Db, horizon: number, to: number): Promise<void> {
+  await db.run("UPDATE sign_in_turns SET next_turn_at = ? WHERE next_turn_at > ?", [to, horizon]);
 }
 
 /** deleteLapsedSignInTurns forgets the keys whose next turn is at or before `now`: their pacing has lapsed. */

@@ -577,6 +577,31 @@ describe("sign-in throttling", () => {
     );
   }, 30_000);
 
+  /** HOUR_MS is a clock step back of an hour, as chrony makes of a clock that started in local time read as UTC. */
+  const HOUR_MS = 60 * 60 * 1000;
+
+  test("a clock stepped back after failures holds a pair no longer than its count allows: failures stamped an hour ahead wait 1 s, then the right password gets in", async () => {
+    const { db, from } = await serveConsole();
+    const guesser = from("203.0.113.9");
+    for (let i = 0; i < FREE_PAIR_FAILURES; i++) expect((await wrong(guesser)).status).toBe(401);
+    // the failures as this clock reads them once it has been stepped back an hour
+    await db.run("UPDATE login_failures SET window_start_at = window_start_at + ?, last_failure_at = last_failure_at + ?", [HOUR_MS, HOUR_MS]);
+    await guesser.get("/console/login");
+    const early = await guesser.post("/console/login", OPERATOR);
+    expect([early.status, early.headers.get("retry-after")]).toEqual([429, "1"]);
+    await passDelay(db, "203.0.113.9");
+    expect((await guesser.signIn()).status).toBe(303);
+  }, 20_000);
+
+  test("a clock stepped back while an address is paced refuses it no longer than the 5 s queue: a next turn stamped an hour ahead is given, and the right password gets in", async () => {
+    const { h } = await setup();
+    await addOperator(h.rt.db);
+    const now = Date.now();
+    await h.rt.db.run("INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES ('address', '203.0.113.7', ?, ?, ?)", [PACED_AFTER.address, now, now]);
+    await h.rt.db.run("INSERT INTO sign_in_turns (pace_key, next_turn_at) VALUES ('address:203.0.113.7', ?)", [now + HOUR_MS]);
+    expect(await outcome(signIn(h.rt.db, h.rt.secrets, { email: OPERATOR.email, password: OPERATOR.password, address: "203.0.113.7" }))).toBe("signed in");
+  }, 20_000);
+
   test("an email typed in another case, or between spaces, is the same account: its pair's delay holds it too", async () => {
     const { from } = await serveConsole();
     const guesser = from("203.0.113.9");
