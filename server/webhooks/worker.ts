@@ -571,7 +571,7 @@ export class DeliveryLoop {
       let room = roomFor(this.perSubscription.get(subscriptionId) ?? 0, free - picked.length, spare - picked.length);
       if (room <= 0) continue;
       if (max_rate !== null) {
-        const slot = this.nextSlot.get(subscriptionId) ?? 0;
+        const slot = this.nextSlotOf(subscriptionId, 1000 / max_rate, now);
         if (slot > now) {
           if (slot !== Infinity) rateWake = rateWake === null ? slot : Math.min(rateWake, slot);
           continue;
@@ -619,14 +619,23 @@ export class DeliveryLoop {
         picked.push(...due);
         continue;
       }
-      if (subscription.next_send_at > now) {
-        rateWake = rateWake === null ? subscription.next_send_at : Math.min(rateWake, subscription.next_send_at);
+      const interval = 1000 / subscription.max_rate;
+      let nextSendAt = subscription.next_send_at;
+      // Set no further ahead than the interval, or a claim's hold to its lease's end: a time past
+      // both was set before the database server's clock went back, and would hold the subscription
+      // for the length of the step.
+      if (nextSendAt > Math.max(now + interval, leaseUntil)) {
+        nextSendAt = now + interval;
+        await setSendPacing(tx, subscription.id, nextSendAt);
+      }
+      if (nextSendAt > now) {
+        rateWake = rateWake === null ? nextSendAt : Math.min(rateWake, nextSendAt);
         continue;
       }
       const [due] = await findDueDeliveriesOf(tx, subscription.id, at, 1);
       if (!due) continue;
       await holdSendPacing(tx, subscription.id, leaseUntil);
-      paced.set(subscription.id, 1000 / subscription.max_rate);
+      paced.set(subscription.id, interval);
       picked.push(due);
     }
     return { picked: await lease(tx, picked, leaseUntil), paced, rateWake, leftOver };
@@ -642,6 +651,19 @@ export class DeliveryLoop {
   private awaitSend(subscriptionId: string, interval: number): void {
     this.nextSlot.set(subscriptionId, Infinity);
     this.pacing.set(subscriptionId, interval);
+  }
+
+  /**
+   * nextSlotOf is the next slot of a subscription paced at `interval` (0 when it has none). A slot
+   * further ahead than the interval was set before the clock went back: it is moved back to `now`
+   * plus the interval, or the subscription would send nothing for the length of the step, and the
+   * loop's timer, waiting for it, would sleep past the slot due once the clock is right again.
+   */
+  private nextSlotOf(subscriptionId: string, interval: number, now: number): number {
+    const slot = this.nextSlot.get(subscriptionId) ?? 0;
+    if (slot === Infinity || slot <= now + interval) return slot;
+    this.nextSlot.set(subscriptionId, now + interval);
+    return now + interval;
   }
 
   /**

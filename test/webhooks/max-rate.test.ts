@@ -177,6 +177,32 @@ describe("max_rate: happy paths", () => {
   });
 });
 
+describe("max_rate: a clock stepped back", () => {
+  test("a next send slot an hour ahead (the clock went back since it was set) holds the subscription's next delivery no longer than its interval, with no later event to wake the loop", async () => {
+    h = await scope.harness();
+    const r = scope.receiver();
+    const id = (await create({ target_url: r.url, events: ["contact.created"], max_rate: 5 })).body.data.id;
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Before" } })).status).toBe(201);
+    await waitFor(() => r.received.length === 1, "the delivery before the step");
+    // the slot set by that send, as this clock reads it once it has been stepped back an hour
+    const hour = 60 * 60 * 1000;
+    if (h.rt.db.dialect === "sqlite") {
+      // the loop's next slot of the subscription (internal): on SQLite it is kept in the process
+      const loop = h.rt.deliveries as unknown as { nextSlot: Map<string, number> };
+      const slot = await waitFor(() => (loop.nextSlot.get(id) ?? Infinity) < Infinity && loop.nextSlot.get(id), "the send's next slot");
+      loop.nextSlot.set(id, slot + hour);
+    } else {
+      // the send time stored on the subscription's pacing row, once it replaced the claim's hold (the lease's end)
+      const stored = () => h.rt.db.get<{ next_send_at: number }>("SELECT next_send_at FROM webhook_send_pacing WHERE subscription_id = ?", [id]);
+      await waitFor(async () => (await stored())!.next_send_at < Date.now() + 1000, "the send's next slot");
+      await h.rt.db.run("UPDATE webhook_send_pacing SET next_send_at = next_send_at + ? WHERE subscription_id = ?", [hour, id]);
+    }
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "After" } })).status).toBe(201);
+    await waitFor(() => r.received.length === 2, "the delivery after the step");
+    expect(r.received.map((request) => request.json.data.first_name)).toEqual(["Before", "After"]);
+  });
+});
+
 describe("max_rate: a claim whose write failed", () => {
   /** refuseLeasesWhile makes the database refuse every claim's lease while the table `refusing_leases` holds a row, as a full disk would refuse the claim's write. */
   async function refuseLeasesWhile(): Promise<void> {
