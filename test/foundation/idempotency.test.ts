@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createApiToken } from "../../server/auth/service.ts";
 import { IDEMPOTENCY_RETENTION_MS, pruneIdempotencyKeys } from "../../server/idempotency/service.ts";
+import { gone } from "../support/deleted-before-upgrade.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { contactCount, expectProblem } from "./support.ts";
 
@@ -213,13 +214,6 @@ describe("idempotency: the path's spelling", () => {
 });
 
 describe("idempotency: the answers kept of a contact or account deleted since", () => {
-  const gone = (resource: "contact" | "account", id: string) => ({
-    type: "urn:crm:problem:replay-resource-deleted",
-    title: "Gone",
-    status: 410,
-    detail: `The answer kept for this Idempotency-Key showed ${resource} ${id}, which has been deleted since, so it is not shown again. The request was made once and is not made again; a new request needs a new key.`,
-    [`${resource}_id`]: id,
-  });
   const keptAnswers = () => h.rt.db.all<{ idem_key: string; status: number; response_body: string }>("SELECT idem_key, status, response_body FROM idempotency_keys ORDER BY idem_key");
 
   test("a contact's create, tag and account link replay 410 replay-resource-deleted once it is deleted, the rows keep nothing of it, and the create is not made again", async () => {

@@ -2,12 +2,17 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createApp, createRuntime } from "../../server/app.ts";
+import { createApiToken } from "../../server/auth/service.ts";
+import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
 import { indexWaitingNames } from "../../server/contacts/store.ts";
 import { withdrawKeptAnswers } from "../../server/idempotency/service.ts";
 import { findIdempotencyRecord, upsertIdempotencyRecord } from "../../server/idempotency/store.ts";
 import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 
 const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations");
 
@@ -186,6 +191,15 @@ describe("migrations: data, kept answers by resource", () => {
     ]);
     const plan = db.sqlite.query<{ detail: string }, []>("EXPLAIN QUERY PLAN UPDATE idempotency_keys SET status = 410 WHERE resource_id = 'con_a'").all();
     expect(plan.map((p) => p.detail)).toEqual(["SEARCH idempotency_keys USING INDEX idempotency_keys_resource (resource_id=?)"]);
+  });
+
+  test("0030 withdraws, as their delete does now, the kept answers of contacts and accounts deleted before it: their replays answer 410 replay-resource-deleted, a live contact's still replays", async () => {
+    migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 30));
+    const { token, info } = await createApiToken(db, "old");
+    await keepAnswersOfRecordsDeletedBeforeUpgrade(db, info.id);
+    const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "error" }, log: createLogger("error") }));
+    expect(await replayKeptAnswers(app, token)).toEqual(KEPT_BEFORE_UPGRADE.map((k) => k.replay));
+    expect(await keptRows(db)).toEqual(KEPT_BEFORE_UPGRADE.map((k) => k.row));
   });
 });
 

@@ -1,12 +1,19 @@
 import { Database as SqliteDatabase } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync, readdirSync } from "node:fs";
+import { readFileSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { createApp, createRuntime } from "../../server/app.ts";
+import { createApiToken } from "../../server/auth/service.ts";
+import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { migrate } from "../../server/db/migrations.ts";
 import { openPostgres, type PostgresDatabase } from "../../server/db/postgres.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres, type PostgresMigration } from "../../server/db/postgres-migrations.ts";
 import type { Db, SqlValue } from "../../server/db/sql.ts";
 import { indexWaitingNames } from "../../server/contacts/store.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { tempDir } from "../ops/support.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
+import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
 // The PostgreSQL migrations: applied once under concurrency, rolled back on failure, and giving
@@ -177,6 +184,22 @@ describe("postgres migrations: data, kept answers by resource", () => {
       { idem_key: "create", resource_id: "con_a" },
       { idem_key: "reserved", resource_id: null },
     ]);
+  });
+
+  test("0030 withdraws, as their delete does now, the kept answers of contacts and accounts deleted before it: their replays answer 410 replay-resource-deleted, a live contact's still replays", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 30));
+    const { token, info } = await createApiToken(old, "old");
+    await keepAnswersOfRecordsDeletedBeforeUpgrade(old, info.id);
+    const dataDir = tempDir("kept-answers");
+    try {
+      const config = { ...DEFAULT_CONFIG, dataDir, databaseUrl: opened.at(-1)!.server.url, secretsKeyFile: writeSecretsKeyFile(join(dataDir, "secrets.key")), logLevel: "error" as const };
+      const app = createApp(await createRuntime({ db: old, config, log: createLogger("error") }));
+      expect(await replayKeptAnswers(app, token)).toEqual(KEPT_BEFORE_UPGRADE.map((k) => k.replay));
+      expect(await keptRows(old)).toEqual(KEPT_BEFORE_UPGRADE.map((k) => k.row));
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });
 
