@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createApiToken } from "../../server/auth/service.ts";
+import { createContact } from "../../server/contacts/service.ts";
 import { IDEMPOTENCY_RETENTION_MS, pruneIdempotencyKeys } from "../../server/idempotency/service.ts";
 import { gone } from "../support/deleted-before-upgrade.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
@@ -256,5 +257,26 @@ describe("idempotency: the answers kept of a contact or account deleted since", 
     expect([replay.status, replay.headers.get("idempotent-replayed"), replay.body]).toEqual([410, null, gone("account", id)]);
     expect(await accountCount()).toBe(0);
     expect(await keptAnswers()).toEqual([{ idem_key: "acc-1", status: 410, response_body: JSON.stringify({ resource: "account", id }) }]);
+  });
+});
+
+describe("idempotency: a key used again after its 24 hours", () => {
+  test("makes its request, though the contact its expired answer showed is deleted while the request runs", async () => {
+    const old = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Old" }, headers: { "idempotency-key": "reused-1" } })).body.data;
+    await h.rt.db.run("UPDATE idempotency_keys SET created_at = created_at - ?", [IDEMPOTENCY_RETENTION_MS + 1000]);
+    const { id: tokenId } = (await h.rt.db.get<{ id: string }>("SELECT id FROM api_tokens"))!;
+    const body = { first_name: "Brand", email: "new@example.com" };
+    // The route's own work, with the old contact's delete landing after the key was taken for the
+    // new request (reserved in the database on PostgreSQL) and before its answer is kept.
+    const made = await h.rt.idempotency.run({ tokenId, method: "POST", path: "/public/v1/contacts", key: "reused-1", body }, async (scope) => {
+      expect((await h.request("DELETE", `/public/v1/contacts/${old.id}`)).status).toBe(204);
+      return createContact(h.rt, body, scope);
+    });
+    const created = JSON.parse(JSON.stringify(made.body));
+    expect([made.status, made.replayed, created.data.email]).toEqual([201, false, "new@example.com"]);
+    const retry = await h.json("POST", "/public/v1/contacts", { body, headers: { "idempotency-key": "reused-1" } });
+    expect([retry.status, retry.headers.get("idempotent-replayed"), retry.body]).toEqual([201, "true", created]);
+    expect((await h.json("GET", `/public/v1/contacts/${created.data.id}`)).body).toEqual(created);
+    expect(await h.rt.db.all("SELECT idem_key, status, resource_id FROM idempotency_keys")).toEqual([{ idem_key: "reused-1", status: 201, resource_id: created.data.id }]);
   });
 });
