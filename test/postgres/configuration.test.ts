@@ -250,6 +250,23 @@ describe("postgres configuration: the schema", () => {
       expect(await tablesByOwner(there, role)).toEqual([{ schemaname: role, tables: 30 }, { schemaname: "public", tables: 30 }]);
     });
   });
+
+  test("copy-to-postgres --database-schema crm copies into an empty crm beside another application's users table and the extensions in public", async () => {
+    await withRoleDatabase("beside", async ({ role, url, admin: there }) => {
+      await there.unsafe("CREATE EXTENSION citext");
+      await there.unsafe("CREATE EXTENSION pg_trgm");
+      await there.unsafe(`CREATE TABLE public.users (id int)`);
+      await there.unsafe(`ALTER TABLE public.users OWNER TO "${role}"`);
+      await there.unsafe(`INSERT INTO public.users VALUES (1)`);
+      await there.unsafe(`CREATE SCHEMA crm AUTHORIZATION "${role}"`);
+      const dataDir = join(dir, "beside");
+      expect(runCli([...SOURCE, "token", "create", "--name", "moved", "--data-dir", dataDir], { cwd: dir }).exitCode).toBe(0);
+      const copy = crm(url, ["copy-to-postgres", "--data-dir", dataDir, "--database-schema", "crm"]);
+      expect({ exitCode: copy.exitCode, stderr: copy.stderr.split("\n").filter((line) => !line.startsWith("copied ")) }).toEqual({ exitCode: 0, stderr: [""] });
+      expect(tokenNames(url, ["--database-schema", "crm"])).toEqual(["moved"]);
+      expect(await there`SELECT id FROM public.users`).toEqual([{ id: 1 }]);
+    });
+  });
 });
 
 describe("postgres configuration: the role", () => {
