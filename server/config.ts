@@ -28,7 +28,7 @@ export interface Config {
   dataDir: string;
   /** postgres:// URL of a PostgreSQL database shared by every instance; "" keeps SQLite in dataDir */
   databaseUrl: string;
-  /** PostgreSQL schema that holds the service's tables, whatever the role's search_path */
+  /** PostgreSQL schema that holds the service's tables, whatever the role's search_path; "" is public, as long as no other schema holds them too */
   databaseSchema: string;
   /** connections each instance opens to PostgreSQL at most */
   databasePool: number;
@@ -110,7 +110,7 @@ export const DEFAULT_CONFIG: Config = {
   port: 3000,
   dataDir: "./data",
   databaseUrl: "",
-  databaseSchema: "public",
+  databaseSchema: "",
   databasePool: 10,
   databaseAnswerTimeoutSeconds: 5,
   databaseIdleTimeoutSeconds: 60,
@@ -159,7 +159,7 @@ export const SETTINGS: Setting[] = [
     flag: "--database-schema",
     env: "CRM_DATABASE_SCHEMA",
     kind: "string",
-    help: "PostgreSQL schema that holds the service's tables, whatever the role's search_path (an existing schema; the first start creates the tables there)",
+    help: "PostgreSQL schema that holds the service's tables, whatever the role's search_path (an existing schema; the first start creates the tables there); when not given, public, and a database whose service tables are in more than one schema is refused until this names one of them",
   },
   { key: "databasePool", flag: "--database-pool", env: "CRM_DATABASE_POOL", kind: "positive-int", max: MAX_DATABASE_POOL, help: `connections to PostgreSQL each instance opens at most (1-${MAX_DATABASE_POOL})` },
   {

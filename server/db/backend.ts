@@ -36,7 +36,8 @@ export async function migrateBackend(db: Backend, secrets: () => SecretBox): Pro
 async function findAppliedMigrations(db: Db): Promise<{ version: number; name: string }[]> {
   const present =
     db.dialect === "postgres"
-      ? await db.get("SELECT 1 AS present WHERE to_regclass('schema_migrations') IS NOT NULL")
+      ? // In the sessions' own schema: the extensions' schema after it on their search_path may hold another installation's.
+        await db.get("SELECT 1 AS present WHERE to_regclass(format('%I.schema_migrations', current_schema())) IS NOT NULL")
       : await db.get("SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'");
   return present ? db.all<{ version: number; name: string }>("SELECT version, name FROM schema_migrations ORDER BY version") : [];
 }

@@ -117,7 +117,8 @@ async function refuseNonEmptyTarget(tables: string[], target: PostgresDb, url: s
   const occupied: string[] = [];
   for (const table of tables) {
     if (REPLACED_TABLES.has(table)) continue;
-    const exists = await target.get<{ exists: string | null }>("SELECT to_regclass(?)::text AS exists", [quote(table)]);
+    // In the sessions' own schema: before the migrations, a name it lacks would be found in the extensions' schema after it on their search_path, another application's table.
+    const exists = await target.get<{ exists: string | null }>("SELECT to_regclass(format('%I.%I', current_schema(), ?::text))::text AS exists", [table]);
     if (exists?.exists && (await target.get(`SELECT 1 AS found FROM ${quote(table)} LIMIT 1`))) occupied.push(table);
   }
   if (occupied.length > 0) {

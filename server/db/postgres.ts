@@ -555,18 +555,30 @@ async function probeServer(options: PostgresOptions, signal: AbortSignal): Promi
   }
 }
 
+/** DEFAULT_DATABASE_SCHEMA holds the service's tables when --database-schema is not given. */
+const DEFAULT_DATABASE_SCHEMA = "public";
+
 /**
  * SERVER_FACTS reads, on a session of the role's own settings, what openPostgres checks before it
- * opens the pool ($1 is --database-schema): the server's version and encoding, whether the schema
- * exists and holds schema_migrations, the schema the role's search_path finds schema_migrations in,
- * and the search_path the pool's sessions get: the schema, then the schemas of the extensions the
- * tables use (their types' operators are looked up by name).
+ * opens the pool ($1 is the schema of the tables): the server's version and encoding, whether the
+ * schema exists and has a table named schema_migrations, the schemas the role may use that hold
+ * the service's tables, and the search_path the pool's sessions get: the schema, then the schemas
+ * of the extensions the tables use (their types' operators are looked up by name).
+ * The service's tables are told by what only they have together: a schema_migrations with the
+ * service's columns (Rails, golang-migrate and dbmate make one of their own) beside
+ * webhook_subscriptions, both made by the first migration's transaction. Schemas the role may not
+ * use are another installation's.
  */
 const SERVER_FACTS = `SELECT current_setting('server_version_num')::int AS version, current_setting('server_version') AS name,
   current_setting('server_encoding') AS encoding,
   EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text) AS schema_exists,
-  to_regclass(format('%I.schema_migrations', $1::text)) IS NOT NULL AS migrated_there,
-  (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass('schema_migrations'))::text AS found_in,
+  EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1::text AND c.relname = 'schema_migrations') AS named_there,
+  ARRAY(SELECT n.nspname::text FROM pg_namespace n
+        WHERE has_schema_privilege(n.oid, 'USAGE')
+          AND EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'webhook_subscriptions')
+          AND (SELECT count(*) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+               WHERE c.relnamespace = n.oid AND c.relname = 'schema_migrations' AND a.attname IN ('version', 'name', 'applied_at') AND NOT a.attisdropped) = 3
+        ORDER BY n.nspname) AS homes,
   (SELECT string_agg(quote_ident(s.name), ', ' ORDER BY s.rank, s.name)
      FROM (SELECT $1::text AS name, 0 AS rank
            UNION SELECT n.nspname::text, 1 FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
@@ -578,14 +590,14 @@ interface ServerFacts {
   name: string;
   encoding: string;
   schema_exists: boolean;
-  migrated_there: boolean;
-  found_in: string | null;
+  named_there: boolean;
+  homes: string[];
   search_path: string;
 }
 
 /**
  * readServerFacts reads SERVER_FACTS on a connection of its own, opened with `options` but none of
- * the pool's session settings, so the role's search_path is the one it would have on its own.
+ * the pool's session settings.
  */
 async function readServerFacts(options: PostgresOptions, schema: string): Promise<ServerFacts> {
   const client = new SQL({ ...options, max: 1 });
@@ -597,8 +609,11 @@ async function readServerFacts(options: PostgresOptions, schema: string): Promis
   }
 }
 
-/** refusalOf says in one line why the service cannot use a server and database of these facts, or null when it can. */
-function refusalOf(facts: ServerFacts, schema: string): string | null {
+/**
+ * refusalOf says in one line why the service cannot use a server and database of these facts, or
+ * null when it can; `chosen` tells whether --database-schema named `schema` or it is the default.
+ */
+function refusalOf(facts: ServerFacts, schema: string, chosen: boolean): string | null {
   if (facts.version < POSTGRES_MIN_VERSION) return `the server runs PostgreSQL ${facts.name}; the service needs ${POSTGRES_MIN_VERSION / 10000} or later`;
   // Another encoding fails later, at run time: LATIN1 cannot store a Greek name (a 500), and
   // SQL_ASCII stores any bytes unchecked and folds no letter beyond ASCII in name searches.
@@ -608,20 +623,31 @@ function refusalOf(facts: ServerFacts, schema: string): string | null {
   if (!facts.schema_exists) {
     return `it has no schema ${JSON.stringify(schema)} (--database-schema, CRM_DATABASE_SCHEMA): create it (CREATE SCHEMA ... AUTHORIZATION the service's role), or name the schema that holds the service's tables`;
   }
-  // The role's search_path leads elsewhere: tables made there before --database-schema pinned it,
-  // or a setting that names the wrong schema. Tables made again in `schema` would serve an empty CRM.
-  if (!facts.migrated_there && facts.found_in !== null && facts.found_in !== schema) {
-    return `the service's tables are in schema ${JSON.stringify(facts.found_in)}, not in ${JSON.stringify(schema)} that --database-schema (CRM_DATABASE_SCHEMA) names: set it to ${facts.found_in}`;
+  const { homes } = facts;
+  // Two copies: an older crm followed the role's search_path into a schema named like the role,
+  // made after its first start. Which one the instances used last only the operator can tell.
+  if (homes.length > 1 && !(chosen && homes.includes(schema))) {
+    return `the service's tables are in more than one schema (${homes.map((home) => JSON.stringify(home)).join(", ")}): set --database-schema (CRM_DATABASE_SCHEMA) to the one in use (the README's Upgrading says how to tell which)`;
+  }
+  // The tables are elsewhere: made before --database-schema pinned the sessions, or --database-schema
+  // is missing. Tables made again in `schema` would serve an empty CRM, and the extensions' schema
+  // on the sessions' search_path would let unqualified names reach the others meanwhile.
+  if (homes.length === 1 && homes[0] !== schema) {
+    return `the service's tables are in schema ${JSON.stringify(homes[0])}, not in ${JSON.stringify(schema)} that --database-schema (CRM_DATABASE_SCHEMA) names: set it to ${homes[0]}`;
+  }
+  if (homes.length === 0 && facts.named_there) {
+    return `schema ${JSON.stringify(schema)} holds a table schema_migrations that is not the service's (another tool's migrations?): set --database-schema (CRM_DATABASE_SCHEMA) to a schema of the service's own (CREATE SCHEMA ... AUTHORIZATION the service's role)`;
   }
   return null;
 }
 
 /**
  * openPostgres checks the server and connects a pool of at most `pool` connections, whose sessions
- * find the service's tables in `databaseSchema` alone, whatever the role's search_path (a schema
- * named like the role made later would otherwise take the unqualified names, and the next start
- * would make every table again there). A server that cannot be reached or used is a ConfigError
- * naming --database-url (one line, no stack trace).
+ * find the service's tables in `databaseSchema` (public when "") alone, whatever the role's
+ * search_path (a schema named like the role made later would otherwise take the unqualified names,
+ * and the next start would make every table again there). A database whose other schemas hold the
+ * service's tables is refused (refusalOf). A server that cannot be reached or used is a
+ * ConfigError naming --database-url (one line, no stack trace).
  * A statement the server leaves without any answer for `databaseAnswerTimeoutSeconds` is given up
  * (AnswerWatch); a pooled connection idle for `databaseIdleTimeoutSeconds` is closed, before a
  * firewall can forget it: a statement sent on a forgotten connection would wait for TCP to give
@@ -636,6 +662,7 @@ export async function openPostgres(
     databaseIdleTimeoutSeconds = DEFAULT_CONFIG.databaseIdleTimeoutSeconds,
   }: Partial<Pick<Config, "databaseSchema" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds">> = {},
 ): Promise<PostgresDatabase> {
+  const schema = databaseSchema || DEFAULT_DATABASE_SCHEMA;
   const options: PostgresOptions = {
     url,
     max: pool,
@@ -648,8 +675,8 @@ export async function openPostgres(
   try {
     // Bun's client reads the URL as it is made (it decodes the user and password, and checks
     // sslmode), so a URL it refuses is told in the one line below too.
-    const facts = await readServerFacts(options, databaseSchema);
-    const refusal = refusalOf(facts, databaseSchema);
+    const facts = await readServerFacts(options, schema);
+    const refusal = refusalOf(facts, schema, databaseSchema !== "");
     if (refusal) throw new Error(refusal);
     db = new PostgresDatabase(
       // application_name names the service's sessions in pg_stat_activity.
@@ -659,8 +686,8 @@ export async function openPostgres(
     );
     // A pooler that drops startup parameters (PgBouncer's ignore_startup_parameters) leaves the role's.
     const pinned = await db.get<{ schema: string | null }>("SELECT current_schema() AS schema");
-    if (pinned?.schema !== databaseSchema) {
-      throw new Error(`the sessions' search_path leads to schema ${JSON.stringify(pinned?.schema ?? null)}, not to ${JSON.stringify(databaseSchema)}: a connection pooler dropped the search_path the service asks for, set it on the role (ALTER ROLE ... SET search_path = ${facts.search_path})`);
+    if (pinned?.schema !== schema) {
+      throw new Error(`the sessions' search_path leads to schema ${JSON.stringify(pinned?.schema ?? null)}, not to ${JSON.stringify(schema)}: a connection pooler dropped the search_path the service asks for, set it on the role (ALTER ROLE ... SET search_path = ${facts.search_path})`);
     }
   } catch (error) {
     await db?.close().catch(() => {});

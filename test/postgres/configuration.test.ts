@@ -5,8 +5,8 @@ import { join } from "node:path";
 import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
-import { POSTGRES_MIGRATIONS } from "../../server/db/postgres-migrations.ts";
-import { WRITE_LOCK } from "../../server/db/postgres.ts";
+import { POSTGRES_MIGRATIONS, migratePostgres } from "../../server/db/postgres-migrations.ts";
+import { openPostgres, PostgresDatabase, WRITE_LOCK } from "../../server/db/postgres.ts";
 
 // PostgreSQL configured the way DBAs configure it: a database URL written by hand, a database or
 // role set up otherwise than the README's createdb line, through the real command line.
@@ -73,6 +73,17 @@ async function contactNames(server: { url: string }, token: string): Promise<{ s
 /** crm runs the command line from source in an empty working directory, on the database at `url`. */
 function crm(url: string, args: string[]) {
   return runCli([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url } });
+}
+
+/** tokenNames lists the names of the tokens `crm token list` shows with `args`, or its refusal. */
+function tokenNames(url: string, args: string[] = []): string[] | { exitCode: number; stderr: string } {
+  const listed = crm(url, ["token", "list", ...args]);
+  return listed.exitCode === 0 ? listed.stdout.trimEnd().split("\n").map((line) => line.split("  ")[2]!) : { exitCode: listed.exitCode, stderr: listed.stderr };
+}
+
+/** tablesByOwner counts the tables `role` owns in each schema of the database `there` connects to. */
+function tablesByOwner(there: SQL, role: string) {
+  return there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname ORDER BY schemaname`;
 }
 
 describe("postgres configuration: the database URL", () => {
@@ -142,7 +153,7 @@ describe("postgres configuration: the schema", () => {
         } finally {
           expect((await third.stopWith("SIGTERM")).exitCode).toBe(0);
         }
-        expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: "public", tables: 30 }]);
+        expect(await tablesByOwner(there, role)).toEqual([{ schemaname: "public", tables: 30 }]);
       } finally {
         expect((await first.stopWith("SIGTERM")).exitCode).toBe(0);
       }
@@ -153,7 +164,7 @@ describe("postgres configuration: the schema", () => {
     await withRoleDatabase("own", async ({ role, url, admin: there }) => {
       await there.unsafe(`CREATE SCHEMA "${role}" AUTHORIZATION "${role}"`);
       expect(crm(url, ["token", "create", "--name", "own", "--database-schema", role]).exitCode).toBe(0);
-      expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: role, tables: 30 }]);
+      expect(await tablesByOwner(there, role)).toEqual([{ schemaname: role, tables: 30 }]);
       expect(crm(url, ["token", "list", "--database-schema", role])).toMatchObject({ exitCode: 0, stderr: "" });
       const prefix = `crm: cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): `;
       for (const command of [["token", "list"], ["serve", "--port", "0", "--secrets-key-file", keyFile]]) {
@@ -169,7 +180,91 @@ describe("postgres configuration: the schema", () => {
         stdout: "",
         stderr: `${prefix}it has no schema "nowhere" (--database-schema, CRM_DATABASE_SCHEMA): create it (CREATE SCHEMA ... AUTHORIZATION the service's role), or name the schema that holds the service's tables\n`,
       });
-      expect(await there`SELECT schemaname, count(*)::int AS tables FROM pg_tables WHERE tableowner = ${role} GROUP BY schemaname`).toEqual([{ schemaname: role, tables: 30 }]);
+      expect(await tablesByOwner(there, role)).toEqual([{ schemaname: role, tables: 30 }]);
+    });
+  });
+  test("another tool's schema_migrations in public is not taken for the service's: --database-schema crm makes the tables in crm, and public is refused in one line naming the table", async () => {
+    await withRoleDatabase("tool", async ({ role, url, admin: there }) => {
+      // What Rails, golang-migrate and dbmate create.
+      await there.unsafe(`CREATE TABLE public.schema_migrations (version varchar PRIMARY KEY)`);
+      await there.unsafe(`INSERT INTO public.schema_migrations VALUES ('20240101000000')`);
+      await there.unsafe(`CREATE SCHEMA crm AUTHORIZATION "${role}"`);
+      const prefix = `crm: cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): `;
+      expect(crm(url, ["token", "list"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `${prefix}schema "public" holds a table schema_migrations that is not the service's (another tool's migrations?): set --database-schema (CRM_DATABASE_SCHEMA) to a schema of the service's own (CREATE SCHEMA ... AUTHORIZATION the service's role)\n`,
+      });
+      expect(crm(url, ["migrate", "--database-schema", "crm"])).toMatchObject({ exitCode: 0, stderr: "" });
+      expect(await tablesByOwner(there, role)).toEqual([{ schemaname: "crm", tables: 30 }]);
+      expect(crm(url, ["token", "create", "--name", "crm", "--database-schema", "crm"]).exitCode).toBe(0);
+      expect(tokenNames(url, ["--database-schema", "crm"])).toEqual(["crm"]);
+      expect(tokenNames(url)).toEqual({
+        exitCode: 2,
+        stderr: `${prefix}the service's tables are in schema "crm", not in "public" that --database-schema (CRM_DATABASE_SCHEMA) names: set it to crm\n`,
+      });
+      expect(await there`SELECT version FROM public.schema_migrations`).toEqual([{ version: "20240101000000" }]);
+    });
+  });
+
+  test("a start or command without --database-schema on a database kept in schema crm, the extensions there too, is refused with migrations pending or not, and makes nothing in public", async () => {
+    await withRoleDatabase("kept", async ({ role, url, admin: there }) => {
+      await there.unsafe(`CREATE SCHEMA crm AUTHORIZATION "${role}"`);
+      // Migrated up to 0024 in crm, as an older crm given --database-schema crm would: the upgrade's migrations are pending.
+      const older = await openPostgres(url, 1, { databaseSchema: "crm" });
+      await migratePostgres(older, POSTGRES_MIGRATIONS.filter((m) => m.version <= 24));
+      await older.close();
+      expect(await there`SELECT e.extname::text AS name, n.nspname::text AS schema FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname <> 'plpgsql' ORDER BY 1`).toEqual([
+        { name: "citext", schema: "crm" },
+        { name: "pg_trgm", schema: "crm" },
+      ]);
+      const refusal = `crm: cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): the service's tables are in schema "crm", not in "public" that --database-schema (CRM_DATABASE_SCHEMA) names: set it to crm\n`;
+      for (const command of [["token", "list"], ["serve", "--port", "0", "--secrets-key-file", keyFile]]) {
+        expect({ command, ...crm(url, command) }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
+      }
+      expect(await there`SELECT tablename FROM pg_tables WHERE schemaname = 'public'`).toEqual([]);
+      expect(crm(url, ["token", "list", "--database-schema", "crm"])).toEqual({ exitCode: 0, stdout: "", stderr: "" });
+      expect(await there`SELECT count(*)::int AS applied FROM crm.schema_migrations`).toEqual([{ applied: POSTGRES_MIGRATIONS.length }]);
+      expect(crm(url, ["token", "list"])).toEqual({ exitCode: 2, stdout: "", stderr: refusal });
+      expect(await tablesByOwner(there, role)).toEqual([{ schemaname: "crm", tables: 30 }]);
+    });
+  });
+
+  test("tables in two schemas, public from the first start and one named like the role that an older crm made later, are refused without --database-schema in one line naming both; the setting chooses", async () => {
+    await withRoleDatabase("split", async ({ role, url, admin: there }) => {
+      expect(crm(url, ["token", "create", "--name", "before-schema"]).exitCode).toBe(0);
+      await there.unsafe(`CREATE SCHEMA "${role}" AUTHORIZATION "${role}"`);
+      // An older crm, whose sessions kept the role's search_path ("$user", public), made every table again there.
+      const older = new PostgresDatabase({ url, max: 1, bigint: true }, 5000, 60_000);
+      expect((await migratePostgres(older)).length).toBe(POSTGRES_MIGRATIONS.length);
+      await older.close();
+      expect(crm(url, ["token", "create", "--name", "after-schema", "--database-schema", role]).exitCode).toBe(0);
+      const refusal =
+        `crm: cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): the service's tables are in more than one schema ("${role}", "public"): ` +
+        `set --database-schema (CRM_DATABASE_SCHEMA) to the one in use (the README's Upgrading says how to tell which)\n`;
+      for (const command of [["token", "list"], ["serve", "--port", "0", "--secrets-key-file", keyFile]]) {
+        expect({ command, ...crm(url, command) }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
+      }
+      expect(tokenNames(url, ["--database-schema", role])).toEqual(["after-schema"]);
+      expect(tokenNames(url, ["--database-schema", "public"])).toEqual(["before-schema"]);
+      expect(await tablesByOwner(there, role)).toEqual([{ schemaname: role, tables: 30 }, { schemaname: "public", tables: 30 }]);
+    });
+  });
+
+  test("copy-to-postgres --database-schema crm copies into an empty crm beside another application's users table and the extensions in public", async () => {
+    await withRoleDatabase("beside", async ({ role, url, admin: there }) => {
+      await there.unsafe("CREATE EXTENSION citext");
+      await there.unsafe("CREATE EXTENSION pg_trgm");
+      await there.unsafe(`CREATE TABLE public.users (id int)`);
+      await there.unsafe(`ALTER TABLE public.users OWNER TO "${role}"`);
+      await there.unsafe(`INSERT INTO public.users VALUES (1)`);
+      await there.unsafe(`CREATE SCHEMA crm AUTHORIZATION "${role}"`);
+      const dataDir = join(dir, "beside");
+      expect(runCli([...SOURCE, "token", "create", "--name", "moved", "--data-dir", dataDir], { cwd: dir }).exitCode).toBe(0);
+      const copy = crm(url, ["copy-to-postgres", "--data-dir", dataDir, "--database-schema", "crm"]);
+      expect({ exitCode: copy.exitCode, stderr: copy.stderr.split("\n").filter((line) => !line.startsWith("copied ")) }).toEqual({ exitCode: 0, stderr: [""] });
+      expect(tokenNames(url, ["--database-schema", "crm"])).toEqual(["moved"]);
+      expect(await there`SELECT id FROM public.users`).toEqual([{ id: 1 }]);
     });
   });
 });
