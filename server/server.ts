@@ -107,7 +107,8 @@ export async function startServer(config: Config, log: Logger = createLogger(con
     throw error;
   });
   const server = app.server!;
-  const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
+  // An IPv6 literal is bracketed in a URL; one given bracketed already (--host "[::1]") is left as it is.
+  const url = `http://${config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host}:${server.port}`;
   if ((await listTokens(db)).length === 0) {
     const command = firstStartCommand(config, ["token", "create", "--name", "my-integration"]);
     log.info(`no API token exists yet; create the first one with: ${command}`, config.databaseUrl ? {} : { data_dir: resolve(config.dataDir) });

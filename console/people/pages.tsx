@@ -8,8 +8,20 @@ import { renderPage } from "../pages/layout.tsx";
 import { CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
 import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 
+/**
+ * revokeSubjects names each listed token for its Revoke link, in words hidden from sight, so that no
+ * two links read alike: its name, followed by the start it is shown by when another token has the
+ * same name (token names need not differ).
+ */
+function revokeSubjects(tokens: ApiTokenInfo[]): Map<string, string> {
+  const named = new Map<string, number>();
+  for (const t of tokens) named.set(t.name, (named.get(t.name) ?? 0) + 1);
+  return new Map(tokens.map((t) => [t.id, named.get(t.name) === 1 ? t.name : `${t.name} starting ${t.prefix}`]));
+}
+
 /** tokensPage lists API tokens (never the token itself), creates them (shown once) and links to revoking. */
 export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInfo[]; created?: { token: string; info: ApiTokenInfo } | null; name?: string; notice?: NoticeData | null; refusal?: Refusal | null }): string {
+  const subjects = revokeSubjects(props.tokens);
   return renderPage({
     title: "API tokens",
     session: props.session,
@@ -47,7 +59,7 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
               <td class="row-actions">
                 {!t.revoked_at && (
                   <a class="danger-link" href={`/console/tokens/${t.id}/revoke`}>
-                    Revoke<RowSubject>token {t.name}</RowSubject>
+                    Revoke<RowSubject>token {subjects.get(t.id)}</RowSubject>
                   </a>
                 )}
               </td>

@@ -220,8 +220,14 @@ export function rotationRoutes(rt: Runtime) {
     )
     .post(
       "/subscriptions/:id/secret-rotation/test",
-      async ({ params }) => {
-        await sendSecretRotationTest(rt, params.id);
+      async ({ session, params }) => {
+        try {
+          await sendSecretRotationTest(rt, params.id);
+        } catch (error) {
+          const failure = problemOf(error, 409);
+          if (failure.slug !== "subscription-disabled") throw failure;
+          return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
+        }
         return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation#step-test`);
       },
       { params: IdParam, body: OptionalForm },
@@ -271,8 +277,14 @@ export function rotationRoutes(rt: Runtime) {
     .get("/rotations/:id", async ({ session, params }) => htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id) })), { params: IdParam })
     .post(
       "/rotations/:id/test",
-      async ({ params }) => {
-        await sendRotationTest(rt, params.id);
+      async ({ session, params }) => {
+        try {
+          await sendRotationTest(rt, params.id);
+        } catch (error) {
+          const failure = problemOf(error, 409);
+          if (failure.slug !== "subscription-disabled") throw failure;
+          return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), refusal: failure }), failure.status);
+        }
         return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}#step-test`);
       },
       { params: IdParam, body: OptionalForm },

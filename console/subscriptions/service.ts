@@ -30,6 +30,7 @@ import {
 import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, setSecretRotationTest, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
+import { isolated } from "../pages/parts.tsx";
 import { changeOnceForForm, consoleTime, onceForForm } from "../shell.ts";
 import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
@@ -197,6 +198,17 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
 }
 
 /**
+ * addWizardTestEvent is addTestEvent for the rotation wizards: a disabled subscription is refused in
+ * the console's words, naming its Enable button; the API's words name the API's route.
+ */
+function addWizardTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<{ delivery_id: string; event_id: string }> {
+  if (row.status === "disabled") {
+    throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${isolated(row.description ?? row.target_url)} is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
+  }
+  return addTestEvent(tx, row, now);
+}
+
+/**
  * sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its
  * delivery, in one commit: a ping the rotation does not know of would leave the wizard asking for
  * a test that was sent.
@@ -208,7 +220,7 @@ export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()
     if (rotation.completed_at !== null) throw new ProblemError(409, "rotation-closed", "This rotation is finished.");
     const replacement = await findSubscriptionById(tx, id);
     if (!replacement) throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted.");
-    const sent = await addTestEvent(tx, replacement, now);
+    const sent = await addWizardTestEvent(tx, replacement, now);
     await setRotationTestDelivery(tx, id, sent.delivery_id, now);
   });
 }
@@ -305,7 +317,7 @@ export async function sendSecretRotationTest(rt: Runtime, id: string, now = Date
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (!graceRunning(row, now)) throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
-    const sent = await addTestEvent(tx, row, now);
+    const sent = await addWizardTestEvent(tx, row, now);
     await setSecretRotationTest(tx, id, sent.delivery_id);
   });
 }

@@ -116,9 +116,10 @@ function operatorExists(email: string): ProblemError {
 }
 
 /**
- * createOperator adds an operator who can sign in to the console (the `operator create` command),
- * and ends an invitation of their email in the same write, as accepting it would: left pending, it
- * was listed as not used yet, and its link could only say that the operator exists.
+ * createOperator adds an operator who can sign in to the console (the `operator create` command).
+ * An invitation of their email is kept, listed no more (pendingInvites), so that its link tells
+ * the invitee the operator exists and to sign in; deleted, the link could only call itself invalid
+ * and send them to ask for a new one, which inviteOperator refuses.
  */
 export async function createOperator(db: Database, input: { email: string; password: string }, now = Date.now()): Promise<Operator> {
   const email = validOperator(input);
@@ -126,7 +127,6 @@ export async function createOperator(db: Database, input: { email: string; passw
   return db.write(async (tx) => {
     if (await findOperatorByEmail(tx, email)) throw operatorExists(email);
     await insertOperator(tx, row);
-    await deleteOperatorLinksOf(tx, email);
     return { id: row.id, email: row.email };
   });
 }
@@ -207,7 +207,7 @@ async function issueOperatorLink(db: Database, purpose: OperatorLink["purpose"],
   return code;
 }
 
-/** pendingInvites lists the invitations not used yet. */
+/** pendingInvites lists the invitations not used yet, and whose email is no operator's (made by `operator create` meanwhile). */
 export async function pendingInvites(db: Db, now = Date.now()): Promise<PendingInvite[]> {
   return (await listPendingInvites(db, now)).map((row) => ({ email: row.email, created_at: toTimestamp(row.created_at), expires_at: toTimestamp(row.expires_at) }));
 }

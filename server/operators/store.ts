@@ -293,9 +293,12 @@ export function findOperatorLink(db: Db, codeHash: Uint8Array, now: number): Pro
   return db.get<OperatorLinkRow>("SELECT * FROM operator_links WHERE code_hash = ? AND expires_at > ?", [codeHash, now]);
 }
 
-/** listPendingInvites returns the unexpired invitations, newest first (by email within a millisecond). */
+/** listPendingInvites returns the unexpired invitations of emails that are no operator's, newest first (by email within a millisecond). */
 export function listPendingInvites(db: Db, now: number): Promise<OperatorLinkRow[]> {
-  return db.all<OperatorLinkRow>("SELECT * FROM operator_links WHERE purpose = 'invite' AND expires_at > ? ORDER BY created_at DESC, email", [now]);
+  return db.all<OperatorLinkRow>(
+    "SELECT * FROM operator_links l WHERE l.purpose = 'invite' AND l.expires_at > ? AND NOT EXISTS (SELECT 1 FROM operators o WHERE o.email = l.email) ORDER BY l.created_at DESC, l.email",
+    [now],
+  );
 }
 
 /** deleteOperatorLink uses up a link; false when it was already used (two tabs racing). */
@@ -308,7 +311,7 @@ export async function deleteExpiredOperatorLinks(db: Db, now: number): Promise<n
   return (await db.run("DELETE FROM operator_links WHERE expires_at <= ?", [now])) + (await deleteExpiredSetupCodes(db, now));
 }
 
-/** deleteOperatorLinksOf drops every link naming an email (an operator removed or created, or an invitation withdrawn). */
+/** deleteOperatorLinksOf drops every link naming an email (an operator removed, or an invitation withdrawn). */
 export async function deleteOperatorLinksOf(db: Db, email: string): Promise<void> {
   await db.run("DELETE FROM operator_links WHERE email = ?", [email]);
 }

@@ -2,7 +2,7 @@ import { Database } from "bun:sqlite";
 import { existsSync, rmSync, statSync } from "node:fs";
 import { bearerOf } from "../auth/service.ts";
 import type { Config } from "../config.ts";
-import { clientAddress, isBrowserRequest, isLoopback, isLoopbackHost, isTrustedProxy, type ClientHints } from "../http/client-address.ts";
+import { isBrowserRequest, isLoopback, isLoopbackHost, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
 import { databaseFailureOf, migrationState } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
@@ -111,12 +111,13 @@ export function refuseOnNewerDatabase(rt: Runtime): void {
 
 /**
  * authorizeMetrics lets a scrape through: never from a browser; with a metrics token configured,
- * only a request carrying it; without one, only a loopback client that addresses this machine by
- * a loopback name. A request relayed by an untrusted proxy on this host (it carries forwarding
- * headers) is not a loopback client, nor is one a trusted proxy relayed without naming the client
- * in X-Forwarded-For (clientAddress: unknown). Browsers and the Host rule stop DNS rebinding: a page whose
- * name points at 127.0.0.1 reaches the port from loopback, yet sends Sec-Fetch-Site or Origin
- * (current browsers) and its own name as Host (every browser).
+ * only a request carrying it; without one, only a loopback peer that no proxy relayed (the request
+ * carries no forwarding header) and that addresses this machine by a loopback name. A relayed
+ * request is refused even from a trusted proxy naming a loopback client: the service cannot tell
+ * an X-Forwarded-For the proxy set from the client's own, which a proxy setting only X-Real-IP
+ * passes on. Browsers and the Host rule stop DNS rebinding: a page whose name points at 127.0.0.1
+ * reaches the port from loopback, yet sends Sec-Fetch-Site or Origin (current browsers) and its
+ * own name as Host (every browser).
  */
 export function authorizeMetrics(config: Config, request: Request, hints: ClientHints): void {
   if (isBrowserRequest(request)) {
@@ -131,8 +132,7 @@ export function authorizeMetrics(config: Config, request: Request, hints: Client
     }
     return;
   }
-  const client = hints.forwarded && !isTrustedProxy(hints.peer, config.trustedProxies) ? null : clientAddress(hints, config.trustedProxies);
-  if (client === null || !isLoopback(client)) {
+  if (hints.forwarded || hints.peer === null || !isLoopback(hints.peer)) {
     throw new ProblemError(403, "forbidden", "GET /metrics answers loopback clients only; configure a metrics token (--metrics-token) to scrape from elsewhere.");
   }
   if (!isLoopbackHost(request.headers.get("host"))) {

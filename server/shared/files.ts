@@ -17,17 +17,19 @@ export function fsyncPath(path: string): void {
  * keeps its mode (perhaps /dev/full, or one the user made on purpose).
  */
 export function createOwnerOnlyFile(path: string): void {
+  let created = true;
   let fd: number;
   try {
     fd = openSync(path, "wx", 0o600);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-    closeSync(openSync(path, "w"));
-    return;
+    // "wx" refuses any symbolic link, one to a file not there yet too, which "w" then creates.
+    created = !pathExists(path);
+    fd = openSync(path, "w", 0o600);
   }
   try {
     // The umask narrows the mode open creates with: 0277 left 0400, which its owner could not write.
-    fchmodSync(fd, 0o600);
+    if (created) fchmodSync(fd, 0o600);
   } finally {
     closeSync(fd);
   }

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
+import { createApiToken } from "../../server/auth/service.ts";
 import { newId } from "../../server/shared/ids.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { accessibleNames, colourLayers, contrastRatio, cspViolations, launchBrowser, seedDeliveries, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
@@ -294,6 +295,12 @@ describe("links that tell rows apart", () => {
       `Ada Lovelace contact ${twin.id}`,
       `Ada Lovelace contact ${first.id}`,
     ]);
+  }, SLOW);
+
+  test("tokens of the same name are named apart in their Revoke links by the start they are shown by; a token whose name is its own keeps its name alone", async () => {
+    const [first, twin] = [(await createApiToken(server.runtime.db, "t1")).info, (await createApiToken(server.runtime.db, "t1")).info];
+    await page.goto(url("/console/tokens"));
+    expect((await accessibleNames(page, "#tokens tbody tr a")).sort()).toEqual(["Revoke token console-test", `Revoke token t1 starting ${first.prefix}`, `Revoke token t1 starting ${twin.prefix}`].sort());
   }, SLOW);
 
   test("a subscription's failures name each latest delivery with its reason", async () => {

@@ -1,8 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
-import { inviteOperator, removeOperator } from "../../server/operators/service.ts";
-import { insertOperator } from "../../server/operators/store.ts";
-import { newId } from "../../server/shared/ids.ts";
+import { createOperator, inviteOperator, removeOperator } from "../../server/operators/service.ts";
 import { addOperator, cspViolations, signedInBrowser, signInWithBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 // Refused forms, row actions and notices as a keyboard or screen-reader user meets them, read from
@@ -226,7 +224,7 @@ describe("a refused form names each field and the API's reason beside it, and th
     await expectOnlyRefusals();
   }, SLOW);
 
-  test("an invitation left pending when its email became an operator's meanwhile (an older operator create, or a race) says so, on its form and on its link, and offers to sign in instead of asking for passwords", async () => {
+  test("an invitation whose email became an operator's meanwhile (operator create) says so, on its form and on its link, and offers to sign in instead of asking for passwords", async () => {
     const code = await inviteOperator(server.runtime.db, "late@example.com", null);
     const link = url(`/console/welcome?code=${code}`);
     /** shownWelcome is what the invitation's page tells and offers: its heading, notices, links and password fields. */
@@ -238,9 +236,7 @@ describe("a refused form names each field and the API's reason beside it, and th
       passwordFields: await page.locator("input[type=password]").count(),
     });
     await page.goto(link);
-    // Made without ending the invitation, as operator create did before it ended them, and as one committing between an invitation's check and its write still may.
-    const late = { id: newId("opr", Date.now()), email: "late@example.com", password_hash: await Bun.password.hash("their own long password"), created_at: Date.now(), updated_at: Date.now(), last_seen_at: null };
-    await server.runtime.db.write((tx) => insertOperator(tx, late));
+    const late = await createOperator(server.runtime.db, { email: "late@example.com", password: "their own long password" });
     await page.fill("input[name=password]", "one long password");
     await page.fill("input[name=password_again]", "one long password");
     const sent = await shownWelcome(await sendForm("input[name=password_again]"));

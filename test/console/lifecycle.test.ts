@@ -138,6 +138,24 @@ describe("secret rotation wizard", () => {
     expect({ beforeTest, sent: sent.length, afterTest: await shownTest() }).toEqual({ beforeTest: [], sent: 1, afterTest: sent });
     expect(problems).toEqual([]);
   }, SLOW);
+
+  test("a test event refused because the subscription is disabled comes back to the wizard (409) saying what to do in the console, not the API's route, and sends nothing", async () => {
+    const r = receiver("/disabled-rotation");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Stopped rotation", events: ["contact.created"] })).data;
+    await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { grace_hours: 24 });
+    await page.goto(url(`/console/subscriptions/${sub.id}/secret-rotation`));
+    await server.runtime.db.write((tx) => disableSubscription(tx, sub.id, "every attempt failed", Date.now()));
+    const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
+    expect({ status: answer?.status(), heading: await page.textContent("h1"), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
+      status: 409,
+      heading: "Rotate the signing secret",
+      refusal: ["No test event was sent: the subscription \u2068Stopped rotation\u2069 is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again."],
+      sendTest: 1,
+    });
+    expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 409 (Conflict)"]);
+    expect((await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`)).data).toEqual([]);
+    expect(r.received).toEqual([]);
+  }, SLOW);
 });
 
 describe("recover and pause from the subscriptions page", () => {

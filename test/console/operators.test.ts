@@ -236,17 +236,25 @@ describe("operators behind a reverse proxy", () => {
 });
 
 describe("operators on the command line", () => {
-  test("`operator create` for an email with a pending invitation ends the invitation, as accepting it would: it is listed no more and its link is used up", async () => {
+  test("`operator create` for an email with a pending invitation: the invitation is listed no more, and its link says the operator exists and offers to sign in (409), opened or sent, until that operator is removed", async () => {
     const { h, client, browser } = await setup();
     const invited = await client.post("/console/operators", { email: "late@example.com" });
     const code = new URL(linkIn(invited.text)!).searchParams.get("code")!;
     const listsInvitations = async () => (await client.get("/console/operators")).text.includes("Invitations not used yet");
     expect([await listsInvitations(), (await pendingInvites(h.rt.db)).map((invite) => invite.email)]).toEqual([true, ["late@example.com"]]);
+    const invitee = browser();
+    expect((await invitee.get(`/console/welcome?code=${code}`)).status).toBe(200);
     const made = await operatorCommand(h, ["create", "--email", "Late@Example.com", "--password-stdin"], "their own long password\n");
     expect(made).toEqual({ code: 0, out: `created operator ${await idOf(h, "late@example.com")} (late@example.com); sign in at /console/login\n`, err: "" });
     expect([await listsInvitations(), await pendingInvites(h.rt.db), await operators(h)]).toEqual([false, [], [OPERATOR.email, "late@example.com"]]);
+    /** told is what the invitation's page says: its status, whether it names the operator as existing and offers Sign in, or calls the link invalid. */
+    const told = (res: { status: number; text: string }) => ({ status: res.status, exists: res.text.includes("exists already, so this invitation cannot be used"), signIn: res.text.includes('href="/console/login"'), invalid: res.text.includes("This link is invalid") });
+    const sent = await invitee.post("/console/welcome", { code, password: "one long password", password_again: "one long password" });
     const opened = await browser().get(`/console/welcome?code=${code}`);
-    expect([opened.status, opened.text.includes("This link is invalid, expired or already used.")]).toEqual([403, true]);
+    expect({ sent: told(sent), opened: told(opened) }).toEqual({ sent: { status: 409, exists: true, signIn: true, invalid: false }, opened: { status: 409, exists: true, signIn: true, invalid: false } });
+    // Removing that operator ends the invitation with their other links: it does not come back.
+    expect((await operatorCommand(h, ["remove", "--email", "late@example.com"])).code).toBe(0);
+    expect([await pendingInvites(h.rt.db), told(await browser().get(`/console/welcome?code=${code}`))]).toEqual([[], { status: 403, exists: false, signIn: false, invalid: true }]);
   }, 30_000);
 
   test("`operator list`, `operator reset-password` and `operator remove`", async () => {

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { finishRotation, rotationView, sendRotationTest, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
+import { disableSubscription } from "../../server/webhooks/store.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { addOperator, launchBrowser, refusedConfirmation, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
 
@@ -163,6 +164,21 @@ describe("rotation wizard", () => {
     expect(page.url()).toMatch(/\/console\/rotations\/sub_[0-9A-Z]{26}$/);
     expect((await server.api("GET", "/public/v1/webhook-subscriptions")).meta.total).toBe(3);
     expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("a test event refused because the new subscription is disabled comes back to the wizard (409) saying what to do in the console, not the API's route, and sends nothing", async () => {
+    const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/stopped-old", events: ["contact.created"] })).data;
+    const { id } = await startRotation(server.runtime, old.id, { target_url: "http://127.0.0.1:9/stopped-new", description: "Stopped replacement", events: ["contact.created"] });
+    await page.goto(url(`/console/rotations/${id}`));
+    await server.runtime.db.write((tx) => disableSubscription(tx, id, "every attempt failed", Date.now()));
+    const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
+    expect({ status: answer?.status(), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
+      status: 409,
+      refusal: ["No test event was sent: the subscription \u2068Stopped replacement\u2069 is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again."],
+      sendTest: 1,
+    });
+    expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 409 (Conflict)"]);
+    expect(await server.runtime.db.all("SELECT id FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([]);
   }, SLOW);
 
   test("a rotation finished while its page is read shows as under way or done, never as under way with the old subscription gone", async () => {

@@ -231,6 +231,29 @@ describe("command line: errors", () => {
     }
   });
 
+  test("an IPv6 --host, bare or in brackets, is printed once bracketed in the listening line and the setup link, which open", async () => {
+    for (const host of ["::1", "[::1]"]) {
+      const { proc, out } = await startServe({ CRM_HOST: host });
+      try {
+        const url = /listening on (\S+)\n/.exec(out)?.[1];
+        const setupUrl = out
+          .split("\n")
+          .filter((l) => l.startsWith("{"))
+          .map((l) => JSON.parse(l))
+          .find((l) => l.setup_url)?.setup_url;
+        expect({ host, url: url?.replace(/:\d+$/, ":PORT"), setupUrl: setupUrl?.replace(/:\d+\//, ":PORT/").replace(/code=.*/, "code=CODE") }).toEqual({
+          host,
+          url: "http://[::1]:PORT",
+          setupUrl: "http://[::1]:PORT/console/setup?code=CODE",
+        });
+        expect({ host, healthz: (await fetch(`${url}/healthz`)).status, setup: (await fetch(setupUrl)).status }).toEqual({ host, healthz: 200, setup: 200 });
+      } finally {
+        proc.kill();
+        await proc.exited;
+      }
+    }
+  });
+
   test("serve refuses a BUN_CONFIG_MAX_HTTP_REQUESTS under the webhook attempts it runs at once (Bun's fetch would queue the rest, their timeouts running), in one line naming it and the least it needs; 244 starts", async () => {
     const line = (value: string) =>
       `crm: invalid BUN_CONFIG_MAX_HTTP_REQUESTS: ${JSON.stringify(value)} is not a whole number from 244 to 65535 (the requests Bun's fetch sends at once: webhook delivery runs up to 244, 228 scheduled attempts and 16 manual ones, and one more would wait inside Bun with its timeout running); leave it unset for Bun's 256\n`;

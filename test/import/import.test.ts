@@ -400,6 +400,23 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     expect(statSync(invalidFile).mode & 0o777).toBe(0o600);
   }, 60_000);
 
+  test("an --invalid-file that is a symbolic link to a file not there yet creates it 0600 under the usual umask (0022); a link to a file already there empties it and keeps its mode", async () => {
+    const file = oneInvalidRow();
+    const target = join(server.dir, "target.csv");
+    const link = join(server.dir, "out.csv");
+    symlinkSync(target, link);
+    const written = { code: 1, stdout: `dry run, nothing sent: 2 rows: valid 1, invalid 1\ninvalid rows with their errors: ${link}\n`, stderr: "columns: Email -> email, First Name -> first_name\n" };
+    expect(await runImport([file, "--dry-run", "--invalid-file", link], underUmask("0022"))).toEqual(written);
+    expect(statSync(target).mode & 0o777).toBe(0o600);
+    const rows = readFileSync(target, "utf8");
+    expect(rows).toBe('Email,First Name,import_row,import_errors\nnot-an-email,Bob,2,"Email: must be an email address of at most 254 characters, or null"\n');
+    writeFileSync(target, `${rows}an older run's rows\n`);
+    chmodSync(target, 0o640);
+    expect(await runImport([file, "--dry-run", "--invalid-file", link], underUmask("0022"))).toEqual(written);
+    expect(statSync(target).mode & 0o777).toBe(0o640);
+    expect(readFileSync(target, "utf8")).toBe(rows);
+  }, 60_000);
+
   test("the same file again with another --map gets batches of its own; a file changed under the same name and size is told to take a new name, not to run again", async () => {
     const file = join(server.dir, "two-emails.csv");
     writeFileSync(file, "Mail,Other\nada@example.com,grace@example.com\n");
