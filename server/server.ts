@@ -56,9 +56,9 @@ function firstStartCommand(config: Config, words: string[]): string {
   return config.databaseUrl ? `${commandHere(words, null)} and this server's --database-url (or CRM_DATABASE_URL)` : commandHere(words, config.dataDir);
 }
 
-/** resolves is whether `host` names an address to listen on: an IP address, empty (every address), or a name the resolver finds. */
+/** resolves is whether `host` names an address to listen on: an IP address (an IPv6 one in brackets too), empty (every address), or a name the resolver finds. */
 async function resolves(host: string): Promise<boolean> {
-  if (host === "" || isIP(host) !== 0) return true;
+  if (host === "" || isIP(host.replace(/^\[(.*)\]$/, "$1")) !== 0) return true;
   return lookup(host).then(() => true, () => false);
 }
 

@@ -245,14 +245,19 @@ describe("configuration: invalid input names the setting", () => {
     expect(existsSync(dataDir)).toBe(false);
   });
 
-  test("a port already in use is one line, not a stack trace", () => {
+  test("a port already in use is one line, not a stack trace, for an IPv6 --host in brackets too", () => {
     const busy = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("busy") });
+    const busyV6 = Bun.serve({ hostname: "::1", port: 0, fetch: () => new Response("busy") });
     try {
       const result = runCli([...SOURCE, "serve", "--port", String(busy.port), "--data-dir", tempDir("busy")]);
       expect(result.exitCode).toBe(2);
       expect(result.stderr).toBe(`crm: cannot listen on "127.0.0.1" port ${busy.port} (--host, --port): Failed to start server. Is port ${busy.port} in use?\n`);
+      // A bracketed address is an address, not a name to look up: the refusal is the port's.
+      const bracketed = runCli([...SOURCE, "serve", "--host", "[::1]", "--port", String(busyV6.port), "--data-dir", tempDir("busy-v6")]);
+      expect({ exitCode: bracketed.exitCode, stderr: bracketed.stderr }).toEqual({ exitCode: 2, stderr: `crm: cannot listen on "[::1]" port ${busyV6.port} (--host, --port): Failed to start server. Is port ${busyV6.port} in use?\n` });
     } finally {
       busy.stop(true);
+      busyV6.stop(true);
     }
   });
 
