@@ -19,6 +19,7 @@ import { fileErrorText, isAbsent, pathExists } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
+import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
 import { importContacts } from "./import/service.ts";
 import { startServer } from "./server.ts";
@@ -544,7 +545,8 @@ async function main(argv: string[]): Promise<number> {
 
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
-  (error: unknown) => {
+  (thrown: unknown) => {
+    const error = readOnlyWriteRefusal(thrown);
     if (error instanceof ConfigError || error instanceof MigrationFailed) process.stderr.write(`crm: ${error.message}\n`);
     else if (error instanceof ProblemError) process.stderr.write(`crm: ${error.message}\n`);
     else process.stderr.write(`crm: ${(error as Error)?.stack ?? String(error)}\n`);

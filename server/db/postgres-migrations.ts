@@ -15,7 +15,7 @@ import fullNameAsReturned from "../../migrations/postgres/0027_full_name_as_retu
 import signInThrottleWithoutEmails from "../../migrations/postgres/0028_sign_in_throttle_without_emails.sql" with { type: "text" };
 import secretRotationTest from "../../migrations/postgres/0029_secret_rotation_test.sql" with { type: "text" };
 import keptAnswersByResource from "../../migrations/postgres/0030_kept_answers_by_resource.sql" with { type: "text" };
-import type { PostgresDatabase } from "./postgres.ts";
+import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
 
@@ -91,7 +91,7 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
  */
 const MIGRATION_STEP_HINTS: Record<string, string> = {
   "42501": "the role needs CREATE on the schema --database-schema names (GRANT CREATE ON SCHEMA ... TO the role), or set --database-schema to a schema it owns",
-  "25006": "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write",
+  "25006": READ_ONLY_HINT,
   "55P03": "the role's lock_timeout ended the wait for the write lock, which another instance's writes or migration held: lift it for the role (ALTER ROLE ... SET lock_timeout = 0), or start again",
   "57014": "the role's statement_timeout ended the wait for the write lock, which another instance's writes or migration held: lift it for the role (ALTER ROLE ... SET statement_timeout = 0), or start again",
 };

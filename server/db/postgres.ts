@@ -132,6 +132,19 @@ export class DatabaseNotAnswering extends Error {
   }
 }
 
+/** READ_ONLY_HINT says what to do when PostgreSQL refuses a write as read-only (SQLSTATE 25006). */
+export const READ_ONLY_HINT = "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write";
+
+/**
+ * readOnlyWriteRefusal gives a command's write that PostgreSQL refused in a read-only transaction
+ * (a standby, a role with default_transaction_read_only) the one line main prints for a
+ * ConfigError, naming the setting and what to do; any other error is returned as it is.
+ */
+export function readOnlyWriteRefusal(error: unknown): unknown {
+  if ((error as { errno?: unknown } | null)?.errno !== "25006") return error;
+  return new ConfigError(`cannot write to the PostgreSQL database (--database-url, CRM_DATABASE_URL): ${(error as Error).message}; ${READ_ONLY_HINT}`, { cause: error });
+}
+
 /** answeredByServer tells whether an error is one PostgreSQL sent (it carries a SQLSTATE), not one of the client's own. */
 function answeredByServer(error: unknown): boolean {
   return typeof (error as { errno?: unknown } | null)?.errno === "string";

@@ -300,6 +300,23 @@ describe("postgres configuration: the role", () => {
     });
   });
 
+  test("a read-only role's command that writes is refused in one line saying the database is read-only for it", async () => {
+    await withRoleDatabase("readonly", async ({ role, url, admin: there }) => {
+      expect(crm(url, ["migrate"]).exitCode).toBe(0);
+      await there.unsafe(`ALTER ROLE "${role}" SET default_transaction_read_only = on`);
+      for (const command of [["token", "create", "--name", "x"], ["user", "create", "--name", "Ada", "--email", "ada@example.com"]]) {
+        expect({ command, ...crm(url, command) }).toEqual({
+          command,
+          exitCode: 2,
+          stdout: "",
+          stderr:
+            "crm: cannot write to the PostgreSQL database (--database-url, CRM_DATABASE_URL): cannot execute INSERT in a read-only transaction; " +
+            "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write\n",
+        });
+      }
+    });
+  });
+
   test("a role whose lock_timeout ends the wait for the write lock another session holds is refused at start in one line saying so", async () => {
     await withRoleDatabase("hurried", async ({ role, url, admin: there }) => {
       await there.unsafe(`ALTER ROLE "${role}" SET lock_timeout = '100ms'`);
