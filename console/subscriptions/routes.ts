@@ -189,6 +189,9 @@ export function subscriptionRoutes(rt: Runtime) {
     );
 }
 
+/** WIZARD_TEST_REFUSALS are the refusals of a wizard's test event its page shows in place of an error page: they say what to do first. */
+const WIZARD_TEST_REFUSALS = new Set(["subscription-disabled", "subscription-paused"]);
+
 /**
  * rotationRoutes are the two wizards of the subscriptions feature: the secret rotation (a new
  * secret with a grace period, a test, retiring the previous secret) and the guided replacement of
@@ -225,7 +228,7 @@ export function rotationRoutes(rt: Runtime) {
           await sendSecretRotationTest(rt, params.id);
         } catch (error) {
           const failure = problemOf(error, 409);
-          if (failure.slug !== "subscription-disabled") throw failure;
+          if (!WIZARD_TEST_REFUSALS.has(failure.slug)) throw failure;
           return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
         }
         return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation#step-test`);
@@ -282,7 +285,7 @@ export function rotationRoutes(rt: Runtime) {
           await sendRotationTest(rt, params.id);
         } catch (error) {
           const failure = problemOf(error, 409);
-          if (failure.slug !== "subscription-disabled") throw failure;
+          if (!WIZARD_TEST_REFUSALS.has(failure.slug)) throw failure;
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), refusal: failure }), failure.status);
         }
         return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}#step-test`);

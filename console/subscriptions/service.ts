@@ -27,7 +27,7 @@ import {
   toSubscription,
   updateSubscription,
 } from "../../server/webhooks/service.ts";
-import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, setSecretRotationTest, type SubscriptionRow } from "../../server/webhooks/store.ts";
+import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
 import { isolated } from "../pages/parts.tsx";
@@ -199,11 +199,21 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
 
 /**
  * addWizardTestEvent is addTestEvent for the rotation wizards: a disabled subscription is refused in
- * the console's words, naming its Enable button; the API's words name the API's route.
+ * the console's words, naming its Enable button; the API's words name the API's route. A paused one
+ * is refused too, naming its Resume button, though the API would queue the ping: the wizard's step
+ * waits for the test's answer, which would not come until someone resumed the subscription.
  */
 function addWizardTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<{ delivery_id: string; event_id: string }> {
+  const name = isolated(row.description ?? row.target_url);
   if (row.status === "disabled") {
-    throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${isolated(row.description ?? row.target_url)} is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
+    throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${name} is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
+  }
+  if (shownStatus(row) === "paused") {
+    throw new ProblemError(
+      409,
+      "subscription-paused",
+      `No test event was sent: the subscription ${name} is paused, and the test event would wait until it is resumed. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then send the test event again.`,
+    );
   }
   return addTestEvent(tx, row, now);
 }

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { gzipSync } from "node:zlib";
 import type { Page } from "playwright-core";
 import { Webhook } from "standardwebhooks";
-import { disableSubscription } from "../../server/webhooks/store.ts";
+import { disableSubscription, setSubscriptionPaused } from "../../server/webhooks/store.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { addOperator, launchBrowser, refusedConfirmation, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
@@ -155,6 +155,25 @@ describe("secret rotation wizard", () => {
     expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 409 (Conflict)"]);
     expect((await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`)).data).toEqual([]);
     expect(r.received).toEqual([]);
+  }, SLOW);
+
+  test("a test event to a subscription paused meanwhile is not sent to wait for its resume: the wizard comes back (409) saying to resume it first", async () => {
+    const r = receiver("/paused-rotation");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Held rotation", events: ["contact.created"] })).data;
+    await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { grace_hours: 24 });
+    await page.goto(url(`/console/subscriptions/${sub.id}/secret-rotation`));
+    await server.runtime.db.write((tx) => setSubscriptionPaused(tx, sub.id, Date.now(), Date.now()));
+    const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
+    expect({ status: answer?.status(), heading: await page.textContent("h1"), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
+      status: 409,
+      heading: "Rotate the signing secret",
+      refusal: [
+        "No test event was sent: the subscription \u2068Held rotation\u2069 is paused, and the test event would wait until it is resumed. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then send the test event again.",
+      ],
+      sendTest: 1,
+    });
+    expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 409 (Conflict)"]);
+    expect((await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`)).data).toEqual([]);
   }, SLOW);
 });
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { finishRotation, rotationView, sendRotationTest, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
-import { disableSubscription } from "../../server/webhooks/store.ts";
+import { disableSubscription, setSubscriptionPaused } from "../../server/webhooks/store.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { addOperator, launchBrowser, refusedConfirmation, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
 
@@ -175,6 +175,23 @@ describe("rotation wizard", () => {
     expect({ status: answer?.status(), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
       status: 409,
       refusal: ["No test event was sent: the subscription \u2068Stopped replacement\u2069 is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again."],
+      sendTest: 1,
+    });
+    expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 409 (Conflict)"]);
+    expect(await server.runtime.db.all("SELECT id FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([]);
+  }, SLOW);
+
+  test("a test event to the new subscription paused meanwhile is not sent to wait for its resume: the wizard comes back (409) saying to resume it first", async () => {
+    const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/held-old", events: ["contact.created"] })).data;
+    const { id } = await startRotation(server.runtime, old.id, { target_url: "http://127.0.0.1:9/held-new", description: "Held replacement", events: ["contact.created"] });
+    await page.goto(url(`/console/rotations/${id}`));
+    await server.runtime.db.write((tx) => setSubscriptionPaused(tx, id, Date.now(), Date.now()));
+    const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
+    expect({ status: answer?.status(), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
+      status: 409,
+      refusal: [
+        "No test event was sent: the subscription \u2068Held replacement\u2069 is paused, and the test event would wait until it is resumed. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then send the test event again.",
+      ],
       sendTest: 1,
     });
     expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 409 (Conflict)"]);
