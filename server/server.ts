@@ -11,6 +11,7 @@ import { isEmbeddedPath } from "./shared/compiled.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
 import { listTokens } from "./auth/service.ts";
 import { startRetentionJob } from "./webhooks/retention.ts";
+import { addressAsHost } from "./webhooks/targets.ts";
 import { startNameIndexing } from "./contacts/service.ts";
 import { settlesWithin } from "./shared/time.ts";
 import { hasOperators, issueSetupCode } from "./operators/service.ts";
@@ -56,9 +57,14 @@ function firstStartCommand(config: Config, words: string[]): string {
   return config.databaseUrl ? `${commandHere(words, null)} and this server's --database-url (or CRM_DATABASE_URL)` : commandHere(words, config.dataDir);
 }
 
+/** unbracketed is --host without the brackets an IPv6 address may be given in ("[::1]"). */
+function unbracketed(host: string): string {
+  return host.replace(/^\[(.*)\]$/, "$1");
+}
+
 /** resolves is whether `host` names an address to listen on: an IP address (an IPv6 one in brackets too), empty (every address), or a name the resolver finds. */
 async function resolves(host: string): Promise<boolean> {
-  if (host === "" || isIP(host.replace(/^\[(.*)\]$/, "$1")) !== 0) return true;
+  if (host === "" || isIP(unbracketed(host)) !== 0) return true;
   return lookup(host).then(() => true, () => false);
 }
 
@@ -107,8 +113,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
     throw error;
   });
   const server = app.server!;
-  // An IPv6 literal is bracketed in a URL; one given bracketed already (--host "[::1]") is left as it is.
-  const url = `http://${config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host}:${server.port}`;
+  const url = `http://${addressAsHost(unbracketed(config.host))}:${server.port}`;
   if ((await listTokens(db)).length === 0) {
     const command = firstStartCommand(config, ["token", "create", "--name", "my-integration"]);
     log.info(`no API token exists yet; create the first one with: ${command}`, config.databaseUrl ? {} : { data_dir: resolve(config.dataDir) });
