@@ -192,6 +192,13 @@ export function subscriptionRoutes(rt: Runtime) {
 /** WIZARD_TEST_REFUSALS are the refusals of a wizard's test event its page shows in place of an error page: they say what to do first. */
 const WIZARD_TEST_REFUSALS = new Set(["subscription-disabled", "subscription-paused"]);
 
+/** wizardTestRefusal is the refusal a wizard's page shows of its test event's failure (WIZARD_TEST_REFUSALS); any other failure is thrown on, to the error page. */
+function wizardTestRefusal(error: unknown) {
+  const failure = problemOf(error, 409);
+  if (!WIZARD_TEST_REFUSALS.has(failure.slug)) throw failure;
+  return failure;
+}
+
 /**
  * rotationRoutes are the two wizards of the subscriptions feature: the secret rotation (a new
  * secret with a grace period, a test, retiring the previous secret) and the guided replacement of
@@ -227,8 +234,7 @@ export function rotationRoutes(rt: Runtime) {
         try {
           await sendSecretRotationTest(rt, params.id);
         } catch (error) {
-          const failure = problemOf(error, 409);
-          if (!WIZARD_TEST_REFUSALS.has(failure.slug)) throw failure;
+          const failure = wizardTestRefusal(error);
           return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
         }
         return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation#step-test`);
@@ -284,8 +290,7 @@ export function rotationRoutes(rt: Runtime) {
         try {
           await sendRotationTest(rt, params.id);
         } catch (error) {
-          const failure = problemOf(error, 409);
-          if (!WIZARD_TEST_REFUSALS.has(failure.slug)) throw failure;
+          const failure = wizardTestRefusal(error);
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), refusal: failure }), failure.status);
         }
         return redirect(`${CONSOLE_PREFIX}/rotations/${params.id}#step-test`);
