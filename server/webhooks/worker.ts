@@ -871,9 +871,7 @@ export class DeliveryLoop {
   async attemptNow(id: string, inRecordWrite?: (tx: Db) => Promise<void>): Promise<AttemptRefusal | null> {
     const { db, config } = this.deps;
     if (this.state === "stopping" || this.state === "stopped") return { refused: "shutting-down" };
-    if (this.manualAttempts >= MAX_MANUAL_ATTEMPTS) return { refused: "manual-attempts-busy" };
-    // Counted from before the claim: requests arriving together must not all pass the check.
-    this.manualAttempts++;
+    let counted = false;
     let slotHeldFor: string | null = null;
     try {
       const claim = await db.write(async (tx): Promise<AttemptRefusal | DueDelivery> => {
@@ -885,6 +883,12 @@ export class DeliveryLoop {
         if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };
         if (row.locked_until !== null && row.locked_until > now) return { refused: "in-progress" };
         if ((await this.attemptsUnderWay(tx, row.subscription_id, now)) >= MAX_PER_SUBSCRIPTION) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id };
+        // Counted in the claim's write, after the refusals above: writes run one at a time, so
+        // requests arriving together each see the attempts claimed before them, and a request
+        // refused as in progress is never counted as an attempt under way.
+        if (this.manualAttempts >= MAX_MANUAL_ATTEMPTS) return { refused: "manual-attempts-busy" };
+        this.manualAttempts++;
+        counted = true;
         const [leased] = await lease(tx, [row], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
         // Held inside the write: a claim round whose write runs after this one, in the same group,
         // picks with this attempt counted, though it starts only once the group has committed.
@@ -898,7 +902,7 @@ export class DeliveryLoop {
     } finally {
       // The write failed after its slot was held: no attempt is made.
       if (slotHeldFor !== null) this.freeReceiverSlot(slotHeldFor);
-      this.manualAttempts--;
+      if (counted) this.manualAttempts--;
     }
   }
 

@@ -189,6 +189,24 @@ describe("delivery history: errors", () => {
     r.release();
   });
 
+  test("many retries of one delivery at once make one attempt: the others are 409 in progress, not 503 busy, and another delivery's retry beside them goes through", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
+    const r = receiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact("one");
+    await createContact("other");
+    const [one, other] = await settledDeliveries(h);
+    r.hold();
+    let answered = 0;
+    const retries = Array.from({ length: 20 }, () => h.json("POST", `/public/v1/webhook-deliveries/${one.id}/retry`).finally(() => answered++));
+    const beside = h.json("POST", `/public/v1/webhook-deliveries/${other.id}/retry`);
+    await waitFor(() => r.received.length === 4 && answered === 19, "the two manual attempts open at the receiver and every other retry answered");
+    r.release();
+    const statuses = (await Promise.all(retries)).map((res) => res.status).sort();
+    expect({ statuses, beside: (await beside).status }).toEqual({ statuses: [200, ...Array.from({ length: 19 }, () => 409)], beside: 200 });
+    expect(r.received.length).toBe(4);
+  });
+
   test("a manual retry beyond MAX_MANUAL_ATTEMPTS under way at once is 503 and sends nothing: with the loop's attempts they stay within what Bun's fetch sends at once", async () => {
     h = await scope.harness({ deliveryTimeoutMs: 10_000, rateWriteBurst: 1000 });
     const r = receiver();
