@@ -360,7 +360,11 @@ export interface paths {
         get: operations["getUser"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a user
+         * @description Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), in the same commit, and the answers kept for replaying its create are withdrawn (a replay is 410). Users send no events of their own: there is no user.deleted.
+         */
+        delete: operations["deleteUser"];
         options?: never;
         head?: never;
         /**
@@ -3395,6 +3399,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
             412: {
                 headers: {
@@ -3494,6 +3507,90 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
+            413: components["responses"]["BodyTooLarge"];
+            414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+        };
+    };
+    deleteUser: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Users carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
+                "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 204 */
+            204: {
+                headers: {
+                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
+                    RateLimit?: string;
+                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            408: components["responses"]["BodyTimeout"];
+            /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             413: components["responses"]["BodyTooLarge"];
             414: components["responses"]["QueryTooLong"];
             415: components["responses"]["UnsupportedMediaType"];

@@ -287,6 +287,8 @@ export async function onceForForm<T>(
     } catch (error) {
       if (!(error instanceof ProblemError)) throw error;
       if (error.slug === "idempotency-key-reused") throw new ProblemError(409, "form-already-sent", "This form was already sent with other values. Load the page again to send it anew.");
+      // In the console's words: the API's names the Idempotency-Key, which the operator never saw.
+      if (error.slug === "replay-resource-deleted") throw new ProblemError(410, "replay-resource-deleted", "This form was already sent, and what it made has been deleted since. Load the page again to send it anew.");
       if (error.slug !== "idempotency-key-in-use") throw error;
       if (Date.now() - started > FORM_ANSWER_WAIT_MS) throw new ProblemError(409, "form-being-sent", `This form is still being sent; its answer did not come within ${FORM_ANSWER_WAIT_MS / 1000} s. Load the page again to see what it changed.`);
       await Bun.sleep(50);

@@ -8,10 +8,10 @@ import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, o
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { resetSecretsKey } from "./webhooks/service.ts";
-import { checkFetchLimit } from "./webhooks/worker.ts";
+import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
-import { allUsers, createUser } from "./users/service.ts";
+import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { printable } from "./shared/text.ts";
@@ -39,6 +39,8 @@ Commands:
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
   user list                          list users: id, email, name, created
+  user delete ID                     delete a user; its contacts lose the assignment (each
+                                     sends contact.updated); on SQLite, not while serve runs
   operator create --email E --password-stdin
                                      add a console operator; the password is read from stdin
   operator list                      list console operators: id, email, created, last seen
@@ -301,6 +303,34 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   return 0;
 }
 
+/**
+ * userDeleteCommand runs `user delete ID`: the API's delete, whose contact.updated deliveries a
+ * running serve must send. On PostgreSQL the instances are woken for them (or find them at their
+ * next poll); on SQLite a serve is woken only by its own commits, so it would send them at its next
+ * change: the command is refused while one holds the data directory, and the API is the way then.
+ */
+async function userDeleteCommand(args: string[]): Promise<number> {
+  const id = args.shift();
+  if (!id || id.startsWith("-")) throw new ConfigError("user delete needs the user id (see user list)");
+  const config = loadCommandConfig(args);
+  const remove = async () => {
+    const db = await openConfiguredDatabase(args, { locked: true });
+    try {
+      const deleted = await deleteUser(db, id);
+      // A lost wake-up only leaves the deliveries to the instances' next poll.
+      await db.notify(DELIVERY_CHANNEL).catch(() => undefined);
+      return deleted;
+    } finally {
+      await db.close();
+    }
+  };
+  if (!config.databaseUrl) requireDatabase(config.dataDir);
+  const why = `delete the user through it (DELETE /public/v1/users/${id}, or Delete on the console's Users page), which sends its contacts' contact.updated at once, or stop it first`;
+  const { user, unassigned } = config.databaseUrl ? await remove() : await whileHoldingDataDirectory(config, why, remove);
+  process.stdout.write(`deleted user ${user.id} (${user.email}); contacts that lost the assignment: ${unassigned} (each sends contact.updated)\n`);
+  return 0;
+}
+
 const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH]';
 
 /**
@@ -456,7 +486,8 @@ async function main(argv: string[]): Promise<number> {
         for (const user of await allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${printable(user.name)}  created ${user.created_at}\n`);
         return 0;
       }
-      if (sub !== "create") throw new ConfigError("usage: user create --name N --email E | user list");
+      if (sub === "delete") return userDeleteCommand(args);
+      if (sub !== "create") throw new ConfigError("usage: user create --name N --email E | user list | user delete ID");
       const name = takeOption(args, "--name");
       const email = takeOption(args, "--email");
       // An empty value is the service's to refuse, in the words the API uses for it.

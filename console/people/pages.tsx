@@ -123,7 +123,7 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
         <NoticeBox notice={props.notice} />
         <DataTable
           id="users"
-          columns={["Name", "Email", "Id", "Created (UTC)"]}
+          columns={["Name", "Email", "Id", "Created (UTC)", ""]}
           empty={props.users.length === 0 ? (meta.total === 0 ? "No users yet." : `No users on page ${meta.current_page}: the last page is ${meta.last_page}.`) : null}
           foot={
             meta.last_page > 1 && (
@@ -146,6 +146,11 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
               </td>
               <td data-label="Created">
                 <Time value={u.created_at} />
+              </td>
+              <td class="row-actions">
+                <a class="danger-link" href={`/console/users/${u.id}/delete`}>
+                  Delete<RowSubject>user {u.email}</RowSubject>
+                </a>
               </td>
             </tr>
           ))}
@@ -175,6 +180,25 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
         </section>
       </>
     ),
+  });
+}
+
+/** deleteUserPage asks to confirm deleting a user. */
+export function deleteUserPage(props: { session: ConsoleSession; user: User }): string {
+  return confirmPage({
+    session: props.session,
+    section: "users",
+    title: "Delete user?",
+    formKey: crypto.randomUUID(),
+    text: (
+      <p>
+        Delete <bdi>{props.user.name}</bdi> (<strong>{props.user.email}</strong>)? The contacts assigned to them stay, no longer assigned to them; each sends{" "}
+        <code>contact.updated</code>. This cannot be undone.
+      </p>
+    ),
+    action: `/console/users/${props.user.id}/delete`,
+    button: `Delete ${props.user.email}`,
+    cancel: "/console/users",
   });
 }
 

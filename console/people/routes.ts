@@ -4,14 +4,18 @@ import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { findOperator, inviteOperator, operatorSummaries, passwordResetLink, pendingInvites } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError } from "../../server/shared/problem.ts";
+import { getUser } from "../../server/users/service.ts";
 import { clearCookieHeader, htmlResponse, redirect, SESSION_COOKIE } from "../http.ts";
 import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
-import { operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
-import { addUserFromForm, createTokenFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
+import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
+import { addUserFromForm, createTokenFromForm, deleteUserFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
-const UsersQuery = t.Object({ page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true });
+const UsersQuery = t.Object(
+  { page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })), deleted: t.Optional(t.String({ maxLength: 10 })) },
+  { additionalProperties: true },
+);
 
 /** peopleRoutes are who may do what: API tokens, the users contacts are assigned to, and the console's operators. */
 export function peopleRoutes(rt: Runtime) {
@@ -76,7 +80,11 @@ export function peopleRoutes(rt: Runtime) {
       "/users",
       async ({ session, query }) => {
         const page = await usersOnPage(db, query);
-        const notice = query.added ? { kind: "success" as const, text: "User added." } : null;
+        const notice = query.added
+          ? { kind: "success" as const, text: "User added." }
+          : query.deleted
+            ? { kind: "success" as const, text: "User deleted. The contacts assigned to them stay, without the assignment." }
+            : null;
         return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, notice }));
       },
       { query: UsersQuery },
@@ -98,6 +106,15 @@ export function peopleRoutes(rt: Runtime) {
         }
       },
       { body: OptionalForm },
+    )
+    .get("/users/:id/delete", async ({ session, params }) => htmlResponse(deleteUserPage({ session, user: await getUser(db, params.id) })), { params: IdParam })
+    .post(
+      "/users/:id/delete",
+      async ({ session, params, body }) => {
+        await deleteUserFromForm(rt, session, params.id, field(body, "form_key"));
+        return redirect(`${CONSOLE_PREFIX}/users?deleted=1`);
+      },
+      { params: IdParam, body: OptionalForm },
     )
     .get(
       "/operators",

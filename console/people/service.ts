@@ -6,7 +6,7 @@ import { dropOperator } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
-import { createUserOnce, listUsersPage } from "../../server/users/service.ts";
+import { createUserOnce, listUsersPage, removeUser } from "../../server/users/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { changeOnceForForm, onceForForm, refusedOnField } from "../shell.ts";
 
@@ -33,9 +33,9 @@ export async function revokeTokenFromConsole(rt: Runtime, id: string): Promise<v
 const USERS_PER_PAGE = 50;
 
 /** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a parameter the users page does not take or a page that is not a number. */
-export function usersOnPage(db: Database, query: { page?: string; added?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
-  // `added` is the flag of the redirect after adding a user, which the route reads.
-  const unknown = unknownParameterErrors(query, ["page", "added"], "the users page");
+export function usersOnPage(db: Database, query: { page?: string; added?: string; deleted?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
+  // `added` and `deleted` are the flags of the redirects after adding and deleting a user, which the route reads.
+  const unknown = unknownParameterErrors(query, ["page", "added", "deleted"], "the users page");
   if (unknown.length > 0) throw fieldsProblem(unknown);
   const page = query.page;
   if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number from 1 to 999999999" }], "The page number must be a whole number from 1 to 999999999.");
@@ -52,6 +52,14 @@ export async function addUserFromForm(rt: Runtime, session: ConsoleSession, form
   const input = checkUserInput(form);
   const added = onceForForm(rt, { session, path: "/console/users", key: formKey, values: input }, (scope) => createUserOnce(rt, input, scope));
   return (await refusedOnField(added, "user-exists", "email")).body.data;
+}
+
+/**
+ * deleteUserFromForm deletes a user once per form key, as the API's delete does: the confirmation
+ * sent again (a double click) answers as the first did, where the delete alone would be 404 by then.
+ */
+export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+  await changeOnceForForm(rt, { session, path: `/console/users/${id}/delete`, key: formKey }, async (tx, now) => ({ deleted: (await removeUser(tx, id, now)).user.id }));
 }
 
 /**

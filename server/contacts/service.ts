@@ -43,6 +43,7 @@ import {
   replaceContactAssignedUsers,
   insertContactTags,
   replaceContactTags,
+  unassignUserFromContacts,
   unlinkAccountFromContacts,
   updateContact as updateContactRow,
   type ContactFilters,
@@ -471,6 +472,17 @@ export async function removeContactTag(rt: Runtime, contactId: string, tag: stri
  */
 export async function detachAccountFromContacts(db: Db, accountId: string, now: number): Promise<void> {
   await recordEvents(db, "contact.updated", (await unlinkAccountFromContacts(db, accountId, now)).map(toContact), now);
+}
+
+/**
+ * detachUserFromContacts takes a user about to be deleted off every contact assigned to it, inside
+ * the caller's transaction, as detachAccountFromContacts does for an account's links: each gets a
+ * new version and updated_at and one contact.updated. Returns how many contacts it changed.
+ */
+export async function detachUserFromContacts(db: Db, userId: string, now: number): Promise<number> {
+  const changed = await unassignUserFromContacts(db, userId, now);
+  await recordEvents(db, "contact.updated", changed.map(toContact), now);
+  return changed.length;
 }
 
 function parseInclude(value: unknown): ContactInclude[] {

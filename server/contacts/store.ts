@@ -34,7 +34,9 @@ export interface ContactFilters {
   assignedUserId?: string;
 }
 
-const COLUMNS = "c.id, c.first_name, c.last_name, c.email, c.phone, c.external_id, c.assigned_user_id, c.properties, c.account_ids, c.assigned_user_ids, c.version, c.created_at, c.updated_at";
+/** ROW_COLUMNS are a ContactRow's columns, unqualified: what an UPDATE's RETURNING may name (SQLite refuses the table's alias there). */
+const ROW_COLUMNS = "id, first_name, last_name, email, phone, external_id, assigned_user_id, properties, account_ids, assigned_user_ids, version, created_at, updated_at";
+const COLUMNS = ROW_COLUMNS.replace(/\w+/g, "c.$&");
 
 /** insertContact stores a new contact row. */
 export async function insertContact(db: Db, row: ContactRow): Promise<void> {
@@ -158,6 +160,31 @@ export async function unlinkAccountFromContacts(db: Db, accountId: string, updat
   );
   const rows = await db.all<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)`, [accountId]);
   await db.run("DELETE FROM contact_accounts WHERE account_id = ?", [accountId]);
+  return rows;
+}
+
+/**
+ * unassignUserFromContacts takes a user off every contact assigned to it, as assigned_user_id or
+ * in assigned_user_ids, in two statements whatever their number, as unlinkAccountFromContacts
+ * does for an account's links: the rows (version, updated_at, assigned_user_id, the
+ * assigned_user_ids copy), read back by RETURNING, then the relation rows. Returns the changed rows.
+ */
+export async function unassignUserFromContacts(db: Db, userId: string, updatedAt: number): Promise<ContactRow[]> {
+  // sqlite-only: json_group_array builds the assigned_user_ids copy; PostgreSQL joins the ids (usr_
+  // and a ULID, nothing to escape) into the text JSON.stringify would write.
+  const userIds =
+    db.dialect === "postgres"
+      ? `SELECT coalesce('["' || string_agg(user_id, '","' ORDER BY position) || '"]', '[]') FROM contact_assigned_users WHERE contact_id = contacts.id AND user_id <> ?`
+      : "SELECT json_group_array(user_id) FROM (SELECT user_id FROM contact_assigned_users WHERE contact_id = contacts.id AND user_id <> ? ORDER BY position)";
+  const rows = await db.all<ContactRow>(
+    // As notBefore: a contact stamped by an instance whose clock runs ahead keeps that stamp.
+    `UPDATE contacts SET version = version + 1, updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END,
+       assigned_user_id = NULLIF(assigned_user_id, ?), assigned_user_ids = (${userIds})
+     WHERE assigned_user_id = ? OR id IN (SELECT contact_id FROM contact_assigned_users WHERE user_id = ?)
+     RETURNING ${ROW_COLUMNS}`,
+    [updatedAt, updatedAt, userId, userId, userId, userId],
+  );
+  await db.run("DELETE FROM contact_assigned_users WHERE user_id = ?", [userId]);
   return rows;
 }
 

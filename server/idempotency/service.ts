@@ -188,12 +188,12 @@ function shownResourceId(body: unknown): string | null {
 }
 
 /**
- * withdrawKeptAnswers replaces, inside the transaction of a contact's or account's delete, every
- * kept answer showing its record (a create's, a tag or account link added) with a note of the
+ * withdrawKeptAnswers replaces, inside the transaction of a contact's, account's or user's delete,
+ * every kept answer showing its record (a create's, a tag or account link added) with a note of the
  * deletion, which a replay answers with 410 replay-resource-deleted: nothing of the record is
  * handed out after its delete, and the key stays taken, so a retried create is not made again.
  */
-export async function withdrawKeptAnswers(db: Db, resource: "contact" | "account", id: string): Promise<void> {
+export async function withdrawKeptAnswers(db: Db, resource: "contact" | "account" | "user", id: string): Promise<void> {
   await withdrawIdempotencyRecordsOf(db, { resource, id });
 }
 

@@ -6,7 +6,7 @@ import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { UserEnvelope, UserInput, UserListEnvelope, UserListQuery, UserPatch } from "./model.ts";
-import { createUserOnce, getUser, listUsersPage, updateUser } from "./service.ts";
+import { createUserOnce, deleteUser, getUser, listUsersPage, updateUser } from "./service.ts";
 
 const tags = ["Users"];
 const UserId = t.Object({ id: t.String({ maxLength: 64, description: "User id (usr_...)" }) });
@@ -24,7 +24,7 @@ export function userRoutes(rt: Runtime) {
     .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createUserOnce(rt, body, scope)), {
       body: UserInput,
       headers: IdempotencyKeyHeader,
-      response: { 201: UserEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },
+      response: { 201: UserEnvelope, ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },
       detail: { operationId: "createUser", summary: "Create a user", description: "Emails are unique (409 when taken) and stored lowercased.", tags, ...secured },
     })
     .get("/:id", async ({ params }) => ({ data: await getUser(rt.db, params.id) }), {
@@ -37,5 +37,19 @@ export function userRoutes(rt: Runtime) {
       body: UserPatch,
       response: { 200: UserEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
       detail: { operationId: "updateUser", summary: "Update a user", description: "Fields present replace the stored ones; the email stays unique (409 when taken).", tags, ...secured },
+    })
+    .delete("/:id", async ({ params, set }) => {
+      await deleteUser(rt.db, params.id);
+      set.status = 204;
+    }, {
+      params: UserId,
+      response: { 204: t.Void(), ...problemResponses(401, 403, 404, 422) },
+      detail: {
+        operationId: "deleteUser",
+        summary: "Delete a user",
+        description: "Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), in the same commit, and the answers kept for replaying its create are withdrawn (a replay is 410). Users send no events of their own: there is no user.deleted.",
+        tags,
+        ...secured,
+      },
     });
 }

@@ -1,13 +1,14 @@
 import type { Database, Db } from "../db/sql.ts";
 import { notFound, ProblemError } from "../shared/problem.ts";
-import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } from "../idempotency/service.ts";
+import { detachUserFromContacts } from "../contacts/service.ts";
 import { fieldsChecker } from "../http/schema-errors.ts";
 import type { Runtime } from "../runtime.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, readListPage, type ListMeta } from "../http/list-query.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
 import { UserInput, type User, type UserPatch } from "./model.ts";
-import { countUsers, findUserByEmail, findUserById, findUsersByIds, insertUser, listUsers, updateUser as updateUserRow, type UserRow } from "./store.ts";
+import { countUsers, deleteUser as deleteUserRow, findUserByEmail, findUserById, findUsersByIds, insertUser, listUsers, updateUser as updateUserRow, type UserRow } from "./store.ts";
 
 /** toUser renders a user row for the API. */
 function toUser(row: UserRow): User {
@@ -59,6 +60,26 @@ export async function updateUser(rt: Runtime, id: string, input: UserPatch): Pro
     await updateUserRow(tx, row);
     return toUser(row);
   });
+}
+
+/**
+ * removeUser deletes a user inside the caller's write: the contacts assigned to it stay and lose
+ * the assignment (each sends contact.updated), and the kept answers showing it are withdrawn.
+ * Users send no events of their own, so it leaves no tombstone and sends no user.deleted. Returns
+ * the user and how many contacts lost it; throws 404 for an unknown id.
+ */
+export async function removeUser(tx: Db, id: string, now: number): Promise<{ user: User; unassigned: number }> {
+  const current = await findUserById(tx, id);
+  if (!current) throw notFound("user", id);
+  const unassigned = await detachUserFromContacts(tx, id, now);
+  await deleteUserRow(tx, id);
+  await withdrawKeptAnswers(tx, "user", id);
+  return { user: toUser(current), unassigned };
+}
+
+/** deleteUser deletes a user in one commit (removeUser). Takes the Database, not the Runtime: the command line deletes too. */
+export function deleteUser(db: Database, id: string): Promise<{ user: User; unassigned: number }> {
+  return db.write((tx) => removeUser(tx, id, Date.now()));
 }
 
 /** getUser returns one user or throws 404. */

@@ -20,6 +20,11 @@ export async function updateUser(db: Db, row: UserRow): Promise<void> {
   await db.run("UPDATE users SET name = ?, email = ?, updated_at = ? WHERE id = ?", [row.name, row.email, row.updated_at, row.id]);
 }
 
+/** deleteUser removes a user row and tells whether it existed (no contact may be assigned to it any more). */
+export async function deleteUser(db: Db, id: string): Promise<boolean> {
+  return (await db.run("DELETE FROM users WHERE id = ?", [id])) > 0;
+}
+
 /** findUserById returns one user row or null. */
 export function findUserById(db: Db, id: string): Promise<UserRow | null> {
   return db.get<UserRow>("SELECT * FROM users WHERE id = ?", [id]);

@@ -198,6 +198,7 @@ test("every console page loads with no console error and no CSP violation", asyn
     `/console/contacts/${ada.id}`,
     "/console/tokens",
     "/console/users",
+    `/console/users/${user.id}/delete`,
     "/console/operators",
     `/console/operators/${operator}/reset-password`,
     `/console/operators/${operator}/remove`,

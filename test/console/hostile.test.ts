@@ -149,6 +149,7 @@ test("markup and script in contacts, accounts, users, subscriptions, token names
     `/console/contacts/${contact.data.id}`,
     "/console/tokens",
     "/console/users",
+    `/console/users/${user.data.id}/delete`,
   ];
   const found: Record<string, unknown> = {};
   for (const path of pages) {

@@ -4,7 +4,7 @@ import { OPERATOR_LINK_TTL_MS, inviteOperator, operatorSummaries, pendingInvites
 import { toTimestamp } from "../../server/shared/time.ts";
 import { databaseArgs } from "../support/backend.ts";
 import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
-import { addOperator, ConsoleClient, OPERATOR, startConsoleServer } from "./support.ts";
+import { addOperator, ConsoleClient, formKeyOf, OPERATOR, startConsoleServer } from "./support.ts";
 
 let harness: Harness | undefined;
 afterEach(async () => {
@@ -286,4 +286,66 @@ describe("operators on the command line", () => {
     expect(await run(["remove"])).toEqual({ code: 2, out: "", err: "crm: operator remove needs --email E\n" });
     expect((await run(["frobnicate"])).err).toBe("crm: usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E\n");
   }, 30_000);
+});
+
+/** messageOf is the text of a confirmation page's message, above its form, tags dropped (the text as HTML escapes it). */
+const messageOf = (html: string) => /<section class="card message">([\s\S]*?)<form/.exec(html)![1]!.replace(/<[^>]+>/g, "");
+
+describe("users page: deleting a user", () => {
+  test("each user's Delete link asks first; confirming deletes the user as the API does (its contacts lose the assignment, each sending contact.updated) and the list says so", async () => {
+    const { h, client } = await setup();
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace <Hopper>", email: "grace@navy.mil" } })).body.data;
+    const alan = (await h.json("POST", "/public/v1/users", { body: { name: "Alan", email: "alan@example.com" } })).body.data;
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", assigned_user_id: grace.id, assigned_user_ids: [alan.id, grace.id] } })).body.data;
+    const list = await client.get("/console/users");
+    expect([...list.text.matchAll(/<a class="danger-link" href="([^"]+)">Delete<span class="visually-hidden"> user ([^<]+)<\/span><\/a>/g)].map((m) => [m[1], m[2]])).toEqual([
+      [`/console/users/${grace.id}/delete`, "grace@navy.mil"],
+      [`/console/users/${alan.id}/delete`, "alan@example.com"],
+    ]);
+    const confirm = await client.get(`/console/users/${grace.id}/delete`);
+    expect([confirm.status, messageOf(confirm.text)]).toEqual([
+      200,
+      "Delete user?Delete Grace &lt;Hopper> (grace@navy.mil)? The contacts assigned to them stay, no longer assigned to them; each sends contact.updated. This cannot be undone.",
+    ]);
+    expect(confirm.text).toContain(`<form method="post" action="/console/users/${grace.id}/delete" class="actions">`);
+    expect(confirm.text).toContain(`Delete grace@navy.mil</button>`);
+    const deleted = await client.post(`/console/users/${grace.id}/delete`, { form_key: formKeyOf(confirm.text) });
+    expect([deleted.status, deleted.headers.get("location")]).toEqual([303, "/console/users?deleted=1"]);
+    const after = await client.get("/console/users?deleted=1");
+    expect(/class="notice notice-success"[^>]*>([^<]*)</.exec(after.text)?.[1]).toBe("User deleted. The contacts assigned to them stay, without the assignment.");
+    expect(after.text).not.toContain("grace@navy.mil");
+    expect((await h.json("GET", "/public/v1/users")).body.data).toEqual([alan]);
+    const unassigned = (await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data;
+    expect(unassigned).toEqual({ ...contact, assigned_user_id: null, assigned_user_ids: [alan.id], version: 2, updated_at: unassigned.updated_at });
+    const events = await h.rt.db.all<{ type: string; payload: string }>("SELECT type, payload FROM events ORDER BY created_at, id");
+    expect(events.map((e) => [e.type, JSON.parse(e.payload).data])).toEqual([
+      ["contact.created", contact],
+      ["contact.updated", unassigned],
+    ]);
+  });
+
+  test("an unknown user is 404, on the confirmation and on its form, and nothing changes", async () => {
+    const { h, client } = await setup();
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
+    const missing = "usr_01M8000000000000000000NOPE";
+    expect((await client.get(`/console/users/${missing}/delete`)).status).toBe(404);
+    const posted = await client.post(`/console/users/${missing}/delete`, { form_key: crypto.randomUUID() });
+    expect([posted.status, /<p>([^<]*)<\/p>/.exec(posted.text)?.[1]]).toEqual([404, `No user with id &quot;${missing}&quot; exists.`]);
+    expect((await h.json("GET", "/public/v1/users")).body.data).toEqual([grace]);
+  });
+
+  test("the add form sent again after its user was deleted says so in the console's words (410) and adds nobody", async () => {
+    const { h, client } = await setup();
+    const form = { form_key: formKeyOf((await client.get("/console/users")).text), name: "Grace", email: "grace@navy.mil" };
+    expect((await client.post("/console/users", form)).status).toBe(303);
+    const grace = (await h.json("GET", "/public/v1/users")).body.data[0];
+    const confirm = await client.get(`/console/users/${grace.id}/delete`);
+    expect((await client.post(`/console/users/${grace.id}/delete`, { form_key: formKeyOf(confirm.text) })).status).toBe(303);
+    const again = await client.post("/console/users", form);
+    expect([again.status, /class="notice notice-error"[^>]*>([^<]*)</.exec(again.text)?.[1]]).toEqual([
+      410,
+      "This form was already sent, and what it made has been deleted since. Load the page again to send it anew.",
+    ]);
+    expect((await h.json("GET", "/public/v1/users")).body.data).toEqual([]);
+  });
 });

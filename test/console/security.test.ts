@@ -10,7 +10,7 @@ import { addOperator, ConsoleClient, expectSecurityHeaders, OPERATOR } from "./s
 // One console with data on every page: a subscription, a delivery, a rotation, a token, a user.
 let h: Harness;
 let client: ConsoleClient;
-let ids: { subscription: string; delivery: string; rotation: string; token: string };
+let ids: { subscription: string; delivery: string; rotation: string; token: string; user: string };
 let consoleToken: string;
 
 const count = async (table: string) => (await h.rt.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
@@ -38,6 +38,7 @@ beforeAll(async () => {
     delivery: deliveries.body.data[0].id,
     rotation: (await h.rt.db.get<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations"))!.id,
     token: (await h.rt.db.get<{ id: string }>("SELECT id FROM api_tokens WHERE name = ?", ["made in the console"]))!.id,
+    user: (await h.rt.db.get<{ id: string }>("SELECT id FROM users"))!.id,
   };
 });
 
@@ -59,6 +60,7 @@ function pages(): string[] {
     "/console/tokens",
     `/console/tokens/${ids.token}/revoke`,
     "/console/users",
+    `/console/users/${ids.user}/delete`,
     "/console/no-such-page",
   ];
 }
@@ -75,6 +77,7 @@ function postRoutes(): string[] {
     "/console/tokens",
     `/console/tokens/${ids.token}/revoke`,
     "/console/users",
+    `/console/users/${ids.user}/delete`,
   ];
 }
 
@@ -137,7 +140,7 @@ describe("headers and markup", () => {
       ...(await Promise.all(["/console/login", "/console/setup?code=nope", "/console/", "/console/api/deliveries"].map((p) => anonymous.get(p)))),
     ];
     const assets = Array<number>(3 + ISLANDS.length).fill(200);
-    expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 404, ...assets, 200, 403, 303, 401]);
+    expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 404, ...assets, 200, 403, 303, 401]);
     for (const res of responses) expectSecurityHeaders(res.headers);
     for (const res of responses.filter((r) => r.headers.get("content-type")?.startsWith("text/html"))) {
       expect(res.headers.get("cache-control")).toBe("no-store");

@@ -4,7 +4,7 @@ import { createApiToken } from "../../server/auth/service.ts";
 import { signingSecrets } from "../../server/webhooks/delivery.ts";
 import { endRotationGrace } from "../../server/webhooks/service.ts";
 import { findSubscriptionById } from "../../server/webhooks/store.ts";
-import { addOperator, ConsoleClient, seedDeliveries, startConsoleServer, type ConsoleServer } from "./support.ts";
+import { addOperator, ConsoleClient, formKeyOf, seedDeliveries, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 // Console forms sent twice at once (a double click, a browser retry) make their change once, and
 // both answers show what the first one made, its secret included: the browser shows the second.
@@ -22,9 +22,6 @@ afterAll(() => server.close());
 
 /** shownSecret is the signing secret a console page shows (SecretOnce), or null. */
 const shownSecret = (html: string) => /id="new-secret"[^>]*value="([^"]+)"/.exec(html)?.[1] ?? null;
-
-/** formKeyOf is the form key a console page drew for its form. */
-const formKeyOf = (html: string) => /name="form_key" value="([^"]+)"/.exec(html)![1]!;
 
 /** sentTwice posts one form twice at once, as a double click does, and returns both answers. */
 const sentTwice = (path: string, form: Record<string, string | string[] | null>) => Promise.all([client.post(path, form), client.post(path, form)]);
@@ -130,6 +127,19 @@ test("the users page's form adds one user, and both answers lead to the list say
   ]);
   const users = (await server.api("GET", "/public/v1/users?per_page=100")).data.filter((u: { email: string }) => u.email === "grace.twice@example.com");
   expect(users.map((u: { name: string }) => u.name)).toEqual(["Grace Hopper"]);
+});
+
+test("the delete-user confirmation deletes the user, and both answers lead to the list saying so, not to a 404", async () => {
+  const user = (await server.api("POST", "/public/v1/users", { name: "Deleted Twice", email: "deleted.twice@example.com" })).data;
+  const shown = await client.get(`/console/users/${user.id}/delete`);
+  const answers = await sentTwice(`/console/users/${user.id}/delete`, { form_key: formKeyOf(shown.text) });
+  expect(redirectsOf(answers)).toEqual([
+    [303, "/console/users?deleted=1"],
+    [303, "/console/users?deleted=1"],
+  ]);
+  expect(await server.runtime.db.all("SELECT id FROM users WHERE id = ?", [user.id])).toEqual([]);
+  const unknown = await client.post(`/console/users/${user.id}/delete`, { form_key: crypto.randomUUID() });
+  expect(unknown.status).toBe(404);
 });
 
 test("the recover form queues the failed deliveries once, and both answers give the count it queued, not 0", async () => {

@@ -192,6 +192,9 @@ export class ConsoleClient {
   }
 }
 
+/** formKeyOf is the form key a console page drew for its form. */
+export const formKeyOf = (html: string) => /name="form_key" value="([^"]+)"/.exec(html)![1]!;
+
 /** SeededDelivery is a delivery written straight to the database, as if made at `at` and answered as given. */
 export interface SeededDelivery {
   at: number;

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { commandHere } from "../../server/server.ts";
 import { VERSION } from "../../server/version.ts";
 import { SHUT_OUT } from "../support/permissions.ts";
+import { startReceiver, waitFor } from "../webhooks/support.ts";
 import { ISO } from "./support.ts";
 
 const ROOT = join(import.meta.dir, "../..");
@@ -53,7 +54,7 @@ describe("command line: happy paths", () => {
     const res = await crm(["--help"]);
     expect(res.code).toBe(0);
     expect(res.stderr).toBe("");
-    for (const word of ["serve", "migrate", "token create --name N [--json]", "token list", "token revoke ID", "user create --name N --email E", "user list", "--version", "--help", "--host", "--port", "--data-dir", "CRM_DATA_DIR", "PORT", "CRM_HOST"]) {
+    for (const word of ["serve", "migrate", "token create --name N [--json]", "token list", "token revoke ID", "user create --name N --email E", "user list", "user delete ID", "--version", "--help", "--host", "--port", "--data-dir", "CRM_DATA_DIR", "PORT", "CRM_HOST"]) {
       expect(res.stdout).toContain(word);
     }
   });
@@ -142,6 +143,50 @@ describe("command line: happy paths", () => {
     const ada = JSON.parse((await crm(["user", "create", "--name", "Ada\u001b[31m\tLovelace\u009b", "--email", "ada@example.com"])).stdout);
     expect(ada.name).toBe("Ada\u001b[31m\tLovelace\u009b");
     expect((await crm(["user", "list"])).stdout).toBe(`${ada.id}  ada@example.com  Ada\\u001b[31m\\u0009Lovelace\\u009b  created ${ada.created_at}\n`);
+  });
+
+  test("user delete deletes a user as the API does: refused while serve holds the data directory; stopped, its contacts lose the assignment, and the next serve sends their contact.updated", async () => {
+    await crm(["migrate"]);
+    const token = (await crm(["token", "create", "--name", "ops"])).stdout.trim();
+    const grace = JSON.parse((await crm(["user", "create", "--name", "Grace", "--email", "grace@navy.mil"])).stdout);
+    const receiver = startReceiver();
+    const env = { CRM_ALLOW_PRIVATE_TARGETS: "true" };
+    let serve = await startServe(env);
+    let url = /listening on (http:\/\/\S+)\n/.exec(serve.out)![1]!;
+    const api = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(`${url}${path}`, { method, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
+      return { status: res.status, body: res.status === 204 ? null : await res.json() };
+    };
+    let contact: any;
+    try {
+      expect((await api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.updated"] })).status).toBe(201);
+      contact = (await api("POST", "/public/v1/contacts", { first_name: "Ada", assigned_user_id: grace.id, assigned_user_ids: [grace.id] })).body.data;
+      expect(await crm(["user", "delete", grace.id])).toEqual({
+        stdout: "",
+        stderr: `crm: the data directory ${JSON.stringify(dataDir)} is in use by a running crm serve, or a migrate or copy-to-postgres under way (it holds ${join(dataDir, "crm.lock")}): delete the user through it (DELETE /public/v1/users/${grace.id}, or Delete on the console's Users page), which sends its contacts' contact.updated at once, or stop it first\n`,
+        code: 2,
+      });
+      expect((await api("GET", `/public/v1/users/${grace.id}`)).status).toBe(200);
+    } finally {
+      serve.proc.kill();
+      await serve.proc.exited;
+    }
+    expect(await crm(["user", "delete", grace.id])).toEqual({ stdout: `deleted user ${grace.id} (grace@navy.mil); contacts that lost the assignment: 1 (each sends contact.updated)\n`, stderr: "", code: 0 });
+    expect(await crm(["user", "delete", grace.id])).toEqual({ stdout: "", stderr: `crm: No user with id "${grace.id}" exists.\n`, code: 2 });
+    expect(await crm(["user", "delete"])).toEqual({ stdout: "", stderr: "crm: user delete needs the user id (see user list)\n", code: 2 });
+    expect(await crm(["user", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
+    serve = await startServe(env);
+    url = /listening on (http:\/\/\S+)\n/.exec(serve.out)![1]!;
+    try {
+      const after = (await api("GET", `/public/v1/contacts/${contact.id}`)).body.data;
+      expect(after).toEqual({ ...contact, assigned_user_id: null, assigned_user_ids: [], version: 2, updated_at: after.updated_at });
+      await waitFor(() => receiver.received.length === 1, "the contact.updated of the deletion");
+      expect(receiver.received[0]!.json).toEqual({ type: "contact.updated", event_id: expect.stringMatching(/^evt_[0-9A-Z]{26}$/), timestamp: after.updated_at, data: after });
+    } finally {
+      serve.proc.kill();
+      await serve.proc.exited;
+      await receiver.stop();
+    }
   });
 
   test("serve on an empty data directory explains how to make the first token and operator, then serves them", async () => {

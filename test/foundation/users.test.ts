@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { gone } from "../support/deleted-before-upgrade.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { ISO, expectProblem, validation } from "./support.ts";
+import { ISO, eventData, expectProblem, validation } from "./support.ts";
 
 let h: Harness;
 beforeEach(async () => {
@@ -53,6 +54,91 @@ describe("users: happy paths", () => {
   });
 });
 
+describe("users: deletion", () => {
+  test("DELETE answers 204; the contacts assigned to the user (assigned_user_id, assigned_user_ids) stay, each losing it with a new version and updated_at and sending contact.updated; the others are untouched", async () => {
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
+    const alan = (await h.json("POST", "/public/v1/users", { body: { name: "Alan", email: "alan@example.com" } })).body.data;
+    const owned = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", assigned_user_id: grace.id } })).body.data;
+    const shared = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Bob", assigned_user_id: alan.id, assigned_user_ids: [alan.id, grace.id] } })).body.data;
+    const both = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Cy", assigned_user_id: grace.id, assigned_user_ids: [grace.id, alan.id] } })).body.data;
+    const other = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Dee", assigned_user_id: alan.id, assigned_user_ids: [alan.id] } })).body.data;
+    await Bun.sleep(2);
+    const res = await h.request("DELETE", `/public/v1/users/${grace.id}`, { headers: { "idempotency-key": "ignored-by-deletes" } });
+    expect([res.status, await res.text()]).toEqual([204, ""]);
+    const notFound = { type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No user with id "${grace.id}" exists.` };
+    expect((await h.json("GET", `/public/v1/users/${grace.id}`)).body).toEqual(notFound);
+    expect((await h.json("DELETE", `/public/v1/users/${grace.id}`)).body).toEqual(notFound);
+    expect((await h.json("GET", "/public/v1/users")).body.data).toEqual([alan]);
+    const after = async (id: string) => (await h.json("GET", `/public/v1/contacts/${id}`)).body.data;
+    const [ownedAfter, sharedAfter, bothAfter] = [await after(owned.id), await after(shared.id), await after(both.id)];
+    const deletedAt = ownedAfter.updated_at;
+    expect(deletedAt > owned.updated_at).toBe(true);
+    expect([ownedAfter, sharedAfter, bothAfter]).toEqual([
+      { ...owned, assigned_user_id: null, version: 2, updated_at: deletedAt },
+      { ...shared, assigned_user_ids: [alan.id], version: 2, updated_at: deletedAt },
+      { ...both, assigned_user_id: null, assigned_user_ids: [alan.id], version: 2, updated_at: deletedAt },
+    ]);
+    expect(await after(other.id)).toEqual(other);
+    const events = (await eventData(h)).slice(4);
+    expect(events.sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b)))).toEqual(
+      [ownedAfter, sharedAfter, bothAfter].map((data) => ({ type: "contact.updated", data })).sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b))),
+    );
+    // The relation table and the rows' copies agree: the user's contacts are found by it no more, with or without include.
+    expect(await h.rt.db.all("SELECT contact_id, user_id FROM contact_assigned_users ORDER BY contact_id, position")).toEqual([
+      { contact_id: shared.id, user_id: alan.id },
+      { contact_id: both.id, user_id: alan.id },
+      { contact_id: other.id, user_id: alan.id },
+    ].sort((a, b) => a.contact_id.localeCompare(b.contact_id)));
+    expect((await h.json("GET", `/public/v1/contacts?assigned_user_id=${grace.id}`)).body).toEqual({ data: [], meta: { current_page: 1, last_page: 1, per_page: 25, total: 0, next_cursor: null } });
+    const { version, created_at, updated_at, ...rest } = bothAfter;
+    expect((await h.json("GET", `/public/v1/contacts/${both.id}?include=assigned_user,assigned_users`)).body.data).toEqual({ ...rest, assigned_user: null, assigned_users: [alan], version, created_at, updated_at });
+  });
+
+  test("an unknown id is 404 and changes nothing", async () => {
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
+    const res = await h.json("DELETE", `/public/v1/users/${MISSING}`);
+    expect([res.status, res.body]).toEqual([404, { type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No user with id "${MISSING}" exists.` }]);
+    expect((await h.json("GET", "/public/v1/users")).body.data).toEqual([grace]);
+  });
+
+  test("users carry no version: If-Match with entity tags is 412 and deletes nothing, * deletes, If-None-Match: * is 412; an unknown id stays 404", async () => {
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", assigned_user_id: grace.id } })).body.data;
+    const tagged = await h.json("DELETE", `/public/v1/users/${grace.id}`, { headers: { "if-match": '"1"' } });
+    expect([tagged.status, tagged.body]).toEqual([
+      412,
+      {
+        type: "urn:crm:problem:precondition-failed",
+        title: "Precondition Failed",
+        status: 412,
+        detail: "Users carry no version (their reads have no ETag), so no entity tag in If-Match can match: send the request without If-Match, or with *.",
+      },
+    ]);
+    const absent = await h.json("DELETE", `/public/v1/users/${grace.id}`, { headers: { "if-none-match": "*" } });
+    expect([absent.status, absent.body.detail]).toEqual([412, `The user ${grace.id} exists, and If-None-Match: * asks that it does not, so nothing changed.`]);
+    expect((await h.json("GET", `/public/v1/users/${grace.id}`)).body.data).toEqual(grace);
+    expect((await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data).toEqual(contact);
+    expect((await h.json("DELETE", `/public/v1/users/${MISSING}`, { headers: { "if-match": '"1"' } })).status).toBe(404);
+    expect((await h.request("DELETE", `/public/v1/users/${grace.id}`, { headers: { "if-match": "*" } })).status).toBe(204);
+    expect((await h.json("GET", `/public/v1/users/${grace.id}`)).status).toBe(404);
+  });
+
+  test("a replay of the user's create after the delete is 410 replay-resource-deleted, its kept answer holding nothing of the user, and the user is not made again", async () => {
+    const body = { name: "Erase Me", email: "erase.me@example.com" };
+    const created = await h.json("POST", "/public/v1/users", { body, headers: { "idempotency-key": "user-1" } });
+    const other = await h.json("POST", "/public/v1/users", { body: { name: "Kept", email: "kept@example.com" }, headers: { "idempotency-key": "user-2" } });
+    const id = created.body.data.id as string;
+    expect((await h.request("DELETE", `/public/v1/users/${id}`)).status).toBe(204);
+    const replay = await h.json("POST", "/public/v1/users", { body, headers: { "idempotency-key": "user-1" } });
+    expect([replay.status, replay.headers.get("idempotent-replayed"), replay.body]).toEqual([410, null, gone("user", id)]);
+    expect(await userCount()).toBe(1);
+    expect(await h.rt.db.all("SELECT idem_key, status, response_body FROM idempotency_keys ORDER BY idem_key")).toEqual([
+      { idem_key: "user-1", status: 410, response_body: JSON.stringify({ resource: "user", id }) },
+      { idem_key: "user-2", status: 201, response_body: JSON.stringify(other.body) },
+    ]);
+  });
+});
+
 describe("users: errors", () => {
   test("a taken email is 409 on create and on PATCH; bad fields are 422; an unknown id is 404; nothing changes", async () => {
     const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
@@ -78,12 +164,13 @@ describe("users: errors", () => {
 });
 
 describe("users: security", () => {
-  test("creating, reading and changing users needs a token", async () => {
+  test("creating, reading, changing and deleting users needs a token", async () => {
     const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
     for (const [method, path, body] of [
       ["POST", "/public/v1/users", { name: "Evil", email: "evil@example.com" }],
       ["GET", `/public/v1/users/${user.id}`, undefined],
       ["PATCH", `/public/v1/users/${user.id}`, { name: "Evil" }],
+      ["DELETE", `/public/v1/users/${user.id}`, undefined],
     ] as const) {
       expectProblem(await h.json(method, path, { body, headers: { authorization: "Bearer crm_wrong" } }), 401, "unauthorized");
     }

@@ -7,6 +7,7 @@ import { VERSION } from "../../server/version.ts";
 import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
+import { startReceiver, waitFor } from "../webhooks/support.ts";
 
 // The command line on PostgreSQL (--database-url): every command works on the database, not on the
 // data directory; serve needs the shared secrets key named; backup points to pg_dump.
@@ -62,6 +63,33 @@ describe("command line on PostgreSQL: happy paths", () => {
       expect(await (await fetch(`${server.url}/readyz`)).json()).toEqual({ status: "ready", checks: { database: "ok", migrations: "ok", delivery_loop: "ok" } });
     } finally {
       expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+    }
+  });
+});
+
+describe("command line on PostgreSQL: user delete", () => {
+  test("works while serve runs: the user is gone, its contacts lose the assignment, and their contact.updated reach a receiver", async () => {
+    const env = { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url };
+    const token = crm(["token", "create", "--name", "user-delete"]).stdout.trim();
+    const grace = JSON.parse(crm(["user", "create", "--name", "Grace", "--email", "grace@user-delete.example"]).stdout);
+    const receiver = startReceiver();
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--secrets-key-file", keyFile, "--allow-private-targets", "--log-level", "error"], { cwd: dir, env });
+    const api = async (method: string, path: string, body?: unknown) => (await fetch(`${server.url}${path}`, { method, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) })).json();
+    try {
+      await api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.updated"] });
+      const contact = (await api("POST", "/public/v1/contacts", { first_name: "Ada", assigned_user_ids: [grace.id] })).data;
+      // Not runCli: a synchronous spawn would stop this process's receiver from answering meanwhile.
+      const command = Bun.spawn([...SOURCE, "user", "delete", grace.id], { cwd: dir, env, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
+      const [stdout, stderr, exitCode] = await Promise.all([new Response(command.stdout).text(), new Response(command.stderr).text(), command.exited]);
+      expect({ exitCode, stdout, stderr }).toEqual({ exitCode: 0, stdout: `deleted user ${grace.id} (grace@user-delete.example); contacts that lost the assignment: 1 (each sends contact.updated)\n`, stderr: "" });
+      const after = (await api("GET", `/public/v1/contacts/${contact.id}`)).data;
+      expect(after).toEqual({ ...contact, assigned_user_ids: [], version: 2, updated_at: after.updated_at });
+      expect((await api("GET", `/public/v1/users/${grace.id}`)).status).toBe(404);
+      await waitFor(() => receiver.received.length === 1, "the contact.updated of the deletion");
+      expect(receiver.received[0]!.json).toEqual({ type: "contact.updated", event_id: expect.stringMatching(/^evt_[0-9A-Z]{26}$/), timestamp: after.updated_at, data: after });
+    } finally {
+      expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+      await receiver.stop();
     }
   });
 });

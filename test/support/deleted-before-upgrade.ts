@@ -8,7 +8,7 @@ import { sha256 } from "../../server/shared/crypto.ts";
 // PostgreSQL migration tests build it, upgrade it and replay every answer.
 
 /** gone is the whole 410 a replay answers once the resource its kept answer showed was deleted. */
-export const gone = (resource: "contact" | "account", id: string) => ({
+export const gone = (resource: "contact" | "account" | "user", id: string) => ({
   type: "urn:crm:problem:replay-resource-deleted",
   title: "Gone",
   status: 410,

@@ -1,10 +1,20 @@
 import { describe, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
-import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { waitFor, webhookTestScope, type Receiver, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
 const receiver = scope.receiver;
 let h: WebhookHarness;
+
+/** verifiedEvents checks each delivery's signature and event id and returns the events without their ids. */
+function verifiedEvents(r: Receiver, secret: string) {
+  const verifier = new Webhook(secret);
+  return r.received.map((got) => {
+    const { event_id, ...event } = verifier.verify(got.body, got.headers) as { type: string; event_id: string; timestamp: string; data: any };
+    expect(event_id).toMatch(/^evt_[0-9A-Z]{26}$/);
+    return event;
+  });
+}
 
 describe("account and relation events: happy paths", () => {
   test("account.created, account.updated, the contact.updated of a link and of an account's deletion, and account.deleted reach a receiver, signed, with whole bodies", async () => {
@@ -18,12 +28,7 @@ describe("account and relation events: happy paths", () => {
     expect((await h.request("DELETE", `/public/v1/accounts/${account.id}`)).status).toBe(204);
     const unlinked = (await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data;
     await waitFor(() => r.received.length === 5, "five deliveries");
-    const verifier = new Webhook(sub.secret);
-    const events = r.received.map((got) => {
-      const { event_id, ...event } = verifier.verify(got.body, got.headers) as { type: string; event_id: string; timestamp: string; data: any };
-      expect(event_id).toMatch(/^evt_[0-9A-Z]{26}$/);
-      return event;
-    });
+    const events = verifiedEvents(r, sub.secret);
     // order between deliveries is not guaranteed: compare by kind and subject
     const key = (e: { type: string; data: any }) => `${e.type} ${e.data.updated_at ?? e.data.deleted_at}`;
     const deletedAt = events.find((e) => e.type === "account.deleted")!.data.deleted_at;
@@ -42,6 +47,31 @@ describe("account and relation events: happy paths", () => {
     expect([contact.version, linked.version, unlinked.version]).toEqual([1, 2, 3]);
     // and the account's: created 1, renamed 2, deleted 3
     expect([account.version, renamed.version]).toEqual([1, 2]);
+  });
+
+  test("deleting a user sends, for each contact assigned to it, a contact.updated with the contact without the user, signed, with whole bodies; users themselves send no event", async () => {
+    h = await scope.harness();
+    const r = receiver();
+    const sub = await h.subscribe(r.url, ["contact.updated"]);
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@example.com" } })).body.data;
+    const alan = (await h.json("POST", "/public/v1/users", { body: { name: "Alan", email: "alan@example.com" } })).body.data;
+    const owned = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", assigned_user_id: grace.id } })).body.data;
+    const shared = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Bob", assigned_user_id: alan.id, assigned_user_ids: [grace.id, alan.id] } })).body.data;
+    await h.json("POST", "/public/v1/contacts", { body: { first_name: "Cy", assigned_user_id: alan.id } });
+    expect((await h.request("DELETE", `/public/v1/users/${grace.id}`)).status).toBe(204);
+    const ownedAfter = (await h.json("GET", `/public/v1/contacts/${owned.id}`)).body.data;
+    const sharedAfter = (await h.json("GET", `/public/v1/contacts/${shared.id}`)).body.data;
+    expect([ownedAfter, sharedAfter]).toEqual([
+      { ...owned, assigned_user_id: null, version: 2, updated_at: ownedAfter.updated_at },
+      { ...shared, assigned_user_ids: [alan.id], version: 2, updated_at: ownedAfter.updated_at },
+    ]);
+    await waitFor(() => r.received.length === 2, "two deliveries");
+    const events = verifiedEvents(r, sub.secret);
+    // order between deliveries is not guaranteed
+    expect(events.sort((a, b) => a.data.id.localeCompare(b.data.id))).toEqual(
+      [ownedAfter, sharedAfter].map((data) => ({ type: "contact.updated", timestamp: ownedAfter.updated_at, data })).sort((a, b) => a.data.id.localeCompare(b.data.id)),
+    );
+    expect((await h.rt.db.all<{ type: string }>("SELECT type FROM events ORDER BY created_at, id")).map((e) => e.type)).toEqual(["contact.created", "contact.created", "contact.created", "contact.updated", "contact.updated"]);
   });
 
   test("deleting an account linked to more contacts than one statement stores (1,001) records one contact.updated per contact, with one delivery per subscription", async () => {
