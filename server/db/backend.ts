@@ -82,8 +82,16 @@ function migrationList(dialect: Dialect): readonly { version: number; name: stri
   return dialect === "postgres" ? POSTGRES_MIGRATIONS : MIGRATIONS;
 }
 
-/** DatabaseFailure is a database's refusal that is no fault of the request: it has no room left, or it cannot be used just now. */
-export type DatabaseFailure = "storage-full" | "unavailable";
+/** DatabaseFailure is a database's refusal that is no fault of the request: it has no room left, its storage takes no writes, or it cannot be used just now. */
+export type DatabaseFailure = "storage-full" | "storage-read-only" | "unavailable";
+
+/**
+ * SQLITE_UNWRITABLE are the SQLite codes of a write its storage refused: the file opened read-only
+ * (SQLITE_READONLY and its extended codes), or a write to the file failing, as every write does on
+ * a file system the kernel turned read-only under the running service (errors=remount-ro), whose
+ * EROFS SQLite reports as SQLITE_IOERR_WRITE. Either rolls the transaction back.
+ */
+const SQLITE_UNWRITABLE = /^SQLITE_(READONLY(_\w+)?|IOERR_WRITE)$/;
 
 /** POSTGRES_CONNECTION_FAILURES are Bun's client's codes for a connection that could not be opened or was lost. */
 const POSTGRES_CONNECTION_FAILURES = new Set([
@@ -106,7 +114,8 @@ const POSTGRES_UNAVAILABLE_STATES = new Set(["57P01", "57P02", "57P03", "53300",
 
 /**
  * databaseFailureOf tells whether an error is the database's own passing failure, of either
- * backend: "storage-full" for a full disk (SQLITE_FULL, PostgreSQL's 53100), "unavailable" for a
+ * backend: "storage-full" for a full disk (SQLITE_FULL, PostgreSQL's 53100), "storage-read-only"
+ * for a SQLite file or file system that takes no writes (SQLITE_UNWRITABLE), "unavailable" for a
  * database that cannot be reached or used just now (a PostgreSQL server down, restarting, out of
  * connections or not answering; SQLite locked by another process past the busy timeout); null for
  * anything else.
@@ -115,6 +124,7 @@ export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (error instanceof DatabaseNotAnswering) return "unavailable";
   const { code, errno } = (error ?? {}) as { code?: unknown; errno?: unknown };
   if (code === "SQLITE_FULL" || errno === "53100") return "storage-full";
+  if (typeof code === "string" && SQLITE_UNWRITABLE.test(code)) return "storage-read-only";
   if (typeof code === "string" && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";
   if (typeof errno === "string" && (errno.startsWith("08") || POSTGRES_UNAVAILABLE_STATES.has(errno))) return "unavailable";
   return null;

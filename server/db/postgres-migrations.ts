@@ -59,13 +59,17 @@ const MIGRATION_LOCK = 0x63726d2d6d696772n;
 /**
  * migratePostgres applies every pending migration in order, each in its own transaction under the
  * advisory lock, records it in schema_migrations and returns the names it applied. An instance
- * that waited for the lock finds the migration recorded and skips it.
+ * that waited for the lock finds the migration recorded and skips it, and one whose schema lacks
+ * the tables another instance made meanwhile elsewhere is refused (refuseTablesElsewhere).
  */
 export async function migratePostgres(db: PostgresDatabase, migrations: PostgresMigration[] = POSTGRES_MIGRATIONS): Promise<string[]> {
   const applied: string[] = [];
-  for (const migration of migrations) {
+  for (const [index, migration] of migrations.entries()) {
     const ran = await db.write(async (tx) => {
       await tx.get("SELECT pg_advisory_xact_lock(?::bigint)", [MIGRATION_LOCK.toString()]);
+      // Once the first transaction commits, the sessions' schema holds the tables (it made them,
+      // or found them there), and every later start sees them.
+      if (index === 0) await db.refuseTablesElsewhere(tx);
       await tx.run(`CREATE TABLE IF NOT EXISTS schema_migrations (
         version    integer PRIMARY KEY,
         name       text NOT NULL,

@@ -331,12 +331,14 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /**
    * options include the pool's size (max); a statement the server leaves without any answer for
-   * answerTimeoutMs is given up; the listening connection is checked every listenerCheckMs.
+   * answerTimeoutMs is given up; the listening connection is checked every listenerCheckMs;
+   * `home` is the schema the sessions keep the tables in.
    */
   constructor(
     private readonly options: PostgresOptions,
     private readonly answerTimeoutMs: number,
     private readonly listenerCheckMs: number,
+    private readonly home: TablesHome,
   ) {
     super({ unsafe: (text, params) => this.onThePool(text, params) }, () => this.committed());
     this.pool = new SQL(options);
@@ -536,6 +538,18 @@ export class PostgresDatabase extends PostgresDb implements Database {
     await this.watch.run(() => this.pool.notify(channel, payload));
   }
 
+  /**
+   * refuseTablesElsewhere throws openPostgres's refusal when, as `tx` sees the database now, the
+   * service's tables are in another schema (refusalOf). migratePostgres asks under the migration
+   * lock: two first starts at once with different --database-schema both found no tables before
+   * they opened their pools, and the one that waited must see the other's rather than make its own.
+   */
+  async refuseTablesElsewhere(tx: Db): Promise<void> {
+    const facts = await tx.get<ServerFacts>(SERVER_FACTS, [this.home.schema]);
+    const refusal = refusalOf(facts!, this.home.schema, this.home.chosen);
+    if (refusal) throw unusableDatabase(this.home.url, refusal);
+  }
+
   /** close commits what is queued and closes the connections. */
   async close(): Promise<void> {
     await this.groups.drain();
@@ -566,6 +580,21 @@ async function probeServer(options: PostgresOptions, signal: AbortSignal): Promi
     signal.removeEventListener("abort", close);
     close();
   }
+}
+
+/** TablesHome is where a pool's sessions keep the service's tables, as openPostgres checked it. */
+interface TablesHome {
+  /** url is --database-url, named in a refusal */
+  url: string;
+  /** schema is the sessions' current schema */
+  schema: string;
+  /** chosen tells whether --database-schema named the schema or it is the default */
+  chosen: boolean;
+}
+
+/** unusableDatabase is the one-line ConfigError of a database the service cannot use, for `reason`. */
+function unusableDatabase(url: string, reason: string): ConfigError {
+  return new ConfigError(`cannot use the PostgreSQL database at ${redactedUrl(url)} (--database-url, CRM_DATABASE_URL): ${reason}`);
 }
 
 /** DEFAULT_DATABASE_SCHEMA holds the service's tables when --database-schema is not given. */
@@ -676,6 +705,7 @@ export async function openPostgres(
   }: Partial<Pick<Config, "databaseSchema" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds">> = {},
 ): Promise<PostgresDatabase> {
   const schema = databaseSchema || DEFAULT_DATABASE_SCHEMA;
+  const chosen = databaseSchema !== "";
   const options: PostgresOptions = {
     url,
     max: pool,
@@ -689,13 +719,14 @@ export async function openPostgres(
     // Bun's client reads the URL as it is made (it decodes the user and password, and checks
     // sslmode), so a URL it refuses is told in the one line below too.
     const facts = await readServerFacts(options, schema);
-    const refusal = refusalOf(facts, schema, databaseSchema !== "");
+    const refusal = refusalOf(facts, schema, chosen);
     if (refusal) throw new Error(refusal);
     db = new PostgresDatabase(
       // application_name names the service's sessions in pg_stat_activity.
       { ...options, connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", search_path: facts.search_path, ...SESSION_SETTINGS, ...SERVER_KEEPALIVES } },
       databaseAnswerTimeoutSeconds * 1000,
       databaseIdleTimeoutSeconds * 1000,
+      { url, schema, chosen },
     );
     // A pooler that drops startup parameters (PgBouncer's ignore_startup_parameters) leaves the role's.
     const pinned = await db.get<{ schema: string | null }>("SELECT current_schema() AS schema");
@@ -704,8 +735,7 @@ export async function openPostgres(
     }
   } catch (error) {
     await db?.close().catch(() => {});
-    const reason = connectFailure(error);
-    throw new ConfigError(`cannot use the PostgreSQL database at ${redactedUrl(url)} (--database-url, CRM_DATABASE_URL): ${reason}`);
+    throw unusableDatabase(url, connectFailure(error));
   }
   return db;
 }

@@ -86,7 +86,8 @@ const DATABASE_RETRY_AFTER_SECONDS = 5;
 /**
  * DATABASE_FAILURES answer a request the database could not serve through no fault of the request:
  * 503, which says so, where a 500 would say the request broke something. A full disk rolled the
- * change back whole (a retry once the operator has made room succeeds). An unreachable database
+ * change back whole (a retry once the operator has made room succeeds), and so did a write that
+ * read-only storage refused (once it is writable again). An unreachable database
  * may have taken a change whose commit went unanswered, so a retry is safe only as an idempotent one.
  */
 const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
@@ -94,6 +95,14 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
     new ProblemError(503, "storage-full", "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room.", undefined, {
       "retry-after": "60",
     }),
+  "storage-read-only": () =>
+    new ProblemError(
+      503,
+      "storage-read-only",
+      "The service's database cannot write to its storage (its file or file system is read-only, or refused the write), so nothing was changed. Retry later, once the operator has made it writable.",
+      undefined,
+      { "retry-after": "60" },
+    ),
   unavailable: () =>
     new ProblemError(
       503,
@@ -102,6 +111,13 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
       undefined,
       { "retry-after": String(DATABASE_RETRY_AFTER_SECONDS) },
     ),
+};
+
+/** DATABASE_FAILURE_LOGS are the lines DATABASE_FAILURES are logged with, at error. */
+const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string> = {
+  "storage-full": "database full: a change was refused",
+  "storage-read-only": "database storage read-only: a change was refused",
+  unavailable: "database unavailable: a request was refused",
 };
 
 /**
@@ -125,7 +141,7 @@ export function errorToProblem(
   if (code === "PARSE") return new ProblemError(400, "invalid-json", "The request body could not be parsed.");
   const failure = databaseFailureOf(error);
   if (failure) {
-    log.error(failure === "storage-full" ? "database full: a change was refused" : "database unavailable: a request was refused", {
+    log.error(DATABASE_FAILURE_LOGS[failure], {
       request_id: requestId,
       method: request.method,
       path: pathOf(request),

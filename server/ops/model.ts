@@ -10,7 +10,7 @@ export type Health = typeof Health.static;
 
 /** ReadinessChecks holds each readiness check's verdict: "ok" or what is wrong. */
 export const ReadinessChecks = t.Object({
-  database: t.String({ description: "ok when a write transaction can be opened (it is rolled back)" }),
+  database: t.String({ description: "ok when the database takes a write (rolled back on PostgreSQL; on SQLite a row changed and put back, committed, so that the storage is written)" }),
   migrations: t.String({ description: "ok when every migration embedded in this version is applied" }),
   delivery_loop: t.String({ description: "ok while the webhook delivery loop runs" }),
 });

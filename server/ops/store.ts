@@ -4,17 +4,25 @@ import type { Database } from "../db/sql.ts";
 /** ProbeRolledBack ends the probe's write so that it is rolled back. */
 class ProbeRolledBack extends Error {}
 
+/** PROBE_ROW moves the applied_at of the last migration by its parameter: probeWrite's change. */
+const PROBE_ROW = "UPDATE schema_migrations SET applied_at = applied_at + ? WHERE version = (SELECT max(version) FROM schema_migrations)";
+
 /**
- * probeWrite takes the write lock and changes a row inside a savepoint that is rolled back: it
- * fails when the file is read-only or another writer holds the lock too long. A row of
- * schema_migrations is rewritten because, unlike a schema change, it does not expire prepared
- * statements, and the statement stays the same (cached) on every probe.
+ * probeWrite takes the write lock and changes a row: it fails when the database or its storage is
+ * read-only or another writer holds the lock too long. PostgreSQL refuses the statement itself on
+ * a read-only server, so there the change is rolled back. SQLite writes its files only at the
+ * commit, which a file system turned read-only under the running service refuses alone, so there
+ * the row is put back as it was and committed: SQLite writes no page for a row rewritten as it is,
+ * but does for one changed and put back. A row of schema_migrations is changed because, unlike a
+ * schema change, it does not expire prepared statements, and the statement stays the same
+ * (cached) on every probe.
  */
 export async function probeWrite(db: Database): Promise<void> {
   try {
     await db.write(async (tx) => {
-      await tx.run("UPDATE schema_migrations SET applied_at = applied_at WHERE version = (SELECT max(version) FROM schema_migrations)");
-      throw new ProbeRolledBack();
+      await tx.run(PROBE_ROW, [1]);
+      if (tx.dialect === "postgres") throw new ProbeRolledBack();
+      await tx.run(PROBE_ROW, [-1]);
     });
   } catch (error) {
     if (!(error instanceof ProbeRolledBack)) throw error;

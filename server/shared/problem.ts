@@ -79,6 +79,7 @@ export const PROBLEM_TYPES = [
   "headers-too-large",
   "internal",
   "storage-full",
+  "storage-read-only",
   "database-unavailable",
   "database-newer",
   "too-many-connections",

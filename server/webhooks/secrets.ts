@@ -195,8 +195,9 @@ export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key
   const own = recorded
     ? sameBytes(recorded, keyCheckValue(box))
     : await db.write(async (tx) => {
-        if (!(await isDatabaseSecretsKey(tx, box))) return false;
-        if (!(await findSecretsKeyCheck(tx))) await insertSecretsKeyCheck(tx, keyCheckValue(box));
+        const stored = await findStoredKey(tx);
+        if (!isDatabaseSecretsKey(stored, box)) return false;
+        if (!stored.check) await insertSecretsKeyCheck(tx, keyCheckValue(box));
         return true;
       });
   if (own) return;
@@ -208,20 +209,34 @@ export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key
 }
 
 /**
- * isDatabaseSecretsKey tells whether the key in `box` (null: no key at all) is the database's, as a
- * start would find it: the check value the database records, else (a database from before it) a
- * sealed secret the key opens. A database that records none and holds no sealed secret, in a
- * subscription or a kept answer, takes any key.
+ * StoredKey is what a database keeps of its secrets key: the check value it records and, when it
+ * records none (a database from before the check value), any one secret sealed with the key.
  */
-export async function isDatabaseSecretsKey(db: Db, box: SecretBox | null): Promise<boolean> {
-  const recorded = await findSecretsKeyCheck(db);
-  if (recorded) return box !== null && sameBytes(recorded, keyCheckValue(box));
-  return box ? opensStoredSecret(db, box) : (await findOneSealedSecret(db)) === null;
+export interface StoredKey {
+  check: Uint8Array | null;
+  sealed: { id: string; secret: string } | null;
 }
 
-/** hasSecretsKey tells whether the database has a secrets key of its own: it records one's check value, or holds a secret sealed with one (a subscription's or a kept answer's). */
-export async function hasSecretsKey(db: Db): Promise<boolean> {
-  return (await findSecretsKeyCheck(db)) !== null || (await findOneSealedSecret(db)) !== null;
+/** findStoredKey reads what the database keeps of its secrets key (StoredKey), in one pass for the checks that take it. */
+export async function findStoredKey(db: Db): Promise<StoredKey> {
+  const check = await findSecretsKeyCheck(db);
+  return { check, sealed: check ? null : await findOneSealedSecret(db) };
+}
+
+/**
+ * isDatabaseSecretsKey tells whether the key in `box` (null: no key at all) is the database's, as a
+ * start would find it from what the database keeps (`stored`): the check value it records, else (a
+ * database from before it) a sealed secret the key opens. A database that records none and holds
+ * no sealed secret, in a subscription or a kept answer, takes any key.
+ */
+export function isDatabaseSecretsKey(stored: StoredKey, box: SecretBox | null): boolean {
+  if (stored.check) return box !== null && sameBytes(stored.check, keyCheckValue(box));
+  return stored.sealed === null || (box !== null && opensSecret(box, stored.sealed));
+}
+
+/** hasSecretsKey tells whether a database keeping `stored` has a secrets key of its own: it records one's check value, or holds a secret sealed with one (a subscription's or a kept answer's). */
+export function hasSecretsKey(stored: StoredKey): boolean {
+  return stored.check !== null || stored.sealed !== null;
 }
 
 /** keyCheckValue is the check value of the box's key, the one the database records in secrets_key_check. */
@@ -229,12 +244,10 @@ function keyCheckValue(box: SecretBox): Uint8Array {
   return box.signature(KEY_CHECK_PURPOSE, KEY_CHECK_TEXT);
 }
 
-/** opensStoredSecret tells whether the box opens a sealed secret the database holds (one is enough: they are sealed with one key), or it holds none. */
-async function opensStoredSecret(db: Db, box: SecretBox): Promise<boolean> {
-  const row = await findOneSealedSecret(db);
-  if (!row) return true;
+/** opensSecret tells whether the box opens a secret sealed to the subscription `id`. */
+function opensSecret(box: SecretBox, { id, secret }: { id: string; secret: string }): boolean {
   try {
-    box.open(row.id, row.secret);
+    box.open(id, secret);
     return true;
   } catch (error) {
     if (error instanceof SecretUnreadable) return false;

@@ -26,7 +26,7 @@ import {
   type SubscriptionWithSecret,
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, SecretUnreadable, type SecretBox } from "./secrets.ts";
+import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
@@ -314,7 +314,8 @@ export type NothingLost = "own-key" | "no-key";
  */
 export async function resetSecretsKey(db: Database, box: SecretBox | null): Promise<{ subscriptions: number; deliveries: number } | NothingLost> {
   return db.write(async (tx) => {
-    if (await isDatabaseSecretsKey(tx, box)) return (await hasSecretsKey(tx)) ? "own-key" : "no-key";
+    const stored = await findStoredKey(tx);
+    if (isDatabaseSecretsKey(stored, box)) return hasSecretsKey(stored) ? "own-key" : "no-key";
     const now = Date.now();
     const ids = await listSubscriptionIds(tx);
     let deliveries = 0;

@@ -285,6 +285,25 @@ describe("the service's own failures get the console's pages too", () => {
     expect(await count("users")).toBe(before);
   });
 
+  sqliteOnly("a write the database's read-only storage refuses: the form gets a 503 page with Retry-After that says so, nothing is created, and once writable the form creates", async () => {
+    const before = await count("users");
+    await client.get("/console/users");
+    // query_only stands in for the read-only file: SQLite refuses the write with SQLITE_READONLY, as on one.
+    h.db.sqlite.run("PRAGMA query_only = ON");
+    try {
+      const res = await client.post("/console/users", { name: "Read Only", email: "read-only@example.com" });
+      expect({ status: res.status, type: res.headers.get("content-type"), retryAfter: res.headers.get("retry-after") }).toEqual({ status: 503, type: "text/html; charset=utf-8", retryAfter: "60" });
+      expect(res.text).toContain("<h1>Try again soon</h1>");
+      expect(res.text).toContain("The service's database cannot write to its storage (its file or file system is read-only, or refused the write), so nothing was changed.");
+    } finally {
+      h.db.sqlite.run("PRAGMA query_only = OFF");
+    }
+    expect(await count("users")).toBe(before);
+    await client.get("/console/users");
+    expect((await client.post("/console/users", { name: "Read Only", email: "read-only@example.com" })).status).toBe(303);
+    expect(await count("users")).toBe(before + 1);
+  });
+
   test("an unexpected error is a 500 page naming the request id on pages, and problem+json on the JSON endpoints", async () => {
     await h.rt.db.run("ALTER TABLE webhook_deliveries RENAME TO webhook_deliveries_moved");
     try {

@@ -423,6 +423,37 @@ describe("errors: unexpected exceptions", () => {
     expect((await post()).status).toBe(201);
   });
 
+  sqliteOnly("a write the database's storage refuses (its file or file system read-only) is 503 storage-read-only with Retry-After, changes nothing and is logged; /readyz says so; writable again, the same write succeeds and /readyz is ready", async () => {
+    const { app, lines } = loggedApp(h);
+    const before = await contactCount(h);
+    const post = () =>
+      app.handle(new Request("http://localhost/public/v1/contacts", { method: "POST", headers: { authorization: `Bearer ${h.token}`, "content-type": "application/json" }, body: JSON.stringify({ first_name: "Stored" }) }));
+    // The harness runs no delivery loop, so /readyz is 503 for that check whatever the database's.
+    const databaseReadiness = async () => (await (await app.handle(new Request("http://localhost/readyz"))).json()).checks.database;
+    // query_only stands in for the read-only file: SQLite refuses the write with SQLITE_READONLY, as on one.
+    h.db.sqlite.run("PRAGMA query_only = ON");
+    try {
+      const res = await post();
+      expect({ status: res.status, retryAfter: res.headers.get("retry-after"), body: await res.json() }).toEqual({
+        status: 503,
+        retryAfter: "60",
+        body: {
+          type: "urn:crm:problem:storage-read-only",
+          title: "Service Unavailable",
+          status: 503,
+          detail: "The service's database cannot write to its storage (its file or file system is read-only, or refused the write), so nothing was changed. Retry later, once the operator has made it writable.",
+        },
+      });
+      expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "database storage read-only: a change was refused", method: "POST", path: "/public/v1/contacts", error: expect.stringContaining("attempt to write a readonly database") });
+      expect(await databaseReadiness()).toBe("attempt to write a readonly database");
+      expect(await contactCount(h)).toBe(before);
+    } finally {
+      h.db.sqlite.run("PRAGMA query_only = OFF");
+    }
+    expect((await post()).status).toBe(201);
+    expect(await databaseReadiness()).toBe("ok");
+  });
+
   sqliteOnly("a database another process holds locked past the busy timeout is 503 database-unavailable with Retry-After; reads go on, and the write succeeds once the lock is let go", async () => {
     const { app, lines } = loggedApp(h);
     const before = await contactCount(h);

@@ -2,11 +2,11 @@ import { SQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
+import { runCli, SOURCE, spawnServer, tempDir, waitUntil } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "../../server/db/postgres-migrations.ts";
-import { openPostgres, PostgresDatabase, WRITE_LOCK } from "../../server/db/postgres.ts";
+import { openPostgres, WRITE_LOCK } from "../../server/db/postgres.ts";
 
 // PostgreSQL configured the way DBAs configure it: a database URL written by hand, a database or
 // role set up otherwise than the README's createdb line, through the real command line.
@@ -73,6 +73,12 @@ async function contactNames(server: { url: string }, token: string): Promise<{ s
 /** crm runs the command line from source in an empty working directory, on the database at `url`. */
 function crm(url: string, args: string[]) {
   return runCli([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url } });
+}
+
+/** started runs the command line from source in the background, on the database at `url`, and collects its answer. */
+function started(url: string, args: string[]) {
+  const proc = Bun.spawn([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url }, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
+  return (async () => ({ exitCode: await proc.exited, stdout: await new Response(proc.stdout).text(), stderr: await new Response(proc.stderr).text() }))();
 }
 
 /** tokenNames lists the names of the tokens `crm token list` shows with `args`, or its refusal. */
@@ -234,9 +240,16 @@ describe("postgres configuration: the schema", () => {
     await withRoleDatabase("split", async ({ role, url, admin: there }) => {
       expect(crm(url, ["token", "create", "--name", "before-schema"]).exitCode).toBe(0);
       await there.unsafe(`CREATE SCHEMA "${role}" AUTHORIZATION "${role}"`);
-      // An older crm, whose sessions kept the role's search_path ("$user", public), made every table again there.
-      const older = new PostgresDatabase({ url, max: 1, bigint: true }, 5000, 60_000);
-      expect((await migratePostgres(older)).length).toBe(POSTGRES_MIGRATIONS.length);
+      // An older crm, whose sessions kept the role's search_path ("$user", public), made every table
+      // again there: it looked for no tables elsewhere, so its migrations are run here by hand.
+      const older = new SQL({ url, max: 1 });
+      await older.begin(async (tx) => {
+        await tx`CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)`;
+        for (const migration of POSTGRES_MIGRATIONS) {
+          await tx.unsafe(migration.sql);
+          await tx`INSERT INTO schema_migrations VALUES (${migration.version}, ${migration.name}, ${Date.now()})`;
+        }
+      });
       await older.close();
       expect(crm(url, ["token", "create", "--name", "after-schema", "--database-schema", role]).exitCode).toBe(0);
       const refusal =
@@ -248,6 +261,33 @@ describe("postgres configuration: the schema", () => {
       expect(tokenNames(url, ["--database-schema", role])).toEqual(["after-schema"]);
       expect(tokenNames(url, ["--database-schema", "public"])).toEqual(["before-schema"]);
       expect(await tablesByOwner(there, role)).toEqual([{ schemaname: role, tables: 30 }, { schemaname: "public", tables: 30 }]);
+    });
+  });
+
+  test("two first starts at once on an empty database, one in public and one with --database-schema crm, make the tables once: the one that waited for the migration lock is refused in one line", async () => {
+    await withRoleDatabase("together", async ({ role, url, admin: there }) => {
+      // As a DBA sets up: the extensions made beforehand in public, and a schema crm for the role.
+      await there.unsafe(`CREATE EXTENSION citext; CREATE EXTENSION pg_trgm; CREATE SCHEMA crm AUTHORIZATION "${role}"`);
+      const [{ name }] = await there`SELECT current_database() AS name`;
+      const waiting = async () =>
+        (await admin`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = ${name})`)[0].n as number;
+      // Another session's write holds the lock until both have checked the schemas and wait for it, the public one first.
+      const holder = await there.reserve();
+      await holder`BEGIN`;
+      await holder`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`;
+      const inPublic = started(url, ["migrate"]);
+      await waitUntil(async () => (await waiting()) === 1, "the start in public to wait for the lock");
+      const inCrm = started(url, ["migrate", "--database-schema", "crm"]);
+      await waitUntil(async () => (await waiting()) === 2, "the start in crm to wait for the lock");
+      await holder`COMMIT`;
+      holder.release();
+      expect(await inPublic).toEqual({ exitCode: 0, stdout: `applied ${POSTGRES_MIGRATIONS.map((m) => m.name).join(", ")}\n`, stderr: "" });
+      expect(await inCrm).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: cannot use the PostgreSQL database at ${url} (--database-url, CRM_DATABASE_URL): the service's tables are in schema "public", not in "crm" that --database-schema (CRM_DATABASE_SCHEMA) names: set it to public\n`,
+      });
+      expect(await tablesByOwner(there, role)).toEqual([{ schemaname: "public", tables: 30 }]);
     });
   });
 

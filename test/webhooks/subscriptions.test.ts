@@ -1,5 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { expectProblem, ISO, validation } from "../foundation/support.ts";
+import type { Database, Db } from "../../server/db/sql.ts";
+import { SecretBox } from "../../server/webhooks/secrets.ts";
+import { resetSecretsKey } from "../../server/webhooks/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
 const SUB_ID = /^sub_[0-9A-Z]{26}$/;
@@ -103,6 +106,49 @@ describe("webhook subscriptions: happy paths", () => {
     expect(data).toEqual({ ...leftOut, id: expect.stringMatching(SUB_ID), secret: expect.stringMatching(SECRET), created_at: expect.stringMatching(ISO), updated_at: data.created_at });
     expect([data.description, data.max_rate]).toEqual([null, null]);
     expect((await h.json("GET", `/public/v1/webhook-subscriptions/${data.id}`)).body).toEqual({ data: { ...data, secret: `${data.secret.slice(0, 10)}…` } });
+  });
+});
+
+describe("webhook subscriptions: a lost secrets key's reset", () => {
+  /** resetNoting runs secrets-key reset's work with `box` on the harness's database, and the tables its statements read or change, in order. */
+  async function resetNoting(box: SecretBox) {
+    const tables: string[] = [];
+    const noting = (tx: Db): Db =>
+      new Proxy(tx, {
+        get: (target, key) => {
+          const value = Reflect.get(target, key, target);
+          if (typeof value !== "function") return value;
+          return (sql: string, ...rest: unknown[]) => {
+            tables.push(/(?:FROM|UPDATE|INTO) (\w+)/.exec(sql)![1]!);
+            return value.call(target, sql, ...rest);
+          };
+        },
+      });
+    const outcome = await resetSecretsKey({ write: (work) => h.rt.db.write((tx) => work(noting(tx))) } as Pick<Database, "write"> as Database, box);
+    return { outcome, tables };
+  }
+
+  test("it reads the key's check value, and a sealed secret, once each; the pending deliveries of what it deletes end as the API's delete ends them", async () => {
+    h = await createHarness({ allowPrivateTargets: true });
+    const byApi = (await create({ target_url: "http://127.0.0.1:9/api", events: ["contact.created"] })).body.data.id;
+    const byReset = (await create({ target_url: "http://127.0.0.1:9/reset", events: ["contact.created"] })).body.data.id;
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).status).toBe(201);
+    // No delivery loop runs here: both deliveries stay pending until their subscription's delete.
+    const pending = (await h.json("GET", "/public/v1/webhook-deliveries")).body.data;
+    expect(pending.map((d: { status: string }) => d.status)).toEqual(["pending", "pending"]);
+    expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${byApi}`)).status).toBe(204);
+
+    expect(await resetNoting(h.rt.secrets)).toEqual({ outcome: "own-key", tables: ["secrets_key_check"] });
+    expect((await resetNoting(new SecretBox(new Uint8Array(32).fill(9)))).outcome).toEqual({ subscriptions: 1, deliveries: 1 });
+    const ended = async (subscriptionId: string) => {
+      const { id } = pending.find((d: { subscription_id: string }) => d.subscription_id === subscriptionId);
+      return (await h.json("GET", `/public/v1/webhook-deliveries/${id}`)).body.data;
+    };
+    const [apiEnded, resetEnded] = [await ended(byApi), await ended(byReset)];
+    expect(resetEnded).toEqual({ ...apiEnded, id: resetEnded.id, subscription_id: byReset, target_url: "http://127.0.0.1:9/reset", updated_at: resetEnded.updated_at });
+    expect([apiEnded.status, apiEnded.last_error]).toEqual(["failed", "not sent: the subscription was deleted"]);
+    // Now the database records no key and holds no sealed secret: any key is its own.
+    expect(await resetNoting(h.rt.secrets)).toEqual({ outcome: "no-key", tables: ["secrets_key_check", "webhook_subscriptions", "idempotency_keys"] });
   });
 });
 
