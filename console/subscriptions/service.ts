@@ -79,15 +79,16 @@ export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSe
  * again (a double click) answers as the first did, where the delete alone would be 404 by then.
  */
 export async function deleteSubscriptionFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
-  // A replay fails nothing: only the write that deleted counts what it failed.
   let failed = 0;
-  await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx, now) => {
+  const { replayed } = await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx, now) => {
     const removed = await removeSubscription(tx, id, now);
     if (removed === null) throw notFound("webhook subscription", id);
     failed = removed;
     return { deleted: id };
   });
-  subscriptionRemoved(rt, id, failed);
+  // A replay fails nothing: only the write that deleted counts what it failed. A sending whose key
+  // was taken over as stale (PostgreSQL) ran the delete, rolled it back, then got the taker's answer replayed.
+  subscriptionRemoved(rt, id, replayed ? 0 : failed);
 }
 
 /** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
