@@ -30,7 +30,7 @@ import {
 import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
-import { isolated } from "../pages/parts.tsx";
+import { disabledBecause, isolated } from "../pages/parts.tsx";
 import { changeOnceForForm, consoleTime, onceForForm } from "../shell.ts";
 import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
@@ -207,7 +207,7 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
 function addWizardTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<{ delivery_id: string; event_id: string }> {
   const name = isolated(row.description ?? row.target_url);
   if (row.status === "disabled") {
-    throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${name} is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
+    throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${name} is disabled${disabledBecause(row.disabled_reason)}. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
   }
   if (shownStatus(row) === "paused") {
     throw new ProblemError(

@@ -174,7 +174,7 @@ describe("rotation wizard", () => {
     const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
     expect({ status: answer?.status(), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
       status: 409,
-      refusal: ["No test event was sent: the subscription \u2068Stopped replacement\u2069 is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again."],
+      refusal: ["No test event was sent: the subscription \u2068Stopped replacement\u2069 is disabled (every attempt failed). Enable it with its Enable button on the Subscriptions page, then send the test event again."],
       sendTest: 1,
     });
     expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 409 (Conflict)"]);
