@@ -222,10 +222,10 @@ function addWizardTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<
 /**
  * sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its
  * delivery, in one commit: a ping the rotation does not know of would leave the wizard asking for
- * a test that was sent.
+ * a test that was sent. Once per form key: sent twice (a double click), it sends one ping.
  */
-export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
-  await rt.db.write(async (tx) => {
+export async function sendRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+  await changeOnceForForm(rt, { session, path: `/console/rotations/${id}/test`, key: formKey }, async (tx, now) => {
     const rotation = await findRotation(tx, id);
     if (!rotation) throw notFound("rotation", id);
     if (rotation.completed_at !== null) throw new ProblemError(409, "rotation-closed", "This rotation is finished.");
@@ -233,6 +233,7 @@ export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()
     if (!replacement) throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted.");
     const sent = await addWizardTestEvent(tx, replacement, now);
     await setRotationTestDelivery(tx, id, sent.delivery_id, now);
+    return sent;
   });
 }
 
@@ -321,15 +322,17 @@ export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: 
 /**
  * sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace
  * period runs, and remembers its delivery as the rotation's test, in one commit: a ping the wizard
- * does not know of would leave it asking for a test that was sent.
+ * does not know of would leave it asking for a test that was sent. Once per form key: sent twice
+ * (a double click), it sends one ping.
  */
-export async function sendSecretRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
-  await rt.db.write(async (tx) => {
+export async function sendSecretRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+  await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/secret-rotation/test`, key: formKey }, async (tx, now) => {
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (!graceRunning(row, now)) throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
     const sent = await addWizardTestEvent(tx, row, now);
     await setSecretRotationTest(tx, id, sent.delivery_id);
+    return sent;
   });
 }
 
