@@ -1,11 +1,10 @@
 import { createHash } from "node:crypto";
 import type { Database, Db } from "../../server/db/sql.ts";
-import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
-import { SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
+import { SecretRotationInput, SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import {
   addSubscription,
   addTestEvent,
@@ -48,18 +47,26 @@ export interface SubscriptionForm {
 }
 
 const checkSubscriptionInput = fieldsChecker(SubscriptionInput);
+const checkSecretRotationInput = fieldsChecker(SecretRotationInput);
+
+/**
+ * typedWholeNumber reads a whole number typed into a form field as a number; anything else stays
+ * the text typed (" 5" too, as the API refuses it), so the API's model names the field.
+ */
+function typedWholeNumber(text: string): number | string {
+  return /^\d{1,9}$/.test(text) ? Number(text) : text;
+}
 
 /** subscriptionInputFrom reads a subscription form into the API's SubscriptionInput and checks it with the API's own model and limits. */
 function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
   const description = form.description.trim();
   const maxRate = form.max_rate ?? "";
-  // A number typed into the form stays text when it is not a whole number (" 5" too, as the API
-  // refuses it), so the model names it; repeated events are left for the model to refuse, as the API does.
+  // Repeated events are left for the model to refuse, as the API does.
   const candidate = {
     target_url: form.target_url.trim(),
     events: form.events,
     ...(description ? { description } : {}),
-    ...(maxRate ? { max_rate: /^\d{1,9}$/.test(maxRate) ? Number(maxRate) : maxRate } : {}),
+    ...(maxRate ? { max_rate: typedWholeNumber(maxRate) } : {}),
   };
   return checkSubscriptionInput(candidate);
 }
@@ -305,14 +312,12 @@ function graceRunning(row: SubscriptionRow, now: number): boolean {
  * receiver still uses before the grace period began. A form shown before some other rotation is 409.
  */
 export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: string, formSecretTag: string): Promise<string> {
-  const text = graceHours.trim() === "" ? String(DEFAULT_SECRET_GRACE_HOURS) : graceHours.trim();
-  if (!/^\d{1,3}$/.test(text) || Number(text) > MAX_SECRET_GRACE_HOURS) {
-    throw validationProblem([{ pointer: "/grace_hours", detail: `must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}` }], `The grace period must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}.`);
-  }
+  // Checked with the API's model, as the subscription form's max_rate is; left empty, the API's default.
+  const input = checkSecretRotationInput(graceHours === "" ? {} : { grace_hours: typedWholeNumber(graceHours) });
   return rt.db.write(async (tx) => {
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
-    if (secretTag(row.secret) === formSecretTag) return (await replaceSecret(rt, tx, id, { grace_hours: Number(text) }, null))!.body.data.secret;
+    if (secretTag(row.secret) === formSecretTag) return (await replaceSecret(rt, tx, id, input, null))!.body.data.secret;
     // The form names the secret the last rotation replaced (with or without a grace period): that rotation is the one it asks for.
     if (row.previous_secret !== null && secretTag(row.previous_secret) === formSecretTag) return rt.secrets.open(id, row.secret);
     throw new ProblemError(409, "secret-rotated-meanwhile", "The secret was rotated since this page was shown, so it was not rotated again; the page now shows where that rotation stands.");
