@@ -299,9 +299,15 @@ export async function onceForForm<T>(
 /**
  * changeOnceForForm is onceForForm for a console change of its own (not an API call): `change`
  * runs in one write with the form's record, so a confirmation sent again answers as the first did.
+ * On a replay, whatever `change` noted aside was of a run rolled back (its key taken over as stale):
+ * the change that stands is another sending's, which notes its own.
  */
-export async function changeOnceForForm<T>(rt: Runtime, form: { session: ConsoleSession; path: string; key: string }, change: (tx: Db, now: number) => Promise<T>): Promise<T> {
-  const answer = await onceForForm(rt, { ...form, values: {} }, (scope) =>
+export async function changeOnceForForm<T>(
+  rt: Runtime,
+  form: { session: ConsoleSession; path: string; key: string },
+  change: (tx: Db, now: number) => Promise<T>,
+): Promise<{ body: T; replayed: boolean }> {
+  return onceForForm(rt, { ...form, values: {} }, (scope) =>
     rt.db.write(async (tx) => {
       const now = Date.now();
       const body = await change(tx, now);
@@ -309,5 +315,4 @@ export async function changeOnceForForm<T>(rt: Runtime, form: { session: Console
       return { status: 200, body };
     }),
   );
-  return answer.body;
 }

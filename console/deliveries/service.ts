@@ -19,7 +19,7 @@ import {
 import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION, type AttemptRefusal } from "../../server/webhooks/worker.ts";
 import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
-import { contactName, isolated } from "../pages/parts.tsx";
+import { contactName, disabledBecause, isolated } from "../pages/parts.tsx";
 import { consoleFieldTime, consoleTime } from "../shell.ts";
 
 /** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
@@ -200,7 +200,7 @@ export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delive
     case "in-progress":
       return "Not retried: an attempt of this delivery is being sent now. Reload the page in a moment for its answer.";
     case "subscription-disabled":
-      return `Not retried: the subscription ${name} is disabled, so nothing was sent. Enable it with its Enable button on the Subscriptions page, then press Retry now again.`;
+      return `Not retried: the subscription ${name} is disabled${disabledBecause(view.subscription?.disabled_reason)}, so nothing was sent. Enable it with its Enable button on the Subscriptions page, then press Retry now again.`;
     case "subscription-paused":
       return `Not retried: the subscription ${name} is paused, so nothing was sent. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then press Retry now again if this one still needs sending.`;
     case "subscription-deleted":

@@ -84,6 +84,14 @@ export function isolated(text: string): string {
   return `\u2068${text}\u2069`;
 }
 
+/**
+ * disabledBecause is a disabled subscription's reason in parentheses, for the console's notices that
+ * say it is disabled, as the API's refusals give it; nothing when it has none (enabled meanwhile).
+ */
+export function disabledBecause(reason: string | null | undefined): string {
+  return reason ? ` (${reason})` : "";
+}
+
 /** SubscriptionLabel shows a subscription's description above its URL; a span, so it may stand in a heading, link or label. */
 export function SubscriptionLabel({ description, url }: { description: string | null; url: string }) {
   return (

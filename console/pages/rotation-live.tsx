@@ -19,6 +19,8 @@ export interface RotationSide {
 export interface RotationLiveProps {
   rotationId: string;
   csrfToken: string;
+  /** the test form's key, drawn for this showing of the page (the form sent twice sends one ping) */
+  testFormKey: string;
   /** pending: deliveries to the old subscription that have not arrived yet */
   old: RotationSide & { pending: number };
   replacement: (RotationSide & { events: string[] }) | null;
@@ -96,7 +98,7 @@ function useWatchedDelivery(initial: DeliveryWatchView | null) {
 }
 
 /** TestStep is step 3 of both wizards: send a webhook.ping to the subscription under test and show how it went. */
-function TestStep({ action, csrfToken, current, children }: { action: string; csrfToken: string; current: DeliveryWatchView | null; children: ComponentChildren }) {
+function TestStep({ action, csrfToken, formKey, current, children }: { action: string; csrfToken: string; formKey: string; current: DeliveryWatchView | null; children: ComponentChildren }) {
   return (
     <section class="card step" id="step-test">
       <h2>
@@ -106,6 +108,7 @@ function TestStep({ action, csrfToken, current, children }: { action: string; cs
       {current && <TestResult test={current} />}
       <form method="post" action={action}>
         <CsrfField token={csrfToken} />
+        <input type="hidden" name="form_key" value={formKey} />
         <button type="submit" class={current ? "button" : "button primary"} id="send-test">
           {current ? "Send another test event" : "Send test event"}
         </button>
@@ -118,7 +121,7 @@ function TestStep({ action, csrfToken, current, children }: { action: string; cs
  * RotationLive is steps 3 and 4 of the rotation wizard: send a test event to the new subscription,
  * watch its delivery until it succeeds or fails, and only then allow deleting the old subscription.
  */
-export function RotationLive({ rotationId, csrfToken, old, replacement, test: initial, confirmReason }: RotationLiveProps) {
+export function RotationLive({ rotationId, csrfToken, testFormKey, old, replacement, test: initial, confirmReason }: RotationLiveProps) {
   const test = useWatchedDelivery(initial);
   const current = test.value;
   const succeeded = current?.status === "succeeded";
@@ -128,7 +131,7 @@ export function RotationLive({ rotationId, csrfToken, old, replacement, test: in
     <>
       <Stepper current={succeeded ? 4 : 3} />
       <RotationPair old={old} replacement={replacement} />
-      <TestStep action={`${base}/test`} csrfToken={csrfToken} current={current}>
+      <TestStep action={`${base}/test`} csrfToken={csrfToken} formKey={testFormKey} current={current}>
         A <code>webhook.ping</code> goes to the new subscription only. Check that the new receiver verifies the signature with the new secret and processes
         the event.
       </TestStep>
@@ -177,6 +180,8 @@ export function RotationLive({ rotationId, csrfToken, old, replacement, test: in
 export interface SecretRotationLiveProps {
   subscriptionId: string;
   csrfToken: string;
+  /** the test form's key, drawn for this showing of the page (the form sent twice sends one ping) */
+  testFormKey: string;
   target_url: string;
   description: string | null;
   rotated_at: string;
@@ -191,7 +196,7 @@ export interface SecretRotationLiveProps {
  * SecretRotationLive is steps 3 and 4 of a secret rotation: while both secrets sign, send a test
  * event, watch it succeed, and only then retire the previous secret before its grace period ends.
  */
-export function SecretRotationLive({ subscriptionId, csrfToken, target_url, description, rotated_at, previous_expires_at, test: initial, confirmReason }: SecretRotationLiveProps) {
+export function SecretRotationLive({ subscriptionId, csrfToken, testFormKey, target_url, description, rotated_at, previous_expires_at, test: initial, confirmReason }: SecretRotationLiveProps) {
   const test = useWatchedDelivery(initial);
   const current = test.value;
   const succeeded = current?.status === "succeeded";
@@ -208,7 +213,7 @@ export function SecretRotationLive({ subscriptionId, csrfToken, target_url, desc
           </p>
         </div>
       </section>
-      <TestStep action={`${base}/test`} csrfToken={csrfToken} current={current}>
+      <TestStep action={`${base}/test`} csrfToken={csrfToken} formKey={testFormKey} current={current}>
         A <code>webhook.ping</code> goes to this subscription, signed with the new and the previous secret. Configure the receiver with the new secret, then check
         that it verifies and processes the event.
       </TestStep>

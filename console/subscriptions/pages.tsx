@@ -357,6 +357,7 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
   const live: RotationLiveProps = {
     rotationId: r.id,
     csrfToken: props.session.csrfToken,
+    testFormKey: crypto.randomUUID(),
     old: { target_url: r.old.target_url, description: r.old.description || null, status: r.old.subscription?.status ?? null, pending: r.oldPending },
     replacement: r.replacement && { target_url: r.replacement.target_url, description: r.replacement.description, status: r.replacement.status, events: r.replacement.events },
     test: r.test,
@@ -455,6 +456,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
   const live: SecretRotationLiveProps = {
     subscriptionId: s.id,
     csrfToken: props.session.csrfToken,
+    testFormKey: crypto.randomUUID(),
     target_url: s.target_url,
     description: s.description,
     rotated_at: s.secret_rotated_at ?? "",

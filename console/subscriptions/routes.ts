@@ -230,9 +230,9 @@ export function rotationRoutes(rt: Runtime) {
     )
     .post(
       "/subscriptions/:id/secret-rotation/test",
-      async ({ session, params }) => {
+      async ({ session, params, body }) => {
         try {
-          await sendSecretRotationTest(rt, params.id);
+          await sendSecretRotationTest(rt, session, params.id, field(body, "form_key"));
         } catch (error) {
           const failure = wizardTestRefusal(error);
           return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
@@ -286,9 +286,9 @@ export function rotationRoutes(rt: Runtime) {
     .get("/rotations/:id", async ({ session, params }) => htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id) })), { params: IdParam })
     .post(
       "/rotations/:id/test",
-      async ({ session, params }) => {
+      async ({ session, params, body }) => {
         try {
-          await sendRotationTest(rt, params.id);
+          await sendRotationTest(rt, session, params.id, field(body, "form_key"));
         } catch (error) {
           const failure = wizardTestRefusal(error);
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), refusal: failure }), failure.status);

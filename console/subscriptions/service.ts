@@ -1,11 +1,10 @@
 import { createHash } from "node:crypto";
 import type { Database, Db } from "../../server/db/sql.ts";
-import { DEFAULT_SECRET_GRACE_HOURS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
-import { SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
+import { SecretRotationInput, SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import {
   addSubscription,
   addTestEvent,
@@ -30,7 +29,7 @@ import {
 import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
-import { isolated } from "../pages/parts.tsx";
+import { disabledBecause, isolated } from "../pages/parts.tsx";
 import { changeOnceForForm, consoleTime, onceForForm } from "../shell.ts";
 import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
@@ -48,18 +47,26 @@ export interface SubscriptionForm {
 }
 
 const checkSubscriptionInput = fieldsChecker(SubscriptionInput);
+const checkSecretRotationInput = fieldsChecker(SecretRotationInput);
+
+/**
+ * typedWholeNumber reads a whole number typed into a form field as a number; anything else stays
+ * the text typed (" 5" too, as the API refuses it), so the API's model names the field.
+ */
+function typedWholeNumber(text: string): number | string {
+  return /^\d{1,9}$/.test(text) ? Number(text) : text;
+}
 
 /** subscriptionInputFrom reads a subscription form into the API's SubscriptionInput and checks it with the API's own model and limits. */
 function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
   const description = form.description.trim();
   const maxRate = form.max_rate ?? "";
-  // A number typed into the form stays text when it is not a whole number (" 5" too, as the API
-  // refuses it), so the model names it; repeated events are left for the model to refuse, as the API does.
+  // Repeated events are left for the model to refuse, as the API does.
   const candidate = {
     target_url: form.target_url.trim(),
     events: form.events,
     ...(description ? { description } : {}),
-    ...(maxRate ? { max_rate: /^\d{1,9}$/.test(maxRate) ? Number(maxRate) : maxRate } : {}),
+    ...(maxRate ? { max_rate: typedWholeNumber(maxRate) } : {}),
   };
   return checkSubscriptionInput(candidate);
 }
@@ -79,15 +86,16 @@ export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSe
  * again (a double click) answers as the first did, where the delete alone would be 404 by then.
  */
 export async function deleteSubscriptionFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
-  // A replay fails nothing: only the write that deleted counts what it failed.
   let failed = 0;
-  await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx, now) => {
+  const { replayed } = await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx, now) => {
     const removed = await removeSubscription(tx, id, now);
     if (removed === null) throw notFound("webhook subscription", id);
     failed = removed;
     return { deleted: id };
   });
-  subscriptionRemoved(rt, id, failed);
+  // A replay fails nothing: only the write that deleted counts what it failed. A sending whose key
+  // was taken over as stale (PostgreSQL) ran the delete, rolled it back, then got the taker's answer replayed.
+  subscriptionRemoved(rt, id, replayed ? 0 : failed);
 }
 
 /** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
@@ -206,7 +214,7 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
 function addWizardTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<{ delivery_id: string; event_id: string }> {
   const name = isolated(row.description ?? row.target_url);
   if (row.status === "disabled") {
-    throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${name} is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
+    throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${name} is disabled${disabledBecause(row.disabled_reason)}. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
   }
   if (shownStatus(row) === "paused") {
     throw new ProblemError(
@@ -221,10 +229,10 @@ function addWizardTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<
 /**
  * sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its
  * delivery, in one commit: a ping the rotation does not know of would leave the wizard asking for
- * a test that was sent.
+ * a test that was sent. Once per form key: sent twice (a double click), it sends one ping.
  */
-export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
-  await rt.db.write(async (tx) => {
+export async function sendRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+  await changeOnceForForm(rt, { session, path: `/console/rotations/${id}/test`, key: formKey }, async (tx, now) => {
     const rotation = await findRotation(tx, id);
     if (!rotation) throw notFound("rotation", id);
     if (rotation.completed_at !== null) throw new ProblemError(409, "rotation-closed", "This rotation is finished.");
@@ -232,6 +240,7 @@ export async function sendRotationTest(rt: Runtime, id: string, now = Date.now()
     if (!replacement) throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted.");
     const sent = await addWizardTestEvent(tx, replacement, now);
     await setRotationTestDelivery(tx, id, sent.delivery_id, now);
+    return sent;
   });
 }
 
@@ -303,14 +312,12 @@ function graceRunning(row: SubscriptionRow, now: number): boolean {
  * receiver still uses before the grace period began. A form shown before some other rotation is 409.
  */
 export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: string, formSecretTag: string): Promise<string> {
-  const text = graceHours.trim() === "" ? String(DEFAULT_SECRET_GRACE_HOURS) : graceHours.trim();
-  if (!/^\d{1,3}$/.test(text) || Number(text) > MAX_SECRET_GRACE_HOURS) {
-    throw validationProblem([{ pointer: "/grace_hours", detail: `must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}` }], `The grace period must be a whole number of hours from 0 to ${MAX_SECRET_GRACE_HOURS}.`);
-  }
+  // Checked with the API's model, as the subscription form's max_rate is; left empty, the API's default.
+  const input = checkSecretRotationInput(graceHours === "" ? {} : { grace_hours: typedWholeNumber(graceHours) });
   return rt.db.write(async (tx) => {
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
-    if (secretTag(row.secret) === formSecretTag) return (await replaceSecret(rt, tx, id, { grace_hours: Number(text) }, null))!.body.data.secret;
+    if (secretTag(row.secret) === formSecretTag) return (await replaceSecret(rt, tx, id, input, null))!.body.data.secret;
     // The form names the secret the last rotation replaced (with or without a grace period): that rotation is the one it asks for.
     if (row.previous_secret !== null && secretTag(row.previous_secret) === formSecretTag) return rt.secrets.open(id, row.secret);
     throw new ProblemError(409, "secret-rotated-meanwhile", "The secret was rotated since this page was shown, so it was not rotated again; the page now shows where that rotation stands.");
@@ -320,15 +327,17 @@ export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: 
 /**
  * sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace
  * period runs, and remembers its delivery as the rotation's test, in one commit: a ping the wizard
- * does not know of would leave it asking for a test that was sent.
+ * does not know of would leave it asking for a test that was sent. Once per form key: sent twice
+ * (a double click), it sends one ping.
  */
-export async function sendSecretRotationTest(rt: Runtime, id: string, now = Date.now()): Promise<void> {
-  await rt.db.write(async (tx) => {
+export async function sendSecretRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+  await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/secret-rotation/test`, key: formKey }, async (tx, now) => {
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (!graceRunning(row, now)) throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
     const sent = await addWizardTestEvent(tx, row, now);
     await setSecretRotationTest(tx, id, sent.delivery_id);
+    return sent;
   });
 }
 

@@ -33,10 +33,28 @@ export interface SourceFile {
 /** CHUNK_BYTES is how much of the input file is read at a time. */
 const CHUNK_BYTES = 1 << 20;
 
+/** SAVE_AS_UTF8 is what to do with a file that is not UTF-8. */
+const SAVE_AS_UTF8 = 'save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again';
+
+/** UTF16_SNIFF_BYTES is how much of a file's start tells UTF-16 text by its NULs. */
+const UTF16_SNIFF_BYTES = 64;
+
+/**
+ * looksUtf16 tells whether a file's first bytes are UTF-16 (Excel's "Unicode Text"): a byte order
+ * mark, or a NUL in every other byte, which is what its ASCII characters are in either byte order.
+ * Without a mark it is valid UTF-8, read as column names full of NULs that map to nothing.
+ */
+function looksUtf16(start: Uint8Array): boolean {
+  if ((start[0] === 0xff && start[1] === 0xfe) || (start[0] === 0xfe && start[1] === 0xff)) return true;
+  const units = Math.floor(Math.min(start.length, UTF16_SNIFF_BYTES) / 2);
+  const nulEvery = (offset: number) => Array.from({ length: units }, (_, i) => start[2 * i + offset]).every((byte) => byte === 0);
+  return units >= 2 && nulEvery(0) !== nulEvery(1);
+}
+
 /**
  * textPieces reads a file as UTF-8 text a piece at a time, so the whole file is never in memory,
  * and stops at the first bytes that are not UTF-8: a file saved as Windows-1252 (Excel's plain
- * "CSV") would otherwise import "José" as "Jos\uFFFD".
+ * "CSV") would otherwise import "José" as "Jos\uFFFD". A UTF-16 file is refused as such at once.
  */
 export function* textPieces(path: string): Generator<string> {
   const cannotRead = (error: Error) => new ConfigError(`import: cannot read ${path}: ${error.message}`);
@@ -49,6 +67,7 @@ export function* textPieces(path: string): Generator<string> {
   try {
     const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
     const buffer = new Uint8Array(CHUNK_BYTES);
+    let first = true;
     for (;;) {
       let read: number;
       try {
@@ -56,6 +75,8 @@ export function* textPieces(path: string): Generator<string> {
       } catch (error) {
         throw cannotRead(error as Error);
       }
+      if (first && looksUtf16(buffer.subarray(0, read))) throw new ConfigError(`${path} is UTF-16, not UTF-8; ${SAVE_AS_UTF8}`);
+      first = false;
       let piece: string;
       try {
         piece = decoder.decode(buffer.subarray(0, read), { stream: read > 0 });
@@ -75,7 +96,7 @@ function notUtf8(path: string): ConfigError {
   const bytes = readFileSync(path);
   const bad = firstInvalidByte(bytes);
   const line = bytes.subarray(0, bad).filter((byte) => byte === 0x0a).length + 1;
-  return new ConfigError(`${path}: line ${line} is not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again`);
+  return new ConfigError(`${path}: line ${line} is not UTF-8; ${SAVE_AS_UTF8}`);
 }
 
 /**

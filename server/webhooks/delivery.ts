@@ -156,10 +156,13 @@ function unreachedCode(error: unknown): string | null {
   return typeof code === "string" && code in UNREACHED_WORDS ? code : null;
 }
 
-/** describeUnreached words the addresses an attempt could not connect to, in the order tried, those that failed alike together. */
+/** describeUnreached words the addresses an attempt could not connect to, sorted, those that failed alike together. */
 function describeUnreached(unreached: Unreached[]): string {
-  const codes = [...new Set(unreached.map((u) => u.code))];
-  return codes.map((code) => `${UNREACHED_WORDS[code]} ${unreached.filter((u) => u.code === code).map((u) => u.endpoint).join(" and ")} (${code})`).join("; ");
+  // Sorted, not in the order tried: a name may give its addresses in another order each time
+  // (round-robin DNS), and the same failure must read alike, so the health page counts it as one reason.
+  const sorted = unreached.toSorted((a, b) => (a.endpoint < b.endpoint ? -1 : a.endpoint > b.endpoint ? 1 : 0));
+  const codes = [...new Set(sorted.map((u) => u.code))];
+  return codes.map((code) => `${UNREACHED_WORDS[code]} ${sorted.filter((u) => u.code === code).map((u) => u.endpoint).join(" and ")} (${code})`).join("; ");
 }
 
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null, serverName: string | null): string {

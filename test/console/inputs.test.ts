@@ -172,6 +172,24 @@ test("the subscription form refuses what the API refuses, with the API's words: 
   expect(await h.rt.db.get("SELECT count(*) AS n FROM webhook_subscriptions")).toEqual({ n: 0 });
 });
 
+test("the rotate-secret form refuses a grace period with spaces around it as the API does, as the subscription form refuses such a max_rate, and rotates nothing", async () => {
+  const subscription = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://8.8.8.8/graced", events: ["contact.created"] } })).body.data;
+  const api = await h.json("POST", `/public/v1/webhook-subscriptions/${subscription.id}/rotate-secret`, { body: { grace_hours: " 5" } });
+  const shown = await client.get(`/console/subscriptions/${subscription.id}/secret-rotation`);
+  const secretTag = /name="secret_tag" value="([^"]+)"/.exec(shown.text)![1]!;
+  const answers = [];
+  for (const grace_hours of [" 5", "5 "]) {
+    const res = await client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, { grace_hours, secret_tag: secretTag });
+    answers.push({ status: res.status, notice: answerOf(res).notice, reason: /<p class="field-reason" id="([^"]+)-reason">([^<]*)<\/p>/.exec(res.text)?.slice(1) });
+  }
+  const { pointer, detail } = api.body.errors[0];
+  const refused = { status: 422, notice: `grace hours ${detail}.`, reason: ["grace_hours", detail] };
+  expect({ api: [api.status, pointer, detail], answers }).toEqual({ api: [422, "/grace_hours", "must be a whole number of hours from 0 to 168"], answers: [refused, refused] });
+  expect((await h.json("GET", `/public/v1/webhook-subscriptions/${subscription.id}`)).body.data.secret_rotated_at).toBeNull();
+  // The tests after it count deliveries: this subscription would get some.
+  expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${subscription.id}`)).status).toBe(204);
+});
+
 test("the contacts and users pages refuse a parameter they do not take with the 422 page, as the deliveries page refuses an unknown filter", async () => {
   const answers = [];
   for (const path of ["/console/contacts?zzz=1", "/console/contacts?page=-1", "/console/users?zzz=1", "/console/users?page=-1"]) {

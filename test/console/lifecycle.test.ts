@@ -149,7 +149,7 @@ describe("secret rotation wizard", () => {
     expect({ status: answer?.status(), heading: await page.textContent("h1"), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
       status: 409,
       heading: "Rotate the signing secret",
-      refusal: ["No test event was sent: the subscription \u2068Stopped rotation\u2069 is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again."],
+      refusal: ["No test event was sent: the subscription \u2068Stopped rotation\u2069 is disabled (every attempt failed). Enable it with its Enable button on the Subscriptions page, then send the test event again."],
       sendTest: 1,
     });
     expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 409 (Conflict)"]);
@@ -322,7 +322,7 @@ describe("a delivery's page", () => {
       disabled: {
         status: 409,
         heading: "contact.created deliverySucceeded",
-        notices: ["alert: Not retried: the subscription \u2068Stopped shop\u2069 is disabled, so nothing was sent. Enable it with its Enable button on the Subscriptions page, then press Retry now again."],
+        notices: ["alert: Not retried: the subscription \u2068Stopped shop\u2069 is disabled (every attempt failed), so nothing was sent. Enable it with its Enable button on the Subscriptions page, then press Retry now again."],
         retryButton: 1,
       },
       deleted: {

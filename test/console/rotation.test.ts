@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
+import type { ConsoleSession } from "../../console/model.ts";
 import { finishRotation, rotationView, sendRotationTest, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
 import { disableSubscription, setSubscriptionPaused } from "../../server/webhooks/store.ts";
@@ -8,6 +9,8 @@ import { addOperator, launchBrowser, refusedConfirmation, seedDeliveries, shoot,
 
 // The rotation wizard end to end, against two real receivers that verify signatures with their own secret.
 let server: ConsoleServer;
+/** session is the test operator's, for the console's services called directly */
+let session: ConsoleSession;
 let browser: Awaited<ReturnType<typeof launchBrowser>>;
 let page: Page;
 let problems: string[];
@@ -16,7 +19,7 @@ const receivers: Receiver[] = [];
 beforeAll(async () => {
   // A long request timeout: the test holds the new receiver's answer while it looks at the page.
   server = await startConsoleServer({ deliveryTimeoutMs: 20_000 });
-  await addOperator(server.runtime.db);
+  session = { operator: await addOperator(server.runtime.db), csrfToken: "" };
   browser = await launchBrowser();
   page = await browser.context.newPage();
   problems = watchPage(page);
@@ -174,7 +177,7 @@ describe("rotation wizard", () => {
     const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
     expect({ status: answer?.status(), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
       status: 409,
-      refusal: ["No test event was sent: the subscription \u2068Stopped replacement\u2069 is disabled. Enable it with its Enable button on the Subscriptions page, then send the test event again."],
+      refusal: ["No test event was sent: the subscription \u2068Stopped replacement\u2069 is disabled (every attempt failed). Enable it with its Enable button on the Subscriptions page, then send the test event again."],
       sendTest: 1,
     });
     expect(problems.splice(0)).toEqual(["Failed to load resource: the server responded with a status of 409 (Conflict)"]);
@@ -244,7 +247,7 @@ describe("rotation wizard", () => {
       await db.run("CREATE TRIGGER refuse_rotation_test BEFORE UPDATE OF test_delivery_id ON subscription_rotations FOR EACH ROW EXECUTE FUNCTION refuse_rotation_test()");
     }
     try {
-      await expect(sendRotationTest(runtime, id)).rejects.toThrow("refused");
+      await expect(sendRotationTest(runtime, session, id, crypto.randomUUID())).rejects.toThrow("refused");
     } finally {
       await db.run(db.dialect === "sqlite" ? "DROP TRIGGER refuse_rotation_test" : "DROP TRIGGER refuse_rotation_test ON subscription_rotations");
       if (db.dialect === "postgres") await db.run("DROP FUNCTION refuse_rotation_test()");
@@ -252,7 +255,7 @@ describe("rotation wizard", () => {
     expect(await db.all("SELECT event_type FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([]);
     expect((await rotationView(db, id)).test).toBeNull();
 
-    await sendRotationTest(runtime, id);
+    await sendRotationTest(runtime, session, id, crypto.randomUUID());
     const view = await rotationView(db, id);
     expect(await db.all("SELECT id, event_type FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([{ id: view.test!.id, event_type: "webhook.ping" }]);
   });

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import { rotationView, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { signingSecrets } from "../../server/webhooks/delivery.ts";
@@ -51,6 +52,47 @@ test("the rotation wizard's new-subscription form starts one rotation, and both 
   await setRotationTestDelivery(server.runtime.db, rotations[0]!.id, tested!, Date.now());
   const later = await client.post("/console/rotations", form);
   expect([later.status, later.headers.get("location"), shownSecret(later.text)]).toEqual([303, `/console/rotations/${rotations[0]!.id}`, null]);
+});
+
+/** pingsTo lists the ids of the webhook.ping deliveries made to a subscription. */
+const pingsTo = (subscriptionId: string) =>
+  server.runtime.db.all<{ id: string }>("SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND event_type = 'webhook.ping' ORDER BY id", [subscriptionId]);
+
+test("the rotation wizard's Send test event sends one ping, and both answers lead to the step watching it", async () => {
+  const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/pinged-twice-old", events: ["contact.created"] })).data;
+  const { id } = await startRotation(server.runtime, old.id, { target_url: "http://127.0.0.1:9/pinged-twice-new", description: "", events: ["contact.created"] });
+  const shown = await client.get(`/console/rotations/${id}`);
+  const answers = await sentTwice(`/console/rotations/${id}/test`, { form_key: formKeyOf(shown.text) });
+  const pings = await pingsTo(id);
+  expect({ answers: redirectsOf(answers), pings: pings.length, test: (await rotationView(server.runtime.db, id)).test?.id }).toEqual({
+    answers: [
+      [303, `/console/rotations/${id}#step-test`],
+      [303, `/console/rotations/${id}#step-test`],
+    ],
+    pings: 1,
+    test: pings[0]!.id,
+  });
+  // The page shown after it draws a new key: "Send another test event" sends another.
+  const again = await client.get(`/console/rotations/${id}`);
+  expect((await client.post(`/console/rotations/${id}/test`, { form_key: formKeyOf(again.text) })).status).toBe(303);
+  expect((await pingsTo(id)).length).toBe(2);
+});
+
+test("the secret rotation wizard's Send test event sends one ping, and both answers lead to the step watching it", async () => {
+  const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/secret-pinged-twice", events: ["contact.created"] })).data;
+  await server.api("POST", `/public/v1/webhook-subscriptions/${subscription.id}/rotate-secret`, { grace_hours: 24 });
+  const path = `/console/subscriptions/${subscription.id}/secret-rotation`;
+  const shown = await client.get(path);
+  const answers = await sentTwice(`${path}/test`, { form_key: formKeyOf(shown.text) });
+  const pings = await pingsTo(subscription.id);
+  expect({ answers: redirectsOf(answers), pings: pings.length, test: (await findSubscriptionById(server.runtime.db, subscription.id))?.secret_test_delivery_id }).toEqual({
+    answers: [
+      [303, `${path}#step-test`],
+      [303, `${path}#step-test`],
+    ],
+    pings: 1,
+    test: pings[0]!.id,
+  });
 });
 
 test("the rotate-secret form rotates once: both answers show the one new secret, and the receiver's secret keeps signing", async () => {

@@ -351,6 +351,27 @@ describe("crm import contacts: errors", () => {
     expect(noUrl.stderr).toStartWith("crm: import needs --url and --token-file (or --dry-run)");
     expect(await server.count()).toBe(0);
   }, 60_000);
+
+  test("a UTF-16 file (Excel's \"Unicode Text\"), with a byte order mark or without, little- or big-endian, stops in one line naming the encoding, not as rows of NULs", async () => {
+    const text = "Email,First Name\nada@example.com,Ada\nbob@example.com,Bob\n";
+    const big = (le: Buffer) => Buffer.from(le).swap16();
+    const files: [string, Buffer][] = [
+      ["utf16le.csv", Buffer.from(text, "utf16le")],
+      ["utf16be.csv", big(Buffer.from(text, "utf16le"))],
+      ["utf16le-bom.csv", Buffer.from(`\uFEFF${text}`, "utf16le")],
+      ["utf16be-bom.jsonl", big(Buffer.from('\uFEFF{"email":"ada@example.com"}\n', "utf16le"))],
+    ];
+    const answers = [];
+    const expected = [];
+    for (const [name, bytes] of files) {
+      const file = join(server.dir, name);
+      writeFileSync(file, bytes);
+      answers.push(await runImport([file, ...apiArgs()]));
+      expected.push({ code: 2, stdout: "", stderr: `crm: ${file} is UTF-16, not UTF-8; save the file as UTF-8 (in Excel: "CSV UTF-8") and run the import again\n` });
+    }
+    expect(answers).toEqual(expected);
+    expect(await server.count()).toBe(0);
+  }, 60_000);
 });
 
 describe("crm import contacts: input, token and invalid-rows files", () => {

@@ -1,7 +1,10 @@
 import { describe, expect, test } from "bun:test";
+import { SQL } from "bun";
+import { WRITE_LOCK } from "../../server/db/postgres.ts";
 import { metricsText } from "../../server/ops/service.ts";
 import { addOperator, ConsoleClient } from "../console/support.ts";
 import { parseExposition } from "../ops/prometheus.ts";
+import { postgresOnly } from "../support/backend.ts";
 import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 // README, Health, readiness and metrics: crm_webhook_deliveries_total counts the deliveries that
@@ -39,6 +42,18 @@ async function pendingAfterFirstAttempts(count: number) {
   return { r, sub, pending };
 }
 
+/** consoleDeleteOfTwoPending signs an operator in and shows the console's delete confirmation of a subscription with two pending deliveries. */
+async function consoleDeleteOfTwoPending() {
+  h = await scope.harness({ retrySchedule: [600] });
+  const { sub } = await pendingAfterFirstAttempts(2);
+  await addOperator(h.rt.db);
+  const client = new ConsoleClient((request) => h.app.handle(request));
+  expect((await client.signIn()).status).toBe(303);
+  const path = `/console/subscriptions/${sub.id}/delete`;
+  const formKey = /name="form_key" value="([^"]+)"/.exec((await client.get(path)).text)![1]!;
+  return { client, path, formKey };
+}
+
 describe("delivery metrics: deliveries failed with their subscription", () => {
   test("deleting a subscription counts each pending delivery it fails", async () => {
     h = await scope.harness({ retrySchedule: [600] });
@@ -49,14 +64,35 @@ describe("delivery metrics: deliveries failed with their subscription", () => {
   });
 
   test("deleting a subscription in the console counts what it fails once, the confirm form sent twice too", async () => {
-    h = await scope.harness({ retrySchedule: [600] });
-    const { sub } = await pendingAfterFirstAttempts(2);
-    await addOperator(h.rt.db);
-    const client = new ConsoleClient((request) => h.app.handle(request));
-    expect((await client.signIn()).status).toBe(303);
-    const form = await client.get(`/console/subscriptions/${sub.id}/delete`);
-    const formKey = /name="form_key" value="([^"]+)"/.exec(form.text)![1]!;
-    for (let i = 0; i < 2; i++) expect((await client.post(`/console/subscriptions/${sub.id}/delete`, { form_key: formKey })).status).toBe(303);
+    const { client, path, formKey } = await consoleDeleteOfTwoPending();
+    for (let i = 0; i < 2; i++) expect((await client.post(path, { form_key: formKey })).status).toBe(303);
+    expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 2, latencies: 0, attempts: { succeeded: 0, failed: 2 }, pending: 0 });
+  });
+
+  postgresOnly("a console delete whose form key a double click took over as stale while it waited for the write lock counts what it failed once", async () => {
+    const { client, path, formKey } = await consoleDeleteOfTwoPending();
+    const reservedAt = async () => (await h.rt.db.get<{ created_at: number }>("SELECT created_at FROM idempotency_keys WHERE idem_key = ? AND status = 0", [formKey]))?.created_at;
+    // A write may wait for the lock longer than the reservation's 60 s; the test holds the lock and
+    // ages the first sending's reservation instead, so the second takes the key over. The first
+    // deletes, finds its reservation gone and rolls back; the second deletes and commits; the
+    // first, waiting for the key, then gets the second's answer replayed.
+    const holder = new SQL({ url: h.rt.config.databaseUrl, max: 1 });
+    try {
+      const answers = await holder.begin(async (tx) => {
+        await tx`SELECT pg_advisory_xact_lock(${WRITE_LOCK}::bigint)`;
+        const first = client.post(path, { form_key: formKey });
+        await waitFor(async () => (await reservedAt()) !== undefined, "the first sending to reserve the key");
+        await h.rt.db.run("UPDATE idempotency_keys SET created_at = created_at - 61000 WHERE idem_key = ?", [formKey]);
+        const aged = await reservedAt();
+        const second = client.post(path, { form_key: formKey });
+        await waitFor(async () => (await reservedAt()) !== aged, "the second sending to take the key over");
+        return { first, second };
+      });
+      expect([(await answers.first).status, (await answers.second).status]).toEqual([303, 303]);
+    } finally {
+      await holder.close();
+    }
+    expect((await h.deliveries("status=failed")).length).toBe(2);
     expect(await deliveryMetrics()).toEqual({ succeeded: 0, failed: 2, latencies: 0, attempts: { succeeded: 0, failed: 2 }, pending: 0 });
   });
 

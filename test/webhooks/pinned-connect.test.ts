@@ -8,6 +8,7 @@ import type { AddressInfo } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { recentFailures } from "../../console/subscriptions/health.ts";
 import { validation } from "../foundation/support.ts";
 import { cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
 import { settledDeliveries, startReceiver, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
@@ -256,7 +257,7 @@ describe("pinned connect: a name with several addresses", () => {
     });
   });
 
-  test("when no address of a name takes the connection, the attempt's error names every address tried, in order", async () => {
+  test("when no address of a name takes the connection, the attempt's error names every address tried, sorted", async () => {
     h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.2", "127.0.0.1"]) } });
     const closed = startReceiver();
     const port = new URL(closed.url).port;
@@ -265,8 +266,25 @@ describe("pinned connect: a name with several addresses", () => {
     await createContact();
     const [delivery] = await settledDeliveries(h);
     const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
-    const error = `connection failed: connection refused by 127.0.0.2:${port} and 127.0.0.1:${port} (ECONNREFUSED)`;
+    const error = `connection failed: connection refused by 127.0.0.1:${port} and 127.0.0.2:${port} (ECONNREFUSED)`;
     expect({ status: delivery.status, last_error: delivery.last_error, attempts }).toEqual({ status: "failed", last_error: error, attempts: [{ status: null, error }] });
+  });
+
+  test("the same failure at addresses a name gives in another order (round-robin DNS) is worded alike, one reason on the health page", async () => {
+    let order = ["127.0.0.2", "127.0.0.1"];
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: async () => order } });
+    const closed = startReceiver();
+    const port = new URL(closed.url).port;
+    await closed.stop();
+    const subscription = await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
+    await createContact();
+    await settledDeliveries(h);
+    order = order.toReversed();
+    await createContact();
+    await waitFor(async () => (await settledDeliveries(h)).length === 2, "the second delivery to fail");
+    expect({ reasons: (await recentFailures(h.rt.db, subscription.id)).map((f) => [f.reason, f.deliveries]) }).toEqual({
+      reasons: [[`connection failed: connection refused by 127.0.0.1:${port} and 127.0.0.2:${port} (ECONNREFUSED)`, 2]],
+    });
   });
 
   test("a failure after connecting ends the attempt, its error naming the addresses that refused before it", async () => {
