@@ -7,6 +7,9 @@
 // Names: first_name N<i>, last_name the words whose share the contact falls in (Alpha: i % 2 = 0,
 // Bravo: i % 6, Charlie: i % 9, Delta: i % 50, Echo: i % 1000, Foxtrot: 10 spread contacts, Golf:
 // the oldest ninth); "rl" is in Charlie only, "lf" in Golf only.
+// BENCH_AGAINST=<another checkout> (say /work/main) compares instead: each page with its count is
+// read through this checkout's store and that one's in alternating rounds (which goes first
+// alternates too), and each side's median and the median of the pairs' differences are printed.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,10 +19,12 @@ import { countContacts, indexWaitingNames, listContactVersions, type ContactFilt
 import { databasePath, openDatabase } from "../server/db/database.ts";
 import { createLogger } from "../server/shared/log.ts";
 import { capturing, queryPlan } from "../test/support/query-plans.ts";
+import { pairedRuns, storeAgainst, type Store } from "./paired.ts";
 
 const CONTACTS = Number(process.env.BENCH_CONTACTS ?? 100_000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 7);
 const PER_PAGE = 25;
+const against = await storeAgainst();
 
 const dataDir = mkdtempSync(join(tmpdir(), "crm-bench-names-"));
 const db = openDatabase(databasePath(dataDir), "normal");
@@ -83,6 +88,18 @@ try {
   for (const [share, needle] of NEEDLES) {
     const filters = { fullName: needle };
     const matches = await countContacts(db, filters);
+    if (against) {
+      console.log(`${needle} (${share}): ${matches.toLocaleString("en-US")} matches; count and page, median of ${RUNS}, this checkout against ${process.env.BENCH_AGAINST}`);
+      for (const direction of ["desc", "asc"] as const) {
+        for (const pageNumber of [1, 40]) {
+          const page = { sortBy: "created_at" as const, direction, cursor: null, limit: PER_PAGE + 1, offset: (pageNumber - 1) * PER_PAGE };
+          const read = (store: Pick<Store, "countContacts" | "listContactVersions">) => async () => store.listContactVersions(db, filters, { ...page, matches: await store.countContacts(db, filters) });
+          const { ours, theirs, difference } = await pairedRuns(read({ countContacts, listContactVersions }), read(against), RUNS);
+          console.log(`  ${direction === "desc" ? "newest first" : "oldest first"}, page ${String(pageNumber).padStart(2)}: ${ms(ours)} ms against ${ms(theirs)} ms, difference ${ms(difference)} ms`);
+        }
+      }
+      continue;
+    }
     const count = await fastest(() => countContacts(db, filters));
     console.log(`${needle} (${share}): ${matches.toLocaleString("en-US")} matches, count ${ms(count)} ms`);
     for (const direction of ["desc", "asc"] as const) {

@@ -120,17 +120,49 @@ describe("name search: a window of the sort index or the fetch, the same page", 
     const found = await listContacts(newest.db, { fullName: "Oldtimer" }, { ...page, direction: "desc" });
     expect(newest.captured.map((c) => c.sql.slice(0, 40))).toEqual([
       "SELECT n FROM row_counts WHERE table_nam",
+      "SELECT min(w.rid) AS lo, max(w.rid) AS h",
       "SELECT c.id, c.first_name, c.last_name, ",
       "SELECT count(*) AS n FROM (SELECT c.rowi",
       "SELECT c.id, c.first_name, c.last_name, ",
     ]);
     // the window of 2 * 5 * 270 / 30 = 90 newest entries was read to its end
-    expect(newest.captured[2]!.params).toEqual([90]);
+    expect(newest.captured[3]!.params).toEqual([90]);
     const oldest = capturing(h.rt.db);
     const first = await listContacts(oldest.db, { fullName: "Oldtimer" }, { ...page, direction: "asc" });
     expect(pathOf(oldest.captured.map((c) => c.sql))).toBe("window");
     const fetched = (direction: "asc" | "desc") => listContacts(h.rt.db, { fullName: "Oldtimer" }, { ...page, direction, matches: 1 });
     expect({ newest: found, oldest: first }).toEqual({ newest: await fetched("desc"), oldest: await fetched("asc") });
     expect([...found, ...first].every((row) => row.last_name!.includes("Oldtimer"))).toBe(true);
+  });
+
+  test("in the created_at order a window collects its needle's matches between its entries' lowest and highest rowid only, and reads the fetch's page when rowids do not follow creation", async () => {
+    const page = { sortBy: "created_at" as const, direction: "desc" as const, cursor: null, limit: 5, offset: 5, matches: 135 };
+    const { db, captured } = capturing(h.rt.db);
+    const planned = await listContacts(db, { fullName: "Halfway" }, page);
+    // a window of 2 * 10 * 270 / 135 = 40 entries: the newest 40 contacts, rowids 231 to 270
+    const window = await h.rt.db.get<{ lo: number; hi: number }>("SELECT min(rowid) AS lo, max(rowid) AS hi FROM (SELECT rowid FROM contacts ORDER BY created_at DESC, id DESC LIMIT 40)");
+    expect(window).toEqual({ lo: 231, hi: 270 });
+    const read = captured.find((c) => c.sql.startsWith("SELECT c.id"))!;
+    expect({ bounded: read.sql.includes("MATCH ? AND f.rowid BETWEEN ? AND ?"), params: read.params.slice(0, 5) }).toEqual({ bounded: true, params: [40, '"Halfway"', 231, 270, 5] });
+    expect(planned.map((row) => row.id)).toEqual((await listContacts(h.rt.db, { fullName: "Halfway" }, { ...page, matches: 1 })).map((row) => row.id));
+    // The oldest and newest 20 contacts trade creation times: each window's rowids reach far beyond its entries' times.
+    const ends = await h.rt.db.all<{ id: string; created_at: number }>("SELECT id, created_at FROM contacts WHERE rowid <= 20 OR rowid > 250 ORDER BY rowid");
+    await h.rt.db.write(async (tx) => {
+      for (let i = 0; i < 20; i++) {
+        await tx.run("UPDATE contacts SET created_at = ? WHERE id = ?", [ends[39 - i]!.created_at, ends[i]!.id]);
+        await tx.run("UPDATE contacts SET created_at = ? WHERE id = ?", [ends[i]!.created_at, ends[39 - i]!.id]);
+      }
+    });
+    for (const fullName of ["Halfway", "Seventh", "Ninthly", "Oldtimer", "Newcomer"]) {
+      const matches = await countContacts(h.rt.db, { fullName });
+      for (const direction of ["asc", "desc"] as const) {
+        for (const [limit, offset] of PAGES) {
+          const reordered = { ...page, direction, limit, offset };
+          const label = { fullName, direction, limit, offset };
+          const ids = async (counted: number) => (await listContacts(h.rt.db, { fullName }, { ...reordered, matches: counted })).map((row) => row.id);
+          expect({ ...label, ids: await ids(matches) }).toEqual({ ...label, ids: await ids(1) });
+        }
+      }
+    }
   });
 });
