@@ -16,6 +16,7 @@ import { listContactsPage } from "../server/contacts/service.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";
 import { createLogger } from "../server/shared/log.ts";
 import { capturing, queryPlan } from "../test/support/query-plans.ts";
+import { relationRowsOfCopies } from "./seed.ts";
 
 const CONTACTS = Number(process.env.BENCH_CONTACTS ?? 1_000_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 300);
@@ -59,14 +60,7 @@ function seed() {
        FROM n`,
       [CONTACTS, BIG, BROAD, first, LEGACY_USER, LEGACY_ACCOUNT],
     );
-    sqlite.run(
-      `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
-       SELECT c.id, j.value, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM contacts c, json_each(c.properties, '$.tags') j`,
-    );
-    sqlite.run(
-      `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name, email)
-       SELECT c.id, j.value, j.key, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM contacts c, json_each(c.account_ids) j`,
-    );
+    relationRowsOfCopies(sqlite);
   }).immediate();
   console.log(`seeded ${CONTACTS.toLocaleString("en-US")} contacts in ${((performance.now() - started) / 1000).toFixed(1)} s`);
 }

@@ -15,11 +15,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRuntime } from "../server/app.ts";
 import { DEFAULT_CONFIG } from "../server/config.ts";
-import { countContacts, indexWaitingNames, listContactVersions, type ContactFilters } from "../server/contacts/store.ts";
+import { countContacts, indexWaitingNames, listContactVersions } from "../server/contacts/store.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";
 import { createLogger } from "../server/shared/log.ts";
-import { capturing, queryPlan } from "../test/support/query-plans.ts";
-import { pairedRuns, storeAgainst, type Store } from "./paired.ts";
+import { fastest, pagePlans, pairedRuns, storeAgainst, type Store } from "./paired.ts";
 
 const CONTACTS = Number(process.env.BENCH_CONTACTS ?? 100_000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 7);
@@ -64,23 +63,7 @@ const NEEDLES: [string, string][] = [
   ["1 in 9, the oldest, 2 characters", "lf"],
 ];
 
-/** fastest runs `work` RUNS times and returns its fastest time in ms. */
-async function fastest(work: () => Promise<unknown>): Promise<number> {
-  let best = Infinity;
-  for (let run = 0; run < RUNS; run++) {
-    const started = performance.now();
-    await work();
-    best = Math.min(best, performance.now() - started);
-  }
-  return best;
-}
-
-/** planOf names the plan of each page statement a list runs: a window that held too few matches is followed by the fetch. */
-async function planOf(filters: ContactFilters, page: Parameters<typeof listContactVersions>[2]): Promise<string> {
-  const { db: spy, captured } = capturing(db);
-  await listContactVersions(spy, filters, page);
-  return captured.filter((c) => c.sql.startsWith("SELECT c.id")).map((c) => queryPlan(db.sqlite, c).join(" | ")).join("  THEN  ");
-}
+const fastestOf = (work: () => Promise<unknown>) => fastest(work, RUNS);
 
 try {
   await seed();
@@ -100,13 +83,13 @@ try {
       }
       continue;
     }
-    const count = await fastest(() => countContacts(db, filters));
+    const count = await fastestOf(() => countContacts(db, filters));
     console.log(`${needle} (${share}): ${matches.toLocaleString("en-US")} matches, count ${ms(count)} ms`);
     for (const direction of ["desc", "asc"] as const) {
       for (const pageNumber of [1, 40]) {
         const page = { sortBy: "created_at" as const, direction, cursor: null, limit: PER_PAGE + 1, offset: (pageNumber - 1) * PER_PAGE, matches };
-        const read = await fastest(() => listContactVersions(db, filters, page));
-        console.log(`  ${direction === "desc" ? "newest first" : "oldest first"}, page ${String(pageNumber).padStart(2)}: page ${ms(read)} ms, with the count ${ms(read + count)} ms   ${await planOf(filters, page)}`);
+        const read = await fastestOf(() => listContactVersions(db, filters, page));
+        console.log(`  ${direction === "desc" ? "newest first" : "oldest first"}, page ${String(pageNumber).padStart(2)}: page ${ms(read)} ms, with the count ${ms(read + count)} ms   ${await pagePlans(db, (spy) => listContactVersions(spy, filters, page))}`);
       }
     }
   }

@@ -1,6 +1,10 @@
-// Paired timings for benches that compare this checkout's code with another's in one process
-// (BENCH_AGAINST): on a shared machine, load moves both sides of a pair alike.
+// Timings for the in-process list benches (names.ts, relation-windows.ts): the fastest of runs, the
+// page statements' plans, and pairs that compare this checkout's code with another's in one
+// process (BENCH_AGAINST): on a shared machine, load moves both sides of a pair alike.
 import { join, resolve } from "node:path";
+import type { SqliteDatabase } from "../server/db/database.ts";
+import type { Db } from "../server/db/sql.ts";
+import { capturing, queryPlan } from "../test/support/query-plans.ts";
 
 /** Store is the contacts store module, of this checkout or another. */
 export type Store = typeof import("../server/contacts/store.ts");
@@ -36,4 +40,22 @@ export async function pairedRuns(ours: () => Promise<unknown>, theirs: () => Pro
     }
   }
   return { ours: median(times.ours), theirs: median(times.theirs), difference: median(times.ours.map((time, run) => time - times.theirs[run]!)) };
+}
+
+/** fastest runs `work` `runs` times and returns its fastest time in ms. */
+export async function fastest(work: () => Promise<unknown>, runs: number): Promise<number> {
+  let best = Infinity;
+  for (let run = 0; run < runs; run++) {
+    const started = performance.now();
+    await work();
+    best = Math.min(best, performance.now() - started);
+  }
+  return best;
+}
+
+/** pagePlans names the plan of each page statement `read` runs: a window that held too few matches is followed by the fetch. */
+export async function pagePlans(db: SqliteDatabase, read: (spy: Db) => Promise<unknown>): Promise<string> {
+  const { db: spy, captured } = capturing(db);
+  await read(spy);
+  return captured.filter((c) => c.sql.startsWith("SELECT c.id")).map((c) => queryPlan(db.sqlite, c).join(" | ")).join("  THEN  ");
 }

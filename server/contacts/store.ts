@@ -904,26 +904,34 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     const alias = relation.kind === "assigned_user" ? "c" : "t";
     const timed = timeConditions(db, timeFilters(filters), alias, walk.byTime ?? sortedByTime);
     const within = timed.where.map((condition) => ` AND ${condition}`).join("");
+    // A relation's window carries the sort key (its rows hold it, as its indexes do) to slice its matches in order.
+    const inOrder = keysetOrder(`w.${page.sortBy}`, "w.id", page.direction, null, nullable, db.dialect).orderBy;
     if (relation.kind === "assigned_user") {
       return {
-        sql: `SELECT ${contactIds} FROM contacts c WHERE c.assigned_user_id = ?${within}${after} ORDER BY ${walked.orderBy}`,
+        sql: `SELECT ${contactIds}, c.${page.sortBy} FROM contacts c WHERE c.assigned_user_id = ?${within}${after} ORDER BY ${walked.orderBy}`,
         params: [relation.value, ...timed.params, ...(keyset?.params ?? [])],
         match: byContact,
         probes: relationProbes(db, { ...filters, assignedUserId: undefined }, "w"),
         checks: { where: [], params: [] },
-        inOrder: null,
+        inOrder,
       };
     }
     const { table, key } = RELATION_ROWS[relation.kind];
     const others = relation.kind === "tag" ? { ...filters, tags: filters.tags?.filter((other) => other !== relation.value) } : { ...filters, accountId: undefined };
-    // the relation rows do not hold the assigned user: it is checked on the contacts read, before their sort
+    const probes = relationProbes(db, { ...others, assignedUserId: undefined }, "w");
+    // The relation rows do not hold the assigned user: each entry the other relations keep looks up
+    // its contact's, so that the window's matches are known, and sliced, before any contact is read.
+    if (filters.assignedUserId !== undefined) {
+      probes.where.push(`EXISTS (SELECT 1 FROM contacts a WHERE a.id = w.id AND ${unindexed(db.dialect, "a.assigned_user_id")} = ?)`);
+      probes.params.push(filters.assignedUserId);
+    }
     return {
-      sql: `SELECT t.contact_id AS id FROM ${table} t WHERE t.${key} = ?${within}${after} ORDER BY ${walked.orderBy}`,
+      sql: `SELECT t.contact_id AS id, t.${page.sortBy} FROM ${table} t WHERE t.${key} = ?${within}${after} ORDER BY ${walked.orderBy}`,
       params: [relation.value, ...timed.params, ...(keyset?.params ?? [])],
       match: { contact: "c.id", window: "w.id" },
-      probes: relationProbes(db, { ...others, assignedUserId: undefined }, "w"),
-      checks: relationProbes(db, { assignedUserId: filters.assignedUserId }, "c"),
-      inOrder: null,
+      probes,
+      checks: { where: [], params: [] },
+      inOrder,
     };
   };
   const selectInWindow = async (keyset: Keyset, fallback: Keyset, limit: number) => {
@@ -936,8 +944,9 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     const skipped = sliced && page.offset > 0;
     const slice = sliced ? [limit, ...(skipped ? [page.offset] : [])] : [windowRows];
     // A window carrying its sort key has its matches put in order and sliced there: only the page's
-    // contacts are read (page 40 of a name search: 26 of them, not the window's 2,000 matches).
-    const ordered = window.inOrder ? ` ORDER BY ${window.inOrder} LIMIT CAST(? AS INTEGER) OFFSET ?` : "";
+    // contacts are read (page 40 of a name search: 26 of them, not the window's 2,000 matches), and
+    // the window is read in its order only until the slice is full (its entries are in the page's order).
+    const ordered = window.inOrder && !sliced ? ` ORDER BY ${window.inOrder} LIMIT CAST(? AS INTEGER) OFFSET ?` : "";
     const conditions = [`${window.match.contact} IN (SELECT ${window.match.window} FROM (${window.sql} LIMIT CAST(? AS INTEGER)${skipped ? " OFFSET ?" : ""}) w${probed}${ordered})`, ...window.checks.where];
     const sql = `SELECT ${columns} FROM contacts c WHERE ${conditions.join(" AND ")} ORDER BY ${fetched.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
     const rows = await db.all<Row>(sql, [...window.params, ...slice, ...window.probes.params, ...(ordered ? [limit, page.offset] : []), ...window.checks.params, limit, sliced || ordered ? 0 : page.offset]);
