@@ -1095,7 +1095,7 @@ export interface components {
             };
             /** @description The first bytes of the response body: 1 KiB by default (--delivery-response-body-bytes, at most 4 KiB). */
             response_body: string | null;
-            /** @description Network error, timeout or address refusal, in words; null when a response arrived. */
+            /** @description Network error, timeout or address refusal, in words (at most 1,000 characters); null when a response arrived. */
             error: string | null;
         };
         DeliveryDetail: {

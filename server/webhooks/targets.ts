@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { isIPv4, isIPv6 } from "node:net";
+import { MAX_ADDRESSES_PER_ATTEMPT } from "../limits/limits.ts";
 import { codePointName } from "../shared/text.ts";
 
 const MAX_URL_LENGTH = 2048;
@@ -254,6 +255,21 @@ export async function resolveTarget(hostname: string, resolve: Resolver, allowPr
   }
   // A name listed on two lines of the hosts file with one address would be tried twice.
   return [...new Set(addresses)];
+}
+
+/**
+ * addressesToTry returns the addresses of a name one attempt connects to, in turn: at most
+ * MAX_ADDRESSES_PER_ATTEMPT, the two families alternating from the first address's, each in the
+ * order given (RFC 8305 section 4), so that a machine without IPv6 still reaches a name that lists
+ * its IPv6 addresses first.
+ */
+export function addressesToTry(addresses: string[]): string[] {
+  const firstIsV6 = addresses[0] !== undefined && isIPv6(addresses[0]);
+  const first = addresses.filter((address) => isIPv6(address) === firstIsV6);
+  const other = addresses.filter((address) => isIPv6(address) !== firstIsV6);
+  const order: string[] = [];
+  for (let i = 0; i < Math.max(first.length, other.length); i++) order.push(...first.slice(i, i + 1), ...other.slice(i, i + 1));
+  return order.slice(0, MAX_ADDRESSES_PER_ATTEMPT);
 }
 
 /** untilAborted settles as `work` does, or rejects with the signal's reason once it aborts (`work` is left to finish unobserved). */

@@ -9,7 +9,8 @@ import type { TLSSocket } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { validation } from "../foundation/support.ts";
-import { cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
+import { MAX_ADDRESSES_PER_ATTEMPT } from "../../server/limits/limits.ts";
+import { addressesToTry, cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
 import { settledDeliveries, startReceiver, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
@@ -83,6 +84,23 @@ async function deliverToMisnamedCertificate(addresses: string[]): Promise<{ deli
   } finally {
     await server.stop(true);
   }
+}
+
+/**
+ * deliverToClosedPort delivers one event, with no retry, to http://names.example.test on a port
+ * nothing listens on, a name resolving to `addresses`; it returns the settled delivery, its
+ * attempts (status and error) and the port.
+ */
+async function deliverToClosedPort(addresses: string[]): Promise<{ delivery: any; attempts: { status: number | null; error: string | null }[]; port: string }> {
+  h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(addresses) } });
+  const closed = startReceiver();
+  const port = new URL(closed.url).port;
+  await closed.stop();
+  await h.subscribe(`http://names.example.test:${port}/hook`, ["contact.created"]);
+  await createContact();
+  const [delivery] = await settledDeliveries(h);
+  const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+  return { delivery, attempts, port };
 }
 
 describe("pinned connect: happy paths", () => {
@@ -230,6 +248,17 @@ describe("pinned connect: security", () => {
     ]);
   });
 
+  test("an attempt's recorded error is cut at 1,000 characters, whatever the target's name makes it", async () => {
+    const host = `${"a".repeat(60)}.`.repeat(30) + "example.test";
+    const notFound: Resolver = async () => Promise.reject(Object.assign(new Error("not found"), { code: "ENOTFOUND" }));
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: notFound } });
+    await h.subscribe(`http://${host}/hook`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const error = `${`refused: host ${host} could not be resolved (ENOTFOUND)`.slice(0, 999)}…`;
+    expect({ last_error: delivery.last_error, attempts: (await h.delivery(delivery.id)).attempt_history.map((a: any) => a.error) }).toEqual({ last_error: error, attempts: [error] });
+  });
+
   test("a name that resolves to no address is refused in words", async () => {
     h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering([]) } });
     await h.subscribe("http://empty.example.test/hook", ["contact.created"]);
@@ -257,16 +286,34 @@ describe("pinned connect: a name with several addresses", () => {
   });
 
   test("when no address of a name takes the connection, the attempt's error names every address tried, in order", async () => {
-    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.2", "127.0.0.1"]) } });
-    const closed = startReceiver();
-    const port = new URL(closed.url).port;
-    await closed.stop();
-    await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
-    await createContact();
-    const [delivery] = await settledDeliveries(h);
-    const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+    const { delivery, attempts, port } = await deliverToClosedPort(["127.0.0.2", "127.0.0.1"]);
     const error = `connection failed: connection refused by 127.0.0.2:${port} and 127.0.0.1:${port} (ECONNREFUSED)`;
     expect({ status: delivery.status, last_error: delivery.last_error, attempts }).toEqual({ status: "failed", last_error: error, attempts: [{ status: null, error }] });
+  });
+
+  test("an attempt tries at most MAX_ADDRESSES_PER_ATTEMPT of a name's addresses: its error names those and counts the rest", async () => {
+    // A name's owner decides how many addresses it has: 3,000 would be 3,000 connections and a 50 KB error, repeated in every list.
+    const many = Array.from({ length: 3000 }, (_, i) => `127.2.${i >> 8}.${i & 255}`);
+    const { delivery, attempts, port } = await deliverToClosedPort(many);
+    const tried = many.slice(0, MAX_ADDRESSES_PER_ATTEMPT).map((address) => `${address}:${port}`);
+    const error = `connection failed: connection refused by ${tried.join(" and ")} (ECONNREFUSED), and ${3000 - MAX_ADDRESSES_PER_ATTEMPT} more addresses not tried`;
+    expect({ status: delivery.status, last_error: delivery.last_error, attempts }).toEqual({ status: "failed", last_error: error, attempts: [{ status: null, error }] });
+  });
+
+  test("the addresses an attempt tries alternate between the families, starting with the name's first, so one family's failures cannot use up the tries", () => {
+    const v6 = ["2001:db8::1", "2001:db8::2", "2001:db8::3", "2001:db8::4"];
+    const v4 = ["192.0.2.1", "192.0.2.2"];
+    expect({
+      mixed: addressesToTry([...v6, ...v4]),
+      v4First: addressesToTry([v4[0]!, ...v6, v4[1]!]),
+      one: addressesToTry(v6),
+      few: addressesToTry(["::1", "127.0.0.1"]),
+    }).toEqual({
+      mixed: ["2001:db8::1", "192.0.2.1", "2001:db8::2", "192.0.2.2"],
+      v4First: ["192.0.2.1", "2001:db8::1", "192.0.2.2", "2001:db8::2"],
+      one: v6.slice(0, MAX_ADDRESSES_PER_ATTEMPT),
+      few: ["::1", "127.0.0.1"],
+    });
   });
 
   test("a failure after connecting ends the attempt, its error naming the addresses that refused before it", async () => {
