@@ -1,7 +1,7 @@
 import { createHmac } from "node:crypto";
 import { withoutNul } from "../shared/text.ts";
 import { VERSION } from "../version.ts";
-import { addressAsHost, addressesToTry, pinTarget, resolveTarget, TargetRefused, type Network } from "./targets.ts";
+import { addressAsHost, addressesToTry, pinTarget, resolveTarget, TargetRefused, type Network, type PrivateTargets } from "./targets.ts";
 
 /**
  * RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. Date is not among
@@ -45,7 +45,8 @@ export interface AttemptRequest {
   timeoutMs: number;
   /** how many bytes of the receiver's answer are kept (--delivery-response-body-bytes) */
   responseBodyBytes: number;
-  allowPrivateTargets: boolean;
+  /** the non-public addresses the target may use (--allow-private-targets) */
+  allowPrivateTargets: PrivateTargets;
   /** resolves the target's host; the attempt connects to the address it gives */
   network: Network;
   /**

@@ -131,18 +131,19 @@ function newSecret(): string {
 
 /**
  * checkSubscriptionTarget throws 422 for a target the URL rules refuse, or whose host resolves to a
- * non-public address unless private targets are allowed. It runs before the write that stores the
+ * non-public address --allow-private-targets does not allow. It runs before the write that stores the
  * subscription, as its address lookup may take a while: up to the delivery timeout, as an attempt's
  * does, past which the name is refused as unresolved (its name server may never answer).
  */
 export async function checkSubscriptionTarget(rt: Runtime, targetUrl: string): Promise<void> {
   const urlError = checkTargetUrl(targetUrl);
   if (urlError) throw validationProblem([{ pointer: "/target_url", detail: urlError }]);
-  if (rt.config.allowPrivateTargets) return;
+  // Every address allowed, the name need not be looked up (it may resolve only where the receiver runs).
+  if (rt.config.allowPrivateTargets === true) return;
   const hostname = new URL(targetUrl).hostname;
   const deadline = AbortSignal.timeout(rt.config.deliveryTimeoutMs);
   try {
-    await resolveTarget(hostname, rt.network.resolve, false, deadline);
+    await resolveTarget(hostname, rt.network.resolve, rt.config.allowPrivateTargets, deadline);
   } catch (error) {
     const refusal = error instanceof TargetRefused ? error.message : deadline.aborted ? `host ${hostname} could not be resolved (no answer within ${rt.config.deliveryTimeoutMs} ms)` : null;
     if (refusal) throw validationProblem([{ pointer: "/target_url", detail: refusal }], "The target URL is not allowed.");

@@ -176,7 +176,7 @@ describe("pinned connect: security", () => {
     expect(delivery).toMatchObject({
       status: "failed",
       last_response_status: null,
-      last_error: "refused: host rebind.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+      last_error: "refused: host rebind.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
     });
     const detail = await h.delivery(delivery.id);
     expect(detail.attempt_history.map((a: any) => [a.response_status, a.response_body])).toEqual([[null, null]]);
@@ -184,12 +184,32 @@ describe("pinned connect: security", () => {
     expect(resolve.calls).toEqual(["rebind.example.test", "rebind.example.test"]);
   });
 
+  test("with the switch listing networks, an attempt reaches an address in them and is refused one outside, though the name was inside at creation", async () => {
+    const resolve = answering(["127.0.0.1"], ["127.0.0.1"], ["127.0.0.2"]);
+    h = await scope.harness({ allowPrivateTargets: ["127.0.0.1/32"], retrySchedule: [0.02] }, { network: { resolve } });
+    const r = scope.receiver();
+    r.respond((_, i) => new Response(i === 0 ? "busy" : "ok", { status: i === 0 ? 503 : 200 }));
+    await h.subscribe(`http://inside.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+    expect({ status: delivery.status, attempts, received: r.received.length, lookups: resolve.calls.length }).toEqual({
+      status: "failed",
+      attempts: [
+        { status: 503, error: null },
+        { status: null, error: "refused: host inside.example.test resolves to 127.0.0.2, which is loopback; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists" },
+      ],
+      received: 1,
+      lookups: 3,
+    });
+  });
+
   test("a name with one private address among public ones is refused at connect time", async () => {
     h = await scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve: answering(["93.184.216.34"], ["93.184.216.34", "10.1.2.3"]) } });
     await h.subscribe("http://mixed.example.test/hook", ["contact.created"]);
     await createContact();
     const [delivery] = await settledDeliveries(h);
-    expect(delivery.last_error).toBe("refused: host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)");
+    expect(delivery.last_error).toBe("refused: host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists");
   });
 
   test("https: a certificate that does not name the original host is refused, though the address is the same", async () => {
@@ -240,11 +260,11 @@ describe("pinned connect: security", () => {
     await createContact();
     const deliveries = await settledDeliveries(h);
     expect(deliveries.map((d) => [d.target_url, d.last_error]).sort()).toEqual([
-      ["http://bench.example.test/hook", "refused: host bench.example.test resolves to 2001:2::1, which is reserved (benchmarking); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
-      ["http://doc.example.test/hook", "refused: host doc.example.test resolves to 3fff::1, which is documentation; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
-      ["http://orchid.example.test/hook", "refused: host orchid.example.test resolves to 2001:10::1, which is reserved (ORCHID); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
-      ["http://orchid2.example.test/hook", "refused: host orchid2.example.test resolves to 2001:20::1, which is reserved (ORCHIDv2); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
-      ["http://srv6.example.test/hook", "refused: host srv6.example.test resolves to 5f00::1, which is reserved (segment routing); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
+      ["http://bench.example.test/hook", "refused: host bench.example.test resolves to 2001:2::1, which is reserved (benchmarking); webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://doc.example.test/hook", "refused: host doc.example.test resolves to 3fff::1, which is documentation; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://orchid.example.test/hook", "refused: host orchid.example.test resolves to 2001:10::1, which is reserved (ORCHID); webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://orchid2.example.test/hook", "refused: host orchid2.example.test resolves to 2001:20::1, which is reserved (ORCHIDv2); webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://srv6.example.test/hook", "refused: host srv6.example.test resolves to 5f00::1, which is reserved (segment routing); webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
     ]);
   });
 
@@ -350,7 +370,7 @@ describe("pinned connect: a name with several addresses", () => {
     const [delivery] = await settledDeliveries(h);
     expect({ status: delivery.status, last_error: delivery.last_error, received: r.received.length }).toEqual({
       status: "failed",
-      last_error: "refused: host mixed.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+      last_error: "refused: host mixed.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
       received: 0,
     });
   });
@@ -473,7 +493,7 @@ describe("pinned connect: the system resolver's hosts file", () => {
       // Each address is tried once, however many lines list it.
       expect(await resolveTarget("localhost", resolve, true)).toEqual(["127.0.0.1", "::1"]);
       await expect(resolveTarget("mixed.example.test", resolve, false)).rejects.toThrow(
-        "host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+        "host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
       );
     } finally {
       rmSync(dir, { recursive: true, force: true });
