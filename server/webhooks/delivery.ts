@@ -61,7 +61,7 @@ export interface AttemptRequest {
 /** AttemptInterrupted is the reason an attempt is aborted with to end it as failed, its message saying why. */
 export class AttemptInterrupted extends Error {}
 
-/** AttemptResult is everything recorded about one attempt. */
+/** AttemptResult is everything recorded about one attempt, and the address a refusal was about. */
 export interface AttemptResult {
   started_at: number;
   duration_ms: number;
@@ -72,6 +72,8 @@ export interface AttemptResult {
   error: string | null;
   /** delay the receiver asked for with Retry-After, in milliseconds */
   retry_after_ms: number | null;
+  /** the non-public address the target's name resolved to when the attempt was refused for it; logged for the operator, not recorded */
+  refused_address: string | null;
 }
 
 /** signPayload returns the Standard Webhooks signature `v1,<base64 HMAC-SHA256 of id.timestamp.body>`. */
@@ -226,6 +228,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     response_body: null,
     error: null,
     retry_after_ms: null,
+    refused_address: null,
   };
   let serverName: string | null = null;
   const unreached: Unreached[] = [];
@@ -280,6 +283,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     result.response_body = await readPrefix(response, request.responseBodyBytes);
   } catch (error) {
     const interruption: unknown = request.signal.reason;
+    if (error instanceof TargetRefused) result.refused_address = error.address;
     if (interruption instanceof AttemptInterrupted) result.error = interruption.message;
     // Every address tried was unreached: the record names them all, and counts those not tried.
     else if (unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}${notTried(untried)}`;

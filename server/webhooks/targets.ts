@@ -180,8 +180,22 @@ function privateTargetAllowed(address: string, privateTargets: PrivateTargets): 
   });
 }
 
-/** TargetRefused says why a target host may not be contacted. */
-export class TargetRefused extends Error {}
+/**
+ * TargetRefused says why a target host may not be contacted. Its message is for API clients: of a
+ * name, it says what kind of address the name resolves to, not the address (a token holder would
+ * map the operator's internal names); `address` is that address, for the operator's log.
+ */
+export class TargetRefused extends Error {
+  constructor(
+    message: string,
+    readonly address: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+/** anAddressOf words a kind of address nonPublicAddressKind names as "a private address", "an unspecified address". */
+const anAddressOf = (kind: string) => (kind === "not an IP address" ? "something that is not an IP address" : `${/^[aeiouIU]/.test(kind) ? "an" : "a"} ${kind} address`);
 
 /** Resolver returns every address a host name resolves to. */
 export type Resolver = (hostname: string) => Promise<string[]>;
@@ -297,9 +311,9 @@ export async function resolveTarget(hostname: string, resolve: Resolver, private
   for (const address of addresses) {
     const kind = nonPublicAddressKind(address);
     if (kind && !privateTargetAllowed(address, privateTargets)) {
-      throw new TargetRefused(
-        address === host ? `address ${address} is ${kind}; ${PRIVATE_SWITCH_HINT}` : `host ${host} resolves to ${address}, which is ${kind}; ${PRIVATE_SWITCH_HINT}`,
-      );
+      // An address the client wrote is theirs to read again.
+      if (address === host) throw new TargetRefused(`address ${address} is ${kind}; ${PRIVATE_SWITCH_HINT}`);
+      throw new TargetRefused(`host ${host} resolves to ${anAddressOf(kind)}; ${PRIVATE_SWITCH_HINT}`, address);
     }
   }
   // A name listed on two lines of the hosts file with one address would be tried twice.

@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { validation } from "../foundation/support.ts";
 import { MAX_ADDRESSES_PER_ATTEMPT } from "../../server/limits/limits.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { addressesToTry, cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
 import { settledDeliveries, startReceiver, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -166,9 +167,10 @@ describe("pinned connect: happy paths", () => {
 });
 
 describe("pinned connect: security", () => {
-  test("DNS rebinding: a name that is public at the check and 127.0.0.1 at connect time reaches nothing", async () => {
+  test("DNS rebinding: a name that is public at the check and 127.0.0.1 at connect time reaches nothing; the log names the address, the record its kind", async () => {
     const resolve = answering(["93.184.216.34"], ["127.0.0.1"]);
-    h = await scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve } });
+    const logs: any[] = [];
+    h = await scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve }, log: createLogger("warn", (line) => logs.push(JSON.parse(line))) });
     const r = scope.receiver();
     await h.subscribe(`http://rebind.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
     await createContact();
@@ -176,12 +178,22 @@ describe("pinned connect: security", () => {
     expect(delivery).toMatchObject({
       status: "failed",
       last_response_status: null,
-      last_error: "refused: host rebind.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
+      last_error: "refused: host rebind.example.test resolves to a loopback address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
     });
     const detail = await h.delivery(delivery.id);
     expect(detail.attempt_history.map((a: any) => [a.response_status, a.response_body])).toEqual([[null, null]]);
     expect(r.received).toEqual([]);
     expect(resolve.calls).toEqual(["rebind.example.test", "rebind.example.test"]);
+    expect(logs.filter((line) => line.msg.startsWith("webhook attempt refused")).map(({ time, ...line }) => line)).toEqual([
+      {
+        level: "warn",
+        msg: "webhook attempt refused: its target's name resolves to a non-public address",
+        delivery_id: delivery.id,
+        subscription_id: delivery.subscription_id,
+        target_host: `rebind.example.test:${new URL(r.url).port}`,
+        address: "127.0.0.1",
+      },
+    ]);
   });
 
   test("with the switch listing networks, an attempt reaches an address in them and is refused one outside, though the name was inside at creation", async () => {
@@ -197,7 +209,7 @@ describe("pinned connect: security", () => {
       status: "failed",
       attempts: [
         { status: 503, error: null },
-        { status: null, error: "refused: host inside.example.test resolves to 127.0.0.2, which is loopback; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists" },
+        { status: null, error: "refused: host inside.example.test resolves to a loopback address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists" },
       ],
       received: 1,
       lookups: 3,
@@ -209,7 +221,7 @@ describe("pinned connect: security", () => {
     await h.subscribe("http://mixed.example.test/hook", ["contact.created"]);
     await createContact();
     const [delivery] = await settledDeliveries(h);
-    expect(delivery.last_error).toBe("refused: host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists");
+    expect(delivery.last_error).toBe("refused: host mixed.example.test resolves to a private address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists");
   });
 
   test("https: a certificate that does not name the original host is refused, though the address is the same", async () => {
@@ -260,11 +272,11 @@ describe("pinned connect: security", () => {
     await createContact();
     const deliveries = await settledDeliveries(h);
     expect(deliveries.map((d) => [d.target_url, d.last_error]).sort()).toEqual([
-      ["http://bench.example.test/hook", "refused: host bench.example.test resolves to 2001:2::1, which is reserved (benchmarking); webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
-      ["http://doc.example.test/hook", "refused: host doc.example.test resolves to 3fff::1, which is documentation; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
-      ["http://orchid.example.test/hook", "refused: host orchid.example.test resolves to 2001:10::1, which is reserved (ORCHID); webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
-      ["http://orchid2.example.test/hook", "refused: host orchid2.example.test resolves to 2001:20::1, which is reserved (ORCHIDv2); webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
-      ["http://srv6.example.test/hook", "refused: host srv6.example.test resolves to 5f00::1, which is reserved (segment routing); webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://bench.example.test/hook", "refused: host bench.example.test resolves to a reserved (benchmarking) address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://doc.example.test/hook", "refused: host doc.example.test resolves to a documentation address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://orchid.example.test/hook", "refused: host orchid.example.test resolves to a reserved (ORCHID) address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://orchid2.example.test/hook", "refused: host orchid2.example.test resolves to a reserved (ORCHIDv2) address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://srv6.example.test/hook", "refused: host srv6.example.test resolves to a reserved (segment routing) address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
     ]);
   });
 
@@ -370,7 +382,7 @@ describe("pinned connect: a name with several addresses", () => {
     const [delivery] = await settledDeliveries(h);
     expect({ status: delivery.status, last_error: delivery.last_error, received: r.received.length }).toEqual({
       status: "failed",
-      last_error: "refused: host mixed.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
+      last_error: "refused: host mixed.example.test resolves to a loopback address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
       received: 0,
     });
   });
@@ -446,7 +458,7 @@ describe("pinned connect: the system resolver and a name server that does not an
       const resolved = await create("http://localhost/hook");
       expect({ status: resolved.status, detail: resolved.body.errors[0].detail, silentAnswered: answered }).toEqual({
         status: 422,
-        detail: expect.stringMatching(/^host localhost resolves to (127\.0\.0\.1|::1), which is loopback; webhook targets must be public/),
+        detail: expect.stringMatching(/^host localhost resolves to a loopback address; webhook targets must be public/),
         silentAnswered: 0,
       });
       silent.close();
@@ -493,7 +505,7 @@ describe("pinned connect: the system resolver's hosts file", () => {
       // Each address is tried once, however many lines list it.
       expect(await resolveTarget("localhost", resolve, true)).toEqual(["127.0.0.1", "::1"]);
       await expect(resolveTarget("mixed.example.test", resolve, false)).rejects.toThrow(
-        "host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
+        "host mixed.example.test resolves to a private address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
       );
     } finally {
       rmSync(dir, { recursive: true, force: true });

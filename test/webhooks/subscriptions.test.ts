@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { expectProblem, ISO, validation } from "../foundation/support.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
 const SUB_ID = /^sub_[0-9A-Z]{26}$/;
@@ -223,7 +224,34 @@ describe("webhook subscriptions: security", () => {
     const res = await create({ target_url: "http://localhost:8080/x", events: ["contact.created"] });
     expectProblem(res, 422, "validation");
     expect(res.body.errors[0].pointer).toBe("/target_url");
-    expect(res.body.errors[0].detail).toMatch(/^host localhost resolves to (127\.0\.0\.1|::1), which is loopback; webhook targets must be public/);
+    expect(res.body.errors[0].detail).toBe("host localhost resolves to a loopback address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists");
+  });
+
+  test("a name that resolves to non-public addresses is refused naming their kind, not the address, which the log gives the operator with the request id", async () => {
+    const names: Record<string, string[]> = { "db-primary.corp.internal": ["10.20.30.40"], "vault.corp.internal": ["93.184.216.34", "fd12:3456::9"], "meta.corp.internal": ["169.254.169.254"] };
+    const logs: any[] = [];
+    h = await createHarness({}, { network: { resolve: async (name) => names[name]! }, log: createLogger("warn", (line) => logs.push(JSON.parse(line))) });
+    const hint = "webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists";
+    const answers: [number, string, string | null][] = [];
+    for (const name of Object.keys(names)) {
+      const res = await create({ target_url: `https://${name}/x`, events: ["contact.created"] }, { "x-request-id": `req-${name}` });
+      answers.push([res.status, res.body.errors[0].detail, res.headers.get("x-request-id")]);
+    }
+    expect(answers).toEqual([
+      [422, `host db-primary.corp.internal resolves to a private address; ${hint}`, "req-db-primary.corp.internal"],
+      [422, `host vault.corp.internal resolves to a private (unique local) address; ${hint}`, "req-vault.corp.internal"],
+      [422, `host meta.corp.internal resolves to a link-local (cloud metadata) address; ${hint}`, "req-meta.corp.internal"],
+    ]);
+    const refusals = logs.filter((line) => line.msg.startsWith("webhook target refused"));
+    expect(refusals.map(({ time, ...line }) => line)).toEqual(
+      Object.entries(names).map(([name, addresses]) => ({
+        level: "warn",
+        msg: "webhook target refused: its name resolves to a non-public address",
+        request_id: `req-${name}`,
+        target_host: name,
+        address: addresses.at(-1),
+      })),
+    );
   });
 
   test("a name that does not resolve is refused", async () => {
@@ -268,7 +296,7 @@ describe("webhook subscriptions: security", () => {
       ["http://[fd00:ec2::254]/latest/meta-data/", 422, `address fd00:ec2::254 is private (unique local); ${hint}`],
       ["http://0.0.0.0:5432/", 422, `address 0.0.0.0 is unspecified; ${hint}`],
       ["http://127.0.0.1:8080/admin", 422, `address 127.0.0.1 is loopback; ${hint}`],
-      ["https://mixed.corp.internal/hooks", 422, `host mixed.corp.internal resolves to 127.0.0.1, which is loopback; ${hint}`],
+      ["https://mixed.corp.internal/hooks", 422, `host mixed.corp.internal resolves to a loopback address; ${hint}`],
     ]);
   });
 
