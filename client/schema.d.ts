@@ -389,7 +389,7 @@ export interface paths {
         put?: never;
         /**
          * Create a webhook subscription
-         * @description Creates a subscription and its signing secret (whsec_..., shown in full only in this response and in rotate-secret's). Events are POSTed as JSON {type, event_id, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused.
+         * @description Creates a subscription and its signing secret (whsec_..., shown in full only in this response and in rotate-secret's). Events are POSTed as JSON {type, event_id, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused, unless the service's --allow-private-targets allows their network.
          */
         post: operations["createWebhookSubscription"];
         delete?: never;
@@ -1099,7 +1099,7 @@ export interface components {
             };
             /** @description The first bytes of the response body: 1 KiB by default (--delivery-response-body-bytes, at most 4 KiB). */
             response_body: string | null;
-            /** @description Network error, timeout or address refusal, in words; null when a response arrived. */
+            /** @description Network error, timeout or address refusal, in words (at most 1,000 characters); null when a response arrived. */
             error: string | null;
         };
         DeliveryDetail: {

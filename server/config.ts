@@ -2,8 +2,9 @@ import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { fileErrorText, isAbsent } from "./shared/files.ts";
 import { DAY_MS } from "./shared/time.ts";
+import { networkError, type PrivateTargets } from "./webhooks/targets.ts";
 
-type Kind = "string" | "port" | "positive-int" | "positive-number" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list" | "database-url";
+type Kind = "string" | "port" | "positive-int" | "positive-number" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list" | "database-url" | "private-targets";
 
 interface Setting {
   key: keyof Config;
@@ -40,7 +41,8 @@ export interface Config {
   secretsKeyFile: string;
   synchronous: Synchronous;
   logLevel: LogLevel;
-  allowPrivateTargets: boolean;
+  /** non-public addresses webhook targets may use: all (true), none (false), or those in the listed networks */
+  allowPrivateTargets: PrivateTargets;
   retrySchedule: number[];
   deliveryTimeoutMs: number;
   deliveryRetentionDays: number;
@@ -194,7 +196,13 @@ export const SETTINGS: Setting[] = [
     help: "full: every commit is on disk before its request is answered (survives power loss); normal: the last commits may be lost on power loss (not on a crash of the service)",
   },
   { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error" },
-  { key: "allowPrivateTargets", flag: "--allow-private-targets", env: "CRM_ALLOW_PRIVATE_TARGETS", kind: "boolean", help: "allow webhook targets on loopback and private networks (tests, development)" },
+  {
+    key: "allowPrivateTargets",
+    flag: "--allow-private-targets",
+    env: "CRM_ALLOW_PRIVATE_TARGETS",
+    kind: "private-targets",
+    help: "webhook targets on non-public addresses: a comma-separated list of networks (--allow-private-targets=10.0.0.0/8,fd12::/16) allows those alone; 1 (the flag alone) allows every one, this host's loopback and cloud metadata (169.254.169.254) included, for tests and development",
+  },
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", max: MAX_RETRY_DELAY_SECONDS, help: `webhook retry delays in seconds, comma-separated (each 0-${MAX_RETRY_DELAY_SECONDS}, 30 days)` },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `webhook request timeout in milliseconds (1-${MAX_TIMER_SETTING_MS}, a day)` },
   { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
@@ -275,16 +283,25 @@ export function refuseOptionAsValue(name: string, value: string, secret = false)
 // so the message names the port instead of calling the whole URL wrong.
 const DATABASE_URL_PORT = /^postgres(?:ql)?:\/\/(?:[^/?#]*@)?(?:\[[^\]/?#]*\]|[^:/?#]*):(\d+)(?:[/?#]|$)/i;
 
+const TRUE_WORDS = ["1", "true", "yes", "on"];
+const FALSE_WORDS = ["0", "false", "no", "off", ""];
+
+/** isBooleanText tells whether parseBoolean reads `raw` as a boolean. */
+const isBooleanText = (raw: string) => [...TRUE_WORDS, ...FALSE_WORDS].includes(raw.trim().toLowerCase());
+
 /**
  * parseBoolean reads the value of a boolean setting, or of a flag written with one (`--json=false`):
  * 1/0, true/false, yes/no, on/off in any case, empty for false; `source` names it in the refusal.
  */
 export function parseBoolean(raw: string, source: string): boolean {
   const text = raw.trim().toLowerCase();
-  if (["1", "true", "yes", "on"].includes(text)) return true;
-  if (["0", "false", "no", "off", ""].includes(text)) return false;
+  if (TRUE_WORDS.includes(text)) return true;
+  if (FALSE_WORDS.includes(text)) return false;
   throw new ConfigError(`invalid ${source}: ${JSON.stringify(raw)} is not a boolean (1/0, true/false)`);
 }
+
+/** isFlag tells whether a setting's flag may be written alone, meaning on (a boolean, --allow-private-targets); its value then follows `=`. */
+export const isFlag = (setting: Setting) => setting.kind === "boolean" || setting.kind === "private-targets";
 
 /** givenTwice is the refusal of an option given twice: neither of its values is guessed at. */
 export function givenTwice(name: string): ConfigError {
@@ -347,6 +364,13 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       if (text !== "" && !(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
       return text;
     }
+    case "private-targets": {
+      if (isBooleanText(String(raw))) return parseBoolean(String(raw), source);
+      const networks = text.split(",").map((p) => p.trim());
+      const wrong = networks.map(networkError).find((error) => error !== null);
+      if (wrong) fail(`1 (every non-public address) or a comma-separated list of networks such as 10.0.0.0/8,fd12::/16: ${wrong}`);
+      return networks;
+    }
     case "address-list": {
       const parts = text === "" ? [] : text.split(",").map((p) => p.trim());
       if (parts.some((p) => isIP(p) === 0)) fail("a comma-separated list of IP addresses");
@@ -372,7 +396,7 @@ function readConfigFile(path: string): Record<string, unknown> {
 }
 
 /** LIST_KINDS are the settings that take a list: in crm.toml a TOML array, or one comma-separated string. */
-const LIST_KINDS: ReadonlySet<Kind> = new Set(["seconds-list", "address-list"]);
+const LIST_KINDS: ReadonlySet<Kind> = new Set(["seconds-list", "address-list", "private-targets"]);
 
 /**
  * fileValueText is a crm.toml value as the text a flag would give: a string, number or boolean,
@@ -415,7 +439,12 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
     if (!setting) throw new ConfigError(`unknown option ${name} (see --help)`);
     // A flag given twice (a script adding to a command line) is refused, as a command's option is: which was meant is not guessed.
     if (flags.has(name)) throw givenTwice(name);
-    if (setting.kind === "boolean" && inline === undefined) {
+    if (isFlag(setting) && inline === undefined) {
+      // Its value is never the next argument, which would be taken for a command's: the flag alone means on.
+      const next = args[i + 1];
+      if (setting.kind === "private-targets" && next !== undefined && !next.startsWith("-")) {
+        throw new ConfigError(`${name} takes its networks after =, as in ${name}=${next} (alone it allows every non-public address)`);
+      }
       flags.set(name, "true");
       continue;
     }

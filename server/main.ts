@@ -2,7 +2,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
 import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
@@ -66,7 +66,7 @@ Commands:
   --help                             print this help
 
 Options (flag, environment variable, crm.toml key; flags win over environment over file):
-${SETTINGS.map((s) => `  ${`${s.flag} ${s.kind === "boolean" ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
+${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
 `;
 
@@ -75,8 +75,8 @@ const OPERATOR_USAGE = "usage: operator list | operator create --email E --passw
 /** COMMAND_VALUE_OPTIONS are the commands' own options that take a value (takeOption takes no other). */
 const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file"] as const;
 
-/** VALUE_OPTIONS are the options whose next argument is their value: the settings but the booleans, --config and the commands' own. */
-const VALUE_OPTIONS: ReadonlySet<string> = new Set(["--config", ...SETTINGS.filter((s) => s.kind !== "boolean").map((s) => s.flag), ...COMMAND_VALUE_OPTIONS]);
+/** VALUE_OPTIONS are the options whose next argument is their value: the settings but the flags (isFlag), --config and the commands' own. */
+const VALUE_OPTIONS: ReadonlySet<string> = new Set(["--config", ...SETTINGS.filter((s) => !isFlag(s)).map((s) => s.flag), ...COMMAND_VALUE_OPTIONS]);
 
 /**
  * asksFor tells whether args hold one of `words` as an option. The next argument of an option that

@@ -1,5 +1,6 @@
 import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
+import { requestIdOf } from "../../server/http/request-log.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
 import { htmlResponse, redirect } from "../http.ts";
@@ -84,11 +85,11 @@ export function subscriptionRoutes(rt: Runtime) {
     )
     .post(
       "/subscriptions",
-      async ({ session, body }) => {
+      async ({ request, session, body }) => {
         let form: SubscriptionForm | undefined;
         try {
           form = subscriptionForm(body);
-          const created = await createSubscriptionFromForm(rt, session, form, field(body, "form_key"));
+          const created = await createSubscriptionFromForm(rt, session, form, field(body, "form_key"), requestIdOf(request));
           const notice = { kind: "success" as const, text: `Subscription to ${isolated(created.target_url)} created.` };
           return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), created, notice }), 201);
         } catch (error) {
@@ -268,12 +269,12 @@ export function rotationRoutes(rt: Runtime) {
     )
     .post(
       "/rotations",
-      async ({ session, body }) => {
+      async ({ request, session, body }) => {
         const old = await getSubscription(db, field(body, "from"));
         let form: SubscriptionForm | undefined;
         try {
           form = subscriptionForm(body);
-          const started = await startRotation(rt, old.id, form);
+          const started = await startRotation(rt, old.id, form, requestIdOf(request));
           if (started.secret === null) return redirect(`${CONSOLE_PREFIX}/rotations/${started.id}`);
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, started.id), secret: started.secret }), 201);
         } catch (error) {

@@ -75,9 +75,9 @@ function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
  * createSubscriptionFromForm creates a subscription from the console form and returns it with its
  * secret (shown once), once per form key: the form sent again gets the same subscription and secret.
  */
-export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSession, form: SubscriptionForm, formKey: string): Promise<SubscriptionWithSecret> {
+export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSession, form: SubscriptionForm, formKey: string, requestId: string): Promise<SubscriptionWithSecret> {
   const input = subscriptionInputFrom(form);
-  const answer = await onceForForm(rt, { session, path: CONSOLE_SUBSCRIPTION_FORM_PATH, key: formKey, values: input }, (scope) => createSubscription(rt, input, scope));
+  const answer = await onceForForm(rt, { session, path: CONSOLE_SUBSCRIPTION_FORM_PATH, key: formKey, values: input }, (scope) => createSubscription(rt, input, scope, requestId));
   return openReplayedSecret(rt, answer.body).data;
 }
 
@@ -189,9 +189,9 @@ export function rotationView(db: Database, id: string): Promise<RotationView> {
  * double click, a retry) is answered alike, as an idempotent retry of the API is; later without.
  * The check and the creation commit together, so the form sent twice at once starts one rotation.
  */
-export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, now = Date.now()): Promise<{ id: string; secret: string | null }> {
+export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, requestId: string, now = Date.now()): Promise<{ id: string; secret: string | null }> {
   const input = subscriptionInputFrom(form);
-  await checkSubscriptionTarget(rt, input.target_url);
+  await checkSubscriptionTarget(rt, input.target_url, requestId);
   return rt.db.write(async (tx) => {
     const old = await getSubscription(tx, oldId);
     const open = await openRotationFrom(tx, oldId);

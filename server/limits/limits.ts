@@ -57,6 +57,12 @@ export const MAX_SUBSCRIPTIONS = 100;
 export const DEFAULT_SECRET_GRACE_HOURS = 24;
 /** MAX_SECRET_GRACE_HOURS is the longest grace period a secret rotation can ask for (7 days). */
 export const MAX_SECRET_GRACE_HOURS = 168;
+/**
+ * MAX_ADDRESSES_PER_ATTEMPT is how many of a target name's addresses one webhook attempt connects
+ * to at most. The name's owner decides how many it has: thousands, each refusing, made one attempt
+ * a port scan from the service's address and its recorded error tens of kilobytes.
+ */
+export const MAX_ADDRESSES_PER_ATTEMPT = 4;
 /** MAX_RECOVERY_DAYS is how far back a recovery window may start. */
 export const MAX_RECOVERY_DAYS = 14;
 /** MIN_OPERATOR_PASSWORD_LENGTH and MAX_OPERATOR_PASSWORD_LENGTH bound a console operator's password (argon2 hashes any length; the bound keeps a sign-in from buying much CPU). */
@@ -121,6 +127,7 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "webhook subscriptions, all tokens together (subscriptions are not owned by a token)", value: `${MAX_SUBSCRIPTIONS}`, answer: "422" },
   { limit: "webhook secret rotation `grace_hours`", value: `0 to ${MAX_SECRET_GRACE_HOURS} (default ${DEFAULT_SECRET_GRACE_HOURS})`, answer: "422" },
   { limit: "webhook recovery window: how far back `since` may be", value: `${MAX_RECOVERY_DAYS} days`, answer: "422" },
+  { limit: "addresses of a webhook target's name one attempt connects to", value: `${MAX_ADDRESSES_PER_ATTEMPT}`, answer: "the rest are not tried; the attempt's `error` counts them" },
   { limit: "console operator password", value: `${MIN_OPERATOR_PASSWORD_LENGTH} to ${MAX_OPERATOR_PASSWORD_LENGTH} characters`, answer: "422 (console form, CLI error)" },
   { limit: "request body", value: byteSize(MAX_BODY_BYTES), answer: "413" },
   { limit: "console form", value: byteSize(MAX_FORM_BYTES), answer: "413 (console page)" },

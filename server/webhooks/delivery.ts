@@ -1,7 +1,7 @@
 import { createHmac } from "node:crypto";
 import { withoutNul } from "../shared/text.ts";
 import { VERSION } from "../version.ts";
-import { addressAsHost, pinTarget, resolveTarget, TargetRefused, type Network } from "./targets.ts";
+import { addressAsHost, addressesToTry, pinTarget, resolveTarget, TargetRefused, type Network, type PrivateTargets } from "./targets.ts";
 
 /**
  * RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. Date is not among
@@ -18,9 +18,18 @@ const RESPONSE_HEADERS_KEPT = ["content-type", "content-encoding", "content-leng
  */
 const HEADER_VALUE_KEPT_CHARACTERS = 160;
 
-/** keptHeaderValue is a response header value as it is recorded: at most HEADER_VALUE_KEPT_CHARACTERS. */
-function keptHeaderValue(value: string): string {
-  return value.length > HEADER_VALUE_KEPT_CHARACTERS ? `${value.slice(0, HEADER_VALUE_KEPT_CHARACTERS - 1)}…` : value;
+/**
+ * ERROR_KEPT_CHARACTERS bounds an attempt's recorded error (a longer one is cut, ending in "…"). It
+ * is repeated in every row of the deliveries list and in delivery.exhausted, and parts of it are the
+ * target's to choose: its host name, its addresses, a TLS library's message.
+ */
+const ERROR_KEPT_CHARACTERS = 1000;
+
+/** cutTo returns `value` if it has at most `limit` characters, else its start ending in "…", `limit` characters in all, no surrogate pair split. */
+function cutTo(value: string, limit: number): string {
+  if (value.length <= limit) return value;
+  const end = /[\uD800-\uDBFF]/.test(value[limit - 2]!) ? limit - 2 : limit - 1;
+  return `${value.slice(0, end)}…`;
 }
 
 const USER_AGENT = `crm-webhooks/${VERSION}`;
@@ -36,7 +45,8 @@ export interface AttemptRequest {
   timeoutMs: number;
   /** how many bytes of the receiver's answer are kept (--delivery-response-body-bytes) */
   responseBodyBytes: number;
-  allowPrivateTargets: boolean;
+  /** the non-public addresses the target may use (--allow-private-targets) */
+  allowPrivateTargets: PrivateTargets;
   /** resolves the target's host; the attempt connects to the address it gives */
   network: Network;
   /**
@@ -51,7 +61,7 @@ export interface AttemptRequest {
 /** AttemptInterrupted is the reason an attempt is aborted with to end it as failed, its message saying why. */
 export class AttemptInterrupted extends Error {}
 
-/** AttemptResult is everything recorded about one attempt. */
+/** AttemptResult is everything recorded about one attempt, and the address a refusal was about. */
 export interface AttemptResult {
   started_at: number;
   duration_ms: number;
@@ -62,6 +72,8 @@ export interface AttemptResult {
   error: string | null;
   /** delay the receiver asked for with Retry-After, in milliseconds */
   retry_after_ms: number | null;
+  /** the non-public address the target's name resolved to when the attempt was refused for it; logged for the operator, not recorded */
+  refused_address: string | null;
 }
 
 /** signPayload returns the Standard Webhooks signature `v1,<base64 HMAC-SHA256 of id.timestamp.body>`. */
@@ -165,6 +177,9 @@ function describeUnreached(unreached: Unreached[]): string {
   return codes.map((code) => `${UNREACHED_WORDS[code]} ${sorted.filter((u) => u.code === code).map((u) => u.endpoint).join(" and ")} (${code})`).join("; ");
 }
 
+/** notTried words the addresses of a name an attempt left untried (past MAX_ADDRESSES_PER_ATTEMPT), or "" for none. */
+const notTried = (count: number) => (count === 0 ? "" : `, and ${count} more ${count === 1 ? "address" : "addresses"} not tried`);
+
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null, serverName: string | null): string {
   if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;
   if (timedOut) return `timed out after ${timeoutMs} ms without a complete response`;
@@ -186,11 +201,12 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
 /**
  * sendAttempt makes one signed POST of a delivery: it resolves the target's host once, checks the
  * addresses (DNS may have changed since the subscription was created) and connects to the
- * addresses checked, in turn while one refuses or cannot be reached, with the original Host header
- * and TLS server name; it follows no redirects, stops at the timeout (which covers every address
+ * addresses checked (a few of them: addressesToTry), in turn while one refuses or cannot be
+ * reached, with the original Host header and TLS server name; it follows no redirects, stops at
+ * the timeout (which covers every address
  * and reading the answer: a body still arriving then is an error, whatever the status), and keeps
- * the first `responseBodyBytes` of the answer. It never throws: failures come back in words, naming
- * the addresses that could not be reached.
+ * the first `responseBodyBytes` of the answer. It never throws: failures come back in words (at
+ * most ERROR_KEPT_CHARACTERS), naming the addresses that could not be reached.
  */
 export async function sendAttempt(request: AttemptRequest): Promise<AttemptResult> {
   const startedAt = Date.now();
@@ -215,13 +231,17 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     response_body: null,
     error: null,
     retry_after_ms: null,
+    refused_address: null,
   };
   let serverName: string | null = null;
   const unreached: Unreached[] = [];
+  let untried = 0;
   try {
     const target = new URL(request.targetUrl);
     // The timeout covers the name's lookup too.
-    const addresses = await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets, signal);
+    const resolved = await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets, signal);
+    const addresses = addressesToTry(resolved);
+    untried = resolved.length - addresses.length;
     // The Host header and TLS server name are the URL's, whichever address is connected to.
     const pinned = pinTarget(target, addresses[0]!);
     serverName = pinned.serverName ?? (target.protocol === "https:" ? target.hostname.replace(/^\[|\]$/g, "") : null);
@@ -255,7 +275,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     result.response_status = response.status;
     for (const name of RESPONSE_HEADERS_KEPT) {
       const value = response.headers.get(name);
-      if (value !== null) result.response_headers[name] = keptHeaderValue(value);
+      if (value !== null) result.response_headers[name] = cutTo(value, HEADER_VALUE_KEPT_CHARACTERS);
     }
     result.retry_after_ms = parseRetryAfter(response.headers.get("retry-after"), Date.now());
     // 304 Not Modified is in the 3xx class but sends nowhere: it fails as a 4xx would.
@@ -266,11 +286,13 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     result.response_body = await readPrefix(response, request.responseBodyBytes);
   } catch (error) {
     const interruption: unknown = request.signal.reason;
+    if (error instanceof TargetRefused) result.refused_address = error.address;
     if (interruption instanceof AttemptInterrupted) result.error = interruption.message;
-    // Every address was tried and none reached: the record names them all.
-    else if (unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}`;
+    // Every address tried was unreached: the record names them all, and counts those not tried.
+    else if (unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}${notTried(untried)}`;
     else result.error = `${describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName)}${unreached.length > 0 ? `; before it, ${describeUnreached(unreached)}` : ""}`;
   }
+  if (result.error !== null) result.error = cutTo(result.error, ERROR_KEPT_CHARACTERS);
   result.duration_ms = Math.round((performance.now() - started) * 100) / 100;
   return result;
 }

@@ -127,7 +127,7 @@ export const Attempt = t.Object({
   response_status: t.Union([t.Integer(), t.Null()]),
   response_headers: t.Record(t.String(), t.String(), { description: "Response headers of interest: content-type, content-encoding, content-length, retry-after, location, server, x-request-id." }),
   response_body: t.Union([t.String(), t.Null()], { description: "The first bytes of the response body: 1 KiB by default (--delivery-response-body-bytes, at most 4 KiB)." }),
-  error: t.Union([t.String(), t.Null()], { description: "Network error, timeout or address refusal, in words; null when a response arrived." }),
+  error: t.Union([t.String(), t.Null()], { description: "Network error, timeout or address refusal, in words (at most 1,000 characters); null when a response arrived." }),
 });
 export type Attempt = typeof Attempt.static;
 

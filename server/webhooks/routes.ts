@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { requestIdOf } from "../http/request-log.ts";
 import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -59,7 +60,7 @@ export function webhookRoutes(rt: Runtime) {
         deliveryId: { kind: "webhook delivery", lookup: (id) => getDelivery(rt.db, id) },
       }),
     )
-    .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, scope), (stored) => openReplayedSecret(rt, stored)), {
+    .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, scope, requestIdOf(request)), (stored) => openReplayedSecret(rt, stored)), {
       body: SubscriptionInput,
       headers: IdempotencyKeyHeader,
       response: { 201: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },
@@ -67,7 +68,7 @@ export function webhookRoutes(rt: Runtime) {
         operationId: "createWebhookSubscription",
         summary: "Create a webhook subscription",
         description:
-          "Creates a subscription and its signing secret (whsec_..., shown in full only in this response and in rotate-secret's). Events are POSTed as JSON {type, event_id, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused.",
+          "Creates a subscription and its signing secret (whsec_..., shown in full only in this response and in rotate-secret's). Events are POSTed as JSON {type, event_id, timestamp, data} with Standard Webhooks headers webhook-id (the delivery id), webhook-timestamp and webhook-signature. Targets on loopback, private, link-local or metadata addresses are refused, unless the service's --allow-private-targets allows their network.",
         tags: subscriptionTags,
         ...secured,
       },

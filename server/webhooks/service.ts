@@ -131,19 +131,25 @@ function newSecret(): string {
 
 /**
  * checkSubscriptionTarget throws 422 for a target the URL rules refuse, or whose host resolves to a
- * non-public address unless private targets are allowed. It runs before the write that stores the
+ * non-public address --allow-private-targets does not allow. It runs before the write that stores the
  * subscription, as its address lookup may take a while: up to the delivery timeout, as an attempt's
- * does, past which the name is refused as unresolved (its name server may never answer).
+ * does, past which the name is refused as unresolved (its name server may never answer). A name
+ * refused for its address is logged with that address and `requestId`: the answer names only its kind.
  */
-export async function checkSubscriptionTarget(rt: Runtime, targetUrl: string): Promise<void> {
+export async function checkSubscriptionTarget(rt: Runtime, targetUrl: string, requestId: string): Promise<void> {
   const urlError = checkTargetUrl(targetUrl);
   if (urlError) throw validationProblem([{ pointer: "/target_url", detail: urlError }]);
-  if (rt.config.allowPrivateTargets) return;
+  // Every address allowed, the name need not be looked up (it may resolve only where the receiver runs).
+  if (rt.config.allowPrivateTargets === true) return;
   const hostname = new URL(targetUrl).hostname;
   const deadline = AbortSignal.timeout(rt.config.deliveryTimeoutMs);
   try {
-    await resolveTarget(hostname, rt.network.resolve, false, deadline);
+    await resolveTarget(hostname, rt.network.resolve, rt.config.allowPrivateTargets, deadline);
   } catch (error) {
+    if (error instanceof TargetRefused && error.address !== null) {
+      // The answer names only the kind of address (any token holder reads it); the operator learns which.
+      rt.log.warn("webhook target refused: its name resolves to a non-public address", { request_id: requestId, target_host: hostname, address: error.address });
+    }
     const refusal = error instanceof TargetRefused ? error.message : deadline.aborted ? `host ${hostname} could not be resolved (no answer within ${rt.config.deliveryTimeoutMs} ms)` : null;
     if (refusal) throw validationProblem([{ pointer: "/target_url", detail: refusal }], "The target URL is not allowed.");
     throw error;
@@ -155,8 +161,8 @@ export async function checkSubscriptionTarget(rt: Runtime, targetUrl: string): P
  * a new secret and the idempotent response in one commit. The secret appears in full only in this
  * response; the database holds it sealed, in the subscription and in the response kept for replays.
  */
-export async function createSubscription(rt: Runtime, input: SubscriptionInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
-  await checkSubscriptionTarget(rt, input.target_url);
+export async function createSubscription(rt: Runtime, input: SubscriptionInput, idempotency: IdempotencyScope | null, requestId: string): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+  await checkSubscriptionTarget(rt, input.target_url, requestId);
   return rt.db.write((tx) => addSubscription(rt, tx, input, idempotency));
 }
 

@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { isIPv4, isIPv6 } from "node:net";
+import { MAX_ADDRESSES_PER_ATTEMPT } from "../limits/limits.ts";
 import { codePointName } from "../shared/text.ts";
 
 const MAX_URL_LENGTH = 2048;
@@ -112,13 +113,16 @@ function match(ranges: Range[], value: bigint, bits: number): string | null {
   return null;
 }
 
+/** bareAddress is an address without the brackets of a URL's IPv6 host or a zone id (fe80::1%eth0). */
+const bareAddress = (address: string) => address.replace(/^\[|\]$/g, "").replace(/%.*$/, "");
+
 /**
  * nonPublicAddressKind names the kind of a loopback, private, link-local, metadata, reserved or
  * IPv4-mapped address, or returns null for a public one. IPv6 forms that embed an IPv4 address
  * (NAT64, 6to4) are judged by that address.
  */
 export function nonPublicAddressKind(address: string): string | null {
-  const bare = address.replace(/^\[|\]$/g, "").replace(/%.*$/, "");
+  const bare = bareAddress(address);
   if (isIPv4(bare)) return match(V4, ipv4Value(bare), 32);
   if (!isIPv6(bare)) return "not an IP address";
   const value = ipv6Value(bare);
@@ -128,8 +132,70 @@ export function nonPublicAddressKind(address: string): string | null {
   return match(V6, value, 128);
 }
 
-/** TargetRefused says why a target host may not be contacted. */
-export class TargetRefused extends Error {}
+/**
+ * PrivateTargets is which non-public addresses webhook targets may use (--allow-private-targets):
+ * every one (true), none (false), or those inside the listed networks, written 10.0.0.0/8, fd12::/16
+ * or as a single address, and no other: listing the receivers' network leaves loopback, cloud
+ * metadata and the rest refused.
+ */
+export type PrivateTargets = boolean | readonly string[];
+
+/** AddressBlock is a network as compared: its family's width in bits, its prefix length and its value shifted down to the prefix. */
+interface AddressBlock {
+  bits: number;
+  prefix: number;
+  base: bigint;
+}
+
+/** addressBlock reads a network (10.0.0.0/8, fd12::/16) or a single address, or returns why it is not one. */
+function addressBlock(text: string): AddressBlock | string {
+  if (text === "") return "an entry is empty";
+  const [address, prefixText, ...rest] = text.split("/");
+  const bits = isIPv4(address!) ? 32 : isIPv6(address!) ? 128 : 0;
+  if (bits === 0 || address!.includes("%") || rest.length > 0 || (prefixText !== undefined && !/^\d{1,3}$/.test(prefixText))) return `${text} is not an IP address or network`;
+  const prefix = prefixText === undefined ? bits : Number(prefixText);
+  if (prefix > bits) return `${text} has a prefix longer than ${bits} bits`;
+  const value = bits === 32 ? ipv4Value(address!) : ipv6Value(address!);
+  // 10.1.0.0/8 is most likely a mistyped /16: which network was meant is not guessed.
+  if (value & ((1n << BigInt(bits - prefix)) - 1n)) return `${text} has address bits set past its /${prefix} prefix`;
+  return { bits, prefix, base: value >> BigInt(bits - prefix) };
+}
+
+/** networkError returns why a --allow-private-targets entry is not a network or an address, or null when it is one. */
+export function networkError(text: string): string | null {
+  const block = addressBlock(text);
+  return typeof block === "string" ? block : null;
+}
+
+/** privateTargetAllowed tells whether a non-public address may be a target's under `privateTargets`. */
+function privateTargetAllowed(address: string, privateTargets: PrivateTargets): boolean {
+  if (typeof privateTargets === "boolean") return privateTargets;
+  const bare = bareAddress(address);
+  const bits = isIPv4(bare) ? 32 : isIPv6(bare) ? 128 : 0;
+  if (bits === 0) return false;
+  const value = bits === 32 ? ipv4Value(bare) : ipv6Value(bare);
+  return privateTargets.some((network) => {
+    const block = addressBlock(network) as AddressBlock;
+    return block.bits === bits && value >> BigInt(bits - block.prefix) === block.base;
+  });
+}
+
+/**
+ * TargetRefused says why a target host may not be contacted. Its message is for API clients: of a
+ * name, it says what kind of address the name resolves to, not the address (a token holder would
+ * map the operator's internal names); `address` is that address, for the operator's log.
+ */
+export class TargetRefused extends Error {
+  constructor(
+    message: string,
+    readonly address: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+/** anAddressOf words a kind of address nonPublicAddressKind names as "a private address", "an unspecified address". */
+const anAddressOf = (kind: string) => (kind === "not an IP address" ? "something that is not an IP address" : `${/^[aeiouIU]/.test(kind) ? "an" : "a"} ${kind} address`);
 
 /** Resolver returns every address a host name resolves to. */
 export type Resolver = (hostname: string) => Promise<string[]>;
@@ -217,18 +283,18 @@ export const SYSTEM_NETWORK: Network = {
 };
 
 const isAddress = (host: string) => isIPv4(host) || isIPv6(host);
-const PRIVATE_SWITCH_HINT = "webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)";
+const PRIVATE_SWITCH_HINT = "webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists";
 
 /**
  * resolveTarget resolves a URL's host once and returns the addresses to connect to, in the order
- * given, each once. Unless private targets are allowed, every address must be public (a name with
- * one private address could be steered there), else it throws TargetRefused; so does a name that
+ * given, each once. Every address must be public or allowed by `privateTargets` (a name with one
+ * private address could be steered there), else it throws TargetRefused; so does a name that
  * resolves to nothing. Connecting to the returned addresses, not to the name, is what keeps a name
  * that resolves differently a moment later (DNS rebinding) from reaching a private address. The
  * lookup gives up when `signal` aborts (an attempt's timeout): whoever owns the target's domain
  * owns its name server, and one that never answers would hold the attempt past its lease.
  */
-export async function resolveTarget(hostname: string, resolve: Resolver, allowPrivate: boolean, signal?: AbortSignal): Promise<string[]> {
+export async function resolveTarget(hostname: string, resolve: Resolver, privateTargets: PrivateTargets, signal?: AbortSignal): Promise<string[]> {
   const host = hostname.replace(/^\[|\]$/g, "");
   let addresses: string[];
   if (isAddress(host)) {
@@ -242,18 +308,31 @@ export async function resolveTarget(hostname: string, resolve: Resolver, allowPr
     }
     if (addresses.length === 0) throw new TargetRefused(`host ${host} could not be resolved (no address)`);
   }
-  if (!allowPrivate) {
-    for (const address of addresses) {
-      const kind = nonPublicAddressKind(address);
-      if (kind) {
-        throw new TargetRefused(
-          address === host ? `address ${address} is ${kind}; ${PRIVATE_SWITCH_HINT}` : `host ${host} resolves to ${address}, which is ${kind}; ${PRIVATE_SWITCH_HINT}`,
-        );
-      }
+  for (const address of addresses) {
+    const kind = nonPublicAddressKind(address);
+    if (kind && !privateTargetAllowed(address, privateTargets)) {
+      // An address the client wrote is theirs to read again.
+      if (address === host) throw new TargetRefused(`address ${address} is ${kind}; ${PRIVATE_SWITCH_HINT}`);
+      throw new TargetRefused(`host ${host} resolves to ${anAddressOf(kind)}; ${PRIVATE_SWITCH_HINT}`, address);
     }
   }
   // A name listed on two lines of the hosts file with one address would be tried twice.
   return [...new Set(addresses)];
+}
+
+/**
+ * addressesToTry returns the addresses of a name one attempt connects to, in turn: at most
+ * MAX_ADDRESSES_PER_ATTEMPT, the two families alternating from the first address's, each in the
+ * order given (RFC 8305 section 4), so that a machine without IPv6 still reaches a name that lists
+ * its IPv6 addresses first.
+ */
+export function addressesToTry(addresses: string[]): string[] {
+  const firstIsV6 = addresses[0] !== undefined && isIPv6(addresses[0]);
+  const first = addresses.filter((address) => isIPv6(address) === firstIsV6);
+  const other = addresses.filter((address) => isIPv6(address) !== firstIsV6);
+  const order: string[] = [];
+  for (let i = 0; i < Math.max(first.length, other.length); i++) order.push(...first.slice(i, i + 1), ...other.slice(i, i + 1));
+  return order.slice(0, MAX_ADDRESSES_PER_ATTEMPT);
 }
 
 /** untilAborted settles as `work` does, or rejects with the signal's reason once it aborts (`work` is left to finish unobserved). */

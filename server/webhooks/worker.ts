@@ -750,6 +750,15 @@ export class DeliveryLoop {
         onSend: openSlot,
       });
       attempt.result = result;
+      if (result.refused_address !== null) {
+        // The record names only the kind of address (any token holder reads it); the operator learns which.
+        log.warn("webhook attempt refused: its target's name resolves to a non-public address", {
+          delivery_id: due.id,
+          subscription_id: due.subscription_id,
+          target_host: new URL(due.target_url).host,
+          address: result.refused_address,
+        });
+      }
       // An attempt refused before sending still spaces the next one.
       openSlot();
       releaseReceiverSlot();

@@ -155,6 +155,41 @@ describe("configuration: invalid input names the setting", () => {
     expect([loadConfig(["--allow-private-targets=true"], {}).allowPrivateTargets, loadConfig(["--allow-private-targets=false"], {}).allowPrivateTargets]).toEqual([true, false]);
   });
 
+  test("--allow-private-targets takes a boolean (1: every non-public address) or a comma-separated list of networks; anything else is refused in one line", () => {
+    const asArray = configFile('allow_private_targets = ["10.0.0.0/8", "fd12::/16"]\n');
+    const asText = configFile('allow_private_targets = "10.0.0.0/8, 192.168.4.0/24"\n');
+    const on = configFile("allow_private_targets = true\n");
+    expect([
+      loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "1" }).allowPrivateTargets,
+      loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "0" }).allowPrivateTargets,
+      loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.0.0.0/8,fd12::/16" }).allowPrivateTargets,
+      loadConfig(["--allow-private-targets"], {}).allowPrivateTargets,
+      loadConfig(["--allow-private-targets=10.20.0.0/16,10.30.0.5", "--port", "1"], {}).allowPrivateTargets,
+      loadConfig(["--config", asArray], {}).allowPrivateTargets,
+      loadConfig(["--config", asText], {}).allowPrivateTargets,
+      loadConfig(["--config", on], {}).allowPrivateTargets,
+    ]).toEqual([true, false, ["10.0.0.0/8", "fd12::/16"], true, ["10.20.0.0/16", "10.30.0.5"], ["10.0.0.0/8", "fd12::/16"], ["10.0.0.0/8", "192.168.4.0/24"], true]);
+    const invalid = (value: string, why: string) =>
+      `invalid CRM_ALLOW_PRIVATE_TARGETS: ${JSON.stringify(value)} is not 1 (every non-public address) or a comma-separated list of networks such as 10.0.0.0/8,fd12::/16: ${why}`;
+    expect([
+      configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.0.0.0/33" })),
+      configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.0.0.0/8,fd12::/129" })),
+      configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.1.0.0/8" })),
+      configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "corp.internal" })),
+      configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.0.0.0/8," })),
+      configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.0.0.0/+8" })),
+      configError(() => loadConfig(["--allow-private-targets", "10.0.0.0/8"], {})),
+    ]).toEqual([
+      invalid("10.0.0.0/33", "10.0.0.0/33 has a prefix longer than 32 bits"),
+      invalid("10.0.0.0/8,fd12::/129", "fd12::/129 has a prefix longer than 128 bits"),
+      invalid("10.1.0.0/8", "10.1.0.0/8 has address bits set past its /8 prefix"),
+      invalid("corp.internal", "corp.internal is not an IP address or network"),
+      invalid("10.0.0.0/8,", "an entry is empty"),
+      invalid("10.0.0.0/+8", "10.0.0.0/+8 is not an IP address or network"),
+      "--allow-private-targets takes its networks after =, as in --allow-private-targets=10.0.0.0/8 (alone it allows every non-public address)",
+    ]);
+  });
+
   test("a crm.toml value of the wrong shape is refused, not turned into text: a table, a list for one value, a nested list", () => {
     const table = configFile("data_dir = { x = 1 }\n");
     const list = configFile('host = ["127.0.0.1"]\n');

@@ -543,7 +543,7 @@ describe("webhook deliveries: security", () => {
     expect(delivery).toMatchObject({
       status: "failed",
       last_response_status: null,
-      last_error: "refused: address 127.0.0.1 is loopback; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+      last_error: "refused: address 127.0.0.1 is loopback; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
     });
     expect(r.received).toEqual([]);
   });

@@ -10,7 +10,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { recentFailures } from "../../console/subscriptions/health.ts";
 import { validation } from "../foundation/support.ts";
-import { cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
+import { MAX_ADDRESSES_PER_ATTEMPT } from "../../server/limits/limits.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { addressesToTry, cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
 import { settledDeliveries, startReceiver, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
@@ -86,6 +88,23 @@ async function deliverToMisnamedCertificate(addresses: string[]): Promise<{ deli
   }
 }
 
+/**
+ * deliverToClosedPort delivers one event, with no retry, to http://names.example.test on a port
+ * nothing listens on, a name resolving to `addresses`; it returns the settled delivery, its
+ * attempts (status and error) and the port.
+ */
+async function deliverToClosedPort(addresses: string[]): Promise<{ delivery: any; attempts: { status: number | null; error: string | null }[]; port: string }> {
+  h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(addresses) } });
+  const closed = startReceiver();
+  const port = new URL(closed.url).port;
+  await closed.stop();
+  await h.subscribe(`http://names.example.test:${port}/hook`, ["contact.created"]);
+  await createContact();
+  const [delivery] = await settledDeliveries(h);
+  const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+  return { delivery, attempts, port };
+}
+
 describe("pinned connect: happy paths", () => {
   test("a delivery connects to the address resolved, once per attempt, with the original Host header", async () => {
     const resolve = answering(["127.0.0.1"]);
@@ -149,9 +168,10 @@ describe("pinned connect: happy paths", () => {
 });
 
 describe("pinned connect: security", () => {
-  test("DNS rebinding: a name that is public at the check and 127.0.0.1 at connect time reaches nothing", async () => {
+  test("DNS rebinding: a name that is public at the check and 127.0.0.1 at connect time reaches nothing; the log names the address, the record its kind", async () => {
     const resolve = answering(["93.184.216.34"], ["127.0.0.1"]);
-    h = await scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve } });
+    const logs: any[] = [];
+    h = await scope.harness({ allowPrivateTargets: false, retrySchedule: [] }, { network: { resolve }, log: createLogger("warn", (line) => logs.push(JSON.parse(line))) });
     const r = scope.receiver();
     await h.subscribe(`http://rebind.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
     await createContact();
@@ -159,12 +179,42 @@ describe("pinned connect: security", () => {
     expect(delivery).toMatchObject({
       status: "failed",
       last_response_status: null,
-      last_error: "refused: host rebind.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+      last_error: "refused: host rebind.example.test resolves to a loopback address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
     });
     const detail = await h.delivery(delivery.id);
     expect(detail.attempt_history.map((a: any) => [a.response_status, a.response_body])).toEqual([[null, null]]);
     expect(r.received).toEqual([]);
     expect(resolve.calls).toEqual(["rebind.example.test", "rebind.example.test"]);
+    expect(logs.filter((line) => line.msg.startsWith("webhook attempt refused")).map(({ time, ...line }) => line)).toEqual([
+      {
+        level: "warn",
+        msg: "webhook attempt refused: its target's name resolves to a non-public address",
+        delivery_id: delivery.id,
+        subscription_id: delivery.subscription_id,
+        target_host: `rebind.example.test:${new URL(r.url).port}`,
+        address: "127.0.0.1",
+      },
+    ]);
+  });
+
+  test("with the switch listing networks, an attempt reaches an address in them and is refused one outside, though the name was inside at creation", async () => {
+    const resolve = answering(["127.0.0.1"], ["127.0.0.1"], ["127.0.0.2"]);
+    h = await scope.harness({ allowPrivateTargets: ["127.0.0.1/32"], retrySchedule: [0.02] }, { network: { resolve } });
+    const r = scope.receiver();
+    r.respond((_, i) => new Response(i === 0 ? "busy" : "ok", { status: i === 0 ? 503 : 200 }));
+    await h.subscribe(`http://inside.example.test:${new URL(r.url).port}/hook`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+    expect({ status: delivery.status, attempts, received: r.received.length, lookups: resolve.calls.length }).toEqual({
+      status: "failed",
+      attempts: [
+        { status: 503, error: null },
+        { status: null, error: "refused: host inside.example.test resolves to a loopback address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists" },
+      ],
+      received: 1,
+      lookups: 3,
+    });
   });
 
   test("a name with one private address among public ones is refused at connect time", async () => {
@@ -172,7 +222,7 @@ describe("pinned connect: security", () => {
     await h.subscribe("http://mixed.example.test/hook", ["contact.created"]);
     await createContact();
     const [delivery] = await settledDeliveries(h);
-    expect(delivery.last_error).toBe("refused: host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)");
+    expect(delivery.last_error).toBe("refused: host mixed.example.test resolves to a private address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists");
   });
 
   test("https: a certificate that does not name the original host is refused, though the address is the same", async () => {
@@ -223,12 +273,23 @@ describe("pinned connect: security", () => {
     await createContact();
     const deliveries = await settledDeliveries(h);
     expect(deliveries.map((d) => [d.target_url, d.last_error]).sort()).toEqual([
-      ["http://bench.example.test/hook", "refused: host bench.example.test resolves to 2001:2::1, which is reserved (benchmarking); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
-      ["http://doc.example.test/hook", "refused: host doc.example.test resolves to 3fff::1, which is documentation; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
-      ["http://orchid.example.test/hook", "refused: host orchid.example.test resolves to 2001:10::1, which is reserved (ORCHID); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
-      ["http://orchid2.example.test/hook", "refused: host orchid2.example.test resolves to 2001:20::1, which is reserved (ORCHIDv2); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
-      ["http://srv6.example.test/hook", "refused: host srv6.example.test resolves to 5f00::1, which is reserved (segment routing); webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)"],
+      ["http://bench.example.test/hook", "refused: host bench.example.test resolves to a reserved (benchmarking) address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://doc.example.test/hook", "refused: host doc.example.test resolves to a documentation address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://orchid.example.test/hook", "refused: host orchid.example.test resolves to a reserved (ORCHID) address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://orchid2.example.test/hook", "refused: host orchid2.example.test resolves to a reserved (ORCHIDv2) address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
+      ["http://srv6.example.test/hook", "refused: host srv6.example.test resolves to a reserved (segment routing) address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists"],
     ]);
+  });
+
+  test("an attempt's recorded error is cut at 1,000 characters, whatever the target's name makes it", async () => {
+    const host = `${"a".repeat(60)}.`.repeat(30) + "example.test";
+    const notFound: Resolver = async () => Promise.reject(Object.assign(new Error("not found"), { code: "ENOTFOUND" }));
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: notFound } });
+    await h.subscribe(`http://${host}/hook`, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    const error = `${`refused: host ${host} could not be resolved (ENOTFOUND)`.slice(0, 999)}…`;
+    expect({ last_error: delivery.last_error, attempts: (await h.delivery(delivery.id)).attempt_history.map((a: any) => a.error) }).toEqual({ last_error: error, attempts: [error] });
   });
 
   test("a name that resolves to no address is refused in words", async () => {
@@ -287,6 +348,31 @@ describe("pinned connect: a name with several addresses", () => {
     });
   });
 
+  test("an attempt tries at most MAX_ADDRESSES_PER_ATTEMPT of a name's addresses: its error names those and counts the rest", async () => {
+    // A name's owner decides how many addresses it has: 3,000 would be 3,000 connections and a 50 KB error, repeated in every list.
+    const many = Array.from({ length: 3000 }, (_, i) => `127.2.${i >> 8}.${i & 255}`);
+    const { delivery, attempts, port } = await deliverToClosedPort(many);
+    const tried = many.slice(0, MAX_ADDRESSES_PER_ATTEMPT).map((address) => `${address}:${port}`);
+    const error = `connection failed: connection refused by ${tried.join(" and ")} (ECONNREFUSED), and ${3000 - MAX_ADDRESSES_PER_ATTEMPT} more addresses not tried`;
+    expect({ status: delivery.status, last_error: delivery.last_error, attempts }).toEqual({ status: "failed", last_error: error, attempts: [{ status: null, error }] });
+  });
+
+  test("the addresses an attempt tries alternate between the families, starting with the name's first, so one family's failures cannot use up the tries", () => {
+    const v6 = ["2001:db8::1", "2001:db8::2", "2001:db8::3", "2001:db8::4"];
+    const v4 = ["192.0.2.1", "192.0.2.2"];
+    expect({
+      mixed: addressesToTry([...v6, ...v4]),
+      v4First: addressesToTry([v4[0]!, ...v6, v4[1]!]),
+      one: addressesToTry(v6),
+      few: addressesToTry(["::1", "127.0.0.1"]),
+    }).toEqual({
+      mixed: ["2001:db8::1", "192.0.2.1", "2001:db8::2", "192.0.2.2"],
+      v4First: ["192.0.2.1", "2001:db8::1", "192.0.2.2", "2001:db8::2"],
+      one: v6.slice(0, MAX_ADDRESSES_PER_ATTEMPT),
+      few: ["::1", "127.0.0.1"],
+    });
+  });
+
   test("a failure after connecting ends the attempt, its error naming the addresses that refused before it", async () => {
     const { delivery, reached, port } = await deliverToMisnamedCertificate(["127.0.0.2", "127.0.0.1"]);
     expect({ status: delivery.status, last_error: delivery.last_error, reached }).toEqual({
@@ -321,7 +407,7 @@ describe("pinned connect: a name with several addresses", () => {
     const [delivery] = await settledDeliveries(h);
     expect({ status: delivery.status, last_error: delivery.last_error, received: r.received.length }).toEqual({
       status: "failed",
-      last_error: "refused: host mixed.example.test resolves to 127.0.0.1, which is loopback; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+      last_error: "refused: host mixed.example.test resolves to a loopback address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
       received: 0,
     });
   });
@@ -397,7 +483,7 @@ describe("pinned connect: the system resolver and a name server that does not an
       const resolved = await create("http://localhost/hook");
       expect({ status: resolved.status, detail: resolved.body.errors[0].detail, silentAnswered: answered }).toEqual({
         status: 422,
-        detail: expect.stringMatching(/^host localhost resolves to (127\.0\.0\.1|::1), which is loopback; webhook targets must be public/),
+        detail: expect.stringMatching(/^host localhost resolves to a loopback address; webhook targets must be public/),
         silentAnswered: 0,
       });
       silent.close();
@@ -444,7 +530,7 @@ describe("pinned connect: the system resolver's hosts file", () => {
       // Each address is tried once, however many lines list it.
       expect(await resolveTarget("localhost", resolve, true)).toEqual(["127.0.0.1", "::1"]);
       await expect(resolveTarget("mixed.example.test", resolve, false)).rejects.toThrow(
-        "host mixed.example.test resolves to 10.1.2.3, which is private; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)",
+        "host mixed.example.test resolves to a private address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
       );
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -3,6 +3,7 @@ import { expectProblem, ISO, validation } from "../foundation/support.ts";
 import type { Database, Db } from "../../server/db/sql.ts";
 import { SecretBox } from "../../server/webhooks/secrets.ts";
 import { resetSecretsKey } from "../../server/webhooks/service.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
 const SUB_ID = /^sub_[0-9A-Z]{26}$/;
@@ -259,7 +260,7 @@ describe("webhook subscriptions: security", () => {
       h = await createHarness();
       const res = await create({ target_url: url, events: ["contact.created"] });
       expect(res.body).toEqual(
-        validation([{ pointer: "/target_url", detail: `${reason}; webhook targets must be public (CRM_ALLOW_PRIVATE_TARGETS=1 allows others for development)` }], "The target URL is not allowed."),
+        validation([{ pointer: "/target_url", detail: `${reason}; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists` }], "The target URL is not allowed."),
       );
     });
   }
@@ -269,7 +270,34 @@ describe("webhook subscriptions: security", () => {
     const res = await create({ target_url: "http://localhost:8080/x", events: ["contact.created"] });
     expectProblem(res, 422, "validation");
     expect(res.body.errors[0].pointer).toBe("/target_url");
-    expect(res.body.errors[0].detail).toMatch(/^host localhost resolves to (127\.0\.0\.1|::1), which is loopback; webhook targets must be public/);
+    expect(res.body.errors[0].detail).toBe("host localhost resolves to a loopback address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists");
+  });
+
+  test("a name that resolves to non-public addresses is refused naming their kind, not the address, which the log gives the operator with the request id", async () => {
+    const names: Record<string, string[]> = { "db-primary.corp.internal": ["10.20.30.40"], "vault.corp.internal": ["93.184.216.34", "fd12:3456::9"], "meta.corp.internal": ["169.254.169.254"] };
+    const logs: any[] = [];
+    h = await createHarness({}, { network: { resolve: async (name) => names[name]! }, log: createLogger("warn", (line) => logs.push(JSON.parse(line))) });
+    const hint = "webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists";
+    const answers: [number, string, string | null][] = [];
+    for (const name of Object.keys(names)) {
+      const res = await create({ target_url: `https://${name}/x`, events: ["contact.created"] }, { "x-request-id": `req-${name}` });
+      answers.push([res.status, res.body.errors[0].detail, res.headers.get("x-request-id")]);
+    }
+    expect(answers).toEqual([
+      [422, `host db-primary.corp.internal resolves to a private address; ${hint}`, "req-db-primary.corp.internal"],
+      [422, `host vault.corp.internal resolves to a private (unique local) address; ${hint}`, "req-vault.corp.internal"],
+      [422, `host meta.corp.internal resolves to a link-local (cloud metadata) address; ${hint}`, "req-meta.corp.internal"],
+    ]);
+    const refusals = logs.filter((line) => line.msg.startsWith("webhook target refused"));
+    expect(refusals.map(({ time, ...line }) => line)).toEqual(
+      Object.entries(names).map(([name, addresses]) => ({
+        level: "warn",
+        msg: "webhook target refused: its name resolves to a non-public address",
+        request_id: `req-${name}`,
+        target_host: name,
+        address: addresses.at(-1),
+      })),
+    );
   });
 
   test("a name that does not resolve is refused", async () => {
@@ -282,6 +310,40 @@ describe("webhook subscriptions: security", () => {
   test("with the switch, loopback targets are accepted", async () => {
     h = await createHarness({ allowPrivateTargets: true });
     expect((await create({ target_url: "http://localhost:8080/x", events: ["contact.created"] })).status).toBe(201);
+  });
+
+  test("with the switch listing networks, targets in them are accepted and every other non-public one refused: loopback, cloud metadata and 0.0.0.0 stay closed", async () => {
+    const names: Record<string, string[]> = { "crm-hooks.corp.internal": ["10.20.0.9", "fd12:3456::9"], "mixed.corp.internal": ["10.20.0.9", "127.0.0.1"] };
+    h = await createHarness({ allowPrivateTargets: ["10.20.0.0/16", "fd12::/16"] }, { network: { resolve: async (name) => names[name] ?? ["93.184.216.34"] } });
+    const hint = "webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists";
+    const answers: [string, number, string | null][] = [];
+    for (const url of [
+      "http://10.20.0.7/hooks",
+      "http://[fd12:3456::7]/hooks",
+      "https://crm-hooks.corp.internal/hooks",
+      "https://hooks.example.com/x",
+      "http://10.30.0.7/hooks",
+      "http://169.254.169.254/latest/api/token",
+      "http://[fd00:ec2::254]/latest/meta-data/",
+      "http://0.0.0.0:5432/",
+      "http://127.0.0.1:8080/admin",
+      "https://mixed.corp.internal/hooks",
+    ]) {
+      const res = await create({ target_url: url, events: ["contact.created"] });
+      answers.push([url, res.status, res.body.errors?.[0]?.detail ?? null]);
+    }
+    expect(answers).toEqual([
+      ["http://10.20.0.7/hooks", 201, null],
+      ["http://[fd12:3456::7]/hooks", 201, null],
+      ["https://crm-hooks.corp.internal/hooks", 201, null],
+      ["https://hooks.example.com/x", 201, null],
+      ["http://10.30.0.7/hooks", 422, `address 10.30.0.7 is private; ${hint}`],
+      ["http://169.254.169.254/latest/api/token", 422, `address 169.254.169.254 is link-local (cloud metadata); ${hint}`],
+      ["http://[fd00:ec2::254]/latest/meta-data/", 422, `address fd00:ec2::254 is private (unique local); ${hint}`],
+      ["http://0.0.0.0:5432/", 422, `address 0.0.0.0 is unspecified; ${hint}`],
+      ["http://127.0.0.1:8080/admin", 422, `address 127.0.0.1 is loopback; ${hint}`],
+      ["https://mixed.corp.internal/hooks", 422, `host mixed.corp.internal resolves to a loopback address; ${hint}`],
+    ]);
   });
 
   test("every route needs a token", async () => {
