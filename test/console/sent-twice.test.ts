@@ -60,7 +60,7 @@ const pingsTo = (subscriptionId: string) =>
 
 test("the rotation wizard's Send test event sends one ping, and both answers lead to the step watching it", async () => {
   const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/pinged-twice-old", events: ["contact.created"] })).data;
-  const { id } = await startRotation(server.runtime, old.id, { target_url: "http://127.0.0.1:9/pinged-twice-new", description: "", events: ["contact.created"] });
+  const { id } = await startRotation(server.runtime, old.id, { target_url: "http://127.0.0.1:9/pinged-twice-new", description: "", events: ["contact.created"] }, "req-test");
   const shown = await client.get(`/console/rotations/${id}`);
   const answers = await sentTwice(`/console/rotations/${id}/test`, { form_key: formKeyOf(shown.text) });
   const pings = await pingsTo(id);
