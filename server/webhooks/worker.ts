@@ -276,7 +276,9 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
   if (succeeded(result)) {
     healthy.add(due.subscription_id);
   } else {
-    status = "failed";
+    // A delivery the receiver has had stays succeeded when a manual attempt of it fails: failed
+    // would list it among the failures to recover, and a recovery would send it again.
+    status = current.status === "succeeded" ? "succeeded" : "failed";
     if (healthy.delete(due.subscription_id)) await markSubscriptionsHealthy(db, [due.subscription_id]);
     subscription = await findSubscriptionById(db, due.subscription_id);
     if (result.response_status !== 410 && current.status === "pending" && subscription?.status === "active") {

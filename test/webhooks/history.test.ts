@@ -129,6 +129,20 @@ describe("delivery history: happy paths", () => {
     expect(res.body.data).toMatchObject({ status: "failed", attempts: 3, next_attempt_at: null, last_response_status: 500 });
   });
 
+  test("a failed manual attempt of a succeeded delivery leaves it succeeded: it is not among the failures, and a recovery does not send it again", async () => {
+    h = await scope.harness();
+    const r = receiver();
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    const since = new Date(Date.now() - 1000).toISOString();
+    await createContact();
+    const [delivered] = await settledDeliveries(h);
+    r.respond(() => new Response("down for maintenance", { status: 500 }));
+    const res = await h.json("POST", `/public/v1/webhook-deliveries/${delivered.id}/retry`);
+    expect(res.body.data).toEqual({ ...delivered, status: "succeeded", attempts: 2, last_response_status: 500, last_error: null, updated_at: expect.stringMatching(ISO) });
+    const recovered = await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/recover`, { body: { since } });
+    expect({ failed: await h.deliveries("status=failed"), queued: recovered.body.data.queued, received: r.received.length }).toEqual({ failed: [], queued: 0, received: 2 });
+  });
+
   test("a next attempt stored past the year 9999 (a retry delay an earlier version accepted) reads as the last instant RFC 3339 writes, not a 500", async () => {
     h = await scope.harness({ retrySchedule: [3600] });
     const r = receiver();
