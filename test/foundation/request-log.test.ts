@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { addOperator, ConsoleClient } from "../console/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { waitFor } from "../webhooks/support.ts";
 import { call, loggedApp } from "./support.ts";
 
 let h: Harness;
@@ -10,15 +11,19 @@ beforeEach(async () => {
 afterEach(async () => await h.close());
 
 const auth = () => ({ authorization: `Bearer ${h.token}` });
-// Log lines are written after the response is handed back.
-const settle = () => Bun.sleep(5);
+/**
+ * loggedRequests waits until `count` request lines are logged: a line is written after its
+ * response is handed back, later still on a busy machine.
+ */
+const loggedRequests = (lines: { msg?: unknown; path?: unknown }[], count: number, path?: string) =>
+  waitFor(() => lines.filter((l) => l.msg === "request" && (path === undefined || l.path === path)).length >= count, `${count} request lines logged`);
 
 describe("request log: happy paths", () => {
   test("one JSON line per request with method, path, status, duration and request id", async () => {
     const { app, lines } = loggedApp(h);
     const created = await call(app, "POST", "/public/v1/contacts", { headers: auth(), body: { first_name: "Ada" } });
     const listed = await call(app, "GET", "/public/v1/contacts?per_page=5", { headers: auth() });
-    await settle();
+    await loggedRequests(lines, 2);
     const requests = lines.filter((l) => l.msg === "request");
     expect(requests).toEqual([
       { time: expect.any(String), level: "info", msg: "request", request_id: created.headers.get("x-request-id"), method: "POST", path: "/public/v1/contacts", status: 201, duration_ms: expect.any(Number) },
@@ -46,7 +51,7 @@ describe("request log: happy paths", () => {
       expect(res.status).toBe(status);
       ids.push(res.headers.get("x-request-id")!);
     }
-    await settle();
+    await loggedRequests(lines, cases.length);
     // lines written after the response can land after later requests' lines: order by request id
     const requests = lines.filter((l) => l.msg === "request").sort((a, b) => (a.request_id < b.request_id ? -1 : 1));
     expect(requests.map((l) => [l.method, l.path, l.status, l.request_id])).toEqual(cases.map(([method, path, , status], i) => [method, path.split("?")[0], status, ids[i]]));
@@ -67,19 +72,19 @@ describe("request log: probes", () => {
         ["/metrics", {}, 401],
         ["/public/v1/users", { authorization: `Bearer ${probed.token}` }, 200],
       ];
-      const logged = async (level: "info" | "debug") => {
+      const logged = async (level: "info" | "debug", count: number) => {
         const { app, lines } = loggedApp(probed, level);
         for (const [path, headers, status] of requests) expect([path, (await call(app, "GET", path, { headers })).status]).toEqual([path, status]);
-        await settle();
+        await loggedRequests(lines, count);
         // a line is written after its response, so order by request id, not by arrival
         const ordered = lines.filter((l) => l.msg === "request").sort((a, b) => (a.request_id < b.request_id ? -1 : 1));
         return ordered.map((l) => [l.level, l.path, l.status]);
       };
-      expect(await logged("info")).toEqual([
+      expect(await logged("info", 2)).toEqual([
         ["info", "/metrics", 401],
         ["info", "/public/v1/users", 200],
       ]);
-      expect(await logged("debug")).toEqual([
+      expect(await logged("debug", 6)).toEqual([
         ["debug", "/healthz", 200],
         ["debug", "/readyz", 200],
         ["debug", "/healthz/", 200],
@@ -101,7 +106,7 @@ describe("request log: x-request-id", () => {
       const res = await call(app, "GET", "/public/v1/users", { headers: { ...auth(), "x-request-id": id } });
       expect(res.headers.get("x-request-id")).toBe(id);
     }
-    await settle();
+    await loggedRequests(lines, 3);
     expect(lines.filter((l) => l.msg === "request").map((l) => l.request_id)).toEqual(["abc-123", "trace.id:42_x", "A".repeat(100)]);
   });
 
@@ -111,7 +116,7 @@ describe("request log: x-request-id", () => {
       const res = await call(app, "GET", "/public/v1/users", { headers: { ...auth(), "x-request-id": id } });
       expect(res.headers.get("x-request-id")).toMatch(/^req_[0-9A-Z]{26}$/);
     }
-    await settle();
+    await loggedRequests(lines, 6);
     for (const line of lines.filter((l) => l.msg === "request")) expect(line.request_id).toMatch(/^req_[0-9A-Z]{26}$/);
   });
 
@@ -132,7 +137,7 @@ describe("request log: x-request-id", () => {
     expect(secrets.length).toBe(6);
     const echoed: string[] = [];
     for (const id of secrets) echoed.push((await call(app, "GET", "/public/v1/users", { headers: { ...auth(), "x-request-id": id } })).headers.get("x-request-id")!);
-    await settle();
+    await loggedRequests(lines, secrets.length, "/public/v1/users");
     const logged = lines.filter((l) => l.msg === "request" && l.path === "/public/v1/users").map((l) => l.request_id);
     expect([echoed.length, logged.length]).toEqual([secrets.length, secrets.length]);
     expect(secrets.filter((secret) => raw.some((line) => line.includes(secret)) || echoed.includes(secret))).toEqual([]);
@@ -154,7 +159,7 @@ describe("request log: x-request-id", () => {
         const res = await call(app, "GET", path, { headers });
         echoed.push([path, res.status, res.headers.get("x-request-id")]);
       }
-      await settle();
+      await loggedRequests(lines, asked.length);
       const generated = expect.stringMatching(/^req_[0-9A-Z]{26}$/);
       expect({ echoed, logged: lines.filter((l) => l.msg === "request").length, leaked: raw.filter((line) => line.includes(metricsToken)) }).toEqual({
         echoed: [
