@@ -73,12 +73,24 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
             <tr data-contact-id={c.id}>
               <td data-label="Name">
                 <a href={`/console/contacts/${c.id}`}>
-                  {shownFullName(c) ?? <span class="muted">(no name)</span>}
+                  {shownFullName(c) ? <span class="chosen">{shownFullName(c)}</span> : <span class="muted">(no name)</span>}
                   <RowSubject>contact {subjects.get(c.id)}</RowSubject>
                 </a>
               </td>
-              <td data-label="Email">{c.email ?? <span class="muted">–</span>}</td>
-              <td data-label="Tags">{c.tags.length ? c.tags.map((tag) => <span class="tag">{tag}</span>) : <span class="muted">–</span>}</td>
+              <td data-label="Email">{c.email ? <span class="chosen">{c.email}</span> : <span class="muted">–</span>}</td>
+              <td data-label="Tags">
+                {c.tags.length ? (
+                  <span class="chosen">
+                    <span>
+                      {c.tags.map((tag) => (
+                        <span class="tag">{tag}</span>
+                      ))}
+                    </span>
+                  </span>
+                ) : (
+                  <span class="muted">–</span>
+                )}
+              </td>
               <td data-label="Created">
                 <Time value={c.created_at} />
               </td>
@@ -116,7 +128,7 @@ export function EventDeliveries({ id, deliveries }: { id: string; deliveries: De
             </a>
           </td>
           <td data-label="Target">
-            <span class="url">{d.target_url}</span>
+            <span class="chosen url">{d.target_url}</span>
           </td>
           <td data-label="Status">
             <StatusBadge status={d.status} />

@@ -182,7 +182,15 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
               <Time value={e.created_at} />
             </dd>
             <dt>About</dt>
-            <dd>{props.subject ? <a href={`/console/contacts/${props.subject.id}`}>{props.subject.label}</a> : <span class="muted">no contact</span>}</dd>
+            <dd>
+              {props.subject ? (
+                <a href={`/console/contacts/${props.subject.id}`}>
+                  <span class="chosen">{props.subject.label}</span>
+                </a>
+              ) : (
+                <span class="muted">no contact</span>
+              )}
+            </dd>
           </dl>
         </section>
         <EventDeliveries id="event-deliveries" deliveries={e.deliveries} />

@@ -45,7 +45,9 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
         <DataTable id="tokens" columns={["Name", "Starts with", "Created (UTC)", "Last used (UTC)", "Status", ""]} empty={props.tokens.length === 0 ? "No API tokens yet." : null}>
           {props.tokens.map((t) => (
             <tr data-token-id={t.id}>
-              <td data-label="Name">{t.name}</td>
+              <td data-label="Name">
+                <span class="chosen">{t.name}</span>
+              </td>
               <td data-label="Starts with">
                 <code>{t.prefix}…</code>
               </td>
@@ -139,8 +141,12 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
         >
           {props.users.map((u) => (
             <tr>
-              <td data-label="Name">{u.name}</td>
-              <td data-label="Email">{u.email}</td>
+              <td data-label="Name">
+                <span class="chosen">{u.name}</span>
+              </td>
+              <td data-label="Email">
+                <span class="chosen">{u.email}</span>
+              </td>
               <td data-label="Id">
                 <code>{u.id}</code>
               </td>
