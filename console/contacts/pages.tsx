@@ -3,7 +3,7 @@ import type { Delivery } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { contactName, DataTable, HttpStatus, NoticeBox, RowSubject, shownFullName, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import { contactName, DataTable, HttpStatus, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
 import type { ContactPageView, ContactsView } from "./service.ts";
 
 /**
@@ -128,7 +128,7 @@ export function EventDeliveries({ id, deliveries }: { id: string; deliveries: De
             </a>
           </td>
           <td data-label="Target">
-            <span class="chosen url">{d.target_url}</span>
+            <span class="chosen url">{receiverUrl(d.target_url)}</span>
           </td>
           <td data-label="Status">
             <StatusBadge status={d.status} />

@@ -92,12 +92,25 @@ export function disabledBecause(reason: string | null | undefined): string {
   return reason ? ` (${reason})` : "";
 }
 
-/** SubscriptionLabel shows a subscription's description above its URL; a span, so it may stand in a heading, link or label. */
+/**
+ * receiverUrl is a receiver's URL as the console shows it: a host written in other letters than
+ * ASCII is shown in the ASCII (punycode) form deliveries go to, as browsers show a name mixing
+ * scripts, so that `https://һooks.partner.example/crm` (a Cyrillic һ) does not read as the genuine
+ * `https://hooks.partner.example/crm`; the rest of the URL stays as written.
+ */
+export function receiverUrl(url: string): string {
+  const written = /^([a-z][a-z0-9+.-]*:\/\/)([^/?#]*)(.*)$/is.exec(url);
+  if (!written || /^[\x00-\x7f]*$/.test(written[2]!) || !URL.canParse(url)) return url;
+  const userinfo = written[2]!.slice(0, written[2]!.lastIndexOf("@") + 1);
+  return `${written[1]}${userinfo}${new URL(url).host}${written[3]}`;
+}
+
+/** SubscriptionLabel shows a subscription's description above its URL (receiverUrl); a span, so it may stand in a heading, link or label. */
 export function SubscriptionLabel({ description, url }: { description: string | null; url: string }) {
   return (
     <span class="sub-label">
       {description ? <span class="sub-description">{description}</span> : <span class="muted">(no description)</span>}
-      <span class="url">{url}</span>
+      <span class="url">{receiverUrl(url)}</span>
     </span>
   );
 }

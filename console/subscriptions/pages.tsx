@@ -7,7 +7,7 @@ import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS }
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
-import { CsrfField, DataTable, Island, NoticeBox, RowSubject, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, DataTable, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
@@ -58,7 +58,7 @@ function SubscriptionFields({ values, refusal }: { values: SubscriptionForm; ref
 
 /** OfSubscription ends a row action's name with its subscription ("Pause subscription Ledger", "Health of subscription Ledger"), for screen readers only: every row has the same actions. */
 function OfSubscription({ subscription: s, of = false }: { subscription: Subscription; of?: boolean }) {
-  return <RowSubject>{`${of ? "of " : ""}subscription ${s.description ?? s.target_url}`}</RowSubject>;
+  return <RowSubject>{`${of ? "of " : ""}subscription ${s.description ?? receiverUrl(s.target_url)}`}</RowSubject>;
 }
 
 function Counts({ counts }: { counts: SubscriptionOverview["counts"] }) {
@@ -108,13 +108,13 @@ export function subscriptionsPage(props: {
         <NoticeBox notice={props.notice} />
         {props.created && (
           <SecretOnce id="new-secret" label="Signing secret of the new subscription" value={props.created.secret}>
-            Receivers verify the <code>webhook-signature</code> header of <span class="url">{props.created.target_url}</span> with it.
+            Receivers verify the <code>webhook-signature</code> header of <span class="url">{receiverUrl(props.created.target_url)}</span> with it.
           </SecretOnce>
         )}
         {props.rotations.map((r) => (
           <div class="notice notice-info rotation-banner">
             <span>
-              Rotation in progress from <span class="url">{r.old.target_url}</span> to <span class="url">{r.replacement?.target_url}</span>, at {rotationStepText(r)}.
+              Rotation in progress from <span class="url">{receiverUrl(r.old.target_url)}</span> to <span class="url">{r.replacement && receiverUrl(r.replacement.target_url)}</span>, at {rotationStepText(r)}.
               Both subscriptions stay active until it is finished.
             </span>
             <a class="button small" href={`/console/rotations/${r.id}`}>
@@ -207,7 +207,7 @@ export function deleteSubscriptionPage(props: { session: ConsoleSession; subscri
     text: (
       <>
         <p>
-          Delete the subscription to <strong class="url">{s.target_url}</strong>
+          Delete the subscription to <strong class="url">{receiverUrl(s.target_url)}</strong>
           {s.description && (
             <>
               {" ("}
@@ -225,7 +225,7 @@ export function deleteSubscriptionPage(props: { session: ConsoleSession; subscri
       </>
     ),
     action: `/console/subscriptions/${s.id}/delete`,
-    button: `Delete subscription to ${s.target_url}`,
+    button: `Delete subscription to ${receiverUrl(s.target_url)}`,
     cancel: "/console/subscriptions",
   });
 }
@@ -330,7 +330,7 @@ export function rotationNewPage(props: { session: ConsoleSession; old: Subscript
     "The new subscription",
     <>
       <p>
-        Replacing <span class="url">{old.target_url}</span>. Enter the new receiver URL and events; they start out as the old subscription's. The old
+        Replacing <span class="url">{receiverUrl(old.target_url)}</span>. Enter the new receiver URL and events; they start out as the old subscription's. The old
         subscription stays active until step 4.
       </p>
       <RefusalSummary refusal={props.refusal} fields={SUBSCRIPTION_FIELDS} />
@@ -429,7 +429,7 @@ function RotationSummary({ rotation: r }: { rotation: RotationView }) {
         </dd>
         <dt>Old subscription</dt>
         <dd>
-          <span class="url">{r.old.target_url}</span> <span class="muted">({r.old.subscription ? "still exists" : "deleted"})</span>
+          <span class="url">{receiverUrl(r.old.target_url)}</span> <span class="muted">({r.old.subscription ? "still exists" : "deleted"})</span>
         </dd>
         <dt>New subscription</dt>
         <dd>{r.replacement ? <SubscriptionLabel description={r.replacement.description} url={r.replacement.target_url} /> : <span class="muted">deleted since</span>}</dd>
@@ -477,7 +477,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
           </p>
           <h1>Rotate the signing secret</h1>
           <p class="lead">
-            A new secret for <span class="url">{s.target_url}</span> without a gap: both secrets sign every request until the receiver is proven to use the new one.
+            A new secret for <span class="url">{receiverUrl(s.target_url)}</span> without a gap: both secrets sign every request until the receiver is proven to use the new one.
           </p>
           {step === "rotate" && <Stepper current={props.finished ? 5 : 2} secret />}
         </div>
@@ -562,7 +562,7 @@ export function recoverPage(props: { session: ConsoleSession; subscription: Subs
           </p>
           <h1>Recover failed deliveries</h1>
           <p class="lead">
-            After an outage of <span class="url">{s.target_url}</span>: send every delivery of a window that ended as failed once more, with its original
+            After an outage of <span class="url">{receiverUrl(s.target_url)}</span>: send every delivery of a window that ended as failed once more, with its original
             <code>webhook-id</code>, oldest first.
           </p>
         </div>
@@ -631,7 +631,7 @@ export function editSubscriptionPage(props: { session: ConsoleSession; subscript
           </p>
           <h1>Edit subscription</h1>
           <p class="lead">
-            <span class="url">{s.target_url}</span>. The URL and events do not change in place: <a href={`/console/rotations/new?from=${s.id}`}>rotate the subscription</a>{" "}
+            <span class="url">{receiverUrl(s.target_url)}</span>. The URL and events do not change in place: <a href={`/console/rotations/new?from=${s.id}`}>rotate the subscription</a>{" "}
             instead, so no event is lost.
           </p>
         </div>

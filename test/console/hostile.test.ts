@@ -270,3 +270,36 @@ test("client text without a break point (500 letters, a letter under hundreds of
   for (const s of [ledger, long, tower]) await server.api("DELETE", `/public/v1/webhook-subscriptions/${s.data.id}`);
   expect(found).toEqual(expected);
 }, 120_000);
+
+test("a receiver URL whose host is a lookalike (a Cyrillic һ) is shown with the ASCII host deliveries go to, wherever the console shows a target URL", async () => {
+  const { page } = b;
+  const genuine = "https://hooks.partner.example/crm";
+  const lookalike = "https://\u04bbooks.partner.example/crm"; // U+04BB CYRILLIC SMALL LETTER SHHA
+  const shown = "https://xn--ooks-zoe.partner.example/crm";
+  const real = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: genuine, description: "Partner sync", events: ["contact.created"] });
+  const rogue = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: lookalike, description: "Partner sync", events: ["contact.created"] });
+  expect(rogue.data.target_url).toBe(lookalike);
+  const contact = await server.api("POST", "/public/v1/contacts", { first_name: "Ada", email: "ada.lookalike@example.com" });
+  await page.goto(`${server.url}/console/subscriptions`);
+  const rows = Object.fromEntries(await Promise.all([real, rogue].map(async ({ data: s }) => [s.id, await page.textContent(`#subscriptions tr[data-subscription-id="${s.id}"] .url`)])));
+  await page.goto(`${server.url}/console/`);
+  const card = await page.textContent(`.health-card[data-subscription-id="${rogue.data.id}"] .url`);
+  const option = await page.textContent(`select[name=subscription_id] option[value="${rogue.data.id}"]`);
+  const deliveries = await page.$$eval(`#deliveries tbody tr:has(a[href="/console/contacts/${contact.data.id}"]) .url`, (urls) => urls.map((url) => url.textContent!).filter((url) => url.includes("partner.example")).sort());
+  await page.goto(`${server.url}/console/contacts/${contact.data.id}`);
+  const sent = await page.$$eval("#contact-events .url", (urls) => urls.map((url) => url.textContent!).filter((url) => url.includes("partner.example")).sort());
+  await page.goto(`${server.url}/console/subscriptions/${rogue.data.id}/delete`);
+  const confirm = { text: await page.textContent("main p"), button: await page.textContent("main form button[type=submit]") };
+  for (const s of [real, rogue]) await server.api("DELETE", `/public/v1/webhook-subscriptions/${s.data.id}`);
+  expect({ rows, card, option, deliveries, sent, confirm }).toEqual({
+    rows: { [real.data.id]: genuine, [rogue.data.id]: shown },
+    card: shown,
+    option: `\u2068Partner sync\u2069 — ${shown}`,
+    deliveries: [genuine, shown],
+    sent: [genuine, shown],
+    confirm: {
+      text: `Delete the subscription to ${shown} (Partner sync)? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.`,
+      button: `Delete subscription to ${shown}`,
+    },
+  });
+}, 60_000);
