@@ -3,7 +3,7 @@ import type { Delivery } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { contactName, DataTable, HttpStatus, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import { contactName, DataTable, HttpStatus, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
 import type { ContactPageView, ContactsView } from "./service.ts";
 
 /**
@@ -13,8 +13,7 @@ import type { ContactPageView, ContactsView } from "./service.ts";
  */
 function linkSubjects(contacts: ContactsView["contacts"]): Map<string, string> {
   const shownAs = (c: ContactsView["contacts"][number]) => JSON.stringify([shownFullName(c), c.email]);
-  const rows = new Map<string, number>();
-  for (const c of contacts) rows.set(shownAs(c), (rows.get(shownAs(c)) ?? 0) + 1);
+  const rows = tally(contacts, shownAs);
   return new Map(contacts.map((c) => [c.id, c.email !== null && rows.get(shownAs(c)) === 1 ? c.email : c.id]));
 }
 

@@ -115,6 +115,13 @@ export function SubscriptionLabel({ description, url }: { description: string | 
   );
 }
 
+/** tally counts the items by `key`, for naming rows apart when what they show repeats. */
+export function tally<T>(items: T[], key: (item: T) => string): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const item of items) counts.set(key(item), (counts.get(key(item)) ?? 0) + 1);
+  return counts;
+}
+
 /** RowSubject ends the name of a row's action with what the row is, for screen readers only, so that "Revoke" in a list of every row's actions says which; it is read after the visible words, as voice control expects. */
 export function RowSubject({ children }: { children: ComponentChildren }) {
   return <span class="visually-hidden"> {children}</span>;
