@@ -3,7 +3,7 @@ import type { Delivery } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { contactName, DataTable, HttpStatus, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { contactName, DataTable, HttpStatus, isolated, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
 import type { ContactPageView, ContactsView } from "./service.ts";
 
 /**
@@ -168,7 +168,8 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
   const { contact, events, id } = props.view;
   const name = contact ? contactName(contact) : id;
   return renderPage({
-    title: name,
+    // A title cannot hold <bdi>: FSI ... PDI keep an override in the name off " · CRM console".
+    title: isolated(name),
     session: props.session,
     section: "contacts",
     children: (
@@ -200,7 +201,15 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
               </dd>
               <dt>Assigned users</dt>
               <dd id="contact-users">
-                {contact.assigned_users?.length ? contact.assigned_users.map((u) => <span class="tag">{`${u.name} <${u.email}>`}</span>) : <span class="muted">none</span>}
+                {contact.assigned_users?.length ? (
+                  contact.assigned_users.map((u) => (
+                    <span class="tag">
+                      <bdi>{u.name}</bdi> &lt;{u.email}&gt;
+                    </span>
+                  ))
+                ) : (
+                  <span class="muted">none</span>
+                )}
               </dd>
               <dt>Version</dt>
               <dd>{contact.version}</dd>

@@ -303,3 +303,23 @@ test("a receiver URL whose host is a lookalike (a Cyrillic һ) is shown with the
     },
   });
 }, 60_000);
+
+test("a right-to-left override in a user's name reorders only the name, not the console's <email> beside it on a contact's page, nor a page title's \" · CRM console\"", async () => {
+  const { page } = b;
+  const user = await server.api("POST", "/public/v1/users", { name: `${RLO}repoh ecarg`, email: "mallory.rlo@example.com" });
+  const contact = await server.api("POST", "/public/v1/contacts", { first_name: `${RLO}ecal`, email: "ada.rlo@example.com", assigned_user_ids: [user.data.id] });
+  const sub = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "https://rlo.example/hook", description: `${RLO}cnys rentraP`, events: ["contact.created"] });
+  await page.goto(`${server.url}/console/contacts/${contact.data.id}`);
+  const contactTitle = await page.title();
+  // Drawn as "<moc.elpmaxe@olr.yrollam> grace hoper" before: the console's own "<...>" and the email ran backwards.
+  const tag = { text: await page.textContent("#contact-users .tag"), leftToRight: await leftToRight(page, "#contact-users .tag", ["mallory", "example"]) };
+  await page.goto(`${server.url}/console/subscriptions/${sub.data.id}`);
+  const healthTitle = await page.title();
+  await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.data.id}`);
+  // A title cannot hold <bdi>: FSI ... PDI keep the override off the console's name in the tab and the history.
+  expect({ tag, contactTitle, healthTitle }).toEqual({
+    tag: { text: `${RLO}repoh ecarg <mallory.rlo@example.com>`, leftToRight: { mallory: true, example: true } },
+    contactTitle: `\u2068${RLO}ecal\u2069 · CRM console`,
+    healthTitle: `\u2068${RLO}cnys rentraP\u2069 · CRM console`,
+  });
+}, 60_000);
