@@ -108,10 +108,15 @@ export function consoleFieldTime(ms: number): string | null {
  * safeNext keeps a post-sign-in destination only when it is a console path (no open redirect) that
  * a Location header can carry as it is: printable ASCII, as the console's own links are (their
  * other characters percent-encoded). A line break would split the header, and Bun refuses
- * characters beyond Latin-1 outright, after the sign-in it answers has started a session.
+ * characters beyond Latin-1 outright, after the sign-in it answers has started a session. The path
+ * is checked with its dot segments resolved (`%2e%2e` too), as the browser resolves them before it
+ * asks: `/console/../docs` leads to /docs.
  */
 export function safeNext(next: string | undefined): string | undefined {
-  return next && next.length <= 500 && next.startsWith(`${CONSOLE_PREFIX}/`) && !next.includes("\\") && /^[\x21-\x7e]+$/.test(next) ? next : undefined;
+  if (!next || next.length > 500 || !next.startsWith(`${CONSOLE_PREFIX}/`) || next.includes("\\") || !/^[\x21-\x7e]+$/.test(next)) return undefined;
+  const resolved = new URL(next, "http://console.invalid");
+  const path = `${resolved.pathname}${resolved.search}${resolved.hash}`;
+  return path.startsWith(`${CONSOLE_PREFIX}/`) ? path : undefined;
 }
 
 /** addressOf names the client for sign-in throttling: the clientNetwork of the peer, or of the client behind a trusted proxy. */

@@ -3,7 +3,7 @@ import type { Delivery } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { contactName, DataTable, HttpStatus, NoticeBox, RowSubject, shownFullName, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import { contactName, DataTable, HttpStatus, isolated, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
 import type { ContactPageView, ContactsView } from "./service.ts";
 
 /**
@@ -13,8 +13,7 @@ import type { ContactPageView, ContactsView } from "./service.ts";
  */
 function linkSubjects(contacts: ContactsView["contacts"]): Map<string, string> {
   const shownAs = (c: ContactsView["contacts"][number]) => JSON.stringify([shownFullName(c), c.email]);
-  const rows = new Map<string, number>();
-  for (const c of contacts) rows.set(shownAs(c), (rows.get(shownAs(c)) ?? 0) + 1);
+  const rows = tally(contacts, shownAs);
   return new Map(contacts.map((c) => [c.id, c.email !== null && rows.get(shownAs(c)) === 1 ? c.email : c.id]));
 }
 
@@ -73,12 +72,24 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
             <tr data-contact-id={c.id}>
               <td data-label="Name">
                 <a href={`/console/contacts/${c.id}`}>
-                  {shownFullName(c) ?? <span class="muted">(no name)</span>}
+                  {shownFullName(c) ? <span class="chosen">{shownFullName(c)}</span> : <span class="muted">(no name)</span>}
                   <RowSubject>contact {subjects.get(c.id)}</RowSubject>
                 </a>
               </td>
-              <td data-label="Email">{c.email ?? <span class="muted">–</span>}</td>
-              <td data-label="Tags">{c.tags.length ? c.tags.map((tag) => <span class="tag">{tag}</span>) : <span class="muted">–</span>}</td>
+              <td data-label="Email">{c.email ? <span class="chosen">{c.email}</span> : <span class="muted">–</span>}</td>
+              <td data-label="Tags">
+                {c.tags.length ? (
+                  <span class="chosen">
+                    <span>
+                      {c.tags.map((tag) => (
+                        <span class="tag">{tag}</span>
+                      ))}
+                    </span>
+                  </span>
+                ) : (
+                  <span class="muted">–</span>
+                )}
+              </td>
               <td data-label="Created">
                 <Time value={c.created_at} />
               </td>
@@ -116,7 +127,7 @@ export function EventDeliveries({ id, deliveries }: { id: string; deliveries: De
             </a>
           </td>
           <td data-label="Target">
-            <span class="url">{d.target_url}</span>
+            <span class="chosen url">{receiverUrl(d.target_url)}</span>
           </td>
           <td data-label="Status">
             <StatusBadge status={d.status} />
@@ -157,7 +168,8 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
   const { contact, events, id } = props.view;
   const name = contact ? contactName(contact) : id;
   return renderPage({
-    title: name,
+    // A title cannot hold <bdi>: FSI ... PDI keep an override in the name off " · CRM console".
+    title: isolated(name),
     session: props.session,
     section: "contacts",
     children: (
@@ -189,7 +201,15 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
               </dd>
               <dt>Assigned users</dt>
               <dd id="contact-users">
-                {contact.assigned_users?.length ? contact.assigned_users.map((u) => <span class="tag">{`${u.name} <${u.email}>`}</span>) : <span class="muted">none</span>}
+                {contact.assigned_users?.length ? (
+                  contact.assigned_users.map((u) => (
+                    <span class="tag">
+                      <bdi>{u.name}</bdi> &lt;{u.email}&gt;
+                    </span>
+                  ))
+                ) : (
+                  <span class="muted">none</span>
+                )}
               </dd>
               <dt>Version</dt>
               <dd>{contact.version}</dd>

@@ -10,7 +10,7 @@ import { renderPage } from "../pages/layout.tsx";
 import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
 import { HealthPanel } from "../subscriptions/health-pages.tsx";
-import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "../pages/parts.tsx";
 
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
 const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "since", "until"] as const;
@@ -109,7 +109,7 @@ export function deliveriesPage(props: {
             label="Subscription"
             any="Any subscription"
             selected={filters.subscription_id}
-            options={props.subscriptions.map((s) => [s.id, s.description ? `${isolated(s.description)} — ${s.target_url}` : s.target_url])}
+            options={props.subscriptions.map((s) => [s.id, s.description ? `${isolated(s.description)} — ${receiverUrl(s.target_url)}` : receiverUrl(s.target_url)])}
             refusal={props.refusal}
           />
           <FilterInput name="event_id" label="Event id" value={filters.event_id} placeholder="evt_…" refusal={props.refusal} />
@@ -182,7 +182,15 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
               <Time value={e.created_at} />
             </dd>
             <dt>About</dt>
-            <dd>{props.subject ? <a href={`/console/contacts/${props.subject.id}`}>{props.subject.label}</a> : <span class="muted">no contact</span>}</dd>
+            <dd>
+              {props.subject ? (
+                <a href={`/console/contacts/${props.subject.id}`}>
+                  <span class="chosen">{props.subject.label}</span>
+                </a>
+              ) : (
+                <span class="muted">no contact</span>
+              )}
+            </dd>
           </dl>
         </section>
         <EventDeliveries id="event-deliveries" deliveries={e.deliveries} />
@@ -280,7 +288,7 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
                 </a>
               ) : (
                 <>
-                  <span class="url">{d.target_url}</span> <span class="muted">(subscription deleted)</span>
+                  <span class="url">{receiverUrl(d.target_url)}</span> <span class="muted">(subscription deleted)</span>
                 </>
               )}
             </dd>

@@ -19,7 +19,7 @@ import {
 import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION, type AttemptRefusal } from "../../server/webhooks/worker.ts";
 import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
-import { contactName, disabledBecause, isolated } from "../pages/parts.tsx";
+import { contactName, disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
 import { consoleFieldTime, consoleTime } from "../shell.ts";
 
 /** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
@@ -188,7 +188,7 @@ export type RetryRefusal = Exclude<AttemptRefusal["refused"], "not-found">;
  * API's words for the same refusals name its routes.
  */
 export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delivery; subscription: Subscription | null }): string {
-  const name = isolated(view.subscription?.description ?? view.delivery.target_url);
+  const name = isolated(view.subscription?.description ?? receiverUrl(view.delivery.target_url));
   const again = "Nothing was sent; press Retry now again in a moment.";
   switch (refused) {
     case "subscription-attempts-busy":
@@ -204,7 +204,7 @@ export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delive
     case "subscription-paused":
       return `Not retried: the subscription ${name} is paused, so nothing was sent. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then press Retry now again if this one still needs sending.`;
     case "subscription-deleted":
-      return `Not retried: the subscription to ${isolated(view.delivery.target_url)} was deleted, so nothing can be sent for this delivery any more.`;
+      return `Not retried: the subscription to ${isolated(receiverUrl(view.delivery.target_url))} was deleted, so nothing can be sent for this delivery any more.`;
   }
 }
 

@@ -92,14 +92,34 @@ export function disabledBecause(reason: string | null | undefined): string {
   return reason ? ` (${reason})` : "";
 }
 
-/** SubscriptionLabel shows a subscription's description above its URL; a span, so it may stand in a heading, link or label. */
+/**
+ * receiverUrl is a receiver's URL as the console shows it: a host written in other letters than
+ * ASCII is shown in the ASCII (punycode) form deliveries go to, as browsers show a name mixing
+ * scripts, so that `https://һooks.partner.example/crm` (a Cyrillic һ) does not read as the genuine
+ * `https://hooks.partner.example/crm`; the rest of the URL stays as written.
+ */
+export function receiverUrl(url: string): string {
+  const written = /^([a-z][a-z0-9+.-]*:\/\/)([^/?#]*)(.*)$/is.exec(url);
+  if (!written || /^[\x00-\x7f]*$/.test(written[2]!) || !URL.canParse(url)) return url;
+  const userinfo = written[2]!.slice(0, written[2]!.lastIndexOf("@") + 1);
+  return `${written[1]}${userinfo}${new URL(url).host}${written[3]}`;
+}
+
+/** SubscriptionLabel shows a subscription's description above its URL (receiverUrl); a span, so it may stand in a heading, link or label. */
 export function SubscriptionLabel({ description, url }: { description: string | null; url: string }) {
   return (
     <span class="sub-label">
       {description ? <span class="sub-description">{description}</span> : <span class="muted">(no description)</span>}
-      <span class="url">{url}</span>
+      <span class="url">{receiverUrl(url)}</span>
     </span>
   );
+}
+
+/** tally counts the items by `key`, for naming rows apart when what they show repeats. */
+export function tally<T>(items: T[], key: (item: T) => string): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const item of items) counts.set(key(item), (counts.get(key(item)) ?? 0) + 1);
+  return counts;
 }
 
 /** RowSubject ends the name of a row's action with what the row is, for screen readers only, so that "Revoke" in a list of every row's actions says which; it is read after the visible words, as voice control expects. */

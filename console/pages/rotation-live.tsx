@@ -3,7 +3,7 @@ import { useSignal } from "@preact/signals";
 import type { ComponentChildren } from "preact";
 import { useEffect } from "preact/hooks";
 import type { DeliveryWatchView } from "../model.ts";
-import { CsrfField, formatDuration, HttpStatus, reasonMarks, StatusBadge, SubscriptionLabel, Time, WithReason } from "./parts.tsx";
+import { CsrfField, formatDuration, HttpStatus, reasonMarks, receiverUrl, StatusBadge, SubscriptionLabel, Time, WithReason } from "./parts.tsx";
 
 /** WATCH_MS is how often the wizard asks for its test delivery while it is pending. */
 const WATCH_MS = 1000;
@@ -163,7 +163,7 @@ export function RotationLive({ rotationId, csrfToken, testFormKey, old, replacem
               <label class="check">
                 <input type="checkbox" name="confirm" value="yes" required disabled={!succeeded} {...reasonMarks("confirm", confirmReason)} />
                 <span>
-                  Yes, delete the subscription to <span class="url">{old.target_url}</span>
+                  Yes, delete the subscription to <span class="url">{receiverUrl(old.target_url)}</span>
                 </span>
               </label>
             </WithReason>

@@ -5,7 +5,7 @@ import type { Operator, OperatorSummary, PendingInvite } from "../../server/oper
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, Time, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
 import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 
 /**
@@ -14,8 +14,7 @@ import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, t
  * same name (token names need not differ).
  */
 function revokeSubjects(tokens: ApiTokenInfo[]): Map<string, string> {
-  const named = new Map<string, number>();
-  for (const t of tokens) named.set(t.name, (named.get(t.name) ?? 0) + 1);
+  const named = tally(tokens, (t) => t.name);
   return new Map(tokens.map((t) => [t.id, named.get(t.name) === 1 ? t.name : `${t.name} starting ${t.prefix}`]));
 }
 
@@ -45,7 +44,9 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
         <DataTable id="tokens" columns={["Name", "Starts with", "Created (UTC)", "Last used (UTC)", "Status", ""]} empty={props.tokens.length === 0 ? "No API tokens yet." : null}>
           {props.tokens.map((t) => (
             <tr data-token-id={t.id}>
-              <td data-label="Name">{t.name}</td>
+              <td data-label="Name">
+                <span class="chosen">{t.name}</span>
+              </td>
               <td data-label="Starts with">
                 <code>{t.prefix}…</code>
               </td>
@@ -139,8 +140,12 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
         >
           {props.users.map((u) => (
             <tr>
-              <td data-label="Name">{u.name}</td>
-              <td data-label="Email">{u.email}</td>
+              <td data-label="Name">
+                <span class="chosen">{u.name}</span>
+              </td>
+              <td data-label="Email">
+                <span class="chosen">{u.email}</span>
+              </td>
               <td data-label="Id">
                 <code>{u.id}</code>
               </td>

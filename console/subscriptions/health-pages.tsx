@@ -2,7 +2,7 @@
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { DataTable, formatDuration, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
+import { DataTable, formatDuration, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 
 /** latencyText says a window's response times: "p50 120 ms · p95 800 ms", or that nothing was attempted. */
@@ -76,7 +76,7 @@ export function HealthPanel({ health }: { health: SubscriptionHealth[] }) {
 export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null }): string {
   const s = props.health.subscription;
   return renderPage({
-    title: s.description ?? s.target_url,
+    title: isolated(s.description ?? receiverUrl(s.target_url)),
     session: props.session,
     section: "subscriptions",
     children: (
@@ -89,7 +89,7 @@ export function subscriptionPage(props: { session: ConsoleSession; health: Subsc
             <span>{s.description ?? "Subscription"}</span>
             <StatusBadge status={s.status} />
           </h1>
-          <p class="url">{s.target_url}</p>
+          <p class="url">{receiverUrl(s.target_url)}</p>
         </div>
         <section class="card health" id="health">
           <div class="card-head">

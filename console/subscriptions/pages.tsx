@@ -7,7 +7,7 @@ import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS }
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
-import { CsrfField, DataTable, Island, NoticeBox, RowSubject, StatusBadge, SubscriptionLabel, Time, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, DataTable, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
@@ -56,9 +56,22 @@ function SubscriptionFields({ values, refusal }: { values: SubscriptionForm; ref
   );
 }
 
-/** OfSubscription ends a row action's name with its subscription ("Pause subscription Ledger", "Health of subscription Ledger"), for screen readers only: every row has the same actions. */
-function OfSubscription({ subscription: s, of = false }: { subscription: Subscription; of?: boolean }) {
-  return <RowSubject>{`${of ? "of " : ""}subscription ${s.description ?? s.target_url}`}</RowSubject>;
+/**
+ * actionSubjects names each listed subscription for its row's actions, in words hidden from sight,
+ * so that no two rows' actions read alike: its description (else its URL), followed by its URL when
+ * another row has the same description, and by its id when another has the same URL too
+ * (descriptions and URLs need not differ, and a client may copy another's description).
+ */
+function actionSubjects(subscriptions: Subscription[]): Map<string, string> {
+  const named = (s: Subscription) => s.description ?? receiverUrl(s.target_url);
+  const withUrl = (s: Subscription) => (s.description === null ? receiverUrl(s.target_url) : `${s.description} to ${receiverUrl(s.target_url)}`);
+  const [names, urls] = [tally(subscriptions, named), tally(subscriptions, withUrl)];
+  return new Map(subscriptions.map((s) => [s.id, names.get(named(s)) === 1 ? named(s) : urls.get(withUrl(s)) === 1 ? withUrl(s) : `${withUrl(s)} ${s.id}`]));
+}
+
+/** OfSubscription ends a row action's name with its subscription ("Pause subscription Ledger", "Health of subscription Ledger", actionSubjects), for screen readers only: every row has the same actions. */
+function OfSubscription({ subject, of = false }: { subject: string; of?: boolean }) {
+  return <RowSubject>{`${of ? "of " : ""}subscription ${subject}`}</RowSubject>;
 }
 
 function Counts({ counts }: { counts: SubscriptionOverview["counts"] }) {
@@ -89,6 +102,7 @@ export function subscriptionsPage(props: {
   refusal?: Refusal | null;
 }): string {
   const form = props.form ?? { target_url: "", description: "", events: DEFAULT_EVENTS };
+  const subjects = actionSubjects(props.subscriptions.map((overview) => overview.subscription));
   return renderPage({
     title: "Subscriptions",
     session: props.session,
@@ -108,13 +122,13 @@ export function subscriptionsPage(props: {
         <NoticeBox notice={props.notice} />
         {props.created && (
           <SecretOnce id="new-secret" label="Signing secret of the new subscription" value={props.created.secret}>
-            Receivers verify the <code>webhook-signature</code> header of <span class="url">{props.created.target_url}</span> with it.
+            Receivers verify the <code>webhook-signature</code> header of <span class="url">{receiverUrl(props.created.target_url)}</span> with it.
           </SecretOnce>
         )}
         {props.rotations.map((r) => (
           <div class="notice notice-info rotation-banner">
             <span>
-              Rotation in progress from <span class="url">{r.old.target_url}</span> to <span class="url">{r.replacement?.target_url}</span>, at {rotationStepText(r)}.
+              Rotation in progress from <span class="url">{receiverUrl(r.old.target_url)}</span> to <span class="url">{r.replacement && receiverUrl(r.replacement.target_url)}</span>, at {rotationStepText(r)}.
               Both subscriptions stay active until it is finished.
             </span>
             <a class="button small" href={`/console/rotations/${r.id}`}>
@@ -148,17 +162,17 @@ export function subscriptionsPage(props: {
                 <Time value={s.created_at} />
               </td>
               <td class="row-actions">
-                <a href={`/console/subscriptions/${s.id}`}>Health<OfSubscription subscription={s} of /></a>
-                <a href={`/console/?subscription_id=${s.id}`}>Deliveries<OfSubscription subscription={s} of /></a>
-                {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation<OfSubscription subscription={s} of /></a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate<OfSubscription subscription={s} /></a>}
-                <a href={`/console/subscriptions/${s.id}/edit`}>Edit<OfSubscription subscription={s} /></a>
-                {s.status !== "disabled" && <a href={`/console/subscriptions/${s.id}/recover`}>Recover failed deliveries<OfSubscription subscription={s} of /></a>}
+                <a href={`/console/subscriptions/${s.id}`}>Health<OfSubscription subject={subjects.get(s.id)!} of /></a>
+                <a href={`/console/?subscription_id=${s.id}`}>Deliveries<OfSubscription subject={subjects.get(s.id)!} of /></a>
+                {rotationId ? <a href={`/console/rotations/${rotationId}`}>Resume rotation<OfSubscription subject={subjects.get(s.id)!} of /></a> : <a href={`/console/rotations/new?from=${s.id}`}>Rotate<OfSubscription subject={subjects.get(s.id)!} /></a>}
+                <a href={`/console/subscriptions/${s.id}/edit`}>Edit<OfSubscription subject={subjects.get(s.id)!} /></a>
+                {s.status !== "disabled" && <a href={`/console/subscriptions/${s.id}/recover`}>Recover failed deliveries<OfSubscription subject={subjects.get(s.id)!} of /></a>}
                 {s.status !== "disabled" && (
                   <form method="post" action={`/console/subscriptions/${s.id}/${s.status === "paused" ? "resume" : "pause"}`} class="row-form">
                     <CsrfField token={props.session.csrfToken} />
                     <button type="submit" class="link-button">
                       {s.status === "paused" ? "Resume" : "Pause"}
-                      <OfSubscription subscription={s} />
+                      <OfSubscription subject={subjects.get(s.id)!} />
                     </button>
                   </form>
                 )}
@@ -166,12 +180,12 @@ export function subscriptionsPage(props: {
                   <form method="post" action={`/console/subscriptions/${s.id}/enable`} class="row-form">
                     <CsrfField token={props.session.csrfToken} />
                     <button type="submit" class="link-button">
-                      Enable<OfSubscription subscription={s} />
+                      Enable<OfSubscription subject={subjects.get(s.id)!} />
                     </button>
                   </form>
                 )}
                 <a class="danger-link" href={`/console/subscriptions/${s.id}/delete`}>
-                  Delete<OfSubscription subscription={s} />
+                  Delete<OfSubscription subject={subjects.get(s.id)!} />
                 </a>
               </td>
             </tr>
@@ -207,7 +221,7 @@ export function deleteSubscriptionPage(props: { session: ConsoleSession; subscri
     text: (
       <>
         <p>
-          Delete the subscription to <strong class="url">{s.target_url}</strong>
+          Delete the subscription to <strong class="url">{receiverUrl(s.target_url)}</strong>
           {s.description && (
             <>
               {" ("}
@@ -225,7 +239,7 @@ export function deleteSubscriptionPage(props: { session: ConsoleSession; subscri
       </>
     ),
     action: `/console/subscriptions/${s.id}/delete`,
-    button: `Delete subscription to ${s.target_url}`,
+    button: `Delete subscription to ${receiverUrl(s.target_url)}`,
     cancel: "/console/subscriptions",
   });
 }
@@ -330,7 +344,7 @@ export function rotationNewPage(props: { session: ConsoleSession; old: Subscript
     "The new subscription",
     <>
       <p>
-        Replacing <span class="url">{old.target_url}</span>. Enter the new receiver URL and events; they start out as the old subscription's. The old
+        Replacing <span class="url">{receiverUrl(old.target_url)}</span>. Enter the new receiver URL and events; they start out as the old subscription's. The old
         subscription stays active until step 4.
       </p>
       <RefusalSummary refusal={props.refusal} fields={SUBSCRIPTION_FIELDS} />
@@ -429,7 +443,7 @@ function RotationSummary({ rotation: r }: { rotation: RotationView }) {
         </dd>
         <dt>Old subscription</dt>
         <dd>
-          <span class="url">{r.old.target_url}</span> <span class="muted">({r.old.subscription ? "still exists" : "deleted"})</span>
+          <span class="url">{receiverUrl(r.old.target_url)}</span> <span class="muted">({r.old.subscription ? "still exists" : "deleted"})</span>
         </dd>
         <dt>New subscription</dt>
         <dd>{r.replacement ? <SubscriptionLabel description={r.replacement.description} url={r.replacement.target_url} /> : <span class="muted">deleted since</span>}</dd>
@@ -477,7 +491,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
           </p>
           <h1>Rotate the signing secret</h1>
           <p class="lead">
-            A new secret for <span class="url">{s.target_url}</span> without a gap: both secrets sign every request until the receiver is proven to use the new one.
+            A new secret for <span class="url">{receiverUrl(s.target_url)}</span> without a gap: both secrets sign every request until the receiver is proven to use the new one.
           </p>
           {step === "rotate" && <Stepper current={props.finished ? 5 : 2} secret />}
         </div>
@@ -562,7 +576,7 @@ export function recoverPage(props: { session: ConsoleSession; subscription: Subs
           </p>
           <h1>Recover failed deliveries</h1>
           <p class="lead">
-            After an outage of <span class="url">{s.target_url}</span>: send every delivery of a window that ended as failed once more, with its original
+            After an outage of <span class="url">{receiverUrl(s.target_url)}</span>: send every delivery of a window that ended as failed once more, with its original
             <code>webhook-id</code>, oldest first.
           </p>
         </div>
@@ -631,7 +645,7 @@ export function editSubscriptionPage(props: { session: ConsoleSession; subscript
           </p>
           <h1>Edit subscription</h1>
           <p class="lead">
-            <span class="url">{s.target_url}</span>. The URL and events do not change in place: <a href={`/console/rotations/new?from=${s.id}`}>rotate the subscription</a>{" "}
+            <span class="url">{receiverUrl(s.target_url)}</span>. The URL and events do not change in place: <a href={`/console/rotations/new?from=${s.id}`}>rotate the subscription</a>{" "}
             instead, so no event is lost.
           </p>
         </div>

@@ -4,7 +4,7 @@ import { requestIdOf } from "../../server/http/request-log.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
 import { htmlResponse, redirect } from "../http.ts";
-import { isolated } from "../pages/parts.tsx";
+import { isolated, receiverUrl } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, consoleTime, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { recentFailures, subscriptionsHealth } from "./health.ts";
 import { subscriptionPage } from "./health-pages.tsx";
@@ -90,7 +90,7 @@ export function subscriptionRoutes(rt: Runtime) {
         try {
           form = subscriptionForm(body);
           const created = await createSubscriptionFromForm(rt, session, form, field(body, "form_key"), requestIdOf(request));
-          const notice = { kind: "success" as const, text: `Subscription to ${isolated(created.target_url)} created.` };
+          const notice = { kind: "success" as const, text: `Subscription to ${isolated(receiverUrl(created.target_url))} created.` };
           return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), created, notice }), 201);
         } catch (error) {
           const failure = problemOf(error);

@@ -29,7 +29,7 @@ import {
 import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
-import { disabledBecause, isolated } from "../pages/parts.tsx";
+import { disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
 import { changeOnceForForm, consoleTime, onceForForm } from "../shell.ts";
 import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
@@ -212,7 +212,7 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
  * waits for the test's answer, which would not come until someone resumed the subscription.
  */
 function addWizardTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<{ delivery_id: string; event_id: string }> {
-  const name = isolated(row.description ?? row.target_url);
+  const name = isolated(row.description ?? receiverUrl(row.target_url));
   if (row.status === "disabled") {
     throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${name} is disabled${disabledBecause(row.disabled_reason)}. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
   }

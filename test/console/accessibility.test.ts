@@ -303,6 +303,20 @@ describe("links that tell rows apart", () => {
     expect((await accessibleNames(page, "#tokens tbody tr a")).sort()).toEqual(["Revoke token console-test", `Revoke token t1 starting ${first.prefix}`, `Revoke token t1 starting ${twin.prefix}`].sort());
   }, SLOW);
 
+  test("subscriptions with the same description are named apart in their row actions by their URL, or their id when the URL repeats too; one whose description is its own keeps it alone", async () => {
+    const create = async (target_url: string) => (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url, description: "Ledger", events: ["contact.created"] })).data;
+    // Another integration (or a compromised one) names its subscriptions alike.
+    const [ledger, copy, twin] = [await create("https://ledger.example/hook"), await create("https://evil.example/hook"), await create("https://evil.example/hook")];
+    await page.goto(url("/console/subscriptions"));
+    const pauses = await accessibleNames(page, "#subscriptions .row-actions button");
+    const deletes = await accessibleNames(page, "#subscriptions .row-actions a.danger-link");
+    for (const s of [ledger, copy, twin]) await server.api("DELETE", `/public/v1/webhook-subscriptions/${s.id}`);
+    expect({ pauses: pauses.toSorted(), deletes: deletes.toSorted() }).toEqual({
+      pauses: ["Pause subscription Ledger to https://ledger.example/hook", `Pause subscription Ledger to https://evil.example/hook ${copy.id}`, `Pause subscription Ledger to https://evil.example/hook ${twin.id}`, "Pause subscription Warehouse"].toSorted(),
+      deletes: ["Delete subscription Ledger to https://ledger.example/hook", `Delete subscription Ledger to https://evil.example/hook ${copy.id}`, `Delete subscription Ledger to https://evil.example/hook ${twin.id}`, "Delete subscription Warehouse"].toSorted(),
+    });
+  }, SLOW);
+
   test("a subscription's failures name each latest delivery with its reason", async () => {
     await page.goto(url(`/console/subscriptions/${warehouse.id}`));
     const named = await accessibleNames(page, "#failures tbody tr a");

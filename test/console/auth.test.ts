@@ -322,6 +322,11 @@ describe("sign-in and sessions", () => {
       ["https://evil.example/console/", "/console/"],
       ["//evil.example/console/", "/console/"],
       ["/console/\\evil.example", "/console/"],
+      // Dot segments, which the browser resolves before it asks (percent-encoded too): where they lead is checked.
+      ["/console/../docs", "/console/"],
+      ["/console/%2e%2e/public/v1/contacts", "/console/"],
+      ["/console/%2E%2E/%2e%2e/docs", "/console/"],
+      ["/console/./contacts/../tokens?x=1", "/console/tokens?x=1"],
       // What a Location header cannot carry as it is: line breaks, control and non-ASCII characters.
       ["/console/\nevil", "/console/"],
       ["/console/\r\nSet-Cookie: x=1", "/console/"],

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
+import { createApiToken } from "../../server/auth/service.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { cspViolations, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
 
@@ -166,3 +167,159 @@ test("markup and script in contacts, accounts, users, subscriptions, token names
   expect(calls).toEqual([]);
   expect(b.problems).toEqual([]);
 }, 120_000);
+
+/** marks is `n` combining marks (U+0300 onwards): all of them sit on the letter before them, one grapheme that no line can break. */
+const marks = (n: number) => Array.from({ length: n }, (_, i) => String.fromCodePoint(0x300 + (i % 0x30))).join("");
+
+/** layoutOf measures a page: how wide it is, the tables that scroll sideways, and the status badges and actions (links and buttons) not wholly in view: outside the viewport, or cut off by a box that clips what overflows it. */
+function layoutOf(page: Page) {
+  return page.evaluate(() => {
+    const cutOff = (el: Element) => {
+      const box = el.getBoundingClientRect();
+      if (box.left < 0 || box.right > innerWidth + 0.5) return true;
+      for (let up = el.parentElement; up && up !== document.body; up = up.parentElement) {
+        if (getComputedStyle(up).overflowX === "visible") continue;
+        const clip = up.getBoundingClientRect();
+        if (box.left < clip.left - 0.5 || box.right > clip.right + 0.5) return true;
+      }
+      return false;
+    };
+    return {
+      width: document.documentElement.scrollWidth,
+      scrollingTables: [...document.querySelectorAll<HTMLElement>(".table-wrap")].filter((wrap) => wrap.scrollWidth > wrap.clientWidth).map((wrap) => wrap.querySelector("table")!.id),
+      actionsOutOfView: [...document.querySelectorAll<HTMLElement>("main .badge, main a, main button")]
+        .filter((el) => el.getClientRects().length > 0 && !el.closest(".visually-hidden") && cutOff(el))
+        .map((el) => el.textContent!.trim().slice(0, 40)),
+    };
+  });
+}
+
+/** drawnOutside lists the subscription labels whose text is drawn past their card or cell: its box cut by every ancestor that clips what overflows it. */
+function drawnOutside(page: Page, container: string) {
+  return page.$$eval(container, (boxes) =>
+    boxes.flatMap((box) =>
+      [...box.querySelectorAll(".sub-label > *")].flatMap((label) => {
+        const range = document.createRange();
+        range.selectNodeContents(label);
+        let { left, right, top, bottom } = range.getBoundingClientRect();
+        for (let el: Element | null = label; el && el !== document.body; el = el.parentElement) {
+          if (getComputedStyle(el).overflowX === "visible" && getComputedStyle(el).overflowY === "visible") continue;
+          const clip = el.getBoundingClientRect();
+          [left, right, top, bottom] = [Math.max(left, clip.left), Math.min(right, clip.right), Math.max(top, clip.top), Math.min(bottom, clip.bottom)];
+        }
+        const edge = box.getBoundingClientRect();
+        return left < edge.left - 1 || right > edge.right + 1 || top < edge.top - 1 || bottom > edge.bottom + 1 ? [label.textContent!.slice(0, 20)] : [];
+      }),
+    ),
+  );
+}
+
+test("client text without a break point (500 letters, a letter under hundreds of combining marks) wraps or is clipped: at 1280 and 390 px every page keeps the viewport's width, and the subscriptions' status and actions stay in view", async () => {
+  const { page } = b;
+  receiver.respond(() => new Response("X".repeat(3000), { status: 500, headers: { server: `nginx ${"A".repeat(3000)}`, "x-request-id": "B".repeat(2000) } }));
+  const ledger = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "https://ledger.example/hook", description: "Ledger", events: ["contact.created"] });
+  const long = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}?${"q".repeat(1900)}`, description: "W".repeat(500), events: ["contact.created"] });
+  const tower = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `https://marks.example/${"p".repeat(10)}${marks(300)}`, description: `S${marks(499)}`, events: ["contact.created"] });
+  const user = await server.api("POST", "/public/v1/users", { name: "X".repeat(200), email: `${"u".repeat(60)}@example.com` });
+  const towering = await server.api("POST", "/public/v1/users", { name: `G${marks(199)}`, email: "towering@example.com" });
+  const account = await server.api("POST", "/public/v1/accounts", { name: "Y".repeat(200), domain: `${"d".repeat(60)}.example` });
+  const contact = await server.api("POST", "/public/v1/contacts", {
+    first_name: `A${marks(199)}`,
+    last_name: "Z".repeat(200),
+    email: `${"e".repeat(60)}@example.com`,
+    phone: "P".repeat(50),
+    external_id: "E".repeat(255),
+    tags: ["T".repeat(100), `V${marks(99)}`],
+    custom_fields: { ["K".repeat(100)]: "V".repeat(3000) },
+    account_ids: [account.data.id],
+    assigned_user_ids: [user.data.id, towering.data.id],
+  });
+  const delivery = await waitFor(async () => (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${long.data.id}`)).data.find((d: any) => d.attempts > 0), "an answered attempt");
+  await createApiToken(server.runtime.db, "N".repeat(100));
+  const pages = [
+    "/console/",
+    `/console/?subscription_id=${long.data.id}`,
+    `/console/deliveries/${delivery.id}`,
+    `/console/events/${delivery.event_id}`,
+    "/console/subscriptions",
+    ...[long, tower].flatMap(({ data: s }) => [`/console/subscriptions/${s.id}`, `/console/subscriptions/${s.id}/delete`, `/console/subscriptions/${s.id}/edit`, `/console/subscriptions/${s.id}/recover`, `/console/subscriptions/${s.id}/secret-rotation`, `/console/rotations/new?from=${s.id}`]),
+    "/console/rotations/new",
+    "/console/contacts",
+    `/console/contacts/${contact.data.id}`,
+    "/console/users",
+    `/console/users/${user.data.id}/delete`,
+    `/console/users/${towering.data.id}/delete`,
+    "/console/tokens",
+  ];
+  const found: Record<string, unknown> = {};
+  const expected: Record<string, unknown> = {};
+  for (const width of [1280, 390]) {
+    await page.setViewportSize({ width, height: 900 });
+    for (const path of pages) {
+      await page.goto(`${server.url}${path}`);
+      found[`${width} ${path}`] = await layoutOf(page);
+      expected[`${width} ${path}`] = { width, scrollingTables: [], actionsOutOfView: [] };
+    }
+    await page.goto(`${server.url}/console/`);
+    found[`${width} health cards`] = await drawnOutside(page, ".health-card");
+    await page.goto(`${server.url}/console/subscriptions`);
+    found[`${width} subscription cells`] = await drawnOutside(page, "#subscriptions td");
+    expected[`${width} health cards`] = expected[`${width} subscription cells`] = [];
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
+  for (const s of [ledger, long, tower]) await server.api("DELETE", `/public/v1/webhook-subscriptions/${s.data.id}`);
+  expect(found).toEqual(expected);
+}, 120_000);
+
+test("a receiver URL whose host is a lookalike (a Cyrillic һ) is shown with the ASCII host deliveries go to, wherever the console shows a target URL", async () => {
+  const { page } = b;
+  const genuine = "https://hooks.partner.example/crm";
+  const lookalike = "https://\u04bbooks.partner.example/crm"; // U+04BB CYRILLIC SMALL LETTER SHHA
+  const shown = "https://xn--ooks-zoe.partner.example/crm";
+  const real = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: genuine, description: "Partner sync", events: ["contact.created"] });
+  const rogue = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: lookalike, description: "Partner sync", events: ["contact.created"] });
+  expect(rogue.data.target_url).toBe(lookalike);
+  const contact = await server.api("POST", "/public/v1/contacts", { first_name: "Ada", email: "ada.lookalike@example.com" });
+  await page.goto(`${server.url}/console/subscriptions`);
+  const rows = Object.fromEntries(await Promise.all([real, rogue].map(async ({ data: s }) => [s.id, await page.textContent(`#subscriptions tr[data-subscription-id="${s.id}"] .url`)])));
+  await page.goto(`${server.url}/console/`);
+  const card = await page.textContent(`.health-card[data-subscription-id="${rogue.data.id}"] .url`);
+  const option = await page.textContent(`select[name=subscription_id] option[value="${rogue.data.id}"]`);
+  const deliveries = await page.$$eval(`#deliveries tbody tr:has(a[href="/console/contacts/${contact.data.id}"]) .url`, (urls) => urls.map((url) => url.textContent!).filter((url) => url.includes("partner.example")).sort());
+  await page.goto(`${server.url}/console/contacts/${contact.data.id}`);
+  const sent = await page.$$eval("#contact-events .url", (urls) => urls.map((url) => url.textContent!).filter((url) => url.includes("partner.example")).sort());
+  await page.goto(`${server.url}/console/subscriptions/${rogue.data.id}/delete`);
+  const confirm = { text: await page.textContent("main p"), button: await page.textContent("main form button[type=submit]") };
+  for (const s of [real, rogue]) await server.api("DELETE", `/public/v1/webhook-subscriptions/${s.data.id}`);
+  expect({ rows, card, option, deliveries, sent, confirm }).toEqual({
+    rows: { [real.data.id]: genuine, [rogue.data.id]: shown },
+    card: shown,
+    option: `\u2068Partner sync\u2069 — ${shown}`,
+    deliveries: [genuine, shown],
+    sent: [genuine, shown],
+    confirm: {
+      text: `Delete the subscription to ${shown} (Partner sync)? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.`,
+      button: `Delete subscription to ${shown}`,
+    },
+  });
+}, 60_000);
+
+test("a right-to-left override in a user's name reorders only the name, not the console's <email> beside it on a contact's page, nor a page title's \" · CRM console\"", async () => {
+  const { page } = b;
+  const user = await server.api("POST", "/public/v1/users", { name: `${RLO}repoh ecarg`, email: "mallory.rlo@example.com" });
+  const contact = await server.api("POST", "/public/v1/contacts", { first_name: `${RLO}ecal`, email: "ada.rlo@example.com", assigned_user_ids: [user.data.id] });
+  const sub = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "https://rlo.example/hook", description: `${RLO}cnys rentraP`, events: ["contact.created"] });
+  await page.goto(`${server.url}/console/contacts/${contact.data.id}`);
+  const contactTitle = await page.title();
+  // Drawn as "<moc.elpmaxe@olr.yrollam> grace hoper" before: the console's own "<...>" and the email ran backwards.
+  const tag = { text: await page.textContent("#contact-users .tag"), leftToRight: await leftToRight(page, "#contact-users .tag", ["mallory", "example"]) };
+  await page.goto(`${server.url}/console/subscriptions/${sub.data.id}`);
+  const healthTitle = await page.title();
+  await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.data.id}`);
+  // A title cannot hold <bdi>: FSI ... PDI keep the override off the console's name in the tab and the history.
+  expect({ tag, contactTitle, healthTitle }).toEqual({
+    tag: { text: `${RLO}repoh ecarg <mallory.rlo@example.com>`, leftToRight: { mallory: true, example: true } },
+    contactTitle: `\u2068${RLO}ecal\u2069 · CRM console`,
+    healthTitle: `\u2068${RLO}cnys rentraP\u2069 · CRM console`,
+  });
+}, 60_000);
