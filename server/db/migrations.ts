@@ -32,6 +32,7 @@ import signInThrottleWithoutEmails from "../../migrations/0028_sign_in_throttle_
 import secretRotationTest from "../../migrations/0029_secret_rotation_test.sql" with { type: "text" };
 import keptAnswersByResource from "../../migrations/0030_kept_answers_by_resource.sql" with { type: "text" };
 import nameIndexSecureDelete from "../../migrations/0031_name_index_secure_delete.sql" with { type: "text" };
+import deliveryKindHours from "../../migrations/0032_delivery_kind_hours.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -82,6 +83,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 29, name: "0029_secret_rotation_test.sql", sql: secretRotationTest },
   { version: 30, name: "0030_kept_answers_by_resource.sql", sql: keptAnswersByResource },
   { version: 31, name: "0031_name_index_secure_delete.sql", sql: nameIndexSecureDelete },
+  { version: 32, name: "0032_delivery_kind_hours.sql", sql: deliveryKindHours },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -31,7 +31,6 @@ import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
   countDeliveries,
-  countDeliveriesUpTo,
   countFailedDeliveriesBetween,
   findEventById,
   listDeliveriesOfEvents,
@@ -624,19 +623,21 @@ export async function deliveriesAfter(db: Db, filters: DeliveryFilters, after: D
 }
 
 /**
- * countMatchingDeliveries counts the deliveries matching typed filters. Filtered by subscription,
- * status and creation time alone, it sums the hourly counts (migration 0015) of the whole hours in
- * range and counts only the deliveries of the part hours at its ends: the same snapshot holds both,
- * so the sum is exact.
+ * countMatchingDeliveries counts the deliveries matching typed filters. Filtered by kind,
+ * subscription, status and creation time alone, it sums the hourly counts (migrations 0015 and
+ * 0032) of the whole hours in range and counts only the deliveries of the part hours at its ends:
+ * the same snapshot holds both, so the sum is exact. A kind beside a status or a subscription read
+ * each of its deliveries (618 ms for 617,608 succeeded of 1,000,000, on SQLite's main thread).
  */
 export async function countMatchingDeliveries(db: Db, filters: DeliveryFilters): Promise<number> {
-  const { subscriptionId, status, createdAfter, createdBefore, ...others } = filters;
+  // kindDrives is how a page is read (planDeliveryFilters), not a filter.
+  const { eventType, subscriptionId, status, createdAfter, createdBefore, kindDrives: _, ...others } = filters;
   if (Object.values(others).some((value) => value !== undefined)) return countDeliveries(db, await planDeliveryFilters(db, filters));
   const fromHour = createdAfter === undefined ? undefined : hourOf(createdAfter) + HOUR_MS;
   const untilHour = createdBefore === undefined ? undefined : hourOf(createdBefore);
   // Within an hour or two no whole hour is in range, and what is counted is at most those hours.
   if (fromHour !== undefined && untilHour !== undefined && fromHour >= untilHour) return countDeliveries(db, filters);
-  let total = await sumDeliveryHours(db, { subscriptionId, status, fromHour, untilHour });
+  let total = await sumDeliveryHours(db, { eventType, subscriptionId, status, fromHour, untilHour });
   // Creation times are whole milliseconds: an end within a millisecond of its hour has no part hour.
   if (fromHour !== undefined && createdAfter! < fromHour - 1) total += await countDeliveries(db, { ...filters, createdBefore: fromHour });
   if (untilHour !== undefined && createdBefore! > untilHour) total += await countDeliveries(db, { ...filters, createdAfter: untilHour - 1 });
@@ -647,8 +648,8 @@ export async function countMatchingDeliveries(db: Db, filters: DeliveryFilters):
  * planDeliveryFilters lets the kind's index drive (SQLite) beside a subscription or an unfinished
  * status when the kind has fewer deliveries in the time range than that filter keeps: each walk
  * reads its index's deliveries until a page is found, all of them when matches are rare, and SQLite
- * keeps no statistics to choose. The kind is counted up to the other's size, so the choice costs at
- * most the smaller of the two in index entries, beside the hourly counts. PostgreSQL plans by its statistics.
+ * keeps no statistics to choose. Both are counted from the hourly counts (the kind's, migration
+ * 0032) and the deliveries of a time range's part hours. PostgreSQL plans by its statistics.
  * Filters planned already (kindDrives set) are returned as they are: plan once for a page and its total.
  */
 export async function planDeliveryFilters(db: Db, filters: DeliveryFilters): Promise<DeliveryFilters> {
@@ -656,7 +657,7 @@ export async function planDeliveryFilters(db: Db, filters: DeliveryFilters): Pro
   const otherDriver = subscriptionId !== undefined || (status !== undefined && status !== "succeeded");
   if (filters.kindDrives !== undefined || db.dialect !== "sqlite" || eventType === undefined || !otherDriver || filters.eventId !== undefined || filters.subjectId !== undefined) return filters;
   const kept = await countMatchingDeliveries(db, { subscriptionId, status, createdAfter, createdBefore });
-  return { ...filters, kindDrives: (await countDeliveriesUpTo(db, { eventType, createdAfter, createdBefore }, kept)) < kept };
+  return { ...filters, kindDrives: (await countMatchingDeliveries(db, { eventType, createdAfter, createdBefore })) < kept };
 }
 
 /** WebhookEvent is an event as recorded in the outbox, with the deliveries made of it. */

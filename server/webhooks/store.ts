@@ -508,13 +508,6 @@ export async function countDeliveries(db: Db, filters: DeliveryFilters): Promise
   return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM webhook_deliveries d ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`, params))!.n;
 }
 
-/** countDeliveriesUpTo counts the deliveries matching the filters, stopping at `limit`: it reads no more than that many. */
-export async function countDeliveriesUpTo(db: Db, filters: DeliveryFilters, limit: number): Promise<number> {
-  const { where, params } = deliveryFilter(db.dialect, filters);
-  const sql = `SELECT count(*) AS n FROM (SELECT 1 FROM webhook_deliveries d ${where.length ? `WHERE ${where.join(" AND ")}` : ""} LIMIT ?) AS kept`;
-  return (await db.get<{ n: number }>(sql, [...params, limit]))!.n;
-}
-
 /** listDeliveries returns one page of deliveries, newest first. */
 export function listDeliveries(db: Db, filters: DeliveryFilters, page: Page): Promise<DeliveryRow[]> {
   const { where, params } = deliveryFilter(db.dialect, filters);
@@ -886,17 +879,19 @@ export function listDeliveryDaysSince(db: Db, fromDay: number, subscriptionId: s
 }
 
 /**
- * sumDeliveryHours counts the deliveries of a subscription and/or status created in the whole hours
- * from `fromHour` up to `untilHour` (each optional) from the hourly counts, without reading the deliveries.
+ * sumDeliveryHours counts the deliveries of a kind, a subscription and/or a status created in the
+ * whole hours from `fromHour` up to `untilHour` (each optional) from the hourly counts (a kind's
+ * from its own, migration 0032), without reading the deliveries.
  */
-export async function sumDeliveryHours(db: Db, filters: { subscriptionId?: string; status?: string; fromHour?: number; untilHour?: number }): Promise<number> {
+export async function sumDeliveryHours(db: Db, filters: { eventType?: string; subscriptionId?: string; status?: string; fromHour?: number; untilHour?: number }): Promise<number> {
   const where: string[] = [];
   const params: (string | number)[] = [];
+  if (filters.eventType !== undefined) where.push("event_type = ?") && params.push(filters.eventType);
   if (filters.subscriptionId !== undefined) where.push("subscription_id = ?") && params.push(filters.subscriptionId);
   if (filters.status !== undefined) where.push("status = ?") && params.push(filters.status);
   if (filters.fromHour !== undefined) where.push("hour >= ?") && params.push(filters.fromHour);
   if (filters.untilHour !== undefined) where.push("hour < ?") && params.push(filters.untilHour);
-  const sql = `SELECT coalesce(sum(n), 0) AS n FROM webhook_delivery_hours ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`;
+  const sql = `SELECT coalesce(sum(n), 0) AS n FROM ${filters.eventType === undefined ? "webhook_delivery_hours" : "webhook_delivery_kind_hours"} ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`;
   return Number((await db.get<{ n: number }>(sql, params))!.n);
 }
 

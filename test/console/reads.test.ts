@@ -53,7 +53,8 @@ const READS: [string, (db: ServiceDatabase) => unknown, RegExp[]][] = [
   ["older deliveries", (db) => latestDeliveries(db, { before: `${Date.now()}.dlv_01J00000000000000000000000` }), [/SEARCH d USING INDEX webhook_deliveries_created \(\(created_at,id\)<\(\?,\?\)\)/]],
   // Its total: the hourly counts, and the deliveries of the part hours at the range's ends by their index.
   ["deliveries in a time range", (db) => latestDeliveries(db, { since: "2026-11-20T11:30", until: "2026-11-20T13:30" }), [/SCAN webhook_delivery_hours/, /SEARCH d USING COVERING INDEX webhook_deliveries_created \(created_at>\? AND created_at<\?\)/]],
-  ["deliveries of one event kind", (db) => latestDeliveries(db, { event: "webhook.ping" }), [/SEARCH d USING INDEX webhook_deliveries_event_type \(event_type=\?\)/, /SEARCH d USING COVERING INDEX webhook_deliveries_event_type \(event_type=\?\)/]],
+  // Its total: the kind's hourly counts (migration 0032).
+  ["deliveries of one event kind", (db) => latestDeliveries(db, { event: "webhook.ping" }), [/SEARCH d USING INDEX webhook_deliveries_event_type \(event_type=\?\)/, /SEARCH webhook_delivery_kind_hours USING PRIMARY KEY \(event_type=\?\)/]],
   ["deliveries about a contact", (db) => latestDeliveries(db, { contact_id: contactId }), [/SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/, /SEARCH events USING INDEX events_subject \(subject_id=\?\)/]],
   ["failures by reason", (db) => recentFailures(db, subscription.id), [/SEARCH webhook_deliveries USING INDEX webhook_deliveries_subscription_status \(subscription_id=\? AND status=\? AND created_at>\?\)/]],
   ["a contact's page", (db) => contactPage(db, contactId), [/SEARCH events USING INDEX events_subject \(subject_id=\?\)/, /SEARCH webhook_deliveries USING INDEX webhook_deliveries_event \(event_id=\?\)/]],
@@ -117,8 +118,8 @@ describe("the deliveries list filtered by event kind (GET /webhook-deliveries?ev
 
 describe("the deliveries list by event kind beside a subscription or unfinished status (SQLite keeps no statistics to choose)", () => {
   // Either index is walked, its deliveries' rows read, until a page is found: all of them when the
-  // matches are few. The kind, counted up to the other filter's size, drives when it is the smaller.
-  test("a kind with fewer deliveries than the other filter keeps is read through its own index, page and count; a commoner one through the other's; both as a plain query finds them", async () => {
+  // matches are few. The kind drives when it is the smaller, both counted from the hourly counts.
+  test("a kind with fewer deliveries than the other filter keeps is read through its own index; a commoner one through the other's; both as a plain query finds them, and the total is summed from the kind's hourly counts", async () => {
     const busy = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/busy", events: ["contact.updated"] } })).body.data;
     await seedDeliveries(h.rt.db, busy, [1, 2, 3].map((i) => ({ at: Date.now() - 3000 - i, status: "succeeded" as const })));
     const cases: Record<string, DeliveryFilters> = {
@@ -127,7 +128,7 @@ describe("the deliveries list by event kind beside a subscription or unfinished 
       "webhook.ping, failed (1)": { eventType: "webhook.ping", status: "failed" },
       "contact.updated (5), failed (1)": { eventType: "contact.updated", status: "failed" },
     };
-    /** drivingIndexes runs a read and names the index each of its page and count statements walks the deliveries by. */
+    /** drivingIndexes runs a read and names the index each of its page statements (or a count, should one read the deliveries) walks the deliveries by. */
     async function drivingIndexes(read: (db: ServiceDatabase) => Promise<unknown>): Promise<string[]> {
       const spy = capturing(h.rt.db);
       await read(spy.db);
@@ -139,10 +140,10 @@ describe("the deliveries list by event kind beside a subscription or unfinished 
     const kind = "webhook_deliveries_event_type";
     // The list counts only past a full page: a page of 1 with 1 or none tells its own total.
     const indexes: Record<string, { console: string[]; api: string[] }> = {
-      "webhook.ping of a subscription with 3": { console: [kind, kind], api: [kind] },
-      "contact.updated (5) of a subscription with 3": { console: ["webhook_deliveries_subscription", "webhook_deliveries_subscription_status"], api: ["webhook_deliveries_subscription", "webhook_deliveries_subscription_status"] },
-      "webhook.ping, failed (1)": { console: [kind, kind], api: [kind] },
-      "contact.updated (5), failed (1)": { console: ["webhook_deliveries_unfinished", "webhook_deliveries_unfinished"], api: ["webhook_deliveries_unfinished"] },
+      "webhook.ping of a subscription with 3": { console: [kind], api: [kind] },
+      "contact.updated (5) of a subscription with 3": { console: ["webhook_deliveries_subscription"], api: ["webhook_deliveries_subscription"] },
+      "webhook.ping, failed (1)": { console: [kind], api: [kind] },
+      "contact.updated (5), failed (1)": { console: ["webhook_deliveries_unfinished"], api: ["webhook_deliveries_unfinished"] },
     };
     for (const [label, filters] of Object.entries(cases)) {
       const page = await deliveriesAfter(h.rt.db, filters, null, 1);
@@ -161,12 +162,12 @@ describe("the deliveries list by event kind beside a subscription or unfinished 
     expect(found).toEqual(expected);
   });
 
-  test("the choice is made once for a page and its total: the kind is counted up to the other filter's size once, in the API and the console", async () => {
+  test("the choice is made once for a page and its total: the kind alone is counted once, in the API and the console", async () => {
     const subscriptionId = (await h.rt.db.get<{ id: string }>("SELECT id FROM webhook_subscriptions ORDER BY id LIMIT 1"))!.id;
     const kindCounts = async (read: (db: ServiceDatabase) => Promise<unknown>) => {
       const spy = capturing(h.rt.db);
       await read(spy.db);
-      return spy.captured.filter((c) => /\) AS kept$/.test(c.sql.trim())).length;
+      return spy.captured.filter((c) => c.sql.includes("FROM webhook_delivery_kind_hours") && !c.sql.includes("subscription_id")).length;
     };
     expect({
       api: await kindCounts((db) => listDeliveriesPage(db, { event: "webhook.ping", subscription_id: subscriptionId, per_page: "1" })),
@@ -174,6 +175,14 @@ describe("the deliveries list by event kind beside a subscription or unfinished 
     }).toEqual({ api: 1, console: 1 });
   });
 });
+
+/** changeEveryWay changes the migration tests' deliveries dlv_1 to dlv_5 as the service does: a status changed, one kept by an attempt, a recovery and retention. */
+function changeEveryWay(db: Database) {
+    db.run("UPDATE webhook_deliveries SET status = 'succeeded' WHERE id = 'dlv_4'");
+    db.run("UPDATE webhook_deliveries SET status = 'pending', attempts = 2 WHERE id = 'dlv_5'"); // no change of status
+    db.run("UPDATE webhook_deliveries SET status = 'pending' WHERE id = 'dlv_3'"); // a recovery
+    db.run("DELETE FROM webhook_deliveries WHERE id IN ('dlv_1', 'dlv_2')"); // retention
+}
 
 describe("migration 0015", () => {
   let db: Database;
@@ -209,10 +218,7 @@ describe("migration 0015", () => {
       { subscription_id: "sub_b", hour: 10 * HOUR, status: "pending", n: 1 },
     ]);
     insert.run("dlv_5", "sub_b", "pending", 10 * HOUR + 2, 10 * HOUR + 2);
-    db.run("UPDATE webhook_deliveries SET status = 'succeeded' WHERE id = 'dlv_4'");
-    db.run("UPDATE webhook_deliveries SET status = 'pending', attempts = 2 WHERE id = 'dlv_5'"); // no change of status
-    db.run("UPDATE webhook_deliveries SET status = 'pending' WHERE id = 'dlv_3'"); // a recovery
-    db.run("DELETE FROM webhook_deliveries WHERE id IN ('dlv_1', 'dlv_2')"); // retention
+    changeEveryWay(db);
     expect(counts()).toEqual(truth());
     expect(counts()).toEqual([
       { subscription_id: "sub_a", hour: 11 * HOUR, status: "pending", n: 1 },
@@ -226,5 +232,39 @@ describe("migration 0015", () => {
       { id: "evt_a", subject_id: "con_a" },
       { id: "evt_p", subject_id: null },
     ]);
+  });
+});
+
+describe("migration 0032", () => {
+  test("counts existing deliveries by kind, subscription, hour and status, and from then on its triggers keep the counts equal to the deliveries", () => {
+    const db = new Database(":memory:");
+    const version = MIGRATIONS.findIndex((m) => m.name === "0032_delivery_kind_hours.sql");
+    migrate(db, MIGRATIONS.slice(0, version));
+    const HOUR = 3_600_000;
+    db.query("INSERT INTO events (id, type, payload, created_at) VALUES ('evt_a', 'contact.updated', '{}', 1)").run();
+    const insert = db.query("INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, status, created_at, updated_at) VALUES (?, 'evt_a', ?, ?, 'https://x', ?, ?, ?)");
+    insert.run("dlv_1", "contact.updated", "sub_a", "succeeded", 10 * HOUR + 5, 10 * HOUR + 5);
+    insert.run("dlv_2", "contact.created", "sub_a", "succeeded", 10 * HOUR + 7, 10 * HOUR + 7);
+    insert.run("dlv_3", "contact.updated", "sub_a", "failed", 11 * HOUR, 11 * HOUR);
+    insert.run("dlv_4", "contact.updated", "sub_b", "pending", 10 * HOUR + 1, 10 * HOUR + 1);
+    migrate(db);
+    const counts = () => db.query("SELECT event_type, subscription_id, hour, status, n FROM webhook_delivery_kind_hours ORDER BY 1, 2, 3, 4").all();
+    const truth = () =>
+      db.query("SELECT event_type, subscription_id, created_at - created_at % 3600000 AS hour, status, count(*) AS n FROM webhook_deliveries GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4").all();
+    expect(counts()).toEqual([
+      { event_type: "contact.created", subscription_id: "sub_a", hour: 10 * HOUR, status: "succeeded", n: 1 },
+      { event_type: "contact.updated", subscription_id: "sub_a", hour: 10 * HOUR, status: "succeeded", n: 1 },
+      { event_type: "contact.updated", subscription_id: "sub_a", hour: 11 * HOUR, status: "failed", n: 1 },
+      { event_type: "contact.updated", subscription_id: "sub_b", hour: 10 * HOUR, status: "pending", n: 1 },
+    ]);
+    insert.run("dlv_5", "contact.updated", "sub_b", "pending", 10 * HOUR + 2, 10 * HOUR + 2);
+    changeEveryWay(db);
+    expect(counts()).toEqual(truth());
+    expect(counts()).toEqual([
+      { event_type: "contact.updated", subscription_id: "sub_a", hour: 11 * HOUR, status: "pending", n: 1 },
+      { event_type: "contact.updated", subscription_id: "sub_b", hour: 10 * HOUR, status: "pending", n: 1 },
+      { event_type: "contact.updated", subscription_id: "sub_b", hour: 10 * HOUR, status: "succeeded", n: 1 },
+    ]);
+    db.close();
   });
 });

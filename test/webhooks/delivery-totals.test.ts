@@ -4,16 +4,18 @@ import type { Database } from "../../server/db/sql.ts";
 import { countMatchingDeliveries, listDeliveriesPage } from "../../server/webhooks/service.ts";
 import { hourOf } from "../../server/webhooks/stats.ts";
 import { deleteSubscription, type DeliveryFilters, type DeliveryRow } from "../../server/webhooks/store.ts";
+import { TEST_BACKEND } from "../support/backend.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { capturing } from "../support/query-plans.ts";
 import { addStoredDeliveries, addStoredSubscription } from "./support.ts";
 
-// The deliveries list's meta.total and the console table's total: filtered by subscription, status
-// and creation time alone they are summed from the hourly counts (migration 0015), the deliveries
-// of the part hours at a time range's ends counted beside them. Each must equal a plain count.
+// The deliveries list's meta.total and the console table's total: filtered by kind, subscription,
+// status and creation time alone they are summed from the hourly counts (migrations 0015 and 0032),
+// the deliveries of the part hours at a time range's ends counted beside them. Each must equal a plain count.
 const HOUR = 3_600_000;
 const T = Date.UTC(2026, 10, 20, 10);
 const STATUSES: DeliveryRow["status"][] = ["pending", "succeeded", "failed"];
+const KINDS = ["contact.created", "contact.updated"];
 
 let h: Harness;
 const subscriptions: Record<"a" | "b" | "deleted", string> = { a: "", b: "", deleted: "" };
@@ -25,7 +27,9 @@ beforeAll(async () => {
   // Deliveries at each hour's first and last millisecond and in between, over five hours.
   for (let hour = 0; hour < 5; hour++) {
     for (const [i, offset] of [0, 1, HOUR / 2, HOUR - 1].entries()) {
-      for (const subscription of [subscriptions.a, subscriptions.b, subscriptions.deleted]) await addStoredDeliveries(h.rt.db, subscription, T + hour * HOUR + offset, STATUSES[(hour + i) % 3]!);
+      for (const [s, subscription] of [subscriptions.a, subscriptions.b, subscriptions.deleted].entries()) {
+        await addStoredDeliveries(h.rt.db, subscription, T + hour * HOUR + offset, STATUSES[(hour + i) % 3]!, 1, KINDS[(hour + i + s) % 2]);
+      }
     }
   }
   await deleteSubscription(h.rt.db, subscriptions.deleted);
@@ -70,7 +74,7 @@ async function countReads(read: (db: Database) => Promise<unknown>): Promise<Cou
   return spy.captured
     .filter((c) => /count\(\*\)|sum\(n\)/.test(c.sql))
     .map((c) => {
-      if (c.sql.includes("webhook_delivery_hours")) return "hourly counts";
+      if (/webhook_delivery_(kind_)?hours/.test(c.sql)) return "hourly counts";
       // The only numbers a count of deliveries is given are its creation-time bounds.
       const bounds = c.params.filter((p): p is number => typeof p === "number");
       return { after: /created_at > \?/.test(c.sql) ? bounds.shift()! : -Infinity, before: /created_at < \?/.test(c.sql) ? bounds.shift()! : Infinity };
@@ -83,18 +87,20 @@ function holdsWholeHour(read: CountRead): boolean {
 }
 
 describe("delivery totals from the hourly counts", () => {
-  test("every combination of subscription, status and time range counts what a plain count does, reading no whole hour of deliveries", async () => {
+  test("every combination of kind, subscription, status and time range counts what a plain count does, reading no whole hour of deliveries", async () => {
     const counted: Record<string, { total: number; readsWholeHours: boolean }> = {};
     const expected: typeof counted = {};
     for (const [subscriptionLabel, subscriptionId] of [["any", undefined], ["a", subscriptions.a], ["deleted", subscriptions.deleted], ["unknown", "sub_01J00000000000000000000000"]] as const) {
       for (const status of [undefined, ...STATUSES]) {
         for (const [timeLabel, times] of Object.entries(TIMES)) {
-          const filters = { subscriptionId, status, ...times };
-          const label = `${subscriptionLabel} subscription, ${status ?? "any"} status, ${timeLabel}`;
-          let total = 0;
-          const reads = await countReads(async (db) => void (total = await countMatchingDeliveries(db, filters)));
-          counted[label] = { total, readsWholeHours: reads.some(holdsWholeHour) };
-          expected[label] = { total: plainCount(filters), readsWholeHours: false };
+          for (const eventType of [undefined, ...KINDS, "webhook.ping"]) {
+            const filters = { eventType, subscriptionId, status, ...times };
+            const label = `${eventType ?? "any"} kind, ${subscriptionLabel} subscription, ${status ?? "any"} status, ${timeLabel}`;
+            let total = 0;
+            const reads = await countReads(async (db) => void (total = await countMatchingDeliveries(db, filters)));
+            counted[label] = { total, readsWholeHours: reads.some(holdsWholeHour) };
+            expected[label] = { total: plainCount(filters), readsWholeHours: false };
+          }
         }
       }
     }
@@ -109,8 +115,12 @@ describe("delivery totals from the hourly counts", () => {
       "a subscription's failed": { subscription_id: subscriptions.a, status: "failed" },
       "created after an hour's last millisecond": { created_after: iso(T + 2 * HOUR - 1) },
       "created after mid-hour": { created_after: iso(T + HOUR + HOUR / 2) },
-      "a kind (not in the hourly counts)": { event: "contact.created" },
+      "a kind": { event: "contact.created" },
+      "a kind's succeeded": { event: "contact.updated", status: "succeeded" },
+      "a kind's failed": { event: "contact.updated", status: "failed" },
+      "a subscription's kind, created after mid-hour": { subscription_id: subscriptions.a, event: "contact.updated", created_after: iso(T + HOUR + HOUR / 2) },
     };
+    const planned = TEST_BACKEND === "sqlite" ? 3 : 1;
     const reads: Record<string, CountRead[]> = {};
     const totals: Record<string, number> = {};
     const plain: Record<string, number> = {};
@@ -131,7 +141,11 @@ describe("delivery totals from the hourly counts", () => {
         "a subscription's failed": ["hourly counts"],
         "created after an hour's last millisecond": ["hourly counts"],
         "created after mid-hour": ["hourly counts", { after: T + HOUR + HOUR / 2, before: T + 2 * HOUR }],
-        "a kind (not in the hourly counts)": [{ after: -Infinity, before: Infinity }],
+        "a kind": ["hourly counts"],
+        "a kind's succeeded": ["hourly counts"],
+        // on SQLite planned first (planDeliveryFilters): which index drives, by the other filter's and the kind's counts
+        "a kind's failed": Array(planned).fill("hourly counts"),
+        "a subscription's kind, created after mid-hour": Array(planned).fill(["hourly counts", { after: T + HOUR + HOUR / 2, before: T + 2 * HOUR }]).flat(),
       },
       totals: plain,
     });
