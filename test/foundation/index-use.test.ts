@@ -306,6 +306,36 @@ describe("index use: every documented filter and sort", () => {
     expect(found).toEqual(expected);
   });
 
+  test("created_after and updated_after together read the range of the one keeping fewer contacts (the sort's own, walked in order, unless the other keeps fewer and under 1 in 8), the other checked on each row; the page equals a plain query", async () => {
+    const times = (await h.rt.db.all<{ created_at: number }>("SELECT created_at FROM contacts ORDER BY created_at")).map((row) => row.created_at);
+    const plain = (filters: ContactFilters, sortBy: ContactSort, direction: "asc" | "desc") =>
+      h.db.sqlite
+        .query<{ id: string }, number[]>(`SELECT id FROM contacts WHERE created_at > ? AND updated_at > ? ORDER BY ${sortBy} ${direction} NULLS ${direction === "asc" ? "FIRST" : "LAST"}, id ${direction}`)
+        .all(filters.createdAfter!, filters.updatedAfter!)
+        .map((row) => row.id)
+        .slice(0, 2);
+    // the 3 newest contacts of 41 (under 1 in 8) beside an updated_after keeping every one, and the other way round: only changedLast was updated after lastCreated
+    const cases: [ContactFilters, ContactSort, string][] = [
+      [{ createdAfter: times[37]!, updatedAfter: 0 }, "updated_at", "SEARCH c USING INDEX contacts_created (created_at>?)"],
+      [{ createdAfter: times[37]!, updatedAfter: 0 }, "first_name", "SEARCH c USING INDEX contacts_created (created_at>?)"],
+      [{ createdAfter: times[37]!, updatedAfter: 0 }, "created_at", "SEARCH c USING INDEX contacts_created (created_at>?)"],
+      [{ createdAfter: 0, updatedAfter: lastCreated }, "created_at", "SEARCH c USING INDEX contacts_updated (updated_at>?)"],
+      [{ createdAfter: 0, updatedAfter: lastCreated }, "email", "SEARCH c USING INDEX contacts_updated (updated_at>?)"],
+      [{ createdAfter: 0, updatedAfter: lastCreated }, "updated_at", "SEARCH c USING INDEX contacts_updated (updated_at>?)"],
+    ];
+    for (const [filters, sortBy, search] of cases) {
+      for (const direction of ["asc", "desc"] as const) {
+        const { db, captured } = capturing(h.rt.db);
+        const rows = await listContacts(db, filters, { sortBy, direction, cursor: null, limit: 2, offset: 0, matches: await countContacts(h.rt.db, filters) });
+        const page = captured.find((c) => c.sql.startsWith("SELECT c.id"))!;
+        const label = `${JSON.stringify(filters)} ${sortBy} ${direction}`;
+        // the sort's own range is walked in its order: no sort step; another is read and sorted
+        const sorted = search.includes(SORT_SUFFIX[sortBy]!) ? [] : ["USE TEMP B-TREE FOR ORDER BY"];
+        expect({ label, plan: planOf(page), ids: rows.map((row) => row.id) }).toEqual({ label, plan: [search, ...sorted], ids: plain(filters, sortBy, direction) });
+      }
+    }
+  });
+
   test("a time filter alone whose matches lie beyond the window of the sort index is fetched after all; the list through the service counts it first", async () => {
     // only changedLast (the second oldest) was updated after lastCreated; counted as 40, the window is the 3 newest
     const filters = { updatedAfter: lastCreated };
