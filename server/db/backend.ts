@@ -113,12 +113,29 @@ const POSTGRES_CONNECTION_FAILURES = new Set([
 const POSTGRES_UNAVAILABLE_STATES = new Set(["57P01", "57P02", "57P03", "53300", "25006", "57014", "55P03"]);
 
 /**
+ * DatabaseFault is a PostgreSQL refusal of what the service was set up with, rather than of the
+ * moment: its login (a changed password, LOGIN revoked, a pg_hba.conf change: class 28) or its
+ * database (3D000: dropped or renamed). Every request meets it until the operator acts, and
+ * each is refused as "unavailable", so the service recovers by itself once it is mended.
+ */
+export type DatabaseFault = "login-refused" | "database-missing";
+
+/** databaseFaultOf tells which DatabaseFault an error is, or null for any other. */
+export function databaseFaultOf(error: unknown): DatabaseFault | null {
+  const { errno } = (error ?? {}) as { errno?: unknown };
+  if (typeof errno !== "string") return null;
+  if (errno.startsWith("28")) return "login-refused";
+  if (errno === "3D000") return "database-missing";
+  return null;
+}
+
+/**
  * databaseFailureOf tells whether an error is the database's own passing failure, of either
  * backend: "storage-full" for a full disk (SQLITE_FULL, PostgreSQL's 53100), "storage-read-only"
  * for a SQLite file or file system that takes no writes (SQLITE_UNWRITABLE), "unavailable" for a
  * database that cannot be reached or used just now (a PostgreSQL server down, restarting, out of
- * connections or not answering; SQLite locked by another process past the busy timeout); null for
- * anything else.
+ * connections, not answering, or refusing the service's login or database: databaseFaultOf;
+ * SQLite locked by another process past the busy timeout); null for anything else.
  */
 export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (error instanceof DatabaseNotAnswering) return "unavailable";
@@ -127,5 +144,6 @@ export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (typeof code === "string" && SQLITE_UNWRITABLE.test(code)) return "storage-read-only";
   if (typeof code === "string" && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";
   if (typeof errno === "string" && (errno.startsWith("08") || POSTGRES_UNAVAILABLE_STATES.has(errno))) return "unavailable";
+  if (databaseFaultOf(error) !== null) return "unavailable";
   return null;
 }
