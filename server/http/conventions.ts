@@ -39,6 +39,8 @@ export interface ConventionOptions {
   metricsToken: string;
   /** told of every request that failed unexpectedly (500): a newer crm's migration of the database could explain it */
   unexpectedFailure: () => void;
+  /** tablesHome names the PostgreSQL database and schema of the service's tables (tablesHomeOf), in the line saying they are missing; "" on SQLite */
+  tablesHome: string;
 }
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
@@ -68,10 +70,10 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
  * (body.ts), RFC 9457 problem responses for every error (errors.ts), and `Connection: close` on
  * every answer while the connections drain.
  */
-export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken, unexpectedFailure }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken, unexpectedFailure, tablesHome }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
-  const faults = new DatabaseFaultLog();
+  const faults = new DatabaseFaultLog(tablesHome);
   // The route table is complete before the first request; read once, on that request.
   let routeTable: RouteEntry[] | undefined;
   let staticPaths: Map<string, string[]> | undefined;

@@ -1,5 +1,5 @@
 import { ValidationError } from "elysia";
-import { databaseFailureOf, databaseFaultOf, type DatabaseFailure, type DatabaseFault } from "../db/backend.ts";
+import { databaseFailureOf, databaseFaultOf, tablesMissing, type DatabaseFailure, type DatabaseFault } from "../db/backend.ts";
 import type { Logger } from "../shared/log.ts";
 import { ProblemError, validationProblem, type FieldError } from "../shared/problem.ts";
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
@@ -120,12 +120,13 @@ const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string> = {
   unavailable: "database unavailable: a request was refused",
 };
 
-/** DATABASE_FAULT_LOGS are the lines a DatabaseFault is logged with, at error: what the operator must mend. */
-const DATABASE_FAULT_LOGS: Record<DatabaseFault, string> = {
-  "login-refused":
+/** DATABASE_FAULT_LOGS are the lines a DatabaseFault is logged with, at error: what the operator must mend (the tables' home named by tablesHomeOf). */
+const DATABASE_FAULT_LOGS: Record<DatabaseFault, (home: string) => string> = {
+  "login-refused": () =>
     "the PostgreSQL server refuses the service's login (its password changed, its LOGIN revoked, or pg_hba.conf): requests are refused (503 database-unavailable) until it accepts it; update --database-url (CRM_DATABASE_URL) to the role's new password, or give the role its login back",
-  "database-missing":
+  "database-missing": () =>
     "the PostgreSQL database that --database-url names does not exist (dropped or renamed): requests are refused (503 database-unavailable) until it is back; restore it, or point --database-url (CRM_DATABASE_URL) at it",
+  "tables-missing": (home) => `${tablesMissing(home)}; requests are refused (503 database-unavailable) until then`,
 };
 
 /** DATABASE_FAULT_LOG_INTERVAL_MS spaces the lines of a DatabaseFault that goes on: every request meets it, and one line a minute says it all. */
@@ -138,6 +139,9 @@ const DATABASE_FAULT_LOG_INTERVAL_MS = 60_000;
 export class DatabaseFaultLog {
   private readonly logged = new Map<DatabaseFault, { at: number; refused: number }>();
 
+  /** home names the database and schema of the service's tables (tablesHomeOf) */
+  constructor(private readonly home: string) {}
+
   /** refused logs, unless a line about `fault` was written within the minute, the refusal of one request. */
   refused(log: Logger, fault: DatabaseFault, error: unknown, request: { request_id: string; method: string; path: string }): void {
     const now = performance.now();
@@ -146,7 +150,7 @@ export class DatabaseFaultLog {
       last.refused += 1;
       return;
     }
-    log.error(DATABASE_FAULT_LOGS[fault], { ...request, error: String(error), ...(last ? { refused_since_last_line: last.refused } : {}) });
+    log.error(DATABASE_FAULT_LOGS[fault](this.home), { ...request, error: String(error), ...(last ? { refused_since_last_line: last.refused } : {}) });
     this.logged.set(fault, { at: now, refused: 0 });
   }
 }

@@ -735,4 +735,37 @@ describe("database refusing work", () => {
       ],
     ]);
   });
+
+  test("a database made again empty under the service (its tables missing, 42P01) is 503 database-unavailable, logged once naming the database and schema, and /readyz says so; the instance makes no tables, and serves what `crm migrate` (or a restore) puts there", async () => {
+    const doomed = await createTestDatabase();
+    const doomedToken = createTokenOn(doomed);
+    const { server } = await serveThroughRelay("postgres", {}, doomed);
+    expect((await api(server.url, doomedToken, "GET", "/public/v1/contacts")).status).toBe(200);
+    await doomed.drop();
+    await admin.unsafe(`CREATE DATABASE "${doomed.name}"`);
+    const missing = `the service's tables are missing from database "${doomed.name}", schema "public": was the database recreated? run crm migrate, or restore a backup`;
+    // The refusals of the database gone (3D000) come first, then those of its tables.
+    const seen: string[] = [];
+    await waitUntil(async () => {
+      const res = await api(server.url, doomedToken, "GET", "/public/v1/contacts");
+      seen.push(`${res.status} ${res.body?.type} ${res.headers.get("retry-after")}`);
+      return server.logLines().some((line) => /relation "\w+" does not exist/.test(line.error));
+    }, "a request to meet the missing tables", server.proc);
+    expect(new Set(seen)).toEqual(new Set([`503 ${UNAVAILABLE.type} 5`]));
+    const ready = await fetch(`${server.url}/readyz`);
+    expect({ status: ready.status, migrations: (await ready.json()).checks.migrations }).toEqual({ status: 503, migrations: missing });
+    expect(await refusalsSeen(server, doomedToken, 3)).toEqual(Array(3).fill(`503 ${UNAVAILABLE.type} 5`));
+    const lines = server.logLines().filter((line) => line.request_id && line.level === "error" && !/terminating connection|does not exist \(dropped/.test(`${line.error} ${line.msg}`));
+    expect(lines.map((line) => line.msg)).toEqual([`${missing}; requests are refused (503 database-unavailable) until then`]);
+    expect(lines[0]?.error).toMatch(/^PostgresError: relation "\w+" does not exist$/);
+    // Nothing was made meanwhile; once migrated, the instance serves the new database by itself.
+    const remade = new SQL({ url: doomed.url, max: 1 });
+    const [tables] = await remade`SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'`;
+    await remade.close();
+    expect(tables?.n).toBe(0);
+    const newToken = createTokenOn(doomed);
+    await waitUntil(async () => (await api(server.url, newToken, "GET", "/public/v1/contacts")).status === 200, "serving the migrated database", server.proc);
+    await server.stopWith("SIGTERM");
+    await doomed.drop();
+  });
 });
