@@ -1,5 +1,5 @@
-import { chmodSync, closeSync, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, renameSync, rmSync, statSync } from "node:fs";
-import { basename, dirname, join } from "node:path";
+import { accessSync, chmodSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import { basename, dirname, join, relative, resolve } from "node:path";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
 export function fsyncPath(path: string): void {
@@ -114,4 +114,58 @@ export function fileErrorText(error: unknown, remedy = "run the command as the u
   if (code === "EACCES" || code === "EPERM") return `permission denied (${remedy})`;
   if (code === "EISDIR") return "it is a directory, not a file";
   return (error as Error).message;
+}
+
+/** userName is the name of the user with id `uid` (from /etc/passwd), else the number. */
+export function userName(uid: number): string {
+  let passwd = "";
+  try {
+    passwd = readFileSync("/etc/passwd", "utf8");
+  } catch {
+    // No passwd file (a bare container): the number names the user as well, chown takes it.
+  }
+  for (const line of passwd.split("\n")) {
+    const [name, , id] = line.split(":");
+    if (name && id === String(uid)) return name;
+  }
+  return String(uid);
+}
+
+/**
+ * notOwnedText words, for a one-line message, what keeps the process from a file of the service's
+ * (in its data directory `home`, or its secrets key) that another user owns, and the fix: the
+ * first folder above it the process may not enter, else the file when it is not the process's.
+ * A root-owned one (a restore or a command done as root) is given to the process's user with
+ * chown; another user's means the command runs as the wrong user. Null when no other user's file
+ * or folder is in the way (the file's own mode, or a missing file).
+ */
+export function notOwnedText(path: string, home: string): string | null {
+  const me = process.getuid?.();
+  if (me === undefined || me === 0) return null;
+  const file = resolve(path);
+  const inHome = (p: string) => !relative(resolve(home), p).startsWith("..");
+  const folders: string[] = [];
+  for (let dir = dirname(file); ; dir = dirname(dir)) {
+    folders.unshift(dir);
+    if (dir === dirname(dir)) break;
+  }
+  const runsAs = `not by ${userName(me)} (the user this command runs as)`;
+  try {
+    for (const dir of folders) {
+      try {
+        accessSync(dir, constants.X_OK);
+      } catch {
+        const owner = statSync(dir).uid;
+        if (owner === me) return null;
+        if (!inHome(dir)) return `${userName(me)} may not enter ${dir} (owned by ${userName(owner)}): choose a path outside it`;
+        return `${dir} is owned by ${userName(owner)}, ${runsAs}: ${owner === 0 ? `chown -R ${userName(me)} ${dir}` : `run the command as ${userName(owner)}`}`;
+      }
+    }
+    const stat = statSync(file);
+    if (stat.uid === me) return null;
+    const chown = stat.isDirectory() ? "chown -R" : "chown";
+    return `${file} is owned by ${userName(stat.uid)}, ${runsAs}: ${stat.uid === 0 ? `${chown} ${userName(me)} ${file}` : `run the command as ${userName(stat.uid)}`}`;
+  } catch {
+    return null;
+  }
 }

@@ -1,0 +1,99 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { chmodSync, chownSync, cpSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
+import { AS_NOBODY, NOBODY } from "../support/permissions.ts";
+
+// The service as a VM runs it: as an unprivileged user, on files a root `cp`, `install` or command
+// may have touched. Run as root (the suite and CI are), the commands run as nobody; otherwise skipped.
+const isRoot = process.getuid?.() === 0;
+const AS_NOBODY_SOURCE = [...AS_NOBODY, ...SOURCE];
+
+let work: string;
+let good: string;
+
+/** untilExit runs a command that is expected to stop by itself (a refused serve), killed after 30 s as a hang guard. */
+async function untilExit(args: string[]): Promise<{ exitCode: number | null; stderr: string }> {
+  const proc = Bun.spawn([...AS_NOBODY_SOURCE, ...args], { cwd: "/", env: { PATH: process.env.PATH ?? "" }, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
+  const guard = setTimeout(() => proc.kill("SIGKILL"), 30_000);
+  const [stderr, exitCode] = await Promise.all([new Response(proc.stderr).text(), proc.exited]);
+  clearTimeout(guard);
+  return { exitCode, stderr };
+}
+
+/** asNobody runs a command to completion as nobody: its exit code and what it wrote on stderr. */
+function asNobody(args: string[]): { exitCode: number; stderr: string } {
+  const { exitCode, stderr } = runCli([...AS_NOBODY_SOURCE, ...args], { cwd: "/" });
+  return { exitCode, stderr };
+}
+
+/** copyOfGood is a fresh copy of a data directory nobody made and served (nobody's, 0700 and 0600). */
+function copyOfGood(name: string): string {
+  const dir = join(work, name);
+  cpSync(good, dir, { recursive: true });
+  chownSync(dir, NOBODY, NOBODY);
+  for (const file of ["crm.sqlite", "crm.lock", "secrets.key"]) chownSync(join(dir, file), NOBODY, NOBODY);
+  return dir;
+}
+
+beforeAll(async () => {
+  if (!isRoot) return;
+  work = tempDir("nonroot");
+  chmodSync(work, 0o755);
+  good = join(work, "good");
+  mkdirSync(good, { mode: 0o700 });
+  chownSync(good, NOBODY, NOBODY);
+  expect(asNobody(["migrate", "--data-dir", good]).exitCode).toBe(0);
+  // Served once, so secrets.key exists and the database records its check value.
+  const server = await spawnServer([...AS_NOBODY_SOURCE, "serve", "--port", "0", "--data-dir", good], { cwd: "/" });
+  expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+});
+afterAll(() => {
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+describe.skipIf(!isRoot)("as an unprivileged user, database files another user owns but the user may open", () => {
+  // A restore copied by root (a backup copied off the VM and back arrives 0644), one installed
+  // 0660 root:crm, or a WAL a root process left: the user may read and write them, not chmod them.
+  for (const [label, part, damage] of [
+    ["database root:root 0644", "crm.sqlite", (file: string) => (chownSync(file, 0, 0), chmodSync(file, 0o644))],
+    ["database root:nobody 0660", "crm.sqlite", (file: string) => (chownSync(file, 0, NOBODY), chmodSync(file, 0o660))],
+    ["a crm.sqlite-wal root left, 0644", "crm.sqlite-wal", (file: string) => (writeFileSync(file, ""), chmodSync(file, 0o644))],
+  ] as const) {
+    test(`${label}: serve, migrate and token list stop with one line naming the owner and the chown`, async () => {
+      const dir = copyOfGood(label.replace(/\W+/g, "-"));
+      const file = join(dir, part);
+      damage(file);
+      const line = `crm: cannot open the database ${join(dir, "crm.sqlite")} (--data-dir, CRM_DATA_DIR): ${file} is owned by root, not by nobody (the user this command runs as): chown nobody ${file}\n`;
+      const answers = [await untilExit(["serve", "--port", "0", "--data-dir", dir]), asNobody(["migrate", "--data-dir", dir]), asNobody(["token", "list", "--data-dir", dir])];
+      expect(answers).toEqual([
+        { exitCode: 2, stderr: line },
+        { exitCode: 2, stderr: line },
+        { exitCode: 2, stderr: line },
+      ]);
+    }, 60_000);
+  }
+
+  test("crm.lock root:root 0644 (a command run as root made it): serve stops with one line naming the owner and the chown", async () => {
+    const dir = copyOfGood("lock-root-0644");
+    const lock = join(dir, "crm.lock");
+    chownSync(lock, 0, 0);
+    chmodSync(lock, 0o644);
+    expect(await untilExit(["serve", "--port", "0", "--data-dir", dir])).toEqual({
+      exitCode: 2,
+      stderr: `crm: cannot open the lock file ${lock} (--data-dir, CRM_DATA_DIR): ${lock} is owned by root, not by nobody (the user this command runs as): chown nobody ${lock}\n`,
+    });
+  }, 60_000);
+
+  test("backup only reads: a database the user may read but not chmod (0640 root:nobody) is backed up, its mode left alone", () => {
+    const dir = copyOfGood("backup-readable");
+    const database = join(dir, "crm.sqlite");
+    chownSync(database, 0, NOBODY);
+    chmodSync(database, 0o640);
+    const copy = join(dir, "copy.sqlite");
+    const backup = asNobody(["backup", copy, "--data-dir", dir]);
+    expect(backup).toEqual({ exitCode: 0, stderr: "" });
+    const { uid, mode } = statSync(database);
+    expect({ uid, mode: mode & 0o777, copy: statSync(copy).uid }).toEqual({ uid: 0, mode: 0o640, copy: NOBODY });
+  }, 60_000);
+});
