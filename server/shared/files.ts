@@ -1,4 +1,5 @@
 import { accessSync, chmodSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import type { Stats } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
@@ -95,11 +96,18 @@ export function isAbsent(error: unknown): boolean {
  * in a directory the process may not enter read as missing; here such an error is thrown.
  */
 export function pathExists(path: string): boolean {
+  return statIfThere(path) !== undefined;
+}
+
+/**
+ * statIfThere is what is at `path`, undefined when nothing is (no such name, or a part of it not a
+ * directory); any other error (a folder the process may not enter) is thrown, as pathExists does.
+ */
+export function statIfThere(path: string): Stats | undefined {
   try {
-    statSync(path);
-    return true;
+    return statSync(path);
   } catch (error) {
-    if (isAbsent(error)) return false;
+    if (isAbsent(error)) return undefined;
     throw error;
   }
 }

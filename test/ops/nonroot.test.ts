@@ -97,3 +97,30 @@ describe.skipIf(!isRoot)("as an unprivileged user, database files another user o
     expect({ uid, mode: mode & 0o777, copy: statSync(copy).uid }).toEqual({ uid: 0, mode: 0o640, copy: NOBODY });
   }, 60_000);
 });
+
+describe.skipIf(!isRoot)("as an unprivileged user, the importer's paths behind a folder the user may not enter", () => {
+  // `sudo -u crm crm import contacts ./people.csv` typed in root's home, or --invalid-file there.
+  let shut: string;
+  let csv: string;
+  beforeAll(() => {
+    if (!isRoot) return;
+    shut = join(work, "root-only");
+    mkdirSync(shut, { mode: 0o700 });
+    csv = join(work, "people.csv");
+    writeFileSync(csv, "Email,First name\na@example.com,A\n", { mode: 0o644 });
+    writeFileSync(join(shut, "people.csv"), "Email,First name\na@example.com,A\n");
+  });
+
+  test("the input file: one line saying it cannot be read, no stack trace", () => {
+    const file = join(shut, "people.csv");
+    expect(asNobody(["import", "contacts", file, "--dry-run"])).toEqual({ exitCode: 2, stderr: `crm: import: cannot read ${file}: permission denied (run the import as a user who may read it)\n` });
+  });
+
+  test("--invalid-file: one line refusing it before anything is read or sent, no stack trace", () => {
+    const invalid = join(shut, "invalid.csv");
+    expect(asNobody(["import", "contacts", csv, "--dry-run", "--invalid-file", invalid])).toEqual({
+      exitCode: 2,
+      stderr: `crm: import: the invalid rows would go to ${invalid}, which cannot be written (in a folder this user may not enter); choose another file with --invalid-file\n`,
+    });
+  });
+});
