@@ -15,7 +15,7 @@ import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { printable } from "./shared/text.ts";
-import { fileErrorText, isAbsent, pathExists, statIfThere } from "./shared/files.ts";
+import { fileErrorText, isAbsent, notOwnedText, pathExists, statIfThere } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
@@ -213,7 +213,7 @@ function databaseExists(dataDir: string): boolean {
   try {
     return pathExists(file);
   } catch (error) {
-    throw new ConfigError(`cannot open the database ${file} (--data-dir, CRM_DATA_DIR): ${fileErrorText(error)}`);
+    throw new ConfigError(`cannot open the database ${file} (--data-dir, CRM_DATA_DIR): ${notOwnedText(file, dataDir) ?? fileErrorText(error)}`);
   }
 }
 

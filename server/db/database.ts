@@ -3,7 +3,7 @@ import { accessSync, chmodSync, constants, existsSync, statSync } from "node:fs"
 import { dirname, join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
-import { fileErrorText, makeOwnerOnlyDirectory, notOwnedText } from "../shared/files.ts";
+import { fileErrorText, giveToFolderOwner, makeOwnerOnlyDirectory, notOwnedText, pathExists } from "../shared/files.ts";
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
@@ -377,7 +377,8 @@ function endTurn(watch: Watch): void {
 /**
  * openConnection opens the SQLite file with the pragmas every connection needs. A file that cannot
  * be opened (another user's, not a database, read-only) is a ConfigError naming the file and the
- * setting, reported as one line.
+ * setting, reported as one line; one another user owns says whose it is and the fix, not SQLite's
+ * "unable to open database file".
  */
 function openConnection(path: string, synchronous: Synchronous): StatementCachingDatabase {
   let db: StatementCachingDatabase | undefined;
@@ -398,7 +399,9 @@ function openConnection(path: string, synchronous: Synchronous): StatementCachin
   } catch (error) {
     db?.close();
     if (!(error instanceof SQLiteError)) throw error;
-    throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${error.message}`);
+    // SQLite opens the WAL and shared-memory files too: a stale one of root's fails the open as well.
+    const notOwned = [path, `${path}-wal`, `${path}-shm`].map((file) => notOwnedText(file, dirname(path))).find((text) => text !== null);
+    throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${notOwned ?? error.message}`);
   }
 }
 
@@ -425,10 +428,12 @@ function keepOwnerOnly(database: string, file: string): void {
  * 0600, except for a copy (`copying`: backup), which only reads and may read a file it cannot chmod.
  */
 export function openDatabase(path: string, synchronous: Synchronous = "full", { copying = false }: { copying?: boolean } = {}): SqliteDatabase {
+  const created = path !== ":memory:" && !copying && !existsSync(path);
   const writer = openConnection(path, synchronous);
   if (path !== ":memory:" && !copying) {
     try {
       for (const part of [path, `${path}-wal`, `${path}-shm`]) {
+        if (created && existsSync(part)) giveToFolderOwner(part);
         keepOwnerOnly(path, part);
       }
     } catch (error) {
@@ -458,7 +463,7 @@ export function databasePath(dataDir: string): string {
     if (!statSync(dataDir).isDirectory()) throw new Error("it is not a directory");
     accessSync(dataDir, constants.R_OK | constants.W_OK);
   } catch (error) {
-    throw new ConfigError(`invalid data directory ${JSON.stringify(dataDir)} (--data-dir, CRM_DATA_DIR): ${(error as Error).message}`);
+    throw new ConfigError(`invalid data directory ${JSON.stringify(dataDir)} (--data-dir, CRM_DATA_DIR): ${notOwnedText(dataDir, dataDir) ?? (error as Error).message}`);
   }
   return databaseFile(dataDir);
 }
@@ -474,7 +479,9 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
   const path = dataDirectoryLockFile(dataDir);
   let lock: SqliteConnection | undefined;
   try {
+    const created = !pathExists(path);
     lock = new SqliteConnection(path, { create: true });
+    if (created) giveToFolderOwner(path);
     chmodSync(path, 0o600);
     lock.run("PRAGMA locking_mode = EXCLUSIVE");
     // No journal file beside the lock: the transaction never writes.

@@ -1,5 +1,4 @@
-import { accessSync, chmodSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
-import type { Stats } from "node:fs";
+import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, type Stats } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
@@ -42,7 +41,8 @@ export function createOwnerOnlyFile(path: string): void {
  */
 export function makeOwnerOnlyDirectory(path: string): void {
   const parent = dirname(path);
-  if (parent !== path && !existsSync(parent)) makeOwnerOnlyDirectory(parent);
+  // existsSync would take a parent the process may not enter for missing, and report a mkdir of it.
+  if (parent !== path && !pathExists(parent)) makeOwnerOnlyDirectory(parent);
   try {
     mkdirSync(path, { mode: 0o700 });
   } catch (error) {
@@ -176,4 +176,15 @@ export function notOwnedText(path: string, home: string): string | null {
   } catch {
     return null;
   }
+}
+
+/**
+ * giveToFolderOwner gives a file root has just created to the owner of its folder when that is
+ * another user: a command run as root in the service's data directory (`crm migrate` during an
+ * upgrade) would otherwise leave a file the service's user cannot open, and every later start refused.
+ */
+export function giveToFolderOwner(path: string): void {
+  if (process.getuid?.() !== 0) return;
+  const folder = statSync(dirname(path));
+  if (folder.uid !== 0) chownSync(path, folder.uid, folder.gid);
 }

@@ -5,7 +5,7 @@ import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { createOwnerOnlyFile, fileErrorText, fsyncPath, partialName, pathExists, publishFile } from "../shared/files.ts";
+import { createOwnerOnlyFile, fileErrorText, fsyncPath, giveToFolderOwner, notOwnedText, partialName, pathExists, publishFile } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
@@ -99,9 +99,14 @@ export function secretsKeyPath(config: Pick<Config, "secretsKeyFile" | "dataDir"
   return config.secretsKeyFile || join(config.dataDir, SECRETS_KEY_FILE_NAME);
 }
 
-/** unreadableKey is the refusal of a secrets key file the process may not read, or not look at. */
-function unreadableKey(path: string, error: unknown): ConfigError {
-  return new ConfigError(`secrets key file ${path} cannot be read: ${fileErrorText(error)}`);
+/**
+ * unreadableKey is the refusal of a secrets key file the process may not read, or not look at;
+ * another user's file, or data directory, is named with the fix (a file named by the setting
+ * stands alone: a folder above it is not the service's to chown).
+ */
+function unreadableKey(config: Pick<Config, "secretsKeyFile" | "dataDir">, error: unknown): ConfigError {
+  const path = secretsKeyPath(config);
+  return new ConfigError(`secrets key file ${path} cannot be read: ${notOwnedText(path, config.secretsKeyFile ? path : config.dataDir) ?? fileErrorText(error)}`);
 }
 
 /**
@@ -114,7 +119,7 @@ export function secretsKeyExists(config: Pick<Config, "secretsKeyFile" | "dataDi
   try {
     return pathExists(path);
   } catch (error) {
-    throw unreadableKey(path, error);
+    throw unreadableKey(config, error);
   }
 }
 
@@ -141,6 +146,7 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
     // meanwhile keeps its own, which is read below.
     const partial = partialName(path);
     createOwnerOnlyFile(partial);
+    giveToFolderOwner(partial);
     writeFileSync(partial, `${key.toString("base64")}\n`);
     fsyncPath(partial);
     if (publishFile(partial, path)) return { key, path, created: true };
@@ -149,7 +155,7 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   try {
     text = readFileSync(path, "utf8").trim();
   } catch (error) {
-    throw unreadableKey(path, error);
+    throw unreadableKey(config, error);
   }
   const key = Buffer.from(text, "base64");
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || key.length !== KEY_BYTES) throw new ConfigError(`secrets key file ${path} does not hold a key (base64 of ${KEY_BYTES} random bytes)`);

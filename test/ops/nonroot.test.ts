@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { chmodSync, chownSync, cpSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, chownSync, cpSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
 import { AS_NOBODY, NOBODY } from "../support/permissions.ts";
 
@@ -95,6 +95,67 @@ describe.skipIf(!isRoot)("as an unprivileged user, database files another user o
     expect(backup).toEqual({ exitCode: 0, stderr: "" });
     const { uid, mode } = statSync(database);
     expect({ uid, mode: mode & 0o777, copy: statSync(copy).uid }).toEqual({ uid: 0, mode: 0o640, copy: NOBODY });
+  }, 60_000);
+});
+
+describe.skipIf(!isRoot)("as an unprivileged user, files and folders root owns: the line says whose they are and the fix", () => {
+  const runsAs = "not by nobody (the user this command runs as)";
+
+  test("database root:root 0600 (a plain cp of a backup as root): token list and serve name the owner and the chown, not SQLite's 'unable to open database file'", async () => {
+    const dir = copyOfGood("db-root-0600");
+    const database = join(dir, "crm.sqlite");
+    chownSync(database, 0, 0);
+    const line = `crm: cannot open the database ${database} (--data-dir, CRM_DATA_DIR): ${database} is owned by root, ${runsAs}: chown nobody ${database}\n`;
+    expect([asNobody(["token", "list", "--data-dir", dir]), await untilExit(["serve", "--port", "0", "--data-dir", dir])]).toEqual([
+      { exitCode: 2, stderr: line },
+      { exitCode: 2, stderr: line },
+    ]);
+  }, 60_000);
+
+  for (const [name, refusal] of [
+    ["crm.sqlite-wal", (file: string) => `cannot open the database ${join(dirname(file), "crm.sqlite")} (--data-dir, CRM_DATA_DIR)`],
+    ["crm.lock", (file: string) => `cannot open the lock file ${file} (--data-dir, CRM_DATA_DIR)`],
+    ["secrets.key", (file: string) => `secrets key file ${file} cannot be read`],
+  ] as const) {
+    test(`${name} root:root 0600: serve names the owner and the chown`, async () => {
+      const file = join(copyOfGood(`${name}-root-0600`), name);
+      if (name === "crm.sqlite-wal") writeFileSync(file, "", { mode: 0o600 });
+      chownSync(file, 0, 0);
+      expect(await untilExit(["serve", "--port", "0", "--data-dir", dirname(file)])).toEqual({ exitCode: 2, stderr: `crm: ${refusal(file)}: ${file} is owned by root, ${runsAs}: chown nobody ${file}\n` });
+    }, 60_000);
+  }
+
+  test("a data directory root:root 0700: token list and serve name its owner and the chown -R", async () => {
+    const dir = copyOfGood("dir-root-0700");
+    chownSync(dir, 0, 0);
+    const owned = `${dir} is owned by root, ${runsAs}: chown -R nobody ${dir}`;
+    expect([asNobody(["token", "list", "--data-dir", dir]), await untilExit(["serve", "--port", "0", "--data-dir", dir])]).toEqual([
+      { exitCode: 2, stderr: `crm: cannot open the database ${join(dir, "crm.sqlite")} (--data-dir, CRM_DATA_DIR): ${owned}\n` },
+      { exitCode: 2, stderr: `crm: invalid data directory ${JSON.stringify(dir)} (--data-dir, CRM_DATA_DIR): ${owned}\n` },
+    ]);
+  }, 60_000);
+
+  test("a data directory inside a folder the user may not enter: serve and migrate name that folder, not a mkdir of a directory that exists", async () => {
+    const shut = join(work, "shut");
+    const dir = join(shut, "inner", "data");
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    chownSync(dir, NOBODY, NOBODY);
+    const line = `crm: invalid data directory ${JSON.stringify(dir)} (--data-dir, CRM_DATA_DIR): nobody may not enter ${shut} (owned by root): choose a path outside it\n`;
+    expect([asNobody(["migrate", "--data-dir", dir]), await untilExit(["serve", "--port", "0", "--data-dir", dir])]).toEqual([
+      { exitCode: 2, stderr: line },
+      { exitCode: 2, stderr: line },
+    ]);
+   }, 60_000);
+
+  test("a migrate run as root on the service user's new data directory gives it the files it creates (crm.lock, crm.sqlite): the next start as that user works", async () => {
+    const dir = join(work, "migrated-by-root");
+    mkdirSync(dir, { mode: 0o700 });
+    chownSync(dir, NOBODY, NOBODY);
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dir], { cwd: "/" }).exitCode).toBe(0);
+    const owners = Object.fromEntries(readdirSync(dir).map((name) => [name, statSync(join(dir, name)).uid]));
+    expect(owners).toEqual({ "crm.lock": NOBODY, "crm.sqlite": NOBODY });
+    const server = await spawnServer([...AS_NOBODY_SOURCE, "serve", "--port", "0", "--data-dir", dir], { cwd: "/" });
+    expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
   }, 60_000);
 });
 
