@@ -1,11 +1,11 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Database, Db } from "../db/sql.ts";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from "node:crypto";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { createOwnerOnlyFile, fileErrorText, fsyncPath, giveToFolderOwner, notOwnedText, partialName, pathExists, publishFile } from "../shared/files.ts";
+import { createOwnerOnlyFile, fileErrorText, fsyncPath, giveToFolderOwner, notOwnedText, partialName, pathExists, publishFile, userName } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
@@ -134,7 +134,7 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   if (config.databaseUrl && !config.secretsKeyFile) {
     throw new ConfigError(
       "on PostgreSQL (--database-url) every instance must read the same secrets key: pass --secrets-key-file FILE (CRM_SECRETS_KEY_FILE); " +
-        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: head -c 32 /dev/urandom | base64 > FILE",
+        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: (umask 077; head -c 32 /dev/urandom | base64 > FILE)",
     );
   }
   const path = secretsKeyPath(config);
@@ -159,7 +159,22 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   }
   const key = Buffer.from(text, "base64");
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || key.length !== KEY_BYTES) throw new ConfigError(`secrets key file ${path} does not hold a key (base64 of ${KEY_BYTES} random bytes)`);
+  refuseOpenKey(path);
   return { key, path, created: false };
+}
+
+/**
+ * refuseOpenKey refuses a key file its group or other users may read or write, as OpenSSH refuses
+ * such a private key: a warning in a log at start leaves the key readable, and with it every
+ * signing secret to whoever also gets a backup. The fix is printed: chmod 600, after a chown when
+ * the file is another user's (a root:crm 0640 key would shut the service out once 0600).
+ */
+function refuseOpenKey(path: string): void {
+  const { mode, uid } = statSync(path);
+  if ((mode & 0o077) === 0) return;
+  const me = process.getuid?.() ?? uid;
+  const chown = me !== uid && me !== 0 ? `chown ${userName(me)} ${path} && ` : "";
+  throw new ConfigError(`secrets key file ${path} is open to other users (mode 0${(mode & 0o777).toString(8)}); like a private key it must be its owner's alone: ${chown}chmod 600 ${path}`);
 }
 
 /**

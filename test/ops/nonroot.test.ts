@@ -185,3 +185,27 @@ describe.skipIf(!isRoot)("as an unprivileged user, the importer's paths behind a
     });
   });
 });
+
+describe.skipIf(!isRoot)("as an unprivileged user, a secrets key other users may read is refused, as ssh refuses such a private key", () => {
+  test("the data directory's secrets.key made 0644 (`head -c 32 /dev/urandom | base64 > FILE` under umask 022): serve stops with one line giving the chmod", async () => {
+    const dir = copyOfGood("key-0644");
+    const key = join(dir, "secrets.key");
+    chmodSync(key, 0o644);
+    expect(await untilExit(["serve", "--port", "0", "--data-dir", dir])).toEqual({
+      exitCode: 2,
+      stderr: `crm: secrets key file ${key} is open to other users (mode 0644); like a private key it must be its owner's alone: chmod 600 ${key}\n`,
+    });
+  }, 60_000);
+
+  test("--secrets-key-file 0640 root:nobody (the service's group may read it): the fix gives the key to the user first, then chmods it", () => {
+    const dir = copyOfGood("key-file-0640");
+    const key = join(work, "group-readable.key");
+    cpSync(join(dir, "secrets.key"), key);
+    chownSync(key, 0, NOBODY);
+    chmodSync(key, 0o640);
+    expect(asNobody(["token", "list", "--data-dir", dir, "--secrets-key-file", key])).toEqual({
+      exitCode: 2,
+      stderr: `crm: secrets key file ${key} is open to other users (mode 0640); like a private key it must be its owner's alone: chown nobody ${key} && chmod 600 ${key}\n`,
+    });
+  });
+});
