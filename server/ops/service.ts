@@ -235,7 +235,7 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
     throw new BackupError(`cannot create ${file}: ${(error as Error).message}`);
   }
   try {
-    const db = openDatabase(source);
+    const db = openDatabase(source, "full", { copying: true });
     try {
       db.waitingForLocks((writer) => vacuumInto(writer, partial));
     } finally {
