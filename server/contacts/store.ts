@@ -170,6 +170,8 @@ export async function unlinkAccountFromContacts(db: Db, accountId: string, updat
  * assigned_user_ids copy), read back by RETURNING, then the relation rows. Returns the changed rows.
  */
 export async function unassignUserFromContacts(db: Db, userId: string, updatedAt: number): Promise<ContactRow[]> {
+  // The contacts by a UNION of the two indexed lookups: PostgreSQL reads every contact for
+  // `assigned_user_id = ? OR id IN (...)`, under the write lock every instance waits on.
   // sqlite-only: json_group_array builds the assigned_user_ids copy; PostgreSQL joins the ids (usr_
   // and a ULID, nothing to escape) into the text JSON.stringify would write.
   const userIds =
@@ -180,7 +182,7 @@ export async function unassignUserFromContacts(db: Db, userId: string, updatedAt
     // As notBefore: a contact stamped by an instance whose clock runs ahead keeps that stamp.
     `UPDATE contacts SET version = version + 1, updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END,
        assigned_user_id = NULLIF(assigned_user_id, ?), assigned_user_ids = (${userIds})
-     WHERE assigned_user_id = ? OR id IN (SELECT contact_id FROM contact_assigned_users WHERE user_id = ?)
+     WHERE id IN (SELECT id FROM contacts WHERE assigned_user_id = ? UNION SELECT contact_id FROM contact_assigned_users WHERE user_id = ?)
      RETURNING ${ROW_COLUMNS}`,
     [updatedAt, updatedAt, userId, userId, userId, userId],
   );
