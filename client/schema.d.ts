@@ -497,7 +497,7 @@ export interface paths {
         put?: never;
         /**
          * Rotate a subscription's signing secret
-         * @description Replaces the signing secret with a new one, shown in full only in this response. For the grace period (grace_hours, default 24) every request carries two signatures in webhook-signature, `v1,<new> v1,<previous>`, so a receiver verifying with either secret keeps working; then only the new one. Rotating again within the grace period drops the oldest secret.
+         * @description Replaces the signing secret with a new one, shown in full only in this response. For the grace period (grace_hours, default 24) every request carries two signatures in webhook-signature, `v1,<new> v1,<previous>`, so a receiver verifying with either secret keeps working; then only the new one. A test event (POST .../test) carries both too, so it does not tell whether the receiver has the new secret; the console's rotation wizard signs its test with the new one alone. Rotating again within the grace period drops the oldest secret.
          */
         post: operations["rotateWebhookSubscriptionSecret"];
         delete?: never;

@@ -5,7 +5,7 @@ import { authentication } from "./auth/routes.ts";
 import { tokenRate } from "./auth/service.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
-import { migrateBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
+import { migrateBackend, refuseNewerDatabase, tablesHomeOf, type Backend } from "./db/backend.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
@@ -76,6 +76,7 @@ export function createApp(runtime: Runtime) {
         listening: rt.listening,
         metricsToken: rt.config.metricsToken,
         unexpectedFailure: () => rt.migrations.checkSoon(),
+        tablesHome: rt.config.databaseUrl ? tablesHomeOf(rt.config) : "",
       }),
     )
     .use(limitsGuard(rt))

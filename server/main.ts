@@ -1,5 +1,5 @@
 #!/usr/bin/env bun
-import { readFileSync, statSync } from "node:fs";
+import { readFileSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
@@ -15,7 +15,7 @@ import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { printable } from "./shared/text.ts";
-import { fileErrorText, isAbsent, pathExists } from "./shared/files.ts";
+import { fileErrorText, isAbsent, notOwnedText, pathExists, statIfThere } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
@@ -213,7 +213,7 @@ function databaseExists(dataDir: string): boolean {
   try {
     return pathExists(file);
   } catch (error) {
-    throw new ConfigError(`cannot open the database ${file} (--data-dir, CRM_DATA_DIR): ${fileErrorText(error)}`);
+    throw new ConfigError(`cannot open the database ${file} (--data-dir, CRM_DATA_DIR): ${notOwnedText(file, dataDir) ?? fileErrorText(error)}`);
   }
 }
 
@@ -356,7 +356,12 @@ async function importCommand(args: string[]): Promise<number> {
   const dryRun = takeFlag(args, "--dry-run");
   const file = args.shift();
   if (!file || file.startsWith("-") || args.length > 0) throw new ConfigError(args.length > 0 ? `import: unexpected ${args.join(" ")} (${IMPORT_USAGE})` : IMPORT_USAGE);
-  const input = statSync(file, { throwIfNoEntry: false });
+  let input: Stats | undefined;
+  try {
+    input = statIfThere(file);
+  } catch (error) {
+    throw new ConfigError(`import: cannot read ${file}: ${fileErrorText(error, "run the import as a user who may read it")}`);
+  }
   if (!input) throw new ConfigError(`import: no file ${file}`);
   if (input.isDirectory()) throw new ConfigError(`import: ${file} is a directory, not a .csv or .jsonl file`);
   // The file is read more than once (checked whole, then its accounts, then its contacts), never all held in memory.

@@ -209,13 +209,15 @@ export function SecretRotationLive({ subscriptionId, csrfToken, testFormKey, tar
           <h3>Subscription</h3>
           <SubscriptionLabel description={description} url={target_url} />
           <p class="hint">
-            Secret rotated at <Time value={rotated_at} />; until <Time value={previous_expires_at} /> every request carries two signatures, the new secret's first.
+            Secret rotated at <Time value={rotated_at} />; until <Time value={previous_expires_at} /> every request but the test event carries two signatures, the new
+            secret's first.
           </p>
         </div>
       </section>
       <TestStep action={`${base}/test`} csrfToken={csrfToken} formKey={testFormKey} current={current}>
-        A <code>webhook.ping</code> goes to this subscription, signed with the new and the previous secret. Configure the receiver with the new secret, then check
-        that it verifies and processes the event.
+        A <code>webhook.ping</code> goes to this subscription signed with the new secret alone (other requests carry both signatures until the previous secret
+        is retired), so a receiver still on the previous secret refuses it. Configure the receiver with the new secret, then check that it verifies and
+        processes the event.
       </TestStep>
       <section class={`card step ${succeeded ? "" : "locked"}`} id="step-retire">
         <h2>

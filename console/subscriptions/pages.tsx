@@ -530,7 +530,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
             </h2>
             <p>
               The subscription gets a new secret, shown once. For the grace period every request carries two signatures, <code>v1,&lt;new&gt; v1,&lt;previous&gt;</code>,
-              so the receiver keeps verifying while it switches.
+              so the receiver keeps verifying while it switches; the test event of step 3 carries the new one's alone.
             </p>
             <form method="post" action={`/console/subscriptions/${s.id}/rotate-secret`} class="stack">
               <CsrfField token={props.session.csrfToken} />

@@ -325,10 +325,10 @@ export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: 
 }
 
 /**
- * sendSecretRotationTest sends a webhook.ping, signed with both secrets, while the rotation's grace
- * period runs, and remembers its delivery as the rotation's test, in one commit: a ping the wizard
- * does not know of would leave it asking for a test that was sent. Once per form key: sent twice
- * (a double click), it sends one ping.
+ * sendSecretRotationTest sends a webhook.ping while the rotation's grace period runs, and remembers
+ * its delivery as the rotation's test, in one commit: a ping the wizard does not know of would leave
+ * it asking for a test that was sent, and the record is what has the ping signed with the new secret
+ * alone (signingSecrets). Once per form key: sent twice (a double click), it sends one ping.
  */
 export async function sendSecretRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
   await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/secret-rotation/test`, key: formKey }, async (tx, now) => {

@@ -654,7 +654,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
   refuseDeepSlowPage(list, filters);
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
   const reading = pageWindow(list);
-  const needsCount = listNeedsCount(filters, list.sortBy);
+  const needsCount = listNeedsCount(filters, list.sortBy, db.dialect);
   // A page and a count read apart, each in a snapshot of its own on PostgreSQL, can disagree (a
   // contact created between them counted and not shown): a list reads both in one snapshot. A
   // lookup by email, whose page of one contact tells its total, pays no transaction, and reads

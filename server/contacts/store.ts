@@ -1,4 +1,4 @@
-import type { Db } from "../db/sql.ts";
+import type { Db, Dialect } from "../db/sql.ts";
 import { keysetOrder, pageSelect, unindexed } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { ContactSort } from "./model.ts";
@@ -170,6 +170,8 @@ export async function unlinkAccountFromContacts(db: Db, accountId: string, updat
  * assigned_user_ids copy), read back by RETURNING, then the relation rows. Returns the changed rows.
  */
 export async function unassignUserFromContacts(db: Db, userId: string, updatedAt: number): Promise<ContactRow[]> {
+  // The contacts by a UNION of the two indexed lookups: PostgreSQL reads every contact for
+  // `assigned_user_id = ? OR id IN (...)`, under the write lock every instance waits on.
   // sqlite-only: json_group_array builds the assigned_user_ids copy; PostgreSQL joins the ids (usr_
   // and a ULID, nothing to escape) into the text JSON.stringify would write.
   const userIds =
@@ -180,7 +182,7 @@ export async function unassignUserFromContacts(db: Db, userId: string, updatedAt
     // As notBefore: a contact stamped by an instance whose clock runs ahead keeps that stamp.
     `UPDATE contacts SET version = version + 1, updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END,
        assigned_user_id = NULLIF(assigned_user_id, ?), assigned_user_ids = (${userIds})
-     WHERE assigned_user_id = ? OR id IN (SELECT contact_id FROM contact_assigned_users WHERE user_id = ?)
+     WHERE id IN (SELECT id FROM contacts WHERE assigned_user_id = ? UNION SELECT contact_id FROM contact_assigned_users WHERE user_id = ?)
      RETURNING ${ROW_COLUMNS}`,
     [updatedAt, updatedAt, userId, userId, userId, userId],
   );
@@ -240,12 +242,13 @@ function caseSpellings(ch: string): string[] {
 }
 
 /**
- * fullNameContains is the PostgreSQL condition on contacts (alias c) for a full name containing
- * the needle, case-insensitively in every script, % and _ taken literally: ILIKE on the generated
- * full_name, found through its pg_trgm index from 3 characters on (shorter needles scan, as on SQLite).
+ * fullNameContains is the PostgreSQL condition on contacts (or a window of them, `alias`) for a full
+ * name containing the needle, case-insensitively in every script, % and _ taken literally: ILIKE on
+ * the generated full_name, found through its pg_trgm index from 3 characters on (shorter needles
+ * scan, as on SQLite).
  */
-function fullNameContains(needle: string): { condition: string; params: string[] } {
-  return { condition: "c.full_name ILIKE ? ESCAPE '\\'", params: [`%${needle.replace(/[\\%_]/g, "\\$&")}%`] };
+function fullNameContains(needle: string, alias = "c"): { condition: string; params: string[] } {
+  return { condition: `${alias}.full_name ILIKE ? ESCAPE '\\'`, params: [`%${needle.replace(/[\\%_]/g, "\\$&")}%`] };
 }
 
 /** RowidSpan is the lowest and highest rowid of a window's entries (null for an empty window). */
@@ -634,11 +637,10 @@ interface Walk {
  * when it is cheaper than the fetch (nameWindow).
  */
 async function walkWindow(db: Db, filters: ContactFilters, page: Pick<ContactPage, "sortBy" | "matches" | "limit" | "offset">): Promise<Walk> {
-  if (!listNeedsCount(filters, page.sortBy)) return { rows: 0, relation: null };
+  if (!listNeedsCount(filters, page.sortBy, db.dialect)) return { rows: 0, relation: null };
   if (page.matches === null) throw new Error("listContacts: this filter needs the count of matches (listNeedsCount)");
   const sole = soleFilter(filters);
-  // PostgreSQL plans a name search itself, by its statistics: through the trigram index, or along the sort index.
-  if (sole?.kind === "full_name") return db.dialect === "postgres" ? { rows: 0, relation: null } : nameWindow(page, page.matches, await countAllContacts(db));
+  if (sole?.kind === "full_name") return nameWindow(page, page.matches, await countAllContacts(db));
   if (page.matches === 0) return { rows: 0, relation: null };
   if (!relationsAndTimes(filters)) return db.dialect === "postgres" ? { rows: 0, relation: null } : timeWindow(page, page.matches, await countAllContacts(db));
   const terms = await relationTerms(db, filters);
@@ -667,14 +669,15 @@ function windowEntries(page: Pick<ContactPage, "limit" | "offset">, candidates: 
 }
 
 /**
- * nameWindow is the walk of a page of a name search on SQLite, given the count of its matches among
- * all `contacts`: a window of the contacts' sort index (windowEntries), each entry probed for the
+ * nameWindow is the walk of a page of a name search, given the count of its matches among all
+ * `contacts`: a window of the contacts' sort index (windowEntries), each entry probed for the
  * needle, while its entries are fewer than NAME_WINDOW_PER_MATCH times the matches; else every
  * match is fetched and sorted. Where the window holds too few matches, the page is fetched after
- * all. No page walks the whole index: a search of 1 in 8 contacts or more did, to find matches
- * crowding its far end. A needle matching 1 in 9 of 100,000 contacts fetched and sorted its 11,111
- * matches for every page (5.7 to 10.7 ms); its window is 469 entries for the first page and 18,019
- * for the 40th (2.0 and 2.6 ms), bench/names.ts.
+ * all. No page walks the whole index: a search of 1 in 8 contacts or more did on SQLite, to find
+ * matches crowding its far end, and PostgreSQL's own plan walked it for a surname sorted by
+ * surname (collectsMatches). A needle matching 1 in 9 of 100,000 contacts fetched and sorted its
+ * 11,111 matches for every page on SQLite (5.7 to 10.7 ms); its window is 469 entries for the
+ * first page and 18,019 for the 40th (2.0 and 2.6 ms), bench/names.ts.
  */
 function nameWindow(page: Pick<ContactPage, "limit" | "offset">, matches: number, contacts: number): Walk {
   const rows = windowEntries(page, contacts, matches);
@@ -690,9 +693,11 @@ function nameWindow(page: Pick<ContactPage, "limit" | "offset">, matches: number
  * on SQLite; a window of 200 entries instead). Where the matches lie beyond the window (contacts
  * updated lately are mostly the newest, so oldest first reaches them last), the page is fetched
  * after all: it costs at most the window more. A narrower range is fetched and sorted: few rows.
- * PostgreSQL is left its own plan, which weighs the range by its statistics and already walks the
- * sort index for a broad one, until the page is full (0.1 ms, where a window took 1.5), and its
- * pooled statements keep planning each range (a generic plan is costed far above them).
+ * PostgreSQL is left its own plan for a broad range: it walks the sort index until the page is full
+ * (0.1 ms, where a window took 1.5), and its pooled statements keep planning each range (a generic
+ * plan is costed far above them). A narrower one is collected first there too (collectsMatches):
+ * its own plan walked the sort index for the newest 914 of 200,000 contacts oldest change first,
+ * and filtered 198,756 rows before them (0.35 s).
  */
 function timeWindow(page: Pick<ContactPage, "limit" | "offset">, matches: number, contacts: number): Walk {
   if (matches * BROAD_SHARE < contacts) return { rows: 0, relation: null };
@@ -709,8 +714,13 @@ function timesBesideSort(filters: ContactFilters, sortBy: ContactSort): boolean 
   return times.length > 0 && times.length === givenFilterCount(filters) && times.every((time) => time.column !== sortBy);
 }
 
-/** listNeedsCount tells whether listContacts must be given the count of matches: name searches, relation filters (with or without time filters) and time filters beside the sort's column plan their page with it. */
-export function listNeedsCount(filters: ContactFilters, sortBy: ContactSort): boolean {
+/**
+ * listNeedsCount tells whether listContacts must be given the count of matches: name searches,
+ * relation filters (with or without time filters) and time filters beside the sort's column plan
+ * their page with it; on PostgreSQL a name search beside other filters too (collectsMatches).
+ */
+export function listNeedsCount(filters: ContactFilters, sortBy: ContactSort, dialect: Dialect): boolean {
+  if (dialect === "postgres" && filters.fullName !== undefined && filters.email === undefined) return true;
   return soleFilter(filters) !== null || relationsAndTimes(filters) || timesBesideSort(filters, sortBy);
 }
 
@@ -844,6 +854,48 @@ async function smallerTimeRange(db: Db, times: TimeFilter[], cap: number): Promi
 
 const NULLABLE_SORTS = new Set<ContactSort>(["first_name", "last_name", "email"]);
 
+/**
+ * collectsMatches tells whether a page fetched on PostgreSQL collects its matches first and sorts
+ * them (collectedPageSelect), given the count read just before in the same snapshot. PostgreSQL
+ * costs a walk of the sort index as if the matches were spread evenly, but a page's matches often
+ * sit together in the sort's order (a surname searched and sorted by surname, the newest contacts
+ * oldest change first, a tag pair whose window missed), and its walk filtered every contact before
+ * them: `full_name=smith&sort_by=last_name` read 196,000 of 200,000 contacts for 4,003 matches (1 s;
+ * collected first, 75 ms). A name search alone is fetched only when its window would read more
+ * than NAME_WINDOW_PER_MATCH entries per match, or missed (nameWindow): always collected. Other
+ * filters are when they keep under 1 in BROAD_SHARE of the contacts, as SQLite reads a narrow time
+ * range and sorts it (timeWindow); broader ones are left to PostgreSQL's plan, whose walk then
+ * reads at most about BROAD_SHARE times the rows collecting them would. A lookup by email has few
+ * contacts and its own index.
+ */
+async function collectsMatches(db: Db, filters: ContactFilters, matches: number | null): Promise<boolean> {
+  if (db.dialect !== "postgres" || matches === null || filters.email !== undefined) return false;
+  return soleFilter(filters)?.kind === "full_name" || matches * BROAD_SHARE < (await countAllContacts(db));
+}
+
+/** CollectedPage is what collectedPageSelect builds a page from: the columns read, the filters' conditions on contacts c, the keyset's (or ""), the sort and its ORDER BY. */
+interface CollectedPage {
+  columns: string;
+  where: string[];
+  keyset: string;
+  sortBy: ContactSort;
+  orderBy: string;
+}
+
+/**
+ * collectedPageSelect is a page's SELECT on PostgreSQL with its matches collected first: every
+ * contact meeting the filters (its id and sort key), through the filters' own indexes, fenced from
+ * the page's order by MATERIALIZED (PostgreSQL would walk the sort index otherwise), then sorted,
+ * sliced after the keyset, and only the page's rows read. The parameters are the filters', the
+ * keyset's, the limit and the offset. The keyset is applied to the collected matches, not inside:
+ * there it could lead PostgreSQL back to a range of the sort index.
+ */
+function collectedPageSelect(page: CollectedPage): string {
+  const matches = `SELECT c.id, c.${page.sortBy} FROM contacts c${page.where.length ? ` WHERE ${page.where.join(" AND ")}` : ""}`;
+  const slice = `WITH matches AS MATERIALIZED (${matches}) SELECT c.id FROM matches c${page.keyset ? ` WHERE ${page.keyset}` : ""} ORDER BY ${page.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
+  return `SELECT ${page.columns} FROM contacts c WHERE c.id IN (${slice}) ORDER BY ${page.orderBy}`;
+}
+
 /** ContactPage is what a page of the contact list is read by: its sort, position and size, and the count of matches where listNeedsCount asks for it (else null). */
 export interface ContactPage {
   sortBy: ContactSort;
@@ -897,8 +949,13 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
   const sortColumn = hasFilters(filters) && !sortFiltered ? unindexed(db.dialect, `c.${page.sortBy}`) : `c.${page.sortBy}`;
   const fetched = keysetOrder(sortColumn, "c.id", page.direction, page.cursor, nullable, db.dialect);
   type Keyset = { after: string; params: (string | number)[] } | null;
+  const collected = await collectsMatches(db, filters, page.matches);
   const fetch = async (keyset: Keyset, limit: number) => {
     const { where, params } = filterClause(db, filters, await drivingRelation(db, filters), ranged ?? (await rangedTime(db, filters, page.sortBy)));
+    if (collected) {
+      const sql = collectedPageSelect({ columns, where, keyset: keyset?.after ?? "", sortBy: page.sortBy, orderBy: fetched.orderBy });
+      return db.all<Row>(sql, [...params, ...(keyset?.params ?? []), limit, page.offset]);
+    }
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
     // LIMIT CAST(? AS INTEGER), not LIMIT ?: with a bare parameter as the limit this query took
     // ~6 us longer per page (bench/; a constant is as fast as the CAST, but would cache a statement per page size).
@@ -921,22 +978,24 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     const contactIds = byRowid ? "c.rowid AS rid, c.id" : "c.id";
     if (!relation) {
       // A name search or time filters alone: the window is the sort index's entries; each entry is
-      // probed for the name (sqlite-only: by rowid), and the time filters are checked on each row.
-      // A name's window carries the sort key, which its index holds, to order its matches by.
+      // probed for the name (SQLite: by rowid; PostgreSQL: the window carries the full name, read
+      // from each entry's row as its own walk of the sort index would), and the time filters are
+      // checked on each row. A name's window carries the sort key, which its index holds, to order its matches by.
       const needle = filters.fullName;
-      const sql = `SELECT ${contactIds}${needle !== undefined ? `, c.${page.sortBy}` : ""} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after} ` : ""}ORDER BY ${walked.orderBy}`;
+      const named = needle !== undefined && !byRowid ? fullNameContains(needle, "w") : null;
+      const sql = `SELECT ${contactIds}${needle !== undefined ? `, c.${page.sortBy}` : ""}${named ? ", c.full_name" : ""} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after} ` : ""}ORDER BY ${walked.orderBy}`;
       const params = [...(keyset?.params ?? [])];
       // Rowids are given in order of creation: a window of the created_at order spans few of them,
       // so its needle's matches are collected within that span (nameInWindow); any other order's spans most.
-      const span = needle !== undefined && page.sortBy === "created_at" && fullNameMatch(needle).indexed ? await windowRowidSpan(db, sql, params, windowRows) : null;
-      const named = needle !== undefined ? nameInWindow(needle, "w.rid", span) : null;
+      const span = needle !== undefined && byRowid && page.sortBy === "created_at" && fullNameMatch(needle).indexed ? await windowRowidSpan(db, sql, params, windowRows) : null;
+      const probed = needle !== undefined ? (named ?? nameInWindow(needle, "w.rid", span)) : null;
       return {
         sql,
         params,
         match: byContact,
-        probes: named ? { where: [named.condition], params: named.params } : { where: [], params: [] },
+        probes: probed ? { where: [probed.condition], params: probed.params } : { where: [], params: [] },
         checks: timeConditions(db, timeFilters(filters), "c", null),
-        inOrder: named ? keysetOrder(`w.${page.sortBy}`, "w.id", page.direction, null, nullable, db.dialect).orderBy : null,
+        inOrder: probed ? keysetOrder(`w.${page.sortBy}`, "w.id", page.direction, null, nullable, db.dialect).orderBy : null,
       };
     }
     const after = keyset?.after ? ` AND ${keyset.after}` : "";

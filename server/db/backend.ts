@@ -32,14 +32,14 @@ export async function migrateBackend(db: Backend, secrets: () => SecretBox): Pro
   return applied;
 }
 
-/** findAppliedMigrations returns the migrations a database records as applied, by version; none before the first migration. */
-async function findAppliedMigrations(db: Db): Promise<{ version: number; name: string }[]> {
+/** findAppliedMigrations returns the migrations a database records as applied, by version; null before the first migration (no schema_migrations). */
+async function findAppliedMigrations(db: Db): Promise<{ version: number; name: string }[] | null> {
   const present =
     db.dialect === "postgres"
       ? // In the sessions' own schema: the extensions' schema after it on their search_path may hold another installation's.
         await db.get("SELECT 1 AS present WHERE to_regclass(format('%I.schema_migrations', current_schema())) IS NOT NULL")
       : await db.get("SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'");
-  return present ? db.all<{ version: number; name: string }>("SELECT version, name FROM schema_migrations ORDER BY version") : [];
+  return present ? db.all<{ version: number; name: string }>("SELECT version, name FROM schema_migrations ORDER BY version") : null;
 }
 
 /**
@@ -63,17 +63,21 @@ export interface MigrationState {
   pending: string[];
   /** migrations the database has applied that this binary does not know: a newer crm applied them */
   newer: string[];
+  /** whether the database records migrations at all (has schema_migrations): not before the first, nor once its tables are gone */
+  recorded: boolean;
 }
 
 /** migrationState reads which migrations a database lacks and which it has that this binary does not know. */
 export async function migrationState(db: Db): Promise<MigrationState> {
-  const applied = await findAppliedMigrations(db);
+  const recorded = await findAppliedMigrations(db);
+  const applied = recorded ?? [];
   const known = migrationList(db.dialect);
   const appliedVersions = new Set(applied.map((m) => m.version));
   const knownVersions = new Set(known.map((m) => m.version));
   return {
     pending: known.filter((m) => !appliedVersions.has(m.version)).map((m) => m.name),
     newer: applied.filter((m) => !knownVersions.has(m.version)).map((m) => m.name),
+    recorded: recorded !== null,
   };
 }
 
@@ -113,12 +117,47 @@ const POSTGRES_CONNECTION_FAILURES = new Set([
 const POSTGRES_UNAVAILABLE_STATES = new Set(["57P01", "57P02", "57P03", "53300", "25006", "57014", "55P03"]);
 
 /**
+ * DatabaseFault is a PostgreSQL refusal of what the service was set up with, rather than of the
+ * moment: its login (a changed password, LOGIN revoked, a pg_hba.conf change: class 28), its
+ * database (3D000: dropped or renamed) or its tables (42P01: the database made again empty; the
+ * service's SQL names no other table, as every test runs it). Every request meets it until the operator acts, and
+ * each is refused as "unavailable", so the service recovers by itself once it is mended.
+ */
+export type DatabaseFault = "login-refused" | "database-missing" | "tables-missing";
+
+/** databaseFaultOf tells which DatabaseFault an error is, or null for any other. */
+export function databaseFaultOf(error: unknown): DatabaseFault | null {
+  const { errno } = (error ?? {}) as { errno?: unknown };
+  if (typeof errno !== "string") return null;
+  if (errno.startsWith("28")) return "login-refused";
+  if (errno === "3D000") return "database-missing";
+  if (errno === "42P01") return "tables-missing";
+  return null;
+}
+
+/** tablesHomeOf names the PostgreSQL database and schema the settings give the service's tables (the database is the user's when the URL names none, as the server takes it). */
+export function tablesHomeOf(config: Pick<Config, "databaseUrl" | "databaseSchema">): string {
+  const url = new URL(config.databaseUrl);
+  const database = decodeURIComponent(url.pathname.slice(1)) || decodeURIComponent(url.username);
+  return `database ${JSON.stringify(database)}, schema ${JSON.stringify(config.databaseSchema || "public")}`;
+}
+
+/**
+ * tablesMissing says that the service's tables are gone from `home` (tablesHomeOf): the database
+ * was dropped and made again empty, or restored without them. An instance never makes them again
+ * by itself: it would serve an empty CRM to clients that hold ids and tokens of the old one.
+ */
+export function tablesMissing(home: string): string {
+  return `the service's tables are missing from ${home}: was the database recreated? run crm migrate, or restore a backup`;
+}
+
+/**
  * databaseFailureOf tells whether an error is the database's own passing failure, of either
  * backend: "storage-full" for a full disk (SQLITE_FULL, PostgreSQL's 53100), "storage-read-only"
  * for a SQLite file or file system that takes no writes (SQLITE_UNWRITABLE), "unavailable" for a
  * database that cannot be reached or used just now (a PostgreSQL server down, restarting, out of
- * connections or not answering; SQLite locked by another process past the busy timeout); null for
- * anything else.
+ * connections, not answering, or refusing the service's login or database: databaseFaultOf;
+ * SQLite locked by another process past the busy timeout); null for anything else.
  */
 export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (error instanceof DatabaseNotAnswering) return "unavailable";
@@ -127,5 +166,6 @@ export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (typeof code === "string" && SQLITE_UNWRITABLE.test(code)) return "storage-read-only";
   if (typeof code === "string" && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";
   if (typeof errno === "string" && (errno.startsWith("08") || POSTGRES_UNAVAILABLE_STATES.has(errno))) return "unavailable";
+  if (databaseFaultOf(error) !== null) return "unavailable";
   return null;
 }

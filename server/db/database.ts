@@ -1,9 +1,9 @@
 import { Database as SqliteConnection, SQLiteError, type SQLQueryBindings, type Statement } from "bun:sqlite";
 import { accessSync, chmodSync, constants, existsSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
-import { makeOwnerOnlyDirectory } from "../shared/files.ts";
+import { fileErrorText, giveToFolderOwner, makeOwnerOnlyDirectory, notOwnedText, pathExists } from "../shared/files.ts";
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
@@ -377,7 +377,8 @@ function endTurn(watch: Watch): void {
 /**
  * openConnection opens the SQLite file with the pragmas every connection needs. A file that cannot
  * be opened (another user's, not a database, read-only) is a ConfigError naming the file and the
- * setting, reported as one line.
+ * setting, reported as one line; one another user owns says whose it is and the fix, not SQLite's
+ * "unable to open database file".
  */
 function openConnection(path: string, synchronous: Synchronous): StatementCachingDatabase {
   let db: StatementCachingDatabase | undefined;
@@ -398,7 +399,24 @@ function openConnection(path: string, synchronous: Synchronous): StatementCachin
   } catch (error) {
     db?.close();
     if (!(error instanceof SQLiteError)) throw error;
-    throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${error.message}`);
+    // SQLite opens the WAL and shared-memory files too: a stale one of root's fails the open as well.
+    const notOwned = [path, `${path}-wal`, `${path}-shm`].map((file) => notOwnedText(file, dirname(path))).find((text) => text !== null);
+    throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${notOwned ?? error.message}`);
+  }
+}
+
+/**
+ * keepOwnerOnly makes a file of the database 0600 when it is not, whatever the umask it was
+ * created under; a file the process may not chmod (another user's: a restore copied by root,
+ * a WAL a root process left) is a ConfigError naming its owner and the fix.
+ */
+function keepOwnerOnly(database: string, file: string): void {
+  const stat = statSync(file, { throwIfNoEntry: false });
+  if (!stat || (stat.mode & 0o777) === 0o600) return;
+  try {
+    chmodSync(file, 0o600);
+  } catch (error) {
+    throw new ConfigError(`cannot open the database ${database} (--data-dir, CRM_DATA_DIR): ${notOwnedText(file, dirname(database)) ?? fileErrorText(error)}`);
   }
 }
 
@@ -406,13 +424,21 @@ function openConnection(path: string, synchronous: Synchronous): StatementCachin
  * openDatabase opens the service's SQLite file: a writer and a reader connection with the pragmas
  * every connection needs. "full" (the default) syncs the WAL on every commit, so an answered write
  * survives power loss; group commit makes that one sync per batch of concurrent writes rather
- * than one per request. An in-memory database has one connection for both.
+ * than one per request. An in-memory database has one connection for both. Its files are made
+ * 0600, except for a copy (`copying`: backup), which only reads and may read a file it cannot chmod.
  */
-export function openDatabase(path: string, synchronous: Synchronous = "full"): SqliteDatabase {
+export function openDatabase(path: string, synchronous: Synchronous = "full", { copying = false }: { copying?: boolean } = {}): SqliteDatabase {
+  const created = path !== ":memory:" && !copying && !existsSync(path);
   const writer = openConnection(path, synchronous);
-  if (path !== ":memory:") {
-    for (const file of [path, `${path}-wal`, `${path}-shm`]) {
-      if (existsSync(file)) chmodSync(file, 0o600);
+  if (path !== ":memory:" && !copying) {
+    try {
+      for (const part of [path, `${path}-wal`, `${path}-shm`]) {
+        if (created && existsSync(part)) giveToFolderOwner(part);
+        keepOwnerOnly(path, part);
+      }
+    } catch (error) {
+      writer.close();
+      throw error;
     }
   }
   const reader = path === ":memory:" ? writer : openReadOnlyConnection(path, synchronous);
@@ -437,7 +463,7 @@ export function databasePath(dataDir: string): string {
     if (!statSync(dataDir).isDirectory()) throw new Error("it is not a directory");
     accessSync(dataDir, constants.R_OK | constants.W_OK);
   } catch (error) {
-    throw new ConfigError(`invalid data directory ${JSON.stringify(dataDir)} (--data-dir, CRM_DATA_DIR): ${(error as Error).message}`);
+    throw new ConfigError(`invalid data directory ${JSON.stringify(dataDir)} (--data-dir, CRM_DATA_DIR): ${notOwnedText(dataDir, dataDir) ?? (error as Error).message}`);
   }
   return databaseFile(dataDir);
 }
@@ -453,7 +479,9 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
   const path = dataDirectoryLockFile(dataDir);
   let lock: SqliteConnection | undefined;
   try {
+    const created = !pathExists(path);
     lock = new SqliteConnection(path, { create: true });
+    if (created) giveToFolderOwner(path);
     chmodSync(path, 0o600);
     lock.run("PRAGMA locking_mode = EXCLUSIVE");
     // No journal file beside the lock: the transaction never writes.
@@ -463,7 +491,7 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
     lock?.close();
     if (String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY")) return null;
     // Another user's lock file (a command run as root created it) is a setting to fix, told in one line.
-    throw new ConfigError(`cannot open the lock file ${path} (--data-dir, CRM_DATA_DIR): ${(error as Error).message}`);
+    throw new ConfigError(`cannot open the lock file ${path} (--data-dir, CRM_DATA_DIR): ${notOwnedText(path, dataDir) ?? (error instanceof SQLiteError ? error.message : fileErrorText(error))}`);
   }
   const held = lock;
   return () => held.close();

@@ -6,7 +6,7 @@ import { pointerSegment } from "../limits/service.ts";
 import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
 import { isBrowserRequest } from "./client-address.ts";
-import { errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
+import { DatabaseFaultLog, errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { requestSlot } from "./request-slot.ts";
 import { isOpsPath, pathOf, requestFinisher, requestIdOf, routedPath, startRequest } from "./request-log.ts";
@@ -39,6 +39,8 @@ export interface ConventionOptions {
   metricsToken: string;
   /** told of every request that failed unexpectedly (500): a newer crm's migration of the database could explain it */
   unexpectedFailure: () => void;
+  /** tablesHome names the PostgreSQL database and schema of the service's tables (tablesHomeOf), in the line saying they are missing; "" on SQLite */
+  tablesHome: string;
 }
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
@@ -68,9 +70,10 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
  * (body.ts), RFC 9457 problem responses for every error (errors.ts), and `Connection: close` on
  * every answer while the connections drain.
  */
-export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken, unexpectedFailure }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken, unexpectedFailure, tablesHome }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
+  const faults = new DatabaseFaultLog(tablesHome);
   // The route table is complete before the first request; read once, on that request.
   let routeTable: RouteEntry[] | undefined;
   let staticPaths: Map<string, string[]> | undefined;
@@ -153,7 +156,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       // The console answers a request's problems with pages of its own (consoleErrors, console/shell.ts).
       if (forConsole && requestProblemOf(code, error)) return;
       const requestId = requestIdOf(request);
-      const failure = errorToProblem({ code, error, request, requestId }, { log, routes });
+      const failure = errorToProblem({ code, error, request, requestId }, { log, routes, faults });
       if (failure.status === 500) unexpectedFailure();
       // Its other failures (an unknown page, a database down, a bug) are logged here as anywhere, and explained there.
       if (forConsole) return void consoleFailures.set(request, failure);

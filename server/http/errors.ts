@@ -1,5 +1,5 @@
 import { ValidationError } from "elysia";
-import { databaseFailureOf, type DatabaseFailure } from "../db/backend.ts";
+import { databaseFailureOf, databaseFaultOf, tablesMissing, type DatabaseFailure, type DatabaseFault } from "../db/backend.ts";
 import type { Logger } from "../shared/log.ts";
 import { ProblemError, validationProblem, type FieldError } from "../shared/problem.ts";
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
@@ -120,15 +120,50 @@ const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string> = {
   unavailable: "database unavailable: a request was refused",
 };
 
+/** DATABASE_FAULT_LOGS are the lines a DatabaseFault is logged with, at error: what the operator must mend (the tables' home named by tablesHomeOf). */
+const DATABASE_FAULT_LOGS: Record<DatabaseFault, (home: string) => string> = {
+  "login-refused": () =>
+    "the PostgreSQL server refuses the service's login (its password changed, its LOGIN revoked, or pg_hba.conf): requests are refused (503 database-unavailable) until it accepts it; update --database-url (CRM_DATABASE_URL) to the role's new password, or give the role its login back",
+  "database-missing": () =>
+    "the PostgreSQL database that --database-url names does not exist (dropped or renamed): requests are refused (503 database-unavailable) until it is back; restore it, or point --database-url (CRM_DATABASE_URL) at it",
+  "tables-missing": (home) => `${tablesMissing(home)}; requests are refused (503 database-unavailable) until then`,
+};
+
+/** DATABASE_FAULT_LOG_INTERVAL_MS spaces the lines of a DatabaseFault that goes on: every request meets it, and one line a minute says it all. */
+const DATABASE_FAULT_LOG_INTERVAL_MS = 60_000;
+
+/**
+ * DatabaseFaultLog logs the requests refused for a DatabaseFault: one line when it is first met,
+ * then at most one a minute while it goes on, counting the refusals left unlogged in between.
+ */
+export class DatabaseFaultLog {
+  private readonly logged = new Map<DatabaseFault, { at: number; refused: number }>();
+
+  /** home names the database and schema of the service's tables (tablesHomeOf) */
+  constructor(private readonly home: string) {}
+
+  /** refused logs, unless a line about `fault` was written within the minute, the refusal of one request. */
+  refused(log: Logger, fault: DatabaseFault, error: unknown, request: { request_id: string; method: string; path: string }): void {
+    const now = performance.now();
+    const last = this.logged.get(fault);
+    if (last && now - last.at < DATABASE_FAULT_LOG_INTERVAL_MS) {
+      last.refused += 1;
+      return;
+    }
+    log.error(DATABASE_FAULT_LOGS[fault](this.home), { ...request, error: String(error), ...(last ? { refused_since_last_line: last.refused } : {}) });
+    this.logged.set(fault, { at: now, refused: 0 });
+  }
+}
+
 /**
  * errorToProblem turns anything a request's handling threw into the problem to answer with:
  * ProblemErrors as they say, request validation as 422 with pointers, an unknown route as 404 or
- * (known path, other method) 405 with Allow, a database that cannot serve it as a logged 503, and
- * anything unexpected as a logged, opaque 500.
+ * (known path, other method) 405 with Allow, a database that cannot serve it as a logged 503 (a
+ * DatabaseFault through `faults`, not once per request), and anything unexpected as a logged, opaque 500.
  */
 export function errorToProblem(
   { code, error, request, requestId }: { code: unknown; error: unknown; request: Request; requestId: string },
-  { log, routes }: { log: Logger; routes: () => RouteEntry[] },
+  { log, routes, faults }: { log: Logger; routes: () => RouteEntry[]; faults: DatabaseFaultLog },
 ): ProblemError {
   const requestProblem = requestProblemOf(code, error);
   if (requestProblem) return requestProblem;
@@ -141,12 +176,10 @@ export function errorToProblem(
   if (code === "PARSE") return new ProblemError(400, "invalid-json", "The request body could not be parsed.");
   const failure = databaseFailureOf(error);
   if (failure) {
-    log.error(DATABASE_FAILURE_LOGS[failure], {
-      request_id: requestId,
-      method: request.method,
-      path: pathOf(request),
-      error: String(error),
-    });
+    const context = { request_id: requestId, method: request.method, path: pathOf(request) };
+    const fault = databaseFaultOf(error);
+    if (fault) faults.refused(log, fault, error, context);
+    else log.error(DATABASE_FAILURE_LOGS[failure], { ...context, error: String(error) });
     return DATABASE_FAILURES[failure]();
   }
   // A ValidationError here is of a response (requests were handled above): the server's fault.

@@ -1,4 +1,4 @@
-import { accessSync, constants, realpathSync, statSync } from "node:fs";
+import { accessSync, constants, realpathSync, statSync, type Stats } from "node:fs";
 import { basename, dirname } from "node:path";
 import { accountItemErrors } from "../accounts/service.ts";
 import { ConfigError } from "../config.ts";
@@ -7,7 +7,7 @@ import type { BatchResult } from "../batch/model.ts";
 import { parseSafeJson } from "../http/safe-json.ts";
 import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
 import { sha256 } from "../shared/crypto.ts";
-import { createOwnerOnlyFile } from "../shared/files.ts";
+import { createOwnerOnlyFile, statIfThere } from "../shared/files.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient } from "./client.ts";
 import { csvLine } from "./csv.ts";
@@ -262,7 +262,13 @@ async function resolveAccounts(client: BatchClient, rows: Iterable<ImportRow>, k
 function checkedInvalidFile(options: ImportOptions, format: SourceFile["format"]): string {
   const path = options.invalidFile ?? `${options.file.replace(/\.(csv|jsonl|ndjson)$/i, "")}.invalid.${format}`;
   const refuse = (why: string) => new ConfigError(`import: the invalid rows would go to ${path}, ${why}; choose another file with --invalid-file`);
-  const existing = statSync(path, { throwIfNoEntry: false });
+  let existing: Stats | undefined;
+  try {
+    existing = statIfThere(path);
+  } catch (error) {
+    // stat needs only to enter the folders above: one of them is shut.
+    throw refuse(`which cannot be written (${(error as NodeJS.ErrnoException).code === "EACCES" ? "in a folder this user may not enter" : (error as Error).message})`);
+  }
   if (existing?.isDirectory()) throw refuse("a directory");
   if (existing && realpathSync(path) === realpathSync(options.file)) throw refuse("the input file itself");
   try {

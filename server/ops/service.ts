@@ -4,7 +4,7 @@ import { bearerOf } from "../auth/service.ts";
 import type { Config } from "../config.ts";
 import { isBrowserRequest, isLoopback, isLoopbackHost, type ClientHints } from "../http/client-address.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
-import { databaseFailureOf, migrationState } from "../db/backend.ts";
+import { databaseFailureOf, migrationState, tablesHomeOf, tablesMissing } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { toTimestamp } from "../shared/time.ts";
@@ -55,7 +55,9 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
       return null;
     }),
     check(async () => {
-      const { pending, newer } = await migrationState(rt.db);
+      const { pending, newer, recorded } = await migrationState(rt.db);
+      // Every instance migrated its database before serving: none recorded means the tables are gone.
+      if (!recorded && rt.db.dialect === "postgres") return tablesMissing(tablesHomeOf(rt.config));
       // A newer crm that migrated the database under running instances (started beside them) takes them out.
       if (newer.length > 0) return `migrated by a newer crm: ${newer.join(", ")}`;
       return pending.length === 0 ? null : `pending: ${pending.join(", ")}`;
@@ -233,7 +235,7 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
     throw new BackupError(`cannot create ${file}: ${(error as Error).message}`);
   }
   try {
-    const db = openDatabase(source);
+    const db = openDatabase(source, "full", { copying: true });
     try {
       db.waitingForLocks((writer) => vacuumInto(writer, partial));
     } finally {

@@ -1,5 +1,5 @@
-import { chmodSync, closeSync, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, renameSync, rmSync, statSync } from "node:fs";
-import { basename, dirname, join } from "node:path";
+import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, type Stats } from "node:fs";
+import { basename, dirname, join, relative, resolve } from "node:path";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
 export function fsyncPath(path: string): void {
@@ -41,7 +41,8 @@ export function createOwnerOnlyFile(path: string): void {
  */
 export function makeOwnerOnlyDirectory(path: string): void {
   const parent = dirname(path);
-  if (parent !== path && !existsSync(parent)) makeOwnerOnlyDirectory(parent);
+  // existsSync would take a parent the process may not enter for missing, and report a mkdir of it.
+  if (parent !== path && !pathExists(parent)) makeOwnerOnlyDirectory(parent);
   try {
     mkdirSync(path, { mode: 0o700 });
   } catch (error) {
@@ -95,11 +96,18 @@ export function isAbsent(error: unknown): boolean {
  * in a directory the process may not enter read as missing; here such an error is thrown.
  */
 export function pathExists(path: string): boolean {
+  return statIfThere(path) !== undefined;
+}
+
+/**
+ * statIfThere is what is at `path`, undefined when nothing is (no such name, or a part of it not a
+ * directory); any other error (a folder the process may not enter) is thrown, as pathExists does.
+ */
+export function statIfThere(path: string): Stats | undefined {
   try {
-    statSync(path);
-    return true;
+    return statSync(path);
   } catch (error) {
-    if (isAbsent(error)) return false;
+    if (isAbsent(error)) return undefined;
     throw error;
   }
 }
@@ -114,4 +122,69 @@ export function fileErrorText(error: unknown, remedy = "run the command as the u
   if (code === "EACCES" || code === "EPERM") return `permission denied (${remedy})`;
   if (code === "EISDIR") return "it is a directory, not a file";
   return (error as Error).message;
+}
+
+/** userName is the name of the user with id `uid` (from /etc/passwd), else the number. */
+export function userName(uid: number): string {
+  let passwd = "";
+  try {
+    passwd = readFileSync("/etc/passwd", "utf8");
+  } catch {
+    // No passwd file (a bare container): the number names the user as well, chown takes it.
+  }
+  for (const line of passwd.split("\n")) {
+    const [name, , id] = line.split(":");
+    if (name && id === String(uid)) return name;
+  }
+  return String(uid);
+}
+
+/**
+ * notOwnedText words, for a one-line message, what keeps the process from a file of the service's
+ * (in its data directory `home`, or its secrets key) that another user owns, and the fix: the
+ * first folder above it the process may not enter, else the file when it is not the process's.
+ * A root-owned one (a restore or a command done as root) is given to the process's user with
+ * chown; another user's means the command runs as the wrong user. Null when no other user's file
+ * or folder is in the way (the file's own mode, or a missing file).
+ */
+export function notOwnedText(path: string, home: string): string | null {
+  const me = process.getuid?.();
+  if (me === undefined || me === 0) return null;
+  const file = resolve(path);
+  const inHome = (p: string) => !relative(resolve(home), p).startsWith("..");
+  const folders: string[] = [];
+  for (let dir = dirname(file); ; dir = dirname(dir)) {
+    folders.unshift(dir);
+    if (dir === dirname(dir)) break;
+  }
+  const runsAs = `not by ${userName(me)} (the user this command runs as)`;
+  try {
+    for (const dir of folders) {
+      try {
+        accessSync(dir, constants.X_OK);
+      } catch {
+        const owner = statSync(dir).uid;
+        if (owner === me) return null;
+        if (!inHome(dir)) return `${userName(me)} may not enter ${dir} (owned by ${userName(owner)}): choose a path outside it`;
+        return `${dir} is owned by ${userName(owner)}, ${runsAs}: ${owner === 0 ? `chown -R ${userName(me)} ${dir}` : `run the command as ${userName(owner)}`}`;
+      }
+    }
+    const stat = statSync(file);
+    if (stat.uid === me) return null;
+    const chown = stat.isDirectory() ? "chown -R" : "chown";
+    return `${file} is owned by ${userName(stat.uid)}, ${runsAs}: ${stat.uid === 0 ? `${chown} ${userName(me)} ${file}` : `run the command as ${userName(stat.uid)}`}`;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * giveToFolderOwner gives a file root has just created to the owner of its folder when that is
+ * another user: a command run as root in the service's data directory (`crm migrate` during an
+ * upgrade) would otherwise leave a file the service's user cannot open, and every later start refused.
+ */
+export function giveToFolderOwner(path: string): void {
+  if (process.getuid?.() !== 0) return;
+  const folder = statSync(dirname(path));
+  if (folder.uid !== 0) chownSync(path, folder.uid, folder.gid);
 }

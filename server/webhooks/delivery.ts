@@ -82,13 +82,26 @@ export function signPayload(secret: string, id: string, timestamp: number, body:
   return `v1,${createHmac("sha256", key).update(`${id}.${timestamp}.`).update(body).digest("base64")}`;
 }
 
+/** SigningState is what signingSecrets reads of a subscription. */
+interface SigningState {
+  secret: string;
+  previous_secret: string | null;
+  previous_secret_expires_at: number | null;
+  secret_test_delivery_id: string | null;
+}
+
 /**
- * signingSecrets returns the secrets a request is signed with at `now`, newest first: the current
- * one, and the previous one while its grace period lasts.
+ * signingSecrets returns the secrets delivery `deliveryId` is signed with at `now`, newest first:
+ * the current one, and the previous one while its grace period lasts. The console wizard's test of
+ * the rotation is signed with the current one alone: it is to prove that the receiver has the new
+ * secret before the previous one is retired, and a receiver still on the previous one would verify
+ * the pair. The test is known by the subscription's record of it, committed with the ping, so any
+ * instance that sends it signs it alike.
  */
-export function signingSecrets(secrets: { secret: string; previous_secret: string | null; previous_secret_expires_at: number | null }, now: number): string[] {
-  const { secret, previous_secret, previous_secret_expires_at } = secrets;
-  return previous_secret !== null && previous_secret_expires_at !== null && previous_secret_expires_at > now ? [secret, previous_secret] : [secret];
+export function signingSecrets(subscription: SigningState, deliveryId: string, now: number): string[] {
+  const { secret, previous_secret, previous_secret_expires_at, secret_test_delivery_id } = subscription;
+  const graceRunning = previous_secret !== null && previous_secret_expires_at !== null && previous_secret_expires_at > now;
+  return graceRunning && secret_test_delivery_id !== deliveryId ? [secret, previous_secret] : [secret];
 }
 
 /**

@@ -1,11 +1,11 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Database, Db } from "../db/sql.ts";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from "node:crypto";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { createOwnerOnlyFile, fileErrorText, fsyncPath, partialName, pathExists, publishFile } from "../shared/files.ts";
+import { createOwnerOnlyFile, fileErrorText, fsyncPath, giveToFolderOwner, notOwnedText, partialName, pathExists, publishFile, userName } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
@@ -99,9 +99,14 @@ export function secretsKeyPath(config: Pick<Config, "secretsKeyFile" | "dataDir"
   return config.secretsKeyFile || join(config.dataDir, SECRETS_KEY_FILE_NAME);
 }
 
-/** unreadableKey is the refusal of a secrets key file the process may not read, or not look at. */
-function unreadableKey(path: string, error: unknown): ConfigError {
-  return new ConfigError(`secrets key file ${path} cannot be read: ${fileErrorText(error)}`);
+/**
+ * unreadableKey is the refusal of a secrets key file the process may not read, or not look at;
+ * another user's file, or data directory, is named with the fix (a file named by the setting
+ * stands alone: a folder above it is not the service's to chown).
+ */
+function unreadableKey(config: Pick<Config, "secretsKeyFile" | "dataDir">, error: unknown): ConfigError {
+  const path = secretsKeyPath(config);
+  return new ConfigError(`secrets key file ${path} cannot be read: ${notOwnedText(path, config.secretsKeyFile ? path : config.dataDir) ?? fileErrorText(error)}`);
 }
 
 /**
@@ -114,7 +119,7 @@ export function secretsKeyExists(config: Pick<Config, "secretsKeyFile" | "dataDi
   try {
     return pathExists(path);
   } catch (error) {
-    throw unreadableKey(path, error);
+    throw unreadableKey(config, error);
   }
 }
 
@@ -129,7 +134,7 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   if (config.databaseUrl && !config.secretsKeyFile) {
     throw new ConfigError(
       "on PostgreSQL (--database-url) every instance must read the same secrets key: pass --secrets-key-file FILE (CRM_SECRETS_KEY_FILE); " +
-        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: head -c 32 /dev/urandom | base64 > FILE",
+        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: (umask 077; head -c 32 /dev/urandom | base64 > FILE)",
     );
   }
   const path = secretsKeyPath(config);
@@ -141,6 +146,7 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
     // meanwhile keeps its own, which is read below.
     const partial = partialName(path);
     createOwnerOnlyFile(partial);
+    giveToFolderOwner(partial);
     writeFileSync(partial, `${key.toString("base64")}\n`);
     fsyncPath(partial);
     if (publishFile(partial, path)) return { key, path, created: true };
@@ -149,11 +155,26 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   try {
     text = readFileSync(path, "utf8").trim();
   } catch (error) {
-    throw unreadableKey(path, error);
+    throw unreadableKey(config, error);
   }
   const key = Buffer.from(text, "base64");
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || key.length !== KEY_BYTES) throw new ConfigError(`secrets key file ${path} does not hold a key (base64 of ${KEY_BYTES} random bytes)`);
+  refuseOpenKey(path);
   return { key, path, created: false };
+}
+
+/**
+ * refuseOpenKey refuses a key file its group or other users may read or write, as OpenSSH refuses
+ * such a private key: a warning in a log at start leaves the key readable, and with it every
+ * signing secret to whoever also gets a backup. The fix is printed: chmod 600, after a chown when
+ * the file is another user's (a root:crm 0640 key would shut the service out once 0600).
+ */
+function refuseOpenKey(path: string): void {
+  const { mode, uid } = statSync(path);
+  if ((mode & 0o077) === 0) return;
+  const me = process.getuid?.() ?? uid;
+  const chown = me !== uid && me !== 0 ? `chown ${userName(me)} ${path} && ` : "";
+  throw new ConfigError(`secrets key file ${path} is open to other users (mode 0${(mode & 0o777).toString(8)}); like a private key it must be its owner's alone: ${chown}chmod 600 ${path}`);
 }
 
 /**

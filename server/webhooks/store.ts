@@ -88,6 +88,8 @@ export interface DueDelivery {
   secret: string | null;
   previous_secret: string | null;
   previous_secret_expires_at: number | null;
+  /** the webhook.ping the console's wizard sent to test the subscription's last secret rotation (signingSecrets) */
+  secret_test_delivery_id: string | null;
   payload: string;
   subscription_status: "active" | "disabled" | null;
   subscription_paused_at: number | null;
@@ -529,7 +531,7 @@ function deliveriesIndexedBy(db: Db, index: string): string {
 /** selectDue selects what an attempt needs; `deliveries` names the deliveries table, possibly with an index. */
 const selectDue = (deliveries: string) =>
   `SELECT d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.previous_secret, s.previous_secret_expires_at,
-     s.status AS subscription_status, s.paused_at AS subscription_paused_at, e.payload
+     s.secret_test_delivery_id, s.status AS subscription_status, s.paused_at AS subscription_paused_at, e.payload
    FROM ${deliveries} LEFT JOIN webhook_subscriptions s ON s.id = d.subscription_id JOIN events e ON e.id = d.event_id`;
 
 /**

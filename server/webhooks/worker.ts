@@ -690,9 +690,9 @@ export class DeliveryLoop {
     this.timer.unref?.();
   }
 
-  /** openSigningSecrets opens the secrets a delivery is signed with now: the current one and, in a rotation's grace period, the previous one. */
+  /** openSigningSecrets opens the secrets a delivery is signed with now: the current one and, in a rotation's grace period, the previous one (signingSecrets). */
   private openSigningSecrets(due: DueDelivery): string[] {
-    return signingSecrets({ ...due, secret: due.secret! }, Date.now()).map((sealed) => this.deps.secrets.open(due.subscription_id, sealed));
+    return signingSecrets({ ...due, secret: due.secret! }, due.id, Date.now()).map((sealed) => this.deps.secrets.open(due.subscription_id, sealed));
   }
 
   /** holdReceiverSlot counts an attempt about to start against its subscription's MAX_PER_SUBSCRIPTION, until freeReceiverSlot. */

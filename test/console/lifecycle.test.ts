@@ -4,6 +4,7 @@ import type { Page } from "playwright-core";
 import { Webhook } from "standardwebhooks";
 import { disableSubscription, setSubscriptionPaused } from "../../server/webhooks/store.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+import { formatDuration } from "../../console/pages/parts.tsx";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { addOperator, launchBrowser, refusedConfirmation, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
 
@@ -59,8 +60,16 @@ const verifiesWith = (secret: string, got: { body: string; headers: Record<strin
   }
 };
 
+/** shownText is an element's text as shown, spaces collapsed, each <time> read as the moment it shows (its datetime), so a step is compared whole whatever the time zone. */
+const shownText = (selector: string) =>
+  page.locator(selector).evaluate((element: HTMLElement) => {
+    let text = element.innerText;
+    for (const time of element.querySelectorAll("time")) text = text.replace(time.innerText, time.dateTime);
+    return text.replace(/\s+/g, " ").trim();
+  });
+
 describe("secret rotation wizard", () => {
-  test("rotates the secret: both secrets sign during the test, the previous one is retired only after a successful test", async () => {
+  test("rotates the secret: the new secret alone signs the test, the previous one is retired only after a successful test", async () => {
     const r = receiver("/secret");
     const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Ledger", events: ["contact.created"] })).data;
     let newSecret: string | null = null;
@@ -98,12 +107,12 @@ describe("secret rotation wizard", () => {
     const early = await page.request.post(url(`/console/subscriptions/${sub.id}/secret-rotation/finish`), { form: { _csrf: csrf, confirm: "yes" }, maxRedirects: 0 });
     expect(early.status()).toBe(409);
 
-    // (3) the test ping carries both signatures; the receiver, already on the new secret, verifies it
+    // (3) the test ping carries the new secret's signature alone; the receiver, already on the new secret, verifies it
     await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/secret-rotation#step-test`)), page.click("#send-test")]);
     await page.waitForSelector("#test-result.test-succeeded", { timeout: 15_000 });
     const ping = r.received.find((got) => got.json?.type === "webhook.ping")!;
-    expect(ping.headers["webhook-signature"]!.split(" ")).toHaveLength(2);
-    expect([verifiesWith(newSecret, ping), verifiesWith(sub.secret, ping)]).toEqual([true, true]);
+    expect(ping.headers["webhook-signature"]!.split(" ")).toHaveLength(1);
+    expect([verifiesWith(newSecret, ping), verifiesWith(sub.secret, ping)]).toEqual([true, false]);
     expect(checks.verified).toEqual([ping.headers["webhook-id"]!]);
     await shoot(page, "secret-rotation-3-tested");
 
@@ -123,6 +132,80 @@ describe("secret rotation wizard", () => {
     expect([verifiesWith(newSecret, created), verifiesWith(sub.secret, created)]).toEqual([true, false]);
     expect(problems).toEqual([]);
   }, SLOW);
+  test("the test ping is signed with the new secret alone: a receiver still on the previous one refuses it (401) and retiring stays locked; moved to the new one, the next test unlocks it", async () => {
+    const r = receiver("/still-on-previous");
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Ledger on the old secret", events: ["contact.created"] })).data;
+    // The receiver verifies with one secret, as the README's example does: at first the one it was given at creation.
+    let receiverSecret: string = sub.secret;
+    r.respond((got) => (verifiesWith(receiverSecret, got) ? new Response(null, { status: 204 }) : new Response("invalid signature", { status: 401 })));
+
+    await page.goto(url(`/console/subscriptions/${sub.id}/secret-rotation`));
+    await page.fill("input[name=grace_hours]", "24");
+    await page.click("button:has-text('Rotate secret')");
+    await page.waitForSelector("#new-secret");
+    const newSecret = await page.inputValue("#new-secret");
+    const rotated = (await server.api("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).data;
+
+    // (3) the receiver was never given the new secret: the test fails, every attempt refused
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/secret-rotation#step-test`)), page.click("#send-test")]);
+    await page.waitForSelector("#test-result.test-failed", { timeout: 15_000 });
+    const [refusedPing] = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}&event=webhook.ping`)).data;
+    const refused = (await server.api("GET", `/public/v1/webhook-deliveries/${refusedPing.id}`)).data;
+    const last = refused.attempt_history.at(-1);
+    const sent = r.received.filter((got) => got.headers["webhook-id"] === refusedPing.id);
+    const csrf = await page.inputValue("#step-retire input[name=_csrf]");
+    const early = await page.request.post(url(`/console/subscriptions/${sub.id}/secret-rotation/finish`), { form: { _csrf: csrf, confirm: "yes" }, maxRedirects: 0 });
+    expect({
+      delivery: [refused.status, refused.attempts, refused.last_response_status],
+      signatures: sent.map((got) => [got.headers["webhook-signature"]!.split(" ").length, verifiesWith(newSecret, got), verifiesWith(sub.secret, got)]),
+      stepper: await page.textContent(".stepper li.current"),
+      // (the step's labels are set in capitals by the style)
+      test: await shownText("#step-test"),
+      retire: await shownText("#step-retire"),
+      retireDisabled: await page.isDisabled("#retire-previous"),
+      early: early.status(),
+    }).toEqual({
+      delivery: ["failed", 3, 401],
+      signatures: [
+        [1, true, false],
+        [1, true, false],
+        [1, true, false],
+      ],
+      stepper: "3Test",
+      test:
+        "3 Send a test event A webhook.ping goes to this subscription signed with the new secret alone (other requests carry both signatures until the previous secret is retired), so a receiver still on the previous secret refuses it. Configure the receiver with the new secret, then check that it verifies and processes the event. " +
+        `Failed The new receiver did not accept the test event. Fix the receiver and send another. Delivery ${refusedPing.id} RECEIVER'S ANSWER 401 after ${formatDuration(last.duration_ms)}, at ${last.started_at} RESPONSE BODY invalid signature Send another test event`,
+      retire: `4 Retire the previous secret Available after a successful test delivery. Until then, and until ${rotated.previous_secret_expires_at} at the latest, both secrets sign. Yes, stop signing with the previous secret now Retire previous secret`,
+      retireDisabled: true,
+      early: 409,
+    });
+
+    // The receiver is given the new secret: the next test succeeds and unlocks retiring.
+    receiverSecret = newSecret;
+    await Promise.all([page.waitForURL(url(`/console/subscriptions/${sub.id}/secret-rotation#step-test`)), page.click("#send-test")]);
+    await page.waitForSelector("#test-result.test-succeeded", { timeout: 15_000 });
+    const [passedPing] = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}&event=webhook.ping`)).data;
+    const passed = r.received.find((got) => got.headers["webhook-id"] === passedPing.id)!;
+    expect({
+      pings: [passedPing.id === refusedPing.id, passedPing.status],
+      signatures: [passed.headers["webhook-signature"]!.split(" ").length, verifiesWith(newSecret, passed), verifiesWith(sub.secret, passed)],
+      stepper: await page.textContent(".stepper li.current"),
+      retire: await shownText("#step-retire"),
+      retireDisabled: await page.isDisabled("#retire-previous"),
+    }).toEqual({
+      pings: [false, "succeeded"],
+      signatures: [1, true, false],
+      stepper: "4Retire old secret",
+      retire: "4 Retire the previous secret The receiver accepted the test event. From now on only the new secret signs; a receiver still on the previous one will fail to verify. Yes, stop signing with the previous secret now Retire previous secret",
+      retireDisabled: false,
+    });
+    // Events other than the test still carry both signatures until the previous secret is retired.
+    await server.api("POST", "/public/v1/contacts", { first_name: "During grace" });
+    const created = await waitFor(() => r.received.find((got) => got.json?.type === "contact.created"), "contact.created");
+    expect([created.headers["webhook-signature"]!.split(" ").length, verifiesWith(newSecret, created), verifiesWith(sub.secret, created)]).toEqual([2, true, true]);
+    expect(problems).toEqual([]);
+  }, SLOW);
+
   test("finds its test event by the delivery it sent, not by time: a ping sent before the rotation, stamped later by a clock an hour ahead, is not taken for it", async () => {
     const r = receiver("/skewed");
     const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Skewed", events: ["contact.created"] })).data;

@@ -136,8 +136,8 @@ test("the rotate-secret form with no grace period, sent twice, rotates once and 
     [201, current],
     [201, current],
   ]);
-  // The replaced secret signs nothing: a test event carries one signature, the new secret's.
-  expect(signingSecrets((await findSubscriptionById(server.runtime.db, subscription.id))!, Date.now()).map((sealed) => server.runtime.secrets.open(subscription.id, sealed))).toEqual([current]);
+  // The replaced secret signs nothing: an event's delivery carries one signature, the new secret's.
+  expect(signingSecrets((await findSubscriptionById(server.runtime.db, subscription.id))!, "dlv_any", Date.now()).map((sealed) => server.runtime.secrets.open(subscription.id, sealed))).toEqual([current]);
 });
 
 test("the subscriptions page's create form makes one subscription, and both answers show its secret; that form with other values is 409", async () => {

@@ -25,6 +25,7 @@ import {
 } from "../../server/limits/limits.ts";
 import { contactCount, eventTypes, validation } from "../foundation/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { emailOfLength, stringOfJsonBytes } from "./support.ts";
 
 let h: Harness;
 beforeEach(async () => {
@@ -34,19 +35,6 @@ beforeEach(async () => {
 afterEach(async () => await h.close());
 
 const count = async (table: string) => (await h.rt.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
-
-/** stringOfJsonBytes wraps a run of "x" so that the JSON of the result is exactly `bytes` long. */
-function stringOfJsonBytes(bytes: number, wrap: (s: string) => unknown): unknown {
-  const overhead = JSON.stringify(wrap("")).length;
-  return wrap("x".repeat(bytes - overhead));
-}
-
-/** emailOfLength builds a valid address of exactly `length` characters. */
-function emailOfLength(length: number): string {
-  const local = "a".repeat(64);
-  const domainRest = length - local.length - 1 - 63 - 1 - 63 - 1 - ".com".length;
-  return `${local}@${"b".repeat(63)}.${"c".repeat(63)}.${"d".repeat(domainRest)}.com`;
-}
 
 /** limitCase posts the accepted and the refused body, checks the refusal's whole problem and that nothing was stored. */
 async function limitCase(path: string, atLimit: Record<string, unknown>, overLimit: Record<string, unknown>, errors: Record<string, string>[], table: string) {

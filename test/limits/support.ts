@@ -98,3 +98,15 @@ export async function closedWithin(connection: Connection, ms: number): Promise<
   return Promise.race([connection.closed.then(() => true), Bun.sleep(ms).then(() => false)]);
 }
 
+/** stringOfJsonBytes wraps a run of "x" so that the JSON of the result is exactly `bytes` long. */
+export function stringOfJsonBytes(bytes: number, wrap: (s: string) => unknown): unknown {
+  const overhead = JSON.stringify(wrap("")).length;
+  return wrap("x".repeat(bytes - overhead));
+}
+
+/** emailOfLength builds a valid address of exactly `length` characters. */
+export function emailOfLength(length: number): string {
+  const local = "a".repeat(64);
+  const domainRest = length - local.length - 1 - 63 - 1 - 63 - 1 - ".com".length;
+  return `${local}@${"b".repeat(63)}.${"c".repeat(63)}.${"d".repeat(domainRest)}.com`;
+}

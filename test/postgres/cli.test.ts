@@ -101,7 +101,7 @@ describe("command line on PostgreSQL: refusals", () => {
       stdout: "",
       stderr:
         "crm: on PostgreSQL (--database-url) every instance must read the same secrets key: pass --secrets-key-file FILE (CRM_SECRETS_KEY_FILE); " +
-        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: head -c 32 /dev/urandom | base64 > FILE\n",
+        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: (umask 077; head -c 32 /dev/urandom | base64 > FILE)\n",
     });
   });
 

@@ -1,6 +1,5 @@
 import { Database as SqliteDatabase } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { SQL } from "bun";
 import { databaseFile } from "../../server/db/database.ts";
@@ -9,6 +8,7 @@ import { migrate } from "../../server/db/migrations.ts";
 import { openPostgres, WRITE_LOCK, type PostgresDatabase } from "../../server/db/postgres.ts";
 import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { ConsoleClient } from "../console/support.ts";
+import { writeSecretsKeyFile } from "../support/backend.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "../webhooks/support.ts";
 import { inOneOrder, selectEveryColumn, TABLES } from "./support.ts";
@@ -283,8 +283,7 @@ describe("copy-to-postgres: a target written to around the copy", () => {
     const empty = await createTestDatabase();
     const db = await openPostgres(empty.url, 1);
     try {
-      const keyFile = join(tempDir("copy-after-serve-key"), "secrets.key");
-      writeFileSync(keyFile, `${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64")}\n`);
+      const keyFile = writeSecretsKeyFile(join(tempDir("copy-after-serve-key"), "secrets.key"));
       const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--database-url", empty.url, "--secrets-key-file", keyFile, "--log-level", "error"]);
       expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
       expect(await db.get("SELECT count(*)::int AS n FROM operator_setup_codes")).toEqual({ n: 1 });

@@ -11,7 +11,7 @@ import { numberPlaceholders } from "../../server/db/postgres.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
-import { capturing, type Captured } from "../support/query-plans.ts";
+import { capturing, postgresPlan, type Captured } from "../support/query-plans.ts";
 
 // A page by number deep in the contacts or accounts list, unfiltered, sorted by a name, an email,
 // a domain or a time: read whole, PostgreSQL priced the skipped rows' visits to the table above a
@@ -66,16 +66,11 @@ afterAll(async () => {
   rmSync(keyDir, { recursive: true, force: true });
 });
 
-/** planOf explains a captured statement with PostgreSQL's own costs. */
-async function planOf(c: Captured): Promise<string[]> {
-  return (await h.rt.db.all<{ "QUERY PLAN": string }>(`EXPLAIN ${c.sql}`, c.params as never[])).map((r) => r["QUERY PLAN"]);
-}
-
 /** expectNoTableSort fails when a statement's plan reads a table whole (a Seq Scan) for a Sort: the page would sort every row to skip its offset. */
 async function expectNoTableSort(label: string, statements: Captured[]) {
   expect(statements.length).toBeGreaterThan(0);
   for (const c of statements) {
-    const plan = await planOf(c);
+    const plan = await postgresPlan(h.rt.db, c);
     const sortsTable = plan.some((line) => line.includes("Sort")) && plan.some((line) => line.includes("Seq Scan"));
     expect({ label, sql: c.sql, plan: sortsTable ? plan : "no sort of the whole table" }).toEqual({ label, sql: c.sql, plan: "no sort of the whole table" });
   }

@@ -5,10 +5,11 @@ import { join } from "node:path";
 import { listAccounts } from "../../server/accounts/store.ts";
 import { listContacts, type ContactFilters } from "../../server/contacts/store.ts";
 import type { CursorPosition } from "../../server/http/list-query.ts";
-import { createUser } from "../../server/users/service.ts";
+import { createUser, removeUser } from "../../server/users/service.ts";
 import { countDeliveries, listDeliveries } from "../../server/webhooks/store.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import type { Db, SqlValue } from "../../server/db/sql.ts";
 import { capturing, type Captured } from "../support/query-plans.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 
@@ -116,4 +117,17 @@ test("a deliveries page filtered by event kind, first or by cursor, and its coun
     found[label] = await Promise.all(captured.map(async (c) => (await planOf(c)).some((line) => line.includes("webhook_deliveries_event_type"))));
   }
   expect(found).toEqual({ event: [true, true, true], "event, created_after": [true, true, true] });
+});
+
+test("a user's delete finds its contacts through the indexes of assigned_user_id and of the assigned users, not by reading every contact under the write lock", async () => {
+  const leaving = (await createUser(h.rt.db, { name: "Leaving", email: "leaving@example.com" })).id;
+  await h.json("POST", "/public/v1/contacts", { body: { first_name: "Assigned", assigned_user_id: leaving, assigned_user_ids: [leaving] } });
+  const captured: Captured[] = [];
+  const removed = await h.rt.db.write((tx) => {
+    const spy = { dialect: tx.dialect, all: (sql: string, params?: readonly SqlValue[]) => (captured.push({ sql, params: [...(params ?? [])] }), tx.all(sql, params)), get: tx.get.bind(tx), run: tx.run.bind(tx) } as Db;
+    return removeUser(spy, leaving, Date.now());
+  });
+  expect(removed.unassigned).toBe(1);
+  const update = captured.filter((c) => c.sql.trimStart().startsWith("UPDATE contacts"));
+  expect({ statements: update.length, readsEveryContact: (await planOf(update[0]!)).some((line) => line.includes("Seq Scan on contacts")) }).toEqual({ statements: 1, readsEveryContact: false });
 });

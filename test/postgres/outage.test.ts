@@ -164,9 +164,7 @@ let server: ServerProcess | null = null;
 beforeAll(async () => {
   database = await createTestDatabase();
   keyFile = writeSecretsKeyFile(join(tempDir("outage"), "secrets.key"));
-  const created = runCli([...SOURCE, "token", "create", "--name", "outage"], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_SECRETS_KEY_FILE: keyFile } });
-  if (created.exitCode !== 0) throw new Error(`token create failed: ${created.stderr}`);
-  token = created.stdout.trim();
+  token = createTokenOn(database);
   admin = new SQL({ url: database.url, max: 1 });
 }, 60_000);
 
@@ -183,12 +181,12 @@ afterAll(async () => {
   await database?.drop();
 });
 
-/** serveThroughRelay starts the server on the test database as `user`, reached through a new relay, with extra settings (CRM_* variables). */
-async function serveThroughRelay(user = "postgres", settings: Record<string, string> = {}): Promise<{ relay: Relay; server: ServerProcess }> {
+/** serveThroughRelay starts the server on the test database (or `on`) as `user`, reached through a new relay, with extra settings (CRM_* variables). */
+async function serveThroughRelay(user = "postgres", settings: Record<string, string> = {}, on: TestDatabase = database): Promise<{ relay: Relay; server: ServerProcess }> {
   relay = startRelay(Number(new URL(database.url).port));
   const env = {
     PATH: process.env.PATH ?? "",
-    CRM_DATABASE_URL: `postgres://${user}@127.0.0.1:${relay.port}/${database.name}`,
+    CRM_DATABASE_URL: `postgres://${user}@127.0.0.1:${relay.port}/${on.name}`,
     CRM_SECRETS_KEY_FILE: keyFile,
     CRM_DATABASE_POOL: "4",
     ...settings,
@@ -205,6 +203,38 @@ async function dropConnections(): Promise<void> {
 async function contactsWithEmail(email: string): Promise<number> {
   const [row] = await admin`SELECT count(*)::int AS n FROM contacts WHERE email = ${email}`;
   return row.n;
+}
+
+/** createRole makes a role that may log in and use the test database's tables, as a service's own role. */
+async function createRole(role: string): Promise<void> {
+  await admin.unsafe(`DROP ROLE IF EXISTS ${role}`);
+  await admin.unsafe(`CREATE ROLE ${role} LOGIN`);
+  await admin.unsafe(`GRANT ALL ON SCHEMA public TO ${role}; GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO ${role}`);
+}
+
+/** dropRole stops the server and removes a role createRole made. */
+async function dropRole(role: string): Promise<void> {
+  await server?.stopWith("SIGTERM");
+  server = null;
+  await admin.unsafe(`REASSIGN OWNED BY ${role} TO postgres; DROP OWNED BY ${role}; DROP ROLE ${role}`);
+}
+
+/** createTokenOn creates an API token on a database (migrating it first, as every command does) and returns it. */
+function createTokenOn(on: TestDatabase): string {
+  const created = runCli([...SOURCE, "token", "create", "--name", "outage"], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: on.url, CRM_SECRETS_KEY_FILE: keyFile } });
+  if (created.exitCode !== 0) throw new Error(`token create failed: ${created.stderr}`);
+  return created.stdout.trim();
+}
+
+/** refusalsSeen sends a list request until `count` answers came and returns the last `count`, as "status type retry-after". */
+async function refusalsSeen(server: ServerProcess, bearer: string, count: number): Promise<string[]> {
+  const seen: string[] = [];
+  await waitUntil(async () => {
+    const res = await api(server.url, bearer, "GET", "/public/v1/contacts");
+    seen.push(`${res.status} ${res.body?.type} ${res.headers.get("retry-after")}`);
+    return seen.length >= count + 2;
+  }, "the answers", server.proc);
+  return seen.slice(-count);
 }
 
 /** answers sends `count` requests at once, so that every pooled connection serves one, and returns their statuses and problem types. */
@@ -643,9 +673,7 @@ describe("database refusing work", () => {
 
   test("a role out of connections (its CONNECTION LIMIT reached) answers 503 until one is free", async () => {
     const role = "outage_app";
-    await admin.unsafe(`DROP ROLE IF EXISTS ${role}`);
-    await admin.unsafe(`CREATE ROLE ${role} LOGIN`);
-    await admin.unsafe(`GRANT ALL ON SCHEMA public TO ${role}; GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO ${role}`);
+    await createRole(role);
     try {
       const { server } = await serveThroughRelay(role);
       expect((await api(server.url, token, "GET", "/public/v1/contacts")).status).toBe(200);
@@ -662,9 +690,82 @@ describe("database refusing work", () => {
       await waitUntil(async () => (await api(server.url, token, "GET", "/public/v1/contacts")).status === 200, "a connection again", server.proc);
       expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
     } finally {
-      await server?.stopWith("SIGTERM");
-      server = null;
-      await admin.unsafe(`REASSIGN OWNED BY ${role} TO postgres; DROP OWNED BY ${role}; DROP ROLE ${role}`);
+      await dropRole(role);
     }
+  });
+
+  test("a login the server refuses (the role's password changed, its LOGIN revoked, pg_hba.conf) is 503 database-unavailable with Retry-After, logged once naming the cause rather than a stack per request; once the role may log in again the service serves by itself", async () => {
+    const role = "outage_login";
+    await createRole(role);
+    try {
+      const { server } = await serveThroughRelay(role);
+      expect((await api(server.url, token, "GET", "/public/v1/contacts")).status).toBe(200);
+      // The operator rotates the role's credentials before the service's: new connections are refused (28000; a changed password is 28P01).
+      await admin.unsafe(`ALTER ROLE ${role} NOLOGIN`);
+      await dropConnections();
+      expect(await refusalsSeen(server, token, 4)).toEqual(Array(4).fill(`503 ${UNAVAILABLE.type} 5`));
+      // The dropped connections' own refusals (57P01) are logged per request, as ever; the login's once.
+      const lines = server.logLines().filter((line) => line.request_id && line.level === "error" && !/terminating connection/.test(line.error));
+      expect(lines.map((line) => [line.msg, line.error])).toEqual([
+        [
+          "the PostgreSQL server refuses the service's login (its password changed, its LOGIN revoked, or pg_hba.conf): requests are refused (503 database-unavailable) until it accepts it; update --database-url (CRM_DATABASE_URL) to the role's new password, or give the role its login back",
+          `PostgresError: role "${role}" is not permitted to log in`,
+        ],
+      ]);
+      await admin.unsafe(`ALTER ROLE ${role} LOGIN`);
+      await waitUntil(async () => (await api(server.url, token, "GET", "/public/v1/contacts")).status === 200, "a login again", server.proc);
+    } finally {
+      await dropRole(role);
+    }
+  });
+
+  test("a database dropped under the service (3D000) is 503 database-unavailable with Retry-After, logged once naming the cause", async () => {
+    const doomed = await createTestDatabase();
+    const doomedToken = createTokenOn(doomed);
+    const { server } = await serveThroughRelay("postgres", {}, doomed);
+    expect((await api(server.url, doomedToken, "GET", "/public/v1/contacts")).status).toBe(200);
+    await doomed.drop();
+    expect(await refusalsSeen(server, doomedToken, 4)).toEqual(Array(4).fill(`503 ${UNAVAILABLE.type} 5`));
+    // The background jobs log their own failures, once each.
+    const lines = server.logLines().filter((line) => line.request_id && line.level === "error" && !/terminating connection/.test(line.error));
+    expect(lines.map((line) => [line.msg, line.error])).toEqual([
+      [
+        "the PostgreSQL database that --database-url names does not exist (dropped or renamed): requests are refused (503 database-unavailable) until it is back; restore it, or point --database-url (CRM_DATABASE_URL) at it",
+        `PostgresError: database "${doomed.name}" does not exist`,
+      ],
+    ]);
+  });
+
+  test("a database made again empty under the service (its tables missing, 42P01) is 503 database-unavailable, logged once naming the database and schema, and /readyz says so; the instance makes no tables, and serves what `crm migrate` (or a restore) puts there", async () => {
+    const doomed = await createTestDatabase();
+    const doomedToken = createTokenOn(doomed);
+    const { server } = await serveThroughRelay("postgres", {}, doomed);
+    expect((await api(server.url, doomedToken, "GET", "/public/v1/contacts")).status).toBe(200);
+    await doomed.drop();
+    await admin.unsafe(`CREATE DATABASE "${doomed.name}"`);
+    const missing = `the service's tables are missing from database "${doomed.name}", schema "public": was the database recreated? run crm migrate, or restore a backup`;
+    // The refusals of the database gone (3D000) come first, then those of its tables.
+    const seen: string[] = [];
+    await waitUntil(async () => {
+      const res = await api(server.url, doomedToken, "GET", "/public/v1/contacts");
+      seen.push(`${res.status} ${res.body?.type} ${res.headers.get("retry-after")}`);
+      return server.logLines().some((line) => /relation "\w+" does not exist/.test(line.error));
+    }, "a request to meet the missing tables", server.proc);
+    expect(new Set(seen)).toEqual(new Set([`503 ${UNAVAILABLE.type} 5`]));
+    const ready = await fetch(`${server.url}/readyz`);
+    expect({ status: ready.status, migrations: (await ready.json()).checks.migrations }).toEqual({ status: 503, migrations: missing });
+    expect(await refusalsSeen(server, doomedToken, 3)).toEqual(Array(3).fill(`503 ${UNAVAILABLE.type} 5`));
+    const lines = server.logLines().filter((line) => line.request_id && line.level === "error" && !/terminating connection|does not exist \(dropped/.test(`${line.error} ${line.msg}`));
+    expect(lines.map((line) => line.msg)).toEqual([`${missing}; requests are refused (503 database-unavailable) until then`]);
+    expect(lines[0]?.error).toMatch(/^PostgresError: relation "\w+" does not exist$/);
+    // Nothing was made meanwhile; once migrated, the instance serves the new database by itself.
+    const remade = new SQL({ url: doomed.url, max: 1 });
+    const [tables] = await remade`SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'`;
+    await remade.close();
+    expect(tables?.n).toBe(0);
+    const newToken = createTokenOn(doomed);
+    await waitUntil(async () => (await api(server.url, newToken, "GET", "/public/v1/contacts")).status === 200, "serving the migrated database", server.proc);
+    await server.stopWith("SIGTERM");
+    await doomed.drop();
   });
 });

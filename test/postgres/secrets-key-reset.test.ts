@@ -66,7 +66,7 @@ describe("secrets-key reset on PostgreSQL", () => {
       stdout: "",
       stderr:
         "crm: on PostgreSQL (--database-url) every instance must read the same secrets key: pass --secrets-key-file FILE (CRM_SECRETS_KEY_FILE); " +
-        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: head -c 32 /dev/urandom | base64 > FILE\n",
+        "after copy-to-postgres that is the data directory's secrets.key, for a new database create one with: (umask 077; head -c 32 /dev/urandom | base64 > FILE)\n",
     });
     // Nothing changed so far: the old key still starts, and the subscription is there.
     const kept = await serve(lost);

@@ -8,3 +8,13 @@ export const SHUT_OUT: string[] = process.getuid?.() === 0 ? [Bun.which("setpriv
 
 /** underUmask is the command prefix that runs a child process with the file mode creation mask `mask` (octal, as umask takes it: "0277"). */
 export const underUmask = (mask: string): string[] => ["sh", "-c", `umask ${mask} && exec "$@"`, "sh"];
+
+/** NOBODY is the user id AS_NOBODY runs a child process as. */
+export const NOBODY = 65534;
+
+/**
+ * AS_NOBODY is the command prefix that runs a child process as nobody: a real unprivileged user, as
+ * a VM's service user is. SHUT_OUT's root keeps CAP_FOWNER and may still chmod another user's file;
+ * nobody has no capability. Only root may switch users: tests using it skip otherwise.
+ */
+export const AS_NOBODY: string[] = [Bun.which("setpriv") ?? "setpriv", `--reuid=${NOBODY}`, `--regid=${NOBODY}`, "--clear-groups"];

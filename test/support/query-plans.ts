@@ -1,5 +1,5 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
-import type { Database, SqlValue } from "../../server/db/sql.ts";
+import type { Database, Db, SqlValue } from "../../server/db/sql.ts";
 
 /** Captured is one statement run through a capturing database, with its parameters. */
 export interface Captured {
@@ -7,10 +7,9 @@ export interface Captured {
   params: unknown[];
 }
 
-/** capturing wraps the database so every read run through it is recorded with its parameters (writes pass through). */
-export function capturing(db: Database): { db: Database; captured: Captured[] } {
-  const captured: Captured[] = [];
-  const spy: Database = {
+/** capturingReads wraps `db` so every read run through it is pushed onto `captured` with its parameters. */
+function capturingReads(db: Db, captured: Captured[]): Db {
+  return {
     dialect: db.dialect,
     all<T>(sql: string, params: readonly SqlValue[] = []) {
       captured.push({ sql, params: [...params] });
@@ -21,11 +20,21 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
       return db.get<T>(sql, params);
     },
     run: (sql, params) => db.run(sql, params),
+  };
+}
+
+/** capturing wraps the database so every read run through it is recorded with its parameters (writes pass through). */
+export function capturing(db: Database): { db: Database; captured: Captured[] } {
+  const captured: Captured[] = [];
+  // Reads inside `read` are captured too: on SQLite, whose turn is one snapshot, through this
+  // wrapper; on PostgreSQL in the database's own snapshot, as the service reads a list and its count.
+  const inSnapshot: Database["read"] = (work) => (db.dialect === "postgres" ? db.read((tx) => work(capturingReads(tx, captured))) : work(spy));
+  const spy: Database = {
+    ...capturingReads(db, captured),
     write: (work) => db.write(work),
     writeBookkeeping: (work) => db.writeBookkeeping(work),
-    // Reads inside `read` are captured too (this wrapper serves SQLite, whose turn is one snapshot).
-    read: (work) => work(spy),
-    readAside: (work) => work(spy),
+    read: inSnapshot,
+    readAside: inSnapshot,
     readsAside: () => db.readsAside(),
     useReadLane: (capacity, log) => db.useReadLane(capacity, log),
     writesWaiting: () => db.writesWaiting(),
@@ -44,4 +53,12 @@ export function queryPlan(db: SqliteConnection, statement: Captured): string[] {
     .query<{ detail: string }, never[]>(`EXPLAIN QUERY PLAN ${statement.sql}`)
     .all(...(statement.params as never[]))
     .map((r) => r.detail);
+}
+
+/** postgresPlan returns the lines of PostgreSQL's EXPLAIN for a captured statement, planned with its own costs for its parameters (as the lists plan theirs, planPerValue). */
+export function postgresPlan(db: Database, statement: Captured): Promise<string[]> {
+  return db.read(async (tx) => {
+    await tx.run("SET LOCAL plan_cache_mode = force_custom_plan");
+    return (await tx.all<{ "QUERY PLAN": string }>(`EXPLAIN ${statement.sql}`, statement.params as SqlValue[])).map((r) => r["QUERY PLAN"]);
+  });
 }
