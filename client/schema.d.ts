@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * List contacts
-         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. Beside several relation filters, a time filter or a name search, pages by number reach 10,000 contacts deep (page x per_page; deeper is 422): walk deeper by cursor.
+         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.
          */
         get: operations["listContacts"];
         put?: never;

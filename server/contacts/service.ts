@@ -9,7 +9,7 @@ import type { BatchKind } from "../batch/service.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
 import { toJsonText, type JsonText } from "../http/json-text.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
-import { listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type ListQuery, type SortValue } from "../http/list-query.ts";
+import { listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
@@ -17,9 +17,9 @@ import { notBefore, toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
-import { MAX_RELATED_IDS, MAX_SLOW_LIST_PAGE_DEPTH, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
+import { MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
 import { insertTombstone } from "../tombstones/store.ts";
-import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, type ContactSort, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
+import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
   countContacts,
   countReadsMatches,
@@ -623,21 +623,6 @@ function refuseWhenLaneFull(error: unknown): never {
   );
 }
 
-/**
- * refuseDeepSlowPage refuses a page by number past MAX_SLOW_LIST_PAGE_DEPTH of a list whose total
- * reads its matches one by one: its page reads and checks every match before it (30 s for page
- * 20,000 of 25 on 1,000,000 contacts), where a cursor reads a page. Refused whatever the total, so
- * the answer does not depend on the data.
- */
-function refuseDeepSlowPage(list: ListQuery<ContactSort>, filters: ContactFilters): void {
-  if (list.cursor !== null || list.page * list.perPage <= MAX_SLOW_LIST_PAGE_DEPTH || !countReadsMatches(filters)) return;
-  const deepest = Math.floor(MAX_SLOW_LIST_PAGE_DEPTH / list.perPage);
-  throw validationProblem(
-    [{ parameter: "page", detail: `must be at most ${deepest} with per_page=${list.perPage} beside several relation filters, a time filter or a name search (pages by number reach ${MAX_SLOW_LIST_PAGE_DEPTH} contacts deep); walk deeper with cursor=<meta.next_cursor>` }],
-    "The page is too deep for page numbers with these filters; use cursor.",
-  );
-}
-
 /** listContactsPage answers `reader`'s GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
 export async function listContactsPage(db: Database, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
@@ -651,7 +636,6 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     assignedUserId: query.assigned_user_id as string | undefined,
   };
   const include = parseInclude(query.include);
-  refuseDeepSlowPage(list, filters);
   if (filters.fullName !== undefined) await indexNamesWaiting(db);
   const reading = pageWindow(list);
   const needsCount = listNeedsCount(filters, list.sortBy, db.dialect);

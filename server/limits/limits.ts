@@ -20,14 +20,6 @@ export const MAX_BATCH_ITEMS = 100;
 export const BATCH_ITEMS_PER_WRITE = 100;
 /** MAX_DOMAIN_LENGTH is the longest DNS name, in characters. */
 export const MAX_DOMAIN_LENGTH = 253;
-/**
- * MAX_SLOW_LIST_PAGE_DEPTH is how deep a page by number (`page` x `per_page`) of a contact list
- * filtered by several relations, a time filter or a name search may reach. Such a page reads and
- * checks (and on SQLite sorts) rows up to about twice its depth: 10,000 deep 144 ms on 1,000,000
- * contacts, page 20,000 of 25 30 s, on the slow-list lane every other such list waits for. A
- * cursor costs a page at any depth, so a deeper walk takes it.
- */
-export const MAX_SLOW_LIST_PAGE_DEPTH = 10_000;
 /** MAX_TAGS is the number of tags a contact can carry. */
 export const MAX_TAGS = 100;
 /** MAX_TAG_LENGTH bounds one tag, in characters. */
@@ -128,7 +120,6 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "`custom_fields`: total size as JSON", value: byteSize(MAX_CUSTOM_FIELDS_BYTES), answer: "422" },
   { limit: "`consent`: total size as JSON", value: byteSize(MAX_CONSENT_BYTES), answer: "422" },
   { limit: "further (undeclared) properties of a contact or account, together, as JSON", value: byteSize(MAX_EXTRA_PROPERTIES_BYTES), answer: "422" },
-  { limit: "`page` x `per_page` of a contact list filtered by several relations, a time filter or a name search (deeper: `cursor`)", value: `${MAX_SLOW_LIST_PAGE_DEPTH.toLocaleString("en-US")} contacts`, answer: "422" },
   { limit: "webhook subscription `description`", value: `${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `target_url`", value: `${MAX_TARGET_URL_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `events`", value: `${MAX_EVENTS_PER_SUBSCRIPTION} event kinds`, answer: "422" },

@@ -251,7 +251,7 @@ describe("contact relations: errors", () => {
     expect(await eventTypes(h)).toEqual(["account.created", "contact.created"]);
   });
 
-  test("the deepest page of a relation filter is an empty page, as any page past the end is: never a 500 (several relations: 422, pages by number reach 10,000 contacts deep)", async () => {
+  test("the deepest page of a relation filter is an empty page, as any page past the end is: never a 500", async () => {
     const a = await account("Acme");
     const user = await createUser(h.rt.db, { name: "Ulla", email: "ulla@example.com" });
     const c = await contact({ first_name: "Ada", tags: ["vip"], account_ids: [a.id], assigned_user_id: user.id });
@@ -262,13 +262,7 @@ describe("contact relations: errors", () => {
       for (const page of [10737419, 999999999]) {
         const res = await h.json("GET", `/public/v1/contacts?${filter}&page=${page}&per_page=100`);
         const total = filter === "tag=vip" ? 2 : 1;
-        const several = filter.includes("&");
-        expect({ filter, page, status: res.status, body: several ? res.body.errors : res.body }).toEqual({
-          filter,
-          page,
-          status: several ? 422 : 200,
-          body: several ? [{ parameter: "page", detail: expect.stringMatching(/^must be at most 100 with per_page=100 /) }] : { data: [], meta: { current_page: page, last_page: 1, per_page: 100, total, next_cursor: null } },
-        });
+        expect({ filter, page, status: res.status, body: res.body }).toEqual({ filter, page, status: 200, body: { data: [], meta: { current_page: page, last_page: 1, per_page: 100, total, next_cursor: null } } });
       }
       expect((await h.json("GET", `/public/v1/contacts?${filter}&per_page=100`)).body.data.map((found: { id: string }) => found.id)).toContain(c.id);
     }
