@@ -12,7 +12,7 @@ import { BUILD, COMMIT, VERSION } from "../version.ts";
 import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
 import { recentHistorySize } from "../webhooks/retention.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { createOwnerOnlyFile, fsyncPath, partialName, publishFile } from "../shared/files.ts";
+import { createOwnerOnlyFile, fsyncPath, partialName, publishFile, removeStalePartials } from "../shared/files.ts";
 import type { Logger } from "../shared/log.ts";
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
@@ -228,6 +228,7 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
   if (existsSync(file)) throw exists();
   // The copy is made under a partial name and takes FILE's name only once synced and checked: a
   // backup killed half-way (SIGKILL, a power cut) leaves no file that a restore could take for one.
+  removeStalePartials(file);
   const partial = partialName(file);
   try {
     createOwnerOnlyFile(partial);

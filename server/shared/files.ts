@@ -1,4 +1,4 @@
-import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, type Stats } from "node:fs";
+import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, type Stats } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
@@ -60,6 +60,37 @@ export function makeOwnerOnlyDirectory(path: string): void {
  */
 export function partialName(path: string): string {
   return join(dirname(path), `${basename(path)}.partial-${process.pid}`);
+}
+
+/**
+ * removeStalePartials removes what runs killed half-way left beside `path` under partialName (the
+ * partial file and its SQLite journal) when their process is gone: a killed backup's half copy
+ * holds customers' rows, and a killed first start's partial secrets key an unused key.
+ */
+export function removeStalePartials(path: string): void {
+  const directory = dirname(path);
+  const prefix = `${basename(path)}.partial-`;
+  let names: string[];
+  try {
+    names = readdirSync(directory);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const pid = name.startsWith(prefix) ? /^([0-9]+)(?:-journal)?$/.exec(name.slice(prefix.length))?.[1] : undefined;
+    if (pid !== undefined && !processRunning(Number(pid))) rmSync(join(directory, name), { force: true });
+  }
+}
+
+/** processRunning tells whether a process of that id exists (one of another user's too). */
+function processRunning(pid: number): boolean {
+  if (pid === process.pid) return true;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
 
 /**

@@ -5,7 +5,7 @@ import { readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { createOwnerOnlyFile, fileErrorText, fsyncPath, giveToFolderOwner, notOwnedText, partialName, pathExists, publishFile, userName } from "../shared/files.ts";
+import { createOwnerOnlyFile, fileErrorText, fsyncPath, giveToFolderOwner, notOwnedText, partialName, pathExists, publishFile, removeStalePartials, userName } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
@@ -138,6 +138,8 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
     );
   }
   const path = secretsKeyPath(config);
+  // A start killed while it made the key left its partial file, whether or not a key was made since.
+  removeStalePartials(path);
   if (!secretsKeyExists(config)) {
     if (config.secretsKeyFile) throw new ConfigError(`secrets key file ${path} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist`);
     const key = randomBytes(KEY_BYTES);

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { copyFileSync, existsSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { api, createToken, runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
 import { SHUT_OUT, underUmask } from "../support/permissions.ts";
@@ -98,7 +98,7 @@ describe("backup: a consistent copy of the live database", () => {
 });
 
 describe("backup: killed half-way", () => {
-  test("a backup killed mid-copy leaves no file under the backup's name (only a .partial-PID one), and the same command then succeeds", async () => {
+  test("a backup killed mid-copy leaves no file under the backup's name (only a .partial-PID one), and the same command then succeeds and removes that half copy", async () => {
     const dataDir = tempDir("backup-killed");
     createToken(SOURCE, dataDir);
     // About 100 MB to copy, so the kill lands while the copy is being written.
@@ -119,6 +119,8 @@ describe("backup: killed half-way", () => {
     expect(existsSync(file)).toBe(false);
     const again = runCli([...SOURCE, "backup", file, "--data-dir", dataDir]);
     expect(again.exitCode).toBe(0);
+    // The killed run's half copy (customers' rows) goes with the next backup to that name.
+    expect(readdirSync(out)).toEqual(["copy.sqlite"]);
     const copy = new Database(file, { readonly: true });
     try {
       expect(copy.query("PRAGMA integrity_check").get()).toEqual({ integrity_check: "ok" });

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
@@ -14,7 +14,7 @@ import { sha256 } from "../../server/shared/crypto.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { newId } from "../../server/shared/ids.ts";
 import { recordPing } from "../../server/webhooks/outbox.ts";
-import { SecretBox, SecretUnreadable } from "../../server/webhooks/secrets.ts";
+import { loadSecretsKey, SecretBox, SecretUnreadable } from "../../server/webhooks/secrets.ts";
 import { runCli, SOURCE } from "../ops/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
@@ -204,6 +204,20 @@ describe("sealed secrets: happy paths", () => {
         true,
       ]);
     } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test("a start removes the partial key file a start killed while making the key left behind (an unused key), not one a running start is writing", async () => {
+    const dataDir = tempDir();
+    const gone = Bun.spawnSync(["true"]).pid;
+    const running = Bun.spawn(["sleep", "30"]);
+    try {
+      for (const pid of [gone, running.pid]) writeFileSync(join(dataDir, `secrets.key.partial-${pid}`), "a key never published\n", { mode: 0o600 });
+      expect(loadSecretsKey({ dataDir, secretsKeyFile: "" }).created).toBe(true);
+      expect(readdirSync(dataDir).filter((name) => name.startsWith("secrets.key")).sort()).toEqual(["secrets.key", `secrets.key.partial-${running.pid}`]);
+    } finally {
+      running.kill();
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
