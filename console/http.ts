@@ -1,3 +1,4 @@
+import { noneMatchNames } from "../server/http/preconditions.ts";
 import type { Problem } from "../server/shared/problem.ts";
 
 /** CONTENT_SECURITY_POLICY allows only the console's own files: no inline scripts or styles, no framing. */
@@ -55,10 +56,16 @@ export function problemJsonResponse(problem: Problem, headers: Record<string, st
   return new Response(JSON.stringify(problem), { status: problem.status, headers: { "content-type": "application/problem+json", ...SECURITY_HEADERS, ...NO_STORE, ...headers } });
 }
 
-/** assetResponse serves a CSS or JavaScript file of the console; browsers revalidate it on every load. */
-export function assetResponse(body: string, contentType: string): Response {
+/**
+ * assetResponse serves a CSS or JavaScript file of the console. Browsers revalidate it on every
+ * load (no-cache, its URL names no version): a request whose If-None-Match names its ETag is
+ * answered 304 with the headers alone (RFC 9110 section 15.4.5), so only a changed file is sent.
+ */
+export function assetResponse(request: Request, body: string, contentType: string): Response {
   const etag = `"${Bun.hash(body).toString(36)}"`;
-  return new Response(body, { headers: { "content-type": contentType, etag, "cache-control": "no-cache", ...SECURITY_HEADERS } });
+  const headers = { etag, "cache-control": "no-cache", ...SECURITY_HEADERS };
+  if (noneMatchNames(request.headers.get("if-none-match"), etag)) return new Response(null, { status: 304, headers });
+  return new Response(body, { headers: { "content-type": contentType, ...headers } });
 }
 
 /** readCookie returns one cookie of a request, or undefined. */

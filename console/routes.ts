@@ -30,12 +30,12 @@ export function consoleRoutes(rt: Runtime) {
     .use(
       new Elysia({ name: "console-assets", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
         .use(consoleBase(rt))
-        .get("/assets/console.css", () => assetResponse(css, "text/css; charset=utf-8"))
+        .get("/assets/console.css", ({ request }) => assetResponse(request, css, "text/css; charset=utf-8"))
         .get(
           "/assets/:file",
-          async ({ params, session }) => {
+          async ({ params, session, request }) => {
             const script = (await islandScripts())[params.file];
-            return script === undefined ? htmlResponse(messagePage({ session, title: "Not found", text: "There is no such file." }), 404) : assetResponse(script, "text/javascript; charset=utf-8");
+            return script === undefined ? htmlResponse(messagePage({ session, title: "Not found", text: "There is no such file." }), 404) : assetResponse(request, script, "text/javascript; charset=utf-8");
           },
           { params: t.Object({ file: t.String({ maxLength: 64 }) }) },
         ),

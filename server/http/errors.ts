@@ -51,12 +51,17 @@ export function routePatternServing(routes: RouteEntry[], method: string, path: 
   return (routes.find((r) => r.path === path && serves(r)) ?? routes.find(serves))?.path ?? "";
 }
 
-/** staticPathMethods maps each route path without parameters to the methods served on it. */
+/**
+ * staticPathMethods maps each route path without parameters to the methods served on it, by the
+ * path as routedPath reads a request's: the router serves the start page's /console/ at /console
+ * too, so another method there is a 405 as at /console/, not a 404.
+ */
 export function staticPathMethods(routes: RouteEntry[]): Map<string, string[]> {
   const methods = new Map<string, string[]>();
   for (const r of routes) {
-    const served = methods.get(r.path) ?? [];
-    if (r.method !== "ALL" && !r.path.includes(":") && !r.path.includes("*") && !served.includes(r.method)) methods.set(r.path, [...served, r.method]);
+    const path = routedPath(r.path);
+    const served = methods.get(path) ?? [];
+    if (r.method !== "ALL" && !r.path.includes(":") && !r.path.includes("*") && !served.includes(r.method)) methods.set(path, [...served, r.method]);
   }
   return methods;
 }

@@ -1,5 +1,6 @@
 import type { AuthenticatedToken } from "../auth/service.ts";
 import type { IdempotencyGuard, IdempotencyScope } from "../idempotency/service.ts";
+import { ProblemError } from "../shared/problem.ts";
 import { versionTag } from "../shared/version-condition.ts";
 import { JSON_CONTENT_TYPE } from "./json-text.ts";
 import { pathOf } from "./request-log.ts";
@@ -30,6 +31,25 @@ function scopePath(request: Request): string {
   });
 }
 
+const MAX_KEY_LENGTH = 255;
+
+// Printable ASCII (as the IETF draft's sf-string) but the comma: Bun joins an Idempotency-Key sent
+// on two lines (a gateway's or a retry middleware's own beside the client's) into "A, B", which
+// would be a third key, so a retry carrying A alone would act again. Without commas the two are
+// told apart from one key.
+const KEY_CHARACTERS = /^[\x20-\x2b\x2d-\x7e]*$/;
+
+/** idempotencyKeyOf returns a request's Idempotency-Key (undefined without one), refusing with 422 one that is empty, too long, sent more than once or not printable ASCII. */
+function idempotencyKeyOf(headers: PostContext["headers"]): string | undefined {
+  const key = headers["idempotency-key"];
+  if (key === undefined) return undefined;
+  const refused = (detail: string, field: string) => new ProblemError(422, "validation", detail, [{ header: "idempotency-key", detail: field }]);
+  if (key.includes(",")) throw refused("Idempotency-Key must be one key, sent once: a key holds no commas, and two keys (a list, or the header sent twice) would name neither.", "is given more than once (a key holds no commas)");
+  if (!KEY_CHARACTERS.test(key)) throw refused("Idempotency-Key must be printable ASCII (letters, digits, spaces and punctuation) other than the comma.", "must be printable ASCII other than the comma");
+  if (key.length === 0 || key.length > MAX_KEY_LENGTH) throw refused(`Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters.`, `must be 1 to ${MAX_KEY_LENGTH} characters`);
+  return key;
+}
+
 /**
  * idempotentPost runs a POST under the caller's Idempotency-Key (if any) and sets the status and
  * the Idempotent-Replayed header of the response; it returns the body to send. `onReplay` turns a
@@ -44,7 +64,7 @@ export async function idempotentPost<T>(
   onReplay: (stored: T) => T = (stored) => stored,
 ): Promise<T> {
   const result = await guard.run(
-    { tokenId: ctx.token.id, method: ctx.request.method, path: scopePath(ctx.request), key: ctx.headers["idempotency-key"], body: ctx.body },
+    { tokenId: ctx.token.id, method: ctx.request.method, path: scopePath(ctx.request), key: idempotencyKeyOf(ctx.headers), body: ctx.body },
     execute,
   );
   // Before any header is set: a replay refused here (a kept secret that no longer opens) is answered as its problem alone.

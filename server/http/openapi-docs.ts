@@ -32,7 +32,7 @@ export const IdempotencyKeyHeader = t.Object(
   {
     "idempotency-key": t.Optional(
       // Checked by the idempotency code (422 naming the header), so stated for the document only.
-      t.String({ ...documentAs({ type: "string", minLength: 1, maxLength: 255 }), description: "Up to 255 characters. Same key and body within 24 h replays the first response (Idempotent-Replayed: true); a different body answers 422; a request still running answers 409." }),
+      t.String({ ...documentAs({ type: "string", minLength: 1, maxLength: 255, pattern: "^[\\x20-\\x2B\\x2D-\\x7E]+$" }), description: "1 to 255 printable ASCII characters other than the comma, sent once (the header twice, or a list, answers 422). Same key and body within 24 h replays the first response (Idempotent-Replayed: true); a different body answers 422; a request still running answers 409." }),
     ),
   },
   { additionalProperties: true },

@@ -49,24 +49,48 @@ function notEntityTags(header: PreconditionHeader) {
 // One entity-tag of the list (RFC 9110 section 8.8.3): strong "…" or weak W/"…".
 const ENTITY_TAG = /^\s*(W\/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*$/;
 
+/** ListedTag is one entity tag of a precondition header's list: its opaque tag without the quotes, and whether it is weak. */
+interface ListedTag {
+  weak: boolean;
+  opaque: string;
+}
+
+/**
+ * listedTags reads a precondition header's value: "any" for *, else its entity tags, or null when
+ * it holds no tag or a member that is not one. Empty list elements are skipped (RFC 9110 section 5.6.1.2).
+ */
+function listedTags(value: string): "any" | ListedTag[] | null {
+  if (value.trim() === "*") return "any";
+  const tags: ListedTag[] = [];
+  for (const member of value.split(",").filter((member) => member.trim() !== "")) {
+    const tag = ENTITY_TAG.exec(member);
+    if (!tag) return null;
+    tags.push({ weak: tag[1] !== undefined, opaque: tag[2]! });
+  }
+  return tags.length === 0 ? null : tags;
+}
+
 /**
  * entityTags reads a precondition header's value. Tags are the versions the ETag header gives;
  * one that is not a version can never match, so it stays in the list as no version at all, and
  * so does a weak tag in If-Match, which compares strongly (If-None-Match compares weakly: RFC
- * 9110 section 8.8.3.2). Empty list elements are skipped (RFC 9110 section 5.6.1.2); a list with
- * no tag at all is refused.
+ * 9110 section 8.8.3.2). A value with no tag at all, or something else than tags, is refused.
  */
 function entityTags(value: string, header: PreconditionHeader): EntityTags {
-  if (value.trim() === "*") return "any";
-  const members = value.split(",").filter((member) => member.trim() !== "");
-  const versions: number[] = [];
-  if (members.length === 0) throw notEntityTags(header);
-  for (const member of members) {
-    const tag = ENTITY_TAG.exec(member);
-    if (!tag) throw notEntityTags(header);
-    if ((!tag[1] || header === "if-none-match") && /^[1-9][0-9]{0,14}$/.test(tag[2]!)) versions.push(Number(tag[2]));
-  }
-  return versions;
+  const tags = listedTags(value);
+  if (tags === null) throw notEntityTags(header);
+  if (tags === "any") return "any";
+  return tags.filter((tag) => (!tag.weak || header === "if-none-match") && /^[1-9][0-9]{0,14}$/.test(tag.opaque)).map((tag) => Number(tag.opaque));
+}
+
+/**
+ * noneMatchNames tells whether a request's If-None-Match (null without one) names `etag`, a strong
+ * tag with its quotes, compared weakly (a proxy that compresses the answer makes the tag weak), or
+ * is *. A value that is not a list of tags names nothing.
+ */
+export function noneMatchNames(ifNoneMatch: string | null, etag: string): boolean {
+  const tags = ifNoneMatch === null ? null : listedTags(ifNoneMatch);
+  return tags === "any" || (tags !== null && tags.some((tag) => `"${tag.opaque}"` === etag));
 }
 
 /** versionCondition reads a write's If-Match and If-None-Match headers into the condition it must meet, null without either. */

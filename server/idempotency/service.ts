@@ -18,7 +18,6 @@ import {
 
 /** IDEMPOTENCY_RETENTION_MS is how long a finished response is replayed (24 hours). */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
-const MAX_KEY_LENGTH = 255;
 /**
  * IDEMPOTENCY_RESERVATION_MS is how long a key reserved by a request still running on some
  * instance answers 409 (PostgreSQL); a reservation older than that is taken for one left by a
@@ -99,17 +98,12 @@ export class IdempotencyGuard {
     return { status: stored.status, body: JSON.parse(stored.response_body) as T, replayed: true };
   }
 
-  /** run executes `execute` once for the key (or always, without a key) and returns its result or the replay. */
+  /** run executes `execute` once for the key (or always, without a key; its caller has checked it) and returns its result or the replay. */
   async run<T>(
     request: { tokenId: string; method: string; path: string; key: string | undefined; body: unknown },
     execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>,
   ): Promise<IdempotentResult<T>> {
     if (request.key === undefined) return { ...(await execute(null)), replayed: false };
-    if (request.key.length === 0 || request.key.length > MAX_KEY_LENGTH) {
-      throw new ProblemError(422, "validation", `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters.`, [
-        { header: "idempotency-key", detail: `must be 1 to ${MAX_KEY_LENGTH} characters` },
-      ]);
-    }
     const scope: IdempotencyScope = { tokenId: request.tokenId, method: request.method, path: request.path, key: request.key, fingerprint: fingerprintOf(request.body) };
     const now = Date.now();
     const stored = await findIdempotencyRecord(this.db, scope, now - IDEMPOTENCY_RETENTION_MS);

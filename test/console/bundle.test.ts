@@ -29,6 +29,31 @@ describe("island bundles", () => {
     }
   });
 
+  test("an asset asked for again with If-None-Match naming its ETag (weakly, in a list, or *) is 304 without a body, keeping its ETag, Cache-Control and security headers", async () => {
+    const h = await createHarness();
+    try {
+      const ask = (path: string, ifNoneMatch?: string, method = "GET") =>
+        h.app.handle(new Request(`http://localhost${path}`, { method, headers: ifNoneMatch === undefined ? {} : { "if-none-match": ifNoneMatch } }));
+      const shown = async (res: Response) => {
+        const { date, "x-request-id": _, "content-length": length, ...headers } = Object.fromEntries(res.headers);
+        return { status: res.status, headers, body: await res.text() };
+      };
+      for (const path of ["/console/assets/console.css", ...ISLANDS.map((name) => `/console/assets/${name}.js`)]) {
+        const first = await shown(await ask(path));
+        const etag = first.headers.etag!;
+        expect(etag).toMatch(/^"[0-9a-z]+"$/);
+        const { "content-type": _, ...unchanged } = first.headers;
+        const notModified = { status: 304, headers: unchanged, body: "" };
+        for (const condition of [etag, `W/${etag}`, `"other", ${etag}`, ` , W/"x",${etag} `, "*"]) expect(await shown(await ask(path, condition))).toEqual(notModified);
+        expect(await shown(await ask(path, etag, "HEAD"))).toEqual(notModified);
+        // Another tag, a tag without its quotes, or a value that is no tag at all: the file, whole.
+        for (const condition of ['"other"', etag.slice(1, -1), "W/", ""]) expect(await shown(await ask(path, condition))).toEqual(first);
+      }
+    } finally {
+      await h.close();
+    }
+  });
+
   test("bundles hold browser code only: no server modules, SQL or secrets", async () => {
     const built = JSON.parse(readFileSync(join(dir, "islands.json"), "utf8")) as Record<string, string>;
     for (const js of Object.values(built)) {

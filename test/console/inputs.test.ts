@@ -312,6 +312,22 @@ test("an address with no console page is 404 for any method, not 405 as if it we
   ]);
 });
 
+test("the start page answers another method with the 405 page and Allow at /console as at /console/, where the router serves GET at both", async () => {
+  const answers = [];
+  for (const path of ["/console", "/console/"]) {
+    for (const method of ["POST", "PUT", "DELETE"]) {
+      const res = await client.send(path, { method });
+      answers.push([answerOf(res), res.headers.get("allow")]);
+    }
+  }
+  const refused = (method: string, path: string) => [
+    { status: 405, type: "text/html; charset=utf-8", title: "Method not allowed · CRM console", main: messageMain("Method not allowed", `${method} is not allowed on ${path}; allowed: GET, HEAD.`), notice: null },
+    "GET, HEAD",
+  ];
+  expect(answers).toEqual(["/console", "/console/"].flatMap((path) => ["POST", "PUT", "DELETE"].map((method) => refused(method, path))));
+  expect([(await client.get("/console")).status, (await client.get("/console/")).status]).toEqual([200, 200]);
+});
+
 test("a signed-out request with a value past a route's schema limit is sent to sign in, or answered 401 under /console/api, as any signed-out request is, not told 422", async () => {
   const signedOut = new ConsoleClient((r) => h.app.handle(r));
   const page = await signedOut.get(`/console/contacts?q=${"x".repeat(301)}`);

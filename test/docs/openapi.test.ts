@@ -363,12 +363,14 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     }
   });
 
-  test("what the service checks itself is stated too: an optional body, the Idempotency-Key's length, custom_fields and consent as objects, read-only fields refused", async () => {
+  test("what the service checks itself is stated too: an optional body, the Idempotency-Key's length and characters, custom_fields and consent as objects, read-only fields refused", async () => {
     const rotate = spec.paths["/public/v1/webhook-subscriptions/{subscriptionId}/rotate-secret"].post;
     const subscription = await localSubscription();
     expect([rotate.requestBody.required, (await h.request("POST", `/public/v1/webhook-subscriptions/${subscription.id}/rotate-secret`)).status]).toEqual([false, 200]);
     const key = spec.paths["/public/v1/contacts"].post.parameters.find((p: any) => p.name === "idempotency-key").schema;
     expect([key.minLength, key.maxLength]).toEqual([1, 255]);
+    // Its characters as the service takes them: printable ASCII but the comma (two keys joined by Bun).
+    expect(["order 42/#1!~", "A, B", "A,B", "caf\u00e9", "a\tb"].map((k) => new RegExp(key.pattern).test(k))).toEqual([true, false, false, false, false]);
     const input = spec.components.schemas.ContactInput.properties;
     expect([input.custom_fields.type, input.consent.type]).toEqual([["object", "null"], ["object", "null"]]);
     // Read-only fields are refused with 422 "is read-only": the inputs declare them false.

@@ -4,7 +4,8 @@ import { createContact } from "../../server/contacts/service.ts";
 import { IDEMPOTENCY_RETENTION_MS, pruneIdempotencyKeys } from "../../server/idempotency/service.ts";
 import { gone } from "../support/deleted-before-upgrade.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { contactCount, expectProblem } from "./support.ts";
+import { Connection } from "../limits/support.ts";
+import { contactCount, expectProblem, listeningServer } from "./support.ts";
 
 let h: Harness;
 beforeEach(async () => {
@@ -162,6 +163,18 @@ for (const route of ROUTES) {
       const ok = await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "k".repeat(255) } });
       expect(ok.status).toBe(201);
     });
+    test("a key sent more than once (Bun joins the fields with \", \"), or holding a comma or a character that is not printable ASCII, is 422 naming the header; spaces and punctuation are fine", async () => {
+      const refused = (detail: string, field: string) => ({ type: "urn:crm:problem:validation", title: "Unprocessable Content", status: 422, detail, errors: [{ header: "idempotency-key", detail: field }] });
+      const twice = refused("Idempotency-Key must be one key, sent once: a key holds no commas, and two keys (a list, or the header sent twice) would name neither.", "is given more than once (a key holds no commas)");
+      const notAscii = refused("Idempotency-Key must be printable ASCII (letters, digits, spaces and punctuation) other than the comma.", "must be printable ASCII other than the comma");
+      for (const [key, answer] of [["A, B", twice], ["A,B", twice], ["A, ", twice], [", B", twice], ["caf\u00e9", notAscii], ["a\tb", notAscii]] as const) {
+        expect((await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": key } })).body).toEqual(answer);
+      }
+      expect([await route.count(), await storedKeys()]).toEqual([0, 0]);
+      const first = await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "order 42/#1!~" } });
+      const again = await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "order 42/#1!~" } });
+      expect([first.status, again.status, again.headers.get("idempotent-replayed"), await route.count()]).toEqual([201, 201, "true", 1]);
+    });
   });
 
   describe(`idempotency on POST ${route.path}: security`, () => {
@@ -278,5 +291,29 @@ describe("idempotency: a key used again after its 24 hours", () => {
     expect([retry.status, retry.headers.get("idempotent-replayed"), retry.body]).toEqual([201, "true", created]);
     expect((await h.json("GET", `/public/v1/contacts/${created.data.id}`)).body).toEqual(created);
     expect(await h.rt.db.all("SELECT idem_key, status, resource_id FROM idempotency_keys")).toEqual([{ idem_key: "reused-1", status: 201, resource_id: created.data.id }]);
+  });
+});
+
+describe("idempotency: Idempotency-Key on two header lines, over the wire", () => {
+  test("is refused 422 and creates nothing, so a retry with either key alone creates once", async () => {
+    const running = await listeningServer("idempotency-twice");
+    const connection = new Connection(running.server.server.port!);
+    try {
+      const body = JSON.stringify({ first_name: "Ada" });
+      const send = (keys: string[]) => {
+        connection.write(
+          `POST /public/v1/contacts HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${running.token}\r\ncontent-type: application/json\r\n${keys.map((key) => `idempotency-key: ${key}\r\n`).join("")}content-length: ${body.length}\r\n\r\n${body}`,
+        );
+        return connection.response();
+      };
+      const twice = await send(["A", "B"]);
+      expect([twice.status, JSON.parse(twice.body).errors]).toEqual([422, [{ header: "idempotency-key", detail: "is given more than once (a key holds no commas)" }]]);
+      const first = await send(["A"]);
+      const retry = await send(["A"]);
+      expect([first.status, retry.status, retry.headers["idempotent-replayed"], JSON.parse(retry.body)]).toEqual([201, 201, "true", JSON.parse(first.body)]);
+    } finally {
+      connection.destroy();
+      await running.stop();
+    }
   });
 });

@@ -2,6 +2,8 @@ import { describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { DEFAULT_CONFIG, loadConfig } from "../../server/config.ts";
+import { ISLANDS } from "../../console/bundle.ts";
+import { createHarness } from "../support/harness.ts";
 import { ROOT, tempDir } from "./support.ts";
 
 const unit = readFileSync(join(ROOT, "deploy", "crm.service"), "utf8");
@@ -56,5 +58,43 @@ describe("deploy/crm-instances.toml and deploy/nginx-instances.conf: two instanc
     expect(nginx).toContain("proxy_set_header X-Forwarded-Proto $scheme;");
     // nginx retries a POST, PATCH or DELETE on the next server only when told non_idempotent.
     expect(nginx).not.toContain("non_idempotent");
+  });
+});
+
+describe("nginx in front: README's block and deploy/nginx-instances.conf", () => {
+  const configs = {
+    readme: /```nginx\n([\s\S]*?)```/.exec(readFileSync(join(ROOT, "README.md"), "utf8"))![1]!,
+    instances: readFileSync(join(ROOT, "deploy", "nginx-instances.conf"), "utf8"),
+  };
+
+  test("they compress what the docs and the console send (the service never does), and not the API, whose ETags must stay strong for If-Match", async () => {
+    const h = await createHarness();
+    const typeOf = async (path: string) => (await h.app.handle(new Request(`http://localhost${path}`))).headers.get("content-type")!.split(";")[0]!;
+    let sent: string[];
+    try {
+      const docsAssets = [...(await (await h.app.handle(new Request("http://localhost/docs"))).text()).matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]!);
+      sent = [...new Set(await Promise.all(["/docs/json", ...docsAssets, "/console/assets/console.css", ...ISLANDS.map((name) => `/console/assets/${name}.js`)].map(typeOf)))].sort();
+    } finally {
+      await h.close();
+    }
+    expect(sent).toEqual(["application/json", "text/css", "text/javascript"]);
+    for (const config of Object.values(configs)) {
+      const types = /^\s*gzip_types ([^;]*);/m.exec(config)![1]!.split(/\s+/);
+      expect([/^\s*gzip on;/m.test(config), sent.filter((type) => !types.includes(type))]).toEqual([true, []]);
+      // nginx turns a strong ETag weak when it compresses, and a weak one never matches If-Match.
+      expect(/location \/public\/ \{[^}]*gzip off;[^}]*\}/.test(config)).toBe(true);
+    }
+  });
+
+  test.skipIf(!Bun.which("nginx"))("nginx -t accepts them, without a warning", () => {
+    for (const [name, config] of Object.entries(configs)) {
+      const dir = tempDir(`nginx-${name}`);
+      // Without the certificates, on ports nothing else uses, proxying to an address that need not answer.
+      const local = config.replaceAll("listen 443 ssl;", "listen 127.0.0.1:18443;").replaceAll("listen 80;", "listen 127.0.0.1:18080;").replace(/^\s*ssl_certificate.*$/gm, "");
+      const file = join(dir, "nginx.conf");
+      writeFileSync(file, `pid ${dir}/nginx.pid; error_log stderr; events {}\nhttp {\nclient_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;\n${local}\n}\n`);
+      const result = Bun.spawnSync(["nginx", "-t", "-q", "-e", "stderr", "-p", dir, "-c", file], { stdout: "pipe", stderr: "pipe" });
+      expect({ name, output: result.stderr.toString() + result.stdout.toString(), exitCode: result.exitCode }).toEqual({ name, output: "", exitCode: 0 });
+    }
   });
 });
