@@ -48,6 +48,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const secrets = new SecretBox(secretsKey.key);
   await migrateBackend(db, () => secrets);
   await assertDatabaseSecretsKey(db, secrets, secretsKey);
+  if (secretsKey.openTo) log.warn(secretsKey.openTo, { path: secretsKey.path });
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
   db.useReadLane(config.slowListLane, log);
   const metrics = new Metrics();

@@ -130,7 +130,7 @@ export function secretsKeyExists(config: Pick<Config, "secretsKeyFile" | "dataDi
  * On PostgreSQL the file must be named: instances sharing the database must share the key, and a
  * key made up in each instance's data directory would seal secrets the others cannot open.
  */
-export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"> & Partial<Pick<Config, "databaseUrl">>): { key: Uint8Array; path: string; created: boolean } {
+export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"> & Partial<Pick<Config, "databaseUrl">>): { key: Uint8Array; path: string; created: boolean; openTo: string | null } {
   if (config.databaseUrl && !config.secretsKeyFile) {
     throw new ConfigError(
       "on PostgreSQL (--database-url) every instance must read the same secrets key: pass --secrets-key-file FILE (CRM_SECRETS_KEY_FILE); " +
@@ -151,7 +151,7 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
     giveToFolderOwner(partial);
     writeFileSync(partial, `${key.toString("base64")}\n`);
     fsyncPath(partial);
-    if (publishFile(partial, path)) return { key, path, created: true };
+    if (publishFile(partial, path)) return { key, path, created: true, openTo: null };
   }
   let text: string;
   try {
@@ -161,22 +161,22 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   }
   const key = Buffer.from(text, "base64");
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || key.length !== KEY_BYTES) throw new ConfigError(`secrets key file ${path} does not hold a key (base64 of ${KEY_BYTES} random bytes)`);
-  refuseOpenKey(path);
-  return { key, path, created: false };
+  return { key, path, created: false, openTo: keyOpenTo(path) };
 }
 
 /**
- * refuseOpenKey refuses a key file its group or other users may read or write, as OpenSSH refuses
- * such a private key: a warning in a log at start leaves the key readable, and with it every
- * signing secret to whoever also gets a backup. The fix is printed: chmod 600, after a chown when
- * the file is another user's (a root:crm 0640 key would shut the service out once 0600).
+ * keyOpenTo words why a key file its group or other users may read or write should be its owner's
+ * alone, with the fix, or null when it is. A warning, not a refusal: secret stores mount keys so on
+ * purpose (a Kubernetes Secret 0644, or root:fsGroup 0440 behind symlinks; a Docker secret 0444;
+ * with fsGroup the data directory's own key turns 0660 at each mount), read-only, where neither
+ * chmod nor chown can be run, and a refusal stopped every instance at its next start.
  */
-function refuseOpenKey(path: string): void {
+function keyOpenTo(path: string): string | null {
   const { mode, uid } = statSync(path);
-  if ((mode & 0o077) === 0) return;
+  if ((mode & 0o077) === 0) return null;
   const me = process.getuid?.() ?? uid;
   const chown = me !== uid && me !== 0 ? `chown ${userName(me)} ${path} && ` : "";
-  throw new ConfigError(`secrets key file ${path} is open to other users (mode 0${(mode & 0o777).toString(8)}); like a private key it must be its owner's alone: ${chown}chmod 600 ${path}`);
+  return `the secrets key file is open to other users (mode 0${(mode & 0o777).toString(8)}): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: ${chown}chmod 600 ${path}`;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { chmodSync, chownSync, cpSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, cpSync, mkdirSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
 import { AS_NOBODY, NOBODY } from "../support/permissions.ts";
@@ -186,26 +186,34 @@ describe.skipIf(!isRoot)("as an unprivileged user, the importer's paths behind a
   });
 });
 
-describe.skipIf(!isRoot)("as an unprivileged user, a secrets key other users may read is refused, as ssh refuses such a private key", () => {
-  test("the data directory's secrets.key made 0644 (`head -c 32 /dev/urandom | base64 > FILE` under umask 022): serve stops with one line giving the chmod", async () => {
+describe.skipIf(!isRoot)("as an unprivileged user, a secrets key other users may read is served with a warning, as secret stores mount keys so on purpose", () => {
+  test("the data directory's secrets.key made 0644 (`head -c 32 /dev/urandom | base64 > FILE` under umask 022): serve starts and warns once, giving the chmod", async () => {
     const dir = copyOfGood("key-0644");
     const key = join(dir, "secrets.key");
     chmodSync(key, 0o644);
-    expect(await untilExit(["serve", "--port", "0", "--data-dir", dir])).toEqual({
-      exitCode: 2,
-      stderr: `crm: secrets key file ${key} is open to other users (mode 0644); like a private key it must be its owner's alone: chmod 600 ${key}\n`,
-    });
+    const server = await spawnServer([...AS_NOBODY_SOURCE, "serve", "--port", "0", "--data-dir", dir], { cwd: "/" });
+    expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+    expect(server.logLines().filter((line) => line.level === "warn").map(({ msg, path }) => ({ msg, path }))).toEqual([
+      {
+        msg: `the secrets key file is open to other users (mode 0644): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${key}`,
+        path: key,
+      },
+    ]);
   }, 60_000);
 
-  test("--secrets-key-file 0640 root:nobody (the service's group may read it): the fix gives the key to the user first, then chmods it", () => {
-    const dir = copyOfGood("key-file-0640");
-    const key = join(work, "group-readable.key");
+  test("--secrets-key-file 0440 root:nobody behind a symlink (a Kubernetes Secret with fsGroup, read-only): commands read it, and the warning gives the key to the user first", async () => {
+    const dir = copyOfGood("key-file-0440");
+    const key = join(work, "mounted.key");
     cpSync(join(dir, "secrets.key"), key);
     chownSync(key, 0, NOBODY);
-    chmodSync(key, 0o640);
-    expect(asNobody(["token", "list", "--data-dir", dir, "--secrets-key-file", key])).toEqual({
-      exitCode: 2,
-      stderr: `crm: secrets key file ${key} is open to other users (mode 0640); like a private key it must be its owner's alone: chown nobody ${key} && chmod 600 ${key}\n`,
-    });
-  });
+    chmodSync(key, 0o440);
+    const link = join(work, "mounted-link.key");
+    symlinkSync(key, link);
+    expect(asNobody(["token", "list", "--data-dir", dir, "--secrets-key-file", link])).toEqual({ exitCode: 0, stderr: "" });
+    const server = await spawnServer([...AS_NOBODY_SOURCE, "serve", "--port", "0", "--data-dir", dir, "--secrets-key-file", link], { cwd: "/" });
+    expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+    expect(server.logLines().filter((line) => line.level === "warn").map(({ msg }) => msg)).toEqual([
+      `the secrets key file is open to other users (mode 0440): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chown nobody ${link} && chmod 600 ${link}`,
+    ]);
+  }, 60_000);
 });
