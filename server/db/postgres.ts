@@ -294,12 +294,18 @@ type PostgresOptions = Bun.SQL.PostgresOrMySQLOptions;
 /** LISTENER_CHECK_PREFIX starts the payload of the notifications an instance sends itself to check its listening connection; every instance ignores them. */
 const LISTENER_CHECK_PREFIX = "listener-check:";
 
-/** Registration is one `listen` call: re-subscribed on a new listening connection when the old one is found dead. */
+/** Registration is one `listen` call: re-subscribed on a new listening connection when the old one is lost or found dead. */
 interface Registration {
   channel: string;
   onNotify: (payload: string | null) => void;
+  /** told of each try to subscribe that the server refused */
+  onRefused: (error: unknown) => void;
   subscription: Bun.SQL.ListenSubscription | null;
 }
+
+/** RESUBSCRIBE_FIRST_DELAY_MS is the wait after a refused try to subscribe again on a new listening connection; it doubles up to RESUBSCRIBE_LONGEST_DELAY_MS. */
+const RESUBSCRIBE_FIRST_DELAY_MS = 500;
+const RESUBSCRIBE_LONGEST_DELAY_MS = 30_000;
 
 /**
  * PostgresDatabase is the PostgreSQL backend: a pool of Bun's SQL client connections, each `write`
@@ -319,6 +325,8 @@ export class PostgresDatabase extends PostgresDb implements Database {
   /** the client listen subscribes on: its connection is its own, left alone when the pool's are replaced */
   private listener: SQL | null = null;
   private readonly registrations = new Set<Registration>();
+  /** set while resubscribe subscribes the registrations again on a new listening connection */
+  private resubscribing = false;
   private listenerChecks: Timer | null = null;
   /** the payload of this instance's listener checks, and what its arrival resolves */
   private readonly checkPayload = `${LISTENER_CHECK_PREFIX}${randomUUID()}`;
@@ -467,13 +475,13 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   /**
-   * listen subscribes on a client of its own (its connection outlives the pool's), which Bun
-   * reconnects (and re-subscribes) when it drops, and which checkListener replaces when it is dead
-   * without knowing it, or subscribes again when the first subscribe was refused (a server at
-   * max_connections refuses exactly this connection, the one beyond the pool).
+   * listen subscribes on a client of its own (its connection outlives the pool's). When that
+   * connection is lost (listenerLost) or dead without knowing it (checkListener), or the first
+   * subscribe was refused (a server at max_connections refuses exactly this connection, the one
+   * beyond the pool), resubscribe subscribes again on a new one.
    */
   async listen(channel: string, onNotify: (payload: string | null) => void, onRefused: (error: unknown) => void): Promise<() => Promise<void>> {
-    const registration: Registration = { channel, onNotify, subscription: null };
+    const registration: Registration = { channel, onNotify, onRefused, subscription: null };
     this.registrations.add(registration);
     if (!this.listenerChecks) {
       this.listenerChecks = setInterval(() => void this.checkListener(), this.listenerCheckMs);
@@ -487,47 +495,90 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   private async subscribe(registration: Registration): Promise<void> {
-    let subscribed = false;
+    registration.subscription = await this.listenerClient().listen(registration.channel, (payload) => {
+      if (!payload.startsWith(LISTENER_CHECK_PREFIX)) registration.onNotify(payload);
+      else if (payload === this.checkPayload) this.checkArrived?.();
+    });
+  }
+
+  /** listenerClient is the client the channels are subscribed on, made when there is none. */
+  private listenerClient(): SQL {
+    if (this.listener) return this.listener;
     // Never closed for being idle: between notifications it is, for hours (the server's keepalives keep its flow open).
-    this.listener ??= new SQL({ ...this.options, max: 1, idleTimeout: 0, maxLifetime: 0 });
-    registration.subscription = await this.listener.listen(
-      registration.channel,
-      (payload) => {
-        if (!payload.startsWith(LISTENER_CHECK_PREFIX)) registration.onNotify(payload);
-        else if (payload === this.checkPayload) this.checkArrived?.();
-      },
-      () => {
-        // Called once the LISTEN is acknowledged, and again after every reconnect: only then may notifications have been missed.
-        if (subscribed) registration.onNotify(null);
-        subscribed = true;
-      },
-    );
+    const client: SQL = new SQL({ ...this.options, max: 1, idleTimeout: 0, maxLifetime: 0, onclose: () => this.listenerLost(client) });
+    this.listener = client;
+    return client;
+  }
+
+  /**
+   * listenerLost replaces a listening connection that closed (the server restarted or ended it).
+   * Bun's client would reconnect and subscribe again by itself, but writes a plain-text line to
+   * stderr for every try the server refuses (console.warn, with no option to silence it), where
+   * the log is one JSON object per line: every subscription is dropped, which stops Bun's tries,
+   * and resubscribe makes its own, each refusal logged through `onRefused`.
+   */
+  private listenerLost(client: SQL): void {
+    if (client !== this.listener || this.closed) return;
+    this.dropListener();
+    void this.resubscribe();
+  }
+
+  /** dropListener unsubscribes every registration and closes the listening client. */
+  private dropListener(): void {
+    const dropped = this.listener;
+    this.listener = null;
+    for (const registration of this.registrations) {
+      void registration.subscription?.unlisten().catch(() => {});
+      registration.subscription = null;
+    }
+    void dropped?.close({ timeout: 0 }).catch(() => {});
+  }
+
+  /**
+   * resubscribe subscribes every registration without a subscription on a new listening
+   * connection, trying again after each refusal (RESUBSCRIBE_FIRST_DELAY_MS, doubling), then tells
+   * each registration that notifications may have been missed meanwhile.
+   */
+  private async resubscribe(): Promise<void> {
+    if (this.resubscribing) return;
+    this.resubscribing = true;
+    try {
+      let delay = RESUBSCRIBE_FIRST_DELAY_MS;
+      // Until every registration is subscribed: the new connection may be lost again meanwhile.
+      while (!this.closed && [...this.registrations].some((registration) => !registration.subscription)) {
+        try {
+          for (const registration of this.registrations) if (!registration.subscription) await this.subscribe(registration);
+        } catch (error) {
+          if (this.closed) return;
+          for (const registration of this.registrations) registration.onRefused(error);
+          // Unreferenced: a stopping process does not wait out the delay.
+          await new Promise((resolve) => setTimeout(resolve, delay).unref());
+          delay = Math.min(delay * 2, RESUBSCRIBE_LONGEST_DELAY_MS);
+          continue;
+        }
+        if ([...this.registrations].every((registration) => registration.subscription)) for (const registration of this.registrations) registration.onNotify(null);
+      }
+    } finally {
+      this.resubscribing = false;
+    }
   }
 
   /**
    * checkListener sends this instance a notification through the pool. One that has not arrived
    * within the answer timeout means the listening connection is dead without knowing it (a
    * firewall forgot it, or a partition outlasted the server's keepalives): nothing would tell Bun,
-   * as a listening client never sends. It is then closed, the channels are subscribed on a new one,
-   * and each registration is told that notifications may have been missed.
+   * as a listening client never sends. It is then closed and replaced (resubscribe).
    */
   private async checkListener(): Promise<void> {
     const [first] = this.registrations;
-    if (!first || this.checkArrived || this.closed) return;
+    if (!first || this.checkArrived || this.resubscribing || this.closed) return;
     const arrived = new Promise<void>((resolve) => (this.checkArrived = resolve));
     try {
       // A pool in trouble is the answer watch's to handle: the check tells nothing then.
       const sent = await this.notify(first.channel, this.checkPayload).then(() => true, () => false);
-      if (!sent || (await settlesWithin(arrived, this.answerTimeoutMs)) || this.closed) return;
-      const dead = this.listener;
-      this.listener = null;
-      void dead?.close({ timeout: 0 }).catch(() => {});
-      for (const registration of this.registrations) {
-        await this.subscribe(registration);
-        registration.onNotify(null);
-      }
-    } catch {
-      // The new connection could not subscribe (the server is away): the next check tries again.
+      if (!sent || (await settlesWithin(arrived, this.answerTimeoutMs)) || this.closed || this.resubscribing) return;
+      this.dropListener();
+      void this.resubscribe();
     } finally {
       this.checkArrived = null;
     }

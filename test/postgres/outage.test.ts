@@ -484,6 +484,26 @@ describe("an instance cut off from PostgreSQL (a network partition)", () => {
     expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
   }, 60_000);
 
+  test("a listening connection lost while the server refuses new ones (a restart) is subscribed again by the instance, which logs each refused try as JSON: nothing but JSON lines on stdout and stderr, and its checks pass again once it is back", async () => {
+    const { relay, server } = await serveThroughRelay("postgres", { ...ANSWER_TIMEOUT, CRM_DATABASE_IDLE_TIMEOUT_SECONDS: "1" });
+    const listeners = async (): Promise<number[]> =>
+      (await admin`SELECT pid FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm' AND query LIKE 'LISTEN%' ORDER BY pid`).map((row: { pid: number }) => row.pid);
+    await waitUntil(async () => (await listeners()).length === 1, "the instance to listen", server.proc);
+    const [first] = await listeners();
+    const refusedTries = () => server.logLines().filter((line) => line.msg.startsWith("webhook delivery loop: cannot listen for other instances")).length;
+    relay.cut();
+    // Bun's own reconnect of a listening client writes a plain-text line for every refused try (console.warn).
+    await waitUntil(() => server.output().includes("bun:sql") || refusedTries() >= 2, "tries to listen again, refused", server.proc);
+    relay.mend();
+    await waitUntil(async () => (await listeners()).some((pid) => pid !== first), "a new listening connection", server.proc);
+    const [again] = await listeners();
+    // Checked every second, the new connection gets its own notifications: three checks pass, and it is kept.
+    await Bun.sleep(3_500);
+    expect(await listeners()).toEqual([again!]);
+    // `serve` prints its address first, as the README says; every line after it is a JSON object.
+    expect(server.output().split("\n").filter((line) => line !== "" && !line.startsWith("{") && !line.startsWith("listening on "))).toEqual([]);
+  }, 60_000);
+
   test("a write waiting for the write lock is not cut off while the server answers (another instance holds the lock for three times the answer timeout), and is 503 once the server stops answering", async () => {
     const { relay, server } = await serveThroughRelay("postgres", ANSWER_TIMEOUT);
     const holdWriteLock = async (whileHeld: () => Promise<void>) => {
