@@ -1,6 +1,7 @@
 import { SQL } from "bun";
 import { randomUUID } from "node:crypto";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
+import type { Logger } from "../shared/log.ts";
 import { settlesWithin } from "../shared/time.ts";
 import { SlowReads } from "./slow-reads.ts";
 import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
@@ -60,6 +61,40 @@ const SESSION_SETTINGS = { default_transaction_isolation: "read committed", byte
  * Our transactions never wait on anything but their own statements and a little JavaScript.
  */
 const IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000;
+
+/** LOCK_TIMEOUT_STATE is PostgreSQL's SQLSTATE for a statement given up on by lock_timeout (lock_not_available). */
+export const LOCK_TIMEOUT_STATE = "55P03";
+
+/**
+ * BUSY_LOCK_TIMEOUT_MS is the lock_timeout of writes and reads in transactions for
+ * --database-answer-timeout-seconds after a statement waited that long for a lock another session
+ * holds (an ALTER TABLE, a VACUUM FULL, a reporting tool's EXCLUSIVE lock). The writes of a group
+ * run one after another under the write lock, and one waiting the whole timeout moves those after
+ * it to the next group (GROUP_TIME_MS): each group would spend the timeout on its first write that
+ * needs the table, so the k-th queued write would wait about k timeouts. Instead, those that need
+ * the table are refused within this, and the others commit.
+ */
+const BUSY_LOCK_TIMEOUT_MS = 50;
+
+/** LOCK_LOG_INTERVAL_MS spaces the lines that name the sessions holding a lock requests were refused for. */
+const LOCK_LOG_INTERVAL_MS = 60_000;
+
+/**
+ * LOCK_HOLDERS lists the sessions other than this one holding a lock on a relation of the
+ * service's schema in a mode that stops writes (SHARE and stronger; ACCESS EXCLUSIVE stops reads
+ * too), those longest in their transaction first. Read after a lock timeout only, at most once a
+ * minute. The query text is left out: another session's statement may hold personal data.
+ */
+const LOCK_HOLDERS = `SELECT l.pid, c.relname AS "table", l.mode, a.usename AS role, a.application_name AS application,
+       host(a.client_addr) AS client, a.state, CAST(extract(epoch FROM now() - a.xact_start) AS integer) AS transaction_seconds
+  FROM pg_locks l
+  JOIN pg_class c ON c.oid = l.relation
+  JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.granted AND l.locktype = 'relation' AND l.pid <> pg_backend_pid()
+   AND c.relnamespace = CAST(current_schema() AS regnamespace)
+   AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+ ORDER BY a.xact_start, l.pid, c.relname
+ LIMIT 10`;
 
 type Row = Record<string, unknown>;
 
@@ -336,6 +371,10 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private slowReads: SlowReads | null = null;
   /** the pool's statements as writeBookkeeping runs them: changes that wake nobody */
   private readonly bookkeeping = new PostgresDb({ unsafe: (text, params) => this.onThePool(text, params) }, () => {});
+  /** until when (performance.now()) transactions wait BUSY_LOCK_TIMEOUT_MS for a lock, after a lock timeout */
+  private busyUntil = -Infinity;
+  /** where lock timeouts are logged (logLocksTo), when they were last, and how many since */
+  private readonly lockLog: { log: Logger | null; at: number; unlogged: number } = { log: null, at: -Infinity, unlogged: 0 };
 
   /**
    * options include the pool's size (max); a statement the server leaves without any answer for
@@ -355,7 +394,54 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /** onThePool runs one statement on the pool, timed by the watch. */
   private onThePool(text: string, params?: SqlValue[]): Promise<Result> {
-    return this.watch.run(() => this.pool.unsafe(text, params));
+    return this.lockWaitNoted(this.watch.run(() => this.pool.unsafe(text, params)));
+  }
+
+  /** lockWaitNoted passes a statement's outcome through, noting a lock timeout (lockTimedOut). */
+  private lockWaitNoted<T>(statement: Promise<T>): Promise<T> {
+    return statement.catch((error: unknown) => {
+      if ((error as { errno?: unknown } | null)?.errno === LOCK_TIMEOUT_STATE) this.lockTimedOut();
+      throw error;
+    });
+  }
+
+  /**
+   * lockTimedOut has transactions wait BUSY_LOCK_TIMEOUT_MS for locks for the answer timeout, and
+   * logs the sessions holding locks on the service's tables, at most once a minute.
+   */
+  private lockTimedOut(): void {
+    const now = performance.now();
+    this.busyUntil = now + this.answerTimeoutMs;
+    const { lockLog } = this;
+    if (!lockLog.log) return;
+    if (now - lockLog.at < LOCK_LOG_INTERVAL_MS) {
+      lockLog.unlogged += 1;
+      return;
+    }
+    const unlogged = lockLog.at === -Infinity ? null : lockLog.unlogged;
+    lockLog.at = now;
+    lockLog.unlogged = 0;
+    const log = lockLog.log;
+    void this.all<Row>(LOCK_HOLDERS).then(
+      (holders) => ({ holders }),
+      (error: unknown) => ({ holders_unknown: String(error) }),
+    ).then((found) =>
+      log.warn("a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held", {
+        lock_timeout_ms: this.answerTimeoutMs,
+        ...found,
+        ...(unlogged === null ? {} : { lock_timeouts_since_last_line: unlogged }),
+      }),
+    );
+  }
+
+  /** logLocksTo has lock timeouts logged to `log` (lockTimedOut): a serving instance's log; a command's are errors of their own. */
+  logLocksTo(log: Logger): void {
+    this.lockLog.log = log;
+  }
+
+  /** lockTimeoutMs is the lock_timeout for the statements of a transaction begun now: BUSY_LOCK_TIMEOUT_MS after a lock timeout, the answer timeout otherwise. */
+  private lockTimeoutMs(): number {
+    return performance.now() < this.busyUntil ? BUSY_LOCK_TIMEOUT_MS : this.answerTimeoutMs;
   }
 
   /** replacePool closes every connection of the pool at once, failing what runs on them, and opens new ones for what comes next. */
@@ -367,7 +453,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /** transaction runs `work` in one transaction of `mode`, its statements timed by the watch. */
   private transaction<T>(mode: string, work: (tx: Runner) => Promise<T>): Promise<T> {
-    return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => roundTrip(tx.unsafe(text, params)) }))) as Promise<T>;
+    return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => this.lockWaitNoted(roundTrip(tx.unsafe(text, params))) }))) as Promise<T>;
   }
 
   /**
@@ -386,7 +472,9 @@ export class PostgresDatabase extends PostgresDb implements Database {
     // lock's own statement, before the lock is granted, so a write would read stale rows (a batch
     // creating a second contact for an email just created) or fail on a row changed meanwhile.
     return this.transaction("isolation level read committed", async (tx) => {
-      await tx.unsafe("SELECT pg_advisory_xact_lock($1::bigint)", [WRITE_LOCK]);
+      // The write lock is waited for as long as the other instances' groups hold it (lock_timeout
+      // 0; the watch still gives up on a silent server); the writes' own locks as lockTimeoutMs says.
+      await tx.unsafe(`SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${WRITE_LOCK}); SET LOCAL lock_timeout = ${this.lockTimeoutMs()}`);
       const batch = take();
       // A write alone needs no savepoint: should it fail, its transaction is rolled back.
       if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(new PostgresDb(tx, () => (changed = true))) }], changed };
@@ -433,7 +521,12 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
   read<T>(work: (db: Db) => Promise<T>): Promise<T> {
-    return this.transaction("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})));
+    return this.transaction("isolation level repeatable read read only", async (tx) => {
+      // Only just after a lock timeout: a list of a table held elsewhere then frees its pooled connection at once.
+      const lockTimeout = this.lockTimeoutMs();
+      if (lockTimeout !== this.answerTimeoutMs) await tx.unsafe(`SET LOCAL lock_timeout = ${lockTimeout}`);
+      return work(new PostgresDb(tx, () => {}));
+    });
   }
 
   /**
@@ -774,7 +867,21 @@ export async function openPostgres(
     if (refusal) throw new Error(refusal);
     db = new PostgresDatabase(
       // application_name names the service's sessions in pg_stat_activity.
-      { ...options, connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", search_path: facts.search_path, ...SESSION_SETTINGS, ...SERVER_KEEPALIVES } },
+      // lock_timeout bounds a wait for a lock another session holds (an ALTER TABLE or VACUUM FULL
+      // on contacts would otherwise hold every request needing it, and the instance's writes behind
+      // it, for as long as it lasts, with no answer): the statement fails (database-busy). It
+      // overrides the role's: the write lock's wait is exempt (commitGroup), and so are migrations.
+      {
+        ...options,
+        connection: {
+          idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
+          lock_timeout: databaseAnswerTimeoutSeconds * 1000,
+          application_name: "crm",
+          search_path: facts.search_path,
+          ...SESSION_SETTINGS,
+          ...SERVER_KEEPALIVES,
+        },
+      },
       databaseAnswerTimeoutSeconds * 1000,
       databaseIdleTimeoutSeconds * 1000,
       { url, schema, chosen },
