@@ -4,7 +4,7 @@ import type { SecretBox } from "../webhooks/secrets.ts";
 import { databasePath, openDatabase, type SqliteDatabase } from "./database.ts";
 import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
-import { DatabaseNotAnswering, openPostgres, type PostgresDatabase } from "./postgres.ts";
+import { DatabaseNotAnswering, LOCK_TIMEOUT_STATE, openPostgres, type PostgresDatabase } from "./postgres.ts";
 import type { Db, Dialect } from "./sql.ts";
 
 /** Backend is an opened database of either kind; `dialect` tells which, for the few callers that must know (migrations, backup). */
@@ -86,8 +86,8 @@ function migrationList(dialect: Dialect): readonly { version: number; name: stri
   return dialect === "postgres" ? POSTGRES_MIGRATIONS : MIGRATIONS;
 }
 
-/** DatabaseFailure is a database's refusal that is no fault of the request: it has no room left, its storage takes no writes, or it cannot be used just now. */
-export type DatabaseFailure = "storage-full" | "storage-read-only" | "unavailable";
+/** DatabaseFailure is a database's refusal that is no fault of the request: it has no room left, its storage takes no writes, it cannot be used just now, or another session holds a lock the request needs. */
+export type DatabaseFailure = "storage-full" | "storage-read-only" | "unavailable" | "busy";
 
 /**
  * SQLITE_UNWRITABLE are the SQLite codes of a write its storage refused: the file opened read-only
@@ -110,11 +110,10 @@ const POSTGRES_CONNECTION_FAILURES = new Set([
 /**
  * POSTGRES_UNAVAILABLE_STATES are the SQLSTATEs of a server that cannot serve just now: shutting
  * down or restarting (57P01-57P03), out of connections (53300), read-only after a failover to a
- * standby (25006), or a statement cancelled by the operator's statement_timeout or by hand (57014)
- * or given up on by their lock_timeout (55P03).
+ * standby (25006), or a statement cancelled by the operator's statement_timeout or by hand (57014).
  * Class 08 (connection exceptions) is matched by its prefix.
  */
-const POSTGRES_UNAVAILABLE_STATES = new Set(["57P01", "57P02", "57P03", "53300", "25006", "57014", "55P03"]);
+const POSTGRES_UNAVAILABLE_STATES = new Set(["57P01", "57P02", "57P03", "53300", "25006", "57014"]);
 
 /**
  * DatabaseFault is a PostgreSQL refusal of what the service was set up with, rather than of the
@@ -157,12 +156,15 @@ export function tablesMissing(home: string): string {
  * for a SQLite file or file system that takes no writes (SQLITE_UNWRITABLE), "unavailable" for a
  * database that cannot be reached or used just now (a PostgreSQL server down, restarting, out of
  * connections, not answering, or refusing the service's login or database: databaseFaultOf;
- * SQLite locked by another process past the busy timeout); null for anything else.
+ * SQLite locked by another process past the busy timeout), "busy" for a PostgreSQL statement
+ * that waited for a lock another session holds until the sessions' lock_timeout (55P03:
+ * PostgresDatabase); null for anything else.
  */
 export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (error instanceof DatabaseNotAnswering) return "unavailable";
   const { code, errno } = (error ?? {}) as { code?: unknown; errno?: unknown };
   if (code === "SQLITE_FULL" || errno === "53100") return "storage-full";
+  if (errno === LOCK_TIMEOUT_STATE) return "busy";
   if (typeof code === "string" && SQLITE_UNWRITABLE.test(code)) return "storage-read-only";
   if (typeof code === "string" && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";
   if (typeof errno === "string" && (errno.startsWith("08") || POSTGRES_UNAVAILABLE_STATES.has(errno))) return "unavailable";

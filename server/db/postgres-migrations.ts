@@ -68,7 +68,10 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
   const applied: string[] = [];
   for (const [index, migration] of migrations.entries()) {
     const ran = await db.write(async (tx) => {
-      await tx.get("SELECT pg_advisory_xact_lock(?::bigint)", [MIGRATION_LOCK.toString()]);
+      // Waited for as long as another instance migrates, and the migration's table locks as long as
+      // other sessions hold them, whatever the sessions' lock_timeout: a start refused for a wait
+      // would leave the instance down (SET LOCAL: until this transaction ends).
+      await tx.script(`SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`);
       // Once the first transaction commits, the sessions' schema holds the tables (it made them,
       // or found them there), and every later start sees them.
       if (index === 0) await db.refuseTablesElsewhere(tx);
@@ -98,7 +101,6 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
 const MIGRATION_STEP_HINTS: Record<string, string> = {
   "42501": "the role needs CREATE on the schema --database-schema names (GRANT CREATE ON SCHEMA ... TO the role), or set --database-schema to a schema it owns",
   "25006": READ_ONLY_HINT,
-  "55P03": "the role's lock_timeout ended the wait for the write lock, which another instance's writes or migration held: lift it for the role (ALTER ROLE ... SET lock_timeout = 0), or start again",
   "57014": "the role's statement_timeout ended the wait for the write lock, which another instance's writes or migration held: lift it for the role (ALTER ROLE ... SET statement_timeout = 0), or start again",
 };
 

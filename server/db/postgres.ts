@@ -1,6 +1,7 @@
 import { SQL } from "bun";
 import { randomUUID } from "node:crypto";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
+import type { Logger } from "../shared/log.ts";
 import { settlesWithin } from "../shared/time.ts";
 import { SlowReads } from "./slow-reads.ts";
 import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
@@ -60,6 +61,40 @@ const SESSION_SETTINGS = { default_transaction_isolation: "read committed", byte
  * Our transactions never wait on anything but their own statements and a little JavaScript.
  */
 const IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000;
+
+/** LOCK_TIMEOUT_STATE is PostgreSQL's SQLSTATE for a statement given up on by lock_timeout (lock_not_available). */
+export const LOCK_TIMEOUT_STATE = "55P03";
+
+/**
+ * BUSY_LOCK_TIMEOUT_MS is the lock_timeout of writes and reads in transactions for
+ * --database-answer-timeout-seconds after a statement waited that long for a lock another session
+ * holds (an ALTER TABLE, a VACUUM FULL, a reporting tool's EXCLUSIVE lock). The writes of a group
+ * run one after another under the write lock, and one waiting the whole timeout moves those after
+ * it to the next group (GROUP_TIME_MS): each group would spend the timeout on its first write that
+ * needs the table, so the k-th queued write would wait about k timeouts. Instead, those that need
+ * the table are refused within this, and the others commit.
+ */
+const BUSY_LOCK_TIMEOUT_MS = 50;
+
+/** LOCK_LOG_INTERVAL_MS spaces the lines that name the sessions holding a lock requests were refused for. */
+const LOCK_LOG_INTERVAL_MS = 60_000;
+
+/**
+ * LOCK_HOLDERS lists the sessions other than this one holding a lock on a relation of the
+ * service's schema in a mode that stops writes (SHARE and stronger; ACCESS EXCLUSIVE stops reads
+ * too), those longest in their transaction first. Read after a lock timeout only, at most once a
+ * minute. The query text is left out: another session's statement may hold personal data.
+ */
+const LOCK_HOLDERS = `SELECT l.pid, c.relname AS "table", l.mode, a.usename AS role, a.application_name AS application,
+       host(a.client_addr) AS client, a.state, CAST(extract(epoch FROM now() - a.xact_start) AS integer) AS transaction_seconds
+  FROM pg_locks l
+  JOIN pg_class c ON c.oid = l.relation
+  JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.granted AND l.locktype = 'relation' AND l.pid <> pg_backend_pid()
+   AND c.relnamespace = CAST(current_schema() AS regnamespace)
+   AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+ ORDER BY a.xact_start, l.pid, c.relname
+ LIMIT 10`;
 
 type Row = Record<string, unknown>;
 
@@ -294,12 +329,18 @@ type PostgresOptions = Bun.SQL.PostgresOrMySQLOptions;
 /** LISTENER_CHECK_PREFIX starts the payload of the notifications an instance sends itself to check its listening connection; every instance ignores them. */
 const LISTENER_CHECK_PREFIX = "listener-check:";
 
-/** Registration is one `listen` call: re-subscribed on a new listening connection when the old one is found dead. */
+/** Registration is one `listen` call: re-subscribed on a new listening connection when the old one is lost or found dead. */
 interface Registration {
   channel: string;
   onNotify: (payload: string | null) => void;
+  /** told of each try to subscribe that the server refused */
+  onRefused: (error: unknown) => void;
   subscription: Bun.SQL.ListenSubscription | null;
 }
+
+/** RESUBSCRIBE_FIRST_DELAY_MS is the wait after a refused try to subscribe again on a new listening connection; it doubles up to RESUBSCRIBE_LONGEST_DELAY_MS. */
+const RESUBSCRIBE_FIRST_DELAY_MS = 500;
+const RESUBSCRIBE_LONGEST_DELAY_MS = 30_000;
 
 /**
  * PostgresDatabase is the PostgreSQL backend: a pool of Bun's SQL client connections, each `write`
@@ -319,6 +360,8 @@ export class PostgresDatabase extends PostgresDb implements Database {
   /** the client listen subscribes on: its connection is its own, left alone when the pool's are replaced */
   private listener: SQL | null = null;
   private readonly registrations = new Set<Registration>();
+  /** set while resubscribe subscribes the registrations again on a new listening connection */
+  private resubscribing = false;
   private listenerChecks: Timer | null = null;
   /** the payload of this instance's listener checks, and what its arrival resolves */
   private readonly checkPayload = `${LISTENER_CHECK_PREFIX}${randomUUID()}`;
@@ -328,6 +371,10 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private slowReads: SlowReads | null = null;
   /** the pool's statements as writeBookkeeping runs them: changes that wake nobody */
   private readonly bookkeeping = new PostgresDb({ unsafe: (text, params) => this.onThePool(text, params) }, () => {});
+  /** until when (performance.now()) transactions wait BUSY_LOCK_TIMEOUT_MS for a lock, after a lock timeout */
+  private busyUntil = -Infinity;
+  /** where lock timeouts are logged (logLocksTo), when they were last, and how many since */
+  private readonly lockLog: { log: Logger | null; at: number; unlogged: number } = { log: null, at: -Infinity, unlogged: 0 };
 
   /**
    * options include the pool's size (max); a statement the server leaves without any answer for
@@ -347,7 +394,54 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /** onThePool runs one statement on the pool, timed by the watch. */
   private onThePool(text: string, params?: SqlValue[]): Promise<Result> {
-    return this.watch.run(() => this.pool.unsafe(text, params));
+    return this.lockWaitNoted(this.watch.run(() => this.pool.unsafe(text, params)));
+  }
+
+  /** lockWaitNoted passes a statement's outcome through, noting a lock timeout (lockTimedOut). */
+  private lockWaitNoted<T>(statement: Promise<T>): Promise<T> {
+    return statement.catch((error: unknown) => {
+      if ((error as { errno?: unknown } | null)?.errno === LOCK_TIMEOUT_STATE) this.lockTimedOut();
+      throw error;
+    });
+  }
+
+  /**
+   * lockTimedOut has transactions wait BUSY_LOCK_TIMEOUT_MS for locks for the answer timeout, and
+   * logs the sessions holding locks on the service's tables, at most once a minute.
+   */
+  private lockTimedOut(): void {
+    const now = performance.now();
+    this.busyUntil = now + this.answerTimeoutMs;
+    const { lockLog } = this;
+    if (!lockLog.log) return;
+    if (now - lockLog.at < LOCK_LOG_INTERVAL_MS) {
+      lockLog.unlogged += 1;
+      return;
+    }
+    const unlogged = lockLog.at === -Infinity ? null : lockLog.unlogged;
+    lockLog.at = now;
+    lockLog.unlogged = 0;
+    const log = lockLog.log;
+    void this.all<Row>(LOCK_HOLDERS).then(
+      (holders) => ({ holders }),
+      (error: unknown) => ({ holders_unknown: String(error) }),
+    ).then((found) =>
+      log.warn("a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held", {
+        lock_timeout_ms: this.answerTimeoutMs,
+        ...found,
+        ...(unlogged === null ? {} : { lock_timeouts_since_last_line: unlogged }),
+      }),
+    );
+  }
+
+  /** logLocksTo has lock timeouts logged to `log` (lockTimedOut): a serving instance's log; a command's are errors of their own. */
+  logLocksTo(log: Logger): void {
+    this.lockLog.log = log;
+  }
+
+  /** lockTimeoutMs is the lock_timeout for the statements of a transaction begun now: BUSY_LOCK_TIMEOUT_MS after a lock timeout, the answer timeout otherwise. */
+  private lockTimeoutMs(): number {
+    return performance.now() < this.busyUntil ? BUSY_LOCK_TIMEOUT_MS : this.answerTimeoutMs;
   }
 
   /** replacePool closes every connection of the pool at once, failing what runs on them, and opens new ones for what comes next. */
@@ -359,7 +453,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /** transaction runs `work` in one transaction of `mode`, its statements timed by the watch. */
   private transaction<T>(mode: string, work: (tx: Runner) => Promise<T>): Promise<T> {
-    return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => roundTrip(tx.unsafe(text, params)) }))) as Promise<T>;
+    return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => this.lockWaitNoted(roundTrip(tx.unsafe(text, params))) }))) as Promise<T>;
   }
 
   /**
@@ -378,7 +472,9 @@ export class PostgresDatabase extends PostgresDb implements Database {
     // lock's own statement, before the lock is granted, so a write would read stale rows (a batch
     // creating a second contact for an email just created) or fail on a row changed meanwhile.
     return this.transaction("isolation level read committed", async (tx) => {
-      await tx.unsafe("SELECT pg_advisory_xact_lock($1::bigint)", [WRITE_LOCK]);
+      // The write lock is waited for as long as the other instances' groups hold it (lock_timeout
+      // 0; the watch still gives up on a silent server); the writes' own locks as lockTimeoutMs says.
+      await tx.unsafe(`SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${WRITE_LOCK}); SET LOCAL lock_timeout = ${this.lockTimeoutMs()}`);
       const batch = take();
       // A write alone needs no savepoint: should it fail, its transaction is rolled back.
       if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(new PostgresDb(tx, () => (changed = true))) }], changed };
@@ -425,7 +521,12 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
   read<T>(work: (db: Db) => Promise<T>): Promise<T> {
-    return this.transaction("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})));
+    return this.transaction("isolation level repeatable read read only", async (tx) => {
+      // Only just after a lock timeout: a list of a table held elsewhere then frees its pooled connection at once.
+      const lockTimeout = this.lockTimeoutMs();
+      if (lockTimeout !== this.answerTimeoutMs) await tx.unsafe(`SET LOCAL lock_timeout = ${lockTimeout}`);
+      return work(new PostgresDb(tx, () => {}));
+    });
   }
 
   /**
@@ -467,13 +568,13 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   /**
-   * listen subscribes on a client of its own (its connection outlives the pool's), which Bun
-   * reconnects (and re-subscribes) when it drops, and which checkListener replaces when it is dead
-   * without knowing it, or subscribes again when the first subscribe was refused (a server at
-   * max_connections refuses exactly this connection, the one beyond the pool).
+   * listen subscribes on a client of its own (its connection outlives the pool's). When that
+   * connection is lost (listenerLost) or dead without knowing it (checkListener), or the first
+   * subscribe was refused (a server at max_connections refuses exactly this connection, the one
+   * beyond the pool), resubscribe subscribes again on a new one.
    */
   async listen(channel: string, onNotify: (payload: string | null) => void, onRefused: (error: unknown) => void): Promise<() => Promise<void>> {
-    const registration: Registration = { channel, onNotify, subscription: null };
+    const registration: Registration = { channel, onNotify, onRefused, subscription: null };
     this.registrations.add(registration);
     if (!this.listenerChecks) {
       this.listenerChecks = setInterval(() => void this.checkListener(), this.listenerCheckMs);
@@ -487,47 +588,90 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   private async subscribe(registration: Registration): Promise<void> {
-    let subscribed = false;
+    registration.subscription = await this.listenerClient().listen(registration.channel, (payload) => {
+      if (!payload.startsWith(LISTENER_CHECK_PREFIX)) registration.onNotify(payload);
+      else if (payload === this.checkPayload) this.checkArrived?.();
+    });
+  }
+
+  /** listenerClient is the client the channels are subscribed on, made when there is none. */
+  private listenerClient(): SQL {
+    if (this.listener) return this.listener;
     // Never closed for being idle: between notifications it is, for hours (the server's keepalives keep its flow open).
-    this.listener ??= new SQL({ ...this.options, max: 1, idleTimeout: 0, maxLifetime: 0 });
-    registration.subscription = await this.listener.listen(
-      registration.channel,
-      (payload) => {
-        if (!payload.startsWith(LISTENER_CHECK_PREFIX)) registration.onNotify(payload);
-        else if (payload === this.checkPayload) this.checkArrived?.();
-      },
-      () => {
-        // Called once the LISTEN is acknowledged, and again after every reconnect: only then may notifications have been missed.
-        if (subscribed) registration.onNotify(null);
-        subscribed = true;
-      },
-    );
+    const client: SQL = new SQL({ ...this.options, max: 1, idleTimeout: 0, maxLifetime: 0, onclose: () => this.listenerLost(client) });
+    this.listener = client;
+    return client;
+  }
+
+  /**
+   * listenerLost replaces a listening connection that closed (the server restarted or ended it).
+   * Bun's client would reconnect and subscribe again by itself, but writes a plain-text line to
+   * stderr for every try the server refuses (console.warn, with no option to silence it), where
+   * the log is one JSON object per line: every subscription is dropped, which stops Bun's tries,
+   * and resubscribe makes its own, each refusal logged through `onRefused`.
+   */
+  private listenerLost(client: SQL): void {
+    if (client !== this.listener || this.closed) return;
+    this.dropListener();
+    void this.resubscribe();
+  }
+
+  /** dropListener unsubscribes every registration and closes the listening client. */
+  private dropListener(): void {
+    const dropped = this.listener;
+    this.listener = null;
+    for (const registration of this.registrations) {
+      void registration.subscription?.unlisten().catch(() => {});
+      registration.subscription = null;
+    }
+    void dropped?.close({ timeout: 0 }).catch(() => {});
+  }
+
+  /**
+   * resubscribe subscribes every registration without a subscription on a new listening
+   * connection, trying again after each refusal (RESUBSCRIBE_FIRST_DELAY_MS, doubling), then tells
+   * each registration that notifications may have been missed meanwhile.
+   */
+  private async resubscribe(): Promise<void> {
+    if (this.resubscribing) return;
+    this.resubscribing = true;
+    try {
+      let delay = RESUBSCRIBE_FIRST_DELAY_MS;
+      // Until every registration is subscribed: the new connection may be lost again meanwhile.
+      while (!this.closed && [...this.registrations].some((registration) => !registration.subscription)) {
+        try {
+          for (const registration of this.registrations) if (!registration.subscription) await this.subscribe(registration);
+        } catch (error) {
+          if (this.closed) return;
+          for (const registration of this.registrations) registration.onRefused(error);
+          // Unreferenced: a stopping process does not wait out the delay.
+          await new Promise((resolve) => setTimeout(resolve, delay).unref());
+          delay = Math.min(delay * 2, RESUBSCRIBE_LONGEST_DELAY_MS);
+          continue;
+        }
+        if ([...this.registrations].every((registration) => registration.subscription)) for (const registration of this.registrations) registration.onNotify(null);
+      }
+    } finally {
+      this.resubscribing = false;
+    }
   }
 
   /**
    * checkListener sends this instance a notification through the pool. One that has not arrived
    * within the answer timeout means the listening connection is dead without knowing it (a
    * firewall forgot it, or a partition outlasted the server's keepalives): nothing would tell Bun,
-   * as a listening client never sends. It is then closed, the channels are subscribed on a new one,
-   * and each registration is told that notifications may have been missed.
+   * as a listening client never sends. It is then closed and replaced (resubscribe).
    */
   private async checkListener(): Promise<void> {
     const [first] = this.registrations;
-    if (!first || this.checkArrived || this.closed) return;
+    if (!first || this.checkArrived || this.resubscribing || this.closed) return;
     const arrived = new Promise<void>((resolve) => (this.checkArrived = resolve));
     try {
       // A pool in trouble is the answer watch's to handle: the check tells nothing then.
       const sent = await this.notify(first.channel, this.checkPayload).then(() => true, () => false);
-      if (!sent || (await settlesWithin(arrived, this.answerTimeoutMs)) || this.closed) return;
-      const dead = this.listener;
-      this.listener = null;
-      void dead?.close({ timeout: 0 }).catch(() => {});
-      for (const registration of this.registrations) {
-        await this.subscribe(registration);
-        registration.onNotify(null);
-      }
-    } catch {
-      // The new connection could not subscribe (the server is away): the next check tries again.
+      if (!sent || (await settlesWithin(arrived, this.answerTimeoutMs)) || this.closed || this.resubscribing) return;
+      this.dropListener();
+      void this.resubscribe();
     } finally {
       this.checkArrived = null;
     }
@@ -723,7 +867,21 @@ export async function openPostgres(
     if (refusal) throw new Error(refusal);
     db = new PostgresDatabase(
       // application_name names the service's sessions in pg_stat_activity.
-      { ...options, connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", search_path: facts.search_path, ...SESSION_SETTINGS, ...SERVER_KEEPALIVES } },
+      // lock_timeout bounds a wait for a lock another session holds (an ALTER TABLE or VACUUM FULL
+      // on contacts would otherwise hold every request needing it, and the instance's writes behind
+      // it, for as long as it lasts, with no answer): the statement fails (database-busy). It
+      // overrides the role's: the write lock's wait is exempt (commitGroup), and so are migrations.
+      {
+        ...options,
+        connection: {
+          idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
+          lock_timeout: databaseAnswerTimeoutSeconds * 1000,
+          application_name: "crm",
+          search_path: facts.search_path,
+          ...SESSION_SETTINGS,
+          ...SERVER_KEEPALIVES,
+        },
+      },
       databaseAnswerTimeoutSeconds * 1000,
       databaseIdleTimeoutSeconds * 1000,
       { url, schema, chosen },

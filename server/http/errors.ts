@@ -108,6 +108,14 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
       undefined,
       { "retry-after": "60" },
     ),
+  busy: () =>
+    new ProblemError(
+      503,
+      "database-busy",
+      "The service's database is busy: another session holds a lock on data this request needs (a maintenance command such as ALTER TABLE or VACUUM FULL, or a long transaction), so nothing was changed. Retry shortly.",
+      undefined,
+      { "retry-after": String(DATABASE_RETRY_AFTER_SECONDS) },
+    ),
   unavailable: () =>
     new ProblemError(
       503,
@@ -118,11 +126,15 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
     ),
 };
 
-/** DATABASE_FAILURE_LOGS are the lines DATABASE_FAILURES are logged with, at error. */
-const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string> = {
+/**
+ * DATABASE_FAILURE_LOGS are the lines DATABASE_FAILURES are logged with, at error; none for
+ * "busy": PostgresDatabase logs the lock and the session holding it, at most once a minute.
+ */
+const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string | null> = {
   "storage-full": "database full: a change was refused",
   "storage-read-only": "database storage read-only: a change was refused",
   unavailable: "database unavailable: a request was refused",
+  busy: null,
 };
 
 /** DATABASE_FAULT_LOGS are the lines a DatabaseFault is logged with, at error: what the operator must mend (the tables' home named by tablesHomeOf). */
@@ -183,8 +195,9 @@ export function errorToProblem(
   if (failure) {
     const context = { request_id: requestId, method: request.method, path: pathOf(request) };
     const fault = databaseFaultOf(error);
+    const line = DATABASE_FAILURE_LOGS[failure];
     if (fault) faults.refused(log, fault, error, context);
-    else log.error(DATABASE_FAILURE_LOGS[failure], { ...context, error: String(error) });
+    else if (line) log.error(line, { ...context, error: String(error) });
     return DATABASE_FAILURES[failure]();
   }
   // A ValidationError here is of a response (requests were handled above): the server's fault.

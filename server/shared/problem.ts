@@ -81,6 +81,7 @@ export const PROBLEM_TYPES = [
   "storage-full",
   "storage-read-only",
   "database-unavailable",
+  "database-busy",
   "database-newer",
   "too-many-connections",
   "body-buffer-full",

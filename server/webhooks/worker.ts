@@ -425,7 +425,7 @@ export class DeliveryLoop {
       this.deps.db.onCommit(() => this.wake());
     }
     const refused = (error: unknown) =>
-      this.deps.log.error("webhook delivery loop: cannot listen for other instances; polling until a listener check subscribes again", { error: String(error) });
+      this.deps.log.error("webhook delivery loop: cannot listen for other instances; polling until it listens again", { error: String(error) });
     this.listening ??= this.deps.db.listen(DELIVERY_CHANNEL, (payload) => this.heard(payload), refused).catch((error: unknown) => {
       refused(error);
       return null;

@@ -484,6 +484,26 @@ describe("an instance cut off from PostgreSQL (a network partition)", () => {
     expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
   }, 60_000);
 
+  test("a listening connection lost while the server refuses new ones (a restart) is subscribed again by the instance, which logs each refused try as JSON: nothing but JSON lines on stdout and stderr, and its checks pass again once it is back", async () => {
+    const { relay, server } = await serveThroughRelay("postgres", { ...ANSWER_TIMEOUT, CRM_DATABASE_IDLE_TIMEOUT_SECONDS: "1" });
+    const listeners = async (): Promise<number[]> =>
+      (await admin`SELECT pid FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm' AND query LIKE 'LISTEN%' ORDER BY pid`).map((row: { pid: number }) => row.pid);
+    await waitUntil(async () => (await listeners()).length === 1, "the instance to listen", server.proc);
+    const [first] = await listeners();
+    const refusedTries = () => server.logLines().filter((line) => line.msg.startsWith("webhook delivery loop: cannot listen for other instances")).length;
+    relay.cut();
+    // Bun's own reconnect of a listening client writes a plain-text line for every refused try (console.warn).
+    await waitUntil(() => server.output().includes("bun:sql") || refusedTries() >= 2, "tries to listen again, refused", server.proc);
+    relay.mend();
+    await waitUntil(async () => (await listeners()).some((pid) => pid !== first), "a new listening connection", server.proc);
+    const [again] = await listeners();
+    // Checked every second, the new connection gets its own notifications: three checks pass, and it is kept.
+    await Bun.sleep(3_500);
+    expect(await listeners()).toEqual([again!]);
+    // `serve` prints its address first, as the README says; every line after it is a JSON object.
+    expect(server.output().split("\n").filter((line) => line !== "" && !line.startsWith("{") && !line.startsWith("listening on "))).toEqual([]);
+  }, 60_000);
+
   test("a write waiting for the write lock is not cut off while the server answers (another instance holds the lock for three times the answer timeout), and is 503 once the server stops answering", async () => {
     const { relay, server } = await serveThroughRelay("postgres", ANSWER_TIMEOUT);
     const holdWriteLock = async (whileHeld: () => Promise<void>) => {
@@ -670,6 +690,48 @@ describe("database refusing work", () => {
     const cancelled = () => server.logLines().filter((line) => line.msg === "database unavailable: a request was refused" && /statement timeout/.test(line.error));
     await waitUntil(() => cancelled().length === 2, "both cancellations logged", server.proc);
   });
+
+  test("a table another session holds locked (ALTER TABLE, VACUUM FULL) answers the requests that need it 503 database-busy with Retry-After after the lock timeout (the answer timeout), while writes to other tables commit meanwhile, and one warn line names the session holding it", async () => {
+    const { server } = await serveThroughRelay("postgres", { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2", CRM_DATABASE_POOL: "2" });
+    expect((await api(server.url, token, "GET", "/public/v1/contacts")).status).toBe(200);
+    /** send makes one API request, bounded so that one held for the whole lock fails the test instead of waiting for it. */
+    const send = async (method: string, path: string, body?: unknown) => {
+      const response = await fetch(`${server.url}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(15_000),
+      }).catch((error: unknown) => ({ status: `no answer (${(error as Error).name})`, headers: new Headers(), json: async () => ({}) }));
+      const problem = (await response.json()) as { type?: string };
+      return `${response.status}${typeof response.status === "number" && response.status >= 400 ? ` ${problem.type} ${response.headers.get("retry-after")}` : ""}`;
+    };
+    const locker = new SQL({ url: database.url, max: 1 });
+    try {
+      const { answers, holder } = await locker.begin(async (tx) => {
+        await tx`LOCK TABLE contacts IN ACCESS EXCLUSIVE MODE`;
+        const [{ pid }] = await tx`SELECT pg_backend_pid() AS pid`;
+        // Creates queued behind the first, which holds the instance's write group, and lists taking both pooled connections.
+        const contacts = [1, 2, 3, 4].map((i) => send("POST", "/public/v1/contacts", { email: `locked-${i}@example.com` }));
+        const lists = [send("GET", "/public/v1/contacts"), send("GET", "/public/v1/contacts")];
+        const accounts = [1, 2].map((i) => send("POST", "/public/v1/accounts", { name: `Unlocked ${i}` }));
+        return { answers: { contacts: await Promise.all(contacts), lists: await Promise.all(lists), accounts: await Promise.all(accounts) }, holder: pid as number };
+      });
+      const busy = "503 urn:crm:problem:database-busy 5";
+      expect(answers).toEqual({ contacts: [busy, busy, busy, busy], lists: [busy, busy], accounts: ["201", "201"] });
+      const lockLines = () => server.logLines().filter((line) => line.level !== "info");
+      await waitUntil(() => lockLines().length > 0, "the lock logged", server.proc);
+      expect(lockLines().map((line) => ({ level: line.level, msg: line.msg, holders: line.holders.map((h: { pid: number; table: string; mode: string }) => `${h.pid} ${h.table} ${h.mode}`) }))).toEqual([
+        {
+          level: "warn",
+          msg: "a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held",
+          holders: [`${holder} contacts AccessExclusiveLock`],
+        },
+      ]);
+      expect((await api(server.url, token, "POST", "/public/v1/contacts", { email: "after-lock@example.com" })).status).toBe(201);
+    } finally {
+      await locker.close();
+    }
+  }, 60_000);
 
   test("a role out of connections (its CONNECTION LIMIT reached) answers 503 until one is free", async () => {
     const role = "outage_app";
