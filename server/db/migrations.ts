@@ -33,6 +33,7 @@ import secretRotationTest from "../../migrations/0029_secret_rotation_test.sql" 
 import keptAnswersByResource from "../../migrations/0030_kept_answers_by_resource.sql" with { type: "text" };
 import nameIndexSecureDelete from "../../migrations/0031_name_index_secure_delete.sql" with { type: "text" };
 import deliveryKindHours from "../../migrations/0032_delivery_kind_hours.sql" with { type: "text" };
+import wizardTestsSignedTwice from "../../migrations/0033_wizard_tests_signed_twice.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -84,6 +85,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 30, name: "0030_kept_answers_by_resource.sql", sql: keptAnswersByResource },
   { version: 31, name: "0031_name_index_secure_delete.sql", sql: nameIndexSecureDelete },
   { version: 32, name: "0032_delivery_kind_hours.sql", sql: deliveryKindHours },
+  { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -421,3 +421,20 @@ describe("migrations: errors", () => {
     expect(migrate(db.sqlite, broken)).toEqual(["1001_broken.sql", "1002_after.sql"]);
   });
 });
+
+describe("migration 0033", () => {
+  test("forgets the wizard's test of a rotation whose previous secret is kept (an earlier crm signed that ping with both secrets), and keeps the others", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0033_wizard_tests_signed_twice.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const insert = db.sqlite.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, previous_secret, secret_test_delivery_id, created_at, updated_at) VALUES (?, 'https://x', '[]', 'whsec_new', ?, ?, 1, 1)");
+    insert.run("sub_rotating", "whsec_old", "dlv_signed_twice");
+    insert.run("sub_retired", null, "dlv_after_retire");
+    insert.run("sub_untested", "whsec_old", null);
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, version + 1))).toEqual(["0033_wizard_tests_signed_twice.sql"]);
+    expect(db.sqlite.query("SELECT id, secret_test_delivery_id FROM webhook_subscriptions ORDER BY id").all()).toEqual([
+      { id: "sub_retired", secret_test_delivery_id: "dlv_after_retire" },
+      { id: "sub_rotating", secret_test_delivery_id: null },
+      { id: "sub_untested", secret_test_delivery_id: null },
+    ]);
+  });
+});
