@@ -3,7 +3,7 @@ import type { Delivery } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { contactName, DataTable, HttpStatus, isolated, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { bidiBalanced, contactName, DataTable, HttpStatus, isolated, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
 import type { ContactPageView, ContactsView } from "./service.ts";
 
 /**
@@ -26,9 +26,9 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
   const count =
     view.total === 0
       ? view.q
-        ? `No contact matches “${view.q}”.`
+        ? `No contact matches “${bidiBalanced(view.q)}”.`
         : "No contacts yet."
-      : `${view.older ? `Showing ${view.contacts.length} older of` : view.total > view.contacts.length ? `Showing the newest ${view.contacts.length} of` : "Showing all"} ${view.total}${view.by === "email" ? ` with the email ${view.q}` : view.by === "name" ? ` whose name contains “${view.q}”` : ""}.`;
+      : `${view.older ? `Showing ${view.contacts.length} older of` : view.total > view.contacts.length ? `Showing the newest ${view.contacts.length} of` : "Showing all"} ${view.total}${view.by === "email" ? ` with the email ${bidiBalanced(view.q)}` : view.by === "name" ? ` whose name contains “${bidiBalanced(view.q)}”` : ""}.`;
   return renderPage({
     title: "Contacts",
     session: props.session,
@@ -76,13 +76,13 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
                   <RowSubject>contact {subjects.get(c.id)}</RowSubject>
                 </a>
               </td>
-              <td data-label="Email">{c.email ? <span class="chosen">{c.email}</span> : <span class="muted">–</span>}</td>
+              <td data-label="Email">{c.email ? <span class="chosen">{bidiBalanced(c.email)}</span> : <span class="muted">–</span>}</td>
               <td data-label="Tags">
                 {c.tags.length ? (
                   <span class="chosen">
                     <span>
                       {c.tags.map((tag) => (
-                        <span class="tag">{tag}</span>
+                        <span class="tag">{bidiBalanced(tag)}</span>
                       ))}
                     </span>
                   </span>
@@ -194,17 +194,17 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
               <dt>External id</dt>
               <dd>{contact.external_id ? <code>{contact.external_id}</code> : <span class="muted">–</span>}</dd>
               <dt>Tags</dt>
-              <dd>{contact.tags.length ? contact.tags.map((tag) => <span class="tag">{tag}</span>) : <span class="muted">–</span>}</dd>
+              <dd>{contact.tags.length ? contact.tags.map((tag) => <span class="tag">{bidiBalanced(tag)}</span>) : <span class="muted">–</span>}</dd>
               <dt>Accounts</dt>
               <dd id="contact-accounts">
-                {contact.accounts?.length ? contact.accounts.map((a) => <span class="tag">{a.name}</span>) : <span class="muted">none</span>}
+                {contact.accounts?.length ? contact.accounts.map((a) => <span class="tag">{bidiBalanced(a.name)}</span>) : <span class="muted">none</span>}
               </dd>
               <dt>Assigned users</dt>
               <dd id="contact-users">
                 {contact.assigned_users?.length ? (
                   contact.assigned_users.map((u) => (
                     <span class="tag">
-                      <bdi>{u.name}</bdi> &lt;{u.email}&gt;
+                      <bdi>{bidiBalanced(u.name)}</bdi> &lt;{bidiBalanced(u.email)}&gt;
                     </span>
                   ))
                 ) : (

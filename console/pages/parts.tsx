@@ -74,14 +74,44 @@ export function NoticeBox({ notice }: { notice?: NoticeData | null }) {
   );
 }
 
+/** The closer of each bidi embedding or override (LRE, RLE, LRO, RLO: PDF) and isolate (LRI, RLI, FSI: PDI). */
+const BIDI_CLOSER: Record<string, string> = { "\u202A": "\u202C", "\u202B": "\u202C", "\u202D": "\u202C", "\u202E": "\u202C", "\u2066": "\u2069", "\u2067": "\u2069", "\u2068": "\u2069" };
+
 /**
- * isolated wraps text a client chose (a description, a URL, a searched email) in Unicode's
- * first-strong isolate and pop directional isolate, for where markup cannot go (an option's label,
- * a notice's text): a right-to-left override in it then reorders only itself, not the words after
- * it, as CSS isolates `.sub-description` and `.url` elsewhere.
+ * bidiBalanced is client text with its bidi controls balanced, for wherever the console shows it
+ * inside an isolate of its own (isolated, <bdi>, CSS `unicode-bidi: isolate`): a PDI of the client's
+ * would close the console's isolate early, the console's own PDI then match nothing, and an override
+ * the client opened run on over the console's words to the end of the paragraph. So a PDF or PDI
+ * that closes nothing the text opened is dropped, and what the text leaves open is closed at its end.
+ */
+export function bidiBalanced(text: string): string {
+  if (!/[\u202A-\u202E\u2066-\u2069]/.test(text)) return text;
+  const open: string[] = []; // the closers still owed, innermost last
+  let balanced = "";
+  for (const char of text) {
+    if (BIDI_CLOSER[char]) open.push(BIDI_CLOSER[char]);
+    // A PDF closes only an embedding opened inside the innermost isolate (UAX #9 X7); a PDI closes
+    // its isolate and the embeddings opened inside it (X6a).
+    else if (char === "\u202C") {
+      if (open.at(-1) !== "\u202C") continue;
+      open.pop();
+    } else if (char === "\u2069") {
+      if (!open.includes("\u2069")) continue;
+      open.length = open.lastIndexOf("\u2069");
+    }
+    balanced += char;
+  }
+  return balanced + open.reverse().join("");
+}
+
+/**
+ * isolated wraps text a client chose (a description, a URL, a searched email), bidiBalanced, in
+ * Unicode's first-strong isolate and pop directional isolate, for where markup cannot go (an
+ * option's label, a notice's text, a page's title): a right-to-left override in it then reorders
+ * only itself, not the words after it, as CSS isolates `.sub-description` and `.url` elsewhere.
  */
 export function isolated(text: string): string {
-  return `\u2068${text}\u2069`;
+  return `\u2068${bidiBalanced(text)}\u2069`;
 }
 
 /**
@@ -96,20 +126,20 @@ export function disabledBecause(reason: string | null | undefined): string {
  * receiverUrl is a receiver's URL as the console shows it: a host written in other letters than
  * ASCII is shown in the ASCII (punycode) form deliveries go to, as browsers show a name mixing
  * scripts, so that `https://һooks.partner.example/crm` (a Cyrillic һ) does not read as the genuine
- * `https://hooks.partner.example/crm`; the rest of the URL stays as written.
+ * `https://hooks.partner.example/crm`; the rest of the URL stays as written, bidiBalanced.
  */
 export function receiverUrl(url: string): string {
   const written = /^([a-z][a-z0-9+.-]*:\/\/)([^/?#]*)(.*)$/is.exec(url);
-  if (!written || /^[\x00-\x7f]*$/.test(written[2]!) || !URL.canParse(url)) return url;
+  if (!written || /^[\x00-\x7f]*$/.test(written[2]!) || !URL.canParse(url)) return bidiBalanced(url);
   const userinfo = written[2]!.slice(0, written[2]!.lastIndexOf("@") + 1);
-  return `${written[1]}${userinfo}${new URL(url).host}${written[3]}`;
+  return bidiBalanced(`${written[1]}${userinfo}${new URL(url).host}${written[3]}`);
 }
 
 /** SubscriptionLabel shows a subscription's description above its URL (receiverUrl); a span, so it may stand in a heading, link or label. */
 export function SubscriptionLabel({ description, url }: { description: string | null; url: string }) {
   return (
     <span class="sub-label">
-      {description ? <span class="sub-description">{description}</span> : <span class="muted">(no description)</span>}
+      {description ? <span class="sub-description">{bidiBalanced(description)}</span> : <span class="muted">(no description)</span>}
       <span class="url">{receiverUrl(url)}</span>
     </span>
   );
@@ -210,10 +240,10 @@ export function Island({ name, props, children }: { name: string; props: unknown
 
 /** shownFullName is a contact's full name as the console shows it, or null when it has nothing to see (empty, or spaces alone). */
 export function shownFullName(contact: { full_name: string | null }): string | null {
-  return contact.full_name && contact.full_name.trim() !== "" ? contact.full_name : null;
+  return contact.full_name && contact.full_name.trim() !== "" ? bidiBalanced(contact.full_name) : null;
 }
 
 /** contactName is how a contact is named on the console: its full name when it has one to see, else its email, else its id. */
 export function contactName(contact: { full_name: string | null; email: string | null; id: string }): string {
-  return shownFullName(contact) ?? (contact.email || contact.id);
+  return shownFullName(contact) ?? bidiBalanced(contact.email || contact.id);
 }

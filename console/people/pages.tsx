@@ -5,7 +5,7 @@ import type { Operator, OperatorSummary, PendingInvite } from "../../server/oper
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { bidiBalanced, CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
 import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 
 /**
@@ -197,7 +197,7 @@ export function deleteUserPage(props: { session: ConsoleSession; user: User }): 
     formKey: crypto.randomUUID(),
     text: (
       <p>
-        Delete <bdi>{props.user.name}</bdi> (<strong>{props.user.email}</strong>)? The contacts assigned to them stay, no longer assigned to them; each sends{" "}
+        Delete <bdi>{bidiBalanced(props.user.name)}</bdi> (<strong>{bidiBalanced(props.user.email)}</strong>)? The contacts assigned to them stay, no longer assigned to them; each sends{" "}
         <code>contact.updated</code>. This cannot be undone.
       </p>
     ),

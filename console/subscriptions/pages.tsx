@@ -7,7 +7,7 @@ import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS }
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
-import { CsrfField, DataTable, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { bidiBalanced, CsrfField, DataTable, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
@@ -225,7 +225,7 @@ export function deleteSubscriptionPage(props: { session: ConsoleSession; subscri
           {s.description && (
             <>
               {" ("}
-              <bdi>{s.description}</bdi>)
+              <bdi>{bidiBalanced(s.description)}</bdi>)
             </>
           )}
           ? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.

@@ -29,6 +29,10 @@ afterAll(async () => {
 
 /** RLO is U+202E RIGHT-TO-LEFT OVERRIDE: text after it shows reversed until the end of its paragraph or isolate. */
 const RLO = "\u202E";
+/** PDF is U+202C POP DIRECTIONAL FORMATTING: the console closes an override the client left open at the end of the client's text. */
+const PDF = "\u202C";
+/** PDI is U+2069 POP DIRECTIONAL ISOLATE: in client text it would close the console's own isolate around that text early. */
+const PDI = "\u2069";
 
 /** leftToRight tells, for each word, whether Chromium draws its first letter left of its last (as English reads) in the first element matching `selector`. */
 function leftToRight(page: Page, selector: string, words: string[]): Promise<Record<string, boolean>> {
@@ -66,7 +70,7 @@ test("a right-to-left override in a subscription's URL or description reorders o
   });
   await page.goto(`${server.url}/console/subscriptions/${sub.data.id}/delete`);
   expect(await page.textContent("main p")).toBe(
-    `Delete the subscription to https://evil.example/${RLO}mrc/elpmaxe.rentrap.skooh//:sptth (${RLO}cnys rentraP)? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.`,
+    `Delete the subscription to https://evil.example/${RLO}mrc/elpmaxe.rentrap.skooh//:sptth${PDF} (${RLO}cnys rentraP${PDF})? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.`,
   );
   // Without isolation the override ran on to the end of the paragraph: "...deliveries end as failed" drawn backwards.
   const words = ["Delete", "subscription", "Nothing", "pending", "deliveries", "failed", "history", "stays"];
@@ -74,7 +78,7 @@ test("a right-to-left override in a subscription's URL or description reorders o
   // An option's label cannot hold markup: the description is wrapped in FSI ... PDI, so its override stops before the URL.
   await page.goto(`${server.url}/console/`);
   expect(await page.$eval(`select[name=subscription_id] option[value="${sub.data.id}"]`, (option) => option.textContent)).toBe(
-    `\u2068${RLO}cnys rentraP\u2069 — https://evil.example/${RLO}mrc/elpmaxe.rentrap.skooh//:sptth`,
+    `\u2068${RLO}cnys rentraP${PDF}\u2069 — https://evil.example/${RLO}mrc/elpmaxe.rentrap.skooh//:sptth${PDF}`,
   );
   await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.data.id}`);
 }, 60_000);
@@ -87,11 +91,11 @@ test("a right-to-left override in what a notice repeats (a new subscription's UR
   await page.fill("input[name=target_url]", url);
   await Promise.all([page.waitForURL(`${server.url}/console/subscriptions`), page.click("form[action='/console/subscriptions'] button[type=submit]")]);
   // A notice is text, so the URL is wrapped in FSI ... PDI: without them the override ran on, and "created." was drawn backwards.
-  expect(await page.textContent(".notice")).toBe(`Subscription to \u2068${url}\u2069 created.`);
+  expect(await page.textContent(".notice")).toBe(`Subscription to \u2068${url}${PDF}\u2069 created.`);
   expect(await leftToRight(page, ".notice", ["Subscription", "created"])).toEqual({ Subscription: true, created: true });
   const email = `${RLO}moc.elpmaxe@ydobon`;
   await page.goto(`${server.url}/console/search?q=${encodeURIComponent(email)}`);
-  expect(await page.textContent(".notice")).toBe(`No contact has the email \u2068${email}\u2069.`);
+  expect(await page.textContent(".notice")).toBe(`No contact has the email \u2068${email}${PDF}\u2069.`);
   expect(await leftToRight(page, ".notice", ["contact", "email"])).toEqual({ contact: true, email: true });
   const sub = (await server.api("GET", "/public/v1/webhook-subscriptions")).data.find((s: { target_url: string }) => s.target_url === url);
   await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`);
@@ -318,8 +322,55 @@ test("a right-to-left override in a user's name reorders only the name, not the 
   await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.data.id}`);
   // A title cannot hold <bdi>: FSI ... PDI keep the override off the console's name in the tab and the history.
   expect({ tag, contactTitle, healthTitle }).toEqual({
-    tag: { text: `${RLO}repoh ecarg <mallory.rlo@example.com>`, leftToRight: { mallory: true, example: true } },
-    contactTitle: `\u2068${RLO}ecal\u2069 · CRM console`,
-    healthTitle: `\u2068${RLO}cnys rentraP\u2069 · CRM console`,
+    tag: { text: `${RLO}repoh ecarg${PDF} <mallory.rlo@example.com>`, leftToRight: { mallory: true, example: true } },
+    contactTitle: `\u2068${RLO}ecal${PDF}\u2069 · CRM console`,
+    healthTitle: `\u2068${RLO}cnys rentraP${PDF}\u2069 · CRM console`,
+  });
+}, 60_000);
+
+/** titleDrawn draws the page's title in a plain left-to-right block, as a tab or the history shows it, and tells which words read left to right. */
+async function titleDrawn(page: Page, words: string[]): Promise<Record<string, boolean>> {
+  await page.evaluate(() => {
+    const div = document.createElement("div");
+    div.id = "drawn-title";
+    div.setAttribute("dir", "ltr");
+    div.textContent = document.title;
+    document.body.prepend(div);
+  });
+  return leftToRight(page, "#drawn-title", words);
+}
+
+test("client text that closes the console's isolation itself (its own PDI, then an override) reorders only itself: page titles, <bdi>, .url and .sub-description", async () => {
+  const { page } = b;
+  // Before, the client's PDI closed the console's FSI (or <bdi>, or CSS isolate), the console's own PDI then matched nothing and was ignored, and the override ran on to the paragraph's end.
+  const user = await server.api("POST", "/public/v1/users", { name: `Grace${PDI}${RLO}`, email: "grace.pdi@example.com" });
+  const contact = await server.api("POST", "/public/v1/contacts", { first_name: `Ada${PDI}${RLO}`, email: "ada.pdi@example.com", assigned_user_ids: [user.data.id] });
+  const sub = await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `https://pdi.example/${PDI}${RLO}hook`, description: `Ledger${PDI}${RLO}`, events: ["contact.created"] });
+  await page.goto(`${server.url}/console/contacts/${contact.data.id}`);
+  const contactPage = {
+    title: await page.title(),
+    drawnTitle: await titleDrawn(page, ["CRM", "console"]),
+    user: await leftToRight(page, "#contact-users .tag", ["grace", "example"]),
+  };
+  await page.goto(`${server.url}/console/subscriptions/${sub.data.id}`);
+  const healthTitle = { title: await page.title(), drawn: await titleDrawn(page, ["CRM", "console"]) };
+  await page.goto(`${server.url}/console/subscriptions/${sub.data.id}/delete`);
+  const words = ["Nothing", "pending", "deliveries", "failed", "history", "stays"];
+  const deleteSubscription = { text: await page.textContent("main p"), leftToRight: await leftToRight(page, "main p", words) };
+  await page.goto(`${server.url}/console/users/${user.data.id}/delete`);
+  const deleteUser = await leftToRight(page, "main p", ["grace", "contacts", "assigned", "undone"]);
+  await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.data.id}`);
+  expect({ contactPage, healthTitle, deleteSubscription, deleteUser }).toEqual({
+    contactPage: {
+      title: `\u2068Ada${RLO}${PDF}\u2069 · CRM console`,
+      drawnTitle: { CRM: true, console: true },
+      user: { grace: true, example: true },
+    },
+    healthTitle: { title: `\u2068Ledger${RLO}${PDF}\u2069 · CRM console`, drawn: { CRM: true, console: true } },
+    deleteSubscription: {
+      text: `Delete the subscription to https://pdi.example/${RLO}hook${PDF} (Ledger${RLO}${PDF})? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.`,
+      leftToRight: Object.fromEntries(words.map((w) => [w, true])),
+    },
+    deleteUser: { grace: true, contacts: true, assigned: true, undone: true },
   });
 }, 60_000);
