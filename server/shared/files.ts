@@ -1,4 +1,4 @@
-import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, type Stats } from "node:fs";
+import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, type Stats } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
@@ -175,8 +175,8 @@ export function userName(uid: number): string {
  * (in its data directory `home`, or its secrets key) that another user owns, and the fix: the
  * first folder above it the process may not enter, else the file when it is not the process's.
  * A root-owned one (a restore or a command done as root) is given to the process's user with
- * chown; another user's means the command runs as the wrong user. Null when no other user's file
- * or folder is in the way (the file's own mode, or a missing file).
+ * chown (-R on a folder's real path); another user's means the command runs as the wrong user.
+ * Null when no other user's file or folder is in the way (the file's own mode, or a missing file).
  */
 export function notOwnedText(path: string, home: string): string | null {
   const me = process.getuid?.();
@@ -189,6 +189,10 @@ export function notOwnedText(path: string, home: string): string | null {
     if (dir === dirname(dir)) break;
   }
   const runsAs = `not by ${userName(me)} (the user this command runs as)`;
+  // A chown -R names the folder's real path: GNU chown -R does not follow a symlink given on its
+  // command line (a data directory moved to a bigger disk, /var/lib/crm -> /srv/disk/crm), and
+  // changed the link alone. A plain chown follows it, so a file keeps the path it was given by.
+  const named = (dir: string) => (realpathSync(dir) === dir ? dir : `${dir} (that is ${realpathSync(dir)})`);
   try {
     for (const dir of folders) {
       try {
@@ -197,13 +201,13 @@ export function notOwnedText(path: string, home: string): string | null {
         const owner = statSync(dir).uid;
         if (owner === me) return null;
         if (!inHome(dir)) return `${userName(me)} may not enter ${dir} (owned by ${userName(owner)}): choose a path outside it`;
-        return `${dir} is owned by ${userName(owner)}, ${runsAs}: ${owner === 0 ? `chown -R ${userName(me)} ${dir}` : `run the command as ${userName(owner)}`}`;
+        return `${named(dir)} is owned by ${userName(owner)}, ${runsAs}: ${owner === 0 ? `chown -R ${userName(me)} ${realpathSync(dir)}` : `run the command as ${userName(owner)}`}`;
       }
     }
     const stat = statSync(file);
     if (stat.uid === me) return null;
-    const chown = stat.isDirectory() ? "chown -R" : "chown";
-    return `${file} is owned by ${userName(stat.uid)}, ${runsAs}: ${stat.uid === 0 ? `${chown} ${userName(me)} ${file}` : `run the command as ${userName(stat.uid)}`}`;
+    const [shown, chown] = stat.isDirectory() ? [named(file), `chown -R ${userName(me)} ${realpathSync(file)}`] : [file, `chown ${userName(me)} ${file}`];
+    return `${shown} is owned by ${userName(stat.uid)}, ${runsAs}: ${stat.uid === 0 ? chown : `run the command as ${userName(stat.uid)}`}`;
   } catch {
     return null;
   }

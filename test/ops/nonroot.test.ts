@@ -135,6 +135,23 @@ describe.skipIf(!isRoot)("as an unprivileged user, files and folders root owns: 
     ]);
   }, 60_000);
 
+  test("a data directory reached through a symlink, root:root 0700: the chown -R names the directory the link leads to, and root running it lets the next start work", async () => {
+    // GNU chown -R does not follow a symlink named on its command line: given the link (a data
+    // directory moved to a bigger disk, /var/lib/crm -> /srv/disk/crm) it changed the link alone.
+    const real = copyOfGood("dir-linked-root-0700");
+    chownSync(real, 0, 0);
+    const dir = join(work, "dir-link");
+    symlinkSync(real, dir);
+    const refused = asNobody(["migrate", "--data-dir", dir]);
+    const advised = /: (chown -R \S+ \S+)\n$/.exec(refused.stderr)?.[1] ?? "";
+    const chown = runCli(["sh", "-c", advised], { cwd: "/" });
+    expect({ refused, chown: chown.exitCode, again: asNobody(["migrate", "--data-dir", dir]) }).toEqual({
+      refused: { exitCode: 2, stderr: `crm: invalid data directory ${JSON.stringify(dir)} (--data-dir, CRM_DATA_DIR): ${dir} (that is ${real}) is owned by root, ${runsAs}: chown -R nobody ${real}\n` },
+      chown: 0,
+      again: { exitCode: 0, stderr: "" },
+    });
+  }, 60_000);
+
   test("a data directory inside a folder the user may not enter: serve and migrate name that folder, not a mkdir of a directory that exists", async () => {
     const shut = join(work, "shut");
     const dir = join(shut, "inner", "data");
