@@ -199,7 +199,17 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
               <dd id="contact-accounts">
                 {contact.accounts?.length ? contact.accounts.map((a) => <span class="tag">{a.name}</span>) : <span class="muted">none</span>}
               </dd>
-              <dt>Assigned users</dt>
+              <dt>Assigned user (assigned_user_id)</dt>
+              <dd id="contact-user">
+                {contact.assigned_user ? (
+                  <span class="tag">
+                    <bdi>{contact.assigned_user.name}</bdi> &lt;{contact.assigned_user.email}&gt;
+                  </span>
+                ) : (
+                  <span class="muted">none</span>
+                )}
+              </dd>
+              <dt>Assigned users (assigned_user_ids)</dt>
               <dd id="contact-users">
                 {contact.assigned_users?.length ? (
                   contact.assigned_users.map((u) => (
