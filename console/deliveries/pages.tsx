@@ -80,6 +80,7 @@ export function deliveriesPage(props: {
   typed?: DeliveryFilters;
   subscriptions: Subscription[];
   health: SubscriptionHealth[];
+  disableAfterHours: number;
   limit: number;
   refusal?: Refusal | null;
 }): string {
@@ -100,7 +101,7 @@ export function deliveriesPage(props: {
           <p class="lead">Are webhooks arriving? Each receiver's last 24 hours and 7 days, then the deliveries themselves, newest first; the latest {props.limit} refresh themselves every few seconds.</p>
           <SearchBox />
         </div>
-        <HealthPanel health={props.health} />
+        <HealthPanel health={props.health} disableAfterHours={props.disableAfterHours} />
         <form class="filters card" method="get" action="/console/">
           <FilterSelect name="status" label="Status" any="Any status" selected={filters.status} options={DELIVERY_STATUSES.map((s) => [s, s])} refusal={props.refusal} />
           <FilterSelect name="event" label="Event" any="Any event" selected={filters.event} options={WEBHOOK_EVENT_TYPES.map((e) => [e, e])} refusal={props.refusal} />

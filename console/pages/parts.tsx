@@ -18,6 +18,20 @@ export function StatusBadge({ status }: { status: string }) {
   return <span class={`badge badge-${status in STATUS_WORDS ? status : "other"}`}>{STATUS_WORDS[status] ?? status}</span>;
 }
 
+/**
+ * FailingNote says, of an active subscription every attempt to which has failed, since when and
+ * when it is disabled if that goes on (README, Endpoint health): its badge still says Active.
+ */
+export function FailingNote({ subscription, disableAfterHours }: { subscription: { status: string; failing_since: string | null }; disableAfterHours: number }) {
+  if (subscription.status !== "active" || subscription.failing_since === null) return null;
+  const disablesAt = new Date(Date.parse(subscription.failing_since) + disableAfterHours * 3_600_000).toISOString();
+  return (
+    <p class="failing-note">
+      Failing since <Time value={subscription.failing_since} />; disabled automatically at <Time value={disablesAt} /> if every attempt goes on failing.
+    </p>
+  );
+}
+
 /** formatTime shows an RFC 3339 timestamp as `2026-11-21 10:00:03` (UTC). */
 function formatTime(iso: string): string {
   return `${iso.slice(0, 10)} ${iso.slice(11, 19)}`;

@@ -2,7 +2,7 @@
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { DataTable, formatDuration, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
+import { DataTable, FailingNote, formatDuration, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 
 /** latencyText says a window's response times: "p50 120 ms · p95 800 ms", or that nothing was attempted. */
@@ -20,7 +20,7 @@ function Latency({ times }: { times: SubscriptionHealth["latency"]["last_7d"] })
  * On the start page the subscription heads its card (h3) and each chart is an h4 under it; on the
  * subscription's own page the page's heading names it and the charts are h3.
  */
-function HealthCard({ health, large }: { health: SubscriptionHealth; large: boolean }) {
+function HealthCard({ health, large, disableAfterHours }: { health: SubscriptionHealth; large: boolean; disableAfterHours: number }) {
   const s = health.subscription;
   const size = large ? { width: 720, height: 180 } : { width: 300, height: 84 };
   const ChartHeading = large ? "h3" : "h4";
@@ -36,6 +36,7 @@ function HealthCard({ health, large }: { health: SubscriptionHealth; large: bool
           <StatusBadge status={s.status} />
         </header>
       )}
+      {!large && <FailingNote subscription={s} disableAfterHours={disableAfterHours} />}
       <div class="health-charts">
         <div>
           <ChartHeading>
@@ -55,7 +56,7 @@ function HealthCard({ health, large }: { health: SubscriptionHealth; large: bool
 }
 
 /** HealthPanel is the start page's health at a glance: one card per subscription. */
-export function HealthPanel({ health }: { health: SubscriptionHealth[] }) {
+export function HealthPanel({ health, disableAfterHours }: { health: SubscriptionHealth[]; disableAfterHours: number }) {
   if (health.length === 0) return null;
   return (
     <section class="card health" aria-labelledby="health-title" id="health">
@@ -65,7 +66,7 @@ export function HealthPanel({ health }: { health: SubscriptionHealth[] }) {
       </div>
       <div class="health-grid">
         {health.map((h) => (
-          <HealthCard health={h} large={false} />
+          <HealthCard health={h} large={false} disableAfterHours={disableAfterHours} />
         ))}
       </div>
     </section>
@@ -73,7 +74,7 @@ export function HealthPanel({ health }: { health: SubscriptionHealth[] }) {
 }
 
 /** subscriptionPage renders one subscription: its charts, larger, and its recent failures grouped by reason. */
-export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null }): string {
+export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null; disableAfterHours: number }): string {
   const s = props.health.subscription;
   return renderPage({
     title: isolated(s.description ?? receiverUrl(s.target_url)),
@@ -90,13 +91,14 @@ export function subscriptionPage(props: { session: ConsoleSession; health: Subsc
             <StatusBadge status={s.status} />
           </h1>
           <p class="url">{receiverUrl(s.target_url)}</p>
+          <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
         </div>
         <section class="card health" id="health">
           <div class="card-head">
             <h2>Deliveries</h2>
             <ChartLegend />
           </div>
-          <HealthCard health={props.health} large={true} />
+          <HealthCard health={props.health} large={true} disableAfterHours={props.disableAfterHours} />
           <p class="actions">
             <a class="button" href={`/console/?subscription_id=${s.id}`}>
               Its deliveries
