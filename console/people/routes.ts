@@ -10,12 +10,19 @@ import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
 import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
-import { addUserFromForm, createTokenFromForm, deleteUserFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
+import { addUserFromForm, contactsAssignedTo, createTokenFromForm, deleteUserFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
 const UsersQuery = t.Object(
-  { page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })), deleted: t.Optional(t.String({ maxLength: 10 })) },
+  { page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })), deleted: t.Optional(t.String({ maxLength: 10 })), unassigned: t.Optional(t.String({ maxLength: 10 })) },
   { additionalProperties: true },
 );
+
+/** unassignedText says how many contacts a user's delete took the assignment from, as its redirect wrote (nothing for a hand-made value). */
+function unassignedText(unassigned: string | undefined): string {
+  if (unassigned === undefined || !/^\d{1,9}$/.test(unassigned)) return "";
+  const n = Number(unassigned);
+  return n === 0 ? " No contact was assigned to them." : n === 1 ? " 1 contact lost the assignment; it sends contact.updated." : ` ${n} contacts lost the assignment; each sends contact.updated.`;
+}
 
 /** peopleRoutes are who may do what: API tokens, the users contacts are assigned to, and the console's operators. */
 export function peopleRoutes(rt: Runtime) {
@@ -83,7 +90,7 @@ export function peopleRoutes(rt: Runtime) {
         const notice = query.added
           ? { kind: "success" as const, text: "User added." }
           : query.deleted
-            ? { kind: "success" as const, text: "User deleted. The contacts assigned to them stay, without the assignment." }
+            ? { kind: "success" as const, text: `User deleted.${unassignedText(query.unassigned)}` }
             : null;
         return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, notice }));
       },
@@ -107,12 +114,12 @@ export function peopleRoutes(rt: Runtime) {
       },
       { body: OptionalForm },
     )
-    .get("/users/:id/delete", async ({ session, params }) => htmlResponse(deleteUserPage({ session, user: await getUser(db, params.id) })), { params: IdParam })
+    .get("/users/:id/delete", async ({ session, params }) => htmlResponse(deleteUserPage({ session, user: await getUser(db, params.id), assigned: await contactsAssignedTo(db, params.id) })), { params: IdParam })
     .post(
       "/users/:id/delete",
       async ({ session, params, body }) => {
-        await deleteUserFromForm(rt, session, params.id, field(body, "form_key"));
-        return redirect(`${CONSOLE_PREFIX}/users?deleted=1`);
+        const { unassigned } = await deleteUserFromForm(rt, session, params.id, field(body, "form_key"));
+        return redirect(`${CONSOLE_PREFIX}/users?deleted=1&unassigned=${unassigned}`);
       },
       { params: IdParam, body: OptionalForm },
     )

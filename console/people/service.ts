@@ -1,4 +1,5 @@
-import type { Database } from "../../server/db/sql.ts";
+import { countContactsAssignedToUser } from "../../server/contacts/store.ts";
+import type { Database, Db } from "../../server/db/sql.ts";
 import { checkTokenName, createApiToken, findToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsChecker, fieldsProblem } from "../../server/http/schema-errors.ts";
@@ -33,9 +34,9 @@ export async function revokeTokenFromConsole(rt: Runtime, id: string): Promise<v
 const USERS_PER_PAGE = 50;
 
 /** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a parameter the users page does not take or a page that is not a number. */
-export function usersOnPage(db: Database, query: { page?: string; added?: string; deleted?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
-  // `added` and `deleted` are the flags of the redirects after adding and deleting a user, which the route reads.
-  const unknown = unknownParameterErrors(query, ["page", "added", "deleted"], "the users page");
+export function usersOnPage(db: Database, query: { page?: string; added?: string; deleted?: string; unassigned?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
+  // `added`, `deleted` and `unassigned` are written by the redirects after adding and deleting a user, which the route reads.
+  const unknown = unknownParameterErrors(query, ["page", "added", "deleted", "unassigned"], "the users page");
   if (unknown.length > 0) throw fieldsProblem(unknown);
   const page = query.page;
   if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number from 1 to 999999999" }], "The page number must be a whole number from 1 to 999999999.");
@@ -58,8 +59,17 @@ export async function addUserFromForm(rt: Runtime, session: ConsoleSession, form
  * deleteUserFromForm deletes a user once per form key, as the API's delete does: the confirmation
  * sent again (a double click) answers as the first did, where the delete alone would be 404 by then.
  */
-export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
-  await changeOnceForForm(rt, { session, path: `/console/users/${id}/delete`, key: formKey }, async (tx, now) => ({ deleted: (await removeUser(tx, id, now)).user.id }));
+export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<{ unassigned: number }> {
+  const done = await changeOnceForForm(rt, { session, path: `/console/users/${id}/delete`, key: formKey }, async (tx, now) => {
+    const { user, unassigned } = await removeUser(tx, id, now);
+    return { deleted: user.id, unassigned };
+  });
+  return { unassigned: done.body.unassigned };
+}
+
+/** contactsAssignedTo counts the contacts that deleting the user would change (each sends contact.updated). */
+export function contactsAssignedTo(db: Db, userId: string): Promise<number> {
+  return countContactsAssignedToUser(db, userId);
 }
 
 /**

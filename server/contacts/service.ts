@@ -687,7 +687,7 @@ export async function contactsWithEmail(db: Db, email: string): Promise<Contact[
  */
 export async function searchContacts(
   db: Database,
-  filters: Pick<ContactFilters, "email" | "fullName">,
+  filters: Pick<ContactFilters, "email" | "fullName" | "assignedUserId">,
   after: CursorPosition | null,
   limit: number,
   reader: ReaderName,

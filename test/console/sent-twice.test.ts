@@ -171,13 +171,15 @@ test("the users page's form adds one user, and both answers lead to the list say
   expect(users.map((u: { name: string }) => u.name)).toEqual(["Grace Hopper"]);
 });
 
-test("the delete-user confirmation deletes the user, and both answers lead to the list saying so, not to a 404", async () => {
+test("the delete-user confirmation deletes the user, and both answers lead to the list saying so and how many contacts lost the assignment, not to a 404", async () => {
   const user = (await server.api("POST", "/public/v1/users", { name: "Deleted Twice", email: "deleted.twice@example.com" })).data;
+  await server.api("POST", "/public/v1/contacts", { first_name: "Owned", assigned_user_id: user.id });
   const shown = await client.get(`/console/users/${user.id}/delete`);
   const answers = await sentTwice(`/console/users/${user.id}/delete`, { form_key: formKeyOf(shown.text) });
+  // The replay says how many contacts the one delete changed, not the none a second would.
   expect(redirectsOf(answers)).toEqual([
-    [303, "/console/users?deleted=1"],
-    [303, "/console/users?deleted=1"],
+    [303, "/console/users?deleted=1&unassigned=1"],
+    [303, "/console/users?deleted=1&unassigned=1"],
   ]);
   expect(await server.runtime.db.all("SELECT id FROM users WHERE id = ?", [user.id])).toEqual([]);
   const unknown = await client.post(`/console/users/${user.id}/delete`, { form_key: crypto.randomUUID() });
