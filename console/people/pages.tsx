@@ -304,6 +304,7 @@ export function operatorsPage(props: {
           <RefusalSummary refusal={props.refusal} fields={["email"]} />
           <form method="post" action="/console/operators" class="inline-form">
             <CsrfField token={props.session.csrfToken} />
+            <input type="hidden" name="form_key" value={crypto.randomUUID()} />
             <FieldWithReason refusal={props.refusal} name="email" className="grow">
               <label class="grow">
                 Email
@@ -350,6 +351,7 @@ export function resetPasswordPage(props: { session: ConsoleSession; operator: Op
         Make a one-time link with which <strong>{props.operator.email}</strong> sets a new password? Their current password keeps working until the link is used; then every session of theirs ends.
       </p>
     ),
+    formKey: crypto.randomUUID(),
     action: `/console/operators/${props.operator.id}/reset-password`,
     button: "Make reset link",
     cancel: "/console/operators",

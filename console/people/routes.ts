@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import { listTokens } from "../../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
-import { findOperator, inviteOperator, operatorSummaries, passwordResetLink, pendingInvites } from "../../server/operators/service.ts";
+import { findOperator, operatorSummaries, pendingInvites } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError } from "../../server/shared/problem.ts";
 import { getUser } from "../../server/users/service.ts";
@@ -10,7 +10,7 @@ import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
 import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
-import { addUserFromForm, contactsAssignedTo, createTokenFromForm, deleteUserFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
+import { addUserFromForm, contactsAssignedTo, createTokenFromForm, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
 const UsersQuery = t.Object(
   { page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })), deleted: t.Optional(t.String({ maxLength: 10 })), unassigned: t.Optional(t.String({ maxLength: 10 })) },
@@ -137,8 +137,8 @@ export function peopleRoutes(rt: Runtime) {
         let email: string | undefined;
         try {
           email = field(body, "email");
-          const code = await refusedOnField(inviteOperator(db, email, session.operator.id), "operator-exists", "email");
-          return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: email.trim().toLowerCase(), url: linkUrl(request, secure, code) } }), 201);
+          const invited = await refusedOnField(inviteFromForm(rt, session, email, field(body, "form_key")), "operator-exists", "email");
+          return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: invited.email, url: linkUrl(request, secure, invited.code) } }), 201);
         } catch (error) {
           const failure = problemOf(error);
           return htmlResponse(await operatorsView(session, { email, refusal: failure }), failure.status);
@@ -160,8 +160,8 @@ export function peopleRoutes(rt: Runtime) {
     .get("/operators/:id/reset-password", async ({ session, params }) => htmlResponse(resetPasswordPage({ session, operator: await operatorOr404(params.id) })), { params: IdParam })
     .post(
       "/operators/:id/reset-password",
-      async ({ session, params, request, secure }) => {
-        const { operator, code } = await passwordResetLink(db, params.id, session.operator.id);
+      async ({ session, params, request, secure, body }) => {
+        const { operator, code } = await resetLinkFromForm(rt, session, params.id, field(body, "form_key"));
         return htmlResponse(await operatorsView(session, { link: { purpose: "reset", email: operator.email, url: linkUrl(request, secure, code) } }), 201);
       },
       { params: IdParam, body: OptionalForm },

@@ -3,8 +3,10 @@ import type { Database, Db } from "../../server/db/sql.ts";
 import { checkTokenName, createApiToken, findToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsChecker, fieldsProblem } from "../../server/http/schema-errors.ts";
-import { dropOperator } from "../../server/operators/service.ts";
+import type { Operator } from "../../server/operators/model.ts";
+import { dropOperator, issueInvite, issueResetLink } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
+import { randomSecret } from "../../server/shared/crypto.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
 import { createUserOnce, listUsersPage, removeUser } from "../../server/users/service.ts";
@@ -70,6 +72,35 @@ export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, i
 /** contactsAssignedTo counts the contacts that deleting the user would change (each sends contact.updated). */
 export function contactsAssignedTo(db: Db, userId: string): Promise<number> {
   return countContactsAssignedToUser(db, userId);
+}
+
+/** FORM_LINK_PURPOSE is the purpose the secrets key derives the key of console forms' link codes for. */
+const FORM_LINK_PURPOSE = "console operator link";
+
+/**
+ * formLinkCode is the code of the one-time link a console form makes, derived from the form's key
+ * under the secrets key, so that the form sent again (a reload re-posts it) shows the link the
+ * first sending made instead of making one that replaces the link already handed out; only its
+ * hash is stored, as for any link. A form without a key (shown by an earlier version) draws one.
+ */
+function formLinkCode(rt: Runtime, session: ConsoleSession, path: string, formKey: string): string {
+  return formKey === "" ? randomSecret() : Buffer.from(rt.secrets.signature(FORM_LINK_PURPOSE, `${session.operator.id} ${path} ${formKey}`)).toString("base64url");
+}
+
+/** inviteFromForm makes an invitation link once per form key: sent again, the form shows the same link (with another email, 409). */
+export async function inviteFromForm(rt: Runtime, session: ConsoleSession, email: string, formKey: string): Promise<{ email: string; code: string }> {
+  const path = "/console/operators";
+  const code = formLinkCode(rt, session, path, formKey);
+  const { body } = await changeOnceForForm(rt, { session, path, key: formKey, values: { email } }, async (tx, now) => ({ invited: await issueInvite(tx, email, session.operator.id, code, now) }));
+  return { email: body.invited, code };
+}
+
+/** resetLinkFromForm makes a password-reset link once per form key: the confirmation sent again shows the same link. */
+export async function resetLinkFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<{ operator: Operator; code: string }> {
+  const path = `/console/operators/${id}/reset-password`;
+  const code = formLinkCode(rt, session, path, formKey);
+  const { body } = await changeOnceForForm(rt, { session, path, key: formKey }, async (tx, now) => ({ operator: await issueResetLink(tx, id, session.operator.id, code, now) }));
+  return { operator: body.operator, code };
 }
 
 /**

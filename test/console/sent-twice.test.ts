@@ -2,6 +2,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { rotationView, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
 import { createApiToken } from "../../server/auth/service.ts";
+import { operatorLink } from "../../server/operators/service.ts";
 import { signingSecrets } from "../../server/webhooks/delivery.ts";
 import { endRotationGrace } from "../../server/webhooks/service.ts";
 import { findSubscriptionById } from "../../server/webhooks/store.ts";
@@ -242,4 +243,39 @@ test("the remove-operator confirmation removes the operator, and both answers le
   expect(await server.runtime.db.all("SELECT email FROM operators WHERE email = ?", [other.email])).toEqual([]);
   const unknown = await client.post(`/console/operators/${other.id}/remove`, { form_key: crypto.randomUUID() });
   expect(unknown.status).toBe(404);
+});
+
+/** shownLink is the one-time link the operators page shows after an invitation or a reset, or null. */
+const shownLink = (html: string) => /id="operator-link"[^>]*value="([^"]+)"/.exec(html)?.[1]?.replaceAll("&amp;", "&") ?? null;
+
+/** codeOf is a one-time link's code. */
+const codeOf = (link: string | null) => new URL(link!).searchParams.get("code")!;
+
+test("the invite form makes one link: sent twice, or again as a reload does, it shows that link, which still works; with another email it is 409", async () => {
+  const invite = { form_key: formKeyOf((await client.get("/console/operators")).text), email: "invited.twice@example.com" };
+  const answers = [...(await sentTwice("/console/operators", invite)), await client.post("/console/operators", invite)];
+  const link = shownLink(answers[0]!.text);
+  expect(link).toContain("/console/welcome?code=");
+  expect(answers.map((a) => [a.status, shownLink(a.text)])).toEqual([
+    [201, link],
+    [201, link],
+    [201, link],
+  ]);
+  expect(await operatorLink(server.runtime.db, codeOf(link))).toEqual({ purpose: "invite", email: "invited.twice@example.com", operator_exists: false });
+  const other = await client.post("/console/operators", { ...invite, email: "someone.else@example.com" });
+  expect([other.status, shownLink(other.text)]).toEqual([409, null]);
+  expect(await operatorLink(server.runtime.db, codeOf(link))).not.toBeNull();
+});
+
+test("the reset-link confirmation makes one link: sent twice, or again as a reload does, it shows that link, which still works", async () => {
+  const other = await addOperator(server.runtime.db, { email: "reset-twice@example.com", password: "a long enough password" });
+  const form = { form_key: formKeyOf((await client.get(`/console/operators/${other.id}/reset-password`)).text) };
+  const answers = [...(await sentTwice(`/console/operators/${other.id}/reset-password`, form)), await client.post(`/console/operators/${other.id}/reset-password`, form)];
+  const link = shownLink(answers[0]!.text);
+  expect(answers.map((a) => [a.status, shownLink(a.text)])).toEqual([
+    [201, link],
+    [201, link],
+    [201, link],
+  ]);
+  expect(await operatorLink(server.runtime.db, codeOf(link))).toEqual({ purpose: "reset", email: "reset-twice@example.com", operator_exists: true });
 });
