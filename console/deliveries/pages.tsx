@@ -10,7 +10,7 @@ import { renderPage } from "../pages/layout.tsx";
 import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
 import { HealthPanel } from "../subscriptions/health-pages.tsx";
-import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, WaitsForResume, type NoticeData } from "../pages/parts.tsx";
 
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
 const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "since", "until"] as const;
@@ -251,6 +251,7 @@ function ResponseBody({ body, headers }: { body: string; headers: Record<string,
 /** deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now" while its subscription exists. */
 export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; notice?: NoticeData | null }): string {
   const d = props.delivery;
+  const paused = props.subscription?.status === "paused";
   return renderPage({
     title: `Delivery ${d.id}`,
     session: props.session,
@@ -305,8 +306,10 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
               {d.last_error && <span class="error-text"> {d.last_error}</span>}
             </dd>
             <dt>Next retry</dt>
-            <dd>
-              {d.next_attempt_at ? (
+            <dd id="next-retry">
+              {paused && d.status === "pending" ? (
+                <WaitsForResume since={props.subscription!.paused_at} />
+              ) : d.next_attempt_at ? (
                 <>
                   <Time value={d.next_attempt_at} /> <span class="muted">({relativeTime(d.next_attempt_at, d.updated_at)} after the last change)</span>
                 </>
@@ -315,7 +318,13 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
               )}
             </dd>
           </dl>
-          {props.subscription ? (
+          {paused ? (
+            // The API refuses a retry while the subscription is paused: a button would only say so after being pressed.
+            <p class="hint retry-paused">
+              No Retry now: its subscription is paused{d.status === "pending" ? ", and this delivery waits for it" : ""}. Resume it on the <a href="/console/subscriptions">Subscriptions page</a>{" "}
+              {d.status === "pending" ? "to send it." : "first."}
+            </p>
+          ) : props.subscription ? (
             <form method="post" action={`/console/deliveries/${d.id}/retry`} class="actions">
               <CsrfField token={props.session.csrfToken} />
               <button type="submit" class="button primary">

@@ -32,6 +32,15 @@ export function FailingNote({ subscription, disableAfterHours }: { subscription:
   );
 }
 
+/** WaitsForResume takes the place of a pending delivery's next retry while its subscription is paused: it is sent on Resume, not at that time. */
+export function WaitsForResume({ since }: { since: string | null }) {
+  return (
+    <span class="waits">
+      waits for Resume (paused since <Time value={since} />)
+    </span>
+  );
+}
+
 /** formatTime shows an RFC 3339 timestamp as `2026-11-21 10:00:03` (UTC). */
 function formatTime(iso: string): string {
   return `${iso.slice(0, 10)} ${iso.slice(11, 19)}`;
