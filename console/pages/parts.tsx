@@ -87,11 +87,17 @@ export interface NoticeData {
   text: string;
 }
 
-/** NoticeBox renders a notice with a role screen readers announce. */
+/**
+ * NoticeBox renders a notice with a role screen readers announce. What an action did (success) or
+ * why it did not (error) takes the focus as the page loads (autofocus: the console's CSP runs no
+ * inline script), as a refused form's summary does: a live region present at load is not
+ * announced, and the keyboard would start again at the top of the page, far from the row acted on.
+ */
 export function NoticeBox({ notice }: { notice?: NoticeData | null }) {
   if (!notice) return null;
+  const outcome = notice.kind !== "info";
   return (
-    <div class={`notice notice-${notice.kind}`} role={notice.kind === "error" ? "alert" : "status"}>
+    <div class={`notice notice-${notice.kind}`} role={notice.kind === "error" ? "alert" : "status"} tabIndex={outcome ? -1 : undefined} autofocus={outcome}>
       {notice.text}
     </div>
   );
