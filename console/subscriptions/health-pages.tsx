@@ -1,4 +1,5 @@
 /** @jsxImportSource preact */
+import type { SubscriptionStats, WindowStats } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
@@ -73,8 +74,63 @@ export function HealthPanel({ health, disableAfterHours }: { health: Subscriptio
   );
 }
 
-/** subscriptionPage renders one subscription: its charts, larger, and its recent failures grouped by reason. */
-export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null; disableAfterHours: number }): string {
+/** AttemptsRow is one window of the API's stats: attempts, their outcome and their response times. */
+function AttemptsRow({ label, window }: { label: string; window: WindowStats }) {
+  const times = window.latency_ms;
+  return (
+    <tr>
+      <th scope="row" data-label="Window">
+        {label}
+      </th>
+      <td data-label="Attempts" class="num">
+        {window.attempts}
+      </td>
+      <td data-label="Succeeded" class="num">
+        {window.succeeded}
+      </td>
+      <td data-label="Failed" class="num">
+        {window.failed}
+      </td>
+      <td data-label="Success rate" class="num">
+        {window.success_rate === null ? "–" : `${Math.round(window.success_rate * 10000) / 100}%`}
+      </td>
+      {(["p50", "p90", "p99"] as const).map((p) => (
+        <td data-label={p} class="num">
+          {times ? formatDuration(times[p]) : "–"}
+        </td>
+      ))}
+    </tr>
+  );
+}
+
+/**
+ * Attempts shows a subscription's attempts as the API's stats count them (every attempt, p50/p90/p99),
+ * beside the charts, which count deliveries: a partner quoting the API and an operator reading
+ * the console otherwise disagree, by as many times as each delivery was tried, with no unit to tell why.
+ */
+function Attempts({ stats }: { stats: SubscriptionStats }) {
+  return (
+    <DataTable
+      id="attempts"
+      columns={["Window", { label: "Attempts", className: "num" }, { label: "Succeeded", className: "num" }, { label: "Failed", className: "num" }, { label: "Success rate", className: "num" }, { label: "p50", className: "num" }, { label: "p90", className: "num" }, { label: "p99", className: "num" }]}
+      empty={null}
+      head={
+        <div class="card-head">
+          <h2>Attempts</h2>
+          <p class="hint" id="attempts-note">
+            Every attempt counts, retries and Retry now included, as GET /public/v1/webhook-subscriptions/{stats.subscription_id}/stats reports them. The charts and the failures count deliveries, each once, by how it stands now.
+          </p>
+        </div>
+      }
+    >
+      <AttemptsRow label="Last 24 hours" window={stats.last_24h} />
+      <AttemptsRow label="Last 7 days" window={stats.last_7d} />
+    </DataTable>
+  );
+}
+
+/** subscriptionPage renders one subscription: its charts, larger, its attempts as the API counts them, and its recent failures grouped by reason. */
+export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null; disableAfterHours: number; stats: SubscriptionStats }): string {
   const s = props.health.subscription;
   return renderPage({
     title: isolated(s.description ?? receiverUrl(s.target_url)),
@@ -111,6 +167,7 @@ export function subscriptionPage(props: { session: ConsoleSession; health: Subsc
             </a>
           </p>
         </section>
+        <Attempts stats={props.stats} />
         <DataTable
           id="failures"
           columns={["Reason", { label: "Deliveries", className: "num" }, "Latest (UTC)"]}

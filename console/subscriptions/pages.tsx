@@ -137,7 +137,7 @@ export function subscriptionsPage(props: {
             </a>
           </div>
         ))}
-        <DataTable id="subscriptions" columns={["Subscription", "Events", "Status", "Last 24 hours", "Created (UTC)", ""]} empty={props.subscriptions.length === 0 ? "No subscriptions yet. Create one below, or through the API." : null}>
+        <DataTable id="subscriptions" columns={["Subscription", "Events", "Status", "Deliveries, last 24 hours", "Created (UTC)", ""]} empty={props.subscriptions.length === 0 ? "No subscriptions yet. Create one below, or through the API." : null}>
           {props.subscriptions.map(({ subscription: s, counts, rotationId }) => (
             <tr data-subscription-id={s.id}>
               <td data-label="Subscription">
@@ -157,7 +157,7 @@ export function subscriptionsPage(props: {
                 {s.disabled_reason && <div class="hint">{s.disabled_reason}</div>}
                 <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
               </td>
-              <td data-label="Last 24 hours">
+              <td data-label="Deliveries, last 24 hours">
                 <Counts counts={counts} />
               </td>
               <td data-label="Created">

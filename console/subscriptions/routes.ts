@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { requestIdOf } from "../../server/http/request-log.ts";
 import type { Runtime } from "../../server/runtime.ts";
-import { enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
+import { enableSubscription, getSubscription, getSubscriptionStats, pauseSubscription } from "../../server/webhooks/service.ts";
 import { htmlResponse, redirect } from "../http.ts";
 import { isolated, receiverUrl } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, consoleTime, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
@@ -104,7 +104,7 @@ export function subscriptionRoutes(rt: Runtime) {
       async ({ session, params }) => {
         const subscription = await getSubscription(db, params.id);
         const [health] = await subscriptionsHealth(db, [subscription]);
-        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id), rotationId: await openRotationFrom(db, subscription.id), disableAfterHours: rt.config.disableFailingAfterHours }));
+        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id), rotationId: await openRotationFrom(db, subscription.id), disableAfterHours: rt.config.disableFailingAfterHours, stats: await getSubscriptionStats(db, subscription.id) }));
       },
       { params: IdParam },
     )

@@ -144,6 +144,22 @@ describe("health at a glance", () => {
     expect(problems).toEqual([]);
   }, SLOW);
 
+  test("the console's counts say they count deliveries, and a subscription's page shows its attempts as the API's stats count them", async () => {
+    await page.goto(`${server.url}/console/subscriptions`);
+    expect(await page.locator("#subscriptions thead th").allTextContents()).toContain("Deliveries, last 24 hours");
+    await page.goto(`${server.url}/console/subscriptions/${busy.id}`);
+    const stats = (await server.api("GET", `/public/v1/webhook-subscriptions/${busy.id}/stats`)).data;
+    expect(stats.last_24h).toMatchObject({ attempts: 22, succeeded: 20, failed: 2, success_rate: 0.9091 });
+    const shown = (window: { latency_ms: { p50: number; p90: number; p99: number } }) => [window.latency_ms.p50, window.latency_ms.p90, window.latency_ms.p99].map((ms) => `${Math.round(ms)} ms`);
+    expect(await page.locator("#attempts tbody tr").evaluateAll((rows) => rows.map((row) => [...row.querySelectorAll("th, td")].map((cell) => cell.textContent!.trim())))).toEqual([
+      ["Last 24 hours", "22", "20", "2", "90.91%", ...shown(stats.last_24h)],
+      ["Last 7 days", "22", "20", "2", "90.91%", ...shown(stats.last_7d)],
+    ]);
+    expect(await page.textContent("#attempts-note")).toBe(
+      `Every attempt counts, retries and Retry now included, as GET /public/v1/webhook-subscriptions/${busy.id}/stats reports them. The charts and the failures count deliveries, each once, by how it stands now.`,
+    );
+  }, SLOW);
+
   test("failure reasons tied on count and time are listed latest delivery first, in one order on both backends", async () => {
     // One commit can create several events, so deliveries to one subscription share a millisecond.
     const tied = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/ties", events: ["contact.updated"] })).data;
