@@ -45,6 +45,8 @@ export const DeliveryRowView = t.Object({
   attempts: t.Integer(),
   last_response_status: nullableInteger,
   next_attempt_at: nullableString,
+  /** since when its subscription is paused, for a pending delivery that waits for its Resume (whatever next_attempt_at says); else null */
+  paused_since: nullableString,
 });
 export type DeliveryRowView = typeof DeliveryRowView.static;
 

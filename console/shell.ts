@@ -303,16 +303,17 @@ export async function onceForForm<T>(
 
 /**
  * changeOnceForForm is onceForForm for a console change of its own (not an API call): `change`
- * runs in one write with the form's record, so a confirmation sent again answers as the first did.
+ * runs in one write with the form's record, so a confirmation sent again answers as the first did
+ * (and one with fields, given as `values`, sent again with others is 409).
  * On a replay, whatever `change` noted aside was of a run rolled back (its key taken over as stale):
  * the change that stands is another sending's, which notes its own.
  */
 export async function changeOnceForForm<T>(
   rt: Runtime,
-  form: { session: ConsoleSession; path: string; key: string },
+  form: { session: ConsoleSession; path: string; key: string; values?: unknown },
   change: (tx: Db, now: number) => Promise<T>,
 ): Promise<{ body: T; replayed: boolean }> {
-  return onceForForm(rt, { ...form, values: {} }, (scope) =>
+  return onceForForm(rt, { values: {}, ...form }, (scope) =>
     rt.db.write(async (tx) => {
       const now = Date.now();
       const body = await change(tx, now);

@@ -21,14 +21,18 @@ function linkSubjects(contacts: ContactsView["contacts"]): Map<string, string> {
 export function contactsPage(props: { session: ConsoleSession; view: ContactsView; notice?: NoticeData | null }): string {
   const { view } = props;
   const subjects = linkSubjects(view.contacts);
-  const base = `/console/contacts${view.q ? `?q=${encodeURIComponent(view.q)}` : ""}`;
-  const older = view.next ? `${base}${view.q ? "&" : "?"}before=${encodeURIComponent(view.next)}` : null;
+  const search = new URLSearchParams([...(view.q ? [["q", view.q]] : []), ...(view.user ? [["assigned_user_id", view.user.id]] : [])]).toString();
+  const base = `/console/contacts${search ? `?${search}` : ""}`;
+  const older = view.next ? `${base}${search ? "&" : "?"}before=${encodeURIComponent(view.next)}` : null;
+  const owner = view.user ? ` whose assigned user (assigned_user_id) is ${isolated(view.user.name)}` : "";
   const count =
     view.total === 0
       ? view.q
-        ? `No contact matches “${bidiBalanced(view.q)}”.`
-        : "No contacts yet."
-      : `${view.older ? `Showing ${view.contacts.length} older of` : view.total > view.contacts.length ? `Showing the newest ${view.contacts.length} of` : "Showing all"} ${view.total}${view.by === "email" ? ` with the email ${bidiBalanced(view.q)}` : view.by === "name" ? ` whose name contains “${bidiBalanced(view.q)}”` : ""}.`;
+        ? `No contact${owner} matches “${bidiBalanced(view.q)}”.`
+        : view.user
+          ? `No contact${owner}.`
+          : "No contacts yet."
+      : `${view.older ? `Showing ${view.contacts.length} older of` : view.total > view.contacts.length ? `Showing the newest ${view.contacts.length} of` : "Showing all"} ${view.total}${view.by === "email" ? ` with the email ${bidiBalanced(view.q)}` : view.by === "name" ? ` whose name contains “${bidiBalanced(view.q)}”` : ""}${view.by !== "all" && owner ? " and" : ""}${owner}.`;
   return renderPage({
     title: "Contacts",
     session: props.session,
@@ -44,11 +48,12 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
             Name or email
             <input type="search" name="q" value={view.q} placeholder="Ada Lovelace or ada@example.com" maxLength={254} />
           </label>
+          {view.user && <input type="hidden" name="assigned_user_id" value={view.user.id} />}
           <div class="filter-actions">
             <button type="submit" class="button">
               Search
             </button>
-            {(view.q || view.older) && (
+            {(view.q || view.older || view.user) && (
               <a class="button ghost" href="/console/contacts">
                 Clear
               </a>
@@ -199,7 +204,17 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
               <dd id="contact-accounts">
                 {contact.accounts?.length ? contact.accounts.map((a) => <span class="tag">{bidiBalanced(a.name)}</span>) : <span class="muted">none</span>}
               </dd>
-              <dt>Assigned users</dt>
+              <dt>Assigned user (assigned_user_id)</dt>
+              <dd id="contact-user">
+                {contact.assigned_user ? (
+                  <span class="tag">
+                    <bdi>{bidiBalanced(contact.assigned_user.name)}</bdi> &lt;{bidiBalanced(contact.assigned_user.email)}&gt;
+                  </span>
+                ) : (
+                  <span class="muted">none</span>
+                )}
+              </dd>
+              <dt>Assigned users (assigned_user_ids)</dt>
               <dd id="contact-users">
                 {contact.assigned_users?.length ? (
                   contact.assigned_users.map((u) => (

@@ -6,7 +6,10 @@ import { CONSOLE_DETAIL, IdParam, signedInConsole } from "../shell.ts";
 import { contactPage, contactsPage } from "./pages.tsx";
 import { contactPage as contactView, contactsPage as contactsView, EVENTS_ON_CONTACT } from "./service.ts";
 
-const ContactsQuery = t.Object({ q: t.Optional(t.String({ maxLength: 300 })), before: t.Optional(t.String({ maxLength: 100 })) }, { additionalProperties: true });
+const ContactsQuery = t.Object(
+  { q: t.Optional(t.String({ maxLength: 300 })), before: t.Optional(t.String({ maxLength: 100 })), assigned_user_id: t.Optional(t.String({ maxLength: 100 })) },
+  { additionalProperties: true },
+);
 
 /** contactRoutes are the read-only contacts pages: a search by name or email, and a contact with everything sent about it. */
 export function contactRoutes(rt: Runtime) {

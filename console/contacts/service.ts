@@ -5,6 +5,8 @@ import { unknownParameterErrors, type CursorPosition } from "../../server/http/l
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import { MAX_EMAIL_LENGTH } from "../../server/limits/limits.ts";
 import { notFound, validationProblem } from "../../server/shared/problem.ts";
+import type { User } from "../../server/users/model.ts";
+import { getUser } from "../../server/users/service.ts";
 import { eventsAbout, type WebhookEvent } from "../../server/webhooks/service.ts";
 
 /** CONTACTS_PER_PAGE is how many contacts the contacts page lists at once. */
@@ -17,6 +19,8 @@ export interface ContactsView {
   q: string;
   /** what the search matched on */
   by: "all" | "email" | "name";
+  /** the user whose contacts (by assigned_user_id, as the API's filter) are listed, or null for anyone's */
+  user: User | null;
   contacts: Contact[];
   total: number;
   /** the `before` of the next (older) page, or null on the last */
@@ -31,21 +35,23 @@ function positionOf(text: string): CursorPosition | null {
 
 /**
  * contactsPage searches contacts newest first: a query with "@" is an exact email (any case), any
- * other text a part of the name; `before` continues after a previous page. Throws 422 for a
+ * other text a part of the name, `assigned_user_id` those a user owns (404 for an unknown user);
+ * `before` continues after a previous page. Throws 422 for a
  * parameter the page does not take, a malformed position or an overlong query; a name search
  * takes its turn on the read lane as `reader` (the operator), and 503 when the lane is full.
  */
-export async function contactsPage(db: Database, query: { q?: string; before?: string }, reader: ReaderName): Promise<ContactsView> {
-  const unknown = unknownParameterErrors(query, ["q", "before"], "the contacts page");
+export async function contactsPage(db: Database, query: { q?: string; before?: string; assigned_user_id?: string }, reader: ReaderName): Promise<ContactsView> {
+  const unknown = unknownParameterErrors(query, ["q", "before", "assigned_user_id"], "the contacts page");
   if (unknown.length > 0) throw fieldsProblem(unknown);
   const q = (query.q ?? "").trim();
   const before = query.before ? positionOf(query.before) : null;
   if (query.before && !before) throw validationProblem([{ parameter: "before", detail: "must be the position a previous page gave" }], "The page position is invalid.");
   if (q.length > MAX_EMAIL_LENGTH) throw validationProblem([{ parameter: "q", detail: `must be at most ${MAX_EMAIL_LENGTH} characters` }], `The search must be at most ${MAX_EMAIL_LENGTH} characters.`);
   const by = q === "" ? "all" : q.includes("@") ? "email" : "name";
-  const filters = by === "email" ? { email: q.toLowerCase() } : by === "name" ? { fullName: q } : {};
+  const user = query.assigned_user_id === undefined ? null : await getUser(db, query.assigned_user_id);
+  const filters = { ...(by === "email" ? { email: q.toLowerCase() } : by === "name" ? { fullName: q } : {}), ...(user ? { assignedUserId: user.id } : {}) };
   const page = await searchContacts(db, filters, before, CONTACTS_PER_PAGE, reader);
-  return { q, by, contacts: page.data, total: page.total, next: page.next ? `${page.next.value}.${page.next.id}` : null, older: before !== null };
+  return { q, by, user, contacts: page.data, total: page.total, next: page.next ? `${page.next.value}.${page.next.id}` : null, older: before !== null };
 }
 
 /** ContactPageView is a contact (null once deleted) and the latest events about it, each with its deliveries. */

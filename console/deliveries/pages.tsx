@@ -10,7 +10,7 @@ import { renderPage } from "../pages/layout.tsx";
 import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
 import { HealthPanel } from "../subscriptions/health-pages.tsx";
-import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, WaitsForResume, type NoticeData } from "../pages/parts.tsx";
 
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
 const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "since", "until"] as const;
@@ -80,6 +80,7 @@ export function deliveriesPage(props: {
   typed?: DeliveryFilters;
   subscriptions: Subscription[];
   health: SubscriptionHealth[];
+  disableAfterHours: number;
   limit: number;
   refusal?: Refusal | null;
 }): string {
@@ -100,7 +101,7 @@ export function deliveriesPage(props: {
           <p class="lead">Are webhooks arriving? Each receiver's last 24 hours and 7 days, then the deliveries themselves, newest first; the latest {props.limit} refresh themselves every few seconds.</p>
           <SearchBox />
         </div>
-        <HealthPanel health={props.health} />
+        <HealthPanel health={props.health} disableAfterHours={props.disableAfterHours} />
         <form class="filters card" method="get" action="/console/">
           <FilterSelect name="status" label="Status" any="Any status" selected={filters.status} options={DELIVERY_STATUSES.map((s) => [s, s])} refusal={props.refusal} />
           <FilterSelect name="event" label="Event" any="Any event" selected={filters.event} options={WEBHOOK_EVENT_TYPES.map((e) => [e, e])} refusal={props.refusal} />
@@ -250,6 +251,7 @@ function ResponseBody({ body, headers }: { body: string; headers: Record<string,
 /** deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now" while its subscription exists. */
 export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; notice?: NoticeData | null }): string {
   const d = props.delivery;
+  const paused = props.subscription?.status === "paused";
   return renderPage({
     title: `Delivery ${d.id}`,
     session: props.session,
@@ -304,8 +306,10 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
               {d.last_error && <span class="error-text"> {d.last_error}</span>}
             </dd>
             <dt>Next retry</dt>
-            <dd>
-              {d.next_attempt_at ? (
+            <dd id="next-retry">
+              {paused && d.status === "pending" ? (
+                <WaitsForResume since={props.subscription!.paused_at} />
+              ) : d.next_attempt_at ? (
                 <>
                   <Time value={d.next_attempt_at} /> <span class="muted">({relativeTime(d.next_attempt_at, d.updated_at)} after the last change)</span>
                 </>
@@ -314,7 +318,13 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
               )}
             </dd>
           </dl>
-          {props.subscription ? (
+          {paused ? (
+            // The API refuses a retry while the subscription is paused: a button would only say so after being pressed.
+            <p class="hint retry-paused">
+              No Retry now: its subscription is paused{d.status === "pending" ? ", and this delivery waits for it" : ""}. Resume it on the <a href="/console/subscriptions">Subscriptions page</a>{" "}
+              {d.status === "pending" ? "to send it." : "first."}
+            </p>
+          ) : props.subscription ? (
             <form method="post" action={`/console/deliveries/${d.id}/retry`} class="actions">
               <CsrfField token={props.session.csrfToken} />
               <button type="submit" class="button primary">

@@ -25,13 +25,13 @@ export function deliveryRoutes(rt: Runtime) {
         const health = await subscriptionsHealth(db, subscriptions);
         try {
           const view = await latestDeliveries(db, query);
-          return htmlResponse(deliveriesPage({ session, view, filters: shownDeliveryFilters(query), subscriptions, health, limit: LATEST_DELIVERIES }));
+          return htmlResponse(deliveriesPage({ session, view, filters: shownDeliveryFilters(query), subscriptions, health, disableAfterHours: rt.config.disableFailingAfterHours, limit: LATEST_DELIVERIES }));
         } catch (error) {
           // A wrong filter shows the page unfiltered, with the filter's problem above the table and
           // the filters as sent in their fields, to be corrected.
           const failure = problemOf(error, 422);
           const view = await latestDeliveries(db, {});
-          return htmlResponse(deliveriesPage({ session, view, filters: {}, typed: shownDeliveryFilters(query), subscriptions, health, limit: LATEST_DELIVERIES, refusal: failure }), 422);
+          return htmlResponse(deliveriesPage({ session, view, filters: {}, typed: shownDeliveryFilters(query), subscriptions, health, disableAfterHours: rt.config.disableFailingAfterHours, limit: LATEST_DELIVERIES, refusal: failure }), 422);
         }
       },
       { query: DeliveryFilterQuery },

@@ -106,7 +106,8 @@ function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDelivery
 
 /**
  * latestDeliveries returns a page of the deliveries matching the filters, newest first (the latest
- * 50, or older ones after `before`), with their subscriptions' descriptions; the page and its total
+ * 50, or older ones after `before`), with their subscriptions' descriptions and, for those waiting
+ * on a paused one, since when it is paused; the page and its total
  * are read in one snapshot, so "Showing all N" is the rows shown.
  */
 export async function latestDeliveries(db: Database, query: DeliveryFilters, now = Date.now()): Promise<DeliveriesView> {
@@ -114,10 +115,10 @@ export async function latestDeliveries(db: Database, query: DeliveryFilters, now
   return db.read(async (source) => {
     const planned = await planDeliveryFilters(source, filters);
     const page = await deliveriesAfter(source, planned, before, LATEST_DELIVERIES);
-    const descriptions = new Map((await listAllSubscriptions(source)).map((s) => [s.id, s.description]));
+    const subscriptions = new Map((await listAllSubscriptions(source)).map((s) => [s.id, s]));
     const subjects = await eventSubjects(source, page.data.map((d) => d.event_id));
     return {
-      data: page.data.map((d) => deliveryRow(d, descriptions.get(d.subscription_id) ?? null, subjects.get(d.event_id) ?? null)),
+      data: page.data.map((d) => deliveryRow(d, subscriptions.get(d.subscription_id) ?? null, subjects.get(d.event_id) ?? null)),
       total: await countMatchingDeliveries(source, planned),
       next: page.next ? positionText(page.next) : null,
       older: before !== null,
@@ -126,7 +127,7 @@ export async function latestDeliveries(db: Database, query: DeliveryFilters, now
   });
 }
 
-function deliveryRow(d: Delivery, description: string | null, subjectId: string | null): DeliveryRowView {
+function deliveryRow(d: Delivery, subscription: Subscription | null, subjectId: string | null): DeliveryRowView {
   return {
     id: d.id,
     created_at: d.created_at,
@@ -134,12 +135,13 @@ function deliveryRow(d: Delivery, description: string | null, subjectId: string 
     event_id: d.event_id,
     subject_id: subjectId,
     subscription_id: d.subscription_id,
-    subscription_description: description,
+    subscription_description: subscription?.description ?? null,
     target_url: d.target_url,
     status: d.status,
     attempts: d.attempts,
     last_response_status: d.last_response_status,
     next_attempt_at: d.next_attempt_at,
+    paused_since: d.status === "pending" && subscription?.status === "paused" ? subscription.paused_at : null,
   };
 }
 

@@ -2,7 +2,7 @@
 import { useSignal } from "@preact/signals";
 import { useEffect, useLayoutEffect, useRef } from "preact/hooks";
 import type { DeliveriesView, DeliveryRowView } from "../model.ts";
-import { DataTable, HttpStatus, relativeTime, RowSubject, StatusBadge, SubscriptionLabel, Time } from "./parts.tsx";
+import { DataTable, HttpStatus, relativeTime, RowSubject, StatusBadge, SubscriptionLabel, Time, WaitsForResume } from "./parts.tsx";
 
 /** REFRESH_MS is how often the deliveries page asks for the latest deliveries. */
 const REFRESH_MS = 3000;
@@ -145,7 +145,9 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
         <HttpStatus status={row.last_response_status} />
       </td>
       <td data-label="Next retry">
-        {row.next_attempt_at ? (
+        {row.paused_since ? (
+          <WaitsForResume since={row.paused_since} />
+        ) : row.next_attempt_at ? (
           <span title={row.next_attempt_at}>{relativeTime(row.next_attempt_at, now)}</span>
         ) : (
           <span class="muted">–</span>

@@ -39,6 +39,9 @@ function Layout({ title, session, section, islands = [], children }: LayoutProps
         ))}
       </head>
       <body class={session ? "signed-in" : "signed-out"}>
+        <a class="skip-link" href="#main">
+          Skip to main content
+        </a>
         <header class="topbar">
           <div class="topbar-inner">
             <a class="brand" href="/console/">
@@ -70,7 +73,9 @@ function Layout({ title, session, section, islands = [], children }: LayoutProps
             )}
           </div>
         </header>
-        <main class={session ? "page" : "page narrow"}>{children}</main>
+        <main class={session ? "page" : "page narrow"} id="main" tabIndex={-1}>
+          {children}
+        </main>
       </body>
     </html>
   );

@@ -18,6 +18,29 @@ export function StatusBadge({ status }: { status: string }) {
   return <span class={`badge badge-${status in STATUS_WORDS ? status : "other"}`}>{STATUS_WORDS[status] ?? status}</span>;
 }
 
+/**
+ * FailingNote says, of an active subscription every attempt to which has failed, since when and
+ * when it is disabled if that goes on (README, Endpoint health): its badge still says Active.
+ */
+export function FailingNote({ subscription, disableAfterHours }: { subscription: { status: string; failing_since: string | null }; disableAfterHours: number }) {
+  if (subscription.status !== "active" || subscription.failing_since === null) return null;
+  const disablesAt = new Date(Date.parse(subscription.failing_since) + disableAfterHours * 3_600_000).toISOString();
+  return (
+    <p class="failing-note">
+      Failing since <Time value={subscription.failing_since} />; disabled automatically at <Time value={disablesAt} /> if every attempt goes on failing.
+    </p>
+  );
+}
+
+/** WaitsForResume takes the place of a pending delivery's next retry while its subscription is paused: it is sent on Resume, not at that time. */
+export function WaitsForResume({ since }: { since: string | null }) {
+  return (
+    <span class="waits">
+      waits for Resume (paused since <Time value={since} />)
+    </span>
+  );
+}
+
 /** formatTime shows an RFC 3339 timestamp as `2026-11-21 10:00:03` (UTC). */
 function formatTime(iso: string): string {
   return `${iso.slice(0, 10)} ${iso.slice(11, 19)}`;
@@ -64,11 +87,17 @@ export interface NoticeData {
   text: string;
 }
 
-/** NoticeBox renders a notice with a role screen readers announce. */
+/**
+ * NoticeBox renders a notice with a role screen readers announce. What an action did (success) or
+ * why it did not (error) takes the focus as the page loads (autofocus: the console's CSP runs no
+ * inline script), as a refused form's summary does: a live region present at load is not
+ * announced, and the keyboard would start again at the top of the page, far from the row acted on.
+ */
 export function NoticeBox({ notice }: { notice?: NoticeData | null }) {
   if (!notice) return null;
+  const outcome = notice.kind !== "info";
   return (
-    <div class={`notice notice-${notice.kind}`} role={notice.kind === "error" ? "alert" : "status"}>
+    <div class={`notice notice-${notice.kind}`} role={notice.kind === "error" ? "alert" : "status"} tabIndex={outcome ? -1 : undefined} autofocus={outcome}>
       {notice.text}
     </div>
   );

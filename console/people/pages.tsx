@@ -153,6 +153,9 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
                 <Time value={u.created_at} />
               </td>
               <td class="row-actions">
+                <a href={`/console/contacts?assigned_user_id=${u.id}`}>
+                  Contacts<RowSubject>of user {u.email}</RowSubject>
+                </a>
                 <a class="danger-link" href={`/console/users/${u.id}/delete`}>
                   Delete<RowSubject>user {u.email}</RowSubject>
                 </a>
@@ -188,8 +191,9 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
   });
 }
 
-/** deleteUserPage asks to confirm deleting a user. */
-export function deleteUserPage(props: { session: ConsoleSession; user: User }): string {
+/** deleteUserPage asks to confirm deleting a user, saying how many contacts are assigned to them. */
+export function deleteUserPage(props: { session: ConsoleSession; user: User; assigned: number }): string {
+  const { assigned } = props;
   return confirmPage({
     session: props.session,
     section: "users",
@@ -197,8 +201,16 @@ export function deleteUserPage(props: { session: ConsoleSession; user: User }): 
     formKey: crypto.randomUUID(),
     text: (
       <p>
-        Delete <bdi>{bidiBalanced(props.user.name)}</bdi> (<strong>{bidiBalanced(props.user.email)}</strong>)? The contacts assigned to them stay, no longer assigned to them; each sends{" "}
-        <code>contact.updated</code>. This cannot be undone.
+        Delete <bdi>{bidiBalanced(props.user.name)}</bdi> (<strong>{bidiBalanced(props.user.email)}</strong>)?{" "}
+        {assigned === 0 ? (
+          "No contact is assigned to them."
+        ) : (
+          <>
+            {assigned === 1 ? "1 contact is" : `${assigned} contacts are`} assigned to them (as <code>assigned_user_id</code> or in <code>assigned_user_ids</code>):{" "}
+            {assigned === 1 ? "it stays, no longer assigned to them, and sends" : "they stay, no longer assigned to them, and each sends"} <code>contact.updated</code>.
+          </>
+        )}{" "}
+        This cannot be undone.
       </p>
     ),
     action: `/console/users/${props.user.id}/delete`,
@@ -292,6 +304,7 @@ export function operatorsPage(props: {
           <RefusalSummary refusal={props.refusal} fields={["email"]} />
           <form method="post" action="/console/operators" class="inline-form">
             <CsrfField token={props.session.csrfToken} />
+            <input type="hidden" name="form_key" value={crypto.randomUUID()} />
             <FieldWithReason refusal={props.refusal} name="email" className="grow">
               <label class="grow">
                 Email
@@ -338,6 +351,7 @@ export function resetPasswordPage(props: { session: ConsoleSession; operator: Op
         Make a one-time link with which <strong>{props.operator.email}</strong> sets a new password? Their current password keeps working until the link is used; then every session of theirs ends.
       </p>
     ),
+    formKey: crypto.randomUUID(),
     action: `/console/operators/${props.operator.id}/reset-password`,
     button: "Make reset link",
     cancel: "/console/operators",

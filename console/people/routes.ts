@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import { listTokens } from "../../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
-import { findOperator, inviteOperator, operatorSummaries, passwordResetLink, pendingInvites } from "../../server/operators/service.ts";
+import { findOperator, operatorSummaries, pendingInvites } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError } from "../../server/shared/problem.ts";
 import { getUser } from "../../server/users/service.ts";
@@ -10,12 +10,19 @@ import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
 import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
-import { addUserFromForm, createTokenFromForm, deleteUserFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
+import { addUserFromForm, contactsAssignedTo, createTokenFromForm, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
 const UsersQuery = t.Object(
-  { page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })), deleted: t.Optional(t.String({ maxLength: 10 })) },
+  { page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })), deleted: t.Optional(t.String({ maxLength: 10 })), unassigned: t.Optional(t.String({ maxLength: 10 })) },
   { additionalProperties: true },
 );
+
+/** unassignedText says how many contacts a user's delete took the assignment from, as its redirect wrote (nothing for a hand-made value). */
+function unassignedText(unassigned: string | undefined): string {
+  if (unassigned === undefined || !/^\d{1,9}$/.test(unassigned)) return "";
+  const n = Number(unassigned);
+  return n === 0 ? " No contact was assigned to them." : n === 1 ? " 1 contact lost the assignment; it sends contact.updated." : ` ${n} contacts lost the assignment; each sends contact.updated.`;
+}
 
 /** peopleRoutes are who may do what: API tokens, the users contacts are assigned to, and the console's operators. */
 export function peopleRoutes(rt: Runtime) {
@@ -83,7 +90,7 @@ export function peopleRoutes(rt: Runtime) {
         const notice = query.added
           ? { kind: "success" as const, text: "User added." }
           : query.deleted
-            ? { kind: "success" as const, text: "User deleted. The contacts assigned to them stay, without the assignment." }
+            ? { kind: "success" as const, text: `User deleted.${unassignedText(query.unassigned)}` }
             : null;
         return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, notice }));
       },
@@ -107,12 +114,12 @@ export function peopleRoutes(rt: Runtime) {
       },
       { body: OptionalForm },
     )
-    .get("/users/:id/delete", async ({ session, params }) => htmlResponse(deleteUserPage({ session, user: await getUser(db, params.id) })), { params: IdParam })
+    .get("/users/:id/delete", async ({ session, params }) => htmlResponse(deleteUserPage({ session, user: await getUser(db, params.id), assigned: await contactsAssignedTo(db, params.id) })), { params: IdParam })
     .post(
       "/users/:id/delete",
       async ({ session, params, body }) => {
-        await deleteUserFromForm(rt, session, params.id, field(body, "form_key"));
-        return redirect(`${CONSOLE_PREFIX}/users?deleted=1`);
+        const { unassigned } = await deleteUserFromForm(rt, session, params.id, field(body, "form_key"));
+        return redirect(`${CONSOLE_PREFIX}/users?deleted=1&unassigned=${unassigned}`);
       },
       { params: IdParam, body: OptionalForm },
     )
@@ -130,8 +137,8 @@ export function peopleRoutes(rt: Runtime) {
         let email: string | undefined;
         try {
           email = field(body, "email");
-          const code = await refusedOnField(inviteOperator(db, email, session.operator.id), "operator-exists", "email");
-          return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: email.trim().toLowerCase(), url: linkUrl(request, secure, code) } }), 201);
+          const invited = await refusedOnField(inviteFromForm(rt, session, email, field(body, "form_key")), "operator-exists", "email");
+          return htmlResponse(await operatorsView(session, { link: { purpose: "invite", email: invited.email, url: linkUrl(request, secure, invited.code) } }), 201);
         } catch (error) {
           const failure = problemOf(error);
           return htmlResponse(await operatorsView(session, { email, refusal: failure }), failure.status);
@@ -153,8 +160,8 @@ export function peopleRoutes(rt: Runtime) {
     .get("/operators/:id/reset-password", async ({ session, params }) => htmlResponse(resetPasswordPage({ session, operator: await operatorOr404(params.id) })), { params: IdParam })
     .post(
       "/operators/:id/reset-password",
-      async ({ session, params, request, secure }) => {
-        const { operator, code } = await passwordResetLink(db, params.id, session.operator.id);
+      async ({ session, params, request, secure, body }) => {
+        const { operator, code } = await resetLinkFromForm(rt, session, params.id, field(body, "form_key"));
         return htmlResponse(await operatorsView(session, { link: { purpose: "reset", email: operator.email, url: linkUrl(request, secure, code) } }), 201);
       },
       { params: IdParam, body: OptionalForm },

@@ -1,9 +1,12 @@
-import type { Database } from "../../server/db/sql.ts";
+import { countContactsAssignedToUser } from "../../server/contacts/store.ts";
+import type { Database, Db } from "../../server/db/sql.ts";
 import { checkTokenName, createApiToken, findToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsChecker, fieldsProblem } from "../../server/http/schema-errors.ts";
-import { dropOperator } from "../../server/operators/service.ts";
+import type { Operator } from "../../server/operators/model.ts";
+import { dropOperator, issueInvite, issueResetLink } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
+import { randomSecret } from "../../server/shared/crypto.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
 import { createUserOnce, listUsersPage, removeUser } from "../../server/users/service.ts";
@@ -33,9 +36,9 @@ export async function revokeTokenFromConsole(rt: Runtime, id: string): Promise<v
 const USERS_PER_PAGE = 50;
 
 /** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a parameter the users page does not take or a page that is not a number. */
-export function usersOnPage(db: Database, query: { page?: string; added?: string; deleted?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
-  // `added` and `deleted` are the flags of the redirects after adding and deleting a user, which the route reads.
-  const unknown = unknownParameterErrors(query, ["page", "added", "deleted"], "the users page");
+export function usersOnPage(db: Database, query: { page?: string; added?: string; deleted?: string; unassigned?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
+  // `added`, `deleted` and `unassigned` are written by the redirects after adding and deleting a user, which the route reads.
+  const unknown = unknownParameterErrors(query, ["page", "added", "deleted", "unassigned"], "the users page");
   if (unknown.length > 0) throw fieldsProblem(unknown);
   const page = query.page;
   if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number from 1 to 999999999" }], "The page number must be a whole number from 1 to 999999999.");
@@ -58,8 +61,46 @@ export async function addUserFromForm(rt: Runtime, session: ConsoleSession, form
  * deleteUserFromForm deletes a user once per form key, as the API's delete does: the confirmation
  * sent again (a double click) answers as the first did, where the delete alone would be 404 by then.
  */
-export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
-  await changeOnceForForm(rt, { session, path: `/console/users/${id}/delete`, key: formKey }, async (tx, now) => ({ deleted: (await removeUser(tx, id, now)).user.id }));
+export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<{ unassigned: number }> {
+  const done = await changeOnceForForm(rt, { session, path: `/console/users/${id}/delete`, key: formKey }, async (tx, now) => {
+    const { user, unassigned } = await removeUser(tx, id, now);
+    return { deleted: user.id, unassigned };
+  });
+  return { unassigned: done.body.unassigned };
+}
+
+/** contactsAssignedTo counts the contacts that deleting the user would change (each sends contact.updated). */
+export function contactsAssignedTo(db: Db, userId: string): Promise<number> {
+  return countContactsAssignedToUser(db, userId);
+}
+
+/** FORM_LINK_PURPOSE is the purpose the secrets key derives the key of console forms' link codes for. */
+const FORM_LINK_PURPOSE = "console operator link";
+
+/**
+ * formLinkCode is the code of the one-time link a console form makes, derived from the form's key
+ * under the secrets key, so that the form sent again (a reload re-posts it) shows the link the
+ * first sending made instead of making one that replaces the link already handed out; only its
+ * hash is stored, as for any link. A form without a key (shown by an earlier version) draws one.
+ */
+function formLinkCode(rt: Runtime, session: ConsoleSession, path: string, formKey: string): string {
+  return formKey === "" ? randomSecret() : Buffer.from(rt.secrets.signature(FORM_LINK_PURPOSE, `${session.operator.id} ${path} ${formKey}`)).toString("base64url");
+}
+
+/** inviteFromForm makes an invitation link once per form key: sent again, the form shows the same link (with another email, 409). */
+export async function inviteFromForm(rt: Runtime, session: ConsoleSession, email: string, formKey: string): Promise<{ email: string; code: string }> {
+  const path = "/console/operators";
+  const code = formLinkCode(rt, session, path, formKey);
+  const { body } = await changeOnceForForm(rt, { session, path, key: formKey, values: { email } }, async (tx, now) => ({ invited: await issueInvite(tx, email, session.operator.id, code, now) }));
+  return { email: body.invited, code };
+}
+
+/** resetLinkFromForm makes a password-reset link once per form key: the confirmation sent again shows the same link. */
+export async function resetLinkFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<{ operator: Operator; code: string }> {
+  const path = `/console/operators/${id}/reset-password`;
+  const code = formLinkCode(rt, session, path, formKey);
+  const { body } = await changeOnceForForm(rt, { session, path, key: formKey }, async (tx, now) => ({ operator: await issueResetLink(tx, id, session.operator.id, code, now) }));
+  return { operator: body.operator, code };
 }
 
 /**

@@ -1,8 +1,9 @@
 /** @jsxImportSource preact */
+import type { SubscriptionStats, WindowStats } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { DataTable, formatDuration, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
+import { DataTable, FailingNote, formatDuration, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 
 /** latencyText says a window's response times: "p50 120 ms · p95 800 ms", or that nothing was attempted. */
@@ -20,7 +21,7 @@ function Latency({ times }: { times: SubscriptionHealth["latency"]["last_7d"] })
  * On the start page the subscription heads its card (h3) and each chart is an h4 under it; on the
  * subscription's own page the page's heading names it and the charts are h3.
  */
-function HealthCard({ health, large }: { health: SubscriptionHealth; large: boolean }) {
+function HealthCard({ health, large, disableAfterHours }: { health: SubscriptionHealth; large: boolean; disableAfterHours: number }) {
   const s = health.subscription;
   const size = large ? { width: 720, height: 180 } : { width: 300, height: 84 };
   const ChartHeading = large ? "h3" : "h4";
@@ -36,6 +37,7 @@ function HealthCard({ health, large }: { health: SubscriptionHealth; large: bool
           <StatusBadge status={s.status} />
         </header>
       )}
+      {!large && <FailingNote subscription={s} disableAfterHours={disableAfterHours} />}
       <div class="health-charts">
         <div>
           <ChartHeading>
@@ -55,7 +57,7 @@ function HealthCard({ health, large }: { health: SubscriptionHealth; large: bool
 }
 
 /** HealthPanel is the start page's health at a glance: one card per subscription. */
-export function HealthPanel({ health }: { health: SubscriptionHealth[] }) {
+export function HealthPanel({ health, disableAfterHours }: { health: SubscriptionHealth[]; disableAfterHours: number }) {
   if (health.length === 0) return null;
   return (
     <section class="card health" aria-labelledby="health-title" id="health">
@@ -65,15 +67,70 @@ export function HealthPanel({ health }: { health: SubscriptionHealth[] }) {
       </div>
       <div class="health-grid">
         {health.map((h) => (
-          <HealthCard health={h} large={false} />
+          <HealthCard health={h} large={false} disableAfterHours={disableAfterHours} />
         ))}
       </div>
     </section>
   );
 }
 
-/** subscriptionPage renders one subscription: its charts, larger, and its recent failures grouped by reason. */
-export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null }): string {
+/** AttemptsRow is one window of the API's stats: attempts, their outcome and their response times. */
+function AttemptsRow({ label, window }: { label: string; window: WindowStats }) {
+  const times = window.latency_ms;
+  return (
+    <tr>
+      <th scope="row" data-label="Window">
+        {label}
+      </th>
+      <td data-label="Attempts" class="num">
+        {window.attempts}
+      </td>
+      <td data-label="Succeeded" class="num">
+        {window.succeeded}
+      </td>
+      <td data-label="Failed" class="num">
+        {window.failed}
+      </td>
+      <td data-label="Success rate" class="num">
+        {window.success_rate === null ? "–" : `${Math.round(window.success_rate * 10000) / 100}%`}
+      </td>
+      {(["p50", "p90", "p99"] as const).map((p) => (
+        <td data-label={p} class="num">
+          {times ? formatDuration(times[p]) : "–"}
+        </td>
+      ))}
+    </tr>
+  );
+}
+
+/**
+ * Attempts shows a subscription's attempts as the API's stats count them (every attempt, p50/p90/p99),
+ * beside the charts, which count deliveries: a partner quoting the API and an operator reading
+ * the console otherwise disagree, by as many times as each delivery was tried, with no unit to tell why.
+ */
+function Attempts({ stats }: { stats: SubscriptionStats }) {
+  return (
+    <DataTable
+      id="attempts"
+      columns={["Window", { label: "Attempts", className: "num" }, { label: "Succeeded", className: "num" }, { label: "Failed", className: "num" }, { label: "Success rate", className: "num" }, { label: "p50", className: "num" }, { label: "p90", className: "num" }, { label: "p99", className: "num" }]}
+      empty={null}
+      head={
+        <div class="card-head">
+          <h2>Attempts</h2>
+          <p class="hint" id="attempts-note">
+            Every attempt counts, retries and Retry now included, as GET /public/v1/webhook-subscriptions/{stats.subscription_id}/stats reports them. The charts and the failures count deliveries, each once, by how it stands now.
+          </p>
+        </div>
+      }
+    >
+      <AttemptsRow label="Last 24 hours" window={stats.last_24h} />
+      <AttemptsRow label="Last 7 days" window={stats.last_7d} />
+    </DataTable>
+  );
+}
+
+/** subscriptionPage renders one subscription: its charts, larger, its attempts as the API counts them, and its recent failures grouped by reason. */
+export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null; disableAfterHours: number; stats: SubscriptionStats }): string {
   const s = props.health.subscription;
   return renderPage({
     title: isolated(s.description ?? receiverUrl(s.target_url)),
@@ -90,13 +147,14 @@ export function subscriptionPage(props: { session: ConsoleSession; health: Subsc
             <StatusBadge status={s.status} />
           </h1>
           <p class="url">{receiverUrl(s.target_url)}</p>
+          <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
         </div>
         <section class="card health" id="health">
           <div class="card-head">
             <h2>Deliveries</h2>
             <ChartLegend />
           </div>
-          <HealthCard health={props.health} large={true} />
+          <HealthCard health={props.health} large={true} disableAfterHours={props.disableAfterHours} />
           <p class="actions">
             <a class="button" href={`/console/?subscription_id=${s.id}`}>
               Its deliveries
@@ -109,6 +167,7 @@ export function subscriptionPage(props: { session: ConsoleSession; health: Subsc
             </a>
           </p>
         </section>
+        <Attempts stats={props.stats} />
         <DataTable
           id="failures"
           columns={["Reason", { label: "Deliveries", className: "num" }, "Latest (UTC)"]}

@@ -7,7 +7,7 @@ import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS }
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
-import { bidiBalanced, CsrfField, DataTable, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { bidiBalanced, CsrfField, DataTable, FailingNote, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
@@ -96,6 +96,7 @@ export function subscriptionsPage(props: {
   session: ConsoleSession;
   subscriptions: SubscriptionOverview[];
   rotations: RotationView[];
+  disableAfterHours: number;
   created?: SubscriptionWithSecret | null;
   form?: SubscriptionForm;
   notice?: NoticeData | null;
@@ -136,7 +137,7 @@ export function subscriptionsPage(props: {
             </a>
           </div>
         ))}
-        <DataTable id="subscriptions" columns={["Subscription", "Events", "Status", "Last 24 hours", "Created (UTC)", ""]} empty={props.subscriptions.length === 0 ? "No subscriptions yet. Create one below, or through the API." : null}>
+        <DataTable id="subscriptions" columns={["Subscription", "Events", "Status", "Deliveries, last 24 hours", "Created (UTC)", ""]} empty={props.subscriptions.length === 0 ? "No subscriptions yet. Create one below, or through the API." : null}>
           {props.subscriptions.map(({ subscription: s, counts, rotationId }) => (
             <tr data-subscription-id={s.id}>
               <td data-label="Subscription">
@@ -154,8 +155,9 @@ export function subscriptionsPage(props: {
               <td data-label="Status">
                 <StatusBadge status={s.status} />
                 {s.disabled_reason && <div class="hint">{s.disabled_reason}</div>}
+                <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
               </td>
-              <td data-label="Last 24 hours">
+              <td data-label="Deliveries, last 24 hours">
                 <Counts counts={counts} />
               </td>
               <td data-label="Created">

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { requestIdOf } from "../../server/http/request-log.ts";
 import type { Runtime } from "../../server/runtime.ts";
-import { enableSubscription, getSubscription, pauseSubscription } from "../../server/webhooks/service.ts";
+import { enableSubscription, getSubscription, getSubscriptionStats, pauseSubscription } from "../../server/webhooks/service.ts";
 import { htmlResponse, redirect } from "../http.ts";
 import { isolated, receiverUrl } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, consoleTime, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
@@ -74,7 +74,7 @@ export function subscriptionRoutes(rt: Runtime) {
             : flagged
               ? { kind: "success" as const, text: flagged[1] }
               : null;
-        return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), notice }));
+        return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), disableAfterHours: rt.config.disableFailingAfterHours, notice }));
       },
       {
         query: t.Object(
@@ -91,10 +91,10 @@ export function subscriptionRoutes(rt: Runtime) {
           form = subscriptionForm(body);
           const created = await createSubscriptionFromForm(rt, session, form, field(body, "form_key"), requestIdOf(request));
           const notice = { kind: "success" as const, text: `Subscription to ${isolated(receiverUrl(created.target_url))} created.` };
-          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), created, notice }), 201);
+          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), disableAfterHours: rt.config.disableFailingAfterHours, created, notice }), 201);
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), form, refusal: failure }), failure.status);
+          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), disableAfterHours: rt.config.disableFailingAfterHours, form, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },
@@ -104,7 +104,7 @@ export function subscriptionRoutes(rt: Runtime) {
       async ({ session, params }) => {
         const subscription = await getSubscription(db, params.id);
         const [health] = await subscriptionsHealth(db, [subscription]);
-        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id), rotationId: await openRotationFrom(db, subscription.id) }));
+        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id), rotationId: await openRotationFrom(db, subscription.id), disableAfterHours: rt.config.disableFailingAfterHours, stats: await getSubscriptionStats(db, subscription.id) }));
       },
       { params: IdParam },
     )

@@ -670,9 +670,9 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
 
 // Typed reads for the operator console (issue 17).
 
-/** findContact returns one contact with its accounts and assigned users embedded, or null. */
+/** findContact returns one contact with its accounts, assigned user and assigned users embedded, or null. */
 export async function findContact(db: Database, id: string): Promise<Contact | null> {
-  return readConsistently(db, (source) => findRenderedContact(source, id, ["accounts", "assigned_users"]));
+  return readConsistently(db, (source) => findRenderedContact(source, id, ["accounts", "assigned_user", "assigned_users"]));
 }
 
 /** contactsWithEmail returns the contacts with an email (any case), oldest first, at most a handful. */
@@ -687,7 +687,7 @@ export async function contactsWithEmail(db: Db, email: string): Promise<Contact[
  */
 export async function searchContacts(
   db: Database,
-  filters: Pick<ContactFilters, "email" | "fullName">,
+  filters: Pick<ContactFilters, "email" | "fullName" | "assignedUserId">,
   after: CursorPosition | null,
   limit: number,
   reader: ReaderName,

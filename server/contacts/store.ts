@@ -163,6 +163,12 @@ export async function unlinkAccountFromContacts(db: Db, accountId: string, updat
   return rows;
 }
 
+/** countContactsAssignedToUser counts the contacts unassignUserFromContacts would change: assigned to the user as assigned_user_id or in assigned_user_ids. */
+export async function countContactsAssignedToUser(db: Db, userId: string): Promise<number> {
+  const row = await db.get<{ n: number }>("SELECT count(*) AS n FROM (SELECT id FROM contacts WHERE assigned_user_id = ? UNION SELECT contact_id FROM contact_assigned_users WHERE user_id = ?) assigned", [userId, userId]);
+  return Number(row!.n);
+}
+
 /**
  * unassignUserFromContacts takes a user off every contact assigned to it, as assigned_user_id or
  * in assigned_user_ids, in two statements whatever their number, as unlinkAccountFromContacts

@@ -187,24 +187,42 @@ export async function resetOperatorPassword(db: Database, secrets: SecretBox, em
 }
 
 /** inviteOperator makes a one-time link (OPERATOR_LINK_TTL_MS) with which the invitee chooses a password and becomes an operator; returns its code. */
-export async function inviteOperator(db: Database, email: string, invitedBy: string | null, now = Date.now()): Promise<string> {
+export function inviteOperator(db: Database, email: string, invitedBy: string | null, now = Date.now()): Promise<string> {
+  const code = randomSecret();
+  return db.write(async (tx) => {
+    await issueInvite(tx, email, invitedBy, code, now);
+    return code;
+  });
+}
+
+/**
+ * issueInvite is inviteOperator inside the caller's write, with the link's code the caller drew (a
+ * console form derives it from its key, to show the same link when sent twice). Returns the email as stored.
+ */
+export async function issueInvite(tx: Db, email: string, invitedBy: string | null, code: string, now: number): Promise<string> {
   const normalised = normalEmail(email);
   checkOperatorEmail({ email: normalised });
-  if (await findOperatorByEmail(db, normalised)) throw operatorExists(normalised);
-  return issueOperatorLink(db, "invite", normalised, invitedBy, now);
+  if (await findOperatorByEmail(tx, normalised)) throw operatorExists(normalised);
+  await storeOperatorLink(tx, "invite", normalised, code, invitedBy, now);
+  return normalised;
 }
 
 /** passwordResetLink makes a one-time link with which an operator sets a new password; returns its code. */
-export async function passwordResetLink(db: Database, id: string, madeBy: string | null, now = Date.now()): Promise<{ operator: Operator; code: string }> {
-  const row = await findOperatorById(db, id);
-  if (!row) throw notFound("operator", id);
-  return { operator: { id: row.id, email: row.email }, code: await issueOperatorLink(db, "reset", row.email, madeBy, now) };
+export function passwordResetLink(db: Database, id: string, madeBy: string | null, now = Date.now()): Promise<{ operator: Operator; code: string }> {
+  const code = randomSecret();
+  return db.write(async (tx) => ({ operator: await issueResetLink(tx, id, madeBy, code, now), code }));
 }
 
-async function issueOperatorLink(db: Database, purpose: OperatorLink["purpose"], email: string, madeBy: string | null, now: number): Promise<string> {
-  const code = randomSecret();
-  await db.write((tx) => replaceOperatorLink(tx, { code_hash: sha256(code), purpose, email, created_by: madeBy, created_at: now, expires_at: now + OPERATOR_LINK_TTL_MS }));
-  return code;
+/** issueResetLink is passwordResetLink inside the caller's write, with the link's code the caller drew (as issueInvite). */
+export async function issueResetLink(tx: Db, id: string, madeBy: string | null, code: string, now: number): Promise<Operator> {
+  const row = await findOperatorById(tx, id);
+  if (!row) throw notFound("operator", id);
+  await storeOperatorLink(tx, "reset", row.email, code, madeBy, now);
+  return { id: row.id, email: row.email };
+}
+
+function storeOperatorLink(tx: Db, purpose: OperatorLink["purpose"], email: string, code: string, madeBy: string | null, now: number): Promise<void> {
+  return replaceOperatorLink(tx, { code_hash: sha256(code), purpose, email, created_by: madeBy, created_at: now, expires_at: now + OPERATOR_LINK_TTL_MS });
 }
 
 /** pendingInvites lists the invitations not used yet, and whose email is no operator's (made by `operator create` meanwhile). */

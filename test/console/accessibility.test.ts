@@ -327,3 +327,33 @@ describe("links that tell rows apart", () => {
     expect(problems).toEqual([]);
   }, SLOW);
 });
+
+describe("after an action, by keyboard", () => {
+  /** focused says what has the keyboard focus: its tag, id, role, tabindex and text. */
+  const focused = () =>
+    page.evaluate(() => {
+      const element = document.activeElement!;
+      return { tag: element.tagName, id: element.id, role: element.getAttribute("role"), tabindex: element.getAttribute("tabindex"), text: element.textContent!.trim() };
+    });
+
+  test("the first Tab stop skips to the main content; a row action's notice takes the focus as the page loads, announced, and the next Tab goes on from it", async () => {
+    await page.goto(url("/console/subscriptions"));
+    await page.keyboard.press("Tab");
+    expect(await page.evaluate(() => [document.activeElement!.textContent, document.activeElement!.getAttribute("href"), document.activeElement!.matches(":focus-visible")])).toEqual(["Skip to main content", "#main", true]);
+    await page.keyboard.press("Enter");
+    expect((await focused()).id).toBe("main");
+    const row = `tr[data-subscription-id="${warehouse.id}"]`;
+    for (const [action, flag, text] of [
+      ["Pause", "paused", "Subscription paused. Its deliveries wait until it is resumed."],
+      ["Resume", "resumed", "Subscription resumed. The deliveries that waited are sent now."],
+    ] as const) {
+      await page.focus(`${row} button:has-text('${action}')`);
+      await Promise.all([page.waitForURL(url(`/console/subscriptions?${flag}=1`)), page.keyboard.press("Enter")]);
+      expect(await focused()).toEqual({ tag: "DIV", id: "", role: "status", tabindex: "-1", text });
+      await page.keyboard.press("Tab");
+      // On from the notice, not from the top bar: the first row's Health link (the notice holds no link).
+      expect(await page.evaluate(() => !!document.activeElement!.closest("#subscriptions, main"))).toBe(true);
+    }
+    expect(problems).toEqual([]);
+  }, SLOW);
+});

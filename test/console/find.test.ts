@@ -96,6 +96,7 @@ describe("contacts", () => {
     await page.goto(url(`/console/contacts/${ada.id}`));
     expect(await page.textContent("h1")).toBe("Ada Lovelace");
     expect(await page.textContent("#contact-accounts")).toBe("Analytical Engines Ltd");
+    expect(await page.textContent("#contact-user")).toBe("none");
     expect(await page.textContent("#contact-users")).toBe("Charles Babbage <charles@example.com>");
     const events = eventsAbout(ada.id).reverse();
     expect(await page.locator("article.contact-event").evaluateAll((articles) => articles.map((a) => a.getAttribute("data-event-id")))).toEqual(events.map((e) => e.event_id));
@@ -104,6 +105,14 @@ describe("contacts", () => {
     );
     expect(deliveries).toEqual(events.map((e) => [[e.delivery_id, "Succeeded"]]));
     expect(await shootAtBothWidths(page, "contact")).toBe(390);
+  }, SLOW);
+
+  test("a contact's page shows its owner (assigned_user_id) apart from its assigned users (assigned_user_ids)", async () => {
+    const owned = (await server.api("POST", "/public/v1/contacts", { first_name: "Owned", last_name: "Contact", assigned_user_id: user.id })).data;
+    await page.goto(url(`/console/contacts/${owned.id}`));
+    expect(await page.locator("#contact-fields dt").allTextContents()).toContain("Assigned user (assigned_user_id)");
+    expect(await page.textContent("#contact-user")).toBe("Charles Babbage <charles@example.com>");
+    expect(await page.textContent("#contact-users")).toBe("none");
   }, SLOW);
 
   test("a deleted contact's page still lists what was sent about it, the deletion included", async () => {

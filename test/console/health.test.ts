@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { recentFailures } from "../../console/subscriptions/health.ts";
 import { LATENCY_BOUNDS_MS, addAttemptStats } from "../../server/webhooks/stats.ts";
-import { startReceiver, type Receiver } from "../webhooks/support.ts";
+import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { cspViolations, launchBrowser, seedDeliveries, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
 
 // One server and one browser for the file: a subscription with a seeded week of deliveries, and one without any.
@@ -144,6 +144,22 @@ describe("health at a glance", () => {
     expect(problems).toEqual([]);
   }, SLOW);
 
+  test("the console's counts say they count deliveries, and a subscription's page shows its attempts as the API's stats count them", async () => {
+    await page.goto(`${server.url}/console/subscriptions`);
+    expect(await page.locator("#subscriptions thead th").allTextContents()).toContain("Deliveries, last 24 hours");
+    await page.goto(`${server.url}/console/subscriptions/${busy.id}`);
+    const stats = (await server.api("GET", `/public/v1/webhook-subscriptions/${busy.id}/stats`)).data;
+    expect(stats.last_24h).toMatchObject({ attempts: 22, succeeded: 20, failed: 2, success_rate: 0.9091 });
+    const shown = (window: { latency_ms: { p50: number; p90: number; p99: number } }) => [window.latency_ms.p50, window.latency_ms.p90, window.latency_ms.p99].map((ms) => `${Math.round(ms)} ms`);
+    expect(await page.locator("#attempts tbody tr").evaluateAll((rows) => rows.map((row) => [...row.querySelectorAll("th, td")].map((cell) => cell.textContent!.trim())))).toEqual([
+      ["Last 24 hours", "22", "20", "2", "90.91%", ...shown(stats.last_24h)],
+      ["Last 7 days", "22", "20", "2", "90.91%", ...shown(stats.last_7d)],
+    ]);
+    expect(await page.textContent("#attempts-note")).toBe(
+      `Every attempt counts, retries and Retry now included, as GET /public/v1/webhook-subscriptions/${busy.id}/stats reports them. The charts and the failures count deliveries, each once, by how it stands now.`,
+    );
+  }, SLOW);
+
   test("failure reasons tied on count and time are listed latest delivery first, in one order on both backends", async () => {
     // One commit can create several events, so deliveries to one subscription share a millisecond.
     const tied = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/ties", events: ["contact.updated"] })).data;
@@ -164,5 +180,31 @@ describe("health at a glance", () => {
     expect(await page.textContent("h1")).toBe("Not found");
     expect(problems).toEqual(["Failed to load resource: the server responded with a status of 404 (Not Found)"]);
     problems.length = 0;
+  }, SLOW);
+});
+
+describe("a subscription whose every attempt fails", () => {
+  test("the start page's card, the subscriptions row and its page say since when, and when it is disabled if that goes on", async () => {
+    const failing = startReceiver();
+    failing.respond(() => new Response("down", { status: 503 }));
+    try {
+      const partner = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: failing.url, description: "Failing partner", events: ["contact.deleted"] })).data;
+      await server.api("POST", `/public/v1/webhook-subscriptions/${partner.id}/test`, {});
+      let since: string | null = null;
+      await waitFor(async () => (since = (await server.api("GET", `/public/v1/webhook-subscriptions/${partner.id}/stats`)).data.failing_since) !== null, "a failed attempt", 20_000);
+      const shown = (iso: string) => `${iso.slice(0, 10)} ${iso.slice(11, 19)}`;
+      const until = new Date(Date.parse(since!) + server.runtime.config.disableFailingAfterHours * HOUR).toISOString();
+      const sentence = `Failing since ${shown(since!)}; disabled automatically at ${shown(until)} if every attempt goes on failing.`;
+      await page.goto(`${server.url}/console/`);
+      expect(await page.textContent(`.health-card[data-subscription-id="${partner.id}"] .failing-note`)).toBe(sentence);
+      expect(await page.locator(`.health-card[data-subscription-id="${busy.id}"] .failing-note`).count()).toBe(0);
+      await page.goto(`${server.url}/console/subscriptions`);
+      expect(await page.textContent(`tr[data-subscription-id="${partner.id}"] .failing-note`)).toBe(sentence);
+      await page.goto(`${server.url}/console/subscriptions/${partner.id}`);
+      expect(await page.textContent(".page-head .failing-note")).toBe(sentence);
+      await server.api("DELETE", `/public/v1/webhook-subscriptions/${partner.id}`);
+    } finally {
+      await failing.stop();
+    }
   }, SLOW);
 });

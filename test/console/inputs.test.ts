@@ -197,9 +197,9 @@ test("the contacts and users pages refuse a parameter they do not take with the 
     answers.push([path, status, main]);
   }
   expect(answers).toEqual([
-    ["/console/contacts?zzz=1", 422, messageMain("Check your input", "zzz is not a parameter of the contacts page; known: q, before.")],
-    ["/console/contacts?page=-1", 422, messageMain("Check your input", "page is not a parameter of the contacts page; known: q, before.")],
-    ["/console/users?zzz=1", 422, messageMain("Check your input", "zzz is not a parameter of the users page; known: page, added, deleted.")],
+    ["/console/contacts?zzz=1", 422, messageMain("Check your input", "zzz is not a parameter of the contacts page; known: q, before, assigned_user_id.")],
+    ["/console/contacts?page=-1", 422, messageMain("Check your input", "page is not a parameter of the contacts page; known: q, before, assigned_user_id.")],
+    ["/console/users?zzz=1", 422, messageMain("Check your input", "zzz is not a parameter of the users page; known: page, added, deleted, unassigned.")],
     ["/console/users?page=-1", 422, messageMain("Check your input", "The page number must be a whole number from 1 to 999999999.")],
   ]);
   expect([(await client.get("/console/contacts?q=ada&before=")).status, (await client.get("/console/users?page=1&added=1")).status]).toEqual([200, 200]);

@@ -297,6 +297,19 @@ describe("recover and pause from the subscriptions page", () => {
     await server.api("DELETE", `/public/v1/contacts/${contact.id}`);
     const pending = async () => (await server.runtime.db.all<{ status: string; attempts: number }>("SELECT status, attempts FROM webhook_deliveries WHERE subscription_id = ?", [sub.id]));
     expect(await pending()).toEqual([{ status: "pending", attempts: 0 }]);
+    // Waiting for Resume, not due: neither its row nor its page shows a retry time, nor a Retry now that would be refused.
+    const [waiting] = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`)).data;
+    const pausedAt: string = (await server.api("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).data.paused_at;
+    const said = `waits for Resume (paused since ${pausedAt.slice(0, 10)} ${pausedAt.slice(11, 19)})`;
+    await page.goto(url(`/console/?subscription_id=${sub.id}`));
+    expect(await page.textContent(`tr[data-delivery-id="${waiting.id}"] td[data-label="Next retry"]`)).toBe(said);
+    await page.goto(url(`/console/deliveries/${waiting.id}`));
+    expect({ next: await page.textContent("#next-retry"), retryButton: await page.locator("button:has-text('Retry now')").count(), instead: await page.textContent(".retry-paused") }).toEqual({
+      next: said,
+      retryButton: 0,
+      instead: "No Retry now: its subscription is paused, and this delivery waits for it. Resume it on the Subscriptions page to send it.",
+    });
+    await page.goto(url("/console/subscriptions"));
     await Promise.all([page.waitForURL(url("/console/subscriptions?resumed=1")), page.click(`${row} button:has-text('Resume')`)]);
     expect(await page.textContent(`${row} .badge`)).toBe("Active");
     await waitFor(() => r.received.length === 1, "the delivery that waited");
@@ -386,8 +399,7 @@ describe("a delivery's page", () => {
         retryButton: await page.locator("button:has-text('Retry now')").count(),
       };
     };
-    await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/pause`);
-    const paused = await refusedRetry();
+    const paused = await refusedRetry(() => server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/pause`));
     await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/resume`);
     await server.runtime.db.write((tx) => disableSubscription(tx, sub.id, "every attempt failed", Date.now()));
     const disabled = await refusedRetry();
@@ -400,7 +412,8 @@ describe("a delivery's page", () => {
         notices: [
           "alert: Not retried: the subscription \u2068Stopped shop\u2069 is paused, so nothing was sent. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then press Retry now again if this one still needs sending.",
         ],
-        retryButton: 1,
+        // The page it comes back to shows it paused, with no Retry now to press again.
+        retryButton: 0,
       },
       disabled: {
         status: 409,

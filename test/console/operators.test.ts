@@ -297,7 +297,18 @@ describe("users page: deleting a user", () => {
     const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace <Hopper>", email: "grace@navy.mil" } })).body.data;
     const alan = (await h.json("POST", "/public/v1/users", { body: { name: "Alan", email: "alan@example.com" } })).body.data;
     const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", assigned_user_id: grace.id, assigned_user_ids: [alan.id, grace.id] } })).body.data;
+    const other = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Bea", assigned_user_ids: [grace.id] } })).body.data;
     const list = await client.get("/console/users");
+    expect([...list.text.matchAll(/<a href="([^"]+)">Contacts<span class="visually-hidden"> of user ([^<]+)<\/span><\/a>/g)].map((m) => [m[1], m[2]])).toEqual([
+      [`/console/contacts?assigned_user_id=${grace.id}`, "grace@navy.mil"],
+      [`/console/contacts?assigned_user_id=${alan.id}`, "alan@example.com"],
+    ]);
+    const owned = await client.get(`/console/contacts?assigned_user_id=${grace.id}`);
+    expect([owned.status, [...owned.text.matchAll(/data-contact-id="([^"]+)"/g)].map((m) => m[1]), /id="contacts-count">([^<]*)</.exec(owned.text)?.[1]]).toEqual([
+      200,
+      [contact.id],
+      "Showing all 1 whose assigned user (assigned_user_id) is \u2068Grace &lt;Hopper>\u2069.",
+    ]);
     expect([...list.text.matchAll(/<a class="danger-link" href="([^"]+)">Delete<span class="visually-hidden"> user ([^<]+)<\/span><\/a>/g)].map((m) => [m[1], m[2]])).toEqual([
       [`/console/users/${grace.id}/delete`, "grace@navy.mil"],
       [`/console/users/${alan.id}/delete`, "alan@example.com"],
@@ -305,20 +316,21 @@ describe("users page: deleting a user", () => {
     const confirm = await client.get(`/console/users/${grace.id}/delete`);
     expect([confirm.status, messageOf(confirm.text)]).toEqual([
       200,
-      "Delete user?Delete Grace &lt;Hopper> (grace@navy.mil)? The contacts assigned to them stay, no longer assigned to them; each sends contact.updated. This cannot be undone.",
+      "Delete user?Delete Grace &lt;Hopper> (grace@navy.mil)? 2 contacts are assigned to them (as assigned_user_id or in assigned_user_ids): they stay, no longer assigned to them, and each sends contact.updated. This cannot be undone.",
     ]);
     expect(confirm.text).toContain(`<form method="post" action="/console/users/${grace.id}/delete" class="actions">`);
     expect(confirm.text).toContain(`Delete grace@navy.mil</button>`);
     const deleted = await client.post(`/console/users/${grace.id}/delete`, { form_key: formKeyOf(confirm.text) });
-    expect([deleted.status, deleted.headers.get("location")]).toEqual([303, "/console/users?deleted=1"]);
-    const after = await client.get("/console/users?deleted=1");
-    expect(/class="notice notice-success"[^>]*>([^<]*)</.exec(after.text)?.[1]).toBe("User deleted. The contacts assigned to them stay, without the assignment.");
+    expect([deleted.status, deleted.headers.get("location")]).toEqual([303, "/console/users?deleted=1&unassigned=2"]);
+    const after = await client.get("/console/users?deleted=1&unassigned=2");
+    expect(/class="notice notice-success"[^>]*>([^<]*)</.exec(after.text)?.[1]).toBe("User deleted. 2 contacts lost the assignment; each sends contact.updated.");
     expect(after.text).not.toContain("grace@navy.mil");
     expect((await h.json("GET", "/public/v1/users")).body.data).toEqual([alan]);
     const unassigned = (await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data;
     expect(unassigned).toEqual({ ...contact, assigned_user_id: null, assigned_user_ids: [alan.id], version: 2, updated_at: unassigned.updated_at });
+    expect((await h.json("GET", `/public/v1/contacts/${other.id}`)).body.data).toMatchObject({ assigned_user_ids: [], version: 2 });
     const events = await h.rt.db.all<{ type: string; payload: string }>("SELECT type, payload FROM events ORDER BY created_at, id");
-    expect(events.map((e) => [e.type, JSON.parse(e.payload).data])).toEqual([
+    expect(events.map((e) => [e.type, JSON.parse(e.payload).data]).filter(([, data]) => data.id === contact.id)).toEqual([
       ["contact.created", contact],
       ["contact.updated", unassigned],
     ]);

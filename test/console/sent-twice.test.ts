@@ -2,6 +2,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { rotationView, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
 import { createApiToken } from "../../server/auth/service.ts";
+import { operatorLink } from "../../server/operators/service.ts";
 import { signingSecrets } from "../../server/webhooks/delivery.ts";
 import { endRotationGrace } from "../../server/webhooks/service.ts";
 import { findSubscriptionById } from "../../server/webhooks/store.ts";
@@ -171,13 +172,15 @@ test("the users page's form adds one user, and both answers lead to the list say
   expect(users.map((u: { name: string }) => u.name)).toEqual(["Grace Hopper"]);
 });
 
-test("the delete-user confirmation deletes the user, and both answers lead to the list saying so, not to a 404", async () => {
+test("the delete-user confirmation deletes the user, and both answers lead to the list saying so and how many contacts lost the assignment, not to a 404", async () => {
   const user = (await server.api("POST", "/public/v1/users", { name: "Deleted Twice", email: "deleted.twice@example.com" })).data;
+  await server.api("POST", "/public/v1/contacts", { first_name: "Owned", assigned_user_id: user.id });
   const shown = await client.get(`/console/users/${user.id}/delete`);
   const answers = await sentTwice(`/console/users/${user.id}/delete`, { form_key: formKeyOf(shown.text) });
+  // The replay says how many contacts the one delete changed, not the none a second would.
   expect(redirectsOf(answers)).toEqual([
-    [303, "/console/users?deleted=1"],
-    [303, "/console/users?deleted=1"],
+    [303, "/console/users?deleted=1&unassigned=1"],
+    [303, "/console/users?deleted=1&unassigned=1"],
   ]);
   expect(await server.runtime.db.all("SELECT id FROM users WHERE id = ?", [user.id])).toEqual([]);
   const unknown = await client.post(`/console/users/${user.id}/delete`, { form_key: crypto.randomUUID() });
@@ -240,4 +243,39 @@ test("the remove-operator confirmation removes the operator, and both answers le
   expect(await server.runtime.db.all("SELECT email FROM operators WHERE email = ?", [other.email])).toEqual([]);
   const unknown = await client.post(`/console/operators/${other.id}/remove`, { form_key: crypto.randomUUID() });
   expect(unknown.status).toBe(404);
+});
+
+/** shownLink is the one-time link the operators page shows after an invitation or a reset, or null. */
+const shownLink = (html: string) => /id="operator-link"[^>]*value="([^"]+)"/.exec(html)?.[1]?.replaceAll("&amp;", "&") ?? null;
+
+/** codeOf is a one-time link's code. */
+const codeOf = (link: string | null) => new URL(link!).searchParams.get("code")!;
+
+test("the invite form makes one link: sent twice, or again as a reload does, it shows that link, which still works; with another email it is 409", async () => {
+  const invite = { form_key: formKeyOf((await client.get("/console/operators")).text), email: "invited.twice@example.com" };
+  const answers = [...(await sentTwice("/console/operators", invite)), await client.post("/console/operators", invite)];
+  const link = shownLink(answers[0]!.text);
+  expect(link).toContain("/console/welcome?code=");
+  expect(answers.map((a) => [a.status, shownLink(a.text)])).toEqual([
+    [201, link],
+    [201, link],
+    [201, link],
+  ]);
+  expect(await operatorLink(server.runtime.db, codeOf(link))).toEqual({ purpose: "invite", email: "invited.twice@example.com", operator_exists: false });
+  const other = await client.post("/console/operators", { ...invite, email: "someone.else@example.com" });
+  expect([other.status, shownLink(other.text)]).toEqual([409, null]);
+  expect(await operatorLink(server.runtime.db, codeOf(link))).not.toBeNull();
+});
+
+test("the reset-link confirmation makes one link: sent twice, or again as a reload does, it shows that link, which still works", async () => {
+  const other = await addOperator(server.runtime.db, { email: "reset-twice@example.com", password: "a long enough password" });
+  const form = { form_key: formKeyOf((await client.get(`/console/operators/${other.id}/reset-password`)).text) };
+  const answers = [...(await sentTwice(`/console/operators/${other.id}/reset-password`, form)), await client.post(`/console/operators/${other.id}/reset-password`, form)];
+  const link = shownLink(answers[0]!.text);
+  expect(answers.map((a) => [a.status, shownLink(a.text)])).toEqual([
+    [201, link],
+    [201, link],
+    [201, link],
+  ]);
+  expect(await operatorLink(server.runtime.db, codeOf(link))).toEqual({ purpose: "reset", email: "reset-twice@example.com", operator_exists: true });
 });
