@@ -358,7 +358,7 @@ test("client text that closes the console's isolation itself (its own PDI, then 
   const words = ["Nothing", "pending", "deliveries", "failed", "history", "stays"];
   const deleteSubscription = { text: await page.textContent("main p"), leftToRight: await leftToRight(page, "main p", words) };
   await page.goto(`${server.url}/console/users/${user.data.id}/delete`);
-  const deleteUser = await leftToRight(page, "main p", ["grace", "contacts", "assigned", "undone"]);
+  const deleteUser = await leftToRight(page, "main p", ["grace", "contact", "assigned", "undone"]);
   await server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.data.id}`);
   expect({ contactPage, healthTitle, deleteSubscription, deleteUser }).toEqual({
     contactPage: {
@@ -371,6 +371,6 @@ test("client text that closes the console's isolation itself (its own PDI, then 
       text: `Delete the subscription to https://pdi.example/${RLO}hook${PDF} (Ledger${RLO}${PDF})? Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays.`,
       leftToRight: Object.fromEntries(words.map((w) => [w, true])),
     },
-    deleteUser: { grace: true, contacts: true, assigned: true, undone: true },
+    deleteUser: { grace: true, contact: true, assigned: true, undone: true },
   });
 }, 60_000);
