@@ -157,7 +157,7 @@ export function tablesMissing(home: string): string {
  * database that cannot be reached or used just now (a PostgreSQL server down, restarting, out of
  * connections, not answering, or refusing the service's login or database: databaseFaultOf;
  * SQLite locked by another process past the busy timeout), "busy" for a PostgreSQL statement
- * that waited for a lock another session holds until the sessions' lock_timeout (55P03:
+ * that waited for a lock another session holds until its lock_timeout (55P03:
  * PostgresDatabase); null for anything else.
  */
 export function databaseFailureOf(error: unknown): DatabaseFailure | null {

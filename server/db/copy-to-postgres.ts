@@ -225,6 +225,9 @@ export async function copyToPostgres(sqlite: SqliteConnection, target: PostgresD
   await refuseNonEmptyTarget(tables, target, url);
   await migratePostgres(target);
   const copied = target.write(async (tx) => {
+    // Locks are waited for as long as they are held, as the migrations do: a one-time copy rolled
+    // back for a wait would have to start over (the write transaction's lock_timeout is for requests).
+    await tx.run("SET LOCAL lock_timeout = 0");
     // Another command (a token create, a second copy) may have written while this one waited for the lock.
     await refuseNonEmptyTarget(tables, tx, url);
     return readingOneSnapshot(sqlite, () => copyAll(sqlite, tx, progress));

@@ -71,8 +71,8 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
   for (const [index, migration] of migrations.entries()) {
     const ran = await db.write(async (tx) => {
       // Waited for as long as another instance migrates, and the migration's table locks as long as
-      // other sessions hold them, whatever the sessions' lock_timeout: a start refused for a wait
-      // would leave the instance down (SET LOCAL: until this transaction ends).
+      // other sessions hold them, whatever lock_timeout the write transaction or the role sets: a
+      // start refused for a wait would leave the instance down (SET LOCAL: until this transaction ends).
       await tx.script(`SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`);
       // Once the first transaction commits, the sessions' schema holds the tables (it made them,
       // or found them there), and every later start sees them.

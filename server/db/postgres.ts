@@ -66,7 +66,7 @@ const IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000;
 export const LOCK_TIMEOUT_STATE = "55P03";
 
 /**
- * BUSY_LOCK_TIMEOUT_MS is the lock_timeout of writes and reads in transactions for
+ * BUSY_LOCK_TIMEOUT_MS is the lock_timeout of write transactions for
  * --database-answer-timeout-seconds after a statement waited that long for a lock another session
  * holds (an ALTER TABLE, a VACUUM FULL, a reporting tool's EXCLUSIVE lock). The writes of a group
  * run one after another under the write lock, and one waiting the whole timeout moves those after
@@ -371,7 +371,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private slowReads: SlowReads | null = null;
   /** the pool's statements as writeBookkeeping runs them: changes that wake nobody */
   private readonly bookkeeping = new PostgresDb({ unsafe: (text, params) => this.onThePool(text, params) }, () => {});
-  /** until when (performance.now()) transactions wait BUSY_LOCK_TIMEOUT_MS for a lock, after a lock timeout */
+  /** until when (performance.now()) write transactions wait BUSY_LOCK_TIMEOUT_MS for a lock, after a lock timeout */
   private busyUntil = -Infinity;
   /** where lock timeouts are logged (logLocksTo), when they were last, and how many since */
   private readonly lockLog: { log: Logger | null; at: number; unlogged: number } = { log: null, at: -Infinity, unlogged: 0 };
@@ -406,7 +406,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   /**
-   * lockTimedOut has transactions wait BUSY_LOCK_TIMEOUT_MS for locks for the answer timeout, and
+   * lockTimedOut has write transactions wait BUSY_LOCK_TIMEOUT_MS for locks for the answer timeout, and
    * logs the sessions holding locks on the service's tables, at most once a minute.
    */
   private lockTimedOut(): void {
@@ -439,7 +439,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
     this.lockLog.log = log;
   }
 
-  /** lockTimeoutMs is the lock_timeout for the statements of a transaction begun now: BUSY_LOCK_TIMEOUT_MS after a lock timeout, the answer timeout otherwise. */
+  /** lockTimeoutMs is the lock_timeout for the statements of a write transaction begun now: BUSY_LOCK_TIMEOUT_MS after a lock timeout, the answer timeout otherwise. */
   private lockTimeoutMs(): number {
     return performance.now() < this.busyUntil ? BUSY_LOCK_TIMEOUT_MS : this.answerTimeoutMs;
   }
@@ -521,12 +521,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
   read<T>(work: (db: Db) => Promise<T>): Promise<T> {
-    return this.transaction("isolation level repeatable read read only", async (tx) => {
-      // Only just after a lock timeout: a list of a table held elsewhere then frees its pooled connection at once.
-      const lockTimeout = this.lockTimeoutMs();
-      if (lockTimeout !== this.answerTimeoutMs) await tx.unsafe(`SET LOCAL lock_timeout = ${lockTimeout}`);
-      return work(new PostgresDb(tx, () => {}));
-    });
+    return this.transaction("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})));
   }
 
   /**
@@ -866,22 +861,10 @@ export async function openPostgres(
     const refusal = refusalOf(facts, schema, chosen);
     if (refusal) throw new Error(refusal);
     db = new PostgresDatabase(
-      // application_name names the service's sessions in pg_stat_activity.
-      // lock_timeout bounds a wait for a lock another session holds (an ALTER TABLE or VACUUM FULL
-      // on contacts would otherwise hold every request needing it, and the instance's writes behind
-      // it, for as long as it lasts, with no answer): the statement fails (database-busy). It
-      // overrides the role's: the write lock's wait is exempt (commitGroup), and so are migrations.
-      {
-        ...options,
-        connection: {
-          idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
-          lock_timeout: databaseAnswerTimeoutSeconds * 1000,
-          application_name: "crm",
-          search_path: facts.search_path,
-          ...SESSION_SETTINGS,
-          ...SERVER_KEEPALIVES,
-        },
-      },
+      // application_name names the service's sessions in pg_stat_activity. lock_timeout is not
+      // among these startup parameters: PgBouncer refuses one it does not know, and drops one it
+      // is told to ignore; commitGroup sets it in the write transactions instead.
+      { ...options, connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", search_path: facts.search_path, ...SESSION_SETTINGS, ...SERVER_KEEPALIVES } },
       databaseAnswerTimeoutSeconds * 1000,
       databaseIdleTimeoutSeconds * 1000,
       { url, schema, chosen },

@@ -363,3 +363,38 @@ describe("copy-to-postgres: a copy that fails part-way", () => {
     }
   });
 });
+
+describe("copy-to-postgres: another application's table of the database held locked", () => {
+  test("a lock another session holds on a table that is not the service's (a VACUUM, a CREATE INDEX CONCURRENTLY) does not fail the copy: it waits for the lock, as the command runs without a lock_timeout, and exits 0 with every row copied", async () => {
+    const dataDir = tempDir("copy-other-app");
+    const empty = await createTestDatabase();
+    const other = new SQL({ url: empty.url, max: 1 });
+    // Outside the locking transaction, where pg_stat_activity would stay as first read.
+    const watcher = new SQL({ url: empty.url, max: 1 });
+    try {
+      expect(runCli([...SOURCE, "token", "create", "--name", "first", "--data-dir", dataDir]).exitCode).toBe(0);
+      await other.unsafe("CREATE SCHEMA other_app; CREATE TABLE other_app.jobs (id int)");
+      const copying = await other.begin(async (tx) => {
+        // What a manual VACUUM or CREATE INDEX CONCURRENTLY of that table holds for its whole run.
+        await tx`LOCK TABLE other_app.jobs IN SHARE UPDATE EXCLUSIVE MODE`;
+        const copy = Bun.spawn([...SOURCE, "copy-to-postgres", "--data-dir", dataDir, "--database-url", empty.url], {
+          env: { PATH: process.env.PATH ?? "", CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "1" },
+          stdout: "pipe",
+          stderr: "pipe",
+        });
+        // The copy's closing ANALYZE waits for the lock, which is let go once it has waited twice the answer timeout (or the copy gave up).
+        const analyzeWaiting = async () =>
+          (await watcher`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'crm' AND wait_event_type = 'Lock' AND query = 'ANALYZE' AND clock_timestamp() - query_start > interval '2 seconds'`)[0].n > 0;
+        await waitFor(async () => copy.exitCode !== null || (await analyzeWaiting()), "the copy's ANALYZE to wait for the lock", 30_000);
+        return copy;
+      });
+      const [exitCode, stdout] = await Promise.all([copying.exited, new Response(copying.stdout).text()]);
+      expect({ exitCode, firstLine: stdout.split("\n")[0] }).toEqual({ exitCode: 0, firstLine: `copied 2 rows into ${empty.url}` });
+      expect(await other.unsafe("SELECT name FROM public.api_tokens")).toEqual([{ name: "first" }]);
+    } finally {
+      await other.close();
+      await watcher.close();
+      await empty.drop();
+    }
+  });
+});
