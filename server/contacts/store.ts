@@ -163,9 +163,16 @@ export async function unlinkAccountFromContacts(db: Db, accountId: string, updat
   return rows;
 }
 
+/**
+ * ASSIGNED_TO_USER selects the ids of the contacts assigned to a user (bound twice), as
+ * assigned_user_id or in assigned_user_ids: a UNION of the two indexed lookups, where PostgreSQL
+ * read every contact for `assigned_user_id = ? OR id IN (...)`.
+ */
+const ASSIGNED_TO_USER = "SELECT id FROM contacts WHERE assigned_user_id = ? UNION SELECT contact_id FROM contact_assigned_users WHERE user_id = ?";
+
 /** countContactsAssignedToUser counts the contacts unassignUserFromContacts would change: assigned to the user as assigned_user_id or in assigned_user_ids. */
 export async function countContactsAssignedToUser(db: Db, userId: string): Promise<number> {
-  const row = await db.get<{ n: number }>("SELECT count(*) AS n FROM (SELECT id FROM contacts WHERE assigned_user_id = ? UNION SELECT contact_id FROM contact_assigned_users WHERE user_id = ?) assigned", [userId, userId]);
+  const row = await db.get<{ n: number }>(`SELECT count(*) AS n FROM (${ASSIGNED_TO_USER}) assigned`, [userId, userId]);
   return Number(row!.n);
 }
 
@@ -176,8 +183,6 @@ export async function countContactsAssignedToUser(db: Db, userId: string): Promi
  * assigned_user_ids copy), read back by RETURNING, then the relation rows. Returns the changed rows.
  */
 export async function unassignUserFromContacts(db: Db, userId: string, updatedAt: number): Promise<ContactRow[]> {
-  // The contacts by a UNION of the two indexed lookups: PostgreSQL reads every contact for
-  // `assigned_user_id = ? OR id IN (...)`, under the write lock every instance waits on.
   // sqlite-only: json_group_array builds the assigned_user_ids copy; PostgreSQL joins the ids (usr_
   // and a ULID, nothing to escape) into the text JSON.stringify would write.
   const userIds =
@@ -188,7 +193,7 @@ export async function unassignUserFromContacts(db: Db, userId: string, updatedAt
     // As notBefore: a contact stamped by an instance whose clock runs ahead keeps that stamp.
     `UPDATE contacts SET version = version + 1, updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END,
        assigned_user_id = NULLIF(assigned_user_id, ?), assigned_user_ids = (${userIds})
-     WHERE id IN (SELECT id FROM contacts WHERE assigned_user_id = ? UNION SELECT contact_id FROM contact_assigned_users WHERE user_id = ?)
+     WHERE id IN (${ASSIGNED_TO_USER})
      RETURNING ${ROW_COLUMNS}`,
     [updatedAt, updatedAt, userId, userId, userId, userId],
   );
