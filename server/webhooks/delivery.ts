@@ -1,4 +1,5 @@
 import { createHmac } from "node:crypto";
+import { connect, type Socket } from "node:net";
 import { withoutNul } from "../shared/text.ts";
 import { VERSION } from "../version.ts";
 import { addressAsHost, addressesToTry, pinTarget, resolveTarget, TargetRefused, type Network, type PrivateTargets } from "./targets.ts";
@@ -190,6 +191,61 @@ function describeUnreached(unreached: Unreached[]): string {
   return codes.map((code) => `${UNREACHED_WORDS[code]} ${sorted.filter((u) => u.code === code).map((u) => u.endpoint).join(" and ")} (${code})`).join("; ");
 }
 
+/**
+ * CONNECTION_ATTEMPT_DELAY_MS is how long a connection to one of a name's addresses is waited for
+ * before the next address's is started beside it: RFC 8305 section 5's recommended value.
+ */
+const CONNECTION_ATTEMPT_DELAY_MS = 250;
+
+/**
+ * firstToConnect races TCP connections to `addresses` on `port` as Happy Eyeballs does (RFC 8305
+ * section 5) and returns the first address to connect: each next address's connection starts
+ * CONNECTION_ATTEMPT_DELAY_MS after the one before it, or as soon as that one is unreached, the
+ * earlier ones still pending. An address that drops packets silently would otherwise take the
+ * attempt's whole timeout before the next was tried. Every connection is closed once one connects:
+ * Bun's fetch cannot send on a socket it is given, so the request goes on fetch's own connection to
+ * the winner, and no receiver can get it twice. Unreached addresses are added to `unreached`; it
+ * rejects with the last failure when every address is unreached, with any other failure at once, or
+ * with the signal's reason.
+ */
+function firstToConnect(addresses: string[], port: number, signal: AbortSignal, unreached: Unreached[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const sockets: Socket[] = [];
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let settled = false;
+    let failed = 0;
+    const settle = (end: () => void) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      signal.removeEventListener("abort", abort);
+      for (const socket of sockets) socket.destroy();
+      end();
+    };
+    const abort = () => settle(() => reject(signal.reason));
+    const start = (next: number) => {
+      clearTimeout(timer);
+      const address = addresses[next]!;
+      const socket = connect({ host: address, port });
+      sockets.push(socket);
+      socket.once("connect", () => settle(() => resolve(address)));
+      socket.on("error", (error) => {
+        if (settled) return;
+        const code = unreachedCode(error);
+        if (code === null) return settle(() => reject(error));
+        unreached.push({ endpoint: `${addressAsHost(address)}:${port}`, code });
+        if (++failed === addresses.length) return settle(() => reject(error));
+        // The newest connection failed: the next starts now rather than at the delay.
+        if (next === sockets.length - 1 && sockets.length < addresses.length) start(next + 1);
+      });
+      if (next < addresses.length - 1) timer = setTimeout(() => start(next + 1), CONNECTION_ATTEMPT_DELAY_MS);
+    };
+    if (signal.aborted) return reject(signal.reason);
+    signal.addEventListener("abort", abort, { once: true });
+    start(0);
+  });
+}
+
 /** notTried words the addresses of a name an attempt left untried (past MAX_ADDRESSES_PER_ATTEMPT), or "" for none. */
 const notTried = (count: number) => (count === 0 ? "" : `, and ${count} more ${count === 1 ? "address" : "addresses"} not tried`);
 
@@ -213,10 +269,10 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
 
 /**
  * sendAttempt makes one signed POST of a delivery: it resolves the target's host once, checks the
- * addresses (DNS may have changed since the subscription was created) and connects to the
- * addresses checked (a few of them: addressesToTry), in turn while one refuses or cannot be
- * reached, with the original Host header and TLS server name; it follows no redirects, stops at
- * the timeout (which covers every address
+ * addresses (DNS may have changed since the subscription was created) and sends to the first of
+ * the addresses checked (a few of them: addressesToTry) to take a connection, raced as
+ * firstToConnect does, with the original Host header and TLS server name; it follows no
+ * redirects, stops at the timeout (which covers every address
  * and reading the answer: a body still arriving then is an error, whatever the status), and keeps
  * the first `responseBodyBytes` of the answer. It never throws: failures come back in words (at
  * most ERROR_KEPT_CHARACTERS), naming the addresses that could not be reached.
@@ -255,35 +311,31 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     const resolved = await resolveTarget(target.hostname, request.network.resolve, request.allowPrivateTargets, signal);
     const addresses = addressesToTry(resolved);
     untried = resolved.length - addresses.length;
-    // The Host header and TLS server name are the URL's, whichever address is connected to.
-    const pinned = pinTarget(target, addresses[0]!);
-    serverName = pinned.serverName ?? (target.protocol === "https:" ? target.hostname.replace(/^\[|\]$/g, "") : null);
-    const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
     const port = target.port || (target.protocol === "https:" ? "443" : "80");
     request.onSend?.();
-    // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
-    // could unpack to gigabytes, and only the first responseBodyBytes are kept anyway.
-    const transport = { "accept-encoding": "identity", ...(pinned.host === null ? {} : { host: pinned.host }) };
+    // One address is connected to by fetch alone, as cheap as a plain fetch: there is nothing to race.
+    const address = addresses.length === 1 ? addresses[0]! : await firstToConnect(addresses, Number(port), signal, unreached);
+    // The Host header and TLS server name are the URL's, whichever address is connected to.
+    const pinned = pinTarget(target, address);
+    serverName = pinned.serverName ?? (target.protocol === "https:" ? target.hostname.replace(/^\[|\]$/g, "") : null);
+    const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
     let response: Response;
-    for (let next = 0; ; next++) {
-      const address = addresses[next]!;
-      try {
-        response = await fetch(pinTarget(target, address).url, {
-          method: "POST",
-          headers: { ...headers, ...transport },
-          body: request.payload,
-          decompress: false,
-          tls,
-          redirect: "manual",
-          signal,
-        });
-        break;
-      } catch (error) {
-        const code = unreachedCode(error);
-        if (code === null) throw error;
-        unreached.push({ endpoint: `${addressAsHost(address)}:${port}`, code });
-        if (signal.aborted || next === addresses.length - 1) throw error;
-      }
+    try {
+      response = await fetch(pinned.url, {
+        method: "POST",
+        // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
+        // could unpack to gigabytes, and only the first responseBodyBytes are kept anyway.
+        headers: { ...headers, "accept-encoding": "identity", ...(pinned.host === null ? {} : { host: pinned.host }) },
+        body: request.payload,
+        decompress: false,
+        tls,
+        redirect: "manual",
+        signal,
+      });
+    } catch (error) {
+      const code = unreachedCode(error);
+      if (code !== null) unreached.push({ endpoint: `${addressAsHost(address)}:${port}`, code });
+      throw error;
     }
     result.response_status = response.status;
     for (const name of RESPONSE_HEADERS_KEPT) {

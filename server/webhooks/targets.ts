@@ -321,10 +321,10 @@ export async function resolveTarget(hostname: string, resolve: Resolver, private
 }
 
 /**
- * addressesToTry returns the addresses of a name one attempt connects to, in turn: at most
- * MAX_ADDRESSES_PER_ATTEMPT, the two families alternating from the first address's, each in the
- * order given (RFC 8305 section 4), so that a machine without IPv6 still reaches a name that lists
- * its IPv6 addresses first.
+ * addressesToTry returns the addresses of a name one attempt connects to, in the order their
+ * connections are started: at most MAX_ADDRESSES_PER_ATTEMPT, the two families alternating from the
+ * first address's, each in the order given (RFC 8305 section 4), so that a machine without IPv6
+ * still reaches a name that lists its IPv6 addresses first.
  */
 export function addressesToTry(addresses: string[]): string[] {
   const firstIsV6 = addresses[0] !== undefined && isIPv6(addresses[0]);

@@ -1,10 +1,11 @@
 import { describe, expect, test } from "bun:test";
+import { dlopen, FFIType, ptr } from "bun:ffi";
 import { createSocket } from "node:dgram";
 import dns from "node:dns";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createSecureServer } from "node:http2";
 import { createServer } from "node:https";
-import type { AddressInfo } from "node:net";
+import { connect, type AddressInfo } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,7 +14,7 @@ import { validation } from "../foundation/support.ts";
 import { MAX_ADDRESSES_PER_ATTEMPT } from "../../server/limits/limits.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { addressesToTry, cachedResolver, resolveTarget, systemLookup, type Resolver } from "../../server/webhooks/targets.ts";
-import { settledDeliveries, startReceiver, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { settledDeliveries, startReceiver, waitFor, webhookTestScope, type Receiver, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
 let h: WebhookHarness;
@@ -67,6 +68,44 @@ async function silentNameServer(): Promise<SilentNameServer> {
   };
 }
 
+/** Blackhole is a port on a loopback address that takes no connection and refuses none, as an address that drops packets. */
+interface Blackhole {
+  /** close stops it: connections still waiting are refused at their next try */
+  close(): void;
+}
+
+/**
+ * blackhole listens on `address`:`port` and never accepts: once one connection waits in its queue
+ * (a backlog of 0), Linux drops every further SYN unanswered, so connects stay pending as to a
+ * blackholed IPv6 address. Bun's listeners accept every connection, so the socket is libc's.
+ */
+async function blackhole(address: string, port: number): Promise<Blackhole> {
+  const libc = dlopen("libc.so.6", {
+    socket: { args: [FFIType.i32, FFIType.i32, FFIType.i32], returns: FFIType.i32 },
+    bind: { args: [FFIType.i32, FFIType.ptr, FFIType.u32], returns: FFIType.i32 },
+    listen: { args: [FFIType.i32, FFIType.i32], returns: FFIType.i32 },
+    close: { args: [FFIType.i32], returns: FFIType.i32 },
+  });
+  const AF_INET = 2;
+  const SOCK_STREAM = 1;
+  const fd = libc.symbols.socket(AF_INET, SOCK_STREAM, 0);
+  // struct sockaddr_in: family (host order), port and address (network order), 8 bytes of padding.
+  const sockaddr = new Uint8Array(16);
+  new DataView(sockaddr.buffer).setUint16(0, AF_INET, true);
+  new DataView(sockaddr.buffer).setUint16(2, port);
+  sockaddr.set(address.split(".").map(Number), 4);
+  expect([libc.symbols.bind(fd, ptr(sockaddr), sockaddr.length), libc.symbols.listen(fd, 0)]).toEqual([0, 0]);
+  const filler = connect({ host: address, port });
+  await new Promise((resolve) => filler.once("connect", resolve));
+  return {
+    close() {
+      filler.destroy();
+      libc.symbols.close(fd);
+      libc.close();
+    },
+  };
+}
+
 const createContact = async () => expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com" } })).status).toBe(201);
 
 /**
@@ -103,6 +142,17 @@ async function deliverToClosedPort(addresses: string[]): Promise<{ delivery: any
   const [delivery] = await settledDeliveries(h);
   const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
   return { delivery, attempts, port };
+}
+
+/** expectDeliveredAtOnce checks that the one delivery to http://dual.example.test:`port` succeeded at its first attempt, `r` getting it with that Host header. */
+async function expectDeliveredAtOnce(r: Receiver, port: string): Promise<void> {
+  const [delivery] = await settledDeliveries(h);
+  const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+  expect({ status: delivery.status, attempts, hosts: r.received.map((x) => x.headers.host) }).toEqual({
+    status: "succeeded",
+    attempts: [{ status: 200, error: null }],
+    hosts: [`dual.example.test:${port}`],
+  });
 }
 
 describe("pinned connect: happy paths", () => {
@@ -309,13 +359,44 @@ describe("pinned connect: a name with several addresses", () => {
     const port = new URL(r.url).port;
     await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
     await createContact();
-    const [delivery] = await settledDeliveries(h);
-    const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
-    expect({ status: delivery.status, attempts, hosts: r.received.map((x) => x.headers.host) }).toEqual({
-      status: "succeeded",
-      attempts: [{ status: 200, error: null }],
-      hosts: [`dual.example.test:${port}`],
-    });
+    await expectDeliveredAtOnce(r, port);
+  });
+
+  test("a name whose first address drops the connection silently is delivered at the next one, started beside it, well within the timeout", async () => {
+    // 127.0.0.2 stands for an unreachable IPv6 address of a receiver's AAAA record: it never answers the SYN.
+    h = await scope.harness({ deliveryTimeoutMs: 5000, retrySchedule: [] }, { network: { resolve: answering(["127.0.0.2", "127.0.0.1"]) } });
+    const r = scope.receiver();
+    const port = new URL(r.url).port;
+    const silent = await blackhole("127.0.0.2", Number(port));
+    try {
+      await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
+      await createContact();
+      // Waiting on the worker, not the API: polling the API for seconds runs into the read rate limit.
+      await waitFor(() => h.rt.deliveries.inFlightCount === 1, "the attempt to start");
+      await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the attempt to end", 30_000);
+      // Waiting on the first address alone, the attempt timed out at 5 s without reaching the second.
+      await expectDeliveredAtOnce(r, port);
+    } finally {
+      silent.close();
+    }
+  });
+
+  test("when the first address drops the connection silently and the next refuses it, the attempt times out naming the refusal", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 1000, retrySchedule: [] }, { network: { resolve: answering(["127.0.0.2", "127.0.0.1"]) } });
+    const closed = startReceiver();
+    const port = new URL(closed.url).port;
+    await closed.stop();
+    const silent = await blackhole("127.0.0.2", Number(port));
+    try {
+      await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
+      await createContact();
+      const [delivery] = await settledDeliveries(h);
+      const attempts = (await h.delivery(delivery.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }));
+      const error = `timed out after 1000 ms without a complete response; before it, connection refused by 127.0.0.1:${port} (ECONNREFUSED)`;
+      expect({ status: delivery.status, attempts }).toEqual({ status: "failed", attempts: [{ status: null, error }] });
+    } finally {
+      silent.close();
+    }
   });
 
   test("when no address of a name takes the connection, the attempt's error names every address tried, sorted", async () => {
