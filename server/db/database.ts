@@ -132,6 +132,20 @@ interface Watch {
   checkedThisTurn: boolean;
 }
 
+/**
+ * SQLITE_SYNC_FAILED are the codes of a sync to disk that failed (the WAL's or the database's
+ * fsync, or their directory's). In WAL mode the commit is rolled back (the frames are written but
+ * not made visible), yet they may reach the disk and be read back at the next start unless a later
+ * commit overwrites them; and after a failed fsync the kernel may have dropped pages written earlier.
+ */
+const SQLITE_SYNC_FAILED = /^SQLITE_IOERR_(DIR_)?FSYNC$/;
+
+/** syncFailedCode is the SQLite code of an error that is a failed sync to disk (SQLITE_SYNC_FAILED), or null for any other. */
+export function syncFailedCode(error: unknown): string | null {
+  const { code } = (error ?? {}) as { code?: unknown };
+  return typeof code === "string" && SQLITE_SYNC_FAILED.test(code) ? code : null;
+}
+
 /** WRITE_LOCK_WAIT_MS is how long writes wait for a write lock another process holds, as SQLite's busy timeout of the other connections. */
 const WRITE_LOCK_WAIT_MS = 5_000;
 
@@ -160,6 +174,8 @@ export class SqliteDatabase implements Database {
   private closed = false;
   private readSnapshotOpen = false;
   private lane: ReadLane | null = null;
+  /** syncFailed says what failed, once a sync to disk did */
+  private syncFailed: string | null = null;
 
   /** lockWaitMs is how long a group waits for the write lock another process holds before its writes fail as busy (tests shorten it). */
   lockWaitMs = WRITE_LOCK_WAIT_MS;
@@ -173,6 +189,11 @@ export class SqliteDatabase implements Database {
     this.readerConnection = reader;
     this.reader = new ConnectionDb(reader);
     this.tx = new ConnectionDb(writer);
+  }
+
+  /** storageFault says why this database's storage cannot be trusted until the service is restarted (a sync to disk failed), or null. */
+  storageFault(): string | null {
+    return this.syncFailed;
   }
 
   /** useReadLane has readAside run its reads on a read lane holding at most `capacity` of them (read-lane.ts); 0, or an in-memory database, keeps them on this thread. */
@@ -276,6 +297,10 @@ export class SqliteDatabase implements Database {
       writer.query("COMMIT").run();
       return { outcomes, changed };
     } catch (error) {
+      const syncFailed = syncFailedCode(error);
+      if (syncFailed) {
+        this.syncFailed ??= `the database's storage failed a sync to disk (${syncFailed}): the disk may be failing, and a change refused then may still reach it; check the disk and its kernel log, then restart the service`;
+      }
       if (writer.inTransaction) writer.query("ROLLBACK").run();
       throw error;
     }

@@ -80,6 +80,7 @@ export const PROBLEM_TYPES = [
   "internal",
   "storage-full",
   "storage-read-only",
+  "storage-failed",
   "database-unavailable",
   "database-busy",
   "database-newer",
