@@ -92,7 +92,8 @@ const DATABASE_RETRY_AFTER_SECONDS = 5;
  * DATABASE_FAILURES answer a request the database could not serve through no fault of the request:
  * 503, which says so, where a 500 would say the request broke something. A full disk rolled the
  * change back whole (a retry once the operator has made room succeeds), and so did a write that
- * read-only storage refused (once it is writable again). A failed sync to disk rolled the change
+ * read-only storage refused (once it is writable again), and so was a write refused since the
+ * file was replaced (once the service is restarted). A failed sync to disk rolled the change
  * back too, but its pages may reach the disk all the same and be read back at a restart. An
  * unreachable database may have taken a change whose commit went unanswered, so a retry is safe
  * only as an idempotent one.
@@ -118,6 +119,14 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
       undefined,
       { "retry-after": "60" },
     ),
+  replaced: () =>
+    new ProblemError(
+      503,
+      "database-replaced",
+      "The service's database file was replaced or removed while the service ran, so this change was refused: nothing was changed. Retry after the operator has restarted the service.",
+      undefined,
+      { "retry-after": "60" },
+    ),
   busy: () =>
     new ProblemError(
       503,
@@ -138,12 +147,14 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
 
 /**
  * DATABASE_FAILURE_LOGS are the lines DATABASE_FAILURES are logged with, at error; none for
- * "busy": PostgresDatabase logs the lock and the session holding it, at most once a minute.
+ * "busy": PostgresDatabase logs the lock and the session holding it, at most once a minute; none
+ * for "replaced", which SqliteDatabase.watchFile logged once when it found the file replaced.
  */
 const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string | null> = {
   "storage-full": "database full: a change was refused",
   "storage-read-only": "database storage read-only: a change was refused",
   "storage-failed": "database storage failed: a change may not have been saved, and /readyz fails until the service is restarted",
+  replaced: null,
   unavailable: "database unavailable: a request was refused",
   busy: null,
 };

@@ -81,6 +81,7 @@ export const PROBLEM_TYPES = [
   "storage-full",
   "storage-read-only",
   "storage-failed",
+  "database-replaced",
   "database-unavailable",
   "database-busy",
   "database-newer",
