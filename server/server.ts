@@ -124,6 +124,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
     const command = firstStartCommand(config, ["operator", "create", "--email", "E", "--password-stdin"]);
     log.info(`no console operator exists yet; open this one-time link within 30 minutes to create the first one (or run: ${command})`, { setup_url: setupUrl });
   }
+  if (db.dialect === "sqlite") db.watchFile(log);
   runtime.deliveries.start();
   const stopRetention = startRetentionJob(runtime);
   const stopNameIndexing = startNameIndexing(runtime);

@@ -1,7 +1,7 @@
 import { ConfigError, type Config } from "../config.ts";
 import { BUILD } from "../version.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
-import { databasePath, openDatabase, type SqliteDatabase } from "./database.ts";
+import { DatabaseReplaced, databasePath, openDatabase, syncFailedCode, type SqliteDatabase } from "./database.ts";
 import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
 import { DatabaseNotAnswering, LOCK_TIMEOUT_STATE, openPostgres, type PostgresDatabase } from "./postgres.ts";
@@ -86,8 +86,12 @@ function migrationList(dialect: Dialect): readonly { version: number; name: stri
   return dialect === "postgres" ? POSTGRES_MIGRATIONS : MIGRATIONS;
 }
 
-/** DatabaseFailure is a database's refusal that is no fault of the request: it has no room left, its storage takes no writes, it cannot be used just now, or another session holds a lock the request needs. */
-export type DatabaseFailure = "storage-full" | "storage-read-only" | "unavailable" | "busy";
+/**
+ * DatabaseFailure is a database's refusal that is no fault of the request: it has no room left, its
+ * storage takes no writes or failed a sync to disk, its file was replaced under the service, it
+ * cannot be used just now, or another session holds a lock the request needs.
+ */
+export type DatabaseFailure = "storage-full" | "storage-read-only" | "storage-failed" | "replaced" | "unavailable" | "busy";
 
 /**
  * SQLITE_UNWRITABLE are the SQLite codes of a write its storage refused: the file opened read-only
@@ -153,7 +157,9 @@ export function tablesMissing(home: string): string {
 /**
  * databaseFailureOf tells whether an error is the database's own passing failure, of either
  * backend: "storage-full" for a full disk (SQLITE_FULL, PostgreSQL's 53100), "storage-read-only"
- * for a SQLite file or file system that takes no writes (SQLITE_UNWRITABLE), "unavailable" for a
+ * for a SQLite file or file system that takes no writes (SQLITE_UNWRITABLE), "storage-failed" for a
+ * failed sync to disk (syncFailedCode), "replaced" for a write refused since the SQLite file was
+ * replaced under the service (DatabaseReplaced), "unavailable" for a
  * database that cannot be reached or used just now (a PostgreSQL server down, restarting, out of
  * connections, not answering, or refusing the service's login or database: databaseFaultOf;
  * SQLite locked by another process past the busy timeout), "busy" for a PostgreSQL statement
@@ -162,6 +168,8 @@ export function tablesMissing(home: string): string {
  */
 export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (error instanceof DatabaseNotAnswering) return "unavailable";
+  if (error instanceof DatabaseReplaced) return "replaced";
+  if (syncFailedCode(error) !== null) return "storage-failed";
   const { code, errno } = (error ?? {}) as { code?: unknown; errno?: unknown };
   if (code === "SQLITE_FULL" || errno === "53100") return "storage-full";
   if (errno === LOCK_TIMEOUT_STATE) return "busy";

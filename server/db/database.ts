@@ -1,5 +1,5 @@
 import { Database as SqliteConnection, SQLiteError, type SQLQueryBindings, type Statement } from "bun:sqlite";
-import { accessSync, chmodSync, constants, existsSync, statSync } from "node:fs";
+import { accessSync, chmodSync, constants, existsSync, rmSync, statSync, type BigIntStats } from "node:fs";
 import { dirname, join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
@@ -132,6 +132,30 @@ interface Watch {
   checkedThisTurn: boolean;
 }
 
+/**
+ * DatabaseReplaced refuses the writes of a service whose database file was replaced or removed
+ * while it ran (SqliteDatabase.watchFile): its connections still hold the file they opened, now
+ * unlinked, and a change written there would be lost at the next start, though answered 201.
+ */
+export class DatabaseReplaced extends Error {}
+
+/**
+ * SQLITE_SYNC_FAILED are the codes of a sync to disk that failed (the WAL's or the database's
+ * fsync, or their directory's). In WAL mode the commit is rolled back (the frames are written but
+ * not made visible), yet they may reach the disk and be read back at the next start unless a later
+ * commit overwrites them; and after a failed fsync the kernel may have dropped pages written earlier.
+ */
+const SQLITE_SYNC_FAILED = /^SQLITE_IOERR_(DIR_)?FSYNC$/;
+
+/** syncFailedCode is the SQLite code of an error that is a failed sync to disk (SQLITE_SYNC_FAILED), or null for any other. */
+export function syncFailedCode(error: unknown): string | null {
+  const { code } = (error ?? {}) as { code?: unknown };
+  return typeof code === "string" && SQLITE_SYNC_FAILED.test(code) ? code : null;
+}
+
+/** FILE_CHECK_INTERVAL_MS is how often a serving database checks that its path still names the file it opened (watchFile): a stat, off the requests' path. */
+const FILE_CHECK_INTERVAL_MS = 1000;
+
 /** WRITE_LOCK_WAIT_MS is how long writes wait for a write lock another process holds, as SQLite's busy timeout of the other connections. */
 const WRITE_LOCK_WAIT_MS = 5_000;
 
@@ -160,6 +184,13 @@ export class SqliteDatabase implements Database {
   private closed = false;
   private readSnapshotOpen = false;
   private lane: ReadLane | null = null;
+  /** opened holds the device and inode of each file of the database the connections opened (it, its WAL and shared memory); empty in memory */
+  private readonly opened = new Map<string, BigIntStats>();
+  private fileWatch: ReturnType<typeof setInterval> | null = null;
+  /** replaced is the refusal of every write once watchFile found the file replaced */
+  private replaced: DatabaseReplaced | null = null;
+  /** syncFailed says what failed, once a sync to disk did */
+  private syncFailed: string | null = null;
 
   /** lockWaitMs is how long a group waits for the write lock another process holds before its writes fail as busy (tests shorten it). */
   lockWaitMs = WRITE_LOCK_WAIT_MS;
@@ -173,6 +204,65 @@ export class SqliteDatabase implements Database {
     this.readerConnection = reader;
     this.reader = new ConnectionDb(reader);
     this.tx = new ConnectionDb(writer);
+    if (path === ":memory:") return;
+    for (const file of [path, `${path}-wal`, `${path}-shm`]) {
+      const stat = statSync(file, { bigint: true, throwIfNoEntry: false });
+      if (stat) this.opened.set(file, stat);
+    }
+  }
+
+  /**
+   * watchFile checks every FILE_CHECK_INTERVAL_MS that the database's path still names the file
+   * the connections opened (its device and inode). An operator who restores a backup over it (mv,
+   * install, rsync), or removes it, leaves the service writing to a file no path names: from then
+   * on writes are refused (DatabaseReplaced) and storageFault says so, logged once. Reads go on.
+   * A file rewritten in place (a plain cp over it) keeps its inode and is not noticed.
+   */
+  watchFile(log: Logger): void {
+    const opened = this.opened.get(this.path);
+    if (!opened) return;
+    const watch = setInterval(() => {
+      let now: BigIntStats | undefined;
+      try {
+        now = statSync(this.path, { bigint: true, throwIfNoEntry: false });
+      } catch {
+        // A folder on the way the service may not enter just now: the file may well be there; the next look tells.
+        return;
+      }
+      if (now && sameFile(now, opened)) return;
+      clearInterval(watch);
+      this.replaced = new DatabaseReplaced(`the database file ${this.path} was replaced or removed while the service ran: it refuses changes until it is restarted, which opens the file now at that path`);
+      // The WAL and shared memory at the path are the lost file's: SQLite does not remove them when
+      // its file has moved, and the next start, or a crm command meanwhile, would apply that log to
+      // the file now there and corrupt it. The connections keep them open for their reads.
+      const removed = [`${this.path}-wal`, `${this.path}-shm`].filter((file) => this.removeIfOpened(file));
+      log.error("the database file was replaced or removed under the running service: changes are refused (503 database-replaced) and /readyz fails until it is restarted; restart it to serve the file now at the path", {
+        path: this.path,
+        inode_opened: String(opened.ino),
+        inode_now: now ? String(now.ino) : "none: removed",
+        removed,
+      });
+    }, FILE_CHECK_INTERVAL_MS);
+    watch.unref();
+    this.fileWatch = watch;
+  }
+
+  /** removeIfOpened removes `file` when it is still the one the connections opened, and tells whether it did. */
+  private removeIfOpened(file: string): boolean {
+    const opened = this.opened.get(file);
+    try {
+      const now = statSync(file, { bigint: true, throwIfNoEntry: false });
+      if (!opened || !now || !sameFile(now, opened)) return false;
+      rmSync(file);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** storageFault says why this database's storage cannot be trusted until the service is restarted (its file replaced, or a sync to disk failed), or null. */
+  storageFault(): string | null {
+    return this.replaced?.message ?? this.syncFailed;
   }
 
   /** useReadLane has readAside run its reads on a read lane holding at most `capacity` of them (read-lane.ts); 0, or an in-memory database, keeps them on this thread. */
@@ -236,6 +326,7 @@ export class SqliteDatabase implements Database {
 
   /** write commits the writes of concurrent requests together (WriteGroups): one transaction and one sync to disk a group. */
   write<T>(work: (tx: Db) => Promise<T>): Promise<T> {
+    if (this.replaced) return Promise.reject(this.replaced);
     return this.groups.submit(work);
   }
 
@@ -245,6 +336,7 @@ export class SqliteDatabase implements Database {
    * with SQLite's busy error (beginGroup), where other writes wait for up to lockWaitMs.
    */
   writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T> {
+    if (this.replaced) return Promise.reject(this.replaced);
     return this.groups.submit(work, true);
   }
 
@@ -276,6 +368,10 @@ export class SqliteDatabase implements Database {
       writer.query("COMMIT").run();
       return { outcomes, changed };
     } catch (error) {
+      const syncFailed = syncFailedCode(error);
+      if (syncFailed) {
+        this.syncFailed ??= `the database's storage failed a sync to disk (${syncFailed}): the disk may be failing, and a change refused then may still reach it; check the disk and its kernel log, then restart the service`;
+      }
       if (writer.inTransaction) writer.query("ROLLBACK").run();
       throw error;
     }
@@ -361,6 +457,7 @@ export class SqliteDatabase implements Database {
   /** close commits what is queued and closes both connections. */
   async close(): Promise<void> {
     if (this.closed) return;
+    if (this.fileWatch) clearInterval(this.fileWatch);
     await this.lane?.close();
     await this.groups.drain();
     this.closed = true;
@@ -368,6 +465,11 @@ export class SqliteDatabase implements Database {
     if (this.readerConnection !== this.writer) this.readerConnection.close();
     this.writer.close();
   }
+}
+
+/** sameFile tells whether two stats are of one file: the same device and inode. */
+function sameFile(a: BigIntStats, b: BigIntStats): boolean {
+  return a.dev === b.dev && a.ino === b.ino;
 }
 
 function endTurn(watch: Watch): void {

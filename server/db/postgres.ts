@@ -689,6 +689,11 @@ export class PostgresDatabase extends PostgresDb implements Database {
     if (refusal) throw unusableDatabase(this.home.url, refusal);
   }
 
+  /** storageFault is null: the server keeps its own storage, and a failure there is told in its answers to each statement. */
+  storageFault(): null {
+    return null;
+  }
+
   /** close commits what is queued and closes the connections. */
   async close(): Promise<void> {
     await this.groups.drain();

@@ -90,6 +90,8 @@ export interface Database extends Db {
   listen(channel: string, onNotify: (payload: string | null) => void, onRefused: (error: unknown) => void): Promise<() => Promise<void>>;
   /** notify tells every instance listening on `channel` (outside any transaction), with `payload` ("" without); nothing on SQLite. */
   notify(channel: string, payload?: string): Promise<void>;
+  /** storageFault says why the database's storage cannot be trusted until the service is restarted (on SQLite: its file replaced, a sync to disk failed), or null; /readyz fails with it. */
+  storageFault(): string | null;
   /** close commits what is queued and closes the connections. */
   close(): Promise<void>;
 }

@@ -92,8 +92,11 @@ const DATABASE_RETRY_AFTER_SECONDS = 5;
  * DATABASE_FAILURES answer a request the database could not serve through no fault of the request:
  * 503, which says so, where a 500 would say the request broke something. A full disk rolled the
  * change back whole (a retry once the operator has made room succeeds), and so did a write that
- * read-only storage refused (once it is writable again). An unreachable database
- * may have taken a change whose commit went unanswered, so a retry is safe only as an idempotent one.
+ * read-only storage refused (once it is writable again), and so was a write refused since the
+ * file was replaced (once the service is restarted). A failed sync to disk rolled the change
+ * back too, but its pages may reach the disk all the same and be read back at a restart. An
+ * unreachable database may have taken a change whose commit went unanswered, so a retry is safe
+ * only as an idempotent one.
  */
 const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
   "storage-full": () =>
@@ -105,6 +108,22 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
       503,
       "storage-read-only",
       "The service's database cannot write to its storage (its file or file system is read-only, or refused the write), so nothing was changed. Retry later, once the operator has made it writable.",
+      undefined,
+      { "retry-after": "60" },
+    ),
+  "storage-failed": () =>
+    new ProblemError(
+      503,
+      "storage-failed",
+      "The service's database storage failed while saving this change (a disk I/O error), so it may not have been saved. Retry it; a change retried with the same Idempotency-Key is made once.",
+      undefined,
+      { "retry-after": "60" },
+    ),
+  replaced: () =>
+    new ProblemError(
+      503,
+      "database-replaced",
+      "The service's database file was replaced or removed while the service ran, so this change was refused: nothing was changed. Retry after the operator has restarted the service.",
       undefined,
       { "retry-after": "60" },
     ),
@@ -128,11 +147,14 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
 
 /**
  * DATABASE_FAILURE_LOGS are the lines DATABASE_FAILURES are logged with, at error; none for
- * "busy": PostgresDatabase logs the lock and the session holding it, at most once a minute.
+ * "busy": PostgresDatabase logs the lock and the session holding it, at most once a minute; none
+ * for "replaced", which SqliteDatabase.watchFile logged once when it found the file replaced.
  */
 const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string | null> = {
   "storage-full": "database full: a change was refused",
   "storage-read-only": "database storage read-only: a change was refused",
+  "storage-failed": "database storage failed: a change may not have been saved, and /readyz fails until the service is restarted",
+  replaced: null,
   unavailable: "database unavailable: a request was refused",
   busy: null,
 };
@@ -172,6 +194,12 @@ export class DatabaseFaultLog {
   }
 }
 
+/** codeOf is the `code` of a database's error, for its log line (SQLite's extended code names what failed: SQLITE_IOERR_FSYNC), or nothing. */
+function codeOf(error: unknown): { code?: string } {
+  const { code } = (error ?? {}) as { code?: unknown };
+  return typeof code === "string" ? { code } : {};
+}
+
 /**
  * errorToProblem turns anything a request's handling threw into the problem to answer with:
  * ProblemErrors as they say, request validation as 422 with pointers, an unknown route as 404 or
@@ -197,7 +225,7 @@ export function errorToProblem(
     const fault = databaseFaultOf(error);
     const line = DATABASE_FAILURE_LOGS[failure];
     if (fault) faults.refused(log, fault, error, context);
-    else if (line) log.error(line, { ...context, error: String(error) });
+    else if (line) log.error(line, { ...context, error: String(error), ...codeOf(error) });
     return DATABASE_FAILURES[failure]();
   }
   // A ValidationError here is of a response (requests were handled above): the server's fault.

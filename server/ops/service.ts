@@ -51,6 +51,9 @@ async function check(run: () => Promise<string | null> | string | null): Promise
 async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
   const [database, migrations, delivery_loop] = await Promise.all([
     check(async () => {
+      // Set until a restart, whatever a probe would say: later writes may well succeed.
+      const fault = rt.db.storageFault();
+      if (fault) return fault;
       await probeWrite(rt.db);
       return null;
     }),

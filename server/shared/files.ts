@@ -1,5 +1,7 @@
-import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, type Stats } from "node:fs";
+import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, realpathSync, renameSync, rmSync, statSync, type Stats } from "node:fs";
+import { hostname } from "node:os";
 import { basename, dirname, join, relative, resolve } from "node:path";
+import { sha256 } from "./crypto.ts";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
 export function fsyncPath(path: string): void {
@@ -54,18 +56,54 @@ export function makeOwnerOnlyDirectory(path: string): void {
 }
 
 /**
- * partialName is where a file is written before it is published: beside it (same filesystem, so
- * it can be linked into place), marked as unfinished, and unique to this process, so a run killed
- * half-way never blocks the next one.
+ * PROCESS_NAMESPACE names where this process's id means something: the kernel's boot (its boot_id,
+ * shared by the containers of one host, different on another host) and the PID namespace (each
+ * container has its own), as 12 hex digits. The host name stands in where /proc does not tell them.
  */
-export function partialName(path: string): string {
-  return join(dirname(path), `${basename(path)}.partial-${process.pid}`);
+const PROCESS_NAMESPACE = Buffer.from(sha256(`${readProcFile("/proc/sys/kernel/random/boot_id") ?? hostname()} ${readProcLink("/proc/self/ns/pid") ?? ""}`)).toString("hex").slice(0, 12);
+
+/** readProcFile is the trimmed text of a /proc file, or null where there is none (not Linux, /proc not mounted). */
+function readProcFile(path: string): string | null {
+  try {
+    return readFileSync(path, "utf8").trim();
+  } catch {
+    return null;
+  }
+}
+
+/** readProcLink is where a /proc link points (a namespace's "pid:[INODE]"), or null where there is none. */
+function readProcLink(path: string): string | null {
+  try {
+    return readlinkSync(path);
+  } catch {
+    return null;
+  }
 }
 
 /**
+ * partialName is where a file is written before it is published: beside it (same filesystem, so
+ * it can be linked into place), marked as unfinished, and unique to its writer, process `pid` of
+ * this boot and PID namespace (PROCESS_NAMESPACE), so a run killed half-way never blocks the next
+ * one, and two hosts or containers writing one name on a shared volume never share a partial file.
+ */
+export function partialName(path: string, pid = process.pid): string {
+  return join(dirname(path), `${basename(path)}.partial-${PROCESS_NAMESPACE}-${pid}`);
+}
+
+/**
+ * FOREIGN_PARTIAL_MAX_AGE_MS is how old a partial file written in another boot or PID namespace
+ * (another host or container sharing the volume), or named without one (by a crm before the
+ * namespace was in the name), must be before it is taken for abandoned: its writer's PID cannot
+ * be looked up from here, and no backup runs for a day.
+ */
+const FOREIGN_PARTIAL_MAX_AGE_MS = 24 * 3600_000;
+
+/**
  * removeStalePartials removes what runs killed half-way left beside `path` under partialName (the
- * partial file and its SQLite journal) when their process is gone: a killed backup's half copy
- * holds customers' rows, and a killed first start's partial secrets key an unused key.
+ * partial file and its SQLite journal): a killed backup's half copy holds customers' rows, and a
+ * killed first start's partial secrets key an unused key. One of this boot and PID namespace goes
+ * when its process is gone; another's only once FOREIGN_PARTIAL_MAX_AGE_MS old, since the same
+ * PID here says nothing of its writer, which may be writing it still.
  */
 export function removeStalePartials(path: string): void {
   const directory = dirname(path);
@@ -77,9 +115,19 @@ export function removeStalePartials(path: string): void {
     return;
   }
   for (const name of names) {
-    const pid = name.startsWith(prefix) ? /^([0-9]+)(?:-journal)?$/.exec(name.slice(prefix.length))?.[1] : undefined;
-    if (pid !== undefined && !processRunning(Number(pid))) rmSync(join(directory, name), { force: true });
+    const owner = name.startsWith(prefix) ? /^(?:([0-9a-f]{12})-)?([0-9]+)(?:-journal)?$/.exec(name.slice(prefix.length)) : null;
+    if (!owner) continue;
+    const [, namespace, pid] = owner;
+    const file = join(directory, name);
+    const stale = namespace === PROCESS_NAMESPACE ? !processRunning(Number(pid)) : olderThan(file, FOREIGN_PARTIAL_MAX_AGE_MS);
+    if (stale) rmSync(file, { force: true });
   }
+}
+
+/** olderThan tells whether a file was last modified more than `ms` ago; false when it is gone. */
+function olderThan(file: string, ms: number): boolean {
+  const modified = statIfThere(file)?.mtimeMs;
+  return modified !== undefined && Date.now() - modified > ms;
 }
 
 /** processRunning tells whether a process of that id exists (one of another user's too). */

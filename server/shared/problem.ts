@@ -80,6 +80,8 @@ export const PROBLEM_TYPES = [
   "internal",
   "storage-full",
   "storage-read-only",
+  "storage-failed",
+  "database-replaced",
   "database-unavailable",
   "database-busy",
   "database-newer",

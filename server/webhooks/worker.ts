@@ -472,9 +472,11 @@ export class DeliveryLoop {
         .catch((error: unknown) => {
           const now = Date.now();
           const failing = this.failingClaim;
-          // Retried every second: one line when claims start failing, then one a minute while they go on.
+          // Retried every second: one line when claims start failing, then one a minute while they go on;
+          // none for a replaced database file, which the database's watch has logged once for everything.
           let loggedAt = failing?.loggedAt ?? now;
-          if (!failing) this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
+          if (databaseFailureOf(error) === "replaced") loggedAt = now;
+          else if (!failing) this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
           else if (now - failing.loggedAt >= CLAIM_FAILURE_LOG_INTERVAL_MS) {
             this.deps.log.error("webhook delivery loop: claims still failing", { error: String(error), failing_since: toTimestamp(failing.since) });
             loggedAt = now;

@@ -4,6 +4,7 @@ import { t } from "elysia";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SESSION_COOKIE } from "../../console/http.ts";
 import { authenticateBearer, createApiToken } from "../../server/auth/service.ts";
+import { databaseFailureOf } from "../../server/db/backend.ts";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
 import { schemaChecker } from "../../server/http/schema-errors.ts";
 import type { RunningServer } from "../../server/server.ts";
@@ -453,6 +454,57 @@ describe("errors: unexpected exceptions", () => {
     }
     expect((await post()).status).toBe(201);
     expect(await databaseReadiness()).toBe("ok");
+  });
+
+  sqliteOnly("a commit whose sync to disk fails (SQLITE_IOERR_FSYNC) is 503 storage-failed, saying the change may not have been saved, and is logged with the code; /readyz fails from then on, until a restart, though later writes succeed", async () => {
+    // bun:sqlite's error for a failed fsync: the SQLiteError of an extended code (it cannot be constructed outside bun:sqlite).
+    const fsyncFailed = () => Object.assign(new Error("disk I/O error"), { name: "SQLiteError", code: "SQLITE_IOERR_FSYNC", errno: 1034 });
+    expect([fsyncFailed(), { code: "SQLITE_IOERR_DIR_FSYNC", errno: 1290 }].map(databaseFailureOf)).toEqual(["storage-failed", "storage-failed"]);
+    // On a harness of its own: the failure keeps its /readyz failing, as it does the service's until a restart.
+    const failing = await createHarness();
+    try {
+      const { app, lines } = loggedApp(failing);
+      const post = (first_name: string) =>
+        app.handle(new Request("http://localhost/public/v1/contacts", { method: "POST", headers: { authorization: `Bearer ${failing.token}`, "content-type": "application/json" }, body: JSON.stringify({ first_name }) }));
+      const databaseReadiness = async () => (await (await app.handle(new Request("http://localhost/readyz"))).json()).checks.database;
+      // No storage here fails a sync on demand (SQLite opens its WAL with O_NOFOLLOW, bun:sqlite takes no VFS, and a
+      // broken disk needs root): the COMMIT of the group holding the contact fails with the error bun:sqlite gives for a
+      // failed fsync (the token's bookkeeping commits in a group of its own before it).
+      const writer = failing.db.sqlite;
+      const query = writer.query.bind(writer);
+      let contactWritten = false;
+      writer.query = ((sql: string) => {
+        if (sql.startsWith("INSERT INTO contacts ")) contactWritten = true;
+        if (sql !== "COMMIT" || !contactWritten) return query(sql);
+        contactWritten = false;
+        writer.query = query;
+        return {
+          run() {
+            throw fsyncFailed();
+          },
+        };
+      }) as typeof writer.query;
+      const before = await contactCount(failing);
+      const res = await post("Unsynced");
+      expect({ status: res.status, retryAfter: res.headers.get("retry-after"), body: await res.json() }).toEqual({
+        status: 503,
+        retryAfter: "60",
+        body: {
+          type: "urn:crm:problem:storage-failed",
+          title: "Service Unavailable",
+          status: 503,
+          detail: "The service's database storage failed while saving this change (a disk I/O error), so it may not have been saved. Retry it; a change retried with the same Idempotency-Key is made once.",
+        },
+      });
+      expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "database storage failed: a change may not have been saved, and /readyz fails until the service is restarted", code: "SQLITE_IOERR_FSYNC", method: "POST", path: "/public/v1/contacts", error: expect.stringContaining("disk I/O error") });
+      expect(await contactCount(failing)).toBe(before);
+      expect((await post("Synced")).status).toBe(201);
+      expect(await databaseReadiness()).toBe(
+        "the database's storage failed a sync to disk (SQLITE_IOERR_FSYNC): the disk may be failing, and a change refused then may still reach it; check the disk and its kernel log, then restart the service",
+      );
+    } finally {
+      await failing.close();
+    }
   });
 
   sqliteOnly("a database another process holds locked past the busy timeout is 503 database-unavailable with Retry-After; reads go on, and the write succeeds once the lock is let go", async () => {

@@ -1,7 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { copyFileSync, existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { copyFileSync, existsSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
+import { partialName, removeStalePartials } from "../../server/shared/files.ts";
 import { api, createToken, runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
 import { SHUT_OUT, underUmask } from "../support/permissions.ts";
 
@@ -98,7 +99,7 @@ describe("backup: a consistent copy of the live database", () => {
 });
 
 describe("backup: killed half-way", () => {
-  test("a backup killed mid-copy leaves no file under the backup's name (only a .partial-PID one), and the same command then succeeds and removes that half copy", async () => {
+  test("a backup killed mid-copy leaves no file under the backup's name (only a .partial-NAMESPACE-PID one), and the same command then succeeds and removes that half copy", async () => {
     const dataDir = tempDir("backup-killed");
     createToken(SOURCE, dataDir);
     // About 100 MB to copy, so the kill lands while the copy is being written.
@@ -109,7 +110,7 @@ describe("backup: killed half-way", () => {
     const out = tempDir("backup-killed-out");
     const file = join(out, "copy.sqlite");
     const backup = Bun.spawn([...SOURCE, "backup", file, "--data-dir", dataDir], { stdout: "ignore", stderr: "ignore" });
-    const partial = join(out, `copy.sqlite.partial-${backup.pid}`);
+    const partial = partialName(file, backup.pid);
     while (!(existsSync(partial) && statSync(partial).size > 0)) {
       if (backup.exitCode !== null) throw new Error("the backup ended before it could be killed");
       await Bun.sleep(5);
@@ -130,6 +131,34 @@ describe("backup: killed half-way", () => {
     }
     expect(mode(file)).toBe("600");
   }, 60_000);
+});
+
+describe("backup: partial files of other hosts and containers", () => {
+  test("a partial file is judged by its process id only when written in this boot and PID namespace: another container's or host's on a shared volume, or one named without its namespace (an older crm), is removed only once a day old", () => {
+    const out = tempDir("backup-partials");
+    const file = join(out, "copy.sqlite");
+    const gone = Bun.spawnSync(["true"]).pid;
+    const running = Bun.spawn(["sleep", "30"]);
+    const ours = (pid: number) => basename(partialName(file, pid));
+    // Another container's namespace: its writer's PID means nothing here (the same number may be running or not).
+    const elsewhere = ours(gone).replace(/\.partial-[0-9a-f]+-/, ".partial-0123456789ab-");
+    expect(elsewhere).not.toBe(ours(gone));
+    const aged = (name: string) => {
+      writeFileSync(join(out, name), "half a copy");
+      const twoDaysAgo = new Date(Date.now() - 2 * 24 * 3600_000);
+      utimesSync(join(out, name), twoDaysAgo, twoDaysAgo);
+    };
+    try {
+      for (const name of [ours(gone), `${ours(gone)}-journal`, ours(running.pid), elsewhere, `${elsewhere}-journal`, `copy.sqlite.partial-${gone}`]) writeFileSync(join(out, name), "half a copy");
+      aged(`copy.sqlite.partial-0123456789ab-${running.pid}`);
+      aged(`copy.sqlite.partial-${running.pid}`);
+      removeStalePartials(file);
+      expect(readdirSync(out).sort()).toEqual([ours(running.pid), elsewhere, `${elsewhere}-journal`, `copy.sqlite.partial-${gone}`].sort());
+    } finally {
+      running.kill();
+      rmSync(out, { recursive: true, force: true });
+    }
+  });
 });
 
 describe("backup: the copy's mode", () => {

@@ -42,6 +42,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     outsideWritesGeneration: () => db.outsideWritesGeneration(),
     listen: (channel, onNotify, onRefused) => db.listen(channel, onNotify, onRefused),
     notify: (channel, payload) => db.notify(channel, payload),
+    storageFault: () => db.storageFault(),
     close: () => db.close(),
   };
   return { db: spy, captured };

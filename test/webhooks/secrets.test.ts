@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { createApp, createRuntime } from "../../server/app.ts";
 import { createApiToken } from "../../server/auth/service.ts";
@@ -11,6 +11,7 @@ import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { canonicalJson } from "../../server/idempotency/service.ts";
 import { sha256 } from "../../server/shared/crypto.ts";
+import { partialName } from "../../server/shared/files.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { newId } from "../../server/shared/ids.ts";
 import { recordPing } from "../../server/webhooks/outbox.ts";
@@ -213,9 +214,10 @@ describe("sealed secrets: happy paths", () => {
     const gone = Bun.spawnSync(["true"]).pid;
     const running = Bun.spawn(["sleep", "30"]);
     try {
-      for (const pid of [gone, running.pid]) writeFileSync(join(dataDir, `secrets.key.partial-${pid}`), "a key never published\n", { mode: 0o600 });
+      const partial = (pid: number) => partialName(join(dataDir, "secrets.key"), pid);
+      for (const pid of [gone, running.pid]) writeFileSync(partial(pid), "a key never published\n", { mode: 0o600 });
       expect(loadSecretsKey({ dataDir, secretsKeyFile: "" }).created).toBe(true);
-      expect(readdirSync(dataDir).filter((name) => name.startsWith("secrets.key")).sort()).toEqual(["secrets.key", `secrets.key.partial-${running.pid}`]);
+      expect(readdirSync(dataDir).filter((name) => name.startsWith("secrets.key")).sort()).toEqual(["secrets.key", basename(partial(running.pid))]);
     } finally {
       running.kill();
       rmSync(dataDir, { recursive: true, force: true });
