@@ -56,14 +56,17 @@ function HealthCard({ health, large, disableAfterHours }: { health: Subscription
   );
 }
 
-/** HealthPanel is the start page's health at a glance: one card per subscription. */
+/** HealthPanel is the start page's health at a glance: one card per subscription, in the order given (worstFirst). */
 export function HealthPanel({ health, disableAfterHours }: { health: SubscriptionHealth[]; disableAfterHours: number }) {
   if (health.length === 0) return null;
   return (
-    <section class="card health" aria-labelledby="health-title" id="health">
+    <section class="card health" aria-labelledby="health-title" aria-describedby="health-note" id="health">
       <div class="card-head">
         <h2 id="health-title">Health at a glance</h2>
         <ChartLegend />
+        <p class="hint" id="health-note">
+          Failing subscriptions first, then those with failed deliveries in the last 24 hours, then the rest.
+        </p>
       </div>
       <div class="health-grid">
         {health.map((h) => (

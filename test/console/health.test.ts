@@ -115,6 +115,7 @@ describe("health at a glance", () => {
     // A subscription without deliveries gets empty charts, not an error.
     await expectChart(`#chart-${quiet.id}-24h`, new Map(), 24);
     expect(await page.locator(`article[data-subscription-id="${quiet.id}"] .latency`).first().textContent()).toBe("no attempts");
+    expect(await page.textContent("#health-note")).toBe("Failing subscriptions first, then those with failed deliveries in the last 24 hours, then the rest.");
     expect(await cspViolations(page)).toEqual([]);
     expect(await shootAtBothWidths(page, "health")).toBe(390);
     expect(problems).toEqual([]);
@@ -184,6 +185,31 @@ describe("health at a glance", () => {
 });
 
 describe("a subscription whose every attempt fails", () => {
+  test("the start page lists failing subscriptions first, then those with failed deliveries, then the rest, each group as before (newest first)", async () => {
+    const failing = startReceiver();
+    failing.respond(() => new Response("down", { status: 503 }));
+    const gone = startReceiver();
+    gone.respond(() => new Response("gone", { status: 410 }));
+    try {
+      const down = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: failing.url, description: "Down partner", events: ["contact.deleted"] })).data;
+      const removed = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: gone.url, description: "Gone partner", events: ["contact.deleted"] })).data;
+      // The newest, so listed first until now.
+      const fine = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}/fine`, description: "Fine partner", events: ["contact.deleted"] })).data;
+      await server.api("POST", `/public/v1/webhook-subscriptions/${down.id}/test`, {});
+      await server.api("POST", `/public/v1/webhook-subscriptions/${removed.id}/test`, {});
+      await waitFor(async () => (await server.api("GET", `/public/v1/webhook-subscriptions/${down.id}/stats`)).data.failing_since !== null, "a failed attempt", 20_000);
+      await waitFor(async () => (await server.api("GET", `/public/v1/webhook-subscriptions/${removed.id}`)).data.status === "disabled", "the 410 disabling it", 20_000);
+      await page.goto(`${server.url}/console/`);
+      const cards = await page.locator(".health-card").evaluateAll((articles) => articles.map((a) => a.getAttribute("data-subscription-id")));
+      // busy has a failed delivery in its last 24 hours, quiet has none.
+      expect(cards.filter((id) => [down.id, removed.id, fine.id, busy.id, quiet.id].includes(id))).toEqual([removed.id, down.id, busy.id, fine.id, quiet.id]);
+      for (const s of [down, removed, fine]) await server.api("DELETE", `/public/v1/webhook-subscriptions/${s.id}`);
+    } finally {
+      await failing.stop();
+      await gone.stop();
+    }
+  }, SLOW);
+
   test("the start page's card, the subscriptions row and its page say since when, and when it is disabled if that goes on", async () => {
     const failing = startReceiver();
     failing.respond(() => new Response("down", { status: 503 }));
