@@ -99,7 +99,7 @@ export function deliveriesPage(props: {
         <div class="page-head">
           <h1>Deliveries</h1>
           <p class="lead">Are webhooks arriving? Each receiver's last 24 hours and 7 days, then the deliveries themselves, newest first; the latest {props.limit} refresh themselves every few seconds.</p>
-          <SearchBox />
+          <SearchBox session={props.session} />
         </div>
         <HealthPanel health={props.health} disableAfterHours={props.disableAfterHours} />
         <form class="filters card" method="get" action="/console/">

@@ -5,7 +5,7 @@ import { attemptRefusalProblem, listAllSubscriptions } from "../../server/webhoo
 import { htmlResponse, jsonResponse, redirect } from "../http.ts";
 import { DeliveryFilterQuery } from "../model.ts";
 import { CONSOLE_DETAIL, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
-import { subscriptionsHealth } from "../subscriptions/health.ts";
+import { subscriptionsHealth, worstFirst } from "../subscriptions/health.ts";
 import { deliveriesPage, deliveryPage, eventPage } from "./pages.tsx";
 import { deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, retryFromConsole, retryRefusalText, shownDeliveryFilters } from "./service.ts";
 
@@ -22,7 +22,7 @@ export function deliveryRoutes(rt: Runtime) {
       "/",
       async ({ session, query }) => {
         const subscriptions = await listAllSubscriptions(db);
-        const health = await subscriptionsHealth(db, subscriptions);
+        const health = worstFirst(await subscriptionsHealth(db, subscriptions));
         try {
           const view = await latestDeliveries(db, query);
           return htmlResponse(deliveriesPage({ session, view, filters: shownDeliveryFilters(query), subscriptions, health, disableAfterHours: rt.config.disableFailingAfterHours, limit: LATEST_DELIVERIES }));

@@ -1,16 +1,22 @@
 /** @jsxImportSource preact */
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { NoticeBox } from "../pages/parts.tsx";
+import { CsrfField, NoticeBox, type NoticeData } from "../pages/parts.tsx";
+import { SEARCH_MAX_LENGTH, type SecretShape } from "./service.ts";
 
-/** SearchBox is the one search field: an id of a delivery, event, contact or subscription, an email, or a name. */
-export function SearchBox({ value = "" }: { value?: string }) {
+/**
+ * SearchBox is the one search field: an id of a delivery, event, contact or subscription, an email,
+ * or a name. It posts (searchRoutes), and the browser keeps no list of what was typed in it
+ * (autocomplete off): either would keep a token pasted by mistake.
+ */
+export function SearchBox({ session, value = "" }: { session: ConsoleSession; value?: string }) {
   return (
-    <form class="search" method="get" action="/console/search" role="search">
+    <form class="search" method="post" action="/console/search" role="search">
+      <CsrfField token={session.csrfToken} />
       <label for="search-q" class="visually-hidden">
         Find a delivery, event, contact or subscription
       </label>
-      <input id="search-q" type="search" name="q" value={value} placeholder="dlv_…, evt_…, con_…, email or name" maxLength={300} spellcheck={false} />
+      <input id="search-q" type="search" name="q" value={value} placeholder="dlv_…, evt_…, con_…, email or name" maxLength={SEARCH_MAX_LENGTH} spellcheck={false} autocomplete="off" />
       <button type="submit" class="button">
         Find
       </button>
@@ -18,19 +24,42 @@ export function SearchBox({ value = "" }: { value?: string }) {
   );
 }
 
-/** searchPage says that a search found nothing, with the box to try again. */
-export function searchPage(props: { session: ConsoleSession; q: string; nothing: string }): string {
+/** searchAnswer is the search's own page: the box (holding `value`) and what the search says. */
+function searchAnswer(session: ConsoleSession, value: string, notice: NoticeData): string {
   return renderPage({
     title: "Search",
-    session: props.session,
+    session,
     children: (
       <>
         <div class="page-head">
           <h1>Search</h1>
-          <SearchBox value={props.q} />
+          <SearchBox session={session} value={value} />
         </div>
-        <NoticeBox notice={{ kind: "info", text: props.nothing }} />
+        <NoticeBox notice={notice} />
       </>
     ),
   });
+}
+
+/** searchPage says that a search found nothing, with the box to try again. */
+export function searchPage(props: { session: ConsoleSession; q: string; nothing: string }): string {
+  return searchAnswer(props.session, props.q, { kind: "info", text: props.nothing });
+}
+
+const SECRET_WORDS: Record<SecretShape, { what: string; advice: string }> = {
+  "api-token": { what: "an API token (crm_…)", advice: "If it is a real token, revoke it (API tokens, Revoke) and create another." },
+  "signing-secret": { what: "a webhook signing secret (whsec_…)", advice: "If it is a real secret, rotate it (Subscriptions, Rotate, Rotate the secret)." },
+};
+
+/**
+ * secretPage says that what was typed looks like a token or a signing secret and was not searched,
+ * where it went and where not (`inAddress`: it came in a link, not from the box), and what to do
+ * if it was real. It never shows the value: the box is empty.
+ */
+export function secretPage(props: { session: ConsoleSession; secret: SecretShape; inAddress: boolean }): string {
+  const words = SECRET_WORDS[props.secret];
+  const where = props.inAddress
+    ? "it was not searched or logged, but it is in this page's address, and so in the browser's history and the log of any proxy on the way"
+    : "it was not searched, and it was not logged or put in the page's address";
+  return searchAnswer(props.session, "", { kind: "error", text: `This looks like ${words.what}: ${where}. ${words.advice}` });
 }

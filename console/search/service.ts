@@ -7,7 +7,26 @@ import { findDeliverySummary, findSubscription, findWebhookEvent } from "../../s
 /** SearchResult is where a search leads: the page of what it names, or a sentence saying nothing matched. */
 export type SearchResult = { location: string } | { nothing: string };
 
+/** SEARCH_MAX_LENGTH bounds what the search box takes, in characters. */
+export const SEARCH_MAX_LENGTH = 300;
+
 const ID = /^(dlv|evt|con|sub)_[0-9A-Z]{26}$/;
+
+/** SecretShape is which of the service's own secrets a text looks like. */
+export type SecretShape = "api-token" | "signing-secret";
+
+// The shapes minted in server/auth/service.ts (crm_ and 40 letters and digits) and
+// server/webhooks/service.ts (whsec_ and 32 bytes in base64), matched a few characters short too
+// (a paste that lost its end) and anywhere in the text (a header or a config line pasted whole).
+// Narrower than the request log's SECRET_SHAPED, which costs nothing when it errs: here a false
+// match refuses a search, and an email such as crm_team@example.com must still be found.
+const API_TOKEN = /crm_[A-Za-z0-9]{32}/;
+const SIGNING_SECRET = /whsec_[A-Za-z0-9+/]{24}/;
+
+/** secretShapeOf tells whether a text holds something shaped like an API token or a webhook signing secret, which the search box must not search, log or put in an address. */
+export function secretShapeOf(text: string): SecretShape | null {
+  return API_TOKEN.test(text) ? "api-token" : SIGNING_SECRET.test(text) ? "signing-secret" : null;
+}
 
 /**
  * search takes what an operator pastes, as a receiver's log or a colleague names it: a delivery id

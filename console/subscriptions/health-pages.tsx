@@ -6,14 +6,21 @@ import { renderPage } from "../pages/layout.tsx";
 import { DataTable, FailingNote, formatDuration, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 
-/** latencyText says a window's response times: "p50 120 ms · p95 800 ms", or that nothing was attempted. */
+/** latencyText says a window's response times: "attempt time p50 120 ms · p95 800 ms", or that nothing was attempted. */
 function latencyText(times: SubscriptionHealth["latency"]["last_24h"]): string {
-  return times ? `p50 ${formatDuration(times.p50)} · p95 ${formatDuration(times.p95)}` : "no attempts";
+  return times ? `attempt time p50 ${formatDuration(times.p50)} · p95 ${formatDuration(times.p95)}` : "no attempts";
 }
+
+// Without it, p50/p95 beside a deliveries chart read as how long events took to be delivered.
+const ATTEMPT_TIME = "How long the receiver took to answer each HTTP attempt (median and 95th percentile of the attempts), not the time from an event to its delivery";
 
 /** Latency shows a window's response times when they were read (the start page reads those of 24 hours only). */
 function Latency({ times }: { times: SubscriptionHealth["latency"]["last_7d"] }) {
-  return times === undefined ? null : <span class="latency">{latencyText(times)}</span>;
+  return times === undefined ? null : (
+    <span class="latency" title={ATTEMPT_TIME}>
+      {latencyText(times)}
+    </span>
+  );
 }
 
 /**
@@ -56,14 +63,17 @@ function HealthCard({ health, large, disableAfterHours }: { health: Subscription
   );
 }
 
-/** HealthPanel is the start page's health at a glance: one card per subscription. */
+/** HealthPanel is the start page's health at a glance: one card per subscription, in the order given (worstFirst). */
 export function HealthPanel({ health, disableAfterHours }: { health: SubscriptionHealth[]; disableAfterHours: number }) {
   if (health.length === 0) return null;
   return (
-    <section class="card health" aria-labelledby="health-title" id="health">
+    <section class="card health" aria-labelledby="health-title" aria-describedby="health-note" id="health">
       <div class="card-head">
         <h2 id="health-title">Health at a glance</h2>
         <ChartLegend />
+        <p class="hint" id="health-note">
+          Failing subscriptions first, then those with failed deliveries in the last 24 hours, then the rest. Attempt time is how long the receiver took to answer one HTTP attempt, not how long an event took to be delivered.
+        </p>
       </div>
       <div class="health-grid">
         {health.map((h) => (

@@ -57,6 +57,23 @@ export async function subscriptionsHealth(db: Db, subscriptions: Subscription[],
   });
 }
 
+/**
+ * urgencyOf ranks a subscription's card for the start page: 0 failing (every attempt since its
+ * failing_since failed, or it was disabled for that or a 410: its receiver gets nothing), 1 with
+ * failed deliveries in the last 24 hours, 2 the rest. A paused one is ranked by its deliveries: it
+ * sends nothing because an operator chose so.
+ */
+function urgencyOf(health: SubscriptionHealth): number {
+  const s = health.subscription;
+  if (s.status === "disabled" || (s.status === "active" && s.failing_since !== null)) return 0;
+  return health.hours.some((bar) => bar.failed > 0) ? 1 : 2;
+}
+
+/** worstFirst orders the start page's cards for an incident: failing subscriptions first, then those with failed deliveries, then the rest, each group in the order given (the sort is stable). */
+export function worstFirst(health: SubscriptionHealth[]): SubscriptionHealth[] {
+  return health.toSorted((a, b) => urgencyOf(a) - urgencyOf(b));
+}
+
 /** FAILURE_REASONS is how many distinct reasons a subscription's page lists. */
 const FAILURE_REASONS = 10;
 

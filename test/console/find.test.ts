@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
+import { createApiToken } from "../../server/auth/service.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { cspViolations, launchBrowser, shoot, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
 
@@ -13,13 +15,15 @@ let ada: any;
 let twin: any;
 let account: any;
 let user: any;
+/** every line the server logs, the request log's included */
+const logLines: string[] = [];
 
 const SLOW = 60_000;
 const url = (path: string) => `${server.url}${path}`;
 const BULK = 60;
 
 beforeAll(async () => {
-  server = await startConsoleServer();
+  server = await startConsoleServer({}, createLogger("info", (line) => logLines.push(line)));
   receiver = startReceiver();
   await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, description: "CRM sync", events: ["contact.created", "contact.updated", "contact.deleted"] });
   account = (await server.api("POST", "/public/v1/accounts", { name: "Analytical Engines Ltd" })).data;
@@ -81,13 +85,59 @@ describe("one search box", () => {
     expect(await page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")))).toEqual([ada.id]);
     await page.goto(url("/console/"));
     await page.fill("#search-q", "dlv_01J00000000000000000000000");
-    const [answer] = await Promise.all([page.waitForResponse((r) => r.url().includes("/console/search")), page.click("form.search button")]);
+    // Find posts the box and is sent on to the search's address, which answers.
+    const [answer] = await Promise.all([page.waitForResponse((r) => r.url().includes("/console/search?")), page.click("form.search button")]);
     expect(answer.status()).toBe(404);
     expect(await page.textContent(".notice")).toContain("Nothing has the id dlv_01J00000000000000000000000");
     expect(await find("nobody@example.com")).toBe("/console/search?q=nobody%40example.com");
     expect(await page.textContent(".notice")).toBe("No contact has the email \u2068nobody@example.com\u2069.");
     problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("404 (Not Found)")));
     expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+describe("a secret pasted into Find", () => {
+  test("an API token or a signing secret is not searched, and stays out of the address, the tab's history and the request log", async () => {
+    const logged = logLines.length;
+    const { token } = await createApiToken(server.runtime.db, "pasted by mistake");
+    const { secret } = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}/pasted`, events: ["contact.created"] })).data;
+    const said = {
+      [token]: "This looks like an API token (crm_…): it was not searched, and it was not logged or put in the page's address. If it is a real token, revoke it (API tokens, Revoke) and create another.",
+      [secret]: "This looks like a webhook signing secret (whsec_…): it was not searched, and it was not logged or put in the page's address. If it is a real secret, rotate it (Subscriptions, Rotate, Rotate the secret).",
+    };
+    for (const pasted of [token, secret]) {
+      await page.goto(url("/console/"));
+      await page.fill("#search-q", ` Bearer ${pasted}`);
+      // By keyboard, as an operator pastes and presses Enter.
+      const [answer] = await Promise.all([page.waitForResponse((r) => r.url().includes("/console/search")), page.press("#search-q", "Enter")]);
+      expect([answer.request().method(), answer.status(), page.url()]).toEqual(["POST", 422, url("/console/search")]);
+      expect(await page.textContent(".notice-error")).toBe(said[pasted]!);
+      expect(await page.inputValue("#search-q")).toBe("");
+      expect(await page.content()).not.toContain(pasted);
+    }
+    const cdp = await page.context().newCDPSession(page);
+    const { entries } = await cdp.send("Page.getNavigationHistory");
+    await cdp.detach();
+    const visited = entries.map((entry) => decodeURIComponent(entry.url));
+    expect(visited.slice(-4)).toEqual([url("/console/"), url("/console/search"), url("/console/"), url("/console/search")]);
+    expect(visited.filter((address) => address.includes(token) || address.includes(secret))).toEqual([]);
+    // The request log has the posts, without what was posted; no line of the log has it.
+    const posts = logLines.slice(logged).map((line) => JSON.parse(line)).filter((line) => line.msg === "request" && line.method === "POST" && line.path.startsWith("/console/search"));
+    expect(posts.map((line) => [line.path, line.status])).toEqual([["/console/search", 422], ["/console/search", 422]]);
+    expect(logLines.filter((line) => line.includes(token) || line.includes(secret) || line.includes(encodeURIComponent(secret)))).toEqual([]);
+    problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("422 (Unprocessable")));
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("one in a link to the search is not searched either, and the page says where it has been", async () => {
+    const { token } = await createApiToken(server.runtime.db, "linked by mistake");
+    const answer = await page.goto(url(`/console/search?q=${token}`));
+    expect(answer!.status()).toBe(422);
+    expect(await page.textContent(".notice-error")).toBe(
+      "This looks like an API token (crm_…): it was not searched or logged, but it is in this page's address, and so in the browser's history and the log of any proxy on the way. If it is a real token, revoke it (API tokens, Revoke) and create another.",
+    );
+    expect(await page.inputValue("#search-q")).toBe("");
+    problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("422 (Unprocessable")));
   }, SLOW);
 });
 

@@ -100,10 +100,11 @@ async function expectChart(selector: string, expected: Map<string, Counts>, coun
   return chart;
 }
 
+const ATTEMPT_TIME = "How long the receiver took to answer each HTTP attempt (median and 95th percentile of the attempts), not the time from an event to its delivery";
 const latency = (ms: number) => `${Math.round(LATENCY_BOUNDS_MS.find((bound) => bound >= ms)!)} ms`;
 
 describe("health at a glance", () => {
-  test("the start page draws each subscription's deliveries per hour (24) and per day (7), stacked by status, with p50 and p95", async () => {
+  test("the start page draws each subscription's deliveries per hour (24) and per day (7), stacked by status, with the p50 and p95 of attempt time", async () => {
     await page.goto(`${server.url}/console/`);
     const hours = expectedBars(hourOf, hourOf(now) - 23 * HOUR);
     const days = expectedBars(dayOf, dayOf(now) - 6 * DAY);
@@ -111,7 +112,12 @@ describe("health at a glance", () => {
     await expectChart(`#chart-${busy.id}-7d`, days, 7);
     // The text alternative says the same numbers.
     expect([hourly.summary, hourly.alternative]).toEqual(["Deliveries per hour, last 24 hours: 10 deliveries, 1 failed.", "Deliveries per hour, last 24 hours: 10 deliveries, 1 failed."]);
-    expect(await page.locator(`article[data-subscription-id="${busy.id}"] .latency`).first().textContent()).toBe(`p50 ${latency(100)} · p95 ${latency(3000)}`);
+    // Named as what they are: an HTTP attempt's time, not an event's time to delivery.
+    expect(await page.locator(`article[data-subscription-id="${busy.id}"] .latency`).first().textContent()).toBe(`attempt time p50 ${latency(100)} · p95 ${latency(3000)}`);
+    expect(await page.locator(`article[data-subscription-id="${busy.id}"] .latency`).first().getAttribute("title")).toBe(ATTEMPT_TIME);
+    expect(await page.textContent("#health-note")).toBe(
+      "Failing subscriptions first, then those with failed deliveries in the last 24 hours, then the rest. Attempt time is how long the receiver took to answer one HTTP attempt, not how long an event took to be delivered.",
+    );
     // A subscription without deliveries gets empty charts, not an error.
     await expectChart(`#chart-${quiet.id}-24h`, new Map(), 24);
     expect(await page.locator(`article[data-subscription-id="${quiet.id}"] .latency`).first().textContent()).toBe("no attempts");
@@ -131,7 +137,7 @@ describe("health at a glance", () => {
     const lastHour = new Date(hourOf(now)).toISOString();
     expect(rows.at(-1)).toEqual([lastHour.slice(11, 16), ...Object.values(expectedBars(hourOf, hourOf(now)).get(lastHour)!).map(String)]);
     await expectChart(`#chart-${busy.id}-7d`, expectedBars(dayOf, dayOf(now) - 6 * DAY), 7);
-    expect(await page.locator(".health-card .latency").allTextContents()).toEqual([`p50 ${latency(100)} · p95 ${latency(3000)}`, `p50 ${latency(100)} · p95 ${latency(3000)}`]);
+    expect(await page.locator(".health-card .latency").allTextContents()).toEqual([`attempt time p50 ${latency(100)} · p95 ${latency(3000)}`, `attempt time p50 ${latency(100)} · p95 ${latency(3000)}`]);
     const reasons = await page.locator("#failures tbody tr").evaluateAll((rows) => rows.map((row) => [...row.querySelectorAll("td")].slice(0, 2).map((td) => td.textContent!.trim())));
     expect(reasons).toEqual([
       ["HTTP 503", "2"],
@@ -184,6 +190,31 @@ describe("health at a glance", () => {
 });
 
 describe("a subscription whose every attempt fails", () => {
+  test("the start page lists failing subscriptions first, then those with failed deliveries, then the rest, each group as before (newest first)", async () => {
+    const failing = startReceiver();
+    failing.respond(() => new Response("down", { status: 503 }));
+    const gone = startReceiver();
+    gone.respond(() => new Response("gone", { status: 410 }));
+    try {
+      const down = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: failing.url, description: "Down partner", events: ["contact.deleted"] })).data;
+      const removed = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: gone.url, description: "Gone partner", events: ["contact.deleted"] })).data;
+      // The newest, so listed first until now.
+      const fine = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}/fine`, description: "Fine partner", events: ["contact.deleted"] })).data;
+      await server.api("POST", `/public/v1/webhook-subscriptions/${down.id}/test`, {});
+      await server.api("POST", `/public/v1/webhook-subscriptions/${removed.id}/test`, {});
+      await waitFor(async () => (await server.api("GET", `/public/v1/webhook-subscriptions/${down.id}/stats`)).data.failing_since !== null, "a failed attempt", 20_000);
+      await waitFor(async () => (await server.api("GET", `/public/v1/webhook-subscriptions/${removed.id}`)).data.status === "disabled", "the 410 disabling it", 20_000);
+      await page.goto(`${server.url}/console/`);
+      const cards = await page.locator(".health-card").evaluateAll((articles) => articles.map((a) => a.getAttribute("data-subscription-id")));
+      // busy has a failed delivery in its last 24 hours, quiet has none.
+      expect(cards.filter((id) => [down.id, removed.id, fine.id, busy.id, quiet.id].includes(id))).toEqual([removed.id, down.id, busy.id, fine.id, quiet.id]);
+      for (const s of [down, removed, fine]) await server.api("DELETE", `/public/v1/webhook-subscriptions/${s.id}`);
+    } finally {
+      await failing.stop();
+      await gone.stop();
+    }
+  }, SLOW);
+
   test("the start page's card, the subscriptions row and its page say since when, and when it is disabled if that goes on", async () => {
     const failing = startReceiver();
     failing.respond(() => new Response("down", { status: 503 }));

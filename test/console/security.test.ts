@@ -78,6 +78,7 @@ function postRoutes(): string[] {
     `/console/tokens/${ids.token}/revoke`,
     "/console/users",
     `/console/users/${ids.user}/delete`,
+    "/console/search",
   ];
 }
 

@@ -11,6 +11,7 @@ import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { newId } from "../../server/shared/ids.ts";
+import type { Logger } from "../../server/shared/log.ts";
 import { insertDelivery, insertEvent, updateDeliveryAfterAttempt } from "../../server/webhooks/store.ts";
 import { testBackend } from "../support/backend.ts";
 import { findChromium, type Browser } from "../support/chromium.ts";
@@ -66,11 +67,11 @@ export interface ConsoleServer extends RunningServer {
   close(): Promise<void>;
 }
 
-/** startConsoleServer runs the real server on 127.0.0.1 (free port) with fast webhook retries. */
-export async function startConsoleServer(overrides: Partial<Config> = {}): Promise<ConsoleServer> {
+/** startConsoleServer runs the real server on 127.0.0.1 (free port) with fast webhook retries; with `log`, its lines go there (a test reading the request log). */
+export async function startConsoleServer(overrides: Partial<Config> = {}, log?: Logger): Promise<ConsoleServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "crm-console-"));
   const backend = await testBackend(dataDir);
-  const running = await startServer({ ...DEFAULT_CONFIG, ...FAST_WEBHOOKS, host: "127.0.0.1", port: 0, dataDir, logLevel: "error", ...backend.config, ...overrides });
+  const running = await startServer({ ...DEFAULT_CONFIG, ...FAST_WEBHOOKS, host: "127.0.0.1", port: 0, dataDir, logLevel: "error", ...backend.config, ...overrides }, log);
   const { token } = await createApiToken(running.runtime.db, "console-test");
   return {
     ...running,
