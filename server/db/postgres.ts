@@ -162,8 +162,9 @@ interface Runner {
 export class DatabaseNotAnswering extends Error {
   override readonly name = "DatabaseNotAnswering";
 
-  constructor(timeoutMs: number) {
-    super(`PostgreSQL did not answer within ${timeoutMs / 1000} s`);
+  /** statement names what went unanswered (LISTEN), when it is not a request's statement. */
+  constructor(timeoutMs: number, statement?: string) {
+    super(`PostgreSQL did not answer ${statement ? `${statement} ` : ""}within ${timeoutMs / 1000} s`);
   }
 }
 
@@ -582,11 +583,26 @@ export class PostgresDatabase extends PostgresDb implements Database {
     };
   }
 
+  /**
+   * subscribe sends a registration's LISTEN on the listening connection. Bun's client gives it no
+   * deadline: on a connection that stopped passing anything just then (a path dropping packets),
+   * it would wait until TCP gives up, many minutes, and resubscribe and the listener check with
+   * it. Unanswered within the answer timeout, the connection is closed (which fails the LISTEN)
+   * and DatabaseNotAnswering thrown: resubscribe, or the listener check after a first subscribe,
+   * tries again on a new one.
+   */
   private async subscribe(registration: Registration): Promise<void> {
-    registration.subscription = await this.listenerClient().listen(registration.channel, (payload) => {
+    const client = this.listenerClient();
+    const subscribing = client.listen(registration.channel, (payload) => {
       if (!payload.startsWith(LISTENER_CHECK_PREFIX)) registration.onNotify(payload);
       else if (payload === this.checkPayload) this.checkArrived?.();
     });
+    if (!(await settlesWithin(subscribing, this.answerTimeoutMs))) {
+      subscribing.catch(() => {});
+      if (client === this.listener) this.dropListener();
+      throw new DatabaseNotAnswering(this.answerTimeoutMs, "LISTEN");
+    }
+    registration.subscription = await subscribing;
   }
 
   /** listenerClient is the client the channels are subscribed on, made when there is none. */

@@ -44,6 +44,8 @@ interface Relay {
   forget(port: number): void;
   /** forgetIdle forgets every connection nothing passed through for `ms`, as a firewall's idle timeout does. */
   forgetIdle(ms: number): void;
+  /** stallOn makes each connection that sends `text` (a statement) pass nothing more from then on, either way, as a path that stops forwarding just then; null ends it for connections sending it later. */
+  stallOn(text: string | null): void;
   stop(): void;
 }
 
@@ -57,6 +59,7 @@ function startRelay(targetPort: number): Relay {
   // What freeze holds, in order (null while not frozen), and the links that were open when it came.
   let held: (() => void)[] | null = null;
   let partitioned: Link[] = [];
+  let stallText: string | null = null;
   const pass = (link: Link, action: () => void) => {
     if (link.lost) return;
     link.lastPassed = performance.now();
@@ -94,6 +97,7 @@ function startRelay(targetPort: number): Relay {
     },
     data(client: Socket<RelayEnd>, chunk: Uint8Array) {
       if (!client.data.forwards) return;
+      if (stallText !== null && Buffer.from(chunk).includes(stallText)) client.data.link.lost = true;
       const copy = new Uint8Array(chunk);
       pass(client.data.link, () => {
         if (client.data.peer) client.data.peer.write(copy);
@@ -146,6 +150,9 @@ function startRelay(targetPort: number): Relay {
     forgetIdle(ms) {
       const before = performance.now() - ms;
       for (const socket of open) if (socket.data.link.lastPassed <= before) socket.data.link.lost = true;
+    },
+    stallOn(text) {
+      stallText = text;
     },
     stop() {
       listener?.stop(true);
@@ -502,6 +509,23 @@ describe("an instance cut off from PostgreSQL (a network partition)", () => {
     expect(await listeners()).toEqual([again!]);
     // `serve` prints its address first, as the README says; every line after it is a JSON object.
     expect(server.output().split("\n").filter((line) => line !== "" && !line.startsWith("{") && !line.startsWith("listening on "))).toEqual([]);
+  }, 60_000);
+
+  test("a LISTEN the server never answers (the path stops forwarding as a lost listening connection is replaced) is given up after the answer timeout, logged, and sent again on a new connection", async () => {
+    const { relay, server } = await serveThroughRelay("postgres", ANSWER_TIMEOUT);
+    const listeners = async (): Promise<number[]> =>
+      (await admin`SELECT pid FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm' AND query LIKE 'LISTEN%' ORDER BY pid`).map((row: { pid: number }) => row.pid);
+    await waitUntil(async () => (await listeners()).length === 1, "the instance to listen", server.proc);
+    const [first] = await listeners();
+    // The server ends the listening connection (a restart of it); the LISTEN on its replacement never arrives.
+    relay.stallOn("LISTEN");
+    await admin`SELECT pg_terminate_backend(${first!})`;
+    const unanswered = () =>
+      server.logLines().filter((line) => line.msg === "webhook delivery loop: cannot listen for other instances; polling until it listens again" && line.error === "DatabaseNotAnswering: PostgreSQL did not answer LISTEN within 2 s");
+    await waitUntil(() => unanswered().length > 0, "the unanswered LISTEN to be given up", server.proc);
+    relay.stallOn(null);
+    await waitUntil(async () => (await listeners()).some((pid) => pid !== first), "a new listening connection", server.proc);
+    expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
   }, 60_000);
 
   test("a write waiting for the write lock is not cut off while the server answers (another instance holds the lock for three times the answer timeout), and is 503 once the server stops answering", async () => {
