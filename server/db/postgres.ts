@@ -96,6 +96,47 @@ const LOCK_HOLDERS = `SELECT l.pid, c.relname AS "table", l.mode, a.usename AS r
  ORDER BY a.xact_start, l.pid, c.relname
  LIMIT 10`;
 
+/**
+ * BLOCKING_SESSIONS lists the sessions a waiting backend ($1) waits for (pg_blocking_pids): those
+ * holding a row it needs (psql's SELECT ... FOR UPDATE, a transaction that changed the row and
+ * stays open), which hold no lock LOCK_HOLDERS lists, or a table lock. Their statement's first 100
+ * characters are given, though they may hold personal data (LOCK_HOLDERS leaves them out): for a
+ * row nothing else tells which one, and the statement is the one such a session ran last, as it
+ * stays open doing nothing.
+ */
+const BLOCKING_SESSIONS = `SELECT a.pid, a.usename AS role, a.application_name AS application, host(a.client_addr) AS client, a.state,
+       a.query_start, CAST(extract(epoch FROM now() - a.xact_start) AS integer) AS transaction_seconds, left(a.query, 100) AS query
+  FROM pg_stat_activity a
+ WHERE a.pid = ANY (pg_blocking_pids(?))
+ ORDER BY a.xact_start, a.pid
+ LIMIT 10`;
+
+/**
+ * SpacedLine spaces the lines of one kind to one per LOCK_LOG_INTERVAL_MS while what they say goes
+ * on, counting the occurrences left unlogged in between.
+ */
+class SpacedLine {
+  private at = -Infinity;
+  private unlogged = 0;
+
+  /** due tells whether an occurrence now would be logged. */
+  due(now: number): boolean {
+    return now - this.at >= LOCK_LOG_INTERVAL_MS;
+  }
+
+  /** occurred counts an occurrence at `now`; when it is to be logged, it returns how many were left unlogged since the last line (null before the first), otherwise undefined. */
+  occurred(now: number): number | null | undefined {
+    if (!this.due(now)) {
+      this.unlogged += 1;
+      return undefined;
+    }
+    const unlogged = this.at === -Infinity ? null : this.unlogged;
+    this.at = now;
+    this.unlogged = 0;
+    return unlogged;
+  }
+}
+
 type Row = Record<string, unknown>;
 
 const rewrites = new Map<string, string>();
@@ -374,8 +415,12 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private readonly bookkeeping = new PostgresDb({ unsafe: (text, params) => this.onThePool(text, params) }, () => {});
   /** until when (performance.now()) write transactions wait BUSY_LOCK_TIMEOUT_MS for a lock, after a lock timeout */
   private busyUntil = -Infinity;
-  /** where lock timeouts are logged (logLocksTo), when they were last, and how many since */
-  private readonly lockLog: { log: Logger | null; at: number; unlogged: number } = { log: null, at: -Infinity, unlogged: 0 };
+  /** where lock timeouts are logged (logLocksTo) */
+  private lockLog: Logger | null = null;
+  /** the lines of writes' lock timeouts (lockTimedOut) */
+  private readonly lockLine = new SpacedLine();
+  /** the sessions a write's statement waits for, read while it waited (blockersWatched) for lockTimedOut's line */
+  private blocking: Promise<Row> | null = null;
 
   /**
    * options include the pool's size (max); a statement the server leaves without any answer for
@@ -408,36 +453,60 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /**
    * lockTimedOut has write transactions wait BUSY_LOCK_TIMEOUT_MS for locks for the answer timeout, and
-   * logs the sessions holding locks on the service's tables, at most once a minute.
+   * logs the sessions holding locks on the service's tables, and those the write waited for
+   * (blockersWatched), at most once a minute.
    */
   private lockTimedOut(): void {
     const now = performance.now();
     this.busyUntil = now + this.answerTimeoutMs;
-    const { lockLog } = this;
-    if (!lockLog.log) return;
-    if (now - lockLog.at < LOCK_LOG_INTERVAL_MS) {
-      lockLog.unlogged += 1;
-      return;
-    }
-    const unlogged = lockLog.at === -Infinity ? null : lockLog.unlogged;
-    lockLog.at = now;
-    lockLog.unlogged = 0;
-    const log = lockLog.log;
-    void this.all<Row>(LOCK_HOLDERS).then(
-      (holders) => ({ holders }),
-      (error: unknown) => ({ holders_unknown: String(error) }),
-    ).then((found) =>
+    const blocking = this.blocking;
+    this.blocking = null;
+    const log = this.lockLog;
+    const unlogged = log ? this.lockLine.occurred(now) : undefined;
+    if (!log || unlogged === undefined) return;
+    void Promise.all([this.lockHolders(), blocking]).then(([found, blockers]) =>
       log.warn("a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held", {
         lock_timeout_ms: this.answerTimeoutMs,
         ...found,
+        ...blockers,
         ...(unlogged === null ? {} : { lock_timeouts_since_last_line: unlogged }),
       }),
     );
   }
 
+  /** lockHolders reads LOCK_HOLDERS for a line: `holders`, or `holders_unknown` saying why not. */
+  private lockHolders(): Promise<Row> {
+    return this.all<Row>(LOCK_HOLDERS).then(
+      (holders) => ({ holders }),
+      (error: unknown) => ({ holders_unknown: String(error) }),
+    );
+  }
+
+  /**
+   * blockersWatched passes a statement of a write transaction on backend `backend` through. Should
+   * it still wait at half its lock timeout while a lock line is due, the sessions it waits for are
+   * read then (BLOCKING_SESSIONS) for lockTimedOut's line: once the lock timeout ended the wait,
+   * pg_blocking_pids no longer tells who caused it, and a row lock's holder is in no other view.
+   */
+  private blockersWatched<T>(backend: number, lockTimeoutMs: number, statement: Promise<T>): Promise<T> {
+    if (!this.lockLog || !this.lockLine.due(performance.now())) return statement;
+    let read: Promise<Row> | null = null;
+    const timer = setTimeout(() => {
+      read = this.blocking = this.all<Row>(BLOCKING_SESSIONS, [backend]).then(
+        (sessions) => ({ blocking_sessions: sessions }),
+        (error: unknown) => ({ blocking_sessions_unknown: String(error) }),
+      );
+    }, lockTimeoutMs / 2);
+    return statement.finally(() => {
+      clearTimeout(timer);
+      // A statement given up for its lock timeout had it taken by lockTimedOut already.
+      if (this.blocking === read) this.blocking = null;
+    });
+  }
+
   /** logLocksTo has lock timeouts logged to `log` (lockTimedOut): a serving instance's log; a command's are errors of their own. */
   logLocksTo(log: Logger): void {
-    this.lockLog.log = log;
+    this.lockLog = log;
   }
 
   /** lockTimeoutMs is the lock_timeout for the statements of a write transaction begun now: BUSY_LOCK_TIMEOUT_MS after a lock timeout, the answer timeout otherwise. */
@@ -475,16 +544,22 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return this.transaction("isolation level read committed", async (tx) => {
       // The write lock is waited for as long as the other instances' groups hold it (lock_timeout
       // 0; the watch still gives up on a silent server); the writes' own locks as lockTimeoutMs says.
-      await tx.unsafe(`SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${WRITE_LOCK}); SET LOCAL lock_timeout = ${this.lockTimeoutMs()}`);
+      const lockTimeoutMs = this.lockTimeoutMs();
+      // A statement per result: the lock's holds the backend's pid, which blockersWatched asks about.
+      const results = (await tx.unsafe(
+        `SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${WRITE_LOCK}), pg_backend_pid() AS backend; SET LOCAL lock_timeout = ${lockTimeoutMs}`,
+      )) as unknown as Row[][];
+      const backend = Number(results[1]![0]!.backend);
+      const watched: Runner = { unsafe: (text, params) => this.blockersWatched(backend, lockTimeoutMs, tx.unsafe(text, params)) };
       const batch = take();
       // A write alone needs no savepoint: should it fail, its transaction is rolled back.
-      if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(new PostgresDb(tx, () => (changed = true))) }], changed };
+      if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(new PostgresDb(watched, () => (changed = true))) }], changed };
       // Each statement is a round trip (Bun's client does not pipeline), so a savepoint's release
       // travels with the next one's opening (the COMMIT releases the last), and a failed statement
       // is noted here: a work that caught one and returned left the transaction aborted.
       let failedStatement: { error: unknown } | null = null;
       const writeDb = new PostgresDb(
-        { unsafe: (text, params) => tx.unsafe(text, params).catch((error: unknown) => Promise.reject((failedStatement = { error }).error)) },
+        { unsafe: (text, params) => watched.unsafe(text, params).catch((error: unknown) => Promise.reject((failedStatement = { error }).error)) },
         () => (changed = true),
       );
       let changedBefore = false;
