@@ -43,9 +43,9 @@ const SERVER_KEEPALIVES = { tcp_keepalives_idle: 60, tcp_keepalives_interval: 10
 /**
  * SESSION_SETTINGS are the settings the service's SQL relies on, asked for by every session
  * whatever an operator made the database's or role's defaults:
- * - READ COMMITTED: a statement outside a write (a token's last use, an Idempotency-Key's
- *   reservation) waits on a row another instance changes, and under REPEATABLE READ it would then
- *   fail (40001) instead of going on with the committed row;
+ * - READ COMMITTED: a statement outside a write (an Idempotency-Key's reservation) waits on a
+ *   row another instance changes, and under REPEATABLE READ it would then fail (40001) instead
+ *   of going on with the committed row;
  * - bytea in hex: Bun's client cannot read the `escape` format, and token hashes are bytea;
  * - standard strings: a backslash in a literal (the name search's `ESCAPE '\'`) is itself.
  * openPostgres adds search_path, which it reads from the database: --database-schema alone, then
@@ -76,8 +76,15 @@ export const LOCK_TIMEOUT_STATE = "55P03";
  */
 const BUSY_LOCK_TIMEOUT_MS = 50;
 
-/** LOCK_LOG_INTERVAL_MS spaces the lines that name the sessions holding a lock requests were refused for. */
+/** LOCK_LOG_INTERVAL_MS spaces the lines that name the sessions holding a lock requests were refused for, or bookkeeping was skipped for. */
 const LOCK_LOG_INTERVAL_MS = 60_000;
+
+/**
+ * BOOKKEEPING_LOCK_TIMEOUT_MS is the lock_timeout of bookkeeping (writeBookkeeping): the request
+ * that records its token's last use or its console session's visit waits no longer for a table
+ * lock another session holds (an ALTER TABLE, a LOCK TABLE), and the record is left for a later use.
+ */
+const BOOKKEEPING_LOCK_TIMEOUT_MS = 50;
 
 /**
  * LOCK_HOLDERS lists the sessions other than this one holding a lock on a relation of the
@@ -220,6 +227,11 @@ export const READ_ONLY_HINT = "the server or the role is read-only (a standby, o
 export function readOnlyWriteRefusal(error: unknown): unknown {
   if ((error as { errno?: unknown } | null)?.errno !== "25006") return error;
   return new ConfigError(`cannot write to the PostgreSQL database (--database-url, CRM_DATABASE_URL): ${(error as Error).message}; ${READ_ONLY_HINT}`, { cause: error });
+}
+
+/** metLockTimeout tells whether PostgreSQL gave a statement up for its lock_timeout. */
+function metLockTimeout(error: unknown): boolean {
+  return (error as { errno?: unknown } | null)?.errno === LOCK_TIMEOUT_STATE;
 }
 
 /** answeredByServer tells whether an error is one PostgreSQL sent (it carries a SQLSTATE), not one of the client's own. */
@@ -411,14 +423,13 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private closed = false;
   private readonly watch: AnswerWatch;
   private slowReads: SlowReads | null = null;
-  /** the pool's statements as writeBookkeeping runs them: changes that wake nobody */
-  private readonly bookkeeping = new PostgresDb({ unsafe: (text, params) => this.onThePool(text, params) }, () => {});
   /** until when (performance.now()) write transactions wait BUSY_LOCK_TIMEOUT_MS for a lock, after a lock timeout */
   private busyUntil = -Infinity;
   /** where lock timeouts are logged (logLocksTo) */
   private lockLog: Logger | null = null;
-  /** the lines of writes' lock timeouts (lockTimedOut) */
+  /** the lines of writes' lock timeouts (lockTimedOut) and of skipped bookkeeping (bookkeepingSkipped) */
   private readonly lockLine = new SpacedLine();
+  private readonly bookkeepingLine = new SpacedLine();
   /** the sessions a write's statement waits for, read while it waited (blockersWatched) for lockTimedOut's line */
   private blocking: Promise<Row> | null = null;
 
@@ -446,7 +457,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
   /** lockWaitNoted passes a statement's outcome through, noting a lock timeout (lockTimedOut). */
   private lockWaitNoted<T>(statement: Promise<T>): Promise<T> {
     return statement.catch((error: unknown) => {
-      if ((error as { errno?: unknown } | null)?.errno === LOCK_TIMEOUT_STATE) this.lockTimedOut();
+      if (metLockTimeout(error)) this.lockTimedOut();
       throw error;
     });
   }
@@ -504,7 +515,21 @@ export class PostgresDatabase extends PostgresDb implements Database {
     });
   }
 
-  /** logLocksTo has lock timeouts logged to `log` (lockTimedOut): a serving instance's log; a command's are errors of their own. */
+  /** bookkeepingSkipped logs, at most once a minute, that bookkeeping was given up for a table lock (writeBookkeeping), naming the sessions holding one. */
+  private bookkeepingSkipped(): void {
+    const log = this.lockLog;
+    const unlogged = log ? this.bookkeepingLine.occurred(performance.now()) : undefined;
+    if (!log || unlogged === undefined) return;
+    void this.lockHolders().then((found) =>
+      log.warn("a lock another PostgreSQL session holds kept a token's last use or a console session's visit from being recorded (bookkeeping, given up after lock_timeout_ms): it is recorded at a later use", {
+        lock_timeout_ms: BOOKKEEPING_LOCK_TIMEOUT_MS,
+        ...found,
+        ...(unlogged === null ? {} : { skipped_since_last_line: unlogged }),
+      }),
+    );
+  }
+
+  /** logLocksTo has lock timeouts and skipped bookkeeping logged to `log` (lockTimedOut, bookkeepingSkipped): a serving instance's log; a command's are errors of their own. */
   logLocksTo(log: Logger): void {
     this.lockLog = log;
   }
@@ -521,9 +546,10 @@ export class PostgresDatabase extends PostgresDb implements Database {
     void replaced.close({ timeout: 0 });
   }
 
-  /** transaction runs `work` in one transaction of `mode`, its statements timed by the watch. */
-  private transaction<T>(mode: string, work: (tx: Runner) => Promise<T>): Promise<T> {
-    return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => this.lockWaitNoted(roundTrip(tx.unsafe(text, params))) }))) as Promise<T>;
+  /** transaction runs `work` in one transaction of `mode`, its statements timed by the watch and, unless `noteLockTimeouts` is false, their lock timeouts noted (lockWaitNoted). */
+  private transaction<T>(mode: string, work: (tx: Runner) => Promise<T>, noteLockTimeouts = true): Promise<T> {
+    const noted = noteLockTimeouts ? <R>(statement: Promise<R>) => this.lockWaitNoted(statement) : <R>(statement: Promise<R>) => statement;
+    return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => noted(roundTrip(tx.unsafe(text, params))) }))) as Promise<T>;
   }
 
   /**
@@ -586,13 +612,29 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   /**
-   * writeBookkeeping runs each statement of `work` on the pool on its own, without WRITE_LOCK (no
-   * other write reads what it writes) or a transaction around them: one round trip each, holding
-   * its row no longer than the statement, which skips a row held elsewhere (unlessHeld) rather
-   * than wait for it. It wakes nobody: it makes no deliveries.
+   * writeBookkeeping runs `work` in a transaction of its own, without WRITE_LOCK (no other write
+   * reads what it writes). It skips a row held elsewhere (unlessHeld) rather than wait for it, and
+   * waits for a table lock another session holds (an ALTER TABLE, a LOCK TABLE) no longer than
+   * BOOKKEEPING_LOCK_TIMEOUT_MS, set in the transaction (the BEGIN, the SET LOCAL and the COMMIT
+   * are three round trips more, once a minute per token or session): `work` is then skipped, left
+   * for a later use, and logged at most once a minute (bookkeepingSkipped), not as a lock timeout
+   * of the writes, which would have them wait only 50 ms for a while. It wakes nobody: it makes
+   * no deliveries.
    */
-  writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T> {
-    return work(this.bookkeeping);
+  async writeBookkeeping(work: (tx: Db) => Promise<void>): Promise<void> {
+    try {
+      await this.transaction(
+        "isolation level read committed",
+        async (tx) => {
+          await tx.unsafe(`SET LOCAL lock_timeout = ${BOOKKEEPING_LOCK_TIMEOUT_MS}`);
+          await work(new PostgresDb(tx, () => {}));
+        },
+        false,
+      );
+    } catch (error) {
+      if (!metLockTimeout(error)) throw error;
+      this.bookkeepingSkipped();
+    }
   }
 
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */

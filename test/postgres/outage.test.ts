@@ -795,6 +795,43 @@ describe("database refusing work", () => {
     }
   }, 60_000);
 
+  test("a token whose last use is due while another session holds the tokens table locked (LOCK TABLE api_tokens IN EXCLUSIVE MODE, which lets reads through) is served without waiting for the lock: its last use is left for a later one, and one warn line a minute names the session holding it", async () => {
+    const fresh = [1, 2].map((i) => runCli([...SOURCE, "token", "create", "--name", `bookkeeping ${i}`], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_SECRETS_KEY_FILE: keyFile } }).stdout.trim());
+    const { server } = await serveThroughRelay("postgres", { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2" });
+    const locker = new SQL({ url: database.url, max: 1 });
+    try {
+      const { statuses, holder } = await locker.begin(async (tx) => {
+        const [{ pid }] = await tx.unsafe("SELECT pg_backend_pid() AS pid");
+        await tx.unsafe("LOCK TABLE api_tokens IN EXCLUSIVE MODE");
+        const statuses: (number | string)[] = [];
+        for (const bearer of fresh) {
+          const response = await fetch(`${server.url}/public/v1/contacts?per_page=1`, { headers: { authorization: `Bearer ${bearer}` }, signal: AbortSignal.timeout(10_000) }).catch(
+            (error: unknown) => ({ status: `no answer (${(error as Error).name})` }),
+          );
+          statuses.push(response.status);
+        }
+        return { statuses, holder: pid as number };
+      });
+      expect(statuses).toEqual([200, 200]);
+      expect(await admin`SELECT name, last_used_at FROM api_tokens WHERE name LIKE 'bookkeeping %' ORDER BY name`).toEqual([
+        { name: "bookkeeping 1", last_used_at: null },
+        { name: "bookkeeping 2", last_used_at: null },
+      ]);
+      const warnLines = () => server.logLines().filter((line) => line.level !== "info");
+      await waitUntil(() => warnLines().length > 0, "the skipped bookkeeping logged", server.proc);
+      expect(warnLines().map((line) => ({ level: line.level, msg: line.msg, lock_timeout_ms: line.lock_timeout_ms, holders: line.holders.map((h: { pid: number; table: string; mode: string }) => `${h.pid} ${h.table} ${h.mode}`) }))).toEqual([
+        {
+          level: "warn",
+          msg: "a lock another PostgreSQL session holds kept a token's last use or a console session's visit from being recorded (bookkeeping, given up after lock_timeout_ms): it is recorded at a later use",
+          lock_timeout_ms: 50,
+          holders: [`${holder} api_tokens ExclusiveLock`],
+        },
+      ]);
+    } finally {
+      await locker.close();
+    }
+  }, 60_000);
+
   test("a role out of connections (its CONNECTION LIMIT reached) answers 503 until one is free", async () => {
     const role = "outage_app";
     await createRole(role);
