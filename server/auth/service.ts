@@ -185,8 +185,9 @@ export async function authenticateBearer(db: Database, presented: string, unreco
     makeRoom(lastTouched, MAX_TRACKED_KEYS, (touchedAt) => now - touchedAt >= LAST_USED_RESOLUTION_MS);
     lastTouched.set(token.id, now);
     const touched = token.id;
-    // Bookkeeping: on PostgreSQL it takes no write lock and skips a row held elsewhere, so a read
-    // never waits behind another instance's writes or an open transaction for its token's last use
+    // Bookkeeping: on PostgreSQL it takes no write lock, skips a row held elsewhere and gives up
+    // after 50 ms on a table lock held elsewhere, so a read never waits behind another instance's
+    // writes, an open transaction or an ALTER TABLE for its token's last use
     // (SQLite commits it in the next group, or gives up while another process holds the write
     // lock). Nor is a use that cannot be recorded a reason to refuse the request: a database
     // turned read-only (a failover to a standby) still serves reads. The next use a minute later

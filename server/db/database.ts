@@ -335,7 +335,7 @@ export class SqliteDatabase implements Database {
    * process writes take their turns, and while another process holds the write lock it is refused
    * with SQLite's busy error (beginGroup), where other writes wait for up to lockWaitMs.
    */
-  writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T> {
+  writeBookkeeping(work: (tx: Db) => Promise<void>): Promise<void> {
     if (this.replaced) return Promise.reject(this.replaced);
     return this.groups.submit(work, true);
   }

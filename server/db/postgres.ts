@@ -43,9 +43,9 @@ const SERVER_KEEPALIVES = { tcp_keepalives_idle: 60, tcp_keepalives_interval: 10
 /**
  * SESSION_SETTINGS are the settings the service's SQL relies on, asked for by every session
  * whatever an operator made the database's or role's defaults:
- * - READ COMMITTED: a statement outside a write (a token's last use, an Idempotency-Key's
- *   reservation) waits on a row another instance changes, and under REPEATABLE READ it would then
- *   fail (40001) instead of going on with the committed row;
+ * - READ COMMITTED: a statement outside a write (an Idempotency-Key's reservation) waits on a
+ *   row another instance changes, and under REPEATABLE READ it would then fail (40001) instead
+ *   of going on with the committed row;
  * - bytea in hex: Bun's client cannot read the `escape` format, and token hashes are bytea;
  * - standard strings: a backslash in a literal (the name search's `ESCAPE '\'`) is itself.
  * openPostgres adds search_path, which it reads from the database: --database-schema alone, then
@@ -76,8 +76,15 @@ export const LOCK_TIMEOUT_STATE = "55P03";
  */
 const BUSY_LOCK_TIMEOUT_MS = 50;
 
-/** LOCK_LOG_INTERVAL_MS spaces the lines that name the sessions holding a lock requests were refused for. */
+/** LOCK_LOG_INTERVAL_MS spaces the lines that name the sessions holding a lock requests were refused for, or bookkeeping was skipped for. */
 const LOCK_LOG_INTERVAL_MS = 60_000;
+
+/**
+ * BOOKKEEPING_LOCK_TIMEOUT_MS is the lock_timeout of bookkeeping (writeBookkeeping): the request
+ * that records its token's last use or its console session's visit waits no longer for a table
+ * lock another session holds (an ALTER TABLE, a LOCK TABLE), and the record is left for a later use.
+ */
+const BOOKKEEPING_LOCK_TIMEOUT_MS = 50;
 
 /**
  * LOCK_HOLDERS lists the sessions other than this one holding a lock on a relation of the
@@ -95,6 +102,47 @@ const LOCK_HOLDERS = `SELECT l.pid, c.relname AS "table", l.mode, a.usename AS r
    AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
  ORDER BY a.xact_start, l.pid, c.relname
  LIMIT 10`;
+
+/**
+ * BLOCKING_SESSIONS lists the sessions a waiting backend ($1) waits for (pg_blocking_pids): those
+ * holding a row it needs (psql's SELECT ... FOR UPDATE, a transaction that changed the row and
+ * stays open), which hold no lock LOCK_HOLDERS lists, or a table lock. Their statement's first 100
+ * characters are given, though they may hold personal data (LOCK_HOLDERS leaves them out): for a
+ * row nothing else tells which one, and the statement is the one such a session ran last, as it
+ * stays open doing nothing.
+ */
+const BLOCKING_SESSIONS = `SELECT a.pid, a.usename AS role, a.application_name AS application, host(a.client_addr) AS client, a.state,
+       a.query_start, CAST(extract(epoch FROM now() - a.xact_start) AS integer) AS transaction_seconds, left(a.query, 100) AS query
+  FROM pg_stat_activity a
+ WHERE a.pid = ANY (pg_blocking_pids(?))
+ ORDER BY a.xact_start, a.pid
+ LIMIT 10`;
+
+/**
+ * SpacedLine spaces the lines of one kind to one per LOCK_LOG_INTERVAL_MS while what they say goes
+ * on, counting the occurrences left unlogged in between.
+ */
+class SpacedLine {
+  private at = -Infinity;
+  private unlogged = 0;
+
+  /** due tells whether an occurrence now would be logged. */
+  due(now: number): boolean {
+    return now - this.at >= LOCK_LOG_INTERVAL_MS;
+  }
+
+  /** occurred counts an occurrence at `now`; when it is to be logged, it returns how many were left unlogged since the last line (null before the first), otherwise undefined. */
+  occurred(now: number): number | null | undefined {
+    if (!this.due(now)) {
+      this.unlogged += 1;
+      return undefined;
+    }
+    const unlogged = this.at === -Infinity ? null : this.unlogged;
+    this.at = now;
+    this.unlogged = 0;
+    return unlogged;
+  }
+}
 
 type Row = Record<string, unknown>;
 
@@ -162,8 +210,9 @@ interface Runner {
 export class DatabaseNotAnswering extends Error {
   override readonly name = "DatabaseNotAnswering";
 
-  constructor(timeoutMs: number) {
-    super(`PostgreSQL did not answer within ${timeoutMs / 1000} s`);
+  /** statement names what went unanswered (LISTEN), when it is not a request's statement. */
+  constructor(timeoutMs: number, statement?: string) {
+    super(`PostgreSQL did not answer ${statement ? `${statement} ` : ""}within ${timeoutMs / 1000} s`);
   }
 }
 
@@ -178,6 +227,11 @@ export const READ_ONLY_HINT = "the server or the role is read-only (a standby, o
 export function readOnlyWriteRefusal(error: unknown): unknown {
   if ((error as { errno?: unknown } | null)?.errno !== "25006") return error;
   return new ConfigError(`cannot write to the PostgreSQL database (--database-url, CRM_DATABASE_URL): ${(error as Error).message}; ${READ_ONLY_HINT}`, { cause: error });
+}
+
+/** metLockTimeout tells whether PostgreSQL gave a statement up for its lock_timeout. */
+function metLockTimeout(error: unknown): boolean {
+  return (error as { errno?: unknown } | null)?.errno === LOCK_TIMEOUT_STATE;
 }
 
 /** answeredByServer tells whether an error is one PostgreSQL sent (it carries a SQLSTATE), not one of the client's own. */
@@ -369,12 +423,15 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private closed = false;
   private readonly watch: AnswerWatch;
   private slowReads: SlowReads | null = null;
-  /** the pool's statements as writeBookkeeping runs them: changes that wake nobody */
-  private readonly bookkeeping = new PostgresDb({ unsafe: (text, params) => this.onThePool(text, params) }, () => {});
   /** until when (performance.now()) write transactions wait BUSY_LOCK_TIMEOUT_MS for a lock, after a lock timeout */
   private busyUntil = -Infinity;
-  /** where lock timeouts are logged (logLocksTo), when they were last, and how many since */
-  private readonly lockLog: { log: Logger | null; at: number; unlogged: number } = { log: null, at: -Infinity, unlogged: 0 };
+  /** where lock timeouts are logged (logLocksTo) */
+  private lockLog: Logger | null = null;
+  /** the lines of writes' lock timeouts (lockTimedOut) and of skipped bookkeeping (bookkeepingSkipped) */
+  private readonly lockLine = new SpacedLine();
+  private readonly bookkeepingLine = new SpacedLine();
+  /** the sessions a write's statement waits for, read while it waited (blockersWatched) for lockTimedOut's line */
+  private blocking: Promise<Row> | null = null;
 
   /**
    * options include the pool's size (max); a statement the server leaves without any answer for
@@ -400,43 +457,81 @@ export class PostgresDatabase extends PostgresDb implements Database {
   /** lockWaitNoted passes a statement's outcome through, noting a lock timeout (lockTimedOut). */
   private lockWaitNoted<T>(statement: Promise<T>): Promise<T> {
     return statement.catch((error: unknown) => {
-      if ((error as { errno?: unknown } | null)?.errno === LOCK_TIMEOUT_STATE) this.lockTimedOut();
+      if (metLockTimeout(error)) this.lockTimedOut();
       throw error;
     });
   }
 
   /**
    * lockTimedOut has write transactions wait BUSY_LOCK_TIMEOUT_MS for locks for the answer timeout, and
-   * logs the sessions holding locks on the service's tables, at most once a minute.
+   * logs the sessions holding locks on the service's tables, and those the write waited for
+   * (blockersWatched), at most once a minute.
    */
   private lockTimedOut(): void {
     const now = performance.now();
     this.busyUntil = now + this.answerTimeoutMs;
-    const { lockLog } = this;
-    if (!lockLog.log) return;
-    if (now - lockLog.at < LOCK_LOG_INTERVAL_MS) {
-      lockLog.unlogged += 1;
-      return;
-    }
-    const unlogged = lockLog.at === -Infinity ? null : lockLog.unlogged;
-    lockLog.at = now;
-    lockLog.unlogged = 0;
-    const log = lockLog.log;
-    void this.all<Row>(LOCK_HOLDERS).then(
-      (holders) => ({ holders }),
-      (error: unknown) => ({ holders_unknown: String(error) }),
-    ).then((found) =>
+    const blocking = this.blocking;
+    this.blocking = null;
+    const log = this.lockLog;
+    const unlogged = log ? this.lockLine.occurred(now) : undefined;
+    if (!log || unlogged === undefined) return;
+    void Promise.all([this.lockHolders(), blocking]).then(([found, blockers]) =>
       log.warn("a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held", {
         lock_timeout_ms: this.answerTimeoutMs,
         ...found,
+        ...blockers,
         ...(unlogged === null ? {} : { lock_timeouts_since_last_line: unlogged }),
       }),
     );
   }
 
-  /** logLocksTo has lock timeouts logged to `log` (lockTimedOut): a serving instance's log; a command's are errors of their own. */
+  /** lockHolders reads LOCK_HOLDERS for a line: `holders`, or `holders_unknown` saying why not. */
+  private lockHolders(): Promise<Row> {
+    return this.all<Row>(LOCK_HOLDERS).then(
+      (holders) => ({ holders }),
+      (error: unknown) => ({ holders_unknown: String(error) }),
+    );
+  }
+
+  /**
+   * blockersWatched passes a statement of a write transaction on backend `backend` through. Should
+   * it still wait at half its lock timeout while a lock line is due, the sessions it waits for are
+   * read then (BLOCKING_SESSIONS) for lockTimedOut's line: once the lock timeout ended the wait,
+   * pg_blocking_pids no longer tells who caused it, and a row lock's holder is in no other view.
+   */
+  private blockersWatched<T>(backend: number, lockTimeoutMs: number, statement: Promise<T>): Promise<T> {
+    if (!this.lockLog || !this.lockLine.due(performance.now())) return statement;
+    let read: Promise<Row> | null = null;
+    const timer = setTimeout(() => {
+      read = this.blocking = this.all<Row>(BLOCKING_SESSIONS, [backend]).then(
+        (sessions) => ({ blocking_sessions: sessions }),
+        (error: unknown) => ({ blocking_sessions_unknown: String(error) }),
+      );
+    }, lockTimeoutMs / 2);
+    return statement.finally(() => {
+      clearTimeout(timer);
+      // A statement given up for its lock timeout had it taken by lockTimedOut already.
+      if (this.blocking === read) this.blocking = null;
+    });
+  }
+
+  /** bookkeepingSkipped logs, at most once a minute, that bookkeeping was given up for a table lock (writeBookkeeping), naming the sessions holding one. */
+  private bookkeepingSkipped(): void {
+    const log = this.lockLog;
+    const unlogged = log ? this.bookkeepingLine.occurred(performance.now()) : undefined;
+    if (!log || unlogged === undefined) return;
+    void this.lockHolders().then((found) =>
+      log.warn("a lock another PostgreSQL session holds kept a token's last use or a console session's visit from being recorded (bookkeeping, given up after lock_timeout_ms): it is recorded at a later use", {
+        lock_timeout_ms: BOOKKEEPING_LOCK_TIMEOUT_MS,
+        ...found,
+        ...(unlogged === null ? {} : { skipped_since_last_line: unlogged }),
+      }),
+    );
+  }
+
+  /** logLocksTo has lock timeouts and skipped bookkeeping logged to `log` (lockTimedOut, bookkeepingSkipped): a serving instance's log; a command's are errors of their own. */
   logLocksTo(log: Logger): void {
-    this.lockLog.log = log;
+    this.lockLog = log;
   }
 
   /** lockTimeoutMs is the lock_timeout for the statements of a write transaction begun now: BUSY_LOCK_TIMEOUT_MS after a lock timeout, the answer timeout otherwise. */
@@ -451,9 +546,10 @@ export class PostgresDatabase extends PostgresDb implements Database {
     void replaced.close({ timeout: 0 });
   }
 
-  /** transaction runs `work` in one transaction of `mode`, its statements timed by the watch. */
-  private transaction<T>(mode: string, work: (tx: Runner) => Promise<T>): Promise<T> {
-    return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => this.lockWaitNoted(roundTrip(tx.unsafe(text, params))) }))) as Promise<T>;
+  /** transaction runs `work` in one transaction of `mode`, its statements timed by the watch and, unless `noteLockTimeouts` is false, their lock timeouts noted (lockWaitNoted). */
+  private transaction<T>(mode: string, work: (tx: Runner) => Promise<T>, noteLockTimeouts = true): Promise<T> {
+    const noted = noteLockTimeouts ? <R>(statement: Promise<R>) => this.lockWaitNoted(statement) : <R>(statement: Promise<R>) => statement;
+    return this.watch.run((roundTrip) => this.pool.begin(mode, (tx) => work({ unsafe: (text, params) => noted(roundTrip(tx.unsafe(text, params))) }))) as Promise<T>;
   }
 
   /**
@@ -474,16 +570,22 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return this.transaction("isolation level read committed", async (tx) => {
       // The write lock is waited for as long as the other instances' groups hold it (lock_timeout
       // 0; the watch still gives up on a silent server); the writes' own locks as lockTimeoutMs says.
-      await tx.unsafe(`SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${WRITE_LOCK}); SET LOCAL lock_timeout = ${this.lockTimeoutMs()}`);
+      const lockTimeoutMs = this.lockTimeoutMs();
+      // A statement per result: the lock's holds the backend's pid, which blockersWatched asks about.
+      const results = (await tx.unsafe(
+        `SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${WRITE_LOCK}), pg_backend_pid() AS backend; SET LOCAL lock_timeout = ${lockTimeoutMs}`,
+      )) as unknown as Row[][];
+      const backend = Number(results[1]![0]!.backend);
+      const watched: Runner = { unsafe: (text, params) => this.blockersWatched(backend, lockTimeoutMs, tx.unsafe(text, params)) };
       const batch = take();
       // A write alone needs no savepoint: should it fail, its transaction is rolled back.
-      if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(new PostgresDb(tx, () => (changed = true))) }], changed };
+      if (batch.length === 1) return { outcomes: [{ ok: true, value: await batch[0]!.work(new PostgresDb(watched, () => (changed = true))) }], changed };
       // Each statement is a round trip (Bun's client does not pipeline), so a savepoint's release
       // travels with the next one's opening (the COMMIT releases the last), and a failed statement
       // is noted here: a work that caught one and returned left the transaction aborted.
       let failedStatement: { error: unknown } | null = null;
       const writeDb = new PostgresDb(
-        { unsafe: (text, params) => tx.unsafe(text, params).catch((error: unknown) => Promise.reject((failedStatement = { error }).error)) },
+        { unsafe: (text, params) => watched.unsafe(text, params).catch((error: unknown) => Promise.reject((failedStatement = { error }).error)) },
         () => (changed = true),
       );
       let changedBefore = false;
@@ -510,13 +612,29 @@ export class PostgresDatabase extends PostgresDb implements Database {
   }
 
   /**
-   * writeBookkeeping runs each statement of `work` on the pool on its own, without WRITE_LOCK (no
-   * other write reads what it writes) or a transaction around them: one round trip each, holding
-   * its row no longer than the statement, which skips a row held elsewhere (unlessHeld) rather
-   * than wait for it. It wakes nobody: it makes no deliveries.
+   * writeBookkeeping runs `work` in a transaction of its own, without WRITE_LOCK (no other write
+   * reads what it writes). It skips a row held elsewhere (unlessHeld) rather than wait for it, and
+   * waits for a table lock another session holds (an ALTER TABLE, a LOCK TABLE) no longer than
+   * BOOKKEEPING_LOCK_TIMEOUT_MS, set in the transaction (the BEGIN, the SET LOCAL and the COMMIT
+   * are three round trips more, once a minute per token or session): `work` is then skipped, left
+   * for a later use, and logged at most once a minute (bookkeepingSkipped), not as a lock timeout
+   * of the writes, which would have them wait only 50 ms for a while. It wakes nobody: it makes
+   * no deliveries.
    */
-  writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T> {
-    return work(this.bookkeeping);
+  async writeBookkeeping(work: (tx: Db) => Promise<void>): Promise<void> {
+    try {
+      await this.transaction(
+        "isolation level read committed",
+        async (tx) => {
+          await tx.unsafe(`SET LOCAL lock_timeout = ${BOOKKEEPING_LOCK_TIMEOUT_MS}`);
+          await work(new PostgresDb(tx, () => {}));
+        },
+        false,
+      );
+    } catch (error) {
+      if (!metLockTimeout(error)) throw error;
+      this.bookkeepingSkipped();
+    }
   }
 
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
@@ -582,11 +700,26 @@ export class PostgresDatabase extends PostgresDb implements Database {
     };
   }
 
+  /**
+   * subscribe sends a registration's LISTEN on the listening connection. Bun's client gives it no
+   * deadline: on a connection that stopped passing anything just then (a path dropping packets),
+   * it would wait until TCP gives up, many minutes, and resubscribe and the listener check with
+   * it. Unanswered within the answer timeout, the connection is closed (which fails the LISTEN)
+   * and DatabaseNotAnswering thrown: resubscribe, or the listener check after a first subscribe,
+   * tries again on a new one.
+   */
   private async subscribe(registration: Registration): Promise<void> {
-    registration.subscription = await this.listenerClient().listen(registration.channel, (payload) => {
+    const client = this.listenerClient();
+    const subscribing = client.listen(registration.channel, (payload) => {
       if (!payload.startsWith(LISTENER_CHECK_PREFIX)) registration.onNotify(payload);
       else if (payload === this.checkPayload) this.checkArrived?.();
     });
+    if (!(await settlesWithin(subscribing, this.answerTimeoutMs))) {
+      subscribing.catch(() => {});
+      if (client === this.listener) this.dropListener();
+      throw new DatabaseNotAnswering(this.answerTimeoutMs, "LISTEN");
+    }
+    registration.subscription = await subscribing;
   }
 
   /** listenerClient is the client the channels are subscribed on, made when there is none. */

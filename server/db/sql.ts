@@ -47,11 +47,13 @@ export interface Database extends Db {
   /**
    * writeBookkeeping runs the bookkeeping a request does in passing (a token's last use, a console
    * session's visit), which no other write reads, and which gives up on a lock held elsewhere
-   * rather than keep the request waiting: on PostgreSQL each statement of `work` on its own,
-   * outside the write lock, where it skips a row another session holds (unlessHeld); on SQLite as
-   * `write`, refused at once while another process holds the write lock instead of waiting for it.
+   * rather than keep the request waiting: on PostgreSQL in a transaction of its own outside the
+   * write lock, where it skips a row another session holds (unlessHeld) and, after a 50 ms
+   * lock_timeout, the whole of `work` while a table it needs is locked (resolving, the skip logged
+   * by the database at most once a minute); on SQLite as `write`, refused at once while another
+   * process holds the write lock instead of waiting for it.
    */
-  writeBookkeeping<T>(work: (tx: Db) => Promise<T>): Promise<T>;
+  writeBookkeeping(work: (tx: Db) => Promise<void>): Promise<void>;
   /**
    * read runs reads that must agree with each other (a row and its children) in one snapshot.
    * SQLite's reads of one event-loop turn already share one; on PostgreSQL each statement on the

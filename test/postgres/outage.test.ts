@@ -44,6 +44,8 @@ interface Relay {
   forget(port: number): void;
   /** forgetIdle forgets every connection nothing passed through for `ms`, as a firewall's idle timeout does. */
   forgetIdle(ms: number): void;
+  /** stallOn makes each connection that sends `text` (a statement) pass nothing more from then on, either way, as a path that stops forwarding just then; null ends it for connections sending it later. */
+  stallOn(text: string | null): void;
   stop(): void;
 }
 
@@ -57,6 +59,7 @@ function startRelay(targetPort: number): Relay {
   // What freeze holds, in order (null while not frozen), and the links that were open when it came.
   let held: (() => void)[] | null = null;
   let partitioned: Link[] = [];
+  let stallText: string | null = null;
   const pass = (link: Link, action: () => void) => {
     if (link.lost) return;
     link.lastPassed = performance.now();
@@ -94,6 +97,7 @@ function startRelay(targetPort: number): Relay {
     },
     data(client: Socket<RelayEnd>, chunk: Uint8Array) {
       if (!client.data.forwards) return;
+      if (stallText !== null && Buffer.from(chunk).includes(stallText)) client.data.link.lost = true;
       const copy = new Uint8Array(chunk);
       pass(client.data.link, () => {
         if (client.data.peer) client.data.peer.write(copy);
@@ -146,6 +150,9 @@ function startRelay(targetPort: number): Relay {
     forgetIdle(ms) {
       const before = performance.now() - ms;
       for (const socket of open) if (socket.data.link.lastPassed <= before) socket.data.link.lost = true;
+    },
+    stallOn(text) {
+      stallText = text;
     },
     stop() {
       listener?.stop(true);
@@ -504,6 +511,23 @@ describe("an instance cut off from PostgreSQL (a network partition)", () => {
     expect(server.output().split("\n").filter((line) => line !== "" && !line.startsWith("{") && !line.startsWith("listening on "))).toEqual([]);
   }, 60_000);
 
+  test("a LISTEN the server never answers (the path stops forwarding as a lost listening connection is replaced) is given up after the answer timeout, logged, and sent again on a new connection", async () => {
+    const { relay, server } = await serveThroughRelay("postgres", ANSWER_TIMEOUT);
+    const listeners = async (): Promise<number[]> =>
+      (await admin`SELECT pid FROM pg_stat_activity WHERE datname = ${database.name} AND application_name = 'crm' AND query LIKE 'LISTEN%' ORDER BY pid`).map((row: { pid: number }) => row.pid);
+    await waitUntil(async () => (await listeners()).length === 1, "the instance to listen", server.proc);
+    const [first] = await listeners();
+    // The server ends the listening connection (a restart of it); the LISTEN on its replacement never arrives.
+    relay.stallOn("LISTEN");
+    await admin`SELECT pg_terminate_backend(${first!})`;
+    const unanswered = () =>
+      server.logLines().filter((line) => line.msg === "webhook delivery loop: cannot listen for other instances; polling until it listens again" && line.error === "DatabaseNotAnswering: PostgreSQL did not answer LISTEN within 2 s");
+    await waitUntil(() => unanswered().length > 0, "the unanswered LISTEN to be given up", server.proc);
+    relay.stallOn(null);
+    await waitUntil(async () => (await listeners()).some((pid) => pid !== first), "a new listening connection", server.proc);
+    expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
+  }, 60_000);
+
   test("a write waiting for the write lock is not cut off while the server answers (another instance holds the lock for three times the answer timeout), and is 503 once the server stops answering", async () => {
     const { relay, server } = await serveThroughRelay("postgres", ANSWER_TIMEOUT);
     const holdWriteLock = async (whileHeld: () => Promise<void>) => {
@@ -728,6 +752,81 @@ describe("database refusing work", () => {
         },
       ]);
       expect((await api(server.url, token, "POST", "/public/v1/contacts", { email: "after-lock@example.com" })).status).toBe(201);
+    } finally {
+      await locker.close();
+    }
+  }, 60_000);
+
+  test("a write that meets a row another session holds (psql's SELECT ... FOR UPDATE, an open transaction that changed it) is 503 database-busy after the lock timeout, and the warn line names the blocking session with the start of its statement", async () => {
+    const { server } = await serveThroughRelay("postgres", { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2" });
+    const created = await api(server.url, token, "POST", "/public/v1/contacts", { email: "row-held@example.com" });
+    expect(created.status).toBe(201);
+    const locker = new SQL({ url: database.url, max: 1, connection: { application_name: "psql" } });
+    const holding = "SELECT id FROM contacts WHERE email = 'row-held@example.com' FOR UPDATE";
+    try {
+      const { patched, holder } = await locker.begin(async (tx) => {
+        const [{ pid }] = await tx.unsafe("SELECT pg_backend_pid() AS pid");
+        await tx.unsafe(holding);
+        const response = await fetch(`${server.url}/public/v1/contacts/${created.body.data.id}`, {
+          method: "PATCH",
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          body: JSON.stringify({ first_name: "Held" }),
+          signal: AbortSignal.timeout(15_000),
+        });
+        return { patched: `${response.status} ${((await response.json()) as { type?: string }).type} ${response.headers.get("retry-after")}`, holder: pid as number };
+      });
+      expect(patched).toBe("503 urn:crm:problem:database-busy 5");
+      const lockLines = () => server.logLines().filter((line) => line.level !== "info");
+      await waitUntil(() => lockLines().length > 0, "the lock logged", server.proc);
+      expect(lockLines()).toEqual([
+        {
+          time: expect.any(String),
+          level: "warn",
+          msg: "a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held",
+          lock_timeout_ms: 2000,
+          holders: [],
+          blocking_sessions: [
+            { pid: holder, role: "postgres", application: "psql", client: "127.0.0.1", state: "idle in transaction", query_start: expect.any(String), transaction_seconds: expect.any(Number), query: holding.slice(0, 100) },
+          ],
+        },
+      ]);
+    } finally {
+      await locker.close();
+    }
+  }, 60_000);
+
+  test("a token whose last use is due while another session holds the tokens table locked (LOCK TABLE api_tokens IN EXCLUSIVE MODE, which lets reads through) is served without waiting for the lock: its last use is left for a later one, and one warn line a minute names the session holding it", async () => {
+    const fresh = [1, 2].map((i) => runCli([...SOURCE, "token", "create", "--name", `bookkeeping ${i}`], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_SECRETS_KEY_FILE: keyFile } }).stdout.trim());
+    const { server } = await serveThroughRelay("postgres", { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2" });
+    const locker = new SQL({ url: database.url, max: 1 });
+    try {
+      const { statuses, holder } = await locker.begin(async (tx) => {
+        const [{ pid }] = await tx.unsafe("SELECT pg_backend_pid() AS pid");
+        await tx.unsafe("LOCK TABLE api_tokens IN EXCLUSIVE MODE");
+        const statuses: (number | string)[] = [];
+        for (const bearer of fresh) {
+          const response = await fetch(`${server.url}/public/v1/contacts?per_page=1`, { headers: { authorization: `Bearer ${bearer}` }, signal: AbortSignal.timeout(10_000) }).catch(
+            (error: unknown) => ({ status: `no answer (${(error as Error).name})` }),
+          );
+          statuses.push(response.status);
+        }
+        return { statuses, holder: pid as number };
+      });
+      expect(statuses).toEqual([200, 200]);
+      expect(await admin`SELECT name, last_used_at FROM api_tokens WHERE name LIKE 'bookkeeping %' ORDER BY name`).toEqual([
+        { name: "bookkeeping 1", last_used_at: null },
+        { name: "bookkeeping 2", last_used_at: null },
+      ]);
+      const warnLines = () => server.logLines().filter((line) => line.level !== "info");
+      await waitUntil(() => warnLines().length > 0, "the skipped bookkeeping logged", server.proc);
+      expect(warnLines().map((line) => ({ level: line.level, msg: line.msg, lock_timeout_ms: line.lock_timeout_ms, holders: line.holders.map((h: { pid: number; table: string; mode: string }) => `${h.pid} ${h.table} ${h.mode}`) }))).toEqual([
+        {
+          level: "warn",
+          msg: "a lock another PostgreSQL session holds kept a token's last use or a console session's visit from being recorded (bookkeeping, given up after lock_timeout_ms): it is recorded at a later use",
+          lock_timeout_ms: 50,
+          holders: [`${holder} api_tokens ExclusiveLock`],
+        },
+      ]);
     } finally {
       await locker.close();
     }
