@@ -106,13 +106,11 @@ const LOCK_HOLDERS = `SELECT l.pid, c.relname AS "table", l.mode, a.usename AS r
 /**
  * BLOCKING_SESSIONS lists the sessions a waiting backend ($1) waits for (pg_blocking_pids): those
  * holding a row it needs (psql's SELECT ... FOR UPDATE, a transaction that changed the row and
- * stays open), which hold no lock LOCK_HOLDERS lists, or a table lock. Their statement's first 100
- * characters are given, though they may hold personal data (LOCK_HOLDERS leaves them out): for a
- * row nothing else tells which one, and the statement is the one such a session ran last, as it
- * stays open doing nothing.
+ * stays open), which hold no lock LOCK_HOLDERS lists, or a table lock. Their statements are left
+ * out, as LOCK_HOLDERS leaves them out: they may hold personal data, and the pid finds them.
  */
 const BLOCKING_SESSIONS = `SELECT a.pid, a.usename AS role, a.application_name AS application, host(a.client_addr) AS client, a.state,
-       a.query_start, CAST(extract(epoch FROM now() - a.xact_start) AS integer) AS transaction_seconds, left(a.query, 100) AS query
+       a.query_start, CAST(extract(epoch FROM now() - a.xact_start) AS integer) AS transaction_seconds
   FROM pg_stat_activity a
  WHERE a.pid = ANY (pg_blocking_pids(?))
  ORDER BY a.xact_start, a.pid

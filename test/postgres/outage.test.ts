@@ -786,7 +786,7 @@ describe("database refusing work", () => {
           lock_timeout_ms: 2000,
           holders: [],
           blocking_sessions: [
-            { pid: holder, role: "postgres", application: "psql", client: "127.0.0.1", state: "idle in transaction", query_start: expect.any(String), transaction_seconds: expect.any(Number), query: holding.slice(0, 100) },
+            { pid: holder, role: "postgres", application: "psql", client: "127.0.0.1", state: "idle in transaction", query_start: expect.any(String), transaction_seconds: expect.any(Number) },
           ],
         },
       ]);
