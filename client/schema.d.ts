@@ -833,11 +833,8 @@ export interface components {
     schemas: {
         /** @description RFC 9457 problem details (application/problem+json) */
         Problem: {
-            /**
-             * @description URN naming the error kind; README's Problem types table says what each means and what to do
-             * @enum {string}
-             */
-            type: "urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:replay-resource-deleted" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:storage-read-only" | "urn:crm:problem:storage-failed" | "urn:crm:problem:database-replaced" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-busy" | "urn:crm:problem:database-newer" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready";
+            /** @description URN naming the error kind; README's Problem types table says what each means and what to do. New types may be added: handle one you do not know by its status. */
+            type: ("urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:replay-resource-deleted" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:storage-read-only" | "urn:crm:problem:storage-failed" | "urn:crm:problem:database-replaced" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-busy" | "urn:crm:problem:database-newer" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready") | string;
             title: string;
             status: number;
             detail: string;
@@ -850,6 +847,25 @@ export interface components {
                 header?: string;
                 detail: string;
             }[];
+            /** @description precondition-failed (412) of a contact or account: the version stored now, also the answer's ETag; read it again, then retry. */
+            current_version?: number;
+            /**
+             * Format: date-time
+             * @description deletions-expired (410): the earliest `since` still answered; deletions before it may be gone, so resync in full.
+             */
+            retained_since?: string;
+            /** @description replay-secret-lost (410): the subscription the replayed request created or rotated; it exists (unless deleted since). */
+            subscription_id?: string;
+            /** @description replay-resource-deleted (410): the contact the replayed answer showed, deleted since. */
+            contact_id?: string;
+            /** @description replay-resource-deleted (410): the account the replayed answer showed, deleted since. */
+            account_id?: string;
+            /** @description replay-resource-deleted (410): the user the replayed answer showed, deleted since. */
+            user_id?: string;
+            /** @description not-ready (503, /readyz): each readiness check's verdict by name (database, migrations, delivery_loop): ok, or what is wrong. */
+            checks?: {
+                [key: string]: string;
+            };
         } & {
             [key: string]: unknown;
         };
@@ -886,7 +902,9 @@ export interface components {
          *     }
          */
         AccountInput: {
+            /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             name: string;
+            /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             domain?: string | null;
             id?: never;
             version?: never;
@@ -959,12 +977,18 @@ export interface components {
          *     }
          */
         ContactInput: {
+            /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             first_name?: string | null;
+            /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             last_name?: string | null;
-            /** Format: email */
+            /**
+             * Format: email
+             * @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+             */
             email?: string | null;
+            /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             phone?: string | null;
-            /** @description The contact's id in the system it comes from; unique when set. */
+            /** @description The contact's id in the system it comes from; unique when set. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             external_id?: string | null;
             tags?: string[] | null;
             /** @description Custom fields: a JSON object, or null to clear. At most 100 keys, keys of at most 100 characters at any depth, nesting at most 5 levels, at most 16384 bytes as JSON. */
@@ -995,11 +1019,8 @@ export interface components {
             target_url: string;
             description: string | null;
             events: string[];
-            /**
-             * @description paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours; nothing more is sent until POST .../enable.
-             * @enum {string}
-             */
-            status: "active" | "paused" | "disabled";
+            /** @description paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours; nothing more is sent until POST .../enable. */
+            status: ("active" | "paused" | "disabled") | string;
             /** Format: date-time */
             disabled_at: string | null;
             /** @description Why it was disabled, in words; null while active. */
@@ -1044,9 +1065,9 @@ export interface components {
          *     }
          */
         SubscriptionInput: {
-            /** @description Absolute http(s) URL without credentials, at most 2048 characters. Hosts on loopback, private, link-local or metadata addresses are refused. */
+            /** @description Absolute http(s) URL without credentials, at most 2048 characters. Hosts on loopback, private, link-local or metadata addresses are refused. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             target_url: string;
-            /** @description Free text label; null is as if left out. */
+            /** @description Free text label; null is as if left out. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             description?: string | null;
             /** @description Event kinds to deliver: contact.created, contact.updated, contact.deleted, account.created, account.updated, account.deleted, webhook.ping, subscription.disabled, delivery.exhausted. subscription.disabled and delivery.exhausted report on the other subscriptions (an endpoint disabled, a delivery that used up its attempts). */
             events: ("contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping" | "subscription.disabled" | "delivery.exhausted")[];
@@ -1063,8 +1084,7 @@ export interface components {
             event_type: string;
             subscription_id: string;
             target_url: string;
-            /** @enum {string} */
-            status: "pending" | "succeeded" | "failed";
+            status: ("pending" | "succeeded" | "failed") | string;
             /** @description Attempts made so far (scheduled and manual). */
             attempts: number;
             /** @description HTTP status of the last attempt; null if it got no response. */
@@ -1084,8 +1104,7 @@ export interface components {
         Attempt: {
             /** @description 1 for the first attempt. */
             attempt: number;
-            /** @enum {string} */
-            trigger: "scheduled" | "manual";
+            trigger: ("scheduled" | "manual") | string;
             /** Format: date-time */
             started_at: string;
             duration_ms: number;
@@ -1112,8 +1131,7 @@ export interface components {
             event_type: string;
             subscription_id: string;
             target_url: string;
-            /** @enum {string} */
-            status: "pending" | "succeeded" | "failed";
+            status: ("pending" | "succeeded" | "failed") | string;
             /** @description Attempts made so far (scheduled and manual). */
             attempts: number;
             /** @description HTTP status of the last attempt; null if it got no response. */
@@ -1135,8 +1153,7 @@ export interface components {
             attempt_history: components["schemas"]["Attempt"][];
         };
         BatchResult: {
-            /** @enum {string} */
-            status: "created" | "updated" | "unchanged" | "invalid";
+            status: ("created" | "updated" | "unchanged" | "invalid") | string;
             /** @description the record created, updated or found unchanged */
             id?: string;
             /** @description why the item was refused (status invalid) */
@@ -1169,6 +1186,19 @@ export interface components {
         /** @description The request target is not valid percent-encoded UTF-8, or a body was sent that is not JSON. */
         BadRequest: {
             headers: {
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The request target is not valid percent-encoded UTF-8, or a body was sent that is not JSON. */
+        OpsBadRequest: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
@@ -1178,6 +1208,9 @@ export interface components {
         /** @description A body was sent that did not arrive in time (--body-timeout-ms); the connection is closed. */
         BodyTimeout: {
             headers: {
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
@@ -1187,6 +1220,9 @@ export interface components {
         /** @description A body was sent that is larger than 1 MiB. */
         BodyTooLarge: {
             headers: {
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
@@ -1196,6 +1232,19 @@ export interface components {
         /** @description The query string is longer than 4 KiB. */
         QueryTooLong: {
             headers: {
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The query string is longer than 4 KiB. */
+        OpsQueryTooLong: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
@@ -1205,6 +1254,9 @@ export interface components {
         /** @description A body was sent with a Content-Type other than application/json. */
         UnsupportedMediaType: {
             headers: {
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
@@ -1214,12 +1266,13 @@ export interface components {
         /** @description Over this token's rate limit, or too many requests without a valid token from this address. */
         TooManyRequests: {
             headers: {
-                /** @description Seconds to wait before the next request gets through. */
-                "Retry-After"?: string;
                 /** @description Remaining quota, e.g. "write";r=0;t=1 (draft-ietf-httpapi-ratelimit-headers). */
                 RateLimit?: string;
                 /** @description The quota, e.g. "write";q=100;w=2. */
                 "RateLimit-Policy"?: string;
+                /** @description Seconds to wait before the next request gets through. */
+                "Retry-After"?: string;
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
@@ -1229,6 +1282,19 @@ export interface components {
         /** @description The request headers are larger than 8 KiB or more than 100 fields. */
         HeadersTooLarge: {
             headers: {
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The request headers are larger than 8 KiB or more than 100 fields. */
+        OpsHeadersTooLarge: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
@@ -1238,8 +1304,49 @@ export interface components {
         /** @description The server is serving its connection limit, or its database cannot be used just now; retry after Retry-After. */
         ServerBusy: {
             headers: {
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                 /** @description Seconds to wait before retrying. */
                 "Retry-After"?: string;
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The server is serving its connection limit, or its database cannot be used just now; retry after Retry-After. */
+        OpsServerBusy: {
+            headers: {
+                /** @description Seconds to wait before retrying. */
+                "Retry-After"?: string;
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Any other answer: 500 urn:crm:problem:internal, a failure of the service (report it, quoting the request id of its detail and X-Request-Id), or a 503 this operation does not list (the database unavailable or busy, storage full, shutting down), with Retry-After. Its type may be one this document does not list yet. */
+        UnexpectedError: {
+            headers: {
+                RateLimit: components["headers"]["RateLimit"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                /** @description Seconds to wait before retrying, on a 503. */
+                "Retry-After"?: string;
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Any other answer: 500 urn:crm:problem:internal, a failure of the service (report it, quoting the request id of its detail and X-Request-Id), or a 503 this operation does not list (the database unavailable or busy, storage full, shutting down), with Retry-After. Its type may be one this document does not list yet. */
+        OpsUnexpectedError: {
+            headers: {
+                /** @description Seconds to wait before retrying, on a 503. */
+                "Retry-After"?: string;
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
@@ -1247,9 +1354,19 @@ export interface components {
             };
         };
     };
-    parameters: never;
+    parameters: {
+        /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+        RequestId: string;
+    };
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description Remaining quota of the bucket this request was counted in, e.g. "read";r=99;t=1: "read" or "write" for a token, "failed-auth" for a request without a valid token (draft-ietf-httpapi-ratelimit-headers). Sent on every /public/v1 answer, errors included, but those given before the request is counted: a malformed or oversized request, a full server, a browser call. */
+        RateLimit: string;
+        /** @description That bucket's quota and window, e.g. "read";q=100;w=1; sent with RateLimit. */
+        "RateLimit-Policy": string;
+        /** @description This request's id: the one sent in X-Request-Id when it is safe, else a new req_...; the log line of the request carries it. Quote it when reporting a failure. */
+        "X-Request-Id": string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
@@ -1257,7 +1374,10 @@ export interface operations {
     getHealth: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1266,22 +1386,27 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            400: components["responses"]["BadRequest"];
-            414: components["responses"]["QueryTooLong"];
-            431: components["responses"]["HeadersTooLarge"];
-            503: components["responses"]["ServerBusy"];
+            400: components["responses"]["OpsBadRequest"];
+            414: components["responses"]["OpsQueryTooLong"];
+            431: components["responses"]["OpsHeadersTooLarge"];
+            503: components["responses"]["OpsServerBusy"];
+            default: components["responses"]["OpsUnexpectedError"];
         };
     };
     getReadiness: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1290,30 +1415,36 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
-            400: components["responses"]["BadRequest"];
-            414: components["responses"]["QueryTooLong"];
-            431: components["responses"]["HeadersTooLarge"];
+            400: components["responses"]["OpsBadRequest"];
+            414: components["responses"]["OpsQueryTooLong"];
+            431: components["responses"]["OpsHeadersTooLarge"];
             /** @description RFC 9457 problem details (application/problem+json) */
             503: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            default: components["responses"]["OpsUnexpectedError"];
         };
     };
     getMetrics: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1322,18 +1453,20 @@ export interface operations {
             /** @description Prometheus text format 0.0.4 */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "text/plain": string;
                 };
             };
-            400: components["responses"]["BadRequest"];
+            400: components["responses"]["OpsBadRequest"];
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
                     /** @description Bearer realm="metrics": the request needs the metrics token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1343,15 +1476,17 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            414: components["responses"]["QueryTooLong"];
-            431: components["responses"]["HeadersTooLarge"];
-            503: components["responses"]["ServerBusy"];
+            414: components["responses"]["OpsQueryTooLong"];
+            431: components["responses"]["OpsHeadersTooLarge"];
+            503: components["responses"]["OpsServerBusy"];
+            default: components["responses"]["OpsUnexpectedError"];
         };
     };
     listContacts: {
@@ -1371,7 +1506,10 @@ export interface operations {
                 tag?: string;
                 assigned_user_id?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1380,10 +1518,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1397,8 +1534,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1408,6 +1548,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1421,6 +1564,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1430,6 +1576,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     createContact: {
@@ -1439,6 +1586,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description A new contact has no version yet: any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path?: never;
             cookie?: never;
@@ -1453,16 +1602,15 @@ export interface operations {
             /** @description Response for status 201 */
             201: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1474,6 +1622,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1483,8 +1634,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1494,6 +1648,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1504,8 +1661,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1515,6 +1675,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1524,6 +1687,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1533,6 +1699,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1543,6 +1712,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1552,6 +1724,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1561,6 +1736,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     upsertContactsBatch: {
@@ -1570,6 +1746,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description A batch has no version (one If-Match cannot name each item's): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path?: never;
             cookie?: never;
@@ -1587,12 +1765,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1604,6 +1781,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1613,8 +1793,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1624,6 +1807,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1634,8 +1820,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1645,6 +1834,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1654,6 +1846,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1664,6 +1859,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1673,6 +1871,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1682,6 +1883,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     listDeletedContacts: {
@@ -1692,7 +1894,10 @@ export interface operations {
                 cursor?: string;
                 since?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1701,10 +1906,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1723,8 +1927,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1734,6 +1941,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1744,6 +1954,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1756,6 +1969,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1765,6 +1981,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     getContact: {
@@ -1774,6 +1991,8 @@ export interface operations {
             };
             header?: {
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -1785,12 +2004,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). Not sent when include embeds relations. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1802,12 +2020,11 @@ export interface operations {
             /** @description Not Modified: If-None-Match named the stored version (or was *), so your copy is current; no body. */
             304: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, which If-None-Match named. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -1816,8 +2033,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1827,6 +2047,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1836,6 +2059,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1849,6 +2075,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1858,6 +2087,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     deleteContact: {
@@ -1866,6 +2096,8 @@ export interface operations {
             header?: {
                 "if-match"?: string;
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -1877,10 +2109,9 @@ export interface operations {
             /** @description Response for status 204 */
             204: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -1889,8 +2120,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1900,6 +2134,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1909,6 +2146,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1919,8 +2159,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, to read again and retry. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1933,6 +2176,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1942,6 +2188,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     updateContact: {
@@ -1950,6 +2197,8 @@ export interface operations {
             header?: {
                 "if-match"?: string;
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -1966,12 +2215,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1983,6 +2231,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1992,8 +2243,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2003,6 +2257,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2012,6 +2269,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2022,6 +2282,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2031,8 +2294,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, to read again and retry. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2042,6 +2308,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2052,6 +2321,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2061,6 +2333,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2070,6 +2345,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     addContactAccount: {
@@ -2079,6 +2355,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 "if-match"?: string;
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -2096,14 +2374,13 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2115,6 +2392,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2124,8 +2404,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2135,6 +2418,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2144,6 +2430,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2154,8 +2443,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2165,6 +2457,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2174,8 +2469,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, to read again and retry. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2185,6 +2483,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2195,6 +2496,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2204,6 +2508,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2213,6 +2520,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     removeContactAccount: {
@@ -2221,6 +2529,8 @@ export interface operations {
             header?: {
                 "if-match"?: string;
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -2233,12 +2543,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2251,8 +2560,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2262,6 +2574,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2271,6 +2586,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2281,8 +2599,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, to read again and retry. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2295,6 +2616,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2304,6 +2628,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     addContactTag: {
@@ -2313,6 +2638,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 "if-match"?: string;
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -2322,6 +2649,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
                     tag: string;
                 };
             };
@@ -2330,14 +2658,13 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2349,6 +2676,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2358,8 +2688,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2369,6 +2702,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2378,6 +2714,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2388,8 +2727,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2399,6 +2741,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2408,8 +2753,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, to read again and retry. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2419,6 +2767,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2429,6 +2780,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2438,6 +2792,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2447,6 +2804,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     removeContactTag: {
@@ -2455,6 +2813,8 @@ export interface operations {
             header?: {
                 "if-match"?: string;
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -2467,12 +2827,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2485,8 +2844,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2496,6 +2858,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2505,6 +2870,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2515,8 +2883,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, to read again and retry. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2529,6 +2900,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2538,6 +2912,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     listAccounts: {
@@ -2553,7 +2928,10 @@ export interface operations {
                 created_after?: string;
                 updated_after?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2562,10 +2940,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2579,8 +2956,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2590,6 +2970,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2603,6 +2986,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2612,6 +2998,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     createAccount: {
@@ -2621,6 +3008,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description A new account has no version yet: any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path?: never;
             cookie?: never;
@@ -2635,16 +3024,15 @@ export interface operations {
             /** @description Response for status 201 */
             201: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2656,6 +3044,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2665,8 +3056,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2676,6 +3070,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2686,8 +3083,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2697,6 +3097,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2706,6 +3109,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2715,6 +3121,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2725,6 +3134,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2734,6 +3146,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2743,6 +3158,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     upsertAccountsBatch: {
@@ -2752,6 +3168,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description A batch has no version (one If-Match cannot name each item's): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path?: never;
             cookie?: never;
@@ -2767,12 +3185,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2784,6 +3201,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2793,8 +3213,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2804,6 +3227,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2814,8 +3240,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2825,6 +3254,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2834,6 +3266,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2844,6 +3279,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2853,6 +3291,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2862,6 +3303,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     listDeletedAccounts: {
@@ -2872,7 +3314,10 @@ export interface operations {
                 cursor?: string;
                 since?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2881,10 +3326,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2903,8 +3347,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2914,6 +3361,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2924,6 +3374,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2936,6 +3389,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2945,6 +3401,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     getAccount: {
@@ -2952,6 +3409,8 @@ export interface operations {
             query?: never;
             header?: {
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -2963,12 +3422,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2980,12 +3438,11 @@ export interface operations {
             /** @description Not Modified: If-None-Match named the stored version (or was *), so your copy is current; no body. */
             304: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, which If-None-Match named. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -2994,8 +3451,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3005,6 +3465,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3014,6 +3477,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3027,6 +3493,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3036,6 +3505,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     deleteAccount: {
@@ -3044,6 +3514,8 @@ export interface operations {
             header?: {
                 "if-match"?: string;
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -3055,10 +3527,9 @@ export interface operations {
             /** @description Response for status 204 */
             204: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3067,8 +3538,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3078,6 +3552,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3087,6 +3564,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3097,8 +3577,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, to read again and retry. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3111,6 +3594,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3120,6 +3606,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     updateAccount: {
@@ -3128,6 +3615,8 @@ export interface operations {
             header?: {
                 "if-match"?: string;
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -3138,7 +3627,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
                     name?: string;
+                    /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
                     domain?: string | null;
                     id?: never;
                     version?: never;
@@ -3153,12 +3644,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The resource's version as a strong entity tag ("3"): send it back in If-Match to write only that version, or in If-None-Match to read it again only if it changed (304 Not Modified otherwise). */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3170,6 +3660,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3179,8 +3672,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3190,6 +3686,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3199,6 +3698,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3209,8 +3711,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description The version stored now, to read again and retry. */
                     ETag?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3220,6 +3725,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3230,6 +3738,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3239,6 +3750,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3248,6 +3762,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     listUsers: {
@@ -3257,7 +3772,10 @@ export interface operations {
                 per_page?: number;
                 cursor?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -3266,10 +3784,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3283,8 +3800,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3294,6 +3814,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3307,6 +3830,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3316,6 +3842,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     createUser: {
@@ -3325,6 +3852,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description Users carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path?: never;
             cookie?: never;
@@ -3332,8 +3861,12 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
                     name: string;
-                    /** Format: email */
+                    /**
+                     * Format: email
+                     * @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     */
                     email: string;
                 };
             };
@@ -3342,14 +3875,13 @@ export interface operations {
             /** @description Response for status 201 */
             201: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3361,6 +3893,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3370,8 +3905,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3381,6 +3919,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3391,8 +3932,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3402,6 +3946,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3411,6 +3958,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3420,6 +3970,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3430,6 +3983,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3439,6 +3995,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3448,12 +4007,16 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     getUser: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path: {
                 id: string;
             };
@@ -3464,10 +4027,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3480,8 +4042,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3491,6 +4056,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3500,6 +4068,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3513,6 +4084,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3522,6 +4096,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     deleteUser: {
@@ -3532,6 +4107,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -3543,10 +4120,9 @@ export interface operations {
             /** @description Response for status 204 */
             204: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3555,8 +4131,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3566,6 +4145,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3575,6 +4157,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3585,6 +4170,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3597,6 +4185,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3606,6 +4197,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     updateUser: {
@@ -3616,6 +4208,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 id: string;
@@ -3625,8 +4219,12 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
                     name?: string;
-                    /** Format: email */
+                    /**
+                     * Format: email
+                     * @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     */
                     email?: string;
                 };
             };
@@ -3635,10 +4233,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3650,6 +4247,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3659,8 +4259,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3670,6 +4273,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3679,6 +4285,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3689,6 +4298,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3698,6 +4310,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3707,6 +4322,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3717,6 +4335,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3726,6 +4347,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3735,6 +4359,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     listWebhookSubscriptions: {
@@ -3745,7 +4370,10 @@ export interface operations {
                 cursor?: string;
                 event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping" | "subscription.disabled" | "delivery.exhausted";
             };
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -3754,10 +4382,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3771,8 +4398,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3782,6 +4412,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3795,6 +4428,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3804,6 +4440,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     createWebhookSubscription: {
@@ -3813,6 +4450,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description Webhook subscriptions and deliveries carry no version (their reads have no ETag): any entity tag answers 412 and changes nothing; * lets the write through. */
                 "if-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path?: never;
             cookie?: never;
@@ -3826,14 +4465,13 @@ export interface operations {
             /** @description Response for status 201 */
             201: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Path of the created resource, e.g. /public/v1/contacts/con_... */
                     Location?: string;
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3845,6 +4483,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3854,8 +4495,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3865,6 +4509,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3875,8 +4522,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3886,6 +4536,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3895,6 +4548,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3904,6 +4560,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3914,6 +4573,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3923,6 +4585,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3932,12 +4597,16 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     getWebhookSubscription: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path: {
                 subscriptionId: string;
             };
@@ -3948,10 +4617,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3964,8 +4632,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3975,6 +4646,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3984,6 +4658,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3997,6 +4674,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4006,6 +4686,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     deleteWebhookSubscription: {
@@ -4016,6 +4697,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 subscriptionId: string;
@@ -4027,10 +4710,9 @@ export interface operations {
             /** @description Response for status 204 */
             204: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -4039,8 +4721,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4050,6 +4735,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4059,6 +4747,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4069,6 +4760,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4081,6 +4775,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4090,6 +4787,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     updateWebhookSubscription: {
@@ -4100,6 +4798,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 subscriptionId: string;
@@ -4110,7 +4810,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Free text label; null clears it. */
+                    /** @description Free text label; null clears it. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
                     description?: string | null;
                     /** @description The receiver's cap in requests per second; null removes it. The delivery loop uses the new cap from its next attempt on. */
                     max_rate?: number | null;
@@ -4123,10 +4823,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4138,6 +4837,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4147,8 +4849,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4158,6 +4863,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4167,6 +4875,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4177,6 +4888,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4186,6 +4900,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4196,6 +4913,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4205,6 +4925,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4214,12 +4937,16 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     getWebhookSubscriptionStats: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path: {
                 subscriptionId: string;
             };
@@ -4230,21 +4957,17 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
                         data: {
                             subscription_id: string;
-                            /**
-                             * @description As the subscription's own status.
-                             * @enum {string}
-                             */
-                            status: "active" | "paused" | "disabled";
+                            /** @description As the subscription's own status. */
+                            status: ("active" | "paused" | "disabled") | string;
                             /**
                              * Format: date-time
                              * @description When the current streak of failed attempts began; null while the last attempt succeeded.
@@ -4298,8 +5021,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4309,6 +5035,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4318,6 +5047,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4331,6 +5063,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4340,6 +5075,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     enableWebhookSubscription: {
@@ -4351,6 +5087,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 subscriptionId: string;
@@ -4362,12 +5100,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4380,8 +5117,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4391,6 +5131,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4400,6 +5143,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4410,8 +5156,11 @@ export interface operations {
             /** @description Conflict: a request with this Idempotency-Key is still running. */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4421,6 +5170,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4433,6 +5185,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4442,6 +5197,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     sendWebhookTestEvent: {
@@ -4453,6 +5209,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 subscriptionId: string;
@@ -4464,12 +5222,11 @@ export interface operations {
             /** @description Response for status 202 */
             202: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4485,8 +5242,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4496,6 +5256,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4505,6 +5268,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4515,8 +5281,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4526,6 +5295,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4538,6 +5310,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4547,6 +5322,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     rotateWebhookSubscriptionSecret: {
@@ -4558,6 +5334,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 subscriptionId: string;
@@ -4576,12 +5354,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4593,6 +5370,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4602,8 +5382,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4613,6 +5396,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4622,6 +5408,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4632,8 +5421,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4643,6 +5435,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4652,6 +5447,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4661,6 +5459,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4671,6 +5472,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4680,6 +5484,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4689,6 +5496,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     recoverWebhookDeliveries: {
@@ -4700,6 +5508,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 subscriptionId: string;
@@ -4726,12 +5536,11 @@ export interface operations {
             /** @description Response for status 202 */
             202: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4751,6 +5560,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             400: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4760,8 +5572,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4771,6 +5586,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4780,6 +5598,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4790,8 +5611,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4801,6 +5625,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4810,6 +5637,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             413: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4820,6 +5650,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             415: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4829,6 +5662,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4838,6 +5674,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     pauseWebhookSubscription: {
@@ -4849,6 +5686,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 subscriptionId: string;
@@ -4860,12 +5699,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4878,8 +5716,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4889,6 +5730,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4898,6 +5742,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4908,8 +5755,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4919,6 +5769,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4931,6 +5784,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4940,6 +5796,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     resumeWebhookSubscription: {
@@ -4951,6 +5808,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 subscriptionId: string;
@@ -4962,12 +5821,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4980,8 +5838,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4991,6 +5852,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5000,6 +5864,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5010,8 +5877,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5021,6 +5891,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5033,6 +5906,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5042,12 +5918,16 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     listEventTypes: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -5056,10 +5936,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5080,8 +5959,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5091,6 +5973,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5104,6 +5989,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5113,6 +6001,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     listWebhookDeliveries: {
@@ -5127,7 +6016,10 @@ export interface operations {
                 status?: "pending" | "succeeded" | "failed";
                 created_after?: string;
             };
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -5136,10 +6028,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5153,8 +6044,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5164,6 +6058,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5177,6 +6074,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5186,12 +6086,16 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     getWebhookDelivery: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
             path: {
                 deliveryId: string;
             };
@@ -5202,10 +6106,9 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5218,8 +6121,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5229,6 +6135,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5238,6 +6147,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5251,6 +6163,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5260,6 +6175,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
         };
     };
     retryWebhookDelivery: {
@@ -5271,6 +6187,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
                 "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
             };
             path: {
                 deliveryId: string;
@@ -5282,12 +6200,11 @@ export interface operations {
             /** @description Response for status 200 */
             200: {
                 headers: {
-                    /** @description Remaining quota of this token's policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers). */
-                    RateLimit?: string;
-                    /** @description The policy: its quota and window, e.g. "read";q=100;w=1. */
-                    "RateLimit-Policy"?: string;
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
                     "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5300,8 +6217,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             401: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Bearer realm="crm": the request needs an API token. */
                     "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5311,6 +6231,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             403: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5320,6 +6243,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             404: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5330,8 +6256,11 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
                     "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5341,6 +6270,9 @@ export interface operations {
             /** @description Precondition Failed: If-Match named an entity tag, which no unversioned resource can match, or If-None-Match was *. */
             412: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5353,6 +6285,9 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5364,12 +6299,16 @@ export interface operations {
             /** @description RFC 9457 problem details (application/problem+json) */
             503: {
                 headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            default: components["responses"]["UnexpectedError"];
         };
     };
     receiveContactCreatedEvent: {

@@ -3,6 +3,7 @@
 import { toOpenAPISchema } from "@elysiajs/openapi/openapi";
 import { Elysia, type TSchema } from "elysia";
 import { DOCUMENT_AS, DOCUMENT_REFUSED, SENT_AS_TEXT } from "../http/openapi-docs.ts";
+import { LENGTH_COUNTING } from "../limits/limits.ts";
 
 type Json = Record<string, any>;
 
@@ -77,7 +78,7 @@ function refTo(schema: Json, named: NamedSchemas): Json | null {
  */
 function tidySchema(schema: Json, named: NamedSchemas, top = true): Json {
   if (!schema || typeof schema !== "object") return schema;
-  if (schema[DOCUMENT_AS]) return { ...schema[DOCUMENT_AS], ...(schema.description === undefined ? {} : { description: schema.description }) };
+  if (schema[DOCUMENT_AS]) return withLengthCounting({ ...schema[DOCUMENT_AS], ...(schema.description === undefined ? {} : { description: schema.description }) });
   if (schema[SENT_AS_TEXT]) return tidySchema(schema.allOf[0], named, top);
   const numeric = numericBranch(schema);
   if (numeric) return tidySchema({ ...numeric, ...(schema.description === undefined ? {} : { description: schema.description }) }, named, top);
@@ -97,7 +98,21 @@ function tidySchema(schema: Json, named: NamedSchemas, top = true): Json {
     delete out.patternProperties;
     out.additionalProperties = Object.keys(anyKey).length === 0 ? true : anyKey;
   }
-  return (top && refTo(out, named)) || out;
+  const counted = withLengthCounting(out);
+  return (top && refTo(counted, named)) || counted;
+}
+
+/**
+ * withLengthCounting adds to the description of a string with a maxLength how the service counts
+ * it: JSON Schema's maxLength counts code points, the service UTF-16 code units, so a client
+ * checking with the schema alone would send strings of astral characters that are refused. It
+ * changes `schema` and answers it.
+ */
+export function withLengthCounting(schema: Json): Json {
+  if (typeof schema.maxLength !== "number" || ![schema.type].flat().includes("string")) return schema;
+  const counting = `Length ${LENGTH_COUNTING}.`;
+  schema.description = schema.description === undefined ? counting : `${schema.description} ${counting}`;
+  return schema;
 }
 
 const SUB_SCHEMA_KEYWORDS = new Set([...ONE_SCHEMA, ...SCHEMA_LISTS, ...SCHEMA_MAPS]);

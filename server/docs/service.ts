@@ -4,7 +4,9 @@ import { toOpenAPISchema } from "@elysiajs/openapi/openapi";
 import type { AnyElysia, TSchema } from "elysia";
 import { Kind, OptionalKind } from "@sinclair/typebox";
 import { UNVERSIONED_RESOURCES } from "../http/preconditions.ts";
-import { tidyDocument, withFieldDescriptions } from "./document.ts";
+import { SAFE_REQUEST_ID } from "../http/request-log.ts";
+import { canonicalJson } from "../idempotency/service.ts";
+import { tidyDocument, withFieldDescriptions, withLengthCounting } from "./document.ts";
 import swaggerUi from "swagger-ui-dist/package.json" with { type: "json" };
 // Imported as files so `bun build --compile` embeds them: /docs needs no CDN and no files beside the binary.
 import swaggerBundlePath from "swagger-ui-dist/swagger-ui-bundle.js" with { type: "file" };
@@ -191,18 +193,28 @@ const GUARD_RESPONSES: Record<string, { name: string; description: string; heade
   },
 };
 
-const RATE_LIMIT_HEADERS = {
-  RateLimit: header('Remaining quota of this token\'s policy, e.g. "read";r=99;t=1 (draft-ietf-httpapi-ratelimit-headers).'),
-  "RateLimit-Policy": header('The policy: its quota and window, e.g. "read";q=100;w=1.'),
+/** SHARED_HEADERS are the response headers named once in components.headers: X-Request-Id, on every answer, and the RateLimit pair, on every /public/v1 answer to a counted request. */
+const SHARED_HEADERS = {
+  RateLimit: header(
+    'Remaining quota of the bucket this request was counted in, e.g. "read";r=99;t=1: "read" or "write" for a token, "failed-auth" for a request without a valid token (draft-ietf-httpapi-ratelimit-headers). Sent on every /public/v1 answer, errors included, but those given before the request is counted: a malformed or oversized request, a full server, a browser call.',
+  ),
+  "RateLimit-Policy": header('That bucket\'s quota and window, e.g. "read";q=100;w=1; sent with RateLimit.'),
+  "X-Request-Id": header("This request's id: the one sent in X-Request-Id when it is safe, else a new req_...; the log line of the request carries it. Quote it when reporting a failure."),
 };
 
-/** addRateLimitHeaders declares the RateLimit headers the limits guard puts on every /public/v1 success, a read's 304 (Not Modified) included. */
+/** headerRefs refers to SHARED_HEADERS by name, as a response's headers. */
+const headerRefs = (...names: (keyof typeof SHARED_HEADERS)[]) => Object.fromEntries(names.map((name) => [name, { $ref: `#/components/headers/${name}` }]));
+
+/** RATE_LIMIT_HEADERS are what every /public/v1 response declares of the rate limits. */
+const RATE_LIMIT_HEADERS = headerRefs("RateLimit", "RateLimit-Policy");
+
+/** addRateLimitHeaders declares the RateLimit headers the authentication puts on every /public/v1 answer to a request it counted, a read's 304 (Not Modified) and the errors included. */
 function addRateLimitHeaders(document: Json): void {
   for (const [path, pathItem] of Object.entries(document.paths as Json)) {
     if (!path.startsWith("/public/v1")) continue;
     for (const operation of Object.values(pathItem as Json)) {
-      for (const [status, response] of Object.entries(operation.responses as Json)) {
-        if (/^(2\d\d|304)$/.test(status)) response.headers = { ...RATE_LIMIT_HEADERS, ...response.headers };
+      for (const response of Object.values(operation.responses as Json)) {
+        if (!response.$ref) response.headers = { ...RATE_LIMIT_HEADERS, ...response.headers };
       }
     }
   }
@@ -211,17 +223,84 @@ function addRateLimitHeaders(document: Json): void {
 /** EVERY_PATH_GUARD_STATUSES are the guard's answers on any path (a malformed or oversized request, a full server); the others come with /public/v1's bodies, tokens and rate limits. */
 const EVERY_PATH_GUARD_STATUSES = new Set(["400", "414", "431", "503"]);
 
-/** addGuardResponses documents the limits guard's problem answers: all of them on every /public/v1 operation, those of any path on the others (the probes, /metrics). */
+/**
+ * UNEXPECTED is every operation's `default` response: what no status of the operation names. A
+ * generated client then has the Problem of a 500 (and of a 503 an operation does not list) typed,
+ * with the request id its detail asks to quote.
+ */
+const UNEXPECTED = {
+  name: "UnexpectedError",
+  description:
+    "Any other answer: 500 urn:crm:problem:internal, a failure of the service (report it, quoting the request id of its detail and X-Request-Id), or a 503 this operation does not list (the database unavailable or busy, storage full, shutting down), with Retry-After. Its type may be one this document does not list yet.",
+  headers: { "Retry-After": header("Seconds to wait before retrying, on a 503.") },
+};
+
+/** OPS_PREFIX names the variants of the guard's responses (and of `default`) that the probes and /metrics answer: without the RateLimit headers, which only /public/v1 counts. */
+const OPS_PREFIX = "Ops";
+
+/**
+ * addGuardResponses documents the limits guard's problem answers: all of them on every /public/v1
+ * operation, those of any path on the others (the probes, /metrics); and every operation's
+ * `default` response. The /public/v1 ones declare the RateLimit headers of a counted request.
+ */
 function addGuardResponses(document: Json): void {
   const problem = { "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } };
   const responses: Json = (document.components.responses ??= {});
-  for (const { name, ...response } of Object.values(GUARD_RESPONSES)) responses[name] = { ...response, content: problem };
+  for (const [status, { name, headers, ...response }] of [...Object.entries(GUARD_RESPONSES), ["default", UNEXPECTED] as const]) {
+    responses[name] = { ...response, headers: { ...RATE_LIMIT_HEADERS, ...headers }, content: problem };
+    if (status === "default" || EVERY_PATH_GUARD_STATUSES.has(status)) responses[`${OPS_PREFIX}${name}`] = { ...response, ...(headers ? { headers } : {}), content: problem };
+  }
   for (const [path, pathItem] of Object.entries(document.paths as Json)) {
-    const guarded = Object.entries(GUARD_RESPONSES).filter(([status]) => path.startsWith("/public/v1") || EVERY_PATH_GUARD_STATUSES.has(status));
+    const metered = path.startsWith("/public/v1");
+    const guarded = Object.entries(GUARD_RESPONSES).filter(([status]) => metered || EVERY_PATH_GUARD_STATUSES.has(status));
+    const prefix = metered ? "" : OPS_PREFIX;
     for (const operation of Object.values(pathItem as Json)) {
-      for (const [status, { name }] of guarded) operation.responses[status] ??= { $ref: `#/components/responses/${name}` };
+      for (const [status, { name }] of guarded) operation.responses[status] ??= { $ref: `#/components/responses/${prefix}${name}` };
+      operation.responses.default = { $ref: `#/components/responses/${prefix}${UNEXPECTED.name}` };
     }
   }
+}
+
+/**
+ * addRequestIds declares X-Request-Id, which http/conventions.ts puts on every answer: as a header
+ * of every response, and as the optional request header whose value (a safe one) the answer and
+ * the log line then carry instead of a new req_... id.
+ */
+function addRequestIds(document: Json): void {
+  const components = document.components;
+  components.parameters = {
+    ...components.parameters,
+    RequestId: {
+      in: "header",
+      name: "x-request-id",
+      required: false,
+      schema: { type: "string", pattern: SAFE_REQUEST_ID.source },
+      description:
+        "Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id.",
+    },
+  };
+  const requestId = headerRefs("X-Request-Id");
+  for (const response of Object.values(components.responses as Json)) response.headers = { ...response.headers, ...requestId };
+  for (const pathItem of Object.values(document.paths as Json)) {
+    for (const operation of Object.values(pathItem as Json)) {
+      operation.parameters = [...(operation.parameters ?? []), { $ref: "#/components/parameters/RequestId" }];
+      for (const response of Object.values(operation.responses as Json)) if (!response.$ref) response.headers = { ...response.headers, ...requestId };
+    }
+  }
+}
+
+/**
+ * contractVersion is the document's info.version: the package version with, as semver build
+ * metadata, the first 12 hex digits of the SHA-256 of everything in the document but its info, in
+ * canonical JSON. package.json's version is not bumped with every route change (it stayed 0.1.0
+ * through 42 operations), so this changes whenever the contract does, by itself, where a counter
+ * could be forgotten; it tells documents apart, not which is newer.
+ */
+function contractVersion(document: Json, packageVersion: string): string {
+  const { info: _, ...contract } = document;
+  // As served: JSON leaves out the members the document holds as undefined.
+  const digest = new Bun.CryptoHasher("sha256").update(canonicalJson(JSON.parse(JSON.stringify(contract)))).digest("hex");
+  return `${packageVersion}+${digest.slice(0, 12)}`;
 }
 
 const PROBLEM_CONTENT = { "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } };
@@ -270,11 +349,11 @@ function documentProtocolHeaders(document: Json): void {
             in: "header",
             name: "if-match",
             required: false,
-            schema: { type: "string", maxLength: 1000 },
+            schema: withLengthCounting({ type: "string", maxLength: 1000 }),
             description: `${unversioned}: any entity tag answers 412 and changes nothing; * lets the write through.`,
           },
           ...(member
-            ? [{ in: "header", name: "if-none-match", required: false, schema: { type: "string", maxLength: 1000 }, description: "* answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through." }]
+            ? [{ in: "header", name: "if-none-match", required: false, schema: withLengthCounting({ type: "string", maxLength: 1000 }), description: "* answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through." }]
             : []),
         ];
         responses["412"] ??= problemResponse(`Precondition Failed: If-Match named an entity tag, which no unversioned resource can match${member ? ", or If-None-Match was *" : ""}.`);
@@ -329,13 +408,15 @@ export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas
   const { paths, components } = toOpenAPISchema(routeTable(app));
   // Relative: the API is served by the server that serves this document, whatever its public address.
   const servers = [{ url: "/", description: "This server" }];
-  const document: Json = { openapi: "3.1.2", info, servers, paths, ...(webhooks ? { webhooks } : {}), components: { ...components, securitySchemes } };
+  const document: Json = { openapi: "3.1.2", info, servers, paths, ...(webhooks ? { webhooks } : {}), components: { ...components, headers: SHARED_HEADERS, securitySchemes } };
   fixResponses(document);
   addGuardResponses(document);
-  addRateLimitHeaders(document);
   signedWebhooksNeedNoCredentials(document);
   tidyDocument(document, schemas);
   documentProtocolHeaders(document);
+  addRateLimitHeaders(document);
+  addRequestIds(document);
+  document.info = { ...info, version: contractVersion(document, info.version) };
   cache.set(app, { routeCount, document });
   return document;
 }

@@ -27,6 +27,19 @@ export const DOCUMENT_REFUSED = "documentRefused";
 /** documentRefused states the properties a body may not carry (see DOCUMENT_REFUSED). */
 export const documentRefused = (names: readonly string[]) => ({ [DOCUMENT_REFUSED]: names });
 
+/**
+ * documentOpen states an enumeration of an answer (a problem type, a status) as open in the
+ * document: anyOf [its values, any string], so a client generated from today's document keeps a
+ * fallback for a value added later instead of failing to read the answer. The values are still
+ * listed for the types; the route's own schema, which checks the answer, is left as it is. A
+ * request's enumerations stay closed: the service refuses a value it does not know.
+ */
+export const documentOpen = (values: readonly string[]) =>
+  documentAs({ anyOf: [{ type: "string", enum: [...values] }, { type: "string", description: "A value added after this document was generated: handle it as unknown." }] });
+
+/** openEnum is a string of an answer whose listed values may grow, documented open (see documentOpen). */
+export const openEnum = (values: readonly string[], options: { description?: string } = {}) => t.String({ ...options, ...documentOpen(values) });
+
 /** IdempotencyKeyHeader documents the optional Idempotency-Key request header of every POST. */
 export const IdempotencyKeyHeader = t.Object(
   {

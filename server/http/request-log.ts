@@ -10,7 +10,8 @@ interface RequestInfo {
 
 const requestInfo = requestSlot<RequestInfo>("request info");
 
-const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
+/** SAFE_REQUEST_ID is an X-Request-Id a client may choose: sent back and logged as it is, unless shaped like a secret (SECRET_SHAPED). */
+export const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
 
 /**
  * SECRET_SHAPED matches a request id shaped like one of the service's own secrets, which a client

@@ -2,6 +2,7 @@ import type { TSchema } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { ValueErrorType } from "@sinclair/typebox/errors";
 import { Hash } from "@sinclair/typebox/value";
+import { LENGTH_COUNTING } from "../limits/limits.ts";
 import { validationProblem, type FieldError, type ProblemError } from "../shared/problem.ts";
 
 /** SchemaIssue is one TypeBox value error, as Elysia's ValidationError and TypeBox's checkers report it. */
@@ -52,9 +53,22 @@ function plainDetail(issue: SchemaIssue): string {
   }
 }
 
-/** detailOf words one issue: the schema's own `error` text when it has one, else plain words. */
+/**
+ * longOnlyInCodeUnits tells whether a string is over its schema's maxLength (its own, or a
+ * nullable union's) as the service counts, in UTF-16 code units, but not in code points, as JSON
+ * Schema validators count: the client checked it against the document and needs to know why.
+ */
+function longOnlyInCodeUnits(issue: SchemaIssue): boolean {
+  const value = issue.value;
+  if (typeof value !== "string") return false;
+  const schemas = [issue.schema, ...((issue.schema?.anyOf as SchemaIssue["schema"][] | undefined) ?? [])];
+  return schemas.some((schema) => typeof schema?.maxLength === "number" && value.length > schema.maxLength && [...value].length <= schema.maxLength);
+}
+
+/** detailOf words one issue: the schema's own `error` text when it has one, else plain words, saying how its length is counted where that is why it is refused. */
 function detailOf(issue: SchemaIssue): string {
-  return issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : plainDetail(issue);
+  const detail = issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : plainDetail(issue);
+  return longOnlyInCodeUnits(issue) ? `${detail} (${LENGTH_COUNTING})` : detail;
 }
 
 /**

@@ -9,6 +9,12 @@ export const MAX_EMAIL_LENGTH = 254;
 export const MAX_PHONE_LENGTH = 50;
 /** MAX_EXTERNAL_ID_LENGTH bounds a contact's external_id (its id in the source system), in characters. */
 export const MAX_EXTERNAL_ID_LENGTH = 255;
+/**
+ * LENGTH_COUNTING says how every length in characters above is counted (JavaScript's string
+ * length), where JSON Schema's maxLength counts code points: README's Limits, the OpenAPI
+ * description of each limited string and the 422 of a string that only this counting refuses say it in these words.
+ */
+export const LENGTH_COUNTING = "counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two";
 /** MAX_BATCH_ITEMS is the number of items one batch upsert takes. */
 export const MAX_BATCH_ITEMS = 100;
 /**

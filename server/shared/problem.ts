@@ -1,5 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
+import { openEnum } from "../http/openapi-docs.ts";
 
 export interface FieldError {
   /** JSON pointer into the request body */
@@ -151,7 +152,9 @@ export function notFound(kind: string, id: string): ProblemError {
 /** ProblemSchema documents the problem+json body in OpenAPI. */
 export const ProblemSchema = t.Object(
   {
-    type: t.String({ enum: PROBLEM_TYPES.map(problemTypeUrn), description: "URN naming the error kind; README's Problem types table says what each means and what to do" }),
+    type: openEnum(PROBLEM_TYPES.map(problemTypeUrn), {
+      description: "URN naming the error kind; README's Problem types table says what each means and what to do. New types may be added: handle one you do not know by its status.",
+    }),
     title: t.String(),
     // Elysia's t.Integer also accepts numeric strings (for query input); the document states a JSON integer.
     status: Type.Integer(),
@@ -166,6 +169,14 @@ export const ProblemSchema = t.Object(
         }),
       ),
     ),
+    // The extension members README's Problem types table tells clients to use, each on the types that name it.
+    current_version: t.Optional(Type.Integer({ description: "precondition-failed (412) of a contact or account: the version stored now, also the answer's ETag; read it again, then retry." })),
+    retained_since: t.Optional(t.String({ format: "date-time", description: "deletions-expired (410): the earliest `since` still answered; deletions before it may be gone, so resync in full." })),
+    subscription_id: t.Optional(t.String({ description: "replay-secret-lost (410): the subscription the replayed request created or rotated; it exists (unless deleted since)." })),
+    contact_id: t.Optional(t.String({ description: "replay-resource-deleted (410): the contact the replayed answer showed, deleted since." })),
+    account_id: t.Optional(t.String({ description: "replay-resource-deleted (410): the account the replayed answer showed, deleted since." })),
+    user_id: t.Optional(t.String({ description: "replay-resource-deleted (410): the user the replayed answer showed, deleted since." })),
+    checks: t.Optional(t.Record(t.String(), t.String(), { description: "not-ready (503, /readyz): each readiness check's verdict by name (database, migrations, delivery_loop): ok, or what is wrong." })),
   },
   { additionalProperties: true, description: "RFC 9457 problem details (application/problem+json)" },
 );

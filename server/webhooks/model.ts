@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
-import { documentRefused } from "../http/openapi-docs.ts";
+import { documentRefused, openEnum } from "../http/openapi-docs.ts";
 import { AccountSchema } from "../accounts/model.ts";
 import { Contact } from "../contacts/model.ts";
 import {
@@ -20,6 +20,9 @@ export const OPERATIONAL_EVENT_TYPES = ["subscription.disabled", "delivery.exhau
 /** WEBHOOK_EVENT_TYPES are the event kinds a subscription can ask for. */
 export const WEBHOOK_EVENT_TYPES = ["contact.created", "contact.updated", "contact.deleted", "account.created", "account.updated", "account.deleted", "webhook.ping", ...OPERATIONAL_EVENT_TYPES] as const;
 export type EventType = (typeof WEBHOOK_EVENT_TYPES)[number];
+
+/** SUBSCRIPTION_STATUSES are the states of a subscription: paused by a client, disabled by its receiver's failures or 410. */
+export const SUBSCRIPTION_STATUSES = ["active", "paused", "disabled"] as const;
 
 /** DELIVERY_STATUSES are the states of a delivery: pending until it succeeds or runs out of attempts. */
 export const DELIVERY_STATUSES = ["pending", "succeeded", "failed"] as const;
@@ -78,8 +81,7 @@ export const Subscription = t.Object({
   target_url: t.String(),
   description: t.Union([t.String(), t.Null()]),
   events: t.Array(t.String()),
-  status: t.String({
-    enum: ["active", "paused", "disabled"],
+  status: openEnum(SUBSCRIPTION_STATUSES, {
     description:
       "paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours; nothing more is sent until POST .../enable.",
   }),
@@ -107,7 +109,7 @@ export const Delivery = t.Object({
   event_type: t.String(),
   subscription_id: t.String(),
   target_url: t.String(),
-  status: t.String({ enum: [...DELIVERY_STATUSES] }),
+  status: openEnum(DELIVERY_STATUSES),
   attempts: t.Integer({ description: "Attempts made so far (scheduled and manual)." }),
   last_response_status: t.Union([t.Integer(), t.Null()], { description: "HTTP status of the last attempt; null if it got no response." }),
   last_error: t.Union([t.String(), t.Null()], { description: "Network error or refusal of the last attempt, in words." }),
@@ -120,7 +122,7 @@ export type Delivery = typeof Delivery.static;
 /** Attempt is one recorded HTTP attempt of a delivery. */
 export const Attempt = t.Object({
   attempt: t.Integer({ description: "1 for the first attempt." }),
-  trigger: t.String({ enum: ["scheduled", "manual"] }),
+  trigger: openEnum(["scheduled", "manual"]),
   started_at: timestamp,
   duration_ms: t.Number(),
   request_headers: t.Record(t.String(), t.String()),
@@ -243,7 +245,7 @@ export type WindowStats = typeof WindowStats.static;
 /** SubscriptionStats is a subscription's endpoint health: its state and its attempts of the last 24 hours and 7 days. */
 export const SubscriptionStats = t.Object({
   subscription_id: t.String(),
-  status: t.String({ enum: ["active", "paused", "disabled"], description: "As the subscription's own status." }),
+  status: openEnum(SUBSCRIPTION_STATUSES, { description: "As the subscription's own status." }),
   failing_since: t.Union([timestamp, t.Null()], { description: "When the current streak of failed attempts began; null while the last attempt succeeded." }),
   last_24h: WindowStats,
   last_7d: WindowStats,

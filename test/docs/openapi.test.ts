@@ -1,14 +1,18 @@
 // The served OpenAPI document as a client generator and a linter see it. Every check walks all
 // operations, so a new route is held to the same rules without touching this file.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { dereference } from "../support/openapi.ts";
+import { dereference, documentValidator } from "../support/openapi.ts";
 import { READ_ONLY_ACCOUNT_FIELDS } from "../../server/accounts/model.ts";
 import { READ_ONLY_CONTACT_FIELDS } from "../../server/contacts/model.ts";
+import { canonicalJson } from "../../server/idempotency/service.ts";
+import { LENGTH_COUNTING } from "../../server/limits/limits.ts";
 import { PROBLEM_TYPES, problemTypeUrn } from "../../server/shared/problem.ts";
+import { DELIVERY_STATUSES, SUBSCRIPTION_STATUSES } from "../../server/webhooks/model.ts";
+import { VERSION } from "../../server/version.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 let h: Harness;
@@ -143,12 +147,11 @@ describe("OpenAPI document for client generators", () => {
     expect(spec.components.schemas.Problem.required).toEqual(["type", "title", "status", "detail"]);
   });
 
-  // A generated client then types `type` as the union of the URNs, and can switch on it exhaustively.
-  test("Problem.type lists every problem type the service sends, the README's table's, as its enum", () => {
+  // A generated client then types `type` as the union of the URNs plus string: it can switch on the known ones and still read a new one.
+  test("Problem.type lists every problem type the service sends, the README's table's, and any other string for the types added later", () => {
     expect(spec.components.schemas.Problem.properties.type).toEqual({
-      type: "string",
-      enum: PROBLEM_TYPES.map(problemTypeUrn),
-      description: "URN naming the error kind; README's Problem types table says what each means and what to do",
+      anyOf: [{ type: "string", enum: PROBLEM_TYPES.map(problemTypeUrn) }, { type: "string", description: "A value added after this document was generated: handle it as unknown." }],
+      description: "URN naming the error kind; README's Problem types table says what each means and what to do. New types may be added: handle one you do not know by its status.",
     });
   });
 
@@ -180,15 +183,18 @@ describe("OpenAPI document for client generators", () => {
     );
   });
 
-  test("every /public/v1 success (a 304 Not Modified too) declares the RateLimit and RateLimit-Policy headers, and a real success carries them", async () => {
+  test("every /public/v1 response (a 304 Not Modified, errors and default too) declares the RateLimit and RateLimit-Policy headers, no other path's does, and a real success carries them", async () => {
     const missing: string[] = [];
+    const stray: string[] = [];
     for (const { where, path, op } of operations()) {
-      if (!path.startsWith("/public/v1")) continue;
       for (const [status, response] of Object.entries(op.responses) as [string, any][]) {
-        if (/^(2\d\d|304)$/.test(status) && !(response.headers?.RateLimit && response.headers?.["RateLimit-Policy"])) missing.push(`${where} ${status}`);
+        const headers = dereference(spec, response).headers ?? {};
+        const declared = Boolean(headers.RateLimit && headers["RateLimit-Policy"]);
+        if (path.startsWith("/public/v1") && !declared) missing.push(`${where} ${status}`);
+        if (!path.startsWith("/public/v1") && (headers.RateLimit || headers["RateLimit-Policy"])) stray.push(`${where} ${status}`);
       }
     }
-    expect(missing).toEqual([]);
+    expect([missing, stray]).toEqual([[], []]);
     const res = await h.request("GET", "/public/v1/contacts");
     expect(res.status).toBe(200);
     expect(res.headers.get("ratelimit")).toMatch(/^"read";r=\d+;t=\d+$/);
@@ -262,7 +268,7 @@ describe("Redocly lint", () => {
 
 describe("answers as documented: statuses and headers the HTTP conventions add", () => {
   /** HEADERS_TO_DECLARE are the response headers a client generated from the document needs typed: each sent must be declared. */
-  const HEADERS_TO_DECLARE = ["etag", "idempotent-replayed", "location", "retry-after", "www-authenticate"];
+  const HEADERS_TO_DECLARE = ["etag", "idempotent-replayed", "location", "retry-after", "www-authenticate", "ratelimit", "ratelimit-policy", "x-request-id"];
 
   /** localSubscription creates a subscription to a port of this machine. */
   const localSubscription = async () => (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/crm", events: ["contact.created"] } })).body.data;
@@ -274,7 +280,7 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     const documented = op?.responses[String(response.status)];
     if (!documented) return [`${where}: status not documented`];
     const declared = Object.keys(dereference(spec, documented).headers ?? {}).map((name) => name.toLowerCase());
-    const parameters = (op.parameters ?? []).filter((p: any) => p.in === "header").map((p: any) => p.name.toLowerCase());
+    const parameters = (op.parameters ?? []).map((p: any) => dereference(spec, p)).filter((p: any) => p.in === "header").map((p: any) => p.name.toLowerCase());
     return [
       ...HEADERS_TO_DECLARE.filter((name) => response.headers.has(name) && !declared.includes(name)).map((name) => `${where}: header ${name} not declared`),
       ...sentHeaders.filter((name) => !parameters.includes(name)).map((name) => `${where}: request header ${name} not a parameter`),
@@ -317,6 +323,10 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     answers.push(...undocumented("PATCH", "/public/v1/users/{id}", userWrite, ["if-match"]), ...undocumented("POST", "/public/v1/webhook-subscriptions/{subscriptionId}/enable", enable, ["if-match"]));
     answers.push(...undocumented("DELETE", "/public/v1/webhook-subscriptions/{subscriptionId}", existingRemoval, ["if-none-match"]));
 
+    const invalid = await h.request("POST", "/public/v1/contacts", { body: {}, headers: { "x-request-id": "import-42.row:7" } });
+    const missing = await h.request("GET", "/public/v1/contacts/con_missing");
+    expect([invalid.status, invalid.headers.get("x-request-id"), missing.status]).toEqual([422, "import-42.row:7", 404]);
+    answers.push(...undocumented("POST", "/public/v1/contacts", invalid, ["x-request-id"]), ...undocumented("GET", "/public/v1/contacts/{id}", missing));
     const noToken = await h.request("GET", "/public/v1/contacts", { headers: { authorization: "" } });
     const badTarget = await h.request("GET", "/public/v1/contacts/%zz");
     const textBody = await h.request("DELETE", `/public/v1/contacts/${id}`, { body: "x", headers: { "content-type": "text/plain" } });
@@ -393,3 +403,161 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     expect(missing).toEqual([]);
   });
 });
+
+/** responseSchemas lists the schema of every response body of the paths, with where it is. */
+function responseSchemas(): [string, any][] {
+  return operations().flatMap(({ where, op }) =>
+    Object.entries(op.responses as Record<string, any>).flatMap(([status, response]) =>
+      Object.entries(dereference(spec, response).content ?? {}).map(([type, media]: [string, any]) => [`${where} ${status} ${type}`, media.schema] as [string, any]),
+    ),
+  );
+}
+
+/** closedEnums lists every enum reachable from `schema` (through components) that no sibling branch of any string opens, with where it is. */
+function closedEnums(schema: any, where: string, seen = new Set<any>()): string[] {
+  if (!schema || typeof schema !== "object" || seen.has(schema)) return [];
+  seen.add(schema);
+  if (typeof schema.$ref === "string") return closedEnums(dereference(spec, schema), schema.$ref, seen);
+  const found: string[] = schema.enum ? [where] : [];
+  const opensEnums = Array.isArray(schema.anyOf) && schema.anyOf.some((branch: any) => branch.type === "string" && !branch.enum && branch.const === undefined);
+  for (const [keyword, value] of Object.entries(schema)) {
+    if (keyword === "anyOf" && opensEnums) {
+      (value as any[]).forEach((branch, i) => found.push(...closedEnums(branch.enum ? { ...branch, enum: undefined } : branch, `${where}/anyOf/${i}`, seen)));
+    } else if (keyword === "properties" || keyword === "patternProperties") {
+      for (const [name, sub] of Object.entries(value as object)) found.push(...closedEnums(sub, `${where}/${keyword}/${name}`, seen));
+    } else if (Array.isArray(value) && ["anyOf", "oneOf", "allOf", "prefixItems"].includes(keyword)) {
+      value.forEach((sub, i) => found.push(...closedEnums(sub, `${where}/${keyword}/${i}`, seen)));
+    } else if (["items", "additionalProperties", "not", "contains", "propertyNames"].includes(keyword)) {
+      found.push(...closedEnums(value, `${where}/${keyword}`, seen));
+    }
+  }
+  return found;
+}
+
+describe("OpenAPI document as a contract that grows", () => {
+  test("every enumeration in an answer is open: its values, then any string, so a client generated today still reads a value added later", () => {
+    expect(responseSchemas().flatMap(([where, schema]) => closedEnums(schema, where))).toEqual([]);
+    const open = (values: readonly string[]) => [{ type: "string", enum: [...values] }, { type: "string", description: "A value added after this document was generated: handle it as unknown." }];
+    const schemas = spec.components.schemas;
+    const stats = dereference(spec, spec.paths["/public/v1/webhook-subscriptions/{subscriptionId}/stats"].get.responses["200"].content["application/json"].schema).properties.data;
+    expect([schemas.Subscription.properties.status.anyOf, schemas.Delivery.properties.status.anyOf, schemas.Attempt.properties.trigger.anyOf, dereference(spec, stats).properties.status.anyOf]).toEqual([
+      open(SUBSCRIPTION_STATUSES),
+      open(DELIVERY_STATUSES),
+      open(["scheduled", "manual"]),
+      open(SUBSCRIPTION_STATUSES),
+    ]);
+  });
+
+  test("a client validating with the document reads answers holding a value added later, and a request's enumerations stay closed as the service checks them", async () => {
+    const validate = documentValidator(spec);
+    const missing = await h.json("GET", "/public/v1/contacts/con_missing");
+    const subscription = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/crm", events: ["contact.created"] } })).body.data;
+    expect([missing.status, validate(spec.components.schemas.Problem, missing.body), validate(spec.components.schemas.Subscription, subscription)]).toEqual([404, [], []]);
+    expect(validate(spec.components.schemas.Problem, { ...missing.body, type: "urn:crm:problem:added-later" })).toEqual([]);
+    expect(validate(spec.components.schemas.Subscription, { ...subscription, status: "archived" })).toEqual([]);
+    const refusedKind = { target_url: "https://example.com/hooks", events: ["contact.merged"] };
+    const refused = await h.json("POST", "/public/v1/webhook-subscriptions", { body: refusedKind });
+    expect([refused.status, validate(spec.components.schemas.SubscriptionInput, refusedKind).length > 0]).toEqual([422, true]);
+    const statusFilter = spec.paths["/public/v1/webhook-deliveries"].get.parameters.find((p: any) => p.name === "status").schema;
+    expect([validate(statusFilter, "failed"), validate(statusFilter, "archived").length > 0]).toEqual([[], true]);
+  });
+
+  test("info.version changes whenever the contract does: the package version, then a hash of everything in the document but info", () => {
+    const hashOf = (document: any) => {
+      const { info: _, ...contract } = document;
+      return `${VERSION}+${new Bun.CryptoHasher("sha256").update(canonicalJson(contract)).digest("hex").slice(0, 12)}`;
+    };
+    expect(spec.info.version).toBe(hashOf(spec));
+    const grown = structuredClone(spec);
+    grown.components.schemas.Subscription.properties.status.anyOf[0].enum.push("archived");
+    const renamed = structuredClone(spec);
+    renamed.info.description = "Another title block";
+    expect([hashOf(grown) === spec.info.version, hashOf(renamed) === spec.info.version]).toEqual([false, true]);
+  });
+
+  test("every operation has a default response, a problem with the request id, for a 500 internal and a 503 it does not list; a real 500 is what it says", async () => {
+    const problem = { "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } };
+    const defaults = operations().map(({ where, op }) => {
+      const response = op.responses.default && dereference(spec, op.responses.default);
+      return [where, JSON.stringify(response?.content) === JSON.stringify(problem), Boolean(response?.headers?.["X-Request-Id"])];
+    });
+    expect(defaults.filter(([, content, requestId]) => !content || !requestId)).toEqual([]);
+    // A table gone under the running server stands in for any failure no status names.
+    const broken = await createHarness();
+    try {
+      await broken.rt.db.run("ALTER TABLE users RENAME TO users_gone");
+      const failed = await broken.request("GET", "/public/v1/users");
+      const body = (await failed.json()) as any;
+      const operation = spec.paths["/public/v1/users"].get;
+      const documented = dereference(spec, operation.responses[String(failed.status)] ?? operation.responses.default);
+      expect([failed.status >= 500, failed.headers.get("content-type"), documentValidator(spec)(spec.components.schemas.Problem, body)]).toEqual([true, "application/problem+json", []]);
+      const sent = ["ratelimit", "ratelimit-policy", "x-request-id"].filter((name) => failed.headers.has(name));
+      expect(sent.filter((name) => !Object.keys(documented.headers).some((declared) => declared.toLowerCase() === name))).toEqual([]);
+      expect(sent).toContain("x-request-id");
+    } finally {
+      await broken.close();
+    }
+  });
+
+  test("the Problem schema types the extension members README tells clients to use, and real problems carry no member it does not name", async () => {
+    const members = spec.components.schemas.Problem.properties;
+    const described = Object.fromEntries(["current_version", "retained_since", "subscription_id", "contact_id", "account_id", "user_id", "checks"].map((name) => [name, members[name]?.description?.split(" ")[0]]));
+    expect(described).toEqual({
+      current_version: "precondition-failed",
+      retained_since: "deletions-expired",
+      subscription_id: "replay-secret-lost",
+      contact_id: "replay-resource-deleted",
+      account_id: "replay-resource-deleted",
+      user_id: "replay-resource-deleted",
+      checks: "not-ready",
+    });
+    const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" }, headers: { "idempotency-key": "members-1" } });
+    const stale = await h.json("PATCH", `/public/v1/contacts/${created.body.data.id}`, { body: { first_name: "Grace" }, headers: { "if-match": '"9"' } });
+    expect((await h.request("DELETE", `/public/v1/contacts/${created.body.data.id}`)).status).toBe(204);
+    const replayed = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" }, headers: { "idempotency-key": "members-1" } });
+    const expired = await h.json("GET", "/public/v1/contacts/deleted?since=2000-01-01T00:00:00Z");
+    const answers = [stale, replayed, expired].map((answer) => [answer.status, answer.body.type]);
+    expect(answers).toEqual([
+      [412, "urn:crm:problem:precondition-failed"],
+      [410, "urn:crm:problem:replay-resource-deleted"],
+      [410, "urn:crm:problem:deletions-expired"],
+    ]);
+    const validate = documentValidator(spec);
+    const unnamed = [stale, replayed, expired].flatMap((answer) => Object.keys(answer.body).filter((name) => !(name in members)).map((name) => `${answer.body.type} ${name}`));
+    expect([unnamed, ...[stale, replayed, expired].map((answer) => validate(spec.components.schemas.Problem, answer.body))]).toEqual([[], [], [], []]);
+  });
+
+  test("every limited string says how its length is counted, as README's Limits and a 422 at the bound do: UTF-16 code units, an astral character counting as two", async () => {
+    const unsaid = documentSchemas().flatMap(([where, schema]) => limitedStrings(schema, where)).filter(([, description]) => !description?.endsWith(`Length ${LENGTH_COUNTING}.`));
+    expect(unsaid).toEqual([]);
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const limits = readme.slice(readme.indexOf("\n## Limits\n"), readme.indexOf("\n| limit |", readme.indexOf("\n## Limits\n"))).replace(/\s+/g, " ");
+    expect(limits.includes(LENGTH_COUNTING) ? "README's Limits says it" : limits).toBe("README's Limits says it");
+    // 100 emoji are 200 code units: at the bound. One more character is over it, though a validator counting code points takes 101.
+    const atBound = await h.json("POST", "/public/v1/contacts", { body: { first_name: "\u{1F600}".repeat(100) } });
+    const over = await h.json("POST", "/public/v1/contacts", { body: { first_name: `${"\u{1F600}".repeat(100)}a` } });
+    const overBmp = await h.json("POST", "/public/v1/contacts", { body: { first_name: "a".repeat(201) } });
+    expect([atBound.status, over.status, over.body.errors, overBmp.body.errors]).toEqual([
+      201,
+      422,
+      [{ pointer: "/first_name", detail: `must be a string of at most 200 characters, or null (${LENGTH_COUNTING})` }],
+      [{ pointer: "/first_name", detail: "must be a string of at most 200 characters, or null" }],
+    ]);
+    expect(documentValidator(spec)(spec.components.schemas.ContactInput, { first_name: `${"\u{1F600}".repeat(100)}a` })).toEqual([]);
+    const filter = await h.json("GET", `/public/v1/contacts?full_name=${encodeURIComponent(`${"\u{1F600}".repeat(100)}a`)}`);
+    expect([filter.status, filter.body.errors]).toEqual([422, [{ parameter: "full_name", detail: `must be 1 to 200 characters (${LENGTH_COUNTING})` }]]);
+  });
+});
+
+/** limitedStrings lists every string schema with a maxLength in `schema` (not through $ref), with where it is and its description. */
+function limitedStrings(schema: any, where: string): [string, string | undefined][] {
+  if (!schema || typeof schema !== "object") return [];
+  const own: [string, string | undefined][] = typeof schema.maxLength === "number" && [schema.type].flat().includes("string") ? [[where, schema.description]] : [];
+  const subs = Object.entries(schema).flatMap(([keyword, value]) => {
+    if (keyword === "properties" || keyword === "patternProperties") return Object.entries(value as object).flatMap(([name, sub]) => limitedStrings(sub, `${where}/${keyword}/${name}`));
+    if (Array.isArray(value) && ["anyOf", "oneOf", "allOf", "prefixItems"].includes(keyword)) return value.flatMap((sub, i) => limitedStrings(sub, `${where}/${keyword}/${i}`));
+    if (["items", "additionalProperties", "not", "contains", "propertyNames"].includes(keyword)) return limitedStrings(value, `${where}/${keyword}`);
+    return [];
+  });
+  return [...own, ...subs];
+}
