@@ -313,7 +313,7 @@ export interface paths {
         post?: never;
         /**
          * Delete an account
-         * @description Its contacts stay and lose the link (each sends contact.updated); sends account.deleted with the id and deletion time; GET /accounts/deleted lists it. With If-Match, only an account still at that version is deleted (else 412).
+         * @description Its contacts stay and lose the link (each sends contact.updated), 100 a commit, so some may read unlinked before the answer; the last commit removes the account and sends account.deleted with the id and deletion time, after them; GET /accounts/deleted lists it. With If-Match, only an account still at that version is deleted (else 412), checked in every commit: a 412 or 404 after the first leaves the contacts unlinked so far unlinked, and the DELETE sent again finishes the job.
          */
         delete: operations["deleteAccount"];
         options?: never;
@@ -362,7 +362,7 @@ export interface paths {
         post?: never;
         /**
          * Delete a user
-         * @description Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), in the same commit, and the answers kept for replaying its create are withdrawn (a replay is 410). Users send no events of their own: there is no user.deleted.
+         * @description Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; the last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted.
          */
         delete: operations["deleteUser"];
         options?: never;

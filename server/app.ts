@@ -5,6 +5,7 @@ import { authentication } from "./auth/routes.ts";
 import { tokenRate } from "./auth/service.ts";
 import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
+import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { migrateBackend, refuseNewerDatabase, tablesHomeOf, type Backend } from "./db/backend.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
@@ -35,13 +36,15 @@ export interface AppOptions {
   network?: Network;
   /** defaults to SHARED_POLL_MS; tests lengthen it, so that only another instance's notification wakes an idle one */
   sharedPollMs?: number;
+  /** defaults to UNLINK_CHUNK; tests make it small, to delete an account of a few contacts in several writes */
+  unlinkChunk?: number;
 }
 
 /**
  * createRuntime opens the secrets key (creating it on first start), migrates the database, checks
  * that the key is the database's (recording it on first start), and builds the services' shared dependencies.
  */
-export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK, sharedPollMs = SHARED_POLL_MS }: AppOptions): Promise<Runtime> {
+export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK, sharedPollMs = SHARED_POLL_MS, unlinkChunk = UNLINK_CHUNK }: AppOptions): Promise<Runtime> {
   // Before the key is made: a database this binary will not serve gets no new file beside it.
   await refuseNewerDatabase(db);
   const secretsKey = loadSecretsKey(config);
@@ -55,7 +58,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations: new MigrationWatch(db, log), listening: () => null };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations: new MigrationWatch(db, log), unlinkChunk, listening: () => null };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */

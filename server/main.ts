@@ -12,6 +12,7 @@ import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
+import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
 import { printable } from "./shared/text.ts";
@@ -316,7 +317,7 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   const remove = async () => {
     const db = await openConfiguredDatabase(args, { locked: true });
     try {
-      const deleted = await deleteUser(db, id);
+      const deleted = await deleteUser(db, id, UNLINK_CHUNK);
       // A lost wake-up only leaves the deliveries to the instances' next poll.
       await db.notify(DELIVERY_CHANNEL).catch(() => undefined);
       return deleted;

@@ -30,6 +30,8 @@ export interface Runtime {
   rateLimits: ApiRateLimits;
   /** notices a newer crm's migrations under the running instance, after which requests are refused; started with the server */
   migrations: MigrationWatch;
+  /** contacts one write of an account's or a user's delete unlinks at most: UNLINK_CHUNK, tests choose smaller */
+  unlinkChunk: number;
   /**
    * listening is the Bun server the app listens on (its peers' addresses, per-request timeouts);
    * null before createApp's app listens, and under app.handle.

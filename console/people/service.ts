@@ -7,9 +7,10 @@ import type { Operator } from "../../server/operators/model.ts";
 import { dropOperator, issueInvite, issueResetLink } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { randomSecret } from "../../server/shared/crypto.ts";
+import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
-import { createUserOnce, listUsersPage, removeUser } from "../../server/users/service.ts";
+import { createUserOnce, deleteUser, listUsersPage, type DeletedUser } from "../../server/users/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { changeOnceForForm, onceForForm, refusedOnField } from "../shell.ts";
 
@@ -57,14 +58,20 @@ export async function addUserFromForm(rt: Runtime, session: ConsoleSession, form
   return (await refusedOnField(added, "user-exists", "email")).body.data;
 }
 
+/** userDeletedAnswer is the answer a user's delete form records: the user's id and how many contacts lost it. */
+function userDeletedAnswer({ user, unassigned }: DeletedUser): { deleted: string; unassigned: number } {
+  return { deleted: user.id, unassigned };
+}
+
 /**
- * deleteUserFromForm deletes a user once per form key, as the API's delete does: the confirmation
- * sent again (a double click) answers as the first did, where the delete alone would be 404 by then.
+ * deleteUserFromForm deletes a user once per form key, as the API's delete does (in short writes,
+ * deleteUser), its answer recorded in the last of them: the confirmation sent again (a double
+ * click) answers as the first did, where the delete alone would be 404 by then.
  */
 export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<{ unassigned: number }> {
-  const done = await changeOnceForForm(rt, { session, path: `/console/users/${id}/delete`, key: formKey }, async (tx, now) => {
-    const { user, unassigned } = await removeUser(tx, id, now);
-    return { deleted: user.id, unassigned };
+  const done = await onceForForm(rt, { session, path: `/console/users/${id}/delete`, key: formKey, values: {} }, async (scope) => {
+    const deleted = await deleteUser(rt.db, id, rt.unlinkChunk, (tx, answer, now) => saveIdempotentResponse(tx, scope, 200, userDeletedAnswer(answer), now));
+    return { status: 200, body: userDeletedAnswer(deleted) };
   });
   return { unassigned: done.body.unassigned };
 }

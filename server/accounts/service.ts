@@ -1,5 +1,5 @@
 import { applyPatch } from "../shared/patch.ts";
-import type { Database, Db } from "../db/sql.ts";
+import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import type { BatchResult } from "../batch/model.ts";
 import type { BatchKind } from "../batch/service.ts";
 import { notFound, validationProblem, type FieldError } from "../shared/problem.ts";
@@ -183,21 +183,25 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
 }
 
 /**
- * deleteAccount removes an account in one commit: its contacts stay and lose the link (each sends
- * contact.updated), the kept answers showing it are withdrawn, then the account's tombstone and
- * account.deleted. A stored version that does not meet `condition` is 412, and nothing changes.
+ * deleteAccount removes an account in short writes (writeInSteps): each unlinks at most
+ * rt.unlinkChunk of its contacts, which stay (each sends contact.updated), and the write that
+ * leaves none linked also withdraws the kept answers showing the account, and writes its tombstone
+ * and account.deleted. Each write checks `condition` against the stored version (412) and that the
+ * account is there (404): a refusal after the first leaves the contacts unlinked so far unlinked,
+ * as a crash between the writes does, and a DELETE sent again finishes the job.
  */
 export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null = null): Promise<void> {
-  return rt.db.write(async (tx) => {
+  await writeInSteps(rt.db, async (tx) => {
     const now = Date.now();
     const current = await findAccountById(tx, id);
     if (!current) throw notFound("account", id);
     refuseUnmetCondition(condition, "account", id, current.version);
-    await detachAccountFromContacts(tx, id, now);
+    if ((await detachAccountFromContacts(tx, id, now, rt.unlinkChunk)) === rt.unlinkChunk) return null;
     await deleteAccountRow(tx, id);
     await withdrawKeptAnswers(tx, "account", id);
     await insertTombstone(tx, "account", id, now);
     await recordEvent(tx, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
+    return id;
   });
 }
 

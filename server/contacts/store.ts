@@ -138,28 +138,35 @@ export async function replaceContactTags(db: Db, contact: RelationSortKeys, tags
   await insertContactTags(db, contact, tags);
 }
 
+/** findContactsLinkedToAccount returns the ids of at most `limit` contacts linked to an account (any of them: unlinkAccountFromContacts takes them all in turn). */
+export async function findContactsLinkedToAccount(db: Db, accountId: string, limit: number): Promise<string[]> {
+  return (await db.all<{ contact_id: string }>("SELECT contact_id FROM contact_accounts WHERE account_id = ? LIMIT ?", [accountId, limit])).map((row) => row.contact_id);
+}
+
 /**
- * unlinkAccountFromContacts removes an account from every contact linked to it, in three
- * statements whatever their number: the rows' account_ids copies and updated_at, then the
- * relation rows. Returns the changed rows. Statements inside the write queue's savepoint grow
- * slower with the pages it has changed, so one statement per contact was quadratic: deleting an
- * account of 20,000 contacts took 48 s, now 0.27 s.
+ * unlinkAccountFromContacts removes an account from the given contacts (found linked to it by
+ * findContactsLinkedToAccount), in three statements whatever their number: the rows' account_ids
+ * copies and updated_at, then the relation rows. Returns the changed rows. Statements inside the
+ * write queue's savepoint grow slower with the pages it has changed, so one statement per contact
+ * was quadratic: unlinking 20,000 contacts took 48 s, now 0.27 s.
  */
-export async function unlinkAccountFromContacts(db: Db, accountId: string, updatedAt: number): Promise<ContactRow[]> {
+export async function unlinkAccountFromContacts(db: Db, accountId: string, contactIds: readonly string[], updatedAt: number): Promise<ContactRow[]> {
+  if (contactIds.length === 0) return [];
   // sqlite-only: json_group_array builds the account_ids copy; PostgreSQL joins the ids (acc_ and a
   // ULID, nothing to escape) into the text JSON.stringify would write.
   const accountIds =
     db.dialect === "postgres"
       ? `SELECT coalesce('["' || string_agg(account_id, '","' ORDER BY position) || '"]', '[]') FROM contact_accounts WHERE contact_id = contacts.id AND account_id <> ?`
       : "SELECT json_group_array(account_id) FROM (SELECT account_id FROM contact_accounts WHERE contact_id = contacts.id AND account_id <> ? ORDER BY position)";
+  const list = contactIds.map(() => "?").join(", ");
   await db.run(
     // As notBefore: a contact stamped by an instance whose clock runs ahead keeps that stamp.
     `UPDATE contacts SET version = version + 1, updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END, account_ids = (${accountIds})
-     WHERE id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)`,
-    [updatedAt, updatedAt, accountId, accountId],
+     WHERE id IN (${list})`,
+    [updatedAt, updatedAt, accountId, ...contactIds],
   );
-  const rows = await db.all<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id IN (SELECT contact_id FROM contact_accounts WHERE account_id = ?)`, [accountId]);
-  await db.run("DELETE FROM contact_accounts WHERE account_id = ?", [accountId]);
+  const rows = await db.all<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.id IN (${list})`, contactIds);
+  await db.run(`DELETE FROM contact_accounts WHERE account_id = ? AND contact_id IN (${list})`, [accountId, ...contactIds]);
   return rows;
 }
 
@@ -170,34 +177,51 @@ export async function unlinkAccountFromContacts(db: Db, accountId: string, updat
  */
 const ASSIGNED_TO_USER = "SELECT id FROM contacts WHERE assigned_user_id = ? UNION SELECT contact_id FROM contact_assigned_users WHERE user_id = ?";
 
-/** countContactsAssignedToUser counts the contacts unassignUserFromContacts would change: assigned to the user as assigned_user_id or in assigned_user_ids. */
+/** countContactsAssignedToUser counts the contacts assigned to a user as assigned_user_id or in assigned_user_ids: those its delete changes. */
 export async function countContactsAssignedToUser(db: Db, userId: string): Promise<number> {
   const row = await db.get<{ n: number }>(`SELECT count(*) AS n FROM (${ASSIGNED_TO_USER}) assigned`, [userId, userId]);
   return Number(row!.n);
 }
 
 /**
- * unassignUserFromContacts takes a user off every contact assigned to it, as assigned_user_id or
- * in assigned_user_ids, in two statements whatever their number, as unlinkAccountFromContacts
- * does for an account's links: the rows (version, updated_at, assigned_user_id, the
- * assigned_user_ids copy), read back by RETURNING, then the relation rows. Returns the changed rows.
+ * findContactsAssignedToUser returns the ids of at most `limit` contacts assigned to a user, as
+ * assigned_user_id or in assigned_user_ids. Each lookup is limited before the UNION, which would
+ * otherwise gather every one of them for each call: fewer than `limit` ids means there are no others.
  */
-export async function unassignUserFromContacts(db: Db, userId: string, updatedAt: number): Promise<ContactRow[]> {
+export async function findContactsAssignedToUser(db: Db, userId: string, limit: number): Promise<string[]> {
+  const rows = await db.all<{ id: string }>(
+    `SELECT id FROM (SELECT id FROM contacts WHERE assigned_user_id = ? LIMIT ?) direct
+     UNION SELECT contact_id FROM (SELECT contact_id FROM contact_assigned_users WHERE user_id = ? LIMIT ?) listed LIMIT ?`,
+    [userId, limit, userId, limit, limit],
+  );
+  return rows.map((row) => row.id);
+}
+
+/**
+ * unassignUserFromContacts takes a user off the given contacts (found assigned to it by
+ * findContactsAssignedToUser), as assigned_user_id and in assigned_user_ids, in two statements
+ * whatever their number, as unlinkAccountFromContacts does for an account's links: the rows
+ * (version, updated_at, assigned_user_id, the assigned_user_ids copy), read back by RETURNING,
+ * then the relation rows. Returns the changed rows.
+ */
+export async function unassignUserFromContacts(db: Db, userId: string, contactIds: readonly string[], updatedAt: number): Promise<ContactRow[]> {
+  if (contactIds.length === 0) return [];
   // sqlite-only: json_group_array builds the assigned_user_ids copy; PostgreSQL joins the ids (usr_
   // and a ULID, nothing to escape) into the text JSON.stringify would write.
   const userIds =
     db.dialect === "postgres"
       ? `SELECT coalesce('["' || string_agg(user_id, '","' ORDER BY position) || '"]', '[]') FROM contact_assigned_users WHERE contact_id = contacts.id AND user_id <> ?`
       : "SELECT json_group_array(user_id) FROM (SELECT user_id FROM contact_assigned_users WHERE contact_id = contacts.id AND user_id <> ? ORDER BY position)";
+  const list = contactIds.map(() => "?").join(", ");
   const rows = await db.all<ContactRow>(
     // As notBefore: a contact stamped by an instance whose clock runs ahead keeps that stamp.
     `UPDATE contacts SET version = version + 1, updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END,
        assigned_user_id = NULLIF(assigned_user_id, ?), assigned_user_ids = (${userIds})
-     WHERE id IN (${ASSIGNED_TO_USER})
+     WHERE id IN (${list})
      RETURNING ${ROW_COLUMNS}`,
-    [updatedAt, updatedAt, userId, userId, userId, userId],
+    [updatedAt, updatedAt, userId, userId, ...contactIds],
   );
-  await db.run("DELETE FROM contact_assigned_users WHERE user_id = ?", [userId]);
+  await db.run(`DELETE FROM contact_assigned_users WHERE user_id = ? AND contact_id IN (${list})`, [userId, ...contactIds]);
   return rows;
 }
 

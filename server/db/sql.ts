@@ -99,6 +99,20 @@ export interface Database extends Db {
 }
 
 /**
+ * writeInSteps runs `step` in one write after another until it returns something other than null,
+ * and resolves with that: a change too large for one short write (an account's or a user's
+ * contacts unlinked) commits a bounded part at a time, and other writes, which wait for the write
+ * lock (on SQLite, every request, which waits for the event loop), take their turns in between.
+ * A step that throws ends it with that error, the parts already committed staying.
+ */
+export async function writeInSteps<T>(db: Database, step: (tx: Db) => Promise<T | null>): Promise<T> {
+  for (;;) {
+    const done = await db.write(step);
+    if (done !== null) return done;
+  }
+}
+
+/**
  * unlessHeld is the condition `key = ?` of an UPDATE of bookkeeping (writeBookkeeping): on
  * PostgreSQL it skips the row while another session holds it, rather than wait for it (NO KEY, so
  * a transaction that only references the row, inserting a child of it, is no obstacle).

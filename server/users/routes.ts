@@ -39,7 +39,7 @@ export function userRoutes(rt: Runtime) {
       detail: { operationId: "updateUser", summary: "Update a user", description: "Fields present replace the stored ones; the email stays unique (409 when taken).", tags, ...secured },
     })
     .delete("/:id", async ({ params, set }) => {
-      await deleteUser(rt.db, params.id);
+      await deleteUser(rt.db, params.id, rt.unlinkChunk);
       set.status = 204;
     }, {
       params: UserId,
@@ -47,7 +47,7 @@ export function userRoutes(rt: Runtime) {
       detail: {
         operationId: "deleteUser",
         summary: "Delete a user",
-        description: "Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), in the same commit, and the answers kept for replaying its create are withdrawn (a replay is 410). Users send no events of their own: there is no user.deleted.",
+        description: "Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; the last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted.",
         tags,
         ...secured,
       },

@@ -1,4 +1,4 @@
-import type { Database, Db } from "../db/sql.ts";
+import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import { notFound, ProblemError } from "../shared/problem.ts";
 import { saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } from "../idempotency/service.ts";
 import { detachUserFromContacts } from "../contacts/service.ts";
@@ -62,24 +62,38 @@ export async function updateUser(rt: Runtime, id: string, input: UserPatch): Pro
   });
 }
 
-/**
- * removeUser deletes a user inside the caller's write: the contacts assigned to it stay and lose
- * the assignment (each sends contact.updated), and the kept answers showing it are withdrawn.
- * Users send no events of their own, so it leaves no tombstone and sends no user.deleted. Returns
- * the user and how many contacts lost it; throws 404 for an unknown id.
- */
-export async function removeUser(tx: Db, id: string, now: number): Promise<{ user: User; unassigned: number }> {
-  const current = await findUserById(tx, id);
-  if (!current) throw notFound("user", id);
-  const unassigned = await detachUserFromContacts(tx, id, now);
-  await deleteUserRow(tx, id);
-  await withdrawKeptAnswers(tx, "user", id);
-  return { user: toUser(current), unassigned };
+/** DeletedUser is what a user's delete answers: the user, and how many contacts lost it. */
+export interface DeletedUser {
+  user: User;
+  unassigned: number;
 }
 
-/** deleteUser deletes a user in one commit (removeUser). Takes the Database, not the Runtime: the command line deletes too. */
-export function deleteUser(db: Database, id: string): Promise<{ user: User; unassigned: number }> {
-  return db.write((tx) => removeUser(tx, id, Date.now()));
+/**
+ * deleteUser deletes a user in short writes (writeInSteps): each takes the user off at most
+ * `chunk` of its contacts, which stay (each sends contact.updated), and the write that leaves none
+ * assigned also deletes the user and withdraws the kept answers showing it; `finish` runs in that
+ * write with the answer (the console records its form's answer there). Users send no events of
+ * their own, so it leaves no tombstone and sends no user.deleted. Each write throws 404 for a user
+ * that is not there (deleted meanwhile): the contacts changed so far stay changed, as after a
+ * crash between the writes, which a delete sent again finishes. Takes the Database, not the
+ * Runtime: the command line deletes too.
+ */
+export function deleteUser(db: Database, id: string, chunk: number, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
+  let unassigned = 0;
+  return writeInSteps(db, async (tx) => {
+    const now = Date.now();
+    const current = await findUserById(tx, id);
+    if (!current) throw notFound("user", id);
+    const changed = await detachUserFromContacts(tx, id, now, chunk);
+    // Counted as the step runs: a step that fails ends the delete, so no count outlives its rollback.
+    unassigned += changed;
+    if (changed === chunk) return null;
+    await deleteUserRow(tx, id);
+    await withdrawKeptAnswers(tx, "user", id);
+    const deleted = { user: toUser(current), unassigned };
+    await finish(tx, deleted, now);
+    return deleted;
+  });
 }
 
 /** getUser returns one user or throws 404. */

@@ -1,14 +1,18 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createAccount, updateAccount } from "../../server/accounts/service.ts";
 import { listAccounts } from "../../server/accounts/store.ts";
 import { ACCOUNT_SORTS } from "../../server/accounts/model.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { capturing, queryPlan } from "../support/query-plans.ts";
-import { ISO, eventData, eventTypes, expectProblem, postAccount, validation } from "./support.ts";
+import { ISO, contactsNow, eventData, eventTypes, expectProblem, onNextCommit, postAccount, updatedContacts, validation } from "./support.ts";
 import { sqliteOnly } from "../support/backend.ts";
+
+/** CHUNK is how many contacts each write of an account's delete unlinks here (UNLINK_CHUNK in production): 35 contacts take four. */
+const CHUNK = 10;
 
 let h: Harness;
 beforeEach(async () => {
-  h = await createHarness({ rateReadBurst: 10_000, rateWriteBurst: 10_000 });
+  h = await createHarness({ rateReadBurst: 10_000, rateWriteBurst: 10_000 }, { unlinkChunk: CHUNK });
 });
 afterEach(async () => await h.close());
 
@@ -206,6 +210,71 @@ describe("accounts sync: errors", () => {
       errors: [{ parameter: "since", detail: `must be ${horizon} or later` }],
       retained_since: horizon,
     });
+  });
+});
+
+describe("accounts sync: a delete unlinks its contacts a chunk per write", () => {
+  /** linkedContacts creates `n` contacts linked to the account, every other one to `also` after it. */
+  async function linkedContacts(n: number, accountId: string, also: string): Promise<any[]> {
+    const made = [];
+    for (let i = 0; i < n; i++) made.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: `C${i}`, account_ids: i % 2 ? [accountId, also] : [accountId] } })).body.data);
+    return made;
+  }
+
+  const byId = (a: { id: string }, b: { id: string }) => a.id.localeCompare(b.id);
+  const updates = (n: number) => Array<string>(n).fill("contact.updated");
+
+  test("35 contacts are unlinked 10 per write: a write sent once the first chunk commits commits before the next chunk; each contact ends unlinked with one contact.updated, account.deleted last", async () => {
+    const a = await account({ name: "Acme" });
+    const b = await account({ name: "Globex" });
+    const linked = await linkedContacts(35, a.id, b.id);
+    const before = (await eventData(h)).length;
+    // The first commit after the delete begins sends another write, which waits for one chunk, not the whole delete.
+    const meanwhile = onNextCommit(h, () => createAccount(h.rt, { name: "Meanwhile" }, null));
+    const res = await h.request("DELETE", `/public/v1/accounts/${a.id}`);
+    expect([res.status, await res.text()]).toEqual([204, ""]);
+    const created = (await meanwhile()).body.data;
+    const after = await contactsNow(h, linked);
+    expect(after).toEqual(linked.map((c, i) => ({ ...c, account_ids: i % 2 ? [b.id] : [], version: c.version + 1, updated_at: after[i].updated_at })));
+    const events = (await eventData(h)).slice(before);
+    expect(events.map((e) => e.type)).toEqual([...updates(CHUNK), "account.created", ...updates(35 - CHUNK), "account.deleted"]);
+    expect(updatedContacts(events)).toEqual([...after].sort(byId));
+    expect(events[CHUNK]).toEqual({ type: "account.created", data: created });
+    const deletedAt = (events.at(-1)!.data as { deleted_at: string }).deleted_at;
+    expect(events.at(-1)).toEqual({ type: "account.deleted", data: { id: a.id, version: 2, deleted_at: deletedAt } });
+    expect(after.every((c) => c.updated_at <= deletedAt)).toBe(true);
+    expect((await h.json("GET", `/public/v1/contacts?account_id=${a.id}`)).body).toEqual({ data: [], meta: page(0) });
+    expect((await h.json("GET", "/public/v1/accounts/deleted")).body).toEqual({ data: [{ id: a.id, deleted_at: deletedAt }], meta: page(1) });
+  });
+
+  test("If-Match is checked before the first chunk and in each write after: a change of the account between chunks is 412, the contacts unlinked so far stay unlinked (with their events), and a DELETE sent again finishes the job", async () => {
+    const a = await account({ name: "Acme" });
+    const b = await account({ name: "Globex" });
+    const linked = await linkedContacts(35, a.id, b.id);
+    const before = (await eventData(h)).length;
+    const stale = await h.json("DELETE", `/public/v1/accounts/${a.id}`, { headers: { "if-match": '"2"' } });
+    expect([stale.status, stale.headers.get("etag"), stale.body.current_version]).toEqual([412, '"1"', 1]);
+    expect((await eventData(h)).length).toBe(before);
+    expect((await h.json("GET", `/public/v1/contacts?account_id=${a.id}&per_page=1`)).body.meta.total).toBe(35);
+
+    const renamed = onNextCommit(h, () => updateAccount(h.rt, a.id, { name: "Acme Renamed" }));
+    const refused = await h.json("DELETE", `/public/v1/accounts/${a.id}`, { headers: { "if-match": '"1"' } });
+    expect([refused.status, refused.headers.get("etag"), refused.body.current_version]).toEqual([412, '"2"', 2]);
+    await renamed();
+    expect((await h.json("GET", `/public/v1/accounts/${a.id}`)).body.data).toEqual({ ...a, name: "Acme Renamed", version: 2, updated_at: expect.any(String) });
+    const halfway = (await eventData(h)).slice(before);
+    expect(halfway.map((e) => e.type)).toEqual([...updates(CHUNK), "account.updated"]);
+    expect((await h.json("GET", `/public/v1/contacts?account_id=${a.id}&per_page=1`)).body.meta.total).toBe(35 - CHUNK);
+    expect((await h.json("GET", "/public/v1/accounts/deleted")).body).toEqual({ data: [], meta: page(0) });
+
+    const again = await h.request("DELETE", `/public/v1/accounts/${a.id}`, { headers: { "if-match": '"2"' } });
+    expect(again.status).toBe(204);
+    const after = await contactsNow(h, linked);
+    expect(after).toEqual(linked.map((c, i) => ({ ...c, account_ids: i % 2 ? [b.id] : [], version: c.version + 1, updated_at: after[i].updated_at })));
+    const events = (await eventData(h)).slice(before);
+    expect(events.map((e) => e.type)).toEqual([...updates(CHUNK), "account.updated", ...updates(35 - CHUNK), "account.deleted"]);
+    expect(updatedContacts(events)).toEqual([...after].sort(byId));
+    expect((events.at(-1)!.data as { version: number }).version).toBe(3);
   });
 });
 

@@ -96,6 +96,29 @@ export async function listeningServer(name: string, overrides: Partial<Config> =
   };
 }
 
+/**
+ * onNextCommit has the harness's database run `write` once, at its next commit (with a chunked
+ * delete under way, the commit of its first chunk), and returns what gives that write's outcome.
+ */
+export function onNextCommit<T>(h: Harness, write: () => Promise<T>): () => Promise<T> {
+  let started: Promise<T> | null = null;
+  h.rt.db.onCommit(() => void (started ??= write()));
+  return () => started ?? Promise.reject(new Error("no commit came"));
+}
+
+/** contactsNow reads each of the contacts again through the API, in the same order. */
+export function contactsNow(h: Harness, contacts: { id: string }[]): Promise<any[]> {
+  return Promise.all(contacts.map(async (c) => (await h.json("GET", `/public/v1/contacts/${c.id}`)).body.data));
+}
+
+/** updatedContacts lists the contacts the contact.updated events among `events` hold, by id. */
+export function updatedContacts(events: { type: string; data: unknown }[]): { id: string }[] {
+  return events
+    .filter((e) => e.type === "contact.updated")
+    .map((e) => e.data as { id: string })
+    .sort((a, b) => a.id.localeCompare(b.id));
+}
+
 /** eventData lists the outbox events written so far, oldest first, as their type and data. */
 export async function eventData(h: Harness): Promise<{ type: string; data: unknown }[]> {
   return (await h.rt.db.all<{ payload: string }>("SELECT payload FROM events ORDER BY id")).map((r) => {

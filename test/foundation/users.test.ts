@@ -1,11 +1,16 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createAccount } from "../../server/accounts/service.ts";
+import { deleteUser } from "../../server/users/service.ts";
 import { gone } from "../support/deleted-before-upgrade.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { ISO, eventData, expectProblem, validation } from "./support.ts";
+import { ISO, contactsNow, eventData, expectProblem, onNextCommit, updatedContacts, validation } from "./support.ts";
+
+/** CHUNK is how many contacts each write of a user's delete takes the user off here (UNLINK_CHUNK in production): 35 contacts take four. */
+const CHUNK = 10;
 
 let h: Harness;
 beforeEach(async () => {
-  h = await createHarness();
+  h = await createHarness({}, { unlinkChunk: CHUNK });
 });
 afterEach(async () => await h.close());
 
@@ -136,6 +141,66 @@ describe("users: deletion", () => {
       { idem_key: "user-1", status: 410, response_body: JSON.stringify({ resource: "user", id }) },
       { idem_key: "user-2", status: 201, response_body: JSON.stringify(other.body) },
     ]);
+  });
+});
+
+describe("users: a delete unassigns its contacts a chunk per write", () => {
+  /** assignedContacts creates 35 contacts assigned to the user: as assigned_user_id alone, in assigned_user_ids alone (after `also`), or both. */
+  async function assignedContacts(userId: string, also: string): Promise<any[]> {
+    const made = [];
+    for (let i = 0; i < 35; i++) {
+      const assigned = [{ assigned_user_id: userId }, { assigned_user_ids: [also, userId] }, { assigned_user_id: userId, assigned_user_ids: [userId, also] }][i % 3]!;
+      made.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: `C${i}`, ...assigned } })).body.data);
+    }
+    return made;
+  }
+
+  /** unassigned is a contact as the delete leaves it: the user gone from assigned_user_id and assigned_user_ids, one version more. */
+  const unassigned = (contact: any, userId: string, updatedAt: string) => ({
+    ...contact,
+    assigned_user_id: contact.assigned_user_id === userId ? null : contact.assigned_user_id,
+    assigned_user_ids: contact.assigned_user_ids.filter((id: string) => id !== userId),
+    version: contact.version + 1,
+    updated_at: updatedAt,
+  });
+  const byId = (a: { id: string }, b: { id: string }) => a.id.localeCompare(b.id);
+  const updates = (n: number) => Array<string>(n).fill("contact.updated");
+
+  test("35 contacts are unassigned 10 per write: a write sent once the first chunk commits commits before the next chunk; each contact ends unassigned with one contact.updated", async () => {
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
+    const alan = (await h.json("POST", "/public/v1/users", { body: { name: "Alan", email: "alan@example.com" } })).body.data;
+    const assigned = await assignedContacts(grace.id, alan.id);
+    const before = (await eventData(h)).length;
+    // The first commit after the delete begins sends another write, which waits for one chunk, not the whole delete.
+    const meanwhile = onNextCommit(h, () => createAccount(h.rt, { name: "Meanwhile" }, null));
+    const res = await h.request("DELETE", `/public/v1/users/${grace.id}`);
+    expect([res.status, await res.text()]).toEqual([204, ""]);
+    const created = (await meanwhile()).body.data;
+    const after = await contactsNow(h, assigned);
+    expect(after).toEqual(assigned.map((c, i) => unassigned(c, grace.id, after[i].updated_at)));
+    const events = (await eventData(h)).slice(before);
+    expect(events.map((e) => e.type)).toEqual([...updates(CHUNK), "account.created", ...updates(35 - CHUNK)]);
+    expect(updatedContacts(events)).toEqual([...after].sort(byId));
+    expect(events[CHUNK]).toEqual({ type: "account.created", data: created });
+    expect((await h.json("GET", `/public/v1/users/${grace.id}`)).status).toBe(404);
+    expect(await h.rt.db.all("SELECT contact_id FROM contact_assigned_users WHERE user_id = ?", [grace.id])).toEqual([]);
+  });
+
+  test("each write finds the user again: one deleted by another delete between chunks is 404, and every contact still loses it once", async () => {
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
+    const alan = (await h.json("POST", "/public/v1/users", { body: { name: "Alan", email: "alan@example.com" } })).body.data;
+    const assigned = await assignedContacts(grace.id, alan.id);
+    const before = (await eventData(h)).length;
+    const other = onNextCommit(h, () => deleteUser(h.rt.db, grace.id, CHUNK));
+    const res = await h.json("DELETE", `/public/v1/users/${grace.id}`);
+    expect([res.status, res.body.detail]).toEqual([404, `No user with id "${grace.id}" exists.`]);
+    // The two deletes took turns, 10 contacts a write each; the other found none left and deleted the user.
+    expect((await other()).unassigned).toBe(35 - 2 * CHUNK);
+    const after = await contactsNow(h, assigned);
+    expect(after).toEqual(assigned.map((c, i) => unassigned(c, grace.id, after[i].updated_at)));
+    const events = (await eventData(h)).slice(before);
+    expect([events.every((e) => e.type === "contact.updated"), updatedContacts(events)]).toEqual([true, [...after].sort(byId)]);
+    expect((await h.json("GET", `/public/v1/users/${grace.id}`)).status).toBe(404);
   });
 });
 

@@ -28,11 +28,12 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-/** HarnessOptions are runtime parts a test replaces: the network deliveries resolve names through, the log, the delivery loop's poll on PostgreSQL. */
+/** HarnessOptions are runtime parts a test replaces: the network deliveries resolve names through, the log, the delivery loop's poll on PostgreSQL, the contacts a delete unlinks per write. */
 export interface HarnessOptions {
   network?: Network;
   log?: Logger;
   sharedPollMs?: number;
+  unlinkChunk?: number;
 }
 
 /**
@@ -44,7 +45,7 @@ export async function createHarness(overrides: Partial<Config> = {}, options: Ha
   const backend = await testBackend(dataDir);
   const config: Config = { ...DEFAULT_CONFIG, dataDir, logLevel: "error", ...backend.config, ...overrides };
   const db = await openBackend(config);
-  const rt = await createRuntime({ db, config, log: options.log ?? createLogger(config.logLevel), network: options.network, sharedPollMs: options.sharedPollMs });
+  const rt = await createRuntime({ db, config, log: options.log ?? createLogger(config.logLevel), network: options.network, sharedPollMs: options.sharedPollMs, unlinkChunk: options.unlinkChunk });
   const app = createApp(rt);
   const { token } = await createApiToken(db, "test");
   const request = (method: string, path: string, options: { body?: unknown; headers?: Record<string, string> } = {}) => {
