@@ -867,7 +867,7 @@ export interface components {
             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
             id: string;
             name: string;
-            /** @description lowercased */
+            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
             domain: string | null;
             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
             version: number;
@@ -887,6 +887,10 @@ export interface components {
          */
         AccountInput: {
             name: string;
+            /**
+             * Format: idn-hostname
+             * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de).
+             */
             domain?: string | null;
             id?: never;
             version?: never;
@@ -913,7 +917,7 @@ export interface components {
             last_name: string | null;
             /** @description first_name and last_name joined by a space */
             full_name: string;
-            /** @description lowercased */
+            /** @description lowercased, its domain in ASCII form (IDNA A-labels: info@müller.de is info@xn--mller-kva.de) */
             email: string | null;
             phone: string | null;
             /** @description the contact's id in its source system; unique when set */
@@ -961,7 +965,10 @@ export interface components {
         ContactInput: {
             first_name?: string | null;
             last_name?: string | null;
-            /** Format: email */
+            /**
+             * Format: idn-email
+             * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII.
+             */
             email?: string | null;
             phone?: string | null;
             /** @description The contact's id in the system it comes from; unique when set. */
@@ -3139,6 +3146,10 @@ export interface operations {
             content: {
                 "application/json": {
                     name?: string;
+                    /**
+                     * Format: idn-hostname
+                     * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de).
+                     */
                     domain?: string | null;
                     id?: never;
                     version?: never;
@@ -3333,7 +3344,10 @@ export interface operations {
             content: {
                 "application/json": {
                     name: string;
-                    /** Format: email */
+                    /**
+                     * Format: idn-email
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII.
+                     */
                     email: string;
                 };
             };
@@ -3626,7 +3640,10 @@ export interface operations {
             content: {
                 "application/json": {
                     name?: string;
-                    /** Format: email */
+                    /**
+                     * Format: idn-email
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII.
+                     */
                     email?: string;
                 };
             };
@@ -5406,7 +5423,7 @@ export interface operations {
                         last_name: string | null;
                         /** @description first_name and last_name joined by a space */
                         full_name: string;
-                        /** @description lowercased */
+                        /** @description lowercased, its domain in ASCII form (IDNA A-labels: info@müller.de is info@xn--mller-kva.de) */
                         email: string | null;
                         phone: string | null;
                         /** @description the contact's id in its source system; unique when set */
@@ -5426,7 +5443,7 @@ export interface operations {
                             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                             id: string;
                             name: string;
-                            /** @description lowercased */
+                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
                             domain: string | null;
                             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                             version: number;
@@ -5515,7 +5532,7 @@ export interface operations {
                         last_name: string | null;
                         /** @description first_name and last_name joined by a space */
                         full_name: string;
-                        /** @description lowercased */
+                        /** @description lowercased, its domain in ASCII form (IDNA A-labels: info@müller.de is info@xn--mller-kva.de) */
                         email: string | null;
                         phone: string | null;
                         /** @description the contact's id in its source system; unique when set */
@@ -5535,7 +5552,7 @@ export interface operations {
                             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                             id: string;
                             name: string;
-                            /** @description lowercased */
+                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
                             domain: string | null;
                             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                             version: number;
@@ -5666,7 +5683,7 @@ export interface operations {
                         /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                         id: string;
                         name: string;
-                        /** @description lowercased */
+                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
                         domain: string | null;
                         /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                         version: number;
@@ -5720,7 +5737,7 @@ export interface operations {
                         /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                         id: string;
                         name: string;
-                        /** @description lowercased */
+                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
                         domain: string | null;
                         /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                         version: number;

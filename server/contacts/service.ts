@@ -17,7 +17,8 @@ import { notBefore, toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
-import { MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
+import { MAX_EMAIL_LENGTH, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
+import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
 import { insertTombstone } from "../tombstones/store.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
@@ -172,6 +173,13 @@ function contactInputErrors(input: Record<string, unknown>): FieldError[] {
   return errors;
 }
 
+/** storedForm gives a contact input the form its fields are stored in: the email lowercased with its domain in ASCII form (asciiEmail). */
+function storedForm(input: ContactInput): ContactInput {
+  const stored = { ...input };
+  if (typeof stored.email === "string") stored.email = asciiEmail(stored.email);
+  return stored;
+}
+
 function refuseInvalidFields(input: Record<string, unknown>): void {
   const errors = contactInputErrors(input);
   if (errors.length > 0) throw validationProblem(errors);
@@ -258,7 +266,6 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
   for (const field of COLUMN_FIELDS) {
     if (field in input) next[field] = (input[field] as string | null | undefined) ?? null;
   }
-  if (next.email) next.email = next.email.toLowerCase();
   if (input.account_ids !== undefined) next.account_ids = JSON.stringify(input.account_ids ?? []);
   if (input.assigned_user_ids !== undefined) next.assigned_user_ids = JSON.stringify(input.assigned_user_ids ?? []);
   return next;
@@ -266,6 +273,7 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
 
 /** writeNewContact inserts a contact, its relations and its contact.created event, or refuses one that names nobody; call it inside a write. */
 async function writeNewContact(db: Db, input: ContactInput, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
+  input = storedForm(input);
   const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
   const row = applyInput(empty, input);
   const anonymous = anonymousErrors(row);
@@ -288,6 +296,7 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
  * Call it inside a write, after the relations are checked.
  */
 async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, now: number): Promise<ContactChange> {
+  input = storedForm(input);
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...applyInput(current, input), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
   // Further properties add up across PATCHes, so their limit applies to the merged record.
@@ -346,7 +355,7 @@ export async function updateContact(rt: Runtime, id: string, input: ContactInput
 async function matchContact(db: Db, input: ContactInput): Promise<{ row: ContactRow | null } | { errors: FieldError[] }> {
   if (input.external_id) return { row: await findContactByExternalId(db, input.external_id) };
   if (!input.email) return { row: null };
-  const rows = await findContactsByEmail(db, input.email.toLowerCase());
+  const rows = await findContactsByEmail(db, asciiEmail(input.email));
   if (rows.length <= 1) return { row: rows[0] ?? null };
   const ids = rows.map((row) => row.id).join(", ");
   return { errors: [{ pointer: "/email", detail: `matches several contacts (${ids}); send external_id to say which one, or merge them first` }] };
@@ -499,6 +508,12 @@ export async function getContact(db: Database, id: string, query: Record<string,
   return contact;
 }
 
+/** emailFilter reads the `email` parameter, refusing an address the service never stores for its non-ASCII text (it could find nothing): the store compares its ASCII form. */
+function emailFilter(value: string | undefined): string | undefined {
+  if (value !== undefined && unstorableUnicodeEmail(value)) throw validationProblem([{ parameter: "email", detail: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters`)({ value }) }]);
+  return value;
+}
+
 /** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */
 function parseTagFilter(value: unknown): string[] | undefined {
   if (typeof value !== "string") return undefined;
@@ -627,7 +642,7 @@ function refuseWhenLaneFull(error: unknown): never {
 export async function listContactsPage(db: Database, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
   const filters = {
-    email: query.email as string | undefined,
+    email: emailFilter(query.email as string | undefined),
     fullName: query.full_name as string | undefined,
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
@@ -677,7 +692,7 @@ export async function findContact(db: Database, id: string): Promise<Contact | n
 
 /** contactsWithEmail returns the contacts with an email (any case), oldest first, at most a handful. */
 export async function contactsWithEmail(db: Db, email: string): Promise<Contact[]> {
-  return (await findContactsByEmail(db, email.trim().toLowerCase())).map(toContact);
+  return (await findContactsByEmail(db, asciiEmail(email.trim()))).map(toContact);
 }
 
 /**

@@ -52,9 +52,11 @@ function plainDetail(issue: SchemaIssue): string {
   }
 }
 
-/** detailOf words one issue: the schema's own `error` text when it has one, else plain words. */
+/** detailOf words one issue: the schema's own `error` text when it has one (a function of the value gives it, as Elysia allows), else plain words. */
 function detailOf(issue: SchemaIssue): string {
-  return issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : plainDetail(issue);
+  if (issue.message === UNEXPECTED_PROPERTY) return unexpectedPropertyDetail(issue.schema);
+  const error = issue.schema?.error;
+  return typeof error === "string" ? error : typeof error === "function" ? String(error({ value: issue.value })) : plainDetail(issue);
 }
 
 /**

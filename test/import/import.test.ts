@@ -142,6 +142,23 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     ]);
   }, 60_000);
 
+  test("a website or an email with an international domain (www.müller.de) is imported in its ASCII form, one account for either spelling; a non-ASCII local part is an invalid row saying why", async () => {
+    const file = join(server.dir, "intl.csv");
+    writeFileSync(
+      file,
+      "Email,First name,Company,Website\njorg@example.com,Jörg,Müller GmbH,https://www.müller.de/kontakt\ninfo@müller.de,Info,Müller GmbH,https://www.xn--mller-kva.de\njörg@example.com,Jörg,Müller GmbH,www.müller.de\n",
+    );
+    const res = await runImport([file, ...apiArgs(), "--invalid-file", join(server.dir, "intl.invalid.csv")]);
+    expect([res.code, res.stdout]).toEqual([1, `imported: 3 rows: created 2, updated 0, unchanged 0, invalid 1\ninvalid rows with their errors: ${join(server.dir, "intl.invalid.csv")}\n`]);
+    expect(await server.db.all("SELECT c.email, a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email")).toEqual([
+      { email: "info@xn--mller-kva.de", name: "Müller GmbH", domain: "www.xn--mller-kva.de" },
+      { email: "jorg@example.com", name: "Müller GmbH", domain: "www.xn--mller-kva.de" },
+    ]);
+    expect(parseCsv(readFileSync(join(server.dir, "intl.invalid.csv"), "utf8")).slice(1)).toEqual([
+      ["jörg@example.com", "Jörg", "Müller GmbH", "www.müller.de", "3", "Email: must be an email address of at most 254 characters, or null; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)"],
+    ]);
+  }, 60_000);
+
   test("a row the server's body parser refuses (a NUL in a cell, a company name with one) is an invalid row; every other row is imported", async () => {
     const file = join(server.dir, "nul.csv");
     const rows = Array.from({ length: 250 }, (_, i) => `d${i + 1}@example.com,${i + 1 === 150 ? "Nu\u0000l" : "N"},${i + 1 === 200 ? "Bad\u0000Co" : ""}`);

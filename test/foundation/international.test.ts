@@ -1,0 +1,71 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createOperator } from "../../server/operators/service.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { validation } from "./support.ts";
+
+// Text from many countries (s33 unicode audit, findings 1 to 3): domains have one ASCII form.
+
+let h: Harness;
+beforeEach(async () => {
+  h = await createHarness();
+});
+afterEach(async () => await h.close());
+
+/** idsFoundBy lists, for each value of a filter in turn, the ids of the list it answers. */
+async function idsFoundBy(list: "contacts" | "accounts", filter: string, values: string[]): Promise<string[][]> {
+  const found: string[][] = [];
+  for (const value of values) found.push((await h.json("GET", `/public/v1/${list}?${filter}=${encodeURIComponent(value)}`)).body.data?.map((row: { id: string }) => row.id));
+  return found;
+}
+
+const LOCAL_PART = "must be an email address of at most 254 characters, or null; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)";
+
+describe("international domains: stored in their ASCII form, found by either spelling", () => {
+  test("a contact's email with a Unicode domain is stored with its A-label domain; the email filter and a batch match take either spelling", async () => {
+    const made = await h.json("POST", "/public/v1/contacts", { body: { email: "Info@Müller.de" } });
+    expect([made.status, made.body.data?.email]).toEqual([201, "info@xn--mller-kva.de"]);
+    const chinese = await h.json("POST", "/public/v1/contacts", { body: { email: "sales@例子.广告" } });
+    expect([chinese.status, chinese.body.data?.email]).toEqual([201, "sales@xn--fsqu00a.xn--4rr70v"]);
+    expect(await idsFoundBy("contacts", "email", ["info@müller.de", "INFO@MÜLLER.DE", "info@xn--mller-kva.de"])).toEqual([[made.body.data.id], [made.body.data.id], [made.body.data.id]]);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: [{ email: "info@müller.de", first_name: "Jörg" }] } });
+    expect(batch.body.data).toEqual([{ status: "updated", id: made.body.data.id }]);
+  });
+
+  test("a non-ASCII local part is refused, saying why; a domain IDNA cannot convert keeps today's words", async () => {
+    expect((await h.json("POST", "/public/v1/contacts", { body: { email: "jörg@example.com" } })).body).toEqual(validation([{ pointer: "/email", detail: LOCAL_PART }]));
+    expect((await h.json("POST", "/public/v1/contacts", { body: { email: "info@mü ller.de" } })).body).toEqual(
+      validation([{ pointer: "/email", detail: "must be an email address of at most 254 characters, or null" }]),
+    );
+    // The path of a URL is no part of a domain, though IDNA would drop it silently.
+    expect((await h.json("POST", "/public/v1/contacts", { body: { email: "info@müller.de/x" } })).body).toEqual(
+      validation([{ pointer: "/email", detail: "must be an email address of at most 254 characters, or null" }]),
+    );
+    const filter = await h.json("GET", `/public/v1/contacts?email=${encodeURIComponent("jörg@example.com")}`);
+    expect(filter.body).toEqual(validation([{ parameter: "email", detail: "must be an email address of at most 254 characters; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)" }]));
+  });
+
+  test("users and operators: a Unicode domain is stored in its ASCII form and is the same address as it; a non-ASCII local part is refused, saying why", async () => {
+    const user = await h.json("POST", "/public/v1/users", { body: { name: "Jörg", email: "jorg@müller.de" } });
+    expect([user.status, user.body.data?.email]).toEqual([201, "jorg@xn--mller-kva.de"]);
+    expect((await h.json("POST", "/public/v1/users", { body: { name: "Again", email: "JORG@xn--mller-kva.de" } })).status).toBe(409);
+    expect((await h.json("POST", "/public/v1/users", { body: { name: "Jörg", email: "jörg@example.com" } })).body).toEqual(
+      validation([{ pointer: "/email", detail: "must be an email address of at most 254 characters; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)" }]),
+    );
+    expect(await createOperator(h.rt.db, { email: "ops@müller.de", password: "correct horse battery" })).toEqual({ id: expect.any(String), email: "ops@xn--mller-kva.de" });
+    await expect(createOperator(h.rt.db, { email: "jörg@example.com", password: "correct horse battery" })).rejects.toThrow("a local part must be ASCII");
+  });
+
+  test("an account's domain in Unicode is stored in its A-label form; the filter and a batch match take either spelling; what IDNA cannot convert is refused", async () => {
+    const made = await h.json("POST", "/public/v1/accounts", { body: { name: "Müller", domain: "Müller.de" } });
+    expect([made.status, made.body.data?.domain]).toEqual([201, "xn--mller-kva.de"]);
+    expect(await idsFoundBy("accounts", "domain", ["müller.de", "MÜLLER.DE", "xn--mller-kva.de"])).toEqual([[made.body.data.id], [made.body.data.id], [made.body.data.id]]);
+    const batch = await h.json("POST", "/public/v1/accounts/batch", { body: { items: [{ name: "Müller GmbH", domain: "müller.de" }] } });
+    expect(batch.body.data).toEqual([{ status: "updated", id: made.body.data.id }]);
+    const refused = validation([{ pointer: "/domain", detail: "must be a domain name like example.com, or null" }]);
+    expect((await h.json("POST", "/public/v1/accounts", { body: { name: "Bad", domain: "mü ller.de" } })).body).toEqual(refused);
+    expect((await h.json("POST", "/public/v1/accounts", { body: { name: "Bad", domain: "müller.de/kontakt" } })).body).toEqual(refused);
+    expect((await h.json("GET", `/public/v1/accounts?domain=${encodeURIComponent("mü ller.de")}`)).body).toEqual(
+      validation([{ parameter: "domain", detail: "must be a domain name like example.com" }]),
+    );
+  });
+});
