@@ -963,7 +963,9 @@ export interface components {
          *     }
          */
         ContactInput: {
+            /** @description Stored in Unicode NFC (composed characters). */
             first_name?: string | null;
+            /** @description Stored in Unicode NFC (composed characters). */
             last_name?: string | null;
             /**
              * Format: idn-email
@@ -973,6 +975,7 @@ export interface components {
             phone?: string | null;
             /** @description The contact's id in the system it comes from; unique when set. */
             external_id?: string | null;
+            /** @description Stored in Unicode NFC (composed characters). A tag given in two forms (café composed and decomposed) is a repeat. */
             tags?: string[] | null;
             /** @description Custom fields: a JSON object, or null to clear. At most 100 keys, keys of at most 100 characters at any depth, nesting at most 5 levels, at most 16384 bytes as JSON. */
             custom_fields?: {

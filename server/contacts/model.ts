@@ -59,10 +59,13 @@ const idList = (id: { pattern: string; error: string }, ids: string) =>
 // DELETE /contacts/:id/), so such a tag could never be removed through its own URL.
 const tagName = () => t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, pattern: "^(?!\\.\\.?$)", error: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."` });
 
+// Text a Mac writes decomposed (NFD) is then the name a user types (NFC), in a search as in a tag.
+const NFC_STORED = "Stored in Unicode NFC (composed characters).";
+
 /** ContactFields are the known, validated contact properties; any others are stored as given. */
 const contactFields = {
-  first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
-  last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
+  first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
+  last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
   email: nullable(
     t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: EMAIL_DESCRIPTION }),
     emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, or null`),
@@ -73,7 +76,7 @@ const contactFields = {
     `must be a string of 1 to ${MAX_EXTERNAL_ID_LENGTH} characters, or null`,
   ),
   tags: nullable(
-    t.Array(tagName(), { maxItems: MAX_TAGS, uniqueItems: true }),
+    t.Array(tagName(), { maxItems: MAX_TAGS, uniqueItems: true, description: `${NFC_STORED} A tag given in two forms (café composed and decomposed) is a repeat.` }),
     `must be a list of at most ${MAX_TAGS} distinct tags of 1 to ${MAX_TAG_LENGTH} characters each, none of them "." or ".."`,
   ),
   custom_fields: jsonObject(
@@ -146,7 +149,7 @@ export const IncludeParam = t.Optional(
 export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
   include: IncludeParam,
   email: t.Optional(t.String({ minLength: 1, maxLength: MAX_EMAIL_LENGTH, error: `must be 1 to ${MAX_EMAIL_LENGTH} characters`, description: "Exact email, case-insensitive; a domain in Unicode finds its ASCII form (info@müller.de finds info@xn--mller-kva.de)." })),
-  full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Case-insensitive substring of full_name as the API returns it (first_name and last_name joined by a space, each as stored)." })),
+  full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Case-insensitive substring of full_name as the API returns it (first_name and last_name joined by a space, each as stored), in Unicode NFC, as names are stored." })),
   created_after: timestampFilterSchema("Only contacts created after this time."),
   updated_after: timestampFilterSchema("Only contacts updated after this time."),
   account_id: t.Optional(t.String({ ...ACCOUNT_ID, description: "Only contacts linked to this account." })),
@@ -155,7 +158,7 @@ export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
       minLength: 1,
       maxLength: MAX_TAGS * (MAX_TAG_LENGTH + 1),
       error: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated`,
-      description: "Only contacts carrying every one of these tags (exact, case-sensitive): comma-separated (tag=a,b) or repeated (tag=a&tag=b).",
+      description: "Only contacts carrying every one of these tags (exact, case-sensitive, in Unicode NFC as tags are stored): comma-separated (tag=a,b) or repeated (tag=a&tag=b).",
     }),
   ),
   assigned_user_id: t.Optional(t.String({ ...USER_ID, description: "Only contacts whose assigned_user_id is this user." })),

@@ -169,14 +169,34 @@ function contactInputErrors(input: Record<string, unknown>): FieldError[] {
       errors.push({ pointer: `/${field}`, detail: "must be a JSON object, or null" });
     }
   }
-  errors.push(...customFieldsErrors(input.custom_fields), ...consentErrors(input.consent), ...extraPropertiesErrors(input, DECLARED_FIELDS));
+  errors.push(...repeatedTagErrors(input.tags), ...customFieldsErrors(input.custom_fields), ...consentErrors(input.consent), ...extraPropertiesErrors(input, DECLARED_FIELDS));
   return errors;
 }
 
-/** storedForm gives a contact input the form its fields are stored in: the email lowercased with its domain in ASCII form (asciiEmail). */
+/** repeatedTagErrors names each tag that is an earlier one in another Unicode normalization form (café composed and decomposed): stored NFC, they would be one tag twice. */
+function repeatedTagErrors(tags: unknown): FieldError[] {
+  if (!Array.isArray(tags)) return [];
+  const first = new Map<string, number>();
+  const errors: FieldError[] = [];
+  tags.forEach((tag: string, index) => {
+    const earlier = first.get(tag.normalize("NFC"));
+    if (earlier === undefined) first.set(tag.normalize("NFC"), index);
+    else if (tags[earlier] !== tag) errors.push({ pointer: `/tags/${index}`, detail: `repeats item ${earlier}` });
+  });
+  return errors;
+}
+
+/**
+ * storedForm gives a contact input the form its fields are stored in: names and tags in Unicode NFC
+ * (a name a Mac wrote decomposed is the name typed composed), the email lowercased with its domain
+ * in ASCII form (asciiEmail).
+ */
 function storedForm(input: ContactInput): ContactInput {
   const stored = { ...input };
+  if (typeof stored.first_name === "string") stored.first_name = stored.first_name.normalize("NFC");
+  if (typeof stored.last_name === "string") stored.last_name = stored.last_name.normalize("NFC");
   if (typeof stored.email === "string") stored.email = asciiEmail(stored.email);
+  if (Array.isArray(stored.tags)) stored.tags = stored.tags.map((tag) => tag.normalize("NFC"));
   return stored;
 }
 
@@ -456,6 +476,7 @@ export async function removeContactAccount(rt: Runtime, contactId: string, accou
 
 /** addContactTag adds a tag to a contact (last in tags), if its version meets `condition` (else 412); a tag it carries changes nothing. */
 export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null): Promise<Contact> {
+  tag = tag.normalize("NFC");
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
@@ -466,6 +487,7 @@ export async function addContactTag(rt: Runtime, contactId: string, tag: string,
 
 /** removeContactTag removes a tag from a contact, if its version meets `condition` (else 412); a tag it does not carry changes nothing. */
 export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null): Promise<Contact> {
+  tag = tag.normalize("NFC");
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     return tags.includes(tag) ? { tags: tags.filter((t) => t !== tag) } : null;
@@ -517,7 +539,7 @@ function emailFilter(value: string | undefined): string | undefined {
 /** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */
 function parseTagFilter(value: unknown): string[] | undefined {
   if (typeof value !== "string") return undefined;
-  const tags = [...new Set(value.split(","))];
+  const tags = [...new Set(value.normalize("NFC").split(","))];
   if (tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH) || tags.length > MAX_TAGS) {
     throw validationProblem([{ parameter: "tag", detail: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated` }]);
   }
@@ -643,7 +665,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
   const filters = {
     email: emailFilter(query.email as string | undefined),
-    fullName: query.full_name as string | undefined,
+    fullName: (query.full_name as string | undefined)?.normalize("NFC"),
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
     accountId: query.account_id as string | undefined,

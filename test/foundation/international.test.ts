@@ -3,7 +3,8 @@ import { createOperator } from "../../server/operators/service.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { validation } from "./support.ts";
 
-// Text from many countries (s33 unicode audit, findings 1 to 3): domains have one ASCII form.
+// Text from many countries (s33 unicode audit, findings 1 to 3): domains have one ASCII form,
+// names and tags one Unicode normalization form.
 
 let h: Harness;
 beforeEach(async () => {
@@ -11,6 +12,8 @@ beforeEach(async () => {
 });
 afterEach(async () => await h.close());
 
+const NFC = (text: string) => text.normalize("NFC");
+const NFD = (text: string) => text.normalize("NFD");
 /** idsFoundBy lists, for each value of a filter in turn, the ids of the list it answers. */
 async function idsFoundBy(list: "contacts" | "accounts", filter: string, values: string[]): Promise<string[][]> {
   const found: string[][] = [];
@@ -67,5 +70,35 @@ describe("international domains: stored in their ASCII form, found by either spe
     expect((await h.json("GET", `/public/v1/accounts?domain=${encodeURIComponent("mü ller.de")}`)).body).toEqual(
       validation([{ parameter: "domain", detail: "must be a domain name like example.com" }]),
     );
+  });
+});
+
+describe("contact names and tags: stored NFC, searched NFC", () => {
+  test("names given in NFD are stored NFC and found by the name as typed, in either form", async () => {
+    const made = await h.json("POST", "/public/v1/contacts", { body: { first_name: NFD("김민준"), last_name: NFD("José") } });
+    expect([made.status, made.body.data?.first_name, made.body.data?.last_name, made.body.data?.full_name]).toEqual([201, NFC("김민준"), NFC("José"), NFC("김민준 José")]);
+    for (const needle of ["김민준", "김민", "José", "Jos"]) {
+      for (const form of [NFC(needle), NFD(needle)]) {
+        const found = await h.json("GET", `/public/v1/contacts?full_name=${encodeURIComponent(form)}`);
+        expect([form, found.body.meta?.total]).toEqual([form, 1]);
+      }
+    }
+    const patched = await h.json("PATCH", `/public/v1/contacts/${made.body.data.id}`, { body: { last_name: NFD("Müller") } });
+    expect(patched.body.data.last_name).toBe(NFC("Müller"));
+  });
+
+  test("tags are stored NFC: one tag in both forms is a repeat, an NFD filter, addition or removal is the NFC tag", async () => {
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "T", tags: [NFC("café"), NFD("café")] } })).body).toEqual(
+      validation([{ pointer: "/tags/1", detail: "repeats item 0" }]),
+    );
+    const made = await h.json("POST", "/public/v1/contacts", { body: { first_name: "T", tags: [NFD("café")] } });
+    expect(made.body.data.tags).toEqual([NFC("café")]);
+    for (const form of [NFC("café"), NFD("café")]) expect((await h.json("GET", `/public/v1/contacts?tag=${encodeURIComponent(form)}`)).body.meta.total).toBe(1);
+    const added = await h.json("POST", `/public/v1/contacts/${made.body.data.id}/tags`, { body: { tag: NFC("café") } });
+    expect(added.body.data.tags).toEqual([NFC("café")]);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: [{ first_name: "B", tags: [NFD("Zürich"), NFC("Zürich")] }] } });
+    expect(batch.body.data).toEqual([{ status: "invalid", errors: [{ pointer: "/items/0/tags/1", detail: "repeats item 0" }] }]);
+    const removed = await h.json("DELETE", `/public/v1/contacts/${made.body.data.id}/tags/${encodeURIComponent(NFD("café"))}`);
+    expect(removed.body.data.tags).toEqual([]);
   });
 });
