@@ -4,7 +4,7 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { validation } from "./support.ts";
 
 // Text from many countries (s33 unicode audit, findings 1 to 3): domains have one ASCII form,
-// names and tags one Unicode normalization form.
+// names and tags one Unicode normalization form, and account names fold case fully.
 
 let h: Harness;
 beforeEach(async () => {
@@ -100,5 +100,14 @@ describe("contact names and tags: stored NFC, searched NFC", () => {
     expect(batch.body.data).toEqual([{ status: "invalid", errors: [{ pointer: "/items/0/tags/1", detail: "repeats item 0" }] }]);
     const removed = await h.json("DELETE", `/public/v1/contacts/${made.body.data.id}/tags/${encodeURIComponent(NFD("café"))}`);
     expect(removed.body.data.tags).toEqual([]);
+  });
+});
+
+describe("account names: case folded in full", () => {
+  test("GROSSHANDEL SÜD GMBH finds Großhandel Süd GmbH, and a batch upsert of it updates that account", async () => {
+    const made = (await h.json("POST", "/public/v1/accounts", { body: { name: "Großhandel Süd GmbH" } })).body.data;
+    expect(await idsFoundBy("accounts", "name", ["GROSSHANDEL SÜD GMBH", "grosshandel süd gmbh", NFD("Großhandel Süd GmbH")])).toEqual([[made.id], [made.id], [made.id]]);
+    const batch = await h.json("POST", "/public/v1/accounts/batch", { body: { items: [{ name: "GROSSHANDEL SÜD GMBH", industry: "wholesale" }] } });
+    expect(batch.body.data).toEqual([{ status: "updated", id: made.id }]);
   });
 });
