@@ -883,7 +883,7 @@ export interface components {
             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
             id: string;
             name: string;
-            /** @description lowercased */
+            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
             domain: string | null;
             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
             version: number;
@@ -904,7 +904,10 @@ export interface components {
         AccountInput: {
             /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             name: string;
-            /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
+            /**
+             * Format: idn-hostname
+             * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+             */
             domain?: string | null;
             id?: never;
             version?: never;
@@ -931,7 +934,7 @@ export interface components {
             last_name: string | null;
             /** @description first_name and last_name joined by a space */
             full_name: string;
-            /** @description lowercased */
+            /** @description lowercased, its domain in ASCII form (IDNA A-labels: info@müller.de is info@xn--mller-kva.de) */
             email: string | null;
             phone: string | null;
             /** @description the contact's id in its source system; unique when set */
@@ -977,19 +980,20 @@ export interface components {
          *     }
          */
         ContactInput: {
-            /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
+            /** @description Stored in Unicode NFC (composed characters). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             first_name?: string | null;
-            /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
+            /** @description Stored in Unicode NFC (composed characters). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             last_name?: string | null;
             /**
-             * Format: email
-             * @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+             * Format: idn-email
+             * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
              */
             email?: string | null;
             /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             phone?: string | null;
             /** @description The contact's id in the system it comes from; unique when set. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             external_id?: string | null;
+            /** @description Stored in Unicode NFC (composed characters). A tag given in two forms (café composed and decomposed) is a repeat. */
             tags?: string[] | null;
             /** @description Custom fields: a JSON object, or null to clear. At most 100 keys, keys of at most 100 characters at any depth, nesting at most 5 levels, at most 16384 bytes as JSON. */
             custom_fields?: {
@@ -3629,7 +3633,10 @@ export interface operations {
                 "application/json": {
                     /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
                     name?: string;
-                    /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
+                    /**
+                     * Format: idn-hostname
+                     * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     */
                     domain?: string | null;
                     id?: never;
                     version?: never;
@@ -3864,8 +3871,8 @@ export interface operations {
                     /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
                     name: string;
                     /**
-                     * Format: email
-                     * @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * Format: idn-email
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     email: string;
                 };
@@ -4222,8 +4229,8 @@ export interface operations {
                     /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
                     name?: string;
                     /**
-                     * Format: email
-                     * @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * Format: idn-email
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     email?: string;
                 };
@@ -6345,7 +6352,7 @@ export interface operations {
                         last_name: string | null;
                         /** @description first_name and last_name joined by a space */
                         full_name: string;
-                        /** @description lowercased */
+                        /** @description lowercased, its domain in ASCII form (IDNA A-labels: info@müller.de is info@xn--mller-kva.de) */
                         email: string | null;
                         phone: string | null;
                         /** @description the contact's id in its source system; unique when set */
@@ -6365,7 +6372,7 @@ export interface operations {
                             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                             id: string;
                             name: string;
-                            /** @description lowercased */
+                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
                             domain: string | null;
                             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                             version: number;
@@ -6454,7 +6461,7 @@ export interface operations {
                         last_name: string | null;
                         /** @description first_name and last_name joined by a space */
                         full_name: string;
-                        /** @description lowercased */
+                        /** @description lowercased, its domain in ASCII form (IDNA A-labels: info@müller.de is info@xn--mller-kva.de) */
                         email: string | null;
                         phone: string | null;
                         /** @description the contact's id in its source system; unique when set */
@@ -6474,7 +6481,7 @@ export interface operations {
                             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                             id: string;
                             name: string;
-                            /** @description lowercased */
+                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
                             domain: string | null;
                             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                             version: number;
@@ -6605,7 +6612,7 @@ export interface operations {
                         /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                         id: string;
                         name: string;
-                        /** @description lowercased */
+                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
                         domain: string | null;
                         /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                         version: number;
@@ -6659,7 +6666,7 @@ export interface operations {
                         /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                         id: string;
                         name: string;
-                        /** @description lowercased */
+                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
                         domain: string | null;
                         /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                         version: number;

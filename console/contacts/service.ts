@@ -49,7 +49,7 @@ export async function contactsPage(db: Database, query: { q?: string; before?: s
   if (q.length > MAX_EMAIL_LENGTH) throw validationProblem([{ parameter: "q", detail: `must be at most ${MAX_EMAIL_LENGTH} characters` }], `The search must be at most ${MAX_EMAIL_LENGTH} characters.`);
   const by = q === "" ? "all" : q.includes("@") ? "email" : "name";
   const user = query.assigned_user_id === undefined ? null : await getUser(db, query.assigned_user_id);
-  const filters = { ...(by === "email" ? { email: q.toLowerCase() } : by === "name" ? { fullName: q } : {}), ...(user ? { assignedUserId: user.id } : {}) };
+  const filters = { ...(by === "email" ? { email: q.toLowerCase() } : by === "name" ? { fullName: q.normalize("NFC") } : {}), ...(user ? { assignedUserId: user.id } : {}) };
   const page = await searchContacts(db, filters, before, CONTACTS_PER_PAGE, reader);
   return { q, by, user, contacts: page.data, total: page.total, next: page.next ? `${page.next.value}.${page.next.id}` : null, older: before !== null };
 }

@@ -3,6 +3,7 @@ import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 import { documentRefused } from "../http/openapi-docs.ts";
 import { MAX_DOMAIN_LENGTH, MAX_EXTRA_PROPERTIES_BYTES, MAX_NAME_LENGTH } from "../limits/limits.ts";
+import { DOMAIN_FORMAT } from "../shared/domains.ts";
 
 /** READ_ONLY_ACCOUNT_FIELDS are set by the service; no create, batch item or PATCH may carry them. */
 export const READ_ONLY_ACCOUNT_FIELDS = ["id", "version", "created_at", "updated_at"] as const;
@@ -12,7 +13,12 @@ export const AccountInput = t.Object(
   {
     // A name of spaces alone names nothing, as an empty one does (and as a contact's counts as absent); one with a letter is stored as given.
     name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, pattern: "\\S", error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (an account needs a name)` }),
-    domain: t.Optional(t.Union([t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, pattern: "^[A-Za-z0-9.-]+$" }), t.Null()], { error: "must be a domain name like example.com, or null" })),
+    domain: t.Optional(
+      t.Union(
+        [t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, format: DOMAIN_FORMAT, description: "Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de)." }), t.Null()],
+        { error: "must be a domain name like example.com, or null" },
+      ),
+    ),
   },
   {
     additionalProperties: true,
@@ -43,7 +49,7 @@ export const AccountSchema = t.Object(
   {
     id: t.String({ examples: ["acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M"] }),
     name: t.String(),
-    domain: t.Union([t.String(), t.Null()], { description: "lowercased" }),
+    domain: t.Union([t.String(), t.Null()], { description: "lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de)" }),
     version: Type.Integer({ minimum: 1, description: "1 when created, one more with every change: of two representations of an account, the higher version is the newer." }),
     created_at: t.String({ format: "date-time" }),
     updated_at: t.String({ format: "date-time" }),
@@ -59,8 +65,8 @@ export type AccountSort = (typeof ACCOUNT_SORTS)[number];
 export const ACCOUNT_FILTERS = ["name", "domain", "created_after", "updated_after"] as const;
 
 export const AccountListQuery = paginationQuerySchema(ACCOUNT_SORTS, {
-  name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Exact name, case-insensitive in every script (MÜLLER GMBH finds Müller GmbH)." })),
-  domain: t.Optional(t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, error: `must be 1 to ${MAX_DOMAIN_LENGTH} characters`, description: "Exact domain, case-insensitive." })),
+  name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Exact name, case-insensitive in every script, case folded in full (MÜLLER GMBH finds Müller GmbH, GROSSHANDEL finds Großhandel)." })),
+  domain: t.Optional(t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, error: `must be 1 to ${MAX_DOMAIN_LENGTH} characters`, description: "Exact domain, case-insensitive; a name in Unicode finds its ASCII form (müller.de finds xn--mller-kva.de)." })),
   created_after: timestampFilterSchema("Only accounts created after this time."),
   updated_after: timestampFilterSchema("Only accounts updated after this time."),
 });

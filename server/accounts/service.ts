@@ -10,6 +10,7 @@ import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, r
 import { canonicalJson, saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } from "../idempotency/service.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
+import { asciiDomain } from "../shared/domains.ts";
 import { notBefore, toTimestamp } from "../shared/time.ts";
 import { detachAccountFromContacts } from "../contacts/service.ts";
 import { insertTombstone } from "../tombstones/store.ts";
@@ -65,11 +66,11 @@ export function accountItemErrors(item: unknown): FieldError[] {
 
 const blankAccount = (now: number): AccountRow => ({ id: newId("acc", now), name: "", name_key: "", domain: null, properties: "{}", version: 1, created_at: now, updated_at: now });
 
-/** accountRowFrom merges an input into a row (given fields replace, null clears a further property); the domain is stored lowercased. */
+/** accountRowFrom merges an input into a row (given fields replace, null clears a further property); the domain is stored lowercased, in ASCII form (asciiDomain). */
 function accountRowFrom(row: AccountRow, input: AccountInput, now: number): AccountRow {
   const properties = JSON.parse(row.properties) as Record<string, unknown>;
   applyPatch(properties, input, KNOWN);
-  const domain = "domain" in input ? (input.domain?.toLowerCase() ?? null) : row.domain;
+  const domain = "domain" in input ? (input.domain ? asciiDomain(input.domain) : null) : row.domain;
   return { ...row, name: input.name, name_key: accountNameKey(input.name), domain, properties: JSON.stringify(properties), updated_at: now };
 }
 
@@ -78,7 +79,7 @@ const MAX_MATCHES_NAMED = 10;
 
 /** matchAccount finds the account a batch item upserts: by domain when it has one, else by name; several matches are refused, naming them. */
 async function matchAccount(db: Db, input: AccountInput): Promise<{ row: AccountRow | null } | { errors: FieldError[] }> {
-  const domain = input.domain?.toLowerCase();
+  const domain = input.domain ? asciiDomain(input.domain) : null;
   const filters = domain ? { domain } : { name: input.name };
   const rows = await listAccounts(db, filters, { sortBy: "created_at", direction: "asc", cursor: null, limit: MAX_MATCHES_NAMED, offset: 0 });
   if (rows.length <= 1) return { row: rows[0] ?? null };
@@ -145,12 +146,20 @@ export async function getAccount(db: Db, id: string): Promise<Account> {
   return toAccount(row);
 }
 
+/** domainFilter reads the `domain` parameter in its stored, ASCII form, refusing a name in Unicode that IDNA cannot convert (it could find nothing). */
+function domainFilter(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  const domain = asciiDomain(value);
+  if (domain === null) throw validationProblem([{ parameter: "domain", detail: "must be a domain name like example.com" }]);
+  return domain;
+}
+
 /** listAccountsPage returns one page of accounts, sorted and filtered as the query asks. */
 export async function listAccountsPage(db: Database, query: Record<string, unknown>): Promise<{ data: Account[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ACCOUNT_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: ACCOUNT_FILTERS });
   const filters = {
     name: query.name as string | undefined,
-    domain: (query.domain as string | undefined)?.toLowerCase(),
+    domain: domainFilter(query.domain as string | undefined),
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
   };

@@ -24,9 +24,13 @@ export interface AccountFilters {
   updatedAfter?: number;
 }
 
-/** accountNameKey is the form of an account name that lookups compare: NFC, lowercased in every script. */
+/**
+ * accountNameKey is the form of an account name that lookups compare: NFC, case folded in full in
+ * every script. Upper-casing first folds what lowercasing alone keeps apart: ß and SS, the ligature
+ * ﬀ and FF (each uppercases to two letters), final and medial sigma.
+ */
 export function accountNameKey(name: string): string {
-  return name.normalize("NFC").toLowerCase();
+  return name.normalize("NFC").toUpperCase().toLowerCase();
 }
 
 /** insertAccount stores a new account row. */
@@ -61,11 +65,23 @@ export async function deleteAccount(db: Db, id: string): Promise<boolean> {
   return (await db.run("DELETE FROM accounts WHERE id = ?", [id])) > 0;
 }
 
-/** keyAccountNames fills name_key for every account (the backfill of migration 0007). */
+type NameKeyRow = Pick<AccountRow, "id" | "name" | "name_key">;
+
+/** changedNameKeys lists the accounts whose stored name_key is not what accountNameKey makes of their name now, with the new key. */
+function changedNameKeys(rows: NameKeyRow[]): { id: string; key: string }[] {
+  return rows.map((row) => ({ id: row.id, key: accountNameKey(row.name), stored: row.name_key })).filter((row) => row.key !== row.stored);
+}
+
+/** keyAccountNames rekeys every account whose name_key accountNameKey now makes otherwise (the backfill of migrations 0007 and 0034). */
 // sqlite-only: migrations run synchronously on the writer connection.
 export function keyAccountNames(db: SqliteConnection): void {
   const update = db.query("UPDATE accounts SET name_key = ? WHERE id = ?");
-  for (const { id, name } of db.query<{ id: string; name: string }, []>("SELECT id, name FROM accounts").all()) update.run(accountNameKey(name), id);
+  for (const { id, key } of changedNameKeys(db.query<NameKeyRow, []>("SELECT id, name, name_key FROM accounts").all())) update.run(key, id);
+}
+
+/** keyPostgresAccountNames is keyAccountNames on PostgreSQL, inside the migration's transaction (the backfill of migration 0034). */
+export async function keyPostgresAccountNames(db: Db): Promise<void> {
+  for (const { id, key } of changedNameKeys(await db.all<NameKeyRow>("SELECT id, name, name_key FROM accounts"))) await db.run("UPDATE accounts SET name_key = ? WHERE id = ?", [key, id]);
 }
 
 /**

@@ -4,6 +4,7 @@ import { AccountSchema } from "../accounts/model.ts";
 import { UserSchema } from "../users/model.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 import { documentAs, documentRefused } from "../http/openapi-docs.ts";
+import { EMAIL_DESCRIPTION, EMAIL_FORMAT, emailError } from "../shared/domains.ts";
 import {
   MAX_CONSENT_BYTES,
   MAX_CUSTOM_FIELDS,
@@ -34,7 +35,7 @@ export const CONTACT_FILTERS = ["email", "full_name", "created_after", "updated_
 /** READ_ONLY_CONTACT_FIELDS are set by the service; a request body may not carry them. */
 export const READ_ONLY_CONTACT_FIELDS = ["id", "version", "created_at", "updated_at", "full_name", "accounts", "assigned_user", "assigned_users"] as const;
 
-const nullable = <T extends Parameters<typeof t.Union>[0][number]>(schema: T, error: string) => t.Optional(t.Union([schema, t.Null()], { error }));
+const nullable = <T extends Parameters<typeof t.Union>[0][number]>(schema: T, error: string | ReturnType<typeof emailError>) => t.Optional(t.Union([schema, t.Null()], { error }));
 
 // Elysia's normaliser rebuilds a value that fails an object schema into an object before it
 // validates ("abc" would be stored as {"0":"a","1":"b","2":"c"}), so these fields pass through
@@ -58,18 +59,24 @@ const idList = (id: { pattern: string; error: string }, ids: string) =>
 // DELETE /contacts/:id/), so such a tag could never be removed through its own URL.
 const tagName = () => t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, pattern: "^(?!\\.\\.?$)", error: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."` });
 
+// Text a Mac writes decomposed (NFD) is then the name a user types (NFC), in a search as in a tag.
+const NFC_STORED = "Stored in Unicode NFC (composed characters).";
+
 /** ContactFields are the known, validated contact properties; any others are stored as given. */
 const contactFields = {
-  first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
-  last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
-  email: nullable(t.String({ format: "email", maxLength: MAX_EMAIL_LENGTH }), `must be an email address of at most ${MAX_EMAIL_LENGTH} characters, or null`),
+  first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
+  last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
+  email: nullable(
+    t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: EMAIL_DESCRIPTION }),
+    emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, or null`),
+  ),
   phone: nullable(t.String({ maxLength: MAX_PHONE_LENGTH }), `must be a string of at most ${MAX_PHONE_LENGTH} characters, or null`),
   external_id: nullable(
     t.String({ minLength: 1, maxLength: MAX_EXTERNAL_ID_LENGTH, description: "The contact's id in the system it comes from; unique when set." }),
     `must be a string of 1 to ${MAX_EXTERNAL_ID_LENGTH} characters, or null`,
   ),
   tags: nullable(
-    t.Array(tagName(), { maxItems: MAX_TAGS, uniqueItems: true }),
+    t.Array(tagName(), { maxItems: MAX_TAGS, uniqueItems: true, description: `${NFC_STORED} A tag given in two forms (café composed and decomposed) is a repeat.` }),
     `must be a list of at most ${MAX_TAGS} distinct tags of 1 to ${MAX_TAG_LENGTH} characters each, none of them "." or ".."`,
   ),
   custom_fields: jsonObject(
@@ -114,7 +121,7 @@ export const Contact = t.Object(
     first_name: t.Union([t.String(), t.Null()]),
     last_name: t.Union([t.String(), t.Null()]),
     full_name: t.String({ description: "first_name and last_name joined by a space" }),
-    email: t.Union([t.String(), t.Null()], { description: "lowercased" }),
+    email: t.Union([t.String(), t.Null()], { description: "lowercased, its domain in ASCII form (IDNA A-labels: info@müller.de is info@xn--mller-kva.de)" }),
     phone: t.Union([t.String(), t.Null()]),
     external_id: t.Union([t.String(), t.Null()], { description: "the contact's id in its source system; unique when set" }),
     tags: t.Array(t.String()),
@@ -141,8 +148,8 @@ export const IncludeParam = t.Optional(
 
 export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
   include: IncludeParam,
-  email: t.Optional(t.String({ minLength: 1, maxLength: MAX_EMAIL_LENGTH, error: `must be 1 to ${MAX_EMAIL_LENGTH} characters`, description: "Exact email, case-insensitive." })),
-  full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Case-insensitive substring of full_name as the API returns it (first_name and last_name joined by a space, each as stored)." })),
+  email: t.Optional(t.String({ minLength: 1, maxLength: MAX_EMAIL_LENGTH, error: `must be 1 to ${MAX_EMAIL_LENGTH} characters`, description: "Exact email, case-insensitive; a domain in Unicode finds its ASCII form (info@müller.de finds info@xn--mller-kva.de)." })),
+  full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Case-insensitive substring of full_name as the API returns it (first_name and last_name joined by a space, each as stored), in Unicode NFC, as names are stored." })),
   created_after: timestampFilterSchema("Only contacts created after this time."),
   updated_after: timestampFilterSchema("Only contacts updated after this time."),
   account_id: t.Optional(t.String({ ...ACCOUNT_ID, description: "Only contacts linked to this account." })),
@@ -151,7 +158,7 @@ export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
       minLength: 1,
       maxLength: MAX_TAGS * (MAX_TAG_LENGTH + 1),
       error: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated`,
-      description: "Only contacts carrying every one of these tags (exact, case-sensitive): comma-separated (tag=a,b) or repeated (tag=a&tag=b).",
+      description: "Only contacts carrying every one of these tags (exact, case-sensitive, in Unicode NFC as tags are stored): comma-separated (tag=a,b) or repeated (tag=a&tag=b).",
     }),
   ),
   assigned_user_id: t.Optional(t.String({ ...USER_ID, description: "Only contacts whose assigned_user_id is this user." })),

@@ -17,7 +17,8 @@ import { notBefore, toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
-import { MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
+import { MAX_EMAIL_LENGTH, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
+import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
 import { insertTombstone } from "../tombstones/store.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
@@ -170,8 +171,35 @@ function contactInputErrors(input: Record<string, unknown>): FieldError[] {
       errors.push({ pointer: `/${field}`, detail: "must be a JSON object, or null" });
     }
   }
-  errors.push(...customFieldsErrors(input.custom_fields), ...consentErrors(input.consent), ...extraPropertiesErrors(input, DECLARED_FIELDS));
+  errors.push(...repeatedTagErrors(input.tags), ...customFieldsErrors(input.custom_fields), ...consentErrors(input.consent), ...extraPropertiesErrors(input, DECLARED_FIELDS));
   return errors;
+}
+
+/** repeatedTagErrors names each tag that is an earlier one in another Unicode normalization form (café composed and decomposed): stored NFC, they would be one tag twice. */
+function repeatedTagErrors(tags: unknown): FieldError[] {
+  if (!Array.isArray(tags)) return [];
+  const first = new Map<string, number>();
+  const errors: FieldError[] = [];
+  tags.forEach((tag: string, index) => {
+    const earlier = first.get(tag.normalize("NFC"));
+    if (earlier === undefined) first.set(tag.normalize("NFC"), index);
+    else if (tags[earlier] !== tag) errors.push({ pointer: `/tags/${index}`, detail: `repeats item ${earlier}` });
+  });
+  return errors;
+}
+
+/**
+ * storedForm gives a contact input the form its fields are stored in: names and tags in Unicode NFC
+ * (a name a Mac wrote decomposed is the name typed composed), the email lowercased with its domain
+ * in ASCII form (asciiEmail).
+ */
+function storedForm(input: ContactInput): ContactInput {
+  const stored = { ...input };
+  if (typeof stored.first_name === "string") stored.first_name = stored.first_name.normalize("NFC");
+  if (typeof stored.last_name === "string") stored.last_name = stored.last_name.normalize("NFC");
+  if (typeof stored.email === "string") stored.email = asciiEmail(stored.email);
+  if (Array.isArray(stored.tags)) stored.tags = stored.tags.map((tag) => tag.normalize("NFC"));
+  return stored;
 }
 
 function refuseInvalidFields(input: Record<string, unknown>): void {
@@ -260,7 +288,6 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
   for (const field of COLUMN_FIELDS) {
     if (field in input) next[field] = (input[field] as string | null | undefined) ?? null;
   }
-  if (next.email) next.email = next.email.toLowerCase();
   if (input.account_ids !== undefined) next.account_ids = JSON.stringify(input.account_ids ?? []);
   if (input.assigned_user_ids !== undefined) next.assigned_user_ids = JSON.stringify(input.assigned_user_ids ?? []);
   return next;
@@ -268,6 +295,7 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
 
 /** writeNewContact inserts a contact, its relations and its contact.created event, or refuses one that names nobody; call it inside a write. */
 async function writeNewContact(db: Db, input: ContactInput, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
+  input = storedForm(input);
   const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
   const row = applyInput(empty, input);
   const anonymous = anonymousErrors(row);
@@ -290,6 +318,7 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
  * Call it inside a write, after the relations are checked.
  */
 async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, now: number): Promise<ContactChange> {
+  input = storedForm(input);
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...applyInput(current, input), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
   // Further properties add up across PATCHes, so their limit applies to the merged record.
@@ -348,7 +377,7 @@ export async function updateContact(rt: Runtime, id: string, input: ContactInput
 async function matchContact(db: Db, input: ContactInput): Promise<{ row: ContactRow | null } | { errors: FieldError[] }> {
   if (input.external_id) return { row: await findContactByExternalId(db, input.external_id) };
   if (!input.email) return { row: null };
-  const rows = await findContactsByEmail(db, input.email.toLowerCase());
+  const rows = await findContactsByEmail(db, asciiEmail(input.email));
   if (rows.length <= 1) return { row: rows[0] ?? null };
   const ids = rows.map((row) => row.id).join(", ");
   return { errors: [{ pointer: "/email", detail: `matches several contacts (${ids}); send external_id to say which one, or merge them first` }] };
@@ -449,6 +478,7 @@ export async function removeContactAccount(rt: Runtime, contactId: string, accou
 
 /** addContactTag adds a tag to a contact (last in tags), if its version meets `condition` (else 412); a tag it carries changes nothing. */
 export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null): Promise<Contact> {
+  tag = tag.normalize("NFC");
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
@@ -459,6 +489,7 @@ export async function addContactTag(rt: Runtime, contactId: string, tag: string,
 
 /** removeContactTag removes a tag from a contact, if its version meets `condition` (else 412); a tag it does not carry changes nothing. */
 export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null): Promise<Contact> {
+  tag = tag.normalize("NFC");
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     return tags.includes(tag) ? { tags: tags.filter((t) => t !== tag) } : null;
@@ -515,10 +546,16 @@ export async function getContact(db: Database, id: string, query: Record<string,
   return contact;
 }
 
+/** emailFilter reads the `email` parameter, refusing an address the service never stores for its non-ASCII text (it could find nothing): the store compares its ASCII form. */
+function emailFilter(value: string | undefined): string | undefined {
+  if (value !== undefined && unstorableUnicodeEmail(value)) throw validationProblem([{ parameter: "email", detail: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters`)({ value }) }]);
+  return value;
+}
+
 /** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */
 function parseTagFilter(value: unknown): string[] | undefined {
   if (typeof value !== "string") return undefined;
-  const tags = [...new Set(value.split(","))];
+  const tags = [...new Set(value.normalize("NFC").split(","))];
   if (tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH) || tags.length > MAX_TAGS) {
     throw validationProblem([{ parameter: "tag", detail: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated` }]);
   }
@@ -643,8 +680,8 @@ function refuseWhenLaneFull(error: unknown): never {
 export async function listContactsPage(db: Database, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
   const filters = {
-    email: query.email as string | undefined,
-    fullName: query.full_name as string | undefined,
+    email: emailFilter(query.email as string | undefined),
+    fullName: (query.full_name as string | undefined)?.normalize("NFC"),
     createdAfter: parseTimestampFilter("created_after", query.created_after),
     updatedAfter: parseTimestampFilter("updated_after", query.updated_after),
     accountId: query.account_id as string | undefined,
@@ -693,7 +730,7 @@ export async function findContact(db: Database, id: string): Promise<Contact | n
 
 /** contactsWithEmail returns the contacts with an email (any case), oldest first, at most a handful. */
 export async function contactsWithEmail(db: Db, email: string): Promise<Contact[]> {
-  return (await findContactsByEmail(db, email.trim().toLowerCase())).map(toContact);
+  return (await findContactsByEmail(db, asciiEmail(email.trim()))).map(toContact);
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { Db, Dialect } from "../db/sql.ts";
 import { keysetOrder, pageSelect, unindexed } from "../db/keyset.ts";
+import { asciiEmail } from "../shared/domains.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { ContactSort } from "./model.ts";
 
@@ -447,7 +448,7 @@ function filterClause(db: Db, filters: ContactFilters, driver: RelationFilter | 
   const params: (string | number)[] = [];
   if (filters.email !== undefined) {
     where.push("c.email = ?");
-    params.push(filters.email.toLowerCase());
+    params.push(asciiEmail(filters.email));
   }
   if (filters.fullName !== undefined && db.dialect === "postgres") {
     const match = fullNameContains(filters.fullName);

@@ -17,6 +17,9 @@ import secretRotationTest from "../../migrations/postgres/0029_secret_rotation_t
 import keptAnswersByResource from "../../migrations/postgres/0030_kept_answers_by_resource.sql" with { type: "text" };
 import deliveryKindHours from "../../migrations/postgres/0032_delivery_kind_hours.sql" with { type: "text" };
 import wizardTestsSignedTwice from "../../migrations/postgres/0033_wizard_tests_signed_twice.sql" with { type: "text" };
+import accountNameCaseFold from "../../migrations/postgres/0034_account_name_case_fold.sql" with { type: "text" };
+import { keyPostgresAccountNames } from "../accounts/store.ts";
+import type { Db } from "./sql.ts";
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -26,6 +29,8 @@ export interface PostgresMigration {
   version: number;
   name: string;
   sql: string;
+  /** backfill computes, in the migration's transaction after its script, data SQL cannot (such as Unicode case folding) */
+  backfill?: (tx: Db) => Promise<void>;
 }
 
 /**
@@ -52,6 +57,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 30, name: "0030_kept_answers_by_resource.sql", sql: keptAnswersByResource },
   { version: 32, name: "0032_delivery_kind_hours.sql", sql: deliveryKindHours },
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
+  { version: 34, name: "0034_account_name_case_fold.sql", sql: accountNameCaseFold, backfill: keyPostgresAccountNames },
 ];
 
 /**
@@ -85,6 +91,7 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
       if (await tx.get("SELECT version FROM schema_migrations WHERE version = ?", [migration.version])) return false;
       try {
         await tx.script(migration.sql);
+        await migration.backfill?.(tx);
       } catch (error) {
         throw migrationFailure(migration.name, error);
       }

@@ -65,9 +65,15 @@ function longOnlyInCodeUnits(issue: SchemaIssue): boolean {
   return schemas.some((schema) => typeof schema?.maxLength === "number" && value.length > schema.maxLength && [...value].length <= schema.maxLength);
 }
 
-/** detailOf words one issue: the schema's own `error` text when it has one, else plain words, saying how its length is counted where that is why it is refused. */
+/**
+ * detailOf words one issue: the schema's own `error` text when it has one (a function of the value
+ * gives it, as Elysia allows), else plain words, saying how its length is counted where that is
+ * why it is refused.
+ */
 function detailOf(issue: SchemaIssue): string {
-  const detail = issue.message === UNEXPECTED_PROPERTY ? unexpectedPropertyDetail(issue.schema) : typeof issue.schema?.error === "string" ? issue.schema.error : plainDetail(issue);
+  if (issue.message === UNEXPECTED_PROPERTY) return unexpectedPropertyDetail(issue.schema);
+  const error = issue.schema?.error;
+  const detail = typeof error === "string" ? error : typeof error === "function" ? String(error({ value: issue.value })) : plainDetail(issue);
   return longOnlyInCodeUnits(issue) ? `${detail} (${LENGTH_COUNTING})` : detail;
 }
 

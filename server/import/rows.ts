@@ -1,5 +1,6 @@
 import { closeSync, openSync, readFileSync, readSync } from "node:fs";
 import { accountNameKey } from "../accounts/store.ts";
+import { asciiDomain } from "../shared/domains.ts";
 import { ConfigError } from "../config.ts";
 import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
@@ -331,10 +332,15 @@ const text = (value: unknown) => (typeof value === "string" ? value.trim() : val
  */
 const NO_WEBSITE = /^(n\/?a|none|null|nil|unknown|tbd|-+|\?+)$/i;
 
-/** bareDomain turns a website into a domain (https://www.Acme.com/about -> www.acme.com), or "" for a placeholder (NO_WEBSITE). */
+/**
+ * bareDomain turns a website into a domain in the API's ASCII form (https://www.Acme.com/about ->
+ * www.acme.com, https://www.müller.de -> www.xn--mller-kva.de), or "" for a placeholder (NO_WEBSITE).
+ * A host IDNA cannot convert is kept as written, for the API's check to refuse.
+ */
 function bareDomain(value: string): string {
   if (NO_WEBSITE.test(value)) return "";
-  return value.replace(/^[a-z][a-z0-9+.-]*:\/\//i, "").replace(/[/?#].*$/, "").toLowerCase();
+  const host = value.replace(/^[a-z][a-z0-9+.-]*:\/\//i, "").replace(/[/?#].*$/, "");
+  return asciiDomain(host) ?? host.toLowerCase();
 }
 
 /** toImportRow builds the items of one row; empty cells are left out (they neither set nor clear a field). */

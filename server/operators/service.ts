@@ -3,6 +3,7 @@ import { fieldsChecker } from "../http/schema-errors.ts";
 import { MAX_OPERATOR_PASSWORD_LENGTH } from "../limits/limits.ts";
 import { randomSecret, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
+import { asciiEmail } from "../shared/domains.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { toTimestamp, toOptionalTimestamp } from "../shared/time.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
@@ -85,9 +86,9 @@ const checkOperatorInput = fieldsChecker(OperatorInput);
 const checkOperatorEmail = fieldsChecker(OperatorEmail);
 const checkNewPassword = fieldsChecker(NewPassword);
 
-/** normalEmail is how an operator's email is stored and compared: trimmed and lowercased. */
+/** normalEmail is how an operator's email is stored and compared: trimmed, lowercased, its domain in ASCII form (asciiEmail). */
 function normalEmail(email: string): string {
-  return email.trim().toLowerCase();
+  return asciiEmail(email.trim());
 }
 
 /** validOperator checks an operator's email and password against OperatorInput and returns the normalised email, or throws 422 naming each field. */

@@ -1,6 +1,7 @@
 import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema } from "../http/list-query.ts";
 import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
+import { EMAIL_DESCRIPTION, EMAIL_FORMAT, emailError } from "../shared/domains.ts";
 
 /** UserSchema is a user (someone contacts are assigned to) as the API returns it. */
 export const UserSchema = t.Object({
@@ -18,7 +19,7 @@ export const UserEnvelope = t.Object({ data: UserSchema });
 
 const userFields = {
   name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, pattern: "\\S", error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (a user needs a name)` }),
-  email: t.String({ format: "email", maxLength: MAX_EMAIL_LENGTH, error: `must be an email address of at most ${MAX_EMAIL_LENGTH} characters` }),
+  email: t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: EMAIL_DESCRIPTION, error: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters`) }),
 };
 
 /** UserInput is the body of POST /users. */

@@ -6,6 +6,7 @@ import { fieldsChecker } from "../http/schema-errors.ts";
 import type { Runtime } from "../runtime.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, readListPage, type ListMeta } from "../http/list-query.ts";
 import { newId } from "../shared/ids.ts";
+import { asciiEmail } from "../shared/domains.ts";
 import { toTimestamp } from "../shared/time.ts";
 import { UserInput, type User, type UserPatch } from "./model.ts";
 import { countUsers, deleteUser as deleteUserRow, findUserByEmail, findUserById, findUsersByIds, insertUser, listUsers, updateUser as updateUserRow, type UserRow } from "./store.ts";
@@ -29,7 +30,7 @@ async function refuseTakenEmail(db: Db, email: string, ownId: string | null): Pr
  */
 export async function createUser(db: Db, input: { name: string; email: string }, now = Date.now()): Promise<User> {
   const { name } = checkUserInput(input);
-  const email = input.email.toLowerCase();
+  const email = asciiEmail(input.email);
   await refuseTakenEmail(db, email, null);
   const row: UserRow = { id: newId("usr", now), name, email, created_at: now, updated_at: now };
   await insertUser(db, row);
@@ -53,7 +54,7 @@ export async function updateUser(rt: Runtime, id: string, input: UserPatch): Pro
     if (!current) throw notFound("user", id);
     // The route's UserPatch schema has checked the fields given.
     const name = input.name ?? current.name;
-    const email = (input.email ?? current.email).toLowerCase();
+    const email = asciiEmail(input.email ?? current.email);
     if (name === current.name && email === current.email) return toUser(current);
     await refuseTakenEmail(tx, email, id);
     const row: UserRow = { ...current, name, email, updated_at: Date.now() };

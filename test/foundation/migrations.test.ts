@@ -109,6 +109,25 @@ describe("migrations: data", () => {
     ]);
   });
 
+  test("0034 rekeys the account names full case folding keys otherwise (ß as ss, a ligature, a final sigma), so their capitals find them; the others are left alone", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0034_account_name_case_fold.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const insert = db.sqlite.query("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)");
+    // The keys as 0007 and the versions before this one made them: NFC, lowercased.
+    for (const [id, name] of [["acc_1", "Großhandel Süd GmbH"], ["acc_2", "Müller GmbH"], ["acc_3", "ﬀ Ltd"], ["acc_4", "ΟΔΟΣ Α.Ε."]] as const) insert.run(id, name, name.normalize("NFC").toLowerCase());
+    expect(migrate(db.sqlite)).toEqual(["0034_account_name_case_fold.sql"]);
+    expect(db.sqlite.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual([
+      { id: "acc_1", name_key: "grosshandel süd gmbh" },
+      { id: "acc_2", name_key: "müller gmbh" },
+      { id: "acc_3", name_key: "ff ltd" },
+      { id: "acc_4", name_key: "οδος α.ε." },
+    ]);
+    const { token } = await createApiToken(db, "t");
+    const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "error" }, log: createLogger("error") }));
+    const named = async (name: string) => (await (await app.handle(new Request(`http://localhost/public/v1/accounts?name=${encodeURIComponent(name)}`, { headers: { authorization: `Bearer ${token}` } }))).json()).data.map((a: { id: string }) => a.id);
+    expect([await named("GROSSHANDEL SÜD GMBH"), await named("FF LTD"), await named("οδοσ α.ε.")]).toEqual([["acc_1"], ["acc_3"], ["acc_4"]]);
+  });
+
   test("0009 stores each header set of the recorded attempts once, keeps each attempt's signature and cuts bodies to 4 KiB; the history reads as before", async () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0009_delivery_history_bounds.sql");
     migrate(db.sqlite, MIGRATIONS.slice(0, version));

@@ -13,6 +13,13 @@ beforeEach(async () => {
 afterEach(() => server.stop());
 
 const apiArgs = () => ["--url", server.url, "--token-file", server.tokenFile];
+/** importText imports a file of this text into the test server, with further arguments. */
+const importText = (name: string, text: string, ...args: string[]) => {
+  writeFileSync(join(server.dir, name), text);
+  return runImport([join(server.dir, name), ...apiArgs(), ...args]);
+};
+/** contactAccounts lists each imported contact's email with the name and domain of its account. */
+const contactAccounts = () => server.db.all<{ email: string; name: string; domain: string | null }>("SELECT c.email, a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email");
 /** replayNotes are the importer's stderr lines saying rows were answered from an earlier run. */
 const replayNotes = (stderr: string) => stderr.split("\n").filter((line) => line.includes("from an earlier run"));
 
@@ -129,17 +136,39 @@ describe("crm import contacts: rows neither lost nor merged", () => {
   }, 60_000);
 
   test("a placeholder website (N/A, none, -) is no domain: each company keeps its own account", async () => {
-    const file = join(server.dir, "no-website.csv");
-    writeFileSync(file, "Email,Company,Website\nna1@example.com,Acme,N/A\nna2@example.com,Beta Ltd,n/a\nna3@example.com,Gamma,none\nna4@example.com,Delta,-\nna5@example.com,Epsilon,epsilon.example\n");
-    const res = await runImport([file, ...apiArgs()]);
+    const res = await importText("no-website.csv", "Email,Company,Website\nna1@example.com,Acme,N/A\nna2@example.com,Beta Ltd,n/a\nna3@example.com,Gamma,none\nna4@example.com,Delta,-\nna5@example.com,Epsilon,epsilon.example\n");
     expect([res.code, res.stdout]).toEqual([0, "imported: 5 rows: created 5, updated 0, unchanged 0, invalid 0\n"]);
-    expect(await server.db.all("SELECT c.email, a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email")).toEqual([
+    expect(await contactAccounts()).toEqual([
       { email: "na1@example.com", name: "Acme", domain: null },
       { email: "na2@example.com", name: "Beta Ltd", domain: null },
       { email: "na3@example.com", name: "Gamma", domain: null },
       { email: "na4@example.com", name: "Delta", domain: null },
       { email: "na5@example.com", name: "Epsilon", domain: "epsilon.example" },
     ]);
+  }, 60_000);
+
+  test("a website or an email with an international domain (www.müller.de) is imported in its ASCII form, one account for either spelling; a non-ASCII local part is an invalid row saying why", async () => {
+    const res = await importText(
+      "intl.csv",
+      "Email,First name,Company,Website\njorg@example.com,Jörg,Müller GmbH,https://www.müller.de/kontakt\ninfo@müller.de,Info,Müller GmbH,https://www.xn--mller-kva.de\njörg@example.com,Jörg,Müller GmbH,www.müller.de\n",
+      "--invalid-file",
+      join(server.dir, "intl.invalid.csv"),
+    );
+    expect([res.code, res.stdout]).toEqual([1, `imported: 3 rows: created 2, updated 0, unchanged 0, invalid 1\ninvalid rows with their errors: ${join(server.dir, "intl.invalid.csv")}\n`]);
+    expect(await contactAccounts()).toEqual([
+      { email: "info@xn--mller-kva.de", name: "Müller GmbH", domain: "www.xn--mller-kva.de" },
+      { email: "jorg@example.com", name: "Müller GmbH", domain: "www.xn--mller-kva.de" },
+    ]);
+    expect(parseCsv(readFileSync(join(server.dir, "intl.invalid.csv"), "utf8")).slice(1)).toEqual([
+      ["jörg@example.com", "Jörg", "Müller GmbH", "www.müller.de", "3", "Email: must be an email address of at most 254 characters, or null; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)"],
+    ]);
+  }, 60_000);
+
+  test("a company spelled in its capitals (GROSSHANDEL SÜD GMBH) is the account of its usual spelling (Großhandel Süd GmbH): one account", async () => {
+    const res = await importText("capitals.csv", "Email,Company\na@example.com,Großhandel Süd GmbH\nb@example.com,GROSSHANDEL SÜD GMBH\n");
+    expect([res.code, res.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n"]);
+    const accounts = (await contactAccounts()).map((row) => [row.email, row.name]);
+    expect([await server.count("accounts"), accounts]).toEqual([1, [["a@example.com", "Großhandel Süd GmbH"], ["b@example.com", "Großhandel Süd GmbH"]]]);
   }, 60_000);
 
   test("a row the server's body parser refuses (a NUL in a cell, a company name with one) is an invalid row; every other row is imported", async () => {

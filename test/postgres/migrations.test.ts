@@ -153,6 +153,24 @@ describe("postgres migrations: data", () => {
   });
 });
 
+describe("postgres migrations: data, account names", () => {
+  test("0034 rekeys the account names full case folding keys otherwise (ß as ss, a ligature, a final sigma), in its transaction; the others are left alone", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 34));
+    // The keys as the versions before this one made them: NFC, lowercased.
+    for (const [id, name] of [["acc_1", "Großhandel Süd GmbH"], ["acc_2", "Müller GmbH"], ["acc_3", "ﬀ Ltd"], ["acc_4", "ΟΔΟΣ Α.Ε."]] as const) {
+      await old.write((tx) => tx.run("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)", [id, name, name.normalize("NFC").toLowerCase()]));
+    }
+    expect(await migratePostgres(old)).toEqual(["0034_account_name_case_fold.sql"]);
+    expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id")).toEqual([
+      { id: "acc_1", name_key: "grosshandel süd gmbh" },
+      { id: "acc_2", name_key: "müller gmbh" },
+      { id: "acc_3", name_key: "ff ltd" },
+      { id: "acc_4", name_key: "οδος α.ε." },
+    ]);
+  });
+});
+
 describe("postgres migrations: data, sign-in throttle", () => {
   test("0028 forgets the sign-in failures and turns kept by email, and keeps an address's", async () => {
     const old = await freshPostgres();

@@ -1,0 +1,6 @@
+-- Account names are keyed with full case folding (accountNameKey: NFC, upper-cased, then
+-- lowercased): "GROSSHANDEL SÜD GMBH" finds "Großhandel Süd GmbH", where lowercasing alone kept ß
+-- and SS apart, and a batch upsert of the capitals made a second account. PostgreSQL's upper()
+-- maps one character to one (ß stays ß) and depends on the collation: the migration's backfill
+-- step rekeys the names whose key changes, as on SQLite. The script itself changes nothing.
+SELECT 1;
