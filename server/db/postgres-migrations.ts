@@ -18,6 +18,7 @@ import keptAnswersByResource from "../../migrations/postgres/0030_kept_answers_b
 import deliveryKindHours from "../../migrations/postgres/0032_delivery_kind_hours.sql" with { type: "text" };
 import wizardTestsSignedTwice from "../../migrations/postgres/0033_wizard_tests_signed_twice.sql" with { type: "text" };
 import accountNameCaseFold from "../../migrations/postgres/0034_account_name_case_fold.sql" with { type: "text" };
+import sortKeysInByteOrder from "../../migrations/postgres/0035_sort_keys_in_byte_order.sql" with { type: "text" };
 import { keyPostgresAccountNames } from "../accounts/store.ts";
 import type { Db } from "./sql.ts";
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
@@ -58,6 +59,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 32, name: "0032_delivery_kind_hours.sql", sql: deliveryKindHours },
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
   { version: 34, name: "0034_account_name_case_fold.sql", sql: accountNameCaseFold, backfill: keyPostgresAccountNames },
+  { version: 35, name: "0035_sort_keys_in_byte_order.sql", sql: sortKeysInByteOrder },
 ];
 
 /**

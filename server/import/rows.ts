@@ -4,6 +4,7 @@ import { asciiDomain } from "../shared/domains.ts";
 import { ConfigError } from "../config.ts";
 import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
+import { printable } from "../shared/text.ts";
 import { CsvError, csvRecords } from "./csv.ts";
 
 // From a file's rows to API items: which column feeds which contact or account field.
@@ -146,7 +147,7 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
   // replace the first one's data. Blank names are left alone: they are never mapped, and
   // spreadsheets often export trailing empty columns.
   const repeated = columns.findIndex((c, i) => c !== "" && columns.indexOf(c) !== i);
-  if (repeated >= 0) throw new ConfigError(`${path}: the header names the column ${JSON.stringify(columns[repeated])} twice (columns ${columns.indexOf(columns[repeated]!) + 1} and ${repeated + 1}); rename one`);
+  if (repeated >= 0) throw new ConfigError(`${path}: the header names the column ${printable(JSON.stringify(columns[repeated]))} twice (columns ${columns.indexOf(columns[repeated]!) + 1} and ${repeated + 1}); rename one`);
   let rowCount = 0;
   for (const { fields, line } of checked) {
     rowCount++;
@@ -295,7 +296,7 @@ export function columnMap(columns: string[], mapText: string | undefined): { map
     if (eq < 0 || column === "" || !validTarget(target)) {
       throw new ConfigError(`--map: ${JSON.stringify(pair)} is not COLUMN=FIELD with FIELD one of ${[...CONTACT_TARGETS, ...ACCOUNT_TARGETS].join(", ")}, custom_fields.KEY (KEY not __proto__, constructor or prototype) or -`);
     }
-    if (!columns.includes(column)) throw new ConfigError(`--map: the file has no column ${JSON.stringify(column)} (columns: ${columns.join(", ")})`);
+    if (!columns.includes(column)) throw new ConfigError(`--map: the file has no column ${JSON.stringify(column)} (columns: ${columns.map(printable).join(", ")})`);
     const rival = [...explicit].find(([other, field]) => field === target && target !== "-" && other !== column);
     if (rival) throw new ConfigError(`--map: the columns ${JSON.stringify(rival[0])} and ${JSON.stringify(column)} both map to ${target}; a field takes one column`);
     explicit.set(column, target);

@@ -8,6 +8,7 @@ import { parseSafeJson } from "../http/safe-json.ts";
 import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
 import { sha256 } from "../shared/crypto.ts";
 import { createOwnerOnlyFile, statIfThere } from "../shared/files.ts";
+import { printable } from "../shared/text.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient } from "./client.ts";
 import { csvLine } from "./csv.ts";
@@ -66,7 +67,8 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const { map, ignored } = columnMap(source.columns, options.map);
   const invalidFile = checkedInvalidFile(options, source.format);
   const note = (line: string) => options.progress.write(`${line}\n`);
-  note(`columns: ${[...map].map(([column, target]) => `${column} -> ${target}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.join(", ")}` : ""}`);
+  // The column names are the file's: escaped, a header cannot act on the operator's terminal.
+  note(`columns: ${[...map].map(([column, target]) => `${printable(column)} -> ${target}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.map(printable).join(", ")}` : ""}`);
   const trial = options.trial && !options.dryRun;
   const rowCount = trial ? Math.min(1, source.rowCount) : source.rowCount;
   // Read again on each call, one row at a time: the file's rows are never all held at once.

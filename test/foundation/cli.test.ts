@@ -145,6 +145,12 @@ describe("command line: happy paths", () => {
     expect((await crm(["user", "list"])).stdout).toBe(`${ada.id}  ada@example.com  Ada\\u001b[31m\\u0009Lovelace\\u009b  created ${ada.created_at}\n`);
   });
 
+  test("user list shows bidi controls in a name as escapes, so a name cannot draw the rest of its line backwards", async () => {
+    await crm(["migrate"]);
+    const eve = JSON.parse((await crm(["user", "create", "--name", "Eve\u202e moc.elpmaxe@evE\u202c \u2067x\u2069\u200f", "--email", "eve@example.com"])).stdout);
+    expect((await crm(["user", "list"])).stdout).toBe(`${eve.id}  eve@example.com  Eve\\u202e moc.elpmaxe@evE\\u202c \\u2067x\\u2069\\u200f  created ${eve.created_at}\n`);
+  });
+
   test("user delete deletes a user as the API does: refused while serve holds the data directory; stopped, its contacts lose the assignment, and the next serve sends their contact.updated", async () => {
     await crm(["migrate"]);
     const token = (await crm(["token", "create", "--name", "ops"])).stdout.trim();

@@ -344,6 +344,22 @@ describe("crm import contacts: errors", () => {
     expect((await server.db.get<{ properties: string }>("SELECT properties FROM contacts"))!.properties).toContain('"plan":"pro"');
   }, 60_000);
 
+  test("column names from the file print their control and bidi characters as escapes: in the mapping line, the --map error's list and the repeated-column error", async () => {
+    // A header from a customer's file could otherwise retitle the window, clear the screen (the
+    // mapping and warnings with it) or draw the rest of the line backwards.
+    const file = join(server.dir, "escapes.csv");
+    writeFileSync(file, "Email,\u001b]0;PWNED\u0007\u001b[2J\u001b[31mNotes,\u202eeton\u202c\nada@example.com,hi,there\n");
+    const shown = "\\u001b]0;PWNED\\u0007\\u001b[2J\\u001b[31mNotes, \\u202eeton\\u202c";
+    expect(await runImport([file, "--dry-run"])).toEqual({ code: 0, stdout: "dry run, nothing sent: 1 rows: valid 1, invalid 0\n", stderr: `columns: Email -> email; ignored: ${shown}\n` });
+    expect(await runImport([file, "--dry-run", "--map", "Nope=email"])).toEqual({ code: 2, stdout: "", stderr: `crm: --map: the file has no column "Nope" (columns: Email, ${shown})\n` });
+    const lines = join(server.dir, "escapes.jsonl");
+    writeFileSync(lines, '{"email":"ada@example.com","\\u001b[2Jk":1,"\\u2066x\\u2069":2}\n');
+    expect((await runImport([lines, "--dry-run"])).stderr).toBe("columns: email -> email; ignored: \\u001b[2Jk, \\u2066x\\u2069\n");
+    const repeated = join(server.dir, "repeated-bidi.csv");
+    writeFileSync(repeated, "Email,\u202eX,\u202eX\nada@example.com,a,b\n");
+    expect(await runImport([repeated, "--dry-run"])).toEqual({ code: 2, stdout: "", stderr: `crm: ${repeated}: the header names the column "\\u202eX" twice (columns 2 and 3); rename one\n` });
+  });
+
   test("a refused token, an unknown --map column, a malformed CSV or JSON Lines file and a missing --url each stop with one clear line", async () => {
     const csv = writeContactsCsv(server.dir, 10);
     writeFileSync(join(server.dir, "bad-token"), "crm_nope\n");

@@ -242,6 +242,55 @@ describe("postgres migrations: data, the name search", () => {
   });
 });
 
+describe("postgres migrations: data, sort keys in byte order", () => {
+  test("0035 collates the sort keys \"C\" on a database migrated before it, keeping their rows, indexes, the name search and the copies on tag and account rows", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 35));
+    await old.write(async (tx) => {
+      await tx.run(`INSERT INTO contacts (id, first_name, last_name, email, created_at, updated_at) VALUES
+        ('c1', 'σίσυφος', 'Lee', 'a_b@example.com', 1, 1), ('c2', 'ΣΊΣΥΦΟΣ', NULL, 'a+b@example.com', 1, 1), ('c3', 'anne', ' Kay', NULL, 1, 1), ('c4', 'Anne', 'kay', 'a-b@example.com', 1, 1)`);
+      await tx.run("INSERT INTO accounts (id, name, name_key, domain, created_at, updated_at) VALUES ('a1', 'Acme', 'acme', 'a-b.example', 1, 1)");
+      await tx.run("INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email) SELECT id, 't', created_at, updated_at, first_name, last_name, email FROM contacts");
+      await tx.run("INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name, email) SELECT id, 'a1', 0, created_at, updated_at, first_name, last_name, email FROM contacts");
+    });
+    const indexes = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename IN ('contacts', 'contact_tags', 'contact_accounts', 'accounts') ORDER BY indexname";
+    const before = await old.all<{ indexname: string; indexdef: string }>(indexes);
+    // The tests' database sorts in code point order already, and its citext folds every script.
+    const byFirstName = "SELECT id FROM contacts ORDER BY first_name, id";
+    expect((await old.all<{ id: string }>(byFirstName)).map((r) => r.id)).toEqual(["c3", "c4", "c1", "c2"]);
+
+    expect(await migratePostgres(old)).toEqual(["0035_sort_keys_in_byte_order.sql"]);
+    const collated = await old.all(
+      `SELECT table_name, column_name, collation_name FROM information_schema.columns WHERE table_schema = current_schema()
+       AND column_name IN ('first_name', 'last_name', 'email', 'name_key', 'domain', 'full_name') AND table_name IN ('contacts', 'contact_tags', 'contact_accounts', 'accounts') ORDER BY 1, 2`,
+    );
+    const keyColumns = (table: string, columns: string[]) => columns.map((column_name) => ({ table_name: table, column_name, collation_name: "C" }));
+    expect(collated).toEqual([
+      ...keyColumns("accounts", ["domain", "name_key"]),
+      ...keyColumns("contact_accounts", ["email", "first_name", "last_name"]),
+      ...keyColumns("contact_tags", ["email", "first_name", "last_name"]),
+      ...keyColumns("contacts", ["email", "first_name"]),
+      { table_name: "contacts", column_name: "full_name", collation_name: null },
+      ...keyColumns("contacts", ["last_name"]),
+    ]);
+    expect((await old.all<{ indexname: string }>(indexes)).map((r) => r.indexname)).toEqual(before.map((r) => r.indexname));
+    // citext still lowercases by the database's locale (σίσυφος and ΣΊΣΥΦΟΣ tie), then compares bytes.
+    expect((await old.all<{ id: string }>(byFirstName)).map((r) => r.id)).toEqual(["c3", "c4", "c1", "c2"]);
+    expect((await old.all<{ id: string }>("SELECT id FROM contacts ORDER BY email NULLS FIRST, id")).map((r) => r.id)).toEqual(["c3", "c2", "c4", "c1"]);
+    expect(await old.all("SELECT id, full_name FROM contacts WHERE full_name ILIKE '%ΣΊΣ%' ORDER BY id")).toEqual([
+      { id: "c1", full_name: "σίσυφος Lee" },
+      { id: "c2", full_name: "ΣΊΣΥΦΟΣ" },
+    ]);
+    await old.write((tx) => tx.run("UPDATE contacts SET first_name = 'Zoë', email = 'z@example.com', updated_at = 2 WHERE id = 'c3'"));
+    const copies = "SELECT first_name, email, updated_at FROM %s WHERE contact_id = 'c3'";
+    expect([await old.all(copies.replace("%s", "contact_tags")), await old.all(copies.replace("%s", "contact_accounts")), await old.get("SELECT full_name FROM contacts WHERE id = 'c3'")]).toEqual([
+      [{ first_name: "Zoë", email: "z@example.com", updated_at: 2 }],
+      [{ first_name: "Zoë", email: "z@example.com", updated_at: 2 }],
+      { full_name: "Zoë  Kay" },
+    ]);
+  });
+});
+
 interface ColumnShape {
   name: string;
   notNull: boolean;
