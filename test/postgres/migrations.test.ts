@@ -161,7 +161,7 @@ describe("postgres migrations: data, account names", () => {
     for (const [id, name] of [["acc_1", "Großhandel Süd GmbH"], ["acc_2", "Müller GmbH"], ["acc_3", "ﬀ Ltd"], ["acc_4", "ΟΔΟΣ Α.Ε."]] as const) {
       await old.write((tx) => tx.run("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)", [id, name, name.normalize("NFC").toLowerCase()]));
     }
-    expect(await migratePostgres(old)).toEqual(["0034_account_name_case_fold.sql"]);
+    expect(await migratePostgres(old)).toEqual(["0034_account_name_case_fold.sql", "0035_sort_keys_in_byte_order.sql"]);
     expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id")).toEqual([
       { id: "acc_1", name_key: "grosshandel süd gmbh" },
       { id: "acc_2", name_key: "müller gmbh" },
