@@ -598,6 +598,7 @@ async function main(argv: string[]): Promise<number> {
       try {
         const result = await backupDatabase(config.dataDir, file);
         process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
+        for (const removed of result.removedPartials) process.stdout.write(`removed ${removed}, a partial file left by a crm killed half-way\n`);
         process.stdout.write(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
         return 0;
       } catch (error) {

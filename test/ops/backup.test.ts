@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { copyFileSync, existsSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { partialName, removeStalePartials } from "../../server/shared/files.ts";
 import { api, createToken, runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
@@ -154,6 +154,36 @@ describe("backup: partial files of other hosts and containers", () => {
       aged(`copy.sqlite.partial-${running.pid}`);
       removeStalePartials(file);
       expect(readdirSync(out).sort()).toEqual([ours(running.pid), elsewhere, `${elsewhere}-journal`, `copy.sqlite.partial-${gone}`].sort());
+    } finally {
+      running.kill();
+      rmSync(out, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("backup: partial files of other names", () => {
+  test("a backup removes from its directory the partial copies (and journals) that killed backups to other names left, judged as its own name's are, names it removes, and leaves every other file", () => {
+    const dataDir = tempDir("backup-others");
+    runCli([...SOURCE, "migrate", "--data-dir", dataDir]);
+    const out = tempDir("backup-others-out");
+    const gone = Bun.spawnSync(["true"]).pid;
+    const running = Bun.spawn(["sleep", "30"]);
+    // Nightly backups named by date, as the README's cron line names them: no later backup uses a killed one's name again.
+    const killed = (day: string, pid: number) => basename(partialName(join(out, `crm-${day}.sqlite`), pid));
+    const elsewhere = killed("2026-11-24", gone).replace(/\.partial-[0-9a-f]+-/, ".partial-0123456789ab-");
+    const kept = [killed("2026-11-25", running.pid), elsewhere, "crm-2026-11-23.sqlite", "notes.partial-", "notes.partial-12x", `notes.partial-${gone}.txt`, "old-crm.sqlite.partial-7"];
+    const stale = [killed("2026-11-26", gone), `${killed("2026-11-26", gone)}-journal`, killed("2026-11-27", gone), "crm-2026-11-20.sqlite.partial-7"];
+    try {
+      for (const name of [...kept, ...stale]) writeFileSync(join(out, name), "half a copy");
+      const twoDaysAgo = new Date(Date.now() - 2 * 24 * 3600_000);
+      utimesSync(join(out, "crm-2026-11-20.sqlite.partial-7"), twoDaysAgo, twoDaysAgo);
+      // A directory is never removed, whatever its name.
+      mkdirSync(join(out, killed("2026-11-22", gone)));
+      const file = join(out, "crm-2026-11-28.sqlite");
+      const result = runCli([...SOURCE, "backup", file, "--data-dir", dataDir]);
+      expect([result.exitCode, result.stderr]).toEqual([0, ""]);
+      expect(result.stdout.split("\n").filter((line) => line.startsWith("removed ")).sort()).toEqual(stale.map((name) => `removed ${join(out, name)}, a partial file left by a crm killed half-way`).sort());
+      expect(readdirSync(out).sort()).toEqual([...kept, killed("2026-11-22", gone), "crm-2026-11-28.sqlite"].sort());
     } finally {
       running.kill();
       rmSync(out, { recursive: true, force: true });
