@@ -261,6 +261,10 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
   } catch (error) {
     for (const leftover of [partial, `${partial}-journal`]) rmSync(leftover, { force: true });
     if (error instanceof BackupError) throw error;
+    // SQLite's own words, "database or disk is full", read as the service's disk being full.
+    if (databaseFailureOf(error) === "storage-full" || (error as NodeJS.ErrnoException).code === "ENOSPC") {
+      throw new BackupError(`backup failed: no space left on the file system of ${resolve(file)} (the copy needs up to ${statSync(source).size} bytes, the database's size); the live database ${source} is untouched`);
+    }
     throw new BackupError(`backup failed: ${(error as Error).message}`);
   }
   return { source, file, bytes: statSync(file).size, removedPartials };

@@ -232,6 +232,24 @@ describe("backup: refusals", () => {
     expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
   });
 
+  test("a full file system under the backup is named, with the space the copy needs, and the live database said to be untouched; no file is left", () => {
+    const dataDir = tempDir("backup-full");
+    runCli([...SOURCE, "migrate", "--data-dir", dataDir]);
+    const out = tempDir("backup-full-out");
+    const file = join(out, "copy.sqlite");
+    // The partial copy is written through a link to /dev/full, which takes no byte: the backup's
+    // process id is the shell's, which exec hands on, so its partial name is known beforehand.
+    const partial = (pid: string) => partialName(file, 0).replace(/-0$/, () => `-${pid}`);
+    const result = runCli(["bash", "-c", `ln -s /dev/full "${partial("$$")}" && exec "$@"`, "bash", ...SOURCE, "backup", file, "--data-dir", dataDir]);
+    expect(result).toEqual({
+      exitCode: 1,
+      stdout: "",
+      stderr: `crm: backup failed: no space left on the file system of ${file} (the copy needs up to ${statSync(join(dataDir, "crm.sqlite")).size} bytes, the database's size); the live database ${join(dataDir, "crm.sqlite")} is untouched\n`,
+    });
+    expect(readdirSync(out)).toEqual([]);
+    rmSync(out, { recursive: true, force: true });
+  });
+
   test("backup without a file name is a usage error", () => {
     expect(runCli([...SOURCE, "backup"])).toEqual({ exitCode: 2, stdout: "", stderr: "crm: usage: backup FILE [--data-dir DIR] (FILE must not exist yet)\n" });
   });
