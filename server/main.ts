@@ -1,5 +1,5 @@
 #!/usr/bin/env bun
-import { readFileSync, type Stats } from "node:fs";
+import { readFileSync, rmSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
@@ -7,7 +7,7 @@ import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "
 import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
-import { resetSecretsKey } from "./webhooks/service.ts";
+import { previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
@@ -51,10 +51,11 @@ Commands:
   operator unlock --email E          forget the failed sign-ins counted against an operator, so
                                      addresses slowed by them may try again at once
   backup FILE                        copy the database into a new FILE; safe while serving
-  secrets-key reset --yes-delete-every-subscription
-                                     when the secrets key is lost: delete every webhook
-                                     subscription and the database's record of the key, so
-                                     the next start records the key it is given
+  secrets-key reset [--yes-disable-every-subscription]
+                                     when the secrets key is lost: give every webhook
+                                     subscription a new secret under the key the next start
+                                     reads and disable it until its secret is rotated; lists
+                                     them, and without the flag changes nothing
   copy-to-postgres --database-url URL
                                      copy the data directory's database into an empty
                                      PostgreSQL database (see copy-to-postgres --help)
@@ -263,43 +264,88 @@ async function openConfiguredDatabase(args: string[], options: { setUp?: boolean
   return db;
 }
 
-const SECRETS_KEY_USAGE = "usage: secrets-key reset --yes-delete-every-subscription (only when the database's secrets key is lost)";
+/** RESET_FLAG confirms a secrets key reset; without it the reset lists what it would change. */
+const RESET_FLAG = "--yes-disable-every-subscription";
+const SECRETS_KEY_USAGE = `usage: secrets-key reset [${RESET_FLAG}] (only when the database's secrets key is lost; without the flag it lists what it would change)`;
+
+/** plural counts `n` things, named `one` or `many`. */
+const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
+
+/** resetLines lists the subscriptions of a secrets key reset, one line each as they were before it: id, status, target URL, events, pending deliveries, description. */
+function resetLines(subscriptions: ResetSubscription[]): string {
+  // A description comes from the API as given, and may hold control characters a terminal would act on.
+  return subscriptions.map((s) => `${s.id}  ${s.status}  ${s.target_url}  ${s.events.join(",")}  ${s.pending} pending${s.description === null ? "" : `  ${printable(s.description)}`}\n`).join("");
+}
+
+type SecretsKey = ReturnType<typeof loadSecretsKey>;
+
+/**
+ * resetWithKey runs the reset with the key the next start reads: `given`, else the data directory's
+ * secrets.key, created here to seal the new secrets with. A key created for a reset that refuses or
+ * fails is removed: no database records it, and it would pass for the lost one's replacement.
+ */
+async function resetWithKey(db: Backend, config: Config, given: SecretsKey | null): Promise<{ outcome: ResetSubscription[] | NothingLost; key: SecretsKey }> {
+  const key = given ?? loadSecretsKey(config);
+  try {
+    const outcome = await resetSecretsKey(db, new SecretBox(key.key));
+    if (key.created && typeof outcome === "string") rmSync(key.path, { force: true });
+    else if (key.created) noteCreatedSecretsKey(key.path);
+    return { outcome, key };
+  } catch (error) {
+    if (key.created) rmSync(key.path, { force: true });
+    throw error;
+  }
+}
 
 /**
  * secretsKeyResetCommand runs `secrets-key reset`: a database whose secrets key is lost refuses
- * every start, so its subscriptions cannot be deleted through the API; this deletes them, and the
- * database's record of the key, while nothing serves it. The key it checks is the one the next
- * start would read; a missing secrets.key of the data directory is not created here (the next start does).
+ * every start, so nothing serving it can replace the subscriptions' secrets; this gives each a new
+ * one under the key the next start reads, and disables it until its secret is rotated
+ * (resetSecretsKey), while nothing serves the database. Without RESET_FLAG it lists the
+ * subscriptions it would change and changes nothing.
  */
 async function secretsKeyResetCommand(args: string[]): Promise<number> {
   if (args.shift() !== "reset") throw new ConfigError(SECRETS_KEY_USAGE);
-  const confirmed = takeFlag(args, "--yes-delete-every-subscription");
-  const config = loadCommandConfig(args);
-  if (!confirmed) {
-    throw new ConfigError("secrets-key reset deletes every webhook subscription (their signing secrets are sealed with the lost key) and changes nothing without --yes-delete-every-subscription; receivers then need new subscriptions and new secrets");
+  // The flag's name from when the reset deleted every subscription: a script written with it still confirms.
+  const confirmed = [takeFlag(args, RESET_FLAG), takeFlag(args, "--yes-delete-every-subscription")].includes(true);
+  const config = loadConfig(args);
+  if (config.secretsKeyFile && !secretsKeyExists(config)) {
+    // For a reset a missing file is the expected case: the lost key's path, where the new key goes.
+    throw new ConfigError(
+      `secrets key file ${config.secretsKeyFile} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist: the reset seals the subscriptions' new secrets with the key there; ` +
+        `make a new key first, (umask 077; head -c 32 /dev/urandom | base64 > ${config.secretsKeyFile}), then run the reset again${config.databaseUrl ? " and give that file to every instance" : ""}`,
+    );
   }
-  const secretsKey = config.databaseUrl || config.secretsKeyFile || secretsKeyExists(config) ? loadSecretsKey(config) : null;
-  const reset = async () => {
+  // The listing needs no key; the reset on PostgreSQL a named one (loadSecretsKey says so), on SQLite the data directory's, made when missing (resetWithKey).
+  const given = config.secretsKeyFile || (config.databaseUrl ? confirmed : secretsKeyExists(config)) ? loadSecretsKey(config) : null;
+  const run = async () => {
     const db = await openConfiguredDatabase(args, { locked: true });
     try {
-      return await resetSecretsKey(db, secretsKey && new SecretBox(secretsKey.key));
+      return confirmed ? await resetWithKey(db, config, given) : { outcome: await previewSecretsKeyReset(db, given && new SecretBox(given.key)), key: given };
     } finally {
       await db.close();
     }
   };
   if (!config.databaseUrl) requireDatabase(config.dataDir);
-  const done = config.databaseUrl ? await reset() : await whileHoldingDataDirectory(config, "stop it first: the reset deletes the subscriptions it serves", reset);
-  if (typeof done === "string") {
+  const { outcome, key } = config.databaseUrl ? await run() : await whileHoldingDataDirectory(config, "stop it first: the reset disables the subscriptions it serves", run);
+  if (typeof outcome === "string") {
     throw new ConfigError(
-      done === "own-key" && secretsKey
-        ? `secrets key file ${secretsKey.path} is the key this database was used with: nothing is lost, and a reset would only delete every webhook subscription; nothing was changed`
-        : "this database records no secrets key and holds no signing secret: any key opens it, and a reset would only delete every webhook subscription; nothing was changed",
+      outcome === "own-key" && key
+        ? `secrets key file ${key.path} is the key this database was used with: nothing is lost, and a reset would only disable every webhook subscription; nothing was changed`
+        : "this database records no secrets key and holds no signing secret: any key opens it, and a reset would only disable every webhook subscription; nothing was changed",
     );
   }
-  const next = secretsKey ? `the next start records the key it is given, ${secretsKey.path}` : `the next start creates a new key, ${secretsKeyPath(config)}, and records it`;
-  // Not "deleted the record of its key": a database from before migration 0025 never had one.
+  const pending = plural(outcome.reduce((sum, s) => sum + s.pending, 0), "pending delivery", "pending deliveries");
+  if (!confirmed) {
+    process.stdout.write(resetLines(outcome));
+    throw new ConfigError(
+      `secrets-key reset changes nothing without ${RESET_FLAG}; with it, ${outcome.length === 1 ? "the webhook subscription listed" : `each of the ${outcome.length} webhook subscriptions listed`} (id, status, target URL, events, pending deliveries, description) ` +
+        `gets a new signing secret in place of the one sealed with the lost key and is disabled until its secret is rotated, and ${pending} end failed, to be recovered once it is enabled`,
+    );
+  }
   process.stdout.write(
-    `deleted ${done.subscriptions} webhook subscription${done.subscriptions === 1 ? "" : "s"} (${done.deliveries} pending deliver${done.deliveries === 1 ? "y" : "ies"} failed unsent); the database now records no secrets key: ${next}\n`,
+    `disabled ${plural(outcome.length, "webhook subscription", "webhook subscriptions")}, each with a new signing secret no receiver knows (${pending} failed unsent); the database now records the secrets key ${key!.path} as its own` +
+      (outcome.length === 0 ? "\n" : `; as they were:\n${resetLines(outcome)}for each: rotate its secret (POST /public/v1/webhook-subscriptions/ID/rotate-secret, or Rotate on the console's Subscriptions page), give the new secret to its receiver, enable it (POST .../enable), then send its failed deliveries again under their webhook-ids (POST .../recover)\n`),
   );
   return 0;
 }
@@ -553,6 +599,7 @@ async function main(argv: string[]): Promise<number> {
       try {
         const result = await backupDatabase(config.dataDir, file);
         process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
+        for (const removed of result.removedPartials) process.stdout.write(`removed ${removed}, a partial file left by a crm killed half-way\n`);
         process.stdout.write(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
         return 0;
       } catch (error) {

@@ -1,5 +1,6 @@
 import { Database } from "bun:sqlite";
 import { existsSync, rmSync, statSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { bearerOf } from "../auth/service.ts";
 import type { Config } from "../config.ts";
 import { isBrowserRequest, isLoopback, isLoopbackHost, type ClientHints } from "../http/client-address.ts";
@@ -12,7 +13,7 @@ import { BUILD, COMMIT, VERSION } from "../version.ts";
 import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
 import { recentHistorySize } from "../webhooks/retention.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { createOwnerOnlyFile, fsyncPath, partialName, publishFile, removeStalePartials } from "../shared/files.ts";
+import { createOwnerOnlyFile, fsyncPath, partialName, publishFile, removeStalePartialsIn } from "../shared/files.ts";
 import type { Logger } from "../shared/log.ts";
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
@@ -210,11 +211,12 @@ export function recordDeliveryOutcome(metrics: Metrics, log: Logger, outcome: De
 /** BackupError says why a backup could not be made; the CLI prints it as one line. */
 export class BackupError extends Error {}
 
-/** BackupResult says what was copied where, and how big the copy is. */
+/** BackupResult says what was copied where, how big the copy is, and which partial files of killed backups it removed. */
 export interface BackupResult {
   source: string;
   file: string;
   bytes: number;
+  removedPartials: string[];
 }
 
 /**
@@ -231,7 +233,9 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
   if (existsSync(file)) throw exists();
   // The copy is made under a partial name and takes FILE's name only once synced and checked: a
   // backup killed half-way (SIGKILL, a power cut) leaves no file that a restore could take for one.
-  removeStalePartials(file);
+  // Its half copy holds customers' rows: it goes with the next backup to the directory, whatever
+  // that one's name (backups named by date never use a name again).
+  const removedPartials = removeStalePartialsIn(dirname(resolve(file)));
   const partial = partialName(file);
   try {
     createOwnerOnlyFile(partial);
@@ -257,7 +261,11 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
   } catch (error) {
     for (const leftover of [partial, `${partial}-journal`]) rmSync(leftover, { force: true });
     if (error instanceof BackupError) throw error;
+    // SQLite's own words, "database or disk is full", read as the service's disk being full.
+    if (databaseFailureOf(error) === "storage-full" || (error as NodeJS.ErrnoException).code === "ENOSPC") {
+      throw new BackupError(`backup failed: no space left on the file system of ${resolve(file)} (the copy needs up to ${statSync(source).size} bytes, the database's size); the live database ${source} is untouched`);
+    }
     throw new BackupError(`backup failed: ${(error as Error).message}`);
   }
-  return { source, file, bytes: statSync(file).size };
+  return { source, file, bytes: statSync(file).size, removedPartials };
 }

@@ -1,4 +1,4 @@
-import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, realpathSync, renameSync, rmSync, statSync, type Stats } from "node:fs";
+import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, realpathSync, renameSync, rmSync, statSync, type Dirent, type Stats } from "node:fs";
 import { hostname } from "node:os";
 import { basename, dirname, join, relative, resolve } from "node:path";
 import { sha256 } from "./crypto.ts";
@@ -98,30 +98,44 @@ export function partialName(path: string, pid = process.pid): string {
  */
 const FOREIGN_PARTIAL_MAX_AGE_MS = 24 * 3600_000;
 
+/** PARTIAL_FILE_NAME matches a name partialName gives, or its SQLite journal: the file's own name, then its writer's namespace (absent from the names of a crm before it) and process id. */
+const PARTIAL_FILE_NAME = /^(.+)\.partial-(?:([0-9a-f]{12})-)?([0-9]+)(?:-journal)?$/;
+
 /**
  * removeStalePartials removes what runs killed half-way left beside `path` under partialName (the
  * partial file and its SQLite journal): a killed backup's half copy holds customers' rows, and a
- * killed first start's partial secrets key an unused key. One of this boot and PID namespace goes
- * when its process is gone; another's only once FOREIGN_PARTIAL_MAX_AGE_MS old, since the same
- * PID here says nothing of its writer, which may be writing it still.
+ * killed first start's partial secrets key an unused key. See removeStalePartialsIn.
  */
 export function removeStalePartials(path: string): void {
-  const directory = dirname(path);
-  const prefix = `${basename(path)}.partial-`;
-  let names: string[];
+  removeStalePartialsIn(dirname(path), basename(path));
+}
+
+/**
+ * removeStalePartialsIn removes, from `directory`, the partial files (and their journals) of runs
+ * killed half-way, of every name or only those of the file `named`, and returns the paths it
+ * removed. One of this boot and PID namespace goes when its process is gone; another's only once
+ * FOREIGN_PARTIAL_MAX_AGE_MS old, since the same PID here says nothing of its writer, which may be
+ * writing it still. Only regular files named exactly as partialName names them are looked at.
+ */
+export function removeStalePartialsIn(directory: string, named?: string): string[] {
+  let entries: Dirent[];
   try {
-    names = readdirSync(directory);
+    entries = readdirSync(directory, { withFileTypes: true });
   } catch {
-    return;
+    return [];
   }
-  for (const name of names) {
-    const owner = name.startsWith(prefix) ? /^(?:([0-9a-f]{12})-)?([0-9]+)(?:-journal)?$/.exec(name.slice(prefix.length)) : null;
-    if (!owner) continue;
-    const [, namespace, pid] = owner;
-    const file = join(directory, name);
+  const removed: string[] = [];
+  for (const entry of entries) {
+    const partial = entry.isFile() ? PARTIAL_FILE_NAME.exec(entry.name) : null;
+    if (!partial || (named !== undefined && partial[1] !== named)) continue;
+    const [, , namespace, pid] = partial;
+    const file = join(directory, entry.name);
     const stale = namespace === PROCESS_NAMESPACE ? !processRunning(Number(pid)) : olderThan(file, FOREIGN_PARTIAL_MAX_AGE_MS);
-    if (stale) rmSync(file, { force: true });
+    if (!stale) continue;
+    rmSync(file, { force: true });
+    removed.push(file);
   }
+  return removed;
 }
 
 /** olderThan tells whether a file was last modified more than `ms` ago; false when it is gone. */

@@ -7,7 +7,7 @@ import { ConfigError, type Config } from "../config.ts";
 import { sameBytes } from "../shared/crypto.ts";
 import { createOwnerOnlyFile, fileErrorText, fsyncPath, giveToFolderOwner, notOwnedText, partialName, pathExists, publishFile, removeStalePartials, userName } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
+import { deleteSecretsKeyCheck, findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
 /** SECRETS_KEY_FILE_NAME is the key file created in the data directory when --secrets-key-file is not given. */
 export const SECRETS_KEY_FILE_NAME = "secrets.key";
@@ -260,6 +260,12 @@ export function isDatabaseSecretsKey(stored: StoredKey, box: SecretBox | null): 
 /** hasSecretsKey tells whether a database keeping `stored` has a secrets key of its own: it records one's check value, or holds a secret sealed with one (a subscription's or a kept answer's). */
 export function hasSecretsKey(stored: StoredKey): boolean {
   return stored.check !== null || stored.sealed !== null;
+}
+
+/** recordReplacedSecretsKey makes the database record the key in `box` as its own, in place of a lost one's, in the caller's write (secrets-key reset). */
+export async function recordReplacedSecretsKey(db: Db, box: SecretBox): Promise<void> {
+  await deleteSecretsKeyCheck(db);
+  await insertSecretsKeyCheck(db, keyCheckValue(box));
 }
 
 /** keyCheckValue is the check value of the box's key, the one the database records in secrets_key_check. */

@@ -26,7 +26,7 @@ import {
   type SubscriptionWithSecret,
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, SecretUnreadable, type SecretBox } from "./secrets.ts";
+import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import {
@@ -43,7 +43,6 @@ import {
   countPendingDeliveries,
   countSubscriptions,
   deleteSecretAnswers,
-  deleteSecretsKeyCheck,
   deleteSubscription as deleteSubscriptionRow,
   enableSubscription as enableSubscriptionRow,
   endSecretGrace,
@@ -54,8 +53,9 @@ import {
   findSubscriptionById,
   insertSubscription,
   listDeliveries,
-  listSubscriptionIds,
+  listEverySubscription,
   listSubscriptions,
+  replaceLostSecret,
   requeueFailedDeliveries,
   rotateSubscriptionSecret,
   setSubscriptionPaused,
@@ -309,25 +309,63 @@ export async function removeSubscription(tx: Db, id: string, now: number): Promi
 /** NothingLost is why a secrets key reset refused: the key given is the database's own, or the database has none (no check value, no secret), so any key is. */
 export type NothingLost = "own-key" | "no-key";
 
+/** LOST_SECRET_REASON is the disabled_reason a secrets key reset gives every subscription: its secret went with the key, and no receiver knows the one it holds now. */
+export const LOST_SECRET_REASON = "its signing secret was lost with the secrets key (crm secrets-key reset): rotate its secret, give the new one to its receiver, then enable it";
+
+/** ResetSubscription is a subscription as a secrets key reset lists it, before the reset: what finds its receiver, its status, and how many of its deliveries are pending. */
+export interface ResetSubscription {
+  id: string;
+  target_url: string;
+  events: string[];
+  description: string | null;
+  status: "active" | "paused" | "disabled";
+  pending: number;
+}
+
 /**
- * resetSecretsKey makes the database forget a lost secrets key, in one write: it deletes every
- * subscription as the API's delete does (their secrets are sealed with that key), the kept answers
- * of creates and rotations (their replays would open a secret sealed with it), and the key's check
- * value, so the next start records the key it is given. It refuses, returning why (NothingLost) and
- * changing nothing, when `box` (null: no key) is the database's key: then nothing is lost. It
- * returns how many subscriptions it deleted and how many pending deliveries it failed.
+ * lostKeySubscriptions lists every subscription a secrets key reset changes, or returns why it
+ * refuses (NothingLost) when `box` (null: no key) is the database's key: then nothing is lost.
  */
-export async function resetSecretsKey(db: Database, box: SecretBox | null): Promise<{ subscriptions: number; deliveries: number } | NothingLost> {
+async function lostKeySubscriptions(db: Db, box: SecretBox | null): Promise<{ rows: SubscriptionRow[]; listed: ResetSubscription[] } | NothingLost> {
+  const stored = await findStoredKey(db);
+  if (isDatabaseSecretsKey(stored, box)) return hasSecretsKey(stored) ? "own-key" : "no-key";
+  const rows = await listEverySubscription(db);
+  const pending = new Map((await countDeliveriesBySubscription(db, 0)).map((counts) => [counts.subscription_id, counts.pending]));
+  const listed = rows.map((row) => ({ id: row.id, target_url: row.target_url, events: JSON.parse(row.events) as string[], description: row.description, status: shownStatus(row), pending: pending.get(row.id) ?? 0 }));
+  return { rows, listed };
+}
+
+/** previewSecretsKeyReset lists what resetSecretsKey would change with the key in `box` (null: none made yet), changing nothing, or returns why it would refuse. */
+export async function previewSecretsKeyReset(db: Database, box: SecretBox | null): Promise<ResetSubscription[] | NothingLost> {
+  const found = await db.read((tx) => lostKeySubscriptions(tx, box));
+  return typeof found === "string" ? found : found.listed;
+}
+
+/**
+ * resetSecretsKey makes the database take the key in `box` for a lost one, in one write. Every
+ * subscription is kept, with its id, settings and history, but its secret (sealed with the lost
+ * key) is replaced by a new random one sealed with `box`, which no receiver knows, so it is
+ * disabled (LOST_SECRET_REASON) until its secret is rotated and it is enabled; its pending
+ * deliveries end failed as a disable ends them, for POST .../recover to send again under their
+ * webhook-ids. The kept answers of creates and rotations go (their replays would open a secret
+ * sealed with the lost key), and the database records `box`'s key as its own. It refuses, returning
+ * why (NothingLost) and changing nothing, when `box` is the database's key. It returns the
+ * subscriptions as they were before.
+ */
+export async function resetSecretsKey(db: Database, box: SecretBox): Promise<ResetSubscription[] | NothingLost> {
   return db.write(async (tx) => {
-    const stored = await findStoredKey(tx);
-    if (isDatabaseSecretsKey(stored, box)) return hasSecretsKey(stored) ? "own-key" : "no-key";
+    const found = await lostKeySubscriptions(tx, box);
+    if (typeof found === "string") return found;
     const now = Date.now();
-    const ids = await listSubscriptionIds(tx);
-    let deliveries = 0;
-    for (const id of ids) deliveries += (await removeSubscription(tx, id, now)) ?? 0;
+    for (const row of found.rows) {
+      // No subscription.disabled event: every subscription that could hear of it is disabled too.
+      const reason = row.status === "disabled" ? `${LOST_SECRET_REASON}; disabled before that: ${row.disabled_reason}` : LOST_SECRET_REASON;
+      await replaceLostSecret(tx, row.id, box.seal(row.id, newSecret()), reason, now);
+      await failPendingDeliveries(tx, row.id, "not sent: the subscription was disabled when its signing secret was lost with the secrets key", now);
+    }
     await deleteSecretAnswers(tx);
-    await deleteSecretsKeyCheck(tx);
-    return { subscriptions: ids.length, deliveries };
+    await recordReplacedSecretsKey(tx, box);
+    return found.listed;
   });
 }
 

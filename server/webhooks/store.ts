@@ -268,7 +268,7 @@ export function insertSecretsKeyCheck(db: Db, checkValue: Uint8Array): Promise<n
   return db.run("INSERT INTO secrets_key_check (singleton, check_value) VALUES (1, ?)", [checkValue]);
 }
 
-/** deleteSecretsKeyCheck forgets the check value of the secrets key, so the next start records the key it is given. */
+/** deleteSecretsKeyCheck forgets the check value of the secrets key (a lost one's, replaced by secrets-key reset). */
 export function deleteSecretsKeyCheck(db: Db): Promise<number> {
   return db.run("DELETE FROM secrets_key_check");
 }
@@ -281,9 +281,9 @@ export function deleteSecretAnswers(db: Db): Promise<number> {
   return db.run(`DELETE FROM idempotency_keys WHERE ${SECRET_ANSWERS}`);
 }
 
-/** listSubscriptionIds returns the id of every subscription. */
-export async function listSubscriptionIds(db: Db): Promise<string[]> {
-  return (await db.all<{ id: string }>("SELECT id FROM webhook_subscriptions ORDER BY id")).map((row) => row.id);
+/** listEverySubscription returns every subscription, oldest first (a subscription's id is time-ordered). */
+export function listEverySubscription(db: Db): Promise<SubscriptionRow[]> {
+  return db.all<SubscriptionRow>("SELECT * FROM webhook_subscriptions ORDER BY id");
 }
 
 /** findSubscriptionById returns one subscription row or null. */
@@ -384,6 +384,19 @@ export async function countFailedDeliveriesBetween(db: Db, subscriptionId: strin
 /** disableSubscription marks a subscription disabled, saying when and why. */
 export async function disableSubscription(db: Db, id: string, reason: string, now: number): Promise<void> {
   await db.run("UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND status = 'active'", [now, reason, now, id]);
+}
+
+/**
+ * replaceLostSecret gives a subscription whose secrets were sealed with a lost secrets key a new
+ * sealed secret, forgets the previous secret of a rotation (sealed with that key too) and the
+ * console's test of it, and disables the subscription with `reason`, whatever its status.
+ */
+export async function replaceLostSecret(db: Db, id: string, sealedSecret: string, reason: string, now: number): Promise<void> {
+  await db.run(
+    `UPDATE webhook_subscriptions SET secret = ?, previous_secret = NULL, previous_secret_expires_at = NULL, secret_test_delivery_id = NULL,
+       status = 'disabled', disabled_at = ?, disabled_reason = ?, updated_at = ? WHERE id = ?`,
+    [sealedSecret, now, reason, now, id],
+  );
 }
 
 /**

@@ -440,11 +440,12 @@ describe("command line: errors", () => {
     const plain = await crm(["token", "create", "--name", "b", "--json=false"]);
     expect([json.code, JSON.parse(json.stdout).name, plain.code, plain.stdout]).toEqual([0, "a", 0, expect.stringMatching(/^crm_[A-Za-z0-9]{40}\n$/)]);
     expect(await crm(["token", "create", "--name", "c", "--json=maybe"])).toEqual({ stdout: "", stderr: 'crm: invalid --json: "maybe" is not a boolean (1/0, true/false)\n', code: 2 });
-    expect(await crm(["secrets-key", "reset", "--yes-delete-every-subscription=no"])).toEqual({
+    expect(await crm(["secrets-key", "reset", "--yes-disable-every-subscription=no"])).toEqual({
       stdout: "",
-      stderr: "crm: secrets-key reset deletes every webhook subscription (their signing secrets are sealed with the lost key) and changes nothing without --yes-delete-every-subscription; receivers then need new subscriptions and new secrets\n",
+      stderr: "crm: this database records no secrets key and holds no signing secret: any key opens it, and a reset would only disable every webhook subscription; nothing was changed\n",
       code: 2,
     });
+    expect(await crm(["secrets-key", "reset", "--yes-disable-every-subscription=maybe"])).toEqual({ stdout: "", stderr: 'crm: invalid --yes-disable-every-subscription: "maybe" is not a boolean (1/0, true/false)\n', code: 2 });
     expect((await crm(["token", "list"])).stdout.split("\n").filter(Boolean).length).toBe(2);
   });
 

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { copyFileSync, existsSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { partialName, removeStalePartials } from "../../server/shared/files.ts";
 import { api, createToken, runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
@@ -161,6 +161,36 @@ describe("backup: partial files of other hosts and containers", () => {
   });
 });
 
+describe("backup: partial files of other names", () => {
+  test("a backup removes from its directory the partial copies (and journals) that killed backups to other names left, judged as its own name's are, names it removes, and leaves every other file", () => {
+    const dataDir = tempDir("backup-others");
+    runCli([...SOURCE, "migrate", "--data-dir", dataDir]);
+    const out = tempDir("backup-others-out");
+    const gone = Bun.spawnSync(["true"]).pid;
+    const running = Bun.spawn(["sleep", "30"]);
+    // Nightly backups named by date, as the README's cron line names them: no later backup uses a killed one's name again.
+    const killed = (day: string, pid: number) => basename(partialName(join(out, `crm-${day}.sqlite`), pid));
+    const elsewhere = killed("2026-11-24", gone).replace(/\.partial-[0-9a-f]+-/, ".partial-0123456789ab-");
+    const kept = [killed("2026-11-25", running.pid), elsewhere, "crm-2026-11-23.sqlite", "notes.partial-", "notes.partial-12x", `notes.partial-${gone}.txt`, "old-crm.sqlite.partial-7"];
+    const stale = [killed("2026-11-26", gone), `${killed("2026-11-26", gone)}-journal`, killed("2026-11-27", gone), "crm-2026-11-20.sqlite.partial-7"];
+    try {
+      for (const name of [...kept, ...stale]) writeFileSync(join(out, name), "half a copy");
+      const twoDaysAgo = new Date(Date.now() - 2 * 24 * 3600_000);
+      utimesSync(join(out, "crm-2026-11-20.sqlite.partial-7"), twoDaysAgo, twoDaysAgo);
+      // A directory is never removed, whatever its name.
+      mkdirSync(join(out, killed("2026-11-22", gone)));
+      const file = join(out, "crm-2026-11-28.sqlite");
+      const result = runCli([...SOURCE, "backup", file, "--data-dir", dataDir]);
+      expect([result.exitCode, result.stderr]).toEqual([0, ""]);
+      expect(result.stdout.split("\n").filter((line) => line.startsWith("removed ")).sort()).toEqual(stale.map((name) => `removed ${join(out, name)}, a partial file left by a crm killed half-way`).sort());
+      expect(readdirSync(out).sort()).toEqual([...kept, killed("2026-11-22", gone), "crm-2026-11-28.sqlite"].sort());
+    } finally {
+      running.kill();
+      rmSync(out, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("backup: the copy's mode", () => {
   test("the copy is 0600 under a umask that would take its owner's write away (0277), and the owner, with no power over modes, still writes it", () => {
     const dataDir = tempDir("backup-umask");
@@ -200,6 +230,24 @@ describe("backup: refusals", () => {
     expect(result.exitCode).toBe(1);
     expect(result.stderr).toStartWith("crm: cannot create /nonexistent/dir/copy.sqlite: ");
     expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
+  });
+
+  test("a full file system under the backup is named, with the space the copy needs, and the live database said to be untouched; no file is left", () => {
+    const dataDir = tempDir("backup-full");
+    runCli([...SOURCE, "migrate", "--data-dir", dataDir]);
+    const out = tempDir("backup-full-out");
+    const file = join(out, "copy.sqlite");
+    // The partial copy is written through a link to /dev/full, which takes no byte: the backup's
+    // process id is the shell's, which exec hands on, so its partial name is known beforehand.
+    const partial = (pid: string) => partialName(file, 0).replace(/-0$/, () => `-${pid}`);
+    const result = runCli(["bash", "-c", `ln -s /dev/full "${partial("$$")}" && exec "$@"`, "bash", ...SOURCE, "backup", file, "--data-dir", dataDir]);
+    expect(result).toEqual({
+      exitCode: 1,
+      stdout: "",
+      stderr: `crm: backup failed: no space left on the file system of ${file} (the copy needs up to ${statSync(join(dataDir, "crm.sqlite")).size} bytes, the database's size); the live database ${join(dataDir, "crm.sqlite")} is untouched\n`,
+    });
+    expect(readdirSync(out)).toEqual([]);
+    rmSync(out, { recursive: true, force: true });
   });
 
   test("backup without a file name is a usage error", () => {

@@ -2,7 +2,6 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { chmodSync, existsSync, mkdirSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
-import { Webhook } from "standardwebhooks";
 import { createApiToken } from "../../server/auth/service.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
@@ -10,14 +9,15 @@ import { canonicalJson } from "../../server/idempotency/service.ts";
 import { sha256 } from "../../server/shared/crypto.ts";
 import { newId } from "../../server/shared/ids.ts";
 import { SecretBox } from "../../server/webhooks/secrets.ts";
+import { LOST_SECRET_REASON } from "../../server/webhooks/service.ts";
 import { CONSOLE_SUBSCRIPTION_FORM_PATH } from "../../server/webhooks/store.ts";
-import { api, createToken, postWithKey, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUntil, type Receiver } from "./support.ts";
+import { api, createToken, postWithKey, runCli, SOURCE, spawnServer, startReceiver, takeBackAfterKeyReset, tempDir, type Receiver } from "./support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { SHUT_OUT } from "../support/permissions.ts";
 
-// A database whose secrets key is lost refuses every start, so its subscriptions cannot be deleted
-// through the API: `crm secrets-key reset` deletes them, and the database's record of the key, so
-// the next start records the key it is given. These run the command line on SQLite as an operator would.
+// A database whose secrets key is lost refuses every start, so its subscriptions' secrets cannot be
+// replaced through the API: `crm secrets-key reset` gives each a new one under the new key, disables
+// it until it is rotated, and records the new key. These run the command line on SQLite as an operator would.
 
 const env = { PATH: process.env.PATH ?? "", CRM_ALLOW_PRIVATE_TARGETS: "1" };
 let receiver: Receiver;
@@ -71,8 +71,13 @@ async function lostKeyDirectory(): Promise<{ dataDir: string; token: string; sub
   }
 }
 
+const CONFIRM = "--yes-disable-every-subscription";
+const FAILED_UNSENT = "not sent: the subscription was disabled when its signing secret was lost with the secrets key";
+const NEXT_STEPS =
+  "for each: rotate its secret (POST /public/v1/webhook-subscriptions/ID/rotate-secret, or Rotate on the console's Subscriptions page), give the new secret to its receiver, enable it (POST .../enable), then send its failed deliveries again under their webhook-ids (POST .../recover)\n";
+
 describe("secrets-key reset: a lost key", () => {
-  test("the start is refused; the reset without its flag changes nothing; with it the subscriptions are gone, their pending deliveries failed, the kept answers holding secrets dropped, and the next start records a new key and delivers", async () => {
+  test("the start is refused; the reset without its flag lists the subscriptions and changes nothing; with it each is kept, disabled with a new secret under the new key it records, its pending deliveries failed, the kept answers holding secrets dropped; rotated, enabled and recovered, the delivery goes out under its webhook-id", async () => {
     const { dataDir, token, subscriptionId, deliveryId } = await lostKeyDirectory();
     const keyPath = join(dataDir, "secrets.key");
     try {
@@ -93,57 +98,64 @@ describe("secrets-key reset: a lost key", () => {
         ],
         keyChecks: 1,
       });
+      const listed = `${subscriptionId}  paused  ${receiver.url}  contact.created  1 pending\n`;
 
       expect(crm(["secrets-key", "reset", "--data-dir", dataDir])).toEqual({
         exitCode: 2,
-        stdout: "",
+        stdout: listed,
         stderr:
-          "crm: secrets-key reset deletes every webhook subscription (their signing secrets are sealed with the lost key) and changes nothing without --yes-delete-every-subscription; receivers then need new subscriptions and new secrets\n",
+          "crm: secrets-key reset changes nothing without --yes-disable-every-subscription; with it, the webhook subscription listed (id, status, target URL, events, pending deliveries, description) gets a new signing secret in place of the one sealed with the lost key and is disabled until its secret is rotated, and 1 pending delivery end failed, to be recovered once it is enabled\n",
       });
-      expect(contents(dataDir)).toEqual(before);
+      expect([contents(dataDir), existsSync(keyPath)]).toEqual([before, false]);
 
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+      expect(crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir])).toEqual({
         exitCode: 0,
-        stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent); the database now records no secrets key: the next start creates a new key, ${keyPath}, and records it\n`,
-        stderr: "",
+        stdout: `disabled 1 webhook subscription, each with a new signing secret no receiver knows (1 pending delivery failed unsent); the database now records the secrets key ${keyPath} as its own; as they were:\n${listed}${NEXT_STEPS}`,
+        stderr: `crm: created the key that encrypts webhook signing secrets, ${keyPath}; keep it with the database: backups do not include it\n`,
       });
       expect([contents(dataDir), existsSync(keyPath)]).toEqual([
         {
-          subscriptions: [],
-          deliveries: [{ id: deliveryId, status: "failed", last_error: "not sent: the subscription was deleted" }],
+          subscriptions: [{ id: subscriptionId }],
+          deliveries: [{ id: deliveryId, status: "failed", last_error: FAILED_UNSENT }],
           answers: [{ path: "/public/v1/contacts", idem_key: "contact-1" }],
-          keyChecks: 0,
+          keyChecks: 1,
         },
-        false,
+        true,
       ]);
 
       const server = await serve(dataDir);
       try {
-        expect(existsSync(keyPath)).toBe(true);
-        expect((await api(server.url, token, "GET", "/public/v1/webhook-subscriptions")).body.data).toEqual([]);
-        // The create's key was forgotten with its answer: the same request creates a subscription, with a secret of the new key.
+        const kept = (await api(server.url, token, "GET", `/public/v1/webhook-subscriptions/${subscriptionId}`)).body.data;
+        expect([kept.status, kept.disabled_reason, kept.target_url, kept.events]).toEqual(["disabled", LOST_SECRET_REASON, receiver.url, ["contact.created"]]);
+        expect(await takeBackAfterKeyReset({ rotateAt: server, recoverAt: server }, token, subscriptionId, receiver)).toEqual({
+          webhookId: deliveryId,
+          payload: expect.objectContaining({ type: "contact.created", data: expect.objectContaining({ first_name: "Ada" }) }),
+        });
+        // The create's answer went with the old key: the same request creates a subscription, with a secret of the new key.
         const again = await postWithKey(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
         expect([again.status, again.replayed, again.body.data.id === subscriptionId]).toEqual([201, false, false]);
-        expect((await postWithKey(server.url, token, "/public/v1/contacts", { first_name: "Grace" }, "contact-2")).status).toBe(201);
-        await waitUntil(() => receiver.received.length === 1, "the delivery", server.proc);
-        const [sent] = receiver.received;
-        const payload = new Webhook(again.body.data.secret).verify(sent!.body, { "webhook-id": sent!.id, "webhook-timestamp": sent!.timestamp, "webhook-signature": sent!.signature });
-        expect(payload).toMatchObject({ type: "contact.created", data: { first_name: "Grace" } });
       } finally {
         expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
       }
     } finally {
+      receiver.received.length = 0;
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
 
-  test("a key file named with --secrets-key-file: the reset names it, and the next start with it records it", async () => {
-    const { dataDir } = await lostKeyDirectory();
-    const keyPath = writeSecretsKeyFile(join(dataDir, "new.key"), 7);
+  test("a key file named with --secrets-key-file: missing, the reset says how to make it there; made, the reset (confirmed by the flag's old name too) records it, and the next start with it serves", async () => {
+    const { dataDir, subscriptionId } = await lostKeyDirectory();
+    const keyPath = join(dataDir, "new.key");
     try {
+      const missing = `crm: secrets key file ${keyPath} (--secrets-key-file, CRM_SECRETS_KEY_FILE) does not exist: the reset seals the subscriptions' new secrets with the key there; make a new key first, (umask 077; head -c 32 /dev/urandom | base64 > ${keyPath}), then run the reset again\n`;
+      expect([crm(["secrets-key", "reset", "--data-dir", dataDir, "--secrets-key-file", keyPath]), crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir, "--secrets-key-file", keyPath])]).toEqual([
+        { exitCode: 2, stdout: "", stderr: missing },
+        { exitCode: 2, stdout: "", stderr: missing },
+      ]);
+      writeSecretsKeyFile(keyPath, 7);
       expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir, "--secrets-key-file", keyPath])).toEqual({
         exitCode: 0,
-        stdout: `deleted 1 webhook subscription (1 pending delivery failed unsent); the database now records no secrets key: the next start records the key it is given, ${keyPath}\n`,
+        stdout: `disabled 1 webhook subscription, each with a new signing secret no receiver knows (1 pending delivery failed unsent); the database now records the secrets key ${keyPath} as its own; as they were:\n${subscriptionId}  paused  ${receiver.url}  contact.created  1 pending\n${NEXT_STEPS}`,
         stderr: "",
       });
       const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--secrets-key-file", keyPath, "--log-level", "warn"], { env });
@@ -154,7 +166,7 @@ describe("secrets-key reset: a lost key", () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
-  test("a database from before the check value whose only sealed secret is a kept create answer (its subscription deleted): the reset drops that answer and says the database records no key (not that it deleted a record it never had), and the create retried makes a new subscription", async () => {
+  test("a database from before the check value whose only sealed secret is a kept create answer (its subscription deleted): the reset drops that answer and records the new key, and the create retried makes a new subscription", async () => {
     const dataDir = tempDir("key-reset-old");
     const keyPath = join(dataDir, "secrets.key");
     const body = { target_url: receiver.url, events: ["contact.created"] };
@@ -174,12 +186,12 @@ describe("secrets-key reset: a lost key", () => {
       await db.close();
     }
     try {
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+      expect(crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir])).toEqual({
         exitCode: 0,
-        stdout: `deleted 0 webhook subscriptions (0 pending deliveries failed unsent); the database now records no secrets key: the next start creates a new key, ${keyPath}, and records it\n`,
-        stderr: "",
+        stdout: `disabled 0 webhook subscriptions, each with a new signing secret no receiver knows (0 pending deliveries failed unsent); the database now records the secrets key ${keyPath} as its own\n`,
+        stderr: `crm: created the key that encrypts webhook signing secrets, ${keyPath}; keep it with the database: backups do not include it\n`,
       });
-      expect(contents(dataDir)).toEqual({ subscriptions: [], deliveries: [], answers: [], keyChecks: 0 });
+      expect(contents(dataDir)).toEqual({ subscriptions: [], deliveries: [], answers: [], keyChecks: 1 });
       const server = await serve(dataDir);
       try {
         const again = await postWithKey(server.url, token, "/public/v1/webhook-subscriptions", body, "sub-1");
@@ -202,11 +214,11 @@ describe("secrets-key reset: refusals", () => {
     expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
     try {
       const before = contents(dataDir);
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+      expect([crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir]), crm(["secrets-key", "reset", "--data-dir", dataDir])]).toEqual([1, 2].map(() => ({
         exitCode: 2,
         stdout: "",
-        stderr: `crm: secrets key file ${join(dataDir, "secrets.key")} is the key this database was used with: nothing is lost, and a reset would only delete every webhook subscription; nothing was changed\n`,
-      });
+        stderr: `crm: secrets key file ${join(dataDir, "secrets.key")} is the key this database was used with: nothing is lost, and a reset would only disable every webhook subscription; nothing was changed\n`,
+      })));
       expect(contents(dataDir)).toEqual(before);
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
@@ -226,7 +238,7 @@ describe("secrets-key reset: refusals", () => {
     renameSync(join(dataDir, "secrets.key"), kept);
     symlinkSync(kept, join(dataDir, "secrets.key"));
     const before = contents(dataDir);
-    const reset = (args: string[]) => runCli([...SHUT_OUT, ...SOURCE, "secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir, ...args], { env });
+    const reset = (args: string[]) => runCli([...SHUT_OUT, ...SOURCE, "secrets-key", "reset", CONFIRM, "--data-dir", dataDir, ...args], { env });
     const denied = "permission denied (run the command as the user the service runs as)";
     try {
       chmodSync(keys, 0o000);
@@ -249,31 +261,36 @@ describe("secrets-key reset: refusals", () => {
     }
   });
 
-  test("after a reset, a second one finds nothing to reset: the database records no key and holds no secret", async () => {
+  test("after a reset, a second one finds nothing to reset: the database records the key the first one made", async () => {
     const { dataDir } = await lostKeyDirectory();
     try {
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir]).exitCode).toBe(0);
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+      expect(crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir]).exitCode).toBe(0);
+      const before = contents(dataDir);
+      expect(crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir])).toEqual({
         exitCode: 2,
         stdout: "",
-        stderr: "crm: this database records no secrets key and holds no signing secret: any key opens it, and a reset would only delete every webhook subscription; nothing was changed\n",
+        stderr: `crm: secrets key file ${join(dataDir, "secrets.key")} is the key this database was used with: nothing is lost, and a reset would only disable every webhook subscription; nothing was changed\n`,
       });
+      expect(contents(dataDir)).toEqual(before);
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
 
-  test("a database that has recorded no key and holds no secret is refused as such, with a key file present too: that key is not yet the database's", async () => {
+  test("a database that has recorded no key and holds no secret is refused as such, with a key file present too (that key is not yet the database's), or without one (the key made for the reset is not left behind)", async () => {
     const dataDir = tempDir("key-reset-fresh");
     createToken(SOURCE, dataDir);
-    const key = writeSecretsKeyFile(join(dataDir, "secrets.key"));
+    const key = join(dataDir, "secrets.key");
+    const refusal = {
+      exitCode: 2,
+      stdout: "",
+      stderr: "crm: this database records no secrets key and holds no signing secret: any key opens it, and a reset would only disable every webhook subscription; nothing was changed\n",
+    };
     try {
       const before = contents(dataDir);
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
-        exitCode: 2,
-        stdout: "",
-        stderr: "crm: this database records no secrets key and holds no signing secret: any key opens it, and a reset would only delete every webhook subscription; nothing was changed\n",
-      });
+      expect([crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir]), existsSync(key)]).toEqual([refusal, false]);
+      writeSecretsKeyFile(key);
+      expect(crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir])).toEqual(refusal);
       expect([contents(dataDir), existsSync(key)]).toEqual([before, true]);
       expect(before.keyChecks).toBe(0);
     } finally {
@@ -286,23 +303,28 @@ describe("secrets-key reset: refusals", () => {
     createToken(SOURCE, dataDir);
     const server = await serve(dataDir);
     try {
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir, "--secrets-key-file", join(dataDir, "crm.sqlite")]).stderr).toBe(
+      expect(crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir, "--secrets-key-file", join(dataDir, "crm.sqlite")]).stderr).toBe(
         `crm: secrets key file ${join(dataDir, "crm.sqlite")} does not hold a key (base64 of 32 random bytes)\n`,
       );
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", dataDir])).toEqual({
+      expect([crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir]), crm(["secrets-key", "reset", "--data-dir", dataDir])]).toEqual([1, 2].map(() => ({
         exitCode: 2,
         stdout: "",
-        stderr: `crm: the data directory ${JSON.stringify(dataDir)} is in use by a running crm serve, or a migrate or copy-to-postgres under way (it holds ${join(dataDir, "crm.lock")}): stop it first: the reset deletes the subscriptions it serves\n`,
-      });
+        stderr: `crm: the data directory ${JSON.stringify(dataDir)} is in use by a running crm serve, or a migrate or copy-to-postgres under way (it holds ${join(dataDir, "crm.lock")}): stop it first: the reset disables the subscriptions it serves\n`,
+      })));
     } finally {
       expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
       rmSync(dataDir, { recursive: true, force: true });
     }
     const empty = tempDir("key-reset-empty");
     try {
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--data-dir", empty]).stderr).toStartWith(`crm: no database at ${join(empty, "crm.sqlite")}; `);
-      expect(crm(["secrets-key"])).toEqual({ exitCode: 2, stdout: "", stderr: "crm: usage: secrets-key reset --yes-delete-every-subscription (only when the database's secrets key is lost)\n" });
-      expect(crm(["secrets-key", "reset", "--yes-delete-every-subscription", "--yes-delete-every-subscription"]).stderr).toBe("crm: --yes-delete-every-subscription is given twice; give it once\n");
+      expect(crm(["secrets-key", "reset", CONFIRM, "--data-dir", empty]).stderr).toStartWith(`crm: no database at ${join(empty, "crm.sqlite")}; `);
+      expect(crm(["secrets-key", "reset", "--data-dir", empty]).stderr).toStartWith(`crm: no database at ${join(empty, "crm.sqlite")}; `);
+      expect(crm(["secrets-key"])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: "crm: usage: secrets-key reset [--yes-disable-every-subscription] (only when the database's secrets key is lost; without the flag it lists what it would change)\n",
+      });
+      expect(crm(["secrets-key", "reset", CONFIRM, CONFIRM]).stderr).toBe("crm: --yes-disable-every-subscription is given twice; give it once\n");
     } finally {
       rmSync(empty, { recursive: true, force: true });
     }

@@ -2,6 +2,8 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
+import { expect } from "bun:test";
+import { Webhook } from "standardwebhooks";
 import { PayloadCheck } from "../support/webhook-payloads.ts";
 
 export const ROOT = join(import.meta.dir, "..", "..");
@@ -193,4 +195,22 @@ export function startReceiver(): Receiver {
       payloads.assertValid();
     },
   };
+}
+
+/**
+ * takeBackAfterKeyReset does for a subscription what secrets-key reset asks: rotates its secret (on
+ * the server at `rotateAt`), enables it and recovers its failed deliveries of the last hour (at
+ * `recoverAt`), then waits for the receiver's first request and returns it verified with the new
+ * secret, with the webhook-id it came under.
+ */
+export async function takeBackAfterKeyReset(servers: { rotateAt: ServerProcess; recoverAt: ServerProcess }, token: string, subscriptionId: string, receiver: Receiver): Promise<{ webhookId: string; payload: unknown }> {
+  const path = `/public/v1/webhook-subscriptions/${subscriptionId}`;
+  const rotated = await api(servers.rotateAt.url, token, "POST", `${path}/rotate-secret`, {});
+  const enabled = await api(servers.rotateAt.url, token, "POST", `${path}/enable`);
+  const recovered = await api(servers.recoverAt.url, token, "POST", `${path}/recover`, { since: new Date(Date.now() - 3_600_000).toISOString() });
+  expect([rotated.status, enabled.status, recovered.status]).toEqual([200, 200, 202]);
+  await waitUntil(() => receiver.received.length > 0, "the recovered delivery", servers.recoverAt.proc);
+  const [sent] = receiver.received;
+  const payload = new Webhook(rotated.body.data.secret).verify(sent!.body, { "webhook-id": sent!.id, "webhook-timestamp": sent!.timestamp, "webhook-signature": sent!.signature });
+  return { webhookId: sent!.id, payload };
 }

@@ -2,7 +2,8 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { expectProblem, ISO, validation } from "../foundation/support.ts";
 import type { Database, Db } from "../../server/db/sql.ts";
 import { SecretBox } from "../../server/webhooks/secrets.ts";
-import { resetSecretsKey } from "../../server/webhooks/service.ts";
+import { LOST_SECRET_REASON, resetSecretsKey } from "../../server/webhooks/service.ts";
+import { disableSubscription } from "../../server/webhooks/store.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
@@ -129,27 +130,56 @@ describe("webhook subscriptions: a lost secrets key's reset", () => {
     return { outcome, tables };
   }
 
-  test("it reads the key's check value, and a sealed secret, once each; the pending deliveries of what it deletes end as the API's delete ends them", async () => {
+  test("it reads the key's check value, and a sealed secret, once each; every subscription is kept with a new secret sealed with the new key, disabled saying why, its pending deliveries failed as a disable fails them, which recover sends again once it is enabled", async () => {
     h = await createHarness({ allowPrivateTargets: true });
-    const byApi = (await create({ target_url: "http://127.0.0.1:9/api", events: ["contact.created"] })).body.data.id;
-    const byReset = (await create({ target_url: "http://127.0.0.1:9/reset", events: ["contact.created"] })).body.data.id;
+    const described = (await create({ target_url: "http://127.0.0.1:9/described", events: ["contact.created", "contact.updated"], description: "Partner A", max_rate: 5 })).body.data.id;
+    const paused = (await create({ target_url: "http://127.0.0.1:9/paused", events: ["contact.created"] })).body.data.id;
+    const gone = (await create({ target_url: "http://127.0.0.1:9/gone", events: ["account.created"] })).body.data.id;
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/rotate-secret`, { body: {} })).status).toBe(200);
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${paused}/pause`)).status).toBe(200);
+    await h.rt.db.write((tx) => disableSubscription(tx, gone, "the receiver answered 410 Gone to delivery del_X", Date.now()));
     expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).status).toBe(201);
-    // No delivery loop runs here: both deliveries stay pending until their subscription's delete.
+    // No delivery loop runs here: both deliveries stay pending until the reset.
     const pending = (await h.json("GET", "/public/v1/webhook-deliveries")).body.data;
     expect(pending.map((d: { status: string }) => d.status)).toEqual(["pending", "pending"]);
-    expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${byApi}`)).status).toBe(204);
+    const before = (await h.json("GET", "/public/v1/webhook-subscriptions")).body.data;
 
     expect(await resetNoting(h.rt.secrets)).toEqual({ outcome: "own-key", tables: ["secrets_key_check"] });
-    expect((await resetNoting(new SecretBox(new Uint8Array(32).fill(9)))).outcome).toEqual({ subscriptions: 1, deliveries: 1 });
-    const ended = async (subscriptionId: string) => {
-      const { id } = pending.find((d: { subscription_id: string }) => d.subscription_id === subscriptionId);
-      return (await h.json("GET", `/public/v1/webhook-deliveries/${id}`)).body.data;
-    };
-    const [apiEnded, resetEnded] = [await ended(byApi), await ended(byReset)];
-    expect(resetEnded).toEqual({ ...apiEnded, id: resetEnded.id, subscription_id: byReset, target_url: "http://127.0.0.1:9/reset", updated_at: resetEnded.updated_at });
-    expect([apiEnded.status, apiEnded.last_error]).toEqual(["failed", "not sent: the subscription was deleted"]);
-    // Now the database records no key and holds no sealed secret: any key is its own.
-    expect(await resetNoting(h.rt.secrets)).toEqual({ outcome: "no-key", tables: ["secrets_key_check", "webhook_subscriptions", "idempotency_keys"] });
+    const box = new SecretBox(new Uint8Array(32).fill(9));
+    expect((await resetNoting(box)).outcome).toEqual([
+      { id: described, target_url: "http://127.0.0.1:9/described", events: ["contact.created", "contact.updated"], description: "Partner A", status: "active", pending: 1 },
+      { id: paused, target_url: "http://127.0.0.1:9/paused", events: ["contact.created"], description: null, status: "paused", pending: 1 },
+      { id: gone, target_url: "http://127.0.0.1:9/gone", events: ["account.created"], description: null, status: "disabled", pending: 0 },
+    ]);
+    const after = (await h.json("GET", "/public/v1/webhook-subscriptions")).body.data;
+    const reasons: Record<string, string> = { [described]: LOST_SECRET_REASON, [paused]: LOST_SECRET_REASON, [gone]: `${LOST_SECRET_REASON}; disabled before that: the receiver answered 410 Gone to delivery del_X` };
+    expect(after).toEqual(
+      before.map((s: { id: string; paused_at: string | null }) => ({
+        ...s,
+        status: "disabled",
+        disabled_at: expect.stringMatching(ISO),
+        disabled_reason: reasons[s.id],
+        secret: expect.stringMatching(MASKED),
+        previous_secret_expires_at: null,
+        updated_at: expect.stringMatching(ISO),
+      })),
+    );
+    // The new secrets open with the new key alone; the rotation's previous secret, sealed with the lost key, is gone.
+    const rows = await h.rt.db.all<{ id: string; secret: string; previous_secret: string | null }>("SELECT id, secret, previous_secret FROM webhook_subscriptions ORDER BY id");
+    expect(rows.map((row) => [row.id, box.open(row.id, row.secret), row.previous_secret])).toEqual([described, paused, gone].map((id) => [id, expect.stringMatching(SECRET), null]));
+    expect(() => h.rt.secrets.open(described, rows[0]!.secret)).toThrow("does not open with this secrets key");
+    const failed = (await h.json("GET", "/public/v1/webhook-deliveries")).body.data;
+    expect(failed.map((d: { id: string; status: string; last_error: string }) => [d.id, d.status, d.last_error])).toEqual(
+      pending.map((d: { id: string }) => [d.id, "failed", "not sent: the subscription was disabled when its signing secret was lost with the secrets key"]),
+    );
+    // Enabled again (once its secret is rotated), a subscription's failed deliveries are recovered under their ids.
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/enable`)).status).toBe(200);
+    const since = new Date(Date.now() - 3_600_000).toISOString();
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/recover`, { body: { since } })).body.data.queued).toBe(1);
+    const recovered = pending.find((d: { subscription_id: string }) => d.subscription_id === described);
+    expect((await h.json("GET", `/public/v1/webhook-deliveries/${recovered.id}`)).body.data.status).toBe("pending");
+    // The database now records the new key: a second reset with it finds nothing lost.
+    expect(await resetNoting(box)).toEqual({ outcome: "own-key", tables: ["secrets_key_check"] });
   });
 });
 
