@@ -145,7 +145,7 @@ await latestDeliveries(spy.db, { contact_id: busyContact });
 await recentFailures(spy.db, subscription);
 await contactPage(spy.db, busyContact);
 await contactsPage(spy.db, { q: "Last42" }, "bench");
-for (const q of [delivery, event, typicalContact, `person${typical}@example.com`]) await search(spy.db, q);
+for (const q of [delivery, event, typicalContact, `person${typical}@example.com`]) await search(spy.db, q, "bench");
 const plans = [...new Map(spy.captured.map((c) => [c.sql, c])).values()].map((c) => ({ sql: c.sql.replace(/\s+/g, " ").trim(), plan: queryPlan(db.sqlite, c) }));
 
 console.log(`console bench: ${DELIVERIES} deliveries, ${EVENTS} events, ${CONTACTS} contacts, ${SUBSCRIPTIONS} subscriptions (seeded in ${Math.round(seedMs / 1000)} s); ${ROUNDS} sequential in-process requests each`);

@@ -17,13 +17,9 @@ function linkSubjects(contacts: ContactsView["contacts"]): Map<string, string> {
   return new Map(contacts.map((c) => [c.id, c.email !== null && rows.get(shownAs(c)) === 1 ? c.email : c.id]));
 }
 
-/** contactsPage renders the contacts: a search by name or email, newest first, paged. */
-export function contactsPage(props: { session: ConsoleSession; view: ContactsView; notice?: NoticeData | null }): string {
-  const { view } = props;
+/** ContactsTable lists a page of contacts (the contacts page's, a search's) under the sentence counting them. */
+export function ContactsTable({ view }: { view: ContactsView }) {
   const subjects = linkSubjects(view.contacts);
-  const search = new URLSearchParams([...(view.q ? [["q", view.q]] : []), ...(view.user ? [["assigned_user_id", view.user.id]] : [])]).toString();
-  const base = `/console/contacts${search ? `?${search}` : ""}`;
-  const older = view.next ? `${base}${search ? "&" : "?"}before=${encodeURIComponent(view.next)}` : null;
   const owner = view.user ? ` whose assigned user (assigned_user_id) is ${isolated(view.user.name)}` : "";
   const count =
     view.total === 0
@@ -33,6 +29,56 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
           ? `No contact${owner}.`
           : "No contacts yet."
       : `${view.older ? `Showing ${view.contacts.length} older of` : view.total > view.contacts.length ? `Showing the newest ${view.contacts.length} of` : "Showing all"} ${view.total}${view.by === "email" ? ` with the email ${bidiBalanced(view.q)}` : view.by === "name" ? ` whose name contains “${bidiBalanced(view.q)}”` : ""}${view.by !== "all" && owner ? " and" : ""}${owner}.`;
+  return (
+    <DataTable
+      id="contacts"
+      columns={["Name", "Email", "Tags", "Created (UTC)"]}
+      empty={view.contacts.length === 0 ? (view.q ? "Try part of a name, or a whole email address." : "Contacts are created through the API, or imported with crm import.") : null}
+      head={
+        <div class="card-head">
+          <p class="count" id="contacts-count">
+            {count}
+          </p>
+        </div>
+      }
+    >
+      {view.contacts.map((c) => (
+        <tr data-contact-id={c.id}>
+          <td data-label="Name">
+            <a href={`/console/contacts/${c.id}`}>
+              {shownFullName(c) ? <span class="chosen">{shownFullName(c)}</span> : <span class="muted">(no name)</span>}
+              <RowSubject>contact {subjects.get(c.id)}</RowSubject>
+            </a>
+          </td>
+          <td data-label="Email">{c.email ? <span class="chosen">{bidiBalanced(c.email)}</span> : <span class="muted">–</span>}</td>
+          <td data-label="Tags">
+            {c.tags.length ? (
+              <span class="chosen">
+                <span>
+                  {c.tags.map((tag) => (
+                    <span class="tag">{bidiBalanced(tag)}</span>
+                  ))}
+                </span>
+              </span>
+            ) : (
+              <span class="muted">–</span>
+            )}
+          </td>
+          <td data-label="Created">
+            <Time value={c.created_at} />
+          </td>
+        </tr>
+      ))}
+    </DataTable>
+  );
+}
+
+/** contactsPage renders the contacts: a search by name or email, newest first, paged. */
+export function contactsPage(props: { session: ConsoleSession; view: ContactsView; notice?: NoticeData | null }): string {
+  const { view } = props;
+  const search = new URLSearchParams([...(view.q ? [["q", view.q]] : []), ...(view.user ? [["assigned_user_id", view.user.id]] : [])]).toString();
+  const base = `/console/contacts${search ? `?${search}` : ""}`;
+  const older = view.next ? `${base}${search ? "&" : "?"}before=${encodeURIComponent(view.next)}` : null;
   return renderPage({
     title: "Contacts",
     session: props.session,
@@ -61,46 +107,7 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
           </div>
         </form>
         <NoticeBox notice={props.notice} />
-        <DataTable
-          id="contacts"
-          columns={["Name", "Email", "Tags", "Created (UTC)"]}
-          empty={view.contacts.length === 0 ? (view.q ? "Try part of a name, or a whole email address." : "Contacts are created through the API, or imported with crm import.") : null}
-          head={
-            <div class="card-head">
-              <p class="count" id="contacts-count">
-                {count}
-              </p>
-            </div>
-          }
-        >
-          {view.contacts.map((c) => (
-            <tr data-contact-id={c.id}>
-              <td data-label="Name">
-                <a href={`/console/contacts/${c.id}`}>
-                  {shownFullName(c) ? <span class="chosen">{shownFullName(c)}</span> : <span class="muted">(no name)</span>}
-                  <RowSubject>contact {subjects.get(c.id)}</RowSubject>
-                </a>
-              </td>
-              <td data-label="Email">{c.email ? <span class="chosen">{bidiBalanced(c.email)}</span> : <span class="muted">–</span>}</td>
-              <td data-label="Tags">
-                {c.tags.length ? (
-                  <span class="chosen">
-                    <span>
-                      {c.tags.map((tag) => (
-                        <span class="tag">{bidiBalanced(tag)}</span>
-                      ))}
-                    </span>
-                  </span>
-                ) : (
-                  <span class="muted">–</span>
-                )}
-              </td>
-              <td data-label="Created">
-                <Time value={c.created_at} />
-              </td>
-            </tr>
-          ))}
-        </DataTable>
+        <ContactsTable view={view} />
         {(view.older || older) && (
           <nav class="pager" aria-label="Contacts pages">
             {view.older && (

@@ -1,4 +1,7 @@
 /** @jsxImportSource preact */
+import type { ComponentChildren } from "preact";
+import { ContactsTable } from "../contacts/pages.tsx";
+import type { ContactsView } from "../contacts/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
 import { CsrfField, NoticeBox, type NoticeData } from "../pages/parts.tsx";
@@ -25,7 +28,7 @@ export function SearchBox({ session, value = "" }: { session: ConsoleSession; va
 }
 
 /** searchAnswer is the search's own page: the box (holding `value`) and what the search says. */
-function searchAnswer(session: ConsoleSession, value: string, notice: NoticeData): string {
+function searchAnswer(session: ConsoleSession, value: string, children: ComponentChildren): string {
   return renderPage({
     title: "Search",
     session,
@@ -35,7 +38,7 @@ function searchAnswer(session: ConsoleSession, value: string, notice: NoticeData
           <h1>Search</h1>
           <SearchBox session={session} value={value} />
         </div>
-        <NoticeBox notice={notice} />
+        {children}
       </>
     ),
   });
@@ -43,7 +46,50 @@ function searchAnswer(session: ConsoleSession, value: string, notice: NoticeData
 
 /** searchPage says that a search found nothing, with the box to try again. */
 export function searchPage(props: { session: ConsoleSession; q: string; nothing: string }): string {
-  return searchAnswer(props.session, props.q, { kind: "info", text: props.nothing });
+  return searchAnswer(props.session, props.q, <NoticeBox notice={{ kind: "info", text: props.nothing }} />);
+}
+
+/** PageButton posts the search again for another page of its contacts (`before`: after that position; none: the newest). */
+function PageButton({ session, q, before, children }: { session: ConsoleSession; q: string; before?: string; children: ComponentChildren }) {
+  return (
+    <form method="post" action="/console/search">
+      <CsrfField token={session.csrfToken} />
+      <input type="hidden" name="q" value={q} />
+      {before && <input type="hidden" name="before" value={before} />}
+      <button type="submit" class="button ghost" id={before ? "older-contacts" : undefined}>
+        {children}
+      </button>
+    </form>
+  );
+}
+
+/**
+ * searchResultsPage lists the contacts a search matched, with the box holding what was typed. The
+ * other pages are a post away, as the search was: a link would put the text in an address.
+ */
+export function searchResultsPage(props: { session: ConsoleSession; q: string; view: ContactsView }): string {
+  const { session, q, view } = props;
+  return searchAnswer(
+    session,
+    q,
+    <>
+      <ContactsTable view={view} />
+      {(view.older || view.next) && (
+        <nav class="pager" aria-label="Contacts pages">
+          {view.older && (
+            <PageButton session={session} q={q}>
+              ← Newest
+            </PageButton>
+          )}
+          {view.next && (
+            <PageButton session={session} q={q} before={view.next}>
+              Older contacts →
+            </PageButton>
+          )}
+        </nav>
+      )}
+    </>,
+  );
 }
 
 const SECRET_WORDS: Record<SecretShape, { what: string; advice: string }> = {
@@ -61,5 +107,5 @@ export function secretPage(props: { session: ConsoleSession; secret: SecretShape
   const where = props.inAddress
     ? "it was not searched or logged, but it is in this page's address, and so in the browser's history and the log of any proxy on the way"
     : "it was not searched, and it was not logged or put in the page's address";
-  return searchAnswer(props.session, "", { kind: "error", text: `This looks like ${words.what}: ${where}. ${words.advice}` });
+  return searchAnswer(props.session, "", <NoticeBox notice={{ kind: "error", text: `This looks like ${words.what}: ${where}. ${words.advice}` }} />);
 }

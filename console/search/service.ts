@@ -1,11 +1,12 @@
-import type { Database } from "../../server/db/sql.ts";
+import type { Database, ReaderName } from "../../server/db/sql.ts";
 import { contactsWithEmail, findContact } from "../../server/contacts/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
-import { isolated } from "../pages/parts.tsx";
+import { contactsPage, type ContactsView } from "../contacts/service.ts";
+import { bidiBalanced, isolated } from "../pages/parts.tsx";
 import { findDeliverySummary, findSubscription, findWebhookEvent } from "../../server/webhooks/service.ts";
 
-/** SearchResult is where a search leads: the page of what it names, or a sentence saying nothing matched. */
-export type SearchResult = { location: string } | { nothing: string };
+/** SearchResult is where a search leads: the page of what it names, the contacts it lists (a name, an email several share), or a sentence saying nothing matched. */
+export type SearchResult = { location: string } | { contacts: ContactsView } | { nothing: string };
 
 /** SEARCH_MAX_LENGTH bounds what the search box takes, in characters. */
 export const SEARCH_MAX_LENGTH = 300;
@@ -31,9 +32,10 @@ export function secretShapeOf(text: string): SecretShape | null {
 /**
  * search takes what an operator pastes, as a receiver's log or a colleague names it: a delivery id
  * (the webhook-id), an event id, a contact id, a subscription id, or a contact's email, and leads
- * to its page. Any other text searches the contacts by name.
+ * to its page. Any other text searches the contacts by name, as `reader` on the read lane, listing
+ * the page after `before`. Only a found record's page is a location: the text is in none.
  */
-export async function search(db: Database, text: string): Promise<SearchResult> {
+export async function search(db: Database, text: string, reader: ReaderName, before?: string): Promise<SearchResult> {
   const q = text.trim();
   if (q === "") return { nothing: "Type a delivery id (dlv_…), an event id (evt_…), a contact id (con_…), an email or a name." };
   const id = ID.exec(q.toUpperCase().replace(/^(DLV|EVT|CON|SUB)_/, (prefix) => prefix.toLowerCase()));
@@ -54,8 +56,9 @@ export async function search(db: Database, text: string): Promise<SearchResult> 
   if (q.includes("@")) {
     const contacts = await contactsWithEmail(db, q);
     if (contacts.length === 1) return { location: `${CONSOLE_PREFIX}/contacts/${contacts[0]!.id}` };
-    if (contacts.length > 1) return { location: `${CONSOLE_PREFIX}/contacts?q=${encodeURIComponent(q)}` };
+    if (contacts.length > 1) return { contacts: await contactsPage(db, { q, ...(before ? { before } : {}) }, reader) };
     return { nothing: `No contact has the email ${isolated(q)}.` };
   }
-  return { location: `${CONSOLE_PREFIX}/contacts?q=${encodeURIComponent(q)}` };
+  const view = await contactsPage(db, { q, ...(before ? { before } : {}) }, reader);
+  return view.total > 0 ? { contacts: view } : { nothing: `No contact's name contains “${bidiBalanced(q)}”.` };
 }

@@ -3,7 +3,7 @@ import type { Page } from "playwright-core";
 import { createApiToken } from "../../server/auth/service.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { cspViolations, launchBrowser, shoot, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+import { ConsoleClient, cspViolations, launchBrowser, shoot, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 // One server and one browser for the file: contacts changed through the API, their events delivered to a real receiver.
 let server: ConsoleServer;
@@ -76,21 +76,27 @@ describe("one search box", () => {
     expect(await find(ada.id)).toBe(`/console/contacts/${ada.id}`);
     expect(await find("ADA@Example.com")).toBe(`/console/contacts/${ada.id}`);
     await server.api("POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Again", email: "twin@example.com" });
-    expect(await find("twin@example.com")).toBe("/console/contacts?q=twin%40example.com");
+    // Listed in the post's own answer: an email is no secret, but the box's text goes in no address.
+    expect(await find("twin@example.com")).toBe("/console/search");
     expect(await page.locator("#contacts tbody tr").count()).toBe(2);
+    expect(await page.inputValue("#search-q")).toBe("twin@example.com");
   }, SLOW);
 
   test("a name lists the contacts whose name contains it; what matches nothing says so (404)", async () => {
-    expect(await find("Lovelace")).toBe("/console/contacts?q=Lovelace");
+    expect(await find("Lovelace")).toBe("/console/search");
     expect(await page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")))).toEqual([ada.id]);
+    expect(await page.textContent("#contacts-count")).toBe("Showing all 1 whose name contains “Lovelace”.");
     await page.goto(url("/console/"));
     await page.fill("#search-q", "dlv_01J00000000000000000000000");
-    // Find posts the box and is sent on to the search's address, which answers.
-    const [answer] = await Promise.all([page.waitForResponse((r) => r.url().includes("/console/search?")), page.click("form.search button")]);
-    expect(answer.status()).toBe(404);
+    // Find posts the box, and the post's own answer says what it found.
+    const [answer] = await Promise.all([page.waitForResponse((r) => r.url().includes("/console/search")), page.click("form.search button")]);
+    expect([answer.request().method(), answer.status(), page.url()]).toEqual(["POST", 404, url("/console/search")]);
     expect(await page.textContent(".notice")).toContain("Nothing has the id dlv_01J00000000000000000000000");
-    expect(await find("nobody@example.com")).toBe("/console/search?q=nobody%40example.com");
+    expect(await find("nobody@example.com")).toBe("/console/search");
     expect(await page.textContent(".notice")).toBe("No contact has the email \u2068nobody@example.com\u2069.");
+    expect(await find("Nobody Atall")).toBe("/console/search");
+    expect(await page.textContent(".notice")).toBe("No contact's name contains “Nobody Atall”.");
+    expect(await page.inputValue("#search-q")).toBe("Nobody Atall");
     problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("404 (Not Found)")));
     expect(problems).toEqual([]);
   }, SLOW);
@@ -127,6 +133,40 @@ describe("a secret pasted into Find", () => {
     expect(logLines.filter((line) => line.includes(token) || line.includes(secret) || line.includes(encodeURIComponent(secret)))).toEqual([]);
     problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("422 (Unprocessable")));
     expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("text of any other shape (a metrics token, a password, a database URL) is answered in the post's own response: in no address, link or log line", async () => {
+    const logged = logLines.length;
+    const client = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
+    expect((await client.signIn()).status).toBe(303);
+    await client.get("/console/");
+    // What the s33 newcode audit pasted: each was 303 to an address holding it.
+    const pasted = [
+      "Zq8-metrics-2b7f1c9e0a4d",
+      "correct horse battery staple",
+      "postgres://crm:Hunter2-prod@db.internal:5432/crm",
+      "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+      "crm_AbCdEfGhIjKlMnOpQrStUvWxYz01234",
+      "Bulk",
+    ];
+    const answers = [];
+    const addresses: string[] = [];
+    for (const q of pasted) {
+      const answer = await client.post("/console/search", { q });
+      addresses.push(...[...answer.text.matchAll(/(?:href|action)="([^"]*)"/g)].map((m) => decodeURIComponent(m[1]!.replaceAll("&amp;", "&").replaceAll("+", " "))));
+      answers.push([answer.status, answer.headers.get("location"), /id="search-q"[^>]* value="([^"]*)"/.exec(answer.text)?.[1] ?? null]);
+    }
+    expect(answers).toEqual(pasted.map((q) => [q === "Bulk" ? 200 : 404, null, q]));
+    // Fifty of the bulk contacts, and the older ones a post away: no link carries the text.
+    const older = await client.post("/console/search", { q: "Bulk", before: /name="before" value="([^"]+)"/.exec((await client.post("/console/search", { q: "Bulk" })).text)![1]! });
+    expect([older.status, [...older.text.matchAll(/data-contact-id=/g)].length]).toEqual([200, BULK - 50]);
+    addresses.push(...[...older.text.matchAll(/(?:href|action)="([^"]*)"/g)].map((m) => decodeURIComponent(m[1]!)));
+    expect(addresses.filter((address) => pasted.some((q) => address.includes(q)))).toEqual([]);
+    // The request log's line may follow the answer.
+    const posts = () => logLines.slice(logged).map((line) => JSON.parse(line)).filter((line) => line.msg === "request" && line.method === "POST" && String(line.path).startsWith("/console/search"));
+    await waitFor(() => posts().length === pasted.length + 2, "a request log line for each post");
+    expect(posts().map((line) => line.path)).toEqual(Array(pasted.length + 2).fill("/console/search"));
+    expect(logLines.slice(logged).filter((line) => pasted.slice(0, -1).some((q) => line.includes(q) || line.includes(encodeURIComponent(q))))).toEqual([]);
   }, SLOW);
 
   test("one in a link to the search is not searched either, and the page says where it has been", async () => {

@@ -117,8 +117,8 @@ test("the console's reads answer on PostgreSQL: charts, failures, deliveries abo
   expect([page.contact?.full_name, page.events.map((e) => e.deliveries.map((d) => d.id))]).toEqual(["Ada Lovelace", [[second], [first]]]);
   // Contacts by email go through the email index on both; by name, the contacts store's FTS5 path has no PostgreSQL branch yet.
   expect((await contactsPage(db, { q: "ADA@example.com" }, "test")).contacts.map((c) => c.id)).toEqual([contact]);
-  expect(await search(db, first)).toEqual({ location: `/console/deliveries/${first}` });
-  expect(await search(db, "ADA@example.com")).toEqual({ location: `/console/contacts/${contact}` });
+  expect(await search(db, first, "operator")).toEqual({ location: `/console/deliveries/${first}` });
+  expect(await search(db, "ADA@example.com", "operator")).toEqual({ location: `/console/contacts/${contact}` });
 });
 
 /**
