@@ -55,17 +55,22 @@ const USER_ID = { pattern: "^usr_[0-9A-Z]{26}$", error: "must be a user id (usr_
 const idList = (id: { pattern: string; error: string }, ids: string) =>
   nullable(t.Array(t.String(id), { maxItems: MAX_RELATED_IDS, uniqueItems: true }), `must be a list of at most ${MAX_RELATED_IDS} distinct ${ids}`);
 
+/** NAME_ERROR refuses a first_name or last_name too long, as given or once in NFC (the service checks that). */
+export const NAME_ERROR = `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`;
+/** TAG_ERROR refuses a tag too long (as given or once in NFC), empty, "." or "..". */
+export const TAG_ERROR = `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."`;
+
 // "." and ".." are refused: URL clients read them as path steps (DELETE .../tags/%2E%2E is sent as
 // DELETE /contacts/:id/), so such a tag could never be removed through its own URL.
-const tagName = () => t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, pattern: "^(?!\\.\\.?$)", error: `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."` });
+const tagName = () => t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, pattern: "^(?!\\.\\.?$)", error: TAG_ERROR });
 
 // Text a Mac writes decomposed (NFD) is then the name a user types (NFC), in a search as in a tag.
-const NFC_STORED = "Stored in Unicode NFC (composed characters).";
+const NFC_STORED = "Stored in Unicode NFC (composed characters); the length limit holds for that form, which a few characters lengthen.";
 
 /** ContactFields are the known, validated contact properties; any others are stored as given. */
 const contactFields = {
-  first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
-  last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`),
+  first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), NAME_ERROR),
+  last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), NAME_ERROR),
   email: nullable(
     t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: EMAIL_DESCRIPTION }),
     emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, or null`),

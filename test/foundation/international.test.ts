@@ -111,3 +111,33 @@ describe("account names: case folded in full", () => {
     expect(batch.body.data).toEqual([{ status: "updated", id: made.id }]);
   });
 });
+
+describe("contact names and tags: their length limits hold in NFC, the form they are stored in", () => {
+  // U+0958 DEVANAGARI LETTER QA is a composition exclusion: NFC writes it U+0915 U+093C, two UTF-16 units.
+  const QA = "\u0958";
+  const NAME = "must be a string of at most 200 characters, or null";
+  const TAG = 'must be a tag of 1 to 100 characters, not "." or ".."';
+
+  test("a name or a tag longer than its limit once in NFC is 422 naming it on create, PATCH and tagging, as a longer one given is; at the limit it is stored", async () => {
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: QA.repeat(200) } })).body).toEqual(validation([{ pointer: "/first_name", detail: NAME }]));
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "T", tags: ["vip", QA.repeat(51)] } })).body).toEqual(validation([{ pointer: "/tags/1", detail: TAG }]));
+    const made = await h.json("POST", "/public/v1/contacts", { body: { first_name: QA.repeat(100), tags: [QA.repeat(50)] } });
+    expect([made.status, made.body.data.first_name.length, made.body.data.tags[0].length]).toEqual([201, 200, 100]);
+    const id = made.body.data.id;
+    expect((await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { last_name: `${QA.repeat(100)}x` } })).body).toEqual(validation([{ pointer: "/last_name", detail: NAME }]));
+    expect((await h.json("POST", `/public/v1/contacts/${id}/tags`, { body: { tag: QA.repeat(51) } })).body).toEqual(validation([{ pointer: "/tag", detail: TAG }]));
+    // What was stored is what the API's own schema allows, so a client can send it back.
+    const stored = await h.json("GET", `/public/v1/contacts/${id}`);
+    const { first_name, tags } = stored.body.data;
+    expect((await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name, tags } })).status).toBe(200);
+  });
+
+  test("a batch refuses such an item as invalid, naming the field", async () => {
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: [{ first_name: QA.repeat(101) }, { first_name: "B", tags: [QA.repeat(51)] }, { first_name: QA.repeat(100) }] } });
+    expect(batch.body.data.map((item: { status: string; errors?: unknown }) => [item.status, item.errors ?? null])).toEqual([
+      ["invalid", [{ pointer: "/items/0/first_name", detail: NAME }]],
+      ["invalid", [{ pointer: "/items/1/tags/0", detail: TAG }]],
+      ["created", null],
+    ]);
+  });
+});

@@ -164,6 +164,16 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     ]);
   }, 60_000);
 
+  test("a name or a tag longer than its limit once in NFC (U+0958 is two characters there) is an invalid row naming its column; every other row is imported", async () => {
+    const qa = (n: number) => "\u0958".repeat(n);
+    const res = await importText("nfc.csv", `Email,First name,Tags\na@example.com,${qa(200)},\nb@example.com,B,${qa(51)}\nc@example.com,${qa(100)},${qa(50)}\n`, "--invalid-file", join(server.dir, "nfc.invalid.csv"));
+    expect([res.code, res.stdout]).toEqual([1, `imported: 3 rows: created 1, updated 0, unchanged 0, invalid 2\ninvalid rows with their errors: ${join(server.dir, "nfc.invalid.csv")}\n`]);
+    expect(parseCsv(readFileSync(join(server.dir, "nfc.invalid.csv"), "utf8")).slice(1).map((r) => [r[3], r[4]])).toEqual([
+      ["1", "First name: must be a string of at most 200 characters, or null"],
+      ["2", 'Tags: must be a tag of 1 to 100 characters, not "." or ".."'],
+    ]);
+  }, 60_000);
+
   test("a company spelled in its capitals (GROSSHANDEL SÜD GMBH) is the account of its usual spelling (Großhandel Süd GmbH): one account", async () => {
     const res = await importText("capitals.csv", "Email,Company\na@example.com,Großhandel Süd GmbH\nb@example.com,GROSSHANDEL SÜD GMBH\n");
     expect([res.code, res.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n"]);
