@@ -34,6 +34,7 @@ import keptAnswersByResource from "../../migrations/0030_kept_answers_by_resourc
 import nameIndexSecureDelete from "../../migrations/0031_name_index_secure_delete.sql" with { type: "text" };
 import deliveryKindHours from "../../migrations/0032_delivery_kind_hours.sql" with { type: "text" };
 import wizardTestsSignedTwice from "../../migrations/0033_wizard_tests_signed_twice.sql" with { type: "text" };
+import tombstoneHorizons from "../../migrations/0034_tombstone_horizons.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -86,6 +87,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 31, name: "0031_name_index_secure_delete.sql", sql: nameIndexSecureDelete },
   { version: 32, name: "0032_delivery_kind_hours.sql", sql: deliveryKindHours },
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
+  { version: 34, name: "0034_tombstone_horizons.sql", sql: tombstoneHorizons },
 ];
 
 function ensureMigrationsTable(db: Database): void {

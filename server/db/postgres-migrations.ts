@@ -17,6 +17,7 @@ import secretRotationTest from "../../migrations/postgres/0029_secret_rotation_t
 import keptAnswersByResource from "../../migrations/postgres/0030_kept_answers_by_resource.sql" with { type: "text" };
 import deliveryKindHours from "../../migrations/postgres/0032_delivery_kind_hours.sql" with { type: "text" };
 import wizardTestsSignedTwice from "../../migrations/postgres/0033_wizard_tests_signed_twice.sql" with { type: "text" };
+import tombstoneHorizons from "../../migrations/postgres/0034_tombstone_horizons.sql" with { type: "text" };
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -52,6 +53,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 30, name: "0030_kept_answers_by_resource.sql", sql: keptAnswersByResource },
   { version: 32, name: "0032_delivery_kind_hours.sql", sql: deliveryKindHours },
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
+  { version: 34, name: "0034_tombstone_horizons.sql", sql: tombstoneHorizons },
 ];
 
 /**

@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { listDeletedPage } from "../../server/tombstones/service.ts";
 import { DAY_MS } from "../../server/shared/time.ts";
 import { createUser } from "../../server/users/service.ts";
+import { pruneHistory } from "../../server/webhooks/retention.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { random } from "../support/random.ts";
 
@@ -194,6 +195,39 @@ describe("two-way sync by polling", () => {
     await expectInStep(poller);
     expect(poller.copy.has(ghost.id)).toBe(false);
     expect(poller.resyncs).toBe(2);
+  });
+});
+
+describe("the deleted lists' 410 follows what was pruned", () => {
+  test("a since before deletions another instance pruned, keeping tombstones fewer days, is 410, though this one keeps them 90 days; the deleted list of the other resource is not affected", async () => {
+    const now = Date.now();
+    const gone = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Gone" } })).body.data;
+    expect((await h.request("DELETE", `/public/v1/contacts/${gone.id}`)).status).toBe(204);
+    // deleted 20 days ago (the clock cannot be moved back here)
+    const deletedAt = now - 20 * DAY_MS;
+    await h.rt.db.write((tx) => tx.run("UPDATE tombstones SET deleted_at = ? WHERE id = ?", [deletedAt, gone.id]));
+    const deletedSince = (days: number, resource = "contacts") => h.json("GET", `/public/v1/${resource}/deleted?since=${new Date(now - days * DAY_MS).toISOString()}`);
+    expect((await deletedSince(30)).body.data.map((t: { id: string }) => t.id)).toEqual([gone.id]);
+
+    // an instance on the same database started with --tombstone-retention-days 7 (or this one, before the retention was raised)
+    expect(await pruneHistory({ ...h.rt, config: { ...h.rt.config, tombstoneRetentionDays: 7 } }, now)).toMatchObject({ tombstones: 1 });
+
+    const retained = new Date(deletedAt).toISOString();
+    const expired = await deletedSince(30);
+    expect([expired.status, expired.body]).toEqual([
+      410,
+      {
+        type: "urn:crm:problem:deletions-expired",
+        title: "Gone",
+        status: 410,
+        detail: `Deletions before ${retained} have been pruned (tombstones were kept for fewer days than the 90 now set). List every contact to resync, then poll from the time the resync started.`,
+        errors: [{ parameter: "since", detail: `must be ${retained} or later` }],
+        retained_since: retained,
+      },
+    ]);
+    // a since at or after the newest deletion pruned misses nothing
+    expect((await deletedSince(20)).body).toEqual({ data: [], meta: { current_page: 1, last_page: 1, per_page: 25, total: 0, next_cursor: null } });
+    expect((await deletedSince(30, "accounts")).status).toBe(200);
   });
 });
 
