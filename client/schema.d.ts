@@ -1714,6 +1714,8 @@ export interface operations {
                             id: string;
                             /** Format: date-time */
                             deleted_at: string;
+                            /** @description The version the deletion's contact.deleted or account.deleted carries, above every other of the record: keep the id marked deleted with it, and drop webhook data of a lower version (ids are never reused; a deletion is final). null for deletions made before tombstones kept it: the deletion is final all the same. */
+                            version: number | null;
                         }[];
                         meta: components["schemas"]["ListMeta"];
                     };
@@ -2894,6 +2896,8 @@ export interface operations {
                             id: string;
                             /** Format: date-time */
                             deleted_at: string;
+                            /** @description The version the deletion's contact.deleted or account.deleted carries, above every other of the record: keep the id marked deleted with it, and drop webhook data of a lower version (ids are never reused; a deletion is final). null for deletions made before tombstones kept it: the deletion is final all the same. */
+                            version: number | null;
                         }[];
                         meta: components["schemas"]["ListMeta"];
                     };

@@ -18,6 +18,7 @@ import keptAnswersByResource from "../../migrations/postgres/0030_kept_answers_b
 import deliveryKindHours from "../../migrations/postgres/0032_delivery_kind_hours.sql" with { type: "text" };
 import wizardTestsSignedTwice from "../../migrations/postgres/0033_wizard_tests_signed_twice.sql" with { type: "text" };
 import tombstoneHorizons from "../../migrations/postgres/0034_tombstone_horizons.sql" with { type: "text" };
+import tombstoneVersions from "../../migrations/postgres/0035_tombstone_versions.sql" with { type: "text" };
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -54,6 +55,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 32, name: "0032_delivery_kind_hours.sql", sql: deliveryKindHours },
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
   { version: 34, name: "0034_tombstone_horizons.sql", sql: tombstoneHorizons },
+  { version: 35, name: "0035_tombstone_versions.sql", sql: tombstoneVersions },
 ];
 
 /**

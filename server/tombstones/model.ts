@@ -1,3 +1,4 @@
+import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 
@@ -8,6 +9,10 @@ export const TOMBSTONE_FILTERS = ["since"] as const;
 export const Tombstone = t.Object({
   id: t.String({ examples: ["con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M"] }),
   deleted_at: t.String({ format: "date-time" }),
+  version: t.Union([Type.Integer({ minimum: 1 }), t.Null()], {
+    description:
+      "The version the deletion's contact.deleted or account.deleted carries, above every other of the record: keep the id marked deleted with it, and drop webhook data of a lower version (ids are never reused; a deletion is final). null for deletions made before tombstones kept it: the deletion is final all the same.",
+  }),
 });
 export type Tombstone = typeof Tombstone.static;
 

@@ -55,7 +55,7 @@ export async function listDeletedPage(rt: Runtime, resource: Resource, query: Re
     (source) => countTombstonesSince(source, resource, after),
   );
   return {
-    data: pageRows(list, read).map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at) })),
+    data: pageRows(list, read).map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at), version: row.version })),
     meta: listMeta(list, total, read, (row: TombstoneRow) => row.deleted_at, query, TOMBSTONE_FILTERS),
   };
 }

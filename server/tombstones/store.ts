@@ -9,11 +9,16 @@ export type Resource = (typeof RESOURCES)[number];
 export type TombstoneRow = {
   id: string;
   deleted_at: number;
+  /** the version the deletion's event carries; null for tombstones written before migration 0035 */
+  version: number | null;
 }
 
-/** insertTombstone records that a contact or account was deleted. */
-export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number): Promise<void> {
-  await db.run("INSERT INTO tombstones (resource, id, deleted_at) VALUES (?, ?, ?) ON CONFLICT (resource, id) DO UPDATE SET deleted_at = excluded.deleted_at", [resource, id, deletedAt]);
+/** insertTombstone records that a contact or account was deleted, with the version its deletion's event carries. */
+export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number, version: number): Promise<void> {
+  await db.run(
+    "INSERT INTO tombstones (resource, id, deleted_at, version) VALUES (?, ?, ?, ?) ON CONFLICT (resource, id) DO UPDATE SET deleted_at = excluded.deleted_at, version = excluded.version",
+    [resource, id, deletedAt, version],
+  );
 }
 
 /** countTombstonesSince counts the deletions of a resource after `since`. */
@@ -25,7 +30,7 @@ export async function countTombstonesSince(db: Db, resource: Resource, since: nu
 export function listTombstonesSince(db: Db, resource: Resource, since: number, page: { cursor: CursorPosition | null; limit: number; offset: number }): Promise<TombstoneRow[]> {
   const order = keysetOrder("deleted_at", "id", "asc", page.cursor);
   return db.all<TombstoneRow>(
-    `SELECT id, deleted_at FROM tombstones WHERE resource = ? AND deleted_at > ? ${order.after ? `AND ${order.after}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`,
+    `SELECT id, deleted_at, version FROM tombstones WHERE resource = ? AND deleted_at > ? ${order.after ? `AND ${order.after}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`,
     [resource, since, ...order.params, page.limit, page.offset],
   );
 }
