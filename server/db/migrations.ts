@@ -36,6 +36,7 @@ import deliveryKindHours from "../../migrations/0032_delivery_kind_hours.sql" wi
 import wizardTestsSignedTwice from "../../migrations/0033_wizard_tests_signed_twice.sql" with { type: "text" };
 import tombstoneHorizons from "../../migrations/0034_tombstone_horizons.sql" with { type: "text" };
 import tombstoneVersions from "../../migrations/0035_tombstone_versions.sql" with { type: "text" };
+import usersByTime from "../../migrations/0036_users_by_time.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -90,6 +91,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
   { version: 34, name: "0034_tombstone_horizons.sql", sql: tombstoneHorizons },
   { version: 35, name: "0035_tombstone_versions.sql", sql: tombstoneVersions },
+  { version: 36, name: "0036_users_by_time.sql", sql: usersByTime },
 ];
 
 function ensureMigrationsTable(db: Database): void {

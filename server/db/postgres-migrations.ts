@@ -19,6 +19,7 @@ import deliveryKindHours from "../../migrations/postgres/0032_delivery_kind_hour
 import wizardTestsSignedTwice from "../../migrations/postgres/0033_wizard_tests_signed_twice.sql" with { type: "text" };
 import tombstoneHorizons from "../../migrations/postgres/0034_tombstone_horizons.sql" with { type: "text" };
 import tombstoneVersions from "../../migrations/postgres/0035_tombstone_versions.sql" with { type: "text" };
+import usersByTime from "../../migrations/postgres/0036_users_by_time.sql" with { type: "text" };
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -56,6 +57,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
   { version: 34, name: "0034_tombstone_horizons.sql", sql: tombstoneHorizons },
   { version: 35, name: "0035_tombstone_versions.sql", sql: tombstoneVersions },
+  { version: 36, name: "0036_users_by_time.sql", sql: usersByTime },
 ];
 
 /**

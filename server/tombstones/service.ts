@@ -36,7 +36,7 @@ function refuseExpiredSince(rt: Runtime, resource: Resource, since: number, newe
 }
 
 /**
- * listDeletedPage answers GET /contacts/deleted and /accounts/deleted: the deletions after `since`,
+ * listDeletedPage answers GET /contacts/deleted, /accounts/deleted and /users/deleted: the deletions after `since`,
  * oldest first. A `since` before the deletions still known is 410 (refuseExpiredSince), decided in
  * the page's snapshot so that a prune committing meanwhile cannot empty the page unnoticed; the
  * caller resyncs in full.

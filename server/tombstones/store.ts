@@ -3,18 +3,18 @@ import { keysetOrder } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
 
 /** RESOURCES are the kinds of record whose deletions are kept as tombstones. */
-export const RESOURCES = ["contact", "account"] as const;
+export const RESOURCES = ["contact", "account", "user"] as const;
 export type Resource = (typeof RESOURCES)[number];
 
 export type TombstoneRow = {
   id: string;
   deleted_at: number;
-  /** the version the deletion's event carries; null for tombstones written before migration 0035 */
+  /** the version the deletion's event carries; null for a user (users carry none) and for tombstones written before migration 0035 */
   version: number | null;
 }
 
-/** insertTombstone records that a contact or account was deleted, with the version its deletion's event carries. */
-export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number, version: number): Promise<void> {
+/** insertTombstone records that a record was deleted, with the version its deletion's event carries (null for a user). */
+export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number, version: number | null): Promise<void> {
   await db.run(
     "INSERT INTO tombstones (resource, id, deleted_at, version) VALUES (?, ?, ?, ?) ON CONFLICT (resource, id) DO UPDATE SET deleted_at = excluded.deleted_at, version = excluded.version",
     [resource, id, deletedAt, version],

@@ -233,13 +233,13 @@ describe("the deleted lists' 410 follows what was pruned", () => {
 
 describe("updated_at never goes back, and never runs ahead of the clock", () => {
   /** stampedAhead sets a row's updated_at 10 s ahead, as an instance whose clock runs ahead would stamp it. */
-  async function stampedAhead(table: "contacts" | "accounts", id: string): Promise<number> {
+  async function stampedAhead(table: "contacts" | "accounts" | "users", id: string): Promise<number> {
     const ahead = Date.now() + 10_000;
     await h.rt.db.write((tx) => tx.run(`UPDATE ${table} SET updated_at = ? WHERE id = ?`, [ahead, id]));
     return ahead;
   }
 
-  test("a change made on a clock behind the last one's keeps the last stamp: a contact's PATCH, an account's PATCH, the unlink of a deleted account", async () => {
+  test("a change made on a clock behind the last one's keeps the last stamp: a contact's PATCH, an account's PATCH, the unlink of a deleted account, a user's PATCH", async () => {
     const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data;
     const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", account_ids: [account.id] } })).body.data;
 
@@ -255,6 +255,11 @@ describe("updated_at never goes back, and never runs ahead of the clock", () => 
     expect((await h.request("DELETE", `/public/v1/accounts/${account.id}`)).status).toBe(204);
     const unlinked = (await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data;
     expect([unlinked.version, unlinked.account_ids, Date.parse(unlinked.updated_at)]).toEqual([patched.version + 1, [], linkedAhead]);
+
+    const user = await createUser(h.rt.db, { name: "Grace", email: "grace@example.com" });
+    const userAhead = await stampedAhead("users", user.id);
+    const renamedUser = (await h.json("PATCH", `/public/v1/users/${user.id}`, { body: { name: "Grace Hopper" } })).body.data;
+    expect([renamedUser.name, Date.parse(renamedUser.updated_at)]).toEqual(["Grace Hopper", userAhead]);
   });
 
   test("a record changed many times in one batch keeps the batch's one stamp, so a poller's next updated_after still finds another contact changed just after", async () => {
