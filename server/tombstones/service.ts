@@ -23,7 +23,7 @@ function refuseExpiredSince(rt: Runtime, resource: Resource, since: number, newe
   if (since >= horizon) return;
   const days = rt.config.tombstoneRetentionDays;
   const gone = horizon > kept
-    ? `Deletions before ${toTimestamp(horizon)} have been pruned (tombstones were kept for fewer days than the ${days} now set).`
+    ? `Deletions up to ${toTimestamp(horizon)} may have been pruned (tombstones were kept for fewer days than the ${days} now set).`
     : `Deletions are kept for ${days} days; those before ${toTimestamp(horizon)} may be gone.`;
   throw new ProblemError(
     410,
@@ -36,8 +36,8 @@ function refuseExpiredSince(rt: Runtime, resource: Resource, since: number, newe
 }
 
 /**
- * listDeletedPage answers GET /contacts/deleted, /accounts/deleted and /users/deleted: the deletions after `since`,
- * oldest first. A `since` before the deletions still known is 410 (refuseExpiredSince), decided in
+ * listDeletedPage answers GET /contacts/deleted, /accounts/deleted and /users/deleted: the deletions after
+ * `since`, oldest first. A `since` before the deletions still known is 410 (refuseExpiredSince), decided in
  * the page's snapshot so that a prune committing meanwhile cannot empty the page unnoticed; the
  * caller resyncs in full.
  */

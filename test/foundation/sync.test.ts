@@ -220,7 +220,7 @@ describe("the deleted lists' 410 follows what was pruned", () => {
         type: "urn:crm:problem:deletions-expired",
         title: "Gone",
         status: 410,
-        detail: `Deletions before ${retained} have been pruned (tombstones were kept for fewer days than the 90 now set). List every contact to resync, then poll from the time the resync started.`,
+        detail: `Deletions up to ${retained} may have been pruned (tombstones were kept for fewer days than the 90 now set). List every contact to resync, then poll from the time the resync started.`,
         errors: [{ parameter: "since", detail: `must be ${retained} or later` }],
         retained_since: retained,
       },
