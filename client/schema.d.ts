@@ -114,7 +114,7 @@ export interface paths {
         };
         /**
          * List deleted contacts
-         * @description Ids and deletion times of contacts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.
+         * @description Ids, deletion times and versions of contacts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.
          */
         get: operations["listDeletedContacts"];
         put?: never;
@@ -286,7 +286,7 @@ export interface paths {
         };
         /**
          * List deleted accounts
-         * @description Ids and deletion times of accounts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.
+         * @description Ids, deletion times and versions of accounts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.
          */
         get: operations["listDeletedAccounts"];
         put?: never;
@@ -334,7 +334,7 @@ export interface paths {
         };
         /**
          * List users
-         * @description The people contacts can be assigned to (assigned_user_id, assigned_user_ids).
+         * @description The people contacts can be assigned to (assigned_user_id, assigned_user_ids). Paginated by page/per_page, or by cursor for full scans and incremental syncs (updated_after, sort_by=updated_at).
          */
         get: operations["listUsers"];
         put?: never;
@@ -343,6 +343,26 @@ export interface paths {
          * @description Emails are unique (409 when taken) and stored lowercased.
          */
         post: operations["createUser"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/public/v1/users/deleted": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List deleted users
+         * @description Ids, deletion times and versions of users deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.
+         */
+        get: operations["listDeletedUsers"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -362,7 +382,7 @@ export interface paths {
         post?: never;
         /**
          * Delete a user
-         * @description Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; the last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted.
+         * @description Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; the last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted; GET /users/deleted lists the deletion.
          */
         delete: operations["deleteUser"];
         options?: never;
@@ -1922,6 +1942,8 @@ export interface operations {
                             id: string;
                             /** Format: date-time */
                             deleted_at: string;
+                            /** @description The version the deletion's contact.deleted or account.deleted carries, above every other of the record: keep the id marked deleted with it, and drop webhook data of a lower version (ids are never reused; a deletion is final). null for users, which carry no version, and for deletions made before tombstones kept it: the deletion is final all the same. */
+                            version: number | null;
                         }[];
                         meta: components["schemas"]["ListMeta"];
                     };
@@ -3342,6 +3364,8 @@ export interface operations {
                             id: string;
                             /** Format: date-time */
                             deleted_at: string;
+                            /** @description The version the deletion's contact.deleted or account.deleted carries, above every other of the record: keep the id marked deleted with it, and drop webhook data of a lower version (ids are never reused; a deletion is final). null for users, which carry no version, and for deletions made before tombstones kept it: the deletion is final all the same. */
+                            version: number | null;
                         }[];
                         meta: components["schemas"]["ListMeta"];
                     };
@@ -3777,7 +3801,10 @@ export interface operations {
             query?: {
                 page?: number;
                 per_page?: number;
+                sort_by?: "created_at" | "updated_at";
+                sort_direction?: "asc" | "desc";
                 cursor?: string;
+                updated_after?: string;
             };
             header?: {
                 /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
@@ -3999,6 +4026,106 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
+        };
+    };
+    listDeletedUsers: {
+        parameters: {
+            query?: {
+                page?: number;
+                per_page?: number;
+                cursor?: string;
+                since?: string;
+            };
+            header?: {
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            /** @example con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            /** Format: date-time */
+                            deleted_at: string;
+                            /** @description The version the deletion's contact.deleted or account.deleted carries, above every other of the record: keep the id marked deleted with it, and drop webhook data of a lower version (ids are never reused; a deletion is final). null for users, which carry no version, and for deletions made before tombstones kept it: the deletion is final all the same. */
+                            version: number | null;
+                        }[];
+                        meta: components["schemas"]["ListMeta"];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            408: components["responses"]["BodyTimeout"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            410: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
+            414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             /** @description RFC 9457 problem details (application/problem+json) */
             422: {
                 headers: {

@@ -213,7 +213,7 @@ export const SETTINGS: Setting[] = [
     flag: "--tombstone-retention-days",
     env: "CRM_TOMBSTONE_RETENTION_DAYS",
     kind: "positive-int",
-    help: "days deleted contacts and accounts stay listed in GET .../deleted (a poller down longer resyncs in full)",
+    help: "days deleted contacts, accounts and users stay listed in GET .../deleted (a poller down longer resyncs in full)",
   },
   {
     key: "disableFailingAfterHours",

@@ -5,8 +5,7 @@ import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { ConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
-import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
-import { listDeletedPage } from "../tombstones/service.ts";
+import { deletedList } from "../tombstones/routes.ts";
 import { AccountEnvelope, AccountInput, AccountListEnvelope, AccountListQuery, AccountPatch } from "./model.ts";
 import { ACCOUNT_BATCH, createAccount, deleteAccount, getAccount, listAccountsPage, updateAccount } from "./service.ts";
 import { batchPost } from "../batch/routes.ts";
@@ -46,17 +45,7 @@ export function accountRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/deleted", ({ query }) => listDeletedPage(rt, "account", query), {
-      query: TombstoneListQuery,
-      response: { 200: TombstoneListEnvelope, ...problemResponses(401, 403, 410, 422) },
-      detail: {
-        operationId: "listDeletedAccounts",
-        summary: "List deleted accounts",
-        description: "Ids and deletion times of accounts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.",
-        tags,
-        ...secured,
-      },
-    })
+    .get("/deleted", ...deletedList(rt, "account", { operationId: "listDeletedAccounts", plural: "accounts", tags }))
     .get("/:id", async ({ params, headers, set }) => taggedRead(set, headers["if-none-match"], { data: await getAccount(rt.db, params.id) }), {
       params: AccountId,
       headers: ReadConditionHeaders,

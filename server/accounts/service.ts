@@ -208,7 +208,7 @@ export async function deleteAccount(rt: Runtime, id: string, condition: VersionC
     if ((await detachAccountFromContacts(tx, id, now, rt.unlinkChunk)) === rt.unlinkChunk) return null;
     await deleteAccountRow(tx, id);
     await withdrawKeptAnswers(tx, "account", id);
-    await insertTombstone(tx, "account", id, now);
+    await insertTombstone(tx, "account", id, now, current.version + 1);
     await recordEvent(tx, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
     return id;
   });

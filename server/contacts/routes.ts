@@ -7,8 +7,7 @@ import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
 import { withRepeatedValues } from "../http/list-query.ts";
-import { TombstoneListEnvelope, TombstoneListQuery } from "../tombstones/model.ts";
-import { listDeletedPage } from "../tombstones/service.ts";
+import { deletedList } from "../tombstones/routes.ts";
 import { CONTACT_BATCH_OPTIONS, ContactAccountInput, ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, ContactTagInput, IncludeParam } from "./model.ts";
 import { addContactAccount, addContactTag, CONTACT_BATCH, createContact, deleteContact, getContact, listContactsPage, removeContactAccount, removeContactTag, updateContact } from "./service.ts";
 import { batchPost } from "../batch/routes.ts";
@@ -55,17 +54,7 @@ export function contactRoutes(rt: Runtime) {
       response: { 200: serialisedResponse(ContactListEnvelope), ...problemResponses(401, 403, 422) },
       detail: { operationId: "listContacts", summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.", tags, ...secured },
     })
-    .get("/deleted", ({ query }) => listDeletedPage(rt, "contact", query), {
-      query: TombstoneListQuery,
-      response: { 200: TombstoneListEnvelope, ...problemResponses(401, 403, 410, 422) },
-      detail: {
-        operationId: "listDeletedContacts",
-        summary: "List deleted contacts",
-        description: "Ids and deletion times of contacts deleted after `since`, oldest first, kept for the tombstone retention (90 days by default). A `since` older than that is 410: resync in full.",
-        tags,
-        ...secured,
-      },
-    })
+    .get("/deleted", ...deletedList(rt, "contact", { operationId: "listDeletedContacts", plural: "contacts", tags }))
     .get("/:id", async ({ params, query, headers, set }) => {
       const body = { data: await getContact(rt.db, params.id, query) };
       // Embedded accounts and users change without the contact's version: only the contact alone

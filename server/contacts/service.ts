@@ -444,7 +444,7 @@ export async function deleteContact(rt: Runtime, id: string, condition: VersionC
     refuseUnmetCondition(condition, "contact", id, current.version);
     if (!(await deleteContactRow(tx, id))) throw notFound("contact", id);
     await withdrawKeptAnswers(tx, "contact", id);
-    await insertTombstone(tx, "contact", id, now);
+    await insertTombstone(tx, "contact", id, now, current.version + 1);
     await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
   });
 }

@@ -35,6 +35,9 @@ import nameIndexSecureDelete from "../../migrations/0031_name_index_secure_delet
 import deliveryKindHours from "../../migrations/0032_delivery_kind_hours.sql" with { type: "text" };
 import wizardTestsSignedTwice from "../../migrations/0033_wizard_tests_signed_twice.sql" with { type: "text" };
 import accountNameCaseFold from "../../migrations/0034_account_name_case_fold.sql" with { type: "text" };
+import tombstoneHorizons from "../../migrations/0036_tombstone_horizons.sql" with { type: "text" };
+import tombstoneVersions from "../../migrations/0037_tombstone_versions.sql" with { type: "text" };
+import usersByTime from "../../migrations/0038_users_by_time.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -88,6 +91,9 @@ export const MIGRATIONS: Migration[] = [
   { version: 32, name: "0032_delivery_kind_hours.sql", sql: deliveryKindHours },
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
   { version: 34, name: "0034_account_name_case_fold.sql", sql: accountNameCaseFold, backfill: keyAccountNames },
+  { version: 36, name: "0036_tombstone_horizons.sql", sql: tombstoneHorizons },
+  { version: 37, name: "0037_tombstone_versions.sql", sql: tombstoneVersions },
+  { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -21,6 +21,9 @@ import accountNameCaseFold from "../../migrations/postgres/0034_account_name_cas
 import sortKeysInByteOrder from "../../migrations/postgres/0035_sort_keys_in_byte_order.sql" with { type: "text" };
 import { keyPostgresAccountNames } from "../accounts/store.ts";
 import type { Db } from "./sql.ts";
+import tombstoneHorizons from "../../migrations/postgres/0036_tombstone_horizons.sql" with { type: "text" };
+import tombstoneVersions from "../../migrations/postgres/0037_tombstone_versions.sql" with { type: "text" };
+import usersByTime from "../../migrations/postgres/0038_users_by_time.sql" with { type: "text" };
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -60,6 +63,9 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
   { version: 34, name: "0034_account_name_case_fold.sql", sql: accountNameCaseFold, backfill: keyPostgresAccountNames },
   { version: 35, name: "0035_sort_keys_in_byte_order.sql", sql: sortKeysInByteOrder },
+  { version: 36, name: "0036_tombstone_horizons.sql", sql: tombstoneHorizons },
+  { version: 37, name: "0037_tombstone_versions.sql", sql: tombstoneVersions },
+  { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
 ];
 
 /**

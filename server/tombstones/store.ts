@@ -2,17 +2,23 @@ import type { Db } from "../db/sql.ts";
 import { keysetOrder } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
 
-/** Resource is a kind of record whose deletions are kept as tombstones. */
-export type Resource = "contact" | "account";
+/** RESOURCES are the kinds of record whose deletions are kept as tombstones. */
+export const RESOURCES = ["contact", "account", "user"] as const;
+export type Resource = (typeof RESOURCES)[number];
 
 export type TombstoneRow = {
   id: string;
   deleted_at: number;
+  /** the version the deletion's event carries; null for a user (users carry none) and for tombstones written before migration 0035 */
+  version: number | null;
 }
 
-/** insertTombstone records that a contact or account was deleted. */
-export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number): Promise<void> {
-  await db.run("INSERT INTO tombstones (resource, id, deleted_at) VALUES (?, ?, ?) ON CONFLICT (resource, id) DO UPDATE SET deleted_at = excluded.deleted_at", [resource, id, deletedAt]);
+/** insertTombstone records that a record was deleted, with the version its deletion's event carries (null for a user). */
+export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number, version: number | null): Promise<void> {
+  await db.run(
+    "INSERT INTO tombstones (resource, id, deleted_at, version) VALUES (?, ?, ?, ?) ON CONFLICT (resource, id) DO UPDATE SET deleted_at = excluded.deleted_at, version = excluded.version",
+    [resource, id, deletedAt, version],
+  );
 }
 
 /** countTombstonesSince counts the deletions of a resource after `since`. */
@@ -24,12 +30,30 @@ export async function countTombstonesSince(db: Db, resource: Resource, since: nu
 export function listTombstonesSince(db: Db, resource: Resource, since: number, page: { cursor: CursorPosition | null; limit: number; offset: number }): Promise<TombstoneRow[]> {
   const order = keysetOrder("deleted_at", "id", "asc", page.cursor);
   return db.all<TombstoneRow>(
-    `SELECT id, deleted_at FROM tombstones WHERE resource = ? AND deleted_at > ? ${order.after ? `AND ${order.after}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`,
+    `SELECT id, deleted_at, version FROM tombstones WHERE resource = ? AND deleted_at > ? ${order.after ? `AND ${order.after}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`,
     [resource, since, ...order.params, page.limit, page.offset],
   );
 }
 
-/** deleteTombstonesBefore deletes up to `limit` tombstones older than the cutoff and returns how many. */
-export function deleteTombstonesBefore(db: Db, cutoff: number, limit: number): Promise<number> {
-  return db.run("DELETE FROM tombstones WHERE (resource, id) IN (SELECT resource, id FROM tombstones WHERE deleted_at < ? LIMIT ?)", [cutoff, limit]);
+/** deleteTombstonesBefore deletes up to `limit` of a resource's tombstones older than the cutoff and returns the deletion times they held. */
+export async function deleteTombstonesBefore(db: Db, resource: Resource, cutoff: number, limit: number): Promise<number[]> {
+  const rows = await db.all<{ deleted_at: number }>(
+    "DELETE FROM tombstones WHERE (resource, id) IN (SELECT resource, id FROM tombstones WHERE resource = ? AND deleted_at < ? LIMIT ?) RETURNING deleted_at",
+    [resource, cutoff, limit],
+  );
+  return rows.map((row) => row.deleted_at);
+}
+
+/** raisePrunedHorizon records that a resource's tombstones up to `newestPruned` were pruned, unless a later one was already. */
+export async function raisePrunedHorizon(db: Db, resource: Resource, newestPruned: number): Promise<void> {
+  await db.run(
+    `INSERT INTO tombstone_horizons (resource, newest_pruned) VALUES (?, ?)
+     ON CONFLICT (resource) DO UPDATE SET newest_pruned = excluded.newest_pruned WHERE tombstone_horizons.newest_pruned < excluded.newest_pruned`,
+    [resource, newestPruned],
+  );
+}
+
+/** findPrunedHorizon returns the newest deletion time pruned from a resource's tombstones, or null when none was. */
+export async function findPrunedHorizon(db: Db, resource: Resource): Promise<number | null> {
+  return (await db.get<{ newest_pruned: number }>("SELECT newest_pruned FROM tombstone_horizons WHERE resource = ?", [resource]))?.newest_pruned ?? null;
 }

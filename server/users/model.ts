@@ -1,5 +1,5 @@
 import { t } from "elysia";
-import { ListMetaSchema, paginationQuerySchema } from "../http/list-query.ts";
+import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
 import { EMAIL_DESCRIPTION, EMAIL_FORMAT, emailError } from "../shared/domains.ts";
 
@@ -13,7 +13,15 @@ export const UserSchema = t.Object({
 });
 export type User = typeof UserSchema.static;
 
-export const UserListQuery = paginationQuerySchema(null);
+/** USER_SORTS are the fields a users list can be sorted by: the times a copy kept in step reads by. */
+export const USER_SORTS = ["created_at", "updated_at"] as const;
+export type UserSort = (typeof USER_SORTS)[number];
+
+export const USER_FILTERS = ["updated_after"] as const;
+
+export const UserListQuery = paginationQuerySchema(USER_SORTS, {
+  updated_after: timestampFilterSchema("Only users updated after this time."),
+});
 export const UserListEnvelope = t.Object({ data: t.Array(UserSchema), meta: ListMetaSchema });
 export const UserEnvelope = t.Object({ data: UserSchema });
 

@@ -5,6 +5,7 @@ import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
+import { deletedList } from "../tombstones/routes.ts";
 import { UserEnvelope, UserInput, UserListEnvelope, UserListQuery, UserPatch } from "./model.ts";
 import { createUserOnce, deleteUser, getUser, listUsersPage, updateUser } from "./service.ts";
 
@@ -19,7 +20,13 @@ export function userRoutes(rt: Runtime) {
     .get("", ({ query }) => listUsersPage(rt.db, query), {
       query: UserListQuery,
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },
-      detail: { operationId: "listUsers", summary: "List users", description: "The people contacts can be assigned to (assigned_user_id, assigned_user_ids).", tags, ...secured },
+      detail: {
+        operationId: "listUsers",
+        summary: "List users",
+        description: "The people contacts can be assigned to (assigned_user_id, assigned_user_ids). Paginated by page/per_page, or by cursor for full scans and incremental syncs (updated_after, sort_by=updated_at).",
+        tags,
+        ...secured,
+      },
     })
     .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createUserOnce(rt, body, scope)), {
       body: UserInput,
@@ -27,6 +34,7 @@ export function userRoutes(rt: Runtime) {
       response: { 201: UserEnvelope, ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },
       detail: { operationId: "createUser", summary: "Create a user", description: "Emails are unique (409 when taken) and stored lowercased.", tags, ...secured },
     })
+    .get("/deleted", ...deletedList(rt, "user", { operationId: "listDeletedUsers", plural: "users", tags }))
     .get("/:id", async ({ params }) => ({ data: await getUser(rt.db, params.id) }), {
       params: UserId,
       response: { 200: UserEnvelope, ...problemResponses(401, 403, 404, 422) },
@@ -47,7 +55,7 @@ export function userRoutes(rt: Runtime) {
       detail: {
         operationId: "deleteUser",
         summary: "Delete a user",
-        description: "Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; the last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted.",
+        description: "Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; the last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted; GET /users/deleted lists the deletion.",
         tags,
         ...secured,
       },

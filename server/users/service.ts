@@ -4,11 +4,12 @@ import { saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } fr
 import { detachUserFromContacts } from "../contacts/service.ts";
 import { fieldsChecker } from "../http/schema-errors.ts";
 import type { Runtime } from "../runtime.ts";
-import { listMeta, pageRows, pageWindow, parseListQuery, readListPage, type ListMeta } from "../http/list-query.ts";
+import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
 import { newId } from "../shared/ids.ts";
 import { asciiEmail } from "../shared/domains.ts";
-import { toTimestamp } from "../shared/time.ts";
-import { UserInput, type User, type UserPatch } from "./model.ts";
+import { notBefore, toTimestamp } from "../shared/time.ts";
+import { insertTombstone } from "../tombstones/store.ts";
+import { USER_FILTERS, USER_SORTS, UserInput, type User, type UserPatch } from "./model.ts";
 import { countUsers, deleteUser as deleteUserRow, findUserByEmail, findUserById, findUsersByIds, insertUser, listUsers, updateUser as updateUserRow, type UserRow } from "./store.ts";
 
 /** toUser renders a user row for the API. */
@@ -57,7 +58,7 @@ export async function updateUser(rt: Runtime, id: string, input: UserPatch): Pro
     const email = asciiEmail(input.email ?? current.email);
     if (name === current.name && email === current.email) return toUser(current);
     await refuseTakenEmail(tx, email, id);
-    const row: UserRow = { ...current, name, email, updated_at: Date.now() };
+    const row: UserRow = { ...current, name, email, updated_at: notBefore(current.updated_at, Date.now()) };
     await updateUserRow(tx, row);
     return toUser(row);
   });
@@ -73,8 +74,9 @@ export interface DeletedUser {
  * deleteUser deletes a user in short writes (writeInSteps): each takes the user off at most
  * `chunk` of its contacts, which stay (each sends contact.updated), and the write that leaves none
  * assigned also deletes the user and withdraws the kept answers showing it; `finish` runs in that
- * write with the answer (the console records its form's answer there). Users send no events of
- * their own, so it leaves no tombstone and sends no user.deleted. Each write throws 404 for a user
+ * write with the answer (the console records its form's answer there), with the user's tombstone
+ * (without a version: users carry none), which tells pollers. Users send no events of their own:
+ * there is no user.deleted. Each write throws 404 for a user
  * that is not there (deleted meanwhile): the contacts changed so far stay changed, as after a
  * crash between the writes, which a delete sent again finishes. Takes the Database, not the
  * Runtime: the command line deletes too.
@@ -91,6 +93,7 @@ export function deleteUser(db: Database, id: string, chunk: number, finish: (tx:
     if (changed === chunk) return null;
     await deleteUserRow(tx, id);
     await withdrawKeptAnswers(tx, "user", id);
+    await insertTombstone(tx, "user", id, now, null);
     const deleted = { user: toUser(current), unassigned };
     await finish(tx, deleted, now);
     return deleted;
@@ -106,14 +109,20 @@ export async function getUser(db: Db, id: string): Promise<User> {
 
 /** allUsers returns every user, oldest first (for the command line). */
 export async function allUsers(db: Db): Promise<User[]> {
-  return (await listUsers(db, { cursor: null, limit: null, offset: 0 })).map(toUser);
+  return (await listUsers(db, {}, { sortBy: "created_at", direction: "asc", cursor: null, limit: null, offset: 0 })).map(toUser);
 }
 
-/** listUsersPage returns one page of users for the list endpoint. */
+/** listUsersPage returns one page of users for the list endpoint, sorted and filtered as the query asks. */
 export async function listUsersPage(db: Database, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["id"], defaultSort: "id", defaultDirection: "asc", filters: [], fixedOrder: true });
-  const { read, total } = await readListPage(db, list, (source) => listUsers(source, pageWindow(list)), countUsers);
-  return { data: pageRows(list, read).map(toUser), meta: listMeta(list, total, read, (row: UserRow) => row.id, query, []) };
+  const list = parseListQuery(query, { sorts: USER_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: USER_FILTERS });
+  const filters = { updatedAfter: parseTimestampFilter("updated_after", query.updated_after) };
+  const { read, total } = await readListPage(
+    db,
+    list,
+    (source) => listUsers(source, filters, { sortBy: list.sortBy, direction: list.direction, ...pageWindow(list) }),
+    (source) => countUsers(source, filters),
+  );
+  return { data: pageRows(list, read).map(toUser), meta: listMeta(list, total, read, (row: UserRow) => row[list.sortBy], query, USER_FILTERS) };
 }
 
 /** missingUserIds returns the given ids that name no user. */

@@ -1,6 +1,7 @@
 import type { Db } from "../db/sql.ts";
 import { keysetOrder } from "../db/keyset.ts";
-import type { CursorPosition } from "../http/list-query.ts";
+import type { CursorPosition, SortDirection } from "../http/list-query.ts";
+import type { UserSort } from "./model.ts";
 
 export type UserRow = {
   id: string;
@@ -42,16 +43,33 @@ export async function findUsersByIds(db: Db, ids: string[]): Promise<Map<string,
   return new Map(rows.map((row) => [row.id, row]));
 }
 
-/** countUsers counts all users. */
-export async function countUsers(db: Db): Promise<number> {
-  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM users"))!.n;
+/** UserFilters are the users list's filters. */
+export type UserFilters = { updatedAfter?: number };
+
+function filterClause(filters: UserFilters): { where: string[]; params: number[] } {
+  return filters.updatedAfter === undefined ? { where: [], params: [] } : { where: ["updated_at > ?"], params: [filters.updatedAfter] };
 }
 
-/** listUsers returns one page of users, oldest first; every user with limit null. */
-export function listUsers(db: Db, page: { cursor: CursorPosition | null; limit: number | null; offset: number }): Promise<UserRow[]> {
-  const order = keysetOrder("id", "id", "asc", page.cursor);
+/** countUsers counts the users matching the filters. */
+export async function countUsers(db: Db, filters: UserFilters): Promise<number> {
+  const { where, params } = filterClause(filters);
+  return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM users ${where.length ? `WHERE ${where.join(" AND ")}` : ""}`, params))!.n;
+}
+
+/** listUsers returns one page of the users matching the filters in the given sort; every one with limit null. */
+export function listUsers(
+  db: Db,
+  filters: UserFilters,
+  page: { sortBy: UserSort; direction: SortDirection; cursor: CursorPosition | null; limit: number | null; offset: number },
+): Promise<UserRow[]> {
+  const { where, params } = filterClause(filters);
+  const order = keysetOrder(page.sortBy, "id", page.direction, page.cursor);
+  const conditions = [...(order.after ? [order.after] : []), ...where];
   // No limit is no LIMIT clause: SQLite reads LIMIT -1 as none, PostgreSQL refuses it.
   const limit = page.limit === null ? "" : "LIMIT ? OFFSET ?";
-  const params = page.limit === null ? order.params : [...order.params, page.limit, page.offset];
-  return db.all<UserRow>(`SELECT * FROM users ${order.after ? `WHERE ${order.after}` : ""} ORDER BY ${order.orderBy} ${limit}`, params);
+  return db.all<UserRow>(`SELECT * FROM users ${conditions.length ? `WHERE ${conditions.join(" AND ")}` : ""} ORDER BY ${order.orderBy} ${limit}`, [
+    ...order.params,
+    ...params,
+    ...(page.limit === null ? [] : [page.limit, page.offset]),
+  ]);
 }

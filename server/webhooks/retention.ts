@@ -5,6 +5,7 @@ import { deleteExpiredOperatorLinks } from "../operators/store.ts";
 import type { Runtime } from "../runtime.ts";
 import { DAY_MS } from "../shared/time.ts";
 import { pruneTombstones } from "../tombstones/service.ts";
+import { RESOURCES } from "../tombstones/store.ts";
 import { STATS_KEPT_MS } from "./stats.ts";
 import { deleteAttemptStatsBefore, deleteFinishedDeliveriesBefore, deleteUnreferencedEventsBefore, deleteUnusedHeaderSets, measureDeliveryHistory, type HistorySize } from "./store.ts";
 
@@ -75,7 +76,8 @@ export async function pruneHistory(rt: Runtime, now = Date.now()): Promise<Prune
   const idempotencyKeys = await rt.db.write((tx) => pruneIdempotencyKeys(tx, now));
   if (deliveries > 0) await rt.db.write((tx) => deleteUnusedHeaderSets(tx));
   const attemptStats = await rt.db.write((tx) => deleteAttemptStatsBefore(tx, now - STATS_KEPT_MS));
-  const tombstones = await pruneInBatches(rt, (tx) => pruneTombstones(tx, rt, now, PRUNE_BATCH));
+  let tombstones = 0;
+  for (const resource of RESOURCES) tombstones += await pruneInBatches(rt, (tx) => pruneTombstones(tx, rt, resource, now, PRUNE_BATCH));
   const rotationsWithoutReplacement = await rt.db.write((tx) => deleteRotationsWithoutReplacementBefore(tx, cutoff));
   const expiredLinks = await rt.db.write((tx) => deleteExpiredOperatorLinks(tx, now));
   return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats, tombstones, rotations_without_replacement: rotationsWithoutReplacement, expired_links: expiredLinks };

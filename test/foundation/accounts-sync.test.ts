@@ -68,7 +68,7 @@ describe("accounts sync: happy paths", () => {
       { type: "account.deleted", data: { id: a.id, version: 2, deleted_at: deletedAt } },
     ]);
     expect(deletedAt).toBe(after.updated_at);
-    expect((await h.json("GET", "/public/v1/accounts/deleted")).body).toEqual({ data: [{ id: a.id, deleted_at: deletedAt }], meta: page(1) });
+    expect((await h.json("GET", "/public/v1/accounts/deleted")).body).toEqual({ data: [{ id: a.id, deleted_at: deletedAt, version: 2 }], meta: page(1) });
     // the relation table and the row's copy agree, and the contact is no longer found by the account
     expect((await h.rt.db.all("SELECT account_id FROM contact_accounts WHERE contact_id = ?", [linked.id]))).toEqual([{ account_id: b.id }]);
     expect((await h.json("GET", `/public/v1/contacts?account_id=${a.id}`)).body).toEqual({ data: [], meta: page(0) });

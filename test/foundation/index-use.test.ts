@@ -726,11 +726,14 @@ describe("index use: every documented filter and sort", () => {
     await listAccountsPage(db, { domain: "ACME.test" });
     await listUsersPage(db, {});
     const since = new Date(Date.now() - 86_400_000).toISOString();
+    await listUsersPage(db, { updated_after: since, sort_by: "updated_at", per_page: "1" });
+    await listUsersPage(db, { sort_by: "updated_at", sort_direction: "desc", per_page: "1" });
     await listDeletedPage({ ...h.rt, db }, "contact", { since });
     // Pages this short tell their totals: the counts a longer list runs are read here directly.
     await countAccounts(db, { name: "acme" });
     await countAccounts(db, { domain: "acme.test" });
-    await countUsers(db);
+    await countUsers(db, {});
+    await countUsers(db, { updatedAfter: Date.parse(since) });
     await countTombstonesSince(db, "contact", Date.parse(since));
     await listTombstonesSince(db, "account", 0, { cursor: { value: 1_700_000_000_000, id: "acc_x" }, limit: 10, offset: 0 });
     await countTombstonesSince(db, "account", 0);
@@ -742,6 +745,12 @@ describe("index use: every documented filter and sort", () => {
       expect.stringContaining("tombstones_deleted (resource=? AND deleted_at>?"),
     ]);
     for (const { sql, plan } of plans) expectIndexed(sql, plan);
+    // users' pages read their sort's index in order, the updated_after filter one range of it
+    expect(plans.filter((p) => p.sql.includes("FROM users") && p.sql.includes("ORDER BY")).map((p) => p.plan.join(" | "))).toEqual([
+      "SCAN users USING INDEX users_created",
+      "SEARCH users USING INDEX users_updated (updated_at>?)",
+      "SCAN users USING INDEX users_updated",
+    ]);
     expect(plans.filter((p) => p.sql.includes("FROM accounts") && p.sql.includes("name_key = ?")).map((p) => p.plan.join(" | "))).toEqual([
       expect.stringContaining("accounts_name_key (name_key=?)"),
       expect.stringContaining("accounts_name_key (name_key=?)"),

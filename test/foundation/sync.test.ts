@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { listDeletedPage } from "../../server/tombstones/service.ts";
 import { DAY_MS } from "../../server/shared/time.ts";
 import { createUser } from "../../server/users/service.ts";
+import { pruneHistory } from "../../server/webhooks/retention.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { random } from "../support/random.ts";
 
@@ -197,15 +198,48 @@ describe("two-way sync by polling", () => {
   });
 });
 
+describe("the deleted lists' 410 follows what was pruned", () => {
+  test("a since before deletions another instance pruned, keeping tombstones fewer days, is 410, though this one keeps them 90 days; the deleted list of the other resource is not affected", async () => {
+    const now = Date.now();
+    const gone = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Gone" } })).body.data;
+    expect((await h.request("DELETE", `/public/v1/contacts/${gone.id}`)).status).toBe(204);
+    // deleted 20 days ago (the clock cannot be moved back here)
+    const deletedAt = now - 20 * DAY_MS;
+    await h.rt.db.write((tx) => tx.run("UPDATE tombstones SET deleted_at = ? WHERE id = ?", [deletedAt, gone.id]));
+    const deletedSince = (days: number, resource = "contacts") => h.json("GET", `/public/v1/${resource}/deleted?since=${new Date(now - days * DAY_MS).toISOString()}`);
+    expect((await deletedSince(30)).body.data.map((t: { id: string }) => t.id)).toEqual([gone.id]);
+
+    // an instance on the same database started with --tombstone-retention-days 7 (or this one, before the retention was raised)
+    expect(await pruneHistory({ ...h.rt, config: { ...h.rt.config, tombstoneRetentionDays: 7 } }, now)).toMatchObject({ tombstones: 1 });
+
+    const retained = new Date(deletedAt).toISOString();
+    const expired = await deletedSince(30);
+    expect([expired.status, expired.body]).toEqual([
+      410,
+      {
+        type: "urn:crm:problem:deletions-expired",
+        title: "Gone",
+        status: 410,
+        detail: `Deletions up to ${retained} may have been pruned (tombstones were kept for fewer days than the 90 now set). List every contact to resync, then poll from the time the resync started.`,
+        errors: [{ parameter: "since", detail: `must be ${retained} or later` }],
+        retained_since: retained,
+      },
+    ]);
+    // a since at or after the newest deletion pruned misses nothing
+    expect((await deletedSince(20)).body).toEqual({ data: [], meta: { current_page: 1, last_page: 1, per_page: 25, total: 0, next_cursor: null } });
+    expect((await deletedSince(30, "accounts")).status).toBe(200);
+  });
+});
+
 describe("updated_at never goes back, and never runs ahead of the clock", () => {
   /** stampedAhead sets a row's updated_at 10 s ahead, as an instance whose clock runs ahead would stamp it. */
-  async function stampedAhead(table: "contacts" | "accounts", id: string): Promise<number> {
+  async function stampedAhead(table: "contacts" | "accounts" | "users", id: string): Promise<number> {
     const ahead = Date.now() + 10_000;
     await h.rt.db.write((tx) => tx.run(`UPDATE ${table} SET updated_at = ? WHERE id = ?`, [ahead, id]));
     return ahead;
   }
 
-  test("a change made on a clock behind the last one's keeps the last stamp: a contact's PATCH, an account's PATCH, the unlink of a deleted account", async () => {
+  test("a change made on a clock behind the last one's keeps the last stamp: a contact's PATCH, an account's PATCH, the unlink of a deleted account, a user's PATCH", async () => {
     const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Acme" } })).body.data;
     const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", account_ids: [account.id] } })).body.data;
 
@@ -221,6 +255,11 @@ describe("updated_at never goes back, and never runs ahead of the clock", () => 
     expect((await h.request("DELETE", `/public/v1/accounts/${account.id}`)).status).toBe(204);
     const unlinked = (await h.json("GET", `/public/v1/contacts/${contact.id}`)).body.data;
     expect([unlinked.version, unlinked.account_ids, Date.parse(unlinked.updated_at)]).toEqual([patched.version + 1, [], linkedAhead]);
+
+    const user = await createUser(h.rt.db, { name: "Grace", email: "grace@example.com" });
+    const userAhead = await stampedAhead("users", user.id);
+    const renamedUser = (await h.json("PATCH", `/public/v1/users/${user.id}`, { body: { name: "Grace Hopper" } })).body.data;
+    expect([renamedUser.name, Date.parse(renamedUser.updated_at)]).toEqual(["Grace Hopper", userAhead]);
   });
 
   test("a record changed many times in one batch keeps the batch's one stamp, so a poller's next updated_after still finds another contact changed just after", async () => {

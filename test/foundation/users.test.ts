@@ -228,6 +228,59 @@ describe("users: errors", () => {
   });
 });
 
+describe("users: kept in step", () => {
+  const list = async (query: string) => (await h.json("GET", `/public/v1/users?${query}`)).body;
+  const meta = (total: number, next_cursor: unknown) => ({ current_page: 1, last_page: Math.max(1, Math.ceil(total / 2)), per_page: 2, total, next_cursor });
+
+  test("updated_after and sort_by=updated_at list the users changed since, oldest change first, by cursor; created_at is the default sort, and sort_direction turns it", async () => {
+    const users: any[] = [];
+    for (const [name, email] of [["Ada", "ada@example.com"], ["Grace", "grace@navy.mil"], ["Alan", "alan@example.com"]]) {
+      users.push((await h.json("POST", "/public/v1/users", { body: { name, email } })).body.data);
+      await Bun.sleep(2);
+    }
+    const since = users[2].updated_at;
+    await Bun.sleep(2);
+    const renamed = (await h.json("PATCH", `/public/v1/users/${users[0].id}`, { body: { name: "Ada Lovelace" } })).body.data;
+    await Bun.sleep(2);
+    const moved = (await h.json("PATCH", `/public/v1/users/${users[1].id}`, { body: { email: "grace@example.com" } })).body.data;
+
+    const first = await list(`updated_after=${since}&sort_by=updated_at&sort_direction=asc&per_page=1`);
+    expect(first.data).toEqual([renamed]);
+    expect(first.meta.next_cursor).toEqual(expect.any(String));
+    const second = await list(`updated_after=${since}&sort_by=updated_at&sort_direction=asc&per_page=1&cursor=${encodeURIComponent(first.meta.next_cursor)}`);
+    expect(second).toEqual({ data: [moved], meta: { current_page: 0, last_page: 2, per_page: 1, total: 2, next_cursor: null } });
+    expect(await list(`updated_after=${moved.updated_at}&sort_by=updated_at`)).toEqual({ data: [], meta: { current_page: 1, last_page: 1, per_page: 25, total: 0, next_cursor: null } });
+
+    expect(await list("per_page=2")).toEqual({ data: [renamed, moved], meta: meta(3, expect.any(String)) });
+    expect((await list("sort_by=created_at&sort_direction=desc")).data).toEqual([users[2], moved, renamed]);
+    expect((await list("sort_by=updated_at&sort_direction=desc")).data).toEqual([moved, renamed, users[2]]);
+  });
+
+  test("a bad sort, direction or updated_after is 422, and a cursor is bound to its filter", async () => {
+    await h.json("POST", "/public/v1/users", { body: { name: "Ada", email: "ada@example.com" } });
+    await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } });
+    expect(await list("sort_by=name")).toEqual(validation([{ parameter: "sort_by", detail: "must be one of: created_at, updated_at" }]));
+    expect(await list("sort_direction=up")).toEqual(validation([{ parameter: "sort_direction", detail: "must be asc or desc" }]));
+    expect(await list("updated_after=yesterday")).toEqual(validation([{ parameter: "updated_after", detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]));
+    const cursor = (await list("per_page=1&updated_after=2020-01-01T00:00:00Z")).meta.next_cursor;
+    expect((await h.json("GET", `/public/v1/users?per_page=1&cursor=${encodeURIComponent(cursor)}`)).status).toBe(422);
+  });
+
+  test("a deleted user is listed in GET /users/deleted with its deletion time (users carry no version: null), after since, as contacts and accounts are; 410 past the retention", async () => {
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
+    const since = new Date().toISOString();
+    await Bun.sleep(2);
+    expect((await h.request("DELETE", `/public/v1/users/${grace.id}`)).status).toBe(204);
+    const listed = (await h.json("GET", `/public/v1/users/deleted?since=${since}`)).body;
+    expect(listed).toEqual({ data: [{ id: grace.id, deleted_at: listed.data[0]?.deleted_at, version: null }], meta: { current_page: 1, last_page: 1, per_page: 25, total: 1, next_cursor: null } });
+    expect(listed.data[0].deleted_at > since).toBe(true);
+    expect((await h.json("GET", `/public/v1/users/deleted?since=${listed.data[0].deleted_at}`)).body.data).toEqual([]);
+    expect((await h.json("GET", "/public/v1/contacts/deleted")).body.data).toEqual([]);
+    expectProblem(await h.json("GET", `/public/v1/users/deleted?since=${new Date(Date.now() - 91 * 86_400_000).toISOString()}`), 410, "deletions-expired");
+    expectProblem(await h.json("GET", "/public/v1/users/deleted", { headers: { authorization: "Bearer crm_wrong" } }), 401, "unauthorized");
+  });
+});
+
 describe("users: security", () => {
   test("creating, reading, changing and deleting users needs a token", async () => {
     const user = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;

@@ -7,7 +7,7 @@ import type { Database as SqliteDatabase } from "bun:sqlite";
 export const TABLES = [
   "accounts", "api_tokens", "contact_accounts", "contact_assigned_users", "contact_filter_counts", "contact_tags", "contacts",
   "events", "idempotency_keys", "login_failures", "operator_devices", "operator_links", "operator_sessions", "operator_setup_codes", "operators", "row_counts", "secrets_key_check", "sign_in_turns",
-  "subscription_rotations", "tombstones", "users", "webhook_attempt_stats", "webhook_deliveries", "webhook_delivery_attempts",
+  "subscription_rotations", "tombstone_horizons", "tombstones", "users", "webhook_attempt_stats", "webhook_deliveries", "webhook_delivery_attempts",
   "webhook_delivery_hours", "webhook_delivery_kind_hours", "webhook_header_sets", "webhook_subscription_events", "webhook_subscriptions",
 ];
 
