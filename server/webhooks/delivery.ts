@@ -278,7 +278,8 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
  * sendAttempt makes one signed POST of a delivery: it resolves the target's host once, checks the
  * addresses (DNS may have changed since the subscription was created) and sends to the first of
  * the addresses checked (a few of them: addressesToTry) to take a connection, raced as
- * firstToConnect does, with the original Host header and TLS server name; it follows no
+ * firstToConnect does (the others again, should the request's own connection to it be refused
+ * or unreachable), with the original Host header and TLS server name; it follows no
  * redirects, stops at the timeout (which covers every address
  * and reading the answer: a body still arriving then is an error, whatever the status), and keeps
  * the first `responseBodyBytes` of the answer. It never throws: failures come back in words (at
@@ -320,29 +321,38 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     untried = resolved.length - addresses.length;
     const port = target.port || (target.protocol === "https:" ? "443" : "80");
     request.onSend?.();
-    // One address is connected to by fetch alone, as cheap as a plain fetch: there is nothing to race.
-    const address = addresses.length === 1 ? addresses[0]! : await firstToConnect(addresses, Number(port), signal, unreached);
-    // The Host header and TLS server name are the URL's, whichever address is connected to.
-    const pinned = pinTarget(target, address);
-    serverName = pinned.serverName ?? (target.protocol === "https:" ? target.hostname.replace(/^\[|\]$/g, "") : null);
-    const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
-    let response: Response;
-    try {
-      response = await fetch(pinned.url, {
-        method: "POST",
-        // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
-        // could unpack to gigabytes, and only the first responseBodyBytes are kept anyway.
-        headers: { ...headers, "accept-encoding": "identity", ...(pinned.host === null ? {} : { host: pinned.host }) },
-        body: request.payload,
-        decompress: false,
-        tls,
-        redirect: "manual",
-        signal,
-      });
-    } catch (error) {
-      const code = unreachedCode(error);
-      if (code !== null) unreached.push({ endpoint: endpointOf(address, port), code });
-      throw error;
+    let candidates = addresses;
+    let response: Response | undefined;
+    while (response === undefined) {
+      // One address is connected to by fetch alone, as cheap as a plain fetch: there is nothing to race.
+      const address = candidates.length === 1 ? candidates[0]! : await firstToConnect(candidates, Number(port), signal, unreached);
+      // The Host header and TLS server name are the URL's, whichever address is connected to.
+      const pinned = pinTarget(target, address);
+      serverName = pinned.serverName ?? (target.protocol === "https:" ? target.hostname.replace(/^\[|\]$/g, "") : null);
+      const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
+      try {
+        response = await fetch(pinned.url, {
+          method: "POST",
+          // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
+          // could unpack to gigabytes, and only the first responseBodyBytes are kept anyway.
+          headers: { ...headers, "accept-encoding": "identity", ...(pinned.host === null ? {} : { host: pinned.host }) },
+          body: request.payload,
+          decompress: false,
+          tls,
+          redirect: "manual",
+          signal,
+        });
+      } catch (error) {
+        const code = unreachedCode(error);
+        if (code === null) throw error;
+        unreached.push({ endpoint: endpointOf(address, port), code });
+        // The request was never sent: an address that took the probe and refuses fetch's own
+        // connection a moment later (a receiver restarting, a balancer's backend down) leaves the
+        // others to try, in the time left.
+        const failed = new Set(unreached.map((u) => u.endpoint));
+        candidates = candidates.filter((a) => !failed.has(endpointOf(a, port)));
+        if (candidates.length === 0) throw error;
+      }
     }
     result.response_status = response.status;
     for (const name of RESPONSE_HEADERS_KEPT) {

@@ -5,7 +5,7 @@ import dns from "node:dns";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createSecureServer } from "node:http2";
 import { createServer } from "node:https";
-import { connect, type AddressInfo } from "node:net";
+import { connect, createServer as createTcpServer, type AddressInfo } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -410,6 +410,22 @@ describe("pinned connect: a name with several addresses", () => {
     const { delivery, attempts, port } = await deliverToClosedPort(["fe80::1", "127.0.0.2", "fe80::2"]);
     const error = `connection failed: connection refused by 127.0.0.2:${port} (ECONNREFUSED); could not connect to [fe80::1]:${port} and [fe80::2]:${port} (EINVAL)`;
     expect({ status: delivery.status, last_error: delivery.last_error, attempts }).toEqual({ status: "failed", last_error: error, attempts: [{ status: null, error }] });
+  });
+
+  test("an address that takes the probe and refuses the request's own connection a moment later (a receiver restarting) leaves the next address to try, in the same attempt", async () => {
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.2", "127.0.0.1"]) } });
+    const r = scope.receiver();
+    const port = new URL(r.url).port;
+    // It stops listening as it takes its first connection, the probe: fetch's connection is refused.
+    const restarting = createTcpServer((socket) => (socket.destroy(), restarting.close()));
+    await new Promise<void>((listening) => restarting.listen(Number(port), "127.0.0.2", listening));
+    try {
+      await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
+      await createContact();
+      await expectDeliveredAtOnce(r, port);
+    } finally {
+      restarting.close();
+    }
   });
 
   test("when no address of a name takes the connection, the attempt's error names every address tried, sorted", async () => {
