@@ -265,14 +265,20 @@ export class SqliteDatabase implements Database {
     return this.replaced?.message ?? this.syncFailed;
   }
 
-  /** useReadLane has readAside run its reads on a read lane holding at most `capacity` of them (read-lane.ts); 0, or an in-memory database, keeps them on this thread. */
+  /**
+   * useReadLane has readAside run its reads on a read lane holding at most `capacity` of them
+   * (read-lane.ts), whose thread opens the file the connections opened now, not at the first slow
+   * read; 0, or an in-memory database, keeps them on this thread.
+   */
   useReadLane(capacity: number, log: Logger): void {
-    if (capacity > 0 && this.path !== ":memory:") this.lane = new ReadLane(this.path, capacity, (work) => this.read(work), log);
+    const file = this.opened.get(this.path);
+    if (capacity > 0 && file) this.lane = new ReadLane(this.path, file, capacity, (work) => this.read(work), log);
   }
 
-  /** readAside runs slow reads in one snapshot on the read lane when there is one (useReadLane), else as `read`. */
+  /** readAside runs slow reads in one snapshot on the read lane when there is one (useReadLane) and the file was not replaced, else as `read`. */
   readAside<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T> {
-    return this.lane ? this.lane.read(work, reader) : this.read(work);
+    // Once the file was replaced, reads go on from the lost file, which the main thread's reader holds.
+    return this.lane && !this.replaced ? this.lane.read(work, reader) : this.read(work);
   }
 
   readsAside(): number {
@@ -467,9 +473,22 @@ export class SqliteDatabase implements Database {
   }
 }
 
+/** FileId names a file whatever path names it: its device and inode. */
+export type FileId = Pick<BigIntStats, "dev" | "ino">;
+
 /** sameFile tells whether two stats are of one file: the same device and inode. */
-function sameFile(a: BigIntStats, b: BigIntStats): boolean {
+function sameFile(a: FileId, b: FileId): boolean {
   return a.dev === b.dev && a.ino === b.ino;
+}
+
+/**
+ * refuseAnotherFile throws DatabaseReplaced unless `path` names `file`. A connection opened on the
+ * file now at the path would pair it with the WAL and shared memory the service's connections hold
+ * of the file they opened, and seeing no lock of theirs on it, write that log into it at its close.
+ */
+function refuseAnotherFile(path: string, file: FileId): void {
+  const now = statSync(path, { bigint: true, throwIfNoEntry: false });
+  if (!now || !sameFile(now, file)) throw new DatabaseReplaced(`the database file ${path} is not the one the service opened: it was replaced or removed`);
 }
 
 function endTurn(watch: Watch): void {
@@ -482,10 +501,18 @@ function endTurn(watch: Watch): void {
  * setting, reported as one line; one another user owns says whose it is and the fix, not SQLite's
  * "unable to open database file".
  */
-function openConnection(path: string, synchronous: Synchronous): StatementCachingDatabase {
+function openConnection(path: string, synchronous: Synchronous, file?: FileId): StatementCachingDatabase {
   let db: StatementCachingDatabase | undefined;
   try {
-    db = new StatementCachingDatabase(path, { create: true, strict: true });
+    if (file) {
+      // Before any statement: SQLite opens the WAL and shared memory at the path only with the
+      // first one, and a connection closed before that writes nothing.
+      refuseAnotherFile(path, file);
+      db = new StatementCachingDatabase(path, { readwrite: true, strict: true });
+      refuseAnotherFile(path, file);
+    } else {
+      db = new StatementCachingDatabase(path, { create: true, strict: true });
+    }
     db.run("PRAGMA journal_mode = WAL");
     db.run(synchronous === "full" ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
     db.run("PRAGMA foreign_keys = ON");
@@ -547,9 +574,13 @@ export function openDatabase(path: string, synchronous: Synchronous = "full", { 
   return new SqliteDatabase(writer, reader, path);
 }
 
-/** openReadOnlyConnection opens a connection that only reads the SQLite file (the reader, the read lane's). */
-export function openReadOnlyConnection(path: string, synchronous: Synchronous = "full"): StatementCachingDatabase {
-  const reader = openConnection(path, synchronous);
+/**
+ * openReadOnlyConnection opens a connection that only reads the SQLite file (the reader, the read
+ * lane's). Given `file`, the one the service opened, it throws DatabaseReplaced unless the path
+ * names that file from before the open to after it (and it creates none).
+ */
+export function openReadOnlyConnection(path: string, synchronous: Synchronous = "full", file?: FileId): StatementCachingDatabase {
+  const reader = openConnection(path, synchronous, file);
   // The reader only reads: a write there would wait on the writer's open group transaction.
   reader.run("PRAGMA query_only = ON");
   return reader;

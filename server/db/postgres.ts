@@ -430,6 +430,13 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private readonly bookkeepingLine = new SpacedLine();
   /** the sessions a write's statement waits for, read while it waited (blockersWatched) for lockTimedOut's line */
   private blocking: Promise<Row> | null = null;
+  /**
+   * apart runs each statement on a connection of its own (onConnectionOfItsOwn), given up after the
+   * answer timeout: the reads of the lock lines, which must not wait for a connection of the pool.
+   * With a pool of 1 the waiting write holds the only one, and a read of the sessions it waits for
+   * ran once the lock timeout had ended the wait, when pg_blocking_pids names none.
+   */
+  private readonly apart: PostgresDb;
 
   /**
    * options include the pool's size (max); a statement the server leaves without any answer for
@@ -445,6 +452,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
     super({ unsafe: (text, params) => this.onThePool(text, params) }, () => this.committed());
     this.pool = new SQL(options);
     this.watch = new AnswerWatch(answerTimeoutMs, (signal) => probeServer(options, signal), () => this.replacePool());
+    this.apart = new PostgresDb({ unsafe: (text, params) => onConnectionOfItsOwn(options, text, params, AbortSignal.timeout(answerTimeoutMs)) }, () => {});
   }
 
   /** onThePool runs one statement on the pool, timed by the watch. */
@@ -485,7 +493,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
   /** lockHolders reads LOCK_HOLDERS for a line: `holders`, or `holders_unknown` saying why not. */
   private lockHolders(): Promise<Row> {
-    return this.all<Row>(LOCK_HOLDERS).then(
+    return this.apart.all<Row>(LOCK_HOLDERS).then(
       (holders) => ({ holders }),
       (error: unknown) => ({ holders_unknown: String(error) }),
     );
@@ -501,7 +509,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
     if (!this.lockLog || !this.lockLine.due(performance.now())) return statement;
     let read: Promise<Row> | null = null;
     const timer = setTimeout(() => {
-      read = this.blocking = this.all<Row>(BLOCKING_SESSIONS, [backend]).then(
+      read = this.blocking = this.apart.all<Row>(BLOCKING_SESSIONS, [backend]).then(
         (sessions) => ({ blocking_sessions: sessions }),
         (error: unknown) => ({ blocking_sessions_unknown: String(error) }),
       );
@@ -844,17 +852,22 @@ function connectFailure(error: unknown): string {
   return code && code !== "ERR_POSTGRES_SERVER_ERROR" ? `${text} (${code})` : text;
 }
 
-/** probeServer asks the server for `SELECT 1` on a connection of its own, closed once answered or once `signal` aborts. */
-async function probeServer(options: PostgresOptions, signal: AbortSignal): Promise<void> {
+/** onConnectionOfItsOwn runs one statement on a connection of its own, opened with `options` and closed once answered or once `signal` aborts. */
+async function onConnectionOfItsOwn(options: PostgresOptions, sql: string, params: SqlValue[] = [], signal?: AbortSignal): Promise<Result> {
   const client = new SQL({ ...options, max: 1 });
   const close = () => void client.close({ timeout: 0 });
-  signal.addEventListener("abort", close, { once: true });
+  signal?.addEventListener("abort", close, { once: true });
   try {
-    await client`SELECT 1`;
+    return await client.unsafe(sql, params);
   } finally {
-    signal.removeEventListener("abort", close);
+    signal?.removeEventListener("abort", close);
     close();
   }
+}
+
+/** probeServer asks the server for `SELECT 1` on a connection of its own, closed once answered or once `signal` aborts. */
+async function probeServer(options: PostgresOptions, signal: AbortSignal): Promise<void> {
+  await onConnectionOfItsOwn(options, "SELECT 1", [], signal);
 }
 
 /** TablesHome is where a pool's sessions keep the service's tables, as openPostgres checked it. */
@@ -917,13 +930,8 @@ interface ServerFacts {
  * the pool's session settings.
  */
 async function readServerFacts(options: PostgresOptions, schema: string): Promise<ServerFacts> {
-  const client = new SQL({ ...options, max: 1 });
-  try {
-    const [facts] = await client.unsafe(SERVER_FACTS, [schema]);
-    return facts as ServerFacts;
-  } finally {
-    void client.close({ timeout: 0 });
-  }
+  const [facts] = await onConnectionOfItsOwn(options, SERVER_FACTS, [schema]);
+  return facts as unknown as ServerFacts;
 }
 
 /**

@@ -1,8 +1,8 @@
 // The read lane's thread (read-lane.ts): one read-only connection to the database file, whose
 // statements run here, so that a slow one holds up no request of the main thread.
 import type { Database as SqliteConnection } from "bun:sqlite";
-import { openReadOnlyConnection } from "./database.ts";
-import type { LaneAnswer, LaneCall, LaneOpen } from "./read-lane.ts";
+import { DatabaseReplaced, openReadOnlyConnection } from "./database.ts";
+import type { LaneAnswer, LaneCall, LaneOpen, LaneRefusal } from "./read-lane.ts";
 
 declare const self: Worker;
 
@@ -12,9 +12,15 @@ let inSnapshot = false;
 self.onmessage = (event: MessageEvent<LaneCall | LaneOpen>) => {
   const call = event.data;
   // Thrown out of the handler, a failure to open ends the thread: the lane runs the read on the
-  // main thread instead, and tries a new thread for the next.
+  // main thread instead, and tries a new thread for the next. Another file at the path is refused
+  // for good: the lane starts no thread again.
   if (call.kind === "open") {
-    connection = openReadOnlyConnection(call.path);
+    try {
+      connection = openReadOnlyConnection(call.path, "full", call.file);
+    } catch (error) {
+      if (!(error instanceof DatabaseReplaced)) throw error;
+      self.postMessage({ refused: error.message } satisfies LaneRefusal);
+    }
     return;
   }
   let answer: LaneAnswer;

@@ -157,10 +157,11 @@ async function readPrefix(response: Response, limit: number): Promise<string> {
 }
 
 /**
- * UNREACHED_WORDS words each failure that leaves the receiver unreached at one address: only these
- * move an attempt on to the name's next address, as curl and browsers do. A timeout, a failure
- * after connecting (a reset, a TLS refusal) or an HTTP answer ends the attempt: the receiver may
- * have got the request, and its answer is its own.
+ * UNREACHED_WORDS words the failures that leave the receiver unreached at one address: on fetch's
+ * own connection only these move an attempt on to the name's next address, as curl and browsers
+ * do; a timeout, a failure after connecting (a reset, a TLS refusal) or an HTTP answer ends the
+ * attempt: the receiver may have got the request, and its answer is its own. A probe of
+ * firstToConnect sends nothing, so any failure of one moves on, these words or its code naming it.
  */
 const UNREACHED_WORDS: Record<string, string> = {
   ECONNREFUSED: "connection refused by",
@@ -176,11 +177,17 @@ interface Unreached {
   code: string;
 }
 
+/** EveryAddressUnreached ends the race of firstToConnect when no address took a connection: `unreached` names them all. */
+class EveryAddressUnreached extends Error {}
+
 /** unreachedCode returns the code of a failure that left the receiver unreached at one address, or null for any other failure. */
 function unreachedCode(error: unknown): string | null {
   const { code } = error as { code?: unknown };
   return typeof code === "string" && code in UNREACHED_WORDS ? code : null;
 }
+
+/** endpointOf writes an address and port as the record shows them. */
+const endpointOf = (address: string, port: string | number) => `${addressAsHost(address)}:${port}`;
 
 /** describeUnreached words the addresses an attempt could not connect to, sorted, those that failed alike together. */
 function describeUnreached(unreached: Unreached[]): string {
@@ -188,7 +195,7 @@ function describeUnreached(unreached: Unreached[]): string {
   // (round-robin DNS), and the same failure must read alike, so the health page counts it as one reason.
   const sorted = unreached.toSorted((a, b) => (a.endpoint < b.endpoint ? -1 : a.endpoint > b.endpoint ? 1 : 0));
   const codes = [...new Set(sorted.map((u) => u.code))];
-  return codes.map((code) => `${UNREACHED_WORDS[code]} ${sorted.filter((u) => u.code === code).map((u) => u.endpoint).join(" and ")} (${code})`).join("; ");
+  return codes.map((code) => `${UNREACHED_WORDS[code] ?? "could not connect to"} ${sorted.filter((u) => u.code === code).map((u) => u.endpoint).join(" and ")} (${code})`).join("; ");
 }
 
 /**
@@ -204,9 +211,10 @@ const CONNECTION_ATTEMPT_DELAY_MS = 250;
  * earlier ones still pending. An address that drops packets silently would otherwise take the
  * attempt's whole timeout before the next was tried. Every connection is closed once one connects:
  * Bun's fetch cannot send on a socket it is given, so the request goes on fetch's own connection to
- * the winner, and no receiver can get it twice. Unreached addresses are added to `unreached`; it
- * rejects with the last failure when every address is unreached, with any other failure at once, or
- * with the signal's reason.
+ * the winner, and no receiver can get it twice. Any failure of a probe leaves its address unreached:
+ * no request went out on it, so moving on is safe whatever the kernel said (EACCES or EPERM from a
+ * firewall rejecting IPv6, EINVAL from a blackhole route, EHOSTDOWN). Unreached addresses are added
+ * to `unreached`; it rejects with EveryAddressUnreached when every address is, or with the signal's reason.
  */
 function firstToConnect(addresses: string[], port: number, signal: AbortSignal, unreached: Unreached[]): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -231,10 +239,9 @@ function firstToConnect(addresses: string[], port: number, signal: AbortSignal, 
       socket.once("connect", () => settle(() => resolve(address)));
       socket.on("error", (error) => {
         if (settled) return;
-        const code = unreachedCode(error);
-        if (code === null) return settle(() => reject(error));
-        unreached.push({ endpoint: `${addressAsHost(address)}:${port}`, code });
-        if (++failed === addresses.length) return settle(() => reject(error));
+        const { code } = error as { code?: unknown };
+        unreached.push({ endpoint: endpointOf(address, port), code: typeof code === "string" ? code : error.message });
+        if (++failed === addresses.length) return settle(() => reject(new EveryAddressUnreached()));
         // The newest connection failed: the next starts now rather than at the delay.
         if (next === sockets.length - 1 && sockets.length < addresses.length) start(next + 1);
       });
@@ -271,7 +278,8 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
  * sendAttempt makes one signed POST of a delivery: it resolves the target's host once, checks the
  * addresses (DNS may have changed since the subscription was created) and sends to the first of
  * the addresses checked (a few of them: addressesToTry) to take a connection, raced as
- * firstToConnect does, with the original Host header and TLS server name; it follows no
+ * firstToConnect does (the others again, should the request's own connection to it be refused
+ * or unreachable), with the original Host header and TLS server name; it follows no
  * redirects, stops at the timeout (which covers every address
  * and reading the answer: a body still arriving then is an error, whatever the status), and keeps
  * the first `responseBodyBytes` of the answer. It never throws: failures come back in words (at
@@ -313,29 +321,38 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     untried = resolved.length - addresses.length;
     const port = target.port || (target.protocol === "https:" ? "443" : "80");
     request.onSend?.();
-    // One address is connected to by fetch alone, as cheap as a plain fetch: there is nothing to race.
-    const address = addresses.length === 1 ? addresses[0]! : await firstToConnect(addresses, Number(port), signal, unreached);
-    // The Host header and TLS server name are the URL's, whichever address is connected to.
-    const pinned = pinTarget(target, address);
-    serverName = pinned.serverName ?? (target.protocol === "https:" ? target.hostname.replace(/^\[|\]$/g, "") : null);
-    const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
-    let response: Response;
-    try {
-      response = await fetch(pinned.url, {
-        method: "POST",
-        // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
-        // could unpack to gigabytes, and only the first responseBodyBytes are kept anyway.
-        headers: { ...headers, "accept-encoding": "identity", ...(pinned.host === null ? {} : { host: pinned.host }) },
-        body: request.payload,
-        decompress: false,
-        tls,
-        redirect: "manual",
-        signal,
-      });
-    } catch (error) {
-      const code = unreachedCode(error);
-      if (code !== null) unreached.push({ endpoint: `${addressAsHost(address)}:${port}`, code });
-      throw error;
+    let candidates = addresses;
+    let response: Response | undefined;
+    while (response === undefined) {
+      // One address is connected to by fetch alone, as cheap as a plain fetch: there is nothing to race.
+      const address = candidates.length === 1 ? candidates[0]! : await firstToConnect(candidates, Number(port), signal, unreached);
+      // The Host header and TLS server name are the URL's, whichever address is connected to.
+      const pinned = pinTarget(target, address);
+      serverName = pinned.serverName ?? (target.protocol === "https:" ? target.hostname.replace(/^\[|\]$/g, "") : null);
+      const tls = pinned.serverName === null && request.network.ca === undefined ? undefined : { serverName: pinned.serverName ?? undefined, ca: request.network.ca };
+      try {
+        response = await fetch(pinned.url, {
+          method: "POST",
+          // The answer is asked for uncompressed and read as sent: decompressed, a few hundred bytes
+          // could unpack to gigabytes, and only the first responseBodyBytes are kept anyway.
+          headers: { ...headers, "accept-encoding": "identity", ...(pinned.host === null ? {} : { host: pinned.host }) },
+          body: request.payload,
+          decompress: false,
+          tls,
+          redirect: "manual",
+          signal,
+        });
+      } catch (error) {
+        const code = unreachedCode(error);
+        if (code === null) throw error;
+        unreached.push({ endpoint: endpointOf(address, port), code });
+        // The request was never sent: an address that took the probe and refuses fetch's own
+        // connection a moment later (a receiver restarting, a balancer's backend down) leaves the
+        // others to try, in the time left.
+        const failed = new Set(unreached.map((u) => u.endpoint));
+        candidates = candidates.filter((a) => !failed.has(endpointOf(a, port)));
+        if (candidates.length === 0) throw error;
+      }
     }
     result.response_status = response.status;
     for (const name of RESPONSE_HEADERS_KEPT) {
@@ -354,7 +371,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     if (error instanceof TargetRefused) result.refused_address = error.address;
     if (interruption instanceof AttemptInterrupted) result.error = interruption.message;
     // Every address tried was unreached: the record names them all, and counts those not tried.
-    else if (unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}${notTried(untried)}`;
+    else if (error instanceof EveryAddressUnreached || unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}${notTried(untried)}`;
     else result.error = `${describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName)}${unreached.length > 0 ? `; before it, ${describeUnreached(unreached)}` : ""}`;
   }
   if (result.error !== null) result.error = cutTo(result.error, ERROR_KEPT_CHARACTERS);

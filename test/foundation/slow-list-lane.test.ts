@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createApp, createRuntime, type App } from "../../server/app.ts";
+import { copyFileSync, existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
 import { ReadLane } from "../../server/db/read-lane.ts";
@@ -157,12 +158,25 @@ describe("slow lists on the lane", () => {
     expect(throwing.held).toBe(0);
   });
 
-  test("a thread that cannot open the database file ends, and its reads are answered on the main thread", async () => {
-    const lane = new ReadLane(join(h.dataDir, "missing", "crm.sqlite"), 2, (work) => h.db.read(work), createLogger("error"));
+  test("a thread whose path names another file than the service opened (a backup moved over it) does not open it: every read is answered on the main thread, and the file is not touched", async () => {
+    const path = databasePath(h.dataDir);
+    const other = join(h.dataDir, "restored.sqlite");
+    copyFileSync(path, other);
+    const before = readFileSync(other);
+    const warnings: string[] = [];
+    const log = createLogger("warn", (line) => warnings.push(JSON.parse(line).msg));
+    let onMainThread = 0;
+    const lane = new ReadLane(other, statSync(path, { bigint: true }), 2, (work) => (onMainThread++, h.db.read(work)), log);
     try {
       const read = (db: Db) => db.get<{ n: number }>("SELECT count(*) AS n FROM contacts");
       const expected = await h.db.read(read);
       expect([await lane.read(read, "test"), await lane.read(read, "test")]).toEqual([expected, expected]);
+      expect({ onMainThread, warnings, wal: existsSync(`${other}-wal`), unchanged: readFileSync(other).equals(before) }).toEqual({
+        onMainThread: 2,
+        warnings: ["the slow-list lane's thread did not open the database: its path names another file than the service opened; slow lists run on the main thread until the service is restarted"],
+        wal: false,
+        unchanged: true,
+      });
     } finally {
       await lane.close();
     }

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { renameSync } from "node:fs";
+import { Database } from "bun:sqlite";
 import { join } from "node:path";
 import { api, createToken, runCli, SOURCE, spawnServer, tempDir, waitUntil } from "./support.ts";
 
@@ -77,4 +78,61 @@ describe("a database file replaced under a running serve", () => {
       }),
     ]);
   }, 120_000);
+
+  // The slow-list lane's thread opened the path at its first slow read: opened after the move, it
+  // paired the restored file with the lost file's WAL and shared memory, read the restored file,
+  // and at the stop wrote the lost file's log into it ("database disk image is malformed", the
+  // restart refused).
+  for (const when of ["before the watch looks", "after the watch noticed"] as const) {
+    test(`a slow list (the lane's first) ${when}: it reads the lost file, as every read does, and the restored file is left whole`, async () => {
+      const dataDir = tempDir("replaced-lane");
+      const token = createToken(SOURCE, dataDir);
+      const serve = [...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"];
+      const server = await spawnServer(serve);
+      const file = join(dataDir, "crm.sqlite");
+      const counts = async () => {
+        // A name search runs on the lane; a plain list on the main thread's reader.
+        const lane = await api(server.url, token, "GET", "/public/v1/contacts?full_name=Hopper");
+        const main = await api(server.url, token, "GET", "/public/v1/contacts?per_page=100");
+        return { lane: [lane.status, lane.body.meta?.total], main: [main.status, main.body.meta?.total] };
+      };
+      let seen: Record<string, unknown>;
+      try {
+        expect((await api(server.url, token, "POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Lovelace" })).status).toBe(201);
+        const backup = join(tempDir("replaced-lane-backup"), "crm.sqlite");
+        expect(runCli([...SOURCE, "backup", backup, "--data-dir", dataDir]).exitCode).toBe(0);
+        // Written after the backup: in the lost file only.
+        for (let i = 0; i < 30; i++) expect((await api(server.url, token, "POST", "/public/v1/contacts", { first_name: `Grace${i}`, last_name: "Hopper" })).status).toBe(201);
+        renameSync(backup, file);
+        if (when === "after the watch noticed") await waitUntil(async () => (await fetch(`${server.url}/readyz`)).status === 503, "the replaced file to be noticed", server.proc);
+        const first = await counts();
+        await waitUntil(async () => (await fetch(`${server.url}/readyz`)).status === 503, "the replaced file to be noticed", server.proc);
+        seen = { first, noticed: await counts() };
+      } finally {
+        expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+      }
+      const check = new Database(file, { readonly: true });
+      try {
+        seen.integrity = check.query("PRAGMA integrity_check").all();
+        seen.restoredContacts = check.query("SELECT first_name FROM contacts").all();
+      } catch (error) {
+        seen.integrity = String(error);
+      } finally {
+        check.close();
+      }
+      expect(seen).toEqual({
+        first: { lane: [200, 30], main: [200, 31] },
+        noticed: { lane: [200, 30], main: [200, 31] },
+        integrity: [{ integrity_check: "ok" }],
+        restoredContacts: [{ first_name: "Ada" }],
+      });
+      // The restart the README tells the operator to do serves the restored file.
+      const restarted = await spawnServer(serve);
+      try {
+        expect((await api(restarted.url, token, "GET", "/public/v1/contacts")).body.data.map((c: { first_name: string }) => c.first_name)).toEqual(["Ada"]);
+      } finally {
+        expect((await restarted.stopWith("SIGTERM")).exitCode).toBe(0);
+      }
+    }, 120_000);
+  }
 });

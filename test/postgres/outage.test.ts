@@ -757,43 +757,47 @@ describe("database refusing work", () => {
     }
   }, 60_000);
 
-  test("a write that meets a row another session holds (psql's SELECT ... FOR UPDATE, an open transaction that changed it) is 503 database-busy after the lock timeout, and the warn line names the blocking session with the start of its statement", async () => {
-    const { server } = await serveThroughRelay("postgres", { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2" });
-    const created = await api(server.url, token, "POST", "/public/v1/contacts", { email: "row-held@example.com" });
-    expect(created.status).toBe(201);
-    const locker = new SQL({ url: database.url, max: 1, connection: { application_name: "psql" } });
-    const holding = "SELECT id FROM contacts WHERE email = 'row-held@example.com' FOR UPDATE";
-    try {
-      const { patched, holder } = await locker.begin(async (tx) => {
-        const [{ pid }] = await tx.unsafe("SELECT pg_backend_pid() AS pid");
-        await tx.unsafe(holding);
-        const response = await fetch(`${server.url}/public/v1/contacts/${created.body.data.id}`, {
-          method: "PATCH",
-          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-          body: JSON.stringify({ first_name: "Held" }),
-          signal: AbortSignal.timeout(15_000),
+  // With a pool of 1 the write's own transaction holds the only connection: the blocking sessions
+  // are read on a connection apart, or not before the wait has ended, when nothing blocks any more.
+  for (const pool of ["4", "1"]) {
+    test(`a write that meets a row another session holds (psql's SELECT ... FOR UPDATE, an open transaction that changed it) is 503 database-busy after the lock timeout, and the warn line names the blocking session (a pool of ${pool})`, async () => {
+      const { server } = await serveThroughRelay("postgres", { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2", CRM_DATABASE_POOL: pool });
+      const created = await api(server.url, token, "POST", "/public/v1/contacts", { email: `row-held-${pool}@example.com` });
+      expect(created.status).toBe(201);
+      const locker = new SQL({ url: database.url, max: 1, connection: { application_name: "psql" } });
+      const holding = `SELECT id FROM contacts WHERE email = 'row-held-${pool}@example.com' FOR UPDATE`;
+      try {
+        const { patched, holder } = await locker.begin(async (tx) => {
+          const [{ pid }] = await tx.unsafe("SELECT pg_backend_pid() AS pid");
+          await tx.unsafe(holding);
+          const response = await fetch(`${server.url}/public/v1/contacts/${created.body.data.id}`, {
+            method: "PATCH",
+            headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+            body: JSON.stringify({ first_name: "Held" }),
+            signal: AbortSignal.timeout(15_000),
+          });
+          return { patched: `${response.status} ${((await response.json()) as { type?: string }).type} ${response.headers.get("retry-after")}`, holder: pid as number };
         });
-        return { patched: `${response.status} ${((await response.json()) as { type?: string }).type} ${response.headers.get("retry-after")}`, holder: pid as number };
-      });
-      expect(patched).toBe("503 urn:crm:problem:database-busy 5");
-      const lockLines = () => server.logLines().filter((line) => line.level !== "info");
-      await waitUntil(() => lockLines().length > 0, "the lock logged", server.proc);
-      expect(lockLines()).toEqual([
-        {
-          time: expect.any(String),
-          level: "warn",
-          msg: "a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held",
-          lock_timeout_ms: 2000,
-          holders: [],
-          blocking_sessions: [
-            { pid: holder, role: "postgres", application: "psql", client: "127.0.0.1", state: "idle in transaction", query_start: expect.any(String), transaction_seconds: expect.any(Number) },
-          ],
-        },
-      ]);
-    } finally {
-      await locker.close();
-    }
-  }, 60_000);
+        expect(patched).toBe("503 urn:crm:problem:database-busy 5");
+        const lockLines = () => server.logLines().filter((line) => line.level !== "info");
+        await waitUntil(() => lockLines().length > 0, "the lock logged", server.proc);
+        expect(lockLines()).toEqual([
+          {
+            time: expect.any(String),
+            level: "warn",
+            msg: "a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held",
+            lock_timeout_ms: 2000,
+            holders: [],
+            blocking_sessions: [
+              { pid: holder, role: "postgres", application: "psql", client: "127.0.0.1", state: "idle in transaction", query_start: expect.any(String), transaction_seconds: expect.any(Number) },
+            ],
+          },
+        ]);
+      } finally {
+        await locker.close();
+      }
+    }, 60_000);
+  }
 
   test("a token whose last use is due while another session holds the tokens table locked (LOCK TABLE api_tokens IN EXCLUSIVE MODE, which lets reads through) is served without waiting for the lock: its last use is left for a later one, and one warn line a minute names the session holding it", async () => {
     const fresh = [1, 2].map((i) => runCli([...SOURCE, "token", "create", "--name", `bookkeeping ${i}`], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_SECRETS_KEY_FILE: keyFile } }).stdout.trim());

@@ -5,7 +5,7 @@ import dns from "node:dns";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createSecureServer } from "node:http2";
 import { createServer } from "node:https";
-import { connect, type AddressInfo } from "node:net";
+import { connect, createServer as createTcpServer, type AddressInfo } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -352,15 +352,22 @@ describe("pinned connect: security", () => {
 });
 
 describe("pinned connect: a name with several addresses", () => {
-  test("a name whose first address refuses the connection is delivered at the next one, in the same attempt", async () => {
-    // The receiver listens on 127.0.0.1 alone, so its port is closed on ::1, as for localhost on a dual-stack machine.
-    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["::1", "127.0.0.1"]) } });
-    const r = scope.receiver();
-    const port = new URL(r.url).port;
-    await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
-    await createContact();
-    await expectDeliveredAtOnce(r, port);
-  });
+  // The receiver listens on 127.0.0.1 alone, so its port is closed on ::1, as for localhost on a
+  // dual-stack machine. This machine refuses a link-local address with no interface named at once
+  // (EINVAL), as it does EACCES and EPERM behind a firewall rejecting IPv6: nothing was sent.
+  for (const [first, failure] of [
+    ["::1", "refuses the connection"],
+    ["fe80::1", "fails for a reason of this machine's (EINVAL)"],
+  ] as const) {
+    test(`a name whose first address ${failure} is delivered at the next one, in the same attempt`, async () => {
+      h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering([first, "127.0.0.1"]) } });
+      const r = scope.receiver();
+      const port = new URL(r.url).port;
+      await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
+      await createContact();
+      await expectDeliveredAtOnce(r, port);
+    });
+  }
 
   test("a name whose first address drops the connection silently is delivered at the next one, started beside it, well within the timeout", async () => {
     // 127.0.0.2 stands for an unreachable IPv6 address of a receiver's AAAA record: it never answers the SYN.
@@ -396,6 +403,28 @@ describe("pinned connect: a name with several addresses", () => {
       expect({ status: delivery.status, attempts }).toEqual({ status: "failed", attempts: [{ status: null, error }] });
     } finally {
       silent.close();
+    }
+  });
+
+  test("when every address fails, those the kernel refused locally are named by their code beside the refusals' words", async () => {
+    const { delivery, attempts, port } = await deliverToClosedPort(["fe80::1", "127.0.0.2", "fe80::2"]);
+    const error = `connection failed: connection refused by 127.0.0.2:${port} (ECONNREFUSED); could not connect to [fe80::1]:${port} and [fe80::2]:${port} (EINVAL)`;
+    expect({ status: delivery.status, last_error: delivery.last_error, attempts }).toEqual({ status: "failed", last_error: error, attempts: [{ status: null, error }] });
+  });
+
+  test("an address that takes the probe and refuses the request's own connection a moment later (a receiver restarting) leaves the next address to try, in the same attempt", async () => {
+    h = await scope.harness({ retrySchedule: [] }, { network: { resolve: answering(["127.0.0.2", "127.0.0.1"]) } });
+    const r = scope.receiver();
+    const port = new URL(r.url).port;
+    // It stops listening as it takes its first connection, the probe: fetch's connection is refused.
+    const restarting = createTcpServer((socket) => (socket.destroy(), restarting.close()));
+    await new Promise<void>((listening) => restarting.listen(Number(port), "127.0.0.2", listening));
+    try {
+      await h.subscribe(`http://dual.example.test:${port}/hook`, ["contact.created"]);
+      await createContact();
+      await expectDeliveredAtOnce(r, port);
+    } finally {
+      restarting.close();
     }
   });
 
@@ -491,6 +520,29 @@ describe("pinned connect: a name with several addresses", () => {
       last_error: "refused: host mixed.example.test resolves to a loopback address; webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists",
       received: 0,
     });
+  });
+});
+
+// A network namespace of its own needs root (the suite and CI run as root); otherwise skipped.
+const canProhibitRoutes = process.getuid?.() === 0 && Bun.which("unshare") !== null && Bun.which("ip") !== null;
+
+describe.skipIf(!canProhibitRoutes)("pinned connect: addresses a route prohibits (EACCES), in a network namespace of its own", () => {
+  test("an address whose connect fails EACCES, as behind a firewall rejecting IPv6, moves the attempt on to the next; every address failing is named by its code", async () => {
+    const routes = "ip link set lo up && ip route add prohibit 198.51.100.0/24 && ip -6 route add prohibit 2001:db8::/32";
+    const cases = [
+      ["2001:db8::7", "127.0.0.1"],
+      ["198.51.100.7", "127.0.0.1"],
+      ["2001:db8::7", "198.51.100.7"],
+    ];
+    const child = Bun.spawn(["unshare", "-n", "sh", "-c", `${routes} && exec "$0" "$1" "$2"`, process.execPath, join(import.meta.dir, "fixtures/prohibited-routes.ts"), JSON.stringify(cases)], { stdout: "pipe", stderr: "inherit" });
+    const output = await new Response(child.stdout).text();
+    expect(await child.exited).toBe(0);
+    const { port, attempts } = JSON.parse(output);
+    expect(attempts).toEqual([
+      { addresses: cases[0], status: 200, error: null, received: 1 },
+      { addresses: cases[1], status: 200, error: null, received: 1 },
+      { addresses: cases[2], status: null, error: `connection failed: could not connect to 198.51.100.7:${port} and [2001:db8::7]:${port} (EACCES)`, received: 0 },
+    ]);
   });
 });
 
