@@ -97,11 +97,15 @@ function useWatchedDelivery(initial: DeliveryWatchView | null) {
   return test;
 }
 
-/** TestStep is step 3 of both wizards: send a webhook.ping to the subscription under test and show how it went. */
+/**
+ * TestStep is step 3 of both wizards: send a webhook.ping to the subscription under test and show how
+ * it went. Sending it comes back to `#step-test`, which a browser then focuses, being focusable
+ * (tabindex -1): a screen reader starts at the step and its result, not at the top of the page.
+ */
 function TestStep({ action, csrfToken, formKey, current, children }: { action: string; csrfToken: string; formKey: string; current: DeliveryWatchView | null; children: ComponentChildren }) {
   return (
-    <section class="card step" id="step-test">
-      <h2>
+    <section class="card step" id="step-test" aria-labelledby="step-test-heading" tabIndex={-1}>
+      <h2 id="step-test-heading">
         <span class="step-no">3</span> Send a test event
       </h2>
       <p>{children}</p>

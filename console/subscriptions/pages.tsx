@@ -121,8 +121,9 @@ export function subscriptionsPage(props: {
           </a>
         </div>
         <NoticeBox notice={props.notice} />
+        {/* The notice above, saying the subscription was created, takes the focus. */}
         {props.created && (
-          <SecretOnce id="new-secret" label="Signing secret of the new subscription" value={props.created.secret}>
+          <SecretOnce id="new-secret" label="Signing secret of the new subscription" heading="Signing secret of the new subscription" focused={false} value={props.created.secret}>
             Receivers verify the <code>webhook-signature</code> header of <span class="url">{receiverUrl(props.created.target_url)}</span> with it.
           </SecretOnce>
         )}
@@ -389,7 +390,7 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
         <RotationHead current={r.step === "done" ? 5 : null} />
         <RefusalSummary refusal={props.refusal} fields={["confirm"]} />
         {props.secret && (
-          <SecretOnce id="new-secret" label="Step 2 done: the new subscription's signing secret" value={props.secret}>
+          <SecretOnce id="new-secret" label="Signing secret of the new subscription" heading="Step 2 done: the new subscription is created" value={props.secret}>
             Configure the new receiver with it before you send the test event.
           </SecretOnce>
         )}
@@ -428,10 +429,11 @@ function SummaryActions({ subscriptionId }: { subscriptionId: string }) {
   );
 }
 
+/** RotationSummary is the rotation's step 5; it takes the focus as the page loads, being what finishing it answers with. */
 function RotationSummary({ rotation: r }: { rotation: RotationView }) {
   return (
-    <section class="card step" id="summary">
-      <h2>
+    <section class="card step" id="summary" aria-labelledby="summary-heading" tabIndex={-1} autofocus>
+      <h2 id="summary-heading">
         <span class="step-no">5</span> Rotation finished
       </h2>
       <dl class="facts grid">
@@ -499,7 +501,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
         </div>
         <RefusalSummary refusal={props.refusal} fields={["grace_hours", "confirm"]} />
         {props.secret && (
-          <SecretOnce id="new-secret" label="Step 2 done: the new signing secret" value={props.secret}>
+          <SecretOnce id="new-secret" label="New signing secret" heading="Step 2 done: the secret is rotated" value={props.secret}>
             Configure the receiver with it, then send the test event.
           </SecretOnce>
         )}
@@ -508,8 +510,9 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
             <SecretRotationLive {...live} />
           </Island>
         ) : props.finished ? (
-          <section class="card step" id="summary">
-            <h2>
+          // What retiring the previous secret answers with takes the focus, unless the new secret shown once does (no grace period).
+          <section class="card step" id="summary" aria-labelledby="summary-heading" tabIndex={props.secret ? undefined : -1} autofocus={!props.secret}>
+            <h2 id="summary-heading">
               <span class="step-no">5</span> Secret rotation finished
             </h2>
             <dl class="facts grid">
