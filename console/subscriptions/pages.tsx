@@ -6,7 +6,7 @@ import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionCho
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
+import { RotationLive, RotationPair, SecretRotationLive, Stepper, wizardTitle, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
 import { bidiBalanced, CsrfField, DataTable, FailingNote, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
@@ -261,10 +261,10 @@ function RotationHead({ current }: { current: number | null }) {
   );
 }
 
-/** rotationStepPage renders step 1 or 2 of the wizard: the steps, then the step's card. */
-function rotationStepPage(session: ConsoleSession, step: 1 | 2, title: string, heading: string, children: ComponentChildren): string {
+/** rotationStepPage renders step 1 or 2 of the wizard, titled by its step: the steps, then the step's card. */
+function rotationStepPage(session: ConsoleSession, step: 1 | 2, heading: string, children: ComponentChildren): string {
   return renderPage({
-    title: `Rotate: ${title}`,
+    title: wizardTitle(step),
     session,
     section: "subscriptions",
     children: (
@@ -286,7 +286,6 @@ export function rotationPickPage(props: { session: ConsoleSession; subscriptions
   return rotationStepPage(
     props.session,
     1,
-    "pick a subscription",
     "Which subscription is to be replaced?",
     props.subscriptions.length === 0 ? (
       <p class="muted">There are no subscriptions to rotate.</p>
@@ -343,7 +342,6 @@ export function rotationNewPage(props: { session: ConsoleSession; old: Subscript
   return rotationStepPage(
     props.session,
     2,
-    "new subscription",
     "The new subscription",
     <>
       <p>
@@ -381,7 +379,7 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
     confirmReason: reasonOf(props.refusal, "confirm"),
   };
   return renderPage({
-    title: "Rotate a subscription",
+    title: r.step === "done" ? wizardTitle(5) : r.step === "abandoned" ? "Rotate: abandoned" : wizardTitle(r.test?.status === "succeeded" ? 4 : 3),
     session: props.session,
     section: "subscriptions",
     islands: r.step === "test" ? ["rotation", ...(props.secret ? ["copy"] : [])] : [],
@@ -483,7 +481,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
     confirmReason: reasonOf(props.refusal, "confirm"),
   };
   return renderPage({
-    title: "Rotate the secret",
+    title: wizardTitle(props.finished ? 5 : step === "rotate" ? 2 : test?.status === "succeeded" ? 4 : 3, true),
     session: props.session,
     section: "subscriptions",
     islands: step === "test" ? ["secret-rotation", ...(props.secret ? ["copy"] : [])] : [],

@@ -65,6 +65,12 @@ async function at320<T>(read: () => Promise<T>): Promise<T> {
 /** submit clicks a form's button and waits for the page it answers with. */
 const submit = (selector: string) => Promise.all([page.waitForNavigation(), page.click(selector)]);
 
+/** headingLevels lists the levels of the headings in `main`, in order. */
+const headingLevels = () => page.locator("main h1, main h2, main h3, main h4, main h5, main h6").evaluateAll((all) => all.map((h) => Number(h.tagName[1])));
+
+/** skipsALevel says whether a heading comes more than one level below the one before it. */
+const skipsALevel = (levels: number[]) => levels.some((level, i) => i > 0 && level > levels[i - 1]! + 1);
+
 describe("WCAG 2.2 AA", () => {
   test("1.3.1, 4.1.2: an invitation's page shows no unnamed field: the username kept for password managers is not drawn, and Tab goes from the password to the button", async () => {
     const code = await inviteOperator(server.runtime.db, "newbie@example.com", null);
@@ -168,6 +174,67 @@ describe("WCAG 2.2 AA", () => {
       expect({ title: await page.title(), notice }).toEqual({ title: "No match · Search · CRM console", notice: ["alert", "Nothing has the id dlv_00000000000000000000000000: it may have been deleted, or pruned by the retention of delivery history."] });
     }, SLOW);
   });
+
+  test("1.4.1, 1.3.1: the wizards' steps say which are done with a mark and a word, not a colour alone, at 1280 px and at 320 px", async () => {
+    const steps = () =>
+      page.locator(".stepper").evaluate((list) =>
+        [...list.querySelectorAll("li")].map((li) => ({ mark: [...li.querySelectorAll(".step-mark")].map((mark) => mark.getBoundingClientRect().width > 0 && getComputedStyle(mark).borderBottomStyle === "solid"), current: li.getAttribute("aria-current") })),
+      );
+    const read = async () => ({ snapshot: await page.locator(".stepper").ariaSnapshot(), steps: await steps() });
+    await page.goto(url(`/console/rotations/new?from=${warehouse.id}&kind=url`));
+    const wide = await read();
+    const narrow = await at320(read);
+    const shown = { snapshot: '- list "Rotation steps":\n  - listitem: 1 Pick done\n  - listitem: 2 New subscription\n  - listitem: 3 Test to come\n  - listitem: 4 Delete old to come\n  - listitem: 5 Summary to come', steps: [{ mark: [true], current: null }, { mark: [], current: "step" }, { mark: [], current: null }, { mark: [], current: null }, { mark: [], current: null }] };
+    expect({ wide, narrow }).toEqual({ wide: shown, narrow: shown });
+  }, SLOW);
+
+  test("2.4.2, 1.3.1: each of a wizard's steps has a title of its own, and its headings skip no level", async () => {
+    const billing = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}?billing`, description: "Billing", events: ["contact.created"] })).data;
+    const seen: { title: string; skips: boolean }[] = [];
+    const look = async () => seen.push({ title: await page.title(), skips: skipsALevel(await headingLevels()) });
+    const startUrlRotation = async () => {
+      await page.goto(url("/console/rotations/new"));
+      await look();
+      await page.check(`input[name=from][value="${billing.id}"]`);
+      await submit("main form button[type=submit]");
+      await look();
+      await page.fill("input[name=target_url]", `${receiver.url}?v=3`);
+      await submit("main form button[type=submit]");
+      await look();
+    };
+    const startSecretRotation = async () => {
+      const replacement = (await server.api("GET", "/public/v1/webhook-subscriptions")).data.find((s: { target_url: string }) => s.target_url.endsWith("?v=3"));
+      await page.goto(url(`/console/subscriptions/${replacement.id}/secret-rotation`));
+      await look();
+      await submit("main form button[type=submit]");
+      await look();
+    };
+    for (const [start, finish] of [
+      [startUrlRotation, "#delete-old"],
+      [startSecretRotation, "#retire-previous"],
+    ] as const) {
+      await start();
+      await submit("#send-test");
+      await page.waitForSelector(`${finish}:not([disabled])`, { timeout: 20_000 });
+      await look();
+      await page.check("input[name=confirm]");
+      await submit(finish);
+      await look();
+    }
+    expect(seen).toEqual(
+      [
+        "Rotate: pick a subscription (step 1 of 5)",
+        "Rotate: new subscription (step 2 of 5)",
+        "Rotate: test the new subscription (step 3 of 5)",
+        "Rotate: delete the old subscription (step 4 of 5)",
+        "Rotate: finished (step 5 of 5)",
+        "Rotate the secret: new secret (step 2 of 5)",
+        "Rotate the secret: test the new secret (step 3 of 5)",
+        "Rotate the secret: retire the previous secret (step 4 of 5)",
+        "Rotate the secret: finished (step 5 of 5)",
+      ].map((title) => ({ title: `${title} · CRM console`, skips: false })),
+    );
+  }, SLOW);
 
   test("2.5.8: every action of a subscription's row is a target of 24 by 24 px at least, on a wide screen and at 320 px", async () => {
     const small = () =>
