@@ -244,4 +244,21 @@ describe("WCAG 2.2 AA", () => {
     await page.goto(url("/console/subscriptions"));
     expect({ wide: await small(), narrow: await at320(small) }).toEqual({ wide: [], narrow: [] });
   }, SLOW);
+
+  test("4.1.3: what the copy button did is said in a status region beside it, there before the click, and the button keeps its name", async () => {
+    await page.goto(url("/console/tokens"));
+    await page.fill("input[name=name]", "copy-me");
+    await submit("main form:has(input[name=name]) button[type=submit]");
+    await page.context().grantPermissions(["clipboard-read", "clipboard-write"]);
+    const copy = page.locator(".secret-row button");
+    const status = () => page.locator(".secret-row [role=status]").evaluateAll((all) => all.map((region) => region.textContent));
+    await copy.waitFor();
+    const before = { button: await copy.textContent(), status: await status() };
+    await copy.click();
+    await page.waitForFunction(() => document.querySelector(".secret-row [role=status]")?.textContent !== "", null, { timeout: 10_000 });
+    expect({ before, after: { button: await copy.textContent(), status: await status(), copied: await page.evaluate(() => navigator.clipboard.readText()) } }).toEqual({
+      before: { button: "Copy", status: [""] },
+      after: { button: "Copy", status: ["Copied to the clipboard."], copied: await page.inputValue("#new-token") },
+    });
+  }, SLOW);
 });
