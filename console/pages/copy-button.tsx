@@ -1,7 +1,11 @@
 /** @jsxImportSource preact */
 import { useSignal } from "@preact/signals";
 
-/** CopyButton copies the value of the input with the given id and says so. */
+/**
+ * CopyButton copies the value of the input with the given id and says how that went in a status
+ * region beside it, there (empty) from the start so that a screen reader reads what it is given;
+ * the button keeps its name, since a focused button's new name is not read out.
+ */
 export function CopyButton({ targetId }: { targetId: string }) {
   const copied = useSignal<"idle" | "copied" | "failed">("idle");
   const copy = async () => {
@@ -17,8 +21,13 @@ export function CopyButton({ targetId }: { targetId: string }) {
     }
   };
   return (
-    <button type="button" class="button small" onClick={copy}>
-      {copied.value === "copied" ? "Copied ✓" : copied.value === "failed" ? "Select and copy by hand" : "Copy"}
-    </button>
+    <>
+      <button type="button" class="button small" onClick={copy}>
+        Copy
+      </button>
+      <span role="status" class="copy-status">
+        {copied.value === "copied" ? "Copied to the clipboard." : copied.value === "failed" ? "Not copied: select the text and copy it by hand." : ""}
+      </span>
+    </>
   );
 }

@@ -6,17 +6,23 @@ import type { ConsoleSession } from "../model.ts";
 import { renderPage, type Section } from "./layout.tsx";
 import { CsrfField, fieldId, reasonMarks, WithReason } from "./parts.tsx";
 
-/** SecretOnce shows a secret that is never shown again, with a copy button added by the copy island. */
-export function SecretOnce({ id, label, value, children }: { id: string; label: string; value: string; children?: ComponentChildren }) {
+/**
+ * SecretOnce shows a secret that is never shown again, with a copy button added by the copy island,
+ * under a heading saying what was done; `label` names the secret's field. The section takes
+ * the focus as the page loads (autofocus: the console's CSP runs no inline script), so a screen
+ * reader reads what was done and that the secret must be copied now, and the next Tab reaches it,
+ * unless the page's notice takes the focus instead (`focused` false): one autofocus to a page.
+ */
+export function SecretOnce({ id, label, value, heading, focused = true, children }: { id: string; label: string; value: string; heading: string; focused?: boolean; children?: ComponentChildren }) {
   return (
-    <section class="card secret" aria-labelledby={`${id}-label`}>
-      <h2 id={`${id}-label`}>{label}</h2>
-      <p>
+    <section class="card secret" aria-labelledby={`${id}-heading`} aria-describedby={`${id}-once`} tabIndex={focused ? -1 : undefined} autofocus={focused}>
+      <h2 id={`${id}-heading`}>{heading}</h2>
+      <p id={`${id}-once`}>
         <strong>Copy it now: it is shown only this once.</strong> {children}
       </p>
       <div class="secret-row">
         <input id={id} class="mono" type="text" readOnly value={value} aria-label={label} spellcheck={false} />
-        <span data-copy-for={id} />
+        <span data-copy-for={id} class="copy" />
       </div>
     </section>
   );

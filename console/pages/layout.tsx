@@ -2,7 +2,7 @@
 import type { ComponentChildren } from "preact";
 import { renderToString } from "preact-render-to-string";
 import type { ConsoleSession } from "../model.ts";
-import { CsrfField } from "./parts.tsx";
+import { CsrfField, pageTitle } from "./parts.tsx";
 
 export type Section = "deliveries" | "subscriptions" | "contacts" | "tokens" | "users" | "operators";
 
@@ -31,7 +31,7 @@ function Layout({ title, session, section, islands = [], children }: LayoutProps
       <head>
         <meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
-        <title>{`${title} · CRM console`}</title>
+        <title>{pageTitle(title)}</title>
         <link rel="icon" href="data:," />
         <link rel="stylesheet" href="/console/assets/console.css" />
         {islands.map((name) => (

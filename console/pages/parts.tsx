@@ -13,6 +13,9 @@ const STATUS_WORDS: Record<string, string> = {
   revoked: "Revoked",
 };
 
+/** pageTitle is a page's title as the browser shows it: the page's own, then the console's name. */
+export const pageTitle = (title: string) => `${title} · CRM console`;
+
 /** StatusBadge shows a status as a coloured word, so it reads without colour too. */
 export function StatusBadge({ status }: { status: string }) {
   return <span class={`badge badge-${status in STATUS_WORDS ? status : "other"}`}>{STATUS_WORDS[status] ?? status}</span>;

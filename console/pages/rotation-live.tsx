@@ -3,7 +3,7 @@ import { useSignal } from "@preact/signals";
 import type { ComponentChildren } from "preact";
 import { useEffect } from "preact/hooks";
 import type { DeliveryWatchView } from "../model.ts";
-import { CsrfField, formatDuration, HttpStatus, reasonMarks, receiverUrl, StatusBadge, SubscriptionLabel, Time, WithReason } from "./parts.tsx";
+import { CsrfField, formatDuration, HttpStatus, pageTitle, reasonMarks, receiverUrl, StatusBadge, SubscriptionLabel, Time, WithReason } from "./parts.tsx";
 
 /** WATCH_MS is how often the wizard asks for its test delivery while it is pending. */
 const WATCH_MS = 1000;
@@ -31,8 +31,26 @@ export interface RotationLiveProps {
 
 const URL_STEPS = ["Pick", "New subscription", "Test", "Delete old", "Summary"];
 const SECRET_STEPS = ["Pick", "New secret", "Test", "Retire old secret", "Summary"];
+const URL_TITLES = ["pick a subscription", "new subscription", "test the new subscription", "delete the old subscription", "finished"];
+const SECRET_TITLES = ["pick a subscription", "new secret", "test the new secret", "retire the previous secret", "finished"];
 
-/** Stepper shows the five steps of the rotation wizard (moving to a new URL, or rotating the secret) and which one is current. */
+/** wizardTitle is the page title of a wizard's step, what it is and its number, so that each step's title is its own. */
+export function wizardTitle(step: number, secret = false): string {
+  return `${secret ? "Rotate the secret" : "Rotate"}: ${(secret ? SECRET_TITLES : URL_TITLES)[step - 1]} (step ${step} of 5)`;
+}
+
+/** useStepTitle keeps the page's title on the step the live island shows (3, then 4 once the test succeeds), as the server titled it at first. */
+function useStepTitle(step: number, secret = false) {
+  useEffect(() => {
+    document.title = pageTitle(wizardTitle(step, secret));
+  }, [step]);
+}
+
+/**
+ * Stepper shows the five steps of the rotation wizard (moving to a new URL, or rotating the secret)
+ * and which one is current. A step done has a check mark, and it and a step to come say so in words
+ * for screen readers, as the current step does with aria-current: not by their colours alone.
+ */
 export function Stepper({ current, secret = false }: { current: number; secret?: boolean }) {
   return (
     <ol class="stepper" aria-label="Rotation steps">
@@ -40,18 +58,20 @@ export function Stepper({ current, secret = false }: { current: number; secret?:
         <li class={i + 1 < current ? "done" : i + 1 === current ? "current" : ""} aria-current={i + 1 === current ? "step" : undefined}>
           <span class="step-no">{i + 1}</span>
           <span class="step-label">{label}</span>
+          {i + 1 < current && <span class="step-mark" aria-hidden="true" />}
+          {i + 1 !== current && <span class="visually-hidden">{i + 1 < current ? " done" : " to come"}</span>}
         </li>
       ))}
     </ol>
   );
 }
 
-/** RotationPair shows the old subscription beside the one replacing it. */
+/** RotationPair shows the old subscription beside the one replacing it; their headings are the page's second level, drawn as labels. */
 export function RotationPair({ old, replacement }: { old: RotationSide; replacement: RotationLiveProps["replacement"] }) {
   return (
     <section class="card rotation-pair">
       <div>
-        <h3>Old</h3>
+        <h2>Old</h2>
         <SubscriptionLabel description={old.description} url={old.target_url} />
         <p class="hint">{old.status ? <StatusBadge status={old.status} /> : "deleted"}</p>
       </div>
@@ -59,7 +79,7 @@ export function RotationPair({ old, replacement }: { old: RotationSide; replacem
         →
       </div>
       <div>
-        <h3>New</h3>
+        <h2>New</h2>
         {replacement ? (
           <>
             <SubscriptionLabel description={replacement.description} url={replacement.target_url} />
@@ -97,11 +117,15 @@ function useWatchedDelivery(initial: DeliveryWatchView | null) {
   return test;
 }
 
-/** TestStep is step 3 of both wizards: send a webhook.ping to the subscription under test and show how it went. */
+/**
+ * TestStep is step 3 of both wizards: send a webhook.ping to the subscription under test and show how
+ * it went. Sending it comes back to `#step-test`, which a browser then focuses, being focusable
+ * (tabindex -1): a screen reader starts at the step and its result, not at the top of the page.
+ */
 function TestStep({ action, csrfToken, formKey, current, children }: { action: string; csrfToken: string; formKey: string; current: DeliveryWatchView | null; children: ComponentChildren }) {
   return (
-    <section class="card step" id="step-test">
-      <h2>
+    <section class="card step" id="step-test" aria-labelledby="step-test-heading" tabIndex={-1}>
+      <h2 id="step-test-heading">
         <span class="step-no">3</span> Send a test event
       </h2>
       <p>{children}</p>
@@ -127,6 +151,7 @@ export function RotationLive({ rotationId, csrfToken, testFormKey, old, replacem
   const succeeded = current?.status === "succeeded";
   const base = `/console/rotations/${rotationId}`;
   const oldExists = old.status !== null;
+  useStepTitle(succeeded ? 4 : 3);
   return (
     <>
       <Stepper current={succeeded ? 4 : 3} />
@@ -201,12 +226,13 @@ export function SecretRotationLive({ subscriptionId, csrfToken, testFormKey, tar
   const current = test.value;
   const succeeded = current?.status === "succeeded";
   const base = `/console/subscriptions/${subscriptionId}/secret-rotation`;
+  useStepTitle(succeeded ? 4 : 3, true);
   return (
     <>
       <Stepper current={succeeded ? 4 : 3} secret />
       <section class="card rotation-pair">
         <div>
-          <h3>Subscription</h3>
+          <h2>Subscription</h2>
           <SubscriptionLabel description={description} url={target_url} />
           <p class="hint">
             Secret rotated at <Time value={rotated_at} />; until <Time value={previous_expires_at} /> every request but the test event carries two signatures, the new

@@ -37,7 +37,7 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
         </div>
         <NoticeBox notice={props.notice} />
         {props.created && (
-          <SecretOnce id="new-token" label={`API token “${props.created.info.name}”`} value={props.created.token}>
+          <SecretOnce id="new-token" label={`API token “${props.created.info.name}”`} heading={`API token “${props.created.info.name}” created`} value={props.created.token}>
             Send it as <code>Authorization: Bearer …</code> from server-side code.
           </SecretOnce>
         )}
@@ -226,6 +226,9 @@ export interface OneTimeLink {
   url: string;
 }
 
+/** linkLabel names a one-time link by what it is for and whom. */
+const linkLabel = (link: OneTimeLink) => (link.purpose === "invite" ? `Invitation for ${link.email}` : `Password reset link for ${link.email}`);
+
 /** operatorsPage lists the operators and pending invitations, shows a link just made (once), and invites a new operator. */
 export function operatorsPage(props: {
   session: ConsoleSession;
@@ -251,7 +254,7 @@ export function operatorsPage(props: {
         </div>
         <NoticeBox notice={props.notice} />
         {props.link && (
-          <SecretOnce id="operator-link" label={props.link.purpose === "invite" ? `Invitation for ${props.link.email}` : `Password reset link for ${props.link.email}`} value={props.link.url}>
+          <SecretOnce id="operator-link" label={linkLabel(props.link)} heading={`${linkLabel(props.link)} made`} value={props.link.url}>
             Send it to {props.link.email} yourself; it works once, for 72 hours.
           </SecretOnce>
         )}

@@ -27,10 +27,10 @@ export function SearchBox({ session, value = "" }: { session: ConsoleSession; va
   );
 }
 
-/** searchAnswer is the search's own page: the box (holding `value`) and what the search says. */
-function searchAnswer(session: ConsoleSession, value: string, children: ComponentChildren): string {
+/** searchAnswer is the search's own page, titled `title`: the box (holding `value`) and what the search says. */
+function searchAnswer(session: ConsoleSession, title: string, value: string, children: ComponentChildren): string {
   return renderPage({
-    title: "Search",
+    title,
     session,
     children: (
       <>
@@ -44,9 +44,9 @@ function searchAnswer(session: ConsoleSession, value: string, children: Componen
   });
 }
 
-/** searchPage says that a search found nothing, with the box to try again. */
+/** searchPage says that a search found nothing, with the box to try again; that answer to the search takes the focus (NoticeBox), as the page loads. */
 export function searchPage(props: { session: ConsoleSession; q: string; nothing: string }): string {
-  return searchAnswer(props.session, props.q, <NoticeBox notice={{ kind: "info", text: props.nothing }} />);
+  return searchAnswer(props.session, "No match · Search", props.q, <NoticeBox notice={{ kind: "error", text: props.nothing }} />);
 }
 
 /** PageButton posts the search again for another page of its contacts (`before`: after that position; none: the newest). */
@@ -71,6 +71,7 @@ export function searchResultsPage(props: { session: ConsoleSession; q: string; v
   const { session, q, view } = props;
   return searchAnswer(
     session,
+    "Search",
     q,
     <>
       <ContactsTable view={view} />
@@ -107,5 +108,5 @@ export function secretPage(props: { session: ConsoleSession; secret: SecretShape
   const where = props.inAddress
     ? "it was not searched or logged, but it is in this page's address, and so in the browser's history and the log of any proxy on the way"
     : "it was not searched, and it was not logged or put in the page's address";
-  return searchAnswer(props.session, "", <NoticeBox notice={{ kind: "error", text: `This looks like ${words.what}: ${where}. ${words.advice}` }} />);
+  return searchAnswer(props.session, "Search", "", <NoticeBox notice={{ kind: "error", text: `This looks like ${words.what}: ${where}. ${words.advice}` }} />);
 }

@@ -6,7 +6,7 @@ import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionCho
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { RotationLive, RotationPair, SecretRotationLive, Stepper, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
+import { RotationLive, RotationPair, SecretRotationLive, Stepper, wizardTitle, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
 import { bidiBalanced, CsrfField, DataTable, FailingNote, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
@@ -121,8 +121,9 @@ export function subscriptionsPage(props: {
           </a>
         </div>
         <NoticeBox notice={props.notice} />
+        {/* The notice above, saying the subscription was created, takes the focus. */}
         {props.created && (
-          <SecretOnce id="new-secret" label="Signing secret of the new subscription" value={props.created.secret}>
+          <SecretOnce id="new-secret" label="Signing secret of the new subscription" heading="Signing secret of the new subscription" focused={false} value={props.created.secret}>
             Receivers verify the <code>webhook-signature</code> header of <span class="url">{receiverUrl(props.created.target_url)}</span> with it.
           </SecretOnce>
         )}
@@ -260,10 +261,10 @@ function RotationHead({ current }: { current: number | null }) {
   );
 }
 
-/** rotationStepPage renders step 1 or 2 of the wizard: the steps, then the step's card. */
-function rotationStepPage(session: ConsoleSession, step: 1 | 2, title: string, heading: string, children: ComponentChildren): string {
+/** rotationStepPage renders step 1 or 2 of the wizard, titled by its step: the steps, then the step's card. */
+function rotationStepPage(session: ConsoleSession, step: 1 | 2, heading: string, children: ComponentChildren): string {
   return renderPage({
-    title: `Rotate: ${title}`,
+    title: wizardTitle(step),
     session,
     section: "subscriptions",
     children: (
@@ -285,7 +286,6 @@ export function rotationPickPage(props: { session: ConsoleSession; subscriptions
   return rotationStepPage(
     props.session,
     1,
-    "pick a subscription",
     "Which subscription is to be replaced?",
     props.subscriptions.length === 0 ? (
       <p class="muted">There are no subscriptions to rotate.</p>
@@ -342,7 +342,6 @@ export function rotationNewPage(props: { session: ConsoleSession; old: Subscript
   return rotationStepPage(
     props.session,
     2,
-    "new subscription",
     "The new subscription",
     <>
       <p>
@@ -380,7 +379,7 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
     confirmReason: reasonOf(props.refusal, "confirm"),
   };
   return renderPage({
-    title: "Rotate a subscription",
+    title: r.step === "done" ? wizardTitle(5) : r.step === "abandoned" ? "Rotate: abandoned" : wizardTitle(r.test?.status === "succeeded" ? 4 : 3),
     session: props.session,
     section: "subscriptions",
     islands: r.step === "test" ? ["rotation", ...(props.secret ? ["copy"] : [])] : [],
@@ -389,7 +388,7 @@ export function rotationPage(props: { session: ConsoleSession; rotation: Rotatio
         <RotationHead current={r.step === "done" ? 5 : null} />
         <RefusalSummary refusal={props.refusal} fields={["confirm"]} />
         {props.secret && (
-          <SecretOnce id="new-secret" label="Step 2 done: the new subscription's signing secret" value={props.secret}>
+          <SecretOnce id="new-secret" label="Signing secret of the new subscription" heading="Step 2 done: the new subscription is created" value={props.secret}>
             Configure the new receiver with it before you send the test event.
           </SecretOnce>
         )}
@@ -428,10 +427,11 @@ function SummaryActions({ subscriptionId }: { subscriptionId: string }) {
   );
 }
 
+/** RotationSummary is the rotation's step 5; it takes the focus as the page loads, being what finishing it answers with. */
 function RotationSummary({ rotation: r }: { rotation: RotationView }) {
   return (
-    <section class="card step" id="summary">
-      <h2>
+    <section class="card step" id="summary" aria-labelledby="summary-heading" tabIndex={-1} autofocus>
+      <h2 id="summary-heading">
         <span class="step-no">5</span> Rotation finished
       </h2>
       <dl class="facts grid">
@@ -481,7 +481,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
     confirmReason: reasonOf(props.refusal, "confirm"),
   };
   return renderPage({
-    title: "Rotate the secret",
+    title: wizardTitle(props.finished ? 5 : step === "rotate" ? 2 : test?.status === "succeeded" ? 4 : 3, true),
     session: props.session,
     section: "subscriptions",
     islands: step === "test" ? ["secret-rotation", ...(props.secret ? ["copy"] : [])] : [],
@@ -499,7 +499,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
         </div>
         <RefusalSummary refusal={props.refusal} fields={["grace_hours", "confirm"]} />
         {props.secret && (
-          <SecretOnce id="new-secret" label="Step 2 done: the new signing secret" value={props.secret}>
+          <SecretOnce id="new-secret" label="New signing secret" heading="Step 2 done: the secret is rotated" value={props.secret}>
             Configure the receiver with it, then send the test event.
           </SecretOnce>
         )}
@@ -508,8 +508,9 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
             <SecretRotationLive {...live} />
           </Island>
         ) : props.finished ? (
-          <section class="card step" id="summary">
-            <h2>
+          // What retiring the previous secret answers with takes the focus, unless the new secret shown once does (no grace period).
+          <section class="card step" id="summary" aria-labelledby="summary-heading" tabIndex={props.secret ? undefined : -1} autofocus={!props.secret}>
+            <h2 id="summary-heading">
               <span class="step-no">5</span> Secret rotation finished
             </h2>
             <dl class="facts grid">
