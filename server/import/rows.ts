@@ -3,6 +3,7 @@ import { accountNameKey } from "../accounts/store.ts";
 import { asciiDomain } from "../shared/domains.ts";
 import { ConfigError } from "../config.ts";
 import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
+import { MAX_IMPORT_RECORD_LENGTH } from "../limits/limits.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { printable } from "../shared/text.ts";
 import { CsvError, csvRecords } from "./csv.ts";
@@ -162,11 +163,17 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
   return { format: "csv", columns, rowCount, rows };
 }
 
-/** jsonLines yields each non-blank line of JSON Lines text, given in pieces of any size, with its 1-based line number. */
-function* jsonLines(pieces: Iterable<string>): Generator<{ line: string; number: number }> {
+/**
+ * jsonLines yields each non-blank line of JSON Lines text, given in pieces of any size, with its
+ * 1-based line number; a line longer than MAX_IMPORT_RECORD_LENGTH stops it (held whole until it
+ * ends, a line without its line break would take in the rest of the file).
+ */
+function* jsonLines(path: string, pieces: Iterable<string>): Generator<{ line: string; number: number }> {
   let rest = "";
   let number = 0;
+  const tooLong = () => new ConfigError(`${path}: line ${number + 1} is longer than ${MAX_IMPORT_RECORD_LENGTH} characters, more than any row can import`);
   const lineOf = (text: string) => {
+    if (text.length > MAX_IMPORT_RECORD_LENGTH) throw tooLong();
     number++;
     const line = text.endsWith("\r") ? text.slice(0, -1) : text;
     return line.trim() === "" ? null : { line, number };
@@ -180,6 +187,7 @@ function* jsonLines(pieces: Iterable<string>): Generator<{ line: string; number:
       start = newline + 1;
     }
     rest = text.slice(start);
+    if (rest.length > MAX_IMPORT_RECORD_LENGTH) throw tooLong();
   }
   const last = lineOf(rest);
   if (last) yield last;
@@ -210,14 +218,14 @@ function flattened(value: Record<string, unknown>): Record<string, unknown> {
 function readJsonLines(path: string, read: () => Iterable<string>): SourceFile {
   const columns = new Set<string>();
   let rowCount = 0;
-  for (const { line, number } of jsonLines(read())) {
+  for (const { line, number } of jsonLines(path, read())) {
     for (const key of Object.keys(flattened(jsonObject(path, line, number)))) columns.add(key);
     rowCount++;
   }
   if (rowCount === 0) throw new ConfigError(`${path} is empty: each line must be a JSON object`);
   function* rows(): Generator<SourceRow> {
     let row = 0;
-    for (const { line, number } of jsonLines(read())) {
+    for (const { line, number } of jsonLines(path, read())) {
       const original = jsonObject(path, line, number);
       let refused: SourceRow["refused"];
       try {
