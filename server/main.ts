@@ -23,7 +23,7 @@ import { BackupError, backupDatabase } from "./ops/service.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
-import { importContacts } from "./import/service.ts";
+import { importContacts, importCounts } from "./import/service.ts";
 import { startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
 
@@ -427,7 +427,7 @@ async function importCommand(args: string[]): Promise<number> {
   }
   try {
     const summary = await importContacts({ file, api, map, trial, dryRun, invalidFile, progress: process.stderr });
-    const counts = dryRun ? `valid ${summary.valid}, invalid ${summary.invalid}` : `created ${summary.created}, updated ${summary.updated}, unchanged ${summary.unchanged}, invalid ${summary.invalid}`;
+    const counts = dryRun ? `valid ${summary.valid}, invalid ${summary.invalid}` : importCounts(summary);
     process.stdout.write(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}\n`);
     if (summary.invalidFile) process.stdout.write(`invalid rows with their errors: ${summary.invalidFile}\n`);
     if (summary.invalidFileError) {
