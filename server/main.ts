@@ -14,6 +14,7 @@ import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
+import { readPasswordInput } from "./operators/password-input.ts";
 import { flushLogs } from "./shared/log.ts";
 import { printable } from "./shared/text.ts";
 import { fileErrorText, isAbsent, notOwnedText, pathExists, statIfThere } from "./shared/files.ts";
@@ -22,7 +23,7 @@ import { BackupError, backupDatabase } from "./ops/service.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
-import { importContacts } from "./import/service.ts";
+import { importContacts, importCounts } from "./import/service.ts";
 import { startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
 
@@ -43,7 +44,8 @@ Commands:
   user delete ID                     delete a user; its contacts lose the assignment (each
                                      sends contact.updated); on SQLite, not while serve runs
   operator create --email E --password-stdin
-                                     add a console operator; the password is read from stdin
+                                     add a console operator; the password is the first line of
+                                     stdin (at a terminal: asked for, not shown)
   operator list                      list console operators: id, email, created, last seen
   operator remove --email E          remove an operator and end their sessions (not the last one)
   operator reset-password --email E --password-stdin
@@ -425,7 +427,7 @@ async function importCommand(args: string[]): Promise<number> {
   }
   try {
     const summary = await importContacts({ file, api, map, trial, dryRun, invalidFile, progress: process.stderr });
-    const counts = dryRun ? `valid ${summary.valid}, invalid ${summary.invalid}` : `created ${summary.created}, updated ${summary.updated}, unchanged ${summary.unchanged}, invalid ${summary.invalid}`;
+    const counts = dryRun ? `valid ${summary.valid}, invalid ${summary.invalid}` : importCounts(summary);
     process.stdout.write(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}\n`);
     if (summary.invalidFile) process.stdout.write(`invalid rows with their errors: ${summary.invalidFile}\n`);
     if (summary.invalidFileError) {
@@ -575,7 +577,7 @@ async function main(argv: string[]): Promise<number> {
       const email = takeOption(args, "--email");
       // Never a password argument: it would show in the process list and the shell history.
       if (!email || !takeFlag(args, "--password-stdin")) throw new ConfigError(`operator ${sub} needs --email E and --password-stdin (the password is read from standard input)`);
-      const password = (await Bun.stdin.text()).replace(/\r?\n$/, "");
+      const password = await readPasswordInput();
       if (sub === "reset-password") {
         const db = await openConfiguredDatabase(args);
         const operator = await resetOperatorPassword(db, await databaseSecrets(db, loadCommandConfig(args)), email, password);

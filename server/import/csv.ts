@@ -1,6 +1,8 @@
 // RFC 4180 CSV, as spreadsheets write it: comma-separated, fields quoted with " when they hold
 // commas, quotes (doubled) or line breaks; CRLF or LF between records; an optional UTF-8 BOM.
 
+import { MAX_IMPORT_RECORD_LENGTH } from "../limits/limits.ts";
+
 /** CsvError is a malformed file, with the 1-based line where the problem starts. */
 export class CsvError extends Error {
   constructor(readonly line: number, message: string) {
@@ -13,6 +15,9 @@ export interface CsvRecord {
   fields: string[];
   line: number;
 }
+
+/** recordTooLong refuses a record longer than MAX_IMPORT_RECORD_LENGTH, at the line it starts on. */
+const recordTooLong = (line: number) => new CsvError(line, `a record longer than ${MAX_IMPORT_RECORD_LENGTH} characters, more than any row can import (a quoted field never closed?)`);
 
 const QUOTE = 0x22;
 const COMMA = 0x2c;
@@ -34,12 +39,15 @@ export function* csvRecords(pieces: Iterable<string>): Generator<CsvRecord> {
     for (;;) {
       const read = i < text.length || final ? readRecord(text, i, line, final) : null;
       if (read) {
+        if (read.next - i > MAX_IMPORT_RECORD_LENGTH) throw recordTooLong(line);
         ({ next: i, line } = read);
         if (read.record) yield read.record;
         if (final && i >= text.length) return;
         continue;
       }
       if (final) return;
+      // Held whole until it ends, a record past the bound (a quote never closed) would take in the rest of the file.
+      if (text.length - i > MAX_IMPORT_RECORD_LENGTH) throw recordTooLong(line);
       // The record is cut by the end of the piece: read on from its start with the next piece.
       const piece = iterator.next();
       if (piece.done) {

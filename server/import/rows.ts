@@ -1,8 +1,9 @@
-import { closeSync, openSync, readFileSync, readSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
 import { accountNameKey } from "../accounts/store.ts";
 import { asciiDomain } from "../shared/domains.ts";
 import { ConfigError } from "../config.ts";
 import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
+import { MAX_IMPORT_RECORD_LENGTH } from "../limits/limits.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { printable } from "../shared/text.ts";
 import { CsvError, csvRecords } from "./csv.ts";
@@ -53,12 +54,32 @@ function looksUtf16(start: Uint8Array): boolean {
   return units >= 2 && nulEvery(0) !== nulEvery(1);
 }
 
+/** FileChanged stops the reading of a file that is not the file its first read found: what was read before and after would not match. */
+export class FileChanged extends ConfigError {}
+
+/**
+ * sameFile is a check for textPieces that a file stays the one the first check saw: the same
+ * inode (not replaced), size and modification time (not written to). The import reads its file
+ * once per pass; an export job still writing it, or a sync replacing it, between the passes sent
+ * contacts whose accounts the earlier pass never saw, without their account.
+ */
+export function sameFile(path: string): (fd: number) => void {
+  let first: string | undefined;
+  return (fd) => {
+    const stats = fstatSync(fd, { bigint: true });
+    const identity = `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeNs}`;
+    first ??= identity;
+    if (identity !== first) throw new FileChanged(`${path} changed while the import read it (its inode, size or modification time is not what its first read found)`);
+  };
+}
+
 /**
  * textPieces reads a file as UTF-8 text a piece at a time, so the whole file is never in memory,
  * and stops at the first bytes that are not UTF-8: a file saved as Windows-1252 (Excel's plain
  * "CSV") would otherwise import "José" as "Jos\uFFFD". A UTF-16 file is refused as such at once.
+ * `unchanged` (sameFile) checks the file when it is opened and after each piece is read.
  */
-export function* textPieces(path: string): Generator<string> {
+export function* textPieces(path: string, unchanged: (fd: number) => void): Generator<string> {
   const cannotRead = (error: Error) => new ConfigError(`import: cannot read ${path}: ${error.message}`);
   let fd: number;
   try {
@@ -67,6 +88,7 @@ export function* textPieces(path: string): Generator<string> {
     throw cannotRead(error as Error);
   }
   try {
+    unchanged(fd);
     const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
     const buffer = new Uint8Array(CHUNK_BYTES);
     let first = true;
@@ -77,6 +99,7 @@ export function* textPieces(path: string): Generator<string> {
       } catch (error) {
         throw cannotRead(error as Error);
       }
+      unchanged(fd);
       if (first && looksUtf16(buffer.subarray(0, read))) throw new ConfigError(`${path} is UTF-16, not UTF-8; ${SAVE_AS_UTF8}`);
       first = false;
       let piece: string;
@@ -162,11 +185,17 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
   return { format: "csv", columns, rowCount, rows };
 }
 
-/** jsonLines yields each non-blank line of JSON Lines text, given in pieces of any size, with its 1-based line number. */
-function* jsonLines(pieces: Iterable<string>): Generator<{ line: string; number: number }> {
+/**
+ * jsonLines yields each non-blank line of JSON Lines text, given in pieces of any size, with its
+ * 1-based line number; a line longer than MAX_IMPORT_RECORD_LENGTH stops it (held whole until it
+ * ends, a line without its line break would take in the rest of the file).
+ */
+function* jsonLines(path: string, pieces: Iterable<string>): Generator<{ line: string; number: number }> {
   let rest = "";
   let number = 0;
+  const tooLong = () => new ConfigError(`${path}: line ${number + 1} is longer than ${MAX_IMPORT_RECORD_LENGTH} characters, more than any row can import`);
   const lineOf = (text: string) => {
+    if (text.length > MAX_IMPORT_RECORD_LENGTH) throw tooLong();
     number++;
     const line = text.endsWith("\r") ? text.slice(0, -1) : text;
     return line.trim() === "" ? null : { line, number };
@@ -180,6 +209,7 @@ function* jsonLines(pieces: Iterable<string>): Generator<{ line: string; number:
       start = newline + 1;
     }
     rest = text.slice(start);
+    if (rest.length > MAX_IMPORT_RECORD_LENGTH) throw tooLong();
   }
   const last = lineOf(rest);
   if (last) yield last;
@@ -210,14 +240,14 @@ function flattened(value: Record<string, unknown>): Record<string, unknown> {
 function readJsonLines(path: string, read: () => Iterable<string>): SourceFile {
   const columns = new Set<string>();
   let rowCount = 0;
-  for (const { line, number } of jsonLines(read())) {
+  for (const { line, number } of jsonLines(path, read())) {
     for (const key of Object.keys(flattened(jsonObject(path, line, number)))) columns.add(key);
     rowCount++;
   }
   if (rowCount === 0) throw new ConfigError(`${path} is empty: each line must be a JSON object`);
   function* rows(): Generator<SourceRow> {
     let row = 0;
-    for (const { line, number } of jsonLines(read())) {
+    for (const { line, number } of jsonLines(path, read())) {
       const original = jsonObject(path, line, number);
       let refused: SourceRow["refused"];
       try {

@@ -10,10 +10,10 @@ import { sha256 } from "../shared/crypto.ts";
 import { createOwnerOnlyFile, statIfThere } from "../shared/files.ts";
 import { printable } from "../shared/text.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
-import { BatchClient } from "./client.ts";
+import { BatchClient, ImportError } from "./client.ts";
 import { csvLine } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
-import { accountKey, columnMap, columnOf, readSourceFile, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameFile, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
 
 export interface ImportOptions {
   file: string;
@@ -43,6 +43,9 @@ export interface ImportSummary {
   invalidFileError: string | null;
 }
 
+/** importCounts is what an import did with the rows it sent, as its summary says it: "created 2, updated 0, unchanged 0, invalid 1". */
+export const importCounts = (summary: Pick<ImportSummary, "created" | "updated" | "unchanged" | "invalid">) => `created ${summary.created}, updated ${summary.updated}, unchanged ${summary.unchanged}, invalid ${summary.invalid}`;
+
 /** InvalidRow is a row refused locally or by the server, with its errors named by column. */
 interface InvalidRow {
   row: number;
@@ -63,7 +66,8 @@ const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, poi
  * again after a crash (within the server's 24 h replay window) creates nothing twice.
  */
 export async function importContacts(options: ImportOptions): Promise<ImportSummary> {
-  const source = readSourceFile(options.file, () => textPieces(options.file));
+  const unchanged = sameFile(options.file);
+  const source = readSourceFile(options.file, () => textPieces(options.file, unchanged));
   const { map, ignored } = columnMap(source.columns, options.map);
   const invalidFile = checkedInvalidFile(options, source.format);
   const note = (line: string) => options.progress.write(`${line}\n`);
@@ -95,29 +99,38 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const keyMaterial = JSON.stringify(["contacts", basename(options.file), statSync(options.file).size, [...map]]);
   const keyPrefix = `crm-import-${Buffer.from(sha256(keyMaterial)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
 
-  const accounts = await resolveAccounts(client, rows(), keyPrefix, map);
-  const refusedAccounts = [...accounts.values()].filter((outcome) => "errors" in outcome).length;
-  if (accounts.size > 0) progress.note(`accounts: ${accounts.size - refusedAccounts} created or found${refusedAccounts ? `, ${refusedAccounts} invalid (their rows are too)` : ""}`);
-  // The first row goes alone under the trial's key: after a --trial, the run replays it instead of
-  // creating again a row that no email or external id matches.
-  const trialKeyPrefix = options.trial ? keyPrefix : `${keyPrefix}-trial`;
+  let accountsNote: string | undefined;
   let done = 0;
   let replayed = 0;
-  let n = -1;
-  for (const chunk of firstAloneThenBatches(preparedRows(rows(), accounts, map), (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))) {
-    n++;
-    const sendable = chunk.filter((entry) => "item" in entry);
-    for (const entry of chunk) if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
-    if (sendable.length > 0) {
-      const key = `${n === 0 ? trialKeyPrefix : keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
-      // Each custom_fields.KEY column is a field of its own: an empty cell, or a key the file has no
-      // column for, must keep what the contact holds, where custom_fields alone would replace it whole.
-      const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key, { merge_custom_fields: true });
-      answer.results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
-      if (answer.replayed) replayed += sendable.length;
+  try {
+    const accounts = await resolveAccounts(client, rows(), keyPrefix, map);
+    const refusedAccounts = [...accounts.values()].filter((outcome) => "errors" in outcome).length;
+    accountsNote = `accounts: ${accounts.size - refusedAccounts} created or found${refusedAccounts ? `, ${refusedAccounts} invalid (their rows are too)` : ""}`;
+    if (accounts.size > 0) progress.note(accountsNote);
+    // The first row goes alone under the trial's key: after a --trial, the run replays it instead of
+    // creating again a row that no email or external id matches.
+    const trialKeyPrefix = options.trial ? keyPrefix : `${keyPrefix}-trial`;
+    let n = -1;
+    for (const chunk of firstAloneThenBatches(preparedRows(rows(), accounts, map), (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))) {
+      n++;
+      const sendable = chunk.filter((entry) => "item" in entry);
+      for (const entry of chunk) if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
+      if (sendable.length > 0) {
+        const key = `${n === 0 ? trialKeyPrefix : keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
+        // Each custom_fields.KEY column is a field of its own: an empty cell, or a key the file has no
+        // column for, must keep what the contact holds, where custom_fields alone would replace it whole.
+        const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key, { merge_custom_fields: true });
+        answer.results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
+        if (answer.replayed) replayed += sendable.length;
+      }
+      done += chunk.length;
+      progress.update(done);
     }
-    done += chunk.length;
-    progress.update(done);
+  } catch (error) {
+    if (!(error instanceof FileChanged)) throw error;
+    // What was sent stays sent: the operator is told what, in the words of the import's own report.
+    const sent = accountsNote === undefined ? "nothing was sent" : `sent before it did: ${accountsNote}; ${done} of ${rowCount} rows: ${importCounts({ ...summary, invalid: invalid.length })}`;
+    throw new ImportError(`${error.message}; ${sent}; import it again once nothing writes to it`, false);
   }
   progress.finish();
   // The first row's batch is answered from a --trial as well as from a whole run: the note names both.
@@ -166,7 +179,9 @@ function* preparedRows(rows: Iterable<ImportRow>, accounts: Map<string, AccountO
       yield { row, errors };
       continue;
     }
-    const account = row.account ? accounts.get(accountKey(row.account))! : null;
+    const account = row.account ? accounts.get(accountKey(row.account)) : null;
+    // Sent without it, the contact would lose its account and count as imported all the same.
+    if (account === undefined) throw new Error(`row ${row.row}: its account was not resolved before its contact`);
     if (account && "errors" in account) {
       yield { row, errors: account.errors };
       continue;
@@ -286,13 +301,20 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
   if (invalid.length === 0) return summary;
   const errorsOf = new Map(invalid.map(({ row, errors }) => [row, errors]));
   const lines = source.format === "csv" ? [csvLine([...source.columns, "import_row", "import_errors"])] : [];
-  for (const { row, fields, original, refused } of source.rows()) {
-    const errors = errorsOf.get(row);
-    if (!errors) continue;
-    if (source.format === "csv") lines.push(csvLine([...source.columns.map((_, j) => fields?.[j] ?? ""), String(row), errors.join("; ")]));
-    // A refused line is kept as written (JSON.parse would have rounded its large integers).
-    else if (refused) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
-    else lines.push(JSON.stringify({ ...original, import_row: row, import_errors: errors }));
+  const unwritten = (why: string) => ({ ...summary, invalidFileError: `cannot write the invalid rows to ${path}: ${why}` });
+  try {
+    for (const { row, fields, original, refused } of source.rows()) {
+      const errors = errorsOf.get(row);
+      if (!errors) continue;
+      if (source.format === "csv") lines.push(csvLine([...source.columns.map((_, j) => fields?.[j] ?? ""), String(row), errors.join("; ")]));
+      // A refused line is kept as written (JSON.parse would have rounded its large integers).
+      else if (refused) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
+      else lines.push(JSON.stringify({ ...original, import_row: row, import_errors: errors }));
+    }
+  } catch (error) {
+    // Changed once its rows were sent, the file no longer holds the rows that were refused; the rest is imported all the same.
+    if (error instanceof FileChanged) return unwritten(error.message);
+    throw error;
   }
   try {
     // The rows are customer data: the owner's only, like every file the service writes.
@@ -300,7 +322,7 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
     await Bun.write(path, `${lines.join("\n")}\n`);
   } catch (error) {
     // Checked writable up front, it can still fail (a full disk): the rows are imported all the same.
-    return { ...summary, invalidFileError: `cannot write the invalid rows to ${path}: ${(error as Error).message}` };
+    return unwritten((error as Error).message);
   }
   return { ...summary, invalidFile: path };
 }

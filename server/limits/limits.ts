@@ -77,6 +77,12 @@ export const MAX_OPERATOR_PASSWORD_LENGTH = 512;
 /** MAX_BODY_BYTES is the largest request body accepted (1 MiB). */
 export const MAX_BODY_BYTES = 1024 * 1024;
 /**
+ * MAX_IMPORT_RECORD_LENGTH bounds one CSV record or JSON Lines line `crm import` reads, in
+ * characters: four request bodies, more than any row it could send (ignored columns included).
+ * Unbounded, a quote never closed made the rest of the file one record held in memory.
+ */
+export const MAX_IMPORT_RECORD_LENGTH = 4 * MAX_BODY_BYTES;
+/**
  * MAX_FORM_BYTES is the largest console form accepted (64 KiB): its forms hold a few short fields,
  * and the sign-in form is open to anyone, who would otherwise hold 1 MiB of the body budget per
  * connection without a credential.
@@ -136,6 +142,7 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "addresses of a webhook target's name one attempt connects to", value: `${MAX_ADDRESSES_PER_ATTEMPT}`, answer: "the rest are not tried; the attempt's `error` counts them" },
   { limit: "console operator password", value: `${MIN_OPERATOR_PASSWORD_LENGTH} to ${MAX_OPERATOR_PASSWORD_LENGTH} characters`, answer: "422 (console form, CLI error)" },
   { limit: "request body", value: byteSize(MAX_BODY_BYTES), answer: "413" },
+  { limit: "one CSV record or JSON Lines line of a file `crm import` reads", value: `${MAX_IMPORT_RECORD_LENGTH} characters`, answer: "the import stops before sending anything, naming the line" },
   { limit: "console form", value: byteSize(MAX_FORM_BYTES), answer: "413 (console page)" },
   { limit: "JSON nesting depth of a request body", value: `${MAX_JSON_DEPTH} levels`, answer: "400" },
   { limit: "JSON numbers", value: `magnitude at most ${Number.MAX_SAFE_INTEGER} (2^53 - 1)`, answer: "400" },

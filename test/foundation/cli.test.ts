@@ -2,6 +2,8 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Database } from "bun:sqlite";
+import { PASSWORD_INPUT_BYTES } from "../../server/operators/password-input.ts";
 import { commandHere } from "../../server/server.ts";
 import { VERSION } from "../../server/version.ts";
 import { SHUT_OUT } from "../support/permissions.ts";
@@ -525,4 +527,68 @@ describe("command line: errors", () => {
       oneLine(await crm(args));
     }
   });
+});
+
+describe("command line: --password-stdin", () => {
+  const createArgs = (email: string) => ["operator", "create", "--email", email, "--password-stdin"];
+  /** passwordIs tells whether the operator's stored hash is of this password. */
+  const passwordIs = async (email: string, password: string) => {
+    const db = new Database(join(dataDir, "crm.sqlite"), { readonly: true });
+    try {
+      const row = db.query<{ password_hash: string }, [string]>("SELECT password_hash FROM operators WHERE email = ?").get(email);
+      return row !== null && (await Bun.password.verify(password, row.password_hash));
+    } finally {
+      db.close();
+    }
+  };
+  /** crmWithInput runs the command line with this standard input. */
+  const crmWithInput = async (args: string[], input: string | Uint8Array) => {
+    const proc = Bun.spawn([BUN, MAIN, ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe", stdin: typeof input === "string" ? Buffer.from(input) : input, env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir } });
+    const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+    return { stdout, stderr, code };
+  };
+
+  test("piped in, the password is the first line: blank lines after it are dropped, a second line with text or more than the bound is refused in one line", async () => {
+    expect((await crmWithInput(createArgs("blank@example.com"), "correct horse battery\n\n")).code).toBe(0);
+    expect(await passwordIs("blank@example.com", "correct horse battery")).toBe(true);
+    expect((await crmWithInput(createArgs("crlf@example.com"), "correct horse battery\r\n\r\n")).code).toBe(0);
+    expect(await passwordIs("crlf@example.com", "correct horse battery")).toBe(true);
+    expect(await crmWithInput(createArgs("two@example.com"), "correct horse\nbattery staple\n")).toEqual({ code: 2, stdout: "", stderr: "crm: --password-stdin: standard input holds more than one line; give the password alone on one line\n" });
+    // `yes | crm operator create ...`: the input is refused past the bound, not read to its end.
+    const yes = Buffer.from("y\n".repeat(4 * 1024 * 1024));
+    expect(await crmWithInput(createArgs("yes@example.com"), yes)).toEqual({ code: 2, stdout: "", stderr: `crm: --password-stdin: standard input holds more than ${PASSWORD_INPUT_BYTES} bytes; give the password alone on one line (512 characters at most)\n` });
+    expect((await crmWithInput(["operator", "list"], "")).stdout).not.toMatch(/two@|yes@/);
+  }, 60_000);
+
+  test("typed at a terminal: a prompt on stderr, nothing echoed, Enter ends it; Ctrl-C ends the command; the terminal is given back with echo on either way", async () => {
+    let screen = "";
+    await using terminal = new Bun.Terminal({ data: (_terminal, data) => void (screen += new TextDecoder().decode(data)) });
+    const inTerminal = (args: string[]) => Bun.spawn(args, { cwd: ROOT, terminal, env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir } });
+    /** terminalModes runs stty in the terminal and lists whether echo and line editing are on. */
+    const terminalModes = async () => {
+      screen = "";
+      await inTerminal(["stty", "-a"]).exited;
+      const modes = () => screen.match(/(?<![\w-])-?(echo|icanon)(?![\w-])/g) ?? [];
+      return waitFor(() => modes().length === 2 && modes(), "stty's output", 30_000);
+    };
+
+    const created = inTerminal([BUN, MAIN, ...createArgs("typed@example.com")]);
+    await waitFor(() => screen.includes("Password (not shown): "), "the prompt", 30_000);
+    // Backspace takes back the character before it.
+    terminal.write("correct horsx\x7fe battery\r");
+    expect(await created.exited).toBe(0);
+    expect(screen).not.toContain("horse");
+    expect(screen).toMatch(/^Password \(not shown\): \r\n(.*\r\n)?created operator opr_\w+ \(typed@example\.com\); sign in at \/console\/login\r\n$/);
+    expect(await passwordIs("typed@example.com", "correct horse battery")).toBe(true);
+    expect(await terminalModes()).toEqual(["icanon", "echo"]);
+
+    screen = "";
+    const interrupted = inTerminal([BUN, MAIN, ...createArgs("cancelled@example.com")]);
+    await waitFor(() => screen.includes("Password (not shown): "), "the prompt", 30_000);
+    terminal.write("correct horse\x03");
+    expect(await interrupted.exited).toBe(130);
+    expect(screen).toBe("Password (not shown): \r\n");
+    expect(await terminalModes()).toEqual(["icanon", "echo"]);
+    expect(await passwordIs("cancelled@example.com", "correct horse")).toBe(false);
+  }, 60_000);
 });

@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { CsvError, csvLine, csvRecords, parseCsv } from "../../server/import/csv.ts";
 import { ConfigError } from "../../server/config.ts";
 import { columnMap, readSourceFile, toImportRow } from "../../server/import/rows.ts";
+import { MAX_IMPORT_RECORD_LENGTH } from "../../server/limits/limits.ts";
 
 describe("CSV: happy paths", () => {
   test("quoted fields keep commas, doubled quotes and line breaks; CRLF or LF; a BOM is dropped; blank lines skipped", () => {
@@ -82,6 +83,43 @@ describe("CSV and JSON Lines read a piece at a time", () => {
     expect(whole.rows.map((row) => row.values)).toEqual([{ email: "a@example.com" }, { email: "b@example.com", "company.name": "Zoë" }, { first_name: "李" }]);
     for (const pieces of cuts(text)) expect(read(pieces)).toEqual(whole);
     expect(outcome(() => read(['{"email":"a@example.com"}\n\n{"ema', 'il":\n']))).toBe("people.jsonl: line 3 is not JSON (JSON Parse error: Unexpected EOF)");
+  });
+});
+
+describe("CSV and JSON Lines: a record's length is bounded", () => {
+  const MIB = 1024 * 1024;
+  /**
+   * pieces gives `start`, then a megabyte of `filler` at a time, failing the test if asked for
+   * more than the bound and two more pieces: the reader must stop there, not hold the rest.
+   */
+  function* pieces(start: string, filler: string) {
+    yield start;
+    const piece = filler.repeat(MIB / filler.length);
+    for (let n = 0; n < MAX_IMPORT_RECORD_LENGTH / MIB + 2; n++) yield piece;
+    throw new Error("read on past the bound");
+  }
+  const outcome = (read: () => unknown) => {
+    try {
+      read();
+      return "read whole";
+    } catch (error) {
+      return (error as Error).message;
+    }
+  };
+
+  test("a quote never closed, or one cell longer than the bound, stops the CSV at the line its record starts on", () => {
+    const tooLong = `a record longer than ${MAX_IMPORT_RECORD_LENGTH} characters, more than any row can import (a quoted field never closed?)`;
+    expect(outcome(() => Array.from(csvRecords(pieces('Email,Notes\nada@example.com,ok\ngrace@example.com,"never closed\n', "b@example.com,x\n"))))).toBe(`line 3: ${tooLong}`);
+    expect(outcome(() => Array.from(csvRecords(pieces("Email,Notes\nada@example.com,", "x"))))).toBe(`line 2: ${tooLong}`);
+    // Whole in one piece, the record is refused all the same.
+    expect(() => parseCsv(`Email,Notes\na@example.com,${"x".repeat(MAX_IMPORT_RECORD_LENGTH)}\n`)).toThrow(new CsvError(2, tooLong));
+    expect(parseCsv(`Email,Notes\na@example.com,${"x".repeat(MAX_IMPORT_RECORD_LENGTH - 100)}\n`)[1]![1]!.length).toBe(MAX_IMPORT_RECORD_LENGTH - 100);
+  });
+
+  test("a JSON Lines line longer than the bound stops the file at its line", () => {
+    expect(outcome(() => readSourceFile("people.jsonl", () => pieces('{"email":"a@example.com"}\n{"email":"b@example.com","notes":"', "x")))).toBe(
+      `people.jsonl: line 2 is longer than ${MAX_IMPORT_RECORD_LENGTH} characters, more than any row can import`,
+    );
   });
 });
 

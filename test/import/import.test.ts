@@ -407,6 +407,71 @@ describe("crm import contacts: errors", () => {
     expect(await server.count()).toBe(0);
   }, 60_000);
 
+  test("a file rewritten while it is imported (same name and size) stops the import, saying what was sent: no contact goes without its account, no invalid-rows file is made from the changed file", async () => {
+    /**
+     * importChanging imports this text through a proxy to the server that rewrites the file (Acme
+     * becomes Acmf) when the first request to `path` arrives; progress lines are left out.
+     */
+    const importChanging = async (name: string, text: string, path: string) => {
+      const file = join(server.dir, name);
+      writeFileSync(file, text);
+      let changed = false;
+      const proxy = Bun.serve({
+        hostname: "127.0.0.1",
+        port: 0,
+        async fetch(request) {
+          const url = new URL(request.url);
+          if (!changed && url.pathname === path) {
+            changed = true;
+            writeFileSync(file, readFileSync(file, "utf8").replaceAll("Acme", "Acmf"));
+          }
+          const headers = new Headers(request.headers);
+          headers.delete("host");
+          return fetch(`${server.url}${url.pathname}${url.search}`, { method: request.method, headers, body: await request.arrayBuffer() });
+        },
+      });
+      try {
+        const result = await runImport([file, "--url", proxy.url.href.replace(/\/$/, ""), "--token-file", server.tokenFile]);
+        return { file, ...result, stderr: result.stderr.replace(/^progress: .*\n/gm, "") };
+      } finally {
+        await proxy.stop(true);
+      }
+    };
+    const stopped = (file: string, sent: string) =>
+      `crm: import stopped: ${file} changed while the import read it (its inode, size or modification time is not what its first read found); ${sent}; import it again once nothing writes to it\n`;
+    const columns = "columns: Email -> email, First name -> first_name, Company -> account.name; ignored: Notes\n";
+
+    // Between the accounts and the contacts: no contact is sent.
+    const beforeContacts = await importChanging("before-contacts.csv", "Email,First name,Company,Notes\na@example.com,Ann,Acme,\nb@example.com,Bob,Acme,\n", "/public/v1/accounts/batch");
+    expect(beforeContacts).toEqual({
+      file: beforeContacts.file,
+      code: 2,
+      stdout: "",
+      stderr: `${columns}accounts: 1 created or found\n${stopped(beforeContacts.file, "sent before it did: accounts: 1 created or found; 0 of 2 rows: created 0, updated 0, unchanged 0, invalid 0")}`,
+    });
+    expect(await server.count()).toBe(0);
+
+    // After the first contact (sent alone), while the contacts are read: the rows after the first
+    // megabyte, read after the change, are not sent (those before it are the file as checked).
+    const notes = "n".repeat(30_000);
+    const rows = Array.from({ length: 100 }, (_, i) => `p${i + 1}@example.com,P${i + 1},Acme,${notes}\n`);
+    const afterFirst = await importChanging("after-first.csv", `Email,First name,Company,Notes\n${rows.join("")}`, "/public/v1/contacts/batch");
+    expect(afterFirst).toEqual({
+      file: afterFirst.file,
+      code: 2,
+      stdout: "",
+      stderr: `${columns}accounts: 1 created or found\n${stopped(afterFirst.file, "sent before it did: accounts: 1 created or found; 1 of 100 rows: created 1, updated 0, unchanged 0, invalid 0")}`,
+    });
+    expect(await contactAccounts()).toEqual([{ email: "p1@example.com", name: "Acme", domain: null }]);
+    expect(await server.count()).toBe(1);
+
+    // After every row was read and sent: the import stands, but the changed file no longer holds the invalid rows.
+    const afterAll = await importChanging("after-all.csv", "Email,First name,Company,Notes\nlast@example.com,Ann,Acme,\nnot-an-email,Bob,Acme,\n", "/public/v1/contacts/batch");
+    expect(afterAll).toMatchObject({ code: 2, stdout: "imported: 2 rows: created 1, updated 0, unchanged 0, invalid 1\n" });
+    expect(afterAll.stderr.split("\n").at(-2)).toBe(`crm: cannot write the invalid rows to ${join(server.dir, "after-all.invalid.csv")}: ${afterAll.file} changed while the import read it (its inode, size or modification time is not what its first read found)`);
+    expect(existsSync(join(server.dir, "after-all.invalid.csv"))).toBe(false);
+  }, 60_000);
+
   test("a UTF-16 file (Excel's \"Unicode Text\"), with a byte order mark or without, little- or big-endian, stops in one line naming the encoding, not as rows of NULs", async () => {
     const text = "Email,First Name\nada@example.com,Ada\nbob@example.com,Bob\n";
     const big = (le: Buffer) => Buffer.from(le).swap16();
