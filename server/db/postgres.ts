@@ -1,7 +1,7 @@
 import { SQL } from "bun";
 import { randomUUID } from "node:crypto";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
-import type { Logger } from "../shared/log.ts";
+import { SpacedLine, type Logger } from "../shared/log.ts";
 import { settlesWithin } from "../shared/time.ts";
 import { SlowReads } from "./slow-reads.ts";
 import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
@@ -76,9 +76,6 @@ export const LOCK_TIMEOUT_STATE = "55P03";
  */
 const BUSY_LOCK_TIMEOUT_MS = 50;
 
-/** LOCK_LOG_INTERVAL_MS spaces the lines that name the sessions holding a lock requests were refused for, or bookkeeping was skipped for. */
-const LOCK_LOG_INTERVAL_MS = 60_000;
-
 /**
  * BOOKKEEPING_LOCK_TIMEOUT_MS is the lock_timeout of bookkeeping (writeBookkeeping): the request
  * that records its token's last use or its console session's visit waits no longer for a table
@@ -115,32 +112,6 @@ const BLOCKING_SESSIONS = `SELECT a.pid, a.usename AS role, a.application_name A
  WHERE a.pid = ANY (pg_blocking_pids(?))
  ORDER BY a.xact_start, a.pid
  LIMIT 10`;
-
-/**
- * SpacedLine spaces the lines of one kind to one per LOCK_LOG_INTERVAL_MS while what they say goes
- * on, counting the occurrences left unlogged in between.
- */
-class SpacedLine {
-  private at = -Infinity;
-  private unlogged = 0;
-
-  /** due tells whether an occurrence now would be logged. */
-  due(now: number): boolean {
-    return now - this.at >= LOCK_LOG_INTERVAL_MS;
-  }
-
-  /** occurred counts an occurrence at `now`; when it is to be logged, it returns how many were left unlogged since the last line (null before the first), otherwise undefined. */
-  occurred(now: number): number | null | undefined {
-    if (!this.due(now)) {
-      this.unlogged += 1;
-      return undefined;
-    }
-    const unlogged = this.at === -Infinity ? null : this.unlogged;
-    this.at = now;
-    this.unlogged = 0;
-    return unlogged;
-  }
-}
 
 type Row = Record<string, unknown>;
 
