@@ -4,7 +4,7 @@ import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config
 import { SpacedLine, type Logger } from "../shared/log.ts";
 import { settlesWithin } from "../shared/time.ts";
 import { SlowReads } from "./slow-reads.ts";
-import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
+import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
@@ -609,6 +609,18 @@ export class PostgresDatabase extends PostgresDb implements Database {
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
   read<T>(work: (db: Db) => Promise<T>): Promise<T> {
     return this.transaction("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})));
+  }
+
+  /** readWithin is `read` with its statements' lock_timeout and statement_timeout set (one round trip more); its lock timeouts are its own, not the writes' (lockTimedOut). */
+  readWithin<T>({ lockTimeoutMs, statementTimeoutMs }: ReadLimits, work: (db: Db) => Promise<T>): Promise<T> {
+    return this.transaction(
+      "isolation level repeatable read read only",
+      async (tx) => {
+        await tx.unsafe(`SET LOCAL lock_timeout = ${lockTimeoutMs}; SET LOCAL statement_timeout = ${statementTimeoutMs}`);
+        return work(new PostgresDb(tx, () => {}));
+      },
+      false,
+    );
   }
 
   /**
