@@ -255,6 +255,8 @@ export function recordDeliveryOutcome(metrics: Metrics, log: Logger, outcome: De
     event_type: outcome.event_type,
     trigger: outcome.trigger,
     response_status: outcome.response_status,
+    // The attempt's recorded error, cut to its length and without the target URL (whose query string may hold the receiver's credentials).
+    ...(outcome.error === null ? {} : { error: outcome.error }),
     duration_ms: outcome.duration_ms,
     delivery_status: outcome.status,
   };
