@@ -207,6 +207,17 @@ describe("metrics: Prometheus text format", () => {
     expect(res.text).not.toContain("/no/such/route");
   });
 
+  test("requests the limits refuse before routing (a query string past 4 KiB: 414) are counted under the route pattern they were sent to; a path no route serves stays unmatched", async () => {
+    const long = `q=${"x".repeat(5000)}`;
+    const send = async (path: string) => (await fetch(`${running.url}${path}?${long}`, { headers: { authorization: `Bearer ${token}` } })).status;
+    expect([await send("/public/v1/users"), await send("/public/v1/users"), await send("/public/v1/nowhere")]).toEqual([414, 414, 414]);
+    const refused = parseExposition((await scrape(running.url)).text).samples.filter((s) => s.name === "crm_http_requests_total" && s.labels.status === "414");
+    expect(refused).toEqual([
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/users", status: "414" }, value: 2 },
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "unmatched", status: "414" }, value: 1 },
+    ]);
+  });
+
   test("delivery and process gauges are present", async () => {
     const metrics = parseExposition((await scrape(running.url)).text);
     for (const name of ["crm_webhook_queue_depth", "crm_webhook_oldest_pending_age_seconds", "crm_webhook_delivery_loop_running", "process_resident_memory_bytes", "process_start_time_seconds"]) {
