@@ -7,7 +7,7 @@ import { databasePath } from "../../server/db/database.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
 import { clientAddress, isLoopbackHost, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
 import { parseTokenRate } from "../../server/limits/rate-limiter.ts";
-import { authorizeMetrics } from "../../server/ops/service.ts";
+import { authorizeMetrics, metricsText } from "../../server/ops/service.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
@@ -227,6 +227,32 @@ describe("metrics: Prometheus text format", () => {
     expect(metrics.value("crm_webhook_delivery_loop_running")).toBe(1);
     expect(metrics.value("crm_build_info", { version: VERSION, commit: "source" })).toBe(1);
     expect(metrics.value("crm_database_up")).toBe(1);
+  });
+});
+
+describe("metrics: a database that gives the gauges no answer", () => {
+  test("(a frozen server, a pool with no connection free) the scrapes answer without them after their deadline, crm_database_up 0, sharing one read between them", async () => {
+    const h = await createHarness();
+    try {
+      let reads = 0;
+      let answer!: () => void;
+      const answered = new Promise<void>((resolve) => (answer = resolve));
+      const readWithin = h.rt.db.readWithin.bind(h.rt.db);
+      h.rt.db.readWithin = (limits, work) => {
+        reads += 1;
+        return answered.then(() => readWithin(limits, work));
+      };
+      const scraped = (await Promise.all([metricsText(h.rt), metricsText(h.rt), metricsText(h.rt)])).map((text) => {
+        const metrics = parseExposition(text);
+        return { database_up: metrics.value("crm_database_up"), queue_depth: metrics.value("crm_webhook_queue_depth"), up: metrics.value("crm_up") };
+      });
+      expect({ scraped, reads }).toEqual({ scraped: Array(3).fill({ database_up: 0, queue_depth: undefined, up: 1 }), reads: 1 });
+      answer();
+      await waitUntil(async () => parseExposition(await metricsText(h.rt)).value("crm_database_up") === 1, "the gauges back once the database answers");
+      expect(parseExposition(await metricsText(h.rt)).value("crm_webhook_queue_depth")).toBe(0);
+    } finally {
+      await h.close();
+    }
   });
 });
 
