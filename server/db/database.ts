@@ -5,7 +5,7 @@ import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
 import { fileErrorText, giveToFolderOwner, makeOwnerOnlyDirectory, notOwnedText, pathExists } from "../shared/files.ts";
 import { ReadLane } from "./read-lane.ts";
-import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
+import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
 
 /**
@@ -323,6 +323,11 @@ export class SqliteDatabase implements Database {
   /** read needs nothing more here: reads of one turn share a snapshot (openReadSnapshot), and `work` awaits only its reads. */
   read<T>(work: (db: Db) => Promise<T>): Promise<T> {
     return work(this);
+  }
+
+  /** readWithin is `read`: in WAL mode a read waits for no lock, and this thread runs it to its end. */
+  readWithin<T>(_limits: ReadLimits, work: (db: Db) => Promise<T>): Promise<T> {
+    return this.read(work);
   }
 
   /** run outside `write` is a write of its own: the reader connection does not change data. */

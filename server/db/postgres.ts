@@ -1,10 +1,10 @@
 import { SQL } from "bun";
 import { randomUUID } from "node:crypto";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
-import type { Logger } from "../shared/log.ts";
+import { SpacedLine, type Logger } from "../shared/log.ts";
 import { settlesWithin } from "../shared/time.ts";
 import { SlowReads } from "./slow-reads.ts";
-import type { Database, Db, ReaderName, SqlValue } from "./sql.ts";
+import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
@@ -76,9 +76,6 @@ export const LOCK_TIMEOUT_STATE = "55P03";
  */
 const BUSY_LOCK_TIMEOUT_MS = 50;
 
-/** LOCK_LOG_INTERVAL_MS spaces the lines that name the sessions holding a lock requests were refused for, or bookkeeping was skipped for. */
-const LOCK_LOG_INTERVAL_MS = 60_000;
-
 /**
  * BOOKKEEPING_LOCK_TIMEOUT_MS is the lock_timeout of bookkeeping (writeBookkeeping): the request
  * that records its token's last use or its console session's visit waits no longer for a table
@@ -115,32 +112,6 @@ const BLOCKING_SESSIONS = `SELECT a.pid, a.usename AS role, a.application_name A
  WHERE a.pid = ANY (pg_blocking_pids(?))
  ORDER BY a.xact_start, a.pid
  LIMIT 10`;
-
-/**
- * SpacedLine spaces the lines of one kind to one per LOCK_LOG_INTERVAL_MS while what they say goes
- * on, counting the occurrences left unlogged in between.
- */
-class SpacedLine {
-  private at = -Infinity;
-  private unlogged = 0;
-
-  /** due tells whether an occurrence now would be logged. */
-  due(now: number): boolean {
-    return now - this.at >= LOCK_LOG_INTERVAL_MS;
-  }
-
-  /** occurred counts an occurrence at `now`; when it is to be logged, it returns how many were left unlogged since the last line (null before the first), otherwise undefined. */
-  occurred(now: number): number | null | undefined {
-    if (!this.due(now)) {
-      this.unlogged += 1;
-      return undefined;
-    }
-    const unlogged = this.at === -Infinity ? null : this.unlogged;
-    this.at = now;
-    this.unlogged = 0;
-    return unlogged;
-  }
-}
 
 type Row = Record<string, unknown>;
 
@@ -646,6 +617,18 @@ export class PostgresDatabase extends PostgresDb implements Database {
   /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
   read<T>(work: (db: Db) => Promise<T>): Promise<T> {
     return this.transaction("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})));
+  }
+
+  /** readWithin is `read` with its statements' lock_timeout and statement_timeout set (one round trip more); its lock timeouts are its own, not the writes' (lockTimedOut). */
+  readWithin<T>({ lockTimeoutMs, statementTimeoutMs }: ReadLimits, work: (db: Db) => Promise<T>): Promise<T> {
+    return this.transaction(
+      "isolation level repeatable read read only",
+      async (tx) => {
+        await tx.unsafe(`SET LOCAL lock_timeout = ${lockTimeoutMs}; SET LOCAL statement_timeout = ${statementTimeoutMs}`);
+        return work(new PostgresDb(tx, () => {}));
+      },
+      false,
+    );
   }
 
   /**

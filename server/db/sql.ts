@@ -24,6 +24,12 @@ export type Dialect = "sqlite" | "postgres";
 /** ReaderName names who submits a slow read (an API token's id): the read lane serves its readers in turn. */
 export type ReaderName = string;
 
+/** ReadLimits bound the statements of a readWithin on PostgreSQL (lock_timeout, statement_timeout). */
+export interface ReadLimits {
+  lockTimeoutMs: number;
+  statementTimeoutMs: number;
+}
+
 /** Db runs statements: the Database itself for reads, or the transaction handle inside `write`. */
 export interface Db {
   readonly dialect: Dialect;
@@ -60,6 +66,13 @@ export interface Database extends Db {
    * pool sees every commit made before it, so a row and its children could disagree.
    */
   read<T>(work: (db: Db) => Promise<T>): Promise<T>;
+  /**
+   * readWithin is `read` for reads that would rather fail than wait (the scrape's gauges): on
+   * PostgreSQL each statement waits at most `lockTimeoutMs` for a lock another session holds (a
+   * VACUUM FULL, an ALTER TABLE) and runs at most `statementTimeoutMs`, so its connection is given
+   * back; SQLite's reads wait for no lock.
+   */
+  readWithin<T>(limits: ReadLimits, work: (db: Db) => Promise<T>): Promise<T>;
   /**
    * useReadLane bounds the reads of readAside to `capacity` held at once (0: unbounded, run as
    * `read`): SQLite runs them on a thread of their own, PostgreSQL on at most half its pool.

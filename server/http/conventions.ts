@@ -1,7 +1,7 @@
 import type { Server } from "bun";
 import { Elysia } from "elysia";
 import type { Metrics } from "../ops/metrics.ts";
-import type { Logger } from "../shared/log.ts";
+import { SpacedLines, type Logger } from "../shared/log.ts";
 import { pointerSegment } from "../limits/service.ts";
 import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
@@ -9,7 +9,7 @@ import { isBrowserRequest } from "./client-address.ts";
 import { DatabaseFaultLog, errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { requestSlot } from "./request-slot.ts";
-import { isOpsPath, pathOf, requestFinisher, requestIdOf, routedPath, startRequest } from "./request-log.ts";
+import { isOpsPath, noteProblem, pathOf, problemOf, requestFinisher, requestIdOf, routedPath, startRequest } from "./request-log.ts";
 
 export const PUBLIC_PREFIX = "/public/v1";
 
@@ -45,8 +45,18 @@ export interface ConventionOptions {
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
 
-/** REFUSED_BEFORE_ROUTING are the statuses of the refusals made before the router ran: a browser under /public/v1 (403), authentication (401, 429). */
-const REFUSED_BEFORE_ROUTING = new Set([401, 403, 429]);
+/**
+ * ROUTER_REFUSALS are the problems of a request no route serves (404, 405). Any other problem
+ * answered before the router ran is a refusal of a request sent to a route: a browser under
+ * /public/v1 (403), the limits (400, 414, 431, 503), authentication (401, 429).
+ */
+const ROUTER_REFUSALS = new Set(["not-found", "method-not-allowed"]);
+
+/**
+ * CAPACITY_REFUSALS are the problems of a request refused because a limit of the service is full:
+ * what the operator must hear of (at warn, once a minute each), since they look like any other 503.
+ */
+const CAPACITY_REFUSALS = new Set(["too-many-connections", "body-buffer-full", "slow-lists-busy", "manual-attempts-busy", "subscription-attempts-busy"]);
 
 /**
  * consoleFailureOf returns the problem httpConventions made of a console request's failure that is
@@ -74,6 +84,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
   const faults = new DatabaseFaultLog(tablesHome);
+  const capacityLines = new SpacedLines<string>();
   // The route table is complete before the first request; read once, on that request.
   let routeTable: RouteEntry[] | undefined;
   let staticPaths: Map<string, string[]> | undefined;
@@ -81,8 +92,24 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
   let bodyRoutes: Map<string, Set<string>> | undefined;
   // A request refused before routing is counted under the route it was sent to, as one refused
   // after routing (413, 422) is. The pattern is looked up for these refusals alone: a routed request has its route.
-  const routeOf = (request: Request, status: number, route: string | undefined) =>
-    route ?? (REFUSED_BEFORE_ROUTING.has(status) ? routePatternServing((routeTable ??= routes()), request.method, pathOf(request)) : "");
+  const routeOf = (request: Request, route: string | undefined) => {
+    if (route !== undefined) return route;
+    const problem = problemOf(request);
+    return problem !== undefined && !ROUTER_REFUSALS.has(problem) ? routePatternServing((routeTable ??= routes()), request.method, pathOf(request)) : "";
+  };
+  /** capacityRefused logs a refusal for a full limit, at most once a minute for each. */
+  const capacityRefused = (request: Request, requestId: string, failure: ProblemError) => {
+    const unlogged = capacityLines.occurred(failure.slug, performance.now());
+    if (unlogged === undefined) return;
+    log.warn("a limit of the service refused a request (503): it is at capacity", {
+      request_id: requestId,
+      method: request.method,
+      path: pathOf(request),
+      problem: failure.slug,
+      detail: failure.message,
+      ...(unlogged === null ? {} : { refused_since_last_line: unlogged }),
+    });
+  };
 
   return new Elysia({ name: "http-conventions" })
     .onRequest(({ request, set }) => {
@@ -105,7 +132,8 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
           problem(403, "browser-request", "This API does not accept calls from browsers. API tokens are secrets for server-side code (a backend job, an import script); never put them in browser code."),
           { "x-request-id": id },
         );
-        finished(request, 403, routeOf(request, 403, undefined));
+        noteProblem(request, "browser-request");
+        finished(request, 403, routeOf(request, undefined));
         return refusal;
       }
     })
@@ -157,6 +185,8 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       if (forConsole && requestProblemOf(code, error)) return;
       const requestId = requestIdOf(request);
       const failure = errorToProblem({ code, error, request, requestId }, { log, routes, faults });
+      noteProblem(request, failure.slug);
+      if (CAPACITY_REFUSALS.has(failure.slug)) capacityRefused(request, requestId, failure);
       if (failure.status === 500) unexpectedFailure();
       // Its other failures (an unknown page, a database down, a bug) are logged here as anywhere, and explained there.
       if (forConsole) return void consoleFailures.set(request, failure);
@@ -165,6 +195,6 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
     })
     .onAfterResponse({ as: "global" }, ({ request, set, response, route }) => {
       const status = response instanceof Response ? response.status : typeof set.status === "number" ? set.status : 200;
-      finished(request, status, routeOf(request, status, route));
+      finished(request, status, routeOf(request, route));
     });
 }

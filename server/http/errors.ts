@@ -1,6 +1,6 @@
 import { ValidationError } from "elysia";
 import { databaseFailureOf, databaseFaultOf, tablesMissing, type DatabaseFailure, type DatabaseFault } from "../db/backend.ts";
-import type { Logger } from "../shared/log.ts";
+import { SpacedLines, type Logger } from "../shared/log.ts";
 import { ProblemError, validationProblem, type FieldError } from "../shared/problem.ts";
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
 import { pathOf, routedPath } from "./request-log.ts";
@@ -168,30 +168,39 @@ const DATABASE_FAULT_LOGS: Record<DatabaseFault, (home: string) => string> = {
   "tables-missing": (home) => `${tablesMissing(home)}; requests are refused (503 database-unavailable) until then`,
 };
 
-/** DATABASE_FAULT_LOG_INTERVAL_MS spaces the lines of a DatabaseFault that goes on: every request meets it, and one line a minute says it all. */
-const DATABASE_FAULT_LOG_INTERVAL_MS = 60_000;
+/**
+ * SPACED_FAILURES are the failures that every request meets while they last (a PostgreSQL server
+ * down or unreachable, a full disk, read-only storage): logged as a DatabaseFault is, once a minute
+ * with a count, not a line per refused request. A failed sync to disk is logged with each request,
+ * whose change may or may not have been saved.
+ */
+const SPACED_FAILURES = new Set<DatabaseFailure>(["unavailable", "storage-full", "storage-read-only"]);
 
 /**
- * DatabaseFaultLog logs the requests refused for a DatabaseFault: one line when it is first met,
- * then at most one a minute while it goes on, counting the refusals left unlogged in between.
+ * DatabaseFaultLog logs the requests refused for a DatabaseFault or one of SPACED_FAILURES: one line
+ * when it is first met, then at most one a minute while it goes on, counting the refusals left
+ * unlogged in between. Each cause has its own line (causeOf), so a new one is logged at once: a
+ * server that comes back read-only after a failover is not hidden behind the minute of its restart.
  */
 export class DatabaseFaultLog {
-  private readonly logged = new Map<DatabaseFault, { at: number; refused: number }>();
+  private readonly lines = new SpacedLines<string>();
 
   /** home names the database and schema of the service's tables (tablesHomeOf) */
   constructor(private readonly home: string) {}
 
-  /** refused logs, unless a line about `fault` was written within the minute, the refusal of one request. */
-  refused(log: Logger, fault: DatabaseFault, error: unknown, request: { request_id: string; method: string; path: string }): void {
-    const now = performance.now();
-    const last = this.logged.get(fault);
-    if (last && now - last.at < DATABASE_FAULT_LOG_INTERVAL_MS) {
-      last.refused += 1;
-      return;
-    }
-    log.error(DATABASE_FAULT_LOGS[fault](this.home), { ...request, error: String(error), ...(last ? { refused_since_last_line: last.refused } : {}) });
-    this.logged.set(fault, { at: now, refused: 0 });
+  /** refused logs, unless a line about `kind` and its cause was written within the minute, the refusal of one request. */
+  refused(log: Logger, kind: DatabaseFault | DatabaseFailure, error: unknown, request: { request_id: string; method: string; path: string }): void {
+    const unlogged = this.lines.occurred(`${kind} ${causeOf(error)}`, performance.now());
+    if (unlogged === undefined) return;
+    const line = kind in DATABASE_FAULT_LOGS ? DATABASE_FAULT_LOGS[kind as DatabaseFault](this.home) : DATABASE_FAILURE_LOGS[kind as DatabaseFailure];
+    if (line) log.error(line, { ...request, error: String(error), ...codeOf(error), ...(unlogged === null ? {} : { refused_since_last_line: unlogged }) });
   }
+}
+
+/** causeOf names what a database's error is, from a bounded set: PostgreSQL's SQLSTATE, else the code of SQLite or of the client, else its class. */
+function causeOf(error: unknown): string {
+  const { errno, code } = (error ?? {}) as { errno?: unknown; code?: unknown };
+  return typeof errno === "string" ? errno : typeof code === "string" ? code : ((error as object | null)?.constructor?.name ?? "");
 }
 
 /** codeOf is the `code` of a database's error, for its log line (SQLite's extended code names what failed: SQLITE_IOERR_FSYNC), or nothing. */
@@ -204,7 +213,8 @@ function codeOf(error: unknown): { code?: string } {
  * errorToProblem turns anything a request's handling threw into the problem to answer with:
  * ProblemErrors as they say, request validation as 422 with pointers, an unknown route as 404 or
  * (known path, other method) 405 with Allow, a database that cannot serve it as a logged 503 (a
- * DatabaseFault through `faults`, not once per request), and anything unexpected as a logged, opaque 500.
+ * DatabaseFault or a failure every request meets through `faults`, not once per request), and
+ * anything unexpected as a logged, opaque 500.
  */
 export function errorToProblem(
   { code, error, request, requestId }: { code: unknown; error: unknown; request: Request; requestId: string },
@@ -222,7 +232,7 @@ export function errorToProblem(
   const failure = databaseFailureOf(error);
   if (failure) {
     const context = { request_id: requestId, method: request.method, path: pathOf(request) };
-    const fault = databaseFaultOf(error);
+    const fault = databaseFaultOf(error) ?? (SPACED_FAILURES.has(failure) ? failure : null);
     const line = DATABASE_FAILURE_LOGS[failure];
     if (fault) faults.refused(log, fault, error, context);
     else if (line) log.error(line, { ...context, error: String(error), ...codeOf(error) });

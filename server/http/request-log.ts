@@ -6,6 +6,8 @@ import { requestSlot } from "./request-slot.ts";
 interface RequestInfo {
   id: string;
   started: number;
+  /** the type (slug) of the problem the request is answered with, if it is one (noteProblem) */
+  problem?: string;
 }
 
 const requestInfo = requestSlot<RequestInfo>("request info");
@@ -66,6 +68,17 @@ export function requestIdOf(request: Request): string {
   return requestInfo.get(request)?.id ?? "unknown";
 }
 
+/** noteProblem records the type (slug) of the problem a request is answered with, for its log line and the route it is counted under. */
+export function noteProblem(request: Request, slug: string): void {
+  const info = requestInfo.get(request);
+  if (info) info.problem = slug;
+}
+
+/** problemOf returns the type (slug) of the problem a request was answered with (noteProblem), or undefined. */
+export function problemOf(request: Request): string | undefined {
+  return requestInfo.get(request)?.problem;
+}
+
 /** requestFinisher returns the function that counts and logs one answered request. */
 export function requestFinisher(log: Logger, metrics?: Metrics) {
   return (request: Request, status: number, route: string): void => {
@@ -80,6 +93,8 @@ export function requestFinisher(log: Logger, metrics?: Metrics) {
       method: request.method,
       path,
       status,
+      // Without it a 503 for a full connection cap reads as one for a database down.
+      problem: info?.problem,
       duration_ms: elapsedMs === undefined ? undefined : Math.round(elapsedMs * 100) / 100,
     });
   };

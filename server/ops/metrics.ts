@@ -11,6 +11,12 @@ const KNOWN_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", 
 
 type Labels = Record<string, string>;
 
+// The label values of the delivery counters, whose series exist from the start at 0: Prometheus
+// takes a series' first sample as its baseline, so one that appeared at its first increment hid
+// that increment from increase(), and an alert on the first failed delivery after a start never fired.
+const ATTEMPT_RESULTS = ["succeeded", "failed", "error"] as const;
+const FINAL_DELIVERY_STATUSES = ["succeeded", "failed"] as const;
+
 interface Histogram {
   labels: Labels;
   buckets: number[];
@@ -144,6 +150,13 @@ export class Metrics {
     DELIVERY_LATENCY_BUCKETS,
   );
 
+  constructor() {
+    for (const result of ATTEMPT_RESULTS) this.attempts.counter({ result });
+    for (const status of FINAL_DELIVERY_STATUSES) this.deliveries.counter({ status });
+    this.attemptDurations.histogram({});
+    this.deliveryLatency.histogram({});
+  }
+
   /** observeRequest counts one answered HTTP request; route is the matched pattern, or "" when none matched. */
   observeRequest(method: string, route: string, status: number, seconds: number): void {
     // Every answered request comes here: its two series are found by one lookup.
@@ -163,7 +176,8 @@ export class Metrics {
   observeDeliveryOutcome(outcome: DeliveryOutcome): void {
     const code = outcome.response_status;
     // A 2xx whose body did not arrive within the timeout is an error, as it is for the delivery.
-    this.attempts.inc({ result: code === null || (outcome.error !== null && code < 300) ? "error" : code >= 200 && code < 300 ? "succeeded" : "failed" });
+    const result: (typeof ATTEMPT_RESULTS)[number] = code === null || (outcome.error !== null && code < 300) ? "error" : code >= 200 && code < 300 ? "succeeded" : "failed";
+    this.attempts.inc({ result });
     this.attemptDurations.observe({}, outcome.duration_ms / 1000);
     this.observePendingDeliveriesFailed(outcome.pending_failed);
     // A delivery is counted once, by the attempt that ends it while pending, whatever its trigger.

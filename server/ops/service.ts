@@ -8,13 +8,13 @@ import { databasePath, openDatabase } from "../db/database.ts";
 import { databaseFailureOf, migrationState, tablesHomeOf, tablesMissing } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
-import { toTimestamp } from "../shared/time.ts";
+import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { BUILD, COMMIT, VERSION } from "../version.ts";
 import { deliveryLoopStatus, deliveryQueueStats } from "../webhooks/service.ts";
 import { recentHistorySize } from "../webhooks/retention.ts";
 import { sameBytes } from "../shared/crypto.ts";
 import { createOwnerOnlyFile, fsyncPath, partialName, publishFile, removeStalePartialsIn } from "../shared/files.ts";
-import type { Logger } from "../shared/log.ts";
+import { SpacedLine, type Logger } from "../shared/log.ts";
 import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
 import type { Health, Readiness, ReadinessChecks } from "./model.ts";
@@ -147,17 +147,72 @@ export function authorizeMetrics(config: Config, request: Request, hints: Client
 }
 
 /**
- * databaseGauges are the gauges read from the database: none while it cannot be used, so the
- * scrape still carries the process's own metrics (crm_database_up says which it is).
+ * GAUGE_READ_LIMITS bound the statements of a scrape's database read on PostgreSQL: a lock another
+ * session holds on the delivery history (VACUUM FULL, ALTER TABLE, LOCK TABLE) is waited for 1 s,
+ * then the read gives its connection back. The statements themselves may run 10 s: the history's
+ * measure, once a minute, walks every row of it.
+ */
+const GAUGE_READ_LIMITS = { lockTimeoutMs: 1000, statementTimeoutMs: 10_000 };
+
+/** GAUGE_READ_DEADLINE_MS is how long a scrape waits for the database gauges (for a pooled connection too, or a server that does not answer) before it answers without them. */
+const GAUGE_READ_DEADLINE_MS = 2000;
+
+type DatabaseGaugeValues = { queue: Awaited<ReturnType<typeof deliveryQueueStats>>; history: Awaited<ReturnType<typeof recentHistorySize>> };
+
+// The read under way, shared by the scrapes that come meanwhile: scrapes that wait for a lock and
+// that Prometheus abandons hold one pooled connection between them, not one each.
+const gaugeReads = new WeakMap<Runtime["db"], Promise<DatabaseGaugeValues>>();
+// The scrapes answered without the database gauges, logged at most once a minute per database.
+const gaugesLeftOut = new WeakMap<Runtime["db"], SpacedLine>();
+
+/** readDatabaseGauges reads the queue and the history's size in one bounded read (GAUGE_READ_LIMITS), or joins the one under way. */
+function readDatabaseGauges(db: Runtime["db"]): Promise<DatabaseGaugeValues> {
+  const under = gaugeReads.get(db);
+  if (under) return under;
+  const read = db.readWithin(GAUGE_READ_LIMITS, async (tx) => ({ queue: await deliveryQueueStats(tx), history: await recentHistorySize(db, Date.now(), tx) }));
+  gaugeReads.set(db, read);
+  const done = () => void (gaugeReads.get(db) === read && gaugeReads.delete(db));
+  read.then(done, done);
+  return read;
+}
+
+/** noteGaugesLeftOut logs, at most once a minute, that a scrape answered without the database gauges, and why. */
+function noteGaugesLeftOut(rt: Runtime, error: unknown): void {
+  let line = gaugesLeftOut.get(rt.db);
+  if (!line) gaugesLeftOut.set(rt.db, (line = new SpacedLine()));
+  const unlogged = line.occurred(performance.now());
+  if (unlogged === undefined) return;
+  rt.log.warn(`/metrics: the gauges read from the database were left out of the scrape (crm_database_up 0): they were not read within ${GAUGE_READ_DEADLINE_MS / 1000} s, or the database refused them`, {
+    error: String(error),
+    ...(unlogged === null ? {} : { left_out_since_last_line: unlogged }),
+  });
+}
+
+/** gaugeValues waits for the database gauges until GAUGE_READ_DEADLINE_MS: their values, or the failure they were left out for. */
+async function gaugeValues(db: Runtime["db"]): Promise<{ values: DatabaseGaugeValues } | { failure: unknown }> {
+  const reading = readDatabaseGauges(db);
+  if (!(await settlesWithin(reading, GAUGE_READ_DEADLINE_MS))) return { failure: `no answer within ${GAUGE_READ_DEADLINE_MS / 1000} s` };
+  try {
+    return { values: await reading };
+  } catch (error) {
+    if (databaseFailureOf(error) === null) throw error;
+    return { failure: error };
+  }
+}
+
+/**
+ * databaseGauges are the gauges read from the database: none while it cannot be used or does not
+ * give them within GAUGE_READ_DEADLINE_MS, so the scrape still carries the process's own metrics
+ * (crm_database_up says which it is).
  */
 async function databaseGauges(rt: Runtime): Promise<Gauge[]> {
-  const up = (value: number): Gauge => ({ name: "crm_database_up", help: "1 when the gauges read from the database (queue, history) could be read; 0 while it cannot be used, and they are left out.", value });
-  const read = await Promise.all([deliveryQueueStats(rt.db), recentHistorySize(rt.db)]).catch((error: unknown) => {
-    if (databaseFailureOf(error) === null) throw error;
-    return null;
-  });
-  if (read === null) return [up(0)];
-  const [queue, history] = read;
+  const up = (value: number): Gauge => ({ name: "crm_database_up", help: "1 when the gauges read from the database (queue, history) could be read; 0 while it cannot be used or does not give them within 2 s, and they are left out.", value });
+  const read = await gaugeValues(rt.db);
+  if ("failure" in read) {
+    noteGaugesLeftOut(rt, read.failure);
+    return [up(0)];
+  }
+  const { queue, history } = read.values;
   return [
     up(1),
     { name: "crm_webhook_queue_depth", help: "Webhook deliveries pending (waiting for their first attempt or a retry).", value: queue.pending },
@@ -200,6 +255,8 @@ export function recordDeliveryOutcome(metrics: Metrics, log: Logger, outcome: De
     event_type: outcome.event_type,
     trigger: outcome.trigger,
     response_status: outcome.response_status,
+    // The attempt's recorded error, cut to its length and without the target URL (whose query string may hold the receiver's credentials).
+    ...(outcome.error === null ? {} : { error: outcome.error }),
     duration_ms: outcome.duration_ms,
     delivery_status: outcome.status,
   };

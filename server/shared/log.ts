@@ -92,3 +92,44 @@ export function createLogger(level: LogLevel, write: (line: string) => void = (s
   };
   return { debug: emit("debug"), info: emit("info"), warn: emit("warn"), error: emit("error") };
 }
+
+/** SPACED_LINE_INTERVAL_MS is how far apart the lines of a recurring condition are written (SpacedLine): one a minute says it all. */
+export const SPACED_LINE_INTERVAL_MS = 60_000;
+
+/**
+ * SpacedLine spaces the lines of one kind to one per SPACED_LINE_INTERVAL_MS while what they say
+ * goes on (every request meets it), counting the occurrences left unlogged in between.
+ */
+export class SpacedLine {
+  private at = -Infinity;
+  private unlogged = 0;
+
+  /** due tells whether an occurrence now would be logged. */
+  due(now: number): boolean {
+    return now - this.at >= SPACED_LINE_INTERVAL_MS;
+  }
+
+  /** occurred counts an occurrence at `now`; when it is to be logged, it returns how many were left unlogged since the last line (null before the first), otherwise undefined. */
+  occurred(now: number): number | null | undefined {
+    if (!this.due(now)) {
+      this.unlogged += 1;
+      return undefined;
+    }
+    const unlogged = this.at === -Infinity ? null : this.unlogged;
+    this.at = now;
+    this.unlogged = 0;
+    return unlogged;
+  }
+}
+
+/** SpacedLines is a SpacedLine for each kind of a recurring condition, made at its first occurrence. */
+export class SpacedLines<Kind> {
+  private readonly lines = new Map<Kind, SpacedLine>();
+
+  /** occurred is SpacedLine.occurred for the line of `kind`. */
+  occurred(kind: Kind, now: number): number | null | undefined {
+    let line = this.lines.get(kind);
+    if (!line) this.lines.set(kind, (line = new SpacedLine()));
+    return line.occurred(now);
+  }
+}

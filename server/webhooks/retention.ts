@@ -27,18 +27,18 @@ export const HISTORY_SIZE_FRESH_MS = 60 * 1000;
 // The measure under way is kept too: scrapes arriving while it runs share it rather than walk the pages again.
 const lastMeasured = new WeakMap<Db, { at: number; size: Promise<HistorySize> }>();
 
-/** measureHistory measures the delivery history and keeps the figure for recentHistorySize; a failed measure (the database down) is not kept. */
-function measureHistory(db: Db, now: number): Promise<HistorySize> {
-  const measure = { at: now, size: measureDeliveryHistory(db) };
+/** measureHistory measures the delivery history of `db` through `reader` (db itself, or a read of it) and keeps the figure for recentHistorySize; a failed measure (the database down) is not kept. */
+function measureHistory(db: Db, now: number, reader: Db = db): Promise<HistorySize> {
+  const measure = { at: now, size: measureDeliveryHistory(reader) };
   lastMeasured.set(db, measure);
   measure.size.catch(() => lastMeasured.get(db) === measure && lastMeasured.delete(db));
   return measure.size;
 }
 
-/** recentHistorySize is the delivery history's size as measured in the last HISTORY_SIZE_FRESH_MS (by the size budget's pruning or a scrape), measured now if it was not. */
-export function recentHistorySize(db: Db, now = Date.now()): Promise<HistorySize> {
+/** recentHistorySize is the delivery history's size as measured in the last HISTORY_SIZE_FRESH_MS (by the size budget's pruning or a scrape), measured now through `reader` if it was not. */
+export function recentHistorySize(db: Db, now = Date.now(), reader: Db = db): Promise<HistorySize> {
   const last = lastMeasured.get(db);
-  return last && now - last.at < HISTORY_SIZE_FRESH_MS ? last.size : measureHistory(db, now);
+  return last && now - last.at < HISTORY_SIZE_FRESH_MS ? last.size : measureHistory(db, now, reader);
 }
 
 async function pruneInBatches(rt: Runtime, prune: (tx: Db) => Promise<number>): Promise<number> {

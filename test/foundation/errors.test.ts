@@ -418,6 +418,9 @@ describe("errors: unexpected exceptions", () => {
         body: { type: "urn:crm:problem:storage-full", title: "Service Unavailable", status: 503, detail: "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room." },
       });
       expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "database full: a change was refused", method: "POST", path: "/public/v1/contacts", error: expect.stringContaining("database or disk is full") });
+      // Every change meets a full disk: one line says it, then one a minute with the count, not a line per request.
+      expect((await post()).status).toBe(503);
+      expect(lines.filter((l) => l.level === "error").map((l) => l.msg)).toEqual(["database full: a change was refused"]);
       expect(await contactCount(h)).toBe(before);
     } finally {
       writer.run("PRAGMA max_page_count = 4294967294");
@@ -447,6 +450,8 @@ describe("errors: unexpected exceptions", () => {
         },
       });
       expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "database storage read-only: a change was refused", method: "POST", path: "/public/v1/contacts", error: expect.stringContaining("attempt to write a readonly database") });
+      expect((await post()).status).toBe(503);
+      expect(lines.filter((l) => l.level === "error").map((l) => l.msg)).toEqual(["database storage read-only: a change was refused"]);
       expect(await databaseReadiness()).toBe("attempt to write a readonly database");
       expect(await contactCount(h)).toBe(before);
     } finally {
@@ -529,6 +534,8 @@ describe("errors: unexpected exceptions", () => {
         },
       });
       expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "database unavailable: a request was refused", method: "POST", path: "/public/v1/contacts", error: expect.stringContaining("database is locked") });
+      expect((await post()).status).toBe(503);
+      expect(lines.filter((l) => l.level === "error").map((l) => l.msg)).toEqual(["database unavailable: a request was refused"]);
       expect((await h.request("GET", "/public/v1/contacts")).status).toBe(200);
     } finally {
       other.run("ROLLBACK");

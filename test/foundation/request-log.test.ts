@@ -32,18 +32,19 @@ describe("request log: happy paths", () => {
     for (const line of requests) expect(line.duration_ms).toBeGreaterThanOrEqual(0);
   });
 
-  test("error responses are logged with their status, including the browser refusal and the console's redirect to sign in", async () => {
+  test("error responses are logged with their status and, for a problem answer, its type (problem), including the browser refusal and the console's redirect to sign in", async () => {
     const { app, lines } = loggedApp(h);
-    const cases: [string, string, Record<string, string>, number][] = [
-      ["GET", "/public/v1/contacts", {}, 401],
-      ["GET", "/nope", auth(), 404],
-      ["PUT", "/public/v1/contacts", auth(), 405],
-      ["GET", "/public/v1/contacts?per_page=0", auth(), 422],
-      ["GET", "/public/v1/contacts", { ...auth(), origin: "https://app.example" }, 403],
-      ["OPTIONS", "/public/v1/contacts", { origin: "https://app.example", "access-control-request-method": "POST" }, 403],
+    const cases: [string, string, Record<string, string>, number, string | undefined][] = [
+      ["GET", "/public/v1/contacts", {}, 401, "unauthorized"],
+      ["GET", "/nope", auth(), 404, "not-found"],
+      ["PUT", "/public/v1/contacts", auth(), 405, "method-not-allowed"],
+      ["GET", "/public/v1/contacts?per_page=0", auth(), 422, "validation"],
+      ["GET", "/public/v1/contacts", { ...auth(), origin: "https://app.example" }, 403, "browser-request"],
+      ["OPTIONS", "/public/v1/contacts", { origin: "https://app.example", "access-control-request-method": "POST" }, 403, "browser-request"],
+      ["GET", `/public/v1/contacts?q=${"x".repeat(5000)}`, auth(), 414, "uri-too-long"],
       // the console sends a visitor without a session to sign in, from a page that exists or not
-      ["GET", "/console/contacts", {}, 303],
-      ["GET", "/console/no-such-page", {}, 303],
+      ["GET", "/console/contacts", {}, 303, undefined],
+      ["GET", "/console/no-such-page", {}, 303, undefined],
     ];
     const ids: string[] = [];
     for (const [method, path, headers, status] of cases) {
@@ -54,7 +55,7 @@ describe("request log: happy paths", () => {
     await loggedRequests(lines, cases.length);
     // lines written after the response can land after later requests' lines: order by request id
     const requests = lines.filter((l) => l.msg === "request").sort((a, b) => (a.request_id < b.request_id ? -1 : 1));
-    expect(requests.map((l) => [l.method, l.path, l.status, l.request_id])).toEqual(cases.map(([method, path, , status], i) => [method, path.split("?")[0], status, ids[i]]));
+    expect(requests.map((l) => [l.method, l.path, l.status, l.request_id, l.problem])).toEqual(cases.map(([method, path, , status, problem], i) => [method, path.split("?")[0], status, ids[i], problem]));
   });
 });
 

@@ -7,6 +7,8 @@ import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { BUN_MAX_HEADER_BYTES, MAX_FORM_BYTES } from "../../server/limits/limits.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { parseExposition } from "../ops/prometheus.ts";
+import { waitFor } from "../webhooks/support.ts";
 import { closedWithin, Connection, type RawResponse } from "./support.ts";
 
 let running: RunningServer | undefined;
@@ -18,10 +20,10 @@ afterEach(async () => {
   dataDir = undefined;
 });
 
-async function serve(overrides: Partial<Config>): Promise<{ port: number; token: string }> {
+async function serve(overrides: Partial<Config>, log = createLogger("error", () => {})): Promise<{ port: number; token: string }> {
   dataDir = mkdtempSync(join(tmpdir(), "crm-limits-"));
   const config: Config = { ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error", ...overrides };
-  running = await startServer(config, createLogger("error", () => {}));
+  running = await startServer(config, log);
   return { port: running.server.port!, token: (await createApiToken(running.runtime.db, "connections")).token };
 }
 
@@ -34,6 +36,45 @@ describe("connections: within the limits", () => {
     expect((await b.request("GET", "/healthz")).status).toBe(200);
     a.destroy();
     b.destroy();
+  });
+});
+
+describe("connections: what the operator is told of refusals", () => {
+  // s33 observability audit: a refusal for a limit was an info request line without its problem
+  // type, nothing at --log-level warn, and counted as route="unmatched", which no route serves.
+  test("refusals for the connection cap are logged at warn once a minute naming the limit, each request line names the problem, and they are counted under the route they were sent to", async () => {
+    const lines: Record<string, any>[] = [];
+    const { port, token } = await serve({ maxConnections: 2, maxConnectionsPerClient: 2 }, createLogger("info", (line) => lines.push(JSON.parse(line))));
+    const auth = { authorization: `Bearer ${token}` };
+    const held = [new Connection(port), new Connection(port)];
+    for (const c of held) expect((await c.request("GET", "/healthz")).status).toBe(200);
+    const refused: number[] = [];
+    for (let i = 0; i < 2; i++) {
+      const extra = new Connection(port);
+      refused.push((await extra.request("GET", "/public/v1/contacts", auth)).status);
+      await extra.closed;
+    }
+    expect(refused).toEqual([503, 503]);
+    for (const c of held) c.destroy();
+    const requestLines = () => lines.filter((l) => l.msg === "request" && l.status === 503);
+    await waitFor(() => requestLines().length === 2, "both refusals' request lines");
+    expect({
+      warn: lines.filter((l) => l.level === "warn").map(({ msg, problem, method, path, detail }) => ({ msg, problem, method, path, detail })),
+      requests: requestLines().map(({ level, path, problem }) => ({ level, path, problem })),
+      counted: parseExposition(running!.runtime.metrics.render([])).samples.filter((s) => s.name === "crm_http_requests_total" && s.labels.status === "503"),
+    }).toEqual({
+      warn: [
+        {
+          msg: "a limit of the service refused a request (503): it is at capacity",
+          problem: "too-many-connections",
+          method: "GET",
+          path: "/public/v1/contacts",
+          detail: "The server is serving its limit of 2 connections. Retry shortly, or reuse a kept-alive connection.",
+        },
+      ],
+      requests: Array(2).fill({ level: "info", path: "/public/v1/contacts", problem: "too-many-connections" }),
+      counted: [{ name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/contacts", status: "503" }, value: 2 }],
+    });
   });
 });
 

@@ -33,6 +33,11 @@ describe("deploy/crm.service", () => {
     // The JIT needs writable code pages: this directive would crash the service at start.
     expect(directive("MemoryDenyWriteExecute")).toBeUndefined();
   });
+
+  test("journald's rate limit is off for it: at its default level it logs a line per request, thousands a second under load, past journald's default burst, after which journald would drop every line, errors included", () => {
+    expect(DEFAULT_CONFIG.logLevel).toBe("info");
+    expect(directive("LogRateLimitIntervalSec")).toBe("0");
+  });
 });
 
 describe("deploy/crm-instances.toml and deploy/nginx-instances.conf: two instances on PostgreSQL", () => {

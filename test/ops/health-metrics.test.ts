@@ -7,7 +7,7 @@ import { databasePath } from "../../server/db/database.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
 import { clientAddress, isLoopbackHost, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
 import { parseTokenRate } from "../../server/limits/rate-limiter.ts";
-import { authorizeMetrics } from "../../server/ops/service.ts";
+import { authorizeMetrics, metricsText } from "../../server/ops/service.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
@@ -207,6 +207,17 @@ describe("metrics: Prometheus text format", () => {
     expect(res.text).not.toContain("/no/such/route");
   });
 
+  test("requests the limits refuse before routing (a query string past 4 KiB: 414) are counted under the route pattern they were sent to; a path no route serves stays unmatched", async () => {
+    const long = `q=${"x".repeat(5000)}`;
+    const send = async (path: string) => (await fetch(`${running.url}${path}?${long}`, { headers: { authorization: `Bearer ${token}` } })).status;
+    expect([await send("/public/v1/users"), await send("/public/v1/users"), await send("/public/v1/nowhere")]).toEqual([414, 414, 414]);
+    const refused = parseExposition((await scrape(running.url)).text).samples.filter((s) => s.name === "crm_http_requests_total" && s.labels.status === "414");
+    expect(refused).toEqual([
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/users", status: "414" }, value: 2 },
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "unmatched", status: "414" }, value: 1 },
+    ]);
+  });
+
   test("delivery and process gauges are present", async () => {
     const metrics = parseExposition((await scrape(running.url)).text);
     for (const name of ["crm_webhook_queue_depth", "crm_webhook_oldest_pending_age_seconds", "crm_webhook_delivery_loop_running", "process_resident_memory_bytes", "process_start_time_seconds"]) {
@@ -216,6 +227,32 @@ describe("metrics: Prometheus text format", () => {
     expect(metrics.value("crm_webhook_delivery_loop_running")).toBe(1);
     expect(metrics.value("crm_build_info", { version: VERSION, commit: "source" })).toBe(1);
     expect(metrics.value("crm_database_up")).toBe(1);
+  });
+});
+
+describe("metrics: a database that gives the gauges no answer", () => {
+  test("(a frozen server, a pool with no connection free) the scrapes answer without them after their deadline, crm_database_up 0, sharing one read between them", async () => {
+    const h = await createHarness();
+    try {
+      let reads = 0;
+      let answer!: () => void;
+      const answered = new Promise<void>((resolve) => (answer = resolve));
+      const readWithin = h.rt.db.readWithin.bind(h.rt.db);
+      h.rt.db.readWithin = (limits, work) => {
+        reads += 1;
+        return answered.then(() => readWithin(limits, work));
+      };
+      const scraped = (await Promise.all([metricsText(h.rt), metricsText(h.rt), metricsText(h.rt)])).map((text) => {
+        const metrics = parseExposition(text);
+        return { database_up: metrics.value("crm_database_up"), queue_depth: metrics.value("crm_webhook_queue_depth"), up: metrics.value("crm_up") };
+      });
+      expect({ scraped, reads }).toEqual({ scraped: Array(3).fill({ database_up: 0, queue_depth: undefined, up: 1 }), reads: 1 });
+      answer();
+      await waitUntil(async () => parseExposition(await metricsText(h.rt)).value("crm_database_up") === 1, "the gauges back once the database answers");
+      expect(parseExposition(await metricsText(h.rt)).value("crm_webhook_queue_depth")).toBe(0);
+    } finally {
+      await h.close();
+    }
   });
 });
 

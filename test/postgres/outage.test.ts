@@ -283,8 +283,9 @@ describe("database down", () => {
     };
     expect(await scrape()).toEqual({ status: 200, up: 1, database: 0, queued: undefined, inFlight: 0 });
     const refusals = () => server.logLines().filter((line) => line.msg === "database unavailable: a request was refused");
-    await waitUntil(() => refusals().length >= 2, "both refusals logged", server.proc);
-    expect(refusals().map((line) => `${line.level} ${line.method} ${line.path}`)).toEqual(["error GET /public/v1/contacts", "error POST /public/v1/contacts"]);
+    // Every request meets the outage: the first refusal is logged, the next within the minute only counted (DatabaseFaultLog).
+    await waitUntil(() => refusals().length >= 1, "the first refusal logged", server.proc);
+    expect(refusals().map((line) => `${line.level} ${line.method} ${line.path}`)).toEqual(["error GET /public/v1/contacts"]);
     expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);
     expect(await contactsWithEmail("outage@example.com")).toBe(0);
 
@@ -434,7 +435,8 @@ describe("an instance cut off from PostgreSQL (a network partition)", () => {
         migrations: false,
       });
       const refusals = () => server.logLines().filter((line) => line.msg === "database unavailable: a request was refused" && /did not answer within 2 s/.test(line.error));
-      await waitUntil(() => refusals().length >= 3, "the three refusals logged", server.proc);
+      // The first refusal is logged, the others within the minute only counted.
+      await waitUntil(() => refusals().length >= 1, "the first refusal logged", server.proc);
 
       relay.mend({ loseHeld: true });
       await waitUntil(async () => (await send(server.url, "GET", "/public/v1/contacts")).status === 200, "the instance to serve again", server.proc);
@@ -712,7 +714,10 @@ describe("database refusing work", () => {
     });
     expect(statuses).toEqual([`503 ${UNAVAILABLE.type}`, `503 ${UNAVAILABLE.type}`]);
     const cancelled = () => server.logLines().filter((line) => line.msg === "database unavailable: a request was refused" && /statement timeout/.test(line.error));
-    await waitUntil(() => cancelled().length === 2, "both cancellations logged", server.proc);
+    // Every request meets the cancellations while they go on: the first is logged, the second within the minute only counted (the stop writes every line).
+    await waitUntil(() => cancelled().length >= 1, "the first cancellation logged", server.proc);
+    expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+    expect(cancelled().length).toBe(1);
   });
 
   test("a table another session holds locked (ALTER TABLE, VACUUM FULL) answers the writes that need it 503 database-busy with Retry-After after the lock timeout (the answer timeout), while writes to other tables commit meanwhile, and one warn line names the session holding it", async () => {

@@ -34,6 +34,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     write: (work) => db.write(work),
     writeBookkeeping: (work) => db.writeBookkeeping(work),
     read: inSnapshot,
+    readWithin: (_limits, work) => inSnapshot(work),
     readAside: inSnapshot,
     readsAside: () => db.readsAside(),
     useReadLane: (capacity, log) => db.useReadLane(capacity, log),

@@ -15,11 +15,11 @@ let h: WebhookHarness;
 
 const createContact = async (first_name: string) => expect((await h.json("POST", "/public/v1/contacts", { body: { first_name } })).status).toBe(201);
 
-/** deliveryMetrics reads the delivery series of a scrape once no attempt is under way (whose outcome is counted as it ends); a series not there yet reads 0. */
+/** deliveryMetrics reads the delivery series of a scrape once no attempt is under way (whose outcome is counted as it ends). */
 async function deliveryMetrics() {
   await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the attempts under way to be counted");
   const scraped = parseExposition(await metricsText(h.rt));
-  const read = (name: string, labels?: Record<string, string>) => scraped.value(name, labels) ?? 0;
+  const read = (name: string, labels?: Record<string, string>) => scraped.value(name, labels);
   return {
     succeeded: read("crm_webhook_deliveries_total", { status: "succeeded" }),
     failed: read("crm_webhook_deliveries_total", { status: "failed" }),
@@ -53,6 +53,25 @@ async function consoleDeleteOfTwoPending() {
   const formKey = /name="form_key" value="([^"]+)"/.exec((await client.get(path)).text)![1]!;
   return { client, path, formKey };
 }
+
+// s33 observability audit: Prometheus takes a series' first sample as its baseline, so a counter
+// that appeared at its first increment hid that increment from increase(), and the usual alert
+// (increase(crm_webhook_deliveries_total{status="failed"}[5m]) > 0) missed the first failure after a start.
+describe("delivery metrics: a fresh process", () => {
+  test("its scrape carries every delivery status and attempt result at 0, and the attempt and latency histograms empty", async () => {
+    h = await scope.harness();
+    const scraped = parseExposition(await metricsText(h.rt));
+    expect({
+      deliveries_succeeded: scraped.value("crm_webhook_deliveries_total", { status: "succeeded" }),
+      deliveries_failed: scraped.value("crm_webhook_deliveries_total", { status: "failed" }),
+      attempts_succeeded: scraped.value("crm_webhook_delivery_attempts_total", { result: "succeeded" }),
+      attempts_failed: scraped.value("crm_webhook_delivery_attempts_total", { result: "failed" }),
+      attempts_error: scraped.value("crm_webhook_delivery_attempts_total", { result: "error" }),
+      attempt_durations: scraped.value("crm_webhook_delivery_attempt_duration_seconds_count"),
+      latencies: scraped.value("crm_webhook_delivery_latency_seconds_count"),
+    }).toEqual({ deliveries_succeeded: 0, deliveries_failed: 0, attempts_succeeded: 0, attempts_failed: 0, attempts_error: 0, attempt_durations: 0, latencies: 0 });
+  });
+});
 
 describe("delivery metrics: deliveries failed with their subscription", () => {
   test("deleting a subscription counts each pending delivery it fails", async () => {

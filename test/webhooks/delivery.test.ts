@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
+import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
 import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { ISO } from "../foundation/support.ts";
@@ -488,16 +489,30 @@ describe("webhook deliveries: failures and retries", () => {
     }
   });
 
-  test("a receiver that is not listening is a connection error in words", async () => {
-    h = await scope.harness({ retrySchedule: [] });
+  test("a receiver that is not listening is a connection error in words, which the attempt's log line gives too", async () => {
+    const logs: Record<string, any>[] = [];
+    h = await scope.harness({ retrySchedule: [] }, { log: createLogger("warn", (line) => logs.push(JSON.parse(line))) });
     const r = receiver();
-    await h.subscribe(r.url, ["contact.created"]);
+    const subscription = await h.subscribe(r.url, ["contact.created"]);
     await r.stop();
     await createContact();
     const [delivery] = await settledDeliveries(h);
     expect(delivery.status).toBe("failed");
     expect(delivery.last_response_status).toBeNull();
     expect(delivery.last_error).toMatch(/^connection failed: .*(ECONNREFUSED|ConnectionRefused)/);
+    // An operator reading the journal for a spike of result="error" learns why without looking up each delivery.
+    const { time, duration_ms, ...line } = await waitFor(() => logs.find((l) => l.msg === "webhook attempt"), "the attempt's log line");
+    expect(line).toEqual({
+      level: "warn",
+      msg: "webhook attempt",
+      delivery_id: delivery.id,
+      subscription_id: subscription.id,
+      event_type: "contact.created",
+      trigger: "scheduled",
+      response_status: null,
+      error: delivery.last_error,
+      delivery_status: "failed",
+    });
   });
 
   /** rawReceiverOutcome delivers one event to a TCP server that answers each request with `answer`, and returns how the delivery settled. */

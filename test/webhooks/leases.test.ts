@@ -76,7 +76,7 @@ describe("webhook leases: an attempt that outlived its lease", () => {
     // The attempt counts; the delivery is counted by the claim that decides it.
     const metrics = parseExposition(await metricsText(h.rt));
     expect(metrics.value("crm_webhook_delivery_attempts_total", { result: "failed" })).toBe(1);
-    expect(metrics.value("crm_webhook_deliveries_total", { status: "failed" }) ?? 0).toBe(0);
+    expect(metrics.value("crm_webhook_deliveries_total", { status: "failed" })).toBe(0);
     expect(logged.filter((line) => line.delivery_id === delivery.id)).toEqual([
       expect.objectContaining({
         level: "warn",
