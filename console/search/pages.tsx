@@ -4,7 +4,7 @@ import { ContactsTable } from "../contacts/pages.tsx";
 import type { ContactsView } from "../contacts/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { CsrfField, NoticeBox, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, NoticeBox } from "../pages/parts.tsx";
 import { SEARCH_MAX_LENGTH, type SecretShape } from "./service.ts";
 
 /**
@@ -49,47 +49,44 @@ export function searchPage(props: { session: ConsoleSession; q: string; nothing:
   return searchAnswer(props.session, "No match · Search", props.q, <NoticeBox notice={{ kind: "error", text: props.nothing }} />);
 }
 
-/** PageButton posts the search again for another page of its contacts (`before`: after that position; none: the newest). */
-function PageButton({ session, q, before, children }: { session: ConsoleSession; q: string; before?: string; children: ComponentChildren }) {
-  return (
-    <form method="post" action="/console/search">
-      <CsrfField token={session.csrfToken} />
-      <input type="hidden" name="q" value={q} />
-      {before && <input type="hidden" name="before" value={before} />}
-      <button type="submit" class="button ghost" id={before ? "older-contacts" : undefined}>
-        {children}
-      </button>
-    </form>
-  );
-}
-
 /**
  * searchResultsPage lists the contacts a search matched, with the box holding what was typed. The
- * other pages are a post away, as the search was: a link would put the text in an address.
+ * other pages are links to the search's sealed addresses (`pages`: the newest, the older ones),
+ * which hold none of the text.
  */
-export function searchResultsPage(props: { session: ConsoleSession; q: string; view: ContactsView }): string {
-  const { session, q, view } = props;
+export function searchResultsPage(props: { session: ConsoleSession; q: string; view: ContactsView; pages: { newest?: string; older?: string } }): string {
+  const { session, q, view, pages } = props;
   return searchAnswer(
     session,
     "Search",
     q,
     <>
       <ContactsTable view={view} />
-      {(view.older || view.next) && (
+      {(pages.newest || pages.older) && (
         <nav class="pager" aria-label="Contacts pages">
-          {view.older && (
-            <PageButton session={session} q={q}>
+          {pages.newest && (
+            <a class="button ghost" href={pages.newest}>
               ← Newest
-            </PageButton>
+            </a>
           )}
-          {view.next && (
-            <PageButton session={session} q={q} before={view.next}>
+          {pages.older && (
+            <a class="button ghost" href={pages.older} rel="next" id="older-contacts">
               Older contacts →
-            </PageButton>
+            </a>
           )}
         </nav>
       )}
     </>,
+  );
+}
+
+/** expiredSearchPage says that a search's address no longer opens (an hour after the search, or in another session), with the empty box to search again. */
+export function expiredSearchPage(props: { session: ConsoleSession }): string {
+  return searchAnswer(
+    props.session,
+    "Search expired · Search",
+    "",
+    <NoticeBox notice={{ kind: "error", text: "This search has expired: its address opens for an hour after the search, and only in the sign-in that made it. Search again." }} />,
   );
 }
 

@@ -5,31 +5,65 @@ import type { Runtime } from "../../server/runtime.ts";
 import { htmlResponse, redirect } from "../http.ts";
 import type { ConsoleSession } from "../model.ts";
 import { CONSOLE_DETAIL, field, OptionalForm, signedInConsole } from "../shell.ts";
-import { searchPage, searchResultsPage, secretPage } from "./pages.tsx";
-import { search, SEARCH_MAX_LENGTH, secretShapeOf } from "./service.ts";
+import { expiredSearchPage, searchPage, searchResultsPage, secretPage } from "./pages.tsx";
+import { openSearch, search, searchLead, SEARCH_MAX_LENGTH, sealSearch, secretShapeOf, type SearchAt } from "./service.ts";
+
+/** SEALED_MAX_LENGTH bounds a sealed search in an address: the longest text, each character escaped in JSON, in base64url. */
+const SEALED_MAX_LENGTH = 4096;
 
 /**
- * searchRoutes answer the search box: a redirect to the page of the record it names, the contacts it
- * lists, or a page saying nothing matched (404). The box posts what was typed and only a found
- * record's page (its id) is redirected to, so that text pasted into it by mistake (a token, a
- * password) is in no address (the browser's history, a proxy's log); the search's address (GET) is
- * kept for links.
+ * searchRoutes answer the search box: a redirect to the page of the record it names, or to the
+ * search's own address, whose answer lists the contacts it matched or says nothing did (404). The
+ * box posts what was typed, and the search's address holds it sealed (`?s=`, sealSearch), so that
+ * text pasted into it by mistake (a token, a password) is in no address (the browser's history, a
+ * proxy's log); the answer to a GET, not to the post, Back and Reload show it again. The address
+ * with the text itself (`?q=`) is kept for links.
  */
 export function searchRoutes(rt: Runtime) {
-  const answer = async (session: ConsoleSession, q: string, posted: boolean, before?: string): Promise<Response> => {
-    // Checked before the length, so a long paste that holds a token is told so too.
+  // The session's CSRF token names it (a digest of its secret): a sealed search opens in it alone.
+  const addressOf = (session: ConsoleSession, at: SearchAt) => `${CONSOLE_PREFIX}/search?s=${sealSearch(rt.secrets, session.csrfToken, at)}`;
+  // Checked before the length, so a long paste that holds a token is told so too.
+  const refusal = (session: ConsoleSession, q: string, inAddress: boolean): Response | null => {
     const secret = secretShapeOf(q);
-    if (secret) return htmlResponse(secretPage({ session, secret, inAddress: !posted }), 422);
+    if (secret) return htmlResponse(secretPage({ session, secret, inAddress }), 422);
     if (q.length > SEARCH_MAX_LENGTH) throw fieldsProblem([{ pointer: "/q", detail: `must be at most ${SEARCH_MAX_LENGTH} characters` }]);
-    const result = await search(rt.db, q, session.operator.id, before);
+    return null;
+  };
+  const answer = async (session: ConsoleSession, at: SearchAt): Promise<Response> => {
+    const result = await search(rt.db, at.q, session.operator.id, at.before);
     if ("location" in result) return redirect(result.location);
-    if ("contacts" in result) return htmlResponse(searchResultsPage({ session, q, view: result.contacts }));
-    return htmlResponse(searchPage({ session, q, nothing: result.nothing }), 404);
+    if ("contacts" in result) {
+      const { next, older } = result.contacts;
+      const pages = { newest: older ? addressOf(session, { q: at.q }) : undefined, older: next ? addressOf(session, { q: at.q, before: next }) : undefined };
+      return htmlResponse(searchResultsPage({ session, q: at.q, view: result.contacts, pages }));
+    }
+    return htmlResponse(searchPage({ session, q: at.q, nothing: result.nothing }), 404);
   };
   return new Elysia({ name: "console-search", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
     .use(signedInConsole(rt))
-    .get("/search", ({ session, query }) => answer(session, query.q ?? "", false), {
-      query: t.Object({ q: t.Optional(t.String({ maxLength: SEARCH_MAX_LENGTH })) }, { additionalProperties: true }),
-    })
-    .post("/search", ({ session, body }) => answer(session, field(body, "q"), true, field(body, "before") || undefined), { body: OptionalForm });
+    .get(
+      "/search",
+      ({ session, query }) => {
+        if (query.s !== undefined) {
+          const at = openSearch(rt.secrets, session.csrfToken, query.s);
+          return at ? answer(session, at) : htmlResponse(expiredSearchPage({ session }), 410);
+        }
+        const q = query.q ?? "";
+        return refusal(session, q, true) ?? answer(session, { q });
+      },
+      {
+        query: t.Object({ q: t.Optional(t.String({ maxLength: SEARCH_MAX_LENGTH })), s: t.Optional(t.String({ maxLength: SEALED_MAX_LENGTH })) }, { additionalProperties: true }),
+      },
+    )
+    .post(
+      "/search",
+      async ({ session, body }) => {
+        const q = field(body, "q");
+        const refused = refusal(session, q, false);
+        if (refused) return refused;
+        const lead = await searchLead(rt.db, q);
+        return redirect("location" in lead ? lead.location : addressOf(session, { q }));
+      },
+      { body: OptionalForm },
+    );
 }

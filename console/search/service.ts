@@ -4,6 +4,7 @@ import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { contactsPage, type ContactsView } from "../contacts/service.ts";
 import { bidiBalanced, isolated } from "../pages/parts.tsx";
 import { findDeliverySummary, findSubscription, findWebhookEvent } from "../../server/webhooks/service.ts";
+import type { SecretBox } from "../../server/webhooks/secrets.ts";
 
 /** SearchResult is where a search leads: the page of what it names, the contacts it lists (a name, an email several share), or a sentence saying nothing matched. */
 export type SearchResult = { location: string } | { contacts: ContactsView } | { nothing: string };
@@ -29,13 +30,16 @@ export function secretShapeOf(text: string): SecretShape | null {
   return API_TOKEN.test(text) ? "api-token" : SIGNING_SECRET.test(text) ? "signing-secret" : null;
 }
 
+/** SearchLead is where a search's text leads before a list is read: the page of what it names, a sentence saying nothing matched, or the contacts to list (`nothing`: what to say if none are). */
+export type SearchLead = { location: string } | { nothing: string } | { list: { nothing: string } };
+
 /**
- * search takes what an operator pastes, as a receiver's log or a colleague names it: a delivery id
- * (the webhook-id), an event id, a contact id, a subscription id, or a contact's email, and leads
- * to its page. Any other text searches the contacts by name, as `reader` on the read lane, listing
- * the page after `before`. Only a found record's page is a location: the text is in none.
+ * searchLead takes what an operator pastes, as a receiver's log or a colleague names it: a delivery
+ * id (the webhook-id), an event id, a contact id, a subscription id, or a contact's email, and
+ * leads to its page. An email several contacts share, or any other text (a name), leads to a list
+ * of contacts, read by search. Only a found record's page is a location: the text is in none.
  */
-export async function search(db: Database, text: string, reader: ReaderName, before?: string): Promise<SearchResult> {
+export async function searchLead(db: Database, text: string): Promise<SearchLead> {
   const q = text.trim();
   if (q === "") return { nothing: "Type a delivery id (dlv_…), an event id (evt_…), a contact id (con_…), an email or a name." };
   const id = ID.exec(q.toUpperCase().replace(/^(DLV|EVT|CON|SUB)_/, (prefix) => prefix.toLowerCase()));
@@ -56,9 +60,44 @@ export async function search(db: Database, text: string, reader: ReaderName, bef
   if (q.includes("@")) {
     const contacts = await contactsWithEmail(db, q);
     if (contacts.length === 1) return { location: `${CONSOLE_PREFIX}/contacts/${contacts[0]!.id}` };
-    if (contacts.length > 1) return { contacts: await contactsPage(db, { q, ...(before ? { before } : {}) }, reader) };
-    return { nothing: `No contact has the email ${isolated(q)}.` };
+    return contacts.length > 1 ? { list: { nothing: `No contact has the email ${isolated(q)}.` } } : { nothing: `No contact has the email ${isolated(q)}.` };
   }
-  const view = await contactsPage(db, { q, ...(before ? { before } : {}) }, reader);
-  return view.total > 0 ? { contacts: view } : { nothing: `No contact's name contains “${bidiBalanced(q)}”.` };
+  return { list: { nothing: `No contact's name contains “${bidiBalanced(q)}”.` } };
+}
+
+/** search is where a search leads (searchLead), its list read as `reader` on the read lane: the page after `before`. */
+export async function search(db: Database, text: string, reader: ReaderName, before?: string): Promise<SearchResult> {
+  const lead = await searchLead(db, text);
+  if (!("list" in lead)) return lead;
+  const view = await contactsPage(db, { q: text.trim(), ...(before ? { before } : {}) }, reader);
+  return view.total > 0 ? { contacts: view } : { nothing: lead.list.nothing };
+}
+
+/** SEARCH_ADDRESS_TTL_MS is how long a search's sealed address opens: long enough for Back and Reload, not for keeping. */
+export const SEARCH_ADDRESS_TTL_MS = 60 * 60 * 1000;
+/** SEALING_PURPOSE names the key, derived from the secrets key, that searches are sealed with for their address. */
+const SEALING_PURPOSE = "console search address";
+
+/** SearchAt is a search as its address carries it, sealed: the text typed and the page position (`before`). */
+export interface SearchAt {
+  q: string;
+  before?: string;
+}
+
+/**
+ * sealSearch seals a search for its address (`?s=`), for an hour and for the session `sessionName`
+ * names alone: the address holds none of the text, a copy of it opens in no other session, and
+ * every instance sharing the secrets key opens it.
+ */
+export function sealSearch(secrets: SecretBox, sessionName: string, at: SearchAt, now = Date.now()): string {
+  return secrets.sealText(SEALING_PURPOSE, sessionName, JSON.stringify([at.q, at.before ?? null, now + SEARCH_ADDRESS_TTL_MS]));
+}
+
+/** openSearch opens what sealSearch made for the session `sessionName`, or returns null: sealed for another session, expired or altered. */
+export function openSearch(secrets: SecretBox, sessionName: string, sealed: string, now = Date.now()): SearchAt | null {
+  const text = secrets.openText(SEALING_PURPOSE, sessionName, sealed);
+  if (text === null) return null;
+  const [q, before, expiresAt] = JSON.parse(text) as [string, string | null, number];
+  if (expiresAt <= now) return null;
+  return before === null ? { q } : { q, before };
 }

@@ -29,14 +29,15 @@ export class SecretUnreadable extends Error {}
  * SecretBox seals signing secrets with AES-256-GCM under the secrets key. Each secret is bound to
  * its subscription id (additional data), so a sealed secret copied onto another row does not open.
  * It also signs what the service hands out and must recognise later (the console's device
- * cookies), with a key derived from the secrets key for each purpose: every instance sharing the
- * key makes and accepts the same signatures, and none of them is the sealing key itself.
+ * cookies), and seals what it hands out to read back (the console's search addresses), with a key
+ * derived from the secrets key for each purpose: every instance sharing the key makes and accepts
+ * the same signatures and sealed texts, and none of them is the sealing key itself.
  */
 export class SecretBox {
   /** opened secrets by subscription id and sealed text: opening costs ~4 us, a twentieth of a delivery */
   private readonly opened = new Map<string, string>();
-  /** signing keys by purpose, derived once */
-  private readonly signingKeys = new Map<string, Buffer>();
+  /** signing and sealing keys by purpose, derived once */
+  private readonly derivedKeys = new Map<string, Buffer>();
 
   constructor(private readonly key: Uint8Array) {}
 
@@ -63,9 +64,38 @@ export class SecretBox {
 
   /** signature is the HMAC-SHA256 of `text` under the key derived (HKDF-SHA256) from the secrets key for `purpose`. */
   signature(purpose: string, text: string): Uint8Array {
-    let key = this.signingKeys.get(purpose);
-    if (!key) this.signingKeys.set(purpose, (key = Buffer.from(hkdfSync("sha256", this.key, new Uint8Array(0), `crm ${purpose}`, KEY_BYTES))));
-    return createHmac("sha256", key).update(text).digest();
+    return createHmac("sha256", this.derivedKey(purpose)).update(text).digest();
+  }
+
+  /**
+   * sealText encrypts `text` (AES-256-GCM) under the key derived from the secrets key for
+   * `purpose`, bound to `boundTo` (additional data), as base64url: for an address that must carry
+   * what it may not show. Every instance sharing the key opens it.
+   */
+  sealText(purpose: string, boundTo: string, text: string): string {
+    const iv = randomBytes(IV_BYTES);
+    const cipher = createCipheriv("aes-256-gcm", this.derivedKey(purpose), iv).setAAD(Buffer.from(boundTo));
+    return Buffer.concat([iv, cipher.update(text, "utf8"), cipher.final(), cipher.getAuthTag()]).toString("base64url");
+  }
+
+  /** openText decrypts what sealText made for the same purpose and binding, or returns null: another key, purpose or binding, or altered. */
+  openText(purpose: string, boundTo: string, sealed: string): string | null {
+    const payload = Buffer.from(sealed, "base64url");
+    if (payload.length < IV_BYTES + TAG_BYTES) return null;
+    try {
+      const decipher = createDecipheriv("aes-256-gcm", this.derivedKey(purpose), payload.subarray(0, IV_BYTES)).setAAD(Buffer.from(boundTo));
+      decipher.setAuthTag(payload.subarray(payload.length - TAG_BYTES));
+      return Buffer.concat([decipher.update(payload.subarray(IV_BYTES, payload.length - TAG_BYTES)), decipher.final()]).toString("utf8");
+    } catch {
+      return null;
+    }
+  }
+
+  /** derivedKey is the key (HKDF-SHA256) of the secrets key for `purpose`, derived once: none of them is the sealing key itself. */
+  private derivedKey(purpose: string): Buffer {
+    let key = this.derivedKeys.get(purpose);
+    if (!key) this.derivedKeys.set(purpose, (key = Buffer.from(hkdfSync("sha256", this.key, new Uint8Array(0), `crm ${purpose}`, KEY_BYTES))));
+    return key;
   }
 
   private decrypt(subscriptionId: string, stored: string): string {

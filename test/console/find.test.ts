@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { createApiToken } from "../../server/auth/service.ts";
+import { openSearch, SEARCH_ADDRESS_TTL_MS, sealSearch } from "../../console/search/service.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { ConsoleClient, cspViolations, launchBrowser, shoot, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
@@ -21,6 +22,8 @@ const logLines: string[] = [];
 const SLOW = 60_000;
 const url = (path: string) => `${server.url}${path}`;
 const BULK = 60;
+/** the search's own address, the search sealed in it */
+const SEALED = /^\/console\/search\?s=[A-Za-z0-9_-]+$/;
 
 beforeAll(async () => {
   server = await startConsoleServer({}, createLogger("info", (line) => logLines.push(line)));
@@ -76,29 +79,86 @@ describe("one search box", () => {
     expect(await find(ada.id)).toBe(`/console/contacts/${ada.id}`);
     expect(await find("ADA@Example.com")).toBe(`/console/contacts/${ada.id}`);
     await server.api("POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Again", email: "twin@example.com" });
-    // Listed in the post's own answer: an email is no secret, but the box's text goes in no address.
-    expect(await find("twin@example.com")).toBe("/console/search");
+    // Listed at the search's address, the text sealed: an email is no secret, but the box's text goes in no address.
+    expect(await find("twin@example.com")).toMatch(SEALED);
     expect(await page.locator("#contacts tbody tr").count()).toBe(2);
     expect(await page.inputValue("#search-q")).toBe("twin@example.com");
   }, SLOW);
 
   test("a name lists the contacts whose name contains it; what matches nothing says so (404)", async () => {
-    expect(await find("Lovelace")).toBe("/console/search");
+    expect(await find("Lovelace")).toMatch(SEALED);
     expect(await page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")))).toEqual([ada.id]);
     expect(await page.textContent("#contacts-count")).toBe("Showing all 1 whose name contains “Lovelace”.");
     await page.goto(url("/console/"));
     await page.fill("#search-q", "dlv_01J00000000000000000000000");
-    // Find posts the box, and the post's own answer says what it found.
-    const [answer] = await Promise.all([page.waitForResponse((r) => r.url().includes("/console/search")), page.click("form.search button")]);
-    expect([answer.request().method(), answer.status(), page.url()]).toEqual(["POST", 404, url("/console/search")]);
+    // Find posts the box, and the search's address says what it found.
+    const [posted, answer] = await Promise.all([
+      page.waitForResponse((r) => r.request().method() === "POST"),
+      page.waitForResponse((r) => r.url().includes("/console/search?s=")),
+      page.click("form.search button"),
+    ]);
+    expect([posted.status(), answer.request().method(), answer.status()]).toEqual([303, "GET", 404]);
     expect(await page.textContent(".notice")).toContain("Nothing has the id dlv_01J00000000000000000000000");
-    expect(await find("nobody@example.com")).toBe("/console/search");
+    expect(await find("nobody@example.com")).toMatch(SEALED);
     expect(await page.textContent(".notice")).toBe("No contact has the email \u2068nobody@example.com\u2069.");
-    expect(await find("Nobody Atall")).toBe("/console/search");
+    expect(await find("Nobody Atall")).toMatch(SEALED);
     expect(await page.textContent(".notice")).toBe("No contact's name contains “Nobody Atall”.");
     expect(await page.inputValue("#search-q")).toBe("Nobody Atall");
     problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("404 (Not Found)")));
     expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+describe("Back to Find's list", () => {
+  // The list is the answer to a GET after the post (303): no-store as every page, history
+  // navigation reloads it, where the post's own answer could only be posted again (the s33
+  // newcode3 audit's reproduction: Chromium showed ERR_CACHE_MISS, "Confirm Form Resubmission").
+  const ids = () => page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")));
+
+  test("Back from a contact opened in a name's list, and from its older contacts, shows the list again", async () => {
+    await find("Bulk");
+    const newest = await ids();
+    expect(newest.length).toBe(50);
+    await Promise.all([page.waitForEvent("framenavigated"), page.click("#older-contacts")]);
+    await page.waitForLoadState();
+    const older = await ids();
+    expect(older.length).toBe(BULK - 50);
+    await Promise.all([page.waitForURL((u) => u.pathname.startsWith("/console/contacts/")), page.locator("#contacts tbody tr a").first().click()]);
+    const back = () => page.goBack({ waitUntil: "load" }).then((answer) => answer?.status(), (error: Error) => error.message.split("\n")[0]);
+    expect(await back()).toBe(200);
+    expect(await ids()).toEqual(older);
+    expect(await back()).toBe(200);
+    expect(await ids()).toEqual(newest);
+    expect(await page.inputValue("#search-q")).toBe("Bulk");
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+describe("a search's sealed address", () => {
+  test("opens in the session that searched alone, for an hour: in another, altered or later it says the search expired, with the box", async () => {
+    const signedIn = async () => {
+      const client = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
+      expect((await client.signIn()).status).toBe(303);
+      await client.get("/console/");
+      return client;
+    };
+    const [mine, other] = [await signedIn(), await signedIn()];
+    const location = (await mine.post("/console/search", { q: "Lovelace" })).headers.get("location")!;
+    const sealed = new URL(location, server.url).searchParams.get("s")!;
+    const altered = `${sealed.slice(0, 20)}${sealed[20] === "A" ? "B" : "A"}${sealed.slice(21)}`;
+    const answers = [];
+    for (const [client, address] of [[mine, location], [other, location], [mine, `/console/search?s=${altered}`], [mine, "/console/search?s=x"]] as const) {
+      const answer = await client.get(address);
+      const box = /<input id="search-q"[^>]*>/.exec(answer.text)?.[0];
+      answers.push([answer.status, /class="notice[^>]*>([^<]*)</.exec(answer.text)?.[1] ?? null, box === undefined ? null : (/ value="([^"]*)"/.exec(box)?.[1] ?? "")]);
+    }
+    const expired = [410, "This search has expired: its address opens for an hour after the search, and only in the sign-in that made it. Search again.", ""];
+    expect(answers).toEqual([[200, null, "Lovelace"], expired, expired, expired]);
+    // The hour, on the clock of whichever instance opens it.
+    const session = /name="_csrf" value="([^"]+)"/.exec((await mine.get("/console/")).text)![1]!;
+    const made = Date.now();
+    const at = sealSearch(server.runtime.secrets, session, { q: "Lovelace", before: "1.con_x" }, made);
+    expect([openSearch(server.runtime.secrets, session, at, made + SEARCH_ADDRESS_TTL_MS - 1), openSearch(server.runtime.secrets, session, at, made + SEARCH_ADDRESS_TTL_MS)]).toEqual([{ q: "Lovelace", before: "1.con_x" }, null]);
   }, SLOW);
 });
 
@@ -135,7 +195,7 @@ describe("a secret pasted into Find", () => {
     expect(problems).toEqual([]);
   }, SLOW);
 
-  test("text of any other shape (a metrics token, a password, a database URL) is answered in the post's own response: in no address, link or log line", async () => {
+  test("text of any other shape (a metrics token, a password, a database URL) is answered at the search's address, sealed: in no address, link or log line", async () => {
     const logged = logLines.length;
     const client = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
     expect((await client.signIn()).status).toBe(303);
@@ -151,21 +211,25 @@ describe("a secret pasted into Find", () => {
     ];
     const answers = [];
     const addresses: string[] = [];
+    const linksOf = (html: string) => [...html.matchAll(/(?:href|action)="([^"]*)"/g)].map((m) => decodeURIComponent(m[1]!.replaceAll("&amp;", "&").replaceAll("+", " ")));
     for (const q of pasted) {
-      const answer = await client.post("/console/search", { q });
-      addresses.push(...[...answer.text.matchAll(/(?:href|action)="([^"]*)"/g)].map((m) => decodeURIComponent(m[1]!.replaceAll("&amp;", "&").replaceAll("+", " "))));
-      answers.push([answer.status, answer.headers.get("location"), /id="search-q"[^>]* value="([^"]*)"/.exec(answer.text)?.[1] ?? null]);
+      const posted = await client.post("/console/search", { q });
+      const location = posted.headers.get("location") ?? "";
+      const answer = await client.get(location);
+      addresses.push(location, ...linksOf(answer.text));
+      answers.push([posted.status, SEALED.test(location), answer.status, /id="search-q"[^>]* value="([^"]*)"/.exec(answer.text)?.[1] ?? null]);
     }
-    expect(answers).toEqual(pasted.map((q) => [q === "Bulk" ? 200 : 404, null, q]));
-    // Fifty of the bulk contacts, and the older ones a post away: no link carries the text.
-    const older = await client.post("/console/search", { q: "Bulk", before: /name="before" value="([^"]+)"/.exec((await client.post("/console/search", { q: "Bulk" })).text)![1]! });
+    expect(answers).toEqual(pasted.map((q) => [303, true, q === "Bulk" ? 200 : 404, q]));
+    // Fifty of the bulk contacts, and the older ones a link away, to the search sealed again with its position.
+    const bulk = await client.get((await client.post("/console/search", { q: "Bulk" })).headers.get("location")!);
+    const older = await client.get(/href="([^"]+)" rel="next" id="older-contacts"/.exec(bulk.text)![1]!);
     expect([older.status, [...older.text.matchAll(/data-contact-id=/g)].length]).toEqual([200, BULK - 50]);
-    addresses.push(...[...older.text.matchAll(/(?:href|action)="([^"]*)"/g)].map((m) => decodeURIComponent(m[1]!)));
+    addresses.push(...linksOf(older.text));
     expect(addresses.filter((address) => pasted.some((q) => address.includes(q)))).toEqual([]);
     // The request log's line may follow the answer.
-    const posts = () => logLines.slice(logged).map((line) => JSON.parse(line)).filter((line) => line.msg === "request" && line.method === "POST" && String(line.path).startsWith("/console/search"));
-    await waitFor(() => posts().length === pasted.length + 2, "a request log line for each post");
-    expect(posts().map((line) => line.path)).toEqual(Array(pasted.length + 2).fill("/console/search"));
+    const searches = () => logLines.slice(logged).map((line) => JSON.parse(line)).filter((line) => line.msg === "request" && String(line.path).startsWith("/console/search"));
+    await waitFor(() => searches().length === 2 * pasted.length + 3, "a request log line for each post and each search's address");
+    expect(searches().map((line) => [line.method, line.path])).toEqual([...Array(pasted.length).fill([["POST", "/console/search"], ["GET", "/console/search"]]).flat(), ["POST", "/console/search"], ["GET", "/console/search"], ["GET", "/console/search"]]);
     expect(logLines.slice(logged).filter((line) => pasted.slice(0, -1).some((q) => line.includes(q) || line.includes(encodeURIComponent(q))))).toEqual([]);
   }, SLOW);
 

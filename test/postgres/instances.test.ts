@@ -6,7 +6,7 @@ import { api, ROOT, runCli, SOURCE, spawnServer, startReceiver, tempDir, waitUnt
 import { busiestSecond, LOOPBACK_SLACK_MS } from "../support/pacing.ts";
 import { PayloadCheck } from "../support/webhook-payloads.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
-import { ConsoleClient } from "../console/support.ts";
+import { ConsoleClient, OPERATOR } from "../console/support.ts";
 import { PACED_AFTER } from "../../server/operators/service.ts";
 import { MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { WRITE_LOCK } from "../../server/db/postgres.ts";
@@ -328,6 +328,21 @@ describe("two instances on one PostgreSQL database", () => {
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": key },
       body: JSON.stringify(body),
     });
+
+  test("a console search's sealed address made by one instance opens on the other, in the same session (both derive its key from the shared secrets key)", async () => {
+    expect(runCli([...SOURCE, "operator", "create", "--email", OPERATOR.email, "--password-stdin"], { env, stdin: `${OPERATOR.password}\n` }).exitCode).toBe(0);
+    await api(instances[0]!.url, token, "POST", "/public/v1/contacts", { first_name: "Grace", last_name: "Sealed-Search" });
+    const client = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), instances[0]!.url);
+    expect((await client.signIn()).status).toBe(303);
+    await client.get("/console/");
+    const location = (await client.post("/console/search", { q: "Sealed-Search" })).headers.get("location")!;
+    expect(location).toMatch(/^\/console\/search\?s=[A-Za-z0-9_-]+$/);
+    // The same cookies, at the other instance.
+    const other = Object.assign(new ConsoleClient((request) => fetch(request, { redirect: "manual" }), instances[1]!.url), { csrf: client.csrf });
+    for (const [name, value] of client.cookies) other.cookies.set(name, value);
+    const opened = await other.get(location);
+    expect([opened.status, /id="contacts-count"[^>]*>([^<]*)</.exec(opened.text)?.[1]]).toEqual([200, "Showing all 1 whose name contains “Sealed-Search”."]);
+  }, 60_000);
 
   test("a subscription's max_rate holds over both instances together (receiver-side times)", async () => {
     const receiver = slowReceiver(0);
