@@ -424,6 +424,9 @@ describe("sign-in throttling", () => {
     const waits: string[] = [];
     for (let i = 0; i < 4; i++) {
       await guesser.get("/console/login");
+      // The delay counts from the last failure: dated now, a loaded machine's slow sign-in and page
+      // load in between cannot wear a second off the Retry-After.
+      await db.run("UPDATE login_failures SET last_failure_at = ? WHERE scope = 'pair' AND subject = ?", [Date.now(), `${emailSubject(server!.runtime.secrets, OPERATOR.email)} 203.0.113.9`]);
       const early = await guesser.post("/console/login", OPERATOR); // even the right password is not checked yet
       expect(early.status).toBe(429);
       waits.push(early.headers.get("retry-after")!);
