@@ -1000,9 +1000,9 @@ export interface components {
          *     }
          */
         ContactInput: {
-            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which a few characters lengthen. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
+            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which decomposed text (NFD, Korean jamo) shortens and a few characters lengthen. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             first_name?: string | null;
-            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which a few characters lengthen. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
+            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which decomposed text (NFD, Korean jamo) shortens and a few characters lengthen. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             last_name?: string | null;
             /**
              * Format: idn-email
@@ -1013,7 +1013,7 @@ export interface components {
             phone?: string | null;
             /** @description The contact's id in the system it comes from; unique when set. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             external_id?: string | null;
-            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which a few characters lengthen. A tag given in two forms (café composed and decomposed) is a repeat. */
+            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which decomposed text (NFD, Korean jamo) shortens and a few characters lengthen. A tag given in two forms (café composed and decomposed) is a repeat. */
             tags?: string[] | null;
             /** @description Custom fields: a JSON object, or null to clear. At most 100 keys, keys of at most 100 characters at any depth, nesting at most 5 levels, at most 16384 bytes as JSON. */
             custom_fields?: {
