@@ -477,7 +477,7 @@ export interface paths {
         put?: never;
         /**
          * Enable a disabled webhook subscription
-         * @description Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak: events from now on are delivered to it. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged.
+         * @description Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak: events from now on are delivered to it. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged. A subscription whose signing secret was lost with the secrets key (crm secrets-key reset) is refused, 409 secret-rotation-required, until its secret is rotated: it would sign with a secret no receiver knows.
          */
         post: operations["enableWebhookSubscription"];
         delete?: never;
@@ -854,7 +854,7 @@ export interface components {
         /** @description RFC 9457 problem details (application/problem+json) */
         Problem: {
             /** @description URN naming the error kind; README's Problem types table says what each means and what to do. New types may be added: handle one you do not know by its status. */
-            type: ("urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:replay-resource-deleted" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:storage-read-only" | "urn:crm:problem:storage-failed" | "urn:crm:problem:database-replaced" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-busy" | "urn:crm:problem:database-newer" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready") | string;
+            type: ("urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:secret-rotation-required" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:replay-resource-deleted" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:storage-read-only" | "urn:crm:problem:storage-failed" | "urn:crm:problem:database-replaced" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-busy" | "urn:crm:problem:database-newer" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready") | string;
             title: string;
             status: number;
             detail: string;
@@ -1000,9 +1000,9 @@ export interface components {
          *     }
          */
         ContactInput: {
-            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which a few characters lengthen. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
+            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which decomposed text (NFD, Korean jamo) shortens and a few characters lengthen. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             first_name?: string | null;
-            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which a few characters lengthen. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
+            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which decomposed text (NFD, Korean jamo) shortens and a few characters lengthen. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             last_name?: string | null;
             /**
              * Format: idn-email
@@ -1013,7 +1013,7 @@ export interface components {
             phone?: string | null;
             /** @description The contact's id in the system it comes from; unique when set. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
             external_id?: string | null;
-            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which a few characters lengthen. A tag given in two forms (café composed and decomposed) is a repeat. */
+            /** @description Stored in Unicode NFC (composed characters); the length limit holds for that form, which decomposed text (NFD, Korean jamo) shortens and a few characters lengthen. A tag given in two forms (café composed and decomposed) is a repeat. */
             tags?: string[] | null;
             /** @description Custom fields: a JSON object, or null to clear. At most 100 keys, keys of at most 100 characters at any depth, nesting at most 5 levels, at most 16384 bytes as JSON. */
             custom_fields?: {
@@ -5287,7 +5287,7 @@ export interface operations {
                 };
             };
             408: components["responses"]["BodyTimeout"];
-            /** @description Conflict: a request with this Idempotency-Key is still running. */
+            /** @description RFC 9457 problem details (application/problem+json) */
             409: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];

@@ -139,7 +139,7 @@ export function subscriptionsPage(props: {
           </div>
         ))}
         <DataTable id="subscriptions" columns={["Subscription", "Events", "Status", "Deliveries, last 24 hours", "Created (UTC)", ""]} empty={props.subscriptions.length === 0 ? "No subscriptions yet. Create one below, or through the API." : null}>
-          {props.subscriptions.map(({ subscription: s, counts, rotationId }) => (
+          {props.subscriptions.map(({ subscription: s, counts, rotationId, secretLost }) => (
             <tr data-subscription-id={s.id}>
               <td data-label="Subscription">
                 <SubscriptionLabel description={s.description} url={s.target_url} />
@@ -179,7 +179,13 @@ export function subscriptionsPage(props: {
                     </button>
                   </form>
                 )}
-                {s.status === "disabled" && (
+                {/* Enable is refused until then: it would sign with a secret no receiver knows. */}
+                {secretLost && (
+                  <a href={`/console/subscriptions/${s.id}/secret-rotation`}>
+                    Rotate secret<OfSubscription subject={subjects.get(s.id)!} of />
+                  </a>
+                )}
+                {s.status === "disabled" && !secretLost && (
                   <form method="post" action={`/console/subscriptions/${s.id}/enable`} class="row-form">
                     <CsrfField token={props.session.csrfToken} />
                     <button type="submit" class="link-button">

@@ -53,6 +53,10 @@ const DONE_NOTICES: Record<string, string> = {
   saved: "Description saved.",
 };
 
+/** SECRET_ROTATION_REQUIRED is the console's words for enable's refusal of a subscription whose secret was lost with the secrets key. */
+const SECRET_ROTATION_REQUIRED =
+  "Not enabled: its signing secret was lost with the secrets key (crm secrets-key reset), and the one it has now is known to no receiver. Rotate its secret (Rotate secret), give the new one to its receiver, then enable it.";
+
 /**
  * subscriptionRoutes are the subscriptions: the list with recent counts, one subscription's health
  * and failures, create, edit, pause, enable, delete and recover failed deliveries. Every form that
@@ -110,8 +114,15 @@ export function subscriptionRoutes(rt: Runtime) {
     )
     .post(
       "/subscriptions/:id/enable",
-      async ({ params }) => {
-        await enableSubscription(rt, params.id);
+      async ({ session, params }) => {
+        try {
+          await enableSubscription(rt, params.id);
+        } catch (error) {
+          // A page shown before the reset still offers Enable: it says what to do instead.
+          if (problemOf(error, 409).slug !== "secret-rotation-required") throw error;
+          const notice = { kind: "error" as const, text: SECRET_ROTATION_REQUIRED };
+          return htmlResponse(subscriptionsPage({ session, ...(await subscriptionsOverview(db)), disableAfterHours: rt.config.disableFailingAfterHours, notice }), 409);
+        }
         return redirect(`${CONSOLE_PREFIX}/subscriptions?enabled=1`);
       },
       { params: IdParam, body: OptionalForm },

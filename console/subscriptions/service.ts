@@ -26,7 +26,7 @@ import {
   toSubscription,
   updateSubscription,
 } from "../../server/webhooks/service.ts";
-import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
+import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, listLostSecretSubscriptionIds, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
 import { disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
@@ -104,9 +104,11 @@ export interface SubscriptionChoice {
   rotationId: string | null;
 }
 
-/** SubscriptionOverview adds a subscription's delivery counts of the last 24 hours. */
+/** SubscriptionOverview adds a subscription's delivery counts of the last 24 hours, and whether its secret must be rotated before it can be enabled. */
 export interface SubscriptionOverview extends SubscriptionChoice {
   counts: { succeeded: number; failed: number; pending: number };
+  /** its secret was lost with the secrets key (crm secrets-key reset): enable is refused until a rotation */
+  secretLost: boolean;
 }
 
 /** openRotationsFrom maps each subscription being rotated away from to its rotation (whose new subscription still exists). */
@@ -134,8 +136,13 @@ export function subscriptionsOverview(db: Database, now = Date.now()): Promise<{
   return db.read(async (snapshot) => {
     const counts = await subscriptionDeliveryCounts(snapshot, now - RECENT_MS);
     const rotations = (await Promise.all((await listOpenRotations(snapshot)).map((row) => toRotationView(snapshot, row)))).filter((r) => r.step !== "abandoned");
+    const lost = await listLostSecretSubscriptionIds(snapshot);
     return {
-      subscriptions: (await subscriptionChoices(snapshot)).map((choice) => ({ ...choice, counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 } })),
+      subscriptions: (await subscriptionChoices(snapshot)).map((choice) => ({
+        ...choice,
+        counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 },
+        secretLost: lost.has(choice.subscription.id),
+      })),
       rotations,
     };
   });

@@ -55,9 +55,9 @@ const USER_ID = { pattern: "^usr_[0-9A-Z]{26}$", error: "must be a user id (usr_
 const idList = (id: { pattern: string; error: string }, ids: string) =>
   nullable(t.Array(t.String(id), { maxItems: MAX_RELATED_IDS, uniqueItems: true }), `must be a list of at most ${MAX_RELATED_IDS} distinct ${ids}`);
 
-/** NAME_ERROR refuses a first_name or last_name too long, as given or once in NFC (the service checks that). */
+/** NAME_ERROR refuses a first_name or last_name too long in NFC, the form it is stored in (storedText gives it that form before the schema counts). */
 export const NAME_ERROR = `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`;
-/** TAG_ERROR refuses a tag too long (as given or once in NFC), empty, "." or "..". */
+/** TAG_ERROR refuses a tag too long in NFC (as NAME_ERROR), empty, "." or "..". */
 export const TAG_ERROR = `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."`;
 
 // "." and ".." are refused: URL clients read them as path steps (DELETE .../tags/%2E%2E is sent as
@@ -65,7 +65,24 @@ export const TAG_ERROR = `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, no
 const tagName = () => t.String({ minLength: 1, maxLength: MAX_TAG_LENGTH, pattern: "^(?!\\.\\.?$)", error: TAG_ERROR });
 
 // Text a Mac writes decomposed (NFD) is then the name a user types (NFC), in a search as in a tag.
-const NFC_STORED = "Stored in Unicode NFC (composed characters); the length limit holds for that form, which a few characters lengthen.";
+const NFC_STORED = "Stored in Unicode NFC (composed characters); the length limit holds for that form, which decomposed text (NFD, Korean jamo) shortens and a few characters lengthen.";
+
+/**
+ * storedText gives the names and tags of a contact body, in place, the form they are stored in:
+ * Unicode NFC. Routes run it before their schema (an Elysia transform), and the importer on each
+ * row, so the length limits count what is stored, which NFC shortens (decomposed text, Korean
+ * jamo) or lengthens (U+0958), and a tag given composed and decomposed is a repeat (uniqueItems).
+ * Anything else (not an object, a name that is not a string) is left as given for the schema to refuse.
+ */
+export function storedText(body: unknown): void {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return;
+  const fields = body as Record<string, unknown>;
+  for (const field of ["first_name", "last_name"] as const) {
+    const name = fields[field];
+    if (typeof name === "string") fields[field] = name.normalize("NFC");
+  }
+  if (Array.isArray(fields.tags)) fields.tags = fields.tags.map((tag: unknown) => (typeof tag === "string" ? tag.normalize("NFC") : tag));
+}
 
 /** ContactFields are the known, validated contact properties; any others are stored as given. */
 const contactFields = {

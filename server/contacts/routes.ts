@@ -8,7 +8,7 @@ import type { Runtime } from "../runtime.ts";
 import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
 import { withRepeatedValues } from "../http/list-query.ts";
 import { deletedList } from "../tombstones/routes.ts";
-import { CONTACT_BATCH_OPTIONS, ContactAccountInput, ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, ContactTagInput, IncludeParam } from "./model.ts";
+import { CONTACT_BATCH_OPTIONS, ContactAccountInput, ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, ContactTagInput, IncludeParam, storedText } from "./model.ts";
 import { addContactAccount, addContactTag, CONTACT_BATCH, createContact, deleteContact, getContact, listContactsPage, removeContactAccount, removeContactTag, updateContact } from "./service.ts";
 import { batchPost } from "../batch/routes.ts";
 
@@ -27,6 +27,7 @@ const BATCH_DOC = {
   item: ContactInput,
   itemDescription: "A contact, as the body of POST /public/v1/contacts; external_id or email selects the contact to update.",
   options: CONTACT_BATCH_OPTIONS,
+  storedText,
   unversioned: "A batch has no version (one If-Match cannot name each item's)",
   tags,
 };
@@ -40,6 +41,8 @@ export function contactRoutes(rt: Runtime) {
       return (answer as unknown) instanceof Response ? answer : sendJson(set, toJsonText(answer));
     }, {
       body: ContactInput,
+      // Names and tags in the form stored (NFC), for the schema's limits to count it.
+      transform: ({ body }) => storedText(body),
       headers: IdempotencyKeyHeader,
       beforeHandle: refuseEntityTags("A new contact has no version yet"),
       // Documented, not re-checked (as the list): the body is toContact's, whose shape the tests pin.
@@ -77,6 +80,7 @@ export function contactRoutes(rt: Runtime) {
     .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers)) }), {
       params: ContactId,
       body: ContactInput,
+      transform: ({ body }) => storedText(body),
       headers: ConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
       detail: { operationId: "updateContact", summary: "Update a contact", description: "Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event. With If-Match, only a contact still at that version changes (else 412 with the current ETag).", tags, ...secured },
@@ -118,6 +122,10 @@ export function contactRoutes(rt: Runtime) {
     .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, versionCondition(headers), scope) } })), {
       params: ContactId,
       body: ContactTagInput,
+      // The tag in the form stored (NFC), for the schema's limit to count it (as storedText).
+      transform: ({ body }) => {
+        if (typeof body?.tag === "string") body.tag = body.tag.normalize("NFC");
+      },
       headers: IdempotentConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 410, 412, 413, 415, 422) },
       detail: {

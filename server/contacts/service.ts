@@ -17,10 +17,10 @@ import { notBefore, toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
-import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
+import { MAX_EMAIL_LENGTH, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
 import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
 import { insertTombstone } from "../tombstones/store.ts";
-import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, NAME_ERROR, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, TAG_ERROR, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
+import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
   countContacts,
   countReadsMatches,
@@ -171,53 +171,16 @@ function contactInputErrors(input: Record<string, unknown>): FieldError[] {
       errors.push({ pointer: `/${field}`, detail: "must be a JSON object, or null" });
     }
   }
-  errors.push(...nfcLengthErrors(input), ...repeatedTagErrors(input.tags), ...customFieldsErrors(input.custom_fields), ...consentErrors(input.consent), ...extraPropertiesErrors(input, DECLARED_FIELDS));
+  errors.push(...customFieldsErrors(input.custom_fields), ...consentErrors(input.consent), ...extraPropertiesErrors(input, DECLARED_FIELDS));
   return errors;
 }
 
 /**
- * nfcLengthErrors names each name and tag its schema took whose NFC form, the one stored, is over
- * its limit: NFC lengthens a few characters (U+0958 is U+0915 U+093C), and the API would answer a
- * value its own document says is impossible, which a client sending it back has refused.
- */
-function nfcLengthErrors(input: Record<string, unknown>): FieldError[] {
-  const errors: FieldError[] = [];
-  for (const field of ["first_name", "last_name"] as const) {
-    const name = input[field];
-    if (typeof name === "string" && name.normalize("NFC").length > MAX_NAME_LENGTH) errors.push({ pointer: `/${field}`, detail: NAME_ERROR });
-  }
-  const tags: string[] = Array.isArray(input.tags) ? input.tags : [];
-  tags.forEach((tag, index) => {
-    if (tag.normalize("NFC").length > MAX_TAG_LENGTH) errors.push({ pointer: `/tags/${index}`, detail: TAG_ERROR });
-  });
-  return errors;
-}
-
-/** repeatedTagErrors names each tag that is an earlier one in another Unicode normalization form (café composed and decomposed): stored NFC, they would be one tag twice. */
-function repeatedTagErrors(tags: unknown): FieldError[] {
-  if (!Array.isArray(tags)) return [];
-  const first = new Map<string, number>();
-  const errors: FieldError[] = [];
-  tags.forEach((tag: string, index) => {
-    const earlier = first.get(tag.normalize("NFC"));
-    if (earlier === undefined) first.set(tag.normalize("NFC"), index);
-    else if (tags[earlier] !== tag) errors.push({ pointer: `/tags/${index}`, detail: `repeats item ${earlier}` });
-  });
-  return errors;
-}
-
-/**
- * storedForm gives a contact input the form its fields are stored in: names and tags in Unicode NFC
- * (a name a Mac wrote decomposed is the name typed composed), the email lowercased with its domain
- * in ASCII form (asciiEmail).
+ * storedForm gives a contact input the form its email is stored in: lowercased with its domain in
+ * ASCII form (asciiEmail). Its names and tags had theirs (NFC) before the schema took them (storedText).
  */
 function storedForm(input: ContactInput): ContactInput {
-  const stored = { ...input };
-  if (typeof stored.first_name === "string") stored.first_name = stored.first_name.normalize("NFC");
-  if (typeof stored.last_name === "string") stored.last_name = stored.last_name.normalize("NFC");
-  if (typeof stored.email === "string") stored.email = asciiEmail(stored.email);
-  if (Array.isArray(stored.tags)) stored.tags = stored.tags.map((tag) => tag.normalize("NFC"));
-  return stored;
+  return typeof input.email === "string" ? { ...input, email: asciiEmail(input.email) } : input;
 }
 
 function refuseInvalidFields(input: Record<string, unknown>): void {
@@ -496,9 +459,6 @@ export async function removeContactAccount(rt: Runtime, contactId: string, accou
 
 /** addContactTag adds a tag to a contact (last in tags), if its version meets `condition` (else 412); a tag it carries changes nothing. */
 export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null): Promise<Contact> {
-  tag = tag.normalize("NFC");
-  // The schema counted the tag as given; NFC may lengthen it (nfcLengthErrors).
-  if (tag.length > MAX_TAG_LENGTH) throw validationProblem([{ pointer: "/tag", detail: TAG_ERROR }]);
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;

@@ -38,6 +38,7 @@ import accountNameCaseFold from "../../migrations/0034_account_name_case_fold.sq
 import tombstoneHorizons from "../../migrations/0036_tombstone_horizons.sql" with { type: "text" };
 import tombstoneVersions from "../../migrations/0037_tombstone_versions.sql" with { type: "text" };
 import usersByTime from "../../migrations/0038_users_by_time.sql" with { type: "text" };
+import secretLost from "../../migrations/0039_secret_lost.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 
@@ -94,6 +95,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 36, name: "0036_tombstone_horizons.sql", sql: tombstoneHorizons },
   { version: 37, name: "0037_tombstone_versions.sql", sql: tombstoneVersions },
   { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
+  { version: 39, name: "0039_secret_lost.sql", sql: secretLost },
 ];
 
 function ensureMigrationsTable(db: Database): void {

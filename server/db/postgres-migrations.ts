@@ -24,6 +24,7 @@ import type { Db } from "./sql.ts";
 import tombstoneHorizons from "../../migrations/postgres/0036_tombstone_horizons.sql" with { type: "text" };
 import tombstoneVersions from "../../migrations/postgres/0037_tombstone_versions.sql" with { type: "text" };
 import usersByTime from "../../migrations/postgres/0038_users_by_time.sql" with { type: "text" };
+import secretLost from "../../migrations/postgres/0039_secret_lost.sql" with { type: "text" };
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -66,6 +67,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 36, name: "0036_tombstone_horizons.sql", sql: tombstoneHorizons },
   { version: 37, name: "0037_tombstone_versions.sql", sql: tombstoneVersions },
   { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
+  { version: 39, name: "0039_secret_lost.sql", sql: secretLost },
 ];
 
 /**

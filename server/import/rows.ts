@@ -1,5 +1,6 @@
 import { closeSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
 import { accountNameKey } from "../accounts/store.ts";
+import { storedText } from "../contacts/model.ts";
 import { asciiDomain } from "../shared/domains.ts";
 import { ConfigError } from "../config.ts";
 import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
@@ -388,6 +389,8 @@ export function toImportRow(source: SourceRow, map: ColumnMap): ImportRow {
     else if (target === "account.domain") account.domain = bareDomain(text(raw)) || undefined;
     else contact[target] = text(raw);
   }
+  // The form the server stores, in which it counts the limits: the row is checked here as sent.
+  storedText(contact);
   const name = account.name ?? account.domain;
   return { row: source.row, contact, account: name ? { name, ...(account.domain ? { domain: account.domain } : {}) } : null, ...(source.refused ? { refusal: source.refused.errors } : {}) };
 }

@@ -66,6 +66,7 @@ export const PROBLEM_TYPES = [
   "subscription-disabled",
   "subscription-paused",
   "subscription-deleted",
+  "secret-rotation-required",
   "delivery-in-progress",
   "deletions-expired",
   "replay-secret-lost",

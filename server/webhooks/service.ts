@@ -191,6 +191,7 @@ export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedS
     previous_secret_expires_at: null,
     secret_rotated_at: null,
     secret_test_delivery_id: null,
+    secret_lost_at: null,
     status: "active",
     disabled_at: null,
     disabled_reason: null,
@@ -372,12 +373,21 @@ export async function resetSecretsKey(db: Database, box: SecretBox): Promise<Res
 /**
  * enableSubscription makes a disabled subscription active again (events from now on are delivered
  * to it; deliveries failed while it was disabled stay failed) and returns it. An active one is
- * returned unchanged.
+ * returned unchanged. One whose secret was lost with the secrets key is refused (409
+ * secret-rotation-required) until its secret is rotated: it would sign with one no receiver knows.
  */
 export async function enableSubscription(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Subscription> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
-    if (!await findSubscriptionById(tx, id)) throw notFound("webhook subscription", id);
+    const row = await findSubscriptionById(tx, id);
+    if (!row) throw notFound("webhook subscription", id);
+    if (row.secret_lost_at !== null) {
+      throw new ProblemError(
+        409,
+        "secret-rotation-required",
+        `The subscription ${id} stays disabled until its secret is rotated: its signing secret was lost with the secrets key (crm secrets-key reset), and the one it has now is known to no receiver. Rotate it (POST /public/v1/webhook-subscriptions/${id}/rotate-secret), give the new secret to its receiver, then enable it.`,
+      );
+    }
     await enableSubscriptionRow(tx, id, now);
     const subscription = toSubscription((await findSubscriptionById(tx, id))!);
     await saveIdempotentResponse(tx, idempotency, 200, { data: subscription }, now);

@@ -22,6 +22,8 @@ export type SubscriptionRow = {
   secret_rotated_at: number | null;
   /** the webhook.ping the console's wizard sent to test the last secret rotation; null until it sends one (each rotation clears it) */
   secret_test_delivery_id: string | null;
+  /** when secrets-key reset gave it a secret no receiver knows (its own was lost with the key); null again once rotated, and enable is refused until then */
+  secret_lost_at: number | null;
   status: "active" | "disabled";
   disabled_at: number | null;
   disabled_reason: string | null;
@@ -157,8 +159,8 @@ export async function insertEvents(db: Db, rows: EventRow[]): Promise<void> {
 /** insertSubscription stores a subscription and indexes the event kinds it wants. */
 export async function insertSubscription(db: Db, row: SubscriptionRow, eventTypes: readonly string[]): Promise<void> {
   await db.run(
-    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, secret_test_delivery_id, status, disabled_at, disabled_reason, paused_at, max_rate, failing_since, created_at, updated_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, secret_test_delivery_id, secret_lost_at, status, disabled_at, disabled_reason, paused_at, max_rate, failing_since, created_at, updated_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       row.id,
       row.target_url,
@@ -169,6 +171,7 @@ export async function insertSubscription(db: Db, row: SubscriptionRow, eventType
       row.previous_secret_expires_at,
       row.secret_rotated_at,
       row.secret_test_delivery_id,
+      row.secret_lost_at,
       row.status,
       row.disabled_at,
       row.disabled_reason,
@@ -327,11 +330,12 @@ export async function deleteSubscription(db: Db, id: string): Promise<boolean> {
  * subscription exists. The old value is copied in SQL, so it is stored exactly as the current secret
  * was, and it is kept (sealed) even when it signs no more: the console's rotate form sent twice
  * finds by it that the rotation it asks for is made. The console's test of the rotation before
- * (setSecretRotationTest) is forgotten: it tested the secrets that signed then.
+ * (setSecretRotationTest) is forgotten: it tested the secrets that signed then. A secret lost with
+ * the secrets key (secret_lost_at) is so no more: the new one is shown to the caller.
  */
 export async function rotateSubscriptionSecret(db: Db, id: string, secret: string, previousExpiresAt: number, now: number): Promise<boolean> {
   const changed = await db.run(
-    `UPDATE webhook_subscriptions SET previous_secret = secret, secret = ?, previous_secret_expires_at = ?, secret_rotated_at = ?, secret_test_delivery_id = NULL, updated_at = ?
+    `UPDATE webhook_subscriptions SET previous_secret = secret, secret = ?, previous_secret_expires_at = ?, secret_rotated_at = ?, secret_test_delivery_id = NULL, secret_lost_at = NULL, updated_at = ?
      WHERE id = ?`,
     [secret, previousExpiresAt, now, now, id],
   );
@@ -389,14 +393,20 @@ export async function disableSubscription(db: Db, id: string, reason: string, no
 /**
  * replaceLostSecret gives a subscription whose secrets were sealed with a lost secrets key a new
  * sealed secret, forgets the previous secret of a rotation (sealed with that key too) and the
- * console's test of it, and disables the subscription with `reason`, whatever its status.
+ * console's test of it, and disables the subscription with `reason`, whatever its status, marking
+ * its secret lost (secret_lost_at) until the next rotation.
  */
 export async function replaceLostSecret(db: Db, id: string, sealedSecret: string, reason: string, now: number): Promise<void> {
   await db.run(
-    `UPDATE webhook_subscriptions SET secret = ?, previous_secret = NULL, previous_secret_expires_at = NULL, secret_test_delivery_id = NULL,
+    `UPDATE webhook_subscriptions SET secret = ?, previous_secret = NULL, previous_secret_expires_at = NULL, secret_test_delivery_id = NULL, secret_lost_at = ?,
        status = 'disabled', disabled_at = ?, disabled_reason = ?, updated_at = ? WHERE id = ?`,
-    [sealedSecret, now, reason, now, id],
+    [sealedSecret, now, now, reason, now, id],
   );
+}
+
+/** listLostSecretSubscriptionIds returns the ids of the subscriptions whose secret was lost with the secrets key and not rotated since (secret_lost_at). */
+export async function listLostSecretSubscriptionIds(db: Db): Promise<Set<string>> {
+  return new Set((await db.all<{ id: string }>("SELECT id FROM webhook_subscriptions WHERE secret_lost_at IS NOT NULL")).map((row) => row.id));
 }
 
 /**

@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { LOST_SECRET_REASON } from "../../server/webhooks/service.ts";
+import { replaceLostSecret } from "../../server/webhooks/store.ts";
+import { addStoredSubscription } from "../webhooks/support.ts";
 import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
 
 // What an operator (or a tampered link) can type into the new pages gets a page that says what is
@@ -418,4 +421,33 @@ test("a since or until a link carries as any RFC 3339 time shows in its field as
       return [filter, { status: 422, fields: fields.map((tag) => marked(tag, name)), rows: [delivery.id], notice: `${name} must be a date and time (YYYY-MM-DDTHH:MM, UTC).` }];
     }),
   );
+});
+
+/** rowActionsOf is where each link and form of a subscription's row on the Subscriptions page leads. */
+async function rowActionsOf(id: string): Promise<string[]> {
+  const page = (await client.get("/console/subscriptions")).text;
+  const row = new RegExp(`<tr data-subscription-id="${id}">[\\s\\S]*?</tr>`).exec(page)![0];
+  const cell = /<td class="row-actions">([\s\S]*?)<\/td>/.exec(row)![1]!;
+  return [...cell.matchAll(/<(?:a [^>]*?href|form method="post" action)="([^"]+)"/g)].map((m) => m[1]!);
+}
+
+test("after a secrets-key reset a subscription's row offers Rotate secret, not Enable; Enable sent from an older page is refused saying why, and changes nothing; once rotated it enables", async () => {
+  const id = await addStoredSubscription(h.rt.db, Date.now());
+  // What the reset does to each subscription: a new secret, sealed with the key it records, that no one was shown.
+  await h.rt.db.write((tx) => replaceLostSecret(tx, id, h.rt.secrets.seal(id, "whsec_bm8gcmVjZWl2ZXIga25vd3MgdGhpcw=="), LOST_SECRET_REASON, Date.now()));
+
+  const actions = [`/console/subscriptions/${id}`, `/console/?subscription_id=${id}`, `/console/rotations/new?from=${id}`, `/console/subscriptions/${id}/edit`];
+  expect(await rowActionsOf(id)).toEqual([...actions, `/console/subscriptions/${id}/secret-rotation`, `/console/subscriptions/${id}/delete`]);
+  const refused = await client.post(`/console/subscriptions/${id}/enable`, {});
+  expect([refused.status, /class="notice notice-error"[^>]*>([^<]*)</.exec(refused.text)?.[1]]).toEqual([
+    409,
+    "Not enabled: its signing secret was lost with the secrets key (crm secrets-key reset), and the one it has now is known to no receiver. Rotate its secret (Rotate secret), give the new one to its receiver, then enable it.",
+  ]);
+  expect((await h.json("GET", `/public/v1/webhook-subscriptions/${id}`)).body.data.status).toBe("disabled");
+
+  expect((await h.json("POST", `/public/v1/webhook-subscriptions/${id}/rotate-secret`, { body: { grace_hours: 0 } })).status).toBe(200);
+  expect(await rowActionsOf(id)).toEqual([...actions, `/console/subscriptions/${id}/enable`, `/console/subscriptions/${id}/delete`]);
+  const enabled = await client.post(`/console/subscriptions/${id}/enable`, {});
+  expect([enabled.status, enabled.headers.get("location")]).toEqual([303, "/console/subscriptions?enabled=1"]);
+  expect((await h.json("GET", `/public/v1/webhook-subscriptions/${id}`)).body.data.status).toBe("active");
 });

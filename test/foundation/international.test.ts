@@ -132,6 +132,28 @@ describe("contact names and tags: their length limits hold in NFC, the form they
     expect((await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name, tags } })).status).toBe(200);
   });
 
+  test("decomposed text (NFD) whose NFC form is within the limit is stored, on create, PATCH, batch and tagging; over the limit in NFC it is refused", async () => {
+    const e = "e\u0301"; // é decomposed: two characters given, one stored
+    const jamo = NFD("한".repeat(70)); // 210 conjoining jamo given, 70 syllables stored
+    const made = await h.json("POST", "/public/v1/contacts", { body: { first_name: e.repeat(150), last_name: jamo, tags: [e.repeat(60)] } });
+    expect([made.status, made.body.data?.first_name, made.body.data?.last_name, made.body.data?.tags]).toEqual([201, "é".repeat(150), "한".repeat(70), ["é".repeat(60)]]);
+    const id = made.body.data.id;
+    const patched = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: e.repeat(200), last_name: QA.repeat(100) } });
+    expect([patched.status, patched.body.data?.first_name, patched.body.data?.last_name]).toEqual([200, "é".repeat(200), NFC(QA.repeat(100))]);
+    const tagged = await h.json("POST", `/public/v1/contacts/${id}/tags`, { body: { tag: e.repeat(100) } });
+    expect([tagged.status, tagged.body.data?.tags]).toEqual([200, ["é".repeat(60), "é".repeat(100)]]);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: [{ first_name: e.repeat(200), tags: [e.repeat(100)] }, { first_name: e.repeat(201) }, { first_name: "B", tags: [e.repeat(101)] }] } });
+    expect(batch.body.data.map((item: { status: string; errors?: unknown }) => [item.status, item.errors ?? null])).toEqual([
+      ["created", null],
+      ["invalid", [{ pointer: "/items/1/first_name", detail: NAME }]],
+      ["invalid", [{ pointer: "/items/2/tags/0", detail: TAG }]],
+    ]);
+    expect((await h.json("GET", `/public/v1/contacts/${batch.body.data[0].id}`)).body.data.tags).toEqual(["é".repeat(100)]);
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: e.repeat(201) } })).body).toEqual(validation([{ pointer: "/first_name", detail: NAME }]));
+    expect((await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { tags: [e.repeat(101)] } })).body).toEqual(validation([{ pointer: "/tags/0", detail: TAG }]));
+    expect((await h.json("POST", `/public/v1/contacts/${id}/tags`, { body: { tag: e.repeat(101) } })).body).toEqual(validation([{ pointer: "/tag", detail: TAG }]));
+  });
+
   test("a batch refuses such an item as invalid, naming the field", async () => {
     const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: [{ first_name: QA.repeat(101) }, { first_name: "B", tags: [QA.repeat(51)] }, { first_name: QA.repeat(100) }] } });
     expect(batch.body.data.map((item: { status: string; errors?: unknown }) => [item.status, item.errors ?? null])).toEqual([

@@ -457,3 +457,27 @@ describe("migration 0033", () => {
     ]);
   });
 });
+
+describe("migration 0039", () => {
+  test("marks the secret lost of each subscription a secrets-key reset disabled and no rotation followed, and of no other", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0039_secret_lost.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const reason = "its signing secret was lost with the secrets key (crm secrets-key reset): rotate its secret, give the new one to its receiver, then enable it";
+    const insert = db.sqlite.query(
+      "INSERT INTO webhook_subscriptions (id, target_url, events, secret, secret_rotated_at, status, disabled_at, disabled_reason, created_at, updated_at) VALUES (?, 'https://x', '[]', 'whsec_x', ?, ?, ?, ?, 1, 1)",
+    );
+    insert.run("sub_lost", null, "disabled", 50, reason);
+    insert.run("sub_lost_after_rotation", 10, "disabled", 50, `${reason}; disabled before that: the receiver answered 410 Gone`);
+    insert.run("sub_rotated_since", 60, "disabled", 50, reason);
+    insert.run("sub_failing", null, "disabled", 50, "the receiver answered 410 Gone");
+    insert.run("sub_active", null, "active", null, null);
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, version + 1))).toEqual(["0039_secret_lost.sql"]);
+    expect(db.sqlite.query("SELECT id, secret_lost_at FROM webhook_subscriptions ORDER BY id").all()).toEqual([
+      { id: "sub_active", secret_lost_at: null },
+      { id: "sub_failing", secret_lost_at: null },
+      { id: "sub_lost", secret_lost_at: 50 },
+      { id: "sub_lost_after_rotation", secret_lost_at: 50 },
+      { id: "sub_rotated_since", secret_lost_at: null },
+    ]);
+  });
+});

@@ -174,6 +174,13 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     ]);
   }, 60_000);
 
+  test("a name or a tag given decomposed (NFD) whose NFC form is within its limit is imported, stored NFC", async () => {
+    const e = (n: number) => "e\u0301".repeat(n);
+    const res = await importText("nfd.csv", `Email,First name,Last name,Tags\nnfd@example.com,${e(150)},${"한".repeat(70).normalize("NFD")},${e(60)}\n`);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n"]);
+    expect(await server.db.all("SELECT first_name, last_name FROM contacts WHERE email = ?", ["nfd@example.com"])).toEqual([{ first_name: "é".repeat(150), last_name: "한".repeat(70) }]);
+  }, 60_000);
+
   test("a company spelled in its capitals (GROSSHANDEL SÜD GMBH) is the account of its usual spelling (Großhandel Süd GmbH): one account", async () => {
     const res = await importText("capitals.csv", "Email,Company\na@example.com,Großhandel Süd GmbH\nb@example.com,GROSSHANDEL SÜD GMBH\n");
     expect([res.code, res.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n"]);

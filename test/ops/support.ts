@@ -205,6 +205,17 @@ export function startReceiver(): Receiver {
  */
 export async function takeBackAfterKeyReset(servers: { rotateAt: ServerProcess; recoverAt: ServerProcess }, token: string, subscriptionId: string, receiver: Receiver): Promise<{ webhookId: string; payload: unknown }> {
   const path = `/public/v1/webhook-subscriptions/${subscriptionId}`;
+  // Enabled before a rotation, it would sign with the reset's secret, which no receiver knows.
+  const early = await api(servers.rotateAt.url, token, "POST", `${path}/enable`);
+  expect({ status: early.status, body: early.body }).toEqual({
+    status: 409,
+    body: {
+      type: "urn:crm:problem:secret-rotation-required",
+      title: "Conflict",
+      status: 409,
+      detail: `The subscription ${subscriptionId} stays disabled until its secret is rotated: its signing secret was lost with the secrets key (crm secrets-key reset), and the one it has now is known to no receiver. Rotate it (POST /public/v1/webhook-subscriptions/${subscriptionId}/rotate-secret), give the new secret to its receiver, then enable it.`,
+    },
+  });
   const rotated = await api(servers.rotateAt.url, token, "POST", `${path}/rotate-secret`, {});
   const enabled = await api(servers.rotateAt.url, token, "POST", `${path}/enable`);
   const recovered = await api(servers.recoverAt.url, token, "POST", `${path}/recover`, { since: new Date(Date.now() - 3_600_000).toISOString() });

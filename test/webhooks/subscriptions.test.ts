@@ -172,7 +172,9 @@ describe("webhook subscriptions: a lost secrets key's reset", () => {
     expect(failed.map((d: { id: string; status: string; last_error: string }) => [d.id, d.status, d.last_error])).toEqual(
       pending.map((d: { id: string }) => [d.id, "failed", "not sent: the subscription was disabled when its signing secret was lost with the secrets key"]),
     );
-    // Enabled again (once its secret is rotated), a subscription's failed deliveries are recovered under their ids.
+    // Enabled again once its secret is rotated (not before: secret-rotation-required), a subscription's failed deliveries are recovered under their ids.
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/enable`)).body.type).toBe("urn:crm:problem:secret-rotation-required");
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/rotate-secret`, { body: {} })).status).toBe(200);
     expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/enable`)).status).toBe(200);
     const since = new Date(Date.now() - 3_600_000).toISOString();
     expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/recover`, { body: { since } })).body.data.queued).toBe(1);
