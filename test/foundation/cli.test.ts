@@ -153,6 +153,23 @@ describe("command line: happy paths", () => {
     expect((await crm(["user", "list"])).stdout).toBe(`${eve.id}  eve@example.com  Eve\\u202e moc.elpmaxe@evE\\u202c \\u2067x\\u2069\\u200f  created ${eve.created_at}\n`);
   });
 
+  test("token create and token list show bidi controls in a token's name as escapes, and user create's JSON too (the same string, escaped): a name cannot draw the rest of its line backwards", async () => {
+    await crm(["migrate"]);
+    const name = "ops\u202e reveoked\u202c \u2067x\u2069\u200f";
+    const shown = "ops\\u202e reveoked\\u202c \\u2067x\\u2069\\u200f";
+    const created = await crm(["token", "create", "--name", name]);
+    const id = /tok_[0-9A-Z]{26}/.exec(created.stderr)![0];
+    expect(created.stderr).toBe(`created token ${id} (${shown}); it is shown only this once\n`);
+    const json = await crm(["token", "create", "--name", name, "--json"]);
+    expect([json.stdout.includes("\u202e"), JSON.parse(json.stdout).name]).toEqual([false, name]);
+    const info = JSON.parse(json.stdout);
+    const list = (await crm(["token", "list"])).stdout;
+    expect(list).toContain(`${id}  ${created.stdout.slice(0, 12)}…  ${shown}  created `);
+    expect(list).toContain(`${info.id}  ${info.prefix}…  ${shown}  created `);
+    const user = await crm(["user", "create", "--name", name, "--email", "eve@example.com"]);
+    expect([user.stdout.includes("\u202e"), JSON.parse(user.stdout).name]).toEqual([false, name]);
+  });
+
   test("user delete deletes a user as the API does: refused while serve holds the data directory; stopped, its contacts lose the assignment, and the next serve sends their contact.updated", async () => {
     await crm(["migrate"]);
     const token = (await crm(["token", "create", "--name", "ops"])).stdout.trim();
