@@ -146,14 +146,20 @@ function loadCommandConfig(args: string[]): Config {
 
 /**
  * migrateWithSecretsKey migrates; a migration that seals signing secrets reads (or creates) the
- * secrets key. A key it creates is named on stderr, as serve logs it: it must be kept with the database.
+ * secrets key. A key it creates is named on stderr, as serve logs it: it must be kept with the
+ * database. What a migration tells the operator goes to stderr too, one line each.
  */
 function migrateWithSecretsKey(db: Backend, config: Config): Promise<string[]> {
-  return migrateBackend(db, () => {
-    const secretsKey = loadSecretsKey(config);
-    if (secretsKey.created) noteCreatedSecretsKey(secretsKey.path);
-    return new SecretBox(secretsKey.key);
-  });
+  return migrateBackend(
+    db,
+    () => {
+      const secretsKey = loadSecretsKey(config);
+      if (secretsKey.created) noteCreatedSecretsKey(secretsKey.path);
+      return new SecretBox(secretsKey.key);
+    },
+    // The fields may hold names as the API stored them: escaped, so none acts on the terminal.
+    (message, fields) => process.stderr.write(`crm: ${message}: ${printable(JSON.stringify(fields))}\n`),
+  );
 }
 
 /** noteCreatedSecretsKey names on stderr a secrets key a command created, as serve logs it: it must be kept with the database. */

@@ -111,6 +111,9 @@ export interface Database extends Db {
   close(): Promise<void>;
 }
 
+/** MigrationWarn tells the operator of what a migration did that needs them (the service's log at warn, stderr on the command line), once it committed. */
+export type MigrationWarn = (message: string, fields: Record<string, unknown>) => void;
+
 /**
  * writeInSteps runs `step` in one write after another until it returns something other than null,
  * and resolves with that: a change too large for one short write (an account's or a user's
