@@ -1,5 +1,6 @@
 import type { Database } from "bun:sqlite";
 import { addMissingAccountVersion, keyAccountNames } from "../accounts/store.ts";
+import { normalizeStoredNamesAndTags } from "../contacts/store.ts";
 // Imported as text so `bun build --compile` embeds them: the binary needs no files beside it.
 import foundation from "../../migrations/0001_foundation.sql" with { type: "text" };
 import webhooks from "../../migrations/0002_webhooks.sql" with { type: "text" };
@@ -38,6 +39,7 @@ import accountNameCaseFold from "../../migrations/0034_account_name_case_fold.sq
 import tombstoneHorizons from "../../migrations/0036_tombstone_horizons.sql" with { type: "text" };
 import tombstoneVersions from "../../migrations/0037_tombstone_versions.sql" with { type: "text" };
 import usersByTime from "../../migrations/0038_users_by_time.sql" with { type: "text" };
+import namesAndTagsInNfc from "../../migrations/0039_names_and_tags_in_nfc.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -100,6 +102,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 36, name: "0036_tombstone_horizons.sql", sql: tombstoneHorizons },
   { version: 37, name: "0037_tombstone_versions.sql", sql: tombstoneVersions },
   { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
+  { version: 39, name: "0039_names_and_tags_in_nfc.sql", sql: namesAndTagsInNfc, backfill: normalizeStoredNamesAndTags },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -20,10 +20,12 @@ import wizardTestsSignedTwice from "../../migrations/postgres/0033_wizard_tests_
 import accountNameCaseFold from "../../migrations/postgres/0034_account_name_case_fold.sql" with { type: "text" };
 import sortKeysInByteOrder from "../../migrations/postgres/0035_sort_keys_in_byte_order.sql" with { type: "text" };
 import { keyPostgresAccountNames } from "../accounts/store.ts";
+import { normalizePostgresNamesAndTags } from "../contacts/store.ts";
 import type { Db, MigrationWarn } from "./sql.ts";
 import tombstoneHorizons from "../../migrations/postgres/0036_tombstone_horizons.sql" with { type: "text" };
 import tombstoneVersions from "../../migrations/postgres/0037_tombstone_versions.sql" with { type: "text" };
 import usersByTime from "../../migrations/postgres/0038_users_by_time.sql" with { type: "text" };
+import namesAndTagsInNfc from "../../migrations/postgres/0039_names_and_tags_in_nfc.sql" with { type: "text" };
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -66,6 +68,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 36, name: "0036_tombstone_horizons.sql", sql: tombstoneHorizons },
   { version: 37, name: "0037_tombstone_versions.sql", sql: tombstoneVersions },
   { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
+  { version: 39, name: "0039_names_and_tags_in_nfc.sql", sql: namesAndTagsInNfc, backfill: normalizePostgresNamesAndTags },
 ];
 
 /**

@@ -13,6 +13,7 @@ import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, oldNameKey } from "../support/account-name-keys.ts";
+import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 
 const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations");
@@ -139,6 +140,17 @@ describe("migrations: data", () => {
     expect(warnings).toEqual([]);
     expect(migrate(db.sqlite, MIGRATIONS, { warn: (...warning) => warnings.push(warning) })).toContain("0034_account_name_case_fold.sql");
     expect(warnings).toEqual(JOINED_NAME_WARNINGS);
+  });
+
+  test("0039 rewrites the names and tags stored before they were kept in NFC, café in both forms kept once, with their tag rows, counts, name copies and search, and no new version or event: the contact's own values find it again", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0039_names_and_tags_in_nfc.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    await storeContactsBeforeNfc(db);
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(await nfcRows(db)).toEqual(NFC_ROWS);
+    const { token } = await createApiToken(db, "t");
+    const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "error" }, log: createLogger("error") }));
+    expect(await readAfterNfc(app, token)).toEqual(READ_AFTER_NFC);
   });
 
   test("0009 stores each header set of the recorded attempts once, keeps each attempt's signature and cuts bodies to 4 KiB; the history reads as before", async () => {

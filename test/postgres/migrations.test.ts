@@ -14,6 +14,7 @@ import { createLogger } from "../../server/shared/log.ts";
 import { tempDir } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, oldNameKey } from "../support/account-name-keys.ts";
+import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
@@ -165,6 +166,25 @@ describe("postgres migrations: data, account names", () => {
     expect(await migratePostgres(old, POSTGRES_MIGRATIONS, (...warning) => warnings.push(warning))).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 34).map((m) => m.name));
     expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"")).toEqual(NEW_NAME_KEYS);
     expect(warnings).toEqual(JOINED_NAME_WARNINGS);
+  });
+});
+
+describe("postgres migrations: data, names and tags in NFC", () => {
+  test("0039 rewrites the names and tags stored before they were kept in NFC, café in both forms kept once, with their tag rows, counts, name copies and search, and no new version or event: the contact's own values find it again", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 39));
+    await storeContactsBeforeNfc(old);
+    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 39).map((m) => m.name));
+    expect(await nfcRows(old)).toEqual(NFC_ROWS);
+    const { token } = await createApiToken(old, "t");
+    const dataDir = tempDir("nfc");
+    try {
+      const config = { ...DEFAULT_CONFIG, dataDir, databaseUrl: opened.at(-1)!.server.url, secretsKeyFile: writeSecretsKeyFile(join(dataDir, "secrets.key")), logLevel: "error" as const };
+      const app = createApp(await createRuntime({ db: old, config, log: createLogger("error") }));
+      expect(await readAfterNfc(app, token)).toEqual(READ_AFTER_NFC);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });
 
