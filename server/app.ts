@@ -49,7 +49,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   await refuseNewerDatabase(db);
   const secretsKey = loadSecretsKey(config);
   const secrets = new SecretBox(secretsKey.key);
-  await migrateBackend(db, () => secrets);
+  await migrateBackend(db, () => secrets, (message, fields) => log.warn(message, fields));
   await assertDatabaseSecretsKey(db, secrets, secretsKey);
   if (secretsKey.openTo) log.warn(secretsKey.openTo, { path: secretsKey.path });
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });

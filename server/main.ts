@@ -146,14 +146,20 @@ function loadCommandConfig(args: string[]): Config {
 
 /**
  * migrateWithSecretsKey migrates; a migration that seals signing secrets reads (or creates) the
- * secrets key. A key it creates is named on stderr, as serve logs it: it must be kept with the database.
+ * secrets key. A key it creates is named on stderr, as serve logs it: it must be kept with the
+ * database. What a migration tells the operator goes to stderr too, one line each.
  */
 function migrateWithSecretsKey(db: Backend, config: Config): Promise<string[]> {
-  return migrateBackend(db, () => {
-    const secretsKey = loadSecretsKey(config);
-    if (secretsKey.created) noteCreatedSecretsKey(secretsKey.path);
-    return new SecretBox(secretsKey.key);
-  });
+  return migrateBackend(
+    db,
+    () => {
+      const secretsKey = loadSecretsKey(config);
+      if (secretsKey.created) noteCreatedSecretsKey(secretsKey.path);
+      return new SecretBox(secretsKey.key);
+    },
+    // The fields may hold names as the API stored them: escaped, so none acts on the terminal.
+    (message, fields) => process.stderr.write(`crm: ${message}: ${printable(JSON.stringify(fields))}\n`),
+  );
 }
 
 /** noteCreatedSecretsKey names on stderr a secrets key a command created, as serve logs it: it must be kept with the database. */
@@ -437,7 +443,8 @@ async function importCommand(args: string[]): Promise<number> {
     return summary.invalid > 0 ? 1 : 0;
   } catch (error) {
     if (!(error instanceof ImportError)) throw error;
-    process.stderr.write(`crm: import stopped: ${error.message}\n${error.resumable ? "run the same command again to resume: batches already sent are not applied twice\n" : ""}`);
+    // The message may quote the server's answer: a refused item's pointer names the file's custom-field keys.
+    process.stderr.write(`crm: import stopped: ${printable(error.message)}\n${error.resumable ? "run the same command again to resume: batches already sent are not applied twice\n" : ""}`);
     return 2;
   }
 }
@@ -506,8 +513,10 @@ async function main(argv: string[]): Promise<number> {
         }
         const db = await openConfiguredDatabase(args, { setUp: true });
         const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate);
-        process.stdout.write(json ? `${JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token })}\n` : `${token}\n`);
-        if (!json) process.stderr.write(`created token ${info.id} (${info.name}); it is shown only this once\n`);
+        // A name refuses control characters but not bidirectional ones, which would draw the rest of a line backwards: escaped
+        // (in the JSON too, where \u202e is the same string).
+        process.stdout.write(json ? `${printable(JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token }))}\n` : `${token}\n`);
+        if (!json) process.stderr.write(`created token ${info.id} (${printable(info.name)}); it is shown only this once\n`);
         return 0;
       }
       if (sub === "list") {
@@ -515,7 +524,7 @@ async function main(argv: string[]): Promise<number> {
         for (const t of await listTokens(db)) {
           const rate = await tokenRate(db, t.id);
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
-          process.stdout.write(`${t.id}  ${t.prefix}…  ${t.name}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
+          process.stdout.write(`${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
         }
         return 0;
       }
@@ -548,7 +557,7 @@ async function main(argv: string[]): Promise<number> {
       if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
       const db = await openConfiguredDatabase(args, { setUp: true });
       const user = await db.write((tx) => createUser(tx, { name, email }));
-      process.stdout.write(`${JSON.stringify(user)}\n`);
+      process.stdout.write(`${printable(JSON.stringify(user))}\n`);
       return 0;
     }
     case "operator": {

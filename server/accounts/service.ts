@@ -195,16 +195,18 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
  * deleteAccount removes an account in short writes (writeInSteps): each unlinks at most
  * rt.unlinkChunk of its contacts, which stay (each sends contact.updated), and the write that
  * leaves none linked also withdraws the kept answers showing the account, and writes its tombstone
- * and account.deleted. Each write checks `condition` against the stored version (412) and that the
- * account is there (404): a refusal after the first leaves the contacts unlinked so far unlinked,
- * as a crash between the writes does, and a DELETE sent again finishes the job.
+ * and account.deleted. The first write decides: it checks `condition` against the stored version
+ * (412, nothing changed); the writes after it do not, so a change of the account between them does
+ * not stop the delete, which wins as if sent just after it. Each write checks that the account is
+ * there (404): one deleted meanwhile leaves the contacts unlinked so far unlinked, as a crash
+ * between the writes does, and a DELETE sent again finishes the job.
  */
 export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null = null): Promise<void> {
-  await writeInSteps(rt.db, async (tx) => {
+  await writeInSteps(rt.db, async (tx, first) => {
     const now = Date.now();
     const current = await findAccountById(tx, id);
     if (!current) throw notFound("account", id);
-    refuseUnmetCondition(condition, "account", id, current.version);
+    if (first) refuseUnmetCondition(condition, "account", id, current.version);
     if ((await detachAccountFromContacts(tx, id, now, rt.unlinkChunk)) === rt.unlinkChunk) return null;
     await deleteAccountRow(tx, id);
     await withdrawKeptAnswers(tx, "account", id);

@@ -1,5 +1,5 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
-import type { Db } from "../db/sql.ts";
+import type { Db, MigrationWarn } from "../db/sql.ts";
 import { keysetOrder, pageSelect, unindexed } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { AccountSort } from "./model.ts";
@@ -26,11 +26,14 @@ export interface AccountFilters {
 
 /**
  * accountNameKey is the form of an account name that lookups compare: NFC, case folded in full in
- * every script. Upper-casing first folds what lowercasing alone keeps apart: ß and SS, the ligature
- * ﬀ and FF (each uppercases to two letters), final and medial sigma.
+ * every script. Lowercased, upper-cased and lowercased again, it folds what lowercasing alone keeps
+ * apart: ß, ẞ and SS (ẞ lowercases to ß, which uppercases to SS), the ligature ﬀ and FF, final and
+ * medial sigma. NFC again at the end: a letter that uppercases to several (ΐ to Ϊ́) comes back
+ * decomposed. The key cannot know a name's language, so Turkish İ, I, ı and i are one letter: İ
+ * lowercases to i with a combining dot, dropped, and ı uppercases to I (ISTANBUL finds İstanbul).
  */
 export function accountNameKey(name: string): string {
-  return name.normalize("NFC").toUpperCase().toLowerCase();
+  return name.normalize("NFC").toLowerCase().toUpperCase().toLowerCase().replaceAll("i\u0307", "i").normalize("NFC");
 }
 
 /** insertAccount stores a new account row. */
@@ -67,21 +70,50 @@ export async function deleteAccount(db: Db, id: string): Promise<boolean> {
 
 type NameKeyRow = Pick<AccountRow, "id" | "name" | "name_key">;
 
-/** changedNameKeys lists the accounts whose stored name_key is not what accountNameKey makes of their name now, with the new key. */
-function changedNameKeys(rows: NameKeyRow[]): { id: string; key: string }[] {
-  return rows.map((row) => ({ id: row.id, key: accountNameKey(row.name), stored: row.name_key })).filter((row) => row.key !== row.stored);
+/** NAME_KEYS_JOINED is the warning of a rekey that gave accounts with different keys one key. */
+const NAME_KEYS_JOINED =
+  "migration: these accounts' names are one name under the new case folding, so a batch upsert or crm import of that name without a domain now refuses it as matching several accounts: rename or delete all but one (README, Upgrading)";
+
+/**
+ * accountNameRekeys computes every account's name_key anew: the keys that change, and the groups
+ * of accounts that share a key now, a changed one among them. Such a group's names matched one
+ * account each before (ß and SS apart), in batch upserts and imports without a domain; now they
+ * are refused as matching several, and there is no merge: the operator is warned of each.
+ */
+function accountNameRekeys(rows: NameKeyRow[]): { changes: { id: string; key: string }[]; joined: Pick<AccountRow, "id" | "name">[][] } {
+  const byKey = new Map<string, { row: NameKeyRow; changed: boolean }[]>();
+  const changes: { id: string; key: string }[] = [];
+  for (const row of rows) {
+    const key = accountNameKey(row.name);
+    const changed = key !== row.name_key;
+    if (changed) changes.push({ id: row.id, key });
+    const group = byKey.get(key);
+    if (group) group.push({ row, changed });
+    else byKey.set(key, [{ row, changed }]);
+  }
+  const joined = [...byKey.values()].filter((group) => group.length > 1 && group.some((member) => member.changed)).map((group) => group.map(({ row }) => ({ id: row.id, name: row.name })));
+  return { changes, joined };
 }
 
-/** keyAccountNames rekeys every account whose name_key accountNameKey now makes otherwise (the backfill of migrations 0007 and 0034). */
+/** warnJoinedNames warns of each group of accounts a rekey gave one key (accountNameRekeys). */
+function warnJoinedNames(joined: Pick<AccountRow, "id" | "name">[][], warn: MigrationWarn): void {
+  for (const accounts of joined) warn(NAME_KEYS_JOINED, { accounts });
+}
+
+/** keyAccountNames rekeys every account whose name_key accountNameKey now makes otherwise, warning of the accounts it gives one key (the backfill of migrations 0007 and 0034). */
 // sqlite-only: migrations run synchronously on the writer connection.
-export function keyAccountNames(db: SqliteConnection): void {
+export function keyAccountNames(db: SqliteConnection, warn: MigrationWarn): void {
   const update = db.query("UPDATE accounts SET name_key = ? WHERE id = ?");
-  for (const { id, key } of changedNameKeys(db.query<NameKeyRow, []>("SELECT id, name, name_key FROM accounts").all())) update.run(key, id);
+  const { changes, joined } = accountNameRekeys(db.query<NameKeyRow, []>("SELECT id, name, name_key FROM accounts ORDER BY id").all());
+  for (const { id, key } of changes) update.run(key, id);
+  warnJoinedNames(joined, warn);
 }
 
 /** keyPostgresAccountNames is keyAccountNames on PostgreSQL, inside the migration's transaction (the backfill of migration 0034). */
-export async function keyPostgresAccountNames(db: Db): Promise<void> {
-  for (const { id, key } of changedNameKeys(await db.all<NameKeyRow>("SELECT id, name, name_key FROM accounts"))) await db.run("UPDATE accounts SET name_key = ? WHERE id = ?", [key, id]);
+export async function keyPostgresAccountNames(db: Db, warn: MigrationWarn): Promise<void> {
+  const { changes, joined } = accountNameRekeys(await db.all<NameKeyRow>("SELECT id, name, name_key FROM accounts ORDER BY id"));
+  for (const { id, key } of changes) await db.run("UPDATE accounts SET name_key = ? WHERE id = ?", [key, id]);
+  warnJoinedNames(joined, warn);
 }
 
 /**

@@ -171,7 +171,7 @@ export const IncludeParam = t.Optional(
 export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
   include: IncludeParam,
   email: t.Optional(t.String({ minLength: 1, maxLength: MAX_EMAIL_LENGTH, error: `must be 1 to ${MAX_EMAIL_LENGTH} characters`, description: "Exact email, case-insensitive; a domain in Unicode finds its ASCII form (info@müller.de finds info@xn--mller-kva.de)." })),
-  full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Case-insensitive substring of full_name as the API returns it (first_name and last_name joined by a space, each as stored), in Unicode NFC, as names are stored." })),
+  full_name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Case-insensitive substring of full_name as the API returns it (first_name and last_name joined by a space, each as stored), in Unicode NFC, as names are stored (those stored before 2026-11-29 converted by migration 0040)." })),
   created_after: timestampFilterSchema("Only contacts created after this time."),
   updated_after: timestampFilterSchema("Only contacts updated after this time."),
   account_id: t.Optional(t.String({ ...ACCOUNT_ID, description: "Only contacts linked to this account." })),

@@ -1,3 +1,4 @@
+import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Db, Dialect } from "../db/sql.ts";
 import { keysetOrder, pageSelect, unindexed } from "../db/keyset.ts";
 import { asciiEmail } from "../shared/domains.ts";
@@ -1094,4 +1095,120 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
   const rows = await group(walked, fetched, page.limit);
   // walked.then and fetched.then are both set or both null: they depend on the cursor, not the column
   return walked.then && fetched.then && rows.length < page.limit ? rows.concat(await group(walked.then, fetched.then, page.limit - rows.length)) : rows;
+}
+
+type StoredNamesRow = Pick<ContactRow, "id" | "first_name" | "last_name"> & { tags: string | null };
+
+/** NfcChange is what a contact stored before names and tags were kept in NFC needs to be: its names, its tags as the properties list them, and its tag rows' forms to replace. */
+interface NfcChange {
+  id: string;
+  /** the NFC names, when either was not */
+  names: { first_name: string | null; last_name: string | null } | null;
+  /** the properties' tags in NFC, the later of two that become equal left out; null when all were NFC */
+  tags: string[] | null;
+  /** the tags not in NFC, whose contact_tags rows give way to their NFC form's */
+  renamedTags: { from: string; to: string }[];
+}
+
+// A \u escape could hide a non-ASCII character in the JSON text of the tags.
+const NON_ASCII = /[^\x00-\x7f]|\\u/;
+const nfc = (text: string | null) => (text === null ? null : text.normalize("NFC"));
+
+/**
+ * nfcChanges lists what the contacts among `rows` whose names or tags are not in NFC need
+ * (ASCII text always is): stored before 3fa1225, their own values no longer found them, and a
+ * tag added as typed was the same tag twice.
+ */
+function nfcChanges(rows: StoredNamesRow[]): NfcChange[] {
+  const changes: NfcChange[] = [];
+  for (const row of rows) {
+    const names = { first_name: nfc(row.first_name), last_name: nfc(row.last_name) };
+    const namesChanged = names.first_name !== row.first_name || names.last_name !== row.last_name;
+    const given = row.tags !== null && NON_ASCII.test(row.tags) ? (JSON.parse(row.tags) as unknown) : null;
+    const stored = Array.isArray(given) ? given.filter((tag): tag is string => typeof tag === "string") : [];
+    const renamedTags = stored.filter((tag) => tag !== tag.normalize("NFC")).map((tag) => ({ from: tag, to: tag.normalize("NFC") }));
+    if (!namesChanged && renamedTags.length === 0) continue;
+    changes.push({ id: row.id, names: namesChanged ? names : null, tags: renamedTags.length > 0 ? [...new Set(stored.map((tag) => tag.normalize("NFC")))] : null, renamedTags });
+  }
+  return changes;
+}
+
+const SELECT_STORED_NAMES = (dialect: Dialect) =>
+  `SELECT id, first_name, last_name, ${dialect === "postgres" ? "(properties::json -> 'tags')::text" : "json_extract(properties, '$.tags')"} AS tags FROM contacts`;
+
+/** withTags is a contact's stored properties with `tags` replaced, every other property as it was. */
+function withTags(properties: string, tags: string[]): string {
+  return JSON.stringify({ ...(JSON.parse(properties) as Record<string, unknown>), tags });
+}
+
+/**
+ * normalizeStoredNamesAndTags rewrites the names and tags a contact was stored with before they
+ * were kept in NFC (the backfill of migration 0040): names in place, which the triggers copy to the
+ * tag and account rows' sort keys and to the name search; the properties' tags, two that become
+ * equal kept once; the tag rows, whose counts their triggers keep. No version, updated_at or event
+ * changes: the text is canonically equivalent, the same to every Unicode-aware comparison.
+ */
+// sqlite-only: migrations run synchronously on the writer connection; FTS5's secure-delete option.
+export function normalizeStoredNamesAndTags(db: SqliteConnection): void {
+  const changes = nfcChanges(db.query<StoredNamesRow, []>(SELECT_STORED_NAMES("sqlite")).all());
+  const updateNames = db.query("UPDATE contacts SET first_name = ?, last_name = ? WHERE id = ?");
+  const selectProperties = db.query<{ properties: string }, [string]>("SELECT properties FROM contacts WHERE id = ?");
+  const updateProperties = db.query("UPDATE contacts SET properties = ? WHERE id = ?");
+  const deleteTag = db.query("DELETE FROM contact_tags WHERE contact_id = ? AND tag = ?");
+  // The sort keys copied from the contact as it is now: its names already in NFC.
+  const insertTag = db.query(`INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
+    SELECT id, ?, created_at, updated_at, first_name, last_name, email FROM contacts WHERE id = ? ON CONFLICT (contact_id, tag) DO NOTHING`);
+  // A rename in the name index with secure-delete on rewrites its segments each time (7.6 s for
+  // 10,000 names against 0.6 s): off for these renames, whose old text is the new one's equivalent,
+  // and the merge after them drops that text from the index all the same.
+  db.run("INSERT INTO contacts_full_name (contacts_full_name, rank) VALUES ('secure-delete', 0)");
+  for (const change of changes) {
+    if (change.names) updateNames.run(change.names.first_name, change.names.last_name, change.id);
+    if (!change.tags) continue;
+    updateProperties.run(withTags(selectProperties.get(change.id)!.properties, change.tags), change.id);
+    for (const { from, to } of change.renamedTags) {
+      deleteTag.run(change.id, from);
+      insertTag.run(to, change.id);
+    }
+  }
+  db.run("INSERT INTO contacts_full_name (contacts_full_name, rank) VALUES ('secure-delete', 1)");
+  if (changes.some((change) => change.names)) db.run("INSERT INTO contacts_full_name (contacts_full_name) VALUES ('optimize')");
+}
+
+/** NFC_BATCH is how many rows each statement of normalizePostgresNamesAndTags writes: one round trip a row made 10,000 changed contacts take 35 s. */
+const NFC_BATCH = 500;
+
+/** valuesList is the VALUES list of `rows` rows of `width` parameters each. */
+const valuesList = (rows: number, width: number) => Array.from({ length: rows }, () => `(${Array(width).fill("?").join(", ")})`).join(", ");
+
+/** normalizePostgresNamesAndTags is normalizeStoredNamesAndTags on PostgreSQL, inside the migration's transaction, NFC_BATCH rows a statement. */
+export async function normalizePostgresNamesAndTags(db: Db): Promise<void> {
+  const changes = nfcChanges(await db.all<StoredNamesRow>(SELECT_STORED_NAMES("postgres")));
+  for (let at = 0; at < changes.length; at += NFC_BATCH) {
+    const batch = changes.slice(at, at + NFC_BATCH);
+    const named = batch.filter((change) => change.names);
+    if (named.length > 0) {
+      await db.run(
+        `UPDATE contacts c SET first_name = v.first_name, last_name = v.last_name FROM (VALUES ${valuesList(named.length, 3)}) AS v (id, first_name, last_name) WHERE c.id = v.id`,
+        named.flatMap((change) => [change.id, change.names!.first_name, change.names!.last_name]),
+      );
+    }
+    const tagged = batch.filter((change) => change.tags);
+    if (tagged.length === 0) continue;
+    const ids = tagged.map((change) => change.id);
+    const stored = new Map((await db.all<{ id: string; properties: string }>(`SELECT id, properties FROM contacts WHERE id IN (${ids.map(() => "?").join(", ")})`, ids)).map((row) => [row.id, row.properties]));
+    await db.run(
+      `UPDATE contacts c SET properties = v.properties FROM (VALUES ${valuesList(tagged.length, 2)}) AS v (id, properties) WHERE c.id = v.id`,
+      tagged.flatMap((change) => [change.id, withTags(stored.get(change.id)!, change.tags!)]),
+    );
+    const renamed = tagged.flatMap((change) => change.renamedTags.map(({ from, to }) => ({ id: change.id, from, to })));
+    await db.run(`DELETE FROM contact_tags t USING (VALUES ${valuesList(renamed.length, 2)}) AS v (id, tag) WHERE t.contact_id = v.id AND t.tag = v.tag`, renamed.flatMap((r) => [r.id, r.from]));
+    // The sort keys copied from the contacts as they are now: their names already in NFC.
+    await db.run(
+      `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
+       SELECT c.id, v.tag, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM (VALUES ${valuesList(renamed.length, 2)}) AS v (id, tag) JOIN contacts c ON c.id = v.id
+       ON CONFLICT (contact_id, tag) DO NOTHING`,
+      renamed.flatMap((r) => [r.id, r.to]),
+    );
+  }
 }

@@ -5,7 +5,7 @@ import { DatabaseReplaced, databasePath, openDatabase, syncFailedCode, type Sqli
 import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
 import { DatabaseNotAnswering, LOCK_TIMEOUT_STATE, openPostgres, type PostgresDatabase } from "./postgres.ts";
-import type { Db, Dialect } from "./sql.ts";
+import type { Db, Dialect, MigrationWarn } from "./sql.ts";
 
 /** Backend is an opened database of either kind; `dialect` tells which, for the few callers that must know (migrations, backup). */
 export type Backend = SqliteDatabase | PostgresDatabase;
@@ -19,14 +19,14 @@ export async function openBackend(config: Pick<Config, "databaseUrl" | "database
 /**
  * migrateBackend applies the pending migrations of the backend's own list and returns their names,
  * after refuseNewerDatabase. `secrets` opens the signing-secrets key, asked for only by the SQLite
- * migration that seals secrets.
+ * migration that seals secrets; `warn` gets what a migration tells the operator, once it committed.
  */
-export async function migrateBackend(db: Backend, secrets: () => SecretBox): Promise<string[]> {
+export async function migrateBackend(db: Backend, secrets: () => SecretBox, warn: MigrationWarn): Promise<string[]> {
   const { pending } = await refuseNewerDatabase(db);
   // Only the pending ones are looked at again under the lock: with none, no write is made, and a
   // read-only role (a standby's, or default_transaction_read_only) runs the commands that only read.
-  if (db.dialect === "postgres") return migratePostgres(db, POSTGRES_MIGRATIONS.filter((m) => pending.includes(m.name)));
-  const applied = db.waitingForLocks((writer) => migrate(writer, MIGRATIONS, { secrets }));
+  if (db.dialect === "postgres") return migratePostgres(db, POSTGRES_MIGRATIONS.filter((m) => pending.includes(m.name)), warn);
+  const applied = db.waitingForLocks((writer) => migrate(writer, MIGRATIONS, { secrets, warn }));
   // The check above read in this turn's snapshot, which does not see the tables just created.
   db.refreshReads();
   return applied;

@@ -1,5 +1,6 @@
 import type { Database } from "bun:sqlite";
 import { addMissingAccountVersion, keyAccountNames } from "../accounts/store.ts";
+import { normalizeStoredNamesAndTags } from "../contacts/store.ts";
 // Imported as text so `bun build --compile` embeds them: the binary needs no files beside it.
 import foundation from "../../migrations/0001_foundation.sql" with { type: "text" };
 import webhooks from "../../migrations/0002_webhooks.sql" with { type: "text" };
@@ -39,21 +40,28 @@ import tombstoneHorizons from "../../migrations/0036_tombstone_horizons.sql" wit
 import tombstoneVersions from "../../migrations/0037_tombstone_versions.sql" with { type: "text" };
 import usersByTime from "../../migrations/0038_users_by_time.sql" with { type: "text" };
 import secretLost from "../../migrations/0039_secret_lost.sql" with { type: "text" };
+import namesAndTagsInNfc from "../../migrations/0040_names_and_tags_in_nfc.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
+import type { MigrationWarn } from "./sql.ts";
 
 /** MigrationContext is what a backfill may need beyond the database. */
 export interface MigrationContext {
   /** the box sealing signing secrets; opened only when a backfill needs it (a key file may be created) */
   secrets?: () => SecretBox;
+  /** where a backfill's warnings go once its migration committed (none: dropped, as in tests of other things) */
+  warn?: MigrationWarn;
 }
+
+/** BackfillContext is the MigrationContext a backfill gets: its warnings are held until the migration commits. */
+type BackfillContext = MigrationContext & { warn: MigrationWarn };
 
 export interface Migration {
   version: number;
   name: string;
   sql: string;
   /** backfill computes, in the migration's transaction, data SQL cannot (such as Unicode case folding) */
-  backfill?: (db: Database, context: MigrationContext) => void;
+  backfill?: (db: Database, context: BackfillContext) => void;
 }
 
 /** MIGRATIONS lists every file of migrations/ in order; a test checks that none is missing. */
@@ -64,7 +72,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 4, name: "0004_limits.sql", sql: limits },
   { version: 5, name: "0005_delivery_counts_index.sql", sql: deliveryCountsIndex },
   { version: 6, name: "0006_contact_relation_ids.sql", sql: contactRelationIds },
-  { version: 7, name: "0007_account_name_key.sql", sql: accountNameKeyColumn, backfill: keyAccountNames },
+  { version: 7, name: "0007_account_name_key.sql", sql: accountNameKeyColumn, backfill: (db, context) => keyAccountNames(db, context.warn) },
   { version: 8, name: "0008_contacts_email_created_index.sql", sql: contactsEmailCreatedIndex },
   { version: 9, name: "0009_delivery_history_bounds.sql", sql: deliveryHistoryBounds },
   { version: 10, name: "0010_webhook_lifecycle.sql", sql: webhookLifecycle },
@@ -91,11 +99,12 @@ export const MIGRATIONS: Migration[] = [
   { version: 31, name: "0031_name_index_secure_delete.sql", sql: nameIndexSecureDelete },
   { version: 32, name: "0032_delivery_kind_hours.sql", sql: deliveryKindHours },
   { version: 33, name: "0033_wizard_tests_signed_twice.sql", sql: wizardTestsSignedTwice },
-  { version: 34, name: "0034_account_name_case_fold.sql", sql: accountNameCaseFold, backfill: keyAccountNames },
+  { version: 34, name: "0034_account_name_case_fold.sql", sql: accountNameCaseFold, backfill: (db, context) => keyAccountNames(db, context.warn) },
   { version: 36, name: "0036_tombstone_horizons.sql", sql: tombstoneHorizons },
   { version: 37, name: "0037_tombstone_versions.sql", sql: tombstoneVersions },
   { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
   { version: 39, name: "0039_secret_lost.sql", sql: secretLost },
+  { version: 40, name: "0040_names_and_tags_in_nfc.sql", sql: namesAndTagsInNfc, backfill: normalizeStoredNamesAndTags },
 ];
 
 function ensureMigrationsTable(db: Database): void {
@@ -123,15 +132,17 @@ export function pendingMigrations(db: Database, migrations: Migration[] = MIGRAT
 
 /**
  * migrate applies every pending migration in order, each in its own transaction, and returns their
- * names. Tests pass their own list to check ordering and rollback with migrations that fail.
+ * names; the warnings of each backfill go to context.warn once its migration committed, naming it.
+ * Tests pass their own list to check ordering and rollback with migrations that fail.
  */
 export function migrate(db: Database, migrations: Migration[] = MIGRATIONS, context: MigrationContext = {}): string[] {
   const applied: string[] = [];
   for (const migration of pendingMigrations(db, migrations)) {
+    const held = heldWarnings(migration.name);
     try {
       db.transaction(() => {
         db.run(migration.sql);
-        migration.backfill?.(db, context);
+        migration.backfill?.(db, { ...context, warn: held.warn });
         db.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)").run(
           migration.version,
           migration.name,
@@ -141,9 +152,21 @@ export function migrate(db: Database, migrations: Migration[] = MIGRATIONS, cont
     } catch (error) {
       throw migrationFailure(migration.name, error);
     }
+    held.release(context.warn);
     applied.push(migration.name);
   }
   return applied;
+}
+
+/** heldWarnings holds a migration's warnings, each naming it, until `release` hands them on: a migration rolled back warns of nothing. */
+export function heldWarnings(name: string): { warn: MigrationWarn; release: (to: MigrationWarn | undefined) => void } {
+  const warnings: Parameters<MigrationWarn>[] = [];
+  return {
+    warn: (message, fields) => void warnings.push([message, { migration: name, ...fields }]),
+    release: (to) => {
+      for (const warning of warnings) to?.(...warning);
+    },
+  };
 }
 
 /** MigrationFailed is a migration that failed and was rolled back whole; main prints its message as one line. */

@@ -20,13 +20,15 @@ import wizardTestsSignedTwice from "../../migrations/postgres/0033_wizard_tests_
 import accountNameCaseFold from "../../migrations/postgres/0034_account_name_case_fold.sql" with { type: "text" };
 import sortKeysInByteOrder from "../../migrations/postgres/0035_sort_keys_in_byte_order.sql" with { type: "text" };
 import { keyPostgresAccountNames } from "../accounts/store.ts";
-import type { Db } from "./sql.ts";
+import { normalizePostgresNamesAndTags } from "../contacts/store.ts";
+import type { Db, MigrationWarn } from "./sql.ts";
 import tombstoneHorizons from "../../migrations/postgres/0036_tombstone_horizons.sql" with { type: "text" };
 import tombstoneVersions from "../../migrations/postgres/0037_tombstone_versions.sql" with { type: "text" };
 import usersByTime from "../../migrations/postgres/0038_users_by_time.sql" with { type: "text" };
 import secretLost from "../../migrations/postgres/0039_secret_lost.sql" with { type: "text" };
+import namesAndTagsInNfc from "../../migrations/postgres/0040_names_and_tags_in_nfc.sql" with { type: "text" };
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
-import { MigrationFailed, migrationFailure } from "./migrations.ts";
+import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
@@ -34,8 +36,8 @@ export interface PostgresMigration {
   version: number;
   name: string;
   sql: string;
-  /** backfill computes, in the migration's transaction after its script, data SQL cannot (such as Unicode case folding) */
-  backfill?: (tx: Db) => Promise<void>;
+  /** backfill computes, in the migration's transaction after its script, data SQL cannot (such as Unicode case folding); its warnings are held until the migration commits */
+  backfill?: (tx: Db, warn: MigrationWarn) => Promise<void>;
 }
 
 /**
@@ -68,6 +70,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 37, name: "0037_tombstone_versions.sql", sql: tombstoneVersions },
   { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
   { version: 39, name: "0039_secret_lost.sql", sql: secretLost },
+  { version: 40, name: "0040_names_and_tags_in_nfc.sql", sql: namesAndTagsInNfc, backfill: normalizePostgresNamesAndTags },
 ];
 
 /**
@@ -80,11 +83,13 @@ const MIGRATION_LOCK = 0x63726d2d6d696772n;
  * migratePostgres applies every pending migration in order, each in its own transaction under the
  * advisory lock, records it in schema_migrations and returns the names it applied. An instance
  * that waited for the lock finds the migration recorded and skips it, and one whose schema lacks
- * the tables another instance made meanwhile elsewhere is refused (refuseTablesElsewhere).
+ * the tables another instance made meanwhile elsewhere is refused (refuseTablesElsewhere). The
+ * warnings of a backfill go to `warn` once its migration committed, naming it.
  */
-export async function migratePostgres(db: PostgresDatabase, migrations: PostgresMigration[] = POSTGRES_MIGRATIONS): Promise<string[]> {
+export async function migratePostgres(db: PostgresDatabase, migrations: PostgresMigration[] = POSTGRES_MIGRATIONS, warn?: MigrationWarn): Promise<string[]> {
   const applied: string[] = [];
   for (const [index, migration] of migrations.entries()) {
+    const held = heldWarnings(migration.name);
     const ran = await db.write(async (tx) => {
       // Waited for as long as another instance migrates, and the migration's table locks as long as
       // other sessions hold them, whatever lock_timeout the write transaction or the role sets: a
@@ -101,14 +106,16 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
       if (await tx.get("SELECT version FROM schema_migrations WHERE version = ?", [migration.version])) return false;
       try {
         await tx.script(migration.sql);
-        await migration.backfill?.(tx);
+        await migration.backfill?.(tx, held.warn);
       } catch (error) {
         throw migrationFailure(migration.name, error);
       }
       await tx.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", [migration.version, migration.name, Date.now()]);
       return true;
     }).catch((error: unknown) => Promise.reject(migrationStepFailure(migration.name, error)));
-    if (ran) applied.push(migration.name);
+    if (!ran) continue;
+    held.release(warn);
+    applied.push(migration.name);
   }
   return applied;
 }

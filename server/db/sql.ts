@@ -111,16 +111,20 @@ export interface Database extends Db {
   close(): Promise<void>;
 }
 
+/** MigrationWarn tells the operator of what a migration did that needs them (the service's log at warn, stderr on the command line), once it committed. */
+export type MigrationWarn = (message: string, fields: Record<string, unknown>) => void;
+
 /**
  * writeInSteps runs `step` in one write after another until it returns something other than null,
  * and resolves with that: a change too large for one short write (an account's or a user's
  * contacts unlinked) commits a bounded part at a time, and other writes, which wait for the write
  * lock (on SQLite, every request, which waits for the event loop), take their turns in between.
- * A step that throws ends it with that error, the parts already committed staying.
+ * A step that throws ends it with that error, the parts already committed staying. `first` tells
+ * a step whether it is the first write, the one that decides whether the change happens at all.
  */
-export async function writeInSteps<T>(db: Database, step: (tx: Db) => Promise<T | null>): Promise<T> {
-  for (;;) {
-    const done = await db.write(step);
+export async function writeInSteps<T>(db: Database, step: (tx: Db, first: boolean) => Promise<T | null>): Promise<T> {
+  for (let first = true; ; first = false) {
+    const done = await db.write((tx) => step(tx, first));
     if (done !== null) return done;
   }
 }

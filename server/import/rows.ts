@@ -325,11 +325,11 @@ export function columnMap(columns: string[], mapText: string | undefined): { map
     const column = pair.slice(0, eq).trim();
     const target = pair.slice(eq + 1).trim();
     if (eq < 0 || column === "" || !validTarget(target)) {
-      throw new ConfigError(`--map: ${JSON.stringify(pair)} is not COLUMN=FIELD with FIELD one of ${[...CONTACT_TARGETS, ...ACCOUNT_TARGETS].join(", ")}, custom_fields.KEY (KEY not __proto__, constructor or prototype) or -`);
+      throw new ConfigError(`--map: ${printable(JSON.stringify(pair))} is not COLUMN=FIELD with FIELD one of ${[...CONTACT_TARGETS, ...ACCOUNT_TARGETS].join(", ")}, custom_fields.KEY (KEY not __proto__, constructor or prototype) or -`);
     }
-    if (!columns.includes(column)) throw new ConfigError(`--map: the file has no column ${JSON.stringify(column)} (columns: ${columns.map(printable).join(", ")})`);
+    if (!columns.includes(column)) throw new ConfigError(`--map: the file has no column ${printable(JSON.stringify(column))} (columns: ${columns.map(printable).join(", ")})`);
     const rival = [...explicit].find(([other, field]) => field === target && target !== "-" && other !== column);
-    if (rival) throw new ConfigError(`--map: the columns ${JSON.stringify(rival[0])} and ${JSON.stringify(column)} both map to ${target}; a field takes one column`);
+    if (rival) throw new ConfigError(`--map: the columns ${printable(JSON.stringify(rival[0]))} and ${printable(JSON.stringify(column))} both map to ${printable(target)}; a field takes one column`);
     explicit.set(column, target);
   }
   const map: ColumnMap = new Map();

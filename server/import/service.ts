@@ -72,7 +72,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const invalidFile = checkedInvalidFile(options, source.format);
   const note = (line: string) => options.progress.write(`${line}\n`);
   // The column names are the file's: escaped, a header cannot act on the operator's terminal.
-  note(`columns: ${[...map].map(([column, target]) => `${printable(column)} -> ${target}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.map(printable).join(", ")}` : ""}`);
+  note(`columns: ${[...map].map(([column, target]) => `${printable(column)} -> ${printable(target)}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.map(printable).join(", ")}` : ""}`);
   const trial = options.trial && !options.dryRun;
   const rowCount = trial ? Math.min(1, source.rowCount) : source.rowCount;
   // Read again on each call, one row at a time: the file's rows are never all held at once.

@@ -6,6 +6,9 @@ import { Database } from "bun:sqlite";
 import { PASSWORD_INPUT_BYTES } from "../../server/operators/password-input.ts";
 import { commandHere } from "../../server/server.ts";
 import { VERSION } from "../../server/version.ts";
+import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
+import { JOINED_NAME_WARNINGS, OLD_ACCOUNT_NAMES, oldNameKey } from "../support/account-name-keys.ts";
 import { SHUT_OUT } from "../support/permissions.ts";
 import { startReceiver, waitFor } from "../webhooks/support.ts";
 import { ISO } from "./support.ts";
@@ -70,6 +73,22 @@ describe("command line: happy paths", () => {
     expect(first.code).toBe(0);
     expect(first.stdout).toStartWith("applied 0001_foundation.sql");
     expect(await crm(["migrate"])).toEqual({ stdout: "database is up to date\n", stderr: "", code: 0 });
+  });
+
+  test("migrate prints on stderr, one line each, the groups of accounts whose names 0034's case folding joins, names escaped", async () => {
+    const db = openDatabase(databasePath(dataDir));
+    migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 34));
+    const insert = db.sqlite.query("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)");
+    for (const [id, name] of [...OLD_ACCOUNT_NAMES, ["acc_b", "Ärzte\u202eGruß"], ["acc_c", "ÄRZTE\u202eGRUSS"]] as const) insert.run(id, name, oldNameKey(name));
+    await db.close();
+    const { stdout, stderr, code } = await crm(["migrate"]);
+    expect([code, stdout]).toEqual([0, `applied ${MIGRATIONS.filter((m) => m.version >= 34).map((m) => m.name).join(", ")}\n`]);
+    const [message] = JOINED_NAME_WARNINGS[0]!;
+    expect(stderr).toBe(
+      `crm: ${message}: {"migration":"0034_account_name_case_fold.sql","accounts":[{"id":"acc_7","name":"İSTANBUL GIDA"},{"id":"acc_a","name":"Istanbul Gıda"}]}\n` +
+        `crm: ${message}: {"migration":"0034_account_name_case_fold.sql","accounts":[{"id":"acc_8","name":"Straße Logistik AG"},{"id":"acc_9","name":"STRASSE LOGISTIK AG"}]}\n` +
+        `crm: ${message}: {"migration":"0034_account_name_case_fold.sql","accounts":[{"id":"acc_b","name":"Ärzte\\u202eGruß"},{"id":"acc_c","name":"ÄRZTE\\u202eGRUSS"}]}\n`,
+    );
   });
 
   test("options may come before the command; an option's value is never taken for the command", async () => {
@@ -151,6 +170,23 @@ describe("command line: happy paths", () => {
     await crm(["migrate"]);
     const eve = JSON.parse((await crm(["user", "create", "--name", "Eve\u202e moc.elpmaxe@evE\u202c \u2067x\u2069\u200f", "--email", "eve@example.com"])).stdout);
     expect((await crm(["user", "list"])).stdout).toBe(`${eve.id}  eve@example.com  Eve\\u202e moc.elpmaxe@evE\\u202c \\u2067x\\u2069\\u200f  created ${eve.created_at}\n`);
+  });
+
+  test("token create and token list show bidi controls in a token's name as escapes, and user create's JSON too (the same string, escaped): a name cannot draw the rest of its line backwards", async () => {
+    await crm(["migrate"]);
+    const name = "ops\u202e reveoked\u202c \u2067x\u2069\u200f";
+    const shown = "ops\\u202e reveoked\\u202c \\u2067x\\u2069\\u200f";
+    const created = await crm(["token", "create", "--name", name]);
+    const id = /tok_[0-9A-Z]{26}/.exec(created.stderr)![0];
+    expect(created.stderr).toBe(`created token ${id} (${shown}); it is shown only this once\n`);
+    const json = await crm(["token", "create", "--name", name, "--json"]);
+    expect([json.stdout.includes("\u202e"), JSON.parse(json.stdout).name]).toEqual([false, name]);
+    const info = JSON.parse(json.stdout);
+    const list = (await crm(["token", "list"])).stdout;
+    expect(list).toContain(`${id}  ${created.stdout.slice(0, 12)}…  ${shown}  created `);
+    expect(list).toContain(`${info.id}  ${info.prefix}…  ${shown}  created `);
+    const user = await crm(["user", "create", "--name", name, "--email", "eve@example.com"]);
+    expect([user.stdout.includes("\u202e"), JSON.parse(user.stdout).name]).toEqual([false, name]);
   });
 
   test("user delete deletes a user as the API does: refused while serve holds the data directory; stopped, its contacts lose the assignment, and the next serve sends their contact.updated", async () => {

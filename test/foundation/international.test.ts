@@ -110,6 +110,23 @@ describe("account names: case folded in full", () => {
     const batch = await h.json("POST", "/public/v1/accounts/batch", { body: { items: [{ name: "GROSSHANDEL SÜD GMBH", industry: "wholesale" }] } });
     expect(batch.body.data).toEqual([{ status: "updated", id: made.id }]);
   });
+
+  test("the capital sharp s (GROẞHANDEL), Greek capitals with dialytika and tonos, and dotted and dotless Turkish i find their account, and a batch upsert of them updates it", async () => {
+    const names = ["Großhandel Süd GmbH", "Ευρωπαΐκή Τράπεζα", "İstanbul Gıda", "ﬀ Ltd", "Οδός Α.Ε."];
+    const made: string[] = [];
+    for (const name of names) made.push((await h.json("POST", "/public/v1/accounts", { body: { name } })).body.data.id);
+    const spellings = [
+      ["GROẞHANDEL SÜD GMBH", "grossHANDEL süd gmbh"],
+      ["ΕΥΡΩΠΑΪ́ΚΉ ΤΡΆΠΕΖΑ", NFD("ευρωπαΐκή τράπεζα")],
+      ["ISTANBUL GIDA", "İSTANBUL GIDA", "istanbul gida", "ıstanbul gıda"],
+      ["FF LTD", "ﬀ ltd"],
+      ["ΟΔΌΣ Α.Ε.", "οδόσ α.ε."],
+    ];
+    for (const [i, values] of spellings.entries()) expect([values, await idsFoundBy("accounts", "name", values)]).toEqual([values, values.map(() => [made[i]!])]);
+    const batch = await h.json("POST", "/public/v1/accounts/batch", { body: { items: spellings.map((values) => ({ name: values[0], industry: "x" })) } });
+    expect(batch.body.data).toEqual(made.map((id) => ({ status: "updated", id })));
+    expect((await h.json("GET", "/public/v1/accounts")).body.meta.total).toBe(names.length);
+  });
 });
 
 describe("contact names and tags: their length limits hold in NFC, the form they are stored in", () => {

@@ -12,6 +12,8 @@ import { findIdempotencyRecord, upsertIdempotencyRecord } from "../../server/ide
 import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, oldNameKey } from "../support/account-name-keys.ts";
+import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 
 const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations");
@@ -109,23 +111,46 @@ describe("migrations: data", () => {
     ]);
   });
 
-  test("0034 rekeys the account names full case folding keys otherwise (ß as ss, a ligature, a final sigma), so their capitals find them; the others are left alone", async () => {
+  test("0034 rekeys the account names full case folding keys otherwise (ß and ẞ as ss, a ligature, Greek with dialytika, Turkish İ and ı), so their capitals find them, and serve logs at warn each group of accounts whose keys it joins", async () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0034_account_name_case_fold.sql");
     migrate(db.sqlite, MIGRATIONS.slice(0, version));
     const insert = db.sqlite.query("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)");
-    // The keys as 0007 and the versions before this one made them: NFC, lowercased.
-    for (const [id, name] of [["acc_1", "Großhandel Süd GmbH"], ["acc_2", "Müller GmbH"], ["acc_3", "ﬀ Ltd"], ["acc_4", "ΟΔΟΣ Α.Ε."]] as const) insert.run(id, name, name.normalize("NFC").toLowerCase());
-    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.filter((m) => m.version >= 34).map((m) => m.name));
-    expect(db.sqlite.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual([
-      { id: "acc_1", name_key: "grosshandel süd gmbh" },
-      { id: "acc_2", name_key: "müller gmbh" },
-      { id: "acc_3", name_key: "ff ltd" },
-      { id: "acc_4", name_key: "οδος α.ε." },
-    ]);
+    for (const [id, name] of OLD_ACCOUNT_NAMES) insert.run(id, name, oldNameKey(name));
+    const lines: string[] = [];
+    const { token } = await createApiToken(db, "t");
+    const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "warn" }, log: createLogger("warn", (line) => lines.push(line)) }));
+    expect(appliedVersions(db.sqlite).at(-1)).toBe(MIGRATIONS.at(-1)!.version);
+    expect(db.sqlite.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual(NEW_NAME_KEYS);
+    expect(lines.map((line) => JSON.parse(line)).map(({ level, msg, ...fields }) => [level, msg, fields])).toEqual(JOINED_NAME_WARNINGS.map(([msg, fields]) => ["warn", msg, { time: expect.any(String), ...fields }]));
+    const named = async (name: string) => (await (await app.handle(new Request(`http://localhost/public/v1/accounts?name=${encodeURIComponent(name)}`, { headers: { authorization: `Bearer ${token}` } }))).json()).data.map((a: { id: string }) => a.id);
+    expect([await named("GROSSHANDEL SÜD GMBH"), await named("FF LTD"), await named("οδοσ α.ε."), await named("Großhandel Nord GmbH"), await named("ευρωπαΐκή τράπεζα")]).toEqual([["acc_1"], ["acc_3"], ["acc_4"], ["acc_5"], ["acc_6"]]);
+  });
+
+  test("a migration rolled back warns of nothing: its backfill's warnings wait for its commit", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0034_account_name_case_fold.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    const insert = db.sqlite.query("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)");
+    for (const [id, name] of OLD_ACCOUNT_NAMES) insert.run(id, name, oldNameKey(name));
+    const warnings: unknown[] = [];
+    const failing = { ...MIGRATIONS[version]!, backfill: (tx: Parameters<NonNullable<Migration["backfill"]>>[0], context: Parameters<NonNullable<Migration["backfill"]>>[1]) => {
+      MIGRATIONS[version]!.backfill!(tx, context);
+      throw new Error("disk I/O error");
+    } };
+    expect(() => migrate(db.sqlite, [...MIGRATIONS.slice(0, version), failing], { warn: (...warning) => warnings.push(warning) })).toThrow("disk I/O error");
+    expect(warnings).toEqual([]);
+    expect(migrate(db.sqlite, MIGRATIONS, { warn: (...warning) => warnings.push(warning) })).toContain("0034_account_name_case_fold.sql");
+    expect(warnings).toEqual(JOINED_NAME_WARNINGS);
+  });
+
+  test("0040 rewrites the names and tags stored before they were kept in NFC, café in both forms kept once, with their tag rows, counts, name copies and search, and no new version or event: the contact's own values find it again", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0040_names_and_tags_in_nfc.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    await storeContactsBeforeNfc(db);
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(await nfcRows(db)).toEqual(NFC_ROWS);
     const { token } = await createApiToken(db, "t");
     const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "error" }, log: createLogger("error") }));
-    const named = async (name: string) => (await (await app.handle(new Request(`http://localhost/public/v1/accounts?name=${encodeURIComponent(name)}`, { headers: { authorization: `Bearer ${token}` } }))).json()).data.map((a: { id: string }) => a.id);
-    expect([await named("GROSSHANDEL SÜD GMBH"), await named("FF LTD"), await named("οδοσ α.ε.")]).toEqual([["acc_1"], ["acc_3"], ["acc_4"]]);
+    expect(await readAfterNfc(app, token)).toEqual(READ_AFTER_NFC);
   });
 
   test("0009 stores each header set of the recorded attempts once, keeps each attempt's signature and cuts bodies to 4 KiB; the history reads as before", async () => {

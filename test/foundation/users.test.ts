@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createAccount } from "../../server/accounts/service.ts";
-import { deleteUser } from "../../server/users/service.ts";
+import { deleteUser, updateUser } from "../../server/users/service.ts";
 import { gone } from "../support/deleted-before-upgrade.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { ISO, contactsNow, eventData, expectProblem, onNextCommit, updatedContacts, validation } from "./support.ts";
@@ -184,6 +184,19 @@ describe("users: a delete unassigns its contacts a chunk per write", () => {
     expect(events[CHUNK]).toEqual({ type: "account.created", data: created });
     expect((await h.json("GET", `/public/v1/users/${grace.id}`)).status).toBe(404);
     expect(await h.rt.db.all("SELECT contact_id FROM contact_assigned_users WHERE user_id = ?", [grace.id])).toEqual([]);
+  });
+
+  test("If-Match: * is checked once, before the first write: a rename between chunks does not stop the delete", async () => {
+    const grace = (await h.json("POST", "/public/v1/users", { body: { name: "Grace", email: "grace@navy.mil" } })).body.data;
+    const alan = (await h.json("POST", "/public/v1/users", { body: { name: "Alan", email: "alan@example.com" } })).body.data;
+    const assigned = await assignedContacts(grace.id, alan.id);
+    const renamed = onNextCommit(h, () => updateUser(h.rt, grace.id, { name: "Grace Hopper" }));
+    const res = await h.request("DELETE", `/public/v1/users/${grace.id}`, { headers: { "if-match": "*" } });
+    expect([res.status, await res.text()]).toEqual([204, ""]);
+    expect((await renamed()).name).toBe("Grace Hopper");
+    expect((await h.json("GET", `/public/v1/users/${grace.id}`)).status).toBe(404);
+    const after = await contactsNow(h, assigned);
+    expect(after).toEqual(assigned.map((c, i) => unassigned(c, grace.id, after[i].updated_at)));
   });
 
   test("each write finds the user again: one deleted by another delete between chunks is 404, and every contact still loses it once", async () => {

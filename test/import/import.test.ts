@@ -377,6 +377,13 @@ describe("crm import contacts: errors", () => {
     expect(await runImport([repeated, "--dry-run"])).toEqual({ code: 2, stdout: "", stderr: `crm: ${repeated}: the header names the column "\\u202eX" twice (columns 2 and 3); rename one\n` });
   });
 
+  test("a custom field's key from the file prints its bidi characters as escapes in the mapping line, on both sides of the arrow", async () => {
+    const file = join(server.dir, "custom-bidi.csv");
+    writeFileSync(file, "Email,custom_fields.\u202eplan\nada@example.com,pro\n");
+    const key = "custom_fields.\\u202eplan";
+    expect(await runImport([file, "--dry-run"])).toEqual({ code: 0, stdout: "dry run, nothing sent: 1 rows: valid 1, invalid 0\n", stderr: `columns: Email -> email, ${key} -> ${key}\n` });
+  });
+
   test("a refused token, an unknown --map column, a malformed CSV or JSON Lines file and a missing --url each stop with one clear line", async () => {
     const csv = writeContactsCsv(server.dir, 10);
     writeFileSync(join(server.dir, "bad-token"), "crm_nope\n");

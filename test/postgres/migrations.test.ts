@@ -13,6 +13,8 @@ import { indexWaitingNames } from "../../server/contacts/store.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { tempDir } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
+import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, oldNameKey } from "../support/account-name-keys.ts";
+import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
@@ -154,20 +156,35 @@ describe("postgres migrations: data", () => {
 });
 
 describe("postgres migrations: data, account names", () => {
-  test("0034 rekeys the account names full case folding keys otherwise (ß as ss, a ligature, a final sigma), in its transaction; the others are left alone", async () => {
+  test("0034 rekeys the account names full case folding keys otherwise (ß and ẞ as ss, a ligature, Greek with dialytika, Turkish İ and ı), in its transaction, and warns of each group of accounts whose keys it joins once it committed; the others are left alone", async () => {
     const old = await freshPostgres();
     await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 34));
-    // The keys as the versions before this one made them: NFC, lowercased.
-    for (const [id, name] of [["acc_1", "Großhandel Süd GmbH"], ["acc_2", "Müller GmbH"], ["acc_3", "ﬀ Ltd"], ["acc_4", "ΟΔΟΣ Α.Ε."]] as const) {
-      await old.write((tx) => tx.run("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)", [id, name, name.normalize("NFC").toLowerCase()]));
+    for (const [id, name] of OLD_ACCOUNT_NAMES) {
+      await old.write((tx) => tx.run("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)", [id, name, oldNameKey(name)]));
     }
-    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 34).map((m) => m.name));
-    expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id")).toEqual([
-      { id: "acc_1", name_key: "grosshandel süd gmbh" },
-      { id: "acc_2", name_key: "müller gmbh" },
-      { id: "acc_3", name_key: "ff ltd" },
-      { id: "acc_4", name_key: "οδος α.ε." },
-    ]);
+    const warnings: unknown[] = [];
+    expect(await migratePostgres(old, POSTGRES_MIGRATIONS, (...warning) => warnings.push(warning))).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 34).map((m) => m.name));
+    expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"")).toEqual(NEW_NAME_KEYS);
+    expect(warnings).toEqual(JOINED_NAME_WARNINGS);
+  });
+});
+
+describe("postgres migrations: data, names and tags in NFC", () => {
+  test("0040 rewrites the names and tags stored before they were kept in NFC, café in both forms kept once, with their tag rows, counts, name copies and search, and no new version or event: the contact's own values find it again", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 39));
+    await storeContactsBeforeNfc(old);
+    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 39).map((m) => m.name));
+    expect(await nfcRows(old)).toEqual(NFC_ROWS);
+    const { token } = await createApiToken(old, "t");
+    const dataDir = tempDir("nfc");
+    try {
+      const config = { ...DEFAULT_CONFIG, dataDir, databaseUrl: opened.at(-1)!.server.url, secretsKeyFile: writeSecretsKeyFile(join(dataDir, "secrets.key")), logLevel: "error" as const };
+      const app = createApp(await createRuntime({ db: old, config, log: createLogger("error") }));
+      expect(await readAfterNfc(app, token)).toEqual(READ_AFTER_NFC);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });
 
