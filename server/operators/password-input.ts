@@ -67,8 +67,9 @@ const SIGNAL_EXITS = { SIGINT: 130, SIGHUP: 129, SIGTERM: 143 } as const;
  */
 function typedPassword(): Promise<string> {
   const stdin = process.stdin;
-  process.stderr.write("Password (not shown): ");
+  // Echo goes off before the prompt shows: keys typed (or pasted) as soon as it shows are not echoed.
   stdin.setRawMode(true);
+  process.stderr.write("Password (not shown): ");
   return new Promise<string>((resolve, reject) => {
     const decoder = new TextDecoder();
     let typed = "";

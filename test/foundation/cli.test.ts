@@ -626,5 +626,5 @@ describe("command line: --password-stdin", () => {
     expect(screen).toBe("Password (not shown): \r\n");
     expect(await terminalModes()).toEqual(["icanon", "echo"]);
     expect(await passwordIs("cancelled@example.com", "correct horse")).toBe(false);
-  }, 60_000);
+  }, 120_000);
 });
