@@ -391,8 +391,27 @@ function readConfigFile(path: string): Record<string, unknown> {
     return Bun.TOML.parse(text) as Record<string, unknown>;
   } catch (error) {
     // Bun quotes the offending value, and an unquoted metrics_token is one: it is not repeated.
-    throw new ConfigError(`config file ${path} is not valid TOML: ${(error as Error).message.replace(/^TOML Parse error: /, "").replace(/: ".*"$/s, "")}`);
+    throw new ConfigError(`config file ${path} is not valid TOML: line ${tomlErrorLine(text)}: ${(error as Error).message.replace(/^TOML Parse error: /, "").replace(/: ".*"$/s, "")}`);
   }
+}
+
+/**
+ * tomlErrorLine finds the line of a TOML text's mistake, which Bun's error does not give (its line
+ * and column are the caller's): the line after the longest prefix of whole lines that parses. A
+ * config file is a few dozen lines, so parsing prefixes costs nothing; a multi-line value left
+ * open is named where it starts, as every prefix ending inside it fails too.
+ */
+function tomlErrorLine(text: string): number {
+  const lines = text.split("\n");
+  for (let kept = lines.length - 1; kept > 0; kept--) {
+    try {
+      Bun.TOML.parse(lines.slice(0, kept).join("\n"));
+      return kept + 1;
+    } catch {
+      // That prefix holds the mistake too: a shorter one is tried.
+    }
+  }
+  return 1;
 }
 
 /** LIST_KINDS are the settings that take a list: in crm.toml a TOML array, or one comma-separated string. */

@@ -124,7 +124,7 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--config", badFileValue], {}))).toBe(`invalid log_level in ${badFileValue}: "loud" is not one of debug, info, warn, error`);
     expect(configError(() => loadConfig(["--config", notToml], {}))).toStartWith(`config file ${notToml} is not valid TOML: `);
     const unquotedToken = configFile("metrics_token = c0ffee0123456789abcdef\n");
-    expect(configError(() => loadConfig(["--config", unquotedToken], {}))).toBe(`config file ${unquotedToken} is not valid TOML: Strings must be quoted`);
+    expect(configError(() => loadConfig(["--config", unquotedToken], {}))).toBe(`config file ${unquotedToken} is not valid TOML: line 1: Strings must be quoted`);
     expect(configError(() => loadConfig(["--config", "/nonexistent/crm.toml"], {}))).toBe("config file /nonexistent/crm.toml does not exist");
     const folder = tempDir("config-folder");
     expect(configError(() => loadConfig(["--config", folder], {}))).toBe(`cannot read config file ${folder}: it is a directory, not a file`);
@@ -140,6 +140,19 @@ describe("configuration: invalid input names the setting", () => {
     expect(loadConfig(["--data-dir=--odd", "--log-level", "warn"], {})).toEqual({ ...DEFAULT_CONFIG, dataDir: "--odd", logLevel: "warn" });
     // A secret's next argument may be the secret itself: it is not repeated.
     expect(configError(() => loadConfig(["--metrics-token", "--a-secret-of-20-chars"], {}))).toBe("--metrics-token needs a value, not an option (for a value that starts with --, write --metrics-token=VALUE)");
+  });
+
+  test("a crm.toml that is not TOML is refused naming the line of the mistake: the first line from which no prefix of the file parses", () => {
+    const cases: [string, number, string][] = [
+      ["# the service's settings\n\nport = 4001\nlog_level = \"warn\"\ndata_dir = /var/lib/crm\nhost = \"0.0.0.0\"\n", 5, "Expected a value but found '/'"],
+      ["port = 4001\n# twice\nport = 4002\n", 3, "Cannot redefine key 'port'"],
+      // An array left open is named where it starts: every prefix that ends inside it fails too.
+      ["port = 4001\nretry_schedule = [\n  1,\n  2\nhost = \"0.0.0.0\"\n", 2, "Expected ',' or ']' in an array but found 'h'"],
+    ];
+    for (const [text, line, words] of cases) {
+      const file = configFile(text);
+      expect(configError(() => loadConfig(["--config", file], {}))).toBe(`config file ${file} is not valid TOML: line ${line}: ${words}`);
+    }
   });
 
   test("a setting's flag given twice, --config too, is refused naming it, not one of its values taken; a boolean setting takes =true or =false", () => {
