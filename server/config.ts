@@ -472,6 +472,7 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
     if (inline === undefined) refuseOptionAsValue(name, value, setting.kind === "secret");
     flags.set(name, value);
   }
+  if (!configFlagGiven && configPath !== undefined && configPath.trim() === "") throw new ConfigError("invalid CRM_CONFIG: it is set but empty; give it a file path, or unset it to read no config file");
   const file = configPath ? readConfigFile(configPath) : {};
   const knownFileKeys = new Set(SETTINGS.map(fileKey));
   for (const key of Object.keys(file)) {
@@ -480,7 +481,12 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
   const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
   for (const setting of SETTINGS) {
     if (flags.has(setting.flag)) config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);
-    else if (env[setting.env] !== undefined) config[setting.key] = parseValue(setting, env[setting.env], setting.env);
+    else if (env[setting.env] !== undefined) {
+      // Empty is an unfilled template or an unset variable expanded (compose's ${X}), never a choice:
+      // taken as a value it chose SQLite over crm.toml's database, taken as unset it would hide the mistake.
+      if (env[setting.env]!.trim() === "") throw new ConfigError(`invalid ${setting.env}: it is set but empty; give it a value, or unset it to use ${fileKey(setting)} from the --config file or the default`);
+      config[setting.key] = parseValue(setting, env[setting.env], setting.env);
+    }
     else if (fileKey(setting) in file) {
       const source = `${fileKey(setting)} in ${configPath}`;
       config[setting.key] = parseValue(setting, fileValueText(setting, file[fileKey(setting)], source), source);

@@ -142,6 +142,20 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--metrics-token", "--a-secret-of-20-chars"], {}))).toBe("--metrics-token needs a value, not an option (for a value that starts with --, write --metrics-token=VALUE)");
   });
 
+  test("an environment variable set but empty is refused for every setting, CRM_CONFIG too, naming it, rather than wiping out crm.toml's value (an empty CRM_DATABASE_URL chose SQLite)", () => {
+    const file = configFile('database_url = "postgres://crm:pw@db.internal:5432/crm"\nmetrics_token = "0123456789abcdef0123"\ntrusted_proxies = ["10.0.0.1"]\nallow_private_targets = ["10.0.0.0/8"]\n');
+    for (const setting of SETTINGS) {
+      for (const empty of ["", " "]) {
+        expect(configError(() => loadConfig(["--config", file], { [setting.env]: empty }))).toBe(
+          `invalid ${setting.env}: it is set but empty; give it a value, or unset it to use ${fileKey(setting)} from the --config file or the default`,
+        );
+      }
+    }
+    expect(configError(() => loadConfig([], { CRM_CONFIG: "" }))).toBe("invalid CRM_CONFIG: it is set but empty; give it a file path, or unset it to read no config file");
+    // A flag wins over the environment: an empty variable it overrides is never read.
+    expect(loadConfig(["--config", file, "--metrics-token", "flag-metrics-token-01"], { CRM_METRICS_TOKEN: "", CRM_CONFIG: "" }).metricsToken).toBe("flag-metrics-token-01");
+  });
+
   test("a crm.toml that is not TOML is refused naming the line of the mistake: the first line from which no prefix of the file parses", () => {
     const cases: [string, number, string][] = [
       ["# the service's settings\n\nport = 4001\nlog_level = \"warn\"\ndata_dir = /var/lib/crm\nhost = \"0.0.0.0\"\n", 5, "Expected a value but found '/'"],
