@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
+import { dirname, resolve } from "node:path";
 import { fileErrorText, isAbsent } from "./shared/files.ts";
 import { DAY_MS } from "./shared/time.ts";
 import { networkError, type PrivateTargets } from "./webhooks/targets.ts";
@@ -16,6 +17,8 @@ interface Setting {
   max?: number;
   /** the values a choice setting accepts */
   choices?: readonly string[];
+  /** a path: in crm.toml a relative one is the file's directory's */
+  path?: true;
 }
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
@@ -148,7 +151,7 @@ export const DEFAULT_CONFIG: Config = {
 export const SETTINGS: Setting[] = [
   { key: "host", flag: "--host", env: "CRM_HOST", kind: "string", help: "address to listen on" },
   { key: "port", flag: "--port", env: "PORT", kind: "port", help: "TCP port to listen on (0 picks a free one)" },
-  { key: "dataDir", flag: "--data-dir", env: "CRM_DATA_DIR", kind: "string", help: "directory holding the SQLite database" },
+  { key: "dataDir", flag: "--data-dir", env: "CRM_DATA_DIR", kind: "string", path: true, help: "directory holding the SQLite database (in crm.toml, a relative path is the file's directory's)" },
   {
     key: "databaseUrl",
     flag: "--database-url",
@@ -185,6 +188,7 @@ export const SETTINGS: Setting[] = [
     flag: "--secrets-key-file",
     env: "CRM_SECRETS_KEY_FILE",
     kind: "string",
+    path: true,
     help: "file with the key (base64, 32 bytes) that encrypts webhook signing secrets in the database; when not given, secrets.key in the data directory, created 0600 on first start. Keep it: backups do not contain it",
   },
   {
@@ -489,7 +493,10 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
     }
     else if (fileKey(setting) in file) {
       const source = `${fileKey(setting)} in ${configPath}`;
-      config[setting.key] = parseValue(setting, fileValueText(setting, file[fileKey(setting)], source), source);
+      const value = parseValue(setting, fileValueText(setting, file[fileKey(setting)], source), source);
+      // As the file's own directory, not the shell's: `crm ... --config /opt/crm/crm.toml` run from
+      // elsewhere made a second database there, and a token the server answered 401 to.
+      config[setting.key] = setting.path ? resolve(dirname(configPath!), value as string) : value;
     }
   }
   return config as unknown as Config;

@@ -244,7 +244,7 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
   const creating = named && !databaseExists(config.dataDir);
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   // Said once the file is there: a directory that cannot hold it is refused without this line.
-  if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${config.dataDir}\n`);
+  if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${resolve(config.dataDir)}\n`);
   await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
     await db.close();
     throw error;

@@ -401,6 +401,17 @@ describe("command line: errors", () => {
       const again = await run(["user", "create", "--name", "Ada", "--email", "ada@example.com"], { CRM_DATA_DIR: named });
       expect({ code: again.code, stderr: again.stderr }).toEqual({ code: 0, stderr: "" });
       expect((await run(["token", "list", "--data-dir", named], {})).stdout).toContain("first");
+
+      // A relative data_dir in crm.toml is the file's directory's, wherever the command runs; the hint names it whole.
+      mkdirSync(join(dataDir, "opt", "crm"), { recursive: true });
+      writeFileSync(join(dataDir, "opt", "crm", "crm.toml"), 'data_dir = "var"\n');
+      const fromConfig = await run(["token", "create", "--name", "ci", "--config", join(dataDir, "opt", "crm", "crm.toml")], {});
+      expect([fromConfig.code, fromConfig.stderr]).toEqual([0, expect.stringMatching(/^created a new database at \S+; serve it with --data-dir \S+\ncreated token tok_\w+ \(ci\); it is shown only this once\n$/)]);
+      expect(fromConfig.stderr).toStartWith(`created a new database at ${join(dataDir, "opt", "crm", "var", "crm.sqlite")}; serve it with --data-dir ${join(dataDir, "opt", "crm", "var")}\n`);
+      expect(existsSync(join(elsewhere, "var"))).toBe(false);
+      // A relative --data-dir is the working directory's, as a path argument is; the hint names it whole.
+      const relative = await run(["token", "create", "--name", "rel", "--data-dir", "here"], {});
+      expect(relative.stderr).toStartWith(`created a new database at ${join(elsewhere, "here", "crm.sqlite")}; serve it with --data-dir ${join(elsewhere, "here")}\n`);
     } finally {
       rmSync(elsewhere, { recursive: true, force: true });
     }

@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
 import { databasePath, lockDataDirectory, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
@@ -59,6 +59,15 @@ describe("configuration: sources and precedence", () => {
       shutdownTimeoutMs: 900,
       retrySchedule: [1, 2],
     });
+  });
+
+  test("a relative path in crm.toml (data_dir, secrets_key_file) is the file's directory's, wherever the command runs; a flag's or the environment's is the working directory's", () => {
+    const file = configFile('data_dir = "var"\nsecrets_key_file = "../keys/secrets.key"\n');
+    const home = dirname(file);
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, dataDir: join(home, "var"), secretsKeyFile: join(home, "..", "keys", "secrets.key") });
+    const absolute = configFile('data_dir = "/var/lib/crm"\n');
+    expect(loadConfig(["--config", absolute], {}).dataDir).toBe("/var/lib/crm");
+    expect(loadConfig(["--config", file, "--data-dir", "here"], { CRM_SECRETS_KEY_FILE: "k" })).toEqual({ ...DEFAULT_CONFIG, dataDir: "here", secretsKeyFile: "k" });
   });
 
   test("CRM_CONFIG names the file; --config wins over it", () => {
