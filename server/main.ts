@@ -255,10 +255,10 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
 /**
  * openConfiguredDatabase opens and migrates the configured database: PostgreSQL with --database-url
  * (migrated like serve does, so a command run before the first start finds the schema), else the
- * data directory's SQLite (openDataDirDatabase, with its options).
+ * data directory's SQLite (openDataDirDatabase, with its options). It takes the command's one
+ * Config: a --config read again (a pipe, `--config <(envsubst ...)`) is empty the second time.
  */
-async function openConfiguredDatabase(args: string[], options: { setUp?: boolean; locked?: boolean } = {}): Promise<Backend> {
-  const config = loadCommandConfig(args);
+async function openConfiguredDatabase(config: Config, options: { setUp?: boolean; locked?: boolean } = {}): Promise<Backend> {
   if (!config.databaseUrl) return openDataDirDatabase(config, options);
   const db = await openBackend(config);
   await migrateWithSecretsKey(db, config);
@@ -320,7 +320,7 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   // The listing needs no key; the reset on PostgreSQL a named one (loadSecretsKey says so), on SQLite the data directory's, made when missing (resetWithKey).
   const given = config.secretsKeyFile || (config.databaseUrl ? confirmed : secretsKeyExists(config)) ? loadSecretsKey(config) : null;
   const run = async () => {
-    const db = await openConfiguredDatabase(args, { locked: true });
+    const db = await openConfiguredDatabase(config, { locked: true });
     try {
       return confirmed ? await resetWithKey(db, config, given) : { outcome: await previewSecretsKeyReset(db, given && new SecretBox(given.key)), key: given };
     } finally {
@@ -362,7 +362,7 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   if (!id || id.startsWith("-")) throw new ConfigError("user delete needs the user id (see user list)");
   const config = loadCommandConfig(args);
   const remove = async () => {
-    const db = await openConfiguredDatabase(args, { locked: true });
+    const db = await openConfiguredDatabase(config, { locked: true });
     try {
       const deleted = await deleteUser(db, id, UNLINK_CHUNK);
       // A lost wake-up only leaves the deliveries to the instances' next poll.
@@ -503,14 +503,14 @@ async function main(argv: string[]): Promise<number> {
         if (rate === null && rateText !== undefined) {
           throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100`);
         }
-        const db = await openConfiguredDatabase(args, { setUp: true });
+        const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
         const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate);
         process.stdout.write(json ? `${JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token })}\n` : `${token}\n`);
         if (!json) process.stderr.write(`created token ${info.id} (${info.name}); it is shown only this once\n`);
         return 0;
       }
       if (sub === "list") {
-        const db = await openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(loadCommandConfig(args));
         for (const t of await listTokens(db)) {
           const rate = await tokenRate(db, t.id);
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
@@ -521,7 +521,7 @@ async function main(argv: string[]): Promise<number> {
       if (sub === "revoke") {
         const id = args.shift();
         if (!id || id.startsWith("-")) throw new ConfigError("token revoke needs the token id (see token list)");
-        const db = await openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(loadCommandConfig(args));
         if (!(await revokeApiToken(db, id))) {
           process.stderr.write((await findToken(db, id)) ? `crm: token ${id} is already revoked\n` : `crm: no token with id ${id}\n`);
           return 1;
@@ -534,7 +534,7 @@ async function main(argv: string[]): Promise<number> {
     case "user": {
       const sub = args.shift();
       if (sub === "list") {
-        const db = await openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(loadCommandConfig(args));
         // A name comes from the API as given, and may hold control characters a terminal would act on.
         for (const user of await allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${printable(user.name)}  created ${user.created_at}\n`);
         return 0;
@@ -545,7 +545,7 @@ async function main(argv: string[]): Promise<number> {
       const email = takeOption(args, "--email");
       // An empty value is the service's to refuse, in the words the API uses for it.
       if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
-      const db = await openConfiguredDatabase(args, { setUp: true });
+      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
       const user = await db.write((tx) => createUser(tx, { name, email }));
       process.stdout.write(`${JSON.stringify(user)}\n`);
       return 0;
@@ -553,7 +553,7 @@ async function main(argv: string[]): Promise<number> {
     case "operator": {
       const sub = args.shift();
       if (sub === "list") {
-        const db = await openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(loadCommandConfig(args));
         for (const operator of await operatorSummaries(db)) {
           process.stdout.write(`${operator.id}  ${operator.email}  created ${operator.created_at}  last seen ${operator.last_seen_at ?? "never"}\n`);
         }
@@ -562,13 +562,14 @@ async function main(argv: string[]): Promise<number> {
       if (sub === "unlock" || sub === "remove") {
         const email = takeOption(args, "--email");
         if (!email) throw new ConfigError(`operator ${sub} needs --email E`);
-        const db = await openConfiguredDatabase(args);
+        const config = loadCommandConfig(args);
+        const db = await openConfiguredDatabase(config);
         if (sub === "remove") {
           const removed = await removeOperatorByEmail(db, email);
           process.stdout.write(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
           return 0;
         }
-        const cleared = await unlockOperator(db, await databaseSecrets(db, loadCommandConfig(args)), email);
+        const cleared = await unlockOperator(db, await databaseSecrets(db, config), email);
         process.stdout.write(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
         return 0;
       }
@@ -578,12 +579,13 @@ async function main(argv: string[]): Promise<number> {
       if (!email || !takeFlag(args, "--password-stdin")) throw new ConfigError(`operator ${sub} needs --email E and --password-stdin (the password is read from standard input)`);
       const password = (await Bun.stdin.text()).replace(/\r?\n$/, "");
       if (sub === "reset-password") {
-        const db = await openConfiguredDatabase(args);
-        const operator = await resetOperatorPassword(db, await databaseSecrets(db, loadCommandConfig(args)), email, password);
+        const config = loadCommandConfig(args);
+        const db = await openConfiguredDatabase(config);
+        const operator = await resetOperatorPassword(db, await databaseSecrets(db, config), email, password);
         process.stdout.write(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
         return 0;
       }
-      const db = await openConfiguredDatabase(args, { setUp: true });
+      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
       const operator = await createOperator(db, { email, password });
       process.stdout.write(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
       return 0;

@@ -195,6 +195,30 @@ describe("command line: happy paths", () => {
     }
   });
 
+  test("a --config that can be read only once (--config <(envsubst ...)) is read once: user delete, operator unlock and reset-password and secrets-key reset act on its database, not on ./data", async () => {
+    await crm(["migrate"]);
+    const grace = JSON.parse((await crm(["user", "create", "--name", "Grace", "--email", "grace@navy.mil"])).stdout);
+    const elsewhere = mkdtempSync(join(tmpdir(), "crm-cwd-"));
+    // bash's process substitution: a pipe, empty on a second read. No CRM_DATA_DIR: the file names the data directory.
+    const once = async (args: string, stdin = "") => {
+      const script = `printf '%s' "$STDIN" | exec "$BUN" "$MAIN" ${args} --config <(printf 'data_dir = "%s"\\n' "$DATA_DIR")`;
+      const proc = Bun.spawn(["bash", "-c", script], { cwd: elsewhere, stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH ?? "", BUN, MAIN, DATA_DIR: dataDir, STDIN: stdin } });
+      const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+      return { stdout, stderr, code };
+    };
+    try {
+      expect(await once(`user delete ${grace.id}`)).toEqual({ stdout: `deleted user ${grace.id} (grace@navy.mil); contacts that lost the assignment: 0 (each sends contact.updated)\n`, stderr: "", code: 0 });
+      expect((await once("operator create --email ops@example.com --password-stdin", "correct horse battery\n")).code).toBe(0);
+      expect(await once("operator reset-password --email ops@example.com --password-stdin", "another horse battery\n")).toEqual({ stdout: expect.stringMatching(/^set a new password for operator opr_\w+ \(ops@example\.com\); their sessions have ended\n$/), stderr: `crm: created the key that encrypts webhook signing secrets, ${join(dataDir, "secrets.key")}; keep it with the database: backups do not include it\n`, code: 0 });
+      expect(await once("operator unlock --email ops@example.com")).toEqual({ stdout: "cleared 0 failed sign-in records of ops@example.com\n", stderr: "", code: 0 });
+      const reset = await once("secrets-key reset");
+      expect({ code: reset.code, stderr: reset.stderr }).toEqual({ code: 2, stderr: `crm: secrets key file ${join(dataDir, "secrets.key")} is the key this database was used with: nothing is lost, and a reset would only disable every webhook subscription; nothing was changed\n` });
+      expect(existsSync(join(elsewhere, "data"))).toBe(false);
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
+  });
+
   test("serve on an empty data directory explains how to make the first token and operator, then serves them", async () => {
     const { proc, out } = await startServe();
     try {
