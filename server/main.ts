@@ -3,8 +3,8 @@ import { readFileSync, rmSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
-import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
-import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
+import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
+import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
@@ -71,7 +71,18 @@ Options (flag, environment variable, crm.toml key; flags win over environment ov
 environment variable set but empty is refused: unset it to use the file's value):
 ${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
+
+Exit status:
+  0  done
+  1  not done, with a reason on stderr: some rows invalid (import), a backup that failed, a token
+     not found or already revoked (token revoke), output that could not be written
+  2  usage mistake or refused, nothing changed: an unknown option, an invalid setting, no database
+     there, the data directory in use, a record not found or already there
+  3  the database is busy or cannot be reached just now: try again later
 `;
+
+/** EXIT are the command line's exit statuses, as --help and README's Command line list them. */
+const EXIT = { done: 0, notDone: 1, refused: 2, unavailable: 3 } as const;
 
 const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
 
@@ -348,7 +359,7 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
     `disabled ${plural(outcome.length, "webhook subscription", "webhook subscriptions")}, each with a new signing secret no receiver knows (${pending} failed unsent); the database now records the secrets key ${key!.path} as its own` +
       (outcome.length === 0 ? "\n" : `; as they were:\n${resetLines(outcome)}for each: rotate its secret (POST /public/v1/webhook-subscriptions/ID/rotate-secret, or Rotate on the console's Subscriptions page), give the new secret to its receiver, enable it (POST .../enable), then send its failed deliveries again under their webhook-ids (POST .../recover)\n`),
   );
-  return 0;
+  return EXIT.done;
 }
 
 /**
@@ -376,7 +387,7 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   const why = `delete the user through it (DELETE /public/v1/users/${id}, or Delete on the console's Users page), which sends its contacts' contact.updated at once, or stop it first`;
   const { user, unassigned } = config.databaseUrl ? await remove() : await whileHoldingDataDirectory(config, why, remove);
   process.stdout.write(`deleted user ${user.id} (${user.email}); contacts that lost the assignment: ${unassigned} (each sends contact.updated)\n`);
-  return 0;
+  return EXIT.done;
 }
 
 const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH]';
@@ -431,13 +442,13 @@ async function importCommand(args: string[]): Promise<number> {
     if (summary.invalidFile) process.stdout.write(`invalid rows with their errors: ${summary.invalidFile}\n`);
     if (summary.invalidFileError) {
       process.stderr.write(`crm: ${summary.invalidFileError}\n`);
-      return 2;
+      return EXIT.refused;
     }
-    return summary.invalid > 0 ? 1 : 0;
+    return summary.invalid > 0 ? EXIT.notDone : EXIT.done;
   } catch (error) {
     if (!(error instanceof ImportError)) throw error;
     process.stderr.write(`crm: import stopped: ${error.message}\n${error.resumable ? "run the same command again to resume: batches already sent are not applied twice\n" : ""}`);
-    return 2;
+    return EXIT.refused;
   }
 }
 
@@ -445,11 +456,11 @@ async function main(argv: string[]): Promise<number> {
   const args = commandFirst(argv);
   if (asksFor(args, ["--help", "-h"]) || args[0] === "help") {
     process.stdout.write(args[0] === "copy-to-postgres" ? COPY_USAGE : HELP);
-    return 0;
+    return EXIT.done;
   }
   if (asksFor(args, ["--version"]) || args[0] === "version") {
     process.stdout.write(`crm ${BUILD}\n`);
-    return 0;
+    return EXIT.done;
   }
   const command = args[0] && !args[0].startsWith("-") ? args.shift()! : "serve";
   switch (command) {
@@ -488,7 +499,7 @@ async function main(argv: string[]): Promise<number> {
       } finally {
         await db.close();
       }
-      return 0;
+      return EXIT.done;
     }
     case "token": {
       const sub = args.shift();
@@ -507,7 +518,7 @@ async function main(argv: string[]): Promise<number> {
         const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate);
         process.stdout.write(json ? `${JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token })}\n` : `${token}\n`);
         if (!json) process.stderr.write(`created token ${info.id} (${info.name}); it is shown only this once\n`);
-        return 0;
+        return EXIT.done;
       }
       if (sub === "list") {
         const db = await openConfiguredDatabase(loadCommandConfig(args));
@@ -516,7 +527,7 @@ async function main(argv: string[]): Promise<number> {
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
           process.stdout.write(`${t.id}  ${t.prefix}…  ${t.name}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
         }
-        return 0;
+        return EXIT.done;
       }
       if (sub === "revoke") {
         const id = args.shift();
@@ -524,10 +535,10 @@ async function main(argv: string[]): Promise<number> {
         const db = await openConfiguredDatabase(loadCommandConfig(args));
         if (!(await revokeApiToken(db, id))) {
           process.stderr.write((await findToken(db, id)) ? `crm: token ${id} is already revoked\n` : `crm: no token with id ${id}\n`);
-          return 1;
+          return EXIT.notDone;
         }
         process.stdout.write(`revoked ${id}\n`);
-        return 0;
+        return EXIT.done;
       }
       throw new ConfigError("usage: token create --name N [--json] [--rate R[:B],W[:B]] | token list | token revoke ID");
     }
@@ -537,7 +548,7 @@ async function main(argv: string[]): Promise<number> {
         const db = await openConfiguredDatabase(loadCommandConfig(args));
         // A name comes from the API as given, and may hold control characters a terminal would act on.
         for (const user of await allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${printable(user.name)}  created ${user.created_at}\n`);
-        return 0;
+        return EXIT.done;
       }
       if (sub === "delete") return userDeleteCommand(args);
       if (sub !== "create") throw new ConfigError("usage: user create --name N --email E | user list | user delete ID");
@@ -548,7 +559,7 @@ async function main(argv: string[]): Promise<number> {
       const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
       const user = await db.write((tx) => createUser(tx, { name, email }));
       process.stdout.write(`${JSON.stringify(user)}\n`);
-      return 0;
+      return EXIT.done;
     }
     case "operator": {
       const sub = args.shift();
@@ -557,7 +568,7 @@ async function main(argv: string[]): Promise<number> {
         for (const operator of await operatorSummaries(db)) {
           process.stdout.write(`${operator.id}  ${operator.email}  created ${operator.created_at}  last seen ${operator.last_seen_at ?? "never"}\n`);
         }
-        return 0;
+        return EXIT.done;
       }
       if (sub === "unlock" || sub === "remove") {
         const email = takeOption(args, "--email");
@@ -567,11 +578,11 @@ async function main(argv: string[]): Promise<number> {
         if (sub === "remove") {
           const removed = await removeOperatorByEmail(db, email);
           process.stdout.write(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
-          return 0;
+          return EXIT.done;
         }
         const cleared = await unlockOperator(db, await databaseSecrets(db, config), email);
         process.stdout.write(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
-        return 0;
+        return EXIT.done;
       }
       if (sub !== "create" && sub !== "reset-password") throw new ConfigError(OPERATOR_USAGE);
       const email = takeOption(args, "--email");
@@ -583,12 +594,12 @@ async function main(argv: string[]): Promise<number> {
         const db = await openConfiguredDatabase(config);
         const operator = await resetOperatorPassword(db, await databaseSecrets(db, config), email, password);
         process.stdout.write(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
-        return 0;
+        return EXIT.done;
       }
       const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
       const operator = await createOperator(db, { email, password });
       process.stdout.write(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
-      return 0;
+      return EXIT.done;
     }
     case "backup": {
       const file = args.shift();
@@ -596,7 +607,7 @@ async function main(argv: string[]): Promise<number> {
       const config = loadCommandConfig(args);
       if (config.databaseUrl) {
         process.stderr.write("crm: backup copies the SQLite database of a data directory; on PostgreSQL (--database-url) back up with pg_dump (for example pg_dump --format=custom --file FILE URL) and keep the secrets key file apart from it\n");
-        return 2;
+        return EXIT.refused;
       }
       requireDatabase(config.dataDir);
       try {
@@ -604,11 +615,11 @@ async function main(argv: string[]): Promise<number> {
         process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
         for (const removed of result.removedPartials) process.stdout.write(`removed ${removed}, a partial file left by a crm killed half-way\n`);
         process.stdout.write(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
-        return 0;
+        return EXIT.done;
       } catch (error) {
         if (!(error instanceof BackupError)) throw error;
         process.stderr.write(`crm: ${error.message}\n`);
-        return 1;
+        return EXIT.notDone;
       }
     }
     case "import":
@@ -630,13 +641,37 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * unavailableText is the one line of a database that is busy or cannot be reached just now (a
+ * PostgreSQL server down or restarting, SQLite's write lock held by another process past the
+ * wait), for which the command exits EXIT.unavailable: running it again later may succeed. A
+ * refusal of what the service was set up with (a login refused, a database missing) is not one.
+ */
+function unavailableText(error: unknown): string | null {
+  const cause = error instanceof ConfigError ? error.cause : error;
+  const failure = databaseFailureOf(cause);
+  if (failure !== "busy" && (failure !== "unavailable" || databaseFaultOf(cause) !== null)) return null;
+  if (error instanceof ConfigError) return error.message;
+  const { code } = error as { code?: unknown };
+  if (typeof code === "string" && code.startsWith("SQLITE_BUSY")) {
+    return `the database is busy: another process has held its write lock for ${WRITE_LOCK_WAIT_MS / 1000} s (a sqlite3 session with a transaction open, a long write); nothing more was done, try again`;
+  }
+  return `the database is ${failure === "busy" ? "busy" : "unavailable"}: ${String((error as Error)?.message ?? error).split("\n")[0]}; nothing more was done, try again`;
+}
+
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (thrown: unknown) => {
     const error = readOnlyWriteRefusal(thrown);
+    // A write refused by a read-only PostgreSQL is the setting's to mend (readOnlyWriteRefusal), not a moment's.
+    const unavailable = error === thrown ? unavailableText(error) : null;
+    if (unavailable !== null) {
+      process.stderr.write(`crm: ${unavailable}\n`);
+      process.exit(EXIT.unavailable);
+    }
     if (error instanceof ConfigError || error instanceof MigrationFailed) process.stderr.write(`crm: ${error.message}\n`);
     else if (error instanceof ProblemError) process.stderr.write(`crm: ${error.message}\n`);
     else process.stderr.write(`crm: ${(error as Error)?.stack ?? String(error)}\n`);
-    process.exit(2);
+    process.exit(EXIT.refused);
   },
 );

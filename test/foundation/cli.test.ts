@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -553,6 +554,29 @@ describe("command line: errors", () => {
     }
     expect(await crm(["token", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
     expect(existsSync(join(dataDir, "copy.sqlite"))).toBe(false);
+  }, 30_000);
+
+  test("exit statuses tell a usage mistake (2) from a database that is busy or cannot be reached (3, try again): SQLite's write lock held by another process past the 5 s wait is one line, not a stack; --help gives the table", async () => {
+    await crm(["migrate"]);
+    // Another process's write transaction: an operator's sqlite3 session left open, a long write.
+    const holder = new Database(join(dataDir, "crm.sqlite"));
+    holder.exec("BEGIN IMMEDIATE");
+    try {
+      expect(await crm(["token", "create", "--name", "during-lock"])).toEqual({
+        stdout: "",
+        stderr: "crm: the database is busy: another process has held its write lock for 5 s (a sqlite3 session with a transaction open, a long write); nothing more was done, try again\n",
+        code: 3,
+      });
+    } finally {
+      holder.exec("ROLLBACK");
+      holder.close();
+    }
+    expect((await crm(["token", "list"])).stdout).toBe("");
+    const unreachable = await crm(["token", "list", "--database-url", "postgres://crm:pw@127.0.0.1:1/crm"]);
+    expect(unreachable).toEqual({ stdout: "", stderr: "crm: cannot use the PostgreSQL database at postgres://crm:***@127.0.0.1:1/crm (--database-url, CRM_DATABASE_URL): connection refused (is the server running and the host and port right?)\n", code: 3 });
+    expect((await crm(["token", "list", "--no-such-option"])).code).toBe(2);
+    const help = (await crm(["--help"])).stdout;
+    for (const status of ["Exit status:\n  0  done\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n"]) expect(help).toContain(status);
   }, 30_000);
 
   test("usage mistakes are one line with exit 2", async () => {
