@@ -1,5 +1,5 @@
 #!/usr/bin/env bun
-import { readFileSync, rmSync, type Stats } from "node:fs";
+import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
@@ -15,6 +15,7 @@ import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { flushLogs } from "./shared/log.ts";
+import { OutputFailed, printOut } from "./shared/output.ts";
 import { printable } from "./shared/text.ts";
 import { fileErrorText, isAbsent, notOwnedText, pathExists, statIfThere } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
@@ -141,6 +142,16 @@ function takeFlag(args: string[], name: string): boolean {
   const [arg] = args.splice(i, 1);
   if (args.some(isFlag)) throw givenTwice(name);
   return arg === name || parseBoolean(arg!.slice(name.length + 1), name);
+}
+
+/** stdoutDiscarded tells whether stdout goes nowhere: /dev/null, or closed (Bun opens /dev/null in its place). */
+function stdoutDiscarded(): boolean {
+  try {
+    const out = fstatSync(1);
+    return out.isCharacterDevice() && out.rdev === statSync("/dev/null").rdev;
+  } catch {
+    return true;
+  }
 }
 
 /**
@@ -349,13 +360,13 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   }
   const pending = plural(outcome.reduce((sum, s) => sum + s.pending, 0), "pending delivery", "pending deliveries");
   if (!confirmed) {
-    process.stdout.write(resetLines(outcome));
+    printOut(resetLines(outcome));
     throw new ConfigError(
       `secrets-key reset changes nothing without ${RESET_FLAG}; with it, ${outcome.length === 1 ? "the webhook subscription listed" : `each of the ${outcome.length} webhook subscriptions listed`} (id, status, target URL, events, pending deliveries, description) ` +
         `gets a new signing secret in place of the one sealed with the lost key and is disabled until its secret is rotated, and ${pending} end failed, to be recovered once it is enabled`,
     );
   }
-  process.stdout.write(
+  printOut(
     `disabled ${plural(outcome.length, "webhook subscription", "webhook subscriptions")}, each with a new signing secret no receiver knows (${pending} failed unsent); the database now records the secrets key ${key!.path} as its own` +
       (outcome.length === 0 ? "\n" : `; as they were:\n${resetLines(outcome)}for each: rotate its secret (POST /public/v1/webhook-subscriptions/ID/rotate-secret, or Rotate on the console's Subscriptions page), give the new secret to its receiver, enable it (POST .../enable), then send its failed deliveries again under their webhook-ids (POST .../recover)\n`),
   );
@@ -386,7 +397,7 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   if (!config.databaseUrl) requireDatabase(config.dataDir);
   const why = `delete the user through it (DELETE /public/v1/users/${id}, or Delete on the console's Users page), which sends its contacts' contact.updated at once, or stop it first`;
   const { user, unassigned } = config.databaseUrl ? await remove() : await whileHoldingDataDirectory(config, why, remove);
-  process.stdout.write(`deleted user ${user.id} (${user.email}); contacts that lost the assignment: ${unassigned} (each sends contact.updated)\n`);
+  printOut(`deleted user ${user.id} (${user.email}); contacts that lost the assignment: ${unassigned} (each sends contact.updated)\n`);
   return EXIT.done;
 }
 
@@ -438,8 +449,8 @@ async function importCommand(args: string[]): Promise<number> {
   try {
     const summary = await importContacts({ file, api, map, trial, dryRun, invalidFile, progress: process.stderr });
     const counts = dryRun ? `valid ${summary.valid}, invalid ${summary.invalid}` : `created ${summary.created}, updated ${summary.updated}, unchanged ${summary.unchanged}, invalid ${summary.invalid}`;
-    process.stdout.write(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}\n`);
-    if (summary.invalidFile) process.stdout.write(`invalid rows with their errors: ${summary.invalidFile}\n`);
+    printOut(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}\n`);
+    if (summary.invalidFile) printOut(`invalid rows with their errors: ${summary.invalidFile}\n`);
     if (summary.invalidFileError) {
       process.stderr.write(`crm: ${summary.invalidFileError}\n`);
       return EXIT.refused;
@@ -455,11 +466,11 @@ async function importCommand(args: string[]): Promise<number> {
 async function main(argv: string[]): Promise<number> {
   const args = commandFirst(argv);
   if (asksFor(args, ["--help", "-h"]) || args[0] === "help") {
-    process.stdout.write(args[0] === "copy-to-postgres" ? COPY_USAGE : HELP);
+    printOut(args[0] === "copy-to-postgres" ? COPY_USAGE : HELP);
     return EXIT.done;
   }
   if (asksFor(args, ["--version"]) || args[0] === "version") {
-    process.stdout.write(`crm ${BUILD}\n`);
+    printOut(`crm ${BUILD}\n`);
     return EXIT.done;
   }
   const command = args[0] && !args[0].startsWith("-") ? args.shift()! : "serve";
@@ -495,7 +506,7 @@ async function main(argv: string[]): Promise<number> {
       const db = await openBackend(config);
       try {
         const applied = await (db.dialect === "sqlite" ? migrateDataDirectory(db, config) : migrateWithSecretsKey(db, config));
-        process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
+        printOut(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
       } finally {
         await db.close();
       }
@@ -514,9 +525,18 @@ async function main(argv: string[]): Promise<number> {
         if (rate === null && rateText !== undefined) {
           throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100`);
         }
-        const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
+        const config = loadCommandConfig(args);
+        if (stdoutDiscarded()) throw new ConfigError("token create: standard output is /dev/null (or closed), so the token would be shown to no one; nothing was created");
+        const db = await openConfiguredDatabase(config, { setUp: true });
         const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate);
-        process.stdout.write(json ? `${JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token })}\n` : `${token}\n`);
+        try {
+          printOut(json ? `${JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token })}\n` : `${token}\n`);
+        } catch (error) {
+          if (!(error instanceof OutputFailed)) throw error;
+          // Its only copy is lost: left live, it would be a valid token no one holds or can name by its value.
+          await revokeApiToken(db, info.id);
+          throw new OutputFailed(`${error.message}: the token just made, ${info.id} (${info.name}), is revoked; nothing was lost, create another`);
+        }
         if (!json) process.stderr.write(`created token ${info.id} (${info.name}); it is shown only this once\n`);
         return EXIT.done;
       }
@@ -525,7 +545,7 @@ async function main(argv: string[]): Promise<number> {
         for (const t of await listTokens(db)) {
           const rate = await tokenRate(db, t.id);
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
-          process.stdout.write(`${t.id}  ${t.prefix}…  ${t.name}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
+          printOut(`${t.id}  ${t.prefix}…  ${t.name}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
         }
         return EXIT.done;
       }
@@ -537,7 +557,7 @@ async function main(argv: string[]): Promise<number> {
           process.stderr.write((await findToken(db, id)) ? `crm: token ${id} is already revoked\n` : `crm: no token with id ${id}\n`);
           return EXIT.notDone;
         }
-        process.stdout.write(`revoked ${id}\n`);
+        printOut(`revoked ${id}\n`);
         return EXIT.done;
       }
       throw new ConfigError("usage: token create --name N [--json] [--rate R[:B],W[:B]] | token list | token revoke ID");
@@ -547,7 +567,7 @@ async function main(argv: string[]): Promise<number> {
       if (sub === "list") {
         const db = await openConfiguredDatabase(loadCommandConfig(args));
         // A name comes from the API as given, and may hold control characters a terminal would act on.
-        for (const user of await allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${printable(user.name)}  created ${user.created_at}\n`);
+        for (const user of await allUsers(db)) printOut(`${user.id}  ${user.email}  ${printable(user.name)}  created ${user.created_at}\n`);
         return EXIT.done;
       }
       if (sub === "delete") return userDeleteCommand(args);
@@ -558,7 +578,7 @@ async function main(argv: string[]): Promise<number> {
       if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
       const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
       const user = await db.write((tx) => createUser(tx, { name, email }));
-      process.stdout.write(`${JSON.stringify(user)}\n`);
+      printOut(`${JSON.stringify(user)}\n`);
       return EXIT.done;
     }
     case "operator": {
@@ -566,7 +586,7 @@ async function main(argv: string[]): Promise<number> {
       if (sub === "list") {
         const db = await openConfiguredDatabase(loadCommandConfig(args));
         for (const operator of await operatorSummaries(db)) {
-          process.stdout.write(`${operator.id}  ${operator.email}  created ${operator.created_at}  last seen ${operator.last_seen_at ?? "never"}\n`);
+          printOut(`${operator.id}  ${operator.email}  created ${operator.created_at}  last seen ${operator.last_seen_at ?? "never"}\n`);
         }
         return EXIT.done;
       }
@@ -577,11 +597,11 @@ async function main(argv: string[]): Promise<number> {
         const db = await openConfiguredDatabase(config);
         if (sub === "remove") {
           const removed = await removeOperatorByEmail(db, email);
-          process.stdout.write(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
+          printOut(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
           return EXIT.done;
         }
         const cleared = await unlockOperator(db, await databaseSecrets(db, config), email);
-        process.stdout.write(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
+        printOut(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
         return EXIT.done;
       }
       if (sub !== "create" && sub !== "reset-password") throw new ConfigError(OPERATOR_USAGE);
@@ -593,12 +613,12 @@ async function main(argv: string[]): Promise<number> {
         const config = loadCommandConfig(args);
         const db = await openConfiguredDatabase(config);
         const operator = await resetOperatorPassword(db, await databaseSecrets(db, config), email, password);
-        process.stdout.write(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
+        printOut(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
         return EXIT.done;
       }
       const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
       const operator = await createOperator(db, { email, password });
-      process.stdout.write(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
+      printOut(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
       return EXIT.done;
     }
     case "backup": {
@@ -612,9 +632,9 @@ async function main(argv: string[]): Promise<number> {
       requireDatabase(config.dataDir);
       try {
         const result = await backupDatabase(config.dataDir, file);
-        process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
-        for (const removed of result.removedPartials) process.stdout.write(`removed ${removed}, a partial file left by a crm killed half-way\n`);
-        process.stdout.write(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
+        printOut(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
+        for (const removed of result.removedPartials) printOut(`removed ${removed}, a partial file left by a crm killed half-way\n`);
+        printOut(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
         return EXIT.done;
       } catch (error) {
         if (!(error instanceof BackupError)) throw error;
@@ -665,6 +685,10 @@ main(process.argv.slice(2)).then(
     const error = readOnlyWriteRefusal(thrown);
     // A write refused by a read-only PostgreSQL is the setting's to mend (readOnlyWriteRefusal), not a moment's.
     const unavailable = error === thrown ? unavailableText(error) : null;
+    if (error instanceof OutputFailed) {
+      process.stderr.write(`crm: ${error.message}\n`);
+      process.exit(EXIT.notDone);
+    }
     if (unavailable !== null) {
       process.stderr.write(`crm: ${unavailable}\n`);
       process.exit(EXIT.unavailable);

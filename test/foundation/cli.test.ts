@@ -579,6 +579,29 @@ describe("command line: errors", () => {
     for (const status of ["Exit status:\n  0  done\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n"]) expect(help).toContain(status);
   }, 30_000);
 
+  test("output that cannot be written (a full disk, stdout closed) is one line and exit 1, not 0; token create revokes the token nobody got, and refuses to make one for /dev/null", async () => {
+    await crm(["migrate"]);
+    await crm(["user", "create", "--name", "Ada", "--email", "ada@example.com"]);
+    const redirected = async (args: string, to: string) => {
+      const proc = Bun.spawn(["bash", "-c", `exec "$BUN" "$MAIN" ${args} ${to}`], { cwd: ROOT, stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH ?? "", BUN, MAIN, CRM_DATA_DIR: dataDir } });
+      const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited]);
+      return { stderr, code };
+    };
+    const full = "could not write to standard output (ENOSPC: no space left on device, write)";
+    for (const json of ["", " --json"]) {
+      const res = await redirected(`token create --name ci${json}`, "> /dev/full");
+      expect(res).toEqual({ stderr: expect.stringMatching(new RegExp(`^crm: ${full.replace(/[()]/g, "\\$&")}: the token just made, tok_\\w+ \\(ci\\), is revoked; nothing was lost, create another\n$`)), code: 1 });
+    }
+    for (const to of ["> /dev/null", ">&-"]) {
+      expect(await redirected("token create --name nowhere", to)).toEqual({ stderr: "crm: token create: standard output is /dev/null (or closed), so the token would be shown to no one; nothing was created\n", code: 2 });
+    }
+    const tokens = (await crm(["token", "list"])).stdout.trim().split("\n");
+    expect(tokens).toEqual([expect.stringMatching(/  ci  .*  revoked /), expect.stringMatching(/  ci  .*  revoked /)]);
+    for (const listing of ["token list", "user list", "--help", "--version"]) {
+      expect([listing, await redirected(listing, "> /dev/full")]).toEqual([listing, { stderr: `crm: ${full}\n`, code: 1 }]);
+    }
+  }, 30_000);
+
   test("usage mistakes are one line with exit 2", async () => {
     for (const args of [["bogus"], ["token"], ["token", "create"], ["token", "create", "--name"], ["token", "revoke"], ["user", "create", "--name", "x"], ["user", "delete"]]) {
       oneLine(await crm(args));
