@@ -75,8 +75,8 @@ ${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} $
 
 Exit status:
   0  done
-  1  not done, with a reason on stderr: some rows invalid (import), a backup that failed, a token
-     not found or already revoked (token revoke), output that could not be written
+  1  not done, with a reason on stderr: some rows invalid (import), a backup that failed or whose
+     file exists, a token not found or already revoked (token revoke), output not written
   2  usage mistake or refused, nothing changed: an unknown option, an invalid setting, no database
      there, the data directory in use, a record not found or already there
   3  the database is busy or cannot be reached just now: try again later
