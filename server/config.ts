@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
+import { dirname, resolve } from "node:path";
 import { fileErrorText, isAbsent } from "./shared/files.ts";
 import { DAY_MS } from "./shared/time.ts";
 import { networkError, type PrivateTargets } from "./webhooks/targets.ts";
@@ -16,6 +17,8 @@ interface Setting {
   max?: number;
   /** the values a choice setting accepts */
   choices?: readonly string[];
+  /** a path: in crm.toml a relative one is the file's directory's */
+  path?: true;
 }
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
@@ -148,7 +151,7 @@ export const DEFAULT_CONFIG: Config = {
 export const SETTINGS: Setting[] = [
   { key: "host", flag: "--host", env: "CRM_HOST", kind: "string", help: "address to listen on" },
   { key: "port", flag: "--port", env: "PORT", kind: "port", help: "TCP port to listen on (0 picks a free one)" },
-  { key: "dataDir", flag: "--data-dir", env: "CRM_DATA_DIR", kind: "string", help: "directory holding the SQLite database" },
+  { key: "dataDir", flag: "--data-dir", env: "CRM_DATA_DIR", kind: "string", path: true, help: "directory holding the SQLite database (in crm.toml, a relative path is the file's directory's)" },
   {
     key: "databaseUrl",
     flag: "--database-url",
@@ -185,6 +188,7 @@ export const SETTINGS: Setting[] = [
     flag: "--secrets-key-file",
     env: "CRM_SECRETS_KEY_FILE",
     kind: "string",
+    path: true,
     help: "file with the key (base64, 32 bytes) that encrypts webhook signing secrets in the database; when not given, secrets.key in the data directory, created 0600 on first start. Keep it: backups do not contain it",
   },
   {
@@ -391,8 +395,27 @@ function readConfigFile(path: string): Record<string, unknown> {
     return Bun.TOML.parse(text) as Record<string, unknown>;
   } catch (error) {
     // Bun quotes the offending value, and an unquoted metrics_token is one: it is not repeated.
-    throw new ConfigError(`config file ${path} is not valid TOML: ${(error as Error).message.replace(/^TOML Parse error: /, "").replace(/: ".*"$/s, "")}`);
+    throw new ConfigError(`config file ${path} is not valid TOML: line ${tomlErrorLine(text)}: ${(error as Error).message.replace(/^TOML Parse error: /, "").replace(/: ".*"$/s, "")}`);
   }
+}
+
+/**
+ * tomlErrorLine finds the line of a TOML text's mistake, which Bun's error does not give (its line
+ * and column are the caller's): the line after the longest prefix of whole lines that parses. A
+ * config file is a few dozen lines, so parsing prefixes costs nothing; a multi-line value left
+ * open is named where it starts, as every prefix ending inside it fails too.
+ */
+function tomlErrorLine(text: string): number {
+  const lines = text.split("\n");
+  for (let kept = lines.length - 1; kept > 0; kept--) {
+    try {
+      Bun.TOML.parse(lines.slice(0, kept).join("\n"));
+      return kept + 1;
+    } catch {
+      // That prefix holds the mistake too: a shorter one is tried.
+    }
+  }
+  return 1;
 }
 
 /** LIST_KINDS are the settings that take a list: in crm.toml a TOML array, or one comma-separated string. */
@@ -453,6 +476,7 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
     if (inline === undefined) refuseOptionAsValue(name, value, setting.kind === "secret");
     flags.set(name, value);
   }
+  if (!configFlagGiven && configPath !== undefined && configPath.trim() === "") throw new ConfigError("invalid CRM_CONFIG: it is set but empty; give it a file path, or unset it to read no config file");
   const file = configPath ? readConfigFile(configPath) : {};
   const knownFileKeys = new Set(SETTINGS.map(fileKey));
   for (const key of Object.keys(file)) {
@@ -461,10 +485,18 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
   const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
   for (const setting of SETTINGS) {
     if (flags.has(setting.flag)) config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);
-    else if (env[setting.env] !== undefined) config[setting.key] = parseValue(setting, env[setting.env], setting.env);
+    else if (env[setting.env] !== undefined) {
+      // Empty is an unfilled template or an unset variable expanded (compose's ${X}), never a choice:
+      // taken as a value it chose SQLite over crm.toml's database, taken as unset it would hide the mistake.
+      if (env[setting.env]!.trim() === "") throw new ConfigError(`invalid ${setting.env}: it is set but empty; give it a value, or unset it to use ${fileKey(setting)} from the --config file or the default`);
+      config[setting.key] = parseValue(setting, env[setting.env], setting.env);
+    }
     else if (fileKey(setting) in file) {
       const source = `${fileKey(setting)} in ${configPath}`;
-      config[setting.key] = parseValue(setting, fileValueText(setting, file[fileKey(setting)], source), source);
+      const value = parseValue(setting, fileValueText(setting, file[fileKey(setting)], source), source);
+      // As the file's own directory, not the shell's: `crm ... --config /opt/crm/crm.toml` run from
+      // elsewhere made a second database there, and a token the server answered 401 to.
+      config[setting.key] = setting.path ? resolve(dirname(configPath!), value as string) : value;
     }
   }
   return config as unknown as Config;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bun
-import { readFileSync, rmSync, type Stats } from "node:fs";
+import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
-import { migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
-import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, type SqliteDatabase } from "./db/database.ts";
+import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
+import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
@@ -16,6 +16,7 @@ import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { readPasswordInput } from "./operators/password-input.ts";
 import { flushLogs } from "./shared/log.ts";
+import { OutputFailed, printOut } from "./shared/output.ts";
 import { printable } from "./shared/text.ts";
 import { fileErrorText, isAbsent, notOwnedText, pathExists, statIfThere } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
@@ -69,10 +70,22 @@ Commands:
   --version                          print the version
   --help                             print this help
 
-Options (flag, environment variable, crm.toml key; flags win over environment over file):
+Options (flag, environment variable, crm.toml key; flags win over environment over file; an
+environment variable set but empty is refused: unset it to use the file's value):
 ${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
+
+Exit status:
+  0  done
+  1  not done, with a reason on stderr: some rows invalid (import), a backup that failed or whose
+     file exists, a token not found or already revoked (token revoke), output not written
+  2  usage mistake or refused, nothing changed: an unknown option, an invalid setting, no database
+     there, the data directory in use, a record not found or already there
+  3  the database is busy or cannot be reached just now: try again later
 `;
+
+/** EXIT are the command line's exit statuses, as --help and README's Command line list them. */
+const EXIT = { done: 0, notDone: 1, refused: 2, unavailable: 3 } as const;
 
 const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
 
@@ -131,6 +144,16 @@ function takeFlag(args: string[], name: string): boolean {
   const [arg] = args.splice(i, 1);
   if (args.some(isFlag)) throw givenTwice(name);
   return arg === name || parseBoolean(arg!.slice(name.length + 1), name);
+}
+
+/** stdoutDiscarded tells whether stdout goes nowhere: /dev/null, or closed (Bun opens /dev/null in its place). */
+function stdoutDiscarded(): boolean {
+  try {
+    const out = fstatSync(1);
+    return out.isCharacterDevice() && out.rdev === statSync("/dev/null").rdev;
+  } catch {
+    return true;
+  }
 }
 
 /**
@@ -251,7 +274,7 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
   const creating = named && !databaseExists(config.dataDir);
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   // Said once the file is there: a directory that cannot hold it is refused without this line.
-  if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${config.dataDir}\n`);
+  if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${resolve(config.dataDir)}\n`);
   await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
     await db.close();
     throw error;
@@ -262,10 +285,10 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
 /**
  * openConfiguredDatabase opens and migrates the configured database: PostgreSQL with --database-url
  * (migrated like serve does, so a command run before the first start finds the schema), else the
- * data directory's SQLite (openDataDirDatabase, with its options).
+ * data directory's SQLite (openDataDirDatabase, with its options). It takes the command's one
+ * Config: a --config read again (a pipe, `--config <(envsubst ...)`) is empty the second time.
  */
-async function openConfiguredDatabase(args: string[], options: { setUp?: boolean; locked?: boolean } = {}): Promise<Backend> {
-  const config = loadCommandConfig(args);
+async function openConfiguredDatabase(config: Config, options: { setUp?: boolean; locked?: boolean } = {}): Promise<Backend> {
   if (!config.databaseUrl) return openDataDirDatabase(config, options);
   const db = await openBackend(config);
   await migrateWithSecretsKey(db, config);
@@ -327,7 +350,7 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   // The listing needs no key; the reset on PostgreSQL a named one (loadSecretsKey says so), on SQLite the data directory's, made when missing (resetWithKey).
   const given = config.secretsKeyFile || (config.databaseUrl ? confirmed : secretsKeyExists(config)) ? loadSecretsKey(config) : null;
   const run = async () => {
-    const db = await openConfiguredDatabase(args, { locked: true });
+    const db = await openConfiguredDatabase(config, { locked: true });
     try {
       return confirmed ? await resetWithKey(db, config, given) : { outcome: await previewSecretsKeyReset(db, given && new SecretBox(given.key)), key: given };
     } finally {
@@ -345,17 +368,17 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   }
   const pending = plural(outcome.reduce((sum, s) => sum + s.pending, 0), "pending delivery", "pending deliveries");
   if (!confirmed) {
-    process.stdout.write(resetLines(outcome));
+    printOut(resetLines(outcome));
     throw new ConfigError(
       `secrets-key reset changes nothing without ${RESET_FLAG}; with it, ${outcome.length === 1 ? "the webhook subscription listed" : `each of the ${outcome.length} webhook subscriptions listed`} (id, status, target URL, events, pending deliveries, description) ` +
         `gets a new signing secret in place of the one sealed with the lost key and is disabled until its secret is rotated, and ${pending} end failed, to be recovered once it is enabled`,
     );
   }
-  process.stdout.write(
+  printOut(
     `disabled ${plural(outcome.length, "webhook subscription", "webhook subscriptions")}, each with a new signing secret no receiver knows (${pending} failed unsent); the database now records the secrets key ${key!.path} as its own` +
       (outcome.length === 0 ? "\n" : `; as they were:\n${resetLines(outcome)}for each: rotate its secret (POST /public/v1/webhook-subscriptions/ID/rotate-secret, or Rotate on the console's Subscriptions page), give the new secret to its receiver, enable it (POST .../enable), then send its failed deliveries again under their webhook-ids (POST .../recover)\n`),
   );
-  return 0;
+  return EXIT.done;
 }
 
 /**
@@ -369,7 +392,7 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   if (!id || id.startsWith("-")) throw new ConfigError("user delete needs the user id (see user list)");
   const config = loadCommandConfig(args);
   const remove = async () => {
-    const db = await openConfiguredDatabase(args, { locked: true });
+    const db = await openConfiguredDatabase(config, { locked: true });
     try {
       const deleted = await deleteUser(db, id, UNLINK_CHUNK);
       // A lost wake-up only leaves the deliveries to the instances' next poll.
@@ -382,8 +405,8 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   if (!config.databaseUrl) requireDatabase(config.dataDir);
   const why = `delete the user through it (DELETE /public/v1/users/${id}, or Delete on the console's Users page), which sends its contacts' contact.updated at once, or stop it first`;
   const { user, unassigned } = config.databaseUrl ? await remove() : await whileHoldingDataDirectory(config, why, remove);
-  process.stdout.write(`deleted user ${user.id} (${user.email}); contacts that lost the assignment: ${unassigned} (each sends contact.updated)\n`);
-  return 0;
+  printOut(`deleted user ${user.id} (${user.email}); contacts that lost the assignment: ${unassigned} (each sends contact.updated)\n`);
+  return EXIT.done;
 }
 
 const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH]';
@@ -434,30 +457,30 @@ async function importCommand(args: string[]): Promise<number> {
   try {
     const summary = await importContacts({ file, api, map, trial, dryRun, invalidFile, progress: process.stderr });
     const counts = dryRun ? `valid ${summary.valid}, invalid ${summary.invalid}` : importCounts(summary);
-    process.stdout.write(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}\n`);
-    if (summary.invalidFile) process.stdout.write(`invalid rows with their errors: ${summary.invalidFile}\n`);
+    printOut(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}\n`);
+    if (summary.invalidFile) printOut(`invalid rows with their errors: ${summary.invalidFile}\n`);
     if (summary.invalidFileError) {
       process.stderr.write(`crm: ${summary.invalidFileError}\n`);
-      return 2;
+      return EXIT.refused;
     }
-    return summary.invalid > 0 ? 1 : 0;
+    return summary.invalid > 0 ? EXIT.notDone : EXIT.done;
   } catch (error) {
     if (!(error instanceof ImportError)) throw error;
     // The message may quote the server's answer: a refused item's pointer names the file's custom-field keys.
     process.stderr.write(`crm: import stopped: ${printable(error.message)}\n${error.resumable ? "run the same command again to resume: batches already sent are not applied twice\n" : ""}`);
-    return 2;
+    return EXIT.refused;
   }
 }
 
 async function main(argv: string[]): Promise<number> {
   const args = commandFirst(argv);
   if (asksFor(args, ["--help", "-h"]) || args[0] === "help") {
-    process.stdout.write(args[0] === "copy-to-postgres" ? COPY_USAGE : HELP);
-    return 0;
+    printOut(args[0] === "copy-to-postgres" ? COPY_USAGE : HELP);
+    return EXIT.done;
   }
   if (asksFor(args, ["--version"]) || args[0] === "version") {
-    process.stdout.write(`crm ${BUILD}\n`);
-    return 0;
+    printOut(`crm ${BUILD}\n`);
+    return EXIT.done;
   }
   const command = args[0] && !args[0].startsWith("-") ? args.shift()! : "serve";
   switch (command) {
@@ -492,11 +515,11 @@ async function main(argv: string[]): Promise<number> {
       const db = await openBackend(config);
       try {
         const applied = await (db.dialect === "sqlite" ? migrateDataDirectory(db, config) : migrateWithSecretsKey(db, config));
-        process.stdout.write(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
+        printOut(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
       } finally {
         await db.close();
       }
-      return 0;
+      return EXIT.done;
     }
     case "token": {
       const sub = args.shift();
@@ -511,43 +534,52 @@ async function main(argv: string[]): Promise<number> {
         if (rate === null && rateText !== undefined) {
           throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100`);
         }
-        const db = await openConfiguredDatabase(args, { setUp: true });
+        const config = loadCommandConfig(args);
+        if (stdoutDiscarded()) throw new ConfigError("token create: standard output is /dev/null (or closed), so the token would be shown to no one; nothing was created");
+        const db = await openConfiguredDatabase(config, { setUp: true });
         const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate);
         // A name refuses control characters but not bidirectional ones, which would draw the rest of a line backwards: escaped
         // (in the JSON too, where \u202e is the same string).
-        process.stdout.write(json ? `${printable(JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token }))}\n` : `${token}\n`);
+        try {
+          printOut(json ? `${printable(JSON.stringify({ ...info, ...(rate ? { rate: { read_per_second: rate.readPerSecond, read_burst: rate.readBurst, write_per_second: rate.writePerSecond, write_burst: rate.writeBurst } } : {}), token }))}\n` : `${token}\n`);
+        } catch (error) {
+          if (!(error instanceof OutputFailed)) throw error;
+          // Its only copy is lost: left live, it would be a valid token no one holds or can name by its value.
+          await revokeApiToken(db, info.id);
+          throw new OutputFailed(`${error.message}: the token just made, ${info.id} (${printable(info.name)}), is revoked; nothing was lost, create another`);
+        }
         if (!json) process.stderr.write(`created token ${info.id} (${printable(info.name)}); it is shown only this once\n`);
-        return 0;
+        return EXIT.done;
       }
       if (sub === "list") {
-        const db = await openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(loadCommandConfig(args));
         for (const t of await listTokens(db)) {
           const rate = await tokenRate(db, t.id);
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
-          process.stdout.write(`${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
+          printOut(`${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
         }
-        return 0;
+        return EXIT.done;
       }
       if (sub === "revoke") {
         const id = args.shift();
         if (!id || id.startsWith("-")) throw new ConfigError("token revoke needs the token id (see token list)");
-        const db = await openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(loadCommandConfig(args));
         if (!(await revokeApiToken(db, id))) {
           process.stderr.write((await findToken(db, id)) ? `crm: token ${id} is already revoked\n` : `crm: no token with id ${id}\n`);
-          return 1;
+          return EXIT.notDone;
         }
-        process.stdout.write(`revoked ${id}\n`);
-        return 0;
+        printOut(`revoked ${id}\n`);
+        return EXIT.done;
       }
       throw new ConfigError("usage: token create --name N [--json] [--rate R[:B],W[:B]] | token list | token revoke ID");
     }
     case "user": {
       const sub = args.shift();
       if (sub === "list") {
-        const db = await openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(loadCommandConfig(args));
         // A name comes from the API as given, and may hold control characters a terminal would act on.
-        for (const user of await allUsers(db)) process.stdout.write(`${user.id}  ${user.email}  ${printable(user.name)}  created ${user.created_at}\n`);
-        return 0;
+        for (const user of await allUsers(db)) printOut(`${user.id}  ${user.email}  ${printable(user.name)}  created ${user.created_at}\n`);
+        return EXIT.done;
       }
       if (sub === "delete") return userDeleteCommand(args);
       if (sub !== "create") throw new ConfigError("usage: user create --name N --email E | user list | user delete ID");
@@ -555,32 +587,33 @@ async function main(argv: string[]): Promise<number> {
       const email = takeOption(args, "--email");
       // An empty value is the service's to refuse, in the words the API uses for it.
       if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
-      const db = await openConfiguredDatabase(args, { setUp: true });
+      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
       const user = await db.write((tx) => createUser(tx, { name, email }));
-      process.stdout.write(`${printable(JSON.stringify(user))}\n`);
-      return 0;
+      printOut(`${printable(JSON.stringify(user))}\n`);
+      return EXIT.done;
     }
     case "operator": {
       const sub = args.shift();
       if (sub === "list") {
-        const db = await openConfiguredDatabase(args);
+        const db = await openConfiguredDatabase(loadCommandConfig(args));
         for (const operator of await operatorSummaries(db)) {
-          process.stdout.write(`${operator.id}  ${operator.email}  created ${operator.created_at}  last seen ${operator.last_seen_at ?? "never"}\n`);
+          printOut(`${operator.id}  ${operator.email}  created ${operator.created_at}  last seen ${operator.last_seen_at ?? "never"}\n`);
         }
-        return 0;
+        return EXIT.done;
       }
       if (sub === "unlock" || sub === "remove") {
         const email = takeOption(args, "--email");
         if (!email) throw new ConfigError(`operator ${sub} needs --email E`);
-        const db = await openConfiguredDatabase(args);
+        const config = loadCommandConfig(args);
+        const db = await openConfiguredDatabase(config);
         if (sub === "remove") {
           const removed = await removeOperatorByEmail(db, email);
-          process.stdout.write(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
-          return 0;
+          printOut(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
+          return EXIT.done;
         }
-        const cleared = await unlockOperator(db, await databaseSecrets(db, loadCommandConfig(args)), email);
-        process.stdout.write(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
-        return 0;
+        const cleared = await unlockOperator(db, await databaseSecrets(db, config), email);
+        printOut(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
+        return EXIT.done;
       }
       if (sub !== "create" && sub !== "reset-password") throw new ConfigError(OPERATOR_USAGE);
       const email = takeOption(args, "--email");
@@ -588,15 +621,16 @@ async function main(argv: string[]): Promise<number> {
       if (!email || !takeFlag(args, "--password-stdin")) throw new ConfigError(`operator ${sub} needs --email E and --password-stdin (the password is read from standard input)`);
       const password = await readPasswordInput();
       if (sub === "reset-password") {
-        const db = await openConfiguredDatabase(args);
-        const operator = await resetOperatorPassword(db, await databaseSecrets(db, loadCommandConfig(args)), email, password);
-        process.stdout.write(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
-        return 0;
+        const config = loadCommandConfig(args);
+        const db = await openConfiguredDatabase(config);
+        const operator = await resetOperatorPassword(db, await databaseSecrets(db, config), email, password);
+        printOut(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
+        return EXIT.done;
       }
-      const db = await openConfiguredDatabase(args, { setUp: true });
+      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
       const operator = await createOperator(db, { email, password });
-      process.stdout.write(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
-      return 0;
+      printOut(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
+      return EXIT.done;
     }
     case "backup": {
       const file = args.shift();
@@ -604,19 +638,19 @@ async function main(argv: string[]): Promise<number> {
       const config = loadCommandConfig(args);
       if (config.databaseUrl) {
         process.stderr.write("crm: backup copies the SQLite database of a data directory; on PostgreSQL (--database-url) back up with pg_dump (for example pg_dump --format=custom --file FILE URL) and keep the secrets key file apart from it\n");
-        return 2;
+        return EXIT.refused;
       }
       requireDatabase(config.dataDir);
       try {
         const result = await backupDatabase(config.dataDir, file);
-        process.stdout.write(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
-        for (const removed of result.removedPartials) process.stdout.write(`removed ${removed}, a partial file left by a crm killed half-way\n`);
-        process.stdout.write(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
-        return 0;
+        printOut(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
+        for (const removed of result.removedPartials) printOut(`removed ${removed}, a partial file left by a crm killed half-way\n`);
+        printOut(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
+        return EXIT.done;
       } catch (error) {
         if (!(error instanceof BackupError)) throw error;
         process.stderr.write(`crm: ${error.message}\n`);
-        return 1;
+        return EXIT.notDone;
       }
     }
     case "import":
@@ -638,13 +672,41 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * unavailableText is the one line of a database that is busy or cannot be reached just now (a
+ * PostgreSQL server down or restarting, SQLite's write lock held by another process past the
+ * wait), for which the command exits EXIT.unavailable: running it again later may succeed. A
+ * refusal of what the service was set up with (a login refused, a database missing) is not one.
+ */
+function unavailableText(error: unknown): string | null {
+  const cause = error instanceof ConfigError ? error.cause : error;
+  const failure = databaseFailureOf(cause);
+  if (failure !== "busy" && (failure !== "unavailable" || databaseFaultOf(cause) !== null)) return null;
+  if (error instanceof ConfigError) return error.message;
+  const { code } = error as { code?: unknown };
+  if (typeof code === "string" && code.startsWith("SQLITE_BUSY")) {
+    return `the database is busy: another process has held its write lock for ${WRITE_LOCK_WAIT_MS / 1000} s (a sqlite3 session with a transaction open, a long write); nothing more was done, try again`;
+  }
+  return `the database is ${failure === "busy" ? "busy" : "unavailable"}: ${String((error as Error)?.message ?? error).split("\n")[0]}; nothing more was done, try again`;
+}
+
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (thrown: unknown) => {
     const error = readOnlyWriteRefusal(thrown);
+    // A write refused by a read-only PostgreSQL is the setting's to mend (readOnlyWriteRefusal), not a moment's.
+    const unavailable = error === thrown ? unavailableText(error) : null;
+    if (error instanceof OutputFailed) {
+      process.stderr.write(`crm: ${error.message}\n`);
+      process.exit(EXIT.notDone);
+    }
+    if (unavailable !== null) {
+      process.stderr.write(`crm: ${unavailable}\n`);
+      process.exit(EXIT.unavailable);
+    }
     if (error instanceof ConfigError || error instanceof MigrationFailed) process.stderr.write(`crm: ${error.message}\n`);
     else if (error instanceof ProblemError) process.stderr.write(`crm: ${error.message}\n`);
     else process.stderr.write(`crm: ${(error as Error)?.stack ?? String(error)}\n`);
-    process.exit(2);
+    process.exit(EXIT.refused);
   },
 );

@@ -5,6 +5,7 @@ import { LATEST_TIMESTAMP_MS } from "../shared/time.ts";
 import { openPostgres, type PostgresDatabase, type PostgresDb } from "./postgres.ts";
 import { migratePostgres } from "./postgres-migrations.ts";
 import type { SqlValue } from "./sql.ts";
+import { printOut } from "../shared/output.ts";
 
 /** COPY_BATCH_ROWS is how many rows one multi-row INSERT carries at most. */
 const COPY_BATCH_ROWS = 1000;
@@ -302,8 +303,8 @@ export async function copyToPostgresCommand(config: Config, openSqlite: () => Pr
     try {
       const result = await copyToPostgres(source.sqlite, target, config.databaseUrl, process.stderr);
       const total = result.reduce((sum, table) => sum + table.rows, 0);
-      process.stdout.write(`copied ${total} rows into ${redactedUrl(config.databaseUrl)}\n`);
-      for (const { table, rows } of result) process.stdout.write(`${table.padEnd(28)} ${rows}\n`);
+      printOut(`copied ${total} rows into ${redactedUrl(config.databaseUrl)}\n`);
+      for (const { table, rows } of result) printOut(`${table.padEnd(28)} ${rows}\n`);
       return 0;
     } catch (error) {
       if (error instanceof CopyFailed) {

@@ -157,7 +157,7 @@ export function syncFailedCode(error: unknown): string | null {
 const FILE_CHECK_INTERVAL_MS = 1000;
 
 /** WRITE_LOCK_WAIT_MS is how long writes wait for a write lock another process holds, as SQLite's busy timeout of the other connections. */
-const WRITE_LOCK_WAIT_MS = 5_000;
+export const WRITE_LOCK_WAIT_MS = 5_000;
 
 /**
  * SqliteDatabase is the embedded backend: a writer connection for `write` and a reader connection

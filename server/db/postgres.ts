@@ -864,8 +864,9 @@ interface TablesHome {
 }
 
 /** unusableDatabase is the one-line ConfigError of a database the service cannot use, for `reason`. */
-function unusableDatabase(url: string, reason: string): ConfigError {
-  return new ConfigError(`cannot use the PostgreSQL database at ${redactedUrl(url)} (--database-url, CRM_DATABASE_URL): ${reason}`);
+function unusableDatabase(url: string, reason: string, cause?: unknown): ConfigError {
+  // The cause tells the command line a server that cannot be reached just now (exit 3) from one refused for good.
+  return new ConfigError(`cannot use the PostgreSQL database at ${redactedUrl(url)} (--database-url, CRM_DATABASE_URL): ${reason}`, { cause });
 }
 
 /** DEFAULT_DATABASE_SCHEMA holds the service's tables when --database-schema is not given. */
@@ -1003,7 +1004,7 @@ export async function openPostgres(
     }
   } catch (error) {
     await db?.close().catch(() => {});
-    throw unusableDatabase(url, connectFailure(error));
+    throw unusableDatabase(url, connectFailure(error), error);
   }
   return db;
 }

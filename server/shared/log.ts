@@ -1,3 +1,4 @@
+import { writeSync } from "node:fs";
 import type { LogLevel } from "../config.ts";
 
 const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
@@ -24,6 +25,8 @@ const FLUSH_INTERVAL_MS = 10;
  */
 function bufferedStdout(): (line: string) => void {
   process.on("exit", flushLogs);
+  process.stdout.on("error", stopWritingStdout);
+  process.on("exit", sayDroppedSinceStdoutFailed);
   return (line) => {
     if (pending === "") setTimeout(flushLogs, FLUSH_INTERVAL_MS).unref();
     pending += `${line}\n`;
@@ -39,6 +42,35 @@ function bufferedStdout(): (line: string) => void {
 const MAX_UNWRITTEN_LOG_CHARACTERS = 8 * 1024 * 1024;
 let unwritten = 0;
 let droppedLines = 0;
+
+/** stdoutFailed is set once a write to stdout failed (EPIPE: its reader gone): log lines are dropped from then on. */
+let stdoutFailed = false;
+
+/** writeStderr writes a line about the log itself to stderr, at once (at exit too); stderr gone as well, it is lost. */
+function writeStderr(line: string): void {
+  try {
+    writeSync(2, line);
+  } catch {
+    // Nowhere left to say it.
+  }
+}
+
+/**
+ * stopWritingStdout handles a failed write to stdout (`crm serve | head -1`, a log shipper that
+ * restarted): the log sink gone must not take the service with it, as nginx goes on serving when
+ * its log cannot be written. Unhandled, the error killed the server at its next log line, with no
+ * graceful stop. The lines are dropped and counted from then on; said once, on stderr.
+ */
+function stopWritingStdout(error: Error): void {
+  if (stdoutFailed) return;
+  stdoutFailed = true;
+  writeStderr(`crm: standard output failed (${error.message}); the service goes on serving, and its log lines are dropped from now on\n`);
+}
+
+/** sayDroppedSinceStdoutFailed tells on stderr, at exit, how many log lines stdout's failure lost. */
+function sayDroppedSinceStdoutFailed(): void {
+  if (stdoutFailed) writeStderr(`crm: stopped with log lines dropped since standard output failed: ${droppedLines}\n`);
+}
 
 /** jsonLine renders one log line: time, level and message first, then the fields (which never name those three). */
 function jsonLine(time: string, level: LogLevel, msg: string, fields?: Record<string, unknown>): string {
@@ -64,7 +96,7 @@ export function flushLogs(): void {
   if (pending === "") return;
   let out = pending;
   pending = "";
-  if (unwritten > MAX_UNWRITTEN_LOG_CHARACTERS) {
+  if (stdoutFailed || unwritten > MAX_UNWRITTEN_LOG_CHARACTERS) {
     droppedLines += countLines(out);
     return;
   }
@@ -74,7 +106,10 @@ export function flushLogs(): void {
   }
   const length = out.length;
   unwritten += length;
-  process.stdout.write(out, () => (unwritten -= length));
+  process.stdout.write(out, (error) => {
+    unwritten -= length;
+    if (error) droppedLines += countLines(out);
+  });
 }
 
 /** createLogger writes one JSON object per line to the given sink (stdout by default), dropping lines below the level. */

@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -233,6 +234,30 @@ describe("command line: happy paths", () => {
     }
   });
 
+  test("a --config that can be read only once (--config <(envsubst ...)) is read once: user delete, operator unlock and reset-password and secrets-key reset act on its database, not on ./data", async () => {
+    await crm(["migrate"]);
+    const grace = JSON.parse((await crm(["user", "create", "--name", "Grace", "--email", "grace@navy.mil"])).stdout);
+    const elsewhere = mkdtempSync(join(tmpdir(), "crm-cwd-"));
+    // bash's process substitution: a pipe, empty on a second read. No CRM_DATA_DIR: the file names the data directory.
+    const once = async (args: string, stdin = "") => {
+      const script = `printf '%s' "$STDIN" | exec "$BUN" "$MAIN" ${args} --config <(printf 'data_dir = "%s"\\n' "$DATA_DIR")`;
+      const proc = Bun.spawn(["bash", "-c", script], { cwd: elsewhere, stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH ?? "", BUN, MAIN, DATA_DIR: dataDir, STDIN: stdin } });
+      const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+      return { stdout, stderr, code };
+    };
+    try {
+      expect(await once(`user delete ${grace.id}`)).toEqual({ stdout: `deleted user ${grace.id} (grace@navy.mil); contacts that lost the assignment: 0 (each sends contact.updated)\n`, stderr: "", code: 0 });
+      expect((await once("operator create --email ops@example.com --password-stdin", "correct horse battery\n")).code).toBe(0);
+      expect(await once("operator reset-password --email ops@example.com --password-stdin", "another horse battery\n")).toEqual({ stdout: expect.stringMatching(/^set a new password for operator opr_\w+ \(ops@example\.com\); their sessions have ended\n$/), stderr: `crm: created the key that encrypts webhook signing secrets, ${join(dataDir, "secrets.key")}; keep it with the database: backups do not include it\n`, code: 0 });
+      expect(await once("operator unlock --email ops@example.com")).toEqual({ stdout: "cleared 0 failed sign-in records of ops@example.com\n", stderr: "", code: 0 });
+      const reset = await once("secrets-key reset");
+      expect({ code: reset.code, stderr: reset.stderr }).toEqual({ code: 2, stderr: `crm: secrets key file ${join(dataDir, "secrets.key")} is the key this database was used with: nothing is lost, and a reset would only disable every webhook subscription; nothing was changed\n` });
+      expect(existsSync(join(elsewhere, "data"))).toBe(false);
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
+  });
+
   test("serve on an empty data directory explains how to make the first token and operator, then serves them", async () => {
     const { proc, out } = await startServe();
     try {
@@ -439,6 +464,17 @@ describe("command line: errors", () => {
       const again = await run(["user", "create", "--name", "Ada", "--email", "ada@example.com"], { CRM_DATA_DIR: named });
       expect({ code: again.code, stderr: again.stderr }).toEqual({ code: 0, stderr: "" });
       expect((await run(["token", "list", "--data-dir", named], {})).stdout).toContain("first");
+
+      // A relative data_dir in crm.toml is the file's directory's, wherever the command runs; the hint names it whole.
+      mkdirSync(join(dataDir, "opt", "crm"), { recursive: true });
+      writeFileSync(join(dataDir, "opt", "crm", "crm.toml"), 'data_dir = "var"\n');
+      const fromConfig = await run(["token", "create", "--name", "ci", "--config", join(dataDir, "opt", "crm", "crm.toml")], {});
+      expect([fromConfig.code, fromConfig.stderr]).toEqual([0, expect.stringMatching(/^created a new database at \S+; serve it with --data-dir \S+\ncreated token tok_\w+ \(ci\); it is shown only this once\n$/)]);
+      expect(fromConfig.stderr).toStartWith(`created a new database at ${join(dataDir, "opt", "crm", "var", "crm.sqlite")}; serve it with --data-dir ${join(dataDir, "opt", "crm", "var")}\n`);
+      expect(existsSync(join(elsewhere, "var"))).toBe(false);
+      // A relative --data-dir is the working directory's, as a path argument is; the hint names it whole.
+      const relative = await run(["token", "create", "--name", "rel", "--data-dir", "here"], {});
+      expect(relative.stderr).toStartWith(`created a new database at ${join(elsewhere, "here", "crm.sqlite")}; serve it with --data-dir ${join(elsewhere, "here")}\n`);
     } finally {
       rmSync(elsewhere, { recursive: true, force: true });
     }
@@ -556,6 +592,52 @@ describe("command line: errors", () => {
     }
     expect(await crm(["token", "list"])).toEqual({ stdout: "", stderr: "", code: 0 });
     expect(existsSync(join(dataDir, "copy.sqlite"))).toBe(false);
+  }, 30_000);
+
+  test("exit statuses tell a usage mistake (2) from a database that is busy or cannot be reached (3, try again): SQLite's write lock held by another process past the 5 s wait is one line, not a stack; --help gives the table", async () => {
+    await crm(["migrate"]);
+    // Another process's write transaction: an operator's sqlite3 session left open, a long write.
+    const holder = new Database(join(dataDir, "crm.sqlite"));
+    holder.exec("BEGIN IMMEDIATE");
+    try {
+      expect(await crm(["token", "create", "--name", "during-lock"])).toEqual({
+        stdout: "",
+        stderr: "crm: the database is busy: another process has held its write lock for 5 s (a sqlite3 session with a transaction open, a long write); nothing more was done, try again\n",
+        code: 3,
+      });
+    } finally {
+      holder.exec("ROLLBACK");
+      holder.close();
+    }
+    expect((await crm(["token", "list"])).stdout).toBe("");
+    const unreachable = await crm(["token", "list", "--database-url", "postgres://crm:pw@127.0.0.1:1/crm"]);
+    expect(unreachable).toEqual({ stdout: "", stderr: "crm: cannot use the PostgreSQL database at postgres://crm:***@127.0.0.1:1/crm (--database-url, CRM_DATABASE_URL): connection refused (is the server running and the host and port right?)\n", code: 3 });
+    expect((await crm(["token", "list", "--no-such-option"])).code).toBe(2);
+    const help = (await crm(["--help"])).stdout;
+    for (const status of ["Exit status:\n  0  done\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n"]) expect(help).toContain(status);
+  }, 30_000);
+
+  test("output that cannot be written (a full disk, stdout closed) is one line and exit 1, not 0; token create revokes the token nobody got, and refuses to make one for /dev/null", async () => {
+    await crm(["migrate"]);
+    await crm(["user", "create", "--name", "Ada", "--email", "ada@example.com"]);
+    const redirected = async (args: string, to: string) => {
+      const proc = Bun.spawn(["bash", "-c", `exec "$BUN" "$MAIN" ${args} ${to}`], { cwd: ROOT, stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH ?? "", BUN, MAIN, CRM_DATA_DIR: dataDir } });
+      const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited]);
+      return { stderr, code };
+    };
+    const full = "could not write to standard output (ENOSPC: no space left on device, write)";
+    for (const json of ["", " --json"]) {
+      const res = await redirected(`token create --name ci${json}`, "> /dev/full");
+      expect(res).toEqual({ stderr: expect.stringMatching(new RegExp(`^crm: ${full.replace(/[()]/g, "\\$&")}: the token just made, tok_\\w+ \\(ci\\), is revoked; nothing was lost, create another\n$`)), code: 1 });
+    }
+    for (const to of ["> /dev/null", ">&-"]) {
+      expect(await redirected("token create --name nowhere", to)).toEqual({ stderr: "crm: token create: standard output is /dev/null (or closed), so the token would be shown to no one; nothing was created\n", code: 2 });
+    }
+    const tokens = (await crm(["token", "list"])).stdout.trim().split("\n");
+    expect(tokens).toEqual([expect.stringMatching(/  ci  .*  revoked /), expect.stringMatching(/  ci  .*  revoked /)]);
+    for (const listing of ["token list", "user list", "--help", "--version"]) {
+      expect([listing, await redirected(listing, "> /dev/full")]).toEqual([listing, { stderr: `crm: ${full}\n`, code: 1 }]);
+    }
   }, 30_000);
 
   test("usage mistakes are one line with exit 2", async () => {

@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
 import { databasePath, lockDataDirectory, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
@@ -59,6 +59,15 @@ describe("configuration: sources and precedence", () => {
       shutdownTimeoutMs: 900,
       retrySchedule: [1, 2],
     });
+  });
+
+  test("a relative path in crm.toml (data_dir, secrets_key_file) is the file's directory's, wherever the command runs; a flag's or the environment's is the working directory's", () => {
+    const file = configFile('data_dir = "var"\nsecrets_key_file = "../keys/secrets.key"\n');
+    const home = dirname(file);
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, dataDir: join(home, "var"), secretsKeyFile: join(home, "..", "keys", "secrets.key") });
+    const absolute = configFile('data_dir = "/var/lib/crm"\n');
+    expect(loadConfig(["--config", absolute], {}).dataDir).toBe("/var/lib/crm");
+    expect(loadConfig(["--config", file, "--data-dir", "here"], { CRM_SECRETS_KEY_FILE: "k" })).toEqual({ ...DEFAULT_CONFIG, dataDir: "here", secretsKeyFile: "k" });
   });
 
   test("CRM_CONFIG names the file; --config wins over it", () => {
@@ -124,7 +133,7 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--config", badFileValue], {}))).toBe(`invalid log_level in ${badFileValue}: "loud" is not one of debug, info, warn, error`);
     expect(configError(() => loadConfig(["--config", notToml], {}))).toStartWith(`config file ${notToml} is not valid TOML: `);
     const unquotedToken = configFile("metrics_token = c0ffee0123456789abcdef\n");
-    expect(configError(() => loadConfig(["--config", unquotedToken], {}))).toBe(`config file ${unquotedToken} is not valid TOML: Strings must be quoted`);
+    expect(configError(() => loadConfig(["--config", unquotedToken], {}))).toBe(`config file ${unquotedToken} is not valid TOML: line 1: Strings must be quoted`);
     expect(configError(() => loadConfig(["--config", "/nonexistent/crm.toml"], {}))).toBe("config file /nonexistent/crm.toml does not exist");
     const folder = tempDir("config-folder");
     expect(configError(() => loadConfig(["--config", folder], {}))).toBe(`cannot read config file ${folder}: it is a directory, not a file`);
@@ -140,6 +149,33 @@ describe("configuration: invalid input names the setting", () => {
     expect(loadConfig(["--data-dir=--odd", "--log-level", "warn"], {})).toEqual({ ...DEFAULT_CONFIG, dataDir: "--odd", logLevel: "warn" });
     // A secret's next argument may be the secret itself: it is not repeated.
     expect(configError(() => loadConfig(["--metrics-token", "--a-secret-of-20-chars"], {}))).toBe("--metrics-token needs a value, not an option (for a value that starts with --, write --metrics-token=VALUE)");
+  });
+
+  test("an environment variable set but empty is refused for every setting, CRM_CONFIG too, naming it, rather than wiping out crm.toml's value (an empty CRM_DATABASE_URL chose SQLite)", () => {
+    const file = configFile('database_url = "postgres://crm:pw@db.internal:5432/crm"\nmetrics_token = "0123456789abcdef0123"\ntrusted_proxies = ["10.0.0.1"]\nallow_private_targets = ["10.0.0.0/8"]\n');
+    for (const setting of SETTINGS) {
+      for (const empty of ["", " "]) {
+        expect(configError(() => loadConfig(["--config", file], { [setting.env]: empty }))).toBe(
+          `invalid ${setting.env}: it is set but empty; give it a value, or unset it to use ${fileKey(setting)} from the --config file or the default`,
+        );
+      }
+    }
+    expect(configError(() => loadConfig([], { CRM_CONFIG: "" }))).toBe("invalid CRM_CONFIG: it is set but empty; give it a file path, or unset it to read no config file");
+    // A flag wins over the environment: an empty variable it overrides is never read.
+    expect(loadConfig(["--config", file, "--metrics-token", "flag-metrics-token-01"], { CRM_METRICS_TOKEN: "", CRM_CONFIG: "" }).metricsToken).toBe("flag-metrics-token-01");
+  });
+
+  test("a crm.toml that is not TOML is refused naming the line of the mistake: the first line from which no prefix of the file parses", () => {
+    const cases: [string, number, string][] = [
+      ["# the service's settings\n\nport = 4001\nlog_level = \"warn\"\ndata_dir = /var/lib/crm\nhost = \"0.0.0.0\"\n", 5, "Expected a value but found '/'"],
+      ["port = 4001\n# twice\nport = 4002\n", 3, "Cannot redefine key 'port'"],
+      // An array left open is named where it starts: every prefix that ends inside it fails too.
+      ["port = 4001\nretry_schedule = [\n  1,\n  2\nhost = \"0.0.0.0\"\n", 2, "Expected ',' or ']' in an array but found 'h'"],
+    ];
+    for (const [text, line, words] of cases) {
+      const file = configFile(text);
+      expect(configError(() => loadConfig(["--config", file], {}))).toBe(`config file ${file} is not valid TOML: line ${line}: ${words}`);
+    }
   });
 
   test("a setting's flag given twice, --config too, is refused naming it, not one of its values taken; a boolean setting takes =true or =false", () => {

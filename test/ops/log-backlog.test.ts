@@ -2,7 +2,7 @@ import { expect, test } from "bun:test";
 import { spawn } from "node:child_process";
 import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { tempDir } from "./support.ts";
+import { ROOT, SOURCE, tempDir } from "./support.ts";
 
 // A server whose stdout is not read (journald or a log shipper stalled) under a flood of requests:
 // Bun keeps every line handed to stdout in memory until its reader takes it.
@@ -51,6 +51,40 @@ await Bun.sleep(50);
       last: "after the flood",
     });
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 60_000);
+
+test("serve whose stdout's reader goes away (crm serve | head -1, a log shipper restarting) keeps serving: log lines are dropped and counted, said once on stderr, and SIGTERM still stops it gracefully", async () => {
+  const dir = tempDir("stdout-gone");
+  const child = spawn(SOURCE[0]!, [...SOURCE.slice(1), "serve", "--port", "0", "--data-dir", dir, "--log-level", "debug"], { cwd: ROOT, env: { PATH: process.env.PATH ?? "" }, stdio: ["ignore", "pipe", "pipe"] });
+  const exited = new Promise<number | null>((resolve) => child.on("exit", resolve));
+  try {
+    let stderr = "";
+    child.stderr.on("data", (chunk) => (stderr += chunk));
+    let stdout = "";
+    const url = await new Promise<string>((resolve, reject) => {
+      child.stdout.on("data", (chunk) => {
+        stdout += chunk;
+        const found = /listening on (http:\/\/\S+)\n/.exec(stdout)?.[1];
+        if (found) resolve(found);
+      });
+      void exited.then((code) => reject(new Error(`serve exited with ${code} before listening: ${stderr}`)));
+    });
+    // The reader is gone: each request's log line (a probe's too, at debug) is written to a pipe nobody reads.
+    child.stdout.destroy();
+    const deadline = Date.now() + 30_000;
+    const statuses: number[] = [];
+    while (!stderr.includes("log lines are dropped") && Date.now() < deadline) statuses.push((await fetch(`${url}/healthz`)).status);
+    for (let i = 0; i < 5; i++) statuses.push((await fetch(`${url}/healthz`)).status);
+    expect(new Set(statuses)).toEqual(new Set([200]));
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    expect(stderr).toMatch(/^crm: standard output failed \(EPIPE: broken pipe, write\); the service goes on serving, and its log lines are dropped from now on\ncrm: stopped with log lines dropped since standard output failed: [1-9]\d*\n$/);
+  } finally {
+    // A failed expectation leaves no server behind.
+    if (child.exitCode === null) child.kill("SIGKILL");
+    await exited;
     rmSync(dir, { recursive: true, force: true });
   }
 }, 60_000);

@@ -173,11 +173,11 @@ describe("copy-to-postgres: refusals", () => {
     expect(await pg.get("SELECT (SELECT count(*) FROM contacts) AS contacts, (SELECT count(*) FROM events) AS events")).toEqual(before);
   });
 
-  test("a server that cannot be reached is one line naming --database-url, exit 2, without the password", () => {
+  test("a server that cannot be reached is one line naming --database-url, exit 3 (try again later), without the password", () => {
     const unreachable = target.url.replace("postgres@", "postgres:pa55-word@").replace(/:\d+\//, ":1/");
     const res = crm(["copy-to-postgres", "--database-url", unreachable]);
     expect({ exitCode: res.exitCode, stdout: res.stdout, stderr: res.stderr }).toEqual({
-      exitCode: 2,
+      exitCode: 3,
       stdout: "",
       stderr: `crm: cannot use the PostgreSQL database at ${unreachable.replace("pa55-word", "***")} (--database-url, CRM_DATABASE_URL): connection refused (is the server running and the host and port right?)\n`,
     });

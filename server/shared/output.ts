@@ -1,0 +1,22 @@
+import { writeSync } from "node:fs";
+
+/** OutputFailed is a command's output that could not be written (a full disk, a reader gone): it reached no one. */
+export class OutputFailed extends Error {}
+
+/**
+ * printOut writes a command's output to stdout before going on, throwing OutputFailed when it
+ * cannot: process.stdout.write tells a failure only to a listener, once the command has exited 0
+ * with its output lost (`crm token create > /dev/full`: a live token nobody has).
+ */
+export function printOut(text: string): void {
+  const bytes = Buffer.from(text);
+  for (let at = 0; at < bytes.length; ) {
+    try {
+      at += writeSync(1, bytes, at);
+    } catch (error) {
+      // A non-blocking stdout (inherited so from the parent) is full for now, not failed.
+      if ((error as NodeJS.ErrnoException).code === "EAGAIN") Bun.sleepSync(1);
+      else throw new OutputFailed(`could not write to standard output (${(error as Error).message})`);
+    }
+  }
+}
