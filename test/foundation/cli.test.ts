@@ -3,7 +3,6 @@ import { Database } from "bun:sqlite";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Database } from "bun:sqlite";
 import { PASSWORD_INPUT_BYTES } from "../../server/operators/password-input.ts";
 import { commandHere } from "../../server/server.ts";
 import { VERSION } from "../../server/version.ts";
