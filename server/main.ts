@@ -82,6 +82,7 @@ Exit status:
   2  usage mistake or refused, nothing changed: an unknown option, an invalid setting, no database
      there, the data directory in use, a record not found or already there
   3  the database is busy or cannot be reached just now: try again later
+  141  the reader of its output left (crm token list | head -1), quietly, as after a SIGPIPE
 `;
 
 /** EXIT are the command line's exit statuses, as --help and README's Command line list them. */
@@ -696,6 +697,8 @@ main(process.argv.slice(2)).then(
     const error = readOnlyWriteRefusal(thrown);
     // A write refused by a read-only PostgreSQL is the setting's to mend (readOnlyWriteRefusal), not a moment's.
     const unavailable = error === thrown ? unavailableText(error) : null;
+    // 128 + SIGPIPE, as the shell reports a command a closed pipe ended.
+    if (error instanceof OutputFailed && error.readerGone) process.exit(141);
     if (error instanceof OutputFailed) {
       process.stderr.write(`crm: ${error.message}\n`);
       process.exit(EXIT.notDone);

@@ -1,7 +1,18 @@
 import { writeSync } from "node:fs";
 
-/** OutputFailed is a command's output that could not be written (a full disk, a reader gone): it reached no one. */
-export class OutputFailed extends Error {}
+/**
+ * OutputFailed is a command's output that could not be written (a full disk, a reader gone): it
+ * reached no one. readerGone is a pipe whose reader left (`crm token list | head -1`), which the
+ * reader chose: the command ends quietly then, as one a SIGPIPE ends does.
+ */
+export class OutputFailed extends Error {
+  constructor(
+    message: string,
+    readonly readerGone = false,
+  ) {
+    super(message);
+  }
+}
 
 /**
  * printOut writes a command's output to stdout before going on, throwing OutputFailed when it
@@ -16,7 +27,7 @@ export function printOut(text: string): void {
     } catch (error) {
       // A non-blocking stdout (inherited so from the parent) is full for now, not failed.
       if ((error as NodeJS.ErrnoException).code === "EAGAIN") Bun.sleepSync(1);
-      else throw new OutputFailed(`could not write to standard output (${(error as Error).message})`);
+      else throw new OutputFailed(`could not write to standard output (${(error as Error).message})`, (error as NodeJS.ErrnoException).code === "EPIPE");
     }
   }
 }

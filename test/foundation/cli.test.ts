@@ -613,7 +613,7 @@ describe("command line: errors", () => {
     expect(unreachable).toEqual({ stdout: "", stderr: "crm: cannot use the PostgreSQL database at postgres://crm:***@127.0.0.1:1/crm (--database-url, CRM_DATABASE_URL): connection refused (is the server running and the host and port right?)\n", code: 3 });
     expect((await crm(["token", "list", "--no-such-option"])).code).toBe(2);
     const help = (await crm(["--help"])).stdout;
-    for (const status of ["Exit status:\n  0  done\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n"]) expect(help).toContain(status);
+    for (const status of ["Exit status:\n  0  done\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n", "\n  141  the reader of its output left"]) expect(help).toContain(status);
   }, 30_000);
 
   test("output that cannot be written (a full disk, stdout closed) is one line and exit 1, not 0; token create revokes the token nobody got, and refuses to make one for /dev/null", async () => {
@@ -637,6 +637,10 @@ describe("command line: errors", () => {
     for (const listing of ["token list", "user list", "--help", "--version"]) {
       expect([listing, await redirected(listing, "> /dev/full")]).toEqual([listing, { stderr: `crm: ${full}\n`, code: 1 }]);
     }
+    // A reader that left (head read what it wanted; `true` reads nothing and is gone before crm writes) ends the listing quietly.
+    const piped = Bun.spawn(["bash", "-c", `"$BUN" "$MAIN" user list | true; echo "\${PIPESTATUS[0]}"`], { cwd: ROOT, stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH ?? "", BUN, MAIN, CRM_DATA_DIR: dataDir } });
+    const [status, stderr] = await Promise.all([new Response(piped.stdout).text(), new Response(piped.stderr).text(), piped.exited]);
+    expect({ status, stderr }).toEqual({ status: "141\n", stderr: "" });
   }, 30_000);
 
   test("usage mistakes are one line with exit 2", async () => {
