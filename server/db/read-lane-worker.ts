@@ -33,6 +33,12 @@ self.onmessage = (event: MessageEvent<LaneCall | LaneOpen>) => {
 };
 
 function answerCall(connection: SqliteConnection, call: LaneCall): unknown {
+  if (call.kind === "close") {
+    if (connection.inTransaction) connection.query("ROLLBACK").run();
+    // The service's own close is then the file's last: SQLite checkpoints the WAL and removes it.
+    connection.close();
+    return null;
+  }
   if (call.kind === "end") {
     if (!inSnapshot) return null;
     inSnapshot = false;

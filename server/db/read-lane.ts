@@ -18,8 +18,8 @@ export type LaneOpen = { kind: "open"; path: string; file: FileId };
 /** LaneRefusal is the thread's answer to LaneOpen when the path no longer names the file the service opened. */
 export type LaneRefusal = { refused: string };
 
-/** LaneCall is a call to the lane's thread: run a statement of the session, or end the session's snapshot. */
-export type LaneCall = { id: number } & (LaneStatement | { kind: "end" });
+/** LaneCall is a call to the lane's thread: run a statement of the session, end the session's snapshot, or close the connection. */
+export type LaneCall = { id: number } & (LaneStatement | { kind: "end" } | { kind: "close" });
 
 /** LaneAnswer is the thread's answer to the call of the same id: a value, or the error it threw. */
 export type LaneAnswer = { id: number; value: unknown } | { id: number; error: { message: string; code: unknown } } | LaneRefusal;
@@ -94,7 +94,7 @@ export class ReadLane {
     run: () => Promise.reject(new Error("the read lane only reads")),
   };
 
-  private call(message: LaneStatement | { kind: "end" }): Promise<unknown> {
+  private call(message: LaneStatement | { kind: "end" } | { kind: "close" }): Promise<unknown> {
     if (this.refused) return Promise.reject(new LaneThreadLost());
     const worker = this.worker ?? this.startWorker();
     const id = this.nextCallId++;
@@ -150,13 +150,20 @@ export class ReadLane {
     this.calls.clear();
   }
 
-  /** close lets the reads submitted finish and stops the thread; reads submitted afterwards run through the fallback. */
+  /**
+   * close lets the reads submitted finish, has the thread close its connection and stops it; reads
+   * submitted afterwards run through the fallback. A thread ended with its connection open leaves
+   * that connection to the process: the service's own close is then not the file's last, and SQLite
+   * keeps the WAL beside the file, with the pages a change overwrote (a secret sealed since).
+   */
   async close(): Promise<void> {
     this.closed = true;
     await this.reads.idle();
     const worker = this.worker;
+    if (!worker) return;
+    await this.call({ kind: "close" }).catch(() => {});
     this.worker = null;
-    worker?.terminate();
+    worker.terminate();
   }
 }
 
