@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { inviteOperator } from "../../server/operators/service.ts";
 import { startReceiver, type Receiver } from "../webhooks/support.ts";
-import { cspViolations, seedDeliveries, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+import { colourLayers, contrastRatio, cspViolations, seedDeliveries, shoot, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 // What WCAG 2.2 AA asks of the console where the s33 audit found it short. One server, one receiver
 // answering 200, one browser signed in.
@@ -186,6 +186,27 @@ describe("WCAG 2.2 AA", () => {
     const narrow = await at320(read);
     const shown = { snapshot: '- list "Rotation steps":\n  - listitem: 1 Pick done\n  - listitem: 2 New subscription\n  - listitem: 3 Test to come\n  - listitem: 4 Delete old to come\n  - listitem: 5 Summary to come', steps: [{ mark: [true], current: null }, { mark: [], current: "step" }, { mark: [], current: null }, { mark: [], current: null }, { mark: [], current: null }] };
     expect({ wide, narrow }).toEqual({ wide: shown, narrow: shown });
+  }, SLOW);
+
+  test("1.4.11: a wizard's done steps and its steps to come are 3:1 apart, and the words on each 4.5:1, in the light scheme and the dark", async () => {
+    await page.goto(url(`/console/rotations/new?from=${warehouse.id}&kind=url`));
+    await shoot(page, "rotation-steps");
+    const ratios = [];
+    for (const colorScheme of ["light", "dark"] as const) {
+      await page.emulateMedia({ colorScheme });
+      const done = page.locator(".stepper li.done").first();
+      const toCome = page.locator(".stepper li:not(.done):not(.current)").first();
+      const doneBackground = await done.evaluate((li) => getComputedStyle(li).backgroundColor);
+      ratios.push({
+        colorScheme,
+        apart: contrastRatio([doneBackground, ...(await colourLayers(toCome, "color", "self")).slice(1)]) >= 3,
+        words: await Promise.all(
+          [done, toCome].flatMap((step) => [step.locator(".step-label"), step.locator(".step-no")]).map(async (words) => contrastRatio(await colourLayers(words, "color", "self")) >= 4.5),
+        ),
+      });
+    }
+    await page.emulateMedia({ colorScheme: null });
+    expect(ratios).toEqual((["light", "dark"] as const).map((colorScheme) => ({ colorScheme, apart: true, words: [true, true, true, true] })));
   }, SLOW);
 
   test("2.4.2, 1.3.1: each of a wizard's steps has a title of its own, and its headings skip no level", async () => {
