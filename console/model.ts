@@ -1,5 +1,6 @@
 import type { Operator } from "../server/operators/model.ts";
 import { t } from "elysia";
+import { SEALED_MAX_LENGTH } from "./addresses.ts";
 
 // The NUL character is refused when a field is read (field and fields, console/shell.ts), so the
 // form page names the field instead of the post being refused here, before the form's route runs.
@@ -21,6 +22,8 @@ export const DeliveryFilterQuery = t.Object(
     until: t.Optional(t.String({ maxLength: 40 })),
     /** where the previous page stopped: the next page lists older deliveries */
     before: t.Optional(t.String({ maxLength: 100 })),
+    /** the filters the form sent, sealed (console/addresses.ts): the page's own, not a filter */
+    s: t.Optional(t.String({ maxLength: SEALED_MAX_LENGTH })),
   },
   // Unknown filters are refused by the service with a message naming them, not ignored.
   { additionalProperties: true },

@@ -3,7 +3,7 @@ import type { Delivery } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { bidiBalanced, contactName, DataTable, HttpStatus, isolated, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { bidiBalanced, contactName, CsrfField, DataTable, HttpStatus, isolated, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
 import type { ContactPageView, ContactsView } from "./service.ts";
 
 /**
@@ -73,12 +73,38 @@ export function ContactsTable({ view }: { view: ContactsView }) {
   );
 }
 
-/** contactsPage renders the contacts: a search by name or email, newest first, paged. */
-export function contactsPage(props: { session: ConsoleSession; view: ContactsView; notice?: NoticeData | null }): string {
+/** ContactsPages are the addresses of a list's other pages: its newest, and the older ones after it. */
+export interface ContactsPages {
+  newest?: string | undefined;
+  older?: string | undefined;
+}
+
+/** ContactsPager links a list of contacts to its newest page and its older ones (`pages`: the contacts page's, a search's). */
+export function ContactsPager({ pages }: { pages: ContactsPages }) {
+  if (!pages.newest && !pages.older) return null;
+  return (
+    <nav class="pager" aria-label="Contacts pages">
+      {pages.newest && (
+        <a class="button ghost" href={pages.newest}>
+          ← Newest
+        </a>
+      )}
+      {pages.older && (
+        <a class="button ghost" href={pages.older} rel="next" id="older-contacts">
+          Older contacts →
+        </a>
+      )}
+    </nav>
+  );
+}
+
+/**
+ * contactsPage renders the contacts: a search by name or email, newest first, paged (`pages`). The
+ * filter posts what was typed, and the browser keeps no list of it (autocomplete off): a token
+ * pasted there by mistake would be in the page's address (contactRoutes), or in that list.
+ */
+export function contactsPage(props: { session: ConsoleSession; view: ContactsView; pages: ContactsPages; notice?: NoticeData | null }): string {
   const { view } = props;
-  const search = new URLSearchParams([...(view.q ? [["q", view.q]] : []), ...(view.user ? [["assigned_user_id", view.user.id]] : [])]).toString();
-  const base = `/console/contacts${search ? `?${search}` : ""}`;
-  const older = view.next ? `${base}${search ? "&" : "?"}before=${encodeURIComponent(view.next)}` : null;
   return renderPage({
     title: "Contacts",
     session: props.session,
@@ -89,10 +115,11 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
           <h1>Contacts</h1>
           <p class="lead">Read-only: contacts change through the API. Open one to see every event sent about it.</p>
         </div>
-        <form class="filters card" method="get" action="/console/contacts" role="search">
+        <form class="filters card" method="post" action="/console/contacts" role="search">
+          <CsrfField token={props.session.csrfToken} />
           <label class="grow">
             Name or email
-            <input type="search" name="q" value={view.q} placeholder="Ada Lovelace or ada@example.com" maxLength={254} />
+            <input type="search" name="q" value={view.q} placeholder="Ada Lovelace or ada@example.com" maxLength={254} spellcheck={false} autocomplete="off" />
           </label>
           {view.user && <input type="hidden" name="assigned_user_id" value={view.user.id} />}
           <div class="filter-actions">
@@ -108,20 +135,7 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
         </form>
         <NoticeBox notice={props.notice} />
         <ContactsTable view={view} />
-        {(view.older || older) && (
-          <nav class="pager" aria-label="Contacts pages">
-            {view.older && (
-              <a class="button ghost" href={base}>
-                ← Newest
-              </a>
-            )}
-            {older && (
-              <a class="button ghost" href={older} rel="next" id="older-contacts">
-                Older contacts →
-              </a>
-            )}
-          </nav>
-        )}
+        <ContactsPager pages={props.pages} />
       </>
     ),
   });

@@ -15,8 +15,8 @@ import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, rec
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
 const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "since", "until"] as const;
 
-/** filterQuery turns the filters that are set into the query string the page and its island share. */
-function filterQuery(filters: DeliveryFilters): string {
+/** filterQuery turns the filters that are set into the query string the page, its island and the filters' redirect share. */
+export function filterQuery(filters: DeliveryFilters): string {
   const params = new URLSearchParams();
   for (const key of LIVE_FILTERS) if (filters[key]) params.set(key, filters[key]!);
   const text = params.toString();
@@ -83,6 +83,7 @@ export function deliveriesPage(props: {
   disableAfterHours: number;
   limit: number;
   refusal?: Refusal | null;
+  notice?: NoticeData | null;
 }): string {
   const { view } = props;
   const query = filterQuery(props.filters);
@@ -102,7 +103,8 @@ export function deliveriesPage(props: {
           <SearchBox session={props.session} />
         </div>
         <HealthPanel health={props.health} disableAfterHours={props.disableAfterHours} />
-        <form class="filters card" method="get" action="/console/">
+        <form class="filters card" method="post" action="/console/">
+          <CsrfField token={props.session.csrfToken} />
           <FilterSelect name="status" label="Status" any="Any status" selected={filters.status} options={DELIVERY_STATUSES.map((s) => [s, s])} refusal={props.refusal} />
           <FilterSelect name="event" label="Event" any="Any event" selected={filters.event} options={WEBHOOK_EVENT_TYPES.map((e) => [e, e])} refusal={props.refusal} />
           <FilterSelect
@@ -129,6 +131,7 @@ export function deliveriesPage(props: {
           </div>
         </form>
         <RefusalSummary refusal={props.refusal} fields={LIVE_FILTERS} />
+        <NoticeBox notice={props.notice} />
         {view.older ? (
           <DeliveriesLive {...live} />
         ) : (

@@ -2,39 +2,74 @@ import { Elysia } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { attemptRefusalProblem, listAllSubscriptions } from "../../server/webhooks/service.ts";
+import { fieldsChecker, fieldsProblem } from "../../server/http/schema-errors.ts";
+import type { ProblemError } from "../../server/shared/problem.ts";
+import { openFields, sealedAddress, secretFieldOf } from "../addresses.ts";
 import { htmlResponse, jsonResponse, redirect } from "../http.ts";
-import { DeliveryFilterQuery } from "../model.ts";
-import { CONSOLE_DETAIL, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { DeliveryFilterQuery, type ConsoleSession, type DeliveryFilters } from "../model.ts";
+import { expiredNotice, secretReason } from "../pages/forms.tsx";
+import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { subscriptionsHealth, worstFirst } from "../subscriptions/health.ts";
-import { deliveriesPage, deliveryPage, eventPage } from "./pages.tsx";
-import { deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, retryFromConsole, retryRefusalText, shownDeliveryFilters } from "./service.ts";
+import { deliveriesPage, deliveryPage, eventPage, filterQuery } from "./pages.tsx";
+import { deliveryFiltersAccepted, deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, retryFromConsole, retryRefusalText, shownDeliveryFilters } from "./service.ts";
+
+// A post is held to the limits of the page's address before it is sealed, so the address it leads to opens.
+const checkPosted = fieldsChecker(DeliveryFilterQuery);
 
 /**
  * deliveryRoutes are the start page (health at a glance and the deliveries table, paged and
  * filtered), a delivery with its attempts and Retry now, an event with its deliveries, and the two
- * JSON endpoints the live islands poll.
+ * JSON endpoints the live islands poll. The filters' form posts what was typed: filters the page
+ * takes are a redirect to their plain address (links, the older pages, the live table's polling
+ * all carry them), anything else to the page with them sealed (`?s=`, sealedAddress), so that
+ * text pasted into a field by mistake is in no address, and a secret-shaped one is not kept at all.
  */
 export function deliveryRoutes(rt: Runtime) {
   const db = rt.db;
+  /**
+   * page answers the start page filtered by `query`. A wrong filter, or one refused before it was
+   * read (`refused`), shows the page unfiltered, with the problem above the table and the filters
+   * as sent (`typed`) in their fields, to be corrected; `expired`, unfiltered, says the filters'
+   * sealed address no longer opens (410).
+   */
+  const page = async (session: ConsoleSession, query: DeliveryFilters, answer: { refused?: ProblemError; typed?: DeliveryFilters; expired?: boolean } = {}): Promise<Response> => {
+    const subscriptions = await listAllSubscriptions(db);
+    const health = worstFirst(await subscriptionsHealth(db, subscriptions));
+    const shown = { session, subscriptions, health, disableAfterHours: rt.config.disableFailingAfterHours, limit: LATEST_DELIVERIES };
+    if (answer.expired) return htmlResponse(deliveriesPage({ ...shown, view: await latestDeliveries(db, {}), filters: {}, notice: expiredNotice("filter") }), 410);
+    let refusal = answer.refused;
+    if (!refusal) {
+      try {
+        return htmlResponse(deliveriesPage({ ...shown, view: await latestDeliveries(db, query), filters: shownDeliveryFilters(query) }));
+      } catch (error) {
+        refusal = problemOf(error, 422);
+      }
+    }
+    const view = await latestDeliveries(db, {});
+    return htmlResponse(deliveriesPage({ ...shown, view, filters: {}, typed: shownDeliveryFilters(answer.typed ?? query), refusal }), 422);
+  };
   return new Elysia({ name: "console-deliveries", prefix: CONSOLE_PREFIX, detail: CONSOLE_DETAIL })
     .use(signedInConsole(rt))
     .get(
       "/",
       async ({ session, query }) => {
-        const subscriptions = await listAllSubscriptions(db);
-        const health = worstFirst(await subscriptionsHealth(db, subscriptions));
-        try {
-          const view = await latestDeliveries(db, query);
-          return htmlResponse(deliveriesPage({ session, view, filters: shownDeliveryFilters(query), subscriptions, health, disableAfterHours: rt.config.disableFailingAfterHours, limit: LATEST_DELIVERIES }));
-        } catch (error) {
-          // A wrong filter shows the page unfiltered, with the filter's problem above the table and
-          // the filters as sent in their fields, to be corrected.
-          const failure = problemOf(error, 422);
-          const view = await latestDeliveries(db, {});
-          return htmlResponse(deliveriesPage({ session, view, filters: {}, typed: shownDeliveryFilters(query), subscriptions, health, disableAfterHours: rt.config.disableFailingAfterHours, limit: LATEST_DELIVERIES, refusal: failure }), 422);
-        }
+        if (query.s === undefined) return page(session, query);
+        const filters = openFields(rt.secrets, "deliveries", session.csrfToken, query.s);
+        return filters ? page(session, filters) : page(session, {}, { expired: true });
       },
       { query: DeliveryFilterQuery },
+    )
+    .post(
+      "/",
+      async ({ session, body }) => {
+        const typed = Object.fromEntries(Object.keys(body ?? {}).flatMap((name) => (name === "_csrf" || field(body, name) === "" ? [] : [[name, field(body, name)]]))) as Record<string, string>;
+        const secret = secretFieldOf(typed);
+        // Neither used nor sealed: the page says so, its field emptied, the deliveries unfiltered.
+        if (secret) return page(session, {}, { refused: fieldsProblem([{ parameter: secret.name, detail: secretReason(secret.secret) }]), typed: { ...typed, [secret.name]: "" } });
+        // Filters the page takes hold only ids, statuses, event types and times: their address may show them.
+        return redirect(deliveryFiltersAccepted(typed) ? `${CONSOLE_PREFIX}/${filterQuery(typed)}` : sealedAddress(rt.secrets, "deliveries", session, checkPosted(typed)));
+      },
+      { body: OptionalForm },
     )
     .get("/api/deliveries", async ({ query }) => jsonResponse(await latestDeliveries(db, query)), { query: DeliveryFilterQuery })
     .get("/api/deliveries/:id", async ({ params }) => jsonResponse(await deliveryWatch(db, params.id)), { params: IdParam })

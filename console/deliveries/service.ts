@@ -104,6 +104,16 @@ function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDelivery
   return { filters, before };
 }
 
+/** deliveryFiltersAccepted tells whether latestDeliveries takes the filters: then they hold only ids, statuses, event types, times and a position. */
+export function deliveryFiltersAccepted(query: DeliveryFilters): boolean {
+  try {
+    checkDeliveryFilters(query);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /**
  * latestDeliveries returns a page of the deliveries matching the filters, newest first (the latest
  * 50, or older ones after `before`), with their subscriptions' descriptions and, for those waiting

@@ -2,9 +2,10 @@
 import type { ComponentChildren } from "preact";
 import { fieldNameOf, fieldWords } from "../../server/http/schema-errors.ts";
 import type { FieldError, ProblemError } from "../../server/shared/problem.ts";
+import type { SecretShape } from "../addresses.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage, type Section } from "./layout.tsx";
-import { CsrfField, fieldId, reasonMarks, WithReason } from "./parts.tsx";
+import { CsrfField, fieldId, reasonMarks, WithReason, type NoticeData } from "./parts.tsx";
 
 /**
  * SecretOnce shows a secret that is never shown again, with a copy button added by the copy island,
@@ -112,4 +113,39 @@ export function RefusalSummary({ refusal, fields }: { refusal: Refusal | null | 
       )}
     </div>
   );
+}
+
+const SECRET_WORDS: Record<SecretShape, { what: string; advice: string }> = {
+  "api-token": { what: "an API token (crm_…)", advice: "if it is a real token, revoke it (API tokens, Revoke) and create another" },
+  "signing-secret": { what: "a webhook signing secret (whsec_…)", advice: "if it is a real secret, rotate it (Subscriptions, Rotate, Rotate the secret)" },
+};
+
+/**
+ * secretNotice says that what was typed into a search looks like a token or a signing secret and
+ * was not searched, where it went and where not (`inAddress`: it came in a link, not from a form),
+ * and what to do if it was real. The page shows its field empty.
+ */
+export function secretNotice(secret: SecretShape, inAddress: boolean): NoticeData {
+  const { what, advice } = SECRET_WORDS[secret];
+  const where = inAddress
+    ? "it was not searched or logged, but it is in this page's address, and so in the browser's history and the log of any proxy on the way"
+    : "it was not searched, and it was not logged or put in the page's address";
+  return { kind: "error", text: `This looks like ${what}: ${where}. ${advice[0]!.toUpperCase()}${advice.slice(1)}.` };
+}
+
+/** secretReason is a filter field's reason when its value looks like a token or a signing secret: it was not used, and what to do if it was real. */
+export function secretReason(secret: SecretShape): string {
+  const { what, advice } = SECRET_WORDS[secret];
+  return `looks like ${what}: it was not used, logged or put in the page's address; ${advice}`;
+}
+
+/** expiredNotice says that a sealed address (a search's, `what`) no longer opens: an hour after it was made, or in another sign-in. */
+export function expiredNotice(what: "search" | "filter"): NoticeData {
+  return {
+    kind: "error",
+    text:
+      what === "search"
+        ? "This search has expired: its address opens for an hour after the search, and only in the sign-in that made it. Search again."
+        : "These filters have expired: their address opens for an hour after they were sent, and only in the sign-in that sent them. Filter again.",
+  };
 }

@@ -1,11 +1,13 @@
 /** @jsxImportSource preact */
 import type { ComponentChildren } from "preact";
-import { ContactsTable } from "../contacts/pages.tsx";
+import { ContactsPager, ContactsTable, type ContactsPages } from "../contacts/pages.tsx";
 import type { ContactsView } from "../contacts/service.ts";
+import type { SecretShape } from "../addresses.ts";
 import type { ConsoleSession } from "../model.ts";
+import { expiredNotice, secretNotice } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { CsrfField, NoticeBox } from "../pages/parts.tsx";
-import { SEARCH_MAX_LENGTH, type SecretShape } from "./service.ts";
+import { SEARCH_MAX_LENGTH } from "./service.ts";
 
 /**
  * SearchBox is the one search field: an id of a delivery, event, contact or subscription, an email,
@@ -54,7 +56,7 @@ export function searchPage(props: { session: ConsoleSession; q: string; nothing:
  * other pages are links to the search's sealed addresses (`pages`: the newest, the older ones),
  * which hold none of the text.
  */
-export function searchResultsPage(props: { session: ConsoleSession; q: string; view: ContactsView; pages: { newest?: string; older?: string } }): string {
+export function searchResultsPage(props: { session: ConsoleSession; q: string; view: ContactsView; pages: ContactsPages }): string {
   const { session, q, view, pages } = props;
   return searchAnswer(
     session,
@@ -62,20 +64,7 @@ export function searchResultsPage(props: { session: ConsoleSession; q: string; v
     q,
     <>
       <ContactsTable view={view} />
-      {(pages.newest || pages.older) && (
-        <nav class="pager" aria-label="Contacts pages">
-          {pages.newest && (
-            <a class="button ghost" href={pages.newest}>
-              ← Newest
-            </a>
-          )}
-          {pages.older && (
-            <a class="button ghost" href={pages.older} rel="next" id="older-contacts">
-              Older contacts →
-            </a>
-          )}
-        </nav>
-      )}
+      <ContactsPager pages={pages} />
     </>,
   );
 }
@@ -86,24 +75,11 @@ export function expiredSearchPage(props: { session: ConsoleSession }): string {
     props.session,
     "Search expired · Search",
     "",
-    <NoticeBox notice={{ kind: "error", text: "This search has expired: its address opens for an hour after the search, and only in the sign-in that made it. Search again." }} />,
+    <NoticeBox notice={expiredNotice("search")} />,
   );
 }
 
-const SECRET_WORDS: Record<SecretShape, { what: string; advice: string }> = {
-  "api-token": { what: "an API token (crm_…)", advice: "If it is a real token, revoke it (API tokens, Revoke) and create another." },
-  "signing-secret": { what: "a webhook signing secret (whsec_…)", advice: "If it is a real secret, rotate it (Subscriptions, Rotate, Rotate the secret)." },
-};
-
-/**
- * secretPage says that what was typed looks like a token or a signing secret and was not searched,
- * where it went and where not (`inAddress`: it came in a link, not from the box), and what to do
- * if it was real. It never shows the value: the box is empty.
- */
+/** secretPage says that what was typed looks like a token or a signing secret and was not searched (secretNotice); the box is empty. */
 export function secretPage(props: { session: ConsoleSession; secret: SecretShape; inAddress: boolean }): string {
-  const words = SECRET_WORDS[props.secret];
-  const where = props.inAddress
-    ? "it was not searched or logged, but it is in this page's address, and so in the browser's history and the log of any proxy on the way"
-    : "it was not searched, and it was not logged or put in the page's address";
-  return searchAnswer(props.session, "Search", "", <NoticeBox notice={{ kind: "error", text: `This looks like ${words.what}: ${where}. ${words.advice}` }} />);
+  return searchAnswer(props.session, "Search", "", <NoticeBox notice={secretNotice(props.secret, props.inAddress)} />);
 }

@@ -2,26 +2,23 @@ import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
+import { openFields, sealedAddress, SEALED_MAX_LENGTH, secretShapeOf } from "../addresses.ts";
 import { htmlResponse, redirect } from "../http.ts";
 import type { ConsoleSession } from "../model.ts";
 import { CONSOLE_DETAIL, field, OptionalForm, signedInConsole } from "../shell.ts";
 import { expiredSearchPage, searchPage, searchResultsPage, secretPage } from "./pages.tsx";
-import { openSearch, search, searchLead, SEARCH_MAX_LENGTH, sealSearch, secretShapeOf, type SearchAt } from "./service.ts";
-
-/** SEALED_MAX_LENGTH bounds a sealed search in an address: the longest text, each character escaped in JSON, in base64url. */
-const SEALED_MAX_LENGTH = 4096;
+import { search, searchLead, SEARCH_MAX_LENGTH, type SearchAt } from "./service.ts";
 
 /**
  * searchRoutes answer the search box: a redirect to the page of the record it names, or to the
  * search's own address, whose answer lists the contacts it matched or says nothing did (404). The
- * box posts what was typed, and the search's address holds it sealed (`?s=`, sealSearch), so that
+ * box posts what was typed, and the search's address holds it sealed (`?s=`, sealedAddress), so that
  * text pasted into it by mistake (a token, a password) is in no address (the browser's history, a
  * proxy's log); the answer to a GET, not to the post, Back and Reload show it again. The address
  * with the text itself (`?q=`) is kept for links.
  */
 export function searchRoutes(rt: Runtime) {
-  // The session's CSRF token names it (a digest of its secret): a sealed search opens in it alone.
-  const addressOf = (session: ConsoleSession, at: SearchAt) => `${CONSOLE_PREFIX}/search?s=${sealSearch(rt.secrets, session.csrfToken, at)}`;
+  const addressOf = (session: ConsoleSession, at: SearchAt) => sealedAddress(rt.secrets, "search", session, { q: at.q, ...(at.before ? { before: at.before } : {}) });
   // Checked before the length, so a long paste that holds a token is told so too.
   const refusal = (session: ConsoleSession, q: string, inAddress: boolean): Response | null => {
     const secret = secretShapeOf(q);
@@ -45,8 +42,8 @@ export function searchRoutes(rt: Runtime) {
       "/search",
       ({ session, query }) => {
         if (query.s !== undefined) {
-          const at = openSearch(rt.secrets, session.csrfToken, query.s);
-          return at ? answer(session, at) : htmlResponse(expiredSearchPage({ session }), 410);
+          const at = openFields(rt.secrets, "search", session.csrfToken, query.s);
+          return at ? answer(session, { q: at.q ?? "", ...(at.before ? { before: at.before } : {}) }) : htmlResponse(expiredSearchPage({ session }), 410);
         }
         const q = query.q ?? "";
         return refusal(session, q, true) ?? answer(session, { q });

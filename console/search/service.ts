@@ -4,7 +4,6 @@ import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { contactsPage, type ContactsView } from "../contacts/service.ts";
 import { bidiBalanced, isolated } from "../pages/parts.tsx";
 import { findDeliverySummary, findSubscription, findWebhookEvent } from "../../server/webhooks/service.ts";
-import type { SecretBox } from "../../server/webhooks/secrets.ts";
 
 /** SearchResult is where a search leads: the page of what it names, the contacts it lists (a name, an email several share), or a sentence saying nothing matched. */
 export type SearchResult = { location: string } | { contacts: ContactsView } | { nothing: string };
@@ -13,22 +12,6 @@ export type SearchResult = { location: string } | { contacts: ContactsView } | {
 export const SEARCH_MAX_LENGTH = 300;
 
 const ID = /^(dlv|evt|con|sub)_[0-9A-Z]{26}$/;
-
-/** SecretShape is which of the service's own secrets a text looks like. */
-export type SecretShape = "api-token" | "signing-secret";
-
-// The shapes minted in server/auth/service.ts (crm_ and 40 letters and digits) and
-// server/webhooks/service.ts (whsec_ and 32 bytes in base64), matched a few characters short too
-// (a paste that lost its end) and anywhere in the text (a header or a config line pasted whole).
-// Narrower than the request log's SECRET_SHAPED, which costs nothing when it errs: here a false
-// match refuses a search, and an email such as crm_team@example.com must still be found.
-const API_TOKEN = /crm_[A-Za-z0-9]{32}/;
-const SIGNING_SECRET = /whsec_[A-Za-z0-9+/]{24}/;
-
-/** secretShapeOf tells whether a text holds something shaped like an API token or a webhook signing secret, which the search box must not search, log or put in an address. */
-export function secretShapeOf(text: string): SecretShape | null {
-  return API_TOKEN.test(text) ? "api-token" : SIGNING_SECRET.test(text) ? "signing-secret" : null;
-}
 
 /** SearchLead is where a search's text leads before a list is read: the page of what it names, a sentence saying nothing matched, or the contacts to list (`nothing`: what to say if none are). */
 export type SearchLead = { location: string } | { nothing: string } | { list: { nothing: string } };
@@ -73,31 +56,8 @@ export async function search(db: Database, text: string, reader: ReaderName, bef
   return view.total > 0 ? { contacts: view } : { nothing: lead.list.nothing };
 }
 
-/** SEARCH_ADDRESS_TTL_MS is how long a search's sealed address opens: long enough for Back and Reload, not for keeping. */
-export const SEARCH_ADDRESS_TTL_MS = 60 * 60 * 1000;
-/** SEALING_PURPOSE names the key, derived from the secrets key, that searches are sealed with for their address. */
-const SEALING_PURPOSE = "console search address";
-
 /** SearchAt is a search as its address carries it, sealed: the text typed and the page position (`before`). */
 export interface SearchAt {
   q: string;
   before?: string;
-}
-
-/**
- * sealSearch seals a search for its address (`?s=`), for an hour and for the session `sessionName`
- * names alone: the address holds none of the text, a copy of it opens in no other session, and
- * every instance sharing the secrets key opens it.
- */
-export function sealSearch(secrets: SecretBox, sessionName: string, at: SearchAt, now = Date.now()): string {
-  return secrets.sealText(SEALING_PURPOSE, sessionName, JSON.stringify([at.q, at.before ?? null, now + SEARCH_ADDRESS_TTL_MS]));
-}
-
-/** openSearch opens what sealSearch made for the session `sessionName`, or returns null: sealed for another session, expired or altered. */
-export function openSearch(secrets: SecretBox, sessionName: string, sealed: string, now = Date.now()): SearchAt | null {
-  const text = secrets.openText(SEALING_PURPOSE, sessionName, sealed);
-  if (text === null) return null;
-  const [q, before, expiresAt] = JSON.parse(text) as [string, string | null, number];
-  if (expiresAt <= now) return null;
-  return before === null ? { q } : { q, before };
 }

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { createApiToken } from "../../server/auth/service.ts";
-import { openSearch, SEARCH_ADDRESS_TTL_MS, sealSearch } from "../../console/search/service.ts";
+import { openFields, SEALED_ADDRESS_TTL_MS, sealFields } from "../../console/addresses.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { ConsoleClient, cspViolations, launchBrowser, shoot, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
@@ -59,6 +59,24 @@ function eventsAbout(contactId: string): { event_id: string; delivery_id: string
   return receiver.received.filter((r) => r.json.data?.id === contactId).map((r) => ({ event_id: r.json.event_id, delivery_id: r.headers["webhook-id"]!, type: r.json.type }));
 }
 
+/** contactIds lists the ids of the contacts the page lists, in order. */
+const contactIds = () => page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")));
+
+/**
+ * olderThenBack goes from a list's newest page to its older contacts, opens the first of them, and
+ * goes Back twice: the contacts listed on the newest and older pages, and the status of each page
+ * Back showed (or Chromium's error) with the contacts it listed.
+ */
+async function olderThenBack() {
+  const newest = await contactIds();
+  await Promise.all([page.waitForEvent("framenavigated"), page.click("#older-contacts")]);
+  await page.waitForLoadState();
+  const older = await contactIds();
+  await Promise.all([page.waitForURL((u) => u.pathname.startsWith("/console/contacts/")), page.locator("#contacts tbody tr a").first().click()]);
+  const back = async () => [await page.goBack({ waitUntil: "load" }).then((answer) => answer?.status(), (error: Error) => error.message.split("\n")[0]), await contactIds()];
+  return { newest, older, backs: [await back(), await back()] };
+}
+
 describe("one search box", () => {
   test("a delivery id from a receiver's log opens that delivery", async () => {
     const [created] = eventsAbout(ada.id);
@@ -113,22 +131,14 @@ describe("Back to Find's list", () => {
   // The list is the answer to a GET after the post (303): no-store as every page, history
   // navigation reloads it, where the post's own answer could only be posted again (the s33
   // newcode3 audit's reproduction: Chromium showed ERR_CACHE_MISS, "Confirm Form Resubmission").
-  const ids = () => page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")));
-
   test("Back from a contact opened in a name's list, and from its older contacts, shows the list again", async () => {
     await find("Bulk");
-    const newest = await ids();
-    expect(newest.length).toBe(50);
-    await Promise.all([page.waitForEvent("framenavigated"), page.click("#older-contacts")]);
-    await page.waitForLoadState();
-    const older = await ids();
-    expect(older.length).toBe(BULK - 50);
-    await Promise.all([page.waitForURL((u) => u.pathname.startsWith("/console/contacts/")), page.locator("#contacts tbody tr a").first().click()]);
-    const back = () => page.goBack({ waitUntil: "load" }).then((answer) => answer?.status(), (error: Error) => error.message.split("\n")[0]);
-    expect(await back()).toBe(200);
-    expect(await ids()).toEqual(older);
-    expect(await back()).toBe(200);
-    expect(await ids()).toEqual(newest);
+    const { newest, older, backs } = await olderThenBack();
+    expect([newest.length, older.length]).toEqual([50, BULK - 50]);
+    expect(backs).toEqual([
+      [200, older],
+      [200, newest],
+    ]);
     expect(await page.inputValue("#search-q")).toBe("Bulk");
     expect(problems).toEqual([]);
   }, SLOW);
@@ -157,8 +167,10 @@ describe("a search's sealed address", () => {
     // The hour, on the clock of whichever instance opens it.
     const session = /name="_csrf" value="([^"]+)"/.exec((await mine.get("/console/")).text)![1]!;
     const made = Date.now();
-    const at = sealSearch(server.runtime.secrets, session, { q: "Lovelace", before: "1.con_x" }, made);
-    expect([openSearch(server.runtime.secrets, session, at, made + SEARCH_ADDRESS_TTL_MS - 1), openSearch(server.runtime.secrets, session, at, made + SEARCH_ADDRESS_TTL_MS)]).toEqual([{ q: "Lovelace", before: "1.con_x" }, null]);
+    const at = sealFields(server.runtime.secrets, "search", session, { q: "Lovelace", before: "1.con_x" }, made);
+    expect([openFields(server.runtime.secrets, "search", session, at, made + SEALED_ADDRESS_TTL_MS - 1), openFields(server.runtime.secrets, "search", session, at, made + SEALED_ADDRESS_TTL_MS)]).toEqual([{ q: "Lovelace", before: "1.con_x" }, null]);
+    // Nor does it open as another page's filters.
+    expect(openFields(server.runtime.secrets, "contacts", session, at, made)).toBeNull();
   }, SLOW);
 });
 
@@ -245,6 +257,88 @@ describe("a secret pasted into Find", () => {
   }, SLOW);
 });
 
+describe("a secret pasted into a filter", () => {
+  // The contacts page's name filter and the deliveries filters were GET forms: what was typed was
+  // in the address, and so in the tab's history, a proxy's log and the request log.
+  /** visited is every address of the tab's history, decoded. */
+  async function visited(): Promise<string[]> {
+    const cdp = await page.context().newCDPSession(page);
+    const { entries } = await cdp.send("Page.getNavigationHistory");
+    await cdp.detach();
+    return entries.map((entry) => decodeURIComponent(entry.url.replaceAll("+", " ")));
+  }
+  /** filter fills the fields of the page's filter form and presses Enter in the last, as an operator pastes; returns the answer's method and status and where the tab is. */
+  async function filter(fields: Record<string, string>): Promise<[string, number, string]> {
+    const names = Object.keys(fields);
+    for (const name of names) await page.fill(`form.filters [name=${name}]`, fields[name]!);
+    const [answer] = await Promise.all([page.waitForResponse((r) => r.request().isNavigationRequest() && r.request().method() === "POST"), page.press(`form.filters [name=${names.at(-1)}]`, "Enter")]);
+    await page.waitForLoadState();
+    const landed = await page.waitForURL((u) => u.pathname.startsWith("/console/")).then(() => page.url().slice(server.url.length));
+    return [answer.request().method(), answer.status(), landed];
+  }
+  const SEALED_CONTACTS = /^\/console\/contacts\?s=[A-Za-z0-9_-]+$/;
+
+  test("the contacts page's filter answers at an address with the text sealed; its pages, Back and Reload work, and a token is refused", async () => {
+    const logged = logLines.length;
+    const typed = "correct horse battery staple";
+    await page.goto(url("/console/contacts"));
+    const [method, status, landed] = await filter({ q: typed });
+    expect([method, status, SEALED_CONTACTS.test(landed), await page.inputValue("form.filters [name=q]")]).toEqual(["POST", 303, true, typed]);
+    await filter({ q: "Bulk" });
+    expect(SEALED_CONTACTS.test(page.url().slice(server.url.length))).toBe(true);
+    expect(await page.getAttribute("#older-contacts", "href")).toMatch(SEALED_CONTACTS);
+    const { newest, older, backs } = await olderThenBack();
+    expect([newest.length, older.length]).toEqual([50, BULK - 50]);
+    expect(backs).toEqual([
+      [200, older],
+      [200, newest],
+    ]);
+    expect(await page.inputValue("form.filters [name=q]")).toBe("Bulk");
+    expect((await page.reload())!.status()).toBe(200);
+    expect(await contactIds()).toEqual(newest);
+    expect(await page.locator("a[href]").evaluateAll((links) => links.map((a) => decodeURIComponent(a.getAttribute("href")!)).filter((href) => href.includes("Bulk")))).toEqual([]);
+    // A token is not searched, and never sealed: the post's own answer says so.
+    const { token } = await createApiToken(server.runtime.db, "pasted into contacts");
+    await page.goto(url("/console/contacts"));
+    expect(await filter({ q: ` Bearer ${token}` })).toEqual(["POST", 422, "/console/contacts"]);
+    expect(await page.textContent(".notice-error")).toBe(
+      "This looks like an API token (crm_…): it was not searched, and it was not logged or put in the page's address. If it is a real token, revoke it (API tokens, Revoke) and create another.",
+    );
+    expect(await page.inputValue("form.filters [name=q]")).toBe("");
+    expect(await page.content()).not.toContain(token);
+    expect((await visited()).filter((address) => address.includes(typed) || address.includes("Bulk") || address.includes(token))).toEqual([]);
+    expect(logLines.slice(logged).filter((line) => [typed, token, encodeURIComponent(typed), "Bulk"].some((text) => line.includes(text)))).toEqual([]);
+    problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("422 (Unprocessable")));
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("the deliveries filters: ids and times go in the address, other text sealed, a token nowhere", async () => {
+    const logged = logLines.length;
+    const typed = "correct horse battery staple";
+    await page.goto(url("/console/"));
+    const [method, status, landed] = await filter({ contact_id: typed });
+    expect([method, status, /^\/console\/\?s=[A-Za-z0-9_-]+$/.test(landed)]).toEqual(["POST", 303, true]);
+    // Refused as a link's would be, the text in its field to be corrected; Reload shows it again.
+    const refused = async () => [await page.locator(".notice-error li").allTextContents(), await page.inputValue("form.filters [name=contact_id]")];
+    expect(await refused()).toEqual([["contact id must be a contact id (con_...)."], typed]);
+    expect((await page.reload())!.status()).toBe(422);
+    expect(await refused()).toEqual([["contact id must be a contact id (con_...)."], typed]);
+    expect(await filter({ contact_id: ada.id })).toEqual(["POST", 303, `/console/?contact_id=${ada.id}`]);
+    expect(await page.locator("table#deliveries tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-delivery-id")))).toEqual(eventsAbout(ada.id).map((e) => e.delivery_id).reverse());
+    const { token } = await createApiToken(server.runtime.db, "pasted into the deliveries filter");
+    expect(await filter({ contact_id: "", event_id: token })).toEqual(["POST", 422, "/console/"]);
+    expect(await page.locator(".notice-error li").allTextContents()).toEqual([
+      "event id looks like an API token (crm_…): it was not used, logged or put in the page's address; if it is a real token, revoke it (API tokens, Revoke) and create another.",
+    ]);
+    expect(await page.inputValue("form.filters [name=event_id]")).toBe("");
+    expect(await page.content()).not.toContain(token);
+    expect((await visited()).filter((address) => address.includes(typed) || address.includes(token))).toEqual([]);
+    expect(logLines.slice(logged).filter((line) => [typed, token, encodeURIComponent(typed)].some((text) => line.includes(text)))).toEqual([]);
+    problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("422 (Unprocessable")));
+    expect(problems).toEqual([]);
+  }, SLOW);
+});
+
 describe("contacts", () => {
   test("a contact's page shows its fields, accounts and assigned users, and every event about it with its deliveries, newest first", async () => {
     await page.goto(url(`/console/contacts/${ada.id}`));
@@ -281,7 +375,8 @@ describe("contacts", () => {
     await page.goto(url("/console/contacts?q=Bulk"));
     expect(await page.textContent("#contacts-count")).toBe(`Showing the newest 50 of ${BULK} whose name contains “Bulk”.`);
     const first = await page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")));
-    await Promise.all([page.waitForURL(/before=/), page.click("#older-contacts")]);
+    // A list filtered by text has its older pages at sealed addresses, even when a link carried the text.
+    await Promise.all([page.waitForURL(/\/console\/contacts\?s=/), page.click("#older-contacts")]);
     const second = await page.locator("#contacts tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-contact-id")));
     const api = await server.api("GET", `/public/v1/contacts?full_name=Bulk&per_page=100`);
     expect([...first, ...second]).toEqual(api.data.map((c: any) => c.id));
@@ -332,7 +427,7 @@ describe("deliveries: triage beyond the latest 50", () => {
     expect(await fields()).toEqual(["2000-01-01T00:00", "2099-12-31T22:59:30.25"]);
     await page.selectOption("select[name=event]", "contact.updated");
     await Promise.all([page.waitForURL(/event=contact.updated/), page.click(".filters button[type=submit]")]);
-    expect(new URL(page.url()).search).toBe("?status=&event=contact.updated&subscription_id=&event_id=&contact_id=&since=2000-01-01T00%3A00&until=2099-12-31T22%3A59%3A30.25");
+    expect(new URL(page.url()).search).toBe("?event=contact.updated&since=2000-01-01T00%3A00&until=2099-12-31T22%3A59%3A30.25");
     expect(await fields()).toEqual(["2000-01-01T00:00", "2099-12-31T22:59:30.25"]);
     const updated = eventsAbout(ada.id).filter((e) => e.type === "contact.updated").map((e) => e.delivery_id);
     expect(await page.locator("table#deliveries tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-delivery-id")))).toEqual(updated);

@@ -244,11 +244,16 @@ test("a value past a console route's schema limit gets the 422 page naming the f
   const page = answerOf(await client.get(`/console/contacts?q=${"x".repeat(301)}`));
   const id = answerOf(await client.get(`/console/contacts/${"c".repeat(70)}`));
   const api = answerOf(await client.get(`/console/api/deliveries?status=${"x".repeat(30)}`));
-  expect([page.status, page.type, page.main, id.main]).toEqual([
+  // Posted to the filters, held to the same limits before they are sealed into an address.
+  await client.get("/console/");
+  const posted = [answerOf(await client.post("/console/contacts", { q: "x".repeat(5000) })), answerOf(await client.post("/console/", { event_id: "x".repeat(5000) }))];
+  expect([page.status, page.type, page.main, id.main, ...posted.map((answer) => [answer.status, answer.main])]).toEqual([
     422,
     "text/html; charset=utf-8",
     messageMain("Check your input", "q must be at most 300 characters."),
     messageMain("Check your input", "id must be at most 64 characters."),
+    [422, messageMain("Check your input", "q must be at most 300 characters.")],
+    [422, messageMain("Check your input", "event id must be at most 64 characters.")],
   ]);
   expect(api).toEqual({
     status: 422,
@@ -327,25 +332,27 @@ test("an address with no console page is 404 for any method, not 405 as if it we
     { status: 404, type: "application/problem+json", body: { type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: "No route matches POST /console/api/nope." } },
   ]);
   expect([answerOf(put), put.headers.get("allow")]).toEqual([
-    { status: 405, type: "text/html; charset=utf-8", title: "Method not allowed · CRM console", main: messageMain("Method not allowed", "PUT is not allowed on /console/contacts; allowed: GET, HEAD."), notice: null },
-    "GET, HEAD",
+    { status: 405, type: "text/html; charset=utf-8", title: "Method not allowed · CRM console", main: messageMain("Method not allowed", "PUT is not allowed on /console/contacts; allowed: GET, POST, HEAD."), notice: null },
+    "GET, POST, HEAD",
   ]);
 });
 
-test("the start page answers another method with the 405 page and Allow at /console as at /console/, where the router serves GET at both", async () => {
+test("the start page answers another method than GET and POST (its filters' form) with the 405 page and Allow at /console as at /console/, where the router serves both at both", async () => {
   const answers = [];
   for (const path of ["/console", "/console/"]) {
-    for (const method of ["POST", "PUT", "DELETE"]) {
+    for (const method of ["PUT", "DELETE"]) {
       const res = await client.send(path, { method });
       answers.push([answerOf(res), res.headers.get("allow")]);
     }
   }
   const refused = (method: string, path: string) => [
-    { status: 405, type: "text/html; charset=utf-8", title: "Method not allowed · CRM console", main: messageMain("Method not allowed", `${method} is not allowed on ${path}; allowed: GET, HEAD.`), notice: null },
-    "GET, HEAD",
+    { status: 405, type: "text/html; charset=utf-8", title: "Method not allowed · CRM console", main: messageMain("Method not allowed", `${method} is not allowed on ${path}; allowed: GET, POST, HEAD.`), notice: null },
+    "GET, POST, HEAD",
   ];
-  expect(answers).toEqual(["/console", "/console/"].flatMap((path) => ["POST", "PUT", "DELETE"].map((method) => refused(method, path))));
+  expect(answers).toEqual(["/console", "/console/"].flatMap((path) => ["PUT", "DELETE"].map((method) => refused(method, path))));
   expect([(await client.get("/console")).status, (await client.get("/console/")).status]).toEqual([200, 200]);
+  // A post is the filters' form: without its CSRF token, the 403 page of any form.
+  expect([(await client.send("/console", { method: "POST" })).status, (await client.send("/console/", { method: "POST" })).status]).toEqual([403, 403]);
 });
 
 test("a signed-out request with a value past a route's schema limit is sent to sign in, or answered 401 under /console/api, as any signed-out request is, not told 422", async () => {
