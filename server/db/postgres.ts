@@ -479,17 +479,28 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private blockersWatched<T>(backend: number, lockTimeoutMs: number, statement: Promise<T>): Promise<T> {
     if (!this.lockLog || !this.lockLine.due(performance.now())) return statement;
     let read: Promise<Row> | null = null;
-    const timer = setTimeout(() => {
-      read = this.blocking = this.apart.all<Row>(BLOCKING_SESSIONS, [backend]).then(
-        (sessions) => ({ blocking_sessions: sessions }),
-        (error: unknown) => ({ blocking_sessions_unknown: String(error) }),
-      );
-    }, lockTimeoutMs / 2);
-    return statement.finally(() => {
-      clearTimeout(timer);
+    return this.blockersReadHalfway(backend, lockTimeoutMs, statement, (sessions) => (read = this.blocking = sessions)).finally(() => {
       // A statement given up for its lock timeout had it taken by lockTimedOut already.
       if (this.blocking === read) this.blocking = null;
     });
+  }
+
+  /**
+   * blockersReadHalfway passes `statement`, sent on backend `backend` under a lock_timeout of
+   * `lockTimeoutMs`, through; should it still be under way at half that, the sessions the backend
+   * waits for are read then on a connection apart (BLOCKING_SESSIONS) and handed to `read`, as
+   * `blocking_sessions` or `blocking_sessions_unknown` saying why not.
+   */
+  blockersReadHalfway<T>(backend: number, lockTimeoutMs: number, statement: Promise<T>, read: (sessions: Promise<Row>) => void): Promise<T> {
+    const timer = setTimeout(() => {
+      read(
+        this.apart.all<Row>(BLOCKING_SESSIONS, [backend]).then(
+          (sessions) => ({ blocking_sessions: sessions }),
+          (error: unknown) => ({ blocking_sessions_unknown: String(error) }),
+        ),
+      );
+    }, lockTimeoutMs / 2);
+    return statement.finally(() => clearTimeout(timer));
   }
 
   /** bookkeepingSkipped logs, at most once a minute, that bookkeeping was given up for a table lock (writeBookkeeping), naming the sessions holding one. */
