@@ -8,6 +8,8 @@ import { closedWithin, Connection, type RawResponse } from "../limits/support.ts
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { WRITE_LOCK } from "../../server/db/postgres.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
+import { SESSION_COOKIE } from "../../console/http.ts";
+import { sha256 } from "../../server/shared/crypto.ts";
 
 // The real server (`bun server/main.ts serve`) on a PostgreSQL database it reaches through a TCP
 // relay the test can cut, stall and mend: what clients and load balancers get while the database
@@ -260,19 +262,22 @@ async function lockLinesSeen(server: ServerProcess, what: string) {
 }
 
 /**
- * boundedAnswer makes one API request with the test's token and gives its answer as "status", or
- * "status type retry-after" for a problem, bounded so that one held for as long as a lock fails
- * the test instead of waiting for it.
+ * boundedAnswer makes one request, by default an API request with the test's token, and gives its
+ * answer as "status", or "status type retry-after" for an error (the problem's type, or a page's
+ * content type), bounded so that one held for as long as a lock fails the test instead of waiting
+ * for it.
  */
-async function boundedAnswer(url: string, method: string, path: string, body?: unknown): Promise<string> {
+async function boundedAnswer(url: string, method: string, path: string, body?: unknown, headers: Record<string, string> = { authorization: `Bearer ${token}` }): Promise<string> {
   const response = await fetch(`${url}${path}`, {
     method,
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    headers: { ...headers, "content-type": "application/json" },
     body: body === undefined ? undefined : JSON.stringify(body),
     signal: AbortSignal.timeout(15_000),
-  }).catch((error: unknown) => ({ status: `no answer (${(error as Error).name})`, headers: new Headers(), json: async () => ({}) }));
-  const problem = (await response.json()) as { type?: string };
-  return `${response.status}${typeof response.status === "number" && response.status >= 400 ? ` ${problem.type} ${response.headers.get("retry-after")}` : ""}`;
+  }).catch((error: unknown) => ({ status: `no answer (${(error as Error).name})`, headers: new Headers(), text: async () => "{}" }));
+  if (typeof response.status !== "number" || response.status < 400) return `${response.status}`;
+  const contentType = response.headers.get("content-type") ?? "";
+  const type = contentType.startsWith("application/problem+json") ? (JSON.parse(await response.text()) as { type?: string }).type : contentType;
+  return `${response.status} ${type} ${response.headers.get("retry-after")}`;
 }
 
 /** answers sends `count` requests at once, so that every pooled connection serves one, and returns their statuses and problem types. */
@@ -781,12 +786,16 @@ describe("database refusing work", () => {
     }
   }, 60_000);
 
-  test("a list and a lookup that need a table another session holds in ACCESS EXCLUSIVE mode (ALTER TABLE, VACUUM FULL, LOCK TABLE) are 503 database-busy with Retry-After after the lock timeout, not held for as long as the lock, one warn line names the session holding it, and both answer again once it is released", async () => {
+  test("a list, a lookup and a console page that need a table another session holds in ACCESS EXCLUSIVE mode (ALTER TABLE, VACUUM FULL, LOCK TABLE) are 503 (database-busy, the console's page) with Retry-After after the lock timeout, not held for as long as the lock, one warn line names the session holding it, and all answer again once it is released", async () => {
     const { server } = await serveThroughRelay("postgres", { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2", CRM_DATABASE_POOL: "2" });
     const created = await api(server.url, token, "POST", "/public/v1/contacts", { email: "read-under-lock@example.com" });
     expect(created.status).toBe(201);
+    const secret = "a-console-session-secret-of-the-read-under-lock-test";
+    await admin`INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ('op_read_lock', 'read-lock@example.com', 'unused', ${Date.now()}, ${Date.now()})`;
+    await admin`INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES (${sha256(secret)}, 'op_read_lock', ${Date.now()}, ${Date.now()})`;
     const paths = { list: "/public/v1/contacts", lookup: `/public/v1/contacts/${created.body.data.id}` };
     const read = (path: string) => boundedAnswer(server.url, "GET", path);
+    const page = () => boundedAnswer(server.url, "GET", `/console/contacts/${created.body.data.id}`, undefined, { cookie: `${SESSION_COOKIE}=${secret}` });
     const locker = new SQL({ url: database.url, max: 1 });
     try {
       const { answers, holder } = await locker.begin(async (tx) => {
@@ -794,10 +803,10 @@ describe("database refusing work", () => {
         const [{ pid }] = await tx`SELECT pg_backend_pid() AS pid`;
         // Three of each on a pool of 2: reads held for the lock would also hold every connection.
         const [list, lookup] = await Promise.all([paths.list, paths.lookup].map((path) => Promise.all([1, 2, 3].map(() => read(path)))));
-        return { answers: { list, lookup }, holder: pid as number };
+        return { answers: { list, lookup, page: await page() }, holder: pid as number };
       });
       const busy = "503 urn:crm:problem:database-busy 5";
-      expect(answers).toEqual({ list: [busy, busy, busy], lookup: [busy, busy, busy] });
+      expect(answers).toEqual({ list: [busy, busy, busy], lookup: [busy, busy, busy], page: "503 text/html; charset=utf-8 5" });
       expect(await lockLinesSeen(server, "the lock logged")).toEqual([
         {
           level: "warn",
@@ -806,7 +815,7 @@ describe("database refusing work", () => {
           holders: [`${holder} contacts AccessExclusiveLock`],
         },
       ]);
-      expect({ list: await read(paths.list), lookup: await read(paths.lookup) }).toEqual({ list: "200", lookup: "200" });
+      expect({ list: await read(paths.list), lookup: await read(paths.lookup), page: await page() }).toEqual({ list: "200", lookup: "200", page: "200" });
     } finally {
       await locker.close();
     }
