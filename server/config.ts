@@ -173,7 +173,7 @@ export const SETTINGS: Setting[] = [
     env: "CRM_DATABASE_ANSWER_TIMEOUT_SECONDS",
     kind: "positive-int",
     max: MAX_DATABASE_ANSWER_TIMEOUT_SECONDS,
-    help: `seconds PostgreSQL may answer nothing at all (a network partition) before the statements waiting for it are given up (their requests 503) and every pooled connection closed (1-${MAX_DATABASE_ANSWER_TIMEOUT_SECONDS}); a statement the server is still running, or one waiting for the instances' write lock, is not given up while the server answers a check on a connection of its own; it is also how long a write waits for a lock another session holds (lock_timeout) before its request is answered 503 database-busy (reads wait as long as the lock is held)`,
+    help: `seconds PostgreSQL may answer nothing at all (a network partition) before the statements waiting for it are given up (their requests 503) and every pooled connection closed (1-${MAX_DATABASE_ANSWER_TIMEOUT_SECONDS}); a statement the server is still running, or one waiting for the instances' write lock, is not given up while the server answers a check on a connection of its own; it is also how long a read or a write waits for a lock another session holds (lock_timeout) before its request is answered 503 database-busy`,
   },
   {
     key: "databaseIdleTimeoutSeconds",

@@ -299,7 +299,8 @@ export async function copyToPostgresCommand(config: Config, openSqlite: () => Pr
   }
   const source = await openSqlite();
   try {
-    const target = await openPostgres(config.databaseUrl, config.databasePool, config);
+    // A one-time command an operator watches: its reads and its closing ANALYZE wait for a lock as long as it is held, as its copy does.
+    const target = await openPostgres(config.databaseUrl, config.databasePool, { ...config, waitOutLocks: true });
     try {
       const result = await copyToPostgres(source.sqlite, target, config.databaseUrl, process.stderr);
       const total = result.reduce((sum, table) => sum + table.rows, 0);

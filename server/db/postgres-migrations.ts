@@ -27,7 +27,7 @@ import tombstoneVersions from "../../migrations/postgres/0037_tombstone_versions
 import usersByTime from "../../migrations/postgres/0038_users_by_time.sql" with { type: "text" };
 import secretLost from "../../migrations/postgres/0039_secret_lost.sql" with { type: "text" };
 import namesAndTagsInNfc from "../../migrations/postgres/0040_names_and_tags_in_nfc.sql" with { type: "text" };
-import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
+import { LOCK_TIMEOUT_STATE, READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
 
@@ -80,21 +80,36 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
 const MIGRATION_LOCK = 0x63726d2d6d696772n;
 
 /**
+ * MIGRATION_LOCK_TIMEOUT_MS is how long a migration's statements wait for a lock another session
+ * holds on a table they change (a transaction left open, a long report, a VACUUM FULL): longer
+ * than a request's, as a start refused leaves the instance down, but not for ever, as the
+ * ALTER TABLE waiting in the lock's queue holds up every later read of its table meanwhile.
+ */
+const MIGRATION_LOCK_TIMEOUT_MS = 60_000;
+
+/**
  * migratePostgres applies every pending migration in order, each in its own transaction under the
  * advisory lock, records it in schema_migrations and returns the names it applied. An instance
  * that waited for the lock finds the migration recorded and skips it, and one whose schema lacks
  * the tables another instance made meanwhile elsewhere is refused (refuseTablesElsewhere). The
- * warnings of a backfill go to `warn` once its migration committed, naming it.
+ * warnings of a backfill go to `warn` once its migration committed, naming it. A migration's
+ * statements wait `lockTimeoutMs` at most for a lock other sessions hold, then it is refused
+ * naming them (lockWaitOutlasted).
  */
-export async function migratePostgres(db: PostgresDatabase, migrations: PostgresMigration[] = POSTGRES_MIGRATIONS, warn?: MigrationWarn): Promise<string[]> {
+export async function migratePostgres(
+  db: PostgresDatabase,
+  migrations: PostgresMigration[] = POSTGRES_MIGRATIONS,
+  warn?: MigrationWarn,
+  lockTimeoutMs = MIGRATION_LOCK_TIMEOUT_MS,
+): Promise<string[]> {
   const applied: string[] = [];
   for (const [index, migration] of migrations.entries()) {
     const held = heldWarnings(migration.name);
     const ran = await db.write(async (tx) => {
-      // Waited for as long as another instance migrates, and the migration's table locks as long as
-      // other sessions hold them, whatever lock_timeout the write transaction or the role sets: a
-      // start refused for a wait would leave the instance down (SET LOCAL: until this transaction ends).
-      await tx.script(`SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`);
+      // Waited for as long as another instance migrates, whatever lock_timeout the write
+      // transaction, the sessions or the role set; the migration's own locks for lockTimeoutMs
+      // (SET LOCAL: until this transaction ends).
+      await tx.script(`SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${MIGRATION_LOCK}); SET LOCAL lock_timeout = ${lockTimeoutMs}`);
       // Once the first transaction commits, the sessions' schema holds the tables (it made them,
       // or found them there), and every later start sees them.
       if (index === 0) await db.refuseTablesElsewhere(tx);
@@ -104,10 +119,16 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
         applied_at bigint NOT NULL
       )`);
       if (await tx.get("SELECT version FROM schema_migrations WHERE version = ?", [migration.version])) return false;
+      const { backend } = (await tx.get<{ backend: number }>("SELECT pg_backend_pid() AS backend"))!;
+      let blockers: Promise<Record<string, unknown>> | null = null;
       try {
-        await tx.script(migration.sql);
-        await migration.backfill?.(tx, held.warn);
+        const applying = (async () => {
+          await tx.script(migration.sql);
+          await migration.backfill?.(tx, held.warn);
+        })();
+        await db.blockersReadHalfway(backend, lockTimeoutMs, applying, (sessions) => (blockers = sessions));
       } catch (error) {
+        if ((error as { errno?: unknown })?.errno === LOCK_TIMEOUT_STATE) throw lockWaitOutlasted(migration.name, lockTimeoutMs, await blockers, error);
         throw migrationFailure(migration.name, error);
       }
       await tx.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", [migration.version, migration.name, Date.now()]);
@@ -121,12 +142,29 @@ export async function migratePostgres(db: PostgresDatabase, migrations: Postgres
 }
 
 /**
+ * lockWaitOutlasted is the one line of a migration given up for its lock timeout, naming the
+ * sessions it waited for (`blockers`, read halfway through the wait: blockersReadHalfway; null
+ * when the wait was shorter than half the timeout, as when it came late in a long backfill).
+ */
+function lockWaitOutlasted(name: string, lockTimeoutMs: number, blockers: Record<string, unknown> | null, cause: unknown): MigrationFailed {
+  const sessions = blockers?.blocking_sessions as { pid: number; application: string; role: string; client: string | null; state: string; transaction_seconds: number | null }[] | undefined;
+  const named = sessions?.length
+    ? `blocking sessions: ${sessions.map((s) => `pid ${s.pid} (application ${s.application || "unnamed"}, role ${s.role}, client ${s.client ?? "local"}, ${s.state}, in a transaction for ${s.transaction_seconds ?? 0} s)`).join(", ")}`
+    : `the blocking sessions ${blockers?.blocking_sessions_unknown ? `could not be read (${blockers.blocking_sessions_unknown})` : "were not read"}: look for long transactions in pg_stat_activity (ORDER BY xact_start)`;
+  return new MigrationFailed(
+    `cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${name}, and nothing of it was applied: it waited ${lockTimeoutMs / 1000} s for a lock other sessions hold (a transaction left open, a long query, a VACUUM FULL), given up by its lock_timeout; ${named}; end them (SELECT pg_terminate_backend(pid)) or let them finish, then start again`,
+    { cause },
+  );
+}
+
+/**
  * MIGRATION_STEP_HINTS say what to do about the SQLSTATEs a role or server set up otherwise than
  * the README's gives the statements around a migration (its locks and schema_migrations).
  */
 const MIGRATION_STEP_HINTS: Record<string, string> = {
   "42501": "the role needs CREATE on the schema --database-schema names (GRANT CREATE ON SCHEMA ... TO the role), or set --database-schema to a schema it owns",
   "25006": READ_ONLY_HINT,
+  "55P03": `another session held a lock the migrations need (on schema_migrations) for longer than their lock timeout: end it or let it finish (pg_stat_activity, ORDER BY xact_start), then start again`,
   "57014": "the role's statement_timeout ended the wait for the write lock, which another instance's writes or migration held: lift it for the role (ALTER ROLE ... SET statement_timeout = 0), or start again",
 };
 

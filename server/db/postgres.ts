@@ -479,17 +479,28 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private blockersWatched<T>(backend: number, lockTimeoutMs: number, statement: Promise<T>): Promise<T> {
     if (!this.lockLog || !this.lockLine.due(performance.now())) return statement;
     let read: Promise<Row> | null = null;
-    const timer = setTimeout(() => {
-      read = this.blocking = this.apart.all<Row>(BLOCKING_SESSIONS, [backend]).then(
-        (sessions) => ({ blocking_sessions: sessions }),
-        (error: unknown) => ({ blocking_sessions_unknown: String(error) }),
-      );
-    }, lockTimeoutMs / 2);
-    return statement.finally(() => {
-      clearTimeout(timer);
+    return this.blockersReadHalfway(backend, lockTimeoutMs, statement, (sessions) => (read = this.blocking = sessions)).finally(() => {
       // A statement given up for its lock timeout had it taken by lockTimedOut already.
       if (this.blocking === read) this.blocking = null;
     });
+  }
+
+  /**
+   * blockersReadHalfway passes `statement`, sent on backend `backend` under a lock_timeout of
+   * `lockTimeoutMs`, through; should it still be under way at half that, the sessions the backend
+   * waits for are read then on a connection apart (BLOCKING_SESSIONS) and handed to `read`, as
+   * `blocking_sessions` or `blocking_sessions_unknown` saying why not.
+   */
+  blockersReadHalfway<T>(backend: number, lockTimeoutMs: number, statement: Promise<T>, read: (sessions: Promise<Row>) => void): Promise<T> {
+    const timer = setTimeout(() => {
+      read(
+        this.apart.all<Row>(BLOCKING_SESSIONS, [backend]).then(
+          (sessions) => ({ blocking_sessions: sessions }),
+          (error: unknown) => ({ blocking_sessions_unknown: String(error) }),
+        ),
+      );
+    }, lockTimeoutMs / 2);
+    return statement.finally(() => clearTimeout(timer));
   }
 
   /** bookkeepingSkipped logs, at most once a minute, that bookkeeping was given up for a table lock (writeBookkeeping), naming the sessions holding one. */
@@ -614,7 +625,11 @@ export class PostgresDatabase extends PostgresDb implements Database {
     }
   }
 
-  /** read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same snapshot. */
+  /**
+   * read runs `work` in one read-only REPEATABLE READ transaction: every statement sees the same
+   * snapshot. Its statements wait for a lock no longer than the sessions' lock_timeout, sent at
+   * connect (openPostgres), and a lock timeout is noted as the writes' are (lockTimedOut).
+   */
   read<T>(work: (db: Db) => Promise<T>): Promise<T> {
     return this.transaction("isolation level repeatable read read only", (tx) => work(new PostgresDb(tx, () => {})));
   }
@@ -961,6 +976,8 @@ function refusalOf(facts: ServerFacts, schema: string, chosen: boolean): string 
  * (AnswerWatch); a pooled connection idle for `databaseIdleTimeoutSeconds` is closed, before a
  * firewall can forget it: a statement sent on a forgotten connection would wait for TCP to give
  * up (minutes), as the server still answers the watch's check on a new one.
+ * The sessions wait `databaseAnswerTimeoutSeconds` at most for a lock another session holds, or,
+ * with `waitOutLocks` (a one-time command such as copy-to-postgres), as long as it is held.
  */
 export async function openPostgres(
   url: string,
@@ -969,7 +986,8 @@ export async function openPostgres(
     databaseSchema = DEFAULT_CONFIG.databaseSchema,
     databaseAnswerTimeoutSeconds = DEFAULT_CONFIG.databaseAnswerTimeoutSeconds,
     databaseIdleTimeoutSeconds = DEFAULT_CONFIG.databaseIdleTimeoutSeconds,
-  }: Partial<Pick<Config, "databaseSchema" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds">> = {},
+    waitOutLocks = false,
+  }: Partial<Pick<Config, "databaseSchema" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds">> & { waitOutLocks?: boolean } = {},
 ): Promise<PostgresDatabase> {
   const schema = databaseSchema || DEFAULT_DATABASE_SCHEMA;
   const chosen = databaseSchema !== "";
@@ -989,10 +1007,22 @@ export async function openPostgres(
     const refusal = refusalOf(facts, schema, chosen);
     if (refusal) throw new Error(refusal);
     db = new PostgresDatabase(
-      // application_name names the service's sessions in pg_stat_activity. lock_timeout is not
-      // among these startup parameters: PgBouncer refuses one it does not know, and drops one it
-      // is told to ignore; commitGroup sets it in the write transactions instead.
-      { ...options, connection: { idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS, application_name: "crm", search_path: facts.search_path, ...SESSION_SETTINGS, ...SERVER_KEEPALIVES } },
+      // application_name names the service's sessions in pg_stat_activity. lock_timeout bounds
+      // the reads (a read under an ALTER TABLE or a VACUUM FULL would hold its pooled connection
+      // for as long, and a SET LOCAL in each would cost it a round trip); the writes, bookkeeping,
+      // readWithin and migrations set their own in their transaction. PgBouncer refuses it unless
+      // its ignore_startup_parameters lists it, and then drops it: the README has the role set it.
+      {
+        ...options,
+        connection: {
+          idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
+          application_name: "crm",
+          search_path: facts.search_path,
+          ...SESSION_SETTINGS,
+          ...SERVER_KEEPALIVES,
+          lock_timeout: waitOutLocks ? 0 : databaseAnswerTimeoutSeconds * 1000,
+        },
+      },
       databaseAnswerTimeoutSeconds * 1000,
       databaseIdleTimeoutSeconds * 1000,
       { url, schema, chosen },

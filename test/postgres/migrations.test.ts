@@ -1,4 +1,5 @@
 import { Database as SqliteDatabase } from "bun:sqlite";
+import { SQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
@@ -101,6 +102,37 @@ describe("postgres migrations: applying", () => {
       { table_name: "first_table" },
       { table_name: "schema_migrations" },
     ]);
+  });
+
+  test("a migration that needs a table another session holds (a report's open transaction that read it) gives up after its lock timeout, rolled back, with one line naming the session it waited for; it applies once the session lets go", async () => {
+    const fresh = await freshPostgres();
+    await migratePostgres(fresh);
+    const next: PostgresMigration[] = [...POSTGRES_MIGRATIONS, { version: 9999, name: "9999_note.sql", sql: "ALTER TABLE contacts ADD COLUMN note text;" }];
+    const report = new SQL({ url: opened.at(-1)!.server.url, max: 1, connection: { application_name: "report" } });
+    try {
+      const { outcome, pid } = await report.begin(async (tx) => {
+        const [{ pid }] = await tx.unsafe("SELECT pg_backend_pid() AS pid");
+        await tx.unsafe("SELECT count(*) FROM contacts");
+        // Bounded, so that a migration waiting for as long as the lock is held fails the test instead of waiting for it.
+        const outcome = await Promise.race([
+          migratePostgres(fresh, next, undefined, 1000).then(
+            (applied) => `applied ${applied.join(", ")}`,
+            (error: Error) => `${error.name} ${error.message}`,
+          ),
+          Bun.sleep(20_000).then(() => "still waiting after 20 s"),
+        ]);
+        return { outcome, pid: pid as number };
+      });
+      expect(outcome).toMatch(
+        new RegExp(
+          `^Error cannot migrate the PostgreSQL database \\(--database-url, CRM_DATABASE_URL\\) to 9999_note\\.sql, and nothing of it was applied: it waited 1 s for a lock other sessions hold \\(a transaction left open, a long query, a VACUUM FULL\\), given up by its lock_timeout; blocking sessions: pid ${pid} \\(application report, role postgres, client 127\\.0\\.0\\.1, idle in transaction, in a transaction for \\d+ s\\); end them \\(SELECT pg_terminate_backend\\(pid\\)\\) or let them finish, then start again$`,
+        ),
+      );
+      expect(await fresh.get("SELECT max(version) AS version FROM schema_migrations")).toEqual({ version: POSTGRES_MIGRATIONS.at(-1)!.version });
+    } finally {
+      await report.close();
+    }
+    expect(await migratePostgres(fresh, next, undefined, 1000)).toEqual(["9999_note.sql"]);
   });
 });
 

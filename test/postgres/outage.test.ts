@@ -8,6 +8,8 @@ import { closedWithin, Connection, type RawResponse } from "../limits/support.ts
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { WRITE_LOCK } from "../../server/db/postgres.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
+import { SESSION_COOKIE } from "../../console/http.ts";
+import { sha256 } from "../../server/shared/crypto.ts";
 
 // The real server (`bun server/main.ts serve`) on a PostgreSQL database it reaches through a TCP
 // relay the test can cut, stall and mend: what clients and load balancers get while the database
@@ -242,6 +244,40 @@ async function refusalsSeen(server: ServerProcess, bearer: string, count: number
     return seen.length >= count + 2;
   }, "the answers", server.proc);
   return seen.slice(-count);
+}
+
+/**
+ * lockLinesSeen waits for the server's first line above info (`what`) and gives each such line by
+ * its level, message, lock_timeout_ms and holders, each as "pid table mode".
+ */
+async function lockLinesSeen(server: ServerProcess, what: string) {
+  const lines = () => server.logLines().filter((line) => line.level !== "info");
+  await waitUntil(() => lines().length > 0, what, server.proc);
+  return lines().map((line) => ({
+    level: line.level,
+    msg: line.msg,
+    lock_timeout_ms: line.lock_timeout_ms,
+    holders: line.holders.map((h: { pid: number; table: string; mode: string }) => `${h.pid} ${h.table} ${h.mode}`),
+  }));
+}
+
+/**
+ * boundedAnswer makes one request, by default an API request with the test's token, and gives its
+ * answer as "status", or "status type retry-after" for an error (the problem's type, or a page's
+ * content type), bounded so that one held for as long as a lock fails the test instead of waiting
+ * for it.
+ */
+async function boundedAnswer(url: string, method: string, path: string, body?: unknown, headers: Record<string, string> = { authorization: `Bearer ${token}` }): Promise<string> {
+  const response = await fetch(`${url}${path}`, {
+    method,
+    headers: { ...headers, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal: AbortSignal.timeout(15_000),
+  }).catch((error: unknown) => ({ status: `no answer (${(error as Error).name})`, headers: new Headers(), text: async () => "{}" }));
+  if (typeof response.status !== "number" || response.status < 400) return `${response.status}`;
+  const contentType = response.headers.get("content-type") ?? "";
+  const type = contentType.startsWith("application/problem+json") ? (JSON.parse(await response.text()) as { type?: string }).type : contentType;
+  return `${response.status} ${type} ${response.headers.get("retry-after")}`;
 }
 
 /** answers sends `count` requests at once, so that every pooled connection serves one, and returns their statuses and problem types. */
@@ -723,40 +759,63 @@ describe("database refusing work", () => {
   test("a table another session holds locked (ALTER TABLE, VACUUM FULL) answers the writes that need it 503 database-busy with Retry-After after the lock timeout (the answer timeout), while writes to other tables commit meanwhile, and one warn line names the session holding it", async () => {
     const { server } = await serveThroughRelay("postgres", { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2", CRM_DATABASE_POOL: "2" });
     expect((await api(server.url, token, "GET", "/public/v1/contacts")).status).toBe(200);
-    /** send makes one API request, bounded so that one held for the whole lock fails the test instead of waiting for it. */
-    const send = async (method: string, path: string, body?: unknown) => {
-      const response = await fetch(`${server.url}${path}`, {
-        method,
-        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(15_000),
-      }).catch((error: unknown) => ({ status: `no answer (${(error as Error).name})`, headers: new Headers(), json: async () => ({}) }));
-      const problem = (await response.json()) as { type?: string };
-      return `${response.status}${typeof response.status === "number" && response.status >= 400 ? ` ${problem.type} ${response.headers.get("retry-after")}` : ""}`;
-    };
+    const send = (method: string, path: string, body?: unknown) => boundedAnswer(server.url, method, path, body);
     const locker = new SQL({ url: database.url, max: 1 });
     try {
       const { answers, holder } = await locker.begin(async (tx) => {
         await tx`LOCK TABLE contacts IN ACCESS EXCLUSIVE MODE`;
         const [{ pid }] = await tx`SELECT pg_backend_pid() AS pid`;
-        // Creates queued behind the first, which holds the instance's write group. (Reads are not
-        // bounded by the lock timeout: a list would wait for as long as the lock is held.)
+        // Creates queued behind the first, which holds the instance's write group.
         const contacts = [1, 2, 3, 4].map((i) => send("POST", "/public/v1/contacts", { email: `locked-${i}@example.com` }));
         const accounts = [1, 2].map((i) => send("POST", "/public/v1/accounts", { name: `Unlocked ${i}` }));
         return { answers: { contacts: await Promise.all(contacts), accounts: await Promise.all(accounts) }, holder: pid as number };
       });
       const busy = "503 urn:crm:problem:database-busy 5";
       expect(answers).toEqual({ contacts: [busy, busy, busy, busy], accounts: ["201", "201"] });
-      const lockLines = () => server.logLines().filter((line) => line.level !== "info");
-      await waitUntil(() => lockLines().length > 0, "the lock logged", server.proc);
-      expect(lockLines().map((line) => ({ level: line.level, msg: line.msg, holders: line.holders.map((h: { pid: number; table: string; mode: string }) => `${h.pid} ${h.table} ${h.mode}`) }))).toEqual([
+      expect(await lockLinesSeen(server, "the lock logged")).toEqual([
         {
           level: "warn",
           msg: "a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held",
+          lock_timeout_ms: 2000,
           holders: [`${holder} contacts AccessExclusiveLock`],
         },
       ]);
       expect((await api(server.url, token, "POST", "/public/v1/contacts", { email: "after-lock@example.com" })).status).toBe(201);
+    } finally {
+      await locker.close();
+    }
+  }, 60_000);
+
+  test("a list, a lookup and a console page that need a table another session holds in ACCESS EXCLUSIVE mode (ALTER TABLE, VACUUM FULL, LOCK TABLE) are 503 (database-busy, the console's page) with Retry-After after the lock timeout, not held for as long as the lock, one warn line names the session holding it, and all answer again once it is released", async () => {
+    const { server } = await serveThroughRelay("postgres", { CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "2", CRM_DATABASE_POOL: "2" });
+    const created = await api(server.url, token, "POST", "/public/v1/contacts", { email: "read-under-lock@example.com" });
+    expect(created.status).toBe(201);
+    const secret = "a-console-session-secret-of-the-read-under-lock-test";
+    await admin`INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ('op_read_lock', 'read-lock@example.com', 'unused', ${Date.now()}, ${Date.now()})`;
+    await admin`INSERT INTO operator_sessions (id_hash, operator_id, created_at, last_seen_at) VALUES (${sha256(secret)}, 'op_read_lock', ${Date.now()}, ${Date.now()})`;
+    const paths = { list: "/public/v1/contacts", lookup: `/public/v1/contacts/${created.body.data.id}` };
+    const read = (path: string) => boundedAnswer(server.url, "GET", path);
+    const page = () => boundedAnswer(server.url, "GET", `/console/contacts/${created.body.data.id}`, undefined, { cookie: `${SESSION_COOKIE}=${secret}` });
+    const locker = new SQL({ url: database.url, max: 1 });
+    try {
+      const { answers, holder } = await locker.begin(async (tx) => {
+        await tx`LOCK TABLE contacts IN ACCESS EXCLUSIVE MODE`;
+        const [{ pid }] = await tx`SELECT pg_backend_pid() AS pid`;
+        // Three of each on a pool of 2: reads held for the lock would also hold every connection.
+        const [list, lookup] = await Promise.all([paths.list, paths.lookup].map((path) => Promise.all([1, 2, 3].map(() => read(path)))));
+        return { answers: { list, lookup, page: await page() }, holder: pid as number };
+      });
+      const busy = "503 urn:crm:problem:database-busy 5";
+      expect(answers).toEqual({ list: [busy, busy, busy], lookup: [busy, busy, busy], page: "503 text/html; charset=utf-8 5" });
+      expect(await lockLinesSeen(server, "the lock logged")).toEqual([
+        {
+          level: "warn",
+          msg: "a lock another PostgreSQL session holds outlasted the lock timeout (--database-answer-timeout-seconds): requests that need it are refused (503 database-busy) while it is held",
+          lock_timeout_ms: 2000,
+          holders: [`${holder} contacts AccessExclusiveLock`],
+        },
+      ]);
+      expect({ list: await read(paths.list), lookup: await read(paths.lookup), page: await page() }).toEqual({ list: "200", lookup: "200", page: "200" });
     } finally {
       await locker.close();
     }
@@ -826,9 +885,7 @@ describe("database refusing work", () => {
         { name: "bookkeeping 1", last_used_at: null },
         { name: "bookkeeping 2", last_used_at: null },
       ]);
-      const warnLines = () => server.logLines().filter((line) => line.level !== "info");
-      await waitUntil(() => warnLines().length > 0, "the skipped bookkeeping logged", server.proc);
-      expect(warnLines().map((line) => ({ level: line.level, msg: line.msg, lock_timeout_ms: line.lock_timeout_ms, holders: line.holders.map((h: { pid: number; table: string; mode: string }) => `${h.pid} ${h.table} ${h.mode}`) }))).toEqual([
+      expect(await lockLinesSeen(server, "the skipped bookkeeping logged")).toEqual([
         {
           level: "warn",
           msg: "a lock another PostgreSQL session holds kept a token's last use or a console session's visit from being recorded (bookkeeping, given up after lock_timeout_ms): it is recorded at a later use",
