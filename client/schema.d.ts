@@ -6939,7 +6939,7 @@ export interface operations {
                         reason: string;
                         /** Format: date-time */
                         disabled_at: string;
-                        /** @description When its streak of failed attempts began; null when a 410 disabled it without one. */
+                        /** @description When its streak of failed attempts began; a 410 that disabled it begins one when none ran. Null only in events recorded before 2026-11-29, when such a 410 left it null. */
                         failing_since: string | null;
                         /** @description Its pending deliveries, ended as failed. */
                         pending_deliveries_failed: number;
