@@ -87,10 +87,10 @@ const idsOf = (rows: AccountRow[]) => rows.map((row) => row.id).join(", ");
 
 /**
  * matchAccount finds the account a batch item upserts: by domain when it has one, the name
- * choosing among several with that domain; else, or when no account has the domain, by name. An
- * account found by the name alone is updated and given the item's domain only when it has none:
- * one with another, or several of that name, are refused naming them, never guessed, and so is a
- * domain whose accounts the name does not tell apart.
+ * choosing among several with that domain; else by name. When no account has the domain, the one
+ * account of that name without a domain is updated and given it, and none makes a new account
+ * (those of that name with other domains are other companies); several without one are refused
+ * naming them, never guessed, and so is a domain whose accounts the name does not tell apart.
  */
 async function matchAccount(db: Db, input: AccountInput): Promise<{ row: AccountRow | null } | { errors: FieldError[] }> {
   const domain = input.domain ? asciiDomain(input.domain) : null;
@@ -109,10 +109,11 @@ async function matchAccount(db: Db, input: AccountInput): Promise<{ row: Account
     if (rows.length <= 1) return { row: rows[0] ?? null };
     return { errors: [{ pointer: "/name", detail: `matches several accounts (${idsOf(rows)}); send the domain of the one to update (give it one with PATCH /public/v1/accounts/ID if it has none), or delete the copies` }] };
   }
-  if (rows.length === 0 || (rows.length === 1 && rows[0]!.domain === null)) return { row: rows[0] ?? null };
-  const create = "or create this account with POST /public/v1/accounts first";
-  const detail = rows.length === 1 ? `the account with this name, ${idsOf(rows)}, has another one: send that one to update it, ${create}` : `several have this name (${idsOf(rows)}): give it to the one it belongs to (PATCH /public/v1/accounts/ID), ${create}`;
-  return { errors: [{ pointer: "/domain", detail: `no account has this domain, and ${detail}` }] };
+  // A domain no account has: the one account of this name still without a domain is the company
+  // known by name until now; accounts of this name with other domains are other companies.
+  const domainless = rows.filter((row) => row.domain === null);
+  if (domainless.length <= 1) return { row: domainless[0] ?? null };
+  return { errors: [{ pointer: "/domain", detail: `no account has this domain, and several of this name have none (${idsOf(domainless)}): give it to the one it belongs to (PATCH /public/v1/accounts/ID), or create this account with POST /public/v1/accounts first` }] };
 }
 
 /** writeNewAccount inserts an account and its account.created event; call it inside a write. */
