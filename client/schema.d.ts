@@ -96,7 +96,7 @@ export interface paths {
         put?: never;
         /**
          * Create or update contacts in a batch
-         * @description Each item is a contact (the body of POST /contacts) matched by external_id when it has one, else by email: a match is updated as a PATCH would update it, fields present replacing the stored ones (tags and, unless merge_custom_fields is true, custom_fields whole), with contact.updated only if something changed; otherwise a contact is created (contact.created). With merge_custom_fields: true, an update keeps the contact's custom fields its item does not name. An email shared by several contacts is refused, naming them. Up to 100 items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per 100 items (100 items: 2), charged once it is admitted. Send an Idempotency-Key as for any POST.
+         * @description Each item is a contact (the body of POST /contacts) matched by external_id when it has one; else, or when no contact has it, by email, where a contact found by the email alone is updated (and given the item's external_id) only if it has no external_id: a match is updated as a PATCH would update it, fields present replacing the stored ones (tags and, unless merge_custom_fields is true, custom_fields whole), with contact.updated only if something changed; otherwise a contact is created (contact.created). With merge_custom_fields: true, an update keeps the contact's custom fields its item does not name. An email shared by several contacts, or an external_id no contact has beside an email whose one contact has another, is refused naming them. Up to 100 items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per 100 items (100 items: 2), charged once it is admitted. Send an Idempotency-Key as for any POST.
          */
         post: operations["upsertContactsBatch"];
         delete?: never;
@@ -268,7 +268,7 @@ export interface paths {
         put?: never;
         /**
          * Create or update accounts in a batch
-         * @description Each item is an account (the body of POST /accounts) matched by domain when it has one, else by name (case-insensitive in every script): a match is updated, otherwise an account is created. A key shared by several accounts is refused, naming them. Up to 100 items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per 100 items (100 items: 2), charged once it is admitted. Send an Idempotency-Key as for any POST.
+         * @description Each item is an account (the body of POST /accounts) matched by domain when it has one (the name choosing among several accounts with that domain); else by name (case-insensitive in every script). When no account has the item's domain, the one account of its name without a domain is updated and given it; accounts of that name with other domains are other companies, so without such an account one is created. A match is updated, otherwise an account is created. A key shared by several accounts that the name does not tell apart, or a domain no account has beside several accounts of its name without one, is refused naming them. Up to 100 items, committed in one transaction; answers 200 with one result per item, in order (created, updated, unchanged, or invalid with errors pointing at /items/N/...). Invalid items are refused alone; the others commit. For the write rate limit a batch counts as one write plus one per 100 items (100 items: 2), charged once it is admitted. Send an Idempotency-Key as for any POST.
          */
         post: operations["upsertAccountsBatch"];
         delete?: never;
@@ -6939,7 +6939,7 @@ export interface operations {
                         reason: string;
                         /** Format: date-time */
                         disabled_at: string;
-                        /** @description When its streak of failed attempts began; null when a 410 disabled it without one. */
+                        /** @description When its streak of failed attempts began; a 410 that disabled it begins one when none ran. Null only in events recorded before 2026-11-29, when such a 410 left it null. */
                         failing_since: string | null;
                         /** @description Its pending deliveries, ended as failed. */
                         pending_deliveries_failed: number;

@@ -15,7 +15,7 @@ const AccountId = t.Object({ id: t.String({ maxLength: 64, description: "Account
 const BATCH_DOC = {
   operationId: "upsertAccountsBatch",
   summary: "Create or update accounts in a batch",
-  description: "Each item is an account (the body of POST /accounts) matched by domain when it has one, else by name (case-insensitive in every script): a match is updated, otherwise an account is created. A key shared by several accounts is refused, naming them.",
+  description: "Each item is an account (the body of POST /accounts) matched by domain when it has one (the name choosing among several accounts with that domain); else by name (case-insensitive in every script). When no account has the item's domain, the one account of its name without a domain is updated and given it; accounts of that name with other domains are other companies, so without such an account one is created. A match is updated, otherwise an account is created. A key shared by several accounts that the name does not tell apart, or a domain no account has beside several accounts of its name without one, is refused naming them.",
   item: AccountInput,
   itemDescription: "An account, as the body of POST /public/v1/accounts; domain (or, without one, name) selects the account to update.",
   unversioned: "A batch has no version (one If-Match cannot name each item's)",

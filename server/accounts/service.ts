@@ -26,6 +26,7 @@ import {
   insertAccount,
   listAccounts,
   updateAccount as updateAccountRow,
+  type AccountFilters,
   type AccountRow,
 } from "./store.ts";
 
@@ -77,14 +78,42 @@ function accountRowFrom(row: AccountRow, input: AccountInput, now: number): Acco
 /** MAX_MATCHES_NAMED is how many accounts sharing a key an ambiguity error names. */
 const MAX_MATCHES_NAMED = 10;
 
-/** matchAccount finds the account a batch item upserts: by domain when it has one, else by name; several matches are refused, naming them. */
+/** accountsWith lists the first MAX_MATCHES_NAMED accounts matching the filters, oldest first. */
+function accountsWith(db: Db, filters: AccountFilters): Promise<AccountRow[]> {
+  return listAccounts(db, filters, { sortBy: "created_at", direction: "asc", cursor: null, limit: MAX_MATCHES_NAMED, offset: 0 });
+}
+
+const idsOf = (rows: AccountRow[]) => rows.map((row) => row.id).join(", ");
+
+/**
+ * matchAccount finds the account a batch item upserts: by domain when it has one, the name
+ * choosing among several with that domain; else by name. When no account has the domain, the one
+ * account of that name without a domain is updated and given it, and none makes a new account
+ * (those of that name with other domains are other companies); several without one are refused
+ * naming them, never guessed, and so is a domain whose accounts the name does not tell apart.
+ */
 async function matchAccount(db: Db, input: AccountInput): Promise<{ row: AccountRow | null } | { errors: FieldError[] }> {
   const domain = input.domain ? asciiDomain(input.domain) : null;
-  const filters = domain ? { domain } : { name: input.name };
-  const rows = await listAccounts(db, filters, { sortBy: "created_at", direction: "asc", cursor: null, limit: MAX_MATCHES_NAMED, offset: 0 });
-  if (rows.length <= 1) return { row: rows[0] ?? null };
-  const field = domain ? "domain" : "name";
-  return { errors: [{ pointer: `/${field}`, detail: `matches several accounts (${rows.map((row) => row.id).join(", ")}); send the ${domain ? "name" : "domain"} too or merge them first` }] };
+  if (domain) {
+    const rows = await accountsWith(db, { domain });
+    if (rows.length === 1) return { row: rows[0]! };
+    if (rows.length > 1) {
+      const named = await accountsWith(db, { domain, name: input.name });
+      if (named.length === 1) return { row: named[0]! };
+      const which = named.length === 0 ? "none of them has" : "several of them have";
+      return { errors: [{ pointer: "/domain", detail: `matches several accounts (${idsOf(rows)}), and ${which} this name; send the name of the one to update, or give them domains of their own (PATCH /public/v1/accounts/ID)` }] };
+    }
+  }
+  const rows = await accountsWith(db, { name: input.name });
+  if (!domain) {
+    if (rows.length <= 1) return { row: rows[0] ?? null };
+    return { errors: [{ pointer: "/name", detail: `matches several accounts (${idsOf(rows)}); send the domain of the one to update (give it one with PATCH /public/v1/accounts/ID if it has none), or delete the copies` }] };
+  }
+  // A domain no account has: the one account of this name still without a domain is the company
+  // known by name until now; accounts of this name with other domains are other companies.
+  const domainless = rows.filter((row) => row.domain === null);
+  if (domainless.length <= 1) return { row: domainless[0] ?? null };
+  return { errors: [{ pointer: "/domain", detail: `no account has this domain, and several of this name have none (${idsOf(domainless)}): give it to the one it belongs to (PATCH /public/v1/accounts/ID), or create this account with POST /public/v1/accounts first` }] };
 }
 
 /** writeNewAccount inserts an account and its account.created event; call it inside a write. */
@@ -125,7 +154,7 @@ async function upsertAccount(db: Db, input: AccountInput, now: number): Promise<
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
 }
 
-/** ACCOUNT_BATCH upserts accounts in POST /accounts/batch: keyed by domain, else name. */
+/** ACCOUNT_BATCH upserts accounts in POST /accounts/batch: keyed by domain (the name choosing among several), else (or when no account has it) name. */
 export const ACCOUNT_BATCH: BatchKind<AccountInput> = { itemErrors: accountItemErrors, upsert: upsertAccount };
 
 /** createAccount stores an account, its account.created event and its idempotent response in one group-committed write. */

@@ -23,7 +23,7 @@ const BATCH_DOC = {
   operationId: "upsertContactsBatch",
   summary: "Create or update contacts in a batch",
   description:
-    "Each item is a contact (the body of POST /contacts) matched by external_id when it has one, else by email: a match is updated as a PATCH would update it, fields present replacing the stored ones (tags and, unless merge_custom_fields is true, custom_fields whole), with contact.updated only if something changed; otherwise a contact is created (contact.created). With merge_custom_fields: true, an update keeps the contact's custom fields its item does not name. An email shared by several contacts is refused, naming them.",
+    "Each item is a contact (the body of POST /contacts) matched by external_id when it has one; else, or when no contact has it, by email, where a contact found by the email alone is updated (and given the item's external_id) only if it has no external_id: a match is updated as a PATCH would update it, fields present replacing the stored ones (tags and, unless merge_custom_fields is true, custom_fields whole), with contact.updated only if something changed; otherwise a contact is created (contact.created). With merge_custom_fields: true, an update keeps the contact's custom fields its item does not name. An email shared by several contacts, or an external_id no contact has beside an email whose one contact has another, is refused naming them.",
   item: ContactInput,
   itemDescription: "A contact, as the body of POST /public/v1/contacts; external_id or email selects the contact to update.",
   options: CONTACT_BATCH_OPTIONS,

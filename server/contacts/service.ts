@@ -352,16 +352,28 @@ export async function updateContact(rt: Runtime, id: string, input: ContactInput
 }
 
 /**
- * matchContact finds the contact a batch item upserts: by external_id when the item has one,
- * else by email; an email shared by several contacts is refused naming them, never guessed.
+ * matchContact finds the contact a batch item upserts: by external_id when the item has one; else,
+ * or when no contact has it, by email (DESIGN.md: upserts match on either). A contact found by the
+ * email alone is updated and given the item's external_id only when it has none: one holding
+ * another, or several sharing the email, are refused naming them, never guessed. Writes are
+ * serialised, so an external_id no contact held at the lookup is still free when it is written.
  */
 async function matchContact(db: Db, input: ContactInput): Promise<{ row: ContactRow | null } | { errors: FieldError[] }> {
-  if (input.external_id) return { row: await findContactByExternalId(db, input.external_id) };
+  if (input.external_id) {
+    const row = await findContactByExternalId(db, input.external_id);
+    if (row || !input.email) return { row };
+  }
   if (!input.email) return { row: null };
   const rows = await findContactsByEmail(db, asciiEmail(input.email));
-  if (rows.length <= 1) return { row: rows[0] ?? null };
   const ids = rows.map((row) => row.id).join(", ");
-  return { errors: [{ pointer: "/email", detail: `matches several contacts (${ids}); send external_id to say which one, or merge them first` }] };
+  if (!input.external_id) {
+    if (rows.length <= 1) return { row: rows[0] ?? null };
+    return { errors: [{ pointer: "/email", detail: `matches several contacts (${ids}); send the external_id of the one to update (give it one with PATCH /public/v1/contacts/ID if it has none), or delete the copies` }] };
+  }
+  if (rows.length === 0 || (rows.length === 1 && rows[0]!.external_id === null)) return { row: rows[0] ?? null };
+  const create = "or create this contact with POST /public/v1/contacts first";
+  const detail = rows.length === 1 ? `the contact with this email, ${ids}, has another one: send that one to update it, ${create}` : `several have this email (${ids}): give it to the one it belongs to (PATCH /public/v1/contacts/ID), ${create}`;
+  return { errors: [{ pointer: "/external_id", detail: `no contact has this external_id, and ${detail}` }] };
 }
 
 /**
@@ -395,7 +407,7 @@ async function upsertContact(db: Db, input: ContactInput, now: number, options: 
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
 }
 
-/** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else email. */
+/** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else (or when no contact has it) email. */
 export const CONTACT_BATCH: BatchKind<ContactInput, ContactBatchOptions> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
 /** deleteContact removes a contact (if the stored version meets `condition`, else 412), withdraws the kept answers showing it, and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */

@@ -40,6 +40,18 @@ export async function disableWithEvent(db: Db, subscription: SubscriptionRow, re
   return failed;
 }
 
+/**
+ * disableGone disables an active subscription whose receiver answered 410 Gone to delivery
+ * `deliveryId`, as disableWithEvent does. The 410 is a failed attempt like any other (the stats
+ * count it so), so it begins the failing streak when none runs: failing_since, on the
+ * subscription and in the event, says since when its attempts fail.
+ */
+export async function disableGone(db: Db, subscription: SubscriptionRow, deliveryId: string, now: number): Promise<number> {
+  if (subscription.failing_since === null) await markSubscriptionFailing(db, subscription.id, now);
+  const failing = { ...subscription, failing_since: subscription.failing_since ?? now };
+  return disableWithEvent(db, failing, `the receiver answered 410 Gone to delivery ${deliveryId}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
+}
+
 /** isOperational tells whether an event kind is one of ours about webhooks themselves (never reported on again). */
 const isOperational = (eventType: string) => (OPERATIONAL_EVENT_TYPES as readonly string[]).includes(eventType);
 

@@ -7,7 +7,7 @@ import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
-import { disableWithEvent, logStreakDisable, recordExhausted, trackFailingStreak, type StreakDisable } from "./health.ts";
+import { disableGone, logStreakDisable, recordExhausted, trackFailingStreak, type StreakDisable } from "./health.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
   countLateAttempt,
@@ -308,8 +308,8 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
   let pendingFailed = 0;
   let streakDisable: StreakDisable | null = null;
   if (result.response_status === 410 && subscription?.status === "active") {
-    pendingFailed = await disableWithEvent(db, subscription, `the receiver answered 410 Gone to delivery ${due.id}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
-  } else if (subscription && result.response_status !== 410) {
+    pendingFailed = await disableGone(db, subscription, due.id, now);
+  } else if (subscription) {
     streakDisable = await trackFailingStreak(db, config.disableFailingAfterHours, subscription, now);
     pendingFailed = streakDisable?.pendingFailed ?? 0;
   }

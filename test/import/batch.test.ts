@@ -196,6 +196,114 @@ describe("contacts batch: happy paths", () => {
   });
 });
 
+describe("batch upserts: a key that matches nothing falls back to the other", () => {
+  test("a contact item whose external_id no contact has is the one contact with its email and none: updated and given it; one with another, or several, make it invalid, naming them", async () => {
+    const form = await created("/public/v1/contacts", { first_name: "Ada", last_name: "Form", email: "form.person@example.org" });
+    const held = await created("/public/v1/contacts", { email: "held@example.com", external_id: "src-1" });
+    const one = await created("/public/v1/contacts", { first_name: "One", email: "twin@example.com" });
+    const two = await created("/public/v1/contacts", { first_name: "Two", email: "twin@example.com" });
+    const res = await h.json("POST", CONTACTS, {
+      body: {
+        items: [
+          { external_id: "src-15161", email: "FORM.person@example.org", last_name: "Import" },
+          { external_id: "src-15161", email: "form.person@example.org", last_name: "Import" },
+          { email: "form.person@example.org", phone: "+1 555 0100" },
+          { external_id: "src-2", email: "held@example.com", first_name: "Other" },
+          { external_id: "src-3", email: "twin@example.com" },
+          { email: "twin@example.com", first_name: "Which" },
+        ],
+      },
+    });
+    expect(res.body).toEqual({
+      data: [
+        { status: "updated", id: form.id },
+        { status: "unchanged", id: form.id },
+        { status: "updated", id: form.id },
+        { status: "invalid", errors: [{ pointer: "/items/3/external_id", detail: `no contact has this external_id, and the contact with this email, ${held.id}, has another one: send that one to update it, or create this contact with POST /public/v1/contacts first` }] },
+        { status: "invalid", errors: [{ pointer: "/items/4/external_id", detail: `no contact has this external_id, and several have this email (${one.id}, ${two.id}): give it to the one it belongs to (PATCH /public/v1/contacts/ID), or create this contact with POST /public/v1/contacts first` }] },
+        { status: "invalid", errors: [{ pointer: "/items/5/email", detail: `matches several contacts (${one.id}, ${two.id}); send the external_id of the one to update (give it one with PATCH /public/v1/contacts/ID if it has none), or delete the copies` }] },
+      ],
+    });
+    expect((await h.json("GET", `/public/v1/contacts/${form.id}`)).body.data).toMatchObject({ first_name: "Ada", last_name: "Import", email: "form.person@example.org", phone: "+1 555 0100", external_id: "src-15161", version: 3 });
+    expect(await contactCount(h)).toBe(4);
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.created", "contact.created", "contact.updated", "contact.updated"]);
+
+    // The advice works: each refused item, sent again once it is followed, is taken.
+    const other = await created("/public/v1/contacts", { external_id: "src-2", email: "held@example.com", first_name: "Other" });
+    expect((await h.json("PATCH", `/public/v1/contacts/${one.id}`, { body: { external_id: "src-3" } })).status).toBe(200);
+    const again = await h.json("POST", CONTACTS, { body: { items: [{ external_id: "src-2", email: "held@example.com", first_name: "Other" }, { external_id: "src-3", email: "twin@example.com" }, { external_id: "src-3", email: "twin@example.com", first_name: "Which" }] } });
+    expect(again.body).toEqual({ data: [{ status: "unchanged", id: other.id }, { status: "unchanged", id: one.id }, { status: "updated", id: one.id }] });
+    expect((await h.json("GET", `/public/v1/contacts/${held.id}`)).body.data).toEqual(held);
+  });
+
+  test("an account item whose domain no account has is the one account of its name without one: updated and given it; of that name only with others, a new account; several without one make it invalid, naming them", async () => {
+    const initech = await created("/public/v1/accounts", { name: "Initech" });
+    const globex = await created("/public/v1/accounts", { name: "Globex", domain: "globex.test" });
+    const one = await created("/public/v1/accounts", { name: "Twin Co" });
+    const two = await created("/public/v1/accounts", { name: "twin co" });
+    const res = await h.json("POST", ACCOUNTS, {
+      body: {
+        items: [
+          { name: "INITECH", domain: "www.initech.test" },
+          { name: "Initech" },
+          { name: "Globex", domain: "globex.de" },
+          { name: "Twin Co", domain: "twin.test" },
+          { name: "TWIN CO" },
+        ],
+      },
+    });
+    const globexDe = await h.json("GET", `/public/v1/accounts?domain=globex.de`);
+    expect(globexDe.body.data).toHaveLength(1);
+    expect(res.body).toEqual({
+      data: [
+        { status: "updated", id: initech.id },
+        { status: "updated", id: initech.id },
+        { status: "created", id: globexDe.body.data[0].id },
+        { status: "invalid", errors: [{ pointer: "/items/3/domain", detail: `no account has this domain, and several of this name have none (${one.id}, ${two.id}): give it to the one it belongs to (PATCH /public/v1/accounts/ID), or create this account with POST /public/v1/accounts first` }] },
+        { status: "invalid", errors: [{ pointer: "/items/4/name", detail: `matches several accounts (${one.id}, ${two.id}); send the domain of the one to update (give it one with PATCH /public/v1/accounts/ID if it has none), or delete the copies` }] },
+      ],
+    });
+    expect((await h.json("GET", `/public/v1/accounts/${initech.id}`)).body.data).toMatchObject({ name: "Initech", domain: "www.initech.test", version: 3 });
+    expect((await h.json("GET", `/public/v1/accounts/${globex.id}`)).body.data).toEqual(globex);
+    expect(await accountCount()).toBe(5);
+
+    // The advice works: the refused item, sent again once it is followed, is taken.
+    expect((await h.json("PATCH", `/public/v1/accounts/${two.id}`, { body: { domain: "twin.test" } })).status).toBe(200);
+    const again = await h.json("POST", ACCOUNTS, { body: { items: [{ name: "Globex", domain: "globex.de" }, { name: "Twin Co", domain: "twin.test" }] } });
+    expect(again.body).toEqual({ data: [{ status: "unchanged", id: globexDe.body.data[0].id }, { status: "updated", id: two.id }] });
+  });
+
+  test("an account item whose domain several accounts share is the one of them with its name; with none or several of that name it is invalid, naming them", async () => {
+    const hooli = await created("/public/v1/accounts", { name: "Hooli", domain: "hooli.test" });
+    const xyz = await created("/public/v1/accounts", { name: "Hooli XYZ", domain: "hooli.test" });
+    const res = await h.json("POST", ACCOUNTS, { body: { items: [{ name: "HOOLI XYZ", domain: "hooli.test", tier: "gold" }, { name: "Nucleus", domain: "HOOLI.test" }] } });
+    expect(res.body).toEqual({
+      data: [
+        { status: "updated", id: xyz.id },
+        { status: "invalid", errors: [{ pointer: "/items/1/domain", detail: `matches several accounts (${hooli.id}, ${xyz.id}), and none of them has this name; send the name of the one to update, or give them domains of their own (PATCH /public/v1/accounts/ID)` }] },
+      ],
+    });
+    expect((await h.json("GET", `/public/v1/accounts/${xyz.id}`)).body.data).toMatchObject({ name: "HOOLI XYZ", domain: "hooli.test", tier: "gold" });
+    expect((await h.json("GET", `/public/v1/accounts/${hooli.id}`)).body.data).toEqual(hooli);
+  });
+
+  test("batches racing for one contact by its email, or for one external_id, are each answered 200: the first takes it, the others match by it or are refused naming it", async () => {
+    const form = await created("/public/v1/contacts", { first_name: "Ada", email: "form.person@example.org" });
+    const batches = [
+      [{ external_id: "a-1", email: "form.person@example.org" }],
+      [{ external_id: "b-1", email: "form.person@example.org" }],
+      [{ external_id: "b-1", email: "else@example.org", first_name: "Else" }],
+      [{ external_id: "a-1", email: "form.person@example.org", last_name: "Again" }],
+    ];
+    const answers = await Promise.all(batches.map((items) => h.json("POST", CONTACTS, { body: { items } })));
+    expect(answers.map((res) => res.status)).toEqual([200, 200, 200, 200]);
+    expect(answers.map((res) => res.body.data[0].status).filter((status) => !["created", "updated", "unchanged", "invalid"].includes(status))).toEqual([]);
+    const holders = await h.rt.db.all<{ external_id: string; n: number }>("SELECT external_id, count(*) AS n FROM contacts WHERE external_id IS NOT NULL GROUP BY external_id ORDER BY external_id");
+    expect(holders.every((row) => Number(row.n) === 1)).toBe(true);
+    expect((await h.json("GET", `/public/v1/contacts/${form.id}`)).body.data.external_id).toMatch(/^(a-1|b-1)$/);
+  });
+});
+
 describe("contacts batch: merge_custom_fields", () => {
   test("with it, an update sets the custom fields its item names (null clears one) and keeps the others; a new contact is stored as given; without it, custom_fields replaces whole", async () => {
     const ada = await created("/public/v1/contacts", { email: "ada@example.com", first_name: "Ada", custom_fields: { plan: "gold", tier: "t1", note: "keep" } });
@@ -277,7 +385,7 @@ describe("contacts batch: errors", () => {
     expect(res.status).toBe(200);
     expect(res.body.data[1]).toEqual({
       status: "invalid",
-      errors: [{ pointer: "/items/1/email", detail: `matches several contacts (${one.id}, ${two.id}); send external_id to say which one, or merge them first` }],
+      errors: [{ pointer: "/items/1/email", detail: `matches several contacts (${one.id}, ${two.id}); send the external_id of the one to update (give it one with PATCH /public/v1/contacts/ID if it has none), or delete the copies` }],
     });
     expect(res.body.data[0].status).toBe("created");
     expect(await eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.created"]);
@@ -353,7 +461,7 @@ describe("contacts batch: errors", () => {
     const two = await created("/public/v1/accounts", { name: "twin co" });
     const res = await h.json("POST", ACCOUNTS, { body: { items: [{ name: "TWIN CO" }] } });
     expect(res.body).toEqual({
-      data: [{ status: "invalid", errors: [{ pointer: "/items/0/name", detail: `matches several accounts (${one.id}, ${two.id}); send the domain too or merge them first` }] }],
+      data: [{ status: "invalid", errors: [{ pointer: "/items/0/name", detail: `matches several accounts (${one.id}, ${two.id}); send the domain of the one to update (give it one with PATCH /public/v1/accounts/ID if it has none), or delete the copies` }] }],
     });
   });
 

@@ -20,6 +20,13 @@ const importText = (name: string, text: string, ...args: string[]) => {
 };
 /** contactAccounts lists each imported contact's email with the name and domain of its account. */
 const contactAccounts = () => server.db.all<{ email: string; name: string; domain: string | null }>("SELECT c.email, a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email");
+/** apiCreate creates a record through the test server's API with the importer's token and answers it. */
+const apiCreate = async (path: string, body: unknown) => {
+  const token = readFileSync(server.tokenFile, "utf8").trim();
+  const res = await fetch(`${server.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+  expect(res.status).toBe(201);
+  return ((await res.json()) as { data: { id: string } }).data;
+};
 /** replayNotes are the importer's stderr lines saying rows were answered from an earlier run. */
 const replayNotes = (stderr: string) => stderr.split("\n").filter((line) => line.includes("from an earlier run"));
 
@@ -133,6 +140,34 @@ describe("crm import contacts: rows neither lost nor merged", () => {
       ["contact.created", { plan: "gold", tier: "t1", note: "keep" }],
       ["contact.updated", { plan: "silver", tier: "t1", note: "keep" }],
     ]);
+  }, 60_000);
+
+  test("a person who came by a form and a company known by name are a row's contact and account when it brings an external id and a website: updated and given them, not made twice", async () => {
+    const form = await apiCreate("/public/v1/contacts", { first_name: "Ada", last_name: "Form", email: "form.person@example.org" });
+    const initech = await apiCreate("/public/v1/accounts", { name: "Initech 2176" });
+    const res = await importText("first.csv", "External ID,Email,First name,Last name,Company,Website\nsrc-15161,Form.Person@example.org,Ada,Import,Initech 2176,https://www.initech.example/\n");
+    expect([res.code, res.stdout]).toEqual([0, "imported: 1 rows: created 0, updated 1, unchanged 0, invalid 0\n"]);
+    expect(await server.db.all("SELECT id, external_id, last_name FROM contacts")).toEqual([{ id: form.id, external_id: "src-15161", last_name: "Import" }]);
+    expect(await server.db.all("SELECT id, name, domain FROM accounts")).toEqual([{ id: initech.id, name: "Initech 2176", domain: "www.initech.example" }]);
+    expect(await contactAccounts()).toEqual([{ email: "form.person@example.org", name: "Initech 2176", domain: "www.initech.example" }]);
+    // The form's own upsert by email and a row giving only the company's name still find them.
+    const later = await importText("later.csv", "Email,Phone,Company\nform.person@example.org,+1 555 0100,Initech 2176\n");
+    expect([later.code, later.stdout]).toEqual([0, "imported: 1 rows: created 0, updated 1, unchanged 0, invalid 0\n"]);
+    const events = await server.db.all<{ type: string }>("SELECT type FROM events ORDER BY id");
+    expect(events.map((e) => e.type)).toEqual(["contact.created", "account.created", "account.updated", "contact.updated", "contact.updated"]);
+  }, 60_000);
+
+  test("a row whose external id matches nothing and whose email is another external id's contact is invalid naming it; a website no account has beside a company known with another is a new account", async () => {
+    const held = await apiCreate("/public/v1/contacts", { email: "held@example.com", external_id: "src-1" });
+    const globex = await apiCreate("/public/v1/accounts", { name: "Globex", domain: "globex.test" });
+    const invalidFile = join(server.dir, "clash.invalid.csv");
+    const res = await importText("clash.csv", "ID,Email,Company,Website\nsrc-2,held@example.com,,\n,new@example.com,Globex,globex.de\n", "--invalid-file", invalidFile);
+    expect([res.code, res.stdout]).toEqual([1, `imported: 2 rows: created 1, updated 0, unchanged 0, invalid 1\ninvalid rows with their errors: ${invalidFile}\n`]);
+    expect(parseCsv(readFileSync(invalidFile, "utf8")).slice(1).map((r) => [r[4], r[5]])).toEqual([
+      ["1", `ID: no contact has this external_id, and the contact with this email, ${held.id}, has another one: send that one to update it, or create this contact with POST /public/v1/contacts first`],
+    ]);
+    expect(await contactAccounts()).toEqual([{ email: "new@example.com", name: "Globex", domain: "globex.de" }]);
+    expect(await server.db.all("SELECT id, domain FROM accounts WHERE id = ?", [globex.id])).toEqual([{ id: globex.id, domain: "globex.test" }]);
   }, 60_000);
 
   test("a placeholder website (N/A, none, -) is no domain: each company keeps its own account", async () => {

@@ -208,7 +208,7 @@ describe("webhook deliveries: failures and retries", () => {
     });
   });
 
-  test("410 Gone disables the subscription, fails the delivery and sends nothing more", async () => {
+  test("410 Gone disables the subscription, fails the delivery, starts its failing streak and sends nothing more", async () => {
     h = await scope.harness();
     const r = receiver();
     r.respond(() => new Response("gone", { status: 410 }));
@@ -217,7 +217,10 @@ describe("webhook deliveries: failures and retries", () => {
     const [delivery] = await settledDeliveries(h);
     expect(delivery).toMatchObject({ status: "failed", attempts: 1, last_response_status: 410 });
     const after = (await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body.data;
-    expect(after).toMatchObject({ status: "disabled", disabled_at: expect.stringMatching(ISO), disabled_reason: `the receiver answered 410 Gone to delivery ${delivery.id}` });
+    expect(after).toMatchObject({ status: "disabled", disabled_at: expect.stringMatching(ISO), disabled_reason: `the receiver answered 410 Gone to delivery ${delivery.id}`, failing_since: expect.stringMatching(ISO) });
+    // The stats count the 410 as a failed attempt, so the streak it began shows there too.
+    const stats = (await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}/stats`)).body.data;
+    expect([stats.status, stats.failing_since, stats.last_24h.attempts, stats.last_24h.failed]).toEqual(["disabled", after.failing_since, 1, 1]);
     await h.json("PATCH", `/public/v1/contacts/${contact.id}`, { body: { phone: "1" } });
     await createContact({ first_name: "Grace" });
     expect((await h.deliveries()).length).toBe(1);

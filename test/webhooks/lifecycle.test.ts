@@ -194,6 +194,9 @@ describe("recovery: happy paths", () => {
     const disabled = new Webhook(pager.secret).verify(onCall.received[0]!.body, onCall.received[0]!.headers) as any;
     // The 410'd delivery failed of itself; the subscription had no other pending delivery.
     expect([disabled.type, disabled.data.pending_deliveries_failed]).toEqual(["subscription.disabled", 0]);
+    // The 410 began the streak the event reports, as the subscription records it.
+    const { failing_since } = (await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body.data;
+    expect([disabled.data.failing_since, failing_since]).toEqual([expect.stringMatching(ISO), disabled.data.failing_since]);
 
     expect((await h.json("POST", subscriptionPath(sub.id, "enable"))).status).toBe(200);
     r.respond(() => new Response("down", { status: 500 }));
