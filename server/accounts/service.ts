@@ -94,24 +94,22 @@ const idsOf = (rows: AccountRow[]) => rows.map((row) => row.id).join(", ");
  */
 async function matchAccount(db: Db, input: AccountInput): Promise<{ row: AccountRow | null } | { errors: FieldError[] }> {
   const domain = input.domain ? asciiDomain(input.domain) : null;
-  if (domain) {
-    const rows = await accountsWith(db, { domain });
-    if (rows.length === 1) return { row: rows[0]! };
-    if (rows.length > 1) {
-      const named = await accountsWith(db, { domain, name: input.name });
-      if (named.length === 1) return { row: named[0]! };
-      const which = named.length === 0 ? "none of them has" : "several of them have";
-      return { errors: [{ pointer: "/domain", detail: `matches several accounts (${idsOf(rows)}), and ${which} this name; send the name of the one to update, or give them domains of their own (PATCH /public/v1/accounts/ID)` }] };
-    }
-  }
-  const rows = await accountsWith(db, { name: input.name });
   if (!domain) {
+    const rows = await accountsWith(db, { name: input.name });
     if (rows.length <= 1) return { row: rows[0] ?? null };
     return { errors: [{ pointer: "/name", detail: `matches several accounts (${idsOf(rows)}); send the domain of the one to update (give it one with PATCH /public/v1/accounts/ID if it has none), or delete the copies` }] };
   }
+  const rows = await accountsWith(db, { domain });
+  if (rows.length === 1) return { row: rows[0]! };
+  if (rows.length > 1) {
+    const named = await accountsWith(db, { domain, name: input.name });
+    if (named.length === 1) return { row: named[0]! };
+    const which = named.length === 0 ? "none of them has" : "several of them have";
+    return { errors: [{ pointer: "/domain", detail: `matches several accounts (${idsOf(rows)}), and ${which} this name; send the name of the one to update, or give them domains of their own (PATCH /public/v1/accounts/ID)` }] };
+  }
   // A domain no account has: the one account of this name still without a domain is the company
   // known by name until now; accounts of this name with other domains are other companies.
-  const domainless = rows.filter((row) => row.domain === null);
+  const domainless = await accountsWith(db, { name: input.name, withoutDomain: true });
   if (domainless.length <= 1) return { row: domainless[0] ?? null };
   return { errors: [{ pointer: "/domain", detail: `no account has this domain, and several of this name have none (${idsOf(domainless)}): give it to the one it belongs to (PATCH /public/v1/accounts/ID), or create this account with POST /public/v1/accounts first` }] };
 }

@@ -20,6 +20,8 @@ export type AccountRow = {
 export interface AccountFilters {
   name?: string;
   domain?: string;
+  /** withoutDomain keeps only accounts that have no domain (a batch item's fallback by name). */
+  withoutDomain?: boolean;
   createdAfter?: number;
   updatedAfter?: number;
 }
@@ -149,6 +151,7 @@ function filterClause(filters: AccountFilters): { where: string[]; params: (stri
     where.push("domain = ?");
     params.push(filters.domain);
   }
+  if (filters.withoutDomain) where.push("domain IS NULL");
   if (filters.createdAfter !== undefined) {
     where.push("created_at > ?");
     params.push(filters.createdAfter);

@@ -28,6 +28,7 @@ import {
   findContactByExternalId,
   findContactById,
   findContactsByEmail,
+  findContactsByEmailWithoutExternalId,
   insertContact,
   insertContactAccounts,
   insertContactAssignedUsers,
@@ -352,28 +353,26 @@ export async function updateContact(rt: Runtime, id: string, input: ContactInput
 }
 
 /**
- * matchContact finds the contact a batch item upserts: by external_id when the item has one; else,
- * or when no contact has it, by email (DESIGN.md: upserts match on either). A contact found by the
- * email alone is updated and given the item's external_id only when it has none: one holding
- * another, or several sharing the email, are refused naming them, never guessed. Writes are
- * serialised, so an external_id no contact held at the lookup is still free when it is written.
+ * matchContact finds the contact a batch item upserts: by external_id when the item has one, else
+ * by email (DESIGN.md: upserts match on either). When no contact has the item's external_id, the
+ * one contact of its email without an external_id is updated and given it (the person known by
+ * email until now); contacts of that email with other external ids are other people (a shared
+ * mailbox), so without such a contact one is created. Several sharing a key are refused naming
+ * them, never guessed. Writes are serialised, so an external_id no contact held at the lookup is
+ * still free when it is written.
  */
 async function matchContact(db: Db, input: ContactInput): Promise<{ row: ContactRow | null } | { errors: FieldError[] }> {
   if (input.external_id) {
     const row = await findContactByExternalId(db, input.external_id);
     if (row || !input.email) return { row };
+    const rows = await findContactsByEmailWithoutExternalId(db, asciiEmail(input.email));
+    if (rows.length <= 1) return { row: rows[0] ?? null };
+    return { errors: [{ pointer: "/external_id", detail: `no contact has this external_id, and several of this email have none (${rows.map((row) => row.id).join(", ")}): give it to the one it belongs to (PATCH /public/v1/contacts/ID), or create this contact with POST /public/v1/contacts first` }] };
   }
   if (!input.email) return { row: null };
   const rows = await findContactsByEmail(db, asciiEmail(input.email));
-  const ids = rows.map((row) => row.id).join(", ");
-  if (!input.external_id) {
-    if (rows.length <= 1) return { row: rows[0] ?? null };
-    return { errors: [{ pointer: "/email", detail: `matches several contacts (${ids}); send the external_id of the one to update (give it one with PATCH /public/v1/contacts/ID if it has none), or delete the copies` }] };
-  }
-  if (rows.length === 0 || (rows.length === 1 && rows[0]!.external_id === null)) return { row: rows[0] ?? null };
-  const create = "or create this contact with POST /public/v1/contacts first";
-  const detail = rows.length === 1 ? `the contact with this email, ${ids}, has another one: send that one to update it, ${create}` : `several have this email (${ids}): give it to the one it belongs to (PATCH /public/v1/contacts/ID), ${create}`;
-  return { errors: [{ pointer: "/external_id", detail: `no contact has this external_id, and ${detail}` }] };
+  if (rows.length <= 1) return { row: rows[0] ?? null };
+  return { errors: [{ pointer: "/email", detail: `matches several contacts (${rows.map((row) => row.id).join(", ")}); send the external_id of the one to update (give it one with PATCH /public/v1/contacts/ID if it has none), or delete the copies` }] };
 }
 
 /**

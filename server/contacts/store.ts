@@ -86,6 +86,11 @@ export function findContactsByEmail(db: Db, email: string): Promise<ContactRow[]
   return db.all<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.email = ? ORDER BY c.id LIMIT ?`, [email, MAX_EMAIL_MATCHES_NAMED]);
 }
 
+/** findContactsByEmailWithoutExternalId returns the first contacts with this email that have no external_id, oldest id first. */
+export function findContactsByEmailWithoutExternalId(db: Db, email: string): Promise<ContactRow[]> {
+  return db.all<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.email = ? AND c.external_id IS NULL ORDER BY c.id LIMIT ?`, [email, MAX_EMAIL_MATCHES_NAMED]);
+}
+
 /** findContactByExternalId returns the contact with this external_id or null. */
 export function findContactByExternalId(db: Db, externalId: string): Promise<ContactRow | null> {
   return db.get<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.external_id = ?`, [externalId]);

@@ -197,7 +197,7 @@ describe("contacts batch: happy paths", () => {
 });
 
 describe("batch upserts: a key that matches nothing falls back to the other", () => {
-  test("a contact item whose external_id no contact has is the one contact with its email and none: updated and given it; one with another, or several, make it invalid, naming them", async () => {
+  test("a contact item whose external_id no contact has is the one contact with its email and none: updated and given it; of that email only with others, a new contact; several without one make it invalid, naming them", async () => {
     const form = await created("/public/v1/contacts", { first_name: "Ada", last_name: "Form", email: "form.person@example.org" });
     const held = await created("/public/v1/contacts", { email: "held@example.com", external_id: "src-1" });
     const one = await created("/public/v1/contacts", { first_name: "One", email: "twin@example.com" });
@@ -214,26 +214,47 @@ describe("batch upserts: a key that matches nothing falls back to the other", ()
         ],
       },
     });
+    const other = (await h.json("GET", "/public/v1/contacts?email=held@example.com")).body.data.find((c: { id: string }) => c.id !== held.id);
+    expect(other).toMatchObject({ external_id: "src-2", email: "held@example.com", first_name: "Other" });
     expect(res.body).toEqual({
       data: [
         { status: "updated", id: form.id },
         { status: "unchanged", id: form.id },
         { status: "updated", id: form.id },
-        { status: "invalid", errors: [{ pointer: "/items/3/external_id", detail: `no contact has this external_id, and the contact with this email, ${held.id}, has another one: send that one to update it, or create this contact with POST /public/v1/contacts first` }] },
-        { status: "invalid", errors: [{ pointer: "/items/4/external_id", detail: `no contact has this external_id, and several have this email (${one.id}, ${two.id}): give it to the one it belongs to (PATCH /public/v1/contacts/ID), or create this contact with POST /public/v1/contacts first` }] },
+        { status: "created", id: other.id },
+        { status: "invalid", errors: [{ pointer: "/items/4/external_id", detail: `no contact has this external_id, and several of this email have none (${one.id}, ${two.id}): give it to the one it belongs to (PATCH /public/v1/contacts/ID), or create this contact with POST /public/v1/contacts first` }] },
         { status: "invalid", errors: [{ pointer: "/items/5/email", detail: `matches several contacts (${one.id}, ${two.id}); send the external_id of the one to update (give it one with PATCH /public/v1/contacts/ID if it has none), or delete the copies` }] },
       ],
     });
     expect((await h.json("GET", `/public/v1/contacts/${form.id}`)).body.data).toMatchObject({ first_name: "Ada", last_name: "Import", email: "form.person@example.org", phone: "+1 555 0100", external_id: "src-15161", version: 3 });
-    expect(await contactCount(h)).toBe(4);
-    expect(await eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.created", "contact.created", "contact.updated", "contact.updated"]);
-
-    // The advice works: each refused item, sent again once it is followed, is taken.
-    const other = await created("/public/v1/contacts", { external_id: "src-2", email: "held@example.com", first_name: "Other" });
-    expect((await h.json("PATCH", `/public/v1/contacts/${one.id}`, { body: { external_id: "src-3" } })).status).toBe(200);
-    const again = await h.json("POST", CONTACTS, { body: { items: [{ external_id: "src-2", email: "held@example.com", first_name: "Other" }, { external_id: "src-3", email: "twin@example.com" }, { external_id: "src-3", email: "twin@example.com", first_name: "Which" }] } });
-    expect(again.body).toEqual({ data: [{ status: "unchanged", id: other.id }, { status: "unchanged", id: one.id }, { status: "updated", id: one.id }] });
     expect((await h.json("GET", `/public/v1/contacts/${held.id}`)).body.data).toEqual(held);
+    expect(await contactCount(h)).toBe(5);
+    expect(await eventTypes(h)).toEqual(["contact.created", "contact.created", "contact.created", "contact.created", "contact.updated", "contact.updated", "contact.created"]);
+
+    // The advice works: the refused items, sent again once it is followed, are taken.
+    expect((await h.json("PATCH", `/public/v1/contacts/${one.id}`, { body: { external_id: "src-3" } })).status).toBe(200);
+    const again = await h.json("POST", CONTACTS, { body: { items: [{ external_id: "src-3", email: "twin@example.com" }, { external_id: "src-3", email: "twin@example.com", first_name: "Which" }] } });
+    expect(again.body).toEqual({ data: [{ status: "unchanged", id: one.id }, { status: "updated", id: one.id }] });
+  });
+
+  test("people sharing a mailbox, each with an external_id of their own, are each a contact, in one batch as in two", async () => {
+    const res = await h.json("POST", CONTACTS, { body: { items: [{ external_id: "hr-1", first_name: "Ann", email: "info@acme.test" }, { external_id: "hr-2", first_name: "Bob", email: "info@acme.test" }] } });
+    expect(res.body.data.map((r: { status: string }) => r.status)).toEqual(["created", "created"]);
+    const later = await h.json("POST", CONTACTS, { body: { items: [{ external_id: "hr-3", first_name: "Cy", email: "INFO@acme.test" }] } });
+    expect(later.body.data.map((r: { status: string }) => r.status)).toEqual(["created"]);
+    expect(await contactCount(h)).toBe(3);
+  });
+
+  test("the one account of a name without a domain is found behind any number of that name with domains; two such are refused, not guessed", async () => {
+    for (let i = 1; i <= 10; i++) await created("/public/v1/accounts", { name: "Acme", domain: `acme${i}.test` });
+    const domainless = await created("/public/v1/accounts", { name: "Acme" });
+    const res = await h.json("POST", ACCOUNTS, { body: { items: [{ name: "Acme", domain: "acme-new.test" }] } });
+    expect(res.body).toEqual({ data: [{ status: "updated", id: domainless.id }] });
+    const second = await created("/public/v1/accounts", { name: "ACME" });
+    const third = await created("/public/v1/accounts", { name: "acme" });
+    const refused = await h.json("POST", ACCOUNTS, { body: { items: [{ name: "Acme", domain: "acme-other.test" }] } });
+    expect(refused.body).toEqual({ data: [{ status: "invalid", errors: [{ pointer: "/items/0/domain", detail: `no account has this domain, and several of this name have none (${second.id}, ${third.id}): give it to the one it belongs to (PATCH /public/v1/accounts/ID), or create this account with POST /public/v1/accounts first` }] }] });
+    expect(await accountCount()).toBe(13);
   });
 
   test("an account item whose domain no account has is the one account of its name without one: updated and given it; of that name only with others, a new account; several without one make it invalid, naming them", async () => {

@@ -157,17 +157,26 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     expect(events.map((e) => e.type)).toEqual(["contact.created", "account.created", "account.updated", "contact.updated", "contact.updated"]);
   }, 60_000);
 
-  test("a row whose external id matches nothing and whose email is another external id's contact is invalid naming it; a website no account has beside a company known with another is a new account", async () => {
+  test("a row whose external id matches nothing beside contacts of its email with other ids, or whose website matches nothing beside a company of its name with another, is a new contact and account", async () => {
     const held = await apiCreate("/public/v1/contacts", { email: "held@example.com", external_id: "src-1" });
     const globex = await apiCreate("/public/v1/accounts", { name: "Globex", domain: "globex.test" });
-    const invalidFile = join(server.dir, "clash.invalid.csv");
-    const res = await importText("clash.csv", "ID,Email,Company,Website\nsrc-2,held@example.com,,\n,new@example.com,Globex,globex.de\n", "--invalid-file", invalidFile);
-    expect([res.code, res.stdout]).toEqual([1, `imported: 2 rows: created 1, updated 0, unchanged 0, invalid 1\ninvalid rows with their errors: ${invalidFile}\n`]);
-    expect(parseCsv(readFileSync(invalidFile, "utf8")).slice(1).map((r) => [r[4], r[5]])).toEqual([
-      ["1", `ID: no contact has this external_id, and the contact with this email, ${held.id}, has another one: send that one to update it, or create this contact with POST /public/v1/contacts first`],
-    ]);
-    expect(await contactAccounts()).toEqual([{ email: "new@example.com", name: "Globex", domain: "globex.de" }]);
+    const res = await importText("clash.csv", "ID,Email,Company,Website\nsrc-2,held@example.com,Globex,globex.de\n");
+    expect([res.code, res.stdout]).toEqual([0, "imported: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n"]);
+    expect(await server.db.all("SELECT id, external_id FROM contacts WHERE external_id = ?", ["src-1"])).toEqual([{ id: held.id, external_id: "src-1" }]);
+    expect(await contactAccounts()).toEqual([{ email: "held@example.com", name: "Globex", domain: "globex.de" }]);
     expect(await server.db.all("SELECT id, domain FROM accounts WHERE id = ?", [globex.id])).toEqual([{ id: globex.id, domain: "globex.test" }]);
+  }, 60_000);
+
+  test("a row whose external id matches nothing and whose email several contacts without one share is invalid, naming them", async () => {
+    const one = await apiCreate("/public/v1/contacts", { first_name: "One", email: "twin@example.com" });
+    const two = await apiCreate("/public/v1/contacts", { first_name: "Two", email: "twin@example.com" });
+    const invalidFile = join(server.dir, "twin.invalid.csv");
+    const res = await importText("twin.csv", "ID,Email\nsrc-3,twin@example.com\n", "--invalid-file", invalidFile);
+    expect([res.code, res.stdout]).toEqual([1, `imported: 1 rows: created 0, updated 0, unchanged 0, invalid 1\ninvalid rows with their errors: ${invalidFile}\n`]);
+    expect(parseCsv(readFileSync(invalidFile, "utf8")).slice(1).map((r) => [r[2], r[3]])).toEqual([
+      ["1", `ID: no contact has this external_id, and several of this email have none (${one.id}, ${two.id}): give it to the one it belongs to (PATCH /public/v1/contacts/ID), or create this contact with POST /public/v1/contacts first`],
+    ]);
+    expect(await server.count()).toBe(2);
   }, 60_000);
 
   test("a placeholder website (N/A, none, -) is no domain: each company keeps its own account", async () => {
