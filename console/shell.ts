@@ -9,7 +9,7 @@ import { heldOpenWhile } from "../server/http/idle-timer.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem } from "../server/http/schema-errors.ts";
 import type { Db } from "../server/db/sql.ts";
-import { saveIdempotentResponse, type IdempotencyScope } from "../server/idempotency/service.ts";
+import { bodyFingerprint, saveIdempotentResponse, type IdempotencyScope } from "../server/idempotency/service.ts";
 import { MAX_FORM_BYTES } from "../server/limits/limits.ts";
 import { sessionOperator } from "../server/operators/service.ts";
 import type { Runtime } from "../server/runtime.ts";
@@ -285,7 +285,8 @@ export async function onceForForm<T>(
   // A form without a key (a page shown by an earlier version) makes its change as it always did.
   if (form.key === "") return { ...(await execute(null)), replayed: false };
   if (form.key.length > MAX_FORM_KEY_LENGTH) throw validationProblem([{ pointer: "/form_key", detail: `must be at most ${MAX_FORM_KEY_LENGTH} characters` }]);
-  const request = { tokenId: `console:${form.session.operator.id}`, method: "POST", path: form.path, key: form.key, body: form.values };
+  const fingerprint = bodyFingerprint(form.values);
+  const request = { tokenId: `console:${form.session.operator.id}`, method: "POST", path: form.path, key: form.key, fingerprint: () => fingerprint };
   for (const started = Date.now(); ; ) {
     try {
       return await rt.idempotency.run(request, execute);

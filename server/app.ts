@@ -7,9 +7,11 @@ import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { migrateBackend, refuseNewerDatabase, tablesHomeOf, type Backend } from "./db/backend.ts";
+import { POSTGRES_MIGRATIONS } from "./db/postgres-migrations.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
+import { sentBodyFingerprints } from "./http/idempotent.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
 import { ApiRateLimits } from "./limits/api-rates.ts";
 import { connectionLimits } from "./limits/connections.ts";
@@ -58,7 +60,10 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations: new MigrationWatch(db, log), unlinkChunk, listening: () => null };
+  const migrations = new MigrationWatch(db, log);
+  // Migrated: from here on a write that finds a newer crm's migrations under the write lock is refused.
+  if (db.dialect === "postgres") db.refuseWritesAfter(POSTGRES_MIGRATIONS.at(-1)!.version, (newer) => migrations.noticed(newer));
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations, unlinkChunk, listening: () => null };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */
@@ -87,6 +92,7 @@ export function createApp(runtime: Runtime) {
     .use(limitsGuard(rt))
     .use(newerDatabaseGuard(rt))
     .use(authentication(rt))
+    .use(sentBodyFingerprints())
     .use(opsRoutes(rt))
     .use(
       docsRoutes({

@@ -102,7 +102,7 @@ function warnJoinedNames(joined: Pick<AccountRow, "id" | "name">[][], warn: Migr
   for (const accounts of joined) warn(NAME_KEYS_JOINED, { accounts });
 }
 
-/** keyAccountNames rekeys every account whose name_key accountNameKey now makes otherwise, warning of the accounts it gives one key (the backfill of migrations 0007 and 0034). */
+/** keyAccountNames rekeys every account whose name_key accountNameKey now makes otherwise, warning of the accounts it gives one key (the backfill of migrations 0007, 0034 and 0042). */
 // sqlite-only: migrations run synchronously on the writer connection.
 export function keyAccountNames(db: SqliteConnection, warn: MigrationWarn): void {
   const update = db.query("UPDATE accounts SET name_key = ? WHERE id = ?");
@@ -111,7 +111,7 @@ export function keyAccountNames(db: SqliteConnection, warn: MigrationWarn): void
   warnJoinedNames(joined, warn);
 }
 
-/** keyPostgresAccountNames is keyAccountNames on PostgreSQL, inside the migration's transaction (the backfill of migration 0034). */
+/** keyPostgresAccountNames is keyAccountNames on PostgreSQL, inside the migration's transaction (the backfill of migrations 0034 and 0042). */
 export async function keyPostgresAccountNames(db: Db, warn: MigrationWarn): Promise<void> {
   const { changes, joined } = accountNameRekeys(await db.all<NameKeyRow>("SELECT id, name, name_key FROM accounts ORDER BY id"));
   for (const { id, key } of changes) await db.run("UPDATE accounts SET name_key = ? WHERE id = ?", [key, id]);

@@ -4,7 +4,7 @@ import type { SecretBox } from "../webhooks/secrets.ts";
 import { DatabaseReplaced, databasePath, openDatabase, syncFailedCode, type SqliteDatabase } from "./database.ts";
 import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
-import { DatabaseNotAnswering, LOCK_TIMEOUT_STATE, openPostgres, type PostgresDatabase } from "./postgres.ts";
+import { DatabaseNewer, DatabaseNotAnswering, LOCK_TIMEOUT_STATE, openPostgres, schemaChangedUnder, type PostgresDatabase } from "./postgres.ts";
 import type { Db, Dialect, MigrationWarn } from "./sql.ts";
 
 /** Backend is an opened database of either kind; `dialect` tells which, for the few callers that must know (migrations, backup). */
@@ -89,9 +89,10 @@ function migrationList(dialect: Dialect): readonly { version: number; name: stri
 /**
  * DatabaseFailure is a database's refusal that is no fault of the request: it has no room left, its
  * storage takes no writes or failed a sync to disk, its file was replaced under the service, it
- * cannot be used just now, or another session holds a lock the request needs.
+ * cannot be used just now, another session holds a lock the request needs, or a newer crm migrated
+ * it under this instance (found by a write under the write lock, or by a statement whose table changed).
  */
-export type DatabaseFailure = "storage-full" | "storage-read-only" | "storage-failed" | "replaced" | "unavailable" | "busy";
+export type DatabaseFailure = "storage-full" | "storage-read-only" | "storage-failed" | "replaced" | "unavailable" | "busy" | "newer";
 
 /**
  * SQLITE_UNWRITABLE are the SQLite codes of a write its storage refused: the file opened read-only
@@ -169,6 +170,7 @@ export function tablesMissing(home: string): string {
 export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (error instanceof DatabaseNotAnswering) return "unavailable";
   if (error instanceof DatabaseReplaced) return "replaced";
+  if (error instanceof DatabaseNewer || schemaChangedUnder(error)) return "newer";
   if (syncFailedCode(error) !== null) return "storage-failed";
   const { code, errno } = (error ?? {}) as { code?: unknown; errno?: unknown };
   if (code === "SQLITE_FULL" || errno === "53100") return "storage-full";

@@ -185,6 +185,30 @@ export class DatabaseNotAnswering extends Error {
   }
 }
 
+/**
+ * DatabaseNewer is the refusal of a write group that found, once it held WRITE_LOCK, migrations
+ * recorded that this build does not know (refuseWritesAfter): a newer crm migrated the database
+ * while the writes waited, and they were written for the older schema.
+ */
+export class DatabaseNewer extends Error {
+  override readonly name = "DatabaseNewer";
+
+  /** newer names the migrations found, in order. */
+  constructor(readonly newer: string[]) {
+    super(`the database was migrated by a newer crm (${newer.join(", ")}) while the writes waited for the write lock`);
+  }
+}
+
+/**
+ * schemaChangedUnder tells whether PostgreSQL refused a prepared statement because a table it reads
+ * changed since it was prepared (SQLSTATE 0A000, "cached plan must not change result type"): a
+ * newer crm's migration altered a column under this instance's statements.
+ */
+export function schemaChangedUnder(error: unknown): boolean {
+  const { errno, message } = (error ?? {}) as { errno?: unknown; message?: unknown };
+  return errno === "0A000" && typeof message === "string" && message.includes("cached plan must not change result type");
+}
+
 /** READ_ONLY_HINT says what to do when PostgreSQL refuses a write as read-only (SQLSTATE 25006). */
 export const READ_ONLY_HINT = "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write";
 
@@ -396,6 +420,8 @@ export class PostgresDatabase extends PostgresDb implements Database {
   private busyUntil = -Infinity;
   /** where lock timeouts are logged (logLocksTo) */
   private lockLog: Logger | null = null;
+  /** the newest migration this build knows and who is told of newer ones, once writes look for them (refuseWritesAfter) */
+  private newerCheck: { version: number; found: (newer: string[]) => void } | null = null;
   /** the lines of writes' lock timeouts (lockTimedOut) and of skipped bookkeeping (bookkeepingSkipped) */
   private readonly lockLine = new SpacedLine();
   private readonly bookkeepingLine = new SpacedLine();
@@ -517,6 +543,17 @@ export class PostgresDatabase extends PostgresDb implements Database {
     );
   }
 
+  /**
+   * refuseWritesAfter has every write group, once it holds WRITE_LOCK, look for migrations
+   * recorded after `version` (the newest this build knows; set once the database is migrated) and,
+   * finding any, roll back and refuse its writes with DatabaseNewer, telling `found`. A newer crm's
+   * migrations run as writes, under the same lock: a write this instance admitted before it
+   * noticed them, and that waited behind them, would otherwise commit the old way after them.
+   */
+  refuseWritesAfter(version: number, found: (newer: string[]) => void): void {
+    this.newerCheck = { version, found };
+  }
+
   /** logLocksTo has lock timeouts and skipped bookkeeping logged to `log` (lockTimedOut, bookkeepingSkipped): a serving instance's log; a command's are errors of their own. */
   logLocksTo(log: Logger): void {
     this.lockLog = log;
@@ -560,10 +597,20 @@ export class PostgresDatabase extends PostgresDb implements Database {
       // 0; the watch still gives up on a silent server); the writes' own locks as lockTimeoutMs says.
       const lockTimeoutMs = this.lockTimeoutMs();
       // A statement per result: the lock's holds the backend's pid, which blockersWatched asks about.
+      // The migrations are read by a statement of their own, in the same round trip: under READ
+      // COMMITTED it sees what committed before the lock was granted, where one beside the lock
+      // would read in the snapshot taken before its wait.
+      const check = this.newerCheck;
+      const newer = check ? `SELECT name FROM schema_migrations WHERE version > ${check.version} ORDER BY version; ` : "";
       const results = (await tx.unsafe(
-        `SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${WRITE_LOCK}), pg_backend_pid() AS backend; SET LOCAL lock_timeout = ${lockTimeoutMs}`,
+        `SET LOCAL lock_timeout = 0; SELECT pg_advisory_xact_lock(${WRITE_LOCK}), pg_backend_pid() AS backend; ${newer}SET LOCAL lock_timeout = ${lockTimeoutMs}`,
       )) as unknown as Row[][];
       const backend = Number(results[1]![0]!.backend);
+      const found = check ? results[2]!.map((row) => String(row.name)) : [];
+      if (check && found.length > 0) {
+        check.found(found);
+        throw new DatabaseNewer(found);
+      }
       const watched: Runner = { unsafe: (text, params) => this.blockersWatched(backend, lockTimeoutMs, tx.unsafe(text, params)) };
       const batch = take();
       // A write alone needs no savepoint: should it fail, its transaction is rolled back.

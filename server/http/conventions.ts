@@ -37,7 +37,7 @@ export interface ConventionOptions {
   listening: () => Server<unknown> | null;
   /** the metrics token ("" for none): a request id equal to it is replaced, as one shaped like the service's secrets is */
   metricsToken: string;
-  /** told of every request that failed unexpectedly (500): a newer crm's migration of the database could explain it */
+  /** told of every request that failed unexpectedly (500) or met a newer schema (503 database-newer): a newer crm's migration of the database could explain it */
   unexpectedFailure: () => void;
   /** tablesHome names the PostgreSQL database and schema of the service's tables (tablesHomeOf), in the line saying they are missing; "" on SQLite */
   tablesHome: string;
@@ -187,7 +187,7 @@ export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeo
       const failure = errorToProblem({ code, error, request, requestId }, { log, routes, faults });
       noteProblem(request, failure.slug);
       if (CAPACITY_REFUSALS.has(failure.slug)) capacityRefused(request, requestId, failure);
-      if (failure.status === 500) unexpectedFailure();
+      if (failure.status === 500 || failure.slug === "database-newer") unexpectedFailure();
       // Its other failures (an unknown page, a database down, a bug) are logged here as anywhere, and explained there.
       if (forConsole) return void consoleFailures.set(request, failure);
       set.status = failure.status;

@@ -1,9 +1,11 @@
 import { ValidationError } from "elysia";
 import { databaseFailureOf, databaseFaultOf, tablesMissing, type DatabaseFailure, type DatabaseFault } from "../db/backend.ts";
+import { DatabaseNewer } from "../db/postgres.ts";
 import { SpacedLines, type Logger } from "../shared/log.ts";
 import { ProblemError, validationProblem, type FieldError } from "../shared/problem.ts";
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
 import { pathOf, routedPath } from "./request-log.ts";
+import { BUILD } from "../version.ts";
 
 /** routePatternMatches tells whether a concrete path matches an Elysia route pattern like /a/:id. */
 function routePatternMatches(pattern: string, path: string): boolean {
@@ -88,6 +90,22 @@ export function requestProblemOf(code: unknown, error: unknown): ProblemError | 
 /** DATABASE_RETRY_AFTER_SECONDS is the Retry-After of a 503 for a database that cannot be used just now: a restart or failover takes seconds. */
 const DATABASE_RETRY_AFTER_SECONDS = 5;
 
+/** DATABASE_NEWER_RETRY_AFTER_SECONDS is the Retry-After of a request refused by an instance whose database a newer crm migrated: time for a load balancer to send the retry elsewhere. */
+const DATABASE_NEWER_RETRY_AFTER_SECONDS = 5;
+
+/**
+ * databaseNewer is the 503 of an instance whose database a newer crm has migrated: its code would
+ * read and write that schema the old way. `newer` names the migrations found; none when only a
+ * statement whose table changed under it told (a migration under way).
+ */
+export function databaseNewer(newer: readonly string[]): ProblemError {
+  const detail =
+    newer.length > 0
+      ? `This instance runs crm ${BUILD}, and a newer crm has migrated its database (it has ${newer.join(", ")}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`
+      : `This instance runs crm ${BUILD}, and a table this request reads changed under it: a newer crm is migrating its database. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`;
+  return new ProblemError(503, "database-newer", detail, undefined, { "retry-after": String(DATABASE_NEWER_RETRY_AFTER_SECONDS) });
+}
+
 /**
  * DATABASE_FAILURES answer a request the database could not serve through no fault of the request:
  * 503, which says so, where a 500 would say the request broke something. A full disk rolled the
@@ -98,7 +116,7 @@ const DATABASE_RETRY_AFTER_SECONDS = 5;
  * unreachable database may have taken a change whose commit went unanswered, so a retry is safe
  * only as an idempotent one.
  */
-const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
+const DATABASE_FAILURES: Record<DatabaseFailure, (error: unknown) => ProblemError> = {
   "storage-full": () =>
     new ProblemError(503, "storage-full", "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room.", undefined, {
       "retry-after": "60",
@@ -135,6 +153,7 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
       undefined,
       { "retry-after": String(DATABASE_RETRY_AFTER_SECONDS) },
     ),
+  newer: (error) => databaseNewer(error instanceof DatabaseNewer ? error.newer : []),
   unavailable: () =>
     new ProblemError(
       503,
@@ -148,7 +167,8 @@ const DATABASE_FAILURES: Record<DatabaseFailure, () => ProblemError> = {
 /**
  * DATABASE_FAILURE_LOGS are the lines DATABASE_FAILURES are logged with, at error; none for
  * "busy": PostgresDatabase logs the lock and the session holding it, at most once a minute; none
- * for "replaced", which SqliteDatabase.watchFile logged once when it found the file replaced.
+ * for "replaced", which SqliteDatabase.watchFile logged once when it found the file replaced; none
+ * for "newer", which the MigrationWatch logs once when it finds the migrations.
  */
 const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string | null> = {
   "storage-full": "database full: a change was refused",
@@ -157,6 +177,7 @@ const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string | null> = {
   replaced: null,
   unavailable: "database unavailable: a request was refused",
   busy: null,
+  newer: null,
 };
 
 /** DATABASE_FAULT_LOGS are the lines a DatabaseFault is logged with, at error: what the operator must mend (the tables' home named by tablesHomeOf). */
@@ -236,7 +257,7 @@ export function errorToProblem(
     const line = DATABASE_FAILURE_LOGS[failure];
     if (fault) faults.refused(log, fault, error, context);
     else if (line) log.error(line, { ...context, error: String(error), ...codeOf(error) });
-    return DATABASE_FAILURES[failure]();
+    return DATABASE_FAILURES[failure](error);
   }
   // A ValidationError here is of a response (requests were handled above): the server's fault.
   const status = !(error instanceof ValidationError) && typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;

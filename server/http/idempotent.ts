@@ -1,9 +1,11 @@
+import { Elysia } from "elysia";
 import type { AuthenticatedToken } from "../auth/service.ts";
-import type { IdempotencyGuard, IdempotencyScope } from "../idempotency/service.ts";
+import { bodyFingerprint, type IdempotencyGuard, type IdempotencyScope } from "../idempotency/service.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { versionTag } from "../shared/version-condition.ts";
 import { JSON_CONTENT_TYPE } from "./json-text.ts";
 import { pathOf } from "./request-log.ts";
+import { requestSlot } from "./request-slot.ts";
 
 /** PostContext is what idempotentPost needs of a route's context. */
 export interface PostContext {
@@ -29,6 +31,28 @@ function scopePath(request: Request): string {
     const character = String.fromCharCode(Number.parseInt(escape.slice(1), 16));
     return UNRESERVED.test(character) ? character : escape.toUpperCase();
   });
+}
+
+const sentFingerprints = requestSlot<Uint8Array>("body fingerprint as sent");
+
+/**
+ * sentBodyFingerprints takes the bodyFingerprint of every request carrying an Idempotency-Key as
+ * the client sent the body, in a global transform, which runs before the routes' own: those put
+ * names and tags in NFC (storedText), and a fingerprint of that would not match the one an older
+ * crm kept of the same bytes (its replay after the upgrade refused 422), nor the next release's
+ * should the stored form change again.
+ */
+export function sentBodyFingerprints() {
+  return new Elysia({ name: "sent-body-fingerprints" }).onTransform({ as: "global" }, ({ request, body }) => {
+    if (request.method === "POST" && request.headers.has("idempotency-key")) sentFingerprints.set(request, bodyFingerprint(body));
+  });
+}
+
+/** sentFingerprintOf is the fingerprint sentBodyFingerprints took of a request's body. */
+function sentFingerprintOf(request: Request): Uint8Array {
+  const fingerprint = sentFingerprints.get(request);
+  if (fingerprint === undefined) throw new Error("no fingerprint of the body as sent: the app lacks sentBodyFingerprints");
+  return fingerprint;
 }
 
 const MAX_KEY_LENGTH = 255;
@@ -64,7 +88,7 @@ export async function idempotentPost<T>(
   onReplay: (stored: T) => T = (stored) => stored,
 ): Promise<T> {
   const result = await guard.run(
-    { tokenId: ctx.token.id, method: ctx.request.method, path: scopePath(ctx.request), key: idempotencyKeyOf(ctx.headers), body: ctx.body },
+    { tokenId: ctx.token.id, method: ctx.request.method, path: scopePath(ctx.request), key: idempotencyKeyOf(ctx.headers), fingerprint: () => sentFingerprintOf(ctx.request) },
     execute,
   );
   // Before any header is set: a replay refused here (a kept secret that no longer opens) is answered as its problem alone.

@@ -53,8 +53,13 @@ export function canonicalJson(value: unknown): string {
   return JSON.stringify(value) ?? "null";
 }
 
-/** fingerprintOf hashes a request body in canonical form; no body and {} are one request, as routes take either. */
-function fingerprintOf(body: unknown): Uint8Array {
+/**
+ * bodyFingerprint hashes a request body in canonical form; no body and {} are one request, as
+ * routes take either. It is taken of the body as the client sent it (sentBodyFingerprints), before
+ * a route puts names and tags in the form stored: that form changed (NFC since 2026-11-29) and may
+ * change again, and a retry of the same bytes must match what an older crm kept.
+ */
+export function bodyFingerprint(body: unknown): Uint8Array {
   const empty = body === undefined || (typeof body === "object" && body !== null && !Array.isArray(body) && Object.keys(body).length === 0);
   return sha256(canonicalJson(empty ? null : body));
 }
@@ -98,13 +103,13 @@ export class IdempotencyGuard {
     return { status: stored.status, body: JSON.parse(stored.response_body) as T, replayed: true };
   }
 
-  /** run executes `execute` once for the key (or always, without a key; its caller has checked it) and returns its result or the replay. */
+  /** run executes `execute` once for the key (or always, without a key; its caller has checked it) and returns its result or the replay; `fingerprint` gives the body's bodyFingerprint, asked for with a key only. */
   async run<T>(
-    request: { tokenId: string; method: string; path: string; key: string | undefined; body: unknown },
+    request: { tokenId: string; method: string; path: string; key: string | undefined; fingerprint: () => Uint8Array },
     execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>,
   ): Promise<IdempotentResult<T>> {
     if (request.key === undefined) return { ...(await execute(null)), replayed: false };
-    const scope: IdempotencyScope = { tokenId: request.tokenId, method: request.method, path: request.path, key: request.key, fingerprint: fingerprintOf(request.body) };
+    const scope: IdempotencyScope = { tokenId: request.tokenId, method: request.method, path: request.path, key: request.key, fingerprint: request.fingerprint() };
     const now = Date.now();
     const stored = await findIdempotencyRecord(this.db, scope, now - IDEMPOTENCY_RETENTION_MS);
     if (stored && stored.status !== IN_FLIGHT_STATUS) return this.replay(stored, scope);

@@ -57,14 +57,7 @@ export class MigrationWatch {
     this.checking = migrationState(this.db)
       .then(
         ({ newer }) => {
-          if (newer.length === 0 || this.timer === null) return;
-          this.found = newer;
-          clearInterval(this.timer);
-          this.log.error(
-            "the database was migrated by a newer crm: this instance refuses every API and console request (503 database-newer) and stops its webhook deliveries and background jobs; stop it and run the newer crm",
-            { version: BUILD, newer_migrations: newer },
-          );
-          this.stoppingWork = this.onFound().catch((error: unknown) => this.log.error("stopping the background work failed", { error: String(error) }));
+          if (newer.length > 0 && this.timer !== null) this.noticed(newer);
         },
         // A database that cannot be used just now is reported by /readyz and the requests; the next check reads again.
         () => {},
@@ -72,6 +65,22 @@ export class MigrationWatch {
       .finally(() => {
         this.checking = null;
       });
+  }
+
+  /**
+   * noticed takes `newer` for the migrations this version does not know, found by a check or by a
+   * write that met them under the write lock (PostgresDatabase.refuseWritesAfter): it logs them once
+   * and stops the background work; told again, it does nothing.
+   */
+  noticed(newer: readonly string[]): void {
+    if (this.found.length > 0) return;
+    this.found = newer;
+    if (this.timer !== null) clearInterval(this.timer);
+    this.log.error(
+      "the database was migrated by a newer crm: this instance refuses every API and console request (503 database-newer) and stops its webhook deliveries and background jobs; stop it and run the newer crm",
+      { version: BUILD, newer_migrations: newer },
+    );
+    this.stoppingWork = this.onFound().catch((error: unknown) => this.log.error("stopping the background work failed", { error: String(error) }));
   }
 
   /** stop ends the checks and waits for one under way, and for the background work's stop if a check began it. */

@@ -4,6 +4,7 @@ import { dirname, resolve } from "node:path";
 import { bearerOf } from "../auth/service.ts";
 import type { Config } from "../config.ts";
 import { isBrowserRequest, isLoopback, isLoopbackHost, type ClientHints } from "../http/client-address.ts";
+import { databaseNewer } from "../http/errors.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
 import { databaseFailureOf, migrationState, tablesHomeOf, tablesMissing } from "../db/backend.ts";
 import { ProblemError } from "../shared/problem.ts";
@@ -55,7 +56,10 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
       // Set until a restart, whatever a probe would say: later writes may well succeed.
       const fault = rt.db.storageFault();
       if (fault) return fault;
-      await probeWrite(rt.db);
+      // A write refused for a newer crm's migrations reached a database that answers: the migrations check tells why.
+      await probeWrite(rt.db).catch((error: unknown) => {
+        if (databaseFailureOf(error) !== "newer") throw error;
+      });
       return null;
     }),
     check(async () => {
@@ -95,9 +99,6 @@ export async function readiness(rt: Runtime): Promise<Readiness> {
   return { status: "ready", checks };
 }
 
-/** DATABASE_NEWER_RETRY_AFTER_SECONDS is the Retry-After of a request refused by an instance whose database a newer crm migrated: time for a load balancer to send the retry elsewhere. */
-const DATABASE_NEWER_RETRY_AFTER_SECONDS = 5;
-
 /**
  * refuseOnNewerDatabase answers 503 database-newer once the instance has found that a newer crm
  * migrated its database (rt.migrations): its code would read and write that schema the old way.
@@ -105,14 +106,7 @@ const DATABASE_NEWER_RETRY_AFTER_SECONDS = 5;
  */
 export function refuseOnNewerDatabase(rt: Runtime): void {
   const newer = rt.migrations.newer;
-  if (newer.length === 0) return;
-  throw new ProblemError(
-    503,
-    "database-newer",
-    `This instance runs crm ${BUILD}, and a newer crm has migrated its database (it has ${newer.join(", ")}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`,
-    undefined,
-    { "retry-after": String(DATABASE_NEWER_RETRY_AFTER_SECONDS) },
-  );
+  if (newer.length > 0) throw databaseNewer(newer);
 }
 
 /**

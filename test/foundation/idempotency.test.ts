@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createApiToken } from "../../server/auth/service.ts";
 import { createContact } from "../../server/contacts/service.ts";
-import { IDEMPOTENCY_RETENTION_MS, pruneIdempotencyKeys } from "../../server/idempotency/service.ts";
+import { bodyFingerprint, canonicalJson, IDEMPOTENCY_RETENTION_MS, pruneIdempotencyKeys } from "../../server/idempotency/service.ts";
+import { sha256 } from "../../server/shared/crypto.ts";
 import { gone } from "../support/deleted-before-upgrade.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { Connection } from "../limits/support.ts";
@@ -281,7 +282,7 @@ describe("idempotency: a key used again after its 24 hours", () => {
     const body = { first_name: "Brand", email: "new@example.com" };
     // The route's own work, with the old contact's delete landing after the key was taken for the
     // new request (reserved in the database on PostgreSQL) and before its answer is kept.
-    const made = await h.rt.idempotency.run({ tokenId, method: "POST", path: "/public/v1/contacts", key: "reused-1", body }, async (scope) => {
+    const made = await h.rt.idempotency.run({ tokenId, method: "POST", path: "/public/v1/contacts", key: "reused-1", fingerprint: () => bodyFingerprint(body) }, async (scope) => {
       expect((await h.request("DELETE", `/public/v1/contacts/${old.id}`)).status).toBe(204);
       return createContact(h.rt, body, scope);
     });
@@ -291,6 +292,48 @@ describe("idempotency: a key used again after its 24 hours", () => {
     expect([retry.status, retry.headers.get("idempotent-replayed"), retry.body]).toEqual([201, "true", created]);
     expect((await h.json("GET", `/public/v1/contacts/${created.data.id}`)).body).toEqual(created);
     expect(await h.rt.db.all("SELECT idem_key, status, resource_id FROM idempotency_keys")).toEqual([{ idem_key: "reused-1", status: 201, resource_id: created.data.id }]);
+  });
+});
+
+describe("idempotency: names and tags sent decomposed (NFD), which the routes store in NFC", () => {
+  const nfd = (text: string) => text.normalize("NFD");
+  const tokenId = async () => (await h.rt.db.get<{ id: string }>("SELECT id FROM api_tokens"))!.id;
+
+  test("an answer a crm before that kept, fingerprinted from the body as sent, replays the same bytes retried after the upgrade", async () => {
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "José", email: "jose@example.com" } })).body.data;
+    const tagged = (await h.json("POST", `/public/v1/contacts/${contact.id}/tags`, { body: { tag: "café" } })).body;
+    const batchAnswer = { data: [{ status: "created", id: "con_01M8KC3D433VZ3M2PATPTD8YAN" }] };
+    const kept = [
+      { path: "/public/v1/contacts", key: "k-nfd", body: { email: "jose@example.com", first_name: nfd("José") }, status: 201, answer: { data: contact } },
+      { path: "/public/v1/contacts/batch", key: "k-batch", body: { items: [{ email: "b1@example.com", first_name: nfd("José"), tags: [nfd("café")] }] }, status: 200, answer: batchAnswer },
+      { path: `/public/v1/contacts/${contact.id}/tags`, key: "k-tag", body: { tag: nfd("café") }, status: 200, answer: tagged },
+    ];
+    // As 1d6be56 kept them: SHA-256 of the canonical JSON of the body the client sent.
+    for (const k of kept) {
+      await h.rt.db.run("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, 'POST', ?, ?, ?, ?, ?, ?)", [
+        await tokenId(), k.path, k.key, sha256(canonicalJson(k.body)), k.status, JSON.stringify(k.answer), Date.now(),
+      ]);
+    }
+    for (const k of kept) {
+      const retry = await h.json("POST", k.path, { body: k.body, headers: { "idempotency-key": k.key } });
+      expect([k.key, retry.status, retry.headers.get("idempotent-replayed"), retry.body]).toEqual([k.key, k.status, "true", k.answer]);
+    }
+    expect(await contactCount(h)).toBe(1);
+  });
+
+  test("a body sent twice decomposed replays, and the same text composed under its key is another request", async () => {
+    const sent = [
+      { path: "/public/v1/contacts", body: { email: "nfd@example.com", first_name: nfd("José"), tags: [nfd("café")] }, composed: { email: "nfd@example.com", first_name: "José", tags: ["café"] } },
+      { path: "/public/v1/contacts/batch", body: { items: [{ email: "b1@example.com", last_name: nfd("Müller") }] }, composed: { items: [{ email: "b1@example.com", last_name: "Müller" }] } },
+    ];
+    for (const s of sent) {
+      const headers = { "idempotency-key": `twice ${s.path}` };
+      const first = await h.json("POST", s.path, { body: s.body, headers });
+      const again = await h.json("POST", s.path, { body: s.body, headers });
+      expect([again.status, again.headers.get("idempotent-replayed"), again.body]).toEqual([first.status, "true", first.body]);
+      expectProblem(await h.json("POST", s.path, { body: s.composed, headers }), 422, "idempotency-key-reused");
+    }
+    expect(await contactCount(h)).toBe(2);
   });
 });
 

@@ -12,7 +12,7 @@ import { findIdempotencyRecord, upsertIdempotencyRecord } from "../../server/ide
 import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
 import { createLogger } from "../../server/shared/log.ts";
-import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, oldNameKey } from "../support/account-name-keys.ts";
+import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, joinedNameWarnings, oldNameKey, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 
@@ -114,8 +114,7 @@ describe("migrations: data", () => {
   test("0034 rekeys the account names full case folding keys otherwise (ß and ẞ as ss, a ligature, Greek with dialytika, Turkish İ and ı), so their capitals find them, and serve logs at warn each group of accounts whose keys it joins", async () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0034_account_name_case_fold.sql");
     migrate(db.sqlite, MIGRATIONS.slice(0, version));
-    const insert = db.sqlite.query("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)");
-    for (const [id, name] of OLD_ACCOUNT_NAMES) insert.run(id, name, oldNameKey(name));
+    await storeAccountsKeyedTheOldWay(db);
     const lines: string[] = [];
     const { token } = await createApiToken(db, "t");
     const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "warn" }, log: createLogger("warn", (line) => lines.push(line)) }));
@@ -124,6 +123,21 @@ describe("migrations: data", () => {
     expect(lines.map((line) => JSON.parse(line)).map(({ level, msg, ...fields }) => [level, msg, fields])).toEqual(JOINED_NAME_WARNINGS.map(([msg, fields]) => ["warn", msg, { time: expect.any(String), ...fields }]));
     const named = async (name: string) => (await (await app.handle(new Request(`http://localhost/public/v1/accounts?name=${encodeURIComponent(name)}`, { headers: { authorization: `Bearer ${token}` } }))).json()).data.map((a: { id: string }) => a.id);
     expect([await named("GROSSHANDEL SÜD GMBH"), await named("FF LTD"), await named("οδοσ α.ε."), await named("Großhandel Nord GmbH"), await named("ευρωπαΐκή τράπεζα")]).toEqual([["acc_1"], ["acc_3"], ["acc_4"], ["acc_5"], ["acc_6"]]);
+  });
+
+  test("0042 rekeys again the account names an older crm keyed the old way after 0034, warning of the groups it joins; with none, it changes nothing and warns of nothing", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0042_account_names_rekeyed_again.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    // Written after 0034 by a crm from before it (a rolling upgrade on PostgreSQL; the same rows here).
+    await storeAccountsKeyedTheOldWay(db);
+    const warnings: unknown[] = [];
+    expect(migrate(db.sqlite, MIGRATIONS, { warn: (...warning) => warnings.push(warning) })).toEqual(["0042_account_names_rekeyed_again.sql"]);
+    expect(db.sqlite.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual(NEW_NAME_KEYS);
+    expect(warnings).toEqual(joinedNameWarnings("0042_account_names_rekeyed_again.sql"));
+    db.sqlite.run("DELETE FROM schema_migrations WHERE version = 42");
+    expect(migrate(db.sqlite, MIGRATIONS, { warn: (...warning) => warnings.push(warning) })).toEqual(["0042_account_names_rekeyed_again.sql"]);
+    expect(db.sqlite.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual(NEW_NAME_KEYS);
+    expect(warnings).toEqual(joinedNameWarnings("0042_account_names_rekeyed_again.sql"));
   });
 
   test("a migration rolled back warns of nothing: its backfill's warnings wait for its commit", () => {

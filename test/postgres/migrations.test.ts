@@ -14,7 +14,7 @@ import { indexWaitingNames } from "../../server/contacts/store.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { tempDir } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
-import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, oldNameKey } from "../support/account-name-keys.ts";
+import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, joinedNameWarnings, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
@@ -191,13 +191,27 @@ describe("postgres migrations: data, account names", () => {
   test("0034 rekeys the account names full case folding keys otherwise (ß and ẞ as ss, a ligature, Greek with dialytika, Turkish İ and ı), in its transaction, and warns of each group of accounts whose keys it joins once it committed; the others are left alone", async () => {
     const old = await freshPostgres();
     await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 34));
-    for (const [id, name] of OLD_ACCOUNT_NAMES) {
-      await old.write((tx) => tx.run("INSERT INTO accounts (id, name, name_key, properties, created_at, updated_at) VALUES (?, ?, ?, '{}', 1, 1)", [id, name, oldNameKey(name)]));
-    }
+    await storeAccountsKeyedTheOldWay(old);
     const warnings: unknown[] = [];
     expect(await migratePostgres(old, POSTGRES_MIGRATIONS, (...warning) => warnings.push(warning))).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 34).map((m) => m.name));
     expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"")).toEqual(NEW_NAME_KEYS);
     expect(warnings).toEqual(JOINED_NAME_WARNINGS);
+  });
+});
+
+describe("postgres migrations: data, account names keyed the old way after 0034", () => {
+  test("0042 rekeys again the account names an older instance keyed the old way after 0034 (its writes waited for the write lock behind the migrations), warning of the groups it joins; with none, it changes nothing and warns of nothing", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 42));
+    await storeAccountsKeyedTheOldWay(old);
+    const warnings: unknown[] = [];
+    expect(await migratePostgres(old, POSTGRES_MIGRATIONS, (...warning) => warnings.push(warning))).toEqual(["0042_account_names_rekeyed_again.sql"]);
+    expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"")).toEqual(NEW_NAME_KEYS);
+    expect(warnings).toEqual(joinedNameWarnings("0042_account_names_rekeyed_again.sql"));
+    await old.write((tx) => tx.run("DELETE FROM schema_migrations WHERE version = 42"));
+    expect(await migratePostgres(old, POSTGRES_MIGRATIONS, (...warning) => warnings.push(warning))).toEqual(["0042_account_names_rekeyed_again.sql"]);
+    expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"")).toEqual(NEW_NAME_KEYS);
+    expect(warnings).toEqual(joinedNameWarnings("0042_account_names_rekeyed_again.sql"));
   });
 });
 
