@@ -41,6 +41,7 @@ import tombstoneVersions from "../../migrations/0037_tombstone_versions.sql" wit
 import usersByTime from "../../migrations/0038_users_by_time.sql" with { type: "text" };
 import secretLost from "../../migrations/0039_secret_lost.sql" with { type: "text" };
 import namesAndTagsInNfc from "../../migrations/0040_names_and_tags_in_nfc.sql" with { type: "text" };
+import eventRequestIds from "../../migrations/0041_event_request_ids.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -105,6 +106,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
   { version: 39, name: "0039_secret_lost.sql", sql: secretLost },
   { version: 40, name: "0040_names_and_tags_in_nfc.sql", sql: namesAndTagsInNfc, backfill: normalizeStoredNamesAndTags },
+  { version: 41, name: "0041_event_request_ids.sql", sql: eventRequestIds },
 ];
 
 function ensureMigrationsTable(db: Database): void {
