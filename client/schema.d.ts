@@ -1120,6 +1120,8 @@ export interface components {
              * @description When the next scheduled attempt is due; null once succeeded or failed.
              */
             next_attempt_at: string | null;
+            /** @description The X-Request-Id of the request whose change made the event (a console action's too): yours if you sent a safe one, else the req_... the answer carried. Null for events no request made (subscription.disabled and delivery.exhausted from the delivery loop, commands of the crm binary) and events an earlier crm recorded (before 2026-11-29). Not in the body sent. GET /webhook-deliveries?request_id= lists the deliveries of one request. */
+            request_id: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1167,6 +1169,8 @@ export interface components {
              * @description When the next scheduled attempt is due; null once succeeded or failed.
              */
             next_attempt_at: string | null;
+            /** @description The X-Request-Id of the request whose change made the event (a console action's too): yours if you sent a safe one, else the req_... the answer carried. Null for events no request made (subscription.disabled and delivery.exhausted from the delivery loop, commands of the crm binary) and events an earlier crm recorded (before 2026-11-29). Not in the body sent. GET /webhook-deliveries?request_id= lists the deliveries of one request. */
+            request_id: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -6147,6 +6151,7 @@ export interface operations {
                 subscription_id?: string;
                 event?: "contact.created" | "contact.updated" | "contact.deleted" | "account.created" | "account.updated" | "account.deleted" | "webhook.ping" | "subscription.disabled" | "delivery.exhausted";
                 event_id?: string;
+                request_id?: string;
                 status?: "pending" | "succeeded" | "failed";
                 created_after?: string;
             };

@@ -18,6 +18,7 @@ export const DeliveryFilterQuery = t.Object(
     subscription_id: t.Optional(t.String({ maxLength: 64 })),
     event_id: t.Optional(t.String({ maxLength: 64 })),
     contact_id: t.Optional(t.String({ maxLength: 64 })),
+    request_id: t.Optional(t.String({ maxLength: 200 })),
     since: t.Optional(t.String({ maxLength: 40 })),
     until: t.Optional(t.String({ maxLength: 40 })),
     /** where the previous page stopped: the next page lists older deliveries */

@@ -395,7 +395,7 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   const remove = async () => {
     const db = await openConfiguredDatabase(config, { locked: true });
     try {
-      const deleted = await deleteUser(db, id, UNLINK_CHUNK);
+      const deleted = await deleteUser(db, id, UNLINK_CHUNK, null);
       // A lost wake-up only leaves the deliveries to the instances' next poll.
       await db.notify(DELIVERY_CHANNEL).catch(() => undefined);
       return deleted;

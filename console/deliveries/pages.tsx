@@ -13,7 +13,7 @@ import { HealthPanel } from "../subscriptions/health-pages.tsx";
 import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, WaitsForResume, type NoticeData } from "../pages/parts.tsx";
 
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
-const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "since", "until"] as const;
+const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "request_id", "since", "until"] as const;
 
 /** filterQuery turns the filters that are set into the query string the page, its island and the filters' redirect share. */
 export function filterQuery(filters: DeliveryFilters): string {
@@ -52,7 +52,7 @@ function fieldStep(value: string | undefined): string | undefined {
 }
 
 /** FilterInput is a typed filter of the deliveries page: an id, or a time (UTC). */
-function FilterInput(props: { name: keyof DeliveryFilters; label: string; value: string | undefined; time?: boolean; placeholder?: string; refusal: Refusal | null | undefined }) {
+function FilterInput(props: { name: keyof DeliveryFilters; label: string; value: string | undefined; time?: boolean; placeholder?: string; maxLength?: number; refusal: Refusal | null | undefined }) {
   const marks = fieldMarks(props.refusal, props.name);
   return (
     <FieldWithReason refusal={props.refusal} name={props.name}>
@@ -61,7 +61,7 @@ function FilterInput(props: { name: keyof DeliveryFilters; label: string; value:
         {props.time ? (
           <input type="datetime-local" name={props.name} value={props.value ?? ""} step={fieldStep(props.value)} {...marks} />
         ) : (
-          <input type="text" name={props.name} value={props.value ?? ""} placeholder={props.placeholder} maxLength={64} spellcheck={false} {...marks} />
+          <input type="text" name={props.name} value={props.value ?? ""} placeholder={props.placeholder} maxLength={props.maxLength ?? 64} spellcheck={false} {...marks} />
         )}
       </label>
     </FieldWithReason>
@@ -117,6 +117,7 @@ export function deliveriesPage(props: {
           />
           <FilterInput name="event_id" label="Event id" value={filters.event_id} placeholder="evt_…" refusal={props.refusal} />
           <FilterInput name="contact_id" label="Contact id" value={filters.contact_id} placeholder="con_…" refusal={props.refusal} />
+          <FilterInput name="request_id" label="Request id" value={filters.request_id} placeholder="X-Request-Id" maxLength={100} refusal={props.refusal} />
           <FilterInput name="since" label="From (UTC)" value={filters.since} time refusal={props.refusal} />
           <FilterInput name="until" label="Until (UTC)" value={filters.until} time refusal={props.refusal} />
           <div class="filter-actions">
@@ -284,6 +285,17 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
               <code>{d.event_type}</code> <a href={`/console/events/${d.event_id}`}>
                 <code>{d.event_id}</code>
               </a>
+            </dd>
+            <dt>Request</dt>
+            <dd id="request-id">
+              {d.request_id ? (
+                <>
+                  <code>{d.request_id}</code> <a href={`/console/?request_id=${encodeURIComponent(d.request_id)}`}>its deliveries</a>{" "}
+                  <span class="muted">(the X-Request-Id of the request that made the event)</span>
+                </>
+              ) : (
+                <span class="muted">none: the service made this event itself, or a command did, or it is older than request ids</span>
+              )}
             </dd>
             <dt>Subscription</dt>
             <dd>

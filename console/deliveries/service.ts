@@ -1,6 +1,7 @@
 import type { Database, Db } from "../../server/db/sql.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { findContact } from "../../server/contacts/service.ts";
+import { REQUEST_ID_RULE, SAFE_REQUEST_ID } from "../../server/http/request-log.ts";
 import { notFound, validationProblem, type FieldError } from "../../server/shared/problem.ts";
 import { parseTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES, type Delivery, type DeliveryDetail, type Subscription } from "../../server/webhooks/model.ts";
@@ -25,7 +26,7 @@ import { consoleFieldTime, consoleTime } from "../shell.ts";
 /** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
 export const LATEST_DELIVERIES = 50;
 
-const KNOWN_FILTERS = new Set(["status", "event", "subscription_id", "event_id", "contact_id", "since", "until", "before"]);
+const KNOWN_FILTERS = new Set(["status", "event", "subscription_id", "event_id", "contact_id", "request_id", "since", "until", "before"]);
 const ID = (prefix: string) => new RegExp(`^${prefix}_[0-9A-Z]{26}$`);
 
 /** positionText and positionOf write and read the `before` of an older page: the time and id of the last row shown. */
@@ -88,6 +89,11 @@ function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDelivery
     if (value === undefined) continue;
     if (ID(prefix).test(value)) (filters as Record<string, string>)[key] = value;
     else errors.push({ parameter: name, detail: `must be ${what}` });
+  }
+  const requestId = set(query.request_id);
+  if (requestId !== undefined) {
+    if (SAFE_REQUEST_ID.test(requestId)) filters.requestId = requestId;
+    else errors.push({ parameter: "request_id", detail: `must be ${REQUEST_ID_RULE}` });
   }
   for (const [name, key] of [["since", "createdAfter"], ["until", "createdBefore"]] as const) {
     const value = set(query[name]);

@@ -1,6 +1,7 @@
 import { Elysia, t } from "elysia";
 import { listTokens } from "../../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
+import { requestIdOf } from "../../server/http/request-log.ts";
 import { findOperator, operatorSummaries, pendingInvites } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError } from "../../server/shared/problem.ts";
@@ -117,8 +118,8 @@ export function peopleRoutes(rt: Runtime) {
     .get("/users/:id/delete", async ({ session, params }) => htmlResponse(deleteUserPage({ session, user: await getUser(db, params.id), assigned: await contactsAssignedTo(db, params.id) })), { params: IdParam })
     .post(
       "/users/:id/delete",
-      async ({ session, params, body }) => {
-        const { unassigned } = await deleteUserFromForm(rt, session, params.id, field(body, "form_key"));
+      async ({ request, session, params, body }) => {
+        const { unassigned } = await deleteUserFromForm(rt, session, params.id, field(body, "form_key"), requestIdOf(request));
         return redirect(`${CONSOLE_PREFIX}/users?deleted=1&unassigned=${unassigned}`);
       },
       { params: IdParam, body: OptionalForm },

@@ -65,12 +65,12 @@ function userDeletedAnswer({ user, unassigned }: DeletedUser): { deleted: string
 
 /**
  * deleteUserFromForm deletes a user once per form key, as the API's delete does (in short writes,
- * deleteUser), its answer recorded in the last of them: the confirmation sent again (a double
+ * deleteUser, its events made by the console's request `requestId`), its answer recorded in the last of them: the confirmation sent again (a double
  * click) answers as the first did, where the delete alone would be 404 by then.
  */
-export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<{ unassigned: number }> {
+export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string, requestId: string): Promise<{ unassigned: number }> {
   const done = await onceForForm(rt, { session, path: `/console/users/${id}/delete`, key: formKey, values: {} }, async (scope) => {
-    const deleted = await deleteUser(rt.db, id, rt.unlinkChunk, (tx, answer, now) => saveIdempotentResponse(tx, scope, 200, userDeletedAnswer(answer), now));
+    const deleted = await deleteUser(rt.db, id, rt.unlinkChunk, requestId, (tx, answer, now) => saveIdempotentResponse(tx, scope, 200, userDeletedAnswer(answer), now));
     return { status: 200, body: userDeletedAnswer(deleted) };
   });
   return { unassigned: done.body.unassigned };

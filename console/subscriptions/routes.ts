@@ -242,9 +242,9 @@ export function rotationRoutes(rt: Runtime) {
     )
     .post(
       "/subscriptions/:id/secret-rotation/test",
-      async ({ session, params, body }) => {
+      async ({ request, session, params, body }) => {
         try {
-          await sendSecretRotationTest(rt, session, params.id, field(body, "form_key"));
+          await sendSecretRotationTest(rt, session, params.id, field(body, "form_key"), requestIdOf(request));
         } catch (error) {
           const failure = wizardTestRefusal(error);
           return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
@@ -298,9 +298,9 @@ export function rotationRoutes(rt: Runtime) {
     .get("/rotations/:id", async ({ session, params }) => htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id) })), { params: IdParam })
     .post(
       "/rotations/:id/test",
-      async ({ session, params, body }) => {
+      async ({ request, session, params, body }) => {
         try {
-          await sendRotationTest(rt, session, params.id, field(body, "form_key"));
+          await sendRotationTest(rt, session, params.id, field(body, "form_key"), requestIdOf(request));
         } catch (error) {
           const failure = wizardTestRefusal(error);
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), refusal: failure }), failure.status);

@@ -218,7 +218,7 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
  * is refused too, naming its Resume button, though the API would queue the ping: the wizard's step
  * waits for the test's answer, which would not come until someone resumed the subscription.
  */
-function addWizardTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<{ delivery_id: string; event_id: string }> {
+function addWizardTestEvent(tx: Db, row: SubscriptionRow, requestId: string, now: number): Promise<{ delivery_id: string; event_id: string }> {
   const name = isolated(row.description ?? receiverUrl(row.target_url));
   if (row.status === "disabled") {
     throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${name} is disabled${disabledBecause(row.disabled_reason)}. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
@@ -230,22 +230,23 @@ function addWizardTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<
       `No test event was sent: the subscription ${name} is paused, and the test event would wait until it is resumed. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then send the test event again.`,
     );
   }
-  return addTestEvent(tx, row, now);
+  return addTestEvent(tx, row, requestId, now);
 }
 
 /**
  * sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its
  * delivery, in one commit: a ping the rotation does not know of would leave the wizard asking for
- * a test that was sent. Once per form key: sent twice (a double click), it sends one ping.
+ * a test that was sent. Once per form key: sent twice (a double click), it sends one ping, made by
+ * the console's request `requestId`.
  */
-export async function sendRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+export async function sendRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string, requestId: string): Promise<void> {
   await changeOnceForForm(rt, { session, path: `/console/rotations/${id}/test`, key: formKey }, async (tx, now) => {
     const rotation = await findRotation(tx, id);
     if (!rotation) throw notFound("rotation", id);
     if (rotation.completed_at !== null) throw new ProblemError(409, "rotation-closed", "This rotation is finished.");
     const replacement = await findSubscriptionById(tx, id);
     if (!replacement) throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted.");
-    const sent = await addWizardTestEvent(tx, replacement, now);
+    const sent = await addWizardTestEvent(tx, replacement, requestId, now);
     await setRotationTestDelivery(tx, id, sent.delivery_id, now);
     return sent;
   });
@@ -335,14 +336,15 @@ export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: 
  * sendSecretRotationTest sends a webhook.ping while the rotation's grace period runs, and remembers
  * its delivery as the rotation's test, in one commit: a ping the wizard does not know of would leave
  * it asking for a test that was sent, and the record is what has the ping signed with the new secret
- * alone (signingSecrets). Once per form key: sent twice (a double click), it sends one ping.
+ * alone (signingSecrets). Once per form key: sent twice (a double click), it sends one ping, made
+ * by the console's request `requestId`.
  */
-export async function sendSecretRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
+export async function sendSecretRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string, requestId: string): Promise<void> {
   await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/secret-rotation/test`, key: formKey }, async (tx, now) => {
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (!graceRunning(row, now)) throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
-    const sent = await addWizardTestEvent(tx, row, now);
+    const sent = await addWizardTestEvent(tx, row, requestId, now);
     await setSecretRotationTest(tx, id, sent.delivery_id);
     return sent;
   });

@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { requestIdOf } from "../http/request-log.ts";
 import { ConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -26,7 +27,7 @@ const BATCH_DOC = {
 export function accountRoutes(rt: Runtime) {
   return new Elysia({ name: "accounts", prefix: "/public/v1/accounts" })
     .use(bearerAuth())
-    .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createAccount(rt, body, scope)), {
+    .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createAccount(rt, body, scope, requestIdOf(request))), {
       body: AccountInput,
       headers: IdempotencyKeyHeader,
       beforeHandle: refuseEntityTags("A new account has no version yet"),
@@ -58,7 +59,7 @@ export function accountRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateAccount(rt, params.id, body, versionCondition(headers)) }), {
+    .patch("/:id", async ({ request, params, body, headers, set }) => tagged(set, { data: await updateAccount(rt, params.id, body, versionCondition(headers), requestIdOf(request)) }), {
       params: AccountId,
       body: AccountPatch,
       headers: ConditionHeaders,
@@ -71,8 +72,8 @@ export function accountRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .delete("/:id", async ({ params, headers, set }) => {
-      await deleteAccount(rt, params.id, versionCondition(headers));
+    .delete("/:id", async ({ request, params, headers, set }) => {
+      await deleteAccount(rt, params.id, versionCondition(headers), requestIdOf(request));
       set.status = 204;
     }, {
       params: AccountId,

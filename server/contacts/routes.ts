@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { requestIdOf } from "../http/request-log.ts";
 import { ConditionHeaders, IdempotentConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -37,7 +38,7 @@ export function contactRoutes(rt: Runtime) {
   return new Elysia({ name: "contacts", prefix: "/public/v1/contacts" })
     .use(bearerAuth())
     .post("", async ({ request, headers, token, body, set }) => {
-      const answer = await idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createContact(rt, body, scope));
+      const answer = await idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createContact(rt, body, scope, requestIdOf(request)));
       return (answer as unknown) instanceof Response ? answer : sendJson(set, toJsonText(answer));
     }, {
       body: ContactInput,
@@ -77,7 +78,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .patch("/:id", async ({ params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers)) }), {
+    .patch("/:id", async ({ request, params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers), requestIdOf(request)) }), {
       params: ContactId,
       body: ContactInput,
       transform: ({ body }) => storedText(body),
@@ -85,8 +86,8 @@ export function contactRoutes(rt: Runtime) {
       response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 413, 415, 422) },
       detail: { operationId: "updateContact", summary: "Update a contact", description: "Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event. With If-Match, only a contact still at that version changes (else 412 with the current ETag).", tags, ...secured },
     })
-    .delete("/:id", async ({ params, headers, set }) => {
-      await deleteContact(rt, params.id, versionCondition(headers));
+    .delete("/:id", async ({ request, params, headers, set }) => {
+      await deleteContact(rt, params.id, versionCondition(headers), requestIdOf(request));
       set.status = 204;
     }, {
       params: ContactId,
@@ -94,7 +95,7 @@ export function contactRoutes(rt: Runtime) {
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 412, 422) },
       detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it. With If-Match, only a contact still at that version is deleted (else 412).", tags, ...secured },
     })
-    .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, versionCondition(headers), scope) } })), {
+    .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, versionCondition(headers), scope, requestIdOf(request)) } })), {
       params: ContactId,
       body: ContactAccountInput,
       headers: IdempotentConditionHeaders,
@@ -107,7 +108,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .delete("/:id/accounts/:accountId", async ({ params, headers, set }) => tagged(set, { data: await removeContactAccount(rt, params.id, params.accountId, versionCondition(headers)) }), {
+    .delete("/:id/accounts/:accountId", async ({ request, params, headers, set }) => tagged(set, { data: await removeContactAccount(rt, params.id, params.accountId, versionCondition(headers), requestIdOf(request)) }), {
       params: ContactAccountId,
       headers: ConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 412, 422) },
@@ -119,7 +120,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, versionCondition(headers), scope) } })), {
+    .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, versionCondition(headers), scope, requestIdOf(request)) } })), {
       params: ContactId,
       body: ContactTagInput,
       // The tag in the form stored (NFC), for the schema's limit to count it (as storedText).
@@ -136,7 +137,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .delete("/:id/tags/:tag", async ({ params, headers, set }) => tagged(set, { data: await removeContactTag(rt, params.id, params.tag, versionCondition(headers)) }), {
+    .delete("/:id/tags/:tag", async ({ request, params, headers, set }) => tagged(set, { data: await removeContactTag(rt, params.id, params.tag, versionCondition(headers), requestIdOf(request)) }), {
       params: ContactTag,
       headers: ConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 412, 422) },

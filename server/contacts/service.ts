@@ -275,8 +275,8 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
   return next;
 }
 
-/** writeNewContact inserts a contact, its relations and its contact.created event, or refuses one that names nobody; call it inside a write. */
-async function writeNewContact(db: Db, input: ContactInput, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
+/** writeNewContact inserts a contact, its relations and its contact.created event (made by the request `requestId`), or refuses one that names nobody; call it inside a write. */
+async function writeNewContact(db: Db, input: ContactInput, requestId: string | null, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
   input = storedForm(input);
   const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
   const row = applyInput(empty, input);
@@ -288,7 +288,7 @@ async function writeNewContact(db: Db, input: ContactInput, now: number): Promis
   // A new contact has no tag rows: the DELETE of replaceContactTags cost ~13 us of every create.
   await insertContactTags(db, row, input.tags ?? []);
   const contact = toContact(row);
-  await recordEvent(db, "contact.created", contact, now);
+  await recordEvent(db, "contact.created", contact, requestId, now);
   return { contact };
 }
 
@@ -296,10 +296,10 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
 
 /**
  * writeContactChange applies a PATCH-like input to a stored contact; a change is written with its
- * contact.updated event, an input that changes nothing writes nothing (updated_at stays, no event).
- * Call it inside a write, after the relations are checked.
+ * contact.updated event (made by the request `requestId`), an input that changes nothing writes
+ * nothing (updated_at stays, no event). Call it inside a write, after the relations are checked.
  */
-async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, now: number): Promise<ContactChange> {
+async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, requestId: string | null, now: number): Promise<ContactChange> {
   input = storedForm(input);
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...applyInput(current, input), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
@@ -317,18 +317,18 @@ async function writeContactChange(db: Db, current: ContactRow, input: ContactInp
   if (input.account_ids !== undefined) await replaceContactAccounts(db, row, input.account_ids ?? []);
   if (input.assigned_user_ids !== undefined) await replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
   if (input.tags !== undefined) await replaceContactTags(db, row, input.tags ?? []);
-  await recordEvent(db, "contact.updated", after, now);
+  await recordEvent(db, "contact.updated", after, requestId, now);
   return { contact: after, changed: true };
 }
 
-/** createContact stores a contact, its relations, its contact.created event and idempotent response in one commit. */
-export async function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Contact } }> {
+/** createContact stores a contact, its relations, its contact.created event (made by the request `requestId`) and idempotent response in one commit. */
+export async function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null, requestId: string | null): Promise<{ status: number; body: { data: Contact } }> {
   refuseInvalidFields(input);
   return rt.db.write(async (tx) => {
     await refuseUnknownRelations(tx, input);
     await refuseTakenExternalId(tx, input, null);
     const now = Date.now();
-    const made = await writeNewContact(tx, input, now);
+    const made = await writeNewContact(tx, input, requestId, now);
     if ("errors" in made) throw validationProblem(made.errors);
     const body = { data: made.contact };
     await saveIdempotentResponse(tx, idempotency, 201, body, now);
@@ -337,7 +337,7 @@ export async function createContact(rt: Runtime, input: ContactInput, idempotenc
 }
 
 /** updateContact applies a PATCH (if the stored version meets `condition`, else 412); a change writes contact.updated in the same commit, a no-op writes nothing. */
-export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null = null): Promise<Contact> {
+export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null, requestId: string | null): Promise<Contact> {
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, id);
     if (!current) throw notFound("contact", id);
@@ -346,7 +346,7 @@ export async function updateContact(rt: Runtime, id: string, input: ContactInput
     refuseInvalidFields(input);
     await refuseUnknownRelations(tx, input);
     await refuseTakenExternalId(tx, input, id);
-    const change = await writeContactChange(tx, current, input, Date.now());
+    const change = await writeContactChange(tx, current, input, requestId, Date.now());
     if ("errors" in change) throw validationProblem(change.errors);
     return change.contact;
   });
@@ -390,18 +390,18 @@ function withCustomFieldsMerged(row: ContactRow, input: ContactInput): { input: 
 }
 
 /** upsertContact writes one valid batch item: created, updated (its custom fields merged when `options` say so), unchanged, or invalid when its match, relations or merge refuse it. */
-async function upsertContact(db: Db, input: ContactInput, now: number, options: ContactBatchOptions): Promise<BatchResult> {
+async function upsertContact(db: Db, input: ContactInput, now: number, requestId: string | null, options: ContactBatchOptions): Promise<BatchResult> {
   const match = await matchContact(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
   const relationErrors = await unknownRelationErrors(db, input);
   if (relationErrors.length > 0) return { status: "invalid", errors: relationErrors };
   if (!match.row) {
-    const made = await writeNewContact(db, input, now);
+    const made = await writeNewContact(db, input, requestId, now);
     return "errors" in made ? { status: "invalid", errors: made.errors } : { status: "created", id: made.contact.id };
   }
   const update = options.merge_custom_fields ? withCustomFieldsMerged(match.row, input) : { input };
   if ("errors" in update) return { status: "invalid", errors: update.errors };
-  const change = await writeContactChange(db, match.row, update.input, now);
+  const change = await writeContactChange(db, match.row, update.input, requestId, now);
   if ("errors" in change) return { status: "invalid", errors: change.errors };
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
 }
@@ -410,7 +410,7 @@ async function upsertContact(db: Db, input: ContactInput, now: number, options: 
 export const CONTACT_BATCH: BatchKind<ContactInput, ContactBatchOptions> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
 /** deleteContact removes a contact (if the stored version meets `condition`, else 412), withdraws the kept answers showing it, and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
-export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null = null): Promise<void> {
+export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, requestId: string | null): Promise<void> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const current = await findContactById(tx, id);
@@ -419,7 +419,7 @@ export async function deleteContact(rt: Runtime, id: string, condition: VersionC
     if (!(await deleteContactRow(tx, id))) throw notFound("contact", id);
     await withdrawKeptAnswers(tx, "contact", id);
     await insertTombstone(tx, "contact", id, now, current.version + 1);
-    await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, now);
+    await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, requestId, now);
   });
 }
 
@@ -435,6 +435,7 @@ async function changeRelation(
   condition: VersionCondition | null,
   change: (row: ContactRow, tx: Db) => Promise<ContactInput | null>,
   idempotency: IdempotencyScope | null,
+  requestId: string | null,
 ): Promise<Contact> {
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, contactId);
@@ -442,7 +443,7 @@ async function changeRelation(
     refuseUnmetCondition(condition, "contact", contactId, current.version);
     const now = Date.now();
     const input = await change(current, tx);
-    const result = input ? await writeContactChange(tx, current, input, now) : { contact: toContact(current), changed: false };
+    const result = input ? await writeContactChange(tx, current, input, requestId, now) : { contact: toContact(current), changed: false };
     if ("errors" in result) throw validationProblem(result.errors);
     await saveIdempotentResponse(tx, idempotency, 200, { data: result.contact }, now);
     return result.contact;
@@ -450,41 +451,41 @@ async function changeRelation(
 }
 
 /** addContactAccount links a contact to one more account (last in account_ids), if its version meets `condition` (else 412); linking it again changes nothing. */
-export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null): Promise<Contact> {
+export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, requestId: string | null): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row, tx) => {
     const ids = idList(row.account_ids);
     if (ids.includes(accountId)) return null;
     if ((await findAccountsByIds(tx, [accountId])).size === 0) throw validationProblem([{ pointer: "/account_id", detail: `no account with id ${accountId} exists` }], "The account does not exist.");
     if (ids.length >= MAX_RELATED_IDS) throw validationProblem([{ pointer: "/account_id", detail: `the contact already has ${MAX_RELATED_IDS} accounts, the limit` }], "Too many accounts.");
     return { account_ids: [...ids, accountId] };
-  }, idempotency);
+  }, idempotency, requestId);
 }
 
 /** removeContactAccount unlinks a contact from an account, if its version meets `condition` (else 412); an account it is not linked to changes nothing. */
-export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null): Promise<Contact> {
+export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, requestId: string | null): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row) => {
     const ids = idList(row.account_ids);
     return ids.includes(accountId) ? { account_ids: ids.filter((id) => id !== accountId) } : null;
-  }, null);
+  }, null, requestId);
 }
 
 /** addContactTag adds a tag to a contact (last in tags), if its version meets `condition` (else 412); a tag it carries changes nothing. */
-export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null): Promise<Contact> {
+export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, requestId: string | null): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
     if (tags.length >= MAX_TAGS) throw validationProblem([{ pointer: "/tag", detail: `the contact already has ${MAX_TAGS} tags, the limit` }], "Too many tags.");
     return { tags: [...tags, tag] };
-  }, idempotency);
+  }, idempotency, requestId);
 }
 
 /** removeContactTag removes a tag from a contact, if its version meets `condition` (else 412); a tag it does not carry changes nothing. */
-export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null): Promise<Contact> {
+export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, requestId: string | null): Promise<Contact> {
   tag = tag.normalize("NFC");
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     return tags.includes(tag) ? { tags: tags.filter((t) => t !== tag) } : null;
-  }, null);
+  }, null, requestId);
 }
 
 /**
@@ -505,9 +506,9 @@ export const UNLINK_CHUNK = 100;
  * (unlinkAccountFromContacts counts each one's version up as writeContactChange does). Returns how
  * many it unlinked: fewer than `chunk` leaves none linked.
  */
-export async function detachAccountFromContacts(db: Db, accountId: string, now: number, chunk: number): Promise<number> {
+export async function detachAccountFromContacts(db: Db, accountId: string, now: number, chunk: number, requestId: string | null): Promise<number> {
   const changed = await unlinkAccountFromContacts(db, accountId, await findContactsLinkedToAccount(db, accountId, chunk), now);
-  await recordEvents(db, "contact.updated", changed.map(toContact), now);
+  await recordEvents(db, "contact.updated", changed.map(toContact), requestId, now);
   return changed.length;
 }
 
@@ -517,9 +518,9 @@ export async function detachAccountFromContacts(db: Db, accountId: string, now: 
  * account's links: each gets a new version and updated_at and one contact.updated. Returns how
  * many contacts it changed: fewer than `chunk` leaves none assigned.
  */
-export async function detachUserFromContacts(db: Db, userId: string, now: number, chunk: number): Promise<number> {
+export async function detachUserFromContacts(db: Db, userId: string, now: number, chunk: number, requestId: string | null): Promise<number> {
   const changed = await unassignUserFromContacts(db, userId, await findContactsAssignedToUser(db, userId, chunk), now);
-  await recordEvents(db, "contact.updated", changed.map(toContact), now);
+  await recordEvents(db, "contact.updated", changed.map(toContact), requestId, now);
   return changed.length;
 }
 

@@ -41,6 +41,7 @@ import tombstoneVersions from "../../migrations/0037_tombstone_versions.sql" wit
 import usersByTime from "../../migrations/0038_users_by_time.sql" with { type: "text" };
 import secretLost from "../../migrations/0039_secret_lost.sql" with { type: "text" };
 import namesAndTagsInNfc from "../../migrations/0040_names_and_tags_in_nfc.sql" with { type: "text" };
+import eventRequestIds from "../../migrations/0041_event_request_ids.sql" with { type: "text" };
 import accountNamesRekeyedAgain from "../../migrations/0042_account_names_rekeyed_again.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
@@ -106,6 +107,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
   { version: 39, name: "0039_secret_lost.sql", sql: secretLost },
   { version: 40, name: "0040_names_and_tags_in_nfc.sql", sql: namesAndTagsInNfc, backfill: normalizeStoredNamesAndTags },
+  { version: 41, name: "0041_event_request_ids.sql", sql: eventRequestIds },
   { version: 42, name: "0042_account_names_rekeyed_again.sql", sql: accountNamesRekeyedAgain, backfill: (db, context) => keyAccountNames(db, context.warn) },
 ];
 

@@ -27,6 +27,7 @@ import tombstoneVersions from "../../migrations/postgres/0037_tombstone_versions
 import usersByTime from "../../migrations/postgres/0038_users_by_time.sql" with { type: "text" };
 import secretLost from "../../migrations/postgres/0039_secret_lost.sql" with { type: "text" };
 import namesAndTagsInNfc from "../../migrations/postgres/0040_names_and_tags_in_nfc.sql" with { type: "text" };
+import eventRequestIds from "../../migrations/postgres/0041_event_request_ids.sql" with { type: "text" };
 import accountNamesRekeyedAgain from "../../migrations/postgres/0042_account_names_rekeyed_again.sql" with { type: "text" };
 import { LOCK_TIMEOUT_STATE, READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
@@ -72,6 +73,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 38, name: "0038_users_by_time.sql", sql: usersByTime },
   { version: 39, name: "0039_secret_lost.sql", sql: secretLost },
   { version: 40, name: "0040_names_and_tags_in_nfc.sql", sql: namesAndTagsInNfc, backfill: normalizePostgresNamesAndTags },
+  { version: 41, name: "0041_event_request_ids.sql", sql: eventRequestIds },
   { version: 42, name: "0042_account_names_rekeyed_again.sql", sql: accountNamesRekeyedAgain, backfill: keyPostgresAccountNames },
 ];
 

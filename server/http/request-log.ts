@@ -15,6 +15,9 @@ const requestInfo = requestSlot<RequestInfo>("request info");
 /** SAFE_REQUEST_ID is an X-Request-Id a client may choose: sent back and logged as it is, unless shaped like a secret (SECRET_SHAPED). */
 export const SAFE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,100}$/;
 
+/** REQUEST_ID_RULE says what SAFE_REQUEST_ID takes, as a filter by request id refuses another value: "must be ...". */
+export const REQUEST_ID_RULE = "a request id: 1 to 100 of A-Z a-z 0-9 . _ : -";
+
 /**
  * SECRET_SHAPED matches a request id shaped like one of the service's own secrets, which a client
  * can send by mistake (a variable mixed up): an API token (crm_...), a webhook signing secret

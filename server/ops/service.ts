@@ -247,6 +247,8 @@ export function recordDeliveryOutcome(metrics: Metrics, log: Logger, outcome: De
     delivery_id: outcome.delivery_id,
     subscription_id: outcome.subscription_id,
     event_type: outcome.event_type,
+    // Left out when no request made the event, as the request line leaves out a missing problem.
+    request_id: outcome.request_id ?? undefined,
     trigger: outcome.trigger,
     response_status: outcome.response_status,
     // The attempt's recorded error, cut to its length and without the target URL (whose query string may hold the receiver's credentials).

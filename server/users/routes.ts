@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
+import { requestIdOf } from "../http/request-log.ts";
 import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -46,8 +47,8 @@ export function userRoutes(rt: Runtime) {
       response: { 200: UserEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
       detail: { operationId: "updateUser", summary: "Update a user", description: "Fields present replace the stored ones; the email stays unique (409 when taken).", tags, ...secured },
     })
-    .delete("/:id", async ({ params, set }) => {
-      await deleteUser(rt.db, params.id, rt.unlinkChunk);
+    .delete("/:id", async ({ request, params, set }) => {
+      await deleteUser(rt.db, params.id, rt.unlinkChunk, requestIdOf(request));
       set.status = 204;
     }, {
       params: UserId,

@@ -79,15 +79,15 @@ export interface DeletedUser {
  * there is no user.deleted. Each write throws 404 for a user
  * that is not there (deleted meanwhile): the contacts changed so far stay changed, as after a
  * crash between the writes, which a delete sent again finishes. Takes the Database, not the
- * Runtime: the command line deletes too.
+ * Runtime: the command line deletes too, its events made by no request (`requestId` null).
  */
-export function deleteUser(db: Database, id: string, chunk: number, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
+export function deleteUser(db: Database, id: string, chunk: number, requestId: string | null, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
   let unassigned = 0;
   return writeInSteps(db, async (tx) => {
     const now = Date.now();
     const current = await findUserById(tx, id);
     if (!current) throw notFound("user", id);
-    const changed = await detachUserFromContacts(tx, id, now, chunk);
+    const changed = await detachUserFromContacts(tx, id, now, chunk, requestId);
     // Counted as the step runs: a step that fails ends the delete, so no count outlives its rollback.
     unassigned += changed;
     if (changed === chunk) return null;

@@ -35,6 +35,8 @@ export async function disableWithEvent(db: Db, subscription: SubscriptionRow, re
       failing_since: subscription.failing_since === null ? null : toTimestamp(subscription.failing_since),
       pending_deliveries_failed: failed,
     },
+    // The delivery loop's own: a manual attempt's 410 disables too, but its receiver's answer did, not the request.
+    null,
     now,
   );
   return failed;
@@ -74,6 +76,7 @@ export async function recordExhausted(db: Db, due: DueDelivery, attempts: number
       last_response_status: result.response_status,
       last_error: result.error,
     },
+    null,
     now,
   );
 }

@@ -14,6 +14,7 @@ import {
   MIN_MAX_RATE,
 } from "../limits/limits.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
+import { REQUEST_ID_RULE, SAFE_REQUEST_ID } from "../http/request-log.ts";
 
 /** OPERATIONAL_EVENT_TYPES are events about the webhooks themselves, for an on-call system: a subscription disabled, a delivery that used up its attempts. */
 export const OPERATIONAL_EVENT_TYPES = ["subscription.disabled", "delivery.exhausted"] as const;
@@ -29,7 +30,7 @@ export const DELIVERY_STATUSES = ["pending", "succeeded", "failed"] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 
 export const SUBSCRIPTION_FILTERS = ["event"] as const;
-export const DELIVERY_FILTERS = ["subscription_id", "event", "event_id", "status", "created_after"] as const;
+export const DELIVERY_FILTERS = ["subscription_id", "event", "event_id", "request_id", "status", "created_after"] as const;
 
 const kinds = WEBHOOK_EVENT_TYPES.join(", ");
 // TypeBox does not check `enum` on a string schema, so enumerations are unions of literals.
@@ -114,6 +115,10 @@ export const Delivery = t.Object({
   last_response_status: t.Union([t.Integer(), t.Null()], { description: "HTTP status of the last attempt; null if it got no response." }),
   last_error: t.Union([t.String(), t.Null()], { description: "Network error or refusal of the last attempt, in words." }),
   next_attempt_at: t.Union([timestamp, t.Null()], { description: "When the next scheduled attempt is due; null once succeeded or failed." }),
+  request_id: t.Union([t.String(), t.Null()], {
+    description:
+      "The X-Request-Id of the request whose change made the event (a console action's too): yours if you sent a safe one, else the req_... the answer carried. Null for events no request made (subscription.disabled and delivery.exhausted from the delivery loop, commands of the crm binary) and events an earlier crm recorded (before 2026-11-29). Not in the body sent. GET /webhook-deliveries?request_id= lists the deliveries of one request.",
+  }),
   created_at: timestamp,
   updated_at: timestamp,
 });
@@ -223,6 +228,13 @@ export const DeliveryListQuery = paginationQuerySchema(null, {
   subscription_id: t.Optional(t.String({ pattern: "^sub_[0-9A-Z]{26}$", error: "must be a subscription id (sub_...)", description: "Only deliveries to this subscription (sub_...)." })),
   event: eventFilter,
   event_id: t.Optional(t.String({ pattern: "^evt_[0-9A-Z]{26}$", error: "must be an event id (evt_...)", description: "Only deliveries of this event (evt_...)." })),
+  request_id: t.Optional(
+    t.String({
+      pattern: SAFE_REQUEST_ID.source,
+      error: `must be ${REQUEST_ID_RULE}`,
+      description: "Only deliveries of the events made by the request with this X-Request-Id (the one its answer carried). A client that sends the same X-Request-Id with many requests finds all their deliveries.",
+    }),
+  ),
   status: t.Optional(oneOf(DELIVERY_STATUSES, { error: `must be one of: ${DELIVERY_STATUSES.join(", ")}`, description: "pending, succeeded or failed." })),
   created_after: timestampFilterSchema("Only deliveries created after this time."),
 });

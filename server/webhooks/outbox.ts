@@ -4,18 +4,19 @@ import { toTimestamp } from "../shared/time.ts";
 import type { EventType } from "./model.ts";
 import { findActiveSubscriptionsForEvent, insertDeliveries, insertDelivery, insertEvent, insertEvents, type EventRow } from "./store.ts";
 
-function newEventRow(type: EventType, data: unknown, now: number): EventRow {
+function newEventRow(type: EventType, data: unknown, requestId: string | null, now: number): EventRow {
   const id = newId("evt", now);
   // event_id is the same in every subscription's copy, unlike webhook-id, so receivers can de-duplicate across subscriptions.
-  return { id, type, payload: JSON.stringify({ type, event_id: id, timestamp: toTimestamp(now), data }), created_at: now };
+  // The request id stays out of the body: every subscriber would be sent the ids another client chose for its requests.
+  return { id, type, payload: JSON.stringify({ type, event_id: id, timestamp: toTimestamp(now), data }), request_id: requestId, created_at: now };
 }
 
 function newDueDelivery(eventId: string, type: EventType, subscription: { id: string; target_url: string }, now: number) {
   return { id: newId("dlv", now), event_id: eventId, event_type: type, subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: now, created_at: now };
 }
 
-async function insertEventRow(db: Db, type: EventType, data: unknown, now: number): Promise<string> {
-  const event = newEventRow(type, data, now);
+async function insertEventRow(db: Db, type: EventType, data: unknown, requestId: string | null, now: number): Promise<string> {
+  const event = newEventRow(type, data, requestId, now);
   await insertEvent(db, event);
   return event.id;
 }
@@ -29,9 +30,11 @@ async function insertDueDelivery(db: Db, eventId: string, type: EventType, subsc
 /**
  * recordEvent writes an event and one delivery per active subscription that wants it; call it
  * inside the transaction of the change it describes, so the change and its deliveries commit together.
+ * `requestId` is the id of the request (API or console) that made the change, null for a change no
+ * request made (the delivery loop's, a command's).
  */
-export async function recordEvent(db: Db, type: EventType, data: unknown, now = Date.now()): Promise<string> {
-  const eventId = await insertEventRow(db, type, data, now);
+export async function recordEvent(db: Db, type: EventType, data: unknown, requestId: string | null, now = Date.now()): Promise<string> {
+  const eventId = await insertEventRow(db, type, data, requestId, now);
   for (const subscription of await findActiveSubscriptionsForEvent(db, type)) await insertDueDelivery(db, eventId, type, subscription, now);
   return eventId;
 }
@@ -41,15 +44,15 @@ export async function recordEvent(db: Db, type: EventType, data: unknown, now = 
  * recordEvent does for one, in a few statements of many rows: a set-wise change (an account's
  * deletion, which changes every linked contact) would otherwise make two round trips a row.
  */
-export async function recordEvents(db: Db, type: EventType, datas: unknown[], now = Date.now()): Promise<void> {
+export async function recordEvents(db: Db, type: EventType, datas: unknown[], requestId: string | null, now = Date.now()): Promise<void> {
   const subscriptions = await findActiveSubscriptionsForEvent(db, type);
-  const events = datas.map((data) => newEventRow(type, data, now));
+  const events = datas.map((data) => newEventRow(type, data, requestId, now));
   await insertEvents(db, events);
   await insertDeliveries(db, events.flatMap((event) => subscriptions.map((subscription) => newDueDelivery(event.id, type, subscription, now))));
 }
 
-/** recordPing writes a webhook.ping event with one delivery to the given subscription only. */
-export async function recordPing(db: Db, subscription: { id: string; target_url: string }, now = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
-  const eventId = await insertEventRow(db, "webhook.ping", { subscription_id: subscription.id }, now);
+/** recordPing writes a webhook.ping event, made by the request `requestId`, with one delivery to the given subscription only. */
+export async function recordPing(db: Db, subscription: { id: string; target_url: string }, requestId: string | null, now = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
+  const eventId = await insertEventRow(db, "webhook.ping", { subscription_id: subscription.id }, requestId, now);
   return { event_id: eventId, delivery_id: await insertDueDelivery(db, eventId, "webhook.ping", subscription, now) };
 }

@@ -130,7 +130,7 @@ export function webhookRoutes(rt: Runtime) {
       detail: { operationId: "deleteWebhookSubscription", summary: "Delete a webhook subscription", description: "Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays readable.", tags: subscriptionTags, ...secured },
     })
     .post("/webhook-subscriptions/:subscriptionId/test", (ctx) =>
-      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 202, body: { data: await sendTestEvent(rt, ctx.params.subscriptionId, scope) } })), {
+      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 202, body: { data: await sendTestEvent(rt, ctx.params.subscriptionId, scope, requestIdOf(ctx.request)) } })), {
       params: SubscriptionId,
       headers: IdempotencyKeyHeader,
       response: { 202: TestEventEnvelope, ...problemResponses(401, 403, 404, 409, 422) },

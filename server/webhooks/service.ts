@@ -104,6 +104,7 @@ function toDelivery(row: DeliveryRow): Delivery {
     // An earlier version took retry delays of any size: a next attempt stored past Date's range is
     // as good as never, and reads as the latest instant a timestamp writes rather than failing the list.
     next_attempt_at: row.status === "pending" && row.next_attempt_at !== null ? toTimestamp(Math.min(row.next_attempt_at, LATEST_TIMESTAMP_MS)) : null,
+    request_id: row.request_id,
     created_at: toTimestamp(row.created_at),
     updated_at: toTimestamp(row.updated_at),
   };
@@ -546,31 +547,32 @@ export function webhooksDocument(): Record<string, unknown> {
   );
 }
 
-/** sendTestEvent writes a webhook.ping event with one delivery to this subscription only; the loop sends it at once. */
-export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null = null): Promise<{ delivery_id: string; event_id: string }> {
+/** sendTestEvent writes a webhook.ping event, made by the request `requestId`, with one delivery to this subscription only; the loop sends it at once. */
+export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null, requestId: string | null): Promise<{ delivery_id: string; event_id: string }> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const row = await findSubscriptionById(tx, subscriptionId);
     if (!row) throw notFound("webhook subscription", subscriptionId);
-    const sent = await addTestEvent(tx, row, now);
+    const sent = await addTestEvent(tx, row, requestId, now);
     await saveIdempotentResponse(tx, idempotency, 202, { data: sent }, now);
     return sent;
   });
 }
 
 /** addTestEvent is sendTestEvent's part inside a write, so the caller's write commits the ping with whatever else it records. */
-export async function addTestEvent(tx: Db, row: SubscriptionRow, now: number): Promise<{ delivery_id: string; event_id: string }> {
+export async function addTestEvent(tx: Db, row: SubscriptionRow, requestId: string | null, now: number): Promise<{ delivery_id: string; event_id: string }> {
   if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${row.id} is disabled (${row.disabled_reason}); enable it with POST /public/v1/webhook-subscriptions/${row.id}/enable.`);
-  return recordPing(tx, row, now);
+  return recordPing(tx, row, requestId, now);
 }
 
-/** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, status, created_after. */
+/** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, request_id, status, created_after. */
 export async function listDeliveriesPage(db: Database, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
   const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS, fixedOrder: true });
   const filters = {
     subscriptionId: query.subscription_id as string | undefined,
     eventType: query.event as string | undefined,
     eventId: query.event_id as string | undefined,
+    requestId: query.request_id as string | undefined,
     status: query.status as string | undefined,
     createdAfter: parseTimestampFilter("created_after", query.created_after),
   };
@@ -703,7 +705,7 @@ export async function countMatchingDeliveries(db: Db, filters: DeliveryFilters):
 export async function planDeliveryFilters(db: Db, filters: DeliveryFilters): Promise<DeliveryFilters> {
   const { eventType, subscriptionId, status, createdAfter, createdBefore } = filters;
   const otherDriver = subscriptionId !== undefined || (status !== undefined && status !== "succeeded");
-  if (filters.kindDrives !== undefined || db.dialect !== "sqlite" || eventType === undefined || !otherDriver || filters.eventId !== undefined || filters.subjectId !== undefined) return filters;
+  if (filters.kindDrives !== undefined || db.dialect !== "sqlite" || eventType === undefined || !otherDriver || filters.eventId !== undefined || filters.subjectId !== undefined || filters.requestId !== undefined) return filters;
   const kept = await countMatchingDeliveries(db, { subscriptionId, status, createdAfter, createdBefore });
   return { ...filters, kindDrives: (await countMatchingDeliveries(db, { eventType, createdAfter, createdBefore })) < kept };
 }

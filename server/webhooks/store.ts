@@ -7,6 +7,8 @@ export type EventRow = {
   id: string;
   type: string;
   payload: string;
+  /** the id of the request whose change made the event; null for one no request made, and those recorded before migration 0041 */
+  request_id: string | null;
   created_at: number;
 }
 
@@ -58,6 +60,8 @@ export type DeliveryRow = {
   recovered_at: number | null;
   created_at: number;
   updated_at: number;
+  /** its event's (EventRow) */
+  request_id: string | null;
 }
 
 /** AttemptRow is one attempt as read: its header sets joined back into whole JSON objects. */
@@ -93,6 +97,8 @@ export interface DueDelivery {
   /** the webhook.ping the console's wizard sent to test the subscription's last secret rotation (signingSecrets) */
   secret_test_delivery_id: string | null;
   payload: string;
+  /** the id of the request that made its event (EventRow), for the attempt's log line */
+  request_id: string | null;
   subscription_status: "active" | "disabled" | null;
   subscription_paused_at: number | null;
   /** when the delivery's lease ends, as read; once this instance has claimed it, the end of its own lease */
@@ -110,6 +116,8 @@ export interface DeliveryFilters {
   createdBefore?: number;
   /** deliveries of the events about this contact or account */
   subjectId?: string;
+  /** deliveries of the events made by the request with this id (X-Request-Id) */
+  requestId?: string;
   /**
    * (SQLite) the kind's index drives beside a subscription or an unfinished status: the kind has
    * fewer deliveries than that filter keeps; false when planDeliveryFilters chose the other index
@@ -144,7 +152,7 @@ function rowsInserter<T>(table: string, columns: string[], values: (row: T) => S
   };
 }
 
-const eventRows = rowsInserter<EventRow>("events", ["id", "type", "payload", "created_at"], (row) => [row.id, row.type, row.payload, row.created_at]);
+const eventRows = rowsInserter<EventRow>("events", ["id", "type", "payload", "request_id", "created_at"], (row) => [row.id, row.type, row.payload, row.request_id, row.created_at]);
 
 /** insertEvent stores one outbox event. */
 export async function insertEvent(db: Db, row: EventRow): Promise<void> {
@@ -463,9 +471,16 @@ export async function insertDeliveries(db: Db, rows: NewDelivery[]): Promise<voi
   await deliveryRows(db, rows);
 }
 
+/**
+ * DELIVERY_COLUMNS are a delivery row's (DeliveryRow) for a query naming webhook_deliveries `d`:
+ * its own and its event's request id, looked up by the event's primary key beside the query, not
+ * joined into it, so the delivery indexes serve the query's filters and order as before.
+ */
+const DELIVERY_COLUMNS = "d.*, (SELECT e.request_id FROM events e WHERE e.id = d.event_id) AS request_id";
+
 /** findDeliveryById returns one delivery row or null. */
 export function findDeliveryById(db: Db, id: string): Promise<DeliveryRow | null> {
-  return db.get<DeliveryRow>("SELECT * FROM webhook_deliveries WHERE id = ?", [id]);
+  return db.get<DeliveryRow>(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d WHERE d.id = ?`, [id]);
 }
 
 /** findEventPayload returns the JSON body of an event. */
@@ -508,12 +523,12 @@ function deliveryFilter(dialect: Dialect, filters: DeliveryFilters): { where: st
     params.push(value);
   };
   // The kind's index (migration 0021) drives only when no other filter's index does: without
-  // statistics SQLite would take it for its order over the few deliveries of an event or contact,
+  // statistics SQLite would take it for its order over the few deliveries of an event, contact or request,
   // and over a subscription's or the unfinished ones, which bound a page by their own size however
   // common the kind; PostgreSQL chooses by its statistics.
   // A kind rarer than the subscription's or unfinished deliveries drives after all (kindDrives).
   const unfinished = filters.status !== undefined && filters.status !== "succeeded";
-  const otherIndexDrives = !filters.kindDrives && ([filters.subscriptionId, filters.eventId, filters.subjectId].some((value) => value !== undefined) || unfinished);
+  const otherIndexDrives = !filters.kindDrives && ([filters.subscriptionId, filters.eventId, filters.subjectId, filters.requestId].some((value) => value !== undefined) || unfinished);
   const checkedOnly = (column: string) => (filters.kindDrives ? unindexed(dialect, column) : column);
   add(`${checkedOnly("d.subscription_id")} = ?`, filters.subscriptionId);
   add(`${otherIndexDrives ? unindexed(dialect, "d.event_type") : "d.event_type"} = ?`, filters.eventType);
@@ -524,6 +539,7 @@ function deliveryFilter(dialect: Dialect, filters: DeliveryFilters): { where: st
   add("d.created_at > ?", filters.createdAfter);
   add("d.created_at < ?", filters.createdBefore);
   add("d.event_id IN (SELECT id FROM events WHERE subject_id = ?)", filters.subjectId);
+  add("d.event_id IN (SELECT id FROM events WHERE request_id = ?)", filters.requestId);
   return { where, params };
 }
 
@@ -538,7 +554,7 @@ export function listDeliveries(db: Db, filters: DeliveryFilters, page: Page): Pr
   const { where, params } = deliveryFilter(db.dialect, filters);
   const order = keysetOrder("d.created_at", "d.id", "desc", page.cursor);
   if (order.after) where.push(order.after);
-  return db.all<DeliveryRow>(`SELECT d.* FROM webhook_deliveries d ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`, [
+  return db.all<DeliveryRow>(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY ${order.orderBy} LIMIT ? OFFSET ?`, [
     ...params,
     ...order.params,
     page.limit,
@@ -554,7 +570,7 @@ function deliveriesIndexedBy(db: Db, index: string): string {
 /** selectDue selects what an attempt needs; `deliveries` names the deliveries table, possibly with an index. */
 const selectDue = (deliveries: string) =>
   `SELECT d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.previous_secret, s.previous_secret_expires_at,
-     s.secret_test_delivery_id, s.status AS subscription_status, s.paused_at AS subscription_paused_at, e.payload
+     s.secret_test_delivery_id, s.status AS subscription_status, s.paused_at AS subscription_paused_at, e.payload, e.request_id
    FROM ${deliveries} LEFT JOIN webhook_subscriptions s ON s.id = d.subscription_id JOIN events e ON e.id = d.event_id`;
 
 /**
@@ -949,18 +965,18 @@ export function listFailureReasons(db: Db, subscriptionId: string, since: number
 
 /** findEventById returns one event, or null. */
 export function findEventById(db: Db, id: string): Promise<EventRow | null> {
-  return db.get<EventRow>("SELECT id, type, payload, created_at FROM events WHERE id = ?", [id]);
+  return db.get<EventRow>("SELECT id, type, payload, request_id, created_at FROM events WHERE id = ?", [id]);
 }
 
 /** listEventsAbout returns the latest events about one contact or account (the id in their data), newest first. */
 export function listEventsAbout(db: Db, subjectId: string, limit: number): Promise<EventRow[]> {
-  return db.all<EventRow>("SELECT id, type, payload, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [subjectId, limit]);
+  return db.all<EventRow>("SELECT id, type, payload, request_id, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [subjectId, limit]);
 }
 
 /** listDeliveriesOfEvents returns every delivery of the given events, oldest first. */
 export async function listDeliveriesOfEvents(db: Db, eventIds: readonly string[]): Promise<DeliveryRow[]> {
   if (eventIds.length === 0) return [];
-  return db.all<DeliveryRow>(`SELECT * FROM webhook_deliveries WHERE event_id IN (${placeholders(eventIds.length)}) ORDER BY created_at, id`, eventIds);
+  return db.all<DeliveryRow>(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d WHERE d.event_id IN (${placeholders(eventIds.length)}) ORDER BY d.created_at, d.id`, eventIds);
 }
 
 /** listEventSubjects returns what each of the given events is about (the id in its data), for those that name one. */

@@ -137,6 +137,8 @@ export interface DeliveryOutcome {
   delivery_id: string;
   subscription_id: string;
   event_type: string;
+  /** the id of the request that made the delivery's event; null when none did */
+  request_id: string | null;
   trigger: Trigger;
   /** the delivery's status before the attempt: one already succeeded or failed is not ended again */
   previous_status: DeliveryRow["status"];
@@ -774,6 +776,7 @@ export class DeliveryLoop {
         delivery_id: due.id,
         subscription_id: due.subscription_id,
         event_type: due.event_type,
+        request_id: due.request_id,
         trigger,
         previous_status: recorded.previousStatus,
         status: recorded.delivery.status,

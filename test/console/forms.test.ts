@@ -181,7 +181,7 @@ describe("a refused form names each field and the API's reason beside it, and th
       // An unknown filter is no field of the form: the problem's detail says it, before the field that is.
       filters: {
         status: 422,
-        text: "The filter is invalid: colour is not a filter of this page (filters: status, event, subscription_id, event_id, contact_id, since, until, before); event_id must be an event id (evt_...).",
+        text: "The filter is invalid: colour is not a filter of this page (filters: status, event, subscription_id, event_id, contact_id, request_id, since, until, before); event_id must be an event id (evt_...).",
         links: [["event id must be an event id (evt_...).", "#field-event_id"]],
         focused: true,
         fields: [{ role: "textbox", name: "Event id", description: "must be an event id (evt_...)" }],

@@ -56,8 +56,10 @@ const READS: [string, (db: ServiceDatabase) => unknown, RegExp[]][] = [
   // Its total: the kind's hourly counts (migration 0032).
   ["deliveries of one event kind", (db) => latestDeliveries(db, { event: "webhook.ping" }), [/SEARCH d USING INDEX webhook_deliveries_event_type \(event_type=\?\)/, /SEARCH webhook_delivery_kind_hours USING PRIMARY KEY \(event_type=\?\)/]],
   ["deliveries about a contact", (db) => latestDeliveries(db, { contact_id: contactId }), [/SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/, /SEARCH events USING INDEX events_subject \(subject_id=\?\)/]],
+  // Migration 0041: the events one request made, by their index, as a contact's are by theirs.
+  ["deliveries of one request", (db) => latestDeliveries(db, { request_id: "import-job-42.row-7" }), [/SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/, /SEARCH events USING COVERING INDEX events_request \(request_id=\?\)/]],
   ["failures by reason", (db) => recentFailures(db, subscription.id), [/SEARCH webhook_deliveries USING INDEX webhook_deliveries_subscription_status \(subscription_id=\? AND status=\? AND created_at>\?\)/]],
-  ["a contact's page", (db) => contactPage(db, contactId), [/SEARCH events USING INDEX events_subject \(subject_id=\?\)/, /SEARCH webhook_deliveries USING INDEX webhook_deliveries_event \(event_id=\?\)/]],
+  ["a contact's page", (db) => contactPage(db, contactId), [/SEARCH events USING INDEX events_subject \(subject_id=\?\)/, /SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/]],
   ["contacts by name", (db) => contactsPage(db, { q: "Lovelace" }, "test"), [/contacts_full_name|VIRTUAL TABLE/]],
   ["search: delivery, event, contact, email", (db) => Promise.all([deliveryId, eventId, contactId, "ADA@example.com"].map((q) => search(db, q, "operator"))), [/SEARCH c USING INDEX contacts_email \(email=\?\)/]],
 ];
@@ -99,6 +101,7 @@ describe("the deliveries list filtered by event kind (GET /webhook-deliveries?ev
       ["event, subscription_id", { eventType: event, subscriptionId: subscription.id }],
       ["event, event_id", { eventType: event, eventId }],
       ["event, contact", { eventType: event, subjectId: contactId }],
+      ["event, request", { eventType: event, requestId: "import-job-42.row-7" }],
     ];
     const found: Record<string, string[]> = {};
     for (const [label, filters] of cases) found[label] = await drivingIndexes(filters);
@@ -112,6 +115,7 @@ describe("the deliveries list filtered by event kind (GET /webhook-deliveries?ev
       "event, subscription_id": ["webhook_deliveries_subscription", "webhook_deliveries_subscription", "webhook_deliveries_subscription_status"],
       "event, event_id": ["webhook_deliveries_event", "webhook_deliveries_event", "webhook_deliveries_event"],
       "event, contact": ["webhook_deliveries_event", "webhook_deliveries_event", "webhook_deliveries_event"],
+      "event, request": ["webhook_deliveries_event", "webhook_deliveries_event", "webhook_deliveries_event"],
     });
   });
 });

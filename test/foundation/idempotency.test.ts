@@ -284,7 +284,7 @@ describe("idempotency: a key used again after its 24 hours", () => {
     // new request (reserved in the database on PostgreSQL) and before its answer is kept.
     const made = await h.rt.idempotency.run({ tokenId, method: "POST", path: "/public/v1/contacts", key: "reused-1", fingerprint: () => bodyFingerprint(body) }, async (scope) => {
       expect((await h.request("DELETE", `/public/v1/contacts/${old.id}`)).status).toBe(204);
-      return createContact(h.rt, body, scope);
+      return createContact(h.rt, body, scope, null);
     });
     const created = JSON.parse(JSON.stringify(made.body));
     expect([made.status, made.replayed, created.data.email]).toEqual([201, false, "new@example.com"]);

@@ -110,7 +110,7 @@ describe("property: arbitrary requests to every route", () => {
         expect({ label, delta: after - before }).toEqual({ label, delta: created ? 1 : deleted ? -1 : 0 });
         // Keep the seeded contacts alive for later runs. Created through the service, not HTTP: the
         // requests above may have spent the token's write burst, and a 429 here would be no reseed.
-        if (deleted) ids.splice(ids.indexOf(realPath.split("/").pop()!), 1, (await createContact(h.rt, { first_name: "Reseed" }, null)).body.data.id);
+        if (deleted) ids.splice(ids.indexOf(realPath.split("/").pop()!), 1, (await createContact(h.rt, { first_name: "Reseed" }, null, null)).body.data.id);
       }),
       { numRuns: 400 },
     );

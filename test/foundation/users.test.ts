@@ -172,7 +172,7 @@ describe("users: a delete unassigns its contacts a chunk per write", () => {
     const assigned = await assignedContacts(grace.id, alan.id);
     const before = (await eventData(h)).length;
     // The first commit after the delete begins sends another write, which waits for one chunk, not the whole delete.
-    const meanwhile = onNextCommit(h, () => createAccount(h.rt, { name: "Meanwhile" }, null));
+    const meanwhile = onNextCommit(h, () => createAccount(h.rt, { name: "Meanwhile" }, null, null));
     const res = await h.request("DELETE", `/public/v1/users/${grace.id}`);
     expect([res.status, await res.text()]).toEqual([204, ""]);
     const created = (await meanwhile()).body.data;
@@ -204,7 +204,7 @@ describe("users: a delete unassigns its contacts a chunk per write", () => {
     const alan = (await h.json("POST", "/public/v1/users", { body: { name: "Alan", email: "alan@example.com" } })).body.data;
     const assigned = await assignedContacts(grace.id, alan.id);
     const before = (await eventData(h)).length;
-    const other = onNextCommit(h, () => deleteUser(h.rt.db, grace.id, CHUNK));
+    const other = onNextCommit(h, () => deleteUser(h.rt.db, grace.id, CHUNK, null));
     const res = await h.json("DELETE", `/public/v1/users/${grace.id}`);
     expect([res.status, res.body.detail]).toEqual([404, `No user with id "${grace.id}" exists.`]);
     // The two deletes took turns, 10 contacts a write each; the other found none left and deleted the user.

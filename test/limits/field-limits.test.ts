@@ -83,7 +83,7 @@ describe("field limits: contacts, at the limit accepted, one over refused naming
 
   test(`account_ids: ${MAX_RELATED_IDS} ids`, async () => {
     const ids: string[] = [];
-    for (let i = 0; i <= MAX_RELATED_IDS; i++) ids.push((await createAccount(h.rt, { name: `Account ${i}` }, null)).body.data.id);
+    for (let i = 0; i <= MAX_RELATED_IDS; i++) ids.push((await createAccount(h.rt, { name: `Account ${i}` }, null, null)).body.data.id);
     await contacts({ account_ids: ids.slice(0, MAX_RELATED_IDS) }, { account_ids: ids }, [
       { pointer: "/account_ids", detail: `must be a list of at most ${MAX_RELATED_IDS} distinct account ids (acc_...)` },
     ]);

@@ -120,13 +120,22 @@ test("a deliveries page filtered by event kind, first or by cursor, and its coun
   expect(found).toEqual({ event: [true, true, true], "event, created_after": [true, true, true] });
 });
 
+test("a deliveries page filtered by request_id, first or by cursor, and its count find the request's events through their index (migration 0041)", async () => {
+  const { db, captured } = capturing(h.rt.db);
+  const filters = { requestId: "import-job-42.row-7" };
+  await listDeliveries(db, filters, { cursor: null, limit: 26, offset: 0 });
+  await listDeliveries(db, filters, { cursor: { value: Date.now(), id: "dlv_01M00000000000000000000000" }, limit: 26, offset: 0 });
+  await countDeliveries(db, filters);
+  expect(await Promise.all(captured.map(async (c) => (await planOf(c)).some((line) => line.includes("events_request"))))).toEqual([true, true, true]);
+});
+
 test("a user's delete finds its contacts through the indexes of assigned_user_id and of the assigned users, not by reading every contact under the write lock", async () => {
   const leaving = (await createUser(h.rt.db, { name: "Leaving", email: "leaving@example.com" })).id;
   await h.json("POST", "/public/v1/contacts", { body: { first_name: "Assigned", assigned_user_id: leaving, assigned_user_ids: [leaving] } });
   const captured: Captured[] = [];
   const unassigned = await h.rt.db.write((tx) => {
     const spy = { dialect: tx.dialect, all: (sql: string, params?: readonly SqlValue[]) => (captured.push({ sql, params: [...(params ?? [])] }), tx.all(sql, params)), get: tx.get.bind(tx), run: tx.run.bind(tx) } as Db;
-    return detachUserFromContacts(spy, leaving, Date.now(), UNLINK_CHUNK);
+    return detachUserFromContacts(spy, leaving, Date.now(), UNLINK_CHUNK, null);
   });
   expect(unassigned).toBe(1);
   // The chunk's lookup, then its UPDATE (by the ids found).

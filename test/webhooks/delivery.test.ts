@@ -43,6 +43,8 @@ describe("webhook deliveries: happy paths", () => {
       last_response_status: 200,
       last_error: null,
       next_attempt_at: null,
+      // The POST sent no X-Request-Id: the one the service made for it, as its answer carried it.
+      request_id: expect.stringMatching(/^req_[0-9A-Z]{26}$/),
       created_at: contact.created_at,
       updated_at: expect.stringMatching(ISO),
     });
@@ -511,6 +513,7 @@ describe("webhook deliveries: failures and retries", () => {
       delivery_id: delivery.id,
       subscription_id: subscription.id,
       event_type: "contact.created",
+      request_id: delivery.request_id,
       trigger: "scheduled",
       response_status: null,
       error: delivery.last_error,

@@ -98,7 +98,7 @@ describe("sealed secrets: happy paths", () => {
       expect(await storedSecret(db, id)).toStartWith("sealed-v1.BwcH.");
       expect(rt.secrets.open(id, await storedSecret(db, id))).toBe(plain);
       rt.deliveries.start();
-      await db.write((tx) => recordPing(tx, { id, target_url: r.url }));
+      await db.write((tx) => recordPing(tx, { id, target_url: r.url }, null));
       await waitFor(() => r.received[0], "the delivery");
       expect(() => new Webhook(plain).verify(r.received[0]!.body, r.received[0]!.headers)).not.toThrow();
     } finally {

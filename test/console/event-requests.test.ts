@@ -1,0 +1,69 @@
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { addOperator, ConsoleClient, formKeyOf } from "./support.ts";
+
+// The events of a console action carry the console request's id, as the API's carry theirs: the
+// delivery page shows it with a link to the deliveries of that request, which the Request id filter lists.
+let h: Harness;
+let client: ConsoleClient;
+
+beforeAll(async () => {
+  h = await createHarness({ allowPrivateTargets: true });
+  await addOperator(h.rt.db);
+  client = new ConsoleClient((request) => h.app.handle(request));
+  expect((await client.signIn()).status).toBe(303);
+});
+
+afterAll(() => h.close());
+
+/** api calls the public API with the harness token and returns the parsed body, failing on an error status. */
+async function api(method: string, path: string, body?: unknown) {
+  const res = await h.json(method, path, { body });
+  if (res.status >= 400) throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
+/** requestFact is what the delivery page says under "Request", its tags dropped. */
+const requestFact = (html: string) => /<dd id="request-id">(.*?)<\/dd>/s.exec(html)![1]!.replace(/<[^>]+>/g, "");
+
+test("a user deleted on the Users page: its contacts' contact.updated carry the console request's id, shown on the delivery page and found by the Request id filter", async () => {
+  await api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/console-requests", events: ["contact.created", "contact.updated"] });
+  const user = (await api("POST", "/public/v1/users", { name: "Leaving", email: "leaving@example.com" })).data;
+  const contact = (await api("POST", "/public/v1/contacts", { first_name: "Ada", assigned_user_id: user.id })).data;
+  const shown = await client.get(`/console/users/${user.id}/delete`);
+  const deleted = await client.post(`/console/users/${user.id}/delete`, { form_key: formKeyOf(shown.text) });
+  const requestId = deleted.headers.get("x-request-id")!;
+  expect([deleted.status, requestId]).toEqual([303, expect.stringMatching(/^req_[0-9A-Z]{26}$/)]);
+
+  const ofRequest = (await api("GET", `/public/v1/webhook-deliveries?request_id=${requestId}`)).data;
+  expect(ofRequest.map((d: { event_type: string; request_id: string }) => [d.event_type, d.request_id])).toEqual([["contact.updated", requestId]]);
+  const created = (await api("GET", "/public/v1/webhook-deliveries?event=contact.created")).data;
+  expect(created.map((d: { request_id: string }) => d.request_id)).toEqual([expect.stringMatching(/^req_/)]);
+  expect(created[0].request_id).not.toBe(requestId);
+
+  const page = await client.get(`/console/deliveries/${ofRequest[0].id}`);
+  expect([page.status, requestFact(page.text)]).toEqual([200, `${requestId} its deliveries (the X-Request-Id of the request that made the event)`]);
+  expect(page.text).toContain(`<a href="/console/?request_id=${requestId}">its deliveries</a>`);
+  const listed = await client.get(`/console/?request_id=${requestId}`);
+  expect([listed.status, listed.text.includes(ofRequest[0].id), listed.text.includes(created[0].id)]).toEqual([200, true, false]);
+  const live = JSON.parse((await client.get(`/console/api/deliveries?request_id=${requestId}`)).text);
+  expect(live.data.map((d: { id: string }) => d.id)).toEqual([ofRequest[0].id]);
+  expect(contact.assigned_user_id).toBe(user.id);
+});
+
+test("a delivery whose event no request made says so, and a request id no X-Request-Id could be is refused by the filter", async () => {
+  const subscription = (await api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/no-request", events: ["contact.created"] })).data;
+  await h.rt.db.write((tx) =>
+    tx.run("INSERT INTO events (id, type, payload, created_at) VALUES ('evt_01KB0000000000000000000000', 'contact.created', '{}', ?)", [Date.now()]),
+  );
+  await h.rt.db.write((tx) =>
+    tx.run(
+      "INSERT INTO webhook_deliveries (id, event_id, event_type, subscription_id, target_url, status, attempts, created_at, updated_at) VALUES ('dlv_01KB0000000000000000000000', 'evt_01KB0000000000000000000000', 'contact.created', ?, ?, 'failed', 0, ?, ?)",
+      [subscription.id, subscription.target_url, Date.now(), Date.now()],
+    ),
+  );
+  const page = await client.get("/console/deliveries/dlv_01KB0000000000000000000000");
+  expect([page.status, requestFact(page.text)]).toEqual([200, "none: the service made this event itself, or a command did, or it is older than request ids"]);
+  const refused = await client.get("/console/api/deliveries?request_id=a%20b");
+  expect([refused.status, JSON.parse(refused.text).errors]).toEqual([422, [{ parameter: "request_id", detail: "must be a request id: 1 to 100 of A-Z a-z 0-9 . _ : -" }]]);
+});
