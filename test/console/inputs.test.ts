@@ -268,6 +268,18 @@ test("a value past a console route's schema limit gets the 422 page naming the f
   });
 });
 
+test("a deliveries filters post with a field the page has no filter of is refused by the post, naming it, at any length: never sealed into an address", async () => {
+  await client.get("/console/");
+  const answers = [];
+  for (const fields of [{ note: "y".repeat(9000) }, { status: "failed", sort: "oldest" }, { s: "x" }] as Record<string, string>[]) {
+    const res = await client.post("/console/", fields);
+    const location = res.headers.get("location");
+    answers.push({ status: res.status, location, notice: location === null ? answerOf(res).notice : null });
+  }
+  const unknown = (name: string) => ({ status: 422, location: null, notice: `The filter is invalid: ${name} is not a filter of this page (filters: status, event, subscription_id, event_id, contact_id, since, until, before).` });
+  expect(answers).toEqual([unknown("note"), unknown("sort"), unknown("s")]);
+});
+
 test("a malformed request target under /console is the 400 of /public/v1: the same problem+json under /console/api, the page explaining it elsewhere", async () => {
   const nul = (await h.json("GET", "/public/v1/contacts?q=a%00b")).body;
   const escape = (await h.json("GET", "/public/v1/contacts/con_%E9")).body;
