@@ -1,4 +1,6 @@
 import { CONSOLE_PREFIX } from "../server/http/conventions.ts";
+import { fieldsProblem } from "../server/http/schema-errors.ts";
+import { MAX_QUERY_BYTES } from "../server/limits/limits.ts";
 import type { SecretBox } from "../server/webhooks/secrets.ts";
 import type { ConsoleSession } from "./model.ts";
 
@@ -14,8 +16,8 @@ const PATHS: Record<SealedPage, string> = { search: `${CONSOLE_PREFIX}/search`, 
 
 /** SEALED_ADDRESS_TTL_MS is how long a sealed address opens: long enough for Back and Reload, not for keeping. */
 export const SEALED_ADDRESS_TTL_MS = 60 * 60 * 1000;
-/** SEALED_MAX_LENGTH bounds a sealed `?s=`: the longest fields, each character escaped in JSON, in base64url. */
-export const SEALED_MAX_LENGTH = 4096;
+/** SEALED_MAX_LENGTH bounds a sealed `?s=`: what the query string's limit leaves after `s=`. */
+export const SEALED_MAX_LENGTH = MAX_QUERY_BYTES - "s=".length;
 
 /**
  * sealFields seals a page's fields (the text typed, the page position) for its address, for an hour
@@ -35,9 +37,18 @@ export function openFields(secrets: SecretBox, page: SealedPage, sessionName: st
   return expiresAt > now ? fields : null;
 }
 
-/** sealedAddress is the address of `page` with `fields` sealed in it for the operator's session. */
+/**
+ * sealedAddress is the address of `page` with `fields` sealed in it for the operator's session, or
+ * throws 422 naming the longest field when the seal is longer than the query string may be: the
+ * post that typed it is refused, rather than redirected to an address the server answers 414.
+ */
 export function sealedAddress(secrets: SecretBox, page: SealedPage, session: ConsoleSession, fields: Record<string, string>): string {
-  return `${PATHS[page]}?s=${sealFields(secrets, page, session.csrfToken, fields)}`;
+  const sealed = sealFields(secrets, page, session.csrfToken, fields);
+  if (sealed.length > SEALED_MAX_LENGTH) {
+    const [longest] = Object.entries(fields).reduce((most, entry) => (entry[1].length > most[1].length ? entry : most));
+    throw fieldsProblem([{ parameter: longest, detail: `is too long for the page's address: what was typed takes ${sealed.length} characters sealed, and the address holds ${SEALED_MAX_LENGTH}` }]);
+  }
+  return `${PATHS[page]}?s=${sealed}`;
 }
 
 /** SecretShape is which of the service's own secrets a text looks like. */

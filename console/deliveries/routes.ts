@@ -11,7 +11,7 @@ import { expiredNotice, secretReason } from "../pages/forms.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { subscriptionsHealth, worstFirst } from "../subscriptions/health.ts";
 import { deliveriesPage, deliveryPage, eventPage, filterQuery } from "./pages.tsx";
-import { deliveryFiltersAccepted, deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, retryFromConsole, retryRefusalText, shownDeliveryFilters } from "./service.ts";
+import { deliveryFiltersAccepted, deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, retryFromConsole, retryRefusalText, shownDeliveryFilters, unknownDeliveryFilters } from "./service.ts";
 
 // A post is held to the limits of the page's address before it is sealed, so the address it leads to opens.
 const checkPosted = fieldsChecker(DeliveryFilterQuery);
@@ -66,6 +66,9 @@ export function deliveryRoutes(rt: Runtime) {
         const secret = secretFieldOf(typed);
         // Neither used nor sealed: the page says so, its field emptied, the deliveries unfiltered.
         if (secret) return page(session, {}, { refused: fieldsProblem([{ parameter: secret.name, detail: secretReason(secret.secret) }]), typed: { ...typed, [secret.name]: "" } });
+        // A field the page has no filter of is refused by name now, as its address would be, not
+        // sealed: the page's schema does not bound it, and its seal could outgrow any address.
+        if (unknownDeliveryFilters(typed).length > 0) return page(session, typed);
         // Filters the page takes hold only ids, statuses, event types and times: their address may show them.
         return redirect(deliveryFiltersAccepted(typed) ? `${CONSOLE_PREFIX}/${filterQuery(typed)}` : sealedAddress(rt.secrets, "deliveries", session, checkPosted(typed)));
       },

@@ -63,12 +63,17 @@ export function shownDeliveryFilters(query: DeliveryFilters): DeliveryFilters {
   return shown;
 }
 
+/** unknownDeliveryFilters names the fields of `query` that are no filter of the deliveries page. */
+export function unknownDeliveryFilters(query: DeliveryFilters): string[] {
+  return Object.keys(query).filter((name) => !KNOWN_FILTERS.has(name));
+}
+
 /** checkDeliveryFilters reads the filters of the deliveries page into typed ones, or throws 422 naming each wrong or unknown one. */
 function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDeliveryFilters; before: DeliveryPosition | null } {
   const errors: FieldError[] = [];
   const filters: StoredDeliveryFilters = {};
   const set = (value: string | undefined) => (value === undefined || value === "" ? undefined : value);
-  for (const name of Object.keys(query)) if (!KNOWN_FILTERS.has(name)) errors.push({ parameter: name, detail: `is not a filter of this page (filters: ${[...KNOWN_FILTERS].join(", ")})` });
+  for (const name of unknownDeliveryFilters(query)) errors.push({ parameter: name, detail: `is not a filter of this page (filters: ${[...KNOWN_FILTERS].join(", ")})` });
   const status = set(query.status);
   if (status !== undefined) {
     if ((DELIVERY_STATUSES as readonly string[]).includes(status)) filters.status = status;

@@ -3,15 +3,19 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { LOST_SECRET_REASON } from "../../server/webhooks/service.ts";
 import { replaceLostSecret } from "../../server/webhooks/store.ts";
 import { addStoredSubscription } from "../webhooks/support.ts";
+import { sealedAddress } from "../../console/addresses.ts";
+import type { ConsoleSession } from "../../console/model.ts";
+import type { ProblemError } from "../../server/shared/problem.ts";
 import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
 
 // What an operator (or a tampered link) can type into the new pages gets a page that says what is
 // wrong, never a 500 and never a silent guess.
 let h: Harness;
 let client: ConsoleClient;
+let operator: ConsoleSession["operator"];
 beforeAll(async () => {
   h = await createHarness();
-  await addOperator(h.rt.db);
+  operator = await addOperator(h.rt.db);
   client = new ConsoleClient((r) => h.app.handle(r));
   await client.signIn();
 });
@@ -266,6 +270,38 @@ test("a value past a console route's schema limit gets the 422 page naming the f
       errors: [{ parameter: "status", detail: "must be at most 20 characters" }],
     },
   });
+});
+
+test("a deliveries filters post with a field the page has no filter of is refused by the post, naming it, at any length: never sealed into an address", async () => {
+  await client.get("/console/");
+  const answers = [];
+  for (const fields of [{ note: "y".repeat(9000) }, { status: "failed", sort: "oldest" }, { s: "x" }] as Record<string, string>[]) {
+    const res = await client.post("/console/", fields);
+    const location = res.headers.get("location");
+    answers.push({ status: res.status, location, notice: location === null ? answerOf(res).notice : null });
+  }
+  const unknown = (name: string) => ({ status: 422, location: null, notice: `The filter is invalid: ${name} is not a filter of this page (filters: status, event, subscription_id, event_id, contact_id, since, until, before).` });
+  expect(answers).toEqual([unknown("note"), unknown("sort"), unknown("s")]);
+});
+
+test("a sealed address holds at most what the query string's limit leaves after s=: a longer seal is refused (422 naming the field), not redirected to an address answered 414", async () => {
+  await client.get("/console/");
+  const session = { operator, csrfToken: client.csrf };
+  // The seal is base64url of a 12-byte nonce, [fields, expiry] in JSON and a 16-byte tag: 3042 to
+  // 3044 bytes of JSON seal to 4094 to 4096 characters (the expiry has 13 digits).
+  const valueOf = (json: number) => json - JSON.stringify([{ event_id: "" }, Date.now()]).length;
+  const answers = [];
+  for (const json of [3042, 3043, 3044]) {
+    try {
+      const address = sealedAddress(h.rt.secrets, "deliveries", session, { event_id: "x".repeat(valueOf(json)) });
+      answers.push({ sealed: new URL(address, "http://console").searchParams.get("s")!.length, opened: (await client.get(address)).status });
+    } catch (error) {
+      answers.push({ refused: (error as ProblemError).status, detail: (error as ProblemError).message });
+    }
+  }
+  const refused = (sealed: number) => ({ refused: 422, detail: `event id is too long for the page's address: what was typed takes ${sealed} characters sealed, and the address holds 4094.` });
+  // The longest opens (its event id, shaped as none, is refused by name on the page), not 414.
+  expect(answers).toEqual([{ sealed: 4094, opened: 422 }, refused(4095), refused(4096)]);
 });
 
 test("a malformed request target under /console is the 400 of /public/v1: the same problem+json under /console/api, the page explaining it elsewhere", async () => {
