@@ -280,7 +280,7 @@ test("a deliveries filters post with a field the page has no filter of is refuse
     const location = res.headers.get("location");
     answers.push({ status: res.status, location, notice: location === null ? answerOf(res).notice : null });
   }
-  const unknown = (name: string) => ({ status: 422, location: null, notice: `The filter is invalid: ${name} is not a filter of this page (filters: status, event, subscription_id, event_id, contact_id, since, until, before).` });
+  const unknown = (name: string) => ({ status: 422, location: null, notice: `The filter is invalid: ${name} is not a filter of this page (filters: status, event, subscription_id, event_id, contact_id, request_id, since, until, before).` });
   expect(answers).toEqual([unknown("note"), unknown("sort"), unknown("s")]);
 });
 
