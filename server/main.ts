@@ -27,6 +27,7 @@ import { ImportError } from "./import/client.ts";
 import { importContacts, importCounts } from "./import/service.ts";
 import { startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
+import { errorCode } from "./shared/thrown.ts";
 
 const HELP = `crm ${BUILD}: CRM contacts API with signed webhook deliveries
 
@@ -684,8 +685,7 @@ function unavailableText(error: unknown): string | null {
   const failure = databaseFailureOf(cause);
   if (failure !== "busy" && (failure !== "unavailable" || databaseFaultOf(cause) !== null)) return null;
   if (error instanceof ConfigError) return error.message;
-  const { code } = error as { code?: unknown };
-  if (typeof code === "string" && code.startsWith("SQLITE_BUSY")) {
+  if (errorCode(error)?.startsWith("SQLITE_BUSY")) {
     return `the database is busy: another process has held its write lock for ${WRITE_LOCK_WAIT_MS / 1000} s (a sqlite3 session with a transaction open, a long write); nothing more was done, try again`;
   }
   return `the database is ${failure === "busy" ? "busy" : "unavailable"}: ${String((error as Error)?.message ?? error).split("\n")[0]}; nothing more was done, try again`;

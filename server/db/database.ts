@@ -7,6 +7,7 @@ import { fileErrorText, giveToFolderOwner, makeOwnerOnlyDirectory, notOwnedText,
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
+import { errorCode } from "../shared/thrown.ts";
 
 /**
  * MAX_CACHED_STATEMENTS and MAX_CACHED_SQL_CHARACTERS bound the statement cache of a connection,
@@ -149,8 +150,8 @@ const SQLITE_SYNC_FAILED = /^SQLITE_IOERR_(DIR_)?FSYNC$/;
 
 /** syncFailedCode is the SQLite code of an error that is a failed sync to disk (SQLITE_SYNC_FAILED), or null for any other. */
 export function syncFailedCode(error: unknown): string | null {
-  const { code } = (error ?? {}) as { code?: unknown };
-  return typeof code === "string" && SQLITE_SYNC_FAILED.test(code) ? code : null;
+  const code = errorCode(error);
+  return code !== undefined && SQLITE_SYNC_FAILED.test(code) ? code : null;
 }
 
 /** FILE_CHECK_INTERVAL_MS is how often a serving database checks that its path still names the file it opened (watchFile): a stat, off the requests' path. */
@@ -413,7 +414,7 @@ export class SqliteDatabase implements Database {
         this.writer.query("BEGIN IMMEDIATE").run();
         return true;
       } catch (error) {
-        if (!String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY") || Date.now() >= deadline) throw error;
+        if (!errorCode(error)?.startsWith("SQLITE_BUSY") || Date.now() >= deadline) throw error;
         this.groups.refuseThoseGivingUp(error);
         if (this.groups.waiting() === 0) return false;
       }
@@ -627,7 +628,7 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
     lock.run("BEGIN EXCLUSIVE");
   } catch (error) {
     lock?.close();
-    if (String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY")) return null;
+    if (errorCode(error)?.startsWith("SQLITE_BUSY")) return null;
     // Another user's lock file (a command run as root created it) is a setting to fix, told in one line.
     throw new ConfigError(`cannot open the lock file ${path} (--data-dir, CRM_DATA_DIR): ${notOwnedText(path, dataDir) ?? (error instanceof SQLiteError ? error.message : fileErrorText(error))}`);
   }

@@ -30,6 +30,7 @@ import namesAndTagsInNfc from "../../migrations/postgres/0040_names_and_tags_in_
 import { READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
+import { sqlStateOf } from "../shared/thrown.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
 export interface PostgresMigration {
@@ -137,7 +138,7 @@ const MIGRATION_STEP_HINTS: Record<string, string> = {
  */
 function migrationStepFailure(name: string, error: unknown): unknown {
   if (error instanceof ConfigError || error instanceof MigrationFailed) return error;
-  const hint = MIGRATION_STEP_HINTS[(error as { errno?: string })?.errno ?? ""];
+  const hint = MIGRATION_STEP_HINTS[sqlStateOf(error) ?? ""];
   const text = `cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${name}, and nothing of it was applied: ${(error as Error)?.message ?? String(error)}`;
   return new MigrationFailed(hint ? `${text}; ${hint}` : text, { cause: error });
 }

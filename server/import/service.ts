@@ -14,6 +14,7 @@ import { BatchClient, ImportError } from "./client.ts";
 import { csvLine } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
 import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameFile, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+import { errorCode } from "../shared/thrown.ts";
 
 export interface ImportOptions {
   file: string;
@@ -284,7 +285,7 @@ function checkedInvalidFile(options: ImportOptions, format: SourceFile["format"]
     existing = statIfThere(path);
   } catch (error) {
     // stat needs only to enter the folders above: one of them is shut.
-    throw refuse(`which cannot be written (${(error as NodeJS.ErrnoException).code === "EACCES" ? "in a folder this user may not enter" : (error as Error).message})`);
+    throw refuse(`which cannot be written (${errorCode(error) === "EACCES" ? "in a folder this user may not enter" : (error as Error).message})`);
   }
   if (existing?.isDirectory()) throw refuse("a directory");
   if (existing && realpathSync(path) === realpathSync(options.file)) throw refuse("the input file itself");

@@ -19,6 +19,7 @@ import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
 import type { Health, Readiness, ReadinessChecks } from "./model.ts";
 import { probeWrite, quickCheck, vacuumInto } from "./store.ts";
+import { errorCode } from "../shared/thrown.ts";
 
 const startedAt = Date.now();
 
@@ -319,7 +320,7 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
     for (const leftover of [partial, `${partial}-journal`]) rmSync(leftover, { force: true });
     if (error instanceof BackupError) throw error;
     // SQLite's own words, "database or disk is full", read as the service's disk being full.
-    if (databaseFailureOf(error) === "storage-full" || (error as NodeJS.ErrnoException).code === "ENOSPC") {
+    if (databaseFailureOf(error) === "storage-full" || errorCode(error) === "ENOSPC") {
       throw new BackupError(`backup failed: no space left on the file system of ${resolve(file)} (the copy needs up to ${statSync(source).size} bytes, the database's size); the live database ${source} is untouched`);
     }
     throw new BackupError(`backup failed: ${(error as Error).message}`);
