@@ -230,7 +230,7 @@ export class SqliteDatabase implements Database {
         // A folder on the way the service may not enter just now: the file may well be there; the next look tells.
         return;
       }
-      if (now && sameFile(now, opened)) return;
+      if (now && sameDeviceAndInode(now, opened)) return;
       clearInterval(watch);
       this.replaced = new DatabaseReplaced(`the database file ${this.path} was replaced or removed while the service ran: it refuses changes until it is restarted, which opens the file now at that path`);
       // The WAL and shared memory at the path are the lost file's: SQLite does not remove them when
@@ -253,7 +253,7 @@ export class SqliteDatabase implements Database {
     const opened = this.opened.get(file);
     try {
       const now = statSync(file, { bigint: true, throwIfNoEntry: false });
-      if (!opened || !now || !sameFile(now, opened)) return false;
+      if (!opened || !now || !sameDeviceAndInode(now, opened)) return false;
       rmSync(file);
       return true;
     } catch {
@@ -482,8 +482,8 @@ export class SqliteDatabase implements Database {
 /** FileId names a file whatever path names it: its device and inode. */
 export type FileId = Pick<BigIntStats, "dev" | "ino">;
 
-/** sameFile tells whether two stats are of one file: the same device and inode. */
-function sameFile(a: FileId, b: FileId): boolean {
+/** sameDeviceAndInode tells whether two stats are of one file, whatever path named each: the same device and inode. */
+function sameDeviceAndInode(a: FileId, b: FileId): boolean {
   return a.dev === b.dev && a.ino === b.ino;
 }
 
@@ -494,7 +494,7 @@ function sameFile(a: FileId, b: FileId): boolean {
  */
 function refuseAnotherFile(path: string, file: FileId): void {
   const now = statSync(path, { bigint: true, throwIfNoEntry: false });
-  if (!now || !sameFile(now, file)) throw new DatabaseReplaced(`the database file ${path} is not the one the service opened: it was replaced or removed`);
+  if (!now || !sameDeviceAndInode(now, file)) throw new DatabaseReplaced(`the database file ${path} is not the one the service opened: it was replaced or removed`);
 }
 
 function endTurn(watch: Watch): void {

@@ -13,7 +13,7 @@ import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient, ImportError } from "./client.ts";
 import { csvLine } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
-import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameFile, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
 import { errorCode } from "../shared/thrown.ts";
 
 export interface ImportOptions {
@@ -67,7 +67,7 @@ const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, poi
  * again after a crash (within the server's 24 h replay window) creates nothing twice.
  */
 export async function importContacts(options: ImportOptions): Promise<ImportSummary> {
-  const unchanged = sameFile(options.file);
+  const unchanged = sameInodeSizeAndTime(options.file);
   const source = readSourceFile(options.file, () => textPieces(options.file, unchanged));
   const { map, ignored } = columnMap(source.columns, options.map);
   const invalidFile = checkedInvalidFile(options, source.format);
