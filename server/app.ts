@@ -17,7 +17,7 @@ import { limitsGuard } from "./limits/routes.ts";
 import { Metrics } from "./ops/metrics.ts";
 import { MigrationWatch } from "./ops/migration-watch.ts";
 import { newerDatabaseGuard, opsRoutes } from "./ops/routes.ts";
-import { recordDeliveryOutcome } from "./ops/service.ts";
+import { DatabaseGauges, recordDeliveryOutcome } from "./ops/service.ts";
 import type { Runtime } from "./runtime.ts";
 import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
@@ -58,7 +58,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations: new MigrationWatch(db, log), unlinkChunk, listening: () => null };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, gauges: new DatabaseGauges(db, log), deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations: new MigrationWatch(db, log), unlinkChunk, listening: () => null };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */
