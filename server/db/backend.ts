@@ -1,7 +1,7 @@
 import { ConfigError, type Config } from "../config.ts";
 import { BUILD } from "../version.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
-import { DatabaseReplaced, databasePath, openDatabase, syncFailedCode, type SqliteDatabase } from "./database.ts";
+import { DatabaseReplaced, databasePath, isSqliteBusy, openDatabase, syncFailedCode, type SqliteDatabase } from "./database.ts";
 import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
 import { DatabaseNotAnswering, LOCK_TIMEOUT_STATE, openPostgres, type PostgresDatabase } from "./postgres.ts";
@@ -176,7 +176,7 @@ export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (code === "SQLITE_FULL" || state === "53100") return "storage-full";
   if (state === LOCK_TIMEOUT_STATE) return "busy";
   if (code !== undefined && SQLITE_UNWRITABLE.test(code)) return "storage-read-only";
-  if (code !== undefined && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";
+  if (isSqliteBusy(error) || (code !== undefined && POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";
   if (state !== undefined && (state.startsWith("08") || POSTGRES_UNAVAILABLE_STATES.has(state))) return "unavailable";
   if (databaseFaultOf(error) !== null) return "unavailable";
   return null;

@@ -154,6 +154,11 @@ export function syncFailedCode(error: unknown): string | null {
   return code !== undefined && SQLITE_SYNC_FAILED.test(code) ? code : null;
 }
 
+/** isSqliteBusy tells whether an error is SQLite's refusal for a lock another connection holds: SQLITE_BUSY, or one of its extended codes. */
+export function isSqliteBusy(error: unknown): boolean {
+  return errorCode(error)?.startsWith("SQLITE_BUSY") ?? false;
+}
+
 /** FILE_CHECK_INTERVAL_MS is how often a serving database checks that its path still names the file it opened (watchFile): a stat, off the requests' path. */
 const FILE_CHECK_INTERVAL_MS = 1000;
 
@@ -414,7 +419,7 @@ export class SqliteDatabase implements Database {
         this.writer.query("BEGIN IMMEDIATE").run();
         return true;
       } catch (error) {
-        if (!errorCode(error)?.startsWith("SQLITE_BUSY") || Date.now() >= deadline) throw error;
+        if (!isSqliteBusy(error) || Date.now() >= deadline) throw error;
         this.groups.refuseThoseGivingUp(error);
         if (this.groups.waiting() === 0) return false;
       }
@@ -628,7 +633,7 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
     lock.run("BEGIN EXCLUSIVE");
   } catch (error) {
     lock?.close();
-    if (errorCode(error)?.startsWith("SQLITE_BUSY")) return null;
+    if (isSqliteBusy(error)) return null;
     // Another user's lock file (a command run as root created it) is a setting to fix, told in one line.
     throw new ConfigError(`cannot open the lock file ${path} (--data-dir, CRM_DATA_DIR): ${notOwnedText(path, dataDir) ?? (error instanceof SQLiteError ? error.message : fileErrorText(error))}`);
   }
