@@ -130,7 +130,7 @@ export function csrfTokenFor(seed: string): string {
 }
 
 /** csrfTokenMatches compares a submitted CSRF token with the seed's in constant time. */
-export function csrfTokenMatches(seed: string | undefined, presented: unknown): boolean {
+function csrfTokenMatches(seed: string | undefined, presented: unknown): boolean {
   if (!seed || typeof presented !== "string") return false;
   return sameBytes(Buffer.from(csrfTokenFor(seed)), Buffer.from(presented));
 }
