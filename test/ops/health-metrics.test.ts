@@ -1,9 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { createApp } from "../../server/app.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
-import { databasePath } from "../../server/db/database.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
 import { clientAddress, isLoopbackHost, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
 import { parseTokenRate } from "../../server/limits/rate-limiter.ts";
