@@ -9,11 +9,13 @@ import { heldOpenWhile } from "../server/http/idle-timer.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
 import { fieldsProblem } from "../server/http/schema-errors.ts";
 import type { Db } from "../server/db/sql.ts";
+import type { CursorPosition } from "../server/http/list-query.ts";
 import { bodyFingerprint, saveIdempotentResponse, type IdempotencyScope } from "../server/idempotency/service.ts";
 import { MAX_FORM_BYTES } from "../server/limits/limits.ts";
 import { sessionOperator } from "../server/operators/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { sameBytes, sha256 } from "../server/shared/crypto.ts";
+import type { IdPrefix } from "../server/shared/ids.ts";
 import { ProblemError, validationProblem } from "../server/shared/problem.ts";
 import { htmlResponse, PRE_SESSION_COOKIE, problemJsonResponse, readCookie, redirect, SESSION_COOKIE } from "./http.ts";
 import { FormBody, type ConsoleSession } from "./model.ts";
@@ -104,6 +106,17 @@ export function consoleFieldTime(ms: number): string | null {
   return iso.slice(0, ms % 1000 !== 0 ? 23 : ms % 60_000 !== 0 ? 19 : 16);
 }
 
+/** positionText writes the `before` of a list's older page: the time and id of the last row shown. */
+export function positionText(position: CursorPosition): string {
+  return `${position.value}.${position.id}`;
+}
+
+/** positionOf reads a `before` positionText wrote of a row whose id has `prefix`, or gives null for any other text. */
+export function positionOf(text: string, prefix: IdPrefix): CursorPosition | null {
+  const match = new RegExp(`^(\\d{1,15})\\.(${prefix}_[0-9A-Z]{26})$`).exec(text);
+  return match ? { value: Number(match[1]), id: match[2]! } : null;
+}
+
 /**
  * safeNext keeps a post-sign-in destination only when it is a console path (no open redirect) that
  * a Location header can carry as it is: printable ASCII, as the console's own links are (their
@@ -130,7 +143,7 @@ export function csrfTokenFor(seed: string): string {
 }
 
 /** csrfTokenMatches compares a submitted CSRF token with the seed's in constant time. */
-export function csrfTokenMatches(seed: string | undefined, presented: unknown): boolean {
+function csrfTokenMatches(seed: string | undefined, presented: unknown): boolean {
   if (!seed || typeof presented !== "string") return false;
   return sameBytes(Buffer.from(csrfTokenFor(seed)), Buffer.from(presented));
 }

@@ -19,7 +19,7 @@ import { limitsGuard } from "./limits/routes.ts";
 import { Metrics } from "./ops/metrics.ts";
 import { MigrationWatch } from "./ops/migration-watch.ts";
 import { newerDatabaseGuard, opsRoutes } from "./ops/routes.ts";
-import { recordDeliveryOutcome } from "./ops/service.ts";
+import { DatabaseGauges, recordDeliveryOutcome } from "./ops/service.ts";
 import type { Runtime } from "./runtime.ts";
 import type { Logger } from "./shared/log.ts";
 import { userRoutes } from "./users/routes.ts";
@@ -63,7 +63,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const migrations = new MigrationWatch(db, log);
   // Migrated: from here on a write that finds a newer crm's migrations under the write lock is refused.
   if (db.dialect === "postgres") db.refuseWritesAfter(POSTGRES_MIGRATIONS.at(-1)!.version, (newer) => migrations.noticed(newer));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations, unlinkChunk, listening: () => null };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, gauges: new DatabaseGauges(db, log), deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations, unlinkChunk, listening: () => null };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */

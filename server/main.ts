@@ -4,7 +4,7 @@ import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
-import { dataDirectoryLockFile, databaseFile, databasePath, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
+import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
@@ -684,8 +684,7 @@ function unavailableText(error: unknown): string | null {
   const failure = databaseFailureOf(cause);
   if (failure !== "busy" && (failure !== "unavailable" || databaseFaultOf(cause) !== null)) return null;
   if (error instanceof ConfigError) return error.message;
-  const { code } = error as { code?: unknown };
-  if (typeof code === "string" && code.startsWith("SQLITE_BUSY")) {
+  if (isSqliteBusy(error)) {
     return `the database is busy: another process has held its write lock for ${WRITE_LOCK_WAIT_MS / 1000} s (a sqlite3 session with a transaction open, a long write); nothing more was done, try again`;
   }
   return `the database is ${failure === "busy" ? "busy" : "unavailable"}: ${String((error as Error)?.message ?? error).split("\n")[0]}; nothing more was done, try again`;

@@ -5,6 +5,7 @@ import type { IdempotencyGuard } from "./idempotency/service.ts";
 import type { ApiRateLimits } from "./limits/api-rates.ts";
 import type { ConnectionLimits } from "./limits/connections.ts";
 import type { Metrics } from "./ops/metrics.ts";
+import type { DatabaseGauges } from "./ops/service.ts";
 import type { MigrationWatch } from "./ops/migration-watch.ts";
 import type { Logger } from "./shared/log.ts";
 import type { SecretBox } from "./webhooks/secrets.ts";
@@ -18,6 +19,8 @@ export interface Runtime {
   config: Config;
   log: Logger;
   metrics: Metrics;
+  /** the gauges /metrics reads from the database: one read at a time, and the line logged when a scrape goes without them */
+  gauges: DatabaseGauges;
   /** deliveries sends webhook deliveries; started and stopped with the server */
   deliveries: DeliveryLoop;
   /** how webhook targets are resolved and reached; tests inject their own resolver */

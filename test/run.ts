@@ -39,6 +39,7 @@ const SQLITE_ONLY = new Set([
 const BACKEND_INDEPENDENT = new Set([
   "foundation/time.test.ts",
   "foundation/ids.test.ts",
+  "foundation/thrown.test.ts",
   "foundation/request-slot.test.ts",
   "foundation/pipeline.test.ts",
   "webhooks/rules.test.ts",

@@ -1,13 +1,14 @@
 import type { Database, ReaderName } from "../../server/db/sql.ts";
 import type { Contact } from "../../server/contacts/model.ts";
 import { findContact, searchContacts } from "../../server/contacts/service.ts";
-import { unknownParameterErrors, type CursorPosition } from "../../server/http/list-query.ts";
+import { unknownParameterErrors } from "../../server/http/list-query.ts";
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import { MAX_EMAIL_LENGTH } from "../../server/limits/limits.ts";
 import { notFound, validationProblem } from "../../server/shared/problem.ts";
 import type { User } from "../../server/users/model.ts";
 import { getUser } from "../../server/users/service.ts";
 import { eventsAbout, type WebhookEvent } from "../../server/webhooks/service.ts";
+import { positionOf, positionText } from "../shell.ts";
 
 /** CONTACTS_PER_PAGE is how many contacts the contacts page lists at once. */
 const CONTACTS_PER_PAGE = 50;
@@ -28,11 +29,6 @@ export interface ContactsView {
   older: boolean;
 }
 
-function positionOf(text: string): CursorPosition | null {
-  const match = /^(\d{1,15})\.(con_[0-9A-Z]{26})$/.exec(text);
-  return match ? { value: Number(match[1]), id: match[2]! } : null;
-}
-
 /**
  * contactsPage searches contacts newest first: a query with "@" is an exact email (any case), any
  * other text a part of the name, `assigned_user_id` those a user owns (404 for an unknown user);
@@ -44,14 +40,14 @@ export async function contactsPage(db: Database, query: { q?: string; before?: s
   const unknown = unknownParameterErrors(query, ["q", "before", "assigned_user_id"], "the contacts page");
   if (unknown.length > 0) throw fieldsProblem(unknown);
   const q = (query.q ?? "").trim();
-  const before = query.before ? positionOf(query.before) : null;
+  const before = query.before ? positionOf(query.before, "con") : null;
   if (query.before && !before) throw validationProblem([{ parameter: "before", detail: "must be the position a previous page gave" }], "The page position is invalid.");
   if (q.length > MAX_EMAIL_LENGTH) throw validationProblem([{ parameter: "q", detail: `must be at most ${MAX_EMAIL_LENGTH} characters` }], `The search must be at most ${MAX_EMAIL_LENGTH} characters.`);
   const by = q === "" ? "all" : q.includes("@") ? "email" : "name";
   const user = query.assigned_user_id === undefined ? null : await getUser(db, query.assigned_user_id);
   const filters = { ...(by === "email" ? { email: q.toLowerCase() } : by === "name" ? { fullName: q.normalize("NFC") } : {}), ...(user ? { assignedUserId: user.id } : {}) };
   const page = await searchContacts(db, filters, before, CONTACTS_PER_PAGE, reader);
-  return { q, by, user, contacts: page.data, total: page.total, next: page.next ? `${page.next.value}.${page.next.id}` : null, older: before !== null };
+  return { q, by, user, contacts: page.data, total: page.total, next: page.next ? positionText(page.next) : null, older: before !== null };
 }
 
 /** ContactPageView is a contact (null once deleted) and the latest events about it, each with its deliveries. */

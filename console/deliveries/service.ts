@@ -21,23 +21,13 @@ import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webh
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION, type AttemptRefusal } from "../../server/webhooks/worker.ts";
 import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
 import { contactName, disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
-import { consoleFieldTime, consoleTime } from "../shell.ts";
+import { consoleFieldTime, consoleTime, positionOf, positionText } from "../shell.ts";
 
 /** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
 export const LATEST_DELIVERIES = 50;
 
 const KNOWN_FILTERS = new Set(["status", "event", "subscription_id", "event_id", "contact_id", "request_id", "since", "until", "before"]);
 const ID = (prefix: string) => new RegExp(`^${prefix}_[0-9A-Z]{26}$`);
-
-/** positionText and positionOf write and read the `before` of an older page: the time and id of the last row shown. */
-function positionText(position: DeliveryPosition): string {
-  return `${position.value}.${position.id}`;
-}
-
-function positionOf(text: string): DeliveryPosition | null {
-  const match = /^(\d{1,15})\.(dlv_[0-9A-Z]{26})$/.exec(text);
-  return match ? { value: Number(match[1]), id: match[2]! } : null;
-}
 
 /**
  * filterTime reads the since or until of the deliveries page, as its field sends it or as any
@@ -109,7 +99,7 @@ function checkDeliveryFilters(query: DeliveryFilters): { filters: StoredDelivery
     else filters[key] = name === "since" ? at - 1 : at;
   }
   const beforeText = set(query.before);
-  const before = beforeText === undefined ? null : positionOf(beforeText);
+  const before = beforeText === undefined ? null : positionOf(beforeText, "dlv");
   if (beforeText !== undefined && before === null) errors.push({ parameter: "before", detail: "must be the position a previous page gave" });
   if (errors.length > 0) throw validationProblem(errors, `The filter is invalid: ${errors.map((e) => `${e.parameter} ${e.detail}`).join("; ")}.`);
   return { filters, before };

@@ -29,14 +29,14 @@ function barLabel(from: string, unit: "hour" | "day"): string {
 }
 
 /** roundMax rounds a chart's top up to a number that reads well on the axis (1, 2, 5 times a power of ten). */
-export function roundMax(max: number): number {
+function roundMax(max: number): number {
   if (max <= 0) return 1;
   const power = 10 ** Math.floor(Math.log10(max));
   return [1, 2, 5, 10].map((m) => m * power).find((m) => m >= max)!;
 }
 
 /** barHeights returns each status's height of a bar in a plot `height` tall whose top stands for `top` deliveries. */
-export function barHeights(bar: ChartBar, top: number, height: number): Record<(typeof STACK)[number], number> {
+function barHeights(bar: ChartBar, top: number, height: number): Record<(typeof STACK)[number], number> {
   const scale = (n: number) => Math.round((n / top) * height * 100) / 100;
   return { succeeded: scale(bar.succeeded), failed: scale(bar.failed), pending: scale(bar.pending) };
 }
@@ -49,7 +49,7 @@ const round2 = (n: number) => Math.round(n * 100) / 100;
  * attributes. Failed and pending segments are filled with patterns of the chart's own (PATTERNS). Built as a string: rendered as Preact elements the 40 charts of a start page took
  * 6 ms, a third of the page.
  */
-export function chartSvg({ id, summary, bars, unit, size }: { id: string; summary: string; bars: ChartBar[]; unit: "hour" | "day"; size: ChartSize }): string {
+function chartSvg({ id, summary, bars, unit, size }: { id: string; summary: string; bars: ChartBar[]; unit: "hour" | "day"; size: ChartSize }): string {
   const axis = 28;
   const foot = 16;
   const plot = { width: size.width - axis, height: size.height - foot - 4 };

@@ -6,7 +6,7 @@ import type { FieldError } from "../shared/problem.ts";
 import type { BatchResult } from "./model.ts";
 
 /** itemResult points an item's errors into the batch body (/email of item 3 becomes /items/3/email). */
-export function itemResult(index: number, result: BatchResult): BatchResult {
+function itemResult(index: number, result: BatchResult): BatchResult {
   if (!result.errors) return result;
   return { ...result, errors: result.errors.map((error) => ({ ...error, pointer: `/items/${index}${error.pointer ?? ""}` })) };
 }

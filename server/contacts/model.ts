@@ -56,9 +56,9 @@ const idList = (id: { pattern: string; error: string }, ids: string) =>
   nullable(t.Array(t.String(id), { maxItems: MAX_RELATED_IDS, uniqueItems: true }), `must be a list of at most ${MAX_RELATED_IDS} distinct ${ids}`);
 
 /** NAME_ERROR refuses a first_name or last_name too long in NFC, the form it is stored in (storedText gives it that form before the schema counts). */
-export const NAME_ERROR = `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`;
+const NAME_ERROR = `must be a string of at most ${MAX_NAME_LENGTH} characters, or null`;
 /** TAG_ERROR refuses a tag too long in NFC (as NAME_ERROR), empty, "." or "..". */
-export const TAG_ERROR = `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."`;
+const TAG_ERROR = `must be a tag of 1 to ${MAX_TAG_LENGTH} characters, not "." or ".."`;
 
 // "." and ".." are refused: URL clients read them as path steps (DELETE .../tags/%2E%2E is sent as
 // DELETE /contacts/:id/), so such a tag could never be removed through its own URL.

@@ -207,7 +207,7 @@ function tagsOf(row: ContactRow): string[] {
 const contactSchemaErrors = schemaChecker(ContactInput);
 
 /** contactItemErrors lists what is wrong with one contact on its own (schema, then limits), as POST would report it. */
-export function contactItemErrors(item: unknown): FieldError[] {
+function contactItemErrors(item: unknown): FieldError[] {
   const schemaErrors = contactSchemaErrors(item);
   return schemaErrors.length > 0 ? schemaErrors : contactInputErrors(item as Record<string, unknown>);
 }

@@ -1,11 +1,12 @@
 import { ConfigError, type Config } from "../config.ts";
 import { BUILD } from "../version.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
-import { DatabaseReplaced, databasePath, openDatabase, syncFailedCode, type SqliteDatabase } from "./database.ts";
+import { DatabaseReplaced, databasePath, isSqliteBusy, openDatabase, syncFailedCode, type SqliteDatabase } from "./database.ts";
 import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
 import { DatabaseNewer, DatabaseNotAnswering, LOCK_TIMEOUT_STATE, openPostgres, schemaChangedUnder, type PostgresDatabase } from "./postgres.ts";
 import type { Db, Dialect, MigrationWarn } from "./sql.ts";
+import { errorCode, sqlStateOf } from "../shared/thrown.ts";
 
 /** Backend is an opened database of either kind; `dialect` tells which, for the few callers that must know (migrations, backup). */
 export type Backend = SqliteDatabase | PostgresDatabase;
@@ -131,11 +132,11 @@ export type DatabaseFault = "login-refused" | "database-missing" | "tables-missi
 
 /** databaseFaultOf tells which DatabaseFault an error is, or null for any other. */
 export function databaseFaultOf(error: unknown): DatabaseFault | null {
-  const { errno } = (error ?? {}) as { errno?: unknown };
-  if (typeof errno !== "string") return null;
-  if (errno.startsWith("28")) return "login-refused";
-  if (errno === "3D000") return "database-missing";
-  if (errno === "42P01") return "tables-missing";
+  const state = sqlStateOf(error);
+  if (state === undefined) return null;
+  if (state.startsWith("28")) return "login-refused";
+  if (state === "3D000") return "database-missing";
+  if (state === "42P01") return "tables-missing";
   return null;
 }
 
@@ -172,12 +173,13 @@ export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (error instanceof DatabaseReplaced) return "replaced";
   if (error instanceof DatabaseNewer || schemaChangedUnder(error)) return "newer";
   if (syncFailedCode(error) !== null) return "storage-failed";
-  const { code, errno } = (error ?? {}) as { code?: unknown; errno?: unknown };
-  if (code === "SQLITE_FULL" || errno === "53100") return "storage-full";
-  if (errno === LOCK_TIMEOUT_STATE) return "busy";
-  if (typeof code === "string" && SQLITE_UNWRITABLE.test(code)) return "storage-read-only";
-  if (typeof code === "string" && (code === "SQLITE_BUSY" || code.startsWith("SQLITE_BUSY_") || POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";
-  if (typeof errno === "string" && (errno.startsWith("08") || POSTGRES_UNAVAILABLE_STATES.has(errno))) return "unavailable";
+  const code = errorCode(error);
+  const state = sqlStateOf(error);
+  if (code === "SQLITE_FULL" || state === "53100") return "storage-full";
+  if (state === LOCK_TIMEOUT_STATE) return "busy";
+  if (code !== undefined && SQLITE_UNWRITABLE.test(code)) return "storage-read-only";
+  if (isSqliteBusy(error) || (code !== undefined && POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";
+  if (state !== undefined && (state.startsWith("08") || POSTGRES_UNAVAILABLE_STATES.has(state))) return "unavailable";
   if (databaseFaultOf(error) !== null) return "unavailable";
   return null;
 }

@@ -33,11 +33,11 @@ export interface SqliteSource {
   close(): unknown;
 }
 
-/** CopyRefused is a target that cannot take the copy (it holds data, or lacks a table); main prints it as one line. */
-export class CopyRefused extends Error {}
+/** CopyRefused is a target that cannot take the copy (it holds data, or lacks a table); copyToPostgresCommand prints it as one line. */
+class CopyRefused extends Error {}
 
-/** CopyFailed is a copy that stopped part-way and was rolled back; main prints it as one line. */
-export class CopyFailed extends Error {}
+/** CopyFailed is a copy that stopped part-way and was rolled back; copyToPostgresCommand prints it as one line. */
+class CopyFailed extends Error {}
 
 /** CopyProgress is where the copy reports, table by table (stderr in the command). */
 export interface CopyProgress {

@@ -7,6 +7,7 @@ import { fileErrorText, giveToFolderOwner, makeOwnerOnlyDirectory, notOwnedText,
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
+import { errorCode } from "../shared/thrown.ts";
 
 /**
  * MAX_CACHED_STATEMENTS and MAX_CACHED_SQL_CHARACTERS bound the statement cache of a connection,
@@ -149,8 +150,13 @@ const SQLITE_SYNC_FAILED = /^SQLITE_IOERR_(DIR_)?FSYNC$/;
 
 /** syncFailedCode is the SQLite code of an error that is a failed sync to disk (SQLITE_SYNC_FAILED), or null for any other. */
 export function syncFailedCode(error: unknown): string | null {
-  const { code } = (error ?? {}) as { code?: unknown };
-  return typeof code === "string" && SQLITE_SYNC_FAILED.test(code) ? code : null;
+  const code = errorCode(error);
+  return code !== undefined && SQLITE_SYNC_FAILED.test(code) ? code : null;
+}
+
+/** isSqliteBusy tells whether an error is SQLite's refusal for a lock another connection holds: SQLITE_BUSY, or one of its extended codes. */
+export function isSqliteBusy(error: unknown): boolean {
+  return errorCode(error)?.startsWith("SQLITE_BUSY") ?? false;
 }
 
 /** FILE_CHECK_INTERVAL_MS is how often a serving database checks that its path still names the file it opened (watchFile): a stat, off the requests' path. */
@@ -229,7 +235,7 @@ export class SqliteDatabase implements Database {
         // A folder on the way the service may not enter just now: the file may well be there; the next look tells.
         return;
       }
-      if (now && sameFile(now, opened)) return;
+      if (now && sameDeviceAndInode(now, opened)) return;
       clearInterval(watch);
       this.replaced = new DatabaseReplaced(`the database file ${this.path} was replaced or removed while the service ran: it refuses changes until it is restarted, which opens the file now at that path`);
       // The WAL and shared memory at the path are the lost file's: SQLite does not remove them when
@@ -252,7 +258,7 @@ export class SqliteDatabase implements Database {
     const opened = this.opened.get(file);
     try {
       const now = statSync(file, { bigint: true, throwIfNoEntry: false });
-      if (!opened || !now || !sameFile(now, opened)) return false;
+      if (!opened || !now || !sameDeviceAndInode(now, opened)) return false;
       rmSync(file);
       return true;
     } catch {
@@ -413,7 +419,7 @@ export class SqliteDatabase implements Database {
         this.writer.query("BEGIN IMMEDIATE").run();
         return true;
       } catch (error) {
-        if (!String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY") || Date.now() >= deadline) throw error;
+        if (!isSqliteBusy(error) || Date.now() >= deadline) throw error;
         this.groups.refuseThoseGivingUp(error);
         if (this.groups.waiting() === 0) return false;
       }
@@ -481,8 +487,8 @@ export class SqliteDatabase implements Database {
 /** FileId names a file whatever path names it: its device and inode. */
 export type FileId = Pick<BigIntStats, "dev" | "ino">;
 
-/** sameFile tells whether two stats are of one file: the same device and inode. */
-function sameFile(a: FileId, b: FileId): boolean {
+/** sameDeviceAndInode tells whether two stats are of one file, whatever path named each: the same device and inode. */
+function sameDeviceAndInode(a: FileId, b: FileId): boolean {
   return a.dev === b.dev && a.ino === b.ino;
 }
 
@@ -493,7 +499,7 @@ function sameFile(a: FileId, b: FileId): boolean {
  */
 function refuseAnotherFile(path: string, file: FileId): void {
   const now = statSync(path, { bigint: true, throwIfNoEntry: false });
-  if (!now || !sameFile(now, file)) throw new DatabaseReplaced(`the database file ${path} is not the one the service opened: it was replaced or removed`);
+  if (!now || !sameDeviceAndInode(now, file)) throw new DatabaseReplaced(`the database file ${path} is not the one the service opened: it was replaced or removed`);
 }
 
 function endTurn(watch: Watch): void {
@@ -627,7 +633,7 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
     lock.run("BEGIN EXCLUSIVE");
   } catch (error) {
     lock?.close();
-    if (String((error as { code?: unknown }).code).startsWith("SQLITE_BUSY")) return null;
+    if (isSqliteBusy(error)) return null;
     // Another user's lock file (a command run as root created it) is a setting to fix, told in one line.
     throw new ConfigError(`cannot open the lock file ${path} (--data-dir, CRM_DATA_DIR): ${notOwnedText(path, dataDir) ?? (error instanceof SQLiteError ? error.message : fileErrorText(error))}`);
   }

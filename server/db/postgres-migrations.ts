@@ -32,6 +32,7 @@ import accountNamesRekeyedAgain from "../../migrations/postgres/0042_account_nam
 import { LOCK_TIMEOUT_STATE, READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
+import { sqlStateOf } from "../shared/thrown.ts";
 
 /** PostgresMigration is one numbered SQL file of migrations/postgres/. */
 export interface PostgresMigration {
@@ -179,7 +180,7 @@ const MIGRATION_STEP_HINTS: Record<string, string> = {
  */
 function migrationStepFailure(name: string, error: unknown): unknown {
   if (error instanceof ConfigError || error instanceof MigrationFailed) return error;
-  const hint = MIGRATION_STEP_HINTS[(error as { errno?: string })?.errno ?? ""];
+  const hint = MIGRATION_STEP_HINTS[sqlStateOf(error) ?? ""];
   const text = `cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${name}, and nothing of it was applied: ${(error as Error)?.message ?? String(error)}`;
   return new MigrationFailed(hint ? `${text}; ${hint}` : text, { cause: error });
 }

@@ -6,6 +6,7 @@ import { settlesWithin } from "../shared/time.ts";
 import { SlowReads } from "./slow-reads.ts";
 import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
+import { errorCode, sqlStateOf } from "../shared/thrown.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
 const MAX_CACHED_REWRITES = 2000;
@@ -205,8 +206,7 @@ export class DatabaseNewer extends Error {
  * newer crm's migration altered a column under this instance's statements.
  */
 export function schemaChangedUnder(error: unknown): boolean {
-  const { errno, message } = (error ?? {}) as { errno?: unknown; message?: unknown };
-  return errno === "0A000" && typeof message === "string" && message.includes("cached plan must not change result type");
+  return sqlStateOf(error) === "0A000" && error instanceof Error && error.message.includes("cached plan must not change result type");
 }
 
 /** READ_ONLY_HINT says what to do when PostgreSQL refuses a write as read-only (SQLSTATE 25006). */
@@ -218,18 +218,18 @@ export const READ_ONLY_HINT = "the server or the role is read-only (a standby, o
  * ConfigError, naming the setting and what to do; any other error is returned as it is.
  */
 export function readOnlyWriteRefusal(error: unknown): unknown {
-  if ((error as { errno?: unknown } | null)?.errno !== "25006") return error;
+  if (sqlStateOf(error) !== "25006") return error;
   return new ConfigError(`cannot write to the PostgreSQL database (--database-url, CRM_DATABASE_URL): ${(error as Error).message}; ${READ_ONLY_HINT}`, { cause: error });
 }
 
 /** metLockTimeout tells whether PostgreSQL gave a statement up for its lock_timeout. */
 function metLockTimeout(error: unknown): boolean {
-  return (error as { errno?: unknown } | null)?.errno === LOCK_TIMEOUT_STATE;
+  return sqlStateOf(error) === LOCK_TIMEOUT_STATE;
 }
 
 /** answeredByServer tells whether an error is one PostgreSQL sent (it carries a SQLSTATE), not one of the client's own. */
 function answeredByServer(error: unknown): boolean {
-  return typeof (error as { errno?: unknown } | null)?.errno === "string";
+  return sqlStateOf(error) !== undefined;
 }
 
 /** WATCH_TICKS is how many times per answer timeout the watch looks at what waits: it gives up at most a tenth late. */
@@ -889,8 +889,8 @@ export class PostgresDatabase extends PostgresDb implements Database {
 
 /** connectFailure says in one line why the server could not be used. */
 function connectFailure(error: unknown): string {
-  const { message, code } = error as { message?: string; code?: string };
-  const text = (message || String(error)).split("\n")[0]!;
+  const code = errorCode(error);
+  const text = ((error as Error).message || String(error)).split("\n")[0]!;
   if (error instanceof URIError) return "the user name or password is not percent-encoded: write each character of them other than letters, digits and -._~ as %XX (a % as %25)";
   if (code === "ERR_POSTGRES_CONNECTION_REFUSED") return "connection refused (is the server running and the host and port right?)";
   if (code === "ERR_POSTGRES_CONNECTION_TIMEOUT") return `no connection within ${CONNECT_TIMEOUT_SECONDS} s`;

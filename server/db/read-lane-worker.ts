@@ -3,6 +3,7 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import { DatabaseReplaced, openReadOnlyConnection } from "./database.ts";
 import type { LaneAnswer, LaneCall, LaneOpen, LaneRefusal } from "./read-lane.ts";
+import { errorCode } from "../shared/thrown.ts";
 
 declare const self: Worker;
 
@@ -27,7 +28,7 @@ self.onmessage = (event: MessageEvent<LaneCall | LaneOpen>) => {
   try {
     answer = { id: call.id, value: answerCall(connection!, call) };
   } catch (error) {
-    answer = { id: call.id, error: { message: (error as Error).message, code: (error as { code?: unknown }).code } };
+    answer = { id: call.id, error: { message: (error as Error).message, code: errorCode(error) } };
   }
   self.postMessage(answer);
 };

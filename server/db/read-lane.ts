@@ -22,7 +22,7 @@ export type LaneRefusal = { refused: string };
 export type LaneCall = { id: number } & (LaneStatement | { kind: "end" } | { kind: "close" });
 
 /** LaneAnswer is the thread's answer to the call of the same id: a value, or the error it threw. */
-export type LaneAnswer = { id: number; value: unknown } | { id: number; error: { message: string; code: unknown } } | LaneRefusal;
+export type LaneAnswer = { id: number; value: unknown } | { id: number; error: { message: string; code: string | undefined } } | LaneRefusal;
 
 interface PendingCall {
   resolve: (value: unknown) => void;

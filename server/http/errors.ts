@@ -6,6 +6,7 @@ import { ProblemError, validationProblem, type FieldError } from "../shared/prob
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
 import { pathOf, routedPath } from "./request-log.ts";
 import { BUILD } from "../version.ts";
+import { errorCode, sqlStateOf } from "../shared/thrown.ts";
 
 /** routePatternMatches tells whether a concrete path matches an Elysia route pattern like /a/:id. */
 function routePatternMatches(pattern: string, path: string): boolean {
@@ -220,14 +221,13 @@ export class DatabaseFaultLog {
 
 /** causeOf names what a database's error is, from a bounded set: PostgreSQL's SQLSTATE, else the code of SQLite or of the client, else its class. */
 function causeOf(error: unknown): string {
-  const { errno, code } = (error ?? {}) as { errno?: unknown; code?: unknown };
-  return typeof errno === "string" ? errno : typeof code === "string" ? code : ((error as object | null)?.constructor?.name ?? "");
+  return sqlStateOf(error) ?? errorCode(error) ?? ((error as object | null)?.constructor?.name ?? "");
 }
 
 /** codeOf is the `code` of a database's error, for its log line (SQLite's extended code names what failed: SQLITE_IOERR_FSYNC), or nothing. */
 function codeOf(error: unknown): { code?: string } {
-  const { code } = (error ?? {}) as { code?: unknown };
-  return typeof code === "string" ? { code } : {};
+  const code = errorCode(error);
+  return code === undefined ? {} : { code };
 }
 
 /**

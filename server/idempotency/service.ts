@@ -24,7 +24,7 @@ export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
  * crashed instance and the key can be used again. A request still running by then (waiting that
  * long for the write lock) commits nothing once its key was taken over (saveIdempotentResponse).
  */
-export const IDEMPOTENCY_RESERVATION_MS = 60_000;
+const IDEMPOTENCY_RESERVATION_MS = 60_000;
 
 /** IdempotencyScope identifies one idempotent request; services save their response under it. */
 export interface IdempotencyScope extends IdempotencyKeyId {

@@ -59,12 +59,12 @@ function looksUtf16(start: Uint8Array): boolean {
 export class FileChanged extends ConfigError {}
 
 /**
- * sameFile is a check for textPieces that a file stays the one the first check saw: the same
- * inode (not replaced), size and modification time (not written to). The import reads its file
- * once per pass; an export job still writing it, or a sync replacing it, between the passes sent
- * contacts whose accounts the earlier pass never saw, without their account.
+ * sameInodeSizeAndTime is a check for textPieces that a file stays the one the first check saw:
+ * the same inode (not replaced), size and modification time (not written to). The import reads
+ * its file once per pass; an export job still writing it, or a sync replacing it, between the
+ * passes sent contacts whose accounts the earlier pass never saw, without their account.
  */
-export function sameFile(path: string): (fd: number) => void {
+export function sameInodeSizeAndTime(path: string): (fd: number) => void {
   let first: string | undefined;
   return (fd) => {
     const stats = fstatSync(fd, { bigint: true });
@@ -78,7 +78,7 @@ export function sameFile(path: string): (fd: number) => void {
  * textPieces reads a file as UTF-8 text a piece at a time, so the whole file is never in memory,
  * and stops at the first bytes that are not UTF-8: a file saved as Windows-1252 (Excel's plain
  * "CSV") would otherwise import "José" as "Jos\uFFFD". A UTF-16 file is refused as such at once.
- * `unchanged` (sameFile) checks the file when it is opened and after each piece is read.
+ * `unchanged` (sameInodeSizeAndTime) checks the file when it is opened and after each piece is read.
  */
 export function* textPieces(path: string, unchanged: (fd: number) => void): Generator<string> {
   const cannotRead = (error: Error) => new ConfigError(`import: cannot read ${path}: ${error.message}`);

@@ -13,7 +13,8 @@ import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient, ImportError } from "./client.ts";
 import { csvLine } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
-import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameFile, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+import { errorCode } from "../shared/thrown.ts";
 
 export interface ImportOptions {
   file: string;
@@ -66,7 +67,7 @@ const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, poi
  * again after a crash (within the server's 24 h replay window) creates nothing twice.
  */
 export async function importContacts(options: ImportOptions): Promise<ImportSummary> {
-  const unchanged = sameFile(options.file);
+  const unchanged = sameInodeSizeAndTime(options.file);
   const source = readSourceFile(options.file, () => textPieces(options.file, unchanged));
   const { map, ignored } = columnMap(source.columns, options.map);
   const invalidFile = checkedInvalidFile(options, source.format);
@@ -284,7 +285,7 @@ function checkedInvalidFile(options: ImportOptions, format: SourceFile["format"]
     existing = statIfThere(path);
   } catch (error) {
     // stat needs only to enter the folders above: one of them is shut.
-    throw refuse(`which cannot be written (${(error as NodeJS.ErrnoException).code === "EACCES" ? "in a folder this user may not enter" : (error as Error).message})`);
+    throw refuse(`which cannot be written (${errorCode(error) === "EACCES" ? "in a folder this user may not enter" : (error as Error).message})`);
   }
   if (existing?.isDirectory()) throw refuse("a directory");
   if (existing && realpathSync(path) === realpathSync(options.file)) throw refuse("the input file itself");

@@ -6,7 +6,7 @@ import { MAX_BODY_BYTES } from "./limits.ts";
  * declaresBody tells from the headers whether a request carries a body (a length or chunked
  * framing). Read this rather than request.body, which has Bun set up a stream for every POST.
  */
-export function declaresBody(request: Request): boolean {
+function declaresBody(request: Request): boolean {
   return request.headers.has("content-length") || request.headers.has("transfer-encoding");
 }
 

@@ -21,7 +21,7 @@ const passwordInputTooLong = () => new ConfigError(`--password-stdin: standard i
  * break (LF, CRLF or CR). Blank lines after it are a file's ending; another line with text is
  * refused, as the line breaks a browser strips from a password would make one nobody can type.
  */
-export function passwordLine(text: string): string {
+function passwordLine(text: string): string {
   const [first = "", ...rest] = text.split(/\r\n|\r|\n/);
   if (rest.some((line) => line !== "")) throw new ConfigError(`--password-stdin: standard input holds more than one line; ${ONE_LINE}`);
   return first;

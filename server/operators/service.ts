@@ -60,7 +60,7 @@ export const SETUP_CODE_TTL_MS = 30 * 60 * 1000;
 /** OPERATOR_LINK_TTL_MS is how long an invitation or password-reset link works. */
 export const OPERATOR_LINK_TTL_MS = 72 * 60 * 60 * 1000;
 /** LOGIN_WINDOW_MS is the window in which failed sign-ins are counted. */
-export const LOGIN_WINDOW_MS = 15 * 60 * 1000;
+const LOGIN_WINDOW_MS = 15 * 60 * 1000;
 /** FREE_PAIR_FAILURES is how many wrong passwords one address may type for one account before each next try waits. */
 export const FREE_PAIR_FAILURES = 3;
 /**

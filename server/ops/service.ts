@@ -20,6 +20,7 @@ import type { DeliveryOutcome } from "../webhooks/worker.ts";
 import type { Gauge, Metrics } from "./metrics.ts";
 import type { Health, Readiness, ReadinessChecks } from "./model.ts";
 import { probeWrite, quickCheck, vacuumInto } from "./store.ts";
+import { errorCode } from "../shared/thrown.ts";
 
 const startedAt = Date.now();
 
@@ -153,44 +154,51 @@ const GAUGE_READ_DEADLINE_MS = 2000;
 
 type DatabaseGaugeValues = { queue: Awaited<ReturnType<typeof deliveryQueueStats>>; history: Awaited<ReturnType<typeof recentHistorySize>> };
 
-// The read under way, shared by the scrapes that come meanwhile: scrapes that wait for a lock and
-// that Prometheus abandons hold one pooled connection between them, not one each.
-const gaugeReads = new WeakMap<Runtime["db"], Promise<DatabaseGaugeValues>>();
-// The scrapes answered without the database gauges, logged at most once a minute per database.
-const gaugesLeftOut = new WeakMap<Runtime["db"], SpacedLine>();
+/**
+ * DatabaseGauges reads, for one instance, the gauges /metrics takes from the database. The read
+ * under way is shared by the scrapes that come meanwhile: scrapes that wait for a lock and that
+ * Prometheus abandons hold one pooled connection between them, not one each. The scrapes answered
+ * without these gauges are logged at most once a minute.
+ */
+export class DatabaseGauges {
+  private underWay: Promise<DatabaseGaugeValues> | null = null;
+  private readonly leftOutLine = new SpacedLine();
 
-/** readDatabaseGauges reads the queue and the history's size in one bounded read (GAUGE_READ_LIMITS), or joins the one under way. */
-function readDatabaseGauges(db: Runtime["db"]): Promise<DatabaseGaugeValues> {
-  const under = gaugeReads.get(db);
-  if (under) return under;
-  const read = db.readWithin(GAUGE_READ_LIMITS, async (tx) => ({ queue: await deliveryQueueStats(tx), history: await recentHistorySize(db, Date.now(), tx) }));
-  gaugeReads.set(db, read);
-  const done = () => void (gaugeReads.get(db) === read && gaugeReads.delete(db));
-  read.then(done, done);
-  return read;
-}
+  constructor(
+    private readonly db: Runtime["db"],
+    private readonly log: Logger,
+  ) {}
 
-/** noteGaugesLeftOut logs, at most once a minute, that a scrape answered without the database gauges, and why. */
-function noteGaugesLeftOut(rt: Runtime, error: unknown): void {
-  let line = gaugesLeftOut.get(rt.db);
-  if (!line) gaugesLeftOut.set(rt.db, (line = new SpacedLine()));
-  const unlogged = line.occurred(performance.now());
-  if (unlogged === undefined) return;
-  rt.log.warn(`/metrics: the gauges read from the database were left out of the scrape (crm_database_up 0): they were not read within ${GAUGE_READ_DEADLINE_MS / 1000} s, or the database refused them`, {
-    error: String(error),
-    ...(unlogged === null ? {} : { left_out_since_last_line: unlogged }),
-  });
-}
+  /** values waits for the database gauges until GAUGE_READ_DEADLINE_MS: their values, or the failure they were left out for. */
+  async values(): Promise<{ values: DatabaseGaugeValues } | { failure: unknown }> {
+    const reading = this.read();
+    if (!(await settlesWithin(reading, GAUGE_READ_DEADLINE_MS))) return { failure: `no answer within ${GAUGE_READ_DEADLINE_MS / 1000} s` };
+    try {
+      return { values: await reading };
+    } catch (error) {
+      if (databaseFailureOf(error) === null) throw error;
+      return { failure: error };
+    }
+  }
 
-/** gaugeValues waits for the database gauges until GAUGE_READ_DEADLINE_MS: their values, or the failure they were left out for. */
-async function gaugeValues(db: Runtime["db"]): Promise<{ values: DatabaseGaugeValues } | { failure: unknown }> {
-  const reading = readDatabaseGauges(db);
-  if (!(await settlesWithin(reading, GAUGE_READ_DEADLINE_MS))) return { failure: `no answer within ${GAUGE_READ_DEADLINE_MS / 1000} s` };
-  try {
-    return { values: await reading };
-  } catch (error) {
-    if (databaseFailureOf(error) === null) throw error;
-    return { failure: error };
+  /** read reads the queue and the history's size in one bounded read (GAUGE_READ_LIMITS), or joins the one under way. */
+  private read(): Promise<DatabaseGaugeValues> {
+    if (this.underWay) return this.underWay;
+    const read = this.db.readWithin(GAUGE_READ_LIMITS, async (tx) => ({ queue: await deliveryQueueStats(tx), history: await recentHistorySize(this.db, Date.now(), tx) }));
+    this.underWay = read;
+    const done = () => void (this.underWay === read && (this.underWay = null));
+    read.then(done, done);
+    return read;
+  }
+
+  /** leftOut logs, at most once a minute, that a scrape answered without the database gauges, and why. */
+  leftOut(error: unknown): void {
+    const unlogged = this.leftOutLine.occurred(performance.now());
+    if (unlogged === undefined) return;
+    this.log.warn(`/metrics: the gauges read from the database were left out of the scrape (crm_database_up 0): they were not read within ${GAUGE_READ_DEADLINE_MS / 1000} s, or the database refused them`, {
+      error: String(error),
+      ...(unlogged === null ? {} : { left_out_since_last_line: unlogged }),
+    });
   }
 }
 
@@ -201,9 +209,9 @@ async function gaugeValues(db: Runtime["db"]): Promise<{ values: DatabaseGaugeVa
  */
 async function databaseGauges(rt: Runtime): Promise<Gauge[]> {
   const up = (value: number): Gauge => ({ name: "crm_database_up", help: "1 when the gauges read from the database (queue, history) could be read; 0 while it cannot be used or does not give them within 2 s, and they are left out.", value });
-  const read = await gaugeValues(rt.db);
+  const read = await rt.gauges.values();
   if ("failure" in read) {
-    noteGaugesLeftOut(rt, read.failure);
+    rt.gauges.leftOut(read.failure);
     return [up(0)];
   }
   const { queue, history } = read.values;
@@ -315,7 +323,7 @@ export async function backupDatabase(dataDir: string, file: string): Promise<Bac
     for (const leftover of [partial, `${partial}-journal`]) rmSync(leftover, { force: true });
     if (error instanceof BackupError) throw error;
     // SQLite's own words, "database or disk is full", read as the service's disk being full.
-    if (databaseFailureOf(error) === "storage-full" || (error as NodeJS.ErrnoException).code === "ENOSPC") {
+    if (databaseFailureOf(error) === "storage-full" || errorCode(error) === "ENOSPC") {
       throw new BackupError(`backup failed: no space left on the file system of ${resolve(file)} (the copy needs up to ${statSync(source).size} bytes, the database's size); the live database ${source} is untouched`);
     }
     throw new BackupError(`backup failed: ${(error as Error).message}`);

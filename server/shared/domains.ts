@@ -33,7 +33,7 @@ export function asciiEmail(email: string): string {
 }
 
 /** hasNonAsciiLocalPart tells whether an email address's local part (before its last @) holds a non-ASCII character. */
-export function hasNonAsciiLocalPart(email: unknown): boolean {
+function hasNonAsciiLocalPart(email: unknown): boolean {
   return typeof email === "string" && NON_ASCII.test(email.slice(0, Math.max(email.lastIndexOf("@"), 0)));
 }
 

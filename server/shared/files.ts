@@ -2,6 +2,7 @@ import { accessSync, chmodSync, chownSync, closeSync, constants, existsSync, fch
 import { hostname } from "node:os";
 import { basename, dirname, join, relative, resolve } from "node:path";
 import { sha256 } from "./crypto.ts";
+import { errorCode } from "./thrown.ts";
 
 /** fsyncPath flushes a file, or a directory's entries (a name created or renamed in it), to disk. */
 export function fsyncPath(path: string): void {
@@ -24,7 +25,7 @@ export function createOwnerOnlyFile(path: string): void {
   try {
     fd = openSync(path, "wx", 0o600);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    if (errorCode(error) !== "EEXIST") throw error;
     // "wx" refuses any symbolic link, one to a file not there yet too, which "w" then creates.
     created = !pathExists(path);
     fd = openSync(path, "w", 0o600);
@@ -48,7 +49,7 @@ export function makeOwnerOnlyDirectory(path: string): void {
   try {
     mkdirSync(path, { mode: 0o700 });
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "EEXIST") return;
+    if (errorCode(error) === "EEXIST") return;
     throw error;
   }
   // The umask narrows the mode mkdir creates with: 0277 left 0500, in which its owner could not create the database.
@@ -151,7 +152,7 @@ function processRunning(pid: number): boolean {
     process.kill(pid, 0);
     return true;
   } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
+    return errorCode(error) === "EPERM";
   }
 }
 
@@ -166,7 +167,7 @@ export function publishFile(partial: string, path: string): boolean {
     linkSync(partial, path);
     rmSync(partial, { force: true });
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
+    const code = errorCode(error);
     if (code !== "EEXIST" && code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP") throw error;
     if (code === "EEXIST" || existsSync(path)) {
       rmSync(partial, { force: true });
@@ -180,7 +181,7 @@ export function publishFile(partial: string, path: string): boolean {
 
 /** isAbsent tells whether a file system error means nothing is at the path (no such name, or a part of it not a directory). */
 export function isAbsent(error: unknown): boolean {
-  const code = (error as NodeJS.ErrnoException).code;
+  const code = errorCode(error);
   return code === "ENOENT" || code === "ENOTDIR";
 }
 
@@ -211,7 +212,7 @@ export function statIfThere(path: string): Stats | undefined {
  * directory given for a file says so.
  */
 export function fileErrorText(error: unknown, remedy = "run the command as the user the service runs as"): string {
-  const code = (error as NodeJS.ErrnoException).code;
+  const code = errorCode(error);
   if (code === "EACCES" || code === "EPERM") return `permission denied (${remedy})`;
   if (code === "EISDIR") return "it is a directory, not a file";
   return (error as Error).message;

@@ -129,7 +129,7 @@ export function createLogger(level: LogLevel, write: (line: string) => void = (s
 }
 
 /** SPACED_LINE_INTERVAL_MS is how far apart the lines of a recurring condition are written (SpacedLine): one a minute says it all. */
-export const SPACED_LINE_INTERVAL_MS = 60_000;
+const SPACED_LINE_INTERVAL_MS = 60_000;
 
 /**
  * SpacedLine spaces the lines of one kind to one per SPACED_LINE_INTERVAL_MS while what they say

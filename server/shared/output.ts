@@ -1,4 +1,5 @@
 import { writeSync } from "node:fs";
+import { errorCode } from "./thrown.ts";
 
 /**
  * OutputFailed is a command's output that could not be written (a full disk, a reader gone): it
@@ -26,8 +27,8 @@ export function printOut(text: string): void {
       at += writeSync(1, bytes, at);
     } catch (error) {
       // A non-blocking stdout (inherited so from the parent) is full for now, not failed.
-      if ((error as NodeJS.ErrnoException).code === "EAGAIN") Bun.sleepSync(1);
-      else throw new OutputFailed(`could not write to standard output (${(error as Error).message})`, (error as NodeJS.ErrnoException).code === "EPIPE");
+      if (errorCode(error) === "EAGAIN") Bun.sleepSync(1);
+      else throw new OutputFailed(`could not write to standard output (${(error as Error).message})`, errorCode(error) === "EPIPE");
     }
   }
 }

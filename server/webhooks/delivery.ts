@@ -3,6 +3,7 @@ import { connect, type Socket } from "node:net";
 import { withoutNul } from "../shared/text.ts";
 import { VERSION } from "../version.ts";
 import { addressAsHost, addressesToTry, pinTarget, resolveTarget, TargetRefused, type Network, type PrivateTargets } from "./targets.ts";
+import { errorCode } from "../shared/thrown.ts";
 
 /**
  * RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. Date is not among
@@ -182,8 +183,8 @@ class EveryAddressUnreached extends Error {}
 
 /** unreachedCode returns the code of a failure that left the receiver unreached at one address, or null for any other failure. */
 function unreachedCode(error: unknown): string | null {
-  const { code } = error as { code?: unknown };
-  return typeof code === "string" && code in UNREACHED_WORDS ? code : null;
+  const code = errorCode(error);
+  return code !== undefined && code in UNREACHED_WORDS ? code : null;
 }
 
 /** endpointOf writes an address and port as the record shows them. */
@@ -239,8 +240,7 @@ function firstToConnect(addresses: string[], port: number, signal: AbortSignal, 
       socket.once("connect", () => settle(() => resolve(address)));
       socket.on("error", (error) => {
         if (settled) return;
-        const { code } = error as { code?: unknown };
-        unreached.push({ endpoint: endpointOf(address, port), code: typeof code === "string" ? code : error.message });
+        unreached.push({ endpoint: endpointOf(address, port), code: errorCode(error) ?? error.message });
         if (++failed === addresses.length) return settle(() => reject(new EveryAddressUnreached()));
         // The newest connection failed: the next starts now rather than at the delay.
         if (next === sockets.length - 1 && sockets.length < addresses.length) start(next + 1);
@@ -260,7 +260,7 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
   if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;
   if (timedOut) return `timed out after ${timeoutMs} ms without a complete response`;
   if (error instanceof TargetRefused) return `refused: ${error.message}`;
-  const { code, message } = error as { code?: string; message?: string };
+  const code = errorCode(error);
   // Bun's message for this one is the bare code; the name checked is the URL's, not the address connected to.
   if (code === "ERR_TLS_CERT_ALTNAME_INVALID" && serverName !== null) return `connection failed: the certificate does not name ${serverName} (${code})`;
   // Bun asks "Does the server speak TLS on this port?" of every failed handshake: a plain HTTP
@@ -270,7 +270,7 @@ function describeError(error: unknown, timedOut: boolean, timeoutMs: number, sta
     return `connection failed: the TLS handshake failed (${code}): the receiver refused it or does not speak TLS on this port; a receiver that accepts only HTTP/2 refuses it, as deliveries are sent over HTTP/1.1`;
   }
   // Bun's fetch adds advice for developers and the address it connected to: neither helps an operator.
-  const text = (message ?? String(error)).replace(/(?: fetching "[^"]*")?\. For more information, pass `verbose: true` in the second argument to fetch\(\)$/, "");
+  const text = ((error as Error).message ?? String(error)).replace(/(?: fetching "[^"]*")?\. For more information, pass `verbose: true` in the second argument to fetch\(\)$/, "");
   return `connection failed: ${text}${code && !text.includes(code) ? ` (${code})` : ""}`;
 }
 

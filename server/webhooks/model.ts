@@ -27,6 +27,7 @@ export const SUBSCRIPTION_STATUSES = ["active", "paused", "disabled"] as const;
 
 /** DELIVERY_STATUSES are the states of a delivery: pending until it succeeds or runs out of attempts. */
 export const DELIVERY_STATUSES = ["pending", "succeeded", "failed"] as const;
+/** DeliveryStatus is one of DELIVERY_STATUSES. */
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 
 export const SUBSCRIPTION_FILTERS = ["event"] as const;

@@ -10,7 +10,7 @@ import { SECRET_PREFIX } from "./delivery.ts";
 import { deleteSecretsKeyCheck, findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
 /** SECRETS_KEY_FILE_NAME is the key file created in the data directory when --secrets-key-file is not given. */
-export const SECRETS_KEY_FILE_NAME = "secrets.key";
+const SECRETS_KEY_FILE_NAME = "secrets.key";
 const KEY_BYTES = 32;
 const IV_BYTES = 12;
 const TAG_BYTES = 16;

@@ -2,6 +2,7 @@ import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Db, Dialect, SqlValue } from "../db/sql.ts";
 import { keysetOrder, unindexed } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
+import type { DeliveryStatus } from "./model.ts";
 
 export type EventRow = {
   id: string;
@@ -50,7 +51,7 @@ export type DeliveryRow = {
   event_type: string;
   subscription_id: string;
   target_url: string;
-  status: "pending" | "succeeded" | "failed";
+  status: DeliveryStatus;
   attempts: number;
   next_attempt_at: number | null;
   locked_until: number | null;
@@ -899,7 +900,7 @@ export type DeliveryHourRow = {
   subscription_id: string;
   /** Unix ms at the start of the hour */
   hour: number;
-  status: "pending" | "succeeded" | "failed";
+  status: DeliveryStatus;
   n: number;
 }
 

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { isIPv4, isIPv6 } from "node:net";
 import { MAX_ADDRESSES_PER_ATTEMPT } from "../limits/limits.ts";
 import { codePointName } from "../shared/text.ts";
+import { errorCode } from "../shared/thrown.ts";
 
 const MAX_URL_LENGTH = 2048;
 
@@ -271,8 +272,8 @@ export async function systemLookup(hostname: string, hostsFile = HOSTS_FILE): Pr
     return (await Bun.dns.lookup(hostname, { backend: "c-ares" })).map((a) => a.address);
   } catch (error) {
     // Bun prefixes c-ares's codes (DNS_ENOTFOUND); refusals quote them as node names them (ENOTFOUND).
-    const failure = error as { code?: string };
-    if (failure.code) failure.code = failure.code.replace(/^DNS_/, "");
+    const code = errorCode(error);
+    if (code) Object.assign(error as object, { code: code.replace(/^DNS_/, "") });
     throw error;
   }
 }
@@ -304,7 +305,7 @@ export async function resolveTarget(hostname: string, resolve: Resolver, private
       addresses = await (signal ? untilAborted(resolve(host), signal) : resolve(host));
     } catch (error) {
       if (signal?.aborted) throw error;
-      throw new TargetRefused(`host ${host} could not be resolved (${(error as { code?: string }).code ?? (error as Error).message})`);
+      throw new TargetRefused(`host ${host} could not be resolved (${errorCode(error) ?? (error as Error).message})`);
     }
     if (addresses.length === 0) throw new TargetRefused(`host ${host} could not be resolved (no address)`);
   }

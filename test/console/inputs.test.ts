@@ -7,6 +7,7 @@ import { sealedAddress } from "../../console/addresses.ts";
 import type { ConsoleSession } from "../../console/model.ts";
 import type { ProblemError } from "../../server/shared/problem.ts";
 import { addOperator, ConsoleClient, OPERATOR } from "./support.ts";
+import { positionOf, positionText } from "../../console/shell.ts";
 
 // What an operator (or a tampered link) can type into the new pages gets a page that says what is
 // wrong, never a 500 and never a silent guess.
@@ -46,6 +47,8 @@ test("malformed positions, filters, ids and searches answer 4xx with the reason"
     ["/console/?status=failed&sort=oldest", 422, "sort is not a filter of this page"],
     ["/console/api/deliveries?contact_id=42", 422, "contact_id must be a contact id (con_...)"],
     ["/console/contacts?before=1.con_x", 422, "The page position is invalid."],
+    ["/console/contacts?before=1.dlv_01J00000000000000000000000", 422, "The page position is invalid."],
+    ["/console/?before=1.con_01J00000000000000000000000", 422, "before must be the position a previous page gave"],
     [`/console/contacts?q=${"x".repeat(255)}`, 422, "The search must be at most 254 characters."],
     ["/console/contacts/con_01J00000000000000000000000", 404, "No contact with id"],
     ["/console/contacts/%3Cscript%3E", 404, "No contact with id"],
@@ -62,6 +65,18 @@ test("malformed positions, filters, ids and searches answer 4xx with the reason"
     answers.push([path, res.status, res.text.includes(message)]);
   }
   expect(answers).toEqual(cases.map(([path, status]) => [path, status, true]));
+});
+
+test("a list's page position reads back as written, and only for ids of its own list's kind", () => {
+  const position = { value: 1_767_225_600_123, id: "dlv_01J00000000000000000000000" };
+  const text = positionText(position);
+  expect([text, positionOf(text, "dlv"), positionOf(text, "con"), positionOf(`1.5.${position.id}`, "dlv"), positionOf(`1234567890123456.${position.id}`, "dlv")]).toEqual([
+    "1767225600123.dlv_01J00000000000000000000000",
+    position,
+    null,
+    null,
+    null,
+  ]);
 });
 
 test("the search box's post is checked as its address is: too long or with a NUL it is 422 naming the field; what matches nothing is said at the search's sealed address", async () => {

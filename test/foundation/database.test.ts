@@ -4,10 +4,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
-import { opaqueParameters, openDatabase } from "../../server/db/database.ts";
+import { isSqliteBusy, opaqueParameters, openDatabase } from "../../server/db/database.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { startServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { errorCode } from "../../server/shared/thrown.ts";
 
 let dir: string;
 beforeEach(() => {
@@ -140,5 +141,45 @@ describe("database: durability", () => {
       await running.stop();
     }
     expect(levels).toEqual([2, 1]);
+  });
+});
+
+describe("database: a lock another connection holds", () => {
+  test("isSqliteBusy tells SQLite's refusals for a held lock, plain and extended, from its other errors and from values that are no SQLite error", () => {
+    const path = join(dir, "busy.sqlite");
+    const holder = new Database(path);
+    holder.run("PRAGMA journal_mode = WAL");
+    holder.run("CREATE TABLE t (n INTEGER)");
+    const other = new Database(path);
+    other.run("PRAGMA busy_timeout = 0");
+    // A snapshot read before the holder's commit cannot be upgraded to a write after it: SQLITE_BUSY_SNAPSHOT.
+    other.run("BEGIN");
+    other.query("SELECT count(*) FROM t").get();
+    holder.run("BEGIN IMMEDIATE");
+    const thrownBy = (run: () => unknown) => {
+      try {
+        run();
+      } catch (error) {
+        return error;
+      }
+      return null;
+    };
+    const busy = thrownBy(() => other.run("INSERT INTO t VALUES (1)"));
+    holder.run("INSERT INTO t VALUES (2)");
+    holder.run("COMMIT");
+    const snapshot = thrownBy(() => other.run("INSERT INTO t VALUES (3)"));
+    other.run("ROLLBACK");
+    const missing = thrownBy(() => other.run("INSERT INTO missing VALUES (1)"));
+    other.close();
+    holder.close();
+    const errors = [busy, snapshot, missing, null, "SQLITE_BUSY", { code: "SQLITE_BUSY_TIMEOUT" }];
+    expect(errors.map((error) => [errorCode(error) ?? null, isSqliteBusy(error)])).toEqual([
+      ["SQLITE_BUSY", true],
+      ["SQLITE_BUSY_SNAPSHOT", true],
+      ["SQLITE_ERROR", false],
+      [null, false],
+      [null, false],
+      ["SQLITE_BUSY_TIMEOUT", true],
+    ]);
   });
 });

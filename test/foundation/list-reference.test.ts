@@ -13,7 +13,6 @@ import { postAccount } from "./support.ts";
 // holds there: random filters, sorts, directions, page sizes and pages, by number and by cursor.
 
 const CONTACTS = 160;
-const WORDS = ["Halfway", "Ninthly", "Rarely", "Zed"];
 let h: Harness;
 let accounts: string[] = [];
 let users: string[] = [];

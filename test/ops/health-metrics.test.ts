@@ -1,13 +1,11 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { createApp } from "../../server/app.ts";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
-import { databasePath } from "../../server/db/database.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
 import { clientAddress, isLoopbackHost, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
 import { parseTokenRate } from "../../server/limits/rate-limiter.ts";
-import { authorizeMetrics, metricsText } from "../../server/ops/service.ts";
+import { authorizeMetrics, DatabaseGauges, metricsText } from "../../server/ops/service.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
@@ -250,6 +248,36 @@ describe("metrics: a database that gives the gauges no answer", () => {
       answer();
       await waitUntil(async () => parseExposition(await metricsText(h.rt)).value("crm_database_up") === 1, "the gauges back once the database answers");
       expect(parseExposition(await metricsText(h.rt)).value("crm_webhook_queue_depth")).toBe(0);
+    } finally {
+      await h.close();
+    }
+  });
+});
+
+describe("metrics: a database that refuses the gauges", () => {
+  test("the scrapes left out within the minute log one warn line on each instance's log (its runtime's DatabaseGauges), the database refusing them", async () => {
+    const h = await createHarness();
+    try {
+      const locked = Object.assign(new Error("database is locked"), { code: "SQLITE_BUSY" });
+      h.rt.db.readWithin = () => Promise.reject(locked);
+      const lines: { instance: string; msg: string; error: string }[] = [];
+      const instances = ["a", "b"].map((instance) => ({ instance, gauges: new DatabaseGauges(h.rt.db, createLogger("warn", (line) => lines.push({ instance, ...JSON.parse(line) }))) }));
+      const failures: unknown[] = [];
+      for (let scrape = 0; scrape < 3; scrape++) {
+        for (const { gauges } of instances) {
+          const read = await gauges.values();
+          failures.push("failure" in read ? read.failure : read.values);
+          if ("failure" in read) gauges.leftOut(read.failure);
+        }
+      }
+      const msg = "/metrics: the gauges read from the database were left out of the scrape (crm_database_up 0): they were not read within 2 s, or the database refused them";
+      expect({ failures, lines: lines.map(({ instance, msg, error }) => ({ instance, msg, error })) }).toEqual({
+        failures: Array(6).fill(locked),
+        lines: [
+          { instance: "a", msg, error: "Error: database is locked" },
+          { instance: "b", msg, error: "Error: database is locked" },
+        ],
+      });
     } finally {
       await h.close();
     }

@@ -7,7 +7,6 @@ import { ACCOUNT_SORTS } from "../../server/accounts/model.ts";
 import { listAccounts } from "../../server/accounts/store.ts";
 import { CONTACT_SORTS } from "../../server/contacts/model.ts";
 import { listContactVersions, listContacts } from "../../server/contacts/store.ts";
-import { numberPlaceholders } from "../../server/db/postgres.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";

@@ -17,7 +17,7 @@ import { newId } from "../../server/shared/ids.ts";
 import { recordPing } from "../../server/webhooks/outbox.ts";
 import { loadSecretsKey, SecretBox, SecretUnreadable } from "../../server/webhooks/secrets.ts";
 import { runCli, SOURCE } from "../ops/support.ts";
-import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 
 const scope = webhookTestScope();
