@@ -7,6 +7,7 @@ import { isBrowserRequest, isLoopback, isLoopbackHost, type ClientHints } from "
 import { databaseNewer } from "../http/errors.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
 import { databaseFailureOf, migrationState, tablesHomeOf, tablesMissing } from "../db/backend.ts";
+import { ReadLaneFull } from "../db/slow-reads.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { settlesWithin, toTimestamp } from "../shared/time.ts";
@@ -142,10 +143,10 @@ export function authorizeMetrics(config: Config, request: Request, hints: Client
 }
 
 /**
- * GAUGE_READ_LIMITS bound the statements of a scrape's database read on PostgreSQL: a lock another
- * session holds on the delivery history (VACUUM FULL, ALTER TABLE, LOCK TABLE) is waited for 1 s,
- * then the read gives its connection back. The statements themselves may run 10 s: the history's
- * measure, once a minute, walks every row of it.
+ * GAUGE_READ_LIMITS bound the statements of a scrape's read of the queue on PostgreSQL: a lock
+ * another session holds on the deliveries (VACUUM FULL, ALTER TABLE, LOCK TABLE) is waited for
+ * 1 s, then the read gives its connection back. The history's measure, which walks every row of it,
+ * is not among them: it runs on the read lane (recentHistorySize).
  */
 const GAUGE_READ_LIMITS = { lockTimeoutMs: 1000, statementTimeoutMs: 10_000 };
 
@@ -176,15 +177,16 @@ export class DatabaseGauges {
     try {
       return { values: await reading };
     } catch (error) {
-      if (databaseFailureOf(error) === null) throw error;
+      // A full read lane leaves the history unmeasured, like a database that does not answer.
+      if (databaseFailureOf(error) === null && !(error instanceof ReadLaneFull)) throw error;
       return { failure: error };
     }
   }
 
-  /** read reads the queue and the history's size in one bounded read (GAUGE_READ_LIMITS), or joins the one under way. */
+  /** read reads the queue in one bounded read (GAUGE_READ_LIMITS) and the history's size as last measured, or joins the read under way. */
   private read(): Promise<DatabaseGaugeValues> {
     if (this.underWay) return this.underWay;
-    const read = this.db.readWithin(GAUGE_READ_LIMITS, async (tx) => ({ queue: await deliveryQueueStats(tx), history: await recentHistorySize(this.db, Date.now(), tx) }));
+    const read = Promise.all([this.db.readWithin(GAUGE_READ_LIMITS, (tx) => deliveryQueueStats(tx)), recentHistorySize(this.db)]).then(([queue, history]) => ({ queue, history }));
     this.underWay = read;
     const done = () => void (this.underWay === read && (this.underWay = null));
     read.then(done, done);

@@ -787,12 +787,23 @@ export async function measureDeliveryHistory(db: Db): Promise<HistorySize> {
   ))!;
 }
 
-/** deleteUnusedHeaderSets forgets header sets no attempt refers to any more (after pruning). */
-export function deleteUnusedHeaderSets(db: Db): Promise<number> {
-  return db.run(
-    `DELETE FROM webhook_header_sets WHERE id NOT IN (
-       SELECT request_header_set FROM webhook_delivery_attempts UNION SELECT response_header_set FROM webhook_delivery_attempts)`,
+/**
+ * deleteUnusedHeaderSetsAfter forgets, of the `limit` header sets after id `after`, those no attempt
+ * refers to any more (after pruning), each checked by two index probes; it returns the last id it
+ * looked at, or null when none was left after `after`.
+ */
+export async function deleteUnusedHeaderSetsAfter(db: Db, after: number, limit: number): Promise<number | null> {
+  // Number(): PostgreSQL answers max() of bigint as text.
+  const found = (await db.get<{ id: number | string | null }>("SELECT max(id) AS id FROM (SELECT id FROM webhook_header_sets WHERE id > ? ORDER BY id LIMIT ?) AS w", [after, limit]))!.id;
+  if (found === null) return null;
+  const last = Number(found);
+  await db.run(
+    `DELETE FROM webhook_header_sets WHERE id > ? AND id <= ?
+       AND NOT EXISTS (SELECT 1 FROM webhook_delivery_attempts a WHERE a.request_header_set = webhook_header_sets.id)
+       AND NOT EXISTS (SELECT 1 FROM webhook_delivery_attempts a WHERE a.response_header_set = webhook_header_sets.id)`,
+    [after, last],
   );
+  return last;
 }
 
 /** countLateAttempt counts an attempt made under a lease that was lost, and changes nothing else of the delivery. */

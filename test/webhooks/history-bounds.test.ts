@@ -78,10 +78,16 @@ describe("delivery history bounds: the size budget", () => {
     expect(before.value("crm_webhook_history_rows", { table: "attempts" })).toBe(301);
     expect(before.value("crm_webhook_history_bytes")).toBeGreaterThan(1024 * 1024);
 
-    const pruned = await pruneToBudget(h.rt);
+    // Each measure walks the whole history: it is taken on the read lane, before and after the
+    // deletes (a batch of 7 a write here), not after each of them.
+    const { measures, writes } = counted(h.rt.db);
+    const pruned = await pruneToBudget(h.rt, Date.now(), { batch: 7 });
     const kept = (await h.rt.db.all<{ id: string }>("SELECT id FROM webhook_deliveries WHERE status <> 'pending' ORDER BY created_at, id")).map((d) => d.id);
     expect(pruned.deliveries).toBeGreaterThan(0);
     expect(pruned.bytes).toBeLessThanOrEqual(1024 * 1024);
+    expect(writes.length).toBeGreaterThanOrEqual(Math.ceil(pruned.deliveries / 7));
+    expect(measures.length).toBeGreaterThanOrEqual(2);
+    expect(measures.length).toBeLessThan(writes.length / 4);
     // what is left is the newest: the oldest were pruned first
     expect(kept).toEqual(oldestFirst.slice(pruned.deliveries));
     expect((await h.rt.db.get("SELECT status FROM webhook_deliveries WHERE id = ?", [pendingId]))).toEqual({ status: "pending" });
@@ -92,19 +98,55 @@ describe("delivery history bounds: the size budget", () => {
 });
 
 describe("delivery history bounds: measuring it", () => {
-  test("a scrape reuses a measure of the last minute (walking the history's pages holds SQLite's process up), then measures again", async () => {
+  test("a scrape reuses a measure of the last minute, taken on the read lane (walking the history's pages would hold SQLite's process up); past it, it answers with that one while the next is taken", async () => {
     h = await scope.harness();
     const r = scope.receiver();
     await h.subscribe(r.url, ["contact.created"]);
     await createContacts(2);
     await settledDeliveries(h);
+    const { measures } = counted(h.rt.db);
     const now = Date.now();
     const first = await recentHistorySize(h.rt.db, now);
     expect([first.deliveries, first.attempts]).toEqual([2, 2]);
+    expect(measures).toEqual(["webhook history size"]);
     await createContacts(1);
     await settledDeliveries(h);
     expect(await recentHistorySize(h.rt.db, now + HISTORY_SIZE_FRESH_MS - 1)).toEqual(first);
-    const later = await recentHistorySize(h.rt.db, now + HISTORY_SIZE_FRESH_MS);
+    expect(await recentHistorySize(h.rt.db, now + HISTORY_SIZE_FRESH_MS)).toEqual(first);
+    const later = await waitFor(async () => {
+      const size = await recentHistorySize(h.rt.db, now + HISTORY_SIZE_FRESH_MS);
+      return size !== first && size;
+    }, "the next measure");
     expect([later.deliveries, later.attempts]).toEqual([3, 3]);
+    expect(measures).toEqual(["webhook history size", "webhook history size"]);
+  });
+
+  test("a scrape reports the history's rows and bytes measured on the read lane, and the queue", async () => {
+    h = await scope.harness({ retrySchedule: [3600] });
+    const r = scope.receiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContacts(2);
+    await settledDeliveries(h);
+    const { measures } = counted(h.rt.db);
+    const scraped = parseExposition(await metricsText(h.rt));
+    expect(measures).toEqual(["webhook history size"]);
+    expect({
+      up: scraped.value("crm_database_up"),
+      deliveries: scraped.value("crm_webhook_history_rows", { table: "deliveries" }),
+      attempts: scraped.value("crm_webhook_history_rows", { table: "attempts" }),
+      queue: scraped.value("crm_webhook_queue_depth"),
+    }).toEqual({ up: 1, deliveries: 2, attempts: 2, queue: 0 });
+    expect(scraped.value("crm_webhook_history_bytes")).toBeGreaterThan(0);
   });
 });
+
+/** counted records the readers of the reads `db` runs on its read lane, and its writes, from now on. */
+function counted(db: WebhookHarness["rt"]["db"]): { measures: string[]; writes: number[] } {
+  const measures: string[] = [];
+  const writes: number[] = [];
+  const readAside = db.readAside.bind(db);
+  const write = db.write.bind(db);
+  db.readAside = (work, reader) => (measures.push(reader), readAside(work, reader));
+  db.write = (work) => (writes.push(writes.length), write(work));
+  return { measures, writes };
+}

@@ -2,8 +2,11 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { startRotation } from "../../console/subscriptions/service.ts";
 import { markRotationCompleted } from "../../console/subscriptions/store.ts";
 import { inviteOperator, issueSetupCode, OPERATOR_LINK_TTL_MS, SETUP_CODE_TTL_MS } from "../../server/operators/service.ts";
-import { pruneHistory } from "../../server/webhooks/retention.ts";
-import { settledDeliveries, startReceiver, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
+import type { Db } from "../../server/db/sql.ts";
+import { pruneHistory, startRetentionJob } from "../../server/webhooks/retention.ts";
+import { insertAttempt } from "../../server/webhooks/store.ts";
+import { queryPlan, type Captured } from "../support/query-plans.ts";
+import { addStoredDeliveries, addStoredSubscription, settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
 
 const DAY = 24 * 60 * 60 * 1000;
 let h: WebhookHarness;
@@ -97,5 +100,70 @@ describe("retention: what the console leaves", () => {
     expect(rotations.map((row) => row.id).toSorted()).toEqual([underWay.id, abandonedToday.id, finishedInUse.id, finishedToday.id].toSorted());
     expect(await h.rt.db.all("SELECT email FROM operator_links")).toEqual([{ email: "soon@example.com" }]);
     expect(await count("operator_setup_codes")).toBe(1);
+  });
+});
+
+describe("retention: stopping", () => {
+  const runs: [string, Parameters<typeof webhookHarness>[0], number][] = [
+    ["the hourly run", { deliveryRetentionDays: 30 }, 31 * DAY],
+    ["the size budget's run", { deliveryHistoryMaxMb: 0.001 }, 0],
+  ];
+  for (const [run, overrides, age] of runs) {
+    test(`a stop during ${run} waits for the write under way, not for the rest of the run`, async () => {
+      h = await webhookHarness(overrides);
+      const createdAt = Date.now() - age;
+      const subscription = await addStoredSubscription(h.rt.db, createdAt);
+      await h.rt.db.write((tx) => addStoredDeliveries(tx, subscription, createdAt, "succeeded", 12));
+      const write = h.rt.db.write.bind(h.rt.db);
+      let stopped: { done: Promise<void> } | null = null;
+      // The stop comes while the run's first delete commits.
+      h.rt.db.write = async <T>(work: (tx: Db) => Promise<T>): Promise<T> => {
+        const result = await write(work);
+        if (!stopped && (await count("webhook_deliveries")) < 12) stopped = { done: stop() };
+        return result;
+      };
+      const stop = startRetentionJob(h.rt, { batch: 5 });
+      await (await waitFor(() => stopped, "the run's first delete")).done;
+      expect(await count("webhook_deliveries")).toBe(7);
+    });
+  }
+});
+
+describe("retention: header sets", () => {
+  test("the header sets only pruned attempts used are forgotten, a batch of sets a write, each found unused through an index of the attempts; those a kept attempt shares stay", async () => {
+    h = await webhookHarness({ deliveryRetentionDays: 30 });
+    const old = Date.now() - 31 * DAY;
+    const subscription = await addStoredSubscription(h.rt.db, old);
+    await h.rt.db.write(async (tx) => {
+      await addStoredDeliveries(tx, subscription, old, "succeeded", 3);
+      await addStoredDeliveries(tx, subscription, Date.now(), "succeeded", 1);
+    });
+    const deliveries = await h.rt.db.all<{ id: string }>("SELECT id FROM webhook_deliveries ORDER BY created_at, id");
+    // The same request headers for all; the recent delivery's answer was the first old one's.
+    const servers = ["a/1", "b/1", "c/1", "a/1"];
+    await h.rt.db.write(async (tx) => {
+      for (const [i, { id }] of deliveries.entries()) {
+        const request_headers = { "content-type": "application/json", "webhook-id": id, "webhook-timestamp": "1", "webhook-signature": "v1,x" };
+        await insertAttempt(tx, { delivery_id: id, attempt: 1, triggered_by: "scheduled", started_at: old, duration_ms: 1, request_headers, response_status: 200, response_headers: { server: servers[i]! }, response_body: null, error: null });
+      }
+    });
+    const headerSets = async () => (await h.rt.db.all<{ headers: string }>("SELECT headers FROM webhook_header_sets ORDER BY id")).map((row) => JSON.parse(row.headers));
+    expect(await headerSets()).toEqual([{ "content-type": "application/json" }, { server: "a/1" }, { server: "b/1" }, { server: "c/1" }]);
+    const statements: Captured[] = [];
+    const write = h.rt.db.write.bind(h.rt.db);
+    h.rt.db.write = <T>(work: (tx: Db) => Promise<T>): Promise<T> =>
+      write((tx) => work({ dialect: tx.dialect, all: tx.all.bind(tx), get: tx.get.bind(tx), run: (sql, params = []) => (statements.push({ sql, params: [...params] }), tx.run(sql, params)) }));
+
+    expect(await pruneHistory(h.rt, Date.now(), { batch: 1 })).toMatchObject({ deliveries: 3 });
+    expect(await headerSets()).toEqual([{ "content-type": "application/json" }, { server: "a/1" }]);
+    const forgetting = statements.filter((c) => /^DELETE FROM webhook_header_sets/.test(c.sql.trimStart()));
+    expect(forgetting.length).toBeGreaterThan(1);
+    if (h.rt.db.dialect === "sqlite") {
+      const plans = forgetting.map((c) => queryPlan(h.db.sqlite, c));
+      // Every look at the attempts is a probe of one of their header-set indexes, not a read of them all.
+      const attemptsRead = plans.flat().filter((line) => /^(SCAN|SEARCH) (a|webhook_delivery_attempts)\b/.test(line));
+      expect(attemptsRead.filter((line) => !/^SEARCH a USING COVERING INDEX webhook_delivery_attempts_(request|response)_header_set \(/.test(line))).toEqual([]);
+      expect(attemptsRead.length).toBe(2 * forgetting.length);
+    }
   });
 });
