@@ -142,7 +142,7 @@ await latestDeliveries(spy.db, {});
 await latestDeliveries(spy.db, { status: "failed" });
 await latestDeliveries(spy.db, { before: olderPage });
 await latestDeliveries(spy.db, { contact_id: busyContact });
-await recentFailures(spy.db, subscription);
+await recentFailures(spy.db, subscription, "bench");
 await contactPage(spy.db, busyContact);
 await contactsPage(spy.db, { q: "Last42" }, "bench");
 for (const q of [delivery, event, typicalContact, `person${typical}@example.com`]) await search(spy.db, q, "bench");

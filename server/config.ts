@@ -247,7 +247,7 @@ export const SETTINGS: Setting[] = [
     flag: "--slow-list-lane",
     env: "CRM_SLOW_LIST_LANE",
     kind: "whole",
-    help: "contact lists whose count reads many rows (several relation filters, time filters, a name search) run in turns per client, on SQLite one at a time on a thread of their own, on PostgreSQL on half the pool; this many held at once (the running ones included); one more gets 503 (0: they run as any read, on SQLite's main thread, holding up every other request meanwhile); the delivery history's measure takes its turns there too",
+    help: "contact lists whose count reads many rows (several relation filters, time filters, a name search) run in turns per client, on SQLite one at a time on a thread of their own, on PostgreSQL on half the pool; this many held at once (the running ones included); one more gets 503 (0: they run as any read, on SQLite's main thread, holding up every other request meanwhile); the delivery history's measure and the console's failures by reason take their turns there too",
   },
   { key: "rateReadPerSecond", flag: "--rate-read-per-second", env: "CRM_RATE_READ_PER_SECOND", kind: "positive-int", help: "default per-token rate of reads: requests of every method but POST, PATCH and DELETE (token create --rate overrides)" },
   { key: "rateReadBurst", flag: "--rate-read-burst", env: "CRM_RATE_READ_BURST", kind: "positive-int", help: "default per-token burst of reads (requests of every method but POST, PATCH and DELETE)" },

@@ -140,7 +140,7 @@ function Attempts({ stats }: { stats: SubscriptionStats }) {
 }
 
 /** subscriptionPage renders one subscription: its charts, larger, its attempts as the API counts them, and its recent failures grouped by reason. */
-export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[]; rotationId: string | null; disableAfterHours: number; stats: SubscriptionStats }): string {
+export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[] | null; rotationId: string | null; disableAfterHours: number; stats: SubscriptionStats }): string {
   const s = props.health.subscription;
   return renderPage({
     title: isolated(s.description ?? receiverUrl(s.target_url)),
@@ -181,14 +181,20 @@ export function subscriptionPage(props: { session: ConsoleSession; health: Subsc
         <DataTable
           id="failures"
           columns={["Reason", { label: "Deliveries", className: "num" }, "Latest (UTC)"]}
-          empty={props.failures.length === 0 ? "No failing deliveries in the last 7 days." : null}
+          empty={
+            props.failures === null
+              ? "Not grouped this time: the service is holding as many slow reads as --slow-list-lane allows. Reload the page in a moment."
+              : props.failures.length === 0
+                ? "No failing deliveries in the last 7 days."
+                : null
+          }
           head={
             <div class="card-head">
               <h2>Failures of the last 7 days, by reason</h2>
             </div>
           }
         >
-          {props.failures.map((f) => (
+          {(props.failures ?? []).map((f) => (
             <tr>
               <td data-label="Reason">
                 <code>{f.reason}</code>

@@ -108,7 +108,7 @@ export function subscriptionRoutes(rt: Runtime) {
       async ({ session, params }) => {
         const subscription = await getSubscription(db, params.id);
         const [health] = await subscriptionsHealth(db, [subscription]);
-        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id), rotationId: await openRotationFrom(db, subscription.id), disableAfterHours: rt.config.disableFailingAfterHours, stats: await getSubscriptionStats(db, subscription.id) }));
+        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id, session.operator.id), rotationId: await openRotationFrom(db, subscription.id), disableAfterHours: rt.config.disableFailingAfterHours, stats: await getSubscriptionStats(db, subscription.id) }));
       },
       { params: IdParam },
     )

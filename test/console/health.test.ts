@@ -172,7 +172,7 @@ describe("health at a glance", () => {
     const at = Date.now() - 60_000;
     const seeded: SeededDelivery[] = [{ at, status: "failed", response_status: 500 }, { at, status: "failed", response_status: 404 }, { at, status: "failed", error: "tie zeta" }, { at, status: "failed", error: "tie alpha" }];
     const ids = await seedDeliveries(server.runtime.db, tied, seeded);
-    expect((await recentFailures(server.runtime.db, tied.id)).map((failure): [string, string | undefined] => [failure.reason, failure.latest_delivery_id])).toEqual([
+    expect((await recentFailures(server.runtime.db, tied.id, "test"))!.map((failure): [string, string | undefined] => [failure.reason, failure.latest_delivery_id])).toEqual([
       ["tie alpha", ids[3]],
       ["tie zeta", ids[2]],
       ["HTTP 404", ids[1]],

@@ -1,11 +1,12 @@
 import { Database } from "bun:sqlite";
-import type { Database as ServiceDatabase } from "../../server/db/sql.ts";
+import type { Db, Database as ServiceDatabase } from "../../server/db/sql.ts";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { contactPage, contactsPage } from "../../console/contacts/service.ts";
 import { latestDeliveries } from "../../console/deliveries/service.ts";
 import { search } from "../../console/search/service.ts";
 import { recentFailures, subscriptionsHealth } from "../../console/subscriptions/health.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
+import { ReadLaneFull } from "../../server/db/slow-reads.ts";
 import { countMatchingDeliveries, deliveriesAfter, listAllSubscriptions, listDeliveriesPage } from "../../server/webhooks/service.ts";
 import { countDeliveries, listDeliveries, type DeliveryFilters } from "../../server/webhooks/store.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
@@ -58,7 +59,7 @@ const READS: [string, (db: ServiceDatabase) => unknown, RegExp[]][] = [
   ["deliveries about a contact", (db) => latestDeliveries(db, { contact_id: contactId }), [/SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/, /SEARCH events USING INDEX events_subject \(subject_id=\?\)/]],
   // Migration 0041: the events one request made, by their index, as a contact's are by theirs.
   ["deliveries of one request", (db) => latestDeliveries(db, { request_id: "import-job-42.row-7" }), [/SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/, /SEARCH events USING COVERING INDEX events_request \(request_id=\?\)/]],
-  ["failures by reason", (db) => recentFailures(db, subscription.id), [/SEARCH webhook_deliveries USING INDEX webhook_deliveries_subscription_status \(subscription_id=\? AND status=\? AND created_at>\?\)/]],
+  ["failures by reason", (db) => recentFailures(db, subscription.id, "test"), [/SEARCH webhook_deliveries USING INDEX webhook_deliveries_subscription_status \(subscription_id=\? AND status=\? AND created_at>\?\)/]],
   ["a contact's page", (db) => contactPage(db, contactId), [/SEARCH events USING INDEX events_subject \(subject_id=\?\)/, /SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/]],
   ["contacts by name", (db) => contactsPage(db, { q: "Lovelace" }, "test"), [/contacts_full_name|VIRTUAL TABLE/]],
   ["search: delivery, event, contact, email", (db) => Promise.all([deliveryId, eventId, contactId, "ADA@example.com"].map((q) => search(db, q, "operator"))), [/SEARCH c USING INDEX contacts_email \(email=\?\)/]],
@@ -270,5 +271,21 @@ describe("migration 0032", () => {
       { event_type: "contact.updated", subscription_id: "sub_b", hour: 10 * HOUR, status: "succeeded", n: 1 },
     ]);
     db.close();
+  });
+});
+
+describe("console reads: a subscription's failures by reason", () => {
+  test("are grouped on the read lane in the operator's turn, off the thread answering requests (they read every failing delivery of 7 days); with no place there, the page goes without them", async () => {
+    const readers: string[] = [];
+    const readAside = h.rt.db.readAside;
+    h.rt.db.readAside = <T>(work: (db: Db) => Promise<T>, reader: string): Promise<T> => (readers.push(reader), readAside.call(h.rt.db, work, reader) as Promise<T>);
+    try {
+      expect((await recentFailures(h.rt.db, subscription.id, "opr_test"))!.map((f) => [f.reason, f.deliveries, f.latest_delivery_id])).toEqual([["HTTP 500", 1, deliveryId]]);
+      expect(readers).toEqual(["opr_test"]);
+      h.rt.db.readAside = () => Promise.reject(new ReadLaneFull(32, 32, 0));
+      expect(await recentFailures(h.rt.db, subscription.id, "opr_test")).toBeNull();
+    } finally {
+      h.rt.db.readAside = readAside;
+    }
   });
 });

@@ -109,7 +109,7 @@ test("the console's reads answer on PostgreSQL: charts, failures, deliveries abo
     { from: new Date(now - 2 * HOUR - ((now - 2 * HOUR) % HOUR)).toISOString(), succeeded: 0, failed: 1, pending: 0 },
     { from: new Date(now - 1000 - ((now - 1000) % HOUR)).toISOString(), succeeded: 1, failed: 0, pending: 0 },
   ].filter((bar, i, bars) => i === 0 || bar.from !== bars[0]!.from));
-  expect((await recentFailures(db, sub, now)).map((f) => [f.reason, f.deliveries, f.latest_delivery_id])).toEqual([["HTTP 500", 1, first]]);
+  expect((await recentFailures(db, sub, "test", now))!.map((f) => [f.reason, f.deliveries, f.latest_delivery_id])).toEqual([["HTTP 500", 1, first]]);
   const aboutContact = await latestDeliveries(db, { contact_id: contact });
   expect([aboutContact.data.map((d) => [d.id, d.subject_id]), aboutContact.total]).toEqual([[[second, contact], [first, contact]], 2]);
   expect((await latestDeliveries(db, { status: "failed" })).total).toBe(1);

@@ -453,7 +453,7 @@ describe("pinned connect: a name with several addresses", () => {
     order = order.toReversed();
     await createContact();
     await waitFor(async () => (await settledDeliveries(h)).length === 2, "the second delivery to fail");
-    expect({ reasons: (await recentFailures(h.rt.db, subscription.id)).map((f) => [f.reason, f.deliveries]) }).toEqual({
+    expect({ reasons: (await recentFailures(h.rt.db, subscription.id, "test"))!.map((f) => [f.reason, f.deliveries]) }).toEqual({
       reasons: [[`connection failed: connection refused by 127.0.0.1:${port} and 127.0.0.2:${port} (ECONNREFUSED)`, 2]],
     });
   });
