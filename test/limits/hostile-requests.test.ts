@@ -179,7 +179,7 @@ describe("hostile requests: sorting a list that has one order", () => {
     await createSubscription();
     const lists: [string, string][] = [
       ["/public/v1/webhook-subscriptions", "page, per_page, cursor, event"],
-      ["/public/v1/webhook-deliveries", "page, per_page, cursor, subscription_id, event, event_id, status, created_after"],
+      ["/public/v1/webhook-deliveries", "page, per_page, cursor, subscription_id, event, event_id, request_id, status, created_after"],
       ["/public/v1/contacts/deleted", "page, per_page, cursor, since"],
       ["/public/v1/accounts/deleted", "page, per_page, cursor, since"],
       ["/public/v1/users/deleted", "page, per_page, cursor, since"],
