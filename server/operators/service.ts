@@ -175,7 +175,7 @@ export async function removeOperatorByEmail(db: Database, email: string): Promis
   return removeOperator(db, (await operatorByEmail(db, email)).id);
 }
 
-/** resetOperatorPassword sets an operator's password (the `operator reset-password` command) and ends every session of theirs. */
+/** resetOperatorPassword sets an operator's password (the `operator reset-password` command), ends every session of theirs and withdraws their pending reset links. */
 export async function resetOperatorPassword(db: Database, secrets: SecretBox, email: string, password: string, now = Date.now()): Promise<Operator> {
   const row = await operatorByEmail(db, email);
   validOperator({ email: row.email, password });

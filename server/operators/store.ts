@@ -214,11 +214,16 @@ export async function deleteOperator(db: Db, id: string): Promise<boolean> {
   return (await db.run("DELETE FROM operators WHERE id = ? AND (SELECT count(*) FROM operators) > 1", [id])) > 0;
 }
 
-/** updateOperatorPassword sets an operator's password hash, ends every session of theirs and forgets their device cookies; false when no such operator. Call it inside one write. */
+/**
+ * updateOperatorPassword sets an operator's password hash, ends every session of theirs, forgets
+ * their device cookies and withdraws their pending reset links (a link made before the change
+ * would undo it); false when no such operator. Call it inside one write.
+ */
 export async function updateOperatorPassword(db: Db, id: string, passwordHash: string, now: number): Promise<boolean> {
   const changed = (await db.run("UPDATE operators SET password_hash = ?, updated_at = ? WHERE id = ?", [passwordHash, now, id])) > 0;
   await db.run("DELETE FROM operator_sessions WHERE operator_id = ?", [id]);
   await db.run("DELETE FROM operator_devices WHERE operator_id = ?", [id]);
+  await db.run("DELETE FROM operator_links WHERE purpose = 'reset' AND email IN (SELECT email FROM operators WHERE id = ?)", [id]);
   return changed;
 }
 

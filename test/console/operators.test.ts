@@ -257,6 +257,25 @@ describe("operators on the command line", () => {
     expect([await pendingInvites(h.rt.db), told(await browser().get(`/console/welcome?code=${code}`))]).toEqual([[], { status: 403, exists: false, signIn: false, invalid: true }]);
   }, 30_000);
 
+  test("`operator reset-password` withdraws a pending reset link for that operator: the link made before would undo the reset", async () => {
+    const { h, client, browser } = await setup();
+    const other = await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
+    const confirm = await client.get(`/console/operators/${other.id}/reset-password`);
+    const code = new URL(linkIn((await client.post(`/console/operators/${other.id}/reset-password`, { form_key: formKeyOf(confirm.text) })).text)!).searchParams.get("code")!;
+    const invite = await inviteOperator(h.rt.db, "invited@example.com", null);
+    expect((await operatorCommand(h, ["reset-password", "--email", "other@example.com", "--password-stdin"], "a brand new password\n")).code).toBe(0);
+    const holder = browser();
+    const opened = await holder.get(`/console/welcome?code=${code}`);
+    const used = await holder.post("/console/welcome", { code, password: "the link holder's", password_again: "the link holder's" });
+    expect({ opened: opened.status, used: used.status, links: await h.rt.db.all("SELECT purpose, email FROM operator_links"), invite: (await browser().get(`/console/welcome?code=${invite}`)).status }).toEqual({
+      opened: 403,
+      used: 403,
+      links: [{ purpose: "invite", email: "invited@example.com" }],
+      invite: 200,
+    });
+    expect((await browser().signIn({ email: "other@example.com", password: "a brand new password" })).status).toBe(303);
+  }, 30_000);
+
   test("`operator list`, `operator reset-password` and `operator remove`", async () => {
     harness = await createHarness();
     const h = harness;
