@@ -48,7 +48,8 @@ Commands:
                                      add a console operator; the password is the first line of
                                      stdin (at a terminal: asked for, not shown)
   operator list                      list console operators: id, email, created, last seen
-  operator remove --email E          remove an operator and end their sessions (not the last one)
+  operator remove --email E          remove an operator, end their sessions and withdraw the
+                                     one-time links they made (not the last one)
   operator reset-password --email E --password-stdin
                                      set an operator's password (read from stdin), end their
                                      sessions and withdraw their pending reset link
