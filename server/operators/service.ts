@@ -205,7 +205,7 @@ export function inviteOperator(db: Database, email: string, invitedBy: string | 
 
 /**
  * issueInvite is inviteOperator inside the caller's write, with the link's code the caller drew (a
- * console form derives it from its key, to show the same link when sent twice). Returns the email as stored.
+ * console form keeps it sealed in its answer, to show the same link when sent twice). Returns the email as stored.
  */
 export async function issueInvite(tx: Db, email: string, invitedBy: string | null, code: string, now: number): Promise<string> {
   const normalised = normalEmail(email);

@@ -282,3 +282,56 @@ test("the reset-link confirmation makes one link: sent twice, or again as a relo
   ]);
   expect(await operatorLink(server.runtime.db, codeOf(link))).toEqual({ purpose: "reset", email: "reset-twice@example.com", operator_exists: true });
 });
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+/** forgetFormAnswer ages a console form's kept answer past its 24 hours, as if the form were sent again a day later. */
+const forgetFormAnswer = (formKey: string) => server.runtime.db.write((tx) => tx.run("UPDATE idempotency_keys SET created_at = created_at - ? WHERE idem_key = ?", [DAY_MS + 60_000, formKey]));
+
+/** useLink sets a new password, or chooses a first one, through a one-time link; returns the answer's status. */
+async function useLink(code: string, password: string): Promise<number> {
+  const browser = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
+  await browser.get(`/console/welcome?code=${code}`);
+  return (await browser.post("/console/welcome", { code, password, password_again: password })).status;
+}
+
+test("a used reset link stays used when its confirmation is sent again after the form's 24 hours: that makes a new link, and the used one never works again", async () => {
+  const other = await addOperator(server.runtime.db, { email: "reset-a-day-later@example.com", password: "a long enough password" });
+  const form = { form_key: formKeyOf((await client.get(`/console/operators/${other.id}/reset-password`)).text) };
+  const link = shownLink((await client.post(`/console/operators/${other.id}/reset-password`, form)).text);
+  expect(await useLink(codeOf(link), "their new password")).toBe(303);
+  await forgetFormAnswer(form.form_key);
+  const again = await client.post(`/console/operators/${other.id}/reset-password`, form);
+  const newer = shownLink(again.text);
+  expect({ status: again.status, same: newer === link, used: await operatorLink(server.runtime.db, codeOf(link)), newer: await operatorLink(server.runtime.db, codeOf(newer)) }).toEqual({
+    status: 201,
+    same: false,
+    used: null,
+    newer: { purpose: "reset", email: "reset-a-day-later@example.com", operator_exists: true },
+  });
+  expect(await useLink(codeOf(link), "someone else's password")).toBe(403);
+});
+
+test("a link form's answer kept by an earlier version (its code derived, not kept) shows no link when sent again: 410, and nothing is replaced", async () => {
+  const other = await addOperator(server.runtime.db, { email: "reset-before-upgrade@example.com", password: "a long enough password" });
+  const form = { form_key: formKeyOf((await client.get(`/console/operators/${other.id}/reset-password`)).text) };
+  const link = shownLink((await client.post(`/console/operators/${other.id}/reset-password`, form)).text);
+  await server.runtime.db.write((tx) => tx.run("UPDATE idempotency_keys SET response_body = ? WHERE idem_key = ?", [JSON.stringify({ operator: { id: other.id, email: other.email } }), form.form_key]));
+  const again = await client.post(`/console/operators/${other.id}/reset-password`, form);
+  expect([again.status, /<p>([^<]*)<\/p>/.exec(again.text)?.[1], shownLink(again.text)]).toEqual([410, "This form was already sent, and the link it made cannot be shown again. Load the page again to make a new link.", null]);
+  expect(await operatorLink(server.runtime.db, codeOf(link))).toEqual({ purpose: "reset", email: "reset-before-upgrade@example.com", operator_exists: true });
+});
+
+test("an accepted invitation stays used when its form is sent again after the form's 24 hours, its operator removed since: that makes a new invitation, not the old link again", async () => {
+  const invite = { form_key: formKeyOf((await client.get("/console/operators")).text), email: "invited-a-day-later@example.com" };
+  const link = shownLink((await client.post("/console/operators", invite)).text);
+  expect(await useLink(codeOf(link), "the invitee's password")).toBe(303);
+  const id = (await server.runtime.db.get<{ id: string }>("SELECT id FROM operators WHERE email = ?", [invite.email]))!.id;
+  const confirm = await client.get(`/console/operators/${id}/remove`);
+  expect((await client.post(`/console/operators/${id}/remove`, { form_key: formKeyOf(confirm.text) })).status).toBe(303);
+  await forgetFormAnswer(invite.form_key);
+  const again = await client.post("/console/operators", invite);
+  const newer = shownLink(again.text);
+  expect([again.status, newer === link, await operatorLink(server.runtime.db, codeOf(link))]).toEqual([201, false, null]);
+  expect(await useLink(codeOf(link), "back with the old link")).toBe(403);
+});
