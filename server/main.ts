@@ -48,9 +48,11 @@ Commands:
                                      add a console operator; the password is the first line of
                                      stdin (at a terminal: asked for, not shown)
   operator list                      list console operators: id, email, created, last seen
-  operator remove --email E          remove an operator and end their sessions (not the last one)
+  operator remove --email E          remove an operator, end their sessions and withdraw the
+                                     one-time links they made (not the last one)
   operator reset-password --email E --password-stdin
-                                     set an operator's password (read from stdin) and end their sessions
+                                     set an operator's password (read from stdin), end their
+                                     sessions and withdraw their pending reset link
   operator unlock --email E          forget the failed sign-ins counted against an operator, so
                                      addresses slowed by them may try again at once
   backup FILE                        copy the database into a new FILE; safe while serving

@@ -1,7 +1,7 @@
 /** @jsxImportSource preact */
 import type { ApiTokenInfo } from "../../server/auth/service.ts";
 import type { ListMeta } from "../../server/http/list-query.ts";
-import type { Operator, OperatorSummary, PendingInvite } from "../../server/operators/model.ts";
+import type { Operator, OperatorSummary, PendingLink } from "../../server/operators/model.ts";
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
@@ -229,11 +229,14 @@ export interface OneTimeLink {
 /** linkLabel names a one-time link by what it is for and whom. */
 const linkLabel = (link: OneTimeLink) => (link.purpose === "invite" ? `Invitation for ${link.email}` : `Password reset link for ${link.email}`);
 
-/** operatorsPage lists the operators and pending invitations, shows a link just made (once), and invites a new operator. */
+/** pendingLinkLabel names a pending link by what it is for and whom, as its row's Withdraw button says to a screen reader. */
+const pendingLinkLabel = (link: PendingLink) => (link.purpose === "invite" ? `invitation for ${link.email}` : `password reset link for ${link.email}`);
+
+/** operatorsPage lists the operators and the links not used yet (each to withdraw), shows a link just made (once), and invites a new operator. */
 export function operatorsPage(props: {
   session: ConsoleSession;
   operators: OperatorSummary[];
-  invites: PendingInvite[];
+  links: PendingLink[];
   link?: OneTimeLink | null;
   email?: string;
   notice?: NoticeData | null;
@@ -286,16 +289,39 @@ export function operatorsPage(props: {
             </tr>
           ))}
         </DataTable>
-        {props.invites.length > 0 && (
-          <DataTable id="invites" columns={["Invited", "Sent (UTC)", "Expires (UTC)"]} empty={null} head={<div class="card-head"><h2>Invitations not used yet</h2></div>}>
-            {props.invites.map((i) => (
+        {props.links.length > 0 && (
+          <DataTable
+            id="links"
+            columns={["For", "Link", "Made by", "Sent (UTC)", "Expires (UTC)", ""]}
+            empty={null}
+            head={
+              <div class="card-head">
+                <h2>Links not used yet</h2>
+              </div>
+            }
+          >
+            {props.links.map((l) => (
               <tr>
-                <td data-label="Invited">{i.email}</td>
+                <td data-label="For">{l.email}</td>
+                <td data-label="Link">{l.purpose === "invite" ? "Invitation" : "Password reset"}</td>
+                <td data-label="Made by">{l.created_by ?? <span class="muted">command line</span>}</td>
                 <td data-label="Sent">
-                  <Time value={i.created_at} />
+                  <Time value={l.created_at} />
                 </td>
                 <td data-label="Expires">
-                  <Time value={i.expires_at} />
+                  <Time value={l.expires_at} />
+                </td>
+                <td class="row-actions">
+                  <form method="post" action="/console/operators/links/withdraw" class="row-form">
+                    <CsrfField token={props.session.csrfToken} />
+                    {/* link_ keeps these apart from the invite form's email field on the same page. */}
+                    <input type="hidden" name="link_purpose" value={l.purpose} />
+                    <input type="hidden" name="link_email" value={l.email} />
+                    <input type="hidden" name="link_created_at" value={l.created_at} />
+                    <button type="submit" class="link-button danger-text">
+                      Withdraw<RowSubject>{pendingLinkLabel(l)}</RowSubject>
+                    </button>
+                  </form>
                 </td>
               </tr>
             ))}

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { listTokens } from "../../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { requestIdOf } from "../../server/http/request-log.ts";
-import { findOperator, operatorSummaries, pendingInvites } from "../../server/operators/service.ts";
+import { findOperator, operatorSummaries, pendingLinks, withdrawOperatorLink } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError } from "../../server/shared/problem.ts";
 import { getUser } from "../../server/users/service.ts";
@@ -25,6 +25,14 @@ function unassignedText(unassigned: string | undefined): string {
   return n === 0 ? " No contact was assigned to them." : n === 1 ? " 1 contact lost the assignment; it sends contact.updated." : ` ${n} contacts lost the assignment; each sends contact.updated.`;
 }
 
+/** operatorsNotice says what the redirect to the operators page after a removal or a withdrawal reports (nothing for a hand-made value). */
+function operatorsNotice(query: { removed?: string; withdrawn?: string }): NoticeData | null {
+  if (query.removed) return { kind: "success", text: "Operator removed. Their sessions have ended, and the links they made no longer work." };
+  if (query.withdrawn === "1") return { kind: "success", text: "Link withdrawn. It no longer works." };
+  if (query.withdrawn === "0") return { kind: "info", text: "That link was no longer pending (used, withdrawn, replaced by a newer one or expired); nothing was withdrawn." };
+  return null;
+}
+
 /** peopleRoutes are who may do what: API tokens, the users contacts are assigned to, and the console's operators. */
 export function peopleRoutes(rt: Runtime) {
   const db = rt.db;
@@ -36,7 +44,7 @@ export function peopleRoutes(rt: Runtime) {
   const linkUrl = (request: Request, secure: boolean, code: string) => `${secure ? "https" : "http"}://${new URL(request.url).host}${CONSOLE_PREFIX}/welcome?code=${code}`;
   /** operatorsView renders the operators page with a link just made or a form's problem. */
   const operatorsView = async (session: Parameters<typeof operatorsPage>[0]["session"], extras: { link?: OneTimeLink; email?: string; notice?: NoticeData | null; refusal?: Refusal } = {}) =>
-    operatorsPage({ session, operators: await operatorSummaries(db), invites: await pendingInvites(db), ...extras });
+    operatorsPage({ session, operators: await operatorSummaries(db), links: await pendingLinks(db), ...extras });
   const operatorOr404 = async (id: string) => {
     const operator = await findOperator(db, id);
     if (!operator) throw notFound("operator", id);
@@ -127,10 +135,19 @@ export function peopleRoutes(rt: Runtime) {
     .get(
       "/operators",
       async ({ session, query }) => {
-        const notice = query.removed ? { kind: "success" as const, text: "Operator removed. Their sessions have ended." } : null;
-        return htmlResponse(await operatorsView(session, { notice }));
+        return htmlResponse(await operatorsView(session, { notice: operatorsNotice(query) }));
       },
-      { query: flagQuery("removed") },
+      { query: t.Object({ removed: t.Optional(t.String({ maxLength: 10 })), withdrawn: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true }) },
+    )
+    .post(
+      "/operators/links/withdraw",
+      async ({ body }) => {
+        const purpose = field(body, "link_purpose");
+        if (purpose !== "invite" && purpose !== "reset") throw new ProblemError(404, "not-found", "No pending link of this kind exists.");
+        const withdrawn = await withdrawOperatorLink(db, { purpose, email: field(body, "link_email"), created_at: field(body, "link_created_at") });
+        return redirect(`${CONSOLE_PREFIX}/operators?withdrawn=${withdrawn ? "1" : "0"}`);
+      },
+      { body: OptionalForm },
     )
     .post(
       "/operators",

@@ -81,33 +81,43 @@ export function contactsAssignedTo(db: Db, userId: string): Promise<number> {
   return countContactsAssignedToUser(db, userId);
 }
 
-/** FORM_LINK_PURPOSE is the purpose the secrets key derives the key of console forms' link codes for. */
+/** FORM_LINK_PURPOSE is the purpose the secrets key derives the key for that seals a link's code in its form's kept answer. */
 const FORM_LINK_PURPOSE = "console operator link";
 
 /**
- * formLinkCode is the code of the one-time link a console form makes, derived from the form's key
- * under the secrets key, so that the form sent again (a reload re-posts it) shows the link the
- * first sending made instead of making one that replaces the link already handed out; only its
- * hash is stored, as for any link. A form without a key (shown by an earlier version) draws one.
+ * linkOnceForForm makes a one-time link once per form key, with a code drawn afresh: `issue`
+ * stores the link (only the code's hash), and the form's kept answer holds the code sealed, bound
+ * to the operator, path and key, so the form sent again (a reload re-posts it) shows the link the
+ * first sending made instead of making one that replaces the link already handed out. A sending
+ * with no answer kept (its 24 hours over) draws a new code: a link used or withdrawn never works again.
  */
-function formLinkCode(rt: Runtime, session: ConsoleSession, path: string, formKey: string): string {
-  return formKey === "" ? randomSecret() : Buffer.from(rt.secrets.signature(FORM_LINK_PURPOSE, `${session.operator.id} ${path} ${formKey}`)).toString("base64url");
+async function linkOnceForForm<T>(
+  rt: Runtime,
+  session: ConsoleSession,
+  form: { path: string; key: string; values?: unknown },
+  issue: (tx: Db, code: string, now: number) => Promise<T>,
+): Promise<{ made: T; code: string }> {
+  const binding = `${session.operator.id} ${form.path} ${form.key}`;
+  const { body } = await changeOnceForForm(rt, { session, ...form }, async (tx, now) => {
+    const code = randomSecret();
+    return { made: await issue(tx, code, now), sealed_code: rt.secrets.sealText(FORM_LINK_PURPOSE, binding, code) };
+  });
+  // An answer kept by an earlier version holds no code, and one sealed under another secrets key does not open.
+  const code = typeof body.sealed_code === "string" ? rt.secrets.openText(FORM_LINK_PURPOSE, binding, body.sealed_code) : null;
+  if (code === null) throw new ProblemError(410, "form-link-not-kept", "This form was already sent, and the link it made cannot be shown again. Load the page again to make a new link.");
+  return { made: body.made, code };
 }
 
 /** inviteFromForm makes an invitation link once per form key: sent again, the form shows the same link (with another email, 409). */
 export async function inviteFromForm(rt: Runtime, session: ConsoleSession, email: string, formKey: string): Promise<{ email: string; code: string }> {
-  const path = "/console/operators";
-  const code = formLinkCode(rt, session, path, formKey);
-  const { body } = await changeOnceForForm(rt, { session, path, key: formKey, values: { email } }, async (tx, now) => ({ invited: await issueInvite(tx, email, session.operator.id, code, now) }));
-  return { email: body.invited, code };
+  const { made, code } = await linkOnceForForm(rt, session, { path: "/console/operators", key: formKey, values: { email } }, (tx, code, now) => issueInvite(tx, email, session.operator.id, code, now));
+  return { email: made, code };
 }
 
 /** resetLinkFromForm makes a password-reset link once per form key: the confirmation sent again shows the same link. */
 export async function resetLinkFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<{ operator: Operator; code: string }> {
-  const path = `/console/operators/${id}/reset-password`;
-  const code = formLinkCode(rt, session, path, formKey);
-  const { body } = await changeOnceForForm(rt, { session, path, key: formKey }, async (tx, now) => ({ operator: await issueResetLink(tx, id, session.operator.id, code, now) }));
-  return { operator: body.operator, code };
+  const { made, code } = await linkOnceForForm(rt, session, { path: `/console/operators/${id}/reset-password`, key: formKey }, (tx, code, now) => issueResetLink(tx, id, session.operator.id, code, now));
+  return { operator: made, code };
 }
 
 /**

@@ -544,6 +544,7 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
             <form method="post" action={`/console/subscriptions/${s.id}/rotate-secret`} class="stack">
               <CsrfField token={props.session.csrfToken} />
               <input type="hidden" name="secret_tag" value={props.view.secretTag} />
+              <input type="hidden" name="form_key" value={crypto.randomUUID()} />
               <FieldWithReason refusal={props.refusal} name="grace_hours">
                 <label>
                   Grace period, hours <span class="hint">0 to {MAX_SECRET_GRACE_HOURS}</span>

@@ -229,7 +229,7 @@ export function rotationRoutes(rt: Runtime) {
       "/subscriptions/:id/rotate-secret",
       async ({ session, params, body }) => {
         try {
-          const secret = await rotateSecretFromForm(rt, params.id, field(body, "grace_hours"), field(body, "secret_tag"));
+          const secret = await rotateSecretFromForm(rt, session, params.id, { graceHours: field(body, "grace_hours"), secretTag: field(body, "secret_tag"), formKey: field(body, "form_key") });
           const view = await secretRotationView(db, params.id);
           // With no grace period the rotation is finished at once.
           return htmlResponse(secretRotationPage({ session, view, secret, finished: view.step === "rotate" }), 201);

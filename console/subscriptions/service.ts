@@ -286,8 +286,8 @@ export interface SecretRotationView {
 
 /**
  * secretTag names one stored secret without telling anything about it: a digest of its sealed
- * form, which is sealed afresh (with a new nonce) for every secret. A rotation copies the sealed
- * form to the previous secret, so the tag follows it there.
+ * form, which is sealed afresh (with a new nonce) for every secret: the rotate form names by it the
+ * secret it rotates away from, and its kept answer the secret its rotation made.
  */
 function secretTag(sealed: string): string {
   return createHash("sha256").update(sealed).digest("base64url").slice(0, 22);
@@ -313,23 +313,42 @@ function graceRunning(row: SubscriptionRow, now: number): boolean {
 }
 
 /**
- * rotateSecretFromForm rotates a subscription's secret away from the one the form was shown with
- * (`formSecretTag`), with the grace period typed in hours, and returns the new secret (shown once).
- * The form sent again once that rotation is made (a double click, a retry) is answered with the
- * same new secret, as an idempotent retry of the API is: rotating again would drop the secret the
- * receiver still uses before the grace period began. A form shown before some other rotation is 409.
+ * ROTATION_REPLAY_MS is how long after its rotation the rotate-secret form sent again (a double
+ * click, a retry, a reload of its answer) shows the secret it made: long enough for those, too
+ * short for a tab left open to be the way to read a subscription's secret.
  */
-export async function rotateSecretFromForm(rt: Runtime, id: string, graceHours: string, formSecretTag: string): Promise<string> {
+const ROTATION_REPLAY_MS = 10 * 60_000;
+
+function rotatedMeanwhile(): ProblemError {
+  return new ProblemError(409, "secret-rotated-meanwhile", "The secret was rotated since this page was shown, so it was not rotated again; the page now shows where that rotation stands.");
+}
+
+/**
+ * rotateSecretFromForm rotates a subscription's secret away from the one the form was shown with
+ * (`formSecretTag`), with the grace period typed in hours, and returns the new secret (shown once),
+ * once per form key: rotating again would drop the secret the receiver still uses before the grace
+ * period began. The form sent again by the operator who sent it gets the secret its own rotation
+ * made (its kept answer names it by its secretTag) while that is still the current secret, for
+ * ROTATION_REPLAY_MS. Any other sending of a form shown before a rotation (another operator's, a
+ * tab left open, a rotation by the API since) rotates nothing and shows no secret: 409.
+ */
+export async function rotateSecretFromForm(rt: Runtime, session: ConsoleSession, id: string, form: { graceHours: string; secretTag: string; formKey: string }): Promise<string> {
   // Checked with the API's model, as the subscription form's max_rate is; left empty, the API's default.
-  const input = checkSecretRotationInput(graceHours === "" ? {} : { grace_hours: typedWholeNumber(graceHours) });
-  return rt.db.write(async (tx) => {
+  const input = checkSecretRotationInput(form.graceHours === "" ? {} : { grace_hours: typedWholeNumber(form.graceHours) });
+  let made = "";
+  const path = `/console/subscriptions/${id}/rotate-secret`;
+  const { body, replayed } = await changeOnceForForm(rt, { session, path, key: form.formKey, values: { ...input, secret_tag: form.secretTag } }, async (tx) => {
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
-    if (secretTag(row.secret) === formSecretTag) return (await replaceSecret(rt, tx, id, input, null))!.body.data.secret;
-    // The form names the secret the last rotation replaced (with or without a grace period): that rotation is the one it asks for.
-    if (row.previous_secret !== null && secretTag(row.previous_secret) === formSecretTag) return rt.secrets.open(id, row.secret);
-    throw new ProblemError(409, "secret-rotated-meanwhile", "The secret was rotated since this page was shown, so it was not rotated again; the page now shows where that rotation stands.");
+    if (secretTag(row.secret) !== form.secretTag) throw rotatedMeanwhile();
+    made = (await replaceSecret(rt, tx, id, input, null))!.body.data.secret;
+    return { secret_tag: secretTag((await findSubscriptionById(tx, id))!.secret) };
   });
+  if (!replayed) return made;
+  const row = await findSubscriptionById(rt.db, id);
+  if (!row) throw notFound("webhook subscription", id);
+  if (secretTag(row.secret) !== body.secret_tag || row.secret_rotated_at === null || Date.now() - row.secret_rotated_at > ROTATION_REPLAY_MS) throw rotatedMeanwhile();
+  return rt.secrets.open(id, row.secret);
 }
 
 /**

@@ -43,6 +43,7 @@ import secretLost from "../../migrations/0039_secret_lost.sql" with { type: "tex
 import namesAndTagsInNfc from "../../migrations/0040_names_and_tags_in_nfc.sql" with { type: "text" };
 import eventRequestIds from "../../migrations/0041_event_request_ids.sql" with { type: "text" };
 import accountNamesRekeyedAgain from "../../migrations/0042_account_names_rekeyed_again.sql" with { type: "text" };
+import linksOfRemovedOperators from "../../migrations/0043_links_of_removed_operators.sql" with { type: "text" };
 import headerSetsByAttempt from "../../migrations/0044_header_sets_by_attempt.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
@@ -110,6 +111,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 40, name: "0040_names_and_tags_in_nfc.sql", sql: namesAndTagsInNfc, backfill: normalizeStoredNamesAndTags },
   { version: 41, name: "0041_event_request_ids.sql", sql: eventRequestIds },
   { version: 42, name: "0042_account_names_rekeyed_again.sql", sql: accountNamesRekeyedAgain, backfill: (db, context) => keyAccountNames(db, context.warn) },
+  { version: 43, name: "0043_links_of_removed_operators.sql", sql: linksOfRemovedOperators },
   { version: 44, name: "0044_header_sets_by_attempt.sql", sql: headerSetsByAttempt },
 ];
 

@@ -29,6 +29,7 @@ import secretLost from "../../migrations/postgres/0039_secret_lost.sql" with { t
 import namesAndTagsInNfc from "../../migrations/postgres/0040_names_and_tags_in_nfc.sql" with { type: "text" };
 import eventRequestIds from "../../migrations/postgres/0041_event_request_ids.sql" with { type: "text" };
 import accountNamesRekeyedAgain from "../../migrations/postgres/0042_account_names_rekeyed_again.sql" with { type: "text" };
+import linksOfRemovedOperators from "../../migrations/postgres/0043_links_of_removed_operators.sql" with { type: "text" };
 import headerSetsByAttempt from "../../migrations/postgres/0044_header_sets_by_attempt.sql" with { type: "text" };
 import { LOCK_TIMEOUT_STATE, READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
@@ -77,6 +78,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 40, name: "0040_names_and_tags_in_nfc.sql", sql: namesAndTagsInNfc, backfill: normalizePostgresNamesAndTags },
   { version: 41, name: "0041_event_request_ids.sql", sql: eventRequestIds },
   { version: 42, name: "0042_account_names_rekeyed_again.sql", sql: accountNamesRekeyedAgain, backfill: keyPostgresAccountNames },
+  { version: 43, name: "0043_links_of_removed_operators.sql", sql: linksOfRemovedOperators },
   { version: 44, name: "0044_header_sets_by_attempt.sql", sql: headerSetsByAttempt },
 ];
 

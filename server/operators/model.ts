@@ -41,9 +41,12 @@ export interface OperatorLink {
   operator_exists: boolean;
 }
 
-/** PendingInvite is an invitation not used yet. */
-export interface PendingInvite {
+/** PendingLink is a one-time link not used yet, as the operators page lists it to withdraw. */
+export interface PendingLink {
+  purpose: "invite" | "reset";
   email: string;
+  /** the email of the operator who made it; null when made from the command line */
+  created_by: string | null;
   created_at: string;
   expires_at: string;
 }

@@ -8,7 +8,7 @@ import { notFound, ProblemError, validationProblem } from "../shared/problem.ts"
 import { toTimestamp, toOptionalTimestamp } from "../shared/time.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
 import { DEVICE_FAILURES, DEVICES_PER_OPERATOR, newDeviceCookie, readDeviceCookie, type DeviceCookie } from "./devices.ts";
-import { NewPassword, OperatorEmail, OperatorInput, type Operator, type OperatorLink, type OperatorSummary, type PendingInvite } from "./model.ts";
+import { NewPassword, OperatorEmail, OperatorInput, type Operator, type OperatorLink, type OperatorSummary, type PendingLink } from "./model.ts";
 import {
   claimDeviceCheck,
   clearLoginFailures,
@@ -21,7 +21,9 @@ import {
   deleteLoginFailuresBefore,
   deleteOperator,
   deleteOperatorLink,
+  deleteOperatorLinksMadeBy,
   deleteOperatorLinksOf,
+  deleteShownOperatorLink,
   deleteSession,
   findLoginFailures,
   findOperatorByEmail,
@@ -33,7 +35,7 @@ import {
   insertOperator,
   insertSession,
   listOperators,
-  listPendingInvites,
+  listPendingLinks,
   pullBackLoginFailures,
   pullBackSignInTurns,
   recordLoginFailure,
@@ -118,7 +120,7 @@ function operatorExists(email: string): ProblemError {
 
 /**
  * createOperator adds an operator who can sign in to the console (the `operator create` command).
- * An invitation of their email is kept, listed no more (pendingInvites), so that its link tells
+ * An invitation of their email is kept, listed no more (pendingLinks), so that its link tells
  * the invitee the operator exists and to sign in; deleted, the link could only call itself invalid
  * and send them to ask for a new one, which inviteOperator refuses.
  */
@@ -156,7 +158,11 @@ async function operatorByEmail(db: Db, email: string): Promise<OperatorRow> {
   return row;
 }
 
-/** removeOperator removes an operator and ends their sessions; the last operator stays, so someone can always sign in. */
+/**
+ * removeOperator removes an operator, ends their sessions and withdraws the links naming them and
+ * every link they made (a reset link for a colleague, an invitation of an address of their own,
+ * would let them back in); the last operator stays, so someone can always sign in.
+ */
 export function removeOperator(db: Database, id: string): Promise<Operator> {
   return db.write((tx) => dropOperator(tx, id));
 }
@@ -167,6 +173,7 @@ export async function dropOperator(tx: Db, id: string): Promise<Operator> {
   if (!row) throw notFound("operator", id);
   if (!(await deleteOperator(tx, id))) throw new ProblemError(409, "last-operator", "This is the only operator; add another before removing it, or nobody could sign in.");
   await deleteOperatorLinksOf(tx, row.email);
+  await deleteOperatorLinksMadeBy(tx, row.id);
   return { id: row.id, email: row.email };
 }
 
@@ -175,7 +182,7 @@ export async function removeOperatorByEmail(db: Database, email: string): Promis
   return removeOperator(db, (await operatorByEmail(db, email)).id);
 }
 
-/** resetOperatorPassword sets an operator's password (the `operator reset-password` command) and ends every session of theirs. */
+/** resetOperatorPassword sets an operator's password (the `operator reset-password` command), ends every session of theirs and withdraws their pending reset links. */
 export async function resetOperatorPassword(db: Database, secrets: SecretBox, email: string, password: string, now = Date.now()): Promise<Operator> {
   const row = await operatorByEmail(db, email);
   validOperator({ email: row.email, password });
@@ -198,7 +205,7 @@ export function inviteOperator(db: Database, email: string, invitedBy: string | 
 
 /**
  * issueInvite is inviteOperator inside the caller's write, with the link's code the caller drew (a
- * console form derives it from its key, to show the same link when sent twice). Returns the email as stored.
+ * console form keeps it sealed in its answer, to show the same link when sent twice). Returns the email as stored.
  */
 export async function issueInvite(tx: Db, email: string, invitedBy: string | null, code: string, now: number): Promise<string> {
   const normalised = normalEmail(email);
@@ -226,9 +233,26 @@ function storeOperatorLink(tx: Db, purpose: OperatorLink["purpose"], email: stri
   return replaceOperatorLink(tx, { code_hash: sha256(code), purpose, email, created_by: madeBy, created_at: now, expires_at: now + OPERATOR_LINK_TTL_MS });
 }
 
-/** pendingInvites lists the invitations not used yet, and whose email is no operator's (made by `operator create` meanwhile). */
-export async function pendingInvites(db: Db, now = Date.now()): Promise<PendingInvite[]> {
-  return (await listPendingInvites(db, now)).map((row) => ({ email: row.email, created_at: toTimestamp(row.created_at), expires_at: toTimestamp(row.expires_at) }));
+/** pendingLinks lists the one-time links not used yet, invitations and password resets, with who made each; an invitation of an email that is an operator's (made by `operator create` meanwhile) is left out. */
+export async function pendingLinks(db: Db, now = Date.now()): Promise<PendingLink[]> {
+  return (await listPendingLinks(db, now)).map((row) => ({
+    purpose: row.purpose,
+    email: row.email,
+    created_by: row.created_by_email,
+    created_at: toTimestamp(row.created_at),
+    expires_at: toTimestamp(row.expires_at),
+  }));
+}
+
+/**
+ * withdrawOperatorLink withdraws a pending link as pendingLinks listed it (its purpose, email and
+ * creation time): its code stops working. A newer link for the email is left alone; false when the
+ * listed one is gone already (used, withdrawn, replaced or expired).
+ */
+export function withdrawOperatorLink(db: Database, link: Pick<PendingLink, "purpose" | "email" | "created_at">): Promise<boolean> {
+  const createdAt = Date.parse(link.created_at);
+  if (!Number.isInteger(createdAt)) return Promise.resolve(false);
+  return db.write((tx) => deleteShownOperatorLink(tx, link.purpose, link.email, createdAt));
 }
 
 /** operatorLink tells what a one-time link grants, or null when it is unknown, expired or used. */

@@ -214,11 +214,16 @@ export async function deleteOperator(db: Db, id: string): Promise<boolean> {
   return (await db.run("DELETE FROM operators WHERE id = ? AND (SELECT count(*) FROM operators) > 1", [id])) > 0;
 }
 
-/** updateOperatorPassword sets an operator's password hash, ends every session of theirs and forgets their device cookies; false when no such operator. Call it inside one write. */
+/**
+ * updateOperatorPassword sets an operator's password hash, ends every session of theirs, forgets
+ * their device cookies and withdraws their pending reset links (a link made before the change
+ * would undo it); false when no such operator. Call it inside one write.
+ */
 export async function updateOperatorPassword(db: Db, id: string, passwordHash: string, now: number): Promise<boolean> {
   const changed = (await db.run("UPDATE operators SET password_hash = ?, updated_at = ? WHERE id = ?", [passwordHash, now, id])) > 0;
   await db.run("DELETE FROM operator_sessions WHERE operator_id = ?", [id]);
   await db.run("DELETE FROM operator_devices WHERE operator_id = ?", [id]);
+  await db.run("DELETE FROM operator_links WHERE purpose = 'reset' AND email IN (SELECT email FROM operators WHERE id = ?)", [id]);
   return changed;
 }
 
@@ -293,10 +298,19 @@ export function findOperatorLink(db: Db, codeHash: Uint8Array, now: number): Pro
   return db.get<OperatorLinkRow>("SELECT * FROM operator_links WHERE code_hash = ? AND expires_at > ?", [codeHash, now]);
 }
 
-/** listPendingInvites returns the unexpired invitations of emails that are no operator's, newest first (by email within a millisecond). */
-export function listPendingInvites(db: Db, now: number): Promise<OperatorLinkRow[]> {
-  return db.all<OperatorLinkRow>(
-    "SELECT * FROM operator_links l WHERE l.purpose = 'invite' AND l.expires_at > ? AND NOT EXISTS (SELECT 1 FROM operators o WHERE o.email = l.email) ORDER BY l.created_at DESC, l.email",
+/** PendingLinkRow is a pending one-time link and the email of the operator who made it (null: made from the command line). */
+export type PendingLinkRow = OperatorLinkRow & { created_by_email: string | null };
+
+/**
+ * listPendingLinks returns the unexpired links, invitations and password resets, newest first (by
+ * purpose and email within a millisecond), with who made each; an invitation of an email that is
+ * an operator's (made by `operator create` meanwhile) is left out.
+ */
+export function listPendingLinks(db: Db, now: number): Promise<PendingLinkRow[]> {
+  return db.all<PendingLinkRow>(
+    `SELECT l.*, m.email AS created_by_email FROM operator_links l LEFT JOIN operators m ON m.id = l.created_by
+     WHERE l.expires_at > ? AND (l.purpose = 'reset' OR NOT EXISTS (SELECT 1 FROM operators o WHERE o.email = l.email))
+     ORDER BY l.created_at DESC, l.purpose, l.email`,
     [now],
   );
 }
@@ -311,7 +325,21 @@ export async function deleteExpiredOperatorLinks(db: Db, now: number): Promise<n
   return (await db.run("DELETE FROM operator_links WHERE expires_at <= ?", [now])) + (await deleteExpiredSetupCodes(db, now));
 }
 
-/** deleteOperatorLinksOf drops every link naming an email (an operator removed, or an invitation withdrawn). */
+/** deleteOperatorLinksOf drops every link naming an email (an operator removed). */
 export async function deleteOperatorLinksOf(db: Db, email: string): Promise<void> {
   await db.run("DELETE FROM operator_links WHERE email = ?", [email]);
+}
+
+/** deleteOperatorLinksMadeBy drops every link an operator made (the operator removed: what they handed out goes with them). */
+export async function deleteOperatorLinksMadeBy(db: Db, operatorId: string): Promise<void> {
+  await db.run("DELETE FROM operator_links WHERE created_by = ?", [operatorId]);
+}
+
+/**
+ * deleteShownOperatorLink withdraws the link of a purpose and email made at `createdAt`, as the
+ * operators page showed it; a newer link made for that email since is left alone. False when there
+ * was none (used, withdrawn, replaced or expired meanwhile).
+ */
+export async function deleteShownOperatorLink(db: Db, purpose: OperatorLinkRow["purpose"], email: string, createdAt: number): Promise<boolean> {
+  return (await db.run("DELETE FROM operator_links WHERE purpose = ? AND email = ? AND created_at = ?", [purpose, email, createdAt])) > 0;
 }

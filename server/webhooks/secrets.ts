@@ -29,7 +29,7 @@ export class SecretUnreadable extends Error {}
  * SecretBox seals signing secrets with AES-256-GCM under the secrets key. Each secret is bound to
  * its subscription id (additional data), so a sealed secret copied onto another row does not open.
  * It also signs what the service hands out and must recognise later (the console's device
- * cookies), and seals what it hands out to read back (the console's search addresses), with a key
+ * cookies), and seals what it reads back (the console's search addresses, the link codes its forms keep), with a key
  * derived from the secrets key for each purpose: every instance sharing the key makes and accepts
  * the same signatures and sealed texts, and none of them is the sealing key itself.
  */
@@ -70,7 +70,7 @@ export class SecretBox {
   /**
    * sealText encrypts `text` (AES-256-GCM) under the key derived from the secrets key for
    * `purpose`, bound to `boundTo` (additional data), as base64url: for an address that must carry
-   * what it may not show. Every instance sharing the key opens it.
+   * what it may not show, or a kept answer that must not hold it in clear. Every instance sharing the key opens it.
    */
   sealText(purpose: string, boundTo: string, text: string): string {
     const iv = randomBytes(IV_BYTES);

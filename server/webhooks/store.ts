@@ -337,8 +337,7 @@ export async function deleteSubscription(db: Db, id: string): Promise<boolean> {
  * rotateSubscriptionSecret makes `secret` the signing secret and keeps the one it replaces, signing
  * until `previousExpiresAt` (not at all when that is not after `now`); it tells whether the
  * subscription exists. The old value is copied in SQL, so it is stored exactly as the current secret
- * was, and it is kept (sealed) even when it signs no more: the console's rotate form sent twice
- * finds by it that the rotation it asks for is made. The console's test of the rotation before
+ * was. The console's test of the rotation before
  * (setSecretRotationTest) is forgotten: it tested the secrets that signed then. A secret lost with
  * the secrets key (secret_lost_at) is so no more: the new one is shown to the caller.
  */

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { OPERATOR_LINK_TTL_MS, inviteOperator, operatorSummaries, pendingInvites, sessionOperator } from "../../server/operators/service.ts";
+import { OPERATOR_LINK_TTL_MS, inviteOperator, operatorSummaries, pendingLinks, sessionOperator } from "../../server/operators/service.ts";
 import { toTimestamp } from "../../server/shared/time.ts";
 import { databaseArgs } from "../support/backend.ts";
 import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
@@ -235,18 +235,104 @@ describe("operators behind a reverse proxy", () => {
   }, 30_000);
 });
 
+describe("one-time links of the operators page", () => {
+  const MALLORY = { email: "mallory@example.com", password: "mallory's password" };
+  /** resetLinkFor makes a password-reset link through the confirm step, as `by`, and returns its code. */
+  async function resetLinkFor(by: ConsoleClient, id: string): Promise<string> {
+    const confirm = await by.get(`/console/operators/${id}/reset-password`);
+    const made = await by.post(`/console/operators/${id}/reset-password`, { form_key: formKeyOf(confirm.text) });
+    expect(made.status).toBe(201);
+    return new URL(linkIn(made.text)!).searchParams.get("code")!;
+  }
+  /** inviteAs invites an email, as `by`, and returns the link's code. */
+  async function inviteAs(by: ConsoleClient, email: string): Promise<string> {
+    const page = await by.get("/console/operators");
+    const invited = await by.post("/console/operators", { email, form_key: formKeyOf(page.text) });
+    expect(invited.status).toBe(201);
+    return new URL(linkIn(invited.text)!).searchParams.get("code")!;
+  }
+  /** pendingRows is the operators page's table of links not used yet: for, link, made by, and the Withdraw button's words. */
+  const pendingRows = (html: string) =>
+    [...(/<table[^>]*id="links"[\s\S]*?<\/table>/.exec(html)?.[0] ?? "").matchAll(/<tr>\s*<td data-label="For">([^<]*)<\/td><td data-label="Link">([^<]*)<\/td><td data-label="Made by">(?:<span[^>]*>)?([^<]*)[\s\S]*?Withdraw<span class="visually-hidden"> ([^<]*)<\/span>/g)].map((m) => m.slice(1));
+  /** opens tells whether a link's page opens (200), or calls it invalid (403). */
+  const opens = async (h: Harness, code: string) => (await new ConsoleClient((r) => h.app.handle(r)).get(`/console/welcome?code=${code}`)).status;
+
+  test("removing an operator withdraws every link they made (a reset link for a colleague, an invitation of an address of their own); the links others made stay", async () => {
+    const { h, client, browser } = await setup();
+    const admin = await idOf(h, OPERATOR.email);
+    const mallory = await addOperator(h.rt.db, MALLORY);
+    const malloryBrowser = browser();
+    expect((await malloryBrowser.signIn(MALLORY)).status).toBe(303);
+    const reset = await resetLinkFor(malloryBrowser, admin);
+    const backdoor = await inviteAs(malloryBrowser, "mallory.backup@example.net");
+    const colleague = await inviteAs(client, "colleague@example.com");
+    expect(pendingRows((await client.get("/console/operators")).text)).toEqual([
+      ["colleague@example.com", "Invitation", OPERATOR.email, "invitation for colleague@example.com"],
+      ["mallory.backup@example.net", "Invitation", MALLORY.email, "invitation for mallory.backup@example.net"],
+      [OPERATOR.email, "Password reset", MALLORY.email, `password reset link for ${OPERATOR.email}`],
+    ]);
+    const confirm = await client.get(`/console/operators/${mallory.id}/remove`);
+    const removed = await client.post(`/console/operators/${mallory.id}/remove`, { form_key: formKeyOf(confirm.text) });
+    expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1"]);
+    const page = await client.get("/console/operators?removed=1");
+    expect([/class="notice notice-success"[^>]*>([^<]*)</.exec(page.text)?.[1], pendingRows(page.text)]).toEqual([
+      "Operator removed. Their sessions have ended, and the links they made no longer work.",
+      [["colleague@example.com", "Invitation", OPERATOR.email, "invitation for colleague@example.com"]],
+    ]);
+    expect({ reset: await opens(h, reset), backdoor: await opens(h, backdoor), colleague: await opens(h, colleague) }).toEqual({ reset: 403, backdoor: 403, colleague: 200 });
+    const outsider = browser();
+    await outsider.get("/console/login");
+    const taken = await outsider.post("/console/welcome", { code: reset, password: "now mallory's", password_again: "now mallory's" });
+    expect([taken.status, (await client.get("/console/")).status, await operators(h)]).toEqual([403, 200, [OPERATOR.email]]);
+  });
+
+  test("the operators page lists pending invitations and reset links with who made them; Withdraw ends one (the form needs the page's CSRF token), and a link replaced or gone since is left alone", async () => {
+    const { h, client, browser } = await setup();
+    const other = await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
+    const invite = await inviteOperator(h.rt.db, "cli.invite@example.com", null);
+    const reset = await resetLinkFor(client, other.id);
+    const page = await client.get("/console/operators");
+    expect(pendingRows(page.text)).toEqual([
+      ["other@example.com", "Password reset", OPERATOR.email, "password reset link for other@example.com"],
+      ["cli.invite@example.com", "Invitation", "command line", "invitation for cli.invite@example.com"],
+    ]);
+    const shown = (await pendingLinks(h.rt.db)).find((link) => link.purpose === "reset")!;
+    const withdraw = { link_purpose: "reset", link_email: "other@example.com", link_created_at: shown.created_at };
+    expect(page.text).toContain(`<input type="hidden" name="link_created_at" value="${shown.created_at}"/>`);
+    // Without the page's token (a post from another site), nothing is withdrawn.
+    expect((await client.post("/console/operators/links/withdraw", { ...withdraw, _csrf: null })).status).toBe(403);
+    expect(await opens(h, reset)).toBe(200);
+    const withdrawn = await client.post("/console/operators/links/withdraw", withdraw);
+    expect([withdrawn.status, withdrawn.headers.get("location")]).toEqual([303, "/console/operators?withdrawn=1"]);
+    const after = await client.get("/console/operators?withdrawn=1");
+    expect([/class="notice notice-success"[^>]*>([^<]*)</.exec(after.text)?.[1], pendingRows(after.text).map((row) => row[0])]).toEqual(["Link withdrawn. It no longer works.", ["cli.invite@example.com"]]);
+    expect({ reset: await opens(h, reset), invite: await opens(h, invite) }).toEqual({ reset: 403, invite: 200 });
+    // Sent again (a double click), or for a link replaced by a newer one since: the newer one stays.
+    const newer = await resetLinkFor(client, other.id);
+    const again = await client.post("/console/operators/links/withdraw", withdraw);
+    expect([again.status, again.headers.get("location")]).toEqual([303, "/console/operators?withdrawn=0"]);
+    expect(/class="notice notice-info"[^>]*>([^<]*)</.exec((await client.get("/console/operators?withdrawn=0")).text)?.[1]).toBe(
+      "That link was no longer pending (used, withdrawn, replaced by a newer one or expired); nothing was withdrawn.",
+    );
+    expect(await opens(h, newer)).toBe(200);
+    const otherBrowser = browser();
+    await otherBrowser.get(`/console/welcome?code=${newer}`);
+    expect((await otherBrowser.post("/console/welcome", { code: newer, password: "their new password", password_again: "their new password" })).status).toBe(303);
+  });
+});
+
 describe("operators on the command line", () => {
   test("`operator create` for an email with a pending invitation: the invitation is listed no more, and its link says the operator exists and offers to sign in (409), opened or sent, until that operator is removed", async () => {
     const { h, client, browser } = await setup();
     const invited = await client.post("/console/operators", { email: "late@example.com" });
     const code = new URL(linkIn(invited.text)!).searchParams.get("code")!;
-    const listsInvitations = async () => (await client.get("/console/operators")).text.includes("Invitations not used yet");
-    expect([await listsInvitations(), (await pendingInvites(h.rt.db)).map((invite) => invite.email)]).toEqual([true, ["late@example.com"]]);
+    const listsInvitations = async () => (await client.get("/console/operators")).text.includes("Links not used yet");
+    expect([await listsInvitations(), (await pendingLinks(h.rt.db)).map((link) => link.email)]).toEqual([true, ["late@example.com"]]);
     const invitee = browser();
     expect((await invitee.get(`/console/welcome?code=${code}`)).status).toBe(200);
     const made = await operatorCommand(h, ["create", "--email", "Late@Example.com", "--password-stdin"], "their own long password\n");
     expect(made).toEqual({ code: 0, out: `created operator ${await idOf(h, "late@example.com")} (late@example.com); sign in at /console/login\n`, err: "" });
-    expect([await listsInvitations(), await pendingInvites(h.rt.db), await operators(h)]).toEqual([false, [], [OPERATOR.email, "late@example.com"]]);
+    expect([await listsInvitations(), await pendingLinks(h.rt.db), await operators(h)]).toEqual([false, [], [OPERATOR.email, "late@example.com"]]);
     /** told is what the invitation's page says: its status, whether it names the operator as existing and offers Sign in, or calls the link invalid. */
     const told = (res: { status: number; text: string }) => ({ status: res.status, exists: res.text.includes("exists already, so this invitation cannot be used"), signIn: res.text.includes('href="/console/login"'), invalid: res.text.includes("This link is invalid") });
     const sent = await invitee.post("/console/welcome", { code, password: "one long password", password_again: "one long password" });
@@ -254,7 +340,26 @@ describe("operators on the command line", () => {
     expect({ sent: told(sent), opened: told(opened) }).toEqual({ sent: { status: 409, exists: true, signIn: true, invalid: false }, opened: { status: 409, exists: true, signIn: true, invalid: false } });
     // Removing that operator ends the invitation with their other links: it does not come back.
     expect((await operatorCommand(h, ["remove", "--email", "late@example.com"])).code).toBe(0);
-    expect([await pendingInvites(h.rt.db), told(await browser().get(`/console/welcome?code=${code}`))]).toEqual([[], { status: 403, exists: false, signIn: false, invalid: true }]);
+    expect([await pendingLinks(h.rt.db), told(await browser().get(`/console/welcome?code=${code}`))]).toEqual([[], { status: 403, exists: false, signIn: false, invalid: true }]);
+  }, 30_000);
+
+  test("`operator reset-password` withdraws a pending reset link for that operator: the link made before would undo the reset", async () => {
+    const { h, client, browser } = await setup();
+    const other = await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
+    const confirm = await client.get(`/console/operators/${other.id}/reset-password`);
+    const code = new URL(linkIn((await client.post(`/console/operators/${other.id}/reset-password`, { form_key: formKeyOf(confirm.text) })).text)!).searchParams.get("code")!;
+    const invite = await inviteOperator(h.rt.db, "invited@example.com", null);
+    expect((await operatorCommand(h, ["reset-password", "--email", "other@example.com", "--password-stdin"], "a brand new password\n")).code).toBe(0);
+    const holder = browser();
+    const opened = await holder.get(`/console/welcome?code=${code}`);
+    const used = await holder.post("/console/welcome", { code, password: "the link holder's", password_again: "the link holder's" });
+    expect({ opened: opened.status, used: used.status, links: await h.rt.db.all("SELECT purpose, email FROM operator_links"), invite: (await browser().get(`/console/welcome?code=${invite}`)).status }).toEqual({
+      opened: 403,
+      used: 403,
+      links: [{ purpose: "invite", email: "invited@example.com" }],
+      invite: 200,
+    });
+    expect((await browser().signIn({ email: "other@example.com", password: "a brand new password" })).status).toBe(303);
   }, 30_000);
 
   test("`operator list`, `operator reset-password` and `operator remove`", async () => {

@@ -97,10 +97,13 @@ test("the secret rotation wizard's Send test event sends one ping, and both answ
   });
 });
 
+/** rotateFormOf is the rotate-secret form a secret rotation page shows, with a grace period typed in. */
+const rotateFormOf = (html: string, grace_hours: string) => ({ grace_hours, secret_tag: /name="secret_tag" value="([^"]+)"/.exec(html)![1]!, form_key: formKeyOf(html) });
+
 test("the rotate-secret form rotates once: both answers show the one new secret, and the receiver's secret keeps signing", async () => {
   const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/rotated-twice", events: ["contact.created"] })).data;
   const shown = await client.get(`/console/subscriptions/${subscription.id}/secret-rotation`);
-  const form = { grace_hours: "24", secret_tag: /name="secret_tag" value="([^"]+)"/.exec(shown.text)![1]! };
+  const form = rotateFormOf(shown.text, "24");
   const answers = await sentTwice(`/console/subscriptions/${subscription.id}/rotate-secret`, form);
   const stored = async () => {
     const row = (await server.runtime.db.get<{ secret: string; previous_secret: string | null }>("SELECT secret, previous_secret FROM webhook_subscriptions WHERE id = ?", [subscription.id]))!;
@@ -115,21 +118,53 @@ test("the rotate-secret form rotates once: both answers show the one new secret,
     ],
     stored: { current, previous: subscription.secret },
   });
-  // Once the previous secret is retired, that form is one shown before another rotation: refused, nothing rotated.
+  // Retiring the previous secret is no new rotation: sent again, the form still shows the secret it made.
   await endRotationGrace(server.runtime, subscription.id);
-  const stale = await client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form);
-  expect([stale.status, errorNoticeOf(stale.text), shownSecret(stale.text)]).toEqual([
-    409,
-    "The secret was rotated since this page was shown, so it was not rotated again; the page now shows where that rotation stands.",
-    null,
-  ]);
+  const reloaded = await client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form);
+  expect([reloaded.status, shownSecret(reloaded.text)]).toEqual([201, current]);
   expect(await stored()).toEqual({ current, previous: null });
+});
+
+test("a rotate-secret form rotates nothing and shows no secret once a later rotation made another (the API's, a grace period over or not); sent again, it shows its own rotation's secret only to its operator, for 10 minutes", async () => {
+  const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/rotated-stale", events: ["contact.created"] })).data;
+  const path = `/console/subscriptions/${subscription.id}`;
+  const current = async () => server.runtime.secrets.open(subscription.id, (await findSubscriptionById(server.runtime.db, subscription.id))!.secret);
+  /** refusal is a rotate-secret answer's status, notice and the secret it shows. */
+  const refusal = (res: { status: number; text: string }) => [res.status, errorNoticeOf(res.text), shownSecret(res.text)];
+  const refused = [409, "The secret was rotated since this page was shown, so it was not rotated again; the page now shows where that rotation stands.", null];
+  // A page left open; an integration rotates through the API, and is the only one shown its secret.
+  const stalePage = rotateFormOf((await client.get(`${path}/secret-rotation`)).text, "0");
+  const apiSecret = (await server.api("POST", `/public/v1/webhook-subscriptions/${subscription.id}/rotate-secret`, { grace_hours: 1 })).data.secret;
+  expect([refusal(await client.post(`${path}/rotate-secret`, stalePage)), await current()]).toEqual([refused, apiSecret]);
+  await server.runtime.db.write((tx) => tx.run("UPDATE webhook_subscriptions SET previous_secret_expires_at = ? WHERE id = ?", [Date.now() - 7 * 86_400_000, subscription.id]));
+  expect([refusal(await client.post(`${path}/rotate-secret`, stalePage)), await current()]).toEqual([refused, apiSecret]);
+
+  // This operator rotates; another operator sending the same form (its key too) gets no secret.
+  const form = rotateFormOf((await client.get(`${path}/secret-rotation`)).text, "0");
+  const rotated = await client.post(`${path}/rotate-secret`, form);
+  const made = await current();
+  expect([rotated.status, shownSecret(rotated.text)]).toEqual([201, made]);
+  const colleague = { email: "rotating-colleague@example.com", password: "a long enough password" };
+  await addOperator(server.runtime.db, colleague);
+  const other = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
+  await other.signIn(colleague);
+  await other.get(`${path}/secret-rotation`); // for the session's CSRF token
+  expect(refusal(await other.post(`${path}/rotate-secret`, form))).toEqual(refused);
+  // Its own operator's reload shows it for 10 minutes after the rotation, then no more.
+  expect([(await client.post(`${path}/rotate-secret`, form)).status, await current()]).toEqual([201, made]);
+  await server.runtime.db.write((tx) => tx.run("UPDATE webhook_subscriptions SET secret_rotated_at = secret_rotated_at - ? WHERE id = ?", [10 * 60_000 + 1, subscription.id]));
+  expect([refusal(await client.post(`${path}/rotate-secret`, form)), await current()]).toEqual([refused, made]);
+  // And a later rotation by the API ends it at once.
+  await server.runtime.db.write((tx) => tx.run("UPDATE webhook_subscriptions SET secret_rotated_at = ? WHERE id = ?", [Date.now(), subscription.id]));
+  expect((await client.post(`${path}/rotate-secret`, form)).status).toBe(201);
+  const later = (await server.api("POST", `/public/v1/webhook-subscriptions/${subscription.id}/rotate-secret`, { grace_hours: 0 })).data.secret;
+  expect([refusal(await client.post(`${path}/rotate-secret`, form)), await current()]).toEqual([refused, later]);
 });
 
 test("the rotate-secret form with no grace period, sent twice, rotates once and both answers show the new secret", async () => {
   const subscription = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/rotated-at-once-twice", events: ["contact.created"] })).data;
   const shown = await client.get(`/console/subscriptions/${subscription.id}/secret-rotation`);
-  const form = { grace_hours: "0", secret_tag: /name="secret_tag" value="([^"]+)"/.exec(shown.text)![1]! };
+  const form = rotateFormOf(shown.text, "0");
   const answers = await sentTwice(`/console/subscriptions/${subscription.id}/rotate-secret`, form);
   const row = (await server.runtime.db.get<{ secret: string }>("SELECT secret FROM webhook_subscriptions WHERE id = ?", [subscription.id]))!;
   const current = server.runtime.secrets.open(subscription.id, row.secret);
@@ -281,4 +316,57 @@ test("the reset-link confirmation makes one link: sent twice, or again as a relo
     [201, link],
   ]);
   expect(await operatorLink(server.runtime.db, codeOf(link))).toEqual({ purpose: "reset", email: "reset-twice@example.com", operator_exists: true });
+});
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+/** forgetFormAnswer ages a console form's kept answer past its 24 hours, as if the form were sent again a day later. */
+const forgetFormAnswer = (formKey: string) => server.runtime.db.write((tx) => tx.run("UPDATE idempotency_keys SET created_at = created_at - ? WHERE idem_key = ?", [DAY_MS + 60_000, formKey]));
+
+/** useLink sets a new password, or chooses a first one, through a one-time link; returns the answer's status. */
+async function useLink(code: string, password: string): Promise<number> {
+  const browser = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
+  await browser.get(`/console/welcome?code=${code}`);
+  return (await browser.post("/console/welcome", { code, password, password_again: password })).status;
+}
+
+test("a used reset link stays used when its confirmation is sent again after the form's 24 hours: that makes a new link, and the used one never works again", async () => {
+  const other = await addOperator(server.runtime.db, { email: "reset-a-day-later@example.com", password: "a long enough password" });
+  const form = { form_key: formKeyOf((await client.get(`/console/operators/${other.id}/reset-password`)).text) };
+  const link = shownLink((await client.post(`/console/operators/${other.id}/reset-password`, form)).text);
+  expect(await useLink(codeOf(link), "their new password")).toBe(303);
+  await forgetFormAnswer(form.form_key);
+  const again = await client.post(`/console/operators/${other.id}/reset-password`, form);
+  const newer = shownLink(again.text);
+  expect({ status: again.status, same: newer === link, used: await operatorLink(server.runtime.db, codeOf(link)), newer: await operatorLink(server.runtime.db, codeOf(newer)) }).toEqual({
+    status: 201,
+    same: false,
+    used: null,
+    newer: { purpose: "reset", email: "reset-a-day-later@example.com", operator_exists: true },
+  });
+  expect(await useLink(codeOf(link), "someone else's password")).toBe(403);
+});
+
+test("a link form's answer kept by an earlier version (its code derived, not kept) shows no link when sent again: 410, and nothing is replaced", async () => {
+  const other = await addOperator(server.runtime.db, { email: "reset-before-upgrade@example.com", password: "a long enough password" });
+  const form = { form_key: formKeyOf((await client.get(`/console/operators/${other.id}/reset-password`)).text) };
+  const link = shownLink((await client.post(`/console/operators/${other.id}/reset-password`, form)).text);
+  await server.runtime.db.write((tx) => tx.run("UPDATE idempotency_keys SET response_body = ? WHERE idem_key = ?", [JSON.stringify({ operator: { id: other.id, email: other.email } }), form.form_key]));
+  const again = await client.post(`/console/operators/${other.id}/reset-password`, form);
+  expect([again.status, /<p>([^<]*)<\/p>/.exec(again.text)?.[1], shownLink(again.text)]).toEqual([410, "This form was already sent, and the link it made cannot be shown again. Load the page again to make a new link.", null]);
+  expect(await operatorLink(server.runtime.db, codeOf(link))).toEqual({ purpose: "reset", email: "reset-before-upgrade@example.com", operator_exists: true });
+});
+
+test("an accepted invitation stays used when its form is sent again after the form's 24 hours, its operator removed since: that makes a new invitation, not the old link again", async () => {
+  const invite = { form_key: formKeyOf((await client.get("/console/operators")).text), email: "invited-a-day-later@example.com" };
+  const link = shownLink((await client.post("/console/operators", invite)).text);
+  expect(await useLink(codeOf(link), "the invitee's password")).toBe(303);
+  const id = (await server.runtime.db.get<{ id: string }>("SELECT id FROM operators WHERE email = ?", [invite.email]))!.id;
+  const confirm = await client.get(`/console/operators/${id}/remove`);
+  expect((await client.post(`/console/operators/${id}/remove`, { form_key: formKeyOf(confirm.text) })).status).toBe(303);
+  await forgetFormAnswer(invite.form_key);
+  const again = await client.post("/console/operators", invite);
+  const newer = shownLink(again.text);
+  expect([again.status, newer === link, await operatorLink(server.runtime.db, codeOf(link))]).toEqual([201, false, null]);
+  expect(await useLink(codeOf(link), "back with the old link")).toBe(403);
 });

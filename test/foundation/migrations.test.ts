@@ -140,6 +140,23 @@ describe("migrations: data", () => {
     expect(warnings).toEqual(joinedNameWarnings("0042_account_names_rekeyed_again.sql"));
   });
 
+  test("0043 withdraws the one-time links of operators removed before it; links of current operators and of the command line stay", () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0043_links_of_removed_operators.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    db.sqlite.run("INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ('opr_kept', 'kept@example.com', 'x', 1, 1)");
+    const link = db.sqlite.query("INSERT INTO operator_links (code_hash, purpose, email, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, 1, ?)");
+    const later = Date.now() + 3_600_000;
+    link.run(new Uint8Array([1]), "reset", "kept@example.com", "opr_removed", later);
+    link.run(new Uint8Array([2]), "invite", "backdoor@example.net", "opr_removed", later);
+    link.run(new Uint8Array([3]), "invite", "colleague@example.com", "opr_kept", later);
+    link.run(new Uint8Array([4]), "invite", "cli@example.com", null, later);
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, version + 1))).toEqual(["0043_links_of_removed_operators.sql"]);
+    expect(db.sqlite.query("SELECT email, created_by FROM operator_links ORDER BY email").all()).toEqual([
+      { email: "cli@example.com", created_by: null },
+      { email: "colleague@example.com", created_by: "opr_kept" },
+    ]);
+  });
+
   test("a migration rolled back warns of nothing: its backfill's warnings wait for its commit", () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0034_account_name_case_fold.sql");
     migrate(db.sqlite, MIGRATIONS.slice(0, version));

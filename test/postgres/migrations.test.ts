@@ -215,6 +215,30 @@ describe("postgres migrations: data, account names keyed the old way after 0034"
   });
 });
 
+describe("postgres migrations: data, links of removed operators", () => {
+  test("0043 withdraws the one-time links of operators removed before it; links of current operators and of the command line stay", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 43));
+    await old.write(async (tx) => {
+      await tx.run("INSERT INTO operators (id, email, password_hash, created_at, updated_at) VALUES ('opr_kept', 'kept@example.com', 'x', 1, 1)");
+      const later = Date.now() + 3_600_000;
+      for (const [code, purpose, email, createdBy] of [
+        [1, "reset", "kept@example.com", "opr_removed"],
+        [2, "invite", "backdoor@example.net", "opr_removed"],
+        [3, "invite", "colleague@example.com", "opr_kept"],
+        [4, "invite", "cli@example.com", null],
+      ] as const) {
+        await tx.run("INSERT INTO operator_links (code_hash, purpose, email, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, 1, ?)", [new Uint8Array([code]), purpose, email, createdBy, later]);
+      }
+    });
+    expect(await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version <= 43))).toEqual(["0043_links_of_removed_operators.sql"]);
+    expect(await old.all("SELECT email, created_by FROM operator_links ORDER BY email COLLATE \"C\"")).toEqual([
+      { email: "cli@example.com", created_by: null },
+      { email: "colleague@example.com", created_by: "opr_kept" },
+    ]);
+  });
+});
+
 describe("postgres migrations: data, names and tags in NFC", () => {
   test("0040 rewrites the names and tags stored before they were kept in NFC, café in both forms kept once, with their tag rows, counts, name copies and search, and no new version or event: the contact's own values find it again", async () => {
     const old = await freshPostgres();
