@@ -313,7 +313,7 @@ export interface paths {
         post?: never;
         /**
          * Delete an account
-         * @description Its contacts stay and lose the link (each sends contact.updated), 100 a commit, so some may read unlinked before the answer; the last commit removes the account and sends account.deleted with the id and deletion time, after them; GET /accounts/deleted lists it. With If-Match (or If-None-Match), only an account still at that version is deleted (else 412, nothing changed), checked in the first commit only: a change of the account after it does not stop the delete. A 404 after the first commit (deleted meanwhile) leaves the contacts unlinked so far unlinked, and the DELETE sent again finishes the job.
+         * @description Its contacts stay and lose the link (each sends contact.updated), 100 a commit, so some may read unlinked before the answer; the last commit removes the account and sends account.deleted with the id and deletion time, after them; GET /accounts/deleted lists it. With If-Match (or If-None-Match), only an account still at that version is deleted (else 412, nothing changed), checked in the first commit only: a change of the account after it does not stop the delete. A refusal after the first commit (a 404: deleted meanwhile; a 503) leaves the contacts unlinked so far unlinked and says how many in its detail, and the DELETE sent again finishes the job.
          */
         delete: operations["deleteAccount"];
         options?: never;
@@ -382,7 +382,7 @@ export interface paths {
         post?: never;
         /**
          * Delete a user
-         * @description Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; the last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted; GET /users/deleted lists the deletion.
+         * @description Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; a refusal after the first commit (a 404: deleted meanwhile; a 503) leaves the contacts changed so far changed and says how many in its detail, and the DELETE sent again finishes the job. The last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted; GET /users/deleted lists the deletion.
          */
         delete: operations["deleteUser"];
         options?: never;

@@ -6,6 +6,7 @@ import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loa
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
+import { PartlyDone } from "./db/sql.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
@@ -407,7 +408,12 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   };
   if (!config.databaseUrl) requireDatabase(config.dataDir);
   const why = `delete the user through it (DELETE /public/v1/users/${id}, or Delete on the console's Users page), which sends its contacts' contact.updated at once, or stop it first`;
-  const { user, unassigned } = config.databaseUrl ? await remove() : await whileHoldingDataDirectory(config, why, remove);
+  const { user, unassigned } = await (config.databaseUrl ? remove() : whileHoldingDataDirectory(config, why, remove)).catch((error: unknown) => {
+    if (!(error instanceof PartlyDone)) throw error;
+    // A refusal after the first write: what the writes before it did stays, which the refusal's line would not tell.
+    process.stderr.write(`crm: ${error.done} before the delete was refused; run the same command again to finish it\n`);
+    throw error.cause;
+  });
   printOut(`deleted user ${user.id} (${user.email}); contacts that lost the assignment: ${unassigned} (each sends contact.updated)\n`);
   return EXIT.done;
 }

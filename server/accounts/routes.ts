@@ -82,7 +82,7 @@ export function accountRoutes(rt: Runtime) {
       detail: {
         operationId: "deleteAccount",
         summary: "Delete an account",
-        description: "Its contacts stay and lose the link (each sends contact.updated), 100 a commit, so some may read unlinked before the answer; the last commit removes the account and sends account.deleted with the id and deletion time, after them; GET /accounts/deleted lists it. With If-Match (or If-None-Match), only an account still at that version is deleted (else 412, nothing changed), checked in the first commit only: a change of the account after it does not stop the delete. A 404 after the first commit (deleted meanwhile) leaves the contacts unlinked so far unlinked, and the DELETE sent again finishes the job.",
+        description: "Its contacts stay and lose the link (each sends contact.updated), 100 a commit, so some may read unlinked before the answer; the last commit removes the account and sends account.deleted with the id and deletion time, after them; GET /accounts/deleted lists it. With If-Match (or If-None-Match), only an account still at that version is deleted (else 412, nothing changed), checked in the first commit only: a change of the account after it does not stop the delete. A refusal after the first commit (a 404: deleted meanwhile; a 503) leaves the contacts unlinked so far unlinked and says how many in its detail, and the DELETE sent again finishes the job.",
         tags,
         ...secured,
       },

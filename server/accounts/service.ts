@@ -226,7 +226,8 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
  * (412, nothing changed); the writes after it do not, so a change of the account between them does
  * not stop the delete, which wins as if sent just after it. Each write checks that the account is
  * there (404): one deleted meanwhile leaves the contacts unlinked so far unlinked, as a crash
- * between the writes does, and a DELETE sent again finishes the job.
+ * between the writes does, and a DELETE sent again finishes the job. A write after the first
+ * refused for any reason ends it with PartlyDone, which says how many the writes before it unlinked.
  */
 export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null, requestId: string | null): Promise<void> {
   await writeInSteps(rt.db, async (tx, first) => {
@@ -240,7 +241,7 @@ export async function deleteAccount(rt: Runtime, id: string, condition: VersionC
     await insertTombstone(tx, "account", id, now, current.version + 1);
     await recordEvent(tx, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, requestId, now);
     return id;
-  });
+  }, (committed) => `${committed * rt.unlinkChunk} of the account's contacts lost the link to it (each sends contact.updated)`);
 }
 
 /** accountsByIds returns the API form of the accounts with the given ids, keyed by id. */

@@ -115,17 +115,40 @@ export interface Database extends Db {
 export type MigrationWarn = (message: string, fields: Record<string, unknown>) => void;
 
 /**
+ * PartlyDone is a writeInSteps ended by a step that threw after steps before it committed: `cause`
+ * is the step's error, and `done` says what the committed steps did, which stays done. A request's
+ * answer is the cause's, saying so (the same request sent again finishes the change).
+ */
+export class PartlyDone extends Error {
+  override readonly name = "PartlyDone";
+
+  constructor(
+    override readonly cause: unknown,
+    readonly done: string,
+  ) {
+    super(`${(cause as Error | null)?.message ?? String(cause)} (before it, ${done})`);
+  }
+}
+
+/**
  * writeInSteps runs `step` in one write after another until it returns something other than null,
  * and resolves with that: a change too large for one short write (an account's or a user's
  * contacts unlinked) commits a bounded part at a time, and other writes, which wait for the write
  * lock (on SQLite, every request, which waits for the event loop), take their turns in between.
- * A step that throws ends it with that error, the parts already committed staying. `first` tells
- * a step whether it is the first write, the one that decides whether the change happens at all.
+ * A step that throws ends it: the first with its error, a later one with PartlyDone, its error and
+ * `done(committed)`, which says what the steps already committed (`committed` of them) did: they
+ * stay. `first` tells a step whether it is the first write, the one that decides whether the
+ * change happens at all.
  */
-export async function writeInSteps<T>(db: Database, step: (tx: Db, first: boolean) => Promise<T | null>): Promise<T> {
-  for (let first = true; ; first = false) {
-    const done = await db.write((tx) => step(tx, first));
-    if (done !== null) return done;
+export async function writeInSteps<T>(db: Database, step: (tx: Db, first: boolean) => Promise<T | null>, done: (committed: number) => string): Promise<T> {
+  for (let committed = 0; ; committed++) {
+    let result: T | null;
+    try {
+      result = await db.write((tx) => step(tx, committed === 0));
+    } catch (error) {
+      throw committed === 0 ? error : new PartlyDone(error, done(committed));
+    }
+    if (result !== null) return result;
   }
 }
 

@@ -1,6 +1,7 @@
 import { ValidationError } from "elysia";
 import { databaseFailureOf, databaseFaultOf, tablesMissing, type DatabaseFailure, type DatabaseFault } from "../db/backend.ts";
 import { DatabaseNewer } from "../db/postgres.ts";
+import { PartlyDone } from "../db/sql.ts";
 import { SpacedLines, type Logger } from "../shared/log.ts";
 import { ProblemError, validationProblem, type FieldError } from "../shared/problem.ts";
 import { fieldErrorsOf, type SchemaIssue } from "./schema-errors.ts";
@@ -97,14 +98,26 @@ const DATABASE_NEWER_RETRY_AFTER_SECONDS = 5;
 /**
  * databaseNewer is the 503 of an instance whose database a newer crm has migrated: its code would
  * read and write that schema the old way. `newer` names the migrations found; none when only a
- * statement whose table changed under it told (a migration under way).
+ * statement whose table changed under it told (a migration under way). `partly`: the refused write
+ * was a later step of a change (PartlyDone), whose steps before it stay done.
  */
-export function databaseNewer(newer: readonly string[]): ProblemError {
+export function databaseNewer(newer: readonly string[], partly = false): ProblemError {
+  const unchanged = `${partly ? "Nothing more" : "Nothing"} was changed; send the request to an instance of the newer crm.`;
   const detail =
     newer.length > 0
-      ? `This instance runs crm ${BUILD}, and a newer crm has migrated its database (it has ${newer.join(", ")}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`
-      : `This instance runs crm ${BUILD}, and a table this request reads changed under it: a newer crm is migrating its database. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`;
+      ? `This instance runs crm ${BUILD}, and a newer crm has migrated its database (it has ${newer.join(", ")}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. ${unchanged} The operator should stop this instance and run the newer crm in its place.`
+      : `This instance runs crm ${BUILD}, and a table this request reads changed under it: a newer crm is migrating its database. ${unchanged} The operator should stop this instance and run the newer crm in its place.`;
   return new ProblemError(503, "database-newer", detail, undefined, { "retry-after": String(DATABASE_NEWER_RETRY_AFTER_SECONDS) });
+}
+
+/** nothing is what a refused write's detail says it changed: nothing, or nothing more when it was a later step of a change (PartlyDone), whose steps before it stay done. */
+function nothing(partly: boolean): string {
+  return partly ? "nothing more" : "nothing";
+}
+
+/** partlyDoneText is the sentence a refusal of a change's later step (PartlyDone) ends with: what its committed steps did, and that the request sent again finishes the change. */
+function partlyDoneText(done: string): string {
+  return `Part of this request was done before this refusal, and stays done: ${done}. Sending the request again finishes it.`;
 }
 
 /**
@@ -117,16 +130,16 @@ export function databaseNewer(newer: readonly string[]): ProblemError {
  * unreachable database may have taken a change whose commit went unanswered, so a retry is safe
  * only as an idempotent one.
  */
-const DATABASE_FAILURES: Record<DatabaseFailure, (error: unknown) => ProblemError> = {
-  "storage-full": () =>
-    new ProblemError(503, "storage-full", "The service's database has no room for this change (its disk is full), so nothing was changed. Retry later, once the operator has made room.", undefined, {
+const DATABASE_FAILURES: Record<DatabaseFailure, (error: unknown, partly: boolean) => ProblemError> = {
+  "storage-full": (_error, partly) =>
+    new ProblemError(503, "storage-full", `The service's database has no room for this change (its disk is full), so ${nothing(partly)} was changed. Retry later, once the operator has made room.`, undefined, {
       "retry-after": "60",
     }),
-  "storage-read-only": () =>
+  "storage-read-only": (_error, partly) =>
     new ProblemError(
       503,
       "storage-read-only",
-      "The service's database cannot write to its storage (its file or file system is read-only, or refused the write), so nothing was changed. Retry later, once the operator has made it writable.",
+      `The service's database cannot write to its storage (its file or file system is read-only, or refused the write), so ${nothing(partly)} was changed. Retry later, once the operator has made it writable.`,
       undefined,
       { "retry-after": "60" },
     ),
@@ -138,23 +151,23 @@ const DATABASE_FAILURES: Record<DatabaseFailure, (error: unknown) => ProblemErro
       undefined,
       { "retry-after": "60" },
     ),
-  replaced: () =>
+  replaced: (_error, partly) =>
     new ProblemError(
       503,
       "database-replaced",
-      "The service's database file was replaced or removed while the service ran, so this change was refused: nothing was changed. Retry after the operator has restarted the service.",
+      `The service's database file was replaced or removed while the service ran, so this change was refused: ${nothing(partly)} was changed. Retry after the operator has restarted the service.`,
       undefined,
       { "retry-after": "60" },
     ),
-  busy: () =>
+  busy: (_error, partly) =>
     new ProblemError(
       503,
       "database-busy",
-      "The service's database is busy: another session holds a lock on data this request needs (a maintenance command such as ALTER TABLE or VACUUM FULL, or a long transaction), so nothing was changed. Retry shortly.",
+      `The service's database is busy: another session holds a lock on data this request needs (a maintenance command such as ALTER TABLE or VACUUM FULL, or a long transaction), so ${nothing(partly)} was changed. Retry shortly.`,
       undefined,
       { "retry-after": String(DATABASE_RETRY_AFTER_SECONDS) },
     ),
-  newer: (error) => databaseNewer(error instanceof DatabaseNewer ? error.newer : []),
+  newer: (error, partly) => databaseNewer(error instanceof DatabaseNewer ? error.newer : [], partly),
   unavailable: () =>
     new ProblemError(
       503,
@@ -235,12 +248,18 @@ function codeOf(error: unknown): { code?: string } {
  * ProblemErrors as they say, request validation as 422 with pointers, an unknown route as 404 or
  * (known path, other method) 405 with Allow, a database that cannot serve it as a logged 503 (a
  * DatabaseFault or a failure every request meets through `faults`, not once per request), and
- * anything unexpected as a logged, opaque 500.
+ * anything unexpected as a logged, opaque 500. A change in steps refused after a step committed
+ * (PartlyDone) is answered as the step's error, saying what stays done (`partly`, for its cause).
  */
 export function errorToProblem(
   { code, error, request, requestId }: { code: unknown; error: unknown; request: Request; requestId: string },
   { log, routes, faults }: { log: Logger; routes: () => RouteEntry[]; faults: DatabaseFaultLog },
+  partly = false,
 ): ProblemError {
+  if (error instanceof PartlyDone) {
+    const refusal = errorToProblem({ code, error: error.cause, request, requestId }, { log, routes, faults }, true);
+    return new ProblemError(refusal.status, refusal.slug, `${refusal.message} ${partlyDoneText(error.done)}`, refusal.errors, refusal.headers, refusal.extensions);
+  }
   const requestProblem = requestProblemOf(code, error);
   if (requestProblem) return requestProblem;
   if (code === "NOT_FOUND") {
@@ -257,7 +276,7 @@ export function errorToProblem(
     const line = DATABASE_FAILURE_LOGS[failure];
     if (fault) faults.refused(log, fault, error, context);
     else if (line) log.error(line, { ...context, error: String(error), ...codeOf(error) });
-    return DATABASE_FAILURES[failure](error);
+    return DATABASE_FAILURES[failure](error, partly);
   }
   // A ValidationError here is of a response (requests were handled above): the server's fault.
   const status = !(error instanceof ValidationError) && typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;

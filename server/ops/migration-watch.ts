@@ -26,7 +26,8 @@ export class MigrationWatch {
   private timer: ReturnType<typeof setInterval> | null = null;
   private checking: Promise<void> | null = null;
   private checkedAt = -Infinity;
-  private onFound: () => Promise<void> = async () => {};
+  /** null until the watch is started: migrations a write noticed before then stop the background work at the start */
+  private onFound: (() => Promise<void>) | null = null;
   private stoppingWork: Promise<void> = Promise.resolve();
 
   constructor(
@@ -39,9 +40,14 @@ export class MigrationWatch {
     return this.found;
   }
 
-  /** start checks every MIGRATION_CHECK_INTERVAL_MS from now on; `onFound` stops the background work once newer migrations are found. */
+  /**
+   * start checks every MIGRATION_CHECK_INTERVAL_MS from now on; `onFound` stops the background work
+   * once newer migrations are found, at once when a write found them before (serve starts the
+   * watch after listening and writing the setup code, while every write looks from the start).
+   */
   start(onFound: () => Promise<void>): void {
     this.onFound = onFound;
+    if (this.found.length > 0) return this.stopWork();
     this.timer = setInterval(() => this.check(), MIGRATION_CHECK_INTERVAL_MS);
     this.timer.unref();
   }
@@ -70,7 +76,7 @@ export class MigrationWatch {
   /**
    * noticed takes `newer` for the migrations this version does not know, found by a check or by a
    * write that met them under the write lock (PostgresDatabase.refuseWritesAfter): it logs them once
-   * and stops the background work; told again, it does nothing.
+   * and stops the background work (once the watch is started); told again, it does nothing.
    */
   noticed(newer: readonly string[]): void {
     if (this.found.length > 0) return;
@@ -80,7 +86,12 @@ export class MigrationWatch {
       "the database was migrated by a newer crm: this instance refuses every API and console request (503 database-newer) and stops its webhook deliveries and background jobs; stop it and run the newer crm",
       { version: BUILD, newer_migrations: newer },
     );
-    this.stoppingWork = this.onFound().catch((error: unknown) => this.log.error("stopping the background work failed", { error: String(error) }));
+    this.stopWork();
+  }
+
+  /** stopWork stops the background work with `onFound`, unless the watch is not started yet (start does then). */
+  private stopWork(): void {
+    if (this.onFound) this.stoppingWork = this.onFound().catch((error: unknown) => this.log.error("stopping the background work failed", { error: String(error) }));
   }
 
   /** stop ends the checks and waits for one under way, and for the background work's stop if a check began it. */

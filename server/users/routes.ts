@@ -56,7 +56,7 @@ export function userRoutes(rt: Runtime) {
       detail: {
         operationId: "deleteUser",
         summary: "Delete a user",
-        description: "Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; the last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted; GET /users/deleted lists the deletion.",
+        description: "Its contacts stay and lose the assignment, as assigned_user_id and in assigned_user_ids (each gets a new version and sends contact.updated), 100 a commit, so some may read changed before the answer; a refusal after the first commit (a 404: deleted meanwhile; a 503) leaves the contacts changed so far changed and says how many in its detail, and the DELETE sent again finishes the job. The last commit deletes the user and withdraws the answers kept for replaying its create (a replay is 410). Users send no events of their own: there is no user.deleted; GET /users/deleted lists the deletion.",
         tags,
         ...secured,
       },

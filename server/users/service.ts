@@ -78,7 +78,8 @@ export interface DeletedUser {
  * (without a version: users carry none), which tells pollers. Users send no events of their own:
  * there is no user.deleted. Each write throws 404 for a user
  * that is not there (deleted meanwhile): the contacts changed so far stay changed, as after a
- * crash between the writes, which a delete sent again finishes. Takes the Database, not the
+ * crash between the writes, which a delete sent again finishes; a write after the first refused
+ * for any reason ends it with PartlyDone, which says how many the writes before it changed. Takes the Database, not the
  * Runtime: the command line deletes too, its events made by no request (`requestId` null).
  */
 export function deleteUser(db: Database, id: string, chunk: number, requestId: string | null, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
@@ -97,7 +98,7 @@ export function deleteUser(db: Database, id: string, chunk: number, requestId: s
     const deleted = { user: toUser(current), unassigned };
     await finish(tx, deleted, now);
     return deleted;
-  });
+  }, (committed) => `${committed * chunk} of the user's contacts lost the assignment (each sends contact.updated)`);
 }
 
 /** getUser returns one user or throws 404. */

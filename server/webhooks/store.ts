@@ -483,6 +483,17 @@ export function findDeliveryById(db: Db, id: string): Promise<DeliveryRow | null
   return db.get<DeliveryRow>(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d WHERE d.id = ?`, [id]);
 }
 
+/** StoredDelivery is a delivery's own row: a DeliveryRow without its event's request id. */
+export type StoredDelivery = Omit<DeliveryRow, "request_id">;
+
+/**
+ * findStoredDelivery returns a delivery's own row or null, without its event's request id: the
+ * delivery loop's record step reads it under the write lock for every attempt, and needs none.
+ */
+export function findStoredDelivery(db: Db, id: string): Promise<StoredDelivery | null> {
+  return db.get<StoredDelivery>("SELECT * FROM webhook_deliveries WHERE id = ?", [id]);
+}
+
 /** findEventPayload returns the JSON body of an event. */
 export async function findEventPayload(db: Db, eventId: string): Promise<string | null> {
   return (await db.get<{ payload: string }>("SELECT payload FROM events WHERE id = ?", [eventId]))?.payload ?? null;

@@ -12,11 +12,11 @@ import { addAttemptStats } from "./stats.ts";
 import {
   countLateAttempt,
   countLeases,
-  findDeliveryById,
   findDeletedSubscriptions,
   findDeliveryToSend,
   findDueDeliveriesOf,
   findNextWakeTime,
+  findStoredDelivery,
   findSubscriptionById,
   findSubscriptionsWithDueDeliveries,
   holdSendPacing,
@@ -31,6 +31,7 @@ import {
   type ClaimTimes,
   type DeliveryRow,
   type DueDelivery,
+  type StoredDelivery,
   type SubscriptionRow,
 } from "./store.ts";
 
@@ -196,7 +197,7 @@ const CLAIM_FAILURE_LOG_INTERVAL_MS = 60_000;
  * about failed, and that disable when a failing streak made it (logged once the write has committed).
  */
 interface RecordedAttempt {
-  delivery: DeliveryRow;
+  delivery: StoredDelivery;
   previousStatus: DeliveryRow["status"];
   late: boolean;
   pendingFailed: number;
@@ -244,7 +245,7 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
  * before it was recorded is stored and counted, and decides nothing else (late).
  */
 async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number, healthy: Set<string>): Promise<RecordedAttempt | null> {
-  const current = await findDeliveryById(db, due.id);
+  const current = await findStoredDelivery(db, due.id);
   if (!current) return null;
   const attempt = current.attempts + 1;
   await insertAttempt(db, {

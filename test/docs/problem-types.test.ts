@@ -81,7 +81,8 @@ test("the code's list of problem types is the types the API's code builds, in th
 // Any other builder taking its type from a variable would hide a type from this test: list what it
 // can be given here, or write the slug out where it is built.
 test("every problem the server builds names its type as a string literal, which the test above reads", () => {
-  expect(emittedTypes().unread).toEqual(["server/shared/problem.ts: this.slug"]);
+  // errorToProblem's refusal.slug is a PartlyDone's: the type of the problem its cause was answered with, built above.
+  expect(emittedTypes().unread).toEqual(["server/http/errors.ts: refusal.slug", "server/shared/problem.ts: this.slug"]);
 });
 
 // The console's live parts read two JSON endpoints; a problem there is problem+json, as on the API.

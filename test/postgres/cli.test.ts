@@ -2,12 +2,19 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { SQL } from "bun";
+import { createApp, createRuntime } from "../../server/app.ts";
+import { createApiToken } from "../../server/auth/service.ts";
+import { DEFAULT_CONFIG } from "../../server/config.ts";
+import { UNLINK_CHUNK } from "../../server/contacts/service.ts";
+import { openPostgres } from "../../server/db/postgres.ts";
 import { POSTGRES_MIGRATIONS } from "../../server/db/postgres-migrations.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
 import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { startReceiver, waitFor } from "../webhooks/support.ts";
+import { call } from "../foundation/support.ts";
 
 // The command line on PostgreSQL (--database-url): every command works on the database, not on the
 // data directory; serve needs the shared secrets key named; backup points to pg_dump.
@@ -90,6 +97,53 @@ describe("command line on PostgreSQL: user delete", () => {
     } finally {
       expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
       await receiver.stop();
+    }
+  });
+});
+
+describe("command line on PostgreSQL: user delete refused after its first write", () => {
+  test("says how many contacts the writes before lost the assignment, then the refusal; run again, it finishes", async () => {
+    const own = await createTestDatabase();
+    const on = (args: string[]) => runCli([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: own.url } });
+    const sql = new SQL({ url: own.url, max: 1 });
+    try {
+      expect(on(["migrate"]).exitCode).toBe(0);
+      const grace = JSON.parse(on(["user", "create", "--name", "Grace", "--email", "grace@steps.example"]).stdout);
+      const db = await openPostgres(own.url, 1);
+      try {
+        const rt = await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, databaseUrl: own.url, secretsKeyFile: keyFile, logLevel: "error" }, log: createLogger("error", () => {}) });
+        const { token } = await createApiToken(db, "steps");
+        const app = createApp(rt);
+        const headers = { authorization: `Bearer ${token}` };
+        const items = Array.from({ length: UNLINK_CHUNK }, (_, i) => ({ first_name: `C${i}`, assigned_user_id: grace.id }));
+        expect((await call(app, "POST", "/public/v1/contacts/batch", { body: { items }, headers })).status).toBe(200);
+        expect((await call(app, "POST", "/public/v1/contacts", { body: { first_name: "Last", assigned_user_id: grace.id }, headers })).status).toBe(201);
+      } finally {
+        await db.close();
+      }
+      // The first transaction that updates contacts goes through; the next is refused as a lock timeout would refuse it.
+      await sql.unsafe(`CREATE TABLE first_write (xid bigint);
+        CREATE FUNCTION second_write_busy() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+          IF NOT EXISTS (SELECT 1 FROM first_write) THEN INSERT INTO first_write VALUES (txid_current());
+          ELSIF (SELECT xid FROM first_write) <> txid_current() THEN RAISE EXCEPTION 'held elsewhere' USING ERRCODE = '55P03'; END IF;
+          RETURN NULL; END $$;
+        CREATE TRIGGER second_write_busy AFTER UPDATE ON contacts FOR EACH STATEMENT EXECUTE FUNCTION second_write_busy();`);
+      expect(on(["user", "delete", grace.id])).toEqual({
+        exitCode: 3,
+        stdout: "",
+        stderr:
+          `crm: ${UNLINK_CHUNK} of the user's contacts lost the assignment (each sends contact.updated) before the delete was refused; run the same command again to finish it\n` +
+          "crm: the database is busy: held elsewhere; nothing more was done, try again\n",
+      });
+      await sql.unsafe("DROP TRIGGER second_write_busy ON contacts");
+      expect(on(["user", "delete", grace.id])).toEqual({
+        exitCode: 0,
+        stdout: `deleted user ${grace.id} (grace@steps.example); contacts that lost the assignment: 1 (each sends contact.updated)\n`,
+        stderr: "",
+      });
+    } finally {
+      await sql.close();
+      await own.drop();
     }
   });
 });

@@ -213,6 +213,21 @@ describe("postgres migrations: data, account names keyed the old way after 0034"
     expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"")).toEqual(NEW_NAME_KEYS);
     expect(warnings).toEqual(joinedNameWarnings("0042_account_names_rekeyed_again.sql"));
   });
+
+  test("account names an older instance keyed the old way after 0042 stay so at a start; 0042's row deleted, crm migrate applies it again, which rekeys them (README, Upgrading)", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old);
+    await storeAccountsKeyedTheOldWay(old);
+    const oldKeys = await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"");
+    expect(await migratePostgres(old)).toEqual([]);
+    expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"")).toEqual(oldKeys);
+    // As README says to: with every instance stopped.
+    await old.write((tx) => tx.run("DELETE FROM schema_migrations WHERE version = 42"));
+    const warnings: unknown[] = [];
+    expect(await migratePostgres(old, POSTGRES_MIGRATIONS, (...warning) => warnings.push(warning))).toEqual(["0042_account_names_rekeyed_again.sql"]);
+    expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"")).toEqual(NEW_NAME_KEYS);
+    expect(warnings).toEqual(joinedNameWarnings("0042_account_names_rekeyed_again.sql"));
+  });
 });
 
 describe("postgres migrations: data, links of removed operators", () => {

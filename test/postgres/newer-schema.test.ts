@@ -23,8 +23,8 @@ afterAll(async () => {
   for (const cleanup of cleanups.reverse()) await cleanup();
 });
 
-/** instance is an app of this version on a fresh, migrated database (a pool of `pool`), with a token and an administrator's session beside it. */
-async function instance(pool: number) {
+/** instance is an app of this version on a fresh, migrated database (a pool of `pool`, deletes unlinking `unlinkChunk` contacts a write), with a token and an administrator's session beside it. */
+async function instance(pool: number, unlinkChunk?: number) {
   const database = await createTestDatabase();
   const dataDir = tempDir("newer-schema");
   const admin = new SQL({ url: database.url, max: 1 });
@@ -36,12 +36,12 @@ async function instance(pool: number) {
     rmSync(dataDir, { recursive: true, force: true });
   });
   const config = { ...DEFAULT_CONFIG, dataDir, databaseUrl: database.url, databasePool: pool, secretsKeyFile: writeSecretsKeyFile(join(dataDir, "secrets.key")), logLevel: "error" as const };
-  const rt = await createRuntime({ db, config, log: createLogger("error", () => {}) });
+  const rt = await createRuntime({ db, config, log: createLogger("error", () => {}), unlinkChunk });
   const { token } = await createApiToken(db, "newer-schema");
   const app = createApp(rt);
   const api = (method: string, path: string, options: { body?: unknown; headers?: Record<string, string> } = {}) =>
     call(app, method, `/public/v1${path}`, { ...options, headers: { authorization: `Bearer ${token}`, ...options.headers } });
-  return { url: database.url, admin, rt, api };
+  return { url: database.url, admin, rt, api, config };
 }
 
 /** refusal is a response as a database-newer refusal is compared: its status, Retry-After and whole body. */
@@ -96,4 +96,49 @@ test("a statement prepared before a newer crm's migration changed a column it re
     databaseNewer(`This instance runs crm ${BUILD}, and a table this request reads changed under it: a newer crm is migrating its database. Nothing was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place.`),
   );
   expect(await admin.unsafe("SELECT last_name, version::int AS version FROM contacts")).toEqual([{ last_name: "Lovelace", version: 2 }]);
+});
+
+/** futureWithNextUpdate has the next UPDATE of contacts record a newer crm's migration in its own transaction: one committing between two writes of a delete in steps, exactly. */
+async function futureWithNextUpdate(admin: SQL): Promise<void> {
+  await admin.unsafe(`CREATE FUNCTION future_migration() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, '${FUTURE}', 0) ON CONFLICT DO NOTHING; RETURN NULL; END $$`);
+  await admin.unsafe("CREATE TRIGGER future_migration AFTER UPDATE ON contacts FOR EACH STATEMENT EXECUTE FUNCTION future_migration()");
+}
+
+/** afterFirstStep is the detail of a database-newer refusal of a delete's later write, the writes before it having done `done`. */
+const afterFirstStep = (done: string) =>
+  `This instance runs crm ${BUILD}, and a newer crm has migrated its database (it has ${FUTURE}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. Nothing more was changed; send the request to an instance of the newer crm. The operator should stop this instance and run the newer crm in its place. Part of this request was done before this refusal, and stays done: ${done}. Sending the request again finishes it.`;
+
+test("a user's delete whose second write meets a newer crm's migration says what its first write did, which a delete sent again on the newer crm finishes", async () => {
+  const { url, admin, api, config } = await instance(2, 2);
+  const user = (await api("POST", "/users", { body: { name: "Grace", email: "grace@example.com" } })).body.data;
+  for (let i = 0; i < 5; i++) expect((await api("POST", "/contacts", { body: { first_name: `C${i}`, assigned_user_id: user.id } })).status).toBe(201);
+  await futureWithNextUpdate(admin);
+  expect(refusal(await api("DELETE", `/users/${user.id}`))).toEqual(databaseNewer(afterFirstStep("2 of the user's contacts lost the assignment (each sends contact.updated)")));
+  const state = async () => ({
+    assigned: await count(admin, "contacts WHERE assigned_user_id IS NOT NULL"),
+    updated: await count(admin, "events WHERE type = 'contact.updated'"),
+    users: await count(admin, "users"),
+  });
+  expect(await state()).toEqual({ assigned: 3, updated: 2, users: 1 });
+  // The newer crm, standing in: the same code on the database without the trigger, knowing the migration.
+  await admin.unsafe("DROP TRIGGER future_migration ON contacts; DELETE FROM schema_migrations WHERE version = 9999");
+  const newer = await openPostgres(url, 1);
+  try {
+    const rt = await createRuntime({ db: newer, config, log: createLogger("error", () => {}), unlinkChunk: 2 });
+    const { token } = await createApiToken(newer, "newer-crm");
+    const res = await call(createApp(rt), "DELETE", `/public/v1/users/${user.id}`, { headers: { authorization: `Bearer ${token}` } });
+    expect(res.status).toBe(204);
+  } finally {
+    await newer.close();
+  }
+  expect(await state()).toEqual({ assigned: 0, updated: 5, users: 0 });
+});
+
+test("an account's delete whose second write meets a newer crm's migration says what its first write did", async () => {
+  const { admin, api } = await instance(2, 2);
+  const account = (await api("POST", "/accounts", { body: { name: "Acme" } })).body.data;
+  for (let i = 0; i < 3; i++) expect((await api("POST", "/contacts", { body: { first_name: `C${i}`, account_ids: [account.id] } })).status).toBe(201);
+  await futureWithNextUpdate(admin);
+  expect(refusal(await api("DELETE", `/accounts/${account.id}`))).toEqual(databaseNewer(afterFirstStep("2 of the account's contacts lost the link to it (each sends contact.updated)")));
+  expect({ linked: await count(admin, "contact_accounts"), updated: await count(admin, "events WHERE type = 'contact.updated'"), accounts: await count(admin, "accounts") }).toEqual({ linked: 1, updated: 2, accounts: 1 });
 });
