@@ -1,4 +1,4 @@
-import type { Database, Db } from "../db/sql.ts";
+import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
@@ -57,6 +57,7 @@ import {
   listSubscriptions,
   replaceLostSecret,
   requeueFailedDeliveries,
+  type RecoveryPosition,
   rotateSubscriptionSecret,
   setSubscriptionPaused,
   shownStatus,
@@ -494,15 +495,26 @@ export async function countRecoverable(db: Db, id: string, window: RecoveryWindo
  * recoverDeliveries queues again every failed delivery of a subscription created in the window:
  * each gets one more attempt with the same webhook-id, oldest first, through the delivery loop
  * and its per-subscription limits (a paused subscription's wait for resume). 409 if disabled.
+ * It queues rt.batchRows per write, oldest first (one write of 200,000 held SQLite's event loop for
+ * 5 s), each write checking the subscription (404, 409): a recovery ended so (or by a crash) keeps
+ * what it queued, and sent again queues the rest. The last write saves the answer, with the total.
  */
 export async function recoverDeliveries(rt: Runtime, id: string, input: RecoveryInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Recovery } }> {
-  return rt.db.write(async (tx) => {
+  const window = recoveryWindow(input);
+  let after: RecoveryPosition = { created_at: window.since, id: "" };
+  let queued = 0;
+  return writeInSteps(rt.db, async (tx) => {
     const now = Date.now();
-    const window = recoveryWindow(input, now);
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${id} is disabled (${row.disabled_reason}); nothing can be sent to it.`);
-    const queued = await requeueFailedDeliveries(tx, id, window.since, window.until, now);
+    const requeued = await requeueFailedDeliveries(tx, id, after, window.until, now, rt.batchRows);
+    // Counted as the step runs: a step that fails ends the recovery, so no count outlives its rollback.
+    queued += requeued.length;
+    if (requeued.length === rt.batchRows) {
+      after = requeued.at(-1)!;
+      return null;
+    }
     const body = { data: { subscription_id: id, since: toTimestamp(window.since), until: toTimestamp(window.until), queued } };
     await saveIdempotentResponse(tx, idempotency, 202, body, now);
     return { status: 202, body };

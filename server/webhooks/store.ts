@@ -376,17 +376,34 @@ export async function updateSubscriptionSettings(db: Db, id: string, settings: {
   return (await db.run("UPDATE webhook_subscriptions SET description = ?, max_rate = ?, updated_at = ? WHERE id = ?", [settings.description, settings.max_rate, now, id])) > 0;
 }
 
+/** RecoveryPosition is where a recovery stands in a subscription's history: the creation time and id of the last delivery it queued. */
+export interface RecoveryPosition {
+  created_at: number;
+  id: string;
+}
+
 /**
- * requeueFailedDeliveries makes every failed delivery of a subscription created in [since, until)
- * pending and due at `now`, marked recovered (one more attempt), and returns how many. Their ids are
- * time-ordered, so the loop, which takes due deliveries by due time then id, sends them oldest first.
+ * requeueFailedDeliveries makes at most `limit` failed deliveries of a subscription created after
+ * `after` and before `until` pending and due at `now`, marked recovered (one more attempt), taking
+ * them oldest first, and returns their positions: a recovery goes on after the last one, so a
+ * delivery it queued that fails again meanwhile is not queued twice. Their ids are time-ordered,
+ * so the loop, which takes due deliveries by due time then id, sends them oldest first.
  */
-export function requeueFailedDeliveries(db: Db, subscriptionId: string, since: number, until: number, now: number): Promise<number> {
-  return db.run(
-    `UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, recovered_at = ?, updated_at = ?
-     WHERE subscription_id = ? AND status = 'failed' AND created_at >= ? AND created_at < ?`,
-    [now, now, now, subscriptionId, since, until],
+export async function requeueFailedDeliveries(db: Db, subscriptionId: string, after: RecoveryPosition, until: number, now: number, limit: number): Promise<RecoveryPosition[]> {
+  // sqlite-only: INDEXED BY pins the subscription's history in creation order, which the position continues.
+  const deliveries = db.dialect === "postgres" ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_subscription";
+  const found = await db.all<RecoveryPosition>(
+    `SELECT d.id, d.created_at FROM ${deliveries}
+     WHERE d.subscription_id = ? AND (d.created_at, d.id) > (?, ?) AND d.created_at < ? AND d.status = 'failed'
+     ORDER BY d.created_at, d.id LIMIT ?`,
+    [subscriptionId, after.created_at, after.id, until, limit],
   );
+  if (found.length === 0) return found;
+  await db.run(
+    `UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, recovered_at = ?, updated_at = ? WHERE id IN (${placeholders(found.length)})`,
+    [now, now, now, ...found.map((d) => d.id)],
+  );
+  return found;
 }
 
 /** countFailedDeliveriesBetween counts a subscription's failed deliveries created in [since, until). */
