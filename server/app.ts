@@ -61,7 +61,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   db.useReadLane(config.slowListLane, log);
   if (db.dialect === "postgres") db.logLocksTo(log);
   const metrics = new Metrics();
-  const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs });
+  const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs, batchRows });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
   const migrations = new MigrationWatch(db, log);
   // Migrated: from here on a write that finds a newer crm's migrations under the write lock is refused.

@@ -454,9 +454,39 @@ export async function markSubscriptionsHealthy(db: Db, ids: readonly string[]): 
   await db.run(`UPDATE webhook_subscriptions SET failing_since = NULL WHERE id IN (${placeholders(ids.length)}) AND failing_since IS NOT NULL`, ids);
 }
 
-/** failPendingDeliveries ends every pending delivery of a subscription with the given reason. */
-export function failPendingDeliveries(db: Db, subscriptionId: string, reason: string, now: number): Promise<number> {
-  return db.run("UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ? WHERE subscription_id = ? AND status = 'pending'", [reason, now, subscriptionId]);
+/** countPendingDeliveriesOf counts a subscription's pending deliveries. */
+export async function countPendingDeliveriesOf(db: Db, subscriptionId: string): Promise<number> {
+  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending'", [subscriptionId]))!.n;
+}
+
+/** failPendingDeliveries ends at most `limit` pending deliveries of a subscription with the given reason and returns how many: fewer than `limit` leaves none pending. */
+export function failPendingDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number): Promise<number> {
+  return db.run(
+    `UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ?
+     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' LIMIT ?)`,
+    [reason, now, subscriptionId, limit],
+  );
+}
+
+/**
+ * findStoppedSubscriptionsWithPending returns the ids of the deleted or disabled subscriptions that
+ * still have pending deliveries: a stop whose deliveries were being failed a chunk at a time when
+ * its process ended. It visits each subscription with pending deliveries once (a skip scan of the
+ * index of due deliveries), not every pending delivery.
+ */
+export async function findStoppedSubscriptionsWithPending(db: Db): Promise<string[]> {
+  // sqlite-only: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL plans it alone).
+  const deliveries = db.dialect === "postgres" ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
+  const rows = await db.all<{ id: string }>(
+    `WITH RECURSIVE pending (id) AS (
+       SELECT (SELECT d.subscription_id FROM ${deliveries} WHERE d.status = 'pending' ORDER BY d.subscription_id LIMIT 1)
+       UNION ALL
+       SELECT (SELECT d.subscription_id FROM ${deliveries} WHERE d.status = 'pending' AND d.subscription_id > p.id ORDER BY d.subscription_id LIMIT 1)
+       FROM pending p WHERE p.id IS NOT NULL)
+     SELECT p.id FROM pending p LEFT JOIN webhook_subscriptions s ON s.id = p.id
+     WHERE p.id IS NOT NULL AND (s.id IS NULL OR s.status = 'disabled') ORDER BY p.id`,
+  );
+  return rows.map((row) => row.id);
 }
 
 /** findActiveSubscriptionsForEvent returns the active subscriptions that want an event kind. */
