@@ -1,13 +1,17 @@
 import { afterEach, describe, expect, test } from "bun:test";
-import type { Db } from "../../server/db/sql.ts";
+import type { Database, Db } from "../../server/db/sql.ts";
+import { IDEMPOTENCY_RETENTION_MS } from "../../server/idempotency/service.ts";
+import type { Runtime } from "../../server/runtime.ts";
+import { pruneHistory } from "../../server/webhooks/retention.ts";
 import { disableSubscription } from "../../server/webhooks/store.ts";
 import { onNextCommit } from "../foundation/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { addStoredDeliveries, addStoredSubscription, startReceiver, waitFor, webhookHarness, type Receiver } from "./support.ts";
 
 // Recoveries and the failing of a stopped subscription's pending deliveries change at most
-// batchRows rows per write, so other writes (on SQLite every request) take their turns in between;
-// here 10 per write, with 25 rows: three writes each.
+// batchRows rows per write, the pruning of idempotency records at most its run's batch, so other
+// writes (on SQLite every request) take their turns in between; here 10 per write, with 25 rows:
+// three writes each.
 
 /** CHUNK is the rows one write changes at most here (BATCH_ROWS, 1,000, in production). */
 const CHUNK = 10;
@@ -164,5 +168,40 @@ describe("a stopped subscription's pending deliveries are failed a chunk per wri
     const res = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/enable`);
     expect([res.status, res.body.data.status]).toEqual([200, "active"]);
     expect(await statuses(h.rt.db, sub)).toEqual({ "failed: not sent: the subscription was disabled after its attempts failed for too long": 25 });
+  });
+});
+
+/** writesNoting is `rt` with a database whose every write, before it commits, notes what `read` finds. */
+function writesNoting<T>(rt: Runtime, read: (tx: Db) => Promise<T>): { rt: Runtime; seen: T[] } {
+  const seen: T[] = [];
+  const write: Database["write"] = (work) =>
+    rt.db.write(async (tx) => {
+      const done = await work(tx);
+      seen.push(await read(tx));
+      return done;
+    });
+  const db = new Proxy(rt.db, {
+    get: (target, key) => {
+      const value = key === "write" ? write : Reflect.get(target, key, target);
+      return typeof value === "function" && key !== "write" ? value.bind(target) : value;
+    },
+  });
+  return { rt: { ...rt, db }, seen };
+}
+
+describe("retention prunes idempotency records a chunk per write", () => {
+  test("25 records past the 24 hours go 10 per write; the one still kept stays", async () => {
+    h = await createHarness();
+    const db = h.rt.db;
+    for (let i = 0; i < 26; i++) {
+      const res = await h.json("POST", "/public/v1/accounts", { body: { name: `Acme ${i}` }, headers: { "idempotency-key": `key-${i}` } });
+      expect(res.status).toBe(201);
+    }
+    await db.run("UPDATE idempotency_keys SET created_at = created_at - ? WHERE idem_key <> 'key-25'", [IDEMPOTENCY_RETENTION_MS + 1000]);
+    const kept = async (tx: Db) => Number((await tx.get<{ n: number }>("SELECT count(*) AS n FROM idempotency_keys"))!.n);
+    const noting = writesNoting(h.rt, kept);
+    expect((await pruneHistory(noting.rt, Date.now(), { batch: CHUNK })).idempotency_keys).toBe(25);
+    expect([...new Set(noting.seen)]).toEqual([26, 16, 6, 1]);
+    expect(await db.all("SELECT idem_key FROM idempotency_keys")).toEqual([{ idem_key: "key-25" }]);
   });
 });
