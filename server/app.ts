@@ -7,6 +7,7 @@ import type { Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { migrateBackend, refuseNewerDatabase, tablesHomeOf, type Backend } from "./db/backend.ts";
+import { BATCH_ROWS } from "./db/sql.ts";
 import { POSTGRES_MIGRATIONS } from "./db/postgres-migrations.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
@@ -40,13 +41,15 @@ export interface AppOptions {
   sharedPollMs?: number;
   /** defaults to UNLINK_CHUNK; tests make it small, to delete an account of a few contacts in several writes */
   unlinkChunk?: number;
+  /** defaults to BATCH_ROWS; tests make it small, to change a few rows in several writes */
+  batchRows?: number;
 }
 
 /**
  * createRuntime opens the secrets key (creating it on first start), migrates the database, checks
  * that the key is the database's (recording it on first start), and builds the services' shared dependencies.
  */
-export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK, sharedPollMs = SHARED_POLL_MS, unlinkChunk = UNLINK_CHUNK }: AppOptions): Promise<Runtime> {
+export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK, sharedPollMs = SHARED_POLL_MS, unlinkChunk = UNLINK_CHUNK, batchRows = BATCH_ROWS }: AppOptions): Promise<Runtime> {
   // Before the key is made: a database this binary will not serve gets no new file beside it.
   await refuseNewerDatabase(db);
   const secretsKey = loadSecretsKey(config);
@@ -58,12 +61,12 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   db.useReadLane(config.slowListLane, log);
   if (db.dialect === "postgres") db.logLocksTo(log);
   const metrics = new Metrics();
-  const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs });
+  const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs, batchRows });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
   const migrations = new MigrationWatch(db, log);
   // Migrated: from here on a write that finds a newer crm's migrations under the write lock is refused.
   if (db.dialect === "postgres") db.refuseWritesAfter(POSTGRES_MIGRATIONS.at(-1)!.version, (newer) => migrations.noticed(newer));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, gauges: new DatabaseGauges(db, log), deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations, unlinkChunk, listening: () => null };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, gauges: new DatabaseGauges(db, log), deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations, unlinkChunk, batchRows, listening: () => null };
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */

@@ -8,6 +8,7 @@ import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDa
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
+import { BATCH_ROWS } from "./db/sql.ts";
 import { previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
@@ -322,7 +323,7 @@ type SecretsKey = ReturnType<typeof loadSecretsKey>;
 async function resetWithKey(db: Backend, config: Config, given: SecretsKey | null): Promise<{ outcome: ResetSubscription[] | NothingLost; key: SecretsKey }> {
   const key = given ?? loadSecretsKey(config);
   try {
-    const outcome = await resetSecretsKey(db, new SecretBox(key.key));
+    const outcome = await resetSecretsKey(db, new SecretBox(key.key), BATCH_ROWS);
     if (key.created && typeof outcome === "string") rmSync(key.path, { force: true });
     else if (key.created) noteCreatedSecretsKey(key.path);
     return { outcome, key };

@@ -35,6 +35,8 @@ export interface Runtime {
   migrations: MigrationWatch;
   /** contacts one write of an account's or a user's delete unlinks at most: UNLINK_CHUNK, tests choose smaller */
   unlinkChunk: number;
+  /** rows one write of a bulk change of deliveries or records changes at most: BATCH_ROWS, tests choose smaller */
+  batchRows: number;
   /**
    * listening is the Bun server the app listens on (its peers' addresses, per-request timeouts);
    * null before createApp's app listens, and under app.handle.

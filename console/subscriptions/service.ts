@@ -87,15 +87,15 @@ export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSe
  */
 export async function deleteSubscriptionFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
   let failed = 0;
-  const { replayed } = await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx, now) => {
-    const removed = await removeSubscription(tx, id, now);
+  const { replayed } = await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx) => {
+    const removed = await removeSubscription(tx, id);
     if (removed === null) throw notFound("webhook subscription", id);
     failed = removed;
     return { deleted: id };
   });
   // A replay fails nothing: only the write that deleted counts what it failed. A sending whose key
   // was taken over as stale (PostgreSQL) ran the delete, rolled it back, then got the taker's answer replayed.
-  subscriptionRemoved(rt, id, replayed ? 0 : failed);
+  await subscriptionRemoved(rt, id, replayed ? 0 : failed);
 }
 
 /** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
@@ -267,11 +267,11 @@ export async function finishRotation(rt: Runtime, id: string, confirmed: boolean
   // One commit, so the rotation is never seen with its old subscription gone and itself not done.
   // An old subscription deleted meanwhile (another tab, the API) reaches the goal all the same.
   const failed = await rt.db.write(async (tx) => {
-    const removed = await removeSubscription(tx, view.old.id, now);
+    const removed = await removeSubscription(tx, view.old.id);
     await markRotationCompleted(tx, id, now);
     return removed ?? 0;
   });
-  subscriptionRemoved(rt, view.old.id, failed);
+  await subscriptionRemoved(rt, view.old.id, failed);
 }
 
 /** SecretRotationView is a secret rotation's state, derived from the subscription: its grace period and latest test event since the rotation. */

@@ -131,6 +131,14 @@ export class PartlyDone extends Error {
 }
 
 /**
+ * BATCH_ROWS is how many rows one write of a bulk change of webhook deliveries or records changes
+ * at most (the Runtime's batchRows; tests choose theirs). Each such write is short, so other
+ * writes (on SQLite, every request) take their turns in between: one UPDATE of 200,000 deliveries
+ * held SQLite's event loop for 5 s, PostgreSQL's write lock for 23 s.
+ */
+export const BATCH_ROWS = 1000;
+
+/**
  * writeInSteps runs `step` in one write after another until it returns something other than null,
  * and resolves with that: a change too large for one short write (an account's or a user's
  * contacts unlinked) commits a bounded part at a time, and other writes, which wait for the write

@@ -205,7 +205,7 @@ export async function saveIdempotentResponse(db: Db, scope: IdempotencyScope | n
   if (!(await keepIdempotentResponse(db, scope, status, body, now))) throw inUse();
 }
 
-/** pruneIdempotencyKeys deletes records past the 24-hour retention. */
-export function pruneIdempotencyKeys(db: Db, now = Date.now()): Promise<number> {
-  return deleteIdempotencyRecordsBefore(db, now - IDEMPOTENCY_RETENTION_MS);
+/** pruneIdempotencyKeys deletes at most `limit` records past the 24-hour retention, oldest first, and returns how many. */
+export function pruneIdempotencyKeys(db: Db, now: number, limit: number): Promise<number> {
+  return deleteIdempotencyRecordsBefore(db, now - IDEMPOTENCY_RETENTION_MS, limit);
 }

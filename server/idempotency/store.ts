@@ -94,7 +94,9 @@ export function withdrawIdempotencyRecordsOf(db: Db, withdrawn: WithdrawnAnswer)
   return db.run(`UPDATE idempotency_keys SET status = ${WITHDRAWN_STATUS}, response_body = ? WHERE resource_id = ?`, [JSON.stringify(withdrawn), withdrawn.id]);
 }
 
-/** deleteIdempotencyRecordsBefore prunes records older than the cutoff and returns how many went. */
-export function deleteIdempotencyRecordsBefore(db: Db, cutoff: number): Promise<number> {
-  return db.run("DELETE FROM idempotency_keys WHERE created_at < ?", [cutoff]);
+/** deleteIdempotencyRecordsBefore prunes at most `limit` records older than the cutoff, oldest first, and returns how many went. */
+export function deleteIdempotencyRecordsBefore(db: Db, cutoff: number, limit: number): Promise<number> {
+  // By rowid on SQLite (the records' table is a rowid table), by the primary key on PostgreSQL.
+  const key = db.dialect === "postgres" ? "token_id, method, path, idem_key" : "rowid";
+  return db.run(`DELETE FROM idempotency_keys WHERE (${key}) IN (SELECT ${key} FROM idempotency_keys WHERE created_at < ? ORDER BY created_at LIMIT ?)`, [cutoff, limit]);
 }

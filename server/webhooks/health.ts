@@ -1,10 +1,10 @@
-import type { Db } from "../db/sql.ts";
+import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import type { Logger } from "../shared/log.ts";
 import { toTimestamp } from "../shared/time.ts";
 import type { AttemptResult } from "./delivery.ts";
 import { OPERATIONAL_EVENT_TYPES } from "./model.ts";
 import { recordEvent } from "./outbox.ts";
-import { disableSubscription, failPendingDeliveries, markSubscriptionFailing, type DueDelivery, type SubscriptionRow } from "./store.ts";
+import { countPendingDeliveriesOf, disableSubscription, failPendingDeliveries, findStoppedSubscriptionsWithPending, findSubscriptionById, markSubscriptionFailing, type DueDelivery, type SubscriptionRow } from "./store.ts";
 
 const HOUR_MS = 60 * 60 * 1000;
 
@@ -15,14 +15,55 @@ function duration(ms: number): string {
   return `${Math.round((ms / HOUR_MS) * 10) / 10} h`;
 }
 
+/** GONE_REASON begins the disabled_reason of a subscription whose receiver answered 410 Gone. */
+const GONE_REASON = "the receiver answered 410 Gone to delivery";
+
 /**
- * disableWithEvent disables an active subscription, fails its pending deliveries with `pendingReason`,
- * and records a subscription.disabled event for the subscriptions that want to hear of it, all in
- * the caller's transaction; it returns the number of deliveries it failed.
+ * unsentReason is the last_error of a pending delivery failed because its subscription stopped:
+ * deleted (null), or disabled by a secrets key reset, a 410 Gone or a failing streak. Told by the
+ * subscription as it is, so a start finishing a stop its process did not (failStoppedDeliveries)
+ * says what the stop would have said.
  */
-export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, pendingReason: string, now: number): Promise<number> {
+function unsentReason(subscription: SubscriptionRow | null): string {
+  if (subscription === null) return "not sent: the subscription was deleted";
+  if (subscription.secret_lost_at !== null) return "not sent: the subscription was disabled when its signing secret was lost with the secrets key";
+  if (subscription.disabled_reason?.startsWith(GONE_REASON)) return "not sent: the subscription was disabled after its receiver answered 410 Gone";
+  return "not sent: the subscription was disabled after its attempts failed for too long";
+}
+
+/**
+ * failStoppedDeliveries fails the pending deliveries of a deleted or disabled subscription, at most
+ * `chunk` per write, once the write that stopped it (and counted them) has committed: nothing
+ * claims them meanwhile (claims take active subscriptions only), and the writes of others take
+ * their turns between chunks. An active subscription (enabled again) has none to fail. It ends
+ * early when `keepGoing` turns false (a stop); a start finishes it (failEveryStoppedDelivery).
+ */
+export async function failStoppedDeliveries(db: Database, subscriptionId: string, chunk: number, keepGoing: () => boolean = () => true): Promise<void> {
+  await writeInSteps(db, async (tx) => {
+    const subscription = await findSubscriptionById(tx, subscriptionId);
+    if (subscription?.status === "active") return true;
+    const failed = await failPendingDeliveries(tx, subscriptionId, unsentReason(subscription), Date.now(), chunk);
+    return failed < chunk || !keepGoing() ? true : null;
+  }, (committed) => `${committed * chunk} of the subscription's pending deliveries were failed (not sent)`);
+}
+
+/** failEveryStoppedDelivery finishes the stops a process ended before it had failed their pending deliveries (failStoppedDeliveries); run at start. */
+export async function failEveryStoppedDelivery(db: Database, chunk: number, keepGoing: () => boolean): Promise<void> {
+  for (const id of await db.read(findStoppedSubscriptionsWithPending)) {
+    if (!keepGoing()) return;
+    await failStoppedDeliveries(db, id, chunk, keepGoing);
+  }
+}
+
+/**
+ * disableWithEvent disables an active subscription, counts its pending deliveries (failed by
+ * failStoppedDeliveries once the write has committed) and records a subscription.disabled event
+ * for the subscriptions that want to hear of it, all in the caller's transaction; it returns the
+ * number of pending deliveries the disable fails.
+ */
+export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number): Promise<number> {
   await disableSubscription(db, subscription.id, reason, now);
-  const failed = await failPendingDeliveries(db, subscription.id, pendingReason, now);
+  const failed = await countPendingDeliveriesOf(db, subscription.id);
   await recordEvent(
     db,
     "subscription.disabled",
@@ -51,7 +92,7 @@ export async function disableWithEvent(db: Db, subscription: SubscriptionRow, re
 export async function disableGone(db: Db, subscription: SubscriptionRow, deliveryId: string, now: number): Promise<number> {
   if (subscription.failing_since === null) await markSubscriptionFailing(db, subscription.id, now);
   const failing = { ...subscription, failing_since: subscription.failing_since ?? now };
-  return disableWithEvent(db, failing, `the receiver answered 410 Gone to delivery ${deliveryId}`, "not sent: the subscription was disabled after its receiver answered 410 Gone", now);
+  return disableWithEvent(db, failing, `${GONE_REASON} ${deliveryId}`, now);
 }
 
 /** isOperational tells whether an event kind is one of ours about webhooks themselves (never reported on again). */
@@ -101,7 +142,7 @@ export async function trackFailingStreak(db: Db, disableAfterHours: number, subs
   }
   if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return null;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
-  const pendingFailed = await disableWithEvent(db, subscription, reason, "not sent: the subscription was disabled after its attempts failed for too long", now);
+  const pendingFailed = await disableWithEvent(db, subscription, reason, now);
   return { subscription, failingSince: subscription.failing_since, pendingFailed };
 }
 

@@ -119,7 +119,7 @@ export async function pruneHistory(rt: Runtime, now = Date.now(), pruning: Pruni
   const cutoff = now - rt.config.deliveryRetentionDays * DAY_MS;
   const deliveries = await pruneInBatches(rt, pruning, (tx, limit) => deleteFinishedDeliveriesBefore(tx, cutoff, limit));
   const events = await pruneInBatches(rt, pruning, (tx, limit) => deleteUnreferencedEventsBefore(tx, cutoff, limit));
-  const idempotencyKeys = await writeUnlessStopped(rt, pruning, (tx) => pruneIdempotencyKeys(tx, now));
+  const idempotencyKeys = await pruneInBatches(rt, pruning, (tx, limit) => pruneIdempotencyKeys(tx, now, limit));
   if (deliveries > 0) await forgetUnusedHeaderSets(rt, pruning);
   const attemptStats = await writeUnlessStopped(rt, pruning, (tx) => deleteAttemptStatsBefore(tx, now - STATS_KEPT_MS));
   let tombstones = 0;

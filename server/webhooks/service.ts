@@ -1,4 +1,4 @@
-import type { Database, Db } from "../db/sql.ts";
+import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
@@ -29,6 +29,7 @@ import { SECRET_PREFIX } from "./delivery.ts";
 import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
+import { failStoppedDeliveries } from "./health.ts";
 import {
   countDeliveries,
   countFailedDeliveriesBetween,
@@ -46,7 +47,7 @@ import {
   deleteSubscription as deleteSubscriptionRow,
   enableSubscription as enableSubscriptionRow,
   endSecretGrace,
-  failPendingDeliveries,
+  countPendingDeliveriesOf,
   findAttemptsByDelivery,
   findDeliveryById,
   findEventPayload,
@@ -57,6 +58,7 @@ import {
   listSubscriptions,
   replaceLostSecret,
   requeueFailedDeliveries,
+  type RecoveryPosition,
   rotateSubscriptionSecret,
   setSubscriptionPaused,
   shownStatus,
@@ -282,30 +284,35 @@ export async function getSubscriptionStats(db: Db, id: string): Promise<Subscrip
 /** deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is sent to it; 404 when there is none. */
 export async function deleteSubscription(rt: Runtime, id: string): Promise<void> {
   const failed = await rt.db.write(async (tx) => {
-    const removed = await removeSubscription(tx, id, Date.now());
+    const removed = await removeSubscription(tx, id);
     if (removed === null) throw notFound("webhook subscription", id);
     return removed;
   });
-  subscriptionRemoved(rt, id, failed);
+  await subscriptionRemoved(rt, id, failed);
 }
 
 /**
  * subscriptionRemoved finishes a subscription's delete once its write has committed: it counts the
- * pending deliveries the delete failed and aborts the subscription's attempts under way, here and
- * (notified) on the other instances sharing the database.
+ * pending deliveries the delete fails, aborts the subscription's attempts under way, here and
+ * (notified) on the other instances sharing the database, and fails those deliveries
+ * rt.batchRows per write (failStoppedDeliveries): one write of 100,000 held SQLite's event loop
+ * for 2 to 3 s, PostgreSQL's write lock for 40 s. Sent again (a replayed form) it finishes a delete
+ * a stopped process left unfinished.
  */
-export function subscriptionRemoved(rt: Runtime, id: string, failed: number): void {
+export async function subscriptionRemoved(rt: Runtime, id: string, failed: number): Promise<void> {
   rt.metrics.observePendingDeliveriesFailed(failed);
   rt.deliveries.subscriptionDeleted(id);
+  await failStoppedDeliveries(rt.db, id, rt.batchRows);
 }
 
 /**
- * removeSubscription deletes a subscription and fails its pending deliveries inside the caller's
- * write; it returns how many it failed (count them once the write commits), or null when there was none.
+ * removeSubscription deletes a subscription inside the caller's write, which no claim then takes
+ * its pending deliveries from, and counts them: it returns how many its delete fails (fail and
+ * count them with subscriptionRemoved once the write commits), or null when there was none.
  */
-export async function removeSubscription(tx: Db, id: string, now: number): Promise<number | null> {
+export async function removeSubscription(tx: Db, id: string): Promise<number | null> {
   if (!(await deleteSubscriptionRow(tx, id))) return null;
-  return failPendingDeliveries(tx, id, "not sent: the subscription was deleted", now);
+  return countPendingDeliveriesOf(tx, id);
 }
 
 /** NothingLost is why a secrets key reset refused: the key given is the database's own, or the database has none (no check value, no secret), so any key is. */
@@ -349,13 +356,14 @@ export async function previewSecretsKeyReset(db: Database, box: SecretBox | null
  * key) is replaced by a new random one sealed with `box`, which no receiver knows, so it is
  * disabled (LOST_SECRET_REASON) until its secret is rotated and it is enabled; its pending
  * deliveries end failed as a disable ends them, for POST .../recover to send again under their
- * webhook-ids. The kept answers of creates and rotations go (their replays would open a secret
- * sealed with the lost key), and the database records `box`'s key as its own. It refuses, returning
- * why (NothingLost) and changing nothing, when `box` is the database's key. It returns the
- * subscriptions as they were before.
+ * webhook-ids: `batchRows` per write after that one (failStoppedDeliveries), since nothing sends
+ * them once it committed. The kept answers of creates and rotations go (their replays would open a
+ * secret sealed with the lost key), and the database records `box`'s key as its own. It refuses,
+ * returning why (NothingLost) and changing nothing, when `box` is the database's key. It returns
+ * the subscriptions as they were before.
  */
-export async function resetSecretsKey(db: Database, box: SecretBox): Promise<ResetSubscription[] | NothingLost> {
-  return db.write(async (tx) => {
+export async function resetSecretsKey(db: Database, box: SecretBox, batchRows: number): Promise<ResetSubscription[] | NothingLost> {
+  const found = await db.write(async (tx) => {
     const found = await lostKeySubscriptions(tx, box);
     if (typeof found === "string") return found;
     const now = Date.now();
@@ -363,12 +371,14 @@ export async function resetSecretsKey(db: Database, box: SecretBox): Promise<Res
       // No subscription.disabled event: every subscription that could hear of it is disabled too.
       const reason = row.status === "disabled" ? `${LOST_SECRET_REASON}; disabled before that: ${row.disabled_reason}` : LOST_SECRET_REASON;
       await replaceLostSecret(tx, row.id, box.seal(row.id, newSecret()), reason, now);
-      await failPendingDeliveries(tx, row.id, "not sent: the subscription was disabled when its signing secret was lost with the secrets key", now);
     }
     await deleteSecretAnswers(tx);
     await recordReplacedSecretsKey(tx, box);
     return found.listed;
   });
+  if (typeof found === "string") return found;
+  for (const subscription of found) if (subscription.pending > 0) await failStoppedDeliveries(db, subscription.id, batchRows);
+  return found;
 }
 
 /**
@@ -378,6 +388,9 @@ export async function resetSecretsKey(db: Database, box: SecretBox): Promise<Res
  * secret-rotation-required) until its secret is rotated: it would sign with one no receiver knows.
  */
 export async function enableSubscription(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Subscription> {
+  // A disable whose process stopped before it had failed every pending delivery is finished first:
+  // enabled, the subscription would send them.
+  await failStoppedDeliveries(rt.db, id, rt.batchRows);
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const row = await findSubscriptionById(tx, id);
@@ -494,19 +507,30 @@ export async function countRecoverable(db: Db, id: string, window: RecoveryWindo
  * recoverDeliveries queues again every failed delivery of a subscription created in the window:
  * each gets one more attempt with the same webhook-id, oldest first, through the delivery loop
  * and its per-subscription limits (a paused subscription's wait for resume). 409 if disabled.
+ * It queues rt.batchRows per write, oldest first (one write of 200,000 held SQLite's event loop for
+ * 5 s), each write checking the subscription (404, 409): a recovery ended so (or by a crash) keeps
+ * what it queued, and sent again queues the rest. The last write saves the answer, with the total.
  */
 export async function recoverDeliveries(rt: Runtime, id: string, input: RecoveryInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Recovery } }> {
-  return rt.db.write(async (tx) => {
+  const window = recoveryWindow(input);
+  let after: RecoveryPosition = { created_at: window.since, id: "" };
+  let queued = 0;
+  return writeInSteps(rt.db, async (tx) => {
     const now = Date.now();
-    const window = recoveryWindow(input, now);
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${id} is disabled (${row.disabled_reason}); nothing can be sent to it.`);
-    const queued = await requeueFailedDeliveries(tx, id, window.since, window.until, now);
+    const requeued = await requeueFailedDeliveries(tx, id, after, window.until, now, rt.batchRows);
+    // Counted as the step runs: a step that fails ends the recovery, so no count outlives its rollback.
+    queued += requeued.length;
+    if (requeued.length === rt.batchRows) {
+      after = requeued.at(-1)!;
+      return null;
+    }
     const body = { data: { subscription_id: id, since: toTimestamp(window.since), until: toTimestamp(window.until), queued } };
     await saveIdempotentResponse(tx, idempotency, 202, body, now);
     return { status: 202, body };
-  });
+  }, (committed) => `${committed * rt.batchRows} of the subscription's failed deliveries were queued again`);
 }
 
 // Through JSON: TypeBox marks its schemas with symbol keys, which are not part of the JSON Schema.

@@ -375,17 +375,34 @@ export async function updateSubscriptionSettings(db: Db, id: string, settings: {
   return (await db.run("UPDATE webhook_subscriptions SET description = ?, max_rate = ?, updated_at = ? WHERE id = ?", [settings.description, settings.max_rate, now, id])) > 0;
 }
 
+/** RecoveryPosition is where a recovery stands in a subscription's history: the creation time and id of the last delivery it queued. */
+export interface RecoveryPosition {
+  created_at: number;
+  id: string;
+}
+
 /**
- * requeueFailedDeliveries makes every failed delivery of a subscription created in [since, until)
- * pending and due at `now`, marked recovered (one more attempt), and returns how many. Their ids are
- * time-ordered, so the loop, which takes due deliveries by due time then id, sends them oldest first.
+ * requeueFailedDeliveries makes at most `limit` failed deliveries of a subscription created after
+ * `after` and before `until` pending and due at `now`, marked recovered (one more attempt), taking
+ * them oldest first, and returns their positions: a recovery goes on after the last one, so a
+ * delivery it queued that fails again meanwhile is not queued twice. Their ids are time-ordered,
+ * so the loop, which takes due deliveries by due time then id, sends them oldest first.
  */
-export function requeueFailedDeliveries(db: Db, subscriptionId: string, since: number, until: number, now: number): Promise<number> {
-  return db.run(
-    `UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, recovered_at = ?, updated_at = ?
-     WHERE subscription_id = ? AND status = 'failed' AND created_at >= ? AND created_at < ?`,
-    [now, now, now, subscriptionId, since, until],
+export async function requeueFailedDeliveries(db: Db, subscriptionId: string, after: RecoveryPosition, until: number, now: number, limit: number): Promise<RecoveryPosition[]> {
+  // sqlite-only: INDEXED BY pins the subscription's history in creation order, which the position continues.
+  const deliveries = db.dialect === "postgres" ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_subscription";
+  const found = await db.all<RecoveryPosition>(
+    `SELECT d.id, d.created_at FROM ${deliveries}
+     WHERE d.subscription_id = ? AND (d.created_at, d.id) > (?, ?) AND d.created_at < ? AND d.status = 'failed'
+     ORDER BY d.created_at, d.id LIMIT ?`,
+    [subscriptionId, after.created_at, after.id, until, limit],
   );
+  if (found.length === 0) return found;
+  await db.run(
+    `UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, recovered_at = ?, updated_at = ? WHERE id IN (${placeholders(found.length)})`,
+    [now, now, now, ...found.map((d) => d.id)],
+  );
+  return found;
 }
 
 /** countFailedDeliveriesBetween counts a subscription's failed deliveries created in [since, until). */
@@ -436,9 +453,39 @@ export async function markSubscriptionsHealthy(db: Db, ids: readonly string[]): 
   await db.run(`UPDATE webhook_subscriptions SET failing_since = NULL WHERE id IN (${placeholders(ids.length)}) AND failing_since IS NOT NULL`, ids);
 }
 
-/** failPendingDeliveries ends every pending delivery of a subscription with the given reason. */
-export function failPendingDeliveries(db: Db, subscriptionId: string, reason: string, now: number): Promise<number> {
-  return db.run("UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ? WHERE subscription_id = ? AND status = 'pending'", [reason, now, subscriptionId]);
+/** countPendingDeliveriesOf counts a subscription's pending deliveries. */
+export async function countPendingDeliveriesOf(db: Db, subscriptionId: string): Promise<number> {
+  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending'", [subscriptionId]))!.n;
+}
+
+/** failPendingDeliveries ends at most `limit` pending deliveries of a subscription with the given reason and returns how many: fewer than `limit` leaves none pending. */
+export function failPendingDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number): Promise<number> {
+  return db.run(
+    `UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ?
+     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' LIMIT ?)`,
+    [reason, now, subscriptionId, limit],
+  );
+}
+
+/**
+ * findStoppedSubscriptionsWithPending returns the ids of the deleted or disabled subscriptions that
+ * still have pending deliveries: a stop whose deliveries were being failed a chunk at a time when
+ * its process ended. It visits each subscription with pending deliveries once (a skip scan of the
+ * index of due deliveries), not every pending delivery.
+ */
+export async function findStoppedSubscriptionsWithPending(db: Db): Promise<string[]> {
+  // sqlite-only: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL plans it alone).
+  const deliveries = db.dialect === "postgres" ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
+  const rows = await db.all<{ id: string }>(
+    `WITH RECURSIVE pending (id) AS (
+       SELECT (SELECT d.subscription_id FROM ${deliveries} WHERE d.status = 'pending' ORDER BY d.subscription_id LIMIT 1)
+       UNION ALL
+       SELECT (SELECT d.subscription_id FROM ${deliveries} WHERE d.status = 'pending' AND d.subscription_id > p.id ORDER BY d.subscription_id LIMIT 1)
+       FROM pending p WHERE p.id IS NOT NULL)
+     SELECT p.id FROM pending p LEFT JOIN webhook_subscriptions s ON s.id = p.id
+     WHERE p.id IS NOT NULL AND (s.id IS NULL OR s.status = 'disabled') ORDER BY p.id`,
+  );
+  return rows.map((row) => row.id);
 }
 
 /** findActiveSubscriptionsForEvent returns the active subscriptions that want an event kind. */

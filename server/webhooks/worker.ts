@@ -7,7 +7,7 @@ import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
-import { disableGone, logStreakDisable, recordExhausted, trackFailingStreak, type StreakDisable } from "./health.ts";
+import { disableGone, failEveryStoppedDelivery, failStoppedDeliveries, logStreakDisable, recordExhausted, trackFailingStreak, type StreakDisable } from "./health.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
   countLateAttempt,
@@ -168,6 +168,8 @@ export interface LoopDependencies {
   secrets: SecretBox;
   /** how often an instance sharing a database claims unasked (SHARED_POLL_MS; tests lengthen it) */
   sharedPollMs: number;
+  /** pending deliveries of a disabled subscription one write fails at most (BATCH_ROWS; tests choose smaller) */
+  batchRows: number;
 }
 
 interface UnrecordedAttempt {
@@ -346,6 +348,8 @@ export class DeliveryLoop {
   private readonly listeners: ((outcome: DeliveryOutcome) => void)[] = [];
   private timer: ReturnType<typeof setTimeout> | undefined;
   private wakeQueued = false;
+  /** the failing of disabled (or deleted) subscriptions' pending deliveries under way, one job after the other; a stop waits for its write in flight only */
+  private unsent: Promise<void> = Promise.resolve();
   /** a claim round is under way (it awaits its write); a wake meanwhile runs another round after it */
   private claiming: Promise<void> | null = null;
   private wakeAfterClaim = false;
@@ -433,7 +437,20 @@ export class DeliveryLoop {
       refused(error);
       return null;
     });
+    this.failUnsent((keepGoing) => failEveryStoppedDelivery(this.deps.db, this.deps.batchRows, keepGoing));
     this.wake();
+  }
+
+  /**
+   * failUnsent runs `job`, which fails pending deliveries of stopped subscriptions a chunk per write,
+   * after the ones before it, until it is done or the loop stops; what a stop leaves is finished at
+   * the next start, and meanwhile no claim takes those deliveries.
+   */
+  private failUnsent(job: (keepGoing: () => boolean) => Promise<void>): void {
+    const keepGoing = () => this.state === "running";
+    this.unsent = this.unsent
+      .then(() => (keepGoing() ? job(keepGoing) : undefined))
+      .catch((error: unknown) => this.deps.log.error("webhook delivery loop: failing the pending deliveries of a disabled or deleted subscription failed; the next start finishes it", { error: String(error) }));
   }
 
   /**
@@ -773,6 +790,7 @@ export class DeliveryLoop {
       const recorded = await this.record({ due, result, trigger, inRecordWrite });
       if (!recorded) return;
       if (recorded.streakDisable) logStreakDisable(log, config.disableFailingAfterHours, recorded.streakDisable);
+      if (recorded.pendingFailed > 0) this.failUnsent((keepGoing) => failStoppedDeliveries(this.deps.db, due.subscription_id, this.deps.batchRows, keepGoing));
       const outcome: DeliveryOutcome = {
         delivery_id: due.id,
         subscription_id: due.subscription_id,
@@ -1007,6 +1025,7 @@ export class DeliveryLoop {
     await settlesWithin(Promise.allSettled([...this.inFlight].map((f) => f.done)), deadlineMs);
     // An attempt with its answer in is being recorded, in a write already queued: it is left to it.
     await this.abandon([...this.inFlight].filter((attempt) => attempt.result === undefined && !attempt.abandoned));
+    await this.unsent;
     const stopListening = await this.listening;
     this.listening = null;
     await stopListening?.();

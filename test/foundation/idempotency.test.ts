@@ -116,9 +116,9 @@ for (const route of ROUTES) {
       await h.json("POST", route.path, { body: route.body, headers: { "idempotency-key": "to-expire" } });
       await h.rt.db.run("UPDATE idempotency_keys SET created_at = created_at - ? WHERE idem_key = 'to-expire'", [IDEMPOTENCY_RETENTION_MS + 1]);
       expect(await storedKeys()).toBe(2);
-      expect(await pruneIdempotencyKeys(h.rt.db)).toBe(1);
+      expect(await pruneIdempotencyKeys(h.rt.db, Date.now(), h.rt.batchRows)).toBe(1);
       expect((await h.rt.db.all("SELECT idem_key FROM idempotency_keys"))).toEqual([{ idem_key: "old-key" }]);
-      expect(await pruneIdempotencyKeys(h.rt.db, Date.now() + IDEMPOTENCY_RETENTION_MS + 1)).toBe(1);
+      expect(await pruneIdempotencyKeys(h.rt.db, Date.now() + IDEMPOTENCY_RETENTION_MS + 1, h.rt.batchRows)).toBe(1);
       expect(await storedKeys()).toBe(0);
     });
   });

@@ -126,7 +126,7 @@ describe("webhook subscriptions: a lost secrets key's reset", () => {
           };
         },
       });
-    const outcome = await resetSecretsKey({ write: (work) => h.rt.db.write((tx) => work(noting(tx))) } as Pick<Database, "write"> as Database, box);
+    const outcome = await resetSecretsKey({ write: (work) => h.rt.db.write((tx) => work(noting(tx))) } as Pick<Database, "write"> as Database, box, h.rt.batchRows);
     return { outcome, tables };
   }
 
