@@ -115,9 +115,14 @@ function nothing(partly: boolean): string {
   return partly ? "nothing more" : "nothing";
 }
 
-/** partlyDoneText is the sentence a refusal of a change's later step (PartlyDone) ends with: what its committed steps did, and that the request sent again finishes the change. */
-function partlyDoneText(done: string): string {
-  return `Part of this request was done before this refusal, and stays done: ${done}. Sending the request again finishes it.`;
+/**
+ * partlyDoneText is the sentence a refusal of a change's later step (PartlyDone) ends with: what its
+ * committed steps did, and, for a 503 (the database could not serve it just now), that the request
+ * sent again finishes the change; after a 404 or a 409 (the record deleted or disabled meanwhile)
+ * the same request would be refused again.
+ */
+function partlyDoneText(done: string, status: number): string {
+  return `Part of this request was done before this refusal, and stays done: ${done}.${status === 503 ? " Sending the request again finishes it." : ""}`;
 }
 
 /**
@@ -258,7 +263,7 @@ export function errorToProblem(
 ): ProblemError {
   if (error instanceof PartlyDone) {
     const refusal = errorToProblem({ code, error: error.cause, request, requestId }, { log, routes, faults }, true);
-    return new ProblemError(refusal.status, refusal.slug, `${refusal.message} ${partlyDoneText(error.done)}`, refusal.errors, refusal.headers, refusal.extensions);
+    return new ProblemError(refusal.status, refusal.slug, `${refusal.message} ${partlyDoneText(error.done, refusal.status)}`, refusal.errors, refusal.headers, refusal.extensions);
   }
   const requestProblem = requestProblemOf(code, error);
   if (requestProblem) return requestProblem;

@@ -209,7 +209,7 @@ describe("users: a delete unassigns its contacts a chunk per write", () => {
     // Its first write committed: the 404 says so, as every refusal after the first write does.
     expect([res.status, res.body.detail]).toEqual([
       404,
-      `No user with id "${grace.id}" exists. Part of this request was done before this refusal, and stays done: ${2 * CHUNK} of the user's contacts lost the assignment (each sends contact.updated). Sending the request again finishes it.`,
+      `No user with id "${grace.id}" exists. Part of this request was done before this refusal, and stays done: ${2 * CHUNK} of the user's contacts lost the assignment (each sends contact.updated).`,
     ]);
     // The two deletes took turns, 10 contacts a write each; the other found none left and deleted the user.
     expect((await other()).unassigned).toBe(35 - 2 * CHUNK);

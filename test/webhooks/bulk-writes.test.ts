@@ -93,7 +93,12 @@ describe("a recovery queues its failed deliveries a chunk per write", () => {
     const disabled = onNextCommit(h, () => h!.rt.db.write((tx) => disableSubscription(tx, sub, "the receiver answered 410 Gone to delivery dlv_X", Date.now())));
     const res = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, { body: { since: new Date(Date.now() - 2 * HOUR).toISOString() } });
     await disabled();
-    expect([res.status, res.body.type]).toEqual([409, "urn:crm:problem:subscription-disabled"]);
+    // The refusal says what the write before it did, which stays done.
+    expect([res.status, res.body.type, res.body.detail]).toEqual([
+      409,
+      "urn:crm:problem:subscription-disabled",
+      `The subscription ${sub} is disabled (the receiver answered 410 Gone to delivery dlv_X); nothing can be sent to it. Part of this request was done before this refusal, and stays done: ${CHUNK} of the subscription's failed deliveries were queued again.`,
+    ]);
     expect(await statuses(h.rt.db, sub)).toEqual({ failed: 25 - CHUNK, pending: CHUNK });
   });
 });
