@@ -57,7 +57,8 @@ describe("slow lists take turns on the read lane", () => {
       const quiet = list("quiet", other);
       await waitUntil(() => turns.rt.db.readsAside() === 7, "the quiet client's list to wait on the lane");
       const metrics = await (await turns.request("GET", "/metrics", { headers: { authorization: "Bearer scrape" } })).text();
-      expect(metrics.split("\n").filter((line) => line.startsWith("crm_slow_lists_held"))).toEqual(["crm_slow_lists_held 7"]);
+      // Seven lists and the scrape's own measure of the webhook history, which waits on the lane too.
+      expect(metrics.split("\n").filter((line) => line.startsWith("crm_slow_lists_held"))).toEqual(["crm_slow_lists_held 8"]);
       release();
       await Promise.all([holding, ...busy, quiet]);
       expect(answered).toEqual(["busy 200 1", "quiet 200 1", "busy 200 1", "busy 200 1", "busy 200 1", "busy 200 1"]);
