@@ -29,7 +29,7 @@ import { webhookRoutes } from "./webhooks/routes.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox } from "./webhooks/secrets.ts";
 import { SYSTEM_NETWORK, type Network } from "./webhooks/targets.ts";
 import { webhooksDocument } from "./webhooks/service.ts";
-import { DeliveryLoop, SHARED_POLL_MS } from "./webhooks/worker.ts";
+import { DeliveryLoop, SHARED_POLL_MS, STOPPED_SWEEP_MS } from "./webhooks/worker.ts";
 
 export interface AppOptions {
   db: Backend;
@@ -43,13 +43,15 @@ export interface AppOptions {
   unlinkChunk?: number;
   /** defaults to BATCH_ROWS; tests make it small, to change a few rows in several writes */
   batchRows?: number;
+  /** defaults to STOPPED_SWEEP_MS; tests shorten it, to see a sweep finish what a refused write left */
+  stoppedSweepMs?: number;
 }
 
 /**
  * createRuntime opens the secrets key (creating it on first start), migrates the database, checks
  * that the key is the database's (recording it on first start), and builds the services' shared dependencies.
  */
-export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK, sharedPollMs = SHARED_POLL_MS, unlinkChunk = UNLINK_CHUNK, batchRows = BATCH_ROWS }: AppOptions): Promise<Runtime> {
+export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK, sharedPollMs = SHARED_POLL_MS, unlinkChunk = UNLINK_CHUNK, batchRows = BATCH_ROWS, stoppedSweepMs = STOPPED_SWEEP_MS }: AppOptions): Promise<Runtime> {
   // Before the key is made: a database this binary will not serve gets no new file beside it.
   await refuseNewerDatabase(db);
   const secretsKey = loadSecretsKey(config);
@@ -61,7 +63,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   db.useReadLane(config.slowListLane, log);
   if (db.dialect === "postgres") db.logLocksTo(log);
   const metrics = new Metrics();
-  const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs, batchRows });
+  const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs, batchRows, stoppedSweepMs });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
   const migrations = new MigrationWatch(db, log);
   // Migrated: from here on a write that finds a newer crm's migrations under the write lock is refused.

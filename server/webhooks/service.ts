@@ -281,7 +281,11 @@ export async function getSubscriptionStats(db: Db, id: string): Promise<Subscrip
   return subscriptionStats(db, row);
 }
 
-/** deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is sent to it; 404 when there is none. */
+/**
+ * deleteSubscription removes a subscription and fails its pending deliveries, so nothing more is
+ * sent to it; 404 when there is none. Once the delete has committed it is done, whatever the
+ * failing of the deliveries meets (subscriptionRemoved).
+ */
 export async function deleteSubscription(rt: Runtime, id: string): Promise<void> {
   const failed = await rt.db.write(async (tx) => {
     const removed = await removeSubscription(tx, id);
@@ -297,12 +301,13 @@ export async function deleteSubscription(rt: Runtime, id: string): Promise<void>
  * (notified) on the other instances sharing the database, and fails those deliveries
  * rt.batchRows per write (failStoppedDeliveries): one write of 100,000 held SQLite's event loop
  * for 2 to 3 s, PostgreSQL's write lock for 40 s. Sent again (a replayed form) it finishes a delete
- * a stopped process left unfinished.
+ * a stopped process left unfinished. A refused write of those is logged, not thrown: the delete
+ * stands, a retry would find nothing to delete, and the delivery loop's sweep fails what is left.
  */
 export async function subscriptionRemoved(rt: Runtime, id: string, failed: number): Promise<void> {
   rt.metrics.observePendingDeliveriesFailed(failed);
   rt.deliveries.subscriptionDeleted(id);
-  await failStoppedDeliveries(rt.db, id, rt.batchRows);
+  await failStoppedDeliveries(rt.db, id, rt.batchRows).catch((error: unknown) => rt.deliveries.unsentRefused(error));
 }
 
 /**

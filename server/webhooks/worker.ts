@@ -2,7 +2,7 @@ import { databaseFailureOf } from "../db/backend.ts";
 import { MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Database, Db } from "../db/sql.ts";
 import { ConfigError, type Config } from "../config.ts";
-import type { Logger } from "../shared/log.ts";
+import { SpacedLine, type Logger } from "../shared/log.ts";
 import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
@@ -101,6 +101,13 @@ const LEASE_MARGIN_MS = 2000;
 export const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
 /** MAX_TIMER_MS keeps the wake-up timer inside setTimeout's range; the loop re-arms it. */
 const MAX_TIMER_MS = 60 * 60 * 1000;
+/**
+ * STOPPED_SWEEP_MS is how often a running loop fails what stopped subscriptions left pending
+ * (failEveryStoppedDelivery): a chunk write refused after a delete or disable committed leaves
+ * the rest pending, which nothing else fails while the instance runs. One read of a handful of
+ * index entries when there is none.
+ */
+export const STOPPED_SWEEP_MS = 60_000;
 /** DRAIN_DEADLINE_MS is how long stop() waits for attempts in flight before abandoning them. */
 const DRAIN_DEADLINE_MS = 10_000;
 /** DELIVERY_CHANNEL is the PostgreSQL notification channel on which instances wake each other's loops and tell of deleted subscriptions. */
@@ -170,6 +177,8 @@ export interface LoopDependencies {
   sharedPollMs: number;
   /** pending deliveries of a disabled subscription one write fails at most (BATCH_ROWS; tests choose smaller) */
   batchRows: number;
+  /** how often the loop fails what stopped subscriptions left pending (STOPPED_SWEEP_MS; tests shorten it) */
+  stoppedSweepMs: number;
 }
 
 interface UnrecordedAttempt {
@@ -350,6 +359,12 @@ export class DeliveryLoop {
   private wakeQueued = false;
   /** the failing of disabled (or deleted) subscriptions' pending deliveries under way, one job after the other; a stop waits for its write in flight only */
   private unsent: Promise<void> = Promise.resolve();
+  /** runs a sweep of stopped subscriptions' pending deliveries every stoppedSweepMs while started */
+  private sweepTimer: ReturnType<typeof setInterval> | undefined;
+  /** a sweep is queued or under way: a slow one is not queued again behind itself */
+  private sweeping = false;
+  /** spaces the lines of refused failings of stopped subscriptions' deliveries: the sweep meets the same refusal each minute */
+  private readonly unsentLine = new SpacedLine();
   /** a claim round is under way (it awaits its write); a wake meanwhile runs another round after it */
   private claiming: Promise<void> | null = null;
   private wakeAfterClaim = false;
@@ -437,20 +452,45 @@ export class DeliveryLoop {
       refused(error);
       return null;
     });
-    this.failUnsent((keepGoing) => failEveryStoppedDelivery(this.deps.db, this.deps.batchRows, keepGoing));
+    this.sweepStopped();
+    this.sweepTimer ??= setInterval(() => this.sweepStopped(), this.deps.stoppedSweepMs);
+    this.sweepTimer.unref?.();
     this.wake();
+  }
+
+  /** sweepStopped queues a failing of every stopped subscription's pending deliveries (failEveryStoppedDelivery), unless one is queued or under way. */
+  private sweepStopped(): void {
+    if (this.sweeping) return;
+    this.sweeping = true;
+    this.failUnsent((keepGoing) => failEveryStoppedDelivery(this.deps.db, this.deps.batchRows, keepGoing), () => (this.sweeping = false));
   }
 
   /**
    * failUnsent runs `job`, which fails pending deliveries of stopped subscriptions a chunk per write,
-   * after the ones before it, until it is done or the loop stops; what a stop leaves is finished at
-   * the next start, and meanwhile no claim takes those deliveries.
+   * after the ones before it, until it is done or the loop stops; what a refusal or a stop leaves
+   * is finished by the next sweep (sweepStopped, at start and every stoppedSweepMs), and meanwhile
+   * no claim takes those deliveries. `settled` runs once it is done or skipped.
    */
-  private failUnsent(job: (keepGoing: () => boolean) => Promise<void>): void {
+  private failUnsent(job: (keepGoing: () => boolean) => Promise<void>, settled: () => void = () => undefined): void {
     const keepGoing = () => this.state === "running";
     this.unsent = this.unsent
       .then(() => (keepGoing() ? job(keepGoing) : undefined))
-      .catch((error: unknown) => this.deps.log.error("webhook delivery loop: failing the pending deliveries of a disabled or deleted subscription failed; the next start finishes it", { error: String(error) }));
+      .catch((error: unknown) => this.unsentRefused(error))
+      .finally(settled);
+  }
+
+  /**
+   * unsentRefused logs a failing of a stopped subscription's pending deliveries that a write refusal
+   * ended (the loop's, or a delete's after it committed), at most once a minute with a count: the
+   * next sweep finishes it.
+   */
+  unsentRefused(error: unknown): void {
+    const unlogged = this.unsentLine.occurred(performance.now());
+    if (unlogged === undefined) return;
+    this.deps.log.error("webhook delivery loop: failing the pending deliveries of a disabled or deleted subscription was refused; they stay unsent, and the loop tries again within a minute", {
+      error: String(error),
+      ...(unlogged === null ? {} : { refused_since_last_line: unlogged }),
+    });
   }
 
   /**
@@ -1021,6 +1061,8 @@ export class DeliveryLoop {
     if (this.state === "stopped") return;
     this.state = "stopping";
     this.armTimer(null);
+    clearInterval(this.sweepTimer);
+    this.sweepTimer = undefined;
     await this.claiming;
     await settlesWithin(Promise.allSettled([...this.inFlight].map((f) => f.done)), deadlineMs);
     // An attempt with its answer in is being recorded, in a write already queued: it is left to it.

@@ -28,13 +28,14 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-/** HarnessOptions are runtime parts a test replaces: the network deliveries resolve names through, the log, the delivery loop's poll on PostgreSQL, the contacts a delete unlinks per write, the rows a bulk change of deliveries or records changes per write. */
+/** HarnessOptions are runtime parts a test replaces: the network deliveries resolve names through, the log, the delivery loop's poll on PostgreSQL, the contacts a delete unlinks per write, the rows a bulk change of deliveries or records changes per write, how often the delivery loop fails stopped subscriptions' leftovers. */
 export interface HarnessOptions {
   network?: Network;
   log?: Logger;
   sharedPollMs?: number;
   unlinkChunk?: number;
   batchRows?: number;
+  stoppedSweepMs?: number;
 }
 
 /**
@@ -46,7 +47,7 @@ export async function createHarness(overrides: Partial<Config> = {}, options: Ha
   const backend = await testBackend(dataDir);
   const config: Config = { ...DEFAULT_CONFIG, dataDir, logLevel: "error", ...backend.config, ...overrides };
   const db = await openBackend(config);
-  const rt = await createRuntime({ db, config, log: options.log ?? createLogger(config.logLevel), network: options.network, sharedPollMs: options.sharedPollMs, unlinkChunk: options.unlinkChunk, batchRows: options.batchRows });
+  const rt = await createRuntime({ db, config, log: options.log ?? createLogger(config.logLevel), network: options.network, sharedPollMs: options.sharedPollMs, unlinkChunk: options.unlinkChunk, batchRows: options.batchRows, stoppedSweepMs: options.stoppedSweepMs });
   const app = createApp(rt);
   const { token } = await createApiToken(db, "test");
   const request = (method: string, path: string, options: { body?: unknown; headers?: Record<string, string> } = {}) => {

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import type { Database, Db } from "../../server/db/sql.ts";
 import { IDEMPOTENCY_RETENTION_MS } from "../../server/idempotency/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { pruneHistory } from "../../server/webhooks/retention.ts";
 import { disableSubscription } from "../../server/webhooks/store.ts";
 import { onNextCommit } from "../foundation/support.ts";
@@ -39,6 +40,24 @@ async function statuses(db: Db, subscriptionId: string): Promise<Record<string, 
 const tokenUsed = async () => expect((await h!.request("GET", "/public/v1/webhook-subscriptions")).status).toBe(200);
 
 const pendingOf = async (db: Db, subscriptionId: string) => (await statuses(db, subscriptionId)).pending ?? 0;
+
+/**
+ * refuseWrites has `db` refuse each write that `refused` (asked inside it) picks, as SQLite refuses
+ * one past its 5 s wait for the write lock another process holds, until the function it returns is
+ * called: a write refused after the change's first one committed, on either backend.
+ */
+function refuseWrites(db: Database, refused: (tx: Db) => Promise<boolean>): () => void {
+  const write = db.write;
+  db.write = ((work: (tx: Db) => Promise<unknown>) =>
+    write.call(db, async (tx) => {
+      if (await refused(tx)) throw Object.assign(new Error("database is locked"), { code: "SQLITE_BUSY" });
+      return work(tx);
+    })) as Database["write"];
+  return () => void (db.write = write);
+}
+
+/** UNSENT_REFUSED is the line a refused failing of a stopped subscription's pending deliveries is logged with. */
+const UNSENT_REFUSED = "webhook delivery loop: failing the pending deliveries of a disabled or deleted subscription was refused; they stay unsent, and the loop tries again within a minute";
 
 describe("a recovery queues its failed deliveries a chunk per write", () => {
   test("25 failed deliveries are queued 10 per write, oldest first: a write sent once the first chunk commits runs before the next, and a delivery of the first chunk failing again meanwhile is not queued twice; the answer counts 25", async () => {
@@ -119,6 +138,45 @@ describe("a stopped subscription's pending deliveries are failed a chunk per wri
     expect(await meanwhile()).toEqual({ subscription: 0, pending: 25 });
     expect(await statuses(db, sub)).toEqual({ "failed: not sent: the subscription was deleted": 25, succeeded: 2 });
     expect(await statuses(db, other)).toEqual({ pending: 3 });
+  });
+
+  test("a delete whose failing of the deliveries is refused after the delete committed answers 204 all the same, and logs the refusal; sent again it is 404", async () => {
+    const lines: { msg: string; error: string }[] = [];
+    h = await createHarness({}, { batchRows: CHUNK, log: createLogger("error", (line) => lines.push(JSON.parse(line))) });
+    const db = h.rt.db;
+    const sub = await addStoredSubscription(db, Date.now() - HOUR);
+    await addStoredDeliveries(db, sub, Date.now() - HOUR, "pending", 25);
+    await tokenUsed();
+    // The delete's write and the first chunk's commit; the second chunk's is refused.
+    let writes = 0;
+    const allow = refuseWrites(db, async () => ++writes > 2);
+    const res = await h.request("DELETE", `/public/v1/webhook-subscriptions/${sub}`);
+    allow();
+    expect([res.status, await res.text()]).toEqual([204, ""]);
+    expect(await statuses(db, sub)).toEqual({ "failed: not sent: the subscription was deleted": CHUNK, pending: 25 - CHUNK });
+    expect(lines.map(({ msg, error }) => ({ msg, error }))).toEqual([
+      { msg: UNSENT_REFUSED, error: `PartlyDone: database is locked (before it, ${CHUNK} of the subscription's pending deliveries were failed (not sent))` },
+    ]);
+    expect((await h.json("DELETE", `/public/v1/webhook-subscriptions/${sub}`)).status).toBe(404);
+  });
+
+  test("the delivery loop fails, while it runs, what a refused failing left pending of a deleted subscription: its sweep runs every minute, not only at start", async () => {
+    h = await createHarness({}, { batchRows: CHUNK, stoppedSweepMs: 100, log: createLogger("error", () => undefined) });
+    const db = h.rt.db;
+    const sub = await addStoredSubscription(db, Date.now() - HOUR);
+    await addStoredDeliveries(db, sub, Date.now() - HOUR, "pending", 25);
+    // Due in an hour: the loop, started once they are, sends none of them.
+    await db.run("UPDATE webhook_deliveries SET next_attempt_at = ? WHERE subscription_id = ?", [Date.now() + HOUR, sub]);
+    h.rt.deliveries.start();
+    await tokenUsed();
+    // Every write after the delete's commit is refused until allowed: the delete's chunks, the loop's claims and sweeps.
+    const allow = refuseWrites(db, async (tx) => (await tx.all("SELECT id FROM webhook_subscriptions WHERE id = ?", [sub])).length === 0);
+    const res = await h.request("DELETE", `/public/v1/webhook-subscriptions/${sub}`);
+    expect([res.status, await res.text()]).toEqual([204, ""]);
+    expect(await statuses(db, sub)).toEqual({ pending: 25 });
+    allow();
+    await waitFor(async () => (await pendingOf(db, sub)) === 0, "the deleted subscription's deliveries failed by the sweep");
+    expect(await statuses(db, sub)).toEqual({ "failed: not sent: the subscription was deleted": 25 });
   });
 
   test("a 410 Gone disables the subscription, its event counting the 25 pending deliveries, which are then failed saying why", async () => {
