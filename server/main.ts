@@ -9,7 +9,7 @@ import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { BATCH_ROWS } from "./db/sql.ts";
-import { previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
+import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
@@ -80,7 +80,8 @@ ${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} $
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
 
 Exit status:
-  0  done
+  0  done (with a warning on stderr when the service finishes what was left: a secrets-key reset
+     whose writes failing its pending deliveries were refused after it committed)
   1  not done, with a reason on stderr: some rows invalid (import), a backup that failed or whose
      file exists, a token not found or already revoked (token revoke), output not written
   2  usage mistake or refused, nothing changed: an unknown option, an invalid setting, no database
@@ -318,19 +319,32 @@ type SecretsKey = ReturnType<typeof loadSecretsKey>;
 /**
  * resetWithKey runs the reset with the key the next start reads: `given`, else the data directory's
  * secrets.key, created here to seal the new secrets with. A key created for a reset that refuses or
- * fails is removed: no database records it, and it would pass for the lost one's replacement.
+ * fails is removed: no database records it, and it would pass for the lost one's replacement. Once
+ * the reset has committed the key stays, whatever happens next: the database records it. Then it
+ * fails the pending deliveries; `unsent` is the refusal that stopped that (the reset stands), or null.
  */
-async function resetWithKey(db: Backend, config: Config, given: SecretsKey | null): Promise<{ outcome: ResetSubscription[] | NothingLost; key: SecretsKey }> {
+async function resetWithKey(db: Backend, config: Config, given: SecretsKey | null): Promise<{ outcome: ResetSubscription[] | NothingLost; key: SecretsKey; unsent: unknown }> {
   const key = given ?? loadSecretsKey(config);
+  let outcome: ResetSubscription[] | NothingLost;
   try {
-    const outcome = await resetSecretsKey(db, new SecretBox(key.key), BATCH_ROWS);
-    if (key.created && typeof outcome === "string") rmSync(key.path, { force: true });
-    else if (key.created) noteCreatedSecretsKey(key.path);
-    return { outcome, key };
+    outcome = await resetSecretsKey(db, new SecretBox(key.key));
   } catch (error) {
     if (key.created) rmSync(key.path, { force: true });
     throw error;
   }
+  if (typeof outcome === "string") {
+    if (key.created) rmSync(key.path, { force: true });
+    return { outcome, key, unsent: null };
+  }
+  if (key.created) noteCreatedSecretsKey(key.path);
+  const unsent = await failResetDeliveries(db, outcome, BATCH_ROWS).then(() => null, (error: unknown) => error);
+  return { outcome, key, unsent };
+}
+
+/** refusalLine is a refused write's error in one line; after earlier writes of the same change (PartlyDone), saying what they did. */
+function refusalLine(error: unknown): string {
+  const line = (cause: unknown) => String((cause as Error | null)?.message ?? cause).split("\n")[0]!;
+  return error instanceof PartlyDone ? `${line(error.cause)}, after ${error.done}` : line(error);
 }
 
 /**
@@ -357,13 +371,13 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   const run = async () => {
     const db = await openConfiguredDatabase(config, { locked: true });
     try {
-      return confirmed ? await resetWithKey(db, config, given) : { outcome: await previewSecretsKeyReset(db, given && new SecretBox(given.key)), key: given };
+      return confirmed ? await resetWithKey(db, config, given) : { outcome: await previewSecretsKeyReset(db, given && new SecretBox(given.key)), key: given, unsent: null };
     } finally {
       await db.close();
     }
   };
   if (!config.databaseUrl) requireDatabase(config.dataDir);
-  const { outcome, key } = config.databaseUrl ? await run() : await whileHoldingDataDirectory(config, "stop it first: the reset disables the subscriptions it serves", run);
+  const { outcome, key, unsent } = config.databaseUrl ? await run() : await whileHoldingDataDirectory(config, "stop it first: the reset disables the subscriptions it serves", run);
   if (typeof outcome === "string") {
     throw new ConfigError(
       outcome === "own-key" && key
@@ -380,9 +394,15 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
     );
   }
   printOut(
-    `disabled ${plural(outcome.length, "webhook subscription", "webhook subscriptions")}, each with a new signing secret no receiver knows (${pending} failed unsent); the database now records the secrets key ${key!.path} as its own` +
+    `disabled ${plural(outcome.length, "webhook subscription", "webhook subscriptions")}, each with a new signing secret no receiver knows (${pending} ${unsent === null ? "failed unsent" : "to end failed unsent: not all yet, see below"}); the database now records the secrets key ${key!.path} as its own` +
       (outcome.length === 0 ? "\n" : `; as they were:\n${resetLines(outcome)}for each: rotate its secret (POST /public/v1/webhook-subscriptions/ID/rotate-secret, or Rotate on the console's Subscriptions page), give the new secret to its receiver, enable it (POST .../enable), then send its failed deliveries again under their webhook-ids (POST .../recover)\n`),
   );
+  // Done all the same: the database is as the reset leaves it, and nothing sends the deliveries left (each subscription is disabled).
+  if (unsent !== null) {
+    process.stderr.write(
+      `crm: warning: the reset is done, but failing its pending deliveries was refused (${refusalLine(unsent)}); those left stay pending, and none is sent: the service fails them when it starts, and every minute while it runs\n`,
+    );
+  }
   return EXIT.done;
 }
 
@@ -701,7 +721,10 @@ function unavailableText(error: unknown): string | null {
 
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
-  (thrown: unknown) => {
+  (refused: unknown) => {
+    // A refusal after a change's first write: what the writes before it did stays, which the refusal's own line would not tell.
+    if (refused instanceof PartlyDone) process.stderr.write(`crm: ${refused.done} before a later write was refused; that stays done\n`);
+    const thrown = refused instanceof PartlyDone ? refused.cause : refused;
     const error = readOnlyWriteRefusal(thrown);
     // A write refused by a read-only PostgreSQL is the setting's to mend (readOnlyWriteRefusal), not a moment's.
     const unavailable = error === thrown ? unavailableText(error) : null;

@@ -36,7 +36,8 @@ function unsentReason(subscription: SubscriptionRow | null): string {
  * `chunk` per write, once the write that stopped it (and counted them) has committed: nothing
  * claims them meanwhile (claims take active subscriptions only), and the writes of others take
  * their turns between chunks. An active subscription (enabled again) has none to fail. It ends
- * early when `keepGoing` turns false (a stop); a start finishes it (failEveryStoppedDelivery).
+ * early when `keepGoing` turns false (a stop); the delivery loop's sweep finishes what a stop or a
+ * refused write leaves (failEveryStoppedDelivery).
  */
 export async function failStoppedDeliveries(db: Database, subscriptionId: string, chunk: number, keepGoing: () => boolean = () => true): Promise<void> {
   await writeInSteps(db, async (tx) => {
@@ -47,7 +48,7 @@ export async function failStoppedDeliveries(db: Database, subscriptionId: string
   }, (committed) => `${committed * chunk} of the subscription's pending deliveries were failed (not sent)`);
 }
 
-/** failEveryStoppedDelivery finishes the stops a process ended before it had failed their pending deliveries (failStoppedDeliveries); run at start. */
+/** failEveryStoppedDelivery finishes the stops whose pending deliveries a stopped process or a refused write left (failStoppedDeliveries); the delivery loop runs it at start and every STOPPED_SWEEP_MS. */
 export async function failEveryStoppedDelivery(db: Database, chunk: number, keepGoing: () => boolean): Promise<void> {
   for (const id of await db.read(findStoppedSubscriptionsWithPending)) {
     if (!keepGoing()) return;

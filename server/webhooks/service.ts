@@ -360,15 +360,14 @@ export async function previewSecretsKeyReset(db: Database, box: SecretBox | null
  * subscription is kept, with its id, settings and history, but its secret (sealed with the lost
  * key) is replaced by a new random one sealed with `box`, which no receiver knows, so it is
  * disabled (LOST_SECRET_REASON) until its secret is rotated and it is enabled; its pending
- * deliveries end failed as a disable ends them, for POST .../recover to send again under their
- * webhook-ids: `batchRows` per write after that one (failStoppedDeliveries), since nothing sends
- * them once it committed. The kept answers of creates and rotations go (their replays would open a
- * secret sealed with the lost key), and the database records `box`'s key as its own. It refuses,
- * returning why (NothingLost) and changing nothing, when `box` is the database's key. It returns
- * the subscriptions as they were before.
+ * deliveries are to end failed as a disable ends them (failResetDeliveries, once the key is kept).
+ * The kept answers of creates and rotations go (their replays would open a secret sealed with the
+ * lost key), and the database records `box`'s key as its own. It refuses, returning why
+ * (NothingLost) and changing nothing, when `box` is the database's key. It returns the
+ * subscriptions as they were before.
  */
-export async function resetSecretsKey(db: Database, box: SecretBox, batchRows: number): Promise<ResetSubscription[] | NothingLost> {
-  const found = await db.write(async (tx) => {
+export async function resetSecretsKey(db: Database, box: SecretBox): Promise<ResetSubscription[] | NothingLost> {
+  return db.write(async (tx) => {
     const found = await lostKeySubscriptions(tx, box);
     if (typeof found === "string") return found;
     const now = Date.now();
@@ -381,9 +380,16 @@ export async function resetSecretsKey(db: Database, box: SecretBox, batchRows: n
     await recordReplacedSecretsKey(tx, box);
     return found.listed;
   });
-  if (typeof found === "string") return found;
-  for (const subscription of found) if (subscription.pending > 0) await failStoppedDeliveries(db, subscription.id, batchRows);
-  return found;
+}
+
+/**
+ * failResetDeliveries fails the pending deliveries of the subscriptions a secrets key reset
+ * disabled, `batchRows` per write (failStoppedDeliveries), for POST .../recover to send again under
+ * their webhook-ids: nothing sends them once the reset committed. A refusal of one of those writes
+ * leaves the rest to the delivery loop (failEveryStoppedDelivery), the reset staying done.
+ */
+export async function failResetDeliveries(db: Database, subscriptions: ResetSubscription[], batchRows: number): Promise<void> {
+  for (const subscription of subscriptions) if (subscription.pending > 0) await failStoppedDeliveries(db, subscription.id, batchRows);
 }
 
 /**

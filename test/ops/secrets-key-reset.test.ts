@@ -330,3 +330,59 @@ describe("secrets-key reset: refusals", () => {
     }
   });
 });
+
+describe("secrets-key reset: a write refused after it committed", () => {
+  test("another process holding the write lock between the writes failing the pending deliveries: the reset stands, its key stays, exit 0 with a warning saying the service fails the rest, no stack trace", async () => {
+    const { dataDir, subscriptionId } = await lostKeyDirectory();
+    try {
+      // 300,000 pending deliveries (copies of the one there): 300 writes after the reset's transaction.
+      const file = join(dataDir, "crm.sqlite");
+      const setup = new Database(file);
+      const columns = setup.query<{ name: string }, []>("PRAGMA table_info(webhook_deliveries)").all().map((c) => c.name).filter((c) => c !== "id");
+      setup.run(`INSERT INTO webhook_deliveries (id, ${columns.join(", ")})
+        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000)
+        SELECT 'dlv_copy' || printf('%06d', i), ${columns.map((c) => `d.${c}`).join(", ")} FROM n, (SELECT * FROM webhook_deliveries LIMIT 1) d`);
+      setup.close();
+      const reset = Bun.spawn([...SOURCE, "secrets-key", "reset", CONFIRM, "--data-dir", dataDir], { env, stdout: "pipe", stderr: "pipe" });
+      // Once the reset has committed (the subscription disabled), another process takes the write lock between two of its later writes, for longer than their 5 s wait.
+      const holder = new Database(file);
+      holder.run("PRAGMA busy_timeout = 3000");
+      const status = holder.query<{ status: string }, [string]>("SELECT status FROM webhook_subscriptions WHERE id = ?");
+      while (status.get(subscriptionId)?.status !== "disabled") await Bun.sleep(1);
+      holder.run("BEGIN IMMEDIATE");
+      await Bun.sleep(7_000);
+      holder.run("COMMIT");
+      holder.close();
+      // Refused at the first of those writes or a later one, which says how many the writes before it failed.
+      const [exitCode, stdout, stderr] = await Promise.all([reset.exited, new Response(reset.stdout).text(), new Response(reset.stderr).text()]);
+      const key = join(dataDir, "secrets.key");
+      expect({ exitCode, stdout: stdout.split(";")[0], stderr: stderr.replace(/\(database is locked(, after \d+ of the subscription's pending deliveries were failed \(not sent\))?\)/, "(REFUSAL)") }).toEqual({
+        exitCode: 0,
+        stdout: "disabled 1 webhook subscription, each with a new signing secret no receiver knows (300001 pending deliveries to end failed unsent: not all yet, see below)",
+        stderr:
+          `crm: created the key that encrypts webhook signing secrets, ${key}; keep it with the database: backups do not include it\n` +
+          "crm: warning: the reset is done, but failing its pending deliveries was refused (REFUSAL); those left stay pending, and none is sent: the service fails them when it starts, and every minute while it runs\n",
+      });
+      expect(existsSync(key)).toBe(true);
+      const pending = () => {
+        const db = new Database(file);
+        try {
+          return db.query<{ n: number }, []>("SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'pending'").get()!.n;
+        } finally {
+          db.close();
+        }
+      };
+      expect(pending()).toBeGreaterThan(0);
+      // The key the database records is there: the next start serves, and fails the deliveries left.
+      const server = await serve(dataDir);
+      try {
+        for (const deadline = Date.now() + 60_000; pending() > 0 && Date.now() < deadline; ) await Bun.sleep(100);
+        expect(pending()).toBe(0);
+      } finally {
+        expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { expectProblem, ISO, validation } from "../foundation/support.ts";
 import type { Database, Db } from "../../server/db/sql.ts";
 import { SecretBox } from "../../server/webhooks/secrets.ts";
-import { LOST_SECRET_REASON, resetSecretsKey } from "../../server/webhooks/service.ts";
+import { failResetDeliveries, LOST_SECRET_REASON, resetSecretsKey } from "../../server/webhooks/service.ts";
 import { disableSubscription } from "../../server/webhooks/store.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
@@ -112,7 +112,7 @@ describe("webhook subscriptions: happy paths", () => {
 });
 
 describe("webhook subscriptions: a lost secrets key's reset", () => {
-  /** resetNoting runs secrets-key reset's work with `box` on the harness's database, and the tables its statements read or change, in order. */
+  /** resetNoting runs secrets-key reset's work with `box` (its deliveries failed after, as the command fails them) on the harness's database, and the tables its statements read or change, in order. */
   async function resetNoting(box: SecretBox) {
     const tables: string[] = [];
     const noting = (tx: Db): Db =>
@@ -126,7 +126,8 @@ describe("webhook subscriptions: a lost secrets key's reset", () => {
           };
         },
       });
-    const outcome = await resetSecretsKey({ write: (work) => h.rt.db.write((tx) => work(noting(tx))) } as Pick<Database, "write"> as Database, box, h.rt.batchRows);
+    const outcome = await resetSecretsKey({ write: (work) => h.rt.db.write((tx) => work(noting(tx))) } as Pick<Database, "write"> as Database, box);
+    if (typeof outcome !== "string") await failResetDeliveries(h.rt.db, outcome, h.rt.batchRows);
     return { outcome, tables };
   }
 
