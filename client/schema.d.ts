@@ -537,7 +537,7 @@ export interface paths {
         put?: never;
         /**
          * Send a window's failed deliveries again
-         * @description Queues every delivery of this subscription created in [since, until) whose status is failed for one more attempt with its original webhook-id, oldest first, through the normal delivery loop and its per-subscription limits. Answers 202 with the number queued. 409 if the subscription is disabled.
+         * @description Queues every delivery of this subscription created in [since, until) whose status is failed for one more attempt with its original webhook-id, oldest first, through the normal delivery loop and its per-subscription limits. Answers 202 with the number queued. 409 if the subscription is disabled. It queues 1,000 a write: refused between writes (503), what was queued stays queued, and sent again with the same Idempotency-Key it goes on where it stopped; without one it starts over from since.
          */
         post: operations["recoverWebhookDeliveries"];
         delete?: never;

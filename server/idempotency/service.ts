@@ -3,9 +3,11 @@ import { ProblemError } from "../shared/problem.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import {
   IN_FLIGHT_STATUS,
+  UNFINISHED_STATUS,
   completeIdempotencyReservation,
   deleteIdempotencyRecordsBefore,
   findIdempotencyRecord,
+  recordReservationProgress,
   releaseIdempotencyKey,
   reserveIdempotencyKey,
   upsertIdempotencyRecord,
@@ -33,6 +35,8 @@ export interface IdempotencyScope extends IdempotencyKeyId {
   reservedAt?: number;
   /** set once a response was saved under the scope (its reservation is then the response) */
   saved?: boolean;
+  /** what a run of this request refused between its writes kept (saveIdempotentProgress), for this one to continue from */
+  progress?: string;
 }
 
 export interface IdempotentResult<T> {
@@ -79,6 +83,13 @@ function resourceDeleted({ resource, id }: WithdrawnAnswer): ProblemError {
   );
 }
 
+/** sameRequest refuses (422) a request whose body differs from the one the key's record was kept for. */
+function sameRequest(stored: IdempotencyRow, scope: IdempotencyScope): void {
+  if (!sameBytes(stored.fingerprint, scope.fingerprint)) {
+    throw new ProblemError(422, "idempotency-key-reused", "This Idempotency-Key was already used with a different request body. Use a new key for a different request.");
+  }
+}
+
 const inUse = () =>
   new ProblemError(409, "idempotency-key-in-use", "A request with this Idempotency-Key is still being processed. Retry after it finishes.", undefined, { "retry-after": "1" });
 
@@ -94,11 +105,9 @@ export class IdempotencyGuard {
 
   constructor(private readonly db: Db) {}
 
-  /** replay answers a finished request's stored response, or 422 when the body differs, or 410 when the resource it showed was deleted. */
+  /** replay answers a finished request's stored response, or 422 when the body differs (sameRequest), or 410 when the resource it showed was deleted. */
   private replay<T>(stored: IdempotencyRow, scope: IdempotencyScope): IdempotentResult<T> {
-    if (!sameBytes(stored.fingerprint, scope.fingerprint)) {
-      throw new ProblemError(422, "idempotency-key-reused", "This Idempotency-Key was already used with a different request body. Use a new key for a different request.");
-    }
+    sameRequest(stored, scope);
     if (stored.status === WITHDRAWN_STATUS) throw resourceDeleted(JSON.parse(stored.response_body) as WithdrawnAnswer);
     return { status: stored.status, body: JSON.parse(stored.response_body) as T, replayed: true };
   }
@@ -112,7 +121,13 @@ export class IdempotencyGuard {
     const scope: IdempotencyScope = { tokenId: request.tokenId, method: request.method, path: request.path, key: request.key, fingerprint: request.fingerprint() };
     const now = Date.now();
     const stored = await findIdempotencyRecord(this.db, scope, now - IDEMPOTENCY_RETENTION_MS);
-    if (stored && stored.status !== IN_FLIGHT_STATUS) return this.replay(stored, scope);
+    const unfinished = stored?.status === IN_FLIGHT_STATUS || stored?.status === UNFINISHED_STATUS;
+    if (stored && !unfinished) return this.replay(stored, scope);
+    // A run refused between its writes (or one a crashed instance left) kept where it stopped: this one goes on from there.
+    if (stored && stored.response_body !== "") {
+      sameRequest(stored, scope);
+      scope.progress = stored.response_body;
+    }
     if (this.db.dialect === "postgres") return this.runReserved(scope, now, execute);
     const lock = JSON.stringify([scope.tokenId, scope.method, scope.path, scope.key]);
     if (this.inFlight.has(lock)) throw inUse();
@@ -203,6 +218,25 @@ export async function withdrawKeptAnswers(db: Db, resource: "contact" | "account
  */
 export async function saveIdempotentResponse(db: Db, scope: IdempotencyScope | null, status: number, body: unknown, now = Date.now()): Promise<void> {
   if (!(await keepIdempotentResponse(db, scope, status, body, now))) throw inUse();
+}
+
+/**
+ * saveIdempotentProgress keeps, inside the transaction of one write of a change made in several
+ * (writeInSteps), where the change has got to: refused before its last write, the same request sent
+ * again under the key continues from there (keptProgress) rather than start over. On PostgreSQL it
+ * goes in the request's reservation (409 when taken over, as saveIdempotentResponse), which a
+ * refusal leaves as the progress; without a key there is nothing to keep it under.
+ */
+export async function saveIdempotentProgress(db: Db, scope: IdempotencyScope | null, progress: unknown, now = Date.now()): Promise<void> {
+  if (!scope) return;
+  const text = JSON.stringify(progress);
+  if (scope.reservedAt === undefined) await upsertIdempotencyRecord(db, scope, scope.fingerprint, UNFINISHED_STATUS, text, null, now);
+  else if (!(await recordReservationProgress(db, scope, scope.reservedAt, text))) throw inUse();
+}
+
+/** keptProgress is the progress a refused run of the request kept (saveIdempotentProgress), or null: none, or no key. */
+export function keptProgress<T>(scope: IdempotencyScope | null): T | null {
+  return scope?.progress === undefined ? null : (JSON.parse(scope.progress) as T);
 }
 
 /** pruneIdempotencyKeys deletes at most `limit` records past the 24-hour retention, oldest first, and returns how many. */

@@ -35,6 +35,13 @@ export async function upsertIdempotencyRecord(db: Db, id: IdempotencyKeyId, fing
 export const IN_FLIGHT_STATUS = 0;
 
 /**
+ * UNFINISHED_STATUS marks the progress of a change in several writes refused after some of them
+ * committed (no HTTP status is 1): its body is where those writes stopped, for the same request
+ * sent again under the key to continue from. It holds the key for no one: the next run takes it.
+ */
+export const UNFINISHED_STATUS = 1;
+
+/**
  * WITHDRAWN_STATUS marks an answer withdrawn when the resource it showed was deleted (no kept
  * answer is a 410 otherwise: refusals are not kept); its body is a WithdrawnAnswer.
  */
@@ -48,7 +55,8 @@ export interface WithdrawnAnswer {
 
 /**
  * reserveIdempotencyKey stores a reservation of the key for a request about to run, unless a
- * record holds it: a reservation made after `staleBefore` or a response saved after `expiredBefore`.
+ * record holds it: a reservation made after `staleBefore` or a response saved after `expiredBefore`
+ * (an unfinished run's progress does not: its caller has read it).
  * It tells whether this request got the key; of several racing for it, exactly one does. A
  * reservation shows no resource: one left the expired answer's would have it withdrawn by that
  * resource's delete while the request runs, which then could not keep its answer.
@@ -57,7 +65,7 @@ export async function reserveIdempotencyKey(db: Db, id: IdempotencyKeyId, finger
   const reserved = await db.all(
     `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, resource_id, created_at) VALUES (?, ?, ?, ?, ?, ${IN_FLIGHT_STATUS}, '', NULL, ?)
      ON CONFLICT (token_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, response_body = excluded.response_body, resource_id = excluded.resource_id, created_at = excluded.created_at
-     WHERE idempotency_keys.created_at < CASE WHEN idempotency_keys.status = ${IN_FLIGHT_STATUS} THEN CAST(? AS bigint) ELSE CAST(? AS bigint) END
+     WHERE idempotency_keys.status = ${UNFINISHED_STATUS} OR idempotency_keys.created_at < CASE WHEN idempotency_keys.status = ${IN_FLIGHT_STATUS} THEN CAST(? AS bigint) ELSE CAST(? AS bigint) END
      RETURNING created_at`,
     [id.tokenId, id.method, id.path, id.key, fingerprint, now, staleBefore, expiredBefore],
   );
@@ -78,8 +86,25 @@ export async function completeIdempotencyReservation(db: Db, id: IdempotencyKeyI
   return saved > 0;
 }
 
-/** releaseIdempotencyKey removes the reservation made at `reservedAt` if it is still one (the request saved no response). */
+/** recordReservationProgress keeps a change's progress (UNFINISHED_STATUS) in the reservation made at `reservedAt`, which stays one meanwhile; it tells whether that reservation was still there. */
+export async function recordReservationProgress(db: Db, id: IdempotencyKeyId, reservedAt: number, progress: string): Promise<boolean> {
+  const kept = await db.run(
+    `UPDATE idempotency_keys SET response_body = ? WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = ${IN_FLIGHT_STATUS} AND created_at = ?`,
+    [progress, id.tokenId, id.method, id.path, id.key, reservedAt],
+  );
+  return kept > 0;
+}
+
+/**
+ * releaseIdempotencyKey gives back the reservation made at `reservedAt` if it is still one (the
+ * request saved no response): it goes, unless it holds progress (recordReservationProgress), which
+ * stays as UNFINISHED_STATUS for the request sent again.
+ */
 export async function releaseIdempotencyKey(db: Db, id: IdempotencyKeyId, reservedAt: number): Promise<void> {
+  await db.run(
+    `UPDATE idempotency_keys SET status = ${UNFINISHED_STATUS} WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = ${IN_FLIGHT_STATUS} AND created_at = ? AND response_body <> ''`,
+    [id.tokenId, id.method, id.path, id.key, reservedAt],
+  );
   await db.run(
     `DELETE FROM idempotency_keys WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = ${IN_FLIGHT_STATUS} AND created_at = ?`,
     [id.tokenId, id.method, id.path, id.key, reservedAt],

@@ -2,7 +2,7 @@ import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
-import { keepIdempotentResponse, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { keepIdempotentResponse, keptProgress, saveIdempotentProgress, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
@@ -520,12 +520,15 @@ export async function countRecoverable(db: Db, id: string, window: RecoveryWindo
  * and its per-subscription limits (a paused subscription's wait for resume). 409 if disabled.
  * It queues rt.batchRows per write, oldest first (one write of 200,000 held SQLite's event loop for
  * 5 s), each write checking the subscription (404, 409): a recovery ended so (or by a crash) keeps
- * what it queued, and sent again queues the rest. The last write saves the answer, with the total.
+ * what it queued. Each write but the last keeps, under the Idempotency-Key, where it got to and
+ * how many it queued: sent again with the key, it goes on from there, so what the first writes
+ * queued and failed again meanwhile is not queued twice. The last write saves the answer, with the total.
  */
 export async function recoverDeliveries(rt: Runtime, id: string, input: RecoveryInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Recovery } }> {
   const window = recoveryWindow(input);
-  let after: RecoveryPosition = { created_at: window.since, id: "" };
-  let queued = 0;
+  const kept = keptProgress<{ after: RecoveryPosition; queued: number }>(idempotency);
+  let after: RecoveryPosition = kept?.after ?? { created_at: window.since, id: "" };
+  let queued = kept?.queued ?? 0;
   return writeInSteps(rt.db, async (tx) => {
     const now = Date.now();
     const row = await findSubscriptionById(tx, id);
@@ -536,6 +539,7 @@ export async function recoverDeliveries(rt: Runtime, id: string, input: Recovery
     queued += requeued.length;
     if (requeued.length === rt.batchRows) {
       after = requeued.at(-1)!;
+      await saveIdempotentProgress(tx, idempotency, { after, queued }, now);
       return null;
     }
     const body = { data: { subscription_id: id, since: toTimestamp(window.since), until: toTimestamp(window.until), queued } };

@@ -104,6 +104,32 @@ describe("a recovery queues its failed deliveries a chunk per write", () => {
     expect(await statuses(h.rt.db, sub)).toEqual({ failed: 25 });
   });
 
+  test("refused between its writes and sent again under its Idempotency-Key, a recovery goes on where it stopped: the first chunk's deliveries, failed again meanwhile, are not queued twice, and the answer counts every write's", async () => {
+    h = await createHarness({}, { batchRows: CHUNK, log: createLogger("error", () => undefined) });
+    const db = h.rt.db;
+    const sub = await addStoredSubscription(db, Date.now() - 2 * HOUR);
+    for (let i = 0; i < 25; i++) await addStoredDeliveries(db, sub, Date.now() - HOUR + i, "failed");
+    await tokenUsed();
+    // The first chunk's write commits, the second is refused.
+    let writes = 0;
+    const allow = refuseWrites(db, async () => ++writes === 2);
+    const since = new Date(Date.now() - 2 * HOUR).toISOString();
+    const request = { body: { since }, headers: { "idempotency-key": "outage-3" } };
+    const first = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request);
+    allow();
+    expect([first.status, first.body.type]).toEqual([503, "urn:crm:problem:database-unavailable"]);
+    expect(first.body.detail).toEndWith(`Part of this request was done before this refusal, and stays done: ${CHUNK} of the subscription's failed deliveries were queued again. Sending the request again finishes it.`);
+    // The deliveries it queued are attempted, and fail again, before the request is sent again.
+    await db.run("UPDATE webhook_deliveries SET status = 'failed', attempts = attempts + 1, next_attempt_at = NULL, recovered_at = NULL WHERE subscription_id = ? AND status = 'pending'", [sub]);
+    const again = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request);
+    expect([again.status, again.body]).toEqual([202, { data: { subscription_id: sub, since, until: expect.any(String), queued: 25 } }]);
+    expect(await statuses(db, sub)).toEqual({ failed: CHUNK, pending: 25 - CHUNK });
+    const replayed = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request);
+    expect([replayed.status, replayed.headers.get("idempotent-replayed"), replayed.body]).toEqual([202, "true", again.body]);
+    // The same key with another body is another request: refused, as for a kept answer.
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, { ...request, body: { since: new Date(Date.now() - HOUR).toISOString() } })).status).toBe(422);
+  });
+
   test("a subscription disabled between chunks ends the recovery with 409; what was queued stays queued", async () => {
     h = await createHarness({}, { batchRows: CHUNK });
     const sub = await addStoredSubscription(h.rt.db, Date.now() - 2 * HOUR);
