@@ -145,7 +145,7 @@ export class IdempotencyGuard {
    * change's transaction, replacing the reservation). A request that saved nothing gives the key back.
    */
   private async runReserved<T>(scope: IdempotencyScope, now: number, execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>): Promise<IdempotentResult<T>> {
-    if (!(await reserveIdempotencyKey(this.db, scope, scope.fingerprint, now, now - IDEMPOTENCY_RESERVATION_MS, now - IDEMPOTENCY_RETENTION_MS))) throw inUse();
+    if (!(await reserveIdempotencyKey(this.db, scope, scope.fingerprint, scope.progress ?? "", now, now - IDEMPOTENCY_RESERVATION_MS, now - IDEMPOTENCY_RETENTION_MS))) throw inUse();
     scope.reservedAt = now;
     let result: { status: number; body: T };
     try {

@@ -56,18 +56,19 @@ export interface WithdrawnAnswer {
 /**
  * reserveIdempotencyKey stores a reservation of the key for a request about to run, unless a
  * record holds it: a reservation made after `staleBefore` or a response saved after `expiredBefore`
- * (an unfinished run's progress does not: its caller has read it).
+ * (an unfinished run's progress does not: its caller has read it, and passes it on as `progress`,
+ * which the reservation keeps, so a run refused before its first write loses none of it).
  * It tells whether this request got the key; of several racing for it, exactly one does. A
  * reservation shows no resource: one left the expired answer's would have it withdrawn by that
  * resource's delete while the request runs, which then could not keep its answer.
  */
-export async function reserveIdempotencyKey(db: Db, id: IdempotencyKeyId, fingerprint: Uint8Array, now: number, staleBefore: number, expiredBefore: number): Promise<boolean> {
+export async function reserveIdempotencyKey(db: Db, id: IdempotencyKeyId, fingerprint: Uint8Array, progress: string, now: number, staleBefore: number, expiredBefore: number): Promise<boolean> {
   const reserved = await db.all(
-    `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, resource_id, created_at) VALUES (?, ?, ?, ?, ?, ${IN_FLIGHT_STATUS}, '', NULL, ?)
+    `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, resource_id, created_at) VALUES (?, ?, ?, ?, ?, ${IN_FLIGHT_STATUS}, ?, NULL, ?)
      ON CONFLICT (token_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, response_body = excluded.response_body, resource_id = excluded.resource_id, created_at = excluded.created_at
      WHERE idempotency_keys.status = ${UNFINISHED_STATUS} OR idempotency_keys.created_at < CASE WHEN idempotency_keys.status = ${IN_FLIGHT_STATUS} THEN CAST(? AS bigint) ELSE CAST(? AS bigint) END
      RETURNING created_at`,
-    [id.tokenId, id.method, id.path, id.key, fingerprint, now, staleBefore, expiredBefore],
+    [id.tokenId, id.method, id.path, id.key, fingerprint, progress, now, staleBefore, expiredBefore],
   );
   return reserved.length === 1;
 }

@@ -121,6 +121,10 @@ describe("a recovery queues its failed deliveries a chunk per write", () => {
     expect(first.body.detail).toEndWith(`Part of this request was done before this refusal, and stays done: ${CHUNK} of the subscription's failed deliveries were queued again. Sending the request again finishes it.`);
     // The deliveries it queued are attempted, and fail again, before the request is sent again.
     await db.run("UPDATE webhook_deliveries SET status = 'failed', attempts = attempts + 1, next_attempt_at = NULL, recovered_at = NULL WHERE subscription_id = ? AND status = 'pending'", [sub]);
+    // Sent again and refused at its first write, it loses nothing of where the first one got to.
+    const refusedAll = refuseWrites(db, async () => true);
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request)).status).toBe(503);
+    refusedAll();
     const again = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request);
     expect([again.status, again.body]).toEqual([202, { data: { subscription_id: sub, since, until: expect.any(String), queued: 25 } }]);
     expect(await statuses(db, sub)).toEqual({ failed: CHUNK, pending: 25 - CHUNK });
