@@ -110,7 +110,10 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
     h.db.sqlite.run("CREATE INDEX webhook_deliveries_due_by_subscription ON webhook_deliveries (subscription_id, next_attempt_at, id) WHERE status = 'pending'");
     await waitUntil(() => h.rt.deliveries.claimFailure === null, "a claim to succeed again");
     expect((await call(h.app, "GET", "/readyz")).body.checks).toEqual({ database: "ok", migrations: "ok", delivery_loop: "ok" });
-    expect(logged.filter((line) => line.msg.startsWith("webhook delivery loop")).map((line) => `${line.level} ${line.msg}`)).toEqual([
+    // The loop's sweep of stopped subscriptions' leftovers reads through the dropped index too, when
+    // it runs after the drop: its own line, spaced apart, is not the claims' to count.
+    const claimLines = logged.filter((line) => line.msg.startsWith("webhook delivery loop") && !line.msg.includes("disabled or deleted subscription"));
+    expect(claimLines.map((line) => `${line.level} ${line.msg}`)).toEqual([
       "error webhook delivery loop: claim failed",
       "info webhook delivery loop: claims work again",
     ]);
