@@ -145,7 +145,10 @@ export class IdempotencyGuard {
    * change's transaction, replacing the reservation). A request that saved nothing gives the key back.
    */
   private async runReserved<T>(scope: IdempotencyScope, now: number, execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>): Promise<IdempotentResult<T>> {
-    if (!(await reserveIdempotencyKey(this.db, scope, scope.fingerprint, scope.progress ?? "", now, now - IDEMPOTENCY_RESERVATION_MS, now - IDEMPOTENCY_RETENTION_MS))) throw inUse();
+    const progress = await reserveIdempotencyKey(this.db, scope, scope.fingerprint, now, now - IDEMPOTENCY_RESERVATION_MS, now - IDEMPOTENCY_RETENTION_MS);
+    if (progress === null) throw inUse();
+    // The progress as the reservation found it: a step the run before committed since the read above counts.
+    scope.progress = progress === "" ? undefined : progress;
     scope.reservedAt = now;
     let result: { status: number; body: T };
     try {

@@ -55,22 +55,28 @@ export interface WithdrawnAnswer {
 
 /**
  * reserveIdempotencyKey stores a reservation of the key for a request about to run, unless a
- * record holds it: a reservation made after `staleBefore` or a response saved after `expiredBefore`
- * (an unfinished run's progress does not: its caller has read it, and passes it on as `progress`,
- * which the reservation keeps, so a run refused before its first write loses none of it).
- * It tells whether this request got the key; of several racing for it, exactly one does. A
- * reservation shows no resource: one left the expired answer's would have it withdrawn by that
- * resource's delete while the request runs, which then could not keep its answer.
+ * record holds it: a reservation made after `staleBefore` or a response saved after `expiredBefore`.
+ * An unfinished run's progress (kept in its reservation, or in an UNFINISHED_STATUS record) stays in
+ * the reservation taken over, read in this same statement: a run of the key that committed one more
+ * step after its caller looked must not be gone on from an older place. Progress is taken over only
+ * by the same body (fingerprint); another body finds the key held. It returns the progress the
+ * reservation holds ("" for none), or null when another request holds the key; of several racing
+ * for it, exactly one gets it. A reservation shows no resource: one left the expired answer's would
+ * have it withdrawn by that resource's delete while the request runs, which then could not keep its
+ * answer.
  */
-export async function reserveIdempotencyKey(db: Db, id: IdempotencyKeyId, fingerprint: Uint8Array, progress: string, now: number, staleBefore: number, expiredBefore: number): Promise<boolean> {
-  const reserved = await db.all(
-    `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, resource_id, created_at) VALUES (?, ?, ?, ?, ?, ${IN_FLIGHT_STATUS}, ?, NULL, ?)
-     ON CONFLICT (token_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, response_body = excluded.response_body, resource_id = excluded.resource_id, created_at = excluded.created_at
-     WHERE idempotency_keys.status = ${UNFINISHED_STATUS} OR idempotency_keys.created_at < CASE WHEN idempotency_keys.status = ${IN_FLIGHT_STATUS} THEN CAST(? AS bigint) ELSE CAST(? AS bigint) END
-     RETURNING created_at`,
-    [id.tokenId, id.method, id.path, id.key, fingerprint, progress, now, staleBefore, expiredBefore],
+export async function reserveIdempotencyKey(db: Db, id: IdempotencyKeyId, fingerprint: Uint8Array, now: number, staleBefore: number, expiredBefore: number): Promise<string | null> {
+  const unfinished = `idempotency_keys.status IN (${UNFINISHED_STATUS}, ${IN_FLIGHT_STATUS})`;
+  const reserved = await db.all<{ response_body: string }>(
+    `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, resource_id, created_at) VALUES (?, ?, ?, ?, ?, ${IN_FLIGHT_STATUS}, '', NULL, ?)
+     ON CONFLICT (token_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
+       response_body = CASE WHEN ${unfinished} THEN idempotency_keys.response_body ELSE excluded.response_body END, resource_id = excluded.resource_id, created_at = excluded.created_at
+     WHERE (idempotency_keys.response_body = '' OR NOT ${unfinished} OR idempotency_keys.fingerprint = excluded.fingerprint)
+       AND (idempotency_keys.status = ${UNFINISHED_STATUS} OR idempotency_keys.created_at < CASE WHEN idempotency_keys.status = ${IN_FLIGHT_STATUS} THEN CAST(? AS bigint) ELSE CAST(? AS bigint) END)
+     RETURNING response_body`,
+    [id.tokenId, id.method, id.path, id.key, fingerprint, now, staleBefore, expiredBefore],
   );
-  return reserved.length === 1;
+  return reserved.length === 1 ? reserved[0]!.response_body : null;
 }
 
 /**
