@@ -48,9 +48,19 @@ export async function failStoppedDeliveries(db: Database, subscriptionId: string
   }, (committed) => `${committed * chunk} of the subscription's pending deliveries were failed (not sent)`);
 }
 
+/** StoppedLookFailed is a sweep whose look for stopped subscriptions with pending deliveries failed: it found nothing left unsent, and changed nothing. */
+export class StoppedLookFailed extends Error {
+  constructor(override readonly cause: unknown) {
+    super(`the look for stopped subscriptions' pending deliveries failed: ${String(cause)}`);
+  }
+}
+
 /** failEveryStoppedDelivery finishes the stops whose pending deliveries a stopped process or a refused write left (failStoppedDeliveries); the delivery loop runs it at start and every STOPPED_SWEEP_MS. */
 export async function failEveryStoppedDelivery(db: Database, chunk: number, keepGoing: () => boolean): Promise<void> {
-  for (const id of await db.read(findStoppedSubscriptionsWithPending)) {
+  const stopped = await db.read(findStoppedSubscriptionsWithPending).catch((error: unknown) => {
+    throw new StoppedLookFailed(error);
+  });
+  for (const id of stopped) {
     if (!keepGoing()) return;
     await failStoppedDeliveries(db, id, chunk, keepGoing);
   }

@@ -7,7 +7,7 @@ import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import type { SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
-import { disableGone, failEveryStoppedDelivery, failStoppedDeliveries, logStreakDisable, recordExhausted, trackFailingStreak, type StreakDisable } from "./health.ts";
+import { disableGone, failEveryStoppedDelivery, failStoppedDeliveries, logStreakDisable, recordExhausted, StoppedLookFailed, trackFailingStreak, type StreakDisable } from "./health.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
   countLateAttempt,
@@ -482,11 +482,19 @@ export class DeliveryLoop {
   /**
    * unsentRefused logs a failing of a stopped subscription's pending deliveries that a write refusal
    * ended (the loop's, or a delete's after it committed), at most once a minute with a count: the
-   * next sweep finishes it.
+   * next sweep finishes it. A sweep whose look failed is a warning that says only that.
    */
   unsentRefused(error: unknown): void {
     const unlogged = this.unsentLine.occurred(performance.now());
     if (unlogged === undefined) return;
+    // A sweep that could not look (the database unreachable) knows of no delivery left unsent.
+    if (error instanceof StoppedLookFailed) {
+      this.deps.log.warn("webhook delivery loop: the look for pending deliveries of disabled or deleted subscriptions failed; it runs again within a minute", {
+        error: String(error.cause),
+        ...(unlogged === null ? {} : { refused_since_last_line: unlogged }),
+      });
+      return;
+    }
     this.deps.log.error("webhook delivery loop: failing the pending deliveries of a disabled or deleted subscription was refused; they stay unsent, and the loop tries again within a minute", {
       error: String(error),
       ...(unlogged === null ? {} : { refused_since_last_line: unlogged }),

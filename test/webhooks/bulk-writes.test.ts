@@ -6,6 +6,7 @@ import { createLogger } from "../../server/shared/log.ts";
 import { pruneHistory } from "../../server/webhooks/retention.ts";
 import { disableSubscription } from "../../server/webhooks/store.ts";
 import { onNextCommit } from "../foundation/support.ts";
+import { TEST_BACKEND } from "../support/backend.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { addStoredDeliveries, addStoredSubscription, startReceiver, waitFor, webhookHarness, type Receiver } from "./support.ts";
 
@@ -134,6 +135,62 @@ describe("a recovery queues its failed deliveries a chunk per write", () => {
     expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, { ...request, body: { since: new Date(Date.now() - HOUR).toISOString() } })).status).toBe(422);
   });
 
+  // PostgreSQL's: its instances share the key through a reservation in the database (on SQLite one
+  // process holds it in memory, and a resend meets 409 while the first run goes on).
+  test.if(TEST_BACKEND === "postgres")("a recovery outliving its key's reservation, sent again, goes on from the place its last committed write kept, even one committed after the resend first looked: nothing is queued twice", async () => {
+    h = await createHarness({}, { batchRows: CHUNK });
+    const db = h.rt.db as Database;
+    const sub = await addStoredSubscription(db, Date.now() - 2 * HOUR);
+    for (let i = 0; i < 35; i++) await addStoredDeliveries(db, sub, Date.now() - HOUR + i, "failed");
+    await tokenUsed();
+    const path = `/public/v1/webhook-subscriptions/${sub}/recover`;
+    const request = { body: { since: new Date(Date.now() - 2 * HOUR).toISOString() }, headers: { "idempotency-key": "k-takeover" } };
+    // The first run's second write waits until the resend has read the key; its third, until the resend is answered.
+    const opened = { second: Promise.withResolvers<void>(), third: Promise.withResolvers<void>() };
+    const committed = { first: Promise.withResolvers<void>(), second: Promise.withResolvers<void>() };
+    let writes = 0;
+    const write = db.write;
+    db.write = (async (work: (tx: Db) => Promise<unknown>) => {
+      const n = ++writes;
+      if (n === 2) await opened.second.promise;
+      if (n === 3) await opened.third.promise;
+      const out = await write.call(db, work);
+      if (n === 1) committed.first.resolve();
+      if (n === 2) committed.second.resolve();
+      return out;
+    }) as Database["write"];
+    const first = h.json("POST", path, request);
+    await committed.first.promise;
+    // A minute later for the resend: the first run's reservation is stale, and may be taken over.
+    const realNow = Date.now;
+    Date.now = () => realNow() + 61_000;
+    const get = db.get;
+    let looked = false;
+    db.get = (async (sql: string, params?: never) => {
+      const row = await get.call(db, sql, params);
+      if (!looked && sql.includes("FROM idempotency_keys")) {
+        looked = true;
+        // The first run commits its second write between the resend's look and its reservation, and
+        // what that write queued is attempted and fails again before the resend reaches it.
+        opened.second.resolve();
+        await committed.second.promise;
+        await db.run("UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, recovered_at = NULL WHERE subscription_id = ? AND status = 'pending'", [sub]);
+      }
+      return row;
+    }) as Database["get"];
+    try {
+      const resent = await h.json("POST", path, request);
+      opened.third.resolve();
+      expect([resent.status, resent.body.data?.queued]).toEqual([202, 35]);
+      expect((await first).body.type).toBe("urn:crm:problem:idempotency-key-in-use");
+    } finally {
+      Date.now = realNow;
+      db.get = get;
+      db.write = write;
+    }
+    expect(await statuses(db, sub)).toEqual({ failed: 20, pending: 15 });
+  });
+
   test("a subscription disabled between chunks ends the recovery with 409; what was queued stays queued", async () => {
     h = await createHarness({}, { batchRows: CHUNK });
     const sub = await addStoredSubscription(h.rt.db, Date.now() - 2 * HOUR);
@@ -207,6 +264,23 @@ describe("a stopped subscription's pending deliveries are failed a chunk per wri
     allow();
     await waitFor(async () => (await pendingOf(db, sub)) === 0, "the deleted subscription's deliveries failed by the sweep");
     expect(await statuses(db, sub)).toEqual({ "failed: not sent: the subscription was deleted": 25 });
+  });
+
+  test("a sweep that cannot look (the database's reads refused) warns that it could not, and claims no delivery stays unsent", async () => {
+    const lines: { level: string; msg: string }[] = [];
+    h = await createHarness({}, { stoppedSweepMs: 50, log: createLogger("info", (line) => lines.push(JSON.parse(line))) });
+    const db = h.rt.db as Database;
+    const read = db.read;
+    db.read = (() => Promise.reject(Object.assign(new Error("Connection closed"), { code: "ERR_POSTGRES_CONNECTION_CLOSED" }))) as Database["read"];
+    try {
+      h.rt.deliveries.start();
+      await waitFor(() => lines.some((line) => line.msg.includes("the look for pending deliveries")), "the sweep's look to fail");
+    } finally {
+      db.read = read;
+    }
+    expect(lines.filter((line) => line.msg.includes("disabled or deleted subscription")).map((line) => `${line.level} ${line.msg}`)).toEqual([
+      "warn webhook delivery loop: the look for pending deliveries of disabled or deleted subscriptions failed; it runs again within a minute",
+    ]);
   });
 
   test("a 410 Gone disables the subscription, its event counting the 25 pending deliveries, which are then failed saying why", async () => {
