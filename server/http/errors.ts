@@ -160,7 +160,7 @@ const DATABASE_FAILURES: Record<DatabaseFailure, (error: unknown, partly: boolea
     new ProblemError(
       503,
       "database-replaced",
-      `The service's database file was replaced or removed while the service ran, so this change was refused: ${nothing(partly)} was changed. Retry after the operator has restarted the service.`,
+      `The service's database file was replaced or removed while the service ran, so this request was refused: ${nothing(partly)} was changed. Retry after the operator has restarted the service.`,
       undefined,
       { "retry-after": "60" },
     ),

@@ -61,7 +61,7 @@ describe("a database file replaced under a running serve", () => {
         type: "urn:crm:problem:database-replaced",
         title: "Service Unavailable",
         status: 503,
-        detail: "The service's database file was replaced or removed while the service ran, so this change was refused: nothing was changed. Retry after the operator has restarted the service.",
+        detail: "The service's database file was replaced or removed while the service ran, so this request was refused: nothing was changed. Retry after the operator has restarted the service.",
       },
       read: 200,
       lostAtRestart: [],
