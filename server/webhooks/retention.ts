@@ -110,9 +110,10 @@ export type Pruned = {
 /**
  * pruneHistory deletes finished deliveries (with their attempts) created more than the retention
  * period ago, then events no delivery refers to any more, then idempotency keys past 24 hours,
- * then hourly attempt statistics older than the longest stats window (or of deleted subscriptions),
- * then tombstones past their own (longer) retention, then the console's rotations whose new
- * subscription was deleted, untouched for the retention period, and its expired one-time links.
+ * then the header sets no attempt uses, then hourly attempt statistics older than the longest stats
+ * window (or of deleted subscriptions), then tombstones past their own (longer) retention, then the
+ * console's rotations whose new subscription was deleted, untouched for the retention period, and
+ * its expired one-time links.
  * Pending deliveries are kept whatever their age: pruning them would lose events.
  */
 export async function pruneHistory(rt: Runtime, now = Date.now(), pruning: Pruning = {}): Promise<Pruned> {
@@ -120,7 +121,10 @@ export async function pruneHistory(rt: Runtime, now = Date.now(), pruning: Pruni
   const deliveries = await pruneInBatches(rt, pruning, (tx, limit) => deleteFinishedDeliveriesBefore(tx, cutoff, limit));
   const events = await pruneInBatches(rt, pruning, (tx, limit) => deleteUnreferencedEventsBefore(tx, cutoff, limit));
   const idempotencyKeys = await pruneInBatches(rt, pruning, (tx, limit) => pruneIdempotencyKeys(tx, now, limit));
-  if (deliveries > 0) await forgetUnusedHeaderSets(rt, pruning);
+  // Every run, not only one that deleted deliveries: a run stopped or failed after its delete left
+  // their sets (a receiver's Location may name the person), and a quiet installation may never
+  // delete another delivery. Each set is two index probes (migration 0044).
+  await forgetUnusedHeaderSets(rt, pruning);
   const attemptStats = await writeUnlessStopped(rt, pruning, (tx) => deleteAttemptStatsBefore(tx, now - STATS_KEPT_MS));
   let tombstones = 0;
   for (const resource of RESOURCES) tombstones += await pruneInBatches(rt, pruning, (tx, limit) => pruneTombstones(tx, rt, resource, now, limit));
@@ -149,6 +153,7 @@ export async function pruneToBudget(rt: Runtime, now = Date.now(), pruning: Prun
     if (n > 0 && !pruning.signal?.aborted) size = await measureHistory(rt.db, Date.now());
     if (n < owed) break;
   }
+  // Every minute only after a delete: what a stopped or failed sweep left, the hourly run forgets.
   if (deleted > 0) await forgetUnusedHeaderSets(rt, pruning);
   return { deliveries: deleted, bytes: size.bytes };
 }

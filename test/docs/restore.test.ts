@@ -7,12 +7,22 @@ import { api, createToken, postWithKey, ROOT, runCli, SOURCE, spawnServer, tempD
 // VM's paths moved into a temporary directory, where the data directory is gone and a first start
 // of the rebuilt VM has made an empty database and a new key in its place.
 
+/** backupSection is the README's section "Backup and restore". */
+function backupSection(): string {
+  const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+  return readme.slice(readme.indexOf("\n### Backup and restore\n"), readme.indexOf("\n### Moving up to PostgreSQL\n"));
+}
+
 /** restoreBlock is the README's shell block that restores a backup (the one that removes the -wal file). */
 function restoreBlock(): string[] {
-  const readme = readFileSync(join(ROOT, "README.md"), "utf8");
-  const section = readme.slice(readme.indexOf("\n### Backup and restore\n"), readme.indexOf("\n### Moving up to PostgreSQL\n"));
-  const block = [...section.matchAll(/```sh\n([^]*?)```/g)].map((m) => m[1]!).find((text) => text.includes("crm.sqlite-wal"));
+  const block = [...backupSection().matchAll(/```sh\n([^]*?)```/g)].map((m) => m[1]!).find((text) => text.includes("crm.sqlite-wal"));
   return (block ?? "").split("\n").filter((line) => line.trim() !== "");
+}
+
+/** redoneDeletions are the lists of deletions the README's restore says to take before restoring and delete again after, such as `/public/v1/contacts/deleted`. */
+function redoneDeletions(): string[] {
+  const bullet = /\n- [^\n]* deleted after the backup are back[^]*?(?=\n- |\n\n)/.exec(backupSection())?.[0] ?? "";
+  return [...bullet.matchAll(/`GET (\/public\/v1\/[a-z]+\/deleted)\?since=/g)].map((m) => m[1]!);
 }
 
 /** onVm moves a command of the block onto the test's VM, which runs as the current user: the paths under `root`, no owners. */
@@ -72,6 +82,55 @@ test("the README's restore block brings a lost VM back from a backup, its key an
     } finally {
       expect((await restored.stopWith("SIGTERM")).exitCode).toBe(0);
     }
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+}, 60_000);
+
+test("after the README's restore, its redo list deletes again everyone deleted after the backup: a contact, an account and a user", async () => {
+  const root = tempDir("restore-erased");
+  const [dataDir, etc, backups, kept] = ["var/lib/crm", "etc/crm", "var/backups/crm", "kept"].map((path) => join(root, path)) as [string, string, string, string];
+  const toml = join(etc, "crm.toml");
+  const serve = () => spawnServer([...SOURCE, "serve", "--config", toml, "--port", "0"]);
+  /** whileServing runs `work` against the service started on the data directory, and stops it after. */
+  const whileServing = async <T>(work: (url: string) => Promise<T>): Promise<T> => {
+    const server = await serve();
+    try {
+      return await work(server.url);
+    } finally {
+      expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+    }
+  };
+  try {
+    for (const dir of [etc, backups, kept]) mkdirSync(dir, { recursive: true });
+    writeFileSync(toml, `data_dir = "${dataDir}"\nlog_level = "warn"\n`);
+    writeFileSync(join(etc, "crm.env"), "");
+    const token = createToken(SOURCE, dataDir);
+    const people = await whileServing(async (url) => {
+      const create = async (path: string, body: unknown) => `${path}/${(await api(url, token, "POST", path, body)).body.data.id}`;
+      return [await create("/public/v1/contacts", { email: "erased.contact@example.com" }), await create("/public/v1/accounts", { name: "Erased Account" }), await create("/public/v1/users", { name: "Erased User", email: "erased.user@example.com" })];
+    });
+    const since = new Date(Date.now() - 1000).toISOString();
+    expect(runCli([...SOURCE, "backup", join(backups, "crm-2026-11-20.sqlite"), "--config", toml]).exitCode).toBe(0);
+    for (const file of [join(dataDir, "secrets.key"), toml, join(etc, "crm.env")]) copyFileSync(file, join(kept, file.slice(file.lastIndexOf("/") + 1)));
+
+    // Each is erased on request after the backup; before restoring, the README has the deletions listed.
+    const lists = redoneDeletions();
+    const erased = await whileServing(async (url) => {
+      expect(await Promise.all(people.map(async (path) => (await api(url, token, "DELETE", path)).status))).toEqual([204, 204, 204]);
+      const listed = await Promise.all(lists.map(async (list) => (await api(url, token, "GET", `${list}?since=${encodeURIComponent(since)}`)).body.data.map((tombstone: { id: string }) => `${list.slice(0, -"/deleted".length)}/${tombstone.id}`)));
+      return listed.flat();
+    });
+
+    const ran = Bun.spawnSync(["sh", "-ec", restoreBlock().slice(1, -2).map((line) => onVm(line, root)).join("\n")], { stdout: "pipe", stderr: "pipe" });
+    expect({ exitCode: ran.exitCode, stderr: ran.stderr.toString() }).toEqual({ exitCode: 0, stderr: "" });
+
+    // After the start, each listed one is deleted again; none of the three may be back.
+    const after = await whileServing(async (url) => {
+      for (const path of erased) expect([204, 404]).toContain((await api(url, token, "DELETE", path)).status);
+      return Promise.all(people.map(async (path) => [path, (await api(url, token, "GET", path)).status]));
+    });
+    expect(after).toEqual(people.map((path) => [path, 404]));
   } finally {
     rmSync(root, { recursive: true, force: true });
   }

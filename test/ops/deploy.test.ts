@@ -90,4 +90,39 @@ describe("nginx in front: README's block and deploy/nginx-instances.conf", () =>
       expect(/location \/public\/ \{[^}]*gzip off;[^}]*\}/.test(config)).toBe(true);
     }
   });
+
+  test("every server block logs requests by path, without their query strings: ?email= and ?full_name= lookups, and cursors carrying a row's email or name, which the service keeps out of its own log", () => {
+    // nginx's default format (combined) logs "$request", the request line with its query string.
+    const query = /\$(request|request_uri|args|query_string|arg_\w+|http_referer)\b/;
+    for (const config of Object.values(configs)) {
+      const text = config.replace(/#.*$/gm, "");
+      const formats = new Map([...text.matchAll(/^\s*log_format\s+(\S+)\s+([^;]*);/gm)].map((m) => [m[1]!, m[2]!]));
+      const logging = serverBlocks(text).map((block) => {
+        const logs = [...block.matchAll(/\baccess_log\s+([^;]*);/g)].map((m) => m[1]!.trim().split(/\s+/));
+        // A block without access_log of its own writes the log nginx.conf names (Debian: access.log, combined).
+        return (logs.length > 0 ? logs : [["inherited"]]).map(([path, format = "combined"]) => {
+          if (path === "off") return "off";
+          const fields = formats.get(format);
+          return fields === undefined || query.test(fields) ? `${format}: with the query string` : fields.includes("$uri") ? "path only" : `${format}: no path`;
+        });
+      });
+      expect(logging).toEqual([["path only"], ["path only"]]);
+    }
+  });
 });
+
+/** serverBlocks returns the text of each top-level `server { ... }` block of an nginx configuration without comments. */
+function serverBlocks(text: string): string[] {
+  const blocks: string[] = [];
+  let depth = 0;
+  let start = -1;
+  for (let i = 0; i < text.length; i++) {
+    if (depth === 0 && /^server\s*\{/.test(text.slice(i)) && !/\w/.test(text[i - 1] ?? "")) start = i;
+    if (text[i] === "{") depth++;
+    if (text[i] === "}" && --depth === 0 && start >= 0) {
+      blocks.push(text.slice(start, i + 1));
+      start = -1;
+    }
+  }
+  return blocks;
+}

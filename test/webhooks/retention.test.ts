@@ -167,3 +167,38 @@ describe("retention: header sets", () => {
     }
   });
 });
+
+describe("retention: header sets a stopped run left", () => {
+  test("a run stopped after its delete of deliveries leaves their header sets to the next run, which forgets them though it deletes no delivery", async () => {
+    h = await webhookHarness({ deliveryRetentionDays: 30 });
+    const old = Date.now() - 31 * DAY;
+    const subscription = await addStoredSubscription(h.rt.db, old);
+    await h.rt.db.write((tx) => addStoredDeliveries(tx, subscription, old, "succeeded", 2));
+    const deliveries = await h.rt.db.all<{ id: string }>("SELECT id FROM webhook_deliveries ORDER BY id");
+    // A receiver answering with the address of the record it made from the event: the person's email.
+    await h.rt.db.write(async (tx) => {
+      for (const { id } of deliveries) {
+        const request_headers = { "content-type": "application/json", "webhook-id": id, "webhook-timestamp": "1", "webhook-signature": "v1,x" };
+        await insertAttempt(tx, { delivery_id: id, attempt: 1, triggered_by: "scheduled", started_at: old, duration_ms: 1, request_headers, response_status: 201, response_headers: { location: "https://receiver.example/people/ada@example.com" }, response_body: null, error: null });
+      }
+    });
+    const headerSets = async () => (await h.rt.db.all<{ headers: string }>("SELECT headers FROM webhook_header_sets ORDER BY id")).map((row) => JSON.parse(row.headers));
+    expect(await headerSets()).toEqual([{ "content-type": "application/json" }, { location: "https://receiver.example/people/ada@example.com" }]);
+
+    // The service stops while the run's first write, the delete of the deliveries, commits.
+    const stopping = new AbortController();
+    const write = h.rt.db.write.bind(h.rt.db);
+    h.rt.db.write = async <T>(work: (tx: Db) => Promise<T>): Promise<T> => {
+      const result = await write(work);
+      stopping.abort();
+      return result;
+    };
+    expect(await pruneHistory(h.rt, Date.now(), { signal: stopping.signal })).toMatchObject({ deliveries: 2 });
+    h.rt.db.write = write;
+    expect(await headerSets()).toHaveLength(2);
+
+    // The run after the restart has no delivery left to delete (only the events the stopped one did not reach).
+    expect(await pruneHistory(h.rt, Date.now() + DAY)).toEqual({ deliveries: 0, events: 2, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
+    expect(await headerSets()).toEqual([]);
+  });
+});
