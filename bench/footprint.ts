@@ -38,8 +38,8 @@ async function seededDatabase(): Promise<string> {
   // Ids keep the service's shape (prefix, 26 characters, time-sortable) and sort before any new one.
   db.run(
     `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
-     INSERT INTO contacts (id, first_name, last_name, email, phone, assigned_user_id, properties, created_at, updated_at)
-     SELECT 'con_' || printf('%026d', i), 'First' || (i % 5000), 'Last' || i, 'contact' || i || '@example.com', '+44 20 7946 0000', NULL,
+     INSERT INTO contacts (id, first_name, last_name, first_name_key, last_name_key, email, phone, assigned_user_id, properties, created_at, updated_at)
+     SELECT 'con_' || printf('%026d', i), 'First' || (i % 5000), 'Last' || i, 'first' || (i % 5000), 'last' || i, 'contact' || i || '@example.com', '+44 20 7946 0000', NULL,
             '{"tags":["seed"],"custom_fields":{"plan":"pro"}}', ? + i * 1000, ? + i * 1000
      FROM n`,
     [CONTACTS, first, first],

@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRuntime } from "../server/app.ts";
 import { DEFAULT_CONFIG } from "../server/config.ts";
-import { countContacts, indexWaitingNames, listContactVersions } from "../server/contacts/store.ts";
+import { countContacts, indexWaitingNames, keyContactNames, listContactVersions } from "../server/contacts/store.ts";
 import { databasePath, openDatabase } from "../server/db/database.ts";
 import { createLogger } from "../server/shared/log.ts";
 import { fastest, pagePlans, pairedRuns, storeAgainst, type Store } from "./paired.ts";
@@ -46,6 +46,7 @@ async function seed() {
        FROM n`,
       [CONTACTS, first],
     );
+    keyContactNames(db.sqlite);
   }).immediate();
   await db.write(indexWaitingNames);
   console.log(`seeded ${CONTACTS.toLocaleString("en-US")} contacts in ${((performance.now() - started) / 1000).toFixed(1)} s`);

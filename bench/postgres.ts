@@ -42,8 +42,8 @@ async function seed(url: string): Promise<string> {
     // contact, whose versions pile up within a transaction (100,000 at once took 190 s, 1,000 75 ms).
     for (let from = 1; from <= SEEDED; from += SEED_CHUNK) {
       await db.run(
-        `INSERT INTO contacts (id, first_name, last_name, email, phone, properties, account_ids, assigned_user_ids, version, created_at, updated_at)
-         SELECT 'con_' || lpad(i::text, 26, '0'), 'First' || (i % 5000), 'Last' || i, 'contact' || i || '@example.com', '+44 20 7946 0000',
+        `INSERT INTO contacts (id, first_name, last_name, first_name_key, last_name_key, email, phone, properties, account_ids, assigned_user_ids, version, created_at, updated_at)
+         SELECT 'con_' || lpad(i::text, 26, '0'), 'First' || (i % 5000), 'Last' || i, 'first' || (i % 5000), 'last' || i, 'contact' || i || '@example.com', '+44 20 7946 0000',
                 '{"tags":[],"custom_fields":{"plan":"pro","seats":' || (i % 50) || '}}', '[]', '[]', 1, ? + i * 1000, ? + i * 1000
          FROM generate_series(?, ?) AS i`,
         [first, first, from, Math.min(from + SEED_CHUNK - 1, SEEDED)],

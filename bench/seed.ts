@@ -1,6 +1,6 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Database } from "../server/db/sql.ts";
-import { insertContact } from "../server/contacts/store.ts";
+import { insertContact, keyContactNames } from "../server/contacts/store.ts";
 import { newId } from "../server/shared/ids.ts";
 
 /** seedContacts inserts `count` contacts (contact1@example.com ...) in one transaction, one second apart, oldest first. */
@@ -28,14 +28,15 @@ export async function seedContacts(db: Database, count: number, now = Date.now()
   });
 }
 
-/** relationRowsOfCopies writes the tag and account rows of contacts inserted by SQL, from their tags and account_ids copies, with the sort keys they carry (sqlite-only). */
+/** relationRowsOfCopies keys the names of contacts inserted by SQL (as migration 0045 does), and writes their tag and account rows, from their tags and account_ids copies, with the sort keys they carry (sqlite-only). */
 export function relationRowsOfCopies(sqlite: SqliteConnection): void {
+  keyContactNames(sqlite);
   sqlite.run(
-    `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
-     SELECT c.id, j.value, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM contacts c, json_each(c.properties, '$.tags') j`,
+    `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name_key, last_name_key, email)
+     SELECT c.id, j.value, c.created_at, c.updated_at, c.first_name_key, c.last_name_key, c.email FROM contacts c, json_each(c.properties, '$.tags') j`,
   );
   sqlite.run(
-    `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name, email)
-     SELECT c.id, j.value, j.key, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM contacts c, json_each(c.account_ids) j`,
+    `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name_key, last_name_key, email)
+     SELECT c.id, j.value, j.key, c.created_at, c.updated_at, c.first_name_key, c.last_name_key, c.email FROM contacts c, json_each(c.account_ids) j`,
   );
 }

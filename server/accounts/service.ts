@@ -11,6 +11,7 @@ import { canonicalJson, saveIdempotentResponse, withdrawKeptAnswers, type Idempo
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { asciiDomain } from "../shared/domains.ts";
+import { nameKey } from "../shared/text.ts";
 import { notBefore, toTimestamp } from "../shared/time.ts";
 import { detachAccountFromContacts } from "../contacts/service.ts";
 import { insertTombstone } from "../tombstones/store.ts";
@@ -18,7 +19,6 @@ import { recordEvent } from "../webhooks/outbox.ts";
 import { ACCOUNT_FILTERS, ACCOUNT_SORTS, AccountInput, READ_ONLY_ACCOUNT_FIELDS, type Account, type AccountPatch } from "./model.ts";
 import {
   ACCOUNT_SORT_COLUMNS,
-  accountNameKey,
   countAccounts,
   deleteAccount as deleteAccountRow,
   findAccountById,
@@ -72,7 +72,7 @@ function accountRowFrom(row: AccountRow, input: AccountInput, now: number): Acco
   const properties = JSON.parse(row.properties) as Record<string, unknown>;
   applyPatch(properties, input, KNOWN);
   const domain = "domain" in input ? (input.domain ? asciiDomain(input.domain) : null) : row.domain;
-  return { ...row, name: input.name, name_key: accountNameKey(input.name), domain, properties: JSON.stringify(properties), updated_at: now };
+  return { ...row, name: input.name, name_key: nameKey(input.name), domain, properties: JSON.stringify(properties), updated_at: now };
 }
 
 /** MAX_MATCHES_NAMED is how many accounts sharing a key an ambiguity error names. */

@@ -3,11 +3,12 @@ import type { Db, MigrationWarn } from "../db/sql.ts";
 import { keysetOrder, pageSelect, unindexed } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { AccountSort } from "./model.ts";
+import { nameKey } from "../shared/text.ts";
 
 export type AccountRow = {
   id: string;
   name: string;
-  /** accountNameKey(name): what the name filter compares */
+  /** nameKey(name): what the name filter compares */
   name_key: string;
   domain: string | null;
   properties: string;
@@ -24,18 +25,6 @@ export interface AccountFilters {
   withoutDomain?: boolean;
   createdAfter?: number;
   updatedAfter?: number;
-}
-
-/**
- * accountNameKey is the form of an account name that lookups compare: NFC, case folded in full in
- * every script. Lowercased, upper-cased and lowercased again, it folds what lowercasing alone keeps
- * apart: ß, ẞ and SS (ẞ lowercases to ß, which uppercases to SS), the ligature ﬀ and FF, final and
- * medial sigma. NFC again at the end: a letter that uppercases to several (ΐ to Ϊ́) comes back
- * decomposed. The key cannot know a name's language, so Turkish İ, I, ı and i are one letter: İ
- * lowercases to i with a combining dot, dropped, and ı uppercases to I (ISTANBUL finds İstanbul).
- */
-export function accountNameKey(name: string): string {
-  return name.normalize("NFC").toLowerCase().toUpperCase().toLowerCase().replaceAll("i\u0307", "i").normalize("NFC");
 }
 
 /** insertAccount stores a new account row. */
@@ -86,7 +75,7 @@ function accountNameRekeys(rows: NameKeyRow[]): { changes: { id: string; key: st
   const byKey = new Map<string, { row: NameKeyRow; changed: boolean }[]>();
   const changes: { id: string; key: string }[] = [];
   for (const row of rows) {
-    const key = accountNameKey(row.name);
+    const key = nameKey(row.name);
     const changed = key !== row.name_key;
     if (changed) changes.push({ id: row.id, key });
     const group = byKey.get(key);
@@ -102,7 +91,7 @@ function warnJoinedNames(joined: Pick<AccountRow, "id" | "name">[][], warn: Migr
   for (const accounts of joined) warn(NAME_KEYS_JOINED, { accounts });
 }
 
-/** keyAccountNames rekeys every account whose name_key accountNameKey now makes otherwise, warning of the accounts it gives one key (the backfill of migrations 0007, 0034 and 0042). */
+/** keyAccountNames rekeys every account whose name_key nameKey now makes otherwise, warning of the accounts it gives one key (the backfill of migrations 0007, 0034 and 0042). */
 // sqlite-only: migrations run synchronously on the writer connection.
 export function keyAccountNames(db: SqliteConnection, warn: MigrationWarn): void {
   const update = db.query("UPDATE accounts SET name_key = ? WHERE id = ?");
@@ -145,7 +134,7 @@ function filterClause(filters: AccountFilters): { where: string[]; params: (stri
   const params: (string | number)[] = [];
   if (filters.name !== undefined) {
     where.push("name_key = ?");
-    params.push(accountNameKey(filters.name));
+    params.push(nameKey(filters.name));
   }
   if (filters.domain !== undefined) {
     where.push("domain = ?");

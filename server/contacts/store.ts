@@ -2,6 +2,7 @@ import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Db, Dialect } from "../db/sql.ts";
 import { keysetOrder, pageSelect, unindexed } from "../db/keyset.ts";
 import { asciiEmail } from "../shared/domains.ts";
+import { nameKey } from "../shared/text.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { ContactSort } from "./model.ts";
 
@@ -40,25 +41,29 @@ export interface ContactFilters {
 const ROW_COLUMNS = "id, first_name, last_name, email, phone, external_id, assigned_user_id, properties, account_ids, assigned_user_ids, version, created_at, updated_at";
 const COLUMNS = ROW_COLUMNS.replace(/\w+/g, "c.$&");
 
-/** insertContact stores a new contact row. */
+/** sortKeyOf is the key a name sorts by (migration 0045): nameKey, the same on both backends; none for no name. */
+const sortKeyOf = (name: string | null) => (name === null ? null : nameKey(name));
+
+/** insertContact stores a new contact row, with the keys its names sort by. */
 export async function insertContact(db: Db, row: ContactRow): Promise<void> {
   await db.run(
-    `INSERT INTO contacts (id, first_name, last_name, email, phone, external_id, assigned_user_id, properties, account_ids, assigned_user_ids, version, created_at, updated_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    [row.id, row.first_name, row.last_name, row.email, row.phone, row.external_id, row.assigned_user_id, row.properties, row.account_ids, row.assigned_user_ids, row.version, row.created_at, row.updated_at],
+    `INSERT INTO contacts (id, first_name, last_name, first_name_key, last_name_key, email, phone, external_id, assigned_user_id, properties, account_ids, assigned_user_ids, version, created_at, updated_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    [row.id, row.first_name, row.last_name, sortKeyOf(row.first_name), sortKeyOf(row.last_name), row.email, row.phone, row.external_id, row.assigned_user_id, row.properties, row.account_ids, row.assigned_user_ids, row.version, row.created_at, row.updated_at],
   );
 }
 
 /**
- * updateContact overwrites a contact row's fields. The caller counts `version` up: every change to
- * a row must, since the list keeps each contact version's rendered JSON (contacts/service.ts).
+ * updateContact overwrites a contact row's fields, and the keys its names sort by. The caller
+ * counts `version` up: every change to a row must, since the list keeps each contact version's
+ * rendered JSON (contacts/service.ts).
  */
 export async function updateContact(db: Db, row: ContactRow): Promise<void> {
   await db.run(
-    `UPDATE contacts SET first_name = ?, last_name = ?, email = ?, phone = ?,
+    `UPDATE contacts SET first_name = ?, last_name = ?, first_name_key = ?, last_name_key = ?, email = ?, phone = ?,
        external_id = ?, assigned_user_id = ?, properties = ?, account_ids = ?,
        assigned_user_ids = ?, version = ?, updated_at = ? WHERE id = ?`,
-    [row.first_name, row.last_name, row.email, row.phone, row.external_id, row.assigned_user_id, row.properties, row.account_ids, row.assigned_user_ids, row.version, row.updated_at, row.id],
+    [row.first_name, row.last_name, sortKeyOf(row.first_name), sortKeyOf(row.last_name), row.email, row.phone, row.external_id, row.assigned_user_id, row.properties, row.account_ids, row.assigned_user_ids, row.version, row.updated_at, row.id],
   );
 }
 
@@ -96,15 +101,17 @@ export function findContactByExternalId(db: Db, externalId: string): Promise<Con
   return db.get<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.external_id = ?`, [externalId]);
 }
 
-/** RelationSortKeys are the contact's sort keys each of its tag and account rows carries (migrations 0014 and 0016; triggers keep them current). */
+/** RelationSortKeys are the contact's values whose sort keys each of its tag and account rows carries (migrations 0014, 0016 and 0045, its names' keys; triggers keep them current). */
 type RelationSortKeys = Pick<ContactRow, "id" | "created_at" | "updated_at" | "first_name" | "last_name" | "email">;
 
 /** insertContactAccounts relates a contact that has no accounts yet to the given ones, in order (the row's account_ids copy is written with the row). */
 export async function insertContactAccounts(db: Db, contact: RelationSortKeys, accountIds: string[]): Promise<void> {
+  if (accountIds.length === 0) return;
+  const [firstNameKey, lastNameKey] = [sortKeyOf(contact.first_name), sortKeyOf(contact.last_name)];
   for (let position = 0; position < accountIds.length; position++) {
     await db.run(
-      "INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name, email) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-      [contact.id, accountIds[position]!, position, contact.created_at, contact.updated_at, contact.first_name, contact.last_name, contact.email],
+      "INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name_key, last_name_key, email) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+      [contact.id, accountIds[position]!, position, contact.created_at, contact.updated_at, firstNameKey, lastNameKey, contact.email],
     );
   }
 }
@@ -130,11 +137,13 @@ export async function replaceContactAssignedUsers(db: Db, contactId: string, use
 
 /** insertContactTags records the distinct tags of a contact that has none yet (the row's properties keep `tags` as given). */
 export async function insertContactTags(db: Db, contact: RelationSortKeys, tags: readonly string[]): Promise<void> {
+  if (tags.length === 0) return;
+  const [firstNameKey, lastNameKey] = [sortKeyOf(contact.first_name), sortKeyOf(contact.last_name)];
   for (const tag of tags) {
     await db.run(
-      `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email) VALUES (?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name_key, last_name_key, email) VALUES (?, ?, ?, ?, ?, ?, ?)
      ON CONFLICT (contact_id, tag) DO NOTHING`,
-      [contact.id, tag, contact.created_at, contact.updated_at, contact.first_name, contact.last_name, contact.email],
+      [contact.id, tag, contact.created_at, contact.updated_at, firstNameKey, lastNameKey, contact.email],
     );
   }
 }
@@ -897,6 +906,23 @@ async function smallerTimeRange(db: Db, times: TimeFilter[], cap: number): Promi
 const NULLABLE_SORTS = new Set<ContactSort>(["first_name", "last_name", "email"]);
 
 /**
+ * SORT_COLUMNS maps each sort to the column its indexes hold, on contacts and on the tag and
+ * account rows alike: a name sorts by its key (sortKeyOf, migration 0045), so both backends sort
+ * names in one order, every letter's case folded.
+ */
+const SORT_COLUMNS: Record<ContactSort, string> = { created_at: "created_at", updated_at: "updated_at", first_name: "first_name_key", last_name: "last_name_key", email: "email" };
+
+/**
+ * keyedPosition is a cursor's position in the order of the sort's column: a name sort's cursor
+ * carries the last contact's name (as cursors always did, those of a crm from before the keys
+ * included), which is keyed to find its place among the keys.
+ */
+function keyedPosition(sortBy: ContactSort, cursor: CursorPosition | null): CursorPosition | null {
+  if (!cursor || SORT_COLUMNS[sortBy] === sortBy || cursor.value === null) return cursor;
+  return { value: sortKeyOf(String(cursor.value)), id: cursor.id };
+}
+
+/**
  * collectsMatches tells whether a page fetched on PostgreSQL collects its matches first and sorts
  * them (collectedPageSelect), given the count read just before in the same snapshot. PostgreSQL
  * costs a walk of the sort index as if the matches were spread evenly, but a page's matches often
@@ -915,12 +941,12 @@ async function collectsMatches(db: Db, filters: ContactFilters, matches: number 
   return soleFilter(filters)?.kind === "full_name" || matches * BROAD_SHARE < (await countAllContacts(db));
 }
 
-/** CollectedPage is what collectedPageSelect builds a page from: the columns read, the filters' conditions on contacts c, the keyset's (or ""), the sort and its ORDER BY. */
+/** CollectedPage is what collectedPageSelect builds a page from: the columns read, the filters' conditions on contacts c, the keyset's (or ""), the sort's column and its ORDER BY. */
 interface CollectedPage {
   columns: string;
   where: string[];
   keyset: string;
-  sortBy: ContactSort;
+  sortColumn: string;
   orderBy: string;
 }
 
@@ -933,7 +959,7 @@ interface CollectedPage {
  * there it could lead PostgreSQL back to a range of the sort index.
  */
 function collectedPageSelect(page: CollectedPage): string {
-  const matches = `SELECT c.id, c.${page.sortBy} FROM contacts c${page.where.length ? ` WHERE ${page.where.join(" AND ")}` : ""}`;
+  const matches = `SELECT c.id, c.${page.sortColumn} FROM contacts c${page.where.length ? ` WHERE ${page.where.join(" AND ")}` : ""}`;
   const slice = `WITH matches AS MATERIALIZED (${matches}) SELECT c.id FROM matches c${page.keyset ? ` WHERE ${page.keyset}` : ""} ORDER BY ${page.orderBy} LIMIT CAST(? AS INTEGER) OFFSET ?`;
   return `SELECT ${page.columns} FROM contacts c WHERE c.id IN (${slice}) ORDER BY ${page.orderBy}`;
 }
@@ -982,20 +1008,22 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     (page.sortBy === "created_at" && ((filters.createdAfter !== undefined && ranged !== "updated_at") || filters.email !== undefined)) ||
     (page.sortBy === "updated_at" && filters.updatedAfter !== undefined && ranged !== "created_at");
   const nullable = NULLABLE_SORTS.has(page.sortBy);
+  const keyColumn = SORT_COLUMNS[page.sortBy];
+  const position = keyedPosition(page.sortBy, page.cursor);
   // A tag's or an account's rows carry the sort keys under the contacts' own column names
-  // (migrations 0014 and 0016). A window of a time range sorts its rows: SQLite must not walk the sort index instead.
-  const walkedColumn = (alias: string) => (walk.byTime ? unindexed(db.dialect, `${alias}.${page.sortBy}`) : `${alias}.${page.sortBy}`);
+  // (migrations 0014, 0016 and 0045). A window of a time range sorts its rows: SQLite must not walk the sort index instead.
+  const walkedColumn = (alias: string) => (walk.byTime ? unindexed(db.dialect, `${alias}.${keyColumn}`) : `${alias}.${keyColumn}`);
   const walked = walk.relation && walk.relation.kind !== "assigned_user"
-    ? keysetOrder(walkedColumn("t"), "t.contact_id", page.direction, page.cursor, nullable, db.dialect)
-    : keysetOrder(walkedColumn("c"), "c.id", page.direction, page.cursor, nullable, db.dialect);
-  const sortColumn = hasFilters(filters) && !sortFiltered ? unindexed(db.dialect, `c.${page.sortBy}`) : `c.${page.sortBy}`;
-  const fetched = keysetOrder(sortColumn, "c.id", page.direction, page.cursor, nullable, db.dialect);
+    ? keysetOrder(walkedColumn("t"), "t.contact_id", page.direction, position, nullable, db.dialect)
+    : keysetOrder(walkedColumn("c"), "c.id", page.direction, position, nullable, db.dialect);
+  const sortColumn = hasFilters(filters) && !sortFiltered ? unindexed(db.dialect, `c.${keyColumn}`) : `c.${keyColumn}`;
+  const fetched = keysetOrder(sortColumn, "c.id", page.direction, position, nullable, db.dialect);
   type Keyset = { after: string; params: (string | number)[] } | null;
   const collected = await collectsMatches(db, filters, page.matches);
   const fetch = async (keyset: Keyset, limit: number) => {
     const { where, params } = filterClause(db, filters, await drivingRelation(db, filters), ranged ?? (await rangedTime(db, filters, page.sortBy)));
     if (collected) {
-      const sql = collectedPageSelect({ columns, where, keyset: keyset?.after ?? "", sortBy: page.sortBy, orderBy: fetched.orderBy });
+      const sql = collectedPageSelect({ columns, where, keyset: keyset?.after ?? "", sortColumn: keyColumn, orderBy: fetched.orderBy });
       return db.all<Row>(sql, [...params, ...(keyset?.params ?? []), limit, page.offset]);
     }
     const conditions = [...(keyset?.after ? [keyset.after] : []), ...where];
@@ -1025,7 +1053,7 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
       // checked on each row. A name's window carries the sort key, which its index holds, to order its matches by.
       const needle = filters.fullName;
       const named = needle !== undefined && !byRowid ? fullNameContains(needle, "w") : null;
-      const sql = `SELECT ${contactIds}${needle !== undefined ? `, c.${page.sortBy}` : ""}${named ? ", c.full_name" : ""} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after} ` : ""}ORDER BY ${walked.orderBy}`;
+      const sql = `SELECT ${contactIds}${needle !== undefined ? `, c.${keyColumn}` : ""}${named ? ", c.full_name" : ""} FROM contacts c ${keyset?.after ? `WHERE ${keyset.after} ` : ""}ORDER BY ${walked.orderBy}`;
       const params = [...(keyset?.params ?? [])];
       // Rowids are given in order of creation: a window of the created_at order spans few of them,
       // so its needle's matches are collected within that span (nameInWindow); any other order's spans most.
@@ -1037,7 +1065,7 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
         match: byContact,
         probes: probed ? { where: [probed.condition], params: probed.params } : { where: [], params: [] },
         checks: timeConditions(db, timeFilters(filters), "c", null),
-        inOrder: probed ? keysetOrder(`w.${page.sortBy}`, "w.id", page.direction, null, nullable, db.dialect).orderBy : null,
+        inOrder: probed ? keysetOrder(`w.${keyColumn}`, "w.id", page.direction, null, nullable, db.dialect).orderBy : null,
       };
     }
     const after = keyset?.after ? ` AND ${keyset.after}` : "";
@@ -1045,10 +1073,10 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
     const timed = timeConditions(db, timeFilters(filters), alias, walk.byTime ?? sortedByTime);
     const within = timed.where.map((condition) => ` AND ${condition}`).join("");
     // A relation's window carries the sort key (its rows hold it, as its indexes do) to slice its matches in order.
-    const inOrder = keysetOrder(`w.${page.sortBy}`, "w.id", page.direction, null, nullable, db.dialect).orderBy;
+    const inOrder = keysetOrder(`w.${keyColumn}`, "w.id", page.direction, null, nullable, db.dialect).orderBy;
     if (relation.kind === "assigned_user") {
       return {
-        sql: `SELECT ${contactIds}, c.${page.sortBy} FROM contacts c WHERE c.assigned_user_id = ?${within}${after} ORDER BY ${walked.orderBy}`,
+        sql: `SELECT ${contactIds}, c.${keyColumn} FROM contacts c WHERE c.assigned_user_id = ?${within}${after} ORDER BY ${walked.orderBy}`,
         params: [relation.value, ...timed.params, ...(keyset?.params ?? [])],
         match: byContact,
         probes: relationProbes(db, { ...filters, assignedUserId: undefined }, "w"),
@@ -1066,7 +1094,7 @@ async function listContactColumns<Row extends { id: string }>(db: Db, filters: C
       probes.params.push(filters.assignedUserId);
     }
     return {
-      sql: `SELECT t.contact_id AS id, t.${page.sortBy} FROM ${table} t WHERE t.${key} = ?${within}${after} ORDER BY ${walked.orderBy}`,
+      sql: `SELECT t.contact_id AS id, t.${keyColumn} FROM ${table} t WHERE t.${key} = ?${within}${after} ORDER BY ${walked.orderBy}`,
       params: [relation.value, ...timed.params, ...(keyset?.params ?? [])],
       match: { contact: "c.id", window: "w.id" },
       probes,
@@ -1180,17 +1208,17 @@ export function normalizeStoredNamesAndTags(db: SqliteConnection): void {
   if (changes.some((change) => change.names)) db.run("INSERT INTO contacts_full_name (contacts_full_name) VALUES ('optimize')");
 }
 
-/** NFC_BATCH is how many rows each statement of normalizePostgresNamesAndTags writes: one round trip a row made 10,000 changed contacts take 35 s. */
-const NFC_BATCH = 500;
+/** BACKFILL_BATCH is how many rows each statement of normalizePostgresNamesAndTags and keyPostgresContactNames writes: one round trip a row made 10,000 changed contacts take 35 s. */
+const BACKFILL_BATCH = 500;
 
 /** valuesList is the VALUES list of `rows` rows of `width` parameters each. */
 const valuesList = (rows: number, width: number) => Array.from({ length: rows }, () => `(${Array(width).fill("?").join(", ")})`).join(", ");
 
-/** normalizePostgresNamesAndTags is normalizeStoredNamesAndTags on PostgreSQL, inside the migration's transaction, NFC_BATCH rows a statement. */
+/** normalizePostgresNamesAndTags is normalizeStoredNamesAndTags on PostgreSQL, inside the migration's transaction, BACKFILL_BATCH rows a statement. */
 export async function normalizePostgresNamesAndTags(db: Db): Promise<void> {
   const changes = nfcChanges(await db.all<StoredNamesRow>(SELECT_STORED_NAMES("postgres")));
-  for (let at = 0; at < changes.length; at += NFC_BATCH) {
-    const batch = changes.slice(at, at + NFC_BATCH);
+  for (let at = 0; at < changes.length; at += BACKFILL_BATCH) {
+    const batch = changes.slice(at, at + BACKFILL_BATCH);
     const named = batch.filter((change) => change.names);
     if (named.length > 0) {
       await db.run(
@@ -1214,6 +1242,34 @@ export async function normalizePostgresNamesAndTags(db: Db): Promise<void> {
        SELECT c.id, v.tag, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM (VALUES ${valuesList(renamed.length, 2)}) AS v (id, tag) JOIN contacts c ON c.id = v.id
        ON CONFLICT (contact_id, tag) DO NOTHING`,
       renamed.flatMap((r) => [r.id, r.to]),
+    );
+  }
+}
+
+type NamesRow = Pick<ContactRow, "id" | "first_name" | "last_name">;
+
+/** SELECT_NAMED selects the contacts with a name, whose keys the backfill of migration 0045 writes (a contact without one keeps none). */
+const SELECT_NAMED = "SELECT id, first_name, last_name FROM contacts WHERE first_name IS NOT NULL OR last_name IS NOT NULL";
+
+/**
+ * keyContactNames gives every contact with a name the keys its names sort by (the backfill of
+ * migration 0045), which the triggers copy to its tag and account rows. No version, updated_at or
+ * event changes: the contact's own values are as they were.
+ */
+// sqlite-only: migrations run synchronously on the writer connection.
+export function keyContactNames(db: SqliteConnection): void {
+  const update = db.query("UPDATE contacts SET first_name_key = ?, last_name_key = ? WHERE id = ?");
+  for (const row of db.query<NamesRow, []>(SELECT_NAMED).all()) update.run(sortKeyOf(row.first_name), sortKeyOf(row.last_name), row.id);
+}
+
+/** keyPostgresContactNames is keyContactNames on PostgreSQL, inside the migration's transaction, BACKFILL_BATCH rows a statement. */
+export async function keyPostgresContactNames(db: Db): Promise<void> {
+  const rows = await db.all<NamesRow>(SELECT_NAMED);
+  for (let at = 0; at < rows.length; at += BACKFILL_BATCH) {
+    const batch = rows.slice(at, at + BACKFILL_BATCH);
+    await db.run(
+      `UPDATE contacts c SET first_name_key = v.first_name_key, last_name_key = v.last_name_key FROM (VALUES ${valuesList(batch.length, 3)}) AS v (id, first_name_key, last_name_key) WHERE c.id = v.id`,
+      batch.flatMap((row) => [row.id, sortKeyOf(row.first_name), sortKeyOf(row.last_name)]),
     );
   }
 }

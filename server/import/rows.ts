@@ -1,5 +1,5 @@
 import { closeSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
-import { accountNameKey } from "../accounts/store.ts";
+import { nameKey } from "../shared/text.ts";
 import { storedText } from "../contacts/model.ts";
 import { asciiDomain } from "../shared/domains.ts";
 import { ConfigError } from "../config.ts";
@@ -397,7 +397,7 @@ export function toImportRow(source: SourceRow, map: ColumnMap): ImportRow {
 
 /** accountKey is how the importer groups rows by account: the domain when there is one, else the name as the API compares it. */
 export function accountKey(account: { name: string; domain?: string }): string {
-  return account.domain ? `domain:${account.domain}` : `name:${accountNameKey(account.name)}`;
+  return account.domain ? `domain:${account.domain}` : `name:${nameKey(account.name)}`;
 }
 
 /** columnOf names the column that feeds a field of the item, for error messages (`/email` -> "E-mail"). */

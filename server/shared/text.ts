@@ -19,3 +19,16 @@ export function printable(text: string): string {
 export function withoutNul(text: string): string {
   return text.replaceAll("\u0000", "\uFFFD");
 }
+
+/**
+ * nameKey is the form of a name that lookups and sorts compare, the same on both backends (an
+ * account's name_key; accountNameKey until it was shared): NFC, case folded in full in every script. Lowercased, upper-cased and lowercased
+ * again, it folds what lowercasing alone keeps apart: ß, ẞ and SS (ẞ lowercases to ß, which
+ * uppercases to SS), the ligature ﬀ and FF, final and medial sigma. NFC again at the end: a letter
+ * that uppercases to several (ΐ to Ϊ́) comes back decomposed. The key cannot know a name's
+ * language, so Turkish İ, I, ı and i are one letter: İ lowercases to i with a combining dot,
+ * dropped, and ı uppercases to I (ISTANBUL finds İstanbul).
+ */
+export function nameKey(name: string): string {
+  return name.normalize("NFC").toLowerCase().toUpperCase().toLowerCase().replaceAll("i\u0307", "i").normalize("NFC");
+}

@@ -22,8 +22,8 @@ async function contact(body: Record<string, unknown>) {
   return res.body.data;
 }
 
-const SORT_KEYS = "created_at, updated_at, first_name, last_name, email";
-type SortKeys = { created_at: number; updated_at: number; first_name: string | null; last_name: string | null; email: string | null };
+const SORT_KEYS = "created_at, updated_at, first_name_key, last_name_key, email";
+type SortKeys = { created_at: number; updated_at: number; first_name_key: string | null; last_name_key: string | null; email: string | null };
 
 /** relationCopiesAgree checks each contact row's account ids and tags against the relation tables, and that its tag and account rows carry its sort keys. */
 async function relationCopiesAgree() {
@@ -32,7 +32,7 @@ async function relationCopiesAgree() {
     const accountRows = await h.rt.db.all<{ account_id: string } & SortKeys>(`SELECT account_id, ${SORT_KEYS} FROM contact_accounts WHERE contact_id = ? ORDER BY position`, [row.id]);
     const tagRows = await h.rt.db.all<{ tag: string } & SortKeys>(`SELECT tag, ${SORT_KEYS} FROM contact_tags WHERE contact_id = ? ORDER BY tag`, [row.id]);
     const ownTags = [...new Set((JSON.parse(row.properties).tags ?? []) as string[])].sort();
-    const keys: SortKeys = { created_at: row.created_at, updated_at: row.updated_at, first_name: row.first_name, last_name: row.last_name, email: row.email };
+    const keys: SortKeys = { created_at: row.created_at, updated_at: row.updated_at, first_name_key: row.first_name_key, last_name_key: row.last_name_key, email: row.email };
     const ownAccounts = (JSON.parse(row.account_ids) as string[]).map((account_id) => ({ account_id, ...keys }));
     expect({ id: row.id, accounts: ownAccounts, tags: ownTags.map((tag) => ({ tag, ...keys })) }).toEqual({ id: row.id, accounts: accountRows, tags: tagRows });
   }

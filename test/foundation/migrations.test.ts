@@ -14,6 +14,7 @@ import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration
 import { createLogger } from "../../server/shared/log.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, joinedNameWarnings, oldNameKey, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
+import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 
 const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations");
@@ -184,6 +185,17 @@ describe("migrations: data", () => {
     expect(await readAfterNfc(app, token)).toEqual(READ_AFTER_NFC);
   });
 
+  test("0045 keys the names of the contacts stored before it, on their tag and account rows too, with no new version or event: the name sorts read them in the order PostgreSQL reads them", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0045_contact_name_sort_keys.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    await storeContactsBeforeKeys(db);
+    expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(await keyedRows(db)).toEqual(KEYED_ROWS);
+    const { token } = await createApiToken(db, "t");
+    const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "error" }, log: createLogger("error") }));
+    expect(await readAfterKeys(app, token)).toEqual(READ_AFTER_KEYS);
+  });
+
   test("0009 stores each header set of the recorded attempts once, keeps each attempt's signature and cuts bodies to 4 KiB; the history reads as before", async () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0009_delivery_history_bounds.sql");
     migrate(db.sqlite, MIGRATIONS.slice(0, version));
@@ -311,16 +323,17 @@ describe("migrations: data, sync api", () => {
             ('con_a', 'Ada', 'Lovelace', 'ada@crm.test', '{"tags":["vip","lead"]}', 1, 2), ('con_b', NULL, NULL, NULL, '{"tags":["vip"]}', 3, 4)`);
     db.sqlite.run("INSERT INTO contact_tags (contact_id, tag) VALUES ('con_a', 'vip'), ('con_a', 'lead'), ('con_b', 'vip')");
     expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
-    const tagRows = () => db.sqlite.query("SELECT contact_id, tag, created_at, updated_at, first_name, last_name, email FROM contact_tags ORDER BY contact_id, tag").all();
-    const ada = { contact_id: "con_a", created_at: 1, updated_at: 2, first_name: "Ada", last_name: "Lovelace", email: "ada@crm.test" };
-    const nameless = { contact_id: "con_b", tag: "vip", created_at: 3, updated_at: 4, first_name: null, last_name: null, email: null };
+    // the names' sort keys since 0045
+    const tagRows = () => db.sqlite.query("SELECT contact_id, tag, created_at, updated_at, first_name_key, last_name_key, email FROM contact_tags ORDER BY contact_id, tag").all();
+    const ada = { contact_id: "con_a", created_at: 1, updated_at: 2, first_name_key: "ada", last_name_key: "lovelace", email: "ada@crm.test" };
+    const nameless = { contact_id: "con_b", tag: "vip", created_at: 3, updated_at: 4, first_name_key: null, last_name_key: null, email: null };
     expect(tagRows()).toEqual([{ ...ada, tag: "lead" }, { ...ada, tag: "vip" }, nameless]);
     const indexes = db.sqlite.query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'contact_tags' AND sql IS NOT NULL ORDER BY name").all().map((r: { name: string }) => r.name);
     expect(indexes).toEqual(["contact_tags_created", "contact_tags_email", "contact_tags_first_name", "contact_tags_last_name", "contact_tags_updated"]);
-    // a change of case alone is a change: the tag rows hold the contact's spelling
-    db.sqlite.run("UPDATE contacts SET updated_at = 9, first_name = 'ADA', email = 'ada@new.test' WHERE id = 'con_a'");
+    // a key changed with its name (the service writes both) is copied
+    db.sqlite.run("UPDATE contacts SET updated_at = 9, first_name = 'ÁDA', first_name_key = 'áda', email = 'ada@new.test' WHERE id = 'con_a'");
     db.sqlite.run("UPDATE contacts SET updated_at = 10 WHERE id = 'con_b'");
-    const changed = { ...ada, updated_at: 9, first_name: "ADA", email: "ada@new.test" };
+    const changed = { ...ada, updated_at: 9, first_name_key: "áda", email: "ada@new.test" };
     expect(tagRows()).toEqual([{ ...changed, tag: "lead" }, { ...changed, tag: "vip" }, { ...nameless, updated_at: 10 }]);
     db.sqlite.run("DELETE FROM contacts WHERE id = 'con_b'");
     db.sqlite.run("INSERT INTO contact_tags (contact_id, tag, created_at, updated_at) VALUES ('con_a', 'new', 1, 9)");

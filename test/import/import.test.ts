@@ -225,6 +225,32 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     expect(await server.db.all("SELECT first_name, last_name FROM contacts WHERE email = ?", ["nfd@example.com"])).toEqual([{ first_name: "é".repeat(150), last_name: "한".repeat(70) }]);
   }, 60_000);
 
+  test("imported names are keyed for the name sorts, on the tag and account rows too: Strauß beside STRAUSS, Émile beside émile, ties by id, on either backend", async () => {
+    const rows = ["a@example.com,émile,STRAUSS", "b@example.com,Zoe,Émile", "c@example.com,Émile,Strauß", "d@example.com,emile,ilker", "e@example.com,,İlker"];
+    const res = await importText("names.csv", `Email,First name,Last name,Company,Tags\n${rows.map((row) => `${row},Acme,imported`).join("\n")}\n`);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 5 rows: created 5, updated 0, unchanged 0, invalid 0\n"]);
+    const token = readFileSync(server.tokenFile, "utf8").trim();
+    const byEmail = new Map((await server.db.all<{ id: string; email: string }>("SELECT id, email FROM contacts")).map((row) => [row.id, row.email]));
+    const account = (await server.db.get<{ id: string }>("SELECT id FROM accounts"))!.id;
+    const sorted = async (query: string) => {
+      const res = await fetch(`${server.url}/public/v1/contacts?sort_direction=asc&${query}`, { headers: { authorization: `Bearer ${token}` } });
+      return ((await res.json()) as { data: { id: string }[] }).data.map((contact) => byEmail.get(contact.id));
+    };
+    // ties (one key) by id: the rows were created in the file's order
+    const byFirst = ["e@example.com", "d@example.com", "b@example.com", "a@example.com", "c@example.com"];
+    const byLast = ["d@example.com", "e@example.com", "a@example.com", "c@example.com", "b@example.com"];
+    const read: Record<string, unknown> = {};
+    for (const filter of ["", "&tag=imported", `&account_id=${account}`]) {
+      read[`first${filter}`] = await sorted(`sort_by=first_name${filter}`);
+      read[`last${filter}`] = await sorted(`sort_by=last_name${filter}`);
+    }
+    expect(read).toEqual({
+      first: byFirst, last: byLast,
+      "first&tag=imported": byFirst, "last&tag=imported": byLast,
+      [`first&account_id=${account}`]: byFirst, [`last&account_id=${account}`]: byLast,
+    });
+  }, 60_000);
+
   test("a company spelled in its capitals (GROSSHANDEL SÜD GMBH) is the account of its usual spelling (Großhandel Süd GmbH): one account", async () => {
     const res = await importText("capitals.csv", "Email,Company\na@example.com,Großhandel Süd GmbH\nb@example.com,GROSSHANDEL SÜD GMBH\n");
     expect([res.code, res.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n"]);

@@ -32,9 +32,11 @@ beforeAll(async () => {
             ${START} + i * 1000, ${START} + i * 1000 + CASE WHEN i % 4 = 0 THEN ((i * 7907) % 20011) * 1000 ELSE 0 END
      FROM generate_series(1, ${CONTACTS}) i`,
   );
+  // ASCII names: their keys (nameKey) are their lowercase
+  await db.run("UPDATE contacts SET first_name_key = lower(first_name::text), last_name_key = lower(last_name::text)");
   await db.run(
-    `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
-     SELECT c.id, t.tag, c.created_at, c.updated_at, c.first_name, c.last_name, c.email FROM contacts c, unnest(ARRAY['half', 'old']) t(tag)
+    `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name_key, last_name_key, email)
+     SELECT c.id, t.tag, c.created_at, c.updated_at, c.first_name_key, c.last_name_key, c.email FROM contacts c, unnest(ARRAY['half', 'old']) t(tag)
      WHERE (t.tag = 'half' AND c.updated_at = c.created_at AND c.created_at % 2000 = 0) OR (t.tag = 'old' AND c.created_at < ${START + (CONTACTS / 20) * 1000})`,
   );
   await db.run("VACUUM ANALYZE");

@@ -79,7 +79,7 @@ beforeAll(async () => {
     await waitFor(() => attempts.get()!.n > 0, "the failed attempt to be recorded");
     const marked = markedColumns(sqlite);
     expect(marked.toSorted()).toEqual([
-      "contact_filter_counts.value", "contact_tags.first_name", "contact_tags.tag", "contacts.first_name", "contacts.properties",
+      "contact_filter_counts.value", "contact_tags.tag", "contacts.first_name", "contacts.properties",
       "events.payload", "idempotency_keys.response_body", "webhook_delivery_attempts.response_body", "webhook_subscriptions.description",
     ]);
     const asCopied = (table: string, row: Record<string, unknown>) => withFffd(table, table === "webhook_deliveries" ? { ...row, next_attempt_at: LATEST } : row);

@@ -16,6 +16,7 @@ import { tempDir } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, joinedNameWarnings, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
+import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
@@ -150,10 +151,11 @@ describe("postgres migrations: databases of 0001 as first released", () => {
         INSERT INTO contact_tags (contact_id, tag) VALUES ('c1', 'vip');`),
     );
     expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version > 1).map((m) => m.name));
-    const tags = "SELECT contact_id, tag, created_at, updated_at, first_name, last_name, email FROM contact_tags";
-    expect(await old.all(tags)).toEqual([{ contact_id: "c1", tag: "vip", created_at: 5, updated_at: 6, first_name: "Ada", last_name: null, email: "ada@example.com" }]);
-    await old.run("UPDATE contacts SET updated_at = 7, last_name = 'King' WHERE id = 'c1'");
-    expect(await old.all(tags)).toEqual([{ contact_id: "c1", tag: "vip", created_at: 5, updated_at: 7, first_name: "Ada", last_name: "King", email: "ada@example.com" }]);
+    // the names' copies are their keys since 0045
+    const tags = "SELECT contact_id, tag, created_at, updated_at, first_name_key, last_name_key, email FROM contact_tags";
+    expect(await old.all(tags)).toEqual([{ contact_id: "c1", tag: "vip", created_at: 5, updated_at: 6, first_name_key: "ada", last_name_key: null, email: "ada@example.com" }]);
+    await old.run("UPDATE contacts SET updated_at = 7, last_name = 'King', last_name_key = 'king' WHERE id = 'c1'");
+    expect(await old.all(tags)).toEqual([{ contact_id: "c1", tag: "vip", created_at: 5, updated_at: 7, first_name_key: "ada", last_name_key: "king", email: "ada@example.com" }]);
     for (const table of ["contact_tags", "contact_accounts", "contacts"]) {
       expect(await postgresColumns(old, table)).toEqual(await postgresColumns(db, table));
       expect(await postgresIndexes(old, table)).toEqual(await postgresIndexes(db, table));
@@ -273,6 +275,25 @@ describe("postgres migrations: data, names and tags in NFC", () => {
   });
 });
 
+describe("postgres migrations: data, name sort keys", () => {
+  test("0045 keys the names of the contacts stored before it, on their tag and account rows too, with no new version or event: the name sorts read them in the order SQLite reads them", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 45));
+    await storeContactsBeforeKeys(old);
+    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 45).map((m) => m.name));
+    expect(await keyedRows(old)).toEqual(KEYED_ROWS);
+    const { token } = await createApiToken(old, "t");
+    const dataDir = tempDir("keys");
+    try {
+      const config = { ...DEFAULT_CONFIG, dataDir, databaseUrl: opened.at(-1)!.server.url, secretsKeyFile: writeSecretsKeyFile(join(dataDir, "secrets.key")), logLevel: "error" as const };
+      const app = createApp(await createRuntime({ db: old, config, log: createLogger("error") }));
+      expect(await readAfterKeys(app, token)).toEqual(READ_AFTER_KEYS);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("postgres migrations: data, sign-in throttle", () => {
   test("0028 forgets the sign-in failures and turns kept by email, and keeps an address's", async () => {
     const old = await freshPostgres();
@@ -361,7 +382,9 @@ describe("postgres migrations: data, sort keys in byte order", () => {
     const byFirstName = "SELECT id FROM contacts ORDER BY first_name, id";
     expect((await old.all<{ id: string }>(byFirstName)).map((r) => r.id)).toEqual(["c3", "c4", "c1", "c2"]);
 
-    expect(await migratePostgres(old)).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 35).map((m) => m.name));
+    // Up to the schema 0035 left: 0045 replaced the tag and account rows' names by their keys.
+    const before45 = POSTGRES_MIGRATIONS.filter((m) => m.version < 45);
+    expect(await migratePostgres(old, before45)).toEqual(before45.filter((m) => m.version >= 35).map((m) => m.name));
     const collated = await old.all(
       `SELECT table_name, column_name, collation_name FROM information_schema.columns WHERE table_schema = current_schema()
        AND column_name IN ('first_name', 'last_name', 'email', 'name_key', 'domain', 'full_name') AND table_name IN ('contacts', 'contact_tags', 'contact_accounts', 'accounts') ORDER BY 1, 2`,
@@ -601,31 +624,31 @@ describe("postgres migrations: triggers and search behave as on SQLite", () => {
     });
   });
 
-  test("a contact's tag and account rows follow its sort keys alike, a change of case included", async () => {
+  test("a contact's tag and account rows follow its sort keys alike, its names' keys included", async () => {
     const run = (sql: string, params: SqlValue[] = []) => onBoth(sqlite, db, sql, params);
-    await run("INSERT INTO contacts (id, first_name, last_name, email, created_at, updated_at) VALUES ('k1', 'ada', 'Byron', 'ada@example.com', 5, 5), ('k2', 'Bob', NULL, NULL, 6, 6)");
+    await run("INSERT INTO contacts (id, first_name, last_name, first_name_key, last_name_key, email, created_at, updated_at) VALUES ('k1', 'ada', 'Byron', 'ada', 'byron', 'ada@example.com', 5, 5), ('k2', 'Bob', NULL, 'bob', NULL, NULL, 6, 6)");
     await run(
-      `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name, email)
-       SELECT id, tag, created_at, updated_at, first_name, last_name, email FROM contacts, (SELECT 'sorted' AS tag UNION ALL SELECT 'other') t WHERE id IN ('k1', 'k2')`,
+      `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name_key, last_name_key, email)
+       SELECT id, tag, created_at, updated_at, first_name_key, last_name_key, email FROM contacts, (SELECT 'sorted' AS tag UNION ALL SELECT 'other') t WHERE id IN ('k1', 'k2')`,
     );
     await run(
-      `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name, email)
-       SELECT id, 'a1', 0, created_at, updated_at, first_name, last_name, email FROM contacts WHERE id IN ('k1', 'k2')`,
+      `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name_key, last_name_key, email)
+       SELECT id, 'a1', 0, created_at, updated_at, first_name_key, last_name_key, email FROM contacts WHERE id IN ('k1', 'k2')`,
     );
-    await run("UPDATE contacts SET first_name = ?, updated_at = ? WHERE id = ?", ["Ada", 7, "k1"]);
-    await run("UPDATE contacts SET last_name = ?, email = ? WHERE id = ?", ["King", "ada@king.example", "k1"]);
+    await run("UPDATE contacts SET first_name = ?, first_name_key = ?, updated_at = ? WHERE id = ?", ["Ádá", "ádá", 7, "k1"]);
+    await run("UPDATE contacts SET last_name = ?, last_name_key = ?, email = ? WHERE id = ?", ["King", "king", "ada@king.example", "k1"]);
     await run("UPDATE contacts SET email = ?, updated_at = ? WHERE id = ?", ["bob@example.com", 8, "k2"]);
     await run("UPDATE contacts SET phone = ? WHERE id = ?", ["+1 555 0100", "k2"]);
-    const tags = "SELECT contact_id, tag, created_at, updated_at, first_name, last_name, email FROM contact_tags WHERE contact_id IN ('k1', 'k2') ORDER BY contact_id, tag";
+    const tags = "SELECT contact_id, tag, created_at, updated_at, first_name_key, last_name_key, email FROM contact_tags WHERE contact_id IN ('k1', 'k2') ORDER BY contact_id, tag";
     const expected = [
-      { contact_id: "k1", tag: "other", created_at: 5, updated_at: 7, first_name: "Ada", last_name: "King", email: "ada@king.example" },
-      { contact_id: "k1", tag: "sorted", created_at: 5, updated_at: 7, first_name: "Ada", last_name: "King", email: "ada@king.example" },
-      { contact_id: "k2", tag: "other", created_at: 6, updated_at: 8, first_name: "Bob", last_name: null, email: "bob@example.com" },
-      { contact_id: "k2", tag: "sorted", created_at: 6, updated_at: 8, first_name: "Bob", last_name: null, email: "bob@example.com" },
+      { contact_id: "k1", tag: "other", created_at: 5, updated_at: 7, first_name_key: "ádá", last_name_key: "king", email: "ada@king.example" },
+      { contact_id: "k1", tag: "sorted", created_at: 5, updated_at: 7, first_name_key: "ádá", last_name_key: "king", email: "ada@king.example" },
+      { contact_id: "k2", tag: "other", created_at: 6, updated_at: 8, first_name_key: "bob", last_name_key: null, email: "bob@example.com" },
+      { contact_id: "k2", tag: "sorted", created_at: 6, updated_at: 8, first_name_key: "bob", last_name_key: null, email: "bob@example.com" },
     ];
     expect(sqlite.query(tags).all()).toEqual(expected);
     expect(await db.all(tags)).toEqual(expected);
-    const accounts = "SELECT contact_id, account_id, created_at, updated_at, first_name, last_name, email FROM contact_accounts WHERE contact_id IN ('k1', 'k2') ORDER BY contact_id";
+    const accounts = "SELECT contact_id, account_id, created_at, updated_at, first_name_key, last_name_key, email FROM contact_accounts WHERE contact_id IN ('k1', 'k2') ORDER BY contact_id";
     const linked = expected.filter((row) => row.tag === "other").map(({ tag, ...keys }) => ({ ...keys, account_id: "a1" }));
     expect(sqlite.query(accounts).all()).toEqual(linked);
     expect(await db.all(accounts)).toEqual(linked);

@@ -23,19 +23,19 @@ beforeAll(async () => {
   await migratePostgres(db);
   await db.run("INSERT INTO users (id, name, email, created_at, updated_at) VALUES (?, 'Planner', 'planner@example.com', 1, 1)", [USER]);
   await db.run(
-    `INSERT INTO contacts (id, first_name, last_name, assigned_user_id, properties, account_ids, assigned_user_ids, version, created_at, updated_at)
-     SELECT 'con_' || lpad(i::text, 26, '0'), 'First' || i, 'Last' || (i % 97), CASE WHEN i % 2 = 1 THEN ? END, '{}', '[]', '[]', 1, i, i FROM generate_series(1, 3000) i`,
+    `INSERT INTO contacts (id, first_name, last_name, first_name_key, last_name_key, assigned_user_id, properties, account_ids, assigned_user_ids, version, created_at, updated_at)
+     SELECT 'con_' || lpad(i::text, 26, '0'), 'First' || i, 'Last' || (i % 97), 'first' || i, 'last' || (i % 97), CASE WHEN i % 2 = 1 THEN ? END, '{}', '[]', '[]', 1, i, i FROM generate_series(1, 3000) i`,
     [USER],
   );
   await db.run("INSERT INTO accounts (id, name, created_at, updated_at) VALUES (?, 'Acme', 1, 1)", [ACCOUNT]);
   await db.run(
-    `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name, last_name)
-     SELECT id, tag, created_at, updated_at, first_name, last_name FROM contacts, unnest(ARRAY['common', 'rare']) tag
+    `INSERT INTO contact_tags (contact_id, tag, created_at, updated_at, first_name_key, last_name_key)
+     SELECT id, tag, created_at, updated_at, first_name_key, last_name_key FROM contacts, unnest(ARRAY['common', 'rare']) tag
      WHERE (tag = 'common' AND created_at % 2 = 0) OR (tag = 'rare' AND created_at % 100 = 0)`,
   );
   await db.run(
-    `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name, last_name)
-     SELECT id, ?, 0, created_at, updated_at, first_name, last_name FROM contacts WHERE created_at % 3 = 0`,
+    `INSERT INTO contact_accounts (contact_id, account_id, position, created_at, updated_at, first_name_key, last_name_key)
+     SELECT id, ?, 0, created_at, updated_at, first_name_key, last_name_key FROM contacts WHERE created_at % 3 = 0`,
     [ACCOUNT],
   );
   await db.run("ANALYZE");

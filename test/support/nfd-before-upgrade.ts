@@ -44,13 +44,13 @@ export const NFC_CONTACT = {
   updated_at: new Date(2000).toISOString(),
 };
 
-/** nfcRows reads the rows 0040 rewrites besides the contact's: its tag rows and account link with their name copies, and the tag counts. */
+/** nfcRows reads the rows 0040 rewrites besides the contact's: its tag rows and account link with their names' sort keys (their copies of the names, keyed by 0045), and the tag counts. */
 export async function nfcRows(db: Database): Promise<unknown> {
   // Sorted here, in code point order: a PostgreSQL database's collation may sort otherwise.
   const sorted = (rows: Record<string, unknown>[]) => rows.map((row) => JSON.stringify(row)).sort().map((row) => JSON.parse(row));
   return {
-    tags: sorted(await db.all("SELECT contact_id, tag, first_name, last_name FROM contact_tags")),
-    accounts: await db.all("SELECT contact_id, first_name, last_name FROM contact_accounts"),
+    tags: sorted(await db.all("SELECT contact_id, tag, first_name_key, last_name_key FROM contact_tags")),
+    accounts: await db.all("SELECT contact_id, first_name_key, last_name_key FROM contact_accounts"),
     counts: sorted(await db.all("SELECT value, n FROM contact_filter_counts WHERE filter = 'tag'")),
     events: await db.all("SELECT type FROM events"),
   };
@@ -59,12 +59,12 @@ export async function nfcRows(db: Database): Promise<unknown> {
 /** NFC_ROWS are those rows after 0040. */
 export const NFC_ROWS = {
   tags: [
-    { contact_id: "con_nfc", tag: "café", first_name: "Ada", last_name: null },
-    { contact_id: "con_nfd", tag: "Zürich", first_name: "José", last_name: "Núñez" },
-    { contact_id: "con_nfd", tag: "café", first_name: "José", last_name: "Núñez" },
-    { contact_id: "con_nfd", tag: "x", first_name: "José", last_name: "Núñez" },
+    { contact_id: "con_nfc", tag: "café", first_name_key: "ada", last_name_key: null },
+    { contact_id: "con_nfd", tag: "Zürich", first_name_key: "josé", last_name_key: "núñez" },
+    { contact_id: "con_nfd", tag: "café", first_name_key: "josé", last_name_key: "núñez" },
+    { contact_id: "con_nfd", tag: "x", first_name_key: "josé", last_name_key: "núñez" },
   ],
-  accounts: [{ contact_id: "con_nfd", first_name: "José", last_name: "Núñez" }],
+  accounts: [{ contact_id: "con_nfd", first_name_key: "josé", last_name_key: "núñez" }],
   counts: [
     { n: 1, value: "Zürich" },
     { n: 2, value: "café" },
