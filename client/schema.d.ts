@@ -125,6 +125,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/public/v1/contacts/deleted/{id}/erase": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Erase a deleted contact's earlier events
+         * @description For an erasure request: replaces the payload of every contact.created and contact.updated event of a deleted contact with a marker holding only its type and ids (the delivery detail then shows payload null and payload_erased_at), ends their pending deliveries as failed (a paused subscription's included: none is ever sent), and drops what receivers answered to their deliveries (bodies and headers). A retry of such a delivery is then 409 event-erased, and a recovery skips it. contact.deleted, holding only id, version and deleted_at, stays. 404 for an id the service knows nothing of, 409 record-not-deleted for a contact that exists. Sent again it erases nothing more and answers zeros. It erases 1,000 events a write: refused between writes (503), what was erased stays erased, and sent again it finishes.
+         */
+        post: operations["eraseDeletedContact"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/public/v1/contacts/{id}": {
         parameters: {
             query?: never;
@@ -291,6 +311,26 @@ export interface paths {
         get: operations["listDeletedAccounts"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/public/v1/accounts/deleted/{id}/erase": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Erase a deleted account's earlier events
+         * @description For an erasure request: replaces the payload of every account.created and account.updated event of a deleted account with a marker holding only its type and ids (the delivery detail then shows payload null and payload_erased_at), ends their pending deliveries as failed (a paused subscription's included: none is ever sent), and drops what receivers answered to their deliveries (bodies and headers). A retry of such a delivery is then 409 event-erased, and a recovery skips it. account.deleted, holding only id, version and deleted_at, stays. 404 for an id the service knows nothing of, 409 record-not-deleted for a account that exists. Sent again it erases nothing more and answers zeros. It erases 1,000 events a write: refused between writes (503), what was erased stays erased, and sent again it finishes.
+         */
+        post: operations["eraseDeletedAccount"];
         delete?: never;
         options?: never;
         head?: never;
@@ -854,7 +894,7 @@ export interface components {
         /** @description RFC 9457 problem details (application/problem+json) */
         Problem: {
             /** @description URN naming the error kind; README's Problem types table says what each means and what to do. New types may be added: handle one you do not know by its status. */
-            type: ("urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:secret-rotation-required" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:replay-resource-deleted" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:storage-read-only" | "urn:crm:problem:storage-failed" | "urn:crm:problem:database-replaced" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-busy" | "urn:crm:problem:database-newer" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready") | string;
+            type: ("urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:secret-rotation-required" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:event-erased" | "urn:crm:problem:record-not-deleted" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:replay-resource-deleted" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:storage-read-only" | "urn:crm:problem:storage-failed" | "urn:crm:problem:database-replaced" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-busy" | "urn:crm:problem:database-newer" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready") | string;
             title: string;
             status: number;
             detail: string;
@@ -1175,8 +1215,13 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
-            /** @description The JSON body sent: {type, event_id, timestamp, data}. */
+            /** @description The JSON body sent: {type, event_id, timestamp, data}. null once erased (payload_erased_at): the record was deleted and its earlier events erased (POST /contacts/deleted/{id}/erase, /accounts/deleted/{id}/erase). */
             payload: unknown;
+            /**
+             * Format: date-time
+             * @description When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it). null while the payload is kept.
+             */
+            payload_erased_at: string | null;
             /** @description Every attempt, oldest first. */
             attempt_history: components["schemas"]["Attempt"][];
         };
@@ -1983,6 +2028,146 @@ export interface operations {
             408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
+            414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
+        };
+    };
+    eraseDeletedContact: {
+        parameters: {
+            query?: never;
+            header?: {
+                "idempotency-key"?: string;
+                /** @description A deleted contact has no version to match: any entity tag answers 412 and changes nothing; * lets the write through. */
+                "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            /** @example con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            /** @description Its created and updated events whose payload this request erased (0 when an earlier erasure did it all). */
+                            events_erased: number;
+                            /** @description Pending deliveries of those events this request ended as failed, never to be sent (a paused subscription's, one waiting for a retry). */
+                            deliveries_failed: number;
+                        };
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            400: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            408: components["responses"]["BodyTimeout"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            409: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
@@ -3405,6 +3590,146 @@ export interface operations {
             408: components["responses"]["BodyTimeout"];
             /** @description RFC 9457 problem details (application/problem+json) */
             410: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
+            414: components["responses"]["QueryTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            422: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServerBusy"];
+            default: components["responses"]["UnexpectedError"];
+        };
+    };
+    eraseDeletedAccount: {
+        parameters: {
+            query?: never;
+            header?: {
+                "idempotency-key"?: string;
+                /** @description A deleted account has no version to match: any entity tag answers 412 and changes nothing; * lets the write through. */
+                "if-match"?: string;
+                /** @description * answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through. */
+                "if-none-match"?: string;
+                /** @description Your id for this request, answered in X-Request-Id and logged with it: 1 to 100 of A-Z a-z 0-9 . _ : -. One shaped like a secret (crm_..., whsec_..., 43 base64url characters) or equal to the metrics token is replaced by a new req_... id. */
+                "x-request-id"?: components["parameters"]["RequestId"];
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Response for status 200 */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    /** @description "true" on the first answer replayed for a repeated Idempotency-Key; absent otherwise. */
+                    "Idempotent-Replayed"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            /** @example con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
+                            id: string;
+                            /** @description Its created and updated events whose payload this request erased (0 when an earlier erasure did it all). */
+                            events_erased: number;
+                            /** @description Pending deliveries of those events this request ended as failed, never to be sent (a paused subscription's, one waiting for a retry). */
+                            deliveries_failed: number;
+                        };
+                    };
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            400: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            401: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    /** @description Bearer realm="crm": the request needs an API token. */
+                    "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            403: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            404: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            408: components["responses"]["BodyTimeout"];
+            /** @description RFC 9457 problem details (application/problem+json) */
+            409: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    /** @description Seconds to wait before sending the request again, when its Idempotency-Key is still in use. */
+                    "Retry-After"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) */
+            412: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];

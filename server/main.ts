@@ -14,6 +14,7 @@ import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
+import { eraseDeletedRecord, type ErasableResource } from "./tombstones/service.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
 import { readPasswordInput } from "./operators/password-input.ts";
@@ -46,6 +47,9 @@ Commands:
   user list                          list users: id, email, name, created
   user delete ID                     delete a user; its contacts lose the assignment (each
                                      sends contact.updated); on SQLite, not while serve runs
+  contact erase ID, account erase ID
+                                     erase what a deleted contact's (account's) earlier events
+                                     hold of it; their pending deliveries end unsent
   operator create --email E --password-stdin
                                      add a console operator; the password is the first line of
                                      stdin (at a terminal: asked for, not shown)
@@ -439,6 +443,25 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   return EXIT.done;
 }
 
+/**
+ * eraseCommand runs `contact erase ID` and `account erase ID`: the API's erasure of a deleted
+ * record's earlier events (eraseDeletedRecord). It queues nothing for the delivery loop, so unlike
+ * `user delete` it works beside a running serve on SQLite too.
+ */
+async function eraseCommand(resource: ErasableResource, args: string[]): Promise<number> {
+  if (args.shift() !== "erase") throw new ConfigError(`usage: ${resource} erase ID`);
+  const id = args.shift();
+  if (!id || id.startsWith("-")) throw new ConfigError(`${resource} erase needs the id of a deleted ${resource} (see GET /public/v1/${resource}s/deleted)`);
+  const db = await openConfiguredDatabase(loadCommandConfig(args));
+  try {
+    const { data } = (await eraseDeletedRecord(db, resource, id, BATCH_ROWS, null)).body;
+    printOut(`erased the payloads of ${plural(data.events_erased, "earlier event", "earlier events")} of ${resource} ${id}; ${plural(data.deliveries_failed, "pending delivery", "pending deliveries")} of them failed unsent\n`);
+  } finally {
+    await db.close();
+  }
+  return EXIT.done;
+}
+
 const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH]';
 
 /**
@@ -622,6 +645,9 @@ async function main(argv: string[]): Promise<number> {
       printOut(`${printable(JSON.stringify(user))}\n`);
       return EXIT.done;
     }
+    case "contact":
+    case "account":
+      return eraseCommand(command, args);
     case "operator": {
       const sub = args.shift();
       if (sub === "list") {

@@ -183,6 +183,7 @@ function ContactEvent({ event }: { event: WebhookEvent }) {
         <span class="muted">
           {event.deliveries.length} {event.deliveries.length === 1 ? "delivery" : "deliveries"}
         </span>
+        {event.payload_erased_at && <span class="tag">payload erased</span>}
       </header>
       <EventDeliveries id={`deliveries-${event.id}`} deliveries={event.deliveries} />
     </article>

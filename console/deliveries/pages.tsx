@@ -201,11 +201,21 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
         <EventDeliveries id="event-deliveries" deliveries={e.deliveries} />
         <section class="card">
           <h2>Payload</h2>
-          <pre class="code">{JSON.stringify(e.payload, null, 2)}</pre>
+          <Payload payload={e.payload} erasedAt={e.payload_erased_at} />
         </section>
       </>
     ),
   });
+}
+
+/** Payload shows an event's body as sent, or, once erased, when it was erased instead of the record. */
+function Payload(props: { payload: unknown; erasedAt: string | null }) {
+  if (props.erasedAt === null) return <pre class="code">{JSON.stringify(props.payload, null, 2)}</pre>;
+  return (
+    <p class="payload-erased">
+      Erased <Time value={props.erasedAt} />, after its contact or account was deleted: nothing of the record is kept, shown or sent any more.
+    </p>
+  );
 }
 
 // The signature proves nothing to a reader of this page and is long: its start is enough to compare.
@@ -333,7 +343,10 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
               )}
             </dd>
           </dl>
-          {paused ? (
+          {d.payload_erased_at ? (
+            // The API refuses a retry of an erased event: a button would only say so after being pressed.
+            <p class="hint retry-erased">No Retry now: what it sent was erased after its contact or account was deleted, so nothing of it can be sent any more.</p>
+          ) : paused ? (
             // The API refuses a retry while the subscription is paused: a button would only say so after being pressed.
             <p class="hint retry-paused">
               No Retry now: its subscription is paused{d.status === "pending" ? ", and this delivery waits for it" : ""}. Resume it on the <a href="/console/subscriptions">Subscriptions page</a>{" "}
@@ -354,7 +367,7 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
         </section>
         <section class="card">
           <h2>Payload</h2>
-          <pre class="code">{JSON.stringify(d.payload, null, 2)}</pre>
+          <Payload payload={d.payload} erasedAt={d.payload_erased_at} />
         </section>
         <section class="card">
           <h2>Attempts</h2>

@@ -218,6 +218,8 @@ export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delive
       return `Not retried: the subscription ${name} is paused, so nothing was sent. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then press Retry now again if this one still needs sending.`;
     case "subscription-deleted":
       return `Not retried: the subscription to ${isolated(receiverUrl(view.delivery.target_url))} was deleted, so nothing can be sent for this delivery any more.`;
+    case "event-erased":
+      return "Not retried: what this delivery sent was erased after its contact or account was deleted, so nothing of it can be sent any more.";
   }
 }
 
@@ -231,8 +233,8 @@ export interface EventPageView {
 export async function eventPage(db: Database, id: string): Promise<EventPageView> {
   const event = await findWebhookEvent(db, id);
   if (!event) throw notFound("event", id);
-  const subjectId = (event.payload as { data?: { id?: unknown } } | null)?.data?.id;
-  if (typeof subjectId !== "string" || !subjectId.startsWith("con_")) return { event, subject: null };
+  const subjectId = event.subject_id;
+  if (subjectId === null || !subjectId.startsWith("con_")) return { event, subject: null };
   const contact = await findContact(db, subjectId);
   return { event, subject: { id: subjectId, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
 }

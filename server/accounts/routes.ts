@@ -6,7 +6,7 @@ import { requestIdOf } from "../http/request-log.ts";
 import { ConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
-import { deletedList } from "../tombstones/routes.ts";
+import { deletedList, erasePost } from "../tombstones/routes.ts";
 import { AccountEnvelope, AccountInput, AccountListEnvelope, AccountListQuery, AccountPatch } from "./model.ts";
 import { ACCOUNT_BATCH, createAccount, deleteAccount, getAccount, listAccountsPage, updateAccount } from "./service.ts";
 import { batchPost } from "../batch/routes.ts";
@@ -47,6 +47,7 @@ export function accountRoutes(rt: Runtime) {
       },
     })
     .get("/deleted", ...deletedList(rt, "account", { operationId: "listDeletedAccounts", plural: "accounts", tags }))
+    .post("/deleted/:id/erase", ...erasePost(rt, "account", { operationId: "eraseDeletedAccount", tags }))
     .get("/:id", async ({ params, headers, set }) => taggedRead(set, headers["if-none-match"], { data: await getAccount(rt.db, params.id) }), {
       params: AccountId,
       headers: ReadConditionHeaders,

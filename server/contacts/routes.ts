@@ -8,7 +8,7 @@ import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { sendJson, serialisedResponse, toJsonText } from "../http/json-text.ts";
 import { withRepeatedValues } from "../http/list-query.ts";
-import { deletedList } from "../tombstones/routes.ts";
+import { deletedList, erasePost } from "../tombstones/routes.ts";
 import { CONTACT_BATCH_OPTIONS, ContactAccountInput, ContactEnvelope, ContactInput, ContactListEnvelope, ContactListQuery, ContactTagInput, IncludeParam, storedText } from "./model.ts";
 import { addContactAccount, addContactTag, CONTACT_BATCH, createContact, deleteContact, getContact, listContactsPage, removeContactAccount, removeContactTag, updateContact } from "./service.ts";
 import { batchPost } from "../batch/routes.ts";
@@ -59,6 +59,7 @@ export function contactRoutes(rt: Runtime) {
       detail: { operationId: "listContacts", summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.", tags, ...secured },
     })
     .get("/deleted", ...deletedList(rt, "contact", { operationId: "listDeletedContacts", plural: "contacts", tags }))
+    .post("/deleted/:id/erase", ...erasePost(rt, "contact", { operationId: "eraseDeletedContact", tags }))
     .get("/:id", async ({ params, query, headers, set }) => {
       const body = { data: await getContact(rt.db, params.id, query) };
       // Embedded accounts and users change without the contact's version: only the contact alone

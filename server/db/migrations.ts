@@ -46,6 +46,7 @@ import accountNamesRekeyedAgain from "../../migrations/0042_account_names_rekeye
 import linksOfRemovedOperators from "../../migrations/0043_links_of_removed_operators.sql" with { type: "text" };
 import headerSetsByAttempt from "../../migrations/0044_header_sets_by_attempt.sql" with { type: "text" };
 import contactNameSortKeys from "../../migrations/0045_contact_name_sort_keys.sql" with { type: "text" };
+import erasedEvents from "../../migrations/0046_erased_events.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -115,6 +116,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 43, name: "0043_links_of_removed_operators.sql", sql: linksOfRemovedOperators },
   { version: 44, name: "0044_header_sets_by_attempt.sql", sql: headerSetsByAttempt },
   { version: 45, name: "0045_contact_name_sort_keys.sql", sql: contactNameSortKeys, backfill: keyContactNames },
+  { version: 46, name: "0046_erased_events.sql", sql: erasedEvents },
 ];
 
 function ensureMigrationsTable(db: Database): void {

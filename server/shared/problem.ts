@@ -68,6 +68,8 @@ export const PROBLEM_TYPES = [
   "subscription-deleted",
   "secret-rotation-required",
   "delivery-in-progress",
+  "event-erased",
+  "record-not-deleted",
   "deletions-expired",
   "replay-secret-lost",
   "replay-resource-deleted",

@@ -20,3 +20,12 @@ export const TombstoneListQuery = paginationQuerySchema(null, {
   since: timestampFilterSchema("Only deletions after this time; older than the tombstone retention is 410 (resync in full)."),
 });
 export const TombstoneListEnvelope = t.Object({ data: t.Array(Tombstone), meta: ListMetaSchema });
+
+/** Erasure is the answer to an erasure of a deleted record's earlier events. */
+export const Erasure = t.Object({
+  id: t.String({ examples: ["con_01JDB7Y1Q7A6T5ZV3C8W9X0K2M"] }),
+  events_erased: Type.Integer({ minimum: 0, description: "Its created and updated events whose payload this request erased (0 when an earlier erasure did it all)." }),
+  deliveries_failed: Type.Integer({ minimum: 0, description: "Pending deliveries of those events this request ended as failed, never to be sent (a paused subscription's, one waiting for a retry)." }),
+});
+export type Erasure = typeof Erasure.static;
+export const ErasureEnvelope = t.Object({ data: Erasure });

@@ -1,10 +1,14 @@
-import type { Db } from "../db/sql.ts";
-import { ProblemError } from "../shared/problem.ts";
+import { writeInSteps, type Database, type Db } from "../db/sql.ts";
+import { notFound, ProblemError } from "../shared/problem.ts";
+import { keptProgress, saveIdempotentProgress, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { findAccountById } from "../accounts/store.ts";
+import { findContactById } from "../contacts/store.ts";
+import { eraseEventsAbout, failPendingDeliveriesOfEvents, forgetAnswersOfEvents, hasEventsAbout } from "../webhooks/store.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
 import type { Runtime } from "../runtime.ts";
 import { DAY_MS, toTimestamp } from "../shared/time.ts";
-import { TOMBSTONE_FILTERS, type Tombstone } from "./model.ts";
-import { countTombstonesSince, deleteTombstonesBefore, findPrunedHorizon, listTombstonesSince, raisePrunedHorizon, type Resource, type TombstoneRow } from "./store.ts";
+import { TOMBSTONE_FILTERS, type Erasure, type Tombstone } from "./model.ts";
+import { countTombstonesSince, deleteTombstonesBefore, findPrunedHorizon, hasTombstone, listTombstonesSince, raisePrunedHorizon, type Resource, type TombstoneRow } from "./store.ts";
 
 /** retentionStart is the oldest deletion time this instance's --tombstone-retention-days keeps. */
 function retentionStart(rt: Runtime, now: number): number {
@@ -69,4 +73,66 @@ export async function pruneTombstones(tx: Db, rt: Runtime, resource: Resource, n
   const pruned = await deleteTombstonesBefore(tx, resource, retentionStart(rt, now), limit);
   if (pruned.length > 0) await raisePrunedHorizon(tx, resource, Math.max(...pruned));
   return pruned.length;
+}
+
+/** ErasableResource is a kind of record whose events hold it: users send none. */
+export type ErasableResource = "contact" | "account";
+
+/** ERASABLE is, per kind of record, its ids' prefix, its live row's finder and the events holding the record: its delete's event holds only id, version and deleted_at. */
+const ERASABLE: Record<ErasableResource, { prefix: string; find: (db: Db, id: string) => Promise<unknown>; events: readonly string[] }> = {
+  contact: { prefix: "con_", find: findContactById, events: ["contact.created", "contact.updated"] },
+  account: { prefix: "acc_", find: findAccountById, events: ["account.created", "account.updated"] },
+};
+
+/**
+ * refuseUnerasable throws unless `id` is a deleted record of `resource`: 409 record-not-deleted
+ * while it exists (a live record's history is not erased, whoever asks), 404 when the service
+ * knows nothing of it (no tombstone, no event about it), or when the id is another kind's.
+ */
+async function refuseUnerasable(db: Db, resource: ErasableResource, id: string): Promise<void> {
+  const kind = ERASABLE[resource];
+  if (!id.startsWith(kind.prefix)) throw notFound(`deleted ${resource}`, id);
+  if ((await kind.find(db, id)) !== null) {
+    throw new ProblemError(409, "record-not-deleted", `The ${resource} ${id} exists: only a deleted ${resource}'s events are erased. Delete it first (DELETE /public/v1/${resource}s/${id}), then erase them.`);
+  }
+  // A tombstone pruned before the events (a paused subscription's keep theirs) leaves the events to tell.
+  if (!(await hasTombstone(db, resource, id)) && !(await hasEventsAbout(db, id))) throw notFound(`deleted ${resource}`, id);
+}
+
+/** erasedReason is the last_error of a pending delivery an erasure ended. */
+function erasedReason(now: number): string {
+  return `not sent: its event's payload was erased at ${toTimestamp(now)}, after the record was deleted`;
+}
+
+/**
+ * eraseDeletedRecord erases what the earlier events of a deleted contact or account hold of it, in
+ * short writes (writeInSteps) of `chunk` events each, oldest first: each write replaces their
+ * payloads with a marker holding only their type and ids (eraseEventsAbout), ends their pending
+ * deliveries as failed (a paused subscription's too: none is sent after it), and drops what
+ * receivers answered to their deliveries, bodies and headers. The delete's own event, holding only
+ * id, version and deleted_at, stays. Every write checks the record (refuseUnerasable: 404, 409). An
+ * erasure is idempotent: sent again, it finds nothing left and answers zeros; each write but the
+ * last keeps its counts under the Idempotency-Key, so a resend after a refusal between writes
+ * answers the whole erasure's, and the last saves the answer.
+ */
+export async function eraseDeletedRecord(db: Database, resource: ErasableResource, id: string, chunk: number, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Erasure } }> {
+  const kept = keptProgress<Erasure>(idempotency);
+  let erased = kept?.events_erased ?? 0;
+  let failed = kept?.deliveries_failed ?? 0;
+  return writeInSteps(db, async (tx) => {
+    const now = Date.now();
+    await refuseUnerasable(tx, resource, id);
+    const events = await eraseEventsAbout(tx, id, ERASABLE[resource].events, now, chunk);
+    // Counted as the step runs: a step that fails ends the erasure, so no count outlives its rollback.
+    failed += await failPendingDeliveriesOfEvents(tx, events, erasedReason(now), now);
+    await forgetAnswersOfEvents(tx, events);
+    erased += events.length;
+    const data = { id, events_erased: erased, deliveries_failed: failed };
+    if (events.length === chunk) {
+      await saveIdempotentProgress(tx, idempotency, data, now);
+      return null;
+    }
+    await saveIdempotentResponse(tx, idempotency, 200, { data }, now);
+    return { status: 200, body: { data } };
+  }, (committed) => `the payloads of ${committed * chunk} of the ${resource}'s earlier events were erased`);
 }

@@ -21,6 +21,11 @@ export async function insertTombstone(db: Db, resource: Resource, id: string, de
   );
 }
 
+/** hasTombstone tells whether a record's deletion is still kept as a tombstone. */
+export async function hasTombstone(db: Db, resource: Resource, id: string): Promise<boolean> {
+  return (await db.get<{ one: number }>("SELECT 1 AS one FROM tombstones WHERE resource = ? AND id = ?", [resource, id])) !== null;
+}
+
 /** countTombstonesSince counts the deletions of a resource after `since`. */
 export async function countTombstonesSince(db: Db, resource: Resource, since: number): Promise<number> {
   return (await db.get<{ n: number }>("SELECT count(*) AS n FROM tombstones WHERE resource = ? AND deleted_at > ?", [resource, since]))!.n;

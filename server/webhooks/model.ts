@@ -143,7 +143,13 @@ export type Attempt = typeof Attempt.static;
 export const DeliveryDetail = t.Composite([
   Delivery,
   t.Object({
-    payload: t.Unknown({ description: "The JSON body sent: {type, event_id, timestamp, data}." }),
+    payload: t.Unknown({
+      description:
+        "The JSON body sent: {type, event_id, timestamp, data}. null once erased (payload_erased_at): the record was deleted and its earlier events erased (POST /contacts/deleted/{id}/erase, /accounts/deleted/{id}/erase).",
+    }),
+    payload_erased_at: t.Union([timestamp, t.Null()], {
+      description: "When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it). null while the payload is kept.",
+    }),
     attempt_history: t.Array(Attempt, { description: "Every attempt, oldest first." }),
   }),
 ]);

@@ -39,7 +39,7 @@ import {
   listEventSubjects,
   sumDeliveryHours,
   type DeliveryFilters,
-  type EventRow,
+  type StoredEvent,
   countDeliveriesBySubscription,
   countPendingDeliveries,
   countSubscriptions,
@@ -633,13 +633,24 @@ export async function findDeliverySummary(db: Db, id: string): Promise<Delivery 
   return row ? toDelivery(row) : null;
 }
 
+/**
+ * shownPayload is how an event's body is shown: as sent, or, once erased, null with the time of
+ * the erasure. The marker stored in its place is not shown: read as a contact, its lone id would
+ * look like one whose every field was cleared.
+ */
+function shownPayload(event: { payload: string; erased_at: number | null } | null): { payload: unknown; payload_erased_at: string | null } {
+  if (event?.erased_at != null) return { payload: null, payload_erased_at: toTimestamp(event.erased_at) };
+  return { payload: JSON.parse(event?.payload ?? "null") as unknown, payload_erased_at: null };
+}
+
 /** findDelivery returns a delivery with the body it sends and every attempt, or null. */
 export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail | null> {
   const row = await findDeliveryById(db, id);
   if (!row) return null;
+  const event = await findEventPayload(db, row.event_id);
   return {
     ...toDelivery(row),
-    payload: JSON.parse((await findEventPayload(db, row.event_id)) ?? "null") as unknown,
+    ...shownPayload(event),
     attempt_history: (await findAttemptsByDelivery(db, id)).map(toAttempt),
   };
 }
@@ -660,11 +671,18 @@ export async function retryDelivery(rt: Runtime, id: string, idempotency: Idempo
   return toDelivery((await findDeliveryById(rt.db, id))!);
 }
 
+/** eventErased is the 409 of a delivery whose event's payload was erased at `erasedAt`: nothing of the record is left to send. */
+export function eventErased(erasedAt: number): ProblemError {
+  return new ProblemError(409, "event-erased", `The payload of this delivery's event was erased at ${toTimestamp(erasedAt)}, after its record was deleted; nothing of it is left to send.`);
+}
+
 /** attemptRefusalProblem is the HTTP answer to a manual attempt the delivery loop did not make: its status and headers, in the API's words. */
 export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): ProblemError {
   switch (refusal.refused) {
     case "not-found":
       return notFound("webhook delivery", id);
+    case "event-erased":
+      return eventErased(refusal.erasedAt);
     case "shutting-down":
       return new ProblemError(503, "shutting-down", "The server is shutting down; retry the delivery after it restarts.", undefined, { "retry-after": "5" });
     case "manual-attempts-busy":
@@ -754,13 +772,21 @@ export interface WebhookEvent {
   id: string;
   type: string;
   created_at: string;
+  /** the body sent; null once erased */
   payload: unknown;
+  /** when the payload was erased; null: never */
+  payload_erased_at: string | null;
+  /** the contact or account it is about (the id in its data, kept by an erasure), or null */
+  subject_id: string | null;
   deliveries: Delivery[];
 }
 
-async function toWebhookEvents(db: Db, rows: EventRow[]): Promise<WebhookEvent[]> {
+async function toWebhookEvents(db: Db, rows: StoredEvent[]): Promise<WebhookEvent[]> {
   const deliveries = Map.groupBy((await listDeliveriesOfEvents(db, rows.map((row) => row.id))).map(toDelivery), (d) => d.event_id);
-  return rows.map((row) => ({ id: row.id, type: row.type, created_at: toTimestamp(row.created_at), payload: JSON.parse(row.payload) as unknown, deliveries: deliveries.get(row.id) ?? [] }));
+  return rows.map((row) => {
+    const subject = (JSON.parse(row.payload) as { data?: { id?: unknown } } | null)?.data?.id;
+    return { id: row.id, type: row.type, created_at: toTimestamp(row.created_at), ...shownPayload(row), subject_id: typeof subject === "string" ? subject : null, deliveries: deliveries.get(row.id) ?? [] };
+  });
 }
 
 /** findWebhookEvent returns an event with its deliveries, or null. */

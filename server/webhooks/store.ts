@@ -98,6 +98,8 @@ export interface DueDelivery {
   /** the webhook.ping the console's wizard sent to test the subscription's last secret rotation (signingSecrets) */
   secret_test_delivery_id: string | null;
   payload: string;
+  /** when its event's payload was erased (eraseEventsAbout); null: never */
+  event_erased_at: number | null;
   /** the id of the request that made its event (EventRow), for the attempt's log line */
   request_id: string | null;
   subscription_status: "active" | "disabled" | null;
@@ -381,10 +383,13 @@ export interface RecoveryPosition {
   id: string;
 }
 
+/** NOT_ERASED keeps, of deliveries named `d`, those whose event was not erased (eraseEventsAbout): nothing of it is left to send. */
+const NOT_ERASED = "NOT EXISTS (SELECT 1 FROM events e WHERE e.id = d.event_id AND e.erased_at IS NOT NULL)";
+
 /**
  * requeueFailedDeliveries makes at most `limit` failed deliveries of a subscription created after
  * `after` and before `until` pending and due at `now`, marked recovered (one more attempt), taking
- * them oldest first, and returns their positions: a recovery goes on after the last one, so a
+ * them oldest first, skipping those whose event was erased, and returns their positions: a recovery goes on after the last one, so a
  * delivery it queued that fails again meanwhile is not queued twice. Their ids are time-ordered,
  * so the loop, which takes due deliveries by due time then id, sends them oldest first.
  */
@@ -393,7 +398,7 @@ export async function requeueFailedDeliveries(db: Db, subscriptionId: string, af
   const deliveries = db.dialect === "postgres" ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_subscription";
   const found = await db.all<RecoveryPosition>(
     `SELECT d.id, d.created_at FROM ${deliveries}
-     WHERE d.subscription_id = ? AND (d.created_at, d.id) > (?, ?) AND d.created_at < ? AND d.status = 'failed'
+     WHERE d.subscription_id = ? AND (d.created_at, d.id) > (?, ?) AND d.created_at < ? AND d.status = 'failed' AND ${NOT_ERASED}
      ORDER BY d.created_at, d.id LIMIT ?`,
     [subscriptionId, after.created_at, after.id, until, limit],
   );
@@ -405,9 +410,9 @@ export async function requeueFailedDeliveries(db: Db, subscriptionId: string, af
   return found;
 }
 
-/** countFailedDeliveriesBetween counts a subscription's failed deliveries created in [since, until). */
+/** countFailedDeliveriesBetween counts a subscription's failed deliveries created in [since, until) that a recovery would queue (their event not erased). */
 export async function countFailedDeliveriesBetween(db: Db, subscriptionId: string, since: number, until: number): Promise<number> {
-  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'failed' AND created_at >= ? AND created_at < ?", [subscriptionId, since, until]))!.n;
+  return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM webhook_deliveries d WHERE d.subscription_id = ? AND d.status = 'failed' AND d.created_at >= ? AND d.created_at < ? AND ${NOT_ERASED}`, [subscriptionId, since, until]))!.n;
 }
 
 /** disableSubscription marks a subscription disabled, saying when and why. */
@@ -541,9 +546,14 @@ export function findStoredDelivery(db: Db, id: string): Promise<StoredDelivery |
   return db.get<StoredDelivery>("SELECT * FROM webhook_deliveries WHERE id = ?", [id]);
 }
 
-/** findEventPayload returns the JSON body of an event. */
-export async function findEventPayload(db: Db, eventId: string): Promise<string | null> {
-  return (await db.get<{ payload: string }>("SELECT payload FROM events WHERE id = ?", [eventId]))?.payload ?? null;
+/** findEventPayload returns the JSON body of an event and when it was erased (null: never), or null when there is no such event. */
+export function findEventPayload(db: Db, eventId: string): Promise<{ payload: string; erased_at: number | null } | null> {
+  return db.get<{ payload: string; erased_at: number | null }>("SELECT payload, erased_at FROM events WHERE id = ?", [eventId]);
+}
+
+/** isEventErased tells whether an event's payload was erased (eraseEventsAbout). */
+export async function isEventErased(db: Db, eventId: string): Promise<boolean> {
+  return (await db.get<{ erased_at: number | null }>("SELECT erased_at FROM events WHERE id = ?", [eventId]))?.erased_at != null;
 }
 
 /**
@@ -628,7 +638,7 @@ function deliveriesIndexedBy(db: Db, index: string): string {
 /** selectDue selects what an attempt needs; `deliveries` names the deliveries table, possibly with an index. */
 const selectDue = (deliveries: string) =>
   `SELECT d.id, d.subscription_id, d.event_type, d.target_url, d.locked_until, d.created_at, s.secret, s.previous_secret, s.previous_secret_expires_at,
-     s.secret_test_delivery_id, s.status AS subscription_status, s.paused_at AS subscription_paused_at, e.payload, e.request_id
+     s.secret_test_delivery_id, s.status AS subscription_status, s.paused_at AS subscription_paused_at, e.payload, e.request_id, e.erased_at AS event_erased_at
    FROM ${deliveries} LEFT JOIN webhook_subscriptions s ON s.id = d.subscription_id JOIN events e ON e.id = d.event_id`;
 
 /**
@@ -1032,14 +1042,76 @@ export function listFailureReasons(db: Db, subscriptionId: string, since: number
   );
 }
 
+/** StoredEvent is an event as read back: with when its payload was erased (null: never). */
+export type StoredEvent = EventRow & { erased_at: number | null };
+
 /** findEventById returns one event, or null. */
-export function findEventById(db: Db, id: string): Promise<EventRow | null> {
-  return db.get<EventRow>("SELECT id, type, payload, request_id, created_at FROM events WHERE id = ?", [id]);
+export function findEventById(db: Db, id: string): Promise<StoredEvent | null> {
+  return db.get<StoredEvent>("SELECT id, type, payload, request_id, erased_at, created_at FROM events WHERE id = ?", [id]);
 }
 
 /** listEventsAbout returns the latest events about one contact or account (the id in their data), newest first. */
-export function listEventsAbout(db: Db, subjectId: string, limit: number): Promise<EventRow[]> {
-  return db.all<EventRow>("SELECT id, type, payload, request_id, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [subjectId, limit]);
+export function listEventsAbout(db: Db, subjectId: string, limit: number): Promise<StoredEvent[]> {
+  return db.all<StoredEvent>("SELECT id, type, payload, request_id, erased_at, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [subjectId, limit]);
+}
+
+/** hasEventsAbout tells whether any event is about a contact or account (the id in its data). */
+export async function hasEventsAbout(db: Db, subjectId: string): Promise<boolean> {
+  return (await db.get<{ one: number }>("SELECT 1 AS one FROM events WHERE subject_id = ? LIMIT 1", [subjectId])) !== null;
+}
+
+/**
+ * eraseEventsAbout replaces the payloads of at most `limit` not yet erased events of the given
+ * kinds about one record (the id in their data), oldest first, with a marker holding only the
+ * event's type, its id and the record's id (kept so that the subject index, migration 0015, still
+ * finds them), marks them erased at `now`, and returns their ids.
+ */
+export async function eraseEventsAbout(db: Db, subjectId: string, types: readonly string[], now: number, limit: number): Promise<string[]> {
+  // Built in SQL so the marker's text never passes through a parse of the payload it replaces.
+  const marker =
+    db.dialect === "postgres"
+      ? "CAST(json_build_object('type', type, 'event_id', id, 'data', json_build_object('id', CAST(? AS text))) AS text)"
+      : "json_object('type', type, 'event_id', id, 'data', json_object('id', ?))";
+  const rows = await db.all<{ id: string }>(
+    `UPDATE events SET payload = ${marker}, erased_at = ?
+     WHERE id IN (SELECT id FROM events WHERE subject_id = ? AND type IN (${placeholders(types.length)}) AND erased_at IS NULL ORDER BY created_at, id LIMIT ?)
+     RETURNING id`,
+    [subjectId, now, subjectId, ...types, limit],
+  );
+  return rows.map((row) => row.id);
+}
+
+/** failPendingDeliveriesOfEvents ends the pending deliveries of the given events with the given reason, their leases too, and returns how many. */
+export async function failPendingDeliveriesOfEvents(db: Db, eventIds: readonly string[], reason: string, now: number): Promise<number> {
+  if (eventIds.length === 0) return 0;
+  return db.run(
+    `UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ?
+     WHERE event_id IN (${placeholders(eventIds.length)}) AND status = 'pending'`,
+    [reason, now, ...eventIds],
+  );
+}
+
+/**
+ * forgetAnswersOfEvents drops what the receivers answered to the deliveries of the given events:
+ * each attempt's response body, and its response headers (given the empty header set), forgetting
+ * the header sets no attempt refers to any more.
+ */
+export async function forgetAnswersOfEvents(db: Db, eventIds: readonly string[]): Promise<void> {
+  if (eventIds.length === 0) return;
+  const ofEvents = `delivery_id IN (SELECT id FROM webhook_deliveries WHERE event_id IN (${placeholders(eventIds.length)}))`;
+  // Number(): PostgreSQL answers a bigint as text.
+  const sets = (await db.all<{ id: number | string }>(`SELECT DISTINCT response_header_set AS id FROM webhook_delivery_attempts WHERE ${ofEvents}`, eventIds)).map((row) => Number(row.id));
+  if (sets.length === 0) return;
+  const none = await headerSetId(db, {});
+  await db.run(`UPDATE webhook_delivery_attempts SET response_body = NULL, response_header_set = ? WHERE ${ofEvents}`, [none, ...eventIds]);
+  const unused = sets.filter((id) => id !== none);
+  if (unused.length === 0) return;
+  await db.run(
+    `DELETE FROM webhook_header_sets WHERE id IN (${placeholders(unused.length)})
+       AND NOT EXISTS (SELECT 1 FROM webhook_delivery_attempts a WHERE a.request_header_set = webhook_header_sets.id)
+       AND NOT EXISTS (SELECT 1 FROM webhook_delivery_attempts a WHERE a.response_header_set = webhook_header_sets.id)`,
+    unused,
+  );
 }
 
 /** listDeliveriesOfEvents returns every delivery of the given events, oldest first. */

@@ -17,6 +17,7 @@ import {
   findDueDeliveriesOf,
   findNextWakeTime,
   findStoredDelivery,
+  isEventErased,
   findSubscriptionById,
   findSubscriptionsWithDueDeliveries,
   holdSendPacing,
@@ -138,6 +139,7 @@ export type Trigger = "scheduled" | "manual";
 /** AttemptRefusal says why a manual attempt was not made; the webhooks service answers it over HTTP. */
 export type AttemptRefusal =
   | { refused: "not-found" | "in-progress" | "shutting-down" | "manual-attempts-busy" }
+  | { refused: "event-erased"; erasedAt: number }
   | { refused: "subscription-deleted" | "subscription-disabled" | "subscription-paused" | "subscription-attempts-busy"; subscriptionId: string };
 
 /** DeliveryOutcome describes a finished attempt, for metrics. */
@@ -259,6 +261,9 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
   const current = await findStoredDelivery(db, due.id);
   if (!current) return null;
   const attempt = current.attempts + 1;
+  // An erasure committed while the attempt was under way failed the delivery (so only a delivery no
+  // longer pending can be one) and dropped the answers to it: this one is not kept either.
+  const erased = current.status !== "pending" && (await isEventErased(db, current.event_id));
   await insertAttempt(db, {
     delivery_id: due.id,
     attempt,
@@ -267,8 +272,8 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
     duration_ms: result.duration_ms,
     request_headers: result.request_headers,
     response_status: result.response_status,
-    response_headers: result.response_headers,
-    response_body: result.response_body,
+    response_headers: erased ? {} : result.response_headers,
+    response_body: erased ? null : result.response_body,
     error: result.error,
   });
   // The lease ran out and the delivery was claimed again, here or on another instance: the attempt
@@ -947,7 +952,7 @@ export class DeliveryLoop {
   /**
    * attemptNow makes a manual attempt of a delivery whatever its status, and resolves with null
    * once it is recorded, or with why it was not made: the delivery or its subscription is gone,
-   * the subscription is disabled or paused, an attempt of the delivery is under way,
+   * its event's payload was erased, the subscription is disabled or paused, an attempt of the delivery is under way,
    * MAX_PER_SUBSCRIPTION of its subscription are, MAX_MANUAL_ATTEMPTS are, or the loop is
    * shutting down. `inRecordWrite` runs inside the write that records the outcome.
    */
@@ -961,6 +966,7 @@ export class DeliveryLoop {
         const now = await this.readClock(tx);
         const row = await findDeliveryToSend(tx, id);
         if (!row) return { refused: "not-found" };
+        if (row.event_erased_at !== null) return { refused: "event-erased", erasedAt: row.event_erased_at };
         if (row.secret === null) return { refused: "subscription-deleted", subscriptionId: row.subscription_id };
         if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
         if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };

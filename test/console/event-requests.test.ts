@@ -67,3 +67,27 @@ test("a delivery whose event no request made says so, and a request id no X-Requ
   const refused = await client.get("/console/api/deliveries?request_id=a%20b");
   expect([refused.status, JSON.parse(refused.text).errors]).toEqual([422, [{ parameter: "request_id", detail: "must be a request id: 1 to 100 of A-Z a-z 0-9 . _ : -" }]]);
 });
+
+// A deleted contact's events erased through the API: the console's delivery, event and contact
+// pages say when, and show nothing of the record, nor a Retry now the API would refuse.
+const ERASED = /Erased <time[^>]*>[^<]+<\/time>, after its contact or account was deleted: nothing of the record is kept, shown or sent any more\./;
+
+test("the delivery, event and contact pages of an erased contact's events say it was erased, and when, instead of the record", async () => {
+  await api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/erased", events: ["contact.created", "contact.deleted"] });
+  const contact = (await api("POST", "/public/v1/contacts", { email: "shown.erase7@example.com", first_name: "Shown" })).data;
+  const [delivery] = (await api("GET", "/public/v1/webhook-deliveries?event=contact.created")).data;
+  expect((await client.get(`/console/deliveries/${delivery.id}`)).text).toContain("shown.erase7@example.com");
+  expect((await h.request("DELETE", `/public/v1/contacts/${contact.id}`)).status).toBe(204);
+  await api("POST", `/public/v1/contacts/deleted/${contact.id}/erase`);
+
+  const deliveryPage = (await client.get(`/console/deliveries/${delivery.id}`)).text;
+  expect(deliveryPage).toMatch(ERASED);
+  expect(deliveryPage).toContain("No Retry now: what it sent was erased after its contact or account was deleted, so nothing of it can be sent any more.");
+  expect(deliveryPage).not.toContain("Retry now</button>");
+  const eventPage = (await client.get(`/console/events/${delivery.event_id}`)).text;
+  expect(eventPage).toMatch(ERASED);
+  expect(eventPage).toContain(`href="/console/contacts/${contact.id}"`);
+  const contactPage = (await client.get(`/console/contacts/${contact.id}`)).text;
+  expect(contactPage.match(/<span class="tag">payload erased<\/span>/g)?.length).toBe(1);
+  for (const page of [deliveryPage, eventPage, contactPage]) expect(page).not.toMatch(/shown\.erase7|Shown/);
+});

@@ -59,7 +59,7 @@ describe("command line: happy paths", () => {
     const res = await crm(["--help"]);
     expect(res.code).toBe(0);
     expect(res.stderr).toBe("");
-    for (const word of ["serve", "migrate", "token create --name N [--json]", "token list", "token revoke ID", "user create --name N --email E", "user list", "user delete ID", "--version", "--help", "--host", "--port", "--data-dir", "CRM_DATA_DIR", "PORT", "CRM_HOST"]) {
+    for (const word of ["serve", "migrate", "token create --name N [--json]", "token list", "token revoke ID", "user create --name N --email E", "user list", "user delete ID", "contact erase ID, account erase ID", "--version", "--help", "--host", "--port", "--data-dir", "CRM_DATA_DIR", "PORT", "CRM_HOST"]) {
       expect(res.stdout).toContain(word);
     }
   });
@@ -231,6 +231,30 @@ describe("command line: happy paths", () => {
       await serve.proc.exited;
       await receiver.stop();
     }
+  });
+
+  test("contact erase erases a deleted contact's earlier events as the API does; a live or unknown one is one line and exit 2", async () => {
+    expect((await crm(["migrate"])).code).toBe(0);
+    const db = new Database(databasePath(dataDir));
+    const [gone, live] = ["con_01M8KQ0000000000000000GONE", "con_01M8KQ0000000000000000LIVE"];
+    const payload = { type: "contact.created", event_id: "evt_01M8KQ00000000000000000001", timestamp: "2026-11-29T10:00:00.000Z", data: { id: gone, email: "cli.erase3@example.com" } };
+    db.run("INSERT INTO events (id, type, payload, created_at) VALUES (?, ?, ?, ?)", [payload.event_id, payload.type, JSON.stringify(payload), Date.now()]);
+    db.run("INSERT INTO tombstones (resource, id, deleted_at, version) VALUES ('contact', ?, ?, 2)", [gone, Date.now()]);
+    db.run("INSERT INTO contacts (id, first_name, created_at, updated_at) VALUES (?, 'Live', 0, 0)", [live]);
+    db.close();
+    expect(await crm(["contact", "erase", gone])).toEqual({ stdout: `erased the payloads of 1 earlier event of contact ${gone}; 0 pending deliveries of them failed unsent\n`, stderr: "", code: 0 });
+    const after = new Database(databasePath(dataDir), { readonly: true });
+    expect(after.query("SELECT payload FROM events").get()).toEqual({ payload: JSON.stringify({ type: "contact.created", event_id: payload.event_id, data: { id: gone } }) });
+    after.close();
+    expect(await crm(["contact", "erase", gone])).toEqual({ stdout: `erased the payloads of 0 earlier events of contact ${gone}; 0 pending deliveries of them failed unsent\n`, stderr: "", code: 0 });
+    expect(await crm(["contact", "erase", live])).toEqual({
+      stdout: "",
+      stderr: `crm: The contact ${live} exists: only a deleted contact's events are erased. Delete it first (DELETE /public/v1/contacts/${live}), then erase them.\n`,
+      code: 2,
+    });
+    expect(await crm(["account", "erase", gone])).toEqual({ stdout: "", stderr: `crm: No deleted account with id "${gone}" exists.\n`, code: 2 });
+    expect(await crm(["contact", "erase"])).toEqual({ stdout: "", stderr: "crm: contact erase needs the id of a deleted contact (see GET /public/v1/contacts/deleted)\n", code: 2 });
+    expect(await crm(["contact", "remove", gone])).toEqual({ stdout: "", stderr: "crm: usage: contact erase ID\n", code: 2 });
   });
 
   test("a --config that can be read only once (--config <(envsubst ...)) is read once: user delete, operator unlock and reset-password and secrets-key reset act on its database, not on ./data", async () => {

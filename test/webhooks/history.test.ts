@@ -28,6 +28,7 @@ describe("delivery history: happy paths", () => {
     expect(detail).toEqual({
       ...delivery,
       payload: { type: "contact.created", event_id: delivery.event_id, timestamp: contact.created_at, data: contact },
+      payload_erased_at: null,
       attempt_history: [
         {
           attempt: 1,
@@ -162,7 +163,7 @@ describe("delivery history: happy paths", () => {
       200,
       [farthest],
       200,
-      { ...farthest, payload: expect.objectContaining({ type: "contact.created" }), attempt_history: [expect.objectContaining({ attempt: 1, response_status: 500 })] },
+      { ...farthest, payload: expect.objectContaining({ type: "contact.created" }), payload_erased_at: null, attempt_history: [expect.objectContaining({ attempt: 1, response_status: 500 })] },
     ]);
   });
 });

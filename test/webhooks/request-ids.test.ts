@@ -45,7 +45,7 @@ describe("the request that made an event", () => {
       ["contact.updated", "client:patch-1"],
       ["contact.created", "import-job-42.row-7"],
     ]);
-    for (const delivery of all) expect(await h.delivery(delivery.id)).toEqual({ ...delivery, payload: expect.anything(), attempt_history: expect.any(Array) });
+    for (const delivery of all) expect(await h.delivery(delivery.id)).toEqual({ ...delivery, payload: expect.anything(), payload_erased_at: null, attempt_history: expect.any(Array) });
     const patchDeliveries = all.filter((d) => d.request_id === "client:patch-1");
     expect(await h.deliveries("request_id=client:patch-1")).toEqual(patchDeliveries);
     expect(await h.json("GET", "/public/v1/webhook-deliveries?request_id=import-job-42.row-7&event=contact.created")).toEqual({
@@ -123,7 +123,7 @@ describe("the request that made an event", () => {
       created_at: expect.any(String),
       updated_at: expect.any(String),
     });
-    expect(await h.delivery(old.id)).toEqual({ ...old, payload: {}, attempt_history: [] });
+    expect(await h.delivery(old.id)).toEqual({ ...old, payload: {}, payload_erased_at: null, attempt_history: [] });
     expect(await h.deliveries("request_id=some-request")).toEqual([]);
   });
 
