@@ -66,7 +66,7 @@ export function peopleRoutes(rt: Runtime) {
         let name: string | undefined;
         try {
           name = field(body, "name");
-          const created = await createTokenFromForm(db, name);
+          const created = await createTokenFromForm(db, session.operator, name);
           return htmlResponse(tokensPage({ session, tokens: await listTokens(db), created }), 201);
         } catch (error) {
           const failure = problemOf(error);

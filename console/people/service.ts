@@ -7,6 +7,7 @@ import type { Operator } from "../../server/operators/model.ts";
 import { dropOperator, issueInvite, issueResetLink } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { randomSecret } from "../../server/shared/crypto.ts";
+import { madeByOperator } from "../../server/shared/made-by.ts";
 import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
@@ -14,11 +15,11 @@ import { createUserOnce, deleteUser, listUsersPage, type DeletedUser } from "../
 import type { ConsoleSession } from "../model.ts";
 import { changeOnceForForm, onceForForm, refusedOnField } from "../shell.ts";
 
-/** createTokenFromForm creates an API token named in the console; the token is returned once. */
-export function createTokenFromForm(db: Database, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
+/** createTokenFromForm creates an API token named in the console, made by the signed-in operator; the token is returned once. */
+export function createTokenFromForm(db: Database, operator: Operator, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
   const fault = checkTokenName(name);
   if (fault) throw validationProblem([{ pointer: "/name", detail: fault }], `The name ${fault}.`);
-  return createApiToken(db, name.trim());
+  return createApiToken(db, name.trim(), Date.now(), null, madeByOperator(operator));
 }
 
 /** revokeTokenFromConsole revokes an API token and forgets its rate limits, or throws 404 when there is no token with that id. */

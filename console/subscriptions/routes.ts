@@ -285,7 +285,7 @@ export function rotationRoutes(rt: Runtime) {
         let form: SubscriptionForm | undefined;
         try {
           form = subscriptionForm(body);
-          const started = await startRotation(rt, old.id, form, requestIdOf(request));
+          const started = await startRotation(rt, session.operator, old.id, form, requestIdOf(request));
           if (started.secret === null) return redirect(`${CONSOLE_PREFIX}/rotations/${started.id}`);
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, started.id), secret: started.secret }), 201);
         } catch (error) {

@@ -3,6 +3,7 @@ import type { Database, Db } from "../../server/db/sql.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
+import { madeByOperator } from "../../server/shared/made-by.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { SecretRotationInput, SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import {
@@ -28,6 +29,7 @@ import {
 } from "../../server/webhooks/service.ts";
 import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, listLostSecretSubscriptionIds, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
+import type { Operator } from "../../server/operators/model.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
 import { disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
 import { changeOnceForForm, consoleTime, onceForForm } from "../shell.ts";
@@ -77,7 +79,7 @@ function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
  */
 export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSession, form: SubscriptionForm, formKey: string, requestId: string): Promise<SubscriptionWithSecret> {
   const input = subscriptionInputFrom(form);
-  const answer = await onceForForm(rt, { session, path: CONSOLE_SUBSCRIPTION_FORM_PATH, key: formKey, values: input }, (scope) => createSubscription(rt, input, scope, requestId));
+  const answer = await onceForForm(rt, { session, path: CONSOLE_SUBSCRIPTION_FORM_PATH, key: formKey, values: input }, (scope) => createSubscription(rt, input, madeByOperator(session.operator), scope, requestId));
   return openReplayedSecret(rt, answer.body).data;
 }
 
@@ -190,13 +192,13 @@ export function rotationView(db: Database, id: string): Promise<RotationView> {
 }
 
 /**
- * startRotation creates the new subscription that is to replace `oldId` and returns the rotation
+ * startRotation creates the new subscription, made by `operator`, that is to replace `oldId` and returns the rotation
  * with the new secret (shown once). If a rotation away from `oldId` is already under way it is
  * returned instead: with its secret while it has sent no test event, so the form sent twice (a
  * double click, a retry) is answered alike, as an idempotent retry of the API is; later without.
  * The check and the creation commit together, so the form sent twice at once starts one rotation.
  */
-export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, requestId: string, now = Date.now()): Promise<{ id: string; secret: string | null }> {
+export async function startRotation(rt: Runtime, operator: Operator, oldId: string, form: SubscriptionForm, requestId: string, now = Date.now()): Promise<{ id: string; secret: string | null }> {
   const input = subscriptionInputFrom(form);
   await checkSubscriptionTarget(rt, input.target_url, requestId);
   return rt.db.write(async (tx) => {
@@ -206,7 +208,7 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
       const untested = (await findRotation(tx, open))!.test_delivery_id === null;
       return { id: open, secret: untested ? rt.secrets.open(open, (await findSubscriptionById(tx, open))!.secret) : null };
     }
-    const created = (await addSubscription(rt, tx, input, null)).body.data;
+    const created = (await addSubscription(rt, tx, input, madeByOperator(operator), null)).body.data;
     await insertRotation(tx, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
     return { id: created.id, secret: created.secret };
   });

@@ -45,6 +45,7 @@ import eventRequestIds from "../../migrations/0041_event_request_ids.sql" with {
 import accountNamesRekeyedAgain from "../../migrations/0042_account_names_rekeyed_again.sql" with { type: "text" };
 import linksOfRemovedOperators from "../../migrations/0043_links_of_removed_operators.sql" with { type: "text" };
 import headerSetsByAttempt from "../../migrations/0044_header_sets_by_attempt.sql" with { type: "text" };
+import tokenAndSubscriptionMakers from "../../migrations/0045_token_and_subscription_makers.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -113,6 +114,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 42, name: "0042_account_names_rekeyed_again.sql", sql: accountNamesRekeyedAgain, backfill: (db, context) => keyAccountNames(db, context.warn) },
   { version: 43, name: "0043_links_of_removed_operators.sql", sql: linksOfRemovedOperators },
   { version: 44, name: "0044_header_sets_by_attempt.sql", sql: headerSetsByAttempt },
+  { version: 45, name: "0045_token_and_subscription_makers.sql", sql: tokenAndSubscriptionMakers },
 ];
 
 function ensureMigrationsTable(db: Database): void {

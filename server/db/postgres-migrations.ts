@@ -31,6 +31,7 @@ import eventRequestIds from "../../migrations/postgres/0041_event_request_ids.sq
 import accountNamesRekeyedAgain from "../../migrations/postgres/0042_account_names_rekeyed_again.sql" with { type: "text" };
 import linksOfRemovedOperators from "../../migrations/postgres/0043_links_of_removed_operators.sql" with { type: "text" };
 import headerSetsByAttempt from "../../migrations/postgres/0044_header_sets_by_attempt.sql" with { type: "text" };
+import tokenAndSubscriptionMakers from "../../migrations/postgres/0045_token_and_subscription_makers.sql" with { type: "text" };
 import { LOCK_TIMEOUT_STATE, READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -80,6 +81,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 42, name: "0042_account_names_rekeyed_again.sql", sql: accountNamesRekeyedAgain, backfill: keyPostgresAccountNames },
   { version: 43, name: "0043_links_of_removed_operators.sql", sql: linksOfRemovedOperators },
   { version: 44, name: "0044_header_sets_by_attempt.sql", sql: headerSetsByAttempt },
+  { version: 45, name: "0045_token_and_subscription_makers.sql", sql: tokenAndSubscriptionMakers },
 ];
 
 /**

@@ -6,6 +6,7 @@ import { keepIdempotentResponse, keptProgress, saveIdempotentProgress, saveIdemp
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
+import { madeByColumns, type MadeBy } from "../shared/made-by.ts";
 import { LATEST_TIMESTAMP_MS, parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import {
   DELIVERY_FILTERS,
@@ -160,16 +161,16 @@ export async function checkSubscriptionTarget(rt: Runtime, targetUrl: string, re
 
 /**
  * createSubscription checks the target (checkSubscriptionTarget) and stores the subscription with
- * a new secret and the idempotent response in one commit. The secret appears in full only in this
- * response; the database holds it sealed, in the subscription and in the response kept for replays.
+ * a new secret, who made it and the idempotent response in one commit. The secret appears in full
+ * only in this response; the database holds it sealed, in the subscription and in the response kept for replays.
  */
-export async function createSubscription(rt: Runtime, input: SubscriptionInput, idempotency: IdempotencyScope | null, requestId: string): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+export async function createSubscription(rt: Runtime, input: SubscriptionInput, madeBy: MadeBy, idempotency: IdempotencyScope | null, requestId: string): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
   await checkSubscriptionTarget(rt, input.target_url, requestId);
-  return rt.db.write((tx) => addSubscription(rt, tx, input, idempotency));
+  return rt.db.write((tx) => addSubscription(rt, tx, input, madeBy, idempotency));
 }
 
-/** addSubscription stores a subscription whose target was checked, with a new secret, inside the caller's write; past the cap it throws 422. */
-export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+/** addSubscription stores a subscription whose target was checked, with a new secret and who made it, inside the caller's write; past the cap it throws 422. */
+export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionInput, madeBy: MadeBy, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
   // Counted inside the write, so concurrent creates cannot pass the cap together.
   if (await countSubscriptions(tx, undefined) >= MAX_SUBSCRIPTIONS) {
     throw validationProblem([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions.");
@@ -177,13 +178,13 @@ export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionIn
   const secret = newSecret();
   const now = Date.now();
   const id = newId("sub", now);
-  const row = newSubscriptionRow(id, input, rt.secrets.seal(id, secret), now);
+  const row = newSubscriptionRow(id, input, rt.secrets.seal(id, secret), madeBy, now);
   await insertSubscription(tx, row, input.events);
   return answerWithSecret(tx, row, secret, 201, idempotency, now);
 }
 
-/** newSubscriptionRow is the row of a subscription created at `now`: active, with one sealed secret and nothing rotated, paused or failing yet. */
-export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedSecret: string, now: number): SubscriptionRow {
+/** newSubscriptionRow is the row of a subscription `madeBy` created at `now`: active, with one sealed secret and nothing rotated, paused or failing yet. */
+export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedSecret: string, madeBy: MadeBy, now: number): SubscriptionRow {
   return {
     id,
     target_url: input.target_url,
@@ -203,6 +204,7 @@ export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedS
     failing_since: null,
     created_at: now,
     updated_at: now,
+    ...madeByColumns(madeBy),
   };
 }
 
