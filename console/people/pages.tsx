@@ -6,6 +6,7 @@ import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { renderPage } from "../pages/layout.tsx";
 import { bidiBalanced, CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { MadeByText, type MakerNames } from "../pages/made-by.tsx";
 import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 
 /**
@@ -19,7 +20,7 @@ function revokeSubjects(tokens: ApiTokenInfo[]): Map<string, string> {
 }
 
 /** tokensPage lists API tokens (never the token itself), creates them (shown once) and links to revoking. */
-export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInfo[]; created?: { token: string; info: ApiTokenInfo } | null; name?: string; notice?: NoticeData | null; refusal?: Refusal | null }): string {
+export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInfo[]; names: MakerNames; created?: { token: string; info: ApiTokenInfo } | null; name?: string; notice?: NoticeData | null; refusal?: Refusal | null }): string {
   const subjects = revokeSubjects(props.tokens);
   return renderPage({
     title: "API tokens",
@@ -41,7 +42,7 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
             Send it as <code>Authorization: Bearer …</code> from server-side code.
           </SecretOnce>
         )}
-        <DataTable id="tokens" columns={["Name", "Starts with", "Created (UTC)", "Last used (UTC)", "Status", ""]} empty={props.tokens.length === 0 ? "No API tokens yet." : null}>
+        <DataTable id="tokens" columns={["Name", "Starts with", "Made by", "Created (UTC)", "Last used (UTC)", "Status", ""]} empty={props.tokens.length === 0 ? "No API tokens yet." : null}>
           {props.tokens.map((t) => (
             <tr data-token-id={t.id}>
               <td data-label="Name">
@@ -49,6 +50,9 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
               </td>
               <td data-label="Starts with">
                 <code>{t.prefix}…</code>
+              </td>
+              <td data-label="Made by">
+                <MadeByText madeBy={t.made_by} names={props.names} />
               </td>
               <td data-label="Created">
                 <Time value={t.created_at} />

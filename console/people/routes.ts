@@ -11,7 +11,7 @@ import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
 import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
-import { addUserFromForm, contactsAssignedTo, createTokenFromForm, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
+import { addUserFromForm, contactsAssignedTo, createTokenFromForm, makerNames, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
 const UsersQuery = t.Object(
   { page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })), deleted: t.Optional(t.String({ maxLength: 10 })), unassigned: t.Optional(t.String({ maxLength: 10 })) },
@@ -56,7 +56,7 @@ export function peopleRoutes(rt: Runtime) {
       "/tokens",
       async ({ session, query }) => {
         const notice = query.revoked ? { kind: "success" as const, text: "Token revoked. Requests with it now get 401." } : null;
-        return htmlResponse(tokensPage({ session, tokens: await listTokens(db), notice }));
+        return htmlResponse(tokensPage({ session, tokens: await listTokens(db), names: await makerNames(db), notice }));
       },
       { query: flagQuery("revoked") },
     )
@@ -67,10 +67,10 @@ export function peopleRoutes(rt: Runtime) {
         try {
           name = field(body, "name");
           const created = await createTokenFromForm(db, session.operator, name);
-          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), created }), 201);
+          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), names: await makerNames(db), created }), 201);
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), name, refusal: failure }), failure.status);
+          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), names: await makerNames(db), name, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },

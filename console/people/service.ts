@@ -1,10 +1,10 @@
 import { countContactsAssignedToUser } from "../../server/contacts/store.ts";
 import type { Database, Db } from "../../server/db/sql.ts";
-import { checkTokenName, createApiToken, findToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
+import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsChecker, fieldsProblem } from "../../server/http/schema-errors.ts";
 import type { Operator } from "../../server/operators/model.ts";
-import { dropOperator, issueInvite, issueResetLink } from "../../server/operators/service.ts";
+import { dropOperator, issueInvite, issueResetLink, operatorSummaries } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { randomSecret } from "../../server/shared/crypto.ts";
 import { madeByOperator } from "../../server/shared/made-by.ts";
@@ -13,6 +13,7 @@ import { ProblemError, validationProblem } from "../../server/shared/problem.ts"
 import { UserInput, type User } from "../../server/users/model.ts";
 import { createUserOnce, deleteUser, listUsersPage, type DeletedUser } from "../../server/users/service.ts";
 import type { ConsoleSession } from "../model.ts";
+import type { MakerNames } from "../pages/made-by.tsx";
 import { changeOnceForForm, onceForForm, refusedOnField } from "../shell.ts";
 
 /** createTokenFromForm creates an API token named in the console, made by the signed-in operator; the token is returned once. */
@@ -20,6 +21,11 @@ export function createTokenFromForm(db: Database, operator: Operator, name: stri
   const fault = checkTokenName(name);
   if (fault) throw validationProblem([{ pointer: "/name", detail: fault }], `The name ${fault}.`);
   return createApiToken(db, name.trim(), Date.now(), null, madeByOperator(operator));
+}
+
+/** makerNames reads what names the makers of tokens and subscriptions (MadeByText): the operators there are now and every API token. */
+export async function makerNames(db: Db): Promise<MakerNames> {
+  return { operators: new Set((await operatorSummaries(db)).map((o) => o.id)), tokens: new Map((await listTokens(db)).map((t) => [t.id, { name: t.name, prefix: t.prefix }])) };
 }
 
 /** revokeTokenFromConsole revokes an API token and forgets its rate limits, or throws 404 when there is no token with that id. */

@@ -3,7 +3,7 @@ import type { Database, Db } from "../../server/db/sql.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
-import { madeByOperator } from "../../server/shared/made-by.ts";
+import { madeByOf, madeByOperator, type MadeBy } from "../../server/shared/made-by.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { SecretRotationInput, SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import {
@@ -33,7 +33,9 @@ import type { Operator } from "../../server/operators/model.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
 import { disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
 import { changeOnceForForm, consoleTime, onceForForm } from "../shell.ts";
-import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
+import type { MakerNames } from "../pages/made-by.tsx";
+import { makerNames } from "../people/service.ts";
+import { findRotation, insertRotation, listOpenRotations, listSubscriptionMakers, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
 /** RECENT_MS is the span of the success and failure counts on the subscriptions page. */
 const RECENT_MS = 24 * 60 * 60 * 1000;
@@ -106,11 +108,13 @@ export interface SubscriptionChoice {
   rotationId: string | null;
 }
 
-/** SubscriptionOverview adds a subscription's delivery counts of the last 24 hours, and whether its secret must be rotated before it can be enabled. */
+/** SubscriptionOverview adds a subscription's delivery counts of the last 24 hours, whether its secret must be rotated before it can be enabled, and who made it. */
 export interface SubscriptionOverview extends SubscriptionChoice {
   counts: { succeeded: number; failed: number; pending: number };
   /** its secret was lost with the secrets key (crm secrets-key reset): enable is refused until a rotation */
   secretLost: boolean;
+  /** null: made before migration 0045, unknown */
+  madeBy: MadeBy | null;
 }
 
 /** openRotationsFrom maps each subscription being rotated away from to its rotation (whose new subscription still exists). */
@@ -133,21 +137,31 @@ export async function subscriptionChoices(db: Db): Promise<SubscriptionChoice[]>
   return (await listAllSubscriptions(db)).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
 }
 
-/** subscriptionsOverview lists every subscription with its recent counts, and the rotations still open. */
-export function subscriptionsOverview(db: Database, now = Date.now()): Promise<{ subscriptions: SubscriptionOverview[]; rotations: RotationView[] }> {
+/** subscriptionsOverview lists every subscription with its recent counts and maker, what names the makers, and the rotations still open. */
+export function subscriptionsOverview(db: Database, now = Date.now()): Promise<{ subscriptions: SubscriptionOverview[]; rotations: RotationView[]; names: MakerNames }> {
   return db.read(async (snapshot) => {
     const counts = await subscriptionDeliveryCounts(snapshot, now - RECENT_MS);
     const rotations = (await Promise.all((await listOpenRotations(snapshot)).map((row) => toRotationView(snapshot, row)))).filter((r) => r.step !== "abandoned");
     const lost = await listLostSecretSubscriptionIds(snapshot);
+    const makers = new Map((await listSubscriptionMakers(snapshot)).map((row) => [row.id, madeByOf(row)]));
     return {
       subscriptions: (await subscriptionChoices(snapshot)).map((choice) => ({
         ...choice,
         counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 },
         secretLost: lost.has(choice.subscription.id),
+        madeBy: makers.get(choice.subscription.id) ?? null,
       })),
       rotations,
+      names: await makerNames(snapshot),
     };
   });
+}
+
+/** subscriptionMaker returns who made a subscription (null: unknown, made before migration 0045), or throws 404. */
+export async function subscriptionMaker(db: Db, id: string): Promise<MadeBy | null> {
+  const row = await findSubscriptionById(db, id);
+  if (!row) throw notFound("webhook subscription", id);
+  return madeByOf(row);
 }
 
 /** RotationView is the rotation wizard's state, derived from the database so it can be resumed at any time. */

@@ -90,3 +90,44 @@ describe("who made a token or a subscription", () => {
     ]);
   });
 });
+
+/** madeByCells reads, from a page's table, each row's "Made by" cell as text, by the row's id (its `data-*-id`). */
+function madeByCells(html: string, idAttribute: string): Record<string, string> {
+  const rows = [...html.matchAll(new RegExp(`<tr ${idAttribute}="([^"]+)">([\\s\\S]*?)</tr>`, "g"))];
+  return Object.fromEntries(rows.map(([, id, row]) => [id, textOf(/<td data-label="Made by">([\s\S]*?)<\/td>/.exec(row!)![1]!)]));
+}
+
+/** textOf is an HTML fragment's text as read: tags dropped, entities of the console's pages decoded. */
+const textOf = (html: string) => html.replace(/<[^>]+>/g, "").replaceAll("&amp;", "&").replace(/\s+/g, " ").trim();
+
+describe("the console shows who made each", () => {
+  test("token and subscription, on the tokens page, the Subscriptions page and a subscription's page: the operator (removed once they are), the command line, the API token by name and start, unknown for one made before", async () => {
+    const { h, client, other, colleague } = await setup();
+    const colleagueToken = await tokenOnConsole(other, "colleague's");
+    expect((await tokenCommand(h, ["create", "--name", "from a shell"])).code).toBe(0);
+    const mine = await subscriptionOnConsole(h, client, "mine");
+    const theirs = await subscriptionOnConsole(h, other, "theirs");
+    const overApi = await subscriptionOverApi(h, colleagueToken, "over-the-api");
+    const id = (name: string) => tokenIdOf(h, name);
+    const prefix = colleagueToken.slice(0, 12);
+    // Removed plainly, as `crm operator remove` does: what they made stays, and says whose it was.
+    const removal = await client.get(`/console/operators/${colleague.id}/remove`);
+    expect((await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(removal.text) })).status).toBe(303);
+
+    expect(madeByCells((await client.get("/console/tokens")).text, "data-token-id")).toEqual({
+      [await id("test")]: "unknown",
+      [await id("colleague's")]: `${COLLEAGUE.email} (removed)`,
+      [await id("from a shell")]: "command line",
+    });
+    expect(madeByCells((await client.get("/console/subscriptions")).text, "data-subscription-id")).toEqual({
+      [mine]: OPERATOR.email,
+      [theirs]: `${COLLEAGUE.email} (removed)`,
+      [overApi]: `API token colleague's (${prefix}…)`,
+    });
+    const madeByLine = async (subscription: string) => textOf(/<p class="muted" id="made-by">([\s\S]*?)<\/p>/.exec((await client.get(`/console/subscriptions/${subscription}`)).text)![1]!);
+    expect([await madeByLine(mine), await madeByLine(theirs), await madeByLine(overApi)]).toEqual([`Made by ${OPERATOR.email}`, `Made by ${COLLEAGUE.email} (removed)`, `Made by API token colleague's (${prefix}…)`]);
+    // One made before the service recorded makers (migration 0045) is unknown.
+    await h.rt.db.run("UPDATE webhook_subscriptions SET created_by = NULL, created_by_email = NULL WHERE id = ?", [mine]);
+    expect(await madeByLine(mine)).toBe("Made by unknown");
+  });
+});
