@@ -30,7 +30,7 @@ import { SECRET_PREFIX } from "./delivery.ts";
 import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
-import { failStoppedDeliveries } from "./health.ts";
+import { disableWithEvent, failStoppedDeliveries, MAKER_REMOVED_REASON } from "./health.ts";
 import {
   countDeliveries,
   countFailedDeliveriesBetween,
@@ -57,6 +57,7 @@ import {
   listDeliveries,
   listEverySubscription,
   listSubscriptions,
+  listSubscriptionsMadeBy,
   replaceLostSecret,
   requeueFailedDeliveries,
   type RecoveryPosition,
@@ -320,6 +321,36 @@ export async function subscriptionRemoved(rt: Runtime, id: string, failed: numbe
 export async function removeSubscription(tx: Db, id: string): Promise<number | null> {
   if (!(await deleteSubscriptionRow(tx, id))) return null;
   return countPendingDeliveriesOf(tx, id);
+}
+
+/** DisabledWithMaker is a subscription disabled with the removal of the operator who made it, and how many of its pending deliveries that fails. */
+export interface DisabledWithMaker {
+  id: string;
+  pending: number;
+}
+
+/**
+ * disableSubscriptionsMadeBy disables, inside the caller's write (the operator's removal), every
+ * active subscription `operator` made or that was created with an API token they made, each with
+ * its subscription.disabled event made by request `requestId`; call subscriptionsDisabled with
+ * what it returns once the write has committed. Enable brings one back.
+ */
+export async function disableSubscriptionsMadeBy(tx: Db, operator: { id: string; email: string }, requestId: string, now: number): Promise<DisabledWithMaker[]> {
+  const disabled: DisabledWithMaker[] = [];
+  for (const row of await listSubscriptionsMadeBy(tx, operator.id)) {
+    if (row.status !== "active") continue;
+    const made = row.created_by === operator.id ? "it" : "the API token it was created with";
+    const reason = `${MAKER_REMOVED_REASON} ${made}, ${operator.email}, was removed from the console; enable it if it is still wanted`;
+    disabled.push({ id: row.id, pending: await disableWithEvent(tx, row, reason, now, requestId) });
+  }
+  return disabled;
+}
+
+/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, rt.batchRows per write; a refused write is left to the delivery loop's sweep. */
+export async function subscriptionsDisabled(rt: Runtime, disabled: readonly DisabledWithMaker[]): Promise<void> {
+  for (const { id, pending } of disabled) {
+    if (pending > 0) await failStoppedDeliveries(rt.db, id, rt.batchRows).catch((error: unknown) => rt.deliveries.unsentRefused(error));
+  }
 }
 
 /** NothingLost is why a secrets key reset refused: the key given is the database's own, or the database has none (no check value, no secret), so any key is. */

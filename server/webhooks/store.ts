@@ -301,6 +301,11 @@ export function listEverySubscription(db: Db): Promise<SubscriptionRow[]> {
   return db.all<SubscriptionRow>("SELECT * FROM webhook_subscriptions ORDER BY id");
 }
 
+/** listSubscriptionsMadeBy returns the subscriptions an operator made, or that were created with an API token they made, oldest first. */
+export function listSubscriptionsMadeBy(db: Db, operatorId: string): Promise<SubscriptionRow[]> {
+  return db.all<SubscriptionRow>("SELECT * FROM webhook_subscriptions WHERE created_by = ? OR created_by IN (SELECT id FROM api_tokens WHERE created_by = ?) ORDER BY id", [operatorId, operatorId]);
+}
+
 /** findSubscriptionById returns one subscription row or null. */
 export function findSubscriptionById(db: Db, id: string): Promise<SubscriptionRow | null> {
   return db.get<SubscriptionRow>("SELECT * FROM webhook_subscriptions WHERE id = ?", [id]);

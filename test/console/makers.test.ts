@@ -131,3 +131,91 @@ describe("the console shows who made each", () => {
     expect(await madeByLine(mine)).toBe("Made by unknown");
   });
 });
+
+/** listed reads the items of a list on a page, by its id, as text (a label's parts, in spans of their own, apart). */
+const listed = (html: string, id: string) =>
+  [...(new RegExp(`<ul id="${id}">([\\s\\S]*?)</ul>`).exec(html)?.[1] ?? "").matchAll(/<li>([\s\S]*?)<\/li>/g)].map(([, item]) => textOf(item!.replace(/<\/?span[^>]*>/g, " ")));
+
+/** madeByColleague has the colleague make a token and a subscription on the console and a subscription with that token, beside a token of the command line and subscriptions of others. */
+async function madeByColleague(h: Harness, client: ConsoleClient, other: ConsoleClient) {
+  const token = await tokenOnConsole(other, "colleague's");
+  expect((await tokenCommand(h, ["create", "--name", "from a shell"])).code).toBe(0);
+  const theirs = await subscriptionOnConsole(h, other, "theirs");
+  const withTheirToken = await subscriptionOverApi(h, token, "with-their-token");
+  const mine = await subscriptionOnConsole(h, client, "mine");
+  const overApi = await subscriptionOverApi(h, h.token, "over-the-api");
+  return { token, theirs, withTheirToken, mine, overApi };
+}
+
+const tokenStates = async (h: Harness) => (await h.rt.db.all<{ name: string; revoked_at: number | null }>("SELECT name, revoked_at FROM api_tokens ORDER BY created_at, id")).map((t) => ({ name: t.name, revoked: t.revoked_at !== null }));
+const subscriptionStates = (h: Harness) => h.rt.db.all("SELECT description, status, disabled_reason FROM webhook_subscriptions ORDER BY created_at, id");
+const contactsWith = async (h: Harness, token: string) => (await h.request("GET", "/public/v1/contacts", { headers: { authorization: `Bearer ${token}` } })).status;
+
+describe("removing an operator", () => {
+  test("the confirmation lists the tokens and subscriptions they made; ticked, the removal revokes those tokens (the next request with one is 401) and disables their active subscriptions, with subscription.disabled made by its request", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    const prefix = made.token.slice(0, 12);
+    const confirm = await client.get(`/console/operators/${colleague.id}/remove`);
+    expect(confirm.status).toBe(200);
+    expect(listed(confirm.text, "their-tokens").map((item) => item.replace(/, created .*/, ""))).toEqual([`colleague's (${prefix}…)`]);
+    expect(listed(confirm.text, "their-subscriptions")).toEqual(["theirs http://127.0.0.1:9/theirs Active", `with-their-token http://127.0.0.1:9/with-their-token Active created with their API token colleague's (${prefix}…)`]);
+    // Opt-in: neither box is ticked as the page comes.
+    expect([...confirm.text.matchAll(/<input type="checkbox" name="([a-z_]+)" value="yes"\s*\/?>/g)].map(([, name]) => name)).toEqual(["revoke_tokens", "disable_subscriptions"]);
+
+    const removed = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" });
+    expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
+    const notice = textOf(/<div class="notice[^"]*"[^>]*>([\s\S]*?)<\/div>/.exec((await client.get(removed.headers.get("location")!)).text)![1]!);
+    expect(notice).toBe("Operator removed. Their sessions have ended, and the links they made no longer work. 1 API token they made is revoked (requests with it get 401); 2 subscriptions they made are disabled.");
+    expect(await contactsWith(h, made.token)).toBe(401);
+    expect(await tokenStates(h)).toEqual([
+      { name: "test", revoked: false },
+      { name: "colleague's", revoked: true },
+      { name: "from a shell", revoked: false },
+    ]);
+    expect(await subscriptionStates(h)).toEqual([
+      { description: "theirs", status: "disabled", disabled_reason: `the operator who made it, ${COLLEAGUE.email}, was removed from the console; enable it if it is still wanted` },
+      { description: "with-their-token", status: "disabled", disabled_reason: `the operator who made the API token it was created with, ${COLLEAGUE.email}, was removed from the console; enable it if it is still wanted` },
+      { description: "mine", status: "active", disabled_reason: null },
+      { description: "over-the-api", status: "active", disabled_reason: null },
+    ]);
+    const events = await h.rt.db.all<{ payload: string; request_id: string }>("SELECT payload, request_id FROM events WHERE type = 'subscription.disabled' ORDER BY id");
+    expect(events.map((e) => [JSON.parse(e.payload).data.subscription_id, e.request_id])).toEqual([
+      [made.theirs, removed.headers.get("x-request-id")],
+      [made.withTheirToken, removed.headers.get("x-request-id")],
+    ]);
+    // Sent again (a double click), the confirmation answers as the first did.
+    const again = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" });
+    expect([again.status, again.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
+  });
+
+  test("unticked, the removal leaves what they made as it was: their token still works and their subscriptions stay active", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    const confirm = await client.get(`/console/operators/${colleague.id}/remove`);
+    const removed = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text) });
+    expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1"]);
+    expect(await contactsWith(h, made.token)).toBe(200);
+    expect((await subscriptionStates(h)).map((s: any) => s.status)).toEqual(["active", "active", "active", "active"]);
+  });
+
+  test("nobody but a signed-in operator, with the page's CSRF token, can remove one with what they made: no session, no CSRF token or an API token change nothing", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    const confirm = await client.get(`/console/operators/${colleague.id}/remove`);
+    const form = { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" };
+    const path = `/console/operators/${colleague.id}/remove`;
+    const stranger = new ConsoleClient((r) => h.app.handle(r));
+    await stranger.get("/console/login"); // a pre-session CSRF token, as a browser not signed in holds
+    const unsigned = await stranger.post(path, form);
+    expect([unsigned.status, unsigned.headers.get("location")]).toEqual([303, "/console/login"]);
+    expect((await client.post(path, { ...form, _csrf: null })).status).toBe(403);
+    const body = new URLSearchParams(form).toString();
+    const bearer = await h.app.handle(new Request(`http://localhost${path}`, { method: "POST", headers: { authorization: `Bearer ${made.token}`, "content-type": "application/x-www-form-urlencoded" }, body }));
+    expect(bearer.status).toBe(303);
+    expect(bearer.headers.get("location")).toStartWith("/console/login");
+    expect(await h.rt.db.get("SELECT email FROM operators WHERE id = ?", [colleague.id])).toEqual({ email: COLLEAGUE.email });
+    expect(await contactsWith(h, made.token)).toBe(200);
+    expect((await subscriptionStates(h)).map((s: any) => s.status)).toEqual(["active", "active", "active", "active"]);
+  });
+});
