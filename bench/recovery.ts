@@ -46,7 +46,7 @@ const subscriptionId = newId("sub", now - 3_600_000);
 const input = { target_url: `http://127.0.0.1:${receiver.port}/hook`, description: "bench", events: ["contact.updated" as const] };
 // Sealed with the data directory's key (created here), as the server stores secrets.
 const sealed = new SecretBox(loadSecretsKey({ dataDir, secretsKeyFile: "" }).key).seal(subscriptionId, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo=");
-await insertSubscription(setup, newSubscriptionRow(subscriptionId, input, sealed, now - 3_600_000), input.events);
+await insertSubscription(setup, newSubscriptionRow(subscriptionId, input, sealed, { kind: "command_line" }, now - 3_600_000), input.events);
 await setup.write(async (tx) => {
   for (let i = 0; i < FAILED; i++) await recordEvent(tx, "contact.updated", { id: `con_bench${i}`, first_name: "Outage", version: 2 }, null, now - 1_800_000 + i);
 });

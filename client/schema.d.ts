@@ -859,7 +859,7 @@ export interface webhooks {
         put?: never;
         /**
          * subscription.disabled event
-         * @description Another subscription was disabled: its receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours. Nothing more is sent to it until POST /webhook-subscriptions/{id}/enable. Sent to the subscriptions that ask for it, never about themselves (a disabled subscription gets nothing). Verify webhook-signature (Standard Webhooks) before trusting the body.
+         * @description Another subscription was disabled: its receiver answered 410 Gone, every attempt failed for --disable-failing-after-hours, or the console removed the operator who made it (or made the API token it was created with) and disabled what they made. Nothing more is sent to it until POST /webhook-subscriptions/{id}/enable. Sent to the subscriptions that ask for it, never about themselves (a disabled subscription gets nothing). Verify webhook-signature (Standard Webhooks) before trusting the body.
          */
         post: operations["receiveSubscriptionDisabledEvent"];
         delete?: never;
@@ -1083,7 +1083,7 @@ export interface components {
             target_url: string;
             description: string | null;
             events: string[];
-            /** @description paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours; nothing more is sent until POST .../enable. */
+            /** @description paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone, every attempt failed for --disable-failing-after-hours, or the operator who made it was removed on the console with what they made (disabled_reason says which); nothing more is sent until POST .../enable. */
             status: ("active" | "paused" | "disabled") | string;
             /** Format: date-time */
             disabled_at: string | null;

@@ -590,7 +590,7 @@ async function main(argv: string[]): Promise<number> {
         const config = loadCommandConfig(args);
         if (stdoutDiscarded()) throw new ConfigError("token create: standard output is /dev/null (or closed), so the token would be shown to no one; nothing was created");
         const db = await openConfiguredDatabase(config, { setUp: true });
-        const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate);
+        const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate, { kind: "command_line" });
         // A name refuses control characters but not bidirectional ones, which would draw the rest of a line backwards: escaped
         // (in the JSON too, where \u202e is the same string).
         try {

@@ -29,8 +29,8 @@ export function SecretOnce({ id, label, value, heading, focused = true, children
   );
 }
 
-/** confirmPage asks before something that cannot be undone (deleting a subscription, revoking a token); with a form key, its form carries it (onceForForm). */
-export function confirmPage(props: { session: ConsoleSession; title: string; section: Section; text: ComponentChildren; action: string; button: string; cancel: string; formKey?: string }): string {
+/** confirmPage asks before something that cannot be undone (deleting a subscription, revoking a token); with a form key, its form carries it (onceForForm), and `choices` are fields sent with it (boxes to tick). */
+export function confirmPage(props: { session: ConsoleSession; title: string; section: Section; text: ComponentChildren; action: string; button: string; cancel: string; formKey?: string; choices?: ComponentChildren }): string {
   return renderPage({
     title: props.title,
     session: props.session,
@@ -42,6 +42,7 @@ export function confirmPage(props: { session: ConsoleSession; title: string; sec
         <form method="post" action={props.action} class="actions">
           <CsrfField token={props.session.csrfToken} />
           {props.formKey && <input type="hidden" name="form_key" value={props.formKey} />}
+          {props.choices}
           <button type="submit" class="button danger">
             {props.button}
           </button>

@@ -4,8 +4,10 @@ import type { ListMeta } from "../../server/http/list-query.ts";
 import type { Operator, OperatorSummary, PendingLink } from "../../server/operators/model.ts";
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
+import type { OperatorMade } from "./service.ts";
 import { renderPage } from "../pages/layout.tsx";
-import { bidiBalanced, CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { bidiBalanced, CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { MadeByText, type MakerNames } from "../pages/made-by.tsx";
 import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 
 /**
@@ -19,7 +21,7 @@ function revokeSubjects(tokens: ApiTokenInfo[]): Map<string, string> {
 }
 
 /** tokensPage lists API tokens (never the token itself), creates them (shown once) and links to revoking. */
-export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInfo[]; created?: { token: string; info: ApiTokenInfo } | null; name?: string; notice?: NoticeData | null; refusal?: Refusal | null }): string {
+export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInfo[]; names: MakerNames; created?: { token: string; info: ApiTokenInfo } | null; name?: string; notice?: NoticeData | null; refusal?: Refusal | null }): string {
   const subjects = revokeSubjects(props.tokens);
   return renderPage({
     title: "API tokens",
@@ -41,7 +43,7 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
             Send it as <code>Authorization: Bearer …</code> from server-side code.
           </SecretOnce>
         )}
-        <DataTable id="tokens" columns={["Name", "Starts with", "Created (UTC)", "Last used (UTC)", "Status", ""]} empty={props.tokens.length === 0 ? "No API tokens yet." : null}>
+        <DataTable id="tokens" columns={["Name", "Starts with", "Made by", "Created (UTC)", "Last used (UTC)", "Status", ""]} empty={props.tokens.length === 0 ? "No API tokens yet." : null}>
           {props.tokens.map((t) => (
             <tr data-token-id={t.id}>
               <td data-label="Name">
@@ -49,6 +51,9 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
               </td>
               <td data-label="Starts with">
                 <code>{t.prefix}…</code>
+              </td>
+              <td data-label="Made by">
+                <MadeByText madeBy={t.made_by} names={props.names} />
               </td>
               <td data-label="Created">
                 <Time value={t.created_at} />
@@ -350,17 +355,77 @@ export function operatorsPage(props: {
   });
 }
 
-/** removeOperatorPage asks to confirm removing an operator. */
-export function removeOperatorPage(props: { session: ConsoleSession; operator: Operator }): string {
+/** plural says a count of things: "1 API token", "2 API tokens". */
+const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
+
+/**
+ * removeOperatorPage asks to confirm removing an operator, listing the API tokens still active and
+ * the subscriptions they made (or created with one of their tokens), with a box each, unticked, to
+ * revoke those tokens and disable the active subscriptions in the same step.
+ */
+export function removeOperatorPage(props: { session: ConsoleSession; operator: Operator; made: OperatorMade }): string {
   const self = props.operator.id === props.session.operator.id;
+  const { tokens, subscriptions } = props.made;
+  const active = subscriptions.filter(({ subscription }) => subscription.status !== "disabled").length;
   return confirmPage({
     session: props.session,
     title: "Remove operator",
     section: "operators",
     text: (
-      <p>
-        Remove <strong>{props.operator.email}</strong>? {self ? "That is you: you are signed out at once." : "Their sessions end at once and they can no longer sign in."}
-      </p>
+      <>
+        <p>
+          Remove <strong>{props.operator.email}</strong>? {self ? "That is you: you are signed out at once." : "Their sessions end at once and they can no longer sign in."}
+        </p>
+        <h2>API tokens they made</h2>
+        {tokens.length === 0 ? (
+          <p class="muted">None still active.</p>
+        ) : (
+          <ul id="their-tokens">
+            {tokens.map((t) => (
+              <li>
+                <bdi>{bidiBalanced(t.name)}</bdi> (<code>{t.prefix}…</code>), created <Time value={t.created_at} />, last used <Time value={t.last_used_at} />
+              </li>
+            ))}
+          </ul>
+        )}
+        <h2>Subscriptions they made</h2>
+        {subscriptions.length === 0 ? (
+          <p class="muted">None, themselves or with one of their API tokens.</p>
+        ) : (
+          <ul id="their-subscriptions">
+            {subscriptions.map(({ subscription: s, via }) => (
+              <li>
+                <SubscriptionLabel description={s.description} url={s.target_url} /> <StatusBadge status={s.status} />
+                {via && (
+                  <span class="hint">
+                    {" "}
+                    created with their API token <bdi>{bidiBalanced(via.name)}</bdi> (<code>{via.prefix}…</code>)
+                  </span>
+                )}
+              </li>
+            ))}
+          </ul>
+        )}
+        <p class="muted">What they made stays unless you tick a box below: tokens made from the command line, and subscriptions made by others, are not theirs.</p>
+      </>
+    ),
+    choices: (tokens.length > 0 || active > 0) && (
+      <div class="choices">
+        {tokens.length > 0 && (
+          <label class="check">
+            <input type="checkbox" name="revoke_tokens" value="yes" />
+            <span>Also revoke their {plural(tokens.length, "API token", "API tokens")}: requests with them get 401 from then on. This cannot be undone.</span>
+          </label>
+        )}
+        {active > 0 && (
+          <label class="check">
+            <input type="checkbox" name="disable_subscriptions" value="yes" />
+            <span>
+              Also disable their {plural(active, "active subscription", "active subscriptions")}: nothing more is sent, their pending deliveries end failed; Enable on the Subscriptions page brings one back.
+            </span>
+          </label>
+        )}
+      </div>
     ),
     action: `/console/operators/${props.operator.id}/remove`,
     button: `Remove ${props.operator.email}`,

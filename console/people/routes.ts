@@ -11,7 +11,7 @@ import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
 import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
-import { addUserFromForm, contactsAssignedTo, createTokenFromForm, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
+import { addUserFromForm, contactsAssignedTo, createTokenFromForm, makerNames, operatorMade, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
 const UsersQuery = t.Object(
   { page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })), deleted: t.Optional(t.String({ maxLength: 10 })), unassigned: t.Optional(t.String({ maxLength: 10 })) },
@@ -25,9 +25,24 @@ function unassignedText(unassigned: string | undefined): string {
   return n === 0 ? " No contact was assigned to them." : n === 1 ? " 1 contact lost the assignment; it sends contact.updated." : ` ${n} contacts lost the assignment; each sends contact.updated.`;
 }
 
+/** countOf reads a count a redirect wrote (null for a hand-made value). */
+function countOf(text: string | undefined): number | null {
+  return text !== undefined && /^\d{1,9}$/.test(text) ? Number(text) : null;
+}
+
+/** madeAlsoText says what a removal also revoked and disabled, as its redirect wrote (nothing when neither, or for a hand-made value). */
+function madeAlsoText(query: { revoked?: string; disabled?: string }): string {
+  const [revoked, disabled] = [countOf(query.revoked), countOf(query.disabled)];
+  const parts = [
+    ...(revoked ? [`${revoked === 1 ? "1 API token" : `${revoked} API tokens`} they made ${revoked === 1 ? "is" : "are"} revoked (requests with ${revoked === 1 ? "it" : "them"} get 401)`] : []),
+    ...(disabled ? [`${disabled === 1 ? "1 subscription" : `${disabled} subscriptions`} they made ${disabled === 1 ? "is" : "are"} disabled`] : []),
+  ];
+  return parts.length > 0 ? ` ${parts.join("; ")}.` : "";
+}
+
 /** operatorsNotice says what the redirect to the operators page after a removal or a withdrawal reports (nothing for a hand-made value). */
-function operatorsNotice(query: { removed?: string; withdrawn?: string }): NoticeData | null {
-  if (query.removed) return { kind: "success", text: "Operator removed. Their sessions have ended, and the links they made no longer work." };
+function operatorsNotice(query: { removed?: string; withdrawn?: string; revoked?: string; disabled?: string }): NoticeData | null {
+  if (query.removed) return { kind: "success", text: `Operator removed. Their sessions have ended, and the links they made no longer work.${madeAlsoText(query)}` };
   if (query.withdrawn === "1") return { kind: "success", text: "Link withdrawn. It no longer works." };
   if (query.withdrawn === "0") return { kind: "info", text: "That link was no longer pending (used, withdrawn, replaced by a newer one or expired); nothing was withdrawn." };
   return null;
@@ -56,7 +71,7 @@ export function peopleRoutes(rt: Runtime) {
       "/tokens",
       async ({ session, query }) => {
         const notice = query.revoked ? { kind: "success" as const, text: "Token revoked. Requests with it now get 401." } : null;
-        return htmlResponse(tokensPage({ session, tokens: await listTokens(db), notice }));
+        return htmlResponse(tokensPage({ session, tokens: await listTokens(db), names: await makerNames(db), notice }));
       },
       { query: flagQuery("revoked") },
     )
@@ -66,11 +81,11 @@ export function peopleRoutes(rt: Runtime) {
         let name: string | undefined;
         try {
           name = field(body, "name");
-          const created = await createTokenFromForm(db, name);
-          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), created }), 201);
+          const created = await createTokenFromForm(db, session.operator, name);
+          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), names: await makerNames(db), created }), 201);
         } catch (error) {
           const failure = problemOf(error);
-          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), name, refusal: failure }), failure.status);
+          return htmlResponse(tokensPage({ session, tokens: await listTokens(db), names: await makerNames(db), name, refusal: failure }), failure.status);
         }
       },
       { body: OptionalForm },
@@ -137,7 +152,7 @@ export function peopleRoutes(rt: Runtime) {
       async ({ session, query }) => {
         return htmlResponse(await operatorsView(session, { notice: operatorsNotice(query) }));
       },
-      { query: t.Object({ removed: t.Optional(t.String({ maxLength: 10 })), withdrawn: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true }) },
+      { query: t.Object(Object.fromEntries(["removed", "withdrawn", "revoked", "disabled"].map((flag) => [flag, t.Optional(t.String({ maxLength: 10 }))])), { additionalProperties: true }) },
     )
     .post(
       "/operators/links/withdraw",
@@ -164,14 +179,23 @@ export function peopleRoutes(rt: Runtime) {
       },
       { body: OptionalForm },
     )
-    .get("/operators/:id/remove", async ({ session, params }) => htmlResponse(removeOperatorPage({ session, operator: await operatorOr404(params.id) })), { params: IdParam })
+    .get(
+      "/operators/:id/remove",
+      async ({ session, params }) => {
+        const operator = await operatorOr404(params.id);
+        return htmlResponse(removeOperatorPage({ session, operator, made: await operatorMade(db, operator.id) }));
+      },
+      { params: IdParam },
+    )
     .post(
       "/operators/:id/remove",
-      async ({ session, params, body, secure }) => {
-        await removeOperatorFromForm(rt, session, params.id, field(body, "form_key"));
+      async ({ request, session, params, body, secure }) => {
+        const choices = { revokeTokens: field(body, "revoke_tokens") === "yes", disableSubscriptions: field(body, "disable_subscriptions") === "yes" };
+        const done = await removeOperatorFromForm(rt, session, params.id, field(body, "form_key"), choices, requestIdOf(request));
         // Removing oneself ends one's own session too: the browser goes to the sign-in page.
         if (params.id === session.operator.id) return redirect(`${CONSOLE_PREFIX}/login`, { cookies: [clearCookieHeader(SESSION_COOKIE, secure)] });
-        return redirect(`${CONSOLE_PREFIX}/operators?removed=1`);
+        const also = `${done.tokens > 0 ? `&revoked=${done.tokens}` : ""}${done.subscriptions > 0 ? `&disabled=${done.subscriptions}` : ""}`;
+        return redirect(`${CONSOLE_PREFIX}/operators?removed=1${also}`);
       },
       { params: IdParam, body: OptionalForm },
     )

@@ -1,8 +1,10 @@
 /** @jsxImportSource preact */
+import type { MadeBy } from "../../server/shared/made-by.ts";
 import type { SubscriptionStats, WindowStats } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
+import { MadeByText, type MakerNames } from "../pages/made-by.tsx";
 import { DataTable, FailingNote, formatDuration, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 
@@ -140,7 +142,16 @@ function Attempts({ stats }: { stats: SubscriptionStats }) {
 }
 
 /** subscriptionPage renders one subscription: its charts, larger, its attempts as the API counts them, and its recent failures grouped by reason. */
-export function subscriptionPage(props: { session: ConsoleSession; health: SubscriptionHealth; failures: FailureReason[] | null; rotationId: string | null; disableAfterHours: number; stats: SubscriptionStats }): string {
+export function subscriptionPage(props: {
+  session: ConsoleSession;
+  health: SubscriptionHealth;
+  failures: FailureReason[] | null;
+  rotationId: string | null;
+  disableAfterHours: number;
+  stats: SubscriptionStats;
+  madeBy: MadeBy | null;
+  names: MakerNames;
+}): string {
   const s = props.health.subscription;
   return renderPage({
     title: isolated(s.description ?? receiverUrl(s.target_url)),
@@ -157,6 +168,9 @@ export function subscriptionPage(props: { session: ConsoleSession; health: Subsc
             <StatusBadge status={s.status} />
           </h1>
           <p class="url">{receiverUrl(s.target_url)}</p>
+          <p class="muted" id="made-by">
+            Made by <MadeByText madeBy={props.madeBy} names={props.names} />
+          </p>
           <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
         </div>
         <section class="card health" id="health">

@@ -6,6 +6,7 @@ import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionCho
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
+import { MadeByText, type MakerNames } from "../pages/made-by.tsx";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, wizardTitle, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
 import { bidiBalanced, CsrfField, DataTable, FailingNote, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 
@@ -96,6 +97,7 @@ export function subscriptionsPage(props: {
   session: ConsoleSession;
   subscriptions: SubscriptionOverview[];
   rotations: RotationView[];
+  names: MakerNames;
   disableAfterHours: number;
   created?: SubscriptionWithSecret | null;
   form?: SubscriptionForm;
@@ -138,8 +140,8 @@ export function subscriptionsPage(props: {
             </a>
           </div>
         ))}
-        <DataTable id="subscriptions" columns={["Subscription", "Events", "Status", "Deliveries, last 24 hours", "Created (UTC)", ""]} empty={props.subscriptions.length === 0 ? "No subscriptions yet. Create one below, or through the API." : null}>
-          {props.subscriptions.map(({ subscription: s, counts, rotationId, secretLost }) => (
+        <DataTable id="subscriptions" columns={["Subscription", "Events", "Status", "Deliveries, last 24 hours", "Created (UTC)", "Made by", ""]} empty={props.subscriptions.length === 0 ? "No subscriptions yet. Create one below, or through the API." : null}>
+          {props.subscriptions.map(({ subscription: s, counts, rotationId, secretLost, madeBy }) => (
             <tr data-subscription-id={s.id}>
               <td data-label="Subscription">
                 <SubscriptionLabel description={s.description} url={s.target_url} />
@@ -163,6 +165,9 @@ export function subscriptionsPage(props: {
               </td>
               <td data-label="Created">
                 <Time value={s.created_at} />
+              </td>
+              <td data-label="Made by">
+                <MadeByText madeBy={madeBy} names={props.names} />
               </td>
               <td class="row-actions">
                 <a href={`/console/subscriptions/${s.id}`}>Health<OfSubscription subject={subjects.get(s.id)!} of /></a>

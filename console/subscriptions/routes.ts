@@ -6,6 +6,7 @@ import { enableSubscription, getSubscription, getSubscriptionStats, pauseSubscri
 import { htmlResponse, redirect } from "../http.ts";
 import { isolated, receiverUrl } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, consoleTime, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
+import { makerNames } from "../people/service.ts";
 import { recentFailures, subscriptionsHealth } from "./health.ts";
 import { subscriptionPage } from "./health-pages.tsx";
 import {
@@ -34,6 +35,7 @@ import {
   sendSecretRotationTest,
   startRotation,
   subscriptionChoices,
+  subscriptionMaker,
   subscriptionsOverview,
   type SubscriptionForm,
 } from "./service.ts";
@@ -108,7 +110,7 @@ export function subscriptionRoutes(rt: Runtime) {
       async ({ session, params }) => {
         const subscription = await getSubscription(db, params.id);
         const [health] = await subscriptionsHealth(db, [subscription]);
-        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id, session.operator.id), rotationId: await openRotationFrom(db, subscription.id), disableAfterHours: rt.config.disableFailingAfterHours, stats: await getSubscriptionStats(db, subscription.id) }));
+        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id, session.operator.id), rotationId: await openRotationFrom(db, subscription.id), disableAfterHours: rt.config.disableFailingAfterHours, stats: await getSubscriptionStats(db, subscription.id), madeBy: await subscriptionMaker(db, subscription.id), names: await makerNames(db) }));
       },
       { params: IdParam },
     )
@@ -285,7 +287,7 @@ export function rotationRoutes(rt: Runtime) {
         let form: SubscriptionForm | undefined;
         try {
           form = subscriptionForm(body);
-          const started = await startRotation(rt, old.id, form, requestIdOf(request));
+          const started = await startRotation(rt, session.operator, old.id, form, requestIdOf(request));
           if (started.secret === null) return redirect(`${CONSOLE_PREFIX}/rotations/${started.id}`);
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, started.id), secret: started.secret }), 201);
         } catch (error) {

@@ -3,6 +3,7 @@ import type { Database, Db } from "../../server/db/sql.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
+import { madeByOf, madeByOperator, type MadeBy } from "../../server/shared/made-by.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { SecretRotationInput, SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import {
@@ -28,10 +29,13 @@ import {
 } from "../../server/webhooks/service.ts";
 import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, listLostSecretSubscriptionIds, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
+import type { Operator } from "../../server/operators/model.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
 import { disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
 import { changeOnceForForm, consoleTime, onceForForm } from "../shell.ts";
-import { findRotation, insertRotation, listOpenRotations, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
+import type { MakerNames } from "../pages/made-by.tsx";
+import { makerNames } from "../people/service.ts";
+import { findRotation, insertRotation, listOpenRotations, listSubscriptionMakers, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
 /** RECENT_MS is the span of the success and failure counts on the subscriptions page. */
 const RECENT_MS = 24 * 60 * 60 * 1000;
@@ -77,7 +81,7 @@ function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
  */
 export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSession, form: SubscriptionForm, formKey: string, requestId: string): Promise<SubscriptionWithSecret> {
   const input = subscriptionInputFrom(form);
-  const answer = await onceForForm(rt, { session, path: CONSOLE_SUBSCRIPTION_FORM_PATH, key: formKey, values: input }, (scope) => createSubscription(rt, input, scope, requestId));
+  const answer = await onceForForm(rt, { session, path: CONSOLE_SUBSCRIPTION_FORM_PATH, key: formKey, values: input }, (scope) => createSubscription(rt, input, madeByOperator(session.operator), scope, requestId));
   return openReplayedSecret(rt, answer.body).data;
 }
 
@@ -104,11 +108,13 @@ export interface SubscriptionChoice {
   rotationId: string | null;
 }
 
-/** SubscriptionOverview adds a subscription's delivery counts of the last 24 hours, and whether its secret must be rotated before it can be enabled. */
+/** SubscriptionOverview adds a subscription's delivery counts of the last 24 hours, whether its secret must be rotated before it can be enabled, and who made it. */
 export interface SubscriptionOverview extends SubscriptionChoice {
   counts: { succeeded: number; failed: number; pending: number };
   /** its secret was lost with the secrets key (crm secrets-key reset): enable is refused until a rotation */
   secretLost: boolean;
+  /** null: made before migration 0047, unknown */
+  madeBy: MadeBy | null;
 }
 
 /** openRotationsFrom maps each subscription being rotated away from to its rotation (whose new subscription still exists). */
@@ -131,21 +137,31 @@ export async function subscriptionChoices(db: Db): Promise<SubscriptionChoice[]>
   return (await listAllSubscriptions(db)).map((subscription) => ({ subscription, rotationId: open.get(subscription.id) ?? null }));
 }
 
-/** subscriptionsOverview lists every subscription with its recent counts, and the rotations still open. */
-export function subscriptionsOverview(db: Database, now = Date.now()): Promise<{ subscriptions: SubscriptionOverview[]; rotations: RotationView[] }> {
+/** subscriptionsOverview lists every subscription with its recent counts and maker, what names the makers, and the rotations still open. */
+export function subscriptionsOverview(db: Database, now = Date.now()): Promise<{ subscriptions: SubscriptionOverview[]; rotations: RotationView[]; names: MakerNames }> {
   return db.read(async (snapshot) => {
     const counts = await subscriptionDeliveryCounts(snapshot, now - RECENT_MS);
     const rotations = (await Promise.all((await listOpenRotations(snapshot)).map((row) => toRotationView(snapshot, row)))).filter((r) => r.step !== "abandoned");
     const lost = await listLostSecretSubscriptionIds(snapshot);
+    const makers = new Map((await listSubscriptionMakers(snapshot)).map((row) => [row.id, madeByOf(row)]));
     return {
       subscriptions: (await subscriptionChoices(snapshot)).map((choice) => ({
         ...choice,
         counts: counts.get(choice.subscription.id) ?? { succeeded: 0, failed: 0, pending: 0 },
         secretLost: lost.has(choice.subscription.id),
+        madeBy: makers.get(choice.subscription.id) ?? null,
       })),
       rotations,
+      names: await makerNames(snapshot),
     };
   });
+}
+
+/** subscriptionMaker returns who made a subscription (null: unknown, made before migration 0047), or throws 404. */
+export async function subscriptionMaker(db: Db, id: string): Promise<MadeBy | null> {
+  const row = await findSubscriptionById(db, id);
+  if (!row) throw notFound("webhook subscription", id);
+  return madeByOf(row);
 }
 
 /** RotationView is the rotation wizard's state, derived from the database so it can be resumed at any time. */
@@ -190,13 +206,13 @@ export function rotationView(db: Database, id: string): Promise<RotationView> {
 }
 
 /**
- * startRotation creates the new subscription that is to replace `oldId` and returns the rotation
+ * startRotation creates the new subscription, made by `operator`, that is to replace `oldId` and returns the rotation
  * with the new secret (shown once). If a rotation away from `oldId` is already under way it is
  * returned instead: with its secret while it has sent no test event, so the form sent twice (a
  * double click, a retry) is answered alike, as an idempotent retry of the API is; later without.
  * The check and the creation commit together, so the form sent twice at once starts one rotation.
  */
-export async function startRotation(rt: Runtime, oldId: string, form: SubscriptionForm, requestId: string, now = Date.now()): Promise<{ id: string; secret: string | null }> {
+export async function startRotation(rt: Runtime, operator: Operator, oldId: string, form: SubscriptionForm, requestId: string, now = Date.now()): Promise<{ id: string; secret: string | null }> {
   const input = subscriptionInputFrom(form);
   await checkSubscriptionTarget(rt, input.target_url, requestId);
   return rt.db.write(async (tx) => {
@@ -206,7 +222,7 @@ export async function startRotation(rt: Runtime, oldId: string, form: Subscripti
       const untested = (await findRotation(tx, open))!.test_delivery_id === null;
       return { id: open, secret: untested ? rt.secrets.open(open, (await findSubscriptionById(tx, open))!.secret) : null };
     }
-    const created = (await addSubscription(rt, tx, input, null)).body.data;
+    const created = (await addSubscription(rt, tx, input, madeByOperator(operator), null)).body.data;
     await insertRotation(tx, { new_subscription_id: created.id, old_subscription_id: old.id, old_target_url: old.target_url, old_description: old.description ?? "", created_at: now });
     return { id: created.id, secret: created.secret };
   });

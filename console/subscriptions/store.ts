@@ -1,4 +1,5 @@
 import type { Db } from "../../server/db/sql.ts";
+import type { MadeByColumns } from "../../server/shared/made-by.ts";
 
 /** RotationRow is a guided replacement of one subscription by a new one, keyed by the new subscription. */
 export type RotationRow = {
@@ -49,4 +50,9 @@ export function deleteRotationsWithoutReplacementBefore(db: Db, cutoff: number):
 /** markRotationCompleted records that the old subscription was deleted. */
 export async function markRotationCompleted(db: Db, newSubscriptionId: string, at: number): Promise<void> {
   await db.run("UPDATE subscription_rotations SET completed_at = ?, updated_at = ? WHERE new_subscription_id = ? AND completed_at IS NULL", [at, at, newSubscriptionId]);
+}
+
+/** listSubscriptionMakers returns who made each subscription (migration 0047), by its id. */
+export function listSubscriptionMakers(db: Db): Promise<({ id: string } & MadeByColumns)[]> {
+  return db.all<{ id: string } & MadeByColumns>("SELECT id, created_by, created_by_email FROM webhook_subscriptions");
 }

@@ -2,9 +2,10 @@ import type { Database, Db } from "../db/sql.ts";
 import { makeRoom, MAX_TRACKED_KEYS, type TokenRate } from "../limits/rate-limiter.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
+import { madeByColumns, madeByOf, type MadeBy } from "../shared/made-by.ts";
 import { codePointName } from "../shared/text.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
-import { findActiveTokensByPrefix, findApiTokenById, findApiTokenRate, insertApiToken, listApiTokens, markTokenRevoked, touchTokenLastUsed, type ApiTokenRow } from "./store.ts";
+import { findActiveTokensByPrefix, findApiTokenById, findApiTokenRate, insertApiToken, listApiTokens, markTokenRevoked, markTokensMadeByRevoked, touchTokenLastUsed, type ApiTokenRow } from "./store.ts";
 
 const PREFIX_LENGTH = 12; // "crm_" + 8 characters: enough to find the row, too little to matter if shown
 const LAST_USED_RESOLUTION_MS = 60_000; // last_used_at is written at most once a minute per token
@@ -16,6 +17,8 @@ export interface ApiTokenInfo {
   created_at: string;
   last_used_at: string | null;
   revoked_at: string | null;
+  /** who made it: an operator on the console, or the command line; null when made before migration 0047 */
+  made_by: MadeBy | null;
 }
 
 export interface AuthenticatedToken {
@@ -54,16 +57,18 @@ function toInfo(row: ApiTokenRow): ApiTokenInfo {
     created_at: toTimestamp(row.created_at),
     last_used_at: toOptionalTimestamp(row.last_used_at),
     revoked_at: toOptionalTimestamp(row.revoked_at),
+    made_by: madeByOf(row),
   };
 }
 
 /**
- * createApiToken makes a new random token, stores only its hash, and returns the token once.
- * A rate overrides the server's default rate limits for this token.
+ * createApiToken makes a new random token, stores only its hash and who made it (null: not known,
+ * as for a token made before migration 0047), and returns the token once. A rate overrides the
+ * server's default rate limits for this token.
  */
-export async function createApiToken(db: Db, name: string, now = Date.now(), rate: TokenRate | null = null): Promise<{ token: string; info: ApiTokenInfo }> {
+export async function createApiToken(db: Db, name: string, now = Date.now(), rate: TokenRate | null = null, madeBy: MadeBy | null = null): Promise<{ token: string; info: ApiTokenInfo }> {
   const token = `crm_${randomTokenSecret()}`;
-  const row = { id: newId("tok", now), name, prefix: token.slice(0, PREFIX_LENGTH), token_hash: sha256(token), created_at: now };
+  const row = { id: newId("tok", now), name, prefix: token.slice(0, PREFIX_LENGTH), token_hash: sha256(token), created_at: now, ...(madeBy ? madeByColumns(madeBy) : { created_by: null, created_by_email: null }) };
   await insertApiToken(db, {
     ...row,
     rate_read_per_second: rate?.readPerSecond ?? null,
@@ -82,11 +87,21 @@ export async function listTokens(db: Db): Promise<ApiTokenInfo[]> {
 /** revokeApiToken revokes a token by id, and forgets its last use; false when no active token has that id. */
 export async function revokeApiToken(db: Database, id: string, now = Date.now()): Promise<boolean> {
   const revoked = await db.write((tx) => markTokenRevoked(tx, id, now));
+  tokensRevoked(db, revoked ? [id] : []);
+  return revoked;
+}
+
+/** revokeTokensMadeBy revokes every active token an operator made, inside the caller's write, and returns their ids: call tokensRevoked with them once it has committed. */
+export function revokeTokensMadeBy(tx: Db, operatorId: string, now: number): Promise<string[]> {
+  return markTokensMadeByRevoked(tx, operatorId, now);
+}
+
+/** tokensRevoked forgets, once the write that revoked tokens `ids` has committed, what this process keeps of them: the token cache and their last uses. */
+export function tokensRevoked(db: Database, ids: readonly string[]): void {
   // Emptied once the revoke is committed, not before: a request checking the token meanwhile read
   // its row still active and kept it, and the cache would have admitted it on until a restart.
   tokenCaches.delete(db);
-  if (revoked) lastTouchedOf(db).delete(id);
-  return revoked;
+  for (const id of ids) lastTouchedOf(db).delete(id);
 }
 
 /** findToken returns one token's metadata. */

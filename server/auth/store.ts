@@ -1,6 +1,7 @@
 import { NotRecorded, unlessHeld, type Db } from "../db/sql.ts";
+import type { MadeByColumns } from "../shared/made-by.ts";
 
-export interface ApiTokenRow {
+export interface ApiTokenRow extends MadeByColumns {
   id: string;
   name: string;
   prefix: string;
@@ -21,9 +22,9 @@ export type ApiTokenRateRow = {
 /** insertApiToken stores a new token's hash, metadata and optional rate limit. */
 export async function insertApiToken(db: Db, row: Omit<ApiTokenRow, "last_used_at" | "revoked_at"> & ApiTokenRateRow): Promise<void> {
   await db.run(
-    `INSERT INTO api_tokens (id, name, prefix, token_hash, created_at, rate_read_per_second, rate_read_burst, rate_write_per_second, rate_write_burst)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    [row.id, row.name, row.prefix, row.token_hash, row.created_at, row.rate_read_per_second, row.rate_read_burst, row.rate_write_per_second, row.rate_write_burst],
+    `INSERT INTO api_tokens (id, name, prefix, token_hash, created_at, created_by, created_by_email, rate_read_per_second, rate_read_burst, rate_write_per_second, rate_write_burst)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    [row.id, row.name, row.prefix, row.token_hash, row.created_at, row.created_by, row.created_by_email, row.rate_read_per_second, row.rate_read_burst, row.rate_write_per_second, row.rate_write_burst],
   );
 }
 
@@ -45,6 +46,11 @@ export function listApiTokens(db: Db): Promise<ApiTokenRow[]> {
 /** markTokenRevoked sets revoked_at on an unrevoked token and tells whether one was changed. */
 export async function markTokenRevoked(db: Db, id: string, at: number): Promise<boolean> {
   return (await db.run("UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", [at, id])) > 0;
+}
+
+/** markTokensMadeByRevoked revokes, at `at`, every unrevoked token an operator made and returns their ids. */
+export async function markTokensMadeByRevoked(db: Db, operatorId: string, at: number): Promise<string[]> {
+  return (await db.all<{ id: string }>("UPDATE api_tokens SET revoked_at = ? WHERE created_by = ? AND revoked_at IS NULL RETURNING id", [at, operatorId])).map((row) => row.id);
 }
 
 /** findApiTokenById returns one token row or null. */

@@ -18,9 +18,12 @@ function duration(ms: number): string {
 /** GONE_REASON begins the disabled_reason of a subscription whose receiver answered 410 Gone. */
 const GONE_REASON = "the receiver answered 410 Gone to delivery";
 
+/** MAKER_REMOVED_REASON begins the disabled_reason of a subscription disabled with the removal of the operator who made it, or made its API token. */
+export const MAKER_REMOVED_REASON = "the operator who made";
+
 /**
  * unsentReason is the last_error of a pending delivery failed because its subscription stopped:
- * deleted (null), or disabled by a secrets key reset, a 410 Gone or a failing streak. Told by the
+ * deleted (null), or disabled by a secrets key reset, a 410 Gone, its maker's removal or a failing streak. Told by the
  * subscription as it is, so a start finishing a stop its process did not (failStoppedDeliveries)
  * says what the stop would have said.
  */
@@ -28,6 +31,7 @@ function unsentReason(subscription: SubscriptionRow | null): string {
   if (subscription === null) return "not sent: the subscription was deleted";
   if (subscription.secret_lost_at !== null) return "not sent: the subscription was disabled when its signing secret was lost with the secrets key";
   if (subscription.disabled_reason?.startsWith(GONE_REASON)) return "not sent: the subscription was disabled after its receiver answered 410 Gone";
+  if (subscription.disabled_reason?.startsWith(MAKER_REMOVED_REASON)) return "not sent: the subscription was disabled with the removal of the operator who made it";
   return "not sent: the subscription was disabled after its attempts failed for too long";
 }
 
@@ -69,10 +73,10 @@ export async function failEveryStoppedDelivery(db: Database, chunk: number, keep
 /**
  * disableWithEvent disables an active subscription, counts its pending deliveries (failed by
  * failStoppedDeliveries once the write has committed) and records a subscription.disabled event
- * for the subscriptions that want to hear of it, all in the caller's transaction; it returns the
- * number of pending deliveries the disable fails.
+ * for the subscriptions that want to hear of it, made by request `requestId` (null: the delivery
+ * loop's own), all in the caller's transaction; it returns the number of pending deliveries the disable fails.
  */
-export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number): Promise<number> {
+export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number, requestId: string | null): Promise<number> {
   await disableSubscription(db, subscription.id, reason, now);
   const failed = await countPendingDeliveriesOf(db, subscription.id);
   await recordEvent(
@@ -87,8 +91,7 @@ export async function disableWithEvent(db: Db, subscription: SubscriptionRow, re
       failing_since: subscription.failing_since === null ? null : toTimestamp(subscription.failing_since),
       pending_deliveries_failed: failed,
     },
-    // The delivery loop's own: a manual attempt's 410 disables too, but its receiver's answer did, not the request.
-    null,
+    requestId,
     now,
   );
   return failed;
@@ -103,7 +106,8 @@ export async function disableWithEvent(db: Db, subscription: SubscriptionRow, re
 export async function disableGone(db: Db, subscription: SubscriptionRow, deliveryId: string, now: number): Promise<number> {
   if (subscription.failing_since === null) await markSubscriptionFailing(db, subscription.id, now);
   const failing = { ...subscription, failing_since: subscription.failing_since ?? now };
-  return disableWithEvent(db, failing, `${GONE_REASON} ${deliveryId}`, now);
+  // The delivery loop's own: a manual attempt's 410 disables too, but its receiver's answer did, not the request.
+  return disableWithEvent(db, failing, `${GONE_REASON} ${deliveryId}`, now, null);
 }
 
 /** isOperational tells whether an event kind is one of ours about webhooks themselves (never reported on again). */
@@ -153,7 +157,7 @@ export async function trackFailingStreak(db: Db, disableAfterHours: number, subs
   }
   if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return null;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
-  const pendingFailed = await disableWithEvent(db, subscription, reason, now);
+  const pendingFailed = await disableWithEvent(db, subscription, reason, now, null);
   return { subscription, failingSince: subscription.failing_since, pendingFailed };
 }
 

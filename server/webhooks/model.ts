@@ -85,7 +85,7 @@ export const Subscription = t.Object({
   events: t.Array(t.String()),
   status: openEnum(SUBSCRIPTION_STATUSES, {
     description:
-      "paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours; nothing more is sent until POST .../enable.",
+      "paused: events still create deliveries, which wait until the subscription is resumed; disabled: the receiver answered 410 Gone, every attempt failed for --disable-failing-after-hours, or the operator who made it was removed on the console with what they made (disabled_reason says which); nothing more is sent until POST .../enable.",
   }),
   disabled_at: nullableTimestamp,
   disabled_reason: t.Union([t.String(), t.Null()], { description: "Why it was disabled, in words; null while active." }),
@@ -336,7 +336,7 @@ export const EVENT_CATALOGUE: Record<EventType, { description: string; schema: R
     schema: payloadOf("webhook.ping", t.Object({ subscription_id: t.String({ pattern: "^sub_[0-9A-Z]{26}$" }) }, { additionalProperties: false }), "Body of a webhook.ping request."),
   },  "subscription.disabled": {
     description:
-      "Another subscription was disabled: its receiver answered 410 Gone, or every attempt failed for --disable-failing-after-hours. Nothing more is sent to it until POST /webhook-subscriptions/{id}/enable. Sent to the subscriptions that ask for it, never about themselves (a disabled subscription gets nothing).",
+      "Another subscription was disabled: its receiver answered 410 Gone, every attempt failed for --disable-failing-after-hours, or the console removed the operator who made it (or made the API token it was created with) and disabled what they made. Nothing more is sent to it until POST /webhook-subscriptions/{id}/enable. Sent to the subscriptions that ask for it, never about themselves (a disabled subscription gets nothing).",
     schema: payloadOf(
       "subscription.disabled",
       t.Object(

@@ -60,7 +60,7 @@ export function webhookRoutes(rt: Runtime) {
         deliveryId: { kind: "webhook delivery", lookup: (id) => getDelivery(rt.db, id) },
       }),
     )
-    .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, scope, requestIdOf(request)), (stored) => openReplayedSecret(rt, stored)), {
+    .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, { kind: "api_token", id: token.id }, scope, requestIdOf(request)), (stored) => openReplayedSecret(rt, stored)), {
       body: SubscriptionInput,
       headers: IdempotencyKeyHeader,
       response: { 201: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },

@@ -6,6 +6,7 @@ import { keepIdempotentResponse, keptProgress, saveIdempotentProgress, saveIdemp
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
+import { madeByColumns, type MadeBy } from "../shared/made-by.ts";
 import { LATEST_TIMESTAMP_MS, parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import {
   DELIVERY_FILTERS,
@@ -29,7 +30,7 @@ import { SECRET_PREFIX } from "./delivery.ts";
 import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
-import { failStoppedDeliveries } from "./health.ts";
+import { disableWithEvent, failStoppedDeliveries, MAKER_REMOVED_REASON } from "./health.ts";
 import {
   countDeliveries,
   countFailedDeliveriesBetween,
@@ -56,6 +57,7 @@ import {
   listDeliveries,
   listEverySubscription,
   listSubscriptions,
+  listSubscriptionsMadeBy,
   replaceLostSecret,
   requeueFailedDeliveries,
   type RecoveryPosition,
@@ -160,16 +162,16 @@ export async function checkSubscriptionTarget(rt: Runtime, targetUrl: string, re
 
 /**
  * createSubscription checks the target (checkSubscriptionTarget) and stores the subscription with
- * a new secret and the idempotent response in one commit. The secret appears in full only in this
- * response; the database holds it sealed, in the subscription and in the response kept for replays.
+ * a new secret, who made it and the idempotent response in one commit. The secret appears in full
+ * only in this response; the database holds it sealed, in the subscription and in the response kept for replays.
  */
-export async function createSubscription(rt: Runtime, input: SubscriptionInput, idempotency: IdempotencyScope | null, requestId: string): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+export async function createSubscription(rt: Runtime, input: SubscriptionInput, madeBy: MadeBy, idempotency: IdempotencyScope | null, requestId: string): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
   await checkSubscriptionTarget(rt, input.target_url, requestId);
-  return rt.db.write((tx) => addSubscription(rt, tx, input, idempotency));
+  return rt.db.write((tx) => addSubscription(rt, tx, input, madeBy, idempotency));
 }
 
-/** addSubscription stores a subscription whose target was checked, with a new secret, inside the caller's write; past the cap it throws 422. */
-export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+/** addSubscription stores a subscription whose target was checked, with a new secret and who made it, inside the caller's write; past the cap it throws 422. */
+export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionInput, madeBy: MadeBy, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
   // Counted inside the write, so concurrent creates cannot pass the cap together.
   if (await countSubscriptions(tx, undefined) >= MAX_SUBSCRIPTIONS) {
     throw validationProblem([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions.");
@@ -177,13 +179,13 @@ export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionIn
   const secret = newSecret();
   const now = Date.now();
   const id = newId("sub", now);
-  const row = newSubscriptionRow(id, input, rt.secrets.seal(id, secret), now);
+  const row = newSubscriptionRow(id, input, rt.secrets.seal(id, secret), madeBy, now);
   await insertSubscription(tx, row, input.events);
   return answerWithSecret(tx, row, secret, 201, idempotency, now);
 }
 
-/** newSubscriptionRow is the row of a subscription created at `now`: active, with one sealed secret and nothing rotated, paused or failing yet. */
-export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedSecret: string, now: number): SubscriptionRow {
+/** newSubscriptionRow is the row of a subscription `madeBy` created at `now`: active, with one sealed secret and nothing rotated, paused or failing yet. */
+export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedSecret: string, madeBy: MadeBy, now: number): SubscriptionRow {
   return {
     id,
     target_url: input.target_url,
@@ -203,6 +205,7 @@ export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedS
     failing_since: null,
     created_at: now,
     updated_at: now,
+    ...madeByColumns(madeBy),
   };
 }
 
@@ -318,6 +321,36 @@ export async function subscriptionRemoved(rt: Runtime, id: string, failed: numbe
 export async function removeSubscription(tx: Db, id: string): Promise<number | null> {
   if (!(await deleteSubscriptionRow(tx, id))) return null;
   return countPendingDeliveriesOf(tx, id);
+}
+
+/** DisabledWithMaker is a subscription disabled with the removal of the operator who made it, and how many of its pending deliveries that fails. */
+export interface DisabledWithMaker {
+  id: string;
+  pending: number;
+}
+
+/**
+ * disableSubscriptionsMadeBy disables, inside the caller's write (the operator's removal), every
+ * active subscription `operator` made or that was created with an API token they made, each with
+ * its subscription.disabled event made by request `requestId`; call subscriptionsDisabled with
+ * what it returns once the write has committed. Enable brings one back.
+ */
+export async function disableSubscriptionsMadeBy(tx: Db, operator: { id: string; email: string }, requestId: string, now: number): Promise<DisabledWithMaker[]> {
+  const disabled: DisabledWithMaker[] = [];
+  for (const row of await listSubscriptionsMadeBy(tx, operator.id)) {
+    if (row.status !== "active") continue;
+    const made = row.created_by === operator.id ? "it" : "the API token it was created with";
+    const reason = `${MAKER_REMOVED_REASON} ${made}, ${operator.email}, was removed from the console; enable it if it is still wanted`;
+    disabled.push({ id: row.id, pending: await disableWithEvent(tx, row, reason, now, requestId) });
+  }
+  return disabled;
+}
+
+/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, rt.batchRows per write; a refused write is left to the delivery loop's sweep. */
+export async function subscriptionsDisabled(rt: Runtime, disabled: readonly DisabledWithMaker[]): Promise<void> {
+  for (const { id, pending } of disabled) {
+    if (pending > 0) await failStoppedDeliveries(rt.db, id, rt.batchRows).catch((error: unknown) => rt.deliveries.unsentRefused(error));
+  }
 }
 
 /** NothingLost is why a secrets key reset refused: the key given is the database's own, or the database has none (no check value, no secret), so any key is. */

@@ -2,6 +2,7 @@ import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Db, Dialect, SqlValue } from "../db/sql.ts";
 import { keysetOrder, unindexed } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
+import type { MadeByColumns } from "../shared/made-by.ts";
 import type { DeliveryStatus } from "./model.ts";
 
 export type EventRow = {
@@ -38,7 +39,7 @@ export type SubscriptionRow = {
   failing_since: number | null;
   created_at: number;
   updated_at: number;
-}
+} & MadeByColumns;
 
 /** shownStatus is the status a subscription shows: paused is an active one with paused_at set. */
 export function shownStatus(row: Pick<SubscriptionRow, "status" | "paused_at">): "active" | "paused" | "disabled" {
@@ -170,8 +171,8 @@ export async function insertEvents(db: Db, rows: EventRow[]): Promise<void> {
 /** insertSubscription stores a subscription and indexes the event kinds it wants. */
 export async function insertSubscription(db: Db, row: SubscriptionRow, eventTypes: readonly string[]): Promise<void> {
   await db.run(
-    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, secret_test_delivery_id, secret_lost_at, status, disabled_at, disabled_reason, paused_at, max_rate, failing_since, created_at, updated_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, secret_test_delivery_id, secret_lost_at, status, disabled_at, disabled_reason, paused_at, max_rate, failing_since, created_at, updated_at, created_by, created_by_email)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       row.id,
       row.target_url,
@@ -191,6 +192,8 @@ export async function insertSubscription(db: Db, row: SubscriptionRow, eventType
       row.failing_since,
       row.created_at,
       row.updated_at,
+      row.created_by,
+      row.created_by_email,
     ],
   );
   for (const type of eventTypes) await db.run("INSERT INTO webhook_subscription_events (event_type, subscription_id) VALUES (?, ?)", [type, row.id]);
@@ -298,6 +301,11 @@ export function deleteSecretAnswers(db: Db): Promise<number> {
 /** listEverySubscription returns every subscription, oldest first (a subscription's id is time-ordered). */
 export function listEverySubscription(db: Db): Promise<SubscriptionRow[]> {
   return db.all<SubscriptionRow>("SELECT * FROM webhook_subscriptions ORDER BY id");
+}
+
+/** listSubscriptionsMadeBy returns the subscriptions an operator made, or that were created with an API token they made, oldest first. */
+export function listSubscriptionsMadeBy(db: Db, operatorId: string): Promise<SubscriptionRow[]> {
+  return db.all<SubscriptionRow>("SELECT * FROM webhook_subscriptions WHERE created_by = ? OR created_by IN (SELECT id FROM api_tokens WHERE created_by = ?) ORDER BY id", [operatorId, operatorId]);
 }
 
 /** findSubscriptionById returns one subscription row or null. */

@@ -23,7 +23,7 @@ describe("auth: happy paths", () => {
   test("a created token authenticates and records last_used_at", async () => {
     const { token, info } = await createApiToken(h.rt.db, "importer");
     expect(token).toMatch(/^crm_[A-Za-z0-9]{40}$/);
-    expect(info).toEqual({ id: expect.stringMatching(/^tok_[0-9A-Z]{26}$/), name: "importer", prefix: token.slice(0, 12), created_at: expect.stringMatching(ISO), last_used_at: null, revoked_at: null });
+    expect(info).toEqual({ id: expect.stringMatching(/^tok_[0-9A-Z]{26}$/), name: "importer", prefix: token.slice(0, 12), created_at: expect.stringMatching(ISO), last_used_at: null, revoked_at: null, made_by: null });
     const before = Date.now();
     const res = await h.json("GET", "/public/v1/contacts", { headers: auth(token) });
     expect(res.status).toBe(200);

@@ -111,7 +111,7 @@ describe("command line: happy paths", () => {
     const json = await crm(["token", "create", "--name=report job", "--json"]);
     expect(json.code).toBe(0);
     const info = JSON.parse(json.stdout);
-    expect(info).toEqual({ id: expect.stringMatching(/^tok_/), name: "report job", prefix: info.token.slice(0, 12), created_at: expect.stringMatching(ISO), last_used_at: null, revoked_at: null, token: expect.stringMatching(/^crm_[A-Za-z0-9]{40}$/) });
+    expect(info).toEqual({ id: expect.stringMatching(/^tok_/), name: "report job", prefix: info.token.slice(0, 12), created_at: expect.stringMatching(ISO), last_used_at: null, revoked_at: null, made_by: { kind: "command_line" }, token: expect.stringMatching(/^crm_[A-Za-z0-9]{40}$/) });
 
     const list = await crm(["token", "list"]);
     expect(list.code).toBe(0);

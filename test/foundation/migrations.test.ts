@@ -15,7 +15,7 @@ import { createLogger } from "../../server/shared/log.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, joinedNameWarnings, oldNameKey, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
-import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
+import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers, tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 
 const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations");
 
@@ -117,8 +117,8 @@ describe("migrations: data", () => {
     migrate(db.sqlite, MIGRATIONS.slice(0, version));
     await storeAccountsKeyedTheOldWay(db);
     const lines: string[] = [];
-    const { token } = await createApiToken(db, "t");
     const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "warn" }, log: createLogger("warn", (line) => lines.push(line)) }));
+    const { token } = await createApiToken(db, "t");
     expect(appliedVersions(db.sqlite).at(-1)).toBe(MIGRATIONS.at(-1)!.version);
     expect(db.sqlite.query("SELECT id, name_key FROM accounts ORDER BY id").all()).toEqual(NEW_NAME_KEYS);
     expect(lines.map((line) => JSON.parse(line)).map(({ level, msg, ...fields }) => [level, msg, fields])).toEqual(JOINED_NAME_WARNINGS.map(([msg, fields]) => ["warn", msg, { time: expect.any(String), ...fields }]));
@@ -282,8 +282,8 @@ describe("migrations: data, kept answers by resource", () => {
 
   test("0030 withdraws, as their delete does now, the kept answers of contacts and accounts deleted before it: their replays answer 410 replay-resource-deleted, a live contact's still replays", async () => {
     migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 30));
-    const { token, info } = await createApiToken(db, "old");
-    await keepAnswersOfRecordsDeletedBeforeUpgrade(db, info.id);
+    const { token, id } = await tokenBeforeUpgrade(db);
+    await keepAnswersOfRecordsDeletedBeforeUpgrade(db, id);
     const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "error" }, log: createLogger("error") }));
     expect(await replayKeptAnswers(app, token)).toEqual(KEPT_BEFORE_UPGRADE.map((k) => k.replay));
     expect(await keptRows(db)).toEqual(KEPT_BEFORE_UPGRADE.map((k) => k.row));

@@ -17,7 +17,7 @@ import { writeSecretsKeyFile } from "../support/backend.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, joinedNameWarnings, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
-import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers } from "../support/deleted-before-upgrade.ts";
+import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers, tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
 // The PostgreSQL migrations: applied once under concurrency, rolled back on failure, and giving
@@ -330,8 +330,8 @@ describe("postgres migrations: data, kept answers by resource", () => {
   test("0030 withdraws, as their delete does now, the kept answers of contacts and accounts deleted before it: their replays answer 410 replay-resource-deleted, a live contact's still replays", async () => {
     const old = await freshPostgres();
     await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 30));
-    const { token, info } = await createApiToken(old, "old");
-    await keepAnswersOfRecordsDeletedBeforeUpgrade(old, info.id);
+    const { token, id } = await tokenBeforeUpgrade(old);
+    await keepAnswersOfRecordsDeletedBeforeUpgrade(old, id);
     const dataDir = tempDir("kept-answers");
     try {
       const config = { ...DEFAULT_CONFIG, dataDir, databaseUrl: opened.at(-1)!.server.url, secretsKeyFile: writeSecretsKeyFile(join(dataDir, "secrets.key")), logLevel: "error" as const };

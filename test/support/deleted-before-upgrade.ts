@@ -58,6 +58,14 @@ export const KEPT_BEFORE_UPGRADE = [
   },
 ];
 
+/** tokenBeforeUpgrade stores an API token as a crm before 0047 did (no maker), for a database not migrated past it, and returns it with its id. */
+export async function tokenBeforeUpgrade(db: Database, now = Date.now()): Promise<{ token: string; id: string }> {
+  const token = `crm_${"0123456789".repeat(4)}`;
+  const id = "tok_01JDB7Y1Q7A6T5ZV3C8W9X0K2M";
+  await db.run("INSERT INTO api_tokens (id, name, prefix, token_hash, created_at) VALUES (?, 'old', ?, ?, ?)", [id, token.slice(0, 12), sha256(token), now]);
+  return { token, id };
+}
+
 /** keepAnswersOfRecordsDeletedBeforeUpgrade writes, into a database before 0030, the deletions, the live contact and the kept answers of KEPT_BEFORE_UPGRADE, under the token given. */
 export async function keepAnswersOfRecordsDeletedBeforeUpgrade(db: Database, tokenId: string, now = Date.now()): Promise<void> {
   await db.write(async (tx) => {

@@ -159,12 +159,15 @@ export function webhookTestScope() {
   };
 }
 
+/** TEST_OPERATOR is the operator a test that calls a console service directly, with no session, makes things as. */
+export const TEST_OPERATOR = { id: "opr_01JDB7Y1Q7A6T5ZV3C8W9X0K2M", email: "wizard@example.com" };
+
 /** addStoredSubscription stores an active subscription to contact.created created at `createdAt`, through the store (no target check), and returns its id. */
 export async function addStoredSubscription(db: Db, createdAt: number): Promise<string> {
   const id = newId("sub");
   await insertSubscription(
     db,
-    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, secret_test_delivery_id: null, secret_lost_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, max_rate: null, failing_since: null, created_at: createdAt, updated_at: createdAt },
+    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, secret_test_delivery_id: null, secret_lost_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, max_rate: null, failing_since: null, created_at: createdAt, updated_at: createdAt, created_by: null, created_by_email: null },
     ["contact.created"],
   );
   return id;

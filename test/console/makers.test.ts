@@ -1,0 +1,221 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { databaseArgs } from "../support/backend.ts";
+import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
+import { addOperator, ConsoleClient, formKeyOf, OPERATOR } from "./support.ts";
+
+// Who made each API token and webhook subscription (migration 0047), so that removing an operator
+// for cause can find what they left behind: the console's operator, the command line, or the API
+// token a subscription was created with. What was made before is unknown (null).
+
+let harness: Harness | undefined;
+afterEach(async () => {
+  await harness?.close();
+  harness = undefined;
+});
+
+const COLLEAGUE = { email: "colleague@example.com", password: "another long password" };
+
+/** setup starts an app (receivers on 127.0.0.1 allowed) with two operators, a console client signed in as each. */
+async function setup() {
+  harness = await createHarness({ allowPrivateTargets: true });
+  const h = harness;
+  const ops = await addOperator(h.rt.db);
+  const colleague = await addOperator(h.rt.db, COLLEAGUE);
+  const client = new ConsoleClient((r) => h.app.handle(r));
+  expect((await client.signIn()).status).toBe(303);
+  const other = new ConsoleClient((r) => h.app.handle(r));
+  expect((await other.signIn(COLLEAGUE)).status).toBe(303);
+  return { h, client, other, ops, colleague };
+}
+
+/** tokenCommand runs `crm token ...` on the harness's database. */
+async function tokenCommand(h: Harness, args: string[]) {
+  const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "token", ...args, ...databaseArgs(h.rt.config)]);
+  await afterBlockingCommand();
+  return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
+}
+
+/** createOnConsole creates an API token on the tokens page and returns it. */
+async function tokenOnConsole(client: ConsoleClient, name: string): Promise<string> {
+  await client.get("/console/tokens");
+  const created = await client.post("/console/tokens", { name });
+  expect(created.status).toBe(201);
+  return /id="new-token"[^>]*value="([^"]+)"/.exec(created.text)![1]!;
+}
+
+/** subscriptionOnConsole creates a subscription with the Subscriptions page's form and returns its id. */
+async function subscriptionOnConsole(h: Harness, client: ConsoleClient, path: string): Promise<string> {
+  const page = await client.get("/console/subscriptions");
+  const created = await client.post("/console/subscriptions", { form_key: formKeyOf(page.text), target_url: `http://127.0.0.1:9/${path}`, description: path, events: ["contact.created"], max_rate: "" });
+  expect(created.status).toBe(201);
+  return (await h.rt.db.get<{ id: string }>("SELECT id FROM webhook_subscriptions WHERE description = ?", [path]))!.id;
+}
+
+/** subscriptionOverApi creates a subscription through the API with `token` and returns its id. */
+async function subscriptionOverApi(h: Harness, token: string, path: string): Promise<string> {
+  const created = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: `http://127.0.0.1:9/${path}`, description: path, events: ["contact.created"] }, headers: { authorization: `Bearer ${token}` } });
+  expect(created.status).toBe(201);
+  return created.body.data.id;
+}
+
+const tokenMakers = (h: Harness) => h.rt.db.all("SELECT name, created_by, created_by_email FROM api_tokens ORDER BY created_at, id");
+const subscriptionMakers = (h: Harness) => h.rt.db.all("SELECT description, created_by, created_by_email FROM webhook_subscriptions ORDER BY created_at, id");
+const tokenIdOf = async (h: Harness, name: string) => (await h.rt.db.get<{ id: string }>("SELECT id FROM api_tokens WHERE name = ?", [name]))!.id;
+
+describe("who made a token or a subscription", () => {
+  test("is recorded for each way of making one: the console's operator (with their email), the command line, the API token a subscription was created with; unknown for one made without", async () => {
+    const { h, client, ops } = await setup();
+    const consoleToken = await tokenOnConsole(client, "made on the console");
+    expect((await tokenCommand(h, ["create", "--name", "made on the command line"])).code).toBe(0);
+    await subscriptionOnConsole(h, client, "console-form");
+    const old = await subscriptionOverApi(h, h.token, "over-the-api");
+    await subscriptionOverApi(h, consoleToken, "with-the-console-token");
+    // The rotation wizard's step 2 makes the new subscription too.
+    await client.get(`/console/rotations/new?from=${old}`);
+    const rotated = await client.post("/console/rotations", { from: old, target_url: "http://127.0.0.1:9/rotation", description: "rotation", events: ["contact.created"], max_rate: "" });
+    expect(rotated.status).toBe(201);
+
+    const harnessToken = await tokenIdOf(h, "test");
+    expect(await tokenMakers(h)).toEqual([
+      { name: "test", created_by: null, created_by_email: null },
+      { name: "made on the console", created_by: ops.id, created_by_email: OPERATOR.email },
+      { name: "made on the command line", created_by: "cli", created_by_email: null },
+    ]);
+    expect(await subscriptionMakers(h)).toEqual([
+      { description: "console-form", created_by: ops.id, created_by_email: OPERATOR.email },
+      { description: "over-the-api", created_by: harnessToken, created_by_email: null },
+      { description: "with-the-console-token", created_by: await tokenIdOf(h, "made on the console"), created_by_email: null },
+      { description: "rotation", created_by: ops.id, created_by_email: OPERATOR.email },
+    ]);
+  });
+});
+
+/** madeByCells reads, from a page's table, each row's "Made by" cell as text, by the row's id (its `data-*-id`). */
+function madeByCells(html: string, idAttribute: string): Record<string, string> {
+  const rows = [...html.matchAll(new RegExp(`<tr ${idAttribute}="([^"]+)">([\\s\\S]*?)</tr>`, "g"))];
+  return Object.fromEntries(rows.map(([, id, row]) => [id, textOf(/<td data-label="Made by">([\s\S]*?)<\/td>/.exec(row!)![1]!)]));
+}
+
+/** textOf is an HTML fragment's text as read: tags dropped, entities of the console's pages decoded. */
+const textOf = (html: string) => html.replace(/<[^>]+>/g, "").replaceAll("&amp;", "&").replace(/\s+/g, " ").trim();
+
+describe("the console shows who made each", () => {
+  test("token and subscription, on the tokens page, the Subscriptions page and a subscription's page: the operator (removed once they are), the command line, the API token by name and start, unknown for one made before", async () => {
+    const { h, client, other, colleague } = await setup();
+    const colleagueToken = await tokenOnConsole(other, "colleague's");
+    expect((await tokenCommand(h, ["create", "--name", "from a shell"])).code).toBe(0);
+    const mine = await subscriptionOnConsole(h, client, "mine");
+    const theirs = await subscriptionOnConsole(h, other, "theirs");
+    const overApi = await subscriptionOverApi(h, colleagueToken, "over-the-api");
+    const id = (name: string) => tokenIdOf(h, name);
+    const prefix = colleagueToken.slice(0, 12);
+    // Removed plainly, as `crm operator remove` does: what they made stays, and says whose it was.
+    const removal = await client.get(`/console/operators/${colleague.id}/remove`);
+    expect((await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(removal.text) })).status).toBe(303);
+
+    expect(madeByCells((await client.get("/console/tokens")).text, "data-token-id")).toEqual({
+      [await id("test")]: "unknown",
+      [await id("colleague's")]: `${COLLEAGUE.email} (removed)`,
+      [await id("from a shell")]: "command line",
+    });
+    expect(madeByCells((await client.get("/console/subscriptions")).text, "data-subscription-id")).toEqual({
+      [mine]: OPERATOR.email,
+      [theirs]: `${COLLEAGUE.email} (removed)`,
+      [overApi]: `API token colleague's (${prefix}…)`,
+    });
+    const madeByLine = async (subscription: string) => textOf(/<p class="muted" id="made-by">([\s\S]*?)<\/p>/.exec((await client.get(`/console/subscriptions/${subscription}`)).text)![1]!);
+    expect([await madeByLine(mine), await madeByLine(theirs), await madeByLine(overApi)]).toEqual([`Made by ${OPERATOR.email}`, `Made by ${COLLEAGUE.email} (removed)`, `Made by API token colleague's (${prefix}…)`]);
+    // One made before the service recorded makers (migration 0047) is unknown.
+    await h.rt.db.run("UPDATE webhook_subscriptions SET created_by = NULL, created_by_email = NULL WHERE id = ?", [mine]);
+    expect(await madeByLine(mine)).toBe("Made by unknown");
+  });
+});
+
+/** listed reads the items of a list on a page, by its id, as text (a label's parts, in spans of their own, apart). */
+const listed = (html: string, id: string) =>
+  [...(new RegExp(`<ul id="${id}">([\\s\\S]*?)</ul>`).exec(html)?.[1] ?? "").matchAll(/<li>([\s\S]*?)<\/li>/g)].map(([, item]) => textOf(item!.replace(/<\/?span[^>]*>/g, " ")));
+
+/** madeByColleague has the colleague make a token and a subscription on the console and a subscription with that token, beside a token of the command line and subscriptions of others. */
+async function madeByColleague(h: Harness, client: ConsoleClient, other: ConsoleClient) {
+  const token = await tokenOnConsole(other, "colleague's");
+  expect((await tokenCommand(h, ["create", "--name", "from a shell"])).code).toBe(0);
+  const theirs = await subscriptionOnConsole(h, other, "theirs");
+  const withTheirToken = await subscriptionOverApi(h, token, "with-their-token");
+  const mine = await subscriptionOnConsole(h, client, "mine");
+  const overApi = await subscriptionOverApi(h, h.token, "over-the-api");
+  return { token, theirs, withTheirToken, mine, overApi };
+}
+
+const tokenStates = async (h: Harness) => (await h.rt.db.all<{ name: string; revoked_at: number | null }>("SELECT name, revoked_at FROM api_tokens ORDER BY created_at, id")).map((t) => ({ name: t.name, revoked: t.revoked_at !== null }));
+const subscriptionStates = (h: Harness) => h.rt.db.all("SELECT description, status, disabled_reason FROM webhook_subscriptions ORDER BY created_at, id");
+const contactsWith = async (h: Harness, token: string) => (await h.request("GET", "/public/v1/contacts", { headers: { authorization: `Bearer ${token}` } })).status;
+
+describe("removing an operator", () => {
+  test("the confirmation lists the tokens and subscriptions they made; ticked, the removal revokes those tokens (the next request with one is 401) and disables their active subscriptions, with subscription.disabled made by its request", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    const prefix = made.token.slice(0, 12);
+    const confirm = await client.get(`/console/operators/${colleague.id}/remove`);
+    expect(confirm.status).toBe(200);
+    expect(listed(confirm.text, "their-tokens").map((item) => item.replace(/, created .*/, ""))).toEqual([`colleague's (${prefix}…)`]);
+    expect(listed(confirm.text, "their-subscriptions")).toEqual(["theirs http://127.0.0.1:9/theirs Active", `with-their-token http://127.0.0.1:9/with-their-token Active created with their API token colleague's (${prefix}…)`]);
+    // Opt-in: neither box is ticked as the page comes.
+    expect([...confirm.text.matchAll(/<input type="checkbox" name="([a-z_]+)" value="yes"\s*\/?>/g)].map(([, name]) => name)).toEqual(["revoke_tokens", "disable_subscriptions"]);
+
+    const removed = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" });
+    expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
+    const notice = textOf(/<div class="notice[^"]*"[^>]*>([\s\S]*?)<\/div>/.exec((await client.get(removed.headers.get("location")!)).text)![1]!);
+    expect(notice).toBe("Operator removed. Their sessions have ended, and the links they made no longer work. 1 API token they made is revoked (requests with it get 401); 2 subscriptions they made are disabled.");
+    expect(await contactsWith(h, made.token)).toBe(401);
+    expect(await tokenStates(h)).toEqual([
+      { name: "test", revoked: false },
+      { name: "colleague's", revoked: true },
+      { name: "from a shell", revoked: false },
+    ]);
+    expect(await subscriptionStates(h)).toEqual([
+      { description: "theirs", status: "disabled", disabled_reason: `the operator who made it, ${COLLEAGUE.email}, was removed from the console; enable it if it is still wanted` },
+      { description: "with-their-token", status: "disabled", disabled_reason: `the operator who made the API token it was created with, ${COLLEAGUE.email}, was removed from the console; enable it if it is still wanted` },
+      { description: "mine", status: "active", disabled_reason: null },
+      { description: "over-the-api", status: "active", disabled_reason: null },
+    ]);
+    const events = await h.rt.db.all<{ payload: string; request_id: string }>("SELECT payload, request_id FROM events WHERE type = 'subscription.disabled' ORDER BY id");
+    expect(events.map((e) => [JSON.parse(e.payload).data.subscription_id, e.request_id])).toEqual([
+      [made.theirs, removed.headers.get("x-request-id")],
+      [made.withTheirToken, removed.headers.get("x-request-id")],
+    ]);
+    // Sent again (a double click), the confirmation answers as the first did.
+    const again = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" });
+    expect([again.status, again.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
+  });
+
+  test("unticked, the removal leaves what they made as it was: their token still works and their subscriptions stay active", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    const confirm = await client.get(`/console/operators/${colleague.id}/remove`);
+    const removed = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text) });
+    expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1"]);
+    expect(await contactsWith(h, made.token)).toBe(200);
+    expect((await subscriptionStates(h)).map((s: any) => s.status)).toEqual(["active", "active", "active", "active"]);
+  });
+
+  test("nobody but a signed-in operator, with the page's CSRF token, can remove one with what they made: no session, no CSRF token or an API token change nothing", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    const confirm = await client.get(`/console/operators/${colleague.id}/remove`);
+    const form = { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" };
+    const path = `/console/operators/${colleague.id}/remove`;
+    const stranger = new ConsoleClient((r) => h.app.handle(r));
+    await stranger.get("/console/login"); // a pre-session CSRF token, as a browser not signed in holds
+    const unsigned = await stranger.post(path, form);
+    expect([unsigned.status, unsigned.headers.get("location")]).toEqual([303, "/console/login"]);
+    expect((await client.post(path, { ...form, _csrf: null })).status).toBe(403);
+    const body = new URLSearchParams(form).toString();
+    const bearer = await h.app.handle(new Request(`http://localhost${path}`, { method: "POST", headers: { authorization: `Bearer ${made.token}`, "content-type": "application/x-www-form-urlencoded" }, body }));
+    expect(bearer.status).toBe(303);
+    expect(bearer.headers.get("location")).toStartWith("/console/login");
+    expect(await h.rt.db.get("SELECT email FROM operators WHERE id = ?", [colleague.id])).toEqual({ email: COLLEAGUE.email });
+    expect(await contactsWith(h, made.token)).toBe(200);
+    expect((await subscriptionStates(h)).map((s: any) => s.status)).toEqual(["active", "active", "active", "active"]);
+  });
+});
