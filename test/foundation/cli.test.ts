@@ -722,6 +722,8 @@ describe("command line: --password-stdin", () => {
     // Backspace takes back the character before it.
     terminal.write("correct horsx\x7fe battery\r");
     expect(await created.exited).toBe(0);
+    // The terminal may pass the command's last output on after its exit is seen.
+    await waitFor(() => screen.endsWith("/console/login\r\n"), "the command's last line", 30_000);
     expect(screen).not.toContain("horse");
     expect(screen).toMatch(/^Password \(not shown\): \r\n(.*\r\n)?created operator opr_\w+ \(typed@example\.com\); sign in at \/console\/login\r\n$/);
     expect(await passwordIs("typed@example.com", "correct horse battery")).toBe(true);
@@ -732,6 +734,7 @@ describe("command line: --password-stdin", () => {
     await waitFor(() => screen.includes("Password (not shown): "), "the prompt", 30_000);
     terminal.write("correct horse\x03");
     expect(await interrupted.exited).toBe(130);
+    await waitFor(() => screen.endsWith("\r\n"), "the line ended by Ctrl-C", 30_000);
     expect(screen).toBe("Password (not shown): \r\n");
     expect(await terminalModes()).toEqual(["icanon", "echo"]);
     expect(await passwordIs("cancelled@example.com", "correct horse")).toBe(false);
