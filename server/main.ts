@@ -259,25 +259,37 @@ function databaseExists(dataDir: string): boolean {
 /**
  * requireDatabase refuses a data directory without a database. Only serve and migrate create one:
  * a token or user written to a new, empty database next to the running server's would be
- * silently useless (the token would get 401).
+ * silently useless (the token would get 401). The service may be on PostgreSQL, its URL where this
+ * command did not look (crm.env, which only systemd reads): the refusal says where it goes.
  */
 function requireDatabase(dataDir: string): void {
   if (!databaseExists(dataDir)) {
-    throw new ConfigError(`no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR`);
+    throw new ConfigError(
+      `no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; ` +
+        "on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url in the --config file)",
+    );
   }
 }
 
 /**
+ * dataDirNamedHere tells whether the command line or the environment names the data directory
+ * (--data-dir, CRM_DATA_DIR): chosen for this run, as an install script does. A config file's
+ * data_dir is not: on several instances the service's crm.toml names one that PostgreSQL leaves
+ * empty, and a database a command created there went unseen.
+ */
+function dataDirNamedHere(args: string[]): boolean {
+  return args.some((arg) => arg === "--data-dir" || arg.startsWith("--data-dir=")) || process.env.CRM_DATA_DIR !== undefined;
+}
+
+/**
  * openDataDirDatabase opens and migrates the SQLite database of an existing data directory. A
- * command that sets a new installation up (`setUp`: token, user or operator create) may also
- * create the database of a data directory named on purpose (flag, environment or config file), as
- * install scripts do before the first start, and says so; the default ./data must already hold one.
- * `locked`: the caller holds the data directory (lockDataDirectory).
+ * command that sets a new installation up (`setUp`: token, user or operator create, given a data
+ * directory by dataDirNamedHere) may also create its database, as install scripts do before the
+ * first start, and says so. `locked`: the caller holds the data directory (lockDataDirectory).
  */
 async function openDataDirDatabase(config: Config, { setUp = false, locked = false }: { setUp?: boolean; locked?: boolean } = {}): Promise<SqliteDatabase> {
-  const named = setUp && config.dataDir !== DEFAULT_CONFIG.dataDir;
-  if (!named) requireDatabase(config.dataDir);
-  const creating = named && !databaseExists(config.dataDir);
+  if (!setUp) requireDatabase(config.dataDir);
+  const creating = setUp && !databaseExists(config.dataDir);
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   // Said once the file is there: a directory that cannot hold it is refused without this line.
   if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${resolve(config.dataDir)}\n`);
@@ -566,7 +578,7 @@ async function main(argv: string[]): Promise<number> {
         }
         const config = loadCommandConfig(args);
         if (stdoutDiscarded()) throw new ConfigError("token create: standard output is /dev/null (or closed), so the token would be shown to no one; nothing was created");
-        const db = await openConfiguredDatabase(config, { setUp: true });
+        const db = await openConfiguredDatabase(config, { setUp: dataDirNamedHere(args) });
         const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate);
         // A name refuses control characters but not bidirectional ones, which would draw the rest of a line backwards: escaped
         // (in the JSON too, where \u202e is the same string).
@@ -617,7 +629,7 @@ async function main(argv: string[]): Promise<number> {
       const email = takeOption(args, "--email");
       // An empty value is the service's to refuse, in the words the API uses for it.
       if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
-      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
+      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: dataDirNamedHere(args) });
       const user = await db.write((tx) => createUser(tx, { name, email }));
       printOut(`${printable(JSON.stringify(user))}\n`);
       return EXIT.done;
@@ -657,7 +669,7 @@ async function main(argv: string[]): Promise<number> {
         printOut(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
         return EXIT.done;
       }
-      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
+      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: dataDirNamedHere(args) });
       const operator = await createOperator(db, { email, password });
       printOut(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
       return EXIT.done;
