@@ -32,6 +32,8 @@ export interface Config {
   dataDir: string;
   /** postgres:// URL of a PostgreSQL database shared by every instance; "" keeps SQLite in dataDir */
   databaseUrl: string;
+  /** file holding databaseUrl on one line, so that crm.toml can name the database without its password; "" none */
+  databaseUrlFile: string;
   /** PostgreSQL schema that holds the service's tables, whatever the role's search_path; "" is public, as long as no other schema holds them too */
   databaseSchema: string;
   /** connections each instance opens to PostgreSQL at most */
@@ -115,6 +117,7 @@ export const DEFAULT_CONFIG: Config = {
   port: 3000,
   dataDir: "./data",
   databaseUrl: "",
+  databaseUrlFile: "",
   databaseSchema: "",
   databasePool: 10,
   databaseAnswerTimeoutSeconds: 5,
@@ -158,6 +161,14 @@ export const SETTINGS: Setting[] = [
     env: "CRM_DATABASE_URL",
     kind: "database-url",
     help: "postgres://user:password@host:port/database of a PostgreSQL database (13+) that serve and every command use, shared by several instances (needs --secrets-key-file); without it, SQLite in --data-dir",
+  },
+  {
+    key: "databaseUrlFile",
+    flag: "--database-url-file",
+    env: "CRM_DATABASE_URL_FILE",
+    kind: "string",
+    path: true,
+    help: "file holding the --database-url on one line (0600, owned by the service's user), so that crm.toml, which serve and every command read, names the database without holding its password; not together with --database-url",
   },
   {
     key: "databaseSchema",
@@ -440,6 +451,25 @@ export function fileKey(setting: Setting): string {
 }
 
 /**
+ * readDatabaseUrlFile reads the database URL from database_url_file: crm.toml names the file, so
+ * every command given --config reaches the database the service uses, while the password stays
+ * in a file only the service's user reads (crm.env, systemd's, is read by the service alone).
+ */
+function readDatabaseUrlFile(path: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8").trim();
+  } catch (error) {
+    throw new ConfigError(isAbsent(error) ? `database URL file ${path} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist` : `database URL file ${path} cannot be read: ${fileErrorText(error)}`);
+  }
+  const onOneLine = "put the postgres:// URL in it, on one line";
+  if (text === "") throw new ConfigError(`database URL file ${path} is empty: ${onOneLine}`);
+  // URL parsing drops line breaks: two URLs would be read as one.
+  if (/[\r\n]/.test(text)) throw new ConfigError(`database URL file ${path} holds more than one line: ${onOneLine}`);
+  return parseValue(SETTINGS.find((s) => s.key === "databaseUrl")!, text, `database URL file ${path}`) as string;
+}
+
+/**
  * loadConfig resolves every setting from flags, then environment, then an optional TOML config
  * file (`--config` or CRM_CONFIG), then defaults. Unknown flags and bad values throw ConfigError.
  */
@@ -498,6 +528,10 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
       // elsewhere made a second database there, and a token the server answered 401 to.
       config[setting.key] = setting.path ? resolve(dirname(configPath!), value as string) : value;
     }
+  }
+  if (config.databaseUrlFile) {
+    if (config.databaseUrl) throw new ConfigError("the database URL is given twice, by database_url (--database-url, CRM_DATABASE_URL) and by database_url_file (--database-url-file, CRM_DATABASE_URL_FILE); give one");
+    config.databaseUrl = readDatabaseUrlFile(config.databaseUrlFile as string);
   }
   return config as unknown as Config;
 }

@@ -266,7 +266,7 @@ function requireDatabase(dataDir: string): void {
   if (!databaseExists(dataDir)) {
     throw new ConfigError(
       `no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; ` +
-        "on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url in the --config file)",
+        "on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)",
     );
   }
 }

@@ -24,7 +24,7 @@ beforeEach(() => {
 afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
 
 /** NO_DATABASE_HINT is what a command refused a data directory without a database says after naming the file. */
-const NO_DATABASE_HINT = "pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url in the --config file)";
+const NO_DATABASE_HINT = "pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)";
 
 /** crm runs the command line from source with a throwaway data directory; `prefix` runs it under another command (setpriv). */
 async function crm(args: string[], env: Record<string, string> = {}, prefix: string[] = []) {

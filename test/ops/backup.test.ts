@@ -215,7 +215,7 @@ describe("backup: refusals", () => {
   test("a data directory without a database, or none at all, creates nothing", () => {
     const empty = tempDir("backup-empty");
     const file = join(tempDir("backup-empty-out"), "copy.sqlite");
-    const refusal = (dir: string) => `crm: no database at ${join(dir, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url in the --config file)\n`;
+    const refusal = (dir: string) => `crm: no database at ${join(dir, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)\n`;
     expect(runCli([...SOURCE, "backup", file, "--data-dir", empty])).toEqual({ exitCode: 2, stdout: "", stderr: refusal(empty) });
     expect(runCli([...SOURCE, "backup", file, "--data-dir", join(empty, "missing")])).toEqual({ exitCode: 2, stdout: "", stderr: refusal(join(empty, "missing")) });
     expect(existsSync(join(empty, "missing"))).toBe(false);

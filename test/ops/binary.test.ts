@@ -141,7 +141,7 @@ describe("the compiled binary, alone in an empty folder", () => {
       expect(run("token", "list", "--data-dir", fresh)).toEqual({
         exitCode: 2,
         stdout: "",
-        stderr: `crm: no database at ${join(fresh, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url in the --config file)\n`,
+        stderr: `crm: no database at ${join(fresh, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)\n`,
       });
       const server = await spawnServer([crm, "serve", "--port", "0", "--data-dir", fresh], { cwd: folder, env });
       try {

@@ -115,6 +115,29 @@ describe("configuration: sources and precedence", () => {
     expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrl: "postgres://crm@127.0.0.1/crm", databasePool: 2 });
   });
 
+  test("database_url_file names a file holding the database URL on one line: crm.toml, which the service and every command read, names the database without holding its password", () => {
+    const home = tempDir("url-file");
+    const url = "postgres://crm:p%40ss@db.internal:5432/crm";
+    writeFileSync(join(home, "database-url"), `${url}\n`, { mode: 0o600 });
+    const file = join(home, "crm.toml");
+    writeFileSync(file, 'database_url_file = "database-url"\n');
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrlFile: join(home, "database-url"), databaseUrl: url });
+    expect(loadConfig([], { CRM_DATABASE_URL_FILE: join(home, "database-url") }).databaseUrl).toBe(url);
+    // The URL given both ways is refused: which one was meant is not guessed.
+    const twice = "the database URL is given twice, by database_url (--database-url, CRM_DATABASE_URL) and by database_url_file (--database-url-file, CRM_DATABASE_URL_FILE); give one";
+    expect(configError(() => loadConfig(["--config", file], { CRM_DATABASE_URL: url }))).toBe(twice);
+    expect(configError(() => loadConfig(["--config", file, "--database-url", url], {}))).toBe(twice);
+    const wrong = (text: string) => {
+      writeFileSync(join(home, "wrong"), text);
+      return configError(() => loadConfig(["--database-url-file", join(home, "wrong")], {}));
+    };
+    expect(wrong("")).toBe(`database URL file ${join(home, "wrong")} is empty: put the postgres:// URL in it, on one line`);
+    expect(wrong(`${url}\n${url}\n`)).toBe(`database URL file ${join(home, "wrong")} holds more than one line: put the postgres:// URL in it, on one line`);
+    expect(wrong("mysql://crm:secret@db/crm")).toBe(`invalid database URL file ${join(home, "wrong")}: "mysql://***@db/crm" is not a postgres:// or postgresql:// URL`);
+    expect(configError(() => loadConfig(["--database-url-file", join(home, "missing")], {}))).toBe(`database URL file ${join(home, "missing")} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist`);
+    expect(configError(() => loadConfig(["--database-url-file", home], {}))).toBe(`database URL file ${home} cannot be read: it is a directory, not a file`);
+  });
+
   test("deploy/crm.toml, the example file, names every setting and loads as it is", () => {
     const example = join(ROOT, "deploy", "crm.toml");
     const text = readFileSync(example, "utf8");
