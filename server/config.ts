@@ -332,7 +332,6 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   };
   switch (setting.kind) {
     case "string":
-      if (text === "") fail("a non-empty string");
       return text;
     case "port": {
       const n = Number(text);
@@ -371,12 +370,12 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       return values;
     }
     case "secret":
-      if (text !== "" && !/^[\x21-\x7e]{16,200}$/.test(text)) fail("16 to 200 printable ASCII characters without spaces");
+      if (!/^[\x21-\x7e]{16,200}$/.test(text)) fail("16 to 200 printable ASCII characters without spaces");
       return text;
     case "database-url": {
       const port = DATABASE_URL_PORT.exec(text)?.[1];
       if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) throw new ConfigError(`invalid ${source}: ${shown()} has port ${port}; the port must be 1 to 65535`);
-      if (text !== "" && !(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
+      if (!(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
       return text;
     }
     case "private-targets": {
@@ -451,6 +450,16 @@ export function fileKey(setting: Setting): string {
 }
 
 /**
+ * refuseEmpty refuses a setting's value written empty, from a flag, the environment or crm.toml
+ * alike: it is an unfilled template or an unset variable expanded (compose's ${X}, envsubst), never
+ * a choice. Taken as a value it chose SQLite over crm.toml's database; taken as unset it would hide
+ * the mistake. A TOML list with nothing in it (trusted_proxies = []) is written so on purpose.
+ */
+function refuseEmpty(raw: unknown, source: string, instead: string): void {
+  if (typeof raw === "string" && raw.trim() === "") throw new ConfigError(`invalid ${source}: it is set but empty; give it a value, or ${instead}`);
+}
+
+/**
  * readDatabaseUrlFile reads the database URL from database_url_file: crm.toml names the file, so
  * every command given --config reaches the database the service uses, while the password stays
  * in a file only the service's user reads (crm.env, systemd's, is read by the service alone).
@@ -514,15 +523,15 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
   }
   const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
   for (const setting of SETTINGS) {
-    if (flags.has(setting.flag)) config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);
-    else if (env[setting.env] !== undefined) {
-      // Empty is an unfilled template or an unset variable expanded (compose's ${X}), never a choice:
-      // taken as a value it chose SQLite over crm.toml's database, taken as unset it would hide the mistake.
-      if (env[setting.env]!.trim() === "") throw new ConfigError(`invalid ${setting.env}: it is set but empty; give it a value, or unset it to use ${fileKey(setting)} from the --config file or the default`);
+    if (flags.has(setting.flag)) {
+      refuseEmpty(flags.get(setting.flag), setting.flag, `leave the option out to use ${setting.env}, ${fileKey(setting)} from the --config file or the default`);
+      config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);
+    } else if (env[setting.env] !== undefined) {
+      refuseEmpty(env[setting.env], setting.env, `unset it to use ${fileKey(setting)} from the --config file or the default`);
       config[setting.key] = parseValue(setting, env[setting.env], setting.env);
-    }
-    else if (fileKey(setting) in file) {
+    } else if (fileKey(setting) in file) {
       const source = `${fileKey(setting)} in ${configPath}`;
+      refuseEmpty(file[fileKey(setting)], source, "remove the line to use the default");
       const value = parseValue(setting, fileValueText(setting, file[fileKey(setting)], source), source);
       // As the file's own directory, not the shell's: `crm ... --config /opt/crm/crm.toml` run from
       // elsewhere made a second database there, and a token the server answered 401 to.

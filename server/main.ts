@@ -74,8 +74,8 @@ Commands:
   --version                          print the version
   --help                             print this help
 
-Options (flag, environment variable, crm.toml key; flags win over environment over file; an
-environment variable set but empty is refused: unset it to use the file's value):
+Options (flag, environment variable, crm.toml key; flags win over environment over file; a value
+written empty, in any of them, is refused: leave it out to use the next one's):
 ${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
 

@@ -3,7 +3,7 @@ import { Database } from "bun:sqlite";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { dirname, join } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, isFlag, loadConfig, redactedUrl } from "../../server/config.ts";
 import { databasePath, lockDataDirectory, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import { startServer } from "../../server/server.ts";
@@ -186,6 +186,20 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig([], { CRM_CONFIG: "" }))).toBe("invalid CRM_CONFIG: it is set but empty; give it a file path, or unset it to read no config file");
     // A flag wins over the environment: an empty variable it overrides is never read.
     expect(loadConfig(["--config", file, "--metrics-token", "flag-metrics-token-01"], { CRM_METRICS_TOKEN: "", CRM_CONFIG: "" }).metricsToken).toBe("flag-metrics-token-01");
+  });
+
+  test("an empty value in crm.toml or on the command line is refused for every setting, as the environment's is: an unfilled template's database_url = \"\" served a new SQLite database of its own; an empty list is a list", () => {
+    for (const setting of SETTINGS) {
+      for (const empty of ["", " "]) {
+        const file = configFile(`${fileKey(setting)} = ${JSON.stringify(empty)}\n`);
+        expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid ${fileKey(setting)} in ${file}: it is set but empty; give it a value, or remove the line to use the default`);
+        const flagged = `invalid ${setting.flag}: it is set but empty; give it a value, or leave the option out to use ${setting.env}, ${fileKey(setting)} from the --config file or the default`;
+        expect(configError(() => loadConfig([`${setting.flag}=${empty}`], {}))).toBe(flagged);
+        if (!isFlag(setting)) expect(configError(() => loadConfig([setting.flag, empty], {}))).toBe(flagged);
+      }
+    }
+    // A TOML list with nothing in it says so on purpose.
+    expect(loadConfig(["--config", configFile("trusted_proxies = []\nallow_private_targets = []\n")], {})).toEqual(DEFAULT_CONFIG);
   });
 
   test("a crm.toml that is not TOML is refused naming the line of the mistake: the first line from which no prefix of the file parses", () => {
