@@ -57,6 +57,17 @@ describe("deploy/crm-instances.toml and deploy/nginx-instances.conf: two instanc
     expect(config.dataDir).toBe(`/var/lib/${directive("StateDirectory")}`);
   });
 
+  test("the key file's comment tells a mode and owner the service takes without its warning (0600, the service's user), as the README's install line does", () => {
+    const lines = readFileSync(file, "utf8").split("\n");
+    const at = lines.findIndex((line) => line.startsWith("secrets_key_file ="));
+    let start = at;
+    while (start > 0 && lines[start - 1]!.startsWith("#")) start--;
+    const comment = lines.slice(start, at).join("\n");
+    const modes = [...comment.matchAll(/\b0[0-7]{3}\b/g)].map((m) => Number.parseInt(m[0], 8));
+    expect({ modes: modes.length > 0, open: modes.filter((mode) => (mode & 0o077) !== 0).map((mode) => mode.toString(8)) }).toEqual({ modes: true, open: [] });
+    expect(comment).toContain(`install -m 0600 -o ${directive("User")} -g ${directive("Group")}`);
+  });
+
   test("nginx sends to two instances on the port they listen on, from the address they trust, and never retries a write on the other one", () => {
     const upstreams = [...nginx.matchAll(/^\s*server (\d+\.\d+\.\d+\.\d+):(\d+)/gm)];
     expect(upstreams.length).toBe(2);
