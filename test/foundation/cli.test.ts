@@ -643,6 +643,9 @@ describe("command line: errors", () => {
     expect((await crm(["token", "list"])).stdout).toBe("");
     const unreachable = await crm(["token", "list", "--database-url", "postgres://crm:pw@127.0.0.1:1/crm"]);
     expect(unreachable).toEqual({ stdout: "", stderr: "crm: cannot use the PostgreSQL database at postgres://crm:***@127.0.0.1:1/crm (--database-url, CRM_DATABASE_URL): connection refused (is the server running and the host and port right?)\n", code: 3 });
+    // Bun's client reports a host name that does not resolve as a refused connection too: a typo is no server to wait for (.invalid never resolves, RFC 6761).
+    const typo = await crm(["token", "list", "--database-url", "postgres://crm:pw@db.interal.invalid:5432/crm"]);
+    expect(typo).toEqual({ stdout: "", stderr: "crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (--database-url, CRM_DATABASE_URL): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n", code: 2 });
     expect((await crm(["token", "list", "--no-such-option"])).code).toBe(2);
     const help = (await crm(["--help"])).stdout;
     for (const status of ["Exit status:\n  0  done (with a warning", "\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n", "\n  141  the reader of its output left"]) expect(help).toContain(status);
