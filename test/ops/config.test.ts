@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { dirname, join } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, isFlag, loadConfig, redactedUrl } from "../../server/config.ts";
@@ -68,6 +68,18 @@ describe("configuration: sources and precedence", () => {
     const absolute = configFile('data_dir = "/var/lib/crm"\n');
     expect(loadConfig(["--config", absolute], {}).dataDir).toBe("/var/lib/crm");
     expect(loadConfig(["--config", file, "--data-dir", "here"], { CRM_SECRETS_KEY_FILE: "k" })).toEqual({ ...DEFAULT_CONFIG, dataDir: "here", secretsKeyFile: "k" });
+  });
+
+  test("a source run from the repository (npm start, npx bun server/main.ts ...) reads no .env there, as the binary reads none: a PORT or CRM_* line of one would change the service and every command", () => {
+    const dotenv = join(ROOT, ".env");
+    if (existsSync(dotenv)) throw new Error(`${dotenv} exists: this test writes its own there`);
+    const empty = tempDir("dotenv");
+    writeFileSync(dotenv, "CRM_LOG_LEVEL=loud\n");
+    try {
+      expect(runCli([...SOURCE, "token", "list", "--data-dir", empty]).stderr).toStartWith(`crm: no database at ${join(empty, "crm.sqlite")}; `);
+    } finally {
+      rmSync(dotenv, { force: true });
+    }
   });
 
   test("CRM_CONFIG names the file; --config wins over it", () => {
