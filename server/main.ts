@@ -27,7 +27,7 @@ import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
 import { importContacts, importCounts } from "./import/service.ts";
-import { startServer } from "./server.ts";
+import { commandHere, startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
 
 const HELP = `crm ${BUILD}: CRM contacts API with signed webhook deliveries
@@ -265,7 +265,7 @@ function databaseExists(dataDir: string): boolean {
 function requireDatabase(dataDir: string): void {
   if (!databaseExists(dataDir)) {
     throw new ConfigError(
-      `no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; ` +
+      `no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: ${commandHere(["migrate", "--data-dir", "DIR"], null)}; ` +
         "on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)",
     );
   }
@@ -687,7 +687,12 @@ async function main(argv: string[]): Promise<number> {
         const result = await backupDatabase(config.dataDir, file);
         printOut(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
         for (const removed of result.removedPartials) printOut(`removed ${removed}, a partial file left by a crm killed half-way\n`);
-        printOut(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
+        // A data directory never served has no key yet (nothing sealed made one): there is no file to keep.
+        printOut(
+          secretsKeyExists(config)
+            ? `note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`
+            : `note: there is no secrets key at ${secretsKeyPath(config)} yet: the first start makes it (a database served before has lost it: see secrets-key reset); keep a copy of it apart from the backups once it is there\n`,
+        );
         return EXIT.done;
       } catch (error) {
         if (!(error instanceof BackupError)) throw error;

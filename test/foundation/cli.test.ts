@@ -23,8 +23,9 @@ beforeEach(() => {
 });
 afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
 
-/** NO_DATABASE_HINT is what a command refused a data directory without a database says after naming the file. */
-const NO_DATABASE_HINT = "pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)";
+/** noDatabaseHint is what a command refused a data directory without a database says after naming the file; `program` as run (from the repository by default). */
+const noDatabaseHint = (program = "npx bun server/main.ts") =>
+  `pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: ${program} migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)`;
 
 /** crm runs the command line from source with a throwaway data directory; `prefix` runs it under another command (setpriv). */
 async function crm(args: string[], env: Record<string, string> = {}, prefix: string[] = []) {
@@ -406,7 +407,7 @@ describe("command line: errors", () => {
 
   test("commands other than serve and migrate refuse a data directory with no database, naming it and --data-dir, and create nothing", async () => {
     const empty = join(dataDir, "elsewhere");
-    const refusal = `crm: no database at ${join(empty, "crm.sqlite")}; ${NO_DATABASE_HINT}\n`;
+    const refusal = `crm: no database at ${join(empty, "crm.sqlite")}; ${noDatabaseHint()}\n`;
     for (const args of [["token", "list"], ["token", "revoke", "tok_x"], ["user", "list"], ["operator", "unlock", "--email", "a@example.com"], ["backup", join(dataDir, "copy.sqlite")]]) {
       expect([args.join(" "), await crm([...args, "--data-dir", empty])]).toEqual([args.join(" "), { stdout: "", stderr: refusal, code: 2 }]);
     }
@@ -452,7 +453,8 @@ describe("command line: errors", () => {
         const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
         return { stdout, stderr, code };
       };
-      const refusal = (dir: string) => `crm: no database at ${join(dir, "crm.sqlite")}; ${NO_DATABASE_HINT}\n`;
+      // Run from elsewhere, the hint names the program by its whole path.
+      const refusal = (dir: string) => `crm: no database at ${join(dir, "crm.sqlite")}; ${noDatabaseHint(`npx bun ${MAIN}`)}\n`;
       for (const args of [["token", "create", "--name", "x"], ["user", "create", "--name", "x", "--email", "x@example.com"]]) {
         expect([args.join(" "), await run(args, {})]).toEqual([args.join(" "), { stdout: "", stderr: refusal(join(elsewhere, "data")), code: 2 }]);
       }
@@ -496,7 +498,7 @@ describe("command line: errors", () => {
       const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
       return { stdout, stderr, code };
     };
-    const refusal = { stdout: "", stderr: `crm: no database at ${join(state, "crm.sqlite")}; ${NO_DATABASE_HINT}\n`, code: 2 };
+    const refusal = { stdout: "", stderr: `crm: no database at ${join(state, "crm.sqlite")}; ${noDatabaseHint()}\n`, code: 2 };
     const commands: [string[], string?][] = [
       [["token", "create", "--name", "my-integration"]],
       [["token", "list"]],
