@@ -32,6 +32,8 @@ export interface Config {
   dataDir: string;
   /** postgres:// URL of a PostgreSQL database shared by every instance; "" keeps SQLite in dataDir */
   databaseUrl: string;
+  /** file holding databaseUrl on one line, so that crm.toml can name the database without its password; "" none */
+  databaseUrlFile: string;
   /** PostgreSQL schema that holds the service's tables, whatever the role's search_path; "" is public, as long as no other schema holds them too */
   databaseSchema: string;
   /** connections each instance opens to PostgreSQL at most */
@@ -115,6 +117,7 @@ export const DEFAULT_CONFIG: Config = {
   port: 3000,
   dataDir: "./data",
   databaseUrl: "",
+  databaseUrlFile: "",
   databaseSchema: "",
   databasePool: 10,
   databaseAnswerTimeoutSeconds: 5,
@@ -158,6 +161,14 @@ export const SETTINGS: Setting[] = [
     env: "CRM_DATABASE_URL",
     kind: "database-url",
     help: "postgres://user:password@host:port/database of a PostgreSQL database (13+) that serve and every command use, shared by several instances (needs --secrets-key-file); without it, SQLite in --data-dir",
+  },
+  {
+    key: "databaseUrlFile",
+    flag: "--database-url-file",
+    env: "CRM_DATABASE_URL_FILE",
+    kind: "string",
+    path: true,
+    help: "file holding the --database-url on one line (0600, owned by the service's user), so that crm.toml, which serve and every command read, names the database without holding its password; not together with --database-url",
   },
   {
     key: "databaseSchema",
@@ -321,7 +332,6 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   };
   switch (setting.kind) {
     case "string":
-      if (text === "") fail("a non-empty string");
       return text;
     case "port": {
       const n = Number(text);
@@ -360,12 +370,12 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       return values;
     }
     case "secret":
-      if (text !== "" && !/^[\x21-\x7e]{16,200}$/.test(text)) fail("16 to 200 printable ASCII characters without spaces");
+      if (!/^[\x21-\x7e]{16,200}$/.test(text)) fail("16 to 200 printable ASCII characters without spaces");
       return text;
     case "database-url": {
       const port = DATABASE_URL_PORT.exec(text)?.[1];
       if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) throw new ConfigError(`invalid ${source}: ${shown()} has port ${port}; the port must be 1 to 65535`);
-      if (text !== "" && !(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
+      if (!(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
       return text;
     }
     case "private-targets": {
@@ -440,6 +450,35 @@ export function fileKey(setting: Setting): string {
 }
 
 /**
+ * refuseEmpty refuses a setting's value written empty, from a flag, the environment or crm.toml
+ * alike: it is an unfilled template or an unset variable expanded (compose's ${X}, envsubst), never
+ * a choice. Taken as a value it chose SQLite over crm.toml's database; taken as unset it would hide
+ * the mistake. A TOML list with nothing in it (trusted_proxies = []) is written so on purpose.
+ */
+function refuseEmpty(raw: unknown, source: string, instead: string): void {
+  if (typeof raw === "string" && raw.trim() === "") throw new ConfigError(`invalid ${source}: it is set but empty; give it a value, or ${instead}`);
+}
+
+/**
+ * readDatabaseUrlFile reads the database URL from database_url_file: crm.toml names the file, so
+ * every command given --config reaches the database the service uses, while the password stays
+ * in a file only the service's user reads (crm.env, systemd's, is read by the service alone).
+ */
+function readDatabaseUrlFile(path: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8").trim();
+  } catch (error) {
+    throw new ConfigError(isAbsent(error) ? `database URL file ${path} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist` : `database URL file ${path} cannot be read: ${fileErrorText(error)}`);
+  }
+  const onOneLine = "put the postgres:// URL in it, on one line";
+  if (text === "") throw new ConfigError(`database URL file ${path} is empty: ${onOneLine}`);
+  // URL parsing drops line breaks: two URLs would be read as one.
+  if (/[\r\n]/.test(text)) throw new ConfigError(`database URL file ${path} holds more than one line: ${onOneLine}`);
+  return parseValue(SETTINGS.find((s) => s.key === "databaseUrl")!, text, `database URL file ${path}`) as string;
+}
+
+/**
  * loadConfig resolves every setting from flags, then environment, then an optional TOML config
  * file (`--config` or CRM_CONFIG), then defaults. Unknown flags and bad values throw ConfigError.
  */
@@ -484,20 +523,24 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
   }
   const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
   for (const setting of SETTINGS) {
-    if (flags.has(setting.flag)) config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);
-    else if (env[setting.env] !== undefined) {
-      // Empty is an unfilled template or an unset variable expanded (compose's ${X}), never a choice:
-      // taken as a value it chose SQLite over crm.toml's database, taken as unset it would hide the mistake.
-      if (env[setting.env]!.trim() === "") throw new ConfigError(`invalid ${setting.env}: it is set but empty; give it a value, or unset it to use ${fileKey(setting)} from the --config file or the default`);
+    if (flags.has(setting.flag)) {
+      refuseEmpty(flags.get(setting.flag), setting.flag, `leave the option out to use ${setting.env}, ${fileKey(setting)} from the --config file or the default`);
+      config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);
+    } else if (env[setting.env] !== undefined) {
+      refuseEmpty(env[setting.env], setting.env, `unset it to use ${fileKey(setting)} from the --config file or the default`);
       config[setting.key] = parseValue(setting, env[setting.env], setting.env);
-    }
-    else if (fileKey(setting) in file) {
+    } else if (fileKey(setting) in file) {
       const source = `${fileKey(setting)} in ${configPath}`;
+      refuseEmpty(file[fileKey(setting)], source, "remove the line to use the default");
       const value = parseValue(setting, fileValueText(setting, file[fileKey(setting)], source), source);
       // As the file's own directory, not the shell's: `crm ... --config /opt/crm/crm.toml` run from
       // elsewhere made a second database there, and a token the server answered 401 to.
       config[setting.key] = setting.path ? resolve(dirname(configPath!), value as string) : value;
     }
+  }
+  if (config.databaseUrlFile) {
+    if (config.databaseUrl) throw new ConfigError("the database URL is given twice, by database_url (--database-url, CRM_DATABASE_URL) and by database_url_file (--database-url-file, CRM_DATABASE_URL_FILE); give one");
+    config.databaseUrl = readDatabaseUrlFile(config.databaseUrlFile as string);
   }
   return config as unknown as Config;
 }

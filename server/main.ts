@@ -28,7 +28,7 @@ import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
 import { importContacts, importCounts } from "./import/service.ts";
-import { startServer } from "./server.ts";
+import { commandHere, startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
 
 const HELP = `crm ${BUILD}: CRM contacts API with signed webhook deliveries
@@ -78,8 +78,8 @@ Commands:
   --version                          print the version
   --help                             print this help
 
-Options (flag, environment variable, crm.toml key; flags win over environment over file; an
-environment variable set but empty is refused: unset it to use the file's value):
+Options (flag, environment variable, crm.toml key; flags win over environment over file; a value
+written empty, in any of them, is refused: leave it out to use the next one's):
 ${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
 
@@ -263,25 +263,37 @@ function databaseExists(dataDir: string): boolean {
 /**
  * requireDatabase refuses a data directory without a database. Only serve and migrate create one:
  * a token or user written to a new, empty database next to the running server's would be
- * silently useless (the token would get 401).
+ * silently useless (the token would get 401). The service may be on PostgreSQL, its URL where this
+ * command did not look (crm.env, which only systemd reads): the refusal says where it goes.
  */
 function requireDatabase(dataDir: string): void {
   if (!databaseExists(dataDir)) {
-    throw new ConfigError(`no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR`);
+    throw new ConfigError(
+      `no database at ${resolve(databaseFile(dataDir))}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: ${commandHere(["migrate", "--data-dir", "DIR"], null)}; ` +
+        "on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)",
+    );
   }
 }
 
 /**
+ * dataDirNamedHere tells whether the command line or the environment names the data directory
+ * (--data-dir, CRM_DATA_DIR): chosen for this run, as an install script does. A config file's
+ * data_dir is not: on several instances the service's crm.toml names one that PostgreSQL leaves
+ * empty, and a database a command created there went unseen.
+ */
+function dataDirNamedHere(args: string[]): boolean {
+  return args.some((arg) => arg === "--data-dir" || arg.startsWith("--data-dir=")) || process.env.CRM_DATA_DIR !== undefined;
+}
+
+/**
  * openDataDirDatabase opens and migrates the SQLite database of an existing data directory. A
- * command that sets a new installation up (`setUp`: token, user or operator create) may also
- * create the database of a data directory named on purpose (flag, environment or config file), as
- * install scripts do before the first start, and says so; the default ./data must already hold one.
- * `locked`: the caller holds the data directory (lockDataDirectory).
+ * command that sets a new installation up (`setUp`: token, user or operator create, given a data
+ * directory by dataDirNamedHere) may also create its database, as install scripts do before the
+ * first start, and says so. `locked`: the caller holds the data directory (lockDataDirectory).
  */
 async function openDataDirDatabase(config: Config, { setUp = false, locked = false }: { setUp?: boolean; locked?: boolean } = {}): Promise<SqliteDatabase> {
-  const named = setUp && config.dataDir !== DEFAULT_CONFIG.dataDir;
-  if (!named) requireDatabase(config.dataDir);
-  const creating = named && !databaseExists(config.dataDir);
+  if (!setUp) requireDatabase(config.dataDir);
+  const creating = setUp && !databaseExists(config.dataDir);
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   // Said once the file is there: a directory that cannot hold it is refused without this line.
   if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${resolve(config.dataDir)}\n`);
@@ -589,7 +601,7 @@ async function main(argv: string[]): Promise<number> {
         }
         const config = loadCommandConfig(args);
         if (stdoutDiscarded()) throw new ConfigError("token create: standard output is /dev/null (or closed), so the token would be shown to no one; nothing was created");
-        const db = await openConfiguredDatabase(config, { setUp: true });
+        const db = await openConfiguredDatabase(config, { setUp: dataDirNamedHere(args) });
         const { token, info } = await createApiToken(db, name.trim(), Date.now(), rate, { kind: "command_line" });
         // A name refuses control characters but not bidirectional ones, which would draw the rest of a line backwards: escaped
         // (in the JSON too, where \u202e is the same string).
@@ -640,7 +652,7 @@ async function main(argv: string[]): Promise<number> {
       const email = takeOption(args, "--email");
       // An empty value is the service's to refuse, in the words the API uses for it.
       if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
-      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
+      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: dataDirNamedHere(args) });
       const user = await db.write((tx) => createUser(tx, { name, email }));
       printOut(`${printable(JSON.stringify(user))}\n`);
       return EXIT.done;
@@ -683,7 +695,7 @@ async function main(argv: string[]): Promise<number> {
         printOut(`set a new password for operator ${operator.id} (${operator.email}); their sessions have ended\n`);
         return EXIT.done;
       }
-      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: true });
+      const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: dataDirNamedHere(args) });
       const operator = await createOperator(db, { email, password });
       printOut(`created operator ${operator.id} (${operator.email}); sign in at /console/login\n`);
       return EXIT.done;
@@ -701,7 +713,12 @@ async function main(argv: string[]): Promise<number> {
         const result = await backupDatabase(config.dataDir, file);
         printOut(`backed up ${result.source} to ${result.file} (${result.bytes} bytes, integrity ok)\n`);
         for (const removed of result.removedPartials) printOut(`removed ${removed}, a partial file left by a crm killed half-way\n`);
-        printOut(`note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`);
+        // A data directory never served has no key yet (nothing sealed made one): there is no file to keep.
+        printOut(
+          secretsKeyExists(config)
+            ? `note: the secrets key ${secretsKeyPath(config)} is not in the backup; keep a copy of it apart from the backup: without it the webhook signing secrets in the backup cannot be read\n`
+            : `note: there is no secrets key at ${secretsKeyPath(config)} yet: the first start makes it (a database served before has lost it: see secrets-key reset); keep a copy of it apart from the backups once it is there\n`,
+        );
         return EXIT.done;
       } catch (error) {
         if (!(error instanceof BackupError)) throw error;

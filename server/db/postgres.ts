@@ -1,5 +1,7 @@
 import { SQL } from "bun";
 import { randomUUID } from "node:crypto";
+import { lookup } from "node:dns/promises";
+import { isIP } from "node:net";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
 import { SpacedLine, type Logger } from "../shared/log.ts";
 import { settlesWithin } from "../shared/time.ts";
@@ -897,6 +899,21 @@ function connectFailure(error: unknown): string {
   return code && code !== "ERR_POSTGRES_SERVER_ERROR" ? `${text} (${code})` : text;
 }
 
+/**
+ * hostLookupFailure looks up the host of a URL whose connection was refused: Bun's client reports a
+ * name that does not resolve as a refused connection too, and a mistyped name is no server to wait
+ * for. A name server that did not answer (EAI_AGAIN) is `temporary`, as a server down is; null when
+ * the name resolves, or the URL names an address or no host: the refusal was the server's.
+ */
+async function hostLookupFailure(url: string): Promise<{ reason: string; temporary: boolean } | null> {
+  const host = URL.canParse(url) ? new URL(url).hostname.replace(/^\[(.*)\]$/, "$1") : "";
+  if (host === "" || isIP(host) !== 0 || /[%/]/.test(host)) return null;
+  const code = await lookup(host).then(() => null, (error: unknown) => errorCode(error) ?? String(error));
+  if (code === null) return null;
+  if (code === "EAI_AGAIN") return { reason: `the host ${host} could not be looked up just now (EAI_AGAIN: the name server did not answer)`, temporary: true };
+  return { reason: `the host ${host} does not resolve (${code}): is the host name in the URL right?`, temporary: false };
+}
+
 /** onConnectionOfItsOwn runs one statement on a connection of its own, opened with `options` and closed once answered or once `signal` aborts. */
 async function onConnectionOfItsOwn(options: PostgresOptions, sql: string, params: SqlValue[] = [], signal?: AbortSignal): Promise<Result> {
   const client = new SQL({ ...options, max: 1 });
@@ -1081,6 +1098,9 @@ export async function openPostgres(
     }
   } catch (error) {
     await db?.close().catch(() => {});
+    const unresolved = errorCode(error) === "ERR_POSTGRES_CONNECTION_REFUSED" ? await hostLookupFailure(url) : null;
+    // Without the client's error as its cause, a name that does not exist is refused for good (exit 2), not retried.
+    if (unresolved) throw unusableDatabase(url, unresolved.reason, unresolved.temporary ? error : undefined);
     throw unusableDatabase(url, connectFailure(error), error);
   }
   return db;

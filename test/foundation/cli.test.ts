@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PASSWORD_INPUT_BYTES } from "../../server/operators/password-input.ts";
@@ -22,6 +22,10 @@ beforeEach(() => {
   dataDir = mkdtempSync(join(tmpdir(), "crm-cli-"));
 });
 afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
+
+/** noDatabaseHint is what a command refused a data directory without a database says after naming the file; `program` as run (from the repository by default). */
+const noDatabaseHint = (program = "npx bun server/main.ts") =>
+  `pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: ${program} migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)`;
 
 /** crm runs the command line from source with a throwaway data directory; `prefix` runs it under another command (setpriv). */
 async function crm(args: string[], env: Record<string, string> = {}, prefix: string[] = []) {
@@ -427,7 +431,7 @@ describe("command line: errors", () => {
 
   test("commands other than serve and migrate refuse a data directory with no database, naming it and --data-dir, and create nothing", async () => {
     const empty = join(dataDir, "elsewhere");
-    const refusal = `crm: no database at ${join(empty, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`;
+    const refusal = `crm: no database at ${join(empty, "crm.sqlite")}; ${noDatabaseHint()}\n`;
     for (const args of [["token", "list"], ["token", "revoke", "tok_x"], ["user", "list"], ["operator", "unlock", "--email", "a@example.com"], ["backup", join(dataDir, "copy.sqlite")]]) {
       expect([args.join(" "), await crm([...args, "--data-dir", empty])]).toEqual([args.join(" "), { stdout: "", stderr: refusal, code: 2 }]);
     }
@@ -465,7 +469,7 @@ describe("command line: errors", () => {
     expect(await crm(["token", "list", "--data-dir", data])).toEqual({ stdout: "", stderr: "", code: 0 });
   });
 
-  test("token and user create refuse the default ./data without a database; a data directory named on purpose is set up, and they say so", async () => {
+  test("token and user create refuse the default ./data, or a config file's data_dir, without a database; a data directory named for the run (flag, environment) is set up, and they say so", async () => {
     const elsewhere = mkdtempSync(join(tmpdir(), "crm-cwd-"));
     try {
       const run = async (args: string[], env: Record<string, string>) => {
@@ -473,9 +477,10 @@ describe("command line: errors", () => {
         const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
         return { stdout, stderr, code };
       };
-      const defaultRefusal = `crm: no database at ${join(elsewhere, "data", "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`;
+      // Run from elsewhere, the hint names the program by its whole path.
+      const refusal = (dir: string) => `crm: no database at ${join(dir, "crm.sqlite")}; ${noDatabaseHint(`npx bun ${MAIN}`)}\n`;
       for (const args of [["token", "create", "--name", "x"], ["user", "create", "--name", "x", "--email", "x@example.com"]]) {
-        expect([args.join(" "), await run(args, {})]).toEqual([args.join(" "), { stdout: "", stderr: defaultRefusal, code: 2 }]);
+        expect([args.join(" "), await run(args, {})]).toEqual([args.join(" "), { stdout: "", stderr: refusal(join(elsewhere, "data")), code: 2 }]);
       }
       expect(existsSync(join(elsewhere, "data"))).toBe(false);
 
@@ -488,19 +493,48 @@ describe("command line: errors", () => {
       expect({ code: again.code, stderr: again.stderr }).toEqual({ code: 0, stderr: "" });
       expect((await run(["token", "list", "--data-dir", named], {})).stdout).toContain("first");
 
-      // A relative data_dir in crm.toml is the file's directory's, wherever the command runs; the hint names it whole.
+      // A data_dir of the --config file is not named for this run: on several instances the service's
+      // crm.toml names one it never uses (the URL is in crm.env), and a database made there got 401s.
+      // A relative one is the file's directory's, wherever the command runs; the refusal names it whole.
       mkdirSync(join(dataDir, "opt", "crm"), { recursive: true });
       writeFileSync(join(dataDir, "opt", "crm", "crm.toml"), 'data_dir = "var"\n');
       const fromConfig = await run(["token", "create", "--name", "ci", "--config", join(dataDir, "opt", "crm", "crm.toml")], {});
-      expect([fromConfig.code, fromConfig.stderr]).toEqual([0, expect.stringMatching(/^created a new database at \S+; serve it with --data-dir \S+\ncreated token tok_\w+ \(ci\); it is shown only this once\n$/)]);
-      expect(fromConfig.stderr).toStartWith(`created a new database at ${join(dataDir, "opt", "crm", "var", "crm.sqlite")}; serve it with --data-dir ${join(dataDir, "opt", "crm", "var")}\n`);
-      expect(existsSync(join(elsewhere, "var"))).toBe(false);
+      expect(fromConfig).toEqual({ stdout: "", stderr: refusal(join(dataDir, "opt", "crm", "var")), code: 2 });
+      expect([existsSync(join(dataDir, "opt", "crm", "var")), existsSync(join(elsewhere, "var"))]).toEqual([false, false]);
       // A relative --data-dir is the working directory's, as a path argument is; the hint names it whole.
       const relative = await run(["token", "create", "--name", "rel", "--data-dir", "here"], {});
       expect(relative.stderr).toStartWith(`created a new database at ${join(elsewhere, "here", "crm.sqlite")}; serve it with --data-dir ${join(elsewhere, "here")}\n`);
     } finally {
       rmSync(elsewhere, { recursive: true, force: true });
     }
+  });
+
+  test("with crm-instances.toml's settings and no database URL (it is in crm.env, which only systemd reads), every command refuses the missing SQLite database, naming it and the URL's settings, and creates nothing", async () => {
+    // As deploy/crm-instances.toml sets up a VM: data_dir exists (StateDirectory) but holds nothing, the key is named.
+    const state = join(dataDir, "var", "lib", "crm");
+    const key = join(dataDir, "secrets.key");
+    const config = join(dataDir, "crm.toml");
+    mkdirSync(state, { recursive: true, mode: 0o700 });
+    writeFileSync(key, `${Buffer.alloc(32, 7).toString("base64")}\n`, { mode: 0o600 });
+    writeFileSync(config, `data_dir = ${JSON.stringify(state)}\nsecrets_key_file = ${JSON.stringify(key)}\n`);
+    const run = async (args: string[], stdin = "") => {
+      const proc = Bun.spawn([BUN, MAIN, ...args, "--config", config], { cwd: ROOT, stdout: "pipe", stderr: "pipe", stdin: new Blob([stdin]), env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "" } });
+      const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+      return { stdout, stderr, code };
+    };
+    const refusal = { stdout: "", stderr: `crm: no database at ${join(state, "crm.sqlite")}; ${noDatabaseHint()}\n`, code: 2 };
+    const commands: [string[], string?][] = [
+      [["token", "create", "--name", "my-integration"]],
+      [["token", "list"]],
+      [["token", "revoke", "tok_01M8KPNPB23SS2589B7019BP7N"]],
+      [["user", "create", "--name", "Ada", "--email", "ada@example.com"]],
+      [["operator", "create", "--email", "ops@example.com", "--password-stdin"], "correct horse battery\n"],
+      [["operator", "list"]],
+      [["backup", join(dataDir, "copy.sqlite")]],
+      [["secrets-key", "reset", "--yes-disable-every-subscription"]],
+    ];
+    for (const [args, stdin] of commands) expect([args.join(" "), await run(args, stdin)]).toEqual([args.join(" "), refusal]);
+    expect([readdirSync(state), existsSync(join(dataDir, "copy.sqlite"))]).toEqual([[], false]);
   });
 
   test("a token name with a control character (C0, DEL, C1) is refused with one line naming it, and no token is made", async () => {
@@ -635,6 +669,9 @@ describe("command line: errors", () => {
     expect((await crm(["token", "list"])).stdout).toBe("");
     const unreachable = await crm(["token", "list", "--database-url", "postgres://crm:pw@127.0.0.1:1/crm"]);
     expect(unreachable).toEqual({ stdout: "", stderr: "crm: cannot use the PostgreSQL database at postgres://crm:***@127.0.0.1:1/crm (--database-url, CRM_DATABASE_URL): connection refused (is the server running and the host and port right?)\n", code: 3 });
+    // Bun's client reports a host name that does not resolve as a refused connection too: a typo is no server to wait for (.invalid never resolves, RFC 6761).
+    const typo = await crm(["token", "list", "--database-url", "postgres://crm:pw@db.interal.invalid:5432/crm"]);
+    expect(typo).toEqual({ stdout: "", stderr: "crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (--database-url, CRM_DATABASE_URL): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n", code: 2 });
     expect((await crm(["token", "list", "--no-such-option"])).code).toBe(2);
     const help = (await crm(["--help"])).stdout;
     for (const status of ["Exit status:\n  0  done (with a warning", "\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n", "\n  141  the reader of its output left"]) expect(help).toContain(status);

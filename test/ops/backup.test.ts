@@ -215,12 +215,29 @@ describe("backup: refusals", () => {
   test("a data directory without a database, or none at all, creates nothing", () => {
     const empty = tempDir("backup-empty");
     const file = join(tempDir("backup-empty-out"), "copy.sqlite");
-    const refusal = (dir: string) => `crm: no database at ${join(dir, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`;
+    const refusal = (dir: string) => `crm: no database at ${join(dir, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: npx bun server/main.ts migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)\n`;
     expect(runCli([...SOURCE, "backup", file, "--data-dir", empty])).toEqual({ exitCode: 2, stdout: "", stderr: refusal(empty) });
     expect(runCli([...SOURCE, "backup", file, "--data-dir", join(empty, "missing")])).toEqual({ exitCode: 2, stdout: "", stderr: refusal(join(empty, "missing")) });
     expect(existsSync(join(empty, "missing"))).toBe(false);
     expect(existsSync(file)).toBe(false);
     expect(existsSync(join(empty, "crm.sqlite"))).toBe(false);
+  });
+
+  test("a data directory without a secrets key (never served: migrate and commands make none while no secret is sealed) is backed up with a note that says so, not that a missing file be kept", () => {
+    const dataDir = tempDir("backup-nokey");
+    const file = join(tempDir("backup-nokey-out"), "copy.sqlite");
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
+    expect(existsSync(join(dataDir, "secrets.key"))).toBe(false);
+    const result = runCli([...SOURCE, "backup", file, "--data-dir", dataDir]);
+    expect(result).toEqual({
+      exitCode: 0,
+      stdout: expect.stringMatching(/^backed up \S+crm\.sqlite to \S+copy\.sqlite \(\d+ bytes, integrity ok\)\n/),
+      stderr: "",
+    });
+    expect(result.stdout.split("\n").slice(1)).toEqual([
+      `note: there is no secrets key at ${join(dataDir, "secrets.key")} yet: the first start makes it (a database served before has lost it: see secrets-key reset); keep a copy of it apart from the backups once it is there`,
+      "",
+    ]);
   });
 
   test("a file in a directory that does not exist is one clear line", () => {

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { copyFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
@@ -49,6 +49,12 @@ describe("the compiled binary, alone in an empty folder", () => {
     const help = run("--help");
     expect(help.exitCode).toBe(0);
     expect(help.stdout).toContain("backup FILE");
+  });
+
+  test("README's Footprint gives the binary's size to the MiB", () => {
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const said = Number(/the binary is (\d+) MiB/.exec(readme)?.[1]);
+    expect(Math.abs(said - statSync(crm).size / 2 ** 20)).toBeLessThan(1.5);
   });
 
   test("on a database a newer crm migrated, the refusal names this build and the migration it does not know", () => {
@@ -141,7 +147,7 @@ describe("the compiled binary, alone in an empty folder", () => {
       expect(run("token", "list", "--data-dir", fresh)).toEqual({
         exitCode: 2,
         stdout: "",
-        stderr: `crm: no database at ${join(fresh, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: crm migrate --data-dir DIR\n`,
+        stderr: `crm: no database at ${join(fresh, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: ${crm} migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)\n`,
       });
       const server = await spawnServer([crm, "serve", "--port", "0", "--data-dir", fresh], { cwd: folder, env });
       try {

@@ -1,9 +1,9 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { dirname, join } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, loadConfig, redactedUrl } from "../../server/config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, isFlag, loadConfig, redactedUrl } from "../../server/config.ts";
 import { databasePath, lockDataDirectory, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import { startServer } from "../../server/server.ts";
@@ -70,6 +70,18 @@ describe("configuration: sources and precedence", () => {
     expect(loadConfig(["--config", file, "--data-dir", "here"], { CRM_SECRETS_KEY_FILE: "k" })).toEqual({ ...DEFAULT_CONFIG, dataDir: "here", secretsKeyFile: "k" });
   });
 
+  test("a source run from the repository (npm start, npx bun server/main.ts ...) reads no .env there, as the binary reads none: a PORT or CRM_* line of one would change the service and every command", () => {
+    const dotenv = join(ROOT, ".env");
+    if (existsSync(dotenv)) throw new Error(`${dotenv} exists: this test writes its own there`);
+    const empty = tempDir("dotenv");
+    writeFileSync(dotenv, "CRM_LOG_LEVEL=loud\n");
+    try {
+      expect(runCli([...SOURCE, "token", "list", "--data-dir", empty]).stderr).toStartWith(`crm: no database at ${join(empty, "crm.sqlite")}; `);
+    } finally {
+      rmSync(dotenv, { force: true });
+    }
+  });
+
   test("CRM_CONFIG names the file; --config wins over it", () => {
     const fromEnv = configFile("port = 5001\n");
     const fromFlag = configFile("port = 5002\n");
@@ -113,6 +125,29 @@ describe("configuration: sources and precedence", () => {
     });
     const file = configFile('database_url = "postgres://crm@127.0.0.1/crm"\ndatabase_pool = 2\n');
     expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrl: "postgres://crm@127.0.0.1/crm", databasePool: 2 });
+  });
+
+  test("database_url_file names a file holding the database URL on one line: crm.toml, which the service and every command read, names the database without holding its password", () => {
+    const home = tempDir("url-file");
+    const url = "postgres://crm:p%40ss@db.internal:5432/crm";
+    writeFileSync(join(home, "database-url"), `${url}\n`, { mode: 0o600 });
+    const file = join(home, "crm.toml");
+    writeFileSync(file, 'database_url_file = "database-url"\n');
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrlFile: join(home, "database-url"), databaseUrl: url });
+    expect(loadConfig([], { CRM_DATABASE_URL_FILE: join(home, "database-url") }).databaseUrl).toBe(url);
+    // The URL given both ways is refused: which one was meant is not guessed.
+    const twice = "the database URL is given twice, by database_url (--database-url, CRM_DATABASE_URL) and by database_url_file (--database-url-file, CRM_DATABASE_URL_FILE); give one";
+    expect(configError(() => loadConfig(["--config", file], { CRM_DATABASE_URL: url }))).toBe(twice);
+    expect(configError(() => loadConfig(["--config", file, "--database-url", url], {}))).toBe(twice);
+    const wrong = (text: string) => {
+      writeFileSync(join(home, "wrong"), text);
+      return configError(() => loadConfig(["--database-url-file", join(home, "wrong")], {}));
+    };
+    expect(wrong("")).toBe(`database URL file ${join(home, "wrong")} is empty: put the postgres:// URL in it, on one line`);
+    expect(wrong(`${url}\n${url}\n`)).toBe(`database URL file ${join(home, "wrong")} holds more than one line: put the postgres:// URL in it, on one line`);
+    expect(wrong("mysql://crm:secret@db/crm")).toBe(`invalid database URL file ${join(home, "wrong")}: "mysql://***@db/crm" is not a postgres:// or postgresql:// URL`);
+    expect(configError(() => loadConfig(["--database-url-file", join(home, "missing")], {}))).toBe(`database URL file ${join(home, "missing")} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist`);
+    expect(configError(() => loadConfig(["--database-url-file", home], {}))).toBe(`database URL file ${home} cannot be read: it is a directory, not a file`);
   });
 
   test("deploy/crm.toml, the example file, names every setting and loads as it is", () => {
@@ -163,6 +198,20 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig([], { CRM_CONFIG: "" }))).toBe("invalid CRM_CONFIG: it is set but empty; give it a file path, or unset it to read no config file");
     // A flag wins over the environment: an empty variable it overrides is never read.
     expect(loadConfig(["--config", file, "--metrics-token", "flag-metrics-token-01"], { CRM_METRICS_TOKEN: "", CRM_CONFIG: "" }).metricsToken).toBe("flag-metrics-token-01");
+  });
+
+  test("an empty value in crm.toml or on the command line is refused for every setting, as the environment's is: an unfilled template's database_url = \"\" served a new SQLite database of its own; an empty list is a list", () => {
+    for (const setting of SETTINGS) {
+      for (const empty of ["", " "]) {
+        const file = configFile(`${fileKey(setting)} = ${JSON.stringify(empty)}\n`);
+        expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid ${fileKey(setting)} in ${file}: it is set but empty; give it a value, or remove the line to use the default`);
+        const flagged = `invalid ${setting.flag}: it is set but empty; give it a value, or leave the option out to use ${setting.env}, ${fileKey(setting)} from the --config file or the default`;
+        expect(configError(() => loadConfig([`${setting.flag}=${empty}`], {}))).toBe(flagged);
+        if (!isFlag(setting)) expect(configError(() => loadConfig([setting.flag, empty], {}))).toBe(flagged);
+      }
+    }
+    // A TOML list with nothing in it says so on purpose.
+    expect(loadConfig(["--config", configFile("trusted_proxies = []\nallow_private_targets = []\n")], {})).toEqual(DEFAULT_CONFIG);
   });
 
   test("a crm.toml that is not TOML is refused naming the line of the mistake: the first line from which no prefix of the file parses", () => {

@@ -43,14 +43,29 @@ describe("deploy/crm.service", () => {
 describe("deploy/crm-instances.toml and deploy/nginx-instances.conf: two instances on PostgreSQL", () => {
   const nginx = readFileSync(join(ROOT, "deploy", "nginx-instances.conf"), "utf8");
   const databaseUrl = "postgres://crm:secret@db.internal:5432/crm";
-  // As crm.service starts it: the config file, and the database URL from /etc/crm/crm.env.
-  const config = loadConfig(["--config", join(ROOT, "deploy", "crm-instances.toml")], { CRM_DATABASE_URL: databaseUrl });
+  const file = join(ROOT, "deploy", "crm-instances.toml");
+  // The URL file it names, /etc/crm/database-url, here a copy elsewhere: the file's other settings as they are.
+  const urlFile = join(tempDir("instances"), "database-url");
+  writeFileSync(urlFile, `${databaseUrl}\n`, { mode: 0o600 });
+  const config = loadConfig(["--config", file, "--database-url-file", urlFile], {});
 
-  test("the settings serve the shared database with the shared secrets key, on an address the load balancer reaches", () => {
+  test("the settings serve the shared database, its URL from a file every command given --config reads too, with the shared secrets key, on an address the load balancer reaches", () => {
+    expect((Bun.TOML.parse(readFileSync(file, "utf8")) as Record<string, unknown>).database_url_file).toBe("/etc/crm/database-url");
     expect(config.databaseUrl).toBe(databaseUrl);
     expect(config.secretsKeyFile).toBe("/etc/crm/secrets.key");
     expect(config.host).toBe("0.0.0.0");
     expect(config.dataDir).toBe(`/var/lib/${directive("StateDirectory")}`);
+  });
+
+  test("the key file's comment tells a mode and owner the service takes without its warning (0600, the service's user), as the README's install line does", () => {
+    const lines = readFileSync(file, "utf8").split("\n");
+    const at = lines.findIndex((line) => line.startsWith("secrets_key_file ="));
+    let start = at;
+    while (start > 0 && lines[start - 1]!.startsWith("#")) start--;
+    const comment = lines.slice(start, at).join("\n");
+    const modes = [...comment.matchAll(/\b0[0-7]{3}\b/g)].map((m) => Number.parseInt(m[0], 8));
+    expect({ modes: modes.length > 0, open: modes.filter((mode) => (mode & 0o077) !== 0).map((mode) => mode.toString(8)) }).toEqual({ modes: true, open: [] });
+    expect(comment).toContain(`install -m 0600 -o ${directive("User")} -g ${directive("Group")}`);
   });
 
   test("nginx sends to two instances on the port they listen on, from the address they trust, and never retries a write on the other one", () => {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readdirSync, rmSync } from "node:fs";
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { SQL } from "bun";
 import { createApp, createRuntime } from "../../server/app.ts";
@@ -53,6 +53,23 @@ describe("command line on PostgreSQL: happy paths", () => {
     expect(crm(["operator", "create", "--email", "oncall@example.com", "--password-stdin"], "long enough password\n").stdout).toMatch(/^created operator opr_[0-9A-Z]{26} \(oncall@example\.com\)/);
     expect(crm(["token", "revoke", token.id])).toEqual({ exitCode: 0, stdout: `revoked ${token.id}\n`, stderr: "" });
     expect(readdirSync(dir)).toEqual(["secrets.key"]);
+  });
+
+  test("crm-instances.toml's layout: database_url_file in the config file takes every command to the database the service uses, without the URL in the environment or argv", () => {
+    const etc = join(dir, "etc");
+    const state = join(dir, "state");
+    mkdirSync(etc);
+    mkdirSync(state, { mode: 0o700 });
+    writeFileSync(join(etc, "database-url"), `${database.url}\n`, { mode: 0o600 });
+    writeFileSync(join(etc, "crm.toml"), `database_url_file = "database-url"\nsecrets_key_file = ${JSON.stringify(keyFile)}\ndata_dir = ${JSON.stringify(state)}\n`);
+    const run = (args: string[]) => runCli([...SOURCE, ...args, "--config", join(etc, "crm.toml")], { cwd: dir, env: { PATH: process.env.PATH ?? "" } });
+    const created = run(["token", "create", "--name", "from-config", "--json"]);
+    expect([created.exitCode, created.stderr]).toEqual([0, ""]);
+    expect(crm(["token", "list"]).stdout).toContain(`${JSON.parse(created.stdout).id}  `);
+    expect(run(["backup", join(dir, "copy.sqlite")]).exitCode).toBe(2);
+    expect(readdirSync(state)).toEqual([]);
+    rmSync(etc, { recursive: true });
+    rmSync(state, { recursive: true });
   });
 
   test("serve with the key file answers the API with a token created by the command line, and /readyz is ready", async () => {
