@@ -59,7 +59,7 @@ export function canonicalJson(value: unknown): string {
 
 /**
  * bodyFingerprint hashes a request body in canonical form; no body and {} are one request, as
- * routes take either. It is taken of the body as the client sent it (sentBodyFingerprints), before
+ * routes take either. It is taken of the body as the client sent it (fingerprintSentBody), before
  * a route puts names and tags in the form stored: that form changed (NFC since 2026-11-29) and may
  * change again, and a retry of the same bytes must match what an older crm kept.
  */
