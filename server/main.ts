@@ -80,7 +80,7 @@ Commands:
 
 Options (flag, environment variable, crm.toml key; flags win over environment over file; an
 environment variable set but empty is refused: unset it to use the file's value):
-${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
+${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || (s.unset ?? "none")})`).join("\n")}
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
 
 Exit status:
