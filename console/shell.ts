@@ -162,6 +162,8 @@ const ERROR_TITLES: Record<number, string> = {
   405: "Method not allowed",
   408: "Form too slow",
   409: "Not possible now",
+  // What a form sent again made, or the link it showed, is gone (replay-resource-deleted, form-link-not-kept).
+  410: "No longer available",
   413: "Form too large",
   414: "Address too long",
   415: "Not a form",

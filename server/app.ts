@@ -12,7 +12,6 @@ import { POSTGRES_MIGRATIONS } from "./db/postgres-migrations.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
-import { sentBodyFingerprints } from "./http/idempotent.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
 import { ApiRateLimits } from "./limits/api-rates.ts";
 import { connectionLimits } from "./limits/connections.ts";
@@ -97,7 +96,6 @@ export function createApp(runtime: Runtime) {
     .use(limitsGuard(rt))
     .use(newerDatabaseGuard(rt))
     .use(authentication(rt))
-    .use(sentBodyFingerprints())
     .use(opsRoutes(rt))
     .use(
       docsRoutes({

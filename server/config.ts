@@ -19,6 +19,8 @@ interface Setting {
   choices?: readonly string[];
   /** a path: in crm.toml a relative one is the file's directory's */
   path?: true;
+  /** what the service does when the setting is not given (its default is empty), as --help states the default */
+  unset?: string;
 }
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
@@ -160,7 +162,8 @@ export const SETTINGS: Setting[] = [
     flag: "--database-url",
     env: "CRM_DATABASE_URL",
     kind: "database-url",
-    help: "postgres://user:password@host:port/database of a PostgreSQL database (13+) that serve and every command use, shared by several instances (needs --secrets-key-file); without it, SQLite in --data-dir",
+    help: "postgres://user:password@host:port/database of a PostgreSQL database (13+) that serve and every command use, shared by several instances (needs --secrets-key-file)",
+    unset: "SQLite in --data-dir",
   },
   {
     key: "databaseUrlFile",
@@ -175,7 +178,8 @@ export const SETTINGS: Setting[] = [
     flag: "--database-schema",
     env: "CRM_DATABASE_SCHEMA",
     kind: "string",
-    help: "PostgreSQL schema that holds the service's tables, whatever the role's search_path (an existing schema; the first start creates the tables there); when not given, public, and a database whose service tables are in more than one schema is refused until this names one of them",
+    help: "PostgreSQL schema that holds the service's tables, whatever the role's search_path (an existing schema; the first start creates the tables there)",
+    unset: "public; a database whose service tables are in more than one schema is refused until this names one of them",
   },
   { key: "databasePool", flag: "--database-pool", env: "CRM_DATABASE_POOL", kind: "positive-int", max: MAX_DATABASE_POOL, help: `connections to PostgreSQL each instance opens at most (1-${MAX_DATABASE_POOL})` },
   {
@@ -200,7 +204,8 @@ export const SETTINGS: Setting[] = [
     env: "CRM_SECRETS_KEY_FILE",
     kind: "string",
     path: true,
-    help: "file with the key (base64, 32 bytes) that encrypts webhook signing secrets in the database; when not given, secrets.key in the data directory, created 0600 on first start. Keep it: backups do not contain it",
+    help: "file with the key (base64, 32 bytes) that encrypts webhook signing secrets in the database. Keep it: backups do not contain it",
+    unset: "secrets.key in the data directory, created 0600 on first start",
   },
   {
     key: "synchronous",

@@ -80,7 +80,7 @@ Commands:
 
 Options (flag, environment variable, crm.toml key; flags win over environment over file; a value
 written empty, in any of them, is refused: leave it out to use the next one's):
-${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || "none"})`).join("\n")}
+${SETTINGS.map((s) => `  ${`${s.flag} ${isFlag(s) ? "" : "VALUE"}`.padEnd(34)} ${s.env.padEnd(28)} ${fileKey(s).padEnd(24)} ${s.help} (default: ${String(DEFAULT_CONFIG[s.key]) || (s.unset ?? "none")})`).join("\n")}
   --config FILE                      CRM_CONFIG                   TOML file with the settings above
 
 Exit status:
@@ -445,12 +445,8 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   };
   if (!config.databaseUrl) requireDatabase(config.dataDir);
   const why = `delete the user through it (DELETE /public/v1/users/${id}, or Delete on the console's Users page), which sends its contacts' contact.updated at once, or stop it first`;
-  const { user, unassigned } = await (config.databaseUrl ? remove() : whileHoldingDataDirectory(config, why, remove)).catch((error: unknown) => {
-    if (!(error instanceof PartlyDone)) throw error;
-    // A refusal after the first write: what the writes before it did stays, which the refusal's line would not tell.
-    process.stderr.write(`crm: ${error.done} before the delete was refused; run the same command again to finish it\n`);
-    throw error.cause;
-  });
+  // Refused after its first write, it ends in main's PartlyDone line: what stays done, and that running it again finishes it.
+  const { user, unassigned } = await (config.databaseUrl ? remove() : whileHoldingDataDirectory(config, why, remove));
   printOut(`deleted user ${user.id} (${user.email}); contacts that lost the assignment: ${unassigned} (each sends contact.updated)\n`);
   return EXIT.done;
 }
@@ -765,8 +761,9 @@ function unavailableText(error: unknown): string | null {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (refused: unknown) => {
-    // A refusal after a change's first write: what the writes before it did stays, which the refusal's own line would not tell.
-    if (refused instanceof PartlyDone) process.stderr.write(`crm: ${refused.done} before a later write was refused; that stays done\n`);
+    // A refusal after a change's first write (crm user delete's, crm contact|account erase's): what the writes before it did stays, which the refusal's own
+    // line would not tell; each write takes up where the last left off, so the command run again goes on from there.
+    if (refused instanceof PartlyDone) process.stderr.write(`crm: ${refused.done} before a later write was refused; that stays done, and the same command run again finishes it\n`);
     const thrown = refused instanceof PartlyDone ? refused.cause : refused;
     const error = readOnlyWriteRefusal(thrown);
     // A write refused by a read-only PostgreSQL is the setting's to mend (readOnlyWriteRefusal), not a moment's.

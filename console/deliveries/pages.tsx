@@ -15,12 +15,22 @@ import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, rec
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
 const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "request_id", "since", "until"] as const;
 
-/** filterQuery turns the filters that are set into the query string the page, its island and the filters' redirect share. */
-export function filterQuery(filters: DeliveryFilters): string {
+/** filterQuery turns the filters that are set, and an older page's position, into the query string of the page's plain address. */
+function filterQuery(filters: DeliveryFilters): string {
   const params = new URLSearchParams();
-  for (const key of LIVE_FILTERS) if (filters[key]) params.set(key, filters[key]!);
+  for (const key of [...LIVE_FILTERS, "before"] as const) if (filters[key]) params.set(key, filters[key]!);
   const text = params.toString();
   return text ? `?${text}` : "";
+}
+
+/** setFilters are the filters that are set, and an older page's position: what the page's address holds, plain or sealed. */
+export function setFilters(filters: DeliveryFilters): Record<string, string> {
+  return Object.fromEntries([...LIVE_FILTERS, "before" as const].flatMap((key) => (filters[key] ? [[key, filters[key]!]] : [])));
+}
+
+/** plainDeliveriesAddress is the start page's address with the filters, and an older page's position, in the clear. */
+export function plainDeliveriesAddress(filters: DeliveryFilters): string {
+  return `/console/${filterQuery(filters)}`;
 }
 
 /** FilterSelect is one filter of the deliveries page: "any" or one of the options ([value, label]). */
@@ -84,12 +94,15 @@ export function deliveriesPage(props: {
   limit: number;
   refusal?: Refusal | null;
   notice?: NoticeData | null;
+  /** the start page's address with filters and a position (the route's: plain, or sealed for a request id) */
+  addressOf: (filters: DeliveryFilters) => string;
 }): string {
   const { view } = props;
-  const query = filterQuery(props.filters);
+  const applied = { ...props.filters, before: undefined };
+  const latest = props.addressOf(applied);
   const filters = props.typed ?? props.filters;
-  const live: DeliveriesLiveProps = { initial: view, query, limit: props.limit };
-  const older = view.next ? `/console/${query ? `${query}&` : "?"}before=${encodeURIComponent(view.next)}` : null;
+  const live: DeliveriesLiveProps = { initial: view, query: latest.slice("/console/".length), limit: props.limit };
+  const older = view.next ? props.addressOf({ ...applied, before: view.next }) : null;
   return renderPage({
     title: "Deliveries",
     session: props.session,
@@ -124,7 +137,7 @@ export function deliveriesPage(props: {
             <button type="submit" class="button">
               Filter
             </button>
-            {(filterQuery(filters) !== "" || view.older) && (
+            {(Object.keys(setFilters(filters)).length > 0 || view.older) && (
               <a class="button ghost" href="/console/">
                 Clear
               </a>
@@ -143,7 +156,7 @@ export function deliveriesPage(props: {
         {(view.older || older) && (
           <nav class="pager" aria-label="Deliveries pages">
             {view.older && (
-              <a class="button ghost" href={`/console/${query}`}>
+              <a class="button ghost" href={latest}>
                 ← Latest
               </a>
             )}

@@ -3,14 +3,14 @@ import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { attemptRefusalProblem, listAllSubscriptions } from "../../server/webhooks/service.ts";
 import { fieldsChecker, fieldsProblem } from "../../server/http/schema-errors.ts";
-import type { ProblemError } from "../../server/shared/problem.ts";
+import { ProblemError } from "../../server/shared/problem.ts";
 import { openFields, sealedAddress, secretFieldOf } from "../addresses.ts";
 import { htmlResponse, jsonResponse, redirect } from "../http.ts";
 import { DeliveryFilterQuery, type ConsoleSession, type DeliveryFilters } from "../model.ts";
 import { expiredNotice, secretReason } from "../pages/forms.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { subscriptionsHealth, worstFirst } from "../subscriptions/health.ts";
-import { deliveriesPage, deliveryPage, eventPage, filterQuery } from "./pages.tsx";
+import { deliveriesPage, deliveryPage, eventPage, plainDeliveriesAddress, setFilters } from "./pages.tsx";
 import { deliveryFiltersAccepted, deliveryWatch, deliveryWithSubscription, eventPage as eventView, LATEST_DELIVERIES, latestDeliveries, retryFromConsole, retryRefusalText, shownDeliveryFilters, unknownDeliveryFilters } from "./service.ts";
 
 // A post is held to the limits of the page's address before it is sealed, so the address it leads to opens.
@@ -21,11 +21,20 @@ const checkPosted = fieldsChecker(DeliveryFilterQuery);
  * filtered), a delivery with its attempts and Retry now, an event with its deliveries, and the two
  * JSON endpoints the live islands poll. The filters' form posts what was typed: filters the page
  * takes are a redirect to their plain address (links, the older pages, the live table's polling
- * all carry them), anything else to the page with them sealed (`?s=`, sealedAddress), so that
- * text pasted into a field by mistake is in no address, and a secret-shaped one is not kept at all.
+ * all carry them), or sealed when they hold a request id; anything else to the page with them
+ * sealed (`?s=`, sealedAddress), so that text pasted into a field by mistake is in no address, and
+ * a secret-shaped one is not kept at all.
  */
 export function deliveryRoutes(rt: Runtime) {
   const db = rt.db;
+  // A request id is text a client chose, typed or pasted into its field (a password of its characters
+  // too): its pages' addresses are sealed, as the search's are. The other filters hold only ids,
+  // statuses, event types and times.
+  const addressOf = (session: ConsoleSession, filters: DeliveryFilters): string =>
+    filters.request_id ? sealedAddress(rt.secrets, "deliveries", session, setFilters(filters)) : plainDeliveriesAddress(filters);
+  /** opened are the filters of a sealed address (`s`), null when it no longer opens, or the query itself when it has none. */
+  const opened = (session: ConsoleSession, query: DeliveryFilters): DeliveryFilters | null =>
+    query.s === undefined ? query : openFields(rt.secrets, "deliveries", session.csrfToken, query.s);
   /**
    * page answers the start page filtered by `query`. A wrong filter, or one refused before it was
    * read (`refused`), shows the page unfiltered, with the problem above the table and the filters
@@ -35,7 +44,7 @@ export function deliveryRoutes(rt: Runtime) {
   const page = async (session: ConsoleSession, query: DeliveryFilters, answer: { refused?: ProblemError; typed?: DeliveryFilters; expired?: boolean } = {}): Promise<Response> => {
     const subscriptions = await listAllSubscriptions(db);
     const health = worstFirst(await subscriptionsHealth(db, subscriptions));
-    const shown = { session, subscriptions, health, disableAfterHours: rt.config.disableFailingAfterHours, limit: LATEST_DELIVERIES };
+    const shown = { session, subscriptions, health, disableAfterHours: rt.config.disableFailingAfterHours, limit: LATEST_DELIVERIES, addressOf: (filters: DeliveryFilters) => addressOf(session, filters) };
     if (answer.expired) return htmlResponse(deliveriesPage({ ...shown, view: await latestDeliveries(db, {}), filters: {}, notice: expiredNotice("filter") }), 410);
     let refusal = answer.refused;
     if (!refusal) {
@@ -53,8 +62,7 @@ export function deliveryRoutes(rt: Runtime) {
     .get(
       "/",
       async ({ session, query }) => {
-        if (query.s === undefined) return page(session, query);
-        const filters = openFields(rt.secrets, "deliveries", session.csrfToken, query.s);
+        const filters = opened(session, query);
         return filters ? page(session, filters) : page(session, {}, { expired: true });
       },
       { query: DeliveryFilterQuery },
@@ -69,12 +77,21 @@ export function deliveryRoutes(rt: Runtime) {
         // A field the page has no filter of is refused by name now, as its address would be, not
         // sealed: the page's schema does not bound it, and its seal could outgrow any address.
         if (unknownDeliveryFilters(typed).length > 0) return page(session, typed);
-        // Filters the page takes hold only ids, statuses, event types and times: their address may show them.
-        return redirect(deliveryFiltersAccepted(typed) ? `${CONSOLE_PREFIX}/${filterQuery(typed)}` : sealedAddress(rt.secrets, "deliveries", session, checkPosted(typed)));
+        // Filters the page takes are at their page's address (plain but for a request id); others are sealed, to be refused by name.
+        return redirect(deliveryFiltersAccepted(typed) ? addressOf(session, typed) : sealedAddress(rt.secrets, "deliveries", session, checkPosted(typed)));
       },
       { body: OptionalForm },
     )
-    .get("/api/deliveries", async ({ query }) => jsonResponse(await latestDeliveries(db, query)), { query: DeliveryFilterQuery })
+    .get(
+      "/api/deliveries",
+      async ({ session, query }) => {
+        // The live table refreshes at its page's address: sealed, its hour past, it stops.
+        const filters = opened(session, query);
+        if (!filters) throw new ProblemError(410, "filters-expired", expiredNotice("filter").text);
+        return jsonResponse(await latestDeliveries(db, filters));
+      },
+      { query: DeliveryFilterQuery },
+    )
     .get("/api/deliveries/:id", async ({ params }) => jsonResponse(await deliveryWatch(db, params.id)), { params: IdParam })
     .get(
       "/deliveries/:id",

@@ -15,7 +15,8 @@ export interface DeliveriesLiveProps {
 }
 
 // "static" until the island runs: without JavaScript the table is as fresh as the page.
-type LiveState = "static" | "live" | "offline" | "signed-out";
+// "expired": the page's sealed address (a request id's filter) opens no more, its hour past.
+type LiveState = "static" | "live" | "offline" | "signed-out" | "expired";
 
 /** DeliveriesLive is the deliveries table; in the browser it refreshes itself every few seconds until paused. */
 export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
@@ -36,8 +37,8 @@ export function DeliveriesLive({ initial, query, limit }: DeliveriesLiveProps) {
       if (!document.hidden && !paused.peek()) {
         try {
           const res = await fetch(`/console/api/deliveries${query}`, { headers: { accept: "application/json" } });
-          if (res.status === 401) {
-            state.value = "signed-out";
+          if (res.status === 401 || res.status === 410) {
+            state.value = res.status === 401 ? "signed-out" : "expired";
             return;
           }
           if (!res.ok) throw new Error(`status ${res.status}`);
@@ -159,16 +160,18 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
 
 /**
  * LiveIndicator says whether the table is live. Only the state word is a live region: a screen reader
- * speaks it when it changes (Live, Paused, Reconnecting, Signed out), not the time of every refresh.
+ * speaks it when it changes (Live, Paused, Reconnecting, Signed out, Stopped), not the time of every refresh.
  */
 function LiveIndicator({ state, paused, onPause, refreshedAt, limit }: { state: LiveState; paused: boolean; onPause: () => void; refreshedAt: string; limit: number }) {
-  const signedOut = state === "signed-out";
+  const stopped = state === "signed-out" || state === "expired";
   return (
     <div class="live-bar">
-      <p class={`live live-${signedOut ? "stopped" : paused ? "paused" : state}`} title={`Latest ${limit}, refreshed every ${REFRESH_MS / 1000} s`}>
+      <p class={`live live-${stopped ? "stopped" : paused ? "paused" : state}`} title={`Latest ${limit}, refreshed every ${REFRESH_MS / 1000} s`}>
         <span class="live-dot" aria-hidden="true" />
         <span role="status">
-          {signedOut ? (
+          {state === "expired" ? (
+            "Stopped: these filters have expired; filter again to resume updates."
+          ) : stopped ? (
             <>
               Signed out: <a href="/console/login">sign in again</a> to resume updates.
             </>
@@ -182,10 +185,10 @@ function LiveIndicator({ state, paused, onPause, refreshedAt, limit }: { state: 
             "Reload to refresh"
           )}
         </span>
-        {!signedOut && <span>· updated {refreshedAt.slice(11, 19)} UTC</span>}
+        {!stopped && <span>· updated {refreshedAt.slice(11, 19)} UTC</span>}
       </p>
       {/* Only once the island runs: without JavaScript there is nothing to pause. */}
-      {state !== "static" && !signedOut && (
+      {state !== "static" && !stopped && (
         <button type="button" class="button small ghost" aria-pressed={paused ? "true" : "false"} onClick={onPause}>
           Pause updates
         </button>

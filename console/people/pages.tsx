@@ -235,7 +235,7 @@ export interface OneTimeLink {
 const linkLabel = (link: OneTimeLink) => (link.purpose === "invite" ? `Invitation for ${link.email}` : `Password reset link for ${link.email}`);
 
 /** pendingLinkLabel names a pending link by what it is for and whom, as its row's Withdraw button says to a screen reader. */
-const pendingLinkLabel = (link: PendingLink) => (link.purpose === "invite" ? `invitation for ${link.email}` : `password reset link for ${link.email}`);
+const pendingLinkLabel = (link: Pick<PendingLink, "purpose" | "email">) => (link.purpose === "invite" ? `invitation for ${link.email}` : `password reset link for ${link.email}`);
 
 /** operatorsPage lists the operators and the links not used yet (each to withdraw), shows a link just made (once), and invites a new operator. */
 export function operatorsPage(props: {
@@ -319,10 +319,7 @@ export function operatorsPage(props: {
                 <td class="row-actions">
                   <form method="post" action="/console/operators/links/withdraw" class="row-form">
                     <CsrfField token={props.session.csrfToken} />
-                    {/* link_ keeps these apart from the invite form's email field on the same page. */}
-                    <input type="hidden" name="link_purpose" value={l.purpose} />
-                    <input type="hidden" name="link_email" value={l.email} />
-                    <input type="hidden" name="link_created_at" value={l.created_at} />
+                    <LinkFields link={l} />
                     <button type="submit" class="link-button danger-text">
                       Withdraw<RowSubject>{pendingLinkLabel(l)}</RowSubject>
                     </button>
@@ -431,6 +428,41 @@ export function removeOperatorPage(props: { session: ConsoleSession; operator: O
     button: `Remove ${props.operator.email}`,
     cancel: "/console/operators",
     formKey: crypto.randomUUID(),
+  });
+}
+
+/** LinkFields names a pending link in a Withdraw form as pendingLinks listed it; link_ keeps them apart from the invite form's email field on the same page. */
+function LinkFields({ link }: { link: Pick<PendingLink, "purpose" | "email" | "created_at"> }) {
+  return (
+    <>
+      <input type="hidden" name="link_purpose" value={link.purpose} />
+      <input type="hidden" name="link_email" value={link.email} />
+      <input type="hidden" name="link_created_at" value={link.created_at} />
+    </>
+  );
+}
+
+/** withdrawLinkPage asks to confirm withdrawing a pending link, as the row's Withdraw button posted it (a link has no address of its own, and its email stays out of addresses). */
+export function withdrawLinkPage(props: { session: ConsoleSession; link: Pick<PendingLink, "purpose" | "email" | "created_at"> }): string {
+  const link = props.link;
+  return confirmPage({
+    session: props.session,
+    title: "Withdraw link",
+    section: "operators",
+    text: (
+      <p>
+        Withdraw the <strong>{pendingLinkLabel(link)}</strong>? It stops working at once.
+      </p>
+    ),
+    action: "/console/operators/links/withdraw",
+    choices: (
+      <>
+        <LinkFields link={link} />
+        <input type="hidden" name="confirm" value="yes" />
+      </>
+    ),
+    button: `Withdraw the ${pendingLinkLabel(link)}`,
+    cancel: "/console/operators",
   });
 }
 

@@ -10,7 +10,7 @@ import { clearCookieHeader, htmlResponse, redirect, SESSION_COOKIE } from "../ht
 import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
-import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, type OneTimeLink } from "./pages.tsx";
+import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, withdrawLinkPage, type OneTimeLink } from "./pages.tsx";
 import { addUserFromForm, contactsAssignedTo, createTokenFromForm, makerNames, operatorMade, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
 const UsersQuery = t.Object(
@@ -156,10 +156,13 @@ export function peopleRoutes(rt: Runtime) {
     )
     .post(
       "/operators/links/withdraw",
-      async ({ body }) => {
+      async ({ session, body }) => {
         const purpose = field(body, "link_purpose");
         if (purpose !== "invite" && purpose !== "reset") throw new ProblemError(404, "not-found", "No pending link of this kind exists.");
-        const withdrawn = await withdrawOperatorLink(db, { purpose, email: field(body, "link_email"), created_at: field(body, "link_created_at") });
+        const link = { purpose, email: field(body, "link_email"), created_at: field(body, "link_created_at") } as const;
+        // The row's button asks first, as every action of the console that cannot be undone does; the confirm page's button says yes.
+        if (field(body, "confirm") !== "yes") return htmlResponse(withdrawLinkPage({ session, link }));
+        const withdrawn = await withdrawOperatorLink(db, link);
         return redirect(`${CONSOLE_PREFIX}/operators?withdrawn=${withdrawn ? "1" : "0"}`);
       },
       { body: OptionalForm },

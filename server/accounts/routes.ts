@@ -1,6 +1,6 @@
 import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
-import { idempotentPost } from "../http/idempotent.ts";
+import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { requestIdOf } from "../http/request-log.ts";
 import { ConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
@@ -29,6 +29,7 @@ export function accountRoutes(rt: Runtime) {
     .use(bearerAuth())
     .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createAccount(rt, body, scope, requestIdOf(request))), {
       body: AccountInput,
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       beforeHandle: refuseEntityTags("A new account has no version yet"),
       response: { 201: AccountEnvelope, ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },

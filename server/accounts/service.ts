@@ -7,7 +7,8 @@ import { schemaChecker } from "../http/schema-errors.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
-import { canonicalJson, saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } from "../idempotency/service.ts";
+import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { withdrawIdempotencyRecordsOf } from "../idempotency/store.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { asciiDomain } from "../shared/domains.ts";
@@ -237,7 +238,7 @@ export async function deleteAccount(rt: Runtime, id: string, condition: VersionC
     if (first) refuseUnmetCondition(condition, "account", id, current.version);
     if ((await detachAccountFromContacts(tx, id, now, rt.unlinkChunk, requestId)) === rt.unlinkChunk) return null;
     await deleteAccountRow(tx, id);
-    await withdrawKeptAnswers(tx, "account", id);
+    await withdrawIdempotencyRecordsOf(tx, { resource: "account", id });
     await insertTombstone(tx, "account", id, now, current.version + 1);
     await recordEvent(tx, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, requestId, now);
     return id;

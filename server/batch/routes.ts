@@ -1,7 +1,7 @@
 import type { TProperties, TSchema } from "@sinclair/typebox";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { refuseEntityTags } from "../http/preconditions.ts";
-import { idempotentPost, type PostContext } from "../http/idempotent.ts";
+import { fingerprintSentBody, idempotentPost, type PostContext } from "../http/idempotent.ts";
 import { requestIdOf } from "../http/request-log.ts";
 import type { IdempotencyScope } from "../idempotency/service.ts";
 import { chargeExtraWrites } from "../auth/routes.ts";
@@ -28,7 +28,8 @@ export function batchPost<T, O extends object>(
   };
   const options = {
     body: batchInput(doc.item, doc.itemDescription, doc.options),
-    ...(doc.storedText ? { transform: ({ body }: { body: unknown }) => storedItems(body, doc.storedText!) } : {}),
+    // The fingerprint of the body as sent, then each item in the form stored.
+    transform: doc.storedText ? [fingerprintSentBody, ({ body }: { body: unknown }) => storedItems(body, doc.storedText!)] : fingerprintSentBody,
     headers: IdempotencyKeyHeader,
     beforeHandle: refuseEntityTags(doc.unversioned),
     response: { 200: BatchResultEnvelope, ...problemResponses(400, 401, 403, 409, 413, 415, 422) },

@@ -1,6 +1,6 @@
 import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
-import { idempotentPost } from "../http/idempotent.ts";
+import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { requestIdOf } from "../http/request-log.ts";
 import { ConditionHeaders, IdempotentConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
@@ -42,8 +42,8 @@ export function contactRoutes(rt: Runtime) {
       return (answer as unknown) instanceof Response ? answer : sendJson(set, toJsonText(answer));
     }, {
       body: ContactInput,
-      // Names and tags in the form stored (NFC), for the schema's limits to count it.
-      transform: ({ body }) => storedText(body),
+      // Names and tags in the form stored (NFC), for the schema's limits to count it: after the fingerprint of the body as sent.
+      transform: [fingerprintSentBody, ({ body }) => storedText(body)],
       headers: IdempotencyKeyHeader,
       beforeHandle: refuseEntityTags("A new contact has no version yet"),
       // Documented, not re-checked (as the list): the body is toContact's, whose shape the tests pin.
@@ -99,6 +99,7 @@ export function contactRoutes(rt: Runtime) {
     .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, versionCondition(headers), scope, requestIdOf(request)) } })), {
       params: ContactId,
       body: ContactAccountInput,
+      transform: fingerprintSentBody,
       headers: IdempotentConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 410, 412, 413, 415, 422) },
       detail: {
@@ -124,10 +125,13 @@ export function contactRoutes(rt: Runtime) {
     .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, versionCondition(headers), scope, requestIdOf(request)) } })), {
       params: ContactId,
       body: ContactTagInput,
-      // The tag in the form stored (NFC), for the schema's limit to count it (as storedText).
-      transform: ({ body }) => {
-        if (typeof body?.tag === "string") body.tag = body.tag.normalize("NFC");
-      },
+      // The tag in the form stored (NFC), for the schema's limit to count it (as storedText): after the fingerprint of the body as sent.
+      transform: [
+        fingerprintSentBody,
+        ({ body }) => {
+          if (typeof body?.tag === "string") body.tag = body.tag.normalize("NFC");
+        },
+      ],
       headers: IdempotentConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(400, 401, 403, 404, 409, 410, 412, 413, 415, 422) },
       detail: {

@@ -10,7 +10,8 @@ import { schemaChecker } from "../http/schema-errors.ts";
 import { toJsonText, type JsonText } from "../http/json-text.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
-import { canonicalJson, saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } from "../idempotency/service.ts";
+import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { withdrawIdempotencyRecordsOf } from "../idempotency/store.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { notBefore, toTimestamp } from "../shared/time.ts";
@@ -417,7 +418,7 @@ export async function deleteContact(rt: Runtime, id: string, condition: VersionC
     if (!current) throw notFound("contact", id);
     refuseUnmetCondition(condition, "contact", id, current.version);
     if (!(await deleteContactRow(tx, id))) throw notFound("contact", id);
-    await withdrawKeptAnswers(tx, "contact", id);
+    await withdrawIdempotencyRecordsOf(tx, { resource: "contact", id });
     await insertTombstone(tx, "contact", id, now, current.version + 1);
     await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, requestId, now);
   });

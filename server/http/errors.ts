@@ -95,6 +95,12 @@ const DATABASE_RETRY_AFTER_SECONDS = 5;
 /** DATABASE_NEWER_RETRY_AFTER_SECONDS is the Retry-After of a request refused by an instance whose database a newer crm migrated: time for a load balancer to send the retry elsewhere. */
 const DATABASE_NEWER_RETRY_AFTER_SECONDS = 5;
 
+/** nothing is what a refused write's detail says it changed: nothing, or nothing more when it was a later step of a change (PartlyDone), whose steps before it stay done; `sentenceStart` capitalises it. */
+function nothing(partly: boolean, sentenceStart = false): string {
+  const words = partly ? "nothing more" : "nothing";
+  return sentenceStart ? `N${words.slice(1)}` : words;
+}
+
 /**
  * databaseNewer is the 503 of an instance whose database a newer crm has migrated: its code would
  * read and write that schema the old way. `newer` names the migrations found; none when only a
@@ -102,17 +108,12 @@ const DATABASE_NEWER_RETRY_AFTER_SECONDS = 5;
  * was a later step of a change (PartlyDone), whose steps before it stay done.
  */
 export function databaseNewer(newer: readonly string[], partly = false): ProblemError {
-  const unchanged = `${partly ? "Nothing more" : "Nothing"} was changed; send the request to an instance of the newer crm.`;
+  const unchanged = `${nothing(partly, true)} was changed; send the request to an instance of the newer crm.`;
   const detail =
     newer.length > 0
       ? `This instance runs crm ${BUILD}, and a newer crm has migrated its database (it has ${newer.join(", ")}, which this version does not know): it serves no requests and sends no webhooks, so that it writes nothing the old way. ${unchanged} The operator should stop this instance and run the newer crm in its place.`
       : `This instance runs crm ${BUILD}, and a table this request reads changed under it: a newer crm is migrating its database. ${unchanged} The operator should stop this instance and run the newer crm in its place.`;
   return new ProblemError(503, "database-newer", detail, undefined, { "retry-after": String(DATABASE_NEWER_RETRY_AFTER_SECONDS) });
-}
-
-/** nothing is what a refused write's detail says it changed: nothing, or nothing more when it was a later step of a change (PartlyDone), whose steps before it stay done. */
-function nothing(partly: boolean): string {
-  return partly ? "nothing more" : "nothing";
 }
 
 /**

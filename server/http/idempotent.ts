@@ -1,4 +1,3 @@
-import { Elysia } from "elysia";
 import type { AuthenticatedToken } from "../auth/service.ts";
 import { bodyFingerprint, type IdempotencyGuard, type IdempotencyScope } from "../idempotency/service.ts";
 import { ProblemError } from "../shared/problem.ts";
@@ -36,22 +35,21 @@ function scopePath(request: Request): string {
 const sentFingerprints = requestSlot<Uint8Array>("body fingerprint as sent");
 
 /**
- * sentBodyFingerprints takes the bodyFingerprint of every request carrying an Idempotency-Key as
- * the client sent the body, in a global transform, which runs before the routes' own: those put
- * names and tags in NFC (storedText), and a fingerprint of that would not match the one an older
- * crm kept of the same bytes (its replay after the upgrade refused 422), nor the next release's
- * should the stored form change again.
+ * fingerprintSentBody is the first transform of every route that takes an Idempotency-Key: it
+ * takes the bodyFingerprint of a request carrying one as the client sent the body, before the
+ * route's own transform puts names and tags in NFC (storedText): a fingerprint of that would not
+ * match the one an older crm kept of the same bytes (its replay after the upgrade refused 422),
+ * nor the next release's should the stored form change again. A route's own, not a global one:
+ * no other request pays for it.
  */
-export function sentBodyFingerprints() {
-  return new Elysia({ name: "sent-body-fingerprints" }).onTransform({ as: "global" }, ({ request, body }) => {
-    if (request.method === "POST" && request.headers.has("idempotency-key")) sentFingerprints.set(request, bodyFingerprint(body));
-  });
+export function fingerprintSentBody({ request, body }: { request: Request; body: unknown }): void {
+  if (request.headers.has("idempotency-key")) sentFingerprints.set(request, bodyFingerprint(body));
 }
 
-/** sentFingerprintOf is the fingerprint sentBodyFingerprints took of a request's body. */
+/** sentFingerprintOf is the fingerprint fingerprintSentBody took of a request's body. */
 function sentFingerprintOf(request: Request): Uint8Array {
   const fingerprint = sentFingerprints.get(request);
-  if (fingerprint === undefined) throw new Error("no fingerprint of the body as sent: the app lacks sentBodyFingerprints");
+  if (fingerprint === undefined) throw new Error("no fingerprint of the body as sent: the route's transform lacks fingerprintSentBody");
   return fingerprint;
 }
 

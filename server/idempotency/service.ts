@@ -11,7 +11,6 @@ import {
   releaseIdempotencyKey,
   reserveIdempotencyKey,
   upsertIdempotencyRecord,
-  withdrawIdempotencyRecordsOf,
   WITHDRAWN_STATUS,
   type IdempotencyKeyId,
   type IdempotencyRow,
@@ -59,7 +58,7 @@ export function canonicalJson(value: unknown): string {
 
 /**
  * bodyFingerprint hashes a request body in canonical form; no body and {} are one request, as
- * routes take either. It is taken of the body as the client sent it (sentBodyFingerprints), before
+ * routes take either. It is taken of the body as the client sent it (fingerprintSentBody), before
  * a route puts names and tags in the form stored: that form changed (NFC since 2026-11-29) and may
  * change again, and a retry of the same bytes must match what an older crm kept.
  */
@@ -71,7 +70,7 @@ export function bodyFingerprint(body: unknown): Uint8Array {
 /** RELEASE_RETRY_MS is how often a reservation that could not be given back is tried again. */
 const RELEASE_RETRY_MS = 1000;
 
-/** resourceDeleted is the 410 a replay answers once the resource its kept answer showed was deleted (withdrawKeptAnswers). */
+/** resourceDeleted is the 410 a replay answers once the resource its kept answer showed was deleted (withdrawIdempotencyRecordsOf). */
 function resourceDeleted({ resource, id }: WithdrawnAnswer): ProblemError {
   return new ProblemError(
     410,
@@ -202,16 +201,6 @@ export async function keepIdempotentResponse(db: Db, scope: IdempotencyScope | n
 function shownResourceId(body: unknown): string | null {
   const id = (body as { data?: { id?: unknown } } | null)?.data?.id;
   return typeof id === "string" ? id : null;
-}
-
-/**
- * withdrawKeptAnswers replaces, inside the transaction of a contact's, account's or user's delete,
- * every kept answer showing its record (a create's, a tag or account link added) with a note of the
- * deletion, which a replay answers with 410 replay-resource-deleted: nothing of the record is
- * handed out after its delete, and the key stays taken, so a retried create is not made again.
- */
-export async function withdrawKeptAnswers(db: Db, resource: "contact" | "account" | "user", id: string): Promise<void> {
-  await withdrawIdempotencyRecordsOf(db, { resource, id });
 }
 
 /**

@@ -1,4 +1,5 @@
 import type { Db } from "../db/sql.ts";
+import type { Resource } from "../tombstones/store.ts";
 
 export interface IdempotencyRow {
   fingerprint: Uint8Array;
@@ -49,7 +50,7 @@ export const WITHDRAWN_STATUS = 410;
 
 /** WithdrawnAnswer is what a withdrawn answer keeps: which resource was deleted, and nothing of it. */
 export interface WithdrawnAnswer {
-  resource: string;
+  resource: Resource;
   id: string;
 }
 
@@ -119,8 +120,11 @@ export async function releaseIdempotencyKey(db: Db, id: IdempotencyKeyId, reserv
 }
 
 /**
- * withdrawIdempotencyRecordsOf replaces every kept answer showing the resource (found by the index
- * of resource_id) with a WithdrawnAnswer naming it, keeping the key, its fingerprint and its age.
+ * withdrawIdempotencyRecordsOf replaces, inside the transaction of a contact's, account's or user's
+ * delete, every kept answer showing its record (a create's, a tag or account link added; found by
+ * the index of resource_id) with a WithdrawnAnswer naming it, which a replay answers with 410
+ * replay-resource-deleted: nothing of the record is handed out after its delete, and the key (its
+ * fingerprint and age too) stays taken, so a retried create is not made again.
  */
 export function withdrawIdempotencyRecordsOf(db: Db, withdrawn: WithdrawnAnswer): Promise<number> {
   return db.run(`UPDATE idempotency_keys SET status = ${WITHDRAWN_STATUS}, response_body = ? WHERE resource_id = ?`, [JSON.stringify(withdrawn), withdrawn.id]);

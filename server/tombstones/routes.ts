@@ -1,5 +1,5 @@
 import { t } from "elysia";
-import { idempotentPost, type PostContext } from "../http/idempotent.ts";
+import { fingerprintSentBody, idempotentPost, type PostContext } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { refuseEntityTags } from "../http/preconditions.ts";
 import type { Runtime } from "../runtime.ts";
@@ -36,6 +36,7 @@ export function erasePost(rt: Runtime, resource: ErasableResource, doc: { operat
   const handler = (ctx: PostContext & { params: { id: string } }) => idempotentPost(rt.idempotency, ctx, (scope) => eraseDeletedRecord(rt.db, resource, ctx.params.id, rt.batchRows, scope));
   const options = {
     params: t.Object({ id: t.String({ maxLength: 64, description: `Id of the deleted ${resource} (${resource === "contact" ? "con_" : "acc_"}...)` }) }),
+    transform: fingerprintSentBody,
     headers: IdempotencyKeyHeader,
     beforeHandle: refuseEntityTags(`A deleted ${resource} has no version to match`),
     response: { 200: ErasureEnvelope, ...problemResponses(400, 401, 403, 404, 409, 412, 422) },

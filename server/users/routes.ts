@@ -1,6 +1,6 @@
 import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
-import { idempotentPost } from "../http/idempotent.ts";
+import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { requestIdOf } from "../http/request-log.ts";
 import { unversionedWrites } from "../http/preconditions.ts";
@@ -31,6 +31,7 @@ export function userRoutes(rt: Runtime) {
     })
     .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createUserOnce(rt, body, scope)), {
       body: UserInput,
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       response: { 201: UserEnvelope, ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },
       detail: { operationId: "createUser", summary: "Create a user", description: "Emails are unique (409 when taken) and stored lowercased.", tags, ...secured },

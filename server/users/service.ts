@@ -1,6 +1,7 @@
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import { notFound, ProblemError } from "../shared/problem.ts";
-import { saveIdempotentResponse, withdrawKeptAnswers, type IdempotencyScope } from "../idempotency/service.ts";
+import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
+import { withdrawIdempotencyRecordsOf } from "../idempotency/store.ts";
 import { detachUserFromContacts } from "../contacts/service.ts";
 import { fieldsChecker } from "../http/schema-errors.ts";
 import type { Runtime } from "../runtime.ts";
@@ -93,7 +94,7 @@ export function deleteUser(db: Database, id: string, chunk: number, requestId: s
     unassigned += changed;
     if (changed === chunk) return null;
     await deleteUserRow(tx, id);
-    await withdrawKeptAnswers(tx, "user", id);
+    await withdrawIdempotencyRecordsOf(tx, { resource: "user", id });
     await insertTombstone(tx, "user", id, now, null);
     const deleted = { user: toUser(current), unassigned };
     await finish(tx, deleted, now);

@@ -1,6 +1,6 @@
 import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
-import { idempotentPost } from "../http/idempotent.ts";
+import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { requestIdOf } from "../http/request-log.ts";
 import { unversionedWrites } from "../http/preconditions.ts";
@@ -62,6 +62,7 @@ export function webhookRoutes(rt: Runtime) {
     )
     .post("/webhook-subscriptions", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createSubscription(rt, body, { kind: "api_token", id: token.id }, scope, requestIdOf(request)), (stored) => openReplayedSecret(rt, stored)), {
       body: SubscriptionInput,
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       response: { 201: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 409, 410, 413, 415, 422) },
       detail: {
@@ -98,6 +99,7 @@ export function webhookRoutes(rt: Runtime) {
     .post("/webhook-subscriptions/:subscriptionId/enable", (ctx) =>
       idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await enableSubscription(rt, ctx.params.subscriptionId, scope) } })), {
       params: SubscriptionId,
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
       detail: {
@@ -132,6 +134,7 @@ export function webhookRoutes(rt: Runtime) {
     .post("/webhook-subscriptions/:subscriptionId/test", (ctx) =>
       idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 202, body: { data: await sendTestEvent(rt, ctx.params.subscriptionId, scope, requestIdOf(ctx.request)) } })), {
       params: SubscriptionId,
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       response: { 202: TestEventEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
       detail: {
@@ -146,6 +149,7 @@ export function webhookRoutes(rt: Runtime) {
       idempotentPost(rt.idempotency, ctx, (scope) => rotateSecret(rt, ctx.params.subscriptionId, ctx.body ?? {}, scope), (stored) => openReplayedSecret(rt, stored)), {
       params: SubscriptionId,
       body: t.Optional(SecretRotationInput),
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       response: { 200: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 404, 409, 410, 413, 415, 422) },
       detail: {
@@ -160,6 +164,7 @@ export function webhookRoutes(rt: Runtime) {
     .post("/webhook-subscriptions/:subscriptionId/recover", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => recoverDeliveries(rt, params.subscriptionId, body, scope)), {
       params: SubscriptionId,
       body: RecoveryInput,
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       response: { 202: RecoveryEnvelope, ...problemResponses(400, 401, 403, 404, 409, 413, 415, 422) },
       detail: {
@@ -173,6 +178,7 @@ export function webhookRoutes(rt: Runtime) {
     })
     .post("/webhook-subscriptions/:subscriptionId/pause", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, true, scope)), {
       params: SubscriptionId,
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
       detail: {
@@ -185,6 +191,7 @@ export function webhookRoutes(rt: Runtime) {
     })
     .post("/webhook-subscriptions/:subscriptionId/resume", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, false, scope)), {
       params: SubscriptionId,
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       response: { 200: SubscriptionEnvelope, ...problemResponses(401, 403, 404, 409, 422) },
       detail: {
@@ -218,6 +225,7 @@ export function webhookRoutes(rt: Runtime) {
     .post("/webhook-deliveries/:deliveryId/retry", (ctx) =>
       idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await retryDelivery(rt, ctx.params.deliveryId, scope) } })), {
       params: DeliveryId,
+      transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
       response: { 200: DeliveryEnvelope, ...problemResponses(401, 403, 404, 409, 422, 503) },
       detail: {

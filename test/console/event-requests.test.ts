@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import { SEALED_ADDRESS_TTL_MS, sealFields } from "../../console/addresses.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { addOperator, ConsoleClient, formKeyOf } from "./support.ts";
 
@@ -90,4 +91,36 @@ test("the delivery, event and contact pages of an erased contact's events say it
   const contactPage = (await client.get(`/console/contacts/${contact.id}`)).text;
   expect(contactPage.match(/<span class="tag">payload erased<\/span>/g)?.length).toBe(1);
   for (const page of [deliveryPage, eventPage, contactPage]) expect(page).not.toMatch(/shown\.erase7|Shown/);
+});
+
+test("the Request id filter posts and is sealed, as typed text is: no address of its pages (latest, older, the live table's refresh) holds the request id", async () => {
+  // account.created, which no other subscription of this file takes: the request's deliveries are this one's 51.
+  await api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/sealed-request", events: ["account.created"] });
+  // Any X-Request-Id a client chose: a password of these characters pasted into the field would be one too.
+  const requestId = "job-7:row.9_sealed";
+  const items = Array.from({ length: 51 }, (_, i) => ({ name: `Sealed ${i}` }));
+  expect((await h.json("POST", "/public/v1/accounts/batch", { body: { items }, headers: { "x-request-id": requestId } })).status).toBe(200);
+  const ofRequest = (await api("GET", `/public/v1/webhook-deliveries?request_id=${requestId}&per_page=100`)).data.map((d: { id: string }) => d.id);
+  expect(ofRequest).toHaveLength(51);
+  /** shown is what a deliveries page lists, and whether any of its addresses (links, the live table's props) holds the request id. */
+  const shown = (html: string) => ({ rows: [...html.matchAll(/data-delivery-id="(dlv_[0-9A-Z]{26})"/g)].map((m) => m[1]), inAddress: html.includes("request_id=") || html.includes(encodeURIComponent(requestId)) });
+  await client.get("/console/");
+  const posted = await client.post("/console/", { request_id: requestId });
+  const location = posted.headers.get("location")!;
+  expect([posted.status, location]).toEqual([303, expect.stringMatching(/^\/console\/\?s=[A-Za-z0-9_-]+$/)]);
+  const latest = await client.get(location);
+  expect([latest.status, shown(latest.text)]).toEqual([200, { rows: ofRequest.slice(0, 50), inAddress: false }]);
+  const live = JSON.parse(/<script type="application\/json" id="island-deliveries-props">(.*?)<\/script>/s.exec(latest.text)![1]!);
+  // Each page seals anew (a fresh nonce): the same filters, another seal.
+  const SEALED = /^\/console\/\?s=[A-Za-z0-9_-]+$/;
+  expect([`/console/${live.query}`, JSON.parse((await client.get(`/console/api/deliveries${live.query}`)).text).data.map((d: { id: string }) => d.id)]).toEqual([expect.stringMatching(SEALED), ofRequest.slice(0, 50)]);
+  const olderAddress = /<a class="button ghost" href="([^"]+)" rel="next"/.exec(latest.text)![1]!.replaceAll("&amp;", "&");
+  expect(olderAddress).toMatch(SEALED);
+  const older = await client.get(olderAddress);
+  const latestAddress = /<a class="button ghost" href="([^"]+)">\s*← Latest/.exec(older.text)![1]!;
+  expect([older.status, shown(older.text), latestAddress]).toEqual([200, { rows: ofRequest.slice(50), inAddress: false }, expect.stringMatching(SEALED)]);
+  expect(shown((await client.get(latestAddress)).text).rows).toEqual(ofRequest.slice(0, 50));
+  // Past its hour the live table's address answers 410, and the table stops.
+  const expired = await client.get(`/console/api/deliveries?s=${sealFields(h.rt.secrets, "deliveries", client.csrf, { request_id: requestId }, Date.now() - SEALED_ADDRESS_TTL_MS)}`);
+  expect([expired.status, JSON.parse(expired.text).type]).toEqual([410, "urn:crm:problem:filters-expired"]);
 });

@@ -286,7 +286,7 @@ describe("one-time links of the operators page", () => {
     expect([taken.status, (await client.get("/console/")).status, await operators(h)]).toEqual([403, 200, [OPERATOR.email]]);
   });
 
-  test("the operators page lists pending invitations and reset links with who made them; Withdraw ends one (the form needs the page's CSRF token), and a link replaced or gone since is left alone", async () => {
+  test("the operators page lists pending invitations and reset links with who made them; Withdraw, after a confirm step, ends one (the form needs the page's CSRF token), and a link replaced or gone since is left alone", async () => {
     const { h, client, browser } = await setup();
     const other = await addOperator(h.rt.db, { email: "other@example.com", password: "the old password" });
     const invite = await inviteOperator(h.rt.db, "cli.invite@example.com", null);
@@ -299,17 +299,29 @@ describe("one-time links of the operators page", () => {
     const shown = (await pendingLinks(h.rt.db)).find((link) => link.purpose === "reset")!;
     const withdraw = { link_purpose: "reset", link_email: "other@example.com", link_created_at: shown.created_at };
     expect(page.text).toContain(`<input type="hidden" name="link_created_at" value="${shown.created_at}"/>`);
-    // Without the page's token (a post from another site), nothing is withdrawn.
-    expect((await client.post("/console/operators/links/withdraw", { ...withdraw, _csrf: null })).status).toBe(403);
+    // The row's button asks first, as Remove and Revoke do, and withdraws nothing: the confirm page's button sends the link again, confirmed.
+    const asked = await client.post("/console/operators/links/withdraw", withdraw);
+    const hidden = Object.fromEntries([...asked.text.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)"\/>/g)].filter(([, name]) => name !== "_csrf").map(([, name, value]) => [name, value]));
+    expect([asked.status, /<h1>([^<]*)<\/h1>/.exec(asked.text)?.[1], /<p>(.*?)<\/p>/.exec(asked.text)?.[1]?.replace(/<[^>]+>/g, ""), hidden, /<button[^>]*>([^<]*)</.exec(asked.text.slice(asked.text.indexOf("<h1>")))?.[1]]).toEqual([
+      200,
+      "Withdraw link",
+      "Withdraw the password reset link for other@example.com? It stops working at once.",
+      { ...withdraw, confirm: "yes" },
+      "Withdraw the password reset link for other@example.com",
+    ]);
     expect(await opens(h, reset)).toBe(200);
-    const withdrawn = await client.post("/console/operators/links/withdraw", withdraw);
+    const confirmed = { ...withdraw, confirm: "yes" };
+    // Without the page's token (a post from another site), nothing is withdrawn.
+    expect((await client.post("/console/operators/links/withdraw", { ...confirmed, _csrf: null })).status).toBe(403);
+    expect(await opens(h, reset)).toBe(200);
+    const withdrawn = await client.post("/console/operators/links/withdraw", confirmed);
     expect([withdrawn.status, withdrawn.headers.get("location")]).toEqual([303, "/console/operators?withdrawn=1"]);
     const after = await client.get("/console/operators?withdrawn=1");
     expect([/class="notice notice-success"[^>]*>([^<]*)</.exec(after.text)?.[1], pendingRows(after.text).map((row) => row[0])]).toEqual(["Link withdrawn. It no longer works.", ["cli.invite@example.com"]]);
     expect({ reset: await opens(h, reset), invite: await opens(h, invite) }).toEqual({ reset: 403, invite: 200 });
     // Sent again (a double click), or for a link replaced by a newer one since: the newer one stays.
     const newer = await resetLinkFor(client, other.id);
-    const again = await client.post("/console/operators/links/withdraw", withdraw);
+    const again = await client.post("/console/operators/links/withdraw", confirmed);
     expect([again.status, again.headers.get("location")]).toEqual([303, "/console/operators?withdrawn=0"]);
     expect(/class="notice notice-info"[^>]*>([^<]*)</.exec((await client.get("/console/operators?withdrawn=0")).text)?.[1]).toBe(
       "That link was no longer pending (used, withdrawn, replaced by a newer one or expired); nothing was withdrawn.",

@@ -354,7 +354,12 @@ test("a link form's answer kept by an earlier version (its code derived, not kep
   const link = shownLink((await client.post(`/console/operators/${other.id}/reset-password`, form)).text);
   await server.runtime.db.write((tx) => tx.run("UPDATE idempotency_keys SET response_body = ? WHERE idem_key = ?", [JSON.stringify({ operator: { id: other.id, email: other.email } }), form.form_key]));
   const again = await client.post(`/console/operators/${other.id}/reset-password`, form);
-  expect([again.status, /<p>([^<]*)<\/p>/.exec(again.text)?.[1], shownLink(again.text)]).toEqual([410, "This form was already sent, and the link it made cannot be shown again. Load the page again to make a new link.", null]);
+  expect([again.status, /<h1>([^<]*)<\/h1>/.exec(again.text)?.[1], /<p>([^<]*)<\/p>/.exec(again.text)?.[1], shownLink(again.text)]).toEqual([
+    410,
+    "No longer available",
+    "This form was already sent, and the link it made cannot be shown again. Load the page again to make a new link.",
+    null,
+  ]);
   expect(await operatorLink(server.runtime.db, codeOf(link))).toEqual({ purpose: "reset", email: "reset-before-upgrade@example.com", operator_exists: true });
 });
 

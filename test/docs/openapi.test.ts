@@ -8,6 +8,7 @@ import { createHarness, type Harness } from "../support/harness.ts";
 import { dereference, documentValidator } from "../support/openapi.ts";
 import { READ_ONLY_ACCOUNT_FIELDS } from "../../server/accounts/model.ts";
 import { READ_ONLY_CONTACT_FIELDS } from "../../server/contacts/model.ts";
+import { fingerprintSentBody } from "../../server/http/idempotent.ts";
 import { canonicalJson } from "../../server/idempotency/service.ts";
 import { LENGTH_COUNTING } from "../../server/limits/limits.ts";
 import { PROBLEM_TYPES, problemTypeUrn } from "../../server/shared/problem.ts";
@@ -401,6 +402,19 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
       .filter(({ op }) => !op.responses["409"]?.headers?.["Retry-After"])
       .map(({ where }) => where);
     expect(missing).toEqual([]);
+  });
+
+  test("every POST documenting an Idempotency-Key, and no other route, fingerprints the body as sent (its key's check reads it; a GET pays nothing)", () => {
+    const documented = operations()
+      .filter(({ op }) => (op.parameters ?? []).some((p: any) => p.in === "header" && p.name === "idempotency-key"))
+      .map(({ method, path }) => `${method.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ":$1")}`)
+      .sort();
+    const fingerprinting = h.app.routes
+      .filter((route) => ((route.hooks as { transform?: { fn: unknown }[] }).transform ?? []).some((hook) => hook.fn === fingerprintSentBody))
+      .map((route) => `${route.method} ${route.path}`)
+      .sort();
+    expect(documented).toContain("POST /public/v1/contacts/batch");
+    expect(fingerprinting).toEqual(documented);
   });
 });
 

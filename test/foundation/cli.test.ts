@@ -68,6 +68,18 @@ describe("command line: happy paths", () => {
     }
   });
 
+  test("--help says what a setting left out does as its default, not \"none\" beside a \"when not given\" in its words", async () => {
+    const res = await crm(["serve", "--help"]);
+    const defaultOf = (flag: string) => new RegExp(`^  ${flag} VALUE .*\\(default: (.*)\\)$`, "m").exec(res.stdout)?.[1];
+    expect(["--database-url", "--database-schema", "--secrets-key-file", "--trusted-proxies"].map(defaultOf)).toEqual([
+      "SQLite in --data-dir",
+      "public; a database whose service tables are in more than one schema is refused until this names one of them",
+      "secrets.key in the data directory, created 0600 on first start",
+      "none",
+    ]);
+    expect(res.stdout).not.toMatch(/when not given|without it,/);
+  });
+
   test("--version prints the version, and from source says so where a build names its commit", async () => {
     expect(await crm(["--version"])).toEqual({ stdout: `crm ${VERSION} (source)\n`, stderr: "", code: 0 });
   });

@@ -7,7 +7,7 @@ import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { databasePath, openDatabase, type SqliteDatabase } from "../../server/db/database.ts";
 import { indexWaitingNames } from "../../server/contacts/store.ts";
-import { withdrawKeptAnswers } from "../../server/idempotency/service.ts";
+import { withdrawIdempotencyRecordsOf } from "../../server/idempotency/store.ts";
 import { findIdempotencyRecord, upsertIdempotencyRecord } from "../../server/idempotency/store.ts";
 import { findAttemptsByDelivery } from "../../server/webhooks/store.ts";
 import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration } from "../../server/db/migrations.ts";
@@ -271,7 +271,7 @@ describe("migrations: data, kept answers by resource", () => {
       { idem_key: "reserved", resource_id: null },
       { idem_key: "tag", resource_id: "con_a" },
     ]);
-    await db.write((tx) => withdrawKeptAnswers(tx, "contact", "con_a"));
+    await db.write((tx) => withdrawIdempotencyRecordsOf(tx, { resource: "contact", id: "con_a" }));
     expect(db.sqlite.query("SELECT idem_key, status, response_body FROM idempotency_keys WHERE resource_id IS NOT NULL ORDER BY idem_key").all()).toEqual([
       { idem_key: "create", status: 410, response_body: '{"resource":"contact","id":"con_a"}' },
       { idem_key: "tag", status: 410, response_body: '{"resource":"contact","id":"con_a"}' },

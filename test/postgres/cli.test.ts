@@ -149,7 +149,7 @@ describe("command line on PostgreSQL: user delete refused after its first write"
         exitCode: 3,
         stdout: "",
         stderr:
-          `crm: ${UNLINK_CHUNK} of the user's contacts lost the assignment (each sends contact.updated) before the delete was refused; run the same command again to finish it\n` +
+          `crm: ${UNLINK_CHUNK} of the user's contacts lost the assignment (each sends contact.updated) before a later write was refused; that stays done, and the same command run again finishes it\n` +
           "crm: the database is busy: held elsewhere; nothing more was done, try again\n",
       });
       await sql.unsafe("DROP TRIGGER second_write_busy ON contacts");

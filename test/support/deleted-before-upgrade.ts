@@ -16,7 +16,7 @@ export const gone = (resource: "contact" | "account" | "user", id: string) => ({
   [`${resource}_id`]: id,
 });
 
-/** withdrawn is a kept answer as a delete leaves it now (withdrawKeptAnswers). */
+/** withdrawn is a kept answer as a delete leaves it now (withdrawIdempotencyRecordsOf). */
 const withdrawn = (resource: "contact" | "account", id: string) => ({ status: 410, response_body: JSON.stringify({ resource, id }) });
 
 const deletedContact = { id: "con_gone", first_name: "Gone", email: "gone@example.com", custom_fields: { diagnosis: "secret-cf-value" } };
