@@ -575,8 +575,9 @@ export class DeliveryLoop {
     const claim = async (tx: Db) => {
       const now = await this.readClock(tx);
       // New and recovered deliveries are due from when the instance that made them says: one made
-      // here is due at once although this process's clock runs ahead of the database's.
-      const at = { dueBy: Math.max(now, Date.now()), now };
+      // here is due at once although this process's clock runs ahead of the database's, or its
+      // change clock, which stamped the change and its deliveries, stands ahead of a clock stepped back.
+      const at = { dueBy: Math.max(now, db.changeClock.now()), now };
       return { now, ...(await (this.shared ? this.pickDueShared(tx, at, free, spare) : this.pickDue(tx, at, free, spare))) };
     };
     // Without REFILL free slots a claim still serves the subscriptions under their guaranteed share.
