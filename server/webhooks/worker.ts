@@ -577,9 +577,10 @@ export class DeliveryLoop {
     const claim = async (tx: Db) => {
       const now = await this.readClock(tx);
       // New and recovered deliveries are due from when the instance that made them says: one made
-      // here is due at once although this process's clock runs ahead of the database's, or its
-      // change clock, which stamped the change and its deliveries, stands ahead of a clock stepped back.
-      const at = { dueBy: Math.max(now, db.changeClock.now()), now };
+      // here is due at once although this process's clock runs ahead of the database's. Not the
+      // change clock's time, which stands ahead of a clock stepped back: retries scheduled by the
+      // wall clock would all be due at once, running a failing receiver's schedule in seconds.
+      const at = { dueBy: Math.max(now, Date.now()), now };
       return { now, ...(await (this.shared ? this.pickDueShared(tx, at, free, spare) : this.pickDue(tx, at, free, spare))) };
     };
     // Without REFILL free slots a claim still serves the subscriptions under their guaranteed share.

@@ -3,6 +3,7 @@ import { createApp, createRuntime, type App } from "../../server/app.ts";
 import { openBackend } from "../../server/db/backend.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
+import { addStoredSubscription } from "../webhooks/support.ts";
 
 // The README's incremental sync ("Keeping another system in step") across a wall clock stepped back
 // by 2 minutes. The stamps a clock 2 minutes fast left are written into the tables as values (no
@@ -94,6 +95,7 @@ test("after the clock is stepped back, changes and deletions are stamped no earl
   });
 
   // The clock is right again (stepped back by 2 minutes), and the service opened again on the database.
+  await addStoredSubscription(h.rt.db, Date.now());
   const app = await reopen();
   const changed = [
     await call(app, "PATCH", `/public/v1/contacts/${contact}`, { last_name: "after the step" }),
@@ -106,11 +108,19 @@ test("after the clock is stepped back, changes and deletions are stamped no earl
   const deletions = await Promise.all(["contacts", "accounts", "users"].map((resource) => readAll(app, `/public/v1/${resource}/deleted?since=${encodeURIComponent(start)}`)));
   expect(deletions.flat().map((row) => row.deleted_at)).toEqual(deletions.flat().map(() => fastStamp));
 
+  // A change's deliveries carry its stamp but are due by the wall clock: sent at once, not after
+  // the step, while the loop goes on judging retries by the clock it reads.
+  const made = await call(app, "POST", "/public/v1/contacts", { first_name: "Made after the step" });
+  expect({ status: made.status, created_at: made.body.data.created_at }).toEqual({ status: 201, created_at: fastStamp });
+  const delivery = await h.rt.db.get<{ created_at: number; next_attempt_at: number }>("SELECT d.created_at, d.next_attempt_at FROM webhook_deliveries d JOIN events e ON e.id = d.event_id WHERE e.payload LIKE ?", [`%${made.body.data.id}%`]);
+  expect(Number(delivery?.created_at)).toBe(fast);
+  expect(Number(delivery?.next_attempt_at)).toBeLessThanOrEqual(Date.now());
+
   // Those sharing a stamp are listed by id; the next round lists every change and deletion made after the step.
   const listed = await round(app, marks);
   const sorted = (...ids: string[]) => ids.sort();
   expect(listed).toEqual({
-    contacts: { changed: sorted(fastContact, contact), deleted: sorted(goneContact, doomedContact) },
+    contacts: { changed: sorted(fastContact, contact, made.body.data.id), deleted: sorted(goneContact, doomedContact) },
     accounts: { changed: sorted(fastAccount, account), deleted: [doomedAccount] },
     users: { changed: sorted(fastUser, user), deleted: sorted(goneUser, doomedUser) },
   });
