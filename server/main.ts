@@ -649,7 +649,7 @@ async function main(argv: string[]): Promise<number> {
       // An empty value is the service's to refuse, in the words the API uses for it.
       if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
       const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: dataDirNamedHere(args) });
-      const user = await db.write((tx) => createUser(tx, { name, email }));
+      const user = await db.write(async (tx) => createUser(tx, { name, email }, await db.changeClock.stamp(tx)));
       printOut(`${printable(JSON.stringify(user))}\n`);
       return EXIT.done;
     }

@@ -160,7 +160,7 @@ export const ACCOUNT_BATCH: BatchKind<AccountInput> = { itemErrors: accountItemE
 export async function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null, requestId: string | null): Promise<{ status: number; body: { data: Account } }> {
   refuseInvalidAccountInput(input);
   return rt.db.write(async (tx) => {
-    const now = Date.now();
+    const now = await rt.db.changeClock.stamp(tx);
     const body = { data: await writeNewAccount(tx, input, requestId, now) };
     await saveIdempotentResponse(tx, idempotency, 201, body, now);
     return { status: 201, body };
@@ -213,7 +213,7 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
     if (!current) throw notFound("account", id);
     refuseUnmetCondition(condition, "account", id, current.version);
     refuseInvalidAccountInput(input);
-    const change = await writeAccountChange(tx, current, { ...input, name: input.name ?? current.name }, requestId, Date.now());
+    const change = await writeAccountChange(tx, current, { ...input, name: input.name ?? current.name }, requestId, await rt.db.changeClock.stamp(tx));
     if ("errors" in change) throw validationProblem(change.errors);
     return change.account;
   });
@@ -232,7 +232,7 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
  */
 export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null, requestId: string | null): Promise<void> {
   await writeInSteps(rt.db, async (tx, first) => {
-    const now = Date.now();
+    const now = await rt.db.changeClock.stamp(tx);
     const current = await findAccountById(tx, id);
     if (!current) throw notFound("account", id);
     if (first) refuseUnmetCondition(condition, "account", id, current.version);

@@ -32,7 +32,7 @@ export interface BatchKind<T, O extends object = object> {
 export async function runBatch<T, O extends object>(rt: Runtime, kind: BatchKind<T, O>, items: unknown[], options: O, idempotency: IdempotencyScope | null, requestId: string | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
   const checked = items.map((item) => ({ input: item as T, errors: kind.itemErrors(item) }));
   return rt.db.write(async (tx) => {
-    const now = Date.now();
+    const now = await rt.db.changeClock.stamp(tx);
     // One item after the other: each may see the ones before it.
     const data: BatchResult[] = [];
     for (const [i, { input, errors }] of checked.entries()) data.push(itemResult(i, errors.length > 0 ? { status: "invalid", errors } : await kind.upsert(tx, input, now, requestId, options)));

@@ -328,7 +328,7 @@ export async function createContact(rt: Runtime, input: ContactInput, idempotenc
   return rt.db.write(async (tx) => {
     await refuseUnknownRelations(tx, input);
     await refuseTakenExternalId(tx, input, null);
-    const now = Date.now();
+    const now = await rt.db.changeClock.stamp(tx);
     const made = await writeNewContact(tx, input, requestId, now);
     if ("errors" in made) throw validationProblem(made.errors);
     const body = { data: made.contact };
@@ -347,7 +347,7 @@ export async function updateContact(rt: Runtime, id: string, input: ContactInput
     refuseInvalidFields(input);
     await refuseUnknownRelations(tx, input);
     await refuseTakenExternalId(tx, input, id);
-    const change = await writeContactChange(tx, current, input, requestId, Date.now());
+    const change = await writeContactChange(tx, current, input, requestId, await rt.db.changeClock.stamp(tx));
     if ("errors" in change) throw validationProblem(change.errors);
     return change.contact;
   });
@@ -413,7 +413,7 @@ export const CONTACT_BATCH: BatchKind<ContactInput, ContactBatchOptions> = { ite
 /** deleteContact removes a contact (if the stored version meets `condition`, else 412), withdraws the kept answers showing it, and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
 export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, requestId: string | null): Promise<void> {
   return rt.db.write(async (tx) => {
-    const now = Date.now();
+    const now = await rt.db.changeClock.stamp(tx);
     const current = await findContactById(tx, id);
     if (!current) throw notFound("contact", id);
     refuseUnmetCondition(condition, "contact", id, current.version);
@@ -442,7 +442,7 @@ async function changeRelation(
     const current = await findContactById(tx, contactId);
     if (!current) throw notFound("contact", contactId);
     refuseUnmetCondition(condition, "contact", contactId, current.version);
-    const now = Date.now();
+    const now = await rt.db.changeClock.stamp(tx);
     const input = await change(current, tx);
     const result = input ? await writeContactChange(tx, current, input, requestId, now) : { contact: toContact(current), changed: false };
     if ("errors" in result) throw validationProblem(result.errors);

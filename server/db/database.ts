@@ -4,6 +4,7 @@ import { dirname, join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
 import { fileErrorText, giveToFolderOwner, makeOwnerOnlyDirectory, notOwnedText, pathExists } from "../shared/files.ts";
+import { ChangeClock } from "./change-clock.ts";
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
@@ -173,6 +174,7 @@ export const WRITE_LOCK_WAIT_MS = 5_000;
  */
 export class SqliteDatabase implements Database {
   readonly dialect = "sqlite" as const;
+  readonly changeClock = new ChangeClock();
   /** sqlite is the writer connection, for SQLite-only work: migrations, backup, PRAGMAs and query plans in tests. */
   readonly sqlite: SqliteConnection;
   private readonly writer: StatementCachingDatabase;
@@ -475,6 +477,7 @@ export class SqliteDatabase implements Database {
   async close(): Promise<void> {
     if (this.closed) return;
     if (this.fileWatch) clearInterval(this.fileWatch);
+    this.changeClock.stop();
     await this.lane?.close();
     await this.groups.drain();
     this.closed = true;

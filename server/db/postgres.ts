@@ -5,6 +5,7 @@ import { isIP } from "node:net";
 import { ConfigError, DEFAULT_CONFIG, redactedUrl, type Config } from "../config.ts";
 import { SpacedLine, type Logger } from "../shared/log.ts";
 import { settlesWithin } from "../shared/time.ts";
+import { ChangeClock } from "./change-clock.ts";
 import { SlowReads } from "./slow-reads.ts";
 import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
 import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
@@ -399,6 +400,7 @@ const RESUBSCRIBE_LONGEST_DELAY_MS = 30_000;
  * transaction that changed nothing, such as a claim finding nothing due, wakes nobody.
  */
 export class PostgresDatabase extends PostgresDb implements Database {
+  readonly changeClock = new ChangeClock();
   private readonly afterCommitCallbacks: (() => void)[] = [];
   private generation = 0;
   private readonly groups = new WriteGroups(
@@ -884,6 +886,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
   async close(): Promise<void> {
     await this.groups.drain();
     this.closed = true;
+    this.changeClock.stop();
     if (this.listenerChecks) clearInterval(this.listenerChecks);
     await Promise.all([this.pool.close(), this.listener?.close()]);
   }

@@ -14,6 +14,7 @@
  */
 
 import type { Logger } from "../shared/log.ts";
+import type { ChangeClock } from "./change-clock.ts";
 
 /** SqlValue is what a statement parameter may be on both backends. */
 export type SqlValue = string | number | null | Uint8Array;
@@ -43,6 +44,8 @@ export interface Db {
 
 /** Database is an open backend: reads through its Db methods, changes through `write`. */
 export interface Database extends Db {
+  /** changeClock stamps the changes of contacts, accounts and users: the wall clock, never going back within this process */
+  readonly changeClock: ChangeClock;
   /**
    * write runs `work` in a transaction and resolves with its result once committed. Work does only
    * database work through `tx` (no network, no timers): both backends run concurrent writes one

@@ -27,8 +27,9 @@ async function refuseTakenEmail(db: Db, email: string, ownId: string | null): Pr
 
 /**
  * createUser adds a person contacts can be assigned to, its name as given and its email lowercased
- * (unique), or throws 422 naming each field UserInput refuses. Call it inside a write. The API's
- * route checks the same schema first; the command line's user create has only this check.
+ * (unique), or throws 422 naming each field UserInput refuses. Call it inside a write, with the
+ * write's stamp (changeClock.stamp) as `now`. The API's route checks the same schema first; the
+ * command line's user create has only this check.
  */
 export async function createUser(db: Db, input: { name: string; email: string }, now = Date.now()): Promise<User> {
   const { name } = checkUserInput(input);
@@ -42,7 +43,7 @@ export async function createUser(db: Db, input: { name: string; email: string },
 /** createUserOnce stores a user and its idempotent response in one group-committed write. */
 export async function createUserOnce(rt: Runtime, input: { name: string; email: string }, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: User } }> {
   return rt.db.write(async (tx) => {
-    const now = Date.now();
+    const now = await rt.db.changeClock.stamp(tx);
     const body = { data: await createUser(tx, input, now) };
     await saveIdempotentResponse(tx, idempotency, 201, body, now);
     return { status: 201, body };
@@ -59,7 +60,7 @@ export async function updateUser(rt: Runtime, id: string, input: UserPatch): Pro
     const email = asciiEmail(input.email ?? current.email);
     if (name === current.name && email === current.email) return toUser(current);
     await refuseTakenEmail(tx, email, id);
-    const row: UserRow = { ...current, name, email, updated_at: notBefore(current.updated_at, Date.now()) };
+    const row: UserRow = { ...current, name, email, updated_at: notBefore(current.updated_at, await rt.db.changeClock.stamp(tx)) };
     await updateUserRow(tx, row);
     return toUser(row);
   });
@@ -86,7 +87,7 @@ export interface DeletedUser {
 export function deleteUser(db: Database, id: string, chunk: number, requestId: string | null, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
   let unassigned = 0;
   return writeInSteps(db, async (tx) => {
-    const now = Date.now();
+    const now = await db.changeClock.stamp(tx);
     const current = await findUserById(tx, id);
     if (!current) throw notFound("user", id);
     const changed = await detachUserFromContacts(tx, id, now, chunk, requestId);

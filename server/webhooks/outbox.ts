@@ -12,7 +12,11 @@ function newEventRow(type: EventType, data: unknown, requestId: string | null, n
 }
 
 function newDueDelivery(eventId: string, type: EventType, subscription: { id: string; target_url: string }, now: number) {
-  return { id: newId("dlv", now), event_id: eventId, event_type: type, subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: now, created_at: now };
+  // Due by the wall clock, not later: a change stamped by a change clock that stands ahead of a
+  // clock stepped back (db/change-clock.ts) is still sent at once, while the loop keeps judging
+  // what is due, retries included, by the clock it reads.
+  const due = Math.min(now, Date.now());
+  return { id: newId("dlv", now), event_id: eventId, event_type: type, subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: due, created_at: now };
 }
 
 async function insertEventRow(db: Db, type: EventType, data: unknown, requestId: string | null, now: number): Promise<string> {

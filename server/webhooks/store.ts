@@ -682,18 +682,20 @@ export interface ClaimTimes {
 
 /**
  * findDueDeliveriesOf returns up to `limit` due, unleased deliveries of one subscription, oldest
- * due first. On PostgreSQL it locks them and skips those another transaction holds, so two
- * instances claiming at once never take the same delivery.
+ * due first, other than those `skip` names (the claiming process's attempts still open). On
+ * PostgreSQL it locks them and skips those another transaction holds, so two instances claiming
+ * at once never take the same delivery.
  */
-export function findDueDeliveriesOf(db: Db, subscriptionId: string, at: ClaimTimes, limit: number): Promise<DueDelivery[]> {
+export function findDueDeliveriesOf(db: Db, subscriptionId: string, at: ClaimTimes, limit: number, skip: readonly string[] = []): Promise<DueDelivery[]> {
   const postgres = db.dialect === "postgres";
   // SQLite: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL has no such hint).
   const deliveries = postgres ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
+  const skipClause = skip.length ? ` AND d.id NOT IN (${placeholders(skip.length)})` : "";
   return db.all<DueDelivery>(
       `${selectDue(deliveries)}
-       WHERE d.subscription_id = ? AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
+       WHERE d.subscription_id = ? AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)${skipClause}
        ORDER BY d.next_attempt_at, d.id LIMIT ?${postgres ? " FOR UPDATE OF d SKIP LOCKED" : ""}`,
-    [subscriptionId, at.dueBy, at.now, limit],
+    [subscriptionId, at.dueBy, at.now, ...skip, limit],
   );
 }
 

@@ -345,8 +345,10 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
 export class DeliveryLoop {
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
   private failingClaim: { since: number; error: unknown; loggedAt: number } | null = null;
-  // By attempt, not by delivery id: a delivery whose lease ran out may be attempted again while
-  // its first attempt still runs here, and each attempt holds a slot until it ends.
+  // By attempt, not by delivery id: an attempt abandoned by a stop (its lease released) may still
+  // be running here, and each attempt holds a slot until it ends. A delivery with an attempt open
+  // here is not claimed or attempted again here, even once its lease has run out (a wall clock
+  // stepped forward past it): underWay names them.
   private readonly inFlight = new Set<InFlight>();
   /** the attempts of inFlight that the loop started (not manual ones), held to MAX_SCHEDULED_ATTEMPTS */
   private scheduledInFlight = 0;
@@ -580,7 +582,9 @@ export class DeliveryLoop {
     const claim = async (tx: Db) => {
       const now = await this.readClock(tx);
       // New and recovered deliveries are due from when the instance that made them says: one made
-      // here is due at once although this process's clock runs ahead of the database's.
+      // here is due at once although this process's clock runs ahead of the database's. Not the
+      // change clock's time, which stands ahead of a clock stepped back: retries scheduled by the
+      // wall clock would all be due at once, running a failing receiver's schedule in seconds.
       const at = { dueBy: Math.max(now, Date.now()), now };
       return { now, ...(await (this.shared ? this.pickDueShared(tx, at, free, spare) : this.pickDue(tx, at, free, spare))) };
     };
@@ -641,6 +645,7 @@ export class DeliveryLoop {
     const { config } = this.deps;
     const busiest = free >= REFILL ? MAX_PER_SUBSCRIPTION - REFILL : GUARANTEED_PER_SUBSCRIPTION - 1;
     const saturated = [...this.perSubscription].filter(([, n]) => n > busiest).map(([id]) => id);
+    const underWay = this.underWay();
     const picked: DueDelivery[] = [];
     const paced = new Map<string, number>();
     let rateWake: number | null = null;
@@ -655,7 +660,7 @@ export class DeliveryLoop {
         }
         room = 1;
       }
-      const due = await findDueDeliveriesOf(tx, subscriptionId, at, room);
+      const due = await findDueDeliveriesOf(tx, subscriptionId, at, room, underWay.get(subscriptionId));
       if (max_rate !== null && due.length > 0) paced.set(subscriptionId, 1000 / max_rate);
       picked.push(...due);
     }
@@ -675,6 +680,7 @@ export class DeliveryLoop {
     const { now } = at;
     this.forgetPassedSlots(now);
     const leaseUntil = now + this.deps.config.deliveryTimeoutMs + LEASE_MARGIN_MS;
+    const underWay = this.underWay();
     const picked: DueDelivery[] = [];
     const paced = new Map<string, number>();
     let rateWake: number | null = null;
@@ -691,7 +697,7 @@ export class DeliveryLoop {
         continue;
       }
       if (subscription.max_rate === null) {
-        const due = await findDueDeliveriesOf(tx, subscription.id, at, room);
+        const due = await findDueDeliveriesOf(tx, subscription.id, at, room, underWay.get(subscription.id));
         leftOver ||= heldBelowCap && due.length === room;
         picked.push(...due);
         continue;
@@ -709,7 +715,7 @@ export class DeliveryLoop {
         rateWake = rateWake === null ? nextSendAt : Math.min(rateWake, nextSendAt);
         continue;
       }
-      const [due] = await findDueDeliveriesOf(tx, subscription.id, at, 1);
+      const [due] = await findDueDeliveriesOf(tx, subscription.id, at, 1, underWay.get(subscription.id));
       if (!due) continue;
       await holdSendPacing(tx, subscription.id, leaseUntil);
       paced.set(subscription.id, interval);
@@ -970,7 +976,7 @@ export class DeliveryLoop {
         if (row.secret === null) return { refused: "subscription-deleted", subscriptionId: row.subscription_id };
         if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
         if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };
-        if (row.locked_until !== null && row.locked_until > now) return { refused: "in-progress" };
+        if ((row.locked_until !== null && row.locked_until > now) || this.underWay().get(row.subscription_id)?.includes(id)) return { refused: "in-progress" };
         if ((await this.attemptsUnderWay(tx, row.subscription_id, now)) >= MAX_PER_SUBSCRIPTION) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id };
         // Counted in the claim's write, after the refusals above: writes run one at a time, so
         // requests arriving together each see the attempts claimed before them, and a request
@@ -993,6 +999,21 @@ export class DeliveryLoop {
       if (slotHeldFor !== null) this.freeReceiverSlot(slotHeldFor);
       if (counted) this.manualAttempts--;
     }
+  }
+
+  /**
+   * underWay returns the ids of the deliveries with an attempt open here, by subscription: a claim
+   * leaves them out and a manual attempt is refused as in progress, though a wall clock stepped
+   * forward may have run their leases out, which would send them again beside the open attempt.
+   */
+  private underWay(): Map<string, string[]> {
+    const ids = new Map<string, string[]>();
+    for (const { due } of this.inFlight) {
+      const of = ids.get(due.subscription_id);
+      if (of) of.push(due.id);
+      else ids.set(due.subscription_id, [due.id]);
+    }
+    return ids;
   }
 
   /**

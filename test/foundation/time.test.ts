@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { parseTimestamp, toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
+import { ChangeClock } from "../../server/db/change-clock.ts";
 
 const DAY_MS = 86_400_000;
 
@@ -63,5 +64,41 @@ describe("timestamps: parsing", () => {
     }
     expect(parseTimestamp("2028-02-29T23:59:59Z")).toBe(Date.UTC(2028, 1, 29, 23, 59, 59));
     expect(parseTimestamp("2000-02-29T00:00:00Z")).toBe(Date.UTC(2000, 1, 29));
+  });
+});
+
+describe("the change clock", () => {
+  test("stands still while the wall clock shows less than the latest time it read or was raised to, and follows the clock again once it catches up", () => {
+    let wall = 1_000;
+    const clock = new ChangeClock(() => wall);
+    try {
+      const seen = [clock.now()];
+      for (const reading of [880, 999, 1_000, 1_001]) {
+        wall = reading;
+        seen.push(clock.now());
+      }
+      clock.raise(5_000);
+      seen.push(clock.now());
+      clock.raise(null);
+      clock.raise(10);
+      seen.push(clock.now());
+      expect(seen).toEqual([1_000, 1_000, 1_000, 1_000, 1_001, 5_000, 5_000]);
+    } finally {
+      clock.stop();
+    }
+  });
+
+  test("reads the wall clock while nothing is stamped: a time shown before a step back is not stamped below afterwards", async () => {
+    let wall = 1_000_000;
+    let reads = 0;
+    const clock = new ChangeClock(() => (reads++, wall));
+    try {
+      const deadline = Date.now() + 10_000;
+      while (reads === 0 && Date.now() < deadline) await Bun.sleep(10);
+      wall = 880_000;
+      expect({ reads: reads > 0, now: clock.now() }).toEqual({ reads: true, now: 1_000_000 });
+    } finally {
+      clock.stop();
+    }
   });
 });

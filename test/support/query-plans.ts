@@ -31,6 +31,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
   const inSnapshot: Database["read"] = (work) => (db.dialect === "postgres" ? db.read((tx) => work(capturingReads(tx, captured))) : work(spy));
   const spy: Database = {
     ...capturingReads(db, captured),
+    changeClock: db.changeClock,
     write: (work) => db.write(work),
     writeBookkeeping: (work) => db.writeBookkeeping(work),
     read: inSnapshot,

@@ -89,16 +89,47 @@ describe("webhook leases: an attempt that outlived its lease", () => {
     ]);
   });
 
-  test("an attempt made again here while the first still runs holds a slot of its own: both count until each ends", async () => {
+  /**
+   * leaseRunOut makes a delivery's lease read as run out, as a wall clock stepped forward past it
+   * would, by writing a time passed; it returns how to put the lease back as it was, which a real
+   * step leaves alone, so that the attempt open is recorded as the holder of its lease.
+   */
+  async function leaseRunOut(id: string): Promise<() => Promise<void>> {
+    const { locked_until } = await stored(id);
+    await takeOverLease(id, Date.now() - 1);
+    return () => takeOverLease(id, locked_until!);
+  }
+
+  test("a lease run out while its attempt is still open here (a clock stepped forward past it) is not claimed again here: the delivery is sent once", async () => {
     h = await scope.harness();
     const { r, delivery } = await heldAttempt();
-    // The lease ran out (the process was stopped, or too busy to record in time): the delivery is due again.
-    await takeOverLease(delivery.id, Date.now() - 1);
-    await waitFor(() => r.received.length === 2, "the second attempt at the receiver");
+    const leaseAsItWas = await leaseRunOut(delivery.id);
+    // A claim round after the lease ran out: it sends the next contact's delivery, and would have
+    // sent the older one, due first, with it.
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Grace" } })).status).toBe(201);
+    await waitFor(() => r.received.some((request) => request.json.data.first_name === "Grace"), "the next contact's delivery at the receiver");
+    expect(r.received.map((request) => request.json.data.first_name)).toEqual(["Ada", "Grace"]);
     expect(h.rt.deliveries.inFlightCount).toBe(2);
+    await leaseAsItWas();
     r.release();
     await waitFor(() => h.rt.deliveries.inFlightCount === 0, "both attempts to end");
-    expect(await stored(delivery.id)).toEqual({ status: "succeeded", attempts: 2, locked_until: null });
+    expect(await stored(delivery.id)).toEqual({ status: "succeeded", attempts: 1, locked_until: null });
+    expect(r.received.length).toBe(2);
+  });
+
+  test("a manual retry of a delivery whose attempt is still open here is 409 in progress, though its lease ran out", async () => {
+    h = await scope.harness();
+    const { r, delivery } = await heldAttempt();
+    const leaseAsItWas = await leaseRunOut(delivery.id);
+    let answer: { status: number; body: any } | null = null;
+    const retry = h.json("POST", `/public/v1/webhook-deliveries/${delivery.id}/retry`).then((res) => (answer = res));
+    await waitFor(() => answer !== null || r.received.length > 1, "the retry to be answered, or sent");
+    await leaseAsItWas();
+    r.release();
+    await retry;
+    expect({ status: answer!.status, type: answer!.body.type, sent: r.received.length }).toEqual({ status: 409, type: "urn:crm:problem:delivery-in-progress", sent: 1 });
+    await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the attempt to end");
+    expect(await stored(delivery.id)).toEqual({ status: "succeeded", attempts: 1, locked_until: null });
   });
 
   test("an attempt still holding its lease records its outcome and frees the lease", async () => {

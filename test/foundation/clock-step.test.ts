@@ -1,0 +1,127 @@
+import { afterEach, beforeEach, expect, test } from "bun:test";
+import { createApp, createRuntime, type App } from "../../server/app.ts";
+import { openBackend } from "../../server/db/backend.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import { createHarness, type Harness } from "../support/harness.ts";
+import { addStoredSubscription } from "../webhooks/support.ts";
+
+// The README's incremental sync ("Keeping another system in step") across a wall clock stepped back
+// by 2 minutes. The stamps a clock 2 minutes fast left are written into the tables as values (no
+// test patches Date.now), and the service is opened again on the database, as after a restart or
+// by another instance: what it stamps from then on must not be below them, or a poller whose
+// watermark moved up to them never lists it.
+
+const AHEAD_MS = 120_000;
+const OVERLAP_MS = 5_000;
+
+let h: Harness;
+let reopened: { app: App; close(): Promise<void> } | null = null;
+beforeEach(async () => (h = await createHarness()));
+afterEach(async () => {
+  await reopened?.close();
+  reopened = null;
+  await h.close();
+});
+
+/** reopen opens the harness's database again and serves the API on it, with the harness's token. */
+async function reopen(): Promise<App> {
+  const db = await openBackend(h.rt.config);
+  const rt = await createRuntime({ db, config: h.rt.config, log: createLogger("error") });
+  reopened = { app: createApp(rt), close: () => db.close() };
+  return reopened.app;
+}
+
+/** call sends a request to `app` with the harness's token and parses the answer. */
+async function call(app: App, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  const headers: Record<string, string> = { authorization: `Bearer ${h.token}` };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const res = await app.handle(new Request(`http://localhost${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }));
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null };
+}
+
+/** readAll follows a list's cursors to its end. */
+async function readAll(app: App, path: string): Promise<any[]> {
+  const rows: any[] = [];
+  let cursor: string | null = null;
+  do {
+    const res = await call(app, "GET", `${path}&per_page=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    expect(res.status).toBe(200);
+    rows.push(...res.body.data);
+    cursor = res.body.meta.next_cursor;
+  } while (cursor);
+  return rows;
+}
+
+/** Watermarks are a poller's U (per resource) and D (per resource), as the recipe keeps them. */
+type Watermarks = Record<"contacts" | "accounts" | "users", { U: string; D: string }>;
+const minusOverlap = (stamp: string) => new Date(Date.parse(stamp) - OVERLAP_MS).toISOString();
+
+/** round runs one round of the recipe for each resource, moving its watermarks; returns the ids listed as changed and as deleted. */
+async function round(app: App, marks: Watermarks): Promise<Record<string, { changed: string[]; deleted: string[] }>> {
+  const listed: Record<string, { changed: string[]; deleted: string[] }> = {};
+  for (const resource of ["contacts", "accounts", "users"] as const) {
+    const changed = await readAll(app, `/public/v1/${resource}?updated_after=${encodeURIComponent(marks[resource].U)}&sort_by=updated_at&sort_direction=asc`);
+    const deleted = await readAll(app, `/public/v1/${resource}/deleted?since=${encodeURIComponent(marks[resource].D)}`);
+    if (changed.length > 0) marks[resource].U = minusOverlap(changed.at(-1).updated_at);
+    if (deleted.length > 0) marks[resource].D = minusOverlap(deleted.at(-1).deleted_at);
+    listed[resource] = { changed: changed.map((row) => row.id), deleted: deleted.map((row) => row.id) };
+  }
+  return listed;
+}
+
+test("after the clock is stepped back, changes and deletions are stamped no earlier than the stamps the fast clock left, and the sync recipe lists them", async () => {
+  const post = async (resource: string, body: unknown) => (await h.json("POST", `/public/v1/${resource}`, { body })).body.data.id as string;
+  const [fastContact, contact, doomedContact, goneContact] = [await post("contacts", { first_name: "Fast" }), await post("contacts", { first_name: "Later" }), await post("contacts", { first_name: "Doomed" }), await post("contacts", { first_name: "Gone" })];
+  const [fastAccount, account, doomedAccount] = [await post("accounts", { name: "Fast" }), await post("accounts", { name: "Later" }), await post("accounts", { name: "Doomed" })];
+  const [fastUser, user, doomedUser, goneUser] = [await post("users", { name: "Fast", email: "fast@example.com" }), await post("users", { name: "Later", email: "later@example.com" }), await post("users", { name: "Doomed", email: "doomed@example.com" }), await post("users", { name: "Gone", email: "gone@example.com" })];
+  expect((await h.request("DELETE", `/public/v1/contacts/${goneContact}`)).status).toBe(204);
+  expect((await h.request("DELETE", `/public/v1/users/${goneUser}`)).status).toBe(204);
+
+  // What a clock 2 minutes fast stamped: a change of each resource, and a deletion of a contact and a user.
+  const fast = Date.now() + AHEAD_MS;
+  await h.rt.db.write(async (tx) => {
+    for (const [table, id] of [["contacts", fastContact], ["accounts", fastAccount], ["users", fastUser]] as const) await tx.run(`UPDATE ${table} SET updated_at = ? WHERE id = ?`, [fast, id]);
+    await tx.run("UPDATE tombstones SET deleted_at = ? WHERE id IN (?, ?)", [fast, goneContact, goneUser]);
+  });
+  const start = new Date(Date.now() - 60_000).toISOString();
+  const marks: Watermarks = { contacts: { U: start, D: start }, accounts: { U: start, D: start }, users: { U: start, D: start } };
+  await round(h.app, marks);
+  const fastStamp = new Date(fast).toISOString();
+  expect(marks).toEqual({
+    contacts: { U: minusOverlap(fastStamp), D: minusOverlap(fastStamp) },
+    accounts: { U: minusOverlap(fastStamp), D: start },
+    users: { U: minusOverlap(fastStamp), D: minusOverlap(fastStamp) },
+  });
+
+  // The clock is right again (stepped back by 2 minutes), and the service opened again on the database.
+  await addStoredSubscription(h.rt.db, Date.now());
+  const app = await reopen();
+  const changed = [
+    await call(app, "PATCH", `/public/v1/contacts/${contact}`, { last_name: "after the step" }),
+    await call(app, "PATCH", `/public/v1/accounts/${account}`, { name: "Later, after the step" }),
+    await call(app, "PATCH", `/public/v1/users/${user}`, { name: "Later, after the step" }),
+  ];
+  // Stamped at the fast clock's last stamp, not earlier: the clock stands still until it catches up.
+  expect(changed.map((res) => ({ status: res.status, updated_at: res.body.data.updated_at }))).toEqual(changed.map(() => ({ status: 200, updated_at: fastStamp })));
+  for (const path of [`contacts/${doomedContact}`, `accounts/${doomedAccount}`, `users/${doomedUser}`]) expect((await call(app, "DELETE", `/public/v1/${path}`)).status).toBe(204);
+  const deletions = await Promise.all(["contacts", "accounts", "users"].map((resource) => readAll(app, `/public/v1/${resource}/deleted?since=${encodeURIComponent(start)}`)));
+  expect(deletions.flat().map((row) => row.deleted_at)).toEqual(deletions.flat().map(() => fastStamp));
+
+  // A change's deliveries carry its stamp but are due by the wall clock: sent at once, not after
+  // the step, while the loop goes on judging retries by the clock it reads.
+  const made = await call(app, "POST", "/public/v1/contacts", { first_name: "Made after the step" });
+  expect({ status: made.status, created_at: made.body.data.created_at }).toEqual({ status: 201, created_at: fastStamp });
+  const delivery = await h.rt.db.get<{ created_at: number; next_attempt_at: number }>("SELECT d.created_at, d.next_attempt_at FROM webhook_deliveries d JOIN events e ON e.id = d.event_id WHERE e.payload LIKE ?", [`%${made.body.data.id}%`]);
+  expect(Number(delivery?.created_at)).toBe(fast);
+  expect(Number(delivery?.next_attempt_at)).toBeLessThanOrEqual(Date.now());
+
+  // Those sharing a stamp are listed by id; the next round lists every change and deletion made after the step.
+  const listed = await round(app, marks);
+  const sorted = (...ids: string[]) => ids.sort();
+  expect(listed).toEqual({
+    contacts: { changed: sorted(fastContact, contact, made.body.data.id), deleted: sorted(goneContact, doomedContact) },
+    accounts: { changed: sorted(fastAccount, account), deleted: [doomedAccount] },
+    users: { changed: sorted(fastUser, user), deleted: sorted(goneUser, doomedUser) },
+  });
+});
