@@ -1,5 +1,10 @@
 /** DAY_MS is one day in milliseconds. */
 export const DAY_MS = 86_400_000;
+/** HOUR_MS is an hour in milliseconds, the unit of the hourly statistics, delivery counts and the tombstones' horizon. */
+export const HOUR_MS = 3_600_000;
+
+/** hourOf is the start of the hour holding an instant, as the hourly tables key it (toward zero before 1970). */
+export const hourOf = (at: number) => at - (at % HOUR_MS);
 // A page of contacts formats 50 timestamps, mostly of a few days; reusing the date part of the last
 // day formatted makes each about 3x cheaper than new Date(ms).toISOString(), which allocates a Date.
 let cachedDayStart = 0;

@@ -1,12 +1,10 @@
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import type { Logger } from "../shared/log.ts";
-import { toTimestamp } from "../shared/time.ts";
+import { HOUR_MS, toTimestamp } from "../shared/time.ts";
 import type { AttemptResult } from "./delivery.ts";
 import { OPERATIONAL_EVENT_TYPES } from "./model.ts";
 import { recordEvent } from "./outbox.ts";
 import { countPendingDeliveriesOf, disableSubscription, failPendingDeliveries, findStoppedSubscriptionsWithPending, findSubscriptionById, markSubscriptionFailing, type DueDelivery, type SubscriptionRow } from "./store.ts";
-
-const HOUR_MS = 60 * 60 * 1000;
 
 /** duration says a span in the unit an operator reads best: seconds, minutes or hours. */
 function duration(ms: number): string {
