@@ -5,7 +5,7 @@ import { fileErrorText, isAbsent } from "./shared/files.ts";
 import { DAY_MS } from "./shared/time.ts";
 import { networkError, type PrivateTargets } from "./webhooks/targets.ts";
 
-type Kind = "string" | "port" | "positive-int" | "positive-number" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list" | "database-url" | "private-targets";
+type Kind = "string" | "port" | "positive-int" | "number" | "whole" | "boolean" | "choice" | "seconds-list" | "secret" | "address-list" | "database-url" | "private-targets";
 
 interface Setting {
   key: keyof Config;
@@ -13,7 +13,7 @@ interface Setting {
   env: string;
   kind: Kind;
   help: string;
-  /** largest value a positive-int or whole setting accepts, or each entry of a seconds-list */
+  /** largest value a positive-int, whole or number setting accepts, or each entry of a seconds-list */
   max?: number;
   /** the values a choice setting accepts */
   choices?: readonly string[];
@@ -59,7 +59,7 @@ export interface Config {
   deliveryHistoryMaxMb: number;
   /** days the ids of deleted contacts and accounts stay listed for pollers */
   tombstoneRetentionDays: number;
-  /** hours a subscription's attempts may all fail before it is disabled; fractions allowed (tests use seconds) */
+  /** hours a subscription's attempts may all fail before it is disabled; fractions allowed (tests use seconds); 0: never */
   disableFailingAfterHours: number;
   /** bearer token for GET /metrics; "" answers loopback clients only */
   metricsToken: string;
@@ -109,6 +109,13 @@ const MAX_TIMER_SETTING_MS = DAY_MS;
  * past any instant the API can write (500) or PostgreSQL's bigint can hold.
  */
 const MAX_RETRY_DELAY_SECONDS = 30 * 86_400;
+
+/**
+ * MAX_DISABLE_FAILING_AFTER_HOURS bounds --disable-failing-after-hours (ten years; 0 turns the
+ * disable off): the console writes when a failing subscription is disabled, and a far larger
+ * setting put that instant past any date it can write.
+ */
+const MAX_DISABLE_FAILING_AFTER_HOURS = 87_600;
 
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
 const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
@@ -239,8 +246,9 @@ export const SETTINGS: Setting[] = [
     key: "disableFailingAfterHours",
     flag: "--disable-failing-after-hours",
     env: "CRM_DISABLE_FAILING_AFTER_HOURS",
-    kind: "positive-number",
-    help: "a webhook subscription whose attempts have all failed for this many hours is disabled (fractions allowed: 0.001 is 3.6 s, for tests)",
+    kind: "number",
+    max: MAX_DISABLE_FAILING_AFTER_HOURS,
+    help: `a webhook subscription whose attempts have all failed for this many hours is disabled (0-${MAX_DISABLE_FAILING_AFTER_HOURS}, ten years; 0: never; fractions allowed: 0.001 is 3.6 s, for tests)`,
   },
   { key: "metricsToken", flag: "--metrics-token", env: "CRM_METRICS_TOKEN", kind: "secret", help: "bearer token GET /metrics requires (16 to 200 printable ASCII characters without spaces); without one, /metrics answers loopback clients only" },
   { key: "shutdownTimeoutMs", flag: "--shutdown-timeout-ms", env: "CRM_SHUTDOWN_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `on SIGTERM/SIGINT, how long in-flight requests and webhook deliveries may take to finish, counted from the signal (the drain included; 1-${MAX_TIMER_SETTING_MS}, a day)` },
@@ -355,9 +363,10 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 0 to ${setting.max}`);
       return n;
     }
-    case "positive-number": {
+    case "number": {
       const n = Number(text);
-      if (!/^\d+(\.\d+)?$/.test(text) || !(n > 0) || !Number.isFinite(n)) fail("a positive number");
+      if (!/^\d+(\.\d+)?$/.test(text) || !Number.isFinite(n)) fail("a number (0 or more)");
+      if (setting.max !== undefined && n > setting.max) fail(`a number from 0 to ${setting.max}`);
       return n;
     }
     case "boolean":

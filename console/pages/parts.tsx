@@ -24,13 +24,24 @@ export function StatusBadge({ status }: { status: string }) {
 /**
  * FailingNote says, of an active subscription every attempt to which has failed, since when and
  * when it is disabled if that goes on (README, Endpoint health): its badge still says Active.
+ * disableAfterHours 0 never disables.
  */
 export function FailingNote({ subscription, disableAfterHours }: { subscription: { status: string; failing_since: string | null }; disableAfterHours: number }) {
   if (subscription.status !== "active" || subscription.failing_since === null) return null;
-  const disablesAt = new Date(Date.parse(subscription.failing_since) + disableAfterHours * 3_600_000).toISOString();
+  const disablesAt = new Date(Date.parse(subscription.failing_since) + disableAfterHours * 3_600_000);
+  // An instant past 9999 (or past what a Date holds) has no RFC 3339 date to show: the hours are said instead.
+  const when =
+    disablesAt.getUTCFullYear() <= 9999 ? (
+      <>
+        at <Time value={disablesAt.toISOString()} />
+      </>
+    ) : (
+      `${disableAfterHours} h after that`
+    );
   return (
     <p class="failing-note">
-      Failing since <Time value={subscription.failing_since} />; disabled automatically at <Time value={disablesAt} /> if every attempt goes on failing.
+      Failing since <Time value={subscription.failing_since} />;{" "}
+      {disableAfterHours === 0 ? "not disabled automatically (--disable-failing-after-hours is 0)." : <>disabled automatically {when} if every attempt goes on failing.</>}
     </p>
   );
 }
@@ -44,9 +55,10 @@ export function WaitsForResume({ since }: { since: string | null }) {
   );
 }
 
-/** formatTime shows an RFC 3339 timestamp as `2026-11-21 10:00:03` (UTC). */
+/** formatTime shows an RFC 3339 timestamp as `2026-11-21 10:00:03` (UTC); a year of more than four digits (`+010009-`) is shown whole. */
 function formatTime(iso: string): string {
-  return `${iso.slice(0, 10)} ${iso.slice(11, 19)}`;
+  const t = iso.indexOf("T");
+  return `${iso.slice(0, t)} ${iso.slice(t + 1, t + 9)}`;
 }
 
 /** Time renders a timestamp in UTC with the exact value as a tooltip. */

@@ -1,13 +1,10 @@
 import { ReadLaneFull } from "../../server/db/slow-reads.ts";
 import type { Database, Db, ReaderName } from "../../server/db/sql.ts";
-import { toTimestamp } from "../../server/shared/time.ts";
+import { DAY_MS, HOUR_MS, toTimestamp } from "../../server/shared/time.ts";
 import type { Subscription } from "../../server/webhooks/model.ts";
 import { responseTimesByWindow, type ResponseTimes } from "../../server/webhooks/stats.ts";
 import { listDeliveryDaysSince, listDeliveryHoursSince, listFailureReasons, type DeliveryHourRow, type FailureReasonRow } from "../../server/webhooks/store.ts";
 import type { ChartBar } from "../pages/charts.tsx";
-
-const HOUR_MS = 3_600_000;
-const DAY_MS = 24 * HOUR_MS;
 
 /** SubscriptionHealth is what the health charts show of one subscription: deliveries per hour (24) and per day (7), and response times (of 7 days only on its own page). */
 export interface SubscriptionHealth {

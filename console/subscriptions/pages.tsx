@@ -7,6 +7,8 @@ import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS }
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { MadeByText, type MakerNames } from "../pages/made-by.tsx";
+import { parseTimestamp } from "../../server/shared/time.ts";
+import { consoleFieldTime } from "../shell.ts";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, wizardTitle, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
 import { bidiBalanced, CsrfField, DataTable, FailingNote, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 
@@ -572,8 +574,16 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
   });
 }
 
-/** datetimeLocal shows an RFC 3339 time in a datetime-local field (UTC, to the minute; `up` rounds up, so a window's end keeps its last events); text that is no time, as a refused form sent it, stays as it is. */
-const datetimeLocal = (iso: string, up = false) => (up && !Number.isNaN(Date.parse(iso)) ? new Date(Math.ceil(Date.parse(iso) / 60_000) * 60_000).toISOString() : iso).slice(0, 16);
+/**
+ * datetimeLocal shows an RFC 3339 time in a datetime-local field, in UTC as the field is labelled
+ * (an offset a link carried is applied), to the minute (`up` rounds up, so a window's end keeps its
+ * last events); text that is no time, as a refused form sent it, or a year the field cannot hold, stays as it is.
+ */
+function datetimeLocal(iso: string, up = false): string {
+  const at = parseTimestamp(iso);
+  const shown = at === null ? null : consoleFieldTime(up ? Math.ceil(at / 60_000) * 60_000 : at);
+  return (shown ?? iso).slice(0, 16);
+}
 
 /** recoverPage asks for a recovery window, then shows how many failed deliveries it holds before the operator confirms. */
 export function recoverPage(props: { session: ConsoleSession; subscription: Subscription; window: { since: string; until: string }; preview: RecoveryPreview | null; refusal?: Refusal | null }): string {

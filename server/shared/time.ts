@@ -1,5 +1,10 @@
 /** DAY_MS is one day in milliseconds. */
 export const DAY_MS = 86_400_000;
+/** HOUR_MS is an hour in milliseconds, the unit of the hourly statistics, delivery counts and the tombstones' horizon. */
+export const HOUR_MS = 3_600_000;
+
+/** hourOf is the start of the hour holding an instant, as the hourly tables key it (toward zero before 1970). */
+export const hourOf = (at: number) => at - (at % HOUR_MS);
 // A page of contacts formats 50 timestamps, mostly of a few days; reusing the date part of the last
 // day formatted makes each about 3x cheaper than new Date(ms).toISOString(), which allocates a Date.
 let cachedDayStart = 0;
@@ -43,18 +48,22 @@ function daysInMonthOf(year: number, month: number): number {
  * parseTimestamp reads an RFC 3339 date-time into Unix milliseconds, or returns null when it is not
  * one; digits of a fraction past the millisecond are cut, never rounded up. Date.parse rolls an
  * impossible date over (February 31 becomes March 3), so each field is checked against its range first.
+ * A leap second (second 60, which RFC 3339 allows) is read as the last millisecond of its minute,
+ * which Unix time has no other place for; only at 23:59 UTC, where leap seconds are inserted.
  */
 export function parseTimestamp(value: string): number | null {
   const parts = RFC3339.exec(value);
   if (!parts) return null;
   const [year, month, day, hour, minute, second] = parts.slice(1, 7).map(Number) as [number, number, number, number, number, number];
   const daysInMonth = daysInMonthOf(year, month);
-  if (month < 1 || month > 12 || day < 1 || day > daysInMonth || hour > 23 || minute > 59 || second > 59) return null;
+  if (month < 1 || month > 12 || day < 1 || day > daysInMonth || hour > 23 || minute > 59 || second > 60) return null;
   const [millis, offsetHours, offsetMinutes] = [parts[7], parts[8], parts[9]];
   if (offsetHours !== undefined && (Math.abs(Number(offsetHours)) > 23 || Number(offsetMinutes) > 59)) return null;
   const zone = offsetHours === undefined ? "Z" : `${offsetHours}:${offsetMinutes}`;
-  const ms = Date.parse(`${value.slice(0, 19)}${millis === undefined ? "" : `.${millis}`}${zone}`);
-  return Number.isNaN(ms) ? null : ms;
+  const leap = second === 60;
+  const ms = Date.parse(`${leap ? `${value.slice(0, 17)}59.999` : `${value.slice(0, 19)}${millis === undefined ? "" : `.${millis}`}`}${zone}`);
+  if (Number.isNaN(ms)) return null;
+  return leap && ((ms % DAY_MS) + DAY_MS) % DAY_MS < DAY_MS - 60_000 ? null : ms;
 }
 
 /** settlesWithin tells whether a promise settles before a number of milliseconds pass. */

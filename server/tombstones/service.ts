@@ -6,13 +6,18 @@ import { findContactById } from "../contacts/store.ts";
 import { eraseEventsAbout, failPendingDeliveriesOfEvents, forgetAnswersOfEvents, hasEventsAbout } from "../webhooks/store.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
 import type { Runtime } from "../runtime.ts";
-import { DAY_MS, toTimestamp } from "../shared/time.ts";
+import { DAY_MS, hourOf, toTimestamp } from "../shared/time.ts";
 import { TOMBSTONE_FILTERS, type Erasure, type Tombstone } from "./model.ts";
 import { countTombstonesSince, deleteTombstonesBefore, findPrunedHorizon, hasTombstone, listTombstonesSince, raisePrunedHorizon, type Resource, type TombstoneRow } from "./store.ts";
 
-/** retentionStart is the oldest deletion time this instance's --tombstone-retention-days keeps. */
+/**
+ * retentionStart is the oldest deletion time this instance's --tombstone-retention-days keeps,
+ * down to the start of its hour: the retained_since a 410 gives then stays accepted for the rest
+ * of the hour, where one a millisecond later would refuse it again. Pruning cuts there too, so it
+ * never passes the horizon it answers.
+ */
 function retentionStart(rt: Runtime, now: number): number {
-  return now - rt.config.tombstoneRetentionDays * DAY_MS;
+  return hourOf(now - rt.config.tombstoneRetentionDays * DAY_MS);
 }
 
 /**

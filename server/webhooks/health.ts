@@ -1,12 +1,10 @@
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import type { Logger } from "../shared/log.ts";
-import { toTimestamp } from "../shared/time.ts";
+import { HOUR_MS, toTimestamp } from "../shared/time.ts";
 import type { AttemptResult } from "./delivery.ts";
 import { OPERATIONAL_EVENT_TYPES } from "./model.ts";
 import { recordEvent } from "./outbox.ts";
 import { countPendingDeliveriesOf, disableSubscription, failPendingDeliveries, findStoppedSubscriptionsWithPending, findSubscriptionById, markSubscriptionFailing, type DueDelivery, type SubscriptionRow } from "./store.ts";
-
-const HOUR_MS = 60 * 60 * 1000;
 
 /** duration says a span in the unit an operator reads best: seconds, minutes or hours. */
 function duration(ms: number): string {
@@ -147,15 +145,16 @@ export interface StreakDisable {
 /**
  * trackFailingStreak, after a failed attempt, notes when the subscription's attempts started
  * failing (any success clears it: markSubscriptionsHealthy) and disables it, with a reason, once
- * every attempt for `disableAfterHours` has failed. `subscription` is the row as read before this
- * attempt. It returns the disable, or null without one: log it (logStreakDisable) once the write has committed.
+ * every attempt for `disableAfterHours` has failed (0: never; the streak is still noted for the
+ * API and the console). `subscription` is the row as read before this attempt. It returns the
+ * disable, or null without one: log it (logStreakDisable) once the write has committed.
  */
 export async function trackFailingStreak(db: Db, disableAfterHours: number, subscription: SubscriptionRow, now: number): Promise<StreakDisable | null> {
   if (subscription.failing_since === null) {
     await markSubscriptionFailing(db, subscription.id, now);
     return null;
   }
-  if (subscription.status !== "active" || now - subscription.failing_since < disableAfterHours * HOUR_MS) return null;
+  if (subscription.status !== "active" || disableAfterHours === 0 || now - subscription.failing_since < disableAfterHours * HOUR_MS) return null;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
   const pendingFailed = await disableWithEvent(db, subscription, reason, now, null);
   return { subscription, failingSince: subscription.failing_since, pendingFailed };

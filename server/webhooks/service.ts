@@ -7,7 +7,7 @@ import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { madeByColumns, type MadeBy } from "../shared/made-by.ts";
-import { LATEST_TIMESTAMP_MS, parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
+import { HOUR_MS, hourOf, LATEST_TIMESTAMP_MS, parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import {
   DELIVERY_FILTERS,
   EVENT_CATALOGUE,
@@ -28,7 +28,7 @@ import {
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, SecretUnreadable, type SecretBox } from "./secrets.ts";
-import { HOUR_MS, hourOf, subscriptionStats } from "./stats.ts";
+import { subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import { disableWithEvent, failStoppedDeliveries, MAKER_REMOVED_REASON } from "./health.ts";
 import {

@@ -1,10 +1,8 @@
 import type { Db } from "../db/sql.ts";
-import { toTimestamp } from "../shared/time.ts";
+import { HOUR_MS, hourOf, toTimestamp } from "../shared/time.ts";
 import type { SubscriptionStats, WindowStats } from "./model.ts";
 import { findAttemptStats, listAttemptStatsFrom, listAttemptStatsSince, shownStatus, writeAttemptStats, type SubscriptionRow } from "./store.ts";
 
-/** HOUR_MS is an hour in milliseconds, the unit of the hourly statistics and delivery counts. */
-export const HOUR_MS = 60 * 60 * 1000;
 /** STATS_KEPT_MS is how long hourly statistics are kept: the longest window and the hour it started in. */
 export const STATS_KEPT_MS = 7 * 24 * HOUR_MS + HOUR_MS;
 
@@ -20,8 +18,6 @@ function bucketOf(durationMs: number): number {
   return i < 0 ? LATENCY_BOUNDS_MS.length : i;
 }
 
-/** hourOf is the start of the hour holding an instant, as the hourly tables key it. */
-export const hourOf = (at: number) => at - (at % HOUR_MS);
 
 /** AttemptSample is what the statistics keep of one attempt. */
 export interface AttemptSample {

@@ -481,6 +481,26 @@ test("a since or until a link carries as any RFC 3339 time shows in its field as
   );
 });
 
+test("the recover page refusing a window shows a since or until given with an offset in UTC, as its fields are labelled, so the next count asks for the same window; text that is no time stays as sent", async () => {
+  const sub = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://8.8.8.8/recover-times", events: ["contact.created"] } })).body.data;
+  const day = (daysAgo: number) => new Date(Date.now() - daysAgo * 86_400_000).toISOString().slice(0, 10);
+  const cases: [string, string, string][] = [
+    // More than 14 days ago: refused for its age.
+    [`since=${day(15)}T10:00:00%2B05:30&until=${day(14)}T10:00:00Z`, `${day(15)}T04:30`, `${day(14)}T10:00`],
+    // Refused for the until: the since is shown as applied, the until rounded up to the minute as a window's end is.
+    [`since=${day(1)}T10:00:00%2B05:30&until=not-a-time`, `${day(1)}T04:30`, "not-a-time"],
+    [`since=${day(1)}T10:00:00-02:00&until=${day(20)}T23:59:30.5-02:00`, `${day(1)}T12:00`, `${day(19)}T02:00`],
+    [`since=yesterday&until=${day(1)}T12:00`, "yesterday", `${day(1)}T12:00`],
+  ];
+  const answers: unknown[] = [];
+  for (const [query] of cases) {
+    const page = await client.get(`/console/subscriptions/${sub.id}/recover?${query}`);
+    const field = (name: string) => new RegExp(`name="${name}"[^>]*value="([^"]*)"`).exec(page.text)?.[1];
+    answers.push([query, page.status, field("since"), field("until")]);
+  }
+  expect(answers).toEqual(cases.map(([query, since, until]) => [query, 422, since, until]));
+});
+
 /** rowActionsOf is where each link and form of a subscription's row on the Subscriptions page leads. */
 async function rowActionsOf(id: string): Promise<string[]> {
   const page = (await client.get("/console/subscriptions")).text;

@@ -286,6 +286,31 @@ describe("contact list: happy paths", () => {
     expect(upd.body.data.length).toBeGreaterThanOrEqual(5);
   });
 
+  test("an offset's + sent unencoded, which a query string decodes to a space, is read as +, by every time filter; a cursor from one spelling pages on under the other", async () => {
+    const pivot = Date.parse([...all].map((c) => c.created_at).sort()[14]);
+    const offset = new Date(pivot + 5.5 * 3600_000).toISOString().replace("Z", "+05:30");
+    const lists = ["contacts?created_after=", "contacts?updated_after=", "accounts?created_after=", "accounts?updated_after=", "users?updated_after=", "contacts/deleted?since=", "webhook-deliveries?created_after="];
+    for (const list of lists) {
+      const encoded = await h.json("GET", `/public/v1/${list}${encodeURIComponent(offset)}`);
+      const unencoded = await h.json("GET", `/public/v1/${list}${offset}`);
+      expect([list, unencoded.status, unencoded.body]).toEqual([list, 200, encoded.body]);
+    }
+
+    // After the pivot, in the list's order: created_at, then id.
+    const after = all.filter((c) => Date.parse(c.created_at) > pivot).sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : a.id < b.id ? -1 : 1));
+    const page = (spelling: string, cursor = "") => h.json("GET", `/public/v1/contacts?per_page=3&sort_by=created_at&sort_direction=asc&created_after=${spelling}${cursor && `&cursor=${encodeURIComponent(cursor)}`}`);
+    for (const [firstSpelling, nextSpelling] of [[offset, encodeURIComponent(offset)], [encodeURIComponent(offset), offset]]) {
+      const first = await page(firstSpelling!);
+      const next = await page(nextSpelling!, first.body.meta.next_cursor);
+      expect([next.status, next.body.data?.map((c: any) => c.id)]).toEqual([200, after.slice(3, 6).map((c) => c.id)]);
+    }
+
+    // A space anywhere else is no offset's sign: still 422.
+    for (const wrong of ["2026-11-21 10:00:00Z", "2026-11-21T10:00:00 0530", "2026-11-21T10:00:00  05:30", "2026-11-21T10:00:00 05:30 "]) {
+      expect([wrong, (await h.json("GET", `/public/v1/contacts?updated_after=${encodeURIComponent(wrong)}`)).status]).toEqual([wrong, 422]);
+    }
+  });
+
   test("filters combine, and a cursor pages through a filtered list", async () => {
     const want = all.filter((c) => c.email === "person1@example.com" && c.full_name.toLowerCase().includes("a")).map((c) => c.id).sort();
     const seen: string[] = [];

@@ -1,10 +1,11 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { listDeletedPage } from "../../server/tombstones/service.ts";
-import { DAY_MS } from "../../server/shared/time.ts";
+import { DAY_MS, HOUR_MS } from "../../server/shared/time.ts";
 import { createUser } from "../../server/users/service.ts";
 import { pruneHistory } from "../../server/webhooks/retention.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { random } from "../support/random.ts";
+import { waitFor } from "../webhooks/support.ts";
 
 // The README's sync recipe ("Keeping another system in step") run against random concurrent
 // writers: a second store, a plain map, polled in step through updated_after and the deleted list.
@@ -228,6 +229,24 @@ describe("the deleted lists' 410 follows what was pruned", () => {
     // a since at or after the newest deletion pruned misses nothing
     expect((await deletedSince(20)).body).toEqual({ data: [], meta: { current_page: 1, last_page: 1, per_page: 25, total: 0, next_cursor: null } });
     expect((await deletedSince(30, "accounts")).status).toBe(200);
+  });
+});
+
+describe("the deleted lists' retained_since stays accepted", () => {
+  test("the retained_since a 410 gives, sent back as since, is answered 200 on contacts, accounts and users; a millisecond before it is still 410", async () => {
+    // The horizon is whole hours: a boundary passing between the two requests would move it on, rightly.
+    await waitFor(() => Date.now() % HOUR_MS < HOUR_MS - 10_000, "10 s clear of the next hour", 30_000);
+    const old = new Date(Date.now() - 91 * DAY_MS).toISOString();
+    for (const resource of ["contacts", "accounts", "users"]) {
+      const expired = await h.json("GET", `/public/v1/${resource}/deleted?since=${old}`);
+      const retained: string = expired.body.retained_since;
+      expect([resource, expired.status, expired.body.errors]).toEqual([resource, 410, [{ parameter: "since", detail: `must be ${retained} or later` }]]);
+      await Bun.sleep(5);
+      const again = await h.json("GET", `/public/v1/${resource}/deleted?since=${retained}`);
+      expect([resource, again.status, again.body.data]).toEqual([resource, 200, []]);
+      const before = await h.json("GET", `/public/v1/${resource}/deleted?since=${new Date(Date.parse(retained) - 1).toISOString()}`);
+      expect([resource, before.status, before.body.retained_since]).toEqual([resource, 410, retained]);
+    }
   });
 });
 

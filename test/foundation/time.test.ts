@@ -65,6 +65,18 @@ describe("timestamps: parsing", () => {
     expect(parseTimestamp("2028-02-29T23:59:59Z")).toBe(Date.UTC(2028, 1, 29, 23, 59, 59));
     expect(parseTimestamp("2000-02-29T00:00:00Z")).toBe(Date.UTC(2000, 1, 29));
   });
+
+  test("a leap second (second 60) is the last millisecond of its minute, at 23:59 UTC, with an offset too; second 60 of any other minute is null", () => {
+    const last = Date.UTC(2016, 11, 31, 23, 59, 59, 999);
+    const leaps = ["2016-12-31T23:59:60Z", "2016-12-31t23:59:60.5z", "2016-12-31T23:59:60.999999Z", "2017-01-01T05:29:60+05:30", "2016-12-31T15:59:60-08:00", "2016-12-31T23:59:60-00:00"];
+    expect(leaps.map((text) => [text, parseTimestamp(text)])).toEqual(leaps.map((text) => [text, last]));
+    // RFC 3339's own example (section 5.8), and the first leap second
+    expect(parseTimestamp("1990-12-31T15:59:60-08:00")).toBe(Date.UTC(1990, 11, 31, 23, 59, 59, 999));
+    expect(parseTimestamp("1972-06-30T23:59:60Z")).toBe(Date.UTC(1972, 5, 30, 23, 59, 59, 999));
+    for (const text of ["2016-12-31T23:59:60+01:00", "2016-12-31T23:58:60Z", "2016-12-31T22:59:60Z", "2016-12-31T23:59:61Z", "2016-12-31T23:59:99Z", "9999-12-31T23:59:60-00:01"]) {
+      expect([text, parseTimestamp(text)]).toEqual([text, null]);
+    }
+  });
 });
 
 describe("the change clock", () => {

@@ -94,10 +94,12 @@ describe("configuration: sources and precedence", () => {
     expect([config.metricsToken, config.shutdownTimeoutMs, config.trustedProxies]).toEqual(["0123456789abcdef", 3000, ["127.0.0.1", "::ffff:10.1.2.3"]]);
   });
 
-  test("disable-failing-after-hours takes whole or fractional hours; the secrets key file a path", () => {
+  test("disable-failing-after-hours takes whole or fractional hours up to ten years, 0 for never; the secrets key file a path", () => {
     expect(loadConfig([], {}).disableFailingAfterHours).toBe(120);
     expect(loadConfig(["--disable-failing-after-hours", "0.001"], {}).disableFailingAfterHours).toBe(0.001);
     expect(loadConfig([], { CRM_DISABLE_FAILING_AFTER_HOURS: "48" }).disableFailingAfterHours).toBe(48);
+    expect(loadConfig([], { CRM_DISABLE_FAILING_AFTER_HOURS: "0" }).disableFailingAfterHours).toBe(0);
+    expect(loadConfig(["--disable-failing-after-hours", "87600"], {}).disableFailingAfterHours).toBe(87600);
     expect(loadConfig([], {}).secretsKeyFile).toBe("");
     expect(loadConfig([], { CRM_SECRETS_KEY_FILE: "/etc/crm/secrets.key" }).secretsKeyFile).toBe("/etc/crm/secrets.key");
   });
@@ -174,8 +176,9 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--config", folder], {}))).toBe(`cannot read config file ${folder}: it is a directory, not a file`);
     expect(configError(() => loadConfig(["--port", "70000"], {}))).toBe('invalid --port: "70000" is not a port number (0-65535)');
     expect(configError(() => loadConfig([], { CRM_SHUTDOWN_TIMEOUT_MS: "0" }))).toBe('invalid CRM_SHUTDOWN_TIMEOUT_MS: "0" is not a positive whole number');
-    expect(configError(() => loadConfig([], { CRM_DISABLE_FAILING_AFTER_HOURS: "0" }))).toBe('invalid CRM_DISABLE_FAILING_AFTER_HOURS: "0" is not a positive number');
-    expect(configError(() => loadConfig(["--disable-failing-after-hours", "5 days"], {}))).toBe('invalid --disable-failing-after-hours: "5 days" is not a positive number');
+    expect(configError(() => loadConfig([], { CRM_DISABLE_FAILING_AFTER_HOURS: "87600.5" }))).toBe('invalid CRM_DISABLE_FAILING_AFTER_HOURS: "87600.5" is not a number from 0 to 87600');
+    expect(configError(() => loadConfig(["--disable-failing-after-hours", "10000000000"], {}))).toBe('invalid --disable-failing-after-hours: "10000000000" is not a number from 0 to 87600');
+    expect(configError(() => loadConfig(["--disable-failing-after-hours", "5 days"], {}))).toBe('invalid --disable-failing-after-hours: "5 days" is not a number (0 or more)');
     expect(configError(() => loadConfig(["--trusted-proxies", "10.0.0.1,proxy.local"], {}))).toBe('invalid --trusted-proxies: "10.0.0.1,proxy.local" is not a comma-separated list of IP addresses');
     expect(configError(() => loadConfig(["--port"], {}))).toBe("--port needs a value");
     // The value forgotten, the next option is not taken for it; written with = it is the value.

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { latestDeliveries } from "../../console/deliveries/service.ts";
 import type { Database } from "../../server/db/sql.ts";
+import { hourOf } from "../../server/shared/time.ts";
 import { countMatchingDeliveries, listDeliveriesPage } from "../../server/webhooks/service.ts";
-import { hourOf } from "../../server/webhooks/stats.ts";
 import { deleteSubscription, type DeliveryFilters, type DeliveryRow } from "../../server/webhooks/store.ts";
 import { TEST_BACKEND } from "../support/backend.ts";
 import { createHarness, type Harness } from "../support/harness.ts";

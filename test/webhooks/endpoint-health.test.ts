@@ -1,7 +1,9 @@
 import { describe, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
 import { createLogger } from "../../server/shared/log.ts";
+import { LATEST_TIMESTAMP_MS } from "../../server/shared/time.ts";
 import { LATENCY_BOUNDS_MS } from "../../server/webhooks/stats.ts";
+import { markSubscriptionFailing } from "../../server/webhooks/store.ts";
 import { expectProblem, ISO } from "../foundation/support.ts";
 import { addOperator, ConsoleClient } from "../console/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
@@ -25,6 +27,8 @@ async function eventually<T>(check: () => Promise<T | false | undefined>, what: 
   }
 }
 const stats = (id: string) => h.json("GET", `/public/v1/webhook-subscriptions/${id}/stats`);
+/** failingNote is the text of the first failing-note on a console page, its markup left out. */
+const failingNote = (html: string) => /<p class="failing-note">([\s\S]*?)<\/p>/.exec(html)?.[1]?.replace(/<[^>]+>/g, "") ?? null;
 
 describe("auto-disable: happy paths", () => {
   test("a subscription whose attempts all fail past the limit is disabled with a reason, a log line and a subscription.disabled event; enable brings deliveries back", async () => {
@@ -309,6 +313,40 @@ describe("auto-disable in the console", () => {
     const after = await client.get("/console/subscriptions?enabled=1");
     expect(after.text).toContain("Subscription enabled.");
     expect(after.text).not.toContain(`action="/console/subscriptions/${sub.id}/enable"`);
+  });
+
+  test("with --disable-failing-after-hours 0 a subscription whose attempts all fail is never disabled, and its note says so", async () => {
+    h = await scope.harness({ disableFailingAfterHours: 0, retrySchedule: Array(10).fill(0.02) });
+    const r = scope.receiver();
+    r.respond(() => new Response("down", { status: 503 }));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h, `subscription_id=${sub.id}`);
+    expect(delivery).toMatchObject({ status: "failed", attempts: 11, last_response_status: 503 });
+    const { status, disabled_reason, failing_since } = await getSubscription(sub.id);
+    expect([status, disabled_reason, failing_since]).toEqual(["active", null, expect.stringMatching(ISO)]);
+
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    const since = `${failing_since.slice(0, 10)} ${failing_since.slice(11, 19)}`;
+    for (const path of ["/console/", "/console/subscriptions", `/console/subscriptions/${sub.id}`]) {
+      const page = await client.get(path);
+      expect([path, page.status, failingNote(page.text)]).toEqual([path, 200, `Failing since ${since}; not disabled automatically (--disable-failing-after-hours is 0).`]);
+    }
+  });
+
+  test("a disable time past year 9999 (the largest setting, a failing streak begun late in 9999) is said as hours rather than a date, and the pages answer", async () => {
+    h = await scope.harness({ disableFailingAfterHours: 87_600 });
+    const sub = await h.subscribe(scope.receiver().url, ["contact.created"]);
+    await h.rt.db.write((tx) => markSubscriptionFailing(tx, sub.id, LATEST_TIMESTAMP_MS - 999));
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    for (const path of ["/console/", "/console/subscriptions", `/console/subscriptions/${sub.id}`]) {
+      const page = await client.get(path);
+      expect([path, page.status, failingNote(page.text)]).toEqual([path, 200, "Failing since 9999-12-31 23:59:59; disabled automatically 87600 h after that if every attempt goes on failing."]);
+    }
   });
 
   test("enabling without the form's CSRF token is refused and changes nothing", async () => {
