@@ -160,7 +160,7 @@ export async function removeOperatorFromForm(rt: Runtime, session: ConsoleSessio
   const { body, replayed } = await changeOnceForForm(rt, form, async (tx, now) => {
     const operator = await dropOperator(tx, id);
     const revoked = choices.revokeTokens ? await revokeTokensMadeBy(tx, id, now) : [];
-    const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator, requestId, now) : [];
+    const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator.id, requestId, now) : [];
     return { removed: operator.id, tokens_revoked: revoked, subscriptions_disabled: disabled };
   });
   // An answer kept by an earlier version holds neither list.

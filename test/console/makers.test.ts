@@ -2,6 +2,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { databaseArgs } from "../support/backend.ts";
 import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
+import { startReceiver, waitFor } from "../webhooks/support.ts";
 import { addOperator, ConsoleClient, formKeyOf, OPERATOR } from "./support.ts";
 
 // Who made each API token and webhook subscription (migration 0047), so that removing an operator
@@ -174,8 +175,8 @@ describe("removing an operator", () => {
       { name: "from a shell", revoked: false },
     ]);
     expect(await subscriptionStates(h)).toEqual([
-      { description: "theirs", status: "disabled", disabled_reason: `the operator who made it, ${COLLEAGUE.email}, was removed from the console; enable it if it is still wanted` },
-      { description: "with-their-token", status: "disabled", disabled_reason: `the operator who made the API token it was created with, ${COLLEAGUE.email}, was removed from the console; enable it if it is still wanted` },
+      { description: "theirs", status: "disabled", disabled_reason: "the operator who made it was removed from the console; enable it if it is still wanted" },
+      { description: "with-their-token", status: "disabled", disabled_reason: "the operator who made the API token it was created with was removed from the console; enable it if it is still wanted" },
       { description: "mine", status: "active", disabled_reason: null },
       { description: "over-the-api", status: "active", disabled_reason: null },
     ]);
@@ -187,6 +188,46 @@ describe("removing an operator", () => {
     // Sent again (a double click), the confirmation answers as the first did.
     const again = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" });
     expect([again.status, again.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
+  });
+
+  test("the disable names no operator: its reason, in the subscriptions' JSON, the deliveries and the subscription.disabled a receiver gets, leaves out the removed operator's email, which the console's Made by still shows", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    // An on-call system outside, told of every disable.
+    const receiver = startReceiver();
+    try {
+      const watcher = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: receiver.url, events: ["subscription.disabled"] } });
+      expect(watcher.status).toBe(201);
+      h.rt.deliveries.start();
+      const confirm = await client.get(`/console/operators/${colleague.id}/remove`);
+      expect((await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), disable_subscriptions: "yes" })).status).toBe(303);
+      await waitFor(() => receiver.received.length >= 2, "the receiver to get both subscription.disabled");
+      const sent = receiver.received.map((r) => r.json.data).sort((a, b) => (a.subscription_id < b.subscription_id ? -1 : 1));
+      const disabled = (id: string, path: string, made: string) => ({
+        subscription_id: id,
+        target_url: `http://127.0.0.1:9/${path}`,
+        description: path,
+        reason: `the operator who made ${made} was removed from the console; enable it if it is still wanted`,
+        disabled_at: expect.any(String),
+        failing_since: null,
+        pending_deliveries_failed: 0,
+      });
+      expect(sent).toEqual([disabled(made.theirs, "theirs", "it"), disabled(made.withTheirToken, "with-their-token", "the API token it was created with")]);
+
+      // Any API token reads these: the subscriptions, the deliveries and the bodies they send.
+      const deliveries = (await h.json("GET", `/public/v1/webhook-deliveries?subscription_id=${watcher.body.data.id}`)).body.data as { id: string }[];
+      expect(deliveries.length).toBe(2);
+      const paths = [`/public/v1/webhook-subscriptions/${made.theirs}`, `/public/v1/webhook-subscriptions/${made.withTheirToken}`, "/public/v1/webhook-subscriptions", "/public/v1/webhook-deliveries", ...deliveries.map((d) => `/public/v1/webhook-deliveries/${d.id}`)];
+      const answers = await Promise.all(paths.map(async (path) => ({ path, text: await (await h.request("GET", path)).text() })));
+      expect(answers.filter((answer) => answer.text.includes(COLLEAGUE.email)).map((answer) => answer.path)).toEqual([]);
+      expect(receiver.received.filter((r) => r.body.includes(COLLEAGUE.email))).toEqual([]);
+      // The console, which only operators read, still says whose it was.
+      const madeBy = /<p class="muted" id="made-by">([\s\S]*?)<\/p>/.exec((await client.get(`/console/subscriptions/${made.theirs}`)).text)![1]!;
+      expect(textOf(madeBy)).toBe(`Made by ${COLLEAGUE.email} (removed)`);
+    } finally {
+      await h.rt.deliveries.stop(0);
+      await receiver.stop();
+    }
   });
 
   test("unticked, the removal leaves what they made as it was: their token still works and their subscriptions stay active", async () => {
