@@ -1,3 +1,4 @@
+import { checkMakerStands } from "../auth/service.ts";
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
@@ -170,8 +171,9 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
   return rt.db.write((tx) => addSubscription(rt, tx, input, madeBy, idempotency));
 }
 
-/** addSubscription stores a subscription whose target was checked, with a new secret and who made it, inside the caller's write; past the cap it throws 422. */
+/** addSubscription stores a subscription whose target was checked, with a new secret and who made it, inside the caller's write; past the cap it throws 422, and MakerGone when its maker was removed or revoked since the request began (checkMakerStands). */
 export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionInput, madeBy: MadeBy, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+  await checkMakerStands(tx, madeBy);
   // Counted inside the write, so concurrent creates cannot pass the cap together.
   if (await countSubscriptions(tx, undefined) >= MAX_SUBSCRIPTIONS) {
     throw validationProblem([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions.");
